@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Each creates .venv if missing and installs in the order shared/ECOSYSTEM.md requires:
+# torch 2.14.1 + torchvision 0.29.1 first (local wheels), then this project with its extras.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.monai-unc-installed
+
+.PHONY: install test demo lint clean bench
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e ".[dev,examples,nnunet]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -n 2 --durations=15 -q
+
+demo: $(STAMP)
+	$(VENV)/bin/monai-unc demo --output demo_output
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_inferers.py
+
+clean:
+	rm -rf demo_output .pytest_cache .ruff_cache
