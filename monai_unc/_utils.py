@@ -72,6 +72,7 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
 
 def check_finite(x: torch.Tensor, name: str) -> None:
     """Raise ``ValueError`` if ``x`` holds NaN or infinite values."""
+    x = x.detach()
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         n_bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {n_bad} non-finite value(s) (NaN or inf)")
@@ -86,6 +87,7 @@ def check_probabilities(
     classes, an empty volume, non-finite values, values outside ``[0, 1]`` (beyond ``tol``), or when
     the classes do not sum to 1 (beyond ``tol``).
     """
+    p = p.detach()
     if not p.is_floating_point():
         raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
     if p.ndim < min_ndim:

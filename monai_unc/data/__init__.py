@@ -1,0 +1,19 @@
+"""Example data: the real MNI152 tissue task (nilearn, offline) and a synthetic 3D toy set with raters and shifts."""
+
+from .mni152 import TISSUE_CLASSES, hemisphere_masks, load_mni152_tissue, tissue_ambiguity
+from .model import EXAMPLE_NETWORK, build_example_network, example_weights_path, load_example_model
+from .synthetic import SHIFTS, make_toy_case, make_toy_dataset
+
+__all__ = [
+    "EXAMPLE_NETWORK",
+    "SHIFTS",
+    "TISSUE_CLASSES",
+    "build_example_network",
+    "example_weights_path",
+    "hemisphere_masks",
+    "load_example_model",
+    "load_mni152_tissue",
+    "make_toy_case",
+    "make_toy_dataset",
+    "tissue_ambiguity",
+]

@@ -1,0 +1,107 @@
+"""Streaming MC dropout vs stack-then-reduce: peak memory and the time overhead of the statistics.
+
+    python benchmarks/bench_inferers.py [--size 96] [--samples 2 30] [--repeats 2]
+
+Every contender runs in its own subprocess on a 1x1xSxSxS input with the example network architecture
+(MONAI UNet 16-32-64-128, dropout 0.1, 3 classes). Peak memory is the process's peak RSS
+(``resource.getrusage(RUSAGE_SELF).ru_maxrss``) minus its RSS just before the measured call, i.e. the working
+memory of one inference (activations + statistics or stacked samples). Times are the best of ``--repeats``.
+
+- ``stream``: ``MCDropoutInferer`` (SampleStats, float64 sums, all six measures).
+- ``stack``: the naive approach: stack N softmax volumes, then compute PE / EE / MI / variance from the stack.
+- ``bare``: N forward passes with dropout on and nothing else (the floor for any MC method).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * resource.getpagesize() // 1024
+
+
+def worker(mode: str, n: int, size: int, repeats: int) -> dict:
+    import torch
+
+    from monai_unc import measures
+    from monai_unc.data.model import build_example_network
+    from monai_unc.inferers import MCDropoutInferer, enable_mc_dropout
+
+    torch.manual_seed(0)
+    net = build_example_network().eval()
+    x = torch.randn(1, 1, size, size, size)
+
+    def run():
+        with torch.no_grad():
+            if mode == "stream":
+                return MCDropoutInferer(num_samples=n, seed=0)(x, net)
+            with enable_mc_dropout(net):
+                if mode == "bare":
+                    for _ in range(n):
+                        net(x)
+                    return None
+                s = torch.stack([torch.softmax(net(x), 1) for _ in range(n)])
+                return {
+                    "pred": s.mean(0),
+                    "predictive_entropy": measures.predictive_entropy(s, validate=False),
+                    "expected_entropy": measures.expected_entropy(s, validate=False),
+                    "mutual_information": measures.mutual_information(s, validate=False),
+                    "variance": measures.variance(s, validate=False),
+                }
+
+    rss0 = _rss_kib()
+    t0 = time.perf_counter()
+    out = run()
+    times = [time.perf_counter() - t0]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    del out
+    for _ in range(repeats - 1):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return {"mode": mode, "n": n, "peak_mib": (peak - rss0) / 1024, "seconds": min(times),
+            "threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=96)
+    ap.add_argument("--samples", type=int, nargs=2, default=(2, 30))
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.size, args.repeats)))
+        return
+    results = {}
+    lo, hi = args.samples
+    for mode, n in [("stream", lo), ("stream", hi), ("stack", lo), ("stack", hi), ("bare", hi)]:
+        cmd = [sys.executable, __file__, "--size", str(args.size), "--repeats", str(args.repeats),
+               "--worker", mode, str(n)]
+        res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        results[(mode, n)] = res
+        print(f"{mode:6s} N={n:3d}  peak working memory {res['peak_mib']:8.1f} MiB   time {res['seconds']:7.2f} s",
+              flush=True)
+    s_lo, s_hi = results[("stream", lo)], results[("stream", hi)]
+    k_lo, k_hi = results[("stack", lo)], results[("stack", hi)]
+    bare = results[("bare", hi)]
+    print()
+    print(f"input 1x1x{args.size}^3, example UNet, torch threads {s_hi['threads']}")
+    print(f"streaming memory ratio N={hi}/N={lo}: {s_hi['peak_mib'] / s_lo['peak_mib']:.2f}x (target <= 1.25x)")
+    print(f"stack-then-reduce memory ratio N={hi}/N={lo}: {k_hi['peak_mib'] / k_lo['peak_mib']:.2f}x")
+    print(f"stack / stream memory at N={hi}: {k_hi['peak_mib'] / s_hi['peak_mib']:.2f}x")
+    overhead = s_hi["seconds"] / bare["seconds"] - 1
+    print(f"statistics overhead over {hi} bare forward passes: {100 * overhead:.1f} % (target <= 10 %)")
+    print(f"stack-then-reduce overhead over bare: {100 * (k_hi['seconds'] / bare['seconds'] - 1):.1f} %")
+
+
+if __name__ == "__main__":
+    main()

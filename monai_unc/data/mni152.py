@@ -1,0 +1,95 @@
+"""Real example data: the MNI ICBM152 2009 template with grey- and white-matter probability maps.
+
+``nilearn`` (the ``examples`` extra) ships the template T1 and the tissue probability maps, so nothing is
+downloaded at run time. The example is one (average) brain; the protocol that keeps training and evaluation
+apart (shared/DESIGN.md, "Example data protocol") is:
+
+- train on the left hemisphere (voxels with world x < 0, left of the mid-sagittal plane), with augmentation
+  (intensity, noise, bias field, small affine);
+- report Dice and uncertainty on the right hemisphere (world x >= 0);
+- the reference ambiguity map is ``sum_c p_c (1 - p_c)`` of the population tissue probabilities.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["TISSUE_CLASSES", "load_mni152_tissue", "hemisphere_masks", "tissue_ambiguity"]
+
+#: class index -> name of the 3-class tissue task
+TISSUE_CLASSES = ("background+CSF", "grey matter", "white matter")
+
+
+def _nilearn_datasets():
+    try:
+        from nilearn import datasets
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "the MNI152 example needs nilearn: pip install 'monai-unc[examples]' (it ships the template offline)"
+        ) from e
+    return datasets
+
+
+def tissue_ambiguity(probs: np.ndarray) -> np.ndarray:
+    """Reference ambiguity ``sum_c p_c (1 - p_c)`` of class probabilities ``(C, *spatial) -> (1, *spatial)``."""
+    return (probs * (1.0 - probs)).sum(axis=0, keepdims=True)
+
+
+def hemisphere_masks(affine: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Boolean masks ``(X, Y, Z)`` of the left (world x < 0) and right (world x >= 0) hemispheres."""
+    affine = np.asarray(affine, dtype=float)
+    if affine.shape != (4, 4):
+        raise ValueError(f"affine must be 4x4, got {affine.shape}")
+    if len(shape) != 3:
+        raise ValueError(f"shape must be 3D, got {shape}")
+    idx = np.indices(shape, dtype=float).reshape(3, -1)
+    world_x = (affine[0, :3] @ idx + affine[0, 3]).reshape(shape)
+    left = world_x < 0
+    return left, ~left
+
+
+def load_mni152_tissue(resolution: int = 2) -> dict:
+    """Load the MNI152 2009 template as a 3-class tissue segmentation example.
+
+    Args:
+        resolution: 1 or 2 (mm isotropic); 2 gives a 99 x 117 x 95 volume.
+
+    Returns a dict with
+        ``image`` ``(1, X, Y, Z)`` float32 T1 scaled to [0, 1];
+        ``label`` ``(1, X, Y, Z)`` int64: 0 background + CSF, 1 grey matter, 2 white matter (argmax of ``probs``);
+        ``probs`` ``(3, X, Y, Z)`` float32 tissue probabilities (background = 1 - GM - WM, clipped at 0);
+        ``ambiguity`` ``(1, X, Y, Z)`` float32 reference map ``sum_c p_c (1 - p_c)``;
+        ``affine`` ``(4, 4)`` float64 voxel -> world (mm, RAS); ``spacing`` tuple of mm;
+        ``left``, ``right`` ``(X, Y, Z)`` bool hemisphere masks (training / evaluation split).
+    """
+    if resolution not in (1, 2):
+        raise ValueError(f"resolution must be 1 or 2 (mm), got {resolution}")
+    datasets = _nilearn_datasets()
+    t1 = datasets.load_mni152_template(resolution=resolution)
+    gm = datasets.load_mni152_gm_template(resolution=resolution)
+    wm = datasets.load_mni152_wm_template(resolution=resolution)
+    image = np.asarray(t1.get_fdata(), dtype=np.float32)
+    image = np.clip(image, 0, None) / max(float(image.max()), 1e-6)
+    p_gm = np.clip(np.asarray(gm.get_fdata(), dtype=np.float32), 0, 1)
+    p_wm = np.clip(np.asarray(wm.get_fdata(), dtype=np.float32), 0, 1)
+    total = p_gm + p_wm
+    over = total > 1
+    p_gm[over] /= total[over]
+    p_wm[over] /= total[over]
+    p_bg = np.clip(1.0 - p_gm - p_wm, 0, 1)
+    probs = np.stack([p_bg, p_gm, p_wm]).astype(np.float32)
+    probs /= probs.sum(axis=0, keepdims=True)
+    label = probs.argmax(axis=0)[None].astype(np.int64)
+    affine = np.asarray(t1.affine, dtype=np.float64)
+    left, right = hemisphere_masks(affine, image.shape)
+    spacing = tuple(float(s) for s in np.sqrt((affine[:3, :3] ** 2).sum(axis=0)))
+    return {
+        "image": image[None],
+        "label": label,
+        "probs": probs,
+        "ambiguity": tissue_ambiguity(probs).astype(np.float32),
+        "affine": affine,
+        "spacing": spacing,
+        "left": left,
+        "right": right,
+    }

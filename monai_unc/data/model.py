@@ -1,0 +1,58 @@
+"""The shipped example network: a small MONAI 3D UNet with dropout trained on the MNI152 tissue task.
+
+Weights live in ``monai_unc/data/weights/mni152_tissue_unet.pt`` (a plain state dict, loaded with
+``torch.load(weights_only=True)``), with the training record (protocol, seed, held-out Dice) beside it in
+``mni152_tissue_unet.json``. ``scripts/train_example.py`` reproduces them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from monai.networks.nets import UNet
+
+__all__ = ["EXAMPLE_NETWORK", "WEIGHTS_DIR", "build_example_network", "example_weights_path", "load_example_model"]
+
+#: architecture of the example network (MONAI UNet keyword arguments)
+EXAMPLE_NETWORK = {
+    "spatial_dims": 3,
+    "in_channels": 1,
+    "out_channels": 3,
+    "channels": (16, 32, 64, 128),
+    "strides": (2, 2, 2),
+    "num_res_units": 1,
+    "dropout": 0.1,
+}
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+
+
+def build_example_network(dropout: float | None = None) -> UNet:
+    """The example UNet, untrained; ``dropout`` overrides the trained rate (0.1) for MC sampling."""
+    kwargs = dict(EXAMPLE_NETWORK)
+    if dropout is not None:
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        kwargs["dropout"] = dropout
+    return UNet(**kwargs)
+
+
+def example_weights_path() -> Path:
+    return WEIGHTS_DIR / "mni152_tissue_unet.pt"
+
+
+def load_example_model(dropout: float | None = None, device: str | torch.device = "cpu") -> tuple[UNet, dict]:
+    """The trained example network (eval mode) and its training record.
+
+    Raises ``FileNotFoundError`` if the weights are missing (run ``python scripts/train_example.py``).
+    """
+    path = example_weights_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"example weights not found at {path}; run `python scripts/train_example.py`")
+    net = build_example_network(dropout)
+    net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    return net.to(device).eval(), meta

@@ -1,0 +1,124 @@
+"""Synthetic 3D toy set in the spirit of ValUES (seed 000, Appendix B.1).
+
+One object per case (a sphere; a cube under the ``shape`` shift) on a noisy background:
+
+- Aleatoric uncertainty (Appendix B.1.2): with ``blur=True`` the object has a sharp core and a Gaussian
+  fall-off outward; raters draw the border at different places: rater 1 segments a sphere of 10 % of the
+  volume of the outermost rater's, the last rater the full extent, the others evenly in between (55 % for the
+  middle one of three raters). The consensus label is the majority vote; ``probs`` is the fraction of raters.
+- Epistemic uncertainty (Appendix B.1.3): shifted cases differ in intensity (``"intensity"``: darker object),
+  shape (``"shape"``: cube) or position (``"position"``: the object is partly outside the volume). In-
+  distribution cases have ``shift == "none"``.
+
+Object sizes vary between cases (radius drawn per case), which is what ValUES Appendix F.1 needs to show
+that sum aggregation tracks object size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["SHIFTS", "make_toy_case", "make_toy_dataset"]
+
+SHIFTS = ("none", "intensity", "shape", "position")
+
+
+def _rater_radii(r_outer: float, n_raters: int) -> np.ndarray:
+    """Radii whose volumes go linearly from 10 % to 100 % of the outermost rater's volume."""
+    if n_raters == 1:
+        return np.array([r_outer * 0.55 ** (1 / 3)])
+    fractions = np.linspace(0.1, 1.0, n_raters)
+    return r_outer * fractions ** (1 / 3)
+
+
+def make_toy_case(
+    shape: Sequence[int] = (48, 48, 48),
+    n_raters: int = 3,
+    shift: str = "none",
+    blur: bool = True,
+    radius: float | None = None,
+    noise_std: float = 0.1,
+    rng: np.random.Generator | int | None = None,
+) -> dict:
+    """One toy case; see the module docstring. ``shape`` is 2D or 3D (voxels, spacing 1 mm).
+
+    Returns a dict: ``image`` ``(1, *shape)`` float32, ``label`` ``(*shape)`` int64 majority vote,
+    ``raters`` ``(R, *shape)`` int64, ``probs`` ``(2, *shape)`` float32 (background, foreground fraction of
+    raters), ``shift`` str, ``object_volume`` int (voxels of the consensus), ``radius`` float, ``blur`` bool.
+    """
+    shape = tuple(int(s) for s in shape)
+    if len(shape) not in (2, 3) or min(shape) < 8:
+        raise ValueError(f"shape must be 2D or 3D with every axis >= 8 voxels, got {shape}")
+    if shift not in SHIFTS:
+        raise ValueError(f"shift must be one of {SHIFTS}, got {shift!r}")
+    if not isinstance(n_raters, int) or n_raters < 1:
+        raise ValueError(f"n_raters must be a positive integer, got {n_raters!r}")
+    rng = np.random.default_rng(rng)
+    smallest = min(shape)
+    r_outer = float(radius) if radius is not None else rng.uniform(0.12, 0.3) * smallest
+    if not 1.0 <= r_outer < smallest / 2:
+        raise ValueError(f"radius must be in [1, {smallest / 2}) voxels, got {r_outer}")
+    if shift == "position":
+        # centre near a face so that part of the object lies outside the volume
+        centre = np.array([rng.uniform(r_outer, s - r_outer) for s in shape])
+        axis = rng.integers(len(shape))
+        centre[axis] = rng.choice([0.3 * r_outer, shape[axis] - 0.3 * r_outer])
+    else:
+        centre = np.array([rng.uniform(r_outer + 1, s - r_outer - 1) for s in shape])
+    grid = np.indices(shape, dtype=np.float32)
+    offsets = grid - centre.reshape(-1, *([1] * len(shape))).astype(np.float32)
+    if shift == "shape":
+        dist = np.abs(offsets).max(axis=0)  # Chebyshev distance: cubes
+    else:
+        dist = np.sqrt((offsets**2).sum(axis=0))
+    radii = _rater_radii(r_outer, n_raters)
+    raters = np.stack([(dist <= r).astype(np.int64) for r in radii])
+    if blur:
+        core = radii[0]
+        sigma = max((r_outer - core) / 2.5, 0.5)
+        profile = np.exp(-np.clip(dist - core, 0, None) ** 2 / (2 * sigma**2))
+    else:
+        # no ambiguity: every rater draws the same border
+        raters[:] = (dist <= radii[len(radii) // 2]).astype(np.int64)
+        profile = (dist <= radii[len(radii) // 2]).astype(np.float32)
+    intensity = 0.5 if shift == "intensity" else 1.0
+    image = intensity * profile + noise_std * rng.standard_normal(shape)
+    fg = raters.mean(axis=0).astype(np.float32)
+    label = (raters.sum(axis=0) * 2 > n_raters).astype(np.int64)
+    return {
+        "image": image[None].astype(np.float32),
+        "label": label,
+        "raters": raters,
+        "probs": np.stack([1.0 - fg, fg]).astype(np.float32),
+        "shift": shift,
+        "object_volume": int(label.sum()),
+        "radius": r_outer,
+        "blur": bool(blur),
+    }
+
+
+def make_toy_dataset(
+    n_cases: int,
+    shape: Sequence[int] = (48, 48, 48),
+    n_raters: int = 3,
+    shift: str | Sequence[str] | None = None,
+    blur: bool = True,
+    seed: int = 0,
+) -> list[dict]:
+    """``n_cases`` toy cases (see :func:`make_toy_case`), reproducible from ``seed``.
+
+    ``shift``: ``None``/``"none"`` for in-distribution cases, one of ``SHIFTS``, or a sequence cycled over the
+    cases (e.g. ``["none", "intensity", "shape", "position"]``).
+    """
+    if not isinstance(n_cases, int) or n_cases < 1:
+        raise ValueError(f"n_cases must be a positive integer, got {n_cases!r}")
+    shifts = ["none"] if shift is None else [shift] if isinstance(shift, str) else list(shift)
+    if not shifts:
+        raise ValueError("shift must not be an empty sequence")
+    rngs = np.random.default_rng(seed).spawn(n_cases)
+    return [
+        make_toy_case(shape, n_raters=n_raters, shift=shifts[i % len(shifts)], blur=blur, rng=rngs[i])
+        for i in range(n_cases)
+    ]

@@ -1,0 +1,300 @@
+"""Monte-Carlo dropout: switch dropout on at inference, insert dropout post hoc, and the MC inferer.
+
+- :func:`enable_mc_dropout` puts every dropout layer of a model (``torch.nn`` ``_DropoutNd`` subclasses,
+  MONAI / timm ``DropPath``, and the post-hoc dropout added by :func:`add_dropout`) into sampling mode while
+  the rest of the model (normalisation layers in particular) stays in eval mode; it restores the previous
+  modes afterwards and works as a context manager. MONAI's ``SupervisedEvaluator`` calls ``network.eval()``
+  before the inferer, so the inferer must do this itself (shared/ECOSYSTEM.md).
+- :func:`add_dropout` inserts dropout into a trained network without changing its parameters or its
+  ``state_dict`` keys: a forward hook applies dropout to the output of each chosen stage. The default placement
+  is "after every encoder and decoder stage but the output" (seed 003, Sec. 4: MC dropout with dropout after
+  every stage of the encoder and decoder), detected for MONAI ``UNet``, ``BasicUNet``, ``DynUNet`` and nnU-Net's
+  ``PlainConvUNet`` / ``ResidualEncoderUNet``.
+- :class:`MCDropoutInferer` draws ``num_samples`` stochastic forward passes into streaming statistics.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..keys import MIMeaning
+from .sampling import SampleSource, UncertaintyInferer
+
+__all__ = [
+    "DropoutHook",
+    "MCDropoutContext",
+    "enable_mc_dropout",
+    "find_dropout_layers",
+    "add_dropout",
+    "remove_dropout",
+    "default_dropout_sites",
+    "MCDropoutSource",
+    "MCDropoutInferer",
+]
+
+
+class DropoutHook:
+    """Forward hook that applies dropout to a module's output (post-hoc dropout, see :func:`add_dropout`).
+
+    Active when the hooked module is in training mode or when :func:`enable_mc_dropout` switched it on.
+    ``channelwise=True`` drops whole feature channels (``Dropout2d``/``Dropout3d`` style, chosen from the
+    output's dimensionality); otherwise element-wise. Tensor outputs only; tuples and lists are handled
+    element by element.
+    """
+
+    def __init__(self, p: float, channelwise: bool = True) -> None:
+        if not 0.0 <= float(p) < 1.0:
+            raise ValueError(f"p must be in [0, 1), got {p}")
+        self.p = float(p)
+        self.channelwise = bool(channelwise)
+        self.mc_enabled = False
+
+    def _drop(self, x: Any) -> Any:
+        if isinstance(x, (tuple, list)):
+            return type(x)(self._drop(v) for v in x)
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or self.p == 0.0:
+            return x
+        if self.channelwise and x.ndim == 5:
+            return F.dropout3d(x, self.p, training=True)
+        if self.channelwise and x.ndim == 4:
+            return F.dropout2d(x, self.p, training=True)
+        if self.channelwise and x.ndim == 3:
+            return F.dropout1d(x, self.p, training=True)
+        return F.dropout(x, self.p, training=True)
+
+    def __call__(self, module: nn.Module, inputs: Any, output: Any) -> Any:
+        if module.training or self.mc_enabled:
+            return self._drop(output)
+        return output
+
+    def __repr__(self) -> str:
+        return f"DropoutHook(p={self.p}, channelwise={self.channelwise})"
+
+
+def _is_droppath(module: nn.Module) -> bool:
+    # MONAI (monai.networks.layers.DropPath) and timm (timm.layers.DropPath) both name the class DropPath
+    return type(module).__name__ in ("DropPath", "StochasticDepth")
+
+
+def _rate(m: nn.Module) -> float:
+    return float(getattr(m, "p", getattr(m, "drop_prob", 1.0)) or 0.0)
+
+
+def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[list[nn.Module], list[DropoutHook]]:
+    """Dropout modules (``_DropoutNd``, DropPath) and post-hoc :class:`DropoutHook` s of ``model``.
+
+    Layers with rate 0 (MONAI networks build ``Dropout(p=0)`` when no dropout is asked for) are left out unless
+    ``include_zero``.
+    """
+    modules, hooks = [], []
+    for m in model.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd) or _is_droppath(m):
+            if include_zero or _rate(m) > 0:
+                modules.append(m)
+        for h in m._forward_hooks.values():
+            if isinstance(h, DropoutHook) and (include_zero or h.p > 0):
+                hooks.append(h)
+    return modules, hooks
+
+
+class MCDropoutContext:
+    """Handle returned by :func:`enable_mc_dropout`: ``restore()`` or use it as a context manager."""
+
+    def __init__(self, model: nn.Module, strict: bool = True) -> None:
+        modules, hooks = find_dropout_layers(model)
+        if strict and not modules and not hooks:
+            raise ValueError(
+                "network has no dropout layer to sample from (no torch.nn Dropout*, DropPath, or post-hoc "
+                "dropout with a rate above 0); insert one with monai_unc.inferers.add_dropout(network, p=...) "
+                "or build the network with its dropout argument (e.g. UNet(dropout=0.1))"
+            )
+        self.num_layers = len(modules) + len(hooks)
+        self._modes = [(m, m.training) for m in modules]
+        self._hooks = [(h, h.mc_enabled) for h in hooks]
+        for m in modules:
+            m.train()
+        for h in hooks:
+            h.mc_enabled = True
+        self._restored = False
+
+    def restore(self) -> None:
+        """Put every dropout layer back into the mode it had before."""
+        if self._restored:
+            return
+        for m, mode in self._modes:
+            m.train(mode)
+        for h, state in self._hooks:
+            h.mc_enabled = state
+        self._restored = True
+
+    def __enter__(self) -> MCDropoutContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+
+def enable_mc_dropout(model: nn.Module, strict: bool = True) -> MCDropoutContext:
+    """Switch on every dropout layer of ``model`` for Monte-Carlo sampling, leaving the rest in its mode.
+
+    Returns a handle that restores the previous modes with ``restore()`` or at the end of a ``with`` block::
+
+        model.eval()
+        with enable_mc_dropout(model):
+            samples = [model(x) for _ in range(10)]
+        # dropout layers are back in eval mode here
+
+    Raises ``ValueError`` when ``strict`` and the model has no dropout at all.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return MCDropoutContext(model, strict=strict)
+
+
+# ---------------------------------------------------------------------------------------- placement
+def _monai_unet_sites(model: nn.Module) -> list[nn.Module]:
+    from monai.networks.layers.simplelayers import SkipConnection
+
+    sites: list[nn.Module] = []
+
+    def walk(block: nn.Module, outermost: bool) -> None:
+        # MONAI UNet block: Sequential(down, SkipConnection(submodule), up)
+        down, skip, up = block[0], block[1], block[2]
+        sites.append(down)
+        sub = skip.submodule
+        if isinstance(sub, nn.Sequential) and len(sub) == 3 and isinstance(sub[1], SkipConnection):
+            walk(sub, outermost=False)
+        else:
+            sites.append(sub)  # bottom (bottleneck) stage
+        if not outermost:
+            sites.append(up)  # the outermost up-block produces the output: no dropout there
+
+    walk(model.model, outermost=True)
+    return sites
+
+
+def default_dropout_sites(model: nn.Module) -> list[str]:
+    """Names of the modules after which :func:`add_dropout` places dropout by default.
+
+    Every encoder and decoder stage but the output layer (seed 003, Sec. 4) for MONAI ``UNet``,
+    ``BasicUNet``, ``DynUNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
+    ``ResidualEncoderUNet``. Raises ``ValueError`` for other architectures: pass ``after=`` explicitly.
+    """
+    cls = type(model).__name__
+    names = {m: n for n, m in model.named_modules()}
+    if cls == "UNet" and hasattr(model, "model") and isinstance(model.model, nn.Sequential):
+        return [names[m] for m in _monai_unet_sites(model)]
+    if cls == "BasicUNet":
+        return ["conv_0", "down_1", "down_2", "down_3", "down_4", "upcat_4", "upcat_3", "upcat_2", "upcat_1"]
+    if cls == "DynUNet":
+        out = ["input_block"] + [f"downsamples.{i}" for i in range(len(model.downsamples))] + ["bottleneck"]
+        return out + [f"upsamples.{i}" for i in range(len(model.upsamples))]
+    if hasattr(model, "encoder") and hasattr(model, "decoder") and hasattr(model.decoder, "seg_layers"):
+        enc = [f"encoder.stages.{i}" for i in range(len(model.encoder.stages))]
+        dec = [f"decoder.stages.{i}" for i in range(len(model.decoder.stages))]
+        return enc + dec
+    raise ValueError(
+        f"add_dropout does not know where the stages of a {cls} are; pass after=[module names] "
+        "(see model.named_modules()) or after=callable(name, module) -> bool"
+    )
+
+
+def add_dropout(
+    model: nn.Module,
+    p: float = 0.1,
+    after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
+    channelwise: bool = True,
+) -> list[str]:
+    """Insert dropout post hoc into a (trained) network; returns the names of the modules it follows.
+
+    The parameters and ``state_dict`` keys are unchanged (the dropout is a forward hook on each chosen
+    module, active in training mode or under :func:`enable_mc_dropout`), so checkpoints load as before.
+
+    Args:
+        model: the network, modified in place.
+        p: dropout rate in [0, 1).
+        after: ``"auto"`` (every encoder/decoder stage but the output, see :func:`default_dropout_sites`),
+            a list of module names from ``model.named_modules()``, or a predicate ``(name, module) -> bool``.
+        channelwise: drop whole channels (Dropout2d/3d style, the usual choice for feature maps) or elements.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"p must be in [0, 1), got {p}")
+    modules = dict(model.named_modules())
+    if isinstance(after, str):
+        if after != "auto":
+            raise ValueError(f"after must be 'auto', a list of module names or a callable, got {after!r}")
+        names = default_dropout_sites(model)
+    elif callable(after):
+        names = [n for n, m in modules.items() if n and after(n, m)]
+    else:
+        names = list(after)
+    missing = [n for n in names if n not in modules]
+    if missing:
+        raise ValueError(f"after names modules that {type(model).__name__} does not have: {missing}")
+    if not names:
+        raise ValueError("after selected no module: nowhere to add dropout")
+    for n in names:
+        if any(isinstance(h, DropoutHook) for h in modules[n]._forward_hooks.values()):
+            warnings.warn(f"module {n!r} already has post-hoc dropout; adding another", UserWarning)
+        modules[n].register_forward_hook(DropoutHook(p, channelwise=channelwise))
+    return names
+
+
+def remove_dropout(model: nn.Module) -> int:
+    """Remove every post-hoc dropout hook added by :func:`add_dropout`; returns how many were removed."""
+    removed = 0
+    for m in model.modules():
+        for key in [k for k, h in m._forward_hooks.items() if isinstance(h, DropoutHook)]:
+            del m._forward_hooks[key]
+            removed += 1
+    return removed
+
+
+# ---------------------------------------------------------------------------------------- inferer
+class MCDropoutSource(SampleSource):
+    """``num_samples`` stochastic passes with dropout switched on (MI is epistemic, MI(Y, theta))."""
+
+    mi_meaning = MIMeaning.EPISTEMIC
+
+    def __init__(self, num_samples: int) -> None:
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        self.num_samples = num_samples
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def variants(self, x: torch.Tensor) -> list[Callable | None]:
+        return [None] * self.num_samples
+
+    def activate(self, network: nn.Module) -> MCDropoutContext:
+        return enable_mc_dropout(network)
+
+
+class MCDropoutInferer(UncertaintyInferer):
+    """Monte-Carlo dropout inferer (Gal & Ghahramani; seed 003 uses ``num_samples=30``).
+
+    Calls ``base_inferer`` (default ``SimpleInferer``; ``SlidingWindowInferer`` for large volumes) once; inside
+    each window ``num_samples`` passes with dropout switched on stream into :class:`~monai_unc.stats.SampleStats`,
+    so memory does not grow with ``num_samples``. Dropout modes are restored afterwards.
+
+    Returns ``dict[str, Tensor]`` keyed by :class:`~monai_unc.keys.UncertaintyKeys`. The network needs dropout
+    layers (build it with its dropout argument or call :func:`add_dropout`); otherwise ``ValueError``.
+
+    Example::
+
+        inferer = MCDropoutInferer(num_samples=30, base_inferer=SlidingWindowInferer((96, 96, 96)))
+        out = inferer(image, network)   # out["mutual_information"]: (B, 1, H, W, D)
+    """
+
+    def __init__(self, num_samples: int = 30, **kwargs: Any) -> None:
+        super().__init__(sources=[MCDropoutSource(num_samples)], **kwargs)
+        self.num_samples = num_samples

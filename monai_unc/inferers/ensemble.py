@@ -1,0 +1,131 @@
+"""Deep ensembles: several networks or checkpoints, one member on the device at a time."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..keys import MIMeaning
+from .sampling import SampleSource, UncertaintyInferer
+
+__all__ = ["EnsembleSource", "EnsembleInferer", "load_state_dict"]
+
+_STATE_KEYS = ("state_dict", "model_state_dict", "network_weights", "model", "net", "network")
+
+
+def load_state_dict(path: str | os.PathLike, weights_only: bool = True) -> dict[str, torch.Tensor]:
+    """Load a checkpoint's parameters onto the CPU.
+
+    Uses ``torch.load(..., weights_only=True)`` unless the caller opts out. Accepts a bare state dict or a
+    dict holding one under a usual key (``state_dict``, ``model_state_dict``, nnU-Net's ``network_weights``,
+    ``model``, ``net``, ``network``); strips a DistributedDataParallel ``module.`` prefix.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"checkpoint file not found: {path}")
+    obj = torch.load(path, map_location="cpu", weights_only=weights_only)
+    if isinstance(obj, nn.Module):
+        obj = obj.state_dict()
+    if isinstance(obj, Mapping):
+        for key in _STATE_KEYS:
+            if key in obj and isinstance(obj[key], Mapping):
+                obj = obj[key]
+                break
+    if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ValueError(f"checkpoint {path} does not hold a state dict of tensors")
+    if all(k.startswith("module.") for k in obj):
+        obj = {k[len("module.") :]: v for k, v in obj.items()}
+    return dict(obj)
+
+
+class EnsembleSource(SampleSource):
+    """Ensemble members as a network-level sample source (MI is epistemic, MI(Y, theta)).
+
+    ``networks`` holds ``nn.Module`` s or checkpoint paths. Modules are moved to the input's device one at a
+    time and back to where they were afterwards. Checkpoints are loaded (``weights_only`` by default) into the
+    network passed to the inferer, whose own weights are restored at the end.
+    """
+
+    mi_meaning = MIMeaning.EPISTEMIC
+    level = "network"
+
+    def __init__(self, networks: Sequence[nn.Module | str | os.PathLike], weights_only: bool = True) -> None:
+        networks = list(networks)
+        if not networks:
+            raise ValueError("networks must hold at least one ensemble member")
+        for i, n in enumerate(networks):
+            if not isinstance(n, (nn.Module, str, os.PathLike)):
+                raise TypeError(f"networks[{i}] must be an nn.Module or a checkpoint path, got {type(n).__name__}")
+            if isinstance(n, (str, os.PathLike)) and not os.path.isfile(n):
+                raise ValueError(f"networks[{i}]: checkpoint file not found: {os.fspath(n)}")
+        self.networks = networks
+        self.weights_only = weights_only
+
+    def __len__(self) -> int:
+        return len(self.networks)
+
+    def variants(self, x: torch.Tensor) -> list[None]:
+        return [None]
+
+    def members(self, network: nn.Module | None, device: torch.device) -> Iterator[contextlib.AbstractContextManager]:
+        needs_template = any(not isinstance(n, nn.Module) for n in self.networks)
+        if needs_template and not isinstance(network, nn.Module):
+            raise ValueError("ensemble members given as checkpoint paths need the network (architecture) argument")
+        original = None
+        if needs_template:
+            original = {k: v.detach().to("cpu", copy=True) for k, v in network.state_dict().items()}
+        try:
+            for member in self.networks:
+                if isinstance(member, nn.Module):
+                    yield _on_device(member, device)
+                else:
+                    network.load_state_dict(load_state_dict(member, self.weights_only))
+                    yield contextlib.nullcontext(network)
+        finally:
+            if original is not None:
+                network.load_state_dict(original)
+
+
+@contextlib.contextmanager
+def _on_device(module: nn.Module, device: torch.device) -> Iterator[nn.Module]:
+    param = next(iter(module.parameters()), None)
+    home = param.device if param is not None else device
+    moved = home != device
+    if moved:
+        module.to(device)
+    try:
+        yield module
+    finally:
+        if moved:
+            module.to(home)
+
+
+class EnsembleInferer(UncertaintyInferer):
+    """Deep-ensemble inferer: every member predicts, predictions stream into the statistics.
+
+    Args:
+        networks: members, as modules or checkpoint paths (paths are loaded into the ``network`` given at call
+            time, with ``torch.load(weights_only=True)`` unless ``weights_only=False``).
+        extra_sources: sources multiplied with the members, e.g. ``[MCDropoutSource(5), FlipSource("all")]``.
+        **kwargs: :class:`UncertaintyInferer` options.
+
+    Example::
+
+        inferer = EnsembleInferer(["fold0.pt", "fold1.pt", "fold2.pt"], base_inferer=SlidingWindowInferer(96))
+        out = inferer(image, UNet(...))
+    """
+
+    def __init__(
+        self,
+        networks: Sequence[nn.Module | str | os.PathLike],
+        weights_only: bool = True,
+        extra_sources: Sequence[SampleSource] = (),
+        **kwargs: Any,
+    ) -> None:
+        kwargs.pop("sources", None)
+        super().__init__(sources=[EnsembleSource(networks, weights_only), *extra_sources], **kwargs)
