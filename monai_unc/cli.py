@@ -85,7 +85,7 @@ def run_demo(output: str | Path = "demo_output", samples: int = 10, quiet: bool 
             "dice_gm": dice[0],
             "dice_wm": dice[1],
             "mean_entropy": float(pe[brain].mean()),
-            "seconds": round(seconds, 1),
+            "seconds": f"{seconds:.1f}",
         }
         if "mutual_information" in out:
             row["mean_mi"] = float(out["mutual_information"][0, 0].cpu().numpy()[brain].mean())
