@@ -1,0 +1,394 @@
+"""Aggregation of voxel-wise uncertainty maps to one score per case (ValUES, seed 000, Sec. 4.3 and Appendix F).
+
+Strategies (``aggregate(..., method=...)``):
+
+- ``"mean"``: mean over the voxels (over the ``mask`` voxels when given, e.g. the predicted foreground:
+  the size-normalised score of ValUES Appendix F.1).
+- ``"sum"``: sum over the voxels (ValUES' "image level"). It grows with the size of the uncertain region
+  and therefore tracks object size (Appendix F.1), so it warns.
+- ``"patch"``: the largest sum (or mean) of uncertainty over every stride-1 box of ``patch_size`` voxels per
+  axis (ValUES: ``10^D`` boxes), with the box's location. Box sums are differences of cumulative sums
+  (``S[i] = C[i + k] - C[i]``, kept as running sums over whole planes), O(voxels) for any box size and a
+  few planes of memory, instead of a convolution with a ``k^D`` kernel (see :func:`max_patch`).
+- ``"threshold"``: the mean of the voxels with ``u >= t``; ``t`` comes from :func:`fit_threshold` on a
+  validation set (Appendix F.2).
+
+Shapes: maps ``(B, 1, *spatial)`` with 2 or 3 spatial axes; masks ``(B, 1, *spatial)`` or ``(B, *spatial)``
+(non-zero = inside). Scores are ``(B,)`` float64 in the input's library (numpy in, numpy out; torch in,
+torch out on the same device). Sums accumulate in float64.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from ._utils import ArrayLike, check_finite, like_input, to_numpy, to_tensor
+
+__all__ = ["PatchMax", "aggregate", "max_patch", "fit_threshold", "METHODS"]
+
+METHODS = ("mean", "sum", "patch", "threshold")
+_SUM_WARNING = (
+    "aggregate(method='sum') grows with the size of the uncertain region and so tracks object size "
+    "(ValUES Appendix F.1); prefer 'mean' over a foreground mask, 'patch' or 'threshold' to rank cases"
+)
+
+
+class PatchMax(NamedTuple):
+    """Result of :func:`max_patch`: per-case best box score ``(B,)`` and its start corner ``(B, D)``.
+
+    The box covers ``[start, start + size)`` along each axis; ``size`` is the (clipped) box size used.
+    A case without any valid box (empty ``mask``) has score NaN and start ``-1``.
+    """
+
+    score: ArrayLike
+    start: ArrayLike
+    size: tuple[int, ...]
+
+
+def _maps(uncertainty: Any) -> torch.Tensor:
+    u = to_tensor(uncertainty, "uncertainty")
+    if u.ndim not in (4, 5) or u.shape[1] != 1:
+        raise ValueError(
+            "uncertainty must have shape (B, 1, *spatial) with 2 or 3 spatial axes, "
+            f"got {tuple(u.shape)}"
+        )
+    if u.numel() == 0:
+        raise ValueError(f"uncertainty is empty (shape {tuple(u.shape)})")
+    if u.dtype == torch.bool or u.is_complex():
+        raise TypeError(f"uncertainty must be a numeric array, got dtype {u.dtype}")
+    u = u.to(torch.float64)
+    check_finite(u, "uncertainty")
+    return u[:, 0]
+
+
+def _mask(mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    m = to_tensor(mask, "mask").to(device)
+    if m.ndim == len(shape) + 1 and m.shape[1] == 1:
+        m = m[:, 0]
+    if m.shape != shape:
+        raise ValueError(
+            f"mask must have shape (B, 1, *spatial) or (B, *spatial) with (B, *spatial) = {tuple(shape)}, "
+            f"got {tuple(m.shape)}"
+        )
+    if m.is_floating_point():
+        check_finite(m, "mask")
+    return m != 0
+
+
+def _patch_size(patch_size: int | Sequence[int], spatial: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(patch_size, (int, np.integer)):
+        size = (int(patch_size),) * len(spatial)
+    else:
+        size = tuple(int(s) for s in patch_size)
+        if len(size) != len(spatial):
+            raise ValueError(f"patch_size must have {len(spatial)} values (one per spatial axis), got {len(size)}")
+    if any(s < 1 for s in size):
+        raise ValueError(f"patch_size must be positive, got {size}")
+    # a box larger than the image along an axis covers the whole axis
+    return tuple(min(s, n) for s, n in zip(size, spatial))
+
+
+def _doubling_ops(k: int) -> int:
+    """Additions needed to form windows of ``k`` from power-of-two windows (binary decomposition of k)."""
+    return k.bit_length() - 1 + bin(k).count("1") - 1
+
+
+def _along(ndim: int, axis: int, start: int | None, stop: int | None) -> tuple[slice, ...]:
+    idx = [slice(None)] * ndim
+    idx[axis] = slice(start, stop)
+    return tuple(idx)
+
+
+def _window_sums(a: np.ndarray, k: int, axis: int) -> np.ndarray:
+    """Sums of ``k`` consecutive values along ``axis`` at every valid start (length ``n - k + 1``), float64.
+
+    Windows whose size is a sum of few powers of two (at most four additions, e.g. 10 = 8 + 2) combine
+    power-of-two window sums built by doubling; any other size uses one cumulative sum and one difference,
+    ``S[i] = C[i + k] - C[i]``. Either way the work per value does not grow with the box volume.
+    """
+    n, nd = a.shape[axis], a.ndim
+    m = n - k + 1
+    if k == 1:
+        return a[_along(nd, axis, 0, m)].astype(np.float64, copy=False)
+    if _doubling_ops(k) <= 4:
+        result = None
+        offset, width, power = 0, 1, a
+        while True:
+            if k & width:  # add the window of this width that starts after those already added
+                piece = power[_along(nd, axis, offset, offset + m)]
+                result = piece if result is None else np.add(result, piece, dtype=np.float64)
+                offset += width
+            if 2 * width > k:
+                return result.astype(np.float64, copy=False)
+            power = np.add(power[_along(nd, axis, 0, -width)], power[_along(nd, axis, width, None)], dtype=np.float64)
+            width *= 2
+    shape = list(a.shape)
+    shape[axis] = n + 1
+    c = np.zeros(shape, dtype=np.float64)
+    np.cumsum(a, axis=axis, dtype=np.float64, out=c[_along(nd, axis, 1, None)])
+    return c[_along(nd, axis, k, None)] - c[_along(nd, axis, 0, -k)]
+
+
+def _box_argmax(
+    planes: Callable[[int | None], list[np.ndarray]],
+    n_first: int,
+    size: Sequence[int],
+    score: Callable[[list[np.ndarray]], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Best box score per case over every stride-1 box of ``size`` and its start, in O(voxels).
+
+    ``planes(i)`` returns the fields (e.g. masked uncertainty and mask) of plane ``i`` along the first
+    spatial axis, ``(B, n1, n2)`` each (3D), or the whole ``(B, n0, n1)`` maps when called with ``None``
+    (2D); ``score`` combines the fields' box sums into box scores (``-inf`` excludes a box).
+
+    3D: running sums over the first axis, ``R_i = R_{i-1} + plane(i + k - 1) - plane(i - 1)`` (a difference of
+    cumulative sums kept incrementally), then 2D window sums of each ``R_i`` along the last and middle axis,
+    and only the best box of each plane is kept, so memory is a few planes, never the map of box scores.
+    Returns ``best (B,)`` and ``start (B, D)``; ties go to the first box in C order.
+    """
+
+    def best_in(fields: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        s = score([_window_sums(_window_sums(f, size[-1], -1), size[-2], -2) for f in fields])
+        flat = s.reshape(s.shape[0], -1)
+        pos = flat.argmax(axis=1)
+        start = np.stack(np.unravel_index(pos, s.shape[1:]), axis=1)
+        return flat[np.arange(flat.shape[0]), pos], start
+
+    if len(size) == 2:
+        best, start = best_in(planes(None))
+        return best, start.astype(np.int64)
+    k0 = size[0]
+    m0 = n_first - k0 + 1
+    first = [planes(i) for i in range(k0)]
+    rows = [np.sum([p[f] for p in first], axis=0, dtype=np.float64) for f in range(len(first[0]))]
+    best_of_plane, start_of_plane = [], []
+    for i in range(m0):
+        if i:
+            for r, add, sub in zip(rows, planes(i + k0 - 1), planes(i - 1)):
+                r += add
+                r -= sub
+        b, st = best_in(rows)
+        best_of_plane.append(b)
+        start_of_plane.append(st)
+    values = np.stack(best_of_plane, axis=1)  # (B, m0)
+    i_best = values.argmax(axis=1)  # first plane holding the maximum
+    cases = np.arange(values.shape[0])
+    in_plane = np.stack(start_of_plane, axis=1)[cases, i_best]  # (B, 2)
+    return values[cases, i_best], np.concatenate([i_best[:, None], in_plane], axis=1).astype(np.int64)
+
+
+def _maps_np(uncertainty: Any) -> np.ndarray:
+    """``(B, 1, *spatial)`` maps as a numpy ``(B, *spatial)`` float array (validated, not copied if possible)."""
+    u = to_numpy(uncertainty, "uncertainty")
+    if u.ndim not in (4, 5) or u.shape[1] != 1:
+        raise ValueError(f"uncertainty must have shape (B, 1, *spatial) with 2 or 3 spatial axes, got {u.shape}")
+    if u.size == 0:
+        raise ValueError(f"uncertainty is empty (shape {u.shape})")
+    if u.dtype == bool or not np.issubdtype(u.dtype, np.number) or np.iscomplexobj(u):
+        raise TypeError(f"uncertainty must be a real numeric array, got dtype {u.dtype}")
+    if not np.issubdtype(u.dtype, np.floating):
+        u = u.astype(np.float64)
+    if not np.isfinite(u).all():
+        raise ValueError(f"uncertainty contains {int((~np.isfinite(u)).sum())} non-finite value(s) (NaN or inf)")
+    return u[:, 0]
+
+
+def _follow(a: np.ndarray, reference: Any) -> ArrayLike:
+    if isinstance(reference, torch.Tensor):
+        return torch.from_numpy(np.ascontiguousarray(a)).to(reference.device)
+    return a
+
+
+def max_patch(
+    uncertainty: ArrayLike,
+    patch_size: int | Sequence[int] = 10,
+    reduction: str = "sum",
+    mask: ArrayLike | None = None,
+) -> PatchMax:
+    """Largest box sum (or mean) of uncertainty over all stride-1 boxes, and where it is (ValUES Sec. 4.3).
+
+    Box sums are differences of cumulative sums (formed as running sums), axis by axis, so the cost is
+    O(voxels) whatever the box size, against O(voxels * box volume) for a direct convolution with a
+    ``k^D`` kernel (ValUES uses ``scipy.signal.convolve``). Sums accumulate in float64. CUDA tensors are
+    processed on the CPU (one copy of the map) and the result is returned on their device.
+
+    Args:
+        uncertainty: ``(B, 1, *spatial)`` maps, 2D or 3D.
+        patch_size: box size in voxels, one int for every axis or one per axis (ValUES: 10); clipped to the
+            image size along each axis.
+        reduction: ``"sum"`` (ValUES) or ``"mean"``: without a mask the sum divided by the box volume;
+            with a mask the mean over the mask voxels inside the box (boxes without one are skipped).
+        mask: optional ``(B, 1, *spatial)`` / ``(B, *spatial)``; voxels outside count as zero uncertainty,
+            and boxes without any mask voxel are skipped.
+
+    Returns:
+        :class:`PatchMax` with ``score`` ``(B,)`` float64 and ``start`` ``(B, D)`` int64, in the input's
+        library. Ties between boxes go to the first in C order.
+    """
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+    u = _maps_np(uncertainty)
+    size = _patch_size(patch_size, u.shape[1:])
+
+    def take(a: np.ndarray, i: int | None) -> np.ndarray:
+        return a if i is None else a[:, i]
+
+    if mask is None:
+        best, start = _box_argmax(lambda i: [take(u, i)], u.shape[1], size, lambda s: s[0])
+        if reduction == "mean":
+            best = best / float(np.prod(size))
+    else:
+        m = _mask(mask, torch.Size(u.shape), torch.device("cpu")).numpy()
+
+        def planes(i: int | None) -> list[np.ndarray]:
+            mi = take(m, i)
+            return [np.where(mi, take(u, i), 0.0), mi.astype(np.float64)]
+
+        def score(s: list[np.ndarray]) -> np.ndarray:
+            inside = s[1] > 0
+            if reduction == "mean":
+                return np.where(inside, s[0] / np.where(inside, s[1], 1.0), -np.inf)
+            return np.where(inside, s[0], -np.inf)
+
+        best, start = _box_argmax(planes, u.shape[1], size, score)
+        empty = np.isinf(best)
+        if empty.any():
+            warnings.warn(
+                f"max_patch: {int(empty.sum())} case(s) have an empty mask; their score is NaN",
+                UserWarning,
+                stacklevel=2,
+            )
+            best = np.where(empty, np.nan, best)
+            start[empty] = -1
+    return PatchMax(_follow(best, uncertainty), _follow(start, uncertainty), size)
+
+
+def aggregate(
+    uncertainty: ArrayLike,
+    method: str = "mean",
+    mask: ArrayLike | None = None,
+    patch_size: int | Sequence[int] = 10,
+    threshold: float | None = None,
+    patch_reduction: str = "sum",
+    return_location: bool = False,
+    empty_value: float = 0.0,
+) -> ArrayLike | tuple[ArrayLike, ArrayLike]:
+    """Aggregate voxel uncertainty ``(B, 1, *spatial)`` to one score per case ``(B,)`` (ValUES Sec. 4.3).
+
+    Args:
+        uncertainty: maps, larger = less confident, 2D or 3D, numpy or torch.
+        method: ``"mean"``, ``"sum"``, ``"patch"`` or ``"threshold"`` (see the module docstring).
+        mask: restrict every method to these voxels (e.g. the predicted foreground or a dilation of it);
+            ``(B, 1, *spatial)`` or ``(B, *spatial)``, non-zero = inside. "mean" over an empty mask is NaN
+            with a warning.
+        patch_size: box size in voxels for ``"patch"`` (int or one per axis).
+        threshold: ``t`` for ``"threshold"``, e.g. from :func:`fit_threshold`; required there.
+        patch_reduction: ``"sum"`` or ``"mean"`` of the box for ``"patch"``.
+        return_location: with ``"patch"``, also return the best box's start corner ``(B, D)``.
+        empty_value: ``"threshold"`` score of a case without any voxel ``>= t``: 0.0 as in ValUES' code
+            (such a case is the most certain one); pass ``float("nan")`` to mark it instead.
+
+    Returns:
+        ``(B,)`` float64 scores, or ``(scores, start)`` for ``"patch"`` with ``return_location=True``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "patch":
+        res = max_patch(uncertainty, patch_size=patch_size, reduction=patch_reduction, mask=mask)
+        return (res.score, res.start) if return_location else res.score
+    if return_location:
+        raise ValueError("return_location=True is only available for method='patch'")
+    u = _maps(uncertainty)
+    m = _mask(mask, u.shape, u.device)
+    flat = u.reshape(u.shape[0], -1)
+    keep = None if m is None else m.reshape(m.shape[0], -1)
+    if method == "sum":
+        warnings.warn(_SUM_WARNING, UserWarning, stacklevel=2)
+        out = flat.sum(dim=1) if keep is None else (flat * keep).sum(dim=1)
+    elif method == "mean":
+        if keep is None:
+            out = flat.mean(dim=1)
+        else:
+            n = keep.sum(dim=1)
+            out = (flat * keep).sum(dim=1) / n.clamp_min(1)
+            if bool((n == 0).any()):
+                warnings.warn(
+                    f"aggregate(method='mean'): {int((n == 0).sum())} case(s) have an empty mask; their score is NaN",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                out = torch.where(n == 0, torch.full_like(out, torch.nan), out)
+    else:
+        if threshold is None:
+            raise ValueError("method='threshold' needs threshold=t (fit it with fit_threshold on validation maps)")
+        t = float(threshold)
+        if not np.isfinite(t):
+            raise ValueError(f"threshold must be finite, got {threshold}")
+        above = flat >= t
+        if keep is not None:
+            above = above & keep
+        n = above.sum(dim=1)
+        out = (flat * above).sum(dim=1) / n.clamp_min(1)
+        out = torch.where(n == 0, torch.full_like(out, float(empty_value)), out)
+    return like_input(out, uncertainty)
+
+
+def _cases(x: Any, name: str) -> list[np.ndarray]:
+    if isinstance(x, (list, tuple)):
+        items = [to_numpy(v, f"{name}[{i}]") for i, v in enumerate(x)]
+    else:
+        arr = to_numpy(x, name)
+        if arr.ndim < 2:
+            raise ValueError(f"{name} must be a sequence of per-case maps or an array (B, ...), got shape {arr.shape}")
+        items = list(arr)
+    if not items:
+        raise ValueError(f"{name} is empty: at least one validation case is needed")
+    return items
+
+
+def fit_threshold(val_uncertainty_maps: Any, val_predictions: Any) -> float:
+    """Threshold ``t`` for ``aggregate(method="threshold")`` as ValUES fits it (Appendix F.2, eqs. 21-22).
+
+    ``alpha_i`` = predicted foreground fraction of validation case ``i`` (label > 0), ``q = 1 - mean_i alpha_i``,
+    and ``t`` = the ``q``-quantile of the uncertainty of all validation voxels pooled (numpy's default
+    linear interpolation, as ValUES' code uses). Voxels ranked above ``t`` are then about as many as the
+    predicted foreground voxels.
+
+    Args:
+        val_uncertainty_maps: per-case maps, a list (shapes may differ between cases) or an array with cases
+            on axis 0 (e.g. ``(B, 1, *spatial)``).
+        val_predictions: predicted label maps of the same cases, each with as many voxels as its map.
+
+    Returns:
+        The threshold ``t`` (float).
+    """
+    maps = _cases(val_uncertainty_maps, "val_uncertainty_maps")
+    preds = _cases(val_predictions, "val_predictions")
+    if len(maps) != len(preds):
+        raise ValueError(
+            f"val_uncertainty_maps and val_predictions must hold the same number of cases, got {len(maps)} and "
+            f"{len(preds)}"
+        )
+    fractions = []
+    for i, (u, p) in enumerate(zip(maps, preds)):
+        if u.size != p.size:
+            raise ValueError(f"case {i}: the map has {u.size} voxels but the prediction has {p.size}")
+        if u.size == 0:
+            raise ValueError(f"case {i}: empty map")
+        if not np.isfinite(u).all():
+            raise ValueError(f"val_uncertainty_maps[{i}] contains non-finite values (NaN or inf)")
+        if np.issubdtype(p.dtype, np.floating) and not (np.isfinite(p).all() and (p == np.round(p)).all()):
+            raise ValueError(f"val_predictions[{i}] must be a label map (integers), not probabilities")
+        if p.dtype != bool and p.min() < 0:
+            raise ValueError(f"val_predictions[{i}] must hold non-negative class labels")
+        fractions.append(np.count_nonzero(p) / p.size)
+    q = 1.0 - float(np.mean(fractions))
+    pooled = np.concatenate([u.reshape(-1).astype(np.float64, copy=False) for u in maps])
+    return float(np.quantile(pooled, q))

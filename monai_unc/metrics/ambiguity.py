@@ -1,0 +1,353 @@
+"""Ambiguity modelling: NCC against rater variance, and the generalized energy distance (GED) with its parts.
+
+Functional core (one case per call; numpy or torch, CPU or CUDA, in; floats out) and two MONAI
+``CumulativeIterationMetric`` wrappers that evaluate it per case and reduce across ranks with MONAI's helpers.
+
+NCC (ValUES, seed 000, eqs. 12-13; Hu et al. 2019)
+    ``NCC(a, b) = 1 / n sum_i (a_i - mu_a)(b_i - mu_b) / (sigma_a sigma_b)`` with population standard
+    deviations, i.e. Pearson's correlation of the two maps' voxels. The reference map ``a`` is the per-voxel
+    variance of the rater labels, ``V[y_i] = 1/N sum_j (y_i^j - mean_j y_i^j)^2`` (eq. 13).
+
+GED (seed 004, eq. 3; ValUES eq. 14; Kohl et al. 2018)
+    ``D^2_GED = 2 E[d(A, Y)] - E[d(A, A')] - E[d(Y, Y')]`` over references ``A`` and model samples ``Y``;
+    every expectation is the mean over all ordered pairs including ``i = j`` (where ``d = 0``).
+    ``d = 1 - IoU`` (or ``1 - Dice``), and ``d = 0`` when both masks are empty. For more than one foreground
+    class, ``d`` is the mean of the per-class distances over the foreground classes present in either
+    mask. ``D^2_IoU``: the same with IoU over non-empty masks only; ``D^2_Det``: the same with
+    ``d = k(x, y) = [empty(x) xor empty(y)]`` (seed 004 eq. 4), which equals ``2 (p_A - p_Y)^2`` for the
+    fractions ``p`` of empty masks. The three terms are returned alongside the value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from monai.metrics import CumulativeIterationMetric
+from monai.metrics.utils import do_metric_reduction
+from monai.utils import MetricReduction
+
+from .._utils import ArrayLike, check_finite, check_labels, like_input, to_tensor, warn_nan
+
+__all__ = [
+    "GEDResult",
+    "ncc",
+    "rater_variance",
+    "ged",
+    "ged_nonempty_iou",
+    "ged_detection",
+    "NCCMetric",
+    "GEDMetric",
+]
+
+_DISTANCES = ("iou", "dice")
+_VARIANTS = ("ged", "nonempty_iou", "detection")
+#: voxels per block of the pairwise-intersection products (float32 counts are exact below 2**24)
+_CHUNK = 1 << 20
+
+
+class GEDResult(NamedTuple):
+    """``ged = 2 * cross - reference_diversity - sample_diversity`` (seed 004 eq. 3)."""
+
+    ged: float
+    cross: float
+    reference_diversity: float
+    sample_diversity: float
+
+
+def _nan_result() -> GEDResult:
+    nan = float("nan")
+    return GEDResult(nan, nan, nan, nan)
+
+
+def ncc(pred_uncertainty: ArrayLike, reference: ArrayLike) -> float:
+    """Normalized cross-correlation of two maps of one case (ValUES eq. 12, Hu et al. 2019).
+
+    Args:
+        pred_uncertainty: predicted uncertainty map, any shape (e.g. ``(1, *spatial)``).
+        reference: reference map of the same shape, e.g. :func:`rater_variance` of the rater labels.
+
+    Returns:
+        Pearson's correlation over voxels in [-1, 1], with population standard deviations. NaN with a
+        ``UserWarning`` when either map is constant.
+    """
+    a = to_tensor(pred_uncertainty, "pred_uncertainty")
+    b = to_tensor(reference, "reference")
+    if a.shape != b.shape:
+        raise ValueError(
+            f"pred_uncertainty and reference must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    if a.numel() == 0:
+        raise ValueError("pred_uncertainty is empty")
+    a = a.to(torch.float64).reshape(-1)
+    b = b.to(device=a.device, dtype=torch.float64).reshape(-1)
+    check_finite(a, "pred_uncertainty")
+    check_finite(b, "reference")
+    da = a - a.mean()
+    db = b - b.mean()
+    sa = torch.sqrt((da * da).mean())
+    sb = torch.sqrt((db * db).mean())
+    if float(sa) == 0.0 or float(sb) == 0.0:
+        which = "pred_uncertainty" if float(sa) == 0.0 else "reference"
+        return warn_nan(f"ncc: {which} is constant, the correlation is undefined")
+    return float((da * db).mean() / (sa * sb))
+
+
+def rater_variance(raters: ArrayLike, rater_dim: int = 0, keepdim: bool = False) -> ArrayLike:
+    """Per-voxel variance of rater label maps, the NCC reference of ValUES eq. 13.
+
+    For binary labels this is ``V = 1/N sum_j (y^j - ybar)^2 = p (1 - p)`` with ``p`` the fraction of raters
+    marking the voxel. For more classes it is the sum over foreground classes ``c >= 1`` of the one-vs-rest
+    variances ``p_c (1 - p_c)`` (equal to eq. 13 in the binary case).
+
+    Args:
+        raters: integer label maps with the raters along ``rater_dim``, e.g. ``(R, *spatial)``.
+        rater_dim: the raters' axis.
+        keepdim: keep the raters' axis with size 1 (e.g. ``(B, R, *spatial) -> (B, 1, *spatial)``).
+
+    Returns:
+        float64 map without (or with a size-1) ``rater_dim``, in the library of ``raters``.
+    """
+    y = check_labels(to_tensor(raters, "raters"), "raters")
+    if y.ndim < 2:
+        raise ValueError(f"raters must have a rater axis and at least one spatial axis, got shape {tuple(y.shape)}")
+    n_classes = int(y.max()) + 1
+    out = torch.zeros_like(y.select(rater_dim, 0), dtype=torch.float64)
+    for c in range(1, max(n_classes, 2)):
+        p = (y == c).to(torch.float64).mean(dim=rater_dim)
+        out += p * (1.0 - p)
+    if keepdim:
+        out = out.unsqueeze(rater_dim)
+    return like_input(out, raters)
+
+
+def _label_stack(x: Any, name: str) -> torch.Tensor:
+    t = check_labels(to_tensor(x, name), name)
+    if t.ndim < 2:
+        raise ValueError(f"{name} must have shape (M, *spatial): M label maps, got shape {tuple(t.shape)}")
+    if t.shape[0] == 0:
+        raise ValueError(f"{name} holds no label maps")
+    return t
+
+
+def _pair_sets(references: Any, samples: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    a = _label_stack(references, "references")
+    b = _label_stack(samples, "samples")
+    if a.shape[1:] != b.shape[1:]:
+        raise ValueError(
+            f"references and samples must share the spatial shape, got {tuple(a.shape[1:])} and {tuple(b.shape[1:])}"
+        )
+    return a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1).to(a.device)
+
+
+def _gram(a: torch.Tensor, b: torch.Tensor, c: int) -> torch.Tensor:
+    """(M, M) float64 counts of voxels labelled ``c`` in both masks, for the M = A + B masks of both sets.
+
+    One Gram matrix of the one-hot masks per class, in blocks of voxels (float32 products are exact below
+    2**24 per block), accumulated in float64; its diagonal holds the mask sizes.
+    """
+    out = torch.zeros(a.shape[0] + b.shape[0], a.shape[0] + b.shape[0], dtype=torch.float64, device=a.device)
+    for s in range(0, a.shape[1], _CHUNK):
+        x = torch.cat([a[:, s : s + _CHUNK] == c, b[:, s : s + _CHUNK] == c]).to(torch.float32)
+        out += (x @ x.T).to(torch.float64)
+    return out
+
+
+def _pairwise_distance(a: torch.Tensor, b: torch.Tensor, n_classes: int, distance: str) -> torch.Tensor:
+    """(M, M) distances ``1 - IoU`` or ``1 - Dice`` between all masks of both sets (references first).
+
+    Per pair, the per-class distances are averaged over the foreground classes present in either mask;
+    ``d = 0`` when no foreground class is present (both masks empty).
+    """
+    m = a.shape[0] + b.shape[0]
+    total = torch.zeros(m, m, dtype=torch.float64, device=a.device)
+    present = torch.zeros_like(total)
+    for c in range(1, n_classes):
+        inter = _gram(a, b, c)
+        size = torch.diagonal(inter)
+        size_sum = size.unsqueeze(1) + size.unsqueeze(0)
+        here = size_sum > 0
+        if distance == "iou":
+            sim = inter / (size_sum - inter).clamp_min(1.0)
+        else:
+            sim = 2.0 * inter / size_sum.clamp_min(1.0)
+        total += torch.where(here, 1.0 - sim, torch.zeros_like(sim))
+        present += here.to(torch.float64)
+    return torch.where(present > 0, total / present.clamp_min(1.0), torch.zeros_like(total))
+
+
+def _n_classes(a: torch.Tensor, b: torch.Tensor, num_classes: int | None) -> int:
+    found = max(int(a.max()), int(b.max())) + 1
+    if num_classes is None:
+        return max(found, 2)
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2 (background plus at least one class), got {num_classes}")
+    if found > num_classes:
+        raise ValueError(f"the label maps hold class {found - 1} but num_classes is {num_classes}")
+    return num_classes
+
+
+def _energy(d_ab: torch.Tensor, d_aa: torch.Tensor, d_bb: torch.Tensor) -> GEDResult:
+    cross, ref, smp = float(d_ab.mean()), float(d_aa.mean()), float(d_bb.mean())
+    return GEDResult(2.0 * cross - ref - smp, cross, ref, smp)
+
+
+def _ged_sets(a: torch.Tensor, b: torch.Tensor, n_classes: int, distance: str) -> GEDResult:
+    d = _pairwise_distance(a, b, n_classes, distance)
+    r = a.shape[0]
+    return _energy(d[:r, r:], d[:r, :r], d[r:, r:])
+
+
+def ged(
+    references: ArrayLike, samples: ArrayLike, distance: str = "iou", num_classes: int | None = None
+) -> GEDResult:
+    """Generalized energy distance ``D^2_GED`` between rater labels and model samples of one case (seed 004 eq. 3).
+
+    Args:
+        references: ``(R, *spatial)`` integer label maps of the raters (0 = background).
+        samples: ``(S, *spatial)`` integer label maps sampled from the model (e.g. argmax of each MC sample).
+        distance: ``"iou"`` (``d = 1 - IoU``, seed 004) or ``"dice"`` (``d = 1 - Dice``, ValUES A.6).
+        num_classes: number of classes including background; default ``max label + 1``.
+
+    Returns:
+        :class:`GEDResult` ``(ged, cross, reference_diversity, sample_diversity)`` with the expectations over
+        all ordered pairs including ``i = j``; ``d = 0`` for two empty masks. ``ged`` is 0 when the two sets
+        hold the same masks in the same proportions.
+    """
+    if distance not in _DISTANCES:
+        raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
+    a, b = _pair_sets(references, samples)
+    k = _n_classes(a, b, num_classes)
+    return _ged_sets(a, b, k, distance)
+
+
+def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int | None = None) -> GEDResult:
+    """``D^2_IoU`` (seed 004): the GED with ``d = 1 - IoU`` over the non-empty masks of both sets only.
+
+    A mask is empty when it holds no foreground voxel. If either set has no non-empty mask the value is
+    undefined: all four fields NaN with a ``UserWarning``. Arguments as in :func:`ged`.
+    """
+    a, b = _pair_sets(references, samples)
+    k = _n_classes(a, b, num_classes)
+    a, b = a[(a > 0).any(dim=1)], b[(b > 0).any(dim=1)]
+    if a.shape[0] == 0 or b.shape[0] == 0:
+        which = "references" if a.shape[0] == 0 else "samples"
+        warn_nan(f"ged_nonempty_iou: every mask in {which} is empty, D_IoU is undefined")
+        return _nan_result()
+    return _ged_sets(a, b, k, "iou")
+
+
+def ged_detection(references: ArrayLike, samples: ArrayLike) -> GEDResult:
+    """``D^2_Det`` (seed 004 eq. 4): the GED with ``d = k(x, y) = [empty(x) xor empty(y)]``.
+
+    Only whether each mask holds any foreground matters; the value equals ``2 (p_A - p_Y)^2`` with ``p`` the
+    fraction of empty masks in each set. Arguments as in :func:`ged`.
+    """
+    a, b = _pair_sets(references, samples)
+    ea = (a > 0).any(dim=1).logical_not().to(torch.float64)
+    eb = (b > 0).any(dim=1).logical_not().to(torch.float64)
+
+    def xor(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (u.unsqueeze(1) - v.unsqueeze(0)).abs()
+
+    return _energy(xor(ea, eb), xor(ea, ea), xor(eb, eb))
+
+
+class _CaseMetric(CumulativeIterationMetric):
+    """Per-case values ``(B, K)`` buffered across iterations and ranks, reduced with MONAI's helper."""
+
+    def __init__(self, reduction: MetricReduction | str = MetricReduction.MEAN, get_not_nans: bool = False) -> None:
+        super().__init__()
+        self.reduction = reduction
+        self.get_not_nans = get_not_nans
+
+    def aggregate(
+        self, reduction: MetricReduction | str | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Reduce the buffered per-case values (NaN cases are skipped by ``do_metric_reduction``)."""
+        data = self.get_buffer()
+        if not isinstance(data, torch.Tensor):
+            raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
+        f, not_nans = do_metric_reduction(data.clone(), reduction or self.reduction)
+        return (f, not_nans) if self.get_not_nans else f
+
+
+class NCCMetric(_CaseMetric):
+    """Per-case NCC between predicted uncertainty and a reference map (ValUES eq. 12), a thin wrapper of :func:`ncc`.
+
+    Call with ``y_pred`` the uncertainty maps ``(B, 1, *spatial)`` and ``y`` either the reference maps
+    ``(B, 1, *spatial)`` or, with ``y_is_raters=True``, the rater label maps ``(B, R, *spatial)`` whose
+    :func:`rater_variance` is the reference (eq. 13). Per-case values are ``(B, 1)``; constant maps give NaN
+    (with a warning) and are skipped by the reduction.
+    """
+
+    def __init__(
+        self,
+        y_is_raters: bool = False,
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(reduction=reduction, get_not_nans=get_not_nans)
+        self.y_is_raters = y_is_raters
+
+    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        if y is None:
+            raise ValueError("NCCMetric needs y (reference maps or rater label maps)")
+        vals = []
+        for i in range(y_pred.shape[0]):
+            ref = rater_variance(y[i], rater_dim=0, keepdim=True) if self.y_is_raters else y[i]
+            vals.append(ncc(y_pred[i], ref))
+        return torch.tensor(vals, dtype=torch.float64, device=y_pred.device).unsqueeze(1)
+
+
+class GEDMetric(_CaseMetric):
+    """Per-case GED (or ``D^2_IoU`` / ``D^2_Det``) of model samples against rater labels; wraps :func:`ged`.
+
+    Call with ``y_pred`` the sampled label maps ``(B, S, *spatial)`` and ``y`` the rater label maps
+    ``(B, R, *spatial)`` (or lists of ``(S, *spatial)`` / ``(R, *spatial)`` tensors). Per-case values are
+    ``(B, 1)``, or ``(B, 4)`` = (ged, cross, reference diversity, sample diversity) with
+    ``return_terms=True``.
+
+    Args:
+        variant: ``"ged"`` (:func:`ged`), ``"nonempty_iou"`` (:func:`ged_nonempty_iou`) or ``"detection"``
+            (:func:`ged_detection`).
+        distance: ``"iou"`` or ``"dice"`` for ``variant="ged"``.
+        num_classes: classes including background (default from the data).
+        return_terms: keep the three terms next to the value.
+        reduction, get_not_nans: as in MONAI's metrics; NaN cases are skipped.
+    """
+
+    def __init__(
+        self,
+        variant: str = "ged",
+        distance: str = "iou",
+        num_classes: int | None = None,
+        return_terms: bool = False,
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(reduction=reduction, get_not_nans=get_not_nans)
+        if variant not in _VARIANTS:
+            raise ValueError(f"variant must be one of {_VARIANTS}, got {variant!r}")
+        if distance not in _DISTANCES:
+            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
+        self.variant = variant
+        self.distance = distance
+        self.num_classes = num_classes
+        self.return_terms = return_terms
+
+    def _one(self, refs: torch.Tensor, smp: torch.Tensor) -> GEDResult:
+        if self.variant == "ged":
+            return ged(refs, smp, distance=self.distance, num_classes=self.num_classes)
+        if self.variant == "nonempty_iou":
+            return ged_nonempty_iou(refs, smp, num_classes=self.num_classes)
+        return ged_detection(refs, smp)
+
+    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        if y is None:
+            raise ValueError("GEDMetric needs y (the rater label maps)")
+        if y_pred.shape[0] != y.shape[0]:
+            raise ValueError(f"y_pred and y must have the same batch size, got {y_pred.shape[0]} and {y.shape[0]}")
+        rows = [list(self._one(y[i], y_pred[i])) for i in range(y_pred.shape[0])]
+        out = torch.tensor(rows, dtype=torch.float64, device=y_pred.device)
+        return out if self.return_terms else out[:, :1]

@@ -1,0 +1,147 @@
+"""Case-level downstream tasks: OoD detection, failure detection, active learning, uncertainty histograms.
+
+Each function takes one aggregated uncertainty per case (see :mod:`monai_unc.aggregation`) and returns
+floats or small numpy arrays. Definitions follow ValUES (seed 000, Appendix A.2-A.4) and RETINA
+(seed 002, Sec. 2.4 and Appendix D.1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from scipy.stats import rankdata
+
+from .._utils import ArrayLike, to_numpy, warn_nan
+from .selective import _pair, _vector, augrc, aurc, eaurc
+
+__all__ = [
+    "FailureDetection",
+    "UncertaintyHistograms",
+    "ood_auroc",
+    "failure_detection",
+    "al_improvement",
+    "uncertainty_histograms",
+]
+
+
+class FailureDetection(NamedTuple):
+    """Failure detection with risk ``1 - Dice`` (ValUES A.3): AURC, E-AURC and AUGRC (lower is better)."""
+
+    aurc: float
+    eaurc: float
+    augrc: float
+
+
+class UncertaintyHistograms(NamedTuple):
+    """Data for RETINA's predictive-uncertainty histogram (correct in blue, incorrect in red).
+
+    ``correct`` and ``incorrect`` are densities (each integrates to 1 over ``edges``) or counts, on the same
+    ``edges``; ``n_correct`` and ``n_incorrect`` count the cases in each group.
+    """
+
+    edges: np.ndarray
+    correct: np.ndarray
+    incorrect: np.ndarray
+    n_correct: int
+    n_incorrect: int
+
+
+def ood_auroc(scores_iid: ArrayLike, scores_ood: ArrayLike) -> float:
+    """AUROC of separating OoD cases (positive) from i.i.d. cases by their uncertainty (ValUES A.2).
+
+    ``AUROC = P(s_ood > s_iid) + 0.5 P(s_ood = s_iid)``, computed from average ranks (Mann-Whitney U), so
+    ties count one half as in ``sklearn.metrics.roc_auc_score``. 1 = every OoD case more uncertain than
+    every i.i.d. case, 0.5 = chance.
+
+    Args:
+        scores_iid: ``(N_iid,)`` per-case uncertainty of in-distribution cases.
+        scores_ood: ``(N_ood,)`` per-case uncertainty of shifted (OoD) cases.
+    """
+    a = _vector(scores_iid, "scores_iid")
+    b = _vector(scores_ood, "scores_ood")
+    ranks = rankdata(np.concatenate([a, b]))  # average ranks for ties
+    n_a, n_b = a.size, b.size
+    u = ranks[n_a:].sum() - n_b * (n_b + 1) / 2.0
+    return float(u / (n_a * n_b))
+
+
+def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "empirical") -> FailureDetection:
+    """Failure detection (ValUES A.3, eqs. 4-8): risk ``l = 1 - Dice`` per case, confidence ``-uncertainty``.
+
+    Args:
+        uncertainty: ``(N,)`` aggregated uncertainty per case.
+        dice: ``(N,)`` Dice per case in [0, 1] (ValUES averages the Dice of the mean prediction against each
+            rater, eq. 3).
+        optimum: E-AURC optimum, see :func:`monai_unc.metrics.selective.eaurc`.
+    """
+    u, d = _pair(uncertainty, dice, "dice")
+    if d.min() < 0 or d.max() > 1:
+        raise ValueError(f"dice must lie in [0, 1], got values in [{d.min():.4g}, {d.max():.4g}]")
+    risk = 1.0 - d
+    return FailureDetection(
+        aurc=aurc(u, risk), eaurc=eaurc(u, risk, optimum=optimum), augrc=augrc(u, risk)
+    )
+
+
+def _mean_dice(x: Any, name: str) -> float:
+    a = _vector(np.atleast_1d(to_numpy(x, name)), name)
+    return float(a.mean())
+
+
+def al_improvement(
+    dice_t1: ArrayLike | float,
+    dice_t2: ArrayLike | float,
+    dice_random_t1: ArrayLike | float,
+    dice_random_t2: ArrayLike | float,
+) -> float:
+    """Active-learning improvement over random querying (ValUES A.4, eqs. 9-10).
+
+    ``C = (Dice_t2 - Dice_t1) / Dice_t1`` for the uncertainty-driven query and for random querying;
+    the result is ``C_method - C_random`` (a fraction; multiply by 100 for percent). Each argument is the
+    test-set Dice of a cycle: a float, or per-case Dice values that are averaged first.
+    A zero Dice at cycle 1 leaves the relative change undefined: NaN with a ``UserWarning``.
+    """
+    d1, d2 = _mean_dice(dice_t1, "dice_t1"), _mean_dice(dice_t2, "dice_t2")
+    r1, r2 = _mean_dice(dice_random_t1, "dice_random_t1"), _mean_dice(dice_random_t2, "dice_random_t2")
+    if d1 == 0 or r1 == 0:
+        return warn_nan("al_improvement: a cycle-1 Dice of 0 makes the relative change undefined")
+    return (d2 - d1) / d1 - (r2 - r1) / r1
+
+
+def uncertainty_histograms(
+    uncertainty: ArrayLike,
+    correct: ArrayLike,
+    bins: int | ArrayLike = 20,
+    range: tuple[float, float] | None = None,
+    density: bool = True,
+) -> UncertaintyHistograms:
+    """Histograms of per-case uncertainty for correct and incorrect cases on shared bins (RETINA Sec. 2.4).
+
+    A reliable model puts the correct cases' mass near low uncertainty and the incorrect cases' mass at
+    higher uncertainty; incorrect cases with low uncertainty are the dangerous silent failures.
+
+    Args:
+        uncertainty: ``(N,)`` per-case uncertainty.
+        correct: ``(N,)`` booleans (or 0/1): whether the case's prediction is acceptable (for segmentation,
+            e.g. ``dice >= 0.8``).
+        bins: number of equal-width bins or explicit edges (as ``numpy.histogram``).
+        range: ``(lo, hi)`` of the bins; default the range of all cases, so both groups share the axis.
+        density: normalise each group to unit area (RETINA plots densities); ``False`` gives counts.
+
+    A group without cases gets an all-NaN histogram and a ``UserWarning``.
+    """
+    u, c = _pair(uncertainty, correct, "correct")
+    if not np.isin(c, (0.0, 1.0)).all():
+        raise ValueError("correct must be boolean (or 0/1) per case")
+    ok = c.astype(bool)
+    edges = np.histogram_bin_edges(u, bins=bins, range=range)
+    hists = []
+    for name, sel in (("correct", ok), ("incorrect", ~ok)):
+        if sel.any():
+            h, _ = np.histogram(u[sel], bins=edges, density=density)
+            hists.append(h.astype(np.float64))
+        else:
+            warn_nan(f"uncertainty_histograms: no {name} cases, that histogram is NaN")
+            hists.append(np.full(edges.size - 1, np.nan))
+    return UncertaintyHistograms(edges, hists[0], hists[1], int(ok.sum()), int((~ok).sum()))

@@ -1,0 +1,352 @@
+"""Selective prediction: risk-coverage curves (AURC, E-AURC, AUGRC) and referral curves.
+
+Case-level metrics for deciding which cases to send to a human. Every function takes one score per case
+(an aggregated uncertainty, see :mod:`monai_unc.aggregation`, or a confidence) and one risk or metric
+value per case, as 1-D numpy arrays or torch tensors; curves follow the input's library, areas are floats.
+
+Risk-coverage curve (ValUES, seed 000, Appendix A.3, eqs. 5-8; conventions of fd-shifts, Jaeger et al. 2023)
+---------------------------------------------------------------------------------------------------------
+With confidence ``g_i`` (``g = -uncertainty``) and risk ``l_i`` (0/1 error, or ``1 - Dice`` per case), the
+cases are sorted by confidence. For every threshold ``tau`` taken from the observed confidences, the
+retained set is ``{i : g_i >= tau}``;
+
+    coverage(tau)          = |retained| / N
+    selective risk(tau)    = sum_{retained} l_i / |retained|
+    generalized risk(tau)  = sum_{retained} l_i / N                     (AUGRC, Traub et al. 2024)
+
+Cases with tied confidence enter (and leave) together: a curve point is emitted only where the confidence
+changes. The curve starts at coverage 1 and ends with a point at coverage 0 that repeats the last selective
+risk (generalized risk 0 there), exactly as fd-shifts does. Areas are trapezoids over coverage:
+
+    AURC  = sum_t (cov_{t-1} - cov_t) (risk_{t-1} + risk_t) / 2
+    E-AURC = AURC - AURC*    where AURC* is the AURC of the oracle that ranks cases by risk
+
+Two optima are offered for E-AURC. ``"empirical"`` (default) evaluates the same trapezoid on the oracle
+ranking (cases sorted by ascending risk, every case its own point), which works for 0/1 and continuous
+risk. ``"closed_form"`` is fd-shifts' analytic value for 0/1 risk with error rate ``e``:
+``AURC* = e + (1 - e) ln(1 - e)`` (the exact integral of the oracle's selective risk; it differs from the
+empirical trapezoid by O(1/N)). fd-shifts reports areas multiplied by 1000; these functions do not.
+
+Referral curve (RETINA, seed 002, Sec. 2.3)
+-------------------------------------------
+For a referral rate ``tau`` in [0, 1] the ``ceil(tau * N)`` most uncertain cases are referred to an expert
+and the metric is evaluated on the retained ``N - ceil(tau * N)`` cases: either the mean of a per-case value
+(Dice, accuracy, ...) or any cohort metric recomputed on the retained cases (a callable, e.g. AUROC).
+The area under the referral curve is the trapezoid over ``tau``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from .._utils import ArrayLike, to_numpy, warn_nan
+
+__all__ = [
+    "RiskCoverageCurve",
+    "ReferralCurve",
+    "risk_coverage_curve",
+    "aurc",
+    "eaurc",
+    "augrc",
+    "referral_curve",
+    "area_under_referral_curve",
+]
+
+_SCORE_KINDS = ("uncertainty", "confidence")
+_OPTIMA = ("empirical", "closed_form")
+
+
+class RiskCoverageCurve(NamedTuple):
+    """Points of a risk-coverage curve, ordered by descending coverage (1 first, 0 last).
+
+    - ``coverage``: fraction of retained cases.
+    - ``selective_risk``: mean risk of the retained cases (the last point repeats the one before it).
+    - ``generalized_risk``: sum of the retained cases' risk divided by ``N`` (0 at coverage 0).
+    - ``threshold``: in the units of the input scores: the retained cases are those with
+      ``uncertainty <= threshold`` (or ``confidence >= threshold``); ``-inf`` (``+inf`` for confidence)
+      at coverage 0.
+    """
+
+    coverage: ArrayLike
+    selective_risk: ArrayLike
+    generalized_risk: ArrayLike
+    threshold: ArrayLike
+
+
+class ReferralCurve(NamedTuple):
+    """A referral curve: ``value[k]`` is the metric on the cases retained at referral rate ``tau[k]``."""
+
+    tau: ArrayLike
+    value: ArrayLike
+    n_retained: ArrayLike
+
+
+def _vector(x: Any, name: str) -> np.ndarray:
+    """``x`` as a finite, non-empty, 1-D float64 numpy array (ValueError naming ``name`` otherwise)."""
+    a = to_numpy(x, name)
+    if a.dtype == bool:
+        a = a.astype(np.float64)
+    if not (np.issubdtype(a.dtype, np.number)):
+        raise TypeError(f"{name} must hold numbers, got dtype {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one value per case), got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty: at least one case is needed")
+    a = a.astype(np.float64, copy=False)
+    if not np.isfinite(a).all():
+        n_bad = int((~np.isfinite(a)).sum())
+        raise ValueError(f"{name} contains {n_bad} non-finite value(s) (NaN or inf)")
+    return a
+
+
+def _pair(scores: Any, other: Any, other_name: str) -> tuple[np.ndarray, np.ndarray]:
+    s = _vector(scores, "scores")
+    o = _vector(other, other_name)
+    if s.shape != o.shape:
+        raise ValueError(f"scores and {other_name} must have the same length, got {s.size} and {o.size}")
+    return s, o
+
+
+def _confidence(scores: np.ndarray, score_type: str) -> np.ndarray:
+    if score_type not in _SCORE_KINDS:
+        raise ValueError(f"score_type must be one of {_SCORE_KINDS}, got {score_type!r}")
+    return -scores if score_type == "uncertainty" else scores
+
+
+def _follow(a: np.ndarray, reference: Any) -> ArrayLike:
+    """Return ``a`` in the library (and device) of ``reference``."""
+    if isinstance(reference, torch.Tensor):
+        return torch.from_numpy(np.ascontiguousarray(a)).to(reference.device)
+    return a
+
+
+def _rc_points(confidence: np.ndarray, risk: np.ndarray) -> tuple[np.ndarray, ...]:
+    """fd-shifts' RC points, vectorised: O(N log N) instead of a Python loop over cases.
+
+    Returns (coverage, selective_risk, generalized_risk, confidence_threshold), descending coverage.
+    """
+    n = confidence.size
+    # ascending confidence, the first cases leave first; the order inside a tie group does not matter
+    # because points are only emitted at group starts
+    order = np.argsort(confidence)
+    c = confidence[order]
+    r = risk[order]
+    # risk summed over the retained suffix order[k:], accumulated from the most confident end
+    suffix = np.cumsum(r[::-1])[::-1]
+    # a point where case k is the least confident retained case and the confidence changes
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    kept = (n - starts).astype(np.float64)
+    coverage = np.r_[kept / n, 0.0]
+    selective = np.r_[suffix[starts] / kept, suffix[starts[-1]] / kept[-1]]
+    generalized = np.r_[suffix[starts] / n, 0.0]
+    threshold = np.r_[c[starts], np.inf]
+    return coverage, selective, generalized, threshold
+
+
+def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
+    """Area under ``y(x)`` by the trapezoid rule, integrating from the smaller to the larger ``x``.
+
+    ``x`` must be monotone (ascending or descending); the result does not depend on the direction.
+    """
+    if x.size < 2:
+        return 0.0
+    area = float(np.sum(np.diff(x) * (y[1:] + y[:-1]) * 0.5))
+    return area if x[-1] >= x[0] else -area
+
+
+def risk_coverage_curve(scores: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty") -> RiskCoverageCurve:
+    """Risk-coverage curve of a per-case score against a per-case risk (ValUES eqs. 5-6, fd-shifts).
+
+    Args:
+        scores: ``(N,)`` one score per case: an aggregated uncertainty (larger = less confident, the
+            default) or a confidence (``score_type="confidence"``).
+        risk: ``(N,)`` per-case risk: 0/1 errors or a continuous loss such as ``1 - Dice``.
+        score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
+
+    Returns:
+        :class:`RiskCoverageCurve` with arrays of equal length (descending coverage, one point per distinct
+        score plus the coverage-0 point), float64, in the library of ``scores``.
+
+    Raises:
+        ValueError: empty input, lengths differ, non-finite values, or unknown ``score_type``.
+    """
+    s, r = _pair(scores, risk, "risk")
+    conf = _confidence(s, score_type)
+    cov, sel, gen, thr = _rc_points(conf, r)
+    if score_type == "uncertainty":
+        thr = -thr
+    return RiskCoverageCurve(*(_follow(a, scores) for a in (cov, sel, gen, thr)))
+
+
+def aurc(scores: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty") -> float:
+    """Area under the risk-coverage curve (ValUES eq. 7): trapezoid of the selective risk over coverage.
+
+    Lower is better; 0 when every retained case has zero risk at every coverage. For continuous risk
+    ``1 - Dice`` this is ValUES' failure-detection metric. See :func:`risk_coverage_curve` for the arguments.
+    """
+    s, r = _pair(scores, risk, "risk")
+    cov, sel, _, _ = _rc_points(_confidence(s, score_type), r)
+    return _trapezoid(cov, sel)
+
+
+def augrc(scores: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty") -> float:
+    """Area under the generalized risk-coverage curve (Traub et al. 2024, as in fd-shifts).
+
+    The generalized risk at a coverage is the retained cases' summed risk divided by all ``N`` cases, i.e.
+    the probability of a silent failure; the curve ends at (0, 0). See :func:`risk_coverage_curve`.
+    """
+    s, r = _pair(scores, risk, "risk")
+    cov, _, gen, _ = _rc_points(_confidence(s, score_type), r)
+    return _trapezoid(cov, gen)
+
+
+def _optimal_aurc(risk: np.ndarray, optimum: str) -> float:
+    if optimum not in _OPTIMA:
+        raise ValueError(f"optimum must be one of {_OPTIMA}, got {optimum!r}")
+    if optimum == "closed_form":
+        if not np.isin(risk, (0.0, 1.0)).all():
+            raise ValueError(
+                "optimum='closed_form' needs binary (0/1) risk; use optimum='empirical' for continuous risk"
+            )
+        err = float(risk.mean())
+        # e + (1 - e) ln(1 - e), with (1 - e) ln(1 - e) -> 0 as e -> 1
+        return err + ((1.0 - err) * math.log(1.0 - err) if err < 1.0 else 0.0)
+    n = risk.size
+    # oracle: cases ranked by ascending risk, each case its own point: keeping the k lowest risks
+    # gives coverage k / N and selective risk (sum of the k lowest) / k, for k = N .. 1, then (0, last)
+    kept = np.arange(n, 0, -1, dtype=np.float64)
+    sel = np.cumsum(np.sort(risk))[::-1] / kept
+    cov = np.r_[kept / n, 0.0]
+    return _trapezoid(cov, np.r_[sel, sel[-1]])
+
+
+def eaurc(
+    scores: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty", optimum: str = "empirical"
+) -> float:
+    """Excess AURC (ValUES eq. 8, Geifman et al. 2019): ``AURC - AURC*``.
+
+    Args:
+        scores, risk, score_type: as in :func:`risk_coverage_curve`.
+        optimum: ``"empirical"`` (default): ``AURC*`` is the trapezoid AURC of the oracle that ranks cases by
+            ascending risk, each case its own point (works for continuous risk). ``"closed_form"``: fd-shifts'
+            ``e + (1 - e) ln(1 - e)`` for 0/1 risk with error rate ``e`` (ValueError for other risk).
+
+    With the empirical optimum E-AURC is >= 0 up to rounding, except that plateaus of tied scores can
+    push the AURC below the oracle's (fd-shifts notes the same).
+    """
+    s, r = _pair(scores, risk, "risk")
+    cov, sel, _, _ = _rc_points(_confidence(s, score_type), r)
+    return _trapezoid(cov, sel) - _optimal_aurc(r, optimum)
+
+
+def _n_referred(taus: np.ndarray, n: int) -> np.ndarray:
+    # ceil(tau * N), robust to tau * N landing a few ulps above an integer (0.3 * 10 = 3.0000000000000004)
+    return np.ceil(np.round(taus * n, 9)).astype(np.int64)
+
+
+def _taus(taus: ArrayLike | Sequence[float] | None, n: int) -> np.ndarray:
+    if taus is None:
+        return np.arange(n, dtype=np.float64) / n  # every partition that retains at least one case
+    t = to_numpy(taus, "taus").astype(np.float64, copy=False).ravel()
+    if t.size == 0:
+        raise ValueError("taus is empty")
+    if not np.isfinite(t).all() or t.min() < 0 or t.max() > 1:
+        raise ValueError(f"taus must be referral rates in [0, 1], got values in [{t.min()}, {t.max()}]")
+    return t
+
+
+def referral_curve(
+    uncertainty: ArrayLike,
+    values: ArrayLike | Callable[[np.ndarray], float],
+    taus: ArrayLike | Sequence[float] | None = None,
+    ties: str = "average",
+) -> ReferralCurve:
+    """Referral curve (RETINA, seed 002, Sec. 2.3): metric on the cases kept after referring the most uncertain.
+
+    For each referral rate ``tau`` the ``ceil(tau * N)`` cases with the largest uncertainty are referred and
+    the metric is evaluated on the other ``N - ceil(tau * N)`` cases.
+
+    Args:
+        uncertainty: ``(N,)`` per-case uncertainty (larger = referred first).
+        values: either ``(N,)`` per-case values (Dice, 0/1 correctness, ...), whose mean over the retained
+            cases is reported, or a callable ``fn(retained_indices) -> float`` that recomputes any cohort
+            metric (e.g. AUROC) on the retained cases, given their indices into the inputs (int64 array).
+        taus: referral rates in [0, 1]; default every partition that keeps at least one case,
+            ``tau = k / N`` for ``k = 0 .. N-1``.
+        ties: how cases tied in uncertainty are split at the referral cut. ``"average"`` (per-case values
+            only): the expected mean over a uniformly random order of the tied cases, so the curve does not
+            depend on case order; ``"order"``: ties are broken by case order (the earlier case is kept), the
+            only choice for a callable.
+
+    Returns:
+        :class:`ReferralCurve` (``tau``, ``value``, ``n_retained``) in the library of ``uncertainty``. A rate
+        that refers every case gives NaN with a ``UserWarning``.
+    """
+    u = _vector(uncertainty, "uncertainty")
+    n = u.size
+    t = _taus(taus, n)
+    m = n - _n_referred(t, n)  # number of retained cases per tau
+    if ties not in ("average", "order"):
+        raise ValueError(f"ties must be 'average' or 'order', got {ties!r}")
+    out = np.full(t.shape, np.nan, dtype=np.float64)
+    ok = m > 0
+    if callable(values):
+        if ties != "order":
+            raise ValueError("ties='average' needs per-case values; pass ties='order' with a callable")
+        order = np.argsort(u, kind="stable")  # ascending uncertainty: the first m cases are kept
+        for k in np.flatnonzero(ok):
+            out[k] = float(values(order[: m[k]]))
+    else:
+        v = _vector(values, "values")
+        if v.shape != u.shape:
+            raise ValueError(f"uncertainty and values must have the same length, got {n} and {v.size}")
+        # ties="average" does not depend on the order inside a tie group; "order" keeps the earlier case
+        order = np.argsort(u, kind="stable" if ties == "order" else None)
+        us, vs = u[order], v[order]
+        prefix = np.r_[0.0, np.cumsum(vs)]
+        mk = m[ok]
+        sums = prefix[mk]
+        if ties == "average":
+            # the tie group [a, b) that holds the last kept case: keep (mk - a) of its (b - a) cases
+            last = us[mk - 1]
+            a = np.searchsorted(us, last, side="left")
+            b = np.searchsorted(us, last, side="right")
+            sums = prefix[a] + (mk - a) * (prefix[b] - prefix[a]) / (b - a)
+        out[ok] = sums / mk
+    if not ok.all():
+        warn_nan(
+            f"referral_curve: {int((~ok).sum())} referral rate(s) refer all {n} cases; the metric on an empty "
+            "set is undefined (NaN)"
+        )
+    return ReferralCurve(_follow(t, uncertainty), _follow(out, uncertainty), _follow(m, uncertainty))
+
+
+def area_under_referral_curve(
+    uncertainty: ArrayLike,
+    values: ArrayLike | Callable[[np.ndarray], float],
+    taus: ArrayLike | Sequence[float] | None = None,
+    ties: str = "average",
+    normalize: bool = False,
+) -> float:
+    """Area under the referral curve (RETINA's "R-<metric> AUC"): trapezoid of the curve over ``tau``.
+
+    Arguments as in :func:`referral_curve`. Rates that refer every case (NaN) are left out. With
+    ``normalize=True`` the area is divided by the covered ``tau`` range, giving the curve's mean level on
+    the metric's own scale (comparable across grids). A single usable rate gives NaN with a warning.
+    """
+    curve = referral_curve(uncertainty, values, taus=taus, ties=ties)
+    t = to_numpy(curve.tau, "tau")
+    v = to_numpy(curve.value, "value")
+    keep = np.isfinite(v)
+    t, v = t[keep], v[keep]
+    order = np.argsort(t, kind="stable")
+    t, v = t[order], v[order]
+    if t.size < 2 or t[-1] == t[0]:
+        return warn_nan("area_under_referral_curve: fewer than two distinct usable referral rates")
+    area = _trapezoid(t, v)
+    return area / float(t[-1] - t[0]) if normalize else area
