@@ -10,6 +10,9 @@ memory of one inference (activations + statistics or stacked samples). Times are
 - ``stream``: ``MCDropoutInferer`` (SampleStats, float64 sums, all six measures).
 - ``stack``: the naive approach: stack N softmax volumes, then compute PE / EE / MI / variance from the stack.
 - ``bare``: N forward passes with dropout on and nothing else (the floor for any MC method).
+
+Timing runs the three contenders interleaved in one process (best of ``--repeats`` each), so that load from
+other processes affects them alike.
 """
 
 from __future__ import annotations
@@ -57,18 +60,22 @@ def worker(mode: str, n: int, size: int, repeats: int) -> dict:
                     "variance": measures.variance(s, validate=False),
                 }
 
+    if mode == "timing":
+        # contenders alternate in one process, so that load from other processes hits them alike
+        times = {m: [] for m in ("bare", "stream", "stack")}
+        for _ in range(repeats):
+            for m in times:
+                mode = m
+                t0 = time.perf_counter()
+                run()
+                times[m].append(time.perf_counter() - t0)
+        return {"mode": "timing", "n": n, "seconds": {m: min(v) for m, v in times.items()},
+                "threads": torch.get_num_threads()}
     rss0 = _rss_kib()
-    t0 = time.perf_counter()
     out = run()
-    times = [time.perf_counter() - t0]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     del out
-    for _ in range(repeats - 1):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return {"mode": mode, "n": n, "peak_mib": (peak - rss0) / 1024, "seconds": min(times),
-            "threads": torch.get_num_threads()}
+    return {"mode": mode, "n": n, "peak_mib": (peak - rss0) / 1024, "threads": torch.get_num_threads()}
 
 
 def main() -> None:
@@ -83,24 +90,29 @@ def main() -> None:
         return
     results = {}
     lo, hi = args.samples
-    for mode, n in [("stream", lo), ("stream", hi), ("stack", lo), ("stack", hi), ("bare", hi)]:
+
+    def launch(mode: str, n: int) -> dict:
         cmd = [sys.executable, __file__, "--size", str(args.size), "--repeats", str(args.repeats),
                "--worker", mode, str(n)]
-        res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-        results[(mode, n)] = res
-        print(f"{mode:6s} N={n:3d}  peak working memory {res['peak_mib']:8.1f} MiB   time {res['seconds']:7.2f} s",
-              flush=True)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    for mode, n in [("stream", lo), ("stream", hi), ("stack", lo), ("stack", hi), ("bare", hi)]:
+        results[(mode, n)] = res = launch(mode, n)
+        print(f"{mode:6s} N={n:3d}  peak working memory {res['peak_mib']:8.1f} MiB", flush=True)
+    timing = launch("timing", hi)["seconds"]
+    for m, t in timing.items():
+        print(f"{m:6s} N={hi:3d}  time {t:7.2f} s (best of {args.repeats}, interleaved)")
     s_lo, s_hi = results[("stream", lo)], results[("stream", hi)]
     k_lo, k_hi = results[("stack", lo)], results[("stack", hi)]
-    bare = results[("bare", hi)]
     print()
     print(f"input 1x1x{args.size}^3, example UNet, torch threads {s_hi['threads']}")
     print(f"streaming memory ratio N={hi}/N={lo}: {s_hi['peak_mib'] / s_lo['peak_mib']:.2f}x (target <= 1.25x)")
     print(f"stack-then-reduce memory ratio N={hi}/N={lo}: {k_hi['peak_mib'] / k_lo['peak_mib']:.2f}x")
     print(f"stack / stream memory at N={hi}: {k_hi['peak_mib'] / s_hi['peak_mib']:.2f}x")
-    overhead = s_hi["seconds"] / bare["seconds"] - 1
+    overhead = timing["stream"] / timing["bare"] - 1
     print(f"statistics overhead over {hi} bare forward passes: {100 * overhead:.1f} % (target <= 10 %)")
-    print(f"stack-then-reduce overhead over bare: {100 * (k_hi['seconds'] / bare['seconds'] - 1):.1f} %")
+    print(f"stack-then-reduce overhead over bare: {100 * (timing['stack'] / timing['bare'] - 1):.1f} %")
 
 
 if __name__ == "__main__":

@@ -350,3 +350,19 @@ def test_simple_inferer_explicit():
     out = MCDropoutInferer(2, base_inferer=SimpleInferer(), keys=["mutual_information"])(
         torch.randn(1, 1, 16, 16, 16), net)
     assert list(out) == ["mutual_information"]
+
+
+def test_tta_with_monai_invertible_transforms():
+    from monai.transforms import RandAffine, Rotate90
+
+    net = PointwiseNet(dims=2).eval()
+    x = torch.randn(2, 1, 6, 8)
+    out = TTAInferer(flip_axes=(), transforms=[Rotate90(1, (0, 1))], keep_samples=True)(x, net)
+    # a pointwise network commutes with rotation: the inverted prediction equals the plain one
+    torch.testing.assert_close(out["samples"][0], torch.softmax(net(x), 1), atol=1e-6, rtol=0)
+    rand = TTAInferer(flip_axes=(0,), transforms=[RandAffine(prob=1.0, rotate_range=(0.2,))], transform_samples=3,
+                      keep_samples=True, seed=0)(x, net)
+    assert rand["samples"].shape == (6, 2, 3, 6, 8) and rand.num_samples == 6
+    assert float(rand["mutual_information"].max()) > 0
+    with pytest.raises(TypeError, match="InvertibleTransform"):
+        TTAInferer(transforms=[lambda t: t])

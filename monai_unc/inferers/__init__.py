@@ -19,7 +19,7 @@ from .sampling import (
     UncertaintyOutput,
     apply_activation,
 )
-from .tta import AugmentationSource, FlipSource, NoiseSource, TTAInferer, flip_subsets
+from .tta import AugmentationSource, FlipSource, InvertibleTransformSource, NoiseSource, TTAInferer, flip_subsets
 
 __all__ = [
     "AugmentationSource",
@@ -27,6 +27,7 @@ __all__ = [
     "EnsembleInferer",
     "EnsembleSource",
     "FlipSource",
+    "InvertibleTransformSource",
     "MCDropoutInferer",
     "MCDropoutSource",
     "NoiseSource",

@@ -20,7 +20,7 @@ import torch
 from ..keys import MIMeaning
 from .sampling import SampleSource, UncertaintyInferer, Wrapper
 
-__all__ = ["FlipSource", "NoiseSource", "AugmentationSource", "TTAInferer", "flip_subsets"]
+__all__ = ["FlipSource", "NoiseSource", "AugmentationSource", "InvertibleTransformSource", "TTAInferer", "flip_subsets"]
 
 
 def flip_subsets(spatial_dims: int, flip_axes: str | Sequence[int] = "all") -> list[tuple[int, ...]]:
@@ -117,6 +117,53 @@ class AugmentationSource(SampleSource):
         return [make(f, i) for f, i in self.pairs]
 
 
+class InvertibleTransformSource(SampleSource):
+    """MONAI invertible array transforms (``Rotate90``, ``Flip``, ``RandAffine``, ``Zoom``, ...) as TTA samples.
+
+    Each transform is applied to every batch item (channel-first, as MONAI array transforms expect), the
+    network predicts on the transformed batch, and ``transform.inverse`` maps every prediction back using the
+    operations MONAI recorded on the transformed input; random transforms are drawn ``num_samples`` times.
+    Transforms must keep the batch items' shapes equal to each other so that they can be stacked.
+    """
+
+    mi_meaning = MIMeaning.EPISTEMIC
+
+    def __init__(self, transforms: Sequence[Any], num_samples: int = 1) -> None:
+        from monai.transforms import InvertibleTransform
+
+        transforms = list(transforms)
+        if not transforms:
+            raise ValueError("transforms must hold at least one MONAI invertible transform")
+        for i, t in enumerate(transforms):
+            if not isinstance(t, InvertibleTransform):
+                raise TypeError(f"transforms[{i}] ({type(t).__name__}) is not a MONAI InvertibleTransform")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        self.transforms = transforms
+        self.num_samples = num_samples
+
+    def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
+        def make(transform: Any) -> Wrapper:
+            return lambda pred: (lambda t: _apply_inverted(transform, pred, t))
+
+        return [make(t) for t in self.transforms for _ in range(self.num_samples)]
+
+
+def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Tensor:
+    from monai.data import MetaTensor
+
+    items = [transform(MetaTensor(xi)) for xi in x]
+    out = pred(torch.stack([i.as_tensor() for i in items]))
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    back = []
+    for oi, item in zip(out, items):
+        m = MetaTensor(oi.as_tensor() if hasattr(oi, "as_tensor") else oi, meta=dict(item.meta))
+        m.applied_operations = list(item.applied_operations)
+        back.append(transform.inverse(m).as_tensor())
+    return torch.stack(back)
+
+
 class TTAInferer(UncertaintyInferer):
     """Test-time augmentation inferer: flips over all axis subsets x optional Gaussian-noise copies.
 
@@ -125,9 +172,12 @@ class TTAInferer(UncertaintyInferer):
         noise_std: standard deviation of additive Gaussian noise (0 disables noise).
         noise_samples: noise copies per flip when ``noise_std > 0``.
         augmentations: extra ``(forward, inverse)`` pairs, multiplied with the flips.
+        transforms: MONAI invertible transforms (e.g. ``Rotate90``, ``RandAffine``), multiplied with the flips;
+            random ones are drawn ``transform_samples`` times (see :class:`InvertibleTransformSource`).
         **kwargs: :class:`UncertaintyInferer` options (``base_inferer``, ``activation``, ``keep_samples``, ...).
 
-    The number of samples is ``2^k * noise_samples * len(augmentations)``.
+    The number of samples is ``2^k * noise_samples * len(augmentations) * len(transforms) * transform_samples``
+    (each factor counted only when given).
     """
 
     def __init__(
@@ -136,6 +186,8 @@ class TTAInferer(UncertaintyInferer):
         noise_std: float = 0.0,
         noise_samples: int = 1,
         augmentations: Sequence[tuple[Callable, Callable]] | None = None,
+        transforms: Sequence[Any] | None = None,
+        transform_samples: int = 1,
         **kwargs: Any,
     ) -> None:
         sources: list[SampleSource] = [FlipSource(flip_axes)]
@@ -145,5 +197,7 @@ class TTAInferer(UncertaintyInferer):
             raise ValueError(f"noise_std must be non-negative, got {noise_std}")
         if augmentations:
             sources.append(AugmentationSource(augmentations))
+        if transforms:
+            sources.append(InvertibleTransformSource(transforms, transform_samples))
         kwargs.pop("sources", None)
         super().__init__(sources=sources, **kwargs)
