@@ -1,0 +1,528 @@
+"""Which uncertainty map is better? The evaluation protocol of seed 003 (Zeevi et al.), Sec. 4.3 / Table 1.
+
+Two sets of uncertainty maps over the same cases (``maps_a``, e.g. from a new method, and ``maps_b``, the
+reference, e.g. plain MC dropout) are scored with several metrics against the same prediction and reference
+segmentation. For every metric and case the metric *prefers a* when its value for map a is better (larger
+when ``higher_is_better``, smaller otherwise; ties do not count as a preference). Per metric:
+
+- ``accuracy``: the fraction of cases where the metric prefers map a (seed 003: "percentage of cases where a
+  metric correctly favored the high quality map" when ``maps_a`` are the known-better maps);
+- ``cohens_d``: ``(mean_a - mean_b) / s_pooled`` with ``s_pooled = sqrt((s_a^2 + s_b^2) / 2)`` (sample
+  standard deviations, ddof = 1), signed so that positive favours map a;
+- ``mean_relative_difference``: the mean over cases of ``100 (a_i - b_i) / |b_i|`` (percent, relative to map b,
+  signed so that positive favours map a; cases with ``b_i = 0`` are left out with a warning).
+
+Across metrics, the per-case 0/1 preference outcomes are compared with pairwise McNemar tests (exact binomial
+test on the discordant pairs by default, or the continuity-corrected chi-square), Holm-corrected over all
+pairs, and with Cochran's Q (chi-square with ``k - 1`` degrees of freedom). Cases where a metric is NaN are
+left out of that metric's statistics and of the tests involving it, with a warning.
+
+Metric functions take ``fn(uncertainty, pred, target, spacing=...) -> float`` for one case. The built-in
+registry (:func:`seed003_metrics`) holds the spatial metrics and the voxel-wise baselines of seed 003 Table 1,
+named as there; UCE comes from :mod:`monai_unc.metrics.calibration` when that module provides ``uce``. ECE and
+MCE of seed 003 need class probabilities, not just an uncertainty map: compute them per case yourself and pass
+the values to :func:`compare_metric_values`, which runs the same statistics on precomputed values.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats
+
+from .._utils import to_numpy
+from . import discrimination as _disc
+from . import spatial as _spatial
+
+__all__ = [
+    "MetricSpec",
+    "MetricComparison",
+    "UncertaintyComparison",
+    "seed003_metrics",
+    "compare_uncertainty_maps",
+    "compare_metric_values",
+    "cohens_d",
+    "mcnemar_test",
+    "holm_correction",
+    "cochrans_q",
+]
+
+MetricFn = Callable[..., float]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A per-case metric ``fn(uncertainty, pred, target, spacing=...) -> float`` and its direction."""
+
+    fn: MetricFn
+    higher_is_better: bool
+    spatial: bool = False
+
+
+def _error(pred: Any, target: Any) -> np.ndarray:
+    return to_numpy(pred, "pred") != to_numpy(target, "target")
+
+
+def _voxelwise(fn: Callable[..., Any], **kwargs: Any) -> MetricFn:
+    def metric(uncertainty: Any, pred: Any, target: Any, spacing: Any = 1.0) -> float:
+        return float(fn(to_numpy(uncertainty, "uncertainty"), _error(pred, target), **kwargs))
+
+    return metric
+
+
+def _spatial_fn(fn: Callable[..., Any], **kwargs: Any) -> MetricFn:
+    def metric(uncertainty: Any, pred: Any, target: Any, spacing: Any = 1.0) -> float:
+        return float(fn(uncertainty, pred, target, spacing=spacing, **kwargs))
+
+    return metric
+
+
+def _uce_metric() -> MetricFn | None:
+    """UCE from the calibration module, or None (with a warning) when it is not available yet."""
+    try:
+        from .calibration import uce  # noqa: PLC0415 - optional sibling module
+    except ImportError:
+        warnings.warn(
+            "seed003_metrics: monai_unc.metrics.calibration.uce is not available; UCE is skipped",
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
+
+    def metric(uncertainty: Any, pred: Any, target: Any, spacing: Any = 1.0) -> float:
+        return float(uce(to_numpy(uncertainty, "uncertainty"), _error(pred, target)))
+
+    return metric
+
+
+def seed003_metrics(
+    threshold: float = 0.5, sigma: float = 2.0, n_bands: int = 10, include_uce: bool = True
+) -> dict[str, MetricSpec]:
+    """The metrics of seed 003 Table 1 that work on an uncertainty map, in the paper's order.
+
+    Spatial: ``SPACE`` (sigma mm), ``BUC``, ``BA-ECE`` (``n_bands``); voxel-wise: ``UCE`` (if available),
+    ``VOXEL_ACC``, ``AUC-PR``, ``AUC-ROC``, ``PAvPU(w=5)``, ``AU-ARC``, ``PAvPU(w=11)``, ``AvU``,
+    ``Correct Certain Ratio``, ``Uncertain Incorrect Ratio`` (``threshold`` for the thresholded ones).
+    """
+    reg: dict[str, MetricSpec] = {
+        "SPACE": MetricSpec(_spatial_fn(_spatial.spatial_calibration_error, sigma=sigma), False, True),
+        "BUC": MetricSpec(_spatial_fn(_spatial.boundary_uncertainty_concentration), True, True),
+        "BA-ECE": MetricSpec(_spatial_fn(_spatial.boundary_aware_ece, n_bands=n_bands), False, True),
+    }
+    if include_uce:
+        uce = _uce_metric()
+        if uce is not None:
+            reg["UCE"] = MetricSpec(uce, False)
+    reg.update(
+        {
+            "VOXEL_ACC": MetricSpec(_voxelwise(_disc.voxel_accuracy), True),
+            "AUC-PR": MetricSpec(_voxelwise(_disc.error_auprc), True),
+            "AUC-ROC": MetricSpec(_voxelwise(_disc.error_auroc), True),
+            "PAvPU(w=5)": MetricSpec(_voxelwise(_disc.pavpu, window=5, threshold=threshold), True),
+            "AU-ARC": MetricSpec(_voxelwise(_disc.au_arc), True),
+            "PAvPU(w=11)": MetricSpec(_voxelwise(_disc.pavpu, window=11, threshold=threshold), True),
+            "AvU": MetricSpec(_voxelwise(_disc.avu, threshold=threshold), True),
+            "Correct Certain Ratio": MetricSpec(_voxelwise(_disc.correct_certain_ratio, threshold=threshold), True),
+            "Uncertain Incorrect Ratio": MetricSpec(
+                _voxelwise(_disc.uncertain_incorrect_ratio, threshold=threshold), True
+            ),
+        }
+    )
+    return reg
+
+
+# --------------------------------------------------------------------------------------------------------
+# statistics
+# --------------------------------------------------------------------------------------------------------
+
+
+def cohens_d(a: Any, b: Any) -> float:
+    """Cohen's d of two samples: ``(mean a - mean b) / sqrt((var_a + var_b) / 2)`` (ddof = 1).
+
+    NaN with a warning for fewer than two values per sample or zero pooled variance.
+    """
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.size < 2 or y.size < 2:
+        warnings.warn("cohens_d: fewer than two values; undefined", UserWarning, stacklevel=2)
+        return float("nan")
+    s = math.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2.0)
+    if s == 0:
+        warnings.warn("cohens_d: zero variance in both samples; undefined", UserWarning, stacklevel=2)
+        return float("nan")
+    return float((x.mean() - y.mean()) / s)
+
+
+def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
+    """Two-sided McNemar p-value for paired 0/1 outcomes ``x``, ``y`` (e.g. per-case correctness).
+
+    With ``b = #(x=1, y=0)`` and ``c = #(x=0, y=1)``: exact binomial test of ``b`` among ``b + c`` at 1/2, or
+    the continuity-corrected chi-square ``(|b - c| - 1)^2 / (b + c)`` on 1 degree of freedom. 1.0 when there is
+    no discordant pair.
+    """
+    x = np.asarray(x, dtype=bool)
+    y = np.asarray(y, dtype=bool)
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
+    b = int(np.count_nonzero(x & ~y))
+    c = int(np.count_nonzero(~x & y))
+    if b + c == 0:
+        return 1.0
+    if exact:
+        return float(stats.binomtest(b, b + c, 0.5).pvalue)
+    stat = (abs(b - c) - 1.0) ** 2 / (b + c)
+    return float(stats.chi2.sf(stat, 1))
+
+
+def holm_correction(p_values: Any) -> np.ndarray:
+    """Holm-Bonferroni adjusted p-values (same order as the input; NaN entries stay NaN, not counted)."""
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = ok.size
+    if m == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    adjusted = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(adjusted)
+    return out
+
+
+def cochrans_q(outcomes: Any) -> tuple[float, float, int]:
+    """Cochran's Q test of ``k`` related 0/1 outcomes, ``outcomes`` of shape ``(n_cases, k)``.
+
+    ``Q = (k - 1) (k sum_j C_j^2 - N^2) / (k N - sum_i R_i^2)`` with column totals ``C_j``, row totals ``R_i``
+    and grand total ``N``; ``p = chi2.sf(Q, k - 1)``. Returns ``(Q, p, k - 1)``; NaN with a warning when every
+    case has the same outcome under all metrics (zero denominator) or ``k < 2``.
+    """
+    x = np.asarray(outcomes, dtype=np.int64)
+    if x.ndim != 2:
+        raise ValueError(f"outcomes must be (n_cases, k), got shape {x.shape}")
+    k = x.shape[1]
+    if k < 2 or x.shape[0] == 0:
+        warnings.warn("cochrans_q: needs at least two metrics and one case", UserWarning, stacklevel=2)
+        return float("nan"), float("nan"), max(k - 1, 0)
+    col = x.sum(axis=0)
+    row = x.sum(axis=1)
+    total = int(x.sum())
+    den = k * total - int((row**2).sum())
+    if den == 0:
+        warnings.warn(
+            "cochrans_q: every case has the same outcome for all metrics; undefined", UserWarning, stacklevel=2
+        )
+        return float("nan"), float("nan"), k - 1
+    q = (k - 1) * (k * int((col**2).sum()) - total**2) / den
+    return float(q), float(stats.chi2.sf(q, k - 1)), k - 1
+
+
+# --------------------------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MetricComparison:
+    """Per-metric outcome of :func:`compare_metric_values`."""
+
+    name: str
+    higher_is_better: bool
+    values_a: np.ndarray
+    values_b: np.ndarray
+    prefers_a: np.ndarray  # bool per case (False where a value is NaN)
+    valid: np.ndarray  # bool per case: both values finite
+    accuracy: float
+    cohens_d: float
+    mean_relative_difference: float
+    n_ties: int
+
+    @property
+    def n_cases(self) -> int:
+        return int(self.valid.sum())
+
+
+@dataclass
+class UncertaintyComparison:
+    """Outcome of :func:`compare_uncertainty_maps`: per-metric results and the tests across metrics.
+
+    ``mcnemar_p`` and ``mcnemar_p_holm`` are ``(k, k)`` symmetric matrices over ``names`` (NaN diagonal).
+    """
+
+    names: list[str]
+    metrics: dict[str, MetricComparison]
+    mcnemar_p: np.ndarray
+    mcnemar_p_holm: np.ndarray
+    cochran_q: float
+    cochran_p: float
+    cochran_df: int
+    alpha: float = 0.05
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def significantly_better(self, name: str) -> list[str]:
+        """Metrics that ``name`` beats: higher accuracy and Holm-adjusted McNemar p <= alpha."""
+        i = self.names.index(name)
+        acc = self.metrics[name].accuracy
+        return [
+            other
+            for j, other in enumerate(self.names)
+            if j != i and self.mcnemar_p_holm[i, j] <= self.alpha and acc > self.metrics[other].accuracy
+        ]
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per metric, sorted by accuracy (descending), as plain Python values."""
+        rows = []
+        for n in self.names:
+            m = self.metrics[n]
+            rows.append(
+                {
+                    "metric": n,
+                    "accuracy_percent": 100.0 * m.accuracy,
+                    "cohens_d": m.cohens_d,
+                    "mean_relative_difference_percent": m.mean_relative_difference,
+                    "n_cases": m.n_cases,
+                    "n_ties": m.n_ties,
+                    "higher_is_better": m.higher_is_better,
+                    "significantly_better_than": self.significantly_better(n),
+                }
+            )
+        return sorted(rows, key=lambda r: -np.nan_to_num(r["accuracy_percent"], nan=-1.0))
+
+    def to_markdown(self) -> str:
+        """A seed 003 Table 1 style markdown table plus Cochran's Q."""
+        lines = [
+            "| Metric | Accuracy (%) | Cohen's d | Mean Diff. (%) | Cases | Significantly better than |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for r in self.table():
+            better = ", ".join(r["significantly_better_than"]) or "-"
+            lines.append(
+                f"| {r['metric']} | {r['accuracy_percent']:.2f} | {r['cohens_d']:.2f} | "
+                f"{r['mean_relative_difference_percent']:.1f} | {r['n_cases']} | {better} |"
+            )
+        lines.append("")
+        lines.append(
+            f"Cochran's Q = {self.cochran_q:.3f} (df = {self.cochran_df}, p = {self.cochran_p:.3g}); pairwise McNemar "
+            f"tests with Holm correction at alpha = {self.alpha}."
+        )
+        return "\n".join(lines)
+
+
+def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> MetricComparison:
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"values of metric {name!r} must be two 1-D arrays of equal length, got {a.shape}, {b.shape}")
+    valid = np.isfinite(a) & np.isfinite(b)
+    if not valid.all():
+        warnings.warn(
+            f"compare: metric {name!r} is not finite on {int((~valid).sum())} case(s); they are left out",
+            UserWarning,
+            stacklevel=3,
+        )
+    sign = 1.0 if higher else -1.0
+    diff = sign * (a - b)
+    prefers = valid & (diff > 0)
+    ties = valid & (diff == 0)
+    av, bv = a[valid], b[valid]
+    accuracy = float(prefers.sum() / valid.sum()) if valid.any() else float("nan")
+    if not valid.any():
+        warnings.warn(f"compare: metric {name!r} has no valid case", UserWarning, stacklevel=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = cohens_d(av, bv) if av.size else float("nan")
+    d = sign * d
+    nz = bv != 0
+    if valid.any() and not nz.all():
+        warnings.warn(
+            f"compare: metric {name!r} is 0 for map b on {int((~nz).sum())} case(s); left out of the relative "
+            "difference",
+            UserWarning,
+            stacklevel=3,
+        )
+    rel = float(np.mean(100.0 * sign * (av[nz] - bv[nz]) / np.abs(bv[nz]))) if nz.any() else float("nan")
+    return MetricComparison(name, higher, a, b, prefers, valid, accuracy, d, rel, int(ties.sum()))
+
+
+def compare_metric_values(
+    values_a: Mapping[str, Any],
+    values_b: Mapping[str, Any],
+    higher_is_better: Mapping[str, bool] | bool,
+    alpha: float = 0.05,
+    exact: bool = True,
+) -> UncertaintyComparison:
+    """The seed 003 statistics on precomputed per-case metric values (``name -> (n_cases,)`` arrays).
+
+    See the module docstring for the definitions. ``higher_is_better`` maps every name to its direction (or
+    is one bool for all). ``exact`` selects the exact binomial McNemar test (else chi-square).
+    """
+    names = list(values_a)
+    if set(names) != set(values_b):
+        raise ValueError(
+            f"values_a and values_b must hold the same metrics, got {sorted(values_a)} / {sorted(values_b)}"
+        )
+    if not names:
+        raise ValueError("no metric to compare")
+    directions = {}
+    for n in names:
+        if isinstance(higher_is_better, bool):
+            directions[n] = higher_is_better
+        elif n in higher_is_better:
+            directions[n] = bool(higher_is_better[n])
+        else:
+            raise ValueError(f"higher_is_better has no entry for metric {n!r}")
+    metrics = {
+        n: _one_metric(
+            n, np.asarray(values_a[n], dtype=np.float64), np.asarray(values_b[n], dtype=np.float64), directions[n]
+        )
+        for n in names
+    }
+    sizes = {m.values_a.size for m in metrics.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"every metric must have one value per case for the same cases, got lengths {sorted(sizes)}")
+    k = len(names)
+    p_raw = np.full((k, k), np.nan)
+    for i in range(k):
+        for j in range(i + 1, k):
+            mi, mj = metrics[names[i]], metrics[names[j]]
+            both = mi.valid & mj.valid
+            p_raw[i, j] = p_raw[j, i] = mcnemar_test(mi.prefers_a[both], mj.prefers_a[both], exact=exact)
+    iu = np.triu_indices(k, 1)
+    p_holm = np.full((k, k), np.nan)
+    if iu[0].size:
+        adj = holm_correction(p_raw[iu])
+        p_holm[iu] = adj
+        p_holm[(iu[1], iu[0])] = adj
+    all_valid = np.logical_and.reduce([m.valid for m in metrics.values()])
+    outcomes = np.stack([metrics[n].prefers_a[all_valid] for n in names], axis=1)
+    if k >= 2 and outcomes.shape[0] > 0:
+        q, qp, df = cochrans_q(outcomes)
+    else:
+        q, qp, df = float("nan"), float("nan"), max(k - 1, 0)
+    return UncertaintyComparison(names, metrics, p_raw, p_holm, q, qp, df, alpha)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the protocol on maps
+# --------------------------------------------------------------------------------------------------------
+
+
+def _case_list(x: Any, name: str) -> list[Any]:
+    """A batch ``(B, 1, *spatial)`` / ``(B, *spatial)`` array or a sequence of per-case arrays -> list."""
+    if isinstance(x, (np.ndarray, torch.Tensor)):
+        if x.ndim < 3:
+            raise ValueError(
+                f"{name} must be a batch (B, [1,] *spatial) or a list of per-case maps, got {tuple(x.shape)}"
+            )
+        return [x[i] for i in range(x.shape[0])]
+    if isinstance(x, Sequence) and not isinstance(x, str):
+        return list(x)
+    raise TypeError(f"{name} must be a batch array or a sequence of per-case arrays, got {type(x).__name__}")
+
+
+def _squeeze_channel(x: Any) -> Any:
+    """Drop a leading singleton channel: ``(1, *spatial) -> (*spatial)`` for 2D/3D maps."""
+    if x.ndim in (3, 4) and x.shape[0] == 1:
+        return x[0]
+    return x
+
+
+def compare_uncertainty_maps(
+    metric_fns: Mapping[str, MetricFn | MetricSpec] | Sequence[str] | None,
+    maps_a: Any,
+    maps_b: Any,
+    higher_is_better: Mapping[str, bool] | bool | None = None,
+    *,
+    preds: Any,
+    targets: Any,
+    spacing: Any = 1.0,
+    alpha: float = 0.05,
+    exact: bool = True,
+) -> UncertaintyComparison:
+    """Compare two sets of uncertainty maps of the same cases with the protocol of seed 003 (Table 1).
+
+    Args:
+        metric_fns: ``None`` for every metric of :func:`seed003_metrics`; a list of names from it; or a mapping
+            ``name -> fn`` (or :class:`MetricSpec`) with ``fn(uncertainty, pred, target, spacing=...) -> float``
+            evaluated on one case (maps ``(*spatial)``).
+        maps_a, maps_b: uncertainty maps per case: a batch ``(B, 1, *spatial)`` or a list of ``(*spatial)`` /
+            ``(1, *spatial)`` arrays (cases may differ in shape in a list).
+        higher_is_better: direction per metric name (or one bool); defaults to the registry's for built-in
+            names and is required for custom functions.
+        preds, targets: label maps of the same cases (batch or list), shared by both sets of maps.
+        spacing: voxel size in mm per axis for all cases, or one entry per case.
+        alpha: significance level for :meth:`UncertaintyComparison.significantly_better`.
+        exact: exact binomial McNemar test (default) or the chi-square approximation.
+
+    Returns:
+        :class:`UncertaintyComparison` (accuracy, Cohen's d and mean relative difference per metric, McNemar
+        p-values raw and Holm-adjusted, Cochran's Q); ``.to_markdown()`` prints a Table-1 style summary.
+    """
+    registry = seed003_metrics(
+        include_uce=metric_fns is None or (not isinstance(metric_fns, Mapping) and "UCE" in list(metric_fns))
+    )
+    specs: dict[str, MetricSpec | MetricFn]
+    if metric_fns is None:
+        specs = dict(registry)
+    elif isinstance(metric_fns, Mapping):
+        specs = dict(metric_fns)
+    else:
+        names = list(metric_fns)
+        unknown = [n for n in names if n not in registry]
+        if unknown:
+            raise ValueError(f"unknown metric name(s) {unknown}; choose from {list(registry)}")
+        specs = {n: registry[n] for n in names}
+    if not specs:
+        raise ValueError("metric_fns selects no metric")
+
+    directions: dict[str, bool] = {}
+    fns: dict[str, MetricFn] = {}
+    for n, spec in specs.items():
+        if isinstance(spec, MetricSpec):
+            fns[n], default = spec.fn, spec.higher_is_better
+        elif callable(spec):
+            fns[n] = spec
+            default = registry[n].higher_is_better if n in registry else None
+        else:
+            raise TypeError(f"metric_fns[{n!r}] must be callable or a MetricSpec, got {type(spec).__name__}")
+        if isinstance(higher_is_better, bool):
+            directions[n] = higher_is_better
+        elif isinstance(higher_is_better, Mapping) and n in higher_is_better:
+            directions[n] = bool(higher_is_better[n])
+        elif default is not None:
+            directions[n] = default
+        else:
+            raise ValueError(f"higher_is_better is needed for the custom metric {n!r}")
+
+    a_list, b_list = _case_list(maps_a, "maps_a"), _case_list(maps_b, "maps_b")
+    p_list, t_list = _case_list(preds, "preds"), _case_list(targets, "targets")
+    n_cases = len(a_list)
+    if not (len(b_list) == len(p_list) == len(t_list) == n_cases):
+        raise ValueError(
+            f"maps_a, maps_b, preds and targets must hold the same cases, got {n_cases}, {len(b_list)}, "
+            f"{len(p_list)}, {len(t_list)}"
+        )
+    if n_cases == 0:
+        raise ValueError("no case to compare")
+    sp_arr = np.asarray(spacing, dtype=float) if not isinstance(spacing, (int, float)) else None
+    per_case_spacing = sp_arr is not None and sp_arr.ndim == 2
+    if per_case_spacing and sp_arr.shape[0] != n_cases:
+        raise ValueError(f"spacing has {sp_arr.shape[0]} rows but there are {n_cases} cases")
+
+    values_a = {n: np.empty(n_cases) for n in fns}
+    values_b = {n: np.empty(n_cases) for n in fns}
+    for i in range(n_cases):
+        ua, ub = _squeeze_channel(a_list[i]), _squeeze_channel(b_list[i])
+        p, t = _squeeze_channel(p_list[i]), _squeeze_channel(t_list[i])
+        if tuple(ua.shape) != tuple(ub.shape) or tuple(ua.shape) != tuple(p.shape) or tuple(p.shape) != tuple(t.shape):
+            raise ValueError(
+                f"case {i}: maps and labels must share one spatial shape, got {tuple(ua.shape)}, {tuple(ub.shape)}, "
+                f"{tuple(p.shape)}, {tuple(t.shape)}"
+            )
+        sp = tuple(sp_arr[i]) if per_case_spacing else spacing
+        for n, fn in fns.items():
+            values_a[n][i] = float(fn(ua, p, t, spacing=sp))
+            values_b[n][i] = float(fn(ub, p, t, spacing=sp))
+    return compare_metric_values(values_a, values_b, directions, alpha=alpha, exact=exact)

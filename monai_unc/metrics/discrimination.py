@@ -1,0 +1,339 @@
+"""Voxel-wise discrimination metrics of an uncertainty map against the error map (seed 003, Sec. 2).
+
+Uncertainty is read as a detector of segmentation errors: ``u(x)`` (larger = less confident) should be
+high where ``e(x) = [pred(x) != target(x)] = 1``. These are the voxel-wise baselines that seed 003 (Zeevi
+et al., Table 1) compares its spatial metrics with; they ignore where the voxels are.
+
+- ``error_auroc``: area under the ROC curve of ``u`` as a score for ``e`` (Hendrycks & Gimpel 2017), the
+  Mann-Whitney probability ``P(u_err > u_ok) + P(u_err = u_ok) / 2``. Ties count one half.
+- ``error_auprc``: average precision of ``u`` for ``e`` (the step-wise area of scikit-learn's
+  ``average_precision_score``): ``AP = sum_t (R_t - R_{t+}) P_t`` over the distinct uncertainty values ``t``.
+- Thresholded counts with ``uncertain = u > threshold`` and ``certain = u <= threshold``:
+  ``n_ac`` (accurate & certain), ``n_au``, ``n_ic``, ``n_iu`` (inaccurate & uncertain);
+  ``avu = (n_ac + n_iu) / n`` (Krishnan & Tickoo 2020), ``correct_certain_ratio = n_ac / (n_ac + n_ic)``
+  = p(accurate | certain) and ``uncertain_incorrect_ratio = n_iu / (n_ic + n_iu)`` = p(uncertain | inaccurate)
+  (Mukhoti & Gal 2018, used by Mobiny et al. 2021 under these names).
+- ``pavpu``: the same on non-overlapping ``window``-sized patches (Mukhoti & Gal 2018): a patch is accurate
+  when its accuracy is ``>= accuracy_threshold`` (0.5) and uncertain when its mean uncertainty is
+  ``> threshold``; incomplete patches at the far end of an axis are dropped (as in the reference code).
+- ``voxel_accuracy``: ``1 - mean |u - e|``, the expected accuracy of a detector that flags each voxel as an
+  error with probability ``u(x)`` (seed 003 lists "VOXEL_ACC" without a formula; this is our reading, and it
+  needs ``u`` in [0, 1]). ``avu`` is its thresholded counterpart.
+- ``au_arc``: area under the accuracy-rejection curve (Nadeem et al. 2009): the most uncertain voxels are
+  rejected first, tied voxels together, and the accuracy of the kept voxels is integrated over the rejected
+  fraction in [0, 1]. With 0/1 risk this is exactly ``1 - aurc`` of :mod:`monai_unc.metrics.selective`, which
+  computes it (one implementation of the curve).
+
+Shapes: ``uncertainty`` ``(B, 1, *spatial)`` gives one value per case (numpy for numpy input, float64 torch on
+the input's device for torch input); any other shape is one case of pooled voxels and gives a float
+(``pavpu`` then needs a 2D or 3D map). ``error`` has the shape of ``uncertainty`` (or ``(B, *spatial)``) and
+holds 0/1 (bool, integer or float). UCE lives in :mod:`monai_unc.metrics.calibration`.
+
+Degenerate inputs (no error, or no correct voxel, for AUROC / AUPRC / the ratios; no complete patch) give
+NaN with a ``UserWarning``. AUROC and AUPRC sort each case once: the uncertainties of the erroneous and of the
+correct voxels are copied into two arrays and sorted in place (one sorted copy of the data in total, in the
+input's float precision), and everything else is integer counting with ``searchsorted`` (exact int64 sums).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._utils import ArrayLike, to_numpy, warn_nan
+
+__all__ = [
+    "error_auroc",
+    "error_auprc",
+    "avu",
+    "pavpu",
+    "correct_certain_ratio",
+    "uncertain_incorrect_ratio",
+    "voxel_accuracy",
+    "au_arc",
+]
+
+
+# --------------------------------------------------------------------------------------------------------
+# input handling
+# --------------------------------------------------------------------------------------------------------
+
+
+def _float_array(x: Any, name: str) -> np.ndarray:
+    a = to_numpy(x, name)
+    if a.dtype == bool or np.issubdtype(a.dtype, np.integer):
+        a = a.astype(np.float64)
+    elif not np.issubdtype(a.dtype, np.floating):
+        raise TypeError(f"{name} must hold numbers, got dtype {a.dtype}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty (shape {a.shape})")
+    if not math.isfinite(float(np.sum(a, dtype=np.float64))) and not np.isfinite(a).all():
+        raise ValueError(f"{name} contains {int((~np.isfinite(a)).sum())} non-finite value(s) (NaN or inf)")
+    return a
+
+
+def _binary_array(x: Any, name: str) -> np.ndarray:
+    a = to_numpy(x, name)
+    if a.dtype == bool:
+        return a
+    if not np.issubdtype(a.dtype, np.number):
+        raise TypeError(f"{name} must be a 0/1 error map, got dtype {a.dtype}")
+    b = a != 0
+    if not np.array_equal(a, b):  # only 0 and 1 (NaN compares unequal, so it lands here too)
+        raise ValueError(f"{name} must be a binary error map holding only 0 and 1")
+    return b
+
+
+def _cases(
+    uncertainty: Any, error: Any, keep_spatial: bool = False
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], bool]:
+    """Split into per-case ``(u, e)`` pairs; flattened unless ``keep_spatial``."""
+    u = _float_array(uncertainty, "uncertainty")
+    e = _binary_array(error, "error")
+    batched = u.ndim in (4, 5) and u.shape[1] == 1
+    if batched:
+        if e.shape == u.shape[:1] + u.shape[2:]:
+            e = e[:, None]
+        if e.shape != u.shape:
+            raise ValueError(
+                f"error must have the shape of uncertainty {u.shape} (or without the channel), got {e.shape}"
+            )
+        if keep_spatial:
+            return [(u[i, 0], e[i, 0]) for i in range(u.shape[0])], True
+        return [(u[i].reshape(-1), e[i].reshape(-1)) for i in range(u.shape[0])], True
+    if e.shape != u.shape:
+        raise ValueError(f"error must have the shape of uncertainty {u.shape}, got {e.shape}")
+    if keep_spatial:
+        if u.ndim not in (2, 3):
+            raise ValueError(f"uncertainty must be (B, 1, *spatial) or a 2D/3D map for patches, got shape {u.shape}")
+        return [(u, e)], False
+    return [(u.reshape(-1), e.reshape(-1))], False
+
+
+def _per_case(
+    fn: Callable[[np.ndarray, np.ndarray], float], uncertainty: Any, error: Any, keep_spatial: bool = False
+) -> float | ArrayLike:
+    pairs, batched = _cases(uncertainty, error, keep_spatial)
+    values = [fn(u, e) for u, e in pairs]
+    if not batched:
+        return values[0]
+    out = np.asarray(values, dtype=np.float64)
+    if isinstance(uncertainty, torch.Tensor):
+        return torch.from_numpy(out).to(uncertainty.device)
+    return out
+
+
+def _check_threshold(threshold: float, name: str = "threshold") -> float:
+    t = float(threshold)
+    if not math.isfinite(t):
+        raise ValueError(f"{name} must be a finite number, got {threshold}")
+    return t
+
+
+# --------------------------------------------------------------------------------------------------------
+# rank metrics: one sort per case
+# --------------------------------------------------------------------------------------------------------
+
+
+def _sorted_split(u: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted uncertainties of the erroneous (``pos``) and correct (``neg``) voxels (copies sorted in place)."""
+    pos = u[e]
+    pos.sort()
+    neg = u[~e]
+    neg.sort()
+    return pos, neg
+
+
+def _auroc_case(u: np.ndarray, e: np.ndarray) -> float:
+    pos, neg = _sorted_split(u, e)
+    if pos.size == 0 or neg.size == 0:
+        what = "no erroneous" if pos.size == 0 else "no correct"
+        return warn_nan(f"error_auroc: the case has {what} voxel; AUROC is undefined", 5)
+    below = np.searchsorted(neg, pos, side="left").sum(dtype=np.int64)
+    at_or_below = np.searchsorted(neg, pos, side="right").sum(dtype=np.int64)
+    # sum over error voxels of #correct below + #correct tied / 2, exact in int64
+    return float(below + at_or_below) / (2.0 * float(pos.size) * float(neg.size))
+
+
+def _auprc_case(u: np.ndarray, e: np.ndarray) -> float:
+    pos, neg = _sorted_split(u, e)
+    n_pos, n_neg = pos.size, neg.size
+    if n_pos == 0:
+        return warn_nan("error_auprc: the case has no erroneous voxel; AUPRC is undefined", 5)
+    starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])  # first index of each distinct error value
+    values = pos[starts]
+    tp = n_pos - starts  # errors with u >= value
+    fp = n_neg - np.searchsorted(neg, values, side="left")  # correct voxels with u >= value
+    recall_step = np.diff(np.r_[tp, 0]) * -1  # errors entering exactly at this threshold
+    precision = tp / (tp + fp)
+    return float(np.sum(recall_step * precision) / n_pos)
+
+
+def error_auroc(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
+    """AUROC of the uncertainty as a detector of segmentation errors (ties count 1/2); higher is better.
+
+    ``AUROC = (sum_{e=1} #{e=0 : u < u_i} + #{e=0 : u = u_i} / 2) / (n_err * n_ok)``, equal to scikit-learn's
+    ``roc_auc_score(e, u)``. NaN with a warning when a case has no error or no correct voxel.
+    """
+    return _per_case(_auroc_case, uncertainty, error)
+
+
+def error_auprc(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
+    """Average precision of the uncertainty for the error map (scikit-learn's ``average_precision_score``).
+
+    Higher is better; the chance level is the error rate. NaN with a warning when a case has no error.
+    """
+    return _per_case(_auprc_case, uncertainty, error)
+
+
+# --------------------------------------------------------------------------------------------------------
+# thresholded metrics
+# --------------------------------------------------------------------------------------------------------
+
+
+def _counts(u: np.ndarray, e: np.ndarray, threshold: float) -> tuple[int, int, int, int]:
+    """(n_ac, n_au, n_ic, n_iu) with uncertain = u > threshold."""
+    unc = u > threshold
+    n_iu = int(np.count_nonzero(unc & e))
+    n_unc = int(np.count_nonzero(unc))
+    n_err = int(np.count_nonzero(e))
+    n_au = n_unc - n_iu
+    n_ic = n_err - n_iu
+    n_ac = u.size - n_iu - n_au - n_ic
+    return n_ac, n_au, n_ic, n_iu
+
+
+def avu(uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5) -> float | ArrayLike:
+    """Accuracy versus uncertainty (Krishnan & Tickoo 2020): ``(n_ac + n_iu) / n``; higher is better.
+
+    A voxel is uncertain when ``u > threshold`` (use a normalised uncertainty for the default 0.5).
+    """
+    thr = _check_threshold(threshold)
+
+    def case(u: np.ndarray, e: np.ndarray) -> float:
+        n_ac, _, _, n_iu = _counts(u, e, thr)
+        return (n_ac + n_iu) / u.size
+
+    return _per_case(case, uncertainty, error)
+
+
+def correct_certain_ratio(uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5) -> float | ArrayLike:
+    """p(accurate | certain) = ``n_ac / (n_ac + n_ic)`` (Mukhoti & Gal 2018; Mobiny et al. 2021).
+
+    Higher is better; NaN with a warning when no voxel is certain (``u <= threshold``).
+    """
+    thr = _check_threshold(threshold)
+
+    def case(u: np.ndarray, e: np.ndarray) -> float:
+        n_ac, _, n_ic, _ = _counts(u, e, thr)
+        if n_ac + n_ic == 0:
+            return warn_nan("correct_certain_ratio: no voxel is certain (u <= threshold); undefined", 5)
+        return n_ac / (n_ac + n_ic)
+
+    return _per_case(case, uncertainty, error)
+
+
+def uncertain_incorrect_ratio(uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5) -> float | ArrayLike:
+    """p(uncertain | inaccurate) = ``n_iu / (n_ic + n_iu)`` (Mukhoti & Gal 2018; Mobiny et al. 2021).
+
+    Higher is better; NaN with a warning when the case has no error.
+    """
+    thr = _check_threshold(threshold)
+
+    def case(u: np.ndarray, e: np.ndarray) -> float:
+        _, _, n_ic, n_iu = _counts(u, e, thr)
+        if n_ic + n_iu == 0:
+            return warn_nan("uncertain_incorrect_ratio: the case has no erroneous voxel; undefined", 5)
+        return n_iu / (n_ic + n_iu)
+
+    return _per_case(case, uncertainty, error)
+
+
+def _window(window: int | Sequence[int], ndim: int) -> tuple[int, ...]:
+    if isinstance(window, (int, np.integer)):
+        w = (int(window),) * ndim
+    else:
+        w = tuple(int(v) for v in window)
+        if len(w) != ndim:
+            raise ValueError(f"window must have {ndim} values (one per spatial axis), got {len(w)}")
+    if any(v < 1 for v in w):
+        raise ValueError(f"window sizes must be positive integers, got {w}")
+    return w
+
+
+def _patch_means(x: np.ndarray, w: tuple[int, ...]) -> np.ndarray:
+    """Means over the complete non-overlapping ``w``-sized patches of ``x`` (float64)."""
+    n = tuple(s // k for s, k in zip(x.shape, w))
+    crop = x[tuple(slice(0, m * k) for m, k in zip(n, w))]
+    shape = [v for m, k in zip(n, w) for v in (m, k)]
+    return crop.reshape(shape).mean(axis=tuple(range(1, 2 * len(w), 2)), dtype=np.float64)
+
+
+def pavpu(
+    uncertainty: ArrayLike,
+    error: ArrayLike,
+    window: int | Sequence[int] = 4,
+    threshold: float = 0.5,
+    accuracy_threshold: float = 0.5,
+) -> float | ArrayLike:
+    """Patch accuracy versus patch uncertainty, PAvPU (Mukhoti & Gal 2018); higher is better.
+
+    The map is tiled into non-overlapping patches of ``window`` voxels per axis (complete patches only). A
+    patch is accurate when ``1 - mean e >= accuracy_threshold`` and uncertain when ``mean u > threshold``;
+    ``PAvPU = (n_ac + n_iu) / n_patches``. seed 003 reports windows 5 and 11.
+
+    Args:
+        uncertainty: ``(B, 1, *spatial)`` or a 2D / 3D map.
+        error: 0/1 error map of the same shape.
+        window: patch size in voxels, scalar or per axis.
+        threshold: patch uncertainty threshold.
+        accuracy_threshold: patch accuracy threshold (0.5 in the paper).
+    """
+    thr = _check_threshold(threshold)
+    acc_thr = _check_threshold(accuracy_threshold, "accuracy_threshold")
+
+    def case(u: np.ndarray, e: np.ndarray) -> float:
+        w = _window(window, u.ndim)
+        if any(s < k for s, k in zip(u.shape, w)):
+            return warn_nan(f"pavpu: the map {u.shape} is smaller than one window {w}; no complete patch", 5)
+        accurate = (1.0 - _patch_means(e, w)) >= acc_thr
+        uncertain = _patch_means(u, w) > thr
+        return float(np.count_nonzero(accurate & ~uncertain) + np.count_nonzero(~accurate & uncertain)) / accurate.size
+
+    return _per_case(case, uncertainty, error, keep_spatial=True)
+
+
+def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
+    """``1 - mean |u - e|``: expected accuracy of flagging each voxel as an error with probability ``u``.
+
+    Higher is better; needs ``u`` in [0, 1] (normalised entropy, ``1 - max p``, ...). See the module notes.
+    """
+
+    def case(u: np.ndarray, e: np.ndarray) -> float:
+        # |u - e| = u where correct, 1 - u where wrong
+        s_ok = float(np.sum(u[~e], dtype=np.float64))
+        s_err = float(np.count_nonzero(e)) - float(np.sum(u[e], dtype=np.float64))
+        return 1.0 - (s_ok + s_err) / u.size
+
+    pairs_u = _float_array(uncertainty, "uncertainty")
+    lo, hi = float(pairs_u.min()), float(pairs_u.max())
+    if lo < 0 or hi > 1:
+        raise ValueError(f"uncertainty must lie in [0, 1] for voxel_accuracy, got values in [{lo:.4g}, {hi:.4g}]")
+    return _per_case(case, uncertainty, error)
+
+
+def au_arc(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
+    """Area under the accuracy-rejection curve (Nadeem et al. 2009); higher is better, in [0, 1].
+
+    Voxels are rejected from the most uncertain down (ties together); the accuracy of the kept voxels is
+    integrated by the trapezoid rule over the rejected fraction, the curve ending at full rejection with the
+    accuracy of the most certain group. Equal to ``1 - aurc(u, e)`` of :mod:`monai_unc.metrics.selective`
+    (0/1 risk, the same curve), which is what is computed.
+    """
+    from .selective import aurc
+
+    return _per_case(lambda u, e: 1.0 - aurc(u, e.astype(np.float64)), uncertainty, error)

@@ -1,0 +1,733 @@
+"""Spatially-aware uncertainty metrics: BUC, BA-ECE and SPACE (seed 003, Zeevi et al., Sec. 3).
+
+Voxel-wise metrics (AUROC, ECE, ...) give the same score to an uncertainty map that scatters its mass at
+random and to one that concentrates it along the anatomical boundaries where errors live (seed 003, Fig. 1).
+The three metrics here see the difference. With uncertainty ``u(x)`` (larger = less confident), predicted
+and reference label maps ``P``, ``T``, error ``e(x) = [P(x) != T(x)]`` and distances in mm
+(see :mod:`monai_unc.metrics.boundary` for the boundary and distance definitions):
+
+**BUC** (Sec. 3.1), boundary uncertainty concentration, higher is better::
+
+    R      = {x : d_P(x) <= w}                  w in mm; default HD95(P > 0, T > 0), at least max(spacing)
+    BUC    = mu_R / (mu_R + mu_notR)            mu_R, mu_notR: mean u inside / outside R
+
+**BA-ECE** (Sec. 3.2), boundary-aware expected calibration error, lower is better::
+
+    bands  b_i = {x : d_T(x) in [t_i, t_{i+1})},  t = numpy.linspace(0, d_max, K + 1), the last band closed,
+             d_max = max_x d_T(x) unless ``max_distance`` is given (voxels beyond it are left out)
+    w_i   ~ 1 / (mean_{b_i} d_T + mean(spacing) / 2), normalised to sum 1 over the non-empty bands
+    BA-ECE = sum_i w_i | mean_{b_i} u - mean_{b_i} e |
+
+**SPACE** (Sec. 3.3), spatially-aware calibration error, lower is better::
+
+    SPACE  = mean_x | (G_sigma * (U - E))(x) |    (= mean |G*U - G*E|, G is linear: one filter pass)
+
+Distance ties: a distance within a relative ``TIE_RTOL = 1e-6`` of ``w`` or of a band edge ``t_i`` counts as
+equal to it (``d <= w (1 + 1e-6)``; band ``i`` holds ``t_i (1 - 1e-6) <= d < t_{i+1} (1 - 1e-6)``), so that voxels
+exactly one coarse voxel away from the boundary fall inside the default width ``max(spacing)`` whatever the
+rounding of the distance transform.
+
+SPACE uses a Gaussian of standard deviation ``sigma`` mm per axis (``sigma / spacing`` voxels), truncated at
+``truncate = 4`` standard deviations, and scipy's ``mode='reflect'`` boundary handling.
+
+Shapes: ``uncertainty`` is ``(B, 1, *spatial)`` (one value per case is returned) or ``(*spatial)`` (a float
+is returned), 2D or 3D. ``pred`` and ``target`` are label maps ``(B, *spatial)``, ``(B, 1, *spatial)`` or
+``(*spatial)``; a channel dimension with ``C >= 2`` (probabilities or one-hot) is reduced by argmax. Multi-class
+maps use the all-label boundary. Inputs may be numpy arrays or torch tensors (CPU or CUDA); per-case results
+are numpy float64 for numpy input and float64 tensors on the input's device for torch input.
+
+Degenerate cases return NaN with a ``UserWarning``: no boundary in the map a metric needs (empty or full
+masks: ``pred`` for BUC, ``target`` for BA-ECE), a boundary region covering the whole volume, zero
+uncertainty everywhere (BUC), a constant map with ``normalize=True`` (BA-ECE). A constant positive
+uncertainty gives BUC = 0.5 exactly (no concentration), which is a valid value, not a degenerate one.
+
+The ``CumulativeIterationMetric`` classes at the end wrap these functions for MONAI workflows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+from monai.metrics import CumulativeIterationMetric
+from monai.metrics.utils import do_metric_reduction
+from monai.utils import MetricReduction
+from scipy import ndimage
+
+from .._utils import ArrayLike, check_finite, check_labels, to_tensor, warn_nan
+from .boundary import (
+    Array,
+    _boundary,
+    _distance_to_features,
+    _follow,
+    _hd_case,
+    _num_threads,
+    _per_case_spacing,
+    available_backends,
+    distance_to_boundary,
+    distance_to_mask,
+    foreground_edges,
+    hd95,
+    label_boundary,
+)
+
+__all__ = [
+    "boundary_uncertainty_concentration",
+    "boundary_aware_ece",
+    "spatial_calibration_error",
+    "TIE_RTOL",
+    "BoundaryUncertaintyConcentrationMetric",
+    "BoundaryAwareECEMetric",
+    "SpatialCalibrationErrorMetric",
+    # re-exported boundary helpers
+    "label_boundary",
+    "foreground_edges",
+    "distance_to_boundary",
+    "distance_to_mask",
+    "hd95",
+    "available_backends",
+]
+
+SpacingLike = float | Sequence[float] | np.ndarray
+
+#: relative tolerance for distance ties: a distance within ``TIE_RTOL`` (relative) of the BUC width or of a
+#: BA-ECE band edge counts as equal to it. Grid distances often coincide exactly with these thresholds (the
+#: default width ``max(spacing)`` is the distance to the next voxel along the coarsest axis), and float
+#: distance transforms disagree in the last bits (float32 ones, such as the ``edt`` package's, by ~1e-7), so
+#: an exact comparison would make the result depend on the backend.
+TIE_RTOL = 1e-6
+
+# --------------------------------------------------------------------------------------------------------
+# input handling
+# --------------------------------------------------------------------------------------------------------
+
+
+def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
+    """``(cases, *spatial)`` float64 copy of the uncertainty (numpy, or a CUDA tensor) and whether batched."""
+    u = to_tensor(uncertainty, "uncertainty")
+    if u.ndim in (4, 5) and u.shape[1] == 1:
+        cases, batched = u[:, 0], True
+    elif u.ndim in (2, 3):
+        cases, batched = u[None], False
+    else:
+        raise ValueError(
+            "uncertainty must have shape (B, 1, *spatial) or (*spatial) with 2 or 3 spatial dimensions, "
+            f"got {tuple(u.shape)}"
+        )
+    if cases.numel() == 0:
+        raise ValueError(f"uncertainty is empty (shape {tuple(u.shape)})")
+    if cases.device.type == "cuda":
+        out: Array = cases.to(torch.float64)
+    else:
+        out = cases.numpy().astype(np.float64)
+    if not math.isfinite(float(out.sum())):  # one cheap pass; the full check only names the problem
+        check_finite(torch.as_tensor(out), "uncertainty")
+    return out, batched
+
+
+def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool, cuda: Any) -> Array:
+    """Label maps as ``(cases, *spatial)`` integers; a channel axis with C >= 2 is reduced by argmax."""
+    t = to_tensor(x, name)
+    nsp = len(spatial)
+    lead = (n_cases,) if batched else ()
+    shape = tuple(t.shape)
+    if shape == (*lead, *spatial):
+        out = t
+    elif t.ndim == len(lead) + 1 + nsp and shape[: len(lead)] == lead and shape[len(lead) + 1 :] == spatial:
+        ch = len(lead)
+        if shape[ch] == 1:
+            out = t.squeeze(ch)
+        else:
+            if t.is_floating_point():
+                check_finite(t, name)
+            out = t.argmax(dim=ch)
+    else:
+        want = f"({n_cases}, *{spatial}) or ({n_cases}, C, *{spatial})" if batched else f"{spatial} or (C, *{spatial})"
+        raise ValueError(f"{name} must be a label map of shape {want} matching uncertainty, got {shape}")
+    if cuda is None and out.device.type == "cpu" and not out.is_floating_point() and out.dtype != torch.bool:
+        # integer labels on the CPU: validate in numpy and keep the dtype (no int64 copy, no torch threads)
+        arr = out.numpy()
+        if arr.size == 0:
+            raise ValueError(f"{name} is empty (shape {arr.shape})")
+        if np.issubdtype(arr.dtype, np.signedinteger) and int(arr.min()) < 0:
+            raise ValueError(f"{name} must be non-negative class indices, got minimum {int(arr.min())}")
+        return arr if batched else arr[None]
+    out = check_labels(out, name)  # floats (integral values required), bools, CUDA tensors
+    if not batched:
+        out = out[None]
+    return out.to(cuda) if cuda is not None else out.cpu().numpy()
+
+
+def _prepare(uncertainty: Any, pred: Any, target: Any) -> tuple[Array, Array, Array, bool]:
+    """Validated ``(cases, *spatial)`` arrays: numpy for CPU input, CUDA tensors for CUDA input."""
+    u, batched = _split_uncertainty(uncertainty)
+    spatial = tuple(u.shape[1:])
+    cuda = u.device if isinstance(u, torch.Tensor) else None
+    p = _split_labels(pred, "pred", u.shape[0], spatial, batched, cuda)
+    t = _split_labels(target, "target", u.shape[0], spatial, batched, cuda)
+    return u, p, t, batched
+
+
+def _finish(values: list[float], batched: bool, reference: Any) -> float | ArrayLike:
+    if not batched:
+        return values[0]
+    return _follow(np.asarray(values, dtype=np.float64), reference)
+
+
+def _stack_like(items: list[Array], batched: bool, reference: Any) -> ArrayLike:
+    if isinstance(items[0], torch.Tensor):
+        out: Array = torch.stack(items) if batched else items[0]
+    else:
+        out = np.stack(items) if batched else items[0]
+    return _follow(out, reference)
+
+
+def _like(x: Array, like: Array) -> Array:
+    """``x`` in the array type of ``like`` (numpy, or a tensor on ``like``'s device)."""
+    if isinstance(like, torch.Tensor):
+        return torch.as_tensor(x, device=like.device)
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+
+
+def _f64(x: Array) -> Array:
+    return x.to(torch.float64) if isinstance(x, torch.Tensor) else x.astype(np.float64)
+
+
+def _sigma_mm(sigma: float | Sequence[float], ndim: int) -> tuple[float, ...]:
+    if isinstance(sigma, (int, float, np.floating, np.integer)):
+        sig = (float(sigma),) * ndim
+    else:
+        sig = tuple(float(s) for s in np.asarray(sigma, dtype=float).ravel())
+        if len(sig) != ndim:
+            raise ValueError(f"sigma must have {ndim} values (one per spatial axis, mm), got {len(sig)}")
+    if not all(math.isfinite(s) and s >= 0 for s in sig):
+        raise ValueError(f"sigma must be non-negative and finite (mm), got {sig}")
+    return sig
+
+
+# --------------------------------------------------------------------------------------------------------
+# Gaussian smoothing (scipy semantics: radius int(truncate * sigma + 0.5), mode 'reflect')
+# --------------------------------------------------------------------------------------------------------
+
+
+def _filter_axis(src: np.ndarray, dst: np.ndarray, ax: int, sigma: float, truncate: float, threads: int) -> None:
+    """One 1-D Gaussian pass along ``ax`` from ``src`` into ``dst``, in slabs along another axis, threaded."""
+    other = [a for a in range(src.ndim) if a != ax]
+    if threads <= 1 or not other or src.size < (1 << 20):  # threads only pay off on large volumes
+        ndimage.gaussian_filter1d(src, sigma, axis=ax, truncate=truncate, mode="reflect", output=dst)
+        return
+    split = max(other, key=lambda a: src.shape[a])
+    bounds = np.linspace(0, src.shape[split], min(threads, src.shape[split]) + 1).astype(int)
+    slabs = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        sl = [slice(None)] * src.ndim
+        sl[split] = slice(int(lo), int(hi))
+        slabs.append(tuple(sl))
+    with ThreadPoolExecutor(len(slabs)) as pool:
+        futures = [
+            pool.submit(
+                ndimage.gaussian_filter1d, src[sl], sigma, axis=ax, truncate=truncate, mode="reflect", output=dst[sl]
+            )
+            for sl in slabs
+        ]
+        for f in futures:
+            f.result()
+
+
+def _gaussian_scipy(x: np.ndarray, sigmas: tuple, truncate: float, threads: int) -> np.ndarray:
+    """``scipy.ndimage.gaussian_filter(x, sigmas, truncate=truncate, mode='reflect')``, multi-threaded.
+
+    The same sequence of 1-D passes as scipy (axis 0 first), each split into slabs along another axis that
+    run in threads (scipy releases the GIL), so the result is bit-identical to scipy's. ``x`` is consumed
+    (used as a work buffer).
+    """
+    work = [x, np.empty_like(x)]
+    cur = 0
+    for ax, s in enumerate(sigmas):
+        if s <= 1e-15:  # scipy skips these axes too
+            continue
+        _filter_axis(work[cur], work[1 - cur], ax, float(s), truncate, threads)
+        cur = 1 - cur
+    return work[cur]
+
+
+def _reflect_index(n: int, radius: int, device: torch.device) -> torch.Tensor:
+    """Indices of scipy's 'reflect' extension (d c b a | a b c d | d c b a, periodic with period 2n)."""
+    idx = torch.arange(-radius, n + radius, device=device)
+    j = torch.remainder(idx, 2 * n)
+    return torch.where(j >= n, 2 * n - 1 - j, j)
+
+
+def _gaussian_torch(x: torch.Tensor, sigmas: tuple, truncate: float) -> torch.Tensor:
+    """The same filter as :func:`_gaussian_scipy` with torch ops (used for CUDA tensors)."""
+    out = x
+    for ax, s in enumerate(sigmas):
+        if s <= 1e-15:
+            continue
+        r = int(truncate * float(s) + 0.5)
+        grid = torch.arange(-r, r + 1, dtype=torch.float64, device=x.device)
+        k = torch.exp(-0.5 * (grid / s) ** 2)
+        k = (k / k.sum()).to(out.dtype)
+        n = out.shape[ax]
+        padded = out.index_select(ax, _reflect_index(n, r, x.device)).movedim(ax, -1)
+        lead = padded.shape[:-1]
+        res = torch.nn.functional.conv1d(padded.reshape(-1, 1, n + 2 * r), k.view(1, 1, -1))
+        out = res.reshape(*lead, n).movedim(-1, ax)
+    return out.contiguous()
+
+
+def _gaussian(x: Array, sigmas: tuple, truncate: float) -> Array:
+    """Gaussian filter with scipy's semantics; numpy input is consumed as a work buffer."""
+    if isinstance(x, np.ndarray):
+        return _gaussian_scipy(np.ascontiguousarray(x), sigmas, truncate, _num_threads())
+    return _gaussian_torch(x, sigmas, truncate)
+
+
+# --------------------------------------------------------------------------------------------------------
+# per-case kernels (one formula each)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None, backend: str) -> float:
+    boundary = _boundary(p, p.ndim)
+    if not bool(boundary.any()):
+        return warn_nan("BUC: the predicted label map has no boundary (empty or full mask); BUC is undefined", 4)
+    if width is None:
+        hd = _hd_case(p > 0, t > 0, spacing, 95.0, warn=False)
+        if not math.isfinite(hd):
+            return warn_nan(
+                "BUC: the default width HD95(pred, target) is not finite (an empty foreground); pass width=", 4
+            )
+        w = max(hd, max(spacing))
+    else:
+        w = float(width)
+    inside = _distance_to_features(boundary, spacing, backend) <= w * (1.0 + TIE_RTOL)
+    n_in, n = int(inside.sum()), math.prod(inside.shape)
+    if n_in == n:
+        return warn_nan(f"BUC: the boundary region (width {w:.4g} mm) covers the whole volume; BUC is undefined", 4)
+    total = float(u.sum())
+    sum_in = float(u[inside].sum())
+    mu_in = sum_in / n_in
+    mu_out = (total - sum_in) / (n - n_in)
+    if mu_in + mu_out == 0:
+        return warn_nan("BUC: the uncertainty is zero everywhere; BUC is undefined", 4)
+    return mu_in / (mu_in + mu_out)
+
+
+def _band_index(d: Array, edges: np.ndarray) -> Array:
+    """Band of each distance: the number of interior edges ``t_i (1 - TIE_RTOL)`` at or below it, in [0, K-1]."""
+    interior = edges[1:-1] * (1.0 - TIE_RTOL)
+    if isinstance(d, torch.Tensor):
+        return torch.searchsorted(torch.from_numpy(interior).to(d.device), d, right=True)
+    return np.searchsorted(interior, d, side="right")
+
+
+def _empty_bands(k: int) -> dict[str, np.ndarray]:
+    nan = np.full(k, np.nan)
+    return {"edges": np.full(k + 1, np.nan), "distance": nan, "uncertainty": nan.copy(), "error": nan.copy(),
+            "weight": np.zeros(k), "count": np.zeros(k, dtype=np.int64)}  # fmt: skip
+
+
+def _baece_case(
+    u: Array,
+    p: Array,
+    t: Array,
+    spacing: tuple,
+    n_bands: int,
+    max_distance: float | None,
+    normalize: bool,
+    backend: str,
+) -> tuple[float, dict[str, Array]]:
+    k = n_bands
+    boundary = _boundary(t, t.ndim)
+    if not bool(boundary.any()):
+        return warn_nan(
+            "BA-ECE: the target label map has no boundary (empty or full mask); undefined", 4
+        ), _empty_bands(k)
+    if normalize:
+        lo, hi = float(u.min()), float(u.max())
+        if hi == lo:
+            return warn_nan("BA-ECE: normalize=True on a constant uncertainty map; undefined", 4), _empty_bands(k)
+        u = (u - lo) / (hi - lo)
+    d = _distance_to_features(boundary, spacing, backend).reshape(-1)
+    d_max = float(d.max()) if max_distance is None else float(max_distance)
+    edges = np.linspace(0.0, d_max, k + 1)
+    e = (p != t).reshape(-1)
+    uu = u.reshape(-1)
+    if max_distance is not None:
+        keep = d <= d_max * (1.0 + TIE_RTOL)
+        d, e, uu = d[keep], e[keep], uu[keep]
+    if d_max == 0:
+        idx = d.new_zeros(d.shape, dtype=torch.int64) if isinstance(d, torch.Tensor) else np.zeros(d.shape, np.int64)
+    else:
+        idx = _band_index(d, edges)
+    lib = torch if isinstance(d, torch.Tensor) else np
+    # per band: voxel count, error count (exact integers), sums of distance and uncertainty (float64)
+    count = lib.bincount(idx, minlength=k)
+    n_err = lib.bincount(idx[e], minlength=k)
+    sum_d = lib.bincount(idx, weights=d, minlength=k)
+    sum_u = lib.bincount(idx, weights=uu, minlength=k)
+    full = count > 0
+    cnt = lib.where(full, _f64(count), 1.0)
+    mean_d, mean_u, mean_e = (lib.where(full, s_ / cnt, float("nan")) for s_ in (sum_d, sum_u, _f64(n_err)))
+    raw = lib.where(full, 1.0 / (lib.where(full, mean_d, 0.0) + 0.5 * float(np.mean(spacing))), 0.0)
+    weight = raw / raw.sum()
+    gap = abs(mean_u[full] - mean_e[full])
+    value = float((weight[full] * gap).sum())
+    edges_out = torch.from_numpy(edges).to(d.device) if lib is torch else edges
+    bands = {"edges": edges_out, "distance": mean_d, "uncertainty": mean_u, "error": mean_e, "weight": weight,
+             "count": count}  # fmt: skip
+    return value, bands
+
+
+def _mean_abs(x: Array) -> float:
+    """``mean |x|`` without allocating a second full-size array (slabs through a small buffer)."""
+    if isinstance(x, torch.Tensor):
+        return float(x.abs().mean())
+    flat = x.reshape(-1)
+    step = 1 << 18
+    buf = np.empty(min(step, flat.size))
+    total = 0.0
+    for start in range(0, flat.size, step):
+        chunk = flat[start : start + step]
+        np.abs(chunk, out=buf[: chunk.size])
+        total += float(buf[: chunk.size].sum())
+    return total / flat.size
+
+
+def _space_case(u: Array, p: Array, t: Array, spacing: tuple, sigma: tuple, truncate: float) -> tuple[float, Array]:
+    if isinstance(u, np.ndarray):  # u is this function's own float64 copy (see _split_uncertainty)
+        diff = np.subtract(u, p != t, out=u)
+    else:
+        diff = u - (p != t).to(torch.float64)
+    smoothed = _gaussian(diff, tuple(s / sp for s, sp in zip(sigma, spacing)), truncate)
+    return _mean_abs(smoothed), smoothed
+
+
+# --------------------------------------------------------------------------------------------------------
+# public functions
+# --------------------------------------------------------------------------------------------------------
+
+
+def boundary_uncertainty_concentration(
+    uncertainty: ArrayLike,
+    pred: ArrayLike,
+    target: ArrayLike,
+    spacing: SpacingLike = 1.0,
+    width: float | None = None,
+    backend: str = "auto",
+) -> float | ArrayLike:
+    """Boundary uncertainty concentration, BUC (seed 003 Sec. 3.1); in [0, 1], higher is better.
+
+    ``R = {x : d_pred(x) <= w}`` is the band of width ``w`` mm around the predicted (all-label) boundary and
+    ``BUC = mu_R / (mu_R + mu_notR)`` with ``mu`` the mean uncertainty inside / outside ``R``. 0.5 means no
+    concentration (e.g. a constant map), values near 1 mean the uncertainty sits at the predicted boundary.
+    Distances within a relative ``TIE_RTOL`` (1e-6) of ``w`` count as inside.
+
+    Args:
+        uncertainty: non-negative uncertainty ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D.
+        pred: predicted label map (or probabilities / one-hot, reduced by argmax), see the module docstring.
+        target: reference label map, same conventions; used only for the default width.
+        spacing: voxel size in mm per axis (scalar for isotropic), or one row per case.
+        width: band width ``w`` in mm; default ``max(HD95(pred > 0, target > 0), max(spacing))`` with HD95
+            as MONAI computes it (:func:`~monai_unc.metrics.boundary.hd95`).
+        backend: distance-transform backend, see :func:`~monai_unc.metrics.boundary.distance_to_boundary`.
+
+    Returns:
+        a float for one case, or one value per case ``(B,)`` (numpy, or torch on the input's device).
+        NaN with a ``UserWarning`` when ``pred`` has no boundary, the default width is infinite (empty
+        target), ``R`` covers the whole volume, or the uncertainty is zero everywhere.
+
+    Raises:
+        ValueError: negative or non-finite uncertainty, shapes that do not match, bad spacing or width.
+    """
+    u, p, t, batched = _prepare(uncertainty, pred, target)
+    if bool((u < 0).any()):
+        raise ValueError("uncertainty must be non-negative for BUC (a ratio of mean uncertainties)")
+    if width is not None and not (math.isfinite(float(width)) and float(width) >= 0):
+        raise ValueError(f"width must be a non-negative number of mm, got {width}")
+    sps = _per_case_spacing(spacing, u.shape[0], u.ndim - 1)
+    vals = [_buc_case(u[i], p[i], t[i], sps[i], width, backend) for i in range(u.shape[0])]
+    return _finish(vals, batched, uncertainty)
+
+
+def boundary_aware_ece(
+    uncertainty: ArrayLike,
+    pred: ArrayLike,
+    target: ArrayLike,
+    spacing: SpacingLike = 1.0,
+    n_bands: int = 10,
+    max_distance: float | None = None,
+    normalize: bool = False,
+    return_bands: bool = False,
+    backend: str = "auto",
+) -> float | ArrayLike | tuple[float | ArrayLike, dict[str, ArrayLike]]:
+    """Boundary-aware expected calibration error, BA-ECE (seed 003 Sec. 3.2); lower is better.
+
+    Voxels are grouped into ``n_bands`` equal-width bands of distance to the reference (all-label) boundary,
+    ``[t_i, t_{i+1})`` with ``t = numpy.linspace(0, d_max, n_bands + 1)`` (the last band closed; distances within
+    a relative ``TIE_RTOL`` of an edge count as on it); per band
+    the mean uncertainty is compared with the error rate ``mean [pred != target]``:
+    ``BA-ECE = sum_i w_i |mean_i u - mean_i e|`` with ``w_i`` proportional to
+    ``1 / (mean_i d + mean(spacing) / 2)``, normalised over the non-empty bands.
+
+    The uncertainty is compared with error rates as is: it should live on a [0, 1] scale (normalised entropy,
+    ``1 - max p``, ...). ``normalize=True`` rescales each case's map to [0, 1] by its min and max first.
+
+    Args:
+        uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D.
+        pred, target: label maps (or probabilities / one-hot, reduced by argmax).
+        spacing: voxel size in mm per axis, or one row per case.
+        n_bands: number of distance bands ``K`` (default 10).
+        max_distance: upper end of the bands in mm; default the largest distance in the case. Voxels
+            farther away are left out.
+        normalize: min-max rescale the uncertainty of each case to [0, 1] first.
+        return_bands: also return the per-band statistics.
+        backend: distance-transform backend.
+
+    Returns:
+        the value (a float, or ``(B,)`` per case); with ``return_bands=True`` a tuple ``(value, bands)`` where
+        ``bands`` maps ``"edges"`` (K + 1 band edges, mm), ``"distance"`` (mean distance, mm), ``"uncertainty"``
+        (mean uncertainty), ``"error"`` (error rate), ``"weight"`` (0 for empty bands) and ``"count"`` to
+        arrays of shape ``(K,)`` (``(B, K)`` for a batch); empty bands hold NaN means.
+        NaN with a ``UserWarning`` when ``target`` has no boundary, or for a constant map with ``normalize``.
+    """
+    if int(n_bands) != n_bands or n_bands < 1:
+        raise ValueError(f"n_bands must be a positive integer, got {n_bands}")
+    if max_distance is not None and not (math.isfinite(float(max_distance)) and float(max_distance) >= 0):
+        raise ValueError(f"max_distance must be a non-negative number of mm, got {max_distance}")
+    u, p, t, batched = _prepare(uncertainty, pred, target)
+    sps = _per_case_spacing(spacing, u.shape[0], u.ndim - 1)
+    results = [
+        _baece_case(u[i], p[i], t[i], sps[i], int(n_bands), max_distance, normalize, backend) for i in range(u.shape[0])
+    ]
+    value = _finish([r[0] for r in results], batched, uncertainty)
+    if not return_bands:
+        return value
+    bands = {key: _stack_like([_like(r[1][key], u) for r in results], batched, uncertainty) for key in results[0][1]}
+    return value, bands
+
+
+def spatial_calibration_error(
+    uncertainty: ArrayLike,
+    pred: ArrayLike,
+    target: ArrayLike,
+    spacing: SpacingLike = 1.0,
+    sigma: float | Sequence[float] = 2.0,
+    truncate: float = 4.0,
+    return_map: bool = False,
+) -> float | ArrayLike | tuple[float | ArrayLike, ArrayLike]:
+    """Spatially-aware calibration error, SPACE (seed 003 Sec. 3.3); lower is better.
+
+    ``SPACE = mean_x |(G_sigma * (U - E))(x)|`` with ``E = [pred != target]``: the local (Gaussian-weighted)
+    mismatch between uncertainty and error. ``G_sigma`` has standard deviation ``sigma`` mm on every axis
+    (``sigma / spacing`` voxels), is truncated at ``truncate`` standard deviations (radius
+    ``int(truncate * sigma_vox + 0.5)`` voxels) and extends the volume with scipy's ``mode='reflect'``. The
+    filter is linear, so one pass over ``U - E`` replaces the two passes of the definition. Bounded above by
+    ``mean |U - E|`` (``sigma = 0``).
+
+    Args:
+        uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D, on the scale of an error rate.
+        pred, target: label maps (or probabilities / one-hot, reduced by argmax).
+        spacing: voxel size in mm per axis, or one row per case.
+        sigma: standard deviation of the Gaussian in mm, scalar or per axis (default 2 mm).
+        truncate: kernel radius in standard deviations (default 4, scipy's default).
+        return_map: also return the smoothed difference ``G_sigma * (U - E)`` (float64, the shape of
+            ``uncertainty``) for display.
+
+    Returns:
+        the value (a float, or ``(B,)`` per case), or ``(value, smoothed_map)`` with ``return_map=True``.
+    """
+    if not (math.isfinite(float(truncate)) and float(truncate) > 0):
+        raise ValueError(f"truncate must be a positive number of standard deviations, got {truncate}")
+    u, p, t, batched = _prepare(uncertainty, pred, target)
+    sig = _sigma_mm(sigma, u.ndim - 1)
+    sps = _per_case_spacing(spacing, u.shape[0], u.ndim - 1)
+    results = [_space_case(u[i], p[i], t[i], sps[i], sig, float(truncate)) for i in range(u.shape[0])]
+    value = _finish([r[0] for r in results], batched, uncertainty)
+    if not return_map:
+        return value
+    maps = _stack_like([r[1] for r in results], batched, uncertainty)
+    return value, (maps[:, None] if batched else maps)
+
+
+# --------------------------------------------------------------------------------------------------------
+# MONAI metric classes
+# --------------------------------------------------------------------------------------------------------
+
+
+def _pack(uncertainty: Any, pred: Any) -> Any:
+    """``cat([uncertainty, pred], channel)``: the single ``y_pred`` MONAI's metric machinery carries."""
+    if isinstance(uncertainty, (list, tuple)) or isinstance(pred, (list, tuple)):
+        if not (isinstance(uncertainty, (list, tuple)) and isinstance(pred, (list, tuple))):
+            raise ValueError("uncertainty and y_pred must both be lists (decollated) or both batch tensors")
+        if len(uncertainty) != len(pred):
+            raise ValueError(f"uncertainty has {len(uncertainty)} items but y_pred has {len(pred)}")
+        return [_pack_one(u, p, batched=False) for u, p in zip(uncertainty, pred)]
+    return _pack_one(uncertainty, pred, batched=True)
+
+
+def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
+    u = to_tensor(uncertainty, "uncertainty")
+    p = to_tensor(pred, "y_pred")
+    ch = 1 if batched else 0
+    if p.ndim == u.ndim - 1:
+        p = p.unsqueeze(ch)
+    if not u.is_floating_point():
+        u = u.to(torch.float32)
+    if u.shape[ch] != 1:
+        raise ValueError(f"uncertainty must have one channel, got shape {tuple(u.shape)}")
+    return torch.cat([u, p.to(device=u.device, dtype=u.dtype)], dim=ch)
+
+
+def _spacing_from_meta(*tensors: Any) -> Any:
+    """Voxel spacing from the affine of the first MetaTensor among ``tensors`` (per case for a batch)."""
+    from monai.data import MetaTensor
+
+    for x in tensors:
+        if isinstance(x, MetaTensor):
+            nsp = x.ndim - 2
+            pix = x.pixdim
+            if isinstance(pix, (list, tuple)):
+                return np.stack([np.asarray(torch.as_tensor(q).cpu(), dtype=float)[:nsp] for q in pix])
+            return np.asarray(torch.as_tensor(pix).cpu(), dtype=float)[:nsp]
+    return 1.0
+
+
+class _SpatialUncertaintyMetric(CumulativeIterationMetric):
+    """Shared adapter: ``y_pred = cat([uncertainty, pred], dim=1)``, ``y`` = reference labels.
+
+    Call as ``metric(y_pred=pred, y=label, uncertainty=unc)`` (batch tensors or decollated lists) or with an
+    already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction: one label channel, or C
+    probability / one-hot channels reduced by argmax). ``y`` is a label map ``(B, 1, *spatial)`` or one-hot.
+    Per-case values (float64, NaN for degenerate cases) are buffered as ``(B, 1)``; MONAI gathers the buffers
+    across ranks in ``get_buffer`` and ``aggregate`` reduces them ignoring NaN with MONAI's
+    ``do_metric_reduction`` (which averages in float32; ``aggregate("none")`` returns the float64 values).
+
+    Spacing: the ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` /
+    ``y_pred`` (``pixdim``), else 1 mm.
+    """
+
+    def __init__(
+        self,
+        spacing: SpacingLike | None = None,
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__()
+        self.spacing = spacing
+        self.reduction = reduction
+        self.get_not_nans = get_not_nans
+
+    def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, y_pred: Any, y: Any = None, uncertainty: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        if uncertainty is not None:
+            y_pred = _pack(uncertainty, y_pred)
+        return super().__call__(y_pred, y, **kwargs)
+
+    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        if y is None:
+            raise ValueError(f"{type(self).__name__} needs the reference labels y")
+        if y_pred.ndim < 4 or y_pred.shape[1] < 2:
+            raise ValueError(
+                "y_pred must be (B, 1 + C, *spatial): the uncertainty in channel 0 and the prediction after it "
+                f"(or pass uncertainty=...), got shape {tuple(y_pred.shape)}"
+            )
+        spacing = kwargs.get("spacing")
+        if spacing is None:
+            spacing = self.spacing if self.spacing is not None else _spacing_from_meta(y, y_pred)
+        plain = y_pred.as_tensor() if hasattr(y_pred, "as_tensor") else y_pred
+        target = y.as_tensor() if hasattr(y, "as_tensor") else y
+        values = self._evaluate(plain[:, :1], plain[:, 1:], target, spacing)
+        return torch.as_tensor(values, dtype=torch.float64, device=plain.device).reshape(-1, 1)
+
+    def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
+        """Reduce the buffered per-case values (``(N, 1)``), ignoring NaN; ``"none"`` returns them all."""
+        data = self.get_buffer()
+        if not isinstance(data, torch.Tensor):
+            raise ValueError("the data to aggregate must be a PyTorch Tensor")
+        f, not_nans = do_metric_reduction(data, reduction or self.reduction)
+        return (f, not_nans) if self.get_not_nans else f
+
+
+class BoundaryUncertaintyConcentrationMetric(_SpatialUncertaintyMetric):
+    """MONAI metric for :func:`boundary_uncertainty_concentration` (BUC, seed 003 Sec. 3.1; higher is better).
+
+    Example::
+
+        metric = BoundaryUncertaintyConcentrationMetric(spacing=(2.0, 1.0, 1.0))
+        metric(y_pred=pred_labels, y=labels, uncertainty=entropy_map)   # per batch
+        buc = metric.aggregate()                                        # mean over cases, NaN ignored
+    """
+
+    def __init__(
+        self,
+        spacing: SpacingLike | None = None,
+        width: float | None = None,
+        backend: str = "auto",
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        self.width = width
+        self.backend = backend
+
+    def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
+        return boundary_uncertainty_concentration(u, pred, y, spacing=spacing, width=self.width, backend=self.backend)
+
+
+class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
+    """MONAI metric for :func:`boundary_aware_ece` (BA-ECE, seed 003 Sec. 3.2; lower is better)."""
+
+    def __init__(
+        self,
+        spacing: SpacingLike | None = None,
+        n_bands: int = 10,
+        max_distance: float | None = None,
+        normalize: bool = False,
+        backend: str = "auto",
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        self.n_bands = n_bands
+        self.max_distance = max_distance
+        self.normalize = normalize
+        self.backend = backend
+
+    def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
+        return boundary_aware_ece(
+            u,
+            pred,
+            y,
+            spacing=spacing,
+            n_bands=self.n_bands,
+            max_distance=self.max_distance,
+            normalize=self.normalize,
+            backend=self.backend,
+        )
+
+
+class SpatialCalibrationErrorMetric(_SpatialUncertaintyMetric):
+    """MONAI metric for :func:`spatial_calibration_error` (SPACE, seed 003 Sec. 3.3; lower is better)."""
+
+    def __init__(
+        self,
+        spacing: SpacingLike | None = None,
+        sigma: float | Sequence[float] = 2.0,
+        truncate: float = 4.0,
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        self.sigma = sigma
+        self.truncate = truncate
+
+    def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
+        return spatial_calibration_error(u, pred, y, spacing=spacing, sigma=self.sigma, truncate=self.truncate)

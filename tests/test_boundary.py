@@ -1,0 +1,254 @@
+"""Boundary, distance-to-boundary and HD95 helpers against brute force, scipy and MONAI."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from monai.metrics import compute_hausdorff_distance
+from scipy import ndimage
+
+from monai_unc.metrics.boundary import (
+    available_backends,
+    distance_to_boundary,
+    distance_to_mask,
+    foreground_edges,
+    hd95,
+    label_boundary,
+)
+
+BACKENDS = [b for b in ("edt", "scipy") if b in available_backends()]
+
+
+def brute_boundary(label: np.ndarray) -> np.ndarray:
+    """Loop over voxels and their face neighbours, exactly as DESIGN.md words it."""
+    out = np.zeros(label.shape, bool)
+    for idx in itertools.product(*[range(s) for s in label.shape]):
+        for ax in range(label.ndim):
+            for step in (-1, 1):
+                nb = list(idx)
+                nb[ax] += step
+                if 0 <= nb[ax] < label.shape[ax] and label[tuple(nb)] != label[idx]:
+                    out[idx] = True
+    return out
+
+
+def brute_distance(features: np.ndarray, spacing) -> np.ndarray:
+    """Distance to the nearest True voxel by comparing every voxel with every feature voxel."""
+    grid = np.stack(np.meshgrid(*[np.arange(s) for s in features.shape], indexing="ij"), -1).reshape(-1, features.ndim)
+    pts = np.argwhere(features)
+    sp = np.asarray(spacing, float)
+    diff = (grid[:, None, :] - pts[None, :, :]) * sp
+    return np.sqrt((diff**2).sum(-1)).min(1).reshape(features.shape)
+
+
+def blobs(shape, n_labels, seed, smooth=1.5):
+    rng = np.random.default_rng(seed)
+    field = ndimage.gaussian_filter(rng.standard_normal(shape), smooth)
+    qs = np.quantile(field, np.linspace(0, 1, n_labels + 1)[1:-1])
+    return np.digitize(field, qs).astype(np.int64)
+
+
+def onehot(x):
+    return np.stack([x == 0, x > 0])[None].astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------------ boundary
+
+
+def test_square_boundary_by_hand():
+    img = np.zeros((9, 9), int)
+    img[2:7, 2:7] = 1  # the 5x5 square
+    b = label_boundary(img)
+    inner_ring = np.zeros_like(b)
+    inner_ring[2:7, 2:7] = True
+    inner_ring[3:6, 3:6] = False
+    outer = np.zeros_like(b)
+    outer[1, 2:7] = outer[7, 2:7] = outer[2:7, 1] = outer[2:7, 7] = True  # face neighbours only, no corners
+    assert b.sum() == 16 + 20
+    assert np.array_equal(b, inner_ring | outer)
+
+
+@pytest.mark.parametrize("shape,n_labels", [((7, 9), 2), ((6, 5, 7), 3), ((5, 6, 4), 4)])
+def test_boundary_matches_brute_force(shape, n_labels):
+    lab = blobs(shape, n_labels, seed=len(shape) + n_labels)
+    assert np.array_equal(label_boundary(lab), brute_boundary(lab))
+
+
+def test_boundary_torch_and_batch():
+    lab = blobs((3, 10, 12), 3, seed=1)
+    t = torch.from_numpy(lab)
+    out = label_boundary(t[None], spatial_dims=3)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bool and out.shape == (1, 3, 10, 12)
+    assert np.array_equal(out[0].numpy(), brute_boundary(lab))
+    batch = np.stack([blobs((10, 12), 2, seed=s) for s in range(3)])
+    got = label_boundary(batch, spatial_dims=2)
+    assert np.array_equal(got, np.stack([brute_boundary(c) for c in batch]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(arrays(np.int8, st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 5)), elements=st.integers(0, 3)))
+def test_boundary_property_relabel_invariant(lab):
+    b = label_boundary(lab)
+    assert np.array_equal(b, brute_boundary(lab))
+    perm = np.array([2, 0, 3, 1], dtype=np.int8)  # a bijection of the labels keeps every interface
+    assert np.array_equal(label_boundary(perm[lab]), b)
+
+
+def test_constant_label_has_no_boundary_and_infinite_distance():
+    lab = np.ones((4, 5, 6), np.uint8)
+    assert not label_boundary(lab).any()
+    d = distance_to_boundary(lab, spacing=(1, 2, 3))
+    assert d.dtype == np.float64 and np.isinf(d).all()
+
+
+def test_foreground_edges_match_scipy_erosion():
+    for seed, shape in enumerate([(12, 13), (8, 9, 10)]):
+        mask = blobs(shape, 2, seed) > 0
+        mask[0] = True  # touch the border: border voxels are edges (border_value=0)
+        ref = mask & ~ndimage.binary_erosion(mask)
+        assert np.array_equal(foreground_edges(mask), ref)
+
+
+# ------------------------------------------------------------------------------------------------ distances
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape,spacing", [((9, 11), (1.0, 1.0)), ((9, 11), (2.5, 0.7)), ((6, 7, 8), (2.0, 1.0, 0.6))])
+def test_distance_matches_brute_force(backend, shape, spacing):
+    lab = blobs(shape, 3, seed=7)
+    d = distance_to_boundary(lab, spacing=spacing, backend=backend)
+    ref = brute_distance(brute_boundary(lab), spacing)
+    np.testing.assert_allclose(d, ref, rtol=1e-6, atol=1e-6)
+    assert (d[brute_boundary(lab)] == 0).all()
+
+
+def test_anisotropic_distance_is_in_mm_by_hand():
+    lab = np.zeros((7, 3), int)
+    lab[3:] = 1  # boundary rows 2 and 3
+    d = distance_to_boundary(lab, spacing=(2.5, 1.0))
+    np.testing.assert_allclose(d[:, 0], [5.0, 2.5, 0, 0, 2.5, 5.0, 7.5])
+    d_iso = distance_to_boundary(lab)
+    np.testing.assert_allclose(d_iso[:, 1], [2, 1, 0, 0, 1, 2, 3])
+
+
+def test_edt_backend_is_bit_identical_to_scipy_for_integer_spacing():
+    if "edt" not in available_backends():
+        pytest.skip("edt package not installed")
+    lab = blobs((30, 40, 35), 3, seed=3)
+    a = distance_to_boundary(lab, spacing=(2, 1, 3), backend="edt")
+    b = distance_to_boundary(lab, spacing=(2, 1, 3), backend="scipy")
+    assert np.array_equal(a, b)
+    c = distance_to_boundary(lab, spacing=(0.83, 1.37, 0.61), backend="edt")
+    e = distance_to_boundary(lab, spacing=(0.83, 1.37, 0.61), backend="scipy")
+    np.testing.assert_allclose(c, e, rtol=1e-6, atol=1e-6)
+
+
+def test_distance_torch_batch_and_per_case_spacing():
+    labs = np.stack([blobs((10, 12), 2, seed=s) for s in range(3)])
+    sps = np.array([[1.0, 1.0], [2.0, 0.5], [0.3, 3.0]])
+    out = distance_to_boundary(torch.from_numpy(labs), spacing=sps, spatial_dims=2)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float64
+    for i in range(3):
+        ref = brute_distance(brute_boundary(labs[i]), sps[i])
+        np.testing.assert_allclose(out[i].numpy(), ref, rtol=1e-6, atol=1e-6)
+
+
+def test_sphere_distance_from_centre():
+    r = np.sqrt(((np.indices((21, 21, 21)) - 10) ** 2).sum(0))
+    ball = (r <= 7).astype(int)
+    d = distance_to_boundary(ball)
+    # by hand: the closest boundary voxel to the centre is (6, 1, 0) (|x|^2 = 37 <= 49 and its neighbour
+    # (7, 1, 0) has 50 > 49); (6, 0, 0) is not on the boundary since (7, 0, 0) is still inside (49 <= 49)
+    assert d[10, 10, 10] == pytest.approx(np.sqrt(37.0), rel=1e-12)
+    # brute force on a sample of voxels (the full comparison is covered on smaller volumes above)
+    pts = np.random.default_rng(0).integers(0, 21, (300, 3))
+    bnd = np.argwhere(brute_boundary(ball))
+    ref = np.sqrt(((pts[:, None, :] - bnd[None]) ** 2).sum(-1)).min(1)
+    np.testing.assert_allclose(d[tuple(pts.T)], ref, atol=1e-12)
+
+
+def test_distance_to_mask():
+    m = np.zeros((5, 5), bool)
+    m[0, 0] = True
+    d = distance_to_mask(m, spacing=(1.0, 2.0))
+    assert d[4, 4] == pytest.approx(np.hypot(4, 8))
+    assert np.isinf(distance_to_mask(np.zeros((3, 3)))).all()
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="spatial_dims"):
+        label_boundary(np.zeros((2, 1, 4, 4, 4)))
+    with pytest.raises(ValueError, match="label"):
+        label_boundary(np.array([[0.0, np.nan]]))
+    with pytest.raises(ValueError, match="empty"):
+        distance_to_boundary(np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="spacing"):
+        distance_to_boundary(np.zeros((3, 3)), spacing=(1.0, -1.0))
+    with pytest.raises(ValueError, match="spacing"):
+        distance_to_boundary(np.zeros((3, 3)), spacing=(1.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match="backend"):
+        distance_to_boundary(np.eye(3), backend="nope")
+    with pytest.raises(ValueError, match="cucim"):
+        distance_to_boundary(np.eye(3), backend="cucim")
+    with pytest.raises(ValueError, match="same shape"):
+        hd95(np.zeros((3, 3)), np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="percentile"):
+        hd95(np.eye(3), np.eye(3), percentile=101)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_distance_on_cuda_matches_cpu():
+    lab = blobs((12, 14, 10), 3, seed=5)
+    gpu = distance_to_boundary(torch.from_numpy(lab).cuda(), spacing=(2, 1, 1))
+    assert gpu.device.type == "cuda"
+    np.testing.assert_allclose(gpu.cpu().numpy(), distance_to_boundary(lab, spacing=(2, 1, 1)), rtol=1e-6, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ HD95
+
+
+@pytest.mark.parametrize(
+    "shape,spacing", [((24, 30), (1.0, 1.0)), ((24, 30), (0.7, 2.0)), ((14, 16, 18), (2.0, 1.0, 1.0))]
+)
+def test_hd95_matches_monai_and_brute_force(shape, spacing):
+    for seed in range(3):
+        p = blobs(shape, 2, seed=seed, smooth=2.0)
+        t = blobs(shape, 2, seed=seed + 10, smooth=2.0)
+        ours = hd95(p, t, spacing=spacing)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = float(compute_hausdorff_distance(onehot(p), onehot(t), percentile=95, spacing=spacing)[0, 0])
+        assert ours == pytest.approx(ref, rel=1e-5)
+        cp = np.argwhere(foreground_edges(p)) * np.asarray(spacing)
+        ct = np.argwhere(foreground_edges(t)) * np.asarray(spacing)
+        pair = np.sqrt(((cp[:, None, :] - ct[None, :, :]) ** 2).sum(-1))  # every edge pair
+        d_pt, d_tp = pair.min(1), pair.min(0)
+        assert ours == pytest.approx(max(np.percentile(d_pt, 95), np.percentile(d_tp, 95)), rel=1e-12)
+
+
+def test_hd95_multiclass_uses_foreground_and_batches():
+    p = blobs((20, 22), 3, seed=1)
+    t = blobs((20, 22), 3, seed=2)
+    assert hd95(p, t) == pytest.approx(hd95(p > 0, t > 0))
+    batch = hd95(np.stack([p, t]), np.stack([t, t]), spatial_dims=2)
+    assert batch.shape == (2,) and batch[1] == 0.0 and batch[0] == pytest.approx(hd95(p, t))
+    tb = hd95(torch.from_numpy(np.stack([p, t])), torch.from_numpy(np.stack([t, t])), spatial_dims=2)
+    assert isinstance(tb, torch.Tensor) and torch.allclose(tb, torch.from_numpy(batch))
+
+
+def test_hd95_degenerate():
+    z = np.zeros((6, 6), int)
+    m = z.copy()
+    m[2:4, 2:4] = 1
+    assert hd95(m, m) == 0.0
+    with pytest.warns(UserWarning, match="both empty"):
+        assert np.isnan(hd95(z, z))
+    with pytest.warns(UserWarning, match="infinite"):
+        assert np.isinf(hd95(m, z))
