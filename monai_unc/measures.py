@@ -38,7 +38,8 @@ __all__ = [
 
 def _entropy_t(p: torch.Tensor, dim: int, normalize: bool) -> torch.Tensor:
     """H(p) = -sum_c p_c log p_c along ``dim`` (kept), 0 log 0 = 0; the single entropy formula."""
-    h = -torch.special.xlogy(p, p).sum(dim=dim, keepdim=True)
+    # p * log(max(p, tiny)) is xlogy (0 log 0 = 0) at about half the cost of torch.special.xlogy on CPU
+    h = -(p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny))).sum(dim=dim, keepdim=True)
     if normalize:
         h = h / math.log(p.shape[dim])
     return h
