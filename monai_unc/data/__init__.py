@@ -2,9 +2,14 @@
 
 from .mni152 import TISSUE_CLASSES, hemisphere_masks, load_mni152_tissue, tissue_ambiguity
 from .model import EXAMPLE_NETWORK, build_example_network, example_weights_path, load_example_model
+from .perturb import MAX_SEVERITY, PERTURBATIONS, make_mni152_cohort, perturb
 from .synthetic import SHIFTS, make_toy_case, make_toy_dataset
 
 __all__ = [
+    "MAX_SEVERITY",
+    "PERTURBATIONS",
+    "make_mni152_cohort",
+    "perturb",
     "EXAMPLE_NETWORK",
     "SHIFTS",
     "TISSUE_CLASSES",

@@ -1,0 +1,180 @@
+"""Realistic image perturbations and a shifted MNI152 cohort (DESIGN.md, "Example data protocol").
+
+The MNI152 example is one brain. Case-level metrics need a cohort, so :func:`make_mni152_cohort` builds "cases" from
+the template and perturbed copies of it (noise, bias field, contrast, blur, resolution loss), each with its
+perturbation recorded as the shift label. Labels are not perturbed: every copy is segmented on the original grid
+and compared with the same tissue labels, on the held-out right hemisphere.
+
+Severity runs from 0 (the unchanged image) to 5; the parameters grow linearly with it and severity 5 lies beyond
+the augmentation the example network was trained with (``monai_unc/data/training.py``):
+
+==============  ==========================================================  =======================
+kind            transform at severity ``s``                                 training augmentation
+==============  ==========================================================  =======================
+``noise``       additive Gaussian, std ``0.03 s`` x intensity range          std up to 0.05
+``bias_field``  MONAI ``RandBiasField`` (degree 3), coefficients in          coefficients in
+                ``[-0.1 s, 0.1 s]``: multiplicative ``exp(field)``           [0, 0.3]
+``contrast``    MONAI ``AdjustContrast`` with gamma ``1 + 0.15 s`` or its     gamma in [0.7, 1.5]
+                inverse (chosen by ``seed``)
+``blur``        MONAI ``GaussianSmooth``, sigma ``0.4 s`` voxels               sigma up to 1 voxel
+``resolution``  downsample by ``1 + 0.3 s`` per axis (area), back to the      none
+                original grid (linear interpolation)
+==============  ==========================================================  =======================
+
+Random parts (the noise, the bias-field coefficients, the gamma direction) come from ``seed``; the same seed and a
+larger severity scale the same draw, so severity is monotone for a fixed seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from monai.transforms import AdjustContrast, GaussianSmooth, RandBiasField, Resize
+
+from .._utils import ArrayLike, check_finite, to_tensor
+
+__all__ = ["PERTURBATIONS", "MAX_SEVERITY", "perturb", "make_mni152_cohort"]
+
+PERTURBATIONS = ("noise", "bias_field", "contrast", "blur", "resolution")
+MAX_SEVERITY = 5.0
+
+
+def _seed32(rng: np.random.Generator) -> int:
+    return int(rng.integers(0, 2**32 - 1))
+
+
+def _plain(t: Any) -> torch.Tensor:
+    """MONAI transforms return MetaTensors: back to a plain float32 tensor."""
+    t = t.as_tensor() if hasattr(t, "as_tensor") else torch.as_tensor(t)
+    return t.to(torch.float32)
+
+
+def perturb(image: ArrayLike, kind: str, severity: float, seed: int = 0) -> ArrayLike:
+    """A perturbed copy of ``image`` (channel-first ``(C, *spatial)``, 2 or 3 spatial axes); see the module table.
+
+    Args:
+        image: intensities, numpy or torch (the result follows the input's library and float dtype).
+        kind: one of :data:`PERTURBATIONS`.
+        severity: 0 (unchanged copy) to 5.
+        seed: seed of the random parts.
+
+    Raises:
+        ValueError: unknown ``kind``, ``severity`` outside [0, 5], non-finite or empty ``image``, wrong shape.
+    """
+    if kind not in PERTURBATIONS:
+        raise ValueError(f"kind must be one of {PERTURBATIONS}, got {kind!r}")
+    if isinstance(severity, bool) or not isinstance(severity, (int, float, np.integer, np.floating)):
+        raise TypeError(f"severity must be a number in [0, {MAX_SEVERITY:g}], got {type(severity).__name__}")
+    s = float(severity)
+    if not 0.0 <= s <= MAX_SEVERITY:
+        raise ValueError(f"severity must be in [0, {MAX_SEVERITY:g}], got {severity}")
+    x = to_tensor(image, "image")
+    if x.ndim not in (3, 4):
+        raise ValueError(f"image must be channel-first (C, *spatial) with 2 or 3 spatial axes, got {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"image is empty (shape {tuple(x.shape)})")
+    if x.dtype == torch.bool or x.is_complex():
+        raise TypeError(f"image must be real-valued, got dtype {x.dtype}")
+    out_dtype = x.dtype if x.is_floating_point() else torch.float32
+    x = x.detach().to(torch.float32)
+    check_finite(x, "image")
+    y = _apply(x.cpu(), kind, s, np.random.default_rng(seed)) if s > 0 else x.clone()
+    y = y.to(device=x.device, dtype=out_dtype)
+    return y.numpy() if isinstance(image, np.ndarray) else y
+
+
+def _apply(x: torch.Tensor, kind: str, s: float, rng: np.random.Generator) -> torch.Tensor:
+    spatial = x.shape[1:]
+    if kind == "noise":
+        scale = float(x.max() - x.min()) or 1.0
+        noise = np.random.default_rng(_seed32(rng)).standard_normal(x.shape).astype(np.float32)
+        return x + torch.from_numpy(noise) * (0.03 * s * scale)
+    if kind == "bias_field":
+        t = RandBiasField(degree=3, coeff_range=(-0.1 * s, 0.1 * s), prob=1.0)
+        t.set_random_state(seed=_seed32(rng))
+        return _plain(t(x))
+    if kind == "contrast":
+        gamma = 1.0 + 0.15 * s
+        if rng.uniform() < 0.5:
+            gamma = 1.0 / gamma
+        return _plain(AdjustContrast(gamma=gamma)(x))
+    if kind == "blur":
+        return _plain(GaussianSmooth(sigma=0.4 * s)(x))
+    # resolution: average into larger voxels, then interpolate back onto the original grid
+    factor = 1.0 + 0.3 * s
+    low = [max(1, round(n / factor)) for n in spatial]
+    mode = "trilinear" if len(spatial) == 3 else "bilinear"
+    down = Resize(low, mode="area")(x)
+    return _plain(Resize(list(spatial), mode=mode, align_corners=False)(down))
+
+
+def make_mni152_cohort(
+    n_cases: int,
+    seed: int = 0,
+    kinds: Sequence[str] = PERTURBATIONS,
+    severity_range: tuple[float, float] = (1.0, MAX_SEVERITY),
+    include_clean: bool = True,
+    roi: Sequence[slice] | None = None,
+    resolution: int = 2,
+) -> list[dict[str, Any]]:
+    """A cohort of MNI152 "cases": the template (shift ``"none"``) and perturbed copies with their shift labels.
+
+    Case 0 is the unperturbed template when ``include_clean``; the others cycle through ``kinds`` with a severity
+    drawn uniformly from ``severity_range`` and a per-case seed, all reproducible from ``seed``. Perturbations act
+    on the whole volume; ``roi`` (one slice per spatial axis) then crops image, label and masks, e.g. a block of
+    the right hemisphere to keep CPU inference cheap.
+
+    Returns a list of dicts: ``image`` ``(1, X, Y, Z)`` float32, ``label`` ``(1, X, Y, Z)`` int64 (0 background +
+    CSF, 1 grey matter, 2 white matter), ``right`` ``(X, Y, Z)`` bool (the evaluation hemisphere, world x >= 0),
+    ``shift`` (``"none"`` or the kind), ``severity`` float, ``seed`` int (of the perturbation), ``spacing`` (mm).
+    Needs ``nilearn`` (the ``examples`` extra), like :func:`~monai_unc.data.load_mni152_tissue`.
+    """
+    from .mni152 import load_mni152_tissue
+
+    if isinstance(n_cases, bool) or not isinstance(n_cases, (int, np.integer)) or n_cases < 1:
+        raise ValueError(f"n_cases must be a positive integer, got {n_cases!r}")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    if not kinds:
+        raise ValueError("kinds must name at least one perturbation")
+    bad = [k for k in kinds if k not in PERTURBATIONS]
+    if bad:
+        raise ValueError(f"kinds must be among {PERTURBATIONS}, got {bad}")
+    lo, hi = (float(v) for v in severity_range)
+    if not 0.0 <= lo <= hi <= MAX_SEVERITY:
+        raise ValueError(f"severity_range must satisfy 0 <= low <= high <= {MAX_SEVERITY:g}, got {severity_range}")
+    if roi is not None:
+        roi = tuple(roi)
+        if len(roi) != 3 or not all(isinstance(r, slice) for r in roi):
+            raise ValueError(f"roi must be three slices (one per spatial axis), got {roi!r}")
+    data = load_mni152_tissue(resolution=resolution)
+    crop = (slice(None), *roi) if roi is not None else (slice(None),) * 4
+    label = np.ascontiguousarray(data["label"][crop])
+    right = np.ascontiguousarray(data["right"][crop[1:]])
+    if label.size == 0:
+        raise ValueError(f"roi {roi!r} selects no voxel of the {data['image'].shape[1:]} volume")
+    rng = np.random.default_rng(seed)
+    cases = []
+    for i in range(n_cases):
+        case_seed = _seed32(rng)
+        if include_clean and i == 0:
+            kind, sev, image = "none", 0.0, data["image"]
+        else:
+            j = i - 1 if include_clean else i
+            kind = kinds[j % len(kinds)]
+            sev = float(np.random.default_rng(case_seed).uniform(lo, hi))
+            image = perturb(data["image"], kind, sev, seed=case_seed)
+        cases.append(
+            {
+                "image": np.ascontiguousarray(image[crop], dtype=np.float32),
+                "label": label.copy(),
+                "right": right.copy(),
+                "shift": kind,
+                "severity": sev,
+                "seed": case_seed,
+                "spacing": data["spacing"],
+            }
+        )
+    return cases
