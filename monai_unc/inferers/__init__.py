@@ -9,8 +9,26 @@ from .dropout import (
     enable_mc_dropout,
     find_dropout_layers,
     remove_dropout,
+    resolve_dropout_sites,
 )
 from .ensemble import EnsembleInferer, EnsembleSource, load_state_dict
+from .rate_in import (
+    LOSS_NAMES,
+    RateInDropout,
+    RateInHook,
+    RateInInferer,
+    RateInSource,
+    RateSearchResult,
+    add_rate_in,
+    convert_dropout_to_rate_in,
+    find_rate_in_layers,
+    get_information_loss,
+    mutual_information_loss,
+    relative_mse_loss,
+    remove_rate_in,
+    search_dropout_rate,
+    ssim_loss,
+)
 from .sampling import (
     SampleSource,
     SoftmaxInferer,
@@ -22,6 +40,22 @@ from .sampling import (
 from .tta import AugmentationSource, FlipSource, InvertibleTransformSource, NoiseSource, TTAInferer, flip_subsets
 
 __all__ = [
+    "LOSS_NAMES",
+    "RateInDropout",
+    "RateInHook",
+    "RateInInferer",
+    "RateInSource",
+    "RateSearchResult",
+    "add_rate_in",
+    "convert_dropout_to_rate_in",
+    "find_rate_in_layers",
+    "get_information_loss",
+    "mutual_information_loss",
+    "relative_mse_loss",
+    "remove_rate_in",
+    "search_dropout_rate",
+    "ssim_loss",
+    "resolve_dropout_sites",
     "AugmentationSource",
     "DropoutHook",
     "EnsembleInferer",

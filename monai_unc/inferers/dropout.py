@@ -34,6 +34,7 @@ __all__ = [
     "add_dropout",
     "remove_dropout",
     "default_dropout_sites",
+    "resolve_dropout_sites",
     "MCDropoutSource",
     "MCDropoutInferer",
 ]
@@ -227,6 +228,21 @@ def add_dropout(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"p must be in [0, 1), got {p}")
+    names = resolve_dropout_sites(model, after)
+    modules = dict(model.named_modules())
+    for n in names:
+        if any(isinstance(h, DropoutHook) for h in modules[n]._forward_hooks.values()):
+            warnings.warn(f"module {n!r} already has post-hoc dropout; adding another", UserWarning)
+        modules[n].register_forward_hook(DropoutHook(p, channelwise=channelwise))
+    return names
+
+
+def resolve_dropout_sites(
+    model: nn.Module, after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto"
+) -> list[str]:
+    """Module names selected by ``after`` (as in :func:`add_dropout`): ``"auto"`` (see
+    :func:`default_dropout_sites`), a list of names from ``model.named_modules()``, or a predicate
+    ``(name, module) -> bool``. Raises ``ValueError`` for unknown names or an empty selection."""
     modules = dict(model.named_modules())
     if isinstance(after, str):
         if after != "auto":
@@ -241,10 +257,6 @@ def add_dropout(
         raise ValueError(f"after names modules that {type(model).__name__} does not have: {missing}")
     if not names:
         raise ValueError("after selected no module: nowhere to add dropout")
-    for n in names:
-        if any(isinstance(h, DropoutHook) for h in modules[n]._forward_hooks.values()):
-            warnings.warn(f"module {n!r} already has post-hoc dropout; adding another", UserWarning)
-        modules[n].register_forward_hook(DropoutHook(p, channelwise=channelwise))
     return names
 
 

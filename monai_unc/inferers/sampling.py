@@ -67,6 +67,18 @@ class SampleSource:
     def activate(self, network: nn.Module | None) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    def reset(self) -> None:
+        """Called at the start of every inferer call (clear per-call state such as :meth:`extra_outputs`)."""
+
+    def prepare(self, x: torch.Tensor, predictor: Predictor) -> None:
+        """Called once per window, before its samples, with the window input and the plain predictor (network
+        and extra arguments, no wrapper): lets a source adapt to the input (Rate-In searches its dropout rates
+        here). Default: nothing."""
+
+    def extra_outputs(self) -> dict[str, Any]:
+        """Per-call extras (not voxel maps) placed in :attr:`UncertaintyOutput.extras` after the call."""
+        return {}
+
     def members(self, network: nn.Module | None, device: torch.device) -> Iterator[contextlib.AbstractContextManager]:
         raise NotImplementedError
 
@@ -88,12 +100,21 @@ class StochasticSource(SampleSource):
 
 class UncertaintyOutput(dict):
     """``dict[str, Tensor]`` keyed by :class:`UncertaintyKeys`, with ``mi_meaning`` and ``num_samples``
-    attributes saying what the mutual information measures and how many samples went in."""
+    attributes saying what the mutual information measures and how many samples went in, and ``extras``: a
+    dict of per-call outputs that are not voxel maps (e.g. Rate-In's per-layer rates, ``rate_in_rates``)."""
 
-    def __init__(self, *args: Any, mi_meaning: MIMeaning = MIMeaning.NONE, num_samples: int = 1, **kw: Any):
+    def __init__(
+        self,
+        *args: Any,
+        mi_meaning: MIMeaning = MIMeaning.NONE,
+        num_samples: int = 1,
+        extras: dict[str, Any] | None = None,
+        **kw: Any,
+    ):
         super().__init__(*args, **kw)
         self.mi_meaning = MIMeaning(mi_meaning)
         self.num_samples = int(num_samples)
+        self.extras: dict[str, Any] = dict(extras) if extras else {}
 
 
 def apply_activation(out: Any, activation: str | None, check: bool = True) -> torch.Tensor:
@@ -229,6 +250,8 @@ class UncertaintyInferer(Inferer):
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
 
+            for src in window_sources:
+                src.prepare(x, base)
             for combo in itertools.product(*(s.variants(x) for s in window_sources)):
                 predictor = base
                 for wrap in combo:
@@ -270,6 +293,8 @@ class UncertaintyInferer(Inferer):
         grad = torch.no_grad() if self.no_grad else contextlib.nullcontext()
         total: SampleStats | None = None
         samples: list[torch.Tensor] = []
+        for src in self.sources:
+            src.reset()
         n_window = 1
         with rng, grad:
             if self.seed is not None:
@@ -303,7 +328,10 @@ class UncertaintyInferer(Inferer):
         meaning = _combine_meanings(self.sources, x)
         if hasattr(inputs, "meta"):
             result = {k: _as_meta(v, inputs) if k != K.SAMPLES.value else v for k, v in result.items()}
-        return UncertaintyOutput(result, mi_meaning=meaning, num_samples=n_total)
+        extras: dict[str, Any] = {}
+        for src in self.sources:
+            extras.update(src.extra_outputs())
+        return UncertaintyOutput(result, mi_meaning=meaning, num_samples=n_total, extras=extras)
 
 
 def _combine_meanings(sources: Sequence[SampleSource], x: torch.Tensor) -> MIMeaning:

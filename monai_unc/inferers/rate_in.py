@@ -1,0 +1,1026 @@
+"""Rate-In: information-driven adaptive dropout rates at inference (Zeevi et al., CVPR 2025).
+
+Monte-Carlo dropout with one fixed rate everywhere ignores that feature maps differ in how much of their
+information a given rate destroys. Rate-In inserts (or converts) dropout in a trained network and, for every
+input, tunes each dropout layer's rate with a feedback loop until the *information loss* between the layer's
+input and its dropped-out output matches a target: rates rise where features are redundant and fall where
+every unit matters. No labels and no retraining are needed. Seed 003 (spatially-aware evaluation of
+segmentation uncertainty, Sec. 4.2) uses Rate-In maps as its "high quality" uncertainty maps.
+
+Pieces (functional core first):
+
+- information-loss functions on a pair ``(pre, post)`` of feature maps ``(B, C, *spatial)``, each returning one
+  value in ``[0, 1]`` per batch element: :func:`relative_mse_loss`, :func:`ssim_loss` (structural, 2D/3D,
+  MONAI's SSIM), :func:`mutual_information_loss` (Gaussian or binned estimate). ``post`` is the masked map
+  *without* the ``1 / (1 - p)`` rescaling of inverted dropout: a gain carries no information;
+- :func:`search_dropout_rate`: the controller ``p <- clip(p - lr * err / (1 + |err|), p_min, p_max)`` with
+  ``err = loss(p) - target`` averaged over ``draws`` fresh dropout masks, ``lr`` multiplied by ``lr_decay``
+  after each step, stopping when ``|err| < tol`` or after ``max_iter`` iterations; vectorised over the batch
+  (one rate per input);
+- :class:`RateInDropout`: a dropout module with modes ``"adapt"`` (search on the current input, then apply the
+  last draw) and ``"fixed"`` (reuse the last rates with fresh masks); :class:`RateInHook` attaches one post hoc
+  as a forward hook (``state_dict`` unchanged, like :func:`~monai_unc.inferers.dropout.add_dropout`);
+  :func:`add_rate_in`, :func:`convert_dropout_to_rate_in`, :func:`remove_rate_in`, :func:`find_rate_in_layers`;
+- :class:`RateInSource` / :class:`RateInInferer`: for each input (each sliding window) one search pass runs the
+  network with every layer in ``"adapt"`` mode, so the layers are tuned one after the other in network order
+  and deeper layers see the dropout of earlier ones; then ``num_samples`` passes in ``"fixed"`` mode stream into
+  :class:`~monai_unc.stats.SampleStats`. The rates are returned in ``out.extras["rate_in_rates"]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .._utils import ArrayLike, check_finite, like_input, to_tensor
+from ..keys import MIMeaning
+from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
+from .sampling import Predictor, SampleSource, UncertaintyInferer
+
+__all__ = [
+    "LOSS_NAMES",
+    "relative_mse_loss",
+    "ssim_loss",
+    "mutual_information_loss",
+    "get_information_loss",
+    "RateSearchResult",
+    "search_dropout_rate",
+    "RateInDropout",
+    "RateInHook",
+    "add_rate_in",
+    "convert_dropout_to_rate_in",
+    "remove_rate_in",
+    "find_rate_in_layers",
+    "RateInSource",
+    "RateInInferer",
+]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], Any]
+
+# controller defaults (docs/rate_in.md; with the default loss the search pass costs ~1.3 forward passes)
+DEFAULT_TARGET = 0.1
+DEFAULT_LR = 1.0
+DEFAULT_LR_DECAY = 0.9
+DEFAULT_TOL = 0.01
+DEFAULT_MAX_ITER = 15
+DEFAULT_DRAWS = 4
+DEFAULT_P_MAX = 0.9
+
+
+# ============================================================================================ losses
+def _pair(pre: Any, post: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = to_tensor(pre, "pre"), to_tensor(post, "post")
+    if a.shape != b.shape:
+        raise ValueError(f"pre and post must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.ndim < 2:
+        raise ValueError(f"pre must be a batch of feature maps (B, C, *spatial), got shape {tuple(a.shape)}")
+    if a.numel() == 0:
+        raise ValueError(f"pre is empty (shape {tuple(a.shape)})")
+    if not a.is_floating_point() or not b.is_floating_point():
+        raise TypeError(f"pre and post must be floating point feature maps, got {a.dtype} and {b.dtype}")
+    check_finite(a, "pre")
+    check_finite(b, "post")
+    return a, b
+
+
+def _finish(loss: torch.Tensor, reference: Any, what: str) -> ArrayLike:
+    bad = torch.isnan(loss)
+    if bool(bad.any()):
+        warnings.warn(
+            f"{what}: information loss undefined for {int(bad.sum())} of {loss.numel()} input(s) ({_WHY[what]}); "
+            "returning NaN there",
+            UserWarning,
+            stacklevel=3,
+        )
+    return like_input(loss, reference)
+
+
+_WHY = {
+    "relative_mse_loss": "the feature map is all zero",
+    "ssim_loss": "no spatial window",
+    "mutual_information_loss": "the feature map is constant",
+}
+
+
+def _relative_mse(pre: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
+    a = pre.reshape(pre.shape[0], -1).double()
+    b = post.reshape(post.shape[0], -1).double()
+    energy = (a * a).sum(1)
+    lost = ((a - b) ** 2).sum(1)
+    return torch.where(energy > 0, lost / energy.clamp_min(torch.finfo(torch.float64).tiny), torch.nan)
+
+
+def relative_mse_loss(pre: ArrayLike, post: ArrayLike) -> ArrayLike:
+    """Relative mean squared error ``sum (pre - post)^2 / sum pre^2`` per batch element.
+
+    ``pre``, ``post``: ``(B, C, *spatial)`` (or ``(B, C)``) feature maps, numpy or torch; returns ``(B,)`` values
+    in ``[0, 1]`` when ``post`` is a masked copy of ``pre``: the fraction of the feature energy removed. With
+    dropout its expectation equals the rate for element-wise and channel-wise masks alike, whatever the
+    content, so it is the content-blind baseline among the Rate-In losses (Zeevi et al. 2025 list MSE among
+    their losses). NaN with a ``UserWarning`` where ``pre`` is all zero (nothing to lose).
+    """
+    a, b = _pair(pre, post)
+    return _finish(_relative_mse(a, b), pre, "relative_mse_loss")
+
+
+def _ssim_window(spatial: Sequence[int], kernel_size: int) -> list[int] | None:
+    out = []
+    for s in spatial:
+        k = min(kernel_size, s)
+        k = k if k % 2 == 1 else k - 1
+        if k < 1:
+            return None
+        out.append(k)
+    return out
+
+
+def _ssim(
+    pre: torch.Tensor, post: torch.Tensor, kernel_size: int, kernel_sigma: float, kernel_type: str
+) -> torch.Tensor:
+    from monai.metrics.regression import compute_ssim_and_cs
+
+    nsp = pre.ndim - 2
+    ks = _ssim_window(pre.shape[2:], kernel_size)
+    if ks is None:
+        return torch.full((pre.shape[0],), torch.nan, dtype=torch.float64, device=pre.device)
+    # each channel scaled to [0, 1] by the range of pre (the same affine map for post), so data_range = 1
+    a = pre.float()
+    flat = a.reshape(a.shape[0], a.shape[1], -1)
+    lo = flat.amin(-1).view(*a.shape[:2], *([1] * nsp))
+    rng = (flat.amax(-1).view_as(lo) - lo).clamp_min(1e-12)
+    an, bn = (a - lo) / rng, (post.float() - lo) / rng
+    ssim_map, _ = compute_ssim_and_cs(
+        bn, an, spatial_dims=nsp, kernel_size=ks, kernel_sigma=[kernel_sigma] * nsp, data_range=1.0,
+        kernel_type=kernel_type,
+    )
+    ssim = ssim_map.reshape(ssim_map.shape[0], -1).double().mean(1)
+    return (1.0 - ssim).clamp(0.0, 1.0)
+
+
+def ssim_loss(
+    pre: ArrayLike, post: ArrayLike, kernel_size: int = 7, kernel_sigma: float = 1.5, kernel_type: str = "gaussian"
+) -> ArrayLike:
+    """Structural information loss ``1 - SSIM(pre, post)`` per batch element, clipped to ``[0, 1]``.
+
+    ``pre``, ``post``: ``(B, C, H, W)`` or ``(B, C, H, W, D)``. Each channel is scaled to ``[0, 1]`` by the range of
+    its ``pre`` map (the same affine map is applied to ``post``), SSIM (Wang et al. 2004; constants k1 = 0.01,
+    k2 = 0.03, population covariances, as ``skimage.metrics.structural_similarity(use_sample_covariance=False)``)
+    is computed with MONAI's ``compute_ssim_and_cs`` over valid windows of ``kernel_size`` voxels per axis (shrunk
+    to the map where it is smaller; Gaussian of ``kernel_sigma`` voxels or uniform) and averaged over channels and
+    windows. Zeevi et al. 2025 use SSIM for image-like feature maps. Cost: five depthwise n-D convolutions per
+    call (a full n-D window is faster than separable passes with oneDNN on CPU, measured), the slowest loss.
+    """
+    a, b = _pair(pre, post)
+    if a.ndim not in (4, 5):
+        raise ValueError(f"ssim_loss needs 2D or 3D feature maps (B, C, H, W[, D]), got shape {tuple(a.shape)}")
+    if kernel_type not in ("gaussian", "uniform"):
+        raise ValueError(f"kernel_type must be 'gaussian' or 'uniform', got {kernel_type!r}")
+    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1:
+        raise ValueError(f"kernel_size must be a positive integer, got {kernel_size!r}")
+    if not kernel_sigma > 0:
+        raise ValueError(f"kernel_sigma must be positive, got {kernel_sigma}")
+    return _finish(_ssim(a, b, kernel_size, kernel_sigma, kernel_type), pre, "ssim_loss")
+
+
+def _logdet_spd(m: torch.Tensor) -> torch.Tensor:
+    chol, info = torch.linalg.cholesky_ex(m)
+    out = 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
+    if bool((info > 0).any()):  # numerically indefinite: fall back to eigenvalues clipped at the ridge
+        ev = torch.linalg.eigvalsh(m).clamp_min(torch.finfo(m.dtype).tiny)
+        out = torch.where(info > 0, torch.log(ev).sum(-1), out)
+    return out
+
+
+def _ridge_and_self_information(sxx: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ridge ``r = eps * mean variance`` (B,), ``I(pre; pre)`` (B,) and whether the map carries information."""
+    c = sxx.shape[-1]
+    scale = torch.diagonal(sxx, dim1=-2, dim2=-1).sum(-1) / c
+    ok = scale > 0
+    ridge = eps * torch.where(ok, scale, torch.ones_like(scale))
+    lam = torch.linalg.eigvalsh(sxx).clamp_min(0.0)
+    r = ridge.unsqueeze(-1)
+    mi_self = 0.5 * (2 * torch.log(lam + r) - torch.log(r) - torch.log(2 * lam + r)).sum(-1)
+    return ridge, mi_self, ok & (mi_self > 0)
+
+
+def _gaussian_mi_from_cov(cov: torch.Tensor, c: int, eps: float) -> torch.Tensor:
+    """Relative Gaussian information loss from the joint covariance ``(B, 2C, 2C)`` of ``(pre, post)``."""
+    sxx, syy = cov[:, :c, :c], cov[:, c:, c:]
+    with _small_linalg(cov.device):
+        ridge, mi_self, ok = _ridge_and_self_information(sxx, eps)
+        r = ridge.view(-1, 1, 1)
+        eye_c = torch.eye(c, dtype=cov.dtype, device=cov.device)
+        eye_2c = torch.eye(2 * c, dtype=cov.dtype, device=cov.device)
+        mi = 0.5 * (_logdet_spd(sxx + r * eye_c) + _logdet_spd(syy + r * eye_c) - _logdet_spd(cov + r * eye_2c))
+    loss = (1.0 - mi / mi_self.clamp_min(1e-300)).clamp(0.0, 1.0)
+    return torch.where(ok, loss, torch.nan)
+
+
+class _ChannelMaskGaussianMI:
+    """Gaussian information loss of channel masks on one feature map, from its covariance alone.
+
+    For a 0/1 channel mask ``d`` (kept set K) the joint covariance of ``(x, d * x)`` is ``[[S, S D], [D S, D S D]]``;
+    with the ridge ``r`` the dropped channels decouple and the Schur complement gives
+    ``I = 1/2 [log det(S + rI) - log det(S + rI - S D Q^-1 D S)]`` with ``Q = D S D + rI`` (``S_KK + rI`` on the kept
+    channels, ``r`` elsewhere). So after one pass over the voxels (``S``) a mask costs two ``C x C`` Cholesky
+    factorisations; the value equals :func:`mutual_information_loss` on ``(x, d * x)``.
+    """
+
+    def __init__(self, sxx: torch.Tensor, eps: float = 1e-3) -> None:
+        self.c = sxx.shape[1]
+        self.sxx = sxx
+        self.ridge, self.mi_self, self.ok = _ridge_and_self_information(self.sxx, eps)
+        self.eye = torch.eye(self.c, dtype=self.sxx.dtype, device=self.sxx.device)
+        self.a = self.sxx + self.ridge.view(-1, 1, 1) * self.eye
+        self.logdet_a = _logdet_spd(self.a)
+
+    def __call__(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """``idx`` (n,) batch rows, ``keep`` (draws, n, C) 0/1 masks -> mean loss over draws (n,)."""
+        draws, n, c = keep.shape
+        d = keep.to(self.sxx.dtype).reshape(draws * n, c)
+        s = self.sxx[idx].repeat(draws, 1, 1)
+        r = self.ridge[idx].repeat(draws).view(-1, 1, 1)
+        sd = s * d.unsqueeze(1)  # S D
+        q = sd * d.unsqueeze(2) + r * self.eye  # D S D + rI
+        chol, _ = torch.linalg.cholesky_ex(q)
+        cond = self.a[idx].repeat(draws, 1, 1) - sd @ torch.cholesky_solve(sd.transpose(1, 2), chol)
+        cond = 0.5 * (cond + cond.transpose(1, 2))
+        mi = 0.5 * (self.logdet_a[idx].repeat(draws) - _logdet_spd(cond))
+        loss = (1.0 - mi / self.mi_self[idx].repeat(draws).clamp_min(1e-300)).clamp(0.0, 1.0)
+        loss = torch.where(self.ok[idx].repeat(draws), loss, torch.nan)
+        return loss.view(draws, n).mean(0)
+
+
+def _covariance(pre: torch.Tensor, post: torch.Tensor | None = None) -> torch.Tensor:
+    """Covariance over voxels (float64) of the channels of ``pre`` (and ``post`` stacked after them)."""
+    b, c = pre.shape[:2]
+    z = pre.reshape(b, c, -1)
+    if post is not None:
+        z = torch.cat([z, post.reshape(b, c, -1)], dim=1)
+    z = z.double()
+    z = z - z.mean(-1, keepdim=True)
+    return z @ z.transpose(1, 2) / z.shape[-1]
+
+
+def _gaussian_mi(pre: torch.Tensor, post: torch.Tensor, eps: float) -> torch.Tensor:
+    return _gaussian_mi_from_cov(_covariance(pre, post), pre.shape[1], eps)
+
+
+def _joint_from_channel_mask(sxx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Joint covariance of ``(x, d * x)`` for a 0/1 channel mask ``d`` ``(B, C)``: exact, no pass over voxels."""
+    d = keep.to(sxx.dtype)
+    sxy = sxx * d.unsqueeze(1)
+    syy = sxy * d.unsqueeze(2)
+    return torch.cat([torch.cat([sxx, sxy], 2), torch.cat([sxy.transpose(1, 2), syy], 2)], 1)
+
+
+def _binned_mi(pre: torch.Tensor, post: torch.Tensor, bins: int) -> torch.Tensor:
+    b = pre.shape[0]
+    a = pre.reshape(b, -1).double()
+    y = post.reshape(b, -1).double()
+    lo = torch.minimum(a.amin(1), torch.zeros_like(a[:, 0])).unsqueeze(1)
+    hi = torch.maximum(a.amax(1), torch.zeros_like(a[:, 0])).unsqueeze(1)
+    width = (hi - lo).clamp_min(torch.finfo(torch.float64).tiny)
+
+    def label(v: torch.Tensor) -> torch.Tensor:
+        return ((v - lo) / width * bins).floor().clamp(0, bins - 1).long()
+
+    offset = torch.arange(b, device=a.device).unsqueeze(1) * (bins * bins)
+    joint = torch.bincount((offset + label(a) * bins + label(y)).reshape(-1), minlength=b * bins * bins)
+    joint = joint.reshape(b, bins, bins).double() / a.shape[1]
+    px, py = joint.sum(2), joint.sum(1)
+
+    def plogp(p: torch.Tensor) -> torch.Tensor:
+        return torch.where(p > 0, p * torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))
+
+    h_x = -plogp(px).sum(1)
+    mi = plogp(joint).sum((1, 2)) - plogp(px).sum(1) - plogp(py).sum(1)
+    loss = (1.0 - mi / h_x.clamp_min(1e-300)).clamp(0.0, 1.0)
+    return torch.where(h_x > 0, loss, torch.nan)
+
+
+def mutual_information_loss(
+    pre: ArrayLike, post: ArrayLike, estimator: str = "gaussian", eps: float = 1e-3, bins: int = 64
+) -> ArrayLike:
+    """Relative information loss ``1 - I(pre; post) / I(pre; pre)`` per batch element, in ``[0, 1]``.
+
+    ``pre``, ``post``: ``(B, C, *spatial)``. The voxels of one batch element are the samples.
+
+    - ``estimator="gaussian"`` (default): the channel vectors are treated as jointly Gaussian with the empirical
+      ``2C x 2C`` covariance of ``(pre, post)``, regularised by ``eps`` times the mean variance of ``pre``
+      (equivalently, both maps observed through independent noise of that variance), and
+      ``I = 1/2 [log det S_pp + log det S_qq - log det S_joint]``. ``I(pre; pre) = 1/2 sum_i log((l_i + r)^2 /
+      (r (2 l_i + r)))`` over the eigenvalues ``l_i`` of ``S_pp`` with ridge ``r``. Because it looks at all
+      channels at once it sees redundancy: with independent channels the loss is the fraction of channels a
+      channel-wise mask drops; a channel whose copy survives costs almost nothing. Cost: one ``2C x 2C``
+      covariance (float64) per call.
+    - ``estimator="binned"``: plug-in mutual information of the element values of ``pre`` and ``post`` binned on
+      ``bins`` equal-width bins over the range of ``pre`` (and 0), divided by the binned entropy of ``pre``.
+
+    NaN with a ``UserWarning`` where ``pre`` is constant (no information to lose). Zeevi et al. 2025 measure the
+    loss by mutual information between the feature maps before and after dropout.
+    """
+    a, b = _pair(pre, post)
+    if estimator == "gaussian":
+        if not eps > 0:
+            raise ValueError(f"eps must be positive, got {eps}")
+        loss = _gaussian_mi(a, b, float(eps))
+    elif estimator == "binned":
+        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
+            raise ValueError(f"bins must be an integer >= 2, got {bins!r}")
+        loss = _binned_mi(a, b, bins)
+    else:
+        raise ValueError(f"estimator must be 'gaussian' or 'binned', got {estimator!r}")
+    return _finish(loss, pre, "mutual_information_loss")
+
+
+# unvalidated torch versions used inside the search loop (pre is checked once per search)
+_FAST_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "mi_gaussian": functools.partial(_gaussian_mi, eps=1e-3),
+    "mi_binned": functools.partial(_binned_mi, bins=64),
+    "ssim": functools.partial(_ssim, kernel_size=7, kernel_sigma=1.5, kernel_type="gaussian"),
+    "mse": _relative_mse,
+}
+_GAUSSIAN_EPS = 1e-3
+#: loss names accepted by the Rate-In layers and inferer
+LOSS_NAMES = ("mi", "mi_gaussian", "mi_binned", "ssim", "mse")
+
+
+def _resolve_name(loss: str, channelwise: bool) -> str:
+    if loss == "mi":
+        # the Gaussian estimate sees cross-channel redundancy but treats element-wise erasures as heavy noise
+        # (its loss then far exceeds the erased fraction); the binned estimate handles erasures
+        return "mi_gaussian" if channelwise else "mi_binned"
+    return loss
+
+
+def get_information_loss(loss: str | LossFn, channelwise: bool = True) -> LossFn:
+    """Resolve a loss name or pass a callable through.
+
+    Names: ``"mi"`` (mutual information: the Gaussian estimate for channel-wise masks, the binned one for
+    element-wise masks), ``"mi_gaussian"``, ``"mi_binned"``, ``"ssim"``, ``"mse"``. A callable takes ``(pre, post)``
+    torch tensors ``(B, C, *spatial)`` and returns a ``(B,)`` tensor (or one float for every batch element) of
+    information losses, larger = more information lost.
+    """
+    if isinstance(loss, str):
+        name = _resolve_name(loss, channelwise)
+        if name not in _FAST_LOSSES:
+            raise ValueError(f"loss must be one of {LOSS_NAMES} or a callable, got {loss!r}")
+        return _FAST_LOSSES[name]
+    if not callable(loss):
+        raise TypeError(f"loss must be a name or a callable (pre, post) -> losses, got {type(loss).__name__}")
+    return loss
+
+
+# ============================================================================================ controller
+@dataclass
+class RateSearchResult:
+    """Outcome of :func:`search_dropout_rate` for a batch of ``B`` inputs.
+
+    ``rates`` ``(B,)`` float64 final rates; ``losses`` ``(B,)`` information loss of the last draw (measured at
+    the final rate); ``iterations`` ``(B,)`` number of loss evaluations; ``converged`` ``(B,)`` whether
+    ``|loss - target| < tol`` was reached; ``keep`` the keep-mask of the last draw (``(B, C, 1, ...)``
+    channel-wise or ``x.shape`` element-wise, in ``x``'s dtype).
+    """
+
+    rates: torch.Tensor
+    losses: torch.Tensor
+    iterations: torch.Tensor
+    converged: torch.Tensor
+    keep: torch.Tensor
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``n`` intra-op CPU threads (restored afterwards)."""
+    before = torch.get_num_threads()
+    if before != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if before != n:
+            torch.set_num_threads(before)
+
+
+def _small_linalg(device: torch.device) -> contextlib.AbstractContextManager:
+    """One CPU thread for factorisations of small (C x C) matrices: on CPU, LAPACK's threads only add
+    synchronisation cost there (measured up to 100 ms per call on a busy 2-core machine)."""
+    return _torch_threads(1) if device.type == "cpu" else contextlib.nullcontext()
+
+
+def _mask_shape(x: torch.Tensor, channelwise: bool) -> tuple[int, ...]:
+    if channelwise and x.ndim >= 3:
+        return (*x.shape[:2], *([1] * (x.ndim - 2)))
+    return tuple(x.shape)
+
+
+def _draw_keep(x: torch.Tensor, rates: torch.Tensor, channelwise: bool) -> torch.Tensor:
+    shape = _mask_shape(x, channelwise)
+    u = torch.rand(shape, device=x.device, dtype=torch.float32)
+    keep_prob = (1.0 - rates).to(torch.float32).view(-1, *([1] * (len(shape) - 1)))
+    return (u < keep_prob).to(x.dtype)
+
+
+def _apply_keep(x: torch.Tensor, keep: torch.Tensor, rates: torch.Tensor) -> torch.Tensor:
+    scale = (1.0 / (1.0 - rates)).to(x.dtype).view(-1, *([1] * (x.ndim - 1)))
+    return x * keep * scale
+
+
+def _losses(loss_fn: LossFn, pre: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        out = loss_fn(pre, post)
+    if isinstance(out, np.ndarray):
+        out = torch.from_numpy(out)
+    out = torch.as_tensor(out, dtype=torch.float64, device=pre.device).reshape(-1)
+    if out.numel() == 1 and pre.shape[0] != 1:
+        out = out.expand(pre.shape[0])
+    if out.numel() != pre.shape[0]:
+        raise ValueError(f"the information loss must return one value per batch element ({pre.shape[0]}), "
+                         f"got {out.numel()}")
+    return out
+
+
+def _check_controller(
+    target_loss: float, p_init: float, lr: float, lr_decay: float, tol: float, max_iter: int, p_min: float,
+    p_max: float,
+) -> None:
+    if not 0.0 <= float(target_loss) <= 1.0:
+        raise ValueError(f"target_loss must be in [0, 1], got {target_loss}")
+    if not 0.0 <= float(p_min) <= float(p_max) < 1.0:
+        raise ValueError(f"need 0 <= p_min <= p_max < 1, got p_min={p_min}, p_max={p_max}")
+    if not float(p_min) <= float(p_init) <= float(p_max):
+        raise ValueError(f"p_init must be in [p_min, p_max] = [{p_min}, {p_max}], got {p_init}")
+    if not float(lr) > 0:
+        raise ValueError(f"lr must be positive, got {lr}")
+    if not 0.0 < float(lr_decay) <= 1.0:
+        raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}")
+    if not float(tol) > 0:
+        raise ValueError(f"tol must be positive, got {tol}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+
+
+def search_dropout_rate(
+    x: torch.Tensor,
+    loss: str | LossFn = "mi",
+    target_loss: float = DEFAULT_TARGET,
+    *,
+    p_init: float = DEFAULT_TARGET,
+    channelwise: bool = True,
+    lr: float = DEFAULT_LR,
+    lr_decay: float = DEFAULT_LR_DECAY,
+    tol: float = DEFAULT_TOL,
+    max_iter: int = DEFAULT_MAX_ITER,
+    p_min: float = 0.0,
+    p_max: float = DEFAULT_P_MAX,
+    draws: int = DEFAULT_DRAWS,
+    validate: bool = True,
+) -> RateSearchResult:
+    """Rate-In's feedback loop: find, per batch element, the dropout rate whose information loss is the target.
+
+    ``x``: feature map ``(B, C, *spatial)`` (the input of the dropout layer). Starting from ``p_init``, each
+    iteration draws ``draws`` dropout masks at the current rates (channel-wise: whole channels, as
+    ``Dropout2d/3d``; otherwise element-wise), measures the mean of ``loss(x, keep * x)`` over them and, where
+    ``|err| = |loss - target_loss| >= tol``, updates ``p <- clip(p - lr * err / (1 + |err|), p_min, p_max)`` (too
+    much information lost lowers the rate) and ``lr <- lr * lr_decay``. An input stops at ``|err| < tol``, after
+    ``max_iter`` iterations, or when its loss is undefined (NaN: constant map; the rate stays). The last
+    iteration is measured at the final rate; the mask of its last draw is returned so that the caller applies
+    dropout whose loss was measured. ``validate`` checks ``x`` for NaN/inf first (``ValueError``); without it a
+    non-finite map gives a NaN loss and keeps ``p_init``.
+
+    With the Gaussian mutual information and channel-wise masks (the default ``"mi"``) the joint covariance of
+    ``(x, keep * x)`` follows exactly from the covariance of ``x`` (computed once), so an iteration costs a few
+    ``2C x 2C`` Cholesky factorisations and no pass over the voxels. Uses the global torch RNG (seed it for
+    determinism).
+    """
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError("x must be a floating point torch.Tensor (B, C, *spatial)")
+    if x.ndim < 2 or x.numel() == 0:
+        raise ValueError(f"x must be a non-empty feature map (B, C, *spatial), got shape {tuple(x.shape)}")
+    _check_controller(target_loss, p_init, lr, lr_decay, tol, max_iter, p_min, p_max)
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
+    fn = get_information_loss(loss, channelwise)
+    if validate:
+        check_finite(x, "x")
+    if hasattr(x, "as_tensor"):
+        x = x.as_tensor()
+    b, c, dev = x.shape[0], x.shape[1], x.device
+    fast = None
+    small_linalg: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if isinstance(loss, str) and _resolve_name(loss, channelwise) == "mi_gaussian" and channelwise and x.ndim >= 3:
+        sxx = _covariance(x)  # the only pass over the voxels
+        small_linalg = _small_linalg(dev)
+        with _small_linalg(dev):
+            fast = _ChannelMaskGaussianMI(sxx, _GAUSSIAN_EPS)
+
+    def measure(idx: torch.Tensor, xa: torch.Tensor, ra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if fast is not None:
+            ks = [_draw_keep(xa, ra, channelwise) for _ in range(draws)]
+            return fast(idx, torch.stack([k.reshape(k.shape[0], c) for k in ks])), ks[-1]
+        total = torch.zeros(xa.shape[0], dtype=torch.float64, device=dev)
+        for _ in range(draws):
+            k = _draw_keep(xa, ra, channelwise)
+            total += _losses(fn, xa, xa * k)
+        return total / draws, k
+
+    rates = torch.full((b,), float(p_init), dtype=torch.float64, device=dev)
+    losses = torch.full((b,), float("nan"), dtype=torch.float64, device=dev)
+    iterations = torch.zeros(b, dtype=torch.int64, device=dev)
+    converged = torch.zeros(b, dtype=torch.bool, device=dev)
+    keep = torch.ones(_mask_shape(x, channelwise), dtype=x.dtype, device=dev)
+    active = torch.ones(b, dtype=torch.bool, device=dev)
+    step = float(lr)
+    with small_linalg:  # C x C factorisations: threads only add synchronisation cost on CPU
+        for it in range(max_iter):
+            idx = active.nonzero().squeeze(1)
+            all_active = idx.numel() == b
+            xa = x if all_active else x[idx]
+            ra = rates if all_active else rates[idx]
+            la, k = measure(idx, xa, ra)
+            keep[idx] = k
+            losses[idx] = la
+            iterations[idx] = it + 1
+            err = la - float(target_loss)
+            done = err.abs() < float(tol)
+            converged[idx] = done
+            still = ~done & ~torch.isnan(la)
+            if it == max_iter - 1 or not bool(still.any()):
+                break
+            new = (ra - step * err / (1.0 + err.abs())).clamp(float(p_min), float(p_max))
+            rates[idx] = torch.where(still, new, ra)
+            active[idx] = still
+            step *= float(lr_decay)
+    return RateSearchResult(rates, losses, iterations, converged, keep)
+
+
+# ============================================================================================ layer
+class RateInDropout(nn.modules.dropout._DropoutNd):
+    """Dropout whose rate is tuned per input so that the information it removes matches ``target_loss``.
+
+    Args:
+        p: initial rate of the search (``p_init``) and the rate used in ``"fixed"`` mode before any search; in
+            ``(0, p_max]``.
+        target_loss: information loss to reach, in ``[0, 1]`` (fraction of the layer's information removed).
+        loss: ``"mi"`` (mutual information: Gaussian estimate for channel-wise, binned for element-wise masks;
+            default), ``"mi_gaussian"``, ``"mi_binned"``, ``"ssim"``, ``"mse"`` or a callable ``(pre, post) -> (B,)``;
+            see :func:`get_information_loss`.
+        channelwise: drop whole channels (``Dropout2d/3d`` style) or single elements.
+        mode: ``"adapt"``: search the rates on every input, then apply the last draw of the search; ``"fixed"``:
+            reuse the last rates (``rates``) with a fresh mask.
+        lr, lr_decay, tol, max_iter, p_min, p_max, draws: the controller (:func:`search_dropout_rate`).
+
+    Active in training mode (``module.train()``; :func:`~monai_unc.inferers.dropout.enable_mc_dropout` switches it
+    on like any dropout layer) and an identity in eval mode. After a search, ``rates`` ``(B,)``, ``last_search``
+    (:class:`RateSearchResult`) hold the outcome; neither is part of the ``state_dict``.
+    """
+
+    def __init__(
+        self,
+        p: float = DEFAULT_TARGET,
+        target_loss: float = DEFAULT_TARGET,
+        loss: str | LossFn = "mi",
+        channelwise: bool = True,
+        mode: str = "adapt",
+        lr: float = DEFAULT_LR,
+        lr_decay: float = DEFAULT_LR_DECAY,
+        tol: float = DEFAULT_TOL,
+        max_iter: int = DEFAULT_MAX_ITER,
+        p_min: float = 0.0,
+        p_max: float = DEFAULT_P_MAX,
+        draws: int = DEFAULT_DRAWS,
+    ) -> None:
+        super().__init__(p=float(p))
+        if not float(p) > 0:
+            raise ValueError(f"p (the initial rate) must be > 0, got {p}")
+        _check_controller(target_loss, p, lr, lr_decay, tol, max_iter, p_min, p_max)
+        get_information_loss(loss, channelwise)
+        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+            raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
+        self.draws = draws
+        self.target_loss = float(target_loss)
+        self.loss = loss
+        self.channelwise = bool(channelwise)
+        self.mode = mode
+        self.lr, self.lr_decay, self.tol, self.max_iter = float(lr), float(lr_decay), float(tol), int(max_iter)
+        self.p_min, self.p_max = float(p_min), float(p_max)
+        self.rates: torch.Tensor | None = None
+        self.last_search: RateSearchResult | None = None
+        self.replaced: nn.Module | None = None  # the dropout module this layer replaced (convert_dropout_to_rate_in)
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        if value not in ("adapt", "fixed"):
+            raise ValueError(f"mode must be 'adapt' or 'fixed', got {value!r}")
+        self._mode = value
+
+    def controller(self) -> dict[str, float]:
+        """The controller settings as keyword arguments of :func:`search_dropout_rate`."""
+        return {
+            "p_init": self.p, "lr": self.lr, "lr_decay": self.lr_decay, "tol": self.tol, "max_iter": self.max_iter,
+            "p_min": self.p_min, "p_max": self.p_max, "draws": self.draws,
+        }
+
+    def reset(self) -> None:
+        """Forget the last rates (``"fixed"`` mode falls back to ``p``)."""
+        self.rates = None
+        self.last_search = None
+
+    def search(self, x: torch.Tensor) -> RateSearchResult:
+        """Run the controller on ``x`` and store the rates; returns the :class:`RateSearchResult`."""
+        res = search_dropout_rate(
+            x.detach(), self.loss, self.target_loss, channelwise=self.channelwise, validate=False,
+            **self.controller(),
+        )
+        self.rates, self.last_search = res.rates, res
+        return res
+
+    def rate_in(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply Rate-In dropout regardless of the train/eval state (used by :class:`RateInHook`)."""
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            return x
+        if hasattr(x, "as_tensor"):
+            x = x.as_tensor()
+        if self.mode == "adapt":
+            res = self.search(x)
+            return _apply_keep(x, res.keep, res.rates)
+        rates = self.rates
+        if rates is None:
+            rates = torch.full((x.shape[0],), self.p, dtype=torch.float64, device=x.device)
+        elif rates.numel() != x.shape[0]:
+            if rates.numel() != 1:
+                raise ValueError(
+                    f"fixed mode holds rates for {rates.numel()} inputs but got a batch of {x.shape[0]}; "
+                    "run the layer in 'adapt' mode on this batch first"
+                )
+            rates = rates.expand(x.shape[0])
+        rates = rates.to(x.device)
+        return _apply_keep(x, _draw_keep(x, rates, self.channelwise), rates)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rate_in(x) if self.training else x
+
+    def extra_repr(self) -> str:
+        name = self.loss if isinstance(self.loss, str) else getattr(self.loss, "__name__", "callable")
+        return (
+            f"p={self.p}, target_loss={self.target_loss}, loss={name}, channelwise={self.channelwise}, "
+            f"mode={self.mode}"
+        )
+
+
+class RateInHook(DropoutHook):
+    """Forward hook applying a :class:`RateInDropout` to a module's output (post-hoc Rate-In).
+
+    A :class:`~monai_unc.inferers.dropout.DropoutHook`, so :func:`~monai_unc.inferers.dropout.enable_mc_dropout`,
+    :func:`~monai_unc.inferers.dropout.find_dropout_layers` and ``remove_dropout`` treat it like post-hoc dropout;
+    active when the hooked module is in training mode or ``mc_enabled``.
+    """
+
+    def __init__(self, layer: RateInDropout) -> None:
+        if not isinstance(layer, RateInDropout):
+            raise TypeError(f"layer must be a RateInDropout, got {type(layer).__name__}")
+        super().__init__(layer.p, channelwise=layer.channelwise)
+        self.layer = layer
+        self.replaced: DropoutHook | None = None
+
+    def _drop(self, x: Any) -> Any:
+        if isinstance(x, (tuple, list)):
+            return type(x)(self._drop(v) for v in x)
+        return self.layer.rate_in(x)
+
+    def __repr__(self) -> str:
+        return f"RateInHook({self.layer.extra_repr()})"
+
+
+# ============================================================================================ placement
+def _layer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    allowed = {"p", "target_loss", "loss", "channelwise", "lr", "lr_decay", "tol", "max_iter", "p_min", "p_max",
+               "draws"}
+    bad = sorted(set(kwargs) - allowed)
+    if bad:
+        raise TypeError(f"unexpected Rate-In layer argument(s): {bad}; allowed: {sorted(allowed)}")
+    return kwargs
+
+
+def find_rate_in_layers(model: nn.Module) -> list[tuple[str, RateInDropout]]:
+    """``(name, layer)`` of every Rate-In layer of ``model`` in module order: :class:`RateInDropout` modules (their
+    own name) and :class:`RateInHook` s (the name of the hooked module)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    out: list[tuple[str, RateInDropout]] = []
+    for name, m in model.named_modules():
+        if isinstance(m, RateInDropout):
+            out.append((name, m))
+        for h in m._forward_hooks.values():
+            if isinstance(h, RateInHook):
+                out.append((name or "<root>", h.layer))
+    return out
+
+
+def add_rate_in(
+    model: nn.Module, after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto", **layer_kwargs: Any
+) -> list[str]:
+    """Insert Rate-In dropout post hoc after the modules chosen by ``after`` (same placement as
+    :func:`~monai_unc.inferers.dropout.add_dropout`: ``"auto"`` = every encoder and decoder stage but the output
+    of MONAI UNet / BasicUNet / DynUNet and nnU-Net PlainConvUNet, or module names, or a predicate).
+
+    ``layer_kwargs`` configure each :class:`RateInDropout` (``p``, ``target_loss``, ``loss``, ``channelwise``,
+    controller settings). Parameters and ``state_dict`` keys are unchanged. Returns the module names.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    kwargs = _with_default_p(_layer_kwargs(dict(layer_kwargs)))
+    names = resolve_dropout_sites(model, after)
+    modules = dict(model.named_modules())
+    for n in names:
+        if any(isinstance(h, RateInHook) for h in modules[n]._forward_hooks.values()):
+            warnings.warn(f"module {n!r} already has a Rate-In hook; adding another", UserWarning)
+        modules[n].register_forward_hook(RateInHook(RateInDropout(**kwargs)))
+    return names
+
+
+def _with_default_p(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Inserted layers start the search at the target loss (the rate at which a content-blind loss would hit
+    it), at least 0.05 and at most ``p_max``."""
+    out = dict(kwargs)
+    if "p" not in out:
+        target = float(out.get("target_loss", DEFAULT_TARGET))
+        out["p"] = min(max(target, 0.05), float(out.get("p_max", DEFAULT_P_MAX)))
+    return out
+
+
+def _rate_of(m: nn.Module) -> float:
+    return float(getattr(m, "p", 0.0) or 0.0)
+
+
+#: dropout modules that convert_dropout_to_rate_in replaces (alpha dropout keeps SELU statistics: left alone)
+_CONVERTIBLE = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+
+
+def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[str]:
+    """Replace every dropout of ``model`` (``torch.nn`` dropout modules with a rate above 0 and post-hoc
+    :class:`~monai_unc.inferers.dropout.DropoutHook` s) by Rate-In dropout, in place; returns their names.
+
+    The initial rate ``p`` of each Rate-In layer is the rate it replaces unless ``p`` is given; ``Dropout1d/2d/3d``
+    and channel-wise hooks become channel-wise, ``nn.Dropout`` element-wise, unless ``channelwise`` is given.
+    ``AlphaDropout`` and ``DropPath`` (stochastic depth) are left alone. :func:`remove_rate_in` undoes the
+    conversion. Raises ``ValueError`` when the model has no dropout to convert.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    kwargs = _layer_kwargs(dict(layer_kwargs))
+    converted: list[str] = []
+    for name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            if type(child) in _CONVERTIBLE:
+                if _rate_of(child) <= 0:
+                    continue
+                kw = {"p": min(_rate_of(child), kwargs.get("p_max", DEFAULT_P_MAX)),
+                      "channelwise": isinstance(child, (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)), **kwargs}
+                layer = RateInDropout(**kw)
+                layer.train(child.training)
+                object.__setattr__(layer, "replaced", child)  # kept for remove_rate_in, not as a submodule
+                setattr(parent, child_name, layer)
+                converted.append(f"{name}.{child_name}" if name else child_name)
+        for key, h in list(parent._forward_hooks.items()):
+            if isinstance(h, DropoutHook) and not isinstance(h, RateInHook) and h.p > 0:
+                kw = {"p": min(h.p, kwargs.get("p_max", DEFAULT_P_MAX)), "channelwise": h.channelwise, **kwargs}
+                new = RateInHook(RateInDropout(**kw))
+                new.mc_enabled = h.mc_enabled
+                new.replaced = h
+                parent._forward_hooks[key] = new
+                converted.append(name or "<root>")
+    if not converted:
+        raise ValueError(
+            f"{type(model).__name__} has no dropout to convert (no torch.nn Dropout* with a rate above 0 and no "
+            "post-hoc dropout); insert Rate-In with add_rate_in(model, after=...)"
+        )
+    return converted
+
+
+def remove_rate_in(model: nn.Module) -> int:
+    """Undo :func:`add_rate_in` and :func:`convert_dropout_to_rate_in`: inserted hooks are removed, converted
+    layers and hooks get their original dropout back. :class:`RateInDropout` modules built into the architecture
+    stay. Returns how many were removed or restored."""
+    count = 0
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, RateInDropout) and child.replaced is not None:
+                setattr(parent, child_name, child.replaced)
+                count += 1
+        for key, h in list(parent._forward_hooks.items()):
+            if isinstance(h, RateInHook):
+                if h.replaced is not None:
+                    parent._forward_hooks[key] = h.replaced
+                else:
+                    del parent._forward_hooks[key]
+                count += 1
+    return count
+
+
+# ============================================================================================ inferer
+class RateInSource(SampleSource):
+    """``num_samples`` dropout passes with Rate-In rates searched once per input (per window).
+
+    The rate search runs in :meth:`prepare`: one forward pass with every Rate-In layer in ``"adapt"`` mode (each
+    layer tunes its rate on the activations that reach it, i.e. after the dropout of the layers before it), its
+    output discarded; the samples then run in ``"fixed"`` mode. Layers: Rate-In layers already in the network
+    are used as they are; otherwise ``placement`` decides, for the duration of the call: ``"insert"`` adds them
+    after the modules chosen by ``after`` (see :func:`add_rate_in`), ``"convert"`` converts the network's dropout
+    (:func:`convert_dropout_to_rate_in`), ``"auto"`` converts when the network has dropout and inserts otherwise.
+    Other dropout layers of the network stay in the mode they are in. MI is epistemic, MI(Y, theta).
+    """
+
+    mi_meaning = MIMeaning.EPISTEMIC
+
+    def __init__(
+        self,
+        num_samples: int = 30,
+        placement: str = "auto",
+        after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
+        **layer_kwargs: Any,
+    ) -> None:
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        if placement not in ("auto", "insert", "convert"):
+            raise ValueError(f"placement must be 'auto', 'insert' or 'convert', got {placement!r}")
+        self.num_samples = num_samples
+        self.placement = placement
+        self.after = after
+        self.layer_kwargs = _layer_kwargs(dict(layer_kwargs))
+        RateInDropout(**_with_default_p(self.layer_kwargs))  # validate the settings now, not at the first call
+        self._layers: list[tuple[str, RateInDropout]] = []
+        self._records: dict[str, dict[str, list[torch.Tensor]]] = {}
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def variants(self, x: torch.Tensor) -> list[Callable | None]:
+        return [None] * self.num_samples
+
+    @contextlib.contextmanager
+    def activate(self, network: nn.Module | None) -> Iterator[list[tuple[str, RateInDropout]]]:
+        if not isinstance(network, nn.Module):
+            raise TypeError(f"RateInSource needs the network as a torch.nn.Module, got {type(network).__name__}")
+        layers = find_rate_in_layers(network)
+        attached = not layers
+        states: list[tuple[RateInDropout, bool, str]] = []
+        hooks: list[tuple[RateInHook, bool]] = []
+        try:
+            if attached:
+                self._attach(network)
+                layers = find_rate_in_layers(network)
+            for _, layer in layers:
+                states.append((layer, layer.training, layer.mode))
+                layer.train()
+                layer.mode = "fixed"
+            hooks = [(h, h.mc_enabled) for m in network.modules() for h in m._forward_hooks.values()
+                     if isinstance(h, RateInHook)]
+            for h, _ in hooks:
+                h.mc_enabled = True
+            self._layers = layers
+            yield layers
+        finally:
+            for layer, training, mode in states:
+                layer.train(training)
+                layer.mode = mode
+            for h, enabled in hooks:
+                h.mc_enabled = enabled
+            if attached:
+                remove_rate_in(network)
+            self._layers = []
+
+    def _attach(self, network: nn.Module) -> None:
+        kwargs = dict(self.layer_kwargs)
+        placement = self.placement
+        if placement == "auto":
+            mods, hooks = find_dropout_layers(network)
+            has_dropout = any(type(m) in _CONVERTIBLE for m in mods) or bool(hooks)
+            placement = "convert" if has_dropout else "insert"
+        if placement == "convert":
+            convert_dropout_to_rate_in(network, **kwargs)
+        else:
+            add_rate_in(network, after=self.after, **_with_default_p(kwargs))
+
+    def reset(self) -> None:
+        self._records = {}
+
+    def prepare(self, x: torch.Tensor, predictor: Predictor) -> None:
+        layers = self._layers
+        if not layers:
+            raise RuntimeError("RateInSource.prepare called outside activate()")
+        for _, layer in layers:
+            layer.reset()
+            layer.mode = "adapt"
+        try:
+            predictor(x)
+        finally:
+            for _, layer in layers:
+                layer.mode = "fixed"
+        ran = [(name, layer) for name, layer in layers if layer.last_search is not None]
+        if not ran:
+            raise ValueError(
+                f"none of the {len(layers)} Rate-In layer(s) ran in the forward pass (are they placed on modules the "
+                "network calls, on floating point tensors?)"
+            )
+        if len(ran) < len(layers):
+            idle = [name for name, layer in layers if layer.last_search is None]
+            warnings.warn(f"Rate-In layers not reached by the forward pass keep their initial rate: {idle}",
+                          UserWarning)
+        seen: dict[str, int] = {}
+        for name, layer in ran:
+            seen[name] = seen.get(name, 0) + 1
+            key = name if seen[name] == 1 else f"{name}#{seen[name]}"
+            rec = self._records.setdefault(key, {"rates": [], "losses": [], "iterations": [], "converged": []})
+            res = layer.last_search
+            rec["rates"].append(res.rates.detach().float().cpu())
+            rec["losses"].append(res.losses.detach().float().cpu())
+            rec["iterations"].append(res.iterations.detach().cpu())
+            rec["converged"].append(res.converged.detach().cpu())
+
+    def extra_outputs(self) -> dict[str, Any]:
+        if not self._records:
+            return {}
+        out: dict[str, Any] = {}
+        for field in ("rates", "losses", "iterations", "converged"):
+            out[f"rate_in_{field}"] = {k: torch.cat(v[field]) for k, v in self._records.items()}
+        return out
+
+
+class RateInInferer(UncertaintyInferer):
+    """Monte-Carlo dropout with Rate-In adaptive rates (Zeevi et al., CVPR 2025).
+
+    For every input (every window of a ``SlidingWindowInferer``) one search pass tunes each Rate-In layer's rate,
+    layer by layer in network order, until the information the layer's dropout removes matches ``target_loss``;
+    then ``num_samples`` dropout passes with those rates stream into :class:`~monai_unc.stats.SampleStats`.
+
+    Args:
+        num_samples: MC samples per input (seed 003 uses 30).
+        target_loss: information loss per layer, in ``[0, 1]``.
+        loss: ``"mi"`` (mutual information, default), ``"mi_gaussian"``, ``"mi_binned"``, ``"ssim"``, ``"mse"`` or a
+            callable (see :func:`get_information_loss`).
+        placement: ``"auto"``, ``"insert"`` or ``"convert"`` (see :class:`RateInSource`); ignored when the network
+            already has Rate-In layers (they keep their own settings).
+        after: where ``"insert"`` places the layers (as in :func:`~monai_unc.inferers.dropout.add_dropout`).
+        channelwise: drop channels (default) or elements in inserted layers (converted layers keep their kind
+            unless given).
+        p_init, lr, lr_decay, tol, max_iter, p_min, p_max, draws: the controller (:func:`search_dropout_rate`).
+        **kwargs: :class:`~monai_unc.inferers.sampling.UncertaintyInferer` options (``base_inferer``, ``seed``,
+            ``keys``, ``keep_samples``, ...).
+
+    Returns an :class:`~monai_unc.inferers.sampling.UncertaintyOutput` with the usual maps and, in ``out.extras``,
+    ``rate_in_rates`` / ``rate_in_losses`` / ``rate_in_iterations`` / ``rate_in_converged``: dicts from layer name
+    to a tensor with one value per searched input (the batch, or every window in sliding-window order).
+
+    Example::
+
+        inferer = RateInInferer(num_samples=30, target_loss=0.1, base_inferer=SlidingWindowInferer((64,) * 3))
+        out = inferer(image, network)
+        out["mutual_information"], out.extras["rate_in_rates"]
+    """
+
+    def __init__(
+        self,
+        num_samples: int = 30,
+        target_loss: float = DEFAULT_TARGET,
+        loss: str | LossFn = "mi",
+        placement: str = "auto",
+        after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
+        channelwise: bool | None = None,
+        p_init: float | None = None,
+        lr: float = DEFAULT_LR,
+        lr_decay: float = DEFAULT_LR_DECAY,
+        tol: float = DEFAULT_TOL,
+        max_iter: int = DEFAULT_MAX_ITER,
+        p_min: float = 0.0,
+        p_max: float = DEFAULT_P_MAX,
+        draws: int = DEFAULT_DRAWS,
+        **kwargs: Any,
+    ) -> None:
+        layer_kwargs: dict[str, Any] = {
+            "target_loss": target_loss, "loss": loss, "lr": lr, "lr_decay": lr_decay, "tol": tol,
+            "max_iter": max_iter, "p_min": p_min, "p_max": p_max, "draws": draws,
+        }
+        if channelwise is not None:
+            layer_kwargs["channelwise"] = bool(channelwise)
+        if p_init is not None:
+            layer_kwargs["p"] = p_init
+        source = RateInSource(num_samples, placement=placement, after=after, **layer_kwargs)
+        super().__init__(sources=[source], **kwargs)
+        self.num_samples = num_samples
+        self.source = source
+
