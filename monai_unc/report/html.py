@@ -1,0 +1,354 @@
+"""The self-contained HTML QC report of ``monai-unc report``.
+
+:func:`build_report` reads an evaluation folder (``metrics.csv``, ``summary.json`` and the ``state/`` folder
+written by ``monai-unc evaluate``) and writes ``report.html`` with every figure embedded as a base64 PNG (the
+file can be mailed or archived alone; it loads nothing from the network), plus the same figures as PNG files
+under ``figures/``. Sections:
+
+1. key numbers: cases, mean Dice, pooled calibration (ECE family from merged histograms), failure detection
+   (AURC / E-AURC with risk 1 - Dice), OoD AUROC when shift labels were given;
+2. the triage table: cases ranked by their uncertainty score, the ``budget`` most uncertain marked for review,
+   and the expected mean Dice of the retained cases at that budget (from the referral curve);
+3. cohort plots: all-label reliability diagram with the per-case spread, referral curve, uncertainty histograms
+   of good vs failed cases, scores by shift;
+4. per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest
+   uncertainty, for the most uncertain cases and, for contrast, the most certain one.
+
+Changing the budget re-runs the cohort summary (:func:`monai_unc.report.cohort.summarize`) on the saved state,
+so the numbers in the report are always those of the metric functions.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as _dt
+import html
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .cohort import IID_SHIFTS, CohortState, EvaluationConfig, fill_undefined_scores, load_evaluation, summarize
+from .nifti import atomic_write_text
+
+__all__ = ["Figure", "build_report", "render_html", "reliability_figure"]
+
+
+@dataclass
+class Figure:
+    """An embedded figure: element id, title, caption, PNG bytes and the file it was saved to."""
+
+    key: str
+    title: str
+    caption: str
+    png: bytes
+    path: Path | None = None
+
+
+def _config_from(summary: Mapping[str, Any], state: CohortState, budget: float | None) -> EvaluationConfig:
+    known = {f.name for f in fields(EvaluationConfig)}
+    cfg = EvaluationConfig(**{k: v for k, v in (summary.get("config") or {}).items() if k in known})
+    if budget is not None:
+        cfg.budget = float(budget)
+    if any("shift" in r for r in state.rows):
+        cfg.shifts = {str(r["case"]): str(r.get("shift", "")) for r in state.rows}
+    cfg.validate()
+    return cfg
+
+
+def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> Any | None:
+    """All-label reliability diagram of the pooled histogram with a box plot of the per-case frequencies per bin
+    (seed 001 Fig. 5), drawn by :func:`monai_unc.report.reliability.plot_reliability_diagram`; ``None`` when the
+    cohort has no probabilities."""
+    if state.histogram is None:
+        return None
+    from .reliability import plot_reliability_diagram
+
+    return plot_reliability_diagram(
+        state.histogram, kind="all_label", n_bins=n_bins, min_bin_count=min_bin_count, per_case_boxes=True
+    )
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None or v == "":
+        return "–"
+    if isinstance(v, (float, np.floating)):
+        return "–" if not np.isfinite(v) else f"{v:.{digits}f}"
+    return str(v)
+
+
+def _img_tag(fig: Figure) -> str:
+    b64 = base64.b64encode(fig.png).decode("ascii")
+    return (
+        f'<figure id="fig-{html.escape(fig.key)}"><img alt="{html.escape(fig.title)}" '
+        f'src="data:image/png;base64,{b64}"><figcaption><b>{html.escape(fig.title)}.</b> '
+        f"{html.escape(fig.caption)}</figcaption></figure>"
+    )
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#1d2430;background:#f5f6f8}
+header{background:#23324a;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:22px}
+header p{margin:2px 0;color:#c9d3e3;font-size:13px}main{padding:8px 28px 40px;max-width:1280px}
+h2{font-size:18px;margin:26px 0 10px;border-bottom:2px solid #d5dae3;padding-bottom:4px}
+.cards{display:flex;flex-wrap:wrap;gap:10px}.card{background:#fff;border:1px solid #d5dae3;border-radius:6px;
+padding:10px 14px;min-width:150px}.card .v{font-size:20px;font-weight:600}.card .k{font-size:12px;color:#5b6677}
+table{border-collapse:collapse;background:#fff;font-size:13px}th,td{border:1px solid #d5dae3;padding:4px 8px;
+text-align:right}th{background:#e9edf3;position:sticky;top:0}td.l,th.l{text-align:left}
+tr.referred td{background:#fde8e6}tr.failed td.dice{color:#b3261e;font-weight:600}
+.tag{display:inline-block;border-radius:3px;padding:0 5px;font-size:11px;font-weight:600}
+.tag.r{background:#d62728;color:#fff}.tag.k{background:#e3e7ee;color:#3a4556}
+.plots{display:flex;flex-wrap:wrap;gap:14px}figure{margin:0;background:#fff;border:1px solid #d5dae3;
+border-radius:6px;padding:8px}figure img{display:block;max-width:100%}figcaption{font-size:12px;color:#44505f;
+max-width:580px;margin-top:4px}.plots figure{flex:0 1 580px}.cases figure{margin-bottom:14px}
+.cases figcaption{max-width:1200px}.note{font-size:13px;color:#44505f;max-width:1000px}
+.scroll{max-height:520px;overflow:auto;display:inline-block;border:1px solid #d5dae3}
+ul.warn{font-size:12px;color:#6b4a00}
+"""
+
+_SCRIPT = """
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.body.setAttribute('data-images-total', String(imgs.length));
+  document.body.setAttribute('data-images-loaded', String(ok));
+});
+"""
+
+
+def _cards(summary: Mapping[str, Any]) -> str:
+    items: list[tuple[str, str]] = [
+        ("cases", str(summary["n_cases"])),
+        ("mean Dice", _fmt(summary["dice"]["mean"])),
+    ]
+    t = summary["triage"]
+    items.append((f"Dice kept at {t['budget']:.0%} referral", _fmt(t["dice_retained"])))
+    f = summary.get("failures", {})
+    caught = f"{f.get('caught_by_budget')} / {f.get('n_failed')}"
+    items.append((f"failed (Dice < {f.get('dice_threshold')}) referred", caught))
+    cal = summary.get("calibration")
+    if cal:
+        items += [
+            ("pooled ECE (top label)", _fmt(cal["ece"], 4)),
+            ("pooled all-label ECE", _fmt(cal["all_label_ece"], 4)),
+            ("pooled NLL", _fmt(cal["nll"], 4)),
+            ("pooled Brier", _fmt(cal["brier"], 4)),
+        ]
+    fd = summary["failure_detection"]
+    items += [("AURC (risk 1 - Dice)", _fmt(fd["aurc"], 4)), ("E-AURC", _fmt(fd["eaurc"], 4))]
+    ood = summary.get("ood")
+    if ood and ood.get("auroc") is not None:
+        items.append(("OoD AUROC", _fmt(ood["auroc"])))
+    return '<div class="cards">' + "".join(
+        f'<div class="card"><div class="v">{html.escape(v)}</div><div class="k">{html.escape(k)}</div></div>'
+        for k, v in items
+    ) + "</div>"
+
+
+def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
+    score_key = summary["score"]["column"]
+    by_id = {str(r["case"]): r for r in rows}
+    referred = set(summary["triage"]["referred"])
+    thr = summary["failures"]["dice_threshold"]
+    has_shift = any("shift" in r for r in rows)
+    extra = [k for k in ("ece", "buc", "error_auroc") if any(k in r for r in rows)]
+    head = ["rank", "case", "decision", score_key, "Dice"] + (["shift"] if has_shift else []) + extra
+    out = ['<div class="scroll"><table id="triage-table"><thead><tr>']
+    out += [f'<th class="{"l" if h in ("case", "decision", "shift") else ""}">{html.escape(h)}</th>' for h in head]
+    out.append("</tr></thead><tbody>")
+    for rank, cid in enumerate(summary["triage"]["order"], 1):
+        r = by_id[cid]
+        dice = float(r["dice"])
+        cls = ("referred " if cid in referred else "") + ("failed" if dice < thr else "")
+        decision = '<span class="tag r">review</span>' if cid in referred else '<span class="tag k">accept</span>'
+        cells = [str(rank), f'<td class="l">{html.escape(cid)}</td>', f'<td class="l">{decision}</td>',
+                 _fmt(r.get(score_key), 4), f'<td class="dice">{_fmt(dice)}</td>']
+        if has_shift:
+            cells.append(f'<td class="l">{html.escape(str(r.get("shift", "")))}</td>')
+        cells += [_fmt(r.get(k)) for k in extra]
+        tds = "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in cells)
+        out.append(f'<tr class="{cls.strip()}" data-case="{html.escape(cid)}">{tds}</tr>')
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def render_html(
+    summary: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    cohort_figures: Sequence[Figure],
+    case_figures: Sequence[Figure],
+    title: str = "Uncertainty QC report",
+    source: str = "",
+    csv_text: str | None = None,
+) -> str:
+    """The report page as one string (no external resources)."""
+    t = summary["triage"]
+    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    measure = summary.get("measure") or "uncertainty"
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<meta name='viewport' content='width=device-width'><title>{html.escape(title)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<header><h1>{html.escape(title)}</h1><p>{summary['n_cases']} cases · measure "
+        f"<b>{html.escape(str(measure))}</b> · triage score <b>{html.escape(summary['score']['column'])}</b> · "
+        f"generated {now} by monai-unc</p>",
+        f"<p>{html.escape(source)}</p></header><main>",
+        '<section id="summary"><h2>Summary</h2>', _cards(summary), "</section>",
+        '<section id="triage"><h2>Triage</h2><p class="note">',
+        f"Cases ranked from most to least uncertain. With a referral budget of <b>{t['budget']:.0%}</b> the "
+        f"<b>{t['n_referred']}</b> most uncertain case(s) go to review; the expected mean Dice of the "
+        f"<b>{summary['n_cases'] - t['n_referred']}</b> retained cases is <b>{_fmt(t['dice_retained'])}</b> "
+        f"(all cases: {_fmt(t['dice_all'])}"
+        + (f"; referred cases: {_fmt(t['dice_referred'])}" if t.get("dice_referred") is not None else "")
+        + f"). Dice below {summary['failures']['dice_threshold']:g} is marked as failed.",
+    ]
+    if summary["score"].get("undefined"):
+        parts.append(f" Cases without a defined score are ranked first: {', '.join(summary['score']['undefined'])}.")
+    if csv_text is not None:
+        b64 = base64.b64encode(csv_text.encode()).decode("ascii")
+        parts.append(f' <a download="metrics.csv" href="data:text/csv;base64,{b64}">Download metrics.csv</a>.')
+    parts += ["</p>", _triage_table(rows, summary), "</section>"]
+    parts.append('<section id="plots"><h2>Cohort plots</h2><div class="plots">')
+    parts += [_img_tag(f) for f in cohort_figures]
+    parts.append("</div></section>")
+    if case_figures:
+        parts.append('<section id="cases" class="cases"><h2>Cases: slices of highest uncertainty</h2>')
+        parts += [_img_tag(f) for f in case_figures]
+        parts.append("</section>")
+    warns = summary.get("warnings") or []
+    if warns:
+        parts.append('<section id="warnings"><h2>Warnings</h2><ul class="warn">')
+        parts += [f"<li>{html.escape(w)}</li>" for w in warns[:50]]
+        if len(warns) > 50:
+            parts.append(f"<li>... and {len(warns) - 50} more (see summary.json)</li>")
+        parts.append("</ul></section>")
+    parts.append(f"</main><script>{_SCRIPT}</script></body></html>\n")
+    return "".join(parts)
+
+
+def _case_figures(
+    state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path
+) -> list[Figure]:
+    from ..io import CaseFiles, list_image_cases, load_case
+    from .cohort import _derived_maps
+    from .plots import plot_case_overlay, save_png
+
+    order = summary["triage"]["order"]
+    chosen = list(order[:n_cases])
+    if len(order) > n_cases and n_cases > 0:
+        chosen.append(order[-1])  # the most certain case, for contrast
+    image_files = {}
+    if images is not None:
+        image_files = {c.case_id: c.channels[0] for c in list_image_cases(images)}
+    by_id = {str(r["case"]): r for r in state.rows}
+    score_key = summary["score"]["column"]
+    out = []
+    for rank, cid in enumerate(chosen):
+        if cid not in state.files:
+            continue
+        files = CaseFiles.from_json(state.files[cid])
+        if cid in image_files:
+            files.image = image_files[cid]
+        case = load_case(files, state.num_classes, load_image=True)
+        maps = _derived_maps(case)
+        measure = by_id[cid].get("measure") or next(iter(maps), None)
+        if measure is None:
+            continue
+        r = by_id[cid]
+        info = {"Dice": _fmt(float(r["dice"])), score_key: _fmt(r.get(score_key), 4)}
+        if "shift" in r:
+            info["shift"] = r["shift"] or "none"
+        fig = plot_case_overlay(cid, case.seg, case.label, maps[measure], case.image, case.spacing, measure, info=info,
+                                class_names=summary.get("class_names"))
+        path = fig_dir / f"case_{cid}.png"
+        png = save_png(fig, path)
+        pos = order.index(cid) + 1
+        what = "most certain case (for contrast)" if rank == len(chosen) - 1 and rank >= n_cases else "triage rank"
+        out.append(Figure(
+            f"case-{cid}", f"{cid}: {what} {pos} of {len(order)}",
+            "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty. Columns: image; "
+            "prediction contour per class; uncertainty heatmap; error map (red: false foreground, blue: missed "
+            "foreground, purple: wrong class).", png, path,
+        ))  # fmt: skip
+    return out
+
+
+def build_report(
+    evaluation: str | os.PathLike,
+    output: str | os.PathLike | None = None,
+    budget: float | None = None,
+    images: str | os.PathLike | None = None,
+    n_cases: int = 4,
+    title: str = "Uncertainty QC report",
+) -> Path:
+    """Write ``report.html`` and ``figures/*.png`` for an evaluation folder; returns the HTML path.
+
+    Args:
+        evaluation: the ``--output`` folder of ``monai-unc evaluate``.
+        output: report folder (default ``<evaluation>/report``).
+        budget: referral fraction for the triage (default: the evaluation's).
+        images: folder of the input images for the overlays (default: the one given to ``evaluate``, if any;
+            without images the label map is the background of the overlays).
+        n_cases: overlays for this many of the most uncertain cases (plus the most certain one).
+    """
+    from .plots import plot_referral_curve, plot_scores_by_shift, plot_uncertainty_histograms, save_png
+
+    evaluation = Path(evaluation)
+    state, saved = load_evaluation(evaluation)
+    config = _config_from(saved, state, budget)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
+        summary = summarize(state, config)
+    out_dir = Path(output) if output is not None else evaluation / "report"
+    fig_dir = out_dir / "figures"
+    rows = state.sorted_rows()
+    score_key = summary["score"]["column"]
+    raw = np.array([float(r[score_key]) if r.get(score_key) not in (None, "") else np.nan for r in rows])
+    filled = fill_undefined_scores(raw)
+    dice = np.array([float(r["dice"]) for r in rows])
+    label = score_key.replace("_", " ")
+
+    figures: list[Figure] = []
+
+    def add(key: str, title: str, caption: str, fig: Any) -> None:
+        path = fig_dir / f"{key}.png"
+        figures.append(Figure(key, title, caption, save_png(fig, path), path))
+
+    rel = reliability_figure(state, config.n_bins, config.min_bin_count)
+    if rel is not None:
+        cal = summary["calibration"]
+        add("reliability", "Reliability diagram (all labels, pooled)",
+            "Every class probability of every voxel against the frequency of that class, from the merged confidence "
+            "histograms of all cases; the boxes show the spread of the per-case frequencies in each bin. Pooled "
+            f"all-label ECE {_fmt(cal['all_label_ece'], 4)}, top-label ECE {_fmt(cal['ece'], 4)}.", rel)
+    add("referral", "Referral curve",
+        f"Mean Dice of the cases kept after referring the most uncertain ones (by {label}), against the oracle that "
+        f"refers the worst cases first and random referral. Normalised area "
+        f"{_fmt(summary['referral']['area_normalized'])}.",
+        plot_referral_curve(filled, dice, config.budget, label))
+    add("histograms", "Uncertainty of good and failed cases",
+        f"Histogram of {label} for cases with Dice >= {config.failure_dice:g} (good) and below (failed); failed cases "
+        "on the left are silent failures.",
+        plot_uncertainty_histograms(filled, dice, config.failure_dice, label))
+    if config.shifts is not None:
+        ood = summary.get("ood", {})
+        add("shifts", "Uncertainty by shift",
+            f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {_fmt(ood.get('auroc'))}.",
+            plot_scores_by_shift(filled, [r.get("shift", "") for r in rows], IID_SHIFTS, label))
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir)
+    csv_path = evaluation / "metrics.csv"
+    csv_text = csv_path.read_text() if csv_path.is_file() else None
+    page = render_html(summary, rows, figures, case_figs, title=title,
+                       source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text)
+    return atomic_write_text(out_dir / "report.html", page)
+
+
+def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:
+    """Rows of a ``metrics.csv`` (strings), for tools that post-process the evaluation."""
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))

@@ -1,0 +1,234 @@
+"""Figures of the QC report: referral curve, uncertainty histograms of good and failed cases, scores by shift, and
+per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest uncertainty.
+
+Every plotted number comes from a metric function (the referral curves from
+:func:`monai_unc.metrics.selective.referral_curve`, the histograms from
+:func:`monai_unc.metrics.casewise.uncertainty_histograms`); these functions only draw. The reliability diagram
+is drawn by :mod:`monai_unc.report.reliability`. Figures are matplotlib ``Figure`` objects (Agg backend, no
+display needed); :func:`save_png` writes one atomically and returns the PNG bytes for embedding.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "save_png",
+    "plot_referral_curve",
+    "plot_uncertainty_histograms",
+    "plot_scores_by_shift",
+    "slice_of_highest_uncertainty",
+    "plot_case_overlay",
+]
+
+_GOOD, _BAD, _ACCENT = "#1f77b4", "#d62728", "#2ca02c"
+_VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=110, layout="constrained")
+
+
+def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
+    """PNG bytes of ``fig``; also written to ``path`` (through a temporary file and a rename) when given."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=fig.dpi, facecolor="white")
+    data = buf.getvalue()
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.partial")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return data
+
+
+def plot_referral_curve(
+    scores: np.ndarray, dice: np.ndarray, budget: float | None = None, score_name: str = "uncertainty"
+) -> Any:
+    """Mean Dice of the retained cases against the referral rate (RETINA, seed 002, Sec. 2.3).
+
+    Three curves: referral by ``scores`` (most uncertain first), the oracle that refers the lowest Dice first
+    (the best any score can do) and random referral (the cohort mean in expectation). A vertical line marks
+    ``budget`` with the expected Dice of the cases kept there.
+    """
+    from ..metrics.selective import referral_curve
+
+    scores = np.asarray(scores, dtype=np.float64)
+    dice = np.asarray(dice, dtype=np.float64)
+    ours = referral_curve(scores, dice)
+    oracle = referral_curve(1.0 - dice, dice)
+    fig = _figure(5.2, 3.8)
+    ax = fig.add_subplot()
+    # ceil(tau * N) cases are referred: the value at tau = k / N holds on ((k - 1) / N, k / N]
+    ax.plot(oracle.tau, oracle.value, color="0.55", ls="--", lw=1.5, drawstyle="steps-pre",
+            label="oracle (lowest Dice first)")
+    ax.plot(ours.tau, ours.value, color=_GOOD, lw=2.2, drawstyle="steps-pre", label=f"by {score_name}")
+    ax.plot(ours.tau, ours.value, color=_GOOD, lw=0, marker="o", ms=3.5)
+    ax.axhline(float(dice.mean()), color="0.3", ls=":", lw=1.5, label="random referral")
+    if budget is not None:
+        at = referral_curve(scores, dice, taus=[budget])
+        ax.axvline(budget, color=_BAD, lw=1.2, alpha=0.8)
+        ax.plot([budget], [at.value[0]], marker="D", color=_BAD, ms=7,
+                label=f"budget {budget:.0%}: Dice {at.value[0]:.3f}")
+    ax.set_xlabel("fraction of cases referred for review")
+    ax.set_ylabel("mean Dice of the retained cases")
+    ax.set_xlim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    ax.set_title("Referral curve", fontsize=11)
+    return fig
+
+
+def plot_uncertainty_histograms(
+    scores: np.ndarray, dice: np.ndarray, failure_dice: float, score_name: str = "uncertainty", bins: int = 12
+) -> Any:
+    """Case-score histograms of good (Dice >= ``failure_dice``) and failed cases on shared bins (RETINA
+    Sec. 2.4), as counts; failed cases at low uncertainty are silent failures."""
+    from ..metrics.casewise import uncertainty_histograms
+
+    scores = np.asarray(scores, dtype=np.float64)
+    good = np.asarray(dice, dtype=np.float64) >= failure_dice
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # an empty group is drawn as empty
+        h = uncertainty_histograms(scores, good, bins=bins, density=False)
+    fig = _figure(5.2, 3.8)
+    ax = fig.add_subplot()
+    widths = np.diff(h.edges)
+    for values, color, label in (
+        (h.correct, _GOOD, f"good: Dice >= {failure_dice:g} (n={h.n_correct})"),
+        (h.incorrect, _BAD, f"failed: Dice < {failure_dice:g} (n={h.n_incorrect})"),
+    ):
+        v = np.nan_to_num(values)
+        ax.bar(h.edges[:-1], v, width=widths, align="edge", color=color, alpha=0.55, edgecolor=color, label=label)
+    ax.set_xlabel(score_name)
+    ax.set_ylabel("cases")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title("Case uncertainty: good vs failed", fontsize=11)
+    return fig
+
+
+def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequence[str], score_name: str) -> Any:
+    """Case scores grouped by shift label (one column of points per group, in-distribution first)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    shifts = [str(s) for s in shifts]
+    groups = sorted(set(shifts), key=lambda s: (s.lower() not in iid, s))
+    fig = _figure(5.2, 3.8)
+    ax = fig.add_subplot()
+    rng = np.random.default_rng(0)
+    for i, g in enumerate(groups):
+        v = scores[[s == g for s in shifts]]
+        color = _GOOD if g.lower() in iid else _BAD
+        ax.scatter(i + rng.uniform(-0.12, 0.12, v.size), v, color=color, s=28, alpha=0.8, edgecolor="white", lw=0.5)
+        ax.hlines(np.median(v), i - 0.25, i + 0.25, color="0.2", lw=1.5)
+    ax.set_xticks(range(len(groups)), [g or "(none)" for g in groups], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(score_name)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title("Case uncertainty by shift", fontsize=11)
+    return fig
+
+
+def slice_of_highest_uncertainty(
+    u: np.ndarray, axis: int, mask: np.ndarray | None = None, min_fraction: float = 0.25
+) -> int:
+    """Index along ``axis`` of the slice with the largest summed uncertainty.
+
+    With a ``mask`` (e.g. the reference foreground) only slices whose mask area is at least ``min_fraction`` of
+    the largest mask area along ``axis`` are candidates, so that the chosen slices show the anatomy rather than
+    background far from it; an empty mask leaves every slice a candidate.
+    """
+    u = np.asarray(u, dtype=np.float64)
+    other = tuple(a for a in range(u.ndim) if a != axis)
+    totals = u.sum(axis=other)
+    if mask is not None:
+        area = np.asarray(mask, dtype=bool).sum(axis=other)
+        if area.max() > 0:
+            totals = np.where(area >= min_fraction * area.max(), totals, -np.inf)
+    return int(np.argmax(totals))
+
+
+def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
+    # displayed with the first remaining axis horizontal, origin at the bottom (RAS: right / anterior / up)
+    return np.take(a, index, axis=axis).T
+
+
+def plot_case_overlay(
+    case_id: str,
+    seg: np.ndarray,
+    label: np.ndarray,
+    uncertainty: np.ndarray,
+    image: np.ndarray | None = None,
+    spacing: Sequence[float] = (1.0, 1.0, 1.0),
+    measure: str = "uncertainty",
+    axes: Sequence[int] = (2, 1, 0),
+    info: Mapping[str, Any] | None = None,
+    class_names: Sequence[str] | None = None,
+) -> Any:
+    """One row per view through the slice of highest uncertainty among the slices that cut the reference
+    foreground (:func:`slice_of_highest_uncertainty`): image, prediction contour, uncertainty heatmap,
+    error map (``seg != label``: red where the prediction has a foreground the label does not, blue where it
+    misses one, purple for a wrong class). Volumes are 3D ``(X, Y, Z)``; ``image`` may be ``(C, X, Y, Z)``;
+    ``class_names`` label the contour colours."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.lines import Line2D
+
+    if image is not None and image.ndim == 4:
+        image = image[0]
+    base = image if image is not None else label.astype(np.float32)
+    u_max = float(np.percentile(uncertainty, 99.9)) or 1.0
+    n_cls = int(max(seg.max(), label.max())) + 1
+    fig = _figure(11.0, 2.75 * len(axes) + 0.4)
+    grid = fig.subplots(len(axes), 4, squeeze=False)
+    err = np.zeros(seg.shape, dtype=np.int8)
+    err[(seg > 0) & (label == 0)] = 1  # false positive
+    err[(seg == 0) & (label > 0)] = 2  # false negative
+    err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
+    err_cmap = ListedColormap([(0, 0, 0, 0), (0.85, 0.15, 0.15, 0.9), (0.15, 0.35, 0.95, 0.9), (0.6, 0.2, 0.8, 0.9)])
+    contour_colors = ["#ffd700", "#00e5ff", "#ff7f0e", "#7fff00", "#ff00ff"]
+    for row, axis in enumerate(axes):
+        k = slice_of_highest_uncertainty(uncertainty, axis, mask=label > 0)
+        dims = [d for d in range(3) if d != axis]
+        aspect = float(spacing[dims[1]]) / float(spacing[dims[0]])
+        img2, seg2, u2, e2 = (_take(a, axis, k) for a in (base, seg, uncertainty, err))
+        lo, hi = np.percentile(img2, (1, 99.5)) if img2.size else (0, 1)
+        panels = grid[row]
+        for ax in panels:
+            ax.imshow(img2, cmap="gray", vmin=lo, vmax=hi if hi > lo else lo + 1, origin="lower", aspect=aspect,
+                      interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+        for c in range(1, n_cls):
+            if (seg2 == c).any() and not (seg2 == c).all():
+                panels[1].contour((seg2 == c).astype(float), levels=[0.5], colors=contour_colors[(c - 1) % 5],
+                                  linewidths=0.9)
+        im = panels[2].imshow(u2, cmap="inferno", vmin=0, vmax=u_max, origin="lower", aspect=aspect, alpha=0.85,
+                              interpolation="nearest")
+        panels[3].imshow(e2, cmap=err_cmap, vmin=0, vmax=3, origin="lower", aspect=aspect, interpolation="nearest")
+        view = _VIEWS.get(axis, f"axis {axis}")
+        panels[0].set_ylabel(f"{view} {k}", fontsize=9)
+        if row == 0:
+            for ax, title in zip(panels, ("image", "prediction contour", measure.replace("_", " "), "error map")):
+                ax.set_title(title, fontsize=10)
+            names = list(class_names) if class_names is not None else [f"class {c}" for c in range(n_cls)]
+            handles = [Line2D([], [], color=contour_colors[(c - 1) % 5], lw=1.5, label=names[c] if c < len(names)
+                              else f"class {c}") for c in range(1, n_cls)]
+            if handles:
+                panels[1].legend(handles=handles, loc="lower right", fontsize=6, framealpha=0.7, handlelength=1.2)
+        fig.colorbar(im, ax=panels[2], fraction=0.046, pad=0.02).ax.tick_params(labelsize=7)
+    text = f"case {case_id}"
+    if info:
+        text += "   " + "   ".join(f"{k} {v}" for k, v in info.items())
+    fig.suptitle(text, fontsize=11)
+    return fig

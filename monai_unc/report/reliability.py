@@ -1,0 +1,157 @@
+"""Reliability diagrams (Guo et al. 2017) with seed 001's adaptations: all labels, minimum bin counts and
+per-case box plots (seed 001 Sec. 2.2, Appendix A, Fig. 5).
+
+Figures are built with matplotlib's object-oriented API on the Agg canvas (no pyplot, no display, safe in
+worker processes); pass ``path`` to write a PNG/PDF/SVG.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .._utils import ArrayLike, to_tensor
+from ..metrics.calibration import (
+    DEFAULT_FINE_BINS,
+    ConfidenceHistogram,
+    ReliabilityCurve,
+    reliability_curve,
+)
+
+__all__ = ["plot_reliability_diagram"]
+
+_AXIS_LABELS = {
+    "top": ("confidence of the predicted label", "accuracy"),
+    "all_label": ("probability of a label", "observed frequency"),
+    "classwise": ("probability of the label", "observed frequency"),
+    "uncertainty": ("normalised entropy", "error rate"),
+}
+
+
+def _gap(curve: ReliabilityCurve) -> float | np.ndarray:
+    """ECE (weighted) of a pooled curve, per class for classwise curves; NaN without kept bins."""
+    w = np.where(curve.kept, curve.weights, 0.0)
+    g = np.where(curve.kept, np.abs(curve.frequency - curve.confidence), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (w * g).sum(-1) / w.sum(-1)
+
+
+def plot_reliability_diagram(
+    x: ConfidenceHistogram | ArrayLike,
+    labels: ArrayLike | None = None,
+    *,
+    kind: str = "top",
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case_boxes: bool = False,
+    show_counts: bool = True,
+    ax: Axes | None = None,
+    title: str | None = None,
+    path: str | Path | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+    class_names: list[str] | None = None,
+) -> Figure:
+    """Plot a reliability diagram from a :class:`ConfidenceHistogram` (or probabilities and labels).
+
+    Bars show the observed frequency per bin (accuracy for ``kind="top"``, the frequency of the label for
+    ``"all_label"``, the error rate for ``"uncertainty"``), hatched bars the gap to the bin's mean confidence,
+    markers the mean confidence against the frequency, the dashed line perfect calibration. Bins with fewer
+    than ``min_bin_count`` voxels are left empty (seed 001 uses 50). ``kind="classwise"`` draws one curve per
+    label instead of bars.
+
+    Args:
+        x: a histogram (per case for the box plots) or probabilities ``(B, C, *spatial)`` with ``labels``;
+            each batch item is then a case.
+        per_case_boxes: overlay, per bin, a box plot of the per-case frequencies (seed 001 Fig. 5); bins of a
+            case with fewer than ``min_bin_count`` voxels do not contribute to that case's box.
+        show_counts: add a lower panel with the voxels per bin (log scale).
+        ax: draw the diagram on this axis (no count panel); its figure is returned.
+        path: write the figure there.
+        class_names: legend names for ``kind="classwise"``.
+
+    Returns:
+        The matplotlib ``Figure``.
+    """
+    if kind not in _AXIS_LABELS:
+        raise ValueError(f"kind must be one of {tuple(_AXIS_LABELS)}, got {kind!r}")
+    if not isinstance(x, ConfidenceHistogram):
+        if labels is None:
+            raise ValueError("labels are required with probabilities")
+        probs = to_tensor(x, "probs")
+        if probs.ndim < 3:
+            raise ValueError(f"probs must have shape (B, C, *spatial), got {tuple(probs.shape)}")
+        x = ConfidenceHistogram(int(probs.shape[1]), n_fine_bins=n_fine_bins).update(probs, labels)
+    elif labels is not None:
+        raise ValueError("labels must be None when plotting a ConfidenceHistogram")
+    if per_case_boxes and kind == "classwise":
+        raise ValueError("per_case_boxes is not available for kind='classwise'")
+    if per_case_boxes and not x.per_case:
+        raise ValueError("per_case_boxes needs a histogram with per_case=True")
+
+    curve = reliability_curve(x, kind=kind, n_bins=n_bins, min_bin_count=min_bin_count)
+    if ax is None:
+        fig = Figure(figsize=(5.0, 6.0 if show_counts else 4.8))
+        FigureCanvasAgg(fig)
+        if show_counts:
+            grid = fig.add_gridspec(2, 1, height_ratios=(3, 1), hspace=0.08)
+            ax_rel = fig.add_subplot(grid[0])
+            ax_cnt: Axes | None = fig.add_subplot(grid[1], sharex=ax_rel)
+        else:
+            ax_rel, ax_cnt = fig.add_subplot(1, 1, 1), None
+    else:
+        fig_any: Any = ax.figure
+        fig, ax_rel, ax_cnt = fig_any, ax, None
+
+    edges, centers, width = curve.edges, curve.centers, 1.0 / n_bins
+    xlabel, ylabel = _AXIS_LABELS[kind]
+    ax_rel.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
+    value = _gap(curve)
+    if kind == "classwise":
+        names = class_names or [f"label {c}" for c in range(curve.frequency.shape[0])]
+        for c, name in enumerate(names):
+            ok = curve.kept[c]
+            ax_rel.plot(curve.confidence[c][ok], curve.frequency[c][ok], "o-", ms=3, label=name)
+        summary = f"classwise ECE {np.nanmean(value):.4f}"
+    else:
+        ok = curve.kept
+        freq = np.where(ok, curve.frequency, 0.0)
+        conf = np.where(ok, curve.confidence, 0.0)
+        ax_rel.bar(edges[:-1], freq, width=width, align="edge", color="tab:blue", alpha=0.6,
+                   edgecolor="tab:blue", label=ylabel)  # fmt: skip
+        ax_rel.bar(edges[:-1], conf - freq, bottom=freq, width=width, align="edge", color="none",
+                   edgecolor="tab:red", hatch="//", lw=0.8, label="gap to mean confidence")  # fmt: skip
+        ax_rel.plot(curve.confidence[ok], curve.frequency[ok], "o", color="black", ms=3, label="bin means")
+        name = {"top": "ECE", "all_label": "all-label ECE", "uncertainty": "UCE"}[kind]
+        summary = f"{name} {float(value):.4f}"
+        if per_case_boxes:
+            cases = reliability_curve(x, kind=kind, n_bins=n_bins, min_bin_count=min_bin_count, per_case=True)
+            data = [cases.frequency[:, b][cases.kept[:, b]] for b in range(n_bins)]
+            pos = [centers[b] for b in range(n_bins) if data[b].size]
+            data = [d for d in data if d.size]
+            if data:
+                ax_rel.boxplot(data, positions=pos, widths=0.5 * width, manage_ticks=False, showfliers=True,
+                               flierprops={"markersize": 2}, medianprops={"color": "tab:orange"})  # fmt: skip
+    ax_rel.set_xlim(0, 1)
+    ax_rel.set_ylim(0, 1)
+    ax_rel.set_ylabel(ylabel)
+    extra = f", bins with >= {min_bin_count} voxels" if min_bin_count else ""
+    ax_rel.set_title(title if title is not None else f"{summary} ({n_bins} bins{extra})", fontsize=10)
+    ax_rel.legend(loc="upper left", fontsize=7)
+    if ax_cnt is not None:
+        counts = curve.counts if kind != "classwise" else curve.counts.sum(0)
+        ax_cnt.bar(edges[:-1], np.maximum(counts, 0), width=width, align="edge", color="gray")
+        if counts.max() > 0:
+            ax_cnt.set_yscale("log")
+        ax_cnt.set_ylabel("voxels")
+        ax_cnt.set_xlabel(xlabel)
+        ax_rel.tick_params(labelbottom=False)
+    else:
+        ax_rel.set_xlabel(xlabel)
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
