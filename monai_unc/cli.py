@@ -1,120 +1,464 @@
 """The ``monai-unc`` command line.
 
-    monai-unc demo [--output DIR] [--samples N] [--quiet]
+    monai-unc infer     --input IMAGES --output PRED (--model example | --bundle DIR | --network SPEC --checkpoint F)
+    monai-unc evaluate  --labels LABELS --predictions PRED --output EVAL [--shifts shifts.csv] [--budget 0.2]
+    monai-unc report    --evaluation EVAL [--output DIR] [--budget 0.2] [--images IMAGES]
+    monai-unc calibrate --input IMAGES --labels LABELS --output calibrated.pt (model options as for infer)
+    monai-unc demo      [--output demo_output]
+    monai-unc nnunet-predict ...        (with the nnunet extra: nnU-Net v2 prediction with uncertainty)
 
-``demo`` runs the shipped example: the MNI152 tissue task (nilearn's template, offline) with the shipped
-UNet, MC dropout and test-time augmentation under sliding-window inference, NIfTI maps written with the
-template's affine, and a table of per-class Dice and mean uncertainty on the held-out right hemisphere.
+``infer`` writes uncertainty maps, probabilities and segmentations per case (resumable, atomic, never into the
+input folder); ``evaluate`` writes ``metrics.csv`` (per case) and ``summary.json`` (cohort); ``report`` writes a
+self-contained ``report.html``; ``demo`` runs all three on the shipped MNI152 example. See docs/cli.md.
+
+Exit status: 0 on success, 2 for bad arguments or inputs (one line on stderr), 130 when interrupted (run the
+same command again to resume).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
-import numpy as np
+from .report.demo import run_demo
 
-__all__ = ["main", "run_demo"]
+__all__ = ["main", "build_parser", "run_demo"]
 
-
-def _table(rows: list[dict], columns: list[str]) -> str:
-    widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
-    line = "  ".join(c.ljust(widths[c]) for c in columns)
-    out = [line, "  ".join("-" * widths[c] for c in columns)]
-    for r in rows:
-        out.append("  ".join(_fmt(r.get(c)).ljust(widths[c]) for c in columns))
-    return "\n".join(out)
+#: sub-commands provided by monai_unc.nnunet.cli (registered only when nnU-Net v2 imports)
+NNUNET_COMMANDS = ("nnunet-predict", "nnunet-dropout-plans")
 
 
-def _fmt(v: object) -> str:
-    if isinstance(v, float):
-        return f"{v:.4f}"
-    return "" if v is None else str(v)
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error message (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def run_demo(output: str | Path = "demo_output", samples: int = 10, quiet: bool = False, roi: int = 64) -> dict:
-    """Run the demo; returns the summary written to ``output/summary.json``."""
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {v}")
+    return v
+
+
+def _unit(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {v}")
+    return v
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# parsers
+# ----------------------------------------------------------------------------------------------------------------
+def _add_infer(sub: Any) -> None:
+    from .io import MEASURES
+
+    p = sub.add_parser(
+        "infer", help="uncertainty maps for a folder of images",
+        description="Predict every image of --input with a stochastic inferer and write <case>_seg, <case>_probs "
+        "and <case>_<measure> NIfTI files plus a <case>.json record to --output. Finished cases are skipped, so "
+        "an interrupted run resumes; files are written atomically; the input folder is never written to.",
+    )  # fmt: skip
+    p.add_argument("--input", "-i", required=True, help="folder of images (<case>.nii.gz, or nnU-Net CASE_0000 files)")
+    p.add_argument("--output", "-o", required=True, help="output folder (must not lie inside --input)")
+    m = p.add_argument_group("model (exactly one of --model, --bundle, --network)")
+    m.add_argument("--model", choices=("example",), help="the shipped MNI152 tissue UNet")
+    m.add_argument("--bundle", help="MONAI bundle folder (configs/inference.json with network_def, models/model.pt)")
+    m.add_argument("--network", help="network as a MONAI config: inline JSON or a .json/.yaml file with _target_")
+    m.add_argument("--checkpoint", nargs="+", default=[], metavar="FILE",
+                   help="weights (state dict); several files = ensemble members for --method ensemble")
+    m.add_argument("--unsafe-load", action="store_true",
+                   help="load checkpoints with torch.load(weights_only=False): only for files you trust")
+    m.add_argument("--no-bundle-preprocessing", action="store_true", help="ignore the bundle's preprocessing")
+    s = p.add_argument_group("uncertainty")
+    s.add_argument("--method", default="mcdropout",
+                   help="'+'-joined sources: mcdropout, ratein, tta, ensemble (e.g. mcdropout+tta), or softmax "
+                        "(default: mcdropout)")
+    s.add_argument("--samples", type=_positive_int, default=10, help="MC dropout / Rate-In samples (default 10)")
+    s.add_argument("--dropout", type=float, default=None, metavar="P",
+                   help="insert post-hoc dropout with rate P after every encoder/decoder stage (no retraining)")
+    s.add_argument("--tta-noise", type=float, default=0.0, help="std of Gaussian noise added in TTA (default 0)")
+    s.add_argument("--ratein-target", type=float, default=0.1, help="Rate-In information-loss target (default 0.1)")
+    s.add_argument("--measures", nargs="+", default=None, choices=MEASURES,
+                   help="maps to write (default: predictive_entropy expected_entropy mutual_information max_softmax)")
+    s.add_argument("--no-probs", action="store_true", help="do not write <case>_probs (evaluate then has no ECE)")
+    r = p.add_argument_group("inference")
+    r.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N",
+                   help="sliding-window size (one value or one per axis); default: the whole image at once")
+    r.add_argument("--overlap", type=_fraction, default=0.25, help="sliding-window overlap (default 0.25)")
+    r.add_argument("--sw-batch-size", type=_positive_int, default=1, help="windows per forward pass (default 1)")
+    r.add_argument("--intensity", default="auto", choices=("auto", "none", "max", "minmax", "zscore"),
+                   help="intensity normalisation (auto: 'max' for --model example, else none)")
+    r.add_argument("--activation", default="softmax", choices=("softmax", "sigmoid", "none"),
+                   help="network output -> probabilities (default softmax)")
+    r.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    r.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
+    r.add_argument("--seed", type=int, default=0, help="random seed of the sampling (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="recompute finished cases (and accept new settings)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
+def _add_evaluate(sub: Any) -> None:
+    from .io import LAYOUTS, MEASURES
+
+    p = sub.add_parser(
+        "evaluate", help="per-case metrics and cohort summary",
+        description="Match labels with predictions, probabilities and uncertainty maps by case id and write "
+        "metrics.csv (per case: Dice, ECE family, spatial metrics, aggregated scores) and summary.json (pooled "
+        "calibration, AURC/E-AURC, referral curve, triage, OoD AUROC with --shifts).",
+    )  # fmt: skip
+    p.add_argument("--labels", "-l", required=True, help="folder of reference label maps <case>.nii.gz")
+    p.add_argument("--predictions", "-p", required=True, help="folder written by 'monai-unc infer' (or nnU-Net)")
+    p.add_argument("--output", "-o", required=True, help="output folder (metrics.csv, summary.json, state/)")
+    p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS),
+                   help="file naming of --predictions (default monai-unc; nnunet: <case>.nii.gz, <case>.npz, "
+                        "uncertainty/<case>_<measure>.nii.gz)")
+    p.add_argument("--uncertainty", help="folder of <case>_<measure> maps (default: from the layout)")
+    p.add_argument("--seg-suffix", default=None, help="override the segmentation suffix of the layout")
+    p.add_argument("--probs-suffix", default=None, help="override the probability suffix of the layout")
+    p.add_argument("--measures", nargs="+", default=None, choices=MEASURES, help="maps to read (default: all found)")
+    p.add_argument("--measure", default=None, choices=MEASURES,
+                   help="primary measure for spatial metrics and the score (default predictive_entropy)")
+    p.add_argument("--score", default=None,
+                   help="triage score column, e.g. mutual_information_patch (default <measure>_fg_mean)")
+    p.add_argument("--images", default=None, help="folder of the input images (for the report's overlays)")
+    p.add_argument("--shifts", default=None, help="CSV with columns case,shift (shift 'none' = in distribution)")
+    p.add_argument("--budget", type=_fraction, default=0.2, help="fraction of cases referred for review (0.2)")
+    p.add_argument("--failure-dice", type=_unit, default=0.8, help="Dice below this is a failed case (0.8)")
+    p.add_argument("--n-bins", type=_positive_int, default=15, help="ECE bins (default 15)")
+    p.add_argument("--min-bin-count", type=int, default=0, help="ECE: ignore bins with fewer voxels (0; seed 001: 50)")
+    p.add_argument("--patch-size", type=_positive_int, default=10, help="box size of the _patch scores (10 voxels)")
+    p.add_argument("--num-classes", type=_positive_int, default=None, help="needed when no probabilities are given")
+    p.add_argument("--class-names", nargs="+", default=None, help="class names for the dice_<class> columns")
+    p.add_argument("--no-spatial", action="store_true", help="skip BUC, BA-ECE and SPACE")
+    p.add_argument("--allow-missing", action="store_true", help="skip cases that lack a file instead of failing")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
+def _add_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "report", help="self-contained HTML QC report",
+        description="Write report.html (figures embedded) and figures/*.png from an evaluation folder: triage "
+        "table, reliability diagram, referral curve, uncertainty histograms, per-case overlays.",
+    )  # fmt: skip
+    p.add_argument("--evaluation", "-e", required=True, help="the --output folder of 'monai-unc evaluate'")
+    p.add_argument("--output", "-o", default=None, help="report folder (default <evaluation>/report)")
+    p.add_argument("--budget", type=_fraction, default=None, help="referral budget (default: the evaluation's)")
+    p.add_argument("--images", default=None, help="folder of the input images for the overlays")
+    p.add_argument("--cases", type=int, default=4, help="overlays of the N most uncertain cases (default 4)")
+    p.add_argument("--title", default="Uncertainty QC report", help="page title")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
+
+
+def _add_calibrate(sub: Any) -> None:
+    p = sub.add_parser(
+        "calibrate", help="fit a temperature on validation cases and write a calibrated checkpoint",
+        description="Temperature scaling (seed 001: NLL or ECE loss, RMSprop lr 0.05 from t = 2, <= 1000 steps) on "
+        "the deterministic logits of validation images and labels; writes a calibrated copy of the checkpoint "
+        "(t folded into the last layer when possible, else stored beside the weights and applied by 'infer') "
+        "and a JSON record with NLL and ECE before and after.",
+    )  # fmt: skip
+    p.add_argument("--input", "-i", required=True, help="folder of validation images")
+    p.add_argument("--labels", "-l", required=True, help="folder of their label maps <case>.nii.gz")
+    p.add_argument("--output", "-o", required=True, help="calibrated checkpoint to write (.pt; + .json record)")
+    m = p.add_argument_group("model (exactly one of --model, --bundle, --network)")
+    m.add_argument("--model", choices=("example",), help="the shipped MNI152 tissue UNet")
+    m.add_argument("--bundle", help="MONAI bundle folder (its preprocessing is not applied)")
+    m.add_argument("--network", help="network as a MONAI config: inline JSON or a .json/.yaml file with _target_")
+    m.add_argument("--checkpoint", default=None, metavar="FILE", help="weights (state dict)")
+    m.add_argument("--unsafe-load", action="store_true", help="torch.load(weights_only=False): trusted files only")
+    p.add_argument("--mode", default="scalar", choices=("scalar", "vector"), help="one t, or one per class")
+    p.add_argument("--loss", default="nll", choices=("nll", "ece"), help="fitting loss (default nll)")
+    p.add_argument("--max-steps", type=_positive_int, default=1000, help="optimisation steps (default 1000)")
+    p.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N", help="sliding-window size")
+    p.add_argument("--overlap", type=_fraction, default=0.25, help="sliding-window overlap (default 0.25)")
+    p.add_argument("--intensity", default="auto", choices=("auto", "none", "max", "minmax", "zscore"),
+                   help="intensity normalisation (auto: 'max' for --model example, else none)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
+def _add_demo(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo", help="the whole workflow on the shipped MNI152 example",
+        description="Build a cohort from the held-out right hemisphere of the MNI152 example and shifted copies "
+        "(noise, bias field, contrast, blur, resolution), run infer, evaluate and report, and print the report path.",
+    )  # fmt: skip
+    p.add_argument("--output", default="demo_output", help="output folder (created; default demo_output)")
+    p.add_argument("--samples", type=_positive_int, default=8, help="MC dropout samples (default 8)")
+    p.add_argument("--method", default="mcdropout", help="inferer sources as for 'infer' (default mcdropout)")
+    p.add_argument("--roi", nargs="+", type=_positive_int, default=[64], help="sliding-window size (default 64)")
+    p.add_argument("--overlap", type=_fraction, default=0.0, help="sliding-window overlap (default 0)")
+    p.add_argument("--budget", type=_fraction, default=0.3, help="referral budget of the triage (default 0.3)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+
+
+def _add_nnunet(sub: Any, wanted: str | None) -> Any:
+    """Register the nnU-Net sub-commands; the real parser (which imports nnU-Net v2) only when one is run."""
+    if wanted in NNUNET_COMMANDS:
+        from .nnunet import cli as nnunet_cli  # ImportError without nnunetv2: reported by main()
+
+        nnunet_cli.add_parser(sub)
+        return nnunet_cli
+    sub.add_parser("nnunet-predict", help="nnU-Net v2 prediction with uncertainty maps (needs the nnunet extra)",
+                   add_help=False)
+    sub.add_parser("nnunet-dropout-plans", help="nnU-Net plans with dropout for training (needs the nnunet extra)",
+                   add_help=False)
+    return None
+
+
+def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, Any]:
+    """The argument parser (and the nnU-Net CLI module when ``command`` is one of its sub-commands)."""
+    parser = _Parser(prog="monai-unc", description="Uncertainty for MONAI and nnU-Net segmentation")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    _add_infer(sub)
+    _add_evaluate(sub)
+    _add_report(sub)
+    _add_calibrate(sub)
+    _add_demo(sub)
+    nnunet_cli = _add_nnunet(sub, command)
+    return parser, nnunet_cli
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# commands
+# ----------------------------------------------------------------------------------------------------------------
+def _device(name: str) -> Any:
     import torch
-    from monai.data import MetaTensor
-    from monai.inferers import SlidingWindowInferer
-    from tqdm.auto import tqdm
 
-    from .data import TISSUE_CLASSES, load_example_model, load_mni152_tissue
-    from .data.training import dice_per_class
-    from .inferers import MCDropoutInferer, SoftmaxInferer, TTAInferer
-    from .report.nifti import atomic_write_text, save_nifti
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device: unknown device {name!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but CUDA is not available")
+    return dev
 
-    if samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {samples}")
-    output = Path(output)
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    import torch
+
+    from .inferers import add_dropout
+    from .io import check_output_folder, clean_partial_files, list_image_cases
+    from .predict import (
+        DEFAULT_MEASURES,
+        InferSettings,
+        TemperatureScaled,
+        build_inferer,
+        check_run_settings,
+        load_network,
+        predict_cases,
+    )
+
+    if not Path(args.input).is_dir():
+        raise FileNotFoundError(f"--input folder not found: {args.input}")
+    output = check_output_folder(args.output, args.input)
+    if args.dropout is not None and not 0.0 < args.dropout < 1.0:
+        raise ValueError(f"--dropout must be in (0, 1), got {args.dropout}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cases = list_image_cases(args.input)
+    device = _device(args.device)
+    model = load_network(
+        model=args.model, bundle=args.bundle, network=args.network, checkpoints=args.checkpoint,
+        unsafe_load=args.unsafe_load, device=device, bundle_preprocessing=not args.no_bundle_preprocessing,
+    )  # fmt: skip
+    if args.dropout is not None:
+        net = model.network.network if isinstance(model.network, TemperatureScaled) else model.network
+        add_dropout(net, p=args.dropout)
+    roi = None if args.roi is None else (args.roi[0] if len(args.roi) == 1 else list(args.roi))
+    measures = list(args.measures or DEFAULT_MEASURES)
+    if args.method.strip().lower() == "softmax":
+        single = ["predictive_entropy", "max_softmax"]  # one deterministic pass: no EE, MI or variance
+        bad = [m for m in measures if m not in single]
+        if args.measures and bad:
+            raise ValueError(f"--method softmax gives only {' and '.join(single)}, not {', '.join(bad)}")
+        measures = [m for m in measures if m in single]
+    intensity = model.default_intensity if args.intensity == "auto" else args.intensity
+    activation = None if args.activation == "none" else args.activation
+    checkpoints = model.checkpoints if "ensemble" in args.method else model.checkpoints[:1]
+    inferer = build_inferer(
+        args.method, samples=args.samples, roi=roi, overlap=args.overlap, sw_batch_size=args.sw_batch_size,
+        checkpoints=checkpoints, unsafe_load=args.unsafe_load, seed=args.seed, tta_noise=args.tta_noise,
+        ratein_target=args.ratein_target, activation=activation, measures=measures,
+    )  # fmt: skip
+    settings = InferSettings(
+        model=model.description, method=args.method, samples=args.samples,
+        roi=None if roi is None else ([roi] if isinstance(roi, int) else roi), overlap=args.overlap,
+        intensity=intensity, measures=measures, seed=args.seed, activation=activation,
+        checkpoints=[str(Path(c).resolve()) for c in model.checkpoints], tta_noise=args.tta_noise,
+        ratein_target=args.ratein_target, dropout=args.dropout, write_probs=not args.no_probs,
+    )  # fmt: skip
     output.mkdir(parents=True, exist_ok=True)
-    data = load_mni152_tissue(resolution=2)
-    net, record = load_example_model()
-    affine = data["affine"]
-    x = MetaTensor(torch.from_numpy(data["image"][None]), affine=torch.from_numpy(affine))
-    sw = SlidingWindowInferer((roi,) * 3, sw_batch_size=2, overlap=0.25, mode="gaussian")
-    methods = {
-        "softmax": SoftmaxInferer(base_inferer=sw),
-        "mcdropout": MCDropoutInferer(num_samples=samples, base_inferer=sw, seed=0),
-        "tta": TTAInferer(flip_axes="all", base_inferer=sw, seed=0),
-    }
-    label = data["label"][0]
-    right = data["right"]
-    brain = right & (data["probs"][1:].sum(0) > 0.1)  # evaluation region: right hemisphere, tissue present
-    rows, summary = [], {"protocol": record.get("protocol"), "methods": {}}
-    bar = tqdm(methods.items(), desc="demo", disable=quiet, file=sys.stderr)
-    for name, inferer in bar:
-        bar.set_postfix_str(name)
-        t0 = time.time()
-        out = inferer(x, net)
-        seconds = time.time() - t0
-        seg = out["pred"].argmax(1)[0].cpu().numpy().astype(np.int16)
-        save_nifti(seg, affine, output / f"{name}_pred.nii.gz")
-        save_nifti(out["predictive_entropy"], affine, output / f"{name}_entropy.nii.gz")
-        if "mutual_information" in out:
-            save_nifti(out["mutual_information"], affine, output / f"{name}_mi.nii.gz")
-        dice = dice_per_class(seg, label, len(TISSUE_CLASSES), mask=right)
-        pe = out["predictive_entropy"][0, 0].cpu().numpy()
-        row = {
-            "method": name,
-            "samples": out.num_samples,
-            "dice_gm": dice[0],
-            "dice_wm": dice[1],
-            "mean_entropy": float(pe[brain].mean()),
-            "seconds": f"{seconds:.1f}",
-        }
-        if "mutual_information" in out:
-            row["mean_mi"] = float(out["mutual_information"][0, 0].cpu().numpy()[brain].mean())
-        rows.append(row)
-        summary["methods"][name] = row
-    atomic_write_text(output / "summary.json", json.dumps(summary, indent=2) + "\n")
-    if not quiet:
-        print("MNI152 tissue example, held-out right hemisphere (train: left hemisphere only)")
-        print(_table(rows, ["method", "samples", "dice_gm", "dice_wm", "mean_entropy", "mean_mi", "seconds"]))
-        print(f"maps written to {output.resolve()}")
-    return summary
+    clean_partial_files(output)
+    check_run_settings(output, settings, overwrite=args.overwrite)
+    results = predict_cases(cases, model, inferer, settings, output, device=device, overwrite=args.overwrite,
+                            progress=not args.quiet)
+    if not args.quiet:
+        written = sum(r["status"] == "written" for r in results)
+        print(f"{len(results)} case(s): {written} written, {len(results) - written} already finished; "
+              f"outputs in {output}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .io import check_output_folder
+    from .report.cohort import EvaluationConfig, read_shifts, run_evaluate
+
+    check_output_folder(args.output, args.labels, args.predictions, args.uncertainty, args.images)
+    config = EvaluationConfig(
+        measure=args.measure, score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count,
+        failure_dice=args.failure_dice, budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial,
+        num_classes=args.num_classes, class_names=args.class_names,
+        shifts=read_shifts(args.shifts) if args.shifts else None,
+    )  # fmt: skip
+    _, summary, paths = run_evaluate(
+        args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
+        images=args.images, measures=args.measures, seg_suffix=args.seg_suffix, probs_suffix=args.probs_suffix,
+        allow_missing=args.allow_missing, progress=not args.quiet,
+    )  # fmt: skip
+    if not args.quiet:
+        t, fd = summary["triage"], summary["failure_detection"]
+        line = (f"{summary['n_cases']} case(s); mean Dice {summary['dice']['mean']:.4f}; "
+                f"AURC {fd['aurc']:.4f}, E-AURC {fd['eaurc']:.4f}")
+        cal = summary.get("calibration")
+        if cal:
+            line += f"; pooled ECE {cal['ece']:.4f}, all-label ECE {cal['all_label_ece']:.4f}"
+        print(line)
+        print(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
+              f"mean Dice of the retained cases {t['dice_retained']:.4f}")
+        if summary.get("warnings"):
+            print(f"{len(summary['warnings'])} warning(s), see summary.json")
+        print(f"wrote {paths['metrics']} and {paths['summary']}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report.html import build_report
+
+    if args.cases < 0:
+        raise ValueError(f"--cases must be >= 0, got {args.cases}")
+    path = build_report(args.evaluation, args.output, budget=args.budget, images=args.images, n_cases=args.cases,
+                        title=args.title)
+    print(f"report: {path.resolve()}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from .io import check_output_folder, list_files, list_image_cases
+    from .predict import calibrate_network, collect_logits, load_image_case, load_network, normalize_intensity
+    from .report.nifti import atomic_write_text
+
+    out = Path(args.output)
+    if not out.name.endswith((".pt", ".pth")):
+        raise ValueError(f"--output must be a .pt or .pth file, got {out}")
+    check_output_folder(out.parent, args.input, args.labels)
+    for folder, what in ((args.input, "--input"), (args.labels, "--labels")):
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(f"{what} folder not found: {folder}")
+    device = _device(args.device)
+    model = load_network(model=args.model, bundle=args.bundle, network=args.network,
+                         checkpoints=[args.checkpoint] if args.checkpoint else [], unsafe_load=args.unsafe_load,
+                         device=device, bundle_preprocessing=False)
+    cases = list_image_cases(args.input)
+    label_files = list_files(args.labels)
+    missing = [c.case_id for c in cases if c.case_id not in label_files]
+    if missing:
+        raise ValueError(f"no label in {args.labels} for case(s) {missing[:5]}")
+    intensity = model.default_intensity if args.intensity == "auto" else args.intensity
+    roi = None if args.roi is None else (args.roi[0] if len(args.roi) == 1 else list(args.roi))
+    logits, labels = collect_logits(cases, [label_files[c.case_id] for c in cases], model, intensity, roi,
+                                    args.overlap, device, progress=not args.quiet)
+    example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
+    if roi is not None:  # one window, a size the network accepts
+        from monai.transforms import ResizeWithPadOrCrop
+
+        size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
+        example = torch.as_tensor(ResizeWithPadOrCrop(size)(example))
+    example = example[None]
+    state, record = calibrate_network(logits, labels, model.network.cpu(), mode=args.mode, loss=args.loss,
+                                      max_steps=args.max_steps, example_input=example)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial")
+    torch.save(state, tmp)
+    tmp.replace(out)
+    record.update({"source": model.description, "checkpoint": model.checkpoints[0] if model.checkpoints else None})
+    atomic_write_text(out.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
+    if not args.quiet:
+        b, a = record["before"], record["after"]
+        print(f"temperature {[round(t, 4) for t in record['temperature']]} after {record['steps']} steps"
+              f" ({'folded into the last layer' if record['folded_into_last_layer'] else 'stored beside the weights'})")
+        print(f"validation NLL {b['nll']:.4f} -> {a['nll']:.4f}, ECE {b['ece']:.4f} -> {a['ece']:.4f}, "
+              f"all-label ECE {b['all_label_ece']:.4f} -> {a['all_label_ece']:.4f}")
+        print(f"wrote {out} and {out.with_suffix('.json')}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    roi = args.roi[0] if len(args.roi) == 1 else tuple(args.roi)
+    run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=roi, method=args.method, budget=args.budget,
+             overlap=args.overlap)
+    return 0
+
+
+_COMMANDS = {
+    "infer": cmd_infer,
+    "evaluate": cmd_evaluate,
+    "report": cmd_report,
+    "calibrate": cmd_calibrate,
+    "demo": cmd_demo,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="monai-unc", description="Uncertainty for MONAI and nnU-Net segmentation")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run MC dropout and TTA on the shipped MNI152 example")
-    demo.add_argument("--output", default="demo_output", help="output folder (created; default demo_output)")
-    demo.add_argument("--samples", type=int, default=10, help="MC dropout samples (default 10)")
-    demo.add_argument("--roi", type=int, default=64, help="sliding-window size in voxels (default 64)")
-    demo.add_argument("--quiet", action="store_true", help="no progress bar or table")
-    args = parser.parse_args(argv)
+    """Entry point of the ``monai-unc`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
     try:
-        if args.command == "demo":
-            run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=args.roi)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"monai-unc: error: {e}", file=sys.stderr)
+        parser, nnunet_cli = build_parser(command)
+    except ImportError as e:
+        print(f"monai-unc {command}: error: {e}", file=sys.stderr)
         return 2
-    return 0
+    args = parser.parse_args(argv)
+    if nnunet_cli is not None:
+        return int(nnunet_cli.run(args))
+    try:
+        return _COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        hint = "run the same command again to resume" if args.command in ("infer", "demo") else "nothing was written"
+        print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, NotADirectoryError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"monai-unc {args.command}: error: {msg}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,254 @@
+"""UncertaintyPredictor vs stock nnUNetPredictor: cost per case of mirroring-only uncertainty, same forward passes.
+
+    python benchmarks/bench_nnunet.py [--repeats 3] [--configs width32 small64] [--threads 1]
+
+Both predictors run the same network (random weights, seed 0, one fold) with nnU-Net's mirroring (8 passes per
+window in 3D), Gaussian blending and step 0.5 on the same random preprocessed image, so they do exactly the same
+forward passes. Contenders:
+
+- ``stock``: ``nnUNetPredictor.predict_logits_from_preprocessed_data`` + ``export_prediction_from_logits``
+  (resample, argmax, write the segmentation).
+- ``ours``: ``UncertaintyPredictor(("mirroring",))``: every mirror a softmax sample into SampleStats, float32
+  statistics buffers plus stock's fp16 logit buffer (``segmentation_from="logits"``), then
+  ``export_uncertainty`` (segmentation + 4 float32 maps + JSON scores).
+- ``ours_prob``: the same with ``segmentation_from="probabilities"`` (no logit buffer).
+
+Configurations (CPU; nnU-Net's PlainConvUNet, 3 classes):
+
+- ``width32``: the network nnU-Net plans for a 32^3 task (4 stages, 32-64-128-256 features), patch 32^3,
+  image 48^3 (8 windows, 64 forward passes).
+- ``small64``: a narrow network (8-16-32-64 features), patch 64^3, image 96^3 (8 windows, 64 passes): the
+  per-sample statistics weigh most relative to the network here, and the buffers are larger.
+
+Timing: one subprocess builds all three contenders and runs them interleaved ``--repeats`` times (best wall
+time and best process CPU time of each), so that load from other processes on a shared machine affects them
+alike; ``--threads`` torch threads (default 1). On a shared machine the CPU-time ratio is the stable figure.
+Memory: one subprocess per contender and run, the minimum of ``--mem-repeats`` runs (allocator arenas make
+single runs vary by tens of MiB); peak = ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` after the measured work
+minus the process RSS (``/proc/self/statm``) just before it, for the prediction alone and for prediction +
+export. The script also reports whether our segmentation equals stock's (``segmentation_from="logits"``: it
+must) and the voxel agreement of the probability-mean segmentation (random weights: many near-ties, so this is
+a lower bound of what a trained model gives).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIGS = {
+    "width32": {"features": [32, 64, 128, 256], "patch": 32, "image": [48, 48, 48]},
+    "small64": {"features": [8, 16, 32, 64], "patch": 64, "image": [96, 96, 96]},
+}
+CONTENDERS = ("stock", "ours", "ours_prob")
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * resource.getpagesize() // 1024
+
+
+def _plans(features: list[int], patch: int) -> dict:
+    n = len(features)
+    arch = {
+        "network_class_name": "dynamic_network_architectures.architectures.unet.PlainConvUNet",
+        "arch_kwargs": {
+            "n_stages": n, "features_per_stage": features, "conv_op": "torch.nn.modules.conv.Conv3d",
+            "kernel_sizes": [[3, 3, 3]] * n, "strides": [[1, 1, 1]] + [[2, 2, 2]] * (n - 1),
+            "n_conv_per_stage": [2] * n, "n_conv_per_stage_decoder": [2] * (n - 1), "conv_bias": True,
+            "norm_op": "torch.nn.modules.instancenorm.InstanceNorm3d", "norm_op_kwargs": {"eps": 1e-5, "affine": True},
+            "dropout_op": None, "dropout_op_kwargs": None, "nonlin": "torch.nn.LeakyReLU",
+            "nonlin_kwargs": {"inplace": True},
+        },
+        "_kw_requires_import": ["conv_op", "norm_op", "dropout_op", "nonlin"],
+    }
+    res = {"is_seg": False, "order": 1, "order_z": 0, "force_separate_z": None}
+    conf = {
+        "data_identifier": "bench", "preprocessor_name": "DefaultPreprocessor", "batch_size": 2,
+        "patch_size": [patch] * 3, "median_image_size_in_voxels": [patch] * 3, "spacing": [1.0, 1.0, 1.0],
+        "normalization_schemes": ["ZScoreNormalization"], "use_mask_for_norm": [False],
+        "resampling_fn_data": "resample_data_or_seg_to_shape", "resampling_fn_seg": "resample_data_or_seg_to_shape",
+        "resampling_fn_data_kwargs": {**res, "order": 3}, "resampling_fn_seg_kwargs": {**res, "is_seg": True},
+        "resampling_fn_probabilities": "resample_data_or_seg_to_shape", "resampling_fn_probabilities_kwargs": res,
+        "architecture": arch, "batch_dice": False,
+    }
+    return {
+        "dataset_name": "Dataset998_Bench", "plans_name": "nnUNetPlans",
+        "original_median_spacing_after_transp": [1.0, 1.0, 1.0], "original_median_shape_after_transp": [patch] * 3,
+        "image_reader_writer": "SimpleITKIO", "transpose_forward": [0, 1, 2], "transpose_backward": [0, 1, 2],
+        "configurations": {"3d_fullres": conf}, "experiment_planner_used": "ExperimentPlanner",
+        "label_manager": "LabelManager",
+        "foreground_intensity_properties_per_channel": {"0": {"max": 1.0, "mean": 0.0, "median": 0.0, "min": -1.0,
+                                                              "percentile_00_5": -1.0, "percentile_99_5": 1.0,
+                                                              "std": 1.0}},
+    }
+
+
+def _setup(config: str, threads: int) -> dict:
+    import torch
+    from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
+    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+
+    torch.set_num_threads(threads)
+    cfg = CONFIGS[config]
+    pm = PlansManager(_plans(cfg["features"], cfg["patch"]))
+    cm = pm.get_configuration("3d_fullres")
+    torch.manual_seed(0)
+    net = get_network_from_plans(cm.network_arch_class_name, cm.network_arch_init_kwargs,
+                                 cm.network_arch_init_kwargs_req_import, 1, 3, deep_supervision=False)
+    with torch.no_grad():
+        net.decoder.seg_layers[-1].weight.mul_(4.0)  # less uniform predictions than the default initialisation
+    shape = cfg["image"]
+    data = torch.randn(1, *shape, generator=torch.Generator().manual_seed(1))
+    data[0, : shape[0] // 2] += 1.5  # some structure: half the image brighter
+    props = {"spacing": [1.0, 1.0, 1.0], "shape_before_cropping": tuple(shape),
+             "bbox_used_for_cropping": [[0, s] for s in shape],
+             "shape_after_cropping_and_before_resampling": tuple(shape),
+             "sitk_stuff": {"spacing": (1.0, 1.0, 1.0), "origin": (0.0, 0.0, 0.0),
+                            "direction": (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0)}}
+    dataset_json = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "a": 1, "b": 2}, "numTraining": 1,
+                    "file_ending": ".nii.gz"}
+    return {"pm": pm, "cm": cm, "net": net, "params": [{k: v.clone() for k, v in net.state_dict().items()}],
+            "data": data, "props": props, "dataset_json": dataset_json, "threads": threads}
+
+
+def _predictor(contender: str, env: dict):
+    import torch
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+    from monai_unc.nnunet import UncertaintyPredictor
+
+    cpu = torch.device("cpu")
+    if contender == "stock":
+        pred = nnUNetPredictor(device=cpu, allow_tqdm=False)
+    else:
+        seg_from = "logits" if contender == "ours" else "probabilities"
+        pred = UncertaintyPredictor(("mirroring",), segmentation_from=seg_from, device=cpu, allow_tqdm=False)
+    pred.manual_initialization(env["net"], env["pm"], env["cm"], env["params"], env["dataset_json"], "nnUNetTrainer",
+                               (0, 1, 2))
+    return pred
+
+
+def _predict(pred, contender: str, env: dict):
+    if contender == "stock":
+        return pred.predict_logits_from_preprocessed_data(env["data"]).cpu().numpy()
+    return pred.predict_uncertainty_from_preprocessed_data(env["data"]).to_numpy()
+
+
+def _export(result, pred, contender: str, env: dict, ofile: str) -> float | None:
+    from nnunetv2.inference.export_prediction import export_prediction_from_logits
+
+    from monai_unc.nnunet import export_uncertainty
+
+    os.makedirs(os.path.dirname(ofile), exist_ok=True)
+    args = (result, env["props"], env["cm"], env["pm"], env["dataset_json"], ofile, False)
+    if contender == "stock":
+        export_prediction_from_logits(*args, num_threads_torch=env["threads"])
+        return None
+    rec = export_uncertainty(*args, segmentation_from=pred.segmentation_from, num_threads_torch=env["threads"])
+    return rec["scores"]["mutual_information"]["mean"]
+
+
+def time_worker(config: str, out_dir: str, threads: int, repeats: int) -> dict:
+    """All contenders in this process, interleaved; best wall and CPU time of ``repeats`` runs each."""
+    import SimpleITK as sitk
+
+    env = _setup(config, threads)
+    preds = {c: _predictor(c, env) for c in CONTENDERS}
+    out: dict[str, dict] = {c: {"predict_wall": [], "predict_cpu": [], "export_wall": [], "export_cpu": []}
+                            for c in CONTENDERS}
+    for _ in range(repeats):
+        for c in CONTENDERS:
+            ofile = os.path.join(out_dir, f"{c}_{config}", "case")
+            w0, c0 = time.perf_counter(), time.process_time()
+            result = _predict(preds[c], c, env)
+            w1, c1 = time.perf_counter(), time.process_time()
+            mi = _export(result, preds[c], c, env, ofile)
+            w2, c2 = time.perf_counter(), time.process_time()
+            out[c]["predict_wall"].append(w1 - w0)
+            out[c]["predict_cpu"].append(c1 - c0)
+            out[c]["export_wall"].append(w2 - w1)
+            out[c]["export_cpu"].append(c2 - c1)
+            out[c]["mi_mean"] = mi
+            out[c]["seg"] = sitk.GetArrayFromImage(sitk.ReadImage(ofile + ".nii.gz")).tolist()
+    windows = len(preds["stock"]._internal_get_sliding_window_slicers(env["data"].shape[1:]))
+    return {"runs": out, "forward_passes": windows * 8}
+
+
+def memory_worker(contender: str, config: str, out_dir: str, threads: int) -> dict:
+    """One contender, one run: peak RSS above the RSS just before the measured work."""
+    env = _setup(config, threads)
+    pred = _predictor(contender, env)
+    rss0 = _rss_kib()
+    result = _predict(pred, contender, env)
+    peak_predict = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0
+    _export(result, pred, contender, env, os.path.join(out_dir, f"mem_{contender}_{config}", "case"))
+    peak_total = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0
+    return {"peak_predict_mib": peak_predict / 1024, "peak_total_mib": peak_total / 1024}
+
+
+def _subprocess(args: list[str]) -> dict:
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--mem-repeats", type=int, default=3, help="memory runs per contender (the minimum is shown)")
+    ap.add_argument("--worker", choices=("time", *CONTENDERS))
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.worker == "time":
+        print(json.dumps(time_worker(args.configs[0], args.out, args.threads, args.repeats)))
+        return
+    if args.worker:
+        print(json.dumps(memory_worker(args.worker, args.configs[0], args.out, args.threads)))
+        return
+    import numpy as np
+
+    print(f"# bench_nnunet: best of {args.repeats}, torch threads={args.threads}, CPU, one fold, mirroring (8 passes)")
+    common = ["--out", None, "--threads", str(args.threads)]
+    with tempfile.TemporaryDirectory() as out_dir:
+        common[1] = out_dir
+        for config in args.configs:
+            timing = _subprocess(["--worker", "time", "--configs", config, "--repeats", str(args.repeats), *common])
+            mem_runs = {c: [_subprocess(["--worker", c, "--configs", config, *common]) for _ in range(args.mem_repeats)]
+                        for c in CONTENDERS}
+            mem = {c: {k: min(r[k] for r in rs) for k in rs[0]} for c, rs in mem_runs.items()}
+            cfg = CONFIGS[config]
+            runs = timing["runs"]
+            ref = np.asarray(runs["stock"]["seg"])
+            print(f"\n## {config}: features {cfg['features']}, patch {cfg['patch']}^3, image "
+                  f"{'x'.join(map(str, cfg['image']))}, {timing['forward_passes']} forward passes per case")
+            print("| contender | predict s (wall) | ratio | predict s (CPU) | ratio | export s (wall) | total s (wall) "
+                  "| ratio | peak predict MiB | peak total MiB | seg vs stock | MI mean |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+            best = {c: {k: min(v) for k, v in r.items() if isinstance(v, list) and k != "seg"} for c, r in runs.items()}
+            for c in best:
+                best[c]["total_wall"] = min(p + e for p, e in zip(runs[c]["predict_wall"], runs[c]["export_wall"]))
+            st = best["stock"]
+            for c in CONTENDERS:
+                b = best[c]
+                agree = float((np.asarray(runs[c]["seg"]) == ref).mean())
+                mi = "-" if runs[c]["mi_mean"] is None else f"{runs[c]['mi_mean']:.4f}"
+                print(f"| {c} | {b['predict_wall']:.2f} | {b['predict_wall'] / st['predict_wall']:.3f} | "
+                      f"{b['predict_cpu']:.2f} | {b['predict_cpu'] / st['predict_cpu']:.3f} | {b['export_wall']:.2f} | "
+                      f"{b['total_wall']:.2f} | {b['total_wall'] / st['total_wall']:.3f} | "
+                      f"{mem[c]['peak_predict_mib']:.1f} | {mem[c]['peak_total_mib']:.1f} | "
+                      f"{'identical' if agree == 1.0 else f'{agree:.2%} equal'} | {mi} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,515 @@
+"""Finding, matching and loading the files of a cohort: images, labels, predictions and uncertainty maps.
+
+A *case id* is a file name without its extension (``.nii.gz``, ``.nii``, ``.nrrd``, ``.mha``, ``.mhd``,
+``.npy``; ``.npz`` for nnU-Net probabilities) and without the role's suffix: with ``suffix="_seg"`` the file
+``brain01_seg.nii.gz`` belongs to case ``brain01``. Image folders may follow nnU-Net's channel convention
+(``CASE_0000.nii.gz``, ``CASE_0001.nii.gz``: one file per input channel); when every file name ends in ``_`` and
+four digits the channels are grouped into one case.
+
+Layouts read by ``monai-unc evaluate`` (:data:`LAYOUTS`):
+
+- ``monai-unc`` (what ``monai-unc infer`` writes): ``<case>_seg.nii.gz`` label map, ``<case>_probs.nii.gz``
+  probabilities as a 4D NIfTI ``(X, Y, Z, C)``, ``<case>_<measure>.nii.gz`` uncertainty maps, all in one folder;
+- ``nnunet`` (what ``monai-unc nnunet-predict`` writes): ``<case>.nii.gz`` segmentation,
+  ``<case>.npz`` probabilities (key ``probabilities``, ``(C, z, y, x)``: nnU-Net stores the array axes in
+  reverse order of the NIfTI array, which this module undoes), ``uncertainty/<case>_<measure>.nii.gz`` maps.
+
+Volumes are read with MONAI's ``LoadImage`` (so any format MONAI reads), channel first, with their affine
+(voxel -> world, mm). :func:`load_case` checks that every volume of a case has the geometry of its label map
+(shape and affine within ``GEOMETRY_ATOL`` mm), that label maps hold integer classes in ``[0, C)`` and that
+probabilities are probabilities; every error names the case and the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+import torch
+
+from ._utils import check_probabilities
+
+__all__ = [
+    "VOLUME_EXTENSIONS",
+    "PROBABILITY_EXTENSIONS",
+    "GEOMETRY_ATOL",
+    "LAYOUTS",
+    "MEASURES",
+    "CaseError",
+    "CaseFiles",
+    "ImageCase",
+    "LoadedCase",
+    "split_extension",
+    "list_files",
+    "list_image_cases",
+    "match_cases",
+    "read_volume",
+    "read_probabilities",
+    "check_label_map",
+    "spacing_from_affine",
+    "load_case",
+    "save_probabilities",
+    "check_output_folder",
+    "clean_partial_files",
+]
+
+#: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
+VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
+#: probabilities may also come as nnU-Net ``.npz`` files
+PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
+#: largest difference of affine entries (mm) tolerated between the volumes of one case
+GEOMETRY_ATOL = 1e-3
+#: uncertainty measures looked for in prediction folders (shared/DESIGN.md output keys)
+MEASURES = ("predictive_entropy", "expected_entropy", "mutual_information", "max_softmax", "variance")
+#: file naming of the evaluation inputs: seg suffix, probability suffix, uncertainty sub-folder
+LAYOUTS: dict[str, dict[str, str]] = {
+    "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},
+    "nnunet": {"seg_suffix": "", "probs_suffix": "", "uncertainty_subdir": "uncertainty"},
+}
+_CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")
+
+
+class CaseError(ValueError):
+    """A problem with the files of one case (missing, mismatched geometry, wrong values)."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# finding files
+# ----------------------------------------------------------------------------------------------------------------
+def split_extension(name: str, extensions: Sequence[str] = PROBABILITY_EXTENSIONS) -> tuple[str, str] | None:
+    """``("brain01_seg", ".nii.gz")`` for ``"brain01_seg.nii.gz"``; ``None`` for other endings (and hidden files)."""
+    if name.startswith("."):
+        return None
+    low = name.lower()
+    for ext in sorted(extensions, key=len, reverse=True):
+        if low.endswith(ext) and len(name) > len(ext):
+            return name[: -len(ext)], name[-len(ext) :]
+    return None
+
+
+def list_files(
+    folder: str | os.PathLike, suffix: str = "", extensions: Sequence[str] = VOLUME_EXTENSIONS
+) -> dict[str, Path]:
+    """``{case id: path}`` of the files in ``folder`` whose stem ends with ``suffix`` (not recursive).
+
+    Raises ``FileNotFoundError`` if the folder does not exist and ``CaseError`` if two files give the same
+    case id (e.g. ``a.nii`` and ``a.nii.gz``).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"folder not found: {folder}")
+    out: dict[str, Path] = {}
+    for path in sorted(folder.iterdir()):
+        if not path.is_file():
+            continue
+        split = split_extension(path.name, extensions)
+        if split is None:
+            continue
+        stem = split[0]
+        if suffix:
+            if not stem.endswith(suffix) or len(stem) == len(suffix):
+                continue
+            stem = stem[: -len(suffix)]
+        if stem in out:
+            raise CaseError(f"case {stem!r}: two files in {folder}: {out[stem].name} and {path.name}")
+        out[stem] = path
+    return out
+
+
+@dataclass(frozen=True)
+class ImageCase:
+    """One input case of ``infer``: its id and one file per input channel."""
+
+    case_id: str
+    channels: tuple[Path, ...]
+
+
+def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") -> list[ImageCase]:
+    """Input cases of an image folder, sorted by case id.
+
+    ``channel_suffix="auto"``: when every file name ends in ``_`` and four digits (nnU-Net's ``CASE_0000``),
+    files are grouped into multi-channel cases by the part before it; ``"none"``: one file per case.
+    Raises ``FileNotFoundError`` for a missing folder and ``ValueError`` when it holds no volume.
+    """
+    if channel_suffix not in ("auto", "none"):
+        raise ValueError(f"channel_suffix must be 'auto' or 'none', got {channel_suffix!r}")
+    files = list_files(folder, "", VOLUME_EXTENSIONS)
+    if not files:
+        raise ValueError(f"no image volume ({', '.join(VOLUME_EXTENSIONS)}) found in {folder}")
+    grouped = channel_suffix == "auto" and all(_CHANNEL.match(stem) for stem in files)
+    if not grouped:
+        return [ImageCase(stem, (path,)) for stem, path in sorted(files.items())]
+    cases: dict[str, dict[int, Path]] = {}
+    for stem, path in files.items():
+        m = _CHANNEL.match(stem)
+        assert m is not None
+        cases.setdefault(m["case"], {})[int(m["channel"])] = path
+    out = []
+    for cid, chans in sorted(cases.items()):
+        idx = sorted(chans)
+        if idx != list(range(len(idx))):
+            raise CaseError(f"case {cid!r}: channel files must be numbered _0000, _0001, ... without gaps, got {idx}")
+        out.append(ImageCase(cid, tuple(chans[i] for i in idx)))
+    n_channels = {len(c.channels) for c in out}
+    if len(n_channels) > 1:
+        raise CaseError(f"cases in {folder} have different numbers of channels: {sorted(n_channels)}")
+    return out
+
+
+@dataclass
+class CaseFiles:
+    """The files of one case for evaluation (``None`` where a role is absent)."""
+
+    case_id: str
+    label: Path
+    seg: Path | None = None
+    probs: Path | None = None
+    maps: dict[str, Path] = field(default_factory=dict)
+    image: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.case_id,
+            "label": str(self.label),
+            "seg": None if self.seg is None else str(self.seg),
+            "probs": None if self.probs is None else str(self.probs),
+            "maps": {k: str(v) for k, v in self.maps.items()},
+            "image": None if self.image is None else str(self.image),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CaseFiles:
+        def p(x: Any) -> Path | None:
+            return None if x is None else Path(x)
+
+        return cls(
+            case_id=str(d["case"]),
+            label=Path(d["label"]),
+            seg=p(d.get("seg")),
+            probs=p(d.get("probs")),
+            maps={k: Path(v) for k, v in (d.get("maps") or {}).items()},
+            image=p(d.get("image")),
+        )
+
+
+def _describe(ids: Iterable[str], limit: int = 8) -> str:
+    ids = sorted(ids)
+    head = ", ".join(repr(i) for i in ids[:limit])
+    return head + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def match_cases(
+    labels: str | os.PathLike,
+    predictions: str | os.PathLike,
+    *,
+    layout: str = "monai-unc",
+    seg_suffix: str | None = None,
+    probs_suffix: str | None = None,
+    uncertainty: str | os.PathLike | None = None,
+    measures: Sequence[str] | None = None,
+    images: str | os.PathLike | None = None,
+    label_suffix: str = "",
+    allow_missing: bool = False,
+) -> list[CaseFiles]:
+    """Match labels with predictions, probabilities and uncertainty maps by case id.
+
+    Args:
+        labels: folder of reference label maps ``<case><label_suffix>.<ext>``.
+        predictions: folder with segmentations and/or probabilities (see :data:`LAYOUTS`).
+        layout: ``"monai-unc"`` or ``"nnunet"``: default suffixes and the uncertainty sub-folder.
+        seg_suffix, probs_suffix: override the layout's suffixes.
+        uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout).
+        measures: measures to read; default every one of :data:`MEASURES` found for the first case.
+        images: optional folder of the input images (for overlays), nnU-Net channel files allowed.
+        allow_missing: drop cases that lack a file (instead of an error) as long as one case is left.
+
+    Every case needs a label and at least a segmentation or probabilities; the cases of the label folder
+    define the cohort. Raises ``CaseError`` listing the missing cases.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    lay = LAYOUTS[layout]
+    seg_suffix = lay["seg_suffix"] if seg_suffix is None else seg_suffix
+    probs_suffix = lay["probs_suffix"] if probs_suffix is None else probs_suffix
+    pred_dir = Path(predictions)
+    unc_dir = Path(uncertainty) if uncertainty is not None else pred_dir / lay["uncertainty_subdir"]
+    label_files = list_files(labels, label_suffix)
+    if not label_files:
+        raise CaseError(f"no label volume found in {labels}")
+    if not pred_dir.is_dir():
+        raise FileNotFoundError(f"predictions folder not found: {pred_dir}")
+    seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS)
+    if seg_suffix == probs_suffix:
+        # nnU-Net: <case>.nii.gz is the segmentation, <case>.npz the probabilities
+        prob_files = list_files(pred_dir, probs_suffix, (".npz",))
+    else:
+        prob_files = list_files(pred_dir, probs_suffix, PROBABILITY_EXTENSIONS)
+    if seg_suffix == "":
+        # "" matches every file: keep probability files and measure maps out of the segmentations
+        taken = set(prob_files.values())
+        seg_files = {k: v for k, v in seg_files.items() if v not in taken and not _is_map_name(k)}
+    map_files: dict[str, dict[str, Path]] = {}
+    unknown = set(measures or ()) - set(MEASURES)
+    if unknown:
+        raise ValueError(f"measures must be among {MEASURES}, got {sorted(unknown)}")
+    if unc_dir.is_dir():
+        for m in measures or MEASURES:
+            found = list_files(unc_dir, f"_{m}", VOLUME_EXTENSIONS)
+            if found:
+                map_files[m] = found
+    if measures:
+        absent = [m for m in measures if m not in map_files]
+        if absent:
+            raise CaseError(f"no uncertainty map for measure(s) {absent} in {unc_dir} (files <case>_<measure>.<ext>)")
+    image_files: dict[str, Path] = {}
+    if images is not None:
+        image_files = {c.case_id: c.channels[0] for c in list_image_cases(images)}
+
+    cases, problems = [], {}
+    for cid, label in sorted(label_files.items()):
+        seg, probs = seg_files.get(cid), prob_files.get(cid)
+        missing = []
+        if seg is None and probs is None:
+            missing.append(f"segmentation or probabilities in {pred_dir}")
+        missing += [f"{m} map in {unc_dir}" for m in map_files if cid not in map_files[m]]
+        if images is not None and cid not in image_files:
+            missing.append(f"image in {images}")
+        if missing:
+            problems[cid] = missing
+            continue
+        cases.append(
+            CaseFiles(cid, label, seg, probs, {m: f[cid] for m, f in map_files.items()}, image_files.get(cid))
+        )
+    if problems and (not allow_missing or not cases):
+        first = sorted(problems)[0]
+        raise CaseError(
+            f"{len(problems)} of {len(label_files)} case(s) lack files: {_describe(problems)}; e.g. case {first!r} "
+            f"has no {', no '.join(problems[first])}" + ("" if allow_missing else " (use --allow-missing to skip them)")
+        )
+    extra = set(seg_files) | set(prob_files)
+    extra -= set(label_files)
+    if extra and not cases:
+        raise CaseError(f"no prediction matches a label; predictions exist for {_describe(extra)}")
+    return cases
+
+
+def _is_map_name(stem: str) -> bool:
+    return any(stem.endswith(f"_{m}") for m in MEASURES)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading
+# ----------------------------------------------------------------------------------------------------------------
+def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Read a volume with MONAI's ``LoadImage``: ``(data (C, *spatial), affine (4, 4))``.
+
+    A 3D file gives ``C = 1``; a 4D NIfTI ``(X, Y, Z, C)`` gives ``C`` channels first. ``.npy`` files have no
+    geometry: their affine is the identity.
+    """
+    from monai.transforms import LoadImage
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    img = LoadImage(image_only=True, ensure_channel_first=True)(str(path))
+    data = img.as_tensor().numpy() if hasattr(img, "as_tensor") else np.asarray(img)
+    affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
+    return data, affine
+
+
+def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None]:
+    """Read probabilities ``(C, *spatial)`` and the affine (``None`` for nnU-Net ``.npz`` files).
+
+    nnU-Net ``.npz`` files (key ``probabilities``) hold ``(C, z, y, x)``: the spatial axes are reversed here so
+    that they line up with the NIfTI arrays of the same case.
+    """
+    path = Path(path)
+    if path.name.lower().endswith(".npz"):
+        with np.load(path, allow_pickle=False) as f:
+            if "probabilities" not in f.files:
+                raise CaseError(f"{path}: an .npz probability file must hold the key 'probabilities', has {f.files}")
+            arr = np.asarray(f["probabilities"])
+        if arr.ndim < 3:
+            raise CaseError(f"{path}: probabilities must be (C, *spatial), got shape {arr.shape}")
+        axes = (0, *range(arr.ndim - 1, 0, -1))
+        return np.ascontiguousarray(arr.transpose(axes)), None
+    return read_volume(path)
+
+
+def spacing_from_affine(affine: np.ndarray) -> tuple[float, ...]:
+    """Voxel size in mm per axis: the lengths of the affine's first three columns."""
+    a = np.asarray(affine, dtype=np.float64)
+    return tuple(float(s) for s in np.sqrt((a[:3, :3] ** 2).sum(axis=0)))
+
+
+def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None) -> np.ndarray:
+    """Validate a label volume and return it as int64; ``what`` names the case and file in errors.
+
+    Float files are accepted when every value is an integer. Raises ``CaseError`` for non-finite,
+    non-integral, negative or too large (``>= num_classes``) values, listing a few offending values.
+    """
+    arr = np.asarray(data)
+    if arr.dtype == bool:
+        arr = arr.astype(np.int64)
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.isfinite(arr).all():
+            raise CaseError(f"{what}: label map contains NaN or inf")
+        frac = arr != np.round(arr)
+        if frac.any():
+            raise CaseError(f"{what}: label map must hold integer classes, found values such as {arr[frac][:3]}")
+    elif not np.issubdtype(arr.dtype, np.integer):
+        raise CaseError(f"{what}: label map must be numeric, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    bad = (arr < 0) if num_classes is None else ((arr < 0) | (arr >= num_classes))
+    if bad.any():
+        values = np.unique(arr[bad])
+        allowed = "non-negative classes" if num_classes is None else f"classes 0..{num_classes - 1}"
+        raise CaseError(f"{what}: label map holds values {values[:6].tolist()} outside {allowed}")
+    return arr
+
+
+@dataclass
+class LoadedCase:
+    """Arrays of one case: ``label``/``seg`` ``(*spatial)`` int64, ``probs`` ``(C, *spatial)`` float32,
+    ``maps`` ``{measure: (*spatial) float32}``, ``image`` ``(C_in, *spatial)``, affine and spacing (mm)."""
+
+    case_id: str
+    label: np.ndarray
+    seg: np.ndarray
+    probs: np.ndarray | None
+    maps: dict[str, np.ndarray]
+    affine: np.ndarray
+    spacing: tuple[float, ...]
+    image: np.ndarray | None = None
+
+
+def _check_geometry(case: str, ref: tuple[np.ndarray, np.ndarray, Path], other: tuple[Any, Any, Path]) -> None:
+    ref_shape, ref_aff, ref_path = ref
+    shape, aff, path = other
+    if tuple(shape) != tuple(ref_shape):
+        raise CaseError(
+            f"case {case!r}: {path.name} has spatial shape {tuple(shape)} but the label {ref_path.name} has "
+            f"{tuple(ref_shape)}; resample the prediction onto the label's grid"
+        )
+    if aff is not None and not np.allclose(aff, ref_aff, atol=GEOMETRY_ATOL, rtol=0):
+        diff = float(np.abs(np.asarray(aff) - ref_aff).max())
+        raise CaseError(
+            f"case {case!r}: {path.name} and the label {ref_path.name} have different affines (largest "
+            f"difference {diff:.4g} mm, tolerance {GEOMETRY_ATOL}): they are not in the same space"
+        )
+
+
+def load_case(files: CaseFiles, num_classes: int | None = None, load_image: bool = False) -> LoadedCase:
+    """Read and check every file of a case (see the module docstring for the checks).
+
+    ``num_classes`` is taken from the probabilities when they exist (and must then agree); without
+    probabilities it must be given. The segmentation defaults to the argmax of the probabilities.
+    """
+    cid = files.case_id
+    label_data, affine = read_volume(files.label)
+    if label_data.shape[0] != 1:
+        raise CaseError(f"case {cid!r}: label {files.label.name} must be a single-channel label map, "
+                        f"got {label_data.shape[0]} channels")
+    spatial = label_data.shape[1:]
+    ref = (spatial, affine, files.label)
+    probs = None
+    if files.probs is not None:
+        p, p_aff = read_probabilities(files.probs)
+        _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
+        if num_classes is not None and p.shape[0] != num_classes:
+            raise CaseError(f"case {cid!r}: {files.probs.name} has {p.shape[0]} classes, the cohort {num_classes}")
+        try:
+            check_probabilities(torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[None], "probabilities")
+        except (ValueError, TypeError) as e:
+            raise CaseError(f"case {cid!r}: {files.probs.name}: {e}") from None
+        probs = p.astype(np.float32, copy=False)
+        num_classes = p.shape[0]
+    if num_classes is None:
+        raise CaseError(f"case {cid!r}: the number of classes is unknown: give probabilities or num_classes")
+    label = check_label_map(label_data[0], f"case {cid!r}: label {files.label.name}", num_classes)
+    if files.seg is not None:
+        s, s_aff = read_volume(files.seg)
+        if s.shape[0] != 1:
+            raise CaseError(f"case {cid!r}: segmentation {files.seg.name} must be a label map, got {s.shape[0]} "
+                            "channels")
+        _check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
+        seg = check_label_map(s[0], f"case {cid!r}: segmentation {files.seg.name}", num_classes)
+    else:
+        assert probs is not None
+        seg = probs.argmax(axis=0).astype(np.int64)
+    maps = {}
+    for m, path in files.maps.items():
+        u, u_aff = read_volume(path)
+        if u.shape[0] != 1:
+            raise CaseError(f"case {cid!r}: uncertainty map {path.name} must have one channel, got {u.shape[0]}")
+        _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
+        u = u[0].astype(np.float32, copy=False)
+        if not np.isfinite(u).all():
+            raise CaseError(f"case {cid!r}: uncertainty map {path.name} contains NaN or inf")
+        if u.min() < 0:
+            raise CaseError(f"case {cid!r}: uncertainty map {path.name} has negative values (min {u.min():.4g})")
+        maps[m] = u
+    image = None
+    if load_image and files.image is not None:
+        img, i_aff = read_volume(files.image)
+        _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
+        image = img.astype(np.float32, copy=False)
+    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# writing
+# ----------------------------------------------------------------------------------------------------------------
+def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
+    """Write probabilities ``(C, X, Y, Z)`` as a 4D float32 NIfTI ``(X, Y, Z, C)`` through a temporary file and
+    a rename (as :func:`monai_unc.report.nifti.save_nifti` does for 3D maps)."""
+    if isinstance(probs, torch.Tensor):
+        probs = (probs.as_tensor() if hasattr(probs, "as_tensor") else probs).detach().cpu().numpy()
+    arr = np.asarray(probs)
+    while arr.ndim > 4 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 4:
+        raise ValueError(f"probs must be (C, X, Y, Z), got shape {arr.shape}")
+    path = Path(path)
+    if not path.name.endswith((".nii", ".nii.gz")):
+        raise ValueError(f"path must end in .nii or .nii.gz, got {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ext = ".nii.gz" if path.name.endswith(".nii.gz") else ".nii"
+    tmp = path.with_name(f".{path.name[: -len(ext)]}.partial{ext}")
+    nib.save(nib.Nifti1Image(np.moveaxis(arr.astype(np.float32), 0, -1), np.asarray(affine, dtype=np.float64)), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def check_output_folder(output: str | os.PathLike, *inputs: str | os.PathLike | None) -> Path:
+    """Refuse an output folder that is, or lies inside, one of the input folders (inputs are never written)."""
+    out = Path(output).resolve()
+    for inp in inputs:
+        if inp is None:
+            continue
+        src = Path(inp).resolve()
+        if out == src or src in out.parents:
+            raise ValueError(
+                f"output folder {output} lies inside the input folder {inp}; choose an output outside it "
+                "(inputs are never written to)"
+            )
+    return out
+
+
+def clean_partial_files(folder: str | os.PathLike) -> int:
+    """Remove ``.*.partial*`` files left by an interrupted run; returns how many were removed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0
+    n = 0
+    for p in folder.iterdir():
+        if p.is_file() and p.name.startswith(".") and ".partial" in p.name:
+            p.unlink()
+            n += 1
+    return n

@@ -1,0 +1,222 @@
+"""``monai-unc nnunet-predict``, ``nnunet-dropout-plans`` and ``nnunet-calibrate``.
+
+``nnUNetv2_predict`` cannot choose a predictor class, so this entry point takes the same flags (``-i -o -d -c
+-tr -p -f -chk --save_probabilities -device -step_size --disable_tta --continue_prediction -npp -nps
+-num_parts -part_id -prev_stage_predictions --disable_progress_bar --not_on_device``, or ``-m MODEL_FOLDER`` as
+in ``nnUNetv2_predict_from_modelfolder``) plus the uncertainty options, and runs
+:class:`~monai_unc.nnunet.predictor.UncertaintyPredictor`::
+
+    monai-unc nnunet-predict -i imagesTs -o pred -d 990 -c 3d_fullres -f 0 1 2 3 4 \\
+        --sources folds mirroring -device cuda
+
+Wiring (``monai_unc/cli.py``): ``add_parser(subparsers)`` registers the three sub-commands; ``run(args)`` executes
+whichever was chosen and returns the exit status. This module uses absolute imports only (nnU-Net imports the
+modules of the ``nnUNet_extTrainer`` folder as top-level modules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["add_parser", "run", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
+
+PREDICT_COMMAND = "nnunet-predict"
+PLANS_COMMAND = "nnunet-dropout-plans"
+CALIBRATE_COMMAND = "nnunet-calibrate"
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``nnunet-predict`` (returned), ``nnunet-dropout-plans`` and ``nnunet-calibrate`` on ``subparsers``."""
+    p = subparsers.add_parser(
+        PREDICT_COMMAND,
+        help="nnU-Net v2 prediction with uncertainty maps (folds, mirroring, MC dropout)",
+        description="nnUNetv2_predict with uncertainty: the segmentations nnU-Net writes, plus "
+        "uncertainty/<case>_<measure><ending> maps in the image geometry, uncertainty/<case>.json scores and "
+        "uncertainty_scores.csv. Same flags as nnUNetv2_predict.",
+    )
+    p.set_defaults(nnunet_command=PREDICT_COMMAND)
+    p.add_argument("-i", required=True, help="input folder (files named like nnU-Net's imagesTs: CASE_0000<ending>)")
+    p.add_argument("-o", required=True, help="output folder (created if missing)")
+    p.add_argument("-d", default=None, help="dataset name or id (with -c; or give -m)")
+    p.add_argument("-p", default="nnUNetPlans", help="plans identifier (default: nnUNetPlans)")
+    p.add_argument("-tr", default="nnUNetTrainer", help="trainer class used for training (default: nnUNetTrainer)")
+    p.add_argument("-c", default=None, help="configuration, e.g. 3d_fullres")
+    p.add_argument("-m", default=None, help="trained model folder (instead of -d/-tr/-p/-c)")
+    p.add_argument("-f", nargs="+", default=["0", "1", "2", "3", "4"], help="folds (default: 0 1 2 3 4)")
+    p.add_argument("-chk", default="checkpoint_final.pth", help="checkpoint name (default: checkpoint_final.pth)")
+    p.add_argument("-step_size", type=float, default=0.5, help="sliding-window step as a fraction of the patch")
+    p.add_argument("--disable_tta", action="store_true", help="no mirroring (not allowed with --sources mirroring)")
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--save_probabilities", action="store_true",
+                   help="also write <case>.npz (mean probabilities, as nnU-Net's layout) and <case>.pkl")
+    p.add_argument("--continue_prediction", action="store_true", help="skip cases whose output already exists")
+    p.add_argument("-npp", type=int, default=_env_int("nnUNet_npp", 3),
+                   help="preprocessing processes (0: in this process)")
+    p.add_argument("-nps", type=int, default=_env_int("nnUNet_nps", 3), help="export processes (0: in this process)")
+    p.add_argument("-prev_stage_predictions", default=None, help="folder with the previous stage (cascade)")
+    p.add_argument("-num_parts", type=int, default=1, help="split the cases over this many calls")
+    p.add_argument("-part_id", type=int, default=0, help="which part this call predicts (0-based)")
+    p.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
+    p.add_argument("--disable_progress_bar", action="store_true")
+    p.add_argument("--not_on_device", action="store_true", help="keep the stitching buffers in CPU memory")
+    u = p.add_argument_group("uncertainty")
+    u.add_argument("--sources", nargs="+", default=["folds", "mirroring"],
+                   help="uncertainty sources: any of folds, mirroring, dropout (default: folds mirroring)")
+    u.add_argument("--num_samples", type=int, default=10, help="MC dropout passes per window (default: 10)")
+    u.add_argument("--dropout_p", type=float, default=None,
+                   help="insert post-hoc dropout with this rate (no retraining); default: the trained dropout")
+    u.add_argument("--measures", nargs="+",
+                   default=["predictive_entropy", "expected_entropy", "mutual_information", "max_softmax"],
+                   help="maps to write (also: variance)")
+    u.add_argument("--segmentation_from", choices=("logits", "probabilities"), default="logits",
+                   help="argmax of the mean logits (stock nnU-Net, default) or of the mean probabilities")
+    u.add_argument("--seed", type=int, default=None, help="seed for the dropout masks")
+    u.add_argument("--rate_in_target", type=float, default=None,
+                   help="Rate-In: information loss per layer to reach (default 0.1)")
+    u.add_argument("--rate_in_loss", default=None, help="Rate-In: information loss, mi (default), ssim or mse")
+
+    q = subparsers.add_parser(
+        PLANS_COMMAND,
+        help="write an nnU-Net plans variant whose networks have dropout (train with -p NAME)",
+        description="Copy nnUNet_preprocessed/DATASET/<source>.json to <target>.json with dropout_op/"
+        "dropout_op_kwargs set in every configuration's architecture; the preprocessed data is reused.",
+    )
+    q.set_defaults(nnunet_command=PLANS_COMMAND)
+    q.add_argument("-d", required=True, help="dataset name or id")
+    q.add_argument("--rate", type=float, default=0.2, help="dropout rate after every convolution (default 0.2)")
+    q.add_argument("-p", default="nnUNetPlans", help="plans identifier to copy (default: nnUNetPlans)")
+    q.add_argument("--target", default="nnUNetPlansDropout", help="new plans identifier (default: nnUNetPlansDropout)")
+    q.add_argument("-c", nargs="+", default=None, help="only these configurations")
+    q.add_argument("--overwrite", action="store_true")
+
+    c = subparsers.add_parser(
+        CALIBRATE_COMMAND,
+        help="fit a temperature per fold on its nnU-Net validation cases; write a calibrated copy of the model",
+        description="For every fold, predict its validation cases (splits_final.json) from nnU-Net's preprocessed "
+        "data, fit temperature scaling (seed 001 protocol) and fold it into the segmentation layer of a copy of the "
+        "model folder. Predict from the copy with nnunet-predict -m OUT.",
+    )
+    c.set_defaults(nnunet_command=CALIBRATE_COMMAND)
+    c.add_argument("-o", required=True, help="folder for the calibrated copy of the model")
+    c.add_argument("-d", default=None, help="dataset name or id (with -c; or give -m)")
+    c.add_argument("-p", default="nnUNetPlans", help="plans identifier (default: nnUNetPlans)")
+    c.add_argument("-tr", default="nnUNetTrainer", help="trainer class (default: nnUNetTrainer)")
+    c.add_argument("-c", default=None, help="configuration")
+    c.add_argument("-m", default=None, help="trained model folder (instead of -d/-tr/-p/-c)")
+    c.add_argument("-f", nargs="+", default=["0", "1", "2", "3", "4"], help="folds (default: 0 1 2 3 4)")
+    c.add_argument("-chk", default="checkpoint_final.pth", help="checkpoint name")
+    c.add_argument("--mode", choices=("scalar", "vector"), default="scalar", help="one t, or one per class")
+    c.add_argument("--loss", choices=("nll", "ece"), default="nll", help="fitting objective (default nll)")
+    c.add_argument("--disable_tta", action="store_true", help="validation logits without mirroring")
+    c.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
+    return p
+
+
+def _model_folder(args: argparse.Namespace) -> str:
+    if args.m is not None:
+        if args.d is not None or args.c is not None:
+            raise ValueError("give either -m MODEL_FOLDER or -d DATASET -c CONFIGURATION, not both")
+        return args.m
+    if args.d is None or args.c is None:
+        raise ValueError("-d DATASET and -c CONFIGURATION are required (or -m MODEL_FOLDER)")
+    from nnunetv2.utilities.file_path_utilities import get_output_folder
+
+    return get_output_folder(args.d, args.tr, args.p, args.c)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    import torch
+
+    from monai_unc.nnunet.predictor import UncertaintyPredictor
+
+    if not 0 <= args.part_id < args.num_parts:
+        raise ValueError(f"-part_id must be in [0, -num_parts), got {args.part_id} with -num_parts {args.num_parts}")
+    if args.npp < 0 or args.nps < 0:
+        raise ValueError("-npp and -nps must be >= 0")
+    model = _model_folder(args)
+    if not os.path.isdir(model):
+        raise FileNotFoundError(f"trained model folder not found: {model}")
+    if not os.path.isdir(args.i):
+        raise FileNotFoundError(f"input folder not found: {args.i}")
+    folds = [f if f == "all" else int(f) for f in args.f]
+    if args.device == "cpu":
+        import multiprocessing
+
+        torch.set_num_threads(multiprocessing.cpu_count())
+    elif args.device == "cuda":
+        torch.set_num_threads(1)
+        torch.set_num_interop_threads(1)
+    rate_in = {k: v for k, v in (("target_loss", args.rate_in_target), ("loss", args.rate_in_loss)) if v is not None}
+    predictor = UncertaintyPredictor(
+        uncertainty_sources=args.sources,
+        num_samples=args.num_samples,
+        dropout_p=args.dropout_p,
+        measures=args.measures,
+        segmentation_from=args.segmentation_from,
+        rate_in=rate_in or None,
+        seed=args.seed,
+        tile_step_size=args.step_size,
+        use_gaussian=True,
+        use_mirroring=not args.disable_tta,
+        perform_everything_on_device=not args.not_on_device,
+        device=torch.device(args.device),
+        verbose=args.verbose,
+        verbose_preprocessing=args.verbose,
+        allow_tqdm=not args.disable_progress_bar,
+    )
+    predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
+    os.makedirs(args.o, exist_ok=True)
+    predictor.predict_from_files(
+        args.i, args.o, save_probabilities=args.save_probabilities, overwrite=not args.continue_prediction,
+        num_processes_preprocessing=args.npp, num_processes_segmentation_export=args.nps,
+        folder_with_segs_from_prev_stage=args.prev_stage_predictions, num_parts=args.num_parts,
+        part_id=args.part_id,
+    )
+    return 0
+
+
+def _plans(args: argparse.Namespace) -> int:
+    from monai_unc.nnunet.dropout import write_dropout_plans
+
+    path = write_dropout_plans(args.d, p=args.rate, source_plans=args.p, target_plans=args.target,
+                               configurations=args.c, overwrite=args.overwrite)
+    print(f"wrote {path}; train with: nnUNetv2_train {args.d} CONFIGURATION FOLD -p {args.target}")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from monai_unc.nnunet.predictor import calibrate_model_folder
+
+    model = _model_folder(args)
+    if not os.path.isdir(model):
+        raise FileNotFoundError(f"trained model folder not found: {model}")
+    report = calibrate_model_folder(model, args.o, use_folds=[f if f == "all" else int(f) for f in args.f],
+                                    checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
+                                    use_mirroring=not args.disable_tta, device=torch.device(args.device))
+    print(json.dumps(report, indent=2))
+    print(f"calibrated model written to {args.o}; predict with: monai-unc {PREDICT_COMMAND} -m {args.o} ...")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute the sub-command parsed by :func:`add_parser`; returns 0 on success, 2 on a usage or input error."""
+    command = getattr(args, "nnunet_command", PREDICT_COMMAND)
+    handlers = {PREDICT_COMMAND: _predict, PLANS_COMMAND: _plans, CALIBRATE_COMMAND: _calibrate}
+    try:
+        return handlers[command](args)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        print(f"monai-unc {command}: error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,207 @@
+"""Dropout for nnU-Net v2: a plans variant for training with dropout, and post-hoc dropout for trained models.
+
+Two ways to train an nnU-Net with dropout (the networks of ``dynamic_network_architectures`` take
+``dropout_op`` / ``dropout_op_kwargs`` and place the dropout after every convolution of encoder and decoder,
+``conv -> dropout -> norm -> nonlin``):
+
+1. **Plans variant, no trainer** (:func:`write_dropout_plans`): copy ``nnUNetPlans.json`` to
+   ``nnUNetPlansDropout.json`` with ``"dropout_op": "torch.nn.Dropout3d"`` and ``"dropout_op_kwargs": {"p": 0.2}``
+   in the architecture of every configuration, then ``nnUNetv2_train DATASET 3d_fullres FOLD -p
+   nnUNetPlansDropout``. The preprocessed data is reused (the configurations keep their ``data_identifier``).
+2. **Trainer** :class:`monai_unc.nnunet.trainers.nnUNetTrainerMCDropout` (via ``nnUNet_extTrainer``): the same
+   network from the unchanged plans.
+
+Without retraining, :func:`add_posthoc_dropout` inserts dropout into a trained network as forward hooks after
+every encoder and decoder stage but the output (seed 003, Sec. 4), leaving the weights and ``state_dict`` keys
+untouched; it is what ``UncertaintyPredictor(uncertainty_sources=("dropout",), dropout_p=0.1)`` does.
+
+This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
+top-level modules.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from monai_unc.inferers.dropout import add_dropout
+
+__all__ = [
+    "DEFAULT_TRAINING_DROPOUT",
+    "dropout_op_for",
+    "dropout_arch_kwargs",
+    "dropout_plans",
+    "write_dropout_plans",
+    "add_posthoc_dropout",
+]
+
+#: dropout rate of the training routes (plans variant and trainer)
+DEFAULT_TRAINING_DROPOUT = 0.2
+
+_DROPOUT_FOR_CONV = {
+    "Conv1d": "torch.nn.Dropout1d",
+    "Conv2d": "torch.nn.Dropout2d",
+    "Conv3d": "torch.nn.Dropout3d",
+}
+
+
+def _check_p(p: float, name: str = "p") -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) < 1.0:
+        raise ValueError(f"{name} must be a dropout rate in (0, 1), got {p!r}")
+    return float(p)
+
+
+def dropout_op_for(conv_op: str | type) -> str:
+    """Dotted name of the channel dropout matching an nnU-Net ``conv_op`` (``...Conv3d`` -> ``torch.nn.Dropout3d``)."""
+    name = conv_op if isinstance(conv_op, str) else f"{conv_op.__module__}.{conv_op.__qualname__}"
+    short = name.rsplit(".", 1)[-1]
+    if short not in _DROPOUT_FOR_CONV:
+        raise ValueError(f"conv_op must be a Conv1d/Conv2d/Conv3d, got {name!r}")
+    return _DROPOUT_FOR_CONV[short]
+
+
+def dropout_arch_kwargs(arch_kwargs: Mapping[str, Any], p: float = DEFAULT_TRAINING_DROPOUT) -> dict[str, Any]:
+    """Copy of a plans ``arch_kwargs`` with ``dropout_op`` (matching ``conv_op``) and ``dropout_op_kwargs={"p": p}``.
+
+    ``conv_op`` may be a dotted name (as in plans files) or a class (as after nnU-Net imported it); the dropout
+    op is given in the same form.
+    """
+    p = _check_p(p)
+    if "conv_op" not in arch_kwargs:
+        raise ValueError("arch_kwargs has no 'conv_op': not the architecture kwargs of an nnU-Net plans file")
+    out = copy.deepcopy(dict(arch_kwargs))
+    op = dropout_op_for(out["conv_op"])
+    if isinstance(out["conv_op"], str):
+        out["dropout_op"] = op
+    else:
+        out["dropout_op"] = getattr(nn, op.rsplit(".", 1)[-1])
+    out["dropout_op_kwargs"] = {"p": p, "inplace": False}
+    return out
+
+
+def dropout_plans(
+    plans: Mapping[str, Any],
+    p: float = DEFAULT_TRAINING_DROPOUT,
+    plans_name: str = "nnUNetPlansDropout",
+    configurations: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """A copy of an nnU-Net plans dict whose configurations build their network with dropout (rate ``p``).
+
+    Every configuration that defines an ``architecture`` (configurations that only ``inherits_from`` another
+    get it from there) is changed, or only those named in ``configurations``. ``data_identifier`` is kept so
+    that the preprocessed data is shared with the source plans. ``plans_name`` becomes the new identifier.
+    """
+    if "configurations" not in plans:
+        raise ValueError("plans has no 'configurations': not an nnU-Net plans dict")
+    if not isinstance(plans_name, str) or not plans_name or os.sep in plans_name:
+        raise ValueError(f"plans_name must be a file stem without path separators, got {plans_name!r}")
+    out = copy.deepcopy(dict(plans))
+    confs = out["configurations"]
+    wanted = list(confs) if configurations is None else list(configurations)
+    unknown = [c for c in wanted if c not in confs]
+    if unknown:
+        raise ValueError(f"configurations {unknown} are not in the plans (available: {sorted(confs)})")
+    changed = 0
+    for name in wanted:
+        arch = confs[name].get("architecture")
+        if arch is None:
+            if configurations is not None:
+                raise ValueError(
+                    f"configuration {name!r} inherits its architecture from {confs[name].get('inherits_from')!r}; "
+                    "change that one instead"
+                )
+            continue
+        arch["arch_kwargs"] = dropout_arch_kwargs(arch["arch_kwargs"], p)
+        req = arch.setdefault("_kw_requires_import", [])
+        if "dropout_op" not in req:
+            req.append("dropout_op")
+        changed += 1
+    if changed == 0:
+        raise ValueError("no configuration with an 'architecture' entry was found to add dropout to")
+    out["plans_name"] = plans_name
+    return out
+
+
+def write_dropout_plans(
+    dataset: str | int,
+    p: float = DEFAULT_TRAINING_DROPOUT,
+    source_plans: str = "nnUNetPlans",
+    target_plans: str = "nnUNetPlansDropout",
+    configurations: Sequence[str] | None = None,
+    preprocessed_dir: str | os.PathLike | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``<target_plans>.json`` next to ``<source_plans>.json`` in nnU-Net's preprocessed dataset folder.
+
+    Args:
+        dataset: dataset id (``990``) or name (``"Dataset990_UncToy"``).
+        p: dropout rate after every convolution.
+        source_plans / target_plans: plans identifiers (file stems).
+        configurations: restrict the change to these configurations (default: all with an architecture).
+        preprocessed_dir: ``nnUNet_preprocessed`` (default: the environment variable).
+        overwrite: replace an existing target file.
+
+    Returns the path of the written plans file. Train with ``nnUNetv2_train DATASET CONFIG FOLD -p <target_plans>``.
+    """
+    from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
+
+    base = preprocessed_dir if preprocessed_dir is not None else os.environ.get("nnUNet_preprocessed")
+    if base is None:
+        raise ValueError("preprocessed_dir is not given and the environment variable nnUNet_preprocessed is not set")
+    if source_plans == target_plans:
+        raise ValueError("target_plans must differ from source_plans")
+    if isinstance(dataset, str) and dataset.startswith("Dataset"):
+        name = dataset
+    else:
+        name = _dataset_name(Path(base), dataset, maybe_convert_to_dataset_name)
+    src = Path(base) / name / f"{source_plans}.json"
+    if not src.is_file():
+        raise FileNotFoundError(f"source plans {src} not found; run nnUNetv2_plan_and_preprocess first")
+    dst = src.with_name(f"{target_plans}.json")
+    if dst.exists() and not overwrite:
+        raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
+    plans = dropout_plans(json.loads(src.read_text()), p=p, plans_name=target_plans, configurations=configurations)
+    tmp = dst.with_name(f".{dst.name}.partial")
+    tmp.write_text(json.dumps(plans, indent=4))
+    os.replace(tmp, dst)
+    return dst
+
+
+def _dataset_name(base: Path, dataset: str | int, convert: Callable) -> str:
+    try:
+        ident = int(dataset)
+    except (TypeError, ValueError):
+        raise ValueError(f"dataset must be an id or a 'DatasetXXX_Name', got {dataset!r}") from None
+    matches = sorted(d.name for d in base.glob(f"Dataset{ident:03d}_*") if d.is_dir())
+    if len(matches) == 1:
+        return matches[0]
+    return convert(ident)
+
+
+def add_posthoc_dropout(
+    target: Any,
+    p: float = 0.1,
+    after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
+) -> list[str]:
+    """Insert dropout into a trained nnU-Net network without retraining; returns the names of the hooked modules.
+
+    ``target`` is an ``nnUNetPredictor`` (its ``network``) or the network itself. By default dropout (channel-wise,
+    rate ``p``) follows every ``encoder.stages.*`` and ``decoder.stages.*`` module of ``PlainConvUNet`` /
+    ``ResidualEncoderUNet``, i.e. every stage but the segmentation output (seed 003, Sec. 4), see
+    :func:`monai_unc.inferers.add_dropout`. The dropout is a forward hook: inactive in eval mode, switched on by
+    :func:`monai_unc.inferers.enable_mc_dropout`; weights and checkpoint keys are unchanged.
+    """
+    p = _check_p(p)
+    network = getattr(target, "network", target)
+    if network is None:
+        raise ValueError("the predictor has no network yet: initialise it from a trained model folder first")
+    if not isinstance(network, nn.Module):
+        raise TypeError(f"target must be an nnUNetPredictor or a torch.nn.Module, got {type(target).__name__}")
+    network = getattr(network, "_orig_mod", network)  # torch.compile wrapper
+    return add_dropout(network, p=p, after=after, channelwise=True)
