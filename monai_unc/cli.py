@@ -28,7 +28,7 @@ from .report.demo import run_demo
 __all__ = ["main", "build_parser", "run_demo"]
 
 #: sub-commands provided by monai_unc.nnunet.cli (registered only when nnU-Net v2 imports)
-NNUNET_COMMANDS = ("nnunet-predict", "nnunet-dropout-plans")
+NNUNET_COMMANDS = ("nnunet-predict", "nnunet-dropout-plans", "nnunet-calibrate")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -224,6 +224,8 @@ def _add_nnunet(sub: Any, wanted: str | None) -> Any:
     sub.add_parser("nnunet-predict", help="nnU-Net v2 prediction with uncertainty maps (needs the nnunet extra)",
                    add_help=False)
     sub.add_parser("nnunet-dropout-plans", help="nnU-Net plans with dropout for training (needs the nnunet extra)",
+                   add_help=False)
+    sub.add_parser("nnunet-calibrate", help="fit temperatures on nnU-Net validation outputs (needs the nnunet extra)",
                    add_help=False)
     return None
 
