@@ -1,0 +1,219 @@
+"""Write the example data sets to NIfTI folders that MONAI bundles read (``bundles/*/configs``).
+
+Layout of a folder written here::
+
+    dataset.json          provenance, protocol, classes and the case list (paths relative to the folder)
+    images/<case>.nii.gz  image (float32)
+    labels/<case>.nii.gz  reference label map (uint8)
+    masks/<case>.nii.gz   evaluation region (uint8, 1 inside)      -- MNI152 only: the held-out right hemisphere
+    raters/<case>.nii.gz  one rater per volume of a 4D image (uint8) -- toy set only
+
+``dataset.json`` ``"cases"`` is a list of ``{"case", "image", "label", "mask" | "raters", "shift", "severity"}``:
+a MONAI datalist once the paths are joined with the folder (:func:`load_datalist`).
+
+The writers refuse a non-empty folder that they did not write (no ``dataset.json`` of theirs), so pointing them at
+a user's data never overwrites it; a folder they wrote before is left as is unless ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+
+from .perturb import MAX_SEVERITY, PERTURBATIONS, make_mni152_cohort
+from .synthetic import SHIFTS, make_toy_dataset
+
+__all__ = [
+    "MANIFEST",
+    "export_mni152_cases",
+    "export_toy_cases",
+    "load_datalist",
+    "left_hemisphere_sample",
+]
+
+#: name of the manifest file written into every exported folder
+MANIFEST = "dataset.json"
+_WRITER = "monai_unc.data.export"
+
+
+def _check_folder(folder: Path, overwrite: bool) -> bool:
+    """True if the folder must be (re)written; raises if it holds data this module did not write."""
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        try:
+            ours = json.loads(manifest.read_text()).get("writer") == _WRITER
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise FileExistsError(f"{folder} holds a {MANIFEST} not written by {_WRITER}; refusing to write there")
+        return overwrite
+    if folder.exists() and any(folder.iterdir()):
+        raise FileExistsError(
+            f"{folder} is not empty and was not written by {_WRITER}; choose an empty or new folder"
+        )
+    return True
+
+
+def _save(arr: np.ndarray, affine: np.ndarray, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial.nii.gz")
+    img = nib.Nifti1Image(arr, affine)
+    img.set_qform(affine, code=1)
+    img.set_sform(affine, code=1)
+    nib.save(img, str(tmp))
+    os.replace(tmp, path)
+
+
+def _write_manifest(folder: Path, content: dict[str, Any]) -> Path:
+    content = {"writer": _WRITER, **content}
+    path = folder / MANIFEST
+    tmp = folder / f".{MANIFEST}.partial"
+    tmp.write_text(json.dumps(content, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def export_mni152_cases(
+    folder: str | os.PathLike,
+    n_cases: int = 6,
+    seed: int = 0,
+    kinds: Sequence[str] = PERTURBATIONS,
+    severity_range: tuple[float, float] = (1.0, MAX_SEVERITY),
+    resolution: int = 2,
+    overwrite: bool = False,
+) -> Path:
+    """Export the MNI152 tissue example (DESIGN.md, "Example data protocol") to NIfTI; returns ``dataset.json``.
+
+    Case 0 is the template itself (shift ``"none"``); cases 1.. are perturbed copies from
+    :func:`~monai_unc.data.perturb.make_mni152_cohort` (noise, bias field, contrast, blur, resolution loss, cycled,
+    severity drawn from ``severity_range``), with the shift and severity recorded in the manifest. Images are the
+    T1 scaled to [0, 1] (perturbed copies may leave that range), labels the 3-class tissue map (0 background + CSF,
+    1 grey matter, 2 white matter), masks the right hemisphere (world x >= 0): the half never seen in training,
+    where metrics are reported. Every file carries the template's affine (2 mm RAS for ``resolution=2``).
+    """
+    from .mni152 import TISSUE_CLASSES, load_mni152_tissue
+
+    folder = Path(folder)
+    if not _check_folder(folder, overwrite):
+        return folder / MANIFEST
+    cases = make_mni152_cohort(
+        n_cases, seed=seed, kinds=kinds, severity_range=severity_range, include_clean=True, resolution=resolution
+    )
+    data = load_mni152_tissue(resolution=resolution)
+    affine = data["affine"]
+    rows = []
+    for i, c in enumerate(cases):
+        name = f"mni152_{i:02d}_{c['shift']}"
+        _save(c["image"][0].astype(np.float32), affine, folder / "images" / f"{name}.nii.gz")
+        _save(c["label"][0].astype(np.uint8), affine, folder / "labels" / f"{name}.nii.gz")
+        _save(c["right"].astype(np.uint8), affine, folder / "masks" / f"{name}.nii.gz")
+        rows.append(
+            {
+                "case": name,
+                "image": f"images/{name}.nii.gz",
+                "label": f"labels/{name}.nii.gz",
+                "mask": f"masks/{name}.nii.gz",
+                "shift": c["shift"],
+                "severity": round(float(c["severity"]), 4),
+            }
+        )
+    return _write_manifest(
+        folder,
+        {
+            "name": "MNI152 2009 tissue (nilearn), 3 classes",
+            "source": "MNI ICBM152 non-linear 2009 template (T1, grey/white-matter probability maps) as shipped by "
+            "nilearn (load_mni152_template / load_mni152_gm_template / load_mni152_wm_template)",
+            "protocol": "label = argmax of (background + CSF, GM, WM) probabilities; the example network was "
+            "trained on the left hemisphere (world x < 0); masks/ marks the held-out right hemisphere (world x >= 0) "
+            "where metrics are reported; perturbed copies (shift != 'none') are realistic shifts of the same brain",
+            "classes": {str(k): v for k, v in enumerate(TISSUE_CLASSES)},
+            "resolution_mm": resolution,
+            "seed": seed,
+            "cases": rows,
+        },
+    )
+
+
+def export_toy_cases(
+    folder: str | os.PathLike,
+    n_cases: int = 16,
+    shape: Sequence[int] = (32, 32, 32),
+    n_raters: int = 3,
+    shifts: Sequence[str] = SHIFTS,
+    seed: int = 1000,
+    overwrite: bool = False,
+) -> Path:
+    """Export synthetic toy cases (:func:`~monai_unc.data.make_toy_dataset`, blurred borders, raters, shifts cycled
+    over ``shifts``) to NIfTI at 1 mm identity geometry; returns ``dataset.json``. Raters are one 4D file per case
+    ``(X, Y, Z, R)`` (``EnsureChannelFirstd(channel_dim=-1)`` gives ``(R, X, Y, Z)``). The default seed differs from
+    the one the toy bundle trains on (0), so exported cases are unseen."""
+    folder = Path(folder)
+    if not _check_folder(folder, overwrite):
+        return folder / MANIFEST
+    cases = make_toy_dataset(int(n_cases), shape=tuple(shape), n_raters=n_raters, shift=list(shifts), seed=seed)
+    affine = np.eye(4)
+    rows = []
+    for i, c in enumerate(cases):
+        name = f"toy_{i:02d}_{c['shift']}"
+        _save(c["image"][0].astype(np.float32), affine, folder / "images" / f"{name}.nii.gz")
+        _save(c["label"].astype(np.uint8), affine, folder / "labels" / f"{name}.nii.gz")
+        _save(np.moveaxis(c["raters"], 0, -1).astype(np.uint8), affine, folder / "raters" / f"{name}.nii.gz")
+        rows.append(
+            {
+                "case": name,
+                "image": f"images/{name}.nii.gz",
+                "label": f"labels/{name}.nii.gz",
+                "raters": f"raters/{name}.nii.gz",
+                "shift": c["shift"],
+                "severity": 0.0 if c["shift"] == "none" else 1.0,
+            }
+        )
+    return _write_manifest(
+        folder,
+        {
+            "name": "monai-unc synthetic toy set (ValUES Appendix B style)",
+            "source": "generated by monai_unc.data.make_toy_dataset",
+            "protocol": f"one object per case, blurred border annotated by {n_raters} raters (label = majority vote); "
+            "shifts: intensity (darker object), shape (cube), position (partly outside the volume)",
+            "classes": {"0": "background", "1": "object"},
+            "seed": seed,
+            "cases": rows,
+        },
+    )
+
+
+def load_datalist(folder: str | os.PathLike, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The manifest's cases as a MONAI datalist: file entries joined with ``folder``; ``keys`` restricts the
+    entries (e.g. ``["image"]`` for inference). Raises ``FileNotFoundError`` when ``dataset.json`` is missing."""
+    folder = Path(folder)
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        raise FileNotFoundError(
+            f"{manifest} not found: export the example data first (scripts/export_example_nifti.py)"
+        )
+    cases = json.loads(manifest.read_text())["cases"]
+    out = []
+    for c in cases:
+        item = {}
+        for k, v in c.items():
+            if keys is not None and k not in keys:
+                continue
+            item[k] = str(folder / v) if isinstance(v, str) and v.endswith(".nii.gz") else v
+        out.append(item)
+    return out
+
+
+def left_hemisphere_sample(resolution: int = 2) -> dict[str, np.ndarray]:
+    """The training data of the example network: image and label ``(1, X_left, Y, Z)`` of the left hemisphere
+    (world x < 0), exactly as :func:`~monai_unc.data.training.train_tissue_model` cuts them."""
+    from .mni152 import load_mni152_tissue
+
+    data = load_mni152_tissue(resolution=resolution)
+    n_left = int(data["left"].any(axis=(1, 2)).sum())
+    return {"image": data["image"][:, :n_left].copy(), "label": data["label"][:, :n_left].copy()}

@@ -1,0 +1,349 @@
+"""MONAI engines for uncertainty inferers: :class:`UncertaintyEvaluator` and the :class:`CaseScoresHandler`.
+
+Every monai-unc inferer returns a dict ``{pred, predictive_entropy, mutual_information, ...}``
+(:class:`~monai_unc.inferers.UncertaintyOutput`). A stock ``SupervisedEvaluator`` would store that dict under
+``engine.state.output["pred"]``, where ``Activationsd(keys="pred")``, ``Invertd``, ``AsDiscreted`` and
+``from_engine(["pred", "label"])`` no longer find a tensor. :class:`UncertaintyEvaluator` spreads it instead:
+
+    engine.state.output = {"image": ..., "label": ..., "pred": <mean probabilities>,
+                           "predictive_entropy": ..., "mutual_information": ..., ...}
+
+before any postprocessing, decollation or handler sees the iteration. Each map is a ``MetaTensor`` carrying the
+input's metadata, so after decollation ``SaveImaged(keys="mutual_information", ...)`` writes it with the input's
+affine and file name, and ``Invertd(keys=[..., "mutual_information"], orig_keys="image", ...)`` resamples it to
+the original grid. In an existing bundle, swapping ``inferer`` and ``evaluator#_target_`` is therefore enough
+(docs/add_uncertainty_to_bundle.md).
+
+``pred`` and the bundle's activation. Model Zoo postprocessing usually starts with
+``Activationsd(keys="pred", softmax=True)`` because a plain inferer returns logits. Softmax applied to
+probabilities would flatten them (argmax, and so the label map, is unchanged, but the saved probabilities and any
+calibration metric would be wrong). With ``pred_format="auto"`` (default) the evaluator looks at its
+postprocessing: if an ``Activationsd`` applies softmax to ``pred`` it stores ``log(mean p)`` (clamped at the
+smallest normal float), so that the bundle's softmax returns exactly the mean probabilities (``softmax(log p) =
+p / sum p = p``); a sigmoid gets ``log(p_1 / p_0)`` (two-class outputs), so that sigmoid returns ``p_1``;
+otherwise ``pred`` is the mean probabilities.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from monai.data import MetaTensor
+from monai.engines import SupervisedEvaluator
+from monai.engines.utils import IterationEvents
+from monai.utils import CommonKeys as Keys
+
+from ._utils import warn_nan
+from .keys import UncertaintyKeys
+
+__all__ = ["PRED_FORMATS", "UncertaintyEvaluator", "CaseScoresHandler", "find_pred_activation", "format_pred"]
+
+K = UncertaintyKeys
+#: accepted values of ``UncertaintyEvaluator(pred_format=...)``
+PRED_FORMATS = ("auto", "probabilities", "log_probabilities", "binary_logit")
+
+
+def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | None:
+    """The activation the first ``Activationsd`` acting on ``key`` applies in ``postprocessing`` (a ``Compose``,
+    possibly nested, or a single transform): ``"softmax"``, ``"sigmoid"`` or ``None``."""
+    from monai.transforms import Activationsd
+
+    def walk(t: Any) -> str | None | bool:
+        if isinstance(t, Activationsd):
+            for k, softmax, sigmoid in zip(t.keys, t.softmax, t.sigmoid):
+                if k == key:
+                    return "softmax" if softmax else "sigmoid" if sigmoid else None
+            return False  # does not act on key: keep looking
+        for sub in getattr(t, "transforms", ()) or ():
+            found = walk(sub)
+            if found is not False:
+                return found
+        return False
+
+    found = walk(postprocessing) if postprocessing is not None else False
+    return None if found is False else found
+
+
+def format_pred(probs: torch.Tensor, pred_format: str) -> torch.Tensor:
+    """Mean probabilities ``(B, C, *spatial)`` in the form a bundle's postprocessing expects.
+
+    ``"probabilities"``: unchanged. ``"log_probabilities"``: ``log(max(p, tiny))`` (``tiny`` the smallest normal
+    number of the dtype), which softmax maps back to ``p``. ``"binary_logit"``: ``log(p_1) - log(p_0)``
+    ``(B, 1, *spatial)`` for ``C = 2``, which sigmoid maps back to ``p_1``. MetaTensors stay MetaTensors.
+    """
+    if pred_format == "probabilities":
+        return probs
+    if not probs.is_floating_point():
+        raise TypeError(f"pred must be floating point probabilities, got dtype {probs.dtype}")
+    tiny = torch.finfo(probs.dtype).tiny
+    if pred_format == "log_probabilities":
+        return torch.log(probs.clamp_min(tiny))
+    if pred_format == "binary_logit":
+        if probs.shape[1] != 2:
+            raise ValueError(
+                f"pred_format='binary_logit' needs two-class probabilities (B, 2, *spatial), got {tuple(probs.shape)}"
+            )
+        logp = torch.log(probs.clamp_min(tiny))
+        return logp[:, 1:2] - logp[:, 0:1]
+    raise ValueError(f"pred_format must be one of {PRED_FORMATS}, got {pred_format!r}")
+
+
+def _plain(x: Any) -> Any:
+    return x.as_tensor() if isinstance(x, MetaTensor) else x
+
+
+class UncertaintyEvaluator(SupervisedEvaluator):
+    """``SupervisedEvaluator`` that spreads an uncertainty inferer's dict output into ``engine.state.output``.
+
+    Takes every argument of :class:`monai.engines.SupervisedEvaluator` (``device``, ``val_data_loader``,
+    ``network``, ``inferer``, ``postprocessing``, ``val_handlers``, ``amp``, ...) plus:
+
+    Args:
+        pred_format: how ``pred`` is stored: ``"auto"`` (default; see the module docstring), ``"probabilities"``,
+            ``"log_probabilities"`` or ``"binary_logit"``.
+        uncertainty_keys: inferer outputs to spread besides ``pred`` (default: every key the inferer returns).
+            ``samples`` ``(S, B, C, *spatial)`` is stored batch first, ``(B, S, C, *spatial)``, so that decollation
+            gives each case its ``(S, C, *spatial)`` samples.
+
+    The network runs in eval mode under ``no_grad`` as in MONAI; MC-dropout and Rate-In inferers switch their own
+    dropout layers on. The inferer receives the image batch as a plain tensor and every output it returns is given
+    the input batch's metadata (``copy_meta_from``), so any inferer, including a stock MONAI one that returns a
+    tensor (stored as ``pred``, as in ``SupervisedEvaluator``), yields MetaTensors that decollate per case.
+    After each iteration ``engine.state.uncertainty`` holds ``{"mi_meaning", "num_samples", "extras"}`` of the
+    last call (``extras``: per-call outputs such as Rate-In's searched rates). ``amp`` autocasts on CUDA only (as
+    MONAI does, whose autocast is CUDA's); on CPU it is a no-op.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        pred_format: str = "auto",
+        uncertainty_keys: Sequence[str] | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if pred_format not in PRED_FORMATS:
+            raise ValueError(f"pred_format must be one of {PRED_FORMATS}, got {pred_format!r}")
+        if isinstance(uncertainty_keys, str):
+            uncertainty_keys = [uncertainty_keys]
+        if uncertainty_keys is not None:
+            uncertainty_keys = [str(k) for k in uncertainty_keys]
+            clash = [k for k in uncertainty_keys if k in (Keys.IMAGE, Keys.LABEL, Keys.PRED)]
+            if clash:
+                raise ValueError(f"uncertainty_keys must not contain 'image', 'label' or 'pred', got {clash}")
+        super().__init__(*args, **kwargs)
+        if pred_format == "auto":
+            activation = find_pred_activation(kwargs.get("postprocessing"))
+            pred_format = {"softmax": "log_probabilities", "sigmoid": "binary_logit"}.get(activation, "probabilities")
+            if pred_format != "probabilities":
+                self.logger.info(
+                    f"UncertaintyEvaluator: postprocessing applies {activation} to 'pred'; storing pred as "
+                    f"{pred_format} so that it yields the mean probabilities"
+                )
+        self.pred_format = pred_format
+        self.uncertainty_keys = uncertainty_keys
+
+    # ------------------------------------------------------------------------------------------------------------
+    def spread(self, result: Any, reference: torch.Tensor | None = None) -> dict[str, Any]:
+        """Inferer output -> ``{pred, <map>, ...}`` for ``engine.state.output`` (see the class docstring).
+
+        ``reference``: the input MetaTensor whose metadata plain-tensor maps receive.
+        """
+
+        def meta(t: Any) -> Any:
+            if reference is None or not isinstance(t, torch.Tensor):
+                return t
+            out = MetaTensor(_plain(t))
+            out.copy_meta_from(reference)  # meta, applied operations and the batch flag of the input batch
+            return out
+
+        if not isinstance(result, Mapping):
+            return {Keys.PRED: meta(result)}
+        if K.PRED.value not in result:
+            raise ValueError(
+                f"the inferer returned a dict without 'pred' (keys: {sorted(map(str, result))}); "
+                "UncertaintyEvaluator needs the mean probabilities under 'pred'"
+            )
+        keys = self.uncertainty_keys
+        if keys is None:
+            keys = [str(k) for k in result if str(k) != K.PRED.value]
+        missing = [k for k in keys if k not in result]
+        if missing:
+            raise ValueError(
+                f"uncertainty_keys asks for {missing} but the inferer returned {sorted(map(str, result))} "
+                "(configure the inferer's keys=, track_variance= or keep_samples=)"
+            )
+        clash = [k for k in keys if k in (Keys.IMAGE, Keys.LABEL)]
+        if clash:
+            raise ValueError(f"the inferer returned keys that would overwrite the batch: {clash}")
+
+        out: dict[str, Any] = {Keys.PRED: meta(format_pred(result[K.PRED.value], self.pred_format))}
+        for k in keys:
+            v = result[k]
+            if k == K.SAMPLES.value and isinstance(v, torch.Tensor):
+                v = _plain(v).movedim(0, 1)  # (S, B, C, ...) -> (B, S, C, ...): decollates per case
+            out[k] = meta(v)
+        return out
+
+    def _iteration(self, engine: SupervisedEvaluator, batchdata: dict[str, torch.Tensor]) -> dict:  # type: ignore[override]
+        """One evaluation step: forward with the inferer, spread its dict, then fire MONAI's iteration events
+        (postprocessing and decollation run on ``MODEL_COMPLETED``, after the spread)."""
+        if batchdata is None:
+            raise ValueError("Must provide batch data for current iteration.")
+        batch = engine.prepare_batch(batchdata, engine.state.device, engine.non_blocking, **engine.to_kwargs)
+        if len(batch) == 2:
+            inputs, targets = batch
+            args: tuple = ()
+            kwargs: dict = {}
+        else:
+            inputs, targets, args, kwargs = batch
+        # the inferer gets a plain tensor (monai-unc inferers compute on plain tensors anyway); every output is
+        # given the input batch's metadata in spread(), whatever inferer produced it
+        reference = inputs if isinstance(inputs, MetaTensor) else None
+        net_inputs = _plain(inputs)
+        engine.state.output = {Keys.IMAGE: inputs, Keys.LABEL: targets}
+        device = torch.device(engine.state.device) if engine.state.device is not None else net_inputs.device
+        autocast = (
+            torch.autocast("cuda", **engine.amp_kwargs)
+            if engine.amp and device.type == "cuda"
+            else contextlib.nullcontext()
+        )
+        with engine.mode(engine.network), autocast:
+            result = engine.inferer(net_inputs, engine.network, *args, **kwargs)
+        engine.state.output.update(self.spread(result, reference))
+        engine.state.uncertainty = {
+            "mi_meaning": str(getattr(result, "mi_meaning", "none")),
+            "num_samples": int(getattr(result, "num_samples", 1)),
+            "extras": dict(getattr(result, "extras", {}) or {}),
+        }
+        engine.fire_event(IterationEvents.FORWARD_COMPLETED)
+        engine.fire_event(IterationEvents.MODEL_COMPLETED)
+        return engine.state.output
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def _items(x: Any) -> list:
+    if isinstance(x, list):
+        return x
+    if isinstance(x, Mapping):  # a batch dict (decollate=False): split the batch axis
+        n = len(next(iter(x.values()))) if x else 0
+        return [{k: v[i] for k, v in x.items()} for i in range(n)]
+    raise TypeError(f"engine output must be a list of dicts or a dict of batches, got {type(x).__name__}")
+
+
+def _case_id(item: Mapping, batch_item: Mapping, image_key: str) -> str:
+    for src in (item, batch_item):
+        img = src.get(image_key) if isinstance(src, Mapping) else None
+        if isinstance(img, MetaTensor):
+            name = img.meta.get("filename_or_obj")
+            if name:
+                return str(name)
+    return ""
+
+
+class CaseScoresHandler:
+    """Ignite handler: per-case uncertainty scores, grouped by a shift label, into a CSV and OoD AUROC metrics.
+
+    Each iteration it reads the case scores (e.g. ``mutual_information_mean`` from
+    :class:`~monai_unc.transforms.AggregateUncertaintyd`) from the decollated ``engine.state.output`` and the
+    group label (e.g. ``"shift"``, a string of the datalist) from ``engine.state.batch``. At the end of the epoch
+    the rows of every rank are gathered (``torch.distributed.all_gather_object``), rank 0 writes
+    ``<output_dir>/<filename>`` (columns ``case, <group_key>, <scores...>``), and every rank stores
+    ``engine.state.metrics["ood_auroc_<score>"]``: :func:`monai_unc.metrics.casewise.ood_auroc` of the scores
+    of cases outside ``iid_groups`` against those inside (NaN with a warning when either side is empty), so
+    ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it.
+
+    Args:
+        score_keys: keys of per-case scalars in ``engine.state.output``.
+        group_key: key of the group label in ``engine.state.batch``.
+        iid_groups: labels of in-distribution cases.
+        output_dir, filename: where the CSV goes (``None``: no file).
+        image_key: whose MetaTensor ``filename_or_obj`` names the case.
+    """
+
+    def __init__(
+        self,
+        score_keys: Sequence[str] | str,
+        group_key: str = "shift",
+        iid_groups: Sequence[str] | str = ("none",),
+        output_dir: str | os.PathLike | None = None,
+        filename: str = "case_scores.csv",
+        image_key: str = Keys.IMAGE,
+    ) -> None:
+        self.score_keys = [score_keys] if isinstance(score_keys, str) else [str(k) for k in score_keys]
+        if not self.score_keys:
+            raise ValueError("score_keys must name at least one per-case score")
+        self.group_key = group_key
+        self.iid_groups = {iid_groups} if isinstance(iid_groups, str) else {str(g) for g in iid_groups}
+        self.output_dir = None if output_dir is None else Path(output_dir)
+        self.filename = filename
+        self.image_key = image_key
+        self._rows: list[tuple[str, str, list[float]]] = []
+
+    def attach(self, engine: Any) -> None:
+        from ignite.engine import Events
+
+        engine.add_event_handler(Events.EPOCH_STARTED, self._reset)
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self._collect)
+        engine.add_event_handler(Events.EPOCH_COMPLETED, self._complete)
+
+    def _reset(self, engine: Any) -> None:
+        self._rows = []
+
+    def _collect(self, engine: Any) -> None:
+        outputs = _items(engine.state.output)
+        batches = _items(engine.state.batch) if engine.state.batch is not None else [{}] * len(outputs)
+        for item, b in zip(outputs, batches):
+            missing = [k for k in self.score_keys if k not in item]
+            if missing:
+                raise KeyError(f"CaseScoresHandler: engine.state.output has no {missing} (add AggregateUncertaintyd)")
+            if self.group_key not in b:
+                raise KeyError(f"CaseScoresHandler: the batch has no group key {self.group_key!r}")
+            scores = [float(torch.as_tensor(item[k]).reshape(-1)[0]) for k in self.score_keys]
+            self._rows.append((_case_id(item, b, self.image_key), str(b[self.group_key]), scores))
+
+    def _gathered(self) -> list[tuple[str, str, list[float]]]:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return list(self._rows)
+        parts: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, self._rows)  # rank order, so every rank builds the same table
+        return [row for part in parts for row in part]
+
+    def _complete(self, engine: Any) -> None:
+        import ignite.distributed as idist
+
+        from .metrics.casewise import ood_auroc
+
+        rows = self._gathered()
+        iid = np.array([g in self.iid_groups for _, g, _ in rows], dtype=bool)
+        scores = np.array([s for _, _, s in rows], dtype=np.float64).reshape(len(rows), len(self.score_keys))
+        for j, key in enumerate(self.score_keys):
+            ok = np.isfinite(scores[:, j])
+            if not ok.all():
+                warnings.warn(f"CaseScoresHandler: {int((~ok).sum())} case(s) have a non-finite {key}; left out")
+            a, b = scores[ok & iid, j], scores[ok & ~iid, j]
+            if a.size == 0 or b.size == 0:
+                value = warn_nan(
+                    f"ood_auroc_{key}: needs cases inside and outside iid_groups {sorted(self.iid_groups)}, "
+                    f"got {a.size} and {b.size}"
+                )
+            else:
+                value = float(ood_auroc(a, b))
+            engine.state.metrics[f"ood_auroc_{key}"] = value
+        if self.output_dir is not None and idist.get_rank() == 0:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.output_dir / self.filename, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["case", self.group_key, *self.score_keys])
+                for case, group, s in rows:
+                    w.writerow([case, group, *(f"{v:.6g}" for v in s)])
+
