@@ -366,3 +366,14 @@ def test_tta_with_monai_invertible_transforms():
     assert float(rand["mutual_information"].max()) > 0
     with pytest.raises(TypeError, match="InvertibleTransform"):
         TTAInferer(transforms=[lambda t: t])
+
+
+def test_batched_metatensor_from_collated_items():
+    from monai.data import list_data_collate
+    from monai.transforms import EnsureChannelFirstd
+
+    items = [EnsureChannelFirstd("image", channel_dim="no_channel")(
+        {"image": MetaTensor(torch.randn(16, 16, 16), meta={"filename_or_obj": f"c{i}"})}) for i in range(2)]
+    batch = list_data_collate(items)["image"]
+    out = MCDropoutInferer(2)(batch, small_unet())
+    assert isinstance(out["mutual_information"], MetaTensor) and out["mutual_information"].shape[0] == 2

@@ -352,7 +352,9 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
 def _as_meta(t: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     from monai.data import MetaTensor
 
-    return MetaTensor(t, meta=dict(ref.meta))
+    out = MetaTensor(t)
+    out.copy_meta_from(ref)  # also handles collated (batched) metadata
+    return out
 
 
 class SoftmaxInferer(UncertaintyInferer):
