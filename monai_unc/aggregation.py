@@ -100,40 +100,47 @@ def _doubling_ops(k: int) -> int:
     return k.bit_length() - 1 + bin(k).count("1") - 1
 
 
-def _along(ndim: int, axis: int, start: int | None, stop: int | None) -> tuple[slice, ...]:
-    idx = [slice(None)] * ndim
-    idx[axis] = slice(start, stop)
-    return tuple(idx)
+def _strided_window_sums(
+    src: np.ndarray, k: int, step: int, out: np.ndarray, work: tuple[np.ndarray, np.ndarray]
+) -> int:
+    """``out[x] = sum_{j < k} src[x + j * step]`` for every ``x < L - (k - 1) * step``, on flat float64 buffers.
 
-
-def _window_sums(a: np.ndarray, k: int, axis: int) -> np.ndarray:
-    """Sums of ``k`` consecutive values along ``axis`` at every valid start (length ``n - k + 1``), float64.
-
-    Windows whose size is a sum of few powers of two (at most four additions, e.g. 10 = 8 + 2) combine
-    power-of-two window sums built by doubling; any other size uses one cumulative sum and one difference,
-    ``S[i] = C[i + k] - C[i]``. Either way the work per value does not grow with the box volume.
+    ``step = 1`` sums along the last axis of the flattened array, ``step = n_last`` along the one before it: a
+    window that runs past the end of its row (or plane) gives a value the caller must ignore. Window sizes that
+    are a sum of few powers of two (at most four additions, e.g. 10 = 8 + 2) combine power-of-two window sums
+    built by doubling; any other size uses one cumulative sum and one difference, ``S[x] = C[x + (k - 1) s] -
+    C[x - s]``. Either way the work per value does not grow with the box volume, and everything is a contiguous
+    vector operation into the preallocated ``out`` and ``work`` buffers (no allocation per plane). Returns the
+    number of values written.
     """
-    n, nd = a.shape[axis], a.ndim
-    m = n - k + 1
+    size = src.size
+    m = size - (k - 1) * step
     if k == 1:
-        return a[_along(nd, axis, 0, m)].astype(np.float64, copy=False)
-    if _doubling_ops(k) <= 4:
-        result = None
-        offset, width, power = 0, 1, a
-        while True:
-            if k & width:  # add the window of this width that starts after those already added
-                piece = power[_along(nd, axis, offset, offset + m)]
-                result = piece if result is None else np.add(result, piece, dtype=np.float64)
-                offset += width
-            if 2 * width > k:
-                return result.astype(np.float64, copy=False)
-            power = np.add(power[_along(nd, axis, 0, -width)], power[_along(nd, axis, width, None)], dtype=np.float64)
-            width *= 2
-    shape = list(a.shape)
-    shape[axis] = n + 1
-    c = np.zeros(shape, dtype=np.float64)
-    np.cumsum(a, axis=axis, dtype=np.float64, out=c[_along(nd, axis, 1, None)])
-    return c[_along(nd, axis, k, None)] - c[_along(nd, axis, 0, -k)]
+        out[:m] = src
+        return m
+    if _doubling_ops(k) > 4:
+        c = work[0][:size]
+        np.cumsum(src.reshape(-1, step), axis=0, out=c.reshape(-1, step))
+        lo = (k - 1) * step
+        out[:m] = c[lo : lo + m]
+        np.subtract(out[step:m], c[: m - step], out=out[step:m])
+        return m
+    power, length, width, offset, started = src, size, 1, 0, False
+    while True:
+        if k & width:  # add the window of this width that starts after those already added
+            piece = power[offset * step : offset * step + m]
+            if started:
+                np.add(out[:m], piece, out=out[:m])
+            else:
+                out[:m] = piece
+                started = True
+            offset += width
+        if 2 * width > k:
+            return m
+        length -= width * step
+        dst = work[0] if power is not work[0] else work[1]
+        np.add(power[:length], power[width * step : width * step + length], out=dst[:length])
+        power, width = dst, width * 2
 
 
 def _box_argmax(
@@ -146,40 +153,51 @@ def _box_argmax(
 
     ``planes(i)`` returns the fields (e.g. masked uncertainty and mask) of plane ``i`` along the first
     spatial axis, ``(B, n1, n2)`` each (3D), or the whole ``(B, n0, n1)`` maps when called with ``None``
-    (2D); ``score`` combines the fields' box sums into box scores (``-inf`` excludes a box).
+    (2D); ``score`` combines the fields' box sums (``(B, n1, n2)`` float64, valid where a whole box fits) into
+    box scores (``-inf`` excludes a box).
 
     3D: running sums over the first axis, ``R_i = R_{i-1} + plane(i + k - 1) - plane(i - 1)`` (a difference of
-    cumulative sums kept incrementally), then 2D window sums of each ``R_i`` along the last and middle axis,
-    and only the best box of each plane is kept, so memory is a few planes, never the map of box scores.
+    cumulative sums kept incrementally, float64), then window sums of each ``R_i`` along the last and the middle
+    axis (:func:`_strided_window_sums` on the flattened plane), and only the best box of each plane is kept:
+    memory is a few planes, never the map of box scores, and no buffer is allocated per plane.
     Returns ``best (B,)`` and ``start (B, D)``; ties go to the first box in C order.
     """
-
-    def best_in(fields: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        s = score([_window_sums(_window_sums(f, size[-1], -1), size[-2], -2) for f in fields])
-        flat = s.reshape(s.shape[0], -1)
-        pos = flat.argmax(axis=1)
-        start = np.stack(np.unravel_index(pos, s.shape[1:]), axis=1)
-        return flat[np.arange(flat.shape[0]), pos], start
-
     if len(size) == 2:
-        best, start = best_in(planes(None))
-        return best, start.astype(np.int64)
-    k0 = size[0]
+        first = [f[:, None] for f in planes(None)]
+        best, start = _box_argmax(lambda i: [f[:, i] for f in first], 1, (1, *size), score)
+        return best, start[:, 1:]
+    k0, k1, k2 = size
     m0 = n_first - k0 + 1
-    first = [planes(i) for i in range(k0)]
-    rows = [np.sum([p[f] for p in first], axis=0, dtype=np.float64) for f in range(len(first[0]))]
+    fields0 = planes(0)
+    b, n1, n2 = fields0[0].shape
+    m1, m2 = n1 - k1 + 1, n2 - k2 + 1
+    n = b * n1 * n2
+    work = (np.empty(n), np.empty(n))
+    rows = [np.zeros((b, n1, n2)) for _ in fields0]
+    sums = [np.empty((b, n1, n2)) for _ in fields0]
+    tmp = np.empty(n)
+    for i in range(k0):
+        for r, f in zip(rows, fields0 if i == 0 else planes(i)):
+            r += f
     best_of_plane, start_of_plane = [], []
     for i in range(m0):
         if i:
             for r, add, sub in zip(rows, planes(i + k0 - 1), planes(i - 1)):
                 r += add
                 r -= sub
-        b, st = best_in(rows)
-        best_of_plane.append(b)
-        start_of_plane.append(st)
+        for r, sm in zip(rows, sums):
+            _strided_window_sums(r.reshape(-1), k2, 1, tmp, work)
+            _strided_window_sums(tmp, k1, n2, sm.reshape(-1), work)
+        sc = score(sums)
+        sc[:, m1:, :] = -np.inf  # boxes running past the last row or column
+        sc[:, :, m2:] = -np.inf
+        flat = sc.reshape(b, -1)
+        pos = flat.argmax(axis=1)
+        best_of_plane.append(flat[np.arange(b), pos])
+        start_of_plane.append(np.stack(np.unravel_index(pos, (n1, n2)), axis=1))
     values = np.stack(best_of_plane, axis=1)  # (B, m0)
     i_best = values.argmax(axis=1)  # first plane holding the maximum
-    cases = np.arange(values.shape[0])
+    cases = np.arange(b)
     in_plane = np.stack(start_of_plane, axis=1)[cases, i_best]  # (B, 2)
     return values[cases, i_best], np.concatenate([i_best[:, None], in_plane], axis=1).astype(np.int64)
 

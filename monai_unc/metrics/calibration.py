@@ -126,30 +126,54 @@ class _Staging:
             self._ones = torch.ones(m, dtype=torch.int64, device=self._ones.device)
         return self._ones[:m]
 
-    def bin(self, vals: torch.Tensor, w: torch.Tensor | None, first_row: int = 0) -> torch.Tensor:
-        """Add values ``(R', n)`` float64 in [0, 1] to rows ``first_row ...``; return their flat bin indices.
+    def bin(
+        self, vals: torch.Tensor, w: torch.Tensor | None, first_row: int = 0, ws: _Workspace | None = None
+    ) -> torch.Tensor:
+        """Add values ``(R', n)`` float64 in [0, 1] to rows ``first_row ...``; return their bin indices ``(R', n)``
+        within each row.
 
         Fine bin ``floor(v * F)`` computed in float64 (1.0 in the last bin); ``w`` are ``(n,)`` voxel weights.
+        With a workspace ``ws`` the temporaries live in its buffers. Each row is scattered on its own, so the
+        indices need no row offset.
         """
         n_rows, n = vals.shape
-        stride = self.n_fine + 1
-        rows = torch.arange(first_row * stride, (first_row + n_rows) * stride, stride, device=vals.device)
-        idx = torch.mul(vals, self.n_fine).to(torch.int64).add_(rows.unsqueeze(1))
-        flat = idx.view(-1)
-        self.sums.view(-1).scatter_add_(0, flat, (vals if w is None else vals * w).view(-1))
-        self.total.view(-1).scatter_add_(0, flat, self._ones_of(flat.numel()))
-        if self.wtotal is not None:
-            if w is None:
-                raise ValueError("a weighted histogram needs voxel weights")
-            self.wtotal.view(-1).scatter_add_(0, flat, w.expand(n_rows, n).reshape(-1))
+        if ws is None:
+            idx = torch.mul(vals, self.n_fine).to(torch.int64)
+        else:
+            scaled = torch.mul(vals, self.n_fine, out=ws.take(ws.fidx, n_rows, n))
+            idx = ws.take(ws.idx, n_rows, n)
+            idx.copy_(scaled)  # truncation = floor for v >= 0, as .to(torch.int64)
+        if self.wtotal is not None and w is None:
+            raise ValueError("a weighted histogram needs voxel weights")
+        ones = self._ones_of(n)
+        for r in range(n_rows):
+            row = first_row + r
+            self.sums[row].scatter_add_(0, idx[r], vals[r] if w is None else vals[r] * w)
+            self.total[row].scatter_add_(0, idx[r], ones)
+            if self.wtotal is not None:
+                self.wtotal[row].scatter_add_(0, idx[r], w)
         return idx
 
-    def hit(self, idx: torch.Tensor, correct: torch.Tensor | None, w: torch.Tensor | None) -> None:
-        """Count ``r = 1`` at flat bin indices ``idx`` ``(n,)``, where ``correct`` (all if None)."""
-        src = self._ones_of(idx.numel()) if correct is None else correct.to(torch.int64)
-        self.hits.view(-1).scatter_add_(0, idx, src)
+    def hit(
+        self,
+        row: int | None,
+        idx: torch.Tensor,
+        correct: torch.Tensor | None,
+        w: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+    ) -> None:
+        """Count ``r = 1`` at bin indices ``idx`` ``(n,)`` of ``row`` (flat indices over all rows if ``row`` is
+        None), where ``correct`` (all if None); ``out``: an int64 buffer of ``n`` for the 0/1 counts."""
+        if correct is None:
+            src = self._ones_of(idx.numel())
+        elif out is not None:
+            src = out.copy_(correct)
+        else:
+            src = correct.to(torch.int64)
+        (self.hits.view(-1) if row is None else self.hits[row]).scatter_add_(0, idx, src)
         if self.whits is not None and w is not None:
-            self.whits.view(-1).scatter_add_(0, idx, w if correct is None else w * correct)
+            target = self.whits.view(-1) if row is None else self.whits[row]
+            target.scatter_add_(0, idx, w if correct is None else w * correct)
 
     def to_state(self) -> _State:
         """Fold the overflow bin and split the counts into ``r = 0`` and ``r = 1``."""
@@ -165,6 +189,36 @@ class _Staging:
             wt, wh = fold(self.wtotal), fold(self.whits)
             wcounts = torch.stack([wt - wh, wh])
         return _State(torch.stack([total - hits, hits]), fold(self.sums), wcounts, self.scalars)
+
+
+class _Workspace:
+    """Buffers of one :meth:`ConfidenceHistogram.update`, reused by every chunk of ``n`` voxels.
+
+    Fresh multi-megabyte temporaries per chunk cost a page fault per 4 KiB page each time the allocator returns
+    them to the system (about a third of the update time on the CPU); these buffers are allocated once. Flat
+    storage, so that a shorter last chunk still gets contiguous ``(rows, m)`` views (:meth:`take`).
+    """
+
+    __slots__ = ("fidx", "idx", "vals", "f1", "f2", "i1", "i2", "b1", "bc", "uc", "small", "rank")
+
+    def __init__(self, n_cls: int, n_vals: int, n: int, device: torch.device) -> None:
+        f64 = {"dtype": torch.float64, "device": device}
+        self.small = torch.uint8 if n_cls < 256 else torch.int32
+        self.vals = torch.empty(n_vals * n, **f64)
+        self.fidx = torch.empty(n_vals * n, **f64)
+        self.idx = torch.empty(n_vals * n, dtype=torch.int64, device=device)
+        self.f1, self.f2 = torch.empty(n, **f64), torch.empty(n, **f64)
+        self.i1 = torch.empty(n, dtype=torch.int64, device=device)
+        self.i2 = torch.empty(n, dtype=torch.int64, device=device)
+        self.b1 = torch.empty(n, dtype=torch.bool, device=device)
+        self.bc = torch.empty(n_cls * n, dtype=torch.bool, device=device)
+        self.uc = torch.empty(n_cls * n, dtype=self.small, device=device)
+        self.rank = torch.arange(n_cls, 0, -1, dtype=self.small, device=device).unsqueeze(1)
+
+    @staticmethod
+    def take(buf: torch.Tensor, rows: int, m: int) -> torch.Tensor:
+        """A contiguous ``(rows, m)`` view of the first ``rows * m`` elements of ``buf``."""
+        return buf[: rows * m].view(rows, m)
 
 
 def _top_label(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,38 +294,51 @@ def _accumulate_probs(
     w: torch.Tensor | None,
     validate: bool = True,
     uncertainty: bool = True,
+    ws: _Workspace | None = None,
 ) -> None:
     """Add one chunk of voxels: probabilities ``(C, n)``, labels ``(n,)`` int64, weights ``(n,)`` or None.
 
     With ``validate``, a two-pass check (range incl. NaN via ``aminmax``, sum over classes) runs first; on a
     failure :func:`monai_unc._utils.check_probabilities` produces the error message. ``uncertainty=False``
-    leaves the entropy row empty.
+    leaves the entropy row empty. ``ws``: buffers for chunks of up to its size (one is made if None).
     """
     n_cls, n = p.shape
-    vals = torch.empty(n_cls + (2 if uncertainty else 1), n, dtype=torch.float64, device=p.device)
+    n_vals = n_cls + (2 if uncertainty else 1)
+    if ws is None or ws.f1.numel() < n:
+        ws = _Workspace(n_cls, n_vals, n, p.device)
+    take = _Workspace.take
+    vals = take(ws.vals, n_vals, n)
     probs = vals[:n_cls]
     probs.copy_(p)
     if validate:
         lo, hi = torch.aminmax(probs)
-        sum_dev = (probs.sum(0) - 1.0).abs_().max()
+        total = ws.f1[:n].copy_(probs[0])
+        for c in range(1, n_cls):
+            total.add_(probs[c])
+        sum_dev = total.sub_(1.0).abs_().max()
         if not bool((lo >= -PROB_TOL) & (hi <= 1.0 + PROB_TOL) & (sum_dev <= PROB_TOL)):
             check_probabilities(p.unsqueeze(0), "probs")
             raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
     probs.clamp_(0.0, 1.0)
-    conf, pred = _top_label(probs)
-    vals[n_cls] = conf
+    # top label: confidence straight into its row; argmax as C - max_c([p_c == max] * (C - c)) (see _top_label)
+    conf = torch.amax(probs, 0, out=vals[n_cls])
+    is_max = torch.eq(probs, conf, out=take(ws.bc, n_cls, n))
+    pred = torch.mul(is_max, ws.rank, out=take(ws.uc, n_cls, n)).amax(0).neg_().add_(n_cls)
     if uncertainty:
         vals[n_cls + 1] = entropy(probs.unsqueeze(0), normalize=True, validate=False).view(n)
         vals[n_cls + 1].clamp_(0.0, 1.0)
-    idx = stage.bin(vals, w)
-    stage.hit(idx[:n_cls].gather(0, y.unsqueeze(0)).squeeze(0), None, w)  # label rows: r = [y == l]
-    correct = torch.eq(pred, y)
-    stage.hit(idx[n_cls], correct, w)  # top label and entropy rows: r = top label correct
+    idx = stage.bin(vals, w, ws=ws)
+    y2 = y.unsqueeze(0)
+    label_idx = torch.gather(idx[:n_cls], 0, y2, out=ws.i1[:n].view(1, n)).view(n)
+    label_idx.add_(y, alpha=stage.n_fine + 1)  # flat index into the label rows
+    stage.hit(None, label_idx, None, w)  # label rows: r = [y == l]
+    correct = torch.eq(pred, y, out=ws.b1[:n])
+    stage.hit(n_cls, idx[n_cls], correct, w, out=ws.i2[:n])  # top label and entropy rows: r = top label correct
     if uncertainty:
-        stage.hit(idx[n_cls + 1], correct, w)
+        stage.hit(n_cls + 1, idx[n_cls + 1], correct, w, out=ws.i2[:n])
 
-    p_true = probs.gather(0, y.unsqueeze(0)).squeeze(0)
-    nll_terms = p_true.clamp_min(NLL_EPS).log_().neg_()
+    p_true = torch.gather(probs, 0, y2, out=ws.f1[:n].view(1, n)).view(n)
+    nll_terms = torch.clamp_min(p_true, NLL_EPS, out=ws.f2[:n]).log_().neg_()
     scalars = stage.scalars
     if w is None:
         scalars[_SCALAR_WEIGHT] += n
@@ -542,6 +609,8 @@ class ConfidenceHistogram:
         pf = p.reshape(batch, self.num_classes, -1)
 
         staged = []
+        n_vals = self.num_classes + (2 if self.uncertainty else 1)
+        ws = _Workspace(self.num_classes, n_vals, min(chunk, pf.shape[-1]), device)
         for b in range(batch):
             st = _Staging(self.num_rows, self.n_fine_bins, w is not None, device)
             pb, yb, wb = pf[b], y[b], None if w is None else w[b]
@@ -549,7 +618,7 @@ class ConfidenceHistogram:
                 pb, yb, wb = pb[:, m[b]], yb[m[b]], None if wb is None else wb[m[b]]
             for s in range(0, yb.shape[0], chunk):
                 wc = None if wb is None else wb[s : s + chunk]
-                _accumulate_probs(st, pb[:, s : s + chunk], yb[s : s + chunk], wc, validate, self.uncertainty)
+                _accumulate_probs(st, pb[:, s : s + chunk], yb[s : s + chunk], wc, validate, self.uncertainty, ws)
             staged.append(st.to_state())
 
         if w is not None:
@@ -962,7 +1031,7 @@ def _uncertainty_rows(u: torch.Tensor, err: torch.Tensor, batch_cases: bool, n_f
         stage = _Staging(hist.num_rows, n_fine_bins, False, u.device)
         vals = u2[b].to(torch.float64).clamp(0, 1).unsqueeze(0)
         idx = stage.bin(vals, None, first_row=hist.uncertainty_row)
-        stage.hit(idx[0], e2[b].logical_not(), None)
+        stage.hit(hist.uncertainty_row, idx[0], e2[b].logical_not(), None)
         stage.scalars[_SCALAR_WEIGHT] = u2.shape[1]
         hist._states[hist._slot(None)].add_(stage.to_state())
     return hist
