@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.monai-unc-installed
 
-.PHONY: install test demo lint clean bench
+.PHONY: install test demo lint clean bench validate
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/monai-unc demo --output demo_output
+
+# the validation studies of docs/validation.md (about 30 CPU minutes); see docs/validation/run_all.py
+validate: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) docs/validation/run_all.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_inferers.py

@@ -2,7 +2,8 @@
 
     monai-unc infer     --input IMAGES --output PRED (--model example | --bundle DIR | --network SPEC --checkpoint F)
     monai-unc evaluate  --labels LABELS --predictions PRED --output EVAL [--shifts shifts.csv] [--budget 0.2]
-    monai-unc report    --evaluation EVAL [--output DIR] [--budget 0.2] [--images IMAGES]
+                        [--target-risk 0.1 --delta 0.1 --risk failure|1-dice --calibration-cases FILE]
+    monai-unc report    --evaluation EVAL [--output DIR] [--budget 0.2] [--images IMAGES] [--target-risk ...]
     monai-unc calibrate --input IMAGES --labels LABELS --output calibrated.pt (model options as for infer)
     monai-unc demo      [--output demo_output]
     monai-unc nnunet-predict ...        (with the nnunet extra: nnU-Net v2 prediction with uncertainty)
@@ -11,8 +12,10 @@
 input folder); ``evaluate`` writes ``metrics.csv`` (per case) and ``summary.json`` (cohort); ``report`` writes a
 self-contained ``report.html``; ``demo`` runs all three on the shipped MNI152 example. See docs/cli.md.
 
-Exit status: 0 on success, 2 for bad arguments or inputs (one line on stderr), 130 when interrupted (run the
-same command again to resume).
+Exit status: 0 on success, 1 when some cases failed (one stderr line per case with its id, ``failures.json`` in the
+output folder; the other cases are done), 2 for bad arguments or inputs (one line on stderr), 130 when interrupted
+(run the same command again to resume). ``infer`` and ``evaluate`` also run under ``torchrun``: each rank takes a
+shard of the cases and the results equal a single-process run (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -152,6 +155,7 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--num-classes", type=_positive_int, default=None, help="needed when no probabilities are given")
     p.add_argument("--class-names", nargs="+", default=None, help="class names for the dice_<class> columns")
     p.add_argument("--no-spatial", action="store_true", help="skip BUC, BA-ECE and SPACE")
+    _add_risk_control(p, defaults=True)
     p.add_argument("--allow-missing", action="store_true", help="skip cases that lack a file instead of failing")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
@@ -168,7 +172,78 @@ def _add_report(sub: Any) -> None:
     p.add_argument("--images", default=None, help="folder of the input images for the overlays")
     p.add_argument("--cases", type=int, default=4, help="overlays of the N most uncertain cases (default 4)")
     p.add_argument("--title", default="Uncertainty QC report", help="page title")
+    _add_risk_control(p, defaults=False)
     p.add_argument("--quiet", "-q", action="store_true", help="print only the report path")
+
+
+def _add_risk_control(p: argparse.ArgumentParser, defaults: bool) -> None:
+    keep = "" if defaults else " (default: the evaluation's)"
+    g = p.add_argument_group(
+        "risk-controlled referral threshold (docs/referral_threshold.md)",
+        "With --target-risk, fit the acceptance threshold on the case scores such that, with probability at least "
+        "1 - delta over the calibration cases, the mean risk of accepted new (exchangeable) cases is at most the "
+        "target; shown in the summary, the triage table and the referral curve.",
+    )
+    g.add_argument("--target-risk", type=_open_unit, default=None, metavar="ALPHA",
+                   help="guaranteed mean risk of the accepted cases, in (0, 1)" + keep)
+    g.add_argument("--delta", type=_open_unit, default=0.1 if defaults else None,
+                   help="allowed probability that the guarantee fails" + (" (default 0.1)" if defaults else keep))
+    g.add_argument("--risk", choices=("failure", "1-dice"), default="failure" if defaults else None,
+                   help="per-case risk: 'failure' = Dice below --failure-dice (0/1), or '1-dice'"
+                   + (" (default failure)" if defaults else keep))
+    g.add_argument("--risk-method", choices=("sgr", "ltt"), default=None,
+                   help="bound: 'sgr' (binomial, failure risk) or 'ltt' (Learn-then-Test, any risk); "
+                   "default sgr for failure, ltt for 1-dice")
+    g.add_argument("--calibration-cases", default=None, metavar="FILE",
+                   help="file of case ids (one per line, or a CSV with a 'case' column) to fit the threshold on; "
+                   "the other cases are reported as held out" + (" (default: every case)" if defaults else keep))
+
+
+def _open_unit(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {v}")
+    return v
+
+
+def _read_case_list(path: str | None) -> list[str] | None:
+    """Case ids from a text file (one per line, '#' comments) or a CSV with a ``case`` column."""
+    if path is None:
+        return None
+    f = Path(path)
+    if not f.is_file():
+        raise FileNotFoundError(f"--calibration-cases: file not found: {f}")
+    lines = [ln.strip() for ln in f.read_text().splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    if lines and "," in lines[0]:
+        import csv
+
+        with f.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            if reader.fieldnames is None or "case" not in reader.fieldnames:
+                raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column")
+            lines = [row["case"].strip() for row in reader if row["case"].strip()]
+    if not lines:
+        raise ValueError(f"--calibration-cases: {f} lists no case")
+    return lines
+
+
+def _risk_line(summary: dict) -> str | None:
+    rc = summary.get("risk_control")
+    if not rc:
+        return None
+    head = f"risk control ({rc['method']}, {rc['risk']} <= {rc['target_risk']:g} w.p. {1 - rc['delta']:g}): "
+    if not rc["feasible"]:
+        return head + f"no threshold satisfies the target (best bound {rc['bound']:.4g}); refer every case"
+    cal = rc["calibration"]
+    thr = rc["threshold"]
+    return head + (f"accept score <= {thr:.6g}; " if thr is not None else "accept every case; ") + (
+        f"calibration coverage {cal['coverage']:.3f}, observed risk {cal['risk_accepted']:.4f}, "
+        f"bound {rc['bound']:.4f}; review {len(rc['referred'])} of {summary['n_cases']}"
+    )
 
 
 def _add_calibrate(sub: Any) -> None:
@@ -263,17 +338,8 @@ def _device(name: str) -> Any:
 def cmd_infer(args: argparse.Namespace) -> int:
     import torch
 
-    from .inferers import add_dropout
-    from .io import check_output_folder, clean_partial_files, list_image_cases
-    from .predict import (
-        DEFAULT_MEASURES,
-        InferSettings,
-        TemperatureScaled,
-        build_inferer,
-        check_run_settings,
-        load_network,
-        predict_cases,
-    )
+    from .distributed import CasesFailed, destroy_dist_context, get_dist_context, read_dist_env
+    from .io import check_output_folder
 
     if not Path(args.input).is_dir():
         raise FileNotFoundError(f"--input folder not found: {args.input}")
@@ -282,15 +348,53 @@ def cmd_infer(args: argparse.Namespace) -> int:
         raise ValueError(f"--dropout must be in (0, 1), got {args.dropout}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    cases = list_image_cases(args.input)
     device = _device(args.device)
+    _, world, local_rank = read_dist_env()
+    if world > 1 and device.type == "cuda" and args.device in ("auto", "cuda"):
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())  # one GPU per local rank
+    ctx = get_dist_context(device)  # torchrun: joins the process group (docs/distributed.md)
+    try:
+        return _infer_on_rank(args, ctx, output, device)
+    except CasesFailed as e:
+        return _cases_failed(e, ctx, "infer", output)
+    finally:
+        destroy_dist_context(ctx)
+
+
+def _infer_on_rank(args: argparse.Namespace, ctx: Any, output: Path, device: Any) -> int:
+    from .distributed import sync_errors
+    from .predict import run_infer
+
+    err = None
+    try:  # a setup error on one rank must not leave the others waiting
+        cases, model, inferer, settings = _infer_setup(args, device)
+    except Exception as e:
+        err = e
+    sync_errors(err, ctx)
+    results = run_infer(cases, model, inferer, settings, output, device=device, overwrite=args.overwrite,
+                        progress=not args.quiet, dist=ctx)
+    if not args.quiet and ctx.is_main:
+        written = sum(r["status"] == "written" for r in results)
+        print(f"{len(results)} case(s): {written} written, {len(results) - written} already finished; "
+              f"outputs in {output}")
+    return 0
+
+
+def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, Any]:
+    from .inferers import add_dropout, enable_mc_dropout
+    from .io import list_image_cases
+    from .predict import DEFAULT_MEASURES, InferSettings, TemperatureScaled, build_inferer, load_network
+
+    cases = list_image_cases(args.input)
     model = load_network(
         model=args.model, bundle=args.bundle, network=args.network, checkpoints=args.checkpoint,
         unsafe_load=args.unsafe_load, device=device, bundle_preprocessing=not args.no_bundle_preprocessing,
     )  # fmt: skip
+    net = model.network.network if isinstance(model.network, TemperatureScaled) else model.network
     if args.dropout is not None:
-        net = model.network.network if isinstance(model.network, TemperatureScaled) else model.network
         add_dropout(net, p=args.dropout)
+    if "mcdropout" in [t.strip().lower() for t in args.method.split("+")]:
+        enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
     roi = None if args.roi is None else (args.roi[0] if len(args.roi) == 1 else list(args.roi))
     measures = list(args.measures or DEFAULT_MEASURES)
     if args.method.strip().lower() == "softmax":
@@ -314,35 +418,48 @@ def cmd_infer(args: argparse.Namespace) -> int:
         checkpoints=[str(Path(c).resolve()) for c in model.checkpoints], tta_noise=args.tta_noise,
         ratein_target=args.ratein_target, dropout=args.dropout, write_probs=not args.no_probs,
     )  # fmt: skip
-    output.mkdir(parents=True, exist_ok=True)
-    clean_partial_files(output)
-    check_run_settings(output, settings, overwrite=args.overwrite)
-    results = predict_cases(cases, model, inferer, settings, output, device=device, overwrite=args.overwrite,
-                            progress=not args.quiet)
-    if not args.quiet:
-        written = sum(r["status"] == "written" for r in results)
-        print(f"{len(results)} case(s): {written} written, {len(results) - written} already finished; "
-              f"outputs in {output}")
-    return 0
+    return cases, model, inferer, settings
+
+
+def _cases_failed(e: Any, ctx: Any, command: str, output: Path) -> int:
+    """Exit status 1 after some cases failed (each was reported by its rank); rank 0 prints the summary line."""
+    from .distributed import barrier
+
+    if ctx.is_main:
+        ids = ", ".join(repr(f.case) for f in e.failures[:5]) + (" ..." if len(e.failures) > 5 else "")
+        print(f"monai-unc {command}: {len(e.failures)} case(s) failed ({ids}), listed in {output / 'failures.json'}; "
+              "the other cases are done: fix these and run the same command again to resume", file=sys.stderr,
+              flush=True)
+    barrier(ctx)  # torchrun stops the other workers once one exits non-zero: exit together after rank 0 printed
+    return 1
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .distributed import CasesFailed, destroy_dist_context, get_dist_context
     from .io import check_output_folder
     from .report.cohort import EvaluationConfig, read_shifts, run_evaluate
 
-    check_output_folder(args.output, args.labels, args.predictions, args.uncertainty, args.images)
+    output = check_output_folder(args.output, args.labels, args.predictions, args.uncertainty, args.images)
     config = EvaluationConfig(
         measure=args.measure, score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count,
         failure_dice=args.failure_dice, budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial,
         num_classes=args.num_classes, class_names=args.class_names,
         shifts=read_shifts(args.shifts) if args.shifts else None,
+        target_risk=args.target_risk, delta=args.delta, risk=args.risk, risk_method=args.risk_method,
+        calibration_cases=_read_case_list(args.calibration_cases),
     )  # fmt: skip
-    _, summary, paths = run_evaluate(
-        args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
-        images=args.images, measures=args.measures, seg_suffix=args.seg_suffix, probs_suffix=args.probs_suffix,
-        allow_missing=args.allow_missing, progress=not args.quiet,
-    )  # fmt: skip
-    if not args.quiet:
+    ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
+    try:
+        _, summary, paths = run_evaluate(
+            args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
+            images=args.images, measures=args.measures, seg_suffix=args.seg_suffix, probs_suffix=args.probs_suffix,
+            allow_missing=args.allow_missing, progress=not args.quiet, dist=ctx,
+        )  # fmt: skip
+    except CasesFailed as e:
+        return _cases_failed(e, ctx, "evaluate", output)
+    finally:
+        destroy_dist_context(ctx)
+    if not args.quiet and ctx.is_main:
         t, fd = summary["triage"], summary["failure_detection"]
         line = (f"{summary['n_cases']} case(s); mean Dice {summary['dice']['mean']:.4f}; "
                 f"AURC {fd['aurc']:.4f}, E-AURC {fd['eaurc']:.4f}")
@@ -352,6 +469,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(line)
         print(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
               f"mean Dice of the retained cases {t['dice_retained']:.4f}")
+        rc_line = _risk_line(summary)
+        if rc_line:
+            print(rc_line)
         if summary.get("warnings"):
             print(f"{len(summary['warnings'])} warning(s), see summary.json")
         print(f"wrote {paths['metrics']} and {paths['summary']}")
@@ -364,7 +484,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.cases < 0:
         raise ValueError(f"--cases must be >= 0, got {args.cases}")
     path = build_report(args.evaluation, args.output, budget=args.budget, images=args.images, n_cases=args.cases,
-                        title=args.title)
+                        title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
+                        risk_method=args.risk_method, calibration_cases=_read_case_list(args.calibration_cases))
     print(f"report: {path.resolve()}")
     return 0
 
@@ -454,7 +575,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        hint = "run the same command again to resume" if args.command in ("infer", "demo") else "nothing was written"
+        hint = ("run the same command again to resume" if args.command in ("infer", "demo", "evaluate")
+                else "nothing was written")
         print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130
     except (ValueError, FileNotFoundError, NotADirectoryError) as e:

@@ -20,7 +20,10 @@ Per case, :func:`predict_case` writes (atomically: temporary name, then rename) 
 the mean probabilities), ``<case>_probs.nii.gz`` (4D ``(X, Y, Z, C)``), ``<case>_<measure>.nii.gz`` for each
 uncertainty map, and last ``<case>.json`` (the record that marks the case finished). :func:`predict_cases` skips
 finished cases, so an interrupted run resumes where it stopped; it takes an explicit list of cases so that
-callers can shard a cohort (e.g. one slice of the list per rank).
+callers can shard a cohort. :func:`run_infer` is the whole ``monai-unc infer`` loop on one process or under
+``torchrun``: rank 0 prepares the output folder, every rank predicts its shard (:func:`monai_unc.distributed.shard`,
+sorted case ids round-robin; outputs are per-case files, so no two ranks write the same file), a case that fails is
+reported with its id and the others go on, and rank 0 writes ``failures.json``. See docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ __all__ = [
     "is_finished",
     "predict_case",
     "predict_cases",
+    "run_infer",
+    "FAILURES_FILE",
     "check_run_settings",
     "TemperatureScaled",
     "collect_logits",
@@ -72,6 +77,8 @@ DEFAULT_MEASURES = (
     K.MAX_SOFTMAX.value,
 )
 INTENSITY_MODES = ("none", "max", "minmax", "zscore")
+#: written by rank 0 of :func:`run_infer` when cases failed (removed by a run without failures)
+FAILURES_FILE = "failures.json"
 _CONFIG_NAMES = ("inference.json", "inference.yaml", "inference.yml")
 
 
@@ -460,7 +467,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
     finished a case (a run that finished nothing may be restarted with other settings)."""
     path = output / "infer.json"
     new = settings.to_json()
-    started = any(p.name != "infer.json" for p in output.glob("*.json"))
+    started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
     if path.is_file() and started and not overwrite:
         try:
             old = json.loads(path.read_text()).get("settings", {})
@@ -485,14 +492,21 @@ def predict_cases(
     overwrite: bool = False,
     progress: bool = True,
     desc: str = "infer",
+    on_error: str = "raise",
+    on_failure: Callable[[str, BaseException], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Predict ``cases`` into ``output``, skipping finished ones (unless ``overwrite``).
 
-    Returns one dict per case: ``{"case", "status": "written" | "skipped", "record"}``. The caller checks the
-    output folder (:func:`monai_unc.io.check_output_folder`) and the settings (:func:`check_run_settings`).
+    Returns one dict per case: ``{"case", "status": "written" | "skipped", "record"}``, or with
+    ``on_error="continue"`` also ``{"case", "status": "failed", "error"}`` for a case whose prediction raised (the
+    loop goes on; its files are not marked finished, so a rerun redoes it; ``on_failure(case_id, exception)`` is
+    called at once). ``on_error="raise"`` re-raises the first error. The caller checks the output folder
+    (:func:`monai_unc.io.check_output_folder`) and the settings (:func:`check_run_settings`).
     """
     from tqdm.auto import tqdm
 
+    if on_error not in ("raise", "continue"):
+        raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     device = torch.device(device)
@@ -504,9 +518,130 @@ def predict_cases(
             rec = json.loads((output / f"{case.case_id}.json").read_text())
             results.append({"case": case.case_id, "status": "skipped", "record": rec})
             continue
-        rec = predict_case(case, model, inferer, settings, output, device)
+        try:
+            rec = predict_case(case, model, inferer, settings, output, device)
+        except Exception as e:  # KeyboardInterrupt is not an Exception: an interrupt stops the run
+            if on_error == "raise":
+                raise
+            results.append({"case": case.case_id, "status": "failed", "error": _error_line(e)})
+            if on_failure is not None:
+                on_failure(case.case_id, e)
+            continue
         results.append({"case": case.case_id, "status": "written", "record": rec})
     return results
+
+
+def _digest(ids: Sequence[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
+
+
+def _error_line(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def run_infer(
+    cases: Sequence[ImageCase],
+    model: LoadedModel,
+    inferer: Any,
+    settings: InferSettings,
+    output: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    overwrite: bool = False,
+    progress: bool = True,
+    dist: Any = None,
+    on_failure: Callable[[Any], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The ``monai-unc infer`` loop on one process or on every rank of a process group.
+
+    Rank 0 removes partial files of an interrupted run and checks / writes ``infer.json``
+    (:func:`check_run_settings`); every rank then predicts its shard of ``cases``
+    (:func:`monai_unc.distributed.shard`: sorted case ids, round-robin) with :func:`predict_cases`, continuing past a
+    failing case (``on_failure(CaseFailure)`` is called at once; default: one stderr line with the case id and the
+    rank). The per-case statuses are exchanged, rank 0 writes ``failures.json`` (or removes a stale one) and every
+    rank returns the statuses of all cases ``{"case", "status", "rank", ["error"]}`` sorted by case id (each case
+    exactly once), or raises :class:`~monai_unc.distributed.CasesFailed` on every rank when a case failed. Every
+    collective is reached by every rank, so a failure never leaves a rank waiting.
+
+    Args:
+        dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
+            which joins or initialises the process group described by torchrun's environment variables).
+    """
+    from .distributed import get_dist_context
+
+    ctx = dist if dist is not None else get_dist_context(device)
+    return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure)
+
+
+def _run_infer(
+    ctx: Any,
+    cases: Sequence[ImageCase],
+    model: LoadedModel,
+    inferer: Any,
+    settings: InferSettings,
+    output: Path,
+    device: str | torch.device,
+    overwrite: bool,
+    progress: bool,
+    on_failure: Callable[[Any], None] | None,
+) -> list[dict[str, Any]]:
+    from .distributed import (
+        CaseFailure,
+        CasesFailed,
+        all_gather_objects,
+        check_same,
+        print_failure,
+        shard,
+        sync_errors,
+        write_failures,
+    )
+    from .io import clean_partial_files
+
+    err: BaseException | None = None
+    if ctx.is_main:
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+            clean_partial_files(output)
+            check_run_settings(output, settings, overwrite=overwrite)
+        except Exception as e:
+            err = e
+    sync_errors(err, ctx)
+    ids = sorted(c.case_id for c in cases)
+    check_same((len(ids), _digest(ids)), ctx, "the case list")
+    mine = shard(list(cases), ctx.rank, ctx.world_size, key=lambda c: c.case_id)
+
+    def failed(case_id: str, e: BaseException) -> None:
+        f = CaseFailure(case_id, ctx.rank, _error_line(e))
+        (on_failure or (lambda x: print_failure(x, ctx, "monai-unc infer")))(f)
+
+    results: list[dict[str, Any]] = []
+    try:
+        desc = f"infer ({ctx.describe()})" if ctx.distributed else "infer"
+        results = predict_cases(mine, model, inferer, settings, output, device=device, overwrite=overwrite,
+                                progress=progress and ctx.is_main, desc=desc, on_error="continue", on_failure=failed)
+        err = None
+    except Exception as e:  # not a per-case error (those are collected)
+        err = e
+    sync_errors(err, ctx)
+    compact = [{"case": r["case"], "status": r["status"], "rank": ctx.rank,
+                **({"error": r["error"]} if r["status"] == "failed" else {})} for r in results]
+    every = sorted((r for part in all_gather_objects(compact, ctx) for r in part), key=lambda r: r["case"])
+    seen = [r["case"] for r in every]
+    if seen != ids:
+        raise RuntimeError(f"sharding lost or repeated cases: {len(seen)} results for {len(ids)} cases")
+    failures = [CaseFailure(r["case"], r["rank"], r["error"]) for r in every if r["status"] == "failed"]
+    err = None
+    if ctx.is_main:
+        try:
+            write_failures(output / FAILURES_FILE, failures, "monai-unc infer")
+        except Exception as e:
+            err = e
+    sync_errors(err, ctx)
+    if failures:
+        raise CasesFailed(failures, results=every)
+    return every
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -29,11 +29,18 @@ Cohort (``summary.json``, :func:`summarize`), from additive state (:class:`Cohor
 - failure detection with risk ``1 - Dice`` (:func:`~monai_unc.metrics.casewise.failure_detection`: AURC,
   E-AURC, AUGRC), the Dice referral curve and its normalised area (:mod:`monai_unc.metrics.selective`),
   the triage at a referral budget (expected Dice of the retained cases), and OoD AUROC
-  (:func:`~monai_unc.metrics.casewise.ood_auroc`) when a shift label per case is given.
+  (:func:`~monai_unc.metrics.casewise.ood_auroc`) when a shift label per case is given;
+- with ``target_risk``: the referral threshold with a statistical guarantee
+  (:func:`~monai_unc.metrics.selective.risk_controlled_threshold`, SGR for the failure risk ``dice <
+  failure_dice``, Learn-then-Test for ``1 - dice``) fitted on the calibration cases, and which cases it accepts.
 
 Cases whose score is undefined (e.g. ``fg_mean`` with an empty predicted foreground) are ranked as the most
 uncertain: they are referred first. Sharding: :func:`evaluate_cases` takes any list of cases and returns a
 :class:`CohortState`; states of disjoint shards :meth:`~CohortState.merge` into the state of the whole cohort.
+:func:`run_evaluate` runs on one process or under ``torchrun`` (each rank evaluates a shard, rank 0 adds the
+per-case results in case-id order, so the cohort numbers equal the single-process ones bit for bit), keeps a
+per-case resume state under ``state/cases/`` and reports failing cases without stopping the others
+(docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -68,7 +75,14 @@ __all__ = [
     "unit_scale",
     "evaluate_case",
     "evaluate_cases",
+    "evaluate_shard",
+    "assemble_state",
+    "case_fingerprint",
+    "save_case_state",
+    "load_case_state",
     "summarize",
+    "case_risk",
+    "RISKS",
     "triage_order",
     "fill_undefined_scores",
     "read_shifts",
@@ -81,6 +95,8 @@ CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "u
 SPATIAL_COLUMNS = ("buc", "ba_ece", "space", "error_auroc", "error_auprc")
 #: shift labels that mark in-distribution cases (case-insensitive)
 IID_SHIFTS = ("", "none", "iid", "id", "clean", "in-distribution")
+#: per-case risks for the risk-controlled threshold: ``[dice < failure_dice]`` or ``1 - dice``
+RISKS = ("failure", "1-dice")
 _ENTROPY_LIKE = ("predictive_entropy", "expected_entropy", "mutual_information")
 _STATE_DIR = "state"
 
@@ -105,6 +121,16 @@ class EvaluationConfig:
         num_classes: number of classes (default: from the probabilities).
         class_names: names of the classes for the ``dice_<class>`` columns (default ``1``, ``2``, ...).
         shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`.
+        target_risk: when set, the referral threshold with a guarantee
+            (:func:`monai_unc.metrics.selective.risk_controlled_threshold`): with probability at least
+            ``1 - delta`` over the draw of the calibration cases, the mean risk of the accepted new cases is at
+            most ``target_risk`` (cases exchangeable with the calibration cases; docs/referral_threshold.md).
+        delta: allowed probability that the guarantee fails (default 0.1).
+        risk: ``"failure"`` (0/1 risk ``dice < failure_dice``) or ``"1-dice"`` (continuous risk ``1 - dice``).
+        risk_method: ``"sgr"`` (binomial bound, 0/1 risk only) or ``"ltt"`` (Hoeffding-Bentkus, any risk in
+            [0, 1]); default ``"sgr"`` for ``"failure"`` and ``"ltt"`` for ``"1-dice"``.
+        calibration_cases: ids of the cases the threshold is fitted on (default: every case, and the threshold is
+            meant for new cases); the other cases are reported as a held-out check.
     """
 
     measure: str | None = None
@@ -118,6 +144,11 @@ class EvaluationConfig:
     num_classes: int | None = None
     class_names: list[str] | None = None
     shifts: dict[str, str] | None = None
+    target_risk: float | None = None
+    delta: float = 0.1
+    risk: str = "failure"
+    risk_method: str | None = None
+    calibration_cases: list[str] | None = None
 
     @property
     def n_fine_bins(self) -> int:
@@ -135,6 +166,23 @@ class EvaluationConfig:
             raise ValueError(f"patch_size must be positive, got {self.patch_size}")
         if self.n_bins < 1:
             raise ValueError(f"n_bins must be positive, got {self.n_bins}")
+        if self.target_risk is not None and not 0.0 < self.target_risk < 1.0:
+            raise ValueError(f"target_risk must be in (0, 1), got {self.target_risk}")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if self.risk not in RISKS:
+            raise ValueError(f"risk must be one of {RISKS}, got {self.risk!r}")
+        if self.risk_method is not None and self.risk_method not in ("sgr", "ltt"):
+            raise ValueError(f"risk_method must be 'sgr' or 'ltt', got {self.risk_method!r}")
+        if self.risk == "1-dice" and self.risk_method == "sgr":
+            raise ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'")
+        if self.calibration_cases is not None and not self.calibration_cases:
+            raise ValueError("calibration_cases must name at least one case (or be None for every case)")
+
+    @property
+    def resolved_risk_method(self) -> str:
+        """``risk_method``, or its default for ``risk`` (SGR for failures, LTT for ``1 - dice``)."""
+        return self.risk_method or ("sgr" if self.risk == "failure" else "ltt")
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -345,23 +393,155 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def evaluate_cases(
-    cases: Sequence[CaseFiles], config: EvaluationConfig, progress: bool = False, desc: str = "evaluate"
-) -> CohortState:
-    """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState`."""
+#: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
+#: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
+_CASE_FIELDS = ("measure", "n_bins", "min_bin_count", "patch_size", "spatial", "num_classes", "class_names")
+_CASES_DIR = "cases"
+_CASE_FORMAT = 1
+
+
+def _file_signature(path: Path | None) -> list[Any] | None:
+    if path is None:
+        return None
+    st = Path(path).stat()
+    return [str(Path(path).resolve()), int(st.st_size), int(st.st_mtime_ns)]
+
+
+def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:
+    """What a case's metric row depends on: package version, the per-case options (:data:`_CASE_FIELDS`, fine
+    bins), the case's shift label and (path, size, mtime) of its label, segmentation, probabilities and maps."""
+    from .. import __version__
+
+    fp = {
+        "format": _CASE_FORMAT,
+        "version": __version__,
+        "config": {**{k: getattr(config, k) for k in _CASE_FIELDS}, "n_fine_bins": config.n_fine_bins},
+        "shift": None if config.shifts is None else config.shifts.get(files.case_id, ""),
+        "inputs": {
+            "label": _file_signature(files.label),
+            "seg": _file_signature(files.seg),
+            "probs": _file_signature(files.probs),
+            "maps": {m: _file_signature(p) for m, p in sorted(files.maps.items())},
+        },
+    }
+    return json.loads(json.dumps(fp))
+
+
+def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: Mapping[str, Any],
+                    num_classes: int) -> None:
+    """Write a case's result for resuming: ``<case>.npz`` (its histogram) then ``<case>.json`` (row, warnings,
+    fingerprint), both atomically; the JSON, written last, marks the case finished."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cid = str(result.row["case"])
+    if result.histogram is not None:
+        _atomic_npz(folder / f"{cid}.npz", result.histogram.state_dict())
+    doc = {"case": cid, "fingerprint": fingerprint, "num_classes": int(num_classes), "row": result.row,
+           "warnings": result.warnings, "histogram": result.histogram is not None}
+    atomic_write_text(folder / f"{cid}.json", json.dumps(doc, default=_json_default) + "\n")
+
+
+def load_case_state(folder: str | os.PathLike, case_id: str,
+                    fingerprint: Mapping[str, Any]) -> tuple[CaseResult, int] | None:
+    """``(result, num_classes)`` saved by :func:`save_case_state`, or None when absent, unreadable or stale (its
+    fingerprint differs from ``fingerprint``)."""
+    folder = Path(folder)
+    path = folder / f"{case_id}.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("fingerprint") != fingerprint or doc.get("case") != case_id:
+            return None
+        hist = ConfidenceHistogram.load(folder / f"{case_id}.npz") if doc["histogram"] else None
+        return CaseResult(dict(doc["row"]), hist, list(doc["warnings"])), int(doc["num_classes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def evaluate_shard(
+    cases: Sequence[CaseFiles],
+    config: EvaluationConfig,
+    *,
+    cache: str | os.PathLike | None = None,
+    failures: list[tuple[str, BaseException]] | None = None,
+    on_failure: Any = None,
+    progress: bool = False,
+    desc: str = "evaluate",
+) -> list[tuple[CaseResult, CaseFiles, int]]:
+    """Evaluate ``cases`` one by one: ``[(result, files, num_classes)]`` in the order given.
+
+    With ``cache`` (a folder), a case whose saved state matches its :func:`case_fingerprint` is loaded instead of
+    recomputed, and every computed case is saved there (resume after an interruption or a failure). With
+    ``failures`` (a list), a case that raises is appended as ``(case_id, exception)``, ``on_failure(case_id,
+    exception)`` is called, and the loop goes on; otherwise the first error propagates. Cases are loaded with
+    ``config.num_classes`` only: agreement on the number of classes across cases is checked by
+    :func:`assemble_state`, so that shards evaluated apart give the same verdict as one process.
+    """
     from tqdm.auto import tqdm
 
     config.validate()
-    state: CohortState | None = None
+    out = []
     bar = tqdm(cases, desc=desc, unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     for files in bar:
         bar.set_postfix_str(files.case_id)
-        loaded = load_case(files, config.num_classes if state is None else state.num_classes)
-        n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
-        assert n_cls is not None
+        try:
+            fp = case_fingerprint(files, config) if cache is not None else None
+            got = load_case_state(cache, files.case_id, fp) if cache is not None else None  # type: ignore[arg-type]
+            if got is None:
+                loaded = load_case(files, config.num_classes)
+                n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
+                assert n_cls is not None
+                result = evaluate_case(loaded, config)
+                if cache is not None:
+                    save_case_state(cache, result, fp, int(n_cls))  # type: ignore[arg-type]
+                got = (result, int(n_cls))
+        except Exception as e:  # an interrupt (KeyboardInterrupt) is not an Exception and stops the run
+            if failures is None:
+                raise
+            failures.append((files.case_id, e))
+            if on_failure is not None:
+                on_failure(files.case_id, e)
+            continue
+        out.append((got[0], files, got[1]))
+    return out
+
+
+def assemble_state(
+    results: Iterable[tuple[CaseResult, CaseFiles, int]],
+    n_fine_bins: int,
+    failures: list[tuple[str, BaseException]] | None = None,
+) -> CohortState | None:
+    """The :class:`CohortState` of per-case results, added in case-id order whatever order (or shard) they came
+    in, so the pooled float64 sums are the same bits as for one process. The number of classes is that of the
+    first case; a case with another number raises a ``CaseError`` or, with ``failures``, is appended there.
+    Returns None when no case is left."""
+    state: CohortState | None = None
+    for result, files, n_cls in sorted(results, key=lambda t: str(t[0].row["case"])):
+        cid = str(result.row["case"])
         if state is None:
-            state = CohortState(int(n_cls), config.n_fine_bins)
-        state.add(evaluate_case(loaded, config), files)
+            state = CohortState(int(n_cls), n_fine_bins)
+        elif n_cls != state.num_classes:
+            err = CaseError(f"case {cid!r} has {n_cls} classes, the cohort {state.num_classes}")
+            if failures is None:
+                raise err
+            failures.append((cid, err))
+            continue
+        state.add(result, files)
+    return state
+
+
+def evaluate_cases(
+    cases: Sequence[CaseFiles],
+    config: EvaluationConfig,
+    progress: bool = False,
+    desc: str = "evaluate",
+    cache: str | os.PathLike | None = None,
+) -> CohortState:
+    """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order); the first
+    failing case raises. ``cache``: per-case resume folder (:func:`evaluate_shard`)."""
+    state = assemble_state(evaluate_shard(cases, config, cache=cache, progress=progress, desc=desc),
+                           config.n_fine_bins)
     if state is None:
         raise ValueError("no case to evaluate")
     return state
@@ -424,6 +604,61 @@ def _clean(x: Any) -> Any:
     if isinstance(x, np.integer):
         return int(x)
     return x
+
+
+def case_risk(dice: np.ndarray, config: EvaluationConfig) -> np.ndarray:
+    """Per-case risk in [0, 1] of ``config.risk``: ``[dice < failure_dice]`` or ``1 - dice``."""
+    dice = np.asarray(dice, dtype=np.float64)
+    if config.risk == "failure":
+        return (dice < config.failure_dice).astype(np.float64)
+    return np.clip(1.0 - dice, 0.0, 1.0)
+
+
+def _risk_control(ids: Sequence[str], scores: np.ndarray, dice: np.ndarray, config: EvaluationConfig) -> dict:
+    """The ``risk_control`` block of the summary: threshold fitted on the calibration cases, applied to all."""
+    from ..metrics.selective import risk_controlled_threshold
+
+    assert config.target_risk is not None
+    if config.calibration_cases is None:
+        is_cal = np.ones(len(ids), dtype=bool)
+    else:
+        wanted = {str(c) for c in config.calibration_cases}
+        unknown = sorted(wanted - set(ids))
+        if unknown:
+            raise ValueError(f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}")
+        is_cal = np.array([c in wanted for c in ids])
+    risk = case_risk(dice, config)
+    method = config.resolved_risk_method
+    res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta, method=method)
+    accept = scores <= res.threshold
+    held = ~is_cal
+    out: dict[str, Any] = {
+        "target_risk": config.target_risk,
+        "delta": config.delta,
+        "risk": f"dice < {config.failure_dice:g}" if config.risk == "failure" else "1 - dice",
+        "method": method,
+        "feasible": res.feasible,
+        "threshold": res.threshold,
+        "bound": res.bound,
+        "n_candidates": res.n_candidates,
+        "calibration": {
+            "n_cases": int(is_cal.sum()),
+            "cases": "all" if config.calibration_cases is None else [c for c, k in zip(ids, is_cal) if k],
+            "coverage": res.coverage,
+            "risk_accepted": res.risk,
+        },
+        "accepted": [c for c, a in zip(ids, accept) if a],
+        "referred": [c for c, a in zip(ids, accept) if not a],
+        "referral_fraction": float(1.0 - accept.mean()),
+    }
+    if held.any():
+        acc = accept & held
+        out["held_out"] = {
+            "n_cases": int(held.sum()),
+            "coverage": float(acc.sum() / held.sum()),
+            "risk_accepted": float(risk[acc].mean()) if acc.any() else None,
+        }
+    return out
 
 
 def summarize(state: CohortState, config: EvaluationConfig) -> dict[str, Any]:
@@ -515,6 +750,8 @@ def summarize(state: CohortState, config: EvaluationConfig) -> dict[str, Any]:
                     for s in sorted(set(shift)) if s.lower() not in IID_SHIFTS
                 }
             summary["ood"] = ood
+        if config.target_risk is not None:
+            summary["risk_control"] = _risk_control(ids, scores, dice, config)
     msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return _clean(summary)
@@ -579,6 +816,20 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
     return CohortState.load(folder / _STATE_DIR), json.loads(path.read_text())
 
 
+def _pack(result: CaseResult, files: CaseFiles, n_cls: int) -> dict[str, Any]:
+    """A per-case result as plain picklable data (numpy histogram state) for the gather to rank 0."""
+    return {"row": result.row, "warnings": result.warnings, "num_classes": n_cls, "files": files.to_json(),
+            "histogram": None if result.histogram is None else result.histogram.state_dict()}
+
+
+def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
+    hist = None
+    if d["histogram"] is not None:
+        st = d["histogram"]
+        hist = ConfidenceHistogram(int(st["num_classes"]), int(st["n_fine_bins"]), per_case=True).load_state_dict(st)
+    return CaseResult(d["row"], hist, d["warnings"]), CaseFiles.from_json(d["files"]), int(d["num_classes"])
+
+
 def run_evaluate(
     labels: str | os.PathLike,
     predictions: str | os.PathLike,
@@ -593,19 +844,130 @@ def run_evaluate(
     probs_suffix: str | None = None,
     allow_missing: bool = False,
     progress: bool = False,
-) -> tuple[CohortState, dict[str, Any], dict[str, Path]]:
-    """Match, evaluate, summarise and write (the whole of ``monai-unc evaluate``)."""
-    config.validate()
-    cases = match_cases(
-        labels, predictions, layout=layout, uncertainty=uncertainty, images=images,
+    resume: bool = True,
+    dist: Any = None,
+    on_failure: Any = None,
+) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
+    """Match, evaluate, summarise and write (the whole of ``monai-unc evaluate``), on one process or on every rank
+    of a process group (``torchrun``; see docs/distributed.md).
+
+    Every rank matches the cases (they must agree), evaluates its shard (:func:`monai_unc.distributed.shard`:
+    sorted case ids, round-robin) and, with ``resume``, saves each case's row and histogram under
+    ``<output>/state/cases/`` (a rerun reuses cases whose inputs and per-case options are unchanged, see
+    :func:`case_fingerprint`). The per-case results are gathered to rank 0, which adds them in case-id order
+    (:func:`assemble_state`, so every cohort number equals the single-process one bit for bit), summarises and writes
+    ``metrics.csv`` / ``summary.json`` / ``state/``; the summary and paths are broadcast. Returns ``(state, summary,
+    paths)``; ``state`` is None on ranks other than 0.
+
+    A case that raises does not stop the others: ``on_failure(CaseFailure)`` is called on its rank (default: one
+    stderr line with the case id), rank 0 writes ``failures.json`` instead of the cohort files, and every rank raises
+    :class:`~monai_unc.distributed.CasesFailed` (a ``CaseError``) at the end; the finished cases stay saved, so the
+    same call resumes after the bad cases are fixed. Errors before the per-case loop (bad folders, options) raise
+    on every rank.
+
+    Args:
+        resume: keep and reuse per-case states (``False``: evaluate every case, save nothing per case).
+        dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
+            which joins the initialised process group or creates one from torchrun's environment; it stays up).
+    """
+    from ..distributed import get_dist_context
+
+    ctx = dist if dist is not None else get_dist_context()
+    return _run_evaluate(ctx, Path(output), config, resume, progress, on_failure, dict(
+        labels=labels, predictions=predictions, layout=layout, uncertainty=uncertainty, images=images,
         measures=list(measures) if measures else None, seg_suffix=seg_suffix, probs_suffix=probs_suffix,
         allow_missing=allow_missing,
-    )  # fmt: skip
-    if config.shifts is not None:
-        unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
-        if unknown:
-            raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
-    state = evaluate_cases(cases, config, progress=progress)
-    summary = summarize(state, config)
-    paths = write_evaluation(state, summary, output, config)
-    return state, summary, paths
+    ))  # fmt: skip
+
+
+def _run_evaluate(
+    ctx: Any, output: Path, config: EvaluationConfig, resume: bool, progress: bool, on_failure: Any,
+    match_kwargs: dict[str, Any],
+) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
+    import hashlib
+
+    from ..distributed import (
+        CaseFailure,
+        CasesFailed,
+        broadcast_object,
+        check_same,
+        gather_objects,
+        print_failure,
+        shard,
+        sync_errors,
+        write_failures,
+    )
+    from ..io import clean_partial_files
+
+    cache = output / _STATE_DIR / _CASES_DIR if resume else None
+    cases: list[CaseFiles] = []
+    err: BaseException | None = None
+    try:
+        config.validate()
+        cases = match_cases(**match_kwargs)
+        if config.shifts is not None:
+            unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
+            if unknown:
+                raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
+        if ctx.is_main and cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            clean_partial_files(cache)
+    except Exception as e:
+        err = e
+    sync_errors(err, ctx)
+    ids = [c.case_id for c in cases]
+    check_same((len(ids), hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()), ctx, "the case list")
+
+    def _error(e: BaseException) -> str:
+        text = str(e).splitlines()[0] if str(e) else ""
+        return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+    def failed(case_id: str, e: BaseException) -> None:
+        f = CaseFailure(case_id, ctx.rank, _error(e))
+        (on_failure or (lambda x: print_failure(x, ctx, "monai-unc evaluate")))(f)
+
+    mine = shard(cases, ctx.rank, ctx.world_size, key=lambda c: c.case_id)
+    local_failures: list[tuple[str, BaseException]] = []
+    payload: list[dict[str, Any]] = []
+    err = None
+    try:
+        desc = f"evaluate ({ctx.describe()})" if ctx.distributed else "evaluate"
+        results = evaluate_shard(mine, config, cache=cache, failures=local_failures, on_failure=failed,
+                                 progress=progress and ctx.is_main, desc=desc)
+        payload = [_pack(*r) for r in results] if ctx.distributed else []
+    except Exception as e:  # not a per-case error (those are collected)
+        err = e
+    sync_errors(err, ctx)
+    mine_failed = [CaseFailure(c, ctx.rank, _error(e)) for c, e in local_failures]
+    gathered = gather_objects((payload, mine_failed), ctx)
+    outcome: Any = None
+    state: CohortState | None = None
+    err = None
+    if ctx.is_main:
+        try:
+            assert gathered is not None
+            every = results if not ctx.distributed else [_unpack(d) for part, _ in gathered for d in part]
+            failures = [f for _, fs in gathered for f in fs]
+            done = sorted([str(r[0].row["case"]) for r in every] + [f.case for f in failures])
+            if done != sorted(ids):
+                raise RuntimeError(f"sharding lost or repeated cases: {len(done)} results for {len(ids)} cases")
+            late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
+            state = assemble_state(every, config.n_fine_bins, late)
+            for c, e in late:
+                failed(c, e)
+                failures.append(CaseFailure(c, 0, _error(e)))
+            write_failures(output / "failures.json", failures, "monai-unc evaluate")
+            if failures:
+                outcome = ("failed", failures)
+            else:
+                assert state is not None
+                summary = summarize(state, config)
+                paths = write_evaluation(state, summary, output, config)
+                outcome = ("ok", summary, paths)
+        except Exception as e:
+            err = e
+    sync_errors(err, ctx)
+    outcome = broadcast_object(outcome, ctx)
+    if outcome[0] == "failed":
+        raise CasesFailed(outcome[1])
+    return state, outcome[1], outcome[2]

@@ -8,7 +8,8 @@ under ``figures/``. Sections:
 1. key numbers: cases, mean Dice, pooled calibration (ECE family from merged histograms), failure detection
    (AURC / E-AURC with risk 1 - Dice), OoD AUROC when shift labels were given;
 2. the triage table: cases ranked by their uncertainty score, the ``budget`` most uncertain marked for review,
-   and the expected mean Dice of the retained cases at that budget (from the referral curve);
+   and the expected mean Dice of the retained cases at that budget (from the referral curve); with a target risk,
+   the decision of the risk-controlled threshold too (docs/referral_threshold.md);
 3. cohort plots: all-label reliability diagram with the per-case spread, referral curve, uncertainty histograms
    of good vs failed cases, scores by shift;
 4. per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest
@@ -50,11 +51,18 @@ class Figure:
     path: Path | None = None
 
 
-def _config_from(summary: Mapping[str, Any], state: CohortState, budget: float | None) -> EvaluationConfig:
+def _config_from(
+    summary: Mapping[str, Any], state: CohortState, budget: float | None, **overrides: Any
+) -> EvaluationConfig:
     known = {f.name for f in fields(EvaluationConfig)}
     cfg = EvaluationConfig(**{k: v for k, v in (summary.get("config") or {}).items() if k in known})
     if budget is not None:
         cfg.budget = float(budget)
+    for k, v in overrides.items():
+        if k not in known:
+            raise TypeError(f"unknown evaluation option {k!r}")
+        if v is not None:
+            setattr(cfg, k, v)
     if any("shift" in r for r in state.rows):
         cfg.shifts = {str(r["case"]): str(r.get("shift", "")) for r in state.rows}
     cfg.validate()
@@ -144,10 +152,38 @@ def _cards(summary: Mapping[str, Any]) -> str:
     ood = summary.get("ood")
     if ood and ood.get("auroc") is not None:
         items.append(("OoD AUROC", _fmt(ood["auroc"])))
+    rc = summary.get("risk_control")
+    if rc:
+        key = f"referred for risk <= {rc['target_risk']:g} ({rc['risk']}), 1 - delta = {1 - rc['delta']:g}"
+        items.append((key, f"{len(rc['referred'])} / {summary['n_cases']}"))
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="v">{html.escape(v)}</div><div class="k">{html.escape(k)}</div></div>'
         for k, v in items
     ) + "</div>"
+
+
+def _risk_control_note(rc: Mapping[str, Any], n_cases: int) -> str:
+    """One paragraph on the risk-controlled threshold (``summary["risk_control"]``)."""
+    cal = rc["calibration"]
+    fitted = "all cases" if cal["cases"] == "all" else f"{cal['n_cases']} calibration case(s)"
+    head = (f"<b>Risk-controlled threshold</b> ({html.escape(rc['method'].upper())}, fitted on {fitted}): target "
+            f"mean risk <b>{rc['target_risk']:g}</b> ({html.escape(rc['risk'])}) among accepted new cases, with "
+            f"probability at least <b>{1 - rc['delta']:g}</b>, assuming new cases are exchangeable with the "
+            "calibration cases. ")
+    if not rc["feasible"]:
+        return head + (f"<b>No threshold satisfies the target</b> on these calibration cases (best bound "
+                       f"{_fmt(rc['bound'], 4)}): every case goes to review. Collect more calibration cases or "
+                       "relax the target.")
+    thr = rc["threshold"]
+    text = head + (f"Accept a case when its score is at most <b>{_fmt(thr, 6) if thr is not None else 'any'}</b>: "
+                   f"{n_cases - len(rc['referred'])} of {n_cases} accepted (calibration coverage "
+                   f"{_fmt(cal['coverage'])}, observed risk {_fmt(cal['risk_accepted'], 4)}, bound "
+                   f"{_fmt(rc['bound'], 4)}).")
+    held = rc.get("held_out")
+    if held:
+        text += (f" Held-out cases: {held['n_cases']}, coverage {_fmt(held['coverage'])}, observed risk of the "
+                 f"accepted {_fmt(held['risk_accepted'], 4)}.")
+    return text
 
 
 def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
@@ -157,17 +193,25 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     thr = summary["failures"]["dice_threshold"]
     has_shift = any("shift" in r for r in rows)
     extra = [k for k in ("ece", "buc", "error_auroc") if any(k in r for r in rows)]
-    head = ["rank", "case", "decision", score_key, "Dice"] + (["shift"] if has_shift else []) + extra
+    rc = summary.get("risk_control")
+    rc_head = ["risk-controlled"] if rc else []
+    rc_referred = set(rc["referred"]) if rc else set()
+    head = ["rank", "case", "decision"] + rc_head + [score_key, "Dice"] + (["shift"] if has_shift else []) + extra
     out = ['<div class="scroll"><table id="triage-table"><thead><tr>']
-    out += [f'<th class="{"l" if h in ("case", "decision", "shift") else ""}">{html.escape(h)}</th>' for h in head]
+    left = ("case", "decision", "shift", "risk-controlled")
+    out += [f'<th class="{"l" if h in left else ""}">{html.escape(h)}</th>' for h in head]
     out.append("</tr></thead><tbody>")
     for rank, cid in enumerate(summary["triage"]["order"], 1):
         r = by_id[cid]
         dice = float(r["dice"])
         cls = ("referred " if cid in referred else "") + ("failed" if dice < thr else "")
         decision = '<span class="tag r">review</span>' if cid in referred else '<span class="tag k">accept</span>'
-        cells = [str(rank), f'<td class="l">{html.escape(cid)}</td>', f'<td class="l">{decision}</td>',
-                 _fmt(r.get(score_key), 4), f'<td class="dice">{_fmt(dice)}</td>']
+        cells = [str(rank), f'<td class="l">{html.escape(cid)}</td>', f'<td class="l">{decision}</td>']
+        if rc:
+            acc = cid not in rc_referred
+            tag = '<span class="tag k">accept</span>' if acc else '<span class="tag r">review</span>'
+            cells.append(f'<td class="l rc">{tag}</td>')
+        cells += [_fmt(r.get(score_key), 4), f'<td class="dice">{_fmt(dice)}</td>']
         if has_shift:
             cells.append(f'<td class="l">{html.escape(str(r.get("shift", "")))}</td>')
         cells += [_fmt(r.get(k)) for k in extra]
@@ -207,6 +251,9 @@ def render_html(
         + (f"; referred cases: {_fmt(t['dice_referred'])}" if t.get("dice_referred") is not None else "")
         + f"). Dice below {summary['failures']['dice_threshold']:g} is marked as failed.",
     ]
+    rc = summary.get("risk_control")
+    if rc:
+        parts.append(" " + _risk_control_note(rc, summary["n_cases"]))
     if summary["score"].get("undefined"):
         parts.append(f" Cases without a defined score are ranked first: {', '.join(summary['score']['undefined'])}.")
     if csv_text is not None:
@@ -285,6 +332,7 @@ def build_report(
     images: str | os.PathLike | None = None,
     n_cases: int = 4,
     title: str = "Uncertainty QC report",
+    **risk_options: Any,
 ) -> Path:
     """Write ``report.html`` and ``figures/*.png`` for an evaluation folder; returns the HTML path.
 
@@ -295,12 +343,15 @@ def build_report(
         images: folder of the input images for the overlays (default: the one given to ``evaluate``, if any;
             without images the label map is the background of the overlays).
         n_cases: overlays for this many of the most uncertain cases (plus the most certain one).
+        risk_options: override the evaluation's risk-controlled threshold options (``target_risk``, ``delta``,
+            ``risk``, ``risk_method``, ``calibration_cases`` of :class:`~monai_unc.report.cohort.EvaluationConfig`);
+            ``None`` values keep the evaluation's.
     """
     from .plots import plot_referral_curve, plot_scores_by_shift, plot_uncertainty_histograms, save_png
 
     evaluation = Path(evaluation)
     state, saved = load_evaluation(evaluation)
-    config = _config_from(saved, state, budget)
+    config = _config_from(saved, state, budget, **risk_options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
         summary = summarize(state, config)
@@ -330,7 +381,7 @@ def build_report(
         f"Mean Dice of the cases kept after referring the most uncertain ones (by {label}), against the oracle that "
         f"refers the worst cases first and random referral. Normalised area "
         f"{_fmt(summary['referral']['area_normalized'])}.",
-        plot_referral_curve(filled, dice, config.budget, label))
+        plot_referral_curve(filled, dice, config.budget, label, risk_control=summary.get("risk_control")))
     add("histograms", "Uncertainty of good and failed cases",
         f"Histogram of {label} for cases with Dice >= {config.failure_dice:g} (good) and below (failed); failed cases "
         "on the left are silent failures.",

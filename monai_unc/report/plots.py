@@ -27,7 +27,7 @@ __all__ = [
     "plot_case_overlay",
 ]
 
-_GOOD, _BAD, _ACCENT = "#1f77b4", "#d62728", "#2ca02c"
+_GOOD, _BAD, _ACCENT, _RC = "#1f77b4", "#d62728", "#2ca02c", "#9467bd"
 _VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
 
 
@@ -52,13 +52,19 @@ def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
 
 
 def plot_referral_curve(
-    scores: np.ndarray, dice: np.ndarray, budget: float | None = None, score_name: str = "uncertainty"
+    scores: np.ndarray,
+    dice: np.ndarray,
+    budget: float | None = None,
+    score_name: str = "uncertainty",
+    risk_control: Mapping[str, Any] | None = None,
 ) -> Any:
     """Mean Dice of the retained cases against the referral rate (RETINA, seed 002, Sec. 2.3).
 
     Three curves: referral by ``scores`` (most uncertain first), the oracle that refers the lowest Dice first
     (the best any score can do) and random referral (the cohort mean in expectation). A vertical line marks
-    ``budget`` with the expected Dice of the cases kept there.
+    ``budget`` with the expected Dice of the cases kept there; a second one the referral fraction of the
+    risk-controlled threshold (``risk_control``: the ``summary["risk_control"]`` block of
+    :func:`monai_unc.report.cohort.summarize`).
     """
     from ..metrics.selective import referral_curve
 
@@ -79,6 +85,17 @@ def plot_referral_curve(
         ax.axvline(budget, color=_BAD, lw=1.2, alpha=0.8)
         ax.plot([budget], [at.value[0]], marker="D", color=_BAD, ms=7,
                 label=f"budget {budget:.0%}: Dice {at.value[0]:.3f}")
+    if risk_control is not None:
+        frac = float(risk_control["referral_fraction"])
+        if risk_control.get("feasible"):
+            what = (f"risk <= {risk_control['target_risk']:g} w.p. {1 - risk_control['delta']:g}: "
+                    f"refer {frac:.0%}")
+        else:
+            what = f"risk {risk_control['target_risk']:g} not certifiable: refer all"
+        ax.axvline(frac, color=_RC, lw=1.6, ls="-.", label=what)
+        if frac < 1.0:
+            at = referral_curve(scores, dice, taus=[frac])
+            ax.plot([frac], [at.value[0]], marker="s", color=_RC, ms=7)
     ax.set_xlabel("fraction of cases referred for review")
     ax.set_ylabel("mean Dice of the retained cases")
     ax.set_xlim(0, 1)

@@ -1,0 +1,172 @@
+"""The risk-controlled referral threshold in ``monai-unc evaluate`` / ``report`` (--target-risk, --delta, ...)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+from monai_unc import cli
+from monai_unc.metrics.selective import risk_controlled_threshold
+from monai_unc.report.cohort import EvaluationConfig, case_risk, fill_undefined_scores, run_evaluate, summarize
+from monai_unc.report.demo import write_toy_cohort
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rc")
+    data = write_toy_cohort(root / "data", n_cases=16, shape=(16, 16, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state, summary, _ = run_evaluate(data["labels"], data["predictions"], root / "eval",
+                                         EvaluationConfig(spatial=False))
+    rows = state.sorted_rows()
+    ids = [str(r["case"]) for r in rows]
+    scores = fill_undefined_scores(np.array([float(r[summary["score"]["column"]]) for r in rows]))
+    dice = np.array([float(r["dice"]) for r in rows])
+    return {"root": root, "data": data, "state": state, "ids": ids, "scores": scores, "dice": dice}
+
+
+def _summary(state, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return summarize(state, EvaluationConfig(spatial=False, **kw))
+
+
+def test_no_block_without_a_target(cohort):
+    assert "risk_control" not in _summary(cohort["state"])
+
+
+@pytest.mark.parametrize("risk, method, target, delta, feasible", [
+    ("failure", "sgr", 0.5, 0.2, True), ("1-dice", "ltt", 0.5, 0.5, True), ("failure", "ltt", 0.5, 0.2, True),
+    ("1-dice", "ltt", 0.3, 0.2, False), ("failure", "sgr", 0.05, 0.2, False),
+])
+def test_block_equals_the_metric_function_on_every_case(cohort, risk, method, target, delta, feasible):
+    s = _summary(cohort["state"], target_risk=target, delta=delta, risk=risk,
+                 risk_method=None if method != "ltt" or risk != "failure" else "ltt")
+    rc = s["risk_control"]
+    dice, scores, ids = cohort["dice"], cohort["scores"], cohort["ids"]
+    loss = (dice < 0.8).astype(float) if risk == "failure" else 1.0 - dice
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ref = risk_controlled_threshold(scores, loss, target, delta, method=method)
+    assert rc["method"] == method and rc["feasible"] == ref.feasible == feasible
+    assert rc["calibration"]["coverage"] == ref.coverage and rc["calibration"]["n_cases"] == 16
+    assert rc["bound"] == pytest.approx(ref.bound, abs=0, rel=0)
+    accepted = [c for c, u in zip(ids, scores) if u <= ref.threshold]
+    assert rc["accepted"] == accepted and set(rc["referred"]) == set(ids) - set(accepted)
+    assert rc["referral_fraction"] == pytest.approx(1 - len(accepted) / 16)
+    if ref.feasible:
+        assert rc["calibration"]["risk_accepted"] == pytest.approx(loss[scores <= ref.threshold].mean())
+    assert "held_out" not in rc
+
+
+def test_calibration_subset_and_held_out_check(cohort):
+    ids, scores, dice = cohort["ids"], cohort["scores"], cohort["dice"]
+    cal = ids[:12]
+    s = _summary(cohort["state"], target_risk=0.5, delta=0.3, calibration_cases=cal)
+    rc = s["risk_control"]
+    is_cal = np.array([c in cal for c in ids])
+    ref = risk_controlled_threshold(scores[is_cal], (dice[is_cal] < 0.8).astype(float), 0.5, 0.3, method="sgr")
+    assert ref.feasible and rc["feasible"]
+    assert rc["calibration"]["cases"] == cal and rc["calibration"]["coverage"] == ref.coverage
+    acc = (scores <= ref.threshold) & ~is_cal
+    held = rc["held_out"]
+    assert acc.any() and held["n_cases"] == 4 and held["coverage"] == acc.sum() / 4
+    assert held["risk_accepted"] == pytest.approx((dice[acc] < 0.8).mean())
+    with pytest.raises(ValueError, match="calibration_cases.*not in the evaluation"):
+        _summary(cohort["state"], target_risk=0.4, calibration_cases=["nope"])
+
+
+def test_infeasible_target_refers_everything(cohort):
+    s = _summary(cohort["state"], target_risk=0.01, delta=0.05)
+    rc = s["risk_control"]
+    assert rc["feasible"] is False and rc["threshold"] is None  # -inf in JSON
+    assert rc["accepted"] == [] and len(rc["referred"]) == 16 and rc["referral_fraction"] == 1.0
+    assert any("no threshold certifies" in w for w in s["warnings"])
+
+
+def test_case_risk():
+    d = np.array([0.9, 0.8, 0.79, 1.0])
+    assert case_risk(d, EvaluationConfig()).tolist() == [0, 0, 1, 0]
+    assert case_risk(d, EvaluationConfig(risk="1-dice")) == pytest.approx([0.1, 0.2, 0.21, 0.0])
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"target_risk": 1.5}, "target_risk"), ({"target_risk": 0.1, "delta": 0.0}, "delta"),
+    ({"risk": "dice"}, "risk must be"), ({"risk": "1-dice", "risk_method": "sgr"}, "needs the 0/1 risk"),
+    ({"risk_method": "cp"}, "risk_method"), ({"calibration_cases": []}, "calibration_cases"),
+])
+def test_config_errors(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        EvaluationConfig(**kw).validate()
+
+
+def test_cli_evaluate_and_report(cohort, tmp_path, capsys):
+    data = cohort["data"]
+    ev = tmp_path / "eval"
+    argv = ["evaluate", "-l", str(data["labels"]), "-p", str(data["predictions"]), "-o", str(ev), "--no-spatial",
+            "--target-risk", "0.5", "--delta", "0.2", "-q"]
+    assert cli.main(argv) == 0
+    summary = json.loads((ev / "summary.json").read_text())
+    rc = summary["risk_control"]
+    assert summary["config"]["target_risk"] == 0.5 and rc["method"] == "sgr" and rc["risk"] == "dice < 0.8"
+    assert cli.main(argv[:-1]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"risk control \(sgr, dice < 0\.8 <= 0\.5 w\.p\. 0\.8\): ", out)
+
+    # the report shows the threshold in the triage table, the note and the referral curve
+    assert cli.main(["report", "-e", str(ev), "-o", str(tmp_path / "r"), "--cases", "0"]) == 0
+    text = (tmp_path / "r" / "report.html").read_text()
+    table = re.search(r'<table id="triage-table">(.*?)</table>', text, re.S).group(1)
+    assert "<th class=\"l\">risk-controlled</th>" in table
+    cells = re.findall(r'<tr class="[^"]*" data-case="([^"]+)">.*?<td class="l rc"><span class="tag (\w)">', table,
+                       re.S)
+    assert {c for c, t in cells if t == "r"} == set(rc["referred"]) and len(cells) == 16
+    assert "Risk-controlled threshold" in text
+
+    # report-time override: a new target re-runs the summary on the saved state
+    lst = tmp_path / "cal.txt"
+    lst.write_text("# calibration cases\n" + "\n".join(cohort["ids"][:10]) + "\n")
+    assert cli.main(["report", "-e", str(ev), "-o", str(tmp_path / "r2"), "--cases", "0", "--target-risk", "0.01",
+                     "--calibration-cases", str(lst)]) == 0
+    text2 = (tmp_path / "r2" / "report.html").read_text()
+    assert "No threshold satisfies the target" in text2 and "fitted on 10 calibration case(s)" in text2
+    csv = tmp_path / "cal.csv"
+    csv.write_text("case,split\n" + "".join(f"{c},cal\n" for c in cohort["ids"][:10]))
+    assert cli._read_case_list(str(csv)) == cohort["ids"][:10]
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--target-risk", "1.5"], "expected a number in (0, 1)"),
+    (["--target-risk", "0.2", "--risk", "1-dice", "--risk-method", "sgr"], "needs the 0/1 risk"),
+    (["--target-risk", "0.2", "--calibration-cases", "MISSING.txt"], "file not found"),
+])
+def test_cli_errors_are_one_line(cohort, tmp_path, capsys, extra, msg):
+    data = cohort["data"]
+    argv = ["evaluate", "-l", str(data["labels"]), "-p", str(data["predictions"]), "-o", str(tmp_path / "e"),
+            "--no-spatial", "-q", *extra]
+    if extra[-1] == "MISSING.txt":
+        argv[-1] = str(tmp_path / "MISSING.txt")
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:  # argparse type errors
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+def test_referral_plot_marks_the_threshold(cohort):
+    from monai_unc.report.plots import plot_referral_curve
+
+    s = _summary(cohort["state"], target_risk=0.5, delta=0.2)
+    fig = plot_referral_curve(cohort["scores"], cohort["dice"], 0.2, "u", risk_control=s["risk_control"])
+    ax = fig.axes[0]
+    xs = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_linestyle() == "-."]
+    assert xs == [pytest.approx(s["risk_control"]["referral_fraction"])]
+    assert math.isfinite(xs[0])
