@@ -101,30 +101,35 @@ def _doubling_ops(k: int) -> int:
 
 
 def _strided_window_sums(
-    src: np.ndarray, k: int, step: int, out: np.ndarray, work: tuple[np.ndarray, np.ndarray]
-) -> int:
-    """``out[x] = sum_{j < k} src[x + j * step]`` for every ``x < L - (k - 1) * step``, on flat float64 buffers.
+    src: np.ndarray, k: int, step: int, period: int, out: np.ndarray, work: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """``out[x] = sum_{j < k} src[x + j * step]`` for the windows that stay inside their segment, on flat float64
+    buffers.
 
-    ``step = 1`` sums along the last axis of the flattened array, ``step = n_last`` along the one before it: a
-    window that runs past the end of its row (or plane) gives a value the caller must ignore. Window sizes that
-    are a sum of few powers of two (at most four additions, e.g. 10 = 8 + 2) combine power-of-two window sums
-    built by doubling; any other size uses one cumulative sum and one difference, ``S[x] = C[x + (k - 1) s] -
-    C[x - s]``. Either way the work per value does not grow with the box volume, and everything is a contiguous
-    vector operation into the preallocated ``out`` and ``work`` buffers (no allocation per plane). Returns the
-    number of values written.
+    ``src`` is a flattened array whose segments of ``period`` values are independent (rows: ``step = 1``,
+    ``period = n_last``; planes of one case: ``step = n_last``, ``period = n_mid * n_last``); windows that would run
+    past the end of their segment leave values the caller must ignore. Window sizes that are a sum of few powers of
+    two (at most four additions, e.g. 10 = 8 + 2) combine power-of-two window sums built by doubling; any other size
+    uses a cumulative sum restarted at every segment and one difference, ``S[j] = C[j + k - 1] - C[j - 1]`` (so a
+    case's sums never carry the magnitude of the cases before it). Either way the work per value does not grow with
+    the box volume, and everything is a vector operation into the preallocated ``out`` and ``work`` buffers (no
+    allocation per plane).
     """
     size = src.size
     m = size - (k - 1) * step
     if k == 1:
         out[:m] = src
-        return m
+        return
     if _doubling_ops(k) > 4:
-        c = work[0][:size]
-        np.cumsum(src.reshape(-1, step), axis=0, out=c.reshape(-1, step))
-        lo = (k - 1) * step
-        out[:m] = c[lo : lo + m]
-        np.subtract(out[step:m], c[: m - step], out=out[step:m])
-        return m
+        n_seg = period // step
+        shape = (size // period, n_seg, step)
+        c = work[0][:size].reshape(shape)
+        np.cumsum(src.reshape(shape), axis=1, out=c)
+        o = out[:size].reshape(shape)
+        valid = n_seg - k + 1
+        o[:, :valid] = c[:, k - 1 :]
+        np.subtract(o[:, 1:valid], c[:, : valid - 1], out=o[:, 1:valid])
+        return
     power, length, width, offset, started = src, size, 1, 0, False
     while True:
         if k & width:  # add the window of this width that starts after those already added
@@ -136,7 +141,7 @@ def _strided_window_sums(
                 started = True
             offset += width
         if 2 * width > k:
-            return m
+            return
         length -= width * step
         dst = work[0] if power is not work[0] else work[1]
         np.add(power[:length], power[width * step : width * step + length], out=dst[:length])
@@ -160,7 +165,7 @@ def _box_argmax(
     cumulative sums kept incrementally, float64), then window sums of each ``R_i`` along the last and the middle
     axis (:func:`_strided_window_sums` on the flattened plane), and only the best box of each plane is kept:
     memory is a few planes, never the map of box scores, and no buffer is allocated per plane.
-    Returns ``best (B,)`` and ``start (B, D)``; ties go to the first box in C order.
+    Returns ``best (B,)`` and ``start (B, D)``; equal computed scores go to the first box in C order.
     """
     if len(size) == 2:
         first = [f[:, None] for f in planes(None)]
@@ -186,8 +191,8 @@ def _box_argmax(
                 r += add
                 r -= sub
         for r, sm in zip(rows, sums):
-            _strided_window_sums(r.reshape(-1), k2, 1, tmp, work)
-            _strided_window_sums(tmp, k1, n2, sm.reshape(-1), work)
+            _strided_window_sums(r.reshape(-1), k2, 1, n2, tmp, work)
+            _strided_window_sums(tmp, k1, n2, n1 * n2, sm.reshape(-1), work)
         sc = score(sums)
         sc[:, m1:, :] = -np.inf  # boxes running past the last row or column
         sc[:, :, m2:] = -np.inf
@@ -248,7 +253,10 @@ def max_patch(
 
     Returns:
         :class:`PatchMax` with ``score`` ``(B,)`` float64 and ``start`` ``(B, D)`` int64, in the input's
-        library. Ties between boxes go to the first in C order.
+        library. Boxes with equal computed scores go to the first in C order; sums that are equal in exact
+        arithmetic (e.g. a constant map) can differ in the last bits when a box size takes the cumulative-sum
+        path, so which of them wins is then unspecified. A case's result never depends on the other cases of
+        the batch.
     """
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")

@@ -210,7 +210,7 @@ def _open_unit(text: str) -> float:
 
 
 def _read_case_list(path: str | None) -> list[str] | None:
-    """Case ids from a text file (one per line, '#' comments) or a CSV with a ``case`` column."""
+    """Case ids from a text file (one per line, ``#`` comments) or a CSV with a ``case`` column."""
     if path is None:
         return None
     f = Path(path)
@@ -218,14 +218,14 @@ def _read_case_list(path: str | None) -> list[str] | None:
         raise FileNotFoundError(f"--calibration-cases: file not found: {f}")
     lines = [ln.strip() for ln in f.read_text().splitlines()]
     lines = [ln for ln in lines if ln and not ln.startswith("#")]
-    if lines and "," in lines[0]:
+    if lines and ("," in lines[0] or lines[0] == "case"):
         import csv
 
-        with f.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            if reader.fieldnames is None or "case" not in reader.fieldnames:
-                raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column")
-            lines = [row["case"].strip() for row in reader if row["case"].strip()]
+        reader = csv.DictReader(lines)
+        if reader.fieldnames is None or "case" not in [h.strip() for h in reader.fieldnames]:
+            raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column")
+        key = next(h for h in reader.fieldnames if h.strip() == "case")
+        lines = [row[key].strip() for row in reader if (row.get(key) or "").strip()]
     if not lines:
         raise ValueError(f"--calibration-cases: {f} lists no case")
     return lines

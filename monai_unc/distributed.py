@@ -176,8 +176,9 @@ def _cpu_group() -> Any:
     if "gloo" in backend or backend in ("mpi", "ucc"):
         return None
     key = id(dist.group.WORLD)
-    if key not in _cpu_groups:
-        _cpu_groups[key] = dist.new_group(backend="gloo")
+    if key not in _cpu_groups:  # the same timeout as our own groups, not torch's 30-minute default
+        timeout = timedelta(seconds=float(os.environ.get("MONAI_UNC_DIST_TIMEOUT", DEFAULT_TIMEOUT_S)))
+        _cpu_groups[key] = dist.new_group(backend="gloo", timeout=timeout)
     return _cpu_groups[key]
 
 

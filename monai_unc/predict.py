@@ -435,6 +435,8 @@ def predict_case(
     if seg.ndim != 3:
         raise ValueError(f"case {case.case_id!r}: only 3D volumes are written as NIfTI, got spatial shape {seg.shape}")
     names = case_outputs(case.case_id, [m for m in settings.measures if m in maps], settings.write_probs)
+    # an earlier record (--overwrite) must not mark a case finished whose new files are only partly written
+    (output / f"{case.case_id}.json").unlink(missing_ok=True)
     save_nifti(seg, affine, output / names[0])
     i = 1
     if settings.write_probs:

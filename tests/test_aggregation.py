@@ -58,6 +58,20 @@ def test_patch_equals_brute_force(shape, size):
     np.testing.assert_allclose(mean.score, res.score / np.prod(res.size), rtol=1e-12)
 
 
+@pytest.mark.parametrize("shape, size", [((64, 64), 11), ((16, 24, 20), (3, 13, 11)), ((20, 18), (15, 10))])
+def test_patch_of_a_case_does_not_depend_on_its_batch(shape, size):
+    # a small-valued case after a huge one: sums restart per row / case, no cancellation against the big case
+    rng = np.random.default_rng(3)
+    small = rng.uniform(size=(1, 1, *shape)) * 1e-3
+    big = rng.uniform(size=(1, 1, *shape)) * 1e6
+    alone = max_patch(small, patch_size=size)
+    batched = max_patch(np.concatenate([big, small]), patch_size=size)
+    assert batched.score[1] == pytest.approx(alone.score[0], rel=1e-13)
+    assert tuple(batched.start[1]) == tuple(alone.start[0])
+    best, where = brute_force_patch(small[0, 0], size if isinstance(size, tuple) else (size,) * len(shape))
+    assert alone.score[0] == pytest.approx(best, rel=1e-12) and tuple(alone.start[0]) == where
+
+
 def test_patch_matches_scipy_convolve_valid():
     rng = np.random.default_rng(1)
     u = rng.uniform(size=(1, 1, 20, 18, 16))

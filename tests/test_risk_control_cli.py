@@ -170,3 +170,51 @@ def test_referral_plot_marks_the_threshold(cohort):
     xs = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_linestyle() == "-."]
     assert xs == [pytest.approx(s["risk_control"]["referral_fraction"])]
     assert math.isfinite(xs[0])
+
+
+def test_read_case_list_variants(tmp_path):
+    f = tmp_path / "ids.txt"
+    f.write_text("# calibration\ncase\ntoy000\ntoy001\n")  # one-column CSV: the header is not a case
+    assert cli._read_case_list(str(f)) == ["toy000", "toy001"]
+    f.write_text("# exported 2026-11-22\ncase,site\ntoy000,a\ntoy002,b\n")  # a comment before the CSV header
+    assert cli._read_case_list(str(f)) == ["toy000", "toy002"]
+    f.write_text("toy005\n\n toy006 \n")
+    assert cli._read_case_list(str(f)) == ["toy005", "toy006"]
+    f.write_text("id,site\ntoy000,a\n")
+    with pytest.raises(ValueError, match="without a 'case' column"):
+        cli._read_case_list(str(f))
+
+
+def test_unknown_calibration_cases_stop_before_any_work(cohort, tmp_path, monkeypatch):
+    import monai_unc.report.cohort as cohort_mod
+
+    calls = []
+    monkeypatch.setattr(cohort_mod, "evaluate_case", lambda *a, **k: calls.append(1))
+    data = cohort["data"]
+    cfg = EvaluationConfig(spatial=False, target_risk=0.2, calibration_cases=["toy000", "nope"])
+    with pytest.raises(ValueError, match="calibration_cases: 1 case"):
+        run_evaluate(data["labels"], data["predictions"], tmp_path / "e", cfg)
+    assert calls == []
+
+
+def test_failed_rerun_leaves_no_stale_cohort_numbers(cohort, tmp_path, capsys):
+    import shutil
+
+    data = cohort["data"]
+    pred = tmp_path / "pred"
+    shutil.copytree(data["predictions"], pred)
+    ev = tmp_path / "eval"
+    argv = ["evaluate", "-l", str(data["labels"]), "-p", str(pred), "-o", str(ev), "--no-spatial", "-q"]
+    assert cli.main(argv) == 0 and (ev / "summary.json").is_file()
+    (pred / "toy003_probs.nii.gz").write_bytes(b"not a nifti file")
+    assert cli.main(argv) == 1
+    assert "toy003" in capsys.readouterr().err
+    assert (ev / "failures.json").is_file()
+    assert not (ev / "summary.json").exists() and not (ev / "metrics.csv").exists()
+    assert not (ev / "state" / "rows.json").exists()
+    assert cli.main(["report", "-e", str(ev)]) == 2
+    assert "failed cases" in capsys.readouterr().err
+    # fixed: the rerun evaluates the case again and the report works
+    shutil.copy(data["predictions"] / "toy003_probs.nii.gz", pred / "toy003_probs.nii.gz")
+    assert cli.main(argv) == 0 and not (ev / "failures.json").exists()
+    assert cli.main(["report", "-e", str(ev), "--cases", "0"]) == 0

@@ -88,6 +88,7 @@ __all__ = [
     "read_shifts",
     "write_evaluation",
     "load_evaluation",
+    "remove_cohort_files",
     "run_evaluate",
 ]
 
@@ -362,6 +363,8 @@ class CohortState:
         }
         if self.histogram is not None:
             _atomic_npz(folder / "histogram.npz", self.histogram.state_dict())
+        else:
+            (folder / "histogram.npz").unlink(missing_ok=True)  # not an earlier run's
         atomic_write_text(folder / "rows.json", json.dumps(meta, indent=1, default=_json_default) + "\n")
 
     @classmethod
@@ -403,13 +406,14 @@ _CASE_FORMAT = 1
 def _file_signature(path: Path | None) -> list[Any] | None:
     if path is None:
         return None
-    st = Path(path).stat()
-    return [str(Path(path).resolve()), int(st.st_size), int(st.st_mtime_ns)]
+    st = Path(path).stat()  # ctime and inode too: a copy with preserved mtime (cp -p, rsync -a) still differs
+    return [str(Path(path).resolve()), int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino)]
 
 
 def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:
     """What a case's metric row depends on: package version, the per-case options (:data:`_CASE_FIELDS`, fine
-    bins), the case's shift label and (path, size, mtime) of its label, segmentation, probabilities and maps."""
+    bins), the case's shift label and (path, size, mtime, ctime, inode) of its label, segmentation, probabilities
+    and maps."""
     from .. import __version__
 
     fp = {
@@ -810,10 +814,22 @@ def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str
 def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, Any]]:
     """The state and summary written by :func:`write_evaluation`."""
     folder = Path(folder)
+    if (folder / "failures.json").is_file():
+        raise ValueError(f"the last evaluation in {folder} has failed cases (failures.json): fix them and run "
+                         "monai-unc evaluate again")
     path = folder / "summary.json"
     if not path.is_file():
         raise FileNotFoundError(f"no summary.json in {folder}: run monai-unc evaluate --output {folder} first")
     return CohortState.load(folder / _STATE_DIR), json.loads(path.read_text())
+
+
+def remove_cohort_files(folder: str | os.PathLike) -> None:
+    """Remove the cohort outputs of an evaluation folder (``metrics.csv``, ``summary.json``, the cohort state),
+    keeping the per-case resume state: after a run with failed cases no earlier run's numbers remain."""
+    folder = Path(folder)
+    for path in (folder / "metrics.csv", folder / "summary.json", folder / _STATE_DIR / "rows.json",
+                 folder / _STATE_DIR / "histogram.npz"):
+        path.unlink(missing_ok=True)
 
 
 def _pack(result: CaseResult, files: CaseFiles, n_cls: int) -> dict[str, Any]:
@@ -909,6 +925,10 @@ def _run_evaluate(
             unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
+        if config.calibration_cases is not None:  # before any work, not after the whole evaluation
+            unknown = sorted({str(c) for c in config.calibration_cases} - {c.case_id for c in cases})
+            if unknown:
+                raise ValueError(f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}")
         if ctx.is_main and cache is not None:
             cache.mkdir(parents=True, exist_ok=True)
             clean_partial_files(cache)
@@ -958,6 +978,7 @@ def _run_evaluate(
                 failures.append(CaseFailure(c, 0, _error(e)))
             write_failures(output / "failures.json", failures, "monai-unc evaluate")
             if failures:
+                remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
                 outcome = ("failed", failures)
             else:
                 assert state is not None
