@@ -47,6 +47,7 @@ from .io import CaseError
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "error_line",
     "DistContext",
     "RankFailed",
     "CaseFailure",
@@ -417,6 +418,12 @@ def check_same(value: Any, ctx: DistContext, what: str) -> None:
     if bad:
         raise ValueError(f"ranks disagree on {what}: rank {bad[0]} differs from rank 0 (every rank must see the same "
                          "inputs: use a shared file system or identical copies)")
+
+
+def error_line(e: BaseException) -> str:
+    """``"Type: first line of the message"`` (or just the type) for failure reports."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def write_failures(path: str | os.PathLike, failures: Sequence[CaseFailure], command: str = "") -> Path:

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .distributed import error_line
 from .io import ImageCase, read_volume, save_probabilities
 from .keys import UncertaintyKeys as K
 from .report.nifti import atomic_write_text, save_nifti
@@ -525,7 +526,7 @@ def predict_cases(
         except Exception as e:  # KeyboardInterrupt is not an Exception: an interrupt stops the run
             if on_error == "raise":
                 raise
-            results.append({"case": case.case_id, "status": "failed", "error": _error_line(e)})
+            results.append({"case": case.case_id, "status": "failed", "error": error_line(e)})
             if on_failure is not None:
                 on_failure(case.case_id, e)
             continue
@@ -537,11 +538,6 @@ def _digest(ids: Sequence[str]) -> str:
     import hashlib
 
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
-
-
-def _error_line(e: BaseException) -> str:
-    text = str(e).splitlines()[0] if str(e) else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def run_infer(
@@ -615,7 +611,7 @@ def _run_infer(
     mine = shard(list(cases), ctx.rank, ctx.world_size, key=lambda c: c.case_id)
 
     def failed(case_id: str, e: BaseException) -> None:
-        f = CaseFailure(case_id, ctx.rank, _error_line(e))
+        f = CaseFailure(case_id, ctx.rank, error_line(e))
         (on_failure or (lambda x: print_failure(x, ctx, "monai-unc infer")))(f)
 
     results: list[dict[str, Any]] = []

@@ -23,6 +23,7 @@ Training protocol (ValUES, seed 000, Appendix C.1/C.2, scaled down to run on one
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
@@ -72,6 +73,19 @@ __all__ = [
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results"
 #: prediction models compared by both studies (ValUES C1)
 METHODS = ("softmax", "mc_dropout", "tta", "ensemble")
+
+
+def parse_study_args(doc: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line shared by the toy studies (3 and 4); ``doc`` is the script's docstring."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results folder (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of data, training and sampling (default 0)")
+    p.add_argument("--tiny", action="store_true", help="a few tiny cases and networks: smoke test in seconds")
+    p.add_argument("--cache", type=Path, default=None, help="cache folder for trained networks (default: temp dir)")
+    p.add_argument("--no-cache", action="store_true", help="always train, never read or write the cache")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--render-only", action="store_true", help="re-write the .md and figure from the JSON in --output")
+    return p.parse_args(argv)
 
 
 def set_threads(n: int) -> None:

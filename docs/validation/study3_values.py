@@ -129,17 +129,7 @@ TINY = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--output", type=Path, default=T.DEFAULT_OUTPUT, help="results folder (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of data, training and sampling (default 0)")
-    p.add_argument("--tiny", action="store_true", help="a few tiny cases and networks: smoke test in seconds")
-    p.add_argument("--cache", type=Path, default=None, help="cache folder for trained networks (default: temp dir)")
-    p.add_argument("--no-cache", action="store_true", help="always train, never read or write the cache")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    p.add_argument("--render-only", action="store_true", help="re-write the .md and figure from the JSON in --output")
-    return p.parse_args(argv)
+    return T.parse_study_args(__doc__ or "", argv)
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> dict[str, float]:

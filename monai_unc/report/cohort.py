@@ -907,6 +907,7 @@ def _run_evaluate(
         CasesFailed,
         broadcast_object,
         check_same,
+        error_line,
         gather_objects,
         print_failure,
         shard,
@@ -938,12 +939,8 @@ def _run_evaluate(
     ids = [c.case_id for c in cases]
     check_same((len(ids), hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()), ctx, "the case list")
 
-    def _error(e: BaseException) -> str:
-        text = str(e).splitlines()[0] if str(e) else ""
-        return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
     def failed(case_id: str, e: BaseException) -> None:
-        f = CaseFailure(case_id, ctx.rank, _error(e))
+        f = CaseFailure(case_id, ctx.rank, error_line(e))
         (on_failure or (lambda x: print_failure(x, ctx, "monai-unc evaluate")))(f)
 
     mine = shard(cases, ctx.rank, ctx.world_size, key=lambda c: c.case_id)
@@ -958,7 +955,7 @@ def _run_evaluate(
     except Exception as e:  # not a per-case error (those are collected)
         err = e
     sync_errors(err, ctx)
-    mine_failed = [CaseFailure(c, ctx.rank, _error(e)) for c, e in local_failures]
+    mine_failed = [CaseFailure(c, ctx.rank, error_line(e)) for c, e in local_failures]
     gathered = gather_objects((payload, mine_failed), ctx)
     outcome: Any = None
     state: CohortState | None = None
@@ -975,7 +972,7 @@ def _run_evaluate(
             state = assemble_state(every, config.n_fine_bins, late)
             for c, e in late:
                 failed(c, e)
-                failures.append(CaseFailure(c, 0, _error(e)))
+                failures.append(CaseFailure(c, 0, error_line(e)))
             write_failures(output / "failures.json", failures, "monai-unc evaluate")
             if failures:
                 remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
