@@ -317,12 +317,12 @@ def render_markdown(res: dict[str, Any]) -> str:
     )
     L.append("")
     L.append(
-        "Paper (seed 004, Sec. 3 and Fig. 3; LIDC, 4 raters, 1980 test images; probabilistic U-Net, SSN, annotator "
-        'ensemble, MC dropout): "When assessing detection (D_Det), segmentation (D_IoU), or detection and '
-        "segmentation combined (D_GED), we see different models emerge as the best performing on average. Moreover, "
-        'the detection seems to dominate the ranking given by D_GED." The paper gives its values only as violin '
-        "plots (no numbers in the text), so the paper column below states the finding, not values; its models "
-        "(aleatoric latent-variable models) are not those compared here."
+        "Paper (seed 004, Sec. 3 and Fig. 3; LIDC, 4 raters, 1980 test images; three models, aleatoric methods and "
+        'MC dropout, not named in the text): "When assessing detection (D_Det), segmentation (D_IoU), or detection '
+        "and segmentation combined (D_GED), we see different models emerge as the best performing on average. "
+        'Moreover, the detection seems to dominate the ranking given by D_GED." The paper gives its values only as '
+        "violin plots (no numbers in the text), so the paper column below states the finding, not values; apart from "
+        "MC dropout its models are not those compared here."
     )
     L.append("")
     for key, title in (
