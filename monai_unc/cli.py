@@ -545,6 +545,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import os
+
+    if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
+        # every rank would run the whole demo into the same folder
+        raise ValueError("demo runs on one process; under torchrun use 'infer' and 'evaluate' (docs/distributed.md)")
     roi = args.roi[0] if len(args.roi) == 1 else tuple(args.roi)
     run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=roi, method=args.method, budget=args.budget,
              overlap=args.overlap)

@@ -538,3 +538,12 @@ def test_dist_context_describe():
     ctx = DistContext(rank=1, world_size=4)
     assert ctx.distributed and not ctx.is_main and ctx.describe() == "rank 1 of 4"
     assert DistContext().describe() == ""
+
+
+def test_demo_refuses_to_run_on_several_ranks(monkeypatch, tmp_path, capsys):
+    from monai_unc import cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli.main(["demo", "--output", str(tmp_path / "d"), "--quiet"]) == 2
+    assert "demo runs on one process" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
