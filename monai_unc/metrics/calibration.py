@@ -221,18 +221,25 @@ class _Workspace:
         return buf[: rows * m].view(rows, m)
 
 
-def _top_label(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _top_label(
+    p: torch.Tensor, ws: _Workspace | None = None, conf_out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Maximum and argmax over dim 0 of ``(C, n)``; the first maximum wins (as ``torch.argmax``).
 
     The argmax is read as ``C - max_c ([p_c == max] * (C - c))`` (one fused pass instead of
-    ``torch.argmax``, which is ~50x slower along a non-innermost axis on the CPU).
+    ``torch.argmax``, which is ~50x slower along a non-innermost axis on the CPU). With a workspace ``ws`` the
+    temporaries live in its buffers; ``conf_out`` receives the maximum.
     """
-    n_cls = p.shape[0]
-    conf = p.amax(0)
-    dtype = torch.uint8 if n_cls < 256 else torch.int32
-    rank = torch.arange(n_cls, 0, -1, dtype=dtype, device=p.device).unsqueeze(1)
-    pred = torch.mul(p == conf, rank).amax(0).neg_().add_(n_cls)
-    return conf, pred
+    n_cls, n = p.shape
+    conf = torch.amax(p, 0, out=conf_out) if conf_out is not None else p.amax(0)
+    if ws is None:
+        dtype = torch.uint8 if n_cls < 256 else torch.int32
+        rank = torch.arange(n_cls, 0, -1, dtype=dtype, device=p.device).unsqueeze(1)
+        pred = torch.mul(p == conf, rank)
+    else:
+        is_max = torch.eq(p, conf, out=ws.take(ws.bc, n_cls, n))
+        pred = torch.mul(is_max, ws.rank, out=ws.take(ws.uc, n_cls, n))
+    return conf, pred.amax(0).neg_().add_(n_cls)
 
 
 class _State:
@@ -320,10 +327,7 @@ def _accumulate_probs(
             check_probabilities(p.unsqueeze(0), "probs")
             raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
     probs.clamp_(0.0, 1.0)
-    # top label: confidence straight into its row; argmax as C - max_c([p_c == max] * (C - c)) (see _top_label)
-    conf = torch.amax(probs, 0, out=vals[n_cls])
-    is_max = torch.eq(probs, conf, out=take(ws.bc, n_cls, n))
-    pred = torch.mul(is_max, ws.rank, out=take(ws.uc, n_cls, n)).amax(0).neg_().add_(n_cls)
+    _, pred = _top_label(probs, ws, conf_out=vals[n_cls])  # the confidence goes straight into its row
     if uncertainty:
         vals[n_cls + 1] = entropy(probs.unsqueeze(0), normalize=True, validate=False).view(n)
         vals[n_cls + 1].clamp_(0.0, 1.0)
