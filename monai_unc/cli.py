@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -51,24 +51,27 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {v}")
-    return v
+def _in_unit_interval(closed_low: bool, closed_high: bool) -> Callable[[str], float]:
+    """An argparse type for a number in [0, 1], (0, 1), [0, 1) ... (the message names the interval)."""
+    interval = f"{'[' if closed_low else '('}0, 1{']' if closed_high else ')'}"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {text!r}") from None
+        low_ok = v >= 0.0 if closed_low else v > 0.0
+        high_ok = v <= 1.0 if closed_high else v < 1.0
+        if not (low_ok and high_ok):
+            raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {v}")
+        return v
+
+    return parse
 
 
-def _unit(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {v}")
-    return v
+_fraction = _in_unit_interval(True, False)  # [0, 1): referral budgets, overlaps
+_unit = _in_unit_interval(True, True)  # [0, 1]: Dice thresholds
+_open_unit = _in_unit_interval(False, False)  # (0, 1): target risk, delta
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -197,16 +200,6 @@ def _add_risk_control(p: argparse.ArgumentParser, defaults: bool) -> None:
     g.add_argument("--calibration-cases", default=None, metavar="FILE",
                    help="file of case ids (one per line, or a CSV with a 'case' column) to fit the threshold on; "
                    "the other cases are reported as held out" + (" (default: every case)" if defaults else keep))
-
-
-def _open_unit(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
-    if not 0.0 < v < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {v}")
-    return v
 
 
 def _read_case_list(path: str | None) -> list[str] | None:

@@ -48,6 +48,9 @@ from .io import CaseError
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "error_line",
+    "check_same_cases",
+    "check_each_case_once",
+    "failure_reporter",
     "DistContext",
     "RankFailed",
     "CaseFailure",
@@ -418,6 +421,33 @@ def check_same(value: Any, ctx: DistContext, what: str) -> None:
     if bad:
         raise ValueError(f"ranks disagree on {what}: rank {bad[0]} differs from rank 0 (every rank must see the same "
                          "inputs: use a shared file system or identical copies)")
+
+
+def check_same_cases(case_ids: Sequence[str], ctx: DistContext) -> None:
+    """Collective: every rank must see the same cases (their count and a hash of the sorted ids)."""
+    import hashlib
+
+    ids = sorted(case_ids)
+    check_same((len(ids), hashlib.sha256("\n".join(ids).encode()).hexdigest()), ctx, "the case list")
+
+
+def check_each_case_once(done: Sequence[str], case_ids: Sequence[str]) -> None:
+    """``RuntimeError`` unless the cases with a result (or a failure) are exactly ``case_ids``, each once."""
+    if sorted(done) != sorted(case_ids):
+        raise RuntimeError(f"sharding lost or repeated cases: {len(done)} results for {len(case_ids)} cases")
+
+
+def failure_reporter(
+    ctx: DistContext, command: str, on_failure: Callable[[CaseFailure], None] | None = None
+) -> Callable[[str, BaseException], None]:
+    """``report(case_id, exception)`` for a case that failed on this rank: builds the :class:`CaseFailure` and
+    passes it to ``on_failure`` (default: :func:`print_failure`, one stderr line prefixed with ``command``)."""
+
+    def report(case_id: str, e: BaseException) -> None:
+        f = CaseFailure(case_id, ctx.rank, error_line(e))
+        (on_failure or (lambda x: print_failure(x, ctx, command)))(f)
+
+    return report
 
 
 def error_line(e: BaseException) -> str:

@@ -534,12 +534,6 @@ def predict_cases(
     return results
 
 
-def _digest(ids: Sequence[str]) -> str:
-    import hashlib
-
-    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
-
-
 def run_infer(
     cases: Sequence[ImageCase],
     model: LoadedModel,
@@ -589,8 +583,9 @@ def _run_infer(
         CaseFailure,
         CasesFailed,
         all_gather_objects,
-        check_same,
-        print_failure,
+        check_each_case_once,
+        check_same_cases,
+        failure_reporter,
         shard,
         sync_errors,
         write_failures,
@@ -607,12 +602,9 @@ def _run_infer(
             err = e
     sync_errors(err, ctx)
     ids = sorted(c.case_id for c in cases)
-    check_same((len(ids), _digest(ids)), ctx, "the case list")
+    check_same_cases(ids, ctx)
     mine = shard(list(cases), ctx.rank, ctx.world_size, key=lambda c: c.case_id)
-
-    def failed(case_id: str, e: BaseException) -> None:
-        f = CaseFailure(case_id, ctx.rank, error_line(e))
-        (on_failure or (lambda x: print_failure(x, ctx, "monai-unc infer")))(f)
+    failed = failure_reporter(ctx, "monai-unc infer", on_failure)
 
     results: list[dict[str, Any]] = []
     try:
@@ -626,9 +618,7 @@ def _run_infer(
     compact = [{"case": r["case"], "status": r["status"], "rank": ctx.rank,
                 **({"error": r["error"]} if r["status"] == "failed" else {})} for r in results]
     every = sorted((r for part in all_gather_objects(compact, ctx) for r in part), key=lambda r: r["case"])
-    seen = [r["case"] for r in every]
-    if seen != ids:
-        raise RuntimeError(f"sharding lost or repeated cases: {len(seen)} results for {len(ids)} cases")
+    check_each_case_once([r["case"] for r in every], ids)
     failures = [CaseFailure(r["case"], r["rank"], r["error"]) for r in every if r["status"] == "failed"]
     err = None
     if ctx.is_main:
