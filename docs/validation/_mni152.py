@@ -59,7 +59,7 @@ from monai_unc.inferers import (
     remove_dropout,
 )
 from monai_unc.inferers.rate_in import RateInInferer
-from monai_unc.report.nifti import atomic_write_text
+from monai_unc.report.nifti import atomic_write_text, json_safe
 
 __all__ = [
     "DEFAULT_OUTPUT",
@@ -333,23 +333,7 @@ def case_score(uncertainty: np.ndarray, seg: np.ndarray) -> float:
 
 def write_json(path: Path, obj: Any) -> None:
     """JSON with NaN written as null, through a temporary file and a rename."""
-
-    def clean(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {str(k): clean(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        if isinstance(v, (np.floating, float)):
-            return float(v) if np.isfinite(v) else None
-        if isinstance(v, np.integer):
-            return int(v)
-        if isinstance(v, np.bool_):
-            return bool(v)
-        if isinstance(v, np.ndarray):
-            return clean(v.tolist())
-        return v
-
-    atomic_write_text(path, json.dumps(clean(obj), indent=1) + "\n")
+    atomic_write_text(path, json.dumps(json_safe(obj), indent=1) + "\n")
 
 
 def read_json(path: Path) -> Any:

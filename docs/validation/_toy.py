@@ -45,7 +45,7 @@ from monai.transforms import Compose, RandFlipd, RandGaussianNoised
 
 from monai_unc.data import make_toy_case, make_toy_dataset
 from monai_unc.inferers import EnsembleInferer, MCDropoutInferer, SoftmaxInferer, TTAInferer
-from monai_unc.report.nifti import atomic_write_text
+from monai_unc.report.nifti import atomic_write_text, json_safe
 
 __all__ = [
     "DEFAULT_OUTPUT",
@@ -103,24 +103,7 @@ def default_cache_dir() -> Path:
 def atomic_write_json(path: str | os.PathLike, obj: Any, digits: int = 6) -> Path:
     """Write ``obj`` as indented JSON through a temporary file and a rename (NaN written as null, floats rounded
     to ``digits`` significant digits to keep the per-case records small)."""
-
-    def clean(o: Any) -> Any:
-        if isinstance(o, dict):
-            return {str(k): clean(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return [clean(v) for v in o]
-        if isinstance(o, (np.floating, float)):
-            f = float(o)
-            return float(f"{f:.{digits}g}") if math.isfinite(f) else None
-        if isinstance(o, np.integer):
-            return int(o)
-        if isinstance(o, np.bool_):
-            return bool(o)
-        if isinstance(o, np.ndarray):
-            return clean(o.tolist())
-        return o
-
-    return atomic_write_text(path, json.dumps(clean(obj), indent=2) + "\n")
+    return atomic_write_text(path, json.dumps(json_safe(obj, digits), indent=2) + "\n")
 
 
 def load_json(path: str | os.PathLike) -> Any:

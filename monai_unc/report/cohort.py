@@ -63,7 +63,7 @@ import torch
 
 from ..io import MEASURES, CaseError, CaseFiles, LoadedCase, load_case, match_cases
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
-from .nifti import atomic_write_text
+from .nifti import atomic_write_text, json_safe
 
 __all__ = [
     "CALIBRATION_COLUMNS",
@@ -179,6 +179,17 @@ class EvaluationConfig:
             raise ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'")
         if self.calibration_cases is not None and not self.calibration_cases:
             raise ValueError("calibration_cases must name at least one case (or be None for every case)")
+
+    def check_calibration_cases(self, case_ids: Iterable[str]) -> set[str]:
+        """The calibration case ids as a set (empty when ``calibration_cases`` is None); ``ValueError`` if one is
+        not among ``case_ids``."""
+        if self.calibration_cases is None:
+            return set()
+        wanted = {str(c) for c in self.calibration_cases}
+        unknown = sorted(wanted - set(case_ids))
+        if unknown:
+            raise ValueError(f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}")
+        return wanted
 
     @property
     def resolved_risk_method(self) -> str:
@@ -595,21 +606,6 @@ def _nanmean(a: np.ndarray) -> float | None:
     return float(a.mean()) if a.size else None
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy -> Python."""
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _clean(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        return float(x) if math.isfinite(float(x)) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
-
-
 def case_risk(dice: np.ndarray, config: EvaluationConfig) -> np.ndarray:
     """Per-case risk in [0, 1] of ``config.risk``: ``[dice < failure_dice]`` or ``1 - dice``."""
     dice = np.asarray(dice, dtype=np.float64)
@@ -626,10 +622,7 @@ def _risk_control(ids: Sequence[str], scores: np.ndarray, dice: np.ndarray, conf
     if config.calibration_cases is None:
         is_cal = np.ones(len(ids), dtype=bool)
     else:
-        wanted = {str(c) for c in config.calibration_cases}
-        unknown = sorted(wanted - set(ids))
-        if unknown:
-            raise ValueError(f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}")
+        wanted = config.check_calibration_cases(ids)
         is_cal = np.array([c in wanted for c in ids])
     risk = case_risk(dice, config)
     method = config.resolved_risk_method
@@ -758,7 +751,7 @@ def summarize(state: CohortState, config: EvaluationConfig) -> dict[str, Any]:
             summary["risk_control"] = _risk_control(ids, scores, dice, config)
     msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
-    return _clean(summary)
+    return json_safe(summary)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -805,7 +798,7 @@ def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str
         doc["config"] = config.to_json()
     paths = {
         "metrics": atomic_write_text(output / "metrics.csv", _csv_text(state.sorted_rows())),
-        "summary": atomic_write_text(output / "summary.json", json.dumps(_clean(doc), indent=2) + "\n"),
+        "summary": atomic_write_text(output / "summary.json", json.dumps(json_safe(doc), indent=2) + "\n"),
         "state": output / _STATE_DIR,
     }
     return paths
@@ -900,16 +893,15 @@ def _run_evaluate(
     ctx: Any, output: Path, config: EvaluationConfig, resume: bool, progress: bool, on_failure: Any,
     match_kwargs: dict[str, Any],
 ) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
-    import hashlib
-
     from ..distributed import (
         CaseFailure,
         CasesFailed,
         broadcast_object,
-        check_same,
+        check_each_case_once,
+        check_same_cases,
         error_line,
+        failure_reporter,
         gather_objects,
-        print_failure,
         shard,
         sync_errors,
         write_failures,
@@ -926,10 +918,7 @@ def _run_evaluate(
             unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
-        if config.calibration_cases is not None:  # before any work, not after the whole evaluation
-            unknown = sorted({str(c) for c in config.calibration_cases} - {c.case_id for c in cases})
-            if unknown:
-                raise ValueError(f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}")
+        config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after the evaluation
         if ctx.is_main and cache is not None:
             cache.mkdir(parents=True, exist_ok=True)
             clean_partial_files(cache)
@@ -937,11 +926,8 @@ def _run_evaluate(
         err = e
     sync_errors(err, ctx)
     ids = [c.case_id for c in cases]
-    check_same((len(ids), hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()), ctx, "the case list")
-
-    def failed(case_id: str, e: BaseException) -> None:
-        f = CaseFailure(case_id, ctx.rank, error_line(e))
-        (on_failure or (lambda x: print_failure(x, ctx, "monai-unc evaluate")))(f)
+    check_same_cases(ids, ctx)
+    failed = failure_reporter(ctx, "monai-unc evaluate", on_failure)
 
     mine = shard(cases, ctx.rank, ctx.world_size, key=lambda c: c.case_id)
     local_failures: list[tuple[str, BaseException]] = []
@@ -965,9 +951,7 @@ def _run_evaluate(
             assert gathered is not None
             every = results if not ctx.distributed else [_unpack(d) for part, _ in gathered for d in part]
             failures = [f for _, fs in gathered for f in fs]
-            done = sorted([str(r[0].row["case"]) for r in every] + [f.case for f in failures])
-            if done != sorted(ids):
-                raise RuntimeError(f"sharding lost or repeated cases: {len(done)} results for {len(ids)} cases")
+            check_each_case_once([str(r[0].row["case"]) for r in every] + [f.case for f in failures], ids)
             late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
             state = assemble_state(every, config.n_fine_bins, late)
             for c, e in late:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from typing import Any
 
 import nibabel as nib
 import numpy as np
 import torch
 
-__all__ = ["save_nifti", "atomic_write_text"]
+__all__ = ["save_nifti", "atomic_write_text", "json_safe"]
 
 
 def _partial_name(path: Path) -> Path:
@@ -56,3 +58,24 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     tmp.write_text(text)
     os.replace(tmp, path)
     return path
+
+
+def json_safe(x: Any, digits: int | None = None) -> Any:
+    """``x`` with plain Python types only, for ``json.dumps``: NaN/inf -> None, numpy scalars and arrays -> Python
+    numbers and lists, tuples -> lists; floats rounded to ``digits`` significant digits when given."""
+    if isinstance(x, dict):
+        return {(k.item() if isinstance(k, np.generic) else k): json_safe(v, digits) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v, digits) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_safe(x.tolist(), digits)
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (np.floating, float)):
+        f = float(x)
+        if not math.isfinite(f):
+            return None
+        return float(f"{f:.{digits}g}") if digits is not None else f
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
