@@ -3,7 +3,7 @@
     python benchmarks/bench_bundle.py [--samples 10] [--repeats 3] [--threads 2]
 
 Data: the clean MNI152 2009 template (nilearn, 2 mm, 99 x 117 x 95 voxels) exported to NIfTI by
-``monai_unc.data.export.export_mni152_cases`` into a temporary folder. Dice is reported on the held-out right
+``monai_unc.data.cohorts.export_mni152_cases`` into a temporary folder. Dice is reported on the held-out right
 hemisphere (world x >= 0; the shipped network was trained on the left hemisphere only, DESIGN.md "Example data
 protocol").
 
@@ -103,7 +103,7 @@ def _quality(data_dir: Path, out_dir: Path) -> dict:
     import nibabel as nib
     import numpy as np
 
-    from monai_unc.data.export import load_datalist
+    from monai_unc.data.cohorts import load_datalist
     from monai_unc.data.training import dice_per_class
 
     item = load_datalist(data_dir)[0]
@@ -147,7 +147,7 @@ def main() -> None:
         print("RESULT " + json.dumps(worker(args.worker, args.data, args.samples, args.threads, args.seed)))
         return
 
-    from monai_unc.data.export import export_mni152_cases
+    from monai_unc.data.cohorts import export_mni152_cases
 
     data = Path(tempfile.mkdtemp(prefix="bench_bundle_data_"))
     export_mni152_cases(data, n_cases=1)

@@ -18,7 +18,7 @@ closed). "State for 10 volumes" is the memory a metric object holds after ten up
 Part 2, temperature scaling on 10^8 voxels with a planted temperature (labels drawn from ``softmax(z)``, logits
 written as ``2.5 z`` in float16 on disk, 3 classes):
 
-- ``monai_unc.calibration.TemperatureScaler`` (seed 001 protocol: RMSprop, lr 0.05 from t = 2, gradient
+- ``monai_unc.temperature.TemperatureScaler`` (seed 001 protocol: RMSprop, lr 0.05 from t = 2, gradient
   accumulation over chunks of 2^22 voxels, logits streamed from the files batch by batch);
 - the usual recipe (Guo et al. 2017; torch-uncertainty's scaler): all logits in memory as float32, labels int64,
   ``torch.optim.LBFGS`` with a strong-Wolfe line search on ``cross_entropy(z / t, y)`` from t = 1.5.
@@ -263,7 +263,7 @@ def _ts_batches(data: Path, n_vox: int):
 def worker_temperature(name: str, data: Path, n_vox: int) -> dict:
     import torch
 
-    from monai_unc.calibration import TemperatureScaler
+    from monai_unc.temperature import TemperatureScaler
 
     rss0 = _reset_peak()
     t0 = time.perf_counter()

@@ -3,7 +3,7 @@
     python benchmarks/bench_distributed.py                 # 20 cases of 128^3, 3 rounds, prints a table
     python benchmarks/bench_distributed.py --quick         # 6 cases of 48^3, 1 round (smoke test)
 
-The cohort is :func:`monai_unc.report.demo.write_toy_cohort` (synthetic spheres/cubes with an ambiguous border,
+The cohort is :func:`monai_unc.data.cohorts.write_toy_cohort` (synthetic spheres/cubes with an ambiguous border,
 probabilities, segmentation and predictive entropy per case, anisotropic spacing 1.5 x 1.0 x 2.0 mm), written once
 to a temporary folder. Every run evaluates it from scratch into a fresh output folder (all metrics, spatial ones
 included) with the CLI's own code path:
@@ -103,7 +103,7 @@ def main() -> None:
         return
     if args.quick:
         args.cases, args.size, args.rounds = 6, 48, 1
-    from monai_unc.report.demo import write_toy_cohort
+    from monai_unc.data.cohorts import write_toy_cohort
 
     kinds = ["1 process", "2 processes"] + ([] if args.no_threads_row else ["1 process, 2 threads"])
     with tempfile.TemporaryDirectory() as tmp:

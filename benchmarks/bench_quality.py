@@ -5,7 +5,7 @@
     python benchmarks/bench_quality.py --part mni        # Spearman on MNI152 shifted copies (shipped example UNet)
     python benchmarks/bench_quality.py --part perf       # pairwise Dice and streaming vs the naive approach
 
-Spearman part (``monai_unc.quality`` against the true per-case Dice; the CV is an uncertainty, so ``-CV`` is
+Spearman part (``monai_unc.metrics.quality`` against the true per-case Dice; the CV is an uncertainty, so ``-CV`` is
 correlated; mean predictive entropy / mutual information over the predicted foreground are voxel-map baselines):
 
 - toy: a MONAI UNet (8-16-32, dropout 0.2) trained for ``--toy-iters`` steps on in-distribution toy cases
@@ -52,7 +52,7 @@ def _dice(pred: np.ndarray, ref: np.ndarray) -> float:
 def _case_scores(out: dict, b: int) -> dict[str, float]:
     """Foreground quality estimates of case ``b`` (higher = better) plus voxel-map baselines."""
     from monai_unc.aggregation import aggregate
-    from monai_unc.quality import quality_estimates
+    from monai_unc.metrics.quality import quality_estimates
 
     q = quality_estimates({"pred": out["pred"][b : b + 1], "samples": out["samples"][:, b : b + 1]})
     scores = {k: float(v.foreground[0]) for k, v in q.items()}
@@ -152,7 +152,7 @@ def spearman_mni(n_cases: int, samples: int, seed: int = 0) -> dict:
         wm.append(_dice(pred == 2, lab == 2))
         fg.append(_dice(pred > 0, lab > 0))
         # per class: the mean of the GM and WM estimates against the mean of the two Dice values
-        from monai_unc.quality import quality_estimates
+        from monai_unc.metrics.quality import quality_estimates
 
         q = quality_estimates({"pred": out["pred"], "samples": out["samples"]})
         for k, v in q.items():
@@ -191,7 +191,7 @@ def _worker(name: str, repeat: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from monai_unc.quality import StreamingQuality, dice_to_mean, pairwise_dice, sample_iou, volume_cv
+    from monai_unc.metrics.quality import StreamingQuality, dice_to_mean, pairwise_dice, sample_iou, volume_cv
 
     if name.startswith("pairwise"):
         x = _samples(N_PAIRWISE, (96, 96, 96), 0)

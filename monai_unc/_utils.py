@@ -20,6 +20,8 @@ __all__ = [
     "to_tensor",
     "like_input",
     "to_numpy",
+    "case_vector",
+    "case_pair",
     "check_finite",
     "check_probabilities",
     "check_labels",
@@ -154,3 +156,30 @@ def warn_nan(message: str, stacklevel: int = 3) -> float:
     """Emit a ``UserWarning`` for degenerate but valid input and return NaN."""
     warnings.warn(message, UserWarning, stacklevel=stacklevel)
     return float("nan")
+
+
+def case_vector(x: Any, name: str) -> np.ndarray:
+    """``x`` as a finite, non-empty, 1-D float64 numpy array (ValueError naming ``name`` otherwise)."""
+    a = to_numpy(x, name)
+    if a.dtype == bool:
+        a = a.astype(np.float64)
+    if not (np.issubdtype(a.dtype, np.number)):
+        raise TypeError(f"{name} must hold numbers, got dtype {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one value per case), got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty: at least one case is needed")
+    a = a.astype(np.float64, copy=False)
+    if not np.isfinite(a).all():
+        n_bad = int((~np.isfinite(a)).sum())
+        raise ValueError(f"{name} contains {n_bad} non-finite value(s) (NaN or inf)")
+    return a
+
+
+def case_pair(scores: Any, other: Any, other_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``scores`` and ``other`` as :func:`case_vector` arrays of the same length (one value per case)."""
+    s = case_vector(scores, "scores")
+    o = case_vector(other, other_name)
+    if s.shape != o.shape:
+        raise ValueError(f"scores and {other_name} must have the same length, got {s.size} and {o.size}")
+    return s, o

@@ -21,12 +21,26 @@ shard of the cases and the results equal a single-process run (docs/distributed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .report.demo import run_demo
+import torch
+
+from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
+from .evaluation import EvaluationConfig, read_shifts, run_evaluate
+from .inferers import add_dropout, enable_mc_dropout
+from .io import LAYOUTS, check_output_folder, list_image_cases
+from .keys import DEFAULT_MEASURES, MEASURES
+from .report.html import build_report
+from .temperature import TemperatureScaled
+from .workflows.calibrate import run_calibrate
+from .workflows.demo import run_demo
+from .workflows.factory import build_inferer
+from .workflows.infer import InferSettings, run_infer
+from .workflows.models import load_network
 
 __all__ = ["main", "build_parser", "run_demo"]
 
@@ -78,8 +92,6 @@ _open_unit = _in_unit_interval(False, False)  # (0, 1): target risk, delta
 # parsers
 # ----------------------------------------------------------------------------------------------------------------
 def _add_infer(sub: Any) -> None:
-    from .io import MEASURES
-
     p = sub.add_parser(
         "infer", help="uncertainty maps for a folder of images",
         description="Predict every image of --input with a stochastic inferer and write <case>_seg, <case>_probs "
@@ -126,8 +138,6 @@ def _add_infer(sub: Any) -> None:
 
 
 def _add_evaluate(sub: Any) -> None:
-    from .io import LAYOUTS, MEASURES
-
     p = sub.add_parser(
         "evaluate", help="per-case metrics and cohort summary",
         description="Match labels with predictions, probabilities and uncertainty maps by case id and write "
@@ -315,8 +325,6 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
 # commands
 # ----------------------------------------------------------------------------------------------------------------
 def _device(name: str) -> Any:
-    import torch
-
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -329,11 +337,6 @@ def _device(name: str) -> Any:
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    import torch
-
-    from .distributed import CasesFailed, destroy_dist_context, get_dist_context, read_dist_env
-    from .io import check_output_folder
-
     if not Path(args.input).is_dir():
         raise FileNotFoundError(f"--input folder not found: {args.input}")
     output = check_output_folder(args.output, args.input)
@@ -355,9 +358,6 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def _infer_on_rank(args: argparse.Namespace, ctx: Any, output: Path, device: Any) -> int:
-    from .distributed import sync_errors
-    from .predict import run_infer
-
     err = None
     try:  # a setup error on one rank must not leave the others waiting
         cases, model, inferer, settings = _infer_setup(args, device)
@@ -374,10 +374,6 @@ def _infer_on_rank(args: argparse.Namespace, ctx: Any, output: Path, device: Any
 
 
 def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, Any]:
-    from .inferers import add_dropout, enable_mc_dropout
-    from .io import list_image_cases
-    from .predict import DEFAULT_MEASURES, InferSettings, TemperatureScaled, build_inferer, load_network
-
     cases = list_image_cases(args.input)
     model = load_network(
         model=args.model, bundle=args.bundle, network=args.network, checkpoints=args.checkpoint,
@@ -416,8 +412,6 @@ def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, 
 
 def _cases_failed(e: Any, ctx: Any, command: str, output: Path) -> int:
     """Exit status 1 after some cases failed (each was reported by its rank); rank 0 prints the summary line."""
-    from .distributed import barrier
-
     if ctx.is_main:
         ids = ", ".join(repr(f.case) for f in e.failures[:5]) + (" ..." if len(e.failures) > 5 else "")
         print(f"monai-unc {command}: {len(e.failures)} case(s) failed ({ids}), listed in {output / 'failures.json'}; "
@@ -428,10 +422,6 @@ def _cases_failed(e: Any, ctx: Any, command: str, output: Path) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .distributed import CasesFailed, destroy_dist_context, get_dist_context
-    from .io import check_output_folder
-    from .report.cohort import EvaluationConfig, read_shifts, run_evaluate
-
     output = check_output_folder(args.output, args.labels, args.predictions, args.uncertainty, args.images)
     config = EvaluationConfig(
         measure=args.measure, score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count,
@@ -472,8 +462,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report.html import build_report
-
     if args.cases < 0:
         raise ValueError(f"--cases must be >= 0, got {args.cases}")
     path = build_report(args.evaluation, args.output, budget=args.budget, images=args.images, n_cases=args.cases,
@@ -484,49 +472,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    import json
-
-    import torch
-
-    from .io import check_output_folder, list_files, list_image_cases
-    from .predict import calibrate_network, collect_logits, load_image_case, load_network, normalize_intensity
-    from .report.nifti import atomic_write_text
-
-    out = Path(args.output)
-    if not out.name.endswith((".pt", ".pth")):
-        raise ValueError(f"--output must be a .pt or .pth file, got {out}")
-    check_output_folder(out.parent, args.input, args.labels)
-    for folder, what in ((args.input, "--input"), (args.labels, "--labels")):
-        if not Path(folder).is_dir():
-            raise FileNotFoundError(f"{what} folder not found: {folder}")
-    device = _device(args.device)
-    model = load_network(model=args.model, bundle=args.bundle, network=args.network,
-                         checkpoints=[args.checkpoint] if args.checkpoint else [], unsafe_load=args.unsafe_load,
-                         device=device, bundle_preprocessing=False)
-    cases = list_image_cases(args.input)
-    label_files = list_files(args.labels)
-    missing = [c.case_id for c in cases if c.case_id not in label_files]
-    if missing:
-        raise ValueError(f"no label in {args.labels} for case(s) {missing[:5]}")
-    intensity = model.default_intensity if args.intensity == "auto" else args.intensity
     roi = None if args.roi is None else (args.roi[0] if len(args.roi) == 1 else list(args.roi))
-    logits, labels = collect_logits(cases, [label_files[c.case_id] for c in cases], model, intensity, roi,
-                                    args.overlap, device, progress=not args.quiet)
-    example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
-    if roi is not None:  # one window, a size the network accepts
-        from monai.transforms import ResizeWithPadOrCrop
-
-        size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
-        example = torch.as_tensor(ResizeWithPadOrCrop(size)(example))
-    example = example[None]
-    state, record = calibrate_network(logits, labels, model.network.cpu(), mode=args.mode, loss=args.loss,
-                                      max_steps=args.max_steps, example_input=example)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial")
-    torch.save(state, tmp)
-    tmp.replace(out)
-    record.update({"source": model.description, "checkpoint": model.checkpoints[0] if model.checkpoints else None})
-    atomic_write_text(out.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
+    out, record = run_calibrate(
+        args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
+        checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=_device(args.device),
+        intensity=args.intensity, roi=roi, overlap=args.overlap, mode=args.mode, loss=args.loss,
+        max_steps=args.max_steps, progress=not args.quiet,
+    )  # fmt: skip
     if not args.quiet:
         b, a = record["before"], record["after"]
         print(f"temperature {[round(t, 4) for t in record['temperature']]} after {record['steps']} steps"
@@ -538,8 +490,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    import os
-
     if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
         # every rank would run the whole demo into the same folder
         raise ValueError("demo runs on one process; under torchrun use 'infer' and 'evaluate' (docs/distributed.md)")

@@ -1,7 +1,7 @@
 """Cohort-scale runs on ``torch.distributed``: rank context, deterministic sharding, exact reductions, failures.
 
 ``monai-unc infer`` and ``monai-unc evaluate`` (and :func:`monai_unc.predict.run_infer`,
-:func:`monai_unc.report.cohort.run_evaluate`) call these helpers so that the same command runs on one process or
+:func:`monai_unc.evaluation.run_evaluate`) call these helpers so that the same command runs on one process or
 under ``torchrun`` (or inside a process group that MONAI / ignite's ``idist`` already initialised) and gives the same
 numbers. See ``docs/distributed.md``.
 
@@ -43,7 +43,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .io import CaseError
+from .io import CaseError, atomic_write_text
+from .metrics.calibration import ConfidenceHistogram
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -366,8 +367,6 @@ def reduce_histogram(hist: Any, ctx: DistContext) -> Any:
     order of float64 additions (for one case per rank: the same additions in the same order as merging the cases in
     rank order). Layouts (classes, fine bins, uncertainty row) must agree across ranks.
     """
-    from .metrics.calibration import ConfidenceHistogram
-
     if not isinstance(hist, ConfidenceHistogram):
         raise ValueError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
     pooled = hist.pooled()
@@ -459,8 +458,6 @@ def error_line(e: BaseException) -> str:
 def write_failures(path: str | os.PathLike, failures: Sequence[CaseFailure], command: str = "") -> Path:
     """Write ``failures.json`` (``n_failed``, ``failures``: case, rank, error) atomically; with no failure remove a
     stale file instead. Returns the path."""
-    from .report.nifti import atomic_write_text
-
     path = Path(path)
     if not failures:
         path.unlink(missing_ok=True)

@@ -43,6 +43,7 @@ from monai.utils import CommonKeys as Keys
 
 from ._utils import warn_nan
 from .keys import UncertaintyKeys
+from .metrics.casewise import ood_auroc
 
 __all__ = ["PRED_FORMATS", "UncertaintyEvaluator", "CaseScoresHandler", "find_pred_activation", "format_pred"]
 
@@ -319,9 +320,7 @@ class CaseScoresHandler:
         return [row for part in parts for row in part]
 
     def _complete(self, engine: Any) -> None:
-        import ignite.distributed as idist
-
-        from .metrics.casewise import ood_auroc
+        import ignite.distributed as idist  # pytorch-ignite is optional (engines need it, the package does not)
 
         rows = self._gathered()
         iid = np.array([g in self.iid_groups for _, g, _ in rows], dtype=bool)

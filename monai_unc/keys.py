@@ -1,10 +1,14 @@
-"""Output names of every uncertainty inferer (shared/DESIGN.md, "Output keys")."""
+"""Output names of every uncertainty inferer, what their mutual information means, and the measure groups.
+
+This module is the one place where the names of the uncertainty maps are spelled out: inferers, transforms,
+file layouts, the command line and the nnU-Net predictor all take their lists from here (``docs/design.md``).
+"""
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["UncertaintyKeys", "MIMeaning"]
+__all__ = ["UncertaintyKeys", "MIMeaning", "MEASURES", "ENTROPY_MEASURES", "DEFAULT_MEASURES"]
 
 
 class UncertaintyKeys(str, Enum):
@@ -46,3 +50,19 @@ class MIMeaning(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: every voxel-wise uncertainty map an inferer can return (names of ``<case>_<measure>`` files), in output order
+MEASURES: tuple[str, ...] = (
+    UncertaintyKeys.PREDICTIVE_ENTROPY.value,
+    UncertaintyKeys.EXPECTED_ENTROPY.value,
+    UncertaintyKeys.MUTUAL_INFORMATION.value,
+    UncertaintyKeys.MAX_SOFTMAX.value,
+    UncertaintyKeys.VARIANCE.value,
+)
+
+#: the maps measured in nats (natural log), bounded by ``log C``; divided by ``log C`` to bring them to [0, 1]
+ENTROPY_MEASURES: tuple[str, ...] = MEASURES[:3]
+
+#: the maps written by default (``variance`` costs C more stitched channels and is opt-in)
+DEFAULT_MEASURES: tuple[str, ...] = MEASURES[:4]

@@ -10,7 +10,7 @@ with three raters and shifts. The folder must be new or empty (or one this scrip
 
 import argparse
 
-from monai_unc.data.export import export_mni152_cases, export_toy_cases
+from monai_unc.data.cohorts import export_mni152_cases, export_toy_cases
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -20,7 +20,7 @@ import pytest
 import torch
 from monai.bundle import ConfigParser, verify_metadata, verify_net_in_out
 
-from monai_unc.data.export import MANIFEST, export_mni152_cases, export_toy_cases, load_datalist
+from monai_unc.data.cohorts import MANIFEST, export_mni152_cases, export_toy_cases, load_datalist
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLES = {name: ROOT / "bundles" / name for name in ("brain_tissue_uncertainty", "toy_uncertainty")}

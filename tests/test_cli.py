@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from monai_unc import cli
-from monai_unc.report.demo import write_toy_cohort
+from monai_unc.data.cohorts import write_toy_cohort
 
 NET = {
     "_target_": "monai.networks.nets.UNet",
@@ -157,7 +157,7 @@ def test_softmax_matches_a_manual_forward_pass(setup, tmp_path):
 
 
 def test_infer_resumes_after_an_interruption(setup, tmp_path, monkeypatch, capsys):
-    import monai_unc.predict as predict
+    import monai_unc.workflows.infer as predict
 
     s = setup
     out = tmp_path / "pred"
@@ -356,7 +356,7 @@ def test_console_script_entry_point():
 def test_demo_end_to_end(tmp_path, capsys, monkeypatch):
     """``monai-unc demo`` on four of its cases (three in distribution, one with noise), softmax only."""
     pytest.importorskip("nilearn")
-    import monai_unc.report.demo as demo
+    import monai_unc.workflows.demo as demo
 
     monkeypatch.setattr(demo, "DEMO_SHIFTS", demo.DEMO_SHIFTS[:4])
     out = tmp_path / "demo"

@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.distributed import (
     CaseFailure,
     CasesFailed,
@@ -45,7 +46,7 @@ from monai_unc.distributed import (
     sync_errors,
     write_failures,
 )
-from monai_unc.report.demo import write_toy_cohort
+from monai_unc.evaluation import read_shifts
 
 ROOT = Path(__file__).resolve().parents[1]
 N_CASES = 7  # odd: the shards of 2 ranks differ in size
@@ -214,7 +215,7 @@ def test_write_failures_and_cases_failed(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ unit: resume
 def test_evaluate_resumes_from_per_case_state(data, tmp_path, monkeypatch):
-    import monai_unc.report.cohort as cohort
+    import monai_unc.evaluation.runner as cohort
 
     calls: list[str] = []
     real = cohort.evaluate_case
@@ -227,7 +228,7 @@ def test_evaluate_resumes_from_per_case_state(data, tmp_path, monkeypatch):
     pred = tmp_path / "pred"
     shutil.copytree(data["predictions"], pred)
     out = tmp_path / "e"
-    cfg = cohort.EvaluationConfig(shifts=cohort.read_shifts(data["shifts"]), spatial=False)
+    cfg = cohort.EvaluationConfig(shifts=read_shifts(data["shifts"]), spatial=False)
     _, first, _ = cohort.run_evaluate(data["labels"], pred, out, cfg)
     assert sorted(calls) == [f"toy{i:03d}" for i in range(N_CASES)]
     assert len(list((out / "state" / "cases").glob("*.json"))) == N_CASES
@@ -249,7 +250,7 @@ def test_evaluate_resumes_from_per_case_state(data, tmp_path, monkeypatch):
 
 
 def test_cli_bad_case_is_reported_and_a_rerun_resumes(data, tmp_path, capsys, monkeypatch):
-    import monai_unc.report.cohort as cohort
+    import monai_unc.evaluation.runner as cohort
 
     pred = tmp_path / "pred"
     shutil.copytree(data["bad"] / "predictions", pred)
@@ -272,7 +273,7 @@ def test_cli_bad_case_is_reported_and_a_rerun_resumes(data, tmp_path, capsys, mo
 
 
 def test_cli_infer_bad_image_is_reported_and_a_rerun_resumes(data, tmp_path, capsys, monkeypatch):
-    import monai_unc.predict as predict
+    import monai_unc.workflows.infer as predict
 
     images = tmp_path / "images"
     shutil.copytree(data["images"], images)
@@ -303,8 +304,8 @@ def test_setup_error_is_one_line_not_one_per_case(data, tmp_path, capsys):
 
 
 def test_assemble_rejects_a_case_with_another_class_count(data):
+    from monai_unc.evaluation import EvaluationConfig, assemble_state, evaluate_shard
     from monai_unc.io import CaseError, match_cases
-    from monai_unc.report.cohort import EvaluationConfig, assemble_state, evaluate_shard
 
     cfg = EvaluationConfig(spatial=False)
     results = evaluate_shard(match_cases(data["labels"], data["predictions"])[:3], cfg)
@@ -392,8 +393,8 @@ def _metric_run(cases: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
 
 def _worker(rank: int, world: int, port: int, spec: dict) -> None:
     """One rank: joins the group from torchrun-style env vars, then runs the CLI and the metric classes."""
-    import monai_unc.predict as predict
-    import monai_unc.report.cohort as cohort
+    import monai_unc.evaluation.runner as cohort
+    import monai_unc.workflows.infer as predict
     from monai_unc.metrics.calibration import ConfidenceHistogram
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",

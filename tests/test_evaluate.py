@@ -18,19 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monai_unc.io import (
-    CaseError,
-    CaseFiles,
-    check_label_map,
-    check_output_folder,
-    list_image_cases,
-    load_case,
-    match_cases,
-    read_probabilities,
-    save_probabilities,
-    spacing_from_affine,
-)
-from monai_unc.report.cohort import (
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.evaluation import (
     CohortState,
     EvaluationConfig,
     evaluate_case,
@@ -43,7 +32,18 @@ from monai_unc.report.cohort import (
     triage_order,
     unit_scale,
 )
-from monai_unc.report.demo import write_toy_cohort
+from monai_unc.io import (
+    CaseError,
+    CaseFiles,
+    check_label_map,
+    check_output_folder,
+    list_image_cases,
+    load_case,
+    match_cases,
+    read_probabilities,
+    save_probabilities,
+    spacing_from_affine,
+)
 
 AFFINE = np.diag([1.5, 1.0, 2.0, 1.0])
 

@@ -13,9 +13,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import monai_unc.quality as quality
+import monai_unc.metrics.quality as quality
 from monai_unc.inferers import MCDropoutInferer
-from monai_unc.quality import (
+from monai_unc.metrics.quality import (
     QualityScores,
     StreamingQuality,
     dice_to_mean,

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monai_unc.report.cohort import EvaluationConfig, read_shifts, run_evaluate
-from monai_unc.report.demo import write_toy_cohort
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.evaluation import EvaluationConfig, read_shifts, run_evaluate
 from monai_unc.report.html import build_report, reliability_figure
 from monai_unc.report.plots import (
     plot_case_overlay,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scipy import optimize
 from scipy.stats import binom
 
-from monai_unc.metrics.selective import (
+from monai_unc.metrics.risk_control import (
     RiskControlledThreshold,
     _risk_control_batch,
     clopper_pearson_upper,

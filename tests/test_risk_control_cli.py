@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.evaluation import EvaluationConfig, case_risk, fill_undefined_scores, run_evaluate, summarize
 from monai_unc.metrics.selective import risk_controlled_threshold
-from monai_unc.report.cohort import EvaluationConfig, case_risk, fill_undefined_scores, run_evaluate, summarize
-from monai_unc.report.demo import write_toy_cohort
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +186,7 @@ def test_read_case_list_variants(tmp_path):
 
 
 def test_unknown_calibration_cases_stop_before_any_work(cohort, tmp_path, monkeypatch):
-    import monai_unc.report.cohort as cohort_mod
+    import monai_unc.evaluation.runner as cohort_mod
 
     calls = []
     monkeypatch.setattr(cohort_mod, "evaluate_case", lambda *a, **k: calls.append(1))

@@ -6,8 +6,8 @@ import torch
 from monai.networks.nets import BasicUNet, UNet
 from torch import nn
 
-from monai_unc.calibration import TemperatureScaler
 from monai_unc.metrics.calibration import ece
+from monai_unc.temperature import TemperatureScaler
 
 
 def planted(n_cases=2, side=(120, 100), n_cls=3, temperature=2.5, seed=0):

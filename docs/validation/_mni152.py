@@ -59,7 +59,7 @@ from monai_unc.inferers import (
     remove_dropout,
 )
 from monai_unc.inferers.rate_in import RateInInferer
-from monai_unc.report.nifti import atomic_write_text, json_safe
+from monai_unc.io import atomic_write_text, json_safe
 
 __all__ = [
     "DEFAULT_OUTPUT",

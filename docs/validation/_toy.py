@@ -45,7 +45,7 @@ from monai.transforms import Compose, RandFlipd, RandGaussianNoised
 
 from monai_unc.data import make_toy_case, make_toy_dataset
 from monai_unc.inferers import EnsembleInferer, MCDropoutInferer, SoftmaxInferer, TTAInferer
-from monai_unc.report.nifti import atomic_write_text, json_safe
+from monai_unc.io import atomic_write_text, json_safe
 
 __all__ = [
     "DEFAULT_OUTPUT",

@@ -49,9 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _mni152 as M  # noqa: E402
 
+from monai_unc.io import atomic_write_text  # noqa: E402
 from monai_unc.metrics.calibration import ece, mce  # noqa: E402
 from monai_unc.metrics.compare import UncertaintyComparison, compare_metric_values, seed003_metrics  # noqa: E402
-from monai_unc.report.nifti import atomic_write_text  # noqa: E402
 
 #: seed 003 Table 1: accuracy (%), Cohen's d, mean difference (%), in the paper's row order
 PAPER: dict[str, tuple[float, float, float]] = {

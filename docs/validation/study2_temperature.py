@@ -20,7 +20,7 @@ Protocol here (shared/DESIGN.md, "Example data protocol"):
   (default 8 = 16 mm); even slabs are the calibration voxels on which ``t`` is fitted, odd slabs the evaluation
   voxels on which every number is reported. Neither was seen in training. For comparison, ``t`` is also fitted
   on the training (left) hemisphere and evaluated on the same odd slabs;
-- temperature: :class:`monai_unc.calibration.TemperatureScaler` with seed 001's settings (RMSprop, lr 0.05,
+- temperature: :class:`monai_unc.temperature.TemperatureScaler` with seed 001's settings (RMSprop, lr 0.05,
   start at t = 2, <= 1000 steps, tol 1e-7; ECE loss with 20 bins and bins of < 50 voxels ignored);
 - metrics (:mod:`monai_unc.metrics.calibration`, one pooled :class:`ConfidenceHistogram` per condition): NLL
   (nats), Brier (sum over labels, range [0, 2]), top-label ECE and all-label ECE with seed 001's setting (20 bins,
@@ -57,12 +57,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from monai.inferers import SlidingWindowInferer
 
-from monai_unc.calibration import TemperatureScaler
 from monai_unc.data import PERTURBATIONS, TISSUE_CLASSES, load_mni152_tissue, perturb
 from monai_unc.data.training import ROI, dice_per_class, train_tissue_model
+from monai_unc.io import atomic_write_text
 from monai_unc.metrics.calibration import ConfidenceHistogram, all_label_ece, brier, ece, nll
-from monai_unc.report.nifti import atomic_write_text
 from monai_unc.report.reliability import plot_reliability_diagram
+from monai_unc.temperature import TemperatureScaler
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results"
 

@@ -53,8 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _mni152 as M  # noqa: E402
 
+from monai_unc.io import atomic_write_text  # noqa: E402
 from monai_unc.metrics.selective import area_under_referral_curve, referral_curve  # noqa: E402
-from monai_unc.report.nifti import atomic_write_text  # noqa: E402
 
 #: method key -> (label, RETINA counterpart or None)
 METHODS: dict[str, tuple[str, str | None]] = {

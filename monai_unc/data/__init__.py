@@ -1,11 +1,17 @@
 """Example data: the real MNI152 tissue task (nilearn, offline) and a synthetic 3D toy set with raters and shifts."""
 
+from .cohorts import DEMO_SHIFTS, make_demo_cohort, write_toy_cohort
 from .mni152 import TISSUE_CLASSES, hemisphere_masks, load_mni152_tissue, tissue_ambiguity
 from .model import EXAMPLE_NETWORK, build_example_network, example_weights_path, load_example_model
-from .perturb import MAX_SEVERITY, PERTURBATIONS, make_mni152_cohort, perturb
+from .perturb import FIXED_PERTURBATIONS, MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort, perturb
 from .synthetic import SHIFTS, make_toy_case, make_toy_dataset
 
 __all__ = [
+    "DEMO_SHIFTS",
+    "make_demo_cohort",
+    "write_toy_cohort",
+    "FIXED_PERTURBATIONS",
+    "fixed_perturbation",
     "MAX_SEVERITY",
     "PERTURBATIONS",
     "make_mni152_cohort",

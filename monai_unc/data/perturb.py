@@ -33,13 +33,24 @@ from typing import Any
 import numpy as np
 import torch
 from monai.transforms import AdjustContrast, GaussianSmooth, RandBiasField, Resize
+from scipy.ndimage import gaussian_filter, zoom
 
 from .._utils import ArrayLike, check_finite, to_tensor
+from .mni152 import load_mni152_tissue
 
-__all__ = ["PERTURBATIONS", "MAX_SEVERITY", "perturb", "make_mni152_cohort"]
+__all__ = [
+    "PERTURBATIONS",
+    "MAX_SEVERITY",
+    "FIXED_PERTURBATIONS",
+    "perturb",
+    "fixed_perturbation",
+    "make_mni152_cohort",
+]
 
 PERTURBATIONS = ("noise", "bias_field", "contrast", "blur", "resolution")
 MAX_SEVERITY = 5.0
+#: kinds of :func:`fixed_perturbation` (the demo cohort's perturbations, each given by its parameter)
+FIXED_PERTURBATIONS = ("identity", "gamma_noise", "noise", "gamma", "bias", "blur", "lowres")
 
 
 def _seed32(rng: np.random.Generator) -> int:
@@ -132,7 +143,6 @@ def make_mni152_cohort(
     ``shift`` (``"none"`` or the kind), ``severity`` float, ``seed`` int (of the perturbation), ``spacing`` (mm).
     Needs ``nilearn`` (the ``examples`` extra), like :func:`~monai_unc.data.load_mni152_tissue`.
     """
-    from .mni152 import load_mni152_tissue
 
     if isinstance(n_cases, bool) or not isinstance(n_cases, (int, np.integer)) or n_cases < 1:
         raise ValueError(f"n_cases must be a positive integer, got {n_cases!r}")
@@ -178,3 +188,41 @@ def make_mni152_cohort(
             }
         )
     return cases
+
+
+def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.random.Generator) -> np.ndarray:
+    """One of the demo cohort's fixed perturbations of a ``(X, Y, Z)`` image with intensities in [0, 1] (result
+    clipped to [0, 1]), given by its parameter rather than a severity (:data:`FIXED_PERTURBATIONS`):
+
+    - ``identity``; ``gamma_noise``: ``x ** value`` plus Gaussian noise of std 0.02; ``noise``: Gaussian noise of
+      std ``value``; ``gamma``: ``x ** value``;
+    - ``bias``: ``x * exp(value * f / max|f|)`` with a fixed smooth quadratic polynomial ``f`` over the volume;
+    - ``blur``: Gaussian filter of ``value`` voxels; ``lowres``: every ``value``-th axial slice kept and linearly
+      interpolated back.
+
+    :func:`perturb` is the severity-graded family (with MONAI transforms) used for the larger shifted cohorts.
+    """
+    x = image.astype(np.float64)
+    if kind == "identity":
+        out = x
+    elif kind == "gamma_noise":
+        out = x**value + 0.02 * rng.standard_normal(x.shape)
+    elif kind == "noise":
+        out = x + value * rng.standard_normal(x.shape)
+    elif kind == "gamma":
+        out = x**value
+    elif kind == "bias":
+        grid = np.meshgrid(*(np.linspace(-1, 1, s) for s in x.shape), indexing="ij")
+        field = 0.6 * grid[0] - 0.8 * grid[1] + 0.5 * grid[2] + 0.7 * grid[1] * grid[2] - 0.6 * grid[2] ** 2
+        out = x * np.exp(value * field / np.abs(field).max())
+    elif kind == "blur":
+        out = gaussian_filter(x, value)
+    elif kind == "lowres":
+        step = int(value)
+        kept = x[:, :, ::step]
+        out = zoom(kept, (1, 1, x.shape[2] / kept.shape[2]), order=1)[:, :, : x.shape[2]]
+        if out.shape[2] < x.shape[2]:
+            out = np.concatenate([out, out[:, :, -1:].repeat(x.shape[2] - out.shape[2], axis=2)], axis=2)
+    else:
+        raise ValueError(f"unknown perturbation {kind!r}")
+    return np.clip(out, 0.0, 1.0).astype(np.float32)

@@ -1,4 +1,11 @@
-"""Functional metrics (numpy/torch in, float/array out) and their MONAI metric classes."""
+"""Functional metrics (numpy/torch in, float/array out) and their MONAI metric classes.
+
+Modules: :mod:`.calibration` (confidence histograms, ECE family, NLL, Brier), :mod:`.spatial` and :mod:`.boundary`
+(BUC, BA-ECE, SPACE, distance transforms), :mod:`.discrimination` (voxel-wise error detection),
+:mod:`.selective` (risk-coverage and referral curves), :mod:`.risk_control` (referral threshold with a guarantee),
+:mod:`.casewise` (OoD and failure detection), :mod:`.ambiguity` (NCC, GED), :mod:`.quality` (label-free quality
+estimates), :mod:`.compare` (comparing two uncertainty methods).
+"""
 
 from .ambiguity import (
     GEDMetric,
@@ -67,19 +74,32 @@ from .discrimination import (
     uncertain_incorrect_ratio,
     voxel_accuracy,
 )
+from .quality import (
+    QUALITY_ESTIMATES,
+    QualityScores,
+    StreamingQuality,
+    dice_to_mean,
+    expected_dice,
+    pairwise_dice,
+    quality_estimates,
+    sample_iou,
+    volume_cv,
+)
+from .risk_control import (
+    RiskControlledThreshold,
+    clopper_pearson_upper,
+    hoeffding_bentkus_pvalue,
+    hoeffding_bentkus_upper,
+    risk_controlled_threshold,
+)
 from .selective import (
     ReferralCurve,
-    RiskControlledThreshold,
     RiskCoverageCurve,
     area_under_referral_curve,
     augrc,
     aurc,
-    clopper_pearson_upper,
     eaurc,
-    hoeffding_bentkus_pvalue,
-    hoeffding_bentkus_upper,
     referral_curve,
-    risk_controlled_threshold,
     risk_coverage_curve,
 )
 from .spatial import (
@@ -107,11 +127,14 @@ __all__ = [
     "MetricSpec",
     "NCCMetric",
     "NLL_EPS",
+    "QUALITY_ESTIMATES",
+    "QualityScores",
     "ReferralCurve",
     "ReliabilityCurve",
     "RiskControlledThreshold",
     "RiskCoverageCurve",
     "SpatialCalibrationErrorMetric",
+    "StreamingQuality",
     "TIE_RTOL",
     "UncertaintyComparison",
     "UncertaintyHistograms",
@@ -135,12 +158,14 @@ __all__ = [
     "compare_metric_values",
     "compare_uncertainty_maps",
     "correct_certain_ratio",
+    "dice_to_mean",
     "distance_to_boundary",
     "distance_to_mask",
     "eaurc",
     "ece",
     "error_auprc",
     "error_auroc",
+    "expected_dice",
     "failure_detection",
     "foreground_edges",
     "ged",
@@ -156,16 +181,20 @@ __all__ = [
     "ncc",
     "nll",
     "ood_auroc",
+    "pairwise_dice",
     "pavpu",
+    "quality_estimates",
     "rater_variance",
     "referral_curve",
     "reliability_curve",
     "risk_controlled_threshold",
     "risk_coverage_curve",
+    "sample_iou",
     "seed003_metrics",
     "spatial_calibration_error",
     "uce",
     "uncertain_incorrect_ratio",
     "uncertainty_histograms",
+    "volume_cv",
     "voxel_accuracy",
 ]

@@ -81,6 +81,7 @@ __all__ = [
     "calibration_metrics",
     "CalibrationMetric",
     "CALIBRATION_METRICS",
+    "top_label",
 ]
 
 #: fine bins per unit interval: 15 * 2**10, so that 15 (the default), 10, 20, 30, 60 and powers of two up
@@ -221,7 +222,7 @@ class _Workspace:
         return buf[: rows * m].view(rows, m)
 
 
-def _top_label(
+def top_label(
     p: torch.Tensor, ws: _Workspace | None = None, conf_out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Maximum and argmax over dim 0 of ``(C, n)``; the first maximum wins (as ``torch.argmax``).
@@ -327,7 +328,7 @@ def _accumulate_probs(
             check_probabilities(p.unsqueeze(0), "probs")
             raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
     probs.clamp_(0.0, 1.0)
-    _, pred = _top_label(probs, ws, conf_out=vals[n_cls])  # the confidence goes straight into its row
+    _, pred = top_label(probs, ws, conf_out=vals[n_cls])  # the confidence goes straight into its row
     if uncertainty:
         vals[n_cls + 1] = entropy(probs.unsqueeze(0), normalize=True, validate=False).view(n)
         vals[n_cls + 1].clamp_(0.0, 1.0)

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy.stats import rankdata
 
-from .._utils import ArrayLike, to_numpy, warn_nan
-from .selective import _pair, _vector, augrc, aurc, eaurc
+from .._utils import ArrayLike, case_pair, case_vector, to_numpy, warn_nan
+from .selective import augrc, aurc, eaurc
 
 __all__ = [
     "FailureDetection",
@@ -58,8 +58,8 @@ def ood_auroc(scores_iid: ArrayLike, scores_ood: ArrayLike) -> float:
         scores_iid: ``(N_iid,)`` per-case uncertainty of in-distribution cases.
         scores_ood: ``(N_ood,)`` per-case uncertainty of shifted (OoD) cases.
     """
-    a = _vector(scores_iid, "scores_iid")
-    b = _vector(scores_ood, "scores_ood")
+    a = case_vector(scores_iid, "scores_iid")
+    b = case_vector(scores_ood, "scores_ood")
     ranks = rankdata(np.concatenate([a, b]))  # average ranks for ties
     n_a, n_b = a.size, b.size
     u = ranks[n_a:].sum() - n_b * (n_b + 1) / 2.0
@@ -75,7 +75,7 @@ def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "e
             rater, eq. 3).
         optimum: E-AURC optimum, see :func:`monai_unc.metrics.selective.eaurc`.
     """
-    u, d = _pair(uncertainty, dice, "dice")
+    u, d = case_pair(uncertainty, dice, "dice")
     if d.min() < 0 or d.max() > 1:
         raise ValueError(f"dice must lie in [0, 1], got values in [{d.min():.4g}, {d.max():.4g}]")
     risk = 1.0 - d
@@ -85,7 +85,7 @@ def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "e
 
 
 def _mean_dice(x: Any, name: str) -> float:
-    a = _vector(np.atleast_1d(to_numpy(x, name)), name)
+    a = case_vector(np.atleast_1d(to_numpy(x, name)), name)
     return float(a.mean())
 
 
@@ -131,7 +131,7 @@ def uncertainty_histograms(
 
     A group without cases gets an all-NaN histogram and a ``UserWarning``.
     """
-    u, c = _pair(uncertainty, correct, "correct")
+    u, c = case_pair(uncertainty, correct, "correct")
     if not np.isin(c, (0.0, 1.0)).all():
         raise ValueError("correct must be boolean (or 0/1) per case")
     ok = c.astype(bool)

@@ -39,6 +39,7 @@ from scipy import stats
 from .._utils import to_numpy
 from . import discrimination as _disc
 from . import spatial as _spatial
+from .calibration import uce
 
 __all__ = [
     "MetricSpec",
@@ -83,17 +84,8 @@ def _spatial_fn(fn: Callable[..., Any], **kwargs: Any) -> MetricFn:
     return metric
 
 
-def _uce_metric() -> MetricFn | None:
-    """UCE from the calibration module, or None (with a warning) when it is not available yet."""
-    try:
-        from .calibration import uce  # noqa: PLC0415 - optional sibling module
-    except ImportError:
-        warnings.warn(
-            "seed003_metrics: monai_unc.metrics.calibration.uce is not available; UCE is skipped",
-            UserWarning,
-            stacklevel=3,
-        )
-        return None
+def _uce_metric() -> MetricFn:
+    """UCE (:func:`monai_unc.metrics.calibration.uce`) of an uncertainty map against the error map."""
 
     def metric(uncertainty: Any, pred: Any, target: Any, spacing: Any = 1.0) -> float:
         return float(uce(to_numpy(uncertainty, "uncertainty"), _error(pred, target)))
@@ -116,9 +108,7 @@ def seed003_metrics(
         "BA-ECE": MetricSpec(_spatial_fn(_spatial.boundary_aware_ece, n_bands=n_bands), False, True),
     }
     if include_uce:
-        uce = _uce_metric()
-        if uce is not None:
-            reg["UCE"] = MetricSpec(uce, False)
+        reg["UCE"] = MetricSpec(_uce_metric(), False)
     reg.update(
         {
             "VOXEL_ACC": MetricSpec(_voxelwise(_disc.voxel_accuracy), True),

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from .._utils import ArrayLike, to_numpy, warn_nan
+from .selective import aurc
 
 __all__ = [
     "error_auroc",
@@ -334,6 +335,4 @@ def au_arc(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
     accuracy of the most certain group. Equal to ``1 - aurc(u, e)`` of :mod:`monai_unc.metrics.selective`
     (0/1 risk, the same curve), which is what is computed.
     """
-    from .selective import aurc
-
     return _per_case(lambda u, e: 1.0 - aurc(u, e.astype(np.float64)), uncertainty, error)

@@ -76,11 +76,14 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
+from monai_unc.aggregation import aggregate
 from monai_unc.inferers.dropout import enable_mc_dropout, find_dropout_layers
+from monai_unc.inferers.rate_in import RateInSource
+from monai_unc.io import atomic_write_text
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.nnunet.dropout import add_posthoc_dropout
-from monai_unc.report.nifti import atomic_write_text
 from monai_unc.stats import SampleStats, derive_measures
+from monai_unc.temperature import TemperatureScaler
 
 __all__ = [
     "SOURCES",
@@ -291,8 +294,6 @@ def case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, patch_siz
     warning when the prediction is empty); ``patch_max``: the largest sum over a box of ``patch_size`` voxels
     per axis.
     """
-    from monai_unc.aggregation import aggregate
-
     fg = (np.asarray(segmentation) > 0)[None, None]
     out: dict[str, dict[str, float]] = {}
     for key, m in maps.items():
@@ -519,8 +520,6 @@ class UncertaintyPredictor(nnUNetPredictor):
         self.seed = seed
         self._rate_in = None
         if "rate_in" in sources:
-            from monai_unc.inferers.rate_in import RateInSource
-
             self._rate_in = RateInSource(num_samples, **(rate_in or {}))
         self.rate_in_options = dict(rate_in or {})
         self._want_logits = segmentation_from == "logits"
@@ -1073,8 +1072,6 @@ def calibrate_model_folder(
     import shutil
 
     from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
-
-    from monai_unc.calibration import TemperatureScaler
 
     src, dst = Path(model_training_output_dir), Path(output_dir)
     if src.resolve() == dst.resolve():

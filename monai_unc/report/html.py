@@ -15,7 +15,7 @@ under ``figures/``. Sections:
 4. per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest
    uncertainty, for the most uncertain cases and, for contrast, the most certain one.
 
-Changing the budget re-runs the cohort summary (:func:`monai_unc.report.cohort.summarize`) on the saved state,
+Changing the budget re-runs the cohort summary (:func:`monai_unc.evaluation.summarize`) on the saved state,
 so the numbers in the report are always those of the metric functions.
 """
 
@@ -34,8 +34,18 @@ from typing import Any
 
 import numpy as np
 
-from .cohort import IID_SHIFTS, CohortState, EvaluationConfig, fill_undefined_scores, load_evaluation, summarize
-from .nifti import atomic_write_text
+from ..evaluation import (
+    IID_SHIFTS,
+    CohortState,
+    EvaluationConfig,
+    derived_maps,
+    fill_undefined_scores,
+    load_evaluation,
+    summarize,
+)
+from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case
+from .plots import plot_case_overlay, plot_referral_curve, plot_scores_by_shift, plot_uncertainty_histograms, save_png
+from .reliability import plot_reliability_diagram
 
 __all__ = ["Figure", "build_report", "render_html", "reliability_figure"]
 
@@ -75,8 +85,6 @@ def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> A
     cohort has no probabilities."""
     if state.histogram is None:
         return None
-    from .reliability import plot_reliability_diagram
-
     return plot_reliability_diagram(
         state.histogram, kind="all_label", n_bins=n_bins, min_bin_count=min_bin_count, per_case_boxes=True
     )
@@ -281,10 +289,6 @@ def render_html(
 def _case_figures(
     state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path
 ) -> list[Figure]:
-    from ..io import CaseFiles, list_image_cases, load_case
-    from .cohort import _derived_maps
-    from .plots import plot_case_overlay, save_png
-
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
     if len(order) > n_cases and n_cases > 0:
@@ -302,7 +306,7 @@ def _case_figures(
         if cid in image_files:
             files.image = image_files[cid]
         case = load_case(files, state.num_classes, load_image=True)
-        maps = _derived_maps(case)
+        maps = derived_maps(case)
         measure = by_id[cid].get("measure") or next(iter(maps), None)
         if measure is None:
             continue
@@ -344,11 +348,9 @@ def build_report(
             without images the label map is the background of the overlays).
         n_cases: overlays for this many of the most uncertain cases (plus the most certain one).
         risk_options: override the evaluation's risk-controlled threshold options (``target_risk``, ``delta``,
-            ``risk``, ``risk_method``, ``calibration_cases`` of :class:`~monai_unc.report.cohort.EvaluationConfig`);
+            ``risk``, ``risk_method``, ``calibration_cases`` of :class:`~monai_unc.evaluation.EvaluationConfig`);
             ``None`` values keep the evaluation's.
     """
-    from .plots import plot_referral_curve, plot_scores_by_shift, plot_uncertainty_histograms, save_png
-
     evaluation = Path(evaluation)
     state, saved = load_evaluation(evaluation)
     config = _config_from(saved, state, budget, **risk_options)

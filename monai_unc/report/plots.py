@@ -13,10 +13,16 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ..io import atomic_write_bytes
+from ..metrics.casewise import uncertainty_histograms
+from ..metrics.selective import referral_curve
 
 __all__ = [
     "save_png",
@@ -32,8 +38,6 @@ _VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
 
 
 def _figure(width: float, height: float) -> Any:
-    from matplotlib.figure import Figure
-
     return Figure(figsize=(width, height), dpi=110, layout="constrained")
 
 
@@ -43,11 +47,7 @@ def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
     fig.savefig(buf, format="png", dpi=fig.dpi, facecolor="white")
     data = buf.getvalue()
     if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.partial")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, data)
     return data
 
 
@@ -66,8 +66,6 @@ def plot_referral_curve(
     risk-controlled threshold (``risk_control``: the ``summary["risk_control"]`` block of
     :func:`monai_unc.report.cohort.summarize`).
     """
-    from ..metrics.selective import referral_curve
-
     scores = np.asarray(scores, dtype=np.float64)
     dice = np.asarray(dice, dtype=np.float64)
     ours = referral_curve(scores, dice)
@@ -110,8 +108,6 @@ def plot_uncertainty_histograms(
 ) -> Any:
     """Case-score histograms of good (Dice >= ``failure_dice``) and failed cases on shared bins (RETINA
     Sec. 2.4), as counts; failed cases at low uncertainty are silent failures."""
-    from ..metrics.casewise import uncertainty_histograms
-
     scores = np.asarray(scores, dtype=np.float64)
     good = np.asarray(dice, dtype=np.float64) >= failure_dice
     import warnings
@@ -198,9 +194,6 @@ def plot_case_overlay(
     error map (``seg != label``: red where the prediction has a foreground the label does not, blue where it
     misses one, purple for a wrong class). Volumes are 3D ``(X, Y, Z)``; ``image`` may be ``(C, X, Y, Z)``;
     ``class_names`` label the contour colours."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.lines import Line2D
-
     if image is not None and image.ndim == 4:
         image = image[0]
     base = image if image is not None else label.astype(np.float32)

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nibabel as nib
 import numpy as np
 import torch
 
-from ._utils import check_probabilities
+from .._utils import check_probabilities
+from ..keys import MEASURES
 
 __all__ = [
     "VOLUME_EXTENSIONS",
@@ -54,9 +54,6 @@ __all__ = [
     "check_label_map",
     "spacing_from_affine",
     "load_case",
-    "save_probabilities",
-    "check_output_folder",
-    "clean_partial_files",
 ]
 
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
@@ -66,7 +63,6 @@ PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
 #: largest difference of affine entries (mm) tolerated between the volumes of one case
 GEOMETRY_ATOL = 1e-3
 #: uncertainty measures looked for in prediction folders (shared/DESIGN.md output keys)
-MEASURES = ("predictive_entropy", "expected_entropy", "mutual_information", "max_softmax", "variance")
 #: file naming of the evaluation inputs: seg suffix, probability suffix, uncertainty sub-folder
 LAYOUTS: dict[str, dict[str, str]] = {
     "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},
@@ -461,55 +457,3 @@ def load_case(files: CaseFiles, num_classes: int | None = None, load_image: bool
         _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
         image = img.astype(np.float32, copy=False)
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# writing
-# ----------------------------------------------------------------------------------------------------------------
-def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
-    """Write probabilities ``(C, X, Y, Z)`` as a 4D float32 NIfTI ``(X, Y, Z, C)`` through a temporary file and
-    a rename (as :func:`monai_unc.report.nifti.save_nifti` does for 3D maps)."""
-    if isinstance(probs, torch.Tensor):
-        probs = (probs.as_tensor() if hasattr(probs, "as_tensor") else probs).detach().cpu().numpy()
-    arr = np.asarray(probs)
-    while arr.ndim > 4 and arr.shape[0] == 1:
-        arr = arr[0]
-    if arr.ndim != 4:
-        raise ValueError(f"probs must be (C, X, Y, Z), got shape {arr.shape}")
-    path = Path(path)
-    if not path.name.endswith((".nii", ".nii.gz")):
-        raise ValueError(f"path must end in .nii or .nii.gz, got {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ext = ".nii.gz" if path.name.endswith(".nii.gz") else ".nii"
-    tmp = path.with_name(f".{path.name[: -len(ext)]}.partial{ext}")
-    nib.save(nib.Nifti1Image(np.moveaxis(arr.astype(np.float32), 0, -1), np.asarray(affine, dtype=np.float64)), tmp)
-    os.replace(tmp, path)
-    return path
-
-
-def check_output_folder(output: str | os.PathLike, *inputs: str | os.PathLike | None) -> Path:
-    """Refuse an output folder that is, or lies inside, one of the input folders (inputs are never written)."""
-    out = Path(output).resolve()
-    for inp in inputs:
-        if inp is None:
-            continue
-        src = Path(inp).resolve()
-        if out == src or src in out.parents:
-            raise ValueError(
-                f"output folder {output} lies inside the input folder {inp}; choose an output outside it "
-                "(inputs are never written to)"
-            )
-    return out
-
-
-def clean_partial_files(folder: str | os.PathLike) -> int:
-    """Remove ``.*.partial*`` files left by an interrupted run; returns how many were removed."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return 0
-    n = 0
-    for p in folder.iterdir():
-        if p.is_file() and p.name.startswith(".") and ".partial" in p.name:
-            p.unlink()
-            n += 1
-    return n

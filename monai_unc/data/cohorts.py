@@ -1,0 +1,334 @@
+"""Every example cohort writer: the demo cohort, the synthetic toy cohort for the command line, and the example data
+sets as NIfTI folders that MONAI bundles read (``bundles/*/configs``).
+
+:func:`make_demo_cohort` (``monai-unc demo``) and :func:`write_toy_cohort` write flat ``images/``, ``labels/``
+folders and a ``shifts.csv``; :func:`export_mni152_cases` and :func:`export_toy_cases` write the bundle layout below.
+
+Layout of a folder written here::
+
+    dataset.json          provenance, protocol, classes and the case list (paths relative to the folder)
+    images/<case>.nii.gz  image (float32)
+    labels/<case>.nii.gz  reference label map (uint8)
+    masks/<case>.nii.gz   evaluation region (uint8, 1 inside)      -- MNI152 only: the held-out right hemisphere
+    raters/<case>.nii.gz  one rater per volume of a 4D image (uint8) -- toy set only
+
+``dataset.json`` ``"cases"`` is a list of ``{"case", "image", "label", "mask" | "raters", "shift", "severity"}``:
+a MONAI datalist once the paths are joined with the folder (:func:`load_datalist`).
+
+The writers refuse a non-empty folder that they did not write (no ``dataset.json`` of theirs), so pointing them at
+a user's data never overwrites it; a folder they wrote before is left as is unless ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+from scipy.ndimage import gaussian_filter
+
+from ..io import atomic_write_text, save_nifti
+from ..measures import entropy
+from .mni152 import TISSUE_CLASSES, load_mni152_tissue
+from .perturb import MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort
+from .synthetic import SHIFTS, make_toy_dataset
+
+__all__ = [
+    "DEMO_SHIFTS",
+    "make_demo_cohort",
+    "write_toy_cohort",
+    "MANIFEST",
+    "export_mni152_cases",
+    "export_toy_cases",
+    "load_datalist",
+    "left_hemisphere_sample",
+]
+
+#: name of the manifest file written into every exported folder
+MANIFEST = "dataset.json"
+_WRITER = "monai_unc.data.export"  # the module's former name, kept: folders written before stay recognised
+
+
+def _check_folder(folder: Path, overwrite: bool) -> bool:
+    """True if the folder must be (re)written; raises if it holds data this module did not write."""
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        try:
+            ours = json.loads(manifest.read_text()).get("writer") == _WRITER
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise FileExistsError(f"{folder} holds a {MANIFEST} not written by {_WRITER}; refusing to write there")
+        return overwrite
+    if folder.exists() and any(folder.iterdir()):
+        raise FileExistsError(
+            f"{folder} is not empty and was not written by {_WRITER}; choose an empty or new folder"
+        )
+    return True
+
+
+def _save(arr: np.ndarray, affine: np.ndarray, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial.nii.gz")
+    img = nib.Nifti1Image(arr, affine)
+    img.set_qform(affine, code=1)
+    img.set_sform(affine, code=1)
+    nib.save(img, str(tmp))
+    os.replace(tmp, path)
+
+
+def _write_manifest(folder: Path, content: dict[str, Any]) -> Path:
+    content = {"writer": _WRITER, **content}
+    path = folder / MANIFEST
+    tmp = folder / f".{MANIFEST}.partial"
+    tmp.write_text(json.dumps(content, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def export_mni152_cases(
+    folder: str | os.PathLike,
+    n_cases: int = 6,
+    seed: int = 0,
+    kinds: Sequence[str] = PERTURBATIONS,
+    severity_range: tuple[float, float] = (1.0, MAX_SEVERITY),
+    resolution: int = 2,
+    overwrite: bool = False,
+) -> Path:
+    """Export the MNI152 tissue example (DESIGN.md, "Example data protocol") to NIfTI; returns ``dataset.json``.
+
+    Case 0 is the template itself (shift ``"none"``); cases 1.. are perturbed copies from
+    :func:`~monai_unc.data.perturb.make_mni152_cohort` (noise, bias field, contrast, blur, resolution loss, cycled,
+    severity drawn from ``severity_range``), with the shift and severity recorded in the manifest. Images are the
+    T1 scaled to [0, 1] (perturbed copies may leave that range), labels the 3-class tissue map (0 background + CSF,
+    1 grey matter, 2 white matter), masks the right hemisphere (world x >= 0): the half never seen in training,
+    where metrics are reported. Every file carries the template's affine (2 mm RAS for ``resolution=2``).
+    """
+
+    folder = Path(folder)
+    if not _check_folder(folder, overwrite):
+        return folder / MANIFEST
+    cases = make_mni152_cohort(
+        n_cases, seed=seed, kinds=kinds, severity_range=severity_range, include_clean=True, resolution=resolution
+    )
+    data = load_mni152_tissue(resolution=resolution)
+    affine = data["affine"]
+    rows = []
+    for i, c in enumerate(cases):
+        name = f"mni152_{i:02d}_{c['shift']}"
+        _save(c["image"][0].astype(np.float32), affine, folder / "images" / f"{name}.nii.gz")
+        _save(c["label"][0].astype(np.uint8), affine, folder / "labels" / f"{name}.nii.gz")
+        _save(c["right"].astype(np.uint8), affine, folder / "masks" / f"{name}.nii.gz")
+        rows.append(
+            {
+                "case": name,
+                "image": f"images/{name}.nii.gz",
+                "label": f"labels/{name}.nii.gz",
+                "mask": f"masks/{name}.nii.gz",
+                "shift": c["shift"],
+                "severity": round(float(c["severity"]), 4),
+            }
+        )
+    return _write_manifest(
+        folder,
+        {
+            "name": "MNI152 2009 tissue (nilearn), 3 classes",
+            "source": "MNI ICBM152 non-linear 2009 template (T1, grey/white-matter probability maps) as shipped by "
+            "nilearn (load_mni152_template / load_mni152_gm_template / load_mni152_wm_template)",
+            "protocol": "label = argmax of (background + CSF, GM, WM) probabilities; the example network was "
+            "trained on the left hemisphere (world x < 0); masks/ marks the held-out right hemisphere (world x >= 0) "
+            "where metrics are reported; perturbed copies (shift != 'none') are realistic shifts of the same brain",
+            "classes": {str(k): v for k, v in enumerate(TISSUE_CLASSES)},
+            "resolution_mm": resolution,
+            "seed": seed,
+            "cases": rows,
+        },
+    )
+
+
+def export_toy_cases(
+    folder: str | os.PathLike,
+    n_cases: int = 16,
+    shape: Sequence[int] = (32, 32, 32),
+    n_raters: int = 3,
+    shifts: Sequence[str] = SHIFTS,
+    seed: int = 1000,
+    overwrite: bool = False,
+) -> Path:
+    """Export synthetic toy cases (:func:`~monai_unc.data.make_toy_dataset`, blurred borders, raters, shifts cycled
+    over ``shifts``) to NIfTI at 1 mm identity geometry; returns ``dataset.json``. Raters are one 4D file per case
+    ``(X, Y, Z, R)`` (``EnsureChannelFirstd(channel_dim=-1)`` gives ``(R, X, Y, Z)``). The default seed differs from
+    the one the toy bundle trains on (0), so exported cases are unseen."""
+    folder = Path(folder)
+    if not _check_folder(folder, overwrite):
+        return folder / MANIFEST
+    cases = make_toy_dataset(int(n_cases), shape=tuple(shape), n_raters=n_raters, shift=list(shifts), seed=seed)
+    affine = np.eye(4)
+    rows = []
+    for i, c in enumerate(cases):
+        name = f"toy_{i:02d}_{c['shift']}"
+        _save(c["image"][0].astype(np.float32), affine, folder / "images" / f"{name}.nii.gz")
+        _save(c["label"].astype(np.uint8), affine, folder / "labels" / f"{name}.nii.gz")
+        _save(np.moveaxis(c["raters"], 0, -1).astype(np.uint8), affine, folder / "raters" / f"{name}.nii.gz")
+        rows.append(
+            {
+                "case": name,
+                "image": f"images/{name}.nii.gz",
+                "label": f"labels/{name}.nii.gz",
+                "raters": f"raters/{name}.nii.gz",
+                "shift": c["shift"],
+                "severity": 0.0 if c["shift"] == "none" else 1.0,
+            }
+        )
+    return _write_manifest(
+        folder,
+        {
+            "name": "monai-unc synthetic toy set (ValUES Appendix B style)",
+            "source": "generated by monai_unc.data.make_toy_dataset",
+            "protocol": f"one object per case, blurred border annotated by {n_raters} raters (label = majority vote); "
+            "shifts: intensity (darker object), shape (cube), position (partly outside the volume)",
+            "classes": {"0": "background", "1": "object"},
+            "seed": seed,
+            "cases": rows,
+        },
+    )
+
+
+def load_datalist(folder: str | os.PathLike, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The manifest's cases as a MONAI datalist: file entries joined with ``folder``; ``keys`` restricts the
+    entries (e.g. ``["image"]`` for inference). Raises ``FileNotFoundError`` when ``dataset.json`` is missing."""
+    folder = Path(folder)
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        raise FileNotFoundError(
+            f"{manifest} not found: export the example data first (scripts/export_example_nifti.py)"
+        )
+    cases = json.loads(manifest.read_text())["cases"]
+    out = []
+    for c in cases:
+        item = {}
+        for k, v in c.items():
+            if keys is not None and k not in keys:
+                continue
+            item[k] = str(folder / v) if isinstance(v, str) and v.endswith(".nii.gz") else v
+        out.append(item)
+    return out
+
+
+def left_hemisphere_sample(resolution: int = 2) -> dict[str, np.ndarray]:
+    """The training data of the example network: image and label ``(1, X_left, Y, Z)`` of the left hemisphere
+    (world x < 0), exactly as :func:`~monai_unc.data.training.train_tissue_model` cuts them."""
+
+    data = load_mni152_tissue(resolution=resolution)
+    n_left = int(data["left"].any(axis=(1, 2)).sum())
+    return {"image": data["image"][:, :n_left].copy(), "label": data["label"][:, :n_left].copy()}
+
+
+#: (case id, shift label, perturbation, parameter)
+DEMO_SHIFTS: tuple[tuple[str, str, str, float], ...] = (
+    ("right_clean", "none", "identity", 0.0),
+    ("right_gamma085", "none", "gamma_noise", 0.85),
+    ("right_gamma120", "none", "gamma_noise", 1.2),
+    ("right_noise010", "noise", "noise", 0.10),
+    ("right_noise016", "noise", "noise", 0.16),
+    ("right_bias070", "bias field", "bias", 0.7),
+    ("right_bias110", "bias field", "bias", 1.1),
+    ("right_gamma045", "contrast", "gamma", 0.45),
+    ("right_gamma260", "contrast", "gamma", 2.6),
+    ("right_blur25", "blur", "blur", 2.5),
+    ("right_lowres3", "resolution", "lowres", 3.0),
+)
+
+
+def make_demo_cohort(
+    folder: str | os.PathLike, seed: int = 0, shifts: Sequence[tuple[str, str, str, float]] | None = None
+) -> dict[str, Path]:
+    """Write the demo cohort of ``monai-unc demo`` (:mod:`monai_unc.workflows.demo`) as NIfTI:
+    ``images/<case>.nii.gz``, ``labels/<case>.nii.gz`` and ``shifts.csv``; existing files are kept.
+    ``shifts``: the cases to make (default :data:`DEMO_SHIFTS`). Returns the paths."""
+    shifts = DEMO_SHIFTS if shifts is None else tuple(shifts)
+    folder = Path(folder)
+    images, labels = folder / "images", folder / "labels"
+    shifts_csv = folder / "shifts.csv"
+    todo = [c for c in shifts if not all((d / f"{c[0]}.nii.gz").is_file() for d in (images, labels))]
+    if todo:
+        data = load_mni152_tissue(resolution=2)
+        right = data["right"]
+        xs = np.flatnonzero(right.any(axis=(1, 2)))
+        x0, x1 = int(xs.min()), int(xs.max()) + 1
+        affine = data["affine"].copy()
+        affine[:3, 3] = affine[:3, :3] @ np.array([x0, 0, 0]) + affine[:3, 3]  # voxel x0 becomes voxel 0
+        image = data["image"][0, x0:x1]
+        label = data["label"][0, x0:x1].astype(np.int16)
+        rngs = np.random.default_rng(seed).spawn(len(DEMO_SHIFTS))  # the same noise for a case in any subset
+        for (cid, _, kind, value), rng in zip(DEMO_SHIFTS, rngs):
+            if (cid, _, kind, value) not in shifts:
+                continue
+            if (cid, _, kind, value) not in todo:
+                continue
+            save_nifti(fixed_perturbation(image, kind, value, rng), affine, images / f"{cid}.nii.gz")
+            save_nifti(label, affine, labels / f"{cid}.nii.gz")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["case", "shift", "perturbation", "parameter"])
+    w.writerows(shifts)
+    atomic_write_text(shifts_csv, buf.getvalue())
+    return {"images": images, "labels": labels, "shifts": shifts_csv}
+
+
+def write_toy_cohort(
+    folder: str | os.PathLike,
+    n_cases: int = 6,
+    shape: tuple[int, int, int] = (24, 24, 24),
+    spacing: tuple[float, float, float] = (1.5, 1.0, 2.0),
+    shifts: tuple[str, ...] = ("none", "none", "intensity", "shape"),
+    predictions: bool = True,
+    seed: int = 0,
+) -> dict[str, Path]:
+    """A small synthetic cohort on disk, for trying the command line without a trained network.
+
+    Cases come from :func:`monai_unc.data.make_toy_dataset` (one sphere, or a cube under the ``shape`` shift, with
+    an ambiguous border; ``shifts`` is cycled over the cases). Writes ``images/<case>.nii.gz``,
+    ``labels/<case>.nii.gz`` (majority vote of the raters) and ``shifts.csv``; with ``predictions=True`` also a
+    stand-in for a model's output in the ``monai-unc`` layout, ``predictions/<case>_probs.nii.gz``, ``_seg`` and
+    ``_predictive_entropy``: the raters' foreground fraction smoothed with a Gaussian of 1 voxel and scaled by 1.3
+    (2 voxels and 1.6 for shifted cases, so that they are worse and more uncertain), clipped to [0, 1]. Volumes
+    carry the anisotropic ``spacing`` (mm) in their affine. Returns the folders and the shift table.
+    """
+    folder = Path(folder)
+    dirs = {k: folder / k for k in ("images", "labels", "predictions")}
+    for k, d in dirs.items():
+        if k != "predictions" or predictions:
+            d.mkdir(parents=True, exist_ok=True)
+    affine = np.diag([*map(float, spacing), 1.0])
+    cases = make_toy_dataset(n_cases, shape=shape, shift=list(shifts), seed=seed)
+    rows = []
+    for i, c in enumerate(cases):
+        cid = f"toy{i:03d}"
+        rows.append((cid, c["shift"]))
+        nib.save(nib.Nifti1Image(c["image"][0], affine), dirs["images"] / f"{cid}.nii.gz")
+        nib.save(nib.Nifti1Image(c["label"].astype(np.int16), affine), dirs["labels"] / f"{cid}.nii.gz")
+        if predictions:
+            shifted = c["shift"] != "none"
+            fg = gaussian_filter(c["probs"][1].astype(np.float64), 2.0 if shifted else 1.0)
+            fg = np.clip(fg * (1.6 if shifted else 1.3), 0.0, 1.0)
+            probs = np.stack([1.0 - fg, fg]).astype(np.float32)
+            out = dirs["predictions"]
+            nib.save(nib.Nifti1Image(np.moveaxis(probs, 0, -1), affine), out / f"{cid}_probs.nii.gz")
+            nib.save(nib.Nifti1Image(probs.argmax(0).astype(np.int16), affine), out / f"{cid}_seg.nii.gz")
+            pe = entropy(probs[None])[0, 0].astype(np.float32)
+            nib.save(nib.Nifti1Image(pe, affine), out / f"{cid}_predictive_entropy.nii.gz")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["case", "shift"])
+    w.writerows(rows)
+    atomic_write_text(folder / "shifts.csv", buf.getvalue())
+    out_paths = {k: d for k, d in dirs.items() if k != "predictions" or predictions}
+    out_paths["shifts"] = folder / "shifts.csv"
+    return out_paths

@@ -1,0 +1,98 @@
+"""Cohort evaluation: per-case metric rows and cohort summaries, the engine behind ``monai-unc evaluate``.
+
+Every number is computed by the metric functions of :mod:`monai_unc.metrics` and :mod:`monai_unc.aggregation`;
+this package only loads cases, calls them and keeps the results.
+
+Per case (one row of ``metrics.csv``, :func:`evaluate_case`):
+
+- ``dice`` (mean over the foreground classes) and ``dice_<class>``: MONAI's ``compute_dice`` on the label maps,
+  ``ignore_empty=False`` (a class absent from both maps scores 1, absent from one of them 0);
+- calibration, when probabilities are given: ``ece``, ``classwise_ece``, ``all_label_ece``, ``ace``, ``mce``,
+  ``uce``, ``nll``, ``brier`` (:func:`monai_unc.metrics.calibration.calibration_metrics` on the case's
+  :class:`~monai_unc.metrics.calibration.ConfidenceHistogram`);
+- for the primary uncertainty measure: ``buc``, ``ba_ece``, ``space`` (:mod:`monai_unc.metrics.spatial`, spacing
+  from the affine, mm) and ``error_auroc``, ``error_auprc`` (:mod:`monai_unc.metrics.discrimination`). BA-ECE and
+  SPACE compare uncertainty with error rates, so entropies and mutual information are divided by ``log C``
+  first (:func:`unit_scale`); BUC and the AUROC/AUPRC do not depend on the scale;
+- case scores for every measure ``m`` (:func:`monai_unc.aggregation.aggregate`): ``m_mean`` (whole volume),
+  ``m_fg_mean`` (inside the predicted foreground, ValUES Appendix F.1) and ``m_patch`` (largest mean over
+  ``patch_size``-voxel boxes, ValUES Sec. 4.3); ``score`` repeats the column chosen for triage.
+
+Cohort (``summary.json``, :func:`summarize`), from additive state (:class:`CohortState`):
+
+- pooled calibration: the per-case histograms are kept side by side in one per-case
+  :class:`~monai_unc.metrics.calibration.ConfidenceHistogram` and every ECE-family value of the cohort is computed
+  once on their sum (counts and sums add), never as an average of per-case ECEs; the all-label reliability curve
+  of the pooled histogram (the report adds the per-case spread from the same histogram). The histograms use
+  ``16 * n_bins`` fine bins: every coarse bin is a union of fine bins and the binned sums are exact float64, so
+  the values equal those of a finer grid for this ``n_bins`` while a case costs ``384 (C + 2) n_bins`` bytes;
+- failure detection with risk ``1 - Dice`` (:func:`~monai_unc.metrics.casewise.failure_detection`: AURC,
+  E-AURC, AUGRC), the Dice referral curve and its normalised area (:mod:`monai_unc.metrics.selective`),
+  the triage at a referral budget (expected Dice of the retained cases), and OoD AUROC
+  (:func:`~monai_unc.metrics.casewise.ood_auroc`) when a shift label per case is given;
+- with ``target_risk``: the referral threshold with a statistical guarantee
+  (:func:`~monai_unc.metrics.selective.risk_controlled_threshold`, SGR for the failure risk ``dice <
+  failure_dice``, Learn-then-Test for ``1 - dice``) fitted on the calibration cases, and which cases it accepts.
+
+Cases whose score is undefined (e.g. ``fg_mean`` with an empty predicted foreground) are ranked as the most
+uncertain: they are referred first. Sharding: :func:`evaluate_cases` takes any list of cases and returns a
+:class:`CohortState`; states of disjoint shards :meth:`~CohortState.merge` into the state of the whole cohort.
+:func:`run_evaluate` runs on one process or under ``torchrun`` (each rank evaluates a shard, rank 0 adds the
+per-case results in case-id order, so the cohort numbers equal the single-process ones bit for bit), keeps a
+per-case resume state under ``state/cases/`` and reports failing cases without stopping the others
+(docs/distributed.md).
+
+Modules: :mod:`.config` (options, column groups), :mod:`.case` (one case's row), :mod:`.cohort` (additive state,
+summary, files), :mod:`.resume` (per-case resume state), :mod:`.runner` (shards, ``torchrun``, the command).
+"""
+
+from .case import CaseResult, derived_maps, evaluate_case
+from .cohort import (
+    CohortState,
+    case_risk,
+    fill_undefined_scores,
+    load_evaluation,
+    remove_cohort_files,
+    summarize,
+    triage_order,
+    write_evaluation,
+)
+from .config import (
+    CALIBRATION_COLUMNS,
+    IID_SHIFTS,
+    RISKS,
+    SPATIAL_COLUMNS,
+    EvaluationConfig,
+    read_shifts,
+    unit_scale,
+)
+from .resume import case_fingerprint, load_case_state, save_case_state
+from .runner import assemble_state, evaluate_cases, evaluate_shard, run_evaluate
+
+__all__ = [
+    "CALIBRATION_COLUMNS",
+    "SPATIAL_COLUMNS",
+    "IID_SHIFTS",
+    "RISKS",
+    "EvaluationConfig",
+    "CaseResult",
+    "CohortState",
+    "unit_scale",
+    "derived_maps",
+    "evaluate_case",
+    "evaluate_cases",
+    "evaluate_shard",
+    "assemble_state",
+    "case_fingerprint",
+    "save_case_state",
+    "load_case_state",
+    "summarize",
+    "case_risk",
+    "triage_order",
+    "fill_undefined_scores",
+    "read_shifts",
+    "write_evaluation",
+    "load_evaluation",
+    "remove_cohort_files",
+    "run_evaluate",
+]

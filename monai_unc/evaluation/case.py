@@ -1,0 +1,113 @@
+"""One case's metric row: Dice, the calibration family, spatial and discrimination metrics of the primary measure, and
+the case scores of every measure (:func:`evaluate_case`)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from monai.metrics import compute_dice
+
+from ..aggregation import aggregate
+from ..io import CaseFiles, LoadedCase, load_case
+from ..measures import entropy, max_softmax
+from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
+from ..metrics.discrimination import error_auprc, error_auroc
+from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
+from .config import CALIBRATION_COLUMNS, EvaluationConfig, slug, unit_scale
+
+__all__ = ["CaseResult", "derived_maps", "evaluate_case"]
+
+
+@dataclass
+class CaseResult:
+    """What :func:`evaluate_case` returns: the metric row, the case's confidence histogram (or None without
+    probabilities) and the warnings raised while computing it."""
+
+    row: dict[str, Any]
+    histogram: ConfidenceHistogram | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
+
+    p = torch.from_numpy(seg)[None, None]
+    y = torch.from_numpy(label)[None, None]
+    return compute_dice(p, y, include_background=False, ignore_empty=False, num_classes=num_classes)[0].numpy()
+
+
+def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
+    """Maps to score: the given ones, or entropy and max-softmax of the probabilities when none are given."""
+    if case.maps or case.probs is None:
+        return case.maps
+    p = torch.from_numpy(case.probs)[None]
+    return {
+        "predictive_entropy": entropy(p)[0, 0].numpy().astype(np.float32),
+        "max_softmax": max_softmax(p)[0, 0].numpy().astype(np.float32),
+    }
+
+
+def _primary(maps: Mapping[str, np.ndarray], wanted: str | None) -> str | None:
+    if wanted is not None:
+        if wanted not in maps:
+            raise ValueError(f"measure {wanted!r} has no map (available: {sorted(maps) or 'none'})")
+        return wanted
+    if "predictive_entropy" in maps:
+        return "predictive_entropy"
+    return next(iter(maps), None)
+
+
+def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
+    """Metrics of one case (module docstring). ``files`` may be already loaded."""
+    case = files if isinstance(files, LoadedCase) else load_case(files, config.num_classes)
+    n_cls = case.probs.shape[0] if case.probs is not None else config.num_classes
+    assert n_cls is not None
+    names = config.class_names or [str(c) for c in range(n_cls)]
+    if len(names) != n_cls:
+        raise ValueError(f"class_names has {len(names)} names for {n_cls} classes")
+    row: dict[str, Any] = {"case": case.case_id}
+    if config.shifts is not None:
+        row["shift"] = config.shifts.get(case.case_id, "")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dice = _dice(case.seg, case.label, n_cls)
+        row["dice"] = float(np.mean(dice))
+        for c in range(1, n_cls):
+            row[f"dice_{slug(names[c])}"] = float(dice[c - 1])
+        hist = None
+        if case.probs is not None:
+            hist = ConfidenceHistogram(n_cls, n_fine_bins=config.n_fine_bins, per_case=True)
+            hist.update(case.probs[None], case.label[None], case_ids=[case.case_id], validate=False)
+            vals = calibration_metrics(hist, CALIBRATION_COLUMNS, n_bins=config.n_bins,
+                                       min_bin_count=config.min_bin_count)
+            row.update({k: float(vals[k]) for k in CALIBRATION_COLUMNS})
+        maps = derived_maps(case)
+        primary = _primary(maps, config.measure)
+        error = (case.seg != case.label).astype(np.uint8)
+        row["error_rate"] = float(error.mean())
+        if primary is not None:
+            row["measure"] = primary
+            u = maps[primary]
+            if config.spatial:
+                un = unit_scale(u, primary, n_cls)
+                row["buc"] = float(boundary_uncertainty_concentration(u, case.seg, case.label, case.spacing))
+                row["ba_ece"] = float(boundary_aware_ece(un, case.seg, case.label, case.spacing))
+                row["space"] = float(spatial_calibration_error(un, case.seg, case.label, case.spacing))
+            row["error_auroc"] = float(error_auroc(u, error))
+            row["error_auprc"] = float(error_auprc(u, error))
+        fg = (case.seg > 0)[None, None]
+        for m, u in maps.items():
+            u5 = u[None, None]
+            row[f"{m}_mean"] = float(aggregate(u5, "mean")[0])
+            row[f"{m}_fg_mean"] = float(aggregate(u5, "mean", mask=fg)[0])
+            row[f"{m}_patch"] = float(
+                aggregate(u5, "patch", patch_size=config.patch_size, patch_reduction="mean")[0]
+            )
+        row["voxels"] = int(case.label.size)
+        row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
+    messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
+    return CaseResult(row, hist, messages)

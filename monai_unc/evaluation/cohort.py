@@ -1,0 +1,365 @@
+"""Cohort state and summary: the additive state of an evaluation (:class:`CohortState`: per-case rows and the
+per-case confidence histograms side by side), the cohort metrics computed from it (:func:`summarize`: pooled
+calibration, failure detection, referral, triage, OoD, risk control) and the evaluation files (``metrics.csv``,
+``summary.json``, ``state/``). What each number is: :mod:`monai_unc.evaluation`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..io import CaseFiles, atomic_save_npz, atomic_write_text, json_safe
+from ..io.files import json_default
+from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
+from ..metrics.casewise import failure_detection, ood_auroc
+from ..metrics.selective import area_under_referral_curve, referral_curve, risk_controlled_threshold
+from .case import CaseResult
+from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig
+
+__all__ = [
+    "CohortState",
+    "summarize",
+    "case_risk",
+    "triage_order",
+    "fill_undefined_scores",
+    "write_evaluation",
+    "load_evaluation",
+    "remove_cohort_files",
+]
+
+
+@dataclass
+class CohortState:
+    """Additive state of an evaluation: per-case rows, the per-case confidence histograms, warnings, file paths.
+
+    :meth:`merge` adds the state of another (disjoint) set of cases: rows are concatenated and the histograms'
+    cases joined (pooled metrics add their counts and sums). The summary of merged shards equals the summary of
+    the whole cohort.
+    """
+
+    num_classes: int
+    n_fine_bins: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    histogram: ConfidenceHistogram | None = None
+    warnings: list[str] = field(default_factory=list)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, result: CaseResult, files: CaseFiles | None = None) -> CohortState:
+        cid = result.row["case"]
+        if any(r["case"] == cid for r in self.rows):
+            raise ValueError(f"case {cid!r} is already in the cohort state")
+        self.rows.append(result.row)
+        if result.histogram is not None:
+            self._histogram().merge(result.histogram)
+        self.warnings.extend(result.warnings)
+        if files is not None:
+            self.files[cid] = files.to_json()
+        return self
+
+    def merge(self, other: CohortState) -> CohortState:
+        """Add the cases of ``other`` (in place; returns ``self``). Case ids must not overlap."""
+        if (other.num_classes, other.n_fine_bins) != (self.num_classes, self.n_fine_bins):
+            raise ValueError(
+                f"cannot merge cohort states with (num_classes, n_fine_bins) {(self.num_classes, self.n_fine_bins)} "
+                f"and {(other.num_classes, other.n_fine_bins)}"
+            )
+        dup = {r["case"] for r in self.rows} & {r["case"] for r in other.rows}
+        if dup:
+            raise ValueError(f"cohort states share case(s) {sorted(dup)[:5]}: shards must be disjoint")
+        self.rows.extend(other.rows)
+        if other.histogram is not None:
+            self._histogram().merge(other.histogram)
+        self.warnings.extend(other.warnings)
+        self.files.update(other.files)
+        return self
+
+    def _histogram(self) -> ConfidenceHistogram:
+        if self.histogram is None:
+            self.histogram = ConfidenceHistogram(self.num_classes, n_fine_bins=self.n_fine_bins, per_case=True)
+        return self.histogram
+
+    def sorted_rows(self) -> list[dict[str, Any]]:
+        return sorted(self.rows, key=lambda r: str(r["case"]))
+
+    # -- persistence ------------------------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write the state to ``folder`` (``rows.json``, ``histogram.npz``) atomically."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "num_classes": self.num_classes,
+            "n_fine_bins": self.n_fine_bins,
+            "rows": self.sorted_rows(),
+            "warnings": self.warnings,
+            "files": self.files,
+        }
+        if self.histogram is not None:
+            atomic_save_npz(folder / "histogram.npz", self.histogram.state_dict(), compressed=True)
+        else:
+            (folder / "histogram.npz").unlink(missing_ok=True)  # not an earlier run's
+        atomic_write_text(folder / "rows.json", json.dumps(meta, indent=1, default=json_default) + "\n")
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> CohortState:
+        folder = Path(folder)
+        path = folder / "rows.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no evaluation state in {folder} (rows.json missing): run monai-unc evaluate")
+        meta = json.loads(path.read_text())
+        state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), list(meta["rows"]),
+                    warnings=list(meta.get("warnings", [])), files=dict(meta.get("files", {})))
+        hp = folder / "histogram.npz"
+        if hp.is_file():
+            state.histogram = ConfidenceHistogram.load(hp)
+        return state
+
+
+def _column(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+    return np.array([float(r.get(key, np.nan)) if r.get(key) not in (None, "") else np.nan for r in rows])
+
+
+def _score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
+    if not rows:
+        raise ValueError("no case rows")
+    keys = [k for k in rows[0] if k.endswith(("_mean", "_fg_mean", "_patch"))]
+    if wanted is not None:
+        if wanted not in rows[0]:
+            raise ValueError(f"score column {wanted!r} not found; available: {keys}")
+        return wanted
+    measure = rows[0].get("measure")
+    if measure is not None and f"{measure}_fg_mean" in rows[0]:
+        return f"{measure}_fg_mean"
+    if not keys:
+        raise ValueError("no uncertainty score in the rows: give uncertainty maps or probabilities")
+    return keys[0]
+
+
+def fill_undefined_scores(scores: np.ndarray) -> np.ndarray:
+    """Undefined (NaN) scores become larger than every defined one: those cases are referred first."""
+    out = scores.astype(np.float64, copy=True)
+    bad = ~np.isfinite(out)
+    if bad.any():
+        top = np.nanmax(out[~bad]) if (~bad).any() else 0.0
+        out[bad] = top + 1.0
+    return out
+
+
+def triage_order(case_ids: Sequence[str], scores: np.ndarray) -> list[int]:
+    """Indices from most to least uncertain (undefined scores first; ties by case id)."""
+    filled = fill_undefined_scores(np.asarray(scores, dtype=np.float64))
+    return sorted(range(len(case_ids)), key=lambda i: (-filled[i], str(case_ids[i])))
+
+
+def _nanmean(a: np.ndarray) -> float | None:
+    a = a[np.isfinite(a)]
+    return float(a.mean()) if a.size else None
+
+
+def case_risk(dice: np.ndarray, config: EvaluationConfig) -> np.ndarray:
+    """Per-case risk in [0, 1] of ``config.risk``: ``[dice < failure_dice]`` or ``1 - dice``."""
+    dice = np.asarray(dice, dtype=np.float64)
+    if config.risk == "failure":
+        return (dice < config.failure_dice).astype(np.float64)
+    return np.clip(1.0 - dice, 0.0, 1.0)
+
+
+def _risk_control(ids: Sequence[str], scores: np.ndarray, dice: np.ndarray, config: EvaluationConfig) -> dict:
+    """The ``risk_control`` block of the summary: threshold fitted on the calibration cases, applied to all."""
+    assert config.target_risk is not None
+    if config.calibration_cases is None:
+        is_cal = np.ones(len(ids), dtype=bool)
+    else:
+        wanted = config.check_calibration_cases(ids)
+        is_cal = np.array([c in wanted for c in ids])
+    risk = case_risk(dice, config)
+    method = config.resolved_risk_method
+    res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta, method=method)
+    accept = scores <= res.threshold
+    held = ~is_cal
+    out: dict[str, Any] = {
+        "target_risk": config.target_risk,
+        "delta": config.delta,
+        "risk": f"dice < {config.failure_dice:g}" if config.risk == "failure" else "1 - dice",
+        "method": method,
+        "feasible": res.feasible,
+        "threshold": res.threshold,
+        "bound": res.bound,
+        "n_candidates": res.n_candidates,
+        "calibration": {
+            "n_cases": int(is_cal.sum()),
+            "cases": "all" if config.calibration_cases is None else [c for c, k in zip(ids, is_cal) if k],
+            "coverage": res.coverage,
+            "risk_accepted": res.risk,
+        },
+        "accepted": [c for c, a in zip(ids, accept) if a],
+        "referred": [c for c, a in zip(ids, accept) if not a],
+        "referral_fraction": float(1.0 - accept.mean()),
+    }
+    if held.any():
+        acc = accept & held
+        out["held_out"] = {
+            "n_cases": int(held.sum()),
+            "coverage": float(acc.sum() / held.sum()),
+            "risk_accepted": float(risk[acc].mean()) if acc.any() else None,
+        }
+    return out
+
+
+def summarize(state: CohortState, config: EvaluationConfig) -> dict[str, Any]:
+    """Cohort metrics of ``state`` (module docstring); NaN becomes ``null`` in the returned dict."""
+    config.validate()
+    rows = state.sorted_rows()
+    ids = [str(r["case"]) for r in rows]
+    n = len(rows)
+    dice = _column(rows, "dice")
+    score_key = _score_column(rows, config.score)
+    raw_scores = _column(rows, score_key)
+    scores = fill_undefined_scores(raw_scores)
+    summary: dict[str, Any] = {
+        "n_cases": n,
+        "num_classes": state.num_classes,
+        "class_names": config.class_names,
+        "measure": rows[0].get("measure"),
+        "score": {"column": score_key, "undefined": [c for c, s in zip(ids, raw_scores) if not np.isfinite(s)]},
+        "dice": {
+            "mean": float(dice.mean()),
+            "median": float(np.median(dice)),
+            "per_class": {k[5:]: _nanmean(_column(rows, k)) for k in rows[0] if k.startswith("dice_")},
+        },
+    }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if state.histogram is not None:
+            cal = calibration_metrics(state.histogram, CALIBRATION_COLUMNS, n_bins=config.n_bins,
+                                      min_bin_count=config.min_bin_count)
+            rc = reliability_curve(state.histogram, kind="all_label", n_bins=config.n_bins,
+                                   min_bin_count=config.min_bin_count)
+            summary["calibration"] = {
+                **{k: float(v) for k, v in cal.items()},
+                "pooled_over": "all voxels of all cases (merged confidence histograms)",
+                "n_bins": config.n_bins,
+                "min_bin_count": config.min_bin_count,
+                "voxels": int(state.histogram.scalars[:, 0].sum().item()),
+            }
+            summary["reliability"] = {
+                "kind": "all_label",
+                "edges": rc.edges,
+                "confidence": rc.confidence,
+                "frequency": rc.frequency,
+                "counts": rc.counts,
+            }
+        spatial = {k: _nanmean(_column(rows, k)) for k in SPATIAL_COLUMNS if k in rows[0]}
+        if spatial:
+            summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
+        fd = failure_detection(scores, dice)
+        summary["failure_detection"] = {"risk": "1 - dice", "aurc": fd.aurc, "eaurc": fd.eaurc, "augrc": fd.augrc}
+        curve = referral_curve(scores, dice)
+        summary["referral"] = {
+            "metric": "mean dice of the retained cases",
+            "tau": curve.tau,
+            "dice": curve.value,
+            "n_retained": curve.n_retained,
+            "area_normalized": area_under_referral_curve(scores, dice, normalize=True) if n > 1 else None,
+        }
+        order = triage_order(ids, raw_scores)
+        n_ref = int(math.ceil(round(config.budget * n, 9)))
+        at_budget = referral_curve(scores, dice, taus=[config.budget])
+        summary["triage"] = {
+            "budget": config.budget,
+            "n_referred": n_ref,
+            "referred": [ids[i] for i in order[:n_ref]],
+            "order": [ids[i] for i in order],
+            "dice_all": float(dice.mean()),
+            "dice_retained": float(at_budget.value[0]),
+            "dice_referred": float(dice[order[:n_ref]].mean()) if n_ref else None,
+        }
+        failed = dice < config.failure_dice
+        summary["failures"] = {
+            "dice_threshold": config.failure_dice,
+            "n_failed": int(failed.sum()),
+            "cases": [c for c, f in zip(ids, failed) if f],
+            "caught_by_budget": int(sum(failed[i] for i in order[:n_ref])),
+        }
+        if config.shifts is not None:
+            shift = [str(r.get("shift", "")) for r in rows]
+            iid = np.array([s.lower() in IID_SHIFTS for s in shift])
+            ood: dict[str, Any] = {"n_iid": int(iid.sum()), "n_ood": int((~iid).sum())}
+            if iid.any() and (~iid).any():
+                ood["auroc"] = ood_auroc(scores[iid], scores[~iid])
+                ood["per_shift"] = {
+                    s: ood_auroc(scores[iid], scores[np.array(shift) == s])
+                    for s in sorted(set(shift)) if s.lower() not in IID_SHIFTS
+                }
+            summary["ood"] = ood
+        if config.target_risk is not None:
+            summary["risk_control"] = _risk_control(ids, scores, dice, config)
+    msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
+    summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
+    return json_safe(summary)
+
+
+def _csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _fmt_cell(r.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+def _fmt_cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return "" if not math.isfinite(v) else repr(v)
+    return "" if v is None else v
+
+
+def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str | os.PathLike,
+                     config: EvaluationConfig | None = None) -> dict[str, Path]:
+    """Write ``metrics.csv``, ``summary.json`` and the state folder (for ``monai-unc report``) atomically."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    state.save(output / STATE_DIR)
+    doc = dict(summary)
+    if config is not None:
+        doc["config"] = config.to_json()
+    paths = {
+        "metrics": atomic_write_text(output / "metrics.csv", _csv_text(state.sorted_rows())),
+        "summary": atomic_write_text(output / "summary.json", json.dumps(json_safe(doc), indent=2) + "\n"),
+        "state": output / STATE_DIR,
+    }
+    return paths
+
+
+def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, Any]]:
+    """The state and summary written by :func:`write_evaluation`."""
+    folder = Path(folder)
+    if (folder / "failures.json").is_file():
+        raise ValueError(f"the last evaluation in {folder} has failed cases (failures.json): fix them and run "
+                         "monai-unc evaluate again")
+    path = folder / "summary.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no summary.json in {folder}: run monai-unc evaluate --output {folder} first")
+    return CohortState.load(folder / STATE_DIR), json.loads(path.read_text())
+
+
+def remove_cohort_files(folder: str | os.PathLike) -> None:
+    """Remove the cohort outputs of an evaluation folder (``metrics.csv``, ``summary.json``, the cohort state),
+    keeping the per-case resume state: after a run with failed cases no earlier run's numbers remain."""
+    folder = Path(folder)
+    for path in (folder / "metrics.csv", folder / "summary.json", folder / STATE_DIR / "rows.json",
+                 folder / STATE_DIR / "histogram.npz"):
+        path.unlink(missing_ok=True)

@@ -1,0 +1,162 @@
+"""Options of a cohort evaluation (:class:`EvaluationConfig`), the column groups of ``metrics.csv`` and the shift
+table reader. The metrics themselves are described in :mod:`monai_unc.evaluation` (package docstring)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..keys import ENTROPY_MEASURES, MEASURES
+
+__all__ = [
+    "CALIBRATION_COLUMNS",
+    "SPATIAL_COLUMNS",
+    "IID_SHIFTS",
+    "RISKS",
+    "STATE_DIR",
+    "EvaluationConfig",
+    "unit_scale",
+    "slug",
+    "read_shifts",
+]
+
+CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "uce", "nll", "brier")
+
+SPATIAL_COLUMNS = ("buc", "ba_ece", "space", "error_auroc", "error_auprc")
+
+#: shift labels that mark in-distribution cases (case-insensitive)
+IID_SHIFTS = ("", "none", "iid", "id", "clean", "in-distribution")
+
+#: per-case risks for the risk-controlled threshold: ``[dice < failure_dice]`` or ``1 - dice``
+RISKS = ("failure", "1-dice")
+#: sub-folder of an evaluation output holding the cohort state (and the per-case resume states)
+STATE_DIR = "state"
+
+
+def slug(name: str) -> str:
+    """``name`` as a lower-case identifier for column names (``dice_<slug>``)."""
+    return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
+
+
+@dataclass
+class EvaluationConfig:
+    """Options of an evaluation (see the module docstring).
+
+    Args:
+        measure: primary uncertainty measure for the spatial / discrimination metrics (default:
+            ``predictive_entropy`` when present, else the first measure available).
+        score: the triage score column, e.g. ``"predictive_entropy_fg_mean"`` (default ``<measure>_fg_mean``).
+        n_bins, min_bin_count: binning of the ECE family (seed 001 uses ``min_bin_count=50``).
+        failure_dice: a case with Dice below this counts as failed (histograms, failure list).
+        budget: referral budget: fraction of the cases referred for review (most uncertain first).
+        patch_size: box size (voxels per axis) of the ``_patch`` scores.
+        spatial: compute BUC, BA-ECE and SPACE (distance transforms and a Gaussian filter per case).
+        num_classes: number of classes (default: from the probabilities).
+        class_names: names of the classes for the ``dice_<class>`` columns (default ``1``, ``2``, ...).
+        shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`.
+        target_risk: when set, the referral threshold with a guarantee
+            (:func:`monai_unc.metrics.selective.risk_controlled_threshold`): with probability at least
+            ``1 - delta`` over the draw of the calibration cases, the mean risk of the accepted new cases is at
+            most ``target_risk`` (cases exchangeable with the calibration cases; docs/referral_threshold.md).
+        delta: allowed probability that the guarantee fails (default 0.1).
+        risk: ``"failure"`` (0/1 risk ``dice < failure_dice``) or ``"1-dice"`` (continuous risk ``1 - dice``).
+        risk_method: ``"sgr"`` (binomial bound, 0/1 risk only) or ``"ltt"`` (Hoeffding-Bentkus, any risk in
+            [0, 1]); default ``"sgr"`` for ``"failure"`` and ``"ltt"`` for ``"1-dice"``.
+        calibration_cases: ids of the cases the threshold is fitted on (default: every case, and the threshold is
+            meant for new cases); the other cases are reported as a held-out check.
+    """
+
+    measure: str | None = None
+    score: str | None = None
+    n_bins: int = 15
+    min_bin_count: int = 0
+    failure_dice: float = 0.8
+    budget: float = 0.2
+    patch_size: int = 10
+    spatial: bool = True
+    num_classes: int | None = None
+    class_names: list[str] | None = None
+    shifts: dict[str, str] | None = None
+    target_risk: float | None = None
+    delta: float = 0.1
+    risk: str = "failure"
+    risk_method: str | None = None
+    calibration_cases: list[str] | None = None
+
+    @property
+    def n_fine_bins(self) -> int:
+        """Fine bins of the confidence histograms: ``16 * n_bins`` (coarse binning exact, see the module)."""
+        return 16 * self.n_bins
+
+    def validate(self) -> None:
+        if not 0.0 <= self.budget < 1.0:
+            raise ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}")
+        if not 0.0 <= self.failure_dice <= 1.0:
+            raise ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice}")
+        if self.measure is not None and self.measure not in MEASURES:
+            raise ValueError(f"measure must be one of {MEASURES}, got {self.measure!r}")
+        if self.patch_size < 1:
+            raise ValueError(f"patch_size must be positive, got {self.patch_size}")
+        if self.n_bins < 1:
+            raise ValueError(f"n_bins must be positive, got {self.n_bins}")
+        if self.target_risk is not None and not 0.0 < self.target_risk < 1.0:
+            raise ValueError(f"target_risk must be in (0, 1), got {self.target_risk}")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if self.risk not in RISKS:
+            raise ValueError(f"risk must be one of {RISKS}, got {self.risk!r}")
+        if self.risk_method is not None and self.risk_method not in ("sgr", "ltt"):
+            raise ValueError(f"risk_method must be 'sgr' or 'ltt', got {self.risk_method!r}")
+        if self.risk == "1-dice" and self.risk_method == "sgr":
+            raise ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'")
+        if self.calibration_cases is not None and not self.calibration_cases:
+            raise ValueError("calibration_cases must name at least one case (or be None for every case)")
+
+    def check_calibration_cases(self, case_ids: Iterable[str]) -> set[str]:
+        """The calibration case ids as a set (empty when ``calibration_cases`` is None); ``ValueError`` if one is
+        not among ``case_ids``."""
+        if self.calibration_cases is None:
+            return set()
+        wanted = {str(c) for c in self.calibration_cases}
+        unknown = sorted(wanted - set(case_ids))
+        if unknown:
+            raise ValueError(f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}")
+        return wanted
+
+    @property
+    def resolved_risk_method(self) -> str:
+        """``risk_method``, or its default for ``risk`` (SGR for failures, LTT for ``1 - dice``)."""
+        return self.risk_method or ("sgr" if self.risk == "failure" else "ltt")
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.pop("shifts", None)
+        return d
+
+
+def unit_scale(u: np.ndarray, measure: str, num_classes: int) -> np.ndarray:
+    """Uncertainty on the [0, 1] scale of an error rate: entropies and mutual information (nats) divided by
+    ``log C``; ``max_softmax`` and ``variance`` are already in [0, 1]."""
+    if measure in ENTROPY_MEASURES:
+        return u / math.log(num_classes)
+    return u
+
+
+def read_shifts(path: str | os.PathLike) -> dict[str, str]:
+    """``{case: shift}`` from a CSV with columns ``case`` and ``shift``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"shift table not found: {path}")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or not {"case", "shift"} <= set(reader.fieldnames):
+            raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {reader.fieldnames}")
+        return {row["case"]: row["shift"] for row in reader}

@@ -1,0 +1,255 @@
+"""Running an evaluation: a shard of cases with per-case resume (:func:`evaluate_shard`), their cohort state in
+case-id order (:func:`assemble_state`), and the whole of ``monai-unc evaluate`` on one process or under ``torchrun``
+(:func:`run_evaluate`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..distributed import (
+    CaseFailure,
+    CasesFailed,
+    broadcast_object,
+    check_each_case_once,
+    check_same_cases,
+    error_line,
+    failure_reporter,
+    gather_objects,
+    get_dist_context,
+    shard,
+    sync_errors,
+    write_failures,
+)
+from ..io import CaseError, CaseFiles, clean_partial_files, load_case, match_cases
+from ..metrics.calibration import ConfidenceHistogram
+from .case import CaseResult, evaluate_case
+from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
+from .config import STATE_DIR, EvaluationConfig
+from .resume import CASES_DIR, case_fingerprint, load_case_state, save_case_state
+
+__all__ = ["evaluate_shard", "assemble_state", "evaluate_cases", "run_evaluate"]
+
+
+def evaluate_shard(
+    cases: Sequence[CaseFiles],
+    config: EvaluationConfig,
+    *,
+    cache: str | os.PathLike | None = None,
+    failures: list[tuple[str, BaseException]] | None = None,
+    on_failure: Any = None,
+    progress: bool = False,
+    desc: str = "evaluate",
+) -> list[tuple[CaseResult, CaseFiles, int]]:
+    """Evaluate ``cases`` one by one: ``[(result, files, num_classes)]`` in the order given.
+
+    With ``cache`` (a folder), a case whose saved state matches its :func:`case_fingerprint` is loaded instead of
+    recomputed, and every computed case is saved there (resume after an interruption or a failure). With
+    ``failures`` (a list), a case that raises is appended as ``(case_id, exception)``, ``on_failure(case_id,
+    exception)`` is called, and the loop goes on; otherwise the first error propagates. Cases are loaded with
+    ``config.num_classes`` only: agreement on the number of classes across cases is checked by
+    :func:`assemble_state`, so that shards evaluated apart give the same verdict as one process.
+    """
+    config.validate()
+    out = []
+    bar = tqdm(cases, desc=desc, unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    for files in bar:
+        bar.set_postfix_str(files.case_id)
+        try:
+            fp = case_fingerprint(files, config) if cache is not None else None
+            got = load_case_state(cache, files.case_id, fp) if cache is not None else None  # type: ignore[arg-type]
+            if got is None:
+                loaded = load_case(files, config.num_classes)
+                n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
+                assert n_cls is not None
+                result = evaluate_case(loaded, config)
+                if cache is not None:
+                    save_case_state(cache, result, fp, int(n_cls))  # type: ignore[arg-type]
+                got = (result, int(n_cls))
+        except Exception as e:  # an interrupt (KeyboardInterrupt) is not an Exception and stops the run
+            if failures is None:
+                raise
+            failures.append((files.case_id, e))
+            if on_failure is not None:
+                on_failure(files.case_id, e)
+            continue
+        out.append((got[0], files, got[1]))
+    return out
+
+
+def assemble_state(
+    results: Iterable[tuple[CaseResult, CaseFiles, int]],
+    n_fine_bins: int,
+    failures: list[tuple[str, BaseException]] | None = None,
+) -> CohortState | None:
+    """The :class:`CohortState` of per-case results, added in case-id order whatever order (or shard) they came
+    in, so the pooled float64 sums are the same bits as for one process. The number of classes is that of the
+    first case; a case with another number raises a ``CaseError`` or, with ``failures``, is appended there.
+    Returns None when no case is left."""
+    state: CohortState | None = None
+    for result, files, n_cls in sorted(results, key=lambda t: str(t[0].row["case"])):
+        cid = str(result.row["case"])
+        if state is None:
+            state = CohortState(int(n_cls), n_fine_bins)
+        elif n_cls != state.num_classes:
+            err = CaseError(f"case {cid!r} has {n_cls} classes, the cohort {state.num_classes}")
+            if failures is None:
+                raise err
+            failures.append((cid, err))
+            continue
+        state.add(result, files)
+    return state
+
+
+def evaluate_cases(
+    cases: Sequence[CaseFiles],
+    config: EvaluationConfig,
+    progress: bool = False,
+    desc: str = "evaluate",
+    cache: str | os.PathLike | None = None,
+) -> CohortState:
+    """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order); the first
+    failing case raises. ``cache``: per-case resume folder (:func:`evaluate_shard`)."""
+    state = assemble_state(evaluate_shard(cases, config, cache=cache, progress=progress, desc=desc),
+                           config.n_fine_bins)
+    if state is None:
+        raise ValueError("no case to evaluate")
+    return state
+
+
+def _pack(result: CaseResult, files: CaseFiles, n_cls: int) -> dict[str, Any]:
+    """A per-case result as plain picklable data (numpy histogram state) for the gather to rank 0."""
+    return {"row": result.row, "warnings": result.warnings, "num_classes": n_cls, "files": files.to_json(),
+            "histogram": None if result.histogram is None else result.histogram.state_dict()}
+
+
+def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
+    hist = None
+    if d["histogram"] is not None:
+        st = d["histogram"]
+        hist = ConfidenceHistogram(int(st["num_classes"]), int(st["n_fine_bins"]), per_case=True).load_state_dict(st)
+    return CaseResult(d["row"], hist, d["warnings"]), CaseFiles.from_json(d["files"]), int(d["num_classes"])
+
+
+def run_evaluate(
+    labels: str | os.PathLike,
+    predictions: str | os.PathLike,
+    output: str | os.PathLike,
+    config: EvaluationConfig,
+    *,
+    layout: str = "monai-unc",
+    uncertainty: str | os.PathLike | None = None,
+    images: str | os.PathLike | None = None,
+    measures: Iterable[str] | None = None,
+    seg_suffix: str | None = None,
+    probs_suffix: str | None = None,
+    allow_missing: bool = False,
+    progress: bool = False,
+    resume: bool = True,
+    dist: Any = None,
+    on_failure: Any = None,
+) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
+    """Match, evaluate, summarise and write (the whole of ``monai-unc evaluate``), on one process or on every rank
+    of a process group (``torchrun``; see docs/distributed.md).
+
+    Every rank matches the cases (they must agree), evaluates its shard (:func:`monai_unc.distributed.shard`:
+    sorted case ids, round-robin) and, with ``resume``, saves each case's row and histogram under
+    ``<output>/state/cases/`` (a rerun reuses cases whose inputs and per-case options are unchanged, see
+    :func:`case_fingerprint`). The per-case results are gathered to rank 0, which adds them in case-id order
+    (:func:`assemble_state`, so every cohort number equals the single-process one bit for bit), summarises and writes
+    ``metrics.csv`` / ``summary.json`` / ``state/``; the summary and paths are broadcast. Returns ``(state, summary,
+    paths)``; ``state`` is None on ranks other than 0.
+
+    A case that raises does not stop the others: ``on_failure(CaseFailure)`` is called on its rank (default: one
+    stderr line with the case id), rank 0 writes ``failures.json`` instead of the cohort files, and every rank raises
+    :class:`~monai_unc.distributed.CasesFailed` (a ``CaseError``) at the end; the finished cases stay saved, so the
+    same call resumes after the bad cases are fixed. Errors before the per-case loop (bad folders, options) raise
+    on every rank.
+
+    Args:
+        resume: keep and reuse per-case states (``False``: evaluate every case, save nothing per case).
+        dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
+            which joins the initialised process group or creates one from torchrun's environment; it stays up).
+    """
+    ctx = dist if dist is not None else get_dist_context()
+    return _run_evaluate(ctx, Path(output), config, resume, progress, on_failure, dict(
+        labels=labels, predictions=predictions, layout=layout, uncertainty=uncertainty, images=images,
+        measures=list(measures) if measures else None, seg_suffix=seg_suffix, probs_suffix=probs_suffix,
+        allow_missing=allow_missing,
+    ))  # fmt: skip
+
+
+def _run_evaluate(
+    ctx: Any, output: Path, config: EvaluationConfig, resume: bool, progress: bool, on_failure: Any,
+    match_kwargs: dict[str, Any],
+) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
+    cache = output / STATE_DIR / CASES_DIR if resume else None
+    cases: list[CaseFiles] = []
+    err: BaseException | None = None
+    try:
+        config.validate()
+        cases = match_cases(**match_kwargs)
+        if config.shifts is not None:
+            unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
+            if unknown:
+                raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
+        config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after the evaluation
+        if ctx.is_main and cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            clean_partial_files(cache)
+    except Exception as e:
+        err = e
+    sync_errors(err, ctx)
+    ids = [c.case_id for c in cases]
+    check_same_cases(ids, ctx)
+    failed = failure_reporter(ctx, "monai-unc evaluate", on_failure)
+
+    mine = shard(cases, ctx.rank, ctx.world_size, key=lambda c: c.case_id)
+    local_failures: list[tuple[str, BaseException]] = []
+    payload: list[dict[str, Any]] = []
+    err = None
+    try:
+        desc = f"evaluate ({ctx.describe()})" if ctx.distributed else "evaluate"
+        results = evaluate_shard(mine, config, cache=cache, failures=local_failures, on_failure=failed,
+                                 progress=progress and ctx.is_main, desc=desc)
+        payload = [_pack(*r) for r in results] if ctx.distributed else []
+    except Exception as e:  # not a per-case error (those are collected)
+        err = e
+    sync_errors(err, ctx)
+    mine_failed = [CaseFailure(c, ctx.rank, error_line(e)) for c, e in local_failures]
+    gathered = gather_objects((payload, mine_failed), ctx)
+    outcome: Any = None
+    state: CohortState | None = None
+    err = None
+    if ctx.is_main:
+        try:
+            assert gathered is not None
+            every = results if not ctx.distributed else [_unpack(d) for part, _ in gathered for d in part]
+            failures = [f for _, fs in gathered for f in fs]
+            check_each_case_once([str(r[0].row["case"]) for r in every] + [f.case for f in failures], ids)
+            late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
+            state = assemble_state(every, config.n_fine_bins, late)
+            for c, e in late:
+                failed(c, e)
+                failures.append(CaseFailure(c, 0, error_line(e)))
+            write_failures(output / "failures.json", failures, "monai-unc evaluate")
+            if failures:
+                remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
+                outcome = ("failed", failures)
+            else:
+                assert state is not None
+                summary = summarize(state, config)
+                paths = write_evaluation(state, summary, output, config)
+                outcome = ("ok", summary, paths)
+        except Exception as e:
+            err = e
+    sync_errors(err, ctx)
+    outcome = broadcast_object(outcome, ctx)
+    if outcome[0] == "failed":
+        raise CasesFailed(outcome[1])
+    return state, outcome[1], outcome[2]

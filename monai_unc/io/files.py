@@ -1,0 +1,225 @@
+"""Writing files so that an interrupted run never leaves a half-written one, and JSON that strict parsers read.
+
+Every writer of the package goes through :func:`atomic_path`: the file is written under a hidden temporary name
+in the same folder (``.<stem>.partial<ext>``, the extension kept so that NIfTI / NumPy / torch writers pick the
+right format) and renamed into place with :func:`os.replace`, which is atomic on one file system. A run killed
+mid-write leaves only a ``.*.partial*`` file, which :func:`clean_partial_files` removes on the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+import torch
+
+__all__ = [
+    "KNOWN_EXTENSIONS",
+    "partial_path",
+    "atomic_path",
+    "atomic_write",
+    "atomic_write_text",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_save_npz",
+    "atomic_torch_save",
+    "save_nifti",
+    "save_probabilities",
+    "json_safe",
+    "json_default",
+    "check_output_folder",
+    "clean_partial_files",
+]
+
+#: multi-part extensions kept whole in temporary names (longest first)
+KNOWN_EXTENSIONS = (".nii.gz", ".nii", ".npz", ".npy", ".pt", ".pth", ".json", ".csv", ".html", ".png", ".pkl")
+
+
+def partial_path(path: str | os.PathLike) -> Path:
+    """The temporary name :func:`atomic_path` writes ``path`` under: ``.<stem>.partial<ext>`` in the same folder.
+
+    ``ext`` is the file's known extension (:data:`KNOWN_EXTENSIONS`, e.g. ``.nii.gz``) so that writers which pick
+    the format from the name (nibabel, ``numpy.savez``) write the right one; other names get ``.<name>.partial``.
+    """
+    path = Path(path)
+    name = path.name
+    for ext in KNOWN_EXTENSIONS:
+        if name.endswith(ext) and len(name) > len(ext):
+            return path.with_name(f".{name[: -len(ext)]}.partial{ext}")
+    return path.with_name(f".{name}.partial")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Context manager yielding a temporary path to write ``path`` under; on a clean exit the temporary file is
+    renamed to ``path`` (creating the parent folder first), on an exception it is removed and nothing is renamed.
+
+    >>> with atomic_path(out / "x.npz") as tmp:  # doctest: +SKIP
+    ...     np.savez(tmp, a=a)
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = partial_path(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
+    """Call ``write(tmp)`` to write the file under a temporary name, then rename it to ``path``; returns ``path``."""
+    with atomic_path(path) as tmp:
+        write(tmp)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2, digits: int | None = None) -> Path:
+    """Write ``json_safe(obj)`` as strict JSON (no bare NaN / Infinity: they become ``null``) with a final newline."""
+    text = json.dumps(json_safe(obj, digits), indent=indent, allow_nan=False)
+    return atomic_write_text(path, text + "\n")
+
+
+def atomic_save_npz(path: str | os.PathLike, arrays: Mapping[str, Any], compressed: bool = False) -> Path:
+    """``numpy.savez`` (or ``savez_compressed``) through a temporary file and a rename; ``path`` ends in ``.npz``."""
+    if not str(path).endswith(".npz"):
+        raise ValueError(f"path must end in .npz, got {path}")
+    save = np.savez_compressed if compressed else np.savez
+    return atomic_write(path, lambda tmp: save(tmp, **arrays))
+
+
+def atomic_torch_save(path: str | os.PathLike, obj: Any) -> Path:
+    """``torch.save`` through a temporary file and a rename."""
+    return atomic_write(path, lambda tmp: torch.save(obj, tmp))
+
+
+def _check_nifti_name(path: Path) -> None:
+    if not path.name.endswith((".nii", ".nii.gz")):
+        raise ValueError(f"path must end in .nii or .nii.gz, got {path}")
+
+
+def _to_numpy(data: np.ndarray | torch.Tensor) -> np.ndarray:
+    if isinstance(data, torch.Tensor):
+        data = (data.as_tensor() if hasattr(data, "as_tensor") else data).detach().cpu().numpy()
+    return np.asarray(data)
+
+
+def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
+    """Write a 3D map (or ``(1, X, Y, Z)`` / ``(1, 1, X, Y, Z)``) with ``affine`` (voxel -> world, mm).
+
+    The file is written under a temporary name in the same folder and renamed into place.
+    Integer arrays are stored as int16/int32, floating arrays as float32.
+    """
+    arr = _to_numpy(data)
+    while arr.ndim > 3 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 3:
+        raise ValueError(f"data must be a 3D volume (after dropping leading singleton axes), got shape {arr.shape}")
+    affine = np.asarray(affine, dtype=np.float64)
+    if affine.shape != (4, 4):
+        raise ValueError(f"affine must be 4x4, got {affine.shape}")
+    if np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool:
+        arr = arr.astype(np.int16 if arr.max(initial=0) < 2**15 else np.int32)
+    else:
+        arr = arr.astype(np.float32)
+    path = Path(path)
+    _check_nifti_name(path)
+    return atomic_write(path, lambda tmp: nib.save(nib.Nifti1Image(arr, affine), str(tmp)))
+
+
+def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
+    """Write probabilities ``(C, X, Y, Z)`` as a 4D float32 NIfTI ``(X, Y, Z, C)`` through a temporary file and
+    a rename (as :func:`save_nifti` does for 3D maps)."""
+    arr = _to_numpy(probs)
+    while arr.ndim > 4 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 4:
+        raise ValueError(f"probs must be (C, X, Y, Z), got shape {arr.shape}")
+    path = Path(path)
+    _check_nifti_name(path)
+    image = nib.Nifti1Image(np.moveaxis(arr.astype(np.float32), 0, -1), np.asarray(affine, dtype=np.float64))
+    return atomic_write(path, lambda tmp: nib.save(image, str(tmp)))
+
+
+def json_safe(x: Any, digits: int | None = None) -> Any:
+    """``x`` with plain Python types only, for ``json.dumps``: NaN/inf -> None, numpy scalars and arrays -> Python
+    numbers and lists, tuples -> lists, paths -> strings; floats rounded to ``digits`` significant digits when
+    given."""
+    if isinstance(x, dict):
+        return {(k.item() if isinstance(k, np.generic) else k): json_safe(v, digits) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v, digits) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_safe(x.tolist(), digits)
+    if isinstance(x, torch.Tensor):
+        return json_safe(x.detach().cpu().tolist(), digits)
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (np.floating, float)):
+        f = float(x)
+        if not math.isfinite(f):
+            return None
+        return float(f"{f:.{digits}g}") if digits is not None else f
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, os.PathLike):
+        return os.fspath(x)
+    return x
+
+
+def json_default(o: Any) -> Any:
+    """``default=`` for ``json.dumps`` that turns numpy scalars and arrays into Python numbers and lists and keeps
+    NaN as is (Python's ``NaN`` literal): for the package's own state files, which must round-trip NaN exactly.
+    Files meant for other readers use :func:`json_safe` / :func:`atomic_write_json` instead (strict JSON)."""
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def check_output_folder(output: str | os.PathLike, *inputs: str | os.PathLike | None) -> Path:
+    """Refuse an output folder that is, or lies inside, one of the input folders (inputs are never written)."""
+    out = Path(output).resolve()
+    for inp in inputs:
+        if inp is None:
+            continue
+        src = Path(inp).resolve()
+        if out == src or src in out.parents:
+            raise ValueError(
+                f"output folder {output} lies inside the input folder {inp}; choose an output outside it "
+                "(inputs are never written to)"
+            )
+    return out
+
+
+def clean_partial_files(folder: str | os.PathLike) -> int:
+    """Remove ``.*.partial*`` files left by an interrupted run; returns how many were removed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0
+    n = 0
+    for p in folder.iterdir():
+        if p.is_file() and p.name.startswith(".") and ".partial" in p.name:
+            p.unlink()
+            n += 1
+    return n

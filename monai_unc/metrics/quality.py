@@ -1,0 +1,520 @@
+"""Label-free per-case quality estimates from stochastic segmentations (no ground truth needed).
+
+Every estimate here looks only at the model's own predictions: how much its samples agree with each other and
+with their consensus, or how confident the mean prediction is in its own argmax. Case-level QC ranks cases by
+them (higher agreement = likely better segmentation) and :func:`monai_unc.metrics.selective.risk_controlled_threshold`
+turns ``1 - estimate`` (or the CV, which is already an uncertainty) into a referral threshold with a guarantee.
+
+Notation: samples ``p_s`` ``(S, B, C, *spatial)`` (probabilities, e.g. ``keep_samples=True`` of an inferer),
+their segmentations ``A_s = argmax_c p_s`` and per-class masks ``A_s^c = [A_s = c]``; the mean prediction
+``pbar = mean_s p_s`` (the inferer's ``pred``) and its segmentation ``R = argmax_c pbar``. For two masks,
+``Dice(X, Y) = 2 |X & Y| / (|X| + |Y|)``. Every estimate is reported per class (``c = 1 .. C-1``, or ``0 .. C-1``
+with ``include_background=True``) and for the foreground (``label > 0``: the union of the non-background classes).
+
+=====================  ================================================================  ========================
+estimate               formula (per case, per class or foreground)                        needs
+=====================  ================================================================  ========================
+``pairwise_dice``      mean over pairs ``s < t`` of ``Dice(A_s, A_t)``                     ``keep_samples``
+``dice_to_mean``       mean over ``s`` of ``Dice(A_s, R)`` (Roy et al. 2018)               ``keep_samples`` (or
+                                                                                          two passes, below)
+``sample_iou``         ``|A_1 & ... & A_S| / |A_1 | ... | A_S|`` (Roy et al. 2018)         streaming
+``volume_cv``          ``std_s V_s / mean_s V_s``, ``V_s = |A_s|`` (or ``sum p_s``)          streaming
+``expected_dice``      ``2 sum pbar [R = c] / (sum pbar + |R = c|)``                       ``SampleStats`` (pred)
+=====================  ================================================================  ========================
+
+The first four are agreement measures from Roy, Conjeti, Navab and Wachinger, "Inherent brain segmentation
+quality control from fully convnet Monte Carlo sampling" (MICCAI 2018; cited by RETINA, seed 002): Dice agreement
+of the MC samples with the final segmentation, IoU of the MC samples, and the coefficient of variation (CV) of
+the structure volume. ``volume_cv`` is the CV of the per-sample *volumes*; MONAI's ``TestTimeAugmentation``
+returns a "volume variation coefficient" ``vvc`` computed as ``std / mean`` over every voxel of every sample
+pooled, which is a different number (it mixes spatial and sample variation). ``volume_cv`` is an uncertainty
+(larger = worse); the Dice / IoU estimates are qualities in [0, 1] (larger = better).
+
+``expected_dice`` needs only the mean probabilities, so it works from :class:`~monai_unc.stats.SampleStats`
+(``expected_dice(stats.mean)``) or from a single deterministic softmax. If the true label of each voxel were
+drawn independently from ``pbar``, the expected overlap with ``R`` would be ``sum_x pbar_c(x) [R(x) = c]`` and
+the expected true volume ``sum_x pbar_c(x)``; the estimate is the ratio of these expectations (the soft Dice of
+``pbar`` against its own argmax), which approximates the expected Dice for structures of many voxels.
+
+Streaming (memory independent of ``S``): :class:`StreamingQuality` takes one sample at a time and keeps
+
+- per-sample volumes ``|A_s^c|`` (and soft volumes ``sum_x p_s[c]``): ``S x B x (C + 1)`` numbers, exact CV with
+  any ``ddof`` (running sums of ``V`` and ``V^2`` would do as well);
+- a running bitwise AND and OR of ``1 << A_s`` per voxel (bit ``c`` set = every / some sample chose ``c``), plus a
+  running AND of the foreground: exact ``sample_iou`` for every class with two integers and a bool per voxel;
+- per-sample intersections ``|A_s^c & R^c|`` with a reference ``R`` fixed *before* the samples are seen: exact
+  ``dice_to_mean`` when ``R`` is the argmax of the mean from a first pass (replay the same samples, e.g. the
+  inferer's ``seed=``), or, in one pass, the Dice of each sample against the deterministic prediction.
+
+``pairwise_dice`` cannot be streamed exactly (each pair has its own denominator). The per-voxel vote counts
+``n_c(x) = #{s : A_s(x) = c}`` give the pooled version ``sum_x n_c (n_c - 1) / ((S - 1) sum_s |A_s^c|)`` (ratio of
+the pair sums instead of the mean of the pair ratios) in one pass with one integer per voxel and class.
+
+Empty masks: the Dice or IoU of two empty masks is 0/0; both agree that the structure is absent, so the result is
+``empty_score`` (default 1.0, the convention of the GED distance, DESIGN.md). A CV with mean volume 0 is undefined:
+NaN with a ``UserWarning``. Shapes: results are ``(B,)`` (foreground) and ``(B, K)`` (per class) float64, numpy
+or torch following the input. Counts accumulate in int64 / float64.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from .._utils import ArrayLike, check_labels, check_probabilities, like_input, to_tensor
+from ..keys import UncertaintyKeys
+
+__all__ = [
+    "QualityScores",
+    "StreamingQuality",
+    "pairwise_dice",
+    "dice_to_mean",
+    "sample_iou",
+    "volume_cv",
+    "expected_dice",
+    "quality_estimates",
+    "QUALITY_ESTIMATES",
+]
+
+K = UncertaintyKeys
+
+#: names of the estimates :func:`quality_estimates` returns (``volume_cv`` is an uncertainty, the rest qualities)
+QUALITY_ESTIMATES = ("expected_dice", "pairwise_dice", "dice_to_mean", "sample_iou", "volume_cv")
+
+# float32 matrix products of 0/1 values are exact while every partial sum stays below 2^24
+_EXACT_F32 = 1 << 23
+
+
+class QualityScores(NamedTuple):
+    """Per-case quality estimate: ``foreground`` ``(B,)`` and ``per_class`` ``(B, K)``.
+
+    Column ``j`` of ``per_class`` is class ``j + 1`` (``include_background=False``, the default) or class ``j``
+    (``include_background=True``). Float64, in the library (and device) of the input.
+    """
+
+    foreground: ArrayLike
+    per_class: ArrayLike
+
+
+# ---------------------------------------------------------------------------------------------- input handling
+
+
+def _probs_samples(samples: Any, validate: bool) -> torch.Tensor:
+    s = to_tensor(samples, "samples")
+    if s.ndim < 4:
+        raise ValueError(
+            f"samples must have shape (S, B, C, *spatial) with at least one spatial axis, got {tuple(s.shape)}"
+        )
+    if validate:
+        check_probabilities(s, "samples", channel_dim=2, min_ndim=4)
+    elif s.shape[2] < 2:
+        raise ValueError(f"samples must have at least 2 classes along dim 2, got shape {tuple(s.shape)}")
+    return s
+
+
+def _probs(probs: Any, validate: bool) -> torch.Tensor:
+    p = to_tensor(probs, "probs")
+    if p.ndim < 3:
+        raise ValueError(f"probs must have shape (B, C, *spatial), got {tuple(p.shape)}")
+    if validate:
+        check_probabilities(p, "probs")
+    elif p.shape[1] < 2:
+        raise ValueError(f"probs must have at least 2 classes along dim 1, got shape {tuple(p.shape)}")
+    return p
+
+
+def _reference(reference: Any, batch_spatial: tuple[int, ...], num_classes: int, device: torch.device) -> torch.Tensor:
+    r = to_tensor(reference, "reference").to(device)
+    if r.ndim == len(batch_spatial) + 1 and r.shape[1] == 1:
+        r = r[:, 0]
+    if tuple(r.shape) != batch_spatial:
+        raise ValueError(
+            f"reference must be a label map of shape (B, *spatial) or (B, 1, *spatial) with (B, *spatial) = "
+            f"{batch_spatial}, got {tuple(r.shape)}"
+        )
+    return check_labels(r, "reference", num_classes=num_classes)
+
+
+def _argmax(p: torch.Tensor, dim: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """Index of the largest class along ``dim`` (ties go to the lower index, as ``torch.argmax``), as ``dtype``.
+
+    One comparison pass per class: several times faster than ``torch.argmax`` over a short middle axis on CPU.
+    """
+    best = p.select(dim, 0)
+    idx = torch.zeros(best.shape, dtype=dtype, device=p.device)
+    for c in range(1, p.shape[dim]):
+        v = p.select(dim, c)
+        idx.masked_fill_(v > best, c)
+        best = torch.maximum(best, v)
+    return idx
+
+
+def _classes(num_classes: int, include_background: bool) -> list[int]:
+    return list(range(0 if include_background else 1, num_classes))
+
+
+def _counts(seg: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Voxels per class of label maps ``(N, *spatial)`` -> ``(N, C)`` int64 (one bincount)."""
+    n = seg.shape[0]
+    flat = seg.reshape(n, -1) + num_classes * torch.arange(n, device=seg.device).unsqueeze(1)
+    return torch.bincount(flat.reshape(-1), minlength=n * num_classes).reshape(n, num_classes)
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor, empty_score: float, what: str) -> torch.Tensor:
+    """``num / den`` in float64 with ``empty_score`` where ``den == 0`` (and a warning if that is NaN)."""
+    num = num.to(torch.float64)
+    den = den.to(torch.float64)
+    empty = den == 0
+    out = torch.where(empty, torch.full_like(num, empty_score), num / torch.where(empty, torch.ones_like(den), den))
+    if math.isnan(empty_score) and bool(empty.any()):
+        warnings.warn(f"{what}: {int(empty.sum())} comparison(s) of two empty masks gave NaN (empty_score=nan)",
+                      UserWarning, stacklevel=3)
+    return out
+
+
+def _split(values: torch.Tensor, classes: list[int], reference: Any) -> QualityScores:
+    """``values`` ``(B, C + 1)`` (last column = foreground) -> QualityScores in the reference's library."""
+    return QualityScores(like_input(values[:, -1].contiguous(), reference),
+                         like_input(values[:, classes].contiguous(), reference))
+
+
+def _masks(seg: torch.Tensor, num_classes: int) -> list[torch.Tensor]:
+    """Boolean masks of classes ``0 .. C-1`` and of the foreground (last) for label maps of any shape."""
+    return [seg == c for c in range(num_classes)] + [seg > 0]
+
+
+# ---------------------------------------------------------------------------------------------- batch estimates
+
+
+def pairwise_dice(
+    samples: ArrayLike, include_background: bool = False, empty_score: float = 1.0, validate: bool = True
+) -> QualityScores:
+    """Mean pairwise Dice of the sample segmentations (Roy et al. 2018's agreement between MC samples).
+
+    ``q = 2 / (S (S - 1)) sum_{s < t} Dice(A_s, A_t)`` with ``A_s = argmax_c p_s``; per class and for the
+    foreground (``A_s > 0``). Needs the samples (``keep_samples=True``); see the module docstring for the pooled
+    streaming variant.
+
+    Args:
+        samples: ``(S, B, C, *spatial)`` probabilities, ``S >= 2``.
+        include_background: also report class 0 in ``per_class``.
+        empty_score: value of a pair of empty masks (default 1.0: both agree the structure is absent).
+        validate: check that ``samples`` are probabilities (one extra pass).
+
+    Returns:
+        :class:`QualityScores` in [0, 1]; with ``S = 1`` there is no pair: NaN with a ``UserWarning``.
+
+    The pair intersections ``|A_s & A_t|`` are one Gram matrix per case and class (a float32 matrix product of
+    0/1 masks in blocks of 2^23 voxels, which is exact, summed in float64).
+    """
+    s = _probs_samples(samples, validate)
+    n_s, b, c = s.shape[:3]
+    classes = _classes(c, include_background)
+    if n_s < 2:
+        warnings.warn("pairwise_dice: a single sample has no pair; the agreement is undefined (NaN)", UserWarning,
+                      stacklevel=2)
+        nan = torch.full((b, c + 1), float("nan"), dtype=torch.float64, device=s.device)
+        return _split(nan, classes, samples)
+    # (B, S, N), one byte per voxel and sample
+    seg = _argmax(s, 2, torch.uint8 if c <= 255 else torch.int64).reshape(n_s, b, -1).transpose(0, 1).contiguous()
+    n_vox = seg.shape[-1]
+    iu = torch.triu_indices(n_s, n_s, offset=1, device=s.device)
+    out = torch.empty((b, c + 1), dtype=torch.float64, device=s.device)
+    for j in range(c + 1):  # classes 0 .. C-1, then the foreground
+        gram = torch.zeros((b, n_s, n_s), dtype=torch.float64, device=s.device)
+        for start in range(0, n_vox, _EXACT_F32):
+            block = seg[..., start:start + _EXACT_F32]
+            m = (block == j if j < c else block > 0).to(torch.float32)  # (B, S, n)
+            gram += torch.bmm(m, m.transpose(1, 2)).to(torch.float64)
+        size = torch.diagonal(gram, dim1=1, dim2=2)  # (B, S) = |A_s|
+        inter = gram[:, iu[0], iu[1]]
+        den = size[:, iu[0]] + size[:, iu[1]]
+        out[:, j] = _ratio(2 * inter, den, empty_score, "pairwise_dice").mean(dim=1)
+    return _split(out, classes, samples)
+
+
+def _dice_to(seg: torch.Tensor, ref: torch.Tensor, num_classes: int, empty_score: float, what: str) -> torch.Tensor:
+    """Dice of each sample ``seg`` ``(S, B, N)`` against ``ref`` ``(B, N)`` -> ``(S, B, C + 1)``."""
+    n_s, b = seg.shape[:2]
+    size = _counts(seg.reshape(n_s * b, -1), num_classes).reshape(n_s, b, num_classes)
+    ref_size = _counts(ref, num_classes)  # (B, C)
+    # intersections: voxels where the sample agrees with the reference, counted per class (C = "disagree" bin)
+    agree = torch.where(seg == ref.unsqueeze(0), seg, torch.full_like(seg, num_classes))
+    inter = _counts(agree.reshape(n_s * b, -1), num_classes + 1).reshape(n_s, b, num_classes + 1)[..., :num_classes]
+    fg_s, fg_r = seg > 0, ref > 0
+    fg_inter = (fg_s & fg_r.unsqueeze(0)).sum(dim=-1)
+    num = torch.cat([inter, fg_inter.unsqueeze(-1)], dim=-1)
+    den = torch.cat([size + ref_size.unsqueeze(0), (fg_s.sum(-1) + fg_r.sum(-1).unsqueeze(0)).unsqueeze(-1)], dim=-1)
+    return _ratio(2 * num, den, empty_score, what)
+
+
+def dice_to_mean(
+    samples: ArrayLike,
+    reference: ArrayLike | None = None,
+    include_background: bool = False,
+    empty_score: float = 1.0,
+    validate: bool = True,
+) -> QualityScores:
+    """Mean Dice of each sample's segmentation against the mean prediction's (Roy et al. 2018, "Dice agreement").
+
+    ``q = mean_s Dice(A_s, R)`` with ``R = argmax_c mean_s p_s`` (ties go to the lower class index, as
+    ``argmax`` does), per class and for the foreground.
+
+    Args:
+        samples: ``(S, B, C, *spatial)`` probabilities.
+        reference: optional label map ``(B, *spatial)`` or ``(B, 1, *spatial)`` to compare against instead of the
+            argmax of the mean (e.g. the deterministic prediction).
+        include_background, empty_score, validate: as in :func:`pairwise_dice`.
+    """
+    s = _probs_samples(samples, validate)
+    n_s, b, c = s.shape[:3]
+    if reference is None:
+        ref = _argmax(s.sum(dim=0, dtype=torch.float64), 1)  # argmax of the mean
+    else:
+        ref = _reference(reference, (b, *s.shape[3:]), c, s.device)
+    seg = _argmax(s, 2).reshape(n_s, b, -1)
+    d = _dice_to(seg, ref.reshape(b, -1), c, empty_score, "dice_to_mean")
+    return _split(d.mean(dim=0), _classes(c, include_background), samples)
+
+
+def sample_iou(
+    samples: ArrayLike, include_background: bool = False, empty_score: float = 1.0, validate: bool = True
+) -> QualityScores:
+    """IoU of the sample segmentations (Roy et al. 2018): ``|A_1 & ... & A_S| / |A_1 | ... | A_S|``.
+
+    Per class and for the foreground; 1 when every sample draws the same mask. Arguments as in
+    :func:`pairwise_dice`; :class:`StreamingQuality` computes the same value one sample at a time.
+    """
+    s = _probs_samples(samples, validate)
+    n_s, b, c = s.shape[:3]
+    seg = _argmax(s, 2).reshape(n_s, b, -1)
+    masks = _masks(seg, c)
+    inter = torch.stack([m.all(dim=0).sum(dim=-1) for m in masks], dim=-1)
+    union = torch.stack([m.any(dim=0).sum(dim=-1) for m in masks], dim=-1)
+    return _split(_ratio(inter, union, empty_score, "sample_iou"), _classes(c, include_background), samples)
+
+
+def _cv(volumes: torch.Tensor, ddof: int, what: str) -> torch.Tensor:
+    """CV over dim 0 of ``volumes`` ``(S, ...)``: ``std / mean``; NaN with a warning where undefined."""
+    n_s = volumes.shape[0]
+    v = volumes.to(torch.float64)
+    mean = v.mean(dim=0)
+    bad = mean == 0
+    if n_s - ddof <= 0:
+        warnings.warn(f"{what}: {n_s} sample(s) with ddof={ddof} leave no degrees of freedom (NaN)", UserWarning,
+                      stacklevel=3)
+        return torch.full_like(mean, float("nan"))
+    std = (v - mean).pow(2).sum(dim=0).div(n_s - ddof).sqrt()
+    if bool(bad.any()):
+        warnings.warn(f"{what}: {int(bad.sum())} class volume(s) are 0 in every sample; the CV is undefined (NaN)",
+                      UserWarning, stacklevel=3)
+    return torch.where(bad, torch.full_like(mean, float("nan")), std / torch.where(bad, torch.ones_like(mean), mean))
+
+
+def volume_cv(
+    samples: ArrayLike, include_background: bool = False, soft: bool = False, ddof: int = 0, validate: bool = True
+) -> QualityScores:
+    """Coefficient of variation of the structure volume across samples (Roy et al. 2018) -- an *uncertainty*.
+
+    ``CV = std_s V_s / mean_s V_s`` with ``V_s = |A_s^c|`` (voxels with ``argmax p_s = c``; foreground:
+    ``argmax > 0``) or, with ``soft=True``, ``V_s = sum_x p_s[c](x)`` (foreground ``sum_x 1 - p_s[0]``). The CV
+    is scale-free, so voxel spacing cancels. ``ddof=0`` (default) is the population standard deviation, as for
+    the ``variance`` key; ``ddof=1`` the sample standard deviation. 0 when every sample has the same volume; a
+    class absent from every sample gives NaN with a ``UserWarning``. Not MONAI's TTA ``vvc`` (module docstring).
+    """
+    s = _probs_samples(samples, validate)
+    n_s, b, c = s.shape[:3]
+    vol = _volumes(s.reshape(n_s * b, c, -1), soft).reshape(n_s, b, c + 1)
+    return _split(_cv(vol, ddof, "volume_cv"), _classes(c, include_background), samples)
+
+
+def _volumes(p: torch.Tensor, soft: bool) -> torch.Tensor:
+    """Per-class and foreground volumes of probabilities ``(N, C, V)`` -> ``(N, C + 1)`` (int64 or float64)."""
+    c = p.shape[1]
+    if soft:
+        v = p.sum(dim=-1, dtype=torch.float64)
+        return torch.cat([v, (p.shape[-1] - v[:, :1])], dim=1)
+    seg = _argmax(p, 1)
+    counts = _counts(seg, c)
+    return torch.cat([counts, (seg > 0).sum(dim=-1, keepdim=True)], dim=1)
+
+
+def expected_dice(
+    probs: ArrayLike, include_background: bool = False, empty_score: float = 1.0, validate: bool = True
+) -> QualityScores:
+    """Expected Dice of the mean prediction against its own argmax, from the mean probabilities only.
+
+    ``q_c = 2 sum_x pbar_c(x) [R(x) = c] / (sum_x pbar_c(x) + |R = c|)`` with ``R = argmax_c pbar``; foreground:
+    ``pbar_fg = 1 - pbar_0`` and ``R > 0``. This is the soft Dice of ``pbar`` against ``R`` (module docstring):
+    the ratio of the expected overlap and volumes if each voxel's label were drawn from ``pbar``. Works from
+    :class:`~monai_unc.stats.SampleStats` (``expected_dice(stats.mean)``), the inferer's ``pred`` or one softmax.
+
+    Args:
+        probs: ``(B, C, *spatial)`` probabilities.
+        include_background, empty_score, validate: as in :func:`pairwise_dice`.
+    """
+    p = _probs(probs, validate)
+    b, c = p.shape[:2]
+    p = p.reshape(b, c, -1)
+    seg = _argmax(p, 1)  # (B, N)
+    f64 = torch.float64
+    num = torch.empty((b, c + 1), dtype=f64, device=p.device)
+    den = torch.empty((b, c + 1), dtype=f64, device=p.device)
+    for j in range(c + 1):  # one class at a time (memory of one map), sums in float64
+        pj = p[:, j] if j < c else 1.0 - p[:, 0]
+        mask = seg == j if j < c else seg > 0
+        num[:, j] = torch.where(mask, pj, torch.zeros_like(pj)).sum(dim=-1, dtype=f64)
+        den[:, j] = pj.sum(dim=-1, dtype=f64) + mask.sum(dim=-1)
+    q = _ratio(2 * num, den, empty_score, "expected_dice")
+    return _split(q, _classes(c, include_background), probs)
+
+
+def quality_estimates(
+    output: Mapping[str, Any], include_background: bool = False, empty_score: float = 1.0
+) -> dict[str, QualityScores]:
+    """Every available estimate from an inferer's output dict (keyed by :class:`~monai_unc.keys.UncertaintyKeys`).
+
+    ``expected_dice`` comes from ``pred``; ``pairwise_dice`` (at least two samples), ``dice_to_mean``,
+    ``sample_iou`` and ``volume_cv`` need ``samples`` (``keep_samples=True``) and are left out without them.
+    The values follow the library of ``pred``. For referral use an uncertainty: ``1 - q`` for the Dice / IoU
+    estimates, ``volume_cv`` as is.
+    """
+    if not isinstance(output, Mapping) or K.PRED.value not in output:
+        raise ValueError("output must be an inferer's dict with a 'pred' entry (mean probabilities)")
+    kw = {"include_background": include_background}
+    res = {"expected_dice": expected_dice(output[K.PRED.value], empty_score=empty_score, **kw)}
+    samples = output.get(K.SAMPLES.value)
+    if samples is not None:
+        check_probabilities(to_tensor(samples, "samples"), "samples", channel_dim=2, min_ndim=4)
+        if samples.shape[0] >= 2:
+            res["pairwise_dice"] = pairwise_dice(samples, empty_score=empty_score, validate=False, **kw)
+        res["dice_to_mean"] = dice_to_mean(samples, empty_score=empty_score, validate=False, **kw)
+        res["sample_iou"] = sample_iou(samples, empty_score=empty_score, validate=False, **kw)
+        res["volume_cv"] = volume_cv(samples, validate=False, **kw)
+    return res
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+
+
+class StreamingQuality:
+    """One-sample-at-a-time quality estimates (memory independent of the number of samples).
+
+    Keeps per-sample volumes, a running AND / OR of the per-voxel class bit ``1 << A_s`` and a running AND of
+    the foreground, and, if ``reference`` is given, per-sample intersections with it (module docstring).
+    ``volume_cv``, ``sample_iou`` and ``dice_to_reference`` equal the batch functions on the kept samples
+    (``dice_to_reference`` equals :func:`dice_to_mean` when ``reference`` is the argmax of the samples' mean).
+
+    Args:
+        reference: optional label map ``(B, *spatial)`` or ``(B, 1, *spatial)``, fixed before the samples.
+        include_background: report class 0 in ``per_class``.
+        empty_score: value of a comparison of two empty masks.
+        validate: check every update is a probability map.
+
+    Example::
+
+        acc = StreamingQuality(reference=deterministic_pred.argmax(1))
+        for _ in range(20):
+            acc.update(torch.softmax(net(x), 1))         # dropout on
+        acc.volume_cv().foreground, acc.sample_iou().foreground, acc.dice_to_reference().foreground
+    """
+
+    def __init__(
+        self,
+        reference: ArrayLike | None = None,
+        include_background: bool = False,
+        empty_score: float = 1.0,
+        validate: bool = True,
+    ) -> None:
+        self._reference_in = reference
+        self.include_background = bool(include_background)
+        self.empty_score = float(empty_score)
+        self.validate = bool(validate)
+        self.num_classes: int | None = None
+        self._like: Any = None
+        self._shape: tuple[int, ...] | None = None
+        self._ref: torch.Tensor | None = None
+        self._volumes: list[torch.Tensor] = []
+        self._soft: list[torch.Tensor] = []
+        self._inter: list[torch.Tensor] = []
+        self._and: torch.Tensor | None = None
+        self._or: torch.Tensor | None = None
+        self._fg_and: torch.Tensor | None = None
+        self._fg_or: torch.Tensor | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return len(self._volumes)
+
+    def update(self, probs: ArrayLike) -> StreamingQuality:
+        """Add one sample ``(B, C, *spatial)`` of probabilities."""
+        p = _probs(probs, self.validate)
+        b, c = p.shape[:2]
+        if self._shape is None:
+            if c > 63:
+                raise ValueError(f"probs has {c} classes; StreamingQuality supports at most 63 (one bit each)")
+            self._shape, self.num_classes = tuple(p.shape), c
+            # remember only the library of the input (not the array): results follow it
+            self._like = np.empty(0) if isinstance(probs, np.ndarray) else torch.empty(0)
+            if self._reference_in is not None:
+                self._ref = _reference(self._reference_in, (b, *p.shape[2:]), c, p.device).reshape(b, -1)
+        elif tuple(p.shape) != self._shape:
+            raise ValueError(f"probs shape {tuple(p.shape)} does not match earlier samples {self._shape}")
+        flat = p.reshape(b, c, -1)
+        seg = _argmax(flat, 1)  # (B, N)
+        self._volumes.append(_volumes(flat, soft=False))
+        self._soft.append(_volumes(flat, soft=True))
+        # bit c of a per-voxel integer: the narrowest integer type with C bits
+        bit_dtype = next(d for n, d in ((8, torch.uint8), (15, torch.int16), (31, torch.int32), (63, torch.int64))
+                         if c <= n)
+        bits = torch.ones(seg.shape, dtype=bit_dtype, device=seg.device) << seg.to(bit_dtype)
+        fg = seg > 0
+        if self._and is None:
+            self._and, self._or, self._fg_and, self._fg_or = bits, bits.clone(), fg, fg.clone()
+        else:
+            self._and &= bits
+            self._or |= bits
+            self._fg_and &= fg
+            self._fg_or |= fg
+        if self._ref is not None:
+            d = _dice_to(seg.unsqueeze(0), self._ref, c, self.empty_score, "StreamingQuality")[0]
+            self._inter.append(d)
+        return self
+
+    def _require(self) -> None:
+        if not self._volumes:
+            raise ValueError("StreamingQuality is empty: call update() with at least one sample first")
+
+    def _out(self, values: torch.Tensor) -> QualityScores:
+        return _split(values, _classes(self.num_classes, self.include_background), self._like)
+
+    def volume_cv(self, soft: bool = False, ddof: int = 0) -> QualityScores:
+        """CV of the per-sample volumes; equals :func:`volume_cv` on the kept samples."""
+        self._require()
+        vol = torch.stack(self._soft if soft else self._volumes)
+        return self._out(_cv(vol, ddof, "StreamingQuality.volume_cv"))
+
+    def sample_iou(self) -> QualityScores:
+        """IoU of the sample segmentations; equals :func:`sample_iou` on the kept samples."""
+        self._require()
+        c = self.num_classes
+        inter = torch.stack([((self._and >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_and.sum(-1)], -1)
+        union = torch.stack([((self._or >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_or.sum(-1)], -1)
+        return self._out(_ratio(inter, union, self.empty_score, "StreamingQuality.sample_iou"))
+
+    def dice_to_reference(self) -> QualityScores:
+        """Mean over samples of the Dice against ``reference`` (needs ``reference`` at construction)."""
+        self._require()
+        if self._ref is None:
+            raise ValueError("dice_to_reference needs a reference label map passed to StreamingQuality(reference=)")
+        return self._out(torch.stack(self._inter).mean(dim=0))
+
+    def volumes(self, soft: bool = False) -> ArrayLike:
+        """Per-sample volumes in voxels ``(S, B, C + 1)`` (last column: foreground), int64 (float64 if ``soft``)."""
+        self._require()
+        return like_input(torch.stack(self._soft if soft else self._volumes), self._like)

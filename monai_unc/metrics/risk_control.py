@@ -1,0 +1,346 @@
+"""Risk-controlled referral threshold (Geifman & El-Yaniv 2017, selective classification with guaranteed risk;
+Angelopoulos et al. 2021, Learn then Test).
+
+:func:`risk_controlled_threshold` picks, from calibration cases, the acceptance threshold with the largest
+coverage such that, with probability at least ``1 - delta`` over the calibration draw, the selective risk of new
+exchangeable cases that it accepts is at most ``target_risk``. See docs/referral_threshold.md for the math.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy import optimize, special, stats
+
+from .._utils import ArrayLike, case_vector
+
+__all__ = [
+    "RiskControlledThreshold",
+    "risk_controlled_threshold",
+    "clopper_pearson_upper",
+    "hoeffding_bentkus_pvalue",
+    "hoeffding_bentkus_upper",
+]
+
+_RC_METHODS = ("sgr", "ltt")
+
+
+def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta: float) -> np.ndarray | float:
+    """One-sided ``1 - delta`` upper confidence bound on a binomial proportion (Clopper-Pearson).
+
+    The ``b`` that solves ``P(Bin(n, b) <= errors) = delta`` (SGR's ``B*``, Geifman & El-Yaniv 2017), i.e.
+    the ``1 - delta`` quantile of ``Beta(errors + 1, n - errors)``; 1 when ``errors == n`` and, by convention, 1
+    when ``n == 0`` (nothing observed). Vectorised over ``errors`` and ``n``; a float for scalar input.
+    """
+    e = np.asarray(errors, dtype=np.float64)
+    nn = np.asarray(n, dtype=np.float64)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if np.any(e < 0) or np.any(e > nn) or np.any(e != np.round(e)):
+        raise ValueError("errors must be integers in [0, n]")
+    full = e >= nn
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ub = stats.beta.ppf(1.0 - delta, e + 1.0, np.where(full, 1.0, nn - e))
+    ub = np.where(full, 1.0, ub)
+    return float(ub) if ub.ndim == 0 else ub
+
+
+def _bernoulli_kl(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``h1(a, b) = a log(a / b) + (1 - a) log((1 - a) / (1 - b))`` with ``0 log 0 = 0``."""
+    return special.rel_entr(a, b) + special.rel_entr(1.0 - a, 1.0 - b)
+
+
+def hoeffding_bentkus_pvalue(
+    risk_hat: ArrayLike | float, n: ArrayLike | float, alpha: ArrayLike | float
+) -> np.ndarray | float:
+    """Hoeffding-Bentkus p-value for ``H0: E[loss] > alpha`` from the mean ``risk_hat`` of ``n`` losses in [0, 1].
+
+    ``p = min( exp(-n h1(min(risk_hat, alpha), alpha)),  e * P(Bin(n, alpha) <= ceil(n risk_hat)) )`` with
+    ``h1`` the Bernoulli KL divergence (Bates et al. 2021; used by Learn-then-Test, Angelopoulos et al. 2021).
+    Valid for any losses bounded in [0, 1] (not only 0/1). ``n == 0`` gives 1. Vectorised.
+    """
+    r = np.asarray(risk_hat, dtype=np.float64)
+    nn = np.asarray(n, dtype=np.float64)
+    a = np.asarray(alpha, dtype=np.float64)
+    hoeffding = np.exp(-nn * _bernoulli_kl(np.minimum(r, a), a))
+    k = np.ceil(np.round(nn * r, 9))  # n * mean can land a few ulps above an integer
+    bentkus = math.e * stats.binom.cdf(k, nn, a)
+    p = np.where(nn > 0, np.minimum(np.minimum(hoeffding, bentkus), 1.0), 1.0)
+    return float(p) if p.ndim == 0 else p
+
+
+def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
+    """Upper confidence bound from the Hoeffding-Bentkus p-value: ``inf {alpha : p(risk_hat, n, alpha) <= delta}``.
+
+    The p-value decreases in ``alpha`` above ``risk_hat``, so the bound is the root of ``p - delta`` on
+    ``(risk_hat, 1)``, found with ``scipy.optimize.brentq``. 1 when ``risk_hat == 1`` or ``n == 0``.
+    """
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    r = float(risk_hat)
+    if n <= 0 or r >= 1.0:
+        return 1.0
+
+    def f(a: float) -> float:
+        return hoeffding_bentkus_pvalue(r, n, a) - delta
+
+    lo, hi = r, 1.0 - 1e-15
+    if f(hi) > 0:
+        return 1.0
+    return float(optimize.brentq(f, lo, hi, xtol=1e-12, rtol=1e-12))
+
+
+@dataclass(frozen=True)
+class RiskControlledThreshold:
+    """Result of :func:`risk_controlled_threshold`.
+
+    - ``threshold``: accept a new case iff ``uncertainty <= threshold`` (:meth:`accept`). It is the largest float
+      below the smallest *refused* calibration uncertainty (``+inf`` when every case is accepted, ``-inf`` when
+      none is: ``feasible=False``, refer everything).
+    - ``coverage``: fraction of calibration cases accepted; ``n_accepted`` of ``n_calibration``.
+    - ``risk``: empirical selective risk of the accepted calibration cases (NaN when none is accepted).
+    - ``bound``: upper confidence bound on the selective risk at the chosen threshold: SGR's Clopper-Pearson bound
+      at level ``delta / n_candidates`` (valid simultaneously over all candidates), or LTT's Hoeffding-Bentkus
+      bound at the level the chosen candidate was tested at (``<= target_risk``; LTT's guarantee itself is
+      ``risk <= target_risk``). When infeasible: the smallest such bound over the candidates at the levels they
+      were tested at (``> target_risk``), i.e. how far the calibration set is from certifying the target.
+    - ``feasible``: False when no candidate threshold satisfies the target (then ``threshold == -inf``).
+    - ``method``, ``target_risk``, ``delta``, ``n_candidates`` (the number of thresholds tested).
+    """
+
+    threshold: float
+    coverage: float
+    risk: float
+    bound: float
+    feasible: bool
+    method: str
+    target_risk: float
+    delta: float
+    n_accepted: int
+    n_calibration: int
+    n_candidates: int
+
+    def accept(self, uncertainty: ArrayLike) -> ArrayLike:
+        """Boolean mask of the cases to accept (``uncertainty <= threshold``), in the library of the input."""
+        if isinstance(uncertainty, torch.Tensor):
+            return uncertainty <= self.threshold
+        return np.asarray(uncertainty) <= self.threshold
+
+
+def _min_certifiable(alpha: float, delta: float) -> int:
+    """Fewest accepted cases that can certify risk <= alpha at level delta (all losses 0): (1 - alpha)^n <= delta.
+
+    Both the Clopper-Pearson bound ``1 - delta^(1/n)`` and the HB p-value ``(1 - alpha)^n`` need this many, so
+    smaller acceptance sets are never candidates (a data-independent choice that costs no power).
+    """
+    return max(1, math.ceil(math.log(delta) / math.log1p(-alpha) - 1e-9))
+
+
+def _candidate_ranks(m: int, alpha: float, delta: float, n_candidates: int | None) -> np.ndarray:
+    """Ranks ``k`` (accept the k least uncertain cases) tested, ascending; depends only on ``m, alpha, delta``."""
+    lo = _min_certifiable(alpha, delta)
+    if lo > m:
+        return np.zeros(0, dtype=np.int64)
+    if n_candidates is None or n_candidates >= m - lo + 1:
+        return np.arange(lo, m + 1, dtype=np.int64)
+    # from the top, so that a single candidate asks "can every case be accepted?"
+    return np.unique(np.round(np.linspace(m, lo, n_candidates)).astype(np.int64))
+
+
+def _risk_control_batch(
+    uncertainty: np.ndarray,
+    risk: np.ndarray,
+    alpha: float,
+    delta: float,
+    method: str,
+    n_candidates: int | None,
+    with_bound: bool = True,
+    sequence: str = "fallback",
+) -> dict[str, np.ndarray]:
+    """Vectorised core over ``R`` independent calibration sets: ``uncertainty``, ``risk`` ``(R, m)``.
+
+    For rank ``k`` the rule accepts every case with ``u <= u_(k)`` (the k-th smallest; a tie group enters whole),
+    i.e. ``u < t_k`` with ``t_k`` the next larger calibration value (``+inf`` past the last). Returns per row:
+    ``n_accepted`` (0 = infeasible), ``cut`` (``t_k``; ``-inf`` when infeasible), ``loss_sum``, ``bound``,
+    ``n_candidates``. ``with_bound=False`` skips LTT's bound root-finding (NaN; for many-split simulations).
+    """
+    n_rows, m = uncertainty.shape
+    order = np.argsort(uncertainty, axis=1, kind="stable")
+    u = np.take_along_axis(uncertainty, order, axis=1)
+    prefix = np.concatenate([np.zeros((n_rows, 1)), np.cumsum(np.take_along_axis(risk, order, axis=1), axis=1)], 1)
+    ranks = _candidate_ranks(m, alpha, delta, n_candidates)
+    n_cand = ranks.size
+    rows = np.arange(n_rows)[:, None]
+    out = {
+        "n_accepted": np.zeros(n_rows, dtype=np.int64),
+        "cut": np.full(n_rows, -np.inf),
+        "loss_sum": np.zeros(n_rows),
+        "bound": np.ones(n_rows),
+        "n_candidates": np.full(n_rows, n_cand, dtype=np.int64),
+    }
+    if n_cand == 0:
+        # the calibration set is too small to certify the target even with zero observed risk: judge full coverage
+        full = prefix[:, -1]
+        if method == "sgr":
+            out["bound"] = np.asarray(clopper_pearson_upper(np.round(full), np.full(n_rows, m), delta))
+        else:
+            out["bound"] = np.array([hoeffding_bentkus_upper(f / m, m, delta) for f in full])
+        return out
+    # accepted count per candidate: the whole tie group of the k-th smallest value (vectorised searchsorted)
+    v = u[:, ranks - 1]  # (R, K)
+    n_acc = np.stack([np.searchsorted(u[i], v[i], side="right") for i in range(n_rows)])
+    loss = prefix[rows, n_acc]
+    if method == "sgr":
+        ub = clopper_pearson_upper(np.round(loss), n_acc, delta / n_cand)
+        ok = ub <= alpha
+        # the feasible candidate with the largest coverage (n_acc is non-decreasing in k: the last feasible one)
+        any_ok = ok.any(axis=1)
+        last = n_cand - 1 - np.argmax(ok[:, ::-1], axis=1)
+        pick = np.where(any_ok, last, np.argmin(ub, axis=1))
+        bound = ub[np.arange(n_rows), pick]
+    else:
+        pv = hoeffding_bentkus_pvalue(loss / n_acc, n_acc, alpha)
+        # Wiens' fallback procedure over increasing k: candidate j is tested at w_j delta plus the level of
+        # candidate j - 1 if that one was rejected. Fixed-sequence testing is w = (1, 0, ..., 0).
+        w = np.r_[1.0, np.zeros(n_cand - 1)] if sequence == "fixed" else np.full(n_cand, 1.0 / n_cand)
+        levels = np.zeros((n_rows, n_cand))
+        rejected = np.zeros((n_rows, n_cand), dtype=bool)
+        level = np.zeros(n_rows)
+        prev = np.zeros(n_rows, dtype=bool)
+        for j in range(n_cand):
+            level = w[j] * delta + np.where(prev, level, 0.0)
+            prev = (level > 0) & (pv[:, j] <= level)
+            levels[:, j], rejected[:, j] = level, prev
+        any_ok = rejected.any(axis=1)
+        # every rejected H0 is false with probability >= 1 - delta: take the largest coverage among them
+        pick = np.where(any_ok, n_cand - 1 - np.argmax(rejected[:, ::-1], axis=1), 0)
+        bound = np.full(n_rows, np.nan)
+        if with_bound:
+            for i in range(n_rows):
+                js = [pick[i]] if any_ok[i] else range(n_cand)  # infeasible: the best bound at its tested level
+                bound[i] = min(
+                    hoeffding_bentkus_upper(loss[i, j] / n_acc[i, j], int(n_acc[i, j]), levels[i, j])
+                    if levels[i, j] > 0 else 1.0
+                    for j in js
+                )
+    sel_n = n_acc[np.arange(n_rows), pick]
+    out["n_accepted"] = np.where(any_ok, sel_n, 0)
+    cut = np.where(sel_n < m, u[np.arange(n_rows), np.minimum(sel_n, m - 1)], np.inf)
+    out["cut"] = np.where(any_ok, cut, -np.inf)
+    out["loss_sum"] = np.where(any_ok, loss[np.arange(n_rows), pick], 0.0)
+    out["bound"] = bound
+    return out
+
+
+def risk_controlled_threshold(
+    uncertainty_cal: ArrayLike,
+    risk_cal: ArrayLike,
+    target_risk: float,
+    delta: float = 0.1,
+    method: str = "sgr",
+    n_candidates: int | None = 20,
+    sequence: str = "fallback",
+) -> RiskControlledThreshold:
+    """Referral threshold with a statistical guarantee on the selective risk of the accepted cases.
+
+    Returns the acceptance threshold ``tau`` on case uncertainty (accept ``u <= tau``, refer the rest) with the
+    largest calibration coverage among those for which, with probability at least ``1 - delta`` over the draw of
+    the calibration set,
+
+        R(tau) = E[ risk | u <= tau ] <= target_risk          (for a new case exchangeable with the calibration set)
+
+    Candidates are the rules "accept the k least uncertain calibration cases" (a tie group enters whole) for
+    ``n_candidates`` ranks ``k`` spread evenly from the smallest that could certify the target at all
+    (``(1 - target)^k <= delta``) to ``N`` (every rank in that range with ``n_candidates=None``). Conditional on
+    the first refused value, the accepted cases are i.i.d. from the accepted region, so each candidate is a
+    fixed-size test of ``H0_k: R_k > target_risk``:
+
+    - ``"sgr"`` (selection with guaranteed risk, Geifman & El-Yaniv 2017): 0/1 risk (e.g. ``dice < 0.8``);
+      Clopper-Pearson upper bound ``B*(errors, n_k, delta / K)`` of the binomial tail, a union (Bonferroni) bound
+      over the ``K`` candidates; the largest coverage with ``B* <= target_risk`` is returned. (The paper's binary
+      search tests ``log2 N`` thresholds chosen on the data; the union over every candidate is valid as stated.)
+    - ``"ltt"`` (Learn-then-Test, Angelopoulos et al. 2021): any risk in [0, 1] (e.g. ``1 - Dice``); the
+      Hoeffding-Bentkus p-value of each ``H0_k``, tested along the data-independent sequence of increasing
+      coverage with family-wise error <= ``delta``; the largest rejected candidate is returned.
+      ``sequence="fixed"``: fixed-sequence testing (every test at level ``delta``, stop at the first
+      non-rejection). ``sequence="fallback"`` (default): Wiens' fallback procedure, which gives each of the ``K``
+      tests ``delta / K`` and passes the level of a rejected test on to the next, so one noisy small-sample test
+      at the start does not stop the sequence (fixed-sequence testing refers every case in about a third of
+      the calibration draws of a cohort with 2 % failures, a 10 % target and ``delta = 0.1``;
+      docs/referral_threshold.md).
+
+    Args:
+        uncertainty_cal: ``(N,)`` case uncertainty of the calibration cases (larger = referred first).
+        risk_cal: ``(N,)`` per-case risk in [0, 1]; 0/1 for ``"sgr"``.
+        target_risk: the risk level ``alpha`` in (0, 1) to guarantee.
+        delta: allowed probability in (0, 1) that the guarantee fails (over the calibration draw).
+        method: ``"sgr"`` or ``"ltt"``.
+        n_candidates: how many ranks to test (evenly spaced; the grid depends only on ``N``, ``target_risk`` and
+            ``delta``, never on the data). Fewer candidates mean a smaller union penalty for SGR and fewer chances
+            for LTT's sequence to stop on a noisy small-sample test, at the price of a coarser threshold (steps of
+            about ``N / n_candidates`` cases). ``None``: every rank. Default 20.
+        sequence: LTT's multiple-testing procedure: ``"fallback"`` (default) or ``"fixed"`` (ignored by SGR).
+
+    Returns:
+        :class:`RiskControlledThreshold`. When no candidate certifies the target, ``feasible=False``,
+        ``threshold=-inf`` (refer every case), ``coverage=0``, ``risk=NaN``, with a ``UserWarning``.
+
+    Assumes the calibration and future cases are exchangeable (same distribution, same model, same uncertainty
+    definition) and continuous uncertainties (ties are accepted or referred together, which the proof does not
+    cover exactly). See docs/referral_threshold.md.
+    """
+    u = case_vector(uncertainty_cal, "uncertainty_cal")
+    r = case_vector(risk_cal, "risk_cal")
+    if u.shape != r.shape:
+        raise ValueError(f"uncertainty_cal and risk_cal must have the same length, got {u.size} and {r.size}")
+    if method not in _RC_METHODS:
+        raise ValueError(f"method must be one of {_RC_METHODS}, got {method!r}")
+    if r.min() < 0 or r.max() > 1:
+        raise ValueError(f"risk_cal must lie in [0, 1], got values in [{r.min():.4g}, {r.max():.4g}]")
+    if method == "sgr" and not np.isin(r, (0.0, 1.0)).all():
+        raise ValueError(
+            "method='sgr' needs a 0/1 risk_cal (e.g. dice < 0.8); use method='ltt' for a continuous risk in [0, 1]"
+        )
+    for name, val in (("target_risk", target_risk), ("delta", delta)):
+        if isinstance(val, bool) or not isinstance(val, (int, float, np.floating)) or not 0 < float(val) < 1:
+            raise ValueError(f"{name} must be a number in (0, 1), got {val!r}")
+    if n_candidates is not None and (
+        isinstance(n_candidates, bool) or not isinstance(n_candidates, (int, np.integer)) or n_candidates < 1
+    ):
+        raise ValueError(f"n_candidates must be a positive integer or None, got {n_candidates!r}")
+    if sequence not in ("fallback", "fixed"):
+        raise ValueError(f"sequence must be 'fallback' or 'fixed', got {sequence!r}")
+    alpha, delta = float(target_risk), float(delta)
+    res = _risk_control_batch(u[None], r[None], alpha, delta, method, n_candidates, sequence=sequence)
+    n_acc = int(res["n_accepted"][0])
+    m = u.size
+    cut = float(res["cut"][0])
+    feasible = n_acc > 0
+    if not feasible:
+        threshold = -math.inf
+        warnings.warn(
+            f"risk_controlled_threshold: no threshold certifies selective risk <= {alpha:g} with probability "
+            f"{1 - delta:g} on these {m} calibration cases (best bound {float(res['bound'][0]):.4g}); "
+            "refer every case",
+            UserWarning,
+            stacklevel=2,
+        )
+    else:
+        threshold = math.inf if cut == math.inf else float(np.nextafter(cut, -np.inf))
+    return RiskControlledThreshold(
+        threshold=threshold,
+        coverage=n_acc / m,
+        risk=float(res["loss_sum"][0] / n_acc) if feasible else math.nan,
+        bound=float(res["bound"][0]),
+        feasible=feasible,
+        method=method,
+        target_risk=alpha,
+        delta=delta,
+        n_accepted=n_acc,
+        n_calibration=m,
+        n_candidates=int(res["n_candidates"][0]),
+    )

@@ -1,0 +1,481 @@
+"""Temperature scaling fitted on streamed logits, and folded into the network at zero cost (seed 001 Sec. 2.3).
+
+Temperature scaling (Guo et al. 2017) divides the logits ``z`` by a temperature before the softmax:
+``p = softmax(z / t)``. A scalar ``t`` does not change the argmax (the segmentation); a vector ``t`` (one per
+class, "vector scaling" in seed 001) can. Seed 001's protocol, implemented here:
+
+- the temperature is fitted on held-out logits by minimising the NLL or a differentiable ECE (20 bins, bins
+  with fewer than 50 voxels ignored), with RMSprop, learning rate 0.05, starting from ``t = 2``, for at most
+  1000 steps, stopping when no component of ``t`` changes by ``1e-7`` or more in a step;
+- every step sees every voxel: the logits are streamed in chunks (the paper uses 2**26 voxels per chunk on a
+  GPU) and the per-chunk gradients are accumulated in float64 (gradient accumulation), so memory depends on
+  the chunk size and not on the number of voxels.
+
+Gradients are analytic, so no autograd graph is kept (checked against autograd in the tests). With
+``a_c = z_c / t_c`` and ``p = softmax(a)``:
+
+- NLL ``= mean_i [logsumexp(a_i) - a_{i,y_i}]``, ``dNLL/dt_c = mean_i a_{ic} ([y_i = c] - p_{ic}) / t_c``;
+- ECE ``= sum_b |sum_{i in b} (conf_i - correct_i)| / N_kept`` with the bin of each voxel fixed by its
+  current top-label confidence ``conf_i = p_{i,k}`` (``k`` = argmax), so that
+  ``dECE/dt_c = sum_b sign(sum_{i in b}(conf_i - correct_i)) sum_{i in b} dconf_i/dt_c / N_kept`` and
+  ``dconf_i/dt_c = p_{ik} (p_{ic} a_{ic} - [c = k] a_{ik}) / t_c``. This equals
+  :func:`monai_unc.metrics.calibration.ece` (top label, ``n_bins``, ``min_bin_count``) of ``softmax(z / t)``.
+
+Plain RMSprop with a fixed learning rate settles in a limit cycle of amplitude about ``lr`` around the
+optimum (e.g. it oscillates between 0.68 and 0.73 for an optimum of 0.71), so by default the learning rate is
+halved whenever a step increases the loss (``lr_backoff=0.5``; pass ``None`` for the paper's plain RMSprop).
+The returned temperature is the one with the lowest loss seen.
+
+``fold_into(module)`` divides the weights and bias of the layer that produces the logits (the last
+``Conv``/``ConvTranspose``/``Linear``, or the one given) by ``t``, so the saved model is calibrated at no
+extra cost (seed 001, abstract).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._utils import ArrayLike, check_finite, check_labels, like_input, to_tensor
+from .metrics.calibration import ConfidenceHistogram, calibration_metrics, top_label
+
+__all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network"]
+
+_MODES = ("scalar", "vector")
+_LOSSES = ("nll", "ece")
+_FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
+
+Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
+
+
+def _reiterable(x: Any, name: str) -> Callable[[], Iterable[Any]]:
+    """A zero-argument callable returning a fresh iterable of batches for every optimisation step."""
+    if isinstance(x, (np.ndarray, torch.Tensor)):
+        return lambda: (x,)
+    if callable(x):
+        return x
+    if isinstance(x, Iterator):
+        raise TypeError(
+            f"{name} is a one-shot iterator, but every optimisation step streams all voxels again: pass a list, "
+            "a DataLoader, or a zero-argument callable that returns a new iterator"
+        )
+    if isinstance(x, Iterable):
+        return lambda: x
+    raise TypeError(f"{name} must be an array, an iterable of arrays or a callable, got {type(x).__name__}")
+
+
+class TemperatureScaler(nn.Module):
+    """Scalar or vector temperature scaling fitted on streamed logits (seed 001 Sec. 2.3).
+
+    Args:
+        mode: ``"scalar"`` (one ``t``, keeps the argmax) or ``"vector"`` (one ``t_c`` per class).
+        loss: ``"nll"`` or ``"ece"`` (differentiable top-label ECE, ``n_bins`` bins, ``min_bin_count``).
+        num_classes: needed up front for ``mode="vector"`` only if :meth:`transform` is called before
+            :meth:`fit`; otherwise taken from the logits.
+        init_temperature: starting value (seed 001: 2).
+        lr: RMSprop learning rate (seed 001: 0.05).
+        max_steps: at most this many optimisation steps, each a full pass over the data (seed 001: 1000).
+        tol: stop when no component of ``t`` moves by this much in a step (seed 001: 1e-7).
+        chunk_size: voxels per chunk (seed 001: 2**26 on a GPU); the gradient of each step is accumulated over
+            all chunks in float64, so the chunk size changes memory, never the result.
+        n_bins, min_bin_count: binning of ``loss="ece"`` (seed 001: 20 and 50).
+        ignore_index: label value whose voxels are left out (e.g. -1 or 255).
+        lr_backoff: multiply the learning rate by this when a step increases the loss (None: never).
+        min_temperature: lower bound of every ``t_c`` during the optimisation.
+
+    Attributes:
+        temperature: ``(1,)`` or ``(C,)`` float64 buffer.
+        history: per step ``{"step", "loss", "temperature", "lr"}`` (loss at the temperature before the step).
+        converged: whether the step tolerance was reached before ``max_steps``.
+    """
+
+    def __init__(
+        self,
+        mode: str = "scalar",
+        loss: str = "nll",
+        num_classes: int | None = None,
+        init_temperature: float = 2.0,
+        lr: float = 0.05,
+        max_steps: int = 1000,
+        tol: float = 1e-7,
+        chunk_size: int = 1 << 22,
+        n_bins: int = 20,
+        min_bin_count: int = 50,
+        ignore_index: int | None = None,
+        lr_backoff: float | None = 0.5,
+        min_temperature: float = 1e-2,
+    ) -> None:
+        super().__init__()
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        if loss not in _LOSSES:
+            raise ValueError(f"loss must be one of {_LOSSES}, got {loss!r}")
+        if not (math.isfinite(init_temperature) and init_temperature > 0):
+            raise ValueError(f"init_temperature must be positive, got {init_temperature}")
+        if not (lr > 0 and max_steps >= 1 and tol >= 0 and chunk_size >= 1 and n_bins >= 1 and min_bin_count >= 0):
+            raise ValueError("lr, max_steps, chunk_size and n_bins must be positive; tol and min_bin_count >= 0")
+        if lr_backoff is not None and not 0 < lr_backoff < 1:
+            raise ValueError(f"lr_backoff must be in (0, 1) or None, got {lr_backoff}")
+        if num_classes is not None and num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+        self.mode, self.loss = mode, loss
+        self.num_classes = num_classes
+        self.init_temperature = float(init_temperature)
+        self.lr, self.max_steps, self.tol = float(lr), int(max_steps), float(tol)
+        self.chunk_size, self.n_bins, self.min_bin_count = int(chunk_size), int(n_bins), int(min_bin_count)
+        self.ignore_index = ignore_index
+        self.lr_backoff = lr_backoff
+        self.min_temperature = float(min_temperature)
+        size = num_classes if (mode == "vector" and num_classes) else 1
+        self.register_buffer("temperature", torch.full((size,), self.init_temperature, dtype=torch.float64))
+        self.history: list[dict[str, Any]] = []
+        self.converged = False
+
+    # -- applying -------------------------------------------------------------------------------------------------
+    def _t_for(self, num_classes: int) -> torch.Tensor:
+        t = self.temperature
+        if self.mode == "vector" and t.numel() != num_classes:
+            if t.numel() == 1 and not self.history:
+                t = t.expand(num_classes)
+            else:
+                raise ValueError(f"the vector temperature has {t.numel()} classes, the logits {num_classes}")
+        return t
+
+    def transform(self, logits: ArrayLike) -> ArrayLike:
+        """``logits / t`` (broadcast along the class dim 1 for a vector ``t``); numpy in, numpy out."""
+        z = to_tensor(logits, "logits")
+        if not z.is_floating_point():
+            raise TypeError(f"logits must be floating point, got {z.dtype}")
+        if z.ndim < 2:
+            raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
+        t = self._t_for(z.shape[1]).to(device=z.device, dtype=z.dtype)
+        if self.mode == "vector":
+            t = t.view(1, -1, *([1] * (z.ndim - 2)))
+        return like_input(z / t, logits)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.transform(logits)  # type: ignore[return-value]
+
+    # -- fitting --------------------------------------------------------------------------------------------------
+    def _chunks(
+        self, logits: Callable[[], Iterable[Any]], labels: Callable[[], Iterable[Any]], first: bool
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(C, n)`` logits and ``(n,)`` int64 labels, at most ``chunk_size`` voxels each."""
+        n_batches = 0
+        for z_in, y_in in zip(logits(), labels(), strict=True):
+            n_batches += 1
+            z = to_tensor(z_in, "logits")
+            if not z.is_floating_point():
+                raise TypeError(f"logits must be floating point, got {z.dtype}")
+            if z.ndim < 3:
+                raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
+            if z.shape[1] < 2:
+                raise ValueError(f"logits must have at least 2 classes along dim 1, got {tuple(z.shape)}")
+            y = to_tensor(y_in, "labels").to(z.device)
+            spatial = tuple(z.shape[2:])
+            if tuple(y.shape) == (z.shape[0], 1, *spatial):
+                y = y[:, 0]
+            if tuple(y.shape) != (z.shape[0], *spatial):
+                raise ValueError(
+                    f"labels must have shape {(z.shape[0], *spatial)} (or with a channel of 1), got {tuple(y.shape)}"
+                )
+            if first:
+                check_finite(z, "logits")
+            if self.num_classes is None:
+                self.num_classes = int(z.shape[1])
+            elif z.shape[1] != self.num_classes:
+                raise ValueError(f"logits have {z.shape[1]} classes, expected {self.num_classes}")
+            zf = z.reshape(z.shape[0], z.shape[1], -1)
+            yf = y.reshape(y.shape[0], -1)
+            for b in range(zf.shape[0]):
+                zb, yb = zf[b], yf[b]
+                if self.ignore_index is not None:
+                    keep = yb != self.ignore_index
+                    if not bool(keep.all()):
+                        zb, yb = zb[:, keep], yb[keep]
+                if yb.numel() == 0:
+                    continue
+                if first:
+                    yb = check_labels(yb, "labels", int(z.shape[1]))
+                elif yb.dtype != torch.int64:
+                    yb = yb.to(torch.int64)
+                for s in range(0, yb.shape[0], self.chunk_size):
+                    zc = zb[:, s : s + self.chunk_size]
+                    if zc.dtype not in (torch.float32, torch.float64):
+                        zc = zc.float()
+                    yield zc, yb[s : s + self.chunk_size]
+        if n_batches == 0:
+            raise ValueError("no logits to fit on (the iterable of batches is empty)")
+
+    def _pass(
+        self, t: torch.Tensor, logits: Callable[[], Iterable[Any]], labels: Callable[[], Iterable[Any]], first: bool
+    ) -> tuple[float, torch.Tensor, int]:
+        """Loss and gradient w.r.t. ``t`` (float64, shape of ``t``) over all voxels; number of voxels."""
+        n_cls = None
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        grad_sum: torch.Tensor | None = None
+        n_vox = 0
+        ece_state: list[torch.Tensor] | None = None
+        for zc, yc in self._chunks(logits, labels, first):
+            if n_cls is None:
+                n_cls = zc.shape[0]
+                grad_sum = torch.zeros(n_cls, dtype=torch.float64)
+                if self.loss == "ece":
+                    ece_state = [torch.zeros(self.n_bins, dtype=torch.float64) for _ in range(3)]
+                    ece_state.append(torch.zeros(self.n_bins, n_cls, dtype=torch.float64))
+            tc = (t.expand(n_cls) if t.numel() == 1 else t).to(device=zc.device, dtype=zc.dtype).unsqueeze(1)
+            a = zc / tc
+            lse = torch.logsumexp(a, dim=0)
+            p = torch.exp(a - lse)
+            n_vox += yc.numel()
+            if self.loss == "nll":
+                a_y = a.gather(0, yc.unsqueeze(0)).squeeze(0)
+                loss_sum += (lse - a_y).sum(dtype=torch.float64).cpu()
+                pa = (p * a).sum(1, dtype=torch.float64)
+                ya = torch.zeros(n_cls, dtype=torch.float64, device=zc.device).index_add_(0, yc, a_y.double())
+                grad_sum += ((ya - pa) / tc.squeeze(1).double()).cpu()  # type: ignore[operator]
+            else:
+                assert ece_state is not None
+                conf, pred = top_label(p)
+                correct = (pred == yc).to(torch.float64)
+                bins = torch.mul(conf, self.n_bins).to(torch.int64).clamp_(0, self.n_bins - 1)
+                conf64 = conf.double()
+                cnt, cor, csum, gsum = ece_state
+                cnt += torch.bincount(bins, minlength=self.n_bins).cpu()
+                zeros = torch.zeros(self.n_bins, dtype=torch.float64, device=zc.device)
+                cor += zeros.index_add(0, bins, correct).cpu()
+                csum += zeros.index_add(0, bins, conf64).cpu()
+                # dconf/dt_c = p_k (p_c a_c - [c = k] a_k) / t_c
+                d = (p * a).mul_(conf)
+                a_k = a.gather(0, pred.long().unsqueeze(0))
+                d.scatter_add_(0, pred.long().unsqueeze(0), -(conf.unsqueeze(0) * a_k))
+                d = d / tc
+                g = torch.zeros(self.n_bins, n_cls, dtype=torch.float64, device=zc.device)
+                gsum += g.index_add_(0, bins, d.T.double()).cpu()
+        if n_cls is None or n_vox == 0:
+            raise ValueError("no voxels to fit on (all labels ignored or empty batches)")
+        assert grad_sum is not None
+        if self.loss == "nll":
+            loss = float(loss_sum) / n_vox
+            grad = grad_sum / n_vox
+        else:
+            assert ece_state is not None
+            cnt, cor, csum, gsum = ece_state
+            kept = cnt >= max(1, self.min_bin_count)
+            n_kept = float(cnt[kept].sum())
+            if n_kept == 0:
+                raise ValueError(
+                    f"loss='ece': no bin holds at least min_bin_count={self.min_bin_count} voxels; lower it"
+                )
+            diff = (csum - cor)[kept]
+            loss = float(diff.abs().sum()) / n_kept
+            grad = (torch.sign(diff).unsqueeze(1) * gsum[kept]).sum(0) / n_kept
+        if self.mode == "scalar":
+            grad = grad.sum().reshape(1)
+        return loss, grad, n_vox
+
+    def loss_and_grad(self, logits: Batches, labels: Batches) -> tuple[float, torch.Tensor]:
+        """The loss at the current temperature and its gradient (one streamed pass)."""
+        loss, grad, _ = self._pass(
+            self.temperature.detach().cpu(), _reiterable(logits, "logits"), _reiterable(labels, "labels"), True
+        )
+        return loss, grad
+
+    def fit(self, logits: Batches, labels: Batches) -> TemperatureScaler:
+        """Fit the temperature on logits ``(B, C, *spatial)`` and labels ``(B, [1,] *spatial)``.
+
+        ``logits`` and ``labels`` are arrays, re-iterable collections of arrays (lists, DataLoaders) zipped
+        batch by batch, or zero-argument callables returning fresh iterables; every step streams them again.
+        Returns ``self``; the result is in :attr:`temperature`, the trajectory in :attr:`history`.
+        """
+        get_z, get_y = _reiterable(logits, "logits"), _reiterable(labels, "labels")
+        if self.num_classes is None:
+            first_batch = next(iter(get_z()), None)
+            if first_batch is None:
+                raise ValueError("no logits to fit on (the iterable of batches is empty)")
+            shape = tuple(to_tensor(first_batch, "logits").shape)
+            if len(shape) < 3 or shape[1] < 2:
+                raise ValueError(f"logits must have shape (B, C, *spatial) with C >= 2, got {shape}")
+            self.num_classes = int(shape[1])
+        self.history = []
+        self.converged = False
+        size = self.num_classes if self.mode == "vector" else 1
+        param = torch.full((size,), float(self.init_temperature), dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.RMSprop([param], lr=self.lr)
+        best_loss, best_t = math.inf, param.detach().clone()
+        prev_loss = math.inf
+        for step in range(self.max_steps):
+            loss, grad, _ = self._pass(param.detach(), get_z, get_y, step == 0)
+            if not math.isfinite(loss):
+                raise ValueError(f"the loss is not finite at t = {param.detach().tolist()}")
+            lr_now = opt.param_groups[0]["lr"]
+            self.history.append({"step": step, "loss": loss, "temperature": param.detach().tolist(), "lr": lr_now})
+            if loss < best_loss:
+                best_loss, best_t = loss, param.detach().clone()
+            if self.lr_backoff is not None and loss > prev_loss:
+                for group in opt.param_groups:
+                    group["lr"] *= self.lr_backoff
+            prev_loss = loss
+            before = param.detach().clone()
+            param.grad = grad.to(param.dtype)
+            opt.step()
+            with torch.no_grad():
+                param.clamp_(min=self.min_temperature)
+            if float((param.detach() - before).abs().max()) < self.tol:
+                self.converged = True
+                break
+        self.temperature = best_t.to(self.temperature.device)
+        return self
+
+    # -- folding --------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _last_layer(module: nn.Module) -> nn.Module:
+        if isinstance(module, _FOLDABLE):
+            return module
+        last = None
+        for m in module.modules():
+            if isinstance(m, _FOLDABLE):
+                last = m
+        if last is None:
+            raise ValueError("fold_into: the module has no Conv/ConvTranspose/Linear layer to fold into")
+        return last
+
+    def _scale_layer(self, layer: nn.Module, inverse: bool) -> None:
+        t = self.temperature.detach()
+        weight: torch.Tensor = layer.weight  # type: ignore[assignment]
+        bias: torch.Tensor | None = layer.bias  # type: ignore[assignment]
+        out_dim = 1 if isinstance(layer, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)) else 0
+        if self.mode == "vector":
+            if getattr(layer, "groups", 1) != 1 and out_dim == 1:
+                raise ValueError("fold_into: a vector temperature cannot be folded into a grouped ConvTranspose")
+            n_out = weight.shape[out_dim] if out_dim == 0 else weight.shape[1] * getattr(layer, "groups", 1)
+            if t.numel() != n_out:
+                raise ValueError(f"fold_into: the layer has {n_out} output channels, the temperature {t.numel()}")
+        with torch.no_grad():
+            tw = t.to(device=weight.device, dtype=weight.dtype)
+            factor = tw if inverse else 1.0 / tw
+            if self.mode == "vector":
+                shape = [1] * weight.ndim
+                shape[out_dim] = -1
+                weight.mul_(factor.view(shape))
+            else:
+                weight.mul_(factor)
+            if bias is not None:
+                bias.mul_(factor.to(bias.dtype))
+
+    def fold_into(
+        self, module: nn.Module, layer: nn.Module | str | None = None, example_input: torch.Tensor | None = None
+    ) -> nn.Module:
+        """Divide the weights and bias of the logit layer by ``t`` in place; return that layer.
+
+        Args:
+            module: the network (or the layer itself).
+            layer: the layer producing the logits, as a module or its name in ``module.named_modules()``;
+                default: ``module`` itself if it is a Conv/ConvTranspose/Linear, else the last such layer in
+                registration order. It must be followed by nothing but the softmax (no normalisation, no
+                residual addition).
+            example_input: if given, the folded network's output on it must equal ``transform`` of the
+                original output (relative tolerance 1e-4); otherwise the layer is restored and ``ValueError``
+                raised.
+        """
+        if isinstance(layer, str):
+            named = dict(module.named_modules())
+            if layer not in named:
+                raise ValueError(f"fold_into: no submodule named {layer!r}")
+            target = named[layer]
+        elif layer is None:
+            target = self._last_layer(module)
+        else:
+            target = layer
+        if not isinstance(target, _FOLDABLE):
+            raise TypeError(f"fold_into: cannot fold into {type(target).__name__}; need Conv/ConvTranspose/Linear")
+        before = None
+        if example_input is not None:
+            with torch.no_grad():
+                before = module(example_input)
+        self._scale_layer(target, inverse=False)
+        if before is not None:
+            with torch.no_grad():
+                after = module(example_input)
+                expected = self.transform(before)
+            scale = float(expected.abs().max()) if expected.numel() else 1.0  # type: ignore[union-attr]
+            if not torch.allclose(after, expected, rtol=1e-4, atol=1e-5 * max(scale, 1.0)):  # type: ignore[arg-type]
+                self._scale_layer(target, inverse=True)
+                raise ValueError(
+                    f"fold_into: scaling {type(target).__name__} does not divide the network's output by t; "
+                    "pass the layer that produces the logits (nothing but a softmax may follow it)"
+                )
+        return target
+
+
+class TemperatureScaled(nn.Module):
+    """A network whose logits are divided by a temperature (for networks whose last layer cannot absorb it)."""
+
+    def __init__(self, network: nn.Module, temperature: torch.Tensor) -> None:
+        super().__init__()
+        self.network = network
+        self.register_buffer("temperature", torch.as_tensor(temperature, dtype=torch.float32).reshape(-1))
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        z = self.network(x, *args, **kwargs)
+        t = self.temperature.to(device=z.device, dtype=z.dtype)
+        return z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
+
+
+def calibrate_network(
+    logits: Sequence[torch.Tensor],
+    labels: Sequence[torch.Tensor],
+    network: nn.Module,
+    mode: str = "scalar",
+    loss: str = "nll",
+    max_steps: int = 1000,
+    example_input: torch.Tensor | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Fit a :class:`TemperatureScaler` (seed 001 protocol) and make a calibrated copy.
+
+    Returns ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit
+    layer when that provably divides the output by ``t`` (checked on ``example_input``); otherwise
+    ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network` applies
+    by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label ECE of the
+    validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
+    """
+    if not logits:
+        raise ValueError("no validation case to calibrate on")
+    scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps).fit(list(logits), list(labels))
+
+    def metrics(scale: Any) -> dict[str, float]:
+        hist = ConfidenceHistogram(int(logits[0].shape[1]), per_case=False)
+        for z, y in zip(logits, labels):
+            zz = z if scale is None else scale.transform(z)
+            hist.update(torch.softmax(zz.double(), 1), y, validate=False)
+        return {k: float(v) for k, v in calibration_metrics(hist, ("nll", "ece", "all_label_ece")).items()}
+
+    copy_net = copy.deepcopy(network).cpu().eval()
+    folded = True
+    try:
+        scaler.fold_into(copy_net, example_input=example_input)
+    except (ValueError, TypeError):
+        folded = False
+    temperature = scaler.temperature.detach().float().cpu()
+    state = copy_net.state_dict() if folded else {
+        "state_dict": network.state_dict(), "temperature": temperature, "temperature_mode": mode,
+    }
+    record = {
+        "temperature": temperature.tolist(),
+        "mode": mode,
+        "loss": loss,
+        "steps": len(scaler.history),
+        "converged": bool(scaler.converged),
+        "folded_into_last_layer": folded,
+        "before": metrics(None),
+        "after": metrics(scaler),
+        "cases": len(logits),
+        "voxels": int(sum(y.numel() for y in labels)),
+    }
+    return state, record

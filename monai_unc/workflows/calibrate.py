@@ -1,0 +1,128 @@
+"""``monai-unc calibrate``: the logits of labelled validation cases (:func:`collect_logits`) and the whole command
+(:func:`run_calibrate`); the temperature itself is fitted by :func:`monai_unc.temperature.calibrate_network`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from monai.inferers import SimpleInferer, SlidingWindowInferer
+from monai.transforms import ResizeWithPadOrCrop
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..io import (
+    ImageCase,
+    atomic_torch_save,
+    atomic_write_json,
+    check_label_map,
+    check_output_folder,
+    list_files,
+    list_image_cases,
+    read_volume,
+)
+from ..temperature import calibrate_network
+from .infer import load_image_case, normalize_intensity
+from .models import LoadedModel, load_network
+
+__all__ = ["collect_logits", "run_calibrate"]
+
+
+def collect_logits(
+    cases: Sequence[ImageCase],
+    labels: Sequence[str | os.PathLike],
+    model: LoadedModel,
+    intensity: str,
+    roi: int | Sequence[int] | None = None,
+    overlap: float = 0.25,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Deterministic logits ``(1, C, *spatial)`` (network in eval mode) and checked labels ``(1, *spatial)`` of
+    validation cases, on the CPU."""
+
+    if model.preprocessing is not None:
+        raise ValueError("calibrate cannot apply a bundle's preprocessing to the labels; pass "
+                         "--no-bundle-preprocessing and preprocess the images beforehand")
+    base = SimpleInferer() if roi is None else SlidingWindowInferer(roi, sw_batch_size=1, overlap=overlap,
+                                                                    mode="gaussian")
+    net = model.network.eval()
+    logits, targets = [], []
+    for case, label_path in tqdm(list(zip(cases, labels)), desc="logits", unit="case", disable=not progress,
+                                 file=sys.stderr):
+        image, affine = load_image_case(case)
+        lab, lab_aff = read_volume(label_path)
+        if lab.shape[1:] != image.shape[1:] or not np.allclose(lab_aff, affine, atol=1e-3):
+            raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid")
+        x = torch.from_numpy(normalize_intensity(image, intensity))[None].to(device)
+        with torch.no_grad():
+            z = base(x, net)
+        z = (z[0] if isinstance(z, (tuple, list)) else z).float().cpu()
+        z = z.as_tensor() if hasattr(z, "as_tensor") else z
+        y = check_label_map(lab[0], f"case {case.case_id!r}: label {Path(label_path).name}", int(z.shape[1]))
+        logits.append(z)
+        targets.append(torch.from_numpy(y)[None])
+    return logits, targets
+
+
+def run_calibrate(
+    images: str | os.PathLike,
+    labels: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    model: str | None = None,
+    bundle: str | os.PathLike | None = None,
+    network: str | os.PathLike | dict | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    unsafe_load: bool = False,
+    device: str | torch.device = "cpu",
+    intensity: str = "auto",
+    roi: int | Sequence[int] | None = None,
+    overlap: float = 0.25,
+    mode: str = "scalar",
+    loss: str = "nll",
+    max_steps: int = 1000,
+    progress: bool = True,
+) -> tuple[Path, dict]:
+    """Fit a temperature on the labelled cases of ``images`` / ``labels`` and write the calibrated checkpoint
+    ``output`` (``.pt`` / ``.pth``) and its record ``output.with_suffix(".json")``, both atomically.
+
+    The model is named as for :func:`~monai_unc.workflows.models.load_network` (one of ``model``, ``bundle``,
+    ``network``); the bundle's preprocessing is not applied (labels could not follow it). ``intensity="auto"`` uses
+    the model's default normalisation. Returns ``(output path, record)`` (the record of
+    :func:`~monai_unc.temperature.calibrate_network` plus the model's description and checkpoint).
+    """
+    out = Path(output)
+    if not out.name.endswith((".pt", ".pth")):
+        raise ValueError(f"--output must be a .pt or .pth file, got {out}")
+    check_output_folder(out.parent, images, labels)
+    for folder, what in ((images, "--input"), (labels, "--labels")):
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(f"{what} folder not found: {folder}")
+    loaded = load_network(model=model, bundle=bundle, network=network,
+                          checkpoints=[checkpoint] if checkpoint else [], unsafe_load=unsafe_load,
+                          device=device, bundle_preprocessing=False)
+    cases = list_image_cases(images)
+    label_files = list_files(labels)
+    missing = [c.case_id for c in cases if c.case_id not in label_files]
+    if missing:
+        raise ValueError(f"no label in {labels} for case(s) {missing[:5]}")
+    intensity = loaded.default_intensity if intensity == "auto" else intensity
+    logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
+                                     overlap, device, progress=progress)
+    example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
+    if roi is not None:  # one window, a size the network accepts
+        size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
+        example = torch.as_tensor(ResizeWithPadOrCrop(size)(example))
+    net: nn.Module = loaded.network.cpu()
+    state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
+                                      example_input=example[None])
+    atomic_torch_save(out, state)
+    record.update({"source": loaded.description,
+                   "checkpoint": loaded.checkpoints[0] if loaded.checkpoints else None})
+    atomic_write_json(out.with_suffix(".json"), record)
+    return out, record

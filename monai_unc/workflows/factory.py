@@ -1,0 +1,88 @@
+"""The inferer of ``monai-unc infer``: ``+``-joined sample sources (:func:`build_inferer`).
+
+Methods are ``mcdropout``, ``ratein``, ``tta`` (flips over all axis subsets, optional noise) and ``ensemble`` (one
+member per checkpoint), e.g. ``"mcdropout+tta"``; ``softmax`` alone is the deterministic baseline. The
+sliding-window inferer is used when ``roi`` is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from monai.inferers import SimpleInferer, SlidingWindowInferer
+
+from ..inferers import EnsembleSource, FlipSource, MCDropoutSource, NoiseSource, SoftmaxInferer, UncertaintyInferer
+from ..inferers.rate_in import RateInSource
+from ..keys import DEFAULT_MEASURES
+from ..keys import UncertaintyKeys as K
+from .models import checkpoint_temperature
+
+__all__ = ["METHOD_TOKENS", "DEFAULT_MEASURES", "build_inferer"]
+
+METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble")
+
+
+def build_inferer(
+    method: str,
+    samples: int = 10,
+    roi: int | Sequence[int] | None = None,
+    overlap: float = 0.25,
+    sw_batch_size: int = 1,
+    checkpoints: Sequence[str] = (),
+    unsafe_load: bool = False,
+    seed: int | None = 0,
+    tta_noise: float = 0.0,
+    ratein_target: float = 0.1,
+    activation: str | None = "softmax",
+    measures: Sequence[str] = DEFAULT_MEASURES,
+) -> Any:
+    """An :class:`~monai_unc.inferers.UncertaintyInferer` for a ``+``-joined method string (module docstring)."""
+
+    tokens = [t.strip().lower() for t in method.split("+") if t.strip()]
+    bad = [t for t in tokens if t not in METHOD_TOKENS]
+    if not tokens or bad:
+        raise ValueError(f"--method must be '+'-joined names from {METHOD_TOKENS}, got {method!r}")
+    if len(set(tokens)) != len(tokens):
+        raise ValueError(f"--method names a source twice: {method!r}")
+    if "softmax" in tokens and len(tokens) > 1:
+        raise ValueError("--method softmax (the deterministic baseline) cannot be combined with other sources")
+    if "mcdropout" in tokens and "ratein" in tokens:
+        raise ValueError("--method: mcdropout and ratein both sample dropout masks; choose one")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"--samples must be a positive integer, got {samples!r}")
+    if roi is not None:
+        roi = int(roi) if isinstance(roi, (int, np.integer)) else tuple(int(r) for r in roi)
+        if min(roi if isinstance(roi, tuple) else (roi,)) < 1:
+            raise ValueError(f"--roi sizes must be positive, got {roi}")
+        if not 0 <= overlap < 1:
+            raise ValueError(f"--overlap must be in [0, 1), got {overlap}")
+        base = SlidingWindowInferer(roi, sw_batch_size=sw_batch_size, overlap=overlap, mode="gaussian")
+    else:
+        base = SimpleInferer()
+    keys = [K.PRED.value, *measures]
+    if "softmax" in tokens:
+        keys = [k for k in keys if k in (K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.MAX_SOFTMAX.value)]
+        return SoftmaxInferer(base_inferer=base, activation=activation, keys=keys, seed=seed)
+    sources: list[Any] = []
+    for t in tokens:
+        if t == "ensemble":
+            if any(checkpoint_temperature(c, unsafe_load) is not None for c in checkpoints):
+                raise ValueError("--method ensemble: a member holds a separate temperature (from monai-unc "
+                                 "calibrate); ensemble members must be plain state dicts")
+            if len(checkpoints) < 2:
+                raise ValueError("--method ensemble needs at least two --checkpoint files (one per member)")
+            sources.append(EnsembleSource(list(checkpoints), weights_only=not unsafe_load))
+        elif t == "mcdropout":
+            sources.append(MCDropoutSource(samples))
+        elif t == "ratein":
+            sources.append(RateInSource(samples, target_loss=ratein_target))
+        elif t == "tta":
+            sources.append(FlipSource("all"))
+            if tta_noise > 0:
+                sources.append(NoiseSource(tta_noise, num_samples=1))
+    track_variance = K.VARIANCE.value in keys
+    return UncertaintyInferer(
+        sources, base_inferer=base, activation=activation, keys=keys, seed=seed, track_variance=track_variance
+    )

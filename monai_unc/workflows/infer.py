@@ -1,0 +1,361 @@
+"""Batch prediction with uncertainty: the engine behind ``monai-unc infer``.
+
+The network comes from :func:`monai_unc.workflows.models.load_network` (the shipped example, a MONAI bundle, or a
+network spec with checkpoints) and the inferer from :func:`monai_unc.workflows.factory.build_inferer` (``+``-joined
+sample sources such as ``"mcdropout+tta"``).
+
+Per case, :func:`predict_case` writes (atomically: temporary name, then rename) ``<case>_seg.nii.gz`` (argmax of
+the mean probabilities), ``<case>_probs.nii.gz`` (4D ``(X, Y, Z, C)``), ``<case>_<measure>.nii.gz`` for each
+uncertainty map, and last ``<case>.json`` (the record that marks the case finished). :func:`predict_cases` skips
+finished cases, so an interrupted run resumes where it stopped; it takes an explicit list of cases so that
+callers can shard a cohort. :func:`run_infer` is the whole ``monai-unc infer`` loop on one process or under
+``torchrun``: rank 0 prepares the output folder, every rank predicts its shard (:func:`monai_unc.distributed.shard`,
+sorted case ids round-robin; outputs are per-case files, so no two ranks write the same file), a case that fails is
+reported with its id and the others go on, and rank 0 writes ``failures.json``. See docs/distributed.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from monai.transforms import Invertd
+from tqdm.auto import tqdm
+
+from ..distributed import (
+    CaseFailure,
+    CasesFailed,
+    all_gather_objects,
+    check_each_case_once,
+    check_same_cases,
+    error_line,
+    failure_reporter,
+    get_dist_context,
+    shard,
+    sync_errors,
+    write_failures,
+)
+from ..io import ImageCase, atomic_write_text, clean_partial_files, read_volume, save_nifti, save_probabilities
+from ..keys import UncertaintyKeys as K
+from .models import LoadedModel
+
+__all__ = [
+    "INTENSITY_MODES",
+    "FAILURES_FILE",
+    "InferSettings",
+    "normalize_intensity",
+    "case_outputs",
+    "is_finished",
+    "load_image_case",
+    "predict_case",
+    "predict_cases",
+    "check_run_settings",
+    "run_infer",
+]
+
+
+INTENSITY_MODES = ("none", "max", "minmax", "zscore")
+
+#: written by rank 0 of :func:`run_infer` when cases failed (removed by a run without failures)
+FAILURES_FILE = "failures.json"
+
+
+def normalize_intensity(image: np.ndarray, mode: str) -> np.ndarray:
+    """Intensity normalisation of a ``(C, *spatial)`` image before the network: ``none``; ``max`` (negative values
+    clipped to 0, divided by the maximum, as the example model was trained); ``minmax`` (to [0, 1]); ``zscore``
+    (zero mean, unit standard deviation per channel)."""
+    if mode not in INTENSITY_MODES:
+        raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {mode!r}")
+    x = image.astype(np.float32, copy=True)
+    for c in range(x.shape[0]):
+        ch = x[c]
+        if mode == "max":
+            np.clip(ch, 0, None, out=ch)
+            ch /= max(float(ch.max()), 1e-6)
+        elif mode == "minmax":
+            lo, hi = float(ch.min()), float(ch.max())
+            ch -= lo
+            ch /= max(hi - lo, 1e-6)
+        elif mode == "zscore":
+            ch -= float(ch.mean())
+            ch /= max(float(ch.std()), 1e-6)
+    return x
+
+
+@dataclass
+class InferSettings:
+    """Everything that determines the outputs of a run (stored in ``infer.json``; a resumed run must match)."""
+
+    model: str
+    method: str
+    samples: int
+    roi: list[int] | None
+    overlap: float
+    intensity: str
+    measures: list[str]
+    seed: int | None
+    activation: str | None
+    checkpoints: list[str]
+    tta_noise: float = 0.0
+    ratein_target: float = 0.1
+    dropout: float | None = None
+    write_probs: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True) -> list[str]:
+    """File names :func:`predict_case` writes for a case (the record ``<case>.json`` comes last)."""
+    names = [f"{case_id}_seg.nii.gz"]
+    if write_probs:
+        names.append(f"{case_id}_probs.nii.gz")
+    names += [f"{case_id}_{m}.nii.gz" for m in measures]
+    return names
+
+
+def is_finished(case_id: str, output: Path) -> bool:
+    """A case is finished when its record exists and every file the record lists exists."""
+    rec = output / f"{case_id}.json"
+    if not rec.is_file():
+        return False
+    try:
+        files = json.loads(rec.read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return all((output / f).is_file() for f in files)
+
+
+def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
+    """The channels of a case stacked ``(C, *spatial)`` and the affine of the first one."""
+    chans, affine = [], None
+    for path in case.channels:
+        data, aff = read_volume(path)
+        if affine is None:
+            affine = aff
+        elif data.shape[1:] != chans[0].shape[1:] or not np.allclose(aff, affine, atol=1e-3):
+            raise ValueError(f"case {case.case_id!r}: channel {path.name} does not share the geometry of channel 0")
+        chans.append(data)
+    assert affine is not None
+    return np.concatenate(chans, axis=0), affine
+
+
+def _run_with_preprocessing(
+    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device
+) -> tuple[dict, Any]:
+    """Bundle preprocessing: transform, infer, and invert every map back onto the input grid."""
+    src = [str(p) for p in case.channels]
+    data = model.preprocessing({"image": src[0] if len(src) == 1 else src})  # type: ignore[misc]
+    image = data["image"]
+    x = image[None].to(device) if isinstance(image, torch.Tensor) else torch.as_tensor(image)[None].to(device)
+    out = inferer(x, model.network)
+    keys = [k for k in out if k != K.SAMPLES.value]
+    d = {"image": image, **{k: out[k][0].detach().cpu() for k in keys}}
+    d = Invertd(keys=keys, transform=model.preprocessing, orig_keys="image", nearest_interp=False)(d)
+    affine = np.asarray(d[keys[0]].affine, dtype=np.float64)
+    return {k: d[k][None] for k in keys}, (out, affine)
+
+
+def predict_case(
+    case: ImageCase, model: LoadedModel, inferer: Any, settings: InferSettings, output: Path, device: torch.device
+) -> dict[str, Any]:
+    """Predict one case and write its files (module docstring); returns the record written to ``<case>.json``."""
+    t0 = time.time()
+    if model.preprocessing is not None:
+        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device)
+    else:
+        image, affine = load_image_case(case)
+        image = normalize_intensity(image, settings.intensity)
+        x = torch.from_numpy(image)[None].to(device)
+        raw = inferer(x, model.network)
+        maps = raw
+    pred = maps[K.PRED.value]
+    seg = pred.argmax(1)[0].to(torch.int16).cpu().numpy()
+    if seg.ndim != 3:
+        raise ValueError(f"case {case.case_id!r}: only 3D volumes are written as NIfTI, got spatial shape {seg.shape}")
+    names = case_outputs(case.case_id, [m for m in settings.measures if m in maps], settings.write_probs)
+    # an earlier record (--overwrite) must not mark a case finished whose new files are only partly written
+    (output / f"{case.case_id}.json").unlink(missing_ok=True)
+    save_nifti(seg, affine, output / names[0])
+    i = 1
+    if settings.write_probs:
+        save_probabilities(pred[0].float(), affine, output / names[1])
+        i = 2
+    for m in settings.measures:
+        if m in maps:
+            save_nifti(maps[m][0, 0].float(), affine, output / names[i])
+            i += 1
+    record = {
+        "case": case.case_id,
+        "inputs": [str(p) for p in case.channels],
+        "files": names,
+        "method": settings.method,
+        "num_samples": int(getattr(raw, "num_samples", 1)),
+        "mi_meaning": str(getattr(raw, "mi_meaning", "none")),
+        "seconds": round(time.time() - t0, 3),
+        "shape": list(seg.shape),
+    }
+    extras = getattr(raw, "extras", {}) or {}
+    rates = extras.get("rate_in_rates")
+    if rates:
+        record["rate_in_mean_rates"] = {k: float(v.float().mean()) for k, v in rates.items()}
+    atomic_write_text(output / f"{case.case_id}.json", json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False) -> None:
+    """Write ``infer.json``; refuse to resume a run whose settings differ (unless ``overwrite``) once it has
+    finished a case (a run that finished nothing may be restarted with other settings)."""
+    path = output / "infer.json"
+    new = settings.to_json()
+    started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
+    if path.is_file() and started and not overwrite:
+        try:
+            old = json.loads(path.read_text()).get("settings", {})
+        except ValueError:
+            old = {}
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if diff:
+            raise ValueError(
+                f"{output} holds a run with different settings ({', '.join(diff)}); resume with the same settings, "
+                "choose another --output, or pass --overwrite"
+            )
+    atomic_write_text(path, json.dumps({"settings": new}, indent=2) + "\n")
+
+
+def predict_cases(
+    cases: Sequence[ImageCase],
+    model: LoadedModel,
+    inferer: Any,
+    settings: InferSettings,
+    output: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    overwrite: bool = False,
+    progress: bool = True,
+    desc: str = "infer",
+    on_error: str = "raise",
+    on_failure: Callable[[str, BaseException], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Predict ``cases`` into ``output``, skipping finished ones (unless ``overwrite``).
+
+    Returns one dict per case: ``{"case", "status": "written" | "skipped", "record"}``, or with
+    ``on_error="continue"`` also ``{"case", "status": "failed", "error"}`` for a case whose prediction raised (the
+    loop goes on; its files are not marked finished, so a rerun redoes it; ``on_failure(case_id, exception)`` is
+    called at once). ``on_error="raise"`` re-raises the first error. The caller checks the output folder
+    (:func:`monai_unc.io.check_output_folder`) and the settings (:func:`check_run_settings`).
+    """
+    if on_error not in ("raise", "continue"):
+        raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    device = torch.device(device)
+    results = []
+    bar = tqdm(cases, desc=desc, unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    for case in bar:
+        bar.set_postfix_str(case.case_id)
+        if not overwrite and is_finished(case.case_id, output):
+            rec = json.loads((output / f"{case.case_id}.json").read_text())
+            results.append({"case": case.case_id, "status": "skipped", "record": rec})
+            continue
+        try:
+            rec = predict_case(case, model, inferer, settings, output, device)
+        except Exception as e:  # KeyboardInterrupt is not an Exception: an interrupt stops the run
+            if on_error == "raise":
+                raise
+            results.append({"case": case.case_id, "status": "failed", "error": error_line(e)})
+            if on_failure is not None:
+                on_failure(case.case_id, e)
+            continue
+        results.append({"case": case.case_id, "status": "written", "record": rec})
+    return results
+
+
+def run_infer(
+    cases: Sequence[ImageCase],
+    model: LoadedModel,
+    inferer: Any,
+    settings: InferSettings,
+    output: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    overwrite: bool = False,
+    progress: bool = True,
+    dist: Any = None,
+    on_failure: Callable[[Any], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The ``monai-unc infer`` loop on one process or on every rank of a process group.
+
+    Rank 0 removes partial files of an interrupted run and checks / writes ``infer.json``
+    (:func:`check_run_settings`); every rank then predicts its shard of ``cases``
+    (:func:`monai_unc.distributed.shard`: sorted case ids, round-robin) with :func:`predict_cases`, continuing past a
+    failing case (``on_failure(CaseFailure)`` is called at once; default: one stderr line with the case id and the
+    rank). The per-case statuses are exchanged, rank 0 writes ``failures.json`` (or removes a stale one) and every
+    rank returns the statuses of all cases ``{"case", "status", "rank", ["error"]}`` sorted by case id (each case
+    exactly once), or raises :class:`~monai_unc.distributed.CasesFailed` on every rank when a case failed. Every
+    collective is reached by every rank, so a failure never leaves a rank waiting.
+
+    Args:
+        dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
+            which joins or initialises the process group described by torchrun's environment variables).
+    """
+    ctx = dist if dist is not None else get_dist_context(device)
+    return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure)
+
+
+def _run_infer(
+    ctx: Any,
+    cases: Sequence[ImageCase],
+    model: LoadedModel,
+    inferer: Any,
+    settings: InferSettings,
+    output: Path,
+    device: str | torch.device,
+    overwrite: bool,
+    progress: bool,
+    on_failure: Callable[[Any], None] | None,
+) -> list[dict[str, Any]]:
+    err: BaseException | None = None
+    if ctx.is_main:
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+            clean_partial_files(output)
+            check_run_settings(output, settings, overwrite=overwrite)
+        except Exception as e:
+            err = e
+    sync_errors(err, ctx)
+    ids = sorted(c.case_id for c in cases)
+    check_same_cases(ids, ctx)
+    mine = shard(list(cases), ctx.rank, ctx.world_size, key=lambda c: c.case_id)
+    failed = failure_reporter(ctx, "monai-unc infer", on_failure)
+
+    results: list[dict[str, Any]] = []
+    try:
+        desc = f"infer ({ctx.describe()})" if ctx.distributed else "infer"
+        results = predict_cases(mine, model, inferer, settings, output, device=device, overwrite=overwrite,
+                                progress=progress and ctx.is_main, desc=desc, on_error="continue", on_failure=failed)
+        err = None
+    except Exception as e:  # not a per-case error (those are collected)
+        err = e
+    sync_errors(err, ctx)
+    compact = [{"case": r["case"], "status": r["status"], "rank": ctx.rank,
+                **({"error": r["error"]} if r["status"] == "failed" else {})} for r in results]
+    every = sorted((r for part in all_gather_objects(compact, ctx) for r in part), key=lambda r: r["case"])
+    check_each_case_once([r["case"] for r in every], ids)
+    failures = [CaseFailure(r["case"], r["rank"], r["error"]) for r in every if r["status"] == "failed"]
+    err = None
+    if ctx.is_main:
+        try:
+            write_failures(output / FAILURES_FILE, failures, "monai-unc infer")
+        except Exception as e:
+            err = e
+    sync_errors(err, ctx)
+    if failures:
+        raise CasesFailed(failures, results=every)
+    return every
