@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
-# Each creates .venv if missing and installs in the order shared/ECOSYSTEM.md requires:
+# Each creates .venv if missing and installs in the order this machine needs (README, "Install by hand"):
 # torch 2.14.1 + torchvision 0.29.1 first (local wheels), then this project with its extras.
 PYTHON ?= python3
 VENV ?= .venv

@@ -4,8 +4,8 @@
 
 Data: the clean MNI152 2009 template (nilearn, 2 mm, 99 x 117 x 95 voxels) exported to NIfTI by
 ``monai_unc.data.cohorts.export_mni152_cases`` into a temporary folder. Dice is reported on the held-out right
-hemisphere (world x >= 0; the shipped network was trained on the left hemisphere only, DESIGN.md "Example data
-protocol").
+hemisphere (world x >= 0; the shipped network was trained on the left hemisphere only, see
+docs/data.md).
 
 Contenders, each in its own subprocess with ``torch.set_num_threads(--threads)``:
 
@@ -25,7 +25,7 @@ class on the right hemisphere, and the mean mutual information inside the brain.
 dropout masks (the bundle draws the samples window by window), so their maps agree statistically, not bitwise.
 
 Mean MI differs by definition, not by noise: the bundle's inferer stitches per-window means of p and of H(p)
-(DESIGN.md, "Streaming statistics"), so where 64^3 windows overlap, disagreement *between windows* (the example
+(docs/design.md, "Streaming statistics"), so where 64^3 windows overlap, disagreement *between windows* (the example
 UNet uses instance normalisation, whose statistics change from window to window) counts as mutual information;
 the naive loop blends each sample's windows first and only sees disagreement between dropout masks. On an input
 that is a single window the two agree (measured on a 64^3 crop of the template, 20 samples: 0.0215 vs 0.0214).

@@ -18,7 +18,7 @@ closed). "State for 10 volumes" is the memory a metric object holds after ten up
 Part 2, temperature scaling on 10^8 voxels with a planted temperature (labels drawn from ``softmax(z)``, logits
 written as ``2.5 z`` in float16 on disk, 3 classes):
 
-- ``monai_unc.temperature.TemperatureScaler`` (seed 001 protocol: RMSprop, lr 0.05 from t = 2, gradient
+- ``monai_unc.temperature.TemperatureScaler`` (Kock et al. protocol: RMSprop, lr 0.05 from t = 2, gradient
   accumulation over chunks of 2^22 voxels, logits streamed from the files batch by batch);
 - the usual recipe (Guo et al. 2017; torch-uncertainty's scaler): all logits in memory as float32, labels int64,
   ``torch.optim.LBFGS`` with a strong-Wolfe line search on ``cross_entropy(z / t, y)`` from t = 1.5.
@@ -96,7 +96,7 @@ def make_volume(shape: tuple[int, int, int], out: Path) -> None:
     labels = organ.long() + lesion.long()
     onehot = torch.nn.functional.one_hot(labels, 3).movedim(-1, 0).float()
     z = 2.0 * onehot + 1.2 * torch.randn(3, *shape, generator=g)
-    probs = torch.softmax(2.5 * z, 0)[None]  # overconfident (a Dice-trained network needs t > 1, seed 001)
+    probs = torch.softmax(2.5 * z, 0)[None]  # overconfident (a Dice-trained network needs t > 1, Kock et al.)
     np.save(out / "probs.npy", probs.numpy())
     np.save(out / "labels.npy", labels[None].numpy().astype(np.int64))
 

@@ -11,14 +11,14 @@ correlated; mean predictive entropy / mutual information over the predicted fore
 - toy: a MONAI UNet (8-16-32, dropout 0.2) trained for ``--toy-iters`` steps on in-distribution toy cases
   (``make_toy_dataset``, 32^3, consensus label), evaluated with MC dropout (``--samples`` samples) on 40 new cases
   cycling the shifts none / intensity / shape / position; Dice of the foreground against the consensus label.
-- mni: the shipped example UNet (trained on the left hemisphere, DESIGN.md "Example data protocol") with MC
+- mni: the shipped example UNet (trained on the left hemisphere, docs/data.md) with MC
   dropout on ``make_mni152_cohort`` cases: the template and perturbed copies (noise, bias field, contrast, blur,
   resolution; severity 1-5), cropped to a 32 x 64 x 48 block of the held-out right hemisphere (2 mm) to keep the
   CPU cost low; Dice of grey matter, white matter and the foreground (GM or WM).
 
 Perf part: every contender runs in its own subprocess (single-threaded BLAS/OpenMP), best of ``--repeat`` runs;
 peak = ``ru_maxrss`` after the work minus the RSS before it.
-- mean pairwise Dice of 30 samples (seed 003's MC dropout count), 3 classes, 96^3: ``pairwise_dice`` (one Gram
+- mean pairwise Dice of 30 samples (Zeevi et al.'s MC dropout count), 3 classes, 96^3: ``pairwise_dice`` (one Gram
   matrix per class, float32 blocks) against numpy: argmax, then a loop over the 435 pairs with logical ops.
 - CV of volumes + IoU of samples + Dice to a reference for 16 samples (3 classes, 128^3) produced one at a time:
   ``StreamingQuality`` (memory of one sample) against keeping all samples and calling the batch functions.

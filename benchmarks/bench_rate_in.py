@@ -3,7 +3,7 @@
     python benchmarks/bench_rate_in.py [--repeats 3] [--threads 1] [--samples 10] [--losses mi mi_generic ...]
 
 Input: the MNI152 example volume (2 mm, padded to 1 x 1 x 104 x 120 x 96) and the shipped UNet (16-32-64-128,
-its own dropout off), with dropout after the six encoder/decoder stages (seed 003 placement).
+its own dropout off), with dropout after the six encoder/decoder stages (Zeevi et al. placement).
 
 Contenders:
 

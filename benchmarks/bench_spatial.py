@@ -1,4 +1,4 @@
-"""Benchmark: BUC, BA-ECE and SPACE (seed 003) on a 128x256x256 volume, spacing (2, 1, 1) mm.
+"""Benchmark: BUC, BA-ECE and SPACE (Zeevi et al.) on a 128x256x256 volume, spacing (2, 1, 1) mm.
 
 Contenders, each in its own subprocess (so that peak memory is its own):
 

@@ -1,26 +1,26 @@
-"""Fixed-rate MC dropout (p = 0.5) vs Rate-In at equal sample count on the MNI152 example (seed 003, Sec. 4).
+"""Fixed-rate MC dropout (p = 0.5) vs Rate-In at equal sample count on the MNI152 example (Zeevi et al., Sec. 4).
 
     python benchmarks/rate_in_experiment.py [--samples 10] [--target 0.1] [--loss mi] [--threads 2] [--json PATH]
 
-Protocol (shared/DESIGN.md, "Example data protocol"): the shipped UNet was trained on the left hemisphere of the
+Protocol (docs/data.md): the shipped UNet was trained on the left hemisphere of the
 MNI152 2009 template (2 mm); everything here is evaluated on the held-out right hemisphere (world x >= 0).
 Cases: the clean template and four realistic perturbed copies (Gaussian noise, bias field, contrast change,
 blur), fixed seeds; the perturbation is the case name. The network input is the last 64 sagittal slices (the
 right hemisphere, 50 slices, plus 14 slices of left context), inferred with MONAI's ``SlidingWindowInferer``
 (64^3 windows, overlap 0.25, Gaussian blending: the setting in which the example is validated and demoed; 6
 windows, so Rate-In searches its rates once per window). The network's own dropout is off (``dropout=0``) and
-post-hoc dropout is placed after every encoder and decoder stage but the output (seed 003, Sec. 4.2), the same six
+post-hoc dropout is placed after every encoder and decoder stage but the output (Zeevi et al., Sec. 4.2), the same six
 sites for every method:
 
-- ``mc``: MC dropout, channel-wise, fixed p = 0.5 at every site (seed 003's "low quality" map);
+- ``mc``: MC dropout, channel-wise, fixed p = 0.5 at every site (Zeevi et al.'s "low quality" map);
 - ``ratein``: Rate-In (:class:`monai_unc.inferers.rate_in.RateInInferer`), channel-wise, rates searched per window
   so that each site loses ``--target`` of its information (Gaussian mutual information by default);
 - ``matched``: a control: MC dropout at one fixed rate equal to the mean Rate-In rate of that case, to separate
   the effect of adapting the rates from that of their overall level.
 
-All draw ``--samples`` stochastic passes (seed 003 uses 30; 10 keeps the run at a few minutes on 2 CPU cores).
+All draw ``--samples`` stochastic passes (Zeevi et al. uses 30; 10 keeps the run at a few minutes on 2 CPU cores).
 Uncertainty maps: mutual information (epistemic) and predictive entropy, both divided by log 3 (``normalize=True``)
-so that they lie in [0, 1] as BA-ECE and SPACE expect. As in seed 003 all maps are scored against the same error
+so that they lie in [0, 1] as BA-ECE and SPACE expect. As in Zeevi et al. all maps are scored against the same error
 map, that of the deterministic network (no dropout). Reported: Dice of each method's mean prediction, mean
 uncertainty in the brain, voxel-wise error AUROC (sklearn), the spatial metrics (SPACE, BUC, BA-ECE) and the
 per-case comparison of ``monai_unc.metrics.compare.compare_uncertainty_maps`` (accuracy = share of cases where a

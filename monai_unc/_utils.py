@@ -1,6 +1,6 @@
 """Shared input handling: numpy/torch conversion, validation with clear errors, NaN warnings.
 
-Conventions (shared/DESIGN.md): probabilities are ``(B, C, *spatial)`` with ``C >= 2``; samples are
+Conventions (docs/design.md): probabilities are ``(B, C, *spatial)`` with ``C >= 2``; samples are
 ``(S, B, C, *spatial)``; label maps are ``(B, *spatial)`` or ``(B, 1, *spatial)``; outputs follow the
 input's library (numpy in, numpy out; torch in, torch out on the same device).
 """

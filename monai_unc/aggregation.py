@@ -1,4 +1,4 @@
-"""Aggregation of voxel-wise uncertainty maps to one score per case (ValUES, seed 000, Sec. 4.3 and Appendix F).
+"""Aggregation of voxel-wise uncertainty maps to one score per case (ValUES, Sec. 4.3 and Appendix F).
 
 Strategies (``aggregate(..., method=...)``):
 

@@ -163,7 +163,8 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--budget", type=_fraction, default=0.2, help="fraction of cases referred for review (0.2)")
     p.add_argument("--failure-dice", type=_unit, default=0.8, help="Dice below this is a failed case (0.8)")
     p.add_argument("--n-bins", type=_positive_int, default=15, help="ECE bins (default 15)")
-    p.add_argument("--min-bin-count", type=int, default=0, help="ECE: ignore bins with fewer voxels (0; seed 001: 50)")
+    p.add_argument("--min-bin-count", type=int, default=0,
+                   help="ECE: ignore bins with fewer voxels (0; Kock et al. use 50)")
     p.add_argument("--patch-size", type=_positive_int, default=10, help="box size of the _patch scores (10 voxels)")
     p.add_argument("--num-classes", type=_positive_int, default=None, help="needed when no probabilities are given")
     p.add_argument("--class-names", nargs="+", default=None, help="class names for the dice_<class> columns")
@@ -252,7 +253,7 @@ def _risk_line(summary: dict) -> str | None:
 def _add_calibrate(sub: Any) -> None:
     p = sub.add_parser(
         "calibrate", help="fit a temperature on validation cases and write a calibrated checkpoint",
-        description="Temperature scaling (seed 001: NLL or ECE loss, RMSprop lr 0.05 from t = 2, <= 1000 steps) on "
+        description="Temperature scaling (Kock et al.: NLL or ECE loss, RMSprop lr 0.05 from t = 2, <= 1000 steps) on "
         "the deterministic logits of validation images and labels; writes a calibrated copy of the checkpoint "
         "(t folded into the last layer when possible, else stored beside the weights and applied by 'infer') "
         "and a JSON record with NLL and ECE before and after.",

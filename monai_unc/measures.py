@@ -1,10 +1,10 @@
 """Voxel-wise uncertainty measures from class probabilities.
 
-Shapes (shared/DESIGN.md): probabilities ``(B, C, *spatial)`` with ``C >= 2``; samples
+Shapes (docs/design.md): probabilities ``(B, C, *spatial)`` with ``C >= 2``; samples
 ``(S, B, C, *spatial)``; every map is returned as ``(B, 1, *spatial)`` where larger means less confident.
 Entropies use the natural log (nats); ``normalize=True`` divides by ``log(C)`` so that maps lie in [0, 1].
 
-The decomposition (ValUES, seed 000, Sec. 3 / eq. 1; RETINA, seed 002) is
+The decomposition (ValUES, Sec. 3 / eq. 1; RETINA, Band et al.) is
 
     PE(x)  = H( mean_s p_s(x) )                  predictive entropy, total uncertainty
     EE(x)  = mean_s H( p_s(x) )                  expected entropy, aleatoric part
@@ -79,7 +79,7 @@ def _samples(samples: ArrayLike, validate: bool) -> torch.Tensor:
 def predictive_entropy(samples: ArrayLike, normalize: bool = False, validate: bool = True) -> ArrayLike:
     """Predictive entropy ``H(mean_s p_s)`` of samples ``(S, B, C, *spatial) -> (B, 1, *spatial)``.
 
-    Total uncertainty (PU in ValUES; "predictive entropy" in RETINA, seed 002).
+    Total uncertainty (PU in ValUES; "predictive entropy" in RETINA, Band et al.).
     """
     s = _samples(samples, validate)
     return like_input(_entropy_t(s.mean(0), 1, normalize), samples)
@@ -130,7 +130,7 @@ def variance_from_moments(mean: torch.Tensor, mean_sq: torch.Tensor) -> torch.Te
 def variance(samples: ArrayLike, validate: bool = True) -> ArrayLike:
     """Sample variance map ``mean_c Var_s(p_{s,c})``, ``(S, B, C, *spatial) -> (B, 1, *spatial)``.
 
-    Population variance (divided by S, not S - 1), averaged over classes (DESIGN.md, ``variance`` key).
+    Population variance (divided by S, not S - 1), averaged over classes (docs/design.md, ``variance`` key).
     """
     s = _samples(samples, validate)
     return like_input(s.var(dim=0, correction=0).mean(dim=1, keepdim=True), samples)

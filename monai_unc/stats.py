@@ -7,7 +7,7 @@ Memory does not grow with the number of samples: per voxel we keep the running (
     sum_h            sum_s w_s H(p_s)            -> expected entropy (1 channel)
     sum_p2[c]        sum_s w_s p_s[c]^2          -> variance (C channels, only if ``track_variance``)
 
-and derive every measure at the end (shared/DESIGN.md, "Streaming statistics"): PE = H(mean p),
+and derive every measure at the end (docs/design.md, "Streaming statistics"): PE = H(mean p),
 EE = sum_h / sum_w, MI = PE - EE, max-softmax = 1 - max_c mean p, variance = mean_c (E[p^2] - E[p]^2).
 Merging two SampleStats adds the sums; the result equals the statistics of the pooled samples.
 

@@ -1,8 +1,8 @@
-"""Temperature scaling fitted on streamed logits, and folded into the network at zero cost (seed 001 Sec. 2.3).
+"""Temperature scaling fitted on streamed logits, and folded into the network at zero cost (Kock et al. Sec. 2.3).
 
 Temperature scaling (Guo et al. 2017) divides the logits ``z`` by a temperature before the softmax:
 ``p = softmax(z / t)``. A scalar ``t`` does not change the argmax (the segmentation); a vector ``t`` (one per
-class, "vector scaling" in seed 001) can. Seed 001's protocol, implemented here:
+class, "vector scaling" in Kock et al.) can. Kock et al.'s protocol, implemented here:
 
 - the temperature is fitted on held-out logits by minimising the NLL or a differentiable ECE (20 bins, bins
   with fewer than 50 voxels ignored), with RMSprop, learning rate 0.05, starting from ``t = 2``, for at most
@@ -28,7 +28,7 @@ The returned temperature is the one with the lowest loss seen.
 
 ``fold_into(module)`` divides the weights and bias of the layer that produces the logits (the last
 ``Conv``/``ConvTranspose``/``Linear``, or the one given) by ``t``, so the saved model is calibrated at no
-extra cost (seed 001, abstract).
+extra cost (Kock et al., abstract).
 """
 
 from __future__ import annotations
@@ -71,20 +71,20 @@ def _reiterable(x: Any, name: str) -> Callable[[], Iterable[Any]]:
 
 
 class TemperatureScaler(nn.Module):
-    """Scalar or vector temperature scaling fitted on streamed logits (seed 001 Sec. 2.3).
+    """Scalar or vector temperature scaling fitted on streamed logits (Kock et al. Sec. 2.3).
 
     Args:
         mode: ``"scalar"`` (one ``t``, keeps the argmax) or ``"vector"`` (one ``t_c`` per class).
         loss: ``"nll"`` or ``"ece"`` (differentiable top-label ECE, ``n_bins`` bins, ``min_bin_count``).
         num_classes: needed up front for ``mode="vector"`` only if :meth:`transform` is called before
             :meth:`fit`; otherwise taken from the logits.
-        init_temperature: starting value (seed 001: 2).
-        lr: RMSprop learning rate (seed 001: 0.05).
-        max_steps: at most this many optimisation steps, each a full pass over the data (seed 001: 1000).
-        tol: stop when no component of ``t`` moves by this much in a step (seed 001: 1e-7).
-        chunk_size: voxels per chunk (seed 001: 2**26 on a GPU); the gradient of each step is accumulated over
+        init_temperature: starting value (Kock et al.: 2).
+        lr: RMSprop learning rate (Kock et al.: 0.05).
+        max_steps: at most this many optimisation steps, each a full pass over the data (Kock et al.: 1000).
+        tol: stop when no component of ``t`` moves by this much in a step (Kock et al.: 1e-7).
+        chunk_size: voxels per chunk (Kock et al.: 2**26 on a GPU); the gradient of each step is accumulated over
             all chunks in float64, so the chunk size changes memory, never the result.
-        n_bins, min_bin_count: binning of ``loss="ece"`` (seed 001: 20 and 50).
+        n_bins, min_bin_count: binning of ``loss="ece"`` (Kock et al.: 20 and 50).
         ignore_index: label value whose voxels are left out (e.g. -1 or 255).
         lr_backoff: multiply the learning rate by this when a step increases the loss (None: never).
         min_temperature: lower bound of every ``t_c`` during the optimisation.
@@ -437,7 +437,7 @@ def calibrate_network(
     max_steps: int = 1000,
     example_input: torch.Tensor | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Fit a :class:`TemperatureScaler` (seed 001 protocol) and make a calibrated copy.
+    """Fit a :class:`TemperatureScaler` (Kock et al. protocol) and make a calibrated copy.
 
     Returns ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit
     layer when that provably divides the output by ``t`` (checked on ``example_input``); otherwise

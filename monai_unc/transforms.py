@@ -92,7 +92,7 @@ def error_map(pred: Any, label: Any) -> Any:
             the first maximum wins on ties) or a label map ``(1, *spatial)``.
         label: reference ``(1, *spatial)`` label map or one-hot ``(C, *spatial)``.
 
-    Returns numpy for numpy ``pred``, torch otherwise. This is the error the spatial metrics (seed 003, Sec. 3) and
+    Returns numpy for numpy ``pred``, torch otherwise. This is the error the spatial metrics (Zeevi et al., Sec. 3) and
     the calibration "accuracy" use. Raises ``ValueError`` when the spatial shapes differ or the labels are not
     integral.
     """
@@ -122,7 +122,7 @@ class UncertaintyMeasuresd(MapTransform):
     ``mutual_information`` need ``expected_entropy_key`` (the per-voxel mean of ``H(p_s)``), ``variance`` needs
     ``mean_sq_key`` (the per-voxel mean of ``p_s^2``, ``C`` channels): the statistics an inferer streams.
 
-    Formulas (ValUES, seed 000, eq. 1): PE = H(mean p), EE = mean H(p_s), MI = PE - EE (clamped at 0),
+    Formulas (ValUES, eq. 1): PE = H(mean p), EE = mean H(p_s), MI = PE - EE (clamped at 0),
     max-softmax = 1 - max_c mean p, variance = mean_c Var_s p_c (population). Natural log; ``normalize=True``
     divides the entropies by ``log C``.
 
@@ -281,7 +281,7 @@ class ErrorMapd(MapTransform):
 
 
 class AggregateUncertaintyd(MapTransform):
-    """One uncertainty score per case from each map (ValUES, seed 000, Sec. 4.3), via
+    """One uncertainty score per case from each map (ValUES, Sec. 4.3), via
     :func:`monai_unc.aggregation.aggregate`.
 
     The score (0-dim float64 tensor) is stored in the data dict under ``output_key`` (default ``"{key}_{method}"``,

@@ -118,7 +118,7 @@ def test_ged_equals_brute_force(shape, distance, n_classes):
     rng = np.random.default_rng([len(shape), len(distance), n_classes])
     refs = random_masks(rng, 4, shape, n_classes)
     smp = random_masks(rng, 5, shape, n_classes)
-    refs[0] = 0  # an empty reference, as in seed 004's lesion data
+    refs[0] = 0  # an empty reference, as in Zepf et al.'s lesion data
     expected = bf_energy(refs, smp, lambda a, b: bf_distance(a, b, distance))
     got = ged(refs, smp, distance=distance)
     np.testing.assert_allclose(got, expected, atol=1e-12)
@@ -131,7 +131,7 @@ def test_ged_equals_brute_force(shape, distance, n_classes):
 def test_ged_empty_mask_conventions():
     empty = np.zeros((1, 4, 4), dtype=np.int64)
     full = np.ones((1, 4, 4), dtype=np.int64)
-    # two empty masks: d = 0; empty vs non-empty: IoU = 0, d = 1 (seed 004)
+    # two empty masks: d = 0; empty vs non-empty: IoU = 0, d = 1 (Zepf et al.)
     assert ged(empty, empty).ged == 0.0
     res = ged(empty, full)
     assert res.cross == 1.0 and res.ged == 2.0 and res.reference_diversity == 0.0

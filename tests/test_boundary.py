@@ -27,7 +27,7 @@ BACKENDS = [b for b in ("edt", "scipy") if b in available_backends()]
 
 
 def brute_boundary(label: np.ndarray) -> np.ndarray:
-    """Loop over voxels and their face neighbours, exactly as DESIGN.md words it."""
+    """Loop over voxels and their face neighbours, exactly as docs/design.md words it."""
     out = np.zeros(label.shape, bool)
     for idx in itertools.product(*[range(s) for s in label.shape]):
         for ax in range(label.ndim):

@@ -1,4 +1,4 @@
-"""The seed 003 comparison protocol: statistics against scipy / hand-worked values, and the map pipeline."""
+"""The Zeevi et al. comparison protocol: statistics against scipy / hand-worked values, and the map pipeline."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from monai_unc.metrics.compare import (
     compare_uncertainty_maps,
     holm_correction,
     mcnemar_test,
-    seed003_metrics,
+    uncertainty_map_metrics,
 )
 from monai_unc.metrics.spatial import spatial_calibration_error
 
@@ -190,13 +190,13 @@ def test_compare_batch_arrays_names_and_custom_functions():
 
 
 def test_registry_and_uce_fallback():
-    reg = seed003_metrics(include_uce=False)
+    reg = uncertainty_map_metrics(include_uce=False)
     assert list(reg)[:3] == ["SPACE", "BUC", "BA-ECE"]
     assert not reg["SPACE"].higher_is_better and reg["BUC"].higher_is_better and reg["SPACE"].spatial
     try:
         from monai_unc.metrics.calibration import uce  # noqa: F401
     except ImportError:
         with pytest.warns(UserWarning, match="UCE is skipped"):
-            assert "UCE" not in seed003_metrics()
+            assert "UCE" not in uncertainty_map_metrics()
     else:
-        assert "UCE" in seed003_metrics()
+        assert "UCE" in uncertainty_map_metrics()

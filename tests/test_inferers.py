@@ -184,7 +184,7 @@ def test_sliding_window_with_deterministic_network_equals_sliding_softmax_entrop
     torch.testing.assert_close(out["pred"], ref_p, atol=1e-6, rtol=0)
     torch.testing.assert_close(out["predictive_entropy"], M.entropy(ref_p), atol=1e-5, rtol=0)
     # EE is the stitched per-window entropy; MI = H(stitched p) - stitched H(p): zero without overlapping
-    # windows, and otherwise the (non-negative) disagreement between overlapping windows (DESIGN.md)
+    # windows, and otherwise the (non-negative) disagreement between overlapping windows (docs/design.md)
     ref_ee = sw(x, lambda t: M.entropy(torch.softmax(net(t), 1)))
     torch.testing.assert_close(out["expected_entropy"], ref_ee, atol=1e-6, rtol=0)
     assert float(out["mutual_information"].min()) >= 0

@@ -1,4 +1,4 @@
-"""BUC, BA-ECE and SPACE (seed 003 Sec. 3) against straightforward scipy implementations and hand-worked cases."""
+"""BUC, BA-ECE and SPACE (Zeevi et al. Sec. 3) against straightforward scipy implementations and hand-worked cases."""
 
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ def test_gaussian_kernels_equal_scipy(shape, sigmas):
     np.testing.assert_allclose(_gaussian_torch(torch.from_numpy(x), sigmas, 4.0).numpy(), ref, atol=1e-13)
 
 
-# ------------------------------------------------------------------------------------------------ seed 003 Fig. 1
+# ------------------------------------------------------------------------------------------------ Zeevi et al. Fig. 1
 
 
 def test_fig1_scattered_vs_boundary_maps_told_apart():

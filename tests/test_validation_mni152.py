@@ -1,4 +1,4 @@
-"""Smoke test of the MNI152 validation studies 1 (seed 003 Table 1) and 5 (seed 002 referral) in ``--tiny`` mode.
+"""Smoke test of the MNI152 validation studies 1 (Zeevi et al. Table 1) and 5 (RETINA referral) in ``--tiny`` mode.
 
 Runs each script's ``main`` into a temporary folder (study 5 first on its own, then after study 1 so that it reuses
 study 1's per-case values) and checks that the outputs exist and hold finite numbers where numbers must be.

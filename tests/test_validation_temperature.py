@@ -1,4 +1,4 @@
-"""Smoke test of validation study 2 (docs/validation/study2_temperature.py, seed 001): the ``--tiny`` run writes its
+"""Smoke test of validation study 2 (docs/validation/study2_temperature.py, Kock et al.): the ``--tiny`` run writes its
 JSON, markdown and reliability diagrams, and every reported number is finite."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Shared helpers of the MNI152 validation studies 1 (seed 003, Table 1) and 5 (seed 002, referral curves).
+"""Shared helpers of the MNI152 validation studies 1 (Zeevi et al., Table 1) and 5 (RETINA, Band et al.: referral
+curves).
 
-Data protocol (shared/DESIGN.md, "Example data protocol"; ``monai_unc.data``): the shipped UNet
+Data protocol (docs/data.md; ``monai_unc.data``): the shipped UNet
 (``load_example_model``) was trained on the left hemisphere of the MNI152 2009 template (2 mm, nilearn);
 everything here is evaluated on the held-out right hemisphere (world x >= 0).
 
@@ -28,7 +29,7 @@ therefore searches its rates once per case. Evaluation region: the right-hemisph
 50 x 96 x 80 voxels of 2 mm.
 
 Methods (``predict_*``): the deterministic network (softmax), MC dropout inserted post hoc after every encoder and
-decoder stage but the output (seed 003 Sec. 4.2) at a fixed rate, Rate-In at the same six sites, MC dropout with the
+decoder stage but the output (Zeevi et al. Sec. 4.2) at a fixed rate, Rate-In at the same six sites, MC dropout with the
 network's own trained dropout (p = 0.1, after every convolution), and test-time augmentation. Maps: predictive
 entropy and mutual information, both divided by log 3 (``normalize=True``) so that they lie in [0, 1] as BA-ECE,
 SPACE, the voxel accuracy and the thresholded metrics expect.
@@ -277,7 +278,7 @@ def predict_deterministic(net0: torch.nn.Module, case: dict[str, Any]) -> dict[s
 
 
 def predict_mc_posthoc(net0: torch.nn.Module, case: dict[str, Any], p: float, samples: int, seed: int) -> dict:
-    """MC dropout at fixed rate ``p`` (channel-wise) inserted after the six stage sites (seed 003 Sec. 4.2)."""
+    """MC dropout at fixed rate ``p`` (channel-wise) inserted after the six stage sites (Zeevi et al. Sec. 4.2)."""
     add_dropout(net0, p=p)
     try:
         return _run(MCDropoutInferer(num_samples=samples, normalize=True, seed=seed), net0, case)

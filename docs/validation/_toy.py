@@ -1,4 +1,4 @@
-"""Shared helpers of validation studies 3 (ValUES) and 4 (GED, seed 004) on the synthetic toy set.
+"""Shared helpers of validation studies 3 (ValUES) and 4 (GED, Zepf et al.) on the synthetic toy set.
 
 Everything here composes monai-unc: the data come from :mod:`monai_unc.data.synthetic`, the networks are
 MONAI ``UNet`` s, inference goes through :class:`~monai_unc.inferers.SoftmaxInferer`,
@@ -6,7 +6,7 @@ MONAI ``UNet`` s, inference goes through :class:`~monai_unc.inferers.SoftmaxInfe
 :class:`~monai_unc.inferers.EnsembleInferer`. Nothing is downloaded; trained weights are cached on disk (keyed
 by a hash of the training configuration) so that the two studies and repeated runs share them.
 
-Training protocol (ValUES, seed 000, Appendix C.1/C.2, scaled down to run on one CPU thread in minutes):
+Training protocol (ValUES, Appendix C.1/C.2, scaled down to run on one CPU thread in minutes):
 
 - 3D U-Net (MONAI ``UNet``, channels 8-16-32-64, initial filter size 8 as ValUES' toy U-Net, one residual
   unit per block, instance normalisation) with dropout in every convolution block (ValUES: p = 0.5; the same
@@ -124,12 +124,12 @@ def load_json(path: str | os.PathLike) -> Any:
 # ------------------------------------------------------------------------------------------------ data
 @dataclass(frozen=True)
 class PresenceConfig:
-    """Toy cases whose raters disagree on whether the object is there at all (study 4, seed 004 Sec. 3).
+    """Toy cases whose raters disagree on whether the object is there at all (study 4, Zepf et al. Sec. 3).
 
     ``make_toy_case`` has no option for this, so :func:`make_presence_case` builds it from a noise-free toy case:
     the object's contrast ``a`` and outer radius are drawn per case, the image is ``a * profile + noise``, and
     rater ``j`` leaves its mask empty when the object's visibility ``v = a * (r / r_max)`` (times a per-rater
-    log-normal jitter of ``jitter``, the annotation error of seed 004 eq. 1) is below that rater's detection
+    log-normal jitter of ``jitter``, the annotation error of Zepf et al. eq. 1) is below that rater's detection
     threshold ``thresholds[j]`` (its bias ``b^j``). Raters keep their boundary styles of ``make_toy_case``
     (nested spheres of 10 % ... 100 % of the outermost rater's volume).
     """
@@ -344,7 +344,7 @@ def annotator_ensemble(
     cache_dir: Path | None,
     log: Callable[[str], None] = print,
 ) -> list[UNet]:
-    """One network per rater, each trained on that rater's masks only: the "ensemble of annotators" of seed 004
+    """One network per rater, each trained on that rater's masks only: the "ensemble of annotators" of Zepf et al.
     (Sec. 1 and 3), an aleatoric model whose members reproduce the raters' styles and detection biases."""
     images = [c["image"] for c in cases]
     n_raters = cases[0]["raters"].shape[0]

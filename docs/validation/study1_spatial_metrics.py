@@ -1,10 +1,10 @@
-"""Validation study 1: seed 003 (Zeevi et al., spatially-aware evaluation of segmentation uncertainty), Table 1.
+"""Validation study 1: Zeevi et al. (spatially-aware evaluation of segmentation uncertainty), Table 1.
 
 Claim checked: spatially-aware metrics (SPACE, BUC, BA-ECE) tell a high-quality ("clean") uncertainty map from a
-low-quality ("noisy") one of the same case more often than voxel-wise metrics do (seed 003 Sec. 4, Table 1:
+low-quality ("noisy") one of the same case more often than voxel-wise metrics do (Zeevi et al. Sec. 4, Table 1:
 accuracy SPACE 95.8 %, BUC 91.7 %, BA-ECE 89.6 %, ECE 83.3 %, ..., AUC-ROC 72.9 %).
 
-Protocol (seed 003 Sec. 4.2-4.3 on the MNI152 example instead of prostate MRI; see ``_mni152.py`` for the data):
+Protocol (Zeevi et al. Sec. 4.2-4.3 on the MNI152 example instead of prostate MRI; see ``_mni152.py`` for the data):
 
 - cases: the MNI152 template and perturbed copies (noise, bias field, contrast, blur, resolution, small affine,
   cropped field of view; 24 cases at full size), evaluated on the held-out right hemisphere;
@@ -13,10 +13,10 @@ Protocol (seed 003 Sec. 4.2-4.3 on the MNI152 example instead of prostate MRI; s
   information loss, target 0.1); both against the same error map, that of the deterministic network;
 - per metric: accuracy = share of cases where the metric prefers the Rate-In map, Cohen's d and the mean relative
   difference (``monai_unc.metrics.compare``), pairwise McNemar tests with Holm correction and Cochran's Q.
-  The per-case values come from the registry of ``compare_uncertainty_maps`` (``seed003_metrics``: SPACE, BUC,
+  The per-case values come from the registry of ``compare_uncertainty_maps`` (``uncertainty_map_metrics``: SPACE, BUC,
   BA-ECE, UCE, VOXEL_ACC, AUC-PR, AUC-ROC, PAvPU w = 5 / 11, AU-ARC, AvU, correct-certain and
   uncertain-incorrect ratios, threshold 0.5) plus top-label ECE and MCE of each method's mean probabilities
-  (``monai_unc.metrics.calibration``, 15 bins, bins with < 50 voxels ignored as in seed 001), all compared with
+  (``monai_unc.metrics.calibration``, 15 bins, bins with < 50 voxels ignored as in Kock et al.), all compared with
   ``compare_metric_values`` (the statistics of ``compare_uncertainty_maps`` on precomputed values, which ECE and
   MCE need because they use class probabilities, not the uncertainty map);
 - headline map: predictive entropy / log 3; the same table for mutual information / log 3 follows;
@@ -51,9 +51,9 @@ import _mni152 as M  # noqa: E402
 
 from monai_unc.io import atomic_write_text  # noqa: E402
 from monai_unc.metrics.calibration import ece, mce  # noqa: E402
-from monai_unc.metrics.compare import UncertaintyComparison, compare_metric_values, seed003_metrics  # noqa: E402
+from monai_unc.metrics.compare import UncertaintyComparison, compare_metric_values, uncertainty_map_metrics  # noqa: E402
 
-#: seed 003 Table 1: accuracy (%), Cohen's d, mean difference (%), in the paper's row order
+#: Zeevi et al. Table 1: accuracy (%), Cohen's d, mean difference (%), in the paper's row order
 PAPER: dict[str, tuple[float, float, float]] = {
     "SPACE": (95.83, 1.34, 49.8),
     "BUC": (91.67, 1.26, 34.1),
@@ -69,7 +69,7 @@ PAPER: dict[str, tuple[float, float, float]] = {
     "Correct Certain Ratio": (31.25, -0.10, 0.0),
     "Uncertain Incorrect Ratio": (31.25, -0.32, -8.9),
 }
-EXTRA = ("UCE", "AvU")  # computed by the package, not in seed 003's Table 1
+EXTRA = ("UCE", "AvU")  # computed by the package, not in Zeevi et al.'s Table 1
 SPATIAL = ("SPACE", "BUC", "BA-ECE")
 MEASURES = {"pe": "predictive entropy / log 3", "mi": "mutual information / log 3"}
 METHOD_NAMES = {
@@ -276,7 +276,7 @@ def _plots(out_dir: Path, rows: list[dict[str, Any]], example: dict[str, Any] | 
     fig = Figure(figsize=(8.0, 3.6), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(names))
-    ax.bar(x - 0.2, paper, 0.4, label="seed 003 (prostate MRI)", color="0.6")
+    ax.bar(x - 0.2, paper, 0.4, label="Zeevi et al. (prostate MRI)", color="0.6")
     ax.bar(x + 0.2, np.nan_to_num(ours), 0.4, label="ours (MNI152, Rate-In vs MC p=0.5, PE maps)", color="#1f77b4")
     ax.axhline(50, color="0.3", ls=":", lw=1)
     ax.set_xticks(x, names, rotation=35, ha="right", fontsize=8)
@@ -311,11 +311,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     control = not args.no_control
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"study 1 (seed 003 Table 1): {cfg.n_cases} cases, {cfg.samples} samples, block {cfg.roi_size}, "
+    print(f"study 1 (Zeevi et al. Table 1): {cfg.n_cases} cases, {cfg.samples} samples, block {cfg.roi_size}, "
           f"{M.threads_note()}", flush=True)
     cases = M.make_cases(cfg)
     net0, _ = M.load_networks()
-    registry = seed003_metrics()
+    registry = uncertainty_map_metrics()
     directions = {n: s.higher_is_better for n, s in registry.items()} | {"ECE": False, "MCE": False}
     methods = ["mc_fixed", "rate_in"] + (["mc_matched"] if control else [])
     values: dict[str, dict[str, dict[str, list[float]]]] = {
@@ -382,7 +382,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wall, cpu = timer.elapsed()
     result: dict[str, Any] = {
         "study": "study1_spatial_metrics",
-        "paper": "seed 003 (Zeevi et al.), Table 1",
+        "paper": "Zeevi et al., Table 1",
         "config": cfg.to_json() | {"control": control, "min_bin_count": MIN_BIN_COUNT},
         "runtime": {
             "wall_s": wall, "cpu_s": cpu, "threads": M.threads_note(),
@@ -418,7 +418,7 @@ def render_markdown(result: dict[str, Any], cfg: M.StudyConfig) -> str:
     det_dice = [r["methods"]["deterministic"]["dice"] for r in recs]
     rates = [r["rate_in_mean_rate"] for r in recs]
     lines = [
-        "## Study 1: spatially-aware metrics tell clean from noisy uncertainty maps (seed 003, Table 1)",
+        "## Study 1: spatially-aware metrics tell clean from noisy uncertainty maps (Zeevi et al., Table 1)",
         "",
         f"Cohort: {len(recs)} MNI152 cases ({', '.join(f'{k} {v}' for k, v in kinds.items())}; severity 1-5), "
         f"held-out right hemisphere ({'x'.join(map(str, recs[0]['shape']))} voxels of 2 mm), shipped UNet, "

@@ -1,13 +1,13 @@
-"""Validation study 2 (issue #12): seed 001's temperature-calibration findings, reproduced with monai-unc.
+"""Validation study 2 (issue #12): Kock et al.'s temperature-calibration findings, reproduced with monai-unc.
 
-Seed 001 (Kock, Thielke et al., "Confidence histograms for model reliability analysis and temperature
+Kock et al. (Kock, Thielke et al., "Confidence histograms for model reliability analysis and temperature
 calibration", MIDL) trains segmentation networks with soft Dice, categorical cross-entropy (CCE) and Dice + CCE,
 fits a scalar softmax temperature ``t`` by minimising the NLL or a differentiable ECE, and reports ``t`` and the
 test-set NLL, ECE and Brier score before and after (Table 2). Its headline findings: Dice-trained models are
 overconfident and need ``t`` well above 1 (1.7 to 5.2), CCE models need ``t`` near 1 (0.73 to 1.56), Dice + CCE
 lies in between (2.3 on KiTS), and calibration lowers NLL and ECE, most for Dice models.
 
-Protocol here (shared/DESIGN.md, "Example data protocol"):
+Protocol here (docs/data.md):
 
 - task: the MNI152 2009 template (nilearn, 2 mm, 99 x 117 x 95), 3 classes (background + CSF, grey matter,
   white matter); one brain, so "cases" are regions and perturbed copies of it;
@@ -20,10 +20,10 @@ Protocol here (shared/DESIGN.md, "Example data protocol"):
   (default 8 = 16 mm); even slabs are the calibration voxels on which ``t`` is fitted, odd slabs the evaluation
   voxels on which every number is reported. Neither was seen in training. For comparison, ``t`` is also fitted
   on the training (left) hemisphere and evaluated on the same odd slabs;
-- temperature: :class:`monai_unc.temperature.TemperatureScaler` with seed 001's settings (RMSprop, lr 0.05,
+- temperature: :class:`monai_unc.temperature.TemperatureScaler` with Kock et al.'s settings (RMSprop, lr 0.05,
   start at t = 2, <= 1000 steps, tol 1e-7; ECE loss with 20 bins and bins of < 50 voxels ignored);
 - metrics (:mod:`monai_unc.metrics.calibration`, one pooled :class:`ConfidenceHistogram` per condition): NLL
-  (nats), Brier (sum over labels, range [0, 2]), top-label ECE and all-label ECE with seed 001's setting (20 bins,
+  (nats), Brier (sum over labels, range [0, 2]), top-label ECE and all-label ECE with Kock et al.'s setting (20 bins,
   bins of < 50 voxels ignored) and with the package default (15 bins, no minimum);
 - shift: the network is also run on perturbed copies (``monai_unc.data.perturb``: noise, bias field, contrast,
   blur, resolution loss at ``--severity``); the clean-fitted ``t`` is applied to them and compared with the ``t``
@@ -69,7 +69,7 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results"
 #: our training losses -> the paper's names
 LOSSES = {"dice": "Dice", "ce": "CCE", "dice_ce": "Dice+CCE"}
 
-#: seed 001, Table 2 (test set, after calibration): (task, training, TS loss, t, NLL, ECE, Brier)
+#: Kock et al., Table 2 (test set, after calibration): (task, training, TS loss, t, NLL, ECE, Brier)
 PAPER_TABLE2: tuple[tuple[str, str, str, float | None, float, float, float], ...] = (
     ("Liver (5 case baseline)", "Dice", "none", None, 0.052, 0.006, 0.013),
     ("Liver (5 case baseline)", "Dice", "NLL", 1.852, 0.030, 0.003, 0.009),
@@ -100,7 +100,7 @@ PAPER_TABLE2: tuple[tuple[str, str, str, float | None, float, float, float], ...
     ("KiTS", "CCE", "ECE", 1.475, 0.012, 0.001, 0.004),
 )
 
-#: ECE settings: seed 001 (20 bins as its ECE loss, bins with < 50 voxels ignored) and the package default
+#: ECE settings: Kock et al. (20 bins as its ECE loss, bins with < 50 voxels ignored) and the package default
 PAPER_BINS, PAPER_MIN_COUNT = 20, 50
 DEFAULT_BINS, DEFAULT_MIN_COUNT = 15, 0
 
@@ -158,7 +158,8 @@ def masked(logits: torch.Tensor, label: torch.Tensor, mask: np.ndarray) -> tuple
 
 
 def fit_temperature(z: torch.Tensor, y: torch.Tensor, loss: str, max_steps: int) -> dict[str, Any]:
-    """Seed 001's scalar temperature fit (TemperatureScaler defaults) on ``(1, C, n)`` logits; ``t`` and its trace."""
+    """Kock et al.'s scalar temperature fit (TemperatureScaler defaults) on ``(1, C, n)`` logits; ``t`` and its
+    trace."""
     start = time.perf_counter()
     ts = TemperatureScaler(mode="scalar", loss=loss, max_steps=max_steps).fit(z, y)
     return {
@@ -176,7 +177,7 @@ def histogram(z: torch.Tensor, y: torch.Tensor, t: float) -> ConfidenceHistogram
 
 
 def metrics(hist: ConfidenceHistogram) -> dict[str, float]:
-    """NLL, Brier, top-label and all-label ECE (seed 001's 20 bins / >= 50 voxels, and the package default)."""
+    """NLL, Brier, top-label and all-label ECE (Kock et al.'s 20 bins / >= 50 voxels, and the package default)."""
     return {
         "nll": float(nll(hist)),
         "brier": float(brier(hist)),
@@ -198,7 +199,7 @@ def _save_figure(fig: Figure, path: Path) -> Path:
 
 
 def plot_reliability(hists: dict[str, ConfidenceHistogram], temps: dict[str, float], title: str, path: Path) -> Path:
-    """All-label reliability diagrams (seed 001's 20 bins, >= 50 voxels per bin) side by side, one per condition."""
+    """All-label reliability diagrams (Kock et al.'s 20 bins, >= 50 voxels per bin) side by side, one per condition."""
     fig = Figure(figsize=(4.2 * len(hists), 4.4))
     FigureCanvasAgg(fig)
     for i, (name, hist) in enumerate(hists.items()):
@@ -232,7 +233,7 @@ def _pct(new: float, old: float) -> float:
 # agreement sentences (generated from the numbers)
 # ------------------------------------------------------------------------------------------------------------------
 def agreement(models: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """One sentence per finding of seed 001, comparing our fitted temperatures and metrics with Table 2."""
+    """One sentence per finding of Kock et al., comparing our fitted temperatures and metrics with Table 2."""
     out: dict[str, str] = {}
     t = {k: m["temperatures"]["heldout"]["nll"]["t"] for k, m in models.items()}
     if "dice" in t:
@@ -354,18 +355,18 @@ def shift_sentences(models: dict[str, dict[str, Any]]) -> dict[str, str]:
 def render_markdown(res: dict[str, Any]) -> str:
     cfg, models = res["config"], res["models"]
     lines = [
-        "## Study 2 — temperature calibration by training loss (seed 001)",
+        "## Study 2 — temperature calibration by training loss (Kock et al.)",
         "",
         f"Protocol: MNI152 2009 tissue task (2 mm, 3 classes). Each network ({', '.join(LOSSES[k] for k in models)}) "
         f"is the example UNet trained with `train_tissue_model` on the left hemisphere for {cfg['iterations']} "
         f"iterations (batch 2, same seed {cfg['seed']} for all). The held-out right hemisphere is cut into "
         f"{cfg['slab']}-slice axial slabs: t is fitted on the even slabs ({res['voxels']['cal']} voxels) and every "
         f'metric is reported on the odd slabs ({res["voxels"]["eval"]} voxels); the rows marked "train hemi." fit t '
-        f"on the training (left) hemisphere instead ({res['voxels']['train']} voxels). TemperatureScaler with seed "
-        "001's settings (RMSprop, lr 0.05, t0 = 2, <= "
-        f"{cfg['max_steps']} steps). ECE and all-label ECE: 20 bins, bins with < 50 voxels ignored (seed 001); "
+        f"on the training (left) hemisphere instead ({res['voxels']['train']} voxels). TemperatureScaler with "
+        "Kock et al.'s settings (RMSprop, lr 0.05, t0 = 2, <= "
+        f"{cfg['max_steps']} steps). ECE and all-label ECE: 20 bins, bins with < 50 voxels ignored (Kock et al.); "
         '"(def.)": the package default, 15 bins, no minimum. NLL in nats; Brier summed over labels. '
-        "Paper: seed 001 Table 2, KiTS (the one task with 3 labels and all three losses); its Brier may be "
+        "Paper: Kock et al. Table 2, KiTS (the one task with 3 labels and all three losses); its Brier may be "
         "normalised differently, and its absolute values (CT volumes, mostly easy background) are not comparable "
         "with ours — compare directions and the size of t.",
         "",
@@ -428,7 +429,7 @@ def render_markdown(res: dict[str, Any]) -> str:
             "",
             f"### Transfer to shifted copies (severity {cfg['severity']:g}, evaluation slabs)",
             "",
-            "Paper: no numbers — seed 001 reports that the optimal temperature varies between cases and between "
+            "Paper: no numbers — Kock et al. reports that the optimal temperature varies between cases and between "
             "models of the same loss (Sec. 3, Appendix B) and that typical temperatures cannot be suggested per "
             "loss or task (Sec. 4). Columns: t = 1; the t fitted on the clean calibration slabs (NLL); the t fitted "
             '(NLL) on the even slabs of the shifted copy itself ("oracle").',
@@ -593,7 +594,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "shifts": shifts,
         }
     result: dict[str, Any] = {
-        "study": "2: seed 001, confidence histograms and temperature calibration",
+        "study": "2: Kock et al., confidence histograms and temperature calibration",
         "config": {
             "seed": args.seed,
             "tiny": bool(args.tiny),

@@ -1,4 +1,4 @@
-"""Validation study 3: ValUES (seed 000) on the synthetic toy set with raters and shifts, reproduced with monai-unc.
+"""Validation study 3: ValUES on the synthetic toy set with raters and shifts, reproduced with monai-unc.
 
 Three findings of ValUES are checked beside the paper's numbers:
 
@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     runtime = time.perf_counter() - t_start
     result = {
-        "study": "3: ValUES (seed 000) on the synthetic toy set",
+        "study": "3: ValUES on the synthetic toy set",
         "config": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
             "seed": seed,
@@ -326,7 +326,7 @@ def render_markdown(res: dict[str, Any]) -> str:
     n_iid = c["n_test_clean"] + c["n_test_blur"]
     tiny = ", tiny smoke-test size" if c["tiny"] else ""
     L: list[str] = []
-    L.append("## Study 3: ValUES (seed 000) on the synthetic toy set")
+    L.append("## Study 3: ValUES on the synthetic toy set")
     L.append("")
     rt, env = res["runtime_s"], res["environment"]
     L.append(

@@ -1,6 +1,6 @@
-"""Validation study 4: "Navigating uncertainty" (seed 004) -- does detection dominate the GED? -- with monai-unc.
+"""Validation study 4: "Navigating uncertainty" (Zepf et al.) -- does detection dominate the GED? -- with monai-unc.
 
-Seed 004 (Sec. 3, Fig. 3) splits the generalized energy distance ``D_GED`` (d = 1 - IoU, 0 for two empty masks)
+Zepf et al. (Sec. 3, Fig. 3) splits the generalized energy distance ``D_GED`` (d = 1 - IoU, 0 for two empty masks)
 into a segmentation part ``D_IoU`` (GED over the non-empty masks only) and a detection part ``D_Det`` (GED with
 d = [one mask empty, the other not]) and finds on LIDC (four raters who often disagree on whether a lesion is
 there) that different models are best on the three measures and that "the detection seems to dominate the
@@ -14,7 +14,7 @@ nested boundary styles of ``make_toy_case``; rater j leaves the mask empty when 
 of the cases have at least one empty rater mask, about one in ten has only empty masks.
 
 Models (``_toy.py``): 5 toy U-Nets with dropout trained on such cases (one random rater per case as label), and,
-as the aleatoric model of seed 004, an "ensemble of annotators": 4 U-Nets, network j trained on rater j's masks.
+as the aleatoric model of Zepf et al., an "ensemble of annotators": 4 U-Nets, network j trained on rater j's masks.
 Samples per case: softmax of network 1 (its argmax: one sample), softmax quantile samples (the foreground
 probability thresholded at (s + 0.5) / 10, s = 0..9: ten nested masks whose frequencies follow the softmax),
 MC dropout (argmax of 10 passes), TTA (argmax of the 16 flip/noise passes), ensemble (argmax of each of the 5
@@ -127,7 +127,7 @@ def _nanmean(a: np.ndarray) -> float:
 
 
 def _wilcoxon_vs_best(values: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Best sampler by mean (lower is better) and one-sided Wilcoxon p-values best < other (seed 004 Fig. 3)."""
+    """Best sampler by mean (lower is better) and one-sided Wilcoxon p-values best < other (Zepf et al. Fig. 3)."""
     means = {k: _nanmean(v) for k, v in values.items()}
     best = min(means, key=lambda k: means[k] if np.isfinite(means[k]) else np.inf)
     tied = [k for k, v in means.items() if np.isfinite(v) and v <= means[best] + 1e-9]
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     r_pres = [r for r in rows if r["n_empty_raters"] == 0]
     runtime = time.perf_counter() - t_start
     result = {
-        "study": "4: Navigating uncertainty (seed 004): GED, D_IoU and D_Det on toy data with presence disagreement",
+        "study": "4: Navigating uncertainty (Zepf et al.): GED, D_IoU and D_Det on toy data with presence disagreement",
         "config": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
             "seed": seed,
@@ -296,7 +296,7 @@ def _p(p: float) -> str:
 def render_markdown(res: dict[str, Any]) -> str:
     c = res["config"]
     fmt = T.fmt
-    L: list[str] = ["## Study 4: Navigating uncertainty (seed 004): does detection dominate the GED?", ""]
+    L: list[str] = ["## Study 4: Navigating uncertainty (Zepf et al.): does detection dominate the GED?", ""]
     counts = res["rater_empty_counts"]
     tiny = ", tiny smoke-test size" if c["tiny"] else ""
     rt, env = res["runtime_s"], res["environment"]
@@ -309,7 +309,7 @@ def render_markdown(res: dict[str, Any]) -> str:
         + ", ".join(f"{v} case(s) with {k} empty rater mask(s)" for k, v in counts.items())
         + f". {c['members']} U-Nets (dropout 0.5) trained for {c['iterations']} iterations on "
         f"{c['n_train']} such cases (one random rater per case as label) give the softmax, "
-        "MC-dropout, TTA and ensemble samples; the annotator ensemble (seed 004's aleatoric "
+        "MC-dropout, TTA and ensemble samples; the annotator ensemble (Zepf et al.'s aleatoric "
         "baseline) is one such U-Net per rater, trained on that rater's masks. "
         "Distances: D_GED with d = 1 - IoU (0 for two empty masks), D_IoU over non-empty masks "
         "only (undefined when a set holds no non-empty mask; such cases are left out of its mean), "
@@ -317,7 +317,7 @@ def render_markdown(res: dict[str, Any]) -> str:
     )
     L.append("")
     L.append(
-        "Paper (seed 004, Sec. 3 and Fig. 3; LIDC, 4 raters, 1980 test images; three models, aleatoric methods and "
+        "Paper (Zepf et al., Sec. 3 and Fig. 3; LIDC, 4 raters, 1980 test images; three models, aleatoric methods and "
         'MC dropout, not named in the text): "When assessing detection (D_Det), segmentation (D_IoU), or detection '
         "and segmentation combined (D_GED), we see different models emerge as the best performing on average. "
         'Moreover, the detection seems to dominate the ranking given by D_GED." The paper gives its values only as '
@@ -352,8 +352,8 @@ def render_markdown(res: dict[str, Any]) -> str:
         L.append(T.md_table(["samples from", "D_GED", "D_IoU", "D_Det"], rows))
         L.append("")
         L.append(
-            "p: one-sided Wilcoxon signed-rank test that the best sampler's per-case values are lower (as in seed 004 "
-            "Fig. 3). "
+            "p: one-sided Wilcoxon signed-rank test that the best sampler's per-case values are lower (as in "
+            "Zepf et al. Fig. 3). "
             "Rank correlation of the samplers' mean D_GED with their mean D_Det: "
             f"{fmt(a['spearman_ged_vs_det_means'])}, "
             f"with their mean D_IoU: {fmt(a['spearman_ged_vs_iou_means'])}. " + _per_case(a) + "; "
@@ -482,7 +482,7 @@ def _sentence(a: dict[str, Any], amb: dict[str, Any]) -> str:
 
 
 def _figure(rows: list[dict[str, Any]], path: Path) -> None:
-    """Violin plots of the per-case D_GED, D_IoU and D_Det per sampler (cf. seed 004 Fig. 3)."""
+    """Violin plots of the per-case D_GED, D_IoU and D_Det per sampler (cf. Zepf et al. Fig. 3)."""
     from matplotlib.figure import Figure
 
     from monai_unc.report.plots import save_png
@@ -503,7 +503,7 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_title(LABELS[m], fontsize=10)
     n_dis = sum(0 < r["n_empty_raters"] < r["n_raters"] for r in rows)
     what = f"All {len(rows)} toy test cases ({n_dis} with presence disagreement)"
-    fig.suptitle(f"{what}: GED and its parts per sampler (cf. seed 004 Fig. 3)", fontsize=10)
+    fig.suptitle(f"{what}: GED and its parts per sampler (cf. Zepf et al. Fig. 3)", fontsize=10)
     save_png(fig, path)
 
 

@@ -1,4 +1,4 @@
-"""Validation study 5: seed 002 (RETINA, Band et al.) referral curves on the shifted MNI152 cohort.
+"""Validation study 5: RETINA (Band et al.) referral curves on the shifted MNI152 cohort.
 
 Claim checked: with useful uncertainty, performance on the retained cases rises as the most uncertain cases are
 referred to an expert (RETINA Sec. 3.1: "accuracy monotonically increases as tau increases" on the in-domain and
@@ -18,7 +18,7 @@ the curve's mean level, in Dice %). References: the oracle (refers the lowest Di
 (flat at the mean Dice in expectation; a 5-95 % band from 2000 random orders in the figure).
 
 Methods: softmax entropy of the deterministic network (RETINA's MAP), MC dropout with the network's own trained
-dropout (p = 0.1, 30 samples; RETINA's MC dropout), MC dropout p = 0.5 at the six stage sites (seed 003's "noisy"
+dropout (p = 0.1, 30 samples; RETINA's MC dropout), MC dropout p = 0.5 at the six stage sites (Zeevi et al.'s "noisy"
 map), Rate-In (30 samples), TTA (in-plane flips x 2 noise copies, 8 samples; see ``_mni152.predict_tta`` for why
 the left-right flip is left out). No ensemble: the shipped example is one network, and training more members
 (~10 CPU minutes each) does not fit the validation budget.
@@ -65,7 +65,7 @@ METHODS: dict[str, tuple[str, str | None]] = {
     "tta": ("TTA (flips y, z x noise)", None),
 }
 REUSABLE = ("deterministic", "mc_fixed", "rate_in")  # computed by study 1
-#: RETINA (seed 002) numbers on the distribution-shifted evaluation sets: Table 2 (Severity Shift: accuracy % at
+#: RETINA (Band et al.) numbers on the distribution-shifted evaluation sets: Table 2 (Severity Shift: accuracy % at
 #: no / 50 % / 70 % referral), Table 7 (Severity Shift R-Accuracy AUC, shifted) and Table 6 (Country Shift
 #: R-Accuracy AUC, shifted); all tuned on in-domain AUC, mean over six seeds
 PAPER = {
@@ -203,7 +203,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     n = result["n_cases"]
     main = [r for r in rows if r["score"] == "pe_fg_mean"]
     lines = [
-        "## Study 5: referral curves on the shifted MNI152 cohort (seed 002, RETINA)",
+        "## Study 5: referral curves on the shifted MNI152 cohort (RETINA)",
         "",
         f"Cohort: the {n} cases of study 1 (MNI152 template and perturbed copies, held-out right hemisphere). Per "
         "method: Dice (GM/WM mean, %) of its own prediction; case score = mean uncertainty in its predicted "
@@ -345,7 +345,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = M.StudyConfig.create(args.tiny, args.seed, args.cases, args.samples)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"study 5 (seed 002 referral): {cfg.n_cases} cases, {cfg.samples} samples, block {cfg.roi_size}, "
+    print(f"study 5 (RETINA referral): {cfg.n_cases} cases, {cfg.samples} samples, block {cfg.roi_size}, "
           f"{M.threads_note()}", flush=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -368,7 +368,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wall, cpu = timer.elapsed()
     result = {
         "study": "study5_referral",
-        "paper": "seed 002 (RETINA, Band et al.), Sec. 2.3 / 3, Tables 2, 6, 7",
+        "paper": "RETINA (Band et al.), Sec. 2.3 / 3, Tables 2, 6, 7",
         "config": cfg.to_json(),
         "runtime": {
             "wall_s": wall, "cpu_s": cpu, "threads": M.threads_note(),

@@ -101,7 +101,7 @@ def export_mni152_cases(
     resolution: int = 2,
     overwrite: bool = False,
 ) -> Path:
-    """Export the MNI152 tissue example (DESIGN.md, "Example data protocol") to NIfTI; returns ``dataset.json``.
+    """Export the MNI152 tissue example (docs/data.md) to NIfTI; returns ``dataset.json``.
 
     Case 0 is the template itself (shift ``"none"``); cases 1.. are perturbed copies from
     :func:`~monai_unc.data.perturb.make_mni152_cohort` (noise, bias field, contrast, blur, resolution loss, cycled,

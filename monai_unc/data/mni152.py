@@ -2,7 +2,7 @@
 
 ``nilearn`` (the ``examples`` extra) ships the template T1 and the tissue probability maps, so nothing is
 downloaded at run time. The example is one (average) brain; the protocol that keeps training and evaluation
-apart (shared/DESIGN.md, "Example data protocol") is:
+apart (docs/data.md) is:
 
 - train on the left hemisphere (voxels with world x < 0, left of the mid-sagittal plane), with augmentation
   (intensity, noise, bias field, small affine);

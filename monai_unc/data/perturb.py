@@ -1,4 +1,4 @@
-"""Realistic image perturbations and a shifted MNI152 cohort (DESIGN.md, "Example data protocol").
+"""Realistic image perturbations and a shifted MNI152 cohort (docs/data.md).
 
 The MNI152 example is one brain. Case-level metrics need a cohort, so :func:`make_mni152_cohort` builds "cases" from
 the template and perturbed copies of it (noise, bias field, contrast, blur, resolution loss), each with its

@@ -1,4 +1,4 @@
-"""Synthetic 3D toy set in the spirit of ValUES (seed 000, Appendix B.1).
+"""Synthetic 3D toy set in the spirit of ValUES (ValUES, Appendix B.1).
 
 One object per case (a sphere; a cube under the ``shape`` shift) on a noisy background:
 

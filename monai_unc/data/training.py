@@ -1,9 +1,9 @@
 """Training of the example network on the MNI152 tissue task (left hemisphere only).
 
-Protocol (shared/DESIGN.md, "Example data protocol"): patches are drawn from the left hemisphere (world
+Protocol (docs/data.md): patches are drawn from the left hemisphere (world
 x < 0) with augmentation (small affine, bias field, Gaussian noise, contrast, blur); the right hemisphere is
 never seen in training and is where Dice is reported. Soft Dice + cross-entropy (default; ``loss=`` also takes
-soft Dice or cross-entropy alone, for the calibration study of seed 001), Adam.
+soft Dice or cross-entropy alone, for the calibration study of Kock et al.), Adam.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ __all__ = ["GeneralizedEnergyDistance", "NormalizedCrossCorrelation"]
 
 
 class GeneralizedEnergyDistance(IgniteMetricHandler):
-    """Mean per-case GED of model samples against rater labels (seed 004 eq. 3); see :class:`GEDMetric`.
+    """Mean per-case GED of model samples against rater labels (Zepf et al. eq. 3); see :class:`GEDMetric`.
 
     ``output_transform`` must return ``(y_pred, y)``: sampled label maps ``(B, S, *spatial)`` and rater label
     maps ``(B, R, *spatial)`` (or lists of per-case tensors).

@@ -1,4 +1,4 @@
-"""Ignite handlers for the spatial uncertainty metrics BUC, BA-ECE and SPACE (seed 003, Sec. 3).
+"""Ignite handlers for the spatial uncertainty metrics BUC, BA-ECE and SPACE (Zeevi et al., Sec. 3).
 
 Each handler wraps the matching ``CumulativeIterationMetric`` of :mod:`monai_unc.metrics.spatial` in MONAI's
 ``IgniteMetricHandler``; with ``save_details=True`` the per-case values land in

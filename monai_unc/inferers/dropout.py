@@ -4,10 +4,10 @@
   MONAI / timm ``DropPath``, and the post-hoc dropout added by :func:`add_dropout`) into sampling mode while
   the rest of the model (normalisation layers in particular) stays in eval mode; it restores the previous
   modes afterwards and works as a context manager. MONAI's ``SupervisedEvaluator`` calls ``network.eval()``
-  before the inferer, so the inferer must do this itself (shared/ECOSYSTEM.md).
+  before the inferer, so the inferer must do this itself (MONAI's SupervisedEvaluator does so).
 - :func:`add_dropout` inserts dropout into a trained network without changing its parameters or its
   ``state_dict`` keys: a forward hook applies dropout to the output of each chosen stage. The default placement
-  is "after every encoder and decoder stage but the output" (seed 003, Sec. 4: MC dropout with dropout after
+  is "after every encoder and decoder stage but the output" (Zeevi et al., Sec. 4: MC dropout with dropout after
   every stage of the encoder and decoder), detected for MONAI ``UNet``, ``BasicUNet``, ``DynUNet`` and nnU-Net's
   ``PlainConvUNet`` / ``ResidualEncoderUNet``.
 - :class:`MCDropoutInferer` draws ``num_samples`` stochastic forward passes into streaming statistics.
@@ -183,7 +183,7 @@ def _monai_unet_sites(model: nn.Module) -> list[nn.Module]:
 def default_dropout_sites(model: nn.Module) -> list[str]:
     """Names of the modules after which :func:`add_dropout` places dropout by default.
 
-    Every encoder and decoder stage but the output layer (seed 003, Sec. 4) for MONAI ``UNet``,
+    Every encoder and decoder stage but the output layer (Zeevi et al., Sec. 4) for MONAI ``UNet``,
     ``BasicUNet``, ``DynUNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
     ``ResidualEncoderUNet``. Raises ``ValueError`` for other architectures: pass ``after=`` explicitly.
     """
@@ -292,7 +292,7 @@ class MCDropoutSource(SampleSource):
 
 
 class MCDropoutInferer(UncertaintyInferer):
-    """Monte-Carlo dropout inferer (Gal & Ghahramani; seed 003 uses ``num_samples=30``).
+    """Monte-Carlo dropout inferer (Gal & Ghahramani; Zeevi et al. uses ``num_samples=30``).
 
     Calls ``base_inferer`` (default ``SimpleInferer``; ``SlidingWindowInferer`` for large volumes) once; inside
     each window ``num_samples`` passes with dropout switched on stream into :class:`~monai_unc.stats.SampleStats`,

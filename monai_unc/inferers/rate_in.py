@@ -4,7 +4,7 @@ Monte-Carlo dropout with one fixed rate everywhere ignores that feature maps dif
 information a given rate destroys. Rate-In inserts (or converts) dropout in a trained network and, for every
 input, tunes each dropout layer's rate with a feedback loop until the *information loss* between the layer's
 input and its dropped-out output matches a target: rates rise where features are redundant and fall where
-every unit matters. No labels and no retraining are needed. Seed 003 (spatially-aware evaluation of
+every unit matters. No labels and no retraining are needed. Zeevi et al. (spatially-aware evaluation of
 segmentation uncertainty, Sec. 4.2) uses Rate-In maps as its "high quality" uncertainty maps.
 
 Pieces (functional core first):
@@ -969,7 +969,7 @@ class RateInInferer(UncertaintyInferer):
     then ``num_samples`` dropout passes with those rates stream into :class:`~monai_unc.stats.SampleStats`.
 
     Args:
-        num_samples: MC samples per input (seed 003 uses 30).
+        num_samples: MC samples per input (Zeevi et al. uses 30).
         target_loss: information loss per layer, in ``[0, 1]``.
         loss: ``"mi"`` (mutual information, default), ``"mi_gaussian"``, ``"mi_binned"``, ``"ssim"``, ``"mse"`` or a
             callable (see :func:`get_information_loss`).

@@ -5,7 +5,7 @@ latent draws. :class:`UncertaintyInferer` evaluates the network once per element
 sources and streams every softmax into :class:`~monai_unc.stats.SampleStats`, so memory is that of one
 prediction plus the statistics, whatever the number of samples.
 
-Sliding windows (shared/DESIGN.md): the inner MONAI inferer (``base_inferer``) is called with a window
+Sliding windows (docs/design.md): the inner MONAI inferer (``base_inferer``) is called with a window
 callable that runs *all* samples on the window and returns per-voxel means ``{pred, expected_entropy,
 mean_sq}``. MONAI's ``SlidingWindowInferer`` stitches every value of a dict with the same per-voxel convex
 weights, and a convex combination of means is again a mean, so PE = H(pred), MI = PE - EE and the variance
@@ -360,7 +360,7 @@ def _as_meta(t: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 class SoftmaxInferer(UncertaintyInferer):
     """Deterministic one-pass baseline: ``pred``, ``predictive_entropy`` (softmax entropy) and ``max_softmax``.
 
-    Every study compares stochastic methods against this (ValUES; seed 004 uses softmax entropy as the
+    Every study compares stochastic methods against this (ValUES; Zepf et al. uses softmax entropy as the
     aleatoric baseline). Network modes are left untouched (call ``network.eval()`` as usual).
     """
 

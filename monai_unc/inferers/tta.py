@@ -1,7 +1,7 @@
 """Test-time augmentation: flips over all axis subsets, Gaussian-noise copies, and custom invertible pairs.
 
 For TTA the mutual information over augmented predictions is MI(Y, T), the information the prediction
-carries about the transformation (ValUES, seed 000, Appendix E); like the other sources it is reported as
+carries about the transformation (ValUES, Appendix E); like the other sources it is reported as
 epistemic. Every flip is undone on the prediction before it enters the statistics, so a network that is
 exactly flip-equivariant gives MI = 0.
 

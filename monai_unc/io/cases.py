@@ -62,7 +62,7 @@ VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
 PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
 #: largest difference of affine entries (mm) tolerated between the volumes of one case
 GEOMETRY_ATOL = 1e-3
-#: uncertainty measures looked for in prediction folders (shared/DESIGN.md output keys)
+#: uncertainty measures looked for in prediction folders (docs/design.md, "Output keys")
 #: file naming of the evaluation inputs: seg suffix, probability suffix, uncertainty sub-folder
 LAYOUTS: dict[str, dict[str, str]] = {
     "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},

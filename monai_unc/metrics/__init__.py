@@ -63,6 +63,7 @@ from .compare import (
     holm_correction,
     mcnemar_test,
     seed003_metrics,
+    uncertainty_map_metrics,
 )
 from .discrimination import (
     au_arc,
@@ -191,6 +192,7 @@ __all__ = [
     "risk_coverage_curve",
     "sample_iou",
     "seed003_metrics",
+    "uncertainty_map_metrics",
     "spatial_calibration_error",
     "uce",
     "uncertain_incorrect_ratio",

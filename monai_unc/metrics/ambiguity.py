@@ -3,18 +3,18 @@
 Functional core (one case per call; numpy or torch, CPU or CUDA, in; floats out) and two MONAI
 ``CumulativeIterationMetric`` wrappers that evaluate it per case and reduce across ranks with MONAI's helpers.
 
-NCC (ValUES, seed 000, eqs. 12-13; Hu et al. 2019)
+NCC (ValUES, eqs. 12-13; Hu et al. 2019)
     ``NCC(a, b) = 1 / n sum_i (a_i - mu_a)(b_i - mu_b) / (sigma_a sigma_b)`` with population standard
     deviations, i.e. Pearson's correlation of the two maps' voxels. The reference map ``a`` is the per-voxel
     variance of the rater labels, ``V[y_i] = 1/N sum_j (y_i^j - mean_j y_i^j)^2`` (eq. 13).
 
-GED (seed 004, eq. 3; ValUES eq. 14; Kohl et al. 2018)
+GED (Zepf et al., eq. 3; ValUES eq. 14; Kohl et al. 2018)
     ``D^2_GED = 2 E[d(A, Y)] - E[d(A, A')] - E[d(Y, Y')]`` over references ``A`` and model samples ``Y``;
     every expectation is the mean over all ordered pairs including ``i = j`` (where ``d = 0``).
     ``d = 1 - IoU`` (or ``1 - Dice``), and ``d = 0`` when both masks are empty. For more than one foreground
     class, ``d`` is the mean of the per-class distances over the foreground classes present in either
     mask. ``D^2_IoU``: the same with IoU over non-empty masks only; ``D^2_Det``: the same with
-    ``d = k(x, y) = [empty(x) xor empty(y)]`` (seed 004 eq. 4), which equals ``2 (p_A - p_Y)^2`` for the
+    ``d = k(x, y) = [empty(x) xor empty(y)]`` (Zepf et al. eq. 4), which equals ``2 (p_A - p_Y)^2`` for the
     fractions ``p`` of empty masks. The three terms are returned alongside the value.
 """
 
@@ -47,7 +47,7 @@ _CHUNK = 1 << 20
 
 
 class GEDResult(NamedTuple):
-    """``ged = 2 * cross - reference_diversity - sample_diversity`` (seed 004 eq. 3)."""
+    """``ged = 2 * cross - reference_diversity - sample_diversity`` (Zepf et al. eq. 3)."""
 
     ged: float
     cross: float
@@ -201,12 +201,12 @@ def _ged_sets(a: torch.Tensor, b: torch.Tensor, n_classes: int, distance: str) -
 def ged(
     references: ArrayLike, samples: ArrayLike, distance: str = "iou", num_classes: int | None = None
 ) -> GEDResult:
-    """Generalized energy distance ``D^2_GED`` between rater labels and model samples of one case (seed 004 eq. 3).
+    """Generalized energy distance ``D^2_GED`` between rater labels and model samples of one case (Zepf et al. eq. 3).
 
     Args:
         references: ``(R, *spatial)`` integer label maps of the raters (0 = background).
         samples: ``(S, *spatial)`` integer label maps sampled from the model (e.g. argmax of each MC sample).
-        distance: ``"iou"`` (``d = 1 - IoU``, seed 004) or ``"dice"`` (``d = 1 - Dice``, ValUES A.6).
+        distance: ``"iou"`` (``d = 1 - IoU``, Zepf et al.) or ``"dice"`` (``d = 1 - Dice``, ValUES A.6).
         num_classes: number of classes including background; default ``max label + 1``.
 
     Returns:
@@ -222,7 +222,7 @@ def ged(
 
 
 def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int | None = None) -> GEDResult:
-    """``D^2_IoU`` (seed 004): the GED with ``d = 1 - IoU`` over the non-empty masks of both sets only.
+    """``D^2_IoU`` (Zepf et al.): the GED with ``d = 1 - IoU`` over the non-empty masks of both sets only.
 
     A mask is empty when it holds no foreground voxel. If either set has no non-empty mask the value is
     undefined: all four fields NaN with a ``UserWarning``. Arguments as in :func:`ged`.
@@ -238,7 +238,7 @@ def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int
 
 
 def ged_detection(references: ArrayLike, samples: ArrayLike) -> GEDResult:
-    """``D^2_Det`` (seed 004 eq. 4): the GED with ``d = k(x, y) = [empty(x) xor empty(y)]``.
+    """``D^2_Det`` (Zepf et al. eq. 4): the GED with ``d = k(x, y) = [empty(x) xor empty(y)]``.
 
     Only whether each mask holds any foreground matters; the value equals ``2 (p_A - p_Y)^2`` with ``p`` the
     fraction of empty masks in each set. Arguments as in :func:`ged`.

@@ -1,6 +1,6 @@
 """Boundaries, distance-to-boundary maps and HD95: the shared geometry of the spatial metrics.
 
-Definitions (shared/DESIGN.md, "Definitions the tests pin down"):
+Definitions (docs/design.md, "Definitions the tests pin down"):
 
 - **Boundary** of a label map ``L``: the voxels with at least one face neighbour (4-connectivity in 2D,
   6 in 3D) that carries a different label. Neighbours outside the volume do not count. For a multi-class
@@ -210,7 +210,7 @@ def _edges(mask: Array, n_spatial: int) -> Array:
 
 
 def label_boundary(label: ArrayLike, spatial_dims: int | None = None) -> ArrayLike:
-    """Boolean boundary mask of a label map (DESIGN.md): a voxel with a face neighbour of another label.
+    """Boolean boundary mask of a label map (docs/design.md): a voxel with a face neighbour of another label.
 
     Args:
         label: label map ``(*spatial)`` (any integer, bool or integral float dtype), or a batch
@@ -289,7 +289,7 @@ def distance_to_boundary(
 ) -> ArrayLike:
     """Distance in mm from every voxel to the nearest boundary voxel of ``label`` (0 on the boundary).
 
-    ``d_L(x) = min_{b in boundary(L)} || (x - b) * spacing ||_2`` (seed 003 Sec. 3.2, DESIGN.md); a label map
+    ``d_L(x) = min_{b in boundary(L)} || (x - b) * spacing ||_2`` (Zeevi et al. Sec. 3.2, docs/design.md); a label map
     without a boundary (one label everywhere) gives ``inf`` everywhere.
 
     Args:

@@ -1,7 +1,7 @@
-"""Calibration of voxel-wise probabilities from confidence histograms (seed 001), exact and constant-memory.
+"""Calibration of voxel-wise probabilities from confidence histograms (Kock et al.), exact and constant-memory.
 
 Every metric here reads one additive intermediate, the :class:`ConfidenceHistogram` (Kock, Thielke et al.,
-"Confidence histograms for model reliability analysis and temperature calibration", MIDL, seed 001, Sec.
+"Confidence histograms for model reliability analysis and temperature calibration", MIDL, Kock et al., Sec.
 2.2). For every case ``k`` it holds, over a fine grid of ``F`` equal-width bins on [0, 1]:
 
 - the *label confidence histogram* ``ch[k, l, r, i]``: voxels whose probability ``p_l`` of label ``l`` falls
@@ -10,38 +10,38 @@ Every metric here reads one additive intermediate, the :class:`ConfidenceHistogr
   ``p_top = max_l p_l``, ``r = [argmax_l p_l == y]`` (the first maximum wins on ties);
 - the *uncertainty histogram* (row ``C + 1``): normalised entropy ``H(p) / log C``
   (:func:`monai_unc.measures.entropy` with ``normalize=True``) split by ``r`` = the top label is correct;
-  UCE reads it (Laves et al. 2019; seed 001 Appendix D; seed 003).
+  UCE reads it (Laves et al. 2019; Kock et al. Appendix D; Zeevi et al.).
 
 Counts are int64. Next to them the histogram keeps, per fine bin, the float64 sum of the binned values
 (``sum p``), and per case float64 sums of voxel weights, of ``-log p_y`` and of the Brier term. Because the
-value sums are exact, means per bin do not suffer the quantisation of seed 001's bin centres: every metric
+value sums are exact, means per bin do not suffer the quantisation of Kock et al.'s bin centres: every metric
 equals the float64 computation on the raw voxels up to rounding (|error| < 1e-9 on 8.4 M voxels, tested).
 Histograms add across cases, batches and ranks, so memory does not grow with the number of voxels.
 
 Binning. Value ``v`` (clipped to [0, 1]) falls in fine bin ``floor(v * F)`` computed in float64;
 ``v = 1`` goes to the last bin. The metrics re-bin to ``n_bins`` equal-width bins ``[b / n, (b + 1) / n)``
-(the last one closed). The default ``F = 15 * 2**10 = 15360`` (seed 001 uses ``2**14 = 16384``; the
+(the last one closed). The default ``F = 15 * 2**10 = 15360`` (Kock et al. uses ``2**14 = 16384``; the
 resolution is the same) makes the coarse bins unions of fine bins for every ``n_bins`` that divides ``F``
-(2, 3, 4, 5, 6, 8, 10, 12, 15 (default), 16, 20 (seed 001's loss), 24, 30, 32, 40, 48, 60, 64, ...), so
+(2, 3, 4, 5, 6, 8, 10, 12, 15 (default), 16, 20 (Kock et al.'s loss), 24, 30, 32, 40, 48, 60, 64, ...), so
 coarse binning is exact and identical to ``floor(v * n_bins)``; with ``F = 2**14`` only powers of two
 are. For other ``n_bins`` the coarse edges are rounded to the fine grid (shift < 1 / F) with a warning.
 
 Metrics (per case or pooled over all cases; ``M_b`` = voxel weight in coarse bin ``b``, ``a_b`` = weighted
 frequency of ``r = 1``, ``c_b`` = weighted mean binned value; bins with fewer than ``min_bin_count`` voxels
-are dropped, seed 001 uses 50; empty bins are always dropped):
+are dropped, Kock et al. uses 50; empty bins are always dropped):
 
-- ``ece``      top label, ``sum_b M_b |a_b - c_b| / sum_b M_b`` (seed 001 eq. 2; Guo et al. 2017);
+- ``ece``      top label, ``sum_b M_b |a_b - c_b| / sum_b M_b`` (Kock et al. eq. 2; Guo et al. 2017);
 - ``classwise_ece``: the mean over labels of the ECE of ``p_l`` against ``[y == l]`` (Kull et al. 2019);
-- ``all_label_ece``: every label's ``p_l`` against ``[y == l]`` pooled into one histogram, seed 001's
+- ``all_label_ece``: every label's ``p_l`` against ``[y == l]`` pooled into one histogram, Kock et al.'s
   "multiclass ECE" (the reliability diagram covers [0, 1] instead of [1/C, 1]);
-- ``ace``      every kept bin weighted equally, ``mean_b |a_b - c_b|`` (ValUES, seed 000, Appendix A.5, eq. 11);
+- ``ace``      every kept bin weighted equally, ``mean_b |a_b - c_b|`` (ValUES, Appendix A.5, eq. 11);
 - ``mce``      ``max_b |a_b - c_b|`` (Naeini et al. 2015);
 - ``uce``      ``sum_b M_b |err_b - u_b| / sum_b M_b`` over normalised entropy ``u`` and error rate ``err``;
 - ``nll``      ``sum w (-log max(p_y, 1e-15)) / sum w`` (exact, not from bin centres);
 - ``brier``    ``sum w sum_l (p_l - [y == l])^2 / sum w`` (sum over labels, range [0, 2]; scikit-learn's
   multiclass ``brier_score_loss``; twice its binary value).
 
-Shapes (shared/DESIGN.md): probabilities ``(B, C, *spatial)`` with ``C >= 2``, labels ``(B, *spatial)`` or
+Shapes (docs/design.md): probabilities ``(B, C, *spatial)`` with ``C >= 2``, labels ``(B, *spatial)`` or
 ``(B, 1, *spatial)``, optional voxel ``weights`` and boolean ``mask`` of the label shape. Each function takes
 either a :class:`ConfidenceHistogram` or the arrays (a histogram is built on the fly). Pooled results are
 floats; with ``per_case=True`` one value per case (per batch item for arrays), numpy for numpy input or a
@@ -406,7 +406,7 @@ def _check_bins(n_bins: int, min_bin_count: int) -> None:
 # the histogram
 # ----------------------------------------------------------------------------------------------------------------
 class ConfidenceHistogram:
-    """Per-case label / prediction / uncertainty confidence histograms (seed 001 Sec. 2.2), additive and exact.
+    """Per-case label / prediction / uncertainty confidence histograms (Kock et al. Sec. 2.2), additive and exact.
 
     State per case (``R = C + 2`` rows: labels ``0..C-1``, then the top label ``C``, then normalised entropy
     ``C + 1``; ``F = n_fine_bins``):
@@ -425,7 +425,7 @@ class ConfidenceHistogram:
 
     Args:
         num_classes: ``C >= 2``.
-        n_fine_bins: ``F``, fine bins on [0, 1]. Default ``15 * 2**10`` (see the module docstring); seed 001
+        n_fine_bins: ``F``, fine bins on [0, 1]. Default ``15 * 2**10`` (see the module docstring); Kock et al.
             uses ``2**14``.
         per_case: keep one histogram per case (for per-case values and box plots); otherwise one pooled.
         chunk_size: voxels processed at once (temporaries ``~ 50 (C + 2)`` bytes per voxel); default
@@ -576,7 +576,7 @@ class ConfidenceHistogram:
         Args:
             probs: ``(B, C, *spatial)`` class probabilities (numpy or torch, CPU or CUDA, any float dtype).
             labels: ``(B, *spatial)`` or ``(B, 1, *spatial)`` integer labels in ``[0, C)``.
-            weights: optional non-negative voxel weights of the label shape (seed 001, vessel weights).
+            weights: optional non-negative voxel weights of the label shape (Kock et al., vessel weights).
                 Zero-weight voxels are left out like masked ones.
             case_ids: one ``str`` per batch item; items with an existing id are added to that case (patches
                 of one volume). Default: every item is a new case numbered ``0, 1, ...``. Ignored when pooled.
@@ -905,7 +905,7 @@ _COMMON_DOC = """
         x: a :class:`ConfidenceHistogram`, or probabilities ``(B, C, *spatial)`` (numpy or torch).
         labels: ``(B, *spatial)`` or ``(B, 1, *spatial)`` integer labels (only with probabilities).
         n_bins: equal-width coarse bins on [0, 1] (default 15).
-        min_bin_count: bins with fewer voxels are ignored (default 0; seed 001 uses 50).
+        min_bin_count: bins with fewer voxels are ignored (default 0; Kock et al. uses 50).
         per_case: one value per case (per batch item for arrays) instead of the pooled value.
         weights, mask: optional voxel weights / boolean mask of the label shape (arrays only).
         n_fine_bins: fine bins of the histogram built from arrays.
@@ -924,7 +924,7 @@ def ece(
     n_fine_bins: int = DEFAULT_FINE_BINS,
     kind: str = "top",
 ) -> float | ArrayLike:
-    """Expected calibration error ``sum_b M_b |a_b - c_b| / sum_b M_b`` (seed 001 eq. 2; Guo et al. 2017).
+    """Expected calibration error ``sum_b M_b |a_b - c_b| / sum_b M_b`` (Kock et al. eq. 2; Guo et al. 2017).
 
     ``kind="top"`` (default) bins the predicted label's probability against accuracy; ``"all_label"`` and
     ``"classwise"`` are :func:`all_label_ece` and :func:`classwise_ece`; ``"uncertainty"`` is :func:`uce`.
@@ -948,7 +948,7 @@ def classwise_ece(
     include_background: bool = True,
     per_class: bool = False,
 ) -> float | ArrayLike:
-    """Classwise ECE (Kull et al. 2019; seed 001 Sec. 2.2): the mean over labels ``l`` of the ECE of ``p_l``
+    """Classwise ECE (Kull et al. 2019; Kock et al. Sec. 2.2): the mean over labels ``l`` of the ECE of ``p_l``
     against ``[y == l]``.
 
     ``per_class=True`` returns the per-label ECEs (shape ``(C,)``, or ``(n_cases, C)`` per case) instead of
@@ -972,7 +972,7 @@ def all_label_ece(
     mask: ArrayLike | None = None,
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
-    """All-label ("multiclass") ECE of seed 001: every label's ``p_l`` against ``[y == l]`` in one histogram
+    """All-label ("multiclass") ECE of Kock et al.: every label's ``p_l`` against ``[y == l]`` in one histogram
     (``C`` entries per voxel), so that the reliability diagram covers [0, 1] and no label is left out."""
     return _calibration_error(
         x, labels, kind="all_label", reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
@@ -993,7 +993,7 @@ def ace(
     kind: str = "top",
 ) -> float | ArrayLike:
     """Average calibration error ``1/M sum_m |c_m - Acc_m|`` over the ``M`` non-empty (kept) bins, every bin
-    weighted equally (ValUES, seed 000, Appendix A.5, eq. 11; Neumann et al. 2018). ``kind`` as in :func:`ece`;
+    weighted equally (ValUES, Appendix A.5, eq. 11; Neumann et al. 2018). ``kind`` as in :func:`ece`;
     classwise averages over labels."""
     return _calibration_error(
         x, labels, kind=kind, reduction="average", n_bins=n_bins, min_bin_count=min_bin_count,
@@ -1013,7 +1013,7 @@ def mce(
     n_fine_bins: int = DEFAULT_FINE_BINS,
     kind: str = "top",
 ) -> float | ArrayLike:
-    """Maximum calibration error ``max_b |a_b - c_b|`` over kept bins (Naeini et al. 2015; seed 003's
+    """Maximum calibration error ``max_b |a_b - c_b|`` over kept bins (Naeini et al. 2015; Zeevi et al.'s
     baseline). Use ``min_bin_count`` to keep sparsely filled bins from dominating. ``kind`` as in :func:`ece`."""
     return _calibration_error(
         x, labels, kind=kind, reduction="maximum", n_bins=n_bins, min_bin_count=min_bin_count,
@@ -1053,8 +1053,8 @@ def uce(
     mask: ArrayLike | None = None,
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
-    """Uncertainty calibration error ``sum_b M_b |err_b - u_b| / sum_b M_b`` (Laves et al. 2019; seed 001
-    Appendix D; seed 003 baseline) over bins of an uncertainty ``u`` in [0, 1] against the error rate.
+    """Uncertainty calibration error ``sum_b M_b |err_b - u_b| / sum_b M_b`` (Laves et al. 2019; Kock et al.
+    Appendix D; Zeevi et al. baseline) over bins of an uncertainty ``u`` in [0, 1] against the error rate.
 
     Three ways to call it:
 
@@ -1133,7 +1133,7 @@ def nll(
     mask: ArrayLike | None = None,
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
-    """Negative log-likelihood ``sum w (-log max(p_y, 1e-15)) / sum w`` in nats (seed 001 eq. 1, computed
+    """Negative log-likelihood ``sum w (-log max(p_y, 1e-15)) / sum w`` in nats (Kock et al. eq. 1, computed
     exactly from float64 sums instead of bin centres). Arguments as in :func:`ece`."""
     return _scalar_metric(x, labels, per_case, weights, mask, n_fine_bins, _SCALAR_NLL, "nll")
 
@@ -1193,11 +1193,11 @@ def reliability_curve(
     mask: ArrayLike | None = None,
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> ReliabilityCurve:
-    """Per-bin mean confidence, observed frequency and counts (seed 001 Sec. 2.2 and Appendix A).
+    """Per-bin mean confidence, observed frequency and counts (Kock et al. Sec. 2.2 and Appendix A).
 
-    ``kind``: ``"top"`` (Guo et al.'s diagram, predicted label), ``"all_label"`` (seed 001's all-label
+    ``kind``: ``"top"`` (Guo et al.'s diagram, predicted label), ``"all_label"`` (Kock et al.'s all-label
     diagram over [0, 1]), ``"classwise"`` (one curve per label, leading axis ``C``), ``"uncertainty"``
-    (normalised entropy against error rate, seed 001 Appendix D). ``ECE = sum(weights * |frequency -
+    (normalised entropy against error rate, Kock et al. Appendix D). ``ECE = sum(weights * |frequency -
     confidence|) / sum(weights)`` over kept bins. Arguments as in :func:`ece`.
     """
     _check_bins(n_bins, min_bin_count)

@@ -1,8 +1,8 @@
 """Case-level downstream tasks: OoD detection, failure detection, active learning, uncertainty histograms.
 
 Each function takes one aggregated uncertainty per case (see :mod:`monai_unc.aggregation`) and returns
-floats or small numpy arrays. Definitions follow ValUES (seed 000, Appendix A.2-A.4) and RETINA
-(seed 002, Sec. 2.4 and Appendix D.1).
+floats or small numpy arrays. Definitions follow ValUES (ValUES, Appendix A.2-A.4) and RETINA
+(RETINA (Band et al.), Sec. 2.4 and Appendix D.1).
 """
 
 from __future__ import annotations

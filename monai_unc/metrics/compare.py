@@ -1,11 +1,11 @@
-"""Which uncertainty map is better? The evaluation protocol of seed 003 (Zeevi et al.), Sec. 4.3 / Table 1.
+"""Which uncertainty map is better? The evaluation protocol of Zeevi et al., Sec. 4.3 / Table 1.
 
 Two sets of uncertainty maps over the same cases (``maps_a``, e.g. from a new method, and ``maps_b``, the
 reference, e.g. plain MC dropout) are scored with several metrics against the same prediction and reference
 segmentation. For every metric and case the metric *prefers a* when its value for map a is better (larger
 when ``higher_is_better``, smaller otherwise; ties do not count as a preference). Per metric:
 
-- ``accuracy``: the fraction of cases where the metric prefers map a (seed 003: "percentage of cases where a
+- ``accuracy``: the fraction of cases where the metric prefers map a (Zeevi et al.: "percentage of cases where a
   metric correctly favored the high quality map" when ``maps_a`` are the known-better maps);
 - ``cohens_d``: ``(mean_a - mean_b) / s_pooled`` with ``s_pooled = sqrt((s_a^2 + s_b^2) / 2)`` (sample
   standard deviations, ddof = 1), signed so that positive favours map a;
@@ -18,9 +18,9 @@ pairs, and with Cochran's Q (chi-square with ``k - 1`` degrees of freedom). Case
 left out of that metric's statistics and of the tests involving it, with a warning.
 
 Metric functions take ``fn(uncertainty, pred, target, spacing=...) -> float`` for one case. The built-in
-registry (:func:`seed003_metrics`) holds the spatial metrics and the voxel-wise baselines of seed 003 Table 1,
-named as there; UCE comes from :mod:`monai_unc.metrics.calibration` when that module provides ``uce``. ECE and
-MCE of seed 003 need class probabilities, not just an uncertainty map: compute them per case yourself and pass
+registry (:func:`uncertainty_map_metrics`) holds the spatial metrics and the voxel-wise baselines of Zeevi et al.
+Table 1, named as there; UCE comes from :mod:`monai_unc.metrics.calibration` when that module provides ``uce``. ECE and
+MCE of Zeevi et al. need class probabilities, not just an uncertainty map: compute them per case yourself and pass
 the values to :func:`compare_metric_values`, which runs the same statistics on precomputed values.
 """
 
@@ -45,6 +45,7 @@ __all__ = [
     "MetricSpec",
     "MetricComparison",
     "UncertaintyComparison",
+    "uncertainty_map_metrics",
     "seed003_metrics",
     "compare_uncertainty_maps",
     "compare_metric_values",
@@ -93,10 +94,11 @@ def _uce_metric() -> MetricFn:
     return metric
 
 
-def seed003_metrics(
+def uncertainty_map_metrics(
     threshold: float = 0.5, sigma: float = 2.0, n_bands: int = 10, include_uce: bool = True
 ) -> dict[str, MetricSpec]:
-    """The metrics of seed 003 Table 1 that work on an uncertainty map, in the paper's order.
+    """The metrics of Zeevi et al. (Spatially-Aware Evaluation of Segmentation Uncertainty), Table 1, that work on an
+    uncertainty map, in the paper's order.
 
     Spatial: ``SPACE`` (sigma mm), ``BUC``, ``BA-ECE`` (``n_bands``); voxel-wise: ``UCE`` (if available),
     ``VOXEL_ACC``, ``AUC-PR``, ``AUC-ROC``, ``PAvPU(w=5)``, ``AU-ARC``, ``PAvPU(w=11)``, ``AvU``,
@@ -130,6 +132,19 @@ def seed003_metrics(
 # --------------------------------------------------------------------------------------------------------
 # statistics
 # --------------------------------------------------------------------------------------------------------
+
+
+def seed003_metrics(
+    threshold: float = 0.5, sigma: float = 2.0, n_bands: int = 10, include_uce: bool = True
+) -> dict[str, MetricSpec]:
+    """Deprecated alias of :func:`uncertainty_map_metrics` (the registry's former name); removed in the next
+    release."""
+    warnings.warn(
+        "seed003_metrics is deprecated and will be removed in the next release; use uncertainty_map_metrics",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return uncertainty_map_metrics(threshold, sigma, n_bands, include_uce)
 
 
 def cohens_d(a: Any, b: Any) -> float:
@@ -283,7 +298,7 @@ class UncertaintyComparison:
         return sorted(rows, key=lambda r: -np.nan_to_num(r["accuracy_percent"], nan=-1.0))
 
     def to_markdown(self) -> str:
-        """A seed 003 Table 1 style markdown table plus Cochran's Q."""
+        """A Zeevi et al. Table 1 style markdown table plus Cochran's Q."""
         lines = [
             "| Metric | Accuracy (%) | Cohen's d | Mean Diff. (%) | Cases | Significantly better than |",
             "|---|---:|---:|---:|---:|---|",
@@ -343,7 +358,7 @@ def compare_metric_values(
     alpha: float = 0.05,
     exact: bool = True,
 ) -> UncertaintyComparison:
-    """The seed 003 statistics on precomputed per-case metric values (``name -> (n_cases,)`` arrays).
+    """The Zeevi et al. statistics on precomputed per-case metric values (``name -> (n_cases,)`` arrays).
 
     See the module docstring for the definitions. ``higher_is_better`` maps every name to its direction (or
     is one bool for all). ``exact`` selects the exact binomial McNemar test (else chi-square).
@@ -431,10 +446,10 @@ def compare_uncertainty_maps(
     alpha: float = 0.05,
     exact: bool = True,
 ) -> UncertaintyComparison:
-    """Compare two sets of uncertainty maps of the same cases with the protocol of seed 003 (Table 1).
+    """Compare two sets of uncertainty maps of the same cases with the protocol of Zeevi et al. (Table 1).
 
     Args:
-        metric_fns: ``None`` for every metric of :func:`seed003_metrics`; a list of names from it; or a mapping
+        metric_fns: ``None`` for every metric of :func:`uncertainty_map_metrics`; a list of names from it; or a mapping
             ``name -> fn`` (or :class:`MetricSpec`) with ``fn(uncertainty, pred, target, spacing=...) -> float``
             evaluated on one case (maps ``(*spatial)``).
         maps_a, maps_b: uncertainty maps per case: a batch ``(B, 1, *spatial)`` or a list of ``(*spatial)`` /
@@ -450,7 +465,7 @@ def compare_uncertainty_maps(
         :class:`UncertaintyComparison` (accuracy, Cohen's d and mean relative difference per metric, McNemar
         p-values raw and Holm-adjusted, Cochran's Q); ``.to_markdown()`` prints a Table-1 style summary.
     """
-    registry = seed003_metrics(
+    registry = uncertainty_map_metrics(
         include_uce=metric_fns is None or (not isinstance(metric_fns, Mapping) and "UCE" in list(metric_fns))
     )
     specs: dict[str, MetricSpec | MetricFn]

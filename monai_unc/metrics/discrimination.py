@@ -1,7 +1,7 @@
-"""Voxel-wise discrimination metrics of an uncertainty map against the error map (seed 003, Sec. 2).
+"""Voxel-wise discrimination metrics of an uncertainty map against the error map (Zeevi et al., Sec. 2).
 
 Uncertainty is read as a detector of segmentation errors: ``u(x)`` (larger = less confident) should be
-high where ``e(x) = [pred(x) != target(x)] = 1``. These are the voxel-wise baselines that seed 003 (Zeevi
+high where ``e(x) = [pred(x) != target(x)] = 1``. These are the voxel-wise baselines that Zeevi et al. (Zeevi
 et al., Table 1) compares its spatial metrics with; they ignore where the voxels are.
 
 - ``error_auroc``: area under the ROC curve of ``u`` as a score for ``e`` (Hendrycks & Gimpel 2017), the
@@ -17,7 +17,7 @@ et al., Table 1) compares its spatial metrics with; they ignore where the voxels
   when its accuracy is ``>= accuracy_threshold`` (0.5) and uncertain when its mean uncertainty is
   ``> threshold``; incomplete patches at the far end of an axis are dropped (as in the reference code).
 - ``voxel_accuracy``: ``1 - mean |u - e|``, the expected accuracy of a detector that flags each voxel as an
-  error with probability ``u(x)`` (seed 003 lists "VOXEL_ACC" without a formula; this is our reading, and it
+  error with probability ``u(x)`` (Zeevi et al. lists "VOXEL_ACC" without a formula; this is our reading, and it
   needs ``u`` in [0, 1]). ``avu`` is its thresholded counterpart.
 - ``au_arc``: area under the accuracy-rejection curve (Nadeem et al. 2009): the most uncertain voxels are
   rejected first, tied voxels together, and the accuracy of the kept voxels is integrated over the rejected
@@ -285,7 +285,7 @@ def pavpu(
 
     The map is tiled into non-overlapping patches of ``window`` voxels per axis (complete patches only). A
     patch is accurate when ``1 - mean e >= accuracy_threshold`` and uncertain when ``mean u > threshold``;
-    ``PAvPU = (n_ac + n_iu) / n_patches``. seed 003 reports windows 5 and 11.
+    ``PAvPU = (n_ac + n_iu) / n_patches``. Zeevi et al. reports windows 5 and 11.
 
     Args:
         uncertainty: ``(B, 1, *spatial)`` or a 2D / 3D map.

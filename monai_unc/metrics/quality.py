@@ -23,7 +23,7 @@ estimate               formula (per case, per class or foreground)              
 =====================  ================================================================  ========================
 
 The first four are agreement measures from Roy, Conjeti, Navab and Wachinger, "Inherent brain segmentation
-quality control from fully convnet Monte Carlo sampling" (MICCAI 2018; cited by RETINA, seed 002): Dice agreement
+quality control from fully convnet Monte Carlo sampling" (MICCAI 2018; cited by RETINA, Band et al.): Dice agreement
 of the MC samples with the final segmentation, IoU of the MC samples, and the coefficient of variation (CV) of
 the structure volume. ``volume_cv`` is the CV of the per-sample *volumes*; MONAI's ``TestTimeAugmentation``
 returns a "volume variation coefficient" ``vvc`` computed as ``std / mean`` over every voxel of every sample
@@ -51,7 +51,7 @@ Streaming (memory independent of ``S``): :class:`StreamingQuality` takes one sam
 the pair sums instead of the mean of the pair ratios) in one pass with one integer per voxel and class.
 
 Empty masks: the Dice or IoU of two empty masks is 0/0; both agree that the structure is absent, so the result is
-``empty_score`` (default 1.0, the convention of the GED distance, DESIGN.md). A CV with mean volume 0 is undefined:
+``empty_score`` (default 1.0, the convention of the GED distance, docs/design.md). A CV with mean volume 0 is undefined:
 NaN with a ``UserWarning``. Shapes: results are ``(B,)`` (foreground) and ``(B, K)`` (per class) float64, numpy
 or torch following the input. Counts accumulate in int64 / float64.
 """

@@ -4,7 +4,7 @@ Case-level metrics for deciding which cases to send to a human. Every function t
 (an aggregated uncertainty, see :mod:`monai_unc.aggregation`, or a confidence) and one risk or metric
 value per case, as 1-D numpy arrays or torch tensors; curves follow the input's library, areas are floats.
 
-Risk-coverage curve (ValUES, seed 000, Appendix A.3, eqs. 5-8; conventions of fd-shifts, Jaeger et al. 2023)
+Risk-coverage curve (ValUES, Appendix A.3, eqs. 5-8; conventions of fd-shifts, Jaeger et al. 2023)
 ---------------------------------------------------------------------------------------------------------
 With confidence ``g_i`` (``g = -uncertainty``) and risk ``l_i`` (0/1 error, or ``1 - Dice`` per case), the
 cases are sorted by confidence. For every threshold ``tau`` taken from the observed confidences, the
@@ -27,7 +27,7 @@ risk. ``"closed_form"`` is fd-shifts' analytic value for 0/1 risk with error rat
 ``AURC* = e + (1 - e) ln(1 - e)`` (the exact integral of the oracle's selective risk; it differs from the
 empirical trapezoid by O(1/N)). fd-shifts reports areas multiplied by 1000; these functions do not.
 
-Referral curve (RETINA, seed 002, Sec. 2.3)
+Referral curve (RETINA, Sec. 2.3)
 -------------------------------------------
 For a referral rate ``tau`` in [0, 1] the ``ceil(tau * N)`` most uncertain cases are referred to an expert
 and the metric is evaluated on the retained ``N - ceil(tau * N)`` cases: either the mean of a per-case value
@@ -256,7 +256,7 @@ def referral_curve(
     taus: ArrayLike | Sequence[float] | None = None,
     ties: str = "average",
 ) -> ReferralCurve:
-    """Referral curve (RETINA, seed 002, Sec. 2.3): metric on the cases kept after referring the most uncertain.
+    """Referral curve (RETINA, Sec. 2.3): metric on the cases kept after referring the most uncertain.
 
     For each referral rate ``tau`` the ``ceil(tau * N)`` cases with the largest uncertainty are referred and
     the metric is evaluated on the other ``N - ceil(tau * N)`` cases.

@@ -1,7 +1,7 @@
-"""Spatially-aware uncertainty metrics: BUC, BA-ECE and SPACE (seed 003, Zeevi et al., Sec. 3).
+"""Spatially-aware uncertainty metrics: BUC, BA-ECE and SPACE (Zeevi et al., Zeevi et al., Sec. 3).
 
 Voxel-wise metrics (AUROC, ECE, ...) give the same score to an uncertainty map that scatters its mass at
-random and to one that concentrates it along the anatomical boundaries where errors live (seed 003, Fig. 1).
+random and to one that concentrates it along the anatomical boundaries where errors live (Zeevi et al., Fig. 1).
 The three metrics here see the difference. With uncertainty ``u(x)`` (larger = less confident), predicted
 and reference label maps ``P``, ``T``, error ``e(x) = [P(x) != T(x)]`` and distances in mm
 (see :mod:`monai_unc.metrics.boundary` for the boundary and distance definitions):
@@ -421,7 +421,7 @@ def boundary_uncertainty_concentration(
     width: float | None = None,
     backend: str = "auto",
 ) -> float | ArrayLike:
-    """Boundary uncertainty concentration, BUC (seed 003 Sec. 3.1); in [0, 1], higher is better.
+    """Boundary uncertainty concentration, BUC (Zeevi et al. Sec. 3.1); in [0, 1], higher is better.
 
     ``R = {x : d_pred(x) <= w}`` is the band of width ``w`` mm around the predicted (all-label) boundary and
     ``BUC = mu_R / (mu_R + mu_notR)`` with ``mu`` the mean uncertainty inside / outside ``R``. 0.5 means no
@@ -466,7 +466,7 @@ def boundary_aware_ece(
     return_bands: bool = False,
     backend: str = "auto",
 ) -> float | ArrayLike | tuple[float | ArrayLike, dict[str, ArrayLike]]:
-    """Boundary-aware expected calibration error, BA-ECE (seed 003 Sec. 3.2); lower is better.
+    """Boundary-aware expected calibration error, BA-ECE (Zeevi et al. Sec. 3.2); lower is better.
 
     Voxels are grouped into ``n_bands`` equal-width bands of distance to the reference (all-label) boundary,
     ``[t_i, t_{i+1})`` with ``t = numpy.linspace(0, d_max, n_bands + 1)`` (the last band closed; distances within
@@ -521,7 +521,7 @@ def spatial_calibration_error(
     truncate: float = 4.0,
     return_map: bool = False,
 ) -> float | ArrayLike | tuple[float | ArrayLike, ArrayLike]:
-    """Spatially-aware calibration error, SPACE (seed 003 Sec. 3.3); lower is better.
+    """Spatially-aware calibration error, SPACE (Zeevi et al. Sec. 3.3); lower is better.
 
     ``SPACE = mean_x |(G_sigma * (U - E))(x)|`` with ``E = [pred != target]``: the local (Gaussian-weighted)
     mismatch between uncertainty and error. ``G_sigma`` has standard deviation ``sigma`` mm on every axis
@@ -657,7 +657,7 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
 
 
 class BoundaryUncertaintyConcentrationMetric(_SpatialUncertaintyMetric):
-    """MONAI metric for :func:`boundary_uncertainty_concentration` (BUC, seed 003 Sec. 3.1; higher is better).
+    """MONAI metric for :func:`boundary_uncertainty_concentration` (BUC, Zeevi et al. Sec. 3.1; higher is better).
 
     Example::
 
@@ -683,7 +683,7 @@ class BoundaryUncertaintyConcentrationMetric(_SpatialUncertaintyMetric):
 
 
 class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
-    """MONAI metric for :func:`boundary_aware_ece` (BA-ECE, seed 003 Sec. 3.2; lower is better)."""
+    """MONAI metric for :func:`boundary_aware_ece` (BA-ECE, Zeevi et al. Sec. 3.2; lower is better)."""
 
     def __init__(
         self,
@@ -715,7 +715,7 @@ class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
 
 
 class SpatialCalibrationErrorMetric(_SpatialUncertaintyMetric):
-    """MONAI metric for :func:`spatial_calibration_error` (SPACE, seed 003 Sec. 3.3; lower is better)."""
+    """MONAI metric for :func:`spatial_calibration_error` (SPACE, Zeevi et al. Sec. 3.3; lower is better)."""
 
     def __init__(
         self,

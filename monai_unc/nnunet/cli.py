@@ -102,7 +102,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         CALIBRATE_COMMAND,
         help="fit a temperature per fold on its nnU-Net validation cases; write a calibrated copy of the model",
         description="For every fold, predict its validation cases (splits_final.json) from nnU-Net's preprocessed "
-        "data, fit temperature scaling (seed 001 protocol) and fold it into the segmentation layer of a copy of the "
+        "data, fit temperature scaling (Kock et al. protocol) and fold it into the segmentation layer of a copy of the "
         "model folder. Predict from the copy with nnunet-predict -m OUT.",
     )
     c.set_defaults(nnunet_command=CALIBRATE_COMMAND)

@@ -12,7 +12,7 @@ Two ways to train an nnU-Net with dropout (the networks of ``dynamic_network_arc
    network from the unchanged plans.
 
 Without retraining, :func:`add_posthoc_dropout` inserts dropout into a trained network as forward hooks after
-every encoder and decoder stage but the output (seed 003, Sec. 4), leaving the weights and ``state_dict`` keys
+every encoder and decoder stage but the output (Zeevi et al., Sec. 4), leaving the weights and ``state_dict`` keys
 untouched; it is what ``UncertaintyPredictor(uncertainty_sources=("dropout",), dropout_p=0.1)`` does.
 
 This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
@@ -193,7 +193,7 @@ def add_posthoc_dropout(
 
     ``target`` is an ``nnUNetPredictor`` (its ``network``) or the network itself. By default dropout (channel-wise,
     rate ``p``) follows every ``encoder.stages.*`` and ``decoder.stages.*`` module of ``PlainConvUNet`` /
-    ``ResidualEncoderUNet``, i.e. every stage but the segmentation output (seed 003, Sec. 4), see
+    ``ResidualEncoderUNet``, i.e. every stage but the segmentation output (Zeevi et al., Sec. 4), see
     :func:`monai_unc.inferers.add_dropout`. The dropout is a forward hook: inactive in eval mode, switched on by
     :func:`monai_unc.inferers.enable_mc_dropout`; weights and checkpoint keys are unchanged.
     """

@@ -1,6 +1,6 @@
 """``UncertaintyPredictor``: nnU-Net v2's predictor with per-sample softmax statistics and uncertainty maps.
 
-Stock ``nnUNetPredictor`` (shared/ECOSYSTEM.md) averages every forward pass in *logit* space: the 2^k mirrored
+Stock ``nnUNetPredictor`` averages every forward pass in *logit* space: the 2^k mirrored
 passes are summed in place inside ``_internal_maybe_mirror_and_predict``, the folds one after the other in
 ``predict_logits_from_preprocessed_data``, and the sliding windows are blended into an fp16 buffer with one
 channel per class. Nothing of the individual samples survives. This subclass turns each forward pass of a chosen
@@ -23,7 +23,7 @@ Per window, every sample's softmax streams into a :class:`~monai_unc.stats.Sampl
 window); the window's moments, mean probabilities (C channels), mean entropy (1) and, for ``variance``, mean
 squared probabilities (C), are blended with nnU-Net's Gaussian weights into float32 buffers. Blending is a
 convex combination per voxel, so predictive entropy, mutual information and max-softmax derived after stitching
-are exact functions of the blended moments (shared/DESIGN.md, "Streaming statistics"). Folds processed one after
+are exact functions of the blended moments (docs/design.md, "Streaming statistics"). Folds processed one after
 the other (nnU-Net's memory-saving order) contribute equal numbers of samples per voxel, so their statistics
 pool exactly as the mean of their stitched moments.
 
@@ -452,7 +452,7 @@ class UncertaintyPredictor(nnUNetPredictor):
     Args:
         uncertainty_sources: any non-empty combination of ``"folds"``, ``"mirroring"`` and one of ``"dropout"`` /
             ``"rate_in"``.
-        num_samples: Monte-Carlo dropout passes per window (``"dropout"``, ``"rate_in"``; seed 003 uses 30).
+        num_samples: Monte-Carlo dropout passes per window (``"dropout"``, ``"rate_in"``; Zeevi et al. uses 30).
         dropout_p: insert post-hoc dropout with this rate after every encoder/decoder stage of the trained network
             (no retraining; :func:`~monai_unc.nnunet.dropout.add_posthoc_dropout`). ``None`` samples the dropout the
             network was trained with (plans variant or ``nnUNetTrainerMCDropout``).
@@ -1059,7 +1059,7 @@ def calibrate_model_folder(
 
     For each fold, the validation cases of ``splits_final.json`` (the cases nnU-Net validates the fold on) are
     predicted from nnU-Net's preprocessed data with the fold's network (stock logit averaging over the mirrors),
-    and :class:`monai_unc.calibration.TemperatureScaler` (seed 001: RMSprop from t = 2; ``mode``, ``loss`` and
+    and :class:`monai_unc.calibration.TemperatureScaler` (Kock et al.: RMSprop from t = 2; ``mode``, ``loss`` and
     ``scaler_kwargs`` as there) is fitted on every voxel of them against the preprocessed reference
     (voxels outside nnU-Net's non-zero crop, label -1, and the ignore label are left out). The temperature is then
     folded into the fold's segmentation layer (weights and bias divided by t) in a copy of the model folder at

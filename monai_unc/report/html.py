@@ -81,7 +81,7 @@ def _config_from(
 
 def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> Any | None:
     """All-label reliability diagram of the pooled histogram with a box plot of the per-case frequencies per bin
-    (seed 001 Fig. 5), drawn by :func:`monai_unc.report.reliability.plot_reliability_diagram`; ``None`` when the
+    (Kock et al. Fig. 5), drawn by :func:`monai_unc.report.reliability.plot_reliability_diagram`; ``None`` when the
     cohort has no probabilities."""
     if state.histogram is None:
         return None

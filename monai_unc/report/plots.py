@@ -58,7 +58,7 @@ def plot_referral_curve(
     score_name: str = "uncertainty",
     risk_control: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Mean Dice of the retained cases against the referral rate (RETINA, seed 002, Sec. 2.3).
+    """Mean Dice of the retained cases against the referral rate (RETINA, Sec. 2.3).
 
     Three curves: referral by ``scores`` (most uncertain first), the oracle that refers the lowest Dice first
     (the best any score can do) and random referral (the cohort mean in expectation). A vertical line marks

@@ -1,5 +1,5 @@
-"""Reliability diagrams (Guo et al. 2017) with seed 001's adaptations: all labels, minimum bin counts and
-per-case box plots (seed 001 Sec. 2.2, Appendix A, Fig. 5).
+"""Reliability diagrams (Guo et al. 2017) with Kock et al.'s adaptations: all labels, minimum bin counts and
+per-case box plots (Kock et al. Sec. 2.2, Appendix A, Fig. 5).
 
 Figures are built with matplotlib's object-oriented API on the Agg canvas (no pyplot, no display, safe in
 worker processes); pass ``path`` to write a PNG/PDF/SVG.
@@ -61,13 +61,13 @@ def plot_reliability_diagram(
     Bars show the observed frequency per bin (accuracy for ``kind="top"``, the frequency of the label for
     ``"all_label"``, the error rate for ``"uncertainty"``), hatched bars the gap to the bin's mean confidence,
     markers the mean confidence against the frequency, the dashed line perfect calibration. Bins with fewer
-    than ``min_bin_count`` voxels are left empty (seed 001 uses 50). ``kind="classwise"`` draws one curve per
+    than ``min_bin_count`` voxels are left empty (Kock et al. uses 50). ``kind="classwise"`` draws one curve per
     label instead of bars.
 
     Args:
         x: a histogram (per case for the box plots) or probabilities ``(B, C, *spatial)`` with ``labels``;
             each batch item is then a case.
-        per_case_boxes: overlay, per bin, a box plot of the per-case frequencies (seed 001 Fig. 5); bins of a
+        per_case_boxes: overlay, per bin, a box plot of the per-case frequencies (Kock et al. Fig. 5); bins of a
             case with fewer than ``min_bin_count`` voxels do not contribute to that case's box.
         show_counts: add a lower panel with the voxels per bin (log scale).
         ax: draw the diagram on this axis (no count panel); its figure is returned.
