@@ -21,8 +21,12 @@ shard of the cases and the results equal a single-process run (docs/distributed.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import pickle
 import sys
+import warnings
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,15 +34,15 @@ from typing import Any, NoReturn
 import torch
 
 from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
-from .evaluation import EvaluationConfig, read_shifts, run_evaluate
+from .evaluation import EvaluationConfig, load_evaluation, read_shifts, run_evaluate
 from .inferers import add_dropout, enable_mc_dropout
-from .io import LAYOUTS, check_output_folder, list_image_cases
+from .io import LAYOUTS, check_output_file, check_output_folder, list_image_cases
 from .keys import DEFAULT_MEASURES, MEASURES
 from .report.html import build_report
 from .temperature import TemperatureScaled
 from .workflows.calibrate import run_calibrate
 from .workflows.demo import run_demo
-from .workflows.factory import build_inferer
+from .workflows.factory import build_inferer, check_roi
 from .workflows.infer import InferSettings, run_infer
 from .workflows.models import load_network
 
@@ -83,6 +87,17 @@ def _in_unit_interval(closed_low: bool, closed_high: bool) -> Callable[[str], fl
     return parse
 
 
+def _nonnegative_float(text: str) -> float:
+    """An argparse type for a finite number >= 0 (a standard deviation): NaN, inf and negatives are refused."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return v
+
+
 _fraction = _in_unit_interval(True, False)  # [0, 1): referral budgets, overlaps
 _unit = _in_unit_interval(True, True)  # [0, 1]: Dice thresholds
 _open_unit = _in_unit_interval(False, False)  # (0, 1): target risk, delta
@@ -114,10 +129,12 @@ def _add_infer(sub: Any) -> None:
                    help="'+'-joined sources: mcdropout, ratein, tta, ensemble (e.g. mcdropout+tta), or softmax "
                         "(default: mcdropout)")
     s.add_argument("--samples", type=_positive_int, default=10, help="MC dropout / Rate-In samples (default 10)")
-    s.add_argument("--dropout", type=float, default=None, metavar="P",
+    s.add_argument("--dropout", type=_open_unit, default=None, metavar="P",
                    help="insert post-hoc dropout with rate P after every encoder/decoder stage (no retraining)")
-    s.add_argument("--tta-noise", type=float, default=0.0, help="std of Gaussian noise added in TTA (default 0)")
-    s.add_argument("--ratein-target", type=float, default=0.1, help="Rate-In information-loss target (default 0.1)")
+    s.add_argument("--tta-noise", type=_nonnegative_float, default=0.0,
+                   help="std of Gaussian noise added in TTA (>= 0; default 0; needs tta in --method)")
+    s.add_argument("--ratein-target", type=_unit, default=0.1,
+                   help="Rate-In information-loss target in [0, 1] (default 0.1)")
     s.add_argument("--measures", nargs="+", default=None, choices=MEASURES,
                    help="maps to write (default: predictive_entropy expected_entropy mutual_information max_softmax)")
     s.add_argument("--no-probs", action="store_true", help="do not write <case>_probs (evaluate then has no ECE)")
@@ -170,7 +187,10 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--class-names", nargs="+", default=None, help="class names for the dice_<class> columns")
     p.add_argument("--no-spatial", action="store_true", help="skip BUC, BA-ECE and SPACE")
     _add_risk_control(p, defaults=True)
-    p.add_argument("--allow-missing", action="store_true", help="skip cases that lack a file instead of failing")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="skip labelled cases that lack a prediction or map (listed in a warning) instead of failing")
+    p.add_argument("--allow-missing-labels", action="store_true",
+                   help="skip cases that have predictions but no label (listed in a warning) instead of failing")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 
@@ -340,9 +360,10 @@ def _device(name: str) -> Any:
 def cmd_infer(args: argparse.Namespace) -> int:
     if not Path(args.input).is_dir():
         raise FileNotFoundError(f"--input folder not found: {args.input}")
-    output = check_output_folder(args.output, args.input)
-    if args.dropout is not None and not 0.0 < args.dropout < 1.0:
-        raise ValueError(f"--dropout must be in (0, 1), got {args.dropout}")
+    output = check_output_folder(args.output, args.input)  # not inside the input, writable: before any work
+    inputs = [*args.checkpoint, _spec_file(args.network)]
+    for name in ("infer.json", "failures.json"):  # the run's own files never replace an input file
+        check_output_file(output / name, *inputs, what="output")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = _device(args.device)
@@ -381,11 +402,12 @@ def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, 
         unsafe_load=args.unsafe_load, device=device, bundle_preprocessing=not args.no_bundle_preprocessing,
     )  # fmt: skip
     net = model.network.network if isinstance(model.network, TemperatureScaled) else model.network
+    roi = None if args.roi is None else (args.roi[0] if len(args.roi) == 1 else list(args.roi))
+    check_roi(roi, model.spatial_dims)  # once, before any case
     if args.dropout is not None:
         add_dropout(net, p=args.dropout)
     if "mcdropout" in [t.strip().lower() for t in args.method.split("+")]:
         enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
-    roi = None if args.roi is None else (args.roi[0] if len(args.roi) == 1 else list(args.roi))
     measures = list(args.measures or DEFAULT_MEASURES)
     if args.method.strip().lower() == "softmax":
         single = ["predictive_entropy", "max_softmax"]  # one deterministic pass: no EE, MI or variance
@@ -424,6 +446,8 @@ def _cases_failed(e: Any, ctx: Any, command: str, output: Path) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     output = check_output_folder(args.output, args.labels, args.predictions, args.uncertainty, args.images)
+    for name in ("metrics.csv", "summary.json", "failures.json"):
+        check_output_file(output / name, args.shifts, args.calibration_cases, what="output")
     config = EvaluationConfig(
         measure=args.measure, score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count,
         failure_dice=args.failure_dice, budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial,
@@ -437,7 +461,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         _, summary, paths = run_evaluate(
             args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
             images=args.images, measures=args.measures, seg_suffix=args.seg_suffix, probs_suffix=args.probs_suffix,
-            allow_missing=args.allow_missing, progress=not args.quiet, dist=ctx,
+            allow_missing=args.allow_missing, allow_missing_labels=args.allow_missing_labels,
+            progress=not args.quiet, dist=ctx,
         )  # fmt: skip
     except CasesFailed as e:
         return _cases_failed(e, ctx, "evaluate", output)
@@ -465,11 +490,31 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     if args.cases < 0:
         raise ValueError(f"--cases must be >= 0, got {args.cases}")
+    if not Path(args.evaluation).is_dir():
+        raise FileNotFoundError(f"--evaluation folder not found: {args.evaluation}")
+    out = Path(args.output) if args.output is not None else Path(args.evaluation) / "report"
+    check_output_folder(out, args.images)  # not inside the images, writable: before any work
+    check_output_file(out / "report.html", args.calibration_cases, what="output")
+    _check_evaluation(Path(args.evaluation))
     path = build_report(args.evaluation, args.output, budget=args.budget, images=args.images, n_cases=args.cases,
                         title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
                         risk_method=args.risk_method, calibration_cases=_read_case_list(args.calibration_cases))
     print(f"report: {path.resolve()}")
     return 0
+
+
+def _check_evaluation(folder: Path) -> None:
+    """Read the evaluation state once before the report is built, so that a damaged evaluation folder (a truncated
+    summary.json, rows.json or histogram.npz) is one line naming the folder, not an error deep in the report."""
+    try:
+        load_evaluation(folder)
+    except FileNotFoundError:  # the loader's own message: no summary.json / rows.json, run evaluate first
+        raise
+    except Exception as e:
+        if (folder / "failures.json").is_file():  # the loader's own message: the last evaluation had failed cases
+            raise
+        raise ValueError(f"cannot read the evaluation in {folder}: {_error_text(e)} (a truncated or corrupt "
+                         "file?); run monai-unc evaluate again") from None
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -494,6 +539,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
         # every rank would run the whole demo into the same folder
         raise ValueError("demo runs on one process; under torchrun use 'infer' and 'evaluate' (docs/distributed.md)")
+    check_output_folder(args.output)
     roi = args.roi[0] if len(args.roi) == 1 else tuple(args.roi)
     run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=roi, method=args.method, budget=args.budget,
              overlap=args.overlap)
@@ -522,16 +568,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     if nnunet_cli is not None:
         return int(nnunet_cli.run(args))
     try:
-        return _COMMANDS[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning(args.command)
+            return _COMMANDS[args.command](args)
     except KeyboardInterrupt:
         hint = ("run the same command again to resume" if args.command in ("infer", "demo", "evaluate")
                 else "nothing was written")
         print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, NotADirectoryError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"monai-unc {args.command}: error: {msg}", file=sys.stderr)
+    except _INPUT_ERRORS as e:
+        print(f"monai-unc {args.command}: error: {_error_text(e)}", file=sys.stderr, flush=True)
         return 2
+
+
+#: errors that bad arguments, inputs or outputs raise (exit status 2, one stderr line): our own ValueErrors (which
+#: name the argument), file-system errors (missing, unwritable, a file where a folder is needed) and readers' errors
+#: on truncated or corrupt files that no layer below turned into a ValueError
+_INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError)
+
+
+def _error_text(e: BaseException) -> str:
+    """The first line of an error for the one-line message (``OSError``: ``what: path``, without ``[Errno n]``)."""
+    if isinstance(e, OSError) and e.strerror and e.filename:
+        return f"{e.strerror}: {e.filename}"
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(e, ValueError):
+        return first or type(e).__name__
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def _one_line_warning(command: str) -> Callable[..., None]:
+    """``warnings.showwarning`` for a command: the package's own ``UserWarning`` s as one stderr line each
+    (``monai-unc <command>: warning: ...``); other warnings as Python shows them."""
+    package = str(Path(__file__).resolve().parent)
+    original = warnings.showwarning
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if issubclass(category, UserWarning) and str(Path(filename).resolve()).startswith(package):
+            text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
+            print(f"monai-unc {command}: warning: {text}", file=sys.stderr, flush=True)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    return show
+
+
+def _spec_file(network: str | None) -> str | None:
+    """The file of a ``--network`` spec given as a path (None for inline JSON or no spec)."""
+    if network is None or network.lstrip().startswith("{") or not Path(network).is_file():
+        return None
+    return network
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,7 +30,6 @@ With ``WORLD_SIZE`` unset or 1 every collective is the identity, so single-proce
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -43,7 +42,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .io import CaseError, atomic_write_text
+from .io import CaseError, atomic_write_json
 from .metrics.calibration import ConfidenceHistogram
 
 __all__ = [
@@ -467,7 +466,7 @@ def write_failures(path: str | os.PathLike, failures: Sequence[CaseFailure], com
         "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.case)],
         "resume": f"fix the listed cases and run the same {command or 'command'} again: finished cases are skipped",
     }
-    return atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+    return atomic_write_json(path, doc)
 
 
 def print_failure(failure: CaseFailure, ctx: DistContext, prefix: str = "monai-unc") -> None:

@@ -155,8 +155,11 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"shift table not found: {path}")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or not {"case", "shift"} <= set(reader.fieldnames):
-            raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {reader.fieldnames}")
-        return {row["case"]: row["shift"] for row in reader}
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or not {"case", "shift"} <= set(reader.fieldnames):
+                raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {reader.fieldnames}")
+            return {row["case"]: row["shift"] for row in reader}
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"cannot read the shift table {path} (not a UTF-8 CSV file): {e}") from None

@@ -64,6 +64,9 @@ def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: 
         atomic_save_npz(folder / f"{cid}.npz", result.histogram.state_dict(), compressed=True)
     doc = {"case": cid, "fingerprint": fingerprint, "num_classes": int(num_classes), "row": result.row,
            "warnings": result.warnings, "histogram": result.histogram is not None}
+    # internal resume state, read back only by load_case_state: Python's NaN literal (json_default, not strict JSON)
+    # keeps undefined metrics NaN bit for bit, so a resumed cohort equals a fresh one; files for other readers
+    # (summary.json, metrics.csv, infer.json, ...) are strict JSON without NaN
     atomic_write_text(folder / f"{cid}.json", json.dumps(doc, default=json_default) + "\n")
 
 

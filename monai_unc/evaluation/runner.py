@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,7 @@ def run_evaluate(
     seg_suffix: str | None = None,
     probs_suffix: str | None = None,
     allow_missing: bool = False,
+    allow_missing_labels: bool = False,
     progress: bool = False,
     resume: bool = True,
     dist: Any = None,
@@ -171,6 +173,10 @@ def run_evaluate(
     same call resumes after the bad cases are fixed. Errors before the per-case loop (bad folders, options) raise
     on every rank.
 
+    The cohort is the cases with both a label and a prediction (:func:`monai_unc.io.match_cases`): a labelled
+    case without prediction and a predicted case without label are errors before any work, unless
+    ``allow_missing`` / ``allow_missing_labels`` (then a ``UserWarning`` lists the cases left out, on rank 0 only).
+
     Args:
         resume: keep and reuse per-case states (``False``: evaluate every case, save nothing per case).
         dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
@@ -180,7 +186,7 @@ def run_evaluate(
     return _run_evaluate(ctx, Path(output), config, resume, progress, on_failure, dict(
         labels=labels, predictions=predictions, layout=layout, uncertainty=uncertainty, images=images,
         measures=list(measures) if measures else None, seg_suffix=seg_suffix, probs_suffix=probs_suffix,
-        allow_missing=allow_missing,
+        allow_missing=allow_missing, allow_missing_labels=allow_missing_labels,
     ))  # fmt: skip
 
 
@@ -193,7 +199,10 @@ def _run_evaluate(
     err: BaseException | None = None
     try:
         config.validate()
-        cases = match_cases(**match_kwargs)
+        with warnings.catch_warnings():
+            if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
+                warnings.simplefilter("ignore", UserWarning)
+            cases = match_cases(**match_kwargs)
         if config.shifts is not None:
             unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
             if unknown:

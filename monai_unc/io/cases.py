@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +213,7 @@ def match_cases(
     images: str | os.PathLike | None = None,
     label_suffix: str = "",
     allow_missing: bool = False,
+    allow_missing_labels: bool = False,
 ) -> list[CaseFiles]:
     """Match labels with predictions, probabilities and uncertainty maps by case id.
 
@@ -223,10 +225,15 @@ def match_cases(
         uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout).
         measures: measures to read; default every one of :data:`MEASURES` found for the first case.
         images: optional folder of the input images (for overlays), nnU-Net channel files allowed.
-        allow_missing: drop cases that lack a file (instead of an error) as long as one case is left.
+        allow_missing: drop labelled cases that lack a prediction or map (instead of an error) as long as one
+            case is left, with a ``UserWarning`` listing them.
+        allow_missing_labels: drop cases that have a segmentation or probabilities but no label (instead of an
+            error), with a ``UserWarning`` listing them.
 
-    Every case needs a label and at least a segmentation or probabilities; the cases of the label folder
-    define the cohort. Raises ``CaseError`` listing the missing cases.
+    Every case needs a label and at least a segmentation or probabilities. The cohort is the cases present on
+    both sides: a labelled case without a prediction and a predicted case without a label are both errors
+    (``CaseError`` listing the ids), so that a cohort never shrinks without a word; ``allow_missing`` and
+    ``allow_missing_labels`` turn them into warnings.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
@@ -292,6 +299,17 @@ def match_cases(
     extra -= set(label_files)
     if extra and not cases:
         raise CaseError(f"no prediction matches a label; predictions exist for {_describe(extra)}")
+    if extra and not allow_missing_labels:
+        raise CaseError(
+            f"{len(extra)} case(s) have predictions in {pred_dir} but no label in {labels}: {_describe(extra)}; add "
+            "their labels, or pass --allow-missing-labels to evaluate only the labelled cases"
+        )
+    if problems:
+        warnings.warn(f"{len(problems)} of {len(label_files)} labelled case(s) skipped for lack of files "
+                      f"(allow_missing): {_describe(problems)}", UserWarning, stacklevel=2)
+    if extra:
+        warnings.warn(f"{len(extra)} case(s) with predictions but no label skipped (allow_missing_labels): "
+                      f"{_describe(extra)}", UserWarning, stacklevel=2)
     return cases
 
 
@@ -313,10 +331,21 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
-    img = LoadImage(image_only=True, ensure_channel_first=True)(str(path))
-    data = img.as_tensor().numpy() if hasattr(img, "as_tensor") else np.asarray(img)
+    if path.stat().st_size == 0:
+        raise CaseError(f"cannot read {path}: the file is empty (0 bytes)")
+    try:
+        img = LoadImage(image_only=True, ensure_channel_first=True)(str(path))
+        data = img.as_tensor().numpy() if hasattr(img, "as_tensor") else np.asarray(img)
+    except Exception as e:  # truncated / corrupt files raise EOFError, OSError, zlib errors, ... from the readers
+        raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
     return data, affine
+
+
+def _reason(e: BaseException) -> str:
+    """``"Type: first line of the message"`` of a reader's exception."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None]:
@@ -327,10 +356,18 @@ def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray 
     """
     path = Path(path)
     if path.name.lower().endswith(".npz"):
-        with np.load(path, allow_pickle=False) as f:
-            if "probabilities" not in f.files:
-                raise CaseError(f"{path}: an .npz probability file must hold the key 'probabilities', has {f.files}")
-            arr = np.asarray(f["probabilities"])
+        if not path.is_file():
+            raise FileNotFoundError(f"file not found: {path}")
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                if "probabilities" not in f.files:
+                    raise CaseError(f"{path}: an .npz probability file must hold the key 'probabilities', has "
+                                    f"{f.files}")
+                arr = np.asarray(f["probabilities"])
+        except CaseError:
+            raise
+        except Exception as e:  # BadZipFile, EOFError, zlib.error, pickled arrays (allow_pickle=False), ...
+            raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
         if arr.ndim < 3:
             raise CaseError(f"{path}: probabilities must be (C, *spatial), got shape {arr.shape}")
         axes = (0, *range(arr.ndim - 1, 0, -1))

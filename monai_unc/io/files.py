@@ -34,7 +34,9 @@ __all__ = [
     "save_probabilities",
     "json_safe",
     "json_default",
+    "check_writable_folder",
     "check_output_folder",
+    "check_output_file",
     "clean_partial_files",
 ]
 
@@ -197,8 +199,49 @@ def json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def check_output_folder(output: str | os.PathLike, *inputs: str | os.PathLike | None) -> Path:
-    """Refuse an output folder that is, or lies inside, one of the input folders (inputs are never written)."""
+def _nearest_existing(path: Path, what: str) -> Path:
+    """``path`` or its nearest ancestor that exists; ``ValueError`` when an ancestor cannot be examined."""
+    probe = path
+    try:
+        while not probe.exists():
+            if probe.is_symlink():
+                raise ValueError(f"{what} {path}: {probe} is a broken symbolic link")
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+    except OSError as e:  # e.g. an ancestor without search permission
+        raise ValueError(f"{what} {path} cannot be examined: {e.strerror or e} ({probe})") from None
+    return probe
+
+
+def check_writable_folder(folder: str | os.PathLike, what: str = "output folder") -> Path:
+    """Check, before any work, that ``folder`` is a folder this process can write to, or can be created: the
+    folder itself when it exists, else its nearest existing ancestor, must be a folder with write and search
+    permission (``os.access``; a read-only file system counts as not writable). Nothing is created. Returns the
+    absolute path.
+
+    ``ValueError`` naming ``what`` and the path when a component of the path is a file (the folder cannot be
+    created) or when permission is missing. (Run as root, ``os.access`` grants write permission on any folder of
+    a writable file system, as the kernel does.)
+    """
+    path = Path(os.path.abspath(os.fspath(folder)))
+    probe = _nearest_existing(path, what)
+    if probe == path and not path.is_dir():
+        raise ValueError(f"{what} {folder} is a file, not a folder")
+    if not probe.is_dir():
+        raise ValueError(f"{what} {folder} cannot be created: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        where = "" if probe == path else f" (cannot create folders in {probe})"
+        raise ValueError(f"{what} {folder} is not writable: permission denied{where}")
+    return path
+
+
+def check_output_folder(
+    output: str | os.PathLike, *inputs: str | os.PathLike | None, writable: bool = True
+) -> Path:
+    """Refuse an output folder that is, or lies inside, one of the input folders (inputs are never written), or
+    (``writable=True``) that cannot be written or created (:func:`check_writable_folder`). Returns the resolved
+    path. Call it before any work: a bad output is then one error line, not a failure after hours of inference."""
     out = Path(output).resolve()
     for inp in inputs:
         if inp is None:
@@ -209,6 +252,55 @@ def check_output_folder(output: str | os.PathLike, *inputs: str | os.PathLike | 
                 f"output folder {output} lies inside the input folder {inp}; choose an output outside it "
                 "(inputs are never written to)"
             )
+    if writable:
+        check_writable_folder(output)
+    return out
+
+
+def _same_file(a: Path, b: Path) -> str | None:
+    """How ``a`` names the file ``b``: ``"is"`` (the same path), ``"is a link to"`` (the same path once symbolic
+    links are followed), ``"is a hard link of"`` (the same inode), or None (different files)."""
+    if os.path.abspath(a) == os.path.abspath(b):
+        return "is"
+    if a.resolve() == b.resolve():
+        return "is a link to"
+    try:
+        if a.exists() and b.exists() and os.path.samefile(a, b):
+            return "is a hard link of"
+    except OSError:
+        pass
+    return None
+
+
+def check_output_file(
+    output: str | os.PathLike, *inputs: str | os.PathLike | None, what: str = "output file"
+) -> Path:
+    """Check, before any work, a file a command is about to write.
+
+    Refused (``ValueError`` naming ``what``): ``output`` is one of the input files ``inputs`` -- the same path,
+    a symbolic link to it or a hard link of it (an input is never overwritten, e.g. ``calibrate --checkpoint
+    w.pt -o w.pt``) --, lies inside an input given as a folder, is an existing folder, or its folder cannot be
+    written or created (:func:`check_writable_folder`). ``None`` inputs are skipped. Returns the absolute path.
+    """
+    out = Path(os.path.abspath(os.fspath(output)))
+    for inp in inputs:
+        if inp is None:
+            continue
+        src = Path(inp)
+        if src.is_dir():
+            root = src.resolve()
+            if root == out.resolve() or root in out.resolve().parents:
+                raise ValueError(f"{what} {output} lies inside the input folder {inp}; choose an output outside "
+                                 "it (inputs are never written to)")
+        elif (how := _same_file(out, src)) is not None:
+            raise ValueError(f"{what} {output} {how} the input file {inp}; choose another name (inputs are never "
+                             "overwritten)")
+    if out.is_dir():
+        raise ValueError(f"{what} {output} is a folder; give a file name")
+    try:
+        check_writable_folder(out.parent, "its folder")
+    except ValueError as e:
+        raise ValueError(f"{what} {output} cannot be written: {e}") from None
     return out
 
 

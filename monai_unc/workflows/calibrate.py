@@ -15,18 +15,21 @@ from monai.transforms import ResizeWithPadOrCrop
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..distributed import error_line
 from ..io import (
+    CaseError,
     ImageCase,
     atomic_torch_save,
     atomic_write_json,
     check_label_map,
-    check_output_folder,
+    check_output_file,
     list_files,
     list_image_cases,
     read_volume,
 )
 from ..temperature import calibrate_network
-from .infer import load_image_case, normalize_intensity
+from .factory import check_roi
+from .infer import check_case_dims, load_image_case, normalize_intensity
 from .models import LoadedModel, load_network
 
 __all__ = ["collect_logits", "run_calibrate"]
@@ -55,12 +58,17 @@ def collect_logits(
     for case, label_path in tqdm(list(zip(cases, labels)), desc="logits", unit="case", disable=not progress,
                                  file=sys.stderr):
         image, affine = load_image_case(case)
+        check_case_dims(case, image.shape[1:], model.spatial_dims)
         lab, lab_aff = read_volume(label_path)
         if lab.shape[1:] != image.shape[1:] or not np.allclose(lab_aff, affine, atol=1e-3):
             raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid")
         x = torch.from_numpy(normalize_intensity(image, intensity))[None].to(device)
-        with torch.no_grad():
-            z = base(x, net)
+        try:
+            with torch.no_grad():
+                z = base(x, net)
+        except (RuntimeError, ValueError, IndexError) as e:  # shape errors deep inside the network / inferer
+            raise CaseError(f"case {case.case_id!r}: the network failed on the input of shape {tuple(x.shape)} "
+                            f"(batch, channels, *spatial): {error_line(e)}") from e
         z = (z[0] if isinstance(z, (tuple, list)) else z).float().cpu()
         z = z.as_tensor() if hasattr(z, "as_tensor") else z
         y = check_label_map(lab[0], f"case {case.case_id!r}: label {Path(label_path).name}", int(z.shape[1]))
@@ -89,7 +97,9 @@ def run_calibrate(
     progress: bool = True,
 ) -> tuple[Path, dict]:
     """Fit a temperature on the labelled cases of ``images`` / ``labels`` and write the calibrated checkpoint
-    ``output`` (``.pt`` / ``.pth``) and its record ``output.with_suffix(".json")``, both atomically.
+    ``output`` (``.pt`` / ``.pth``) and its record ``output.with_suffix(".json")``, both atomically. Neither may be
+    an input file (the checkpoint, a network spec file; also not as a link) nor lie inside an input folder, and
+    their folder must be writable: checked before any work (:func:`monai_unc.io.check_output_file`).
 
     The model is named as for :func:`~monai_unc.workflows.models.load_network` (one of ``model``, ``bundle``,
     ``network``); the bundle's preprocessing is not applied (labels could not follow it). ``intensity="auto"`` uses
@@ -99,13 +109,19 @@ def run_calibrate(
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")
-    check_output_folder(out.parent, images, labels)
     for folder, what in ((images, "--input"), (labels, "--labels")):
         if not Path(folder).is_dir():
             raise FileNotFoundError(f"{what} folder not found: {folder}")
+    # nothing is written over an input: the checkpoint, a network spec file, the bundle, the image / label folders
+    spec_file = network if isinstance(network, (str, os.PathLike)) and Path(network).is_file() else None
+    inputs = (images, labels, checkpoint, spec_file, bundle)
+    check_output_file(out, *inputs, what="--output")
+    check_output_file(out.with_suffix(".json"), *inputs, what="record of --output")
     loaded = load_network(model=model, bundle=bundle, network=network,
                           checkpoints=[checkpoint] if checkpoint else [], unsafe_load=unsafe_load,
                           device=device, bundle_preprocessing=False)
+    check_output_file(out, *loaded.checkpoints, what="--output")  # e.g. the example model's shipped weights
+    check_roi(roi, loaded.spatial_dims)
     cases = list_image_cases(images)
     label_files = list_files(labels)
     missing = [c.case_id for c in cases if c.case_id not in label_files]

@@ -21,7 +21,6 @@ reuses finished cases.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import sys
 import time
@@ -33,7 +32,7 @@ import torch
 from ..data import TISSUE_CLASSES
 from ..data.cohorts import DEMO_SHIFTS, make_demo_cohort
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
-from ..io import atomic_write_text, list_image_cases
+from ..io import atomic_write_json, list_image_cases
 from ..keys import DEFAULT_MEASURES
 from ..report.html import build_report
 from .factory import build_inferer
@@ -85,7 +84,7 @@ def run_demo(
     seconds = time.time() - t0
     summary = dict(summary)
     summary["report"] = str(report.resolve())
-    atomic_write_text(output / "demo_summary.json", json.dumps(summary, indent=2) + "\n")
+    atomic_write_json(output / "demo_summary.json", summary)  # strict JSON: NaN (an undefined metric) -> null
     if not quiet:
         _print_summary(summary, paths["metrics"], seconds)
     print(f"report: {report.resolve()}")

@@ -7,6 +7,7 @@ sliding-window inferer is used when ``roi`` is given.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,9 +20,21 @@ from ..keys import DEFAULT_MEASURES
 from ..keys import UncertaintyKeys as K
 from .models import checkpoint_temperature
 
-__all__ = ["METHOD_TOKENS", "DEFAULT_MEASURES", "build_inferer"]
+__all__ = ["METHOD_TOKENS", "DEFAULT_MEASURES", "build_inferer", "check_roi"]
 
 METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble")
+
+
+def check_roi(roi: int | Sequence[int] | None, spatial_dims: int | None, what: str = "the network") -> None:
+    """``ValueError`` naming ``--roi`` when a per-axis window size has another number of axes than the input
+    (``spatial_dims``: of the network, or of the images; None: not known, nothing checked). One size (an int or a
+    one-element sequence) fits any dimensionality."""
+    if roi is None or spatial_dims is None or isinstance(roi, (int, np.integer)):
+        return
+    sizes = tuple(int(r) for r in roi)
+    if len(sizes) not in (1, spatial_dims):
+        raise ValueError(f"--roi gives {len(sizes)} sizes {sizes} but {what} takes {spatial_dims}D input: give one "
+                         f"size for every axis or {spatial_dims} sizes")
 
 
 def build_inferer(
@@ -38,7 +51,12 @@ def build_inferer(
     activation: str | None = "softmax",
     measures: Sequence[str] = DEFAULT_MEASURES,
 ) -> Any:
-    """An :class:`~monai_unc.inferers.UncertaintyInferer` for a ``+``-joined method string (module docstring)."""
+    """An :class:`~monai_unc.inferers.UncertaintyInferer` for a ``+``-joined method string (module docstring).
+
+    Every option is checked here, before any work (``ValueError`` naming the command-line option): ``samples`` a
+    positive integer, ``tta_noise`` a finite standard deviation >= 0 (and > 0 only with the ``tta`` source),
+    ``ratein_target`` in [0, 1], ``roi`` positive sizes and ``overlap`` in [0, 1); ensemble members are plain
+    state dicts."""
 
     tokens = [t.strip().lower() for t in method.split("+") if t.strip()]
     bad = [t for t in tokens if t not in METHOD_TOKENS]
@@ -52,6 +70,14 @@ def build_inferer(
         raise ValueError("--method: mcdropout and ratein both sample dropout masks; choose one")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"--samples must be a positive integer, got {samples!r}")
+    if (isinstance(tta_noise, bool) or not isinstance(tta_noise, (int, float, np.integer, np.floating))
+            or not math.isfinite(tta_noise) or tta_noise < 0):
+        raise ValueError(f"--tta-noise must be a finite standard deviation >= 0, got {tta_noise!r}")
+    if tta_noise > 0 and "tta" not in tokens:
+        raise ValueError(f"--tta-noise {tta_noise:g} is used by the tta source only; add tta to --method {method!r}")
+    if (isinstance(ratein_target, bool) or not isinstance(ratein_target, (int, float, np.integer, np.floating))
+            or not 0.0 <= ratein_target <= 1.0):  # NaN fails the comparison
+        raise ValueError(f"--ratein-target must be an information-loss fraction in [0, 1], got {ratein_target!r}")
     if roi is not None:
         roi = int(roi) if isinstance(roi, (int, np.integer)) else tuple(int(r) for r in roi)
         if min(roi if isinstance(roi, tuple) else (roi,)) < 1:

@@ -43,7 +43,16 @@ from ..distributed import (
     sync_errors,
     write_failures,
 )
-from ..io import ImageCase, atomic_write_text, clean_partial_files, read_volume, save_nifti, save_probabilities
+from ..io import (
+    CaseError,
+    ImageCase,
+    atomic_write_json,
+    clean_partial_files,
+    json_safe,
+    read_volume,
+    save_nifti,
+    save_probabilities,
+)
 from ..keys import UncertaintyKeys as K
 from .models import LoadedModel
 
@@ -55,6 +64,7 @@ __all__ = [
     "case_outputs",
     "is_finished",
     "load_image_case",
+    "check_case_dims",
     "predict_case",
     "predict_cases",
     "check_run_settings",
@@ -148,6 +158,18 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(chans, axis=0), affine
 
 
+def check_case_dims(case: ImageCase, spatial_shape: Sequence[int], network_dims: int | None) -> None:
+    """``CaseError`` naming the case and both shapes when its image is not of the network's dimensionality (e.g.
+    a 2D image in a cohort of 3D volumes, which would otherwise fail deep inside the network)."""
+    shape = tuple(int(n) for n in spatial_shape)
+    if network_dims is not None and len(shape) != network_dims:
+        raise CaseError(
+            f"case {case.case_id!r}: image {case.channels[0].name} has spatial shape {shape} ({len(shape)}D) but the "
+            f"network takes {network_dims}D images (shape (channels, {', '.join('NXYZ'[1:network_dims + 1])})); "
+            f"every image of the cohort must be {network_dims}D"
+        )
+
+
 def _run_with_preprocessing(
     case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device
 ) -> tuple[dict, Any]:
@@ -173,9 +195,14 @@ def predict_case(
         maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device)
     else:
         image, affine = load_image_case(case)
+        check_case_dims(case, image.shape[1:], model.spatial_dims)
         image = normalize_intensity(image, settings.intensity)
         x = torch.from_numpy(image)[None].to(device)
-        raw = inferer(x, model.network)
+        try:
+            raw = inferer(x, model.network)
+        except (RuntimeError, ValueError, IndexError) as e:  # shape errors deep inside the network / inferer
+            raise CaseError(f"case {case.case_id!r}: inference failed on the input of shape {tuple(x.shape)} "
+                            f"(batch, channels, *spatial): {error_line(e)}") from e
         maps = raw
     pred = maps[K.PRED.value]
     seg = pred.argmax(1)[0].to(torch.int16).cpu().numpy()
@@ -207,7 +234,7 @@ def predict_case(
     rates = extras.get("rate_in_rates")
     if rates:
         record["rate_in_mean_rates"] = {k: float(v.float().mean()) for k, v in rates.items()}
-    atomic_write_text(output / f"{case.case_id}.json", json.dumps(record, indent=2) + "\n")
+    atomic_write_json(output / f"{case.case_id}.json", record)  # strict JSON: no bare NaN
     return record
 
 
@@ -215,7 +242,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
     """Write ``infer.json``; refuse to resume a run whose settings differ (unless ``overwrite``) once it has
     finished a case (a run that finished nothing may be restarted with other settings)."""
     path = output / "infer.json"
-    new = settings.to_json()
+    new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
     if path.is_file() and started and not overwrite:
         try:
@@ -228,7 +255,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 f"{output} holds a run with different settings ({', '.join(diff)}); resume with the same settings, "
                 "choose another --output, or pass --overwrite"
             )
-    atomic_write_text(path, json.dumps({"settings": new}, indent=2) + "\n")
+    atomic_write_json(path, {"settings": new})
 
 
 def predict_cases(

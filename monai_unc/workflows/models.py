@@ -33,24 +33,90 @@ from ..data import build_example_network, example_weights_path
 from ..inferers import load_state_dict
 from ..temperature import TemperatureScaled
 
-__all__ = ["LoadedModel", "load_network", "load_checkpoint", "checkpoint_temperature"]
+__all__ = [
+    "LoadedModel",
+    "load_network",
+    "load_checkpoint",
+    "check_weights_fit",
+    "checkpoint_temperature",
+    "network_spatial_dims",
+]
 
 _CONFIG_NAMES = ("inference.json", "inference.yaml", "inference.yml")
 
 
 def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[str, torch.Tensor]:
-    """State dict of a checkpoint (see :func:`monai_unc.inferers.load_state_dict`), with a clear error when a
-    ``weights_only`` load is refused."""
-
+    """State dict of a checkpoint (see :func:`monai_unc.inferers.load_state_dict`); every failure is a
+    ``ValueError`` naming the file: a file that ``torch.load(weights_only=True)`` refuses (pickled Python objects:
+    pass ``unsafe_load`` for files you trust), a truncated, empty or corrupt file, or a file that is not a torch
+    checkpoint."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"checkpoint file not found: {path}")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"cannot read checkpoint {path}: the file is empty (0 bytes)")
     try:
         return load_state_dict(path, weights_only=not unsafe_load)
-    except (pickle.UnpicklingError, RuntimeError, AttributeError) as e:
-        if unsafe_load:
-            raise ValueError(f"cannot load checkpoint {path}: {e}") from None
-        raise ValueError(
-            f"checkpoint {path} cannot be loaded with torch.load(weights_only=True) (it holds pickled Python "
-            "objects); if you trust the file, pass --unsafe-load"
-        ) from None
+    except ValueError as e:  # names the file already (e.g. "does not hold a state dict of tensors")
+        raise ValueError(str(e).splitlines()[0]) from None
+    except Exception as e:  # torch.load raises UnpicklingError, EOFError, OSError, KeyError, RuntimeError, ...
+        text = str(e)
+        if not unsafe_load and isinstance(e, pickle.UnpicklingError) and "Unsupported global" in text:
+            raise ValueError(
+                f"checkpoint {path} cannot be loaded with torch.load(weights_only=True) (it holds pickled Python "
+                "objects); if you trust the file, pass --unsafe-load"
+            ) from None
+        if not unsafe_load and isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in text:
+            raise ValueError(
+                f"cannot read checkpoint {path} with torch.load(weights_only=True): not a torch checkpoint of "
+                "tensors (a corrupt or truncated file, or a plain pickle; if you trust the file, --unsafe-load "
+                "reads the latter)"
+            ) from None
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        reason = f"{type(e).__name__}: {first}" if first else type(e).__name__
+        raise ValueError(f"cannot read checkpoint {path} ({reason}): a truncated or corrupt file, or not a torch "
+                         "checkpoint") from None
+
+
+def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
+    """``ValueError`` naming the checkpoint ``path`` unless ``state`` has exactly the keys of ``network``'s state
+    dict, each with the same shape (what ``network.load_state_dict(state)`` needs): lists a few missing and
+    unexpected keys and shape mismatches, so that a checkpoint of another architecture is one clear line."""
+    own = network.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
+              if k in state and tuple(state[k].shape) != tuple(v.shape)]
+    if not (missing or unexpected or shapes):
+        return
+    parts = []
+    for name, items in (("missing keys", missing), ("unexpected keys", unexpected),
+                        ("shape mismatches (checkpoint vs network)", shapes)):
+        if items:
+            parts.append(f"{len(items)} {name} ({', '.join(items[:3])}{', ...' if len(items) > 3 else ''})")
+    raise ValueError(f"checkpoint {os.fspath(path)} does not fit the network {type(network).__name__}: "
+                     f"{'; '.join(parts)}; is it the checkpoint of another architecture?")
+
+
+def _load_weights(network: nn.Module, path: str | os.PathLike, unsafe_load: bool) -> None:
+    state = load_checkpoint(path, unsafe_load)
+    check_weights_fit(network, state, path)
+    try:
+        network.load_state_dict(state)
+    except RuntimeError as e:  # e.g. a dtype the parameter cannot take
+        raise ValueError(f"checkpoint {os.fspath(path)} does not fit the network {type(network).__name__}: "
+                         f"{str(e).strip().splitlines()[0]}") from None
+
+
+_CONV_DIMS = {nn.Conv1d: 1, nn.ConvTranspose1d: 1, nn.Conv2d: 2, nn.ConvTranspose2d: 2, nn.Conv3d: 3,
+              nn.ConvTranspose3d: 3}
+
+
+def network_spatial_dims(network: nn.Module) -> int | None:
+    """Spatial dimensionality of the input a network takes: that of its convolutions (1, 2 or 3) when they all
+    agree; None when it has none or mixes them (then nothing is assumed)."""
+    dims = {d for m in network.modules() for t, d in _CONV_DIMS.items() if isinstance(m, t)}
+    return dims.pop() if len(dims) == 1 else None
 
 
 def _read_spec(spec: str | os.PathLike | dict) -> dict:
@@ -65,8 +131,15 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
             raise ValueError(f"network spec is not valid JSON: {e}") from None
     if not path.is_file():
         raise ValueError(f"network spec must be inline JSON or a .json/.yaml file, got {text!r} (file not found)")
-
-    return ConfigParser.load_config_file(str(path))
+    try:
+        spec = ConfigParser.load_config_file(str(path))
+    except Exception as e:  # JSONDecodeError, YAML errors, an unknown extension, undecodable bytes
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot read the network spec {path}: {first}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"the network spec {path} must hold a MONAI config dict with '_target_', got "
+                         f"{type(spec).__name__}")
+    return spec
 
 
 def _instantiate(spec: dict, what: str) -> nn.Module:
@@ -83,8 +156,13 @@ def _instantiate(spec: dict, what: str) -> nn.Module:
 
 
 def checkpoint_temperature(path: str, unsafe_load: bool) -> torch.Tensor | None:
-    """The ``temperature`` entry that ``monai-unc calibrate`` stores next to a state dict it could not fold."""
-    obj = torch.load(path, map_location="cpu", weights_only=not unsafe_load)
+    """The ``temperature`` entry that ``monai-unc calibrate`` stores next to a state dict it could not fold
+    (``ValueError`` naming the file, as :func:`load_checkpoint`, when the file cannot be read)."""
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=not unsafe_load)
+    except Exception:
+        load_checkpoint(path, unsafe_load)  # raises the ValueError that names the problem
+        raise
     t = obj.get("temperature") if isinstance(obj, dict) else None
     return t if isinstance(t, torch.Tensor) else None
 
@@ -98,6 +176,7 @@ class LoadedModel:
     default_intensity: str = "none"
     preprocessing: Callable | None = None
     checkpoints: list[str] = field(default_factory=list)
+    spatial_dims: int | None = None
 
 
 def _bundle_config(bundle: Path) -> Path:
@@ -119,7 +198,11 @@ def load_network(
 ) -> LoadedModel:
     """Build the network from exactly one of ``model="example"``, ``bundle`` or ``network`` (see the module
     docstring) and load its weights (the first checkpoint when several are given: ensemble members are loaded
-    by the ensemble source during inference)."""
+    by the ensemble source during inference, but every checkpoint is read and checked against the network here,
+    so that a bad member is one error before any work rather than a failure of every case).
+
+    Every problem with a checkpoint (missing, empty, truncated, corrupt, pickled objects without
+    ``unsafe_load``, another architecture's keys or shapes) is a ``ValueError`` naming the file."""
     given = [x is not None for x in (model, bundle, network)]
     if sum(given) != 1:
         raise ValueError("name the model with exactly one of --model example, --bundle DIR or --network SPEC")
@@ -136,7 +219,7 @@ def load_network(
         weights = checkpoints[0] if checkpoints else str(example_weights_path())
         if not checkpoints:
             checkpoints = [weights]
-        net.load_state_dict(load_checkpoint(weights, unsafe_load))
+        _load_weights(net, weights, unsafe_load)
         desc, intensity = "example: MNI152 tissue UNet", "max"
     elif bundle is not None:
 
@@ -157,7 +240,7 @@ def load_network(
             if not weights.is_file():
                 raise ValueError(f"bundle {root} has no models/model.pt (or pass --checkpoint)")
             checkpoints = [str(weights)]
-        net.load_state_dict(load_checkpoint(checkpoints[0], unsafe_load))
+        _load_weights(net, checkpoints[0], unsafe_load)
         if bundle_preprocessing and "preprocessing" in parser.config:
             try:
                 preprocessing = parser.get_parsed_content("preprocessing")
@@ -170,10 +253,13 @@ def load_network(
         net = _instantiate(_read_spec(network), "--network")  # type: ignore[arg-type]
         if not checkpoints:
             raise ValueError("--network needs --checkpoint FILE (the trained weights)")
-        net.load_state_dict(load_checkpoint(checkpoints[0], unsafe_load))
+        _load_weights(net, checkpoints[0], unsafe_load)
         desc, intensity = f"network: {type(net).__name__}", "none"
+    for member in checkpoints[1:]:  # ensemble members: readable and of this architecture
+        check_weights_fit(net, load_checkpoint(member, unsafe_load), member)
     temperature = checkpoint_temperature(checkpoints[0], unsafe_load)
     if temperature is not None:
         net = TemperatureScaled(net, temperature)
         desc += f" (temperature {[round(float(v), 4) for v in temperature.reshape(-1)]})"
-    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints)
+    dims = network_spatial_dims(net)
+    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims)
