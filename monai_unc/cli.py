@@ -593,7 +593,7 @@ def _error_text(e: BaseException) -> str:
         return f"{e.strerror}: {e.filename}"
     text = str(e).strip()
     first = text.splitlines()[0] if text else ""
-    if isinstance(e, ValueError):
+    if isinstance(e, ValueError) or (isinstance(e, OSError) and e.errno is None):  # our own messages
         return first or type(e).__name__
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 

@@ -21,6 +21,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import socket
 import sys
@@ -181,6 +182,8 @@ def _assert_one_line(rc: int, lines: list[str], command: str, message: str, argv
     assert lines[0].startswith(f"monai-unc {command}: error: "), (argv, lines)
     assert message in lines[0], (argv, message, lines)
     assert "Traceback" not in lines[0]
+    head = lines[0][len(f"monai-unc {command}: error: "):]
+    assert not re.match(r"[\w.]*(Error|Exception): ", head), lines  # our message, not a bare exception
 
 
 # ------------------------------------------------------------------------------------------------ infer
@@ -305,6 +308,10 @@ EVALUATE_REFUSED: list[tuple[str, Callable[[dict, Path], list[str]], str]] = [
     ("missing labels folder", lambda d, t: _evaluate(t / "nope", d["predictions"], t / "o"), "folder not found"),
     ("missing predictions folder", lambda d, t: _evaluate(d["labels"], t / "nope", t / "o"),
      "predictions folder not found"),
+    ("missing uncertainty folder", lambda d, t: _evaluate(d["labels"], d["predictions"], t / "o", "--uncertainty",
+                                                          str(t / "nope")), "uncertainty folder not found"),
+    ("missing images folder", lambda d, t: _evaluate(d["labels"], d["predictions"], t / "o", "--images",
+                                                     str(t / "nope")), "folder not found"),
     ("empty labels folder", lambda d, t: _evaluate(d["root"] / "empty", d["predictions"], t / "o"),
      "no label volume"),
     ("empty predictions folder", lambda d, t: _evaluate(d["labels"], d["root"] / "empty", t / "o"), "lack files"),
@@ -466,12 +473,21 @@ def test_calibrate_never_overwrites_its_checkpoint_through_a_link(d, tmp_path, c
 
 
 # ------------------------------------------------------------------------------------------------ demo, nnU-Net
-@pytest.mark.parametrize("where, message", [("afile/x", "is a file, not a folder"),
-                                            ("afile", "is a file, not a folder")])
-def test_demo_refuses_an_unwritable_output_before_any_work(d, capsys, where, message):
-    argv = ["demo", "--output", str(d["root"] / where), "--quiet"]
+DEMO_REFUSED = [
+    ("output under a regular file", "afile/x", [], "is a file, not a folder"),
+    ("output = a file", "afile", [], "is a file, not a folder"),
+    ("2 roi sizes", "demo_roi", ["--roi", "8", "8"], "--roi gives 2 sizes (8, 8) but the example network takes 3D"),
+    ("unknown method", "demo_method", ["--method", "magic"], "--method must be '+'-joined names"),
+]
+
+
+@pytest.mark.parametrize("name, where, extra, message", DEMO_REFUSED, ids=[c[0] for c in DEMO_REFUSED])
+def test_demo_refuses_bad_options_before_any_work(d, capsys, name, where, extra, message):
+    """Checked before the demo cohort is built (minutes of work): nothing is written."""
+    argv = ["demo", "--output", str(d["root"] / where), "--quiet", *extra]
     rc, lines = _run(argv, capsys)
     _assert_one_line(rc, lines, "demo", message, argv)
+    assert not (d["root"] / "demo_roi").exists() and not (d["root"] / "demo_method").exists()
 
 
 @pytest.mark.skip(reason="nnunet-* commands are not swept here: they need nnU-Net v2 and a trained nnU-Net model "

@@ -247,6 +247,8 @@ def match_cases(
         raise CaseError(f"no label volume found in {labels}")
     if not pred_dir.is_dir():
         raise FileNotFoundError(f"predictions folder not found: {pred_dir}")
+    if uncertainty is not None and not unc_dir.is_dir():  # named explicitly: not silently evaluated without maps
+        raise FileNotFoundError(f"uncertainty folder not found: {unc_dir}")
     seg_files = list_files(pred_dir, seg_suffix, VOLUME_EXTENSIONS)
     if seg_suffix == probs_suffix:
         # nnU-Net: <case>.nii.gz is the segmentation, <case>.npz the probabilities

@@ -4,6 +4,10 @@ Every writer of the package goes through :func:`atomic_path`: the file is writte
 in the same folder (``.<stem>.partial<ext>``, the extension kept so that NIfTI / NumPy / torch writers pick the
 right format) and renamed into place with :func:`os.replace`, which is atomic on one file system. A run killed
 mid-write leaves only a ``.*.partial*`` file, which :func:`clean_partial_files` removes on the next run.
+
+Before any work, commands check where they will write: :func:`check_output_folder` (not inside an input folder,
+writable or creatable), :func:`check_output_file` (not an input file, not even through a symbolic or hard link) and
+:func:`check_writable_folder`. JSON for other readers is strict (:func:`atomic_write_json`: NaN -> ``null``).
 """
 
 from __future__ import annotations

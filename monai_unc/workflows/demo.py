@@ -35,7 +35,7 @@ from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
 from ..io import atomic_write_json, list_image_cases
 from ..keys import DEFAULT_MEASURES
 from ..report.html import build_report
-from .factory import build_inferer
+from .factory import build_inferer, check_roi
 from .infer import InferSettings, check_run_settings, predict_cases
 from .models import load_network
 
@@ -54,13 +54,19 @@ def run_demo(
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"--samples must be a positive integer, got {samples!r}")
     output = Path(output)
+    # every option is checked before the cohort is built (minutes): a bad one is one error, not a late failure
+    roi_list = None if roi is None else ([roi] * 3 if isinstance(roi, int) else list(roi))
+    check_roi(roi_list, 3, "the example network")
+    inferer = build_inferer(method, samples=samples, roi=roi_list, overlap=overlap, sw_batch_size=2, seed=0,
+                            measures=list(DEFAULT_MEASURES))
+    config = EvaluationConfig(budget=budget, failure_dice=0.8, class_names=list(TISSUE_CLASSES))
+    config.validate()
     t0 = time.time()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
     say(f"[1/4] demo cohort: MNI152 right hemisphere (held out) + shifted copies -> {output / 'data'}")
     cohort = make_demo_cohort(output / "data", shifts=DEMO_SHIFTS)
     say(f"[2/4] infer: {method}, {samples} samples")
     model = load_network(model="example")
-    roi_list = None if roi is None else ([roi] * 3 if isinstance(roi, int) else list(roi))
     settings = InferSettings(
         model="example", method=method, samples=samples, roi=roi_list, overlap=overlap, intensity="none",
         measures=list(DEFAULT_MEASURES), seed=0,
@@ -69,14 +75,10 @@ def run_demo(
     pred_dir = output / "predictions"
     pred_dir.mkdir(parents=True, exist_ok=True)
     check_run_settings(pred_dir, settings)
-    inferer = build_inferer(method, samples=samples, roi=roi_list, overlap=overlap, sw_batch_size=2, seed=0,
-                            measures=settings.measures)
     with torch.no_grad():
         predict_cases(list_image_cases(cohort["images"]), model, inferer, settings, pred_dir, progress=not quiet)
     say("[3/4] evaluate")
-    config = EvaluationConfig(
-        budget=budget, failure_dice=0.8, class_names=list(TISSUE_CLASSES), shifts=read_shifts(cohort["shifts"])
-    )
+    config.shifts = read_shifts(cohort["shifts"])
     _, summary, paths = run_evaluate(cohort["labels"], pred_dir, output / "evaluation", config,
                                      images=cohort["images"], progress=not quiet)
     say("[4/4] report")
