@@ -33,7 +33,7 @@ import nibabel as nib
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
-from ..io import atomic_write_text, save_nifti
+from ..io import atomic_write, atomic_write_text, save_nifti
 from ..measures import entropy
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
 from .perturb import MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort
@@ -74,22 +74,21 @@ def _check_folder(folder: Path, overwrite: bool) -> bool:
 
 
 def _save(arr: np.ndarray, affine: np.ndarray, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial.nii.gz")
     img = nib.Nifti1Image(arr, affine)
     img.set_qform(affine, code=1)
     img.set_sform(affine, code=1)
-    nib.save(img, str(tmp))
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: nib.save(img, str(tmp)))
+
+
+def _save_plain(arr: np.ndarray, affine: np.ndarray, path: Path) -> None:
+    """``nib.save`` of ``Nifti1Image(arr, affine)`` (header as nibabel sets it) through a temporary name."""
+    img = nib.Nifti1Image(arr, affine)
+    atomic_write(path, lambda tmp: nib.save(img, str(tmp)))
 
 
 def _write_manifest(folder: Path, content: dict[str, Any]) -> Path:
     content = {"writer": _WRITER, **content}
-    path = folder / MANIFEST
-    tmp = folder / f".{MANIFEST}.partial"
-    tmp.write_text(json.dumps(content, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(folder / MANIFEST, json.dumps(content, indent=2) + "\n")
 
 
 def export_mni152_cases(
@@ -312,18 +311,18 @@ def write_toy_cohort(
     for i, c in enumerate(cases):
         cid = f"toy{i:03d}"
         rows.append((cid, c["shift"]))
-        nib.save(nib.Nifti1Image(c["image"][0], affine), dirs["images"] / f"{cid}.nii.gz")
-        nib.save(nib.Nifti1Image(c["label"].astype(np.int16), affine), dirs["labels"] / f"{cid}.nii.gz")
+        _save_plain(c["image"][0], affine, dirs["images"] / f"{cid}.nii.gz")
+        _save_plain(c["label"].astype(np.int16), affine, dirs["labels"] / f"{cid}.nii.gz")
         if predictions:
             shifted = c["shift"] != "none"
             fg = gaussian_filter(c["probs"][1].astype(np.float64), 2.0 if shifted else 1.0)
             fg = np.clip(fg * (1.6 if shifted else 1.3), 0.0, 1.0)
             probs = np.stack([1.0 - fg, fg]).astype(np.float32)
             out = dirs["predictions"]
-            nib.save(nib.Nifti1Image(np.moveaxis(probs, 0, -1), affine), out / f"{cid}_probs.nii.gz")
-            nib.save(nib.Nifti1Image(probs.argmax(0).astype(np.int16), affine), out / f"{cid}_seg.nii.gz")
+            _save_plain(np.moveaxis(probs, 0, -1), affine, out / f"{cid}_probs.nii.gz")
+            _save_plain(probs.argmax(0).astype(np.int16), affine, out / f"{cid}_seg.nii.gz")
             pe = entropy(probs[None])[0, 0].astype(np.float32)
-            nib.save(nib.Nifti1Image(pe, affine), out / f"{cid}_predictive_entropy.nii.gz")
+            _save_plain(pe, affine, out / f"{cid}_predictive_entropy.nii.gz")
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["case", "shift"])

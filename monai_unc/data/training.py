@@ -30,6 +30,7 @@ from monai.transforms import (
 )
 from tqdm.auto import tqdm
 
+from ..io import atomic_torch_save, atomic_write_text
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
 from .model import EXAMPLE_NETWORK, build_example_network
 
@@ -162,11 +163,6 @@ def train_tissue_model(
     net.eval()
     if out_path is not None:
         out_path = Path(out_path)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_path.with_suffix(".pt.tmp")
-        torch.save(net.state_dict(), tmp)
-        os.replace(tmp, out_path)
-        tmp_json = out_path.with_suffix(".json.tmp")
-        tmp_json.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp_json, out_path.with_suffix(".json"))
+        atomic_torch_save(out_path, net.state_dict())
+        atomic_write_text(out_path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
     return net, record
