@@ -234,6 +234,7 @@ def test_window_and_stitching_overrides_match_a_hand_rolled_loop(name):
         assert all(0.0 < r < 1.0 for r in rates.values())
 
 
+@pytest.mark.slow
 def test_logits_equal_stock_nnunet_bit_for_bit():
     ours = make_predictor(uncertainty_sources=("folds", "mirroring"))
     stock = make_predictor(cls=nnUNetPredictor)
@@ -244,14 +245,15 @@ def test_logits_equal_stock_nnunet_bit_for_bit():
     assert a.dtype == b.dtype == torch.float16
     assert torch.equal(a, b)
     assert torch.equal(ours.predict_logits_from_preprocessed_data(data), b)
-    # folds averaged per window (not a source): the same mean, summed in another order
-    folds_logit = make_predictor(uncertainty_sources=("mirroring",))
-    # the same mean summed in another order into fp16 buffers: a few fp16 ulps apart inside; near the image corners,
-    # where nnU-Net's Gaussian weights are fp16 subnormals, stock's own blending is coarse
-    c = folds_logit.predict_logits_from_preprocessed_data(data).float()
-    inner = (slice(None), *[slice(3, -3)] * 3)
-    torch.testing.assert_close(c[inner], b.float()[inner], atol=1e-2, rtol=4e-3)
-    assert (c.argmax(0) == b.argmax(0)).float().mean() > 0.99
+    # folds not a source (they run side by side, averaged per window for the statistics): the segmentation logits
+    # are still stitched per fold and combined over the folds in stock's order, so they are stock's, bit for bit
+    side_by_side = make_predictor(uncertainty_sources=("mirroring",))
+    res = side_by_side.predict_uncertainty_from_preprocessed_data(data)
+    assert res.num_samples == 8 and res.logits.dtype == torch.float16
+    assert torch.equal(res.logits, b)
+    assert torch.equal(side_by_side.predict_logits_from_preprocessed_data(data), b)
+    # mirrors not a source either: the same
+    assert torch.equal(make_predictor(uncertainty_sources=("folds",)).predict_logits_from_preprocessed_data(data), b)
 
 
 def test_2d_configuration_matches_loop():
@@ -359,7 +361,15 @@ def test_original_geometry_matches_stock_export_and_reverts_crop_and_transpose()
     orig_shape = tuple(np.array(props["shape_before_cropping"])[pred.plans_manager.transpose_backward])
     assert out["segmentation"].shape == orig_shape == stock_seg.shape
     np.testing.assert_array_equal(out["segmentation"], stock_seg)
-    probs = out["probabilities"]
+    # the probabilities written with --save_probabilities are stock's (softmax of the mean logits): their argmax is
+    # the segmentation, and nnUNetv2_ensemble reads what it would read from stock
+    stock_seg_p, stock_probs = convert_predicted_logits_to_segmentation_with_correct_shape(
+        res.logits, pred.plans_manager, pred.configuration_manager, lm, props, return_probabilities=True)
+    np.testing.assert_array_equal(out["probabilities"], stock_probs)
+    np.testing.assert_array_equal(out["segmentation"], out["probabilities"].argmax(0))
+    np.testing.assert_array_equal(stock_seg_p, stock_seg)
+    probs = out["mean_probabilities"]
+    assert not np.array_equal(probs.argmax(0), out["segmentation"])  # the mean probabilities would not match
     assert probs.shape == (3, *orig_shape) and probs.dtype == np.float32
     np.testing.assert_allclose(probs.sum(0), 1.0, atol=1e-5)
     inside = np.zeros(props["shape_before_cropping"], bool)
@@ -376,6 +386,14 @@ def test_original_geometry_matches_stock_export_and_reverts_crop_and_transpose()
                                                          props, segmentation_from="probabilities")
     assert (out_p["segmentation"] == stock_seg).mean() > 0.9
     np.testing.assert_array_equal(out_p["segmentation"], probs.argmax(0))
+    np.testing.assert_array_equal(out_p["probabilities"], probs)
+    np.testing.assert_array_equal(out_p["mean_probabilities"], probs)
+    for key, m in out_p["maps"].items():  # the maps do not depend on where the segmentation comes from
+        np.testing.assert_array_equal(m, out["maps"][key])
+    lean = mun.convert_uncertainty_to_original_geometry(res, pred.plans_manager, pred.configuration_manager, lm,
+                                                        props, return_probabilities=False)
+    assert "probabilities" not in lean and "mean_probabilities" not in lean
+    np.testing.assert_array_equal(lean["segmentation"], stock_seg)
 
 
 def test_predict_uncertainty_npy_returns_maps_in_the_image_geometry():
@@ -387,6 +405,7 @@ def test_predict_uncertainty_npy_returns_maps_in_the_image_geometry():
     assert out["segmentation"].shape == (22, 18, 17) and out["num_samples"] == 16
     assert out["probabilities"].shape == (3, 22, 18, 17)
     np.testing.assert_array_equal(out["segmentation"], out["probabilities"].argmax(0))
+    np.testing.assert_array_equal(out["mean_probabilities"], out["probabilities"])
     for key in mun.DEFAULT_MEASURES:
         m = out["maps"][key]
         assert m.shape == (22, 18, 17) and np.isfinite(m).all() and m.min() >= 0
@@ -428,17 +447,37 @@ def test_float_maps_keep_the_input_geometry(io_name, tmp_path):
     assert not list((tmp_path / "out").glob(".partial*"))
 
 
+def brute_force_patch_mean(u, k):
+    """Largest mean over all stride-1 k^D boxes (clipped to the image), by explicit loops."""
+    k = [min(k, n) for n in u.shape]
+    best = -np.inf
+    for start in itertools.product(*[range(n - kk + 1) for n, kk in zip(u.shape, k)]):
+        box = u[tuple(slice(s0, s0 + kk) for s0, kk in zip(start, k))]
+        best = max(best, float(np.mean(box, dtype=np.float64)))
+    return best
+
+
 def test_case_scores_and_table(tmp_path):
     seg = np.zeros((12, 12, 12), np.uint8)
     seg[2:6, 2:6, 2:6] = 1
     u = np.zeros((12, 12, 12), np.float32)
     u[2:4, 2:4, 2:4] = 1.0
     scores = mun.case_scores({"predictive_entropy": u}, seg, patch_size=4)["predictive_entropy"]
+    assert list(scores) == ["mean", "fg_mean", "patch_mean"]
     assert scores["mean"] == pytest.approx(8 / 12**3)
-    assert scores["mean_foreground"] == pytest.approx(8 / 64)
-    assert scores["patch_max"] == pytest.approx(8.0)
+    assert scores["fg_mean"] == pytest.approx(8 / 64)
+    assert scores["patch_mean"] == pytest.approx(8 / 64)  # the box MEAN (8 ones in a 4^3 box), not the sum 8
     empty = mun.case_scores({"predictive_entropy": u}, np.zeros_like(seg))["predictive_entropy"]
-    assert np.isnan(empty["mean_foreground"])
+    assert np.isnan(empty["fg_mean"])
+    # against explicit loops, 3D and 2D, the default box (10) clipped on a short axis
+    rng = np.random.default_rng(1)
+    for shape, k in (((13, 11, 6), 10), ((9, 12, 7), 3), ((15, 14), 10)):
+        m = rng.random(shape).astype(np.float32)
+        fg = rng.random(shape) > 0.6
+        got = mun.case_scores({"mutual_information": m}, fg.astype(np.uint8), patch_size=k)["mutual_information"]
+        assert got["patch_mean"] == pytest.approx(brute_force_patch_mean(m, k), rel=1e-12)
+        assert got["mean"] == pytest.approx(float(m.astype(np.float64).mean()), rel=1e-12)
+        assert got["fg_mean"] == pytest.approx(float(m[fg].astype(np.float64).mean()), rel=1e-12)
     unc = tmp_path / "uncertainty"
     unc.mkdir()
     for case, s in (("b", scores), ("a", empty)):
@@ -446,10 +485,214 @@ def test_case_scores_and_table(tmp_path):
                "scores": {"predictive_entropy": {k: (None if np.isnan(v) else v) for k, v in s.items()}}}
         (unc / f"{case}.json").write_text(json.dumps(rec))
     table = mun.write_scores_table(tmp_path).read_text().splitlines()
+    # the column names of `monai-unc evaluate`'s case table
     assert table[0] == ("case,num_samples,foreground_voxels,predictive_entropy_mean,"
-                        "predictive_entropy_mean_foreground,predictive_entropy_patch_max")
+                        "predictive_entropy_fg_mean,predictive_entropy_patch_mean")
     assert table[1].startswith("a,3,1,") and table[1].split(",")[4] == "nan"
-    assert table[2].split(",")[5] == "8.0"
+    assert table[2].split(",")[5] == "0.125"
+
+
+def test_patch_size_default_is_evaluates():
+    from monai_unc.evaluation import EvaluationConfig
+
+    assert mun.PATCH_SIZE == EvaluationConfig().patch_size == 10
+
+
+# ------------------------------------------------------------------------------------------ prediction from files
+def write_inputs(folder, shapes=((20, 18, 16), (17, 21, 14))):
+    """nnU-Net-style input folder (``<case>_0000.nii.gz``) of small images with empty slices (cropped away)."""
+    import nibabel as nib
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i, shape in enumerate(shapes):
+        img = rng.normal(size=shape).astype(np.float32) + 2.0
+        img[..., :2] = 0.0
+        affine = np.diag([1.0, 1.0, 1.0, 1.0])
+        affine[:3, 3] = (3.0, -2.0, 1.5)
+        nib.save(nib.Nifti1Image(img, affine), str(folder / f"case{i}_0000.nii.gz"))
+    return [f"case{i}" for i in range(len(shapes))]
+
+
+def read(path):
+    import nibabel as nib
+
+    return np.asarray(nib.load(str(path)).dataobj)
+
+
+@pytest.fixture(scope="module")
+def predicted_folders(tmp_path_factory):
+    """Two small cases predicted from files by stock nnU-Net and by UncertaintyPredictor (2 folds side by side,
+    mirroring the source), both with --save_probabilities, preprocessing and export in this process."""
+    root = tmp_path_factory.mktemp("files")
+    inp = root / "imagesTs"
+    cases = write_inputs(inp)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        stock = make_predictor(cls=nnUNetPredictor)
+        (root / "stock").mkdir()
+        stock.predict_from_files_sequential(str(inp), str(root / "stock"), save_probabilities=True)
+        ours = make_predictor(uncertainty_sources=("mirroring",))
+        ours.predict_from_files(str(inp), str(root / "ours"), save_probabilities=True,
+                                num_processes_preprocessing=0, num_processes_segmentation_export=0)
+    finally:
+        torch.set_num_threads(n)
+    return {"root": root, "input": inp, "cases": cases, "stock": root / "stock", "ours": root / "ours"}
+
+
+@pytest.mark.slow
+def test_files_equal_stock_and_saved_probabilities_match_the_segmentation(predicted_folders):
+    """From files: the segmentation and the --save_probabilities .npz equal stock's (folds not a source, averaged
+    as stock averages them), so argmax(npz) == seg and nnUNetv2_ensemble reads what it reads from stock."""
+    out, stock = predicted_folders["ours"], predicted_folders["stock"]
+    for case in predicted_folders["cases"]:
+        seg = read(out / f"{case}.nii.gz")
+        assert (seg > 0).any()
+        np.testing.assert_array_equal(seg, read(stock / f"{case}.nii.gz"))
+        probs = np.load(out / f"{case}.npz")["probabilities"]
+        np.testing.assert_array_equal(probs.argmax(0).T, seg)  # .npz in SimpleITK's axis order (z, y, x)
+        np.testing.assert_array_equal(probs, np.load(stock / f"{case}.npz")["probabilities"])
+        assert (out / f"{case}.pkl").is_file()
+    cfg = json.loads((out / "uncertainty_config.json").read_text())
+    assert cfg["num_samples"] is None and cfg["samples_per_voxel"] == 8 and cfg["folds"] == 2
+    assert not list(out.rglob(".*partial*"))
+
+
+@pytest.mark.slow
+def test_written_case_scores_equal_evaluate(predicted_folders):
+    """The case scores nnunet-predict writes (record and table) are those `monai-unc evaluate` computes from the
+    written maps: one definition (mean, foreground mean, max box mean over 10^3 boxes)."""
+    from monai_unc.evaluation import EvaluationConfig, evaluate_case
+    from monai_unc.io import CaseFiles
+
+    out = predicted_folders["ours"]
+    config = EvaluationConfig(num_classes=3, spatial=False)
+    table = (out / "uncertainty_scores.csv").read_text().splitlines()
+    header = table[0].split(",")
+    for case in predicted_folders["cases"]:
+        rec = json.loads((out / "uncertainty" / f"{case}.json").read_text())
+        files = CaseFiles(case, label=out / f"{case}.nii.gz", seg=out / f"{case}.nii.gz",
+                          maps={m: out / "uncertainty" / f"{case}_{m}.nii.gz" for m in mun.DEFAULT_MEASURES})
+        row = evaluate_case(files, config).row
+        csv_row = dict(zip(header, next(r for r in table[1:] if r.startswith(f"{case},")).split(",")))
+        for m in mun.DEFAULT_MEASURES:
+            patch = row.get(f"{m}_patch_mean", row.get(f"{m}_patch"))  # evaluate's column (renamed to _patch_mean)
+            for ours, theirs in ((rec["scores"][m]["patch_mean"], patch), (rec["scores"][m]["mean"], row[f"{m}_mean"]),
+                                 (rec["scores"][m]["fg_mean"], row[f"{m}_fg_mean"])):
+                assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12), m
+            assert float(csv_row[f"{m}_patch_mean"]) == rec["scores"][m]["patch_mean"]
+        assert rec["scores"]["predictive_entropy"]["patch_mean"] > 0
+        assert rec["num_samples"] == 8 and rec["patch_size"] == mun.PATCH_SIZE
+
+
+@pytest.mark.slow
+def test_continue_prediction_redoes_cases_without_uncertainty_outputs(predicted_folders, tmp_path):
+    """--continue_prediction into a folder of stock segmentations predicts every case; a case counts as done only
+    when its segmentation, record and maps exist."""
+    cases, inp = predicted_folders["cases"], predicted_folders["input"]
+    cont = tmp_path / "continue"
+    cont.mkdir()
+    for case in cases:
+        (cont / f"{case}.nii.gz").write_bytes((predicted_folders["stock"] / f"{case}.nii.gz").read_bytes())
+    ours = make_predictor(uncertainty_sources=("folds",), use_mirroring=False)
+    calls = []
+    predict = ours.predict_uncertainty_from_preprocessed_data
+
+    def counting(data):
+        calls.append(tuple(data.shape))
+        return predict(data)
+
+    ours.predict_uncertainty_from_preprocessed_data = counting
+
+    def run():
+        ours.predict_from_files(str(inp), str(cont), overwrite=False, num_processes_preprocessing=0,
+                                num_processes_segmentation_export=0)
+
+    run()
+    assert len(calls) == len(cases)
+    for case in cases:
+        assert all((cont / "uncertainty" / f"{case}_{m}.nii.gz").is_file() for m in mun.DEFAULT_MEASURES)
+        assert (cont / "uncertainty" / f"{case}.json").is_file()
+    # everything done: nothing to predict; a case with a missing map is predicted again, and only that one
+    run()
+    assert len(calls) == len(cases)
+    (cont / "uncertainty" / f"{cases[1]}_mutual_information.nii.gz").unlink()
+    run()
+    assert len(calls) == len(cases) + 1
+    assert mun.case_exported(cont / cases[1], ".nii.gz", mun.DEFAULT_MEASURES)
+    # another map, probabilities, or an unreadable record make a case incomplete again
+    assert mun.case_exported(cont / cases[0], ".nii.gz", mun.DEFAULT_MEASURES)
+    assert not mun.case_exported(cont / cases[0], ".nii.gz", ["variance"])
+    assert not mun.case_exported(cont / cases[0], ".nii.gz", mun.DEFAULT_MEASURES, save_probabilities=True)
+    (cont / "uncertainty" / f"{cases[0]}.json").write_text("{not json")
+    assert not mun.case_exported(cont / cases[0], ".nii.gz", mun.DEFAULT_MEASURES)
+
+
+def test_config_records_dropout_passes_only_with_dropout(tmp_path):
+    pred = make_predictor(uncertainty_sources=("folds", "mirroring"))
+    pred._write_config(str(tmp_path))
+    cfg = json.loads((tmp_path / "uncertainty_config.json").read_text())
+    assert cfg["num_samples"] is None and cfg["samples_per_voxel"] == 16
+    drop = make_predictor(n_folds=1, uncertainty_sources=("dropout",), num_samples=3, dropout_p=0.2,
+                          use_mirroring=False)
+    drop._write_config(str(tmp_path))
+    cfg = json.loads((tmp_path / "uncertainty_config.json").read_text())
+    assert cfg["num_samples"] == 3 and cfg["samples_per_voxel"] == 3 and cfg["dropout_p"] == 0.2
+
+
+def test_rate_in_converts_each_nnunet_dropout_once():
+    """nnU-Net registers every dropout twice (`.dropout` and `.all_modules.1`): one Rate-In layer each, all reached."""
+    import warnings
+
+    arch = mun.dropout_arch_kwargs(make_plans()["configurations"]["cfg"]["architecture"]["arch_kwargs"], 0.3)
+    pred = make_predictor(arch_kwargs=arch, uncertainty_sources=("folds", "rate_in"), num_samples=2, seed=0,
+                          use_mirroring=False, rate_in={"target_loss": 0.2, "loss": "mse"})
+    drops_before = [(n, m) for n, m in pred.network.named_modules(remove_duplicate=False)
+                    if isinstance(m, torch.nn.Dropout3d)]
+    assert len({id(m) for _, m in drops_before}) == 3 < len(drops_before)  # each under several names
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # "Rate-In layers not reached" before the fix
+        res = pred.predict_uncertainty_from_preprocessed_data(torch.randn(1, 16, 16, 16))
+    rates = res.extras["rate_in_mean_rate"]
+    assert len(rates) == 3 and all(name.endswith(".dropout") for name in rates)
+    assert all(0.0 < r < 1.0 for r in rates.values())
+    assert float(res.measures(["mutual_information"])["mutual_information"].max()) > 1e-4
+    # the network is as before: the same dropout module under both names, no Rate-In left
+    drops_after = [(n, m) for n, m in pred.network.named_modules(remove_duplicate=False)
+                   if isinstance(m, torch.nn.Dropout3d)]
+    assert [(n, id(m)) for n, m in drops_after] == [(n, id(m)) for n, m in drops_before]
+    assert not find_rate_in_layers(pred.network)
+
+
+def test_version_outside_the_supported_range_fails_at_import(monkeypatch):
+    import importlib.metadata
+
+    from monai_unc.nnunet import environment
+
+    assert environment.check_nnunet_version("2.8.1") == "2.8.1"
+    assert environment.check_nnunet_version("2.8.3rc1") == "2.8.3rc1"
+    for bad in ("2.7.0", "2.9.0", "2.9.0.dev0", "3.0", "garbage"):
+        with pytest.raises(ImportError, match=re.escape("nnunetv2>=2.8,<2.9")):
+            environment.check_nnunet_version(bad)
+    with pytest.warns(UserWarning, match="cannot determine"):
+        monkeypatch.setattr(importlib.metadata, "version", lambda name: (_ for _ in ()).throw(
+            importlib.metadata.PackageNotFoundError(name)))
+        assert environment.check_nnunet_version() is None
+    # at import of monai_unc.nnunet: the installed version as nnU-Net's package metadata reports it
+    import monai_unc
+
+    monkeypatch.setattr(monai_unc, "nnunet", mun)  # restored afterwards, like the modules below
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.9.1" if name == "nnunetv2" else "0")
+    for name in [m for m in sys.modules if m == "monai_unc.nnunet" or m.startswith("monai_unc.nnunet.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ImportError, match=r"supports nnunetv2>=2\.8,<2\.9, but nnunetv2 2\.9\.1 is installed"):
+        importlib.import_module("monai_unc.nnunet")
+    monkeypatch.setenv(environment.ANY_VERSION_ENV, "1")
+    for name in [m for m in sys.modules if m == "monai_unc.nnunet" or m.startswith("monai_unc.nnunet.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.warns(UserWarning, match="2.9.1"):
+        importlib.import_module("monai_unc.nnunet")
 
 
 # ------------------------------------------------------------------------------------------ dropout routes
@@ -563,6 +806,20 @@ def test_cli_parses_nnunet_flags_and_reports_errors(tmp_path, capsys):
     assert written["configurations"]["cfg"]["architecture"]["arch_kwargs"]["dropout_op_kwargs"]["p"] == 0.3
 
 
+def test_cli_help_lists_every_source(capsys):
+    parser = argparse.ArgumentParser(prog="monai-unc")
+    predict = add_parser(parser.add_subparsers(dest="command", required=True))
+    action = next(a for a in predict._actions if "--sources" in a.option_strings)
+    for source in mun.SOURCES:
+        assert source in action.help, source
+    assert set(action.choices) == set(mun.SOURCES)
+    assert _parse(["nnunet-predict", "-i", "x", "-o", "y", "-m", "z", "--sources", "folds", "rate_in"]).sources == [
+        "folds", "rate_in"]
+    with pytest.raises(SystemExit):
+        _parse(["nnunet-predict", "-i", "x", "-o", "y", "-m", "z", "--sources", "noise"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------ end to end (slow)
 def python_blocks():
     return re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
@@ -573,6 +830,9 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
     """docs/nnunet.md end to end on CPU (toy raw data, plan, preprocess, 2 folds x 10 iterations, prediction with
     folds x mirroring x dropout), then stock nnU-Net vs ours on the same folds and mirrors."""
     import nibabel as nib
+
+    from monai_unc.evaluation import EvaluationConfig, evaluate_case
+    from monai_unc.io import CaseFiles
 
     monkeypatch.chdir(tmp_path)
     for var in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results", "nnUNet_extTrainer", "nnUNet_n_proc_DA",
@@ -605,36 +865,58 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
         assert rec["num_samples"] == 2 * 2 * 8  # folds x dropout passes x mirrors
     rows = (pred_dir / "uncertainty_scores.csv").read_text().splitlines()
     assert len(rows) == 3 and rows[0].startswith("case,num_samples,foreground_voxels,predictive_entropy_mean")
+    assert rows[0].split(",")[3:6] == [f"predictive_entropy_{s}" for s in ("mean", "fg_mean", "patch_mean")]
 
-    # stock nnU-Net with the same folds and mirrors, and ours with folds + mirroring
+    # the patch score (and the other case scores) written by nnunet-predict are those `monai-unc evaluate` computes
+    for img_file in images:
+        case = img_file.name[: -len("_0000.nii.gz")]
+        rec = json.loads((pred_dir / "uncertainty" / f"{case}.json").read_text())
+        files = CaseFiles(case, label=pred_dir / f"{case}.nii.gz", seg=pred_dir / f"{case}.nii.gz",
+                          maps={m: pred_dir / "uncertainty" / f"{case}_{m}.nii.gz" for m in mun.DEFAULT_MEASURES})
+        row = evaluate_case(files, EvaluationConfig(num_classes=3, spatial=False)).row
+        for m in mun.DEFAULT_MEASURES:
+            patch = row.get(f"{m}_patch_mean", row.get(f"{m}_patch"))  # evaluate's column (renamed to _patch_mean)
+            assert rec["scores"][m]["patch_mean"] == pytest.approx(patch, rel=1e-9, abs=1e-12), (case, m)
+            assert rec["scores"][m]["fg_mean"] == pytest.approx(row[f"{m}_fg_mean"], rel=1e-9, abs=1e-12), (case, m)
+
+    # stock nnU-Net with the same folds and mirrors
     model = root / "results" / "Dataset990_UncToy" / "nnUNetTrainer_10iters__nnUNetPlans__3d_fullres"
     inp = str(images[0].parent)
     (tmp_path / "stock").mkdir()
     stock = nnUNetPredictor(device=CPU, allow_tqdm=False)
     stock.initialize_from_trained_model_folder(str(model), (0, 1))
-    stock.predict_from_files_sequential(inp, str(tmp_path / "stock"))
+    stock.predict_from_files_sequential(inp, str(tmp_path / "stock"), save_probabilities=True)
+    # the CLI with -f 0 1 and mirroring the only source: the folds are not a source (they run side by side and are
+    # averaged per window for the statistics); segmentation and probabilities are still stock's
+    args = _parse(["nnunet-predict", "-i", inp, "-o", str(tmp_path / "cli"), "-m", str(model), "-f", "0", "1",
+                   "-device", "cpu", "--sources", "mirroring", "-npp", "0", "-nps", "0", "--disable_progress_bar",
+                   "--save_probabilities"])
+    assert run(args) == 0
+    cli_cfg = json.loads((tmp_path / "cli" / "uncertainty_config.json").read_text())
+    assert cli_cfg["num_samples"] is None and cli_cfg["samples_per_voxel"] == 8  # no dropout: no dropout passes
+    # ours with folds and mirroring as sources, in memory (the image read with the dataset's reader)
     ours = mun.UncertaintyPredictor(("folds", "mirroring"), device=CPU, allow_tqdm=False)
     ours.initialize_from_trained_model_folder(str(model), (0, 1))
-    ours.predict_from_files_sequential(inp, str(tmp_path / "ours"), save_probabilities=True)
-    # the CLI, folds averaged in logit space per window, uncertainty from mirroring only
-    args = _parse(["nnunet-predict", "-i", inp, "-o", str(tmp_path / "cli"), "-m", str(model), "-f", "0", "1",
-                   "-device", "cpu", "--sources", "mirroring", "-npp", "0", "-nps", "0", "--disable_progress_bar"])
-    assert run(args) == 0
+    reader = ours.plans_manager.image_reader_writer_class()
     agreement = []
     for img_file in images:
         name = img_file.name.replace("_0000.nii.gz", ".nii.gz")
+        case = name[: -len(".nii.gz")]
         ref = np.asarray(nib.load(str(tmp_path / "stock" / name)).dataobj)
         assert (ref > 0).sum() > 0  # the toy model segments something
-        np.testing.assert_array_equal(np.asarray(nib.load(str(tmp_path / "ours" / name)).dataobj), ref)
-        cli_seg = np.asarray(nib.load(str(tmp_path / "cli" / name)).dataobj)
-        assert (cli_seg == ref).mean() > 0.999
-        case = name[: -len(".nii.gz")]
-        # segmentation_from="probabilities" is the argmax of the mean probabilities (unit-tested above); the .npz
-        # holds them in SimpleITK's axis order (z, y, x), nibabel reads (x, y, z)
-        mean_probs = np.load(tmp_path / "ours" / f"{case}.npz")["probabilities"]
-        assert mean_probs.shape == (3, *ref.shape[::-1])
-        agreement.append((mean_probs.argmax(0).T == ref).mean())
+        stock_probs = np.load(tmp_path / "stock" / f"{case}.npz")["probabilities"]
+        np.testing.assert_array_equal(np.asarray(nib.load(str(tmp_path / "cli" / name)).dataobj), ref)
+        cli_probs = np.load(tmp_path / "cli" / f"{case}.npz")["probabilities"]
+        np.testing.assert_array_equal(cli_probs, stock_probs)  # what nnUNetv2_ensemble reads: stock's numbers
+        np.testing.assert_array_equal(cli_probs.argmax(0).T, ref)  # .npz in SimpleITK's axis order (z, y, x)
         assert json.loads((tmp_path / "cli" / "uncertainty" / f"{case}.json").read_text())["num_samples"] == 8
+        data, props = reader.read_images([str(img_file)])
+        out = ours.predict_uncertainty_npy(data, props)
+        np.testing.assert_array_equal(out["segmentation"].T, ref)
+        np.testing.assert_array_equal(out["probabilities"], stock_probs)
+        assert out["num_samples"] == 16
+        # segmentation_from="probabilities" is the argmax of the mean probabilities (unit-tested above)
+        agreement.append((out["mean_probabilities"].argmax(0).T == ref).mean())
     assert min(agreement) > 0.98, agreement  # probability vs logit averaging: labels differ only where folds disagree
 
     # temperature per fold on its validation cases, folded into a copy of the checkpoints (CLI)

@@ -784,8 +784,14 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     kwargs = _layer_kwargs(dict(layer_kwargs))
     converted: list[str] = []
+    # one Rate-In layer per dropout module, also where a module is registered under two names (nnU-Net's
+    # ConvDropoutNormReLU holds its dropout as `.dropout` and as `.all_modules.1`)
+    done: dict[int, RateInDropout] = {}
     for name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
+            if id(child) in done:
+                setattr(parent, child_name, done[id(child)])
+                continue
             if type(child) in _CONVERTIBLE:
                 if _rate_of(child) <= 0:
                     continue
@@ -795,6 +801,7 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
                 layer.train(child.training)
                 object.__setattr__(layer, "replaced", child)  # kept for remove_rate_in, not as a submodule
                 setattr(parent, child_name, layer)
+                done[id(child)] = layer
                 converted.append(f"{name}.{child_name}" if name else child_name)
         for key, h in list(parent._forward_hooks.items()):
             if isinstance(h, DropoutHook) and not isinstance(h, RateInHook) and h.p > 0:

@@ -1,6 +1,13 @@
-"""nnU-Net v2 integration: uncertainty predictor, dropout training routes, trainers, ``monai-unc nnunet-predict``.
+"""nnU-Net v2 integration: uncertainty predictor, export, temperature scaling, dropout routes, trainers and
+``monai-unc nnunet-predict``.
 
-Needs the optional extra: ``pip install 'monai-unc[nnunet]'`` (nnunetv2).
+Modules: :mod:`~monai_unc.nnunet.predictor` (``UncertaintyPredictor``), :mod:`~monai_unc.nnunet.export`
+(geometry, maps, case records and scores), :mod:`~monai_unc.nnunet.calibrate` (temperature per fold),
+:mod:`~monai_unc.nnunet.dropout` (plans variant, post-hoc dropout), :mod:`~monai_unc.nnunet.trainers`,
+:mod:`~monai_unc.nnunet.environment` (supported nnU-Net versions, trainer folder), :mod:`~monai_unc.nnunet.cli`.
+
+Needs the optional extra: ``pip install 'monai-unc[nnunet]'`` (nnunetv2, see
+:data:`~monai_unc.nnunet.environment.SUPPORTED_VERSIONS`); another nnunetv2 version fails here, at import.
 """
 
 try:
@@ -10,28 +17,32 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess test
         "monai_unc.nnunet needs nnU-Net v2, which is not installed: pip install 'monai-unc[nnunet]'"
     ) from err
 
-from monai_unc.nnunet.dropout import (
+from monai_unc.nnunet.environment import SUPPORTED_VERSIONS, check_nnunet_version, trainer_dir
+
+check_nnunet_version()
+
+from monai_unc.nnunet.calibrate import calibrate_model_folder  # noqa: E402
+from monai_unc.nnunet.dropout import (  # noqa: E402
     DEFAULT_TRAINING_DROPOUT,
     add_posthoc_dropout,
     dropout_arch_kwargs,
     dropout_plans,
     write_dropout_plans,
 )
-from monai_unc.nnunet.predictor import (
+from monai_unc.nnunet.export import (  # noqa: E402
     DEFAULT_MEASURES,
     MAP_MEASURES,
-    SOURCES,
+    PATCH_SIZE,
     CaseUncertainty,
-    UncertaintyPredictor,
-    calibrate_model_folder,
+    case_exported,
     case_scores,
     convert_uncertainty_to_original_geometry,
     export_uncertainty,
-    trainer_dir,
     write_float_map,
     write_scores_table,
 )
-from monai_unc.nnunet.trainers import (
+from monai_unc.nnunet.predictor import SOURCES, UncertaintyPredictor  # noqa: E402
+from monai_unc.nnunet.trainers import (  # noqa: E402
     nnUNetTrainer_10iters,
     nnUNetTrainerMCDropout,
     nnUNetTrainerMCDropout_10iters,
@@ -42,12 +53,16 @@ __all__ = [
     "DEFAULT_MEASURES",
     "DEFAULT_TRAINING_DROPOUT",
     "MAP_MEASURES",
+    "PATCH_SIZE",
     "SOURCES",
+    "SUPPORTED_VERSIONS",
     "CaseUncertainty",
     "UncertaintyPredictor",
     "add_posthoc_dropout",
     "calibrate_model_folder",
+    "case_exported",
     "case_scores",
+    "check_nnunet_version",
     "convert_uncertainty_to_original_geometry",
     "dropout_arch_kwargs",
     "dropout_plans",

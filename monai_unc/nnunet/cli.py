@@ -20,6 +20,9 @@ import argparse
 import os
 import sys
 
+from monai_unc.keys import DEFAULT_MEASURES, MEASURES
+from monai_unc.nnunet.predictor import SOURCES
+
 __all__ = ["add_parser", "run", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
 
 PREDICT_COMMAND = "nnunet-predict"
@@ -38,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Register ``nnunet-predict`` (returned), ``nnunet-dropout-plans`` and ``nnunet-calibrate`` on ``subparsers``."""
     p = subparsers.add_parser(
         PREDICT_COMMAND,
-        help="nnU-Net v2 prediction with uncertainty maps (folds, mirroring, MC dropout)",
+        help="nnU-Net v2 prediction with uncertainty maps (folds, mirroring, MC dropout, Rate-In)",
         description="nnUNetv2_predict with uncertainty: the segmentations nnU-Net writes, plus "
         "uncertainty/<case>_<measure><ending> maps in the image geometry, uncertainty/<case>.json scores and "
         "uncertainty_scores.csv. Same flags as nnUNetv2_predict.",
@@ -57,8 +60,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--disable_tta", action="store_true", help="no mirroring (not allowed with --sources mirroring)")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--save_probabilities", action="store_true",
-                   help="also write <case>.npz (mean probabilities, as nnU-Net's layout) and <case>.pkl")
-    p.add_argument("--continue_prediction", action="store_true", help="skip cases whose output already exists")
+                   help="also write <case>.npz (the probabilities whose argmax is the segmentation, in nnU-Net's "
+                   "layout) and <case>.pkl")
+    p.add_argument("--continue_prediction", action="store_true",
+                   help="skip cases whose segmentation, uncertainty maps and record already exist")
     p.add_argument("-npp", type=int, default=_env_int("nnUNet_npp", 3),
                    help="preprocessing processes (0: in this process)")
     p.add_argument("-nps", type=int, default=_env_int("nnUNet_nps", 3), help="export processes (0: in this process)")
@@ -69,14 +74,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--disable_progress_bar", action="store_true")
     p.add_argument("--not_on_device", action="store_true", help="keep the stitching buffers in CPU memory")
     u = p.add_argument_group("uncertainty")
-    u.add_argument("--sources", nargs="+", default=["folds", "mirroring"],
-                   help="uncertainty sources: any of folds, mirroring, dropout (default: folds mirroring)")
-    u.add_argument("--num_samples", type=int, default=10, help="MC dropout passes per window (default: 10)")
+    u.add_argument("--sources", nargs="+", default=["folds", "mirroring"], choices=SOURCES, metavar="SOURCE",
+                   help="uncertainty sources: any of folds, mirroring and one of dropout, rate_in "
+                   "(default: folds mirroring)")
+    u.add_argument("--num_samples", type=int, default=10,
+                   help="MC dropout / Rate-In passes per window (default: 10; used only with dropout or rate_in)")
     u.add_argument("--dropout_p", type=float, default=None,
                    help="insert post-hoc dropout with this rate (no retraining); default: the trained dropout")
-    u.add_argument("--measures", nargs="+",
-                   default=["predictive_entropy", "expected_entropy", "mutual_information", "max_softmax"],
-                   help="maps to write (also: variance)")
+    u.add_argument("--measures", nargs="+", default=list(DEFAULT_MEASURES), metavar="MEASURE",
+                   help=f"maps to write, any of {', '.join(MEASURES)} (default: {' '.join(DEFAULT_MEASURES)})")
     u.add_argument("--segmentation_from", choices=("logits", "probabilities"), default="logits",
                    help="argmax of the mean logits (stock nnU-Net, default) or of the mean probabilities")
     u.add_argument("--seed", type=int, default=None, help="seed for the dropout masks")
@@ -198,7 +204,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     import torch
 
-    from monai_unc.nnunet.predictor import calibrate_model_folder
+    from monai_unc.nnunet.calibrate import calibrate_model_folder
 
     model = _model_folder(args)
     if not os.path.isdir(model):

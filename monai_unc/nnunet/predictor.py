@@ -1,7 +1,7 @@
 """``UncertaintyPredictor``: nnU-Net v2's predictor with per-sample softmax statistics and uncertainty maps.
 
-Stock ``nnUNetPredictor`` averages every forward pass in *logit* space: the 2^k mirrored
-passes are summed in place inside ``_internal_maybe_mirror_and_predict``, the folds one after the other in
+Stock ``nnUNetPredictor`` averages every forward pass in *logit* space: the 2^k mirrored passes are summed in
+place inside ``_internal_maybe_mirror_and_predict``, the folds one after the other in
 ``predict_logits_from_preprocessed_data``, and the sliding windows are blended into an fp16 buffer with one
 channel per class. Nothing of the individual samples survives. This subclass turns each forward pass of a chosen
 *uncertainty source* into a probability sample:
@@ -15,9 +15,9 @@ channel per class. Nothing of the individual samples survives. This subclass tur
   converted, or Rate-In is inserted after every encoder/decoder stage when it has none).
 
 Sources multiply: folds x dropout x mirrors forward passes per window. Axes that are *not* sources are averaged
-in logit space first, as stock nnU-Net does (mirroring off as a source: each sample is the softmax of the mean
-logit over the mirrors; folds off as a source: the folds are averaged in logit space per window, with one copy
-of the network per fold on the device).
+in logit space first, as stock nnU-Net does (mirroring not a source: each sample is the softmax of the mean logit
+over the mirrors; folds not a source: each sample is the softmax of the mean logit over the folds, computed per
+window with one copy of the network per fold on the device).
 
 Per window, every sample's softmax streams into a :class:`~monai_unc.stats.SampleStats` (float32 within the
 window); the window's moments, mean probabilities (C channels), mean entropy (1) and, for ``variance``, mean
@@ -27,34 +27,46 @@ are exact functions of the blended moments (docs/design.md, "Streaming statistic
 the other (nnU-Net's memory-saving order) contribute equal numbers of samples per voxel, so their statistics
 pool exactly as the mean of their stitched moments.
 
-Outputs are brought back to the original image geometry the way nnU-Net treats probabilities: the moments are
-resampled with the configuration's ``resampling_fn_probabilities`` (linear by default: again a convex
-combination, so MI >= 0 is preserved), the crop is reverted with background probability 1 (all uncertainty 0)
-outside the non-zero bounding box, and the axes are transposed back. Maps are written with the dataset's
-reader/writer, i.e. in the dataset's file format and with exactly the geometry of the segmentation.
+Segmentation: ``segmentation_from="logits"`` (default) also stitches the mean *logits* of every fold exactly as
+stock nnU-Net does (the same fp16 buffers and order of operations, one buffer per fold when the folds run side by
+side) and combines the folds as stock does (sum of the stitched fold logits in fp16, divided by their number), so
+without dropout the segmentation equals stock nnU-Net's bit for bit for the same folds and mirrors, whichever of
+them are sources. With ``"dropout"`` / ``"rate_in"`` the logits are the mean over the stochastic passes too: the
+segmentation is that of the mean over the samples, not stock's. ``"probabilities"`` takes the argmax of the mean
+probabilities instead. Geometry and files: :mod:`monai_unc.nnunet.export`.
 
-Segmentation: ``segmentation_from="logits"`` (default) also stitches the mean *logits* exactly as stock nnU-Net
-does (fp16 buffer, same order of operations) and takes their argmax, so the segmentation equals stock nnU-Net's
-bit for bit when the same folds and mirrors are used. ``"probabilities"`` takes the argmax of the mean
-probabilities instead, consistent with the uncertainty maps; averaging probabilities instead of logits changes
-the label only where the ensemble members disagree (measured agreement with stock on the toy task: see
-docs/nnunet.md).
+Extension points. nnU-Net offers no hook for per-sample outputs, so four *private* methods of
+``nnUNetPredictor`` are overridden (supported nnU-Net versions: :mod:`monai_unc.nnunet.environment`):
+
+- ``_internal_maybe_mirror_and_predict``: the only place where the individual mirrored passes exist; returns
+  the window's statistics (and per-fold mean logits) instead of the mean logit.
+- ``_internal_predict_sliding_window_return_logits``: stock blends one fp16 tensor of C channels; the statistics
+  need float32 buffers of their own next to the fp16 logits.
+- ``_manage_input_and_output_lists``: ``--continue_prediction`` counts a case as done only when its
+  uncertainty maps and record exist, not the segmentation alone
+  (:func:`~monai_unc.nnunet.export.case_exported`).
+- ``_internal_get_data_iterator_from_lists_of_filenames``: ``-npp 0`` preprocesses in the calling process
+  (stock always spawns at least one worker).
+
+The public methods ``predict_sliding_window_return_logits`` (a dict instead of a tensor; dropout switched on
+after nnU-Net's ``network.eval()``), ``predict_logits_from_preprocessed_data`` (the folds' order),
+``predict_from_data_iterator`` and ``predict_from_files_sequential`` (export through
+:func:`~monai_unc.nnunet.export.export_uncertainty`) are overridden as well; initialisation only adds checks.
+
+This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
+top-level modules.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import csv
-import io
+import functools
 import itertools
-import json
 import multiprocessing
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from queue import Queue
 from threading import Thread
 from time import sleep
@@ -62,35 +74,47 @@ from typing import Any
 
 import numpy as np
 import torch
-from acvl_utils.cropping_and_padding.bounding_boxes import insert_crop_into_image
 from acvl_utils.cropping_and_padding.padding import pad_nd_image
 from batchgenerators.dataloading.multi_threaded_augmenter import MultiThreadedAugmenter
-from batchgenerators.utilities.file_and_folder_operations import save_pickle
 from nnunetv2.configuration import default_num_processes
+from nnunetv2.inference.data_iterators import PreprocessAdapterFromNpy
 from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
 from nnunetv2.inference.sliding_window_prediction import compute_gaussian
 from nnunetv2.utilities.file_path_utilities import check_workers_alive_and_busy
 from nnunetv2.utilities.helpers import dummy_context, empty_cache
-from nnunetv2.utilities.label_handling.label_handling import LabelManager, convert_labelmap_to_one_hot
+from nnunetv2.utilities.label_handling.label_handling import convert_labelmap_to_one_hot
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc.aggregation import aggregate
 from monai_unc.inferers.dropout import enable_mc_dropout, find_dropout_layers
 from monai_unc.inferers.rate_in import RateInSource
-from monai_unc.io import atomic_write_text
+from monai_unc.io import atomic_write_json
 from monai_unc.keys import MIMeaning, UncertaintyKeys
+from monai_unc.nnunet.calibrate import calibrate_model_folder
 from monai_unc.nnunet.dropout import add_posthoc_dropout
-from monai_unc.stats import SampleStats, derive_measures
-from monai_unc.temperature import TemperatureScaler
+from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
+from monai_unc.nnunet.export import (
+    DEFAULT_MEASURES,
+    MAP_MEASURES,
+    MEAN_SQ,
+    CaseUncertainty,
+    case_exported,
+    case_scores,
+    convert_uncertainty_to_original_geometry,
+    export_uncertainty,
+    write_float_map,
+    write_scores_table,
+)
+from monai_unc.stats import SampleStats
 
 __all__ = [
     "SOURCES",
+    "UncertaintyPredictor",
+    # defined in monai_unc.nnunet.export / .calibrate / .environment, importable from here as before
     "MAP_MEASURES",
     "DEFAULT_MEASURES",
     "CaseUncertainty",
-    "UncertaintyPredictor",
     "convert_uncertainty_to_original_geometry",
     "export_uncertainty",
     "case_scores",
@@ -105,314 +129,6 @@ K = UncertaintyKeys
 #: uncertainty sources the predictor can sample from
 SOURCES = ("folds", "mirroring", "dropout", "rate_in")
 _STOCHASTIC = ("dropout", "rate_in")
-#: voxel maps the predictor can write
-MAP_MEASURES = (K.PREDICTIVE_ENTROPY, K.EXPECTED_ENTROPY, K.MUTUAL_INFORMATION, K.MAX_SOFTMAX, K.VARIANCE)
-#: maps written by default
-DEFAULT_MEASURES = (K.PREDICTIVE_ENTROPY, K.EXPECTED_ENTROPY, K.MUTUAL_INFORMATION, K.MAX_SOFTMAX)
-#: folder (inside the output folder) that receives the maps and the per-case scores
-UNCERTAINTY_FOLDER = "uncertainty"
-#: per-case score table written next to the segmentations
-SCORES_CSV = "uncertainty_scores.csv"
-#: box size (voxels per axis) of the patch aggregation (ValUES, Sec. 4.3)
-PATCH_SIZE = 10
-
-_MEAN_SQ = "mean_sq"
-
-
-def trainer_dir() -> str:
-    """The folder to put into ``nnUNet_extTrainer`` so that nnU-Net finds the trainers of this package."""
-    return str(Path(__file__).resolve().parent)
-
-
-@dataclass
-class CaseUncertainty:
-    """Stitched statistics of one case at the resolution of the network (nnU-Net's preprocessed geometry).
-
-    ``moments``: ``pred`` ``(C, *spatial)`` mean probabilities, ``expected_entropy`` ``(1, *spatial)`` mean entropy
-    (nats) and, with ``variance`` requested, ``mean_sq`` ``(C, *spatial)``; float32. ``logits``: the mean logits as
-    stock nnU-Net computes them (fp16) or ``None``. ``num_samples``: probability samples per voxel. ``extras``:
-    side information (the mean searched Rate-In rate per layer).
-    """
-
-    moments: dict[str, Any]
-    logits: Any | None
-    num_samples: int
-    sources: tuple[str, ...] = field(default_factory=tuple)
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    def to_numpy(self) -> CaseUncertainty:
-        """CPU numpy copy (what crosses process boundaries; nnU-Net does the same with its logits)."""
-
-        def np_(x: Any) -> Any:
-            return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
-
-        return CaseUncertainty({k: np_(v) for k, v in self.moments.items()}, np_(self.logits), self.num_samples,
-                               self.sources, dict(self.extras))
-
-    def measures(self, keys: Iterable[str] = DEFAULT_MEASURES, normalize: bool = False) -> dict[str, torch.Tensor]:
-        """Maps ``(1, *spatial)`` derived from the moments at network resolution (no resampling)."""
-        mom = {k: torch.as_tensor(v)[None] for k, v in self.moments.items()}
-        return {k: v[0] for k, v in derive_measures(mom, keys, normalize=normalize).items()}
-
-
-# ------------------------------------------------------------------------------------------ geometry and export
-def _resampled_moments(
-    result: CaseUncertainty,
-    plans_manager: PlansManager,
-    configuration_manager: ConfigurationManager,
-    properties: dict,
-) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-    spacing_transposed = [properties["spacing"][i] for i in plans_manager.transpose_forward]
-    shape = properties["shape_after_cropping_and_before_resampling"]
-    current_spacing = (
-        configuration_manager.spacing
-        if len(configuration_manager.spacing) == len(shape)
-        else [spacing_transposed[0], *configuration_manager.spacing]
-    )
-
-    def resample(a: np.ndarray) -> np.ndarray:
-        return np.asarray(configuration_manager.resampling_fn_probabilities(a, shape, current_spacing,
-                                                                            spacing_transposed))
-
-    mom = result.moments
-    n_classes = mom[K.PRED.value].shape[0]
-    parts = [mom[K.PRED.value], mom[K.EXPECTED_ENTROPY.value]] + ([mom[_MEAN_SQ]] if _MEAN_SQ in mom else [])
-    stacked = resample(np.concatenate([np.asarray(p, dtype=np.float32) for p in parts], axis=0))
-    # an interpolating (order > 1) resampling may overshoot: keep the moments valid
-    pred = np.clip(stacked[:n_classes], 0.0, 1.0)
-    pred /= np.maximum(pred.sum(0, keepdims=True), np.finfo(np.float32).tiny)
-    out = {
-        K.PRED.value: pred,
-        K.EXPECTED_ENTROPY.value: np.clip(stacked[n_classes:n_classes + 1], 0.0, np.log(n_classes)),
-    }
-    if _MEAN_SQ in mom:
-        out[_MEAN_SQ] = np.clip(stacked[n_classes + 1:], 0.0, 1.0)
-    logits = None if result.logits is None else resample(np.asarray(result.logits))
-    return out, logits
-
-
-def _revert_crop(arr: np.ndarray, properties: dict, fill: float = 0.0) -> np.ndarray:
-    """Put ``(k, *cropped)`` back into ``(k, *shape_before_cropping)`` filled with ``fill`` outside the bbox."""
-    full = np.full((arr.shape[0], *properties["shape_before_cropping"]), fill, dtype=arr.dtype)
-    return insert_crop_into_image(full, arr, properties["bbox_used_for_cropping"])
-
-
-def convert_uncertainty_to_original_geometry(
-    result: CaseUncertainty,
-    plans_manager: PlansManager,
-    configuration_manager: ConfigurationManager,
-    label_manager: LabelManager,
-    properties: dict,
-    measures: Sequence[str] = DEFAULT_MEASURES,
-    segmentation_from: str = "logits",
-    num_threads_torch: int = default_num_processes,
-) -> dict[str, Any]:
-    """Segmentation, mean probabilities and uncertainty maps in the original image geometry.
-
-    Mirrors ``convert_predicted_logits_to_segmentation_with_correct_shape``: resample to the cropped original
-    shape with ``resampling_fn_probabilities``, revert the crop (probabilities: background 1 outside; maps: 0),
-    transpose back to the reader's axis order. The maps are derived *after* resampling from the resampled moments.
-
-    Returns ``{"segmentation": (*shape) uint8/uint16, "probabilities": (C, *shape) float32,
-    "maps": {measure: (*shape) float32}, "num_samples": int}``.
-    """
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(num_threads_torch)
-    try:
-        moments, logits = _resampled_moments(result, plans_manager, configuration_manager, properties)
-        if segmentation_from == "logits":
-            if logits is None:
-                raise ValueError("segmentation_from='logits' but the result holds no logits")
-            seg = label_manager.convert_logits_to_segmentation(logits)
-        elif segmentation_from == "probabilities":
-            seg = moments[K.PRED.value].argmax(0)
-        else:
-            raise ValueError(f"segmentation_from must be 'logits' or 'probabilities', got {segmentation_from!r}")
-        seg = np.asarray(seg.cpu().numpy() if isinstance(seg, torch.Tensor) else seg)
-        seg_dtype = np.uint8 if len(label_manager.foreground_labels) < 255 else np.uint16
-        maps_t = derive_measures({k: torch.from_numpy(v)[None] for k, v in moments.items()}, measures)
-        axes = [0] + [i + 1 for i in plans_manager.transpose_backward]
-        seg_full = _revert_crop(seg.astype(seg_dtype)[None], properties)[0].transpose(plans_manager.transpose_backward)
-        probs = label_manager.revert_cropping_on_probabilities(
-            moments[K.PRED.value], properties["bbox_used_for_cropping"], properties["shape_before_cropping"]
-        )
-        maps = {
-            k: _revert_crop(v[0].numpy().astype(np.float32), properties).transpose(axes)[0]
-            for k, v in maps_t.items()
-        }
-        return {
-            "segmentation": seg_full,
-            "probabilities": np.asarray(probs, dtype=np.float32).transpose(axes),
-            "maps": maps,
-            "num_samples": int(result.num_samples),
-        }
-    finally:
-        torch.set_num_threads(old_threads)
-
-
-class _FloatMap(np.ndarray):
-    """ndarray whose ``astype`` to an integer dtype keeps float32.
-
-    nnU-Net's reader/writers implement the geometry of every supported format in ``write_seg`` (spacing, origin,
-    direction, reorientation for the ``WithReorient`` variants) and cast to uint8/uint16 on the way. Passing a map
-    as this subclass reuses that geometry code unchanged for float maps instead of re-implementing five writers.
-    """
-
-    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> np.ndarray:  # type: ignore[override]
-        if np.issubdtype(np.dtype(dtype), np.integer):
-            dtype = np.float32
-        return np.asarray(self).astype(dtype, *args, **kwargs)
-
-
-def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict) -> Path:
-    """Write a float map with the geometry ``reader_writer.write_seg`` gives segmentations (atomic rename).
-
-    2D natural-image formats (png, bmp, ...) cannot hold floats: the map goes to ``<name>.npz`` (key ``map``)
-    instead, and that path is returned.
-    """
-    out = Path(output_fname)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    arr = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
-    if type(reader_writer).__name__ == "NaturalImage2DIO":
-        out = out.with_name(out.name.split(".")[0] + ".npz")
-        tmp = out.with_name(f".partial_{out.name}")
-        with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, map=arr)
-        os.replace(tmp, out)
-        return out
-    # keep the file ending last so that the writer recognises the format
-    tmp = out.with_name(f".partial_{out.name}")
-    reader_writer.write_seg(arr.view(_FloatMap), str(tmp), properties)
-    os.replace(tmp, out)
-    return out
-
-
-def case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, patch_size: int = PATCH_SIZE) -> dict:
-    """Case-level scores of each map (ValUES Sec. 4.3), via :func:`monai_unc.aggregation.aggregate`.
-
-    ``mean``: over the whole image; ``mean_foreground``: over the predicted foreground (label > 0; NaN with a
-    warning when the prediction is empty); ``patch_max``: the largest sum over a box of ``patch_size`` voxels
-    per axis.
-    """
-    fg = (np.asarray(segmentation) > 0)[None, None]
-    out: dict[str, dict[str, float]] = {}
-    for key, m in maps.items():
-        u = np.asarray(m, dtype=np.float64)[None, None]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            mean_fg = float(aggregate(u, "mean", mask=fg)[0]) if fg.any() else float("nan")
-        out[key] = {
-            "mean": float(aggregate(u, "mean")[0]),
-            "mean_foreground": mean_fg,
-            "patch_max": float(aggregate(u, "patch", patch_size=patch_size)[0]),
-        }
-    return out
-
-
-def _json_safe(x: Any) -> Any:
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    return x
-
-
-def export_uncertainty(
-    result: CaseUncertainty,
-    properties: dict,
-    configuration_manager: ConfigurationManager,
-    plans_manager: PlansManager,
-    dataset_json: dict,
-    output_file_truncated: str,
-    save_probabilities: bool = False,
-    measures: Sequence[str] = DEFAULT_MEASURES,
-    segmentation_from: str = "logits",
-    mi_meaning: str = MIMeaning.EPISTEMIC.value,
-    num_threads_torch: int = default_num_processes,
-) -> dict:
-    """Write one case like ``export_prediction_from_logits`` plus the uncertainty maps and scores.
-
-    Files: ``<case><ending>`` segmentation; with ``save_probabilities`` ``<case>.npz`` (key ``probabilities``: the
-    *mean probabilities*, float32, ``(C, *shape)``) and ``<case>.pkl`` (properties) as nnU-Net writes them;
-    ``uncertainty/<case>_<measure><ending>`` float32 maps; ``uncertainty/<case>.json`` scores. Returns the score
-    record.
-    """
-    label_manager = plans_manager.get_label_manager(dataset_json)
-    out = convert_uncertainty_to_original_geometry(
-        result, plans_manager, configuration_manager, label_manager, properties, measures, segmentation_from,
-        num_threads_torch,
-    )
-    ending = dataset_json["file_ending"]
-    base = Path(output_file_truncated)
-    case = base.name
-    unc_dir = base.parent / UNCERTAINTY_FOLDER
-    rw = plans_manager.image_reader_writer_class()
-    files = {}
-    for key, m in out["maps"].items():
-        files[key] = write_float_map(rw, m, unc_dir / f"{case}_{key}{ending}", properties).name
-    if save_probabilities:
-        np.savez_compressed(str(base) + ".npz", probabilities=out["probabilities"])
-        save_pickle(properties, str(base) + ".pkl")
-    record = {
-        "case": case,
-        "sources": list(result.sources),
-        "mi_meaning": mi_meaning,
-        "num_samples": int(out["num_samples"]),
-        "segmentation_from": segmentation_from,
-        "foreground_voxels": int((out["segmentation"] > 0).sum()),
-        "scores": case_scores(out["maps"], out["segmentation"]),
-        "maps": files,
-        **result.extras,
-    }
-    atomic_write_text(unc_dir / f"{case}.json", json.dumps(_json_safe(record), indent=2))
-    # the segmentation last: nnU-Net's --continue_prediction treats its presence as "case done"
-    tmp_seg = base.parent / f".partial_{case}{ending}"
-    rw.write_seg(out["segmentation"], str(tmp_seg), properties)
-    os.replace(tmp_seg, str(base) + ending)
-    return record
-
-
-def write_scores_table(output_folder: str | os.PathLike) -> Path | None:
-    """Collect ``uncertainty/*.json`` of a folder into ``uncertainty_scores.csv`` (one row per case)."""
-    folder = Path(output_folder)
-    records = []
-    for f in sorted((folder / UNCERTAINTY_FOLDER).glob("*.json")):
-        rec = json.loads(f.read_text())
-        if isinstance(rec, dict) and "scores" in rec and "case" in rec:
-            records.append(rec)
-    if not records:
-        return None
-    measures = list(records[0]["scores"])
-    stats = list(next(iter(records[0]["scores"].values())))
-    header = ["case", "num_samples", "foreground_voxels"] + [f"{m}_{s}" for m in measures for s in stats]
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    for r in records:
-        row = [r["case"], r["num_samples"], r["foreground_voxels"]]
-        for m in measures:
-            for s in stats:
-                v = r["scores"].get(m, {}).get(s)
-                row.append("nan" if v is None else repr(float(v)))
-        writer.writerow(row)
-    return atomic_write_text(folder / SCORES_CSV, buf.getvalue())
-
-
-# ------------------------------------------------------------------------------------------ the predictor
-@contextlib.contextmanager
-def _ext_trainer_path(path: str) -> Iterator[None]:
-    """Temporarily append ``path`` to ``nnUNet_extTrainer`` (nnU-Net reads the variable at lookup time)."""
-    old = os.environ.get("nnUNet_extTrainer")
-    parts = [p for p in (old or "").split(os.pathsep) if p]
-    if path not in parts:
-        os.environ["nnUNet_extTrainer"] = os.pathsep.join(parts + [path])
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("nnUNet_extTrainer", None)
-        else:
-            os.environ["nnUNet_extTrainer"] = old
 
 
 def _sequential_iterator(
@@ -421,6 +137,7 @@ def _sequential_iterator(
     segs_prev: Sequence[str | None] | None,
     ofiles: Sequence[str | None] | None,
 ) -> Iterator[dict]:
+    """nnU-Net's ``preprocess_fromfiles_save_to_queue`` in the calling process (no worker, no queue)."""
     label_manager = predictor.plans_manager.get_label_manager(predictor.dataset_json)
     preprocessor = predictor.configuration_manager.preprocessor_class(verbose=predictor.verbose_preprocessing)
     for i, files in enumerate(list_of_lists):
@@ -446,18 +163,21 @@ class UncertaintyPredictor(nnUNetPredictor):
         predictor.predict_from_files(input_dir, output_dir, save_probabilities=False)
 
     Output folder: the segmentations (``<case><ending>``) as nnU-Net writes them, ``uncertainty/<case>_<measure>
-    <ending>`` float32 maps, ``uncertainty/<case>.json`` case scores, ``uncertainty_scores.csv`` (all cases) and
-    ``uncertainty_config.json``. ``--save_probabilities`` writes the mean probabilities as ``<case>.npz``.
+    <ending>`` float32 maps, ``uncertainty/<case>.json`` case records, ``uncertainty_scores.csv`` (all cases) and
+    ``uncertainty_config.json``. ``save_probabilities`` writes ``<case>.npz`` with the probabilities whose argmax
+    is the segmentation (see :func:`~monai_unc.nnunet.export.convert_uncertainty_to_original_geometry`).
 
     Args:
         uncertainty_sources: any non-empty combination of ``"folds"``, ``"mirroring"`` and one of ``"dropout"`` /
             ``"rate_in"``.
-        num_samples: Monte-Carlo dropout passes per window (``"dropout"``, ``"rate_in"``; Zeevi et al. uses 30).
+        num_samples: Monte-Carlo dropout passes per window (``"dropout"``, ``"rate_in"``; Zeevi et al. uses 30);
+            ignored without them.
         dropout_p: insert post-hoc dropout with this rate after every encoder/decoder stage of the trained network
             (no retraining; :func:`~monai_unc.nnunet.dropout.add_posthoc_dropout`). ``None`` samples the dropout the
             network was trained with (plans variant or ``nnUNetTrainerMCDropout``).
         measures: maps to write, from :data:`MAP_MEASURES` (``variance`` stitches C more channels).
-        segmentation_from: ``"logits"`` (stock nnU-Net's segmentation, exactly) or ``"probabilities"``.
+        segmentation_from: ``"logits"`` (stock nnU-Net's segmentation, exactly, without dropout) or
+            ``"probabilities"``.
         rate_in: keyword arguments of :class:`~monai_unc.inferers.rate_in.RateInSource` for ``"rate_in"``
             (``target_loss``, ``loss``, ``placement``, controller settings).
         seed: seed for the dropout masks of every case (``None``: the global RNG); the global RNG state is kept.
@@ -502,10 +222,14 @@ class UncertaintyPredictor(nnUNetPredictor):
             raise ValueError("dropout_p is only used with the 'dropout' uncertainty source")
         if dropout_p is not None and not (0.0 < float(dropout_p) < 1.0):
             raise ValueError(f"dropout_p must be in (0, 1), got {dropout_p!r}")
-        measures = tuple(K(m).value for m in measures)
-        allowed = {m.value for m in MAP_MEASURES}
-        if not measures or any(m not in allowed for m in measures):
-            raise ValueError(f"measures must be a non-empty subset of {sorted(allowed)}, got {measures}")
+        if isinstance(measures, str):
+            measures = (measures,)
+        try:
+            measures = tuple(K(m).value for m in measures)
+        except ValueError:
+            measures = tuple(str(m) for m in measures)
+        if not measures or any(m not in MAP_MEASURES for m in measures):
+            raise ValueError(f"measures must be a non-empty subset of {list(MAP_MEASURES)}, got {measures}")
         if segmentation_from not in ("logits", "probabilities"):
             raise ValueError(f"segmentation_from must be 'logits' or 'probabilities', got {segmentation_from!r}")
         if not isinstance(device, torch.device):
@@ -534,7 +258,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         checkpoint_name: str = "checkpoint_final.pth",
     ) -> None:
         """As nnU-Net's, with this package's trainers findable without setting ``nnUNet_extTrainer``."""
-        with _ext_trainer_path(trainer_dir()):
+        with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
         self._after_initialization()
 
@@ -596,6 +320,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         return MIMeaning.EPISTEMIC
 
     def _mirror_combinations(self, ndim: int) -> list[tuple[int, ...]]:
+        """Flip axes of every mirrored pass in stock nnU-Net's order, the un-mirrored pass first."""
         axes = self.allowed_mirroring_axes if self.use_mirroring else None
         if not axes:
             return [()]
@@ -627,53 +352,50 @@ class UncertaintyPredictor(nnUNetPredictor):
         return stack
 
     # ------------------------------------------------------------------ one window
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        """One forward pass; with folds averaged in logit space (folds not a source) the mean over the folds."""
-        if self._ensemble is None:
-            return self.network(x)
-        out = None
-        for net in self._ensemble:
-            o = net(x)
-            out = o if out is None else out.add_(o)
-        return out.div_(len(self._ensemble))
-
     @torch.inference_mode()
     def _internal_maybe_mirror_and_predict(self, x: torch.Tensor) -> dict[str, torch.Tensor]:  # type: ignore[override]
         """Window statistics instead of nnU-Net's mean logits.
 
         For a window ``x`` ``(1, C_in, *patch)`` runs ``num_samples`` stochastic passes (1 without dropout) over
-        every mirror, streams each sample's softmax into a :class:`SampleStats` and returns its moments
-        ``{"pred": (1, C, *patch), "expected_entropy": (1, 1, *patch)[, "mean_sq"]}`` (float32) and, when the
-        segmentation comes from logits, ``"logits"``: the mean logit over every pass, summed in the order stock
-        nnU-Net sums its mirrors (identical values without dropout).
+        every mirror and every fold network held side by side (folds not a source; else the one network), streams
+        each sample's softmax into a :class:`SampleStats` and returns its moments ``{"pred": (1, C, *patch),
+        "expected_entropy": (1, 1, *patch)[, "mean_sq"]}`` (float32) and, when the segmentation comes from
+        logits, ``"logits"`` ``(F, C, *patch)``: for each of the F fold networks the mean logit over its passes,
+        summed in the order stock nnU-Net sums its mirrors (identical values without dropout).
         """
         combos = self._mirror_combinations(x.ndim)
+        nets = self._ensemble if self._ensemble is not None else [self.network]
         mirror_samples = "mirroring" in self.uncertainty_sources
         passes = self.num_samples if self._stochastic else 1
         if self._rate_in is not None:
-            self._rate_in.prepare(x, self._forward)  # one search pass per window: the Rate-In rates of this input
+            self._rate_in.prepare(x, self.network)  # one search pass per window: the Rate-In rates of this input
         stats = SampleStats(track_variance=K.VARIANCE.value in self.measures, accum_dtype=torch.float32,
                             validate=False)
-        logit_sum = None
+        logit_sums: list[torch.Tensor | None] = [None] * len(nets)
         for _ in range(passes):
             group = None
             for axes in combos:
-                out = self._forward(torch.flip(x, axes) if axes else x)
-                if axes:
-                    out = torch.flip(out, axes)
+                xx = torch.flip(x, axes) if axes else x
+                outs = []
+                for net in nets:
+                    o = net(xx)
+                    outs.append(torch.flip(o, axes) if axes else o)
+                # the sample of this pass and mirror: the mean logit over the fold networks (folds not a source)
+                out = outs[0].float() if len(outs) == 1 else sum(o.float() for o in outs) / len(outs)
                 if mirror_samples:
-                    stats.update(torch.softmax(out.float(), 1))
-                elif len(combos) > 1:
-                    group = out.float().clone() if group is None else group.add_(out.float())
+                    stats.update(torch.softmax(out, 1))
                 else:
-                    group = out.float()
-                if self._want_logits:
-                    logit_sum = out if logit_sum is None else logit_sum.add_(out)
+                    group = out.clone() if group is None else group.add_(out)
+                if self._want_logits:  # after the statistics: the sums below reuse outs[f]'s memory
+                    for f, o in enumerate(outs):
+                        logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             if not mirror_samples:
                 stats.update(torch.softmax(group / len(combos) if len(combos) > 1 else group, 1))
         result = stats.moments()
         if self._want_logits:
-            result["logits"] = logit_sum.div_(passes * len(combos)) if passes * len(combos) > 1 else logit_sum
+            n = passes * len(combos)
+            sums = [s.div_(n) if n > 1 else s for s in logit_sums]
+            result["logits"] = sums[0] if len(sums) == 1 else torch.cat(sums, 0)
         return result
 
     # ------------------------------------------------------------------ stitching
@@ -683,12 +405,14 @@ class UncertaintyPredictor(nnUNetPredictor):
     ) -> dict[str, torch.Tensor]:
         """Blend the window statistics with nnU-Net's Gaussian weights into float32 buffers.
 
-        Returns ``{"pred": (C, *shape), "expected_entropy": (1, *shape)[, "mean_sq"][, "logits"]}``; ``logits`` is
-        blended exactly like stock nnU-Net (fp16 buffer and fp16 weight sum), the statistics in float32.
+        Returns ``{"pred": (C, *shape), "expected_entropy": (1, *shape)[, "mean_sq"][, "logits"]}``; ``logits``
+        ``(F, C, *shape)`` holds one buffer per fold network, each blended exactly like stock nnU-Net's (fp16
+        buffer and fp16 weight sum), the statistics in float32.
         """
         results_device = self.device if do_on_device else torch.device("cpu")
         n_classes = self.label_manager.num_segmentation_heads
         n_stat = 2 * n_classes + 1 if K.VARIANCE.value in self.measures else n_classes + 1
+        n_nets = len(self._ensemble) if self._ensemble is not None else 1
         stat_buf = weight = logit_buf = n_pred = None
 
         def producer(d: torch.Tensor, slh: list, q: Queue) -> None:
@@ -706,7 +430,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             stat_buf = torch.zeros((n_stat, *shape), dtype=torch.float32, device=results_device)
             weight = torch.zeros(shape, dtype=torch.float32, device=results_device)
             if self._want_logits:
-                logit_buf = torch.zeros((n_classes, *shape), dtype=torch.half, device=results_device)
+                logit_buf = torch.zeros((n_nets, n_classes, *shape), dtype=torch.half, device=results_device)
                 n_pred = torch.zeros(shape, dtype=torch.half, device=results_device)
             if self.use_gaussian:
                 gaussian = compute_gaussian(tuple(self.configuration_manager.patch_size), sigma_scale=1.0 / 8,
@@ -724,17 +448,17 @@ class UncertaintyPredictor(nnUNetPredictor):
                     window = self._internal_maybe_mirror_and_predict(workon)
                     parts = [window[K.PRED.value], window[K.EXPECTED_ENTROPY.value]]
                     if n_stat > n_classes + 1:
-                        parts.append(window[_MEAN_SQ])
+                        parts.append(window[MEAN_SQ])
                     mom = torch.cat(parts, 1)[0].to(results_device)
                     if self.use_gaussian:
                         mom *= gaussian32
                     stat_buf[sl] += mom
                     weight[sl[1:]] += gaussian32
                     if self._want_logits:
-                        prediction = window["logits"][0].to(results_device)
+                        prediction = window["logits"].to(results_device)
                         if self.use_gaussian:
                             prediction *= gaussian
-                        logit_buf[sl] += prediction
+                        logit_buf[(slice(None), *sl)] += prediction
                         n_pred[sl[1:]] += gaussian
                     queue.task_done()
                     pbar.update()
@@ -742,7 +466,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             stat_buf /= weight
             out = {K.PRED.value: stat_buf[:n_classes], K.EXPECTED_ENTROPY.value: stat_buf[n_classes:n_classes + 1]}
             if n_stat > n_classes + 1:
-                out[_MEAN_SQ] = stat_buf[n_classes + 1:]
+                out[MEAN_SQ] = stat_buf[n_classes + 1:]
             if not torch.isfinite(stat_buf).all():
                 raise RuntimeError("non-finite values in the stitched uncertainty statistics")
             if self._want_logits:
@@ -791,7 +515,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                 out = self._internal_predict_sliding_window_return_logits(data, slicers,
                                                                          self.perform_everything_on_device)
             empty_cache(self.device)
-            revert = (slice(None), *slicer_revert_padding[1:])
+            revert = (Ellipsis, *slicer_revert_padding[1:])
             return {k: v[revert] for k, v in out.items()}
 
     # ------------------------------------------------------------------ one case, all folds
@@ -801,7 +525,8 @@ class UncertaintyPredictor(nnUNetPredictor):
 
         With ``"folds"`` a source the folds run one after the other (nnU-Net's order; one set of weights on the
         device at a time) and their statistics merge; otherwise all folds' weights go to the device and are
-        averaged in logit space inside every window. Results are on the CPU.
+        averaged in logit space inside every window. Either way the segmentation logits are combined over the folds
+        as stock nnU-Net combines them. Results are on the CPU.
         """
         n_threads = torch.get_num_threads()
         torch.set_num_threads(default_num_processes if default_num_processes < n_threads else n_threads)
@@ -832,8 +557,8 @@ class UncertaintyPredictor(nnUNetPredictor):
                 else:
                     for k, v in res.items():
                         moments[k].add_(v)
-                if fold_logits is not None:
-                    logits = fold_logits if logits is None else logits.add_(fold_logits)
+                if fold_logits is not None:  # stock nnU-Net's order: fp16 sum over the folds, then the division
+                    logits = fold_logits[0] if logits is None else logits.add_(fold_logits[0])
             if len(params) > 1:
                 for v in moments.values():
                     v.div_(len(params))
@@ -849,6 +574,8 @@ class UncertaintyPredictor(nnUNetPredictor):
             empty_cache(self.device)
         res = {k: v.to("cpu") for k, v in res.items()}
         logits = res.pop("logits", None)
+        if logits is not None:  # per-fold buffers combined in stock nnU-Net's order: fp16 sum, then the division
+            logits = functools.reduce(torch.Tensor.add_, list(logits)) / len(logits)
         return CaseUncertainty(res, logits, per_pass, self.uncertainty_sources, self._extras())
 
     def _extras(self) -> dict[str, Any]:
@@ -878,6 +605,14 @@ class UncertaintyPredictor(nnUNetPredictor):
             n *= len(self._mirror_combinations(ndim))
         return n
 
+    def samples_per_voxel(self) -> int:
+        """Probability samples per voxel of a case: folds (when a source) x dropout passes x mirrors (when a
+        source)."""
+        n = self.samples_per_window_for(2 + len(self.configuration_manager.patch_size))
+        if "folds" in self.uncertainty_sources:
+            n *= max(len(self.list_of_parameters or []), 1)
+        return n
+
     @torch.inference_mode()
     def predict_logits_from_preprocessed_data(self, data: torch.Tensor) -> torch.Tensor:
         """Stock contract: the mean logits (as nnU-Net computes them) of a preprocessed case."""
@@ -899,7 +634,9 @@ class UncertaintyPredictor(nnUNetPredictor):
     def _write_config(self, folder: str) -> None:
         cfg = {
             "uncertainty_sources": list(self.uncertainty_sources),
-            "num_samples": self.num_samples,
+            # dropout passes per window: only meaningful when dropout or Rate-In is a source
+            "num_samples": self.num_samples if self._stochastic else None,
+            "samples_per_voxel": self.samples_per_voxel(),
             "dropout_p": self.dropout_p,
             "rate_in": {k: (v if isinstance(v, (int, float, str, bool)) else repr(v))
                         for k, v in self.rate_in_options.items()},
@@ -912,7 +649,32 @@ class UncertaintyPredictor(nnUNetPredictor):
             "trainer_name": self.trainer_name,
             "tile_step_size": self.tile_step_size,
         }
-        atomic_write_text(Path(folder) / "uncertainty_config.json", json.dumps(cfg, indent=2))
+        atomic_write_json(os.path.join(folder, "uncertainty_config.json"), cfg)
+
+    def _manage_input_and_output_lists(
+        self,
+        list_of_lists_or_source_folder: str | list[list[str]],
+        output_folder_or_list_of_truncated_output_files: str | None | list[str],
+        folder_with_segs_from_prev_stage: str | None = None,
+        overwrite: bool = True,
+        part_id: int = 0,
+        num_parts: int = 1,
+        save_probabilities: bool = False,
+    ) -> tuple[list, list | None, list]:
+        """Stock's lists; with ``overwrite=False`` (``--continue_prediction``) a case counts as done only when
+        :func:`~monai_unc.nnunet.export.case_exported` (segmentation, record and maps; stock looks at the
+        segmentation alone, so a folder of stock segmentations would get no maps)."""
+        lists, outputs, prevs = super()._manage_input_and_output_lists(
+            list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
+            folder_with_segs_from_prev_stage, True, part_id, num_parts, save_probabilities)
+        if overwrite or outputs is None:
+            return lists, outputs, prevs
+        ending = self.dataset_json["file_ending"]
+        todo = [i for i, o in enumerate(outputs)
+                if not case_exported(o, ending, self.measures, save_probabilities)]
+        print(f"overwrite was set to False: predicting the {len(todo)} of {len(outputs)} cases without complete "
+              "uncertainty outputs (segmentation, maps and record)")
+        return [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
 
     def predict_from_data_iterator(
         self,
@@ -923,8 +685,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         """Predict every case of ``data_iterator`` (dicts with ``data``, ``ofile``, ``data_properties``).
 
         Cases with an ``ofile`` are written by :func:`export_uncertainty` (in a pool of
-        ``num_processes_segmentation_export`` spawned workers; 0 exports in this process) and their score
-        records returned; cases without get the dict of :func:`convert_uncertainty_to_original_geometry`.
+        ``num_processes_segmentation_export`` spawned workers; 0 exports in this process) and their records
+        returned; cases without get the dict of :func:`convert_uncertainty_to_original_geometry`.
         """
         folders: set[str] = set()
         pool = None
@@ -953,14 +715,13 @@ class UncertaintyPredictor(nnUNetPredictor):
                     while check_workers_alive_and_busy(pool, workers, pending, allowed_num_queued=2):
                         sleep(0.1)
                 result = self.predict_uncertainty_from_preprocessed_data(data).to_numpy()
+                kwargs = self._export_kwargs()
                 if ofile is not None:
                     fn, args = export_uncertainty, (result, properties, self.configuration_manager,
                                                     self.plans_manager, self.dataset_json, ofile, save_probabilities)
                 else:
                     fn, args = convert_uncertainty_to_original_geometry, (
                         result, self.plans_manager, self.configuration_manager, self.label_manager, properties)
-                kwargs = self._export_kwargs()
-                if ofile is None:
                     kwargs.pop("mi_meaning")
                 if pool is None:
                     pending.append(fn(*args, **kwargs))
@@ -993,6 +754,7 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     def _internal_get_data_iterator_from_lists_of_filenames(self, input_list_of_lists: list, seg_from_prev_stage_files,
                                                             output_filenames_truncated, num_processes: int):
+        """Stock's preprocessing workers, or with ``num_processes == 0`` preprocessing in this process."""
         if num_processes == 0:
             return _sequential_iterator(self, input_list_of_lists, seg_from_prev_stage_files,
                                         output_filenames_truncated)
@@ -1023,125 +785,13 @@ class UncertaintyPredictor(nnUNetPredictor):
     ) -> dict:
         """Predict one image array ``(C_in, *spatial)`` read with the dataset's reader (``properties`` from it).
 
-        Returns the dict of :func:`convert_uncertainty_to_original_geometry` (segmentation, probabilities, maps in
-        the image's geometry), or, with ``output_file_truncated``, writes the files and returns the score record.
+        Returns the dict of :func:`convert_uncertainty_to_original_geometry` (segmentation, probabilities, mean
+        probabilities, maps in the image's geometry), or, with ``output_file_truncated``, writes the files and
+        returns the record.
         """
-        from nnunetv2.inference.data_iterators import PreprocessAdapterFromNpy
-
         ppa = PreprocessAdapterFromNpy([input_image], [segmentation_previous_stage], [image_properties],
                                        [output_file_truncated], self.plans_manager, self.dataset_json,
                                        self.configuration_manager, num_threads_in_multithreaded=1,
                                        verbose=self.verbose)
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
 
-
-# ------------------------------------------------------------------------------------------ temperature scaling
-def _seg_layer_name(network: nn.Module) -> str | None:
-    seg_layers = getattr(getattr(network, "decoder", None), "seg_layers", None)
-    if isinstance(seg_layers, nn.ModuleList) and len(seg_layers):
-        return f"decoder.seg_layers.{len(seg_layers) - 1}"
-    return None
-
-
-def calibrate_model_folder(
-    model_training_output_dir: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    use_folds: Sequence[int | str] = (0,),
-    checkpoint_name: str = "checkpoint_final.pth",
-    preprocessed_dir: str | os.PathLike | None = None,
-    mode: str = "scalar",
-    loss: str = "nll",
-    use_mirroring: bool = True,
-    device: torch.device = torch.device("cpu"),  # noqa: B008
-    **scaler_kwargs: Any,
-) -> dict[str, dict]:
-    """Fit a temperature per fold on that fold's nnU-Net validation cases and fold it into a copy of the model.
-
-    For each fold, the validation cases of ``splits_final.json`` (the cases nnU-Net validates the fold on) are
-    predicted from nnU-Net's preprocessed data with the fold's network (stock logit averaging over the mirrors),
-    and :class:`monai_unc.calibration.TemperatureScaler` (Kock et al.: RMSprop from t = 2; ``mode``, ``loss`` and
-    ``scaler_kwargs`` as there) is fitted on every voxel of them against the preprocessed reference
-    (voxels outside nnU-Net's non-zero crop, label -1, and the ignore label are left out). The temperature is then
-    folded into the fold's segmentation layer (weights and bias divided by t) in a copy of the model folder at
-    ``output_dir`` (plans, dataset and fingerprint copied; ``temperature.json`` records every fold's t and the
-    validation NLL at t = 1 and after fitting). Predict from the copy as from the original (``-m output_dir``).
-    A scalar t keeps every segmentation; it changes the probabilities and thereby every uncertainty map.
-
-    Returns ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ...}}``.
-    """
-    import shutil
-
-    from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
-
-    src, dst = Path(model_training_output_dir), Path(output_dir)
-    if src.resolve() == dst.resolve():
-        raise ValueError("output_dir must differ from the model folder: the calibrated checkpoints are a copy")
-    plans = json.loads((src / "plans.json").read_text())
-    base = preprocessed_dir if preprocessed_dir is not None else os.environ.get("nnUNet_preprocessed")
-    if base is None:
-        raise ValueError("preprocessed_dir is not given and the environment variable nnUNet_preprocessed is not set")
-    pre_base = Path(base) / plans["dataset_name"]
-    splits_file = pre_base / "splits_final.json"
-    if not splits_file.is_file():
-        raise FileNotFoundError(f"{splits_file} not found: the validation split of the folds is needed")
-    splits = json.loads(splits_file.read_text())
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in ("plans.json", "dataset.json", "dataset_fingerprint.json"):
-        if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
-    report: dict[str, dict] = {}
-    for fold in use_folds:
-        fold_key = "all" if fold == "all" else int(fold)
-        if fold_key == "all":
-            raise ValueError("fold 'all' has no held-out validation cases to fit a temperature on")
-        if fold_key >= len(splits):
-            raise ValueError(f"fold {fold_key} is not in {splits_file} ({len(splits)} splits)")
-        predictor = nnUNetPredictor(use_mirroring=use_mirroring, device=device, allow_tqdm=False)
-        with _ext_trainer_path(trainer_dir()):
-            predictor.initialize_from_trained_model_folder(str(src), (fold_key,), checkpoint_name)
-        lm = predictor.label_manager
-        if lm.has_regions:
-            raise ValueError("temperature scaling of region-based (sigmoid) models is not supported")
-        folder = pre_base / predictor.configuration_manager.data_identifier
-        keys = splits[fold_key]["val"]
-        dataset = infer_dataset_class(str(folder))(str(folder), keys)
-        logits, labels = [], []
-        for k in keys:
-            data, seg, _, _ = dataset.load_case(k)
-            z = predictor.predict_logits_from_preprocessed_data(torch.from_numpy(np.asarray(data[:])))
-            y = torch.from_numpy(np.asarray(seg[:])[0].astype(np.int64))
-            y[y < 0] = -1
-            if lm.has_ignore_label:
-                y[y == lm.ignore_label] = -1
-            logits.append(z.to(torch.float16)[None])
-            labels.append(y[None])
-        scaler = TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, **scaler_kwargs).fit(logits, labels)
-        nll_t1 = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, init_temperature=1.0,
-                                   num_classes=scaler.num_classes).loss_and_grad(logits, labels)[0]
-        fitted = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, num_classes=scaler.num_classes)
-        fitted.temperature = scaler.temperature.clone()
-        nll_fit = fitted.loss_and_grad(logits, labels)[0]
-        ckpt = torch.load(src / f"fold_{fold_key}" / checkpoint_name, map_location="cpu", weights_only=False)
-        net = copy.deepcopy(predictor.network).cpu().eval()
-        net.load_state_dict(ckpt["network_weights"])
-        example = torch.randn(1, _input_channels(predictor), *predictor.configuration_manager.patch_size)
-        scaler.fold_into(net, layer=_seg_layer_name(net), example_input=example)
-        folded = net.state_dict()
-        ckpt["network_weights"] = {k: folded[k].clone() for k in ckpt["network_weights"]}
-        ckpt["monai_unc_temperature"] = scaler.temperature.tolist()
-        (dst / f"fold_{fold_key}").mkdir(parents=True, exist_ok=True)
-        tmp = dst / f"fold_{fold_key}" / f".partial_{checkpoint_name}"
-        torch.save(ckpt, tmp)
-        os.replace(tmp, dst / f"fold_{fold_key}" / checkpoint_name)
-        report[str(fold_key)] = {"temperature": scaler.temperature.tolist(), "nll_t1": nll_t1,
-                                 "nll_fitted": nll_fit, "num_cases": len(keys), "converged": scaler.converged}
-    atomic_write_text(dst / "temperature.json", json.dumps({"mode": mode, "loss": loss, "folds": report}, indent=2))
-    return report
-
-
-def _input_channels(predictor: nnUNetPredictor) -> int:
-    """Number of input channels of the predictor's network (image channels, plus one-hot previous stage)."""
-    from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
-
-    return determine_num_input_channels(predictor.plans_manager, predictor.configuration_manager,
-                                        predictor.dataset_json)

@@ -1,0 +1,138 @@
+"""Temperature scaling of trained nnU-Net folds: fit on each fold's validation cases, fold into a copy of the model.
+
+:func:`calibrate_model_folder` (CLI: ``monai-unc nnunet-calibrate``) predicts every fold's validation cases from
+nnU-Net's preprocessed data with stock ``nnUNetPredictor`` (logits averaged over the mirrors), fits
+:class:`monai_unc.temperature.TemperatureScaler` (Kock et al., "Confidence calibration for medical image
+segmentation") on them, and divides the fold's segmentation layer by the temperature in a copy of the model
+folder. Predicting from the copy needs nothing but ``-m COPY``.
+
+This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
+top-level modules.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
+from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
+from torch import nn
+
+from monai_unc.io import atomic_torch_save, atomic_write_json
+from monai_unc.nnunet.environment import ext_trainer_path
+from monai_unc.temperature import TemperatureScaler
+
+__all__ = ["calibrate_model_folder", "segmentation_layer_name"]
+
+
+def segmentation_layer_name(network: nn.Module) -> str | None:
+    """Name of the full-resolution segmentation layer of an nnU-Net network (the last of
+    ``decoder.seg_layers``), ``None`` when the network has no such list."""
+    seg_layers = getattr(getattr(network, "decoder", None), "seg_layers", None)
+    if isinstance(seg_layers, nn.ModuleList) and len(seg_layers):
+        return f"decoder.seg_layers.{len(seg_layers) - 1}"
+    return None
+
+
+def _input_channels(predictor: nnUNetPredictor) -> int:
+    """Number of input channels of the predictor's network (image channels, plus one-hot previous stage)."""
+    return determine_num_input_channels(predictor.plans_manager, predictor.configuration_manager,
+                                        predictor.dataset_json)
+
+
+def calibrate_model_folder(
+    model_training_output_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    use_folds: Sequence[int | str] = (0,),
+    checkpoint_name: str = "checkpoint_final.pth",
+    preprocessed_dir: str | os.PathLike | None = None,
+    mode: str = "scalar",
+    loss: str = "nll",
+    use_mirroring: bool = True,
+    device: torch.device = torch.device("cpu"),  # noqa: B008
+    **scaler_kwargs: Any,
+) -> dict[str, dict]:
+    """Fit a temperature per fold on that fold's nnU-Net validation cases and fold it into a copy of the model.
+
+    For each fold, the validation cases of ``splits_final.json`` (the cases nnU-Net validates the fold on) are
+    predicted from nnU-Net's preprocessed data with the fold's network (stock logit averaging over the mirrors),
+    and :class:`monai_unc.temperature.TemperatureScaler` (Kock et al.: RMSprop from t = 2; ``mode``, ``loss`` and
+    ``scaler_kwargs`` as there) is fitted on every voxel of them against the preprocessed reference
+    (voxels outside nnU-Net's non-zero crop, label -1, and the ignore label are left out). The temperature is then
+    folded into the fold's segmentation layer (weights and bias divided by t) in a copy of the model folder at
+    ``output_dir`` (plans, dataset and fingerprint copied; ``temperature.json`` records every fold's t and the
+    validation NLL at t = 1 and after fitting). Predict from the copy as from the original (``-m output_dir``).
+    A scalar t keeps every segmentation; it changes the probabilities and thereby every uncertainty map.
+
+    Returns ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ...}}``.
+    """
+    src, dst = Path(model_training_output_dir), Path(output_dir)
+    if src.resolve() == dst.resolve():
+        raise ValueError("output_dir must differ from the model folder: the calibrated checkpoints are a copy")
+    plans = json.loads((src / "plans.json").read_text())
+    base = preprocessed_dir if preprocessed_dir is not None else os.environ.get("nnUNet_preprocessed")
+    if base is None:
+        raise ValueError("preprocessed_dir is not given and the environment variable nnUNet_preprocessed is not set")
+    pre_base = Path(base) / plans["dataset_name"]
+    splits_file = pre_base / "splits_final.json"
+    if not splits_file.is_file():
+        raise FileNotFoundError(f"{splits_file} not found: the validation split of the folds is needed")
+    splits = json.loads(splits_file.read_text())
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("plans.json", "dataset.json", "dataset_fingerprint.json"):
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+    report: dict[str, dict] = {}
+    for fold in use_folds:
+        fold_key = "all" if fold == "all" else int(fold)
+        if fold_key == "all":
+            raise ValueError("fold 'all' has no held-out validation cases to fit a temperature on")
+        if fold_key >= len(splits):
+            raise ValueError(f"fold {fold_key} is not in {splits_file} ({len(splits)} splits)")
+        predictor = nnUNetPredictor(use_mirroring=use_mirroring, device=device, allow_tqdm=False)
+        with ext_trainer_path():
+            predictor.initialize_from_trained_model_folder(str(src), (fold_key,), checkpoint_name)
+        lm = predictor.label_manager
+        if lm.has_regions:
+            raise ValueError("temperature scaling of region-based (sigmoid) models is not supported")
+        folder = pre_base / predictor.configuration_manager.data_identifier
+        keys = splits[fold_key]["val"]
+        dataset = infer_dataset_class(str(folder))(str(folder), keys)
+        logits, labels = [], []
+        for k in keys:
+            data, seg, _, _ = dataset.load_case(k)
+            z = predictor.predict_logits_from_preprocessed_data(torch.from_numpy(np.asarray(data[:])))
+            y = torch.from_numpy(np.asarray(seg[:])[0].astype(np.int64))
+            y[y < 0] = -1
+            if lm.has_ignore_label:
+                y[y == lm.ignore_label] = -1
+            logits.append(z.to(torch.float16)[None])
+            labels.append(y[None])
+        scaler = TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, **scaler_kwargs).fit(logits, labels)
+        nll_t1 = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, init_temperature=1.0,
+                                   num_classes=scaler.num_classes).loss_and_grad(logits, labels)[0]
+        fitted = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, num_classes=scaler.num_classes)
+        fitted.temperature = scaler.temperature.clone()
+        nll_fit = fitted.loss_and_grad(logits, labels)[0]
+        ckpt = torch.load(src / f"fold_{fold_key}" / checkpoint_name, map_location="cpu", weights_only=False)
+        net = copy.deepcopy(predictor.network).cpu().eval()
+        net.load_state_dict(ckpt["network_weights"])
+        example = torch.randn(1, _input_channels(predictor), *predictor.configuration_manager.patch_size)
+        scaler.fold_into(net, layer=segmentation_layer_name(net), example_input=example)
+        folded = net.state_dict()
+        ckpt["network_weights"] = {k: folded[k].clone() for k in ckpt["network_weights"]}
+        ckpt["monai_unc_temperature"] = scaler.temperature.tolist()
+        atomic_torch_save(dst / f"fold_{fold_key}" / checkpoint_name, ckpt)
+        report[str(fold_key)] = {"temperature": scaler.temperature.tolist(), "nll_t1": nll_t1,
+                                 "nll_fitted": nll_fit, "num_cases": len(keys), "converged": scaler.converged}
+    atomic_write_json(dst / "temperature.json", {"mode": mode, "loss": loss, "folds": report})
+    return report
