@@ -444,7 +444,7 @@ def test_float_maps_keep_the_input_geometry(io_name, tmp_path):
     assert back.get_data_dtype() == np.float32
     np.testing.assert_allclose(back.affine, affine, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(back.dataobj), vol)  # float values and axis order preserved
-    assert not list((tmp_path / "out").glob(".partial*"))
+    assert not list((tmp_path / "out").glob(".*partial*"))
 
 
 def brute_force_patch_mean(u, k):

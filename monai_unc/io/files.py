@@ -45,17 +45,23 @@ __all__ = [
 ]
 
 #: multi-part extensions kept whole in temporary names (longest first)
-KNOWN_EXTENSIONS = (".nii.gz", ".nii", ".npz", ".npy", ".pt", ".pth", ".json", ".csv", ".html", ".png", ".pkl")
+KNOWN_EXTENSIONS = (
+    ".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd", ".tif", ".tiff", ".npz", ".npy", ".pt", ".pth", ".json",
+    ".csv", ".html", ".png", ".pkl", ".txt",
+)
 
 
-def partial_path(path: str | os.PathLike) -> Path:
+def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
     """The temporary name :func:`atomic_path` writes ``path`` under: ``.<stem>.partial<ext>`` in the same folder.
 
-    ``ext`` is the file's known extension (:data:`KNOWN_EXTENSIONS`, e.g. ``.nii.gz``) so that writers which pick
-    the format from the name (nibabel, ``numpy.savez``) write the right one; other names get ``.<name>.partial``.
+    ``ext`` is ``ending`` when given and ``path`` ends with it (e.g. a data set's own file ending), else the file's
+    known extension (:data:`KNOWN_EXTENSIONS`, e.g. ``.nii.gz``), so that writers which pick the format from the
+    name (nibabel, SimpleITK, ``numpy.savez``) write the right one; other names get ``.<name>.partial``.
     """
     path = Path(path)
     name = path.name
+    if ending and name.endswith(ending) and len(name) > len(ending):
+        return path.with_name(f".{name[: -len(ending)]}.partial{ending}")
     for ext in KNOWN_EXTENSIONS:
         if name.endswith(ext) and len(name) > len(ext):
             return path.with_name(f".{name[: -len(ext)]}.partial{ext}")
@@ -63,16 +69,17 @@ def partial_path(path: str | os.PathLike) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[Path]:
     """Context manager yielding a temporary path to write ``path`` under; on a clean exit the temporary file is
     renamed to ``path`` (creating the parent folder first), on an exception it is removed and nothing is renamed.
+    ``ending``: keep this file ending last in the temporary name (see :func:`partial_path`).
 
     >>> with atomic_path(out / "x.npz") as tmp:  # doctest: +SKIP
     ...     np.savez(tmp, a=a)
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = partial_path(path)
+    tmp = partial_path(path, ending)
     try:
         yield tmp
         os.replace(tmp, path)

@@ -24,13 +24,12 @@ top-level modules.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from nnunetv2.utilities.label_handling.label_handling import LabelManager
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
 from monai_unc.aggregation import aggregate
-from monai_unc.io import atomic_save_npz, atomic_write_json, atomic_write_text
+from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, atomic_write_text
 from monai_unc.keys import DEFAULT_MEASURES, MEASURES, MIMeaning, UncertaintyKeys
 from monai_unc.stats import derive_measures
 
@@ -219,24 +218,6 @@ def convert_uncertainty_to_original_geometry(
 
 
 # ------------------------------------------------------------------------------------------ files
-@contextlib.contextmanager
-def _atomic_file(path: Path, ending: str) -> Iterator[Path]:
-    """Temporary name ``.<stem>.partial<ending>`` next to ``path`` (the package's convention, see
-    :func:`monai_unc.io.partial_path`, with the dataset's file ending kept last so that nnU-Net's writers recognise
-    the format), renamed to ``path`` on success and removed on failure."""
-    name = path.name
-    stem = name[: -len(ending)] if ending and name.endswith(ending) else name
-    tmp = path.with_name(f".{stem}.partial{ending if name.endswith(ending) else ''}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
 class _FloatMap(np.ndarray):
     """ndarray whose ``astype`` to an integer dtype keeps float32.
 
@@ -269,7 +250,7 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     arr = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
     if type(reader_writer).__name__ == "NaturalImage2DIO":
         return atomic_save_npz(out.with_name(out.name.split(".")[0] + ".npz"), {"map": arr}, compressed=True)
-    with _atomic_file(out, _ending(out.name)) as tmp:
+    with atomic_path(out, _ending(out.name)) as tmp:
         reader_writer.write_seg(arr.view(_FloatMap), str(tmp), properties)
     return out
 
@@ -339,7 +320,7 @@ def export_uncertainty(
         files[key] = write_float_map(rw, m, unc_dir / f"{case}_{key}{ending}", properties).name
     if save_probabilities:
         atomic_save_npz(base.with_name(f"{case}.npz"), {"probabilities": out["probabilities"]}, compressed=True)
-        with _atomic_file(base.with_name(f"{case}.pkl"), ".pkl") as tmp:
+        with atomic_path(base.with_name(f"{case}.pkl"), ".pkl") as tmp:
             save_pickle(properties, str(tmp))
     record = {
         "case": case,
@@ -355,7 +336,7 @@ def export_uncertainty(
     }
     atomic_write_json(_record_path(base), record)
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist
-    with _atomic_file(base.with_name(f"{case}{ending}"), ending) as tmp:
+    with atomic_path(base.with_name(f"{case}{ending}"), ending) as tmp:
         rw.write_seg(out["segmentation"], str(tmp), properties)
     return record
 
