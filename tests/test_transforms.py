@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -480,6 +482,18 @@ def test_dict_transforms_call_their_array_version():
         assert isinstance(dict_version.transform, array_class)
         assert type(dict_version).__name__ == array_class.__name__ + "d"
         assert array_class.__name__ in T.__all__ and type(dict_version).__name__ in T.__all__
+
+
+def test_docs_transforms_example_runs(capsys):
+    """The transforms example of docs/monai_integration.md runs as written and prints what it says."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "monai_integration.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "UncertaintyMeasures(" in b]
+    assert len(blocks) == 1, "docs/monai_integration.md needs one example of the array transforms"
+    exec(compile(blocks[0], "docs/monai_integration.md", "exec"), {"__name__": "__docs__"})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "(1, 16, 16, 16) case0.nii.gz True"
+    n_flagged = int(out[2].split()[2])
+    assert 0.05 * 4096 <= n_flagged <= 0.05 * 4096 + 1  # quantile ties aside, the 5 % most uncertain voxels
 
 
 # ----------------------------------------------------------------------------------------------- inversion
