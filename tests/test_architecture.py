@@ -30,7 +30,7 @@ PACKAGE = "monai_unc"
 
 #: layer -> components; a component may import itself and the components of lower layers only
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_utils", "keys"),
+    0: ("_utils", "_deprecation", "keys"),
     1: ("monai_unc", "measures", "aggregation", "io"),
     2: ("stats", "metrics"),
     3: ("temperature",),
@@ -44,7 +44,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
 LAYER_OF = {c: layer for layer, comps in LAYERS.items() for c in comps}
 
 #: the functional core and the adapters named by the architecture contract (checked on their own, whatever LAYERS says)
-CORE = ("_utils", "keys", "measures", "stats", "aggregation", "metrics", "temperature", "io")
+CORE = ("_utils", "_deprecation", "keys", "measures", "stats", "aggregation", "metrics", "temperature", "io")
 ADAPTERS = ("transforms", "handlers", "engines", "nnunet", "evaluation", "report", "workflows", "cli", "data",
             "distributed")
 
