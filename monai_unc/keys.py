@@ -6,19 +6,71 @@ file layouts, the command line and the nnU-Net predictor all take their lists fr
 
 from __future__ import annotations
 
-from enum import Enum
+import warnings
+from enum import Enum, EnumMeta
+from typing import Any
 
-__all__ = ["UncertaintyKeys", "MIMeaning", "MEASURES", "ENTROPY_MEASURES", "DEFAULT_MEASURES"]
+__all__ = [
+    "UncertaintyKeys",
+    "MIMeaning",
+    "MEASURES",
+    "ENTROPY_MEASURES",
+    "DEFAULT_MEASURES",
+    "DEPRECATED_MEASURES",
+    "canonical_measure",
+]
+
+#: deprecated measure names (one release) -> current names; files and options with the old name are still read
+DEPRECATED_MEASURES: dict[str, str] = {"max_softmax": "one_minus_max_prob"}
+_DEPRECATED_MEMBERS = {"MAX_SOFTMAX": "ONE_MINUS_MAX_PROB"}
 
 
-class UncertaintyKeys(str, Enum):
+def canonical_measure(name: str, stacklevel: int = 2) -> str:
+    """The current name of a measure: ``name`` itself, or for a deprecated name its replacement (see
+    :data:`DEPRECATED_MEASURES`) with a ``DeprecationWarning``, e.g. ``"max_softmax"`` -> ``"one_minus_max_prob"``."""
+    name = str(name)
+    new = DEPRECATED_MEASURES.get(name)
+    if new is None:
+        return name
+    warnings.warn(
+        f"the measure name {name!r} is deprecated and will be removed in the next release; use {new!r}",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    return new
+
+
+class _KeysMeta(EnumMeta):
+    """Resolves deprecated member names (``UncertaintyKeys.MAX_SOFTMAX``) to their new member, with a warning."""
+
+    def _renamed(cls, name: str) -> Any:
+        new = _DEPRECATED_MEMBERS[name]
+        warnings.warn(
+            f"{cls.__name__}.{name} is deprecated and will be removed in the next release; use {cls.__name__}.{new}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return super().__getitem__(new)
+
+    def __getattr__(cls, name: str) -> Any:  # only called when the normal lookup fails
+        if name not in _DEPRECATED_MEMBERS:
+            raise AttributeError(name)
+        return cls._renamed(name)
+
+    def __getitem__(cls, name: str) -> Any:
+        return cls._renamed(name) if name in _DEPRECATED_MEMBERS else super().__getitem__(name)
+
+
+class UncertaintyKeys(str, Enum, metaclass=_KeysMeta):
     """Keys of the ``dict[str, Tensor]`` that every monai-unc inferer returns.
 
     - ``pred``: mean probabilities ``(B, C, *spatial)``.
     - ``predictive_entropy``: H(mean p), total uncertainty (PU), ``(B, 1, *spatial)``.
     - ``expected_entropy``: mean over samples of H(p_s), aleatoric part (AU).
     - ``mutual_information``: PE - EE, epistemic part (EU) for dropout / ensembles / TTA.
-    - ``max_softmax``: 1 - max_c mean p (larger = less confident).
+    - ``one_minus_max_prob``: 1 - max_c mean p (larger = less confident); called ``max_softmax`` before, a name
+      still accepted with a ``DeprecationWarning`` for one release (``UncertaintyKeys.MAX_SOFTMAX`` and
+      ``UncertaintyKeys("max_softmax")`` give this member).
     - ``variance``: mean over classes of the per-class population variance over samples.
     - ``samples``: ``(S, B, C, *spatial)``, only with ``keep_samples=True``.
     """
@@ -27,12 +79,18 @@ class UncertaintyKeys(str, Enum):
     PREDICTIVE_ENTROPY = "predictive_entropy"
     EXPECTED_ENTROPY = "expected_entropy"
     MUTUAL_INFORMATION = "mutual_information"
-    MAX_SOFTMAX = "max_softmax"
+    ONE_MINUS_MAX_PROB = "one_minus_max_prob"
     VARIANCE = "variance"
     SAMPLES = "samples"
 
     def __str__(self) -> str:
         return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        if isinstance(value, str) and value in DEPRECATED_MEASURES:
+            return cls(canonical_measure(value, stacklevel=5))
+        return None
 
 
 class MIMeaning(str, Enum):
@@ -57,7 +115,7 @@ MEASURES: tuple[str, ...] = (
     UncertaintyKeys.PREDICTIVE_ENTROPY.value,
     UncertaintyKeys.EXPECTED_ENTROPY.value,
     UncertaintyKeys.MUTUAL_INFORMATION.value,
-    UncertaintyKeys.MAX_SOFTMAX.value,
+    UncertaintyKeys.ONE_MINUS_MAX_PROB.value,
     UncertaintyKeys.VARIANCE.value,
 )
 

@@ -1,25 +1,36 @@
-"""Dictionary transforms (MONAI ``MapTransform`` conventions) for uncertainty maps in pre/post-processing chains.
+"""Array and dictionary transforms (MONAI conventions) for uncertainty maps in pre/post-processing chains.
 
-They act on one item of a decollated batch (channel first, no batch axis), like every MONAI dictionary transform:
+They act on one item of a decollated batch (channel first, no batch axis), like every MONAI transform. Each
+computation exists once, as an array transform (``Transform``) that calls the functional core
+(:mod:`monai_unc.stats`, :mod:`monai_unc.aggregation`); the dictionary version (``MapTransform``, name ending in
+``d``) reads its inputs from the data dict, calls the array version and stores the result:
 
-- :class:`UncertaintyMeasuresd`: samples ``(S, C, *spatial)`` or mean probabilities ``(C, *spatial)`` (plus, when
-  known, the expected entropy) -> the maps of :class:`~monai_unc.keys.UncertaintyKeys`, ``(1, *spatial)`` each.
-  The moments are accumulated by :class:`~monai_unc.stats.SampleStats` and the measures derived by
-  :func:`~monai_unc.stats.derive_measures`, the same code the inferers use.
-- :class:`ErrorMapd`: the voxel error ``[argmax pred != label]`` ``(1, *spatial)`` (:func:`error_map`).
-- :class:`AggregateUncertaintyd`: one score per case from a map (:func:`monai_unc.aggregation.aggregate`),
-  stored in the data dict and in the map's ``meta``.
-- :class:`UncertaintyToDiscreted`: a map -> binary "uncertain" mask (``u >= t``, fixed ``t`` or a per-case
-  quantile).
-- :class:`SamplesToLabelsd`: samples ``(S, C, *spatial)`` -> sampled label maps ``(S, *spatial)`` (argmax per
-  sample), the input of the GED metrics.
+=================================  =================================  ==============================================
+array                              dictionary                         what
+=================================  =================================  ==============================================
+:class:`UncertaintyMeasures`       :class:`UncertaintyMeasuresd`      samples ``(S, C, *spatial)`` or mean
+                                                                      probabilities ``(C, *spatial)`` -> the maps of
+                                                                      :class:`~monai_unc.keys.UncertaintyKeys`,
+                                                                      ``(1, *spatial)`` each
+:class:`ErrorMap`                  :class:`ErrorMapd`                 voxel error ``[argmax pred != label]``
+                                                                      ``(1, *spatial)`` (:func:`error_map`)
+:class:`AggregateUncertainty`      :class:`AggregateUncertaintyd`     one score per case from a map
+                                                                      (:func:`monai_unc.aggregation.aggregate`)
+:class:`UncertaintyToDiscrete`     :class:`UncertaintyToDiscreted`    a map -> binary "uncertain" mask ``u >= t``
+                                                                      (fixed ``t`` or a per-case quantile)
+:class:`SamplesToLabels`           :class:`SamplesToLabelsd`          samples ``(S, C, *spatial)`` -> sampled label
+                                                                      maps ``(S, *spatial)`` (argmax per sample)
+=================================  =================================  ==============================================
+
+The moments of :class:`UncertaintyMeasures` are accumulated by :class:`~monai_unc.stats.SampleStats` and the
+measures derived by :func:`~monai_unc.stats.derive_measures`, the same code the inferers use.
 
 Geometry and inversion: none of these transforms changes the grid; every new map is a ``MetaTensor`` carrying a
-copy of the source's ``meta`` (affine, ``filename_or_obj``) and ``applied_operations``. So ``SaveImaged`` writes
-the map with the input's affine and file name, and ``Invertd(keys=<map>, orig_keys="image", transform=
-<preprocessing>)`` resamples it back to the original image grid like the prediction. They are not
-``InvertibleTransform`` s themselves because they only add keys (their inverse is to drop the key); put them after
-``Invertd`` or invert their outputs through ``orig_keys``.
+copy of the source's ``meta`` (affine, ``filename_or_obj``) and ``applied_operations`` (numpy in gives numpy out,
+a plain tensor a plain tensor). So ``SaveImaged`` writes the map with the input's affine and file name, and
+``Invertd(keys=<map>, orig_keys="image", transform=<preprocessing>)`` resamples it back to the original image grid
+like the prediction. They are not ``InvertibleTransform`` s themselves because they only add keys (their inverse
+is to drop the key); put them after ``Invertd`` or invert their outputs through ``orig_keys``.
 """
 
 from __future__ import annotations
@@ -32,15 +43,21 @@ import numpy as np
 import torch
 from monai.config import KeysCollection
 from monai.data import MetaTensor
-from monai.transforms import MapTransform
+from monai.transforms import MapTransform, Transform
+from monai.utils import TransformBackends
 
 from ._utils import check_finite, check_labels, check_probabilities, to_tensor
 from .aggregation import METHODS, aggregate
-from .keys import UncertaintyKeys
+from .keys import UncertaintyKeys, canonical_measure
 from .stats import SampleStats, derive_measures
 
 __all__ = [
     "error_map",
+    "UncertaintyMeasures",
+    "ErrorMap",
+    "AggregateUncertainty",
+    "UncertaintyToDiscrete",
+    "SamplesToLabels",
     "UncertaintyMeasuresd",
     "ErrorMapd",
     "AggregateUncertaintyd",
@@ -51,6 +68,7 @@ __all__ = [
 K = UncertaintyKeys
 #: measures a transform can produce (``samples`` is an input, never an output)
 _MEASURES = tuple(k.value for k in K if k != K.SAMPLES)
+_BACKENDS = [TransformBackends.TORCH, TransformBackends.NUMPY]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -71,6 +89,14 @@ def _key_name(template: str, key: Hashable, what: str) -> str:
         return template.format(key=key, measure=what, method=what)
     except (KeyError, IndexError) as e:
         raise ValueError(f"output key template {template!r} may only use {{key}} and {{measure}}/{{method}}") from e
+
+
+def _check_template(template: str, keys: Sequence[Hashable]) -> None:
+    if len(keys) > 1 and "{key}" not in template:
+        raise ValueError(
+            f"output_key {template!r} must contain '{{key}}' when several source keys are given "
+            "(otherwise their outputs would overwrite each other)"
+        )
 
 
 def _labels_from(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -108,31 +134,280 @@ def error_map(pred: Any, label: Any) -> Any:
     return err.cpu().numpy() if isinstance(pred, np.ndarray) else err
 
 
-# ------------------------------------------------------------------------------------------------ transforms
-class UncertaintyMeasuresd(MapTransform):
-    """Uncertainty maps from samples or from (mean) probabilities of one case.
+def _available_measures(input_type: str, has_expected_entropy: bool, has_mean_sq: bool) -> list[str]:
+    """The measures that ``input_type`` (plus the optional statistics) determines."""
+    if input_type == "samples":
+        return list(_MEASURES)
+    out = [K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.ONE_MINUS_MAX_PROB.value]
+    if has_expected_entropy:
+        out += [K.EXPECTED_ENTROPY.value, K.MUTUAL_INFORMATION.value]
+    if has_mean_sq:
+        out.append(K.VARIANCE.value)
+    return out
 
-    ``input_type="samples"``: ``d[key]`` is ``(S, C, *spatial)`` probabilities of ``S`` samples (e.g. the
-    ``samples`` an inferer returns with ``keep_samples=True``, or ``TestTimeAugmentation`` outputs). Every measure
-    is available: ``pred`` (mean), ``predictive_entropy``, ``expected_entropy``, ``mutual_information``,
-    ``max_softmax``, ``variance``.
 
-    ``input_type="probs"``: ``d[key]`` is ``(C, *spatial)`` probabilities (a deterministic softmax, or the mean of
-    samples). ``predictive_entropy`` and ``max_softmax`` are always available; ``expected_entropy`` and
-    ``mutual_information`` need ``expected_entropy_key`` (the per-voxel mean of ``H(p_s)``), ``variance`` needs
-    ``mean_sq_key`` (the per-voxel mean of ``p_s^2``, ``C`` channels): the statistics an inferer streams.
+def _missing_statistics(missing: Sequence[str], ee_name: str, sq_name: str) -> ValueError:
+    need = {
+        K.EXPECTED_ENTROPY.value: ee_name,
+        K.MUTUAL_INFORMATION.value: ee_name,
+        K.VARIANCE.value: sq_name,
+    }
+    hints = sorted({need[m] for m in missing if m in need})
+    return ValueError(
+        f"measures {list(missing)} cannot be derived from input_type='probs' without {' and '.join(hints)}"
+    )
+
+
+# ------------------------------------------------------------------------------------------------ array transforms
+class UncertaintyMeasures(Transform):
+    """Uncertainty maps of one case from its samples or from its (mean) probabilities.
+
+    ``input_type="samples"``: ``img`` is ``(S, C, *spatial)`` probabilities of ``S`` samples (e.g. the ``samples``
+    an inferer returns with ``keep_samples=True``, or ``TestTimeAugmentation`` outputs). Every measure is
+    available: ``pred`` (mean), ``predictive_entropy``, ``expected_entropy``, ``mutual_information``,
+    ``one_minus_max_prob``, ``variance``.
+
+    ``input_type="probs"``: ``img`` is ``(C, *spatial)`` probabilities (a deterministic softmax, or the mean of
+    samples). ``predictive_entropy`` and ``one_minus_max_prob`` are always available; ``expected_entropy`` and
+    ``mutual_information`` need the ``expected_entropy`` argument (the per-voxel mean of ``H(p_s)``,
+    ``(1, *spatial)``), ``variance`` needs ``mean_sq`` (the per-voxel mean of ``p_s^2``, ``(C, *spatial)``): the
+    statistics an inferer streams.
 
     Formulas (ValUES, eq. 1): PE = H(mean p), EE = mean H(p_s), MI = PE - EE (clamped at 0),
-    max-softmax = 1 - max_c mean p, variance = mean_c Var_s p_c (population). Natural log; ``normalize=True``
-    divides the entropies by ``log C``.
+    one_minus_max_prob = 1 - max_c mean p, variance = mean_c Var_s p_c (population). Natural log;
+    ``normalize=True`` divides the entropies by ``log C``.
 
     Args:
-        keys: source key(s).
-        measures: names from :class:`~monai_unc.keys.UncertaintyKeys` (default: all available for the input, without
-            ``pred`` for ``input_type="probs"``, since that is the input).
+        measures: names from :class:`~monai_unc.keys.UncertaintyKeys` (default: all available for the input,
+            without ``pred`` for ``input_type="probs"``, since that is the input). The deprecated name
+            ``"max_softmax"`` is accepted (with a ``DeprecationWarning``) and gives ``"one_minus_max_prob"``.
         input_type: ``"samples"`` or ``"probs"``.
-        expected_entropy_key, mean_sq_key: extra statistics for ``input_type="probs"``.
         normalize: divide entropies by ``log C``.
+
+    ``__call__(img, expected_entropy=None, mean_sq=None)`` returns ``{measure: map}``: ``(1, *spatial)`` maps
+    (``pred`` ``(C, *spatial)``) in the dtype and container of ``img``; a MetaTensor gives MetaTensors with a copy of
+    its meta and applied operations.
+    """
+
+    backend = _BACKENDS
+
+    def __init__(
+        self, measures: Sequence[str] | str | None = None, input_type: str = "samples", normalize: bool = False
+    ) -> None:
+        if input_type not in ("samples", "probs"):
+            raise ValueError(f"input_type must be 'samples' or 'probs', got {input_type!r}")
+        self.input_type = input_type
+        if measures is not None:
+            measures = [measures] if isinstance(measures, str) else list(measures)
+            measures = [canonical_measure(m, stacklevel=3) for m in measures]
+            unknown = [m for m in measures if m not in _MEASURES]
+            if unknown:
+                raise ValueError(f"measures must be among {_MEASURES}, got {unknown}")
+            if not measures:
+                raise ValueError("measures selects nothing")
+        self.measures: list[str] | None = measures
+        self.normalize = bool(normalize)
+
+    def _wanted(self, has_ee: bool, has_sq: bool, ee_name: str, sq_name: str) -> list[str]:
+        available = _available_measures(self.input_type, has_ee, has_sq)
+        if self.measures is None:
+            return [m for m in available if not (self.input_type == "probs" and m == K.PRED.value)]
+        missing = [m for m in self.measures if m not in available]
+        if missing:
+            raise _missing_statistics(missing, ee_name, sq_name)
+        return list(self.measures)
+
+    def _moments(
+        self, img: Any, expected_entropy: Any, mean_sq: Any, wanted: Sequence[str], names: tuple[str, str, str]
+    ) -> tuple[dict[str, torch.Tensor], torch.dtype]:
+        name, ee_name, sq_name = names
+        x = to_tensor(img, name)
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must hold floating point probabilities, got dtype {x.dtype}")
+        if self.input_type == "samples":
+            if x.ndim < 3:
+                raise ValueError(f"{name} must be samples (S, C, *spatial), got shape {tuple(x.shape)}")
+            check_probabilities(x, name, channel_dim=1, min_ndim=3)
+            stats = SampleStats(track_variance=K.VARIANCE.value in wanted, validate=False)
+            for s in range(x.shape[0]):
+                stats.update(x[s : s + 1])  # (1, C, *spatial): one sample
+            return stats.moments(), x.dtype
+        if x.ndim < 2:
+            raise ValueError(f"{name} must be probabilities (C, *spatial), got shape {tuple(x.shape)}")
+        probs = x[None]
+        check_probabilities(probs, name)
+        moments = {K.PRED.value: probs.to(torch.float64)}
+        if expected_entropy is not None:
+            ee = to_tensor(expected_entropy, ee_name)
+            if tuple(ee.shape) != (1, *x.shape[1:]):
+                raise ValueError(
+                    f"{ee_name} must have shape {(1, *x.shape[1:])} (one channel), got {tuple(ee.shape)}"
+                )
+            check_finite(ee, ee_name)
+            moments[K.EXPECTED_ENTROPY.value] = ee[None].to(torch.float64)
+        else:  # placeholder never read: PE and one_minus_max_prob do not use it
+            moments[K.EXPECTED_ENTROPY.value] = torch.zeros_like(probs[:, :1], dtype=torch.float64)
+        if mean_sq is not None:
+            sq = to_tensor(mean_sq, sq_name)
+            if tuple(sq.shape) != tuple(x.shape):
+                raise ValueError(f"{sq_name} must have the shape of {name} {tuple(x.shape)}, got {tuple(sq.shape)}")
+            check_finite(sq, sq_name)
+            moments["mean_sq"] = sq[None].to(torch.float64)
+        return moments, x.dtype
+
+    def _compute(
+        self,
+        img: Any,
+        expected_entropy: Any = None,
+        mean_sq: Any = None,
+        names: tuple[str, str, str] = ("img", "expected_entropy", "mean_sq"),
+    ) -> dict[str, Any]:
+        if self.input_type == "samples" and (expected_entropy is not None or mean_sq is not None):
+            raise ValueError("expected_entropy and mean_sq only apply to input_type='probs'")
+        wanted = self._wanted(expected_entropy is not None, mean_sq is not None, names[1], names[2])
+        moments, dtype = self._moments(img, expected_entropy, mean_sq, wanted, names)
+        maps = derive_measures(moments, wanted, normalize=self.normalize, out_dtype=dtype)
+        return {measure: _like_source(value[0], img) for measure, value in maps.items()}
+
+    def __call__(self, img: Any, expected_entropy: Any = None, mean_sq: Any = None) -> dict[str, Any]:
+        return self._compute(img, expected_entropy, mean_sq)
+
+
+class ErrorMap(Transform):
+    """The voxel error map ``[argmax pred != label]`` ``(1, *spatial)`` float32 (see :func:`error_map`).
+
+    ``__call__(pred, label)``: ``pred`` probabilities / one-hot ``(C, *spatial)`` or a label map ``(1, *spatial)``,
+    ``label`` a label map ``(1, *spatial)`` or one-hot. The result is in the container of ``pred`` (a MetaTensor with
+    a copy of its meta, numpy, or a tensor).
+    """
+
+    backend = _BACKENDS
+
+    def __call__(self, pred: Any, label: Any) -> Any:
+        return _like_source(error_map(to_tensor(pred, "pred"), label), pred)
+
+
+class AggregateUncertainty(Transform):
+    """One uncertainty score per case from a map (ValUES, Sec. 4.3), via :func:`monai_unc.aggregation.aggregate`.
+
+    Args:
+        method: ``"mean"``, ``"sum"``, ``"patch"`` or ``"threshold"`` (see :func:`~monai_unc.aggregation.aggregate`).
+        patch_size, threshold, patch_reduction, empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+
+    ``__call__(img, mask=None)``: ``img`` a one-channel map ``(1, *spatial)`` (2 or 3 spatial axes), ``mask`` an
+    optional ``(1, *spatial)`` mask restricting the voxels (non-zero = inside; a probability / one-hot
+    ``(C, *spatial)`` mask with ``C >= 2`` means "argmax > 0"). Returns the score as a 0-dim float64 tensor (NaN
+    with a ``UserWarning`` for an empty mask).
+    """
+
+    backend = _BACKENDS
+
+    def __init__(
+        self,
+        method: str = "mean",
+        patch_size: int | Sequence[int] = 10,
+        threshold: float | None = None,
+        patch_reduction: str = "sum",
+        empty_value: float = 0.0,
+    ) -> None:
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method == "threshold" and threshold is None:
+            raise ValueError("method='threshold' needs threshold=t (fit it with monai_unc.aggregation.fit_threshold)")
+        self.method = method
+        self.kwargs = {
+            "patch_size": patch_size,
+            "threshold": threshold,
+            "patch_reduction": patch_reduction,
+            "empty_value": empty_value,
+        }
+
+    @staticmethod
+    def _mask(mask: Any, name: str) -> torch.Tensor:
+        m = to_tensor(mask, name)
+        if m.ndim >= 2 and m.shape[0] > 1:
+            return _labels_from(m, name) > 0
+        return m != 0
+
+    def _score(self, img: Any, mask: torch.Tensor | None, name: str, mask_name: str) -> torch.Tensor:
+        u = to_tensor(img, name)
+        if u.ndim < 3 or u.shape[0] != 1:
+            raise ValueError(f"{name} must be a one-channel map (1, *spatial) with 2 or 3 axes, got {tuple(u.shape)}")
+        if mask is not None and mask.shape[1:] != u.shape[1:]:
+            raise ValueError(
+                f"mask {mask_name!r} has spatial shape {tuple(mask.shape[1:])}, {name} has {tuple(u.shape[1:])}"
+            )
+        score = aggregate(u[None], method=self.method, mask=None if mask is None else mask[None], **self.kwargs)
+        return torch.as_tensor(score, dtype=torch.float64).reshape(())
+
+    def __call__(self, img: Any, mask: Any = None) -> torch.Tensor:
+        return self._score(img, None if mask is None else self._mask(mask, "mask"), "img", "mask")
+
+
+class UncertaintyToDiscrete(Transform):
+    """Binary "uncertain" mask ``u >= t`` (uint8 in {0, 1}) of a map ``(1, *spatial)``, e.g. to flag voxels for review.
+
+    Exactly one of ``threshold`` (a fixed ``t``; for a cohort-level choice see
+    :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case quantile of the map, e.g.
+    0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged) is given. The mask is in the container of
+    the map.
+    """
+
+    backend = _BACKENDS
+
+    def __init__(self, threshold: float | None = None, quantile: float | None = None) -> None:
+        if (threshold is None) == (quantile is None):
+            raise ValueError("give exactly one of threshold= or quantile=")
+        if threshold is not None and not np.isfinite(float(threshold)):
+            raise ValueError(f"threshold must be finite, got {threshold}")
+        if quantile is not None and not 0.0 <= float(quantile) <= 1.0:
+            raise ValueError(f"quantile must be in [0, 1], got {quantile}")
+        self.threshold = threshold
+        self.quantile = quantile
+
+    def _discretize(self, img: Any, name: str) -> Any:
+        u = to_tensor(img, name)
+        if u.ndim < 2 or u.shape[0] != 1:
+            raise ValueError(f"{name} must be a one-channel map (1, *spatial), got shape {tuple(u.shape)}")
+        check_finite(u, name)
+        if self.threshold is not None:
+            t = float(self.threshold)
+        else:
+            t = float(torch.quantile(u.reshape(-1).to(torch.float64), float(self.quantile)))
+        return _like_source((u >= t).to(torch.uint8), img)
+
+    def __call__(self, img: Any) -> Any:
+        return self._discretize(img, "img")
+
+
+class SamplesToLabels(Transform):
+    """Sampled label maps ``(S, *spatial)`` int64 from sample probabilities ``(S, C, *spatial)`` (argmax over ``C``
+    per sample): the ``y_pred`` of :class:`~monai_unc.metrics.ambiguity.GEDMetric` after collation. The result is in
+    the container of the samples."""
+
+    backend = _BACKENDS
+
+    def _labels(self, img: Any, name: str) -> Any:
+        s = to_tensor(img, name)
+        if s.ndim < 3 or s.shape[1] < 2:
+            raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
+        check_finite(s, name)
+        return _like_source(s.argmax(dim=1), img)
+
+    def __call__(self, img: Any) -> Any:
+        return self._labels(img, "img")
+
+
+# ------------------------------------------------------------------------------------------------ dict transforms
+class UncertaintyMeasuresd(MapTransform):
+    """Dictionary version of :class:`UncertaintyMeasures`: the uncertainty maps of ``d[key]`` into the data dict.
+
+    Args:
+        keys: source key(s): samples ``(S, C, *spatial)`` or probabilities ``(C, *spatial)``.
+        measures, input_type, normalize: as in :class:`UncertaintyMeasures`.
+        expected_entropy_key, mean_sq_key: keys of the extra statistics for ``input_type="probs"`` (the per-voxel
+            mean of ``H(p_s)`` and of ``p_s^2``), which make ``expected_entropy``/``mutual_information`` and
+            ``variance`` available.
         output_key: template of the output keys, with ``{measure}`` and optionally ``{key}`` (default
             ``"{measure}"``; with several source keys it must contain ``{key}``).
         allow_missing_keys: skip absent source keys instead of raising ``KeyError``.
@@ -140,6 +415,8 @@ class UncertaintyMeasuresd(MapTransform):
     Outputs are ``(1, *spatial)`` maps (``pred`` ``(C, *spatial)``) in the source's dtype and container; a
     MetaTensor source gives MetaTensors with a copy of its meta, so ``SaveImaged`` and ``Invertd`` work on them.
     """
+
+    backend = _BACKENDS
 
     def __init__(
         self,
@@ -153,105 +430,51 @@ class UncertaintyMeasuresd(MapTransform):
         allow_missing_keys: bool = False,
     ) -> None:
         super().__init__(keys, allow_missing_keys)
-        if input_type not in ("samples", "probs"):
-            raise ValueError(f"input_type must be 'samples' or 'probs', got {input_type!r}")
-        self.input_type = input_type
-        self.expected_entropy_key = expected_entropy_key
-        self.mean_sq_key = mean_sq_key
+        if measures is not None:
+            measures = [measures] if isinstance(measures, str) else list(measures)
+            measures = [canonical_measure(m, stacklevel=3) for m in measures]
+        self.transform = UncertaintyMeasures(measures, input_type=input_type, normalize=normalize)
         if input_type == "samples" and (expected_entropy_key is not None or mean_sq_key is not None):
             raise ValueError("expected_entropy_key and mean_sq_key only apply to input_type='probs'")
-        available = self._available()
-        if measures is None:
-            wanted = [m for m in available if not (input_type == "probs" and m == K.PRED.value)]
-        else:
-            wanted = [measures] if isinstance(measures, str) else list(measures)
-            unknown = [m for m in wanted if m not in _MEASURES]
-            if unknown:
-                raise ValueError(f"measures must be among {_MEASURES}, got {unknown}")
-            missing = [m for m in wanted if m not in available]
-            if missing:
-                need = {
-                    K.EXPECTED_ENTROPY.value: "expected_entropy_key",
-                    K.MUTUAL_INFORMATION.value: "expected_entropy_key",
-                    K.VARIANCE.value: "mean_sq_key",
-                }
-                hints = sorted({need[m] for m in missing if m in need})
-                raise ValueError(
-                    f"measures {missing} cannot be derived from input_type='probs' without {' and '.join(hints)}"
-                )
-        if not wanted:
+        self.expected_entropy_key = expected_entropy_key
+        self.mean_sq_key = mean_sq_key
+        # checked here, before any data: which measures the configured keys determine
+        self.measures = self.transform._wanted(
+            expected_entropy_key is not None, mean_sq_key is not None, "expected_entropy_key", "mean_sq_key"
+        )
+        if not self.measures:
             raise ValueError("measures selects nothing")
-        self.measures = wanted
-        self.normalize = bool(normalize)
-        if len(self.keys) > 1 and "{key}" not in output_key:
-            raise ValueError(
-                f"output_key {output_key!r} must contain '{{key}}' when several source keys are given "
-                "(otherwise their maps would overwrite each other)"
-            )
+        _check_template(output_key, self.keys)
         if "{measure}" not in output_key and len(self.measures) > 1:
             raise ValueError(f"output_key {output_key!r} must contain '{{measure}}' when several measures are asked")
         self.output_key = output_key
 
-    def _available(self) -> list[str]:
-        if self.input_type == "samples":
-            return list(_MEASURES)
-        out = [K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.MAX_SOFTMAX.value]
-        if self.expected_entropy_key is not None:
-            out += [K.EXPECTED_ENTROPY.value, K.MUTUAL_INFORMATION.value]
-        if self.mean_sq_key is not None:
-            out.append(K.VARIANCE.value)
-        return out
+    @property
+    def input_type(self) -> str:
+        return self.transform.input_type
 
-    def _moments(self, d: Mapping, key: Hashable) -> tuple[dict[str, torch.Tensor], torch.dtype]:
-        x = to_tensor(d[key], str(key))
-        if not x.is_floating_point():
-            raise TypeError(f"{key} must hold floating point probabilities, got dtype {x.dtype}")
-        if self.input_type == "samples":
-            if x.ndim < 3:
-                raise ValueError(f"{key} must be samples (S, C, *spatial), got shape {tuple(x.shape)}")
-            check_probabilities(x, str(key), channel_dim=1, min_ndim=3)
-            stats = SampleStats(track_variance=K.VARIANCE.value in self.measures, validate=False)
-            for s in range(x.shape[0]):
-                stats.update(x[s : s + 1])  # (1, C, *spatial): one sample
-            return stats.moments(), x.dtype
-        if x.ndim < 2:
-            raise ValueError(f"{key} must be probabilities (C, *spatial), got shape {tuple(x.shape)}")
-        probs = x[None]
-        check_probabilities(probs, str(key))
-        moments = {K.PRED.value: probs.to(torch.float64)}
-        if self.expected_entropy_key is not None:
-            ee = to_tensor(d[self.expected_entropy_key], self.expected_entropy_key)
-            if tuple(ee.shape) != (1, *x.shape[1:]):
-                raise ValueError(
-                    f"{self.expected_entropy_key} must have shape {(1, *x.shape[1:])} (one channel), got "
-                    f"{tuple(ee.shape)}"
-                )
-            check_finite(ee, self.expected_entropy_key)
-            moments[K.EXPECTED_ENTROPY.value] = ee[None].to(torch.float64)
-        else:  # placeholder never read: PE and max-softmax do not use it
-            moments[K.EXPECTED_ENTROPY.value] = torch.zeros_like(probs[:, :1], dtype=torch.float64)
-        if self.mean_sq_key is not None:
-            sq = to_tensor(d[self.mean_sq_key], self.mean_sq_key)
-            if tuple(sq.shape) != tuple(x.shape):
-                raise ValueError(
-                    f"{self.mean_sq_key} must have the shape of {key} {tuple(x.shape)}, got {tuple(sq.shape)}"
-                )
-            check_finite(sq, self.mean_sq_key)
-            moments["mean_sq"] = sq[None].to(torch.float64)
-        return moments, x.dtype
+    @property
+    def normalize(self) -> bool:
+        return self.transform.normalize
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         d = dict(data)
+        ee_key, sq_key = self.expected_entropy_key, self.mean_sq_key
         for key in self.key_iterator(d):
-            moments, dtype = self._moments(d, key)
-            maps = derive_measures(moments, self.measures, normalize=self.normalize, out_dtype=dtype)
-            for measure, value in maps.items():
-                d[_key_name(self.output_key, key, measure)] = _like_source(value[0], d[key])
+            maps = self.transform._compute(
+                d[key],
+                None if ee_key is None else d[ee_key],
+                None if sq_key is None else d[sq_key],
+                names=(str(key), str(ee_key), str(sq_key)),
+            )
+            for measure in self.measures:
+                d[_key_name(self.output_key, key, measure)] = maps[measure]
         return d
 
 
 class ErrorMapd(MapTransform):
-    """Adds the voxel error map ``[argmax pred != label]`` ``(1, *spatial)`` (see :func:`error_map`).
+    """Dictionary version of :class:`ErrorMap`: adds the voxel error map ``[argmax pred != label]``
+    ``(1, *spatial)``.
 
     Args:
         pred_key: prediction: probabilities / one-hot ``(C, *spatial)`` or a label map ``(1, *spatial)``.
@@ -259,6 +482,8 @@ class ErrorMapd(MapTransform):
         output_key: where the map goes (default ``"error"``); a MetaTensor with the prediction's meta.
         allow_missing_keys: do nothing when either key is absent instead of raising ``KeyError``.
     """
+
+    backend = _BACKENDS
 
     def __init__(
         self,
@@ -269,20 +494,19 @@ class ErrorMapd(MapTransform):
     ) -> None:
         super().__init__([pred_key, label_key], allow_missing_keys)
         self.pred_key, self.label_key, self.output_key = pred_key, label_key, output_key
+        self.transform = ErrorMap()
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         d = dict(data)
         present = list(self.key_iterator(d))  # raises KeyError for a missing key unless allowed
         if len(present) < 2:
             return d
-        err = to_tensor(error_map(to_tensor(d[self.pred_key], self.pred_key), d[self.label_key]), "error")
-        d[self.output_key] = _like_source(err, d[self.pred_key])
+        d[self.output_key] = self.transform(d[self.pred_key], d[self.label_key])
         return d
 
 
 class AggregateUncertaintyd(MapTransform):
-    """One uncertainty score per case from each map (ValUES, Sec. 4.3), via
-    :func:`monai_unc.aggregation.aggregate`.
+    """Dictionary version of :class:`AggregateUncertainty`: one uncertainty score per case from each map.
 
     The score (0-dim float64 tensor) is stored in the data dict under ``output_key`` (default ``"{key}_{method}"``,
     e.g. ``"mutual_information_mean"``) and, when the map is a MetaTensor, in its ``meta`` under the same name, so
@@ -298,6 +522,8 @@ class AggregateUncertaintyd(MapTransform):
         allow_missing_keys: skip absent keys.
     """
 
+    backend = _BACKENDS
+
     def __init__(
         self,
         keys: KeysCollection,
@@ -311,51 +537,24 @@ class AggregateUncertaintyd(MapTransform):
         allow_missing_keys: bool = False,
     ) -> None:
         super().__init__(keys, allow_missing_keys)
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if method == "threshold" and threshold is None:
-            raise ValueError("method='threshold' needs threshold=t (fit it with monai_unc.aggregation.fit_threshold)")
-        if len(self.keys) > 1 and "{key}" not in output_key:
-            raise ValueError(f"output_key {output_key!r} must contain '{{key}}' when several keys are given")
-        self.method = method
+        self.transform = AggregateUncertainty(method, patch_size, threshold, patch_reduction, empty_value)
+        _check_template(output_key, self.keys)
         self.mask_key = mask_key
-        self.kwargs = {
-            "patch_size": patch_size,
-            "threshold": threshold,
-            "patch_reduction": patch_reduction,
-            "empty_value": empty_value,
-        }
         self.output_key = output_key
 
-    def _mask(self, d: Mapping) -> torch.Tensor | None:
-        if self.mask_key is None:
-            return None
-        if self.mask_key not in d:
-            raise KeyError(f"mask_key {self.mask_key!r} is not in the data (keys: {sorted(map(str, d))})")
-        m = to_tensor(d[self.mask_key], self.mask_key)
-        if m.ndim >= 2 and m.shape[0] > 1:
-            return _labels_from(m, self.mask_key) > 0
-        return m != 0
+    @property
+    def method(self) -> str:
+        return self.transform.method
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         d = dict(data)
         mask = None
         for key in self.key_iterator(d):
-            if mask is None:
-                mask = self._mask(d)
-            u = to_tensor(d[key], str(key))
-            if u.ndim < 3 or u.shape[0] != 1:
-                raise ValueError(
-                    f"{key} must be a one-channel map (1, *spatial) with 2 or 3 axes, got {tuple(u.shape)}"
-                )
-            if mask is not None and mask.shape[1:] != u.shape[1:]:
-                raise ValueError(
-                    f"mask {self.mask_key!r} has spatial shape {tuple(mask.shape[1:])}, {key} has {tuple(u.shape[1:])}"
-                )
-            score = aggregate(
-                u[None], method=self.method, mask=None if mask is None else mask[None], **self.kwargs
-            )
-            value = torch.as_tensor(score, dtype=torch.float64).reshape(())
+            if mask is None and self.mask_key is not None:
+                if self.mask_key not in d:
+                    raise KeyError(f"mask_key {self.mask_key!r} is not in the data (keys: {sorted(map(str, d))})")
+                mask = self.transform._mask(d[self.mask_key], self.mask_key)
+            value = self.transform._score(d[key], mask, str(key), str(self.mask_key))
             name = _key_name(self.output_key, key, self.method)
             d[name] = value
             if isinstance(d[key], MetaTensor):
@@ -364,13 +563,14 @@ class AggregateUncertaintyd(MapTransform):
 
 
 class UncertaintyToDiscreted(MapTransform):
-    """Binary "uncertain" mask ``u >= t`` of each map ``(1, *spatial)`` (e.g. to flag voxels for review).
+    """Dictionary version of :class:`UncertaintyToDiscrete`: binary "uncertain" mask ``u >= t`` of each map
+    ``(1, *spatial)``.
 
-    Exactly one of ``threshold`` (a fixed ``t``; for a cohort-level choice see
-    :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case quantile of the map, e.g.
-    0.95 flags the 5 % most uncertain voxels) is given. The output (uint8 in {0, 1}) replaces the map unless
-    ``output_key`` (template with ``{key}``) names another key.
+    Exactly one of ``threshold`` or ``quantile`` is given (see :class:`UncertaintyToDiscrete`). The output (uint8 in
+    {0, 1}) replaces the map unless ``output_key`` (template with ``{key}``) names another key.
     """
+
+    backend = _BACKENDS
 
     def __init__(
         self,
@@ -381,52 +581,42 @@ class UncertaintyToDiscreted(MapTransform):
         allow_missing_keys: bool = False,
     ) -> None:
         super().__init__(keys, allow_missing_keys)
-        if (threshold is None) == (quantile is None):
-            raise ValueError("give exactly one of threshold= or quantile=")
-        if threshold is not None and not np.isfinite(float(threshold)):
-            raise ValueError(f"threshold must be finite, got {threshold}")
-        if quantile is not None and not 0.0 <= float(quantile) <= 1.0:
-            raise ValueError(f"quantile must be in [0, 1], got {quantile}")
-        if len(self.keys) > 1 and "{key}" not in output_key:
-            raise ValueError(f"output_key {output_key!r} must contain '{{key}}' when several keys are given")
-        self.threshold = threshold
-        self.quantile = quantile
+        self.transform = UncertaintyToDiscrete(threshold, quantile)
+        _check_template(output_key, self.keys)
         self.output_key = output_key
+
+    @property
+    def threshold(self) -> float | None:
+        return self.transform.threshold
+
+    @property
+    def quantile(self) -> float | None:
+        return self.transform.quantile
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         d = dict(data)
         for key in self.key_iterator(d):
-            u = to_tensor(d[key], str(key))
-            if u.ndim < 2 or u.shape[0] != 1:
-                raise ValueError(f"{key} must be a one-channel map (1, *spatial), got shape {tuple(u.shape)}")
-            check_finite(u, str(key))
-            if self.threshold is not None:
-                t = float(self.threshold)
-            else:
-                t = float(torch.quantile(u.reshape(-1).to(torch.float64), float(self.quantile)))
-            d[_key_name(self.output_key, key, "")] = _like_source((u >= t).to(torch.uint8), d[key])
+            d[_key_name(self.output_key, key, "")] = self.transform._discretize(d[key], str(key))
         return d
 
 
 class SamplesToLabelsd(MapTransform):
-    """Sampled label maps ``(S, *spatial)`` int64 from sample probabilities ``(S, C, *spatial)`` (argmax over
-    ``C`` per sample): the ``y_pred`` of :class:`~monai_unc.metrics.ambiguity.GEDMetric` after collation.
+    """Dictionary version of :class:`SamplesToLabels`: sampled label maps ``(S, *spatial)`` int64 from sample
+    probabilities ``(S, C, *spatial)``.
 
     ``output_key`` (template with ``{key}``) names the output; by default it replaces the samples.
     """
 
+    backend = _BACKENDS
+
     def __init__(self, keys: KeysCollection, output_key: str = "{key}", allow_missing_keys: bool = False) -> None:
         super().__init__(keys, allow_missing_keys)
-        if len(self.keys) > 1 and "{key}" not in output_key:
-            raise ValueError(f"output_key {output_key!r} must contain '{{key}}' when several keys are given")
+        self.transform = SamplesToLabels()
+        _check_template(output_key, self.keys)
         self.output_key = output_key
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         d = dict(data)
         for key in self.key_iterator(d):
-            s = to_tensor(d[key], str(key))
-            if s.ndim < 3 or s.shape[1] < 2:
-                raise ValueError(f"{key} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
-            check_finite(s, str(key))
-            d[_key_name(self.output_key, key, "")] = _like_source(s.argmax(dim=1), d[key])
+            d[_key_name(self.output_key, key, "")] = self.transform._labels(d[key], str(key))
         return d

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -13,11 +15,17 @@ from hypothesis import strategies as st
 from monai.data import MetaTensor
 from monai.transforms import Compose, Invertd, Orientationd, SaveImaged, Spacingd, SpatialPadd
 
+import monai_unc.transforms as T
 from monai_unc.transforms import (
+    AggregateUncertainty,
     AggregateUncertaintyd,
+    ErrorMap,
     ErrorMapd,
+    SamplesToLabels,
     SamplesToLabelsd,
+    UncertaintyMeasures,
     UncertaintyMeasuresd,
+    UncertaintyToDiscrete,
     UncertaintyToDiscreted,
     error_map,
 )
@@ -34,12 +42,12 @@ def _entropy_loop(p: np.ndarray) -> float:
 
 
 def _reference_measures(samples: np.ndarray) -> dict[str, np.ndarray]:
-    """PE, EE, MI, max-softmax, variance of samples (S, C, *spatial) voxel by voxel in float64."""
+    """PE, EE, MI, 1 - max p, variance of samples (S, C, *spatial) voxel by voxel in float64."""
     s = samples.astype(np.float64)
     n_s, n_c = s.shape[:2]
     spatial = s.shape[2:]
-    out = {k: np.zeros((1, *spatial)) for k in ("predictive_entropy", "expected_entropy", "mutual_information",
-                                                  "max_softmax", "variance")}
+    names = ("predictive_entropy", "expected_entropy", "mutual_information", "one_minus_max_prob", "variance")
+    out = {k: np.zeros((1, *spatial)) for k in names}
     out["pred"] = np.zeros((n_c, *spatial))
     for idx in np.ndindex(*spatial):
         vox = s[(slice(None), slice(None), *idx)]  # (S, C)
@@ -51,7 +59,7 @@ def _reference_measures(samples: np.ndarray) -> dict[str, np.ndarray]:
         out["predictive_entropy"][(0, *idx)] = pe
         out["expected_entropy"][(0, *idx)] = ee
         out["mutual_information"][(0, *idx)] = max(pe - ee, 0.0)
-        out["max_softmax"][(0, *idx)] = 1 - max(mean)
+        out["one_minus_max_prob"][(0, *idx)] = 1 - max(mean)
         out["variance"][(0, *idx)] = var
     return out
 
@@ -87,7 +95,7 @@ def test_measures_normalize_and_numpy_in_numpy_out():
     assert isinstance(raw["predictive_entropy"], np.ndarray)
     for k in ("predictive_entropy", "expected_entropy", "mutual_information"):
         np.testing.assert_allclose(norm[k], raw[k] / math.log(4), rtol=1e-6)
-    np.testing.assert_allclose(norm["max_softmax"], raw["max_softmax"])  # not an entropy: unchanged
+    np.testing.assert_allclose(norm["one_minus_max_prob"], raw["one_minus_max_prob"])  # not an entropy: unchanged
     assert float(norm["predictive_entropy"].max()) <= 1.0 + 1e-6
 
 
@@ -111,9 +119,9 @@ def test_measures_from_probs_with_and_without_statistics():
     ee = ref["expected_entropy"]
     mean_sq = (samples.astype(np.float64) ** 2).mean(0)
     plain = UncertaintyMeasuresd("p", input_type="probs")({"p": torch.from_numpy(mean)})
-    assert sorted(k for k in plain if k != "p") == ["max_softmax", "predictive_entropy"]
+    assert sorted(k for k in plain if k != "p") == ["one_minus_max_prob", "predictive_entropy"]
     np.testing.assert_allclose(plain["predictive_entropy"].numpy(), ref["predictive_entropy"], atol=1e-9)
-    np.testing.assert_allclose(plain["max_softmax"].numpy(), ref["max_softmax"], atol=1e-9)
+    np.testing.assert_allclose(plain["one_minus_max_prob"].numpy(), ref["one_minus_max_prob"], atol=1e-9)
     full = UncertaintyMeasuresd("p", input_type="probs", expected_entropy_key="ee", mean_sq_key="sq")(
         {"p": torch.from_numpy(mean), "ee": torch.from_numpy(ee), "sq": torch.from_numpy(mean_sq)}
     )
@@ -134,7 +142,7 @@ def test_measures_certain_one_hot_samples_give_zero_entropy():
     samples = np.zeros((3, 2, 4, 4), dtype=np.float32)
     samples[:, 1] = 1.0
     out = UncertaintyMeasuresd("s")({"s": samples})
-    for k in ("predictive_entropy", "expected_entropy", "mutual_information", "max_softmax", "variance"):
+    for k in ("predictive_entropy", "expected_entropy", "mutual_information", "one_minus_max_prob", "variance"):
         np.testing.assert_array_equal(out[k], 0.0)
 
 
@@ -164,8 +172,8 @@ def test_measures_output_key_templates():
         UncertaintyMeasuresd(["a", "b"])
     with pytest.raises(ValueError, match="must contain '\\{measure\\}'"):
         UncertaintyMeasuresd("a", output_key="u")
-    single = UncertaintyMeasuresd("a", measures="max_softmax", output_key="u")(d)
-    np.testing.assert_allclose(single["u"], _reference_measures(d["a"])["max_softmax"], atol=1e-6)
+    single = UncertaintyMeasuresd("a", measures="one_minus_max_prob", output_key="u")(d)
+    np.testing.assert_allclose(single["u"], _reference_measures(d["a"])["one_minus_max_prob"], atol=1e-6)
 
 
 def test_measures_bad_input():
@@ -319,6 +327,175 @@ def test_samples_to_labels():
         SamplesToLabelsd("s")({"s": np.ones((2, 1, 3, 3), dtype=np.float32)})
 
 
+# ----------------------------------------------------------------------------------------------- array versions
+def _same(a, b):
+    """Same container, dtype, values, and (for MetaTensors) the same meta and applied operations."""
+    assert type(a) is type(b)
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+        return
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert torch.equal(torch.as_tensor(a).as_subclass(torch.Tensor), torch.as_tensor(b).as_subclass(torch.Tensor))
+    if isinstance(a, MetaTensor):
+        assert a.meta.keys() == b.meta.keys()
+        for k in a.meta:
+            if isinstance(a.meta[k], torch.Tensor):
+                assert torch.equal(a.meta[k], b.meta[k]), k
+            else:
+                assert a.meta[k] == b.meta[k], k
+        assert a.applied_operations == b.applied_operations
+
+
+def _containers(x: np.ndarray):
+    """The same array as numpy, plain tensor and MetaTensor with meta and one applied operation."""
+    meta = _meta_tensor(x.copy())
+    meta.applied_operations = [{"class": "Dummy", "id": 7}]
+    return {"numpy": x, "tensor": torch.from_numpy(x.copy()), "meta": meta}
+
+
+@pytest.mark.parametrize("container", ["numpy", "tensor", "meta"])
+def test_array_measures_equal_dict_measures_and_reference(container):
+    samples = _containers(_random_samples((4, 3, 3), n_samples=4))[container]
+    array = UncertaintyMeasures(normalize=True)(samples)
+    d = UncertaintyMeasuresd("s", normalize=True)({"s": samples})
+    assert sorted(array) == sorted(T._MEASURES)
+    for k, v in array.items():
+        _same(v, d[k])
+    ref = _reference_measures(np.asarray(torch.as_tensor(samples).as_subclass(torch.Tensor)))
+    np.testing.assert_allclose(np.asarray(array["one_minus_max_prob"]), ref["one_minus_max_prob"], atol=2e-6)
+    np.testing.assert_allclose(np.asarray(array["mutual_information"]), ref["mutual_information"] / math.log(3),
+                               atol=2e-6)
+    if container == "meta":
+        array["pred"].meta["filename_or_obj"] = "changed"
+        assert samples.meta["filename_or_obj"] == "case.nii.gz"  # a copy, not shared
+
+
+def test_array_measures_from_probs_and_statistics_equal_dict():
+    samples = _random_samples((3, 4, 5), n_samples=6).astype(np.float64)
+    mean, mean_sq = samples.mean(0), (samples**2).mean(0)
+    ee = _reference_measures(samples)["expected_entropy"]
+    probs = _meta_tensor(mean)
+    array = UncertaintyMeasures(input_type="probs")(probs, expected_entropy=ee, mean_sq=mean_sq)
+    d = UncertaintyMeasuresd("p", input_type="probs", expected_entropy_key="ee", mean_sq_key="sq")(
+        {"p": probs, "ee": ee, "sq": mean_sq}
+    )
+    assert sorted(array) == sorted(T._MEASURES[1:])  # everything but pred, which is the input
+    for k, v in array.items():
+        _same(v, d[k])
+    plain = UncertaintyMeasures(input_type="probs")(mean)
+    assert sorted(plain) == ["one_minus_max_prob", "predictive_entropy"]
+    with pytest.raises(ValueError, match="without expected_entropy"):
+        UncertaintyMeasures(measures="mutual_information", input_type="probs")(mean)
+    with pytest.raises(ValueError, match="without mean_sq"):
+        UncertaintyMeasures(measures="variance", input_type="probs")(mean, expected_entropy=ee)
+    with pytest.raises(ValueError, match="only apply to input_type='probs'"):
+        UncertaintyMeasures()(samples, expected_entropy=ee)
+    with pytest.raises(ValueError, match="img must sum to 1"):
+        UncertaintyMeasures(input_type="probs")(mean * 0.5)
+    with pytest.raises(ValueError, match="measures must be among"):
+        UncertaintyMeasures(measures="entropy")
+    with pytest.raises(ValueError, match="selects nothing"):
+        UncertaintyMeasures(measures=[])
+
+
+def test_deprecated_measure_name_max_softmax_still_works():
+    samples = _random_samples((3, 3))
+    ref = _reference_measures(samples)["one_minus_max_prob"]
+    with pytest.warns(DeprecationWarning, match="'max_softmax' is deprecated"):
+        d = UncertaintyMeasuresd("s", measures=["max_softmax"])({"s": samples})
+    np.testing.assert_allclose(d["one_minus_max_prob"], ref, atol=1e-6)
+    with pytest.warns(DeprecationWarning, match="'max_softmax' is deprecated"):
+        a = UncertaintyMeasures(measures="max_softmax")(samples)
+    assert list(a) == ["one_minus_max_prob"]
+    np.testing.assert_array_equal(a["one_minus_max_prob"], d["one_minus_max_prob"])
+
+
+@pytest.mark.parametrize("container", ["numpy", "tensor", "meta"])
+def test_array_error_map_equals_dict(container):
+    rng = np.random.default_rng(4)
+    probs = _containers(rng.dirichlet([1, 1, 1], size=(4, 5)).transpose(2, 0, 1).astype(np.float32))[container]
+    label = rng.integers(0, 3, size=(1, 4, 5))
+    array = ErrorMap()(probs, label)
+    _same(array, ErrorMapd()({"pred": probs, "label": label})["error"])
+    np.testing.assert_array_equal(np.asarray(torch.as_tensor(array).as_subclass(torch.Tensor)),
+                                  error_map(np.asarray(torch.as_tensor(probs).as_subclass(torch.Tensor)), label))
+
+
+@pytest.mark.parametrize("container", ["numpy", "tensor", "meta"])
+@pytest.mark.filterwarnings("ignore:aggregate\\(method=.sum.\\):UserWarning")
+@pytest.mark.parametrize("method", ["mean", "sum", "patch", "threshold"])
+def test_array_aggregate_equals_dict(container, method):
+    rng = np.random.default_rng(6)
+    u = _containers(rng.random((1, 9, 8, 7)).astype(np.float32))[container]
+    mask = np.zeros((1, 9, 8, 7), dtype=np.uint8)
+    mask[:, 2:7, 1:6, 1:5] = 1
+    kw = {"patch_size": 3, "threshold": 0.5}
+    array = AggregateUncertainty(method, **kw)(u, mask=mask)
+    d = AggregateUncertaintyd("u", method=method, mask_key="m", **kw)({"u": u, "m": mask})
+    assert array.dtype == torch.float64 and array.ndim == 0
+    assert torch.equal(array, d[f"u_{method}"])
+    if container == "meta":  # the dictionary version also records the score in the map's meta, the array one does not
+        assert u.meta[f"u_{method}"] == float(array)
+        v = _meta_tensor(np.asarray(u.as_tensor()))
+        AggregateUncertainty(method, **kw)(v)
+        assert f"u_{method}" not in v.meta
+    vals = np.asarray(torch.as_tensor(u).as_subclass(torch.Tensor), dtype=np.float64)[mask.astype(bool)]
+    if method == "mean":
+        np.testing.assert_allclose(float(array), vals.mean(), rtol=1e-9)
+    elif method == "sum":
+        np.testing.assert_allclose(float(array), vals.sum(), rtol=1e-9)
+    elif method == "threshold":
+        np.testing.assert_allclose(float(array), vals[vals >= 0.5].mean(), rtol=1e-9)
+    with pytest.raises(ValueError, match="img must be a one-channel map"):
+        AggregateUncertainty(method, **kw)(np.zeros((2, 4, 4), dtype=np.float32))
+
+
+@pytest.mark.parametrize("container", ["numpy", "tensor", "meta"])
+def test_array_discrete_and_samples_to_labels_equal_dict(container):
+    u = _containers((np.arange(60, dtype=np.float32).reshape(1, 3, 4, 5) % 7) / 7)[container]
+    for kw in ({"threshold": 0.5}, {"quantile": 0.8}):
+        array = UncertaintyToDiscrete(**kw)(u)
+        _same(array, UncertaintyToDiscreted("u", output_key="flag", **kw)({"u": u})["flag"])
+        plain = np.asarray(torch.as_tensor(u).as_subclass(torch.Tensor))
+        t = kw.get("threshold", np.quantile(plain.astype(np.float64), kw.get("quantile", 0.0)))
+        np.testing.assert_array_equal(np.asarray(torch.as_tensor(array).as_subclass(torch.Tensor)), plain >= t)
+    samples = _containers(_random_samples((4, 3, 2), n_samples=3))[container]
+    labels = SamplesToLabels()(samples)
+    _same(labels, SamplesToLabelsd("s", output_key="l")({"s": samples})["l"])
+    assert tuple(labels.shape) == (3, 4, 3, 2)
+    with pytest.raises(ValueError, match="exactly one"):
+        UncertaintyToDiscrete()
+    with pytest.raises(ValueError, match="img must be samples"):
+        SamplesToLabels()(np.ones((2, 1, 3), dtype=np.float32))
+
+
+def test_dict_transforms_call_their_array_version():
+    pairs = {
+        UncertaintyMeasuresd("s"): UncertaintyMeasures,
+        ErrorMapd(): ErrorMap,
+        AggregateUncertaintyd("u"): AggregateUncertainty,
+        UncertaintyToDiscreted("u", threshold=0.5): UncertaintyToDiscrete,
+        SamplesToLabelsd("s"): SamplesToLabels,
+    }
+    for dict_version, array_class in pairs.items():
+        assert isinstance(dict_version.transform, array_class)
+        assert type(dict_version).__name__ == array_class.__name__ + "d"
+        assert array_class.__name__ in T.__all__ and type(dict_version).__name__ in T.__all__
+
+
+def test_docs_transforms_example_runs(capsys):
+    """The transforms example of docs/monai_integration.md runs as written and prints what it says."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "monai_integration.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "UncertaintyMeasures(" in b]
+    assert len(blocks) == 1, "docs/monai_integration.md needs one example of the array transforms"
+    exec(compile(blocks[0], "docs/monai_integration.md", "exec"), {"__name__": "__docs__"})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "(1, 16, 16, 16) case0.nii.gz True"
+    n_flagged = int(out[2].split()[2])
+    assert 0.05 * 4096 <= n_flagged <= 0.05 * 4096 + 1  # quantile ties aside, the 5 % most uncertain voxels
+
+
 # ----------------------------------------------------------------------------------------------- inversion
 def _preprocessed(samples_orig: np.ndarray, transform: Compose, affine: np.ndarray):
     """Apply ``transform`` to an image and to the samples (as channels of one image) the same way."""
@@ -340,7 +517,7 @@ def test_maps_invert_exactly_through_orientation_and_padding(tmp_path):
     pre = Compose([Orientationd("image", axcodes="LPI"), pad])
     img_pre, samples_pre = _preprocessed(samples, pre, affine)
     assert tuple(img_pre.shape[1:]) == (8, 8, 8)
-    maps = ["predictive_entropy", "mutual_information", "max_softmax"]
+    maps = ["predictive_entropy", "mutual_information", "one_minus_max_prob"]
     data = UncertaintyMeasuresd("samples", measures=maps)({"image": img_pre, "samples": samples_pre})
     inv = Invertd(maps, transform=pre, orig_keys="image", nearest_interp=False)(data)
     direct = UncertaintyMeasuresd("samples", measures=maps)({"samples": samples})

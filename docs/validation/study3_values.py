@@ -48,12 +48,12 @@ from monai_unc.metrics.casewise import ood_auroc  # noqa: E402
 
 # measures per prediction model (ValUES Sec. 4.3, C2): (key in the inferer output, uncertainty type)
 MEASURES: dict[str, list[tuple[str, str]]] = {
-    "softmax": [("max_softmax", "PU")],
+    "softmax": [("one_minus_max_prob", "PU")],
     "mc_dropout": [("predictive_entropy", "PU"), ("expected_entropy", "AU"), ("mutual_information", "EU")],
     "tta": [("predictive_entropy", "PU"), ("expected_entropy", "AU"), ("mutual_information", "EU")],
     "ensemble": [("predictive_entropy", "PU"), ("expected_entropy", "AU"), ("mutual_information", "EU")],
 }
-SHORT = {"max_softmax": "MSR", "predictive_entropy": "PE", "expected_entropy": "EE", "mutual_information": "MI"}
+SHORT = {"one_minus_max_prob": "MSR", "predictive_entropy": "PE", "expected_entropy": "EE", "mutual_information": "MI"}
 NAMES = {"softmax": "Deterministic", "mc_dropout": "TTD (MC dropout)", "tta": "TTA", "ensemble": "Ensemble"}
 SIZE_AGGREGATIONS = ("sum", "sum_per_pred_size", "mean_pred_fg", "patch", "threshold")
 SIZE_LABELS = {
@@ -67,8 +67,8 @@ SIZE_LABELS = {
 # ValUES Table 4b (AUROC, mean of 3 seeds): (model, measure, aggregation) -> {"3a": ..., "3b": ...}; Toy 2 given
 # for reference only (we do not train the no-blur models of setting 2).
 PAPER_AUROC: dict[tuple[str, str, str], dict[str, float]] = {
-    ("softmax", "max_softmax", "patch"): {"2": 0.84, "3a": 0.78, "3b": 0.41},
-    ("softmax", "max_softmax", "threshold"): {"2": 0.73, "3a": 0.45, "3b": 0.40},
+    ("softmax", "one_minus_max_prob", "patch"): {"2": 0.84, "3a": 0.78, "3b": 0.41},
+    ("softmax", "one_minus_max_prob", "threshold"): {"2": 0.73, "3a": 0.45, "3b": 0.40},
     ("mc_dropout", "predictive_entropy", "patch"): {"2": 0.83, "3a": 0.68, "3b": 0.37},
     ("mc_dropout", "predictive_entropy", "threshold"): {"2": 0.48, "3a": 0.50, "3b": 0.38},
     ("mc_dropout", "expected_entropy", "patch"): {"2": 0.74, "3a": 0.69, "3b": 0.36},
@@ -90,7 +90,7 @@ PAPER_AUROC: dict[tuple[str, str, str], dict[str, float]] = {
 }
 # ValUES Table 4a, column Toy 1 (NCC with the rater variance, i.i.d. test set with blur)
 PAPER_NCC: dict[tuple[str, str], float] = {
-    ("softmax", "max_softmax"): 0.68,
+    ("softmax", "one_minus_max_prob"): 0.68,
     ("mc_dropout", "predictive_entropy"): 0.80,
     ("mc_dropout", "expected_entropy"): 0.86,
     ("mc_dropout", "mutual_information"): 0.47,

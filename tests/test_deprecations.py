@@ -1,0 +1,147 @@
+"""Every deprecated alias warns with a ``DeprecationWarning`` and gives the same object (or result) as its new name.
+
+Module aliases warn when their body runs, i.e. on the first import of a process. The in-process tests therefore
+re-run each module body (``importlib.reload``, or a first import) inside ``pytest.warns``; one subprocess test
+imports every old path in a fresh interpreter with DeprecationWarnings as errors, as a user's script would meet them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import monai_unc.data.cohorts
+import monai_unc.evaluation
+import monai_unc.io
+import monai_unc.io.files
+import monai_unc.keys
+import monai_unc.metrics
+import monai_unc.metrics.quality
+import monai_unc.temperature
+import monai_unc.workflows
+import monai_unc.workflows.demo
+from monai_unc.keys import UncertaintyKeys, canonical_measure
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: deprecated module -> the modules its names now live in (each name must be the very same object there)
+MODULE_ALIASES: dict[str, tuple[object, ...]] = {
+    "monai_unc.predict": (monai_unc.workflows, monai_unc.temperature, monai_unc.keys),
+    "monai_unc.calibration": (monai_unc.temperature,),
+    "monai_unc.quality": (monai_unc.metrics.quality,),
+    "monai_unc.report.cohort": (monai_unc.evaluation,),
+    "monai_unc.report.demo": (monai_unc.workflows.demo, monai_unc.data.cohorts),
+    "monai_unc.report.nifti": (monai_unc.io.files, monai_unc.io),
+    "monai_unc.data.export": (monai_unc.data.cohorts,),
+}
+
+
+def _import_fresh(name: str):
+    """Run the module body of ``name`` again (first import, or reload) and return the module."""
+    if name in sys.modules:
+        return importlib.reload(sys.modules[name])
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("old", sorted(MODULE_ALIASES))
+def test_old_module_paths_warn_and_re_export_the_same_objects(old):
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{old} is deprecated")):
+        module = _import_fresh(old)
+    names = list(module.__all__)
+    assert names, f"{old} exports nothing"
+    for name in names:
+        homes = [h for h in MODULE_ALIASES[old] if hasattr(h, name)]
+        assert homes, f"{old}.{name} is not in any of its new homes"
+        assert getattr(module, name) is getattr(homes[0], name), f"{old}.{name} is not the object of the new home"
+
+
+@pytest.mark.slow
+def test_old_module_paths_warn_in_a_fresh_interpreter():
+    """A user's first ``import`` of an old path meets the warning (here turned into an error)."""
+    code = (
+        "import importlib, json, warnings\n"
+        "warnings.filterwarnings('error', message=r'monai_unc\\.[\\w.]+ is deprecated', category=DeprecationWarning)\n"
+        f"out = {{}}\nfor name in {sorted(MODULE_ALIASES)!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "        out[name] = 'no warning'\n"
+        "    except DeprecationWarning as e:\n"
+        "        out[name] = str(e)\n"
+        "print(json.dumps(out))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    for name, message in out.items():
+        assert f"{name} is deprecated" in message, (name, message)
+
+
+def test_old_metric_registry_name_warns_and_gives_the_same_registry():
+    rng = np.random.default_rng(0)
+    target = np.zeros((12, 12), dtype=np.int64)
+    target[3:9, 4:10] = 1
+    pred = target.copy()
+    pred[3, 4:7] = 0
+    u = rng.random((12, 12))
+    u[2:10, 3:11] += 0.5
+    u /= u.max()
+    with pytest.warns(DeprecationWarning, match="seed003_metrics is deprecated"):
+        old = monai_unc.metrics.seed003_metrics(threshold=0.4, sigma=1.5, n_bands=5)
+    new = monai_unc.metrics.uncertainty_map_metrics(threshold=0.4, sigma=1.5, n_bands=5)
+    assert list(old) == list(new)
+    for name in new:
+        assert (old[name].higher_is_better, old[name].spatial) == (new[name].higher_is_better, new[name].spatial)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            a = old[name].fn(u, pred, target, spacing=(1.0, 2.0))
+            b = new[name].fn(u, pred, target, spacing=(1.0, 2.0))
+        np.testing.assert_equal(a, b, err_msg=name)
+
+
+def test_old_key_name_max_softmax_warns_and_gives_one_minus_max_prob():
+    new = UncertaintyKeys.ONE_MINUS_MAX_PROB
+    assert new.value == "one_minus_max_prob" and str(new) == "one_minus_max_prob"
+    with pytest.warns(DeprecationWarning, match=r"UncertaintyKeys\.MAX_SOFTMAX is deprecated"):
+        assert UncertaintyKeys.MAX_SOFTMAX is new
+    with pytest.warns(DeprecationWarning, match=r"UncertaintyKeys\.MAX_SOFTMAX is deprecated"):
+        assert UncertaintyKeys["MAX_SOFTMAX"] is new
+    with pytest.warns(DeprecationWarning, match="'max_softmax' is deprecated"):
+        assert UncertaintyKeys("max_softmax") is new
+    with pytest.warns(DeprecationWarning, match="'max_softmax' is deprecated"):
+        assert canonical_measure("max_softmax") == "one_minus_max_prob"
+    # the alias is not a member of its own: the member list and the measure lists name the map once
+    assert "MAX_SOFTMAX" not in UncertaintyKeys.__members__
+    assert [k.value for k in UncertaintyKeys].count("one_minus_max_prob") == 1
+    assert "max_softmax" not in monai_unc.keys.MEASURES and "one_minus_max_prob" in monai_unc.keys.DEFAULT_MEASURES
+    # current names pass without a warning; unknown names still fail
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert canonical_measure("predictive_entropy") == "predictive_entropy"
+        assert UncertaintyKeys("one_minus_max_prob") is new
+    with pytest.raises(ValueError):
+        UncertaintyKeys("max_prob")
+    with pytest.raises(AttributeError):
+        UncertaintyKeys.MAX_PROB  # noqa: B018
+    with pytest.raises(KeyError):
+        UncertaintyKeys["MAX_PROB"]
+
+
+def test_every_deprecated_module_is_covered_here():
+    """The deprecated modules the architecture test knows are the ones tested here."""
+    tree = ast.parse((ROOT / "tests" / "test_architecture.py").read_text())
+    found = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign | ast.Assign)
+        and "DEPRECATED_MODULES" in [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])]
+    ]
+    assert found and set(found[0]) == set(MODULE_ALIASES)
