@@ -37,7 +37,7 @@ from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_co
 from .evaluation import EvaluationConfig, load_evaluation, read_shifts, run_evaluate
 from .inferers import add_dropout, enable_mc_dropout
 from .io import LAYOUTS, check_output_file, check_output_folder, list_image_cases
-from .keys import DEFAULT_MEASURES, MEASURES
+from .keys import DEFAULT_MEASURES, MEASURES, canonical_measure
 from .report.html import build_report
 from .temperature import TemperatureScaled
 from .workflows.calibrate import run_calibrate
@@ -67,6 +67,14 @@ def _positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
     return v
+
+
+def _measure_name(text: str) -> str:
+    """A value of ``--measures`` / ``--measure``; a deprecated name (``max_softmax``) becomes its new one, with a
+    warning that the console script shows too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", DeprecationWarning)
+        return canonical_measure(text, stacklevel=3)
 
 
 def _in_unit_interval(closed_low: bool, closed_high: bool) -> Callable[[str], float]:
@@ -135,8 +143,9 @@ def _add_infer(sub: Any) -> None:
                    help="std of Gaussian noise added in TTA (>= 0; default 0; needs tta in --method)")
     s.add_argument("--ratein-target", type=_unit, default=0.1,
                    help="Rate-In information-loss target in [0, 1] (default 0.1)")
-    s.add_argument("--measures", nargs="+", default=None, choices=MEASURES,
-                   help="maps to write (default: predictive_entropy expected_entropy mutual_information max_softmax)")
+    s.add_argument("--measures", nargs="+", default=None, choices=MEASURES, type=_measure_name,
+                   help="maps to write (default: predictive_entropy expected_entropy mutual_information "
+                        "one_minus_max_prob)")
     s.add_argument("--no-probs", action="store_true", help="do not write <case>_probs (evaluate then has no ECE)")
     r = p.add_argument_group("inference")
     r.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N",
@@ -170,8 +179,9 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--uncertainty", help="folder of <case>_<measure> maps (default: from the layout)")
     p.add_argument("--seg-suffix", default=None, help="override the segmentation suffix of the layout")
     p.add_argument("--probs-suffix", default=None, help="override the probability suffix of the layout")
-    p.add_argument("--measures", nargs="+", default=None, choices=MEASURES, help="maps to read (default: all found)")
-    p.add_argument("--measure", default=None, choices=MEASURES,
+    p.add_argument("--measures", nargs="+", default=None, choices=MEASURES, type=_measure_name,
+                   help="maps to read (default: all found)")
+    p.add_argument("--measure", default=None, choices=MEASURES, type=_measure_name,
                    help="primary measure for spatial metrics and the score (default predictive_entropy)")
     p.add_argument("--score", default=None,
                    help="triage score column, e.g. mutual_information_patch (default <measure>_fg_mean)")
@@ -410,7 +420,7 @@ def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, 
         enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
     measures = list(args.measures or DEFAULT_MEASURES)
     if args.method.strip().lower() == "softmax":
-        single = ["predictive_entropy", "max_softmax"]  # one deterministic pass: no EE, MI or variance
+        single = ["predictive_entropy", "one_minus_max_prob"]  # one deterministic pass: no EE, MI or variance
         bad = [m for m in measures if m not in single]
         if args.measures and bad:
             raise ValueError(f"--method softmax gives only {' and '.join(single)}, not {', '.join(bad)}")

@@ -8,7 +8,7 @@ Memory does not grow with the number of samples: per voxel we keep the running (
     sum_p2[c]        sum_s w_s p_s[c]^2          -> variance (C channels, only if ``track_variance``)
 
 and derive every measure at the end (docs/design.md, "Streaming statistics"): PE = H(mean p),
-EE = sum_h / sum_w, MI = PE - EE, max-softmax = 1 - max_c mean p, variance = mean_c (E[p^2] - E[p]^2).
+EE = sum_h / sum_w, MI = PE - EE, one_minus_max_prob = 1 - max_c mean p, variance = mean_c (E[p^2] - E[p]^2).
 Merging two SampleStats adds the sums; the result equals the statistics of the pooled samples.
 
 Precision choice: the sums are kept in float64 by default (``accum_dtype``); each sample's entropy is
@@ -40,7 +40,7 @@ ALL_MEASURES = (
     K.PREDICTIVE_ENTROPY,
     K.EXPECTED_ENTROPY,
     K.MUTUAL_INFORMATION,
-    K.MAX_SOFTMAX,
+    K.ONE_MINUS_MAX_PROB,
     K.VARIANCE,
 )
 
@@ -246,7 +246,7 @@ def derive_measures(
     """Measures from per-voxel means ``{pred, expected_entropy[, mean_sq]}`` (see :meth:`SampleStats.moments`).
 
     This is where the decomposition is evaluated once for every inferer, stitched or not:
-    PE = H(pred), EE = expected_entropy, MI = max(PE - EE, 0), max-softmax = 1 - max_c pred,
+    PE = H(pred), EE = expected_entropy, MI = max(PE - EE, 0), one_minus_max_prob = 1 - max_c pred,
     variance = mean_c (mean_sq - pred^2).
     """
     mean = moments[K.PRED.value]
@@ -266,7 +266,7 @@ def derive_measures(
             val = ee
         elif key == K.MUTUAL_INFORMATION.value:
             val = mutual_information_from_entropies(pe, ee)
-        elif key == K.MAX_SOFTMAX.value:
+        elif key == K.ONE_MINUS_MAX_PROB.value:
             val = 1 - mean.amax(dim=1, keepdim=True)
         elif key == K.VARIANCE.value:
             if "mean_sq" not in moments:

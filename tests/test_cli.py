@@ -96,7 +96,7 @@ def test_bad_inputs_give_one_line_and_exit_2(setup, tmp_path, capsys):
         (_infer_args(s, tmp_path / "o", "--method", "ensemble"), "at least two --checkpoint files"),
         (_infer_args(s, tmp_path / "o", "--method", "mcdropout+ratein"), "choose one"),
         (_infer_args(s, tmp_path / "o", "--method", "softmax", "--measures", "variance"),
-         "--method softmax gives only predictive_entropy and max_softmax, not variance"),
+         "--method softmax gives only predictive_entropy and one_minus_max_prob, not variance"),
         (["evaluate", "-l", str(s["labels"]), "-p", str(s["predictions"]), "-o", str(s["labels"] / "e")],
          "lies inside the input folder"),
         (["report", "-e", str(tmp_path)], "no summary.json"),
@@ -119,7 +119,7 @@ def test_infer_writes_maps_on_the_input_grid(setup, tmp_path):
         assert rec["num_samples"] == 2 * 8 and rec["mi_meaning"] == "epistemic"
         assert rec["files"] == [f"{cid}_seg.nii.gz", f"{cid}_probs.nii.gz", f"{cid}_predictive_entropy.nii.gz",
                                 f"{cid}_expected_entropy.nii.gz", f"{cid}_mutual_information.nii.gz",
-                                f"{cid}_max_softmax.nii.gz"]
+                                f"{cid}_one_minus_max_prob.nii.gz"]
         imgs = {f: nib.load(out / f) for f in rec["files"]}
         for name, img in imgs.items():
             np.testing.assert_allclose(img.affine, src.affine, atol=1e-6, err_msg=name)
@@ -134,7 +134,7 @@ def test_infer_writes_maps_on_the_input_grid(setup, tmp_path):
         ref_pe = -(p * np.log(np.clip(p, 1e-30, None))).sum(-1)
         np.testing.assert_allclose(pe, ref_pe, atol=1e-4)
         np.testing.assert_allclose(mi, pe - ee, atol=1e-4)
-        np.testing.assert_allclose(imgs[f"{cid}_max_softmax.nii.gz"].get_fdata(), 1 - p.max(-1), atol=1e-5)
+        np.testing.assert_allclose(imgs[f"{cid}_one_minus_max_prob.nii.gz"].get_fdata(), 1 - p.max(-1), atol=1e-5)
     settings = json.loads((out / "infer.json").read_text())["settings"]
     assert settings["method"] == "mcdropout+tta" and settings["samples"] == 2
 
@@ -153,7 +153,8 @@ def test_softmax_matches_a_manual_forward_pass(setup, tmp_path):
     p = np.moveaxis(nib.load(out / "toy001_probs.nii.gz").get_fdata(), -1, 0)
     np.testing.assert_allclose(p, ref, atol=1e-5)
     assert sorted(json.loads((out / "toy001.json").read_text())["files"]) == sorted(
-        ["toy001_seg.nii.gz", "toy001_probs.nii.gz", "toy001_predictive_entropy.nii.gz", "toy001_max_softmax.nii.gz"])
+        ["toy001_seg.nii.gz", "toy001_probs.nii.gz", "toy001_predictive_entropy.nii.gz",
+         "toy001_one_minus_max_prob.nii.gz"])
 
 
 def test_infer_resumes_after_an_interruption(setup, tmp_path, monkeypatch, capsys):

@@ -272,7 +272,7 @@ def test_spatial_columns_call_the_metric_functions_on_unit_scale(cohort):
 def test_unit_scale():
     u = np.array([0.0, math.log(3)])
     np.testing.assert_allclose(unit_scale(u, "mutual_information", 3), [0.0, 1.0])
-    np.testing.assert_array_equal(unit_scale(u, "max_softmax", 3), u)
+    np.testing.assert_array_equal(unit_scale(u, "one_minus_max_prob", 3), u)
 
 
 def test_maps_are_derived_from_probabilities_when_absent(cohort, tmp_path):
@@ -287,7 +287,7 @@ def test_maps_are_derived_from_probabilities_when_absent(cohort, tmp_path):
     pe = nib.load(cohort["predictions"] / "toy000_predictive_entropy.nii.gz").get_fdata()
     assert row["measure"] == "predictive_entropy"
     assert row["predictive_entropy_mean"] == pytest.approx(pe.mean(), rel=1e-5)
-    assert "max_softmax_patch" in row
+    assert "one_minus_max_prob_patch" in row
 
 
 # ------------------------------------------------------------------------------------------------ cohort

@@ -24,7 +24,7 @@ from monai_unc.inferers import (
     flip_subsets,
 )
 
-ALL = ("pred", "predictive_entropy", "expected_entropy", "mutual_information", "max_softmax", "variance")
+ALL = ("pred", "predictive_entropy", "expected_entropy", "mutual_information", "one_minus_max_prob", "variance")
 
 
 class PointwiseNet(nn.Module):
@@ -55,7 +55,7 @@ def check_against_samples(out, atol):
         "predictive_entropy": M.predictive_entropy(s),
         "expected_entropy": M.expected_entropy(s),
         "mutual_information": M.mutual_information(s),
-        "max_softmax": M.max_softmax(s.mean(0)),
+        "one_minus_max_prob": M.max_softmax(s.mean(0)),
         "variance": M.variance(s),
     }
     for k, v in ref.items():
@@ -252,7 +252,7 @@ def test_softmax_inferer_baseline():
     net = small_unet(dropout=0.3)
     x = torch.randn(1, 1, 16, 16, 16)
     out = SoftmaxInferer()(x, net)
-    assert set(out) == {"pred", "predictive_entropy", "max_softmax"}
+    assert set(out) == {"pred", "predictive_entropy", "one_minus_max_prob"}
     ref = torch.softmax(net(x), 1)
     torch.testing.assert_close(out["pred"], ref, atol=1e-6, rtol=0)
     torch.testing.assert_close(out["predictive_entropy"], M.entropy(ref), atol=1e-6, rtol=0)

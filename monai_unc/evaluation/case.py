@@ -41,13 +41,13 @@ def _dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
 
 
 def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
-    """Maps to score: the given ones, or entropy and max-softmax of the probabilities when none are given."""
+    """Maps to score: the given ones, or entropy and ``one_minus_max_prob`` of the probabilities when none are given."""
     if case.maps or case.probs is None:
         return case.maps
     p = torch.from_numpy(case.probs)[None]
     return {
         "predictive_entropy": entropy(p)[0, 0].numpy().astype(np.float32),
-        "max_softmax": max_softmax(p)[0, 0].numpy().astype(np.float32),
+        "one_minus_max_prob": max_softmax(p)[0, 0].numpy().astype(np.float32),
     }
 
 

@@ -134,6 +134,11 @@ def _score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
         raise ValueError("no case rows")
     keys = [k for k in rows[0] if k.endswith(("_mean", "_fg_mean", "_patch"))]
     if wanted is not None:
+        if wanted not in rows[0] and wanted.startswith("max_softmax_"):
+            renamed = "one_minus_max_prob_" + wanted[len("max_softmax_"):]
+            warnings.warn(f"score column {wanted!r} is deprecated: the map is now named one_minus_max_prob; "
+                          f"using {renamed!r}", DeprecationWarning, stacklevel=2)
+            wanted = renamed
         if wanted not in rows[0]:
             raise ValueError(f"score column {wanted!r} not found; available: {keys}")
         return wanted

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..keys import ENTROPY_MEASURES, MEASURES
+from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 
 __all__ = [
     "CALIBRATION_COLUMNS",
@@ -101,6 +101,8 @@ class EvaluationConfig:
             raise ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}")
         if not 0.0 <= self.failure_dice <= 1.0:
             raise ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice}")
+        if self.measure is not None:
+            self.measure = canonical_measure(self.measure, stacklevel=3)  # "max_softmax" of older versions
         if self.measure is not None and self.measure not in MEASURES:
             raise ValueError(f"measure must be one of {MEASURES}, got {self.measure!r}")
         if self.patch_size < 1:
@@ -144,7 +146,7 @@ class EvaluationConfig:
 
 def unit_scale(u: np.ndarray, measure: str, num_classes: int) -> np.ndarray:
     """Uncertainty on the [0, 1] scale of an error rate: entropies and mutual information (nats) divided by
-    ``log C``; ``max_softmax`` and ``variance`` are already in [0, 1]."""
+    ``log C``; ``one_minus_max_prob`` and ``variance`` are already in [0, 1]."""
     if measure in ENTROPY_MEASURES:
         return u / math.log(num_classes)
     return u

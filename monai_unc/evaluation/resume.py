@@ -24,7 +24,7 @@ CASE_FIELDS = ("measure", "n_bins", "min_bin_count", "patch_size", "spatial", "n
 
 CASES_DIR = "cases"
 
-_CASE_FORMAT = 1
+_CASE_FORMAT = 2  # 2: the 1 - max p map is named one_minus_max_prob (was max_softmax)
 
 
 def _file_signature(path: Path | None) -> list[Any] | None:

@@ -28,7 +28,7 @@ from monai.inferers import Inferer, SimpleInferer
 from torch import nn
 
 from .._utils import check_finite, check_probabilities
-from ..keys import MIMeaning, UncertaintyKeys
+from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..stats import SampleStats, derive_measures
 
 __all__ = [
@@ -115,6 +115,13 @@ class UncertaintyOutput(dict):
         self.mi_meaning = MIMeaning(mi_meaning)
         self.num_samples = int(num_samples)
         self.extras: dict[str, Any] = dict(extras) if extras else {}
+
+    def __missing__(self, key: Any) -> Any:
+        """``out["max_softmax"]`` (the key of older versions, one release) reads ``out["one_minus_max_prob"]``."""
+        new = DEPRECATED_MEASURES.get(str(key))
+        if new is None or new not in self:
+            raise KeyError(key)
+        return self[canonical_measure(str(key), stacklevel=3)]
 
 
 def apply_activation(out: Any, activation: str | None, check: bool = True) -> torch.Tensor:
@@ -358,13 +365,13 @@ def _as_meta(t: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 
 class SoftmaxInferer(UncertaintyInferer):
-    """Deterministic one-pass baseline: ``pred``, ``predictive_entropy`` (softmax entropy) and ``max_softmax``.
+    """Deterministic one-pass baseline: ``pred``, ``predictive_entropy`` (softmax entropy) and ``one_minus_max_prob``.
 
     Every study compares stochastic methods against this (ValUES; Zepf et al. uses softmax entropy as the
     aleatoric baseline). Network modes are left untouched (call ``network.eval()`` as usual).
     """
 
-    default_keys = (K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.MAX_SOFTMAX.value)
+    default_keys = (K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.ONE_MINUS_MAX_PROB.value)
 
     def __init__(self, **kwargs: Any) -> None:
         if kwargs.get("sources"):

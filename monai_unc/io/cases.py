@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .._utils import check_probabilities
-from ..keys import MEASURES
+from ..keys import DEPRECATED_MEASURES, MEASURES, canonical_measure
 
 __all__ = [
     "VOLUME_EXTENSIONS",
@@ -260,12 +260,25 @@ def match_cases(
         taken = set(prob_files.values())
         seg_files = {k: v for k, v in seg_files.items() if v not in taken and not _is_map_name(k)}
     map_files: dict[str, dict[str, Path]] = {}
+    if measures is not None:
+        measures = [canonical_measure(m, stacklevel=3) for m in measures]
     unknown = set(measures or ()) - set(MEASURES)
     if unknown:
         raise ValueError(f"measures must be among {MEASURES}, got {sorted(unknown)}")
     if unc_dir.is_dir():
         for m in measures or MEASURES:
             found = list_files(unc_dir, f"_{m}", VOLUME_EXTENSIONS)
+            if not found:  # files written by older versions under a deprecated name, e.g. <case>_max_softmax
+                for old in (o for o, n in DEPRECATED_MEASURES.items() if n == m):
+                    found = list_files(unc_dir, f"_{old}", VOLUME_EXTENSIONS)
+                    if found:
+                        warnings.warn(
+                            f"reading the <case>_{old} maps of {unc_dir} as {m!r} ({old!r} is the deprecated name "
+                            "of this map; files with that name will not be read in the next release)",
+                            DeprecationWarning,
+                            stacklevel=2,
+                        )
+                        break
             if found:
                 map_files[m] = found
     if measures:
@@ -316,7 +329,7 @@ def match_cases(
 
 
 def _is_map_name(stem: str) -> bool:
-    return any(stem.endswith(f"_{m}") for m in MEASURES)
+    return any(stem.endswith(f"_{m}") for m in (*MEASURES, *DEPRECATED_MEASURES))
 
 
 # ----------------------------------------------------------------------------------------------------------------

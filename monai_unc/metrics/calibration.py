@@ -1062,7 +1062,7 @@ def uce(
     - ``uce(probs, labels)``: probabilities ``(B, C, *spatial)``, ``C >= 2``, with labels ``(B, *spatial)`` or
       ``(B, 1, *spatial)``: ``u = H(p) / log C`` (:func:`monai_unc.measures.entropy`), error ``argmax p != y``;
     - ``uce(uncertainty, errors)``: an uncertainty map already in [0, 1] (e.g. normalised entropy, or
-      ``max_softmax`` rescaled) and a 0/1 (or bool) error map of the same shape, or ``(B, 1, *spatial)``
+      ``one_minus_max_prob`` rescaled) and a 0/1 (or bool) error map of the same shape, or ``(B, 1, *spatial)``
       with errors ``(B, *spatial)``. With ``per_case=True`` the map must be ``(B, 1, *spatial)`` and each
       batch item is a case; otherwise every voxel is pooled.
 

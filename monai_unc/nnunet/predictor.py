@@ -22,7 +22,7 @@ window with one copy of the network per fold on the device).
 Per window, every sample's softmax streams into a :class:`~monai_unc.stats.SampleStats` (float32 within the
 window); the window's moments, mean probabilities (C channels), mean entropy (1) and, for ``variance``, mean
 squared probabilities (C), are blended with nnU-Net's Gaussian weights into float32 buffers. Blending is a
-convex combination per voxel, so predictive entropy, mutual information and max-softmax derived after stitching
+convex combination per voxel, so predictive entropy, mutual information and one_minus_max_prob derived after stitching
 are exact functions of the blended moments (docs/design.md, "Streaming statistics"). Folds processed one after
 the other (nnU-Net's memory-saving order) contribute equal numbers of samples per voxel, so their statistics
 pool exactly as the mean of their stitched moments.

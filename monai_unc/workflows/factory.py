@@ -89,7 +89,7 @@ def build_inferer(
         base = SimpleInferer()
     keys = [K.PRED.value, *measures]
     if "softmax" in tokens:
-        keys = [k for k in keys if k in (K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.MAX_SOFTMAX.value)]
+        keys = [k for k in keys if k in (K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.ONE_MINUS_MAX_PROB.value)]
         return SoftmaxInferer(base_inferer=base, activation=activation, keys=keys, seed=seed)
     sources: list[Any] = []
     for t in tokens:
