@@ -550,6 +550,10 @@ def cmd_triage(args: argparse.Namespace) -> int:
         print(f"accepted cases: {s['accepted_risk']['statement']}")
         if s["fingerprint"]["status"] == "mismatch":
             print("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these cases")
+        elif s["fingerprint"]["status"] == "unverified":
+            print("note: no record of how the predictions were made: the rule could not check their fingerprint")
+        for note in s["notes"]:
+            print(f"note: {note}")
         print(f"wrote {output / 'triage.csv'} and {page}")
     return 0
 

@@ -734,3 +734,66 @@ def test_two_gloo_ranks_equal_one_process(cohorts, tmp_path):
     assert (dist_out / "t" / "triage.csv").read_bytes() == (single / "triage.csv").read_bytes()
     a, c = (json.loads(p.read_text()) for p in (dist_out / "t" / "triage.json", single / "triage.json"))
     assert a["cases"] == c["cases"] and a["accepted"] == c["accepted"]
+
+
+# ------------------------------------------------------------------------------------------------ docs
+@pytest.mark.slow
+def test_docs_worked_example_prints_its_documented_output(tmp_path, monkeypatch, capsys):
+    """The toy example of docs/triage.md runs as written and prints exactly the output shown there."""
+    monkeypatch.chdir(tmp_path)
+    text = (Path(__file__).resolve().parents[1] / "docs" / "triage.md").read_text()
+    section = text.split("## Worked example", 1)[1].split("\n## ", 1)[0]
+    code, output = re.search(r"```python\n(.*?)```\s*Output:\s*```\n(.*?)```", section, re.S).groups()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        exec(compile(code, "docs/triage.md", "exec"), {"__name__": "__docs__"})
+    assert capsys.readouterr().out == output
+
+
+# ------------------------------------------------------------------------------------------------ demo pieces
+@pytest.mark.slow
+def test_certify_and_triage_on_one_cohort(cohorts, tmp_path):
+    """The demo's step: certify on part of an evaluated cohort, triage the rest from its files only."""
+    from monai_unc.evaluation import CohortState
+    from monai_unc.workflows.triage import certify_and_triage, format_triage
+
+    a = cohorts["A"]
+    state = CohortState.load(cohorts["eval"] / "state")
+    ids = sorted(str(r["case"]) for r in state.rows)
+    cal, new = ids[:24], ids[24:]
+    rule, res, page = certify_and_triage(state, EvaluationConfig(spatial=False), a["predictions"], tmp_path / "t",
+                                         cal, new, target_risk=0.4, delta=0.2, images=a["images"], n_overlays=1)
+    assert rule.calibration_cases == tuple(cal) and sorted(res.decisions) == new and page.is_file()
+    assert ReferralRule.load(tmp_path / "t" / RULE_FILE) == rule
+    assert rule.fingerprint == prediction_fingerprint(a["predictions"], case_ids=cal)
+    dice = {str(r["case"]): {"Dice": float(r["dice"])} for r in state.rows}
+    lines = format_triage(rule, res, dice)
+    assert lines[0].startswith("referral rule certified on 24 case(s): SGR, dice < 0.8 <= 0.4 w.p. 0.8; ")
+    assert len(lines) == 3 + len(new) + 1 and lines[-1].startswith(f"triage of {len(new)} new case(s)")
+    table = {ln.split()[1]: ln for ln in lines[3:-1]}
+    assert set(table) == set(new) and all(res.decisions[c] in table[c] for c in new)
+    assert all(f"{dice[c]['Dice']:.3f}" in table[c] for c in new)
+    with pytest.raises(ValueError, match="overlap"):
+        certify_and_triage(state, EvaluationConfig(), a["predictions"], tmp_path / "u", cal, cal[:1], target_risk=0.4)
+
+
+def test_link_page(tmp_path):
+    from monai_unc.report.triage import link_page
+
+    report = tmp_path / "report" / "report.html"
+    report.parent.mkdir()
+    report.write_text("<html><body><header><h1>QC</h1></header><main></main></body></html>")
+    target = tmp_path / "triage" / "triage.html"
+    link_page(report, target, "Triage of new cases")
+    text = report.read_text()
+    assert '<a href="../triage/triage.html"' in text and text.index("triage.html") < text.index("</header>")
+    link_page(report, target, "Triage of new cases")
+    assert report.read_text() == text  # once
+    bare = tmp_path / "bare.html"
+    bare.write_text("<html><body><p>x</p></body></html>")
+    link_page(bare, target, "t")
+    assert bare.read_text().startswith('<html><body><p class="link"')
+    bad = tmp_path / "bad.html"
+    bad.write_text("plain text")
+    with pytest.raises(ValueError, match="<body>"):
+        link_page(bad, target, "t")

@@ -1036,9 +1036,6 @@ def _assemble(
     reasons: dict[str, int] = {}
     for c in cases:
         reasons[c["code"]] = reasons.get(c["code"], 0) + 1
-    if check["status"] == "unverified":
-        notes.append("neither the rule nor the predictions record how the predictions were made: the rule cannot "
-                     "check that they come from the same model and settings")
     warns = sorted({w for r in rows for w in r.get("warnings", [])})
     summary = {
         "n_cases": len(cases),
