@@ -460,13 +460,14 @@ class ReferralRule:
         applies is listed (``"; "``-joined), the first one gives the ``code``.
         """
         s = np.asarray(scores, dtype=np.float64).reshape(-1)
+        ref = self.image_reference
         z = None
-        if image_stats is not None and self.image_reference is not None:
-            rows = [np.full(len(self.image_reference.features), np.nan) if r is None else r for r in image_stats]
+        if image_stats is not None and ref is not None:
+            rows = [np.full(len(ref.features), np.nan) if r is None else r for r in image_stats]
             stats = np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
             if stats.shape[0] != s.size:
                 raise ValueError(f"image_stats has {stats.shape[0]} rows for {s.size} scores")
-            z = self.image_reference.z_scores(stats)
+            z = ref.z_scores(stats)
         rng = self.score_range
         out = []
         for i, v in enumerate(s):
@@ -482,13 +483,10 @@ class ReferralRule:
                     side = "below" if v < rng[0] else "above"
                     reasons.append(("outside_range", f"score {_fmt(v)} {side} the calibration range "
                                     f"[{_fmt(rng[0])}, {_fmt(rng[1])}]"))
-            if z is not None and np.isfinite(z[i]).all():
-                j = int(np.argmax(z[i]))
-                if z[i, j] > self.image_reference.z_max:  # type: ignore[union-attr]
-                    far = [f"{n} z={zz:.1f}" for n, zz in zip(self.image_reference.features, z[i])  # type: ignore
-                           if zz > self.image_reference.z_max]  # type: ignore[union-attr]
-                    reasons.append(("image_statistics", "image far from the calibration images ("
-                                    + ", ".join(far) + f" > {self.image_reference.z_max:g})"))  # type: ignore
+            if z is not None and ref is not None and np.isfinite(z[i]).all() and z[i].max() > ref.z_max:
+                far = [f"{n} z={zz:.1f}" for n, zz in zip(ref.features, z[i]) if zz > ref.z_max]
+                reasons.append(("image_statistics", f"image far from the calibration images ({', '.join(far)} > "
+                                f"{ref.z_max:g})"))
             if self.feasible and math.isfinite(v) and v > self.threshold:
                 reasons.append(("above_threshold", f"score {_fmt(v)} > threshold {_fmt(self.threshold)}"))
             if reasons:
@@ -860,9 +858,12 @@ def find_prediction_cases(
             what = f"<case>{seg_suffix}.nii.gz" if seg_suffix else "<case>.nii.gz"
             raise CaseError(f"no segmentation ({what}) found in {pred}: is it the output folder of 'monai-unc infer' "
                             f"(--layout monai-unc) or 'monai-unc nnunet-predict' (--layout nnunet)?") from None
-        raise
-    for f in found:
-        f.maps = {m: p for m, p in f.maps.items() if m == rule.measure} if rule.map_source == "file" else {}
+        raise CaseError(str(e).replace(" (use --allow-missing to skip them)", "")) from None
+    for f in found:  # absolute paths: triage.json lists them for the page, which may be built from elsewhere
+        f.maps = {m: p.resolve() for m, p in f.maps.items() if m == rule.measure} if rule.map_source == "file" else {}
+        f.label, f.seg = f.label.resolve(), None if f.seg is None else f.seg.resolve()
+        f.probs = None if f.probs is None else f.probs.resolve()
+        f.image = None if f.image is None else f.image.resolve()
     if cases is not None:
         wanted = [str(c) for c in cases]
         have = {f.case_id for f in found}
