@@ -6,6 +6,7 @@
     monai-unc report    --evaluation EVAL [--output DIR] [--budget 0.2] [--images IMAGES] [--target-risk ...]
     monai-unc calibrate --input IMAGES --labels LABELS --output calibrated.pt (model options as for infer)
     monai-unc demo      [--output demo_output]
+    monai-unc triage    --predictions PRED --rule referral_rule.json --output TRIAGE [--images IMAGES]
     monai-unc nnunet-predict ...        (with the nnunet extra: nnU-Net v2 prediction with uncertainty)
 
 ``infer`` writes uncertainty maps, probabilities and segmentations per case (resumable, atomic, never into the
@@ -34,11 +35,12 @@ from typing import Any, NoReturn
 import torch
 
 from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
-from .evaluation import EvaluationConfig, load_evaluation, read_shifts, run_evaluate
+from .evaluation import EvaluationConfig, load_evaluation, read_shifts, run_evaluate, run_triage
 from .inferers import add_dropout, enable_mc_dropout
 from .io import LAYOUTS, check_output_file, check_output_folder, list_image_cases
 from .keys import DEFAULT_MEASURES, MEASURES, canonical_measure
 from .report.html import build_report
+from .report.triage import build_triage_page
 from .temperature import TemperatureScaled
 from .workflows.calibrate import run_calibrate
 from .workflows.demo import run_demo
@@ -323,6 +325,31 @@ def _add_demo(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
+def _add_triage(sub: Any) -> None:
+    p = sub.add_parser(
+        "triage", help="apply a certified referral rule to new unlabelled cases",
+        description="Read the predictions of new cases (no labels: 'monai-unc infer' or 'nnunet-predict' outputs), "
+        "compute the rule's case score and the label-free quality estimate, and apply referral_rule.json (written by "
+        "'evaluate --target-risk'): triage.csv (case, score, decision accept/review, reason), triage.json and "
+        "triage.html. A case outside the calibration score range, or whose image statistics are far from the "
+        "calibration images', goes to review. Refuses predictions made otherwise than the rule's (fingerprint) "
+        "unless --allow-mismatch. Resumable; runs under torchrun. See docs/triage.md.",
+    )  # fmt: skip
+    p.add_argument("--predictions", "-p", required=True,
+                   help="folder written by 'monai-unc infer' (or nnunet-predict with --layout nnunet)")
+    p.add_argument("--rule", "-r", required=True,
+                   help="referral_rule.json written by 'monai-unc evaluate --target-risk'")
+    p.add_argument("--output", "-o", required=True,
+                   help="output folder (triage.csv, triage.json, triage.html, state/)")
+    p.add_argument("--images", default=None, help="folder of the input images (image-statistics check, overlays)")
+    p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
+    p.add_argument("--uncertainty", default=None, help="folder of <case>_<measure> maps (default: from the layout)")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="triage predictions whose fingerprint differs from the rule's (the page says so)")
+    p.add_argument("--cases", type=int, default=4, help="overlays of the N most uncertain cases (default 4)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
 def _add_nnunet(sub: Any, wanted: str | None) -> Any:
     """Register the nnU-Net sub-commands; the real parser (which imports nnU-Net v2) only when one is run."""
     if wanted in NNUNET_COMMANDS:
@@ -348,6 +375,7 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
     _add_report(sub)
     _add_calibrate(sub)
     _add_demo(sub)
+    _add_triage(sub)
     nnunet_cli = _add_nnunet(sub, command)
     return parser, nnunet_cli
 
@@ -494,6 +522,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if summary.get("warnings"):
             print(f"{len(summary['warnings'])} warning(s), see summary.json")
         print(f"wrote {paths['metrics']} and {paths['summary']}")
+        if "rule" in paths:
+            print(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
     return 0
 
 
@@ -556,12 +586,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_triage(args: argparse.Namespace) -> int:
+    if args.cases < 0:
+        raise ValueError(f"--cases must be >= 0, got {args.cases}")
+    output = check_output_folder(args.output, args.predictions, args.images, args.uncertainty)
+    ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
+    try:
+        res = run_triage(args.predictions, args.rule, output, images=args.images, allow_mismatch=args.allow_mismatch,
+                         layout=args.layout, uncertainty=args.uncertainty, progress=not args.quiet, dist=ctx)
+        page = build_triage_page(output, n_cases=args.cases) if ctx.is_main else None
+    except CasesFailed as e:
+        return _cases_failed(e, ctx, "triage", output)
+    finally:
+        destroy_dist_context(ctx)
+    if not args.quiet and ctx.is_main:
+        s = res.summary
+        print(f"{s['n_cases']} case(s): accept {s['n_accepted']}, review {s['n_review']} "
+              f"({', '.join(f'{k} {v}' for k, v in s['reasons'].items() if k != 'accepted') or 'none'})")
+        print(f"accepted cases: {s['accepted_risk']['statement']}")
+        if s["fingerprint"]["status"] == "mismatch":
+            print("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these cases")
+        elif s["fingerprint"]["status"] == "unverified":
+            print("note: no record of how the predictions were made: the rule could not check their fingerprint")
+        for note in s["notes"]:
+            print(f"note: {note}")
+        print(f"wrote {output / 'triage.csv'} and {page}")
+    return 0
+
+
 _COMMANDS = {
     "infer": cmd_infer,
     "evaluate": cmd_evaluate,
     "report": cmd_report,
     "calibrate": cmd_calibrate,
     "demo": cmd_demo,
+    "triage": cmd_triage,
 }
 
 
@@ -582,7 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _one_line_warning(args.command)
             return _COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        hint = ("run the same command again to resume" if args.command in ("infer", "demo", "evaluate")
+        hint = ("run the same command again to resume" if args.command in ("infer", "demo", "evaluate", "triage")
                 else "nothing was written")
         print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130

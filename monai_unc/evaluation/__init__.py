@@ -43,7 +43,8 @@ per-case resume state under ``state/cases/`` and reports failing cases without s
 (docs/distributed.md).
 
 Modules: :mod:`.config` (options, column groups), :mod:`.case` (one case's row), :mod:`.cohort` (additive state,
-summary, files), :mod:`.resume` (per-case resume state), :mod:`.runner` (shards, ``torchrun``, the command).
+summary, files), :mod:`.resume` (per-case resume state), :mod:`.runner` (shards, ``torchrun``, the command),
+:mod:`.triage` (the referral rule of ``--target-risk`` and ``monai-unc triage`` of new unlabelled cases).
 """
 
 from .case import CaseResult, derived_maps, evaluate_case
@@ -68,6 +69,7 @@ from .config import (
 )
 from .resume import case_fingerprint, load_case_state, save_case_state
 from .runner import assemble_state, evaluate_cases, evaluate_shard, run_evaluate
+from .triage import ReferralRule, certify_referral_rule, run_triage
 
 __all__ = [
     "CALIBRATION_COLUMNS",
@@ -95,4 +97,7 @@ __all__ = [
     "load_evaluation",
     "remove_cohort_files",
     "run_evaluate",
+    "ReferralRule",
+    "certify_referral_rule",
+    "run_triage",
 ]

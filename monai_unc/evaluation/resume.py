@@ -16,7 +16,7 @@ from ..metrics.calibration import ConfidenceHistogram
 from .case import CaseResult
 from .config import EvaluationConfig
 
-__all__ = ["CASE_FIELDS", "CASES_DIR", "case_fingerprint", "save_case_state", "load_case_state"]
+__all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "save_case_state", "load_case_state"]
 
 #: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
 #: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
@@ -27,7 +27,8 @@ CASES_DIR = "cases"
 _CASE_FORMAT = 2  # 2: the 1 - max p map is named one_minus_max_prob (was max_softmax)
 
 
-def _file_signature(path: Path | None) -> list[Any] | None:
+def file_signature(path: Path | None) -> list[Any] | None:
+    """``[resolved path, size, mtime_ns, ctime_ns, inode]`` of a file (None for None): what resume checks."""
     if path is None:
         return None
     st = Path(path).stat()  # ctime and inode too: a copy with preserved mtime (cp -p, rsync -a) still differs
@@ -44,10 +45,10 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
         "config": {**{k: getattr(config, k) for k in CASE_FIELDS}, "n_fine_bins": config.n_fine_bins},
         "shift": None if config.shifts is None else config.shifts.get(files.case_id, ""),
         "inputs": {
-            "label": _file_signature(files.label),
-            "seg": _file_signature(files.seg),
-            "probs": _file_signature(files.probs),
-            "maps": {m: _file_signature(p) for m, p in sorted(files.maps.items())},
+            "label": file_signature(files.label),
+            "seg": file_signature(files.seg),
+            "probs": file_signature(files.probs),
+            "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
         },
     }
     return json.loads(json.dumps(fp))

@@ -33,6 +33,7 @@ from .case import CaseResult, evaluate_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import STATE_DIR, EvaluationConfig
 from .resume import CASES_DIR, case_fingerprint, load_case_state, save_case_state
+from .triage import RULE_FILE, write_referral_rule
 
 __all__ = ["evaluate_shard", "assemble_state", "evaluate_cases", "run_evaluate"]
 
@@ -249,11 +250,16 @@ def _run_evaluate(
             write_failures(output / "failures.json", failures, "monai-unc evaluate")
             if failures:
                 remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
+                (output / RULE_FILE).unlink(missing_ok=True)  # nor an earlier run's referral rule
                 outcome = ("failed", failures)
             else:
                 assert state is not None
                 summary = summarize(state, config)
                 paths = write_evaluation(state, summary, output, config)
+                rule = write_referral_rule(output, state, summary, config, predictions=match_kwargs["predictions"],
+                                           layout=match_kwargs["layout"], uncertainty=match_kwargs["uncertainty"])
+                if rule is not None:  # with a target risk: referral_rule.json for monai-unc triage (docs/triage.md)
+                    paths["rule"] = rule
                 outcome = ("ok", summary, paths)
         except Exception as e:
             err = e

@@ -47,7 +47,7 @@ from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case
 from .plots import plot_case_overlay, plot_referral_curve, plot_scores_by_shift, plot_uncertainty_histograms, save_png
 from .reliability import plot_reliability_diagram
 
-__all__ = ["Figure", "build_report", "render_html", "reliability_figure"]
+__all__ = ["Figure", "PAGE_CSS", "build_report", "format_value", "img_tag", "render_html", "reliability_figure"]
 
 
 @dataclass
@@ -90,7 +90,8 @@ def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> A
     )
 
 
-def _fmt(v: Any, digits: int = 3) -> str:
+def format_value(v: Any, digits: int = 3) -> str:
+    """A table cell: ``digits`` decimals for finite floats, an en dash for missing or non-finite values."""
     if v is None or v == "":
         return "–"
     if isinstance(v, (float, np.floating)):
@@ -98,7 +99,8 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def _img_tag(fig: Figure) -> str:
+def img_tag(fig: Figure) -> str:
+    """An ``<img>`` element embedding the figure's PNG (base64), with its id and title."""
     b64 = base64.b64encode(fig.png).decode("ascii")
     return (
         f'<figure id="fig-{html.escape(fig.key)}"><img alt="{html.escape(fig.title)}" '
@@ -107,7 +109,7 @@ def _img_tag(fig: Figure) -> str:
     )
 
 
-_CSS = """
+PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#1d2430;background:#f5f6f8}
 header{background:#23324a;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:22px}
 header p{margin:2px 0;color:#c9d3e3;font-size:13px}main{padding:8px 28px 40px;max-width:1280px}
@@ -140,26 +142,26 @@ window.addEventListener('load', function () {
 def _cards(summary: Mapping[str, Any]) -> str:
     items: list[tuple[str, str]] = [
         ("cases", str(summary["n_cases"])),
-        ("mean Dice", _fmt(summary["dice"]["mean"])),
+        ("mean Dice", format_value(summary["dice"]["mean"])),
     ]
     t = summary["triage"]
-    items.append((f"Dice kept at {t['budget']:.0%} referral", _fmt(t["dice_retained"])))
+    items.append((f"Dice kept at {t['budget']:.0%} referral", format_value(t["dice_retained"])))
     f = summary.get("failures", {})
     caught = f"{f.get('caught_by_budget')} / {f.get('n_failed')}"
     items.append((f"failed (Dice < {f.get('dice_threshold')}) referred", caught))
     cal = summary.get("calibration")
     if cal:
         items += [
-            ("pooled ECE (top label)", _fmt(cal["ece"], 4)),
-            ("pooled all-label ECE", _fmt(cal["all_label_ece"], 4)),
-            ("pooled NLL", _fmt(cal["nll"], 4)),
-            ("pooled Brier", _fmt(cal["brier"], 4)),
+            ("pooled ECE (top label)", format_value(cal["ece"], 4)),
+            ("pooled all-label ECE", format_value(cal["all_label_ece"], 4)),
+            ("pooled NLL", format_value(cal["nll"], 4)),
+            ("pooled Brier", format_value(cal["brier"], 4)),
         ]
     fd = summary["failure_detection"]
-    items += [("AURC (risk 1 - Dice)", _fmt(fd["aurc"], 4)), ("E-AURC", _fmt(fd["eaurc"], 4))]
+    items += [("AURC (risk 1 - Dice)", format_value(fd["aurc"], 4)), ("E-AURC", format_value(fd["eaurc"], 4))]
     ood = summary.get("ood")
     if ood and ood.get("auroc") is not None:
-        items.append(("OoD AUROC", _fmt(ood["auroc"])))
+        items.append(("OoD AUROC", format_value(ood["auroc"])))
     rc = summary.get("risk_control")
     if rc:
         key = f"referred for risk <= {rc['target_risk']:g} ({rc['risk']}), 1 - delta = {1 - rc['delta']:g}"
@@ -180,17 +182,18 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int) -> str:
             "calibration cases. ")
     if not rc["feasible"]:
         return head + (f"<b>No threshold satisfies the target</b> on these calibration cases (best bound "
-                       f"{_fmt(rc['bound'], 4)}): every case goes to review. Collect more calibration cases or "
+                       f"{format_value(rc['bound'], 4)}): every case goes to review. Collect more calibration cases or "
                        "relax the target.")
     thr = rc["threshold"]
-    text = head + (f"Accept a case when its score is at most <b>{_fmt(thr, 6) if thr is not None else 'any'}</b>: "
+    thr_text = format_value(thr, 6) if thr is not None else "any"
+    text = head + (f"Accept a case when its score is at most <b>{thr_text}</b>: "
                    f"{n_cases - len(rc['referred'])} of {n_cases} accepted (calibration coverage "
-                   f"{_fmt(cal['coverage'])}, observed risk {_fmt(cal['risk_accepted'], 4)}, bound "
-                   f"{_fmt(rc['bound'], 4)}).")
+                   f"{format_value(cal['coverage'])}, observed risk {format_value(cal['risk_accepted'], 4)}, bound "
+                   f"{format_value(rc['bound'], 4)}).")
     held = rc.get("held_out")
     if held:
-        text += (f" Held-out cases: {held['n_cases']}, coverage {_fmt(held['coverage'])}, observed risk of the "
-                 f"accepted {_fmt(held['risk_accepted'], 4)}.")
+        text += (f" Held-out cases: {held['n_cases']}, coverage {format_value(held['coverage'])}, observed risk of the "
+                 f"accepted {format_value(held['risk_accepted'], 4)}.")
     return text
 
 
@@ -219,10 +222,10 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
             acc = cid not in rc_referred
             tag = '<span class="tag k">accept</span>' if acc else '<span class="tag r">review</span>'
             cells.append(f'<td class="l rc">{tag}</td>')
-        cells += [_fmt(r.get(score_key), 4), f'<td class="dice">{_fmt(dice)}</td>']
+        cells += [format_value(r.get(score_key), 4), f'<td class="dice">{format_value(dice)}</td>']
         if has_shift:
             cells.append(f'<td class="l">{html.escape(str(r.get("shift", "")))}</td>')
-        cells += [_fmt(r.get(k)) for k in extra]
+        cells += [format_value(r.get(k)) for k in extra]
         tds = "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in cells)
         out.append(f'<tr class="{cls.strip()}" data-case="{html.escape(cid)}">{tds}</tr>')
     out.append("</tbody></table></div>")
@@ -245,7 +248,7 @@ def render_html(
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<meta name='viewport' content='width=device-width'><title>{html.escape(title)}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{PAGE_CSS}</style></head><body>",
         f"<header><h1>{html.escape(title)}</h1><p>{summary['n_cases']} cases · measure "
         f"<b>{html.escape(str(measure))}</b> · triage score <b>{html.escape(summary['score']['column'])}</b> · "
         f"generated {now} by monai-unc</p>",
@@ -254,9 +257,9 @@ def render_html(
         '<section id="triage"><h2>Triage</h2><p class="note">',
         f"Cases ranked from most to least uncertain. With a referral budget of <b>{t['budget']:.0%}</b> the "
         f"<b>{t['n_referred']}</b> most uncertain case(s) go to review; the expected mean Dice of the "
-        f"<b>{summary['n_cases'] - t['n_referred']}</b> retained cases is <b>{_fmt(t['dice_retained'])}</b> "
-        f"(all cases: {_fmt(t['dice_all'])}"
-        + (f"; referred cases: {_fmt(t['dice_referred'])}" if t.get("dice_referred") is not None else "")
+        f"<b>{summary['n_cases'] - t['n_referred']}</b> retained cases is <b>{format_value(t['dice_retained'])}</b> "
+        f"(all cases: {format_value(t['dice_all'])}"
+        + (f"; referred cases: {format_value(t['dice_referred'])}" if t.get("dice_referred") is not None else "")
         + f"). Dice below {summary['failures']['dice_threshold']:g} is marked as failed.",
     ]
     rc = summary.get("risk_control")
@@ -269,11 +272,11 @@ def render_html(
         parts.append(f' <a download="metrics.csv" href="data:text/csv;base64,{b64}">Download metrics.csv</a>.')
     parts += ["</p>", _triage_table(rows, summary), "</section>"]
     parts.append('<section id="plots"><h2>Cohort plots</h2><div class="plots">')
-    parts += [_img_tag(f) for f in cohort_figures]
+    parts += [img_tag(f) for f in cohort_figures]
     parts.append("</div></section>")
     if case_figures:
         parts.append('<section id="cases" class="cases"><h2>Cases: slices of highest uncertainty</h2>')
-        parts += [_img_tag(f) for f in case_figures]
+        parts += [img_tag(f) for f in case_figures]
         parts.append("</section>")
     warns = summary.get("warnings") or []
     if warns:
@@ -311,7 +314,7 @@ def _case_figures(
         if measure is None:
             continue
         r = by_id[cid]
-        info = {"Dice": _fmt(float(r["dice"])), score_key: _fmt(r.get(score_key), 4)}
+        info = {"Dice": format_value(float(r["dice"])), score_key: format_value(r.get(score_key), 4)}
         if "shift" in r:
             info["shift"] = r["shift"] or "none"
         fig = plot_case_overlay(cid, case.seg, case.label, maps[measure], case.image, case.spacing, measure, info=info,
@@ -378,11 +381,11 @@ def build_report(
         add("reliability", "Reliability diagram (all labels, pooled)",
             "Every class probability of every voxel against the frequency of that class, from the merged confidence "
             "histograms of all cases; the boxes show the spread of the per-case frequencies in each bin. Pooled "
-            f"all-label ECE {_fmt(cal['all_label_ece'], 4)}, top-label ECE {_fmt(cal['ece'], 4)}.", rel)
+            f"all-label ECE {format_value(cal['all_label_ece'], 4)}, top-label ECE {format_value(cal['ece'], 4)}.", rel)
     add("referral", "Referral curve",
         f"Mean Dice of the cases kept after referring the most uncertain ones (by {label}), against the oracle that "
         f"refers the worst cases first and random referral. Normalised area "
-        f"{_fmt(summary['referral']['area_normalized'])}.",
+        f"{format_value(summary['referral']['area_normalized'])}.",
         plot_referral_curve(filled, dice, config.budget, label, risk_control=summary.get("risk_control")))
     add("histograms", "Uncertainty of good and failed cases",
         f"Histogram of {label} for cases with Dice >= {config.failure_dice:g} (good) and below (failed); failed cases "
@@ -391,7 +394,7 @@ def build_report(
     if config.shifts is not None:
         ood = summary.get("ood", {})
         add("shifts", "Uncertainty by shift",
-            f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {_fmt(ood.get('auroc'))}.",
+            f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {format_value(ood.get('auroc'))}.",
             plot_scores_by_shift(filled, [r.get("shift", "") for r in rows], IID_SHIFTS, label))
     case_figs = _case_figures(state, summary, n_cases, images, fig_dir)
     csv_path = evaluation / "metrics.csv"

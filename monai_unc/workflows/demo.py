@@ -35,9 +35,11 @@ from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
 from ..io import atomic_write_json, list_image_cases
 from ..keys import DEFAULT_MEASURES
 from ..report.html import build_report
+from ..report.triage import link_page
 from .factory import build_inferer, check_roi
 from .infer import InferSettings, check_run_settings, predict_cases
 from .models import load_network
+from .triage import certify_and_triage, format_triage
 
 __all__ = ["run_demo"]
 
@@ -79,16 +81,24 @@ def run_demo(
         predict_cases(list_image_cases(cohort["images"]), model, inferer, settings, pred_dir, progress=not quiet)
     say("[3/4] evaluate")
     config.shifts = read_shifts(cohort["shifts"])
-    _, summary, paths = run_evaluate(cohort["labels"], pred_dir, output / "evaluation", config,
-                                     images=cohort["images"], progress=not quiet)
+    state, summary, paths = run_evaluate(cohort["labels"], pred_dir, output / "evaluation", config,
+                                         images=cohort["images"], progress=not quiet)
     say("[4/4] report")
     report = build_report(output / "evaluation", output / "report")
+    say("triage: certify a referral rule on half of the cohort, triage the other half without labels")
+    ids = sorted(str(r["case"]) for r in state.rows)  # type: ignore[union-attr]
+    rule, triaged, page = certify_and_triage(state, config, pred_dir, output / "triage", ids[0::2], ids[1::2],
+                                             target_risk=0.2, delta=0.1, images=cohort["images"], n_overlays=3)
+    link_page(report, page, "Triage of new cases: a referral rule certified on half of the cohort, applied to the "
+              "other half without labels")
     seconds = time.time() - t0
     summary = dict(summary)
     summary["report"] = str(report.resolve())
     atomic_write_json(output / "demo_summary.json", summary)  # strict JSON: NaN (an undefined metric) -> null
     if not quiet:
         _print_summary(summary, paths["metrics"], seconds)
+        dice = {str(r["case"]): {"Dice": float(r["dice"])} for r in state.rows}  # type: ignore[union-attr]
+        print("\n".join(format_triage(rule, triaged, dice)) + f"\ntriage page: {page.resolve()}")
     print(f"report: {report.resolve()}")
     return summary
 

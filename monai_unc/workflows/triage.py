@@ -1,0 +1,99 @@
+"""Both triage steps on one evaluated cohort: certify a referral rule on some labelled cases and triage the others as
+if they were new and unlabelled (:func:`certify_and_triage`; used by ``monai-unc demo`` and docs/triage.md).
+
+The rule is certified from the saved evaluation (:func:`monai_unc.evaluation.summarize` with a target risk and the
+calibration cases, then :func:`monai_unc.evaluation.triage.certify_referral_rule`), so nothing is evaluated twice;
+the other cases are triaged from their prediction files only (:func:`monai_unc.evaluation.triage.run_triage`), as
+``monai-unc triage`` would, and the page is written by :func:`monai_unc.report.triage.build_triage_page`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..evaluation import CohortState, EvaluationConfig, summarize
+from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
+from ..report.triage import build_triage_page
+
+__all__ = ["certify_and_triage", "format_triage"]
+
+
+def certify_and_triage(
+    state: CohortState,
+    config: EvaluationConfig,
+    predictions: str | os.PathLike,
+    output: str | os.PathLike,
+    calibration_cases: Sequence[str],
+    new_cases: Sequence[str],
+    *,
+    target_risk: float,
+    delta: float = 0.1,
+    risk: str = "failure",
+    images: str | os.PathLike | None = None,
+    layout: str = "monai-unc",
+    n_overlays: int = 4,
+    progress: bool = False,
+) -> tuple[ReferralRule, TriageResult, Path]:
+    """Certify on ``calibration_cases`` of an evaluated cohort, triage ``new_cases`` without their labels.
+
+    Writes ``<output>/referral_rule.json`` and the triage files (``triage.csv``, ``triage.json``, ``triage.html``)
+    under ``<output>``; returns ``(rule, result, page)``. The two case lists must be disjoint.
+    """
+    cal, new = [str(c) for c in calibration_cases], [str(c) for c in new_cases]
+    if set(cal) & set(new):
+        raise ValueError(f"calibration_cases and new_cases overlap: {sorted(set(cal) & set(new))[:5]}")
+    if not cal or not new:
+        raise ValueError("calibration_cases and new_cases must both name at least one case")
+    cfg = dataclasses.replace(config, target_risk=target_risk, delta=delta, risk=risk, risk_method=None,
+                              calibration_cases=cal)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "no threshold certifies ...": the rule records it
+        summary = summarize(state, cfg)
+    rule = certify_referral_rule(state, summary, cfg, predictions=predictions, layout=layout)
+    output = Path(output)
+    rule.save(output / RULE_FILE)
+    result = run_triage(predictions, rule, output, images=images, layout=layout, cases=new, progress=progress)
+    page = build_triage_page(output, n_cases=n_overlays)
+    return rule, result, page
+
+
+def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, Mapping[str, Any]] | None = None
+                  ) -> list[str]:
+    """Printable lines: the rule, one line per case (most uncertain first: rank, case, score, decision, reason and
+    the ``extra`` columns given per case, e.g. a Dice known only to the demo), and the counts."""
+    s = result.summary
+    cal = rule.score_range
+    head = (f"referral rule certified on {rule.n_calibration} case(s): {rule.method.upper()}, "
+            f"{rule.risk_definition} <= {rule.target_risk:g} w.p. {1 - rule.delta:g}; ")
+    if rule.feasible:
+        head += ("accept every score" if rule.threshold == float("inf") else f"accept {rule.score} <= "
+                 f"{rule.threshold:.6g}") + f" (calibration coverage {rule.coverage:.2f}, bound {rule.bound:.3f})"
+    else:
+        head += f"not certifiable on so few cases (best bound {rule.bound:.3f}): every new case goes to review"
+    lines = [head]
+    if cal is not None:
+        lines.append(f"calibration score range [{cal[0]:.4f}, {cal[1]:.4f}]; image check: {s['image_check']}")
+    extra = extra or {}
+    keys = sorted({k for v in extra.values() for k in v})
+    lines.append(f"{'rank':>4}  {'case':<16} {'score':>8}  " + "".join(f"{k:>8}  " for k in keys)
+                 + "decision  reason")
+    by_id = {c["case"]: c for c in s["cases"]}
+    for i, cid in enumerate(s["order"], 1):
+        c = by_id[cid]
+        score = "undefined" if c["score"] is None else f"{c['score']:.4f}"
+        cols = "".join(f"{_cell(extra.get(cid, {}).get(k)):>8}  " for k in keys)
+        lines.append(f"{i:>4}  {cid:<16} {score:>8}  {cols}{c['decision']:<8}  {c['reason']}")
+    lines.append(f"triage of {s['n_cases']} new case(s) without labels: accept {s['n_accepted']}, review "
+                 f"{s['n_review']}")
+    return lines
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return "" if v is None else str(v)
