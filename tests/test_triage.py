@@ -85,7 +85,7 @@ def test_case_score_columns_equal_evaluate_case_columns():
     probs = rng.dirichlet([1.0, 1.0, 1.0], size=shape).transpose(3, 0, 1, 2).astype(np.float32)
     seg = probs.argmax(0).astype(np.int64)
     maps = {"predictive_entropy": rng.random(shape).astype(np.float32),
-            "max_softmax": rng.random(shape).astype(np.float32)}
+            "one_minus_max_prob": rng.random(shape).astype(np.float32)}
     case = LoadedCase("c", seg.copy(), seg, probs, maps, np.eye(4), (1.0, 1.0, 1.0))
     row = evaluate_case(case, EvaluationConfig(spatial=False, patch_size=5)).row
     cols = case_score_columns(maps, seg, 5)
@@ -95,7 +95,7 @@ def test_case_score_columns_equal_evaluate_case_columns():
 def test_parse_score_column():
     assert parse_score_column("predictive_entropy_fg_mean") == ("predictive_entropy", "fg_mean")
     assert parse_score_column("mutual_information_mean") == ("mutual_information", "mean")
-    assert parse_score_column("max_softmax_patch") == ("max_softmax", "patch")
+    assert parse_score_column("one_minus_max_prob_patch") == ("one_minus_max_prob", "patch")
     for bad in ("dice", "entropy_mean", "predictive_entropy_sum"):
         with pytest.raises(ValueError, match="score column"):
             parse_score_column(bad)
