@@ -193,7 +193,10 @@ def normalize_spacing(spacing: float | Sequence[float] | np.ndarray, ndim: int, 
     if isinstance(spacing, (int, float, np.floating, np.integer)):
         sp = (float(spacing),) * ndim
     else:
-        sp = tuple(float(s) for s in np.asarray(spacing, dtype=float).ravel())
+        try:
+            sp = tuple(float(s) for s in np.asarray(spacing, dtype=float).ravel())
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {spacing!r}") from None
         if len(sp) != ndim:
             raise ValueError(f"{name} must have {ndim} values (one per spatial axis), got {len(sp)}")
     if not all(np.isfinite(s) and s > 0 for s in sp):
@@ -204,7 +207,14 @@ def normalize_spacing(spacing: float | Sequence[float] | np.ndarray, ndim: int, 
 def case_spacings(spacing: Any, n_cases: int, ndim: int, name: str = "spacing") -> list[tuple]:
     """Spacing (mm per axis) of each of ``n_cases`` cases: a scalar or per-axis value shared by all, or one row per
     case (``(n_cases, ndim)``); each as :func:`normalize_spacing` returns it."""
-    arr = None if isinstance(spacing, (int, float)) else np.asarray(spacing, dtype=float)
+    arr = None
+    if not isinstance(spacing, (int, float)):
+        try:
+            arr = np.asarray(spacing, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{name} must be a number, one number per axis or one row per case (mm), got {spacing!r}"
+            ) from None
     if arr is not None and arr.ndim == 2:
         if arr.shape[0] != n_cases:
             raise ValueError(f"{name} has {arr.shape[0]} rows but there are {n_cases} cases")
