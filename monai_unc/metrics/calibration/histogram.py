@@ -773,7 +773,7 @@ class ConfidenceHistogram:
         if not path.is_file():
             raise FileNotFoundError(f"path: no ConfidenceHistogram file at {path}")
         try:
-            with np.load(path, allow_pickle=False) as data:
+            with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:  # our handle: closed on errors too
                 state = {k: data[k] for k in data.files}
         except Exception as err:  # BadZipFile, EOFError, OSError, ValueError, zlib.error from a damaged file
             raise ValueError(
