@@ -138,6 +138,8 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
 def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool, cuda: Any) -> Array:
     """Label maps as ``(cases, *spatial)`` integers; a channel axis with C >= 2 is reduced by argmax."""
     t = to_tensor(x, name)
+    if t.is_complex():
+        raise TypeError(f"{name} must be a real-valued label map (or probabilities), got dtype {t.dtype}")
     nsp = len(spatial)
     lead = (n_cases,) if batched else ()
     shape = tuple(t.shape)

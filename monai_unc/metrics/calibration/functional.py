@@ -125,8 +125,8 @@ def _histogram_from(
         raise ValueError(f"{caller}: target (the reference labels) is required with probabilities (or pass a "
                          "ConfidenceHistogram as probs)")
     p = to_tensor(x, "probs")
-    if p.ndim < 3:
-        raise ValueError(f"probs must have shape (B, C, *spatial), got {tuple(p.shape)}")
+    if p.ndim < 3 or p.shape[1] < 2:
+        raise ValueError(f"probs must have shape (B, C, *spatial) with C >= 2 classes, got {tuple(p.shape)}")
     hist = ConfidenceHistogram(int(p.shape[1]), n_fine_bins=n_fine_bins, per_case=per_case, uncertainty=uncertainty)
     return hist.update(p, target, weights=weights, mask=mask)
 
@@ -369,7 +369,7 @@ def uce(
         return _calibration_error(probs, target, weights=weights, mask=mask, **common)  # type: ignore[arg-type]
     if target is None:
         raise ValueError("uce: target (labels or error map) is required with an array")
-    u = to_tensor(probs, "uncertainty")
+    u = to_tensor(probs, "probs")
     t = to_tensor(target, "target")
     shape_u, shape_t = tuple(u.shape), tuple(t.shape)
     as_map = shape_u == shape_t or (

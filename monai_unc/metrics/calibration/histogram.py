@@ -531,7 +531,9 @@ class ConfidenceHistogram:
                 Zero-weight voxels are left out like masked ones.
             case_ids: one ``str`` per batch item; items with an existing id are added to that case (patches
                 of one volume). Default: every item is a new case numbered ``0, 1, ...``. Ignored when pooled.
-            mask: optional boolean map of the label shape; only voxels where it is True are counted.
+            mask: optional boolean map of the label shape; only voxels where it is True are counted. Voxels
+                outside the mask (or with zero weight) are never read, so NaN there is allowed (e.g. probabilities
+                set to NaN outside a region of interest).
             validate: check the probabilities (finite, in [0, 1], summing to 1 over C, tolerance 1e-3 for
                 float32 / float64, :func:`monai_unc._utils.probability_tolerance` for lower precisions).
                 Values are clipped to [0, 1] before binning.
