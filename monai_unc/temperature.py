@@ -158,7 +158,10 @@ class TemperatureScaler(nn.Module):
         for name, value, minimum in (("max_steps", max_steps, 1), ("chunk_size", chunk_size, 1),
                                      ("n_bins", n_bins, 1), ("min_bin_count", min_bin_count, 0)):  # fmt: skip
             check_integer(value, name, minimum)
-        if lr_backoff is not None and not 0 < lr_backoff < 1:
+        if lr_backoff is not None and (
+            isinstance(lr_backoff, bool) or not isinstance(lr_backoff, (int, float, np.integer, np.floating))
+            or not 0 < lr_backoff < 1
+        ):
             raise ValueError(f"lr_backoff must be in (0, 1) or None, got {lr_backoff}")
         if num_classes is not None:
             check_integer(num_classes, "num_classes", 2)
