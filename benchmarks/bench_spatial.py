@@ -184,7 +184,7 @@ def worker(name: str, path: str) -> None:
     for metric, fn in fns.items():
         base = _status_kib("VmRSS")
         resettable = reset_peak()
-        values[metric] = float(fn())
+        values[metric] = float(np.ravel(fn())[0])  # monai_unc returns (1,) per case, the naive contenders a float
         if resettable:
             high = _status_kib("VmHWM")
         else:  # ru_maxrss is a lifetime high-water mark: an upper bound here

@@ -167,11 +167,11 @@ def main() -> None:
                 for u_name, u in (("mi", mi), ("pe", pe)):
                     row[key].update(
                         {
-                            f"space_{u_name}": float(spatial_calibration_error(u, seg_det, label, spacing=spacing)),
+                            f"space_{u_name}": float(spatial_calibration_error(u, seg_det, label, spacing=spacing)[0]),
                             f"buc_{u_name}": float(
-                                boundary_uncertainty_concentration(u, seg_det, label, spacing=spacing)
+                                boundary_uncertainty_concentration(u, seg_det, label, spacing=spacing)[0]
                             ),
-                            f"baece_{u_name}": float(boundary_aware_ece(u, seg_det, label, spacing=spacing)),
+                            f"baece_{u_name}": float(boundary_aware_ece(u, seg_det, label, spacing=spacing)[0]),
                         }
                     )
             maps_mi[key].append(mi)

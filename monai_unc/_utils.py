@@ -7,16 +7,20 @@ input's library (numpy in, numpy out; torch in, torch out on the same device).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from monai.metrics.utils import do_metric_reduction
+from monai.utils import MetricReduction
 
 __all__ = [
     "ArrayLike",
     "PROB_TOL",
+    "probability_tolerance",
     "to_tensor",
     "like_input",
     "to_numpy",
@@ -26,13 +30,33 @@ __all__ = [
     "check_probabilities",
     "check_labels",
     "normalize_spacing",
+    "case_spacings",
+    "check_integer",
+    "num_threads",
+    "reduce_case_values",
     "warn_nan",
 ]
 
 ArrayLike = np.ndarray | torch.Tensor
 
-#: tolerance for probabilities outside [0, 1] and for the sum over classes differing from 1
+#: tolerance for probabilities outside [0, 1] and for the sum over classes differing from 1 (float32 / float64;
+#: lower precisions get a wider one, see :func:`probability_tolerance`)
 PROB_TOL = 1e-3
+#: multiple of the dtype's machine epsilon in :func:`probability_tolerance`
+_EPS_FACTOR = 4
+
+
+def probability_tolerance(dtype: torch.dtype) -> float:
+    """Tolerance of the probability checks for arrays of ``dtype``: ``max(PROB_TOL, 4 * eps(dtype))``.
+
+    Rounding a probability ``p`` to a floating type changes it by at most ``eps / 2 * p`` (relative rounding), so
+    rounding every class of a distribution moves its sum by at most ``eps / 2`` whatever the number of classes; a
+    softmax computed in that type adds about as much again. ``4 * eps`` covers both with a margin: 1e-3 (the
+    floor) for float32 / float64, 3.9e-3 for float16 and 0.031 for bfloat16 (whose sums are off by up to ~4e-3).
+    """
+    if not dtype.is_floating_point:
+        return PROB_TOL
+    return max(PROB_TOL, _EPS_FACTOR * float(torch.finfo(dtype).eps))
 
 
 def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -43,9 +67,9 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
     if isinstance(x, torch.Tensor):
         t = x.as_tensor() if hasattr(x, "as_tensor") else x
     elif isinstance(x, np.ndarray):
-        t = torch.from_numpy(np.ascontiguousarray(x))
+        t = torch.from_numpy(np.ascontiguousarray(_numeric(x, name)))
     elif isinstance(x, (list, tuple, float, int, np.generic)):
-        t = torch.as_tensor(np.asarray(x))
+        t = torch.as_tensor(_numeric(_asarray(x, name), name))
     else:
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
     if dtype is not None:
@@ -53,9 +77,31 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
     return t
 
 
-def like_input(result: torch.Tensor, reference: Any) -> ArrayLike:
-    """Convert ``result`` back to the library of ``reference`` (numpy in -> numpy out)."""
-    if isinstance(reference, np.ndarray):
+def _asarray(x: Any, name: str) -> np.ndarray:
+    try:
+        return np.asarray(x)
+    except ValueError as err:  # ragged nested lists
+        raise ValueError(f"{name} must be a rectangular array, got a ragged {type(x).__name__}: {err}") from None
+
+
+def _numeric(a: np.ndarray, name: str) -> np.ndarray:
+    """``a`` if its dtype is boolean or numeric (torch can hold it), else ``TypeError`` naming ``name``."""
+    if a.dtype.kind not in "biufc":
+        raise TypeError(f"{name} must be a numeric array, got dtype {a.dtype}")
+    return a
+
+
+def like_input(result: ArrayLike, reference: Any) -> ArrayLike:
+    """Return ``result`` (a tensor or a numpy array) in the library of ``reference``.
+
+    A tensor ``reference`` gives a tensor (a numpy ``result`` is moved to the reference's device); a numpy
+    ``reference`` gives a numpy array; for any other reference (lists, scalars) ``result`` is returned as is.
+    """
+    if isinstance(reference, torch.Tensor):
+        if isinstance(result, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(result)).to(reference.device)
+        return result
+    if isinstance(reference, np.ndarray) and isinstance(result, torch.Tensor):
         return result.detach().cpu().numpy()
     return result
 
@@ -68,7 +114,7 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
     if isinstance(x, (list, tuple, float, int, np.generic)):
-        return np.asarray(x)
+        return _asarray(x, name)
     raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
 
 
@@ -81,15 +127,18 @@ def check_finite(x: torch.Tensor, name: str) -> None:
 
 
 def check_probabilities(
-    p: torch.Tensor, name: str = "probs", channel_dim: int = 1, min_ndim: int = 3, tol: float = PROB_TOL
+    p: torch.Tensor, name: str = "probs", channel_dim: int = 1, min_ndim: int = 3, tol: float | None = None
 ) -> None:
     """Validate class probabilities along ``channel_dim``.
 
     Raises ``ValueError`` naming ``name`` when the tensor has too few dimensions, fewer than two
     classes, an empty volume, non-finite values, values outside ``[0, 1]`` (beyond ``tol``), or when
-    the classes do not sum to 1 (beyond ``tol``).
+    the classes do not sum to 1 (beyond ``tol``). ``tol`` defaults to :func:`probability_tolerance` of the
+    dtype (1e-3 for float32 / float64; wider for float16 and bfloat16, whose rounding moves sums by more).
     """
     p = p.detach()
+    if tol is None:
+        tol = probability_tolerance(p.dtype)
     if not p.is_floating_point():
         raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
     if p.ndim < min_ndim:
@@ -144,12 +193,68 @@ def normalize_spacing(spacing: float | Sequence[float] | np.ndarray, ndim: int, 
     if isinstance(spacing, (int, float, np.floating, np.integer)):
         sp = (float(spacing),) * ndim
     else:
-        sp = tuple(float(s) for s in np.asarray(spacing, dtype=float).ravel())
+        try:
+            sp = tuple(float(s) for s in np.asarray(spacing, dtype=float).ravel())
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {spacing!r}") from None
         if len(sp) != ndim:
             raise ValueError(f"{name} must have {ndim} values (one per spatial axis), got {len(sp)}")
     if not all(np.isfinite(s) and s > 0 for s in sp):
         raise ValueError(f"{name} must be positive and finite (mm per axis), got {sp}")
     return sp
+
+
+def case_spacings(spacing: Any, n_cases: int, ndim: int, name: str = "spacing") -> list[tuple]:
+    """Spacing (mm per axis) of each of ``n_cases`` cases: a scalar or per-axis value shared by all, or one row per
+    case (``(n_cases, ndim)``); each as :func:`normalize_spacing` returns it."""
+    arr = None
+    if not isinstance(spacing, (int, float)):
+        try:
+            arr = np.asarray(spacing, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{name} must be a number, one number per axis or one row per case (mm), got {spacing!r}"
+            ) from None
+    if arr is not None and arr.ndim == 2:
+        if arr.shape[0] != n_cases:
+            raise ValueError(f"{name} has {arr.shape[0]} rows but there are {n_cases} cases")
+        return [normalize_spacing(row, ndim, name) for row in arr]
+    sp = normalize_spacing(spacing, ndim, name)
+    return [sp] * n_cases
+
+
+def check_integer(value: Any, name: str, minimum: int = 1) -> int:
+    """``value`` as an ``int`` if it is an integer (not a bool) of at least ``minimum``; ``ValueError`` naming
+    ``name`` otherwise (a float such as 2.5, a string, ``None``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        kind = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return int(value)
+
+
+def num_threads() -> int:
+    """Threads for the multi-threaded kernels: torch's setting (the number of cores by default)."""
+    return max(1, int(torch.get_num_threads()))
+
+
+def reduce_case_values(
+    data: torch.Tensor, reduction: MetricReduction | str, metric: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MONAI's ``do_metric_reduction`` of buffered per-case values ``(N, K)``, NaN where no case is valid.
+
+    MONAI reduces NaN values away and returns 0 where every value was NaN, which reads as a perfect (or the
+    worst) score; here every reduced entry without a single valid value is NaN, with a ``UserWarning`` naming
+    ``metric``. Returns ``(values, not_nans)`` as MONAI does (``not_nans`` counts the valid values).
+    """
+    f, not_nans = do_metric_reduction(data.clone(), reduction)
+    if reduction == MetricReduction.NONE or not isinstance(f, torch.Tensor):
+        return f, not_nans
+    empty = not_nans == 0
+    if bool(empty.any()):
+        where = "the" if f.ndim == 0 else f"{int(empty.sum())} of {f.numel()}"
+        warn_nan(f"{metric}: no valid (non-NaN) case for {where} reduced value(s); returning NaN instead of 0")
+        f = torch.where(empty.to(f.device), torch.full_like(f, math.nan), f)
+    return f, not_nans
 
 
 def warn_nan(message: str, stacklevel: int = 3) -> float:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from ._deprecation import deprecated_arg_names
 from ._utils import ArrayLike, check_finite, like_input, to_numpy, to_tensor
 
 __all__ = ["PatchMax", "aggregate", "max_patch", "fit_threshold", "METHODS"]
@@ -82,11 +83,21 @@ def _mask(mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor | 
     return m != 0
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def _patch_size(patch_size: int | Sequence[int], spatial: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(patch_size, (int, np.integer)):
+    if _is_int(patch_size):
         size = (int(patch_size),) * len(spatial)
     else:
-        size = tuple(int(s) for s in patch_size)
+        is_sequence = isinstance(patch_size, (Sequence, np.ndarray)) and not isinstance(patch_size, str)
+        items = list(patch_size) if is_sequence else None
+        if items is None or not all(_is_int(s) for s in items):
+            raise ValueError(
+                f"patch_size must be an integer number of voxels or one integer per spatial axis, got {patch_size!r}"
+            )
+        size = tuple(int(s) for s in items)
         if len(size) != len(spatial):
             raise ValueError(f"patch_size must have {len(spatial)} values (one per spatial axis), got {len(size)}")
     if any(s < 1 for s in size):
@@ -223,12 +234,6 @@ def _maps_np(uncertainty: Any) -> np.ndarray:
     return u[:, 0]
 
 
-def _follow(a: np.ndarray, reference: Any) -> ArrayLike:
-    if isinstance(reference, torch.Tensor):
-        return torch.from_numpy(np.ascontiguousarray(a)).to(reference.device)
-    return a
-
-
 def max_patch(
     uncertainty: ArrayLike,
     patch_size: int | Sequence[int] = 10,
@@ -293,7 +298,7 @@ def max_patch(
             )
             best = np.where(empty, np.nan, best)
             start[empty] = -1
-    return PatchMax(_follow(best, uncertainty), _follow(start, uncertainty), size)
+    return PatchMax(like_input(best, uncertainty), like_input(start, uncertainty), size)
 
 
 def aggregate(
@@ -324,7 +329,7 @@ def aggregate(
     Returns:
         ``(B,)`` float64 scores, or ``(scores, start)`` for ``"patch"`` with ``return_location=True``.
     """
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "patch":
         res = max_patch(uncertainty, patch_size=patch_size, reduction=patch_reduction, mask=mask)
@@ -354,9 +359,15 @@ def aggregate(
     else:
         if threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with fit_threshold on validation maps)")
+        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+            raise ValueError(f"threshold must be a real number (e.g. from fit_threshold), got {threshold!r}")
         t = float(threshold)
         if not np.isfinite(t):
             raise ValueError(f"threshold must be finite, got {threshold}")
+        if isinstance(empty_value, (bool, np.bool_)) or not isinstance(
+            empty_value, (int, float, np.integer, np.floating)
+        ):
+            raise ValueError(f"empty_value must be a number (0.0 or NaN), got {empty_value!r}")
         above = flat >= t
         if keep is not None:
             above = above & keep
@@ -379,7 +390,8 @@ def _cases(x: Any, name: str) -> list[np.ndarray]:
     return items
 
 
-def fit_threshold(val_uncertainty_maps: Any, val_predictions: Any) -> float:
+@deprecated_arg_names({"val_uncertainty_maps": "uncertainty", "val_predictions": "pred"})
+def fit_threshold(uncertainty: Any, pred: Any) -> float:
     """Threshold ``t`` for ``aggregate(method="threshold")`` as ValUES fits it (Appendix F.2, eqs. 21-22).
 
     ``alpha_i`` = predicted foreground fraction of validation case ``i`` (label > 0), ``q = 1 - mean_i alpha_i``,
@@ -388,32 +400,35 @@ def fit_threshold(val_uncertainty_maps: Any, val_predictions: Any) -> float:
     predicted foreground voxels.
 
     Args:
-        val_uncertainty_maps: per-case maps, a list (shapes may differ between cases) or an array with cases
-            on axis 0 (e.g. ``(B, 1, *spatial)``).
-        val_predictions: predicted label maps of the same cases, each with as many voxels as its map.
+        uncertainty: validation uncertainty maps, a list of per-case maps (shapes may differ between cases) or an
+            array with cases on axis 0 (e.g. ``(B, 1, *spatial)``).
+        pred: predicted label maps of the same cases, each with as many voxels as its map.
+
+    The keywords ``val_uncertainty_maps`` and ``val_predictions`` are deprecated aliases of ``uncertainty`` and
+    ``pred``.
 
     Returns:
         The threshold ``t`` (float).
     """
-    maps = _cases(val_uncertainty_maps, "val_uncertainty_maps")
-    preds = _cases(val_predictions, "val_predictions")
+    maps = _cases(uncertainty, "uncertainty")
+    preds = _cases(pred, "pred")
     if len(maps) != len(preds):
-        raise ValueError(
-            f"val_uncertainty_maps and val_predictions must hold the same number of cases, got {len(maps)} and "
-            f"{len(preds)}"
-        )
+        raise ValueError(f"uncertainty and pred must hold the same number of cases, got {len(maps)} and {len(preds)}")
     fractions = []
     for i, (u, p) in enumerate(zip(maps, preds)):
         if u.size != p.size:
-            raise ValueError(f"case {i}: the map has {u.size} voxels but the prediction has {p.size}")
+            raise ValueError(f"case {i}: the map uncertainty[{i}] has {u.size} voxels but pred[{i}] has {p.size}")
         if u.size == 0:
-            raise ValueError(f"case {i}: empty map")
+            raise ValueError(f"case {i}: uncertainty[{i}] is an empty map")
+        if u.dtype.kind not in "biuf" or p.dtype.kind not in "biuf":
+            raise TypeError(f"case {i}: uncertainty[{i}] and pred[{i}] must be real numeric arrays, got dtypes "
+                            f"{u.dtype} and {p.dtype}")
         if not np.isfinite(u).all():
-            raise ValueError(f"val_uncertainty_maps[{i}] contains non-finite values (NaN or inf)")
+            raise ValueError(f"uncertainty[{i}] contains non-finite values (NaN or inf)")
         if np.issubdtype(p.dtype, np.floating) and not (np.isfinite(p).all() and (p == np.round(p)).all()):
-            raise ValueError(f"val_predictions[{i}] must be a label map (integers), not probabilities")
+            raise ValueError(f"pred[{i}] must be a label map (integers), not probabilities")
         if p.dtype != bool and p.min() < 0:
-            raise ValueError(f"val_predictions[{i}] must hold non-negative class labels")
+            raise ValueError(f"pred[{i}] must hold non-negative class labels")
         fractions.append(np.count_nonzero(p) / p.size)
     q = 1.0 - float(np.mean(fractions))
     pooled = np.concatenate([u.reshape(-1).astype(np.float64, copy=False) for u in maps])

@@ -42,12 +42,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._utils import ArrayLike, check_finite, check_labels, like_input, to_tensor
+from ._deprecation import deprecated_arg_names
+from ._utils import ArrayLike, check_finite, check_integer, check_labels, like_input, probability_tolerance, to_tensor
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics, top_label
 
 __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network"]
 
 _MODES = ("scalar", "vector")
+_END = object()
 _LOSSES = ("nll", "ece")
 _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
 
@@ -70,6 +72,26 @@ def _reiterable(x: Any, name: str) -> Callable[[], Iterable[Any]]:
     raise TypeError(f"{name} must be an array, an iterable of arrays or a callable, got {type(x).__name__}")
 
 
+def _looks_like_probabilities(z: torch.Tensor) -> bool:
+    """Whether every class vector of ``z`` ``(B, C, *spatial)`` lies in [0, 1] and sums to 1: the output of a
+    softmax rather than logits (logits of a real network essentially never do)."""
+    tol = probability_tolerance(z.dtype)
+    lo, hi = float(z.min()), float(z.max())
+    if lo < -tol or hi > 1 + tol:
+        return False
+    return float((z.sum(dim=1, dtype=torch.float64) - 1).abs().max()) <= tol
+
+
+def _check_same_length(logits: Any, target: Any) -> None:
+    """Lists (or other sized collections) of batches must pair up one to one."""
+    if isinstance(logits, (np.ndarray, torch.Tensor)) or isinstance(target, (np.ndarray, torch.Tensor)):
+        return
+    if hasattr(logits, "__len__") and hasattr(target, "__len__") and len(logits) != len(target):
+        raise ValueError(
+            f"logits and target must hold the same number of batches, got {len(logits)} and {len(target)}"
+        )
+
+
 class TemperatureScaler(nn.Module):
     """Scalar or vector temperature scaling fitted on streamed logits (Kock et al. Sec. 2.3).
 
@@ -87,7 +109,12 @@ class TemperatureScaler(nn.Module):
         n_bins, min_bin_count: binning of ``loss="ece"`` (Kock et al.: 20 and 50).
         ignore_index: label value whose voxels are left out (e.g. -1 or 255).
         lr_backoff: multiply the learning rate by this when a step increases the loss (None: never).
-        min_temperature: lower bound of every ``t_c`` during the optimisation.
+        min_temperature: lower bound of every ``t_c`` during the optimisation (positive).
+
+    :meth:`transform`, ``forward`` and :meth:`fold_into` need a temperature: fit one first, load a state dict
+    or assign :attr:`temperature`; before that they raise ``RuntimeError`` instead of silently using the
+    starting value. :meth:`fit` refuses probabilities (class vectors in [0, 1] that sum to 1): it needs the
+    logits before the softmax.
 
     Attributes:
         temperature: ``(1,)`` or ``(C,)`` float64 buffer.
@@ -116,14 +143,28 @@ class TemperatureScaler(nn.Module):
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
         if loss not in _LOSSES:
             raise ValueError(f"loss must be one of {_LOSSES}, got {loss!r}")
+        for name, value in (("init_temperature", init_temperature), ("lr", lr), ("tol", tol),
+                            ("min_temperature", min_temperature)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise ValueError(f"{name} must be a real number, got {value!r}")
         if not (math.isfinite(init_temperature) and init_temperature > 0):
             raise ValueError(f"init_temperature must be positive, got {init_temperature}")
-        if not (lr > 0 and max_steps >= 1 and tol >= 0 and chunk_size >= 1 and n_bins >= 1 and min_bin_count >= 0):
-            raise ValueError("lr, max_steps, chunk_size and n_bins must be positive; tol and min_bin_count >= 0")
-        if lr_backoff is not None and not 0 < lr_backoff < 1:
+        if not (math.isfinite(min_temperature) and min_temperature > 0):
+            raise ValueError(f"min_temperature must be a positive number, got {min_temperature}")
+        if not (math.isfinite(lr) and lr > 0):
+            raise ValueError(f"lr must be a positive number, got {lr}")
+        if not (math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"tol must be a non-negative number, got {tol}")
+        for name, value, minimum in (("max_steps", max_steps, 1), ("chunk_size", chunk_size, 1),
+                                     ("n_bins", n_bins, 1), ("min_bin_count", min_bin_count, 0)):  # fmt: skip
+            check_integer(value, name, minimum)
+        if lr_backoff is not None and (
+            isinstance(lr_backoff, bool) or not isinstance(lr_backoff, (int, float, np.integer, np.floating))
+            or not 0 < lr_backoff < 1
+        ):
             raise ValueError(f"lr_backoff must be in (0, 1) or None, got {lr_backoff}")
-        if num_classes is not None and num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+        if num_classes is not None:
+            check_integer(num_classes, "num_classes", 2)
         self.mode, self.loss = mode, loss
         self.num_classes = num_classes
         self.init_temperature = float(init_temperature)
@@ -136,6 +177,29 @@ class TemperatureScaler(nn.Module):
         self.register_buffer("temperature", torch.full((size,), self.init_temperature, dtype=torch.float64))
         self.history: list[dict[str, Any]] = []
         self.converged = False
+        self._has_temperature = False  # set by fit(), load_state_dict() or assigning `temperature`
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "temperature" and "_has_temperature" in self.__dict__:
+            self.__dict__["_has_temperature"] = True
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if prefix + "temperature" in state_dict:
+            self._has_temperature = True
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the temperature was fitted, loaded or assigned (not just the starting value)."""
+        return self._has_temperature
+
+    def _require_temperature(self, what: str) -> None:
+        if not self._has_temperature:
+            raise RuntimeError(
+                f"TemperatureScaler.{what}() before fit(): the temperature is still the starting value "
+                f"{self.init_temperature}; call fit(logits, target) first (or load a state dict)"
+            )
 
     # -- applying -------------------------------------------------------------------------------------------------
     def _t_for(self, num_classes: int) -> torch.Tensor:
@@ -148,12 +212,20 @@ class TemperatureScaler(nn.Module):
         return t
 
     def transform(self, logits: ArrayLike) -> ArrayLike:
-        """``logits / t`` (broadcast along the class dim 1 for a vector ``t``); numpy in, numpy out."""
+        """``logits / t`` (broadcast along the class dim 1 for a vector ``t``); numpy in, numpy out.
+
+        Raises ``RuntimeError`` before :meth:`fit`, ``ValueError`` naming ``logits`` for NaN / infinite values, an
+        empty array or fewer than 2 dimensions, ``TypeError`` for a non-floating dtype.
+        """
+        self._require_temperature("transform")
         z = to_tensor(logits, "logits")
         if not z.is_floating_point():
             raise TypeError(f"logits must be floating point, got {z.dtype}")
         if z.ndim < 2:
             raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
+        if z.numel() == 0:
+            raise ValueError(f"logits is empty (shape {tuple(z.shape)})")
+        check_finite(z, "logits")
         t = self._t_for(z.shape[1]).to(device=z.device, dtype=z.dtype)
         if self.mode == "vector":
             t = t.view(1, -1, *([1] * (z.ndim - 2)))
@@ -168,7 +240,17 @@ class TemperatureScaler(nn.Module):
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``(C, n)`` logits and ``(n,)`` int64 labels, at most ``chunk_size`` voxels each."""
         n_batches = 0
-        for z_in, y_in in zip(logits(), labels(), strict=True):
+        z_iter, y_iter = iter(logits()), iter(labels())
+        while True:
+            z_in, y_in = next(z_iter, _END), next(y_iter, _END)
+            if z_in is _END or y_in is _END:
+                if z_in is not y_in:
+                    longer = "logits" if y_in is _END else "target"
+                    raise ValueError(
+                        f"logits and target must hold the same number of batches; {longer} has more (after "
+                        f"{n_batches} pairs)"
+                    )
+                break
             n_batches += 1
             z = to_tensor(z_in, "logits")
             if not z.is_floating_point():
@@ -177,16 +259,23 @@ class TemperatureScaler(nn.Module):
                 raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
             if z.shape[1] < 2:
                 raise ValueError(f"logits must have at least 2 classes along dim 1, got {tuple(z.shape)}")
-            y = to_tensor(y_in, "labels").to(z.device)
+            if z.numel() == 0:
+                raise ValueError(f"logits is empty (shape {tuple(z.shape)}): every batch needs at least one voxel")
+            y = to_tensor(y_in, "target").to(z.device)
             spatial = tuple(z.shape[2:])
             if tuple(y.shape) == (z.shape[0], 1, *spatial):
                 y = y[:, 0]
             if tuple(y.shape) != (z.shape[0], *spatial):
                 raise ValueError(
-                    f"labels must have shape {(z.shape[0], *spatial)} (or with a channel of 1), got {tuple(y.shape)}"
+                    f"target must have shape {(z.shape[0], *spatial)} (or with a channel of 1), got {tuple(y.shape)}"
                 )
             if first:
                 check_finite(z, "logits")
+                if _looks_like_probabilities(z):
+                    raise ValueError(
+                        "logits look like probabilities (every class vector lies in [0, 1] and sums to 1): "
+                        "temperature scaling divides the logits before the softmax; pass the network's raw output"
+                    )
             if self.num_classes is None:
                 self.num_classes = int(z.shape[1])
             elif z.shape[1] != self.num_classes:
@@ -202,7 +291,7 @@ class TemperatureScaler(nn.Module):
                 if yb.numel() == 0:
                     continue
                 if first:
-                    yb = check_labels(yb, "labels", int(z.shape[1]))
+                    yb = check_labels(yb, "target", int(z.shape[1]))
                 elif yb.dtype != torch.int64:
                     yb = yb.to(torch.int64)
                 for s in range(0, yb.shape[0], self.chunk_size):
@@ -280,21 +369,30 @@ class TemperatureScaler(nn.Module):
             grad = grad.sum().reshape(1)
         return loss, grad, n_vox
 
-    def loss_and_grad(self, logits: Batches, labels: Batches) -> tuple[float, torch.Tensor]:
-        """The loss at the current temperature and its gradient (one streamed pass)."""
+    @deprecated_arg_names({"labels": "target"})
+    def loss_and_grad(self, logits: Batches, target: Batches) -> tuple[float, torch.Tensor]:
+        """The loss at the current temperature and its gradient (one streamed pass); arguments as in :meth:`fit`."""
+        _check_same_length(logits, target)
         loss, grad, _ = self._pass(
-            self.temperature.detach().cpu(), _reiterable(logits, "logits"), _reiterable(labels, "labels"), True
+            self.temperature.detach().cpu(), _reiterable(logits, "logits"), _reiterable(target, "target"), True
         )
         return loss, grad
 
-    def fit(self, logits: Batches, labels: Batches) -> TemperatureScaler:
-        """Fit the temperature on logits ``(B, C, *spatial)`` and labels ``(B, [1,] *spatial)``.
+    @deprecated_arg_names({"labels": "target"})
+    def fit(self, logits: Batches, target: Batches) -> TemperatureScaler:
+        """Fit the temperature on logits ``(B, C, *spatial)`` and reference labels ``target`` ``(B, [1,] *spatial)``.
 
-        ``logits`` and ``labels`` are arrays, re-iterable collections of arrays (lists, DataLoaders) zipped
+        ``logits`` and ``target`` are arrays, re-iterable collections of arrays (lists, DataLoaders) zipped
         batch by batch, or zero-argument callables returning fresh iterables; every step streams them again.
-        Returns ``self``; the result is in :attr:`temperature`, the trajectory in :attr:`history`.
+        Returns ``self``; the result is in :attr:`temperature`, the trajectory in :attr:`history`. The keyword
+        ``labels`` is a deprecated alias of ``target``.
+
+        Raises:
+            ValueError: naming the argument for probabilities instead of logits, NaN / infinite logits, empty
+                batches, collections of different lengths, labels out of range or of the wrong shape.
         """
-        get_z, get_y = _reiterable(logits, "logits"), _reiterable(labels, "labels")
+        _check_same_length(logits, target)
+        get_z, get_y = _reiterable(logits, "logits"), _reiterable(target, "target")
         if self.num_classes is None:
             first_batch = next(iter(get_z()), None)
             if first_batch is None:
@@ -330,7 +428,7 @@ class TemperatureScaler(nn.Module):
             if float((param.detach() - before).abs().max()) < self.tol:
                 self.converged = True
                 break
-        self.temperature = best_t.to(self.temperature.device)
+        self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
         return self
 
     # -- folding --------------------------------------------------------------------------------------------------
@@ -384,6 +482,7 @@ class TemperatureScaler(nn.Module):
                 original output (relative tolerance 1e-4); otherwise the layer is restored and ``ValueError``
                 raised.
         """
+        self._require_temperature("fold_into")
         if isinstance(layer, str):
             named = dict(module.named_modules())
             if layer not in named:
@@ -428,9 +527,10 @@ class TemperatureScaled(nn.Module):
         return z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
 
 
+@deprecated_arg_names({"labels": "target"})
 def calibrate_network(
     logits: Sequence[torch.Tensor],
-    labels: Sequence[torch.Tensor],
+    target: Sequence[torch.Tensor],
     network: nn.Module,
     mode: str = "scalar",
     loss: str = "nll",
@@ -447,11 +547,11 @@ def calibrate_network(
     """
     if not logits:
         raise ValueError("no validation case to calibrate on")
-    scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps).fit(list(logits), list(labels))
+    scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps).fit(list(logits), list(target))
 
     def metrics(scale: Any) -> dict[str, float]:
         hist = ConfidenceHistogram(int(logits[0].shape[1]), per_case=False)
-        for z, y in zip(logits, labels):
+        for z, y in zip(logits, target):
             zz = z if scale is None else scale.transform(z)
             hist.update(torch.softmax(zz.double(), 1), y, validate=False)
         return {k: float(v) for k, v in calibration_metrics(hist, ("nll", "ece", "all_label_ece")).items()}
@@ -476,6 +576,6 @@ def calibrate_network(
         "before": metrics(None),
         "after": metrics(scaler),
         "cases": len(logits),
-        "voxels": int(sum(y.numel() for y in labels)),
+        "voxels": int(sum(y.numel() for y in target)),
     }
     return state, record

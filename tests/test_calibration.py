@@ -302,10 +302,10 @@ def test_degenerate_inputs_give_nan_with_warning():
         (np.full((1, 3, 4, 4), np.nan), np.zeros((1, 4, 4), int), "probs"),
         (np.full((1, 3, 4, 4), 0.5), np.zeros((1, 4, 4), int), "sum to 1"),
         (np.random.default_rng(0).normal(size=(1, 3, 4, 4)), np.zeros((1, 4, 4), int), "probs"),
-        (np.full((1, 3, 4, 4), 1 / 3), np.full((1, 4, 4), 3), "labels"),
-        (np.full((1, 3, 4, 4), 1 / 3), np.full((1, 4, 4), -1), "labels"),
-        (np.full((1, 3, 4, 4), 1 / 3), np.zeros((1, 4, 5), int), "labels"),
-        (np.full((1, 3, 4, 4), 1 / 3), np.full((1, 4, 4), 0.5), "labels"),
+        (np.full((1, 3, 4, 4), 1 / 3), np.full((1, 4, 4), 3), "target"),
+        (np.full((1, 3, 4, 4), 1 / 3), np.full((1, 4, 4), -1), "target"),
+        (np.full((1, 3, 4, 4), 1 / 3), np.zeros((1, 4, 5), int), "target"),
+        (np.full((1, 3, 4, 4), 1 / 3), np.full((1, 4, 4), 0.5), "target"),
         (np.ones((1, 1, 4, 4)), np.zeros((1, 4, 4), int), "classes|2"),
         (np.ones((3, 4)), np.zeros(3, int), "shape"),
     ],
@@ -327,7 +327,7 @@ def test_bad_arguments_raise():
         ece(probs, labels, weights=-np.ones(labels.shape))
     with pytest.raises(ValueError, match="mask"):
         ece(probs, labels, mask=np.full(labels.shape, 2))
-    with pytest.raises(ValueError, match="labels are required"):
+    with pytest.raises(ValueError, match="target .*is required"):
         ece(probs)
     hist = ConfidenceHistogram(3).update(probs, labels)
     with pytest.raises(ValueError, match="must be None"):

@@ -145,7 +145,7 @@ def test_compare_uncertainty_maps_protocol():
     assert res.metrics["SPACE"].accuracy == 1.0 and res.metrics["BUC"].accuracy == 1.0
     assert res.metrics["SPACE"].cohens_d > 0 and res.metrics["BUC"].mean_relative_difference > 0
     # the per-case values are those of the metric functions
-    expected = [spatial_calibration_error(a[i], preds[i], targets[i]) for i in range(len(a))]
+    expected = [spatial_calibration_error(a[i], preds[i], targets[i])[0] for i in range(len(a))]  # (1,) per map
     np.testing.assert_allclose(res.metrics["SPACE"].values_a, expected, atol=0)
     k = len(res.names)
     assert res.mcnemar_p.shape == (k, k) and np.isnan(np.diag(res.mcnemar_p)).all()

@@ -205,12 +205,12 @@ def test_baece_by_hand():
     # band 1 = {0, 1, 4, 5} (mean d 1.5, mean u 0.25, error 0.25), raw weight 1 / (1.5 + 0.5) = 0.5
     value, bands = boundary_aware_ece(u, p, t, n_bands=2, return_bands=True)
     assert value == pytest.approx(0.8 * 0.2 + 0.2 * 0.0, abs=1e-15)
-    np.testing.assert_allclose(bands["edges"], [0, 1, 2])
-    np.testing.assert_allclose(bands["distance"], [0, 1.5])
-    np.testing.assert_allclose(bands["uncertainty"], [0.2, 0.25])
-    np.testing.assert_allclose(bands["error"], [0, 0.25])
-    np.testing.assert_allclose(bands["weight"], [0.8, 0.2])
-    np.testing.assert_array_equal(bands["count"], [2, 4])
+    np.testing.assert_allclose(bands["edges"], [[0, 1, 2]])  # (B = 1, K + 1) for one unbatched map
+    np.testing.assert_allclose(bands["distance"], [[0, 1.5]])
+    np.testing.assert_allclose(bands["uncertainty"], [[0.2, 0.25]])
+    np.testing.assert_allclose(bands["error"], [[0, 0.25]])
+    np.testing.assert_allclose(bands["weight"], [[0.8, 0.2]])
+    np.testing.assert_array_equal(bands["count"], [[2, 4]])
     # spacing (1, 2) mm: d = [4, 2, 0, 0, 2, 4], edges [0, 2, 4], same bands; mean d 0 and 3, half the mean
     # spacing is 0.75 -> raw weights 1 / 0.75 and 1 / 3.75
     value = boundary_aware_ece(u, p, t, spacing=(1.0, 2.0), n_bands=2)
@@ -240,7 +240,7 @@ def test_space_by_hand():
     # sigma per axis in mm: (4 mm, 0) on spacing (2, 1) is sigma (2, 0) voxels
     value, smoothed = spatial_calibration_error(u, p, t, spacing=(2.0, 1.0), sigma=(4.0, 0.0), return_map=True)
     ref = ndimage.gaussian_filter1d(u - e, 2.0, axis=0, truncate=4.0, mode="reflect")
-    np.testing.assert_allclose(smoothed, ref, atol=1e-14)
+    np.testing.assert_allclose(smoothed, ref[None, None], atol=1e-14)  # (B = 1, 1, *spatial)
     assert value == pytest.approx(np.abs(ref).mean(), abs=1e-15)
 
 
@@ -267,8 +267,8 @@ def test_buc_in_unit_interval_and_scale_invariant(seed, scale):
     u = rng.random((14, 15))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        a = boundary_uncertainty_concentration(u, p, t)
-        b = boundary_uncertainty_concentration(scale * u, p, t)
+        (a,) = boundary_uncertainty_concentration(u, p, t)
+        (b,) = boundary_uncertainty_concentration(scale * u, p, t)
     if not math.isnan(a):
         assert 0.0 <= a <= 1.0
         assert a == pytest.approx(b, abs=1e-12)
@@ -339,7 +339,7 @@ def test_batch_torch_multiclass_and_probabilities():
     for fn in (boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error):
         batch = fn(u, p, t, spacing=sp)
         assert isinstance(batch, np.ndarray) and batch.shape == (3,) and batch.dtype == np.float64
-        single = [fn(u[i, 0], p[i], t[i, 0], spacing=sp) for i in range(3)]
+        single = [fn(u[i, 0], p[i], t[i, 0], spacing=sp)[0] for i in range(3)]
         np.testing.assert_allclose(batch, single, rtol=0, atol=0)
         tb = fn(torch.from_numpy(u).float(), torch.from_numpy(p), torch.from_numpy(t), spacing=sp)
         assert isinstance(tb, torch.Tensor) and tb.dtype == torch.float64
@@ -384,7 +384,7 @@ def test_baece_all_voxels_on_the_boundary():
     p[0, :3] = 1 - p[0, :3]
     u = np.random.default_rng(0).random((6, 6))
     value, bands = boundary_aware_ece(u, p, t, return_bands=True)
-    assert bands["count"][0] == 36 and bands["count"][1:].sum() == 0
+    assert bands["count"][0, 0] == 36 and bands["count"][0, 1:].sum() == 0
     assert value == pytest.approx(abs(u.mean() - (p != t).mean()), abs=1e-15)
 
 
@@ -408,22 +408,22 @@ def test_degenerate_cases_give_nan_with_warning():
     some = empty.copy()
     some[3:7, 4:9] = 1
     with pytest.warns(UserWarning, match="no boundary"):
-        assert math.isnan(boundary_uncertainty_concentration(u, empty, some))
+        assert np.isnan(boundary_uncertainty_concentration(u, empty, some))
     with pytest.warns(UserWarning, match="no boundary"):
-        assert math.isnan(boundary_uncertainty_concentration(u, full, full))
+        assert np.isnan(boundary_uncertainty_concentration(u, full, full))
     with pytest.warns(UserWarning, match="not finite"):  # empty target: HD95 is infinite
-        assert math.isnan(boundary_uncertainty_concentration(u, some, empty))
+        assert np.isnan(boundary_uncertainty_concentration(u, some, empty))
     with pytest.warns(UserWarning, match="zero everywhere"):
-        assert math.isnan(boundary_uncertainty_concentration(np.zeros((10, 12)), some, some))
+        assert np.isnan(boundary_uncertainty_concentration(np.zeros((10, 12)), some, some))
     with pytest.warns(UserWarning, match="whole volume"):
-        assert math.isnan(boundary_uncertainty_concentration(u, some, some, width=100.0))
+        assert np.isnan(boundary_uncertainty_concentration(u, some, some, width=100.0))
     with pytest.warns(UserWarning, match="no boundary"):
-        assert math.isnan(boundary_aware_ece(u, some, empty))
+        assert np.isnan(boundary_aware_ece(u, some, empty))
     with pytest.warns(UserWarning, match="no boundary"):
         value, bands = boundary_aware_ece(u, some, full, return_bands=True)
-    assert math.isnan(value) and np.isnan(bands["uncertainty"]).all()
+    assert np.isnan(value).all() and np.isnan(bands["uncertainty"]).all()
     with pytest.warns(UserWarning, match="constant"):
-        assert math.isnan(boundary_aware_ece(np.full((10, 12), 0.4), some, some, normalize=True))
+        assert np.isnan(boundary_aware_ece(np.full((10, 12), 0.4), some, some, normalize=True))
     # batch: one degenerate case does not spoil the others
     with pytest.warns(UserWarning):
         vals = boundary_aware_ece(np.stack([u, u])[:, None], np.stack([some, some]), np.stack([some, empty]))
@@ -567,7 +567,7 @@ def test_ignite_handlers():
     custom.attach(engine, "space_custom")
     engine.run(batches, max_epochs=1)
     for name, (_, fn) in handlers.items():
-        per_case = [fn(c[0], c[1], c[2], spacing=(2, 1, 1)) for c in cases]
+        per_case = [fn(c[0], c[1], c[2], spacing=(2, 1, 1))[0] for c in cases]
         assert engine.state.metrics[name] == pytest.approx(float(np.mean(per_case)), rel=1e-6)
         np.testing.assert_allclose(engine.state.metric_details[name].reshape(-1).numpy(), per_case, atol=1e-12)
     assert engine.state.metrics["space_custom"] == pytest.approx(engine.state.metrics["space"], abs=1e-12)

@@ -193,9 +193,9 @@ def test_bad_inputs():
     bad[0, 0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="logits"):
         TemperatureScaler().fit(bad, y)
-    with pytest.raises(ValueError, match="labels"):
+    with pytest.raises(ValueError, match="target"):
         TemperatureScaler().fit(z, y + 3)
-    with pytest.raises(ValueError, match="labels must have shape"):
+    with pytest.raises(ValueError, match="target must have shape"):
         TemperatureScaler().fit(z, y[:, :4])
     with pytest.raises(ValueError, match="empty"):
         TemperatureScaler().fit([], [])

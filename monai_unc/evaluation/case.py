@@ -94,9 +94,9 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             u = maps[primary]
             if config.spatial:
                 un = unit_scale(u, primary, n_cls)
-                row["buc"] = float(boundary_uncertainty_concentration(u, case.seg, case.label, case.spacing))
-                row["ba_ece"] = float(boundary_aware_ece(un, case.seg, case.label, case.spacing))
-                row["space"] = float(spatial_calibration_error(un, case.seg, case.label, case.spacing))
+                row["buc"] = float(boundary_uncertainty_concentration(u, case.seg, case.label, case.spacing)[0])
+                row["ba_ece"] = float(boundary_aware_ece(un, case.seg, case.label, case.spacing)[0])
+                row["space"] = float(spatial_calibration_error(un, case.seg, case.label, case.spacing)[0])
             row["error_auroc"] = float(error_auroc(u, error))
             row["error_auprc"] = float(error_auprc(u, error))
         fg = (case.seg > 0)[None, None]

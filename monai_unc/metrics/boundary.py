@@ -42,7 +42,7 @@ import torch
 from scipy import ndimage
 from scipy.spatial import KDTree
 
-from .._utils import ArrayLike, normalize_spacing, to_tensor, warn_nan
+from .._utils import ArrayLike, case_spacings, like_input, normalize_spacing, num_threads, to_tensor, warn_nan
 
 try:  # the fast multi-threaded EDT; optional at import time, a core dependency in pyproject
     import edt as _edt_pkg
@@ -57,17 +57,13 @@ __all__ = [
     "distance_to_boundary",
     "distance_to_mask",
     "hd95",
+    "hausdorff_distance",
 ]
 
 #: accepted values of ``backend``
 BACKENDS = ("auto", "edt", "scipy", "cucim")
 
 SpacingLike = float | Sequence[float] | np.ndarray
-
-
-def _num_threads() -> int:
-    """Threads for the multi-threaded kernels: torch's setting (the number of cores by default)."""
-    return max(1, int(torch.get_num_threads()))
 
 
 def _has_cucim() -> bool:
@@ -117,8 +113,12 @@ def _spatial_dims(x: Any, spatial_dims: int | None, name: str) -> int:
         if x.ndim == 0:
             raise ValueError(f"{name} must have at least one spatial dimension, got a scalar")
         return x.ndim
-    if not 1 <= int(spatial_dims) <= x.ndim:
-        raise ValueError(f"spatial_dims must be between 1 and {name}.ndim={x.ndim}, got {spatial_dims}")
+    if (
+        isinstance(spatial_dims, bool)
+        or not isinstance(spatial_dims, (int, np.integer))
+        or not 1 <= int(spatial_dims) <= x.ndim
+    ):
+        raise ValueError(f"spatial_dims must be an integer between 1 and {name}.ndim={x.ndim}, got {spatial_dims!r}")
     return int(spatial_dims)
 
 
@@ -139,6 +139,8 @@ def _label_array(label: Any, name: str) -> Array:
     size = a.size if isinstance(a, np.ndarray) else a.numel()
     if size == 0:
         raise ValueError(f"{name} is empty (shape {tuple(a.shape)})")
+    if (a.dtype.kind == "c") if isinstance(a, np.ndarray) else a.is_complex():
+        raise TypeError(f"{name} must be a real-valued label map, got dtype {a.dtype}")
     floating = np.issubdtype(a.dtype, np.floating) if isinstance(a, np.ndarray) else a.is_floating_point()
     if floating:
         bad = ~np.isfinite(a) if isinstance(a, np.ndarray) else ~torch.isfinite(a)
@@ -159,14 +161,6 @@ def _copy(a: Array) -> Array:
 
 def _to_numpy(a: Array) -> np.ndarray:
     return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
-
-
-def _follow(result: Array, reference: Any) -> ArrayLike:
-    """Return ``result`` in the library (and device) of ``reference``."""
-    if isinstance(reference, torch.Tensor):
-        out = torch.from_numpy(result) if isinstance(result, np.ndarray) else result
-        return out.to(reference.device)
-    return _to_numpy(result)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -222,7 +216,7 @@ def label_boundary(label: ArrayLike, spatial_dims: int | None = None) -> ArrayLi
     """
     a = _label_array(label, "label")
     n = _spatial_dims(a, spatial_dims, "label")
-    return _follow(_boundary(a, n), label)
+    return like_input(_boundary(a, n), label)
 
 
 def foreground_edges(mask: ArrayLike, spatial_dims: int | None = None) -> ArrayLike:
@@ -234,7 +228,7 @@ def foreground_edges(mask: ArrayLike, spatial_dims: int | None = None) -> ArrayL
     """
     a = _label_array(mask, "mask")
     n = _spatial_dims(a, spatial_dims, "mask")
-    return _follow(_edges(a > 0, n), mask)
+    return like_input(_edges(a > 0, n), mask)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -263,22 +257,11 @@ def _distance_to_features(features: Array, spacing: tuple, backend: str) -> Arra
     background = np.ascontiguousarray(~_to_numpy(features))
     if bk == "edt":
         # uint8 view of the bool mask (no copy): the edt package is faster on uint8 than on bool input
-        sq = _edt_pkg.edtsq(background.view(np.uint8), anisotropy=spacing, black_border=False, parallel=_num_threads())
+        sq = _edt_pkg.edtsq(background.view(np.uint8), anisotropy=spacing, black_border=False, parallel=num_threads())
         out = np.sqrt(sq, dtype=np.float64)
     else:
         out = ndimage.distance_transform_edt(background, sampling=spacing)
     return torch.from_numpy(out).to(features.device) if cuda else out
-
-
-def _per_case_spacing(spacing: Any, n_cases: int, ndim: int) -> list[tuple]:
-    """Spacing for each case: a scalar / per-axis value for all, or one per case (``(n_cases, ndim)``)."""
-    arr = np.asarray(spacing, dtype=float) if not isinstance(spacing, (int, float)) else None
-    if arr is not None and arr.ndim == 2:
-        if arr.shape[0] != n_cases:
-            raise ValueError(f"spacing has {arr.shape[0]} rows but there are {n_cases} cases")
-        return [normalize_spacing(row, ndim) for row in arr]
-    sp = normalize_spacing(spacing, ndim)
-    return [sp] * n_cases
 
 
 def distance_to_boundary(
@@ -306,10 +289,10 @@ def distance_to_boundary(
     n = _spatial_dims(a, spatial_dims, "label")
     spatial = tuple(a.shape[a.ndim - n :])
     cases = a.reshape((-1, *spatial))
-    sps = _per_case_spacing(spacing, cases.shape[0], n)
+    sps = case_spacings(spacing, cases.shape[0], n)
     outs = [_distance_to_features(_boundary(c, n), sp, backend) for c, sp in zip(cases, sps)]
     out = torch.stack(outs) if isinstance(a, torch.Tensor) else np.stack(outs)
-    return _follow(out.reshape(tuple(a.shape)), label)
+    return like_input(out.reshape(tuple(a.shape)), label)
 
 
 def distance_to_mask(mask: ArrayLike, spacing: SpacingLike = 1.0, backend: str = "auto") -> ArrayLike:
@@ -320,7 +303,7 @@ def distance_to_mask(mask: ArrayLike, spacing: SpacingLike = 1.0, backend: str =
     """
     a = _label_array(mask, "mask")
     n = _spatial_dims(a, None, "mask")
-    return _follow(_distance_to_features(a != 0, normalize_spacing(spacing, n), backend), mask)
+    return like_input(_distance_to_features(a != 0, normalize_spacing(spacing, n), backend), mask)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -349,9 +332,51 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
     scale = np.asarray(spacing, dtype=np.float64)
     cp = np.argwhere(ep).astype(np.float64) * scale
     ct = np.argwhere(et).astype(np.float64) * scale
-    d_pt = KDTree(ct, leafsize=32).query(cp, k=1, workers=_num_threads())[0]
-    d_tp = KDTree(cp, leafsize=32).query(ct, k=1, workers=_num_threads())[0]
+    d_pt = KDTree(ct, leafsize=32).query(cp, k=1, workers=num_threads())[0]
+    d_tp = KDTree(cp, leafsize=32).query(ct, k=1, workers=num_threads())[0]
     return float(max(np.percentile(d_pt, percentile), np.percentile(d_tp, percentile)))
+
+
+def _check_percentile(percentile: Any) -> float:
+    try:
+        q = float(percentile)
+    except (TypeError, ValueError):
+        raise ValueError(f"percentile must be a number in [0, 100], got {percentile!r}") from None
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must lie in [0, 100], got {percentile}")
+    return q
+
+
+def hausdorff_distance(
+    pred_mask: ArrayLike,
+    target_mask: ArrayLike,
+    spacing: SpacingLike = 1.0,
+    percentile: float = 95.0,
+    warn: bool = True,
+) -> float:
+    """Symmetric percentile Hausdorff distance (mm) between the foregrounds of ONE case: the kernel of :func:`hd95`.
+
+    Edges, directed distances and percentiles as in :func:`hd95` (MONAI's convention, float64).
+
+    Args:
+        pred_mask, target_mask: one case ``(*spatial)`` each (1-3 axes, the same shape), foreground = non-zero;
+            numpy arrays or torch tensors.
+        spacing: voxel size in mm per axis (scalar for isotropic).
+        percentile: in [0, 100] (95 for HD95, 100 for the classical Hausdorff distance).
+        warn: warn about empty foregrounds.
+
+    Returns:
+        a float: NaN when both foregrounds are empty, ``inf`` when exactly one is (with a ``UserWarning`` if
+        ``warn``).
+    """
+    p = _label_array(pred_mask, "pred_mask")
+    t = _label_array(target_mask, "target_mask")
+    if p.shape != t.shape:
+        raise ValueError(
+            f"pred_mask and target_mask must have the same shape, got {tuple(p.shape)} and {tuple(t.shape)}"
+        )
+    n = _spatial_dims(p, None, "pred_mask")
+    return _hd_case(p > 0, t > 0, normalize_spacing(spacing, n), _check_percentile(percentile), warn)
 
 
 def hd95(
@@ -360,7 +385,7 @@ def hd95(
     spacing: SpacingLike = 1.0,
     spatial_dims: int | None = None,
     percentile: float = 95.0,
-) -> float | ArrayLike:
+) -> ArrayLike:
     """95th-percentile symmetric Hausdorff distance (mm) between the foregrounds ``pred > 0``, ``target > 0``.
 
     Follows MONAI's ``compute_hausdorff_distance(y_pred, y, percentile=95, spacing=spacing)`` (edges by
@@ -375,20 +400,18 @@ def hd95(
         percentile: in [0, 100]; 100 gives the classical Hausdorff distance.
 
     Returns:
-        a float for one case; for a batch an array of the leading shape (numpy, or torch float64 on the
-        input's device).
+        float64 values of the leading (batch) shape, ``(1,)`` for a single case ``(*spatial)`` (numpy, or torch
+        on the input's device); :func:`hausdorff_distance` gives the float of one case.
     """
     p = _label_array(pred, "pred")
     t = _label_array(target, "target")
     if p.shape != t.shape:
         raise ValueError(f"pred and target must have the same shape, got {tuple(p.shape)} and {tuple(t.shape)}")
-    if not 0 <= float(percentile) <= 100:
-        raise ValueError(f"percentile must lie in [0, 100], got {percentile}")
+    q = _check_percentile(percentile)
     n = _spatial_dims(p, spatial_dims, "pred")
     spatial = tuple(p.shape[p.ndim - n :])
     pc, tc = p.reshape((-1, *spatial)) > 0, t.reshape((-1, *spatial)) > 0
-    sps = _per_case_spacing(spacing, pc.shape[0], n)
-    vals = [_hd_case(a, b, sp, float(percentile)) for a, b, sp in zip(pc, tc, sps)]
-    if n == p.ndim:
-        return vals[0]
-    return _follow(np.asarray(vals, dtype=np.float64).reshape(tuple(p.shape[: p.ndim - n])), pred)
+    sps = case_spacings(spacing, pc.shape[0], n)
+    vals = [_hd_case(a, b, sp, q) for a, b, sp in zip(pc, tc, sps)]
+    lead = tuple(p.shape[: p.ndim - n]) or (1,)
+    return like_input(np.asarray(vals, dtype=np.float64).reshape(lead), pred)

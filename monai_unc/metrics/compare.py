@@ -80,7 +80,7 @@ def _voxelwise(fn: Callable[..., Any], **kwargs: Any) -> MetricFn:
 
 def _spatial_fn(fn: Callable[..., Any], **kwargs: Any) -> MetricFn:
     def metric(uncertainty: Any, pred: Any, target: Any, spacing: Any = 1.0) -> float:
-        return float(fn(uncertainty, pred, target, spacing=spacing, **kwargs))
+        return float(fn(uncertainty, pred, target, spacing=spacing, **kwargs)[0])  # one case: (1,)
 
     return metric
 

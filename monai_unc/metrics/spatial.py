@@ -30,10 +30,11 @@ rounding of the distance transform.
 SPACE uses a Gaussian of standard deviation ``sigma`` mm per axis (``sigma / spacing`` voxels), truncated at
 ``truncate = 4`` standard deviations, and scipy's ``mode='reflect'`` boundary handling.
 
-Shapes: ``uncertainty`` is ``(B, 1, *spatial)`` (one value per case is returned) or ``(*spatial)`` (a float
-is returned), 2D or 3D. ``pred`` and ``target`` are label maps ``(B, *spatial)``, ``(B, 1, *spatial)`` or
-``(*spatial)``; a channel dimension with ``C >= 2`` (probabilities or one-hot) is reduced by argmax. Multi-class
-maps use the all-label boundary. Inputs may be numpy arrays or torch tensors (CPU or CUDA); per-case results
+Shapes: ``uncertainty`` is ``(B, 1, *spatial)`` or ``(*spatial)`` (one case, ``B = 1``), 2D or 3D; every
+function returns one value per case, ``(B,)``, whatever the input shape (``(1,)`` for one unbatched map).
+``pred`` and ``target`` are label maps ``(B, *spatial)``, ``(B, 1, *spatial)`` or ``(*spatial)``; a channel
+dimension with ``C >= 2`` (probabilities or one-hot) is reduced by argmax. Multi-class maps use the all-label
+boundary. Inputs may be numpy arrays or torch tensors (CPU or CUDA); per-case results
 are numpy float64 for numpy input and float64 tensors on the input's device for torch input.
 
 Degenerate cases return NaN with a ``UserWarning``: no boundary in the map a metric needs (empty or full
@@ -54,23 +55,26 @@ from typing import Any
 import numpy as np
 import torch
 from monai.metrics import CumulativeIterationMetric
-from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 from scipy import ndimage
 
-from .._utils import ArrayLike, check_finite, check_labels, to_tensor, warn_nan
+from .._utils import (
+    ArrayLike,
+    case_spacings,
+    check_finite,
+    check_labels,
+    like_input,
+    num_threads,
+    reduce_case_values,
+    to_tensor,
+    warn_nan,
+)
 from .boundary import (
-    Array,
-    _boundary,
-    _distance_to_features,
-    _follow,
-    _hd_case,
-    _num_threads,
-    _per_case_spacing,
     available_backends,
     distance_to_boundary,
     distance_to_mask,
     foreground_edges,
+    hausdorff_distance,
     hd95,
     label_boundary,
 )
@@ -93,6 +97,8 @@ __all__ = [
 ]
 
 SpacingLike = float | Sequence[float] | np.ndarray
+#: the array types of the kernels: numpy for CPU input, a tensor for CUDA input
+Array = np.ndarray | torch.Tensor
 
 #: relative tolerance for distance ties: a distance within ``TIE_RTOL`` (relative) of the BUC width or of a
 #: BA-ECE band edge counts as equal to it. Grid distances often coincide exactly with these thresholds (the
@@ -132,6 +138,8 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
 def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool, cuda: Any) -> Array:
     """Label maps as ``(cases, *spatial)`` integers; a channel axis with C >= 2 is reduced by argmax."""
     t = to_tensor(x, name)
+    if t.is_complex():
+        raise TypeError(f"{name} must be a real-valued label map (or probabilities), got dtype {t.dtype}")
     nsp = len(spatial)
     lead = (n_cases,) if batched else ()
     shape = tuple(t.shape)
@@ -172,18 +180,15 @@ def _prepare(uncertainty: Any, pred: Any, target: Any) -> tuple[Array, Array, Ar
     return u, p, t, batched
 
 
-def _finish(values: list[float], batched: bool, reference: Any) -> float | ArrayLike:
-    if not batched:
-        return values[0]
-    return _follow(np.asarray(values, dtype=np.float64), reference)
+def _finish(values: list[float], reference: Any) -> ArrayLike:
+    """One value per case ``(B,)`` float64 (``B = 1`` for an unbatched map) in the library of ``reference``."""
+    return like_input(np.asarray(values, dtype=np.float64), reference)
 
 
-def _stack_like(items: list[Array], batched: bool, reference: Any) -> ArrayLike:
-    if isinstance(items[0], torch.Tensor):
-        out: Array = torch.stack(items) if batched else items[0]
-    else:
-        out = np.stack(items) if batched else items[0]
-    return _follow(out, reference)
+def _stack_like(items: list[Array], reference: Any) -> ArrayLike:
+    """Per-case arrays stacked along a new case axis, in the library (and device) of ``reference``."""
+    out: Array = torch.stack(items) if isinstance(items[0], torch.Tensor) else np.stack(items)
+    return like_input(out, reference)
 
 
 def _like(x: Array, like: Array) -> Array:
@@ -197,11 +202,21 @@ def _f64(x: Array) -> Array:
     return x.to(torch.float64) if isinstance(x, torch.Tensor) else x.astype(np.float64)
 
 
+def _real(value: Any, name: str) -> float:
+    """``float(value)``, or ``ValueError`` naming ``name`` when it is not a real number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
 def _sigma_mm(sigma: float | Sequence[float], ndim: int) -> tuple[float, ...]:
     if isinstance(sigma, (int, float, np.floating, np.integer)):
         sig = (float(sigma),) * ndim
     else:
-        sig = tuple(float(s) for s in np.asarray(sigma, dtype=float).ravel())
+        try:
+            sig = tuple(float(s) for s in np.asarray(sigma, dtype=float).ravel())
+        except (TypeError, ValueError):
+            raise ValueError(f"sigma must be a number or one number per spatial axis (mm), got {sigma!r}") from None
         if len(sig) != ndim:
             raise ValueError(f"sigma must have {ndim} values (one per spatial axis, mm), got {len(sig)}")
     if not all(math.isfinite(s) and s >= 0 for s in sig):
@@ -283,7 +298,7 @@ def _gaussian_torch(x: torch.Tensor, sigmas: tuple, truncate: float) -> torch.Te
 def _gaussian(x: Array, sigmas: tuple, truncate: float) -> Array:
     """Gaussian filter with scipy's semantics; numpy input is consumed as a work buffer."""
     if isinstance(x, np.ndarray):
-        return _gaussian_scipy(np.ascontiguousarray(x), sigmas, truncate, _num_threads())
+        return _gaussian_scipy(np.ascontiguousarray(x), sigmas, truncate, num_threads())
     return _gaussian_torch(x, sigmas, truncate)
 
 
@@ -293,11 +308,11 @@ def _gaussian(x: Array, sigmas: tuple, truncate: float) -> Array:
 
 
 def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None, backend: str) -> float:
-    boundary = _boundary(p, p.ndim)
+    boundary = label_boundary(p)
     if not bool(boundary.any()):
         return warn_nan("BUC: the predicted label map has no boundary (empty or full mask); BUC is undefined", 4)
     if width is None:
-        hd = _hd_case(p > 0, t > 0, spacing, 95.0, warn=False)
+        hd = hausdorff_distance(p > 0, t > 0, spacing, 95.0, warn=False)
         if not math.isfinite(hd):
             return warn_nan(
                 "BUC: the default width HD95(pred, target) is not finite (an empty foreground); pass width=", 4
@@ -305,7 +320,7 @@ def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None,
         w = max(hd, max(spacing))
     else:
         w = float(width)
-    inside = _distance_to_features(boundary, spacing, backend) <= w * (1.0 + TIE_RTOL)
+    inside = distance_to_mask(boundary, spacing, backend) <= w * (1.0 + TIE_RTOL)
     n_in, n = int(inside.sum()), math.prod(inside.shape)
     if n_in == n:
         return warn_nan(f"BUC: the boundary region (width {w:.4g} mm) covers the whole volume; BUC is undefined", 4)
@@ -343,7 +358,7 @@ def _baece_case(
     backend: str,
 ) -> tuple[float, dict[str, Array]]:
     k = n_bands
-    boundary = _boundary(t, t.ndim)
+    boundary = label_boundary(t)
     if not bool(boundary.any()):
         return warn_nan(
             "BA-ECE: the target label map has no boundary (empty or full mask); undefined", 4
@@ -353,7 +368,7 @@ def _baece_case(
         if hi == lo:
             return warn_nan("BA-ECE: normalize=True on a constant uncertainty map; undefined", 4), _empty_bands(k)
         u = (u - lo) / (hi - lo)
-    d = _distance_to_features(boundary, spacing, backend).reshape(-1)
+    d = distance_to_mask(boundary, spacing, backend).reshape(-1)
     d_max = float(d.max()) if max_distance is None else float(max_distance)
     edges = np.linspace(0.0, d_max, k + 1)
     e = (p != t).reshape(-1)
@@ -420,7 +435,7 @@ def boundary_uncertainty_concentration(
     spacing: SpacingLike = 1.0,
     width: float | None = None,
     backend: str = "auto",
-) -> float | ArrayLike:
+) -> ArrayLike:
     """Boundary uncertainty concentration, BUC (Zeevi et al. Sec. 3.1); in [0, 1], higher is better.
 
     ``R = {x : d_pred(x) <= w}`` is the band of width ``w`` mm around the predicted (all-label) boundary and
@@ -438,21 +453,22 @@ def boundary_uncertainty_concentration(
         backend: distance-transform backend, see :func:`~monai_unc.metrics.boundary.distance_to_boundary`.
 
     Returns:
-        a float for one case, or one value per case ``(B,)`` (numpy, or torch on the input's device).
+        one value per case ``(B,)`` float64, ``(1,)`` for an unbatched map (numpy, or torch on the input's
+        device).
         NaN with a ``UserWarning`` when ``pred`` has no boundary, the default width is infinite (empty
         target), ``R`` covers the whole volume, or the uncertainty is zero everywhere.
 
     Raises:
         ValueError: negative or non-finite uncertainty, shapes that do not match, bad spacing or width.
     """
-    u, p, t, batched = _prepare(uncertainty, pred, target)
+    u, p, t, _ = _prepare(uncertainty, pred, target)
     if bool((u < 0).any()):
         raise ValueError("uncertainty must be non-negative for BUC (a ratio of mean uncertainties)")
-    if width is not None and not (math.isfinite(float(width)) and float(width) >= 0):
+    if width is not None and not (math.isfinite(_real(width, "width")) and float(width) >= 0):
         raise ValueError(f"width must be a non-negative number of mm, got {width}")
-    sps = _per_case_spacing(spacing, u.shape[0], u.ndim - 1)
+    sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     vals = [_buc_case(u[i], p[i], t[i], sps[i], width, backend) for i in range(u.shape[0])]
-    return _finish(vals, batched, uncertainty)
+    return _finish(vals, uncertainty)
 
 
 def boundary_aware_ece(
@@ -465,7 +481,7 @@ def boundary_aware_ece(
     normalize: bool = False,
     return_bands: bool = False,
     backend: str = "auto",
-) -> float | ArrayLike | tuple[float | ArrayLike, dict[str, ArrayLike]]:
+) -> ArrayLike | tuple[ArrayLike, dict[str, ArrayLike]]:
     """Boundary-aware expected calibration error, BA-ECE (Zeevi et al. Sec. 3.2); lower is better.
 
     Voxels are grouped into ``n_bands`` equal-width bands of distance to the reference (all-label) boundary,
@@ -490,25 +506,28 @@ def boundary_aware_ece(
         backend: distance-transform backend.
 
     Returns:
-        the value (a float, or ``(B,)`` per case); with ``return_bands=True`` a tuple ``(value, bands)`` where
+        the values ``(B,)`` (``(1,)`` for an unbatched map); with ``return_bands=True`` a tuple ``(value, bands)``
+        where
         ``bands`` maps ``"edges"`` (K + 1 band edges, mm), ``"distance"`` (mean distance, mm), ``"uncertainty"``
         (mean uncertainty), ``"error"`` (error rate), ``"weight"`` (0 for empty bands) and ``"count"`` to
-        arrays of shape ``(K,)`` (``(B, K)`` for a batch); empty bands hold NaN means.
+        arrays of shape ``(B, K)``; empty bands hold NaN means.
         NaN with a ``UserWarning`` when ``target`` has no boundary, or for a constant map with ``normalize``.
     """
-    if int(n_bands) != n_bands or n_bands < 1:
+    if not math.isfinite(_real(n_bands, "n_bands")) or int(n_bands) != n_bands or n_bands < 1:
         raise ValueError(f"n_bands must be a positive integer, got {n_bands}")
-    if max_distance is not None and not (math.isfinite(float(max_distance)) and float(max_distance) >= 0):
+    if max_distance is not None and not (
+        math.isfinite(_real(max_distance, "max_distance")) and float(max_distance) >= 0
+    ):
         raise ValueError(f"max_distance must be a non-negative number of mm, got {max_distance}")
-    u, p, t, batched = _prepare(uncertainty, pred, target)
-    sps = _per_case_spacing(spacing, u.shape[0], u.ndim - 1)
+    u, p, t, _ = _prepare(uncertainty, pred, target)
+    sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [
         _baece_case(u[i], p[i], t[i], sps[i], int(n_bands), max_distance, normalize, backend) for i in range(u.shape[0])
     ]
-    value = _finish([r[0] for r in results], batched, uncertainty)
+    value = _finish([r[0] for r in results], uncertainty)
     if not return_bands:
         return value
-    bands = {key: _stack_like([_like(r[1][key], u) for r in results], batched, uncertainty) for key in results[0][1]}
+    bands = {key: _stack_like([_like(r[1][key], u) for r in results], uncertainty) for key in results[0][1]}
     return value, bands
 
 
@@ -520,7 +539,7 @@ def spatial_calibration_error(
     sigma: float | Sequence[float] = 2.0,
     truncate: float = 4.0,
     return_map: bool = False,
-) -> float | ArrayLike | tuple[float | ArrayLike, ArrayLike]:
+) -> ArrayLike | tuple[ArrayLike, ArrayLike]:
     """Spatially-aware calibration error, SPACE (Zeevi et al. Sec. 3.3); lower is better.
 
     ``SPACE = mean_x |(G_sigma * (U - E))(x)|`` with ``E = [pred != target]``: the local (Gaussian-weighted)
@@ -536,23 +555,23 @@ def spatial_calibration_error(
         spacing: voxel size in mm per axis, or one row per case.
         sigma: standard deviation of the Gaussian in mm, scalar or per axis (default 2 mm).
         truncate: kernel radius in standard deviations (default 4, scipy's default).
-        return_map: also return the smoothed difference ``G_sigma * (U - E)`` (float64, the shape of
-            ``uncertainty``) for display.
+        return_map: also return the smoothed difference ``G_sigma * (U - E)`` (float64, ``(B, 1, *spatial)``)
+            for display.
 
     Returns:
-        the value (a float, or ``(B,)`` per case), or ``(value, smoothed_map)`` with ``return_map=True``.
+        the values ``(B,)`` (``(1,)`` for an unbatched map), or ``(value, smoothed_map)`` with
+        ``return_map=True``.
     """
-    if not (math.isfinite(float(truncate)) and float(truncate) > 0):
+    if not (math.isfinite(_real(truncate, "truncate")) and float(truncate) > 0):
         raise ValueError(f"truncate must be a positive number of standard deviations, got {truncate}")
-    u, p, t, batched = _prepare(uncertainty, pred, target)
+    u, p, t, _ = _prepare(uncertainty, pred, target)
     sig = _sigma_mm(sigma, u.ndim - 1)
-    sps = _per_case_spacing(spacing, u.shape[0], u.ndim - 1)
+    sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [_space_case(u[i], p[i], t[i], sps[i], sig, float(truncate)) for i in range(u.shape[0])]
-    value = _finish([r[0] for r in results], batched, uncertainty)
+    value = _finish([r[0] for r in results], uncertainty)
     if not return_map:
         return value
-    maps = _stack_like([r[1] for r in results], batched, uncertainty)
-    return value, (maps[:, None] if batched else maps)
+    return value, _stack_like([r[1] for r in results], uncertainty)[:, None]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -648,11 +667,15 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         return torch.as_tensor(values, dtype=torch.float64, device=plain.device).reshape(-1, 1)
 
     def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
-        """Reduce the buffered per-case values (``(N, 1)``), ignoring NaN; ``"none"`` returns them all."""
+        """Reduce the buffered per-case values (``(N, 1)``), ignoring NaN; ``"none"`` returns them all.
+
+        When no case is valid (every value NaN, e.g. no boundary in any case) the result is NaN with a
+        ``UserWarning``, not MONAI's 0 (which reads as a perfect BA-ECE / SPACE); ``not_nans`` is then 0.
+        """
         data = self.get_buffer()
         if not isinstance(data, torch.Tensor):
             raise ValueError("the data to aggregate must be a PyTorch Tensor")
-        f, not_nans = do_metric_reduction(data, reduction or self.reduction)
+        f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -1,0 +1,549 @@
+"""The calibration metrics: ECE (top-label, classwise, all-label), ACE, MCE, UCE, NLL, Brier and reliability curves.
+
+Every function reads a :class:`~monai_unc.metrics.calibration.histogram.ConfidenceHistogram` (built on the fly
+from arrays), re-bins its fine grid into ``n_bins`` coarse bins and reduces the per-bin gaps; the single
+implementation is :func:`_calibration_error`. Definitions and references: :mod:`monai_unc.metrics.calibration`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..._deprecation import deprecated_arg_names
+from ..._utils import ArrayLike, check_integer, to_tensor, warn_nan
+from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
+
+__all__ = [
+    "ReliabilityCurve",
+    "ece",
+    "classwise_ece",
+    "all_label_ece",
+    "ace",
+    "mce",
+    "uce",
+    "nll",
+    "brier",
+    "reliability_curve",
+    "calibration_metrics",
+    "CALIBRATION_METRICS",
+    "check_metric_names",
+]
+
+_KINDS = ("top", "all_label", "classwise", "uncertainty")
+_REDUCTIONS = ("expected", "average", "maximum")
+
+
+def _check_bins(n_bins: int, min_bin_count: int) -> None:
+    check_integer(n_bins, "n_bins", 1)
+    check_integer(min_bin_count, "min_bin_count", 0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# re-binning and reductions
+# ----------------------------------------------------------------------------------------------------------------
+def _coarsen(x: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """Sum the last axis (``F`` fine bins) into ``n_bins`` equal-width coarse bins."""
+    n_fine = x.shape[-1]
+    if n_fine % n_bins == 0:
+        return x.reshape(*x.shape[:-1], n_bins, n_fine // n_bins).sum(-1)
+    coarse_of = torch.div(torch.arange(n_fine, device=x.device) * n_bins, n_fine, rounding_mode="floor")
+    out = torch.zeros(*x.shape[:-1], n_bins, dtype=x.dtype, device=x.device)
+    return out.index_add_(-1, coarse_of, x)
+
+
+def _bin_stats(
+    counts: torch.Tensor, wcounts: torch.Tensor, sums: torch.Tensor, n_bins: int, min_bin_count: int, error: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Coarse bins of ``(..., 2, F)`` histograms: counts, weights, mean value, frequency, kept mask.
+
+    ``frequency`` is the weighted fraction with ``r = 1`` (or ``r = 0`` with ``error=True``); mean value and
+    frequency are NaN in dropped bins (count below ``max(1, min_bin_count)`` or zero weight).
+    """
+    n_fine = counts.shape[-1]
+    if n_fine % n_bins:
+        warnings.warn(
+            f"n_bins={n_bins} does not divide n_fine_bins={n_fine}: coarse bin edges are rounded to the fine "
+            f"grid (shift < 1/{n_fine}); choose a divisor for exact binning",
+            UserWarning,
+            stacklevel=4,
+        )
+    n2 = _coarsen(counts, n_bins)
+    w2 = _coarsen(wcounts, n_bins)
+    n = n2.sum(-2)
+    m = w2.sum(-2)
+    hit = w2[..., 0, :] if error else w2[..., 1, :]
+    s = _coarsen(sums, n_bins)
+    kept = (n >= max(1, min_bin_count)) & (m > 0)
+    nan = torch.tensor(float("nan"), dtype=torch.float64, device=m.device)
+    safe_m = torch.where(kept, m, torch.ones_like(m))
+    mean_value = torch.where(kept, s / safe_m, nan)
+    freq = torch.where(kept, hit / safe_m, nan)
+    return n, m, mean_value, freq, kept
+
+
+def _reduce_gaps(m: torch.Tensor, gap: torch.Tensor, kept: torch.Tensor, reduction: str) -> torch.Tensor:
+    """ECE-style reductions over the last axis (see ``_REDUCTIONS``); NaN where no bin is kept."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    zero = torch.zeros((), dtype=torch.float64, device=m.device)
+    nan = torch.tensor(float("nan"), dtype=torch.float64, device=m.device)
+    any_kept = kept.any(-1)
+    g = torch.where(kept, gap, zero)
+    if reduction == "expected":
+        mk = torch.where(kept, m, zero)
+        den = mk.sum(-1)
+        out = (mk * g).sum(-1) / torch.where(any_kept, den, torch.ones_like(den))
+    elif reduction == "average":
+        out = g.sum(-1) / kept.sum(-1).clamp_min(1)
+    else:
+        out = g.amax(-1)
+    return torch.where(any_kept, out, nan)
+
+
+def _histogram_from(
+    x: Any,
+    target: Any,
+    weights: Any,
+    mask: Any,
+    per_case: bool,
+    n_fine_bins: int,
+    caller: str,
+    uncertainty: bool = True,
+) -> ConfidenceHistogram:
+    """``x`` itself if it is a histogram, else a histogram of the arrays (entropy row only if ``uncertainty``)."""
+    if isinstance(x, ConfidenceHistogram):
+        if target is not None or weights is not None or mask is not None:
+            raise ValueError(f"{caller}: target, weights and mask must be None when reading a ConfidenceHistogram")
+        return x
+    if target is None:
+        raise ValueError(f"{caller}: target (the reference labels) is required with probabilities (or pass a "
+                         "ConfidenceHistogram as probs)")
+    p = to_tensor(x, "probs")
+    if p.ndim < 3 or p.shape[1] < 2:
+        raise ValueError(f"probs must have shape (B, C, *spatial) with C >= 2 classes, got {tuple(p.shape)}")
+    hist = ConfidenceHistogram(int(p.shape[1]), n_fine_bins=n_fine_bins, per_case=per_case, uncertainty=uncertainty)
+    return hist.update(p, target, weights=weights, mask=mask)
+
+
+def _finish(values: torch.Tensor, per_case: bool, ref: Any, caller: str, reason: str) -> Any:
+    """Pooled: float (or a ``(C,)`` array); per case: array following ``ref``'s library."""
+    n_nan = int(torch.isnan(values).sum())
+    if n_nan:
+        what = f"{n_nan} of {values.numel()} values" if values.numel() > 1 else "the value"
+        warn_nan(f"{caller}: {what} is NaN: {reason}", stacklevel=4)
+    if not per_case:
+        values = values[0]
+        if values.ndim == 0:
+            return float(values)
+    if isinstance(ref, torch.Tensor):
+        return values.to(ref.device)
+    return values.cpu().numpy()
+
+
+def _rows(hist: ConfidenceHistogram, kind: str, per_case: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Select ``(N, [C,] 2, F)`` counts / weights and ``(N, [C,] F)`` sums for a kind of reliability."""
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+    counts, wcounts, sums, _ = hist.views(per_case)
+    c = hist.num_classes
+    if kind == "top":
+        return counts[:, c], wcounts[:, c], sums[:, c]
+    if kind == "uncertainty":
+        if not hist.uncertainty:
+            raise ValueError("the histogram was built with uncertainty=False: it has no entropy row for UCE")
+        return counts[:, c + 1], wcounts[:, c + 1], sums[:, c + 1]
+    if kind == "all_label":
+        return counts[:, :c].sum(1), wcounts[:, :c].sum(1), sums[:, :c].sum(1)
+    return counts[:, :c], wcounts[:, :c], sums[:, :c]
+
+
+def _calibration_error(
+    x: Any,
+    target: Any,
+    *,
+    kind: str,
+    reduction: str,
+    n_bins: int,
+    min_bin_count: int,
+    per_case: bool,
+    weights: Any,
+    mask: Any,
+    n_fine_bins: int,
+    include_background: bool = True,
+    per_class: bool = False,
+    caller: str,
+    ref: Any = None,
+) -> Any:
+    """The single implementation behind ECE, classwise/all-label ECE, ACE, MCE and UCE."""
+    _check_bins(n_bins, min_bin_count)
+    hist = _histogram_from(x, target, weights, mask, per_case, n_fine_bins, caller, kind == "uncertainty")
+    counts, wcounts, sums = _rows(hist, kind, per_case)
+    _, m, mean_value, freq, kept = _bin_stats(counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty")
+    values = _reduce_gaps(m, (freq - mean_value).abs(), kept, reduction)
+    if kind == "classwise":
+        if not include_background:
+            values = values[:, 1:]
+        if not per_class:
+            values = values.mean(-1)
+    return _finish(
+        values, per_case, x if ref is None else ref, caller,
+        f"no bin holds at least max(1, min_bin_count={min_bin_count}) voxels",
+    )  # fmt: skip
+
+
+_COMMON_DOC = """
+    Args:
+        probs: a :class:`ConfidenceHistogram`, or probabilities ``(B, C, *spatial)`` (numpy or torch, any float
+            dtype).
+        target: ``(B, *spatial)`` or ``(B, 1, *spatial)`` integer reference labels (only with probabilities).
+        n_bins: equal-width coarse bins on [0, 1] (default 15).
+        min_bin_count: bins with fewer voxels are ignored (default 0; Kock et al. uses 50).
+        per_case: one value per case (per batch item for arrays) instead of the pooled value.
+        weights, mask: optional voxel weights / boolean mask of the label shape (arrays only).
+        n_fine_bins: fine bins of the histogram built from arrays.
+
+    The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+"""
+
+
+@deprecated_arg_names({"x": "probs", "labels": "target"})
+def ece(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+    kind: str = "top",
+) -> float | ArrayLike:
+    """Expected calibration error ``sum_b M_b |a_b - c_b| / sum_b M_b`` (Kock et al. eq. 2; Guo et al. 2017).
+
+    ``kind="top"`` (default) bins the predicted label's probability against accuracy; ``"all_label"`` and
+    ``"classwise"`` are :func:`all_label_ece` and :func:`classwise_ece`; ``"uncertainty"`` is :func:`uce`.
+    """
+    return _calibration_error(
+        probs, target, kind=kind, reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
+        per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="ece",
+    )  # fmt: skip
+
+
+@deprecated_arg_names({"x": "probs", "labels": "target"})
+def classwise_ece(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+    include_background: bool = True,
+    per_class: bool = False,
+) -> float | ArrayLike:
+    """Classwise ECE (Kull et al. 2019; Kock et al. Sec. 2.2): the mean over labels ``l`` of the ECE of ``p_l``
+    against ``[y == l]``.
+
+    ``per_class=True`` returns the per-label ECEs (shape ``(C,)``, or ``(n_cases, C)`` per case) instead of
+    their mean; ``include_background=False`` leaves label 0 out.
+    """
+    return _calibration_error(
+        probs, target, kind="classwise", reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
+        per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins,
+        include_background=include_background, per_class=per_class, caller="classwise_ece",
+    )  # fmt: skip
+
+
+@deprecated_arg_names({"x": "probs", "labels": "target"})
+def all_label_ece(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+) -> float | ArrayLike:
+    """All-label ("multiclass") ECE of Kock et al.: every label's ``p_l`` against ``[y == l]`` in one histogram
+    (``C`` entries per voxel), so that the reliability diagram covers [0, 1] and no label is left out."""
+    return _calibration_error(
+        probs, target, kind="all_label", reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
+        per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="all_label_ece",
+    )  # fmt: skip
+
+
+@deprecated_arg_names({"x": "probs", "labels": "target"})
+def ace(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+    kind: str = "top",
+) -> float | ArrayLike:
+    """Average calibration error ``1/M sum_m |c_m - Acc_m|`` over the ``M`` non-empty (kept) bins, every bin
+    weighted equally (ValUES, Appendix A.5, eq. 11; Neumann et al. 2018). ``kind`` as in :func:`ece`;
+    classwise averages over labels."""
+    return _calibration_error(
+        probs, target, kind=kind, reduction="average", n_bins=n_bins, min_bin_count=min_bin_count,
+        per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="ace",
+    )  # fmt: skip
+
+
+@deprecated_arg_names({"x": "probs", "labels": "target"})
+def mce(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+    kind: str = "top",
+) -> float | ArrayLike:
+    """Maximum calibration error ``max_b |a_b - c_b|`` over kept bins (Naeini et al. 2015; Zeevi et al.'s
+    baseline). Use ``min_bin_count`` to keep sparsely filled bins from dominating. ``kind`` as in :func:`ece`."""
+    return _calibration_error(
+        probs, target, kind=kind, reduction="maximum", n_bins=n_bins, min_bin_count=min_bin_count,
+        per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="mce",
+    )  # fmt: skip
+
+
+for _f in (ece, classwise_ece, all_label_ece, ace, mce):
+    _f.__doc__ = (_f.__doc__ or "") + _COMMON_DOC
+
+
+@deprecated_arg_names({"x": "probs"})
+def uce(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+) -> float | ArrayLike:
+    """Uncertainty calibration error ``sum_b M_b |err_b - u_b| / sum_b M_b`` (Laves et al. 2019; Kock et al.
+    Appendix D; Zeevi et al. baseline) over bins of an uncertainty ``u`` in [0, 1] against the error rate.
+
+    Three ways to call it:
+
+    - ``uce(hist)``: normalised entropy of a :class:`ConfidenceHistogram` against top-label error;
+    - ``uce(probs, target)``: probabilities ``(B, C, *spatial)``, ``C >= 2``, with labels ``(B, *spatial)`` or
+      ``(B, 1, *spatial)``: ``u = H(p) / log C`` (:func:`monai_unc.measures.entropy`), error ``argmax p != y``;
+    - ``uce(uncertainty, errors)``: an uncertainty map already in [0, 1] (e.g. normalised entropy, or
+      ``one_minus_max_prob`` rescaled) and a 0/1 (or bool) error map of the same shape, or ``(B, 1, *spatial)``
+      with errors ``(B, *spatial)`` (:meth:`ConfidenceHistogram.from_uncertainty`). With ``per_case=True``
+      the map must be ``(B, 1, *spatial)`` and each batch item is a case; otherwise every voxel is pooled.
+
+    The two arrays are told apart by shape: equal shapes (or a channel of 1 in the first) mean
+    uncertainty and errors, a first array with ``C >= 2`` channels and one more dimension (or a channel of
+    1 in the second) means probabilities and labels. Weights and mask apply to the probability form. The
+    keyword ``x`` is a deprecated alias of ``probs``.
+    """
+    _check_bins(n_bins, min_bin_count)
+    common = dict(
+        kind="uncertainty", reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
+        per_case=per_case, n_fine_bins=n_fine_bins, caller="uce",
+    )  # fmt: skip
+    if isinstance(probs, ConfidenceHistogram):
+        return _calibration_error(probs, target, weights=weights, mask=mask, **common)  # type: ignore[arg-type]
+    if target is None:
+        raise ValueError("uce: target (labels or error map) is required with an array")
+    u = to_tensor(probs, "probs")
+    t = to_tensor(target, "target")
+    shape_u, shape_t = tuple(u.shape), tuple(t.shape)
+    as_map = shape_u == shape_t or (
+        u.ndim == t.ndim + 1 and u.ndim >= 3 and u.shape[1] == 1 and shape_u[:1] + shape_u[2:] == shape_t
+    )
+    if not as_map:
+        if u.ndim < 3 or u.shape[1] < 2:
+            raise ValueError(
+                f"uce: cannot pair probs {shape_u} with target {shape_t}: pass probabilities (B, C, *spatial) with "
+                "labels (B, *spatial), or an uncertainty map with an error map of the same shape"
+            )
+        return _calibration_error(probs, target, weights=weights, mask=mask, **common)  # type: ignore[arg-type]
+    if weights is not None or mask is not None:
+        raise ValueError("uce: weights and mask are supported with probabilities and labels only")
+    if per_case and not (u.ndim >= 3 and u.shape[1] == 1):
+        raise ValueError(f"uce: per_case=True needs an uncertainty map of shape (B, 1, *spatial), got {shape_u}")
+    hist = ConfidenceHistogram.from_uncertainty(u, t, n_fine_bins=n_fine_bins)
+    return _calibration_error(hist, None, weights=None, mask=None, ref=probs, **common)  # type: ignore[arg-type]
+
+
+def _scalar_metric(
+    x: Any, target: Any, per_case: bool, weights: Any, mask: Any, n_fine_bins: int, which: int, caller: str
+) -> Any:
+    hist = _histogram_from(x, target, weights, mask, per_case, n_fine_bins, caller, uncertainty=False)
+    _, _, _, scalars = hist.views(per_case)
+    total = scalars[:, ConfidenceHistogram.SCALAR_WEIGHT]
+    values = torch.where(total > 0, scalars[:, which] / torch.where(total > 0, total, 1.0), float("nan"))
+    return _finish(values, per_case, x, caller, "no voxel (or zero total weight) in the case")
+
+
+@deprecated_arg_names({"x": "probs", "labels": "target"})
+def nll(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+) -> float | ArrayLike:
+    """Negative log-likelihood ``sum w (-log max(p_y, 1e-15)) / sum w`` in nats (Kock et al. eq. 1, computed
+    exactly from float64 sums instead of bin centres). Arguments as in :func:`ece`."""
+    return _scalar_metric(probs, target, per_case, weights, mask, n_fine_bins, ConfidenceHistogram.SCALAR_NLL, "nll")
+
+
+@deprecated_arg_names({"x": "probs", "labels": "target"})
+def brier(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+) -> float | ArrayLike:
+    """Brier score ``sum w sum_l (p_l - [y == l])^2 / sum w`` (Brier 1950; sum over labels, range [0, 2],
+    as scikit-learn's multiclass ``brier_score_loss``). Arguments as in :func:`ece`."""
+    return _scalar_metric(
+        probs, target, per_case, weights, mask, n_fine_bins, ConfidenceHistogram.SCALAR_BRIER, "brier"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reliability curves
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReliabilityCurve:
+    """Per-bin statistics of a reliability diagram (numpy arrays; leading axes ``[n_cases,] [C,]``).
+
+    - ``edges`` ``(n_bins + 1,)`` bin edges on [0, 1];
+    - ``confidence`` mean binned value per bin (mean confidence; mean normalised entropy for ``"uncertainty"``),
+      NaN in dropped bins;
+    - ``frequency`` observed frequency of ``r = 1`` (accuracy for ``"top"``, frequency of the label for
+      ``"all_label"``/``"classwise"``, error rate for ``"uncertainty"``), NaN in dropped bins;
+    - ``counts`` voxels per bin (int64), ``weights`` voxel weight per bin;
+    - ``kept`` bins used by the metrics (at least ``max(1, min_bin_count)`` voxels and positive weight).
+    """
+
+    edges: np.ndarray
+    confidence: np.ndarray
+    frequency: np.ndarray
+    counts: np.ndarray
+    weights: np.ndarray
+    kept: np.ndarray
+    kind: str
+
+    @property
+    def centers(self) -> np.ndarray:
+        return 0.5 * (self.edges[:-1] + self.edges[1:])
+
+
+@deprecated_arg_names({"x": "probs", "labels": "target"})
+def reliability_curve(
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
+    *,
+    kind: str = "top",
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+    weights: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    n_fine_bins: int = DEFAULT_FINE_BINS,
+) -> ReliabilityCurve:
+    """Per-bin mean confidence, observed frequency and counts (Kock et al. Sec. 2.2 and Appendix A).
+
+    ``kind``: ``"top"`` (Guo et al.'s diagram, predicted label), ``"all_label"`` (Kock et al.'s all-label
+    diagram over [0, 1]), ``"classwise"`` (one curve per label, leading axis ``C``), ``"uncertainty"``
+    (normalised entropy against error rate, Kock et al. Appendix D). ``ECE = sum(weights * |frequency -
+    confidence|) / sum(weights)`` over kept bins. Arguments as in :func:`ece`.
+    """
+    _check_bins(n_bins, min_bin_count)
+    hist = _histogram_from(
+        probs, target, weights, mask, per_case, n_fine_bins, "reliability_curve", kind == "uncertainty"
+    )
+    counts, wcounts, sums = _rows(hist, kind, per_case)
+    n, m, mean_value, freq, kept = _bin_stats(counts, wcounts, sums, n_bins, min_bin_count, kind == "uncertainty")
+    if not per_case:
+        n, m, mean_value, freq, kept = n[0], m[0], mean_value[0], freq[0], kept[0]
+    return ReliabilityCurve(
+        edges=np.linspace(0.0, 1.0, n_bins + 1),
+        confidence=mean_value.cpu().numpy(),
+        frequency=freq.cpu().numpy(),
+        counts=n.cpu().numpy(),
+        weights=m.cpu().numpy(),
+        kept=kept.cpu().numpy(),
+        kind=kind,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# all metrics at once, and the MONAI metric
+# ----------------------------------------------------------------------------------------------------------------
+#: names accepted by :func:`calibration_metrics` and :class:`CalibrationMetric`
+CALIBRATION_METRICS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "uce", "nll", "brier")
+_METRIC_FNS = {
+    "ece": ece,
+    "classwise_ece": classwise_ece,
+    "all_label_ece": all_label_ece,
+    "ace": ace,
+    "mce": mce,
+    "uce": uce,
+    "nll": nll,
+    "brier": brier,
+}
+
+
+def check_metric_names(metrics: Sequence[str] | str) -> tuple[str, ...]:
+    """The names selected by ``metrics`` (one name or a sequence of names from :data:`CALIBRATION_METRICS`) as
+    a tuple; ``ValueError`` naming ``metrics`` for an empty selection or an unknown name."""
+    names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    bad = [m for m in names if m not in _METRIC_FNS]
+    if not names or bad:
+        raise ValueError(f"metrics must be a non-empty subset of {CALIBRATION_METRICS}, got {list(names)}")
+    return names
+
+
+def calibration_metrics(
+    hist: ConfidenceHistogram,
+    metrics: Sequence[str] | str = CALIBRATION_METRICS,
+    *,
+    n_bins: int = 15,
+    min_bin_count: int = 0,
+    per_case: bool = False,
+) -> dict[str, Any]:
+    """Several metrics from one histogram: ``{name: value}`` (floats pooled, numpy arrays per case)."""
+    if not isinstance(hist, ConfidenceHistogram):
+        raise TypeError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
+    out: dict[str, Any] = {}
+    for name in check_metric_names(metrics):
+        fn = _METRIC_FNS[name]
+        if name in ("nll", "brier"):
+            out[name] = fn(hist, per_case=per_case)
+        else:
+            out[name] = fn(hist, n_bins=n_bins, min_bin_count=min_bin_count, per_case=per_case)
+    return out
+

@@ -1,0 +1,792 @@
+"""The confidence histogram of Kock et al.: binning core and :class:`ConfidenceHistogram` (additive, exact).
+
+For every case ``k`` the histogram holds, over a fine grid of ``F`` equal-width bins on [0, 1], the label
+confidence histogram (one row per label ``l``: voxels whose ``p_l`` falls in each fine bin, split by
+``r = [y == l]``), the prediction confidence histogram (the top label, ``r`` = top label correct) and the
+uncertainty histogram (normalised entropy, ``r`` = top label correct); next to the int64 counts, float64 sums
+of the binned values, of voxel weights, of ``-log p_y`` and of the Brier term. See
+:mod:`monai_unc.metrics.calibration` for the definitions and :mod:`.functional` for the metrics that read it.
+
+Binning: value ``v`` (clipped to [0, 1]) falls in fine bin ``floor(v * F)`` computed in float64; ``v = 1`` goes
+to the last bin (Kock, Thielke et al., "Confidence histograms for model reliability analysis and temperature
+calibration", Sec. 2.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..._deprecation import deprecated_arg_names
+from ..._utils import ArrayLike, check_labels, check_probabilities, probability_tolerance, to_tensor
+from ...io.files import atomic_save_npz
+from ...measures import entropy
+
+__all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "top_label"]
+
+#: fine bins per unit interval: 15 * 2**10, so that 15 (the default), 10, 20, 30, 60 and powers of two up
+#: to 1024 coarse bins are unions of fine bins
+DEFAULT_FINE_BINS = 15 * 2**10
+#: probabilities of the true label are clipped to at least this value inside ``-log p``
+NLL_EPS = 1e-15
+#: voxels per chunk on the CPU (temporaries stay in cache); CUDA tensors are processed in one chunk per case
+_CPU_CHUNK = 1 << 17
+
+_SCALAR_WEIGHT, _SCALAR_NLL, _SCALAR_BRIER = 0, 1, 2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# binning core
+# ----------------------------------------------------------------------------------------------------------------
+class _Staging:
+    """Accumulator of one update of one case; the single binning routine of this module is :meth:`bin`.
+
+    Rows have ``F + 1`` bins: a value of exactly 1 lands in the extra bin, which :meth:`to_state` folds into the
+    last one, so the bin index ``floor(v * F)`` needs no clamp. Voxel totals and hits (``r = 1``) are counted
+    separately: every voxel is a hit in exactly one label row (its reference label), so the hits of the label
+    rows cost one scatter over ``n`` voxels instead of an offset per row.
+    """
+
+    __slots__ = ("n_fine", "total", "hits", "sums", "wtotal", "whits", "scalars", "_ones")
+
+    def __init__(self, n_rows: int, n_fine: int, weighted: bool, device: torch.device | str) -> None:
+        shape = (n_rows, n_fine + 1)
+        self.n_fine = n_fine
+        self.total = torch.zeros(shape, dtype=torch.int64, device=device)
+        self.hits = torch.zeros(shape, dtype=torch.int64, device=device)
+        self.sums = torch.zeros(shape, dtype=torch.float64, device=device)
+        self.wtotal = torch.zeros(shape, dtype=torch.float64, device=device) if weighted else None
+        self.whits = torch.zeros(shape, dtype=torch.float64, device=device) if weighted else None
+        self.scalars = torch.zeros(3, dtype=torch.float64, device=device)
+        self._ones = torch.ones(0, dtype=torch.int64, device=device)
+
+    def _ones_of(self, m: int) -> torch.Tensor:
+        if self._ones.numel() < m:  # a materialised source scatters faster than an expanded one
+            self._ones = torch.ones(m, dtype=torch.int64, device=self._ones.device)
+        return self._ones[:m]
+
+    def bin(
+        self, vals: torch.Tensor, w: torch.Tensor | None, first_row: int = 0, ws: _Workspace | None = None
+    ) -> torch.Tensor:
+        """Add values ``(R', n)`` float64 in [0, 1] to rows ``first_row ...``; return their bin indices ``(R', n)``
+        within each row.
+
+        Fine bin ``floor(v * F)`` computed in float64 (1.0 in the last bin); ``w`` are ``(n,)`` voxel weights.
+        With a workspace ``ws`` the temporaries live in its buffers. Each row is scattered on its own, so the
+        indices need no row offset.
+        """
+        n_rows, n = vals.shape
+        if ws is None:
+            idx = torch.mul(vals, self.n_fine).to(torch.int64)
+        else:
+            scaled = torch.mul(vals, self.n_fine, out=ws.take(ws.fidx, n_rows, n))
+            idx = ws.take(ws.idx, n_rows, n)
+            idx.copy_(scaled)  # truncation = floor for v >= 0, as .to(torch.int64)
+        if self.wtotal is not None and w is None:
+            raise ValueError("a weighted histogram needs voxel weights")
+        ones = self._ones_of(n)
+        for r in range(n_rows):
+            row = first_row + r
+            self.sums[row].scatter_add_(0, idx[r], vals[r] if w is None else vals[r] * w)
+            self.total[row].scatter_add_(0, idx[r], ones)
+            if self.wtotal is not None:
+                self.wtotal[row].scatter_add_(0, idx[r], w)
+        return idx
+
+    def hit(
+        self,
+        row: int | None,
+        idx: torch.Tensor,
+        correct: torch.Tensor | None,
+        w: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+    ) -> None:
+        """Count ``r = 1`` at bin indices ``idx`` ``(n,)`` of ``row`` (flat indices over all rows if ``row`` is
+        None), where ``correct`` (all if None); ``out``: an int64 buffer of ``n`` for the 0/1 counts."""
+        if correct is None:
+            src = self._ones_of(idx.numel())
+        elif out is not None:
+            src = out.copy_(correct)
+        else:
+            src = correct.to(torch.int64)
+        (self.hits.view(-1) if row is None else self.hits[row]).scatter_add_(0, idx, src)
+        if self.whits is not None and w is not None:
+            target = self.whits.view(-1) if row is None else self.whits[row]
+            target.scatter_add_(0, idx, w if correct is None else w * correct)
+
+    def to_state(self) -> _State:
+        """Fold the overflow bin and split the counts into ``r = 0`` and ``r = 1``."""
+
+        def fold(t: torch.Tensor) -> torch.Tensor:
+            out = t[:, : self.n_fine].clone()
+            out[:, -1] += t[:, -1]
+            return out
+
+        total, hits = fold(self.total), fold(self.hits)
+        wcounts = None
+        if self.wtotal is not None and self.whits is not None:
+            wt, wh = fold(self.wtotal), fold(self.whits)
+            wcounts = torch.stack([wt - wh, wh])
+        return _State(torch.stack([total - hits, hits]), fold(self.sums), wcounts, self.scalars)
+
+
+class _Workspace:
+    """Buffers of one :meth:`ConfidenceHistogram.update`, reused by every chunk of ``n`` voxels.
+
+    Fresh multi-megabyte temporaries per chunk cost a page fault per 4 KiB page each time the allocator returns
+    them to the system (about a third of the update time on the CPU); these buffers are allocated once. Flat
+    storage, so that a shorter last chunk still gets contiguous ``(rows, m)`` views (:meth:`take`).
+    """
+
+    __slots__ = ("fidx", "idx", "vals", "f1", "f2", "i1", "i2", "b1", "bc", "uc", "small", "rank")
+
+    def __init__(self, n_cls: int, n_vals: int, n: int, device: torch.device) -> None:
+        f64 = {"dtype": torch.float64, "device": device}
+        self.small = torch.uint8 if n_cls < 256 else torch.int32
+        self.vals = torch.empty(n_vals * n, **f64)
+        self.fidx = torch.empty(n_vals * n, **f64)
+        self.idx = torch.empty(n_vals * n, dtype=torch.int64, device=device)
+        self.f1, self.f2 = torch.empty(n, **f64), torch.empty(n, **f64)
+        self.i1 = torch.empty(n, dtype=torch.int64, device=device)
+        self.i2 = torch.empty(n, dtype=torch.int64, device=device)
+        self.b1 = torch.empty(n, dtype=torch.bool, device=device)
+        self.bc = torch.empty(n_cls * n, dtype=torch.bool, device=device)
+        self.uc = torch.empty(n_cls * n, dtype=self.small, device=device)
+        self.rank = torch.arange(n_cls, 0, -1, dtype=self.small, device=device).unsqueeze(1)
+
+    @staticmethod
+    def take(buf: torch.Tensor, rows: int, m: int) -> torch.Tensor:
+        """A contiguous ``(rows, m)`` view of the first ``rows * m`` elements of ``buf``."""
+        return buf[: rows * m].view(rows, m)
+
+
+def top_label(
+    p: torch.Tensor, ws: _Workspace | None = None, conf_out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Maximum and argmax over dim 0 of ``(C, n)``; the first maximum wins (as ``torch.argmax``).
+
+    The argmax is read as ``C - max_c ([p_c == max] * (C - c))`` (one fused pass instead of
+    ``torch.argmax``, which is ~50x slower along a non-innermost axis on the CPU). With a workspace ``ws`` the
+    temporaries live in its buffers; ``conf_out`` receives the maximum.
+    """
+    n_cls, n = p.shape
+    conf = torch.amax(p, 0, out=conf_out) if conf_out is not None else p.amax(0)
+    if ws is None:
+        dtype = torch.uint8 if n_cls < 256 else torch.int32
+        rank = torch.arange(n_cls, 0, -1, dtype=dtype, device=p.device).unsqueeze(1)
+        pred = torch.mul(p == conf, rank)
+    else:
+        is_max = torch.eq(p, conf, out=ws.take(ws.bc, n_cls, n))
+        pred = torch.mul(is_max, ws.rank, out=ws.take(ws.uc, n_cls, n))
+    return conf, pred.amax(0).neg_().add_(n_cls)
+
+
+class _State:
+    """Histogram of one case: counts ``(2, R, F)`` (``r`` first), sums ``(R, F)``, weighted counts ``(2, R, F)``
+    or None, scalars ``(3,)``."""
+
+    __slots__ = ("counts", "sums", "wcounts", "scalars")
+
+    def __init__(
+        self,
+        counts: torch.Tensor,
+        sums: torch.Tensor,
+        wcounts: torch.Tensor | None,
+        scalars: torch.Tensor,
+    ) -> None:
+        self.counts, self.sums, self.wcounts, self.scalars = counts, sums, wcounts, scalars
+
+    @classmethod
+    def zeros(cls, n_rows: int, n_fine: int, weighted: bool, device: torch.device | str = "cpu") -> _State:
+        return cls(
+            torch.zeros(2, n_rows, n_fine, dtype=torch.int64, device=device),
+            torch.zeros(n_rows, n_fine, dtype=torch.float64, device=device),
+            torch.zeros(2, n_rows, n_fine, dtype=torch.float64, device=device) if weighted else None,
+            torch.zeros(3, dtype=torch.float64, device=device),
+        )
+
+    def weighted_counts(self) -> torch.Tensor:
+        return self.counts.to(torch.float64) if self.wcounts is None else self.wcounts
+
+    def make_weighted(self) -> None:
+        if self.wcounts is None:
+            self.wcounts = self.counts.to(torch.float64)
+
+    def add_(self, other: _State) -> None:
+        if other.wcounts is not None or self.wcounts is not None:
+            self.make_weighted()  # before the counts change
+            self.wcounts += other.weighted_counts().to(self.counts.device)  # type: ignore[operator]
+        self.counts += other.counts.to(self.counts.device)
+        self.sums += other.sums.to(self.sums.device)
+        self.scalars += other.scalars.to(self.scalars.device)
+
+    def copy(self) -> _State:
+        return _State(
+            self.counts.clone(),
+            self.sums.clone(),
+            None if self.wcounts is None else self.wcounts.clone(),
+            self.scalars.clone(),
+        )
+
+    def nbytes(self) -> int:
+        ts = [self.counts, self.sums, self.scalars] + ([] if self.wcounts is None else [self.wcounts])
+        return sum(t.numel() * t.element_size() for t in ts)
+
+
+def _accumulate_probs(
+    stage: _Staging,
+    p: torch.Tensor,
+    y: torch.Tensor,
+    w: torch.Tensor | None,
+    validate: bool = True,
+    uncertainty: bool = True,
+    ws: _Workspace | None = None,
+) -> None:
+    """Add one chunk of voxels: probabilities ``(C, n)``, labels ``(n,)`` int64, weights ``(n,)`` or None.
+
+    With ``validate``, a two-pass check (range incl. NaN via ``aminmax``, sum over classes; tolerance
+    :func:`monai_unc._utils.probability_tolerance` of ``p``'s dtype) runs first; on a failure
+    :func:`monai_unc._utils.check_probabilities` produces the error message. ``uncertainty=False``
+    leaves the entropy row empty. ``ws``: buffers for chunks of up to its size (one is made if None).
+    """
+    n_cls, n = p.shape
+    n_vals = n_cls + (2 if uncertainty else 1)
+    if ws is None or ws.f1.numel() < n:
+        ws = _Workspace(n_cls, n_vals, n, p.device)
+    take = _Workspace.take
+    vals = take(ws.vals, n_vals, n)
+    probs = vals[:n_cls]
+    probs.copy_(p)
+    if validate:
+        tol = probability_tolerance(p.dtype)  # wider for float16 / bfloat16 input
+        lo, hi = torch.aminmax(probs)
+        total = ws.f1[:n].copy_(probs[0])
+        for c in range(1, n_cls):
+            total.add_(probs[c])
+        sum_dev = total.sub_(1.0).abs_().max()
+        if not bool((lo >= -tol) & (hi <= 1.0 + tol) & (sum_dev <= tol)):
+            check_probabilities(p.unsqueeze(0), "probs")
+            raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
+    probs.clamp_(0.0, 1.0)
+    _, pred = top_label(probs, ws, conf_out=vals[n_cls])  # the confidence goes straight into its row
+    if uncertainty:
+        vals[n_cls + 1] = entropy(probs.unsqueeze(0), normalize=True, validate=False).view(n)
+        vals[n_cls + 1].clamp_(0.0, 1.0)
+    idx = stage.bin(vals, w, ws=ws)
+    y2 = y.unsqueeze(0)
+    label_idx = torch.gather(idx[:n_cls], 0, y2, out=ws.i1[:n].view(1, n)).view(n)
+    label_idx.add_(y, alpha=stage.n_fine + 1)  # flat index into the label rows
+    stage.hit(None, label_idx, None, w)  # label rows: r = [y == l]
+    correct = torch.eq(pred, y, out=ws.b1[:n])
+    stage.hit(n_cls, idx[n_cls], correct, w, out=ws.i2[:n])  # top label and entropy rows: r = top label correct
+    if uncertainty:
+        stage.hit(n_cls + 1, idx[n_cls + 1], correct, w, out=ws.i2[:n])
+
+    p_true = torch.gather(probs, 0, y2, out=ws.f1[:n].view(1, n)).view(n)
+    nll_terms = torch.clamp_min(p_true, NLL_EPS, out=ws.f2[:n]).log_().neg_()
+    scalars = stage.scalars
+    if w is None:
+        scalars[_SCALAR_WEIGHT] += n
+        scalars[_SCALAR_NLL] += nll_terms.sum()
+        flat = probs.reshape(-1)
+        scalars[_SCALAR_BRIER] += torch.dot(flat, flat) - 2.0 * p_true.sum() + n
+    else:
+        brier_terms = (probs * probs).sum(0).sub_(p_true, alpha=2.0).add_(1.0)
+        scalars[_SCALAR_WEIGHT] += w.sum()
+        scalars[_SCALAR_NLL] += torch.dot(nll_terms, w)
+        scalars[_SCALAR_BRIER] += torch.dot(brier_terms, w)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# input handling
+# ----------------------------------------------------------------------------------------------------------------
+def _voxel_map(x: Any, name: str, batch: int, spatial: tuple[int, ...]) -> torch.Tensor:
+    """A label-shaped map ``(B, *spatial)`` or ``(B, 1, *spatial)`` as ``(B, n)``."""
+    t = to_tensor(x, name)
+    if tuple(t.shape) == (batch, 1, *spatial):
+        t = t[:, 0]
+    if tuple(t.shape) != (batch, *spatial):
+        raise ValueError(
+            f"{name} must have shape (B, *spatial) = {(batch, *spatial)} or (B, 1, *spatial), got {tuple(t.shape)}"
+        )
+    return t.reshape(batch, -1)
+
+
+def _check_weights(w: torch.Tensor, name: str = "weights") -> torch.Tensor:
+    if w.dtype == torch.bool:
+        w = w.to(torch.float64)
+    if not (w.is_floating_point() or w.dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)):
+        raise TypeError(f"{name} must be a real-valued array, got dtype {w.dtype}")
+    w = w.to(torch.float64)
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"{name} contains non-finite values (NaN or inf)")
+    if w.numel() and float(w.min()) < 0:
+        raise ValueError(f"{name} must be non-negative, got minimum {float(w.min()):.4g}")
+    return w
+
+
+def _check_mask(m: torch.Tensor, name: str = "mask") -> torch.Tensor:
+    if m.dtype != torch.bool:
+        if m.is_floating_point() and not bool(torch.isfinite(m).all()):
+            raise ValueError(f"{name} contains non-finite values")
+        if not bool(((m == 0) | (m == 1)).all()):
+            raise ValueError(f"{name} must be boolean (or 0/1)")
+        m = m.to(torch.bool)
+    return m
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the histogram
+# ----------------------------------------------------------------------------------------------------------------
+class ConfidenceHistogram:
+    """Per-case label / prediction / uncertainty confidence histograms (Kock et al. Sec. 2.2), additive and exact.
+
+    State per case (``R = C + 2`` rows: labels ``0..C-1``, then the top label ``C``, then normalised entropy
+    ``C + 1``; ``F = n_fine_bins``):
+
+    - ``counts``   ``(R, 2, F)`` int64 voxels per fine bin, ``[:, 1]`` where ``r = 1`` (label is the
+      reference label; top label correct; for the entropy row, top label correct);
+    - ``sums``     ``(R, F)`` float64 weighted sum of the binned value (probability or normalised entropy);
+    - ``weighted_counts`` ``(R, 2, F)`` float64 voxel weights per bin (stored only once weights were given;
+      equal to ``counts`` otherwise);
+    - ``scalars``  ``(3,)`` float64: total weight, weighted sum of ``-log max(p_y, 1e-15)``, weighted sum of
+      ``sum_l (p_l - [y == l])^2`` (indices :attr:`SCALAR_WEIGHT`, :attr:`SCALAR_NLL`, :attr:`SCALAR_BRIER`).
+
+    Memory per case: ``24 R F`` bytes (``+16 R F`` once weighted), 1.8 MiB for ``C = 3`` and the default
+    ``F``; pooled (``per_case=False``) the same once. Histograms add exactly: :meth:`merge` of per-case
+    histograms equals the histogram of the pooled voxels.
+
+    Args:
+        num_classes: ``C >= 2``.
+        n_fine_bins: ``F``, fine bins on [0, 1]. Default ``15 * 2**10`` (see the module docstring); Kock et al.
+            uses ``2**14``.
+        per_case: keep one histogram per case (for per-case values and box plots); otherwise one pooled.
+        chunk_size: voxels processed at once (temporaries ``~ 50 (C + 2)`` bytes per voxel); default
+            ``2**17`` on the CPU and a whole case on CUDA.
+        uncertainty: fill the normalised-entropy row (needed by :func:`uce` only; computing the entropy is
+            about a fifth of the update time).
+
+    Example::
+
+        hist = ConfidenceHistogram(num_classes=3)
+        for batch in loader:
+            hist.update(batch["pred"], batch["label"], case_ids=batch["name"])
+        ece(hist), ece(hist, per_case=True), all_label_ece(hist, min_bin_count=50), nll(hist)
+    """
+
+    #: index of the total voxel weight in :attr:`scalars`
+    SCALAR_WEIGHT = _SCALAR_WEIGHT
+    #: index of the weighted sum of ``-log max(p_y, 1e-15)`` in :attr:`scalars`
+    SCALAR_NLL = _SCALAR_NLL
+    #: index of the weighted sum of the Brier term ``sum_l (p_l - [y == l])^2`` in :attr:`scalars`
+    SCALAR_BRIER = _SCALAR_BRIER
+
+    def __init__(
+        self,
+        num_classes: int,
+        n_fine_bins: int = DEFAULT_FINE_BINS,
+        per_case: bool = True,
+        chunk_size: int | None = None,
+        uncertainty: bool = True,
+    ) -> None:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+            raise ValueError(
+                f"num_classes must be an integer >= 2 (binary tasks carry both channels), got {num_classes!r}"
+            )
+        if isinstance(n_fine_bins, bool) or not isinstance(n_fine_bins, (int, np.integer)) or n_fine_bins < 1:
+            raise ValueError(f"n_fine_bins must be a positive integer, got {n_fine_bins!r}")
+        if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
+            raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+        self.num_classes = int(num_classes)
+        self.n_fine_bins = int(n_fine_bins)
+        self.per_case = bool(per_case)
+        self.chunk_size = None if chunk_size is None else int(chunk_size)
+        self.uncertainty = bool(uncertainty)
+        self.case_ids: list[Hashable] = []
+        self._states: list[_State] = []
+        self._index: dict[Hashable, int] = {}
+        self._pooled_cache: _State | None = None
+
+    # -- layout -------------------------------------------------------------------------------------------------
+    @property
+    def num_rows(self) -> int:
+        """``C + 2``: one row per label, the top label, normalised entropy."""
+        return self.num_classes + 2
+
+    @property
+    def top_row(self) -> int:
+        return self.num_classes
+
+    @property
+    def uncertainty_row(self) -> int:
+        return self.num_classes + 1
+
+    @property
+    def weighted(self) -> bool:
+        """Whether voxel weights were ever given (then ``weighted_counts`` differ from ``counts``)."""
+        return any(s.wcounts is not None for s in self._states)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the histogram tensors (all cases)."""
+        return sum(s.nbytes() for s in self._states)
+
+    def __len__(self) -> int:
+        """Number of cases (1 when pooled and updated, 0 when empty)."""
+        return len(self._states)
+
+    def __repr__(self) -> str:
+        return (
+            f"ConfidenceHistogram(num_classes={self.num_classes}, n_fine_bins={self.n_fine_bins}, "
+            f"per_case={self.per_case}, uncertainty={self.uncertainty}, cases={len(self)})"
+        )
+
+    def _stack(self, attr: str) -> torch.Tensor:
+        if not self._states:
+            raise ValueError("the histogram is empty: call update() first")
+        if attr == "wcounts":
+            return torch.stack([s.weighted_counts().transpose(0, 1) for s in self._states])
+        if attr == "counts":
+            return torch.stack([s.counts.transpose(0, 1) for s in self._states])
+        return torch.stack([getattr(s, attr) for s in self._states])
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """``(n_cases, R, 2, F)`` int64."""
+        return self._stack("counts")
+
+    @property
+    def sums(self) -> torch.Tensor:
+        """``(n_cases, R, F)`` float64."""
+        return self._stack("sums")
+
+    @property
+    def weighted_counts(self) -> torch.Tensor:
+        """``(n_cases, R, 2, F)`` float64 (the counts when no weights were given)."""
+        return self._stack("wcounts")
+
+    @property
+    def scalars(self) -> torch.Tensor:
+        """``(n_cases, 3)`` float64: total weight, weighted NLL sum, weighted Brier sum."""
+        return self._stack("scalars")
+
+    def _pooled(self) -> _State:
+        if not self._states:
+            raise ValueError("the histogram is empty: call update() first")
+        if self._pooled_cache is None:
+            total = self._states[0].copy()
+            for s in self._states[1:]:
+                total.add_(s)
+            self._pooled_cache = total
+        return self._pooled_cache
+
+    def views(self, per_case: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The tables the metrics read: ``counts`` ``(N, R, 2, F)`` int64, weighted counts ``(N, R, 2, F)`` float64,
+        ``sums`` ``(N, R, F)`` and ``scalars`` ``(N, 3)`` float64.
+
+        ``N`` is the number of cases with ``per_case=True``; otherwise ``N = 1``, the sum over all cases (cached
+        until the next update or merge; do not modify the returned tensors).
+        """
+        if per_case:
+            return self.counts, self.weighted_counts, self.sums, self.scalars
+        s = self._pooled()
+        return s.counts.transpose(0, 1)[None], s.weighted_counts().transpose(0, 1)[None], s.sums[None], s.scalars[None]
+
+    # -- accumulation -------------------------------------------------------------------------------------------
+    def _slot(self, case_id: Hashable | None) -> int:
+        if not self.per_case:
+            case_id = "pooled"
+        elif case_id is None:
+            case_id = len(self.case_ids)
+            while case_id in self._index:
+                case_id += 1
+        if case_id not in self._index:
+            weighted = self.weighted
+            self._index[case_id] = len(self._states)
+            self.case_ids.append(case_id)
+            self._states.append(_State.zeros(self.num_rows, self.n_fine_bins, weighted))
+        return self._index[case_id]
+
+    @deprecated_arg_names({"labels": "target"})
+    def update(
+        self,
+        probs: ArrayLike,
+        target: ArrayLike,
+        weights: ArrayLike | None = None,
+        case_ids: Sequence[str] | None = None,
+        mask: ArrayLike | None = None,
+        validate: bool = True,
+    ) -> ConfidenceHistogram:
+        """Add a batch of cases (or parts of cases).
+
+        Args:
+            probs: ``(B, C, *spatial)`` class probabilities (numpy or torch, CPU or CUDA, any float dtype).
+            target: ``(B, *spatial)`` or ``(B, 1, *spatial)`` integer reference labels in ``[0, C)`` (the keyword
+                ``labels`` is a deprecated alias).
+            weights: optional non-negative voxel weights of the label shape (Kock et al., vessel weights).
+                Zero-weight voxels are left out like masked ones.
+            case_ids: one ``str`` per batch item; items with an existing id are added to that case (patches
+                of one volume). Default: every item is a new case numbered ``0, 1, ...``. Ignored when pooled.
+            mask: optional boolean map of the label shape; only voxels where it is True are counted. Voxels
+                outside the mask (or with zero weight) are never read, so NaN there is allowed (e.g. probabilities
+                set to NaN outside a region of interest).
+            validate: check the probabilities (finite, in [0, 1], summing to 1 over C, tolerance 1e-3 for
+                float32 / float64, :func:`monai_unc._utils.probability_tolerance` for lower precisions).
+                Values are clipped to [0, 1] before binning.
+
+        The update is atomic: on a ``ValueError`` nothing is added.
+        """
+        p = to_tensor(probs, "probs")
+        if not p.is_floating_point():
+            raise TypeError(f"probs must be a floating point array of probabilities, got dtype {p.dtype}")
+        if p.ndim < 3:
+            raise ValueError(f"probs must have shape (B, C, *spatial), got {tuple(p.shape)}")
+        if p.shape[1] != self.num_classes:
+            raise ValueError(
+                f"probs has {p.shape[1]} classes along dim 1 but the histogram was built for {self.num_classes}"
+            )
+        if p.numel() == 0:
+            raise ValueError(f"probs is empty (shape {tuple(p.shape)})")
+        batch, spatial = p.shape[0], tuple(p.shape[2:])
+        y = check_labels(_voxel_map(target, "target", batch, spatial), "target", self.num_classes)
+        w = None if weights is None else _check_weights(_voxel_map(weights, "weights", batch, spatial))
+        m = None if mask is None else _check_mask(_voxel_map(mask, "mask", batch, spatial))
+        if w is not None:
+            m = (w > 0) if m is None else (m & (w > 0))
+        if case_ids is not None and self.per_case:
+            if isinstance(case_ids, str) or len(case_ids) != batch:
+                raise ValueError(f"case_ids must be a sequence of {batch} strings (one per batch item)")
+            if not all(isinstance(c, str) for c in case_ids):
+                raise TypeError("case_ids must be strings (integers are reserved for automatic numbering)")
+        device = p.device
+        y, w, m = y.to(device), None if w is None else w.to(device), None if m is None else m.to(device)
+        chunk = self.chunk_size or (_CPU_CHUNK if device.type == "cpu" else 1 << 62)
+        pf = p.reshape(batch, self.num_classes, -1)
+
+        staged = []
+        n_vals = self.num_classes + (2 if self.uncertainty else 1)
+        ws = _Workspace(self.num_classes, n_vals, min(chunk, pf.shape[-1]), device)
+        for b in range(batch):
+            st = _Staging(self.num_rows, self.n_fine_bins, w is not None, device)
+            pb, yb, wb = pf[b], y[b], None if w is None else w[b]
+            if m is not None:
+                pb, yb, wb = pb[:, m[b]], yb[m[b]], None if wb is None else wb[m[b]]
+            for s in range(0, yb.shape[0], chunk):
+                wc = None if wb is None else wb[s : s + chunk]
+                _accumulate_probs(st, pb[:, s : s + chunk], yb[s : s + chunk], wc, validate, self.uncertainty, ws)
+            staged.append(st.to_state())
+
+        if w is not None:
+            for s in self._states:
+                s.make_weighted()
+        for b, st in enumerate(staged):
+            slot = self._slot(None if case_ids is None else case_ids[b])
+            self._states[slot].add_(st)
+        self._pooled_cache = None
+        return self
+
+    @classmethod
+    def from_uncertainty(
+        cls, uncertainty: ArrayLike, errors: ArrayLike, n_fine_bins: int = DEFAULT_FINE_BINS
+    ) -> ConfidenceHistogram:
+        """A histogram whose uncertainty row holds an uncertainty map against an error map (the other rows stay
+        empty): the input of :func:`~monai_unc.metrics.calibration.uce` for a map that is not the normalised
+        entropy of probabilities (Laves et al. 2019; Kock et al. Appendix D).
+
+        Args:
+            uncertainty: values in [0, 1]; ``(B, 1, *spatial)`` gives one case per batch item, any other shape
+                one case of all voxels.
+            errors: 0/1 (or bool) error map of the same shape, or ``(B, *spatial)`` for a ``(B, 1, *spatial)``
+                map; ``r = 1`` where there is no error, so that the frequency read by UCE is the error rate.
+            n_fine_bins: fine bins ``F``.
+
+        Raises:
+            ValueError: naming ``uncertainty`` or ``errors`` for an empty, non-finite or out-of-range map, a
+                non-binary error map or shapes that do not pair.
+        """
+        u = to_tensor(uncertainty, "uncertainty")
+        t = to_tensor(errors, "errors")
+        shape_u = tuple(u.shape)
+        batch_cases = u.ndim >= 3 and u.shape[1] == 1
+        if tuple(t.shape) != shape_u and not (batch_cases and tuple(t.shape) == shape_u[:1] + shape_u[2:]):
+            raise ValueError(
+                f"errors must have the shape of uncertainty {shape_u} (or {shape_u[:1] + shape_u[2:]} for a "
+                f"(B, 1, *spatial) map), got {tuple(t.shape)}"
+            )
+        if u.is_complex():
+            raise TypeError(f"uncertainty must be a real-valued map, got dtype {u.dtype}")
+        if not u.is_floating_point():
+            u = u.to(torch.float64)
+        if u.numel() == 0:
+            raise ValueError(f"uncertainty is empty (shape {shape_u})")
+        if not bool(torch.isfinite(u).all()):
+            raise ValueError("uncertainty contains non-finite values (NaN or inf)")
+        lo, hi = float(u.min()), float(u.max())
+        if lo < 0 or hi > 1:
+            raise ValueError(
+                f"uncertainty must lie in [0, 1] for UCE, got values in [{lo:.4g}, {hi:.4g}]; "
+                "normalise it first (e.g. entropy(probs, normalize=True))"
+            )
+        err = _check_mask(t, "errors").to(u.device)
+        if batch_cases:
+            u2, e2 = u.reshape(u.shape[0], -1), err.reshape(err.shape[0], -1)
+        else:
+            u2, e2 = u.reshape(1, -1), err.reshape(1, -1)
+        hist = cls(2, n_fine_bins=n_fine_bins, per_case=True)
+        for b in range(u2.shape[0]):
+            stage = _Staging(hist.num_rows, n_fine_bins, False, u.device)
+            vals = u2[b].to(torch.float64).clamp(0, 1).unsqueeze(0)
+            idx = stage.bin(vals, None, first_row=hist.uncertainty_row)
+            stage.hit(hist.uncertainty_row, idx[0], e2[b].logical_not(), None)
+            stage.scalars[_SCALAR_WEIGHT] = u2.shape[1]
+            hist._states[hist._slot(None)].add_(stage.to_state())
+        return hist
+
+    def merge(self, other: ConfidenceHistogram) -> ConfidenceHistogram:
+        """Add ``other`` into this histogram (in place) and return ``self``.
+
+        Cases with the same string id are summed; automatically numbered cases of ``other`` are appended
+        with new numbers. A pooled histogram absorbs every case of ``other``.
+        """
+        if not isinstance(other, ConfidenceHistogram):
+            raise TypeError(f"other must be a ConfidenceHistogram, got {type(other).__name__}")
+        if (other.num_classes, other.n_fine_bins) != (self.num_classes, self.n_fine_bins):
+            raise ValueError(
+                "cannot merge histograms with different layouts: "
+                f"(num_classes, n_fine_bins) {(self.num_classes, self.n_fine_bins)} vs "
+                f"{(other.num_classes, other.n_fine_bins)}"
+            )
+        if other.uncertainty != self.uncertainty and len(other) and len(self):
+            raise ValueError("cannot merge histograms with and without the uncertainty (entropy) row")
+        if len(other) and not len(self):
+            self.uncertainty = other.uncertainty
+        if other.weighted:
+            for s in self._states:
+                s.make_weighted()
+        for cid, st in zip(other.case_ids, other._states):
+            slot = self._slot(cid if isinstance(cid, str) and cid != "pooled" else None)
+            self._states[slot].add_(st)
+        self._pooled_cache = None
+        return self
+
+    def __iadd__(self, other: ConfidenceHistogram) -> ConfidenceHistogram:
+        return self.merge(other)
+
+    def pooled(self) -> ConfidenceHistogram:
+        """A new pooled histogram (one case) holding the sum of all cases."""
+        out = ConfidenceHistogram(
+            self.num_classes, self.n_fine_bins, per_case=False, chunk_size=self.chunk_size, uncertainty=self.uncertainty
+        )
+        if self._states:
+            out.case_ids, out._index, out._states = ["pooled"], {"pooled": 0}, [self._pooled().copy()]
+        return out
+
+    # -- persistence --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The state as numpy arrays (``counts``, ``sums``, ``scalars``, ``weighted_counts`` if weighted)."""
+        ids = [str(c) for c in self.case_ids]
+        state: dict[str, Any] = {
+            "num_classes": np.int64(self.num_classes),
+            "n_fine_bins": np.int64(self.n_fine_bins),
+            "per_case": np.bool_(self.per_case),
+            "uncertainty": np.bool_(self.uncertainty),
+            "case_ids": np.array(ids, dtype=np.str_),
+            "case_id_is_int": np.array([isinstance(c, int) for c in self.case_ids], dtype=bool),
+        }
+        shape_r = (0, self.num_rows)
+        if self._states:
+            state["counts"] = self.counts.cpu().numpy()
+            state["sums"] = self.sums.cpu().numpy()
+            state["scalars"] = self.scalars.cpu().numpy()
+            if self.weighted:
+                state["weighted_counts"] = self.weighted_counts.cpu().numpy()
+        else:
+            state["counts"] = np.zeros((*shape_r, 2, self.n_fine_bins), dtype=np.int64)
+            state["sums"] = np.zeros((*shape_r, self.n_fine_bins))
+            state["scalars"] = np.zeros((0, 3))
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> ConfidenceHistogram:
+        """Replace the state by one from :meth:`state_dict` (layouts must match)."""
+        nc, nf = int(state["num_classes"]), int(state["n_fine_bins"])
+        if (nc, nf) != (self.num_classes, self.n_fine_bins):
+            raise ValueError(
+                f"state has (num_classes, n_fine_bins) = {(nc, nf)}, "
+                f"the histogram {(self.num_classes, self.n_fine_bins)}"
+            )
+        counts = torch.as_tensor(np.asarray(state["counts"], dtype=np.int64))
+        sums = torch.as_tensor(np.asarray(state["sums"], dtype=np.float64))
+        scalars = torch.as_tensor(np.asarray(state["scalars"], dtype=np.float64))
+        wc = state.get("weighted_counts")
+        wct = None if wc is None else torch.as_tensor(np.asarray(wc, dtype=np.float64))
+        n = counts.shape[0]
+        if counts.shape != (n, self.num_rows, 2, nf) or sums.shape != (n, self.num_rows, nf) or scalars.shape != (n, 3):
+            raise ValueError("state arrays have inconsistent shapes")
+        ids_raw = [str(c) for c in np.asarray(state["case_ids"]).tolist()]
+        is_int = np.asarray(state.get("case_id_is_int", np.zeros(n, dtype=bool))).tolist()
+        if len(ids_raw) != n:
+            raise ValueError(f"state has {len(ids_raw)} case ids for {n} cases")
+        self.per_case = bool(state.get("per_case", self.per_case))
+        self.uncertainty = bool(state.get("uncertainty", self.uncertainty))
+        self.case_ids = [int(c) if flag else c for c, flag in zip(ids_raw, is_int)]
+        self._index = {c: i for i, c in enumerate(self.case_ids)}
+        self._states = [
+            _State(
+                counts[i].transpose(0, 1).contiguous(),
+                sums[i].clone(),
+                None if wct is None else wct[i].transpose(0, 1).contiguous(),
+                scalars[i].clone(),
+            )
+            for i in range(n)
+        ]
+        self._pooled_cache = None
+        return self
+
+    def save(self, path: str | Path) -> Path:
+        """Write the state to a compressed ``.npz`` file (``.npz`` is appended to other names, as numpy does) and
+        return its path.
+
+        The file is written under a temporary name in the same folder and renamed into place
+        (:func:`monai_unc.io.files.atomic_save_npz`), so an interrupted save never leaves a truncated file under
+        ``path``: the previous file, if any, stays intact.
+        """
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
+        return atomic_save_npz(path, self.state_dict(), compressed=True)
+
+    #: the keys :meth:`load` needs in a file
+    _REQUIRED_KEYS = ("num_classes", "n_fine_bins", "per_case", "counts", "sums", "scalars", "case_ids")
+
+    @classmethod
+    def load(cls, path: str | Path) -> ConfidenceHistogram:
+        """Read a histogram written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            ValueError: naming ``path`` when the file is not a histogram written by :meth:`save` (corrupt or
+                truncated, another ``.npz``, inconsistent arrays).
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"path: no ConfidenceHistogram file at {path}")
+        try:
+            with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:  # our handle: closed on errors too
+                state = {k: data[k] for k in data.files}
+        except Exception as err:  # BadZipFile, EOFError, OSError, ValueError, zlib.error from a damaged file
+            raise ValueError(
+                f"path: {path} is not a readable ConfidenceHistogram file (corrupt or truncated?): "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        missing = [k for k in cls._REQUIRED_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"path: {path} is not a ConfidenceHistogram file (missing arrays {missing})")
+        try:
+            hist = cls(int(state["num_classes"]), int(state["n_fine_bins"]), per_case=bool(state["per_case"]))
+            return hist.load_state_dict(state)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"path: {path} holds an inconsistent ConfidenceHistogram: {err}") from err

@@ -1,0 +1,144 @@
+"""MONAI ``CumulativeIterationMetric`` for the calibration metrics: a thin adapter over the confidence histogram."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from monai.metrics import CumulativeIterationMetric
+from monai.utils import evenly_divisible_all_gather
+
+from ..._utils import check_integer, warn_nan
+from .functional import CALIBRATION_METRICS, calibration_metrics, check_metric_names
+from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
+
+__all__ = ["CalibrationMetric"]
+
+
+class CalibrationMetric(CumulativeIterationMetric):
+    """MONAI metric for the ECE family, NLL and Brier, a thin wrapper of :class:`ConfidenceHistogram`.
+
+    Call it with ``y_pred`` probabilities ``(B, C, *spatial)`` (apply softmax first, e.g. with
+    ``monai.transforms.Activations(softmax=True)``) and ``y`` labels ``(B, 1, *spatial)`` / ``(B, *spatial)``
+    or one-hot ``(B, C, *spatial)``. Each call adds the batch to a pooled histogram (constant memory:
+    ``24 (C + 2) F`` bytes, 1.8 MiB for 3 classes) and buffers one row of per-case values ``(B, K)`` (``K =
+    len(metrics)``, in the order of ``metrics``) that :meth:`get_buffer` gathers across ranks.
+
+    :meth:`aggregate` returns ``{name: 0-dim float64 tensor}``. ``reduction="pooled"`` (default) computes each
+    metric on the histogram pooled over all cases and ranks (the pooled histograms are all-gathered with
+    MONAI's ``evenly_divisible_all_gather`` and summed); ``"mean"`` averages the per-case values (NaN cases
+    skipped). :attr:`histogram` gives the pooled :class:`ConfidenceHistogram` after :meth:`aggregate`.
+
+    Args:
+        num_classes: ``C``; inferred from the first ``y_pred`` when None.
+        metrics: names from :data:`CALIBRATION_METRICS`.
+        n_bins, min_bin_count: binning of the ECE family (see :func:`ece`).
+        n_fine_bins: fine bins of the histogram.
+        reduction: ``"pooled"`` or ``"mean"``.
+    """
+
+    def __init__(
+        self,
+        num_classes: int | None = None,
+        metrics: Sequence[str] | str = CALIBRATION_METRICS,
+        n_bins: int = 15,
+        min_bin_count: int = 0,
+        n_fine_bins: int = DEFAULT_FINE_BINS,
+        reduction: str = "pooled",
+    ) -> None:
+        super().__init__()
+        check_integer(n_bins, "n_bins", 1)
+        check_integer(min_bin_count, "min_bin_count", 0)
+        if reduction not in ("pooled", "mean"):
+            raise ValueError(f"reduction must be 'pooled' or 'mean', got {reduction!r}")
+        self.metrics = check_metric_names(metrics)
+        self.num_classes = num_classes
+        self.n_bins, self.min_bin_count, self.n_fine_bins = n_bins, min_bin_count, n_fine_bins
+        self.reduction = reduction
+        self._hist: ConfidenceHistogram | None = None
+        self.histogram: ConfidenceHistogram | None = None
+
+    def reset(self) -> None:
+        super().reset()
+        self._hist = None
+        self.histogram = None
+
+    def _labels(self, y: torch.Tensor, n_cls: int) -> torch.Tensor:
+        if y.ndim >= 3 and y.shape[1] == n_cls and n_cls > 1:
+            return y.argmax(dim=1)  # one-hot
+        return y
+
+    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        if y is None:
+            raise ValueError("CalibrationMetric needs y (labels or one-hot labels)")
+        if y_pred.ndim < 3:
+            raise ValueError(f"y_pred must have shape (B, C, *spatial), got {tuple(y_pred.shape)}")
+        n_cls = self.num_classes or int(y_pred.shape[1])
+        batch = ConfidenceHistogram(
+            n_cls, n_fine_bins=self.n_fine_bins, per_case=True, uncertainty="uce" in self.metrics
+        )
+        batch.update(y_pred, self._labels(y, n_cls))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # NaN cases are reported at aggregation
+            vals = calibration_metrics(
+                batch, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=True
+            )
+        if self._hist is None:
+            self._hist = ConfidenceHistogram(
+                n_cls, n_fine_bins=self.n_fine_bins, per_case=False, uncertainty="uce" in self.metrics
+            )
+        self._hist.merge(batch)
+        return torch.stack([torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics], dim=1)
+
+    def _synced_histogram(self) -> ConfidenceHistogram:
+        """The pooled histogram of every rank: each table all-gathered (MONAI's ``evenly_divisible_all_gather``)
+        and summed; a rank without data adds zeros."""
+        if self._hist is None or not len(self._hist):
+            if self.num_classes is None:
+                raise ValueError("CalibrationMetric.aggregate() called before any update (and num_classes unknown)")
+            n_rows, f = self.num_classes + 2, self.n_fine_bins
+            counts = torch.zeros(1, n_rows, 2, f, dtype=torch.int64)
+            sums = torch.zeros(1, n_rows, f, dtype=torch.float64)
+            scalars = torch.zeros(1, 3, dtype=torch.float64)
+            wc = counts.to(torch.float64)
+        else:
+            counts, wc, sums, scalars = self._hist.views(per_case=False)  # (1, R, 2, F) ... (1, 3)
+
+        def gather_sum(t: torch.Tensor) -> torch.Tensor:
+            return evenly_divisible_all_gather(t.contiguous(), concat=True).sum(0, keepdim=True)
+
+        counts, sums, scalars, wcounts = gather_sum(counts), gather_sum(sums), gather_sum(scalars), gather_sum(wc)
+        state: dict[str, Any] = {
+            "num_classes": counts.shape[1] - 2, "n_fine_bins": self.n_fine_bins, "per_case": False,
+            "uncertainty": "uce" in self.metrics, "case_ids": ["pooled"], "case_id_is_int": [False],
+            "counts": counts, "sums": sums, "scalars": scalars,
+        }  # fmt: skip
+        if not torch.equal(wcounts, counts.to(torch.float64)):
+            state["weighted_counts"] = wcounts
+        hist = ConfidenceHistogram(
+            counts.shape[1] - 2, self.n_fine_bins, per_case=False, uncertainty="uce" in self.metrics
+        )
+        return hist.load_state_dict(state)
+
+    def aggregate(self, reduction: str | None = None) -> dict[str, torch.Tensor]:
+        """``{name: value}`` pooled over all cases and ranks, or the mean of per-case values."""
+        reduction = reduction or self.reduction
+        if reduction not in ("pooled", "mean"):
+            raise ValueError(f"reduction must be 'pooled' or 'mean', got {reduction!r}")
+        if reduction == "mean":
+            data = self.get_buffer()
+            if not isinstance(data, torch.Tensor):
+                raise ValueError("CalibrationMetric.aggregate() called before any update")
+            out = {}
+            for j, k in enumerate(self.metrics):
+                col = data[:, j]
+                ok = ~torch.isnan(col)
+                out[k] = col[ok].mean() if bool(ok.any()) else torch.tensor(warn_nan(f"{k}: every case is NaN"))
+            return out
+        self.histogram = self._synced_histogram()
+        vals = calibration_metrics(
+            self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
+        )
+        return {k: torch.tensor(v, dtype=torch.float64) for k, v in vals.items()}
