@@ -81,14 +81,6 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
 PENDING: dict[tuple[str, str, str, str], str] = {
     # (rule, importing module, imported module, name) -> note
     ("private", "monai_unc.stats", "monai_unc.measures", "_entropy_t"): "stats.py:31, measures gets a public name",
-    **{
-        ("private", "monai_unc.metrics.spatial", "monai_unc.metrics.boundary", name): "spatial.py:62"
-        for name in ("_boundary", "_distance_to_features", "_follow", "_hd_case", "_num_threads", "_per_case_spacing")
-    },
-    ("lazy", "monai_unc.nnunet.cli", "monai_unc.nnunet.predictor", ""): "nnunet/cli.py: nnunet/__init__ imports "
-    "these modules at its top anyway",
-    ("lazy", "monai_unc.nnunet.cli", "monai_unc.nnunet.dropout", ""): "nnunet/cli.py",
-    ("lazy", "monai_unc.nnunet.cli", "monai_unc.nnunet.calibrate", ""): "nnunet/cli.py",
     ("lazy", "monai_unc.nnunet.trainers", "monai_unc.data.synthetic", ""): "nnunet/trainers.py:140",
 }
 

@@ -21,7 +21,9 @@ import os
 import sys
 
 from monai_unc.keys import DEFAULT_MEASURES, MEASURES
-from monai_unc.nnunet.predictor import SOURCES
+from monai_unc.nnunet.calibrate import calibrate_model_folder
+from monai_unc.nnunet.dropout import write_dropout_plans
+from monai_unc.nnunet.predictor import SOURCES, UncertaintyPredictor
 
 __all__ = ["add_parser", "run", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
 
@@ -142,8 +144,6 @@ def _model_folder(args: argparse.Namespace) -> str:
 def _predict(args: argparse.Namespace) -> int:
     import torch
 
-    from monai_unc.nnunet.predictor import UncertaintyPredictor
-
     if not 0 <= args.part_id < args.num_parts:
         raise ValueError(f"-part_id must be in [0, -num_parts), got {args.part_id} with -num_parts {args.num_parts}")
     if args.npp < 0 or args.nps < 0:
@@ -191,7 +191,6 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _plans(args: argparse.Namespace) -> int:
-    from monai_unc.nnunet.dropout import write_dropout_plans
 
     path = write_dropout_plans(args.d, p=args.rate, source_plans=args.p, target_plans=args.target,
                                configurations=args.c, overwrite=args.overwrite)
@@ -203,8 +202,6 @@ def _calibrate(args: argparse.Namespace) -> int:
     import json
 
     import torch
-
-    from monai_unc.nnunet.calibrate import calibrate_model_folder
 
     model = _model_folder(args)
     if not os.path.isdir(model):
