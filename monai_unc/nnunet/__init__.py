@@ -32,9 +32,13 @@ from monai_unc.nnunet.predictor import (
     write_scores_table,
 )
 from monai_unc.nnunet.trainers import (
+    SSNDeepSupervisionLoss,
+    attach_ssn_head,
     nnUNetTrainer_10iters,
     nnUNetTrainerMCDropout,
     nnUNetTrainerMCDropout_10iters,
+    nnUNetTrainerSSN,
+    nnUNetTrainerSSN_10iters,
     write_toy_dataset,
 )
 
@@ -54,6 +58,10 @@ __all__ = [
     "export_uncertainty",
     "nnUNetTrainerMCDropout",
     "nnUNetTrainerMCDropout_10iters",
+    "nnUNetTrainerSSN",
+    "nnUNetTrainerSSN_10iters",
+    "SSNDeepSupervisionLoss",
+    "attach_ssn_head",
     "nnUNetTrainer_10iters",
     "trainer_dir",
     "write_dropout_plans",
