@@ -131,6 +131,23 @@ def test_rsample_equals_stock_lowrank_normal_for_the_same_random_state():
     torch.testing.assert_close(maps.reshape(4, 2, -1), dist.rsample((4,)))
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_loss_gradients_equal_those_through_the_stock_distribution(batch):
+    target = torch.randint(0, 3, (batch, 4, 5))
+    grads = []
+    for stock in (False, True):
+        head = _head(2, rank=3, seed=4)
+        feats = torch.randn(batch, 4, 4, 5, generator=torch.Generator().manual_seed(1))
+        d = head.distribution(feats)
+        if stock:
+            d = LowRankMultivariateNormal(d.loc, d.cov_factor, d.cov_diag)
+        torch.manual_seed(9)
+        SSNLoss(6)(d, target).backward()
+        grads.append([p.grad.clone() for p in head.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_modes_eval_mean_train_distribution_sampling_draws():
     head = _head(2)
     feats = torch.randn(2, 4, 5, 6)

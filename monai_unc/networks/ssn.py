@@ -174,10 +174,14 @@ class SSNDistribution(LowRankMultivariateNormal):
             eps_d = _standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
             s = eps_w.shape[:-2]  # sample dims
             b, r = eps_w.shape[-2:]
-            # (B, CN, R) @ (B, R, S) -> (B, CN, S): one product per image, the factor is not copied per sample
-            z = eps_w.reshape(-1, b, r).permute(1, 2, 0)
-            pz = torch.bmm(w, z).permute(2, 0, 1).reshape(*s, b, -1)
-            return self.loc + pz + self._unbroadcasted_cov_diag.sqrt() * eps_d
+            # loc + (B, S, R) @ (B, R, CN) -> (B, S, CN): one fused product per image, the factor is not copied
+            # per sample; then + sqrt(D) * z_D in place (the product's backward does not need its value), and
+            # (S, B, CN) back (a view when B = 1)
+            z = eps_w.reshape(-1, b, r).transpose(0, 1)
+            out = torch.baddbmm(self.loc.unsqueeze(1), z, w.mT)
+            eps_d = eps_d.reshape(-1, b, out.shape[-1]).transpose(0, 1)
+            out.addcmul_(self._unbroadcasted_cov_diag.sqrt().unsqueeze(1), eps_d)
+            return out.transpose(0, 1).reshape(*s, b, -1)
 
     def logits(self, sample_shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
         """``rsample(sample_shape)`` reshaped to logit maps ``(*sample_shape, B, C, *spatial)``."""
