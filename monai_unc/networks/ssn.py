@@ -361,6 +361,23 @@ class SSNHead(nn.Module):
         f = self._check_features(features)
         return torch.cat([self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f)], dim=1)
 
+    def _params(
+        self, mean: torch.Tensor, log_var: torch.Tensor, factor: torch.Tensor, mask: torch.Tensor | None
+    ) -> SSNParams:
+        """The one place where raw outputs become :class:`SSNParams`: ``D = exp(log_var) [* mask] + epsilon``,
+        ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed in float32 (or wider)."""
+        dtype = torch.promote_types(mean.dtype, torch.float32)
+        with _no_autocast(mean.device):
+            mean, log_var, factor = mean.to(dtype), log_var.to(dtype), factor.to(dtype)
+            var = torch.exp(log_var)
+            cov_factor = factor.reshape(factor.shape[0], self.rank, self.num_classes, *factor.shape[2:])
+            m = _prepare_mask(mask, mean)
+            if m is not None:
+                cov_factor = cov_factor * m.unsqueeze(1)
+                var = var * m
+            cov_diag = var + self.epsilon
+        return SSNParams(mean, cov_diag, cov_factor)
+
     def params_from_raw(self, raw: torch.Tensor, mask: torch.Tensor | None = None) -> SSNParams:
         """:class:`SSNParams` (float32 or wider) from :meth:`raw`'s output, with the variance floor and the mask."""
         if not isinstance(raw, torch.Tensor):
@@ -370,23 +387,14 @@ class SSNHead(nn.Module):
                 f"raw must be (B, C * (2 + R), *spatial) = (B, {self.raw_channels}, ...), got {tuple(raw.shape)}"
             )
         raw = raw.as_tensor() if hasattr(raw, "as_tensor") else raw
-        c, r = self.num_classes, self.rank
-        dtype = torch.promote_types(raw.dtype, torch.float32)
-        with _no_autocast(raw.device):
-            raw = raw.to(dtype)
-            mean = raw[:, :c]
-            var = torch.exp(raw[:, c : 2 * c])
-            cov_factor = raw[:, 2 * c :].reshape(raw.shape[0], r, c, *raw.shape[2:])
-            m = _prepare_mask(mask, mean)
-            if m is not None:
-                cov_factor = cov_factor * m.unsqueeze(1)
-                var = var * m
-            cov_diag = var + self.epsilon
-        return SSNParams(mean, cov_diag, cov_factor)
+        c = self.num_classes
+        return self._params(raw[:, :c], raw[:, c : 2 * c], raw[:, 2 * c :], mask)
 
     def params(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> SSNParams:
-        """:class:`SSNParams` of the logit distribution for ``features``."""
-        return self.params_from_raw(self.raw(features), mask)
+        """:class:`SSNParams` of the logit distribution for ``features`` (the three convolutions are kept apart:
+        no concatenated copy of the factor)."""
+        f = self._check_features(features)
+        return self._params(self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f), mask)
 
     def distribution_from_raw(self, raw: torch.Tensor, mask: torch.Tensor | None = None) -> SSNDistribution:
         return lowrank_distribution(*self.params_from_raw(raw, mask))
