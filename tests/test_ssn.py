@@ -451,6 +451,22 @@ def test_ssn_source_with_mc_dropout_nested_and_marginalized():
     assert SSNInferer(4, seed=0)(x, net).mi_meaning == MIMeaning.ALEATORIC
 
 
+def test_posthoc_dropout_goes_into_the_backbone_of_an_ssn_network():
+    from monai_unc.inferers import add_dropout, default_dropout_sites
+
+    net = _ssn_net()
+    plain = UNet(2, 1, 6, channels=(4, 8), strides=(2,), num_res_units=0)
+    sites = default_dropout_sites(net.backbone.module)
+    assert sites == default_dropout_sites(plain)
+    keys = list(net.state_dict())
+    assert add_dropout(net, p=0.2, after=[f"backbone.module.{n}" for n in sites])
+    assert list(net.state_dict()) == keys
+    ssn = SSNNetwork(UNet(2, 1, 6, channels=(4, 8), strides=(2,)), SSNHead(6, 3, 2, 2)).eval()
+    assert add_dropout(ssn, p=0.2) == [f"backbone.{n}" for n in default_dropout_sites(ssn.backbone)]
+    out = UncertaintyInferer([MCDropoutSource(3), SSNSource(2)], seed=0)(torch.randn(1, 1, 8, 8), ssn)
+    assert out.num_samples == 6 and out["mutual_information"].max() > 0
+
+
 def test_ssn_source_with_flips_reuses_per_flip():
     net = _ssn_net()
     x = torch.randn(1, 1, 8, 12)
