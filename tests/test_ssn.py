@@ -124,6 +124,14 @@ def test_rsample_equals_stock_lowrank_normal_for_the_same_random_state():
         b = ref.rsample(shape)
         assert a.shape == b.shape == (*shape, 2, 3 * 12)
         torch.testing.assert_close(a, b)
+    for antithetic in (False, True):
+        torch.manual_seed(3)
+        rows = torch.stack(list(dist.iter_rsample(6, antithetic=antithetic)))
+        torch.manual_seed(3)
+        full = dist.rsample((3 if antithetic else 6,))
+        if antithetic:
+            full = torch.cat([full, 2 * dist.loc - full])
+        torch.testing.assert_close(rows, full)
     torch.manual_seed(1)
     maps = dist.logits((4,))
     assert maps.shape == (4, 2, 3, 3, 2, 2)

@@ -185,7 +185,8 @@ def default_dropout_sites(model: nn.Module) -> list[str]:
 
     Every encoder and decoder stage but the output layer (seed 003, Sec. 4) for MONAI ``UNet``,
     ``BasicUNet``, ``DynUNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
-    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`. Raises ``ValueError`` for other architectures: pass ``after=`` explicitly.
+    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`. Raises
+    ``ValueError`` for other architectures: pass ``after=`` explicitly.
     """
     cls = type(model).__name__
     names = {m: n for n, m in model.named_modules()}

@@ -45,6 +45,18 @@ def _labels(target: Any, batch: int | None = None) -> torch.Tensor:
     return check_labels(t, "target")
 
 
+def _sample_log_likelihood(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``sum_i log softmax(logits)_{i, y_i}`` per image, in float64: logits ``(B, C, N)``, target ``(B, N)``."""
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    return -F.cross_entropy(logits.to(dtype), target, reduction="none").sum(-1, dtype=torch.float64)
+
+
+def _log_mean_exp(per_sample: list[torch.Tensor], n: int, normalize: bool) -> torch.Tensor:
+    """``logsumexp_m(per_sample) - log M`` (``/ N`` when ``normalize``): stable for sums of any size."""
+    ll = torch.logsumexp(torch.stack(per_sample), dim=0) - math.log(len(per_sample))
+    return ll / n if normalize else ll
+
+
 def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normalize: bool = True) -> torch.Tensor:
     """Monte Carlo estimate of ``log p(y | x)`` per image from logit samples (the functional core of
     :class:`SSNLoss`).
@@ -72,16 +84,8 @@ def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normal
     with _no_autocast(logit_samples.device):
         tgt = target.reshape(b, n)
         # one sample at a time: no M-fold copy of the target; cross_entropy is the fused, stable log-softmax
-        per_sample = [
-            -F.cross_entropy(logit_samples[i].to(dtype).reshape(b, c, n), tgt, reduction="none").sum(
-                -1, dtype=torch.float64
-            )
-            for i in range(m)
-        ]
-        ll = torch.logsumexp(torch.stack(per_sample), dim=0) - math.log(m)
-        if normalize:
-            ll = ll / n
-    return ll.to(dtype)
+        per_sample = [_sample_log_likelihood(logit_samples[i].reshape(b, c, n), tgt) for i in range(m)]
+        return _log_mean_exp(per_sample, n, normalize).to(dtype)
 
 
 class SSNLoss(nn.Module):
@@ -164,5 +168,14 @@ class SSNLoss(nn.Module):
         c = e // n
         check_labels(y, "target", num_classes=c)
         with _no_autocast(y.device):
+            if isinstance(distribution, SSNDistribution):
+                # the same draws as rsample((M,)), consumed one at a time: one draw in memory, not M
+                tgt = y.reshape(b, n)
+                per_sample = [
+                    _sample_log_likelihood(s.reshape(b, c, n), tgt)
+                    for s in distribution.iter_rsample(self.num_mc_samples, antithetic=self.antithetic)
+                ]
+                ll = _log_mean_exp(per_sample, n, self.normalize)
+                return -ll.to(torch.promote_types(distribution.loc.dtype, torch.float32)).mean()
             samples = self._samples(distribution).reshape(self.num_mc_samples, b, c, *spatial)
             return -ssn_log_likelihood(samples, y, self.normalize).mean()

@@ -183,6 +183,30 @@ class SSNDistribution(LowRankMultivariateNormal):
             out.addcmul_(self._unbroadcasted_cov_diag.sqrt().unsqueeze(1), eps_d)
             return out.transpose(0, 1).reshape(*s, b, -1)
 
+    def iter_rsample(self, num_samples: int, antithetic: bool = False) -> Iterator[torch.Tensor]:
+        """``num_samples`` reparameterised draws ``(B, C*N)``, one at a time.
+
+        The noise of all draws is drawn first, as ``rsample((num_samples,))`` draws it, so the draws are the rows
+        of ``rsample((num_samples,))`` for the same random state; but only one draw exists at a time (a loss that
+        consumes each draw before the next one keeps one draw in memory instead of ``num_samples``).
+        ``antithetic=True`` draws ``num_samples / 2`` noise vectors and yields ``mu + dz`` for all of them, then
+        ``mu - dz`` (the order of ``cat([mu + d, mu - d])``)."""
+        n = int(num_samples)
+        if antithetic and n % 2:
+            raise ValueError(f"antithetic sampling needs an even number of samples, got {n}")
+        m = n // 2 if antithetic else n
+        shape = self._extended_shape(torch.Size((m,)))
+        w = self._unbroadcasted_cov_factor
+        eps_w = _standard_normal(shape[:-1] + (self.rank,), dtype=self.loc.dtype, device=self.loc.device)
+        eps_d = _standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+        sqrt_d = self._unbroadcasted_cov_diag.sqrt()
+        for sign in (1.0, -1.0) if antithetic else (1.0,):
+            for i in range(m):
+                with _no_autocast(self.loc.device):  # not held across the yield
+                    out = torch.baddbmm(self.loc.unsqueeze(1), eps_w[i].unsqueeze(1), w.mT, alpha=sign)[:, 0]
+                    out = torch.addcmul(out, sqrt_d, eps_d[i], value=sign)
+                yield out
+
     def logits(self, sample_shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
         """``rsample(sample_shape)`` reshaped to logit maps ``(*sample_shape, B, C, *spatial)``."""
         x = self.rsample(sample_shape)
