@@ -46,7 +46,9 @@ def _one_thread():
 
 
 def _head(spatial_dims=2, in_channels=4, num_classes=3, rank=2, seed=0, **kw):
+    """A head with PyTorch's random initialisation of all three convolutions (a non-trivial covariance)."""
     torch.manual_seed(seed)
+    kw.setdefault("init_variance", None)
     return SSNHead(in_channels, num_classes, rank=rank, spatial_dims=spatial_dims, **kw)
 
 
@@ -175,6 +177,21 @@ def test_modes_eval_mean_train_distribution_sampling_draws():
     assert a.shape == mean.shape and not torch.equal(a, b)
     assert not head.sampling
     torch.testing.assert_close(head(feats), mean)
+
+
+def test_default_initialisation_starts_as_cross_entropy_training():
+    torch.manual_seed(0)
+    head = SSNHead(4, 3, rank=2, spatial_dims=2)
+    feats = torch.randn(2, 4, 5, 5)
+    p = head.params(feats)
+    assert torch.all(p.cov_factor == 0)
+    torch.testing.assert_close(p.cov_diag, torch.full_like(p.cov_diag, 1e-3 + head.epsilon))
+    target = torch.randint(0, 3, (2, 5, 5))
+    ce = F.cross_entropy(head.mean_logits(feats), target)
+    assert abs(SSNLoss(20)(head.distribution(feats), target).item() - ce.item()) < 0.02 * ce.item()
+    with pytest.raises(ValueError, match="init_variance"):
+        SSNHead(4, 3, init_variance=0.0)
+    assert not torch.all(SSNHead(4, 3, init_variance=None).cov_factor_conv.weight == 0)
 
 
 def test_identity_mean_keeps_the_logits_of_a_network():
@@ -522,6 +539,7 @@ def test_network_mask_fn_and_reload():
 
 
 # ------------------------------------------------------------------------------------------ training
+@pytest.mark.slow
 def test_training_on_the_toy_set_gives_boundary_concentrated_aleatoric_maps(tmp_path):
     from monai_unc.data import make_toy_dataset
 

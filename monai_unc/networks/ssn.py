@@ -295,6 +295,15 @@ class SSNHead(nn.Module):
             which in a MONAI ``UNet`` come out of a plain convolution) or ``None`` (features already activated,
             e.g. nnU-Net's decoder, or logits).
         identity_mean: initialise the mean convolution to the identity (needs ``in_channels == num_classes``).
+        init_variance: the logits' variance at initialisation (default 1e-3): the factor convolution starts at zero
+            and the log-variance convolution at zero weights with bias ``log(init_variance)``, so training starts as
+            cross-entropy training of the mean and the covariance grows where the labels ask for it. ``None`` keeps
+            PyTorch's default initialisation of both (the authors' code). Why: the Monte Carlo loss is dominated by
+            its best draw (the per-image log-likelihoods of the draws differ by hundreds of nats), so draws that are
+            wrong cost almost nothing; from a large random initial covariance, training on the 3D toy set drifted
+            to a factor that flips the whole image (mean probabilities near 0.5 everywhere), also after a
+            mean-only warm-up; from a small one it did not (docs/ssn.md). ValUES pretrains the mean for the same
+            reason.
         train_output: what the forward returns in training mode: ``"distribution"`` (default; pair it with
             :class:`~monai_unc.networks.SSNLoss`) or ``"raw"``: the stacked raw convolution outputs
             ``(B, C * (2 + R), *spatial)`` (mean, log-variance before the floor, factor), a tensor that frameworks
@@ -320,6 +329,7 @@ class SSNHead(nn.Module):
         input_activation: str | None = "relu",
         identity_mean: bool = False,
         train_output: str = "distribution",
+        init_variance: float | None = 1e-3,
     ) -> None:
         super().__init__()
         self.in_channels = _positive_int(in_channels, "in_channels")
@@ -339,6 +349,15 @@ class SSNHead(nn.Module):
         self.mean_conv = conv(in_channels, num_classes, kernel_size=1)
         self.log_cov_diag_conv = conv(in_channels, num_classes, kernel_size=1)
         self.cov_factor_conv = conv(in_channels, num_classes * rank, kernel_size=1)
+        if init_variance is not None:
+            if not (isinstance(init_variance, (int, float)) and math.isfinite(init_variance) and init_variance > 0):
+                raise ValueError(f"init_variance must be a positive float or None, got {init_variance!r}")
+            with torch.no_grad():
+                self.cov_factor_conv.weight.zero_()
+                self.cov_factor_conv.bias.zero_()
+                self.log_cov_diag_conv.weight.zero_()
+                self.log_cov_diag_conv.bias.fill_(math.log(float(init_variance)))
+        self.init_variance = init_variance
         if identity_mean:
             if in_channels != num_classes:
                 raise ValueError(
