@@ -575,6 +575,32 @@ def test_training_on_the_toy_set_gives_boundary_concentrated_aleatoric_maps(tmp_
         train_ssn(iterations=5, mean_only_iterations=5)
 
 
+# ------------------------------------------------------------------------------------------ bundle
+@pytest.mark.slow
+def test_toy_bundle_train_ssn_config(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from monai.bundle import ConfigParser
+
+    root = Path(__file__).resolve().parents[1]
+    config = root / "bundles" / "toy_uncertainty" / "configs" / "train_ssn.json"
+    cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", str(config), "--ckpt_dir", str(tmp_path),
+           "--iterations", "2", "--n_train_cases", "2"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    parser = ConfigParser()
+    parser.read_config(str(config))
+    net = parser.get_parsed_content("network_def")
+    assert isinstance(net, SSNNetwork) and net.head.rank == 5
+    net.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
+    assert len(parser.get_parsed_content("train_cases")) == 24 * 3  # one (image, rater label) pair per rater
+    out = SSNInferer(num_samples=3, seed=0)(torch.randn(1, 1, 32, 32, 32), net.eval())
+    assert out["pred"].shape == (1, 2, 32, 32, 32) and out.mi_meaning == MIMeaning.ALEATORIC
+
+
 # ------------------------------------------------------------------------------------------ docs
 def test_docs_example_runs():
     blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
