@@ -37,6 +37,7 @@ from .sampling import (
     UncertaintyOutput,
     apply_activation,
 )
+from .ssn import SSNInferer, SSNSource
 from .tta import AugmentationSource, FlipSource, InvertibleTransformSource, NoiseSource, TTAInferer, flip_subsets
 
 __all__ = [
@@ -67,6 +68,8 @@ __all__ = [
     "NoiseSource",
     "SampleSource",
     "SoftmaxInferer",
+    "SSNInferer",
+    "SSNSource",
     "StochasticSource",
     "TTAInferer",
     "UncertaintyInferer",

@@ -185,10 +185,14 @@ def default_dropout_sites(model: nn.Module) -> list[str]:
 
     Every encoder and decoder stage but the output layer (Zeevi et al., Sec. 4) for MONAI ``UNet``,
     ``BasicUNet``, ``DynUNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
-    ``ResidualEncoderUNet``. Raises ``ValueError`` for other architectures: pass ``after=`` explicitly.
+    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`. Raises
+    ``ValueError`` for other architectures: pass ``after=`` explicitly.
     """
     cls = type(model).__name__
     names = {m: n for n, m in model.named_modules()}
+    if cls == "SSNNetwork" and hasattr(model, "backbone"):
+        # a Stochastic Segmentation Network: the stages of its backbone (the SSN head is the output layer)
+        return [f"backbone.{n}" for n in default_dropout_sites(model.backbone)]
     if cls == "UNet" and hasattr(model, "model") and isinstance(model.model, nn.Sequential):
         return [names[m] for m in _monai_unet_sites(model)]
     if cls == "BasicUNet":

@@ -52,11 +52,14 @@ class SampleSource:
     wrapper ``predictor -> predictor`` (e.g. flip the input, predict, flip back); ``activate(network)``: a
     context manager entered once per call (e.g. switch dropout on); and ``mi_meaning``: what the mutual
     information over this source measures. ``level = "network"`` sources (ensembles) are looped outside the
-    inner inferer by :meth:`members`.
+    inner inferer by :meth:`members`. ``innermost = True`` puts the source last in the product whatever its
+    position in the list, so that its variants run back to back for each combination of the other sources (a
+    latent-variable source reuses one backbone pass for all its draws; see :class:`~monai_unc.inferers.SSNSource`).
     """
 
     mi_meaning: MIMeaning = MIMeaning.EPISTEMIC
     level: str = "window"
+    innermost: bool = False
 
     def variants(self, x: torch.Tensor) -> Sequence[Wrapper | None]:
         raise NotImplementedError
@@ -291,6 +294,8 @@ class UncertaintyInferer(Inferer):
         x = inputs.as_tensor() if hasattr(inputs, "as_tensor") else inputs
         net_sources = [s for s in self.sources if s.level == "network"]
         window_sources = [s for s in self.sources if s.level != "network"]
+        # innermost sources last: itertools.product then runs their variants back to back
+        window_sources.sort(key=lambda s: bool(getattr(s, "innermost", False)))
         if network is None and not net_sources:
             raise ValueError("network is required (only an ensemble of modules can supply its own networks)")
         rng = contextlib.nullcontext()

@@ -43,9 +43,13 @@ from monai_unc.nnunet.export import (  # noqa: E402
 )
 from monai_unc.nnunet.predictor import SOURCES, UncertaintyPredictor  # noqa: E402
 from monai_unc.nnunet.trainers import (  # noqa: E402
+    SSNDeepSupervisionLoss,
+    attach_ssn_head,
     nnUNetTrainer_10iters,
     nnUNetTrainerMCDropout,
     nnUNetTrainerMCDropout_10iters,
+    nnUNetTrainerSSN,
+    nnUNetTrainerSSN_10iters,
     write_toy_dataset,
 )
 
@@ -69,6 +73,10 @@ __all__ = [
     "export_uncertainty",
     "nnUNetTrainerMCDropout",
     "nnUNetTrainerMCDropout_10iters",
+    "nnUNetTrainerSSN",
+    "nnUNetTrainerSSN_10iters",
+    "SSNDeepSupervisionLoss",
+    "attach_ssn_head",
     "nnUNetTrainer_10iters",
     "trainer_dir",
     "write_dropout_plans",

@@ -16,9 +16,15 @@ Trainers:
   decoder (``conv -> dropout -> norm -> nonlin`` in ``PlainConvUNet``), rate ``dropout_p = 0.2``, without a
   plans variant. The other route, a copied plans file with ``dropout_op`` set, needs no trainer at all (see
   :func:`monai_unc.nnunet.dropout.write_dropout_plans`).
-- :class:`nnUNetTrainer_10iters` / :class:`nnUNetTrainerMCDropout_10iters`: one epoch of 10 training and
-  2 validation iterations, for tests and CPU smoke runs (a stock epoch is 250 iterations, ~6 min on 2 CPU
-  cores for a 32^3 toy task).
+- :class:`nnUNetTrainerSSN`: a Stochastic Segmentation Network (Monteiro et al., NeurIPS 2020): the
+  full-resolution segmentation layer of the decoder is replaced by an :class:`~monai_unc.networks.SSNHead`
+  (rank :attr:`~nnUNetTrainerSSN.ssn_rank` = 10) trained with :class:`~monai_unc.networks.SSNLoss`
+  (:attr:`~nnUNetTrainerSSN.ssn_num_mc_samples` = 20 draws); the lower-resolution deep-supervision outputs keep
+  nnU-Net's own Dice + cross-entropy with nnU-Net's weights. In eval mode the head returns its mean logits, so
+  ``nnUNetv2_predict`` (and nnU-Net's validation) use the mean prediction unchanged.
+- :class:`nnUNetTrainer_10iters` / :class:`nnUNetTrainerMCDropout_10iters` / :class:`nnUNetTrainerSSN_10iters`:
+  one epoch of 10 training and 2 validation iterations, for tests and CPU smoke runs (a stock epoch is 250
+  iterations, ~6 min on 2 CPU cores for a 32^3 toy task).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,12 +41,18 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch import nn
 
+from monai_unc.networks.losses import SSNLoss
+from monai_unc.networks.ssn import SSNHead, find_ssn_heads
 from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, dropout_arch_kwargs
 
 __all__ = [
     "nnUNetTrainerMCDropout",
+    "nnUNetTrainerSSN",
     "nnUNetTrainer_10iters",
     "nnUNetTrainerMCDropout_10iters",
+    "nnUNetTrainerSSN_10iters",
+    "SSNDeepSupervisionLoss",
+    "attach_ssn_head",
     "write_toy_dataset",
 ]
 
@@ -79,6 +92,114 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
         )
 
 
+def attach_ssn_head(network: nn.Module, rank: int = 10, epsilon: float = 1e-5) -> SSNHead:
+    """Replace the full-resolution segmentation layer of an nnU-Net network (``decoder.seg_layers[-1]``, a 1x1
+    convolution in ``PlainConvUNet`` / ``ResidualEncoderUNet``) by an :class:`~monai_unc.networks.SSNHead` reading
+    the same features (``input_activation=None``: nnU-Net's decoder stages end with their nonlinearity;
+    ``train_output="raw"``: in training mode the layer returns the stacked raw outputs, a tensor that fits into
+    nnU-Net's deep-supervision list). Returns the head. The ``state_dict`` keys of that layer become
+    ``decoder.seg_layers.<last>.{mean_conv,log_cov_diag_conv,cov_factor_conv}.*``.
+    """
+    seg_layers = getattr(getattr(network, "decoder", None), "seg_layers", None)
+    if not isinstance(seg_layers, nn.ModuleList) or not len(seg_layers):
+        raise ValueError(f"{type(network).__name__} has no decoder.seg_layers to put an SSN head on")
+    last = seg_layers[-1]
+    if isinstance(last, SSNHead):
+        return last
+    if not isinstance(last, nn.modules.conv._ConvNd) or any(k != 1 for k in last.kernel_size):
+        raise ValueError(f"decoder.seg_layers[-1] must be a 1x1 convolution, got {last!r}")
+    head = SSNHead(
+        last.in_channels,
+        last.out_channels,
+        rank=rank,
+        spatial_dims=len(last.kernel_size),
+        epsilon=epsilon,
+        input_activation=None,
+        train_output="raw",
+    )
+    seg_layers[-1] = head.to(device=last.weight.device)
+    return head
+
+
+class SSNDeepSupervisionLoss(nn.Module):
+    """The SSN loss on the full-resolution output, nnU-Net's loss on the deep-supervision outputs.
+
+    ``stock`` is what ``nnUNetTrainer._build_loss`` returns: a ``DeepSupervisionWrapper`` (weights ``w_k``,
+    normalised, the lowest resolution at 0) or, without deep supervision, the plain loss. In training mode the
+    head returns its raw outputs (``C * (2 + R)`` channels): the loss is ``w_0 * SSNLoss(head's distribution,
+    target_0) + sum_{k >= 1} w_k * stock_loss(output_k, target_k)``. In eval mode (nnU-Net's validation step) the
+    head returns mean logits (``C`` channels) and the stock loss applies to every output as usual.
+    """
+
+    def __init__(self, stock: nn.Module, head: SSNHead, ssn_loss: SSNLoss) -> None:
+        super().__init__()
+        self.stock = stock
+        self.ssn_loss = ssn_loss
+        self._head = (head,)  # not a submodule: the head belongs to the network
+
+    def forward(self, output: Any, target: Any) -> torch.Tensor:
+        outs = list(output) if isinstance(output, (list, tuple)) else [output]
+        targets = list(target) if isinstance(target, (list, tuple)) else [target]
+        head = self._head[0]
+        if outs[0].shape[1] != head.raw_channels:  # mean logits (eval mode)
+            return self.stock(output, target)
+        l0 = self.ssn_loss(head.distribution_from_raw(outs[0]), targets[0])
+        weights = getattr(self.stock, "weight_factors", None)
+        if weights is None or len(outs) == 1:
+            return l0
+        base = self.stock.loss
+        total = weights[0] * l0
+        for w, o, t in zip(weights[1:], outs[1:], targets[1:]):
+            if w != 0:
+                total = total + w * base(o, t)
+        return total
+
+
+class nnUNetTrainerSSN(nnUNetTrainer):
+    """nnU-Net's default trainer with a Stochastic Segmentation Network head on the full-resolution output.
+
+    See :func:`attach_ssn_head` and :class:`SSNDeepSupervisionLoss`. Subclass and set :attr:`ssn_rank`,
+    :attr:`ssn_num_mc_samples` or :attr:`ssn_epsilon` for other settings; the class name is stored in the
+    checkpoint and nnU-Net rebuilds the same network at inference. Region-based training and ignore labels are not
+    supported (the SSN loss is a softmax likelihood over all voxels).
+    """
+
+    ssn_rank: int = 10
+    ssn_num_mc_samples: int = 20
+    ssn_epsilon: float = 1e-5
+
+    @classmethod
+    def build_network_architecture(
+        cls,
+        plans_manager: PlansManager,
+        configuration_manager: ConfigurationManager,
+        num_input_channels: int,
+        num_output_channels: int,
+        enable_deep_supervision: bool = True,
+    ) -> nn.Module:
+        net = get_network_from_plans(
+            configuration_manager.network_arch_class_name,
+            configuration_manager.network_arch_init_kwargs,
+            configuration_manager.network_arch_init_kwargs_req_import,
+            num_input_channels,
+            num_output_channels,
+            allow_init=True,
+            deep_supervision=enable_deep_supervision,
+        )
+        attach_ssn_head(net, rank=cls.ssn_rank, epsilon=cls.ssn_epsilon)
+        return net
+
+    def _build_loss(self) -> nn.Module:
+        if self.label_manager.has_regions:
+            raise ValueError("nnUNetTrainerSSN supports label (softmax) training only, not region-based training")
+        if self.label_manager.has_ignore_label:
+            raise ValueError("nnUNetTrainerSSN does not support an ignore label (the SSN likelihood covers all voxels)")
+        heads = find_ssn_heads(self.network)
+        if len(heads) != 1:
+            raise ValueError(f"nnUNetTrainerSSN expects one SSN head in the network, found {len(heads)}")
+        return SSNDeepSupervisionLoss(super()._build_loss(), heads[0], SSNLoss(self.ssn_num_mc_samples))
+
+
 def _shorten(trainer: nnUNetTrainer) -> None:
     trainer.num_epochs = 1
     trainer.num_iterations_per_epoch = 10
@@ -102,6 +223,21 @@ class nnUNetTrainer_10iters(nnUNetTrainer):
 
 class nnUNetTrainerMCDropout_10iters(nnUNetTrainerMCDropout):
     """:class:`nnUNetTrainerMCDropout` cut to one epoch of 10 training and 2 validation iterations."""
+
+    def __init__(
+        self,
+        plans: dict,
+        configuration: str,
+        fold: int,
+        dataset_json: dict,
+        device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
+    ) -> None:
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        _shorten(self)
+
+
+class nnUNetTrainerSSN_10iters(nnUNetTrainerSSN):
+    """:class:`nnUNetTrainerSSN` cut to one epoch of 10 training and 2 validation iterations."""
 
     def __init__(
         self,

@@ -1,0 +1,149 @@
+"""Sample source for Stochastic Segmentation Networks: latent draws per window, MI aleatoric.
+
+An SSN (Monteiro et al., *Stochastic Segmentation Networks: Modelling Spatially Correlated Aleatoric Uncertainty*,
+NeurIPS 2020) predicts a distribution over logit maps; each draw is one plausible segmentation. Over the draws,
+PE = H(E_z p) is the total uncertainty and the mutual information MI(Y, Z | x) = PE - EE measures the aleatoric
+part (Kahl et al., *ValUES*, ICLR 2024, Appendix D: for a model with a variability variable Z trained on
+several raters' labels, MI(Y, Z | x) is AU and the expected entropy E_z H(Y | x, z) is taken as EU).
+
+:class:`SSNSource` switches every :class:`~monai_unc.networks.SSNHead` of the network into sampling mode
+(:func:`~monai_unc.networks.ssn_sampling`) and asks for ``num_samples`` draws per window. When the head sits in
+an :class:`~monai_unc.networks.SSNNetwork`, the backbone runs once per window and the draws reuse its
+distribution (the source is placed innermost in the product so that its draws run back to back for each
+combination of the other sources); a head elsewhere (e.g. inside nnU-Net's decoder) costs one full pass per draw.
+
+Composing with MC dropout in the backbone, ``UncertaintyInferer([MCDropoutSource(n), SSNSource(m)])``: each
+dropout mask gets its own backbone pass and ``m`` latent draws from it (n x m samples). Pooled over all samples,
+MI = I(Y; theta, Z | x) = I(Y; theta | x) + I(Y; Z | theta, x) mixes epistemic and aleatoric parts (the output
+says ``mi_meaning == "mixed"``). ``SSNSource(m, marginalize=True)`` instead returns, per dropout mask, the
+latent-averaged prediction E_z p(y | x, theta, z) as a single sample: then the dropout axis alone varies, and
+MI = I(Y; theta | x) is the epistemic part (``mi_meaning == "epistemic"``), with EE = E_theta H(E_z p).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..keys import MIMeaning
+from ..networks.ssn import SSNNetwork, ssn_sampling
+from .sampling import StochasticSource, UncertaintyInferer
+
+__all__ = ["SSNSource", "SSNInferer"]
+
+Predictor = Callable[[torch.Tensor], Any]
+
+
+def _first(out: Any) -> torch.Tensor:
+    if isinstance(out, (tuple, list)):
+        if not out:
+            raise ValueError("network returned an empty sequence")
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"network output must be a tensor, got {type(out).__name__}")
+    return out.as_tensor() if hasattr(out, "as_tensor") else out
+
+
+class SSNSource(StochasticSource):
+    """``num_samples`` latent draws per window from every SSN head of the network (module docstring).
+
+    Args:
+        num_samples: draws per window (ValUES uses 10).
+        marginalize: return one sample per call, the mean probability over the ``num_samples`` draws (as
+            log-probabilities, which the inferer's ``activation="softmax"`` maps back to exactly that mean). Use it
+            in a product with MC dropout or an ensemble to make their MI the epistemic part alone.
+        reuse_features: run the backbone of an :class:`~monai_unc.networks.SSNNetwork` once per window and draw
+            all latent samples from its distribution (default). ``False`` runs the full network per draw.
+
+    MI over the draws is aleatoric (``mi_meaning = "aleatoric"``). Raises ``ValueError`` on a network without an
+    :class:`~monai_unc.networks.SSNHead`.
+    """
+
+    innermost = True
+
+    def __init__(self, num_samples: int = 10, marginalize: bool = False, reuse_features: bool = True) -> None:
+        super().__init__(num_samples, mi_meaning=MIMeaning.ALEATORIC)
+        self.marginalize = bool(marginalize)
+        self.reuse_features = bool(reuse_features)
+        self._nets: list[SSNNetwork] = []
+
+    def __len__(self) -> int:
+        return 1 if self.marginalize else self.num_samples
+
+    def __repr__(self) -> str:
+        return (
+            f"SSNSource(num_samples={self.num_samples}, marginalize={self.marginalize}, "
+            f"reuse_features={self.reuse_features})"
+        )
+
+    @contextlib.contextmanager
+    def activate(self, network: nn.Module | None) -> Iterator[None]:
+        if network is None:
+            raise ValueError("SSNSource needs the network (a module with an SSNHead)")
+        with ssn_sampling(network, cache=self.reuse_features):
+            self._nets = [m for m in network.modules() if isinstance(m, SSNNetwork)]
+            try:
+                yield
+            finally:
+                self._nets = []
+
+    @contextlib.contextmanager
+    def _reusing(self, reuse: bool) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            if reuse and self.reuse_features:
+                for net in self._nets:
+                    stack.enter_context(net.reuse_features())
+            yield
+
+    def _draw(self, j: int) -> Callable[[Predictor], Predictor]:
+        def wrap(predictor: Predictor) -> Predictor:
+            def run(t: torch.Tensor) -> Any:
+                with self._reusing(j > 0):  # draw 0 runs the backbone, the others reuse its distribution
+                    return predictor(t)
+
+            return run
+
+        return wrap
+
+    def _marginal(self, predictor: Predictor) -> Predictor:
+        def run(t: torch.Tensor) -> torch.Tensor:
+            total: torch.Tensor | None = None
+            for j in range(self.num_samples):
+                with self._reusing(j > 0):
+                    z = _first(predictor(t))
+                p = torch.softmax(z.to(torch.promote_types(z.dtype, torch.float32)), dim=1)
+                total = p if total is None else total + p
+            mean = total / self.num_samples
+            return torch.log(mean.clamp_min(torch.finfo(mean.dtype).tiny))
+
+        return run
+
+    def variants(self, x: torch.Tensor) -> Sequence[Callable[[Predictor], Predictor] | None]:
+        if self.marginalize:
+            return [self._marginal]
+        return [self._draw(j) for j in range(self.num_samples)]
+
+    def num_variants(self, x: torch.Tensor) -> int:
+        return len(self)
+
+
+class SSNInferer(UncertaintyInferer):
+    """Latent draws of a Stochastic Segmentation Network into streaming statistics: ``UncertaintyInferer`` with
+    one :class:`SSNSource` (``num_samples`` draws per window; MI is aleatoric, ValUES Appendix D).
+
+    Example::
+
+        inferer = SSNInferer(num_samples=10, base_inferer=SlidingWindowInferer((96, 96, 96)))
+        out = inferer(image, ssn_network)   # out["mutual_information"]: aleatoric, (B, 1, H, W, D)
+    """
+
+    def __init__(self, num_samples: int = 10, reuse_features: bool = True, **kwargs: Any) -> None:
+        if kwargs.get("sources"):
+            raise ValueError("SSNInferer builds its own source; use UncertaintyInferer to combine sources")
+        kwargs.pop("sources", None)
+        super().__init__(sources=[SSNSource(num_samples, reuse_features=reuse_features)], **kwargs)
+        self.num_samples = num_samples

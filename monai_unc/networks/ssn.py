@@ -1,0 +1,578 @@
+"""Stochastic Segmentation Networks: a low-rank multivariate normal over the logits of all voxels and classes.
+
+Monteiro, Le Folgoc, Coelho de Castro, Pawlowski, Marques, Kamnitsas, van der Wilk, Glocker: *Stochastic
+Segmentation Networks: Modelling Spatially Correlated Aleatoric Uncertainty*, NeurIPS 2020.
+
+A backbone's last feature map ``f`` (``(B, F, *spatial)``) goes through three 1x1 convolutions:
+
+    mu      = conv_mean(f)                      (B, C, *spatial)        mean logits
+    D       = exp(conv_log_diag(f)) + eps       (B, C, *spatial)        diagonal variance, floor eps
+    P       = conv_factor(f)                    (B, R, C, *spatial)     rank-R covariance factor
+
+and the logits of the whole image are ``eta ~ N(mu, P P^T + diag(D))`` with the covariance taken over all voxels
+and classes jointly. Sampling is by reparameterisation, ``eta = mu + P z_R + sqrt(D) * z_D`` with standard normal
+``z_R`` (R values per image) and ``z_D`` (one per logit): one draw is a spatially coherent segmentation
+hypothesis.
+
+Flattening (the event of the distribution): a logit map ``(B, C, *spatial)`` is flattened class-major, exactly
+as ``tensor.reshape(B, -1)`` does: event index ``e = c * N + n`` with ``N = prod(spatial)`` and ``n`` the
+row-major (C-order) index of the voxel. So ``distribution.loc[b, c * N + n]`` is the mean logit of class ``c`` at
+voxel ``n``, ``distribution.cov_diag`` is indexed alike, and ``distribution.cov_factor[b, c * N + n, r]`` is
+column ``r`` of ``P``. :meth:`SSNDistribution.logits` undoes it (``(..., B, C, *spatial)``).
+
+Memory: the factor holds ``B x R x C x N`` values: 26.5 M floats (106 MB in float32) at 96^3 voxels, 3 classes
+and rank 10, against (C N)^2 = 7e12 entries (28 TB) for a full covariance. :class:`SSNDistribution` is a
+:class:`torch.distributions.LowRankMultivariateNormal` that (1) builds the small R x R "capacitance" matrix only
+when a density or entropy is asked for (the stock class factorises it on construction: an extra pass over the
+factor and a Cholesky that sampling never needs), and (2) samples with one batched matrix product per image
+instead of broadcasting the factor over the sample dimension (which copies the factor once per sample). See
+``benchmarks/bench_ssn.py``.
+
+Modes of :class:`SSNHead` / :class:`SSNNetwork`: in ``eval()`` the plain forward returns the mean logits ``mu``
+(only the mean convolution runs), so a trained SSN drops into any MONAI inferer, sliding window or bundle; in
+``train()`` it returns the distribution (what :class:`~monai_unc.networks.SSNLoss` takes); inside
+:func:`ssn_sampling` it returns one reparameterised logit sample per call (what
+:class:`~monai_unc.inferers.SSNSource` uses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+from torch.distributions import Distribution, LowRankMultivariateNormal
+from torch.distributions.utils import _standard_normal, lazy_property
+
+__all__ = [
+    "SSNParams",
+    "SSNDistribution",
+    "SSNHead",
+    "SSNNetwork",
+    "lowrank_distribution",
+    "sample_logits",
+    "ssn_sampling",
+    "find_ssn_heads",
+]
+
+_TRAIN_OUTPUTS = ("distribution", "raw")
+
+
+class SSNParams(NamedTuple):
+    """The parameters of an SSN's logit distribution, in image layout (float32 or float64).
+
+    ``mean`` and ``cov_diag``: ``(B, C, *spatial)``; ``cov_factor``: ``(B, R, C, *spatial)``.
+    """
+
+    mean: torch.Tensor
+    cov_diag: torch.Tensor
+    cov_factor: torch.Tensor
+
+    @property
+    def rank(self) -> int:
+        return int(self.cov_factor.shape[1])
+
+
+@contextlib.contextmanager
+def _no_autocast(device: torch.device) -> Iterator[None]:
+    """Run a block in full precision even inside ``torch.autocast`` (matrix products over millions of logits
+    in float16 overflow or lose the small covariance terms)."""
+    if device.type in ("cuda", "cpu", "xpu", "mps"):
+        with torch.autocast(device_type=device.type, enabled=False):
+            yield
+    else:  # pragma: no cover - other backends have no autocast
+        yield
+
+
+def _check_params(mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor) -> None:
+    if mean.ndim < 3:
+        raise ValueError(f"mean must be (B, C, *spatial), got shape {tuple(mean.shape)}")
+    if cov_diag.shape != mean.shape:
+        raise ValueError(f"cov_diag must have the shape of mean {tuple(mean.shape)}, got {tuple(cov_diag.shape)}")
+    if cov_factor.ndim != mean.ndim + 1 or cov_factor.shape[0] != mean.shape[0] or (
+        cov_factor.shape[2:] != mean.shape[1:]
+    ):
+        raise ValueError(
+            f"cov_factor must be (B, R, C, *spatial) = (B, R, {', '.join(map(str, mean.shape[1:]))}) with B = "
+            f"{mean.shape[0]}, got {tuple(cov_factor.shape)}"
+        )
+    if cov_factor.shape[1] < 1:
+        raise ValueError("cov_factor must have rank R >= 1")
+
+
+class SSNDistribution(LowRankMultivariateNormal):
+    """``LowRankMultivariateNormal`` over the flattened logits of an image batch (batch shape ``(B,)``, event size
+    ``C * N``; flattening in the module docstring), with the spatial layout attached.
+
+    Differences from the stock class (same distribution, same ``rsample`` draws for a given random state up to
+    floating-point rounding): the capacitance matrix (needed by ``log_prob``, ``entropy``, ``precision_matrix``)
+    is computed lazily; ``rsample`` does not copy the factor per sample and runs outside ``torch.autocast``;
+    ``cov_diag`` may contain zeros (a deterministic logit) as long as no density is evaluated.
+
+    Build it with :func:`lowrank_distribution` or :meth:`SSNHead.distribution`.
+    """
+
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        cov_factor: torch.Tensor,
+        cov_diag: torch.Tensor,
+        spatial_shape: Sequence[int],
+        validate_args: bool | None = False,
+    ) -> None:
+        if loc.ndim != 2 or cov_diag.shape != loc.shape or cov_factor.ndim != 3 or (
+            cov_factor.shape[:2] != loc.shape
+        ):
+            raise ValueError(
+                "SSNDistribution takes loc and cov_diag (B, C*N) and cov_factor (B, C*N, R); got "
+                f"{tuple(loc.shape)}, {tuple(cov_diag.shape)}, {tuple(cov_factor.shape)}"
+            )
+        spatial_shape = tuple(int(s) for s in spatial_shape)
+        n = math.prod(spatial_shape)
+        if n < 1 or loc.shape[1] % n:
+            raise ValueError(f"event size {loc.shape[1]} is not a multiple of prod(spatial_shape {spatial_shape})")
+        self.spatial_shape = spatial_shape
+        self.num_classes = loc.shape[1] // n
+        self.loc = loc
+        self.cov_diag = cov_diag
+        self.cov_factor = cov_factor
+        self._unbroadcasted_cov_factor = cov_factor
+        self._unbroadcasted_cov_diag = cov_diag
+        Distribution.__init__(self, loc.shape[:1], loc.shape[1:], validate_args=validate_args)
+
+    @lazy_property
+    def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
+        # I + P^T D^-1 P (R x R per image) and its Cholesky factor: only for log_prob / entropy / precision
+        w, d = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
+        with _no_autocast(w.device):
+            k = torch.matmul(w.mT / d.unsqueeze(-2), w)
+            k = k + torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
+            return torch.linalg.cholesky(k)
+
+    @property
+    def rank(self) -> int:
+        return int(self.cov_factor.shape[-1])
+
+    def expand(self, batch_shape: Sequence[int], _instance: Any = None) -> SSNDistribution:
+        batch_shape = torch.Size(batch_shape)
+        if batch_shape == self.batch_shape:
+            return self
+        raise NotImplementedError("SSNDistribution cannot be expanded to another batch shape")
+
+    def rsample(self, sample_shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        """Reparameterised draws ``(*sample_shape, B, C*N)``: ``loc + P z_R + sqrt(D) z_D``.
+
+        Draws ``z_R`` then ``z_D`` with the shapes the stock class uses, so the draws equal
+        ``LowRankMultivariateNormal.rsample`` for the same random state (up to rounding)."""
+        shape = self._extended_shape(torch.Size(sample_shape))
+        w = self._unbroadcasted_cov_factor
+        with _no_autocast(self.loc.device):
+            eps_w = _standard_normal(shape[:-1] + (self.rank,), dtype=self.loc.dtype, device=self.loc.device)
+            eps_d = _standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+            s = eps_w.shape[:-2]  # sample dims
+            b, r = eps_w.shape[-2:]
+            # loc + (B, S, R) @ (B, R, CN) -> (B, S, CN): one fused product per image, the factor is not copied
+            # per sample; then + sqrt(D) * z_D in place (the product's backward does not need its value), and
+            # (S, B, CN) back (a view when B = 1)
+            z = eps_w.reshape(-1, b, r).transpose(0, 1)
+            out = torch.baddbmm(self.loc.unsqueeze(1), z, w.mT)
+            eps_d = eps_d.reshape(-1, b, out.shape[-1]).transpose(0, 1)
+            out.addcmul_(self._unbroadcasted_cov_diag.sqrt().unsqueeze(1), eps_d)
+            return out.transpose(0, 1).reshape(*s, b, -1)
+
+    def iter_rsample(self, num_samples: int, antithetic: bool = False) -> Iterator[torch.Tensor]:
+        """``num_samples`` reparameterised draws ``(B, C*N)``, one at a time.
+
+        The noise of all draws is drawn first, as ``rsample((num_samples,))`` draws it, so the draws are the rows
+        of ``rsample((num_samples,))`` for the same random state; but only one draw exists at a time (a loss that
+        consumes each draw before the next one keeps one draw in memory instead of ``num_samples``).
+        ``antithetic=True`` draws ``num_samples / 2`` noise vectors and yields ``mu + dz`` for all of them, then
+        ``mu - dz`` (the order of ``cat([mu + d, mu - d])``)."""
+        n = int(num_samples)
+        if antithetic and n % 2:
+            raise ValueError(f"antithetic sampling needs an even number of samples, got {n}")
+        m = n // 2 if antithetic else n
+        shape = self._extended_shape(torch.Size((m,)))
+        w = self._unbroadcasted_cov_factor
+        eps_w = _standard_normal(shape[:-1] + (self.rank,), dtype=self.loc.dtype, device=self.loc.device)
+        eps_d = _standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+        sqrt_d = self._unbroadcasted_cov_diag.sqrt()
+        for sign in (1.0, -1.0) if antithetic else (1.0,):
+            for i in range(m):
+                with _no_autocast(self.loc.device):  # not held across the yield
+                    out = torch.baddbmm(self.loc.unsqueeze(1), eps_w[i].unsqueeze(1), w.mT, alpha=sign)[:, 0]
+                    out = torch.addcmul(out, sqrt_d, eps_d[i], value=sign)
+                yield out
+
+    def logits(self, sample_shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        """``rsample(sample_shape)`` reshaped to logit maps ``(*sample_shape, B, C, *spatial)``."""
+        x = self.rsample(sample_shape)
+        return x.reshape(*x.shape[:-1], self.num_classes, *self.spatial_shape)
+
+    @property
+    def mean_logits(self) -> torch.Tensor:
+        """The mean as logit maps ``(B, C, *spatial)``."""
+        return self.loc.reshape(self.loc.shape[0], self.num_classes, *self.spatial_shape)
+
+
+def lowrank_distribution(
+    mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor, validate_args: bool | None = False
+) -> SSNDistribution:
+    """The SSN distribution from parameters in image layout: ``mean`` and ``cov_diag`` ``(B, C, *spatial)``,
+    ``cov_factor`` ``(B, R, C, *spatial)``; flattened class-major (module docstring). Half-precision inputs are
+    promoted to float32. No copy of ``mean``/``cov_diag`` is made when they are contiguous; the factor is a
+    transposed view."""
+    _check_params(mean, cov_diag, cov_factor)
+    dtype = torch.promote_types(mean.dtype, torch.float32)
+    b, r = cov_factor.shape[:2]
+    loc = mean.to(dtype).reshape(b, -1)
+    diag = cov_diag.to(dtype).reshape(b, -1)
+    factor = cov_factor.to(dtype).reshape(b, r, -1).transpose(1, 2)  # (B, C*N, R), e = c * N + n
+    return SSNDistribution(loc, factor, diag, mean.shape[2:], validate_args=validate_args)
+
+
+def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Tensor:
+    """Reparameterised logit samples from image-layout parameters: ``(B, C, *spatial)`` when ``num_samples`` is
+    None, else ``(num_samples, B, C, *spatial)``; ``mu + sum_r P_r z_r + sqrt(D) z_D`` in full precision."""
+    d = lowrank_distribution(*params)
+    return d.logits(() if num_samples is None else (int(num_samples),))
+
+
+def _conv(spatial_dims: int) -> type[nn.Module]:
+    if spatial_dims == 1:
+        return nn.Conv1d
+    if spatial_dims == 2:
+        return nn.Conv2d
+    if spatial_dims == 3:
+        return nn.Conv3d
+    raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
+
+
+def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _prepare_mask(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tensor | None:
+    """``(B, *spatial)`` / ``(B, 1, *spatial)`` / broadcastable mask -> ``(B, 1, *spatial)`` in ``ref``'s dtype."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    m = mask.as_tensor() if hasattr(mask, "as_tensor") else mask
+    spatial = ref.shape[2:]
+    if m.ndim == ref.ndim - 1:
+        m = m.unsqueeze(1)
+    if m.ndim != ref.ndim or m.shape[1] != 1 or m.shape[2:] != spatial or m.shape[0] not in (1, ref.shape[0]):
+        raise ValueError(
+            f"mask must be (B, *spatial) or (B, 1, *spatial) matching the features' (B, *spatial) = "
+            f"({ref.shape[0]}, {', '.join(map(str, spatial))}), got {tuple(mask.shape)}"
+        )
+    if m.dtype == torch.bool:
+        return m.to(ref.dtype)
+    m = m.to(ref.dtype)
+    if not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError("mask must be binary (bool, or 0/1 values)")
+    return m
+
+
+class SSNHead(nn.Module):
+    """SSN head: a backbone's feature map -> low-rank multivariate normal over the logits (module docstring).
+
+    Args:
+        in_channels: channels ``F`` of the feature map it reads (e.g. a MONAI ``UNet`` built with
+            ``out_channels=F``). As a fallback it can read a network's logits (``in_channels = num_classes``,
+            ``input_activation=None``, ``identity_mean=True`` keeps the network's logits as the initial mean).
+        num_classes: ``C`` (>= 2; softmax over classes).
+        rank: ``R`` of the covariance factor (default 10, as in the paper's BraTS experiments).
+        spatial_dims: 2 or 3 (1 also works).
+        epsilon: floor of the diagonal variance, ``D = exp(.) + epsilon`` (default 1e-5, the authors' value).
+        input_activation: ``"relu"`` (default, as the authors' code applies it to the backbone's last features,
+            which in a MONAI ``UNet`` come out of a plain convolution) or ``None`` (features already activated,
+            e.g. nnU-Net's decoder, or logits).
+        identity_mean: initialise the mean convolution to the identity (needs ``in_channels == num_classes``).
+        init_variance: the logits' variance at initialisation (default 1e-3): the factor convolution starts at zero
+            and the log-variance convolution at zero weights with bias ``log(init_variance)``, so training starts as
+            cross-entropy training of the mean and the covariance grows where the labels ask for it. ``None`` keeps
+            PyTorch's default initialisation of both (the authors' code). Why: the Monte Carlo loss is dominated by
+            its best draw (the per-image log-likelihoods of the draws differ by hundreds of nats), so draws that are
+            wrong cost almost nothing; from a large random initial covariance, training on the 3D toy set drifted
+            to a factor that flips the whole image (mean probabilities near 0.5 everywhere), also after a
+            mean-only warm-up; from a small one it did not (docs/ssn.md). ValUES pretrains the mean for the same
+            reason.
+        train_output: what the forward returns in training mode: ``"distribution"`` (default; pair it with
+            :class:`~monai_unc.networks.SSNLoss`) or ``"raw"``: the stacked raw convolution outputs
+            ``(B, C * (2 + R), *spatial)`` (mean, log-variance before the floor, factor), a tensor that frameworks
+            expecting tensors can pass around (nnU-Net's deep supervision list); turn it into the distribution with
+            :meth:`distribution_from_raw`.
+
+    Forward ``head(features, mask=None)``: eval mode -> mean logits ``(B, C, *spatial)``; training mode -> see
+    ``train_output``; inside :func:`ssn_sampling` -> one logit sample ``(B, C, *spatial)``.
+
+    ``mask`` (``(B, *spatial)`` or ``(B, 1, *spatial)``, bool or 0/1): where the covariance is active. Outside it
+    the factor rows are zeroed and the diagonal is ``epsilon`` (the authors zero the covariance outside the brain,
+    where it otherwise grows without bound): logits there are the mean up to noise of standard deviation
+    ``sqrt(epsilon)``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        rank: int = 10,
+        spatial_dims: int = 3,
+        epsilon: float = 1e-5,
+        input_activation: str | None = "relu",
+        identity_mean: bool = False,
+        train_output: str = "distribution",
+        init_variance: float | None = 1e-3,
+    ) -> None:
+        super().__init__()
+        self.in_channels = _positive_int(in_channels, "in_channels")
+        self.num_classes = _positive_int(num_classes, "num_classes", 2)
+        self.rank = _positive_int(rank, "rank")
+        conv = _conv(spatial_dims)
+        self.spatial_dims = int(spatial_dims)
+        if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+            raise ValueError(f"epsilon must be a positive float (variance floor), got {epsilon!r}")
+        self.epsilon = float(epsilon)
+        if input_activation not in ("relu", None):
+            raise ValueError(f"input_activation must be 'relu' or None, got {input_activation!r}")
+        self.input_activation = input_activation
+        if train_output not in _TRAIN_OUTPUTS:
+            raise ValueError(f"train_output must be one of {_TRAIN_OUTPUTS}, got {train_output!r}")
+        self.train_output = train_output
+        self.mean_conv = conv(in_channels, num_classes, kernel_size=1)
+        self.log_cov_diag_conv = conv(in_channels, num_classes, kernel_size=1)
+        self.cov_factor_conv = conv(in_channels, num_classes * rank, kernel_size=1)
+        if init_variance is not None:
+            if not (isinstance(init_variance, (int, float)) and math.isfinite(init_variance) and init_variance > 0):
+                raise ValueError(f"init_variance must be a positive float or None, got {init_variance!r}")
+            with torch.no_grad():
+                self.cov_factor_conv.weight.zero_()
+                self.cov_factor_conv.bias.zero_()
+                self.log_cov_diag_conv.weight.zero_()
+                self.log_cov_diag_conv.bias.fill_(math.log(float(init_variance)))
+        self.init_variance = init_variance
+        if identity_mean:
+            if in_channels != num_classes:
+                raise ValueError(
+                    f"identity_mean needs in_channels == num_classes, got {in_channels} and {num_classes}"
+                )
+            with torch.no_grad():
+                self.mean_conv.weight.zero_()
+                self.mean_conv.weight.view(num_classes, num_classes).copy_(torch.eye(num_classes))
+                self.mean_conv.bias.zero_()
+        #: set by :func:`ssn_sampling`: the forward then returns one reparameterised sample
+        self.sampling = False
+
+    @property
+    def raw_channels(self) -> int:
+        """Channels of :meth:`raw`: ``C * (2 + R)``."""
+        return self.num_classes * (2 + self.rank)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_channels={self.in_channels}, num_classes={self.num_classes}, rank={self.rank}, "
+            f"spatial_dims={self.spatial_dims}, epsilon={self.epsilon}, input_activation={self.input_activation}, "
+            f"train_output={self.train_output!r}"
+        )
+
+    # -------------------------------------------------------------------------------- building blocks
+    def _check_features(self, features: torch.Tensor) -> torch.Tensor:
+        if not isinstance(features, torch.Tensor):
+            raise TypeError(f"features must be a torch.Tensor, got {type(features).__name__}")
+        if features.ndim != self.spatial_dims + 2 or features.shape[1] != self.in_channels:
+            raise ValueError(
+                f"features must be (B, {self.in_channels}, *spatial) with {self.spatial_dims} spatial dims, got "
+                f"shape {tuple(features.shape)}"
+            )
+        f = features.as_tensor() if hasattr(features, "as_tensor") else features
+        return torch.relu(f) if self.input_activation == "relu" else f
+
+    def mean_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """The mean logits ``(B, C, *spatial)`` (only the mean convolution runs)."""
+        return self.mean_conv(self._check_features(features))
+
+    def raw(self, features: torch.Tensor) -> torch.Tensor:
+        """Stacked raw outputs ``(B, C * (2 + R), *spatial)``: mean, log-variance (before exp and floor), factor
+        (channel ``2C + r * C + c`` is column ``r`` for class ``c``)."""
+        f = self._check_features(features)
+        return torch.cat([self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f)], dim=1)
+
+    def _params(
+        self, mean: torch.Tensor, log_var: torch.Tensor, factor: torch.Tensor, mask: torch.Tensor | None
+    ) -> SSNParams:
+        """The one place where raw outputs become :class:`SSNParams`: ``D = exp(log_var) [* mask] + epsilon``,
+        ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed in float32 (or wider)."""
+        dtype = torch.promote_types(mean.dtype, torch.float32)
+        with _no_autocast(mean.device):
+            mean, log_var, factor = mean.to(dtype), log_var.to(dtype), factor.to(dtype)
+            var = torch.exp(log_var)
+            cov_factor = factor.reshape(factor.shape[0], self.rank, self.num_classes, *factor.shape[2:])
+            m = _prepare_mask(mask, mean)
+            if m is not None:
+                cov_factor = cov_factor * m.unsqueeze(1)
+                var = var * m
+            cov_diag = var + self.epsilon
+        return SSNParams(mean, cov_diag, cov_factor)
+
+    def params_from_raw(self, raw: torch.Tensor, mask: torch.Tensor | None = None) -> SSNParams:
+        """:class:`SSNParams` (float32 or wider) from :meth:`raw`'s output, with the variance floor and the mask."""
+        if not isinstance(raw, torch.Tensor):
+            raise TypeError(f"raw must be a torch.Tensor, got {type(raw).__name__}")
+        if raw.ndim < 3 or raw.shape[1] != self.raw_channels:
+            raise ValueError(
+                f"raw must be (B, C * (2 + R), *spatial) = (B, {self.raw_channels}, ...), got {tuple(raw.shape)}"
+            )
+        raw = raw.as_tensor() if hasattr(raw, "as_tensor") else raw
+        c = self.num_classes
+        return self._params(raw[:, :c], raw[:, c : 2 * c], raw[:, 2 * c :], mask)
+
+    def params(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> SSNParams:
+        """:class:`SSNParams` of the logit distribution for ``features`` (the three convolutions are kept apart:
+        no concatenated copy of the factor)."""
+        f = self._check_features(features)
+        return self._params(self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f), mask)
+
+    def distribution_from_raw(self, raw: torch.Tensor, mask: torch.Tensor | None = None) -> SSNDistribution:
+        return lowrank_distribution(*self.params_from_raw(raw, mask))
+
+    def distribution(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> SSNDistribution:
+        """``LowRankMultivariateNormal`` (:class:`SSNDistribution`) over the flattened logits, batch shape
+        ``(B,)``, event size ``C * N``, class-major (module docstring)."""
+        return lowrank_distribution(*self.params(features, mask))
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
+        if self.sampling:
+            return sample_logits(self.params(features, mask))
+        if self.training:
+            if self.train_output == "raw":
+                return self.raw(features)
+            return self.distribution(features, mask)
+        return self.mean_logits(features)
+
+
+def find_ssn_heads(network: nn.Module) -> list[SSNHead]:
+    """Every :class:`SSNHead` inside ``network`` (itself included)."""
+    if not isinstance(network, nn.Module):
+        raise TypeError(f"network must be a torch.nn.Module, got {type(network).__name__}")
+    return [m for m in network.modules() if isinstance(m, SSNHead)]
+
+
+@contextlib.contextmanager
+def ssn_sampling(network: nn.Module, cache: bool = False) -> Iterator[list[SSNHead]]:
+    """Within the block every :class:`SSNHead` of ``network`` returns one reparameterised logit sample per
+    forward call (the rest of the network keeps its mode). Yields the heads; restores their state afterwards.
+
+    ``cache=True`` also lets every :class:`SSNNetwork` inside keep the distribution of its last backbone pass, so
+    that further draws for the same input can skip the backbone (used by :class:`~monai_unc.inferers.SSNSource`;
+    see :meth:`SSNNetwork.reuse_features`). Raises ``ValueError`` when the network has no SSN head.
+    """
+    heads = find_ssn_heads(network)
+    if not heads:
+        raise ValueError(
+            f"{type(network).__name__} has no SSNHead to sample from; build it as "
+            "monai_unc.networks.SSNNetwork(backbone, SSNHead(...)) or put an SSNHead on its features"
+        )
+    nets = [m for m in network.modules() if isinstance(m, SSNNetwork)]
+    old_heads = [h.sampling for h in heads]
+    old_nets = [(n._cache_enabled, n._reuse) for n in nets]
+    for h in heads:
+        h.sampling = True
+    for n in nets:
+        n._cache_enabled = bool(cache)
+        n._reuse = False
+    try:
+        yield heads
+    finally:
+        for h, s in zip(heads, old_heads):
+            h.sampling = s
+        for n, (c, r) in zip(nets, old_nets):
+            n._cache_enabled, n._reuse = c, r
+            n._cache = None
+
+
+class SSNNetwork(nn.Module):
+    """A segmentation backbone with an :class:`SSNHead` on its last feature map.
+
+    Args:
+        backbone: any network mapping ``(B, C_in, *spatial)`` to features ``(B, F, *spatial)`` (a tuple/list output,
+            e.g. deep supervision, uses its first element), e.g. ``monai.networks.nets.UNet(..., out_channels=F)``.
+        head: ``SSNHead(F, num_classes, rank, spatial_dims)``.
+        mask_fn: optional ``input -> mask`` giving where the covariance is active (e.g. ``lambda x: x[:, :1] > 0``
+            for the body); applied per call, so it works per sliding window.
+
+    Forward: eval -> mean logits ``(B, C, *spatial)``; training -> the head's training output (the distribution
+    by default); inside :func:`ssn_sampling` -> one logit sample. ``distribution(x)`` gives the distribution in
+    any mode. The ``state_dict`` holds ``backbone.*`` and ``head.{mean_conv,log_cov_diag_conv,cov_factor_conv}.*``.
+
+    Rebuild a checkpoint with the same constructor (a MONAI config works: ``{"_target_":
+    "monai_unc.networks.SSNNetwork", "backbone": {...}, "head": {...}}``) and ``load_state_dict``.
+    """
+
+    def __init__(
+        self, backbone: nn.Module, head: SSNHead, mask_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> None:
+        super().__init__()
+        if not isinstance(backbone, nn.Module):
+            raise TypeError(f"backbone must be a torch.nn.Module, got {type(backbone).__name__}")
+        if not isinstance(head, SSNHead):
+            raise TypeError(f"head must be an SSNHead, got {type(head).__name__}")
+        if mask_fn is not None and not callable(mask_fn):
+            raise TypeError("mask_fn must be callable (input -> mask) or None")
+        self.backbone = backbone
+        self.head = head
+        self.mask_fn = mask_fn
+        self._cache_enabled = False
+        self._reuse = False
+        self._cache: tuple[tuple[int, ...], SSNParams] | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return self.head.num_classes
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.backbone(x)
+        if isinstance(out, (tuple, list)):
+            if not out:
+                raise ValueError("backbone returned an empty sequence")
+            out = out[0]
+        return out
+
+    def _mask(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | None:
+        if mask is not None:
+            return mask
+        return self.mask_fn(x) if self.mask_fn is not None else None
+
+    def distribution(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> SSNDistribution:
+        """The logit distribution for input ``x`` (``mask`` overrides ``mask_fn``)."""
+        return self.head.distribution(self.features(x), self._mask(x, mask))
+
+    @contextlib.contextmanager
+    def reuse_features(self) -> Iterator[None]:
+        """Within the block (and inside ``ssn_sampling(..., cache=True)``), a forward call draws a new sample from
+        the distribution of the previous backbone pass instead of running the backbone again, when the input has
+        the same shape. The caller guarantees it is the same input (and the same state of any other randomness,
+        such as dropout masks)."""
+        old = self._reuse
+        self._reuse = True
+        try:
+            yield
+        finally:
+            self._reuse = old
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
+        if self.head.sampling:
+            key = tuple(x.shape)
+            if self._reuse and self._cache is not None and self._cache[0] == key:
+                params = self._cache[1]
+            else:
+                params = self.head.params(self.features(x), self._mask(x, mask))
+                self._cache = (key, params) if self._cache_enabled else None
+            return sample_logits(params)
+        return self.head(self.features(x), self._mask(x, mask))

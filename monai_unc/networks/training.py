@@ -1,0 +1,213 @@
+"""Training a Stochastic Segmentation Network on the synthetic toy set with raters.
+
+The toy cases (:func:`monai_unc.data.make_toy_dataset`, after ValUES Appendix B.1) carry several raters' labels
+that disagree on where the blurred object's border lies. An SSN learns that disagreement when every training
+sample pairs the image with *one* rater's label drawn at random (as the SSN paper trains on LIDC's four
+annotations): the Monte Carlo log-likelihood (:class:`~monai_unc.networks.SSNLoss`) then rewards a distribution
+whose draws cover all raters' borders, and the latent-variable mutual information concentrates where the raters
+disagree.
+
+Protocol of :func:`train_ssn`: a MONAI ``UNet`` backbone with ``feature_channels`` outputs and an
+:class:`~monai_unc.networks.SSNHead` (:func:`build_ssn_network`); random flips along every axis and Gaussian noise
+(ValUES C.1 uses flips and noise); Adam with cosine decay; the first ``mean_only_iterations`` train the mean alone
+with cross-entropy (ValUES C.2 pretrains the mean for 5 epochs before the covariance, which makes training more
+stable), then the SSN loss with ``num_mc_samples`` draws.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .losses import SSNLoss
+from .ssn import SSNHead, SSNNetwork
+
+__all__ = ["SSN_TOY_NETWORK", "build_ssn_network", "train_ssn"]
+
+#: default architecture of :func:`build_ssn_network` for the 3D toy set (keyword arguments)
+SSN_TOY_NETWORK: dict[str, Any] = {
+    "spatial_dims": 3,
+    "in_channels": 1,
+    "num_classes": 2,
+    "channels": (16, 32, 64),
+    "strides": (2, 2),
+    "num_res_units": 1,
+    "feature_channels": 16,
+    "rank": 10,
+    "dropout": 0.0,
+    "epsilon": 1e-5,
+}
+
+
+def build_ssn_network(
+    spatial_dims: int = 3,
+    in_channels: int = 1,
+    num_classes: int = 2,
+    channels: Sequence[int] = (16, 32, 64),
+    strides: Sequence[int] = (2, 2),
+    num_res_units: int = 1,
+    feature_channels: int = 16,
+    rank: int = 10,
+    dropout: float = 0.0,
+    epsilon: float = 1e-5,
+) -> SSNNetwork:
+    """A MONAI ``UNet`` (``out_channels=feature_channels``) with an :class:`SSNHead` of the given ``rank``.
+
+    The keyword arguments are what :func:`train_ssn` records under ``"network"``: ``build_ssn_network(**record[
+    "network"])`` rebuilds a saved model before ``load_state_dict``."""
+    from monai.networks.nets import UNet
+
+    backbone = UNet(
+        spatial_dims=spatial_dims,
+        in_channels=in_channels,
+        out_channels=feature_channels,
+        channels=tuple(channels),
+        strides=tuple(strides),
+        num_res_units=num_res_units,
+        dropout=dropout,
+    )
+    return SSNNetwork(backbone, SSNHead(feature_channels, num_classes, rank, spatial_dims, epsilon=epsilon))
+
+
+def _batch(
+    images: np.ndarray, raters: np.ndarray, batch_size: int, rng: np.random.Generator, noise_std: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random cases, one random rater's label each, random flips along every axis, Gaussian noise."""
+    idx = rng.integers(len(images), size=batch_size)
+    who = rng.integers(raters.shape[1], size=batch_size)
+    xs, ys = [], []
+    for i, r in zip(idx, who):
+        x, y = images[i], raters[i, r]
+        axes = [a for a in range(y.ndim) if rng.random() < 0.5]
+        if axes:
+            x = np.flip(x, [a + 1 for a in axes])
+            y = np.flip(y, axes)
+        if noise_std > 0 and rng.random() < 0.3:
+            x = x + rng.normal(0.0, noise_std, x.shape).astype(np.float32)
+        xs.append(np.ascontiguousarray(x))
+        ys.append(np.ascontiguousarray(y))
+    return torch.from_numpy(np.stack(xs)).float(), torch.from_numpy(np.stack(ys)).long()
+
+
+def train_ssn(
+    out_path: str | os.PathLike | None = None,
+    n_cases: int = 16,
+    shape: Sequence[int] = (32, 32, 32),
+    n_raters: int = 3,
+    iterations: int = 300,
+    batch_size: int = 4,
+    lr: float = 1e-3,
+    num_mc_samples: int = 20,
+    mean_only_iterations: int | None = None,
+    network: dict[str, Any] | None = None,
+    noise_std: float = 0.05,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> tuple[SSNNetwork, dict[str, Any]]:
+    """Train an SSN on ``n_cases`` toy cases with ``n_raters`` raters (module docstring); 2D or 3D ``shape``.
+
+    Args:
+        out_path: if given, the state dict is saved there and the training record beside it (``.json``),
+            atomically (temporary name, then rename).
+        iterations / batch_size / lr: Adam steps, images per step, initial learning rate (cosine decay to 0).
+        num_mc_samples: ``M`` of :class:`SSNLoss`.
+        mean_only_iterations: cross-entropy warm-up of the mean (default ``iterations // 10``).
+        network: keyword arguments of :func:`build_ssn_network` overriding :data:`SSN_TOY_NETWORK`
+            (``spatial_dims`` follows ``shape``).
+        noise_std: Gaussian noise added to 30 % of the training images.
+        seed: seeds the data, the initialisation and the sampling (deterministic on CPU for a thread count).
+
+    Returns ``(network, record)``: the network in eval mode and a dict with the settings, ``network`` (the
+    :func:`build_ssn_network` arguments), ``losses`` (per iteration; cross-entropy during the warm-up, the SSN loss
+    after it), ``loss_first`` / ``loss_last`` (mean of the first / last 10 % of the SSN-loss iterations) and
+    ``train_seconds``.
+    """
+    from monai_unc.data import make_toy_dataset
+
+    shape = tuple(int(s) for s in shape)
+    for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if mean_only_iterations is None:
+        mean_only_iterations = iterations // 10
+    if not 0 <= mean_only_iterations < iterations:
+        raise ValueError(f"mean_only_iterations must be in [0, iterations), got {mean_only_iterations}")
+    if not (isinstance(lr, (int, float)) and lr > 0):
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    arch = dict(SSN_TOY_NETWORK)
+    arch.update(network or {})
+    arch["spatial_dims"] = len(shape)
+    arch = {k: list(v) if isinstance(v, tuple) else v for k, v in arch.items()}
+
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    cases = make_toy_dataset(n_cases, shape=shape, n_raters=n_raters, seed=seed)
+    images = np.stack([c["image"] for c in cases]).astype(np.float32)
+    raters = np.stack([c["raters"] for c in cases])
+    net = build_ssn_network(**arch).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=1e-5)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=iterations)
+    loss_fn = SSNLoss(num_mc_samples)
+    losses: list[float] = []
+    start = time.time()
+    net.train()
+    steps = range(iterations)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc="train ssn")
+    for it in steps:
+        x, y = _batch(images, raters, batch_size, rng, noise_std)
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad(set_to_none=True)
+        if it < mean_only_iterations:
+            loss = F.cross_entropy(net.head.mean_logits(net.features(x)), y)
+        else:
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 12.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    seconds = time.time() - start
+    ssn_losses = losses[mean_only_iterations:]
+    k = max(1, len(ssn_losses) // 10)
+    record = {
+        "task": f"toy set ({len(shape)}D {shape}, {n_cases} cases, {n_raters} raters; one random rater's label per "
+        "training sample)",
+        "network": arch,
+        "iterations": iterations,
+        "mean_only_iterations": mean_only_iterations,
+        "batch_size": batch_size,
+        "lr": lr,
+        "num_mc_samples": num_mc_samples,
+        "noise_std": noise_std,
+        "seed": seed,
+        "losses": losses,
+        "loss_first": float(np.mean(ssn_losses[:k])),
+        "loss_last": float(np.mean(ssn_losses[-k:])),
+        "train_seconds": round(seconds, 2),
+        "torch_threads": torch.get_num_threads(),
+    }
+    net.eval()
+    if out_path is not None:
+        out_path = Path(out_path)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_path.with_name(out_path.name + ".tmp")
+        torch.save(net.state_dict(), tmp)
+        os.replace(tmp, out_path)
+        meta = out_path.with_suffix(".json")
+        tmp_meta = meta.with_name(meta.name + ".tmp")
+        tmp_meta.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp_meta, meta)
+    return net, record
