@@ -40,13 +40,13 @@ def test_ncc_equals_numpy_pearson_2d_and_3d():
 
 
 def test_ncc_degenerate_and_errors():
-    with pytest.warns(UserWarning, match="reference is constant"):
+    with pytest.warns(UserWarning, match="target is constant"):
         assert np.isnan(ncc(np.arange(6.0), np.ones(6)))
-    with pytest.warns(UserWarning, match="pred_uncertainty is constant"):
+    with pytest.warns(UserWarning, match="uncertainty is constant"):
         assert np.isnan(ncc(np.zeros(6), np.arange(6.0)))
     with pytest.raises(ValueError, match="same shape"):
         ncc(np.zeros((2, 3)), np.zeros((3, 2)))
-    with pytest.raises(ValueError, match="reference contains 1 non-finite"):
+    with pytest.raises(ValueError, match="target contains 1 non-finite"):
         ncc(np.arange(3.0), np.array([0.0, np.nan, 1.0]))
     with pytest.raises(ValueError, match="empty"):
         ncc(np.zeros(0), np.zeros(0))
