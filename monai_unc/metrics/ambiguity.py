@@ -90,7 +90,8 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     sb = torch.sqrt((db * db).mean())
     if float(sa) == 0.0 or float(sb) == 0.0:
         which = "uncertainty" if float(sa) == 0.0 else "target"
-        return warn_nan(f"ncc: {which} is constant, the correlation is undefined")
+        # stacklevel 4: the caller of ncc, past the deprecated-argument wrapper
+        return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
     return float((da * db).mean() / (sa * sb))
 
 
