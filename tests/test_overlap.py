@@ -369,3 +369,16 @@ def test_cuda_inputs():
     np.testing.assert_array_equal(got.cpu().numpy(), dice(p, t, num_classes=3))
     masks = torch.from_numpy(rng.random((4, 500)) < 0.5)
     np.testing.assert_array_equal(mask_gram(masks.cuda()).cpu().numpy(), mask_gram(masks).numpy())
+
+
+def test_docs_example_runs(tmp_path, monkeypatch):
+    """The python block of docs/overlap.md runs as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "overlap.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks, "docs/overlap.md has no python example"
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code, "docs/overlap.md", "exec"), {"__name__": "__docs__"})

@@ -20,7 +20,9 @@ Only the pair of two empty masks is special: one empty and one non-empty mask gi
 formula. (MONAI's ``ignore_empty=True`` is a different rule, NaN whenever the *reference* is empty; compute the
 counts with :func:`overlap_counts` and apply it yourself if you need it.)
 
-Exact counts. Per-class voxel counts and intersections of label maps are int64 (one ``bincount`` per call).
+Exact counts. Per-class intersections and sizes of two label maps come from their joint counts (one int64
+``bincount`` of the code ``C * P + T``: the confusion matrix, whose diagonal holds the intersections and whose row
+and column sums hold the sizes).
 The Gram matrix ``G[i, j] = |A_i & A_j|`` of ``M`` masks (:func:`mask_gram`, :func:`label_gram`; its diagonal
 holds the mask sizes) is a float32 matrix product of 0/1 masks in blocks of ``block`` voxels (default 2^20):
 every partial sum is an integer below ``2^24``, which float32 represents exactly, and the blocks are summed in
@@ -139,6 +141,16 @@ def _class_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     return torch.bincount(flat.reshape(-1), minlength=n * num_classes).reshape(*lead, num_classes)
 
 
+def _confusion(p: torch.Tensor, t: torch.Tensor, c: int, lead: torch.Size) -> torch.Tensor:
+    """Joint counts ``[..., i, j] = #{P = i, T = j}`` of label maps ``(..., V)`` (broadcast leading axes ``lead``)
+    in ``[0, C)``: one int64 code ``C P + T`` per voxel and one bincount over offset rows."""
+    code = p.to(torch.int64) * c
+    code = code.add_(t) if tuple(code.shape[:-1]) == tuple(lead) else code + t
+    n = math.prod(lead)
+    code = code.reshape(n, -1).add_((c * c) * torch.arange(n, device=code.device).unsqueeze(1))
+    return torch.bincount(code.reshape(-1), minlength=n * c * c).reshape(*lead, c, c)
+
+
 def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) -> torch.Tensor:
     t = to_tensor(x, name)
     if t.ndim < 1 or t.shape[-1] == 0:
@@ -196,17 +208,14 @@ def overlap_counts(
         raise ValueError(f"the leading axes of pred {tuple(p.shape)} and target {tuple(t.shape)} do not broadcast") \
             from err
     c = _num_classes(num_classes, p, t)
-    size_p = _class_counts(p, c)
-    size_t = _class_counts(t, c)
-    # voxels where the maps agree, labelled by the class they agree on (C = "disagree" bin)
-    agree = torch.where(p == t, p, torch.full_like(p, c))
-    inter = _class_counts(agree, c + 1)[..., :c]
-    size_p, size_t = size_p.expand(*lead, c), size_t.expand(*lead, c)
+    conf = _confusion(p, t, c, lead)  # (*lead, C, C): [i, j] = #{P = i, T = j}
+    inter = torch.diagonal(conf, dim1=-2, dim2=-1)
+    size_p, size_t = conf.sum(dim=-1), conf.sum(dim=-2)
     if foreground:
-        fp, ft = p > 0, t > 0
-        inter = torch.cat([inter, (fp & ft).sum(dim=-1).expand(*lead).unsqueeze(-1)], dim=-1)
-        size_p = torch.cat([size_p, fp.sum(dim=-1).expand(*lead).unsqueeze(-1)], dim=-1)
-        size_t = torch.cat([size_t, ft.sum(dim=-1).expand(*lead).unsqueeze(-1)], dim=-1)
+        fg = conf[..., 1:, 1:].sum(dim=(-2, -1), keepdim=True)[..., 0]
+        inter = torch.cat([inter, fg], dim=-1)
+        size_p = torch.cat([size_p, size_p[..., 1:].sum(dim=-1, keepdim=True)], dim=-1)
+        size_t = torch.cat([size_t, size_t[..., 1:].sum(dim=-1, keepdim=True)], dim=-1)
     return OverlapCounts(*(like_input(x.contiguous(), pred) for x in (inter, size_p, size_t)))
 
 
