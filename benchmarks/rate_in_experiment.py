@@ -217,7 +217,7 @@ def main() -> None:
             for label_map, maps in (("mutual information", maps_mi), ("predictive entropy", maps_pe)):
                 comp = compare_uncertainty_maps(
                     ["SPACE", "BUC", "BA-ECE", "AUC-ROC", "AUC-PR"], maps["ratein"], maps[ref],
-                    preds=preds, targets=targets, spacing=spacing,
+                    pred=preds, target=targets, spacing=spacing,
                 )
                 ref_name = f"MC p={args.fixed_p}" if ref == "mc" else "MC at the matched fixed rate"
                 print(f"\ncompare_uncertainty_maps (a = Rate-In, b = {ref_name}), {label_map}:")

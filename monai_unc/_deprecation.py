@@ -1,8 +1,15 @@
-"""Renamed keyword arguments kept as deprecated aliases for one release.
+"""Deprecation helpers shared by the package: renamed keyword arguments keep working for one release.
 
->>> @deprecated_arg_names({"labels": "target"})
-... def ece(probs, target=None): ...
->>> ece(p, labels=y)  # works, with a DeprecationWarning naming ``labels`` and ``target``  # doctest: +SKIP
+:func:`deprecated_arg_names` wraps a function whose parameters were renamed: a call with an old keyword is
+forwarded to the new one with a ``DeprecationWarning`` naming both; passing the old and the new name together is
+a ``TypeError``. The wrapped function's signature (``inspect.signature``, the docs) shows the new names only.
+
+Example::
+
+    @deprecated_arg_names({"scores": "uncertainty"})
+    def aurc(uncertainty, risk): ...
+
+    aurc(scores=u, risk=r)   # works, warns "aurc: argument 'scores' is deprecated, use 'uncertainty' ..."
 """
 
 from __future__ import annotations
@@ -10,42 +17,48 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["deprecated_arg_names"]
+__all__ = ["deprecated_arg_names", "REMOVAL"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: when deprecated aliases are removed
+REMOVAL = "the next release"
 
-def deprecated_arg_names(mapping: dict[str, str]) -> Callable:
-    """Decorator accepting the old keyword names of ``mapping`` (``{"old": "new"}``) as aliases of the new ones.
 
-    Passing an old name emits a ``DeprecationWarning`` naming both and forwards the value under the new name;
-    passing both (the new one by keyword or by position) raises ``TypeError`` naming both.
+def deprecated_arg_names(renamed: Mapping[str, str], removal: str = REMOVAL) -> Callable[[F], F]:
+    """Decorator: accept the old keyword names in ``renamed`` (``{"old": "new"}``) with a ``DeprecationWarning``.
+
+    Args:
+        renamed: old keyword name -> new parameter name. Every new name must be a parameter of the decorated
+            function and no old name may be one (checked when the decorator is applied).
+        removal: when the old names stop working, quoted in the warning.
+
+    Works on functions and methods (``__init__`` included); positional calls are unaffected.
     """
-    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
-        raise TypeError("mapping must be a dict of old keyword name -> new keyword name (strings)")
+    renamed = dict(renamed)
 
     def decorate(fn: F) -> F:
-        params = list(inspect.signature(fn).parameters)
-        for new in mapping.values():
+        params = inspect.signature(fn).parameters
+        for old, new in renamed.items():
             if new not in params:
-                raise ValueError(f"{fn.__qualname__} has no argument {new!r} to forward a deprecated name to")
+                raise TypeError(f"deprecated_arg_names: {fn.__qualname__} has no parameter {new!r} (for {old!r})")
+            if old in params:
+                raise TypeError(f"deprecated_arg_names: {old!r} is still a parameter of {fn.__qualname__}")
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for old, new in mapping.items():
-                if old not in kwargs:
-                    continue
-                positional = params[: len(args)]
-                if new in kwargs or new in positional:
+            for old in renamed.keys() & kwargs.keys():
+                new = renamed[old]
+                if new in kwargs:
                     raise TypeError(
                         f"{fn.__qualname__}() got both {old!r} (deprecated) and {new!r}; pass only {new!r}"
                     )
                 warnings.warn(
-                    f"{fn.__qualname__}(): the argument {old!r} is deprecated and will be removed in the next "
-                    f"release; use {new!r}",
+                    f"{fn.__qualname__}: argument {old!r} is deprecated, use {new!r} (the old name will be removed "
+                    f"in {removal})",
                     DeprecationWarning,
                     stacklevel=2,
                 )

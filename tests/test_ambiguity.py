@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -40,13 +43,13 @@ def test_ncc_equals_numpy_pearson_2d_and_3d():
 
 
 def test_ncc_degenerate_and_errors():
-    with pytest.warns(UserWarning, match="reference is constant"):
+    with pytest.warns(UserWarning, match="target is constant"):
         assert np.isnan(ncc(np.arange(6.0), np.ones(6)))
-    with pytest.warns(UserWarning, match="pred_uncertainty is constant"):
+    with pytest.warns(UserWarning, match="uncertainty is constant"):
         assert np.isnan(ncc(np.zeros(6), np.arange(6.0)))
     with pytest.raises(ValueError, match="same shape"):
         ncc(np.zeros((2, 3)), np.zeros((3, 2)))
-    with pytest.raises(ValueError, match="reference contains 1 non-finite"):
+    with pytest.raises(ValueError, match="target contains 1 non-finite"):
         ncc(np.arange(3.0), np.array([0.0, np.nan, 1.0]))
     with pytest.raises(ValueError, match="empty"):
         ncc(np.zeros(0), np.zeros(0))
@@ -281,6 +284,45 @@ def test_ignite_handlers_save_details():
     assert engine.state.metrics["ged"] == pytest.approx(np.mean(per_case_ged), abs=1e-6)
     assert engine.state.metrics["ncc"] == pytest.approx(np.mean(per_case_ncc), abs=1e-6)
     np.testing.assert_allclose(engine.state.metric_details["ged"].ravel(), per_case_ged, atol=1e-6)
+
+
+def test_every_case_nan_aggregates_to_nan_not_zero():
+    """MONAI's reduction returns 0 ("perfect") when no case is valid; the wrappers return NaN with a warning."""
+    samples, raters = _batch()
+    empty = torch.zeros_like(samples)
+    m = GEDMetric(variant="nonempty_iou", get_not_nans=True)
+    with pytest.warns(UserWarning, match="every mask in samples is empty"):
+        m(empty, raters)
+    for red in ("mean", "sum", "mean_batch", "sum_batch", "mean_channel"):
+        with pytest.warns(UserWarning, match="GEDMetric: every case is NaN"):
+            value, not_nans = m.aggregate(red)
+        assert torch.isnan(value).all() and (not_nans == 0).all()
+    assert torch.isnan(m.aggregate("none")[0]).all()  # per-case values: NaN already
+    # one valid case: the mean of the valid ones, no warning
+    m.reset()
+    m(torch.cat([samples[:1], empty[1:]]), raters)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value, not_nans = m.aggregate()
+    assert float(not_nans) == 1 and float(value) == pytest.approx(ged_nonempty_iou(raters[0], samples[0]).ged)
+
+    n = NCCMetric()
+    const = torch.ones(2, 1, 5, 5)
+    with pytest.warns(UserWarning, match="constant"):
+        n(const, torch.rand(2, 1, 5, 5))
+    with pytest.warns(UserWarning, match="NCCMetric: every case is NaN"):
+        assert math.isnan(float(n.aggregate()))
+
+
+def test_handlers_report_nan_when_every_case_is_nan():
+    samples, raters = _batch(b=2)
+    data = [(torch.zeros_like(samples), raters, torch.ones(2, 1, 6, 7))]
+    engine = Engine(lambda e, batch: batch)
+    GeneralizedEnergyDistance(variant="nonempty_iou", output_transform=lambda o: (o[0], o[1])).attach(engine, "ged")
+    NormalizedCrossCorrelation(y_is_raters=True, output_transform=lambda o: (o[2], o[1])).attach(engine, "ncc")
+    with pytest.warns(UserWarning, match="every case is NaN"):
+        engine.run(data, max_epochs=1)
+    assert math.isnan(engine.state.metrics["ged"]) and math.isnan(engine.state.metrics["ncc"])
 
 
 def _dist_worker(rank: int, world: int, init_file: str, out_file: str) -> None:

@@ -40,9 +40,9 @@ def test_ood_auroc_extremes_and_errors():
     assert ood_auroc([0.1, 0.2], [0.5, 0.9]) == 1.0
     assert ood_auroc([0.5, 0.9], [0.1, 0.2]) == 0.0
     assert ood_auroc([0.3, 0.3], [0.3]) == 0.5
-    with pytest.raises(ValueError, match="scores_ood is empty"):
+    with pytest.raises(ValueError, match="uncertainty_ood is empty"):
         ood_auroc([0.1], [])
-    with pytest.raises(ValueError, match="scores_iid contains 1 non-finite"):
+    with pytest.raises(ValueError, match="uncertainty_iid contains 1 non-finite"):
         ood_auroc([np.nan], [0.1])
 
 

@@ -141,7 +141,7 @@ def test_compare_uncertainty_maps_protocol():
     a, b, preds, targets = make_cases()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # UCE may be skipped while the calibration module is missing
-        res = compare_uncertainty_maps(None, a, b, preds=preds, targets=targets, spacing=(1.0, 1.0))
+        res = compare_uncertainty_maps(None, a, b, pred=preds, target=targets, spacing=(1.0, 1.0))
     assert res.metrics["SPACE"].accuracy == 1.0 and res.metrics["BUC"].accuracy == 1.0
     assert res.metrics["SPACE"].cohens_d > 0 and res.metrics["BUC"].mean_relative_difference > 0
     # the per-case values are those of the metric functions
@@ -160,10 +160,10 @@ def test_compare_uncertainty_maps_protocol():
 def test_compare_batch_arrays_names_and_custom_functions():
     a, b, preds, targets = make_cases(n_cases=5, seed=1)
     batch = compare_uncertainty_maps(
-        ["BUC", "AUC-ROC"], np.stack(a)[:, None], np.stack(b)[:, None], preds=np.stack(preds),
-        targets=np.stack(targets),
+        ["BUC", "AUC-ROC"], np.stack(a)[:, None], np.stack(b)[:, None], pred=np.stack(preds),
+        target=np.stack(targets),
     )  # fmt: skip
-    listed = compare_uncertainty_maps(["BUC", "AUC-ROC"], a, b, preds=preds, targets=targets)
+    listed = compare_uncertainty_maps(["BUC", "AUC-ROC"], a, b, pred=preds, target=targets)
     np.testing.assert_array_equal(batch.metrics["BUC"].values_a, listed.metrics["BUC"].values_a)
 
     def max_unc(u, pred, target, spacing=1.0):
@@ -173,20 +173,20 @@ def test_compare_batch_arrays_names_and_custom_functions():
         return float(np.mean(u[ndimage.binary_dilation(pred != target, iterations=2)]))
 
     # map b is a permutation of map a: the maximum ties on every case
-    res = compare_uncertainty_maps({"max": max_unc}, a, b, higher_is_better=False, preds=preds, targets=targets)
+    res = compare_uncertainty_maps({"max": max_unc}, a, b, higher_is_better=False, pred=preds, target=targets)
     assert res.metrics["max"].n_ties == 5 and res.metrics["max"].accuracy == 0.0
     res = compare_uncertainty_maps(
-        {"near": MetricSpec(mean_near_boundary, higher_is_better=True)}, a, b, preds=preds, targets=targets
+        {"near": MetricSpec(mean_near_boundary, higher_is_better=True)}, a, b, pred=preds, target=targets
     )
     assert res.metrics["near"].higher_is_better and res.metrics["near"].accuracy == 1.0
     with pytest.raises(ValueError, match="custom metric"):
-        compare_uncertainty_maps({"max": max_unc}, a, b, preds=preds, targets=targets)
+        compare_uncertainty_maps({"max": max_unc}, a, b, pred=preds, target=targets)
     with pytest.raises(ValueError, match="unknown metric"):
-        compare_uncertainty_maps(["nope"], a, b, preds=preds, targets=targets)
+        compare_uncertainty_maps(["nope"], a, b, pred=preds, target=targets)
     with pytest.raises(ValueError, match="same cases"):
-        compare_uncertainty_maps(["BUC"], a, b[:2], preds=preds, targets=targets)
+        compare_uncertainty_maps(["BUC"], a, b[:2], pred=preds, target=targets)
     with pytest.raises(ValueError, match="spatial shape"):
-        compare_uncertainty_maps(["BUC"], a, [x[:10] for x in b], preds=preds, targets=targets)
+        compare_uncertainty_maps(["BUC"], a, [x[:10] for x in b], pred=preds, target=targets)
 
 
 def test_registry_and_uce_fallback():

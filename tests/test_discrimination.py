@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from monai_unc.metrics.casewise import ood_auroc
 from monai_unc.metrics.discrimination import (
     au_arc,
+    auroc,
     avu,
     correct_certain_ratio,
     error_auprc,
@@ -180,16 +182,113 @@ def test_batch_torch_and_error_shapes():
     e = rng.random((3, 6, 7, 5)) < 0.3
     fns = [error_auroc, error_auprc, avu, correct_certain_ratio, uncertain_incorrect_ratio, voxel_accuracy, au_arc]
     for fn in fns:
-        batch = fn(u, e)
+        batch = fn(u, e, per_case=True)
         assert isinstance(batch, np.ndarray) and batch.shape == (3,)
         np.testing.assert_allclose(batch, [fn(u[i, 0], e[i]) for i in range(3)], atol=0)
-        tb = fn(torch.from_numpy(u), torch.from_numpy(e[:, None]))
+        tb = fn(torch.from_numpy(u), torch.from_numpy(e[:, None]), per_case=True)
         assert isinstance(tb, torch.Tensor) and tb.dtype == torch.float64
         np.testing.assert_allclose(tb.numpy(), batch, atol=0)
-    batch = pavpu(u, e, window=2)
+    batch = pavpu(u, e, window=2, per_case=True)
     np.testing.assert_allclose(batch, [pavpu(u[i, 0], e[i], window=2) for i in range(3)])
     # integer / float 0-1 error maps are accepted; unbatched any shape is pooled
     assert error_auroc(u.ravel(), e.ravel().astype(np.int8)) == error_auroc(u.ravel(), e.ravel().astype(float))
+
+
+# ------------------------------------------------------------------------------------------------ one AUROC
+
+
+def old_ood_auroc(iid, ood):
+    """metrics/casewise.py's rank formula before it called discrimination.auroc (Mann-Whitney U from ranks)."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.concatenate([iid, ood]))
+    u = ranks[iid.size:].sum() - ood.size * (ood.size + 1) / 2.0
+    return float(u / (iid.size * ood.size))
+
+
+@pytest.mark.parametrize("decimals", [None, 1, 0])
+def test_auroc_equals_sklearn_with_ties(decimals):
+    rng = np.random.default_rng(11)
+    for n_pos, n_neg in [(1, 1), (3, 7), (40, 25), (200, 300)]:
+        pos = rng.random(n_pos) + 0.2
+        neg = rng.random(n_neg)
+        if decimals is not None:
+            pos, neg = np.round(pos, decimals), np.round(neg, decimals)  # many (or all) ties
+        y = np.r_[np.ones(n_pos), np.zeros(n_neg)]
+        expected = roc_auc_score(y, np.r_[pos, neg])
+        assert auroc(pos, neg) == pytest.approx(expected, abs=1e-12)
+        # the three callers give the same number: the voxel-wise error AUROC, the OoD AUROC and the old rank formula
+        assert error_auroc(np.r_[pos, neg], y.astype(bool)) == auroc(pos, neg)
+        assert ood_auroc(neg, pos) == auroc(pos, neg) == old_ood_auroc(neg, pos)  # bit for bit
+    assert auroc([0.5, 0.5], [0.5]) == 0.5 and auroc([2.0], [1.0, 0.0]) == 1.0 and auroc([0.0], [1.0]) == 0.0
+
+
+def test_auroc_degenerate_and_bad_inputs():
+    with pytest.warns(UserWarning, match="positive group is empty"):
+        assert math.isnan(auroc([], [0.1]))
+    with pytest.warns(UserWarning, match="negative group is empty"):
+        assert math.isnan(auroc(np.zeros((2, 2)), np.zeros(0)))
+    with pytest.raises(ValueError, match="negative contains 1 non-finite"):
+        auroc([0.1], [np.nan])
+    with pytest.raises(TypeError, match="positive must hold numbers"):
+        auroc(np.array(["a"]), [0.1])
+    assert auroc(torch.tensor([[0.9, 0.8]]), np.array([0.1])) == 1.0  # any shape, torch or numpy
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), min_size=1, max_size=30),
+    st.lists(st.integers(0, 4), min_size=1, max_size=30),
+)
+def test_property_auroc_mirror_and_sklearn(pos, neg):
+    pos, neg = np.array(pos, dtype=float), np.array(neg, dtype=float)
+    a = auroc(pos, neg)
+    assert a == pytest.approx(1.0 - auroc(neg, pos), abs=1e-12)  # swapping the groups mirrors it
+    y = np.r_[np.ones(pos.size), np.zeros(neg.size)]
+    assert a == pytest.approx(roc_auc_score(y, np.r_[pos, neg]), abs=1e-12)
+    assert ood_auroc(neg, pos) == a == old_ood_auroc(neg, pos)
+
+
+ALL_FNS = [error_auroc, error_auprc, avu, correct_certain_ratio, uncertain_incorrect_ratio, voxel_accuracy, au_arc]
+
+
+def test_per_case_fixes_the_return_type():
+    """per_case=True: always a (B,) array (B = 1 too); per_case=False: always one float of the pooled voxels."""
+    rng = np.random.default_rng(4)
+    u = rng.random((3, 1, 6, 7)).astype(np.float64)
+    e = rng.random((3, 6, 7)) < 0.3
+    for fn in ALL_FNS:
+        one = fn(u[:1], e[:1], per_case=True)
+        assert isinstance(one, np.ndarray) and one.shape == (1,)
+        assert one[0] == fn(u[0, 0], e[0])
+        pooled = fn(u, e, per_case=False)
+        assert isinstance(pooled, float)
+        assert pooled == fn(u.reshape(-1), e.reshape(-1))  # every voxel of every case in one pool
+        assert isinstance(fn(u[0, 0], e[0], per_case=False), float)
+        with pytest.raises(ValueError, match=r"per_case=True needs uncertainty of shape \(B, 1"):
+            fn(u[0, 0], e[0], per_case=True)
+        with pytest.raises(TypeError, match="per_case"):
+            fn(u, e, per_case="yes")
+        # the shape-dependent default still gives per-case values, with a DeprecationWarning naming per_case
+        with pytest.warns(DeprecationWarning, match="per_case"):
+            legacy = fn(u, e)
+        np.testing.assert_array_equal(legacy, fn(u, e, per_case=True))
+    # PAvPU pooled over a batch counts the patches of every case together (brute force over the cases)
+    w, thr = 3, 0.5
+    hits = total = 0
+    for i in range(3):
+        acc = brute_patch_mean(e[i].astype(float), w) <= 0.5
+        unc = brute_patch_mean(u[i, 0], w) > thr
+        hits += int(np.sum(acc & ~unc) + np.sum(~acc & unc))
+        total += acc.size
+    assert pavpu(u, e, window=w, threshold=thr, per_case=False) == pytest.approx(hits / total, abs=1e-15)
+    assert pavpu(u[:1], e[:1], window=w, per_case=True).shape == (1,)
+
+
+def brute_patch_mean(x, w):
+    """Means over complete non-overlapping w x w patches, by loops."""
+    n0, n1 = x.shape[0] // w, x.shape[1] // w
+    return np.array([[x[i * w:(i + 1) * w, j * w:(j + 1) * w].mean() for j in range(n1)] for i in range(n0)])
 
 
 def test_degenerate_and_bad_inputs():

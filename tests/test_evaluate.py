@@ -287,7 +287,7 @@ def test_maps_are_derived_from_probabilities_when_absent(cohort, tmp_path):
     pe = nib.load(cohort["predictions"] / "toy000_predictive_entropy.nii.gz").get_fdata()
     assert row["measure"] == "predictive_entropy"
     assert row["predictive_entropy_mean"] == pytest.approx(pe.mean(), rel=1e-5)
-    assert "one_minus_max_prob_patch" in row
+    assert "one_minus_max_prob_patch_mean" in row
 
 
 # ------------------------------------------------------------------------------------------------ cohort

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import monai_unc.metrics.quality as quality
+import monai_unc.metrics.overlap as overlap
 from monai_unc.inferers import MCDropoutInferer
 from monai_unc.metrics.quality import (
     QualityScores,
@@ -116,7 +116,7 @@ def test_pairwise_dice_blocks_are_exact(monkeypatch):
     """The Gram matrix is accumulated over voxel blocks: tiny blocks give the same result."""
     x = random_samples(5, 2, 3, (9, 7, 5), seed=3)
     whole = pairwise_dice(x)
-    monkeypatch.setattr(quality, "_EXACT_F32", 7)
+    monkeypatch.setattr(overlap, "GRAM_BLOCK", 7)  # the Gram matrix is computed by metrics.overlap
     blocked = pairwise_dice(x)
     np.testing.assert_allclose(blocked.per_class, whole.per_class, atol=1e-15)
     np.testing.assert_allclose(blocked.foreground, whole.foreground, atol=1e-15)

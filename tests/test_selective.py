@@ -182,7 +182,7 @@ def test_all_correct_single_case_and_library():
     "scores, risk, match",
     [
         ([0.1, 0.2], [0.0], "same length"),
-        ([0.1, np.nan], [0.0, 1.0], "scores contains 1 non-finite"),
+        ([0.1, np.nan], [0.0, 1.0], "uncertainty contains 1 non-finite"),
         ([0.1, 0.2], [0.0, np.inf], "risk contains 1 non-finite"),
         ([], [], "empty"),
         (np.zeros((2, 2)), np.zeros((2, 2)), "1-D"),

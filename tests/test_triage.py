@@ -66,7 +66,7 @@ def test_case_score_columns_against_brute_force(shape):
     cols = case_score_columns({"mutual_information": u}, seg, patch_size=4)
     assert cols["mutual_information_mean"] == pytest.approx(u.astype(np.float64).mean(), rel=1e-12)
     assert cols["mutual_information_fg_mean"] == pytest.approx(u[seg > 0].astype(np.float64).mean(), rel=1e-12)
-    assert cols["mutual_information_patch"] == pytest.approx(_box_means(u.astype(np.float64), 4), rel=1e-6)
+    assert cols["mutual_information_patch_mean"] == pytest.approx(_box_means(u.astype(np.float64), 4), rel=1e-6)
 
 
 def test_case_score_columns_empty_foreground_is_nan_with_warning():
@@ -95,7 +95,7 @@ def test_case_score_columns_equal_evaluate_case_columns():
 def test_parse_score_column():
     assert parse_score_column("predictive_entropy_fg_mean") == ("predictive_entropy", "fg_mean")
     assert parse_score_column("mutual_information_mean") == ("mutual_information", "mean")
-    assert parse_score_column("one_minus_max_prob_patch") == ("one_minus_max_prob", "patch")
+    assert parse_score_column("one_minus_max_prob_patch_mean") == ("one_minus_max_prob", "patch_mean")
     for bad in ("dice", "entropy_mean", "predictive_entropy_sum"):
         with pytest.raises(ValueError, match="score column"):
             parse_score_column(bad)

@@ -31,6 +31,7 @@ from monai.transforms import (
 from tqdm.auto import tqdm
 
 from ..io import atomic_torch_save, atomic_write_text
+from ..metrics.overlap import dice
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
 from .model import EXAMPLE_NETWORK, build_example_network
 
@@ -59,15 +60,13 @@ def _make_loss(loss: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor
 
 
 def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: np.ndarray | None = None) -> list:
-    """Dice of each foreground class 1..C-1 between two label maps, optionally inside ``mask``."""
+    """Dice of each foreground class 1..C-1 between two label maps, optionally inside ``mask``; NaN (with a
+    warning) for a class absent from both (:func:`monai_unc.metrics.overlap.dice`, ``empty_score=nan``)."""
     if mask is not None:
         pred, label = pred[mask], label[mask]
-    out = []
-    for c in range(1, num_classes):
-        a, b = pred == c, label == c
-        denom = int(a.sum()) + int(b.sum())
-        out.append(float(2 * np.logical_and(a, b).sum() / denom) if denom else float("nan"))
-    return out
+    d = dice(np.asarray(pred).reshape(1, -1), np.asarray(label).reshape(1, -1), num_classes=num_classes,
+             empty_score=float("nan"))
+    return [float(v) for v in d[0]]
 
 
 def hemisphere_dice(net: torch.nn.Module, data: dict, roi: tuple = ROI) -> dict:

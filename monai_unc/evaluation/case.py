@@ -1,5 +1,5 @@
 """One case's metric row: Dice, the calibration family, spatial and discrimination metrics of the primary measure, and
-the case scores of every measure (:func:`evaluate_case`)."""
+the case scores of every measure (:func:`evaluate_case`; the scores are defined in :mod:`.scores`)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from monai.metrics import compute_dice
 
-from ..aggregation import aggregate
 from ..io import CaseFiles, LoadedCase, load_case
 from ..measures import entropy, max_softmax
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
+from ..metrics.overlap import dice
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
 from .config import CALIBRATION_COLUMNS, EvaluationConfig, slug, unit_scale
+from .scores import case_score_columns
 
-__all__ = ["CaseResult", "derived_maps", "evaluate_case"]
+__all__ = ["CaseResult", "class_dice", "derived_maps", "evaluate_case"]
 
 
 @dataclass
@@ -33,11 +33,15 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
+def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
+    """Dice of the foreground classes ``1 .. C-1`` of one case, ``(C - 1,)`` float32.
 
-    p = torch.from_numpy(seg)[None, None]
-    y = torch.from_numpy(label)[None, None]
-    return compute_dice(p, y, include_background=False, ignore_empty=False, num_classes=num_classes)[0].numpy()
+    :func:`monai_unc.metrics.overlap.dice` with ``empty_score=1`` (a class absent from both maps scores 1,
+    absent from one of them 0), which equals MONAI's ``compute_dice(..., include_background=False,
+    ignore_empty=False)``. Rounded to float32 as MONAI's value is, so that ``metrics.csv`` keeps its numbers.
+    """
+    d = dice(seg[None], label[None], num_classes=num_classes, include_background=False, empty_score=1.0)
+    return d[0].astype(np.float32)
 
 
 def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
@@ -74,10 +78,10 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         row["shift"] = config.shifts.get(case.case_id, "")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        dice = _dice(case.seg, case.label, n_cls)
-        row["dice"] = float(np.mean(dice))
+        per_class = class_dice(case.seg, case.label, n_cls)
+        row["dice"] = float(np.mean(per_class))
         for c in range(1, n_cls):
-            row[f"dice_{slug(names[c])}"] = float(dice[c - 1])
+            row[f"dice_{slug(names[c])}"] = float(per_class[c - 1])
         hist = None
         if case.probs is not None:
             hist = ConfidenceHistogram(n_cls, n_fine_bins=config.n_fine_bins, per_case=True)
@@ -97,16 +101,9 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
                 row["buc"] = float(boundary_uncertainty_concentration(u, case.seg, case.label, case.spacing)[0])
                 row["ba_ece"] = float(boundary_aware_ece(un, case.seg, case.label, case.spacing)[0])
                 row["space"] = float(spatial_calibration_error(un, case.seg, case.label, case.spacing)[0])
-            row["error_auroc"] = float(error_auroc(u, error))
-            row["error_auprc"] = float(error_auprc(u, error))
-        fg = (case.seg > 0)[None, None]
-        for m, u in maps.items():
-            u5 = u[None, None]
-            row[f"{m}_mean"] = float(aggregate(u5, "mean")[0])
-            row[f"{m}_fg_mean"] = float(aggregate(u5, "mean", mask=fg)[0])
-            row[f"{m}_patch"] = float(
-                aggregate(u5, "patch", patch_size=config.patch_size, patch_reduction="mean")[0]
-            )
+            row["error_auroc"] = float(error_auroc(u, error, per_case=False))
+            row["error_auprc"] = float(error_auprc(u, error, per_case=False))
+        row.update(case_score_columns(maps, case.seg, config.patch_size))
         row["voxels"] = int(case.label.size)
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})

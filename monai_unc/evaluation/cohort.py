@@ -26,6 +26,7 @@ from ..metrics.casewise import failure_detection, ood_auroc
 from ..metrics.selective import area_under_referral_curve, referral_curve, risk_controlled_threshold
 from .case import CaseResult
 from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig
+from .scores import CASE_SCORES, resolve_score_column, upgrade_row
 
 __all__ = [
     "CohortState",
@@ -59,7 +60,7 @@ class CohortState:
         cid = result.row["case"]
         if any(r["case"] == cid for r in self.rows):
             raise ValueError(f"case {cid!r} is already in the cohort state")
-        self.rows.append(result.row)
+        self.rows.append(upgrade_row(result.row))  # a row resumed from an older version's state: current names
         if result.histogram is not None:
             self._histogram().merge(result.histogram)
         self.warnings.extend(result.warnings)
@@ -117,7 +118,8 @@ class CohortState:
         if not path.is_file():
             raise FileNotFoundError(f"no evaluation state in {folder} (rows.json missing): run monai-unc evaluate")
         meta = json.loads(path.read_text())
-        state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), list(meta["rows"]),
+        rows = [upgrade_row(r) for r in meta["rows"]]  # written by an older version: current column names
+        state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), rows,
                     warnings=list(meta.get("warnings", [])), files=dict(meta.get("files", {})))
         hp = folder / "histogram.npz"
         if hp.is_file():
@@ -132,13 +134,14 @@ def _column(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
 def _score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
     if not rows:
         raise ValueError("no case rows")
-    keys = [k for k in rows[0] if k.endswith(("_mean", "_fg_mean", "_patch"))]
+    keys = [k for k in rows[0] if k.endswith(tuple(f"_{s}" for s in CASE_SCORES))]
     if wanted is not None:
         if wanted not in rows[0] and wanted.startswith("max_softmax_"):
             renamed = "one_minus_max_prob_" + wanted[len("max_softmax_"):]
             warnings.warn(f"score column {wanted!r} is deprecated: the map is now named one_minus_max_prob; "
                           f"using {renamed!r}", DeprecationWarning, stacklevel=2)
             wanted = renamed
+        wanted = resolve_score_column(wanted, rows[0])  # the former <m>_patch is <m>_patch_mean
         if wanted not in rows[0]:
             raise ValueError(f"score column {wanted!r} not found; available: {keys}")
         return wanted

@@ -55,7 +55,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..aggregation import aggregate
 from ..distributed import (
     CaseFailure,
     CasesFailed,
@@ -89,6 +88,7 @@ from .case import derived_maps
 from .cohort import CohortState, triage_order
 from .config import STATE_DIR, EvaluationConfig, slug
 from .resume import CASES_DIR, file_signature
+from .scores import CASE_SCORES, case_score_columns
 
 __all__ = [
     "RULE_FILE",
@@ -122,7 +122,7 @@ RULE_FILE = "referral_rule.json"
 RULE_FORMAT = "monai-unc referral rule"
 RULE_VERSION = 1
 #: case-score aggregations of a measure, as ``evaluate`` names its columns ``<measure>_<aggregation>``
-SCORE_AGGREGATIONS = ("mean", "fg_mean", "patch")
+SCORE_AGGREGATIONS = CASE_SCORES
 #: intensity statistics per image channel, inside the non-zero region (:func:`image_statistics`)
 IMAGE_FEATURES = ("mean", "std", "p01", "p50", "p99")
 #: default robust z-score above which a case's image counts as far from the calibration images
@@ -139,29 +139,6 @@ _STATE_FORMAT = 1
 # ----------------------------------------------------------------------------------------------------------------
 # case scores, image statistics
 # ----------------------------------------------------------------------------------------------------------------
-def case_score_columns(maps: Mapping[str, np.ndarray], seg: np.ndarray, patch_size: int) -> dict[str, float]:
-    """The case-score columns of ``evaluate`` for every map: ``<m>_mean`` (whole volume), ``<m>_fg_mean`` (inside
-    the predicted foreground ``seg > 0``; NaN with a ``UserWarning`` when it is empty) and ``<m>_patch`` (largest
-    mean over ``patch_size``-voxel boxes), computed by :func:`monai_unc.aggregation.aggregate` exactly as
-    :func:`monai_unc.evaluation.evaluate_case` does (ValUES Sec. 4.3 and Appendix F.1).
-
-    Args:
-        maps: ``{measure: (*spatial) map}``.
-        seg: ``(*spatial)`` integer segmentation.
-        patch_size: box size in voxels per axis.
-    """
-    fg = (np.asarray(seg) > 0)[None, None]
-    out: dict[str, float] = {}
-    for m, u in maps.items():
-        if u.shape != seg.shape:
-            raise ValueError(f"map {m!r} has shape {u.shape}, the segmentation {seg.shape}")
-        u5 = u[None, None]
-        out[f"{m}_mean"] = float(aggregate(u5, "mean")[0])
-        out[f"{m}_fg_mean"] = float(aggregate(u5, "mean", mask=fg)[0])
-        out[f"{m}_patch"] = float(aggregate(u5, "patch", patch_size=patch_size, patch_reduction="mean")[0])
-    return out
-
-
 def parse_score_column(column: str) -> tuple[str, str]:
     """``(measure, aggregation)`` of a score column such as ``"predictive_entropy_fg_mean"``; ``ValueError`` for a
     column that is not ``<measure>_<aggregation>`` with a measure of :data:`monai_unc.keys.MEASURES` and an

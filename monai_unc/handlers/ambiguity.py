@@ -1,7 +1,9 @@
 """Ignite handlers for the per-case ambiguity metrics (GED, NCC), in the style of MONAI's ``MeanDice``.
 
 Each handler wraps the matching ``CumulativeIterationMetric`` of :mod:`monai_unc.metrics.ambiguity`; the
-per-case values land in ``engine.state.metric_details[name]`` when ``save_details=True``.
+per-case values land in ``engine.state.metric_details[name]`` when ``save_details=True``. Cases whose value is
+undefined (NaN) are left out of the mean; when every case is NaN the metric is NaN (with a ``UserWarning``), not
+MONAI's 0.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Modules: :mod:`.calibration` (confidence histograms, ECE family, NLL, Brier), :m
 (BUC, BA-ECE, SPACE, distance transforms), :mod:`.discrimination` (voxel-wise error detection),
 :mod:`.selective` (risk-coverage and referral curves), :mod:`.risk_control` (referral threshold with a guarantee),
 :mod:`.casewise` (OoD and failure detection), :mod:`.ambiguity` (NCC, GED), :mod:`.quality` (label-free quality
-estimates), :mod:`.compare` (comparing two uncertainty methods).
+estimates), :mod:`.compare` (comparing two uncertainty methods), :mod:`.overlap` (the one Dice / IoU / mask Gram
+matrix, with the empty-mask rule as an argument).
 """
 
 from .ambiguity import (
@@ -67,6 +68,7 @@ from .compare import (
 )
 from .discrimination import (
     au_arc,
+    auroc,
     avu,
     correct_certain_ratio,
     error_auprc,
@@ -74,6 +76,16 @@ from .discrimination import (
     pavpu,
     uncertain_incorrect_ratio,
     voxel_accuracy,
+)
+from .overlap import (
+    OverlapCounts,
+    dice,
+    dice_matrix,
+    iou,
+    iou_matrix,
+    label_gram,
+    mask_gram,
+    overlap_counts,
 )
 from .quality import (
     QUALITY_ESTIMATES,
@@ -199,4 +211,13 @@ __all__ = [
     "uncertainty_histograms",
     "volume_cv",
     "voxel_accuracy",
+    "auroc",
+    "OverlapCounts",
+    "dice",
+    "dice_matrix",
+    "iou",
+    "iou_matrix",
+    "label_gram",
+    "mask_gram",
+    "overlap_counts",
 ]

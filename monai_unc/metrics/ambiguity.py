@@ -20,6 +20,7 @@ GED (Zepf et al., eq. 3; ValUES eq. 14; Kohl et al. 2018)
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -27,7 +28,9 @@ from monai.metrics import CumulativeIterationMetric
 from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
+from .._deprecation import deprecated_arg_names
 from .._utils import ArrayLike, check_finite, check_labels, like_input, to_tensor, warn_nan
+from .overlap import dice_matrix, iou_matrix, label_gram
 
 __all__ = [
     "GEDResult",
@@ -42,8 +45,6 @@ __all__ = [
 
 _DISTANCES = ("iou", "dice")
 _VARIANTS = ("ged", "nonempty_iou", "detection")
-#: voxels per block of the pairwise-intersection products (float32 counts are exact below 2**24)
-_CHUNK = 1 << 20
 
 
 class GEDResult(NamedTuple):
@@ -60,36 +61,37 @@ def _nan_result() -> GEDResult:
     return GEDResult(nan, nan, nan, nan)
 
 
-def ncc(pred_uncertainty: ArrayLike, reference: ArrayLike) -> float:
+@deprecated_arg_names({"pred_uncertainty": "uncertainty", "reference": "target"})
+def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     """Normalized cross-correlation of two maps of one case (ValUES eq. 12, Hu et al. 2019).
 
     Args:
-        pred_uncertainty: predicted uncertainty map, any shape (e.g. ``(1, *spatial)``).
-        reference: reference map of the same shape, e.g. :func:`rater_variance` of the rater labels.
+        uncertainty: predicted uncertainty map, any shape (e.g. ``(1, *spatial)``; formerly ``pred_uncertainty``).
+        target: reference map of the same shape, e.g. :func:`rater_variance` of the rater labels (formerly
+            ``reference``).
 
     Returns:
         Pearson's correlation over voxels in [-1, 1], with population standard deviations. NaN with a
         ``UserWarning`` when either map is constant.
     """
-    a = to_tensor(pred_uncertainty, "pred_uncertainty")
-    b = to_tensor(reference, "reference")
+    a = to_tensor(uncertainty, "uncertainty")
+    b = to_tensor(target, "target")
     if a.shape != b.shape:
-        raise ValueError(
-            f"pred_uncertainty and reference must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}"
-        )
+        raise ValueError(f"uncertainty and target must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.numel() == 0:
-        raise ValueError("pred_uncertainty is empty")
+        raise ValueError("uncertainty is empty")
     a = a.to(torch.float64).reshape(-1)
     b = b.to(device=a.device, dtype=torch.float64).reshape(-1)
-    check_finite(a, "pred_uncertainty")
-    check_finite(b, "reference")
+    check_finite(a, "uncertainty")
+    check_finite(b, "target")
     da = a - a.mean()
     db = b - b.mean()
     sa = torch.sqrt((da * da).mean())
     sb = torch.sqrt((db * db).mean())
     if float(sa) == 0.0 or float(sb) == 0.0:
-        which = "pred_uncertainty" if float(sa) == 0.0 else "reference"
-        return warn_nan(f"ncc: {which} is constant, the correlation is undefined")
+        which = "uncertainty" if float(sa) == 0.0 else "target"
+        # stacklevel 4: the caller of ncc, past the deprecated-argument wrapper
+        return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
     return float((da * db).mean() / (sa * sb))
 
 
@@ -140,37 +142,22 @@ def _pair_sets(references: Any, samples: Any) -> tuple[torch.Tensor, torch.Tenso
     return a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1).to(a.device)
 
 
-def _gram(a: torch.Tensor, b: torch.Tensor, c: int) -> torch.Tensor:
-    """(M, M) float64 counts of voxels labelled ``c`` in both masks, for the M = A + B masks of both sets.
-
-    One Gram matrix of the one-hot masks per class, in blocks of voxels (float32 products are exact below
-    2**24 per block), accumulated in float64; its diagonal holds the mask sizes.
-    """
-    out = torch.zeros(a.shape[0] + b.shape[0], a.shape[0] + b.shape[0], dtype=torch.float64, device=a.device)
-    for s in range(0, a.shape[1], _CHUNK):
-        x = torch.cat([a[:, s : s + _CHUNK] == c, b[:, s : s + _CHUNK] == c]).to(torch.float32)
-        out += (x @ x.T).to(torch.float64)
-    return out
-
-
 def _pairwise_distance(a: torch.Tensor, b: torch.Tensor, n_classes: int, distance: str) -> torch.Tensor:
     """(M, M) distances ``1 - IoU`` or ``1 - Dice`` between all masks of both sets (references first).
 
     Per pair, the per-class distances are averaged over the foreground classes present in either mask;
-    ``d = 0`` when no foreground class is present (both masks empty).
+    ``d = 0`` when no foreground class is present (both masks empty). The intersections come from one Gram
+    matrix per class (:func:`~monai_unc.metrics.overlap.label_gram`, exact counts); a class absent from both
+    masks has similarity ``empty_score = 1`` (distance 0) and is not counted.
     """
     m = a.shape[0] + b.shape[0]
     total = torch.zeros(m, m, dtype=torch.float64, device=a.device)
     present = torch.zeros_like(total)
     for c in range(1, n_classes):
-        inter = _gram(a, b, c)
+        inter = label_gram([a, b], c)
         size = torch.diagonal(inter)
-        size_sum = size.unsqueeze(1) + size.unsqueeze(0)
-        here = size_sum > 0
-        if distance == "iou":
-            sim = inter / (size_sum - inter).clamp_min(1.0)
-        else:
-            sim = 2.0 * inter / size_sum.clamp_min(1.0)
+        here = (size.unsqueeze(1) + size.unsqueeze(0)) > 0
+        sim = iou_matrix(inter, empty_score=1.0) if distance == "iou" else dice_matrix(inter, empty_score=1.0)
         total += torch.where(here, 1.0 - sim, torch.zeros_like(sim))
         present += here.to(torch.float64)
     return torch.where(present > 0, total / present.clamp_min(1.0), torch.zeros_like(total))
@@ -254,7 +241,13 @@ def ged_detection(references: ArrayLike, samples: ArrayLike) -> GEDResult:
 
 
 class _CaseMetric(CumulativeIterationMetric):
-    """Per-case values ``(B, K)`` buffered across iterations and ranks, reduced with MONAI's helper."""
+    """Per-case values ``(B, K)`` buffered across iterations and ranks, reduced with MONAI's helper.
+
+    Cases whose value is NaN (undefined) are skipped by the reduction. Where no case is left (every value NaN, or
+    nothing buffered for a channel), MONAI's reduction returns 0, which would read as a perfect score; here the
+    reduced value is NaN with a ``UserWarning`` instead. ``get_not_nans=True`` also returns the number of cases
+    that entered each value (0 there).
+    """
 
     def __init__(self, reduction: MetricReduction | str = MetricReduction.MEAN, get_not_nans: bool = False) -> None:
         super().__init__()
@@ -264,11 +257,22 @@ class _CaseMetric(CumulativeIterationMetric):
     def aggregate(
         self, reduction: MetricReduction | str | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Reduce the buffered per-case values (NaN cases are skipped by ``do_metric_reduction``)."""
+        """Reduce the buffered per-case values; NaN (with a warning) where every case is NaN."""
         data = self.get_buffer()
         if not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
-        f, not_nans = do_metric_reduction(data.clone(), reduction or self.reduction)
+        red = reduction or self.reduction
+        f, not_nans = do_metric_reduction(data.clone(), red)
+        if MetricReduction(red) != MetricReduction.NONE:
+            none_valid = not_nans == 0
+            if bool(none_valid.any()):
+                warnings.warn(
+                    f"{type(self).__name__}: every case is NaN (undefined) for {int(none_valid.sum())} of "
+                    f"{none_valid.numel()} reduced value(s); they are NaN, not MONAI's 0",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                f = torch.where(none_valid, torch.full_like(f, float("nan")), f)
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy.stats import rankdata
 
+from .._deprecation import deprecated_arg_names
 from .._utils import ArrayLike, case_pair, case_vector, to_numpy, warn_nan
+from .discrimination import auroc
 from .selective import augrc, aurc, eaurc
 
 __all__ = [
@@ -47,23 +48,21 @@ class UncertaintyHistograms(NamedTuple):
     n_incorrect: int
 
 
-def ood_auroc(scores_iid: ArrayLike, scores_ood: ArrayLike) -> float:
+@deprecated_arg_names({"scores_iid": "uncertainty_iid", "scores_ood": "uncertainty_ood"})
+def ood_auroc(uncertainty_iid: ArrayLike, uncertainty_ood: ArrayLike) -> float:
     """AUROC of separating OoD cases (positive) from i.i.d. cases by their uncertainty (ValUES A.2).
 
-    ``AUROC = P(s_ood > s_iid) + 0.5 P(s_ood = s_iid)``, computed from average ranks (Mann-Whitney U), so
-    ties count one half as in ``sklearn.metrics.roc_auc_score``. 1 = every OoD case more uncertain than
-    every i.i.d. case, 0.5 = chance.
+    ``AUROC = P(u_ood > u_iid) + 0.5 P(u_ood = u_iid)`` (Mann-Whitney ``U``), so ties count one half as in
+    ``sklearn.metrics.roc_auc_score``; computed by :func:`monai_unc.metrics.discrimination.auroc`, the same code as
+    the voxel-wise ``error_auroc``. 1 = every OoD case more uncertain than every i.i.d. case, 0.5 = chance.
 
     Args:
-        scores_iid: ``(N_iid,)`` per-case uncertainty of in-distribution cases.
-        scores_ood: ``(N_ood,)`` per-case uncertainty of shifted (OoD) cases.
+        uncertainty_iid: ``(N_iid,)`` per-case uncertainty of in-distribution cases (formerly ``scores_iid``).
+        uncertainty_ood: ``(N_ood,)`` per-case uncertainty of shifted (OoD) cases (formerly ``scores_ood``).
     """
-    a = case_vector(scores_iid, "scores_iid")
-    b = case_vector(scores_ood, "scores_ood")
-    ranks = rankdata(np.concatenate([a, b]))  # average ranks for ties
-    n_a, n_b = a.size, b.size
-    u = ranks[n_a:].sum() - n_b * (n_b + 1) / 2.0
-    return float(u / (n_a * n_b))
+    a = case_vector(uncertainty_iid, "uncertainty_iid")
+    b = case_vector(uncertainty_ood, "uncertainty_ood")
+    return auroc(b, a)
 
 
 def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "empirical") -> FailureDetection:

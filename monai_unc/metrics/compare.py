@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from .._deprecation import deprecated_arg_names
 from .._utils import to_numpy
 from . import discrimination as _disc
 from . import spatial as _spatial
@@ -434,14 +435,15 @@ def _squeeze_channel(x: Any) -> Any:
     return x
 
 
+@deprecated_arg_names({"preds": "pred", "targets": "target"})
 def compare_uncertainty_maps(
     metric_fns: Mapping[str, MetricFn | MetricSpec] | Sequence[str] | None,
     maps_a: Any,
     maps_b: Any,
     higher_is_better: Mapping[str, bool] | bool | None = None,
     *,
-    preds: Any,
-    targets: Any,
+    pred: Any,
+    target: Any,
     spacing: Any = 1.0,
     alpha: float = 0.05,
     exact: bool = True,
@@ -456,7 +458,8 @@ def compare_uncertainty_maps(
             ``(1, *spatial)`` arrays (cases may differ in shape in a list).
         higher_is_better: direction per metric name (or one bool); defaults to the registry's for built-in
             names and is required for custom functions.
-        preds, targets: label maps of the same cases (batch or list), shared by both sets of maps.
+        pred, target: predicted and reference label maps of the same cases (batch or list), shared by both sets
+            of maps (formerly ``preds`` and ``targets``).
         spacing: voxel size in mm per axis for all cases, or one entry per case.
         alpha: significance level for :meth:`UncertaintyComparison.significantly_better`.
         exact: exact binomial McNemar test (default) or the chi-square approximation.
@@ -502,11 +505,11 @@ def compare_uncertainty_maps(
             raise ValueError(f"higher_is_better is needed for the custom metric {n!r}")
 
     a_list, b_list = _case_list(maps_a, "maps_a"), _case_list(maps_b, "maps_b")
-    p_list, t_list = _case_list(preds, "preds"), _case_list(targets, "targets")
+    p_list, t_list = _case_list(pred, "pred"), _case_list(target, "target")
     n_cases = len(a_list)
     if not (len(b_list) == len(p_list) == len(t_list) == n_cases):
         raise ValueError(
-            f"maps_a, maps_b, preds and targets must hold the same cases, got {n_cases}, {len(b_list)}, "
+            f"maps_a, maps_b, pred and target must hold the same cases, got {n_cases}, {len(b_list)}, "
             f"{len(p_list)}, {len(t_list)}"
         )
     if n_cases == 0:

@@ -5,7 +5,9 @@ high where ``e(x) = [pred(x) != target(x)] = 1``. These are the voxel-wise basel
 et al., Table 1) compares its spatial metrics with; they ignore where the voxels are.
 
 - ``error_auroc``: area under the ROC curve of ``u`` as a score for ``e`` (Hendrycks & Gimpel 2017), the
-  Mann-Whitney probability ``P(u_err > u_ok) + P(u_err = u_ok) / 2``. Ties count one half.
+  Mann-Whitney probability ``P(u_err > u_ok) + P(u_err = u_ok) / 2``. Ties count one half. :func:`auroc` is the
+  same computation for any two groups of scores, the package's one AUROC (also behind
+  :func:`monai_unc.metrics.casewise.ood_auroc`).
 - ``error_auprc``: average precision of ``u`` for ``e`` (the step-wise area of scikit-learn's
   ``average_precision_score``): ``AP = sum_t (R_t - R_{t+}) P_t`` over the distinct uncertainty values ``t``.
 - Thresholded counts with ``uncertain = u > threshold`` and ``certain = u <= threshold``:
@@ -24,10 +26,14 @@ et al., Table 1) compares its spatial metrics with; they ignore where the voxels
   fraction in [0, 1]. With 0/1 risk this is exactly ``1 - aurc`` of :mod:`monai_unc.metrics.selective`, which
   computes it (one implementation of the curve).
 
-Shapes: ``uncertainty`` ``(B, 1, *spatial)`` gives one value per case (numpy for numpy input, float64 torch on
-the input's device for torch input); any other shape is one case of pooled voxels and gives a float
-(``pavpu`` then needs a 2D or 3D map). ``error`` has the shape of ``uncertainty`` (or ``(B, *spatial)``) and
-holds 0/1 (bool, integer or float). UCE lives in :mod:`monai_unc.metrics.calibration`.
+Shapes and ``per_case`` (as in :mod:`monai_unc.metrics.calibration`): with ``per_case=True`` ``uncertainty`` is
+``(B, 1, *spatial)`` and the result is always a ``(B,)`` float64 array, one value per case (numpy for numpy
+input, a torch tensor on the input's device for torch input); with ``per_case=False`` every voxel of the input
+(any shape; ``pavpu``: a 2D or 3D map, or the patches of every case of a batch) is pooled into one float.
+``per_case=None`` (the default for one release) chooses by shape: per case for ``(B, 1, *spatial)``, which is
+deprecated (``DeprecationWarning``; the default becomes ``per_case=False``), pooled otherwise. ``error`` has the
+shape of ``uncertainty`` (or ``(B, *spatial)``) and holds 0/1 (bool, integer or float). UCE lives in
+:mod:`monai_unc.metrics.calibration`.
 
 Degenerate inputs (no error, or no correct voxel, for AUROC / AUPRC / the ratios; no complete patch) give
 NaN with a ``UserWarning``. AUROC and AUPRC sort each case once: the uncertainties of the erroneous and of the
@@ -38,6 +44,7 @@ input's float precision), and everything else is integer counting with ``searchs
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,6 +55,7 @@ from .._utils import ArrayLike, to_numpy, warn_nan
 from .selective import aurc
 
 __all__ = [
+    "auroc",
     "error_auroc",
     "error_auprc",
     "avu",
@@ -64,13 +72,15 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------
 
 
-def _float_array(x: Any, name: str) -> np.ndarray:
+def _float_array(x: Any, name: str, allow_empty: bool = False) -> np.ndarray:
     a = to_numpy(x, name)
     if a.dtype == bool or np.issubdtype(a.dtype, np.integer):
         a = a.astype(np.float64)
     elif not np.issubdtype(a.dtype, np.floating):
         raise TypeError(f"{name} must hold numbers, got dtype {a.dtype}")
     if a.size == 0:
+        if allow_empty:
+            return a
         raise ValueError(f"{name} is empty (shape {a.shape})")
     if not math.isfinite(float(np.sum(a, dtype=np.float64))) and not np.isfinite(a).all():
         raise ValueError(f"{name} contains {int((~np.isfinite(a)).sum())} non-finite value(s) (NaN or inf)")
@@ -90,12 +100,30 @@ def _binary_array(x: Any, name: str) -> np.ndarray:
 
 
 def _cases(
-    uncertainty: Any, error: Any, keep_spatial: bool = False
+    uncertainty: Any, error: Any, per_case: bool | None, caller: str, keep_spatial: bool = False, stacklevel: int = 4
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], bool]:
-    """Split into per-case ``(u, e)`` pairs; flattened unless ``keep_spatial``."""
+    """Per-case ``(u, e)`` pairs (flattened unless ``keep_spatial``) and whether the result is per case.
+
+    ``per_case=True``: one pair per batch item of ``(B, 1, *spatial)``. ``per_case=False``: one pooled pair (one
+    pair per case with ``keep_spatial``, for patch counts pooled by the caller). ``None``: per case for the
+    ``(B, 1, *spatial)`` layout (deprecated: the result type then follows the input shape), pooled otherwise.
+    """
     u = _float_array(uncertainty, "uncertainty")
     e = _binary_array(error, "error")
     batched = u.ndim in (4, 5) and u.shape[1] == 1
+    if per_case is None:
+        per_case = batched
+        if batched:
+            warnings.warn(
+                f"{caller}: uncertainty of shape (B, 1, *spatial) without per_case gives one value per case; pass "
+                "per_case=True for that ((B,) values for any input) or per_case=False for one value of the pooled "
+                "voxels. The shape-dependent default is deprecated; it becomes per_case=False (pooled, as in the "
+                "calibration metrics) in the next release",
+                DeprecationWarning,
+                stacklevel=stacklevel,
+            )
+    elif not isinstance(per_case, (bool, np.bool_)):
+        raise TypeError(f"per_case must be True, False or None, got {per_case!r}")
     if batched:
         if e.shape == u.shape[:1] + u.shape[2:]:
             e = e[:, None]
@@ -103,29 +131,37 @@ def _cases(
             raise ValueError(
                 f"error must have the shape of uncertainty {u.shape} (or without the channel), got {e.shape}"
             )
-        if keep_spatial:
-            return [(u[i, 0], e[i, 0]) for i in range(u.shape[0])], True
-        return [(u[i].reshape(-1), e[i].reshape(-1)) for i in range(u.shape[0])], True
-    if e.shape != u.shape:
+    elif e.shape != u.shape:
         raise ValueError(f"error must have the shape of uncertainty {u.shape}, got {e.shape}")
+    if per_case and not batched:
+        raise ValueError(
+            f"per_case=True needs uncertainty of shape (B, 1, *spatial) with 2 or 3 spatial axes, got {u.shape}"
+        )
     if keep_spatial:
+        if batched:
+            return [(u[i, 0], e[i, 0]) for i in range(u.shape[0])], bool(per_case)
         if u.ndim not in (2, 3):
             raise ValueError(f"uncertainty must be (B, 1, *spatial) or a 2D/3D map for patches, got shape {u.shape}")
         return [(u, e)], False
+    if per_case:
+        return [(u[i].reshape(-1), e[i].reshape(-1)) for i in range(u.shape[0])], True
     return [(u.reshape(-1), e.reshape(-1))], False
 
 
-def _per_case(
-    fn: Callable[[np.ndarray, np.ndarray], float], uncertainty: Any, error: Any, keep_spatial: bool = False
-) -> float | ArrayLike:
-    pairs, batched = _cases(uncertainty, error, keep_spatial)
-    values = [fn(u, e) for u, e in pairs]
-    if not batched:
-        return values[0]
+def _output(values: list[float], uncertainty: Any) -> ArrayLike:
+    """Per-case values as a ``(B,)`` float64 array in the library (and device) of ``uncertainty``."""
     out = np.asarray(values, dtype=np.float64)
     if isinstance(uncertainty, torch.Tensor):
         return torch.from_numpy(out).to(uncertainty.device)
     return out
+
+
+def _per_case(
+    fn: Callable[[np.ndarray, np.ndarray], float], uncertainty: Any, error: Any, per_case: bool | None, caller: str
+) -> float | ArrayLike:
+    pairs, by_case = _cases(uncertainty, error, per_case, caller)
+    values = [fn(u, e) for u, e in pairs]
+    return _output(values, uncertainty) if by_case else values[0]
 
 
 def _check_threshold(threshold: float, name: str = "threshold") -> float:
@@ -149,15 +185,42 @@ def _sorted_split(u: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return pos, neg
 
 
+def _mann_whitney(pos: np.ndarray, neg: np.ndarray) -> float:
+    """``(sum_i #{neg < pos_i} + #{neg = pos_i} / 2) / (n_pos n_neg)`` for sorted non-empty ``pos`` and ``neg``.
+
+    The one AUROC of the package (:func:`auroc`, :func:`error_auroc`, :func:`monai_unc.metrics.casewise.ood_auroc`):
+    two ``searchsorted`` passes count, for every positive, the negatives strictly below and at-or-below it; their
+    sum is twice the Mann-Whitney ``U`` (ties count one half), exact in int64, divided once in float64.
+    """
+    below = np.searchsorted(neg, pos, side="left").sum(dtype=np.int64)
+    at_or_below = np.searchsorted(neg, pos, side="right").sum(dtype=np.int64)
+    return float(below + at_or_below) / (2.0 * float(pos.size) * float(neg.size))
+
+
+def auroc(positive: ArrayLike, negative: ArrayLike) -> float:
+    """AUROC of scores ``positive`` against ``negative``: ``P(s_pos > s_neg) + P(s_pos = s_neg) / 2``.
+
+    The Mann-Whitney probability that a positive scores higher than a negative, ties counting one half, equal to
+    ``sklearn.metrics.roc_auc_score`` on the pooled scores with labels 1 / 0. 1 = every positive above every
+    negative, 0.5 = chance. NaN with a ``UserWarning`` when a group is empty.
+
+    Args:
+        positive: scores of the positive group (e.g. uncertainty of erroneous voxels, or of OoD cases), any shape.
+        negative: scores of the negative group, any shape. Both finite.
+    """
+    pos = np.sort(_float_array(positive, "positive", allow_empty=True).reshape(-1))
+    neg = np.sort(_float_array(negative, "negative", allow_empty=True).reshape(-1))
+    if pos.size == 0 or neg.size == 0:
+        return warn_nan(f"auroc: the {'positive' if pos.size == 0 else 'negative'} group is empty; AUROC is undefined")
+    return _mann_whitney(pos, neg)
+
+
 def _auroc_case(u: np.ndarray, e: np.ndarray) -> float:
     pos, neg = _sorted_split(u, e)
     if pos.size == 0 or neg.size == 0:
         what = "no erroneous" if pos.size == 0 else "no correct"
         return warn_nan(f"error_auroc: the case has {what} voxel; AUROC is undefined", 5)
-    below = np.searchsorted(neg, pos, side="left").sum(dtype=np.int64)
-    at_or_below = np.searchsorted(neg, pos, side="right").sum(dtype=np.int64)
-    # sum over error voxels of #correct below + #correct tied / 2, exact in int64
-    return float(below + at_or_below) / (2.0 * float(pos.size) * float(neg.size))
+    return _mann_whitney(pos, neg)
 
 
 def _auprc_case(u: np.ndarray, e: np.ndarray) -> float:
@@ -174,21 +237,21 @@ def _auprc_case(u: np.ndarray, e: np.ndarray) -> float:
     return float(np.sum(recall_step * precision) / n_pos)
 
 
-def error_auroc(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
+def error_auroc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = None) -> float | ArrayLike:
     """AUROC of the uncertainty as a detector of segmentation errors (ties count 1/2); higher is better.
 
     ``AUROC = (sum_{e=1} #{e=0 : u < u_i} + #{e=0 : u = u_i} / 2) / (n_err * n_ok)``, equal to scikit-learn's
     ``roc_auc_score(e, u)``. NaN with a warning when a case has no error or no correct voxel.
     """
-    return _per_case(_auroc_case, uncertainty, error)
+    return _per_case(_auroc_case, uncertainty, error, per_case, "error_auroc")
 
 
-def error_auprc(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
+def error_auprc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = None) -> float | ArrayLike:
     """Average precision of the uncertainty for the error map (scikit-learn's ``average_precision_score``).
 
     Higher is better; the chance level is the error rate. NaN with a warning when a case has no error.
     """
-    return _per_case(_auprc_case, uncertainty, error)
+    return _per_case(_auprc_case, uncertainty, error, per_case, "error_auprc")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -208,7 +271,9 @@ def _counts(u: np.ndarray, e: np.ndarray, threshold: float) -> tuple[int, int, i
     return n_ac, n_au, n_ic, n_iu
 
 
-def avu(uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5) -> float | ArrayLike:
+def avu(
+    uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5, per_case: bool | None = None
+) -> float | ArrayLike:
     """Accuracy versus uncertainty (Krishnan & Tickoo 2020): ``(n_ac + n_iu) / n``; higher is better.
 
     A voxel is uncertain when ``u > threshold`` (use a normalised uncertainty for the default 0.5).
@@ -219,10 +284,12 @@ def avu(uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5) -> flo
         n_ac, _, _, n_iu = _counts(u, e, thr)
         return (n_ac + n_iu) / u.size
 
-    return _per_case(case, uncertainty, error)
+    return _per_case(case, uncertainty, error, per_case, "avu")
 
 
-def correct_certain_ratio(uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5) -> float | ArrayLike:
+def correct_certain_ratio(
+    uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5, per_case: bool | None = None
+) -> float | ArrayLike:
     """p(accurate | certain) = ``n_ac / (n_ac + n_ic)`` (Mukhoti & Gal 2018; Mobiny et al. 2021).
 
     Higher is better; NaN with a warning when no voxel is certain (``u <= threshold``).
@@ -235,10 +302,12 @@ def correct_certain_ratio(uncertainty: ArrayLike, error: ArrayLike, threshold: f
             return warn_nan("correct_certain_ratio: no voxel is certain (u <= threshold); undefined", 5)
         return n_ac / (n_ac + n_ic)
 
-    return _per_case(case, uncertainty, error)
+    return _per_case(case, uncertainty, error, per_case, "correct_certain_ratio")
 
 
-def uncertain_incorrect_ratio(uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5) -> float | ArrayLike:
+def uncertain_incorrect_ratio(
+    uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5, per_case: bool | None = None
+) -> float | ArrayLike:
     """p(uncertain | inaccurate) = ``n_iu / (n_ic + n_iu)`` (Mukhoti & Gal 2018; Mobiny et al. 2021).
 
     Higher is better; NaN with a warning when the case has no error.
@@ -251,7 +320,7 @@ def uncertain_incorrect_ratio(uncertainty: ArrayLike, error: ArrayLike, threshol
             return warn_nan("uncertain_incorrect_ratio: the case has no erroneous voxel; undefined", 5)
         return n_iu / (n_ic + n_iu)
 
-    return _per_case(case, uncertainty, error)
+    return _per_case(case, uncertainty, error, per_case, "uncertain_incorrect_ratio")
 
 
 def _window(window: int | Sequence[int], ndim: int) -> tuple[int, ...]:
@@ -280,6 +349,7 @@ def pavpu(
     window: int | Sequence[int] = 4,
     threshold: float = 0.5,
     accuracy_threshold: float = 0.5,
+    per_case: bool | None = None,
 ) -> float | ArrayLike:
     """Patch accuracy versus patch uncertainty, PAvPU (Mukhoti & Gal 2018); higher is better.
 
@@ -293,22 +363,36 @@ def pavpu(
         window: patch size in voxels, scalar or per axis.
         threshold: patch uncertainty threshold.
         accuracy_threshold: patch accuracy threshold (0.5 in the paper).
+        per_case: as in the module docstring; pooled over a batch, the patches of every case are counted together.
     """
     thr = _check_threshold(threshold)
     acc_thr = _check_threshold(accuracy_threshold, "accuracy_threshold")
-
-    def case(u: np.ndarray, e: np.ndarray) -> float:
+    pairs, by_case = _cases(uncertainty, error, per_case, "pavpu", keep_spatial=True, stacklevel=3)
+    hits, totals = [], []
+    for u, e in pairs:
         w = _window(window, u.ndim)
         if any(s < k for s, k in zip(u.shape, w)):
-            return warn_nan(f"pavpu: the map {u.shape} is smaller than one window {w}; no complete patch", 5)
+            hits.append(0)
+            totals.append(0)
+            continue
         accurate = (1.0 - _patch_means(e, w)) >= acc_thr
         uncertain = _patch_means(u, w) > thr
-        return float(np.count_nonzero(accurate & ~uncertain) + np.count_nonzero(~accurate & uncertain)) / accurate.size
+        hits.append(np.count_nonzero(accurate & ~uncertain) + np.count_nonzero(~accurate & uncertain))
+        totals.append(accurate.size)
+    if not by_case:
+        hits, totals = [sum(hits)], [sum(totals)]
+    values = []
+    for h, n in zip(hits, totals):
+        if n == 0:
+            shape = pairs[0][0].shape
+            w = _window(window, len(shape))
+            values.append(warn_nan(f"pavpu: the map {shape} is smaller than one window {w}; no complete patch"))
+        else:
+            values.append(float(h) / n)
+    return _output(values, uncertainty) if by_case else values[0]
 
-    return _per_case(case, uncertainty, error, keep_spatial=True)
 
-
-def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
+def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = None) -> float | ArrayLike:
     """``1 - mean |u - e|``: expected accuracy of flagging each voxel as an error with probability ``u``.
 
     Higher is better; needs ``u`` in [0, 1] (normalised entropy, ``1 - max p``, ...). See the module notes.
@@ -324,10 +408,10 @@ def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLik
     lo, hi = float(pairs_u.min()), float(pairs_u.max())
     if lo < 0 or hi > 1:
         raise ValueError(f"uncertainty must lie in [0, 1] for voxel_accuracy, got values in [{lo:.4g}, {hi:.4g}]")
-    return _per_case(case, uncertainty, error)
+    return _per_case(case, uncertainty, error, per_case, "voxel_accuracy")
 
 
-def au_arc(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
+def au_arc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = None) -> float | ArrayLike:
     """Area under the accuracy-rejection curve (Nadeem et al. 2009); higher is better, in [0, 1].
 
     Voxels are rejected from the most uncertain down (ties together); the accuracy of the kept voxels is
@@ -335,4 +419,4 @@ def au_arc(uncertainty: ArrayLike, error: ArrayLike) -> float | ArrayLike:
     accuracy of the most certain group. Equal to ``1 - aurc(u, e)`` of :mod:`monai_unc.metrics.selective`
     (0/1 risk, the same curve), which is what is computed.
     """
-    return _per_case(lambda u, e: 1.0 - aurc(u, e.astype(np.float64)), uncertainty, error)
+    return _per_case(lambda u, e: 1.0 - aurc(u, e.astype(np.float64)), uncertainty, error, per_case, "au_arc")

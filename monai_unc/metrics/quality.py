@@ -51,14 +51,14 @@ Streaming (memory independent of ``S``): :class:`StreamingQuality` takes one sam
 the pair sums instead of the mean of the pair ratios) in one pass with one integer per voxel and class.
 
 Empty masks: the Dice or IoU of two empty masks is 0/0; both agree that the structure is absent, so the result is
-``empty_score`` (default 1.0, the convention of the GED distance, docs/design.md). A CV with mean volume 0 is undefined:
+``empty_score`` (default 1.0, the convention of the GED distance; the rule lives in :mod:`monai_unc.metrics.overlap`,
+which computes every Dice, IoU and Gram matrix here). A CV with mean volume 0 is undefined:
 NaN with a ``UserWarning``. Shapes: results are ``(B,)`` (foreground) and ``(B, K)`` (per class) float64, numpy
 or torch following the input. Counts accumulate in int64 / float64.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -68,6 +68,7 @@ import torch
 
 from .._utils import ArrayLike, check_labels, check_probabilities, like_input, to_tensor
 from ..keys import UncertaintyKeys
+from .overlap import check_empty_score, class_counts, dice_from_counts, label_gram, overlap_counts, overlap_ratio
 
 __all__ = [
     "QualityScores",
@@ -85,10 +86,6 @@ K = UncertaintyKeys
 
 #: names of the estimates :func:`quality_estimates` returns (``volume_cv`` is an uncertainty, the rest qualities)
 QUALITY_ESTIMATES = ("expected_dice", "pairwise_dice", "dice_to_mean", "sample_iou", "volume_cv")
-
-# float32 matrix products of 0/1 values are exact while every partial sum stays below 2^24
-_EXACT_F32 = 1 << 23
-
 
 class QualityScores(NamedTuple):
     """Per-case quality estimate: ``foreground`` ``(B,)`` and ``per_class`` ``(B, K)``.
@@ -158,25 +155,6 @@ def _classes(num_classes: int, include_background: bool) -> list[int]:
     return list(range(0 if include_background else 1, num_classes))
 
 
-def _counts(seg: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Voxels per class of label maps ``(N, *spatial)`` -> ``(N, C)`` int64 (one bincount)."""
-    n = seg.shape[0]
-    flat = seg.reshape(n, -1) + num_classes * torch.arange(n, device=seg.device).unsqueeze(1)
-    return torch.bincount(flat.reshape(-1), minlength=n * num_classes).reshape(n, num_classes)
-
-
-def _ratio(num: torch.Tensor, den: torch.Tensor, empty_score: float, what: str) -> torch.Tensor:
-    """``num / den`` in float64 with ``empty_score`` where ``den == 0`` (and a warning if that is NaN)."""
-    num = num.to(torch.float64)
-    den = den.to(torch.float64)
-    empty = den == 0
-    out = torch.where(empty, torch.full_like(num, empty_score), num / torch.where(empty, torch.ones_like(den), den))
-    if math.isnan(empty_score) and bool(empty.any()):
-        warnings.warn(f"{what}: {int(empty.sum())} comparison(s) of two empty masks gave NaN (empty_score=nan)",
-                      UserWarning, stacklevel=3)
-    return out
-
-
 def _split(values: torch.Tensor, classes: list[int], reference: Any) -> QualityScores:
     """``values`` ``(B, C + 1)`` (last column = foreground) -> QualityScores in the reference's library."""
     return QualityScores(like_input(values[:, -1].contiguous(), reference),
@@ -212,6 +190,7 @@ def pairwise_dice(
     The pair intersections ``|A_s & A_t|`` are one Gram matrix per case and class (a float32 matrix product of
     0/1 masks in blocks of 2^23 voxels, which is exact, summed in float64).
     """
+    check_empty_score(empty_score)
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
     classes = _classes(c, include_background)
@@ -222,35 +201,21 @@ def pairwise_dice(
         return _split(nan, classes, samples)
     # (B, S, N), one byte per voxel and sample
     seg = _argmax(s, 2, torch.uint8 if c <= 255 else torch.int64).reshape(n_s, b, -1).transpose(0, 1).contiguous()
-    n_vox = seg.shape[-1]
     iu = torch.triu_indices(n_s, n_s, offset=1, device=s.device)
     out = torch.empty((b, c + 1), dtype=torch.float64, device=s.device)
     for j in range(c + 1):  # classes 0 .. C-1, then the foreground
-        gram = torch.zeros((b, n_s, n_s), dtype=torch.float64, device=s.device)
-        for start in range(0, n_vox, _EXACT_F32):
-            block = seg[..., start:start + _EXACT_F32]
-            m = (block == j if j < c else block > 0).to(torch.float32)  # (B, S, n)
-            gram += torch.bmm(m, m.transpose(1, 2)).to(torch.float64)
+        gram = label_gram(seg, j if j < c else "foreground")  # (B, S, S), exact counts
         size = torch.diagonal(gram, dim1=1, dim2=2)  # (B, S) = |A_s|
         inter = gram[:, iu[0], iu[1]]
-        den = size[:, iu[0]] + size[:, iu[1]]
-        out[:, j] = _ratio(2 * inter, den, empty_score, "pairwise_dice").mean(dim=1)
+        pair = dice_from_counts(inter, size[:, iu[0]], size[:, iu[1]], empty_score, caller="pairwise_dice")
+        out[:, j] = pair.mean(dim=1)
     return _split(out, classes, samples)
 
 
 def _dice_to(seg: torch.Tensor, ref: torch.Tensor, num_classes: int, empty_score: float, what: str) -> torch.Tensor:
-    """Dice of each sample ``seg`` ``(S, B, N)`` against ``ref`` ``(B, N)`` -> ``(S, B, C + 1)``."""
-    n_s, b = seg.shape[:2]
-    size = _counts(seg.reshape(n_s * b, -1), num_classes).reshape(n_s, b, num_classes)
-    ref_size = _counts(ref, num_classes)  # (B, C)
-    # intersections: voxels where the sample agrees with the reference, counted per class (C = "disagree" bin)
-    agree = torch.where(seg == ref.unsqueeze(0), seg, torch.full_like(seg, num_classes))
-    inter = _counts(agree.reshape(n_s * b, -1), num_classes + 1).reshape(n_s, b, num_classes + 1)[..., :num_classes]
-    fg_s, fg_r = seg > 0, ref > 0
-    fg_inter = (fg_s & fg_r.unsqueeze(0)).sum(dim=-1)
-    num = torch.cat([inter, fg_inter.unsqueeze(-1)], dim=-1)
-    den = torch.cat([size + ref_size.unsqueeze(0), (fg_s.sum(-1) + fg_r.sum(-1).unsqueeze(0)).unsqueeze(-1)], dim=-1)
-    return _ratio(2 * num, den, empty_score, what)
+    """Dice of each sample ``seg`` ``(S, B, N)`` against ``ref`` ``(B, N)`` -> ``(S, B, C + 1)`` (last: foreground)."""
+    counts = overlap_counts(seg, ref, num_classes, foreground=True, validate=False)
+    return dice_from_counts(*counts, empty_score, caller=what)
 
 
 def dice_to_mean(
@@ -296,7 +261,8 @@ def sample_iou(
     masks = _masks(seg, c)
     inter = torch.stack([m.all(dim=0).sum(dim=-1) for m in masks], dim=-1)
     union = torch.stack([m.any(dim=0).sum(dim=-1) for m in masks], dim=-1)
-    return _split(_ratio(inter, union, empty_score, "sample_iou"), _classes(c, include_background), samples)
+    return _split(overlap_ratio(inter, union, empty_score, caller="sample_iou"), _classes(c, include_background),
+                  samples)
 
 
 def _cv(volumes: torch.Tensor, ddof: int, what: str) -> torch.Tensor:
@@ -340,7 +306,7 @@ def _volumes(p: torch.Tensor, soft: bool) -> torch.Tensor:
         v = p.sum(dim=-1, dtype=torch.float64)
         return torch.cat([v, (p.shape[-1] - v[:, :1])], dim=1)
     seg = _argmax(p, 1)
-    counts = _counts(seg, c)
+    counts = class_counts(seg, c, validate=False)
     return torch.cat([counts, (seg > 0).sum(dim=-1, keepdim=True)], dim=1)
 
 
@@ -370,7 +336,7 @@ def expected_dice(
         mask = seg == j if j < c else seg > 0
         num[:, j] = torch.where(mask, pj, torch.zeros_like(pj)).sum(dim=-1, dtype=f64)
         den[:, j] = pj.sum(dim=-1, dtype=f64) + mask.sum(dim=-1)
-    q = _ratio(2 * num, den, empty_score, "expected_dice")
+    q = overlap_ratio(2 * num, den, empty_score, caller="expected_dice")
     return _split(q, _classes(c, include_background), probs)
 
 
@@ -433,7 +399,7 @@ class StreamingQuality:
     ) -> None:
         self._reference_in = reference
         self.include_background = bool(include_background)
-        self.empty_score = float(empty_score)
+        self.empty_score = check_empty_score(empty_score)
         self.validate = bool(validate)
         self.num_classes: int | None = None
         self._like: Any = None
@@ -505,7 +471,7 @@ class StreamingQuality:
         c = self.num_classes
         inter = torch.stack([((self._and >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_and.sum(-1)], -1)
         union = torch.stack([((self._or >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_or.sum(-1)], -1)
-        return self._out(_ratio(inter, union, self.empty_score, "StreamingQuality.sample_iou"))
+        return self._out(overlap_ratio(inter, union, self.empty_score, caller="StreamingQuality.sample_iou"))
 
     def dice_to_reference(self) -> QualityScores:
         """Mean over samples of the Dice against ``reference`` (needs ``reference`` at construction)."""

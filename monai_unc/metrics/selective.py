@@ -46,7 +46,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .._utils import ArrayLike, case_pair, case_vector, to_numpy, warn_nan
+from .._deprecation import deprecated_arg_names
+from .._utils import ArrayLike, case_vector, to_numpy, warn_nan
 
 __all__ = [
     "RiskCoverageCurve",
@@ -102,6 +103,15 @@ class ReferralCurve(NamedTuple):
     n_retained: ArrayLike
 
 
+def _pair(uncertainty: Any, risk: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``uncertainty`` and ``risk`` as finite 1-D float64 arrays of one length (errors name the argument)."""
+    u = case_vector(uncertainty, "uncertainty")
+    r = case_vector(risk, "risk")
+    if u.shape != r.shape:
+        raise ValueError(f"uncertainty and risk must have the same length, got {u.size} and {r.size}")
+    return u, r
+
+
 def _confidence(scores: np.ndarray, score_type: str) -> np.ndarray:
     if score_type not in _SCORE_KINDS:
         raise ValueError(f"score_type must be one of {_SCORE_KINDS}, got {score_type!r}")
@@ -149,48 +159,53 @@ def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
     return area if x[-1] >= x[0] else -area
 
 
-def risk_coverage_curve(scores: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty") -> RiskCoverageCurve:
+@deprecated_arg_names({"scores": "uncertainty"})
+def risk_coverage_curve(
+    uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty"
+) -> RiskCoverageCurve:
     """Risk-coverage curve of a per-case score against a per-case risk (ValUES eqs. 5-6, fd-shifts).
 
     Args:
-        scores: ``(N,)`` one score per case: an aggregated uncertainty (larger = less confident, the
-            default) or a confidence (``score_type="confidence"``).
+        uncertainty: ``(N,)`` one score per case: an aggregated uncertainty (larger = less confident, the
+            default) or, with ``score_type="confidence"``, a confidence (formerly ``scores``).
         risk: ``(N,)`` per-case risk: 0/1 errors or a continuous loss such as ``1 - Dice``.
         score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
 
     Returns:
         :class:`RiskCoverageCurve` with arrays of equal length (descending coverage, one point per distinct
-        score plus the coverage-0 point), float64, in the library of ``scores``.
+        score plus the coverage-0 point), float64, in the library of ``uncertainty``.
 
     Raises:
         ValueError: empty input, lengths differ, non-finite values, or unknown ``score_type``.
     """
-    s, r = case_pair(scores, risk, "risk")
+    s, r = _pair(uncertainty, risk)
     conf = _confidence(s, score_type)
     cov, sel, gen, thr = _rc_points(conf, r)
     if score_type == "uncertainty":
         thr = -thr
-    return RiskCoverageCurve(*(_follow(a, scores) for a in (cov, sel, gen, thr)))
+    return RiskCoverageCurve(*(_follow(a, uncertainty) for a in (cov, sel, gen, thr)))
 
 
-def aurc(scores: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty") -> float:
+@deprecated_arg_names({"scores": "uncertainty"})
+def aurc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty") -> float:
     """Area under the risk-coverage curve (ValUES eq. 7): trapezoid of the selective risk over coverage.
 
     Lower is better; 0 when every retained case has zero risk at every coverage. For continuous risk
     ``1 - Dice`` this is ValUES' failure-detection metric. See :func:`risk_coverage_curve` for the arguments.
     """
-    s, r = case_pair(scores, risk, "risk")
+    s, r = _pair(uncertainty, risk)
     cov, sel, _, _ = _rc_points(_confidence(s, score_type), r)
     return _trapezoid(cov, sel)
 
 
-def augrc(scores: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty") -> float:
+@deprecated_arg_names({"scores": "uncertainty"})
+def augrc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty") -> float:
     """Area under the generalized risk-coverage curve (Traub et al. 2024, as in fd-shifts).
 
     The generalized risk at a coverage is the retained cases' summed risk divided by all ``N`` cases, i.e.
     the probability of a silent failure; the curve ends at (0, 0). See :func:`risk_coverage_curve`.
     """
-    s, r = case_pair(scores, risk, "risk")
+    s, r = _pair(uncertainty, risk)
     cov, _, gen, _ = _rc_points(_confidence(s, score_type), r)
     return _trapezoid(cov, gen)
 
@@ -215,13 +230,14 @@ def _optimal_aurc(risk: np.ndarray, optimum: str) -> float:
     return _trapezoid(cov, np.r_[sel, sel[-1]])
 
 
+@deprecated_arg_names({"scores": "uncertainty"})
 def eaurc(
-    scores: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty", optimum: str = "empirical"
+    uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty", optimum: str = "empirical"
 ) -> float:
     """Excess AURC (ValUES eq. 8, Geifman et al. 2019): ``AURC - AURC*``.
 
     Args:
-        scores, risk, score_type: as in :func:`risk_coverage_curve`.
+        uncertainty, risk, score_type: as in :func:`risk_coverage_curve`.
         optimum: ``"empirical"`` (default): ``AURC*`` is the trapezoid AURC of the oracle that ranks cases by
             ascending risk, each case its own point (works for continuous risk). ``"closed_form"``: fd-shifts'
             ``e + (1 - e) ln(1 - e)`` for 0/1 risk with error rate ``e`` (ValueError for other risk).
@@ -229,7 +245,7 @@ def eaurc(
     With the empirical optimum E-AURC is >= 0 up to rounding, except that plateaus of tied scores can
     push the AURC below the oracle's (fd-shifts notes the same).
     """
-    s, r = case_pair(scores, risk, "risk")
+    s, r = _pair(uncertainty, risk)
     cov, sel, _, _ = _rc_points(_confidence(s, score_type), r)
     return _trapezoid(cov, sel) - _optimal_aurc(r, optimum)
 

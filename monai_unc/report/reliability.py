@@ -19,8 +19,10 @@ from .._utils import ArrayLike, to_tensor
 from ..metrics.calibration import (
     DEFAULT_FINE_BINS,
     ConfidenceHistogram,
-    ReliabilityCurve,
+    classwise_ece,
+    ece,
     reliability_curve,
+    uce,
 )
 
 __all__ = ["plot_reliability_diagram"]
@@ -33,12 +35,15 @@ _AXIS_LABELS = {
 }
 
 
-def _gap(curve: ReliabilityCurve) -> float | np.ndarray:
-    """ECE (weighted) of a pooled curve, per class for classwise curves; NaN without kept bins."""
-    w = np.where(curve.kept, curve.weights, 0.0)
-    g = np.where(curve.kept, np.abs(curve.frequency - curve.confidence), 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (w * g).sum(-1) / w.sum(-1)
+def _calibration_error(hist: ConfidenceHistogram, kind: str, n_bins: int, min_bin_count: int) -> float | np.ndarray:
+    """The value in the title, from the metric functions: ECE / all-label ECE / UCE of the pooled histogram, or
+    the per-class ECEs for ``"classwise"`` (NaN for a class without kept bins; the title averages the others)."""
+    opts = {"n_bins": n_bins, "min_bin_count": min_bin_count}
+    if kind == "classwise":
+        return np.asarray(classwise_ece(hist, per_class=True, **opts), dtype=np.float64)
+    if kind == "uncertainty":
+        return float(uce(hist, **opts))
+    return float(ece(hist, kind=kind, **opts))
 
 
 def plot_reliability_diagram(
@@ -110,7 +115,7 @@ def plot_reliability_diagram(
     edges, centers, width = curve.edges, curve.centers, 1.0 / n_bins
     xlabel, ylabel = _AXIS_LABELS[kind]
     ax_rel.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
-    value = _gap(curve)
+    value = _calibration_error(x, kind, n_bins, min_bin_count)
     if kind == "classwise":
         names = class_names or [f"label {c}" for c in range(curve.frequency.shape[0])]
         for c, name in enumerate(names):

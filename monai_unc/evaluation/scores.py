@@ -1,0 +1,131 @@
+"""Case scores: the one definition of the per-case uncertainty scores of a map (ValUES, Sec. 4.3 and Appendix F).
+
+``monai-unc evaluate`` (``metrics.csv``), ``nnunet-predict`` (its scores table) and the QC report use these
+functions, so the same map gives the same numbers everywhere. For an uncertainty map ``u`` and the predicted
+segmentation ``seg`` of one case (:func:`case_scores`, via :func:`monai_unc.aggregation.aggregate`):
+
+==============  =================================================================================================
+``mean``        mean of ``u`` over the whole volume
+``fg_mean``     mean of ``u`` over the predicted foreground ``seg > 0`` (ValUES' size-normalised score,
+                Appendix F.1); NaN with a ``UserWarning`` when the prediction is empty
+``patch_mean``  the largest *mean* of ``u`` over a stride-1 box of ``patch_size`` voxels per axis (ValUES'
+                patch aggregation, 10 voxels; the box is clipped to the image). A box mean, not a box sum: the
+                two rank cases identically when every box is complete, and the mean stays on the scale of ``u``
+==============  =================================================================================================
+
+Columns are named ``<measure>_<score>`` (:func:`case_score_columns`), e.g. ``mutual_information_patch_mean``.
+Version 0.1.0 wrote the same box mean as ``<measure>_patch``; :func:`resolve_score_column` still accepts that
+name with a ``DeprecationWarning`` and :func:`upgrade_row` renames it in rows read back from older files.
+
+Core-only imports (aggregation), so any adapter (nnU-Net, the report) can import this module.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .._utils import ArrayLike, to_numpy
+from ..aggregation import aggregate
+
+__all__ = [
+    "CASE_SCORES",
+    "PATCH_SIZE",
+    "case_scores",
+    "case_score_columns",
+    "resolve_score_column",
+    "upgrade_row",
+]
+
+#: the scores of one map, in column order (column ``<measure>_<score>``)
+CASE_SCORES = ("mean", "fg_mean", "patch_mean")
+#: box size (voxels per axis) of ``patch_mean`` (ValUES, Sec. 4.3)
+PATCH_SIZE = 10
+#: the former name of ``patch_mean`` (the same box mean), accepted for one release
+_OLD_PATCH = "patch"
+
+
+def _map(uncertainty: Any) -> np.ndarray:
+    u = to_numpy(uncertainty, "uncertainty")
+    if u.ndim not in (2, 3):
+        raise ValueError(f"uncertainty must be one case's 2D or 3D map (*spatial), got shape {u.shape}")
+    return u
+
+
+def case_scores(
+    uncertainty: ArrayLike, seg: ArrayLike, patch_size: int | tuple[int, ...] = PATCH_SIZE
+) -> dict[str, float]:
+    """The case scores of one uncertainty map (module docstring): ``{"mean", "fg_mean", "patch_mean"}``.
+
+    Args:
+        uncertainty: one case's map ``(*spatial)``, 2D or 3D, numpy or torch (larger = less confident).
+        seg: the predicted label map of the same shape (foreground = ``seg > 0``).
+        patch_size: box size in voxels for ``patch_mean`` (int or one per axis).
+
+    Returns:
+        float64 Python floats; ``fg_mean`` is NaN with a ``UserWarning`` for an empty prediction.
+    """
+    u = _map(uncertainty)
+    s = to_numpy(seg, "seg")
+    if s.shape != u.shape:
+        raise ValueError(f"seg must have the shape of uncertainty {u.shape}, got {s.shape}")
+    u5 = u[None, None]
+    fg = (s > 0)[None, None]
+    return {
+        "mean": float(aggregate(u5, "mean")[0]),
+        "fg_mean": float(aggregate(u5, "mean", mask=fg)[0]),
+        "patch_mean": float(aggregate(u5, "patch", patch_size=patch_size, patch_reduction="mean")[0]),
+    }
+
+
+def case_score_columns(
+    maps: Mapping[str, ArrayLike], seg: ArrayLike, patch_size: int | tuple[int, ...] = PATCH_SIZE
+) -> dict[str, float]:
+    """:func:`case_scores` of every map as ``{"<measure>_<score>": value}`` (map order, then :data:`CASE_SCORES`
+    order): the score columns of ``metrics.csv``."""
+    out: dict[str, float] = {}
+    for name, u in maps.items():
+        out.update({f"{name}_{k}": v for k, v in case_scores(u, seg, patch_size).items()})
+    return out
+
+
+def _renamed(name: str, columns: Iterable[str]) -> str | None:
+    """The current name of a deprecated score column ``<m>_patch`` when ``<m>_patch_mean`` is a column."""
+    cols = set(columns)
+    suffix = f"_{_OLD_PATCH}"
+    if name.endswith(suffix) and f"{name}_mean" in cols:
+        return f"{name}_mean"
+    return None
+
+
+def resolve_score_column(name: str, columns: Iterable[str], warn: bool = True) -> str:
+    """``name`` if it is one of ``columns``; for the former ``<m>_patch`` the current ``<m>_patch_mean`` (the
+    same box mean), with a ``DeprecationWarning`` when ``warn``; otherwise ``name`` unchanged (the caller reports
+    the unknown column)."""
+    cols = list(columns)
+    if name in cols:
+        return name
+    new = _renamed(name, cols)
+    if new is None:
+        return name
+    if warn:
+        warnings.warn(f"score column {name!r} is deprecated, use {new!r} (the same box mean); the old name will be "
+                      "removed in the next release", DeprecationWarning, stacklevel=3)
+    return new
+
+
+def upgrade_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A metric row with the former score column names renamed (``<m>_patch`` -> ``<m>_patch_mean`` for every
+    measure ``m`` whose ``<m>_mean`` and ``<m>_fg_mean`` are in the row); key order is kept."""
+    keys = set(row)
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        m = k[: -len(_OLD_PATCH) - 1] if k.endswith(f"_{_OLD_PATCH}") else None
+        if m and f"{m}_mean" in keys and f"{m}_fg_mean" in keys and f"{k}_mean" not in keys:
+            out[f"{k}_mean"] = v
+        else:
+            out[k] = v
+    return out

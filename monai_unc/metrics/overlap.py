@@ -1,0 +1,381 @@
+"""Overlap of segmentation masks: Dice, IoU and the pairwise Gram matrix of many masks (the package's one copy).
+
+For two masks ``X`` and ``Y``::
+
+    Dice(X, Y) = 2 |X & Y| / (|X| + |Y|)            IoU(X, Y) = |X & Y| / |X | Y| = |X & Y| / (|X| + |Y| - |X & Y|)
+
+Both are ``0 / 0`` when ``X`` and ``Y`` are empty. What that case scores is the explicit argument
+``empty_score`` of every function here (a number in [0, 1], or NaN):
+
+- ``1.0`` (the default): both masks agree that the structure is absent. This is MONAI's ``compute_dice`` with
+  ``ignore_empty=False`` (a class absent from both maps scores 1, absent from one of them 0), the rule of the
+  per-class ``dice`` of ``monai-unc evaluate``, of the distance ``d = 1 - IoU`` of the generalized energy
+  distance (``d = 0`` for two empty masks, :mod:`monai_unc.metrics.ambiguity`) and the default of the label-free
+  quality estimates (:mod:`monai_unc.metrics.quality`);
+- ``float("nan")``: undefined; the value is NaN and a ``UserWarning`` counts the empty pairs (use it to leave
+  such pairs out of a mean, e.g. :func:`monai_unc.data.training.dice_per_class`);
+- ``0.0``: an empty pair counts as a complete miss.
+
+Only the pair of two empty masks is special: one empty and one non-empty mask give ``Dice = IoU = 0`` by the
+formula. (MONAI's ``ignore_empty=True`` is a different rule, NaN whenever the *reference* is empty; compute the
+counts with :func:`overlap_counts` and apply it yourself if you need it.)
+
+Exact counts. Per-class intersections and sizes of two label maps come from their joint counts (one int64
+``bincount`` of the code ``C * P + T``: the confusion matrix, whose diagonal holds the intersections and whose row
+and column sums hold the sizes).
+The Gram matrix ``G[i, j] = |A_i & A_j|`` of ``M`` masks (:func:`mask_gram`, :func:`label_gram`; its diagonal
+holds the mask sizes) is a float32 matrix product of 0/1 masks in blocks of ``block`` voxels (default 2^20):
+every partial sum is an integer below ``2^24``, which float32 represents exactly, and the blocks are summed in
+float64 (exact to ``2^53``), so ``G`` holds exact integer counts; the product runs on BLAS / cuBLAS (TF32 keeps
+0/1 inputs and float32 accumulation exact). Ratios are float64. Inputs are numpy arrays or torch tensors (CPU or
+CUDA); results follow the library of the first input.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+from .._utils import ArrayLike, check_labels, like_input, to_tensor
+
+__all__ = [
+    "GRAM_BLOCK",
+    "OverlapCounts",
+    "check_empty_score",
+    "overlap_ratio",
+    "dice_from_counts",
+    "iou_from_counts",
+    "class_counts",
+    "overlap_counts",
+    "dice",
+    "iou",
+    "mask_gram",
+    "label_gram",
+    "dice_matrix",
+    "iou_matrix",
+]
+
+#: voxels per block of the Gram-matrix products (float32 sums of 0/1 products are exact below 2^24)
+GRAM_BLOCK = 1 << 20
+_MAX_EXACT_BLOCK = 1 << 24
+
+
+class OverlapCounts(NamedTuple):
+    """Per-class counts of two label maps (int64, ``(..., C)``): ``|P = c & T = c|``, ``|P = c|``, ``|T = c|``."""
+
+    intersection: ArrayLike
+    pred_size: ArrayLike
+    target_size: ArrayLike
+
+
+# ---------------------------------------------------------------------------------------------- the empty rule
+
+
+def check_empty_score(empty_score: Any) -> float:
+    """``empty_score`` as a float in [0, 1] or NaN (``ValueError`` / ``TypeError`` otherwise)."""
+    if isinstance(empty_score, bool) or not isinstance(empty_score, (int, float)) and not (
+        hasattr(empty_score, "__float__") and getattr(empty_score, "ndim", 0) == 0
+    ):
+        raise TypeError(f"empty_score must be a number in [0, 1] or NaN, got {type(empty_score).__name__}")
+    v = float(empty_score)
+    if not (math.isnan(v) or 0.0 <= v <= 1.0):
+        raise ValueError(f"empty_score must be a number in [0, 1] or NaN, got {v}")
+    return v
+
+
+def overlap_ratio(
+    numerator: ArrayLike, denominator: ArrayLike, empty_score: float = 1.0, *, caller: str = "overlap_ratio"
+) -> torch.Tensor:
+    """``numerator / denominator`` in float64, ``empty_score`` where ``denominator == 0`` (the one empty rule).
+
+    The numerator is 0 wherever the denominator is (an overlap of empty masks). With ``empty_score`` NaN a
+    ``UserWarning`` (prefixed with ``caller``) counts the empty comparisons. Returns a torch tensor on the
+    numerator's device (the building block of the functions below and of the quality estimates).
+    """
+    e = check_empty_score(empty_score)
+    num = to_tensor(numerator, "numerator").to(torch.float64)
+    den = to_tensor(denominator, "denominator").to(device=num.device, dtype=torch.float64)
+    empty = den == 0
+    out = torch.where(empty, torch.full_like(num, e), num / torch.where(empty, torch.ones_like(den), den))
+    if math.isnan(e) and bool(empty.any()):
+        warnings.warn(f"{caller}: {int(empty.sum())} comparison(s) of two empty masks gave NaN (empty_score=nan)",
+                      UserWarning, stacklevel=3)
+    return out
+
+
+def dice_from_counts(
+    intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike, empty_score: float = 1.0, *,
+    caller: str = "dice",
+) -> torch.Tensor:
+    """``2 |A & B| / (|A| + |B|)`` from counts (broadcasting), ``empty_score`` when both masks are empty."""
+    inter = to_tensor(intersection, "intersection")
+    a = to_tensor(size_a, "size_a").to(inter.device)
+    b = to_tensor(size_b, "size_b").to(inter.device)
+    return overlap_ratio(2 * inter, a + b, empty_score, caller=caller)
+
+
+def iou_from_counts(
+    intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike, empty_score: float = 1.0, *,
+    caller: str = "iou",
+) -> torch.Tensor:
+    """``|A & B| / (|A| + |B| - |A & B|)`` from counts (broadcasting), ``empty_score`` when both are empty."""
+    inter = to_tensor(intersection, "intersection")
+    a = to_tensor(size_a, "size_a").to(inter.device)
+    b = to_tensor(size_b, "size_b").to(inter.device)
+    return overlap_ratio(inter, a + b - inter, empty_score, caller=caller)
+
+
+# ---------------------------------------------------------------------------------------------- label maps
+
+
+def _class_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``(..., V)`` labels in ``[0, C)`` -> ``(..., C)`` int64 counts: one bincount over offset rows."""
+    lead = labels.shape[:-1]
+    n = math.prod(lead)
+    flat = labels.reshape(n, -1).to(torch.int64)
+    flat = flat + num_classes * torch.arange(n, device=labels.device).unsqueeze(1)
+    return torch.bincount(flat.reshape(-1), minlength=n * num_classes).reshape(*lead, num_classes)
+
+
+def _confusion(p: torch.Tensor, t: torch.Tensor, c: int, lead: torch.Size) -> torch.Tensor:
+    """Joint counts ``[..., i, j] = #{P = i, T = j}`` of label maps ``(..., V)`` (broadcast leading axes ``lead``)
+    in ``[0, C)``: one int64 code ``C P + T`` per voxel and one bincount over offset rows."""
+    code = p.to(torch.int64) * c
+    code = code.add_(t) if tuple(code.shape[:-1]) == tuple(lead) else code + t
+    n = math.prod(lead)
+    code = code.reshape(n, -1).add_((c * c) * torch.arange(n, device=code.device).unsqueeze(1))
+    return torch.bincount(code.reshape(-1), minlength=n * c * c).reshape(*lead, c, c)
+
+
+def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) -> torch.Tensor:
+    t = to_tensor(x, name)
+    if t.ndim < 1 or t.shape[-1] == 0:
+        raise ValueError(f"{name} must be label maps (..., V) with V > 0 voxels on the last axis, got {tuple(t.shape)}")
+    if validate:
+        t = check_labels(t, name, num_classes=num_classes)
+    elif t.is_floating_point() or t.dtype == torch.bool:
+        t = t.to(torch.int64)
+    return t
+
+
+def _num_classes(num_classes: int | None, *maps: torch.Tensor) -> int:
+    if num_classes is None:
+        return max(max(int(m.max()) for m in maps), 1) + 1
+    if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 2:
+        raise ValueError(f"num_classes must be an integer >= 2 (background and a class), got {num_classes!r}")
+    return int(num_classes)
+
+
+def class_counts(labels: ArrayLike, num_classes: int | None = None, validate: bool = True) -> ArrayLike:
+    """Voxels of each class along the last axis: label maps ``(..., V)`` -> ``(..., C)`` int64 (one bincount).
+
+    Flatten the spatial axes first (``x.reshape(B, -1)``). ``C`` is ``max label + 1`` when ``num_classes`` is
+    None. ``validate=False`` skips the check that the labels are integers in ``[0, C)`` (for maps made by an
+    argmax; a label outside that range would be counted in the wrong row).
+    """
+    t = _voxel_labels(labels, "labels", num_classes, validate)
+    return like_input(_class_counts(t, _num_classes(num_classes, t)), labels)
+
+
+def overlap_counts(
+    pred: ArrayLike, target: ArrayLike, num_classes: int | None = None, foreground: bool = False,
+    validate: bool = True,
+) -> OverlapCounts:
+    """Per-class intersections and sizes of label maps along the last axis (voxels), exact int64.
+
+    Args:
+        pred, target: label maps ``(..., V)`` (0 = background) whose leading axes broadcast, e.g. samples
+            ``(S, B, V)`` against one reference per case ``(B, V)`` (each map's sizes are counted once).
+        num_classes: classes including background; default ``max label + 1``.
+        foreground: append a column for the foreground (``label > 0``, the union of the classes ``>= 1``).
+        validate: check that both hold integer labels in ``[0, C)`` (skip for argmax maps).
+
+    Returns:
+        :class:`OverlapCounts` ``(|P = c & T = c|, |P = c|, |T = c|)``, each ``(..., C)`` (``(..., C + 1)`` with
+        ``foreground``) over the broadcast leading axes, in the library of ``pred``.
+    """
+    p = _voxel_labels(pred, "pred", num_classes, validate)
+    t = _voxel_labels(target, "target", num_classes, validate).to(p.device)
+    if p.shape[-1] != t.shape[-1]:
+        raise ValueError(f"pred and target must have the same number of voxels, got {p.shape[-1]} and {t.shape[-1]}")
+    try:
+        lead = torch.broadcast_shapes(p.shape[:-1], t.shape[:-1])
+    except RuntimeError as err:
+        raise ValueError(f"the leading axes of pred {tuple(p.shape)} and target {tuple(t.shape)} do not broadcast") \
+            from err
+    c = _num_classes(num_classes, p, t)
+    conf = _confusion(p, t, c, lead)  # (*lead, C, C): [i, j] = #{P = i, T = j}
+    inter = torch.diagonal(conf, dim1=-2, dim2=-1)
+    size_p, size_t = conf.sum(dim=-1), conf.sum(dim=-2)
+    if foreground:
+        fg = conf[..., 1:, 1:].sum(dim=(-2, -1), keepdim=True)[..., 0]
+        inter = torch.cat([inter, fg], dim=-1)
+        size_p = torch.cat([size_p, size_p[..., 1:].sum(dim=-1, keepdim=True)], dim=-1)
+        size_t = torch.cat([size_t, size_t[..., 1:].sum(dim=-1, keepdim=True)], dim=-1)
+    return OverlapCounts(*(like_input(x.contiguous(), pred) for x in (inter, size_p, size_t)))
+
+
+def _label_pair(pred: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Label maps ``(B, *spatial)`` / ``(B, 1, *spatial)`` of one shape, flattened to ``(B, V)``."""
+    p = to_tensor(pred, "pred")
+    t = to_tensor(target, "target")
+    if p.ndim < 2:
+        raise ValueError(f"pred must be label maps of shape (B, *spatial) or (B, 1, *spatial), got {tuple(p.shape)}")
+    if tuple(p.shape) != tuple(t.shape):
+        raise ValueError(f"pred and target must have the same shape, got {tuple(p.shape)} and {tuple(t.shape)}")
+    return p.reshape(p.shape[0], -1), t.reshape(t.shape[0], -1)
+
+
+def _per_class(
+    kind: str, pred: Any, target: Any, num_classes: int | None, include_background: bool, empty_score: float
+) -> ArrayLike:
+    check_empty_score(empty_score)
+    p, t = _label_pair(pred, target)
+    inter, sp, st = overlap_counts(p, t, num_classes)
+    first = 0 if include_background else 1
+    inter, sp, st = inter[:, first:], sp[:, first:], st[:, first:]
+    fn = dice_from_counts if kind == "dice" else iou_from_counts
+    return like_input(fn(inter, sp, st, empty_score, caller=kind).contiguous(), pred)
+
+
+def dice(
+    pred: ArrayLike,
+    target: ArrayLike,
+    num_classes: int | None = None,
+    include_background: bool = False,
+    empty_score: float = 1.0,
+) -> ArrayLike:
+    """Dice per case and class of two label maps: ``2 |P = c & T = c| / (|P = c| + |T = c|)``.
+
+    Args:
+        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` (0 = background).
+        target: reference label maps of the same shape.
+        num_classes: classes including background; default ``max label + 1``.
+        include_background: also report class 0 (first column).
+        empty_score: value of a class absent from both maps (module docstring). The default 1.0 equals MONAI's
+            ``compute_dice(..., include_background=False, ignore_empty=False, num_classes=C)``.
+
+    Returns:
+        ``(B, C - 1)`` float64 (``(B, C)`` with ``include_background``), in the library of ``pred``.
+    """
+    return _per_class("dice", pred, target, num_classes, include_background, empty_score)
+
+
+def iou(
+    pred: ArrayLike,
+    target: ArrayLike,
+    num_classes: int | None = None,
+    include_background: bool = False,
+    empty_score: float = 1.0,
+) -> ArrayLike:
+    """IoU (Jaccard index) per case and class: ``|P = c & T = c| / |P = c or T = c|``; arguments and result as in
+    :func:`dice` (MONAI's ``compute_iou`` with ``ignore_empty=False`` for the default ``empty_score``)."""
+    return _per_class("iou", pred, target, num_classes, include_background, empty_score)
+
+
+# ---------------------------------------------------------------------------------------------- Gram matrices
+
+
+def _check_block(block: int | None) -> int:
+    if block is None:
+        return GRAM_BLOCK
+    if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= _MAX_EXACT_BLOCK:
+        raise ValueError(f"block must be an integer in [1, 2^24] (exact float32 sums), got {block!r}")
+    return block
+
+
+def _gram(
+    parts: Sequence[torch.Tensor], select: Callable[[torch.Tensor], torch.Tensor], block: int
+) -> torch.Tensor:
+    """``(..., M, M)`` float64 ``|A_i & A_j|`` for the masks ``select(x)`` of ``parts`` ``(..., M_k, V)``
+    (concatenated along ``M`` one block of voxels at a time, so no part is copied whole)."""
+    lead = parts[0].shape[:-2]
+    n_vox = parts[0].shape[-1]
+    m = sum(p.shape[-2] for p in parts)
+    out = torch.zeros(*lead, m, m, dtype=torch.float64, device=parts[0].device)
+    for s in range(0, n_vox, block):
+        chunks = [select(p[..., s:s + block]) for p in parts]
+        x = (chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=-2)).to(torch.float32)
+        out += torch.matmul(x, x.transpose(-1, -2)).to(torch.float64)
+    return out
+
+
+def _parts(x: Any, name: str) -> list[torch.Tensor]:
+    parts = [to_tensor(x, name)] if not isinstance(x, (list, tuple)) else [to_tensor(p, name) for p in x]
+    if not parts:
+        raise ValueError(f"{name} holds no masks")
+    first = parts[0]
+    for p in parts:
+        if p.ndim < 2:
+            raise ValueError(f"{name} must have shape (..., M, V): M masks of V voxels, got {tuple(p.shape)}")
+        if p.shape[:-2] != first.shape[:-2] or p.shape[-1] != first.shape[-1]:
+            raise ValueError(
+                f"{name}: every part must share the leading axes and the voxel axis, got {tuple(first.shape)} and "
+                f"{tuple(p.shape)}"
+            )
+    device = first.device
+    return [p.to(device) for p in parts]
+
+
+def mask_gram(masks: ArrayLike | Sequence[ArrayLike], block: int | None = None) -> torch.Tensor:
+    """Gram matrix of binary masks: ``G[..., i, j] = |A_i & A_j|`` (the diagonal holds ``|A_i|``), exact.
+
+    Args:
+        masks: ``(..., M, V)`` boolean (or 0/1) masks, ``M`` masks of ``V`` voxels (flatten the spatial axes
+            first), with any leading batch axes; or a list of such arrays concatenated along ``M``.
+        block: voxels per float32 product (module docstring), at most 2^24; default :data:`GRAM_BLOCK`.
+
+    Returns:
+        ``(..., M, M)`` float64 torch tensor of integer counts on the masks' device.
+    """
+    b = _check_block(block)
+    parts = _parts(masks, "masks")
+    for p in parts:
+        if p.dtype != torch.bool and not bool(((p == 0) | (p == 1)).all()):
+            raise ValueError("masks must hold only 0 and 1 (or booleans)")
+    return _gram(parts, lambda x: x != 0, b)
+
+
+def label_gram(
+    labels: ArrayLike | Sequence[ArrayLike], label: int | str, block: int | None = None
+) -> torch.Tensor:
+    """Gram matrix of the masks ``labels == label`` (or ``labels > 0`` for ``label="foreground"``) of ``M``
+    label maps ``(..., M, V)`` (or a list of such stacks, concatenated along ``M``), built one block at a time
+    so that no one-hot copy of the maps is held. Result as in :func:`mask_gram`."""
+    b = _check_block(block)
+    parts = _parts(labels, "labels")
+    if isinstance(label, str):
+        if label != "foreground":
+            raise ValueError(f"label must be a class index or 'foreground', got {label!r}")
+        return _gram(parts, lambda x: x > 0, b)
+    if isinstance(label, bool) or int(label) != label:
+        raise ValueError(f"label must be a class index or 'foreground', got {label!r}")
+    c = int(label)
+    return _gram(parts, lambda x: x == c, b)
+
+
+def _sizes(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if gram.ndim < 2 or gram.shape[-1] != gram.shape[-2]:
+        raise ValueError(f"gram must be a square matrix (..., M, M), got {tuple(gram.shape)}")
+    size = torch.diagonal(gram, dim1=-2, dim2=-1)
+    return size.unsqueeze(-1), size.unsqueeze(-2)
+
+
+def dice_matrix(gram: ArrayLike, empty_score: float = 1.0) -> torch.Tensor:
+    """Pairwise Dice ``(..., M, M)`` of the masks of a Gram matrix (:func:`mask_gram`): ``2 G_ij / (G_ii + G_jj)``
+    with ``empty_score`` for two empty masks (including the diagonal entry of an empty mask)."""
+    g = to_tensor(gram, "gram").to(torch.float64)
+    si, sj = _sizes(g)
+    return dice_from_counts(g, si, sj, empty_score, caller="dice_matrix")
+
+
+def iou_matrix(gram: ArrayLike, empty_score: float = 1.0) -> torch.Tensor:
+    """Pairwise IoU ``(..., M, M)`` of the masks of a Gram matrix: ``G_ij / (G_ii + G_jj - G_ij)``, with
+    ``empty_score`` for two empty masks."""
+    g = to_tensor(gram, "gram").to(torch.float64)
+    si, sj = _sizes(g)
+    return iou_from_counts(g, si, sj, empty_score, caller="iou_matrix")

@@ -1,0 +1,69 @@
+"""The reliability diagram's title shows the metric functions' ECE (one ECE): it equals ``ece`` / ``all_label_ece`` /
+``uce`` / ``classwise_ece`` and the weighted gap the plot computed itself before (written out here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import monai_unc.report.reliability as reliability
+from monai_unc.metrics.calibration import (
+    ConfidenceHistogram,
+    all_label_ece,
+    classwise_ece,
+    ece,
+    reliability_curve,
+    uce,
+)
+from monai_unc.report.reliability import plot_reliability_diagram
+
+
+def old_gap(curve):
+    """report/reliability.py's ``_gap`` before the plot called the metric functions."""
+    w = np.where(curve.kept, curve.weights, 0.0)
+    g = np.where(curve.kept, np.abs(curve.frequency - curve.confidence), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (w * g).sum(-1) / w.sum(-1)
+
+
+@pytest.fixture(scope="module")
+def hist():
+    g = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(3, 3, 10, 9, 8, generator=g)
+    probs = torch.softmax(logits, 1)
+    labels = torch.randint(0, 3, (3, 10, 9, 8), generator=g)
+    return ConfidenceHistogram(3, per_case=True).update(probs, labels)
+
+
+@pytest.mark.parametrize(
+    "kind, fn, name",
+    [("top", ece, "ECE"), ("all_label", all_label_ece, "all-label ECE"), ("uncertainty", uce, "UCE")],
+)
+@pytest.mark.parametrize("min_bin_count", [0, 40])
+def test_title_is_the_metric_value(hist, kind, fn, name, min_bin_count):
+    value = fn(hist, n_bins=10, min_bin_count=min_bin_count)
+    old = float(old_gap(reliability_curve(hist, kind=kind, n_bins=10, min_bin_count=min_bin_count)))
+    assert value == pytest.approx(old, abs=1e-12)  # the numbers did not change
+    fig = plot_reliability_diagram(hist, kind=kind, n_bins=10, min_bin_count=min_bin_count)
+    assert fig.axes[0].get_title().startswith(f"{name} {value:.4f} (10 bins")
+
+
+def test_classwise_title_is_the_mean_of_the_per_class_values(hist):
+    per_class = classwise_ece(hist, n_bins=15, per_class=True)
+    np.testing.assert_allclose(per_class, old_gap(reliability_curve(hist, kind="classwise")), atol=1e-12)
+    fig = plot_reliability_diagram(hist, kind="classwise")
+    assert fig.axes[0].get_title().startswith(f"classwise ECE {np.nanmean(per_class):.4f}")
+
+
+def test_the_plot_calls_the_metric_function(hist, monkeypatch):
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return 0.123456
+
+    monkeypatch.setattr(reliability, "ece", spy)
+    fig = plot_reliability_diagram(hist, kind="top", n_bins=12, min_bin_count=3)
+    assert fig.axes[0].get_title().startswith("ECE 0.1235")
+    assert calls == [{"kind": "top", "n_bins": 12, "min_bin_count": 3}]
