@@ -33,7 +33,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     0: ("_utils", "_deprecation", "keys"),
     1: ("monai_unc", "measures", "aggregation", "io"),
     2: ("stats", "metrics"),
-    3: ("temperature",),
+    3: ("temperature", "networks"),
     4: ("inferers",),
     5: ("transforms", "handlers", "engines", "distributed", "data"),
     6: ("evaluation", "nnunet"),

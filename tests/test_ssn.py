@@ -19,6 +19,7 @@ from monai.networks.nets import UNet
 from torch import nn
 from torch.distributions import LowRankMultivariateNormal
 
+from monai_unc.data import build_ssn_network, train_ssn
 from monai_unc.inferers import FlipSource, MCDropoutSource, SSNInferer, SSNSource, UncertaintyInferer
 from monai_unc.keys import MIMeaning
 from monai_unc.networks import (
@@ -26,11 +27,9 @@ from monai_unc.networks import (
     SSNHead,
     SSNLoss,
     SSNNetwork,
-    build_ssn_network,
     lowrank_distribution,
     ssn_log_likelihood,
     ssn_sampling,
-    train_ssn,
 )
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "ssn.md"

@@ -4,9 +4,13 @@ from .cohorts import DEMO_SHIFTS, make_demo_cohort, write_toy_cohort
 from .mni152 import TISSUE_CLASSES, hemisphere_masks, load_mni152_tissue, tissue_ambiguity
 from .model import EXAMPLE_NETWORK, build_example_network, example_weights_path, load_example_model
 from .perturb import FIXED_PERTURBATIONS, MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort, perturb
+from .ssn_training import SSN_TOY_NETWORK, build_ssn_network, train_ssn
 from .synthetic import SHIFTS, make_toy_case, make_toy_dataset
 
 __all__ = [
+    "SSN_TOY_NETWORK",
+    "build_ssn_network",
+    "train_ssn",
     "DEMO_SHIFTS",
     "make_demo_cohort",
     "write_toy_cohort",

@@ -2,8 +2,8 @@
 
 ``SSNHead`` turns any segmentation backbone's last feature map into a low-rank multivariate normal over the
 logits of all voxels and classes; ``SSNNetwork`` attaches it to a backbone; ``SSNLoss`` is the Monte Carlo
-log-likelihood it is trained with; ``train_ssn`` trains one on the synthetic toy set with raters. Sample it at
-inference with :class:`monai_unc.inferers.SSNSource`. See docs/ssn.md.
+log-likelihood it is trained with; :func:`monai_unc.data.train_ssn` trains one on the synthetic toy set with
+raters. Sample it at inference with :class:`monai_unc.inferers.SSNSource`. See docs/ssn.md.
 """
 
 from .losses import SSNLoss, ssn_log_likelihood
@@ -17,20 +17,16 @@ from .ssn import (
     sample_logits,
     ssn_sampling,
 )
-from .training import SSN_TOY_NETWORK, build_ssn_network, train_ssn
 
 __all__ = [
-    "SSN_TOY_NETWORK",
     "SSNDistribution",
     "SSNHead",
     "SSNLoss",
     "SSNNetwork",
     "SSNParams",
-    "build_ssn_network",
     "find_ssn_heads",
     "lowrank_distribution",
     "sample_logits",
     "ssn_log_likelihood",
     "ssn_sampling",
-    "train_ssn",
 ]

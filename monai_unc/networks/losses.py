@@ -26,7 +26,7 @@ from torch import nn
 from torch.distributions import Distribution
 
 from .._utils import check_labels
-from .ssn import SSNDistribution, _no_autocast
+from .ssn import SSNDistribution, no_autocast
 
 __all__ = ["SSNLoss", "ssn_log_likelihood"]
 
@@ -81,7 +81,7 @@ def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normal
         )
     dtype = torch.promote_types(logit_samples.dtype, torch.float32)
     n = target[0].numel()
-    with _no_autocast(logit_samples.device):
+    with no_autocast(logit_samples.device):
         tgt = target.reshape(b, n)
         # one sample at a time: no M-fold copy of the target; cross_entropy is the fused, stable log-softmax
         per_sample = [_sample_log_likelihood(logit_samples[i].reshape(b, c, n), tgt) for i in range(m)]
@@ -167,7 +167,7 @@ class SSNLoss(nn.Module):
             )
         c = e // n
         check_labels(y, "target", num_classes=c)
-        with _no_autocast(y.device):
+        with no_autocast(y.device):
             if isinstance(distribution, SSNDistribution):
                 # the same draws as rsample((M,)), consumed one at a time: one draw in memory, not M
                 tgt = y.reshape(b, n)

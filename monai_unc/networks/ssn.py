@@ -77,7 +77,7 @@ class SSNParams(NamedTuple):
 
 
 @contextlib.contextmanager
-def _no_autocast(device: torch.device) -> Iterator[None]:
+def no_autocast(device: torch.device) -> Iterator[None]:
     """Run a block in full precision even inside ``torch.autocast`` (matrix products over millions of logits
     in float16 overflow or lose the small covariance terms)."""
     if device.type in ("cuda", "cpu", "xpu", "mps"):
@@ -147,7 +147,7 @@ class SSNDistribution(LowRankMultivariateNormal):
     def _capacitance_tril(self) -> torch.Tensor:  # type: ignore[override]
         # I + P^T D^-1 P (R x R per image) and its Cholesky factor: only for log_prob / entropy / precision
         w, d = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
-        with _no_autocast(w.device):
+        with no_autocast(w.device):
             k = torch.matmul(w.mT / d.unsqueeze(-2), w)
             k = k + torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
             return torch.linalg.cholesky(k)
@@ -169,7 +169,7 @@ class SSNDistribution(LowRankMultivariateNormal):
         ``LowRankMultivariateNormal.rsample`` for the same random state (up to rounding)."""
         shape = self._extended_shape(torch.Size(sample_shape))
         w = self._unbroadcasted_cov_factor
-        with _no_autocast(self.loc.device):
+        with no_autocast(self.loc.device):
             eps_w = _standard_normal(shape[:-1] + (self.rank,), dtype=self.loc.dtype, device=self.loc.device)
             eps_d = _standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
             s = eps_w.shape[:-2]  # sample dims
@@ -202,7 +202,7 @@ class SSNDistribution(LowRankMultivariateNormal):
         sqrt_d = self._unbroadcasted_cov_diag.sqrt()
         for sign in (1.0, -1.0) if antithetic else (1.0,):
             for i in range(m):
-                with _no_autocast(self.loc.device):  # not held across the yield
+                with no_autocast(self.loc.device):  # not held across the yield
                     out = torch.baddbmm(self.loc.unsqueeze(1), eps_w[i].unsqueeze(1), w.mT, alpha=sign)[:, 0]
                     out = torch.addcmul(out, sqrt_d, eps_d[i], value=sign)
                 yield out
@@ -410,7 +410,7 @@ class SSNHead(nn.Module):
         """The one place where raw outputs become :class:`SSNParams`: ``D = exp(log_var) [* mask] + epsilon``,
         ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed in float32 (or wider)."""
         dtype = torch.promote_types(mean.dtype, torch.float32)
-        with _no_autocast(mean.device):
+        with no_autocast(mean.device):
             mean, log_var, factor = mean.to(dtype), log_var.to(dtype), factor.to(dtype)
             var = torch.exp(log_var)
             cov_factor = factor.reshape(factor.shape[0], self.rank, self.num_classes, *factor.shape[2:])

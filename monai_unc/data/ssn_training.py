@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from monai.networks.nets import UNet
 
-from .losses import SSNLoss
-from .ssn import SSNHead, SSNNetwork
+from ..io import atomic_torch_save, atomic_write_text
+from ..networks import SSNHead, SSNLoss, SSNNetwork
+from .synthetic import make_toy_dataset
 
 __all__ = ["SSN_TOY_NETWORK", "build_ssn_network", "train_ssn"]
 
@@ -63,7 +65,6 @@ def build_ssn_network(
 
     The keyword arguments are what :func:`train_ssn` records under ``"network"``: ``build_ssn_network(**record[
     "network"])`` rebuilds a saved model before ``load_state_dict``."""
-    from monai.networks.nets import UNet
 
     backbone = UNet(
         spatial_dims=spatial_dims,
@@ -131,7 +132,6 @@ def train_ssn(
     after it), ``loss_first`` / ``loss_last`` (mean of the first / last 10 % of the SSN-loss iterations) and
     ``train_seconds``.
     """
-    from monai_unc.data import make_toy_dataset
 
     shape = tuple(int(s) for s in shape)
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases)):
@@ -202,12 +202,6 @@ def train_ssn(
     net.eval()
     if out_path is not None:
         out_path = Path(out_path)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_path.with_name(out_path.name + ".tmp")
-        torch.save(net.state_dict(), tmp)
-        os.replace(tmp, out_path)
-        meta = out_path.with_suffix(".json")
-        tmp_meta = meta.with_name(meta.name + ".tmp")
-        tmp_meta.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp_meta, meta)
+        atomic_torch_save(out_path, net.state_dict())
+        atomic_write_text(out_path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
     return net, record
