@@ -32,6 +32,7 @@ __all__ = [
     "check_regions",
     "parse_regions",
     "label_to_regions",
+    "region_masks",
 ]
 
 RegionSpec = Mapping[str, Sequence[int]]
@@ -111,7 +112,7 @@ def label_to_regions(
     Returns boolean masks, numpy for numpy input, torch (same device) otherwise.
     """
     spec = parse_regions(regions)
-    t = check_labels(to_tensor(labels, "labels"), "labels")
+    t = _labels(labels)
     if channel_dim is None:
         out = torch.stack([_isin(t, v) for v in spec.values()], dim=0)
     else:
@@ -127,5 +128,32 @@ def label_to_regions(
     return like_input(out, labels)
 
 
+def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -> dict[str, Any]:
+    """``{region: isin(labels, regions[region])}``: one boolean mask of the label map's shape per region, in the
+    spec's order (no stacked copy; see :func:`label_to_regions` for the stacked form). numpy in, numpy out."""
+    spec = parse_regions(regions)
+    t = _labels(labels)
+    return {name: like_input(_isin(t, values), labels) for name, values in spec.items()}
+
+
+def _labels(labels: ArrayLike) -> torch.Tensor:
+    """The label map as a tensor in its own dtype (no int64 copy of a large volume), validated like
+    :func:`~monai_unc._utils.check_labels`: integral, non-negative, not empty."""
+    t = to_tensor(labels, "labels")
+    if t.numel() == 0:
+        raise ValueError(f"labels is empty (shape {tuple(t.shape)})")
+    if t.dtype == torch.bool:
+        return t.to(torch.uint8)
+    if t.is_floating_point() or (t.is_signed() and int(t.min()) < 0):
+        return check_labels(t, "labels")  # raises for non-integral, non-finite or negative labels
+    if t.is_complex():
+        raise TypeError(f"labels must be integer class labels, got dtype {t.dtype}")
+    return t
+
+
 def _isin(t: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
-    return torch.isin(t, torch.as_tensor(list(values), dtype=t.dtype, device=t.device))
+    """``isin`` for a few labels: an OR of equalities in the label map's own dtype (faster than ``torch.isin``)."""
+    out = t == values[0]
+    for v in values[1:]:
+        out |= t == v
+    return out

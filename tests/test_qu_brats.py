@@ -2,6 +2,7 @@
 edge cases; region specs; the MONAI metric and the ignite handler."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -126,6 +127,27 @@ def test_hand_worked_2x2x2():
     assert res.ftn_auc == pytest.approx(ftn_auc, abs=1e-12)
     assert res.score == pytest.approx((dice_auc + 1 - ftp_auc + 1 - ftn_auc) / 3, abs=1e-12)
     assert res.score == pytest.approx(0.7263889, abs=1e-6)
+
+
+def test_one_pass_binning_is_exact_at_and_next_to_every_threshold():
+    """The O(1) bin index (estimate + one comparison) equals a binary search, and torch's bucketize path, for values
+    on, just below and just above every threshold, in float32 and float64, on uniform and other grids."""
+    q = sys.modules["monai_unc.metrics.qu_brats"]
+    for num_points, max_u in ((40, 100.0), (30, 100.0), (7, 1.0), (13, 3.7)):
+        asc = q.qu_brats_thresholds(num_points, max_u)[::-1].copy()
+        for dtype in (np.float32, np.float64):
+            grid = asc.astype(dtype)
+            u = np.concatenate([grid, np.nextafter(grid, dtype(-np.inf)), np.nextafter(grid, dtype(np.inf)),
+                                np.random.default_rng(0).uniform(0, max_u, 2000).astype(dtype)])
+            u = np.clip(u, 0, max_u).astype(dtype)
+            expected = np.searchsorted(asc, u.astype(np.float64), side="left")  # first t >= u, in float64
+            np.testing.assert_array_equal(q._bin_index_numpy(u, asc), expected)
+            flags = [torch.from_numpy(np.arange(len(u)) % m == 0) for m in (2, 3, 5)]
+            counts = [q._curve_counts(torch.from_numpy(u), *flags, asc, backend=bk) for bk in ("numpy", "torch")]
+            np.testing.assert_array_equal(counts[0], counts[1])
+    odd = np.array([0.0, 1.0, 5.0, 5.5, 9.0])  # not uniform: binary search
+    u = np.array([0.0, 0.5, 1.0, 5.2, 5.5, 9.0, 9.0], np.float32)
+    np.testing.assert_array_equal(q._bin_index_numpy(u, odd), np.searchsorted(odd, u.astype(np.float64)))
 
 
 # ------------------------------------------------------------------------------------------------ edge cases
@@ -316,3 +338,15 @@ def test_ignite_handler_matches_functional():
                           for r in range(3)] for i in range(4)])
     assert engine.state.metrics["qu_brats"] == pytest.approx(per_case.mean(), abs=1e-6)
     np.testing.assert_allclose(np.asarray(engine.state.metric_details["qu_brats"]), per_case, atol=1e-12)
+
+
+def test_docs_regions_example_runs(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    text = (Path(__file__).resolve().parents[1] / "docs" / "regions.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks, "docs/regions.md has no python example"
+    for code in blocks:
+        exec(compile(code, "docs/regions.md", "exec"), {"__name__": "__docs__"})

@@ -46,7 +46,7 @@ from monai.utils import MetricReduction
 
 from .._utils import ArrayLike, check_finite, like_input, to_tensor
 from ..keys import UncertaintyKeys
-from ..regions import BRATS_REGIONS, RegionSpec, label_to_regions, parse_regions
+from ..regions import BRATS_REGIONS, RegionSpec, label_to_regions, parse_regions, region_masks
 
 __all__ = [
     "QU_BRATS_EPS",
@@ -65,6 +65,7 @@ QU_BRATS_EPS = float(np.finfo(np.float32).eps)
 #: relative tolerance of :func:`to_qu_brats_range` for values just outside ``[0, max_value]`` (float rounding)
 RANGE_RTOL = 1e-5
 _COMPONENTS = ("score", "dice_auc", "ftp_auc", "ftn_auc")
+_CHUNK = 1 << 18  # voxels per chunk of the one-pass counting
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,10 @@ def _uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tenso
         raise ValueError(f"{name} is empty (shape {tuple(u.shape)})")
     if not u.is_floating_point():
         u = u.to(torch.float64)
-    check_finite(u, name)
-    lo, hi = float(u.min()), float(u.max())
+    lo_t, hi_t = torch.aminmax(u)  # NaN propagates into both
+    lo, hi = float(lo_t), float(hi_t)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        check_finite(u, name)  # raises, counting the non-finite values
     if lo < 0 or hi > max_u:
         raise ValueError(
             f"{name} must lie in [0, max_uncertainty={max_u:g}], got values in [{lo:.6g}, {hi:.6g}]; rescale maps "
@@ -160,18 +163,68 @@ def _uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tenso
     return u
 
 
-def _curve_counts(u: torch.Tensor, p: torch.Tensor, g: torch.Tensor, b: torch.Tensor, asc: np.ndarray) -> np.ndarray:
-    """Counts kept at every ascending threshold: ``(K, 8)`` int64 by category ``P + 2 G + 4 B``, plus the totals
-    ``(8,)`` as a last row: ``(K + 1, 8)``."""
+def _bin_index_numpy(u: np.ndarray, asc: np.ndarray) -> np.ndarray:
+    """For every voxel the index of the first ascending threshold ``>= u`` (the voxel is kept, ``u <= t``, from that
+    threshold on; ``len(asc)``: never kept). Exact, O(1) per voxel for the uniform grid ``t_i = i * step``.
+
+    The estimate ``e = ceil(u / step - 1/2)`` is off by at most one downwards (the float error of ``u / step`` is
+    far below 1/2 of a grid step), so one comparison with the grid fixes it: ``e += (t_e < u)``. For float32 maps
+    the comparison uses each threshold rounded down to float32, which for float32 ``u`` is the same test as
+    ``u <= t`` in float64. Other grids fall back to a binary search.
+    """
     k = len(asc)
-    grid = torch.as_tensor(asc, dtype=torch.float64, device=u.device)
-    # first grid index whose threshold is >= u: the voxel is kept (u <= t) from there on; k = never kept
-    idx = torch.bucketize(u.reshape(-1).to(torch.float64), grid, right=False)  # int64
-    code = p.reshape(-1).to(torch.uint8)
-    code += g.reshape(-1).to(torch.uint8) * 2
-    code += b.reshape(-1).to(torch.uint8) * 4
-    idx.mul_(8).add_(code)
-    counts = torch.bincount(idx, minlength=(k + 1) * 8).reshape(k + 1, 8).cpu().numpy().astype(np.int64)
+    if u.dtype != np.float64:
+        u = u.astype(np.float32 if u.dtype.kind == "f" and u.dtype.itemsize <= 4 else np.float64, copy=False)
+    step = float(asc[1] - asc[0]) if k > 1 else 0.0
+    if k < 2 or not np.array_equal(asc, np.arange(k) * step):
+        return np.searchsorted(asc, u.astype(np.float64, copy=False), side="left")
+    bounds = asc.astype(u.dtype)
+    if u.dtype == np.float32:  # round down: largest float32 <= t
+        high = bounds.astype(np.float64) > asc
+        bounds[high] = np.nextafter(bounds[high], np.float32(-np.inf))
+    bounds = np.append(bounds, np.array(np.inf, dtype=u.dtype))
+    x = u * u.dtype.type(1.0 / step)
+    x -= u.dtype.type(0.5)
+    np.ceil(x, out=x)
+    np.clip(x, 0, k, out=x)
+    e = x.astype(np.intp)
+    del x
+    e += np.take(bounds, e) < u
+    return e
+
+
+def _curve_counts(
+    u: torch.Tensor, p: torch.Tensor, g: torch.Tensor, b: torch.Tensor, asc: np.ndarray, backend: str | None = None
+) -> np.ndarray:
+    """Counts kept at every ascending threshold: ``(K, 8)`` int64 by category ``P + 2 G + 4 B``, plus the totals
+    ``(8,)`` as a last row: ``(K + 1, 8)``. One pass: a threshold index and a category per voxel, one bincount.
+    CPU tensors run through numpy (zero copy), other devices through ``torch.bucketize`` / ``torch.bincount``
+    (``backend`` forces one, for tests)."""
+    k = len(asc)
+    if backend is None:
+        backend = "numpy" if u.device.type == "cpu" else "torch"
+    if backend == "numpy":
+        un, pn, gn, bn = (t.reshape(-1).numpy() for t in (u, p, g, b))
+        pn, gn, bn = (x.view(np.uint8) for x in (pn, gn, bn))
+        counts = np.zeros((k + 1) * 8, dtype=np.int64)
+        for lo in range(0, un.size, _CHUNK):  # chunks: the temporaries stay in cache (1.7x faster, flat memory)
+            hi = lo + _CHUNK
+            idx = _bin_index_numpy(un[lo:hi], asc)
+            code = pn[lo:hi] | (gn[lo:hi] << 1)
+            code |= bn[lo:hi] << 2
+            idx *= 8
+            idx += code
+            counts += np.bincount(idx, minlength=(k + 1) * 8)
+        counts = counts.reshape(k + 1, 8)
+    else:
+        grid = torch.as_tensor(asc, dtype=torch.float64, device=u.device)
+        # first grid index whose threshold is >= u: the voxel is kept (u <= t) from there on; k = never kept
+        tidx = torch.bucketize(u.reshape(-1).to(torch.float64), grid, right=False)  # int64
+        tcode = p.reshape(-1).to(torch.uint8)
+        tcode += g.reshape(-1).to(torch.uint8) * 2
+        tcode += b.reshape(-1).to(torch.uint8) * 4
+        tidx.mul_(8).add_(tcode)
+        counts = torch.bincount(tidx, minlength=(k + 1) * 8).reshape(k + 1, 8).cpu().numpy().astype(np.int64)
     kept = np.cumsum(counts[:k], axis=0)
     return np.concatenate([kept, counts.sum(axis=0, keepdims=True)], axis=0)
 
@@ -211,12 +264,12 @@ def qu_brats(
             raise ValueError(f"brain_mask must have the shape of uncertainty {shape}, got {tuple(bm.shape)}")
         if bm.is_floating_point():
             check_finite(bm, "brain_mask")
-        b = (bm > 0).to(u.device)
-        if not bool(b.any()):
-            raise ValueError("brain_mask has no voxel > 0: FTP and FTN are counted inside the brain mask")
+        b = (bm if bm.dtype == torch.bool else bm > 0).to(u.device)
     desc = qu_brats_thresholds(k, max_u)
     asc = desc[::-1].copy()
     counts = _curve_counts(u, p, g, b, asc)
+    if counts[-1, 4:].sum() == 0:  # categories with the brain bit
+        raise ValueError("brain_mask has no voxel > 0: FTP and FTN are counted inside the brain mask")
     return _result_from_counts(counts, desc, max_u)
 
 
@@ -282,8 +335,7 @@ def qu_brats_regions(
             if missing:
                 raise ValueError(f"{what} has no mask for the regions {missing}")
             return {n: x[n] for n in names}
-        conv = label_to_regions(to_tensor(x, what), spec)
-        return {n: conv[i] for i, n in enumerate(names)}
+        return region_masks(to_tensor(x, what), spec)
 
     pm, tm = masks(pred, "pred"), masks(target, "target")
     results = {
