@@ -22,7 +22,7 @@ from monai_unc.metrics import (
     qu_brats_thresholds,
     to_qu_brats_range,
 )
-from monai_unc.regions import BRATS_2023_REGIONS, BRATS_REGIONS, label_to_regions, parse_regions
+from monai_unc.regions import BRATS_2023_REGIONS, BRATS_REGIONS, label_to_regions, parse_regions, region_masks
 
 EPS = np.finfo(np.float32).eps
 
@@ -242,6 +242,10 @@ def test_label_to_regions_equals_monai_brats_conversion():
     l23 = np.where(label == 4, 3, label)
     np.testing.assert_array_equal(label_to_regions(l23, BRATS_2023_REGIONS),
                                   ConvertToMultiChannelBasedOnBratsClasses(et_label=3)(l23))
+    masks = region_masks(torch.from_numpy(label), '{"WT": [1, 2, 4], "ET": [4]}')
+    assert list(masks) == ["WT", "ET"] and masks["ET"].dtype == torch.bool
+    np.testing.assert_array_equal(masks["WT"].numpy(), ours[1])
+    np.testing.assert_array_equal(region_masks(label.astype(np.float64), "brats")["TC"], ours[0])
     assert parse_regions('{"WT": [1, 2, 4], "ET": [4]}') == {"WT": (1, 2, 4), "ET": (4,)}
     for bad, err in (("nope", ValueError), ({}, ValueError), ({"A": []}, ValueError), ({"A": [-1]}, ValueError),
                      ({"A": [1, 1]}, ValueError), ({"A": [1.5]}, TypeError), ([1, 2], TypeError)):
@@ -251,6 +255,8 @@ def test_label_to_regions_equals_monai_brats_conversion():
         label_to_regions(np.zeros((2, 3)), channel_dim=0)
     with pytest.raises(ValueError, match="integer"):
         label_to_regions(np.full((2, 3), 0.5))
+    with pytest.raises(ValueError, match="non-negative"):
+        region_masks(np.full((2, 3), -1))
 
 
 def test_regions_wrapper_equals_each_region_by_hand():
