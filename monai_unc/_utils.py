@@ -28,6 +28,7 @@ __all__ = [
     "case_pair",
     "check_finite",
     "check_probabilities",
+    "check_unit_interval",
     "check_labels",
     "normalize_spacing",
     "case_spacings",
@@ -162,6 +163,32 @@ def check_probabilities(
         raise ValueError(
             f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
             f"largest deviation {dev:.4g}; pass probabilities, not logits"
+        )
+
+
+def check_unit_interval(
+    p: torch.Tensor, name: str = "probs", channel_dim: int = 1, min_ndim: int = 3, tol: float = PROB_TOL
+) -> None:
+    """Validate multi-label (per-channel Bernoulli) probabilities: values in ``[0, 1]``, no sum constraint.
+
+    Raises ``ValueError`` naming ``name`` when the tensor has too few dimensions, no channel, an empty volume,
+    non-finite values or values outside ``[0, 1]`` (beyond ``tol``); ``TypeError`` for non-float dtypes.
+    """
+    p = p.detach()
+    if not p.is_floating_point():
+        raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
+    if p.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimensions ((B, C, *spatial) probabilities), "
+            f"got shape {tuple(p.shape)}"
+        )
+    if p.shape[channel_dim] < 1 or p.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(p.shape)})")
+    check_finite(p, name)
+    lo, hi = float(p.min()), float(p.max())
+    if lo < -tol or hi > 1 + tol:
+        raise ValueError(
+            f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]; pass probabilities, not logits"
         )
 
 

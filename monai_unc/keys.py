@@ -67,7 +67,11 @@ class UncertaintyKeys(str, Enum, metaclass=_KeysMeta):
     - ``pred``: mean probabilities ``(B, C, *spatial)``.
     - ``predictive_entropy``: H(mean p), total uncertainty (PU), ``(B, 1, *spatial)``.
     - ``expected_entropy``: mean over samples of H(p_s), aleatoric part (AU).
-    - ``mutual_information``: PE - EE, epistemic part (EU) for dropout / ensembles / TTA.
+    - ``mutual_information``: PE - EE (- WD under overlapping sliding windows), epistemic part (EU) for
+      dropout / ensembles / TTA.
+    - ``window_disagreement``: WD = H(blend of window means) - blend of H(window means) under overlapping
+      sliding windows (>= 0, 0 without overlap), so that PE = EE + MI + WD; see
+      :mod:`monai_unc.inferers.sampling`.
     - ``one_minus_max_prob``: 1 - max_c mean p (larger = less confident); called ``max_softmax`` before, a name
       still accepted with a ``DeprecationWarning`` for one release (``UncertaintyKeys.MAX_SOFTMAX`` and
       ``UncertaintyKeys("max_softmax")`` give this member).
@@ -79,6 +83,7 @@ class UncertaintyKeys(str, Enum, metaclass=_KeysMeta):
     PREDICTIVE_ENTROPY = "predictive_entropy"
     EXPECTED_ENTROPY = "expected_entropy"
     MUTUAL_INFORMATION = "mutual_information"
+    WINDOW_DISAGREEMENT = "window_disagreement"
     ONE_MINUS_MAX_PROB = "one_minus_max_prob"
     VARIANCE = "variance"
     SAMPLES = "samples"

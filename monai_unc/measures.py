@@ -13,6 +13,14 @@ The decomposition (ValUES, Sec. 3 / eq. 1; RETINA, Band et al.) is
 with ``H(p) = -sum_c p_c log p_c`` and ``0 log 0 = 0``. MI is non-negative by Jensen's inequality; the
 difference of two floating-point entropies can fall a few ulps below zero, so it is clamped at 0.
 
+Multi-label (region-based) models, ``multilabel=True``: each of the ``C >= 1`` channels is an independent
+Bernoulli variable with foreground probability ``p_c`` (a sigmoid per channel, e.g. the BraTS regions WT/TC/ET;
+the channels need not sum to 1). Every measure is then evaluated per channel and maps are ``(B, C, *spatial)``,
+one per region: the binary entropy ``H_b(p) = -p log p - (1 - p) log(1 - p)`` replaces ``H`` in PE, EE and MI,
+the max-probability uncertainty is ``1 - max(p_c, 1 - p_c)`` (in ``[0, 0.5]``), the variance is the per-channel
+population variance, and ``normalize=True`` divides the entropies by ``log 2``. For ``C = 1`` this equals the
+two-class categorical result on ``(1 - p, p)``.
+
 Inputs may be numpy arrays or torch tensors (CPU or CUDA); outputs follow the input's library and dtype.
 """
 
@@ -22,9 +30,10 @@ import math
 
 import torch
 
-from ._utils import ArrayLike, check_probabilities, like_input, to_tensor
+from ._utils import ArrayLike, check_probabilities, check_unit_interval, like_input, to_tensor
 
 __all__ = [
+    "binary_entropy",
     "entropy",
     "predictive_entropy",
     "expected_entropy",
@@ -45,6 +54,54 @@ def _entropy_t(p: torch.Tensor, dim: int, normalize: bool) -> torch.Tensor:
     return h
 
 
+def _binary_entropy_t(p: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """H_b(p) = -p log p - (1 - p) log(1 - p) elementwise (per channel), 0 log 0 = 0; the single binary-entropy
+    formula (a region's Bernoulli entropy in nats; divided by log 2 with ``normalize``)."""
+    tiny = torch.finfo(p.dtype).tiny
+    q = 1 - p
+    h = -(p * torch.log(p.clamp_min(tiny)) + q * torch.log(q.clamp_min(tiny)))
+    if normalize:
+        h = h / math.log(2)
+    return h
+
+
+def _entropy_map_t(p: torch.Tensor, dim: int, normalize: bool, multilabel: bool) -> torch.Tensor:
+    """Categorical entropy over ``dim`` (kept, one channel) or, for ``multilabel``, the per-channel binary entropy."""
+    return _binary_entropy_t(p, normalize) if multilabel else _entropy_t(p, dim, normalize)
+
+
+def _max_prob_uncertainty_t(mean: torch.Tensor, multilabel: bool) -> torch.Tensor:
+    """``1 - max_c p_c`` (one channel), or per channel ``1 - max(p_c, 1 - p_c)`` for ``multilabel``."""
+    if multilabel:
+        return 1 - torch.maximum(mean, 1 - mean)
+    return 1 - mean.amax(dim=1, keepdim=True)
+
+
+def _check(p: torch.Tensor, name: str, multilabel: bool, channel_dim: int = 1, min_ndim: int = 3) -> None:
+    if multilabel:
+        check_unit_interval(p, name, channel_dim=channel_dim, min_ndim=min_ndim)
+    else:
+        check_probabilities(p, name, channel_dim=channel_dim, min_ndim=min_ndim)
+
+
+def binary_entropy(probs: ArrayLike, normalize: bool = False, validate: bool = True) -> ArrayLike:
+    """Per-channel binary (Bernoulli) entropy of multi-label probabilities, ``(B, C, *spatial) -> (B, C, *spatial)``.
+
+    ``H_b(p) = -p log p - (1 - p) log(1 - p)`` in nats, ``0 log 0 = 0``; each channel is an independent region
+    (sigmoid outputs, e.g. BraTS WT/TC/ET); ``normalize=True`` divides by ``log 2`` (the maximum, at p = 0.5).
+    Applied to the mean of samples this is the per-region predictive entropy.
+
+    Args:
+        probs: per-channel foreground probabilities in [0, 1] (no sum constraint), ``C >= 1``.
+        normalize: divide by ``log 2``.
+        validate: check that ``probs`` are finite and in [0, 1]; raises ``ValueError``.
+    """
+    p = to_tensor(probs, "probs")
+    if validate:
+        check_unit_interval(p, "probs")
+    return like_input(_binary_entropy_t(p, normalize), probs)
+
+
 def entropy(probs: ArrayLike, normalize: bool = False, validate: bool = True) -> ArrayLike:
     """Shannon entropy of class probabilities, ``(B, C, *spatial) -> (B, 1, *spatial)``.
 
@@ -63,7 +120,7 @@ def entropy(probs: ArrayLike, normalize: bool = False, validate: bool = True) ->
     return like_input(_entropy_t(p, 1, normalize), probs)
 
 
-def _samples(samples: ArrayLike, validate: bool) -> torch.Tensor:
+def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False) -> torch.Tensor:
     s = to_tensor(samples, "samples")
     if s.ndim < 4:
         raise ValueError(
@@ -72,65 +129,89 @@ def _samples(samples: ArrayLike, validate: bool) -> torch.Tensor:
     if s.shape[0] < 1:
         raise ValueError("samples must hold at least one sample along dim 0")
     if validate:
-        check_probabilities(s, "samples", channel_dim=2, min_ndim=4)
+        _check(s, "samples", multilabel, channel_dim=2, min_ndim=4)
     return s
 
 
-def predictive_entropy(samples: ArrayLike, normalize: bool = False, validate: bool = True) -> ArrayLike:
+def predictive_entropy(
+    samples: ArrayLike, normalize: bool = False, validate: bool = True, multilabel: bool = False
+) -> ArrayLike:
     """Predictive entropy ``H(mean_s p_s)`` of samples ``(S, B, C, *spatial) -> (B, 1, *spatial)``.
 
-    Total uncertainty (PU in ValUES; "predictive entropy" in RETINA, Band et al.).
+    Total uncertainty (PU in ValUES; "predictive entropy" in RETINA, Band et al.). ``multilabel=True``:
+    per-channel binary entropy ``H_b(mean_s p_s)``, ``(B, C, *spatial)`` (module docstring).
     """
-    s = _samples(samples, validate)
-    return like_input(_entropy_t(s.mean(0), 1, normalize), samples)
+    s = _samples(samples, validate, multilabel)
+    return like_input(_entropy_map_t(s.mean(0), 1, normalize, multilabel), samples)
 
 
-def expected_entropy(samples: ArrayLike, normalize: bool = False, validate: bool = True) -> ArrayLike:
+def expected_entropy(
+    samples: ArrayLike, normalize: bool = False, validate: bool = True, multilabel: bool = False
+) -> ArrayLike:
     """Expected entropy ``mean_s H(p_s)`` of samples ``(S, B, C, *spatial) -> (B, 1, *spatial)``.
 
-    The aleatoric part of the decomposition (AU in ValUES).
+    The aleatoric part of the decomposition (AU in ValUES). ``multilabel=True``: ``mean_s H_b(p_s)`` per channel,
+    ``(B, C, *spatial)``.
     """
-    s = _samples(samples, validate)
-    return like_input(_entropy_t(s, 2, normalize).mean(0), samples)
+    s = _samples(samples, validate, multilabel)
+    return like_input(_entropy_map_t(s, 2, normalize, multilabel).mean(0), samples)
 
 
-def mutual_information_from_entropies(pe: torch.Tensor, ee: torch.Tensor) -> torch.Tensor:
-    """``MI = PE - EE`` clamped at 0 (Jensen: MI >= 0; the clamp only removes rounding below zero)."""
-    return (pe - ee).clamp_min(0)
+def mutual_information_from_entropies(
+    pe: torch.Tensor, ee: torch.Tensor, window_disagreement: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``MI = PE - EE`` clamped at 0 (Jensen: MI >= 0; the clamp only removes rounding below zero).
+
+    With ``window_disagreement`` (WD, stitched sliding windows, see :mod:`monai_unc.inferers.sampling`):
+    ``MI = PE - EE - WD``, clamped at 0, so that ``PE = EE + MI + WD``.
+    """
+    if window_disagreement is None:
+        return (pe - ee).clamp_min(0)
+    return ((pe - ee) - window_disagreement).clamp_min(0)
 
 
-def mutual_information(samples: ArrayLike, normalize: bool = False, validate: bool = True) -> ArrayLike:
+def mutual_information(
+    samples: ArrayLike, normalize: bool = False, validate: bool = True, multilabel: bool = False
+) -> ArrayLike:
     """Mutual information ``H(mean_s p_s) - mean_s H(p_s)``, ``(S, B, C, *spatial) -> (B, 1, *spatial)``.
 
     Epistemic uncertainty (EU in ValUES) for dropout, ensembles and test-time augmentation (for TTA it is
-    MI(Y, T), ValUES Appendix E); aleatoric for latent-variable models (ValUES Appendix D).
+    MI(Y, T), ValUES Appendix E); aleatoric for latent-variable models (ValUES Appendix D). ``multilabel=True``:
+    per channel with binary entropies, ``(B, C, *spatial)``.
     """
-    s = _samples(samples, validate)
-    pe = _entropy_t(s.mean(0), 1, normalize)
-    ee = _entropy_t(s, 2, normalize).mean(0)
+    s = _samples(samples, validate, multilabel)
+    pe = _entropy_map_t(s.mean(0), 1, normalize, multilabel)
+    ee = _entropy_map_t(s, 2, normalize, multilabel).mean(0)
     return like_input(mutual_information_from_entropies(pe, ee), samples)
 
 
-def max_softmax(probs: ArrayLike, validate: bool = True) -> ArrayLike:
+def max_softmax(probs: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:
     """Maximum-softmax uncertainty ``1 - max_c p_c``, ``(B, C, *spatial) -> (B, 1, *spatial)``.
 
-    For samples, pass their mean. Lies in ``[0, 1 - 1/C]``; larger = less confident.
+    For samples, pass their mean. Lies in ``[0, 1 - 1/C]``; larger = less confident. ``multilabel=True``: per
+    channel ``1 - max(p_c, 1 - p_c)`` (the max-probability uncertainty of each region's Bernoulli variable), in
+    ``[0, 0.5]``, ``(B, C, *spatial)``.
     """
     p = to_tensor(probs, "probs")
     if validate:
-        check_probabilities(p, "probs")
-    return like_input(1 - p.amax(dim=1, keepdim=True), probs)
+        _check(p, "probs", multilabel)
+    return like_input(_max_prob_uncertainty_t(p, multilabel), probs)
 
 
-def variance_from_moments(mean: torch.Tensor, mean_sq: torch.Tensor) -> torch.Tensor:
-    """Mean over classes of ``E[p^2] - E[p]^2`` (population variance), clamped at 0, ``-> (B, 1, ...)``."""
-    return (mean_sq - mean * mean).clamp_min(0).mean(dim=1, keepdim=True)
+def variance_from_moments(mean: torch.Tensor, mean_sq: torch.Tensor, multilabel: bool = False) -> torch.Tensor:
+    """Mean over classes of ``E[p^2] - E[p]^2`` (population variance), clamped at 0, ``-> (B, 1, ...)``; per channel
+    ``(B, C, ...)`` for ``multilabel``."""
+    var = (mean_sq - mean * mean).clamp_min(0)
+    return var if multilabel else var.mean(dim=1, keepdim=True)
 
 
-def variance(samples: ArrayLike, validate: bool = True) -> ArrayLike:
+def variance(samples: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:
     """Sample variance map ``mean_c Var_s(p_{s,c})``, ``(S, B, C, *spatial) -> (B, 1, *spatial)``.
 
-    Population variance (divided by S, not S - 1), averaged over classes (docs/design.md, ``variance`` key).
+    Population variance (divided by S, not S - 1), averaged over classes (``variance`` key of the inferers).
+    ``multilabel=True``: per channel, ``(B, C, *spatial)`` (for ``C = 1`` equal to the two-class value, since
+    ``Var(1 - p) = Var(p)``).
     """
-    s = _samples(samples, validate)
-    return like_input(s.var(dim=0, correction=0).mean(dim=1, keepdim=True), samples)
+    s = _samples(samples, validate, multilabel)
+    var = s.var(dim=0, correction=0)
+    return like_input(var if multilabel else var.mean(dim=1, keepdim=True), samples)

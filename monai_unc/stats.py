@@ -7,9 +7,13 @@ Memory does not grow with the number of samples: per voxel we keep the running (
     sum_h            sum_s w_s H(p_s)            -> expected entropy (1 channel)
     sum_p2[c]        sum_s w_s p_s[c]^2          -> variance (C channels, only if ``track_variance``)
 
-and derive every measure at the end (docs/design.md, "Streaming statistics"): PE = H(mean p),
-EE = sum_h / sum_w, MI = PE - EE, one_minus_max_prob = 1 - max_c mean p, variance = mean_c (E[p^2] - E[p]^2).
-Merging two SampleStats adds the sums; the result equals the statistics of the pooled samples.
+and derive every measure at the end: PE = H(mean p), EE = sum_h / sum_w, MI = PE - EE, max-softmax =
+1 - max_c mean p, variance = mean_c (E[p^2] - E[p]^2). Merging two SampleStats adds the sums; the result equals
+the statistics of the pooled samples.
+
+Multi-label (region-based, sigmoid) models, ``multilabel=True``: every channel is an independent Bernoulli
+variable; ``sum_h`` then has C channels (the per-channel binary entropies ``H_b(p_s[c])``) and every measure is
+per channel (:mod:`monai_unc.measures`), so memory stays flat in the number of samples as for softmax models.
 
 Precision choice: the sums are kept in float64 by default (``accum_dtype``); each sample's entropy is
 evaluated in the precision of its probabilities before it is added. MI and variance are
@@ -26,9 +30,14 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from ._utils import check_finite, check_probabilities, to_tensor
+from ._utils import check_finite, check_probabilities, check_unit_interval, to_tensor
 from .keys import UncertaintyKeys
-from .measures import _entropy_t, mutual_information_from_entropies, variance_from_moments
+from .measures import (
+    _entropy_map_t,
+    _max_prob_uncertainty_t,
+    mutual_information_from_entropies,
+    variance_from_moments,
+)
 
 __all__ = ["SampleStats", "ALL_MEASURES"]
 
@@ -51,7 +60,10 @@ class SampleStats:
     Args:
         track_variance: also keep the sum of squares (C more channels) to report ``variance``.
         accum_dtype: dtype of the running sums (float64 by default, see the module docstring).
-        validate: check every update is a finite probability map summing to 1 over classes.
+        validate: check every update is a finite probability map summing to 1 over classes (in [0, 1] for
+            ``multilabel``).
+        multilabel: channels are independent Bernoulli variables (sigmoid per region, ``C >= 1``); every measure
+            is then per channel, ``(B, C, *spatial)``.
 
     Example::
 
@@ -62,10 +74,15 @@ class SampleStats:
     """
 
     def __init__(
-        self, track_variance: bool = True, accum_dtype: torch.dtype = torch.float64, validate: bool = True
+        self,
+        track_variance: bool = True,
+        accum_dtype: torch.dtype = torch.float64,
+        validate: bool = True,
+        multilabel: bool = False,
     ) -> None:
         if not accum_dtype.is_floating_point:
             raise TypeError(f"accum_dtype must be a floating point dtype, got {accum_dtype}")
+        self.multilabel = bool(multilabel)
         self.track_variance = bool(track_variance)
         self.accum_dtype = accum_dtype
         self.validate = bool(validate)
@@ -85,9 +102,10 @@ class SampleStats:
         if not (weight > 0 and weight < float("inf")):
             raise ValueError(f"weight must be positive and finite, got {weight}")
         if self.validate:
-            check_probabilities(p, "probs")
-        elif p.ndim < 3 or p.shape[1] < 2:
-            raise ValueError(f"probs must have shape (B, C>=2, *spatial), got {tuple(p.shape)}")
+            (check_unit_interval if self.multilabel else check_probabilities)(p, "probs")
+        elif p.ndim < 3 or p.shape[1] < (1 if self.multilabel else 2):
+            c = "C>=1" if self.multilabel else "C>=2"
+            raise ValueError(f"probs must have shape (B, {c}, *spatial), got {tuple(p.shape)}")
         if self.sum_p is not None and p.shape != self.sum_p.shape:
             raise ValueError(
                 f"probs shape {tuple(p.shape)} does not match the shape of earlier samples {tuple(self.sum_p.shape)}"
@@ -95,7 +113,7 @@ class SampleStats:
         pa = p.to(self.accum_dtype)
         # the per-sample entropy is evaluated in the input's precision (relative error ~1e-7 in float32, the
         # precision of the probabilities themselves) and summed in accum_dtype: the log is the costliest step
-        h = _entropy_t(p if p.is_floating_point() else pa, 1, False)
+        h = _entropy_map_t(p if p.is_floating_point() else pa, 1, False, self.multilabel)
         w = float(weight)
         if self.sum_p is None:
             self.out_dtype = p.dtype
@@ -116,6 +134,10 @@ class SampleStats:
         """Add the sums of ``other`` into ``self`` (pooled statistics); returns ``self``."""
         if not isinstance(other, SampleStats):
             raise TypeError(f"other must be a SampleStats, got {type(other).__name__}")
+        if other.multilabel != self.multilabel:
+            raise ValueError(
+                f"cannot merge multilabel={other.multilabel} statistics into multilabel={self.multilabel} statistics"
+            )
         if other.sum_p is None:
             return self
         if self.sum_p is None:
@@ -149,16 +171,22 @@ class SampleStats:
         count: float = 1.0,
         num_updates: int | None = None,
         out_dtype: torch.dtype | None = None,
+        multilabel: bool = False,
     ) -> SampleStats:
         """Rebuild statistics from per-voxel means (e.g. after sliding-window stitching).
 
-        ``mean`` ``(B, C, *spatial)``, ``mean_entropy`` ``(B, 1, *spatial)``, optional ``mean_sq`` like
-        ``mean``; ``count`` is the total weight the means stand for, so that merging stays exact.
+        ``mean`` ``(B, C, *spatial)``, ``mean_entropy`` ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
+        ``multilabel``), optional ``mean_sq`` like ``mean``; ``count`` is the total weight the means stand for, so
+        that merging stays exact.
         """
         if not count > 0:
             raise ValueError(f"count must be positive, got {count}")
         check_finite(mean, "mean")
-        stats = cls(track_variance=mean_sq is not None, accum_dtype=torch.promote_types(mean.dtype, torch.float32))
+        stats = cls(
+            track_variance=mean_sq is not None,
+            accum_dtype=torch.promote_types(mean.dtype, torch.float32),
+            multilabel=multilabel,
+        )
         stats.out_dtype = out_dtype or mean.dtype
         stats.sum_w = float(count)
         stats.num_updates = int(num_updates if num_updates is not None else round(count))
@@ -184,7 +212,8 @@ class SampleStats:
         return self.sum_p / self.sum_w
 
     def moments(self) -> dict[str, torch.Tensor]:
-        """Per-voxel means: ``pred`` (C), ``expected_entropy`` (1) and, if tracked, ``mean_sq`` (C).
+        """Per-voxel means: ``pred`` (C), ``expected_entropy`` (1; C for ``multilabel``) and, if tracked,
+        ``mean_sq`` (C).
 
         These are what a sliding-window callable returns: convex combinations of them stay valid.
         """
@@ -197,9 +226,9 @@ class SampleStats:
     def measures(self, keys: Iterable[str] | None = None, normalize: bool = False) -> dict[str, torch.Tensor]:
         """Derive the requested measures (default: all available) as ``dict[str, Tensor]``.
 
-        ``pred`` is ``(B, C, *spatial)``, every other map ``(B, 1, *spatial)``. ``normalize=True`` divides
-        the entropies by ``log C``. Raises ``ValueError`` for unknown keys or ``variance`` without
-        ``track_variance``.
+        ``pred`` is ``(B, C, *spatial)``, every other map ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
+        ``multilabel``). ``normalize=True`` divides the entropies by ``log C`` (``log 2`` for ``multilabel``).
+        Raises ``ValueError`` for unknown keys or ``variance`` without ``track_variance``.
         """
         self._require()
         wanted = [K(k).value for k in (keys if keys is not None else self.available_keys())]
@@ -207,7 +236,9 @@ class SampleStats:
             raise ValueError("SampleStats does not keep samples; use an inferer with keep_samples=True")
         if K.VARIANCE.value in wanted and not self.track_variance:
             raise ValueError("variance was requested but these statistics were built with track_variance=False")
-        return derive_measures(self.moments(), wanted, normalize=normalize, out_dtype=self.out_dtype)
+        return derive_measures(
+            self.moments(), wanted, normalize=normalize, out_dtype=self.out_dtype, multilabel=self.multilabel
+        )
 
     def available_keys(self) -> list[str]:
         return [k.value for k in ALL_MEASURES if k != K.VARIANCE or self.track_variance]
@@ -217,7 +248,7 @@ class SampleStats:
         """Sums and counts, e.g. for ``torch.distributed.all_reduce`` of the tensors (sum)."""
         self._require()
         state = {"sum_w": self.sum_w, "num_updates": self.num_updates, "sum_p": self.sum_p, "sum_h": self.sum_h,
-                 "out_dtype": str(self.out_dtype).replace("torch.", "")}
+                 "out_dtype": str(self.out_dtype).replace("torch.", ""), "multilabel": self.multilabel}
         if self.track_variance:
             state["sum_p2"] = self.sum_p2
         return state
@@ -230,11 +261,15 @@ class SampleStats:
         self.track_variance = "sum_p2" in state
         self.sum_p2 = state["sum_p2"].to(self.accum_dtype) if self.track_variance else None
         self.out_dtype = getattr(torch, state.get("out_dtype", "float32"))
+        self.multilabel = bool(state.get("multilabel", False))
         return self
 
     def __repr__(self) -> str:
         shape = None if self.sum_p is None else tuple(self.sum_p.shape)
-        return f"SampleStats(count={self.sum_w:g}, shape={shape}, track_variance={self.track_variance})"
+        return (
+            f"SampleStats(count={self.sum_w:g}, shape={shape}, track_variance={self.track_variance}, "
+            f"multilabel={self.multilabel})"
+        )
 
 
 def derive_measures(
@@ -242,21 +277,27 @@ def derive_measures(
     keys: Iterable[str],
     normalize: bool = False,
     out_dtype: torch.dtype | None = None,
+    multilabel: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Measures from per-voxel means ``{pred, expected_entropy[, mean_sq]}`` (see :meth:`SampleStats.moments`).
+    """Measures from per-voxel means ``{pred, expected_entropy[, mean_sq][, window_disagreement]}`` (see
+    :meth:`SampleStats.moments`).
 
     This is where the decomposition is evaluated once for every inferer, stitched or not:
     PE = H(pred), EE = expected_entropy, MI = max(PE - EE, 0), one_minus_max_prob = 1 - max_c pred,
-    variance = mean_c (mean_sq - pred^2).
+    variance = mean_c (mean_sq - pred^2). When ``moments`` holds ``window_disagreement`` (WD, the part of PE
+    that comes from overlapping sliding windows disagreeing, computed by the inferer), MI = max(PE - EE - WD, 0)
+    and WD can be asked for as a map. ``multilabel``: per-channel Bernoulli measures (:mod:`monai_unc.measures`),
+    every map ``(B, C, *spatial)``; ``normalize`` divides by ``log 2`` instead of ``log C``.
     """
     mean = moments[K.PRED.value]
     ee = moments[K.EXPECTED_ENTROPY.value]
-    n_classes = mean.shape[1]
+    wd = moments.get(K.WINDOW_DISAGREEMENT.value)
+    n_classes = 2 if multilabel else mean.shape[1]
     keys = [K(k).value for k in keys]
     out: dict[str, torch.Tensor] = {}
     pe = None
     if K.PREDICTIVE_ENTROPY.value in keys or K.MUTUAL_INFORMATION.value in keys:
-        pe = _entropy_t(mean, 1, False)
+        pe = _entropy_map_t(mean, 1, False, multilabel)
     for key in keys:
         if key == K.PRED.value:
             val = mean
@@ -265,19 +306,26 @@ def derive_measures(
         elif key == K.EXPECTED_ENTROPY.value:
             val = ee
         elif key == K.MUTUAL_INFORMATION.value:
-            val = mutual_information_from_entropies(pe, ee)
+            val = mutual_information_from_entropies(pe, ee, wd)
+        elif key == K.WINDOW_DISAGREEMENT.value:
+            if wd is None:
+                raise ValueError(
+                    "window_disagreement is only available from an inferer with window_disagreement='separate'"
+                )
+            val = wd
         elif key == K.ONE_MINUS_MAX_PROB.value:
-            val = 1 - mean.amax(dim=1, keepdim=True)
+            val = _max_prob_uncertainty_t(mean, multilabel)
         elif key == K.VARIANCE.value:
             if "mean_sq" not in moments:
                 raise ValueError("variance needs the second moment 'mean_sq'")
-            val = variance_from_moments(mean, moments["mean_sq"])
+            val = variance_from_moments(mean, moments["mean_sq"], multilabel)
         else:
             raise ValueError(f"unknown measure {key!r}")
         if normalize and key in (
             K.PREDICTIVE_ENTROPY.value,
             K.EXPECTED_ENTROPY.value,
             K.MUTUAL_INFORMATION.value,
+            K.WINDOW_DISAGREEMENT.value,
         ):
             val = val / torch.log(torch.tensor(float(n_classes), dtype=val.dtype, device=val.device))
         out[key] = val.to(out_dtype) if out_dtype is not None else val

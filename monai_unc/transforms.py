@@ -66,8 +66,9 @@ __all__ = [
 ]
 
 K = UncertaintyKeys
-#: measures a transform can produce (``samples`` is an input, never an output)
-_MEASURES = tuple(k.value for k in K if k != K.SAMPLES)
+#: measures a transform can produce (``samples`` is an input, never an output; ``window_disagreement`` only comes
+#: from sliding-window stitching inside an inferer)
+_MEASURES = tuple(k.value for k in K if k not in (K.SAMPLES, K.WINDOW_DISAGREEMENT))
 _BACKENDS = [TransformBackends.TORCH, TransformBackends.NUMPY]
 
 

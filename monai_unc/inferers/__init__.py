@@ -30,18 +30,23 @@ from .rate_in import (
     ssim_loss,
 )
 from .sampling import (
+    WD_RTOL,
+    WINDOW_DISAGREEMENT_MODES,
     SampleSource,
     SoftmaxInferer,
     StochasticSource,
     UncertaintyInferer,
     UncertaintyOutput,
     apply_activation,
+    window_disagreement_from_stitched,
 )
 from .ssn import SSNInferer, SSNSource
 from .tta import AugmentationSource, FlipSource, InvertibleTransformSource, NoiseSource, TTAInferer, flip_subsets
 
 __all__ = [
     "LOSS_NAMES",
+    "WD_RTOL",
+    "WINDOW_DISAGREEMENT_MODES",
     "RateInDropout",
     "RateInHook",
     "RateInInferer",
@@ -82,4 +87,5 @@ __all__ = [
     "flip_subsets",
     "load_state_dict",
     "remove_dropout",
+    "window_disagreement_from_stitched",
 ]

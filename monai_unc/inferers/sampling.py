@@ -5,21 +5,50 @@ latent draws. :class:`UncertaintyInferer` evaluates the network once per element
 sources and streams every softmax into :class:`~monai_unc.stats.SampleStats`, so memory is that of one
 prediction plus the statistics, whatever the number of samples.
 
-Sliding windows (docs/design.md): the inner MONAI inferer (``base_inferer``) is called with a window
-callable that runs *all* samples on the window and returns per-voxel means ``{pred, expected_entropy,
-mean_sq}``. MONAI's ``SlidingWindowInferer`` stitches every value of a dict with the same per-voxel convex
-weights, and a convex combination of means is again a mean, so PE = H(pred), MI = PE - EE and the variance
-are evaluated after stitching, exactly as for a single window. Probabilities (not logits) are blended.
+Sliding windows: the inner MONAI inferer (``base_inferer``) is called with a window callable that runs *all*
+samples on the window and returns per-voxel means ``{pred, expected_entropy, mean_sq}`` and the window's own
+predictive entropy ``H(m_w)`` (``m_w`` the window's mean probabilities). MONAI's ``SlidingWindowInferer``
+stitches every value of a dict with the same per-voxel convex weights ``a_w`` (``sum_w a_w = 1``), and a convex
+combination of means is again a mean, so ``pred = sum_w a_w m_w``, EE and the variance are exact after
+stitching. Probabilities (not logits) are blended.
+
+Where windows overlap, the stitched ``pred`` also mixes windows that disagree (the network sees different
+context, padding and normalisation statistics in each window), so ``PE = H(pred)`` splits into three parts::
+
+    PE = EE + MI + WD
+    MI = sum_w a_w [H(m_w) - EE_w]            the convex blend of the per-window mutual informations
+    WD = H(sum_w a_w m_w) - sum_w a_w H(m_w)  window disagreement: a Jensen-Shannon term, >= 0, 0 without overlap
+
+With ``window_disagreement="separate"`` (default) MI is the blend above and WD is returned as its own map
+``window_disagreement``: a deterministic network gives MI = 0 exactly with any overlap. With
+``window_disagreement="mutual_information"`` (the behaviour before WD existed) MI = PE - EE, i.e. MI + WD above,
+and no WD map is made. Computation: ``H(m_w)`` (evaluated in the precision of the probabilities, like each
+sample's ``H(p_s)`` in EE, so that identical samples give ``H(m_w) = EE_w`` bitwise) is stitched like the means,
+then ``WD = H(pred) - stitched H(m_w)`` and ``MI = PE - EE - WD``. Float rounding of the stitching (buffers in the
+input's dtype) can make the computed WD slightly negative; values down to ``-WD_RTOL * eps * (1 + PE)`` (``eps``
+the machine epsilon of the stitched dtype) are set to 0, lower values (a base inferer whose blending is not
+convex) are also set to 0 with a ``UserWarning``. A ``SimpleInferer`` does not stitch: WD is exactly 0 and every
+map is bit-identical in both modes.
 
 Sources at the *network* level (ensemble members) are looped outside the inner inferer, one member on the
 device at a time; because stitching is linear, merging the stitched statistics of the members equals
-stitching the statistics of all samples.
+stitching the statistics of all samples (pred, EE, variance). The window disagreement is then that of each
+member's own windows, averaged over members (``WD = mean_k WD_k``), and MI = PE - EE - WD holds the rest: the
+blend of each member's per-window MI plus the disagreement between the members' stitched predictions,
+``H(mean_k pred_k) - mean_k H(pred_k)``. Without overlap this is the usual MI; a deterministic ensemble of
+identical members gives MI = 0 with any overlap.
+
+Multi-label (region-based) networks: ``activation="sigmoid"`` with ``C >= 2`` output channels treats each
+channel as an independent Bernoulli variable (:mod:`monai_unc.measures`, ``multilabel``): ``pred`` holds the mean
+foreground probability per channel and every map is ``(B, C, *spatial)``, one per region. A single-channel sigmoid
+network stays a two-class problem, ``pred = (1 - p, p)`` and ``(B, 1, *spatial)`` maps (the values are the same).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -29,6 +58,7 @@ from torch import nn
 
 from .._utils import check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
+from ..measures import _entropy_map_t
 from ..stats import SampleStats, derive_measures
 
 __all__ = [
@@ -38,11 +68,46 @@ __all__ = [
     "UncertaintyInferer",
     "SoftmaxInferer",
     "apply_activation",
+    "WINDOW_DISAGREEMENT_MODES",
+    "WD_RTOL",
+    "window_disagreement_from_stitched",
 ]
 
 K = UncertaintyKeys
 Predictor = Callable[[torch.Tensor], torch.Tensor]
 Wrapper = Callable[[Predictor], Predictor]
+
+#: values of ``UncertaintyInferer(window_disagreement=...)`` (module docstring)
+WINDOW_DISAGREEMENT_MODES = ("separate", "mutual_information")
+#: rounding tolerance of the window disagreement, in units of ``eps * (1 + PE)`` (module docstring)
+WD_RTOL = 64.0
+#: internal key: each window's own predictive entropy H(m_w), stitched like the means
+_WINDOW_PE = "window_predictive_entropy"
+
+
+def window_disagreement_from_stitched(
+    pred: torch.Tensor, window_entropy: torch.Tensor, multilabel: bool = False
+) -> torch.Tensor:
+    """Window disagreement ``WD = H(pred) - blend_w H(m_w)`` from stitched sliding-window outputs.
+
+    ``pred`` ``(B, C, *spatial)`` the stitched mean probabilities ``sum_w a_w m_w``; ``window_entropy`` the stitched
+    per-window predictive entropies ``sum_w a_w H(m_w)``, ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with binary
+    entropies for ``multilabel``). By concavity of the entropy WD >= 0 and WD = 0 where one window covers a voxel.
+    Rounding below zero down to ``-WD_RTOL * eps * (1 + H(pred))`` is set to 0; lower values are set to 0 with a
+    ``UserWarning`` (the blending was not convex). Returned in the dtype of ``pred``.
+    """
+    pe = _entropy_map_t(pred, 1, False, multilabel)
+    wd = pe - window_entropy.to(pe.dtype)
+    tol = WD_RTOL * torch.finfo(pe.dtype).eps * (1 + pe)
+    if bool((wd < -tol).any()):
+        worst = float(wd.min())
+        warnings.warn(
+            f"window disagreement below zero beyond rounding (minimum {worst:.3g} nats): the base inferer's blending "
+            "of windows is not a convex combination; negative values are set to 0",
+            UserWarning,
+            stacklevel=3,
+        )
+    return wd.clamp_min(0)
 
 
 class SampleSource:
@@ -127,15 +192,8 @@ class UncertaintyOutput(dict):
         return self[canonical_measure(str(key), stacklevel=3)]
 
 
-def apply_activation(out: Any, activation: str | None, check: bool = True) -> torch.Tensor:
-    """Network output -> probabilities ``(B, C, *spatial)``, ``C >= 2``.
-
-    ``"softmax"`` over dim 1 (in float32 for half-precision outputs); ``"sigmoid"`` for a single-channel binary
-    output, returned as the two channels ``(1 - p, p)``; ``None`` when the network already outputs
-    probabilities (validated). A tuple/list output (deep supervision) uses its first, full-resolution element.
-    Raises ``ValueError`` on non-finite outputs (``check=False`` skips that pass; the inferers check the
-    accumulated statistics instead, where any NaN of any sample ends up).
-    """
+def _to_probs(out: Any, activation: str | None, check: bool = True) -> tuple[torch.Tensor, bool]:
+    """:func:`apply_activation` plus whether the result is multi-label (per-channel Bernoulli)."""
     if isinstance(out, (tuple, list)):
         if not out:
             raise ValueError("network returned an empty sequence")
@@ -156,19 +214,31 @@ def apply_activation(out: Any, activation: str | None, check: bool = True) -> to
                 "activation='softmax' needs at least 2 output channels; for a single-channel binary network "
                 "use activation='sigmoid'"
             )
-        return torch.softmax(out, dim=1)
+        return torch.softmax(out, dim=1), False
     if activation == "sigmoid":
-        if out.shape[1] != 1:
-            raise ValueError(
-                f"activation='sigmoid' expects a single-channel binary output, got {out.shape[1]} channels; "
-                "multi-label sigmoid outputs are not class probabilities (use softmax networks or split labels)"
-            )
         p = torch.sigmoid(out)
-        return torch.cat([1 - p, p], dim=1)
+        if out.shape[1] == 1:
+            return torch.cat([1 - p, p], dim=1), False
+        return p, True
     if activation is None:
         check_probabilities(out, "network output")
-        return out
+        return out, False
     raise ValueError(f"activation must be 'softmax', 'sigmoid' or None, got {activation!r}")
+
+
+def apply_activation(out: Any, activation: str | None, check: bool = True) -> torch.Tensor:
+    """Network output -> probabilities ``(B, C, *spatial)``.
+
+    ``"softmax"`` over dim 1 (in float32 for half-precision outputs), ``C >= 2`` classes; ``"sigmoid"``: a
+    single-channel binary output is returned as the two class channels ``(1 - p, p)``, a multi-channel output
+    (``C >= 2``, region-based / multi-label networks such as BraTS WT/TC/ET) as the per-channel foreground
+    probabilities ``sigmoid(z_c)``, each channel an independent Bernoulli variable (they need not sum to 1);
+    ``None`` when the network already outputs class probabilities (validated: they must sum to 1). A tuple/list
+    output (deep supervision) uses its first, full-resolution element. Raises ``ValueError`` on non-finite outputs
+    (``check=False`` skips that pass; the inferers check the accumulated statistics instead, where any NaN of any
+    sample ends up).
+    """
+    return _to_probs(out, activation, check)[0]
 
 
 class UncertaintyInferer(Inferer):
@@ -179,14 +249,21 @@ class UncertaintyInferer(Inferer):
             FlipSource("all")]`` gives 10 x 8 samples in 3D). No source = one deterministic pass.
         base_inferer: the inner MONAI inferer (default ``SimpleInferer()``; ``SlidingWindowInferer`` for large
             volumes; ``buffer_steps`` is refused because MONAI then stitches only the first output).
-        activation: ``"softmax"``, ``"sigmoid"`` (single-channel binary) or ``None`` (already probabilities).
-        keys: measures to return (default: all available); see :class:`UncertaintyKeys`.
+        activation: ``"softmax"``, ``"sigmoid"`` (one channel: binary; ``C >= 2`` channels: multi-label, one
+            independent Bernoulli variable per channel and ``(B, C, *spatial)`` maps) or ``None`` (already class
+            probabilities).
+        keys: measures to return (default: all available, plus ``window_disagreement`` when ``base_inferer`` is
+            not a ``SimpleInferer`` and ``window_disagreement="separate"``); see :class:`UncertaintyKeys`.
         keep_samples: also return ``samples`` ``(S, B, C, *spatial)`` (memory grows with S).
         track_variance: keep the second moment to report ``variance``.
         normalize: divide entropies by ``log C``.
         seed: seed for a private random stream (the global RNG state is restored afterwards).
         accum_dtype: dtype of the running sums (see :mod:`monai_unc.stats`).
         no_grad: run under ``torch.no_grad()`` (default).
+        window_disagreement: ``"separate"`` (default): under overlapping sliding windows MI is the blend of the
+            per-window MIs and the disagreement between windows is its own map ``window_disagreement``, so that
+            PE = EE + MI + WD; ``"mutual_information"``: MI = PE - EE counts the window disagreement (the
+            behaviour before this option existed). See the module docstring.
 
     Returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``); MetaTensor inputs give MetaTensor maps
     carrying the input's metadata.
@@ -206,10 +283,16 @@ class UncertaintyInferer(Inferer):
         seed: int | None = None,
         accum_dtype: torch.dtype = torch.float64,
         no_grad: bool = True,
+        window_disagreement: str = "separate",
     ) -> None:
         super().__init__()
         if activation not in ("softmax", "sigmoid", None):
             raise ValueError(f"activation must be 'softmax', 'sigmoid' or None, got {activation!r}")
+        if window_disagreement not in WINDOW_DISAGREEMENT_MODES:
+            raise ValueError(
+                f"window_disagreement must be one of {WINDOW_DISAGREEMENT_MODES}, got {window_disagreement!r}"
+            )
+        self.window_disagreement = window_disagreement
         self.sources = list(sources)
         for s in self.sources:
             if not isinstance(s, SampleSource):
@@ -225,6 +308,10 @@ class UncertaintyInferer(Inferer):
         self.keys = None if keys is None else [K(k).value for k in keys]
         if self.keys is not None and K.VARIANCE.value in self.keys and not track_variance:
             raise ValueError("keys asks for 'variance' but track_variance=False")
+        if self.keys is not None and K.WINDOW_DISAGREEMENT.value in self.keys and window_disagreement != "separate":
+            raise ValueError(
+                "keys asks for 'window_disagreement' but window_disagreement='mutual_information' counts it in MI"
+            )
         self.keep_samples = bool(keep_samples)
         self.track_variance = bool(track_variance)
         self.normalize = bool(normalize)
@@ -252,9 +339,15 @@ class UncertaintyInferer(Inferer):
             return MIMeaning.NONE
         return kinds.pop() if len(kinds) == 1 else MIMeaning.MIXED
 
-    def _window_fn(self, network: Callable, window_sources: Sequence[SampleSource]) -> Callable:
+    def _window_fn(
+        self, network: Callable, window_sources: Sequence[SampleSource]
+    ) -> tuple[Callable, dict[str, Any]]:
+        """The window callable and a dict in which it records ``multilabel`` (whether the outputs are per-channel
+        Bernoulli probabilities)."""
+        info: dict[str, Any] = {"multilabel": None}
+
         def window(x: torch.Tensor, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
-            stats = SampleStats(track_variance=self.track_variance, accum_dtype=self.accum_dtype, validate=False)
+            stats: SampleStats | None = None
             kept: list[torch.Tensor] = []
 
             def base(t: torch.Tensor) -> Any:
@@ -267,7 +360,12 @@ class UncertaintyInferer(Inferer):
                 for wrap in combo:
                     if wrap is not None:
                         predictor = wrap(predictor)
-                probs = apply_activation(predictor(x), self.activation, check=False)
+                probs, multilabel = _to_probs(predictor(x), self.activation, check=False)
+                if stats is None:
+                    stats = SampleStats(track_variance=self.track_variance, accum_dtype=self.accum_dtype,
+                                        validate=False, multilabel=multilabel)
+                    info["multilabel"] = multilabel
+                    probs_dtype = probs.dtype
                 stats.update(probs)
                 if self.keep_samples:
                     kept.append(probs.to(x.dtype))
@@ -277,11 +375,27 @@ class UncertaintyInferer(Inferer):
             # kept in the accumulation dtype: SimpleInferer passes them through exactly; SlidingWindowInferer
             # blends them into buffers of the input's dtype
             out = dict(stats.moments())
+            if self.window_disagreement == "separate" and self._stitches():
+                # H(m_w) in the precision of the probabilities, as each sample's H(p_s) in EE: identical samples then
+                # give H(m_w) == EE_w bitwise, and a deterministic network MI = 0 exactly after stitching
+                m = out[K.PRED.value]
+                out[_WINDOW_PE] = _entropy_map_t(m.to(probs_dtype), 1, False, stats.multilabel).to(m.dtype)
             if self.keep_samples:
                 out[K.SAMPLES.value] = torch.cat(kept, dim=1)  # (B, S*C, *spatial): stitchable
             return out
 
-        return window
+        return window, info
+
+    def _stitches(self) -> bool:
+        """Whether the base inferer may blend overlapping windows (anything but a ``SimpleInferer``)."""
+        return not isinstance(self.base_inferer, SimpleInferer)
+
+    def _default_keys(self, total: SampleStats) -> list[str]:
+        keys = total.available_keys()
+        if self.window_disagreement == "separate" and self._stitches():
+            at = keys.index(K.MUTUAL_INFORMATION.value) + 1
+            keys.insert(at, K.WINDOW_DISAGREEMENT.value)
+        return keys
 
     def __call__(self, inputs: torch.Tensor, network: Callable | None = None, *args: Any, **kwargs: Any):
         """Run the inferer: ``inputs`` ``(B, C_in, *spatial)``; ``network`` the model (may be ``None`` when an
@@ -304,6 +418,9 @@ class UncertaintyInferer(Inferer):
             rng = torch.random.fork_rng(devices=devices)
         grad = torch.no_grad() if self.no_grad else contextlib.nullcontext()
         total: SampleStats | None = None
+        separate = self.window_disagreement == "separate"
+        sum_wd: torch.Tensor | None = None  # sum over members of count_k * WD_k
+        n_parts = 0
         samples: list[torch.Tensor] = []
         for src in self.sources:
             src.reset()
@@ -316,24 +433,45 @@ class UncertaintyInferer(Inferer):
                 with member as net, contextlib.ExitStack() as stack:
                     for src in window_sources:
                         stack.enter_context(src.activate(net))
-                    out = self.base_inferer(x, self._window_fn(net, window_sources), *args, **kwargs)
+                    window_fn, info = self._window_fn(net, window_sources)
+                    out = self.base_inferer(x, window_fn, *args, **kwargs)
                 n_window = 1
                 for src in window_sources:
                     n_window *= src.num_variants(x)
+                pred = _plain(out[K.PRED.value])
                 part = SampleStats.from_moments(
-                    _plain(out[K.PRED.value]),
+                    pred,
                     _plain(out[K.EXPECTED_ENTROPY.value]),
                     _plain(out["mean_sq"]) if "mean_sq" in out else None,
                     count=float(n_window),
+                    multilabel=bool(info["multilabel"]),
                 )
+                if separate:
+                    if self._stitches():
+                        wd = window_disagreement_from_stitched(pred, _plain(out[_WINDOW_PE]), bool(info["multilabel"]))
+                    else:  # one window: WD = H(m) - H(m) = 0 exactly, and MI = PE - EE as without the option
+                        wd = torch.zeros_like(_plain(out[K.EXPECTED_ENTROPY.value]))
+                    # one member: WD itself (no rounding through the count); several: count-weighted mean
+                    wd = wd.to(part.accum_dtype)
+                    if n_parts == 0:
+                        sum_wd = wd
+                    elif n_parts == 1:
+                        sum_wd = sum_wd * total.count + wd.to(sum_wd) * float(n_window)
+                    else:
+                        sum_wd.add_(wd.to(sum_wd), alpha=float(n_window))
+                n_parts += 1
                 total = part if total is None else total.merge(part)
                 if self.keep_samples:
                     s = _plain(out[K.SAMPLES.value])
                     b, c = s.shape[0], out[K.PRED.value].shape[1]
                     samples.append(s.reshape(b, n_window, c, *s.shape[2:]).transpose(0, 1))
-        keys = self.keys if self.keys is not None else total.available_keys()
+        keys = self.keys if self.keys is not None else self._default_keys(total)
         out_dtype = x.dtype if x.is_floating_point() else torch.float32
-        result = derive_measures(total.moments(), keys, normalize=self.normalize, out_dtype=out_dtype)
+        moments = total.moments()
+        if separate:
+            moments[K.WINDOW_DISAGREEMENT.value] = sum_wd if n_parts == 1 else sum_wd / total.count
+        result = derive_measures(moments, keys, normalize=self.normalize, out_dtype=out_dtype,
+                                 multilabel=total.multilabel)
         if self.keep_samples:
             result[K.SAMPLES.value] = torch.cat(samples, dim=0)
         n_total = int(round(total.count))

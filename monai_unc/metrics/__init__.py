@@ -63,7 +63,6 @@ from .compare import (
     compare_uncertainty_maps,
     holm_correction,
     mcnemar_test,
-    seed003_metrics,
     uncertainty_map_metrics,
 )
 from .discrimination import (
@@ -86,6 +85,17 @@ from .overlap import (
     label_gram,
     mask_gram,
     overlap_counts,
+)
+from .qu_brats import (
+    QU_BRATS_EPS,
+    QUBraTSMetric,
+    QUBraTSRegionsResult,
+    QUBraTSResult,
+    measure_max,
+    qu_brats,
+    qu_brats_regions,
+    qu_brats_thresholds,
+    to_qu_brats_range,
 )
 from .quality import (
     QUALITY_ESTIMATES,
@@ -126,6 +136,15 @@ from .spatial import (
 )
 
 __all__ = [
+    "QU_BRATS_EPS",
+    "QUBraTSMetric",
+    "QUBraTSRegionsResult",
+    "QUBraTSResult",
+    "measure_max",
+    "qu_brats",
+    "qu_brats_regions",
+    "qu_brats_thresholds",
+    "to_qu_brats_range",
     "BACKENDS",
     "BoundaryAwareECEMetric",
     "BoundaryUncertaintyConcentrationMetric",
@@ -203,7 +222,7 @@ __all__ = [
     "risk_controlled_threshold",
     "risk_coverage_curve",
     "sample_iou",
-    "seed003_metrics",
+    "uncertainty_map_metrics",
     "uncertainty_map_metrics",
     "spatial_calibration_error",
     "uce",

@@ -1,0 +1,159 @@
+"""Region specifications for region-based (multi-label) segmentation: label map -> overlapping binary regions.
+
+A *region spec* maps region names to the labels they contain, in channel order, e.g. the BraTS regions
+
+    {"TC": (1, 4), "WT": (1, 2, 4), "ET": (4,)}
+
+(tumour core, whole tumour, enhancing tumour of the BraTS 2018-2022 labels 1 necrotic / non-enhancing core,
+2 oedema, 4 enhancing tumour). Regions may overlap; each is one binary task (a sigmoid channel of a region-based
+network, one QU-BraTS evaluation). :data:`BRATS_REGIONS` uses the channel order of MONAI's
+``ConvertToMultiChannelBasedOnBratsClasses`` (TC, WT, ET), so ``label_to_regions(label)`` equals that transform's
+output; :data:`BRATS_2023_REGIONS` is the same with the enhancing tumour labelled 3 (BraTS 2023).
+
+Inputs may be numpy arrays or torch tensors; outputs follow the input's library.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._utils import ArrayLike, check_labels, like_input, to_tensor
+
+__all__ = [
+    "BRATS_REGIONS",
+    "BRATS_2023_REGIONS",
+    "MONAI_BRATS_ORDER",
+    "RegionSpec",
+    "check_regions",
+    "parse_regions",
+    "label_to_regions",
+    "region_masks",
+]
+
+RegionSpec = Mapping[str, Sequence[int]]
+
+#: channel order of MONAI's ``ConvertToMultiChannelBasedOnBratsClasses`` (and of the Model Zoo BraTS bundle)
+MONAI_BRATS_ORDER = ("TC", "WT", "ET")
+#: BraTS 2018-2022 regions (labels 1, 2, 4) in MONAI's channel order TC, WT, ET
+BRATS_REGIONS: dict[str, tuple[int, ...]] = {"TC": (1, 4), "WT": (1, 2, 4), "ET": (4,)}
+#: BraTS 2023 regions (enhancing tumour labelled 3) in MONAI's channel order TC, WT, ET
+BRATS_2023_REGIONS: dict[str, tuple[int, ...]] = {"TC": (1, 3), "WT": (1, 2, 3), "ET": (3,)}
+
+_NAMED = {"brats": BRATS_REGIONS, "brats2023": BRATS_2023_REGIONS}
+
+
+def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple[int, ...]]:
+    """Validate a region spec and return it as ``{name: (label, ...)}`` in the given order.
+
+    Raises ``TypeError`` when it is not a mapping of strings to integer sequences, ``ValueError`` when it is empty,
+    a region name is empty, a region has no label, a label is negative or repeated within a region.
+    """
+    if not isinstance(regions, Mapping):
+        raise TypeError(f"{name} must be a mapping from region names to label lists, got {type(regions).__name__}")
+    if not regions:
+        raise ValueError(f"{name} is empty: give at least one region")
+    out: dict[str, tuple[int, ...]] = {}
+    for key, labels in regions.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{name}: region names must be non-empty strings, got {key!r}")
+        if isinstance(labels, (int, np.integer)) and not isinstance(labels, bool):
+            labels = (labels,)
+        if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence | np.ndarray):
+            raise TypeError(f"{name}[{key!r}] must be a list of integer labels, got {type(labels).__name__}")
+        vals = []
+        for v in labels:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name}[{key!r}] must hold integer labels, got {v!r}")
+            if v < 0:
+                raise ValueError(f"{name}[{key!r}] holds the negative label {int(v)}")
+            vals.append(int(v))
+        if not vals:
+            raise ValueError(f"{name}[{key!r}] has no label")
+        if len(set(vals)) != len(vals):
+            raise ValueError(f"{name}[{key!r}] repeats a label: {vals}")
+        out[key] = tuple(vals)
+    return out
+
+
+def parse_regions(spec: RegionSpec | str) -> dict[str, tuple[int, ...]]:
+    """A region spec from a mapping, a name (``"brats"``: :data:`BRATS_REGIONS`, ``"brats2023"``:
+    :data:`BRATS_2023_REGIONS`) or a JSON object string such as ``'{"WT": [1, 2, 4], "TC": [1, 4], "ET": [4]}'``
+    (the order of the keys is the channel order). Raises ``ValueError`` for unknown names or invalid JSON."""
+    if isinstance(spec, str):
+        key = spec.strip()
+        if key.lower() in _NAMED:
+            return dict(_NAMED[key.lower()])
+        try:
+            spec = json.loads(key)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"regions must be one of {sorted(_NAMED)} or a JSON object of region -> labels, got {key!r}"
+            ) from e
+    return check_regions(spec)
+
+
+def label_to_regions(
+    labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS, channel_dim: int | None = None
+) -> Any:
+    """Binary region masks from an integer label map: region ``r`` is ``isin(labels, regions[r])``.
+
+    Args:
+        labels: integer label map (float arrays with integral values are accepted), any shape.
+        regions: region spec (see :func:`parse_regions`); default :data:`BRATS_REGIONS` (TC, WT, ET).
+        channel_dim: ``None``: the regions are stacked on a new leading axis, ``(R, *labels.shape)``; an index:
+            ``labels.shape[channel_dim]`` must be 1 and is replaced by the ``R`` regions (e.g. ``channel_dim=1`` maps
+            a batch ``(B, 1, *spatial)`` to ``(B, R, *spatial)``; ``0`` maps ``(1, *spatial)`` to ``(R, *spatial)``).
+
+    Returns boolean masks, numpy for numpy input, torch (same device) otherwise.
+    """
+    spec = parse_regions(regions)
+    t = _labels(labels)
+    if channel_dim is None:
+        out = torch.stack([_isin(t, v) for v in spec.values()], dim=0)
+    else:
+        if isinstance(channel_dim, bool) or not isinstance(channel_dim, int):
+            raise TypeError(f"channel_dim must be an int or None, got {type(channel_dim).__name__}")
+        if not -t.ndim <= channel_dim < t.ndim:
+            raise ValueError(f"channel_dim {channel_dim} is out of range for labels of shape {tuple(t.shape)}")
+        if t.shape[channel_dim] != 1:
+            raise ValueError(
+                f"labels must have one channel along channel_dim={channel_dim}, got shape {tuple(t.shape)}"
+            )
+        out = torch.cat([_isin(t, v) for v in spec.values()], dim=channel_dim)
+    return like_input(out, labels)
+
+
+def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -> dict[str, Any]:
+    """``{region: isin(labels, regions[region])}``: one boolean mask of the label map's shape per region, in the
+    spec's order (no stacked copy; see :func:`label_to_regions` for the stacked form). numpy in, numpy out."""
+    spec = parse_regions(regions)
+    t = _labels(labels)
+    return {name: like_input(_isin(t, values), labels) for name, values in spec.items()}
+
+
+def _labels(labels: ArrayLike) -> torch.Tensor:
+    """The label map as a tensor in its own dtype (no int64 copy of a large volume), validated like
+    :func:`~monai_unc._utils.check_labels`: integral, non-negative, not empty."""
+    t = to_tensor(labels, "labels")
+    if t.numel() == 0:
+        raise ValueError(f"labels is empty (shape {tuple(t.shape)})")
+    if t.dtype == torch.bool:
+        return t.to(torch.uint8)
+    if t.is_floating_point() or (t.is_signed() and int(t.min()) < 0):
+        return check_labels(t, "labels")  # raises for non-integral, non-finite or negative labels
+    if t.is_complex():
+        raise TypeError(f"labels must be integer class labels, got dtype {t.dtype}")
+    return t
+
+
+def _isin(t: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
+    """``isin`` for a few labels: an OR of equalities in the label map's own dtype (faster than ``torch.isin``)."""
+    out = t == values[0]
+    for v in values[1:]:
+        out |= t == v
+    return out

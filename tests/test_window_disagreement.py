@@ -1,0 +1,237 @@
+"""Sliding windows: PE = EE + MI + window disagreement, against a brute force over each window's kept samples
+(softmax and sigmoid, 2D and 3D), zero without overlap, MI = 0 for deterministic networks, the old option."""
+
+import numpy as np
+import pytest
+import torch
+from monai.inferers import Inferer, SimpleInferer, SlidingWindowInferer
+from monai.networks.nets import UNet
+from scipy.special import xlogy
+from torch import nn
+
+from monai_unc.inferers import (
+    EnsembleInferer,
+    FlipSource,
+    MCDropoutInferer,
+    SoftmaxInferer,
+    TTAInferer,
+    UncertaintyInferer,
+)
+from monai_unc.inferers.sampling import window_disagreement_from_stitched
+
+DECOMP = ("predictive_entropy", "expected_entropy", "mutual_information", "window_disagreement")
+
+
+def entropy(p, activation):
+    """Natural-log entropy: categorical over axis 1 (kept) for softmax, per-channel binary for sigmoid."""
+    p = np.asarray(p, dtype=np.float64)
+    if activation == "sigmoid":
+        return -(xlogy(p, p) + xlogy(1 - p, 1 - p))
+    return -xlogy(p, p).sum(1, keepdims=True)
+
+
+class TwoWindows(Inferer):
+    """A hand-written sliding window along the last axis: windows [0, 16) and [8, 24), averaged where they overlap
+    (weights 1/2 and 1/2), or [0, 12) and [12, 24) without overlap."""
+
+    def __init__(self, overlap=True):
+        super().__init__()
+        self.spans = [(0, 16), (8, 24)] if overlap else [(0, 12), (12, 24)]
+
+    def __call__(self, inputs, network, *args, **kwargs):
+        outs = [network(inputs[..., a:b]) for a, b in self.spans]
+        result = {}
+        for key in outs[0]:
+            shape = (*outs[0][key].shape[:-1], inputs.shape[-1])
+            acc = torch.zeros(shape, dtype=torch.float64)
+            cnt = torch.zeros(shape[-1], dtype=torch.float64)
+            for (a, b), o in zip(self.spans, outs):
+                acc[..., a:b] += o[key]
+                cnt[a:b] += 1
+            result[key] = (acc / cnt).to(inputs.dtype)
+        return result
+
+
+def window_reference(net, x, spans, activation, subsets):
+    """Per-window brute force over the kept TTA samples, stitched with the same 1/2 weights: the definitions."""
+    windows = []
+    with torch.no_grad():
+        for a, b in spans:
+            xw = x[..., a:b]
+            samples = []
+            for dims in subsets:
+                z = net(torch.flip(xw, dims)) if dims else net(xw)
+                z = torch.flip(z, dims) if dims else z
+                samples.append((torch.sigmoid(z) if activation == "sigmoid" else torch.softmax(z, 1)).double().numpy())
+            s = np.stack(samples)
+            m = s.mean(0)
+            ee = np.stack([entropy(q, activation) for q in s]).mean(0)
+            windows.append({"m": m, "pe": entropy(m, activation), "ee": ee})
+    width = x.shape[-1]
+
+    def stitch(key):
+        first = windows[0][key]
+        acc = np.zeros((*first.shape[:-1], width))
+        cnt = np.zeros(width)
+        for (a, b), w in zip(spans, windows):
+            acc[..., a:b] += w[key]
+            cnt[a:b] += 1
+        return acc / cnt
+
+    m, blend_pe, ee = stitch("m"), stitch("pe"), stitch("ee")
+    pe = entropy(m, activation)
+    return {"pred": m, "predictive_entropy": pe, "expected_entropy": ee, "mutual_information": blend_pe - ee,
+            "window_disagreement": pe - blend_pe}
+
+
+def unet(dims, out, dropout=0.0, seed=0):
+    torch.manual_seed(seed)
+    return UNet(dims, 1, out, channels=(4, 8), strides=(2,), num_res_units=0, dropout=dropout).eval()
+
+
+@pytest.mark.parametrize("activation,out", [("softmax", 3), ("sigmoid", 3)])
+@pytest.mark.parametrize("dims", [2, 3])
+def test_decomposition_equals_per_window_brute_force(activation, out, dims):
+    net = unet(dims, out)
+    x = torch.randn(2, 1, *([8] * (dims - 1)), 24)
+    subsets = [(), (2,), (dims + 1,), (2, dims + 1)]  # flips of the first and the last spatial axis
+    inferer = TTAInferer(flip_axes=(0, dims - 1), activation=activation, base_inferer=TwoWindows(),
+                         keys=["pred", *DECOMP])
+    res = inferer(x, net)
+    ref = window_reference(net, x, TwoWindows().spans, activation, subsets)
+    for k, v in ref.items():
+        np.testing.assert_allclose(res[k].double().numpy(), v, atol=2e-6, rtol=0, err_msg=k)
+    wd = res["window_disagreement"]
+    assert float(wd[..., 8:16].max()) > 1e-3  # the windows really disagree where they overlap
+    assert float(wd[..., :8].abs().max()) == 0 and float(wd[..., 16:].abs().max()) == 0
+    total = res["expected_entropy"] + res["mutual_information"] + res["window_disagreement"]
+    torch.testing.assert_close(total, res["predictive_entropy"], atol=1e-6, rtol=0)
+    # the old option puts the window disagreement back into MI
+    old = TTAInferer(flip_axes=(0, dims - 1), activation=activation, base_inferer=TwoWindows(),
+                     window_disagreement="mutual_information")(x, net)
+    assert "window_disagreement" not in old
+    np.testing.assert_allclose(old["mutual_information"].double().numpy(),
+                               np.maximum(ref["predictive_entropy"] - ref["expected_entropy"], 0), atol=2e-6)
+
+
+@pytest.mark.parametrize("activation,out", [("softmax", 3), ("sigmoid", 2)])
+def test_no_overlap_gives_zero_window_disagreement(activation, out):
+    net = unet(3, out, dropout=0.3)
+    x = torch.randn(1, 1, 8, 8, 24)
+    res = MCDropoutInferer(3, activation=activation, base_inferer=TwoWindows(overlap=False), seed=0)(x, net)
+    assert float(res["window_disagreement"].abs().max()) == 0
+    # MONAI's sliding window, no overlap, volume a multiple of the window, constant blending: exactly 0 too
+    sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=2, overlap=0.0, mode="constant")
+    res = MCDropoutInferer(3, activation=activation, base_inferer=sw, seed=0)(torch.randn(1, 1, 16, 8, 24), net)
+    assert float(res["window_disagreement"].abs().max()) == 0
+    assert float(res["mutual_information"].max()) > 0
+
+
+@pytest.mark.parametrize("activation,out", [("softmax", 3), ("sigmoid", 3), ("sigmoid", 1)])
+@pytest.mark.parametrize("overlap,mode", [(0.5, "gaussian"), (0.25, "constant")])
+def test_deterministic_network_has_zero_mutual_information_under_overlap(activation, out, overlap, mode):
+    class InertDropout(nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net, self.drop = net, nn.Dropout(0.5)
+
+        def forward(self, x):
+            return self.net(x) + 0.0 * self.drop(torch.ones(1)).sum()
+
+    net = unet(3, out)
+    x = torch.randn(1, 1, 12, 10, 14)
+    sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=4, overlap=overlap, mode=mode)
+    for inferer in (MCDropoutInferer(4, activation=activation, base_inferer=sw),
+                    SoftmaxInferer(activation=activation, base_inferer=sw, keys=["pred", *DECOMP])):
+        res = inferer(x, InertDropout(net))
+        assert float(res["mutual_information"].abs().max()) == 0  # exactly
+        assert float(res["window_disagreement"].max()) > 1e-3
+        old = type(inferer)(**_kwargs(inferer, window_disagreement="mutual_information"))(x, InertDropout(net))
+        torch.testing.assert_close(old["mutual_information"], res["window_disagreement"], atol=1e-6, rtol=0)
+
+
+def _kwargs(inferer, **changes):
+    kw = {"activation": inferer.activation, "base_inferer": inferer.base_inferer, **changes}
+    if isinstance(inferer, MCDropoutInferer):
+        kw["num_samples"] = inferer.num_samples
+    else:
+        kw["keys"] = [k for k in inferer.keys if k != "window_disagreement"]
+    return kw
+
+
+def test_monai_sliding_window_stochastic_identity_and_defaults():
+    net = unet(3, 3, dropout=0.3)
+    x = torch.randn(1, 1, 12, 10, 14)
+    sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=4, overlap=0.5, mode="gaussian")
+    for activation in ("softmax", "sigmoid"):
+        res = MCDropoutInferer(4, activation=activation, base_inferer=sw, seed=0)(x, net)
+        assert "window_disagreement" in res  # default output under stitching
+        assert float(res["window_disagreement"].min()) >= 0 and float(res["mutual_information"].min()) >= 0
+        total = res["expected_entropy"] + res["mutual_information"] + res["window_disagreement"]
+        torch.testing.assert_close(total, res["predictive_entropy"], atol=2e-6, rtol=0)
+        old = MCDropoutInferer(4, activation=activation, base_inferer=sw, seed=0,
+                               window_disagreement="mutual_information")(x, net)
+        for k in ("pred", "predictive_entropy", "expected_entropy", "variance"):
+            torch.testing.assert_close(old[k], res[k], atol=0, rtol=0)
+        torch.testing.assert_close(old["mutual_information"], res["mutual_information"] + res["window_disagreement"],
+                                   atol=2e-6, rtol=0)
+    norm = MCDropoutInferer(4, base_inferer=sw, seed=0, normalize=True)(x, net)
+    torch.testing.assert_close(norm["window_disagreement"] * np.log(3), res_softmax(net, x, sw), atol=1e-6, rtol=0)
+
+
+def res_softmax(net, x, sw):
+    return MCDropoutInferer(4, base_inferer=sw, seed=0)(x, net)["window_disagreement"]
+
+
+def test_simple_inferer_is_bit_identical_in_both_modes_and_returns_no_map():
+    net = unet(3, 3, dropout=0.3)
+    x = torch.randn(2, 1, 16, 16, 16)
+    new = MCDropoutInferer(3, seed=0)(x, net)
+    old = MCDropoutInferer(3, seed=0, window_disagreement="mutual_information")(x, net)
+    assert set(new) == set(old) and "window_disagreement" not in new
+    for k in new:
+        assert torch.equal(new[k], old[k]), k
+    asked = MCDropoutInferer(3, seed=0, keys=["mutual_information", "window_disagreement"])(x, net)
+    assert torch.equal(asked["mutual_information"], old["mutual_information"])
+    assert float(asked["window_disagreement"].abs().max()) == 0
+
+
+def test_ensemble_members_window_disagreement_is_their_mean():
+    members = [unet(2, 3, seed=i) for i in range(2)]
+    x = torch.randn(1, 1, 8, 24)
+    res = EnsembleInferer(members, base_inferer=TwoWindows(), keys=["pred", *DECOMP])(x, None)
+    per = [window_reference(m, x, TwoWindows().spans, "softmax", [()]) for m in members]
+    wd = np.mean([p["window_disagreement"] for p in per], axis=0)
+    np.testing.assert_allclose(res["window_disagreement"].double().numpy(), wd, atol=2e-6)
+    # MI = disagreement of the members' stitched predictions + their mean per-window MI (0: deterministic members)
+    pe = entropy(np.mean([p["pred"] for p in per], axis=0), "softmax")
+    between = pe - np.mean([entropy(p["pred"], "softmax") for p in per], axis=0)
+    np.testing.assert_allclose(res["mutual_information"].double().numpy(), between, atol=2e-6)
+    assert float(res["mutual_information"].max()) > 1e-3
+    # identical members: no epistemic uncertainty with any overlap
+    same = EnsembleInferer([members[0], members[0]], base_inferer=TwoWindows(), keys=DECOMP)(x, None)
+    assert float(same["mutual_information"].max()) < 1e-6
+    np.testing.assert_allclose(same["window_disagreement"].double().numpy(), per[0]["window_disagreement"],
+                               atol=2e-6)
+
+
+def test_options_and_errors():
+    with pytest.raises(ValueError, match="window_disagreement must be one of"):
+        UncertaintyInferer(window_disagreement="mi")
+    with pytest.raises(ValueError, match="counts it in MI"):
+        UncertaintyInferer(keys=["window_disagreement"], window_disagreement="mutual_information")
+    for cls, kw in ((MCDropoutInferer, {}), (TTAInferer, {}), (SoftmaxInferer, {}),
+                    (EnsembleInferer, {"networks": [unet(2, 2)]})):
+        assert cls(window_disagreement="mutual_information", **kw).window_disagreement == "mutual_information"
+    assert UncertaintyInferer([FlipSource((0,))], base_inferer=SimpleInferer()).window_disagreement == "separate"
+
+
+def test_negative_disagreement_beyond_rounding_warns_and_clips():
+    pred = torch.full((1, 2, 3), 0.5, dtype=torch.float64)
+    blend = torch.full((1, 1, 3), float(np.log(2)), dtype=torch.float64)
+    assert float(window_disagreement_from_stitched(pred, blend).abs().max()) == 0
+    tiny = window_disagreement_from_stitched(pred, blend + 1e-14)  # rounding: silently 0
+    assert float(tiny.max()) == 0
+    with pytest.warns(UserWarning, match="not a convex combination"):
+        out = window_disagreement_from_stitched(pred, blend + 0.1)
+    assert float(out.max()) == 0
