@@ -65,12 +65,12 @@ def _binary_entropy_t(p: torch.Tensor, normalize: bool) -> torch.Tensor:
     return h
 
 
-def _entropy_map_t(p: torch.Tensor, dim: int, normalize: bool, multilabel: bool) -> torch.Tensor:
+def entropy_map_t(p: torch.Tensor, dim: int, normalize: bool, multilabel: bool) -> torch.Tensor:
     """Categorical entropy over ``dim`` (kept, one channel) or, for ``multilabel``, the per-channel binary entropy."""
     return _binary_entropy_t(p, normalize) if multilabel else _entropy_t(p, dim, normalize)
 
 
-def _max_prob_uncertainty_t(mean: torch.Tensor, multilabel: bool) -> torch.Tensor:
+def max_prob_uncertainty_t(mean: torch.Tensor, multilabel: bool) -> torch.Tensor:
     """``1 - max_c p_c`` (one channel), or per channel ``1 - max(p_c, 1 - p_c)`` for ``multilabel``."""
     if multilabel:
         return 1 - torch.maximum(mean, 1 - mean)
@@ -142,7 +142,7 @@ def predictive_entropy(
     per-channel binary entropy ``H_b(mean_s p_s)``, ``(B, C, *spatial)`` (module docstring).
     """
     s = _samples(samples, validate, multilabel)
-    return like_input(_entropy_map_t(s.mean(0), 1, normalize, multilabel), samples)
+    return like_input(entropy_map_t(s.mean(0), 1, normalize, multilabel), samples)
 
 
 def expected_entropy(
@@ -154,7 +154,7 @@ def expected_entropy(
     ``(B, C, *spatial)``.
     """
     s = _samples(samples, validate, multilabel)
-    return like_input(_entropy_map_t(s, 2, normalize, multilabel).mean(0), samples)
+    return like_input(entropy_map_t(s, 2, normalize, multilabel).mean(0), samples)
 
 
 def mutual_information_from_entropies(
@@ -180,8 +180,8 @@ def mutual_information(
     per channel with binary entropies, ``(B, C, *spatial)``.
     """
     s = _samples(samples, validate, multilabel)
-    pe = _entropy_map_t(s.mean(0), 1, normalize, multilabel)
-    ee = _entropy_map_t(s, 2, normalize, multilabel).mean(0)
+    pe = entropy_map_t(s.mean(0), 1, normalize, multilabel)
+    ee = entropy_map_t(s, 2, normalize, multilabel).mean(0)
     return like_input(mutual_information_from_entropies(pe, ee), samples)
 
 
@@ -195,7 +195,7 @@ def max_softmax(probs: ArrayLike, validate: bool = True, multilabel: bool = Fals
     p = to_tensor(probs, "probs")
     if validate:
         _check(p, "probs", multilabel)
-    return like_input(_max_prob_uncertainty_t(p, multilabel), probs)
+    return like_input(max_prob_uncertainty_t(p, multilabel), probs)
 
 
 def variance_from_moments(mean: torch.Tensor, mean_sq: torch.Tensor, multilabel: bool = False) -> torch.Tensor:

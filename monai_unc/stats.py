@@ -33,8 +33,8 @@ import torch
 from ._utils import check_finite, check_probabilities, check_unit_interval, to_tensor
 from .keys import UncertaintyKeys
 from .measures import (
-    _entropy_map_t,
-    _max_prob_uncertainty_t,
+    entropy_map_t,
+    max_prob_uncertainty_t,
     mutual_information_from_entropies,
     variance_from_moments,
 )
@@ -113,7 +113,7 @@ class SampleStats:
         pa = p.to(self.accum_dtype)
         # the per-sample entropy is evaluated in the input's precision (relative error ~1e-7 in float32, the
         # precision of the probabilities themselves) and summed in accum_dtype: the log is the costliest step
-        h = _entropy_map_t(p if p.is_floating_point() else pa, 1, False, self.multilabel)
+        h = entropy_map_t(p if p.is_floating_point() else pa, 1, False, self.multilabel)
         w = float(weight)
         if self.sum_p is None:
             self.out_dtype = p.dtype
@@ -297,7 +297,7 @@ def derive_measures(
     out: dict[str, torch.Tensor] = {}
     pe = None
     if K.PREDICTIVE_ENTROPY.value in keys or K.MUTUAL_INFORMATION.value in keys:
-        pe = _entropy_map_t(mean, 1, False, multilabel)
+        pe = entropy_map_t(mean, 1, False, multilabel)
     for key in keys:
         if key == K.PRED.value:
             val = mean
@@ -314,7 +314,7 @@ def derive_measures(
                 )
             val = wd
         elif key == K.ONE_MINUS_MAX_PROB.value:
-            val = _max_prob_uncertainty_t(mean, multilabel)
+            val = max_prob_uncertainty_t(mean, multilabel)
         elif key == K.VARIANCE.value:
             if "mean_sq" not in moments:
                 raise ValueError("variance needs the second moment 'mean_sq'")

@@ -512,7 +512,10 @@ def test_ssn_source_under_sliding_windows_and_with_a_bare_head():
         torch.testing.assert_close(one_window[k], whole[k])
     sw = SSNInferer(4, seed=0, base_inferer=SlidingWindowInferer((8, 8, 8), overlap=0.5, mode="gaussian"))(x, net)
     assert sw["pred"].shape == (1, 3, 12, 12, 8)
-    torch.testing.assert_close(sw["predictive_entropy"], sw["expected_entropy"] + sw["mutual_information"])
+    # overlapping windows: PE = EE + MI + window disagreement (the default decomposition)
+    torch.testing.assert_close(
+        sw["predictive_entropy"], sw["expected_entropy"] + sw["mutual_information"] + sw["window_disagreement"]
+    )
     assert sw["mutual_information"].min() >= -1e-6 and sw["mutual_information"].max() > 0
     # a head that is not in an SSNNetwork: one full pass per draw, same draws
     bare = nn.Sequential(net.backbone, net.head).eval()

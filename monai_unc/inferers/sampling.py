@@ -58,7 +58,7 @@ from torch import nn
 
 from .._utils import check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
-from ..measures import _entropy_map_t
+from ..measures import entropy_map_t
 from ..stats import SampleStats, derive_measures
 
 __all__ = [
@@ -96,7 +96,7 @@ def window_disagreement_from_stitched(
     Rounding below zero down to ``-WD_RTOL * eps * (1 + H(pred))`` is set to 0; lower values are set to 0 with a
     ``UserWarning`` (the blending was not convex). Returned in the dtype of ``pred``.
     """
-    pe = _entropy_map_t(pred, 1, False, multilabel)
+    pe = entropy_map_t(pred, 1, False, multilabel)
     wd = pe - window_entropy.to(pe.dtype)
     tol = WD_RTOL * torch.finfo(pe.dtype).eps * (1 + pe)
     if bool((wd < -tol).any()):
@@ -379,7 +379,7 @@ class UncertaintyInferer(Inferer):
                 # H(m_w) in the precision of the probabilities, as each sample's H(p_s) in EE: identical samples then
                 # give H(m_w) == EE_w bitwise, and a deterministic network MI = 0 exactly after stitching
                 m = out[K.PRED.value]
-                out[_WINDOW_PE] = _entropy_map_t(m.to(probs_dtype), 1, False, stats.multilabel).to(m.dtype)
+                out[_WINDOW_PE] = entropy_map_t(m.to(probs_dtype), 1, False, stats.multilabel).to(m.dtype)
             if self.keep_samples:
                 out[K.SAMPLES.value] = torch.cat(kept, dim=1)  # (B, S*C, *spatial): stitchable
             return out

@@ -222,7 +222,7 @@ __all__ = [
     "risk_controlled_threshold",
     "risk_coverage_curve",
     "sample_iou",
-    "uncertainty_map_metrics",
+    "seed003_metrics",
     "uncertainty_map_metrics",
     "spatial_calibration_error",
     "uce",
