@@ -74,7 +74,8 @@ def _error(pred: Any, target: Any) -> np.ndarray:
 
 def _voxelwise(fn: Callable[..., Any], **kwargs: Any) -> MetricFn:
     def metric(uncertainty: Any, pred: Any, target: Any, spacing: Any = 1.0) -> float:
-        return float(fn(to_numpy(uncertainty, "uncertainty"), _error(pred, target), **kwargs))
+        # one case's map: every voxel pooled into one value
+        return float(fn(to_numpy(uncertainty, "uncertainty"), _error(pred, target), per_case=False, **kwargs))
 
     return metric
 
