@@ -32,7 +32,7 @@ PACKAGE = "monai_unc"
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("_utils", "_deprecation", "keys"),
     1: ("monai_unc", "measures", "aggregation", "io", "regions"),
-    2: ("stats", "metrics"),
+    2: ("stats", "metrics", "scores"),
     3: ("temperature", "networks"),
     4: ("inferers",),
     5: ("transforms", "handlers", "engines", "distributed", "data"),

@@ -27,9 +27,9 @@ from monai_unc.evaluation import (
     summarize,
 )
 from monai_unc.evaluation.config import STATE_DIR
-from monai_unc.evaluation.scores import upgrade_row
 from monai_unc.io import match_cases
 from monai_unc.report.html import build_report
+from monai_unc.scores import upgrade_row
 
 
 def bf_box_mean(u, size):

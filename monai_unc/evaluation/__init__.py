@@ -15,7 +15,7 @@ Per case (one row of ``metrics.csv``, :func:`evaluate_case`):
   from the affine, mm) and ``error_auroc``, ``error_auprc`` (:mod:`monai_unc.metrics.discrimination`). BA-ECE and
   SPACE compare uncertainty with error rates, so entropies and mutual information are divided by ``log C``
   first (:func:`unit_scale`); BUC and the AUROC/AUPRC do not depend on the scale;
-- case scores for every measure ``m`` (:func:`~monai_unc.evaluation.scores.case_scores`, the one definition shared
+- case scores for every measure ``m`` (:func:`~monai_unc.scores.case_scores`, the one definition shared
   with ``nnunet-predict`` and the report): ``m_mean`` (whole volume), ``m_fg_mean`` (inside the predicted
   foreground, ValUES Appendix F.1) and ``m_patch_mean`` (largest mean over ``patch_size``-voxel boxes, ValUES
   Sec. 4.3; called ``m_patch`` before, a name still accepted by the ``score`` option, which picks the triage
@@ -45,12 +45,13 @@ per-case results in case-id order, so the cohort numbers equal the single-proces
 per-case resume state under ``state/cases/`` and reports failing cases without stopping the others
 (docs/distributed.md).
 
-Modules: :mod:`.config` (options, column groups), :mod:`.scores` (the case scores of a map), :mod:`.case` (one
+Modules: :mod:`.config` (options, column groups), :mod:`monai_unc.scores` (the case scores of a map), :mod:`.case` (one
 case's row), :mod:`.cohort` (additive state, summary, files), :mod:`.resume` (per-case resume state),
 :mod:`.runner` (shards, ``torchrun``, the command), :mod:`.triage` (the referral rule of ``--target-risk`` and
 ``monai-unc triage`` of new unlabelled cases).
 """
 
+from ..scores import CASE_SCORES, PATCH_SIZE, case_score_columns, case_scores, resolve_score_column
 from .case import CaseResult, class_dice, derived_maps, evaluate_case
 from .cohort import (
     CohortState,
@@ -73,7 +74,6 @@ from .config import (
 )
 from .resume import case_fingerprint, load_case_state, save_case_state
 from .runner import assemble_state, evaluate_cases, evaluate_shard, run_evaluate
-from .scores import CASE_SCORES, PATCH_SIZE, case_score_columns, case_scores, resolve_score_column
 from .triage import ReferralRule, certify_referral_rule, run_triage
 
 __all__ = [

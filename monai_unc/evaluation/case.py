@@ -1,5 +1,5 @@
 """One case's metric row: Dice, the calibration family, spatial and discrimination metrics of the primary measure, and
-the case scores of every measure (:func:`evaluate_case`; the scores are defined in :mod:`.scores`)."""
+the case scores of every measure (:func:`evaluate_case`; the scores are defined in :mod:`monai_unc.scores`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
 from ..metrics.overlap import dice
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
+from ..scores import case_score_columns
 from .config import CALIBRATION_COLUMNS, EvaluationConfig, slug, unit_scale
-from .scores import case_score_columns
 
 __all__ = ["CaseResult", "class_dice", "derived_maps", "evaluate_case"]
 

@@ -24,9 +24,9 @@ from ..io.files import json_default
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
 from ..metrics.casewise import failure_detection, ood_auroc
 from ..metrics.selective import area_under_referral_curve, referral_curve, risk_controlled_threshold
+from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
 from .case import CaseResult
 from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig
-from .scores import CASE_SCORES, resolve_score_column, upgrade_row
 
 __all__ = [
     "CohortState",

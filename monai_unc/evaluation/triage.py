@@ -84,11 +84,11 @@ from ..io import (
 )
 from ..keys import MEASURES
 from ..metrics.quality import expected_dice
+from ..scores import CASE_SCORES, case_score_columns
 from .case import derived_maps
 from .cohort import CohortState, triage_order
 from .config import STATE_DIR, EvaluationConfig, slug
 from .resume import CASES_DIR, file_signature
-from .scores import CASE_SCORES, case_score_columns
 
 __all__ = [
     "RULE_FILE",

@@ -43,9 +43,10 @@ from nnunetv2.inference.export_prediction import convert_predicted_logits_to_seg
 from nnunetv2.utilities.label_handling.label_handling import LabelManager
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
-from monai_unc.aggregation import aggregate
 from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, atomic_write_text
 from monai_unc.keys import DEFAULT_MEASURES, MEASURES, MIMeaning, UncertaintyKeys
+from monai_unc.scores import PATCH_SIZE
+from monai_unc.scores import case_scores as map_case_scores
 from monai_unc.stats import derive_measures
 
 __all__ = [
@@ -74,8 +75,6 @@ MEAN_SQ = "mean_sq"
 UNCERTAINTY_FOLDER = "uncertainty"
 #: per-case score table written next to the segmentations
 SCORES_CSV = "uncertainty_scores.csv"
-#: box size (voxels per axis) of the patch score: the default of ``monai-unc evaluate`` (ValUES uses 10)
-PATCH_SIZE = 10
 
 
 @dataclass
@@ -258,23 +257,16 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
 def case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, patch_size: int = PATCH_SIZE) -> dict:
     """Case-level scores of each map (ValUES Sec. 4.3), the definitions ``monai-unc evaluate`` uses.
 
-    Computed by :func:`monai_unc.aggregation.aggregate`: ``mean`` over the whole image; ``fg_mean`` over the
+    The one definition of :func:`monai_unc.scores.case_scores`: ``mean`` over the whole image; ``fg_mean`` over the
     predicted foreground (label > 0; NaN when the prediction is empty); ``patch_mean`` the largest *mean* over a
     box of ``patch_size`` voxels per axis (stride-1 boxes, clipped to the image). Returns
     ``{measure: {"mean", "fg_mean", "patch_mean"}}``, flattened to ``<measure>_<score>`` columns in the table.
     """
-    fg = (np.asarray(segmentation) > 0)[None, None]
     out: dict[str, dict[str, float]] = {}
     for key, m in maps.items():
-        u = np.asarray(m)[None, None]
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # empty prediction: NaN, recorded as null
-            fg_mean = float(aggregate(u, "mean", mask=fg)[0])
-        out[key] = {
-            "mean": float(aggregate(u, "mean")[0]),
-            "fg_mean": fg_mean,
-            "patch_mean": float(aggregate(u, "patch", patch_size=patch_size, patch_reduction="mean")[0]),
-        }
+            warnings.simplefilter("ignore", UserWarning)  # empty prediction: fg_mean NaN, recorded as null
+            out[key] = map_case_scores(m, segmentation, patch_size)
     return out
 
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import ArrayLike, to_numpy
-from ..aggregation import aggregate
+from ._utils import ArrayLike, to_numpy
+from .aggregation import aggregate
 
 __all__ = [
     "CASE_SCORES",
