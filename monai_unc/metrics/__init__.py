@@ -63,6 +63,7 @@ from .compare import (
     compare_uncertainty_maps,
     holm_correction,
     mcnemar_test,
+    seed003_metrics,
     uncertainty_map_metrics,
 )
 from .discrimination import (
