@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from ._utils import ArrayLike, check_probabilities, check_unit_interval, like_input, to_tensor
+from ._utils import ArrayLike, check_finite, check_probabilities, check_unit_interval, like_input, to_tensor
 
 __all__ = [
     "binary_entropy",
@@ -157,14 +157,44 @@ def expected_entropy(
     return like_input(entropy_map_t(s, 2, normalize, multilabel).mean(0), samples)
 
 
+def _check_same_shape(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{name_a} and {name_b} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+
+
+#: how far EE may exceed PE (nats) before the pair is refused: float32 rounding of sums over many samples
+_ENTROPY_ORDER_TOL = 1e-4
+
+
 def mutual_information_from_entropies(
-    pe: torch.Tensor, ee: torch.Tensor, window_disagreement: torch.Tensor | None = None
+    pe: torch.Tensor,
+    ee: torch.Tensor,
+    window_disagreement: torch.Tensor | None = None,
+    validate: bool = True,
 ) -> torch.Tensor:
     """``MI = PE - EE`` clamped at 0 (Jensen: MI >= 0; the clamp only removes rounding below zero).
 
     With ``window_disagreement`` (WD, stitched sliding windows, see :mod:`monai_unc.inferers.sampling`):
     ``MI = PE - EE - WD``, clamped at 0, so that ``PE = EE + MI + WD``.
+
+    ``validate`` (default): ``pe`` and ``ee`` (and WD) must be tensors of one shape without NaN/inf, and ``ee`` may
+    not exceed ``pe`` by more than rounding (1e-4 nats): entropies of the same samples satisfy EE <= PE, so a larger
+    EE means the two maps do not belong together. ``ValueError`` naming the argument otherwise.
     """
+    if validate:
+        pe, ee = to_tensor(pe, "pe"), to_tensor(ee, "ee")
+        _check_same_shape(pe, ee, "pe", "ee")
+        check_finite(pe, "pe")
+        check_finite(ee, "ee")
+        if window_disagreement is not None:
+            window_disagreement = to_tensor(window_disagreement, "window_disagreement")
+            _check_same_shape(pe, window_disagreement, "pe", "window_disagreement")
+            check_finite(window_disagreement, "window_disagreement")
+        if pe.numel() and float((ee - pe).max()) > _ENTROPY_ORDER_TOL:
+            raise ValueError(
+                f"ee exceeds pe by up to {float((ee - pe).max()):.4g} nats: the expected entropy of samples is at "
+                "most the entropy of their mean, so pe and ee must come from the same samples"
+            )
     if window_disagreement is None:
         return (pe - ee).clamp_min(0)
     return ((pe - ee) - window_disagreement).clamp_min(0)
@@ -182,7 +212,7 @@ def mutual_information(
     s = _samples(samples, validate, multilabel)
     pe = entropy_map_t(s.mean(0), 1, normalize, multilabel)
     ee = entropy_map_t(s, 2, normalize, multilabel).mean(0)
-    return like_input(mutual_information_from_entropies(pe, ee), samples)
+    return like_input(mutual_information_from_entropies(pe, ee, validate=False), samples)
 
 
 def max_softmax(probs: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:
@@ -198,9 +228,19 @@ def max_softmax(probs: ArrayLike, validate: bool = True, multilabel: bool = Fals
     return like_input(max_prob_uncertainty_t(p, multilabel), probs)
 
 
-def variance_from_moments(mean: torch.Tensor, mean_sq: torch.Tensor, multilabel: bool = False) -> torch.Tensor:
+def variance_from_moments(
+    mean: torch.Tensor, mean_sq: torch.Tensor, multilabel: bool = False, validate: bool = True
+) -> torch.Tensor:
     """Mean over classes of ``E[p^2] - E[p]^2`` (population variance), clamped at 0, ``-> (B, 1, ...)``; per channel
-    ``(B, C, ...)`` for ``multilabel``."""
+    ``(B, C, ...)`` for ``multilabel``. ``validate``: ``mean`` and ``mean_sq`` must be tensors of one shape
+    ``(B, C, *spatial)`` without NaN/inf (``ValueError`` naming the argument otherwise)."""
+    if validate:
+        mean, mean_sq = to_tensor(mean, "mean"), to_tensor(mean_sq, "mean_sq")
+        _check_same_shape(mean, mean_sq, "mean", "mean_sq")
+        if mean.ndim < 2:
+            raise ValueError(f"mean must be (B, C, *spatial), got shape {tuple(mean.shape)}")
+        check_finite(mean, "mean")
+        check_finite(mean_sq, "mean_sq")
     var = (mean_sq - mean * mean).clamp_min(0)
     return var if multilabel else var.mean(dim=1, keepdim=True)
 

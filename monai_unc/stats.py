@@ -306,7 +306,7 @@ def derive_measures(
         elif key == K.EXPECTED_ENTROPY.value:
             val = ee
         elif key == K.MUTUAL_INFORMATION.value:
-            val = mutual_information_from_entropies(pe, ee, wd)
+            val = mutual_information_from_entropies(pe, ee, wd, validate=False)
         elif key == K.WINDOW_DISAGREEMENT.value:
             if wd is None:
                 raise ValueError(
@@ -318,7 +318,7 @@ def derive_measures(
         elif key == K.VARIANCE.value:
             if "mean_sq" not in moments:
                 raise ValueError("variance needs the second moment 'mean_sq'")
-            val = variance_from_moments(mean, moments["mean_sq"], multilabel)
+            val = variance_from_moments(mean, moments["mean_sq"], multilabel, validate=False)
         else:
             raise ValueError(f"unknown measure {key!r}")
         if normalize and key in (

@@ -62,6 +62,9 @@ from ..measures import entropy_map_t
 from ..stats import SampleStats, derive_measures
 
 __all__ = [
+    "check_inputs",
+    "check_output_ndim",
+    "network_spatial_dims",
     "SampleSource",
     "StochasticSource",
     "UncertaintyOutput",
@@ -190,6 +193,58 @@ class UncertaintyOutput(dict):
         if new is None or new not in self:
             raise KeyError(key)
         return self[canonical_measure(str(key), stacklevel=3)]
+
+
+def network_spatial_dims(network: Any) -> int | None:
+    """The number of spatial axes of ``network``'s convolutions (1, 2 or 3) when they all agree, else None (no
+    convolution, or a mix; e.g. a transformer or a plain callable)."""
+    if not isinstance(network, nn.Module):
+        return None
+    dims = {len(m.kernel_size) for m in network.modules() if isinstance(m, nn.modules.conv._ConvNd)}
+    return dims.pop() if len(dims) == 1 else None
+
+
+def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> None:
+    """Up-front checks of an inferer's ``inputs``: a floating-point tensor ``(B, C, *spatial)`` with 1 to 3 spatial
+    axes, as many as the network's convolutions (a volume without its batch axis would otherwise be read as a batch
+    of images) and as the sliding window's ``roi_size``. ``TypeError`` / ``ValueError`` naming ``inputs``."""
+    if not isinstance(inputs, torch.Tensor):
+        raise TypeError(f"inputs must be a torch.Tensor (B, C, *spatial), got {type(inputs).__name__}")
+    if not inputs.is_floating_point():
+        raise ValueError(f"inputs must be a floating-point tensor (images), got dtype {inputs.dtype}")
+    if not 3 <= inputs.ndim <= 5:
+        raise ValueError(
+            f"inputs must have shape (B, C, *spatial) with 1 to 3 spatial axes (4-D for 2D, 5-D for 3D images), "
+            f"got {inputs.ndim}-D shape {tuple(inputs.shape)}"
+        )
+    dims = network_spatial_dims(network)
+    if dims is not None and inputs.ndim - 2 != dims:
+        hint = " (did you forget the batch axis? use inputs[None])" if inputs.ndim - 1 == dims else ""
+        raise ValueError(
+            f"inputs has {inputs.ndim - 2} spatial axes (shape {tuple(inputs.shape)}) but the network's "
+            f"convolutions are {dims}D: expected a {dims + 2}-D tensor (B, C, *spatial){hint}"
+        )
+    roi = getattr(base_inferer, "roi_size", None)
+    if roi is not None and not isinstance(roi, int):
+        roi = tuple(roi)
+        if len(roi) != inputs.ndim - 2:
+            raise ValueError(
+                f"inputs has {inputs.ndim - 2} spatial axes (shape {tuple(inputs.shape)}) but the sliding window's "
+                f"roi_size {roi} has {len(roi)}"
+            )
+
+
+def check_output_ndim(out: Any, x: torch.Tensor) -> None:
+    """Refuse a network output whose number of axes differs from the input's: e.g. ``DynUNet(deep_supervision=
+    True)`` in train mode stacks its heads into ``(B, K, C, *spatial)``, which would be read as classes."""
+    t = out[0] if isinstance(out, (tuple, list)) and out else out
+    if isinstance(t, torch.Tensor) and t.ndim != x.ndim:
+        raise ValueError(
+            f"network output has {t.ndim} axes (shape {tuple(t.shape)}) for a {x.ndim}-D input {tuple(x.shape)}: "
+            "expected (B, C, *spatial) like the input. A stacked deep-supervision output (B, heads, C, *spatial), "
+            "e.g. DynUNet(deep_supervision=True) in train mode, is the likely cause: put the network in eval mode "
+            "or take the first (full-resolution) head"
+        )
 
 
 def _to_probs(out: Any, activation: str | None, check: bool = True) -> tuple[torch.Tensor, bool]:
@@ -360,7 +415,9 @@ class UncertaintyInferer(Inferer):
                 for wrap in combo:
                     if wrap is not None:
                         predictor = wrap(predictor)
-                probs, multilabel = _to_probs(predictor(x), self.activation, check=False)
+                raw = predictor(x)
+                check_output_ndim(raw, x)
+                probs, multilabel = _to_probs(raw, self.activation, check=False)
                 if stats is None:
                     stats = SampleStats(track_variance=self.track_variance, accum_dtype=self.accum_dtype,
                                         validate=False, multilabel=multilabel)
@@ -400,10 +457,7 @@ class UncertaintyInferer(Inferer):
     def __call__(self, inputs: torch.Tensor, network: Callable | None = None, *args: Any, **kwargs: Any):
         """Run the inferer: ``inputs`` ``(B, C_in, *spatial)``; ``network`` the model (may be ``None`` when an
         ensemble of modules supplies the networks). Extra args are passed to the network."""
-        if not isinstance(inputs, torch.Tensor):
-            raise TypeError(f"inputs must be a torch.Tensor (B, C, *spatial), got {type(inputs).__name__}")
-        if inputs.ndim < 3:
-            raise ValueError(f"inputs must have shape (B, C, *spatial), got {tuple(inputs.shape)}")
+        check_inputs(inputs, network, self.base_inferer)
         self._check_base_inferer()
         x = inputs.as_tensor() if hasattr(inputs, "as_tensor") else inputs
         net_sources = [s for s in self.sources if s.level == "network"]

@@ -191,10 +191,10 @@ class TTAInferer(UncertaintyInferer):
         **kwargs: Any,
     ) -> None:
         sources: list[SampleSource] = [FlipSource(flip_axes)]
+        if isinstance(noise_std, bool) or not isinstance(noise_std, (int, float)) or not 0 <= noise_std < float("inf"):
+            raise ValueError(f"noise_std must be a finite number >= 0 (0 disables noise), got {noise_std!r}")
         if noise_std > 0:
             sources.append(NoiseSource(noise_std, noise_samples))
-        elif noise_std < 0:
-            raise ValueError(f"noise_std must be non-negative, got {noise_std}")
         if augmentations:
             sources.append(AugmentationSource(augmentations))
         if transforms:

@@ -1,0 +1,99 @@
+"""Hostile input to the inferers and the measure helpers: every case fails with one ValueError naming the argument
+(each was silently accepted before: a missing batch axis read as a batch, stacked deep-supervision heads softmaxed
+as classes, NaN noise ignored, mismatched or reversed entropies clamped)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from monai.inferers import SlidingWindowInferer
+from monai.networks.nets import DynUNet
+from torch import nn
+
+from monai_unc.inferers import MCDropoutInferer, SoftmaxInferer, TTAInferer, UncertaintyInferer
+from monai_unc.inferers.sampling import check_inputs, network_spatial_dims
+from monai_unc.measures import mutual_information_from_entropies, variance_from_moments
+
+
+def _net3d() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv3d(1, 3, 3, padding=1), nn.Dropout(0.3)).eval()
+
+
+def test_missing_batch_axis_is_refused_not_read_as_a_batch():
+    """The issue's reproduction: a (C, X, Y, Z) volume used to run with the channel axis taken as the batch and
+    gave a predictive entropy above log 3."""
+    with pytest.raises(ValueError, match=r"inputs.*batch axis"):
+        MCDropoutInferer(num_samples=2)(torch.randn(1, 16, 16, 16), _net3d())
+    out = MCDropoutInferer(num_samples=2)(torch.randn(1, 1, 16, 16, 16), _net3d())  # with the batch axis: fine
+    assert float(out["predictive_entropy"].max()) <= math.log(3) + 1e-6
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4, 4, 4, 4), (1, 1)])
+def test_wrong_number_of_axes_is_refused(shape):
+    with pytest.raises(ValueError, match="inputs"):
+        MCDropoutInferer(num_samples=2)(torch.randn(*shape), _net3d())
+
+
+def test_integer_inputs_are_refused():
+    with pytest.raises(ValueError, match="inputs must be a floating-point"):
+        MCDropoutInferer(num_samples=2)(torch.ones(1, 1, 8, 8, 8, dtype=torch.int64), _net3d())
+
+
+def test_roi_with_the_wrong_number_of_axes_is_refused_up_front():
+    inferer = SoftmaxInferer(base_inferer=SlidingWindowInferer((8, 8)))
+    with pytest.raises(ValueError, match="roi_size"):
+        inferer(torch.randn(1, 1, 8, 8, 8), _net3d())
+
+
+def test_network_spatial_dims():
+    assert network_spatial_dims(_net3d()) == 3
+    assert network_spatial_dims(nn.Conv2d(1, 2, 3)) == 2
+    assert network_spatial_dims(nn.Sequential(nn.Conv2d(1, 2, 1), nn.Conv3d(2, 2, 1))) is None  # mixed: unknown
+    assert network_spatial_dims(lambda x: x) is None
+    check_inputs(torch.randn(2, 1, 8, 8), lambda x: x)  # plain callables are not second-guessed
+
+
+def test_stacked_deep_supervision_output_is_refused():
+    """DynUNet(deep_supervision=True) in train mode returns (B, heads, C, *spatial): it used to be softmaxed over
+    the heads axis and a 6-D pred came back."""
+    net = DynUNet(3, 1, 3, kernel_size=[3, 3, 3], strides=[1, 2, 2], upsample_kernel_size=[2, 2],
+                  deep_supervision=True, deep_supr_num=1).train()
+    x = torch.randn(1, 1, 16, 16, 16)
+    assert net(x).ndim == 6
+    with pytest.raises(ValueError, match="deep-supervision"):
+        UncertaintyInferer([], no_grad=True)(x, net)
+    out = UncertaintyInferer([], no_grad=True)(x, net.eval())  # eval mode: one full-resolution head
+    assert out["pred"].shape == (1, 3, 16, 16, 16)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf"), "0.1"])
+def test_tta_noise_std_is_validated(bad):
+    with pytest.raises(ValueError, match="noise_std"):
+        TTAInferer(noise_std=bad)
+
+
+def test_mutual_information_from_entropies_validates():
+    pe = torch.full((1, 1, 4, 4), 0.6)
+    ee = torch.full((1, 1, 4, 4), 0.4)
+    torch.testing.assert_close(mutual_information_from_entropies(pe, ee), pe - ee)
+    with pytest.raises(ValueError, match="pe and ee must have the same shape"):
+        mutual_information_from_entropies(pe, ee[..., :3])
+    with pytest.raises(ValueError, match="ee"):
+        mutual_information_from_entropies(pe, torch.full_like(ee, float("nan")))
+    with pytest.raises(ValueError, match="ee exceeds pe"):
+        mutual_information_from_entropies(ee, pe)  # swapped: EE > PE cannot come from the same samples
+    # rounding below zero is still clamped
+    assert float(mutual_information_from_entropies(pe, pe + 1e-6).max()) == 0.0
+
+
+def test_variance_from_moments_validates():
+    mean = torch.full((1, 2, 3, 3), 0.5)
+    np.testing.assert_allclose(variance_from_moments(mean, mean).numpy(), 0.25)  # E[p^2] = E[p] for 0/1 samples
+    with pytest.raises(ValueError, match="mean and mean_sq must have the same shape"):
+        variance_from_moments(mean, mean[:, :1])
+    with pytest.raises(ValueError, match="mean_sq"):
+        variance_from_moments(mean, torch.full_like(mean, float("nan")))
