@@ -97,3 +97,20 @@ def test_variance_from_moments_validates():
         variance_from_moments(mean, mean[:, :1])
     with pytest.raises(ValueError, match="mean_sq"):
         variance_from_moments(mean, torch.full_like(mean, float("nan")))
+
+
+def test_a_single_source_needs_no_list_and_bad_sources_are_named():
+    from monai_unc.inferers import MCDropoutSource
+
+    x = torch.randn(1, 1, 8, 8, 8)
+    one = UncertaintyInferer(MCDropoutSource(2), seed=0)(x, _net3d())
+    listed = UncertaintyInferer([MCDropoutSource(2)], seed=0)(x, _net3d())
+    assert one.num_samples == 2
+    torch.testing.assert_close(one["mutual_information"], listed["mutual_information"])
+    with pytest.raises(TypeError, match="sources must be SampleSource"):
+        UncertaintyInferer([object()])
+
+
+def test_unknown_keys_list_the_valid_ones():
+    with pytest.raises(ValueError, match=r"keys: unknown output name\(s\) \['foo'\]; valid: \['pred'"):
+        UncertaintyInferer([], keys=["foo"])

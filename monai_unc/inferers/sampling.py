@@ -328,7 +328,7 @@ class UncertaintyInferer(Inferer):
 
     def __init__(
         self,
-        sources: Sequence[SampleSource] = (),
+        sources: Sequence[SampleSource] | SampleSource = (),
         base_inferer: Inferer | None = None,
         activation: str | None = "softmax",
         keys: Iterable[str] | None = None,
@@ -348,7 +348,12 @@ class UncertaintyInferer(Inferer):
                 f"window_disagreement must be one of {WINDOW_DISAGREEMENT_MODES}, got {window_disagreement!r}"
             )
         self.window_disagreement = window_disagreement
+        if isinstance(sources, SampleSource):
+            sources = [sources]  # one source needs no list
         self.sources = list(sources)
+        bad = [type(src).__name__ for src in self.sources if not isinstance(src, SampleSource)]
+        if bad:
+            raise TypeError(f"sources must be SampleSource objects (or one of them), got {', '.join(bad)}")
         for s in self.sources:
             if not isinstance(s, SampleSource):
                 raise TypeError(f"sources must be SampleSource objects, got {type(s).__name__}")
@@ -360,6 +365,13 @@ class UncertaintyInferer(Inferer):
         self._check_base_inferer()
         self.activation = activation
         keys = keys if keys is not None else self.default_keys
+        if keys is not None:
+            if isinstance(keys, str):
+                keys = [keys]
+            valid = [k.value for k in K] + list(DEPRECATED_MEASURES)
+            unknown = [str(k) for k in keys if str(k) not in valid]
+            if unknown:
+                raise ValueError(f"keys: unknown output name(s) {unknown}; valid: {[k.value for k in K]}")
         self.keys = None if keys is None else [K(k).value for k in keys]
         if self.keys is not None and K.VARIANCE.value in self.keys and not track_variance:
             raise ValueError("keys asks for 'variance' but track_variance=False")
