@@ -8,6 +8,7 @@ aliases, and per-case results that are ``(B,)`` whatever the input shape.
 import ast
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -366,9 +367,9 @@ def test_deprecated_arg_names_decorator():
         assert f(1, old=3) == (1, 3)
     with pytest.raises(TypeError, match="'old'.*'new'"):
         f(1, old=3, new=4)
-    with pytest.raises(TypeError, match="'old'.*'new'"):
+    with pytest.raises(TypeError, match="'new'"):
         f(1, 4, old=3)
-    with pytest.raises(ValueError, match="no argument"):
+    with pytest.raises(TypeError, match="no parameter 'missing'"):
         deprecated_arg_names({"old": "missing"})(lambda a: a)
 
 
@@ -376,7 +377,7 @@ def test_renamed_arguments_keep_their_old_keywords():
     z, p, y = softmax_case()
     with pytest.warns(DeprecationWarning, match="deprecated") as caught:
         assert ece(x=p, labels=y) == ece(p, y) == ece(probs=p, target=y)
-    assert {"'x'", "'labels'"} <= {str(w.message).split()[3] for w in caught}
+    assert {"'x'", "'labels'"} <= {m.group(1) for w in caught if (m := re.search(r"argument ('\w+')", str(w.message)))}
     with pytest.raises(TypeError):
         ece(p, labels=y, target=y)
     with pytest.warns(DeprecationWarning, match="labels"):
