@@ -80,7 +80,6 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
 #: violations on main today, each with where it is being fixed; remove an entry when its violation is gone
 PENDING: dict[tuple[str, str, str, str], str] = {
     # (rule, importing module, imported module, name) -> note
-    ("lazy", "monai_unc.nnunet.trainers", "monai_unc.data.synthetic", ""): "nnunet/trainers.py:140",
 }
 
 

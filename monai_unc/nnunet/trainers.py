@@ -34,6 +34,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import nibabel as nib
 import numpy as np
 import torch
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
@@ -41,6 +42,7 @@ from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch import nn
 
+from monai_unc.data.synthetic import make_toy_dataset
 from monai_unc.networks.losses import SSNLoss
 from monai_unc.networks.ssn import SSNHead, find_ssn_heads
 from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, dropout_arch_kwargs
@@ -271,10 +273,6 @@ def write_toy_dataset(
 
     Returns the dataset folder ``raw_dir/DatasetXXX_name``.
     """
-    import nibabel as nib
-
-    from monai_unc.data.synthetic import make_toy_dataset
-
     if not 1 <= int(dataset_id) <= 999:
         raise ValueError(f"dataset_id must be in 1..999, got {dataset_id}")
     if num_training < 2:
