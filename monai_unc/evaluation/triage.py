@@ -692,7 +692,7 @@ def prediction_fingerprint(
     ids = case_ids if case_ids is not None else [p.stem for p in sorted(unc.glob("*.json"))]
     records = [r for r in (_read_json(unc / f"{c}.json") for c in ids) if isinstance(r, dict)]
     fp = {"producer": "nnunet-predict"}
-    for k in ("model_folder", "checkpoint", "plans", "configuration"):
+    for k in ("model_folder", "checkpoint", "fold_ids", "plans", "configuration"):
         if k in cfg:
             fp[k] = cfg[k]
     fp["trainer"] = cfg.get("trainer_name")

@@ -63,10 +63,12 @@ import contextlib
 import copy
 import functools
 import itertools
+import json
 import multiprocessing
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from queue import Queue
 from threading import Thread
 from time import sleep
@@ -257,9 +259,12 @@ class UncertaintyPredictor(nnUNetPredictor):
         use_folds: tuple[int | str, ...] | None,
         checkpoint_name: str = "checkpoint_final.pth",
     ) -> None:
-        """As nnU-Net's, with this package's trainers findable without setting ``nnUNet_extTrainer``."""
+        """As nnU-Net's, with this package's trainers findable without setting ``nnUNet_extTrainer``. The model
+        folder, checkpoint, folds and (for a folder written by ``nnunet-calibrate``) the temperatures are recorded in
+        ``uncertainty_config.json``, the fingerprint ``monai-unc triage`` compares."""
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
+        self._model_identity = _model_identity(model_training_output_dir, use_folds, checkpoint_name)
         self._after_initialization()
 
     def manual_initialization(self, network: nn.Module, plans_manager: PlansManager,
@@ -648,6 +653,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             "mirror_axes": list(self.allowed_mirroring_axes or []) if self.use_mirroring else [],
             "trainer_name": self.trainer_name,
             "tile_step_size": self.tile_step_size,
+            **getattr(self, "_model_identity", {}),
         }
         atomic_write_json(os.path.join(folder, "uncertainty_config.json"), cfg)
 
@@ -795,3 +801,24 @@ class UncertaintyPredictor(nnUNetPredictor):
                                        verbose=self.verbose)
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
 
+
+def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str) -> dict[str, Any]:
+    """``model_folder`` (resolved), ``checkpoint``, ``fold_ids`` and ``temperature`` (``{fold: t}`` from the
+    ``temperature.json`` that ``nnunet-calibrate`` writes into its calibrated copy; None for an uncalibrated model)
+    of a trained nnU-Net model folder."""
+    folder = Path(model_folder).resolve()
+    temperature = None
+    tj = folder / "temperature.json"
+    if tj.is_file():
+        try:
+            doc = json.loads(tj.read_text())
+            folds = doc.get("folds", doc) if isinstance(doc, dict) else {}
+            temperature = {str(k): v.get("temperature") for k, v in folds.items() if isinstance(v, dict)} or None
+        except (OSError, ValueError):
+            temperature = None
+    return {
+        "model_folder": str(folder),
+        "checkpoint": checkpoint_name,
+        "fold_ids": None if use_folds is None else [str(f) for f in use_folds],
+        "temperature": temperature,
+    }
