@@ -393,9 +393,9 @@ def _mutate(value: Any, mutator: str, rng: np.random.Generator) -> Any:
     return MUTATORS[mutator](np.asarray(value), rng)
 
 
-@pytest.mark.parametrize("mutator", sorted(MUTATORS))
-@pytest.mark.parametrize("case", API, ids=repr)
-def test_hostile_input(case: ApiCase, mutator: str) -> None:
+def sweep(case: ApiCase, mutator: str) -> None:
+    """Four hypothesis draws of ``mutator`` applied to one of ``case``'s arrays, each checked by :func:`check_call`."""
+
     @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(seed=st.integers(0, 2**31 - 1), which=st.integers(0, len(case.arrays) - 1))
     def run(seed: int, which: int) -> None:
@@ -409,6 +409,12 @@ def test_hostile_input(case: ApiCase, mutator: str) -> None:
         check_call(case, kwargs, mutator, arg)
 
     run()
+
+
+@pytest.mark.parametrize("mutator", sorted(MUTATORS))
+@pytest.mark.parametrize("case", API, ids=repr)
+def test_hostile_input(case: ApiCase, mutator: str) -> None:
+    sweep(case, mutator)
 
 
 @pytest.mark.parametrize("case", API, ids=repr)

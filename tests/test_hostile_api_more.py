@@ -9,9 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from test_hostile_api import MUTATORS, ApiCase, NotApplicable, _blobs, _mutate, _probs, check_call
+from test_hostile_api import MUTATORS, ApiCase, _blobs, _probs, sweep
 
 from monai_unc import measures as M
 from monai_unc.metrics import augrc, aurc, dice, eaurc, error_auroc, ncc, ood_auroc, qu_brats
@@ -58,19 +56,7 @@ MORE: list[ApiCase] = [
 @pytest.mark.parametrize("mutator", sorted(MUTATORS))
 @pytest.mark.parametrize("case", MORE, ids=repr)
 def test_hostile_input(case: ApiCase, mutator: str) -> None:
-    @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(seed=st.integers(0, 2**31 - 1), which=st.integers(0, len(case.arrays) - 1))
-    def run(seed: int, which: int) -> None:
-        rng = np.random.default_rng(seed)
-        kwargs = case.make(rng)
-        arg = case.arrays[which]
-        try:
-            kwargs[arg] = _mutate(kwargs[arg], mutator, rng)
-        except NotApplicable:
-            return
-        check_call(case, kwargs, mutator, arg)
-
-    run()
+    sweep(case, mutator)
 
 
 @pytest.mark.parametrize("case", MORE, ids=repr)
