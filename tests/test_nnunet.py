@@ -837,7 +837,10 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for var in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results", "nnUNet_extTrainer", "nnUNet_n_proc_DA",
                 "nnUNet_compile"):
-        monkeypatch.delenv(var, raising=False)  # the docs example sets them; monkeypatch restores the originals
+        # the docs example sets them: setenv first so that monkeypatch records the original (also "unset") and
+        # restores it afterwards (delenv of an unset variable records nothing, and the value would leak)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     blocks = python_blocks()
     assert len(blocks) == 1, "docs/nnunet.md must hold one runnable python example"
     exec(compile(blocks[0], str(DOCS), "exec"), {"__name__": "__main__"})
