@@ -8,6 +8,7 @@ inference with :class:`monai_unc.inferers.SSNSource`. See docs/ssn.md.
 
 from .losses import SSNLoss, ssn_log_likelihood
 from .ssn import (
+    IntensityMask,
     SSNDistribution,
     SSNHead,
     SSNNetwork,
@@ -20,6 +21,7 @@ from .ssn import (
 from .training import SSN_TOY_NETWORK, build_ssn_network, train_ssn
 
 __all__ = [
+    "IntensityMask",
     "SSN_TOY_NETWORK",
     "SSNDistribution",
     "SSNHead",
