@@ -47,6 +47,7 @@ SSN_TOY_NETWORK: dict[str, Any] = {
     "rank": 10,
     "dropout": 0.0,
     "epsilon": 1e-5,
+    "init_variance": 1e-3,
     "mask": {"threshold": 0.03, "smooth": 5, "dilate": 5, "channel": 0},
 }
 
@@ -62,6 +63,7 @@ def build_ssn_network(
     rank: int = 10,
     dropout: float = 0.0,
     epsilon: float = 1e-5,
+    init_variance: float | None = 1e-3,
     mask: dict[str, Any] | None = None,
 ) -> SSNNetwork:
     """A MONAI ``UNet`` (``out_channels=feature_channels``) with an :class:`SSNHead` of the given ``rank``;
@@ -80,7 +82,7 @@ def build_ssn_network(
         num_res_units=num_res_units,
         dropout=dropout,
     )
-    head = SSNHead(feature_channels, num_classes, rank, spatial_dims, epsilon=epsilon)
+    head = SSNHead(feature_channels, num_classes, rank, spatial_dims, epsilon=epsilon, init_variance=init_variance)
     return SSNNetwork(backbone, head, mask_fn=IntensityMask(**mask) if mask is not None else None)
 
 
