@@ -527,6 +527,32 @@ def test_ssn_source_under_sliding_windows_and_with_a_bare_head():
         SSNInferer(2)(x, UNet(3, 1, 3, channels=(4, 8), strides=(2,)))
 
 
+@pytest.mark.parametrize("shape", [(9, 7), (6, 7, 5)])
+def test_intensity_mask_equals_a_windowed_mean_and_box_dilation(shape):
+    from scipy.ndimage import binary_dilation
+
+    from monai_unc.networks import IntensityMask
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (2, 2, *shape)).astype(np.float32)
+    fn = IntensityMask(threshold=0.2, smooth=3, dilate=3, channel=1)
+    got = fn(torch.from_numpy(x)).numpy()
+    assert got.shape == (2, 1, *shape) and got.dtype == bool
+    for b in range(2):
+        img = x[b, 1].astype(np.float64)
+        mean = np.zeros(shape)
+        for v in np.ndindex(*shape):  # mean over the window clipped to the image
+            sl = tuple(slice(max(i - 1, 0), i + 2) for i in v)
+            mean[v] = img[sl].mean()
+        ref = binary_dilation(mean > 0.2, np.ones((3,) * len(shape), bool))
+        np.testing.assert_array_equal(got[b, 0], ref)
+    np.testing.assert_array_equal(IntensityMask(0.2, 1, 1)(torch.from_numpy(x)).numpy()[:, 0], x[:, 0] > 0.2)
+    with pytest.raises(ValueError, match="odd"):
+        IntensityMask(smooth=4)
+    with pytest.raises(ValueError, match="channel"):
+        IntensityMask(channel=3)(torch.from_numpy(x))
+
+
 def test_network_mask_fn_and_reload():
     torch.manual_seed(0)
     net = SSNNetwork(UNet(2, 1, 4, channels=(4, 8), strides=(2,)), SSNHead(4, 2, 2, 2), mask_fn=lambda x: x[:, 0] > 0)

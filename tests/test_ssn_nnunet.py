@@ -128,6 +128,7 @@ def test_trainer_trains_a_tiny_toy_task_on_cpu(tmp_path, monkeypatch):
         monkeypatch.setenv(f"nnUNet_{name}", str(tmp_path / name))
     monkeypatch.setenv("nnUNet_compile", "false")
     monkeypatch.setenv("nnUNet_extTrainer", mun.trainer_dir())
+    monkeypatch.setenv("nnUNet_n_proc_DA", "1")  # planning sets torch's thread count from it (0 is refused)
     monkeypatch.chdir(tmp_path)
     from nnunetv2.experiment_planning.plan_and_preprocess_api import (
         extract_fingerprints,

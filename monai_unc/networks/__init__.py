@@ -8,6 +8,7 @@ raters. Sample it at inference with :class:`monai_unc.inferers.SSNSource`. See d
 
 from .losses import SSNLoss, ssn_log_likelihood
 from .ssn import (
+    IntensityMask,
     SSNDistribution,
     SSNHead,
     SSNNetwork,
@@ -19,6 +20,7 @@ from .ssn import (
 )
 
 __all__ = [
+    "IntensityMask",
     "SSNDistribution",
     "SSNHead",
     "SSNLoss",
