@@ -180,7 +180,7 @@ def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
 def plot_case_overlay(
     case_id: str,
     seg: np.ndarray,
-    label: np.ndarray,
+    label: np.ndarray | None,
     uncertainty: np.ndarray,
     image: np.ndarray | None = None,
     spacing: Sequence[float] = (1.0, 1.0, 1.0),
@@ -193,22 +193,27 @@ def plot_case_overlay(
     foreground (:func:`slice_of_highest_uncertainty`): image, prediction contour, uncertainty heatmap,
     error map (``seg != label``: red where the prediction has a foreground the label does not, blue where it
     misses one, purple for a wrong class). Volumes are 3D ``(X, Y, Z)``; ``image`` may be ``(C, X, Y, Z)``;
-    ``class_names`` label the contour colours."""
+    ``class_names`` label the contour colours. Without a ``label`` (new, unlabelled cases) the slices are chosen
+    inside the predicted foreground and there is no error-map column."""
     if image is not None and image.ndim == 4:
         image = image[0]
-    base = image if image is not None else label.astype(np.float32)
+    labelled = label is not None
+    reference = label if labelled else seg
+    base = image if image is not None else reference.astype(np.float32)
     u_max = float(np.percentile(uncertainty, 99.9)) or 1.0
-    n_cls = int(max(seg.max(), label.max())) + 1
-    fig = _figure(11.0, 2.75 * len(axes) + 0.4)
-    grid = fig.subplots(len(axes), 4, squeeze=False)
+    n_cls = int(max(seg.max(), reference.max())) + 1
+    fig = _figure(11.0 if labelled else 8.4, 2.75 * len(axes) + 0.4)
+    grid = fig.subplots(len(axes), 4 if labelled else 3, squeeze=False)
     err = np.zeros(seg.shape, dtype=np.int8)
-    err[(seg > 0) & (label == 0)] = 1  # false positive
-    err[(seg == 0) & (label > 0)] = 2  # false negative
-    err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
+    if labelled:
+        err[(seg > 0) & (label == 0)] = 1  # false positive
+        err[(seg == 0) & (label > 0)] = 2  # false negative
+        err[(seg > 0) & (label > 0) & (seg != label)] = 3  # wrong foreground class
     err_cmap = ListedColormap([(0, 0, 0, 0), (0.85, 0.15, 0.15, 0.9), (0.15, 0.35, 0.95, 0.9), (0.6, 0.2, 0.8, 0.9)])
     contour_colors = ["#ffd700", "#00e5ff", "#ff7f0e", "#7fff00", "#ff00ff"]
+    titles = ("image", "prediction contour", measure.replace("_", " ")) + (("error map",) if labelled else ())
     for row, axis in enumerate(axes):
-        k = slice_of_highest_uncertainty(uncertainty, axis, mask=label > 0)
+        k = slice_of_highest_uncertainty(uncertainty, axis, mask=reference > 0)
         dims = [d for d in range(3) if d != axis]
         aspect = float(spacing[dims[1]]) / float(spacing[dims[0]])
         img2, seg2, u2, e2 = (_take(a, axis, k) for a in (base, seg, uncertainty, err))
@@ -225,11 +230,13 @@ def plot_case_overlay(
                                   linewidths=0.9)
         im = panels[2].imshow(u2, cmap="inferno", vmin=0, vmax=u_max, origin="lower", aspect=aspect, alpha=0.85,
                               interpolation="nearest")
-        panels[3].imshow(e2, cmap=err_cmap, vmin=0, vmax=3, origin="lower", aspect=aspect, interpolation="nearest")
+        if labelled:
+            panels[3].imshow(e2, cmap=err_cmap, vmin=0, vmax=3, origin="lower", aspect=aspect,
+                             interpolation="nearest")
         view = _VIEWS.get(axis, f"axis {axis}")
         panels[0].set_ylabel(f"{view} {k}", fontsize=9)
         if row == 0:
-            for ax, title in zip(panels, ("image", "prediction contour", measure.replace("_", " "), "error map")):
+            for ax, title in zip(panels, titles):
                 ax.set_title(title, fontsize=10)
             names = list(class_names) if class_names is not None else [f"class {c}" for c in range(n_cls)]
             handles = [Line2D([], [], color=contour_colors[(c - 1) % 5], lw=1.5, label=names[c] if c < len(names)

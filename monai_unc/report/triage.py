@@ -31,18 +31,16 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
-from matplotlib.lines import Line2D
 
 from ..evaluation.case import derived_maps
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
 from .html import PAGE_CSS, Figure, format_value, img_tag
-from .plots import save_png, slice_of_highest_uncertainty
+from .plots import plot_case_overlay, save_png
 
 __all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page"]
 
 _ACCEPT, _REVIEW, _CAL = "#1f77b4", "#d62728", "0.55"
-_VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
 _EXTRA_CSS = """
 .banner{background:#fff4e5;border:2px solid #e6a23c;color:#6b4a00;padding:10px 14px;border-radius:6px;margin:12px 0}
 header .banner{color:#6b4a00;font-size:13px}.banner ul{margin:4px 0 0 18px;padding:0}
@@ -111,45 +109,7 @@ def plot_triage_overlay(
     foreground (:func:`monai_unc.report.plots.slice_of_highest_uncertainty`): image, prediction contour per class,
     uncertainty heatmap. Label-free: there is no error map. Volumes 3D ``(X, Y, Z)``; ``image`` may be
     ``(C, X, Y, Z)`` (channel 0 is shown)."""
-    if image is not None and image.ndim == 4:
-        image = image[0]
-    base = image if image is not None else seg.astype(np.float32)
-    u_max = float(np.percentile(uncertainty, 99.9)) or 1.0
-    n_cls = int(seg.max()) + 1
-    fig = MplFigure(figsize=(8.4, 2.75 * len(axes) + 0.4), dpi=110, layout="constrained")
-    grid = fig.subplots(len(axes), 3, squeeze=False)
-    colors = ["#ffd700", "#00e5ff", "#ff7f0e", "#7fff00", "#ff00ff"]
-    im = None
-    for row, axis in enumerate(axes):
-        k = slice_of_highest_uncertainty(uncertainty, axis, mask=seg > 0)
-        dims = [d for d in range(3) if d != axis]
-        aspect = float(spacing[dims[1]]) / float(spacing[dims[0]])
-        img2, seg2, u2 = (np.take(a, k, axis=axis).T for a in (base, seg, uncertainty))
-        lo, hi = np.percentile(img2, (1, 99.5)) if img2.size else (0, 1)
-        panels = grid[row]
-        for ax in panels:
-            ax.imshow(img2, cmap="gray", vmin=lo, vmax=hi if hi > lo else lo + 1, origin="lower", aspect=aspect,
-                      interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
-        for c in range(1, n_cls):
-            if (seg2 == c).any() and not (seg2 == c).all():
-                panels[1].contour((seg2 == c).astype(float), levels=[0.5], colors=colors[(c - 1) % 5], linewidths=0.9)
-        im = panels[2].imshow(u2, cmap="inferno", vmin=0, vmax=u_max, origin="lower", aspect=aspect, alpha=0.85,
-                              interpolation="nearest")
-        panels[0].set_ylabel(f"{_VIEWS.get(axis, f'axis {axis}')} {k}", fontsize=9)
-        if row == 0:
-            for ax, title in zip(panels, ("image", "prediction contour", measure.replace("_", " "))):
-                ax.set_title(title, fontsize=10)
-            names = list(class_names) if class_names is not None else [f"class {c}" for c in range(n_cls)]
-            handles = [Line2D([], [], color=colors[(c - 1) % 5], lw=1.5,
-                              label=names[c] if c < len(names) else f"class {c}") for c in range(1, n_cls)]
-            if handles:
-                panels[1].legend(handles=handles, loc="lower right", fontsize=6, framealpha=0.7, handlelength=1.2)
-        fig.colorbar(im, ax=panels[2], fraction=0.046, pad=0.02).ax.tick_params(labelsize=7)
-    text = f"case {case_id}" + ("   " + "   ".join(f"{k} {v}" for k, v in info.items()) if info else "")
-    fig.suptitle(text, fontsize=11)
-    return fig
+    return plot_case_overlay(case_id, seg, None, uncertainty, image, spacing, measure, axes, info, class_names)
 
 
 def _tag(decision: str) -> str:
