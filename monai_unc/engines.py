@@ -22,12 +22,21 @@ postprocessing: if an ``Activationsd`` applies softmax to ``pred`` it stores ``l
 smallest normal float), so that the bundle's softmax returns exactly the mean probabilities (``softmax(log p) =
 p / sum p = p``); a sigmoid gets ``log(p_1 / p_0)`` (two-class outputs), so that sigmoid returns ``p_1``;
 otherwise ``pred`` is the mean probabilities.
+
+Region-based (multi-label) models, e.g. the Model Zoo's BraTS bundle (``Activationsd(sigmoid=True)`` then
+``AsDiscreted(threshold=0.5)`` on three channels TC, WT, ET): an inferer run with ``activation="sigmoid"`` on
+``C >= 2`` channels returns per-channel mean probabilities (``UncertaintyOutput.multilabel``). With a sigmoid in
+the postprocessing ``pred`` is then the per-channel logit of the mean, ``log p_c - log(1 - p_c)`` (each clamped at
+the smallest normal float, so finite), which the bundle's sigmoid maps back to ``p_c``: the threshold, label
+remapping and ``SaveImaged`` that follow run unchanged on the mean probabilities. A softmax in the postprocessing
+of a multi-label output is refused (it would renormalise the regions against each other).
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -73,20 +82,32 @@ def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | Non
     return None if found is False else found
 
 
-def format_pred(probs: torch.Tensor, pred_format: str) -> torch.Tensor:
+def format_pred(probs: torch.Tensor, pred_format: str, multilabel: bool = False) -> torch.Tensor:
     """Mean probabilities ``(B, C, *spatial)`` in the form a bundle's postprocessing expects.
 
     ``"probabilities"``: unchanged. ``"log_probabilities"``: ``log(max(p, tiny))`` (``tiny`` the smallest normal
     number of the dtype), which softmax maps back to ``p``. ``"binary_logit"``: ``log(p_1) - log(p_0)``
-    ``(B, 1, *spatial)`` for ``C = 2``, which sigmoid maps back to ``p_1``. MetaTensors stay MetaTensors.
+    ``(B, 1, *spatial)`` for ``C = 2``, which sigmoid maps back to ``p_1``. With ``multilabel=True`` (per-channel
+    Bernoulli probabilities of a region-based model, any ``C >= 1``) ``"binary_logit"`` is the per-channel logit
+    ``log(max(p_c, tiny)) - log(max(1 - p_c, tiny))`` ``(B, C, *spatial)``, which sigmoid maps back to ``p_c``, and
+    ``"log_probabilities"`` raises ``ValueError`` (softmax would renormalise the channels against each other).
+    MetaTensors stay MetaTensors.
     """
     if pred_format == "probabilities":
         return probs
     if not probs.is_floating_point():
         raise TypeError(f"pred must be floating point probabilities, got dtype {probs.dtype}")
     tiny = torch.finfo(probs.dtype).tiny
+    if multilabel and pred_format == "log_probabilities":
+        raise ValueError(
+            "the inferer's output is multi-label (one sigmoid probability per region) but pred_format is "
+            "'log_probabilities' (the postprocessing applies softmax to 'pred'): use Activationsd(sigmoid=True), "
+            "as region-based bundles do, or pred_format='probabilities'"
+        )
     if pred_format == "log_probabilities":
         return torch.log(probs.clamp_min(tiny))
+    if pred_format == "binary_logit" and multilabel:
+        return torch.log(probs.clamp_min(tiny)) - torch.log1p(-probs).clamp_min(math.log(tiny))
     if pred_format == "binary_logit":
         if probs.shape[1] != 2:
             raise ValueError(
@@ -185,7 +206,8 @@ class UncertaintyEvaluator(SupervisedEvaluator):
         if clash:
             raise ValueError(f"the inferer returned keys that would overwrite the batch: {clash}")
 
-        out: dict[str, Any] = {Keys.PRED: meta(format_pred(result[K.PRED.value], self.pred_format))}
+        multilabel = bool(getattr(result, "multilabel", False))
+        out: dict[str, Any] = {Keys.PRED: meta(format_pred(result[K.PRED.value], self.pred_format, multilabel))}
         for k in keys:
             v = result[k]
             if k == K.SAMPLES.value and isinstance(v, torch.Tensor):

@@ -46,7 +46,7 @@ from monai.data import MetaTensor
 from monai.transforms import MapTransform, Transform
 from monai.utils import TransformBackends
 
-from ._utils import check_finite, check_labels, check_probabilities, to_tensor
+from ._utils import check_finite, check_labels, check_probabilities, check_unit_interval, to_tensor
 from .aggregation import METHODS, aggregate
 from .keys import UncertaintyKeys, canonical_measure
 from .stats import SampleStats, derive_measures
@@ -178,22 +178,34 @@ class UncertaintyMeasures(Transform):
     one_minus_max_prob = 1 - max_c mean p, variance = mean_c Var_s p_c (population). Natural log;
     ``normalize=True`` divides the entropies by ``log C``.
 
+    ``multilabel=True`` (region-based sigmoid models, e.g. BraTS TC/WT/ET): every channel of ``img`` is the
+    foreground probability of an independent Bernoulli variable (values in ``[0, 1]``, no sum constraint,
+    ``C >= 1``) and every measure is computed per channel with the binary entropy ``H_b``: PE_c = H_b(mean p_c),
+    EE_c = mean H_b(p_s,c), MI_c = PE_c - EE_c, one_minus_max_prob_c = 1 - max(mean p_c, 1 - mean p_c),
+    variance_c = Var_s p_c; maps are ``(C, *spatial)``, one per region, and ``normalize`` divides by ``log 2``.
+    ``expected_entropy`` is then ``(C, *spatial)``.
+
     Args:
         measures: names from :class:`~monai_unc.keys.UncertaintyKeys` (default: all available for the input,
             without ``pred`` for ``input_type="probs"``, since that is the input). The deprecated name
             ``"max_softmax"`` is accepted (with a ``DeprecationWarning``) and gives ``"one_minus_max_prob"``.
         input_type: ``"samples"`` or ``"probs"``.
-        normalize: divide entropies by ``log C``.
+        normalize: divide entropies by ``log C`` (``log 2`` with ``multilabel``).
+        multilabel: channels are independent Bernoulli variables (see above).
 
     ``__call__(img, expected_entropy=None, mean_sq=None)`` returns ``{measure: map}``: ``(1, *spatial)`` maps
-    (``pred`` ``(C, *spatial)``) in the dtype and container of ``img``; a MetaTensor gives MetaTensors with a copy of
-    its meta and applied operations.
+    (``pred`` and every ``multilabel`` map ``(C, *spatial)``) in the dtype and container of ``img``; a MetaTensor
+    gives MetaTensors with a copy of its meta and applied operations.
     """
 
     backend = _BACKENDS
 
     def __init__(
-        self, measures: Sequence[str] | str | None = None, input_type: str = "samples", normalize: bool = False
+        self,
+        measures: Sequence[str] | str | None = None,
+        input_type: str = "samples",
+        normalize: bool = False,
+        multilabel: bool = False,
     ) -> None:
         if input_type not in ("samples", "probs"):
             raise ValueError(f"input_type must be 'samples' or 'probs', got {input_type!r}")
@@ -208,6 +220,9 @@ class UncertaintyMeasures(Transform):
                 raise ValueError("measures selects nothing")
         self.measures: list[str] | None = measures
         self.normalize = bool(normalize)
+        if not isinstance(multilabel, (bool, np.bool_)):
+            raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
+        self.multilabel = bool(multilabel)
 
     def _wanted(self, has_ee: bool, has_sq: bool, ee_name: str, sq_name: str) -> list[str]:
         available = _available_measures(self.input_type, has_ee, has_sq)
@@ -228,26 +243,28 @@ class UncertaintyMeasures(Transform):
         if self.input_type == "samples":
             if x.ndim < 3:
                 raise ValueError(f"{name} must be samples (S, C, *spatial), got shape {tuple(x.shape)}")
-            check_probabilities(x, name, channel_dim=1, min_ndim=3)
-            stats = SampleStats(track_variance=K.VARIANCE.value in wanted, validate=False)
+            (check_unit_interval if self.multilabel else check_probabilities)(x, name, channel_dim=1, min_ndim=3)
+            stats = SampleStats(track_variance=K.VARIANCE.value in wanted, validate=False, multilabel=self.multilabel)
             for s in range(x.shape[0]):
                 stats.update(x[s : s + 1])  # (1, C, *spatial): one sample
             return stats.moments(), x.dtype
         if x.ndim < 2:
             raise ValueError(f"{name} must be probabilities (C, *spatial), got shape {tuple(x.shape)}")
         probs = x[None]
-        check_probabilities(probs, name)
+        (check_unit_interval if self.multilabel else check_probabilities)(probs, name)
         moments = {K.PRED.value: probs.to(torch.float64)}
+        ee_channels = x.shape[0] if self.multilabel else 1
         if expected_entropy is not None:
             ee = to_tensor(expected_entropy, ee_name)
-            if tuple(ee.shape) != (1, *x.shape[1:]):
+            if tuple(ee.shape) != (ee_channels, *x.shape[1:]):
+                what = "one channel per region" if self.multilabel else "one channel"
                 raise ValueError(
-                    f"{ee_name} must have shape {(1, *x.shape[1:])} (one channel), got {tuple(ee.shape)}"
+                    f"{ee_name} must have shape {(ee_channels, *x.shape[1:])} ({what}), got {tuple(ee.shape)}"
                 )
             check_finite(ee, ee_name)
             moments[K.EXPECTED_ENTROPY.value] = ee[None].to(torch.float64)
         else:  # placeholder never read: PE and one_minus_max_prob do not use it
-            moments[K.EXPECTED_ENTROPY.value] = torch.zeros_like(probs[:, :1], dtype=torch.float64)
+            moments[K.EXPECTED_ENTROPY.value] = torch.zeros_like(probs[:, :ee_channels], dtype=torch.float64)
         if mean_sq is not None:
             sq = to_tensor(mean_sq, sq_name)
             if tuple(sq.shape) != tuple(x.shape):
@@ -267,7 +284,7 @@ class UncertaintyMeasures(Transform):
             raise ValueError("expected_entropy and mean_sq only apply to input_type='probs'")
         wanted = self._wanted(expected_entropy is not None, mean_sq is not None, names[1], names[2])
         moments, dtype = self._moments(img, expected_entropy, mean_sq, wanted, names)
-        maps = derive_measures(moments, wanted, normalize=self.normalize, out_dtype=dtype)
+        maps = derive_measures(moments, wanted, normalize=self.normalize, out_dtype=dtype, multilabel=self.multilabel)
         return {measure: _like_source(value[0], img) for measure, value in maps.items()}
 
     def __call__(self, img: Any, expected_entropy: Any = None, mean_sq: Any = None) -> dict[str, Any]:
@@ -405,7 +422,8 @@ class UncertaintyMeasuresd(MapTransform):
 
     Args:
         keys: source key(s): samples ``(S, C, *spatial)`` or probabilities ``(C, *spatial)``.
-        measures, input_type, normalize: as in :class:`UncertaintyMeasures`.
+        measures, input_type, normalize, multilabel: as in :class:`UncertaintyMeasures` (``multilabel=True``:
+            per-region maps of a sigmoid region-based model, ``(C, *spatial)`` each).
         expected_entropy_key, mean_sq_key: keys of the extra statistics for ``input_type="probs"`` (the per-voxel
             mean of ``H(p_s)`` and of ``p_s^2``), which make ``expected_entropy``/``mutual_information`` and
             ``variance`` available.
@@ -429,12 +447,15 @@ class UncertaintyMeasuresd(MapTransform):
         normalize: bool = False,
         output_key: str = "{measure}",
         allow_missing_keys: bool = False,
+        multilabel: bool = False,
     ) -> None:
         super().__init__(keys, allow_missing_keys)
         if measures is not None:
             measures = [measures] if isinstance(measures, str) else list(measures)
             measures = [canonical_measure(m, stacklevel=3) for m in measures]
-        self.transform = UncertaintyMeasures(measures, input_type=input_type, normalize=normalize)
+        self.transform = UncertaintyMeasures(
+            measures, input_type=input_type, normalize=normalize, multilabel=multilabel
+        )
         if input_type == "samples" and (expected_entropy_key is not None or mean_sq_key is not None):
             raise ValueError("expected_entropy_key and mean_sq_key only apply to input_type='probs'")
         self.expected_entropy_key = expected_entropy_key
@@ -457,6 +478,10 @@ class UncertaintyMeasuresd(MapTransform):
     @property
     def normalize(self) -> bool:
         return self.transform.normalize
+
+    @property
+    def multilabel(self) -> bool:
+        return self.transform.multilabel
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         d = dict(data)

@@ -171,8 +171,10 @@ class StochasticSource(SampleSource):
 
 class UncertaintyOutput(dict):
     """``dict[str, Tensor]`` keyed by :class:`UncertaintyKeys`, with ``mi_meaning`` and ``num_samples``
-    attributes saying what the mutual information measures and how many samples went in, and ``extras``: a
-    dict of per-call outputs that are not voxel maps (e.g. Rate-In's per-layer rates, ``rate_in_rates``)."""
+    attributes saying what the mutual information measures and how many samples went in, ``multilabel``: whether
+    the channels are independent Bernoulli variables (a sigmoid network with ``C >= 2`` outputs: ``pred`` holds
+    per-channel foreground probabilities that need not sum to 1), and ``extras``: a dict of per-call outputs that
+    are not voxel maps (e.g. Rate-In's per-layer rates, ``rate_in_rates``)."""
 
     def __init__(
         self,
@@ -180,11 +182,13 @@ class UncertaintyOutput(dict):
         mi_meaning: MIMeaning = MIMeaning.NONE,
         num_samples: int = 1,
         extras: dict[str, Any] | None = None,
+        multilabel: bool = False,
         **kw: Any,
     ):
         super().__init__(*args, **kw)
         self.mi_meaning = MIMeaning(mi_meaning)
         self.num_samples = int(num_samples)
+        self.multilabel = bool(multilabel)
         self.extras: dict[str, Any] = dict(extras) if extras else {}
 
     def __missing__(self, key: Any) -> Any:
@@ -547,7 +551,9 @@ class UncertaintyInferer(Inferer):
         extras: dict[str, Any] = {}
         for src in self.sources:
             extras.update(src.extra_outputs())
-        return UncertaintyOutput(result, mi_meaning=meaning, num_samples=n_total, extras=extras)
+        return UncertaintyOutput(
+            result, mi_meaning=meaning, num_samples=n_total, extras=extras, multilabel=total.multilabel
+        )
 
 
 def _combine_meanings(sources: Sequence[SampleSource], x: torch.Tensor) -> MIMeaning:
