@@ -10,13 +10,19 @@ network, one QU-BraTS evaluation). :data:`BRATS_REGIONS` uses the channel order 
 ``ConvertToMultiChannelBasedOnBratsClasses`` (TC, WT, ET), so ``label_to_regions(label)`` equals that transform's
 output; :data:`BRATS_2023_REGIONS` is the same with the enhancing tumour labelled 3 (BraTS 2023).
 
+Every metric of the package scores a region as a binary task: :func:`binary_probabilities` turns one sigmoid
+channel ``p_r`` into the two-class probabilities ``(1 - p_r, p_r)`` that the softmax-style metrics take, and
+:func:`per_region` calls any metric once per region::
+
+    per_region(ece, {"probs": probs, "target": region_targets}, names=["TC", "WT", "ET"])   # {"TC": ..., ...}
+
 Inputs may be numpy arrays or torch tensors; outputs follow the input's library.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +39,8 @@ __all__ = [
     "parse_regions",
     "label_to_regions",
     "region_masks",
+    "binary_probabilities",
+    "per_region",
 ]
 
 RegionSpec = Mapping[str, Sequence[int]]
@@ -156,4 +164,82 @@ def _isin(t: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
     out = t == values[0]
     for v in values[1:]:
         out |= t == v
+    return out
+
+
+def binary_probabilities(probs: ArrayLike, channel_dim: int = 1) -> Any:
+    """One region's foreground probability ``p`` (one channel along ``channel_dim``) as two-class probabilities
+    ``(1 - p, p)`` along that axis, so that a softmax-style metric (ECE, NLL, Brier, ...) scores the region as a
+    binary task with class 1 = inside the region. numpy in, numpy out.
+
+    Raises ``ValueError`` when the axis does not have exactly one channel or values leave ``[0, 1]``.
+    """
+    t = to_tensor(probs, "probs")
+    if isinstance(channel_dim, bool) or not isinstance(channel_dim, int) or not -t.ndim <= channel_dim < t.ndim:
+        raise ValueError(f"channel_dim {channel_dim!r} is not an axis of probs with shape {tuple(t.shape)}")
+    if t.shape[channel_dim] != 1:
+        raise ValueError(
+            f"probs must hold one region (one channel along channel_dim={channel_dim}), got shape {tuple(t.shape)}"
+        )
+    if not t.is_floating_point():
+        raise TypeError(f"probs must be floating point probabilities, got dtype {t.dtype}")
+    if t.numel() and not bool(((t >= 0) & (t <= 1)).all()):
+        raise ValueError("probs must lie in [0, 1] (sigmoid outputs), found values outside (or NaN)")
+    return like_input(torch.cat([1 - t, t], dim=channel_dim), probs)
+
+
+def per_region(
+    fn: Callable[..., Any],
+    region_args: Mapping[str, ArrayLike],
+    names: Sequence[str] | None = None,
+    binary_probs: Sequence[str] = ("probs",),
+    channel_dim: int = 1,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Call ``fn`` once per region and return ``{region name: result}`` in channel order.
+
+    Args:
+        fn: any metric, e.g. :func:`monai_unc.metrics.ece` or :func:`monai_unc.metrics.buc`.
+        region_args: keyword arguments of ``fn`` with one channel per region along ``channel_dim``, all with the
+            same number ``R`` of channels, e.g. ``{"probs": (B, R, *spatial) sigmoid probabilities, "target":
+            (B, R, *spatial) region masks}``; region ``r`` receives channel ``r`` with the axis kept
+            (``(B, 1, *spatial)``). Boolean masks are passed as ``uint8`` labels.
+        names: region names (default ``"0"``, ``"1"``, ...); e.g. ``list(parse_regions("brats"))``.
+        binary_probs: the keys of ``region_args`` holding probabilities; region ``r`` receives
+            :func:`binary_probabilities` of them, ``(1 - p_r, p_r)``.
+        channel_dim: the region axis (1 for batches ``(B, R, *spatial)``, 0 for one case ``(R, *spatial)``).
+        kwargs: passed to every call unchanged (e.g. ``n_bins``, ``spacing``).
+
+    Raises ``ValueError`` when ``region_args`` is empty, the region counts differ or ``names`` has another length.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if not isinstance(region_args, Mapping) or not region_args:
+        raise ValueError("region_args must be a non-empty mapping of argument name -> (B, R, *spatial) array")
+    tensors = {k: to_tensor(v, k) for k, v in region_args.items()}
+    counts = {k: int(t.shape[channel_dim]) if -t.ndim <= channel_dim < t.ndim else -1 for k, t in tensors.items()}
+    if len(set(counts.values())) != 1 or -1 in counts.values():
+        raise ValueError(
+            f"every region argument needs the same number of regions along axis {channel_dim}, got {counts}"
+        )
+    n = next(iter(counts.values()))
+    names = [str(i) for i in range(n)] if names is None else [str(x) for x in names]
+    if len(names) != n:
+        raise ValueError(f"names has {len(names)} entries but the region arguments have {n} regions")
+    if len(set(names)) != n:
+        raise ValueError(f"names must be unique, got {names}")
+    unknown = [k for k in binary_probs if k not in region_args]
+    if unknown and tuple(binary_probs) != ("probs",):
+        raise ValueError(f"binary_probs names {unknown}, which region_args does not have")
+    out: dict[str, Any] = {}
+    for r, name in enumerate(names):
+        call = dict(kwargs)
+        for k, t in tensors.items():
+            part = t.narrow(channel_dim, r, 1)
+            if k in binary_probs:
+                part = binary_probabilities(part, channel_dim)
+            elif part.dtype == torch.bool:
+                part = part.to(torch.uint8)
+            call[k] = like_input(part, region_args[k])
+        out[name] = fn(**call)
     return out

@@ -341,7 +341,10 @@ def expected_dice(
 
 
 def quality_estimates(
-    output: Mapping[str, Any], include_background: bool = False, empty_score: float = 1.0
+    output: Mapping[str, Any],
+    include_background: bool = False,
+    empty_score: float = 1.0,
+    multilabel: bool | None = None,
 ) -> dict[str, QualityScores]:
     """Every available estimate from an inferer's output dict (keyed by :class:`~monai_unc.keys.UncertaintyKeys`).
 
@@ -349,9 +352,20 @@ def quality_estimates(
     ``sample_iou`` and ``volume_cv`` need ``samples`` (``keep_samples=True``) and are left out without them.
     The values follow the library of ``pred``. For referral use an uncertainty: ``1 - q`` for the Dice / IoU
     estimates, ``volume_cv`` as is.
+
+    Region-based (multi-label sigmoid) outputs, ``multilabel=True`` (default ``None``: the output's own
+    ``multilabel`` attribute, set by the inferers): ``pred`` ``(B, R, *spatial)`` and ``samples``
+    ``(S, B, R, *spatial)`` hold one foreground probability per region; each region is scored as a binary task
+    (segmentation ``p_r > 0.5``, i.e. the estimates on the two-class probabilities ``(1 - p_r, p_r)``), and
+    ``per_class`` is ``(B, R)``, one column per region, while ``foreground`` is the mean over the regions (the
+    combined case estimate; NaN regions are left out of it).
     """
     if not isinstance(output, Mapping) or K.PRED.value not in output:
         raise ValueError("output must be an inferer's dict with a 'pred' entry (mean probabilities)")
+    if multilabel is None:
+        multilabel = bool(getattr(output, "multilabel", False))
+    if multilabel:
+        return _region_quality(output, empty_score)
     kw = {"include_background": include_background}
     res = {"expected_dice": expected_dice(output[K.PRED.value], empty_score=empty_score, **kw)}
     samples = output.get(K.SAMPLES.value)
@@ -363,6 +377,35 @@ def quality_estimates(
         res["sample_iou"] = sample_iou(samples, empty_score=empty_score, validate=False, **kw)
         res["volume_cv"] = volume_cv(samples, validate=False, **kw)
     return res
+
+
+def _region_quality(output: Mapping[str, Any], empty_score: float) -> dict[str, QualityScores]:
+    """:func:`quality_estimates` of a multi-label output: every region a two-class problem, then stacked."""
+    pred = to_tensor(output[K.PRED.value], "pred")
+    if pred.ndim < 3 or not pred.is_floating_point():
+        raise ValueError(f"pred must be region probabilities (B, R, *spatial), got shape {tuple(pred.shape)}")
+    if pred.numel() == 0 or not bool(((pred >= 0) & (pred <= 1)).all()):
+        raise ValueError("pred must hold region probabilities in [0, 1] (sigmoid outputs) and not be empty")
+    samples = output.get(K.SAMPLES.value)
+    s = None if samples is None else to_tensor(samples, "samples")
+    if s is not None and (s.ndim != pred.ndim + 1 or tuple(s.shape[1:]) != tuple(pred.shape)):
+        raise ValueError(f"samples must have shape (S, *pred.shape) = (S, {tuple(pred.shape)}), got {tuple(s.shape)}")
+    per_region: list[dict[str, QualityScores]] = []
+    for r in range(pred.shape[1]):
+        p = pred[:, r : r + 1]
+        binary: dict[str, Any] = {K.PRED.value: torch.cat([1 - p, p], dim=1)}
+        if s is not None:
+            q = s[:, :, r : r + 1]
+            binary[K.SAMPLES.value] = torch.cat([1 - q, q], dim=2)
+        per_region.append(quality_estimates(binary, empty_score=empty_score, multilabel=False))
+    out: dict[str, QualityScores] = {}
+    for name in per_region[0]:
+        cols = torch.stack([to_tensor(res[name].foreground, name).to(torch.float64) for res in per_region], dim=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            combined = torch.nanmean(cols, dim=1)
+        out[name] = QualityScores(like_input(combined, output[K.PRED.value]), like_input(cols, output[K.PRED.value]))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- streaming
