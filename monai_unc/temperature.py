@@ -138,7 +138,9 @@ class TemperatureScaler(nn.Module):
 
     Attributes:
         temperature: ``(1,)`` or ``(C,)`` float64 buffer.
-        history: per step ``{"step", "loss", "temperature", "lr"}`` (loss at the temperature before the step).
+        history: per step ``{"step", "loss", "temperature", "lr"}`` (loss at the temperature before the step;
+            ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
+            region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
         converged: whether the step tolerance was reached before ``max_steps``.
     """
 
@@ -202,6 +204,7 @@ class TemperatureScaler(nn.Module):
         self.history: list[dict[str, Any]] = []
         self.converged = False
         self._has_temperature = False  # set by fit(), load_state_dict() or assigning `temperature`
+        self._region_loss = torch.zeros(0, dtype=torch.float64)  # per-region losses of the last sigmoid pass
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -529,6 +532,7 @@ class TemperatureScaler(nn.Module):
             denom = n_kept.clamp(min=1)
             per_loss = diff.abs().sum(1) / denom
             grad = (torch.sign(diff) * gsum * kept).sum(1) / denom
+        self._region_loss = per_loss
         loss = float(per_loss.sum())
         if self.mode == "scalar":
             grad = grad.sum().reshape(1)
@@ -573,30 +577,43 @@ class TemperatureScaler(nn.Module):
         self.history = []
         self.converged = False
         size = self.num_classes if self.mode == "vector" else 1
-        param = torch.full((size,), float(self.init_temperature), dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.RMSprop([param], lr=self.lr)
-        best_loss, best_t = math.inf, param.detach().clone()
-        prev_loss = math.inf
+        # region-based vector scaling: the regions are independent problems, each with its own learning rate
+        # (backed off when its own loss rises) and its own best temperature; otherwise one group for all of t
+        independent = self.activation == "sigmoid" and self.mode == "vector"
+        n_groups = size if independent else 1
+        params = [
+            torch.full((size // n_groups,), float(self.init_temperature), dtype=torch.float64, requires_grad=True)
+            for _ in range(n_groups)
+        ]
+        opt = torch.optim.RMSprop([{"params": [p]} for p in params], lr=self.lr)
+        best_loss, best_t = [math.inf] * n_groups, [p.detach().clone() for p in params]
+        prev_loss = [math.inf] * n_groups
         for step in range(self.max_steps):
-            loss, grad, _ = self._pass(param.detach(), get_z, get_y, step == 0)
+            t_now = torch.cat([p.detach() for p in params])
+            loss, grad, _ = self._pass(t_now, get_z, get_y, step == 0)
             if not math.isfinite(loss):
-                raise ValueError(f"the loss is not finite at t = {param.detach().tolist()}")
-            lr_now = opt.param_groups[0]["lr"]
-            self.history.append({"step": step, "loss": loss, "temperature": param.detach().tolist(), "lr": lr_now})
-            if loss < best_loss:
-                best_loss, best_t = loss, param.detach().clone()
-            if self.lr_backoff is not None and loss > prev_loss:
-                for group in opt.param_groups:
+                raise ValueError(f"the loss is not finite at t = {t_now.tolist()}")
+            group_loss = self._region_loss.tolist() if independent else [loss]
+            lrs = [g["lr"] for g in opt.param_groups]
+            self.history.append({"step": step, "loss": loss, "temperature": t_now.tolist(),
+                                 "lr": lrs if independent else lrs[0]})
+            for g, (p, group) in enumerate(zip(params, opt.param_groups)):
+                if group_loss[g] < best_loss[g]:
+                    best_loss[g], best_t[g] = group_loss[g], p.detach().clone()
+                if self.lr_backoff is not None and group_loss[g] > prev_loss[g]:
                     group["lr"] *= self.lr_backoff
-            prev_loss = loss
-            before = param.detach().clone()
-            param.grad = grad.to(param.dtype)
+            prev_loss = group_loss
+            for g, p in enumerate(params):
+                p.grad = grad[g : g + 1].to(p.dtype) if independent else grad.to(p.dtype)
             opt.step()
             with torch.no_grad():
-                param.clamp_(min=self.min_temperature)
-            if float((param.detach() - before).abs().max()) < self.tol:
+                for p in params:
+                    p.clamp_(min=self.min_temperature)
+            moved = torch.cat([p.detach() for p in params]) - t_now
+            if float(moved.abs().max()) < self.tol:
                 self.converged = True
                 break
+        best_t = torch.cat(best_t)
         self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
         return self
 
