@@ -240,3 +240,44 @@ def test_calibrate_per_region_and_infer_applies_it(data, tmp_path, labels_from, 
         capsys.readouterr()
         assert cli.main(bad) == 2
         assert "give --regions" in capsys.readouterr().err
+
+
+def test_is_multilabel_and_region_names():
+    from monai_unc.workflows.infer import InferSettings, is_multilabel, region_names
+
+    p = torch.rand(1, 1, 4, 4, 4)
+    binary = {"pred": torch.cat([1 - p, p], 1)}
+    regions2 = {"pred": torch.rand(1, 2, 4, 4, 4)}
+    assert not is_multilabel(binary, "sigmoid") and is_multilabel(regions2, "sigmoid")  # no map: the sum decides
+    assert not is_multilabel(regions2, "softmax") and is_multilabel({"pred": torch.rand(1, 3, 2, 2, 2)}, "sigmoid")
+    assert is_multilabel({**binary, "variance": torch.rand(1, 2, 4, 4, 4)}, "sigmoid")  # per-region maps decide
+    assert not is_multilabel({**regions2, "variance": torch.rand(1, 1, 4, 4, 4)}, "sigmoid")
+    settings = InferSettings(model="m", method="mcdropout", samples=2, roi=None, overlap=0.25, intensity="none",
+                             measures=[], seed=0, activation="sigmoid", checkpoints=[])
+    assert region_names(settings, 3) == ["0", "1", "2"]
+    settings.regions = {"WT": [1, 2, 4], "ET": [4]}
+    assert region_names(settings, 2) == {"WT": [1, 2, 4], "ET": [4]}
+    with pytest.raises(ValueError, match="names 2 regions"):
+        region_names(settings, 3)
+
+
+def test_multilabel_read_errors(data, tmp_path):
+    affine = np.diag([1.5, 1.0, 2.0, 1.0])
+    lab = data["labels"] / "case0.nii.gz"
+
+    def save(name, arr):
+        nib.save(nib.Nifti1Image(arr, affine), tmp_path / name)
+        return tmp_path / name
+
+    probs = save("p.nii.gz", np.full((*SHAPE, 3), 0.7, np.float32))
+    two = save("u2.nii.gz", np.zeros((*SHAPE, 2), np.float32))
+    with pytest.raises(CaseError, match="has 2 region channel"):
+        load_case(CaseFiles("c", lab, probs=probs, maps={"variance": two}), multilabel=True)
+    bad_seg = save("s.nii.gz", np.full((*SHAPE, 3), 2, np.uint8))
+    with pytest.raises(CaseError, match="0 or 1"):
+        load_case(CaseFiles("c", lab, seg=bad_seg, probs=probs), multilabel=True)
+    over = save("p2.nii.gz", np.full((*SHAPE, 3), 1.5, np.float32))
+    with pytest.raises(CaseError, match=r"lie in \[0, 1\]"):
+        load_case(CaseFiles("c", lab, probs=over), multilabel=True)
+    case = load_case(CaseFiles("c", lab, probs=probs), multilabel=True)
+    assert case.seg.shape == (3, *SHAPE) and case.seg.all()  # 0.7 >= 0.5 everywhere
