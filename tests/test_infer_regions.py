@@ -252,6 +252,11 @@ def test_is_multilabel_and_region_names():
     assert not is_multilabel(regions2, "softmax") and is_multilabel({"pred": torch.rand(1, 3, 2, 2, 2)}, "sigmoid")
     assert is_multilabel({**binary, "variance": torch.rand(1, 2, 4, 4, 4)}, "sigmoid")  # per-region maps decide
     assert not is_multilabel({**regions2, "variance": torch.rand(1, 1, 4, 4, 4)}, "sigmoid")
+
+    class Flagged(dict):  # an inferer output that says what it is (UncertaintyOutput.multilabel)
+        multilabel = True
+
+    assert is_multilabel(Flagged(binary), "sigmoid") and not is_multilabel(Flagged(binary), "softmax")
     settings = InferSettings(model="m", method="mcdropout", samples=2, roi=None, overlap=0.25, intensity="none",
                              measures=[], seed=0, activation="sigmoid", checkpoints=[])
     assert region_names(settings, 3) == ["0", "1", "2"]

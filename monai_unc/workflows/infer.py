@@ -205,11 +205,15 @@ def _run_with_preprocessing(
 
 def is_multilabel(maps: dict[str, Any], activation: str | None) -> bool:
     """Whether an inferer's output ``maps`` come from a region-based network: ``activation="sigmoid"`` and more than
-    one output channel. A single-channel sigmoid output is returned as the two classes ``(1 - p, p)`` with
-    ``(B, 1, *spatial)`` maps; a multi-channel one as ``R`` per-region probabilities with ``(B, R, *spatial)`` maps.
-    With two channels and no map to tell, the probabilities decide: ``(1 - p, p)`` sums to 1 up to rounding."""
+    one output channel. The inferer's own ``multilabel`` attribute says so when ``maps`` carries one; otherwise:
+    a single-channel sigmoid output is returned as the two classes ``(1 - p, p)`` with ``(B, 1, *spatial)`` maps, a
+    multi-channel one as ``R`` per-region probabilities with ``(B, R, *spatial)`` maps, and with two channels and
+    no map to tell, the probabilities decide (``(1 - p, p)`` sums to 1 up to rounding)."""
     if activation != "sigmoid":
         return False
+    flag = getattr(maps, "multilabel", None)
+    if isinstance(flag, bool):
+        return flag
     pred = maps[K.PRED.value]
     if pred.shape[1] != 2:
         return pred.shape[1] > 2
@@ -251,7 +255,7 @@ def predict_case(
                             f"(batch, channels, *spatial): {error_line(e)}") from e
         maps = raw
     pred = maps[K.PRED.value]
-    multilabel = is_multilabel(maps, settings.activation)
+    multilabel = is_multilabel(raw if hasattr(raw, "multilabel") else maps, settings.activation)
     if settings.regions is not None and not multilabel:
         raise ValueError(f"--regions is given but the network's output ({pred.shape[1]} channel(s) under "
                          f"activation {settings.activation!r}) is not region-based: regions need --activation "
