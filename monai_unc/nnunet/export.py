@@ -67,8 +67,9 @@ __all__ = [
 
 K = UncertaintyKeys
 
-#: voxel maps the predictor can write (the package's list of measures)
-MAP_MEASURES: tuple[str, ...] = MEASURES
+#: voxel maps the predictor can write (the package's list of measures but ``window_disagreement``: nnU-Net's
+#: predictor stitches its tiles itself, so the disagreement between tiles stays in the mutual information)
+MAP_MEASURES: tuple[str, ...] = tuple(m for m in MEASURES if m != UncertaintyKeys.WINDOW_DISAGREEMENT.value)
 #: key of the mean squared probabilities in the moments (stitched only when ``variance`` is requested)
 MEAN_SQ = "mean_sq"
 #: folder (inside the output folder) that receives the maps and the case records
