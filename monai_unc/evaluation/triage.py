@@ -646,11 +646,13 @@ def prediction_fingerprint(
       ``<case>.json``: ``model`` (the model's description: example / bundle path / network class, and the temperature
       of a calibrated checkpoint), ``checkpoints``, ``method``, ``num_samples`` (from the case records; the
       ``--samples`` setting when no record is found), ``mi_meaning``, ``measures``, ``roi``, ``overlap``,
-      ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``.
+      ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``, and ``regions``
+      for a region-based run (``infer --regions``).
     - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
       ``trainer``, ``folds``, ``method`` (the ``+``-joined sources), ``num_samples``, ``mi_meaning``, ``dropout_p``,
       ``rate_in``, ``posthoc_dropout_after``, ``measures``, ``tile_step_size`` (the overlap), ``mirror_axes``,
-      ``segmentation_from``, and ``model_folder`` / ``temperature`` / ``checkpoint`` when the config records them.
+      ``segmentation_from``, and ``model_folder`` / ``temperature`` / ``checkpoint`` / ``regions`` when the config
+      records them.
     - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
       says so).
 
@@ -684,6 +686,8 @@ def prediction_fingerprint(
         fp["temperature"] = temperature
         for k in ("intensity", "dropout", "tta_noise", "ratein_target"):
             fp[k] = settings.get(k)
+        if settings.get("regions") is not None:  # region-based runs only, so older rules still match
+            fp["regions"] = settings["regions"]
         return json.loads(json.dumps(fp))
     cfg = _read_json(pred / "uncertainty_config.json")
     if not isinstance(cfg, dict):
@@ -706,6 +710,8 @@ def prediction_fingerprint(
               "segmentation_from"):
         fp[k] = cfg.get(k)
     fp["temperature"] = cfg.get("temperature")
+    if cfg.get("regions") is not None:  # region-based models only, so older rules still match
+        fp["regions"] = cfg["regions"]
     return json.loads(json.dumps(fp))
 
 
