@@ -39,6 +39,7 @@ from .evaluation import EvaluationConfig, load_evaluation, read_shifts, run_eval
 from .inferers import add_dropout, enable_mc_dropout
 from .io import LAYOUTS, check_output_file, check_output_folder, list_image_cases
 from .keys import DEFAULT_MEASURES, MEASURES, canonical_measure
+from .regions import parse_regions
 from .report.html import build_report
 from .report.triage import build_triage_page
 from .temperature import TemperatureScaled
@@ -198,6 +199,11 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--num-classes", type=_positive_int, default=None, help="needed when no probabilities are given")
     p.add_argument("--class-names", nargs="+", default=None, help="class names for the dice_<class> columns")
     p.add_argument("--no-spatial", action="store_true", help="skip BUC, BA-ECE and SPACE")
+    p.add_argument("--regions", default=None, metavar="SPEC",
+                   help="region-based (sigmoid) predictions: evaluate every metric per region, QU-BraTS included. "
+                        "SPEC: 'brats' (TC, WT, ET of labels 1, 2, 4), 'brats2023' (labels 1, 2, 3), a JSON object "
+                        "such as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' (key order = channel order) "
+                        "or a .json file holding one (docs/regions.md)")
     _add_risk_control(p, defaults=True)
     p.add_argument("--allow-missing", action="store_true",
                    help="skip labelled cases that lack a prediction or map (listed in a warning) instead of failing")
@@ -492,8 +498,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         num_classes=args.num_classes, class_names=args.class_names,
         shifts=read_shifts(args.shifts) if args.shifts else None,
         target_risk=args.target_risk, delta=args.delta, risk=args.risk, risk_method=args.risk_method,
-        calibration_cases=_read_case_list(args.calibration_cases),
+        calibration_cases=_read_case_list(args.calibration_cases), regions=_region_spec_arg(args.regions),
     )  # fmt: skip
+    config.validate()  # a bad --regions spec: one line before any work
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
     try:
         _, summary, paths = run_evaluate(
@@ -514,6 +521,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if cal:
             line += f"; pooled ECE {cal['ece']:.4f}, all-label ECE {cal['all_label_ece']:.4f}"
         print(line)
+        if summary.get("regions"):
+            per = summary["regions"]["per_region"]
+            print("regions: " + "; ".join(
+                f"{n} Dice {_fmt(b['dice']['mean'])}" + (f", ECE {_fmt(b['calibration']['ece'])}" if "calibration" in b
+                                                          else "")
+                + (f", QU-BraTS {_fmt(b['qu_brats']['score'])}" if "qu_brats" in b else "") for n, b in per.items()))
+        if summary.get("qu_brats"):
+            print(f"QU-BraTS score (mean over regions and cases) {_fmt(summary['qu_brats']['score'])}")
         print(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
               f"mean Dice of the retained cases {t['dice_retained']:.4f}")
         rc_line = _risk_line(summary)
@@ -525,6 +540,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if "rule" in paths:
             print(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
     return 0
+
+
+def _fmt(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def _region_spec_arg(spec: str | None) -> dict[str, tuple[int, ...]] | None:
+    """``--regions``: a name (``brats``, ``brats2023``), a JSON object, or the path of a ``.json`` file holding one
+    (:func:`monai_unc.regions.parse_regions`); None stays None. Raises ``ValueError`` naming the option."""
+    if spec is None:
+        return None
+    text = spec
+    if spec.strip().lower().endswith(".json") and not spec.lstrip().startswith("{"):
+        path = Path(spec)
+        if not path.is_file():
+            raise FileNotFoundError(f"--regions: file not found: {path}")
+        text = path.read_text(encoding="utf-8")
+    try:
+        return parse_regions(text)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"--regions: {str(e).splitlines()[0]}") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:

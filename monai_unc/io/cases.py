@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_probabilities
+from .._utils import check_probabilities, check_unit_interval
 from ..keys import DEPRECATED_MEASURES, MEASURES, canonical_measure
 
 __all__ = [
@@ -425,7 +425,12 @@ def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None)
 @dataclass
 class LoadedCase:
     """Arrays of one case: ``label``/``seg`` ``(*spatial)`` int64, ``probs`` ``(C, *spatial)`` float32,
-    ``maps`` ``{measure: (*spatial) float32}``, ``image`` ``(C_in, *spatial)``, affine and spacing (mm)."""
+    ``maps`` ``{measure: (*spatial) float32}``, ``image`` ``(C_in, *spatial)``, affine and spacing (mm).
+
+    Multi-label cases (``multilabel=True``, read by ``load_case(..., multilabel=True)``): ``probs`` ``(R,
+    *spatial)`` per-region foreground probabilities (not summing to 1), ``maps`` ``{measure: (R, *spatial)}`` one map
+    per region, ``seg`` either ``(R, *spatial)`` uint8 region masks or a ``(*spatial)`` int64 label map (a
+    single-channel file; converted to regions by the caller's region spec), ``label`` a ``(*spatial)`` label map."""
 
     case_id: str
     label: np.ndarray
@@ -435,6 +440,7 @@ class LoadedCase:
     affine: np.ndarray
     spacing: tuple[float, ...]
     image: np.ndarray | None = None
+    multilabel: bool = False
 
 
 def _check_geometry(case: str, ref: tuple[np.ndarray, np.ndarray, Path], other: tuple[Any, Any, Path]) -> None:
@@ -453,12 +459,23 @@ def _check_geometry(case: str, ref: tuple[np.ndarray, np.ndarray, Path], other: 
         )
 
 
-def load_case(files: CaseFiles, num_classes: int | None = None, load_image: bool = False) -> LoadedCase:
+def load_case(
+    files: CaseFiles, num_classes: int | None = None, load_image: bool = False, multilabel: bool = False
+) -> LoadedCase:
     """Read and check every file of a case (see the module docstring for the checks).
 
     ``num_classes`` is taken from the probabilities when they exist (and must then agree); without
     probabilities it must be given. The segmentation defaults to the argmax of the probabilities.
+
+    ``multilabel=True`` reads a region-based (sigmoid) prediction (:class:`LoadedCase` lists the shapes):
+    ``num_classes`` is then the number of regions ``R`` (optional; every file with region channels must agree with
+    it and with each other), probabilities are checked to lie in ``[0, 1]`` without the sum-to-1 constraint, a
+    segmentation with several channels must hold binary region masks (0/1) and one with a single channel is read
+    as a label map, the segmentation defaults to ``probs >= 0.5`` per region (MONAI's ``AsDiscrete(threshold=0.5)``),
+    and the label map may hold any non-negative labels (e.g. BraTS 0, 1, 2, 4).
     """
+    if multilabel:
+        return _load_multilabel_case(files, num_classes, load_image)
     cid = files.case_id
     label_data, affine = read_volume(files.label)
     if label_data.shape[0] != 1:
@@ -509,3 +526,68 @@ def load_case(files: CaseFiles, num_classes: int | None = None, load_image: bool
         _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
         image = img.astype(np.float32, copy=False)
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image)
+
+
+def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool) -> LoadedCase:
+    """:func:`load_case` with ``multilabel=True``."""
+    cid = files.case_id
+    label_data, affine = read_volume(files.label)
+    if label_data.shape[0] != 1:
+        raise CaseError(f"case {cid!r}: label {files.label.name} must be a single-channel label map, "
+                        f"got {label_data.shape[0]} channels")
+    spatial = label_data.shape[1:]
+    ref = (spatial, affine, files.label)
+    label = check_label_map(label_data[0], f"case {cid!r}: label {files.label.name}")
+    sources: list[str] = [] if num_regions is None else ["the region spec"]
+
+    def regions_of(n: int, what: str) -> None:  # every file with region channels agrees on R
+        nonlocal num_regions
+        if num_regions is not None and n != num_regions:
+            raise CaseError(f"case {cid!r}: {what} has {n} region channel(s) but {sources[0]} has {num_regions}")
+        if num_regions is None:
+            num_regions = n
+            sources.append(what)
+
+    probs = None
+    if files.probs is not None:
+        p, p_aff = read_probabilities(files.probs)
+        _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
+        try:
+            check_unit_interval(torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[None], "probabilities")
+        except (ValueError, TypeError) as e:
+            raise CaseError(f"case {cid!r}: {files.probs.name}: {e}") from None
+        regions_of(p.shape[0], files.probs.name)
+        probs = p.astype(np.float32, copy=False)
+    if files.seg is not None:
+        s, s_aff = read_volume(files.seg)
+        _check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
+        what = f"case {cid!r}: segmentation {files.seg.name}"
+        if s.shape[0] == 1:  # a label map (nnU-Net converts regions back to labels), regions from the spec
+            seg = check_label_map(s[0], what)
+        else:
+            if not np.isin(s, (0, 1)).all():
+                raise CaseError(f"{what}: region masks must hold 0 and 1 only, found values such as "
+                                f"{np.unique(s[~np.isin(s, (0, 1))])[:3].tolist()}")
+            regions_of(s.shape[0], files.seg.name)
+            seg = s.astype(np.uint8)
+    elif probs is not None:
+        seg = (probs >= 0.5).astype(np.uint8)
+    else:
+        raise CaseError(f"case {cid!r}: no segmentation and no probabilities")
+    maps = {}
+    for m, path in files.maps.items():
+        u, u_aff = read_volume(path)
+        _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
+        regions_of(u.shape[0], path.name)
+        u = u.astype(np.float32, copy=False)
+        if not np.isfinite(u).all():
+            raise CaseError(f"case {cid!r}: uncertainty map {path.name} contains NaN or inf")
+        if u.min() < 0:
+            raise CaseError(f"case {cid!r}: uncertainty map {path.name} has negative values (min {u.min():.4g})")
+        maps[m] = u
+    image = None
+    if load_image and files.image is not None:
+        img, i_aff = read_volume(files.image)
+        _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
+        image = img.astype(np.float32, copy=False)
+    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image, multilabel=True)
