@@ -33,7 +33,8 @@ e.g. ``WT``):
   put on the challenge's ``[0, 100]`` scale by :func:`~monai_unc.metrics.to_qu_brats_range` with its largest value
   :func:`~monai_unc.metrics.measure_max` (``log 2`` for the binary entropies, 0.5 for ``one_minus_max_prob``, 0.25
   for ``variance``); the brain mask (voxels counted by FTP and FTN) is ``image > 0`` on any channel of the case's
-  image when ``--images`` is given, else every voxel. Columns ``qu_brats_score_<R>``, ``qu_brats_dice_auc_<R>``,
+  image when ``--images`` is given (the ``_0000`` file for nnU-Net channel files), else every voxel.
+  Columns ``qu_brats_score_<R>``, ``qu_brats_dice_auc_<R>``,
   ``qu_brats_ftp_auc_<R>``, ``qu_brats_ftn_auc_<R>`` and their means over the regions ``qu_brats_score`` (the
   challenge's ranking score), ``qu_brats_dice_auc``, ``qu_brats_ftp_auc``, ``qu_brats_ftn_auc``. The case's curves
   (filtered Dice, FTP, FTN at each threshold) are kept in the evaluation state for the report.
