@@ -387,3 +387,72 @@ def test_torchrun_region_evaluation_equals_single_process(cohort, evaluated, tmp
     b = json.loads(paths["summary"].read_text())
     a.pop("config"), b.pop("config")
     assert a == b
+
+
+def _one_case(tmp_path: Path, seg: np.ndarray | None = None, probs: np.ndarray | None = None,
+              maps: dict[str, np.ndarray] | None = None) -> Path:
+    """A case ``c`` in ``tmp_path/labels`` and ``tmp_path/pred`` (monai-unc layout, arrays channel first)."""
+    (tmp_path / "labels").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "pred").mkdir(parents=True, exist_ok=True)
+    lab = np.zeros(SHAPE, dtype=np.int16)
+    lab[3:8, 3:8, 2:6] = 2
+    lab[4:7, 4:7, 3:5] = 4
+    _nii(tmp_path / "labels" / "c.nii.gz", lab)
+    if seg is not None:
+        _nii(tmp_path / "pred" / "c_seg.nii.gz", np.moveaxis(seg, 0, -1) if seg.ndim == 4 else seg)
+    if probs is not None:
+        _nii(tmp_path / "pred" / "c_probs.nii.gz", np.moveaxis(probs.astype(np.float32), 0, -1))
+    for m, u in (maps or {}).items():
+        _nii(tmp_path / "pred" / f"c_{m}.nii.gz", np.moveaxis(u.astype(np.float32), 0, -1))
+    return tmp_path
+
+
+def test_region_inputs_are_checked(tmp_path):
+    config = EvaluationConfig(regions="brats", spatial=False)
+    masks = np.zeros((3, *SHAPE), dtype=np.uint8)
+    bad = masks.copy()
+    bad[0, 0, 0, 0] = 2
+    root = _one_case(tmp_path / "a", seg=bad)
+    with pytest.raises(CaseError, match="region masks must hold 0 and 1"):
+        evaluate_case(match_cases(root / "labels", root / "pred")[0], config)
+    root = _one_case(tmp_path / "b", seg=masks, probs=np.full((3, *SHAPE), 1.5))
+    with pytest.raises(CaseError, match=r"must lie in \[0, 1\]"):
+        evaluate_case(match_cases(root / "labels", root / "pred")[0], config)
+    root = _one_case(tmp_path / "c", seg=masks, maps={"predictive_entropy": np.zeros((2, *SHAPE))})
+    with pytest.raises(CaseError, match="2 region channel"):
+        evaluate_case(match_cases(root / "labels", root / "pred")[0], config)
+    # probabilities need not sum to 1 over the regions (they are independent Bernoulli variables)
+    root = _one_case(tmp_path / "d", probs=np.full((3, *SHAPE), 0.9))
+    res = evaluate_case(match_cases(root / "labels", root / "pred")[0], config)
+    assert res.row["dice_ET"] == pytest.approx(2 * 18 / (18 + np.prod(SHAPE)), abs=1e-6)
+
+
+def test_error_auroc_per_region_counts_pairs(cohort, evaluated):
+    """error_auroc_<R> against counting (error, correct) pairs by hand (ties 1/2)."""
+    _, _, paths, _ = evaluated
+    row = _rows(paths["metrics"])["case1"]
+    t = _regions(_load(cohort["labels"], "case1", "").astype(int))
+    m = np.moveaxis(_load(cohort["pred"], "case1", "_seg"), -1, 0) > 0.5
+    pe = np.moveaxis(_load(cohort["pred"], "case1", "_predictive_entropy"), -1, 0)
+    for r, name in enumerate(BRATS):
+        err = (m[r] != t[r]).ravel()
+        u = pe[r].ravel()
+        ue, uo = np.sort(u[err]), np.sort(u[~err])
+        less = np.searchsorted(uo, ue, side="left")
+        ties = np.searchsorted(uo, ue, side="right") - less
+        ref = (less + ties / 2).sum() / (err.sum() * (~err).sum())
+        assert float(row[f"error_auroc_{name}"]) == pytest.approx(ref, abs=1e-9)
+
+
+def test_risk_control_uses_the_combined_score(cohort, tmp_path):
+    config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, risk="1-dice")
+    with pytest.warns(UserWarning, match="referral_rule.json is not written"):
+        _, summary, paths = run_evaluate(cohort["labels"], cohort["pred"], tmp_path / "e", config)
+    rows = _rows(paths["metrics"])
+    rc = summary["risk_control"]
+    assert rc["method"] == "ltt"
+    thr = rc["threshold"]
+    scores = {c: float(r["predictive_entropy_fg_mean"]) for c, r in rows.items()}
+    if thr is not None:
+        assert rc["accepted"] == sorted(c for c, s in scores.items() if s <= thr)
+    assert "rule" not in paths and not (tmp_path / "e" / "referral_rule.json").exists()
