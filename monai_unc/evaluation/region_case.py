@@ -146,7 +146,8 @@ def evaluate_region_case(files: CaseFiles | LoadedCase, config: EvaluationConfig
                 row[f"error_auroc_{s}"] = float(error_auroc(u[r], errors[r].astype(np.uint8), per_case=False))
                 row[f"error_auprc_{s}"] = float(error_auprc(u[r], errors[r].astype(np.uint8), per_case=False))
             brain = None if case.image is None else (case.image > 0).any(axis=0)
-            u100 = to_qu_brats_range(u.astype(np.float64), measure_max(primary, multilabel=True))
+            top = measure_max(primary, multilabel=True)
+            u100 = {n: to_qu_brats_range(u[r], top) for r, n in enumerate(names)}  # float64, one region at a time
             qb = qu_brats_regions(u100, {n: pred[r] for r, n in enumerate(names)},
                                   {n: target[r] for r, n in enumerate(names)}, regions=spec, brain_mask=brain)
             for c in QU_BRATS_COLUMNS:
