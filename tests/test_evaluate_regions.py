@@ -279,6 +279,11 @@ def test_cli_regions_from_json_file_and_resume(cohort, tmp_path, capsys):
     assert main(args) == 0  # resumed: every case from its saved state, same numbers
     assert [p.stat().st_mtime_ns for p in saved] == mtimes
     assert (out / "metrics.csv").read_text() == first
+    capsys.readouterr()
+    assert main(["report", "-e", str(out), "--cases", "1"]) == 0
+    page = (out / "report" / "report.html").read_text()
+    assert "dice_whole_tumour" in page and 'data-region="whole tumour"' in page
+    assert (out / "report" / "figures" / "reliability-whole_tumour.png").is_file()
 
 
 def test_fingerprint_includes_the_region_spec(cohort):
