@@ -144,6 +144,8 @@ class EvaluationConfig:
             if len(set(suffixes)) != len(suffixes):
                 raise ValueError(f"regions: the region names {list(self.regions)} give the same column names "
                                  f"{suffixes}")
+            if self.class_names is not None:
+                raise ValueError("class_names does not apply with regions: the columns are named after the regions")
             if self.num_classes is not None and self.num_classes != len(self.regions):
                 raise ValueError(f"num_classes ({self.num_classes}) must be the number of regions "
                                  f"({len(self.regions)}) or None with regions")
