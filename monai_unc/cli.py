@@ -163,8 +163,8 @@ def _add_infer(sub: Any) -> None:
     r.add_argument("--regions", default=None, metavar="SPEC",
                    help="names and labels of the sigmoid channels of a region-based network, recorded with the "
                         "outputs: 'brats' (TC, WT, ET of labels 1, 2, 4), 'brats2023' (labels 1, 2, 3) or JSON such "
-                        "as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' in channel order (needs --activation "
-                        "sigmoid)")
+                        "as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' in channel order, or a .json file "
+                        "holding one (needs --activation sigmoid)")
     r.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     r.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     r.add_argument("--seed", type=int, default=0, help="random seed of the sampling (default 0)")
@@ -205,6 +205,11 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--num-classes", type=_positive_int, default=None, help="needed when no probabilities are given")
     p.add_argument("--class-names", nargs="+", default=None, help="class names for the dice_<class> columns")
     p.add_argument("--no-spatial", action="store_true", help="skip BUC, BA-ECE and SPACE")
+    p.add_argument("--regions", default=None, metavar="SPEC",
+                   help="region-based (sigmoid) predictions: evaluate every metric per region, QU-BraTS included. "
+                        "SPEC: 'brats' (TC, WT, ET of labels 1, 2, 4), 'brats2023' (labels 1, 2, 3), a JSON object "
+                        "such as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' (key order = channel order) "
+                        "or a .json file holding one (docs/regions.md)")
     _add_risk_control(p, defaults=True)
     p.add_argument("--allow-missing", action="store_true",
                    help="skip labelled cases that lack a prediction or map (listed in a warning) instead of failing")
@@ -314,7 +319,8 @@ def _add_calibrate(sub: Any) -> None:
     p.add_argument("--regions", default=None, metavar="SPEC",
                    help="with --activation sigmoid: build the region masks from the label maps ('brats', "
                         "'brats2023' or JSON such as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' in channel "
-                        "order); without it the label files must hold one 0/1 channel per region")
+                        "order, or a .json file holding one); without it the label files must hold one 0/1 channel "
+                        "per region")
     p.add_argument("--loss", default="nll", choices=("nll", "ece"), help="fitting loss (default nll)")
     p.add_argument("--max-steps", type=_positive_int, default=1000, help="optimisation steps (default 1000)")
     p.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N", help="sliding-window size")
@@ -475,7 +481,7 @@ def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, 
         if activation != "sigmoid":
             raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
                              "sigmoid")
-        regions = {k: list(v) for k, v in parse_regions(args.regions).items()}
+        regions = {k: list(v) for k, v in (_region_spec_arg(args.regions) or {}).items()}
     checkpoints = model.checkpoints if "ensemble" in args.method else model.checkpoints[:1]
     inferer = build_inferer(
         args.method, samples=args.samples, roi=roi, overlap=args.overlap, sw_batch_size=args.sw_batch_size,
@@ -513,8 +519,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         num_classes=args.num_classes, class_names=args.class_names,
         shifts=read_shifts(args.shifts) if args.shifts else None,
         target_risk=args.target_risk, delta=args.delta, risk=args.risk, risk_method=args.risk_method,
-        calibration_cases=_read_case_list(args.calibration_cases),
+        calibration_cases=_read_case_list(args.calibration_cases), regions=_region_spec_arg(args.regions),
     )  # fmt: skip
+    config.validate()  # a bad --regions spec: one line before any work
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
     try:
         _, summary, paths = run_evaluate(
@@ -535,6 +542,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if cal:
             line += f"; pooled ECE {cal['ece']:.4f}, all-label ECE {cal['all_label_ece']:.4f}"
         print(line)
+        if summary.get("regions"):
+            per = summary["regions"]["per_region"]
+            print("regions: " + "; ".join(
+                f"{n} Dice {_fmt(b['dice']['mean'])}" + (f", ECE {_fmt(b['calibration']['ece'])}" if "calibration" in b
+                                                          else "")
+                + (f", QU-BraTS {_fmt(b['qu_brats']['score'])}" if "qu_brats" in b else "") for n, b in per.items()))
+        if summary.get("qu_brats"):
+            print(f"QU-BraTS score (mean over regions and cases) {_fmt(summary['qu_brats']['score'])}")
         print(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
               f"mean Dice of the retained cases {t['dice_retained']:.4f}")
         rc_line = _risk_line(summary)
@@ -546,6 +561,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if "rule" in paths:
             print(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
     return 0
+
+
+def _fmt(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def _region_spec_arg(spec: str | None) -> dict[str, tuple[int, ...]] | None:
+    """``--regions``: a name (``brats``, ``brats2023``), a JSON object, or the path of a ``.json`` file holding one
+    (:func:`monai_unc.regions.parse_regions`); None stays None. Raises ``ValueError`` naming the option."""
+    if spec is None:
+        return None
+    text = spec
+    if spec.strip().lower().endswith(".json") and not spec.lstrip().startswith("{"):
+        path = Path(spec)
+        if not path.is_file():
+            raise FileNotFoundError(f"--regions: file not found: {path}")
+        text = path.read_text(encoding="utf-8")
+    try:
+        return parse_regions(text)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"--regions: {str(e).splitlines()[0]}") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -584,7 +620,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=_device(args.device),
         intensity=args.intensity, roi=roi, overlap=args.overlap, mode=args.mode, loss=args.loss,
-        max_steps=args.max_steps, progress=not args.quiet, activation=args.activation, regions=args.regions,
+        max_steps=args.max_steps, progress=not args.quiet, activation=args.activation,
+        regions=_region_spec_arg(args.regions),
     )  # fmt: skip
     if not args.quiet:
         b, a = record["before"], record["after"]

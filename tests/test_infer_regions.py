@@ -124,7 +124,7 @@ def test_region_outputs_are_4d_and_equal_the_inferer(data, tmp_path):
     np.testing.assert_array_equal(masks.seg, case.seg)
     with pytest.raises(CaseError, match="multilabel=True"):
         load_case(CaseFiles("case0", data["labels"] / "case0.nii.gz", probs=out / "case0_probs.nii.gz"))
-    with pytest.raises(CaseError, match="expected 2"):
+    with pytest.raises(CaseError, match="region spec has 2"):
         load_case(files, num_classes=2, multilabel=True)
 
 
@@ -279,7 +279,7 @@ def test_multilabel_read_errors(data, tmp_path):
     with pytest.raises(CaseError, match="has 2 region channel"):
         load_case(CaseFiles("c", lab, probs=probs, maps={"variance": two}), multilabel=True)
     bad_seg = save("s.nii.gz", np.full((*SHAPE, 3), 2, np.uint8))
-    with pytest.raises(CaseError, match="0 or 1"):
+    with pytest.raises(CaseError, match="0 and 1 only"):
         load_case(CaseFiles("c", lab, seg=bad_seg, probs=probs), multilabel=True)
     over = save("p2.nii.gz", np.full((*SHAPE, 3), 1.5, np.float32))
     with pytest.raises(CaseError, match=r"lie in \[0, 1\]"):

@@ -45,14 +45,20 @@ per-case results in case-id order, so the cohort numbers equal the single-proces
 per-case resume state under ``state/cases/`` and reports failing cases without stopping the others
 (docs/distributed.md).
 
-Modules: :mod:`.config` (options, column groups), :mod:`monai_unc.scores` (the case scores of a map), :mod:`.case` (one
+Region-based (multi-label sigmoid) predictions, ``EvaluationConfig(regions=...)`` (``monai-unc evaluate --regions``):
+every metric per region, each region a binary task, with the columns ``<metric>_<region>``, QU-BraTS per region and
+its mean, and a combined case score (the mean over the regions) for ranking, triage and risk control; see
+:mod:`.region_case` and docs/regions.md.
+
+Modules: :mod:`.config` (options, column groups), :mod:`.region_case` (one case of a region evaluation), :mod:`.rows`
+(what the per-case evaluations share), :mod:`monai_unc.scores` (the case scores of a map), :mod:`.case` (one
 case's row), :mod:`.cohort` (additive state, summary, files), :mod:`.resume` (per-case resume state),
 :mod:`.runner` (shards, ``torchrun``, the command), :mod:`.triage` (the referral rule of ``--target-risk`` and
 ``monai-unc triage`` of new unlabelled cases).
 """
 
 from ..scores import CASE_SCORES, PATCH_SIZE, case_score_columns, case_scores, resolve_score_column
-from .case import CaseResult, class_dice, derived_maps, evaluate_case
+from .case import CaseResult, class_dice, derived_maps, evaluate_case, primary_measure
 from .cohort import (
     CohortState,
     case_risk,
@@ -70,8 +76,10 @@ from .config import (
     SPATIAL_COLUMNS,
     EvaluationConfig,
     read_shifts,
+    region_suffix,
     unit_scale,
 )
+from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case
 from .resume import case_fingerprint, load_case_state, save_case_state
 from .runner import assemble_state, evaluate_cases, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, run_triage
@@ -93,6 +101,11 @@ __all__ = [
     "class_dice",
     "derived_maps",
     "evaluate_case",
+    "evaluate_region_case",
+    "combined_score",
+    "region_suffix",
+    "primary_measure",
+    "QU_BRATS_COLUMNS",
     "evaluate_cases",
     "evaluate_shard",
     "assemble_state",

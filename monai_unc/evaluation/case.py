@@ -4,69 +4,28 @@ the case scores of every measure (:func:`evaluate_case`; the scores are defined 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..io import CaseFiles, LoadedCase, load_case
-from ..measures import entropy, max_softmax
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
-from ..metrics.overlap import dice
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
 from ..scores import case_score_columns
 from .config import CALIBRATION_COLUMNS, EvaluationConfig, slug, unit_scale
+from .region_case import evaluate_region_case
+from .rows import CaseResult, class_dice, derived_maps, primary_measure
 
-__all__ = ["CaseResult", "class_dice", "derived_maps", "evaluate_case"]
-
-
-@dataclass
-class CaseResult:
-    """What :func:`evaluate_case` returns: the metric row, the case's confidence histogram (or None without
-    probabilities) and the warnings raised while computing it."""
-
-    row: dict[str, Any]
-    histogram: ConfidenceHistogram | None
-    warnings: list[str] = field(default_factory=list)
-
-
-def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
-    """Dice of the foreground classes ``1 .. C-1`` of one case, ``(C - 1,)`` float32.
-
-    :func:`monai_unc.metrics.overlap.dice` with ``empty_score=1`` (a class absent from both maps scores 1,
-    absent from one of them 0), which equals MONAI's ``compute_dice(..., include_background=False,
-    ignore_empty=False)``. Rounded to float32 as MONAI's value is, so that ``metrics.csv`` keeps its numbers.
-    """
-    d = dice(seg[None], label[None], num_classes=num_classes, include_background=False, empty_score=1.0)
-    return d[0].astype(np.float32)
-
-
-def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
-    """Maps to score: the given ones, or entropy and ``one_minus_max_prob`` of the probabilities when none are given."""
-    if case.maps or case.probs is None:
-        return case.maps
-    p = torch.from_numpy(case.probs)[None]
-    return {
-        "predictive_entropy": entropy(p)[0, 0].numpy().astype(np.float32),
-        "one_minus_max_prob": max_softmax(p)[0, 0].numpy().astype(np.float32),
-    }
-
-
-def _primary(maps: Mapping[str, np.ndarray], wanted: str | None) -> str | None:
-    if wanted is not None:
-        if wanted not in maps:
-            raise ValueError(f"measure {wanted!r} has no map (available: {sorted(maps) or 'none'})")
-        return wanted
-    if "predictive_entropy" in maps:
-        return "predictive_entropy"
-    return next(iter(maps), None)
+__all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "evaluate_case"]
 
 
 def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
-    """Metrics of one case (module docstring). ``files`` may be already loaded."""
+    """Metrics of one case (module docstring). ``files`` may be already loaded. With ``config.regions`` the case is
+    a region-based prediction, evaluated per region by :func:`~monai_unc.evaluation.region_case.evaluate_region_case`
+    (a loaded case must then be read with ``load_case(..., multilabel=True)``)."""
+    if config.regions is not None:
+        return evaluate_region_case(files, config)
     case = files if isinstance(files, LoadedCase) else load_case(files, config.num_classes)
     n_cls = case.probs.shape[0] if case.probs is not None else config.num_classes
     assert n_cls is not None
@@ -90,7 +49,7 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
                                        min_bin_count=config.min_bin_count)
             row.update({k: float(vals[k]) for k in CALIBRATION_COLUMNS})
         maps = derived_maps(case)
-        primary = _primary(maps, config.measure)
+        primary = primary_measure(maps, config.measure)
         error = (case.seg != case.label).astype(np.uint8)
         row["error_rate"] = float(error.mean())
         if primary is not None:

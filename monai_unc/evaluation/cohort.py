@@ -26,7 +26,9 @@ from ..metrics.casewise import failure_detection, ood_auroc
 from ..metrics.selective import area_under_referral_curve, referral_curve, risk_controlled_threshold
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
 from .case import CaseResult
-from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig
+from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
+from .region_case import QU_BRATS_COLUMNS
+from .rows import region_histograms_from_state, region_histograms_state
 
 __all__ = [
     "CohortState",
@@ -47,6 +49,9 @@ class CohortState:
     :meth:`merge` adds the state of another (disjoint) set of cases: rows are concatenated and the histograms'
     cases joined (pooled metrics add their counts and sums). The summary of merged shards equals the summary of
     the whole cohort.
+
+    A region evaluation (``regions``: the spec, ``num_classes`` its number of regions) keeps one per-case binary
+    histogram per region in ``region_histograms`` and each case's QU-BraTS curves in ``curves`` (``{case: ...}``).
     """
 
     num_classes: int
@@ -55,6 +60,9 @@ class CohortState:
     histogram: ConfidenceHistogram | None = None
     warnings: list[str] = field(default_factory=list)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    regions: dict[str, list[int]] | None = None
+    region_histograms: dict[str, ConfidenceHistogram] = field(default_factory=dict)
+    curves: dict[str, Any] = field(default_factory=dict)
 
     def add(self, result: CaseResult, files: CaseFiles | None = None) -> CohortState:
         cid = result.row["case"]
@@ -63,6 +71,9 @@ class CohortState:
         self.rows.append(upgrade_row(result.row))  # a row resumed from an older version's state: current names
         if result.histogram is not None:
             self._histogram().merge(result.histogram)
+        self._merge_regions(result.region_histograms or {})
+        if result.curves is not None:
+            self.curves[str(cid)] = result.curves
         self.warnings.extend(result.warnings)
         if files is not None:
             self.files[cid] = files.to_json()
@@ -79,11 +90,21 @@ class CohortState:
         if dup:
             raise ValueError(f"cohort states share case(s) {sorted(dup)[:5]}: shards must be disjoint")
         self.rows.extend(other.rows)
+        if list((other.regions or {}).items()) != list((self.regions or {}).items()):  # channel order too
+            raise ValueError(f"cannot merge cohort states with regions {self.regions} and {other.regions}")
         if other.histogram is not None:
             self._histogram().merge(other.histogram)
+        self._merge_regions(other.region_histograms)
+        self.curves.update(other.curves)
         self.warnings.extend(other.warnings)
         self.files.update(other.files)
         return self
+
+    def _merge_regions(self, hists: Mapping[str, ConfidenceHistogram]) -> None:
+        for name, h in hists.items():
+            if name not in self.region_histograms:
+                self.region_histograms[name] = ConfidenceHistogram(2, n_fine_bins=self.n_fine_bins, per_case=True)
+            self.region_histograms[name].merge(h)
 
     def _histogram(self) -> ConfidenceHistogram:
         if self.histogram is None:
@@ -95,7 +116,7 @@ class CohortState:
 
     # -- persistence ------------------------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> None:
-        """Write the state to ``folder`` (``rows.json``, ``histogram.npz``) atomically."""
+        """Write the state to ``folder`` (``rows.json``, ``histogram.npz``, ``region_histograms.npz``) atomically."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         meta = {
@@ -105,10 +126,18 @@ class CohortState:
             "warnings": self.warnings,
             "files": self.files,
         }
+        if self.regions is not None:
+            meta["regions"] = self.regions
+            meta["curves"] = self.curves
         if self.histogram is not None:
             atomic_save_npz(folder / "histogram.npz", self.histogram.state_dict(), compressed=True)
         else:
             (folder / "histogram.npz").unlink(missing_ok=True)  # not an earlier run's
+        if self.region_histograms:
+            atomic_save_npz(folder / "region_histograms.npz", region_histograms_state(self.region_histograms),
+                            compressed=True)
+        else:
+            (folder / "region_histograms.npz").unlink(missing_ok=True)
         atomic_write_text(folder / "rows.json", json.dumps(meta, indent=1, default=json_default) + "\n")
 
     @classmethod
@@ -120,10 +149,15 @@ class CohortState:
         meta = json.loads(path.read_text())
         rows = [upgrade_row(r) for r in meta["rows"]]  # written by an older version: current column names
         state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), rows,
-                    warnings=list(meta.get("warnings", [])), files=dict(meta.get("files", {})))
+                    warnings=list(meta.get("warnings", [])), files=dict(meta.get("files", {})),
+                    regions=meta.get("regions"), curves=dict(meta.get("curves") or {}))
         hp = folder / "histogram.npz"
         if hp.is_file():
             state.histogram = ConfidenceHistogram.load(hp)
+        rp = folder / "region_histograms.npz"
+        if rp.is_file():
+            with np.load(rp, allow_pickle=False) as f:
+                state.region_histograms = region_histograms_from_state({k: f[k] for k in f.files})
         return state
 
 
@@ -312,9 +346,72 @@ def summarize(state: CohortState, config: EvaluationConfig) -> dict[str, Any]:
             summary["ood"] = ood
         if config.target_risk is not None:
             summary["risk_control"] = _risk_control(ids, scores, dice, config)
+        if state.regions is not None:
+            summary.update(_region_summary(state, rows, ids, score_key, config))
     msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return json_safe(summary)
+
+
+def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: Sequence[str], score_key: str,
+                    config: EvaluationConfig) -> dict[str, Any]:
+    """The ``regions`` and ``qu_brats`` blocks of a region evaluation's summary (:mod:`.region_case`): per region
+    the Dice, the pooled calibration of the region's merged histograms and its reliability curve, the spatial
+    metrics (mean over cases), failure detection with the region's score and Dice, and the mean QU-BraTS values;
+    the QU-BraTS means over cases and regions and the mean curves over the cases."""
+    assert state.regions is not None
+    names = list(state.regions)
+    per_region: dict[str, Any] = {}
+    for name in names:
+        s = region_suffix(name)
+        d = _column(rows, f"dice_{s}")
+        block: dict[str, Any] = {"column_suffix": s, "labels": list(state.regions[name]),
+                                 "dice": {"mean": _nanmean(d), "median": float(np.median(d)) if d.size else None}}
+        h = state.region_histograms.get(name)
+        if h is not None:
+            cal = calibration_metrics(h, CALIBRATION_COLUMNS, n_bins=config.n_bins, min_bin_count=config.min_bin_count)
+            rc = reliability_curve(h, kind="all_label", n_bins=config.n_bins, min_bin_count=config.min_bin_count)
+            block["calibration"] = {**{k: float(v) for k, v in cal.items()},
+                                    "pooled_over": "all voxels of all cases (merged binary histograms of the region)",
+                                    "voxels": int(h.scalars[:, 0].sum().item())}
+            block["reliability"] = {"kind": "all_label", "edges": rc.edges, "confidence": rc.confidence,
+                                    "frequency": rc.frequency, "counts": rc.counts}
+        spatial = {k: _nanmean(_column(rows, f"{k}_{s}")) for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
+        if spatial:
+            block["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
+        region_score = f"{score_key}_{s}"
+        if region_score in rows[0]:
+            fd = failure_detection(fill_undefined_scores(_column(rows, region_score)), d)
+            block["failure_detection"] = {"score": region_score, "risk": f"1 - dice_{s}", "aurc": fd.aurc,
+                                          "eaurc": fd.eaurc, "augrc": fd.augrc}
+        if f"qu_brats_score_{s}" in rows[0]:
+            block["qu_brats"] = {c: _nanmean(_column(rows, f"qu_brats_{c}_{s}")) for c in QU_BRATS_COLUMNS}
+        per_region[name] = block
+    out: dict[str, Any] = {"regions": {
+        "spec": {k: list(v) for k, v in state.regions.items()},
+        "names": names,
+        "dice": "dice = mean over the regions of dice_<region>",
+        "combined_score": "<measure>_<score> = mean over the regions of <measure>_<score>_<region> (regions where it "
+                          "is defined); used for the ranking, triage and risk control",
+        "per_region": per_region,
+    }}
+    if "qu_brats_score" in rows[0] and state.curves:
+        first = next(iter(state.curves.values()))
+        mean_curves = {}
+        for name in names:
+            mean_curves[name] = {k: np.mean([state.curves[c]["regions"][name][k] for c in ids if c in state.curves],
+                                            axis=0).tolist() for k in ("dice", "ftp", "ftn")}
+        measure = rows[0].get("measure")
+        out["qu_brats"] = {
+            **{c: _nanmean(_column(rows, f"qu_brats_{c}")) for c in QU_BRATS_COLUMNS},
+            "per_region": {n: per_region[n]["qu_brats"]["score"] for n in names},
+            "mean_over": "cases (the per-case score is the mean over the regions)",
+            "measure": measure,
+            "scale": "u / measure_max * 100 (to_qu_brats_range)",
+            "brain_mask": sorted({str(state.curves[c]["brain_mask"]) for c in ids if c in state.curves}),
+            "curves": {"thresholds": first["thresholds"], "mean_over_cases": mean_curves},
+        }
+    return out
 
 
 def _csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -369,5 +466,5 @@ def remove_cohort_files(folder: str | os.PathLike) -> None:
     keeping the per-case resume state: after a run with failed cases no earlier run's numbers remain."""
     folder = Path(folder)
     for path in (folder / "metrics.csv", folder / "summary.json", folder / STATE_DIR / "rows.json",
-                 folder / STATE_DIR / "histogram.npz"):
+                 folder / STATE_DIR / "histogram.npz", folder / STATE_DIR / "region_histograms.npz"):
         path.unlink(missing_ok=True)

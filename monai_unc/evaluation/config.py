@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
+from ..regions import parse_regions
 
 __all__ = [
     "CALIBRATION_COLUMNS",
@@ -25,6 +26,7 @@ __all__ = [
     "EvaluationConfig",
     "unit_scale",
     "slug",
+    "region_suffix",
     "read_shifts",
 ]
 
@@ -44,6 +46,16 @@ STATE_DIR = "state"
 def slug(name: str) -> str:
     """``name`` as a lower-case identifier for column names (``dice_<slug>``)."""
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
+
+
+def region_suffix(name: str) -> str:
+    """The column suffix of a region (``dice_<suffix>``): the region name with every run of characters other than
+    letters and digits replaced by ``_`` (case kept: ``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``).
+    Raises ``ValueError`` for a name without any letter or digit."""
+    out = re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_")
+    if not out:
+        raise ValueError(f"regions: the region name {name!r} has no letter or digit to name its columns")
+    return out
 
 
 @dataclass
@@ -72,6 +84,10 @@ class EvaluationConfig:
             [0, 1]); default ``"sgr"`` for ``"failure"`` and ``"ltt"`` for ``"1-dice"``.
         calibration_cases: ids of the cases the threshold is fitted on (default: every case, and the threshold is
             meant for new cases); the other cases are reported as a held-out check.
+        regions: region spec of a region-based (multi-label sigmoid) prediction: a mapping ``{region: [labels]}``,
+            ``"brats"``, ``"brats2023"`` or a JSON object (:func:`monai_unc.regions.parse_regions`); every metric is
+            then computed per region (:mod:`monai_unc.evaluation.region_case`). Stored parsed, as
+            ``{region: [labels]}`` in channel order.
     """
 
     measure: str | None = None
@@ -90,6 +106,7 @@ class EvaluationConfig:
     risk: str = "failure"
     risk_method: str | None = None
     calibration_cases: list[str] | None = None
+    regions: dict[str, list[int]] | str | None = None
 
     @property
     def n_fine_bins(self) -> int:
@@ -121,6 +138,22 @@ class EvaluationConfig:
             raise ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'")
         if self.calibration_cases is not None and not self.calibration_cases:
             raise ValueError("calibration_cases must name at least one case (or be None for every case)")
+        if self.regions is not None:
+            self.regions = {k: list(v) for k, v in parse_regions(self.regions).items()}
+            suffixes = [region_suffix(k) for k in self.regions]
+            if len(set(suffixes)) != len(suffixes):
+                raise ValueError(f"regions: the region names {list(self.regions)} give the same column names "
+                                 f"{suffixes}")
+            if self.class_names is not None:
+                raise ValueError("class_names does not apply with regions: the columns are named after the regions")
+            if self.num_classes is not None and self.num_classes != len(self.regions):
+                raise ValueError(f"num_classes ({self.num_classes}) must be the number of regions "
+                                 f"({len(self.regions)}) or None with regions")
+
+    @property
+    def region_names(self) -> list[str]:
+        """The region names in channel order (empty without regions); call :meth:`validate` first."""
+        return [] if self.regions is None else list(parse_regions(self.regions))
 
     def check_calibration_cases(self, case_ids: Iterable[str]) -> set[str]:
         """The calibration case ids as a set (empty when ``calibration_cases`` is None); ``ValueError`` if one is

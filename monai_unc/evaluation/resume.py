@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .. import __version__
 from ..io import CaseFiles, atomic_save_npz, atomic_write_text
@@ -15,12 +18,14 @@ from ..io.files import json_default
 from ..metrics.calibration import ConfidenceHistogram
 from .case import CaseResult
 from .config import EvaluationConfig
+from .rows import region_histograms_from_state, region_histograms_state
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "save_case_state", "load_case_state"]
 
 #: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
 #: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
-CASE_FIELDS = ("measure", "n_bins", "min_bin_count", "patch_size", "spatial", "num_classes", "class_names")
+CASE_FIELDS = ("measure", "n_bins", "min_bin_count", "patch_size", "spatial", "num_classes", "class_names",
+               "regions")
 
 CASES_DIR = "cases"
 
@@ -37,8 +42,8 @@ def file_signature(path: Path | None) -> list[Any] | None:
 
 def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:
     """What a case's metric row depends on: package version, the per-case options (:data:`CASE_FIELDS`, fine
-    bins), the case's shift label and (path, size, mtime, ctime, inode) of its label, segmentation, probabilities
-    and maps."""
+    bins, the region spec), the case's shift label and (path, size, mtime, ctime, inode) of its label, segmentation,
+    probabilities and maps, and with regions of its image too (the QU-BraTS brain mask)."""
     fp = {
         "format": _CASE_FORMAT,
         "version": __version__,
@@ -51,6 +56,9 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
         },
     }
+    if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
+        fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
+        fp["inputs"]["image"] = file_signature(files.image)
     return json.loads(json.dumps(fp))
 
 
@@ -63,8 +71,12 @@ def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: 
     cid = str(result.row["case"])
     if result.histogram is not None:
         atomic_save_npz(folder / f"{cid}.npz", result.histogram.state_dict(), compressed=True)
+    if result.region_histograms is not None:
+        atomic_save_npz(folder / f"{cid}.regions.npz", region_histograms_state(result.region_histograms),
+                        compressed=True)
     doc = {"case": cid, "fingerprint": fingerprint, "num_classes": int(num_classes), "row": result.row,
-           "warnings": result.warnings, "histogram": result.histogram is not None}
+           "warnings": result.warnings, "histogram": result.histogram is not None,
+           "region_histograms": result.region_histograms is not None, "curves": result.curves}
     # internal resume state, read back only by load_case_state: Python's NaN literal (json_default, not strict JSON)
     # keeps undefined metrics NaN bit for bit, so a resumed cohort equals a fresh one; files for other readers
     # (summary.json, metrics.csv, infer.json, ...) are strict JSON without NaN
@@ -84,6 +96,11 @@ def load_case_state(folder: str | os.PathLike, case_id: str,
         if doc.get("fingerprint") != fingerprint or doc.get("case") != case_id:
             return None
         hist = ConfidenceHistogram.load(folder / f"{case_id}.npz") if doc["histogram"] else None
-        return CaseResult(dict(doc["row"]), hist, list(doc["warnings"])), int(doc["num_classes"])
-    except (OSError, ValueError, KeyError, TypeError):
+        rh = None
+        if doc.get("region_histograms"):
+            with np.load(folder / f"{case_id}.regions.npz", allow_pickle=False) as f:
+                rh = region_histograms_from_state({k: f[k] for k in f.files})
+        return (CaseResult(dict(doc["row"]), hist, list(doc["warnings"]), region_histograms=rh,
+                           curves=doc.get("curves")), int(doc["num_classes"]))
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
         return None

@@ -33,6 +33,7 @@ from .case import CaseResult, evaluate_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import STATE_DIR, EvaluationConfig
 from .resume import CASES_DIR, case_fingerprint, load_case_state, save_case_state
+from .rows import region_histograms_from_state, region_histograms_state
 from .triage import RULE_FILE, write_referral_rule
 
 __all__ = ["evaluate_shard", "assemble_state", "evaluate_cases", "run_evaluate"]
@@ -66,8 +67,12 @@ def evaluate_shard(
             fp = case_fingerprint(files, config) if cache is not None else None
             got = load_case_state(cache, files.case_id, fp) if cache is not None else None  # type: ignore[arg-type]
             if got is None:
-                loaded = load_case(files, config.num_classes)
-                n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
+                if config.regions is not None:  # region-based: R = the spec's regions, image for the brain mask
+                    n_cls = len(config.regions)
+                    loaded = load_case(files, n_cls, load_image=True, multilabel=True)
+                else:
+                    loaded = load_case(files, config.num_classes)
+                    n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
                 assert n_cls is not None
                 result = evaluate_case(loaded, config)
                 if cache is not None:
@@ -88,16 +93,17 @@ def assemble_state(
     results: Iterable[tuple[CaseResult, CaseFiles, int]],
     n_fine_bins: int,
     failures: list[tuple[str, BaseException]] | None = None,
+    regions: dict[str, list[int]] | None = None,
 ) -> CohortState | None:
     """The :class:`CohortState` of per-case results, added in case-id order whatever order (or shard) they came
     in, so the pooled float64 sums are the same bits as for one process. The number of classes is that of the
     first case; a case with another number raises a ``CaseError`` or, with ``failures``, is appended there.
-    Returns None when no case is left."""
+    ``regions``: the region spec of a region evaluation (kept in the state). Returns None when no case is left."""
     state: CohortState | None = None
     for result, files, n_cls in sorted(results, key=lambda t: str(t[0].row["case"])):
         cid = str(result.row["case"])
         if state is None:
-            state = CohortState(int(n_cls), n_fine_bins)
+            state = CohortState(int(n_cls), n_fine_bins, regions=regions)
         elif n_cls != state.num_classes:
             err = CaseError(f"case {cid!r} has {n_cls} classes, the cohort {state.num_classes}")
             if failures is None:
@@ -118,7 +124,7 @@ def evaluate_cases(
     """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order); the first
     failing case raises. ``cache``: per-case resume folder (:func:`evaluate_shard`)."""
     state = assemble_state(evaluate_shard(cases, config, cache=cache, progress=progress, desc=desc),
-                           config.n_fine_bins)
+                           config.n_fine_bins, regions=_regions(config))
     if state is None:
         raise ValueError("no case to evaluate")
     return state
@@ -127,7 +133,9 @@ def evaluate_cases(
 def _pack(result: CaseResult, files: CaseFiles, n_cls: int) -> dict[str, Any]:
     """A per-case result as plain picklable data (numpy histogram state) for the gather to rank 0."""
     return {"row": result.row, "warnings": result.warnings, "num_classes": n_cls, "files": files.to_json(),
-            "histogram": None if result.histogram is None else result.histogram.state_dict()}
+            "histogram": None if result.histogram is None else result.histogram.state_dict(),
+            "region_histograms": None if result.region_histograms is None
+            else region_histograms_state(result.region_histograms), "curves": result.curves}
 
 
 def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
@@ -135,7 +143,14 @@ def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
     if d["histogram"] is not None:
         st = d["histogram"]
         hist = ConfidenceHistogram(int(st["num_classes"]), int(st["n_fine_bins"]), per_case=True).load_state_dict(st)
-    return CaseResult(d["row"], hist, d["warnings"]), CaseFiles.from_json(d["files"]), int(d["num_classes"])
+    rh = None if d.get("region_histograms") is None else region_histograms_from_state(d["region_histograms"])
+    return (CaseResult(d["row"], hist, d["warnings"], region_histograms=rh, curves=d.get("curves")),
+            CaseFiles.from_json(d["files"]), int(d["num_classes"]))
+
+
+def _regions(config: EvaluationConfig) -> dict[str, list[int]] | None:
+    config.validate()  # parses the spec
+    return None if config.regions is None else {k: list(v) for k, v in dict(config.regions).items()}
 
 
 def run_evaluate(
@@ -243,7 +258,7 @@ def _run_evaluate(
             failures = [f for _, fs in gathered for f in fs]
             check_each_case_once([str(r[0].row["case"]) for r in every] + [f.case for f in failures], ids)
             late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
-            state = assemble_state(every, config.n_fine_bins, late)
+            state = assemble_state(every, config.n_fine_bins, late, regions=_regions(config))
             for c, e in late:
                 failed(c, e)
                 failures.append(CaseFailure(c, 0, error_line(e)))

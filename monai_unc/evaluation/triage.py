@@ -798,6 +798,11 @@ def write_referral_rule(
     if config.target_risk is None:
         path.unlink(missing_ok=True)
         return None
+    if config.regions is not None:  # monai-unc triage scores class-based maps only
+        path.unlink(missing_ok=True)
+        warnings.warn("referral_rule.json is not written for a region evaluation (monai-unc triage does not read "
+                      "region maps yet); the risk-controlled threshold is in summary.json", UserWarning, stacklevel=2)
+        return None
     rule = certify_referral_rule(state, summary, config, predictions=predictions, layout=layout,
                                  uncertainty=uncertainty)
     return rule.save(path)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_probabilities, probability_tolerance
+from .._utils import check_probabilities, check_unit_interval
 from ..keys import DEPRECATED_MEASURES, MEASURES, canonical_measure
 
 __all__ = [
@@ -433,10 +433,11 @@ class LoadedCase:
     """Arrays of one case: ``label``/``seg`` ``(*spatial)`` int64, ``probs`` ``(C, *spatial)`` float32,
     ``maps`` ``{measure: (*spatial) float32}``, ``image`` ``(C_in, *spatial)``, affine and spacing (mm).
 
-    Multi-label (region-based) cases (``multilabel=True``, :func:`load_case` with ``multilabel=True``): ``probs``
-    ``(R, *spatial)`` per-region foreground probabilities, ``seg`` ``(R, *spatial)`` int64 0/1 region masks,
-    ``maps`` ``{measure: (R, *spatial)}``, and ``label`` either the label map ``(*spatial)`` (regions are built
-    from it with :func:`monai_unc.regions.label_to_regions`) or ``(R, *spatial)`` 0/1 region masks."""
+    Multi-label cases (``multilabel=True``, read by ``load_case(..., multilabel=True)``): ``probs`` ``(R,
+    *spatial)`` per-region foreground probabilities (not summing to 1), ``maps`` ``{measure: (R, *spatial)}`` one map
+    per region, ``seg`` either ``(R, *spatial)`` uint8 region masks or a ``(*spatial)`` int64 label map (a
+    single-channel file; converted to regions by the caller's region spec), ``label`` a ``(*spatial)`` label map or
+    ``(R, *spatial)`` uint8 reference region masks."""
 
     case_id: str
     label: np.ndarray
@@ -473,14 +474,12 @@ def load_case(
     ``num_classes`` is taken from the probabilities when they exist (and must then agree); without
     probabilities it must be given. The segmentation defaults to the argmax of the probabilities.
 
-    ``multilabel=True`` reads the outputs of a region-based (multi-label sigmoid) network, as ``monai-unc infer
-    --activation sigmoid`` writes them for ``R >= 2`` output channels (:func:`read_prediction_regions` tells):
-    ``num_classes`` is then the number of regions ``R`` (taken from the probabilities, the segmentation or the
-    maps when not given); probabilities ``(R, *spatial)`` must lie in [0, 1] (they need not sum to 1); the
-    segmentation must hold ``R`` 0/1 region masks (default: probabilities >= 0.5, as MONAI's
-    ``AsDiscrete(threshold=0.5)``); every map must have ``R``
-    channels; the label is a single-channel label map (any non-negative integers) or ``R`` 0/1 region masks.
-    See :class:`LoadedCase` for the shapes.
+    ``multilabel=True`` reads a region-based (sigmoid) prediction (:class:`LoadedCase` lists the shapes):
+    ``num_classes`` is then the number of regions ``R`` (optional; every file with region channels must agree with
+    it and with each other), probabilities are checked to lie in ``[0, 1]`` without the sum-to-1 constraint, a
+    segmentation with several channels must hold binary region masks (0/1) and one with a single channel is read
+    as a label map, the segmentation defaults to ``probs >= 0.5`` per region (MONAI's ``AsDiscrete(threshold=0.5)``),
+    and the label is a label map holding any non-negative labels (e.g. BraTS 0, 1, 2, 4) or ``R`` 0/1 region masks.
     """
     if multilabel:
         return _load_multilabel_case(files, num_classes, load_image)
@@ -538,75 +537,69 @@ def load_case(
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image)
 
 
-def _read_binary_masks(path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """A volume of 0/1 masks ``(R, *spatial)`` as int64 (float files with values 0 and 1 are accepted), and its
-    affine."""
-    data, affine = read_volume(path)
-    arr = np.asarray(data)
-    if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
-        raise CaseError(f"{what}: contains NaN or inf")
-    bad = (arr != 0) & (arr != 1)
-    if bad.any():
-        raise CaseError(f"{what}: region masks must hold 0 or 1, found values such as {np.unique(arr[bad])[:3]}")
-    return arr.astype(np.int64), affine
-
-
 def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool) -> LoadedCase:
-    """:func:`load_case` for region-based predictions (``multilabel=True``)."""
+    """:func:`load_case` with ``multilabel=True``."""
     cid = files.case_id
     label_data, affine = read_volume(files.label)
     spatial = label_data.shape[1:]
     ref = (spatial, affine, files.label)
+    sources: list[str] = [] if num_regions is None else ["the region spec"]
 
-    def check_regions(n: int, path: Path, what: str) -> int:
+    def regions_of(n: int, what: str) -> None:  # every file with region channels agrees on R
+        nonlocal num_regions
         if num_regions is not None and n != num_regions:
-            raise CaseError(f"case {cid!r}: {what} {path.name} has {n} region channel(s), expected {num_regions}")
-        return n
+            raise CaseError(f"case {cid!r}: {what} has {n} region channel(s) but {sources[0]} has {num_regions}")
+        if num_regions is None:
+            num_regions = n
+            sources.append(what)
+
+    what = f"case {cid!r}: label {files.label.name}"
+    if label_data.shape[0] == 1:  # a label map (e.g. BraTS 0, 1, 2, 4): regions come from the caller's spec
+        label = check_label_map(label_data[0], what)
+    else:  # one 0/1 reference mask per region
+        if not np.isin(label_data, (0, 1)).all():
+            raise CaseError(f"{what}: region masks must hold 0 and 1 only, found values such as "
+                            f"{np.unique(label_data[~np.isin(label_data, (0, 1))])[:3].tolist()}")
+        regions_of(label_data.shape[0], files.label.name)
+        label = label_data.astype(np.uint8)
 
     probs = None
     if files.probs is not None:
         p, p_aff = read_probabilities(files.probs)
         _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
-        num_regions = check_regions(p.shape[0], files.probs, "probabilities")
-        p = p.astype(np.float32, copy=False)
-        if not np.isfinite(p).all():
-            raise CaseError(f"case {cid!r}: {files.probs.name}: probabilities contain NaN or inf")
-        tol = probability_tolerance(torch.float32)
-        if p.size and (p.min() < -tol or p.max() > 1 + tol):
-            raise CaseError(f"case {cid!r}: {files.probs.name}: region probabilities must lie in [0, 1], got values "
-                            f"in [{p.min():.4g}, {p.max():.4g}]")
-        probs = np.clip(p, 0.0, 1.0)
-    seg = None
+        try:
+            check_unit_interval(torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[None], "probabilities")
+        except (ValueError, TypeError) as e:
+            raise CaseError(f"case {cid!r}: {files.probs.name}: {e}") from None
+        regions_of(p.shape[0], files.probs.name)
+        probs = p.astype(np.float32, copy=False)
     if files.seg is not None:
-        s, s_aff = _read_binary_masks(files.seg, f"case {cid!r}: segmentation {files.seg.name}")
+        s, s_aff = read_volume(files.seg)
         _check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
-        num_regions = check_regions(s.shape[0], files.seg, "segmentation")
-        seg = s
+        what = f"case {cid!r}: segmentation {files.seg.name}"
+        if s.shape[0] == 1:  # a label map (nnU-Net converts regions back to labels), regions from the spec
+            seg = check_label_map(s[0], what)
+        else:
+            if not np.isin(s, (0, 1)).all():
+                raise CaseError(f"{what}: region masks must hold 0 and 1 only, found values such as "
+                                f"{np.unique(s[~np.isin(s, (0, 1))])[:3].tolist()}")
+            regions_of(s.shape[0], files.seg.name)
+            seg = s.astype(np.uint8)
+    elif probs is not None:
+        seg = (probs >= 0.5).astype(np.uint8)
+    else:
+        raise CaseError(f"case {cid!r}: no segmentation and no probabilities")
     maps = {}
     for m, path in files.maps.items():
         u, u_aff = read_volume(path)
         _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
-        num_regions = check_regions(u.shape[0], path, "uncertainty map")
+        regions_of(u.shape[0], path.name)
         u = u.astype(np.float32, copy=False)
         if not np.isfinite(u).all():
             raise CaseError(f"case {cid!r}: uncertainty map {path.name} contains NaN or inf")
         if u.min() < 0:
             raise CaseError(f"case {cid!r}: uncertainty map {path.name} has negative values (min {u.min():.4g})")
         maps[m] = u
-    if num_regions is None:
-        raise CaseError(f"case {cid!r}: the number of regions is unknown: give probabilities, a segmentation or "
-                        "num_classes")
-    if seg is None:
-        if probs is None:
-            raise CaseError(f"case {cid!r}: neither a segmentation nor probabilities")
-        seg = (probs >= 0.5).astype(np.int64)
-    if label_data.shape[0] == 1:
-        label = check_label_map(label_data[0], f"case {cid!r}: label {files.label.name}")
-    elif label_data.shape[0] == num_regions:
-        label = _read_binary_masks(files.label, f"case {cid!r}: label {files.label.name}")[0]
-    else:
-        raise CaseError(f"case {cid!r}: label {files.label.name} must be a label map or {num_regions} region masks, "
-                        f"got {label_data.shape[0]} channels")
     image = None
     if load_image and files.image is not None:
         img, i_aff = read_volume(files.image)

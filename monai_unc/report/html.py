@@ -12,6 +12,11 @@ under ``figures/``. Sections:
    the decision of the risk-controlled threshold too (docs/referral_threshold.md);
 3. cohort plots: all-label reliability diagram with the per-case spread, referral curve, uncertainty histograms
    of good vs failed cases, scores by shift;
+
+   for a region evaluation (``monai-unc evaluate --regions``): a region table (Dice, pooled binary calibration,
+   QU-BraTS, failure detection per region), per-region columns in the triage table (``dice_<R>``,
+   ``qu_brats_score_<R>``, ``qu_brats_score``), one reliability diagram per region and the QU-BraTS curves
+   (filtered Dice, FTP, FTN against the threshold, mean over the cases, one line per region);
 4. per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest
    uncertainty, for the most uncertain cases and, for contrast, the most certain one.
 
@@ -26,6 +31,7 @@ import csv
 import datetime as _dt
 import html
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -44,10 +50,27 @@ from ..evaluation import (
     summarize,
 )
 from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case
-from .plots import plot_case_overlay, plot_referral_curve, plot_scores_by_shift, plot_uncertainty_histograms, save_png
+from ..regions import label_to_regions
+from .plots import (
+    plot_case_overlay,
+    plot_qu_brats_curves,
+    plot_referral_curve,
+    plot_scores_by_shift,
+    plot_uncertainty_histograms,
+    save_png,
+)
 from .reliability import plot_reliability_diagram
 
-__all__ = ["Figure", "PAGE_CSS", "build_report", "format_value", "img_tag", "render_html", "reliability_figure"]
+__all__ = [
+    "Figure",
+    "PAGE_CSS",
+    "build_report",
+    "format_value",
+    "img_tag",
+    "region_display",
+    "render_html",
+    "reliability_figure",
+]
 
 
 @dataclass
@@ -157,6 +180,10 @@ def _cards(summary: Mapping[str, Any]) -> str:
             ("pooled NLL", format_value(cal["nll"], 4)),
             ("pooled Brier", format_value(cal["brier"], 4)),
         ]
+    qb = summary.get("qu_brats")
+    if qb:
+        items.append(("QU-BraTS score (mean over regions and cases)", format_value(qb["score"])))
+        items += [(f"QU-BraTS {name}", format_value(v)) for name, v in qb["per_region"].items()]
     fd = summary["failure_detection"]
     items += [("AURC (risk 1 - Dice)", format_value(fd["aurc"], 4)), ("E-AURC", format_value(fd["eaurc"], 4))]
     ood = summary.get("ood")
@@ -204,6 +231,11 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     thr = summary["failures"]["dice_threshold"]
     has_shift = any("shift" in r for r in rows)
     extra = [k for k in ("ece", "buc", "error_auroc") if any(k in r for r in rows)]
+    regions = summary.get("regions")
+    if regions:  # per-region Dice, then the QU-BraTS score (mean and per region)
+        sfx = [b["column_suffix"] for b in regions["per_region"].values()]
+        extra += [k for k in ([f"dice_{s}" for s in sfx] + ["qu_brats_score"] + [f"qu_brats_score_{s}" for s in sfx])
+                  if any(k in r for r in rows)]
     rc = summary.get("risk_control")
     rc_head = ["risk-controlled"] if rc else []
     rc_referred = set(rc["referred"]) if rc else set()
@@ -229,6 +261,33 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         tds = "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in cells)
         out.append(f'<tr class="{cls.strip()}" data-case="{html.escape(cid)}">{tds}</tr>')
     out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def _regions_section(summary: Mapping[str, Any]) -> str:
+    """The region table of a region evaluation: per region its labels, Dice (mean over cases), pooled binary
+    calibration (top-label ECE, NLL, Brier), the mean QU-BraTS values and failure detection with its own score."""
+    regions = summary["regions"]
+    head = ["region", "labels", "columns", "Dice", "ECE", "NLL", "Brier", "QU-BraTS", "Dice AUC", "FTP AUC", "FTN AUC",
+            "AURC"]
+    out = ['<section id="regions"><h2>Regions</h2><p class="note">Each region is a binary task. Calibration pools '
+           "the region's binary confidence histograms over all cases; QU-BraTS (Mehta et al., MELBA 2022) is the mean "
+           "over the cases of the per-case score; AURC ranks the cases by the region's own score (risk 1 - Dice of "
+           f"the region). {html.escape(regions['combined_score'])}.</p>",
+           '<table id="regions-table"><thead><tr>']
+    out += [f'<th class="{"l" if h in ("region", "labels", "columns") else ""}">{html.escape(h)}</th>' for h in head]
+    out.append("</tr></thead><tbody>")
+    for name, b in regions["per_region"].items():
+        cal, qb, fd = b.get("calibration") or {}, b.get("qu_brats") or {}, b.get("failure_detection") or {}
+        cells = [f'<td class="l">{html.escape(name)}</td>',
+                 f'<td class="l">{html.escape(", ".join(str(v) for v in b["labels"]))}</td>',
+                 f'<td class="l">*_{html.escape(b["column_suffix"])}</td>',
+                 format_value(b["dice"]["mean"]), format_value(cal.get("ece"), 4), format_value(cal.get("nll"), 4),
+                 format_value(cal.get("brier"), 4), format_value(qb.get("score")), format_value(qb.get("dice_auc")),
+                 format_value(qb.get("ftp_auc")), format_value(qb.get("ftn_auc")), format_value(fd.get("aurc"), 4)]
+        out.append(f'<tr data-region="{html.escape(name)}">'
+                   + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table></section>")
     return "".join(out)
 
 
@@ -271,6 +330,8 @@ def render_html(
         b64 = base64.b64encode(csv_text.encode()).decode("ascii")
         parts.append(f' <a download="metrics.csv" href="data:text/csv;base64,{b64}">Download metrics.csv</a>.')
     parts += ["</p>", _triage_table(rows, summary), "</section>"]
+    if summary.get("regions"):
+        parts.append(_regions_section(summary))
     parts.append('<section id="plots"><h2>Cohort plots</h2><div class="plots">')
     parts += [img_tag(f) for f in cohort_figures]
     parts.append("</div></section>")
@@ -287,6 +348,30 @@ def render_html(
         parts.append("</ul></section>")
     parts.append(f"</main><script>{_SCRIPT}</script></body></html>\n")
     return "".join(parts)
+
+
+def region_display(
+    seg: np.ndarray, label: np.ndarray, uncertainty: np.ndarray, regions: Mapping[str, Sequence[int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Label maps for drawing a region-based case with :func:`~monai_unc.report.plots.plot_case_overlay`.
+
+    Overlapping regions become one label map: regions sorted by their number of labels, most first (stable), and a
+    voxel gets the index (1-based) of the last region in that order that contains it, so nested regions (BraTS WT >
+    TC > ET) are drawn from the outside in. ``seg`` is ``(R, *spatial)`` region masks or a label map (converted with
+    ``regions``); ``label`` a label map; the uncertainty drawn is the largest over the regions. Returns ``(seg map,
+    label map, uncertainty, class names)`` with ``"background"`` first."""
+    names = list(regions)
+    order = sorted(range(len(names)), key=lambda r: -len(regions[names[r]]))
+    pred = label_to_regions(seg, regions) if seg.ndim == label.ndim else seg.astype(bool)
+    target = label_to_regions(label, regions)
+    out = []
+    for masks in (pred, target):
+        disp = np.zeros(label.shape, dtype=np.int64)
+        for rank, r in enumerate(order, 1):
+            disp[masks[r]] = rank
+        out.append(disp)
+    u = uncertainty.max(axis=0) if uncertainty.ndim == label.ndim + 1 else uncertainty
+    return out[0], out[1], u, ["background"] + [names[r] for r in order]
 
 
 def _case_figures(
@@ -308,17 +393,20 @@ def _case_figures(
         files = CaseFiles.from_json(state.files[cid])
         if cid in image_files:
             files.image = image_files[cid]
-        case = load_case(files, state.num_classes, load_image=True)
+        case = load_case(files, state.num_classes, load_image=True, multilabel=state.regions is not None)
         maps = derived_maps(case)
         measure = by_id[cid].get("measure") or next(iter(maps), None)
         if measure is None:
             continue
+        seg, label, u, class_names = case.seg, case.label, maps[measure], summary.get("class_names")
+        if state.regions is not None:
+            seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions)
         r = by_id[cid]
         info = {"Dice": format_value(float(r["dice"])), score_key: format_value(r.get(score_key), 4)}
         if "shift" in r:
             info["shift"] = r["shift"] or "none"
-        fig = plot_case_overlay(cid, case.seg, case.label, maps[measure], case.image, case.spacing, measure, info=info,
-                                class_names=summary.get("class_names"))
+        fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
+                                class_names=class_names)
         path = fig_dir / f"case_{cid}.png"
         png = save_png(fig, path)
         pos = order.index(cid) + 1
@@ -375,6 +463,22 @@ def build_report(
         path = fig_dir / f"{key}.png"
         figures.append(Figure(key, title, caption, save_png(fig, path), path))
 
+    qb = summary.get("qu_brats")
+    if qb:
+        curves = qb["curves"]
+        add("qu_brats", "QU-BraTS curves (mean over cases)",
+            f"Filtered Dice, filtered true positives (FTP) and filtered true negatives (FTN) when the voxels whose "
+            f"{qb['measure']} (scaled to [0, 100]) exceeds the threshold are filtered out, mean over the cases, one "
+            f"line per region (Mehta et al., MELBA 2022). QU-BraTS score (mean over regions and cases) "
+            f"{format_value(qb['score'])}; brain mask: {', '.join(qb['brain_mask'])}.",
+            plot_qu_brats_curves(curves["thresholds"], curves["mean_over_cases"]))
+    for name, hist in state.region_histograms.items():
+        cal = summary["regions"]["per_region"][name]["calibration"]
+        add(f"reliability-{_slug(name)}", f"Reliability diagram, region {name} (pooled)",
+            f"The region's probability of every voxel against the frequency of the region, from its merged binary "
+            f"histograms; boxes: per-case spread. Pooled ECE {format_value(cal['ece'], 4)}.",
+            plot_reliability_diagram(hist, kind="all_label", n_bins=config.n_bins,
+                                     min_bin_count=config.min_bin_count, per_case_boxes=True))
     rel = reliability_figure(state, config.n_bins, config.min_bin_count)
     if rel is not None:
         cal = summary["calibration"]
@@ -402,6 +506,10 @@ def build_report(
     page = render_html(summary, rows, figures, case_figs, title=title,
                        source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text)
     return atomic_write_text(out_dir / "report.html", page)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_") or "region"
 
 
 def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:

@@ -29,6 +29,7 @@ __all__ = [
     "plot_referral_curve",
     "plot_uncertainty_histograms",
     "plot_scores_by_shift",
+    "plot_qu_brats_curves",
     "slice_of_highest_uncertainty",
     "plot_case_overlay",
 ]
@@ -150,6 +151,41 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
     ax.set_ylabel(score_name)
     ax.grid(alpha=0.3, axis="y")
     ax.set_title("Case uncertainty by shift", fontsize=11)
+    return fig
+
+
+def plot_qu_brats_curves(
+    thresholds: Sequence[float], curves: Mapping[str, Mapping[str, Sequence[float]]], max_uncertainty: float = 100.0
+) -> Any:
+    """The QU-BraTS curves (Mehta et al., MELBA 2022) against the uncertainty threshold, one line per region in
+    three panels: filtered Dice, filtered true positives (FTP) and filtered true negatives (FTN).
+
+    Args:
+        thresholds: the threshold grid (:func:`monai_unc.metrics.qu_brats_thresholds`, any order).
+        curves: ``{region: {"dice": [...], "ftp": [...], "ftn": [...]}}`` at ``thresholds`` (e.g. the mean over the
+            cases of the curves of :func:`monai_unc.metrics.qu_brats`); the values are drawn as given.
+        max_uncertainty: the top of the threshold axis (100 in the challenge).
+
+    Lowering the threshold filters out more uncertain voxels: a good map raises the filtered Dice while filtering
+    few true positives and true negatives (the score rewards a high Dice area and low FTP / FTN areas).
+    """
+    t = np.asarray(thresholds, dtype=np.float64)
+    order = np.argsort(t)
+    fig = _figure(11.0, 3.5)
+    axes = fig.subplots(1, 3, squeeze=False)[0]
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+    panels = (("dice", "filtered Dice (higher is better)"), ("ftp", "filtered true positives (lower is better)"),
+              ("ftn", "filtered true negatives (lower is better)"))
+    for ax, (key, title) in zip(axes, panels):
+        for i, (name, c) in enumerate(curves.items()):
+            v = np.asarray(c[key], dtype=np.float64)
+            ax.plot(t[order], v[order], color=colors[i % len(colors)], lw=1.8, marker="o", ms=2.5, label=str(name))
+        ax.set_xlim(0, max_uncertainty)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("uncertainty threshold (voxels above it filtered out)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="lower right")
     return fig
 
 
