@@ -265,3 +265,96 @@ def test_deterministic_model_has_zero_mi_with_overlapping_windows(regions):
         make(window_disagreement="mutual_information", **{**kw, "measures": mun.MAP_MEASURES})
     with pytest.raises(ValueError, match="window_disagreement must be one of"):
         make(window_disagreement="blend", **kw)
+
+
+# ------------------------------------------------------------------------------------------ end to end (slow)
+def train_tiny_region_model(tmp_path, monkeypatch, dataset_id=992):
+    """A tiny region-based toy task (regions whole = {1, 2}, core = {2}) planned, preprocessed and trained for 10
+    iterations on CPU (one fold); returns (model folder, raw dataset folder)."""
+    from nnunetv2.experiment_planning.plan_and_preprocess_api import (
+        extract_fingerprints,
+        plan_experiments,
+        preprocess,
+    )
+    from nnunetv2.run.run_training import get_trainer_from_args
+
+    for name in ("raw", "preprocessed", "results"):
+        monkeypatch.setenv(f"nnUNet_{name}", str(tmp_path / name))
+    monkeypatch.setenv("nnUNet_compile", "false")
+    monkeypatch.setenv("nnUNet_extTrainer", mun.trainer_dir())
+    monkeypatch.setenv("nnUNet_n_proc_DA", "1")  # planning sets torch's thread count from it (0 is refused)
+    monkeypatch.chdir(tmp_path)
+    raw = mun.write_toy_dataset(tmp_path / "raw", dataset_id=dataset_id, name="UncRegions", num_training=4,
+                                num_test=1, shape=(24, 24, 24))
+    meta = json.loads((raw / "dataset.json").read_text())
+    # nnU-Net's region-based format: a region is a list of labels; regions_class_order paints the label map
+    meta["labels"] = {"background": 0, "whole": [1, 2], "core": 2}
+    meta["regions_class_order"] = [1, 2]
+    (raw / "dataset.json").write_text(json.dumps(meta))
+    extract_fingerprints([dataset_id], num_processes=1)
+    plan_experiments([dataset_id])
+    preprocess([dataset_id], configurations=("3d_fullres",), num_processes=(1,))
+    pre = tmp_path / "preprocessed" / raw.name
+    plans = json.loads((pre / "nnUNetPlans.json").read_text())
+    arch = plans["configurations"]["3d_fullres"]["architecture"]["arch_kwargs"]
+    arch["features_per_stage"] = [min(f, 16) for f in arch["features_per_stage"]]
+    (pre / "nnUNetPlans.json").write_text(json.dumps(plans))
+    cases = sorted(p.name[: -len("_0000.nii.gz")] for p in (raw / "imagesTr").iterdir())
+    (pre / "splits_final.json").write_text(json.dumps([{"train": cases[1:], "val": cases[:1]}]))
+    monkeypatch.setenv("nnUNet_n_proc_DA", "0")  # augmentation in this process (after planning, which needs > 0)
+    torch.manual_seed(0)
+    trainer = get_trainer_from_args(str(dataset_id), "3d_fullres", 0, "nnUNetTrainer_10iters", device=CPU)
+    trainer.initialize()
+    assert trainer.label_manager.has_regions
+    trainer.run_training()
+    return tmp_path / "results" / raw.name / "nnUNetTrainer_10iters__nnUNetPlans__3d_fullres", raw
+
+
+@pytest.mark.slow
+def test_region_model_end_to_end_on_cpu_equals_stock(tmp_path, monkeypatch):
+    import nibabel as nib
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+    from monai_unc.nnunet.cli import add_parser, run
+
+    model, raw = train_tiny_region_model(tmp_path, monkeypatch)
+    inp = raw / "imagesTs"
+    stock = nnUNetPredictor(device=CPU, allow_tqdm=False)
+    stock.initialize_from_trained_model_folder(str(model), (0,))
+    (tmp_path / "stock").mkdir()
+    stock.predict_from_files_sequential(str(inp), str(tmp_path / "stock"), save_probabilities=True)
+
+    parser = __import__("argparse").ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["nnunet-predict", "-i", str(inp), "-o", str(tmp_path / "ours"), "-m", str(model),
+                              "-f", "0", "-device", "cpu", "--sources", "mirroring", "-npp", "0", "-nps", "0",
+                              "--disable_progress_bar", "--save_probabilities", "--measures",
+                              *mun.DEFAULT_MEASURES, "window_disagreement"])
+    assert run(args) == 0
+    cfg = json.loads((tmp_path / "ours" / "uncertainty_config.json").read_text())
+    assert cfg["regions"] == {"whole": [1, 2], "core": [2]} and cfg["regions_class_order"] == [1, 2]
+    (img_file,) = sorted(inp.glob("*_0000.nii.gz"))
+    case = img_file.name[: -len("_0000.nii.gz")]
+    img = nib.load(str(img_file))
+    ref = np.asarray(nib.load(str(tmp_path / "stock" / f"{case}.nii.gz")).dataobj)
+    assert set(np.unique(ref)) <= {0, 1, 2} and (ref > 0).any()
+    np.testing.assert_array_equal(np.asarray(nib.load(str(tmp_path / "ours" / f"{case}.nii.gz")).dataobj), ref)
+    stock_probs = np.load(tmp_path / "stock" / f"{case}.npz")["probabilities"]
+    ours_probs = np.load(tmp_path / "ours" / f"{case}.npz")["probabilities"]
+    assert ours_probs.shape == stock_probs.shape and ours_probs.shape[0] == 2  # per-region sigmoid probabilities
+    np.testing.assert_array_equal(ours_probs, stock_probs)
+    rec = json.loads((tmp_path / "ours" / "uncertainty" / f"{case}.json").read_text())
+    assert rec["num_samples"] == 8 and rec["regions"] == cfg["regions"]
+    for key in (*mun.DEFAULT_MEASURES, "window_disagreement"):
+        m = nib.load(str(tmp_path / "ours" / "uncertainty" / f"{case}_{key}.nii.gz"))
+        assert m.shape == (*img.shape, 2) and np.allclose(m.affine, img.affine, atol=1e-5), key
+        v = np.asarray(m.dataobj)
+        assert v.dtype == np.float32 and np.isfinite(v).all() and v.min() >= 0, key
+        if key != "one_minus_max_prob":
+            assert v.max() <= math.log(2) + 1e-6, key  # binary entropies
+        else:
+            assert v.max() <= 0.5
+    mi = np.asarray(nib.load(str(tmp_path / "ours" / "uncertainty" / f"{case}_mutual_information.nii.gz")).dataobj)
+    assert mi.max() > 0  # mirrors disagree
+    header = (tmp_path / "ours" / "uncertainty_scores.csv").read_text().splitlines()[0].split(",")
+    assert "mutual_information_fg_mean_whole" in header and "mutual_information_fg_mean_core" in header
