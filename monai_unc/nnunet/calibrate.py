@@ -28,6 +28,7 @@ from nnunetv2.utilities.label_handling.label_handling import determine_num_input
 from torch import nn
 
 from monai_unc.io import atomic_torch_save, atomic_write_json
+from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
 from monai_unc.temperature import TemperatureScaler
 
@@ -101,6 +102,13 @@ def calibrate_model_folder(
         predictor = nnUNetPredictor(use_mirroring=use_mirroring, device=device, allow_tqdm=False)
         with ext_trainer_path():
             predictor.initialize_from_trained_model_folder(str(src), (fold_key,), checkpoint_name)
+        if find_ssn_heads(predictor.network):
+            raise ValueError(
+                "temperature scaling of a Stochastic Segmentation Network (nnUNetTrainerSSN) is not supported: "
+                "dividing its logit distribution by t needs the covariance D + P P^T divided by t^2, but the "
+                "diagonal D = exp(log_var) + epsilon has a fixed floor epsilon (a trainer setting, not a weight), "
+                "so no change of the checkpoint's weights scales it exactly"
+            )
         lm = predictor.label_manager
         if lm.has_regions:
             raise ValueError("temperature scaling of region-based (sigmoid) models is not supported")
