@@ -39,6 +39,7 @@ from .evaluation import EvaluationConfig, load_evaluation, read_shifts, run_eval
 from .inferers import add_dropout, enable_mc_dropout
 from .io import LAYOUTS, check_output_file, check_output_folder, list_image_cases
 from .keys import DEFAULT_MEASURES, MEASURES, canonical_measure
+from .regions import parse_regions
 from .report.html import build_report
 from .report.triage import build_triage_page
 from .temperature import TemperatureScaled
@@ -157,7 +158,13 @@ def _add_infer(sub: Any) -> None:
     r.add_argument("--intensity", default="auto", choices=("auto", "none", "max", "minmax", "zscore"),
                    help="intensity normalisation (auto: 'max' for --model example, else none)")
     r.add_argument("--activation", default="softmax", choices=("softmax", "sigmoid", "none"),
-                   help="network output -> probabilities (default softmax)")
+                   help="network output -> probabilities (default softmax); sigmoid on a network with several "
+                        "output channels: region-based (multi-label), one 4D volume per region in every file")
+    r.add_argument("--regions", default=None, metavar="SPEC",
+                   help="names and labels of the sigmoid channels of a region-based network, recorded with the "
+                        "outputs: 'brats' (TC, WT, ET of labels 1, 2, 4), 'brats2023' (labels 1, 2, 3) or JSON such "
+                        "as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' in channel order (needs --activation "
+                        "sigmoid)")
     r.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     r.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     r.add_argument("--seed", type=int, default=0, help="random seed of the sampling (default 0)")
@@ -299,7 +306,15 @@ def _add_calibrate(sub: Any) -> None:
     m.add_argument("--network", help="network as a MONAI config: inline JSON or a .json/.yaml file with _target_")
     m.add_argument("--checkpoint", default=None, metavar="FILE", help="weights (state dict)")
     m.add_argument("--unsafe-load", action="store_true", help="torch.load(weights_only=False): trusted files only")
-    p.add_argument("--mode", default="scalar", choices=("scalar", "vector"), help="one t, or one per class")
+    p.add_argument("--mode", default="scalar", choices=("scalar", "vector"),
+                   help="one t, or one per class (per region with --activation sigmoid)")
+    p.add_argument("--activation", default="softmax", choices=("softmax", "sigmoid"),
+                   help="softmax (default), or sigmoid: a region-based network, calibrated per region against "
+                        "region masks")
+    p.add_argument("--regions", default=None, metavar="SPEC",
+                   help="with --activation sigmoid: build the region masks from the label maps ('brats', "
+                        "'brats2023' or JSON such as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' in channel "
+                        "order); without it the label files must hold one 0/1 channel per region")
     p.add_argument("--loss", default="nll", choices=("nll", "ece"), help="fitting loss (default nll)")
     p.add_argument("--max-steps", type=_positive_int, default=1000, help="optimisation steps (default 1000)")
     p.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N", help="sliding-window size")
@@ -455,6 +470,12 @@ def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, 
         measures = [m for m in measures if m in single]
     intensity = model.default_intensity if args.intensity == "auto" else args.intensity
     activation = None if args.activation == "none" else args.activation
+    regions = None
+    if args.regions is not None:
+        if activation != "sigmoid":
+            raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
+                             "sigmoid")
+        regions = {k: list(v) for k, v in parse_regions(args.regions).items()}
     checkpoints = model.checkpoints if "ensemble" in args.method else model.checkpoints[:1]
     inferer = build_inferer(
         args.method, samples=args.samples, roi=roi, overlap=args.overlap, sw_batch_size=args.sw_batch_size,
@@ -466,7 +487,7 @@ def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, 
         roi=None if roi is None else ([roi] if isinstance(roi, int) else roi), overlap=args.overlap,
         intensity=intensity, measures=measures, seed=args.seed, activation=activation,
         checkpoints=[str(Path(c).resolve()) for c in model.checkpoints], tta_noise=args.tta_noise,
-        ratein_target=args.ratein_target, dropout=args.dropout, write_probs=not args.no_probs,
+        ratein_target=args.ratein_target, dropout=args.dropout, write_probs=not args.no_probs, regions=regions,
     )  # fmt: skip
     return cases, model, inferer, settings
 
@@ -563,14 +584,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=_device(args.device),
         intensity=args.intensity, roi=roi, overlap=args.overlap, mode=args.mode, loss=args.loss,
-        max_steps=args.max_steps, progress=not args.quiet,
+        max_steps=args.max_steps, progress=not args.quiet, activation=args.activation, regions=args.regions,
     )  # fmt: skip
     if not args.quiet:
         b, a = record["before"], record["after"]
         print(f"temperature {[round(t, 4) for t in record['temperature']]} after {record['steps']} steps"
               f" ({'folded into the last layer' if record['folded_into_last_layer'] else 'stored beside the weights'})")
         print(f"validation NLL {b['nll']:.4f} -> {a['nll']:.4f}, ECE {b['ece']:.4f} -> {a['ece']:.4f}, "
-              f"all-label ECE {b['all_label_ece']:.4f} -> {a['all_label_ece']:.4f}")
+              f"all-label ECE {b['all_label_ece']:.4f} -> {a['all_label_ece']:.4f}"
+              + (" (means over the regions)" if "regions" in b else ""))
+        for name, before in (b.get("regions") or {}).items():
+            after = a["regions"][name]
+            print(f"  region {name}: NLL {before['nll']:.4f} -> {after['nll']:.4f}, "
+                  f"ECE {before['ece']:.4f} -> {after['ece']:.4f}")
         print(f"wrote {out} and {out.with_suffix('.json')}")
     return 0
 

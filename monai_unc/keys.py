@@ -115,17 +115,21 @@ class MIMeaning(str, Enum):
         return self.value
 
 
-#: every voxel-wise uncertainty map an inferer can return (names of ``<case>_<measure>`` files), in output order
+#: every voxel-wise uncertainty map an inferer can return (names of ``<case>_<measure>`` files), in output order.
+#: ``window_disagreement`` (last) is written only on request (``--measures ... window_disagreement``): it is 0
+#: without overlapping sliding windows, and under them the part of PE that is neither EE nor MI
 MEASURES: tuple[str, ...] = (
     UncertaintyKeys.PREDICTIVE_ENTROPY.value,
     UncertaintyKeys.EXPECTED_ENTROPY.value,
     UncertaintyKeys.MUTUAL_INFORMATION.value,
     UncertaintyKeys.ONE_MINUS_MAX_PROB.value,
     UncertaintyKeys.VARIANCE.value,
+    UncertaintyKeys.WINDOW_DISAGREEMENT.value,
 )
 
-#: the maps measured in nats (natural log), bounded by ``log C``; divided by ``log C`` to bring them to [0, 1]
-ENTROPY_MEASURES: tuple[str, ...] = MEASURES[:3]
+#: the maps measured in nats (natural log), bounded by ``log C`` (``log 2`` per region of a multi-label network);
+#: divided by ``log C`` to bring them to [0, 1]
+ENTROPY_MEASURES: tuple[str, ...] = (*MEASURES[:3], UncertaintyKeys.WINDOW_DISAGREEMENT.value)
 
 #: the maps written by default (``variance`` costs C more stitched channels and is opt-in)
 DEFAULT_MEASURES: tuple[str, ...] = MEASURES[:4]

@@ -26,6 +26,20 @@ optimum (e.g. it oscillates between 0.68 and 0.73 for an optimum of 0.71), so by
 halved whenever a step increases the loss (``lr_backoff=0.5``; pass ``None`` for the paper's plain RMSprop).
 The returned temperature is the one with the lowest loss seen.
 
+**Region-based (multi-label sigmoid) networks** (``activation="sigmoid"``): the logits ``(B, R, *spatial)`` hold
+one independent Bernoulli logit per region (e.g. the BraTS regions TC, WT, ET) and the target ``(B, R, *spatial)``
+the binary region masks (:func:`monai_unc.regions.label_to_regions`). With ``a_r = z_r / t_r`` and
+``p_r = sigmoid(a_r)`` the loss is the sum over regions of each region's binary loss averaged over its voxels:
+
+- NLL ``= sum_r mean_i [log(1 + exp(a_ri)) - y_ri a_ri]``, ``dNLL/dt_r = mean_i a_ri (y_ri - p_ri) / t_r``;
+- ECE ``= sum_r ECE_r``, ``ECE_r`` the binary top-label ECE of region ``r`` (confidence ``max(p, 1 - p)``, the
+  prediction ``p > 0.5``), which is the top-label ECE of the two-class probabilities ``(1 - p_r, p_r)``; its
+  gradient is the softmax one above with the logits ``(0, a_r)``.
+
+``mode="vector"`` fits one ``t_r`` per region (the regions are then fitted independently: each ``t_r`` minimises
+its own region's loss), ``"scalar"`` one shared ``t``; neither changes a region mask ``p > 0.5`` (the sign of the
+logit). A voxel whose target equals ``ignore_index`` in region ``r`` is left out of region ``r`` only.
+
 ``fold_into(module)`` divides the weights and bias of the layer that produces the logits (the last
 ``Conv``/``ConvTranspose``/``Linear``, or the one given) by ``t``, so the saved model is calibrated at no
 extra cost (Kock et al., abstract).
@@ -51,6 +65,7 @@ __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network"]
 _MODES = ("scalar", "vector")
 _END = object()
 _LOSSES = ("nll", "ece")
+_ACTIVATIONS = ("softmax", "sigmoid")
 _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
 
 Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
@@ -110,15 +125,22 @@ class TemperatureScaler(nn.Module):
         ignore_index: label value whose voxels are left out (e.g. -1 or 255).
         lr_backoff: multiply the learning rate by this when a step increases the loss (None: never).
         min_temperature: lower bound of every ``t_c`` during the optimisation (positive).
+        activation: ``"softmax"`` (class logits ``(B, C, *spatial)``, integer labels) or ``"sigmoid"``
+            (region-based networks: one Bernoulli logit per region ``(B, R, *spatial)``, binary region masks of
+            the same shape as the target, ``R >= 1``; see the module docstring). With ``"sigmoid"``,
+            ``num_classes`` is the number of regions ``R``.
 
     :meth:`transform`, ``forward`` and :meth:`fold_into` need a temperature: fit one first, load a state dict
     or assign :attr:`temperature`; before that they raise ``RuntimeError`` instead of silently using the
     starting value. :meth:`fit` refuses probabilities (class vectors in [0, 1] that sum to 1): it needs the
-    logits before the softmax.
+    logits before the softmax; with ``activation="sigmoid"`` it refuses logits that all lie in [0, 1] (the
+    output of a sigmoid).
 
     Attributes:
         temperature: ``(1,)`` or ``(C,)`` float64 buffer.
-        history: per step ``{"step", "loss", "temperature", "lr"}`` (loss at the temperature before the step).
+        history: per step ``{"step", "loss", "temperature", "lr"}`` (loss at the temperature before the step;
+            ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
+            region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
         converged: whether the step tolerance was reached before ``max_steps``.
     """
 
@@ -137,8 +159,11 @@ class TemperatureScaler(nn.Module):
         ignore_index: int | None = None,
         lr_backoff: float | None = 0.5,
         min_temperature: float = 1e-2,
+        activation: str = "softmax",
     ) -> None:
         super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
         if loss not in _LOSSES:
@@ -164,7 +189,8 @@ class TemperatureScaler(nn.Module):
         ):
             raise ValueError(f"lr_backoff must be in (0, 1) or None, got {lr_backoff}")
         if num_classes is not None:
-            check_integer(num_classes, "num_classes", 2)
+            check_integer(num_classes, "num_classes", 1 if activation == "sigmoid" else 2)
+        self.activation = activation
         self.mode, self.loss = mode, loss
         self.num_classes = num_classes
         self.init_temperature = float(init_temperature)
@@ -178,6 +204,7 @@ class TemperatureScaler(nn.Module):
         self.history: list[dict[str, Any]] = []
         self.converged = False
         self._has_temperature = False  # set by fit(), load_state_dict() or assigning `temperature`
+        self._region_loss = torch.zeros(0, dtype=torch.float64)  # per-region losses of the last sigmoid pass
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -306,6 +333,8 @@ class TemperatureScaler(nn.Module):
         self, t: torch.Tensor, logits: Callable[[], Iterable[Any]], labels: Callable[[], Iterable[Any]], first: bool
     ) -> tuple[float, torch.Tensor, int]:
         """Loss and gradient w.r.t. ``t`` (float64, shape of ``t``) over all voxels; number of voxels."""
+        if self.activation == "sigmoid":
+            return self._pass_sigmoid(t, logits, labels, first)
         n_cls = None
         loss_sum = torch.zeros((), dtype=torch.float64)
         grad_sum: torch.Tensor | None = None
@@ -369,6 +398,146 @@ class TemperatureScaler(nn.Module):
             grad = grad.sum().reshape(1)
         return loss, grad, n_vox
 
+    # -- region-based (sigmoid) fitting ---------------------------------------------------------------------------
+    def _region_chunks(
+        self, logits: Callable[[], Iterable[Any]], masks: Callable[[], Iterable[Any]], first: bool
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """``(region, logits (n,), binary target (n,) float)``, at most ``chunk_size`` voxels each."""
+        n_batches = 0
+        z_iter, y_iter = iter(logits()), iter(masks())
+        while True:
+            z_in, y_in = next(z_iter, _END), next(y_iter, _END)
+            if z_in is _END or y_in is _END:
+                if z_in is not y_in:
+                    longer = "logits" if y_in is _END else "target"
+                    raise ValueError(
+                        f"logits and target must hold the same number of batches; {longer} has more (after "
+                        f"{n_batches} pairs)"
+                    )
+                break
+            n_batches += 1
+            z = to_tensor(z_in, "logits")
+            if not z.is_floating_point():
+                raise TypeError(f"logits must be floating point, got {z.dtype}")
+            if z.ndim < 3:
+                raise ValueError(f"logits must have shape (B, R, *spatial), got {tuple(z.shape)}")
+            if z.numel() == 0:
+                raise ValueError(f"logits is empty (shape {tuple(z.shape)}): every batch needs at least one voxel")
+            y = to_tensor(y_in, "target").to(z.device)
+            if z.shape[1] == 1 and tuple(y.shape) == (z.shape[0], *z.shape[2:]):
+                y = y.unsqueeze(1)
+            if tuple(y.shape) != tuple(z.shape):
+                raise ValueError(
+                    f"target must hold one binary mask per region, shape {tuple(z.shape)} like the logits, got "
+                    f"{tuple(y.shape)} (build region masks from a label map with monai_unc.regions.label_to_regions)"
+                )
+            if first:
+                check_finite(z, "logits")
+                tol = probability_tolerance(z.dtype)
+                if float(z.min()) >= -tol and float(z.max()) <= 1 + tol:
+                    raise ValueError(
+                        "logits look like probabilities (every value lies in [0, 1]): temperature scaling divides "
+                        "the logits before the sigmoid; pass the network's raw output"
+                    )
+                if y.is_floating_point():
+                    check_finite(y, "target")
+                vals = y if self.ignore_index is None else y[y != self.ignore_index]
+                if vals.numel() and not bool(((vals == 0) | (vals == 1)).all()):
+                    raise ValueError(
+                        "target must hold binary region masks (0 or 1"
+                        + ("" if self.ignore_index is None else f", or ignore_index={self.ignore_index}")
+                        + f"), got values such as {sorted({float(v) for v in vals.unique()[:5].tolist()})}"
+                    )
+            if self.num_classes is None:
+                self.num_classes = int(z.shape[1])
+            elif z.shape[1] != self.num_classes:
+                raise ValueError(f"logits have {z.shape[1]} regions, expected {self.num_classes}")
+            zf = z.reshape(z.shape[0], z.shape[1], -1)
+            yf = y.reshape(y.shape[0], y.shape[1], -1)
+            for b in range(zf.shape[0]):
+                for r in range(zf.shape[1]):
+                    zb, yb = zf[b, r], yf[b, r]
+                    if self.ignore_index is not None:
+                        keep = yb != self.ignore_index
+                        if not bool(keep.all()):
+                            zb, yb = zb[keep], yb[keep]
+                    for s in range(0, yb.shape[0], self.chunk_size):
+                        zc = zb[s : s + self.chunk_size]
+                        if zc.dtype not in (torch.float32, torch.float64):
+                            zc = zc.float()
+                        yield r, zc, yb[s : s + self.chunk_size].to(zc.dtype)
+        if n_batches == 0:
+            raise ValueError("no logits to fit on (the iterable of batches is empty)")
+
+    def _pass_sigmoid(
+        self, t: torch.Tensor, logits: Callable[[], Iterable[Any]], masks: Callable[[], Iterable[Any]], first: bool
+    ) -> tuple[float, torch.Tensor, int]:
+        """Sum over regions of the per-region binary loss, its gradient w.r.t. ``t``; number of region voxels."""
+        n_reg: int | None = None
+        count = loss_sum = grad_sum = None
+        ece_state: list[torch.Tensor] | None = None
+        for r, zc, yc in self._region_chunks(logits, masks, first):
+            if n_reg is None:
+                n_reg = int(self.num_classes)  # type: ignore[arg-type]
+                count = torch.zeros(n_reg, dtype=torch.float64)
+                loss_sum = torch.zeros(n_reg, dtype=torch.float64)
+                grad_sum = torch.zeros(n_reg, dtype=torch.float64)
+                if self.loss == "ece":
+                    ece_state = [torch.zeros(n_reg, self.n_bins, dtype=torch.float64) for _ in range(4)]
+            assert count is not None and loss_sum is not None and grad_sum is not None
+            if zc.numel() == 0:
+                continue
+            t_r = (t[0] if t.numel() == 1 else t[r]).to(device=zc.device, dtype=zc.dtype)
+            a = zc / t_r
+            p = torch.sigmoid(a)
+            count[r] += zc.numel()
+            if self.loss == "nll":
+                # log(1 + exp(a)) - y a, exactly for any a
+                bce = torch.logaddexp(a, torch.zeros((), dtype=a.dtype, device=a.device)) - yc * a
+                loss_sum[r] += bce.sum(dtype=torch.float64).cpu()
+                grad_sum[r] += (((yc - p) * a).sum(dtype=torch.float64) / t_r.double()).cpu()
+            else:
+                assert ece_state is not None
+                pred = p > 0.5
+                conf = torch.where(pred, p, 1 - p)
+                correct = (pred == (yc > 0.5)).to(torch.float64)
+                bins = torch.mul(conf, self.n_bins).to(torch.int64).clamp_(0, self.n_bins - 1)
+                # dconf/dt = -p (1 - p) a / t for the prediction 1, + p (1 - p) a / t for the prediction 0
+                d = (p * (1 - p) * a / t_r) * torch.where(pred, -1.0, 1.0).to(a.dtype)
+                zeros = torch.zeros(self.n_bins, dtype=torch.float64, device=zc.device)
+                cnt, cor, csum, gsum = ece_state
+                cnt[r] += torch.bincount(bins, minlength=self.n_bins).double().cpu()
+                cor[r] += zeros.index_add(0, bins, correct).cpu()
+                csum[r] += zeros.index_add(0, bins, conf.double()).cpu()
+                gsum[r] += zeros.index_add(0, bins, d.double()).cpu()
+        if n_reg is None or count is None or float(count.sum()) == 0:
+            raise ValueError("no voxels to fit on (all region masks ignored or empty batches)")
+        assert loss_sum is not None and grad_sum is not None
+        present = count > 0
+        if self.loss == "nll":
+            per_loss = torch.where(present, loss_sum / count.clamp(min=1), torch.zeros_like(loss_sum))
+            grad = torch.where(present, grad_sum / count.clamp(min=1), torch.zeros_like(grad_sum))
+        else:
+            assert ece_state is not None
+            cnt, cor, csum, gsum = ece_state
+            kept = cnt >= max(1, self.min_bin_count)
+            n_kept = (cnt * kept).sum(1)
+            for r in range(n_reg):
+                if bool(present[r]) and float(n_kept[r]) == 0:
+                    raise ValueError(
+                        f"loss='ece': no bin of region {r} holds at least min_bin_count={self.min_bin_count} "
+                        "voxels; lower it"
+                    )
+            diff = (csum - cor) * kept
+            denom = n_kept.clamp(min=1)
+            per_loss = diff.abs().sum(1) / denom
+            grad = (torch.sign(diff) * gsum * kept).sum(1) / denom
+        self._region_loss = per_loss
+        loss = float(per_loss.sum())
+        if self.mode == "scalar":
+            grad = grad.sum().reshape(1)
+        return loss, grad, int(count.sum())
+
     @deprecated_arg_names({"labels": "target"})
     def loss_and_grad(self, logits: Batches, target: Batches) -> tuple[float, torch.Tensor]:
         """The loss at the current temperature and its gradient (one streamed pass); arguments as in :meth:`fit`."""
@@ -380,7 +549,8 @@ class TemperatureScaler(nn.Module):
 
     @deprecated_arg_names({"labels": "target"})
     def fit(self, logits: Batches, target: Batches) -> TemperatureScaler:
-        """Fit the temperature on logits ``(B, C, *spatial)`` and reference labels ``target`` ``(B, [1,] *spatial)``.
+        """Fit the temperature on logits ``(B, C, *spatial)`` and reference labels ``target`` ``(B, [1,] *spatial)``
+        (``activation="sigmoid"``: region logits ``(B, R, *spatial)`` and binary region masks of the same shape).
 
         ``logits`` and ``target`` are arrays, re-iterable collections of arrays (lists, DataLoaders) zipped
         batch by batch, or zero-argument callables returning fresh iterables; every step streams them again.
@@ -398,36 +568,52 @@ class TemperatureScaler(nn.Module):
             if first_batch is None:
                 raise ValueError("no logits to fit on (the iterable of batches is empty)")
             shape = tuple(to_tensor(first_batch, "logits").shape)
-            if len(shape) < 3 or shape[1] < 2:
-                raise ValueError(f"logits must have shape (B, C, *spatial) with C >= 2, got {shape}")
+            min_channels = 1 if self.activation == "sigmoid" else 2
+            if len(shape) < 3 or shape[1] < min_channels:
+                raise ValueError(
+                    f"logits must have shape (B, C, *spatial) with C >= {min_channels}, got {shape}"
+                )
             self.num_classes = int(shape[1])
         self.history = []
         self.converged = False
         size = self.num_classes if self.mode == "vector" else 1
-        param = torch.full((size,), float(self.init_temperature), dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.RMSprop([param], lr=self.lr)
-        best_loss, best_t = math.inf, param.detach().clone()
-        prev_loss = math.inf
+        # region-based vector scaling: the regions are independent problems, each with its own learning rate
+        # (backed off when its own loss rises) and its own best temperature; otherwise one group for all of t
+        independent = self.activation == "sigmoid" and self.mode == "vector"
+        n_groups = size if independent else 1
+        params = [
+            torch.full((size // n_groups,), float(self.init_temperature), dtype=torch.float64, requires_grad=True)
+            for _ in range(n_groups)
+        ]
+        opt = torch.optim.RMSprop([{"params": [p]} for p in params], lr=self.lr)
+        best_loss, best_t = [math.inf] * n_groups, [p.detach().clone() for p in params]
+        prev_loss = [math.inf] * n_groups
         for step in range(self.max_steps):
-            loss, grad, _ = self._pass(param.detach(), get_z, get_y, step == 0)
+            t_now = torch.cat([p.detach() for p in params])
+            loss, grad, _ = self._pass(t_now, get_z, get_y, step == 0)
             if not math.isfinite(loss):
-                raise ValueError(f"the loss is not finite at t = {param.detach().tolist()}")
-            lr_now = opt.param_groups[0]["lr"]
-            self.history.append({"step": step, "loss": loss, "temperature": param.detach().tolist(), "lr": lr_now})
-            if loss < best_loss:
-                best_loss, best_t = loss, param.detach().clone()
-            if self.lr_backoff is not None and loss > prev_loss:
-                for group in opt.param_groups:
+                raise ValueError(f"the loss is not finite at t = {t_now.tolist()}")
+            group_loss = self._region_loss.tolist() if independent else [loss]
+            lrs = [g["lr"] for g in opt.param_groups]
+            self.history.append({"step": step, "loss": loss, "temperature": t_now.tolist(),
+                                 "lr": lrs if independent else lrs[0]})
+            for g, (p, group) in enumerate(zip(params, opt.param_groups)):
+                if group_loss[g] < best_loss[g]:
+                    best_loss[g], best_t[g] = group_loss[g], p.detach().clone()
+                if self.lr_backoff is not None and group_loss[g] > prev_loss[g]:
                     group["lr"] *= self.lr_backoff
-            prev_loss = loss
-            before = param.detach().clone()
-            param.grad = grad.to(param.dtype)
+            prev_loss = group_loss
+            for g, p in enumerate(params):
+                p.grad = grad[g : g + 1].to(p.dtype) if independent else grad.to(p.dtype)
             opt.step()
             with torch.no_grad():
-                param.clamp_(min=self.min_temperature)
-            if float((param.detach() - before).abs().max()) < self.tol:
+                for p in params:
+                    p.clamp_(min=self.min_temperature)
+            moved = torch.cat([p.detach() for p in params]) - t_now
+            if float(moved.abs().max()) < self.tol:
                 self.converged = True
                 break
+        best_t = torch.cat(best_t)
         self.temperature = best_t.to(self.temperature.device)  # marks the scaler as fitted
         return self
 
@@ -527,6 +713,12 @@ class TemperatureScaled(nn.Module):
         return z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
 
 
+def _region_probs(z: torch.Tensor, r: int) -> torch.Tensor:
+    """The two-class probabilities ``(1 - p_r, p_r)`` ``(B, 2, *spatial)`` of region ``r`` of logits ``z``."""
+    p = torch.sigmoid(z[:, r : r + 1].double())
+    return torch.cat([1 - p, p], dim=1)
+
+
 @deprecated_arg_names({"labels": "target"})
 def calibrate_network(
     logits: Sequence[torch.Tensor],
@@ -536,6 +728,8 @@ def calibrate_network(
     loss: str = "nll",
     max_steps: int = 1000,
     example_input: torch.Tensor | None = None,
+    activation: str = "softmax",
+    region_names: Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fit a :class:`TemperatureScaler` (Kock et al. protocol) and make a calibrated copy.
 
@@ -544,18 +738,48 @@ def calibrate_network(
     ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network` applies
     by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label ECE of the
     validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
+
+    With ``activation="sigmoid"`` (region-based networks) ``logits`` are ``(B, R, *spatial)``, ``target`` the
+    binary region masks of the same shape, ``t`` is one temperature per region (``mode="vector"``) or shared,
+    and ``before`` / ``after`` hold each region's binary metrics (computed on the two-class probabilities
+    ``(1 - p_r, p_r)``) under ``"regions"`` (``{name: {metric: value}}``, names from ``region_names``, default
+    ``"0", "1", ...``) and their mean over regions under the metric names.
     """
     if not logits:
         raise ValueError("no validation case to calibrate on")
-    scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps).fit(list(logits), list(target))
+    scaler = TemperatureScaler(mode=mode, loss=loss, max_steps=max_steps, activation=activation).fit(
+        list(logits), list(target)
+    )
+    n_ch = int(logits[0].shape[1])
+    names = [str(r) for r in range(n_ch)] if region_names is None else [str(n) for n in region_names]
+    if activation == "sigmoid" and len(names) != n_ch:
+        raise ValueError(f"region_names has {len(names)} names but the logits have {n_ch} regions")
 
-    def metrics(scale: Any) -> dict[str, float]:
-        hist = ConfidenceHistogram(int(logits[0].shape[1]), per_case=False)
+    def softmax_metrics(scale: Any) -> dict[str, float]:
+        hist = ConfidenceHistogram(n_ch, per_case=False)
         for z, y in zip(logits, target):
             zz = z if scale is None else scale.transform(z)
             hist.update(torch.softmax(zz.double(), 1), y, validate=False)
         return {k: float(v) for k, v in calibration_metrics(hist, ("nll", "ece", "all_label_ece")).items()}
 
+    def region_metrics(scale: Any) -> dict[str, Any]:
+        hists = [ConfidenceHistogram(2, per_case=False) for _ in range(n_ch)]
+        for z, y in zip(logits, target):
+            zz = z if scale is None else scale.transform(z)
+            yy = torch.as_tensor(y)
+            if yy.ndim == zz.ndim - 1:
+                yy = yy.unsqueeze(1)
+            for r in range(n_ch):
+                hists[r].update(_region_probs(zz, r), yy[:, r].to(torch.int64), validate=False)
+        per = {
+            name: {k: float(v) for k, v in calibration_metrics(h, ("nll", "ece", "all_label_ece")).items()}
+            for name, h in zip(names, hists)
+        }
+        out: dict[str, Any] = {k: float(np.mean([m[k] for m in per.values()])) for k in next(iter(per.values()))}
+        out["regions"] = per
+        return out
+
+    metrics = region_metrics if activation == "sigmoid" else softmax_metrics
     copy_net = copy.deepcopy(network).cpu().eval()
     folded = True
     try:
@@ -570,6 +794,7 @@ def calibrate_network(
         "temperature": temperature.tolist(),
         "mode": mode,
         "loss": loss,
+        "activation": activation,
         "steps": len(scaler.history),
         "converged": bool(scaler.converged),
         "folded_into_last_layer": folded,
@@ -578,4 +803,6 @@ def calibrate_network(
         "cases": len(logits),
         "voxels": int(sum(y.numel() for y in target)),
     }
+    if activation == "sigmoid":
+        record["regions"] = names
     return state, record

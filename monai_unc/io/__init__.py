@@ -4,6 +4,7 @@ atomically (:mod:`.files`)."""
 from ..keys import MEASURES
 from .cases import (
     GEOMETRY_ATOL,
+    INFER_RECORD,
     LAYOUTS,
     PROBABILITY_EXTENSIONS,
     VOLUME_EXTENSIONS,
@@ -16,6 +17,7 @@ from .cases import (
     list_image_cases,
     load_case,
     match_cases,
+    read_prediction_regions,
     read_probabilities,
     read_volume,
     spacing_from_affine,
@@ -37,6 +39,7 @@ from .files import (
     partial_path,
     save_nifti,
     save_probabilities,
+    save_region_maps,
 )
 
 __all__ = [
@@ -58,7 +61,10 @@ __all__ = [
     "check_label_map",
     "spacing_from_affine",
     "load_case",
+    "INFER_RECORD",
+    "read_prediction_regions",
     "save_probabilities",
+    "save_region_maps",
     "save_nifti",
     "check_output_folder",
     "check_output_file",

@@ -22,6 +22,7 @@ probabilities are probabilities; every error names the case and the file.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import warnings
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_probabilities
+from .._utils import check_probabilities, probability_tolerance
 from ..keys import DEPRECATED_MEASURES, MEASURES, canonical_measure
 
 __all__ = [
@@ -55,7 +56,12 @@ __all__ = [
     "check_label_map",
     "spacing_from_affine",
     "load_case",
+    "INFER_RECORD",
+    "read_prediction_regions",
 ]
+
+#: the run record that ``monai-unc infer`` writes into its output folder
+INFER_RECORD = "infer.json"
 
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
 VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
@@ -425,7 +431,12 @@ def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None)
 @dataclass
 class LoadedCase:
     """Arrays of one case: ``label``/``seg`` ``(*spatial)`` int64, ``probs`` ``(C, *spatial)`` float32,
-    ``maps`` ``{measure: (*spatial) float32}``, ``image`` ``(C_in, *spatial)``, affine and spacing (mm)."""
+    ``maps`` ``{measure: (*spatial) float32}``, ``image`` ``(C_in, *spatial)``, affine and spacing (mm).
+
+    Multi-label (region-based) cases (``multilabel=True``, :func:`load_case` with ``multilabel=True``): ``probs``
+    ``(R, *spatial)`` per-region foreground probabilities, ``seg`` ``(R, *spatial)`` int64 0/1 region masks,
+    ``maps`` ``{measure: (R, *spatial)}``, and ``label`` either the label map ``(*spatial)`` (regions are built
+    from it with :func:`monai_unc.regions.label_to_regions`) or ``(R, *spatial)`` 0/1 region masks."""
 
     case_id: str
     label: np.ndarray
@@ -435,6 +446,7 @@ class LoadedCase:
     affine: np.ndarray
     spacing: tuple[float, ...]
     image: np.ndarray | None = None
+    multilabel: bool = False
 
 
 def _check_geometry(case: str, ref: tuple[np.ndarray, np.ndarray, Path], other: tuple[Any, Any, Path]) -> None:
@@ -453,12 +465,25 @@ def _check_geometry(case: str, ref: tuple[np.ndarray, np.ndarray, Path], other: 
         )
 
 
-def load_case(files: CaseFiles, num_classes: int | None = None, load_image: bool = False) -> LoadedCase:
+def load_case(
+    files: CaseFiles, num_classes: int | None = None, load_image: bool = False, multilabel: bool = False
+) -> LoadedCase:
     """Read and check every file of a case (see the module docstring for the checks).
 
     ``num_classes`` is taken from the probabilities when they exist (and must then agree); without
     probabilities it must be given. The segmentation defaults to the argmax of the probabilities.
+
+    ``multilabel=True`` reads the outputs of a region-based (multi-label sigmoid) network, as ``monai-unc infer
+    --activation sigmoid`` writes them for ``R >= 2`` output channels (:func:`read_prediction_regions` tells):
+    ``num_classes`` is then the number of regions ``R`` (taken from the probabilities, the segmentation or the
+    maps when not given); probabilities ``(R, *spatial)`` must lie in [0, 1] (they need not sum to 1); the
+    segmentation must hold ``R`` 0/1 region masks (default: probabilities >= 0.5, as MONAI's
+    ``AsDiscrete(threshold=0.5)``); every map must have ``R``
+    channels; the label is a single-channel label map (any non-negative integers) or ``R`` 0/1 region masks.
+    See :class:`LoadedCase` for the shapes.
     """
+    if multilabel:
+        return _load_multilabel_case(files, num_classes, load_image)
     cid = files.case_id
     label_data, affine = read_volume(files.label)
     if label_data.shape[0] != 1:
@@ -475,7 +500,9 @@ def load_case(files: CaseFiles, num_classes: int | None = None, load_image: bool
         try:
             check_probabilities(torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[None], "probabilities")
         except (ValueError, TypeError) as e:
-            raise CaseError(f"case {cid!r}: {files.probs.name}: {e}") from None
+            hint = ("; per-region probabilities of a region-based (sigmoid) network are read with multilabel=True "
+                    "(evaluate --regions)" if "sum to 1" in str(e) else "")
+            raise CaseError(f"case {cid!r}: {files.probs.name}: {e}{hint}") from None
         probs = p.astype(np.float32, copy=False)
         num_classes = p.shape[0]
     if num_classes is None:
@@ -509,3 +536,117 @@ def load_case(files: CaseFiles, num_classes: int | None = None, load_image: bool
         _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
         image = img.astype(np.float32, copy=False)
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image)
+
+
+def _read_binary_masks(path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """A volume of 0/1 masks ``(R, *spatial)`` as int64 (float files with values 0 and 1 are accepted), and its
+    affine."""
+    data, affine = read_volume(path)
+    arr = np.asarray(data)
+    if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+        raise CaseError(f"{what}: contains NaN or inf")
+    bad = (arr != 0) & (arr != 1)
+    if bad.any():
+        raise CaseError(f"{what}: region masks must hold 0 or 1, found values such as {np.unique(arr[bad])[:3]}")
+    return arr.astype(np.int64), affine
+
+
+def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool) -> LoadedCase:
+    """:func:`load_case` for region-based predictions (``multilabel=True``)."""
+    cid = files.case_id
+    label_data, affine = read_volume(files.label)
+    spatial = label_data.shape[1:]
+    ref = (spatial, affine, files.label)
+
+    def check_regions(n: int, path: Path, what: str) -> int:
+        if num_regions is not None and n != num_regions:
+            raise CaseError(f"case {cid!r}: {what} {path.name} has {n} region channel(s), expected {num_regions}")
+        return n
+
+    probs = None
+    if files.probs is not None:
+        p, p_aff = read_probabilities(files.probs)
+        _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
+        num_regions = check_regions(p.shape[0], files.probs, "probabilities")
+        p = p.astype(np.float32, copy=False)
+        if not np.isfinite(p).all():
+            raise CaseError(f"case {cid!r}: {files.probs.name}: probabilities contain NaN or inf")
+        tol = probability_tolerance(torch.float32)
+        if p.size and (p.min() < -tol or p.max() > 1 + tol):
+            raise CaseError(f"case {cid!r}: {files.probs.name}: region probabilities must lie in [0, 1], got values "
+                            f"in [{p.min():.4g}, {p.max():.4g}]")
+        probs = np.clip(p, 0.0, 1.0)
+    seg = None
+    if files.seg is not None:
+        s, s_aff = _read_binary_masks(files.seg, f"case {cid!r}: segmentation {files.seg.name}")
+        _check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
+        num_regions = check_regions(s.shape[0], files.seg, "segmentation")
+        seg = s
+    maps = {}
+    for m, path in files.maps.items():
+        u, u_aff = read_volume(path)
+        _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
+        num_regions = check_regions(u.shape[0], path, "uncertainty map")
+        u = u.astype(np.float32, copy=False)
+        if not np.isfinite(u).all():
+            raise CaseError(f"case {cid!r}: uncertainty map {path.name} contains NaN or inf")
+        if u.min() < 0:
+            raise CaseError(f"case {cid!r}: uncertainty map {path.name} has negative values (min {u.min():.4g})")
+        maps[m] = u
+    if num_regions is None:
+        raise CaseError(f"case {cid!r}: the number of regions is unknown: give probabilities, a segmentation or "
+                        "num_classes")
+    if seg is None:
+        if probs is None:
+            raise CaseError(f"case {cid!r}: neither a segmentation nor probabilities")
+        seg = (probs >= 0.5).astype(np.int64)
+    if label_data.shape[0] == 1:
+        label = check_label_map(label_data[0], f"case {cid!r}: label {files.label.name}")
+    elif label_data.shape[0] == num_regions:
+        label = _read_binary_masks(files.label, f"case {cid!r}: label {files.label.name}")[0]
+    else:
+        raise CaseError(f"case {cid!r}: label {files.label.name} must be a label map or {num_regions} region masks, "
+                        f"got {label_data.shape[0]} channels")
+    image = None
+    if load_image and files.image is not None:
+        img, i_aff = read_volume(files.image)
+        _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
+        image = img.astype(np.float32, copy=False)
+    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image, multilabel=True)
+
+
+def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | None:
+    """How a ``monai-unc infer`` output folder encodes regions: ``None`` when it holds class (softmax / binary)
+    predictions or no record, else ``{"multilabel": True, "regions": ...}`` with ``regions`` the spec given to
+    ``infer --regions`` (``{name: [label, ...]}``, channel order) or, without one, the channel names
+    ``["0", "1", ...]``.
+
+    Read from the top level of ``infer.json`` (written once a run finishes) or, for a run that has not finished,
+    from the first case record ``<case>.json`` that carries ``multilabel``.
+    """
+    folder = Path(predictions)
+    docs = []
+    run = folder / INFER_RECORD
+    if run.is_file():
+        docs.append(_json_or_none(run))
+    if not any(isinstance(d, dict) and "multilabel" in d for d in docs):
+        for path in sorted(folder.glob("*.json")):
+            if path.name in (INFER_RECORD, "failures.json"):
+                continue
+            d = _json_or_none(path)
+            if isinstance(d, dict) and "multilabel" in d:
+                docs.append(d)
+                break
+    for d in docs:
+        if isinstance(d, dict) and "multilabel" in d:
+            if not d["multilabel"]:
+                return None
+            return {"multilabel": True, "regions": d.get("regions")}
+    return None
+
+
+def _json_or_none(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

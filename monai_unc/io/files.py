@@ -36,6 +36,7 @@ __all__ = [
     "atomic_torch_save",
     "save_nifti",
     "save_probabilities",
+    "save_region_maps",
     "json_safe",
     "json_default",
     "check_writable_folder",
@@ -170,6 +171,27 @@ def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, pat
     path = Path(path)
     _check_nifti_name(path)
     image = nib.Nifti1Image(np.moveaxis(arr.astype(np.float32), 0, -1), np.asarray(affine, dtype=np.float64))
+    return atomic_write(path, lambda tmp: nib.save(image, str(tmp)))
+
+
+def save_region_maps(
+    data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike, dtype: str = "float32"
+) -> Path:
+    """Write one volume per region ``(R, X, Y, Z)`` (region masks, mean probabilities or uncertainty maps of a
+    region-based network) as a 4D NIfTI ``(X, Y, Z, R)`` of ``dtype`` (``"float32"`` or ``"uint8"``, the latter
+    for 0/1 masks), through a temporary file and a rename as :func:`save_nifti`."""
+    if dtype not in ("float32", "uint8"):
+        raise ValueError(f"dtype must be 'float32' or 'uint8', got {dtype!r}")
+    arr = _to_numpy(data)
+    while arr.ndim > 4 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 4:
+        raise ValueError(f"data must be (R, X, Y, Z), got shape {arr.shape}")
+    if dtype == "uint8" and arr.size and (arr.min() < 0 or arr.max() > 1):
+        raise ValueError("data must hold 0/1 region masks for dtype='uint8'")
+    path = Path(path)
+    _check_nifti_name(path)
+    image = nib.Nifti1Image(np.moveaxis(arr.astype(dtype), 0, -1), np.asarray(affine, dtype=np.float64))
     return atomic_write(path, lambda tmp: nib.save(image, str(tmp)))
 
 

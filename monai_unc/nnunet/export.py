@@ -74,8 +74,10 @@ __all__ = [
 
 K = UncertaintyKeys
 
-#: voxel maps the predictor can write (the package's list of measures, and the window disagreement)
-MAP_MEASURES: tuple[str, ...] = (*MEASURES, K.WINDOW_DISAGREEMENT.value)
+#: voxel maps the predictor can write (the package's list of measures; ``window_disagreement`` with
+#: ``window_disagreement="separate"``, the predictor's default)
+MAP_MEASURES: tuple[str, ...] = (*MEASURES, *(() if K.WINDOW_DISAGREEMENT.value in MEASURES
+                                             else (K.WINDOW_DISAGREEMENT.value,)))
 #: key of the mean squared probabilities in the moments (stitched only when ``variance`` is requested)
 MEAN_SQ = "mean_sq"
 #: key of the stitched per-window predictive entropies ``blend_w H(m_w)`` in the moments (with

@@ -1,5 +1,13 @@
 """``monai-unc calibrate``: the logits of labelled validation cases (:func:`collect_logits`) and the whole command
-(:func:`run_calibrate`); the temperature itself is fitted by :func:`monai_unc.temperature.calibrate_network`."""
+(:func:`run_calibrate`); the temperature itself is fitted by :func:`monai_unc.temperature.calibrate_network`.
+
+Region-based (multi-label sigmoid) networks (``activation="sigmoid"``): the targets are binary region masks, built
+from label maps with a region spec (``regions``, e.g. ``"brats"``; :func:`monai_unc.regions.label_to_regions`) or
+read directly from label files with one 0/1 channel per region (4D NIfTI ``(X, Y, Z, R)``); the temperatures are
+fitted per region (``mode="vector"``: one per region, ``"scalar"``: one shared) by
+:class:`~monai_unc.temperature.TemperatureScaler` with ``activation="sigmoid"``, and ``monai-unc infer
+--activation sigmoid`` applies them like a softmax temperature (folded into the last layer, or stored beside the
+weights and applied by :func:`~monai_unc.workflows.models.load_network`)."""
 
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ from ..io import (
     list_image_cases,
     read_volume,
 )
+from ..regions import RegionSpec, label_to_regions, parse_regions
 from ..temperature import calibrate_network
 from .factory import check_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
@@ -44,9 +53,21 @@ def collect_logits(
     overlap: float = 0.25,
     device: str | torch.device = "cpu",
     progress: bool = True,
+    activation: str = "softmax",
+    regions: RegionSpec | str | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Deterministic logits ``(1, C, *spatial)`` (network in eval mode) and checked labels ``(1, *spatial)`` of
-    validation cases, on the CPU."""
+    validation cases, on the CPU.
+
+    ``activation="sigmoid"``: the targets are binary region masks ``(1, R, *spatial)`` (uint8), one per output
+    channel: from a label map with ``regions`` (a spec as for :func:`monai_unc.regions.parse_regions`, one region
+    per channel), or from a label file with ``R`` 0/1 channels; a single-channel (binary) network takes a 0/1
+    label map as is."""
+    if activation not in ("softmax", "sigmoid"):
+        raise ValueError(f"activation must be 'softmax' or 'sigmoid', got {activation!r}")
+    spec = None if regions is None else parse_regions(regions)
+    if spec is not None and activation != "sigmoid":
+        raise ValueError("regions describe the sigmoid channels of a region-based network: use activation='sigmoid'")
 
     if model.preprocessing is not None:
         raise ValueError("calibrate cannot apply a bundle's preprocessing to the labels; pass "
@@ -71,10 +92,33 @@ def collect_logits(
                             f"(batch, channels, *spatial): {error_line(e)}") from e
         z = (z[0] if isinstance(z, (tuple, list)) else z).float().cpu()
         z = z.as_tensor() if hasattr(z, "as_tensor") else z
-        y = check_label_map(lab[0], f"case {case.case_id!r}: label {Path(label_path).name}", int(z.shape[1]))
+        what = f"case {case.case_id!r}: label {Path(label_path).name}"
+        if activation == "sigmoid":
+            targets.append(_region_target(lab, int(z.shape[1]), spec, what))
+        else:
+            y = check_label_map(lab[0], what, int(z.shape[1]))
+            targets.append(torch.from_numpy(y)[None])
         logits.append(z)
-        targets.append(torch.from_numpy(y)[None])
     return logits, targets
+
+
+def _region_target(lab: np.ndarray, num_regions: int, spec: dict[str, tuple[int, ...]] | None,
+                   what: str) -> torch.Tensor:
+    """Binary region masks ``(1, R, *spatial)`` uint8 from a label volume ``(C_label, *spatial)`` (see
+    :func:`collect_logits`)."""
+    if spec is not None and len(spec) != num_regions:
+        raise ValueError(f"--regions names {len(spec)} regions ({', '.join(spec)}) but the network outputs "
+                         f"{num_regions} sigmoid channels")
+    if lab.shape[0] == 1 and spec is not None:
+        y = check_label_map(lab[0], what)
+        return torch.from_numpy(label_to_regions(y, spec).astype(np.uint8))[None]
+    if lab.shape[0] == 1 and num_regions > 1:
+        raise ValueError(f"{what} is a label map but the network has {num_regions} sigmoid channels: give --regions "
+                         "to build the region masks from it, or label files with one 0/1 channel per region")
+    if lab.shape[0] != num_regions:
+        raise ValueError(f"{what} has {lab.shape[0]} channels; expected a label map or {num_regions} region masks")
+    y = check_label_map(lab, what, 2)  # 0/1 masks
+    return torch.from_numpy(y.astype(np.uint8))[None]
 
 
 def run_calibrate(
@@ -95,6 +139,8 @@ def run_calibrate(
     loss: str = "nll",
     max_steps: int = 1000,
     progress: bool = True,
+    activation: str = "softmax",
+    regions: RegionSpec | str | None = None,
 ) -> tuple[Path, dict]:
     """Fit a temperature on the labelled cases of ``images`` / ``labels`` and write the calibrated checkpoint
     ``output`` (``.pt`` / ``.pth``) and its record ``output.with_suffix(".json")``, both atomically. Neither may be
@@ -105,7 +151,17 @@ def run_calibrate(
     ``network``); the bundle's preprocessing is not applied (labels could not follow it). ``intensity="auto"`` uses
     the model's default normalisation. Returns ``(output path, record)`` (the record of
     :func:`~monai_unc.temperature.calibrate_network` plus the model's description and checkpoint).
+
+    ``activation="sigmoid"`` calibrates a region-based network per region (module docstring; ``regions`` builds
+    the region masks from label maps and names the regions in the record: ``record["regions"]`` is the spec
+    ``{name: [label, ...]}``, or the channel names ``["0", "1", ...]`` without one).
     """
+    if activation not in ("softmax", "sigmoid"):
+        raise ValueError(f"activation must be 'softmax' or 'sigmoid', got {activation!r}")
+    spec = None if regions is None else parse_regions(regions)
+    if spec is not None and activation != "sigmoid":
+        raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
+                         "sigmoid")
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")
@@ -129,16 +185,19 @@ def run_calibrate(
         raise ValueError(f"no label in {labels} for case(s) {missing[:5]}")
     intensity = loaded.default_intensity if intensity == "auto" else intensity
     logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
-                                     overlap, device, progress=progress)
+                                     overlap, device, progress=progress, activation=activation, regions=spec)
     example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
     if roi is not None:  # one window, a size the network accepts
         size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
         example = torch.as_tensor(ResizeWithPadOrCrop(size)(example))
     net: nn.Module = loaded.network.cpu()
     state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
-                                      example_input=example[None])
+                                      example_input=example[None], activation=activation,
+                                      region_names=None if spec is None else list(spec))
     atomic_torch_save(out, state)
     record.update({"source": loaded.description,
                    "checkpoint": loaded.checkpoints[0] if loaded.checkpoints else None})
+    if spec is not None:
+        record["regions"] = {k: list(v) for k, v in spec.items()}
     atomic_write_json(out.with_suffix(".json"), record)
     return out, record

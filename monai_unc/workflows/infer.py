@@ -6,7 +6,16 @@ sample sources such as ``"mcdropout+tta"``).
 
 Per case, :func:`predict_case` writes (atomically: temporary name, then rename) ``<case>_seg.nii.gz`` (argmax of
 the mean probabilities), ``<case>_probs.nii.gz`` (4D ``(X, Y, Z, C)``), ``<case>_<measure>.nii.gz`` for each
-uncertainty map, and last ``<case>.json`` (the record that marks the case finished). :func:`predict_cases` skips
+uncertainty map, and last ``<case>.json`` (the record that marks the case finished).
+
+Region-based (multi-label sigmoid) networks, ``activation="sigmoid"`` with ``R >= 2`` output channels (e.g. the
+BraTS regions TC, WT, ET): every file is 4D with one volume per region, ``(X, Y, Z, R)``: ``<case>_seg`` uint8
+region masks ``mean p_r >= 0.5`` (MONAI's ``AsDiscrete(threshold=0.5)``), ``<case>_probs`` float32 per-region
+mean probabilities (they need not sum to 1), ``<case>_<measure>`` float32 per-region maps (binary entropies,
+bounded by ``log 2``). The case records and, once the run is done, ``infer.json`` carry ``"multilabel": true``
+and ``"regions"``: the spec of ``--regions`` (``{name: [label, ...]}`` in channel order) or, without one, the
+channel names ``["0", "1", ...]`` (:func:`monai_unc.io.read_prediction_regions` reads them). A single-channel
+sigmoid network stays a binary two-class problem (3D files, ``"multilabel": false``). :func:`predict_cases` skips
 finished cases, so an interrupted run resumes where it stopped; it takes an explicit list of cases so that
 callers can shard a cohort. :func:`run_infer` is the whole ``monai-unc infer`` loop on one process or under
 ``torchrun``: rank 0 prepares the output folder, every rank predicts its shard (:func:`monai_unc.distributed.shard`,
@@ -44,6 +53,7 @@ from ..distributed import (
     write_failures,
 )
 from ..io import (
+    INFER_RECORD,
     CaseError,
     ImageCase,
     atomic_write_json,
@@ -52,7 +62,9 @@ from ..io import (
     read_volume,
     save_nifti,
     save_probabilities,
+    save_region_maps,
 )
+from ..keys import MEASURES
 from ..keys import UncertaintyKeys as K
 from .models import LoadedModel
 
@@ -65,9 +77,12 @@ __all__ = [
     "is_finished",
     "load_image_case",
     "check_case_dims",
+    "is_multilabel",
+    "region_names",
     "predict_case",
     "predict_cases",
     "check_run_settings",
+    "record_outputs",
     "run_infer",
 ]
 
@@ -118,6 +133,8 @@ class InferSettings:
     ratein_target: float = 0.1
     dropout: float | None = None
     write_probs: bool = True
+    #: region spec of a region-based sigmoid network ``{name: [label, ...]}`` in channel order (``--regions``)
+    regions: dict[str, list[int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,6 +203,35 @@ def _run_with_preprocessing(
     return {k: d[k][None] for k in keys}, (out, affine)
 
 
+def is_multilabel(maps: dict[str, Any], activation: str | None) -> bool:
+    """Whether an inferer's output ``maps`` come from a region-based network: ``activation="sigmoid"`` and more than
+    one output channel. A single-channel sigmoid output is returned as the two classes ``(1 - p, p)`` with
+    ``(B, 1, *spatial)`` maps; a multi-channel one as ``R`` per-region probabilities with ``(B, R, *spatial)`` maps.
+    With two channels and no map to tell, the probabilities decide: ``(1 - p, p)`` sums to 1 up to rounding."""
+    if activation != "sigmoid":
+        return False
+    pred = maps[K.PRED.value]
+    if pred.shape[1] != 2:
+        return pred.shape[1] > 2
+    shapes = [v.shape[1] for k, v in maps.items() if k in MEASURES]
+    if shapes:
+        return max(shapes) > 1
+    return bool((pred.double().sum(1) - 1).abs().max() > 1e-6)
+
+
+def region_names(settings: InferSettings, num_regions: int) -> dict[str, list[int]] | list[str]:
+    """The ``regions`` entry of the records: the ``--regions`` spec (checked against the network's ``num_regions``
+    output channels) or the channel names ``["0", "1", ...]``."""
+    if settings.regions is None:
+        return [str(r) for r in range(num_regions)]
+    if len(settings.regions) != num_regions:
+        raise ValueError(
+            f"--regions names {len(settings.regions)} regions ({', '.join(settings.regions)}) but the network "
+            f"outputs {num_regions} sigmoid channels"
+        )
+    return {k: [int(v) for v in vals] for k, vals in settings.regions.items()}
+
+
 def predict_case(
     case: ImageCase, model: LoadedModel, inferer: Any, settings: InferSettings, output: Path, device: torch.device
 ) -> dict[str, Any]:
@@ -205,20 +251,39 @@ def predict_case(
                             f"(batch, channels, *spatial): {error_line(e)}") from e
         maps = raw
     pred = maps[K.PRED.value]
-    seg = pred.argmax(1)[0].to(torch.int16).cpu().numpy()
-    if seg.ndim != 3:
-        raise ValueError(f"case {case.case_id!r}: only 3D volumes are written as NIfTI, got spatial shape {seg.shape}")
+    multilabel = is_multilabel(maps, settings.activation)
+    if settings.regions is not None and not multilabel:
+        raise ValueError(f"--regions is given but the network's output ({pred.shape[1]} channel(s) under "
+                         f"activation {settings.activation!r}) is not region-based: regions need --activation "
+                         "sigmoid and at least 2 output channels")
+    regions = region_names(settings, int(pred.shape[1])) if multilabel else None
+    if multilabel:  # region masks, as MONAI's AsDiscrete(threshold=0.5)
+        seg = (pred[0] >= 0.5).to(torch.uint8).cpu().numpy()
+    else:
+        seg = pred.argmax(1)[0].to(torch.int16).cpu().numpy()
+    spatial = seg.shape[1:] if multilabel else seg.shape
+    if len(spatial) != 3:
+        raise ValueError(f"case {case.case_id!r}: only 3D volumes are written as NIfTI, got spatial shape {spatial}")
     names = case_outputs(case.case_id, [m for m in settings.measures if m in maps], settings.write_probs)
     # an earlier record (--overwrite) must not mark a case finished whose new files are only partly written
     (output / f"{case.case_id}.json").unlink(missing_ok=True)
-    save_nifti(seg, affine, output / names[0])
+    if multilabel:
+        save_region_maps(seg, affine, output / names[0], dtype="uint8")
+    else:
+        save_nifti(seg, affine, output / names[0])
     i = 1
     if settings.write_probs:
-        save_probabilities(pred[0].float(), affine, output / names[1])
+        if multilabel:
+            save_region_maps(pred[0].float(), affine, output / names[1])
+        else:
+            save_probabilities(pred[0].float(), affine, output / names[1])
         i = 2
     for m in settings.measures:
         if m in maps:
-            save_nifti(maps[m][0, 0].float(), affine, output / names[i])
+            if multilabel:
+                save_region_maps(maps[m][0].float(), affine, output / names[i])
+            else:
+                save_nifti(maps[m][0, 0].float(), affine, output / names[i])
             i += 1
     record = {
         "case": case.case_id,
@@ -228,8 +293,11 @@ def predict_case(
         "num_samples": int(getattr(raw, "num_samples", 1)),
         "mi_meaning": str(getattr(raw, "mi_meaning", "none")),
         "seconds": round(time.time() - t0, 3),
-        "shape": list(seg.shape),
+        "shape": list(spatial),
+        "multilabel": multilabel,
     }
+    if multilabel:
+        record["regions"] = regions
     extras = getattr(raw, "extras", {}) or {}
     rates = extras.get("rate_in_rates")
     if rates:
@@ -241,7 +309,7 @@ def predict_case(
 def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False) -> None:
     """Write ``infer.json``; refuse to resume a run whose settings differ (unless ``overwrite``) once it has
     finished a case (a run that finished nothing may be restarted with other settings)."""
-    path = output / "infer.json"
+    path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
     if path.is_file() and started and not overwrite:
@@ -256,6 +324,30 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 "choose another --output, or pass --overwrite"
             )
     atomic_write_json(path, {"settings": new})
+
+
+def record_outputs(output: Path, records: Sequence[dict[str, Any]]) -> None:
+    """Add what the network's outputs turned out to be to ``infer.json``, next to its ``settings``:
+    ``"multilabel"`` (region-based sigmoid outputs, one volume per region in every file) and, for those,
+    ``"regions"`` (the ``--regions`` spec or the channel names), from the case records. Nothing is added when no
+    record says (no case finished)."""
+    found = [r for r in records if isinstance(r, dict) and "multilabel" in r]
+    if not found:
+        return
+    path = output / INFER_RECORD
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    kinds = {json.dumps([bool(r["multilabel"]), r.get("regions")], sort_keys=True) for r in found}
+    if len(kinds) > 1:
+        raise ValueError(f"the cases of {output} disagree on their region outputs ({sorted(kinds)}): predict them "
+                         "with one network (--overwrite)")
+    doc["multilabel"] = bool(found[0]["multilabel"])
+    doc.pop("regions", None)
+    if doc["multilabel"]:
+        doc["regions"] = found[0].get("regions")
+    atomic_write_json(path, doc)
 
 
 def predict_cases(
@@ -380,9 +472,20 @@ def _run_infer(
     if ctx.is_main:
         try:
             write_failures(output / FAILURES_FILE, failures, "monai-unc infer")
+            done = [r["case"] for r in every if r["status"] != "failed"]
+            records = [_read_record(output / f"{c}.json") for c in done]
+            record_outputs(output, [r for r in records if r is not None])
         except Exception as e:
             err = e
     sync_errors(err, ctx)
     if failures:
         raise CasesFailed(failures, results=every)
     return every
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
