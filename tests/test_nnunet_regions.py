@@ -358,3 +358,34 @@ def test_region_model_end_to_end_on_cpu_equals_stock(tmp_path, monkeypatch):
     assert mi.max() > 0  # mirrors disagree
     header = (tmp_path / "ours" / "uncertainty_scores.csv").read_text().splitlines()[0].split(",")
     assert "mutual_information_fg_mean_whole" in header and "mutual_information_fg_mean_core" in header
+
+    # per-region temperatures (nnunet-calibrate, mode vector) folded into the segmentation layer's channels
+    cal = tmp_path / "calibrated"
+    args = parser.parse_args(["nnunet-calibrate", "-m", str(model), "-o", str(cal), "-f", "0", "--mode", "vector",
+                              "--disable_tta", "-device", "cpu"])
+    assert run(args) == 0
+    doc = json.loads((cal / "temperature.json").read_text())
+    assert doc["activation"] == "sigmoid" and doc["regions"] == {"whole": [1, 2], "core": [2]}
+    fold = doc["folds"]["0"]
+    assert len(fold["temperature"]) == 2 and fold["nll_fitted"] <= fold["nll_t1"] and fold["num_cases"] == 1
+    t = torch.tensor(fold["temperature"], dtype=torch.float32)
+    old_w = torch.load(model / "fold_0" / "checkpoint_final.pth", weights_only=False)["network_weights"]
+    new_w = torch.load(cal / "fold_0" / "checkpoint_final.pth", weights_only=False)["network_weights"]
+    last = max(int(k.split(".")[2]) for k in old_w if k.startswith("decoder.seg_layers."))
+    for k in old_w:  # region r's output channel of the full-resolution segmentation layer divided by t_r
+        if k.startswith(f"decoder.seg_layers.{last}."):
+            expected = old_w[k] / t.view(-1, *([1] * (old_w[k].ndim - 1)))
+        else:
+            expected = old_w[k]
+        torch.testing.assert_close(new_w[k], expected, rtol=1e-6, atol=1e-7, msg=k)
+
+
+def test_region_targets_hand_worked():
+    from monai_unc.nnunet.calibrate import region_targets
+
+    y = torch.tensor([[0, 1, 2], [-1, 2, 1]])
+    got = region_targets(y, [(1, 2), (2,)])
+    expected = torch.tensor([[[0, 1, 1], [-1, 1, 1]], [[0, 0, 1], [-1, 1, 0]]])
+    assert torch.equal(got, expected) and got.dtype == torch.int64
+    assert mun.region_definitions(REGIONS_JSON) == {"whole": [1, 2], "core": [2]}
+    assert mun.region_definitions({"labels": {"background": 0, "a": 1, "b": 2}}) == {}

@@ -128,7 +128,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     c.add_argument("-m", default=None, help="trained model folder (instead of -d/-tr/-p/-c)")
     c.add_argument("-f", nargs="+", default=["0", "1", "2", "3", "4"], help="folds (default: 0 1 2 3 4)")
     c.add_argument("-chk", default="checkpoint_final.pth", help="checkpoint name")
-    c.add_argument("--mode", choices=("scalar", "vector"), default="scalar", help="one t, or one per class")
+    c.add_argument("--mode", choices=("scalar", "vector"), default="scalar",
+                   help="one t, or one per class (per region for a region-based model)")
     c.add_argument("--loss", choices=("nll", "ece"), default="nll", help="fitting objective (default nll)")
     c.add_argument("--disable_tta", action="store_true", help="validation logits without mirroring")
     c.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
