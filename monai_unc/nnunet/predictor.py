@@ -12,12 +12,16 @@ channel per class. Nothing of the individual samples survives. This subclass tur
   ``network.eval()`` (trained dropout, or post-hoc dropout with ``dropout_p``; MI(Y, theta));
 - ``"rate_in"``: ``num_samples`` dropout passes with Rate-In rates (Zeevi et al., CVPR 2025), searched once per
   window on the un-mirrored window by :class:`~monai_unc.inferers.rate_in.RateInSource` (the network's dropout is
-  converted, or Rate-In is inserted after every encoder/decoder stage when it has none).
+  converted, or Rate-In is inserted after every encoder/decoder stage when it has none);
+- ``"ssn"``: ``num_samples`` latent draws per window of a Stochastic Segmentation Network
+  (:class:`~monai_unc.nnunet.trainers.nnUNetTrainerSSN`; the head is switched into sampling mode with
+  :func:`~monai_unc.networks.ssn_sampling`, each forward pass one draw; MI(Y, Z), aleatoric, ValUES Appendix D).
+  Combined with ``"dropout"`` each pass draws a dropout mask and a latent sample (MI mixed).
 
-Sources multiply: folds x dropout x mirrors forward passes per window. Axes that are *not* sources are averaged
-in logit space first, as stock nnU-Net does (mirroring not a source: each sample is the softmax of the mean logit
-over the mirrors; folds not a source: each sample is the softmax of the mean logit over the folds, computed per
-window with one copy of the network per fold on the device).
+Sources multiply: folds x stochastic passes x mirrors forward passes per window. Axes that are *not* sources are
+averaged in logit space first, as stock nnU-Net does (mirroring not a source: each sample is the softmax of the mean
+logit over the mirrors; folds not a source: each sample is the softmax of the mean logit over the folds, computed
+per window with one copy of the network per fold on the device).
 
 Per window, every sample's softmax streams into a :class:`~monai_unc.stats.SampleStats` (float32 within the
 window); the window's moments, mean probabilities (C channels), mean entropy (1) and, for ``variance``, mean
@@ -27,11 +31,24 @@ are exact functions of the blended moments (docs/design.md, "Streaming statistic
 the other (nnU-Net's memory-saving order) contribute equal numbers of samples per voxel, so their statistics
 pool exactly as the mean of their stitched moments.
 
+Window disagreement (``window_disagreement="separate"``, default): each window also returns its predictive entropy
+``H(m_w)``, blended like the moments, and ``PE = EE + MI + WD`` with ``WD = H(pred) - blend_w H(m_w)`` computed by
+:func:`~monai_unc.inferers.sampling.window_disagreement_from_stitched` (the MONAI inferers' decomposition), so that
+a deterministic model has MI = 0 exactly with overlapping windows. With the folds as a source, WD is the mean of
+the folds' own window disagreements and their mutual disagreement stays in MI. ``"mutual_information"`` keeps
+the former behaviour (MI = PE - EE, window disagreement included).
+
+Region-based models (``label_manager.has_regions``: nnU-Net's ``regions_class_order``): every sample is a sigmoid
+per region, each region an independent Bernoulli variable (``SampleStats(multilabel=True)``); the expected entropy
+and every map have one channel per region. The segmentation and ``.npz`` are stock nnU-Net's (regions painted in
+``regions_class_order``), the maps are written as 4D files (:mod:`monai_unc.nnunet.export`).
+
 Segmentation: ``segmentation_from="logits"`` (default) also stitches the mean *logits* of every fold exactly as
 stock nnU-Net does (the same fp16 buffers and order of operations, one buffer per fold when the folds run side by
 side) and combines the folds as stock does (sum of the stitched fold logits in fp16, divided by their number), so
 without dropout the segmentation equals stock nnU-Net's bit for bit for the same folds and mirrors, whichever of
-them are sources. With ``"dropout"`` / ``"rate_in"`` the logits are the mean over the stochastic passes too: the
+them are sources. With ``"dropout"`` / ``"rate_in"`` / ``"ssn"`` the logits are the mean over the stochastic
+passes too: the
 segmentation is that of the mean over the samples, not stock's. ``"probabilities"`` takes the argmax of the mean
 probabilities instead. Geometry and files: :mod:`monai_unc.nnunet.export`.
 
@@ -176,18 +193,22 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     Args:
         uncertainty_sources: any non-empty combination of ``"folds"``, ``"mirroring"`` and one of ``"dropout"`` /
-            ``"rate_in"``.
-        num_samples: Monte-Carlo dropout passes per window (``"dropout"``, ``"rate_in"``; Zeevi et al. uses 30);
-            ignored without them.
+            ``"rate_in"``, and ``"ssn"`` (not with ``"rate_in"``) for an SSN model.
+        num_samples: stochastic passes per window (``"dropout"``, ``"rate_in"``, ``"ssn"``; Zeevi et al. uses 30
+            dropout passes, ValUES 10 SSN draws); ignored without them.
         dropout_p: insert post-hoc dropout with this rate after every encoder/decoder stage of the trained network
             (no retraining; :func:`~monai_unc.nnunet.dropout.add_posthoc_dropout`). ``None`` samples the dropout the
             network was trained with (plans variant or ``nnUNetTrainerMCDropout``).
-        measures: maps to write, from :data:`MAP_MEASURES` (``variance`` stitches C more channels).
+        measures: maps to write, from :data:`MAP_MEASURES` (``variance`` stitches C more channels;
+            ``window_disagreement`` only with ``window_disagreement="separate"``).
         segmentation_from: ``"logits"`` (stock nnU-Net's segmentation, exactly, without dropout) or
             ``"probabilities"``.
         rate_in: keyword arguments of :class:`~monai_unc.inferers.rate_in.RateInSource` for ``"rate_in"``
             (``target_loss``, ``loss``, ``placement``, controller settings).
-        seed: seed for the dropout masks of every case (``None``: the global RNG); the global RNG state is kept.
+        seed: seed for the dropout masks and SSN draws of every case (``None``: the global RNG); the global RNG
+            state is kept.
+        window_disagreement: ``"separate"`` (default; MI excludes the disagreement between overlapping windows,
+            which is the ``window_disagreement`` map) or ``"mutual_information"`` (counted in MI, as before).
         The remaining arguments are ``nnUNetPredictor``'s.
     """
 
