@@ -268,6 +268,28 @@ def test_ssn_source_draws_latent_samples_per_window_like_a_hand_rolled_loop():
     torch.testing.assert_close(again.moments["pred"], res.moments["pred"], rtol=0, atol=0)  # seeded draws
 
 
+def test_ssn_segmentation_logits_are_stock_mean_logits():
+    """With 'ssn' the only stochastic source, the segmentation logits are those stock nnU-Net computes (the SSN
+    head's mean logits, mirrors averaged), bit for bit, while the statistics come from latent draws."""
+    import copy
+
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+    ours = ssn_predictor(sources=("ssn", "mirroring"), num_samples=2, seed=0)
+    stock = nnUNetPredictor(device=CPU, allow_tqdm=False)
+    stock.manual_initialization(copy.deepcopy(ours.network), ours.plans_manager, ours.configuration_manager,
+                                ours.list_of_parameters, ours.dataset_json, "nnUNetTrainerSSN", (0, 1, 2))
+    torch.manual_seed(4)
+    data = torch.randn(1, 20, 16, 16)
+    res = ours.predict_uncertainty_from_preprocessed_data(data)
+    expected = stock.predict_logits_from_preprocessed_data(data)
+    assert res.num_samples == 16 and torch.equal(res.logits, expected)
+    assert float(res.measures()["mutual_information"].max()) > 1e-3
+    # with dropout as well the logits are the mean over the stochastic passes (as for dropout alone)
+    mixed = ssn_predictor(sources=("ssn", "dropout"), num_samples=2, dropout_p=0.2, seed=0)
+    assert not torch.equal(mixed.predict_uncertainty_from_preprocessed_data(data).logits, expected)
+
+
 def test_ssn_source_composes_with_dropout_and_is_refused_without_an_ssn_head():
     from test_nnunet import make_predictor
 

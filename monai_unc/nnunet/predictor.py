@@ -47,8 +47,9 @@ Segmentation: ``segmentation_from="logits"`` (default) also stitches the mean *l
 stock nnU-Net does (the same fp16 buffers and order of operations, one buffer per fold when the folds run side by
 side) and combines the folds as stock does (sum of the stitched fold logits in fp16, divided by their number), so
 without dropout the segmentation equals stock nnU-Net's bit for bit for the same folds and mirrors, whichever of
-them are sources. With ``"dropout"`` / ``"rate_in"`` / ``"ssn"`` the logits are the mean over the stochastic
-passes too: the
+them are sources, and with ``"ssn"`` the only stochastic source (one more pass per mirror with the SSN heads'
+sampling off: the mean logits stock segments with). With ``"dropout"`` / ``"rate_in"`` the logits are the mean
+over the stochastic passes too: the
 segmentation is that of the mean over the samples, not stock's. ``"probabilities"`` takes the argmax of the mean
 probabilities instead. Geometry and files: :mod:`monai_unc.nnunet.export`.
 
@@ -416,7 +417,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         each sample's softmax into a :class:`SampleStats` and returns its moments ``{"pred": (1, C, *patch),
         "expected_entropy": (1, 1, *patch)[, "mean_sq"]}`` (float32) and, when the segmentation comes from
         logits, ``"logits"`` ``(F, C, *patch)``: for each of the F fold networks the mean logit over its passes,
-        summed in the order stock nnU-Net sums its mirrors (identical values without dropout).
+        summed in the order stock nnU-Net sums its mirrors (identical values without dropout). With ``"ssn"`` the
+        only stochastic source, the logits come from one more pass per mirror with the SSN heads' sampling off: the
+        mean logits stock nnU-Net segments an SSN model with (identical values).
         """
         combos = self._mirror_combinations(x.ndim)
         nets = self._ensemble if self._ensemble is not None else [self.network]
@@ -427,6 +430,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         stats = SampleStats(track_variance=K.VARIANCE.value in self.measures, accum_dtype=torch.float32,
                             validate=False, multilabel=self._multilabel)
         logit_sums: list[torch.Tensor | None] = [None] * len(nets)
+        # SSN without dropout / Rate-In: stock's segmentation comes from the head's mean logits, one extra pass
+        ssn_mean = self._want_logits and "ssn" in self.uncertainty_sources and not any(
+            s in self.uncertainty_sources for s in ("dropout", "rate_in"))
         for _ in range(passes):
             group = None
             for axes in combos:
@@ -441,11 +447,20 @@ class UncertaintyPredictor(nnUNetPredictor):
                     stats.update(self._probabilities(out))
                 else:
                     group = out.clone() if group is None else group.add_(out)
-                if self._want_logits:  # after the statistics: the sums below reuse outs[f]'s memory
+                if self._want_logits and not ssn_mean:  # after the statistics: the sums reuse outs[f]'s memory
                     for f, o in enumerate(outs):
                         logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             if not mirror_samples:
                 stats.update(self._probabilities(group / len(combos) if len(combos) > 1 else group))
+        if ssn_mean:
+            with _ssn_mean_logits(nets):
+                for axes in combos:
+                    xx = torch.flip(x, axes) if axes else x
+                    for f, net in enumerate(nets):
+                        o = net(xx)
+                        o = torch.flip(o, axes) if axes else o
+                        logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
+            passes = 1
         result = stats.moments()
         if self.window_disagreement == "separate":
             # H(m_w) in the precision of the samples (float32), as each sample's H(p_s) in EE: a window of identical
@@ -878,6 +893,20 @@ class UncertaintyPredictor(nnUNetPredictor):
                                        self.configuration_manager, num_threads_in_multithreaded=1,
                                        verbose=self.verbose)
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
+
+
+@contextlib.contextmanager
+def _ssn_mean_logits(nets: Sequence[nn.Module]) -> Iterator[None]:
+    """Within the block every SSN head of ``nets`` returns its mean logits (sampling off); restored afterwards."""
+    heads = [h for net in nets for h in find_ssn_heads(net)]
+    old = [h.sampling for h in heads]
+    for h in heads:
+        h.sampling = False
+    try:
+        yield
+    finally:
+        for h, v in zip(heads, old):
+            h.sampling = v
 
 
 def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str) -> dict[str, Any]:
