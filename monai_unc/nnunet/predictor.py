@@ -49,9 +49,9 @@ side) and combines the folds as stock does (sum of the stitched fold logits in f
 without dropout the segmentation equals stock nnU-Net's bit for bit for the same folds and mirrors, whichever of
 them are sources, and with ``"ssn"`` the only stochastic source (one more pass per mirror with the SSN heads'
 sampling off: the mean logits stock segments with). With ``"dropout"`` / ``"rate_in"`` the logits are the mean
-over the stochastic passes too: the
-segmentation is that of the mean over the samples, not stock's. ``"probabilities"`` takes the argmax of the mean
-probabilities instead. Geometry and files: :mod:`monai_unc.nnunet.export`.
+over the stochastic passes too: the segmentation is that of the mean over the samples, not stock's.
+``"probabilities"`` takes the argmax of the mean probabilities instead. Geometry and files:
+:mod:`monai_unc.nnunet.export`.
 
 Extension points. nnU-Net offers no hook for per-sample outputs, so four *private* methods of
 ``nnUNetPredictor`` are overridden (supported nnU-Net versions: :mod:`monai_unc.nnunet.environment`):
