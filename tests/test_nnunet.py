@@ -129,11 +129,12 @@ def reference(pred, data, sources, passes=1, seed=None, rate_in=None):
     mirrors = combos(pred.allowed_mirroring_axes) if pred.use_mirroring and pred.allowed_mirroring_axes else [()]
     g = compute_gaussian(tuple(patch), 1.0 / 8, 10, device=CPU).double().numpy()
     samples = {i: [] for i in range(len(slicers))}
+    fold_of = {i: [] for i in range(len(slicers))}  # fold of each sample (0 when the folds are not a source)
     logit_sums = {i: 0.0 for i in range(len(slicers))}
 
     src = RateInSource(passes, **rate_in) if "rate_in" in sources else None
 
-    def run_window(i, x, fold_states):
+    def run_window(i, x, fold_states, fold=0):
         if src is not None:
             src.prepare(x, net)
         for _ in range(passes):
@@ -151,25 +152,29 @@ def reference(pred, data, sources, passes=1, seed=None, rate_in=None):
                 group.append(logit)
             if "mirroring" in sources:
                 samples[i].extend(group)
+                fold_of[i].extend([fold] * len(group))
             else:
                 samples[i].append(np.mean(group, axis=0))
+                fold_of[i].append(fold)
 
     if seed is not None:
         torch.manual_seed(seed)
     ctx = enable_mc_dropout(net) if "dropout" in sources else nullcontext()
     with ctx, torch.no_grad():
         if "folds" in sources:
-            for st in states:
+            for k, st in enumerate(states):
                 net.load_state_dict(st)
                 with src.activate(net) if src is not None else nullcontext():
                     for i, sl in enumerate(slicers):
-                        run_window(i, padded[sl][None], [None])
+                        run_window(i, padded[sl][None], [None], k)
         else:
             with src.activate(net) if src is not None else nullcontext():
                 for i, sl in enumerate(slicers):
                     run_window(i, padded[sl][None], states if len(states) > 1 else [states[0]])
     n_classes = 3
+    folds = sorted(set(fold_of[0]))
     acc = np.zeros((2 * n_classes + 1, *padded.shape[1:]))
+    per_fold = {k: np.zeros((n_classes + 1, *padded.shape[1:])) for k in folds}  # pred_k, blend of H(m_wk)
     w = np.zeros(padded.shape[1:])
     for i, sl in enumerate(slicers):
         logits = np.stack(samples[i])
@@ -177,11 +182,18 @@ def reference(pred, data, sources, passes=1, seed=None, rate_in=None):
         p /= p.sum(1, keepdims=True)
         mom = np.concatenate([p.mean(0), np.mean([entropy64(s) for s in p], axis=0), (p**2).mean(0)])
         acc[(slice(None), *sl[1:])] += mom * g
+        for k in folds:  # each fold's own window means (the window disagreement is per fold, then averaged)
+            m = p[np.asarray(fold_of[i]) == k].mean(0)
+            per_fold[k][(slice(None), *sl[1:])] += np.concatenate([m, entropy64(m)]) * g
         w[sl[1:]] += g
     acc /= w
     acc = acc[(slice(None), *revert[1:])]
+    wd = 0.0
+    for k in folds:
+        f = (per_fold[k] / w)[(slice(None), *revert[1:])]
+        wd = wd + (entropy64(f[:n_classes]) - f[n_classes:]) / len(folds)
     return {"pred": acc[:n_classes], "expected_entropy": acc[n_classes:n_classes + 1],
-            "mean_sq": acc[n_classes + 1:], "num_samples": len(samples[0])}
+            "mean_sq": acc[n_classes + 1:], "window_disagreement": wd, "num_samples": len(samples[0])}
 
 
 # ------------------------------------------------------------------------------------------ overrides vs a loop
@@ -221,8 +233,12 @@ def test_window_and_stitching_overrides_match_a_hand_rolled_loop(name):
     maps = res.measures(mun.MAP_MEASURES)
     pe_ref = entropy64(ref["pred"])
     np.testing.assert_allclose(maps["predictive_entropy"].numpy(), pe_ref, atol=3e-5)
-    np.testing.assert_allclose(maps["mutual_information"].numpy(), np.maximum(pe_ref - ref["expected_entropy"], 0),
-                               atol=3e-5)
+    # PE = EE + MI + WD: the windows' disagreement is its own map, not part of MI
+    wd_ref = ref["window_disagreement"]
+    assert wd_ref.min() > -1e-12 and wd_ref.max() > 1e-4  # windows overlap and disagree
+    np.testing.assert_allclose(maps["window_disagreement"].numpy(), wd_ref, atol=3e-5)
+    np.testing.assert_allclose(maps["mutual_information"].numpy(),
+                               np.maximum(pe_ref - ref["expected_entropy"] - wd_ref, 0), atol=3e-5)
     assert float(maps["mutual_information"].max()) > 1e-4  # the samples really differ
     if "dropout" in sources:  # dropout restored to eval mode after sampling
         _, hooks = find_dropout_layers(pred.network)

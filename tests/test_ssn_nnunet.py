@@ -177,3 +177,127 @@ def test_trainer_trains_a_tiny_toy_task_on_cpu(tmp_path, monkeypatch):
     pred.predict_from_files_sequential(str(tmp_path / "raw/Dataset991_UncToy/imagesTs"), str(out_dir))
     assert len(list(out_dir.glob("*.nii.gz"))) == 1
     assert os.path.isfile(out_dir / "plans.json")
+
+    # nnunet-predict samples the SSN head: latent draws per window, MI aleatoric
+    import argparse
+
+    import nibabel as nib
+
+    from monai_unc.nnunet.cli import add_parser, run
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    ours = tmp_path / "ours"
+    args = parser.parse_args(["nnunet-predict", "-i", str(tmp_path / "raw/Dataset991_UncToy/imagesTs"), "-o",
+                              str(ours), "-m", str(model), "-f", "0", "-device", "cpu", "--sources", "ssn",
+                              "--num_samples", "4", "--disable_tta", "--seed", "0", "-npp", "0", "-nps", "0",
+                              "--disable_progress_bar"])
+    assert run(args) == 0
+    cfg = json.loads((ours / "uncertainty_config.json").read_text())
+    assert cfg["uncertainty_sources"] == ["ssn"] and cfg["mi_meaning"] == "aleatoric" and cfg["num_samples"] == 4
+    (rec_file,) = (ours / "uncertainty").glob("*.json")
+    rec = json.loads(rec_file.read_text())
+    assert rec["num_samples"] == 4 and rec["mi_meaning"] == "aleatoric"
+    mi = np.asarray(nib.load(str(ours / "uncertainty" / rec["maps"]["mutual_information"])).dataobj)
+    assert np.isfinite(mi).all() and mi.min() >= 0 and mi.max() > 0  # the latent draws disagree
+
+    # temperature scaling cannot divide the SSN distribution by t exactly (the variance floor): refused
+    with pytest.raises(ValueError, match="Stochastic Segmentation Network"):
+        mun.calibrate_model_folder(model, tmp_path / "calibrated", use_folds=(0,), use_mirroring=False)
+
+
+# ------------------------------------------------------------------------------------------ nnunet-predict source
+def ssn_predictor(sources=("ssn",), num_samples=3, **kw):
+    import copy
+
+    from test_nnunet import DATASET_JSON, make_plans
+
+    pm = PlansManager(make_plans())
+    cm = pm.get_configuration("cfg")
+    torch.manual_seed(0)
+    net = mun.nnUNetTrainerSSN.build_network_architecture(pm, cm, 1, 3, False)
+    head = net.decoder.seg_layers[-1]
+    with torch.no_grad():  # a covariance large enough for draws that disagree (training starts it near zero)
+        head.log_cov_diag_conv.bias.fill_(0.0)
+        head.cov_factor_conv.weight.normal_(0.0, 0.5)
+        head.mean_conv.weight.mul_(4.0)
+    pred = mun.UncertaintyPredictor(uncertainty_sources=sources, num_samples=num_samples, device=CPU,
+                                    allow_tqdm=False, **kw)
+    pred.manual_initialization(net, pm, cm, [copy.deepcopy(net.state_dict())], DATASET_JSON, "nnUNetTrainerSSN",
+                               (0, 1, 2))
+    return pred
+
+
+def test_ssn_source_draws_latent_samples_per_window_like_a_hand_rolled_loop():
+    from acvl_utils.cropping_and_padding.padding import pad_nd_image
+    from nnunetv2.inference.sliding_window_prediction import compute_gaussian
+
+    pred = ssn_predictor(seed=7, use_mirroring=False, measures=mun.MAP_MEASURES)
+    assert pred.mi_meaning == "aleatoric" and pred.samples_per_voxel() == 3
+    torch.manual_seed(5)
+    data = torch.randn(1, 20, 16, 16)
+    res = pred.predict_uncertainty_from_preprocessed_data(data)
+    assert res.num_samples == 3
+    # reference: the same draws (seed 7, windows in order, 3 draws each), float64 statistics, Gaussian blend
+    net = pred.network.eval()
+    padded, revert = pad_nd_image(data, pred.configuration_manager.patch_size, "constant", {"value": 0}, True, None)
+    slicers = pred._internal_get_sliding_window_slicers(padded.shape[1:])
+    assert len(slicers) > 1  # overlapping windows
+    g = compute_gaussian((16, 16, 16), 1.0 / 8, 10, device=CPU).double().numpy()
+    acc = np.zeros((5, *padded.shape[1:]))
+    w = np.zeros(padded.shape[1:])
+    torch.manual_seed(7)
+    with torch.no_grad(), ssn_sampling(net):
+        for sl in slicers:
+            x = padded[sl][None]
+            p = np.stack([torch.softmax(net(x).double(), 1)[0].numpy() for _ in range(3)])
+            h = -(p * np.log(p)).sum(1, keepdims=True)
+            m = p.mean(0)
+            acc[(slice(None), *sl[1:])] += np.concatenate([m, h.mean(0), -(m * np.log(m)).sum(0, keepdims=True)]) * g
+            w[sl[1:]] += g
+    acc = (acc / w)[(slice(None), *revert[1:])]
+    np.testing.assert_allclose(res.moments["pred"].numpy(), acc[:3], atol=2e-5)
+    np.testing.assert_allclose(res.moments["expected_entropy"].numpy(), acc[3:4], atol=2e-5)
+    maps = res.measures(mun.MAP_MEASURES)
+    pe = -(acc[:3] * np.log(acc[:3])).sum(0, keepdims=True)
+    np.testing.assert_allclose(maps["mutual_information"].numpy(), np.maximum(acc[4:5] - acc[3:4], 0), atol=3e-5)
+    np.testing.assert_allclose(maps["window_disagreement"].numpy(), pe - acc[4:5], atol=3e-5)
+    assert float(maps["mutual_information"].max()) > 1e-3  # the latent draws disagree: aleatoric MI
+    assert not any(h.sampling for h in find_ssn_heads(pred.network))  # sampling switched off afterwards
+    again = ssn_predictor(seed=7, use_mirroring=False).predict_uncertainty_from_preprocessed_data(data)
+    torch.testing.assert_close(again.moments["pred"], res.moments["pred"], rtol=0, atol=0)  # seeded draws
+
+
+def test_ssn_segmentation_logits_are_stock_mean_logits():
+    """With 'ssn' the only stochastic source, the segmentation logits are those stock nnU-Net computes (the SSN
+    head's mean logits, mirrors averaged), bit for bit, while the statistics come from latent draws."""
+    import copy
+
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+    ours = ssn_predictor(sources=("ssn", "mirroring"), num_samples=2, seed=0)
+    stock = nnUNetPredictor(device=CPU, allow_tqdm=False)
+    stock.manual_initialization(copy.deepcopy(ours.network), ours.plans_manager, ours.configuration_manager,
+                                ours.list_of_parameters, ours.dataset_json, "nnUNetTrainerSSN", (0, 1, 2))
+    torch.manual_seed(4)
+    data = torch.randn(1, 20, 16, 16)
+    res = ours.predict_uncertainty_from_preprocessed_data(data)
+    expected = stock.predict_logits_from_preprocessed_data(data)
+    assert res.num_samples == 16 and torch.equal(res.logits, expected)
+    assert float(res.measures()["mutual_information"].max()) > 1e-3
+    # with dropout as well the logits are the mean over the stochastic passes (as for dropout alone)
+    mixed = ssn_predictor(sources=("ssn", "dropout"), num_samples=2, dropout_p=0.2, seed=0)
+    assert not torch.equal(mixed.predict_uncertainty_from_preprocessed_data(data).logits, expected)
+
+
+def test_ssn_source_composes_with_dropout_and_is_refused_without_an_ssn_head():
+    from test_nnunet import make_predictor
+
+    pred = ssn_predictor(sources=("ssn", "dropout", "mirroring"), num_samples=2, dropout_p=0.2, seed=1)
+    assert pred.mi_meaning == "mixed" and pred.samples_per_voxel() == 2 * 8  # passes x mirrors
+    res = pred.predict_uncertainty_from_preprocessed_data(torch.randn(1, 16, 16, 16))
+    assert res.num_samples == 16 and float(res.measures()["mutual_information"].max()) > 1e-3
+    with pytest.raises(ValueError, match="needs a Stochastic Segmentation Network"):
+        make_predictor(uncertainty_sources=("ssn",))
+    with pytest.raises(ValueError, match="'ssn' with 'rate_in'"):
+        mun.UncertaintyPredictor(uncertainty_sources=("ssn", "rate_in"), device=CPU)

@@ -38,7 +38,10 @@ from monai_unc.nnunet.export import (  # noqa: E402
     case_scores,
     convert_uncertainty_to_original_geometry,
     export_uncertainty,
+    region_case_scores,
+    region_definitions,
     write_float_map,
+    write_region_maps,
     write_scores_table,
 )
 from monai_unc.nnunet.predictor import SOURCES, UncertaintyPredictor  # noqa: E402
@@ -78,9 +81,12 @@ __all__ = [
     "SSNDeepSupervisionLoss",
     "attach_ssn_head",
     "nnUNetTrainer_10iters",
+    "region_case_scores",
+    "region_definitions",
     "trainer_dir",
     "write_dropout_plans",
     "write_float_map",
+    "write_region_maps",
     "write_scores_table",
     "write_toy_dataset",
 ]

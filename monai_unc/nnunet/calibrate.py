@@ -28,10 +28,12 @@ from nnunetv2.utilities.label_handling.label_handling import determine_num_input
 from torch import nn
 
 from monai_unc.io import atomic_torch_save, atomic_write_json
+from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
+from monai_unc.nnunet.export import region_definitions
 from monai_unc.temperature import TemperatureScaler
 
-__all__ = ["calibrate_model_folder", "segmentation_layer_name"]
+__all__ = ["calibrate_model_folder", "segmentation_layer_name", "region_targets"]
 
 
 def segmentation_layer_name(network: nn.Module) -> str | None:
@@ -73,6 +75,15 @@ def calibrate_model_folder(
     validation NLL at t = 1 and after fitting). Predict from the copy as from the original (``-m output_dir``).
     A scalar t keeps every segmentation; it changes the probabilities and thereby every uncertainty map.
 
+    Region-based models (sigmoid per region, ``regions_class_order`` in ``dataset.json``): the scaler runs with
+    ``activation="sigmoid"`` on the region logits against the binary region masks of the reference
+    (:func:`region_targets`); ``mode="vector"`` fits one temperature per region (in the model's region order,
+    recorded as ``regions`` in ``temperature.json``), ``"scalar"`` one for all. Folding divides each region's
+    output channel of the segmentation layer by its ``t_r``, i.e. the predictor applies ``sigmoid(z_r / t_r)``.
+    Neither changes a region mask (the sign of each logit). Stochastic Segmentation Networks are refused: their
+    diagonal variance has a fixed floor (``exp(log_var) + epsilon``), so no change of the weights divides the
+    logit distribution by t exactly.
+
     Returns ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ...}}``.
     """
     src, dst = Path(model_training_output_dir), Path(output_dir)
@@ -101,9 +112,17 @@ def calibrate_model_folder(
         predictor = nnUNetPredictor(use_mirroring=use_mirroring, device=device, allow_tqdm=False)
         with ext_trainer_path():
             predictor.initialize_from_trained_model_folder(str(src), (fold_key,), checkpoint_name)
+        if find_ssn_heads(predictor.network):
+            raise ValueError(
+                "temperature scaling of a Stochastic Segmentation Network (nnUNetTrainerSSN) is not supported: "
+                "dividing its logit distribution by t needs the covariance D + P P^T divided by t^2, but the "
+                "diagonal D = exp(log_var) + epsilon has a fixed floor epsilon (a trainer setting, not a weight), "
+                "so no change of the checkpoint's weights scales it exactly"
+            )
         lm = predictor.label_manager
-        if lm.has_regions:
-            raise ValueError("temperature scaling of region-based (sigmoid) models is not supported")
+        activation = "sigmoid" if lm.has_regions else "softmax"
+        regions = [tuple(r) if isinstance(r, (tuple, list)) else (r,) for r in lm.foreground_regions] \
+            if lm.has_regions else None
         folder = pre_base / predictor.configuration_manager.data_identifier
         keys = splits[fold_key]["val"]
         dataset = infer_dataset_class(str(folder))(str(folder), keys)
@@ -115,12 +134,17 @@ def calibrate_model_folder(
             y[y < 0] = -1
             if lm.has_ignore_label:
                 y[y == lm.ignore_label] = -1
+            if regions is not None:  # binary region masks (R, *spatial), -1 where the voxel is left out
+                y = region_targets(y, regions)
             logits.append(z.to(torch.float16)[None])
             labels.append(y[None])
-        scaler = TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, **scaler_kwargs).fit(logits, labels)
+        scaler = TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, activation=activation,
+                                   **scaler_kwargs).fit(logits, labels)
         nll_t1 = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, init_temperature=1.0,
-                                   num_classes=scaler.num_classes).loss_and_grad(logits, labels)[0]
-        fitted = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, num_classes=scaler.num_classes)
+                                   num_classes=scaler.num_classes,
+                                   activation=activation).loss_and_grad(logits, labels)[0]
+        fitted = TemperatureScaler(mode=mode, loss="nll", ignore_index=-1, num_classes=scaler.num_classes,
+                                   activation=activation)
         fitted.temperature = scaler.temperature.clone()
         nll_fit = fitted.loss_and_grad(logits, labels)[0]
         ckpt = torch.load(src / f"fold_{fold_key}" / checkpoint_name, map_location="cpu", weights_only=False)
@@ -134,5 +158,17 @@ def calibrate_model_folder(
         atomic_torch_save(dst / f"fold_{fold_key}" / checkpoint_name, ckpt)
         report[str(fold_key)] = {"temperature": scaler.temperature.tolist(), "nll_t1": nll_t1,
                                  "nll_fitted": nll_fit, "num_cases": len(keys), "converged": scaler.converged}
-    atomic_write_json(dst / "temperature.json", {"mode": mode, "loss": loss, "folds": report})
+    doc: dict[str, Any] = {"mode": mode, "loss": loss, "activation": activation}
+    if regions is not None:  # one temperature per region in this order with mode="vector"
+        doc["regions"] = region_definitions(json.loads((src / "dataset.json").read_text()))
+    atomic_write_json(dst / "temperature.json", {**doc, "folds": report})
     return report
+
+
+def region_targets(labels: torch.Tensor, regions: Sequence[tuple[int, ...]]) -> torch.Tensor:
+    """Binary region masks ``(R, *spatial)`` (int64) of a label map ``(*spatial)``: region ``r`` is
+    ``isin(labels, regions[r])``; voxels labelled -1 (outside nnU-Net's crop, the ignore label) are -1 in every
+    region (left out of the fit)."""
+    masks = torch.stack([torch.isin(labels, torch.tensor(list(r), dtype=labels.dtype)) for r in regions]).long()
+    masks[:, labels < 0] = -1
+    return masks

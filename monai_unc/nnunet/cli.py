@@ -20,9 +20,10 @@ import argparse
 import os
 import sys
 
-from monai_unc.keys import DEFAULT_MEASURES, MEASURES
+from monai_unc.keys import DEFAULT_MEASURES
 from monai_unc.nnunet.calibrate import calibrate_model_folder
 from monai_unc.nnunet.dropout import write_dropout_plans
+from monai_unc.nnunet.export import MAP_MEASURES
 from monai_unc.nnunet.predictor import SOURCES, UncertaintyPredictor
 
 __all__ = ["add_parser", "run", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
@@ -43,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Register ``nnunet-predict`` (returned), ``nnunet-dropout-plans`` and ``nnunet-calibrate`` on ``subparsers``."""
     p = subparsers.add_parser(
         PREDICT_COMMAND,
-        help="nnU-Net v2 prediction with uncertainty maps (folds, mirroring, MC dropout, Rate-In)",
+        help="nnU-Net v2 prediction with uncertainty maps (folds, mirroring, MC dropout, Rate-In, SSN)",
         description="nnUNetv2_predict with uncertainty: the segmentations nnU-Net writes, plus "
         "uncertainty/<case>_<measure><ending> maps in the image geometry, uncertainty/<case>.json scores and "
         "uncertainty_scores.csv. Same flags as nnUNetv2_predict.",
@@ -77,14 +78,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--not_on_device", action="store_true", help="keep the stitching buffers in CPU memory")
     u = p.add_argument_group("uncertainty")
     u.add_argument("--sources", nargs="+", default=["folds", "mirroring"], choices=SOURCES, metavar="SOURCE",
-                   help="uncertainty sources: any of folds, mirroring and one of dropout, rate_in "
-                   "(default: folds mirroring)")
+                   help="uncertainty sources: any of folds, mirroring and one of dropout, rate_in; ssn (latent "
+                   "draws of an nnUNetTrainerSSN model, alone or with dropout) (default: folds mirroring)")
     u.add_argument("--num_samples", type=int, default=10,
-                   help="MC dropout / Rate-In passes per window (default: 10; used only with dropout or rate_in)")
+                   help="stochastic passes per window: MC dropout masks / Rate-In passes / SSN latent draws "
+                   "(default: 10; used only with dropout, rate_in or ssn)")
     u.add_argument("--dropout_p", type=float, default=None,
                    help="insert post-hoc dropout with this rate (no retraining); default: the trained dropout")
     u.add_argument("--measures", nargs="+", default=list(DEFAULT_MEASURES), metavar="MEASURE",
-                   help=f"maps to write, any of {', '.join(MEASURES)} (default: {' '.join(DEFAULT_MEASURES)})")
+                   help=f"maps to write, any of {', '.join(MAP_MEASURES)} (default: {' '.join(DEFAULT_MEASURES)})")
+    u.add_argument("--window_disagreement", choices=("separate", "mutual_information"), default="separate",
+                   help="separate (default): disagreement between overlapping sliding windows is its own part of "
+                   "the predictive entropy (map window_disagreement), not mutual information; mutual_information: "
+                   "count it in MI (the behaviour before window disagreement existed)")
     u.add_argument("--segmentation_from", choices=("logits", "probabilities"), default="logits",
                    help="argmax of the mean logits (stock nnU-Net, default) or of the mean probabilities")
     u.add_argument("--seed", type=int, default=None, help="seed for the dropout masks")
@@ -122,7 +128,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     c.add_argument("-m", default=None, help="trained model folder (instead of -d/-tr/-p/-c)")
     c.add_argument("-f", nargs="+", default=["0", "1", "2", "3", "4"], help="folds (default: 0 1 2 3 4)")
     c.add_argument("-chk", default="checkpoint_final.pth", help="checkpoint name")
-    c.add_argument("--mode", choices=("scalar", "vector"), default="scalar", help="one t, or one per class")
+    c.add_argument("--mode", choices=("scalar", "vector"), default="scalar",
+                   help="one t, or one per class (per region for a region-based model)")
     c.add_argument("--loss", choices=("nll", "ece"), default="nll", help="fitting objective (default nll)")
     c.add_argument("--disable_tta", action="store_true", help="validation logits without mirroring")
     c.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
@@ -170,6 +177,7 @@ def _predict(args: argparse.Namespace) -> int:
         segmentation_from=args.segmentation_from,
         rate_in=rate_in or None,
         seed=args.seed,
+        window_disagreement=args.window_disagreement,
         tile_step_size=args.step_size,
         use_gaussian=True,
         use_mirroring=not args.disable_tta,

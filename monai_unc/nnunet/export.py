@@ -28,12 +28,14 @@ import csv
 import io
 import json
 import os
+import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import nibabel as nib
 import numpy as np
 import torch
 from acvl_utils.cropping_and_padding.bounding_boxes import insert_crop_into_image
@@ -43,6 +45,7 @@ from nnunetv2.inference.export_prediction import convert_predicted_logits_to_seg
 from nnunetv2.utilities.label_handling.label_handling import LabelManager
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
+from monai_unc.inferers.sampling import window_disagreement_from_stitched
 from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, atomic_write_text
 from monai_unc.keys import DEFAULT_MEASURES, MEASURES, MIMeaning, UncertaintyKeys
 from monai_unc.scores import PATCH_SIZE
@@ -53,13 +56,17 @@ __all__ = [
     "MAP_MEASURES",
     "DEFAULT_MEASURES",
     "MEAN_SQ",
+    "WINDOW_ENTROPY",
     "UNCERTAINTY_FOLDER",
     "SCORES_CSV",
     "PATCH_SIZE",
     "CaseUncertainty",
+    "region_definitions",
     "convert_uncertainty_to_original_geometry",
     "write_float_map",
+    "write_region_maps",
     "case_scores",
+    "region_case_scores",
     "export_uncertainty",
     "case_exported",
     "write_scores_table",
@@ -67,11 +74,15 @@ __all__ = [
 
 K = UncertaintyKeys
 
-#: voxel maps the predictor can write (the package's list of measures but ``window_disagreement``: nnU-Net's
-#: predictor stitches its tiles itself, so the disagreement between tiles stays in the mutual information)
-MAP_MEASURES: tuple[str, ...] = tuple(m for m in MEASURES if m != UncertaintyKeys.WINDOW_DISAGREEMENT.value)
+#: voxel maps the predictor can write (the package's list of measures; ``window_disagreement`` with
+#: ``window_disagreement="separate"``, the predictor's default)
+MAP_MEASURES: tuple[str, ...] = (*MEASURES, *(() if K.WINDOW_DISAGREEMENT.value in MEASURES
+                                             else (K.WINDOW_DISAGREEMENT.value,)))
 #: key of the mean squared probabilities in the moments (stitched only when ``variance`` is requested)
 MEAN_SQ = "mean_sq"
+#: key of the stitched per-window predictive entropies ``blend_w H(m_w)`` in the moments (with
+#: ``window_disagreement="separate"``); the window disagreement is ``H(pred) - window_entropy``
+WINDOW_ENTROPY = "window_entropy"
 #: folder (inside the output folder) that receives the maps and the case records
 UNCERTAINTY_FOLDER = "uncertainty"
 #: per-case score table written next to the segmentations
@@ -82,10 +93,14 @@ SCORES_CSV = "uncertainty_scores.csv"
 class CaseUncertainty:
     """Stitched statistics of one case at the resolution of the network (nnU-Net's preprocessed geometry).
 
-    ``moments``: ``pred`` ``(C, *spatial)`` mean probabilities, ``expected_entropy`` ``(1, *spatial)`` mean entropy
-    (nats) and, with ``variance`` requested, ``mean_sq`` ``(C, *spatial)``; float32. ``logits``: the mean logits
-    ``(C, *spatial)`` as stock nnU-Net computes them (fp16) or ``None``. ``num_samples``: probability samples per
-    voxel. ``extras``: side information (the mean searched Rate-In rate per layer).
+    ``moments``: ``pred`` ``(C, *spatial)`` mean probabilities, ``expected_entropy`` mean entropy (nats; ``(1,
+    *spatial)``, or ``(R, *spatial)`` per-region binary entropies for a region-based model), with ``variance``
+    requested ``mean_sq`` ``(C, *spatial)``, and with ``window_disagreement="separate"`` ``window_entropy`` (shape
+    of ``expected_entropy``): the stitched per-window predictive entropies, from which the window disagreement
+    ``WD = H(pred) - window_entropy`` is derived (:mod:`monai_unc.inferers.sampling`); float32. ``logits``: the mean
+    logits ``(C, *spatial)`` as stock nnU-Net computes them (fp16) or ``None``. ``num_samples``: probability
+    samples per voxel. ``extras``: side information (the mean searched Rate-In rate per layer). ``multilabel``:
+    region-based model (sigmoid per region, ``C = R`` regions, every measure per region).
     """
 
     moments: dict[str, Any]
@@ -93,6 +108,7 @@ class CaseUncertainty:
     num_samples: int
     sources: tuple[str, ...] = field(default_factory=tuple)
     extras: dict[str, Any] = field(default_factory=dict)
+    multilabel: bool = False
 
     def to_numpy(self) -> CaseUncertainty:
         """CPU numpy copy (what crosses process boundaries; nnU-Net does the same with its logits)."""
@@ -101,12 +117,46 @@ class CaseUncertainty:
             return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
 
         return CaseUncertainty({k: np_(v) for k, v in self.moments.items()}, np_(self.logits), self.num_samples,
-                               self.sources, dict(self.extras))
+                               self.sources, dict(self.extras), self.multilabel)
 
     def measures(self, keys: Iterable[str] = DEFAULT_MEASURES, normalize: bool = False) -> dict[str, torch.Tensor]:
-        """Maps ``(1, *spatial)`` derived from the moments at network resolution (no resampling)."""
+        """Maps derived from the moments at network resolution (no resampling): ``(1, *spatial)``, or ``(R,
+        *spatial)`` for a region-based model."""
         mom = {k: torch.as_tensor(v)[None] for k, v in self.moments.items()}
-        return {k: v[0] for k, v in derive_measures(mom, keys, normalize=normalize).items()}
+        return {k: v[0] for k, v in _derive(mom, keys, self.multilabel, normalize).items()}
+
+
+def _derive(moments: dict[str, torch.Tensor], keys: Iterable[str], multilabel: bool,
+            normalize: bool = False) -> dict[str, torch.Tensor]:
+    """:func:`~monai_unc.stats.derive_measures` of batched moments ``(1, k, *spatial)``; ``window_entropy`` (when
+    present) becomes the window disagreement ``H(pred) - window_entropy``
+    (:func:`~monai_unc.inferers.sampling.window_disagreement_from_stitched`), so that MI = PE - EE - WD."""
+    mom = dict(moments)
+    keys = [K(k).value for k in keys]
+    we = mom.pop(WINDOW_ENTROPY, None)
+    if we is not None:
+        mom[K.WINDOW_DISAGREEMENT.value] = window_disagreement_from_stitched(mom[K.PRED.value], we, multilabel)
+    elif K.WINDOW_DISAGREEMENT.value in keys:
+        raise ValueError("window_disagreement is only available with window_disagreement='separate'")
+    return derive_measures(mom, keys, normalize=normalize, multilabel=multilabel)
+
+
+def region_definitions(dataset_json: dict) -> dict[str, list[int]]:
+    """The regions of a region-based nnU-Net ``dataset.json`` in channel order: ``{name: [labels]}`` (the entries
+    of ``"labels"`` other than background and ``ignore``, in their order, as nnU-Net's ``LabelManager`` orders its
+    output channels). ``{}`` for a label-based dataset."""
+    labels = dataset_json.get("labels", {})
+    if not any(isinstance(v, (list, tuple)) and len(v) > 1 for v in labels.values()):
+        return {}
+    out: dict[str, list[int]] = {}
+    for name, value in labels.items():
+        if name == "ignore":
+            continue
+        vals = [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        if set(vals) == {0}:
+            continue
+        out[str(name)] = vals
+    return out
 
 
 # ------------------------------------------------------------------------------------------ geometry
@@ -126,20 +176,28 @@ def _resampled_moments(
         else [spacing_transposed[0], *configuration_manager.spacing]
     )
     mom = result.moments
+    multilabel = bool(result.multilabel)
     n_classes = mom[K.PRED.value].shape[0]
-    parts = [mom[K.PRED.value], mom[K.EXPECTED_ENTROPY.value]] + ([mom[MEAN_SQ]] if MEAN_SQ in mom else [])
+    n_ee = mom[K.EXPECTED_ENTROPY.value].shape[0]
+    keys = [K.PRED.value, K.EXPECTED_ENTROPY.value] + [k for k in (MEAN_SQ, WINDOW_ENTROPY) if k in mom]
     stacked = np.asarray(configuration_manager.resampling_fn_probabilities(
-        np.concatenate([np.asarray(p, dtype=np.float32) for p in parts], axis=0), shape, current_spacing,
+        np.concatenate([np.asarray(mom[k], dtype=np.float32) for k in keys], axis=0), shape, current_spacing,
         spacing_transposed))
     # an interpolating (order > 1) resampling may overshoot: keep the moments valid
-    pred = np.clip(stacked[:n_classes], 0.0, 1.0)
-    pred /= np.maximum(pred.sum(0, keepdims=True), np.finfo(np.float32).tiny)
-    out = {
-        K.PRED.value: pred,
-        K.EXPECTED_ENTROPY.value: np.clip(stacked[n_classes:n_classes + 1], 0.0, np.log(n_classes)),
-    }
-    if MEAN_SQ in mom:
-        out[MEAN_SQ] = np.clip(stacked[n_classes + 1:], 0.0, 1.0)
+    h_max = np.log(2.0 if multilabel else n_classes)
+    out: dict[str, np.ndarray] = {}
+    start = 0
+    for k in keys:
+        n = n_classes if k in (K.PRED.value, MEAN_SQ) else n_ee
+        part = stacked[start:start + n]
+        start += n
+        if k == K.PRED.value:
+            part = np.clip(part, 0.0, 1.0)
+            if not multilabel:
+                part /= np.maximum(part.sum(0, keepdims=True), np.finfo(np.float32).tiny)
+        else:
+            part = np.clip(part, 0.0, 1.0 if k == MEAN_SQ else h_max)
+        out[k] = part
     return out
 
 
@@ -175,13 +233,24 @@ def convert_uncertainty_to_original_geometry(
     ``mean_probabilities`` is always the mean over the samples (the predictive distribution the maps are
     derived from). Probabilities are ``(C, *shape)`` float32 with background 1 outside the crop.
 
+    Region-based models (``result.multilabel``; nnU-Net's ``LabelManager.has_regions``): the probabilities are the
+    per-region sigmoid probabilities ``(R, *shape)`` (0 outside the crop), exactly what stock ``--save_probabilities``
+    writes for such a model; the segmentation is built from them as stock nnU-Net builds it (each region's voxels
+    with probability > 0.5 get that region's entry of ``regions_class_order``, in order), so its "argmax" is that
+    conversion, not an argmax; every map is per region, ``(R, *shape)``.
+
     Returns ``{"segmentation": (*shape) uint8/uint16, "maps": {measure: (*shape) float32}, "num_samples": int}``
-    plus, with ``return_probabilities``, ``"probabilities"`` and ``"mean_probabilities"``.
+    (maps ``(R, *shape)`` for a region-based model) plus, with ``return_probabilities``, ``"probabilities"`` and
+    ``"mean_probabilities"``.
     """
     if segmentation_from not in ("logits", "probabilities"):
         raise ValueError(f"segmentation_from must be 'logits' or 'probabilities', got {segmentation_from!r}")
     if segmentation_from == "logits" and result.logits is None:
         raise ValueError("segmentation_from='logits' but the result holds no logits")
+    if bool(result.multilabel) != bool(label_manager.has_regions):
+        raise ValueError(f"result.multilabel={result.multilabel} but the label manager's has_regions="
+                         f"{label_manager.has_regions}: the statistics do not belong to this model")
+    multilabel = bool(result.multilabel)
     axes = [0] + [i + 1 for i in plans_manager.transpose_backward]
     out: dict[str, Any] = {"num_samples": int(result.num_samples)}
     if segmentation_from == "logits":
@@ -196,14 +265,16 @@ def convert_uncertainty_to_original_geometry(
     torch.set_num_threads(num_threads_torch)
     try:
         moments = _resampled_moments(result, plans_manager, configuration_manager, properties)
-        maps_t = derive_measures({k: torch.from_numpy(v)[None] for k, v in moments.items()}, measures)
-        out["maps"] = {
-            k: _revert_crop(v[0].numpy().astype(np.float32), properties).transpose(axes)[0]
-            for k, v in maps_t.items()
-        }
+        maps_t = _derive({k: torch.from_numpy(v)[None] for k, v in moments.items()}, measures, multilabel)
+        maps = {k: _revert_crop(v[0].numpy().astype(np.float32), properties).transpose(axes)
+                for k, v in maps_t.items()}
+        out["maps"] = maps if multilabel else {k: v[0] for k, v in maps.items()}
         if segmentation_from == "probabilities":
-            seg = moments[K.PRED.value].argmax(0)
             seg_dtype = np.uint8 if len(label_manager.foreground_labels) < 255 else np.uint16
+            if multilabel:
+                seg = np.asarray(label_manager.convert_probabilities_to_segmentation(moments[K.PRED.value]))
+            else:
+                seg = moments[K.PRED.value].argmax(0)
             out["segmentation"] = _revert_crop(seg.astype(seg_dtype)[None], properties)[0].transpose(
                 plans_manager.transpose_backward)
         if return_probabilities:
@@ -255,6 +326,63 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     return out
 
 
+def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict,
+                      region_names: Sequence[str]) -> list[Path]:
+    """Write per-region maps ``(R, *shape)`` of one measure with the geometry of :func:`write_float_map`.
+
+    NIfTI (``.nii.gz`` / ``.nii``): one 4D file ``(X, Y, Z, R)``, the regions along the fourth axis in the model's
+    channel order. Each region is first written by the dataset's ``reader_writer`` (its geometry code, any
+    reorientation included) to a temporary 3D file and read back with nibabel, so the 4D file has exactly the
+    voxel order, affine and header of the 3D maps. Other formats hold no 4D image: one file per region,
+    ``<case>_<measure>_<region><ending>``. Returns the paths written.
+    """
+    arr = np.asarray(data, dtype=np.float32)
+    if arr.ndim < 3 or arr.shape[0] != len(region_names):
+        raise ValueError(f"data must be (R, *shape) with R = {len(region_names)} regions, got shape {arr.shape}")
+    out = Path(output_fname)
+    ending = _ending(out.name)
+    stem = out.name[: -len(ending)] if ending else out.name
+    if ending not in (".nii.gz", ".nii") or arr.ndim != 4:
+        return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties)
+                for r, name in enumerate(region_names)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".regions_") as tmpdir:
+        volumes, ref = [], None
+        for r in range(arr.shape[0]):
+            f = Path(tmpdir) / f"r{r}.nii"
+            reader_writer.write_seg(np.ascontiguousarray(arr[r]).view(_FloatMap), str(f), properties)
+            img = nib.load(str(f))
+            volumes.append(np.asarray(img.get_fdata(dtype=np.float32)))
+            ref = img if ref is None else ref
+        header = ref.header.copy()
+        header.set_data_dtype(np.float32)
+        img4 = nib.Nifti1Image(np.stack(volumes, axis=-1), ref.affine, header)
+        img4.header.set_sform(ref.header.get_sform(), int(ref.header["sform_code"]))
+        img4.header.set_qform(ref.header.get_qform(), int(ref.header["qform_code"]))
+        with atomic_path(out, ending) as tmp:
+            nib.save(img4, str(tmp))
+    return [out]
+
+
+def region_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, regions: dict[str, Sequence[int]],
+                       patch_size: int = PATCH_SIZE) -> dict:
+    """Case scores of per-region maps ``(R, *shape)``: :func:`monai_unc.scores.case_scores` of each region's
+    channel, with that region's predicted mask (``isin(segmentation, labels of the region)``, the region as it is
+    evaluated from a label map) as the foreground of ``fg_mean``. Returns ``{measure: {"<score>_<region>": v}}``,
+    flattened to ``<measure>_<score>_<region>`` columns in the table."""
+    out: dict[str, dict[str, float]] = {}
+    seg = np.asarray(segmentation)
+    masks = {name: np.isin(seg, list(labels)).astype(np.uint8) for name, labels in regions.items()}
+    for key, m in maps.items():
+        out[key] = {}
+        for r, name in enumerate(regions):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # empty region: fg_mean NaN, recorded as null
+                scores = map_case_scores(m[r], masks[name], patch_size)
+            out[key].update({f"{s}_{name}": v for s, v in scores.items()})
+    return out
+
+
 def case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, patch_size: int = PATCH_SIZE) -> dict:
     """Case-level scores of each map (ValUES Sec. 4.3), the definitions ``monai-unc evaluate`` uses.
 
@@ -295,7 +423,9 @@ def export_uncertainty(
     Files: ``<case><ending>`` segmentation; with ``save_probabilities`` ``<case>.npz`` (key ``probabilities``,
     float32 ``(C, *shape)``: the probabilities whose argmax is the segmentation, see
     :func:`convert_uncertainty_to_original_geometry`) and ``<case>.pkl`` (properties) as nnU-Net writes them;
-    ``uncertainty/<case>_<measure><ending>`` float32 maps; ``uncertainty/<case>.json`` the record. The
+    ``uncertainty/<case>_<measure><ending>`` float32 maps (region-based models: 4D ``(X, Y, Z, R)``, see
+    :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`region_case_scores`);
+    ``uncertainty/<case>.json`` the record. The
     segmentation is written last. Returns the record.
     """
     label_manager = plans_manager.get_label_manager(dataset_json)
@@ -308,13 +438,22 @@ def export_uncertainty(
     case = base.name
     unc_dir = base.parent / UNCERTAINTY_FOLDER
     rw = plans_manager.image_reader_writer_class()
-    files = {}
+    regions = region_definitions(dataset_json) if label_manager.has_regions else {}
+    files: dict[str, Any] = {}
     for key, m in out["maps"].items():
-        files[key] = write_float_map(rw, m, unc_dir / f"{case}_{key}{ending}", properties).name
+        if regions:
+            paths = write_region_maps(rw, m, unc_dir / f"{case}_{key}{ending}", properties, list(regions))
+            files[key] = paths[0].name if len(paths) == 1 else [q.name for q in paths]
+        else:
+            files[key] = write_float_map(rw, m, unc_dir / f"{case}_{key}{ending}", properties).name
     if save_probabilities:
         atomic_save_npz(base.with_name(f"{case}.npz"), {"probabilities": out["probabilities"]}, compressed=True)
         with atomic_path(base.with_name(f"{case}.pkl"), ".pkl") as tmp:
             save_pickle(properties, str(tmp))
+    if regions:
+        scores = region_case_scores(out["maps"], out["segmentation"], regions, patch_size)
+    else:
+        scores = case_scores(out["maps"], out["segmentation"], patch_size)
     record = {
         "case": case,
         "sources": list(result.sources),
@@ -323,8 +462,9 @@ def export_uncertainty(
         "segmentation_from": segmentation_from,
         "foreground_voxels": int((out["segmentation"] > 0).sum()),
         "patch_size": int(patch_size),
-        "scores": case_scores(out["maps"], out["segmentation"], patch_size),
+        "scores": scores,
         "maps": files,
+        **({"regions": regions} if regions else {}),
         **result.extras,
     }
     atomic_write_json(_record_path(base), record)
@@ -356,7 +496,13 @@ def case_exported(
     if not isinstance(maps, dict):
         return False
     unc_dir = base.parent / UNCERTAINTY_FOLDER
-    return all(isinstance(maps.get(K(m).value), str) and (unc_dir / maps[K(m).value]).is_file() for m in measures)
+
+    def written(entry: Any) -> bool:
+        names = [entry] if isinstance(entry, str) else entry
+        return (isinstance(names, list) and bool(names)
+                and all(isinstance(n, str) and (unc_dir / n).is_file() for n in names))
+
+    return all(written(maps.get(K(m).value)) for m in measures)
 
 
 def write_scores_table(output_folder: str | os.PathLike) -> Path | None:

@@ -12,12 +12,16 @@ channel per class. Nothing of the individual samples survives. This subclass tur
   ``network.eval()`` (trained dropout, or post-hoc dropout with ``dropout_p``; MI(Y, theta));
 - ``"rate_in"``: ``num_samples`` dropout passes with Rate-In rates (Zeevi et al., CVPR 2025), searched once per
   window on the un-mirrored window by :class:`~monai_unc.inferers.rate_in.RateInSource` (the network's dropout is
-  converted, or Rate-In is inserted after every encoder/decoder stage when it has none).
+  converted, or Rate-In is inserted after every encoder/decoder stage when it has none);
+- ``"ssn"``: ``num_samples`` latent draws per window of a Stochastic Segmentation Network
+  (:class:`~monai_unc.nnunet.trainers.nnUNetTrainerSSN`; the head is switched into sampling mode with
+  :func:`~monai_unc.networks.ssn_sampling`, each forward pass one draw; MI(Y, Z), aleatoric, ValUES Appendix D).
+  Combined with ``"dropout"`` each pass draws a dropout mask and a latent sample (MI mixed).
 
-Sources multiply: folds x dropout x mirrors forward passes per window. Axes that are *not* sources are averaged
-in logit space first, as stock nnU-Net does (mirroring not a source: each sample is the softmax of the mean logit
-over the mirrors; folds not a source: each sample is the softmax of the mean logit over the folds, computed per
-window with one copy of the network per fold on the device).
+Sources multiply: folds x stochastic passes x mirrors forward passes per window. Axes that are *not* sources are
+averaged in logit space first, as stock nnU-Net does (mirroring not a source: each sample is the softmax of the mean
+logit over the mirrors; folds not a source: each sample is the softmax of the mean logit over the folds, computed
+per window with one copy of the network per fold on the device).
 
 Per window, every sample's softmax streams into a :class:`~monai_unc.stats.SampleStats` (float32 within the
 window); the window's moments, mean probabilities (C channels), mean entropy (1) and, for ``variance``, mean
@@ -27,13 +31,27 @@ are exact functions of the blended moments (docs/design.md, "Streaming statistic
 the other (nnU-Net's memory-saving order) contribute equal numbers of samples per voxel, so their statistics
 pool exactly as the mean of their stitched moments.
 
+Window disagreement (``window_disagreement="separate"``, default): each window also returns its predictive entropy
+``H(m_w)``, blended like the moments, and ``PE = EE + MI + WD`` with ``WD = H(pred) - blend_w H(m_w)`` computed by
+:func:`~monai_unc.inferers.sampling.window_disagreement_from_stitched` (the MONAI inferers' decomposition), so that
+a deterministic model has MI = 0 exactly with overlapping windows. With the folds as a source, WD is the mean of
+the folds' own window disagreements and their mutual disagreement stays in MI. ``"mutual_information"`` keeps
+the former behaviour (MI = PE - EE, window disagreement included).
+
+Region-based models (``label_manager.has_regions``: nnU-Net's ``regions_class_order``): every sample is a sigmoid
+per region, each region an independent Bernoulli variable (``SampleStats(multilabel=True)``); the expected entropy
+and every map have one channel per region. The segmentation and ``.npz`` are stock nnU-Net's (regions painted in
+``regions_class_order``), the maps are written as 4D files (:mod:`monai_unc.nnunet.export`).
+
 Segmentation: ``segmentation_from="logits"`` (default) also stitches the mean *logits* of every fold exactly as
 stock nnU-Net does (the same fp16 buffers and order of operations, one buffer per fold when the folds run side by
 side) and combines the folds as stock does (sum of the stitched fold logits in fp16, divided by their number), so
 without dropout the segmentation equals stock nnU-Net's bit for bit for the same folds and mirrors, whichever of
-them are sources. With ``"dropout"`` / ``"rate_in"`` the logits are the mean over the stochastic passes too: the
-segmentation is that of the mean over the samples, not stock's. ``"probabilities"`` takes the argmax of the mean
-probabilities instead. Geometry and files: :mod:`monai_unc.nnunet.export`.
+them are sources, and with ``"ssn"`` the only stochastic source (one more pass per mirror with the SSN heads'
+sampling off: the mean logits stock segments with). With ``"dropout"`` / ``"rate_in"`` the logits are the mean
+over the stochastic passes too: the segmentation is that of the mean over the samples, not stock's.
+``"probabilities"`` takes the argmax of the mean probabilities instead. Geometry and files:
+:mod:`monai_unc.nnunet.export`.
 
 Extension points. nnU-Net offers no hook for per-sample outputs, so four *private* methods of
 ``nnUNetPredictor`` are overridden (supported nnU-Net versions: :mod:`monai_unc.nnunet.environment`):
@@ -91,8 +109,11 @@ from tqdm import tqdm
 
 from monai_unc.inferers.dropout import enable_mc_dropout, find_dropout_layers
 from monai_unc.inferers.rate_in import RateInSource
+from monai_unc.inferers.sampling import WINDOW_DISAGREEMENT_MODES
 from monai_unc.io import atomic_write_json
 from monai_unc.keys import MIMeaning, UncertaintyKeys
+from monai_unc.measures import entropy_map_t
+from monai_unc.networks.ssn import find_ssn_heads, ssn_sampling
 from monai_unc.nnunet.calibrate import calibrate_model_folder
 from monai_unc.nnunet.dropout import add_posthoc_dropout
 from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
@@ -100,11 +121,13 @@ from monai_unc.nnunet.export import (
     DEFAULT_MEASURES,
     MAP_MEASURES,
     MEAN_SQ,
+    WINDOW_ENTROPY,
     CaseUncertainty,
     case_exported,
     case_scores,
     convert_uncertainty_to_original_geometry,
     export_uncertainty,
+    region_definitions,
     write_float_map,
     write_scores_table,
 )
@@ -129,8 +152,8 @@ __all__ = [
 K = UncertaintyKeys
 
 #: uncertainty sources the predictor can sample from
-SOURCES = ("folds", "mirroring", "dropout", "rate_in")
-_STOCHASTIC = ("dropout", "rate_in")
+SOURCES = ("folds", "mirroring", "dropout", "rate_in", "ssn")
+_STOCHASTIC = ("dropout", "rate_in", "ssn")
 
 
 def _sequential_iterator(
@@ -171,18 +194,22 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     Args:
         uncertainty_sources: any non-empty combination of ``"folds"``, ``"mirroring"`` and one of ``"dropout"`` /
-            ``"rate_in"``.
-        num_samples: Monte-Carlo dropout passes per window (``"dropout"``, ``"rate_in"``; Zeevi et al. uses 30);
-            ignored without them.
+            ``"rate_in"``, and ``"ssn"`` (not with ``"rate_in"``) for an SSN model.
+        num_samples: stochastic passes per window (``"dropout"``, ``"rate_in"``, ``"ssn"``; Zeevi et al. uses 30
+            dropout passes, ValUES 10 SSN draws); ignored without them.
         dropout_p: insert post-hoc dropout with this rate after every encoder/decoder stage of the trained network
             (no retraining; :func:`~monai_unc.nnunet.dropout.add_posthoc_dropout`). ``None`` samples the dropout the
             network was trained with (plans variant or ``nnUNetTrainerMCDropout``).
-        measures: maps to write, from :data:`MAP_MEASURES` (``variance`` stitches C more channels).
+        measures: maps to write, from :data:`MAP_MEASURES` (``variance`` stitches C more channels;
+            ``window_disagreement`` only with ``window_disagreement="separate"``).
         segmentation_from: ``"logits"`` (stock nnU-Net's segmentation, exactly, without dropout) or
             ``"probabilities"``.
         rate_in: keyword arguments of :class:`~monai_unc.inferers.rate_in.RateInSource` for ``"rate_in"``
             (``target_loss``, ``loss``, ``placement``, controller settings).
-        seed: seed for the dropout masks of every case (``None``: the global RNG); the global RNG state is kept.
+        seed: seed for the dropout masks and SSN draws of every case (``None``: the global RNG); the global RNG
+            state is kept.
+        window_disagreement: ``"separate"`` (default; MI excludes the disagreement between overlapping windows,
+            which is the ``window_disagreement`` map) or ``"mutual_information"`` (counted in MI, as before).
         The remaining arguments are ``nnUNetPredictor``'s.
     """
 
@@ -195,6 +222,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         segmentation_from: str = "logits",
         rate_in: dict[str, Any] | None = None,
         seed: int | None = None,
+        window_disagreement: str = "separate",
         tile_step_size: float = 0.5,
         use_gaussian: bool = True,
         use_mirroring: bool = True,
@@ -212,8 +240,14 @@ class UncertaintyPredictor(nnUNetPredictor):
         bad = [s for s in sources if s not in SOURCES]
         if bad or len(set(sources)) != len(sources):
             raise ValueError(f"uncertainty_sources must be distinct names from {SOURCES}, got {sources}")
-        if all(s in sources for s in _STOCHASTIC):
+        if "dropout" in sources and "rate_in" in sources:
             raise ValueError("uncertainty_sources may hold 'dropout' or 'rate_in', not both (two dropout schemes)")
+        if "ssn" in sources and "rate_in" in sources:
+            raise ValueError("uncertainty_sources may not combine 'ssn' with 'rate_in' (compose SSN with 'dropout')")
+        if window_disagreement not in WINDOW_DISAGREEMENT_MODES:
+            raise ValueError(
+                f"window_disagreement must be one of {WINDOW_DISAGREEMENT_MODES}, got {window_disagreement!r}"
+            )
         if rate_in is not None and "rate_in" not in sources:
             raise ValueError("rate_in options are only used with the 'rate_in' uncertainty source")
         if "mirroring" in sources and not use_mirroring:
@@ -234,6 +268,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             raise ValueError(f"measures must be a non-empty subset of {list(MAP_MEASURES)}, got {measures}")
         if segmentation_from not in ("logits", "probabilities"):
             raise ValueError(f"segmentation_from must be 'logits' or 'probabilities', got {segmentation_from!r}")
+        if K.WINDOW_DISAGREEMENT.value in measures and window_disagreement != "separate":
+            raise ValueError("measures asks for 'window_disagreement' but window_disagreement='mutual_information' "
+                             "counts it in the mutual information")
         if not isinstance(device, torch.device):
             raise TypeError(f"device must be a torch.device, got {type(device).__name__}")
         super().__init__(tile_step_size, use_gaussian, use_mirroring, perform_everything_on_device, device, verbose,
@@ -244,6 +281,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         self.measures = measures
         self.segmentation_from = segmentation_from
         self.seed = seed
+        self.window_disagreement = window_disagreement
+        self._multilabel = False
         self._rate_in = None
         if "rate_in" in sources:
             self._rate_in = RateInSource(num_samples, **(rate_in or {}))
@@ -276,10 +315,12 @@ class UncertaintyPredictor(nnUNetPredictor):
         self._after_initialization()
 
     def _after_initialization(self) -> None:
-        if self.label_manager.has_regions:
+        # region-based models: sigmoid per region, each region an independent Bernoulli variable
+        self._multilabel = bool(self.label_manager.has_regions)
+        if "ssn" in self.uncertainty_sources and not find_ssn_heads(self._net()):
             raise ValueError(
-                "region-based nnU-Net models (sigmoid outputs per region) are not supported: the entropy "
-                "decomposition needs softmax class probabilities"
+                "uncertainty source 'ssn' needs a Stochastic Segmentation Network: train with nnUNetTrainerSSN "
+                "(monai_unc.nnunet.trainers)"
             )
         if "mirroring" in self.uncertainty_sources and not self.allowed_mirroring_axes:
             raise ValueError(
@@ -321,8 +362,15 @@ class UncertaintyPredictor(nnUNetPredictor):
     @property
     def mi_meaning(self) -> MIMeaning:
         """Folds, dropout and mirrors all sample model or transformation parameters: MI is epistemic
-        (MI(Y, theta) for folds and dropout, MI(Y, T) for mirroring, ValUES Appendix E)."""
+        (MI(Y, theta) for folds and dropout, MI(Y, T) for mirroring, ValUES Appendix E). SSN latent draws alone: MI
+        is aleatoric (MI(Y, Z), ValUES Appendix D); SSN with any other source: mixed."""
+        if "ssn" in self.uncertainty_sources:
+            return MIMeaning.ALEATORIC if self.uncertainty_sources == ("ssn",) else MIMeaning.MIXED
         return MIMeaning.EPISTEMIC
+
+    def _probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """nnU-Net's inference nonlinearity over the channels: softmax, or a sigmoid per region."""
+        return torch.sigmoid(logits) if self._multilabel else torch.softmax(logits, 1)
 
     def _mirror_combinations(self, ndim: int) -> list[tuple[int, ...]]:
         """Flip axes of every mirrored pass in stock nnU-Net's order, the un-mirrored pass first."""
@@ -345,6 +393,9 @@ class UncertaintyPredictor(nnUNetPredictor):
                     "'rate_in' with several folds needs 'folds' as an uncertainty source (Rate-In tunes one network)"
                 )
             stack.enter_context(self._rate_in.activate(self._net()))
+        if "ssn" in self.uncertainty_sources:  # every forward pass draws a new latent sample of the SSN head
+            for net in self._ensemble if self._ensemble is not None else [self._net()]:
+                stack.enter_context(ssn_sampling(net))
         return stack
 
     def _seed_context(self) -> contextlib.AbstractContextManager:
@@ -366,7 +417,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         each sample's softmax into a :class:`SampleStats` and returns its moments ``{"pred": (1, C, *patch),
         "expected_entropy": (1, 1, *patch)[, "mean_sq"]}`` (float32) and, when the segmentation comes from
         logits, ``"logits"`` ``(F, C, *patch)``: for each of the F fold networks the mean logit over its passes,
-        summed in the order stock nnU-Net sums its mirrors (identical values without dropout).
+        summed in the order stock nnU-Net sums its mirrors (identical values without dropout). With ``"ssn"`` the
+        only stochastic source, the logits come from one more pass per mirror with the SSN heads' sampling off: the
+        mean logits stock nnU-Net segments an SSN model with (identical values).
         """
         combos = self._mirror_combinations(x.ndim)
         nets = self._ensemble if self._ensemble is not None else [self.network]
@@ -375,8 +428,11 @@ class UncertaintyPredictor(nnUNetPredictor):
         if self._rate_in is not None:
             self._rate_in.prepare(x, self.network)  # one search pass per window: the Rate-In rates of this input
         stats = SampleStats(track_variance=K.VARIANCE.value in self.measures, accum_dtype=torch.float32,
-                            validate=False)
+                            validate=False, multilabel=self._multilabel)
         logit_sums: list[torch.Tensor | None] = [None] * len(nets)
+        # SSN without dropout / Rate-In: stock's segmentation comes from the head's mean logits, one extra pass
+        ssn_mean = self._want_logits and "ssn" in self.uncertainty_sources and not any(
+            s in self.uncertainty_sources for s in ("dropout", "rate_in"))
         for _ in range(passes):
             group = None
             for axes in combos:
@@ -388,15 +444,28 @@ class UncertaintyPredictor(nnUNetPredictor):
                 # the sample of this pass and mirror: the mean logit over the fold networks (folds not a source)
                 out = outs[0].float() if len(outs) == 1 else sum(o.float() for o in outs) / len(outs)
                 if mirror_samples:
-                    stats.update(torch.softmax(out, 1))
+                    stats.update(self._probabilities(out))
                 else:
                     group = out.clone() if group is None else group.add_(out)
-                if self._want_logits:  # after the statistics: the sums below reuse outs[f]'s memory
+                if self._want_logits and not ssn_mean:  # after the statistics: the sums reuse outs[f]'s memory
                     for f, o in enumerate(outs):
                         logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             if not mirror_samples:
-                stats.update(torch.softmax(group / len(combos) if len(combos) > 1 else group, 1))
+                stats.update(self._probabilities(group / len(combos) if len(combos) > 1 else group))
+        if ssn_mean:
+            with _ssn_mean_logits(nets):
+                for axes in combos:
+                    xx = torch.flip(x, axes) if axes else x
+                    for f, net in enumerate(nets):
+                        o = net(xx)
+                        o = torch.flip(o, axes) if axes else o
+                        logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
+            passes = 1
         result = stats.moments()
+        if self.window_disagreement == "separate":
+            # H(m_w) in the precision of the samples (float32), as each sample's H(p_s) in EE: a window of identical
+            # samples gives H(m_w) == EE_w bitwise, so a deterministic model has MI = 0 exactly after stitching
+            result[WINDOW_ENTROPY] = entropy_map_t(result[K.PRED.value], 1, False, self._multilabel)
         if self._want_logits:
             n = passes * len(combos)
             sums = [s.div_(n) if n > 1 else s for s in logit_sums]
@@ -410,13 +479,21 @@ class UncertaintyPredictor(nnUNetPredictor):
     ) -> dict[str, torch.Tensor]:
         """Blend the window statistics with nnU-Net's Gaussian weights into float32 buffers.
 
-        Returns ``{"pred": (C, *shape), "expected_entropy": (1, *shape)[, "mean_sq"][, "logits"]}``; ``logits``
-        ``(F, C, *shape)`` holds one buffer per fold network, each blended exactly like stock nnU-Net's (fp16
-        buffer and fp16 weight sum), the statistics in float32.
+        Returns ``{"pred": (C, *shape), "expected_entropy": (E, *shape)[, "mean_sq"][, "window_entropy"][,
+        "logits"]}`` (E = 1, or C for a region-based model); ``logits`` ``(F, C, *shape)`` holds one buffer per fold
+        network, each blended exactly like stock nnU-Net's (fp16 buffer and fp16 weight sum), the statistics in
+        float32. ``window_entropy`` (``window_disagreement="separate"``): the blend of every window's predictive
+        entropy ``H(m_w)``, stitched like the means (:mod:`monai_unc.inferers.sampling`).
         """
         results_device = self.device if do_on_device else torch.device("cpu")
         n_classes = self.label_manager.num_segmentation_heads
-        n_stat = 2 * n_classes + 1 if K.VARIANCE.value in self.measures else n_classes + 1
+        n_ee = n_classes if self._multilabel else 1
+        layout = [(K.PRED.value, n_classes), (K.EXPECTED_ENTROPY.value, n_ee)]
+        if K.VARIANCE.value in self.measures:
+            layout.append((MEAN_SQ, n_classes))
+        if self.window_disagreement == "separate":
+            layout.append((WINDOW_ENTROPY, n_ee))
+        n_stat = sum(n for _, n in layout)
         n_nets = len(self._ensemble) if self._ensemble is not None else 1
         stat_buf = weight = logit_buf = n_pred = None
 
@@ -451,10 +528,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                         break
                     workon, sl = item
                     window = self._internal_maybe_mirror_and_predict(workon)
-                    parts = [window[K.PRED.value], window[K.EXPECTED_ENTROPY.value]]
-                    if n_stat > n_classes + 1:
-                        parts.append(window[MEAN_SQ])
-                    mom = torch.cat(parts, 1)[0].to(results_device)
+                    mom = torch.cat([window[k] for k, _ in layout], 1)[0].to(results_device)
                     if self.use_gaussian:
                         mom *= gaussian32
                     stat_buf[sl] += mom
@@ -469,9 +543,11 @@ class UncertaintyPredictor(nnUNetPredictor):
                     pbar.update()
             queue.join()
             stat_buf /= weight
-            out = {K.PRED.value: stat_buf[:n_classes], K.EXPECTED_ENTROPY.value: stat_buf[n_classes:n_classes + 1]}
-            if n_stat > n_classes + 1:
-                out[MEAN_SQ] = stat_buf[n_classes + 1:]
+            out = {}
+            start = 0
+            for k, n in layout:
+                out[k] = stat_buf[start:start + n]
+                start += n
             if not torch.isfinite(stat_buf).all():
                 raise RuntimeError("non-finite values in the stitched uncertainty statistics")
             if self._want_logits:
@@ -552,11 +628,15 @@ class UncertaintyPredictor(nnUNetPredictor):
             # the statistics in memory instead of three
             moments: dict[str, torch.Tensor] | None = None
             logits = None
+            fold_pe = None  # sum over the folds of H(pred_k): the folds' disagreement belongs to MI, not to WD
             for p in params:
                 if p is not None:
                     self._net().load_state_dict(p)
                 res = {k: v.to("cpu") for k, v in self.predict_sliding_window_return_logits(data).items()}
                 fold_logits = res.pop("logits", None)
+                if WINDOW_ENTROPY in res and len(params) > 1:
+                    h = entropy_map_t(res[K.PRED.value][None], 1, False, self._multilabel)[0]
+                    fold_pe = h if fold_pe is None else fold_pe.add_(h)
                 if moments is None:
                     moments = res
                 else:
@@ -569,8 +649,15 @@ class UncertaintyPredictor(nnUNetPredictor):
                     v.div_(len(params))
                 if logits is not None:
                     logits /= len(params)
+                if fold_pe is not None:
+                    # WD = mean_k WD_k = mean_k [H(pred_k) - window_entropy_k]; stored as the window entropy whose
+                    # difference to H(pred) it is: window_entropy = mean_k window_entropy_k + H(pred) - mean_k H(pred_k)
+                    # (the sampling inferers' rule for ensembles: MI keeps the folds' disagreement)
+                    h_mean = entropy_map_t(moments[K.PRED.value][None], 1, False, self._multilabel)[0]
+                    moments[WINDOW_ENTROPY].add_(h_mean - fold_pe / len(params))
             n_samples = per_pass * (len(params) if "folds" in self.uncertainty_sources else 1)
-            return CaseUncertainty(moments, logits, n_samples, self.uncertainty_sources, self._extras())
+            return CaseUncertainty(moments, logits, n_samples, self.uncertainty_sources, self._extras(),
+                                   self._multilabel)
         self._ensemble = self._fold_networks(params)
         try:
             res = self.predict_sliding_window_return_logits(data)
@@ -581,7 +668,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         logits = res.pop("logits", None)
         if logits is not None:  # per-fold buffers combined in stock nnU-Net's order: fp16 sum, then the division
             logits = functools.reduce(torch.Tensor.add_, list(logits)) / len(logits)
-        return CaseUncertainty(res, logits, per_pass, self.uncertainty_sources, self._extras())
+        return CaseUncertainty(res, logits, per_pass, self.uncertainty_sources, self._extras(), self._multilabel)
 
     def _extras(self) -> dict[str, Any]:
         """Per-case side information: the mean Rate-In rate of every layer over the windows (and folds)."""
@@ -648,13 +735,19 @@ class UncertaintyPredictor(nnUNetPredictor):
             "posthoc_dropout_after": self._posthoc_sites,
             "measures": list(self.measures),
             "segmentation_from": self.segmentation_from,
+            "window_disagreement": self.window_disagreement,
             "seed": self.seed,
             "folds": len(self.list_of_parameters or []),
             "mirror_axes": list(self.allowed_mirroring_axes or []) if self.use_mirroring else [],
             "trainer_name": self.trainer_name,
             "tile_step_size": self.tile_step_size,
+            "mi_meaning": self.mi_meaning.value,
             **getattr(self, "_model_identity", {}),
         }
+        if self._multilabel:
+            # region-based model: the maps' fourth axis and the scores' suffixes follow this channel order
+            cfg["regions"] = region_definitions(self.dataset_json)
+            cfg["regions_class_order"] = [int(c) for c in self.label_manager.regions_class_order]
         atomic_write_json(os.path.join(folder, "uncertainty_config.json"), cfg)
 
     def _manage_input_and_output_lists(
@@ -800,6 +893,20 @@ class UncertaintyPredictor(nnUNetPredictor):
                                        self.configuration_manager, num_threads_in_multithreaded=1,
                                        verbose=self.verbose)
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
+
+
+@contextlib.contextmanager
+def _ssn_mean_logits(nets: Sequence[nn.Module]) -> Iterator[None]:
+    """Within the block every SSN head of ``nets`` returns its mean logits (sampling off); restored afterwards."""
+    heads = [h for net in nets for h in find_ssn_heads(net)]
+    old = [h.sampling for h in heads]
+    for h in heads:
+        h.sampling = False
+    try:
+        yield
+    finally:
+        for h, v in zip(heads, old):
+            h.sampling = v
 
 
 def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str) -> dict[str, Any]:
