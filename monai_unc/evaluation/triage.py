@@ -651,8 +651,8 @@ def prediction_fingerprint(
     - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
       ``trainer``, ``folds``, ``method`` (the ``+``-joined sources), ``num_samples``, ``mi_meaning``, ``dropout_p``,
       ``rate_in``, ``posthoc_dropout_after``, ``measures``, ``tile_step_size`` (the overlap), ``mirror_axes``,
-      ``segmentation_from``, and ``model_folder`` / ``temperature`` / ``checkpoint`` / ``regions`` when the config
-      records them.
+      ``segmentation_from``, and ``model_folder`` / ``temperature`` / ``checkpoint`` / ``regions`` /
+      ``window_disagreement`` when the config records them.
     - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
       says so).
 
@@ -712,6 +712,8 @@ def prediction_fingerprint(
     fp["temperature"] = cfg.get("temperature")
     if cfg.get("regions") is not None:  # region-based models only, so older rules still match
         fp["regions"] = cfg["regions"]
+    if "window_disagreement" in cfg:  # how MI was decomposed; configs without it counted window overlap as MI
+        fp["window_disagreement"] = cfg["window_disagreement"]
     return json.loads(json.dumps(fp))
 
 
