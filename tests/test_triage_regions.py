@@ -120,8 +120,8 @@ def cohorts(tmp_path_factory):
                       labels=False)
     ev = root / "eval"
     argv = ["evaluate", "-l", str(a["labels"]), "-p", str(a["pred"]), "-o", str(ev), "--regions", "brats",
-            "--images", str(a["images"]), "--no-spatial", "--score", f"{MEASURE}_mean", "--risk", "failure", "--failure-dice", "0.75",
-            "--target-risk", "0.35", "--delta", "0.2", "-q"]
+            "--images", str(a["images"]), "--no-spatial", "--score", f"{MEASURE}_mean", "--risk", "failure",
+            "--failure-dice", "0.75", "--target-risk", "0.35", "--delta", "0.2", "-q"]
     assert main(argv) == 0
     return {"A": a, "B": b, "eval": ev, "rule": ev / RULE_FILE, "root": root}
 
@@ -294,3 +294,68 @@ def test_old_format_rule_still_loads_and_region_rules_round_trip():
         ReferralRule.from_json(_rule_doc(format_version=2, regions={"WT": ["x"]}, num_classes=1))
     with pytest.raises(ValueError, match="regions"):
         ReferralRule.from_json(_rule_doc(format_version=2, regions=[1, 2], num_classes=2))
+
+
+def _as_channel_files(src: Path, dst: Path) -> Path:
+    """The 4D images of ``src`` as nnU-Net channel files ``<case>_0000.nii.gz`` ... ``<case>_0003.nii.gz``."""
+    dst.mkdir(parents=True)
+    for p in sorted(src.glob("*.nii.gz")):
+        img = np.asarray(nib.load(p).dataobj)
+        for ch in range(img.shape[-1]):
+            _nii(dst / f"{p.name[:-7]}_{ch:04d}.nii.gz", np.ascontiguousarray(img[..., ch]))
+    return dst
+
+
+@pytest.mark.slow
+def test_image_check_reads_every_channel_file(cohorts, tmp_path):
+    """Images in nnU-Net's channel naming: the statistics cover every channel file, on both sides; a rule written
+    before (no ``channel_files`` in its image reference) still reads only ``_0000``, as it was certified."""
+    a, b = cohorts["A"], cohorts["B"]
+    img_a = _as_channel_files(a["images"], tmp_path / "imgA")
+    img_b = _as_channel_files(b["images"], tmp_path / "imgB")
+    ev = tmp_path / "eval"
+    assert main(["evaluate", "-l", str(a["labels"]), "-p", str(a["pred"]), "-o", str(ev), "--regions", "brats",
+                 "--images", str(img_a), "--no-spatial", "--score", f"{MEASURE}_mean", "--risk", "failure",
+                 "--failure-dice", "0.75", "--target-risk", "0.35", "--delta", "0.2", "-q"]) == 0
+    rule = ReferralRule.load(ev / RULE_FILE)
+    ref4 = ReferralRule.load(cohorts["rule"]).image_reference
+    assert rule.image_reference.channel_files == "all" and rule.image_reference.features == ref4.features
+    np.testing.assert_allclose(rule.image_reference.median, ref4.median, rtol=1e-6)  # = the 4D NIfTI images
+    res = run_triage(b["pred"], rule, tmp_path / "t", images=img_b)
+    by = {c["case"]: c for c in res.summary["cases"]}
+    assert by["c00"]["code"] == "image_statistics" and "c2_" in by["c00"]["reason"]  # channel file _0002
+    # a rule certified when only _0000 was read (no channel_files field): the triage reads _0000 only
+    d = rule.to_json()
+    first = _first_channel_reference(img_a, sorted(p.name[:3] for p in a["labels"].glob("*.nii.gz")))
+    d["image_reference"] = {**first, "z_max": 5.0}
+    old = ReferralRule.from_json(d)
+    assert old.image_reference.channel_files == "first" and len(old.image_reference.features) == 5
+    res = run_triage(b["pred"], old, tmp_path / "u", images=img_b)
+    by = {c["case"]: c for c in res.summary["cases"]}
+    assert by["c00"]["code"] != "image_statistics"  # the rescaled third sequence is not seen through _0000
+
+
+def _first_channel_reference(folder: Path, ids: list[str]) -> dict:
+    """An image reference of the ``_0000`` files only, as a rule file of an earlier version holds it."""
+    from monai_unc.evaluation.triage import ImageReference, image_statistics
+
+    stats = np.stack([image_statistics(np.asarray(nib.load(folder / f"{c}_0000.nii.gz").dataobj)[None])
+                      for c in ids])
+    d = ImageReference.fit(stats).to_json()
+    d.pop("channel_files")
+    return d
+
+
+def test_image_channel_files(tmp_path):
+    from monai_unc.io import CaseError, image_channel_files
+
+    for name in ("a_0000.nii.gz", "a_0001.nii.gz", "a_0002.nii.gz", "ab_0000.nii.gz", "a_0000.nii", "b.nii.gz",
+                 "c_0000.nii.gz", "c_0002.nii.gz"):
+        (tmp_path / name).write_bytes(b"x")
+    assert image_channel_files(tmp_path / "a_0000.nii.gz") == tuple(tmp_path / f"a_000{i}.nii.gz" for i in range(3))
+    assert image_channel_files(tmp_path / "ab_0000.nii.gz") == (tmp_path / "ab_0000.nii.gz",)
+    assert image_channel_files(tmp_path / "a_0000.nii") == (tmp_path / "a_0000.nii",)  # another extension
+    assert image_channel_files(tmp_path / "b.nii.gz") == (tmp_path / "b.nii.gz",)
+    assert image_channel_files(tmp_path / "a_0001.nii.gz") == (tmp_path / "a_0001.nii.gz",)  # not a first channel
+    with pytest.raises(CaseError, match="without gaps"):
+        image_channel_files(tmp_path / "c_0000.nii.gz")

@@ -70,6 +70,7 @@ from ..distributed import (
     write_failures,
 )
 from ..io import (
+    GEOMETRY_ATOL,
     LAYOUTS,
     CaseError,
     CaseFiles,
@@ -77,6 +78,7 @@ from ..io import (
     atomic_write_text,
     check_output_folder,
     clean_partial_files,
+    image_channel_files,
     json_safe,
     load_case,
     match_cases,
@@ -100,6 +102,7 @@ __all__ = [
     "SCORE_AGGREGATIONS",
     "IMAGE_FEATURES",
     "IMAGE_Z_MAX",
+    "IMAGE_CHANNEL_FILES",
     "TRIAGE_FILES",
     "Decision",
     "ImageReference",
@@ -109,6 +112,7 @@ __all__ = [
     "case_score_columns",
     "parse_score_column",
     "image_statistics",
+    "read_image_channels",
     "prediction_fingerprint",
     "compare_fingerprints",
     "prediction_regions",
@@ -132,6 +136,8 @@ RULE_VERSION = 2
 SCORE_AGGREGATIONS = CASE_SCORES
 #: intensity statistics per image channel, inside the non-zero region (:func:`image_statistics`)
 IMAGE_FEATURES = ("mean", "std", "p01", "p50", "p99")
+#: how images in nnU-Net's channel naming are read for their statistics (:func:`read_image_channels`)
+IMAGE_CHANNEL_FILES = ("all", "first")
 #: default robust z-score above which a case's image counts as far from the calibration images
 IMAGE_Z_MAX = 5.0
 #: scale of the MAD that makes it a consistent estimate of a normal standard deviation
@@ -178,6 +184,36 @@ def image_statistics(image: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def read_image_channels(
+    path: str | os.PathLike,
+    channel_files: str = "all",
+    geometry: tuple[Sequence[int], np.ndarray] | None = None,
+    case_id: str = "",
+) -> np.ndarray:
+    """The image ``(C, *spatial)`` of a case whose image file is ``path``, every channel stacked: with
+    ``channel_files="all"`` and nnU-Net's channel naming (``path`` is ``CASE_0000.<ext>``) the channel files
+    ``CASE_0000``, ``CASE_0001``, ... (:func:`monai_unc.io.image_channel_files`) read one by one and concatenated,
+    otherwise the one file (a 4D NIfTI gives its channels). ``geometry`` ``(spatial shape, affine)``: every file must
+    have it (affine within :data:`monai_unc.io.GEOMETRY_ATOL` mm), else ``CaseError``; by default the first file's."""
+    if channel_files not in IMAGE_CHANNEL_FILES:
+        raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {channel_files!r}")
+    paths = image_channel_files(path) if channel_files == "all" else (Path(path),)
+    who = f"case {case_id!r}: " if case_id else ""
+    parts = []
+    for p in paths:
+        data, aff = read_volume(p)
+        if geometry is None:
+            geometry = (data.shape[1:], aff)
+        shape, ref_aff = geometry
+        if tuple(data.shape[1:]) != tuple(shape):
+            raise CaseError(f"{who}image {p.name} has spatial shape {tuple(data.shape[1:])}, expected {tuple(shape)}")
+        if not np.allclose(aff, ref_aff, atol=GEOMETRY_ATOL, rtol=0):
+            raise CaseError(f"{who}image {p.name} is not in the space of the case's other volumes (affines differ by "
+                            f"{float(np.abs(aff - ref_aff).max()):.4g} mm)")
+        parts.append(data.astype(np.float32, copy=False))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
 def image_feature_names(n_channels: int) -> tuple[str, ...]:
     """Names of :func:`image_statistics`' entries: ``mean``, ``std``, ... (``c1_mean`` ... for more channels)."""
     if n_channels == 1:
@@ -195,6 +231,11 @@ class ImageReference:
     :meth:`z_scores` gives the robust z-score ``|x - median| / scale`` of new cases; a case with any z-score above
     ``z_max`` is far from the calibration images. With fewer than about five calibration images the reference is
     crude (docs/triage.md).
+
+    ``channel_files``: how an image in nnU-Net's channel naming (``CASE_0000``, ``CASE_0001``, ...) is read
+    (:func:`read_image_channels`): ``"all"`` every channel file (what :func:`certify_referral_rule` fits), ``"first"``
+    only ``CASE_0000`` (rules certified before multi-channel reading; read from a rule file without the field).
+    Images holding every channel in one file read the same either way.
     """
 
     features: tuple[str, ...]
@@ -202,6 +243,11 @@ class ImageReference:
     scale: tuple[float, ...]
     n_cases: int
     z_max: float = IMAGE_Z_MAX
+    channel_files: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.channel_files not in IMAGE_CHANNEL_FILES:
+            raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {self.channel_files!r}")
 
     @classmethod
     def fit(cls, stats: np.ndarray, z_max: float = IMAGE_Z_MAX) -> ImageReference:
@@ -234,7 +280,7 @@ class ImageReference:
 
     def to_json(self) -> dict[str, Any]:
         return {"features": list(self.features), "median": list(self.median), "scale": list(self.scale),
-                "n_cases": self.n_cases, "z_max": self.z_max}
+                "n_cases": self.n_cases, "z_max": self.z_max, "channel_files": self.channel_files}
 
     @classmethod
     def from_json(cls, d: Any, where: str = "image_reference") -> ImageReference:
@@ -251,7 +297,10 @@ class ImageReference:
         if z_max <= 0:
             raise ValueError(f"{where}.z_max must be positive, got {z_max}")
         n = _field(d, "n_cases", where, int)
-        return cls(tuple(str(f) for f in feats), tuple(med), tuple(scale), int(n), z_max)
+        mode = d.get("channel_files", "first")  # rules written before every channel file was read
+        if mode not in IMAGE_CHANNEL_FILES:
+            raise ValueError(f"{where}.channel_files must be one of {IMAGE_CHANNEL_FILES}, got {mode!r}")
+        return cls(tuple(str(f) for f in feats), tuple(med), tuple(scale), int(n), z_max, mode)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -863,7 +912,8 @@ def certify_referral_rule(
     map_source = "file" if files and all(f and f.get("maps") for f in files) else "probabilities"
     reference = None
     if files and all(f and f.get("image") for f in files):
-        stats = np.stack([image_statistics(read_volume(f["image"])[0]) for f in files])  # type: ignore[index]
+        stats = np.stack([image_statistics(read_image_channels(f["image"], "all", case_id=c))  # type: ignore[index]
+                          for f, c in zip(files, cal_ids)])
         reference = ImageReference.fit(stats, image_z_max)
     fp = prediction_fingerprint(predictions, layout, cal_ids, uncertainty) if predictions is not None else {}
     names = tuple(config.class_names) if config.class_names else None
@@ -971,10 +1021,12 @@ def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
         "format": _STATE_FORMAT,
         "version": __version__,
         "options": {"measure": rule.measure, "patch_size": rule.patch_size, "map_source": rule.map_source,
-                    "num_classes": rule.num_classes, "class_names": rule.class_names, "regions": rule.regions},
+                    "num_classes": rule.num_classes, "class_names": rule.class_names, "regions": rule.regions,
+                    "channel_files": _channel_files(rule)},
         "inputs": {"seg": file_signature(files.seg), "probs": file_signature(files.probs),
                    "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
-                   "image": file_signature(files.image)},
+                   "image": None if files.image is None else [file_signature(p) for p in (
+                       image_channel_files(files.image) if _channel_files(rule) == "all" else (files.image,))]},
     }
     return json.loads(json.dumps(fp))
 
@@ -994,8 +1046,8 @@ def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         regions = rule.regions
-        case = load_case(files, len(regions) if regions is not None else rule.num_classes,
-                         load_image=files.image is not None, multilabel=regions is not None)
+        case = load_case(files, len(regions) if regions is not None else rule.num_classes, load_image=False,
+                         multilabel=regions is not None)
         maps = derived_maps(case)
         if rule.measure not in maps:
             raise CaseError(f"case {case.case_id!r}: no {rule.measure} map to score (the rule scores "
@@ -1025,13 +1077,22 @@ def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
                     key = slug(cls_names[c]) if c < len(cls_names) else c
                     row[f"expected_dice_{key}"] = float(q.per_class[0, c - 1])
             fg_voxels, voxels = int((case.seg > 0).sum()), int(case.seg.size)
-        row["image_stats"] = None if case.image is None else image_statistics(case.image).tolist()
+        image = None
+        if files.image is not None:  # every channel (file), in the space of the prediction
+            image = read_image_channels(files.image, _channel_files(rule), (case.seg.shape[-len(case.spacing):],
+                                                                              case.affine), case.case_id)
+        row["image_stats"] = None if image is None else image_statistics(image).tolist()
         row["foreground_voxels"] = fg_voxels
         row["voxels"] = voxels
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
     row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     row["files"] = files.to_json()
     return row
+
+
+def _channel_files(rule: ReferralRule) -> str:
+    """How :func:`triage_case` reads channel files: like the rule's calibration images (every file without them)."""
+    return rule.image_reference.channel_files if rule.image_reference is not None else "all"
 
 
 def _load_row(folder: Path, case_id: str, fp: Mapping[str, Any]) -> dict[str, Any] | None:
