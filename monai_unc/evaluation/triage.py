@@ -11,8 +11,15 @@ Two steps (docs/triage.md):
 2. ``monai-unc triage`` (:func:`run_triage`) reads the predictions of new cases (``infer`` or ``nnunet-predict``
    outputs; no labels), computes the same case score as ``evaluate`` (:func:`case_score_columns`), the label-free
    quality estimate ``expected_dice`` when probabilities exist (:func:`monai_unc.metrics.quality.expected_dice`) and
-   intensity statistics of the images when given (:func:`image_statistics`), and applies the rule
-   (:meth:`ReferralRule.apply`): ``accept`` or ``review``, with the reason.
+   intensity statistics of the images when given (:func:`image_statistics` of every channel,
+   :func:`read_image_channels`), and applies the rule (:meth:`ReferralRule.apply`): ``accept`` or ``review``, with
+   the reason.
+
+Region-based (multi-label sigmoid) models: ``evaluate --regions`` certifies a rule that records the region spec
+(:attr:`ReferralRule.regions`, ``format_version`` 2); triage reads the predictions per region and scores them with
+:func:`monai_unc.evaluation.region_case.region_score_columns`, the function ``evaluate --regions`` uses (the combined
+case score is the mean over the regions of the per-region scores), and refuses predictions whose recorded regions
+differ from the rule's (:func:`prediction_regions`, :func:`region_differences`).
 
 The guarantee (with probability at least ``1 - delta`` over the calibration draw, the mean risk of the accepted
 new cases is at most ``target_risk``) holds only for new cases exchangeable with the calibration cases: the same
@@ -1264,7 +1271,8 @@ def run_triage(
     group (``torchrun``).
 
     Every rank lists the cases (:func:`find_prediction_cases`; they must agree), reads the predictions' fingerprint
-    and compares it with the rule's: a difference raises :class:`FingerprintMismatch` (a ``ValueError``) before any
+    and compares it with the rule's, and the rule's regions with the regions recorded with the predictions
+    (:func:`region_differences`): a difference raises :class:`FingerprintMismatch` (a ``ValueError``) before any
     work unless ``allow_mismatch`` (then ``triage.json`` and the page record it). Each rank triages its shard
     (:func:`monai_unc.distributed.shard`) with :func:`triage_case`, saving each case's row under
     ``<output>/state/cases/`` with ``resume`` (a rerun, or an interrupted run run again, reuses rows whose files and
