@@ -27,6 +27,7 @@ from monai_unc.evaluation.triage import (
     RULE_FILE,
     FingerprintMismatch,
     ReferralRule,
+    prediction_fingerprint,
     prediction_regions,
     region_differences,
     run_triage,
@@ -359,3 +360,41 @@ def test_image_channel_files(tmp_path):
     assert image_channel_files(tmp_path / "a_0001.nii.gz") == (tmp_path / "a_0001.nii.gz",)  # not a first channel
     with pytest.raises(CaseError, match="without gaps"):
         image_channel_files(tmp_path / "c_0000.nii.gz")
+
+
+@pytest.mark.slow
+def test_nnunet_label_map_predictions_score_like_region_masks(cohorts, tmp_path):
+    """nnU-Net writes a region model's segmentation as a label map (``regions_class_order``) and one map channel
+    per region under ``uncertainty/``: triage converts the labels with the rule's spec and gives the scores of the
+    equivalent region masks."""
+    b = cohorts["B"]
+    nn = tmp_path / "nn"
+    (nn / "uncertainty").mkdir(parents=True)
+    for p in sorted(b["pred"].glob("*_seg.nii.gz")):
+        cid = p.name[: -len("_seg.nii.gz")]
+        tc, wt, et = np.moveaxis(np.asarray(nib.load(p).dataobj), -1, 0) > 0
+        lab = np.where(wt, 2, 0)
+        lab[tc] = 1
+        lab[et] = 4
+        _nii(nn / f"{cid}.nii.gz", lab.astype(np.uint8))
+        shutil.copy(b["pred"] / f"{cid}_{MEASURE}.nii.gz", nn / "uncertainty" / f"{cid}_{MEASURE}.nii.gz")
+    (nn / "uncertainty_config.json").write_text(json.dumps({"trainer_name": "nnUNetTrainer", "folds": [0],
+                                                            "measures": [MEASURE], "regions": BRATS}))
+    rule = ReferralRule.load(cohorts["rule"])
+    with pytest.raises(FingerprintMismatch, match="producer"):  # made by another producer than the rule's
+        run_triage(nn, rule, tmp_path / "t", layout="nnunet")
+    res = run_triage(nn, rule, tmp_path / "t", layout="nnunet", allow_mismatch=True)
+    ref = run_triage(b["pred"], rule, tmp_path / "r")
+    got, want = _csv(tmp_path / "t" / "triage.csv"), _csv(tmp_path / "r" / "triage.csv")
+    cols = [f"{MEASURE}_{k}{s}" for k in ("mean", "fg_mean", "patch_mean") for s in ("", "_TC", "_WT", "_ET")]
+    for cid in want:
+        assert [got[cid][c] for c in cols] == [want[cid][c] for c in cols]
+        assert got[cid]["decision"] == want[cid]["decision"]
+    assert res.summary["fingerprint"]["status"] == "mismatch"
+    # another region spec recorded by nnunet-predict is refused
+    (nn / "uncertainty_config.json").write_text(json.dumps({"trainer_name": "nnUNetTrainer", "folds": [0],
+                                                            "measures": [MEASURE], "regions": {"WT": [1, 2, 4]}}))
+    d = rule.to_json()
+    d["fingerprint"] = prediction_fingerprint(nn, "nnunet")  # the same fingerprint: the rule's regions differ
+    with pytest.raises(FingerprintMismatch, match=r"regions: \{\"WT\""):
+        run_triage(nn, ReferralRule.from_json(d), tmp_path / "u", layout="nnunet")
