@@ -384,7 +384,7 @@ def test_nnunet_label_map_predictions_score_like_region_masks(cohorts, tmp_path)
     with pytest.raises(FingerprintMismatch, match="producer"):  # made by another producer than the rule's
         run_triage(nn, rule, tmp_path / "t", layout="nnunet")
     res = run_triage(nn, rule, tmp_path / "t", layout="nnunet", allow_mismatch=True)
-    ref = run_triage(b["pred"], rule, tmp_path / "r")
+    run_triage(b["pred"], rule, tmp_path / "r")
     got, want = _csv(tmp_path / "t" / "triage.csv"), _csv(tmp_path / "r" / "triage.csv")
     cols = [f"{MEASURE}_{k}{s}" for k in ("mean", "fg_mean", "patch_mean") for s in ("", "_TC", "_WT", "_ET")]
     for cid in want:
@@ -398,3 +398,54 @@ def test_nnunet_label_map_predictions_score_like_region_masks(cohorts, tmp_path)
     d["fingerprint"] = prediction_fingerprint(nn, "nnunet")  # the same fingerprint: the rule's regions differ
     with pytest.raises(FingerprintMismatch, match=r"regions: \{\"WT\""):
         run_triage(nn, ReferralRule.from_json(d), tmp_path / "u", layout="nnunet")
+
+
+@pytest.mark.slow
+def test_end_to_end_with_monai_unc_infer_regions(tmp_path):
+    """``infer --activation sigmoid --regions brats`` on a tiny untrained 3-output network (4 sequences as channel
+    files), ``evaluate --regions brats --target-risk`` on cohort A, ``triage`` of cohort B: the fingerprints of the
+    two infer runs match, the scores are the means of the written region maps and the decisions are the rule's."""
+    import torch
+    from monai.networks.nets import UNet
+
+    rng = np.random.default_rng(5)
+    shape = (12, 12, 12)
+    xx, yy, zz = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
+    for cohort, n in (("A", 6), ("B", 3)):
+        (tmp_path / cohort / "images").mkdir(parents=True)
+        (tmp_path / cohort / "labels").mkdir()
+        for i in range(n):
+            c = np.array(shape) // 2 + rng.integers(-2, 3, 3)
+            d = np.sqrt((xx - c[0]) ** 2 + (yy - c[1]) ** 2 + (zz - c[2]) ** 2)
+            lab = np.select([d < 1.5, d < 2.5, d < 4], [1, 4, 2], 0).astype(np.uint8)
+            _nii(tmp_path / cohort / "labels" / f"k{i}.nii.gz", lab)
+            for ch in range(4):
+                img = (d < 5.5) * (1 + 0.3 * ch * (lab > 0)) + 0.1 * rng.random(shape)
+                _nii(tmp_path / cohort / "images" / f"k{i}_{ch:04d}.nii.gz", img.astype(np.float32))
+    spec = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 4, "out_channels": 3,
+            "channels": [4, 8], "strides": [2], "num_res_units": 0, "dropout": 0.2}
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in spec.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    for cohort in ("A", "B"):
+        assert main(["infer", "-i", str(tmp_path / cohort / "images"), "-o", str(tmp_path / cohort / "pred"),
+                     "--network", json.dumps(spec), "--checkpoint", str(tmp_path / "net.pt"), "--device", "cpu",
+                     "--activation", "sigmoid", "--regions", "brats", "--method", "mcdropout", "--samples", "2",
+                     "--quiet"]) == 0
+    ev = tmp_path / "eval"
+    assert main(["evaluate", "-l", str(tmp_path / "A" / "labels"), "-p", str(tmp_path / "A" / "pred"), "-o",
+                 str(ev), "--regions", "brats", "--images", str(tmp_path / "A" / "images"), "--no-spatial",
+                 "--score", f"{MEASURE}_mean", "--target-risk", "0.5", "--risk", "1-dice", "-q"]) == 0
+    rule = ReferralRule.load(ev / RULE_FILE)
+    assert rule.regions == BRATS and rule.fingerprint["regions"] == BRATS
+    assert len(rule.image_reference.features) == 20  # four channel files, five statistics each
+    out = tmp_path / "t"
+    assert main(["triage", "-p", str(tmp_path / "B" / "pred"), "-r", str(ev / RULE_FILE), "-o", str(out),
+                 "--images", str(tmp_path / "B" / "images"), "--cases", "1", "-q"]) == 0
+    tri = json.loads((out / "triage.json").read_text())
+    assert tri["fingerprint"]["status"] == "match"
+    rows = _csv(out / "triage.csv")
+    ids = sorted(rows)
+    scores = [_score_mean(tmp_path / "B" / "pred", c) for c in ids]
+    np.testing.assert_allclose([float(rows[c]["score"]) for c in ids], scores, rtol=1e-6)
+    stats = [json.loads((out / "state" / "cases" / f"{c}.json").read_text())["row"]["image_stats"] for c in ids]
+    assert [d.decision for d in rule.apply(scores, stats)] == [rows[c]["decision"] for c in ids]
