@@ -16,6 +16,7 @@ import csv
 import json
 import math
 import shutil
+import warnings
 from pathlib import Path
 
 import nibabel as nib
@@ -449,3 +450,25 @@ def test_end_to_end_with_monai_unc_infer_regions(tmp_path):
     np.testing.assert_allclose([float(rows[c]["score"]) for c in ids], scores, rtol=1e-6)
     stats = [json.loads((out / "state" / "cases" / f"{c}.json").read_text())["row"]["image_stats"] for c in ids]
     assert [d.decision for d in rule.apply(scores, stats)] == [rows[c]["decision"] for c in ids]
+
+
+@pytest.mark.slow
+def test_certify_warns_when_the_evaluation_regions_are_not_the_recorded_ones(cohorts):
+    from monai_unc.evaluation import CohortState, EvaluationConfig
+    from monai_unc.evaluation.triage import certify_referral_rule
+
+    ev = cohorts["eval"]
+    state = CohortState.load(ev / "state")
+    summary = json.loads((ev / "summary.json").read_text())
+    same = EvaluationConfig(regions="brats", target_risk=0.35, delta=0.2, risk="failure", failure_dice=0.75)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the recorded regions are the evaluation's: no warning
+        rule = certify_referral_rule(state, summary, same, predictions=cohorts["A"]["pred"],
+                                     image_z_max=5.0)
+    saved = ReferralRule.load(cohorts["rule"])
+    assert (rule.threshold, rule.calibration_scores, rule.regions) == (saved.threshold, saved.calibration_scores,
+                                                                       saved.regions)
+    other = EvaluationConfig(regions="brats2023", target_risk=0.35, delta=0.2, risk="failure", failure_dice=0.75)
+    with pytest.warns(UserWarning, match="monai-unc triage will refuse"):
+        rule = certify_referral_rule(state, summary, other, predictions=cohorts["A"]["pred"])
+    assert rule.regions == {"TC": [1, 3], "WT": [1, 2, 3], "ET": [3]}
