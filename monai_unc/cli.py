@@ -353,8 +353,9 @@ def _add_triage(sub: Any) -> None:
         "compute the rule's case score and the label-free quality estimate, and apply referral_rule.json (written by "
         "'evaluate --target-risk'): triage.csv (case, score, decision accept/review, reason), triage.json and "
         "triage.html. A case outside the calibration score range, or whose image statistics are far from the "
-        "calibration images', goes to review. Refuses predictions made otherwise than the rule's (fingerprint) "
-        "unless --allow-mismatch. Resumable; runs under torchrun. See docs/triage.md.",
+        "calibration images', goes to review. Refuses predictions made otherwise than the rule's (fingerprint, and "
+        "the regions of a rule of 'evaluate --regions') unless --allow-mismatch. Region-based predictions are scored "
+        "per region (triage.csv lists each region's score). Resumable; runs under torchrun. See docs/triage.md.",
     )  # fmt: skip
     p.add_argument("--predictions", "-p", required=True,
                    help="folder written by 'monai-unc infer' (or nnunet-predict with --layout nnunet)")

@@ -451,8 +451,7 @@ def test_error_auroc_per_region_counts_pairs(cohort, evaluated):
 
 def test_risk_control_uses_the_combined_score(cohort, tmp_path):
     config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, risk="1-dice")
-    with pytest.warns(UserWarning, match="referral_rule.json is not written"):
-        _, summary, paths = run_evaluate(cohort["labels"], cohort["pred"], tmp_path / "e", config)
+    _, summary, paths = run_evaluate(cohort["labels"], cohort["pred"], tmp_path / "e", config)
     rows = _rows(paths["metrics"])
     rc = summary["risk_control"]
     assert rc["method"] == "ltt"
@@ -460,4 +459,9 @@ def test_risk_control_uses_the_combined_score(cohort, tmp_path):
     scores = {c: float(r["predictive_entropy_fg_mean"]) for c, r in rows.items()}
     if thr is not None:
         assert rc["accepted"] == sorted(c for c, s in scores.items() if s <= thr)
-    assert "rule" not in paths and not (tmp_path / "e" / "referral_rule.json").exists()
+    # the rule for monai-unc triage records the regions and the combined score (tests/test_triage_regions.py)
+    rule = json.loads(paths["rule"].read_text())
+    assert paths["rule"] == tmp_path / "e" / "referral_rule.json" and rule["format_version"] == 2
+    assert rule["regions"] == {k: list(v) for k, v in BRATS.items()}
+    assert rule["score"]["column"] == "predictive_entropy_fg_mean"
+    assert rule["calibration"]["scores"] == sorted(s for s in scores.values() if math.isfinite(s))

@@ -79,7 +79,7 @@ from .config import (
     region_suffix,
     unit_scale,
 )
-from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case
+from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case, region_score_columns
 from .resume import case_fingerprint, load_case_state, save_case_state
 from .runner import assemble_state, evaluate_cases, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, run_triage
@@ -102,6 +102,7 @@ __all__ = [
     "derived_maps",
     "evaluate_case",
     "evaluate_region_case",
+    "region_score_columns",
     "combined_score",
     "region_suffix",
     "primary_measure",

@@ -43,6 +43,7 @@ e.g. ``WT``):
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,11 +54,11 @@ from ..metrics.discrimination import error_auprc, error_auroc
 from ..metrics.qu_brats import measure_max, qu_brats_regions, to_qu_brats_range
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
 from ..regions import label_to_regions, parse_regions
-from ..scores import CASE_SCORES, case_scores
+from ..scores import CASE_SCORES, PATCH_SIZE, case_scores
 from .config import CALIBRATION_COLUMNS, EvaluationConfig, region_suffix, unit_scale
 from .rows import CaseResult, class_dice, derived_maps, primary_measure
 
-__all__ = ["QU_BRATS_COLUMNS", "evaluate_region_case", "combined_score"]
+__all__ = ["QU_BRATS_COLUMNS", "evaluate_region_case", "combined_score", "predicted_regions", "region_score_columns"]
 
 #: the QU-BraTS columns of a region evaluation (``qu_brats_<c>_<R>`` per region, ``qu_brats_<c>`` their mean)
 QU_BRATS_COLUMNS = ("score", "dice_auc", "ftp_auc", "ftn_auc")
@@ -75,6 +76,45 @@ def _region_stack(case: LoadedCase, arr: np.ndarray, what: str, n: int, names: l
     if arr.shape[0] != n:
         raise CaseError(f"case {case.case_id!r}: {what} has {arr.shape[0]} region channel(s) but the region spec has "
                         f"{n} ({', '.join(names)})")
+
+
+def predicted_regions(case: LoadedCase, spec: Mapping[str, Sequence[int]]) -> np.ndarray:
+    """The predicted region masks ``(R, *spatial)`` bool of a case read with ``load_case(..., multilabel=True)``:
+    its ``R`` region masks (``<case>_seg`` of ``monai-unc infer --activation sigmoid``; another count than the spec's
+    is a ``CaseError``) or, for a label-map segmentation (nnU-Net), the spec's regions of the labels
+    (:func:`monai_unc.regions.label_to_regions`)."""
+    names = list(spec)
+    if case.seg.ndim == len(case.spacing):
+        return np.asarray(label_to_regions(case.seg, spec))
+    _region_stack(case, case.seg, "the segmentation", len(names), names)
+    return case.seg.astype(bool)
+
+
+def region_score_columns(
+    maps: Mapping[str, np.ndarray], pred: np.ndarray, names: Sequence[str], patch_size: int = PATCH_SIZE
+) -> dict[str, float]:
+    """The case-score columns of a region-based case, the one definition used by ``evaluate --regions`` and by
+    ``monai-unc triage``: for every map ``m`` ``(R, *spatial)`` (one channel per region, in the order of ``names``)
+    and every score ``k`` of :data:`~monai_unc.scores.CASE_SCORES`, the per-region score ``<m>_<k>_<R>``
+    (:func:`~monai_unc.scores.case_scores` of ``m[r]`` with the predicted region ``pred[r]`` ``(R, *spatial)`` as the
+    foreground; ``<R>`` is :func:`~monai_unc.evaluation.config.region_suffix` of the name) and the combined case
+    score ``<m>_<k>`` = :func:`combined_score` of the per-region scores (their mean over the regions where defined).
+    Column order: every combined column of a map, then its per-region columns. ``ValueError`` for a map or ``pred``
+    with another number of channels than ``names``."""
+    n = len(names)
+    if pred.shape[0] != n:
+        raise ValueError(f"pred has {pred.shape[0]} region channel(s) for {n} region name(s)")
+    sfx = [region_suffix(name) for name in names]
+    row: dict[str, float] = {}
+    for m, u in maps.items():
+        if u.shape[0] != n:
+            raise ValueError(f"the {m} map has {u.shape[0]} region channel(s) for {n} region name(s)")
+        scores = [case_scores(u[r], pred[r], patch_size) for r in range(n)]
+        for k in CASE_SCORES:
+            row[f"{m}_{k}"] = combined_score([sc[k] for sc in scores])
+        for s, sc in zip(sfx, scores):
+            row.update({f"{m}_{k}_{s}": sc[k] for k in CASE_SCORES})
+    return row
 
 
 def evaluate_region_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
@@ -105,11 +145,7 @@ def evaluate_region_case(files: CaseFiles | LoadedCase, config: EvaluationConfig
         else:  # reference region masks, one per region in the spec's order
             _region_stack(case, case.label, "the label", n_reg, names)
             target = case.label.astype(bool)
-        if case.seg.ndim == spatial_ndim:
-            pred = label_to_regions(case.seg, spec)
-        else:
-            _region_stack(case, case.seg, "the segmentation", n_reg, names)
-            pred = case.seg.astype(bool)
+        pred = predicted_regions(case, spec)
         if case.probs is not None:
             _region_stack(case, case.probs, "the probabilities", n_reg, names)
         maps = derived_maps(case)
@@ -165,12 +201,7 @@ def evaluate_region_case(files: CaseFiles | LoadedCase, config: EvaluationConfig
                 "regions": {n: {"dice": qb.regions[n].dice.tolist(), "ftp": qb.regions[n].ftp.tolist(),
                                 "ftn": qb.regions[n].ftn.tolist()} for n in names},
             }
-        for m, u in maps.items():
-            scores = [case_scores(u[r], pred[r], config.patch_size) for r in range(n_reg)]
-            for k in CASE_SCORES:
-                row[f"{m}_{k}"] = combined_score([sc[k] for sc in scores])
-            for s, sc in zip(sfx, scores):
-                row.update({f"{m}_{k}_{s}": sc[k] for k in CASE_SCORES})
+        row.update(region_score_columns(maps, pred, names, config.patch_size))
         row["voxels"] = int(case.label.size)
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})

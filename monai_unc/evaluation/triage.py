@@ -11,8 +11,15 @@ Two steps (docs/triage.md):
 2. ``monai-unc triage`` (:func:`run_triage`) reads the predictions of new cases (``infer`` or ``nnunet-predict``
    outputs; no labels), computes the same case score as ``evaluate`` (:func:`case_score_columns`), the label-free
    quality estimate ``expected_dice`` when probabilities exist (:func:`monai_unc.metrics.quality.expected_dice`) and
-   intensity statistics of the images when given (:func:`image_statistics`), and applies the rule
-   (:meth:`ReferralRule.apply`): ``accept`` or ``review``, with the reason.
+   intensity statistics of the images when given (:func:`image_statistics` of every channel,
+   :func:`read_image_channels`), and applies the rule (:meth:`ReferralRule.apply`): ``accept`` or ``review``, with
+   the reason.
+
+Region-based (multi-label sigmoid) models: ``evaluate --regions`` certifies a rule that records the region spec
+(:attr:`ReferralRule.regions`, ``format_version`` 2); triage reads the predictions per region and scores them with
+:func:`monai_unc.evaluation.region_case.region_score_columns`, the function ``evaluate --regions`` uses (the combined
+case score is the mean over the regions of the per-region scores), and refuses predictions whose recorded regions
+differ from the rule's (:func:`prediction_regions`, :func:`region_differences`).
 
 The guarantee (with probability at least ``1 - delta`` over the calibration draw, the mean risk of the accepted
 new cases is at most ``target_risk``) holds only for new cases exchangeable with the calibration cases: the same
@@ -70,6 +77,7 @@ from ..distributed import (
     write_failures,
 )
 from ..io import (
+    GEOMETRY_ATOL,
     LAYOUTS,
     CaseError,
     CaseFiles,
@@ -77,17 +85,21 @@ from ..io import (
     atomic_write_text,
     check_output_folder,
     clean_partial_files,
+    image_channel_files,
     json_safe,
     load_case,
     match_cases,
+    read_prediction_regions,
     read_volume,
 )
-from ..keys import MEASURES
-from ..metrics.quality import expected_dice
+from ..keys import MEASURES, UncertaintyKeys
+from ..metrics.quality import expected_dice, quality_estimates
+from ..regions import check_regions, parse_regions
 from ..scores import CASE_SCORES, case_score_columns
 from .case import derived_maps
 from .cohort import CohortState, triage_order
-from .config import STATE_DIR, EvaluationConfig, slug
+from .config import STATE_DIR, EvaluationConfig, region_suffix, slug
+from .region_case import predicted_regions, region_score_columns
 from .resume import CASES_DIR, file_signature
 
 __all__ = [
@@ -97,6 +109,7 @@ __all__ = [
     "SCORE_AGGREGATIONS",
     "IMAGE_FEATURES",
     "IMAGE_Z_MAX",
+    "IMAGE_CHANNEL_FILES",
     "TRIAGE_FILES",
     "Decision",
     "ImageReference",
@@ -106,8 +119,11 @@ __all__ = [
     "case_score_columns",
     "parse_score_column",
     "image_statistics",
+    "read_image_channels",
     "prediction_fingerprint",
     "compare_fingerprints",
+    "prediction_regions",
+    "region_differences",
     "certify_referral_rule",
     "write_referral_rule",
     "find_prediction_cases",
@@ -120,11 +136,15 @@ __all__ = [
 RULE_FILE = "referral_rule.json"
 #: ``format`` entry of a rule file, and its version (a reader refuses other formats and newer versions)
 RULE_FORMAT = "monai-unc referral rule"
-RULE_VERSION = 1
+#: the newest ``format_version`` this version reads and writes: 2 for a rule of a region-based model (it records the
+#: region spec, which a reader of version 1 would ignore), 1 for every other rule (readable by older versions)
+RULE_VERSION = 2
 #: case-score aggregations of a measure, as ``evaluate`` names its columns ``<measure>_<aggregation>``
 SCORE_AGGREGATIONS = CASE_SCORES
 #: intensity statistics per image channel, inside the non-zero region (:func:`image_statistics`)
 IMAGE_FEATURES = ("mean", "std", "p01", "p50", "p99")
+#: how images in nnU-Net's channel naming are read for their statistics (:func:`read_image_channels`)
+IMAGE_CHANNEL_FILES = ("all", "first")
 #: default robust z-score above which a case's image counts as far from the calibration images
 IMAGE_Z_MAX = 5.0
 #: scale of the MAD that makes it a consistent estimate of a normal standard deviation
@@ -171,6 +191,36 @@ def image_statistics(image: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def read_image_channels(
+    path: str | os.PathLike,
+    channel_files: str = "all",
+    geometry: tuple[Sequence[int], np.ndarray] | None = None,
+    case_id: str = "",
+) -> np.ndarray:
+    """The image ``(C, *spatial)`` of a case whose image file is ``path``, every channel stacked: with
+    ``channel_files="all"`` and nnU-Net's channel naming (``path`` is ``CASE_0000.<ext>``) the channel files
+    ``CASE_0000``, ``CASE_0001``, ... (:func:`monai_unc.io.image_channel_files`) read one by one and concatenated,
+    otherwise the one file (a 4D NIfTI gives its channels). ``geometry`` ``(spatial shape, affine)``: every file must
+    have it (affine within :data:`monai_unc.io.GEOMETRY_ATOL` mm), else ``CaseError``; by default the first file's."""
+    if channel_files not in IMAGE_CHANNEL_FILES:
+        raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {channel_files!r}")
+    paths = image_channel_files(path) if channel_files == "all" else (Path(path),)
+    who = f"case {case_id!r}: " if case_id else ""
+    parts = []
+    for p in paths:
+        data, aff = read_volume(p)
+        if geometry is None:
+            geometry = (data.shape[1:], aff)
+        shape, ref_aff = geometry
+        if tuple(data.shape[1:]) != tuple(shape):
+            raise CaseError(f"{who}image {p.name} has spatial shape {tuple(data.shape[1:])}, expected {tuple(shape)}")
+        if not np.allclose(aff, ref_aff, atol=GEOMETRY_ATOL, rtol=0):
+            raise CaseError(f"{who}image {p.name} is not in the space of the case's other volumes (affines differ by "
+                            f"{float(np.abs(aff - ref_aff).max()):.4g} mm)")
+        parts.append(data.astype(np.float32, copy=False))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
 def image_feature_names(n_channels: int) -> tuple[str, ...]:
     """Names of :func:`image_statistics`' entries: ``mean``, ``std``, ... (``c1_mean`` ... for more channels)."""
     if n_channels == 1:
@@ -188,6 +238,11 @@ class ImageReference:
     :meth:`z_scores` gives the robust z-score ``|x - median| / scale`` of new cases; a case with any z-score above
     ``z_max`` is far from the calibration images. With fewer than about five calibration images the reference is
     crude (docs/triage.md).
+
+    ``channel_files``: how an image in nnU-Net's channel naming (``CASE_0000``, ``CASE_0001``, ...) is read
+    (:func:`read_image_channels`): ``"all"`` every channel file (what :func:`certify_referral_rule` fits), ``"first"``
+    only ``CASE_0000`` (rules certified before multi-channel reading; read from a rule file without the field).
+    Images holding every channel in one file read the same either way.
     """
 
     features: tuple[str, ...]
@@ -195,6 +250,11 @@ class ImageReference:
     scale: tuple[float, ...]
     n_cases: int
     z_max: float = IMAGE_Z_MAX
+    channel_files: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.channel_files not in IMAGE_CHANNEL_FILES:
+            raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {self.channel_files!r}")
 
     @classmethod
     def fit(cls, stats: np.ndarray, z_max: float = IMAGE_Z_MAX) -> ImageReference:
@@ -227,7 +287,7 @@ class ImageReference:
 
     def to_json(self) -> dict[str, Any]:
         return {"features": list(self.features), "median": list(self.median), "scale": list(self.scale),
-                "n_cases": self.n_cases, "z_max": self.z_max}
+                "n_cases": self.n_cases, "z_max": self.z_max, "channel_files": self.channel_files}
 
     @classmethod
     def from_json(cls, d: Any, where: str = "image_reference") -> ImageReference:
@@ -244,7 +304,10 @@ class ImageReference:
         if z_max <= 0:
             raise ValueError(f"{where}.z_max must be positive, got {z_max}")
         n = _field(d, "n_cases", where, int)
-        return cls(tuple(str(f) for f in feats), tuple(med), tuple(scale), int(n), z_max)
+        mode = d.get("channel_files", "first")  # rules written before every channel file was read
+        if mode not in IMAGE_CHANNEL_FILES:
+            raise ValueError(f"{where}.channel_files must be one of {IMAGE_CHANNEL_FILES}, got {mode!r}")
+        return cls(tuple(str(f) for f in feats), tuple(med), tuple(scale), int(n), z_max, mode)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -311,7 +374,13 @@ class ReferralRule:
             risk; fraction accepted; mean risk of the accepted calibration cases).
         calibration_cases: ids; calibration_scores: their defined scores, sorted; n_undefined: how many calibration
             cases had an undefined score (e.g. an empty predicted foreground for ``fg_mean``).
-        num_classes, class_names: of the segmentation.
+        num_classes, class_names: of the segmentation (for a region-based model ``num_classes`` is the number of
+            regions and ``class_names`` is None).
+        regions: the region spec ``{name: [label, ...]}`` (channel order) of a region-based (multi-label sigmoid)
+            model, certified by ``evaluate --regions``; None for a class-based model. With regions the score is the
+            combined case score of :func:`~monai_unc.evaluation.region_case.region_score_columns` (the mean over the
+            regions of the per-region scores), the predictions are read with ``load_case(..., multilabel=True)``
+            and their recorded regions must agree with these (:func:`region_differences`).
         image_reference: statistics of the calibration images (:class:`ImageReference`), or None.
         fingerprint: how the calibration predictions were made (:func:`prediction_fingerprint`).
         created, version: when and by which monai-unc version.
@@ -341,8 +410,14 @@ class ReferralRule:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     version: str = __version__
+    regions: dict[str, list[int]] | None = None
 
     def __post_init__(self) -> None:
+        if self.regions is not None:
+            try:
+                self.regions = {k: list(v) for k, v in check_regions(self.regions, "regions").items()}
+            except TypeError as e:
+                raise ValueError(str(e)) from None
         self.validate()
 
     # -- properties --------------------------------------------------------------------------------------------
@@ -366,9 +441,16 @@ class ReferralRule:
         return float(self.calibration_scores[0]), float(self.calibration_scores[-1])
 
     @property
+    def region_names(self) -> list[str]:
+        """The region names in channel order (empty for a class-based rule)."""
+        return [] if self.regions is None else list(self.regions)
+
+    @property
     def risk_definition(self) -> str:
-        """The per-case risk in words: ``"dice < 0.8"`` or ``"1 - dice"``."""
-        return f"dice < {self.failure_dice:g}" if self.risk == "failure" else "1 - dice"
+        """The per-case risk in words: ``"dice < 0.8"`` or ``"1 - dice"`` (for a region-based rule the Dice is the
+        mean over the regions, ``"mean region dice < 0.8"``)."""
+        dice = "dice" if self.regions is None else "mean region dice"
+        return f"{dice} < {self.failure_dice:g}" if self.risk == "failure" else f"1 - {dice}"
 
     def guarantee(self) -> str:
         """One sentence: what the rule promises, and under which assumption."""
@@ -416,10 +498,20 @@ class ReferralRule:
         if self.region is not None:
             raise ValueError(f"region {self.region!r}: scores restricted to one region are not supported yet "
                              "(null = the whole volume)")
-        if self.num_classes is not None and (not isinstance(self.num_classes, int) or self.num_classes < 2):
-            raise ValueError(f"num_classes must be an integer >= 2, got {self.num_classes!r}")
+        least = 2 if self.regions is None else 1  # a region-based model may have one region
+        if self.num_classes is not None and (not isinstance(self.num_classes, int) or self.num_classes < least):
+            raise ValueError(f"num_classes must be an integer >= {least}, got {self.num_classes!r}")
         if self.class_names is not None and self.num_classes is not None and len(self.class_names) != self.num_classes:
             raise ValueError(f"class_names has {len(self.class_names)} names for {self.num_classes} classes")
+        if self.regions is not None:
+            if self.class_names is not None:
+                raise ValueError("class_names does not apply with regions: the regions name the channels")
+            if self.num_classes is not None and self.num_classes != len(self.regions):
+                raise ValueError(f"num_classes ({self.num_classes}) must be the number of regions "
+                                 f"({len(self.regions)}) with regions")
+            sfx = [region_suffix(n) for n in self.regions]
+            if len(set(sfx)) != len(sfx):
+                raise ValueError(f"regions: the region names {list(self.regions)} give the same column names {sfx}")
         if not isinstance(self.fingerprint, dict):
             raise ValueError(f"fingerprint must be a dict, got {type(self.fingerprint).__name__}")
 
@@ -481,7 +573,7 @@ class ReferralRule:
         measure, agg = parse_score_column(self.score)
         return {
             "format": RULE_FORMAT,
-            "format_version": RULE_VERSION,
+            "format_version": 1 if self.regions is None else 2,
             "created": self.created,
             "monai_unc_version": self.version,
             "score": {"column": self.score, "measure": measure, "aggregation": agg, "region": self.region,
@@ -511,6 +603,7 @@ class ReferralRule:
             },
             "num_classes": self.num_classes,
             "class_names": None if self.class_names is None else list(self.class_names),
+            "regions": None if self.regions is None else {k: list(v) for k, v in self.regions.items()},
             "image_reference": None if self.image_reference is None else self.image_reference.to_json(),
             "fingerprint": self.fingerprint,
         }
@@ -543,6 +636,11 @@ class ReferralRule:
             ref = d.get("image_reference")
             fp = _field(d, "fingerprint", source, dict)
             n_cls = d.get("num_classes")
+            regions = d.get("regions")
+            if regions is not None:
+                regions = _field(d, "regions", source, dict)
+                if ver < 2:
+                    raise ValueError(f"{source}: a rule with regions must have format_version 2, got {ver}")
             return cls(
                 score=_field(sc, "column", f"{source}: score", str),
                 threshold=threshold,
@@ -569,6 +667,7 @@ class ReferralRule:
                 fingerprint=dict(fp),
                 created=str(d.get("created", "")),
                 version=str(d.get("monai_unc_version", "")),
+                regions=regions,
             )
         except ValueError as e:
             msg = str(e)
@@ -717,6 +816,59 @@ def prediction_fingerprint(
     return json.loads(json.dumps(fp))
 
 
+def prediction_regions(
+    predictions: str | os.PathLike, layout: str = "monai-unc"
+) -> dict[str, list[int]] | list[str] | bool | None:
+    """What the records of a prediction folder say about regions: ``False`` for class-based (softmax / binary)
+    predictions; for region-based ones the region spec ``{name: [label, ...]}`` (channel order) or, when ``infer``
+    was not given ``--regions``, the channel names ``["0", "1", ...]`` (``True``: region-based, regions not
+    recorded); ``None`` when there is no record.
+
+    ``monai-unc`` layout: :func:`monai_unc.io.read_prediction_regions` (``infer.json`` / the case records; an
+    ``infer.json`` without ``multilabel``, written before region-based inference existed, is class-based).
+    ``nnunet`` layout: the ``regions`` entry of ``uncertainty_config.json`` (absent or empty: class-based)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    pred = Path(predictions)
+    if layout == "monai-unc":
+        found = read_prediction_regions(pred)
+        if found is not None:
+            return found.get("regions") or True
+        doc = _read_json(pred / "infer.json")
+        return False if isinstance(doc, dict) and isinstance(doc.get("settings"), dict) else None
+    cfg = _read_json(pred / "uncertainty_config.json")
+    if not isinstance(cfg, dict):
+        return None
+    return cfg.get("regions") or False
+
+
+def region_differences(
+    rule_regions: Mapping[str, Sequence[int]] | None, found: Mapping[str, Sequence[int]] | list[str] | bool | None
+) -> list[tuple[str, Any, Any]]:
+    """``[("regions", rule's, predictions')]`` when the regions a rule scores cannot be those of the predictions
+    (``found``: :func:`prediction_regions`), else ``[]``: a class-based rule on region predictions or the reverse;
+    another number of regions; another label set in some channel (a region spec against a recorded spec; the names
+    may differ, they only name the columns). Nothing to compare without a record (``found is None``)."""
+    if found is None:
+        return []
+    rule_side: Any = None if rule_regions is None else {k: list(v) for k, v in rule_regions.items()}
+    pred_side: Any = None if found is False else found
+    if rule_side is None and pred_side is None:
+        return []
+    if rule_side is None or pred_side is None:
+        return [("regions", rule_side, "region-based" if pred_side is True else pred_side)]
+    if pred_side is True:
+        return []
+    if len(pred_side) != len(rule_side):
+        return [("regions", rule_side, pred_side)]
+    if isinstance(pred_side, Mapping):
+        ours = [sorted(int(v) for v in labels) for labels in rule_side.values()]
+        theirs = [sorted(int(v) for v in labels) for labels in pred_side.values()]
+        if ours != theirs:
+            return [("regions", rule_side, pred_side)]
+    return []
+
+
 def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any]) -> tuple[str, list]:
     """``(status, differences)``: ``"match"``; ``"mismatch"`` with ``[(field, rule value, predictions value)]``;
     or ``"unverified"`` when neither side has a record of how its predictions were made (nothing to compare: the
@@ -750,7 +902,9 @@ def certify_referral_rule(
     ``summary["risk_control"]`` (fitted by :func:`monai_unc.evaluation.summarize` on the calibration cases), the
     calibration cases' scores from ``state``, the statistics of their images when the evaluation had images
     (``state.files``), and the fingerprint of ``predictions`` (:func:`prediction_fingerprint`, the calibration
-    cases' records). ``ValueError`` when the summary has no ``risk_control`` block."""
+    cases' records). A region evaluation (``config.regions``) gives a rule with the region spec, whose score is the
+    combined case score of the regions (``format_version`` 2). ``ValueError`` when the summary has no
+    ``risk_control`` block."""
     rc = summary.get("risk_control")
     if not rc:
         raise ValueError("the summary has no risk_control block: evaluate with a target_risk (--target-risk)")
@@ -767,10 +921,18 @@ def certify_referral_rule(
     map_source = "file" if files and all(f and f.get("maps") for f in files) else "probabilities"
     reference = None
     if files and all(f and f.get("image") for f in files):
-        stats = np.stack([image_statistics(read_volume(f["image"])[0]) for f in files])  # type: ignore[index]
+        stats = np.stack([image_statistics(read_image_channels(f["image"], "all", case_id=c))  # type: ignore[index]
+                          for f, c in zip(files, cal_ids)])
         reference = ImageReference.fit(stats, image_z_max)
     fp = prediction_fingerprint(predictions, layout, cal_ids, uncertainty) if predictions is not None else {}
     names = tuple(config.class_names) if config.class_names else None
+    regions = None if config.regions is None else {k: list(v) for k, v in parse_regions(config.regions).items()}
+    if predictions is not None:
+        diffs = region_differences(regions, prediction_regions(predictions, layout))
+        if diffs:
+            warnings.warn(f"the evaluation's regions {diffs[0][1]} are not the regions recorded with the predictions "
+                          f"{diffs[0][2]}: monai-unc triage will refuse predictions made like these with this rule",
+                          UserWarning, stacklevel=2)
     return ReferralRule(
         score=column, threshold=threshold, feasible=bool(rc["feasible"]), target_risk=float(rc["target_risk"]),
         delta=float(rc["delta"]), method=str(rc["method"]), risk=config.risk, failure_dice=config.failure_dice,
@@ -779,7 +941,7 @@ def certify_referral_rule(
         observed_risk=_as_float(rc["calibration"].get("risk_accepted")), n_candidates=int(rc.get("n_candidates", 0)),
         n_undefined=int((~np.isfinite(raw)).sum()), patch_size=config.patch_size, map_source=map_source,
         num_classes=state.num_classes, class_names=names, image_reference=reference, fingerprint=fp,
-        created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), regions=regions,
     )
 
 
@@ -799,11 +961,6 @@ def write_referral_rule(
     path = Path(output) / RULE_FILE
     if config.target_risk is None:
         path.unlink(missing_ok=True)
-        return None
-    if config.regions is not None:  # monai-unc triage scores class-based maps only
-        path.unlink(missing_ok=True)
-        warnings.warn("referral_rule.json is not written for a region evaluation (monai-unc triage does not read "
-                      "region maps yet); the risk-controlled threshold is in summary.json", UserWarning, stacklevel=2)
         return None
     rule = certify_referral_rule(state, summary, config, predictions=predictions, layout=layout,
                                  uncertainty=uncertainty)
@@ -873,42 +1030,78 @@ def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
         "format": _STATE_FORMAT,
         "version": __version__,
         "options": {"measure": rule.measure, "patch_size": rule.patch_size, "map_source": rule.map_source,
-                    "num_classes": rule.num_classes, "class_names": rule.class_names},
+                    "num_classes": rule.num_classes, "class_names": rule.class_names, "regions": rule.regions,
+                    "channel_files": _channel_files(rule)},
         "inputs": {"seg": file_signature(files.seg), "probs": file_signature(files.probs),
                    "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
-                   "image": file_signature(files.image)},
+                   "image": None if files.image is None else [file_signature(p) for p in (
+                       image_channel_files(files.image) if _channel_files(rule) == "all" else (files.image,))]},
     }
     return json.loads(json.dumps(fp))
 
 
 def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
-    """The label-free row of one case: the rule measure's three case scores (:func:`case_score_columns`),
-    ``expected_dice`` of the foreground and of each class when probabilities exist
-    (:func:`monai_unc.metrics.quality.expected_dice`), the image statistics when the case has an image
-    (``image_stats``), the warnings raised and the case's files. Does not apply the rule."""
+    """The label-free row of one case: the rule measure's three case scores, ``expected_dice`` of the foreground and
+    of each class when probabilities exist (:func:`monai_unc.metrics.quality.expected_dice`), the image statistics
+    when the case has an image (``image_stats``), the warnings raised and the case's files. Does not apply the rule.
+
+    Class-based rule: the scores of :func:`case_score_columns`. Region-based rule (``rule.regions``): the case is
+    read with ``load_case(..., multilabel=True)`` (region masks or a label map converted with the spec, one map
+    channel per region) and scored by :func:`~monai_unc.evaluation.region_case.region_score_columns`, the function
+    ``evaluate --regions`` uses: the combined ``<measure>_<score>`` (mean over the regions) and the per-region
+    ``<measure>_<score>_<R>``; ``expected_dice`` is the mean over the regions of each region's binary expected Dice
+    (:func:`monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``), ``expected_dice_<R>`` per region.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        case = load_case(files, rule.num_classes, load_image=files.image is not None)
+        regions = rule.regions
+        case = load_case(files, len(regions) if regions is not None else rule.num_classes, load_image=False,
+                         multilabel=regions is not None)
         maps = derived_maps(case)
         if rule.measure not in maps:
             raise CaseError(f"case {case.case_id!r}: no {rule.measure} map to score (the rule scores "
                             f"{rule.score}; available: {sorted(maps) or 'none'})")
         row: dict[str, Any] = {"case": case.case_id}
-        row.update(case_score_columns({rule.measure: maps[rule.measure]}, case.seg, rule.patch_size))
-        if case.probs is not None:
-            q = expected_dice(case.probs[None], validate=False)
-            row["expected_dice"] = float(q.foreground[0])
-            n_cls = case.probs.shape[0]
-            names = rule.class_names or tuple(str(c) for c in range(n_cls))
-            for c in range(1, n_cls):
-                row[f"expected_dice_{slug(names[c]) if c < len(names) else c}"] = float(q.per_class[0, c - 1])
-        row["image_stats"] = None if case.image is None else image_statistics(case.image).tolist()
-        row["foreground_voxels"] = int((case.seg > 0).sum())
-        row["voxels"] = int(case.seg.size)
+        if regions is not None:
+            names = list(regions)
+            u = maps[rule.measure]
+            if u.shape[0] != len(names):
+                raise CaseError(f"case {case.case_id!r}: the {rule.measure} map has {u.shape[0]} region channel(s) "
+                                f"but the rule's regions are {len(names)} ({', '.join(names)})")
+            pred = predicted_regions(case, regions)
+            row.update(region_score_columns({rule.measure: u}, pred, names, rule.patch_size))
+            if case.probs is not None:
+                q = quality_estimates({UncertaintyKeys.PRED.value: case.probs[None]}, multilabel=True)["expected_dice"]
+                row["expected_dice"] = float(q.foreground[0])
+                row.update({f"expected_dice_{region_suffix(n)}": float(q.per_class[0, r]) for r, n in enumerate(names)})
+            fg_voxels, voxels = int(pred.any(axis=0).sum()), int(np.prod(pred.shape[1:]))
+        else:
+            row.update(case_score_columns({rule.measure: maps[rule.measure]}, case.seg, rule.patch_size))
+            if case.probs is not None:
+                q = expected_dice(case.probs[None], validate=False)
+                row["expected_dice"] = float(q.foreground[0])
+                n_cls = case.probs.shape[0]
+                cls_names = rule.class_names or tuple(str(c) for c in range(n_cls))
+                for c in range(1, n_cls):
+                    key = slug(cls_names[c]) if c < len(cls_names) else c
+                    row[f"expected_dice_{key}"] = float(q.per_class[0, c - 1])
+            fg_voxels, voxels = int((case.seg > 0).sum()), int(case.seg.size)
+        image = None
+        if files.image is not None:  # every channel (file), in the space of the prediction
+            image = read_image_channels(files.image, _channel_files(rule), (case.seg.shape[-len(case.spacing):],
+                                                                              case.affine), case.case_id)
+        row["image_stats"] = None if image is None else image_statistics(image).tolist()
+        row["foreground_voxels"] = fg_voxels
+        row["voxels"] = voxels
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
     row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     row["files"] = files.to_json()
     return row
+
+
+def _channel_files(rule: ReferralRule) -> str:
+    """How :func:`triage_case` reads channel files: like the rule's calibration images (every file without them)."""
+    return rule.image_reference.channel_files if rule.image_reference is not None else "all"
 
 
 def _load_row(folder: Path, case_id: str, fp: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -1016,6 +1209,8 @@ def _assemble(
                  "code": d.code, "rank": rank[ids[i]]}
         if "expected_dice" in r:
             entry["expected_dice"] = r["expected_dice"]
+        if rule.regions is not None:  # the rule's score per region (its mean over the regions is "score")
+            entry["region_scores"] = {n: _as_float(r.get(f"{rule.score}_{region_suffix(n)}")) for n in rule.regions}
         if zmax is not None:
             entry["image_z_max"] = zmax
         cases.append(entry)
@@ -1078,7 +1273,8 @@ def run_triage(
     group (``torchrun``).
 
     Every rank lists the cases (:func:`find_prediction_cases`; they must agree), reads the predictions' fingerprint
-    and compares it with the rule's: a difference raises :class:`FingerprintMismatch` (a ``ValueError``) before any
+    and compares it with the rule's, and the rule's regions with the regions recorded with the predictions
+    (:func:`region_differences`): a difference raises :class:`FingerprintMismatch` (a ``ValueError``) before any
     work unless ``allow_mismatch`` (then ``triage.json`` and the page record it). Each rank triages its shard
     (:func:`monai_unc.distributed.shard`) with :func:`triage_case`, saving each case's row under
     ``<output>/state/cases/`` with ``resume`` (a rerun, or an interrupted run run again, reuses rows whose files and
@@ -1112,6 +1308,10 @@ def run_triage(
                                       cases=cases)
         pred_fp = prediction_fingerprint(predictions, layout, [f.case_id for f in found], uncertainty)
         status, diffs = compare_fingerprints(the_rule.fingerprint, pred_fp)
+        if not any(k == "regions" for k, _, _ in diffs):  # the regions the rule scores against the recorded ones
+            extra = region_differences(the_rule.regions, prediction_regions(predictions, layout))
+            if extra:
+                status, diffs = "mismatch", [*diffs, *extra]
         if status == "mismatch" and not allow_mismatch:
             raise FingerprintMismatch(diffs)
         check = {"status": status, "allowed_mismatch": status == "mismatch", "predictions": pred_fp,

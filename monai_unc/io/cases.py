@@ -50,6 +50,7 @@ __all__ = [
     "split_extension",
     "list_files",
     "list_image_cases",
+    "image_channel_files",
     "match_cases",
     "read_volume",
     "read_probabilities",
@@ -163,6 +164,30 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     if len(n_channels) > 1:
         raise CaseError(f"cases in {folder} have different numbers of channels: {sorted(n_channels)}")
     return out
+
+
+def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
+    """Every channel file of the image case whose first channel file is ``path``: for nnU-Net's channel naming
+    (``CASE_0000.nii.gz``, the file :func:`match_cases` gives as a case's ``image``) the files ``CASE_0000``,
+    ``CASE_0001``, ... with the same extension in the same folder, in channel order; ``(path,)`` for any other name
+    (one file holding every channel, e.g. a 4D NIfTI). ``CaseError`` when the channel numbers have gaps."""
+    path = Path(path)
+    split = split_extension(path.name, VOLUME_EXTENSIONS)
+    m = _CHANNEL.match(split[0]) if split is not None else None
+    if split is None or m is None or int(m["channel"]) != 0 or not path.parent.is_dir():
+        return (path,)
+    ext = split[1]
+    found: dict[int, Path] = {}
+    for p in path.parent.iterdir():
+        if not p.name.startswith(m["case"] + "_") or not p.name.endswith(ext):
+            continue
+        mm = _CHANNEL.match(p.name[: -len(ext)])
+        if mm is not None and mm["case"] == m["case"]:
+            found[int(mm["channel"])] = p
+    idx = sorted(found)
+    if idx != list(range(len(idx))):
+        raise CaseError(f"case {m['case']!r}: channel files must be numbered _0000, _0001, ... without gaps, got {idx}")
+    return tuple(found[i] for i in idx)
 
 
 @dataclass

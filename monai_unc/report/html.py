@@ -351,26 +351,32 @@ def render_html(
 
 
 def region_display(
-    seg: np.ndarray, label: np.ndarray, uncertainty: np.ndarray, regions: Mapping[str, Sequence[int]]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    seg: np.ndarray, label: np.ndarray | None, uncertainty: np.ndarray, regions: Mapping[str, Sequence[int]]
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[str]]:
     """Label maps for drawing a region-based case with :func:`~monai_unc.report.plots.plot_case_overlay`.
 
     Overlapping regions become one label map: regions sorted by their number of labels, most first (stable), and a
     voxel gets the index (1-based) of the last region in that order that contains it, so nested regions (BraTS WT >
     TC > ET) are drawn from the outside in. ``seg`` is ``(R, *spatial)`` region masks or a label map (converted with
-    ``regions``); ``label`` a label map; the uncertainty drawn is the largest over the regions. Returns ``(seg map,
-    label map, uncertainty, class names)`` with ``"background"`` first."""
+    ``regions``); ``label`` a label map, or None (no reference: the triage of new cases); the uncertainty drawn is the
+    largest over the regions. Returns ``(seg map, label map or None, uncertainty, class names)`` with
+    ``"background"`` first."""
     names = list(regions)
     order = sorted(range(len(names)), key=lambda r: -len(regions[names[r]]))
-    pred = label_to_regions(seg, regions) if seg.ndim == label.ndim else seg.astype(bool)
-    target = label_to_regions(label, regions)
-    out = []
-    for masks in (pred, target):
-        disp = np.zeros(label.shape, dtype=np.int64)
+    # spatial ndim: the label's, else the region maps' (R, *spatial)
+    ndim = label.ndim if label is not None else (uncertainty.ndim - 1 if uncertainty.ndim == seg.ndim else seg.ndim)
+    pred = label_to_regions(seg, regions) if seg.ndim == ndim else seg.astype(bool)
+    out: list[np.ndarray | None] = []
+    for masks in (pred, None if label is None else label_to_regions(label, regions)):
+        if masks is None:
+            out.append(None)
+            continue
+        disp = np.zeros(masks.shape[1:], dtype=np.int64)
         for rank, r in enumerate(order, 1):
             disp[masks[r]] = rank
         out.append(disp)
-    u = uncertainty.max(axis=0) if uncertainty.ndim == label.ndim + 1 else uncertainty
+    u = uncertainty.max(axis=0) if uncertainty.ndim == ndim + 1 else uncertainty
+    assert out[0] is not None
     return out[0], out[1], u, ["background"] + [names[r] for r in order]
 
 

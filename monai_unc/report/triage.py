@@ -8,7 +8,8 @@ network resource; the same figures under ``figures/``), in the style of the QC r
    fingerprint differs from the rule's and the triage was told to go on (``--allow-mismatch``), a warning banner
    listing the differences; a note when no fingerprint could be checked;
 2. cards: cases, accepted, referred, the reasons, the guarantee for the accepted cases;
-3. the ranked table: case, decision, reason, score, ``expected_dice``, image z-score;
+3. the ranked table: case, decision, reason, score (for a region-based rule also the score of each region, whose
+   mean is the score), ``expected_dice``, image z-score;
 4. the score distribution of the new cases against the calibration cases (:func:`plot_score_distribution`), with the
    threshold and the calibration range;
 5. overlays of the most uncertain cases on their slices of highest uncertainty (:func:`plot_triage_overlay`: image,
@@ -35,7 +36,7 @@ from matplotlib.figure import Figure as MplFigure
 from ..evaluation.case import derived_maps
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
-from .html import PAGE_CSS, Figure, format_value, img_tag
+from .html import PAGE_CSS, Figure, format_value, img_tag, region_display
 from .plots import plot_case_overlay, save_png
 
 __all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page"]
@@ -166,8 +167,9 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule) -> str:
     cases = {c["case"]: c for c in summary["cases"]}
     has_q = any("expected_dice" in c for c in cases.values())
     has_z = any("image_z_max" in c for c in cases.values())
-    head = ["rank", "case", "decision", rule.score] + (["expected Dice"] if has_q else []) + \
-        (["image z"] if has_z else []) + ["reason"]
+    regions = rule.region_names if any("region_scores" in c for c in cases.values()) else []
+    head = ["rank", "case", "decision", rule.score] + [f"{rule.aggregation} {n}" for n in regions] + \
+        (["expected Dice"] if has_q else []) + (["image z"] if has_z else []) + ["reason"]
     out = ['<div class="scroll"><table id="triage-table"><thead><tr>']
     out += [f'<th class="{"l" if h in ("case", "decision", "reason") else ""}">{html.escape(h)}</th>' for h in head]
     out.append("</tr></thead><tbody>")
@@ -175,6 +177,7 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule) -> str:
         c = cases[cid]
         cells = [f"<td>{rank}</td>", f'<td class="l">{html.escape(cid)}</td>',
                  f'<td class="l">{_tag(c["decision"])}</td>', f"<td>{format_value(c.get('score'), 4)}</td>"]
+        cells += [f"<td>{format_value((c.get('region_scores') or {}).get(n), 4)}</td>" for n in regions]
         if has_q:
             cells.append(f"<td>{format_value(c.get('expected_dice'))}</td>")
         if has_z:
@@ -194,7 +197,8 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         if not d:
             continue
         files = CaseFiles.from_json(d)
-        case = load_case(files, rule.num_classes, load_image=files.image is not None)
+        regions = rule.regions
+        case = load_case(files, rule.num_classes, load_image=files.image is not None, multilabel=regions is not None)
         maps = derived_maps(case)
         if rule.measure not in maps:
             continue
@@ -202,8 +206,11 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         info = {"score": format_value(c.get("score"), 4), "decision": c["decision"]}
         if "expected_dice" in c:
             info["expected Dice"] = format_value(c["expected_dice"])
-        fig = plot_triage_overlay(cid, case.seg, maps[rule.measure], case.image, case.spacing, rule.measure,
-                                  info=info, class_names=rule.class_names)
+        seg, u, class_names = case.seg, maps[rule.measure], rule.class_names
+        if regions is not None:  # nested regions drawn as one label map, the largest uncertainty over the regions
+            seg, _, u, class_names = region_display(case.seg, None, u, regions)
+        fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
+                                  class_names=class_names)
         path = fig_dir / f"case_{cid}.png"
         out.append(Figure(f"case-{cid}", f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
                           f"{len(summary['order'])} ({c['decision']})",
