@@ -107,6 +107,39 @@ def _check_same_length(logits: Any, target: Any) -> None:
         )
 
 
+def _paired_batches(
+    logits: Callable[[], Iterable[Any]], target: Callable[[], Iterable[Any]]
+) -> Iterator[tuple[Any, Any]]:
+    """Pairs of one logits batch and its target batch; ``ValueError`` when one side has more batches or there
+    is none."""
+    n_batches = 0
+    z_iter, y_iter = iter(logits()), iter(target())
+    while True:
+        z_in, y_in = next(z_iter, _END), next(y_iter, _END)
+        if z_in is _END or y_in is _END:
+            if z_in is not y_in:
+                longer = "logits" if y_in is _END else "target"
+                raise ValueError(
+                    f"logits and target must hold the same number of batches; {longer} has more (after "
+                    f"{n_batches} pairs)"
+                )
+            if n_batches == 0:
+                raise ValueError("no logits to fit on (the iterable of batches is empty)")
+            return
+        n_batches += 1
+        yield z_in, y_in
+
+
+def _logits_batch(z_in: Any, shape: str) -> torch.Tensor:
+    """One batch of logits as a floating-point tensor with a channel axis and at least one spatial axis."""
+    z = to_tensor(z_in, "logits")
+    if not z.is_floating_point():
+        raise TypeError(f"logits must be floating point, got {z.dtype}")
+    if z.ndim < 3:
+        raise ValueError(f"logits must have shape {shape}, got {tuple(z.shape)}")
+    return z
+
+
 class TemperatureScaler(nn.Module):
     """Scalar or vector temperature scaling fitted on streamed logits (Kock et al. Sec. 2.3).
 
@@ -266,24 +299,8 @@ class TemperatureScaler(nn.Module):
         self, logits: Callable[[], Iterable[Any]], labels: Callable[[], Iterable[Any]], first: bool
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``(C, n)`` logits and ``(n,)`` int64 labels, at most ``chunk_size`` voxels each."""
-        n_batches = 0
-        z_iter, y_iter = iter(logits()), iter(labels())
-        while True:
-            z_in, y_in = next(z_iter, _END), next(y_iter, _END)
-            if z_in is _END or y_in is _END:
-                if z_in is not y_in:
-                    longer = "logits" if y_in is _END else "target"
-                    raise ValueError(
-                        f"logits and target must hold the same number of batches; {longer} has more (after "
-                        f"{n_batches} pairs)"
-                    )
-                break
-            n_batches += 1
-            z = to_tensor(z_in, "logits")
-            if not z.is_floating_point():
-                raise TypeError(f"logits must be floating point, got {z.dtype}")
-            if z.ndim < 3:
-                raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
+        for z_in, y_in in _paired_batches(logits, labels):
+            z = _logits_batch(z_in, "(B, C, *spatial)")
             if z.shape[1] < 2:
                 raise ValueError(f"logits must have at least 2 classes along dim 1, got {tuple(z.shape)}")
             if z.numel() == 0:
@@ -326,8 +343,6 @@ class TemperatureScaler(nn.Module):
                     if zc.dtype not in (torch.float32, torch.float64):
                         zc = zc.float()
                     yield zc, yb[s : s + self.chunk_size]
-        if n_batches == 0:
-            raise ValueError("no logits to fit on (the iterable of batches is empty)")
 
     def _pass(
         self, t: torch.Tensor, logits: Callable[[], Iterable[Any]], labels: Callable[[], Iterable[Any]], first: bool
@@ -403,24 +418,8 @@ class TemperatureScaler(nn.Module):
         self, logits: Callable[[], Iterable[Any]], masks: Callable[[], Iterable[Any]], first: bool
     ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
         """``(region, logits (n,), binary target (n,) float)``, at most ``chunk_size`` voxels each."""
-        n_batches = 0
-        z_iter, y_iter = iter(logits()), iter(masks())
-        while True:
-            z_in, y_in = next(z_iter, _END), next(y_iter, _END)
-            if z_in is _END or y_in is _END:
-                if z_in is not y_in:
-                    longer = "logits" if y_in is _END else "target"
-                    raise ValueError(
-                        f"logits and target must hold the same number of batches; {longer} has more (after "
-                        f"{n_batches} pairs)"
-                    )
-                break
-            n_batches += 1
-            z = to_tensor(z_in, "logits")
-            if not z.is_floating_point():
-                raise TypeError(f"logits must be floating point, got {z.dtype}")
-            if z.ndim < 3:
-                raise ValueError(f"logits must have shape (B, R, *spatial), got {tuple(z.shape)}")
+        for z_in, y_in in _paired_batches(logits, masks):
+            z = _logits_batch(z_in, "(B, R, *spatial)")
             if z.numel() == 0:
                 raise ValueError(f"logits is empty (shape {tuple(z.shape)}): every batch needs at least one voxel")
             y = to_tensor(y_in, "target").to(z.device)
@@ -466,8 +465,6 @@ class TemperatureScaler(nn.Module):
                         if zc.dtype not in (torch.float32, torch.float64):
                             zc = zc.float()
                         yield r, zc, yb[s : s + self.chunk_size].to(zc.dtype)
-        if n_batches == 0:
-            raise ValueError("no logits to fit on (the iterable of batches is empty)")
 
     def _pass_sigmoid(
         self, t: torch.Tensor, logits: Callable[[], Iterable[Any]], masks: Callable[[], Iterable[Any]], first: bool

@@ -40,13 +40,7 @@ DATASET_JSON = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "a": 
                 "file_ending": ".nii.gz"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # the predictor and nnU-Net change the thread count; keep tests from oversubscribing a shared machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ------------------------------------------------------------------------------------------ helpers

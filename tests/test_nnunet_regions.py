@@ -33,12 +33,7 @@ REGIONS_JSON = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "whol
 LOG2 = math.log(2.0)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def region_predictor(n_folds=2, mirror_axes=(0, 1, 2), plans=None, **kw):

@@ -35,13 +35,7 @@ from monai_unc.networks import (
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "ssn.md"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # timings in the training test assume one intra-op thread; restore the caller's setting afterwards
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _head(spatial_dims=2, in_channels=4, num_classes=3, rank=2, seed=0, **kw):

@@ -23,12 +23,7 @@ from monai_unc.networks import SSNHead, SSNLoss, find_ssn_heads, ssn_sampling  #
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _plans(ndim=3):

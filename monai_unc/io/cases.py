@@ -548,18 +548,28 @@ def load_case(
         if u.shape[0] != 1:
             raise CaseError(f"case {cid!r}: uncertainty map {path.name} must have one channel, got {u.shape[0]}")
         _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
-        u = u[0].astype(np.float32, copy=False)
-        if not np.isfinite(u).all():
-            raise CaseError(f"case {cid!r}: uncertainty map {path.name} contains NaN or inf")
-        if u.min() < 0:
-            raise CaseError(f"case {cid!r}: uncertainty map {path.name} has negative values (min {u.min():.4g})")
-        maps[m] = u
-    image = None
-    if load_image and files.image is not None:
-        img, i_aff = read_volume(files.image)
-        _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
-        image = img.astype(np.float32, copy=False)
+        maps[m] = _checked_map(cid, path, u[0])
+    image = _read_image(files, cid, ref) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image)
+
+
+def _checked_map(cid: str, path: Path, u: np.ndarray) -> np.ndarray:
+    """An uncertainty map as float32, refused when it holds NaN, inf or negative values."""
+    u = u.astype(np.float32, copy=False)
+    if not np.isfinite(u).all():
+        raise CaseError(f"case {cid!r}: uncertainty map {path.name} contains NaN or inf")
+    if u.min() < 0:
+        raise CaseError(f"case {cid!r}: uncertainty map {path.name} has negative values (min {u.min():.4g})")
+    return u
+
+
+def _read_image(files: CaseFiles, cid: str, ref: tuple[Any, np.ndarray, Path]) -> np.ndarray | None:
+    """The case's image ``(C_in, *spatial)`` float32 on the label's grid, or None without an image file."""
+    if files.image is None:
+        return None
+    img, i_aff = read_volume(files.image)
+    _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
+    return img.astype(np.float32, copy=False)
 
 
 def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool) -> LoadedCase:
@@ -619,17 +629,8 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         u, u_aff = read_volume(path)
         _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
         regions_of(u.shape[0], path.name)
-        u = u.astype(np.float32, copy=False)
-        if not np.isfinite(u).all():
-            raise CaseError(f"case {cid!r}: uncertainty map {path.name} contains NaN or inf")
-        if u.min() < 0:
-            raise CaseError(f"case {cid!r}: uncertainty map {path.name} has negative values (min {u.min():.4g})")
-        maps[m] = u
-    image = None
-    if load_image and files.image is not None:
-        img, i_aff = read_volume(files.image)
-        _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
-        image = img.astype(np.float32, copy=False)
+        maps[m] = _checked_map(cid, path, u)
+    image = _read_image(files, cid, ref) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image, multilabel=True)
 
 
