@@ -97,3 +97,15 @@ def test_fold_is_refused_without_rescale_floor_and_nothing_changes():
         net.head.fold_temperature(-1.0)
     with pytest.raises(ValueError, match="num_classes"):
         net.head.fold_temperature(torch.ones(2))
+
+
+def test_calibrate_network_keeps_the_temperature_beside_an_ssn():
+    from monai_unc.temperature import calibrate_network
+
+    net = _net(4).float()
+    x = torch.randn(1, 1, 6, 6)
+    with torch.no_grad():
+        logits = [net(x) * 3.0]  # overconfident: t > 1
+    target = [torch.randint(0, 3, (1, 6, 6))]
+    state, record = calibrate_network(logits, target, net, max_steps=50, example_input=x)
+    assert not record["folded_into_last_layer"] and "temperature" in state  # exact: TemperatureScaled at load
