@@ -120,3 +120,9 @@ def test_bundle_train_ssn_config_is_a_network_spec(tmp_path):
     assert isinstance(model.network, SSNNetwork) and model.network.head.rank == 5 and model.spatial_dims == 3
     with pytest.raises(ValueError, match="network_def"):
         load_network(network=json.dumps({"foo": 1}), checkpoints=[str(ckpt)])
+
+
+def test_demo_refuses_ssn_before_any_work(tmp_path, capsys):
+    assert cli.main(["demo", "--method", "ssn", "--output", str(tmp_path / "demo"), "--quiet"]) == 2
+    assert "not a Stochastic Segmentation Network" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
