@@ -1,6 +1,6 @@
 """Regenerate every validation study and the page ``docs/validation.md`` (``make validate``).
 
-    python docs/validation/run_all.py                  # all six studies at full size (~35 CPU minutes), then the page
+    python docs/validation/run_all.py                  # all six studies at full size (~40 CPU minutes), then the page
     python docs/validation/run_all.py --render-only    # re-write the tables, figures and page from the saved JSON
     python docs/validation/run_all.py --tiny --output /tmp/v --page /tmp/v/validation.md   # smoke test
 

@@ -384,9 +384,13 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["au_measure"] = au
     out["ncc_au_p_ssn_vs"] = {m: _wilcoxon(_col(blur, f"ssn/{au['ssn']}/ncc"), _col(blur, f"{m}/{au[m]}/ncc"))
                               for m in MODELS if m != "ssn"}
+    out["ncc_au_diff_ssn_minus"] = {m: _nanmean(_col(blur, f"ssn/{au['ssn']}/ncc") - _col(blur, f"{m}/{au[m]}/ncc"))
+                                    for m in MODELS if m != "ssn"}
     out["ged"] = {g: {f"{m}/{t}": _nanmean(_col(sel, f"{m}/{t}")) for m in MODELS for t in GED_TERMS}
                   for g, sel in (("iid_blur", blur), ("iid_clean", clean))}
     out["ged_p_ssn_vs"] = {m: _wilcoxon(_col(blur, "ssn/ged"), _col(blur, f"{m}/ged")) for m in MODELS if m != "ssn"}
+    out["ged_diff_ssn_minus"] = {m: _nanmean(_col(blur, "ssn/ged") - _col(blur, f"{m}/ged"))
+                                 for m in MODELS if m != "ssn"}
     out["dice"] = {m: {g: _nanmean(_col(sel, f"{m}/dice")) for g, sel in (("iid_blur", blur), ("iid_clean", clean),
                                                                          ("ood", ood))} for m in MODELS}
     auroc: dict[str, dict[str, float]] = {}
@@ -448,8 +452,11 @@ def _mr(values: list[float], digits: int = 2) -> str:
     return f"{fmt(ok.mean(), digits)} [{fmt(ok.min(), digits)}, {fmt(ok.max(), digits)}]"
 
 
-def _ps(values: list[float]) -> str:
-    return " / ".join(_p(v) for v in values)
+def _diffs(S: list[dict[str, Any]], what: str, model: str, digits: int) -> str:
+    """``+0.01 (p = 0.003) / ...``: per run, the mean paired difference SSN - model and its Wilcoxon p-value."""
+    d = _over(S, lambda sm: sm[f"{what}_diff_ssn_minus"][model])
+    p = _over(S, lambda sm: sm[f"{what}_p_ssn_vs"][model])
+    return " / ".join(f"{v:+.{digits}f} (p = {_p(q)})" if np.isfinite(v) else "n/a" for v, q in zip(d, p))
 
 
 def render_markdown(res: dict[str, Any]) -> str:
@@ -572,9 +579,8 @@ def _ncc_sentence(S: list[dict[str, Any]]) -> str:
     return (
         "Aleatoric measures: " + ", ".join(f"{NAMES[m]} {SHORT[au[m]]} {fmt(vals[m])}" for m in MODELS)
         + f"; the highest on average is {NAMES[best]}'s, and the SSN's is the highest in {wins} of {len(S)} run(s). "
-        "Paired Wilcoxon tests of the SSN's AU NCC against the others' (per run): "
-        + ", ".join(f"vs {NAMES[m]} p = {_ps(_over(S, lambda sm, m=m: sm['ncc_au_p_ssn_vs'][m]))}"
-                    for m in MODELS if m != "ssn") + "."
+        "Mean per-case difference SSN minus the other model, with the two-sided paired Wilcoxon p-value (per "
+        "run): " + "; ".join(f"vs {NAMES[m]} {_diffs(S, 'ncc_au', m, 2)}" for m in MODELS if m != "ssn") + "."
     )
 
 
@@ -590,9 +596,8 @@ def _ged_sentence(S: list[dict[str, Any]]) -> str:
         f"the SSN's is the lowest in {wins} of {len(S)} run(s)); sample diversity against the raters' "
         f"{fmt(mean('iid_blur', 'ssn/reference_diversity'), 3)}: "
         + ", ".join(f"{NAMES[m]} {fmt(mean('iid_blur', f'{m}/sample_diversity'), 3)}" for m in MODELS)
-        + ". Paired Wilcoxon tests of the SSN's per-case GED (per run): "
-        + ", ".join(f"vs {NAMES[m]} p = {_ps(_over(S, lambda sm, m=m: sm['ged_p_ssn_vs'][m]))}"
-                    for m in MODELS if m != "ssn")
+        + ". Mean per-case GED difference SSN minus the other model, with the two-sided paired Wilcoxon p-value (per "
+        "run): " + "; ".join(f"vs {NAMES[m]} {_diffs(S, 'ged', m, 3)}" for m in MODELS if m != "ssn")
         + f". Where the raters agree (no blur) the lowest GED is {NAMES[best_clean]}'s "
         f"({fmt(mean('iid_clean', f'{best_clean}/ged'), 3)}; SSN {fmt(mean('iid_clean', 'ssn/ged'), 3)}, its sample "
         f"diversity {fmt(mean('iid_clean', 'ssn/sample_diversity'), 3)} where the raters' is 0)."
