@@ -45,7 +45,7 @@ from .report.triage import build_triage_page
 from .temperature import TemperatureScaled
 from .workflows.calibrate import run_calibrate
 from .workflows.demo import run_demo
-from .workflows.factory import build_inferer, check_roi
+from .workflows.factory import build_inferer, check_method_network, check_roi
 from .workflows.infer import InferSettings, run_infer
 from .workflows.models import load_network
 
@@ -137,9 +137,10 @@ def _add_infer(sub: Any) -> None:
     m.add_argument("--no-bundle-preprocessing", action="store_true", help="ignore the bundle's preprocessing")
     s = p.add_argument_group("uncertainty")
     s.add_argument("--method", default="mcdropout",
-                   help="'+'-joined sources: mcdropout, ratein, tta, ensemble (e.g. mcdropout+tta), or softmax "
-                        "(default: mcdropout)")
-    s.add_argument("--samples", type=_positive_int, default=10, help="MC dropout / Rate-In samples (default 10)")
+                   help="'+'-joined sources: mcdropout, ratein, tta, ensemble, ssn (e.g. mcdropout+tta, "
+                        "ssn+mcdropout), or softmax (default: mcdropout)")
+    s.add_argument("--samples", type=_positive_int, default=10,
+                   help="MC dropout / Rate-In / SSN latent samples (default 10)")
     s.add_argument("--dropout", type=_open_unit, default=None, metavar="P",
                    help="insert post-hoc dropout with rate P after every encoder/decoder stage (no retraining)")
     s.add_argument("--tta-noise", type=_nonnegative_float, default=0.0,
@@ -468,6 +469,7 @@ def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, 
         add_dropout(net, p=args.dropout)
     if "mcdropout" in [t.strip().lower() for t in args.method.split("+")]:
         enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
+    check_method_network(args.method, net)  # ssn: an SSN head, one error now
     measures = list(args.measures or DEFAULT_MEASURES)
     if args.method.strip().lower() == "softmax":
         single = ["predictive_entropy", "one_minus_max_prob"]  # one deterministic pass: no EE, MI or variance

@@ -42,7 +42,9 @@ logit). A voxel whose target equals ``ignore_index`` in region ``r`` is left out
 
 ``fold_into(module)`` divides the weights and bias of the layer that produces the logits (the last
 ``Conv``/``ConvTranspose``/``Linear``, or the one given) by ``t``, so the saved model is calibrated at no
-extra cost (Kock et al., abstract).
+extra cost (Kock et al., abstract). A Stochastic Segmentation Network's head is folded as a whole (mean and
+covariance factor divided by ``t``, log-variance shifted by ``-2 log t``); its variance floor is not a weight, so
+that fold is exact only with ``rescale_floor=True`` and refused otherwise (:meth:`TemperatureScaler.fold_into`).
 """
 
 from __future__ import annotations
@@ -650,8 +652,18 @@ class TemperatureScaler(nn.Module):
             if bias is not None:
                 bias.mul_(factor.to(bias.dtype))
 
+    @staticmethod
+    def _ssn_heads(module: nn.Module) -> list[nn.Module]:
+        """Modules that fold a temperature themselves (Stochastic Segmentation Network heads: a ``fold_temperature``
+        method; duck-typed, as :mod:`monai_unc.networks` sits in the same layer as this module)."""
+        return [m for m in module.modules() if callable(getattr(m, "fold_temperature", None))]
+
     def fold_into(
-        self, module: nn.Module, layer: nn.Module | str | None = None, example_input: torch.Tensor | None = None
+        self,
+        module: nn.Module,
+        layer: nn.Module | str | None = None,
+        example_input: torch.Tensor | None = None,
+        rescale_floor: bool = False,
     ) -> nn.Module:
         """Divide the weights and bias of the logit layer by ``t`` in place; return that layer.
 
@@ -664,31 +676,59 @@ class TemperatureScaler(nn.Module):
             example_input: if given, the folded network's output on it must equal ``transform`` of the
                 original output (relative tolerance 1e-4); otherwise the layer is restored and ``ValueError``
                 raised.
+            rescale_floor: for a Stochastic Segmentation Network only (below).
+
+        A network with an :class:`~monai_unc.networks.SSNHead` (``layer`` None, or the head itself) is folded by the
+        head's ``fold_temperature``: its logits ``N(mu, diag(D) + P P^T)`` become ``N(mu / t, diag(D) / t^2 +
+        (P / t)(P / t)^T)`` (mean and factor convolutions divided by ``t``, log-variance bias shifted by
+        ``-2 log t``). The head's variance floor ``epsilon`` (``D = exp(.) + epsilon``) is not a weight, so the
+        exact fold needs ``epsilon / t^2`` too: without ``rescale_floor`` the fold is refused (``ValueError``: use
+        :class:`TemperatureScaled`, which divides every sample by ``t`` exactly); with it the head's ``epsilon`` is
+        divided by ``t^2`` as well (scalar ``t`` only; the new floor is not in the state dict, see
+        ``SSNHead.fold_temperature``). A convolution inside an SSN head cannot be given as ``layer``.
         """
         self._require_temperature("fold_into")
+        heads = self._ssn_heads(module)
         if isinstance(layer, str):
             named = dict(module.named_modules())
             if layer not in named:
                 raise ValueError(f"fold_into: no submodule named {layer!r}")
             target = named[layer]
         elif layer is None:
-            target = self._last_layer(module)
+            if len(heads) > 1:
+                raise ValueError(f"fold_into: the module has {len(heads)} SSN heads; pass the one to fold as layer")
+            target = heads[0] if heads else self._last_layer(module)
         else:
             target = layer
-        if not isinstance(target, _FOLDABLE):
-            raise TypeError(f"fold_into: cannot fold into {type(target).__name__}; need Conv/ConvTranspose/Linear")
+        ssn = callable(getattr(target, "fold_temperature", None))
+        if not ssn:
+            if any(target is m for h in heads for m in h.modules()):
+                raise ValueError(
+                    "fold_into: the layer is a convolution of an SSN head (its mean, variance and factor are scaled "
+                    "together); pass the head or layer=None"
+                )
+            if not isinstance(target, _FOLDABLE):
+                raise TypeError(f"fold_into: cannot fold into {type(target).__name__}; need Conv/ConvTranspose/Linear")
+        t = self.temperature.detach()
+
+        def scale(inverse: bool) -> None:
+            if ssn:
+                target.fold_temperature(1.0 / t if inverse else t, rescale_floor=rescale_floor)  # type: ignore[operator]
+            else:
+                self._scale_layer(target, inverse=inverse)
+
         before = None
         if example_input is not None:
             with torch.no_grad():
                 before = module(example_input)
-        self._scale_layer(target, inverse=False)
+        scale(inverse=False)
         if before is not None:
             with torch.no_grad():
                 after = module(example_input)
                 expected = self.transform(before)
-            scale = float(expected.abs().max()) if expected.numel() else 1.0  # type: ignore[union-attr]
-            if not torch.allclose(after, expected, rtol=1e-4, atol=1e-5 * max(scale, 1.0)):  # type: ignore[arg-type]
-                self._scale_layer(target, inverse=True)
+            tol = float(expected.abs().max()) if expected.numel() else 1.0  # type: ignore[union-attr]
+            if not torch.allclose(after, expected, rtol=1e-4, atol=1e-5 * max(tol, 1.0)):  # type: ignore[arg-type]
+                scale(inverse=True)
                 raise ValueError(
                     f"fold_into: scaling {type(target).__name__} does not divide the network's output by t; "
                     "pass the layer that produces the logits (nothing but a softmax may follow it)"

@@ -1,4 +1,4 @@
-"""Smoke tests of validation studies 3 (ValUES toy) and 4 (GED parts): each script's main with --tiny."""
+"""Smoke tests of validation studies 3 (ValUES toy), 4 (GED parts) and 6 (SSN): each script's main with --tiny."""
 
 from __future__ import annotations
 
@@ -82,3 +82,30 @@ def test_study4_tiny(tmp_path):
         assert 0 <= row["ensemble/d_det"] <= 2
         assert row["softmax_argmax/ged"] >= -1e-9
     assert "D_Det" in (tmp_path / "study4.md").read_text()
+
+
+@pytest.mark.slow
+def test_study6_tiny(tmp_path):
+    study6 = _load("study6_ssn")
+    res = study6.main(["--tiny", "--output", str(tmp_path), "--cache", str(tmp_path / "cache")])
+    for name in ("study6.md", "study6.json", "study6_maps.png"):
+        assert (tmp_path / name).is_file()
+    data = json.loads((tmp_path / "study6.json").read_text())
+    assert len(data["summaries"]) == 2  # two training runs at tiny size
+    s = data["summaries"][0]
+    assert set(s["au_measure"].values()) == {"expected_entropy", "mutual_information"}
+    assert s["au_measure"]["ssn"] == "mutual_information"  # ValUES Appendix D
+    assert all(_finite(v["mean"]) and -1 <= v["mean"] <= 1 for v in s["ncc"].values())
+    for row in data["cases"]:
+        for m in ("mc_dropout", "ensemble", "ssn"):  # GED = 2 cross - sample diversity - rater diversity >= 0
+            g = 2 * row[f"{m}/cross"] - row[f"{m}/sample_diversity"] - row[f"{m}/reference_diversity"]
+            assert row[f"{m}/ged"] == pytest.approx(g, abs=1e-5) and row[f"{m}/ged"] >= -1e-9
+    assert all(0 <= v["3b"] <= 1 for v in s["ood_auroc"].values())
+    assert "### (b) GED" in (tmp_path / "study6.md").read_text()
+    # --render-only rewrites the same page fragment from the JSON
+    md = (tmp_path / "study6.md").read_text()
+    study6.main(["--render-only", "--output", str(tmp_path)])
+    assert (tmp_path / "study6.md").read_text() == md
+    # a second run loads the networks from the cache and gives the same numbers
+    again = study6.main(["--tiny", "--output", str(tmp_path / "b"), "--cache", str(tmp_path / "cache")])
+    assert again["summaries"] == res["summaries"]

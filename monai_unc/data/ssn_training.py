@@ -137,7 +137,8 @@ def train_ssn(
         seed: seeds the data, the initialisation and the sampling (deterministic on CPU for a thread count).
 
     Returns ``(network, record)``: the network in eval mode and a dict with the settings, ``network`` (the
-    :func:`build_ssn_network` arguments), ``losses`` (per iteration; cross-entropy during the warm-up, the SSN loss
+    :func:`build_ssn_network` arguments), ``network_def`` (the same as a MONAI config: the record file is a network
+    spec for ``monai-unc infer --network``), ``losses`` (per iteration; cross-entropy during the warm-up, the SSN loss
     after it), ``loss_first`` / ``loss_last`` (mean of the first / last 10 % of the SSN-loss iterations) and
     ``train_seconds``.
     """
@@ -195,6 +196,8 @@ def train_ssn(
         "task": f"toy set ({len(shape)}D {shape}, {n_cases} cases, {n_raters} raters; one random rater's label per "
         "training sample)",
         "network": arch,
+        # a MONAI config of the network: `monai-unc infer --network <this .json> --checkpoint <the .pt>`
+        "network_def": {"_target_": "monai_unc.data.build_ssn_network", **arch},
         "iterations": iterations,
         "mean_only_iterations": mean_only_iterations,
         "batch_size": batch_size,

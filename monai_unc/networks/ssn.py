@@ -371,6 +371,62 @@ class SSNHead(nn.Module):
         #: set by :func:`ssn_sampling`: the forward then returns one reparameterised sample
         self.sampling = False
 
+    def fold_temperature(self, temperature: torch.Tensor | float, rescale_floor: bool = False) -> None:
+        """Fold a temperature into the head in place: the logits ``eta ~ N(mu, diag(D) + P P^T)`` divided by ``t``
+        are ``N(mu / t, diag(D) / t^2 + (P / t)(P / t)^T)`` (per class ``c`` for a vector ``t``).
+
+        The mean and factor convolutions' weights and biases are divided by ``t_c`` (factor channel ``r C + c``
+        by ``t_c``) and the log-variance bias is shifted by ``-2 log t_c``, so ``exp(.)`` becomes
+        ``exp(.) / t_c^2``. The floor ``epsilon`` of ``D = exp(.) + epsilon`` is not a weight: the exact
+        distribution needs the floor ``epsilon / t^2``, which no change of weights gives. So the fold is refused
+        (``ValueError``) unless ``rescale_floor=True``, which also sets :attr:`epsilon` to ``epsilon / t^2``
+        (scalar ``t`` or equal ``t_c`` only: the floor is one number). ``epsilon`` is a constructor argument and
+        not part of the ``state_dict``: a folded head saved as a state dict must be rebuilt with
+        ``SSNHead(..., epsilon=head.epsilon)``; otherwise wrap the network in
+        :class:`~monai_unc.temperature.TemperatureScaled`, which divides every sample by ``t`` exactly.
+
+        Args:
+            temperature: ``t`` (positive), a number or a tensor of 1 or ``num_classes`` values.
+            rescale_floor: also divide the variance floor by ``t^2`` (see above).
+        """
+        t = torch.as_tensor(temperature, dtype=torch.float64).detach().reshape(-1).cpu()
+        if t.numel() not in (1, self.num_classes):
+            raise ValueError(
+                f"temperature must have 1 or num_classes={self.num_classes} values, got {t.numel()}"
+            )
+        if not bool(torch.isfinite(t).all()) or bool((t <= 0).any()):
+            raise ValueError(f"temperature must be positive and finite, got {t.tolist()}")
+        t = t.expand(self.num_classes)
+        if not bool((t == 1).all()):
+            if not rescale_floor:
+                raise ValueError(
+                    f"cannot fold a temperature into an SSN head exactly: its diagonal variance D = exp(.) + epsilon "
+                    f"has the fixed floor epsilon={self.epsilon:g}, and D / t^2 needs the floor epsilon / t^2, which "
+                    "no change of weights gives; wrap the network in monai_unc.temperature.TemperatureScaled instead "
+                    "(or pass rescale_floor=True and rebuild the head with the new epsilon)"
+                )
+            if not bool((t == t[0]).all()):
+                raise ValueError(
+                    "rescale_floor needs a scalar temperature (or equal t_c): the floor epsilon is one number for all "
+                    f"classes, got {t.tolist()}; wrap the network in monai_unc.temperature.TemperatureScaled instead"
+                )
+        r = self.rank
+        inv = 1.0 / t  # (C,)
+        with torch.no_grad():
+            for conv, scale in ((self.mean_conv, inv), (self.cov_factor_conv, inv.repeat(r))):  # channel r C + c
+                w = conv.weight
+                s = scale.to(device=w.device, dtype=w.dtype)
+                w.mul_(s.view(-1, *([1] * (w.ndim - 1))))
+                if conv.bias is not None:
+                    conv.bias.mul_(s.to(conv.bias.dtype))
+            log_var = self.log_cov_diag_conv
+            shift = (-2.0 * torch.log(t)).to(device=log_var.weight.device, dtype=log_var.weight.dtype)
+            if log_var.bias is None:  # pragma: no cover - built with bias
+                raise ValueError("the log-variance convolution has no bias to shift")
+            log_var.bias.add_(shift)
+        if rescale_floor:
+            self.epsilon = float(self.epsilon / float(t[0]) ** 2)
+
     @property
     def raw_channels(self) -> int:
         """Channels of :meth:`raw`: ``C * (2 + R)``."""

@@ -36,7 +36,7 @@ from ..io import atomic_write_json, list_image_cases
 from ..keys import DEFAULT_MEASURES
 from ..report.html import build_report
 from ..report.triage import link_page
-from .factory import build_inferer, check_roi
+from .factory import build_inferer, check_roi, method_tokens
 from .infer import InferSettings, check_run_settings, predict_cases
 from .models import load_network
 from .triage import certify_and_triage, format_triage
@@ -61,6 +61,9 @@ def run_demo(
     check_roi(roi_list, 3, "the example network")
     inferer = build_inferer(method, samples=samples, roi=roi_list, overlap=overlap, sw_batch_size=2, seed=0,
                             measures=list(DEFAULT_MEASURES))
+    if "ssn" in method_tokens(method):
+        raise ValueError(f"--method {method}: the demo's example network is not a Stochastic Segmentation Network; "
+                         "use monai-unc infer with an SSN (docs/ssn.md)")
     config = EvaluationConfig(budget=budget, failure_dice=0.8, class_names=list(TISSUE_CLASSES))
     config.validate()
     t0 = time.time()

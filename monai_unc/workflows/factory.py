@@ -1,8 +1,14 @@
 """The inferer of ``monai-unc infer``: ``+``-joined sample sources (:func:`build_inferer`).
 
-Methods are ``mcdropout``, ``ratein``, ``tta`` (flips over all axis subsets, optional noise) and ``ensemble`` (one
-member per checkpoint), e.g. ``"mcdropout+tta"``; ``softmax`` alone is the deterministic baseline. The
-sliding-window inferer is used when ``roi`` is given.
+Methods are ``mcdropout``, ``ratein``, ``tta`` (flips over all axis subsets, optional noise), ``ensemble`` (one
+member per checkpoint) and ``ssn`` (latent draws of a Stochastic Segmentation Network), e.g. ``"mcdropout+tta"``;
+``softmax`` alone is the deterministic baseline. The sliding-window inferer is used when ``roi`` is given.
+
+``ssn`` alone draws ``samples`` logit maps per window from the network's SSN head(s): MI is aleatoric (ValUES
+Appendix D). Combined with other sources (``ssn+mcdropout``: dropout in the SSN's backbone), each of their samples
+is the SSN's latent-averaged prediction over ``samples`` draws (:class:`~monai_unc.inferers.SSNSource` with
+``marginalize=True``), so the other sources' axis alone varies: MI is their (epistemic) part and the expected
+entropy holds the aleatoric part.
 """
 
 from __future__ import annotations
@@ -13,16 +19,43 @@ from typing import Any
 
 import numpy as np
 from monai.inferers import SimpleInferer, SlidingWindowInferer
+from torch import nn
 
-from ..inferers import EnsembleSource, FlipSource, MCDropoutSource, NoiseSource, SoftmaxInferer, UncertaintyInferer
+from ..inferers import (
+    EnsembleSource,
+    FlipSource,
+    MCDropoutSource,
+    NoiseSource,
+    SoftmaxInferer,
+    SSNSource,
+    UncertaintyInferer,
+)
 from ..inferers.rate_in import RateInSource
 from ..keys import DEFAULT_MEASURES
 from ..keys import UncertaintyKeys as K
+from ..networks import find_ssn_heads
 from .models import checkpoint_temperature
 
-__all__ = ["METHOD_TOKENS", "DEFAULT_MEASURES", "build_inferer", "check_roi"]
+__all__ = ["METHOD_TOKENS", "DEFAULT_MEASURES", "build_inferer", "check_roi", "method_tokens", "check_method_network"]
 
-METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble")
+METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble", "ssn")
+
+
+def method_tokens(method: str) -> list[str]:
+    """The lower-cased source names of a ``+``-joined ``--method`` string (not checked)."""
+    return [t.strip().lower() for t in method.split("+") if t.strip()]
+
+
+def check_method_network(method: str, network: nn.Module) -> None:
+    """``ValueError`` naming ``--method`` when a source needs something the network lacks: ``ssn`` needs an
+    :class:`~monai_unc.networks.SSNHead` (a Stochastic Segmentation Network, e.g. from
+    :func:`monai_unc.data.build_ssn_network` or the toy bundle's ``configs/train_ssn.json``)."""
+    if "ssn" in method_tokens(method) and not find_ssn_heads(network):
+        raise ValueError(
+            f"--method {method}: the network ({type(network).__name__}) is not a Stochastic Segmentation Network (it "
+            "has no SSNHead); give an SSN, e.g. --network configs/train_ssn.json --checkpoint model.pt, or choose "
+            "another method"
+        )
 
 
 def check_roi(roi: int | Sequence[int] | None, spatial_dims: int | None, what: str = "the network") -> None:
@@ -56,9 +89,10 @@ def build_inferer(
     Every option is checked here, before any work (``ValueError`` naming the command-line option): ``samples`` a
     positive integer, ``tta_noise`` a finite standard deviation >= 0 (and > 0 only with the ``tta`` source),
     ``ratein_target`` in [0, 1], ``roi`` positive sizes and ``overlap`` in [0, 1); ensemble members are plain
-    state dicts."""
+    state dicts. ``ssn`` draws ``samples`` latent samples (module docstring); whether the network has an SSN
+    head is checked by :func:`check_method_network`."""
 
-    tokens = [t.strip().lower() for t in method.split("+") if t.strip()]
+    tokens = method_tokens(method)
     bad = [t for t in tokens if t not in METHOD_TOKENS]
     if not tokens or bad:
         raise ValueError(f"--method must be '+'-joined names from {METHOD_TOKENS}, got {method!r}")
@@ -108,6 +142,10 @@ def build_inferer(
             sources.append(FlipSource("all"))
             if tta_noise > 0:
                 sources.append(NoiseSource(tta_noise, num_samples=1))
+        elif t == "ssn":
+            # alone: the latent draws are the samples (MI aleatoric); with other sources: one latent-averaged
+            # prediction per sample of theirs, so that their axis alone carries MI (epistemic)
+            sources.append(SSNSource(samples, marginalize=len(tokens) > 1))
     track_variance = K.VARIANCE.value in keys
     return UncertaintyInferer(
         sources, base_inferer=base, activation=activation, keys=keys, seed=seed, track_variance=track_variance

@@ -8,7 +8,10 @@ Three ways to name the model:
   ``models/model.pt``. When the config defines ``preprocessing`` it is applied to ``{"image": path}`` and the
   output maps are mapped back to the input's grid with MONAI's ``Invertd``;
 - ``network=SPEC`` + ``checkpoints=[...]``: a network given as a MONAI config dict (``{"_target_":
-  "monai.networks.nets.UNet", ...}``, inline JSON or a ``.json``/``.yaml`` file) and its state dict.
+  "monai.networks.nets.UNet", ...}``, inline JSON or a ``.json``/``.yaml`` file) and its state dict; a file may
+  also be a whole config that defines ``network_def`` (e.g. the toy bundle's ``configs/train_ssn.json`` with the
+  ``eval/train_ssn/model.pt`` it trains, or the ``.json`` record :func:`monai_unc.data.train_ssn` writes beside
+  its weights).
 
 Checkpoints are read with ``torch.load(weights_only=True)`` unless ``unsafe_load=True`` (only for files you
 trust: a pickle can run code). A checkpoint written by ``monai-unc calibrate`` that could not fold its temperature
@@ -143,11 +146,18 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
 
 
 def _instantiate(spec: dict, what: str) -> nn.Module:
-
-    if "_target_" not in spec:
-        raise ValueError(f"{what} must be a MONAI config dict with a '_target_' (e.g. monai.networks.nets.UNet)")
+    """Build the network of a spec: a MONAI config dict with ``_target_``, or a whole config that defines
+    ``network_def`` (a bundle config such as ``configs/train_ssn.json``, whose ``network_def`` may reference the
+    config's other entries, or the training record :func:`monai_unc.data.train_ssn` writes next to its weights)."""
+    if "_target_" not in spec and isinstance(spec.get("network_def"), dict):
+        parser, key = ConfigParser(spec), "network_def"
+    elif "_target_" in spec:
+        parser, key = ConfigParser({"network": spec}), "network"
+    else:
+        raise ValueError(f"{what} must be a MONAI config dict with a '_target_' (e.g. monai.networks.nets.UNet) "
+                         "or a config that defines 'network_def'")
     try:
-        net = ConfigParser({"network": spec}).get_parsed_content("network")
+        net = parser.get_parsed_content(key)
     except Exception as e:  # MONAI wraps instantiation errors in RuntimeError with the config path
         raise ValueError(f"cannot build the network from {what}: {e}") from None
     if not isinstance(net, nn.Module):
