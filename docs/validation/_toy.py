@@ -106,6 +106,16 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, digits: int = 6) -> Pat
     return atomic_write_text(path, json.dumps(json_safe(obj, digits), indent=2) + "\n")
 
 
+def rerender(output: str | os.PathLike, study: int, write_outputs: Callable[..., Any], figure: str) -> Any:
+    """``--render-only`` of a study: re-write ``study<N>.md`` and its figure from the saved ``study<N>.json``
+    (``write_outputs(result, folder, json_too=False)``); returns the loaded result."""
+    folder = Path(output)
+    result = load_json(folder / f"study{study}.json")
+    write_outputs(result, folder, json_too=False)
+    print(f"re-rendered {folder / f'study{study}.md'} and {figure} from study{study}.json")
+    return result
+
+
 def load_json(path: str | os.PathLike) -> Any:
     """Read a results JSON written by :func:`atomic_write_json`, turning its nulls back into NaN."""
 

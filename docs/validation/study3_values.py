@@ -634,10 +634,7 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.render_only:
-        result = T.load_json(Path(args.output) / "study3.json")
-        write_outputs(result, Path(args.output), json_too=False)
-        print(f"re-rendered {Path(args.output) / 'study3.md'} and study3_size.png from study3.json")
-        return result
+        return T.rerender(args.output, 3, write_outputs, "study3_size.png")
     return run(args)
 
 

@@ -510,10 +510,7 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.render_only:
-        result = T.load_json(Path(args.output) / "study4.json")
-        write_outputs(result, Path(args.output), json_too=False)
-        print(f"re-rendered {Path(args.output) / 'study4.md'} and study4_ged.png from study4.json")
-        return result
+        return T.rerender(args.output, 4, write_outputs, "study4_ged.png")
     return run(args)
 
 

@@ -656,10 +656,7 @@ def _figure(res: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.render_only:
-        result = T.load_json(Path(args.output) / "study6.json")
-        write_outputs(result, Path(args.output), json_too=False)
-        print(f"re-rendered {Path(args.output) / 'study6.md'} and study6_maps.png from study6.json")
-        return result
+        return T.rerender(args.output, 6, write_outputs, "study6_maps.png")
     return run(args)
 
 
