@@ -45,7 +45,7 @@ from .report.triage import build_triage_page
 from .temperature import TemperatureScaled
 from .workflows.calibrate import run_calibrate
 from .workflows.demo import run_demo
-from .workflows.factory import build_inferer, check_method_network, check_roi
+from .workflows.factory import build_inferer, check_method_network, check_roi, method_tokens
 from .workflows.infer import InferSettings, run_infer
 from .workflows.models import load_network
 
@@ -467,7 +467,7 @@ def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, 
     check_roi(roi, model.spatial_dims)  # once, before any case
     if args.dropout is not None:
         add_dropout(net, p=args.dropout)
-    if "mcdropout" in [t.strip().lower() for t in args.method.split("+")]:
+    if "mcdropout" in method_tokens(args.method):
         enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
     check_method_network(args.method, net)  # ssn: an SSN head, one error now
     measures = list(args.measures or DEFAULT_MEASURES)

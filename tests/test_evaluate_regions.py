@@ -238,6 +238,24 @@ def test_label_map_prediction_equals_region_masks(cohort, evaluated, tmp_path):
     assert s2["regions"] == summary["regions"]
 
 
+def test_region_mask_references_equal_label_maps(cohort, evaluated, tmp_path):
+    """References given as 4D region masks (X, Y, Z, R) score exactly as the label maps they come from."""
+    _, summary, paths, _ = evaluated
+    masks_dir = tmp_path / "label_masks"
+    masks_dir.mkdir()
+    for path in sorted(cohort["labels"].glob("*.nii.gz")):
+        lab = np.asarray(nib.load(str(path)).dataobj)
+        img = nib.load(str(path))
+        _nii(masks_dir / path.name, np.moveaxis(_regions(lab).astype(np.uint8), 0, -1))
+        assert np.allclose(nib.load(str(masks_dir / path.name)).affine, img.affine)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _, s2, p2 = run_evaluate(masks_dir, cohort["pred"], tmp_path / "e", EvaluationConfig(
+            regions="brats", budget=0.25), images=cohort["images"])
+    assert _rows(paths["metrics"]) == _rows(p2["metrics"])
+    assert s2["qu_brats"] == summary["qu_brats"] and s2["regions"] == summary["regions"]
+
+
 def test_region_count_mismatch_is_a_clear_error(cohort, tmp_path):
     files = match_cases(cohort["labels"], cohort["pred"])[0]
     spec = {"WT": [1, 2, 4], "ET": [4]}

@@ -28,7 +28,7 @@ from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
 from .case import CaseResult
 from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
 from .region_case import QU_BRATS_COLUMNS
-from .rows import region_histograms_from_state, region_histograms_state
+from .rows import load_region_histograms, region_histograms_state
 
 __all__ = [
     "CohortState",
@@ -156,8 +156,7 @@ class CohortState:
             state.histogram = ConfidenceHistogram.load(hp)
         rp = folder / "region_histograms.npz"
         if rp.is_file():
-            with np.load(rp, allow_pickle=False) as f:
-                state.region_histograms = region_histograms_from_state({k: f[k] for k in f.files})
+            state.region_histograms = load_region_histograms(rp)
         return state
 
 

@@ -83,11 +83,17 @@ def predicted_regions(case: LoadedCase, spec: Mapping[str, Sequence[int]]) -> np
     its ``R`` region masks (``<case>_seg`` of ``monai-unc infer --activation sigmoid``; another count than the spec's
     is a ``CaseError``) or, for a label-map segmentation (nnU-Net), the spec's regions of the labels
     (:func:`monai_unc.regions.label_to_regions`)."""
+    return _as_regions(case, case.seg, spec, "the segmentation")
+
+
+def _as_regions(case: LoadedCase, arr: np.ndarray, spec: Mapping[str, Sequence[int]], what: str) -> np.ndarray:
+    """``(R, *spatial)`` bool region masks of a label map ``(*spatial)`` (the spec's regions of its labels) or of
+    ``R`` region masks (checked against the spec's region count)."""
+    if arr.ndim == len(case.spacing):
+        return np.asarray(label_to_regions(arr, spec))
     names = list(spec)
-    if case.seg.ndim == len(case.spacing):
-        return np.asarray(label_to_regions(case.seg, spec))
-    _region_stack(case, case.seg, "the segmentation", len(names), names)
-    return case.seg.astype(bool)
+    _region_stack(case, arr, what, len(names), names)
+    return arr.astype(bool)
 
 
 def region_score_columns(
@@ -134,17 +140,13 @@ def evaluate_region_case(files: CaseFiles | LoadedCase, config: EvaluationConfig
         row["shift"] = config.shifts.get(case.case_id, "")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        spatial_ndim = len(case.spacing)
-        if case.label.ndim == spatial_ndim:  # a label map: regions from the spec
+        if case.label.ndim == len(case.spacing):  # a label map: regions from the spec
             used = {v for labels in spec.values() for v in labels}
             stray = sorted(set(np.unique(case.label).tolist()) - used - {0})
             if stray:
                 warnings.warn(f"label value(s) {stray[:6]} are in no region of {spec} and count as background "
                               "(another region spec, e.g. brats2023?)", UserWarning, stacklevel=2)
-            target = label_to_regions(case.label, spec)  # (R, *spatial) bool
-        else:  # reference region masks, one per region in the spec's order
-            _region_stack(case, case.label, "the label", n_reg, names)
-            target = case.label.astype(bool)
+        target = _as_regions(case, case.label, spec, "the label")  # (R, *spatial) bool
         pred = predicted_regions(case, spec)
         if case.probs is not None:
             _region_stack(case, case.probs, "the probabilities", n_reg, names)
@@ -202,7 +204,7 @@ def evaluate_region_case(files: CaseFiles | LoadedCase, config: EvaluationConfig
                                 "ftn": qb.regions[n].ftn.tolist()} for n in names},
             }
         row.update(region_score_columns(maps, pred, names, config.patch_size))
-        row["voxels"] = int(case.label.size)
+        row["voxels"] = int(target[0].size)  # per region (the label may hold R masks)
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     return CaseResult(row, None, messages, region_histograms=hists, curves=curves)

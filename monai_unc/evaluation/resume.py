@@ -10,15 +10,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import __version__
 from ..io import CaseFiles, atomic_save_npz, atomic_write_text
 from ..io.files import json_default
 from ..metrics.calibration import ConfidenceHistogram
 from .case import CaseResult
 from .config import EvaluationConfig
-from .rows import region_histograms_from_state, region_histograms_state
+from .rows import load_region_histograms, region_histograms_state
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "save_case_state", "load_case_state"]
 
@@ -98,8 +96,7 @@ def load_case_state(folder: str | os.PathLike, case_id: str,
         hist = ConfidenceHistogram.load(folder / f"{case_id}.npz") if doc["histogram"] else None
         rh = None
         if doc.get("region_histograms"):
-            with np.load(folder / f"{case_id}.regions.npz", allow_pickle=False) as f:
-                rh = region_histograms_from_state({k: f[k] for k in f.files})
+            rh = load_region_histograms(folder / f"{case_id}.regions.npz")
         return (CaseResult(dict(doc["row"]), hist, list(doc["warnings"]), region_histograms=rh,
                            curves=doc.get("curves")), int(doc["num_classes"]))
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):

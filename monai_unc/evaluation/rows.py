@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "primary_measure",
     "region_histograms_state",
     "region_histograms_from_state",
+    "load_region_histograms",
 ]
 
 
@@ -102,6 +104,11 @@ def region_histograms_from_state(state: Mapping[str, Any]) -> dict[str, Confiden
     out = {}
     for i, name in enumerate(names):
         part = {k[len(f"r{i}__"):]: v for k, v in state.items() if k.startswith(f"r{i}__")}
-        h = ConfidenceHistogram(int(part["num_classes"]), int(part["n_fine_bins"]), per_case=bool(part["per_case"]))
-        out[name] = h.load_state_dict(part)
+        out[name] = ConfidenceHistogram.from_state_dict(part)
     return out
+
+
+def load_region_histograms(path: str | os.PathLike) -> dict[str, ConfidenceHistogram]:
+    """The per-region histograms of an ``.npz`` file holding :func:`region_histograms_state`."""
+    with np.load(path, allow_pickle=False) as f:
+        return region_histograms_from_state({k: f[k] for k in f.files})

@@ -141,8 +141,7 @@ def _pack(result: CaseResult, files: CaseFiles, n_cls: int) -> dict[str, Any]:
 def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
     hist = None
     if d["histogram"] is not None:
-        st = d["histogram"]
-        hist = ConfidenceHistogram(int(st["num_classes"]), int(st["n_fine_bins"]), per_case=True).load_state_dict(st)
+        hist = ConfidenceHistogram.from_state_dict(d["histogram"])
     rh = None if d.get("region_histograms") is None else region_histograms_from_state(d["region_histograms"])
     return (CaseResult(d["row"], hist, d["warnings"], region_histograms=rh, curves=d.get("curves")),
             CaseFiles.from_json(d["files"]), int(d["num_classes"]))

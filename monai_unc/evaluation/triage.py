@@ -89,6 +89,7 @@ from ..io import (
     json_safe,
     load_case,
     match_cases,
+    read_json_or_none,
     read_prediction_regions,
     read_volume,
 )
@@ -717,13 +718,6 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _one_or_list(values: Sequence[Any]) -> Any:
     uniq = sorted({json.dumps(v, sort_keys=True) for v in values})
     vals = [json.loads(u) for u in uniq]
@@ -763,14 +757,14 @@ def prediction_fingerprint(
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     pred = Path(predictions)
     if layout == "monai-unc":
-        doc = _read_json(pred / "infer.json")
+        doc = read_json_or_none(pred / "infer.json")
         settings = doc.get("settings") if isinstance(doc, dict) else None
         if not isinstance(settings, dict):
             return {"producer": "unknown"}
         rec_dir = pred
         ids = case_ids if case_ids is not None else [p.stem for p in sorted(pred.glob("*.json"))
                                                       if p.name not in ("infer.json", "failures.json")]
-        records = [r for r in (_read_json(rec_dir / f"{c}.json") for c in ids) if isinstance(r, dict)]
+        records = [r for r in (read_json_or_none(rec_dir / f"{c}.json") for c in ids) if isinstance(r, dict)]
         model = str(settings.get("model", ""))
         m = _TEMPERATURE.search(model)
         temperature = [float(t) for t in m.group(1).split(",") if t.strip()] if m else None
@@ -788,12 +782,12 @@ def prediction_fingerprint(
         if settings.get("regions") is not None:  # region-based runs only, so older rules still match
             fp["regions"] = settings["regions"]
         return json.loads(json.dumps(fp))
-    cfg = _read_json(pred / "uncertainty_config.json")
+    cfg = read_json_or_none(pred / "uncertainty_config.json")
     if not isinstance(cfg, dict):
         return {"producer": "unknown"}
     unc = Path(uncertainty) if uncertainty is not None else pred / LAYOUTS["nnunet"]["uncertainty_subdir"]
     ids = case_ids if case_ids is not None else [p.stem for p in sorted(unc.glob("*.json"))]
-    records = [r for r in (_read_json(unc / f"{c}.json") for c in ids) if isinstance(r, dict)]
+    records = [r for r in (read_json_or_none(unc / f"{c}.json") for c in ids) if isinstance(r, dict)]
     fp = {"producer": "nnunet-predict"}
     for k in ("model_folder", "checkpoint", "fold_ids", "plans", "configuration"):
         if k in cfg:
@@ -834,9 +828,9 @@ def prediction_regions(
         found = read_prediction_regions(pred)
         if found is not None:
             return found.get("regions") or True
-        doc = _read_json(pred / "infer.json")
+        doc = read_json_or_none(pred / "infer.json")
         return False if isinstance(doc, dict) and isinstance(doc.get("settings"), dict) else None
-    cfg = _read_json(pred / "uncertainty_config.json")
+    cfg = read_json_or_none(pred / "uncertainty_config.json")
     if not isinstance(cfg, dict):
         return None
     return cfg.get("regions") or False
@@ -1105,7 +1099,7 @@ def _channel_files(rule: ReferralRule) -> str:
 
 
 def _load_row(folder: Path, case_id: str, fp: Mapping[str, Any]) -> dict[str, Any] | None:
-    doc = _read_json(folder / f"{case_id}.json")
+    doc = read_json_or_none(folder / f"{case_id}.json")
     if not isinstance(doc, dict) or doc.get("fingerprint") != fp or doc.get("case") != case_id:
         return None
     row = doc.get("row")

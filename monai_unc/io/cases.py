@@ -22,11 +22,10 @@ probabilities are probabilities; every error names the case and the file.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ import torch
 
 from .._utils import check_probabilities, check_unit_interval
 from ..keys import DEPRECATED_MEASURES, MEASURES, canonical_measure
+from .files import read_json_or_none
 
 __all__ = [
     "VOLUME_EXTENSIONS",
@@ -592,11 +592,8 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
     if label_data.shape[0] == 1:  # a label map (e.g. BraTS 0, 1, 2, 4): regions come from the caller's spec
         label = check_label_map(label_data[0], what)
     else:  # one 0/1 reference mask per region
-        if not np.isin(label_data, (0, 1)).all():
-            raise CaseError(f"{what}: region masks must hold 0 and 1 only, found values such as "
-                            f"{np.unique(label_data[~np.isin(label_data, (0, 1))])[:3].tolist()}")
+        label = _region_masks(label_data, what)
         regions_of(label_data.shape[0], files.label.name)
-        label = label_data.astype(np.uint8)
 
     probs = None
     if files.probs is not None:
@@ -615,11 +612,8 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         if s.shape[0] == 1:  # a label map (nnU-Net converts regions back to labels), regions from the spec
             seg = check_label_map(s[0], what)
         else:
-            if not np.isin(s, (0, 1)).all():
-                raise CaseError(f"{what}: region masks must hold 0 and 1 only, found values such as "
-                                f"{np.unique(s[~np.isin(s, (0, 1))])[:3].tolist()}")
+            seg = _region_masks(s, what)
             regions_of(s.shape[0], files.seg.name)
-            seg = s.astype(np.uint8)
     elif probs is not None:
         seg = (probs >= 0.5).astype(np.uint8)
     else:
@@ -634,6 +628,15 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image, multilabel=True)
 
 
+def _region_masks(data: np.ndarray, what: str) -> np.ndarray:
+    """``(R, *spatial)`` region masks as uint8; ``CaseError`` naming ``what`` for values other than 0 and 1."""
+    bad = ~np.isin(data, (0, 1))
+    if bad.any():
+        raise CaseError(f"{what}: region masks must hold 0 and 1 only, found values such as "
+                        f"{np.unique(data[bad])[:3].tolist()}")
+    return data.astype(np.uint8)
+
+
 def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | None:
     """How a ``monai-unc infer`` output folder encodes regions: ``None`` when it holds class (softmax / binary)
     predictions or no record, else ``{"multilabel": True, "regions": ...}`` with ``regions`` the spec given to
@@ -644,28 +647,13 @@ def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | 
     from the first case record ``<case>.json`` that carries ``multilabel``.
     """
     folder = Path(predictions)
-    docs = []
-    run = folder / INFER_RECORD
-    if run.is_file():
-        docs.append(_json_or_none(run))
-    if not any(isinstance(d, dict) and "multilabel" in d for d in docs):
-        for path in sorted(folder.glob("*.json")):
-            if path.name in (INFER_RECORD, "failures.json"):
-                continue
-            d = _json_or_none(path)
-            if isinstance(d, dict) and "multilabel" in d:
-                docs.append(d)
-                break
-    for d in docs:
+
+    def candidates() -> Iterator[Path]:  # the run record first; the case records only when it does not say
+        yield folder / INFER_RECORD
+        yield from sorted(p for p in folder.glob("*.json") if p.name not in (INFER_RECORD, "failures.json"))
+
+    for path in candidates():
+        d = read_json_or_none(path)
         if isinstance(d, dict) and "multilabel" in d:
-            if not d["multilabel"]:
-                return None
-            return {"multilabel": True, "regions": d.get("regions")}
+            return {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
     return None
-
-
-def _json_or_none(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

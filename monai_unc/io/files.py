@@ -37,6 +37,7 @@ __all__ = [
     "save_nifti",
     "save_probabilities",
     "save_region_maps",
+    "read_json_or_none",
     "json_safe",
     "json_default",
     "check_writable_folder",
@@ -160,18 +161,22 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
     return atomic_write(path, lambda tmp: nib.save(nib.Nifti1Image(arr, affine), str(tmp)))
 
 
-def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
-    """Write probabilities ``(C, X, Y, Z)`` as a 4D float32 NIfTI ``(X, Y, Z, C)`` through a temporary file and
-    a rename (as :func:`save_nifti` does for 3D maps)."""
-    arr = _to_numpy(probs)
+def _save_channels(arr: np.ndarray, affine: np.ndarray, path: str | os.PathLike, dtype: str, what: str) -> Path:
+    """``(C, X, Y, Z)`` (leading singleton axes dropped) as a 4D NIfTI ``(X, Y, Z, C)`` of ``dtype``, atomically."""
     while arr.ndim > 4 and arr.shape[0] == 1:
         arr = arr[0]
     if arr.ndim != 4:
-        raise ValueError(f"probs must be (C, X, Y, Z), got shape {arr.shape}")
+        raise ValueError(f"{what}, got shape {arr.shape}")
     path = Path(path)
     _check_nifti_name(path)
-    image = nib.Nifti1Image(np.moveaxis(arr.astype(np.float32), 0, -1), np.asarray(affine, dtype=np.float64))
+    image = nib.Nifti1Image(np.moveaxis(arr.astype(dtype), 0, -1), np.asarray(affine, dtype=np.float64))
     return atomic_write(path, lambda tmp: nib.save(image, str(tmp)))
+
+
+def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
+    """Write probabilities ``(C, X, Y, Z)`` as a 4D float32 NIfTI ``(X, Y, Z, C)`` through a temporary file and
+    a rename (as :func:`save_nifti` does for 3D maps)."""
+    return _save_channels(_to_numpy(probs), affine, path, "float32", "probs must be (C, X, Y, Z)")
 
 
 def save_region_maps(
@@ -183,16 +188,18 @@ def save_region_maps(
     if dtype not in ("float32", "uint8"):
         raise ValueError(f"dtype must be 'float32' or 'uint8', got {dtype!r}")
     arr = _to_numpy(data)
-    while arr.ndim > 4 and arr.shape[0] == 1:
-        arr = arr[0]
-    if arr.ndim != 4:
-        raise ValueError(f"data must be (R, X, Y, Z), got shape {arr.shape}")
     if dtype == "uint8" and arr.size and (arr.min() < 0 or arr.max() > 1):
         raise ValueError("data must hold 0/1 region masks for dtype='uint8'")
-    path = Path(path)
-    _check_nifti_name(path)
-    image = nib.Nifti1Image(np.moveaxis(arr.astype(dtype), 0, -1), np.asarray(affine, dtype=np.float64))
-    return atomic_write(path, lambda tmp: nib.save(image, str(tmp)))
+    return _save_channels(arr, affine, path, dtype, "data must be (R, X, Y, Z)")
+
+
+def read_json_or_none(path: str | os.PathLike) -> Any:
+    """The JSON document at ``path``, or None when the file is missing, unreadable or not JSON (records that are
+    optional, e.g. a run's ``infer.json`` or a case record)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def json_safe(x: Any, digits: int | None = None) -> Any:

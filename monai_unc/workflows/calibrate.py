@@ -63,11 +63,7 @@ def collect_logits(
     channel: from a label map with ``regions`` (a spec as for :func:`monai_unc.regions.parse_regions`, one region
     per channel), or from a label file with ``R`` 0/1 channels; a single-channel (binary) network takes a 0/1
     label map as is."""
-    if activation not in ("softmax", "sigmoid"):
-        raise ValueError(f"activation must be 'softmax' or 'sigmoid', got {activation!r}")
-    spec = None if regions is None else parse_regions(regions)
-    if spec is not None and activation != "sigmoid":
-        raise ValueError("regions describe the sigmoid channels of a region-based network: use activation='sigmoid'")
+    spec = _region_spec(activation, regions)
 
     if model.preprocessing is not None:
         raise ValueError("calibrate cannot apply a bundle's preprocessing to the labels; pass "
@@ -100,6 +96,18 @@ def collect_logits(
             targets.append(torch.from_numpy(y)[None])
         logits.append(z)
     return logits, targets
+
+
+def _region_spec(activation: str, regions: RegionSpec | str | None) -> dict[str, tuple[int, ...]] | None:
+    """The parsed region spec of a calibration (None without one); ``ValueError`` for an unknown activation or
+    regions without ``activation="sigmoid"``."""
+    if activation not in ("softmax", "sigmoid"):
+        raise ValueError(f"activation must be 'softmax' or 'sigmoid', got {activation!r}")
+    spec = None if regions is None else parse_regions(regions)
+    if spec is not None and activation != "sigmoid":
+        raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
+                         "sigmoid")
+    return spec
 
 
 def _region_target(lab: np.ndarray, num_regions: int, spec: dict[str, tuple[int, ...]] | None,
@@ -156,12 +164,7 @@ def run_calibrate(
     the region masks from label maps and names the regions in the record: ``record["regions"]`` is the spec
     ``{name: [label, ...]}``, or the channel names ``["0", "1", ...]`` without one).
     """
-    if activation not in ("softmax", "sigmoid"):
-        raise ValueError(f"activation must be 'softmax' or 'sigmoid', got {activation!r}")
-    spec = None if regions is None else parse_regions(regions)
-    if spec is not None and activation != "sigmoid":
-        raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
-                         "sigmoid")
+    spec = _region_spec(activation, regions)
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")

@@ -59,6 +59,7 @@ from ..io import (
     atomic_write_json,
     clean_partial_files,
     json_safe,
+    read_json_or_none,
     read_volume,
     save_nifti,
     save_probabilities,
@@ -276,11 +277,8 @@ def predict_case(
     else:
         save_nifti(seg, affine, output / names[0])
     i = 1
-    if settings.write_probs:
-        if multilabel:
-            save_region_maps(pred[0].float(), affine, output / names[1])
-        else:
-            save_probabilities(pred[0].float(), affine, output / names[1])
+    if settings.write_probs:  # (C, X, Y, Z) class or region probabilities, 4D either way
+        save_probabilities(pred[0].float(), affine, output / names[1])
         i = 2
     for m in settings.measures:
         if m in maps:
@@ -339,9 +337,8 @@ def record_outputs(output: Path, records: Sequence[dict[str, Any]]) -> None:
     if not found:
         return
     path = output / INFER_RECORD
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+    doc = read_json_or_none(path)
+    if not isinstance(doc, dict):
         return
     kinds = {json.dumps([bool(r["multilabel"]), r.get("regions")], sort_keys=True) for r in found}
     if len(kinds) > 1:
@@ -477,19 +474,11 @@ def _run_infer(
         try:
             write_failures(output / FAILURES_FILE, failures, "monai-unc infer")
             done = [r["case"] for r in every if r["status"] != "failed"]
-            records = [_read_record(output / f"{c}.json") for c in done]
-            record_outputs(output, [r for r in records if r is not None])
+            records = [read_json_or_none(output / f"{c}.json") for c in done]
+            record_outputs(output, [r for r in records if isinstance(r, dict)])
         except Exception as e:
             err = e
     sync_errors(err, ctx)
     if failures:
         raise CasesFailed(failures, results=every)
     return every
-
-
-def _read_record(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None

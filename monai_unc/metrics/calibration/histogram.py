@@ -14,7 +14,7 @@ calibration", Sec. 2.2).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -710,6 +710,13 @@ class ConfidenceHistogram:
             state["scalars"] = np.zeros((0, 3))
         return state
 
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> ConfidenceHistogram:
+        """A new histogram holding a state from :meth:`state_dict` (its layout: ``num_classes``, ``n_fine_bins``,
+        ``per_case``)."""
+        hist = cls(int(state["num_classes"]), int(state["n_fine_bins"]), per_case=bool(state["per_case"]))
+        return hist.load_state_dict(dict(state))
+
     def load_state_dict(self, state: dict[str, Any]) -> ConfidenceHistogram:
         """Replace the state by one from :meth:`state_dict` (layouts must match)."""
         nc, nf = int(state["num_classes"]), int(state["n_fine_bins"])
@@ -786,7 +793,6 @@ class ConfidenceHistogram:
         if missing:
             raise ValueError(f"path: {path} is not a ConfidenceHistogram file (missing arrays {missing})")
         try:
-            hist = cls(int(state["num_classes"]), int(state["n_fine_bins"]), per_case=bool(state["per_case"]))
-            return hist.load_state_dict(state)
+            return cls.from_state_dict(state)
         except (ValueError, TypeError) as err:
             raise ValueError(f"path: {path} holds an inconsistent ConfidenceHistogram: {err}") from err
