@@ -45,7 +45,7 @@ from monai.transforms import Compose, RandFlipd, RandGaussianNoised
 
 from monai_unc.data import make_toy_case, make_toy_dataset
 from monai_unc.inferers import EnsembleInferer, MCDropoutInferer, SoftmaxInferer, TTAInferer
-from monai_unc.io import atomic_write_text, json_safe
+from monai_unc.io import atomic_torch_save, atomic_write_text, json_safe
 
 __all__ = [
     "DEFAULT_OUTPUT",
@@ -323,9 +323,7 @@ def train_network(
     net.eval()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.partial")
-        torch.save(net.state_dict(), tmp)
-        os.replace(tmp, path)
+        atomic_torch_save(path, net.state_dict())
     return net
 
 

@@ -43,7 +43,6 @@ import argparse
 import base64
 import hashlib
 import json
-import os
 import sys
 import time
 import warnings
@@ -63,6 +62,7 @@ import _toy as T  # noqa: E402
 from monai_unc.aggregation import aggregate, fit_threshold  # noqa: E402
 from monai_unc.data import build_ssn_network, make_toy_dataset  # noqa: E402
 from monai_unc.inferers import EnsembleInferer, MCDropoutInferer, SSNInferer  # noqa: E402
+from monai_unc.io import atomic_torch_save  # noqa: E402
 from monai_unc.metrics.ambiguity import ged, ncc, rater_variance  # noqa: E402
 from monai_unc.metrics.casewise import ood_auroc  # noqa: E402
 from monai_unc.networks import SSNLoss  # noqa: E402
@@ -205,9 +205,7 @@ def train(kind: str, images: np.ndarray, raters: np.ndarray, cfg: dict[str, Any]
     net.eval()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.partial")
-        torch.save(net.state_dict(), tmp)
-        os.replace(tmp, path)
+        atomic_torch_save(path, net.state_dict())
         T.atomic_write_text(path.with_suffix(".json"), json.dumps(meta) + "\n")
     return net, {**meta, "cached": False}
 
