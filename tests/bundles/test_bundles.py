@@ -21,8 +21,8 @@ import torch
 from monai.bundle import ConfigParser, verify_metadata, verify_net_in_out
 
 from monai_unc.data.cohorts import MANIFEST, export_mni152_cases, export_toy_cases, load_datalist
+from tests._paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BUNDLES = {name: ROOT / "bundles" / name for name in ("brain_tissue_uncertainty", "toy_uncertainty")}
 SPLEEN = ROOT.parent / "shared" / "clients" / "spleen_ct_segmentation" / "configs"
 SCHEMA = "meta_schema_20240725.json"

@@ -24,8 +24,8 @@ from monai.transforms import Activationsd, AsDiscreted, Compose
 from monai_unc.engines import UncertaintyEvaluator, format_pred
 from monai_unc.inferers import MCDropoutInferer
 from monai_unc.transforms import UncertaintyMeasures, UncertaintyMeasuresd
+from tests._paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BRATS_LIKE = ROOT / "tests" / "data" / "brats_like_bundle" / "configs" / "inference.json"
 
 

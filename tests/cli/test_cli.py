@@ -18,6 +18,7 @@ import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
+from tests._paths import ROOT
 
 NET = {
     "_target_": "monai.networks.nets.UNet",
@@ -316,7 +317,7 @@ def test_evaluate_and_report_commands(setup, tmp_path, capsys):
 @pytest.mark.slow
 def test_docs_example_runs(tmp_path, monkeypatch):
     """The python block of docs/cli.md runs as-is."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    text = (ROOT / "docs" / "cli.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert blocks
     monkeypatch.chdir(tmp_path)

@@ -492,7 +492,7 @@ def test_demo_refuses_bad_options_before_any_work(d, capsys, name, where, extra,
 
 @pytest.mark.skip(reason="nnunet-* commands are not swept here: they need nnU-Net v2 and a trained nnU-Net model "
                          "folder (plans, dataset.json, fold checkpoints), far beyond a fast test; their hostile "
-                         "inputs belong with tests/test_nnunet.py")
+                         "inputs belong with tests/nnunet/test_nnunet.py")
 def test_nnunet_commands_hostile_inputs():  # pragma: no cover
     pass
 

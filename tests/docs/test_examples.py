@@ -1,11 +1,12 @@
 """The runnable examples in docs/inferers.md and docs/data.md run as written."""
 
 import re
-from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+from tests._paths import ROOT
+
+DOCS = ROOT / "docs"
 
 
 def python_blocks(name):

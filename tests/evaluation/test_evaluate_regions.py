@@ -37,8 +37,8 @@ from monai_unc.evaluation import (
 from monai_unc.io import CaseError, match_cases
 from monai_unc.metrics import qu_brats
 from monai_unc.report.html import build_report
+from tests._paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 AFFINE = np.diag([1.0, 1.2, 2.0, 1.0])
 SHAPE = (14, 12, 10)
 BRATS = {"TC": (1, 4), "WT": (1, 2, 4), "ET": (4,)}
@@ -477,7 +477,7 @@ def test_risk_control_uses_the_combined_score(cohort, tmp_path):
     scores = {c: float(r["predictive_entropy_fg_mean"]) for c, r in rows.items()}
     if thr is not None:
         assert rc["accepted"] == sorted(c for c, s in scores.items() if s <= thr)
-    # the rule for monai-unc triage records the regions and the combined score (tests/test_triage_regions.py)
+    # the rule for monai-unc triage records the regions and the combined score (tests/evaluation/test_triage_regions.py)
     rule = json.loads(paths["rule"].read_text())
     assert paths["rule"] == tmp_path / "e" / "referral_rule.json" and rule["format_version"] == 2
     assert rule["regions"] == {k: list(v) for k, v in BRATS.items()}

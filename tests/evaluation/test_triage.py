@@ -43,6 +43,7 @@ from monai_unc.evaluation.triage import (
 )
 from monai_unc.io import LoadedCase
 from monai_unc.workflows.infer import InferSettings, check_run_settings
+from tests._paths import ROOT
 
 SCORE = "predictive_entropy_fg_mean"
 
@@ -741,7 +742,7 @@ def test_two_gloo_ranks_equal_one_process(cohorts, tmp_path):
 def test_docs_worked_example_prints_its_documented_output(tmp_path, monkeypatch, capsys):
     """The toy example of docs/triage.md runs as written and prints exactly the output shown there."""
     monkeypatch.chdir(tmp_path)
-    text = (Path(__file__).resolve().parents[1] / "docs" / "triage.md").read_text()
+    text = (ROOT / "docs" / "triage.md").read_text()
     section = text.split("## Worked example", 1)[1].split("\n## ", 1)[0]
     code, output = re.search(r"```python\n(.*?)```\s*Output:\s*```\n(.*?)```", section, re.S).groups()
     with warnings.catch_warnings():

@@ -278,7 +278,7 @@ def test_activations():
     torch.testing.assert_close(out["pred"][0, :, 1, 1], probs.flatten())
     with pytest.raises(ValueError, match="sum to 1"):
         SoftmaxInferer(activation=None)(x, Const(torch.tensor([0.2, 0.3]).view(1, 2, 1, 1)))
-    # several sigmoid channels: multi-label, one Bernoulli variable per channel (tests/test_sigmoid.py)
+    # several sigmoid channels: multi-label, one Bernoulli variable per channel (tests/inferers/test_sigmoid.py)
     out = SoftmaxInferer(activation="sigmoid")(x, Const(torch.tensor([0.7, -0.2]).view(1, 2, 1, 1)))
     torch.testing.assert_close(out["pred"][0, :, 0, 0], torch.sigmoid(torch.tensor([0.7, -0.2])))
     with pytest.raises(ValueError, match="activation"):

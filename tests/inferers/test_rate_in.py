@@ -3,7 +3,6 @@
 import functools
 import re
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,8 +33,9 @@ from monai_unc.inferers.rate_in import (
     ssim_loss,
 )
 from monai_unc.inferers.sampling import UncertaintyOutput
+from tests._paths import ROOT
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "rate_in.md"
+DOCS = ROOT / "docs" / "rate_in.md"
 
 
 def small_unet(dropout: float = 0.0) -> UNet:

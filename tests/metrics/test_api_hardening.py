@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,8 +34,7 @@ from monai_unc.metrics.spatial import (
     spatial_calibration_error,
 )
 from monai_unc.temperature import TemperatureScaler
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests._paths import ROOT
 
 
 def softmax_case(shape=(2, 3, 12, 10), seed=0, scale=3.0):

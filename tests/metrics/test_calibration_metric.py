@@ -19,8 +19,9 @@ from monai_unc.metrics.calibration import (
     reliability_curve,
 )
 from monai_unc.report.reliability import plot_reliability_diagram
+from tests._paths import ROOT
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = ROOT / "docs"
 
 
 def batches(n_batches=3, batch=2, n_cls=3, side=(10, 12), seed=0):

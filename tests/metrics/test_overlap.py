@@ -34,6 +34,7 @@ from monai_unc.metrics.overlap import (
     overlap_ratio,
 )
 from monai_unc.metrics.quality import pairwise_dice
+from tests._paths import ROOT
 
 
 def random_labels(rng, shape, n_classes, absent=()):
@@ -374,9 +375,8 @@ def test_cuda_inputs():
 def test_docs_example_runs(tmp_path, monkeypatch):
     """The python block of docs/overlap.md runs as written."""
     import re
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "overlap.md").read_text()
+    text = (ROOT / "docs" / "overlap.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert blocks, "docs/overlap.md has no python example"
     monkeypatch.chdir(tmp_path)

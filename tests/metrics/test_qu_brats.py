@@ -23,6 +23,7 @@ from monai_unc.metrics import (
     to_qu_brats_range,
 )
 from monai_unc.regions import BRATS_2023_REGIONS, BRATS_REGIONS, label_to_regions, parse_regions, region_masks
+from tests._paths import ROOT
 
 EPS = np.finfo(np.float32).eps
 
@@ -349,10 +350,9 @@ def test_ignite_handler_matches_functional():
 
 def test_docs_regions_example_runs(tmp_path, monkeypatch):
     import re
-    from pathlib import Path
 
     monkeypatch.chdir(tmp_path)
-    text = (Path(__file__).resolve().parents[1] / "docs" / "regions.md").read_text()
+    text = (ROOT / "docs" / "regions.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert len(blocks) >= 3, "docs/regions.md lost a python example"
     for code in blocks:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import re
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,8 +25,9 @@ from monai_unc.metrics.quality import (
     volume_cv,
 )
 from monai_unc.stats import SampleStats
+from tests._paths import ROOT
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = ROOT / "docs"
 
 # ---------------------------------------------------------------- brute-force references (numpy loops)
 

@@ -6,7 +6,6 @@ import itertools
 import math
 import re
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from monai_unc.metrics.selective import (
     referral_curve,
     risk_coverage_curve,
 )
+from tests._paths import ROOT
 
 # ---------------------------------------------------------------- independent references (loops, O(N^2))
 
@@ -308,7 +308,7 @@ def test_referral_bad_inputs():
 
 
 def test_docs_example_runs():
-    doc = Path(__file__).resolve().parents[1] / "docs" / "case_level.md"
+    doc = ROOT / "docs" / "case_level.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
     assert blocks, "docs/case_level.md has no python example"
     with warnings.catch_warnings():

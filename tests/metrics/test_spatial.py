@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,8 +35,9 @@ from monai_unc.metrics.spatial import (
     boundary_uncertainty_concentration,
     spatial_calibration_error,
 )
+from tests._paths import ROOT
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "spatial_metrics.md"
+DOCS = ROOT / "docs" / "spatial_metrics.md"
 
 # ------------------------------------------------------------------------------------------------ references
 # written from the definitions with scipy only (morphology, EDT, gaussian_filter), sharing no code with the

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,8 +30,9 @@ from monai_unc.networks import (
     ssn_log_likelihood,
     ssn_sampling,
 )
+from tests._paths import ROOT
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "ssn.md"
+DOCS = ROOT / "docs" / "ssn.md"
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -606,7 +606,7 @@ def test_toy_bundle_train_ssn_config(tmp_path):
 
     from monai.bundle import ConfigParser
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     config = root / "bundles" / "toy_uncertainty" / "configs" / "train_ssn.json"
     cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", str(config), "--ckpt_dir", str(tmp_path),
            "--iterations", "2", "--n_train_cases", "2"]

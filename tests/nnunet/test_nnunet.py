@@ -12,7 +12,6 @@ import os
 import re
 import sys
 from contextlib import nullcontext
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,9 +32,10 @@ import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.inferers import enable_mc_dropout, find_dropout_layers  # noqa: E402
 from monai_unc.inferers.rate_in import RateInSource, find_rate_in_layers  # noqa: E402
 from monai_unc.nnunet.cli import add_parser, run  # noqa: E402
+from tests._paths import ROOT
 
 CPU = torch.device("cpu")
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "nnunet.md"
+DOCS = ROOT / "docs" / "nnunet.md"
 DATASET_JSON = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "a": 1, "b": 2}, "numTraining": 2,
                 "file_ending": ".nii.gz"}
 

@@ -22,10 +22,10 @@ from nnunetv2.inference.export_prediction import (  # noqa: E402
 from nnunetv2.inference.sliding_window_prediction import compute_gaussian  # noqa: E402
 from nnunetv2.utilities.get_network_from_plans import get_network_from_plans  # noqa: E402
 from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa: E402
-from test_nnunet import combos, make_plans, make_predictor  # noqa: E402
 
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.scores import case_scores  # noqa: E402
+from tests.nnunet.test_nnunet import combos, make_plans, make_predictor  # noqa: E402
 
 CPU = torch.device("cpu")
 REGIONS_JSON = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "whole": [1, 2], "core": 2},

@@ -205,7 +205,7 @@ def test_trainer_trains_a_tiny_toy_task_on_cpu(tmp_path, monkeypatch):
 def ssn_predictor(sources=("ssn",), num_samples=3, **kw):
     import copy
 
-    from test_nnunet import DATASET_JSON, make_plans
+    from tests.nnunet.test_nnunet import DATASET_JSON, make_plans
 
     pm = PlansManager(make_plans())
     cm = pm.get_configuration("cfg")
@@ -286,7 +286,7 @@ def test_ssn_segmentation_logits_are_stock_mean_logits():
 
 
 def test_ssn_source_composes_with_dropout_and_is_refused_without_an_ssn_head():
-    from test_nnunet import make_predictor
+    from tests.nnunet.test_nnunet import make_predictor
 
     pred = ssn_predictor(sources=("ssn", "dropout", "mirroring"), num_samples=2, dropout_p=0.2, seed=1)
     assert pred.mi_meaning == "mixed" and pred.samples_per_voxel() == 2 * 8  # passes x mirrors

@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from monai_unc.report.plots import (
     save_png,
     slice_of_highest_uncertainty,
 )
+from tests._paths import ROOT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -198,7 +198,7 @@ def test_overlay_figure(tmp_path):
 @pytest.mark.slow
 def test_docs_example_runs(tmp_path, monkeypatch):
     """The python block of docs/report.md runs as-is."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    text = (ROOT / "docs" / "report.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert blocks
     monkeypatch.chdir(tmp_path)

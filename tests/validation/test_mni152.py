@@ -10,13 +10,13 @@ import importlib.util
 import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests._paths import ROOT
+
 pytest.importorskip("nilearn")
 
-ROOT = Path(__file__).resolve().parents[1]
 VALIDATION = ROOT / "docs" / "validation"
 
 

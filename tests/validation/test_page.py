@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._paths import ROOT
+
 VALIDATION = ROOT / "docs" / "validation"
 
 

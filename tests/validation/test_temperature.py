@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
+from tests._paths import ROOT
+
 pytest.importorskip("nilearn")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "validation" / "study2_temperature.py"
+SCRIPT = ROOT / "docs" / "validation" / "study2_temperature.py"
 
 
 def _load():

@@ -6,12 +6,13 @@ import importlib.util
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-VALIDATION = Path(__file__).resolve().parents[1] / "docs" / "validation"
+from tests._paths import ROOT
+
+VALIDATION = ROOT / "docs" / "validation"
 
 
 def _load(name: str):

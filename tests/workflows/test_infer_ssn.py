@@ -19,8 +19,8 @@ from monai_unc.networks import SSNNetwork
 from monai_unc.workflows.factory import build_inferer
 from monai_unc.workflows.infer import load_image_case
 from monai_unc.workflows.models import load_network
+from tests._paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 ARCH = {"channels": [4, 8], "strides": [2], "num_res_units": 0, "feature_channels": 4, "rank": 3, "dropout": 0.2,
         "init_variance": 0.3, "mask": None}
 
