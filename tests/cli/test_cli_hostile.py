@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import io
 import json
-import math
 import multiprocessing
 import os
 import re
@@ -647,103 +646,6 @@ def test_two_ranks_refuse_bad_inputs_with_one_line_each_and_no_hang(d, tmp_path)
         for argv, message, (rc, lines) in zip(calls, expected, results):
             _assert_one_line(rc, lines, argv[0], message, argv + [f"rank {r}"])
     assert not any((tmp_path / f"o{i}").exists() for i in range(1, 5)) and not (tmp_path / "e1").exists()
-
-
-# ------------------------------------------------------------------------------------------------ API level
-def test_check_output_file_refuses_inputs_links_and_unwritable_folders(tmp_path):
-    from monai_unc.io import check_output_file, check_writable_folder
-
-    src = tmp_path / "w.pt"
-    src.write_bytes(b"weights")
-    (tmp_path / "in").mkdir()
-    os.symlink(src, tmp_path / "sym.pt")
-    os.link(src, tmp_path / "hard.pt")
-    with pytest.raises(ValueError, match="--output .*w.pt is the input file"):
-        check_output_file(src, None, src, what="--output")
-    with pytest.raises(ValueError, match="is a link to the input file"):
-        check_output_file(tmp_path / "sym.pt", src)
-    with pytest.raises(ValueError, match="is a link to the input file"):
-        check_output_file(src, tmp_path / "sym.pt")  # the input is the link
-    with pytest.raises(ValueError, match="is a hard link of the input file"):
-        check_output_file(tmp_path / "hard.pt", src)
-    with pytest.raises(ValueError, match="lies inside the input folder"):
-        check_output_file(tmp_path / "in" / "x.pt", tmp_path / "in")
-    with pytest.raises(ValueError, match="is a folder"):
-        check_output_file(tmp_path / "in", src)
-    with pytest.raises(ValueError, match=r"cannot be written: its folder .* is a file, not a folder"):
-        check_output_file(src / "x.pt")
-    assert check_output_file(tmp_path / "new" / "deeper" / "x.pt", src, tmp_path / "in") == tmp_path / "new" / \
-        "deeper" / "x.pt"
-    assert not (tmp_path / "new").exists()  # checks create nothing
-    assert check_writable_folder(tmp_path / "a" / "b") == tmp_path / "a" / "b"
-    with pytest.raises(ValueError, match="is a file, not a folder"):
-        check_writable_folder(src)
-    os.symlink(tmp_path / "gone", tmp_path / "dangling")
-    with pytest.raises(ValueError, match="broken symbolic link"):
-        check_writable_folder(tmp_path / "dangling" / "x")
-
-
-def test_unreadable_volumes_name_the_file(tmp_path):
-    from monai_unc.io import CaseError, read_probabilities, read_volume
-
-    good = _nii(tmp_path / "g.nii.gz", np.ones((4, 4, 4), np.float32), np.eye(4))
-    (tmp_path / "z.nii.gz").write_bytes(b"")
-    _half(good, tmp_path / "t.nii.gz")
-    np.savez(tmp_path / "p.npz", probabilities=np.full((2, 4, 4, 4), 0.5, np.float32))
-    _half(tmp_path / "p.npz", tmp_path / "pt.npz")
-    (tmp_path / "pz.npz").write_bytes(b"")
-    with pytest.raises(CaseError, match=r"z.nii.gz: the file is empty \(0 bytes\)"):
-        read_volume(tmp_path / "z.nii.gz")
-    with pytest.raises(CaseError, match=r"cannot read .*t.nii.gz: .*truncated or corrupt"):
-        read_volume(tmp_path / "t.nii.gz")
-    for name in ("pt.npz", "pz.npz"):
-        with pytest.raises(CaseError, match=f"cannot read .*{name}"):
-            read_probabilities(tmp_path / name)
-    assert read_probabilities(tmp_path / "p.npz")[0].shape == (2, 4, 4, 4)
-
-
-def test_build_inferer_validates_noise_and_targets():
-    from monai_unc.workflows.factory import build_inferer, check_roi
-
-    for bad in (-1.0, math.nan, math.inf, "0.1"):
-        with pytest.raises(ValueError, match="--tta-noise must be a finite standard deviation >= 0"):
-            build_inferer("tta", tta_noise=bad)
-    with pytest.raises(ValueError, match="tta source only"):
-        build_inferer("mcdropout", tta_noise=0.1)
-    for bad in (-0.1, 1.5, math.nan):
-        with pytest.raises(ValueError, match="--ratein-target must be"):
-            build_inferer("mcdropout", ratein_target=bad)
-    assert len(build_inferer("tta", tta_noise=0.1).sources) == 2  # flips and noise
-    with pytest.raises(ValueError, match=r"--roi gives 2 sizes \(8, 8\) but the network takes 3D input"):
-        check_roi([8, 8], 3)
-    for ok in (8, [8], (8, 8, 8), None):
-        check_roi(ok, 3)
-    check_roi([8, 8], None)  # dimensionality unknown: nothing assumed
-
-
-def test_network_spatial_dims_and_weight_checks():
-    from monai_unc.workflows.models import check_weights_fit, network_spatial_dims
-
-    assert network_spatial_dims(_unet(NET)) == 3
-    assert network_spatial_dims(_unet(dict(NET, spatial_dims=2))) == 2
-    assert network_spatial_dims(torch.nn.Linear(2, 2)) is None
-    assert network_spatial_dims(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.Conv3d(1, 1, 1))) is None
-    net = _unet(NET)
-    check_weights_fit(net, net.state_dict(), "ok.pt")
-    with pytest.raises(ValueError, match=r"x.pt does not fit the network UNet: .*shape mismatches"):
-        check_weights_fit(net, _unet(OTHER).state_dict(), "x.pt")
-
-
-def test_infer_settings_never_write_bare_nan(tmp_path):
-    from monai_unc.workflows.infer import InferSettings, check_run_settings
-
-    s = InferSettings(model="m", method="tta", samples=2, roi=None, overlap=0.25, intensity="none",
-                      measures=["predictive_entropy"], seed=0, activation="softmax", checkpoints=[],
-                      tta_noise=math.nan)
-    check_run_settings(tmp_path, s)
-    text = (tmp_path / "infer.json").read_text()
-    assert "NaN" not in text and json.loads(text)["settings"]["tta_noise"] is None
-    check_run_settings(tmp_path, s)  # resuming compares the settings as they read back
 
 
 if __name__ == "__main__":  # pragma: no cover

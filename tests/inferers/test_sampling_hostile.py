@@ -1,21 +1,20 @@
-"""Hostile input to the inferers and the measure helpers: every case fails with one ValueError naming the argument
-(each was silently accepted before: a missing batch axis read as a batch, stacked deep-supervision heads softmaxed
-as classes, NaN noise ignored, mismatched or reversed entropies clamped)."""
+"""Hostile input to the inferers (``monai_unc.inferers.sampling``): every case fails with one ValueError naming the
+argument (each was silently accepted before: a missing batch axis read as a batch, stacked deep-supervision heads
+softmaxed as classes). The measure helpers and TTA noise: ``tests/test_measures_hostile.py``,
+``tests/inferers/test_tta_hostile.py``."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from monai.inferers import SlidingWindowInferer
 from monai.networks.nets import DynUNet
 from torch import nn
 
-from monai_unc.inferers import MCDropoutInferer, SoftmaxInferer, TTAInferer, UncertaintyInferer
+from monai_unc.inferers import MCDropoutInferer, SoftmaxInferer, UncertaintyInferer
 from monai_unc.inferers.sampling import check_inputs, network_spatial_dims
-from monai_unc.measures import mutual_information_from_entropies, variance_from_moments
 
 
 def _net3d() -> nn.Module:
@@ -68,35 +67,6 @@ def test_stacked_deep_supervision_output_is_refused():
         UncertaintyInferer([], no_grad=True)(x, net)
     out = UncertaintyInferer([], no_grad=True)(x, net.eval())  # eval mode: one full-resolution head
     assert out["pred"].shape == (1, 3, 16, 16, 16)
-
-
-@pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf"), "0.1"])
-def test_tta_noise_std_is_validated(bad):
-    with pytest.raises(ValueError, match="noise_std"):
-        TTAInferer(noise_std=bad)
-
-
-def test_mutual_information_from_entropies_validates():
-    pe = torch.full((1, 1, 4, 4), 0.6)
-    ee = torch.full((1, 1, 4, 4), 0.4)
-    torch.testing.assert_close(mutual_information_from_entropies(pe, ee), pe - ee)
-    with pytest.raises(ValueError, match="pe and ee must have the same shape"):
-        mutual_information_from_entropies(pe, ee[..., :3])
-    with pytest.raises(ValueError, match="ee"):
-        mutual_information_from_entropies(pe, torch.full_like(ee, float("nan")))
-    with pytest.raises(ValueError, match="ee exceeds pe"):
-        mutual_information_from_entropies(ee, pe)  # swapped: EE > PE cannot come from the same samples
-    # rounding below zero is still clamped
-    assert float(mutual_information_from_entropies(pe, pe + 1e-6).max()) == 0.0
-
-
-def test_variance_from_moments_validates():
-    mean = torch.full((1, 2, 3, 3), 0.5)
-    np.testing.assert_allclose(variance_from_moments(mean, mean).numpy(), 0.25)  # E[p^2] = E[p] for 0/1 samples
-    with pytest.raises(ValueError, match="mean and mean_sq must have the same shape"):
-        variance_from_moments(mean, mean[:, :1])
-    with pytest.raises(ValueError, match="mean_sq"):
-        variance_from_moments(mean, torch.full_like(mean, float("nan")))
 
 
 def test_a_single_source_needs_no_list_and_bad_sources_are_named():
