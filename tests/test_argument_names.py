@@ -4,16 +4,22 @@ with a DeprecationWarning naming the old and the new name, and gives the same re
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from monai_unc._deprecation import deprecated_arg_names
+from monai_unc.aggregation import fit_threshold
 from monai_unc.metrics.ambiguity import ncc
+from monai_unc.metrics.calibration import ConfidenceHistogram, ece
 from monai_unc.metrics.casewise import ood_auroc
 from monai_unc.metrics.compare import compare_uncertainty_maps
 from monai_unc.metrics.selective import augrc, aurc, eaurc, risk_coverage_curve
+from monai_unc.temperature import TemperatureScaler
+from tests._cases import softmax_case
 
 
 def test_decorator_forwards_warns_and_refuses_both():
@@ -86,3 +92,41 @@ def test_compare_pred_and_target():
                          lambda: compare_uncertainty_maps(["AUC-ROC", "AvU"], a, b, pred=pred, target=target))
     for name in ("AUC-ROC", "AvU"):
         np.testing.assert_array_equal(old.metrics[name].values_a, new.metrics[name].values_a)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# issue 16: renamed arguments with deprecated aliases
+# ---------------------------------------------------------------------------------------------------------------
+def test_deprecated_arg_names_decorator():
+    @deprecated_arg_names({"old": "new"})
+    def f(a, new=None):
+        return a, new
+
+    assert f(1, new=2) == (1, 2)
+    with pytest.warns(DeprecationWarning, match="'old'.*'new'"):
+        assert f(1, old=3) == (1, 3)
+    with pytest.raises(TypeError, match="'old'.*'new'"):
+        f(1, old=3, new=4)
+    with pytest.raises(TypeError, match="'new'"):
+        f(1, 4, old=3)
+    with pytest.raises(TypeError, match="no parameter 'missing'"):
+        deprecated_arg_names({"old": "missing"})(lambda a: a)
+
+
+def test_renamed_arguments_keep_their_old_keywords():
+    z, p, y = softmax_case()
+    with pytest.warns(DeprecationWarning, match="deprecated") as caught:
+        assert ece(x=p, labels=y) == ece(p, y) == ece(probs=p, target=y)
+    assert {"'x'", "'labels'"} <= {m.group(1) for w in caught if (m := re.search(r"argument ('\w+')", str(w.message)))}
+    with pytest.raises(TypeError):
+        ece(p, labels=y, target=y)
+    with pytest.warns(DeprecationWarning, match="labels"):
+        hist = ConfidenceHistogram(3).update(p, labels=y)
+    assert torch.equal(hist.counts, ConfidenceHistogram(3).update(p, target=y).counts)
+    maps, preds = np.random.default_rng(0).random((2, 1, 5, 5)), np.zeros((2, 1, 5, 5), int)
+    preds[:, :, 1:3, 1:3] = 1
+    with pytest.warns(DeprecationWarning, match="deprecated"):  # both old names warn
+        assert fit_threshold(val_uncertainty_maps=maps, val_predictions=preds) == fit_threshold(maps, preds)
+    with pytest.warns(DeprecationWarning, match="labels"):
+        a = TemperatureScaler(max_steps=3).fit(z, labels=y)
+    assert a.temperature.item() == TemperatureScaler(max_steps=3).fit(z, target=y).temperature.item()

@@ -9,10 +9,10 @@ import warnings
 
 import numpy as np
 import pytest
-from test_hostile_api import MUTATORS, ApiCase, _blobs, _probs, sweep
 
 from monai_unc import measures as M
 from monai_unc.metrics import augrc, aurc, dice, eaurc, error_auroc, ncc, ood_auroc, qu_brats
+from tests.test_hostile_api import MUTATORS, ApiCase, _blobs, _probs, sweep
 
 S = 3  # samples
 

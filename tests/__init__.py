@@ -1,0 +1,1 @@
+"""Tests of monai-unc; ``tests/README.md`` says where a test goes."""

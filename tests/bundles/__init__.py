@@ -1,0 +1,1 @@
+"""Tests of the bundles under ``bundles/``."""

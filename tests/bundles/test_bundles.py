@@ -1,0 +1,324 @@
+"""Tests of the bundles in bundles/ (metadata, network I/O, configs, end-to-end runs with `python -m monai.bundle`),
+of the NIfTI export of the example data, and of the "add uncertainty to an existing bundle" override on the Model
+Zoo spleen configs (read from ../shared/clients when that folder exists)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+from monai.bundle import ConfigParser, verify_metadata, verify_net_in_out
+
+from monai_unc.data.cohorts import MANIFEST, export_mni152_cases, export_toy_cases, load_datalist
+from tests._paths import ROOT
+
+BUNDLES = {name: ROOT / "bundles" / name for name in ("brain_tissue_uncertainty", "toy_uncertainty")}
+SPLEEN = ROOT.parent / "shared" / "clients" / "spleen_ct_segmentation" / "configs"
+SCHEMA = "meta_schema_20240725.json"
+
+
+def _run_bundle(config: str | list[str], *overrides: str, meta_file: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m monai.bundle run`` from the repository root, as a user would."""
+    files = config if isinstance(config, str) else "[" + ",".join(f"'{c}'" for c in config) + "]"
+    cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", files, *overrides]
+    if meta_file is not None:
+        cmd += ["--meta_file", str(meta_file)]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, f"bundle run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest() for p in folder.rglob("*")
+            if p.is_file()}
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _summary(path: Path) -> dict[str, float]:
+    with open(path) as f:
+        return {k: float(v) for k, v in csv.reader(f)}
+
+
+# ----------------------------------------------------------------------------------------------- export
+def test_export_writes_manifest_and_refuses_foreign_folders(tmp_path):
+    out = tmp_path / "toy"
+    manifest = export_toy_cases(out, n_cases=3, shape=(16, 16, 16), shifts=["none", "intensity"])
+    info = json.loads(manifest.read_text())
+    assert [c["shift"] for c in info["cases"]] == ["none", "intensity", "none"]
+    items = load_datalist(out, keys=["image", "raters", "shift"])
+    assert set(items[0]) == {"image", "raters", "shift"}
+    raters = nib.load(items[1]["raters"])
+    assert raters.shape == (16, 16, 16, 3)
+    np.testing.assert_allclose(raters.affine, np.eye(4))
+    before = _snapshot(out)
+    export_toy_cases(out, n_cases=5)  # a folder this module wrote: left as it is without overwrite=True
+    assert _snapshot(out) == before
+    foreign = tmp_path / "user_data"
+    foreign.mkdir()
+    (foreign / "scan.nii.gz").write_bytes(b"not ours")
+    with pytest.raises(FileExistsError, match="not empty"):
+        export_toy_cases(foreign)
+    (foreign / MANIFEST).write_text(json.dumps({"cases": []}))
+    with pytest.raises(FileExistsError, match="not written by"):
+        export_toy_cases(foreign, overwrite=True)
+    with pytest.raises(FileNotFoundError, match="export the example data"):
+        load_datalist(tmp_path / "missing")
+
+
+def test_export_mni152_geometry_and_hemisphere_mask(tmp_path):
+    from monai_unc.data import load_mni152_tissue
+
+    export_mni152_cases(tmp_path, n_cases=1)
+    item = load_datalist(tmp_path)[0]
+    assert item["shift"] == "none" and item["severity"] == 0.0
+    data = load_mni152_tissue(2)
+    img, lab, mask = (nib.load(item[k]) for k in ("image", "label", "mask"))
+    for f in (img, lab, mask):
+        np.testing.assert_allclose(f.affine, data["affine"])
+    np.testing.assert_allclose(np.asarray(img.dataobj), data["image"][0])
+    np.testing.assert_array_equal(np.asarray(lab.dataobj), data["label"][0])
+    m = np.asarray(mask.dataobj) > 0
+    for i, j, k in [(0, 0, 0), (48, 50, 40), (49, 50, 40), (98, 116, 94)]:  # voxel -> world x decides the side
+        assert m[i, j, k] == ((data["affine"] @ [i, j, k, 1])[0] >= 0), (i, j, k)
+    assert m[:49].sum() == 0 and m[49:].all()
+
+
+# ----------------------------------------------------------------------------------------------- metadata, I/O
+@pytest.mark.parametrize("name", sorted(BUNDLES))
+def test_verify_metadata_offline(name, tmp_path):
+    bundle = BUNDLES[name]
+    verify_metadata(meta_file=str(bundle / "configs" / "metadata.json"), filepath=str(bundle / "configs" / SCHEMA))
+    meta = json.loads((bundle / "configs" / "metadata.json").read_text())
+    assert meta["schema"].endswith(SCHEMA)
+    for field in ("authors", "network_data_format"):
+        broken = dict(meta)
+        broken.pop(field)
+        path = tmp_path / f"no_{field}.json"
+        path.write_text(json.dumps(broken))
+        with pytest.raises(ValueError, match=field):
+            verify_metadata(meta_file=str(path), filepath=str(bundle / "configs" / SCHEMA))
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLES))
+def test_verify_net_in_out(name):
+    bundle = BUNDLES[name]
+    verify_net_in_out(
+        net_id="network_def", meta_file=str(bundle / "configs" / "metadata.json"),
+        config_file=str(bundle / "configs" / "inference.json"), device="cpu", n=4,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLES))
+@pytest.mark.parametrize("config", ["inference.json", "evaluate.json", "train.json"])
+def test_configs_parse_and_weights_load(name, config):
+    bundle = BUNDLES[name]
+    parser = ConfigParser()
+    parser.read_config(str(bundle / "configs" / config))
+    parser["bundle_root"] = str(bundle)
+    net = parser.get_parsed_content("network_def")
+    state = torch.load(bundle / "models" / "model.pt", map_location="cpu", weights_only=True)
+    net.load_state_dict(state)  # the shipped weights fit every config's network
+    if config != "train.json":
+        from monai_unc.engines import UncertaintyEvaluator  # noqa: F401 (the evaluator target must resolve)
+
+        assert parser.get_parsed_content("inferer").num_samples == parser["num_samples"]
+        parser.get_parsed_content("postprocessing")
+        assert parser["evaluator"]["_target_"] == "monai_unc.engines.UncertaintyEvaluator"
+    else:
+        parser.get_parsed_content("train_transforms")
+
+
+def test_brain_bundle_ships_the_example_weights():
+    shipped = ROOT / "monai_unc" / "data" / "weights" / "mni152_tissue_unet.pt"
+    assert (BUNDLES["brain_tissue_uncertainty"] / "models" / "model.pt").read_bytes() == shipped.read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLES))
+def test_bundle_layout(name):
+    bundle = BUNDLES[name]
+    for rel in ("LICENSE", "docs/README.md", "configs/metadata.json", "models/model.pt", f"configs/{SCHEMA}"):
+        assert (bundle / rel).is_file(), rel
+
+
+# ----------------------------------------------------------------------------------------------- end to end
+@pytest.mark.slow
+def test_toy_bundle_inference_and_evaluation(tmp_path):
+    data = tmp_path / "data"
+    export_toy_cases(data, n_cases=4)
+    before = _snapshot(data)
+    cfg = BUNDLES["toy_uncertainty"] / "configs"
+    _run_bundle(str(cfg / "inference.json"), "--dataset_dir", str(data), "--output_dir", str(tmp_path / "inf"),
+                "--num_samples", "4")
+    for item in load_datalist(data):
+        stem = Path(item["image"]).name[: -len(".nii.gz")]
+        ref = nib.load(item["image"])
+        for suffix in ("prob", "seg", "predictive_entropy", "expected_entropy", "mutual_information"):
+            out = nib.load(tmp_path / "inf" / f"{stem}_{suffix}.nii.gz")
+            np.testing.assert_allclose(out.affine, ref.affine, atol=1e-6)
+            assert out.shape[:3] == ref.shape
+        seg = np.asarray(nib.load(tmp_path / "inf" / f"{stem}_seg.nii.gz").dataobj)
+        lab = np.asarray(nib.load(item["label"]).dataobj)
+        if item["shift"] == "none":
+            assert 2 * (seg * lab).sum() / (seg.sum() + lab.sum()) > 0.9
+    _run_bundle(str(cfg / "evaluate.json"), "--dataset_dir", str(data), "--output_dir", str(tmp_path / "ev"),
+                "--num_samples", "4")
+    summary = _summary(tmp_path / "ev" / "metrics.csv")
+    for key in ("dice", "calib_ece", "ged", "ncc_ee", "buc", "ood_auroc_mutual_information_fg_mean"):
+        assert np.isfinite(summary[key]), key
+    assert summary["dice"] > 0.8
+    assert 0.0 <= summary["ood_auroc_mutual_information_fg_mean"] <= 1.0
+    scores = _rows(tmp_path / "ev" / "case_scores.csv")
+    assert [r["shift"] for r in scores] == [c["shift"] for c in load_datalist(data)]
+    assert len(_rows(tmp_path / "ev" / "ged_raw.csv")) == 4
+    assert _snapshot(data) == before  # nothing written into the input folder
+
+
+@pytest.mark.slow
+def test_toy_bundle_first_run_exports_its_example_data(tmp_path):
+    """A fresh copy of the bundle with no data folder: the run exports the example cases into <bundle>/data."""
+    bundle = tmp_path / "toy_uncertainty"
+    shutil.copytree(BUNDLES["toy_uncertainty"], bundle, ignore=shutil.ignore_patterns("data", "eval"))
+    _run_bundle(str(bundle / "configs" / "inference.json"), "--bundle_root", str(bundle), "--num_samples", "2")
+    assert (bundle / "data" / MANIFEST).is_file()
+    n_cases = len(load_datalist(bundle / "data"))
+    assert len(list((bundle / "eval").glob("*_mutual_information.nii.gz"))) == n_cases == 16
+
+
+@pytest.mark.slow
+def test_toy_bundle_train_config(tmp_path):
+    _run_bundle(str(BUNDLES["toy_uncertainty"] / "configs" / "train.json"), "--ckpt_dir", str(tmp_path),
+                "--iterations", "2", "--n_train_cases", "2")
+    parser = ConfigParser()
+    parser.read_config(str(BUNDLES["toy_uncertainty"] / "configs" / "train.json"))
+    parser.get_parsed_content("network_def").load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
+
+
+@pytest.mark.slow
+def test_brain_bundle_inference_on_the_mni152_volume(tmp_path):
+    from monai_unc.data.training import dice_per_class
+
+    data = tmp_path / "data"
+    export_mni152_cases(data, n_cases=1)
+    before = _snapshot(data)
+    _run_bundle(str(BUNDLES["brain_tissue_uncertainty"] / "configs" / "inference.json"), "--dataset_dir", str(data),
+                "--output_dir", str(tmp_path / "out"), "--num_samples", "3")
+    item = load_datalist(data)[0]
+    ref = nib.load(item["image"])
+    maps = {s: nib.load(tmp_path / "out" / f"mni152_00_none_{s}.nii.gz")
+            for s in ("prob", "seg", "predictive_entropy", "mutual_information")}
+    for s, img in maps.items():
+        np.testing.assert_allclose(img.affine, ref.affine, atol=1e-6, err_msg=s)
+        assert img.shape[:3] == ref.shape, s
+    prob = np.asarray(maps["prob"].dataobj)
+    np.testing.assert_allclose(prob.sum(-1), 1.0, atol=1e-4)
+    seg = np.asarray(maps["seg"].dataobj)
+    np.testing.assert_array_equal(seg, prob.argmax(-1))
+    mask = np.asarray(nib.load(item["mask"]).dataobj) > 0
+    dice = dice_per_class(seg, np.asarray(nib.load(item["label"]).dataobj), 3, mask)
+    assert min(dice) > 0.8, dice  # held-out right hemisphere
+    mi = np.asarray(maps["mutual_information"].dataobj)
+    assert mi.min() >= 0 and mi.max() > 0
+    assert _snapshot(data) == before
+
+
+@pytest.mark.slow
+def test_brain_bundle_evaluation_writes_metrics_csv(tmp_path):
+    data = tmp_path / "data"
+    export_mni152_cases(data, n_cases=2)
+    _run_bundle(str(BUNDLES["brain_tissue_uncertainty"] / "configs" / "evaluate.json"), "--dataset_dir", str(data),
+                "--output_dir", str(tmp_path / "ev"), "--num_samples", "2")
+    summary = _summary(tmp_path / "ev" / "metrics.csv")
+    for key in ("dice", "calib_ece", "calib_classwise_ece", "calib_nll", "calib_brier", "buc", "baece", "space",
+                "ood_auroc_mutual_information_mean"):
+        assert key in summary, key
+    assert summary["dice"] > 0.8 and 0 < summary["calib_ece"] < 0.1 and 0.5 < summary["buc"] <= 1.0
+    dice_rows = _rows(tmp_path / "ev" / "dice_raw.csv")
+    assert len(dice_rows) == 2 and set(dice_rows[0]) == {"filename", "class0", "class1", "mean"}
+    assert float(dice_rows[0]["class0"]) > 0.8 and float(dice_rows[0]["class1"]) > 0.8
+    scores = _rows(tmp_path / "ev" / "case_scores.csv")
+    assert [r["shift"] for r in scores] == ["none", "noise"]
+
+
+# ----------------------------------------------------------------------------------------------- spleen override
+def _doc_json_blocks() -> list[dict]:
+    text = (ROOT / "docs" / "add_uncertainty_to_bundle.md").read_text()
+    return [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
+
+
+def _synthetic_ct(folder: Path) -> tuple[Path, np.ndarray]:
+    """A small CT-like volume in Hounsfield units: air, a body ellipse, a brighter 'spleen' blob."""
+    rng = np.random.default_rng(0)
+    shape = (64, 64, 24)
+    ii = np.indices(shape).astype(float)
+    ct = rng.normal(-800, 20, shape)
+    body = ((ii[0] - 32) ** 2 / 28**2 + (ii[1] - 32) ** 2 / 24**2) < 1
+    ct[body] = rng.normal(40, 15, int(body.sum()))
+    spleen = ((ii[0] - 42) ** 2 + (ii[1] - 26) ** 2 + ((ii[2] - 12) * 2.5) ** 2) < 64
+    ct[spleen] = rng.normal(110, 10, int(spleen.sum()))
+    affine = np.diag([-0.8, -0.8, 2.5, 1.0])
+    (folder / "imagesTs").mkdir(parents=True)
+    path = folder / "imagesTs" / "spleen_synth.nii.gz"
+    nib.save(nib.Nifti1Image(ct.astype(np.int16), affine), path)
+    return path, affine
+
+
+def _spleen_run(tmp_path: Path, override: dict, extra: dict | None = None, num_samples: int | None = 2) -> Path:
+    if not (SPLEEN / "inference.json").is_file():
+        pytest.skip(f"Model Zoo spleen configs not found at {SPLEEN} (../shared/clients is not part of a user's clone)")
+    data = tmp_path / "data"
+    _, affine = _synthetic_ct(data)
+    files = [str(SPLEEN / "inference.json")]
+    for i, content in enumerate([override] + ([extra] if extra else [])):
+        path = tmp_path / f"override_{i}.json"
+        path.write_text(json.dumps(content))
+        files.append(str(path))
+    before = _snapshot(data)
+    overrides = ["--dataset_dir", str(data), "--output_dir", str(tmp_path / "out"), "--load_pretrain", "False",
+                 "--dataloader#num_workers", "0"]
+    if num_samples is not None:
+        overrides += ["--inferer#num_samples", str(num_samples)]
+    _run_bundle(files, *overrides, meta_file=SPLEEN / "metadata.json")
+    assert _snapshot(data) == before
+    out = tmp_path / "out" / "spleen_synth"
+    for suffix in ("trans", "predictive_entropy", "mutual_information"):
+        img = nib.load(out / f"spleen_synth_{suffix}.nii.gz")
+        assert img.shape[:3] == (64, 64, 24), suffix  # inverted to the original grid
+        np.testing.assert_allclose(img.affine, affine, atol=1e-4, err_msg=suffix)
+    return out
+
+
+@pytest.mark.slow
+def test_spleen_bundle_with_the_documented_override(tmp_path):
+    override = _doc_json_blocks()[0]
+    assert override["evaluator#_target_"] == "monai_unc.engines.UncertaintyEvaluator"
+    out = _spleen_run(tmp_path, override)
+    seg = np.asarray(nib.load(out / "spleen_synth_trans.nii.gz").dataobj)
+    assert set(np.unique(seg)) <= {0, 1}
+    mi = np.asarray(nib.load(out / "spleen_synth_mutual_information.nii.gz").dataobj)
+    pe = np.asarray(nib.load(out / "spleen_synth_predictive_entropy.nii.gz").dataobj)
+    assert mi.max() > 0 and (pe >= -1e-6).all() and (pe <= np.log(2) + 1e-4).all()
+
+
+@pytest.mark.slow
+def test_spleen_bundle_posthoc_dropout_and_tta_variants(tmp_path):
+    blocks = _doc_json_blocks()
+    base = {k: v for k, v in blocks[0].items() if k != "network_def#dropout"}  # the network keeps no dropout
+    _spleen_run(tmp_path / "posthoc", base, extra=blocks[2])  # add_dropout inserts it post hoc
+    tta = dict(base, inferer=dict(blocks[1]["inferer"], flip_axes=[0]))  # 2 flips instead of 8 keep it short
+    _spleen_run(tmp_path / "tta", tta, num_samples=None)

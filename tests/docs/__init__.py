@@ -1,0 +1,1 @@
+"""Tests of the runnable examples in ``docs/``."""

@@ -1,0 +1,1 @@
+"""Tests of ``monai_unc.data`` (the example data; ``tests/data`` holds files that tests read)."""

@@ -1,0 +1,1 @@
+"""Tests of ``monai_unc.inferers``."""

@@ -1,0 +1,86 @@
+"""Hostile input to the inferers (``monai_unc.inferers.sampling``): every case fails with one ValueError naming the
+argument (each was silently accepted before: a missing batch axis read as a batch, stacked deep-supervision heads
+softmaxed as classes). The measure helpers and TTA noise: ``tests/test_measures_hostile.py``,
+``tests/inferers/test_tta_hostile.py``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from monai.inferers import SlidingWindowInferer
+from monai.networks.nets import DynUNet
+from torch import nn
+
+from monai_unc.inferers import MCDropoutInferer, SoftmaxInferer, UncertaintyInferer
+from monai_unc.inferers.sampling import check_inputs, network_spatial_dims
+
+
+def _net3d() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv3d(1, 3, 3, padding=1), nn.Dropout(0.3)).eval()
+
+
+def test_missing_batch_axis_is_refused_not_read_as_a_batch():
+    """The issue's reproduction: a (C, X, Y, Z) volume used to run with the channel axis taken as the batch and
+    gave a predictive entropy above log 3."""
+    with pytest.raises(ValueError, match=r"inputs.*batch axis"):
+        MCDropoutInferer(num_samples=2)(torch.randn(1, 16, 16, 16), _net3d())
+    out = MCDropoutInferer(num_samples=2)(torch.randn(1, 1, 16, 16, 16), _net3d())  # with the batch axis: fine
+    assert float(out["predictive_entropy"].max()) <= math.log(3) + 1e-6
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4, 4, 4, 4), (1, 1)])
+def test_wrong_number_of_axes_is_refused(shape):
+    with pytest.raises(ValueError, match="inputs"):
+        MCDropoutInferer(num_samples=2)(torch.randn(*shape), _net3d())
+
+
+def test_integer_inputs_are_refused():
+    with pytest.raises(ValueError, match="inputs must be a floating-point"):
+        MCDropoutInferer(num_samples=2)(torch.ones(1, 1, 8, 8, 8, dtype=torch.int64), _net3d())
+
+
+def test_roi_with_the_wrong_number_of_axes_is_refused_up_front():
+    inferer = SoftmaxInferer(base_inferer=SlidingWindowInferer((8, 8)))
+    with pytest.raises(ValueError, match="roi_size"):
+        inferer(torch.randn(1, 1, 8, 8, 8), _net3d())
+
+
+def test_network_spatial_dims():
+    assert network_spatial_dims(_net3d()) == 3
+    assert network_spatial_dims(nn.Conv2d(1, 2, 3)) == 2
+    assert network_spatial_dims(nn.Sequential(nn.Conv2d(1, 2, 1), nn.Conv3d(2, 2, 1))) is None  # mixed: unknown
+    assert network_spatial_dims(lambda x: x) is None
+    check_inputs(torch.randn(2, 1, 8, 8), lambda x: x)  # plain callables are not second-guessed
+
+
+def test_stacked_deep_supervision_output_is_refused():
+    """DynUNet(deep_supervision=True) in train mode returns (B, heads, C, *spatial): it used to be softmaxed over
+    the heads axis and a 6-D pred came back."""
+    net = DynUNet(3, 1, 3, kernel_size=[3, 3, 3], strides=[1, 2, 2], upsample_kernel_size=[2, 2],
+                  deep_supervision=True, deep_supr_num=1).train()
+    x = torch.randn(1, 1, 16, 16, 16)
+    assert net(x).ndim == 6
+    with pytest.raises(ValueError, match="deep-supervision"):
+        UncertaintyInferer([], no_grad=True)(x, net)
+    out = UncertaintyInferer([], no_grad=True)(x, net.eval())  # eval mode: one full-resolution head
+    assert out["pred"].shape == (1, 3, 16, 16, 16)
+
+
+def test_a_single_source_needs_no_list_and_bad_sources_are_named():
+    from monai_unc.inferers import MCDropoutSource
+
+    x = torch.randn(1, 1, 8, 8, 8)
+    one = UncertaintyInferer(MCDropoutSource(2), seed=0)(x, _net3d())
+    listed = UncertaintyInferer([MCDropoutSource(2)], seed=0)(x, _net3d())
+    assert one.num_samples == 2
+    torch.testing.assert_close(one["mutual_information"], listed["mutual_information"])
+    with pytest.raises(TypeError, match="sources must be SampleSource"):
+        UncertaintyInferer([object()])
+
+
+def test_unknown_keys_list_the_valid_ones():
+    with pytest.raises(ValueError, match=r"keys: unknown output name\(s\) \['foo'\]; valid: \['pred'"):
+        UncertaintyInferer([], keys=["foo"])

@@ -1,0 +1,28 @@
+"""Unreadable files for the readers of ``monai_unc.io.cases``: empty, truncated or corrupt volumes and
+probabilities raise a ``CaseError`` naming the file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.cli.test_cli_hostile import _half, _nii
+
+
+def test_unreadable_volumes_name_the_file(tmp_path):
+    from monai_unc.io import CaseError, read_probabilities, read_volume
+
+    good = _nii(tmp_path / "g.nii.gz", np.ones((4, 4, 4), np.float32), np.eye(4))
+    (tmp_path / "z.nii.gz").write_bytes(b"")
+    _half(good, tmp_path / "t.nii.gz")
+    np.savez(tmp_path / "p.npz", probabilities=np.full((2, 4, 4, 4), 0.5, np.float32))
+    _half(tmp_path / "p.npz", tmp_path / "pt.npz")
+    (tmp_path / "pz.npz").write_bytes(b"")
+    with pytest.raises(CaseError, match=r"z.nii.gz: the file is empty \(0 bytes\)"):
+        read_volume(tmp_path / "z.nii.gz")
+    with pytest.raises(CaseError, match=r"cannot read .*t.nii.gz: .*truncated or corrupt"):
+        read_volume(tmp_path / "t.nii.gz")
+    for name in ("pt.npz", "pz.npz"):
+        with pytest.raises(CaseError, match=f"cannot read .*{name}"):
+            read_probabilities(tmp_path / name)
+    assert read_probabilities(tmp_path / "p.npz")[0].shape == (2, 4, 4, 4)

@@ -1,0 +1,205 @@
+"""The HTML QC report and its plots: self-contained page, triage table, figures, headless-Chromium rendering."""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+import shutil
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.evaluation import EvaluationConfig, read_shifts, run_evaluate
+from monai_unc.report.html import build_report, reliability_figure
+from monai_unc.report.plots import (
+    plot_case_overlay,
+    plot_referral_curve,
+    plot_uncertainty_histograms,
+    save_png,
+    slice_of_highest_uncertainty,
+)
+from tests._paths import ROOT
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    data = write_toy_cohort(root / "data", n_cases=6, shape=(16, 16, 16))
+    config = EvaluationConfig(budget=0.2, shifts=read_shifts(data["shifts"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state, summary, paths = run_evaluate(data["labels"], data["predictions"], root / "eval", config,
+                                             images=data["images"])
+    html = build_report(root / "eval", n_cases=1)
+    return {"html": html, "text": html.read_text(), "summary": summary, "state": state, "root": root, "data": data}
+
+
+def _embedded(text: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)]
+
+
+def test_page_is_self_contained(report):
+    text = report["text"]
+    assert text.startswith("<!doctype html>") and text.rstrip().endswith("</html>")
+    # nothing is loaded from elsewhere: every src/href is a data URI
+    refs = re.findall(r'(?:src|href)="([^"]+)"', text)
+    assert refs and all(r.startswith("data:") for r in refs)
+    assert "http://" not in text and "https://" not in text
+    images = _embedded(text)
+    assert len(images) == 4 + 2  # reliability, referral, histograms, shifts + 1 most uncertain + 1 most certain
+    assert all(img.startswith(PNG_MAGIC) for img in images)
+    saved = sorted((report["html"].parent / "figures").glob("*.png"))
+    assert {p.read_bytes() for p in saved} == set(images)  # the PNGs on disk are the embedded ones
+    csv_link = re.search(r'href="data:text/csv;base64,([^"]+)"', text)
+    assert base64.b64decode(csv_link.group(1)).decode() == (report["root"] / "eval" / "metrics.csv").read_text()
+
+
+def test_triage_table_follows_the_summary(report):
+    text, summary = report["text"], report["summary"]
+    table = re.search(r'<table id="triage-table">(.*?)</table>', text, re.S).group(1)
+    rows = re.findall(r'<tr class="([^"]*)" data-case="([^"]+)">(.*?)</tr>', table, re.S)
+    assert [r[1] for r in rows] == summary["triage"]["order"]
+    n_ref = math.ceil(0.2 * 6)
+    assert [r[1] for r in rows if "referred" in r[0]] == summary["triage"]["order"][:n_ref]
+    assert sum(">review<" in r[2] for r in rows) == n_ref
+    scores = [float(re.findall(r"<td>([0-9.]+)</td>", r[2])[1]) for r in rows]
+    assert scores == sorted(scores, reverse=True)
+    failed = {c for c in summary["failures"]["cases"]}
+    assert {r[1] for r in rows if "failed" in r[0]} == failed
+    kept = summary["triage"]["dice_retained"]
+    assert f"expected mean Dice of the <b>{6 - n_ref}</b> retained cases is <b>{kept:.3f}" in text
+
+
+def test_budget_override_recomputes_the_triage(report, tmp_path):
+    html = build_report(report["root"] / "eval", tmp_path / "r", budget=0.5, n_cases=0)
+    text = html.read_text()
+    assert text.count(">review<") == 3
+    assert len(_embedded(text)) == 4 and not (tmp_path / "r" / "figures" / "case_toy000.png").exists()
+    assert "budget of <b>50%</b>" in text
+
+
+def test_report_without_probabilities_has_no_reliability_diagram(report, tmp_path):
+    data = report["data"]
+    pred = tmp_path / "segs"
+    pred.mkdir()
+    for f in data["predictions"].glob("*_seg.nii.gz"):
+        shutil.copy(f, pred / f.name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        state, summary, _ = run_evaluate(data["labels"], pred, tmp_path / "e", EvaluationConfig(num_classes=2),
+                                         measures=None, uncertainty=data["predictions"])
+    assert state.histogram is None and "calibration" not in summary
+    assert reliability_figure(state, 15, 0) is None
+    text = build_report(tmp_path / "e", n_cases=1).read_text()
+    assert 'id="fig-reliability"' not in text and 'id="fig-referral"' in text and "pooled ECE" not in text
+
+
+def test_chromium_renders_the_report(report, tmp_path):
+    """Headless Chromium loads the page: the triage table is there and every embedded image decodes."""
+    exe = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    if exe is None:
+        pytest.skip("Chromium is not installed (CI installs the Debian package 'chromium')")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    url = report["html"].resolve().as_uri()
+    shot = tmp_path / "shot.png"
+    r = subprocess.run([exe, *flags, "--window-size=1280,2200", f"--screenshot={shot}", url],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    from PIL import Image
+
+    img = np.asarray(Image.open(shot).convert("RGB"), dtype=np.float64)
+    assert img.shape[:2] == (2200, 1280)
+    assert img.std() > 20  # not a blank page
+    assert (np.abs(img - [35, 50, 74]).sum(-1) < 10).mean() > 0.01  # the dark header band is drawn
+    dom = subprocess.run([exe, *flags, "--virtual-time-budget=5000", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=180).stdout
+    assert 'id="triage-table"' in dom and dom.count('data-case="') == 6
+    for key in ("reliability", "referral", "histograms", "shifts"):
+        assert f'id="fig-{key}"' in dom
+    total = int(re.search(r'data-images-total="(\d+)"', dom).group(1))
+    loaded = int(re.search(r'data-images-loaded="(\d+)"', dom).group(1))
+    assert total == loaded == 6
+
+
+# ------------------------------------------------------------------------------------------------ plots
+def test_slice_of_highest_uncertainty_brute_force():
+    rng = np.random.default_rng(0)
+    u = rng.random((7, 8, 9))
+    for axis in range(3):
+        sums = [np.take(u, k, axis=axis).sum() for k in range(u.shape[axis])]
+        assert slice_of_highest_uncertainty(u, axis) == int(np.argmax(sums))
+    mask = np.zeros(u.shape, bool)
+    mask[2:4, 1:7, 1:8] = True
+    u[0] += 10.0  # the most uncertain slice lies outside the mask
+    assert slice_of_highest_uncertainty(u, 0) == 0
+    assert slice_of_highest_uncertainty(u, 0, mask=mask) == 2 + int(np.argmax([u[2].sum(), u[3].sum()]))
+    assert slice_of_highest_uncertainty(u, 0, mask=np.zeros(u.shape, bool)) == 0
+
+
+def test_referral_plot_draws_the_metric_values():
+    from monai_unc.metrics.selective import referral_curve
+
+    rng = np.random.default_rng(1)
+    dice = rng.uniform(0.5, 1.0, 9)
+    score = 1 - dice + rng.normal(0, 0.1, 9)
+    fig = plot_referral_curve(score, dice, budget=0.3)
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    ours = referral_curve(score, dice)
+    np.testing.assert_allclose(lines["by uncertainty"].get_ydata(), ours.value)
+    np.testing.assert_allclose(lines["oracle (lowest Dice first)"].get_ydata(), referral_curve(1 - dice, dice).value)
+    budget = next(v for k, v in lines.items() if k.startswith("budget 30%"))
+    assert budget.get_ydata()[0] == pytest.approx(referral_curve(score, dice, taus=[0.3]).value[0])
+    assert save_png(fig).startswith(PNG_MAGIC)
+
+
+def test_histogram_plot_counts():
+    score = np.array([0.1, 0.2, 0.25, 0.8, 0.9])
+    dice = np.array([0.9, 0.95, 0.5, 0.6, 0.85])
+    fig = plot_uncertainty_histograms(score, dice, 0.8, bins=4)
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    assert len(heights) == 8
+    np.testing.assert_array_equal(heights[:4], [2, 0, 0, 1])  # good cases: 0.1, 0.2 | 0.9
+    np.testing.assert_array_equal(heights[4:], [1, 0, 0, 1])  # failed cases: 0.25 | 0.8
+
+
+def test_overlay_figure(tmp_path):
+    rng = np.random.default_rng(2)
+    label = np.zeros((12, 10, 8), np.int64)
+    label[3:9, 2:8, 2:6] = 1
+    label[5:7, 4:6, 3:5] = 2
+    seg = label.copy()
+    seg[3, 2:8, 2:6] = 0  # a missed slab
+    seg[10, 1, 1] = 1  # a false positive
+    u = rng.random(label.shape) * 0.1 + (seg != label)
+    fig = plot_case_overlay("c1", seg, label, u, rng.random((1, 12, 10, 8)), (1.0, 2.0, 3.0), "mutual_information",
+                            info={"Dice": "0.9"}, class_names=["bg", "organ", "lesion"])
+    assert len(fig.axes) == 12 + 3  # 3 views x 4 panels + colorbars
+    titles = [ax.get_title() for ax in fig.axes[:4]]
+    assert titles == ["image", "prediction contour", "mutual information", "error map"]
+    err = fig.axes[3].get_images()[-1].get_array()
+    k = slice_of_highest_uncertainty(u, 2, mask=label > 0)
+    ref = np.zeros(label.shape, int)
+    ref[(seg == 0) & (label > 0)] = 2
+    ref[(seg > 0) & (label == 0)] = 1
+    np.testing.assert_array_equal(np.asarray(err), ref[:, :, k].T)
+    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert legend == ["organ", "lesion"]
+    assert save_png(fig, tmp_path / "o.png") == (tmp_path / "o.png").read_bytes()
+
+
+@pytest.mark.slow
+def test_docs_example_runs(tmp_path, monkeypatch):
+    """The python block of docs/report.md runs as-is."""
+    text = (ROOT / "docs" / "report.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "docs/report.md", "exec"), {"__name__": "__docs__"})

@@ -1,0 +1,1 @@
+"""Tests of the validation studies of ``docs/validation/``."""

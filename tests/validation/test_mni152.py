@@ -1,0 +1,98 @@
+"""Smoke test of the MNI152 validation studies 1 (Zeevi et al. Table 1) and 5 (RETINA referral) in ``--tiny`` mode.
+
+Runs each script's ``main`` into a temporary folder (study 5 first on its own, then after study 1 so that it reuses
+study 1's per-case values) and checks that the outputs exist and hold finite numbers where numbers must be.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+
+import pytest
+
+from tests._paths import ROOT
+
+pytest.importorskip("nilearn")
+
+VALIDATION = ROOT / "docs" / "validation"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_validation_{name}", VALIDATION / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+@pytest.mark.slow
+def test_study1_and_study5_tiny(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    study1 = _load("study1_spatial_metrics")
+    study5 = _load("study5_referral")
+
+    alone = tmp_path / "alone"
+    r5_alone = study5.main(["--tiny", "--output", str(alone), "--seed", "1"])
+    assert r5_alone["reused_from_study1"] == []
+    assert (alone / "study5.md").is_file() and (alone / "study5_referral.png").stat().st_size > 1000
+
+    out = tmp_path / "both"
+    r1 = study1.main(["--tiny", "--output", str(out), "--seed", "1"])
+    for name in ("study1.md", "study1.json", "study1_accuracy.png", "study1_maps.png"):
+        assert (out / name).is_file(), name
+    saved = json.loads((out / "study1.json").read_text())
+    assert len(saved["cases"]) == 3
+    main_rows = saved["comparisons"]["main_pe"]["rows"]
+    names = [r["metric"] for r in main_rows]
+    for metric in ("SPACE", "BUC", "BA-ECE", "ECE", "MCE", "AUC-ROC", "AUC-PR", "AvU", "PAvPU(w=5)", "PAvPU(w=11)",
+                   "AU-ARC", "Correct Certain Ratio", "Uncertain Incorrect Ratio", "VOXEL_ACC"):
+        assert metric in names, metric
+    for r in main_rows:
+        assert 0.0 <= r["accuracy_percent"] <= 100.0
+    spatial = {r["metric"]: r for r in main_rows if r["spatial"]}
+    assert all(_finite(r["cohens_d"]) and _finite(r["mean_diff_percent"]) for r in spatial.values())
+    assert spatial["SPACE"]["paper_accuracy_percent"] == pytest.approx(95.83)
+    for rec in saved["cases"]:
+        for m in ("deterministic", "mc_fixed", "rate_in", "mc_matched"):
+            assert 0.0 < rec["methods"][m]["dice"] <= 1.0
+            assert _finite(rec["methods"][m]["pe_fg_mean"])
+        assert 0.0 < rec["rate_in_mean_rate"] < 1.0
+    md = (out / "study1.md").read_text()
+    assert "| **SPACE** | 95.83 |" in md and "Runtime:" in md
+    assert r1["runtime"]["wall_s"] > 0
+
+    r5 = study5.main(["--tiny", "--output", str(out), "--seed", "1"])
+    assert r5["reused_from_study1"] == ["deterministic", "mc_fixed", "rate_in"]
+    saved5 = json.loads((out / "study5.json").read_text())
+    assert (out / "study5.md").is_file() and (out / "study5_referral.png").is_file()
+    methods = {r["method"] for r in saved5["rows"]}
+    assert methods == {"deterministic", "mc_own", "mc_fixed", "rate_in", "tta"}
+    for r in saved5["rows"]:
+        for key in ("area", "oracle_area", "random_area", "dice_no_referral", "dice_at_50"):
+            assert _finite(r[key]), (r["label"], key)
+        assert r["dice_at_70"] is None  # ceil(0.7 * 3) = 3: every case referred, undefined (null in the JSON)
+        assert r["oracle_area"] >= r["area"] - 1e-12  # nothing refers better than the oracle
+        assert 0 <= r["violations"] <= r["steps"] == 2
+    # the reused values are study 1's, and a recomputation from scratch gives the same numbers
+    det1 = [c["methods"]["deterministic"]["dice"] for c in saved["cases"]]
+    det5 = [c["methods"]["deterministic"]["dice"] for c in saved5["cases"]]
+    assert det1 == det5
+    det_alone = [c["methods"]["deterministic"]["dice"] for c in r5_alone["cases"]]
+    assert det_alone == pytest.approx(det5, abs=1e-6)
+    ri1 = [c["methods"]["rate_in"]["pe_fg_mean"] for c in saved["cases"]]
+    ri_alone = [c["methods"]["rate_in"]["pe_fg_mean"] for c in r5_alone["cases"]]
+    assert ri_alone == pytest.approx(ri1, rel=1e-4)
+
+    # --render-only re-writes the fragments from the JSON files alone, to the same text
+    md1, md5 = (out / "study1.md").read_text(), (out / "study5.md").read_text()
+    study1.main(["--render-only", "--output", str(out)])
+    study5.main(["--render-only", "--output", str(out)])
+    assert (out / "study1.md").read_text() == md1
+    assert (out / "study5.md").read_text() == md5

@@ -1,0 +1,99 @@
+"""Smoke test of validation study 2 (docs/validation/study2_temperature.py, Kock et al.): the ``--tiny`` run writes its
+JSON, markdown and reliability diagrams, and every reported number is finite."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import pytest
+
+from tests._paths import ROOT
+
+pytest.importorskip("nilearn")
+
+SCRIPT = ROOT / "docs" / "validation" / "study2_temperature.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("study2_temperature", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _finite_metrics(block: dict) -> None:
+    for name in ("t", "nll", "brier", "ece", "ece_default", "all_label_ece", "all_label_ece_default"):
+        assert math.isfinite(block[name]), name
+    assert block["t"] > 0
+    assert 0 <= block["ece"] <= 1 and 0 <= block["all_label_ece"] <= 1 and 0 <= block["brier"] <= 2
+
+
+def test_splits_are_disjoint_and_cover_the_right_hemisphere():
+    import numpy as np
+
+    study = _load()
+    right = np.zeros((4, 3, 20), dtype=bool)
+    right[2:] = True
+    splits = study.make_splits({"left": ~right, "right": right}, slab=4)
+    assert not (splits["cal"] & splits["eval"]).any()
+    assert ((splits["cal"] | splits["eval"]) == right).all()
+    assert not (splits["train"] & right).any()
+    # slabs of 4 axial slices alternate: slices 0-3 calibration, 4-7 evaluation
+    assert splits["cal"][2, 0, :4].all() and splits["eval"][2, 0, 4:8].all()
+    with pytest.raises(ValueError, match="slab"):
+        study.make_splits({"left": ~right, "right": right}, slab=0)
+    with pytest.raises(ValueError, match="empty"):
+        study.make_splits({"left": ~right, "right": right}, slab=40)
+
+
+def test_paper_table_is_transcribed_in_groups_of_three():
+    study = _load()
+    rows = study.PAPER_TABLE2
+    assert len(rows) == 27
+    for i in range(0, len(rows), 3):
+        assert [r[2] for r in rows[i : i + 3]] == ["none", "NLL", "ECE"]
+        assert rows[i][3] is None and rows[i + 1][3] and rows[i + 2][3]
+    assert study.paper_t_range("Dice") == (1.852, 5.199)
+    assert study.paper_t_range("CCE") == (0.733, 1.562)
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_outputs(tmp_path):
+    study = _load()
+    result = study.main(["--tiny", "--output", str(tmp_path), "--seed", "1"])
+    files = {p.name for p in tmp_path.iterdir()}
+    expected = {"study2.json", "study2.md"} | {f"study2_reliability_{k}.png" for k in study.LOSSES}
+    assert expected <= files
+    assert not any(name.endswith(".partial") or name.startswith(".") for name in files)
+    for k in study.LOSSES:
+        assert (tmp_path / f"study2_reliability_{k}.png").stat().st_size > 10_000
+    saved = json.loads((tmp_path / "study2.json").read_text())
+    assert saved["config"]["tiny"] is True and saved["config"]["seed"] == 1
+    assert set(saved["models"]) == set(study.LOSSES)
+    for m in saved["models"].values():
+        for split in ("heldout", "train_hemisphere"):
+            for loss in ("nll", "ece"):
+                assert math.isfinite(m["temperatures"][split][loss]["t"])
+        for block in m["clean"].values():
+            _finite_metrics(block)
+        assert m["clean"]["none"]["t"] == 1.0
+        assert m["clean"]["nll"]["t"] == m["temperatures"]["heldout"]["nll"]["t"]
+        assert m["clean"]["ece_train"]["t"] == m["temperatures"]["train_hemisphere"]["ece"]["t"]
+        assert set(m["shifts"]) == {"noise"}
+        for block in ("none", "nll", "oracle"):
+            _finite_metrics(m["shifts"]["noise"][block])
+    md = (tmp_path / "study2.md").read_text()
+    assert "| Dice | none |" in md and "paper KiTS t" in md and "--tiny" in md
+    assert all(s in md for s in result["agreement"].values())
+    assert result["runtime_seconds"] > 0
+
+
+def test_training_loss_argument_is_validated():
+    from monai_unc.data.training import TRAINING_LOSSES, train_tissue_model
+
+    assert TRAINING_LOSSES == ("dice_ce", "dice", "ce")
+    with pytest.raises(ValueError, match="loss"):
+        train_tissue_model(None, iterations=1, loss="focal", progress=False)
