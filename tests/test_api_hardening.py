@@ -303,9 +303,9 @@ def test_temperature_empty_batch_and_unequal_lists_name_the_argument():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"method": "patch", "patch_size": 2.5}, "patch_size"),
-        ({"method": "patch", "patch_size": (2, 2.5)}, "patch_size"),
-        ({"method": "patch", "patch_size": "3"}, "patch_size"),
+        ({"method": "patch_sum", "patch_size": 2.5}, "patch_size"),
+        ({"method": "patch_mean", "patch_size": (2, 2.5)}, "patch_size"),
+        ({"method": "patch_sum", "patch_size": "3"}, "patch_size"),
         ({"method": "threshold", "threshold": "a"}, "threshold"),
         ({"method": "threshold", "threshold": 0.5, "empty_value": "zero"}, "empty_value"),
     ],
