@@ -398,7 +398,7 @@ def canonical_method(method: str, patch_reduction: str | None = None, note: str 
                    "reduction ('patch_sum' or 'patch_mean')")
     if note:
         message += "; " + note.replace("{method}", new)
-    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel + 1)
+    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
     return new
 
 

@@ -153,8 +153,9 @@ def test_max_softmax_function_warns_and_equals_one_minus_max_prob():
 
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(3), size=(2, 4, 5)).transpose(0, 3, 1, 2)  # (B, C, H, W)
-    with pytest.warns(DeprecationWarning, match="max_softmax is deprecated .*use one_minus_max_prob"):
+    with pytest.warns(DeprecationWarning, match="max_softmax is deprecated .*use one_minus_max_prob") as caught:
         old = M.max_softmax(probs)
+    assert caught[0].filename == __file__
     np.testing.assert_array_equal(old, M.one_minus_max_prob(probs))
     regions = rng.random((2, 3, 4, 5))
     with pytest.warns(DeprecationWarning, match="max_softmax is deprecated"):
@@ -169,8 +170,9 @@ def test_aggregate_method_patch_warns_and_gives_patch_sum_or_patch_mean():
     from monai_unc.aggregation import aggregate, canonical_method
 
     u = np.random.default_rng(1).random((2, 1, 9, 8, 7))
-    with pytest.warns(DeprecationWarning, match="method='patch' is deprecated .*use method='patch_sum'"):
+    with pytest.warns(DeprecationWarning, match="method='patch' is deprecated .*use method='patch_sum'") as caught:
         old = aggregate(u, "patch", patch_size=3)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
     np.testing.assert_array_equal(old, aggregate(u, "patch_sum", patch_size=3))
     with pytest.warns(DeprecationWarning, match="patch_reduction='mean' is deprecated .*use method='patch_mean'"):
         old = aggregate(u, "patch", patch_size=3, patch_reduction="mean")
@@ -192,8 +194,9 @@ def test_aggregate_transform_method_patch_warns_with_the_new_key():
 
     u = np.random.default_rng(2).random((1, 9, 8, 7)).astype(np.float32)
     with pytest.warns(DeprecationWarning, match="use method='patch_sum'.*now stores the score under 'u_patch_sum' "
-                                                "instead of 'u_patch'"):
+                                                "instead of 'u_patch'") as caught:
         transform = AggregateUncertaintyd("u", method="patch", patch_size=3)
+    assert caught[0].filename == __file__
     out = transform({"u": u})
     assert transform.method == "patch_sum" and "u_patch" not in out
     new = AggregateUncertaintyd("u", method="patch_sum", patch_size=3)({"u": u})
