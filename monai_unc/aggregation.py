@@ -6,12 +6,18 @@ Strategies (``aggregate(..., method=...)``):
   the size-normalised score of ValUES Appendix F.1).
 - ``"sum"``: sum over the voxels (ValUES' "image level"). It grows with the size of the uncertain region
   and therefore tracks object size (Appendix F.1), so it warns.
-- ``"patch"``: the largest sum (or mean) of uncertainty over every stride-1 box of ``patch_size`` voxels per
-  axis (ValUES: ``10^D`` boxes), with the box's location. Box sums are differences of cumulative sums
+- ``"patch_sum"``: the largest sum of uncertainty over every stride-1 box of ``patch_size`` voxels per axis
+  (ValUES: ``10^D`` boxes), with the box's location. Box sums are differences of cumulative sums
   (``S[i] = C[i + k] - C[i]``, kept as running sums over whole planes), O(voxels) for any box size and a
   few planes of memory, instead of a convolution with a ``k^D`` kernel (see :func:`max_patch`).
+- ``"patch_mean"``: the largest box *mean* (the box sum divided by the box volume; with a mask the mean over the
+  mask voxels inside the box). This is the ``patch_mean`` case score of :mod:`monai_unc.scores`.
 - ``"threshold"``: the mean of the voxels with ``u >= t``; ``t`` comes from :func:`fit_threshold` on a
   validation set (Appendix F.2).
+
+``"patch"`` (with ``patch_reduction="sum"`` or ``"mean"``) is the deprecated spelling of ``"patch_sum"`` /
+``"patch_mean"`` (:func:`canonical_method`): the bare word named a box sum here and a box mean in the score
+columns, so every name now says which.
 
 Shapes: maps ``(B, 1, *spatial)`` with 2 or 3 spatial axes; masks ``(B, 1, *spatial)`` or ``(B, *spatial)``
 (non-zero = inside). Scores are ``(B,)`` float64 in the input's library (numpy in, numpy out; torch in,
@@ -27,15 +33,20 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ._deprecation import deprecated_arg_names
+from ._deprecation import REMOVAL, deprecated_arg_names
 from ._utils import ArrayLike, check_finite, like_input, to_numpy, to_tensor
 
-__all__ = ["PatchMax", "aggregate", "max_patch", "fit_threshold", "METHODS"]
+__all__ = ["PatchMax", "aggregate", "canonical_method", "max_patch", "fit_threshold", "METHODS"]
 
-METHODS = ("mean", "sum", "patch", "threshold")
+#: the aggregation strategies of :func:`aggregate` (also the ``{method}`` part of the transforms' output keys)
+METHODS = ("mean", "sum", "patch_sum", "patch_mean", "threshold")
+#: the former method name, whose box reduction came from ``patch_reduction`` (default ``"sum"``)
+_OLD_PATCH = "patch"
+_PATCH_REDUCTIONS = ("sum", "mean")
 _SUM_WARNING = (
     "aggregate(method='sum') grows with the size of the uncertain region and so tracks object size "
-    "(ValUES Appendix F.1); prefer 'mean' over a foreground mask, 'patch' or 'threshold' to rank cases"
+    "(ValUES Appendix F.1); prefer 'mean' over a foreground mask, 'patch_sum', 'patch_mean' or 'threshold' to "
+    "rank cases"
 )
 
 
@@ -44,6 +55,19 @@ class PatchMax(NamedTuple):
 
     The box covers ``[start, start + size)`` along each axis; ``size`` is the (clipped) box size used.
     A case without any valid box (empty ``mask``) has score NaN and start ``-1``.
+
+    Attributes:
+        score: ``(B,)`` float64, the best box sum (or mean) of each case, in the input's library.
+        start: ``(B, D)`` int64, the first voxel of that box along each of the ``D`` spatial axes.
+        size: the box size used, one int per spatial axis (``patch_size`` clipped to the image).
+
+    Example:
+        >>> import numpy as np
+        >>> u = np.zeros((1, 1, 4, 4))
+        >>> u[0, 0, 1:3, 2:4] = 1.0
+        >>> res = max_patch(u, patch_size=2)
+        >>> float(res.score[0]), res.start[0].tolist(), res.size
+        (4.0, [1, 2], (2, 2))
     """
 
     score: ArrayLike
@@ -114,8 +138,7 @@ def _doubling_ops(k: int) -> int:
 def _strided_window_sums(
     src: np.ndarray, k: int, step: int, period: int, out: np.ndarray, work: tuple[np.ndarray, np.ndarray]
 ) -> None:
-    """``out[x] = sum_{j < k} src[x + j * step]`` for the windows that stay inside their segment, on flat float64
-    buffers.
+    """``out[x] = sum_{j < k} src[x + j * step]`` for the windows inside their segment, on flat float64 buffers.
 
     ``src`` is a flattened array whose segments of ``period`` values are independent (rows: ``step = 1``,
     ``period = n_last``; planes of one case: ``step = n_last``, ``period = n_mid * n_last``); windows that would run
@@ -242,6 +265,11 @@ def max_patch(
 ) -> PatchMax:
     """Largest box sum (or mean) of uncertainty over all stride-1 boxes, and where it is (ValUES Sec. 4.3).
 
+    For a box ``Q`` of ``k_1 x ... x k_D`` voxels starting at ``s``, ``S(s) = sum_{x in Q(s)} u(x)``; the score is
+    ``max_s S(s)`` (``reduction="sum"``, the ``"patch_sum"`` method of :func:`aggregate`) or ``max_s S(s) / |Q|``
+    (``"mean"``, the ``"patch_mean"`` method). With a mask, ``u`` is zero outside it, boxes without a mask voxel
+    are skipped, and the mean divides by the number of mask voxels in the box.
+
     Box sums are differences of cumulative sums (formed as running sums), axis by axis, so the cost is
     O(voxels) whatever the box size, against O(voxels * box volume) for a direct convolution with a
     ``k^D`` kernel (ValUES uses ``scipy.signal.convolve``). Sums accumulate in float64. CUDA tensors are
@@ -262,6 +290,20 @@ def max_patch(
         arithmetic (e.g. a constant map) can differ in the last bits when a box size takes the cumulative-sum
         path, so which of them wins is then unspecified. A case's result never depends on the other cases of
         the batch.
+
+    Raises:
+        ValueError: a bad shape, non-finite values, a bad ``patch_size`` or ``reduction``, or a mask of another
+            shape.
+
+    Example:
+        >>> import numpy as np
+        >>> u = np.zeros((1, 1, 6, 6))
+        >>> u[0, 0, 2:5, 1:4] = 0.5
+        >>> res = max_patch(u, patch_size=3)
+        >>> float(res.score[0]), res.start[0].tolist()
+        (4.5, [2, 1])
+        >>> round(float(max_patch(u, patch_size=(2, 4), reduction="mean").score[0]), 4)
+        0.375
     """
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
@@ -301,41 +343,127 @@ def max_patch(
     return PatchMax(like_input(best, uncertainty), like_input(start, uncertainty), size)
 
 
+def canonical_method(method: str, patch_reduction: str | None = None, note: str = "", stacklevel: int = 2) -> str:
+    """The current name of an aggregation method: ``method`` itself, or the name that replaces a deprecated spelling.
+
+    ``"patch"`` meant a box *sum* in :func:`aggregate` (``patch_reduction="sum"``, the default) but a box *mean* in
+    the score columns (``<measure>_patch``, now ``<measure>_patch_mean``); the methods now say which:
+    ``"patch"`` becomes ``"patch_sum"``, or ``"patch_mean"`` with ``patch_reduction="mean"``, with a
+    ``DeprecationWarning`` (the same numbers as before). ``patch_reduction`` itself is deprecated: with
+    ``"patch_sum"`` / ``"patch_mean"`` it must agree with the method, with the other methods it is ignored.
+
+    Args:
+        method: one of :data:`METHODS`, or the deprecated ``"patch"``.
+        patch_reduction: deprecated; ``None`` (the default), ``"sum"`` or ``"mean"``.
+        note: appended to the deprecation message (e.g. where a transform now stores the score); ``{method}`` in
+            it is replaced by the new method name.
+        stacklevel: ``stacklevel`` of the warning (2: the caller of this function).
+
+    Returns:
+        The current method name, one of :data:`METHODS`.
+
+    Raises:
+        ValueError: ``method`` is not a known method, or ``patch_reduction`` is neither ``"sum"`` nor ``"mean"``
+            or contradicts the method.
+
+    Example:
+        >>> import warnings
+        >>> canonical_method("patch_mean")
+        'patch_mean'
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     canonical_method("patch")
+        'patch_sum'
+        >>> caught[0].category.__name__
+        'DeprecationWarning'
+    """
+    if not isinstance(method, str) or (method not in METHODS and method != _OLD_PATCH):
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    patchwise = method == _OLD_PATCH or method.startswith("patch_")
+    if patch_reduction is not None and patchwise and patch_reduction not in _PATCH_REDUCTIONS:
+        raise ValueError(f"patch_reduction must be 'sum' or 'mean', got {patch_reduction!r}")
+    if method == _OLD_PATCH:
+        new = f"patch_{patch_reduction or 'sum'}"
+        given = "" if patch_reduction is None else f" with patch_reduction={patch_reduction!r}"
+        message = (f"method='patch'{given} is deprecated and will be removed in {REMOVAL}; use method={new!r} (the "
+                   "same score: 'patch' alone named a box sum here but a box mean in the score columns)")
+    elif patch_reduction is None:
+        return method
+    elif patchwise and f"patch_{patch_reduction}" != method:
+        raise ValueError(f"patch_reduction={patch_reduction!r} contradicts method={method!r}; drop patch_reduction "
+                         "(the method names the box reduction)")
+    else:
+        new = method
+        message = (f"patch_reduction is deprecated and will be removed in {REMOVAL}; the method names the box "
+                   "reduction ('patch_sum' or 'patch_mean')")
+    if note:
+        message += "; " + note.replace("{method}", new)
+    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
+    return new
+
+
 def aggregate(
     uncertainty: ArrayLike,
     method: str = "mean",
     mask: ArrayLike | None = None,
     patch_size: int | Sequence[int] = 10,
     threshold: float | None = None,
-    patch_reduction: str = "sum",
+    patch_reduction: str | None = None,
     return_location: bool = False,
     empty_value: float = 0.0,
 ) -> ArrayLike | tuple[ArrayLike, ArrayLike]:
     """Aggregate voxel uncertainty ``(B, 1, *spatial)`` to one score per case ``(B,)`` (ValUES Sec. 4.3).
 
+    For case ``b`` with voxels ``V`` (the ``mask`` voxels when given): ``mean = sum_V u / |V|``,
+    ``sum = sum_V u``, ``patch_sum = max_box sum_box u`` and ``patch_mean = max_box mean_box u`` over every
+    stride-1 box of ``patch_size`` voxels (:func:`max_patch`), ``threshold = mean {u(x) : x in V, u(x) >= t}``.
+
     Args:
-        uncertainty: maps, larger = less confident, 2D or 3D, numpy or torch.
-        method: ``"mean"``, ``"sum"``, ``"patch"`` or ``"threshold"`` (see the module docstring).
+        uncertainty: maps ``(B, 1, *spatial)``, larger = less confident, 2D or 3D, numpy or torch.
+        method: ``"mean"``, ``"sum"``, ``"patch_sum"``, ``"patch_mean"`` or ``"threshold"`` (see the module
+            docstring); ``"patch"`` is a deprecated spelling (:func:`canonical_method`).
         mask: restrict every method to these voxels (e.g. the predicted foreground or a dilation of it);
             ``(B, 1, *spatial)`` or ``(B, *spatial)``, non-zero = inside. "mean" over an empty mask is NaN
             with a warning.
-        patch_size: box size in voxels for ``"patch"`` (int or one per axis).
+        patch_size: box size in voxels for ``"patch_sum"`` / ``"patch_mean"`` (int or one per axis).
         threshold: ``t`` for ``"threshold"``, e.g. from :func:`fit_threshold`; required there.
-        patch_reduction: ``"sum"`` or ``"mean"`` of the box for ``"patch"``.
-        return_location: with ``"patch"``, also return the best box's start corner ``(B, D)``.
+        patch_reduction: deprecated (the method names the reduction); with ``method="patch"`` the box reduction,
+            ``"sum"`` (default) or ``"mean"``.
+        return_location: with ``"patch_sum"`` / ``"patch_mean"``, also return the best box's start corner
+            ``(B, D)``.
         empty_value: ``"threshold"`` score of a case without any voxel ``>= t``: 0.0 as in ValUES' code
             (such a case is the most certain one); pass ``float("nan")`` to mark it instead.
 
     Returns:
-        ``(B,)`` float64 scores, or ``(scores, start)`` for ``"patch"`` with ``return_location=True``.
+        ``(B,)`` float64 scores in the input's library, or ``(scores, start)`` with ``start`` ``(B, D)`` int64 for
+        the patch methods with ``return_location=True``.
+
+    Raises:
+        ValueError: an unknown method, a bad shape, non-finite values, a mask of another shape, a missing or
+            non-finite ``threshold``, or ``return_location`` with a method other than the patch methods.
+
+    Example:
+        >>> import numpy as np
+        >>> u = np.zeros((2, 1, 4, 4))
+        >>> u[0, 0, :2, :2] = 0.8
+        >>> u[1, 0] = 0.25
+        >>> aggregate(u, "mean").round(3).tolist()
+        [0.2, 0.25]
+        >>> aggregate(u, "patch_sum", patch_size=2).round(3).tolist()
+        [3.2, 1.0]
+        >>> aggregate(u, "patch_mean", patch_size=2).round(3).tolist()
+        [0.8, 0.25]
+        >>> aggregate(u, "threshold", threshold=0.5).round(3).tolist()
+        [0.8, 0.0]
     """
-    if not isinstance(method, str) or method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if method == "patch":
-        res = max_patch(uncertainty, patch_size=patch_size, reduction=patch_reduction, mask=mask)
+    method = canonical_method(method, patch_reduction, stacklevel=3)
+    if method in ("patch_sum", "patch_mean"):
+        res = max_patch(uncertainty, patch_size=patch_size, reduction=method[len("patch_"):], mask=mask)
         return (res.score, res.start) if return_location else res.score
     if return_location:
-        raise ValueError("return_location=True is only available for method='patch'")
+        raise ValueError(
+            f"return_location=True is only available for method='patch_sum' or 'patch_mean', got {method!r}"
+        )
     u = _maps(uncertainty)
     m = _mask(mask, u.shape, u.device)
     flat = u.reshape(u.shape[0], -1)
@@ -409,6 +537,18 @@ def fit_threshold(uncertainty: Any, pred: Any) -> float:
 
     Returns:
         The threshold ``t`` (float).
+
+    Raises:
+        ValueError: no cases, different numbers of maps and predictions, a case whose map and prediction differ
+            in size, non-finite uncertainty, or predictions that are not non-negative integer labels.
+        TypeError: maps or predictions that are not real numeric arrays.
+
+    Example:
+        >>> import numpy as np
+        >>> u = np.array([[0.1, 0.2, 0.6, 0.9], [0.0, 0.3, 0.4, 0.8]])
+        >>> pred = np.array([[0, 0, 1, 1], [0, 0, 0, 1]])
+        >>> round(fit_threshold(u, pred), 4)
+        0.475
     """
     maps = _cases(uncertainty, "uncertainty")
     preds = _cases(pred, "pred")

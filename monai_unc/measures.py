@@ -22,14 +22,19 @@ population variance, and ``normalize=True`` divides the entropies by ``log 2``. 
 two-class categorical result on ``(1 - p, p)``.
 
 Inputs may be numpy arrays or torch tensors (CPU or CUDA); outputs follow the input's library and dtype.
+
+``max_softmax`` is the deprecated former name of :func:`one_minus_max_prob` (the map is ``1 - max_c p_c``, not the
+largest probability, and the probabilities need not come from a softmax).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
+from ._deprecation import REMOVAL
 from ._utils import ArrayLike, check_finite, check_probabilities, check_unit_interval, like_input, to_tensor
 
 __all__ = [
@@ -39,6 +44,7 @@ __all__ = [
     "expected_entropy",
     "mutual_information",
     "mutual_information_from_entropies",
+    "one_minus_max_prob",
     "max_softmax",
     "variance",
     "variance_from_moments",
@@ -55,8 +61,10 @@ def _entropy_t(p: torch.Tensor, dim: int, normalize: bool) -> torch.Tensor:
 
 
 def _binary_entropy_t(p: torch.Tensor, normalize: bool) -> torch.Tensor:
-    """H_b(p) = -p log p - (1 - p) log(1 - p) elementwise (per channel), 0 log 0 = 0; the single binary-entropy
-    formula (a region's Bernoulli entropy in nats; divided by log 2 with ``normalize``)."""
+    """H_b(p) = -p log p - (1 - p) log(1 - p) elementwise (per channel), 0 log 0 = 0: the one binary-entropy formula.
+
+    A region's Bernoulli entropy in nats; divided by log 2 with ``normalize``.
+    """
     tiny = torch.finfo(p.dtype).tiny
     q = 1 - p
     h = -(p * torch.log(p.clamp_min(tiny)) + q * torch.log(q.clamp_min(tiny)))
@@ -66,12 +74,48 @@ def _binary_entropy_t(p: torch.Tensor, normalize: bool) -> torch.Tensor:
 
 
 def entropy_map_t(p: torch.Tensor, dim: int, normalize: bool, multilabel: bool) -> torch.Tensor:
-    """Categorical entropy over ``dim`` (kept, one channel) or, for ``multilabel``, the per-channel binary entropy."""
+    """Categorical entropy over ``dim`` (kept, one channel) or, for ``multilabel``, the per-channel binary entropy.
+
+    The unchecked tensor kernel behind :func:`entropy`, :func:`binary_entropy` and the sample measures (also used by
+    :mod:`monai_unc.stats`): ``H(p) = -sum_c p_c log p_c`` over ``dim``, or ``H_b(p_c)`` per channel.
+
+    Args:
+        p: probabilities, a tensor; classes (or regions) along ``dim``.
+        dim: the class axis (kept, size 1 in the result) of the categorical entropy; unused for ``multilabel``.
+        normalize: divide by ``log C`` (``log 2`` for ``multilabel``).
+        multilabel: per-channel binary entropy instead of the categorical entropy.
+
+    Returns:
+        The entropy map, ``p``'s shape with ``dim`` of size 1 (categorical) or ``p``'s shape (``multilabel``).
+
+    Example:
+        >>> import torch
+        >>> p = torch.tensor([[[0.5], [0.5]]], dtype=torch.float64)
+        >>> round(float(entropy_map_t(p, 1, normalize=True, multilabel=False)), 4)
+        1.0
+        >>> entropy_map_t(torch.tensor([0.1, 0.5]), 1, normalize=False, multilabel=True).round(decimals=4)
+        tensor([0.3251, 0.6931])
+    """
     return _binary_entropy_t(p, normalize) if multilabel else _entropy_t(p, dim, normalize)
 
 
 def max_prob_uncertainty_t(mean: torch.Tensor, multilabel: bool) -> torch.Tensor:
-    """``1 - max_c p_c`` (one channel), or per channel ``1 - max(p_c, 1 - p_c)`` for ``multilabel``."""
+    """``1 - max_c p_c`` (one channel), or per channel ``1 - max(p_c, 1 - p_c)`` for ``multilabel``.
+
+    The unchecked tensor kernel behind :func:`one_minus_max_prob` (also used by :mod:`monai_unc.stats`).
+
+    Args:
+        mean: (mean) probabilities ``(B, C, *spatial)``, a tensor.
+        multilabel: channels are independent Bernoulli variables.
+
+    Returns:
+        ``(B, 1, *spatial)``, or ``(B, C, *spatial)`` for ``multilabel``.
+
+    Example:
+        >>> import torch
+        >>> max_prob_uncertainty_t(torch.tensor([[[0.7], [0.3]]]), multilabel=False)
+        tensor([[[0.3000]]])
+    """
     if multilabel:
         return 1 - torch.maximum(mean, 1 - mean)
     return 1 - mean.amax(dim=1, keepdim=True)
@@ -92,9 +136,21 @@ def binary_entropy(probs: ArrayLike, normalize: bool = False, validate: bool = T
     Applied to the mean of samples this is the per-region predictive entropy.
 
     Args:
-        probs: per-channel foreground probabilities in [0, 1] (no sum constraint), ``C >= 1``.
+        probs: per-channel foreground probabilities ``(B, C, *spatial)`` in [0, 1] (no sum constraint), ``C >= 1``.
         normalize: divide by ``log 2``.
         validate: check that ``probs`` are finite and in [0, 1]; raises ``ValueError``.
+
+    Returns:
+        ``(B, C, *spatial)`` entropies in ``[0, log 2]`` nats (``[0, 1]`` with ``normalize``), in the library and
+        dtype of ``probs``.
+
+    Example:
+        >>> import numpy as np
+        >>> p = np.array([[[0.5, 0.9]], [[0.99, 0.2]]])  # (B=2, C=1, 2 voxels)
+        >>> binary_entropy(p).round(4).tolist()
+        [[[0.6931, 0.3251]], [[0.056, 0.5004]]]
+        >>> binary_entropy(p, normalize=True).round(4).tolist()
+        [[[1.0, 0.469]], [[0.0808, 0.7219]]]
     """
     p = to_tensor(probs, "probs")
     if validate:
@@ -110,9 +166,21 @@ def entropy(probs: ArrayLike, normalize: bool = False, validate: bool = True) ->
     predictive entropy (ValUES eq. 1).
 
     Args:
-        probs: probabilities, classes on dim 1, summing to 1.
+        probs: probabilities ``(B, C, *spatial)``, ``C >= 2`` classes on dim 1, summing to 1.
         normalize: divide by ``log(C)``.
         validate: check that ``probs`` are finite probabilities (one extra pass); raises ``ValueError``.
+
+    Returns:
+        ``(B, 1, *spatial)`` entropies in ``[0, log C]`` nats (``[0, 1]`` with ``normalize``), in the library and
+        dtype of ``probs``.
+
+    Example:
+        >>> import numpy as np
+        >>> p = np.array([[[0.5, 0.9], [0.5, 0.1]]])  # (B=1, C=2, 2 voxels)
+        >>> entropy(p).round(4).tolist()
+        [[[0.6931, 0.3251]]]
+        >>> entropy(p, normalize=True).round(4).tolist()
+        [[[1.0, 0.469]]]
     """
     p = to_tensor(probs, "probs")
     if validate:
@@ -140,6 +208,22 @@ def predictive_entropy(
 
     Total uncertainty (PU in ValUES; "predictive entropy" in RETINA, Band et al.). ``multilabel=True``:
     per-channel binary entropy ``H_b(mean_s p_s)``, ``(B, C, *spatial)`` (module docstring).
+
+    Args:
+        samples: probabilities of ``S`` samples ``(S, B, C, *spatial)`` (classes on dim 2 summing to 1, or
+            per-channel probabilities in [0, 1] with ``multilabel``).
+        normalize: divide by ``log C`` (``log 2`` with ``multilabel``).
+        validate: check that ``samples`` are finite probabilities; raises ``ValueError``.
+        multilabel: channels are independent Bernoulli variables (module docstring).
+
+    Returns:
+        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), in the library and dtype of ``samples``.
+
+    Example:
+        >>> import numpy as np
+        >>> samples = np.array([[[[0.9], [0.1]]], [[[0.1], [0.9]]]])  # (S=2, B=1, C=2, 1 voxel)
+        >>> predictive_entropy(samples).round(4).tolist()  # two confident samples that disagree
+        [[[0.6931]]]
     """
     s = _samples(samples, validate, multilabel)
     return like_input(entropy_map_t(s.mean(0), 1, normalize, multilabel), samples)
@@ -152,6 +236,22 @@ def expected_entropy(
 
     The aleatoric part of the decomposition (AU in ValUES). ``multilabel=True``: ``mean_s H_b(p_s)`` per channel,
     ``(B, C, *spatial)``.
+
+    Args:
+        samples: probabilities of ``S`` samples ``(S, B, C, *spatial)`` (classes on dim 2 summing to 1, or
+            per-channel probabilities in [0, 1] with ``multilabel``).
+        normalize: divide by ``log C`` (``log 2`` with ``multilabel``).
+        validate: check that ``samples`` are finite probabilities; raises ``ValueError``.
+        multilabel: channels are independent Bernoulli variables (module docstring).
+
+    Returns:
+        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), in the library and dtype of ``samples``.
+
+    Example:
+        >>> import numpy as np
+        >>> samples = np.array([[[[0.9], [0.1]]], [[[0.1], [0.9]]]])  # (S=2, B=1, C=2, 1 voxel)
+        >>> expected_entropy(samples).round(4).tolist()  # each sample alone is fairly sure
+        [[[0.3251]]]
     """
     s = _samples(samples, validate, multilabel)
     return like_input(entropy_map_t(s, 2, normalize, multilabel).mean(0), samples)
@@ -180,6 +280,22 @@ def mutual_information_from_entropies(
     ``validate`` (default): ``pe`` and ``ee`` (and WD) must be tensors of one shape without NaN/inf, and ``ee`` may
     not exceed ``pe`` by more than rounding (1e-4 nats): entropies of the same samples satisfy EE <= PE, so a larger
     EE means the two maps do not belong together. ``ValueError`` naming the argument otherwise.
+
+    Args:
+        pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor.
+        ee: expected entropy map of the same samples, the shape of ``pe``.
+        window_disagreement: optional WD map of the shape of ``pe``.
+        validate: check shapes, finiteness and ``ee <= pe`` (see above).
+
+    Returns:
+        The MI map, the shape and dtype of ``pe``.
+
+    Example:
+        >>> import torch
+        >>> pe = torch.tensor([[[0.6931, 0.3]]])
+        >>> ee = torch.tensor([[[0.3251, 0.3]]])
+        >>> mutual_information_from_entropies(pe, ee)
+        tensor([[[0.3680, 0.0000]]])
     """
     if validate:
         pe, ee = to_tensor(pe, "pe"), to_tensor(ee, "ee")
@@ -207,7 +323,24 @@ def mutual_information(
 
     Epistemic uncertainty (EU in ValUES) for dropout, ensembles and test-time augmentation (for TTA it is
     MI(Y, T), ValUES Appendix E); aleatoric for latent-variable models (ValUES Appendix D). ``multilabel=True``:
-    per channel with binary entropies, ``(B, C, *spatial)``.
+    per channel with binary entropies, ``(B, C, *spatial)``. Clamped at 0 (rounding only).
+
+    Args:
+        samples: probabilities of ``S`` samples ``(S, B, C, *spatial)`` (classes on dim 2 summing to 1, or
+            per-channel probabilities in [0, 1] with ``multilabel``).
+        normalize: divide the entropies by ``log C`` (``log 2`` with ``multilabel``).
+        validate: check that ``samples`` are finite probabilities; raises ``ValueError``.
+        multilabel: channels are independent Bernoulli variables (module docstring).
+
+    Returns:
+        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``) non-negative maps, in the library and dtype
+        of ``samples``.
+
+    Example:
+        >>> import numpy as np
+        >>> samples = np.array([[[[0.9], [0.1]]], [[[0.1], [0.9]]]])  # (S=2, B=1, C=2, 1 voxel)
+        >>> mutual_information(samples).round(4).tolist()  # PE - EE = 0.6931 - 0.3251
+        [[[0.3681]]]
     """
     s = _samples(samples, validate, multilabel)
     pe = entropy_map_t(s.mean(0), 1, normalize, multilabel)
@@ -215,12 +348,30 @@ def mutual_information(
     return like_input(mutual_information_from_entropies(pe, ee, validate=False), samples)
 
 
-def max_softmax(probs: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:
-    """Maximum-softmax uncertainty ``1 - max_c p_c``, ``(B, C, *spatial) -> (B, 1, *spatial)``.
+def one_minus_max_prob(probs: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:
+    """Max-probability uncertainty ``1 - max_c p_c``, ``(B, C, *spatial) -> (B, 1, *spatial)``.
 
-    For samples, pass their mean. Lies in ``[0, 1 - 1/C]``; larger = less confident. ``multilabel=True``: per
-    channel ``1 - max(p_c, 1 - p_c)`` (the max-probability uncertainty of each region's Bernoulli variable), in
-    ``[0, 0.5]``, ``(B, C, *spatial)``.
+    The ``one_minus_max_prob`` map of the inferers (:class:`~monai_unc.keys.UncertaintyKeys`); formerly
+    ``max_softmax``. For samples, pass their mean. Lies in ``[0, 1 - 1/C]``; larger = less confident.
+    ``multilabel=True``: per channel ``1 - max(p_c, 1 - p_c)`` (the max-probability uncertainty of each region's
+    Bernoulli variable), in ``[0, 0.5]``, ``(B, C, *spatial)``.
+
+    Args:
+        probs: probabilities ``(B, C, *spatial)`` (classes on dim 1 summing to 1, or per-channel probabilities in
+            [0, 1] with ``multilabel``).
+        validate: check that ``probs`` are finite probabilities; raises ``ValueError``.
+        multilabel: channels are independent Bernoulli variables (module docstring).
+
+    Returns:
+        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), in the library and dtype of ``probs``.
+
+    Example:
+        >>> import numpy as np
+        >>> p = np.array([[[0.5, 0.9], [0.5, 0.1]]])  # (B=1, C=2, 2 voxels)
+        >>> one_minus_max_prob(p).round(4).tolist()
+        [[[0.5, 0.1]]]
+        >>> one_minus_max_prob(np.array([[[0.3, 0.95]]]), multilabel=True).round(4).tolist()
+        [[[0.3, 0.05]]]
     """
     p = to_tensor(probs, "probs")
     if validate:
@@ -228,12 +379,51 @@ def max_softmax(probs: ArrayLike, validate: bool = True, multilabel: bool = Fals
     return like_input(max_prob_uncertainty_t(p, multilabel), probs)
 
 
+def max_softmax(probs: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:
+    """Deprecated alias of :func:`one_minus_max_prob` (the map's former name), removed in the next release.
+
+    Args:
+        probs: as in :func:`one_minus_max_prob`.
+        validate: as in :func:`one_minus_max_prob`.
+        multilabel: as in :func:`one_minus_max_prob`.
+
+    Returns:
+        ``one_minus_max_prob(probs, validate, multilabel)``, after a ``DeprecationWarning``.
+    """
+    warnings.warn(
+        f"max_softmax is deprecated and will be removed in {REMOVAL}; use one_minus_max_prob (the same map, "
+        "1 - max_c p_c)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return one_minus_max_prob(probs, validate, multilabel)
+
+
 def variance_from_moments(
     mean: torch.Tensor, mean_sq: torch.Tensor, multilabel: bool = False, validate: bool = True
 ) -> torch.Tensor:
-    """Mean over classes of ``E[p^2] - E[p]^2`` (population variance), clamped at 0, ``-> (B, 1, ...)``; per channel
-    ``(B, C, ...)`` for ``multilabel``. ``validate``: ``mean`` and ``mean_sq`` must be tensors of one shape
-    ``(B, C, *spatial)`` without NaN/inf (``ValueError`` naming the argument otherwise)."""
+    """Mean over classes of ``E[p^2] - E[p]^2`` (population variance), clamped at 0, ``-> (B, 1, *spatial)``.
+
+    The streamed form of :func:`variance`: ``mean`` and ``mean_sq`` are the running means of ``p_s`` and
+    ``p_s^2`` over the samples. Per channel ``(B, C, *spatial)`` for ``multilabel``.
+
+    Args:
+        mean: ``mean_s p_s``, ``(B, C, *spatial)``, a tensor.
+        mean_sq: ``mean_s p_s^2``, the shape of ``mean``.
+        multilabel: keep one variance per channel instead of the mean over classes.
+        validate: ``mean`` and ``mean_sq`` must be tensors of one shape ``(B, C, *spatial)`` without NaN/inf
+            (``ValueError`` naming the argument otherwise).
+
+    Returns:
+        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), the dtype of ``mean``.
+
+    Example:
+        >>> import torch
+        >>> mean = torch.tensor([[[0.5], [0.5]]])  # samples (0.9, 0.1) and (0.1, 0.9)
+        >>> mean_sq = torch.tensor([[[0.41], [0.41]]])
+        >>> variance_from_moments(mean, mean_sq).round(decimals=4)
+        tensor([[[0.1600]]])
+    """
     if validate:
         mean, mean_sq = to_tensor(mean, "mean"), to_tensor(mean_sq, "mean_sq")
         _check_same_shape(mean, mean_sq, "mean", "mean_sq")
@@ -251,6 +441,21 @@ def variance(samples: ArrayLike, validate: bool = True, multilabel: bool = False
     Population variance (divided by S, not S - 1), averaged over classes (``variance`` key of the inferers).
     ``multilabel=True``: per channel, ``(B, C, *spatial)`` (for ``C = 1`` equal to the two-class value, since
     ``Var(1 - p) = Var(p)``).
+
+    Args:
+        samples: probabilities of ``S`` samples ``(S, B, C, *spatial)`` (classes on dim 2 summing to 1, or
+            per-channel probabilities in [0, 1] with ``multilabel``).
+        validate: check that ``samples`` are finite probabilities; raises ``ValueError``.
+        multilabel: one variance per channel instead of the mean over classes.
+
+    Returns:
+        ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with ``multilabel``), in the library and dtype of ``samples``.
+
+    Example:
+        >>> import numpy as np
+        >>> samples = np.array([[[[0.9], [0.1]]], [[[0.1], [0.9]]]])  # (S=2, B=1, C=2, 1 voxel)
+        >>> variance(samples).round(4).tolist()  # Var of (0.9, 0.1) for each class
+        [[[0.16]]]
     """
     s = _samples(samples, validate, multilabel)
     var = s.var(dim=0, correction=0)

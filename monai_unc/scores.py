@@ -77,7 +77,7 @@ def case_scores(
     return {
         "mean": float(aggregate(u5, "mean")[0]),
         "fg_mean": float(aggregate(u5, "mean", mask=fg)[0]),
-        "patch_mean": float(aggregate(u5, "patch", patch_size=patch_size, patch_reduction="mean")[0]),
+        "patch_mean": float(aggregate(u5, "patch_mean", patch_size=patch_size)[0]),
     }
 
 

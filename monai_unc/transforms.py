@@ -47,7 +47,7 @@ from monai.transforms import MapTransform, Transform
 from monai.utils import TransformBackends
 
 from ._utils import check_finite, check_labels, check_probabilities, check_unit_interval, to_tensor
-from .aggregation import METHODS, aggregate
+from .aggregation import aggregate, canonical_method
 from .keys import UncertaintyKeys, canonical_measure
 from .stats import SampleStats, derive_measures
 
@@ -309,8 +309,13 @@ class AggregateUncertainty(Transform):
     """One uncertainty score per case from a map (ValUES, Sec. 4.3), via :func:`monai_unc.aggregation.aggregate`.
 
     Args:
-        method: ``"mean"``, ``"sum"``, ``"patch"`` or ``"threshold"`` (see :func:`~monai_unc.aggregation.aggregate`).
-        patch_size, threshold, patch_reduction, empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+        method: ``"mean"``, ``"sum"``, ``"patch_sum"`` (largest box sum), ``"patch_mean"`` (largest box mean) or
+            ``"threshold"`` (see :func:`~monai_unc.aggregation.aggregate`). The former ``"patch"`` is deprecated:
+            it becomes ``"patch_sum"`` (``"patch_mean"`` with ``patch_reduction="mean"``) with a
+            ``DeprecationWarning``, and ``self.method`` holds the new name.
+        patch_size, threshold, empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+        patch_reduction: deprecated, as in :func:`~monai_unc.aggregation.aggregate` (the method names the box
+            reduction).
 
     ``__call__(img, mask=None)``: ``img`` a one-channel map ``(1, *spatial)`` (2 or 3 spatial axes), ``mask`` an
     optional ``(1, *spatial)`` mask restricting the voxels (non-zero = inside; a probability / one-hot
@@ -325,20 +330,14 @@ class AggregateUncertainty(Transform):
         method: str = "mean",
         patch_size: int | Sequence[int] = 10,
         threshold: float | None = None,
-        patch_reduction: str = "sum",
+        patch_reduction: str | None = None,
         empty_value: float = 0.0,
     ) -> None:
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        method = canonical_method(method, patch_reduction, stacklevel=3)
         if method == "threshold" and threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with monai_unc.aggregation.fit_threshold)")
         self.method = method
-        self.kwargs = {
-            "patch_size": patch_size,
-            "threshold": threshold,
-            "patch_reduction": patch_reduction,
-            "empty_value": empty_value,
-        }
+        self.kwargs = {"patch_size": patch_size, "threshold": threshold, "empty_value": empty_value}
 
     @staticmethod
     def _mask(mask: Any, name: str) -> torch.Tensor:
@@ -535,15 +534,23 @@ class AggregateUncertaintyd(MapTransform):
     """Dictionary version of :class:`AggregateUncertainty`: one uncertainty score per case from each map.
 
     The score (0-dim float64 tensor) is stored in the data dict under ``output_key`` (default ``"{key}_{method}"``,
-    e.g. ``"mutual_information_mean"``) and, when the map is a MetaTensor, in its ``meta`` under the same name, so
-    it travels with the map (e.g. into ``MetricsSaver``'s ``batch_transform``).
+    e.g. ``"mutual_information_mean"``, ``"mutual_information_patch_sum"``) and, when the map is a MetaTensor, in its
+    ``meta`` under the same name, so it travels with the map (e.g. into ``MetricsSaver``'s ``batch_transform``).
+    ``"{key}_patch_mean"`` without a mask is the ``<measure>_patch_mean`` column of ``monai-unc evaluate``.
+
+    Deprecated: ``method="patch"`` (a box sum by default) stored its score as ``"{key}_patch"``, the name that the
+    score columns give the box *mean*. It still computes the same score, with a ``DeprecationWarning`` that names
+    the new method and key, and stores it under the new key (``"{key}_patch_sum"``, or ``"{key}_patch_mean"`` with
+    ``patch_reduction="mean"``): read the score from there.
 
     Args:
         keys: uncertainty map keys, each ``(1, *spatial)``.
-        method: ``"mean"``, ``"sum"``, ``"patch"`` or ``"threshold"`` (see :func:`~monai_unc.aggregation.aggregate`).
+        method: ``"mean"``, ``"sum"``, ``"patch_sum"``, ``"patch_mean"`` or ``"threshold"`` (see
+            :func:`~monai_unc.aggregation.aggregate`); ``"patch"`` is deprecated (above).
         mask_key: optional key of a mask ``(1, *spatial)`` restricting the voxels (non-zero = inside), e.g. the
             predicted foreground; a probability / one-hot ``(C, *spatial)`` mask with ``C >= 2`` means "argmax > 0".
-        patch_size, threshold, patch_reduction, empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+        patch_size, threshold, empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+        patch_reduction: deprecated, as in :func:`~monai_unc.aggregation.aggregate`.
         output_key: template with ``{key}`` and ``{method}``.
         allow_missing_keys: skip absent keys.
     """
@@ -557,14 +564,20 @@ class AggregateUncertaintyd(MapTransform):
         mask_key: str | None = None,
         patch_size: int | Sequence[int] = 10,
         threshold: float | None = None,
-        patch_reduction: str = "sum",
+        patch_reduction: str | None = None,
         empty_value: float = 0.0,
         output_key: str = "{key}_{method}",
         allow_missing_keys: bool = False,
     ) -> None:
         super().__init__(keys, allow_missing_keys)
-        self.transform = AggregateUncertainty(method, patch_size, threshold, patch_reduction, empty_value)
         _check_template(output_key, self.keys)
+        note = ""
+        if method == "patch" and "{method}" in output_key and self.keys:
+            first = self.keys[0]
+            note = (f"{type(self).__name__} now stores the score under {_key_name(output_key, first, '{method}')!r} "
+                    f"instead of {_key_name(output_key, first, 'patch')!r}")
+        method = canonical_method(method, patch_reduction, note=note, stacklevel=3)
+        self.transform = AggregateUncertainty(method, patch_size, threshold, None, empty_value)
         self.mask_key = mask_key
         self.output_key = output_key
 

@@ -124,7 +124,7 @@ def test_property_patch_brute_force(shape, size, seed):
 def test_patch_torch_and_location_api():
     u = torch.zeros(1, 1, 16, 16)
     u[0, 0, 5:8, 9:12] = 1.0
-    scores, start = aggregate(u, "patch", patch_size=3, return_location=True)
+    scores, start = aggregate(u, "patch_sum", patch_size=3, return_location=True)
     assert isinstance(scores, torch.Tensor) and scores.dtype == torch.float64
     assert float(scores[0]) == 9.0 and start[0].tolist() == [5, 9]
     with pytest.raises(ValueError, match="only available"):
@@ -181,9 +181,10 @@ def test_mean_over_empty_mask_is_nan():
         ({"method": "threshold"}, "threshold"),
         ({"method": "threshold", "threshold": np.inf}, "finite"),
         ({"mask": np.ones((1, 4, 5))}, "mask"),
-        ({"method": "patch", "patch_size": 0}, "positive"),
-        ({"method": "patch", "patch_size": (2, 2, 2)}, "one per spatial axis"),
+        ({"method": "patch_sum", "patch_size": 0}, "positive"),
+        ({"method": "patch_mean", "patch_size": (2, 2, 2)}, "one per spatial axis"),
         ({"method": "patch", "patch_reduction": "max"}, "reduction"),
+        ({"method": "patch_sum", "patch_reduction": "mean"}, "patch_reduction='mean' contradicts"),
     ],
 )
 def test_bad_inputs(kwargs, match):
@@ -240,7 +241,7 @@ def _size_study(n_cases=32, seed=0):
         scores = {
             "sum": aggregate(u, "sum"),
             "mean": aggregate(u, "mean", mask=label),  # size-normalised: mean over the predicted object
-            "patch": aggregate(u, "patch", patch_size=10),
+            "patch": aggregate(u, "patch_sum", patch_size=10),
         }
     return volume, scores
 
@@ -267,7 +268,7 @@ def test_values_f1_sum_tracks_object_size_mean_and_patch_do_not():
 def test_cuda_inputs_stay_on_device():
     u = torch.rand(2, 1, 12, 10, 8, device="cuda")
     mask = u > 0.5
-    for method in ("mean", "patch", "threshold"):
+    for method in ("mean", "patch_sum", "patch_mean", "threshold"):
         out = aggregate(u, method, mask=mask, threshold=0.3, patch_size=4)
         assert out.device.type == "cuda"
         ref = aggregate(u.cpu(), method, mask=mask.cpu(), threshold=0.3, patch_size=4)

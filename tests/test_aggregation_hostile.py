@@ -12,9 +12,9 @@ from monai_unc.aggregation import aggregate
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"method": "patch", "patch_size": 2.5}, "patch_size"),
-        ({"method": "patch", "patch_size": (2, 2.5)}, "patch_size"),
-        ({"method": "patch", "patch_size": "3"}, "patch_size"),
+        ({"method": "patch_sum", "patch_size": 2.5}, "patch_size"),
+        ({"method": "patch_mean", "patch_size": (2, 2.5)}, "patch_size"),
+        ({"method": "patch_sum", "patch_size": "3"}, "patch_size"),
         ({"method": "threshold", "threshold": "a"}, "threshold"),
         ({"method": "threshold", "threshold": 0.5, "empty_value": "zero"}, "empty_value"),
     ],

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import monai_unc.data.cohorts
 import monai_unc.evaluation
@@ -145,3 +146,65 @@ def test_every_deprecated_module_is_covered_here():
         and "DEPRECATED_MODULES" in [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])]
     ]
     assert found and set(found[0]) == set(MODULE_ALIASES)
+
+
+def test_max_softmax_function_warns_and_equals_one_minus_max_prob():
+    import monai_unc.measures as M
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=(2, 4, 5)).transpose(0, 3, 1, 2)  # (B, C, H, W)
+    with pytest.warns(DeprecationWarning, match="max_softmax is deprecated .*use one_minus_max_prob") as caught:
+        old = M.max_softmax(probs)
+    assert caught[0].filename == __file__
+    np.testing.assert_array_equal(old, M.one_minus_max_prob(probs))
+    regions = rng.random((2, 3, 4, 5))
+    with pytest.warns(DeprecationWarning, match="max_softmax is deprecated"):
+        old = M.max_softmax(regions, multilabel=True)
+    np.testing.assert_array_equal(old, M.one_minus_max_prob(regions, multilabel=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        M.one_minus_max_prob(probs)  # the new name does not warn
+
+
+def test_aggregate_method_patch_warns_and_gives_patch_sum_or_patch_mean():
+    from monai_unc.aggregation import aggregate, canonical_method
+
+    u = np.random.default_rng(1).random((2, 1, 9, 8, 7))
+    with pytest.warns(DeprecationWarning, match="method='patch' is deprecated .*use method='patch_sum'") as caught:
+        old = aggregate(u, "patch", patch_size=3)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    np.testing.assert_array_equal(old, aggregate(u, "patch_sum", patch_size=3))
+    with pytest.warns(DeprecationWarning, match="patch_reduction='mean' is deprecated .*use method='patch_mean'"):
+        old = aggregate(u, "patch", patch_size=3, patch_reduction="mean")
+    np.testing.assert_array_equal(old, aggregate(u, "patch_mean", patch_size=3))
+    with pytest.warns(DeprecationWarning, match="patch_reduction is deprecated"):
+        assert canonical_method("patch_sum", "sum") == "patch_sum"
+    with pytest.raises(ValueError, match="patch_reduction='sum' contradicts method='patch_mean'"):
+        canonical_method("patch_mean", "sum")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for method in ("mean", "sum", "patch_sum", "patch_mean", "threshold"):
+            assert canonical_method(method) == method
+
+
+def test_aggregate_transform_method_patch_warns_with_the_new_key():
+    """``AggregateUncertaintyd(method="patch")`` stored box sums as ``<key>_patch`` (elsewhere the box mean): it
+    still computes them, says where they are now, and stores them there."""
+    from monai_unc.transforms import AggregateUncertainty, AggregateUncertaintyd
+
+    u = np.random.default_rng(2).random((1, 9, 8, 7)).astype(np.float32)
+    with pytest.warns(DeprecationWarning, match="use method='patch_sum'.*now stores the score under 'u_patch_sum' "
+                                                "instead of 'u_patch'") as caught:
+        transform = AggregateUncertaintyd("u", method="patch", patch_size=3)
+    assert caught[0].filename == __file__
+    out = transform({"u": u})
+    assert transform.method == "patch_sum" and "u_patch" not in out
+    new = AggregateUncertaintyd("u", method="patch_sum", patch_size=3)({"u": u})
+    assert torch.equal(out["u_patch_sum"], new["u_patch_sum"])
+    with pytest.warns(DeprecationWarning, match="now stores the score under 'u_patch_mean'"):
+        out = AggregateUncertaintyd("u", method="patch", patch_reduction="mean", patch_size=3)({"u": u})
+    assert torch.equal(out["u_patch_mean"], AggregateUncertaintyd("u", method="patch_mean", patch_size=3)({"u": u})[
+        "u_patch_mean"])
+    with pytest.warns(DeprecationWarning, match="use method='patch_sum'"):
+        array = AggregateUncertainty("patch", patch_size=3)
+    assert array.method == "patch_sum" and torch.equal(array(u), new["u_patch_sum"])

@@ -211,7 +211,7 @@ API: list[ApiCase] = [
             ("uncertainty", "mask"),
             signature_of=aggregate,
         )
-        for method in ("mean", "sum", "patch", "threshold")
+        for method in ("mean", "sum", "patch_sum", "patch_mean", "threshold")
     ),
     ApiCase(
         "max_patch",

@@ -27,7 +27,7 @@ def _cases(rng: np.random.Generator, n: int = 12) -> np.ndarray:
 
 MORE: list[ApiCase] = [
     ApiCase("entropy", M.entropy, lambda rng: {"probs": _probs(rng)}, ("probs",)),
-    ApiCase("max_softmax", M.max_softmax, lambda rng: {"probs": _probs(rng)}, ("probs",)),
+    ApiCase("one_minus_max_prob", M.one_minus_max_prob, lambda rng: {"probs": _probs(rng)}, ("probs",)),
     *[
         ApiCase(f.__name__, f, lambda rng: {"samples": _samples(rng)}, ("samples",))
         for f in (M.predictive_entropy, M.expected_entropy, M.mutual_information, M.variance)

@@ -69,6 +69,26 @@ def test_case_scores_empty_prediction_and_bad_input():
     assert PATCH_SIZE == 10
 
 
+def test_patch_mean_is_one_score_in_the_columns_and_the_transform():
+    """``<m>_patch_mean`` of the score columns and ``AggregateUncertaintyd(method="patch_mean")`` are the same box
+    mean; the box sum has its own name, ``patch_sum``, and nothing writes a bare ``<m>_patch`` any more."""
+    import torch
+
+    from monai_unc.transforms import AggregateUncertaintyd
+
+    u = np.random.default_rng(7).random((7, 6, 5)).astype(np.float32)
+    seg = np.ones(u.shape, int)
+    column = case_score_columns({"m": u}, seg, patch_size=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        d = AggregateUncertaintyd("m", method="patch_mean", patch_size=3)({"m": u[None]})
+        d = AggregateUncertaintyd("m", method="patch_sum", patch_size=3)(d)
+    assert float(d["m_patch_mean"]) == column["m_patch_mean"]
+    assert float(d["m_patch_sum"]) == pytest.approx(27 * column["m_patch_mean"], rel=1e-12)
+    assert isinstance(d["m_patch_sum"], torch.Tensor)
+    assert not any(k.endswith("_patch") for k in [*column, *d])
+
+
 @pytest.fixture(scope="module")
 def cohort(tmp_path_factory):
     return write_toy_cohort(tmp_path_factory.mktemp("cohort"), n_cases=4, shape=(16, 16, 16))

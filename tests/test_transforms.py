@@ -265,14 +265,17 @@ def test_aggregate_mean_masked_patch_and_meta():
     assert mu.meta["u_mean"] == pytest.approx(float(out["u_mean"]))
     plain = AggregateUncertaintyd("u")({"u": u})
     np.testing.assert_allclose(float(plain["u_mean"]), u.astype(np.float64).mean(), rtol=1e-6)
-    patch = AggregateUncertaintyd("u", method="patch", patch_size=3)({"u": u})
+    patch = AggregateUncertaintyd("u", method="patch_sum", patch_size=3)({"u": u})
     brute = max(
         u[0, i : i + 3, j : j + 3, k : k + 3].astype(np.float64).sum()
         for i in range(10)
         for j in range(9)
         for k in range(8)
     )
-    np.testing.assert_allclose(float(patch["u_patch"]), brute, rtol=1e-6)
+    np.testing.assert_allclose(float(patch["u_patch_sum"]), brute, rtol=1e-6)
+    box_mean = AggregateUncertaintyd("u", method="patch_mean", patch_size=3)({"u": u})
+    np.testing.assert_allclose(float(box_mean["u_patch_mean"]), brute / 27, rtol=1e-6)
+    assert "u_patch" not in patch and "u_patch" not in box_mean
 
 
 def test_aggregate_empty_mask_is_nan_with_warning_and_bad_input():
@@ -424,7 +427,7 @@ def test_array_error_map_equals_dict(container):
 
 @pytest.mark.parametrize("container", ["numpy", "tensor", "meta"])
 @pytest.mark.filterwarnings("ignore:aggregate\\(method=.sum.\\):UserWarning")
-@pytest.mark.parametrize("method", ["mean", "sum", "patch", "threshold"])
+@pytest.mark.parametrize("method", ["mean", "sum", "patch_sum", "patch_mean", "threshold"])
 def test_array_aggregate_equals_dict(container, method):
     rng = np.random.default_rng(6)
     u = _containers(rng.random((1, 9, 8, 7)).astype(np.float32))[container]

@@ -158,7 +158,7 @@ def _case_scores(u: np.ndarray, pred_fg: np.ndarray, threshold: float, patch_siz
         "sum": total,
         "sum_per_pred_size": total / n_pred if n_pred else float("nan"),
         "mean_pred_fg": mean_fg,
-        "patch": float(aggregate(m, "patch", patch_size=patch_size)[0]),
+        "patch": float(aggregate(m, "patch_sum", patch_size=patch_size)[0]),
         "threshold": float(aggregate(m, "threshold", threshold=threshold)[0]),
     }
 

@@ -219,7 +219,7 @@ def _dice(a: np.ndarray, b: np.ndarray) -> float:
 def _scores(u: np.ndarray, threshold: float, patch_size: int) -> dict[str, float]:
     m = u[None]  # (1, 1, H, W)
     return {
-        "patch": float(aggregate(m, "patch", patch_size=patch_size)[0]),
+        "patch": float(aggregate(m, "patch_sum", patch_size=patch_size)[0]),
         "threshold": float(aggregate(m, "threshold", threshold=threshold)[0]),
     }
 

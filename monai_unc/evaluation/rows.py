@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..io import LoadedCase
-from ..measures import binary_entropy, entropy, max_softmax
+from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
 
@@ -68,11 +68,11 @@ def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
     if case.multilabel:
         return {
             "predictive_entropy": binary_entropy(p, validate=False)[0].numpy().astype(np.float32),
-            "one_minus_max_prob": max_softmax(p, validate=False, multilabel=True)[0].numpy().astype(np.float32),
+            "one_minus_max_prob": one_minus_max_prob(p, validate=False, multilabel=True)[0].numpy().astype(np.float32),
         }
     return {
         "predictive_entropy": entropy(p)[0, 0].numpy().astype(np.float32),
-        "one_minus_max_prob": max_softmax(p)[0, 0].numpy().astype(np.float32),
+        "one_minus_max_prob": one_minus_max_prob(p)[0, 0].numpy().astype(np.float32),
     }
 
 

@@ -185,6 +185,9 @@ def test_toy_bundle_inference_and_evaluation(tmp_path):
     assert 0.0 <= summary["ood_auroc_mutual_information_fg_mean"] <= 1.0
     scores = _rows(tmp_path / "ev" / "case_scores.csv")
     assert [r["shift"] for r in scores] == [c["shift"] for c in load_datalist(data)]
+    # the box sums are named as such; "<measure>_patch" is the deprecated name of the box mean elsewhere
+    assert "mutual_information_patch_sum" in scores[0] and not any(k.endswith("_patch") for k in scores[0])
+    assert np.isfinite(summary["ood_auroc_mutual_information_patch_sum"])
     assert len(_rows(tmp_path / "ev" / "ged_raw.csv")) == 4
     assert _snapshot(data) == before  # nothing written into the input folder
 

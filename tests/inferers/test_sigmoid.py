@@ -83,7 +83,7 @@ def test_sample_measures_multilabel_equal_reference(shape):
     for name, fn in (("predictive_entropy", M.predictive_entropy), ("expected_entropy", M.expected_entropy),
                      ("mutual_information", M.mutual_information), ("variance", M.variance)):
         np.testing.assert_allclose(fn(s, multilabel=True), ref[name], atol=1e-12, err_msg=name)
-    np.testing.assert_allclose(M.max_softmax(s.mean(0), multilabel=True), ref["one_minus_max_prob"], atol=1e-12)
+    np.testing.assert_allclose(M.one_minus_max_prob(s.mean(0), multilabel=True), ref["one_minus_max_prob"], atol=1e-12)
     # no sum-to-one constraint, but values must be probabilities
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         M.mutual_information(s * 2 - 0.5, multilabel=True)
@@ -99,7 +99,9 @@ def test_one_channel_bernoulli_equals_two_class_categorical(n, seed):
     two = np.concatenate([1 - p, p], axis=2)
     for fn in (M.predictive_entropy, M.expected_entropy, M.mutual_information, M.variance):
         np.testing.assert_allclose(fn(p, multilabel=True), fn(two), atol=1e-12)
-    np.testing.assert_allclose(M.max_softmax(p.mean(0), multilabel=True), M.max_softmax(two.mean(0)), atol=1e-12)
+    np.testing.assert_allclose(
+        M.one_minus_max_prob(p.mean(0), multilabel=True), M.one_minus_max_prob(two.mean(0)), atol=1e-12
+    )
 
 
 def test_sample_stats_multilabel_stream_merge_and_state():
