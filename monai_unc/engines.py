@@ -35,7 +35,6 @@ of a multi-label output is refused (it would renormalise the regions against eac
 from __future__ import annotations
 
 import contextlib
-import csv
 import math
 import os
 import warnings
@@ -51,6 +50,7 @@ from monai.engines.utils import IterationEvents
 from monai.utils import CommonKeys as Keys
 
 from ._utils import warn_nan
+from .io import write_csv
 from .keys import UncertaintyKeys
 from .metrics.casewise import ood_auroc
 
@@ -278,7 +278,8 @@ class CaseScoresHandler:
     :class:`~monai_unc.transforms.AggregateUncertaintyd`) from the decollated ``engine.state.output`` and the
     group label (e.g. ``"shift"``, a string of the datalist) from ``engine.state.batch``. At the end of the epoch
     the rows of every rank are gathered (``torch.distributed.all_gather_object``), rank 0 writes
-    ``<output_dir>/<filename>`` (columns ``case, <group_key>, <scores...>``), and every rank stores
+    ``<output_dir>/<filename>`` (columns ``case, <group_key>, <scores...>``; :func:`monai_unc.io.write_csv`, scores at
+    full precision), and every rank stores
     ``engine.state.metrics["ood_auroc_<score>"]``: :func:`monai_unc.metrics.casewise.ood_auroc` of the scores
     of cases outside ``iid_groups`` against those inside (NaN with a warning when either side is empty), so
     ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it.
@@ -304,6 +305,10 @@ class CaseScoresHandler:
         if not self.score_keys:
             raise ValueError("score_keys must name at least one per-case score")
         self.group_key = group_key
+        columns = ["case", group_key, *self.score_keys]
+        if len(set(columns)) != len(columns):
+            raise ValueError(f"score_keys and group_key must be distinct and not 'case' (the CSV's columns), got "
+                             f"{columns}")
         self.iid_groups = {iid_groups} if isinstance(iid_groups, str) else {str(g) for g in iid_groups}
         self.output_dir = None if output_dir is None else Path(output_dir)
         self.filename = filename
@@ -361,10 +366,7 @@ class CaseScoresHandler:
                 value = float(ood_auroc(a, b))
             engine.state.metrics[f"ood_auroc_{key}"] = value
         if self.output_dir is not None and idist.get_rank() == 0:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.output_dir / self.filename, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["case", self.group_key, *self.score_keys])
-                for case, group, s in rows:
-                    w.writerow([case, group, *(f"{v:.6g}" for v in s)])
+            columns = ["case", self.group_key, *self.score_keys]
+            write_csv(self.output_dir / self.filename,
+                      [dict(zip(columns, (case, group, *s))) for case, group, s in rows], columns)
 

@@ -12,6 +12,12 @@
   saying why (an optional dependency).
 - Optional third-party packages are imported at module level only where they belong (:data:`OPTIONAL_DEPENDENCIES`).
 - The deprecated modules of old paths (:data:`DEPRECATED_MODULES`) are imported by nothing in the package.
+- Every file write goes through :mod:`monai_unc.io` (temporary name and rename): outside ``monai_unc/io/`` no
+  ``open(...)`` with a write, append or create mode, no ``os.replace`` / ``os.rename`` / ``shutil.move`` /
+  ``shutil.copy*``, no ``.write_text(`` / ``.write_bytes(``, and no ``savefig`` / ``numpy.save*`` /
+  ``torch.save`` / ``nibabel.save`` / ``.to_filename`` / ``json.dump`` / ``pickle.dump`` to a file (an in-memory
+  ``io.BytesIO`` / ``io.StringIO`` buffer is fine). :data:`WRITE_ALLOWED` lists the exceptions a third-party API
+  forces (none today).
 
 :data:`PENDING` lists the violations that exist today and are being removed; an entry that no longer matches a
 violation fails the test, so the list only shrinks.
@@ -75,6 +81,11 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "dynamic_network_architectures": ("monai_unc.nnunet",),
     "ignite": (),  # pytorch-ignite is a dev dependency only; MONAI's engines and handlers import it optionally
     "nilearn": (),  # the "examples" extra
+}
+
+#: (module, forbidden call) -> why that module may write a file directly (a third-party API that forces it)
+WRITE_ALLOWED: dict[tuple[str, str], str] = {
+    # none: every writer of the package goes through monai_unc.io (atomic_path, atomic_write_*, write_csv, ...)
 }
 
 #: violations on main today, each with where it is being fixed; remove an entry when its violation is gone
@@ -234,6 +245,110 @@ def _lazy_violations() -> list[Violation]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# file writes outside monai_unc.io
+# ---------------------------------------------------------------------------------------------------------------
+#: calls that move or copy files
+_MOVES = {"os.replace", "os.rename", "os.renames", "shutil.move", "shutil.copy", "shutil.copy2", "shutil.copyfile",
+          "shutil.copytree", "os.open"}
+#: methods that write a file whatever the receiver
+_WRITE_METHODS = {"write_text", "write_bytes", "rename"}
+#: writer -> index of its destination argument and the keyword of it; a destination that is an in-memory buffer
+#: (a name bound to ``BytesIO()`` / ``StringIO()``, or such a call) is not a file
+_SAVERS: dict[str, tuple[int, str]] = {
+    "np.save": (0, "file"), "np.savez": (0, "file"), "np.savez_compressed": (0, "file"), "np.savetxt": (0, "fname"),
+    "numpy.save": (0, "file"), "numpy.savez": (0, "file"), "numpy.savez_compressed": (0, "file"),
+    "numpy.savetxt": (0, "fname"),
+    "torch.save": (1, "f"), "nib.save": (1, "filename"), "nibabel.save": (1, "filename"),
+    "json.dump": (1, "fp"), "pickle.dump": (1, "file"), "sitk.WriteImage": (1, "fileName"),
+    "SimpleITK.WriteImage": (1, "fileName"),
+    ".savefig": (0, "fname"), ".to_filename": (0, "filename"), ".tofile": (0, "fid"),
+}
+#: modules whose ``open(path, mode)`` takes the mode second (``Path.open(mode)`` takes it first)
+_OPEN_MODULES = {"io", "gzip", "bz2", "lzma", "codecs", "tarfile", "zipfile"}
+_BUFFERS = {"BytesIO", "StringIO", "io.BytesIO", "io.StringIO"}
+
+
+def _dotted(node: ast.AST) -> str:
+    """``np.save`` for ``np.save``, ``.savefig`` for a method on any other expression, ``open`` for a name."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        if isinstance(node.value, ast.Name):
+            return f"{node.value.id}.{node.attr}"
+        return f".{node.attr}"
+    return ""
+
+
+def _argument(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return call.args[index] if len(call.args) > index else None
+
+
+def _writes_mode(mode: ast.AST | None) -> bool:
+    """Whether an ``open`` mode may write: a constant with ``w``, ``a``, ``x`` or ``+``, or any non-constant."""
+    if mode is None:
+        return False
+    if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
+        return any(c in mode.value for c in "wax+")
+    return True
+
+
+def write_calls(tree: ast.Module) -> list[tuple[int, str]]:
+    """``(line, call)`` of every call in ``tree`` that writes, moves or copies a file (the write rule)."""
+    buffers: set[str] = set()  # names bound to an in-memory buffer
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _dotted(node.value.func) in _BUFFERS:
+            buffers |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.withitem) and isinstance(node.context_expr, ast.Call) \
+                and _dotted(node.context_expr.func) in _BUFFERS and isinstance(node.optional_vars, ast.Name):
+            buffers.add(node.optional_vars.id)
+
+    def in_memory(dest: ast.AST | None) -> bool:
+        if isinstance(dest, ast.Name):
+            return dest.id in buffers
+        return isinstance(dest, ast.Call) and _dotted(dest.func) in _BUFFERS
+
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _dotted(node.func)
+        method = name[name.rfind("."):] if "." in name else ""
+        if name in _MOVES or method[1:] in _WRITE_METHODS:
+            bad = True
+        elif name == "open":
+            bad = _writes_mode(_argument(node, 1, "mode"))
+        elif method == ".open":
+            index = 1 if name[: -len(".open")] in _OPEN_MODULES else 0
+            bad = _writes_mode(_argument(node, index, "mode"))
+        elif name in _SAVERS or method in _SAVERS:
+            index, keyword = _SAVERS.get(name) or _SAVERS[method]
+            bad = not in_memory(_argument(node, index, keyword))
+        else:
+            bad = False
+        if bad:  # a method on any receiver is named by the method (``.write_text``)
+            found.append((node.lineno, name if name in _MOVES or name in _SAVERS or name == "open" else method))
+    return found
+
+
+def _write_violations_unfiltered() -> list[Violation]:
+    out = []
+    for module, tree in TREES.items():
+        if module == f"{PACKAGE}.io" or module.startswith(f"{PACKAGE}.io."):
+            continue
+        for lineno, name in write_calls(tree):
+            message = f"{module} writes a file with {name}(...) instead of monai_unc.io"
+            out.append((("write", module, name, ""), f"{MODULES[module].relative_to(ROOT)}:{lineno}: {message}"))
+    return out
+
+
+def _write_violations() -> list[Violation]:
+    return [v for v in _write_violations_unfiltered() if (v[0][1], v[0][2]) not in WRITE_ALLOWED]
+
+
 def _new(violations: list[Violation]) -> list[str]:
     return [message for key, message in violations if key not in PENDING]
 
@@ -299,7 +414,8 @@ def test_package_imports_are_at_module_level():
 
 def test_pending_entries_still_match_a_violation():
     """PENDING only shrinks: an entry whose violation is gone must be removed."""
-    found = {key for key, _ in _layer_violations() + _private_violations() + _lazy_violations()}
+    found = {key for key, _ in _layer_violations() + _private_violations() + _lazy_violations()
+             + _write_violations()}
     # an entry about a module this tree does not have (yet) cannot be checked here
     applicable = {key for key in PENDING if key[1] in MODULES and key[2] in MODULES}
     stale = sorted(applicable - found)
@@ -342,3 +458,53 @@ def test_the_design_doc_shows_these_layers():
     assert rows, "docs/design.md has no layer table (| layer | components | ... |)"
     doc = {int(layer): tuple(re.findall(r"`([\w.]+)`", cells)) for layer, cells in rows}
     assert doc == LAYERS, f"docs/design.md layer table {doc} differs from LAYERS {LAYERS}"
+
+
+_WRITES = """
+import io, json, os, shutil, pickle
+import numpy as np, torch, nibabel as nib
+from pathlib import Path
+open(p, "w"); open(p, mode="a"); open(p, "rb+"); open(p, m); Path(p).open("w"); Path(p).open(mode="x")
+os.replace(a, b); os.rename(a, b); shutil.move(a, b); shutil.copy2(a, b); Path(a).rename(b)
+Path(p).write_text("x"); p.write_bytes(b"x")
+fig.savefig(p); fig.savefig(fname=p, dpi=3); np.save(p, a); np.savez_compressed(p, a=a); torch.save(m, p)
+nib.save(img, str(p)); img.to_filename(p); json.dump(obj, f); pickle.dump(obj, f)
+"""
+_READS = """
+import io, json
+import numpy as np
+open(p); open(p, "rb"); open(p, mode="r"); Path(p).open(); Path(p).open("rb", newline="")
+text = json.dumps(obj); np.load(p); "a.b".replace("a", "b"); Path(p).read_text()
+buf = io.BytesIO()
+fig.savefig(buf, format="png"); torch.save(m, buf); fig.savefig(io.BytesIO())
+with io.StringIO() as out:
+    json.dump(obj, out)
+"""
+
+
+def test_the_write_rule_sees_known_writes():
+    """Guard against a checker that finds nothing: each forbidden form is found once, reads and in-memory buffers
+    are not."""
+    found = write_calls(ast.parse(_WRITES))
+    names = [name for _, name in found]
+    assert names.count("open") == 4 and names.count(".open") == 2
+    for name in ("os.replace", "os.rename", "shutil.move", "shutil.copy2", ".rename", ".write_text", ".write_bytes",
+                 "np.save", "np.savez_compressed", "torch.save", "nib.save", ".to_filename", "json.dump",
+                 "pickle.dump"):
+        assert names.count(name) == 1, (name, names)
+    assert names.count(".savefig") == 2
+    assert len(found) == 22
+    assert write_calls(ast.parse(_READS)) == []
+
+
+def test_every_file_write_goes_through_io():
+    """Outside monai_unc/io/ nothing writes, moves or copies a file itself: files are written under a temporary
+    name and renamed (monai_unc.io), so an interrupted run never leaves a half-written output."""
+    bad = _new(_write_violations())
+    assert not bad, (
+        "file writes outside monai_unc.io (use atomic_path / atomic_write_* / write_csv / save_* of monai_unc.io, "
+        "or add a commented WRITE_ALLOWED entry where a third-party API forces it):\n" + "\n".join(bad)
+    )
+    used = {(key[1], key[2]) for key, _ in _write_violations_unfiltered()}
+    stale = sorted(set(WRITE_ALLOWED) - used)
+    assert not stale, f"WRITE_ALLOWED entries without such a write: {stale}"

@@ -136,7 +136,8 @@ def assert_same_evaluation(dist_dir: Path, single_dir: Path) -> None:
             except ValueError:
                 assert rd[k] == rs[k], (rd["case"], k)
                 continue
-            assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12), (rd["case"], k, a, b)
+            assert (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12), (
+                rd["case"], k, a, b)
     sd = json.loads((dist_dir / "summary.json").read_text())
     ss = json.loads((single_dir / "summary.json").read_text())
     _assert_same_value(sd, ss, "summary")

@@ -329,6 +329,9 @@ def test_case_scores_handler_degenerate_and_missing():
         ev.run()
     with pytest.raises(ValueError, match="at least one"):
         CaseScoresHandler([])
+    for keys, group in ((["a", "a"], "shift"), (["shift"], "shift"), (["case"], "shift"), (["a"], "case")):
+        with pytest.raises(ValueError, match="score_keys and group_key must be distinct"):
+            CaseScoresHandler(keys, group_key=group)
 
 
 # ---------------------------------------------------------------------------------------------- distributed

@@ -21,8 +21,6 @@ a user's data never overwrites it; a folder they wrote before is left as is unle
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 from collections.abc import Sequence
@@ -33,7 +31,7 @@ import nibabel as nib
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
-from ..io import atomic_write, atomic_write_text, save_nifti
+from ..io import atomic_write_text, save_nifti, save_nifti_image, write_csv
 from ..measures import entropy
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
 from .perturb import MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort
@@ -77,13 +75,12 @@ def _save(arr: np.ndarray, affine: np.ndarray, path: Path) -> None:
     img = nib.Nifti1Image(arr, affine)
     img.set_qform(affine, code=1)
     img.set_sform(affine, code=1)
-    atomic_write(path, lambda tmp: nib.save(img, str(tmp)))
+    save_nifti_image(img, path)
 
 
 def _save_plain(arr: np.ndarray, affine: np.ndarray, path: Path) -> None:
     """``nib.save`` of ``Nifti1Image(arr, affine)`` (header as nibabel sets it) through a temporary name."""
-    img = nib.Nifti1Image(arr, affine)
-    atomic_write(path, lambda tmp: nib.save(img, str(tmp)))
+    save_nifti_image(nib.Nifti1Image(arr, affine), path)
 
 
 def _write_manifest(folder: Path, content: dict[str, Any]) -> Path:
@@ -273,11 +270,8 @@ def make_demo_cohort(
                 continue
             save_nifti(fixed_perturbation(image, kind, value, rng), affine, images / f"{cid}.nii.gz")
             save_nifti(label, affine, labels / f"{cid}.nii.gz")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["case", "shift", "perturbation", "parameter"])
-    w.writerows(shifts)
-    atomic_write_text(shifts_csv, buf.getvalue())
+    columns = ["case", "shift", "perturbation", "parameter"]
+    write_csv(shifts_csv, [dict(zip(columns, row)) for row in shifts], columns)
     return {"images": images, "labels": labels, "shifts": shifts_csv}
 
 
@@ -323,11 +317,7 @@ def write_toy_cohort(
             _save_plain(probs.argmax(0).astype(np.int16), affine, out / f"{cid}_seg.nii.gz")
             pe = entropy(probs[None])[0, 0].astype(np.float32)
             _save_plain(pe, affine, out / f"{cid}_predictive_entropy.nii.gz")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["case", "shift"])
-    w.writerows(rows)
-    atomic_write_text(folder / "shifts.csv", buf.getvalue())
+    write_csv(folder / "shifts.csv", [{"case": cid, "shift": shift} for cid, shift in rows], ["case", "shift"])
     out_paths = {k: d for k, d in dirs.items() if k != "predictions" or predictions}
     out_paths["shifts"] = folder / "shifts.csv"
     return out_paths

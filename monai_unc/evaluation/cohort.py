@@ -6,8 +6,6 @@ calibration, failure detection, referral, triage, OoD, risk control) and the eva
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
@@ -19,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import CaseFiles, atomic_save_npz, atomic_write_text, json_safe
+from ..io import CaseFiles, atomic_save_npz, atomic_write_text, json_safe, write_csv
 from ..io.files import json_default
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
 from ..metrics.casewise import failure_detection, ood_auroc
@@ -413,27 +411,10 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
     return out
 
 
-def _csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    columns: list[str] = []
-    for r in rows:
-        columns += [k for k in r if k not in columns]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: _fmt_cell(r.get(k)) for k in columns})
-    return buf.getvalue()
-
-
-def _fmt_cell(v: Any) -> Any:
-    if isinstance(v, float):
-        return "" if not math.isfinite(v) else repr(v)
-    return "" if v is None else v
-
-
 def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str | os.PathLike,
                      config: EvaluationConfig | None = None) -> dict[str, Path]:
-    """Write ``metrics.csv``, ``summary.json`` and the state folder (for ``monai-unc report``) atomically."""
+    """Write ``metrics.csv`` (cells as :func:`monai_unc.io.write_csv` writes them: NaN ``nan``, floats at full
+    precision), ``summary.json`` and the state folder (for ``monai-unc report``) atomically."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state.save(output / STATE_DIR)
@@ -441,7 +422,7 @@ def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str
     if config is not None:
         doc["config"] = config.to_json()
     paths = {
-        "metrics": atomic_write_text(output / "metrics.csv", _csv_text(state.sorted_rows())),
+        "metrics": write_csv(output / "metrics.csv", state.sorted_rows()),
         "summary": atomic_write_text(output / "summary.json", json.dumps(json_safe(doc), indent=2) + "\n"),
         "state": output / STATE_DIR,
     }

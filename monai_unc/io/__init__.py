@@ -1,5 +1,5 @@
-"""Files in and out: finding, matching and loading the cases of a cohort (:mod:`.cases`) and writing every output
-atomically (:mod:`.files`)."""
+"""Files in and out: finding, matching and loading the cases of a cohort (:mod:`.cases`), writing every output
+atomically (:mod:`.files`) and the one CSV format of every table (:mod:`.tables`)."""
 
 from ..keys import MEASURES
 from .cases import (
@@ -25,8 +25,10 @@ from .cases import (
     split_extension,
 )
 from .files import (
+    atomic_copy,
     atomic_path,
     atomic_save_npz,
+    atomic_savefig,
     atomic_torch_save,
     atomic_write,
     atomic_write_bytes,
@@ -40,9 +42,11 @@ from .files import (
     partial_path,
     read_json_or_none,
     save_nifti,
+    save_nifti_image,
     save_probabilities,
     save_region_maps,
 )
+from .tables import CSV_NAN, format_cell, parse_float, read_csv, table_columns, write_csv
 
 __all__ = [
     "VOLUME_EXTENSIONS",
@@ -70,6 +74,7 @@ __all__ = [
     "save_region_maps",
     "read_json_or_none",
     "save_nifti",
+    "save_nifti_image",
     "check_output_folder",
     "check_output_file",
     "check_writable_folder",
@@ -82,5 +87,13 @@ __all__ = [
     "atomic_write_json",
     "atomic_save_npz",
     "atomic_torch_save",
+    "atomic_savefig",
+    "atomic_copy",
     "json_safe",
+    "CSV_NAN",
+    "format_cell",
+    "table_columns",
+    "write_csv",
+    "read_csv",
+    "parse_float",
 ]

@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,10 @@ __all__ = [
     "atomic_write_json",
     "atomic_save_npz",
     "atomic_torch_save",
+    "atomic_savefig",
+    "atomic_copy",
     "save_nifti",
+    "save_nifti_image",
     "save_probabilities",
     "save_region_maps",
     "read_json_or_none",
@@ -125,6 +129,84 @@ def atomic_save_npz(path: str | os.PathLike, arrays: Mapping[str, Any], compress
 def atomic_torch_save(path: str | os.PathLike, obj: Any) -> Path:
     """``torch.save`` through a temporary file and a rename."""
     return atomic_write(path, lambda tmp: torch.save(obj, tmp))
+
+
+def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
+    """``fig.savefig`` of a Matplotlib figure through a temporary file and a rename.
+
+    The temporary name keeps the file's extension last (``.<stem>.partial.png``), so Matplotlib picks the format
+    from it as it would from ``path``.
+
+    Args:
+        fig: a :class:`matplotlib.figure.Figure` (anything with a ``savefig(fname, **kwargs)`` method).
+        path: the image file; its extension (``.png``, ``.pdf``, ``.svg``, ...) selects the format unless
+            ``format=`` is given.
+        kwargs: passed to ``fig.savefig`` (``dpi``, ``bbox_inches``, ...).
+
+    Returns:
+        ``path``.
+
+    Example:
+        >>> atomic_savefig(fig, out / "reliability.png", dpi=120)  # doctest: +SKIP
+    """
+    path = Path(path)
+    with atomic_path(path, path.suffix or None) as tmp:
+        fig.savefig(tmp, **kwargs)
+    return path
+
+
+def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Copy the file ``src`` to ``dst`` (contents and metadata, :func:`shutil.copy2`) through a temporary file
+    and a rename, so ``dst`` is never a partial copy.
+
+    Args:
+        src: the file to copy.
+        dst: the copy (a file path, not a folder).
+
+    Returns:
+        ``dst``.
+
+    Raises:
+        ValueError: ``src`` is not a file, or ``dst`` is ``src`` or an existing folder.
+
+    Example:
+        >>> atomic_copy(model / "plans.json", calibrated / "plans.json")  # doctest: +SKIP
+    """
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise ValueError(f"src must be a file, got {src}")
+    if dst.is_dir():
+        raise ValueError(f"dst must be a file path, got the folder {dst}")
+    if _same_file(dst, src):
+        raise ValueError(f"dst {dst} is the source file {src}")
+    return atomic_write(dst, lambda tmp: shutil.copy2(src, tmp))
+
+
+def save_nifti_image(image: nib.Nifti1Image, path: str | os.PathLike) -> Path:
+    """Write a nibabel image as it is (data type, affine and header kept) through a temporary file and a rename.
+
+    :func:`save_nifti` builds the image from an array and an affine with the package's data types; this writes an
+    image built elsewhere (e.g. with a header copied from a reference image).
+
+    Args:
+        image: the image (a ``nibabel`` NIfTI-1 or NIfTI-2 image).
+        path: the file, ending in ``.nii`` or ``.nii.gz``.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: ``path`` does not end in ``.nii`` or ``.nii.gz``.
+        TypeError: ``image`` is not a nibabel image.
+
+    Example:
+        >>> save_nifti_image(nib.Nifti1Image(label.astype(np.uint8), affine), out / "label.nii.gz")  # doctest: +SKIP
+    """
+    if not isinstance(image, nib.spatialimages.SpatialImage):
+        raise TypeError(f"image must be a nibabel image, got {type(image).__name__}")
+    path = Path(path)
+    _check_nifti_name(path)
+    return atomic_write(path, lambda tmp: nib.save(image, str(tmp)))
 
 
 def _check_nifti_name(path: Path) -> None:

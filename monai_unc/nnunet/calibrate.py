@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
 from torch import nn
 
-from monai_unc.io import atomic_torch_save, atomic_write_json
+from monai_unc.io import atomic_copy, atomic_torch_save, atomic_write_json
 from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
 from monai_unc.nnunet.export import region_definitions
@@ -101,7 +100,7 @@ def calibrate_model_folder(
     dst.mkdir(parents=True, exist_ok=True)
     for name in ("plans.json", "dataset.json", "dataset_fingerprint.json"):
         if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
+            atomic_copy(src / name, dst / name)
     report: dict[str, dict] = {}
     for fold in use_folds:
         fold_key = "all" if fold == "all" else int(fold)

@@ -31,6 +31,7 @@ from typing import Any
 from torch import nn
 
 from monai_unc.inferers.dropout import add_dropout
+from monai_unc.io import atomic_write_text
 
 __all__ = [
     "DEFAULT_TRAINING_DROPOUT",
@@ -167,10 +168,7 @@ def write_dropout_plans(
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
     plans = dropout_plans(json.loads(src.read_text()), p=p, plans_name=target_plans, configurations=configurations)
-    tmp = dst.with_name(f".{dst.name}.partial")
-    tmp.write_text(json.dumps(plans, indent=4))
-    os.replace(tmp, dst)
-    return dst
+    return atomic_write_text(dst, json.dumps(plans, indent=4))
 
 
 def _dataset_name(base: Path, dataset: str | int, convert: Callable) -> str:

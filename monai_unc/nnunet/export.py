@@ -24,8 +24,6 @@ top-level modules.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import tempfile
@@ -46,7 +44,7 @@ from nnunetv2.utilities.label_handling.label_handling import LabelManager
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
 from monai_unc.inferers.sampling import window_disagreement_from_stitched
-from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, atomic_write_text
+from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, save_nifti_image, write_csv
 from monai_unc.keys import DEFAULT_MEASURES, MEASURES, MIMeaning, UncertaintyKeys
 from monai_unc.scores import PATCH_SIZE
 from monai_unc.scores import case_scores as map_case_scores
@@ -359,8 +357,7 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
         img4 = nib.Nifti1Image(np.stack(volumes, axis=-1), ref.affine, header)
         img4.header.set_sform(ref.header.get_sform(), int(ref.header["sform_code"]))
         img4.header.set_qform(ref.header.get_qform(), int(ref.header["qform_code"]))
-        with atomic_path(out, ending) as tmp:
-            nib.save(img4, str(tmp))
+        save_nifti_image(img4, out)
     return [out]
 
 
@@ -507,7 +504,8 @@ def case_exported(
 
 def write_scores_table(output_folder: str | os.PathLike) -> Path | None:
     """Collect ``uncertainty/*.json`` of a folder into ``uncertainty_scores.csv`` (one row per case; columns
-    ``case, num_samples, foreground_voxels, <measure>_<score>``)."""
+    ``case, num_samples, foreground_voxels, <measure>_<score>``), written by :func:`monai_unc.io.write_csv` as
+    ``metrics.csv`` is: an undefined score is ``nan``, the others at full precision."""
     folder = Path(output_folder)
     records = []
     for f in sorted((folder / UNCERTAINTY_FOLDER).glob("*.json")):
@@ -519,14 +517,12 @@ def write_scores_table(output_folder: str | os.PathLike) -> Path | None:
     measures = list(records[0]["scores"])
     stats = list(next(iter(records[0]["scores"].values())))
     header = ["case", "num_samples", "foreground_voxels"] + [f"{m}_{s}" for m in measures for s in stats]
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
+    rows = []
     for r in records:
-        row = [r["case"], r["num_samples"], r["foreground_voxels"]]
+        row = {"case": r["case"], "num_samples": r["num_samples"], "foreground_voxels": r["foreground_voxels"]}
         for m in measures:
             for s in stats:
-                v = r["scores"].get(m, {}).get(s)
-                row.append("nan" if v is None else repr(float(v)))
-        writer.writerow(row)
-    return atomic_write_text(folder / SCORES_CSV, buf.getvalue())
+                v = r["scores"].get(m, {}).get(s)  # null in the strict-JSON record: an undefined score (NaN)
+                row[f"{m}_{s}"] = float("nan") if v is None else float(v)
+        rows.append(row)
+    return write_csv(folder / SCORES_CSV, rows, header)

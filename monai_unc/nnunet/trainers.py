@@ -43,6 +43,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 
 from monai_unc.data.synthetic import make_toy_dataset
+from monai_unc.io import atomic_write_text, save_nifti_image
 from monai_unc.networks.losses import SSNLoss
 from monai_unc.networks.ssn import SSNHead, find_ssn_heads
 from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, dropout_arch_kwargs
@@ -293,14 +294,14 @@ def write_toy_dataset(
             label[..., :empty_slices] = 0
         ident = f"toy_{i:03d}"
         images = "imagesTr" if i < num_training else "imagesTs"
-        nib.save(nib.Nifti1Image(image.astype(np.float32), affine), str(folder / images / f"{ident}_0000.nii.gz"))
+        save_nifti_image(nib.Nifti1Image(image.astype(np.float32), affine), folder / images / f"{ident}_0000.nii.gz")
         if i < num_training:
-            nib.save(nib.Nifti1Image(label, affine), str(folder / "labelsTr" / f"{ident}.nii.gz"))
+            save_nifti_image(nib.Nifti1Image(label, affine), folder / "labelsTr" / f"{ident}.nii.gz")
     meta = {
         "channel_names": {"0": "MRI"},
         "labels": {"background": 0, "outer": 1, "core": 2},
         "numTraining": int(num_training),
         "file_ending": ".nii.gz",
     }
-    (folder / "dataset.json").write_text(json.dumps(meta, indent=2))
+    atomic_write_text(folder / "dataset.json", json.dumps(meta, indent=2))
     return folder

@@ -27,7 +27,6 @@ so the numbers in the report are always those of the metric functions.
 from __future__ import annotations
 
 import base64
-import csv
 import datetime as _dt
 import html
 import os
@@ -49,7 +48,7 @@ from ..evaluation import (
     load_evaluation,
     summarize,
 )
-from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case
+from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
 from ..regions import label_to_regions
 from .plots import (
     plot_case_overlay,
@@ -519,6 +518,6 @@ def _slug(name: str) -> str:
 
 
 def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:
-    """Rows of a ``metrics.csv`` (strings), for tools that post-process the evaluation."""
-    with Path(path).open(newline="") as f:
-        return list(csv.DictReader(f))
+    """Rows of a ``metrics.csv`` (strings), for tools that post-process the evaluation: :func:`monai_unc.io.read_csv`
+    (:func:`monai_unc.io.parse_float` reads a numeric cell, ``nan`` and empty cells as NaN)."""
+    return read_csv(path)

@@ -16,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .._utils import ArrayLike, to_tensor
+from ..io import atomic_savefig
 from ..metrics.calibration import (
     DEFAULT_FINE_BINS,
     ConfidenceHistogram,
@@ -158,5 +159,5 @@ def plot_reliability_diagram(
     else:
         ax_rel.set_xlabel(xlabel)
     if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        atomic_savefig(fig, path, dpi=120, bbox_inches="tight")
     return fig

@@ -20,7 +20,6 @@ reuses finished cases.
 
 from __future__ import annotations
 
-import csv
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ import torch
 from ..data import TISSUE_CLASSES
 from ..data.cohorts import DEMO_SHIFTS, make_demo_cohort
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
-from ..io import atomic_write_json, list_image_cases
+from ..io import atomic_write_json, list_image_cases, parse_float, read_csv
 from ..keys import DEFAULT_MEASURES
 from ..report.html import build_report
 from ..report.triage import link_page
@@ -107,14 +106,15 @@ def run_demo(
 
 
 def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float) -> None:
-    rows = {r["case"]: r for r in csv.DictReader(metrics_csv.open())}
+    rows = {r["case"]: r for r in read_csv(metrics_csv)}
     col = summary["score"]["column"]
     referred = set(summary["triage"]["referred"])
     print("MNI152 tissue example: held-out right hemisphere + shifted copies (network trained on the left only)")
     print(f"{'rank':>4}  {'case':<16} {'shift':<11} {'Dice':>6}  {col:>27}  decision")
     for i, cid in enumerate(summary["triage"]["order"], 1):
         r = rows[cid]
-        print(f"{i:>4}  {cid:<16} {r.get('shift', ''):<11} {float(r['dice']):>6.3f}  {float(r[col]):>27.4f}  "
+        dice, score = parse_float(r["dice"]), parse_float(r[col])
+        print(f"{i:>4}  {cid:<16} {r.get('shift', ''):<11} {dice:>6.3f}  {score:>27.4f}  "
               f"{'review' if cid in referred else 'accept'}")
     t, cal = summary["triage"], summary.get("calibration", {})
     print(f"budget {t['budget']:.0%}: {t['n_referred']} case(s) to review; mean Dice of retained cases "

@@ -186,7 +186,7 @@ def test_per_region_metrics_equal_brute_force(cohort, evaluated):
                 fg.append(pe[r][m].mean())
                 assert float(row[f"predictive_entropy_fg_mean_{name}"]) == pytest.approx(fg[-1], rel=1e-6)
             else:
-                assert row[f"predictive_entropy_fg_mean_{name}"] == ""  # NaN: undefined for an empty prediction
+                assert row[f"predictive_entropy_fg_mean_{name}"] == "nan"  # NaN: undefined for an empty prediction
             res = qu_brats(np.clip(pe[r] / log2 * 100, 0, 100), m, t, brain_mask=brain)
             qb.append(res.score)
             assert float(row[f"qu_brats_score_{name}"]) == pytest.approx(res.score, abs=1e-9)

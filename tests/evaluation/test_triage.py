@@ -450,7 +450,7 @@ def test_certify_on_A_triage_B_then_check_with_B_labels(cohorts, tmp_path):
         SCORE, 0.4, 0.2, "sgr", "dice < 0.8")
     assert rule.n_calibration == 30 and rule.bound == rc["bound"] and rule.coverage == rc["calibration"]["coverage"]
     rows_a = _read_csv(cohorts["eval"] / "metrics.csv")
-    defined = sorted(float(r[SCORE]) for r in rows_a if r[SCORE] != "")
+    defined = sorted(float(r[SCORE]) for r in rows_a if r[SCORE] != "nan")
     assert rule.calibration_scores == tuple(defined) and rule.n_undefined == 30 - len(defined)
     assert rule.score_range == (defined[0], defined[-1])
     assert rule.fingerprint == prediction_fingerprint(a["predictions"])

@@ -1,0 +1,183 @@
+"""Tables: the one CSV writer of the package (``metrics.csv``, ``uncertainty_scores.csv``, ``case_scores.csv``,
+``shifts.csv``, ...) and its reader.
+
+Every table has the same cell format (:func:`format_cell`), so that a column such as ``<measure>_<score>`` reads
+the same in every file that has it:
+
+=====================================  ==========================================================================
+value                                  cell
+=====================================  ==========================================================================
+``None``                               empty (a value that does not exist, e.g. no shift label)
+float (Python or NumPy)                ``repr(float(v))``: the shortest text that reads back as the same float64
+                                       (``0.1``, ``0.30000001192092896`` for ``float32(0.3)``, ``1e-05``)
+NaN, +inf, -inf                        ``nan``, ``inf``, ``-inf`` (``repr`` of the float)
+bool (Python or NumPy)                 ``True`` / ``False``
+int (Python or NumPy)                  the integer (``42``)
+str, path                              the text (quoted by the ``csv`` module where needed)
+=====================================  ==========================================================================
+
+``float(cell)``, :func:`numpy.genfromtxt` and ``pandas.read_csv`` read ``nan`` / ``inf`` / ``-inf`` back as
+NaN / infinity, and an empty cell as a missing value (NaN in a float column). Files are UTF-8 with ``\\n`` line
+ends, written under a temporary name and renamed (:func:`~monai_unc.io.files.atomic_path`).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .files import atomic_path
+
+__all__ = ["CSV_NAN", "format_cell", "table_columns", "write_csv", "read_csv", "parse_float"]
+
+#: how a NaN cell is written (``repr(float("nan"))``)
+CSV_NAN = "nan"
+
+
+def format_cell(value: Any) -> str:
+    """The text of one table cell (the rule in the module docstring).
+
+    Args:
+        value: ``None``, a bool, int or float (Python or NumPy scalar), a string or a path.
+
+    Returns:
+        ``""`` for ``None``; ``"True"`` / ``"False"`` for a bool; the integer for an int; ``repr(float(value))``
+        for a float (round-trip exact; NaN ``"nan"``, infinities ``"inf"`` / ``"-inf"``); the text of a string or
+        path.
+
+    Raises:
+        TypeError: ``value`` is of another type (a list, an array, ...): a table cell holds one value.
+
+    Example:
+        >>> [format_cell(v) for v in (None, True, 3, 0.1, float("nan"), float("-inf"), "a,b")]
+        ['', 'True', '3', '0.1', 'nan', '-inf', 'a,b']
+    """
+    if value is None:
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "True" if value else "False"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    if isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"value must be None, a bool, int, float, str or path for a table cell, got {type(value).__name__}")
+
+
+def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The union of the rows' keys in first-seen order (the columns :func:`write_csv` writes by default).
+
+    Args:
+        rows: the table's rows, one mapping per row.
+
+    Returns:
+        The column names.
+
+    Example:
+        >>> table_columns([{"case": "a", "dice": 0.9}, {"case": "b", "shift": "noise", "dice": 0.5}])
+        ['case', 'dice', 'shift']
+    """
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    return list(columns)
+
+
+def write_csv(
+    path: str | os.PathLike, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
+) -> Path:
+    """Write a table as CSV with the package's one cell format, atomically.
+
+    The header is ``columns`` (default: :func:`table_columns` of ``rows``); a row without a column gets an empty
+    cell. Cells follow :func:`format_cell`: NaN is written ``nan``, floats at full precision (``repr``, so
+    ``float(cell)`` gives the same float64 back), ``None`` as an empty cell, ints as ints, bools as
+    ``True`` / ``False``. ``pandas.read_csv``, ``numpy.genfromtxt`` and :func:`read_csv` with :func:`parse_float`
+    read ``nan`` and empty cells back as NaN. The file (UTF-8, ``\\n`` line ends) is written under a temporary
+    name and renamed: an error mid-write (e.g. a cell of another type) leaves no file and keeps an older one.
+
+    Args:
+        path: the CSV file.
+        rows: one mapping ``{column: value}`` per row.
+        columns: the columns in order; every key of every row must be one of them.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: a row has a key that is not in ``columns``, or ``columns`` names a column twice.
+        TypeError: a row is not a mapping, or a cell is not of a type :func:`format_cell` writes.
+
+    Example:
+        >>> write_csv(out / "scores.csv", [{"case": "a", "score": float("nan"), "n": 3}])  # doctest: +SKIP
+        >>> (out / "scores.csv").read_text()  # doctest: +SKIP
+        'case,score,n\\na,nan,3\\n'
+    """
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"rows[{i}] must be a mapping {{column: value}}, got {type(row).__name__}")
+    header = table_columns(rows) if columns is None else [str(c) for c in columns]
+    if len(set(header)) != len(header):
+        raise ValueError(f"columns must be unique, got {header}")
+    known = set(header)
+    for i, row in enumerate(rows):
+        extra = [k for k in row if k not in known]
+        if extra:
+            raise ValueError(f"rows[{i}] has keys {extra} that are not in columns {header}")
+    path = Path(path)
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        if header:  # no columns: an empty file
+            writer.writerow(header)
+        for row in rows:
+            writer.writerow([format_cell(row.get(c)) for c in header])
+    return path
+
+
+def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
+    """The rows of a CSV file (e.g. one written by :func:`write_csv`) as ``{column: cell text}``.
+
+    Args:
+        path: the CSV file (UTF-8).
+
+    Returns:
+        One dict per row, the cells as written (strings; :func:`parse_float` turns a numeric cell into a float).
+
+    Example:
+        >>> rows = read_csv(evaluation / "metrics.csv")  # doctest: +SKIP
+        >>> dice = [parse_float(r["dice"]) for r in rows]  # doctest: +SKIP
+    """
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def parse_float(cell: str | None) -> float:
+    """A numeric cell of a table as a float: an empty cell (or ``None``, a missing column) is NaN, ``nan`` /
+    ``inf`` / ``-inf`` are NaN and infinities, anything else goes through ``float``.
+
+    Args:
+        cell: the cell text.
+
+    Returns:
+        The float.
+
+    Raises:
+        ValueError: the cell is not a number.
+
+    Example:
+        >>> [parse_float(c) for c in ("0.5", "", "nan", "-inf")]
+        [0.5, nan, nan, -inf]
+    """
+    if cell is None or not cell.strip():
+        return float("nan")
+    try:
+        return float(cell)
+    except ValueError:
+        raise ValueError(f"cell must be a number, nan, inf or empty, got {cell!r}") from None

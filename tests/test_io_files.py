@@ -1,0 +1,69 @@
+"""The atomic writers of :mod:`monai_unc.io.files` that adapters use instead of writing files themselves: figures,
+file copies and nibabel images."""
+
+from __future__ import annotations
+
+import os
+
+import nibabel as nib
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from monai_unc.io import atomic_copy, atomic_savefig, save_nifti_image
+
+
+def _figure() -> Figure:
+    fig = Figure(figsize=(2, 2))
+    fig.add_subplot().plot([0, 1], [1, 0])
+    return fig
+
+
+@pytest.mark.parametrize("ext, magic", [(".png", b"\x89PNG"), (".pdf", b"%PDF"), (".svg", b"<?xml")])
+def test_atomic_savefig_keeps_the_format_of_the_extension(tmp_path, ext, magic):
+    path = atomic_savefig(_figure(), tmp_path / "fig" / f"reliability{ext}", dpi=50)
+    assert path == tmp_path / "fig" / f"reliability{ext}" and path.read_bytes().startswith(magic)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_atomic_savefig_leaves_nothing_on_an_error(tmp_path):
+    class Broken:
+        def savefig(self, fname, **kwargs):
+            with open(fname, "wb") as f:
+                f.write(b"\x89PNG half")
+            raise RuntimeError("renderer failed")
+
+    with pytest.raises(RuntimeError, match="renderer failed"):
+        atomic_savefig(Broken(), tmp_path / "f.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_copy(tmp_path):
+    src = tmp_path / "plans.json"
+    src.write_bytes(b'{"a": 1}')
+    os.utime(src, (1_000_000_000, 1_000_000_000))
+    dst = atomic_copy(src, tmp_path / "out" / "plans.json")
+    assert dst.read_bytes() == b'{"a": 1}' and dst.stat().st_mtime == 1_000_000_000  # copy2: metadata too
+    assert sorted(p.name for p in dst.parent.iterdir()) == ["plans.json"]
+    with pytest.raises(ValueError, match="src must be a file"):
+        atomic_copy(tmp_path / "missing.json", tmp_path / "x.json")
+    with pytest.raises(ValueError, match="dst must be a file path"):
+        atomic_copy(src, tmp_path / "out")
+    with pytest.raises(ValueError, match="is the source file"):
+        atomic_copy(src, src)
+
+
+def test_save_nifti_image_keeps_dtype_and_header(tmp_path):
+    affine = np.diag([1.5, 1.0, 2.0, 1.0])
+    img = nib.Nifti1Image(np.arange(24, dtype=np.uint8).reshape(2, 3, 4), affine)
+    img.set_qform(affine, code=1)
+    path = save_nifti_image(img, tmp_path / "a" / "label.nii.gz")
+    back = nib.load(str(path))
+    assert back.get_data_dtype() == np.uint8 and int(back.header["qform_code"]) == 1
+    np.testing.assert_array_equal(np.asarray(back.dataobj), np.arange(24).reshape(2, 3, 4))
+    np.testing.assert_allclose(back.affine, affine)
+    assert [p.name for p in path.parent.iterdir()] == ["label.nii.gz"]
+    with pytest.raises(ValueError, match=r"\.nii or \.nii\.gz"):
+        save_nifti_image(img, tmp_path / "label.npz")
+    with pytest.raises(TypeError, match="image must be a nibabel image"):
+        save_nifti_image(np.zeros((2, 2, 2)), tmp_path / "x.nii.gz")
