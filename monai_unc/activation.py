@@ -147,6 +147,7 @@ class Activation:
     no_voxels = ""
 
     def __repr__(self) -> str:
+        """The class name, e.g. ``Categorical()``."""
         return f"{type(self).__name__}()"
 
     # -- probabilities and tasks ----------------------------------------------------------------------------------
@@ -270,8 +271,9 @@ class Activation:
         raise NotImplementedError
 
     def batch_target(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The target of a batch of logits in the layout :meth:`task_voxels` reads; ``ValueError`` for a shape
-        that does not fit.
+        """The target of a batch of logits in the layout :meth:`task_voxels` reads.
+
+        ``ValueError`` naming ``target`` for a shape that does not fit the logits.
 
         Args:
             z: logits ``(B, C, *spatial)``.

@@ -102,8 +102,10 @@ def _check_same_length(logits: Any, target: Any) -> None:
 def _paired_batches(
     logits: Callable[[], Iterable[Any]], target: Callable[[], Iterable[Any]]
 ) -> Iterator[tuple[Any, Any]]:
-    """Pairs of one logits batch and its target batch; ``ValueError`` when one side has more batches or there
-    is none."""
+    """Pairs of one logits batch and its target batch.
+
+    ``ValueError`` when one side has more batches or there is none.
+    """
     n_batches = 0
     z_iter, y_iter = iter(logits()), iter(target())
     while True:
@@ -199,6 +201,20 @@ class TemperatureScaler(nn.Module):
             ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
             region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
         converged: whether the step tolerance was reached before ``max_steps``.
+
+    Example:
+        >>> import torch
+        >>> torch.manual_seed(0) and None
+        >>> target = torch.randint(0, 3, (2, 8, 8))
+        >>> logits = 4.0 * torch.nn.functional.one_hot(target, 3).permute(0, 3, 1, 2).float()
+        >>> logits = logits + 2.0 * torch.randn(2, 3, 8, 8)  # over-confident and sometimes wrong
+        >>> scaler = TemperatureScaler(max_steps=200).fit(logits, target)
+        >>> scaler.fitted, scaler.temperature.shape
+        (True, torch.Size([1]))
+        >>> bool(scaler.temperature > 1)  # the network is over-confident: its logits are divided by t > 1
+        True
+        >>> scaler.transform(logits).shape
+        torch.Size([2, 3, 8, 8])
     """
 
     def __init__(
@@ -218,6 +234,7 @@ class TemperatureScaler(nn.Module):
         min_temperature: float = 1e-2,
         activation: str = "softmax",
     ) -> None:
+        """Check the options (``ValueError`` naming the argument); arguments in the class docstring."""
         super().__init__()
         get_activation(activation)  # ValueError naming activation
         if mode not in _MODES:
@@ -263,6 +280,7 @@ class TemperatureScaler(nn.Module):
         self._task_loss = torch.zeros(0, dtype=torch.float64)  # per-task losses of the last pass
 
     def __setattr__(self, name: str, value: Any) -> None:
+        """Set an attribute; assigning :attr:`temperature` marks the scaler as fitted."""
         super().__setattr__(name, value)
         if name == "temperature" and "_has_temperature" in self.__dict__:
             self.__dict__["_has_temperature"] = True
@@ -279,7 +297,11 @@ class TemperatureScaler(nn.Module):
 
     @property
     def fitted(self) -> bool:
-        """Whether the temperature was fitted, loaded or assigned (not just the starting value)."""
+        """Whether the temperature was fitted, loaded or assigned (not just the starting value).
+
+        Returns:
+            True after :meth:`fit`, ``load_state_dict`` or assigning :attr:`temperature`.
+        """
         return self._has_temperature
 
     def _require_temperature(self, what: str) -> None:
@@ -302,8 +324,23 @@ class TemperatureScaler(nn.Module):
     def transform(self, logits: ArrayLike) -> ArrayLike:
         """``logits / t`` (broadcast along the class dim 1 for a vector ``t``); numpy in, numpy out.
 
-        Raises ``RuntimeError`` before :meth:`fit`, ``ValueError`` naming ``logits`` for NaN / infinite values, an
-        empty array or fewer than 2 dimensions, ``TypeError`` for a non-floating dtype.
+        Args:
+            logits: ``(B, C, *spatial)`` (or ``(B, C)``) floating-point logits, numpy or torch.
+
+        Returns:
+            The scaled logits, of the shape, type and device of ``logits``.
+
+        Raises:
+            RuntimeError: before :meth:`fit` (no temperature yet).
+            ValueError: naming ``logits`` for NaN / infinite values, an empty array or fewer than 2 dimensions.
+            TypeError: for a non-floating dtype.
+
+        Example:
+            >>> import torch
+            >>> scaler = TemperatureScaler()
+            >>> scaler.temperature = torch.tensor([2.0], dtype=torch.float64)
+            >>> scaler.transform(torch.tensor([[4.0, -2.0]])).tolist()
+            [[2.0, -1.0]]
         """
         self._require_temperature("transform")
         z = to_tensor(logits, "logits")
@@ -320,14 +357,25 @@ class TemperatureScaler(nn.Module):
         return like_input(z / t, logits)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        """:meth:`transform` as a module call.
+
+        Args:
+            logits: ``(B, C, *spatial)`` logits.
+
+        Returns:
+            ``logits / t``, same shape.
+        """
         return self.transform(logits)  # type: ignore[return-value]
 
     # -- fitting --------------------------------------------------------------------------------------------------
     def _chunks(
         self, logits: Callable[[], Iterable[Any]], target: Callable[[], Iterable[Any]], first: bool
     ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-        """``(task, logits, target)`` of at most ``chunk_size`` voxels each: the logits ``(C, n)`` of the class
-        task or ``(n,)`` of one region, the target ``(n,)`` (:meth:`~monai_unc.activation.Activation.task_voxels`)."""
+        """``(task, logits, target)`` of at most ``chunk_size`` voxels each.
+
+        The logits are ``(C, n)`` for the class task or ``(n,)`` for one region, the target ``(n,)``
+        (:meth:`~monai_unc.activation.Activation.task_voxels`).
+        """
         act = self._act
         for z_in, y_in in _paired_batches(logits, target):
             z = _logits_batch(z_in, f"(B, {'R' if act.multilabel else 'C'}, *spatial)")
@@ -416,7 +464,22 @@ class TemperatureScaler(nn.Module):
 
     @deprecated_arg_names({"labels": "target"})
     def loss_and_grad(self, logits: Batches, target: Batches) -> tuple[float, torch.Tensor]:
-        """The loss at the current temperature and its gradient (one streamed pass); arguments as in :meth:`fit`."""
+        """The loss at the current temperature and its gradient (one streamed pass).
+
+        Args:
+            logits: as in :meth:`fit`.
+            target: as in :meth:`fit`.
+
+        Returns:
+            ``(loss, grad)``: the loss (a float) and its float64 gradient w.r.t. :attr:`temperature` (its shape).
+
+        Example:
+            >>> import torch
+            >>> scaler = TemperatureScaler(init_temperature=1.0)
+            >>> loss, grad = scaler.loss_and_grad(torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 4, dtype=torch.long))
+            >>> round(loss, 6), grad.tolist()  # log 2; t does not change logits that are all 0
+            (0.693147, [0.0])
+        """
         _check_same_length(logits, target)
         loss, grad, _ = self._pass(
             self.temperature.detach().cpu(), _reiterable(logits, "logits"), _reiterable(target, "target"), True
@@ -425,13 +488,28 @@ class TemperatureScaler(nn.Module):
 
     @deprecated_arg_names({"labels": "target"})
     def fit(self, logits: Batches, target: Batches) -> TemperatureScaler:
-        """Fit the temperature on logits ``(B, C, *spatial)`` and reference labels ``target`` ``(B, [1,] *spatial)``
-        (``activation="sigmoid"``: region logits ``(B, R, *spatial)`` and binary region masks of the same shape).
+        """Fit the temperature on logits and their reference (Kock et al. protocol, module docstring).
 
         ``logits`` and ``target`` are arrays, re-iterable collections of arrays (lists, DataLoaders) zipped
         batch by batch, or zero-argument callables returning fresh iterables; every step streams them again.
-        Returns ``self``; the result is in :attr:`temperature`, the trajectory in :attr:`history`. The keyword
-        ``labels`` is a deprecated alias of ``target``.
+        The keyword ``labels`` is a deprecated alias of ``target``.
+
+        Args:
+            logits: ``(B, C, *spatial)`` class logits (``activation="sigmoid"``: region logits ``(B, R, *spatial)``).
+            target: reference labels ``(B, [1,] *spatial)`` (``activation="sigmoid"``: binary region masks of the
+                logits' shape).
+
+        Returns:
+            ``self``; the result is in :attr:`temperature`, the trajectory in :attr:`history`.
+
+        Example:
+            >>> import torch
+            >>> torch.manual_seed(0) and None
+            >>> masks = (torch.rand(2, 3, 6, 6) > 0.5).float()  # 3 regions
+            >>> logits = 6.0 * (2 * masks - 1) + 3.0 * torch.randn(2, 3, 6, 6)
+            >>> scaler = TemperatureScaler(mode="vector", activation="sigmoid", max_steps=100).fit(logits, masks)
+            >>> scaler.temperature.shape
+            torch.Size([3])
 
         Raises:
             ValueError: naming the argument for probabilities instead of logits, NaN / infinite logits, empty
@@ -531,8 +609,11 @@ class TemperatureScaler(nn.Module):
 
     @staticmethod
     def _ssn_heads(module: nn.Module) -> list[nn.Module]:
-        """Modules that fold a temperature themselves (Stochastic Segmentation Network heads: a ``fold_temperature``
-        method; duck-typed, as :mod:`monai_unc.networks` sits in the same layer as this module)."""
+        """Modules that fold a temperature themselves.
+
+        These are Stochastic Segmentation Network heads (a ``fold_temperature`` method), duck-typed, as
+        :mod:`monai_unc.networks` sits in the same layer as this module.
+        """
         return [m for m in module.modules() if callable(getattr(m, "fold_temperature", None))]
 
     def fold_into(
@@ -544,6 +625,15 @@ class TemperatureScaler(nn.Module):
     ) -> nn.Module:
         """Divide the weights and bias of the logit layer by ``t`` in place; return that layer.
 
+        A network with an :class:`~monai_unc.networks.SSNHead` (``layer`` None, or the head itself) is folded by the
+        head's ``fold_temperature``: its logits ``N(mu, diag(D) + P P^T)`` become ``N(mu / t, diag(D) / t^2 +
+        (P / t)(P / t)^T)`` (mean and factor convolutions divided by ``t``, log-variance bias shifted by
+        ``-2 log t``). The head's variance floor ``epsilon`` (``D = exp(.) + epsilon``) is not a weight, so the
+        exact fold needs ``epsilon / t^2`` too: without ``rescale_floor`` the fold is refused (``ValueError``: use
+        :class:`TemperatureScaled`, which divides every sample by ``t`` exactly); with it the head's ``epsilon`` is
+        divided by ``t^2`` as well (scalar ``t`` only; the new floor is not in the state dict, see
+        ``SSNHead.fold_temperature``). A convolution inside an SSN head cannot be given as ``layer``.
+
         Args:
             module: the network (or the layer itself).
             layer: the layer producing the logits, as a module or its name in ``module.named_modules()``;
@@ -553,16 +643,19 @@ class TemperatureScaler(nn.Module):
             example_input: if given, the folded network's output on it must equal ``transform`` of the
                 original output (relative tolerance 1e-4); otherwise the layer is restored and ``ValueError``
                 raised.
-            rescale_floor: for a Stochastic Segmentation Network only (below).
+            rescale_floor: for a Stochastic Segmentation Network only (above).
 
-        A network with an :class:`~monai_unc.networks.SSNHead` (``layer`` None, or the head itself) is folded by the
-        head's ``fold_temperature``: its logits ``N(mu, diag(D) + P P^T)`` become ``N(mu / t, diag(D) / t^2 +
-        (P / t)(P / t)^T)`` (mean and factor convolutions divided by ``t``, log-variance bias shifted by
-        ``-2 log t``). The head's variance floor ``epsilon`` (``D = exp(.) + epsilon``) is not a weight, so the
-        exact fold needs ``epsilon / t^2`` too: without ``rescale_floor`` the fold is refused (``ValueError``: use
-        :class:`TemperatureScaled`, which divides every sample by ``t`` exactly); with it the head's ``epsilon`` is
-        divided by ``t^2`` as well (scalar ``t`` only; the new floor is not in the state dict, see
-        ``SSNHead.fold_temperature``). A convolution inside an SSN head cannot be given as ``layer``.
+        Returns:
+            The layer (or SSN head) that was scaled.
+
+        Example:
+            >>> import torch
+            >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.Conv2d(4, 2, 1))
+            >>> scaler = TemperatureScaler()
+            >>> scaler.temperature = torch.tensor([2.0], dtype=torch.float64)
+            >>> x = torch.randn(1, 1, 5, 5)
+            >>> scaler.fold_into(net, example_input=x)  # checks the folded output against transform()
+            Conv2d(4, 2, kernel_size=(1, 1), stride=(1, 1))
         """
         self._require_temperature("fold_into")
         heads = self._ssn_heads(module)
@@ -614,14 +707,36 @@ class TemperatureScaler(nn.Module):
 
 
 class TemperatureScaled(nn.Module):
-    """A network whose logits are divided by a temperature (for networks whose last layer cannot absorb it)."""
+    """A network whose logits are divided by a temperature (for networks whose last layer cannot absorb it).
+
+    Args:
+        network: the network producing logits ``(B, C, *spatial)``.
+        temperature: a scalar or one value per channel ``(C,)``.
+
+    Example:
+        >>> import torch
+        >>> scaled = TemperatureScaled(torch.nn.Identity(), torch.tensor([1.0, 4.0]))
+        >>> scaled(torch.tensor([[2.0, 2.0]])).tolist()
+        [[2.0, 0.5]]
+    """
 
     def __init__(self, network: nn.Module, temperature: torch.Tensor) -> None:
+        """Wrap ``network``; arguments in the class docstring."""
         super().__init__()
         self.network = network
         self.register_buffer("temperature", torch.as_tensor(temperature, dtype=torch.float32).reshape(-1))
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The network's logits divided by the temperature.
+
+        Args:
+            x: the network's input.
+            *args: further positional arguments of the network.
+            **kwargs: keyword arguments of the network.
+
+        Returns:
+            ``network(x) / t``, ``t`` broadcast along the channel dim 1 when it has one value per channel.
+        """
         z = self.network(x, *args, **kwargs)
         t = self.temperature.to(device=z.device, dtype=z.dtype)
         return z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
@@ -641,17 +756,41 @@ def calibrate_network(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fit a :class:`TemperatureScaler` (Kock et al. protocol) and make a calibrated copy.
 
-    Returns ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit
-    layer when that provably divides the output by ``t`` (checked on ``example_input``); otherwise
-    ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network` applies
-    by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label ECE of the
-    validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
-
     With ``activation="sigmoid"`` (region-based networks) ``logits`` are ``(B, R, *spatial)``, ``target`` the
     binary region masks of the same shape, ``t`` is one temperature per region (``mode="vector"``) or shared,
     and ``before`` / ``after`` hold each region's binary metrics (computed on the two-class probabilities
     ``(1 - p_r, p_r)``) under ``"regions"`` (``{name: {metric: value}}``, names from ``region_names``, default
     ``"0", "1", ...``) and their mean over regions under the metric names.
+
+    Args:
+        logits: the validation cases' logits, one ``(B, C, *spatial)`` tensor per case (or batch).
+        target: their reference labels ``(B, [1,] *spatial)`` (sigmoid: region masks of the logits' shape).
+        network: the network to calibrate (not modified: a copy is folded).
+        mode: ``"scalar"`` or ``"vector"``.
+        loss: ``"nll"`` or ``"ece"``.
+        max_steps: at most this many optimisation steps.
+        example_input: an input of the network, to check that folding ``t`` into its last layer is exact.
+        activation: ``"softmax"`` or ``"sigmoid"``.
+        region_names: names of the regions (sigmoid only).
+
+    Returns:
+        ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit layer
+        when that provably divides the output by ``t`` (checked on ``example_input``); otherwise
+        ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network`
+        applies by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label
+        ECE of the validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
+
+    Example:
+        >>> import torch
+        >>> torch.manual_seed(0) and None
+        >>> net = torch.nn.Conv2d(1, 2, 1)
+        >>> x = torch.randn(2, 1, 8, 8)
+        >>> with torch.no_grad():
+        ...     z = 5 * net(x)
+        >>> y = (torch.rand(2, 8, 8) < 0.3).long()
+        >>> state, record = calibrate_network([z], [y], torch.nn.Conv2d(1, 2, 1), max_steps=50)
+        >>> sorted(record["before"]) == ["all_label_ece", "ece", "nll"], record["cases"], record["voxels"]
+        (True, 1, 128)
     """
     if not logits:
         raise ValueError("no validation case to calibrate on")
@@ -666,8 +805,11 @@ def calibrate_network(
     act = get_activation(activation)
 
     def metrics(scale: Any) -> dict[str, Any]:
-        """The metrics of every task (:meth:`~monai_unc.activation.Activation.task_probabilities`) pooled over the
-        validation voxels; for regions their mean and the per-region values under ``"regions"``."""
+        """The metrics of every task pooled over the validation voxels.
+
+        The tasks are those of :meth:`~monai_unc.activation.Activation.task_probabilities`; for regions the result
+        holds their mean and the per-region values under ``"regions"``.
+        """
         hists = [ConfidenceHistogram(n_ch if not act.multilabel else 2, per_case=False)
                  for _ in range(act.num_tasks(n_ch))]
         for z, y in zip(logits, target):
