@@ -139,12 +139,18 @@ class Activation:
         [0.5]
     """
 
-    name = ""
-    multilabel = False
-    min_channels = 1
-    channel_word = "channels"
-    #: the end of the message when no voxel is left to fit on
-    no_voxels = ""
+    def __init__(self, name: str, multilabel: bool, min_channels: int, channel_word: str, no_voxels: str) -> None:
+        """Set the attributes; use :data:`CATEGORICAL` and :data:`BERNOULLI` rather than new instances.
+
+        Args:
+            name: ``"softmax"`` or ``"sigmoid"``.
+            multilabel: whether every channel is its own binary task.
+            min_channels: the fewest channels the logits may have.
+            channel_word: what a channel is called in messages.
+            no_voxels: the end of the message when no voxel is left to fit on.
+        """
+        self.name, self.multilabel, self.min_channels = name, multilabel, min_channels
+        self.channel_word, self.no_voxels = channel_word, no_voxels
 
     def __repr__(self) -> str:
         """The class name, e.g. ``Categorical()``."""
@@ -394,11 +400,9 @@ class Categorical(Activation):
         (tensor([0.8000, 0.6000]), tensor([1, 0]))
     """
 
-    name = "softmax"
-    multilabel = False
-    min_channels = 2
-    channel_word = "classes"
-    no_voxels = "all labels ignored or empty batches"
+    def __init__(self) -> None:
+        """The softmax activation (use :data:`CATEGORICAL`)."""
+        super().__init__("softmax", False, 2, "classes", "all labels ignored or empty batches")
 
     def _activate(self, z: torch.Tensor) -> torch.Tensor:
         return torch.softmax(z, 1)
@@ -498,11 +502,9 @@ class Bernoulli(Activation):
         (tensor([0.8000, 0.9000]), tensor([False,  True]))
     """
 
-    name = "sigmoid"
-    multilabel = True
-    min_channels = 1
-    channel_word = "regions"
-    no_voxels = "all region masks ignored or empty batches"
+    def __init__(self) -> None:
+        """The sigmoid activation (use :data:`BERNOULLI`)."""
+        super().__init__("sigmoid", True, 1, "regions", "all region masks ignored or empty batches")
 
     def _activate(self, z: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(z)
