@@ -59,15 +59,15 @@ import torch
 from torch import nn
 
 from ._deprecation import deprecated_arg_names
-from ._utils import ArrayLike, check_finite, check_integer, check_labels, like_input, probability_tolerance, to_tensor
-from .metrics.calibration import ConfidenceHistogram, calibration_metrics, top_label
+from ._utils import ArrayLike, check_finite, check_integer, like_input, to_tensor
+from .activation import Activation, get_activation
+from .metrics.calibration import ConfidenceHistogram, calibration_metrics
 
 __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network"]
 
 _MODES = ("scalar", "vector")
 _END = object()
 _LOSSES = ("nll", "ece")
-_ACTIVATIONS = ("softmax", "sigmoid")
 _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
 
 Batches = ArrayLike | Iterable[ArrayLike] | Callable[[], Iterable[ArrayLike]]
@@ -89,16 +89,6 @@ def _reiterable(x: Any, name: str) -> Callable[[], Iterable[Any]]:
     raise TypeError(f"{name} must be an array, an iterable of arrays or a callable, got {type(x).__name__}")
 
 
-def _looks_like_probabilities(z: torch.Tensor) -> bool:
-    """Whether every class vector of ``z`` ``(B, C, *spatial)`` lies in [0, 1] and sums to 1: the output of a
-    softmax rather than logits (logits of a real network essentially never do)."""
-    tol = probability_tolerance(z.dtype)
-    lo, hi = float(z.min()), float(z.max())
-    if lo < -tol or hi > 1 + tol:
-        return False
-    return float((z.sum(dim=1, dtype=torch.float64) - 1).abs().max()) <= tol
-
-
 def _check_same_length(logits: Any, target: Any) -> None:
     """Lists (or other sized collections) of batches must pair up one to one."""
     if isinstance(logits, (np.ndarray, torch.Tensor)) or isinstance(target, (np.ndarray, torch.Tensor)):
@@ -112,8 +102,10 @@ def _check_same_length(logits: Any, target: Any) -> None:
 def _paired_batches(
     logits: Callable[[], Iterable[Any]], target: Callable[[], Iterable[Any]]
 ) -> Iterator[tuple[Any, Any]]:
-    """Pairs of one logits batch and its target batch; ``ValueError`` when one side has more batches or there
-    is none."""
+    """Pairs of one logits batch and its target batch.
+
+    ``ValueError`` when one side has more batches or there is none.
+    """
     n_batches = 0
     z_iter, y_iter = iter(logits()), iter(target())
     while True:
@@ -140,6 +132,38 @@ def _logits_batch(z_in: Any, shape: str) -> torch.Tensor:
     if z.ndim < 3:
         raise ValueError(f"logits must have shape {shape}, got {tuple(z.shape)}")
     return z
+
+def _binned_ece(
+    cnt: torch.Tensor,
+    cor: torch.Tensor,
+    csum: torch.Tensor,
+    gsum: torch.Tensor,
+    present: torch.Tensor,
+    min_bin_count: int,
+    multilabel: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The differentiable top-label ECE of every task from its binned sums, and its gradient w.r.t. ``t``.
+
+    ``cnt``, ``cor``, ``csum`` ``(K, n_bins)`` hold per task and bin the voxels, the correct ones and the summed
+    confidence, ``gsum`` ``(K, n_bins, P)`` the summed confidence gradients; bins with fewer than
+    ``min_bin_count`` voxels are left out. Returns the per-task ECE ``(K,)`` and gradient ``(K, P)`` (zero for a
+    task without voxels, ``present`` False).
+    """
+    n_tasks = int(cnt.shape[0])
+    per_loss = torch.zeros(n_tasks, dtype=torch.float64)
+    grad = torch.zeros(n_tasks, gsum.shape[2], dtype=torch.float64)
+    for k in range(n_tasks):
+        if not bool(present[k]):
+            continue
+        kept = cnt[k] >= max(1, min_bin_count)
+        n_kept = float(cnt[k][kept].sum())
+        if n_kept == 0:
+            where = f" of region {k}" if multilabel else ""
+            raise ValueError(f"loss='ece': no bin{where} holds at least min_bin_count={min_bin_count} voxels; lower it")
+        diff = (csum[k] - cor[k])[kept]
+        per_loss[k] = float(diff.abs().sum()) / n_kept
+        grad[k] = (torch.sign(diff).unsqueeze(1) * gsum[k][kept]).sum(0) / n_kept
+    return per_loss, grad
 
 
 class TemperatureScaler(nn.Module):
@@ -177,6 +201,20 @@ class TemperatureScaler(nn.Module):
             ``lr`` is one learning rate per region for ``activation="sigmoid"``, ``mode="vector"``, where each
             region's temperature is fitted as its own problem: own learning-rate backoff, own best value).
         converged: whether the step tolerance was reached before ``max_steps``.
+
+    Example:
+        >>> import torch
+        >>> torch.manual_seed(0) and None
+        >>> target = torch.randint(0, 3, (2, 8, 8))
+        >>> logits = 4.0 * torch.nn.functional.one_hot(target, 3).permute(0, 3, 1, 2).float()
+        >>> logits = logits + 2.0 * torch.randn(2, 3, 8, 8)  # over-confident and sometimes wrong
+        >>> scaler = TemperatureScaler(max_steps=200).fit(logits, target)
+        >>> scaler.fitted, scaler.temperature.shape
+        (True, torch.Size([1]))
+        >>> bool(scaler.temperature > 1)  # the network is over-confident: its logits are divided by t > 1
+        True
+        >>> scaler.transform(logits).shape
+        torch.Size([2, 3, 8, 8])
     """
 
     def __init__(
@@ -196,9 +234,9 @@ class TemperatureScaler(nn.Module):
         min_temperature: float = 1e-2,
         activation: str = "softmax",
     ) -> None:
+        """Check the options (``ValueError`` naming the argument); arguments in the class docstring."""
         super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
+        get_activation(activation)  # ValueError naming activation
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
         if loss not in _LOSSES:
@@ -239,9 +277,10 @@ class TemperatureScaler(nn.Module):
         self.history: list[dict[str, Any]] = []
         self.converged = False
         self._has_temperature = False  # set by fit(), load_state_dict() or assigning `temperature`
-        self._region_loss = torch.zeros(0, dtype=torch.float64)  # per-region losses of the last sigmoid pass
+        self._task_loss = torch.zeros(0, dtype=torch.float64)  # per-task losses of the last pass
 
     def __setattr__(self, name: str, value: Any) -> None:
+        """Set an attribute; assigning :attr:`temperature` marks the scaler as fitted."""
         super().__setattr__(name, value)
         if name == "temperature" and "_has_temperature" in self.__dict__:
             self.__dict__["_has_temperature"] = True
@@ -252,8 +291,17 @@ class TemperatureScaler(nn.Module):
             self._has_temperature = True
 
     @property
+    def _act(self) -> Activation:
+        """The activation the logits go through (:mod:`monai_unc.activation`)."""
+        return get_activation(self.activation)
+
+    @property
     def fitted(self) -> bool:
-        """Whether the temperature was fitted, loaded or assigned (not just the starting value)."""
+        """Whether the temperature was fitted, loaded or assigned (not just the starting value).
+
+        Returns:
+            True after :meth:`fit`, ``load_state_dict`` or assigning :attr:`temperature`.
+        """
         return self._has_temperature
 
     def _require_temperature(self, what: str) -> None:
@@ -276,8 +324,23 @@ class TemperatureScaler(nn.Module):
     def transform(self, logits: ArrayLike) -> ArrayLike:
         """``logits / t`` (broadcast along the class dim 1 for a vector ``t``); numpy in, numpy out.
 
-        Raises ``RuntimeError`` before :meth:`fit`, ``ValueError`` naming ``logits`` for NaN / infinite values, an
-        empty array or fewer than 2 dimensions, ``TypeError`` for a non-floating dtype.
+        Args:
+            logits: ``(B, C, *spatial)`` (or ``(B, C)``) floating-point logits, numpy or torch.
+
+        Returns:
+            The scaled logits, of the shape, type and device of ``logits``.
+
+        Raises:
+            RuntimeError: before :meth:`fit` (no temperature yet).
+            ValueError: naming ``logits`` for NaN / infinite values, an empty array or fewer than 2 dimensions.
+            TypeError: for a non-floating dtype.
+
+        Example:
+            >>> import torch
+            >>> scaler = TemperatureScaler()
+            >>> scaler.temperature = torch.tensor([2.0], dtype=torch.float64)
+            >>> scaler.transform(torch.tensor([[4.0, -2.0]])).tolist()
+            [[2.0, -1.0]]
         """
         self._require_temperature("transform")
         z = to_tensor(logits, "logits")
@@ -294,252 +357,129 @@ class TemperatureScaler(nn.Module):
         return like_input(z / t, logits)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        """:meth:`transform` as a module call.
+
+        Args:
+            logits: ``(B, C, *spatial)`` logits.
+
+        Returns:
+            ``logits / t``, same shape.
+        """
         return self.transform(logits)  # type: ignore[return-value]
 
     # -- fitting --------------------------------------------------------------------------------------------------
     def _chunks(
-        self, logits: Callable[[], Iterable[Any]], labels: Callable[[], Iterable[Any]], first: bool
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``(C, n)`` logits and ``(n,)`` int64 labels, at most ``chunk_size`` voxels each."""
-        for z_in, y_in in _paired_batches(logits, labels):
-            z = _logits_batch(z_in, "(B, C, *spatial)")
-            if z.shape[1] < 2:
-                raise ValueError(f"logits must have at least 2 classes along dim 1, got {tuple(z.shape)}")
+        self, logits: Callable[[], Iterable[Any]], target: Callable[[], Iterable[Any]], first: bool
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """``(task, logits, target)`` of at most ``chunk_size`` voxels each.
+
+        The logits are ``(C, n)`` for the class task or ``(n,)`` for one region, the target ``(n,)``
+        (:meth:`~monai_unc.activation.Activation.task_voxels`).
+        """
+        act = self._act
+        for z_in, y_in in _paired_batches(logits, target):
+            z = _logits_batch(z_in, f"(B, {'R' if act.multilabel else 'C'}, *spatial)")
             if z.numel() == 0:
                 raise ValueError(f"logits is empty (shape {tuple(z.shape)}): every batch needs at least one voxel")
-            y = to_tensor(y_in, "target").to(z.device)
-            spatial = tuple(z.shape[2:])
-            if tuple(y.shape) == (z.shape[0], 1, *spatial):
-                y = y[:, 0]
-            if tuple(y.shape) != (z.shape[0], *spatial):
-                raise ValueError(
-                    f"target must have shape {(z.shape[0], *spatial)} (or with a channel of 1), got {tuple(y.shape)}"
-                )
+            y = act.batch_target(z, to_tensor(y_in, "target").to(z.device))
             if first:
                 check_finite(z, "logits")
-                if _looks_like_probabilities(z):
-                    raise ValueError(
-                        "logits look like probabilities (every class vector lies in [0, 1] and sums to 1): "
-                        "temperature scaling divides the logits before the softmax; pass the network's raw output"
-                    )
+                act.check_logits(z)
+                act.check_target(y, self.ignore_index)
             if self.num_classes is None:
                 self.num_classes = int(z.shape[1])
             elif z.shape[1] != self.num_classes:
-                raise ValueError(f"logits have {z.shape[1]} classes, expected {self.num_classes}")
-            zf = z.reshape(z.shape[0], z.shape[1], -1)
-            yf = y.reshape(y.shape[0], -1)
-            for b in range(zf.shape[0]):
-                zb, yb = zf[b], yf[b]
+                raise ValueError(f"logits have {z.shape[1]} {act.channel_word}, expected {self.num_classes}")
+            for task, zb, yb in act.task_voxels(z, y):
                 if self.ignore_index is not None:
                     keep = yb != self.ignore_index
                     if not bool(keep.all()):
-                        zb, yb = zb[:, keep], yb[keep]
+                        zb, yb = zb[..., keep], yb[keep]
                 if yb.numel() == 0:
                     continue
-                if first:
-                    yb = check_labels(yb, "target", int(z.shape[1]))
-                elif yb.dtype != torch.int64:
-                    yb = yb.to(torch.int64)
+                yb = act.task_target(yb, int(z.shape[1]), first)
                 for s in range(0, yb.shape[0], self.chunk_size):
-                    zc = zb[:, s : s + self.chunk_size]
+                    zc = zb[..., s : s + self.chunk_size]
                     if zc.dtype not in (torch.float32, torch.float64):
                         zc = zc.float()
-                    yield zc, yb[s : s + self.chunk_size]
+                    yield task, zc, act.chunk_target(yb[s : s + self.chunk_size], zc.dtype)
 
     def _pass(
-        self, t: torch.Tensor, logits: Callable[[], Iterable[Any]], labels: Callable[[], Iterable[Any]], first: bool
+        self, t: torch.Tensor, logits: Callable[[], Iterable[Any]], target: Callable[[], Iterable[Any]], first: bool
     ) -> tuple[float, torch.Tensor, int]:
-        """Loss and gradient w.r.t. ``t`` (float64, shape of ``t``) over all voxels; number of voxels."""
-        if self.activation == "sigmoid":
-            return self._pass_sigmoid(t, logits, labels, first)
-        n_cls = None
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        grad_sum: torch.Tensor | None = None
-        n_vox = 0
-        ece_state: list[torch.Tensor] | None = None
-        for zc, yc in self._chunks(logits, labels, first):
-            if n_cls is None:
-                n_cls = zc.shape[0]
-                grad_sum = torch.zeros(n_cls, dtype=torch.float64)
-                if self.loss == "ece":
-                    ece_state = [torch.zeros(self.n_bins, dtype=torch.float64) for _ in range(3)]
-                    ece_state.append(torch.zeros(self.n_bins, n_cls, dtype=torch.float64))
-            tc = (t.expand(n_cls) if t.numel() == 1 else t).to(device=zc.device, dtype=zc.dtype).unsqueeze(1)
-            a = zc / tc
-            lse = torch.logsumexp(a, dim=0)
-            p = torch.exp(a - lse)
-            n_vox += yc.numel()
-            if self.loss == "nll":
-                a_y = a.gather(0, yc.unsqueeze(0)).squeeze(0)
-                loss_sum += (lse - a_y).sum(dtype=torch.float64).cpu()
-                pa = (p * a).sum(1, dtype=torch.float64)
-                ya = torch.zeros(n_cls, dtype=torch.float64, device=zc.device).index_add_(0, yc, a_y.double())
-                grad_sum += ((ya - pa) / tc.squeeze(1).double()).cpu()  # type: ignore[operator]
-            else:
-                assert ece_state is not None
-                conf, pred = top_label(p)
-                correct = (pred == yc).to(torch.float64)
-                bins = torch.mul(conf, self.n_bins).to(torch.int64).clamp_(0, self.n_bins - 1)
-                conf64 = conf.double()
-                cnt, cor, csum, gsum = ece_state
-                cnt += torch.bincount(bins, minlength=self.n_bins).cpu()
-                zeros = torch.zeros(self.n_bins, dtype=torch.float64, device=zc.device)
-                cor += zeros.index_add(0, bins, correct).cpu()
-                csum += zeros.index_add(0, bins, conf64).cpu()
-                # dconf/dt_c = p_k (p_c a_c - [c = k] a_k) / t_c
-                d = (p * a).mul_(conf)
-                a_k = a.gather(0, pred.long().unsqueeze(0))
-                d.scatter_add_(0, pred.long().unsqueeze(0), -(conf.unsqueeze(0) * a_k))
-                d = d / tc
-                g = torch.zeros(self.n_bins, n_cls, dtype=torch.float64, device=zc.device)
-                gsum += g.index_add_(0, bins, d.T.double()).cpu()
-        if n_cls is None or n_vox == 0:
-            raise ValueError("no voxels to fit on (all labels ignored or empty batches)")
-        assert grad_sum is not None
-        if self.loss == "nll":
-            loss = float(loss_sum) / n_vox
-            grad = grad_sum / n_vox
-        else:
-            assert ece_state is not None
-            cnt, cor, csum, gsum = ece_state
-            kept = cnt >= max(1, self.min_bin_count)
-            n_kept = float(cnt[kept].sum())
-            if n_kept == 0:
-                raise ValueError(
-                    f"loss='ece': no bin holds at least min_bin_count={self.min_bin_count} voxels; lower it"
-                )
-            diff = (csum - cor)[kept]
-            loss = float(diff.abs().sum()) / n_kept
-            grad = (torch.sign(diff).unsqueeze(1) * gsum[kept]).sum(0) / n_kept
-        if self.mode == "scalar":
-            grad = grad.sum().reshape(1)
-        return loss, grad, n_vox
+        """Loss and gradient w.r.t. ``t`` (float64, shape of ``t``) over all voxels; number of voxels.
 
-    # -- region-based (sigmoid) fitting ---------------------------------------------------------------------------
-    def _region_chunks(
-        self, logits: Callable[[], Iterable[Any]], masks: Callable[[], Iterable[Any]], first: bool
-    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-        """``(region, logits (n,), binary target (n,) float)``, at most ``chunk_size`` voxels each."""
-        for z_in, y_in in _paired_batches(logits, masks):
-            z = _logits_batch(z_in, "(B, R, *spatial)")
-            if z.numel() == 0:
-                raise ValueError(f"logits is empty (shape {tuple(z.shape)}): every batch needs at least one voxel")
-            y = to_tensor(y_in, "target").to(z.device)
-            if z.shape[1] == 1 and tuple(y.shape) == (z.shape[0], *z.shape[2:]):
-                y = y.unsqueeze(1)
-            if tuple(y.shape) != tuple(z.shape):
-                raise ValueError(
-                    f"target must hold one binary mask per region, shape {tuple(z.shape)} like the logits, got "
-                    f"{tuple(y.shape)} (build region masks from a label map with monai_unc.regions.label_to_regions)"
-                )
-            if first:
-                check_finite(z, "logits")
-                tol = probability_tolerance(z.dtype)
-                if float(z.min()) >= -tol and float(z.max()) <= 1 + tol:
-                    raise ValueError(
-                        "logits look like probabilities (every value lies in [0, 1]): temperature scaling divides "
-                        "the logits before the sigmoid; pass the network's raw output"
-                    )
-                if y.is_floating_point():
-                    check_finite(y, "target")
-                vals = y if self.ignore_index is None else y[y != self.ignore_index]
-                if vals.numel() and not bool(((vals == 0) | (vals == 1)).all()):
-                    raise ValueError(
-                        "target must hold binary region masks (0 or 1"
-                        + ("" if self.ignore_index is None else f", or ignore_index={self.ignore_index}")
-                        + f"), got values such as {sorted({float(v) for v in vals.unique()[:5].tolist()})}"
-                    )
-            if self.num_classes is None:
-                self.num_classes = int(z.shape[1])
-            elif z.shape[1] != self.num_classes:
-                raise ValueError(f"logits have {z.shape[1]} regions, expected {self.num_classes}")
-            zf = z.reshape(z.shape[0], z.shape[1], -1)
-            yf = y.reshape(y.shape[0], y.shape[1], -1)
-            for b in range(zf.shape[0]):
-                for r in range(zf.shape[1]):
-                    zb, yb = zf[b, r], yf[b, r]
-                    if self.ignore_index is not None:
-                        keep = yb != self.ignore_index
-                        if not bool(keep.all()):
-                            zb, yb = zb[keep], yb[keep]
-                    for s in range(0, yb.shape[0], self.chunk_size):
-                        zc = zb[s : s + self.chunk_size]
-                        if zc.dtype not in (torch.float32, torch.float64):
-                            zc = zc.float()
-                        yield r, zc, yb[s : s + self.chunk_size].to(zc.dtype)
-
-    def _pass_sigmoid(
-        self, t: torch.Tensor, logits: Callable[[], Iterable[Any]], masks: Callable[[], Iterable[Any]], first: bool
-    ) -> tuple[float, torch.Tensor, int]:
-        """Sum over regions of the per-region binary loss, its gradient w.r.t. ``t``; number of region voxels."""
-        n_reg: int | None = None
+        The loss is the sum over the activation's tasks (one categorical task, or one binary task per region) of
+        each task's loss over its voxels; the per-task losses are kept in ``_task_loss``.
+        """
+        act = self._act
+        n_ch = 0
         count = loss_sum = grad_sum = None
         ece_state: list[torch.Tensor] | None = None
-        for r, zc, yc in self._region_chunks(logits, masks, first):
-            if n_reg is None:
-                n_reg = int(self.num_classes)  # type: ignore[arg-type]
-                count = torch.zeros(n_reg, dtype=torch.float64)
-                loss_sum = torch.zeros(n_reg, dtype=torch.float64)
-                grad_sum = torch.zeros(n_reg, dtype=torch.float64)
+        for task, zc, yc in self._chunks(logits, target, first):
+            if count is None:
+                n_ch = int(self.num_classes)  # type: ignore[arg-type]
+                n_tasks, n_par = act.num_tasks(n_ch), act.grad_size(n_ch)  # tasks; t components per task
+                count = torch.zeros(n_tasks, dtype=torch.float64)
+                loss_sum = torch.zeros(n_tasks, dtype=torch.float64)
+                grad_sum = torch.zeros(n_tasks, n_par, dtype=torch.float64)
                 if self.loss == "ece":
-                    ece_state = [torch.zeros(n_reg, self.n_bins, dtype=torch.float64) for _ in range(4)]
+                    ece_state = [torch.zeros(n_tasks, self.n_bins, dtype=torch.float64) for _ in range(3)]
+                    ece_state.append(torch.zeros(n_tasks, self.n_bins, n_par, dtype=torch.float64))
             assert count is not None and loss_sum is not None and grad_sum is not None
-            if zc.numel() == 0:
-                continue
-            t_r = (t[0] if t.numel() == 1 else t[r]).to(device=zc.device, dtype=zc.dtype)
-            a = zc / t_r
-            p = torch.sigmoid(a)
-            count[r] += zc.numel()
+            tk = act.task_temperature(t, task, n_ch, zc)
+            count[task] += yc.numel()
             if self.loss == "nll":
-                # log(1 + exp(a)) - y a, exactly for any a
-                bce = torch.logaddexp(a, torch.zeros((), dtype=a.dtype, device=a.device)) - yc * a
-                loss_sum[r] += bce.sum(dtype=torch.float64).cpu()
-                grad_sum[r] += (((yc - p) * a).sum(dtype=torch.float64) / t_r.double()).cpu()
+                loss, grad = act.nll_terms(zc, yc, tk)
+                loss_sum[task] += loss
+                grad_sum[task] += grad
             else:
                 assert ece_state is not None
-                pred = p > 0.5
-                conf = torch.where(pred, p, 1 - p)
-                correct = (pred == (yc > 0.5)).to(torch.float64)
+                conf, correct, d = act.ece_terms(zc, yc, tk)
                 bins = torch.mul(conf, self.n_bins).to(torch.int64).clamp_(0, self.n_bins - 1)
-                # dconf/dt = -p (1 - p) a / t for the prediction 1, + p (1 - p) a / t for the prediction 0
-                d = (p * (1 - p) * a / t_r) * torch.where(pred, -1.0, 1.0).to(a.dtype)
-                zeros = torch.zeros(self.n_bins, dtype=torch.float64, device=zc.device)
                 cnt, cor, csum, gsum = ece_state
-                cnt[r] += torch.bincount(bins, minlength=self.n_bins).double().cpu()
-                cor[r] += zeros.index_add(0, bins, correct).cpu()
-                csum[r] += zeros.index_add(0, bins, conf.double()).cpu()
-                gsum[r] += zeros.index_add(0, bins, d.double()).cpu()
-        if n_reg is None or count is None or float(count.sum()) == 0:
-            raise ValueError("no voxels to fit on (all region masks ignored or empty batches)")
+                zeros = torch.zeros(self.n_bins, dtype=torch.float64, device=zc.device)
+                cnt[task] += torch.bincount(bins, minlength=self.n_bins).cpu()
+                cor[task] += zeros.index_add(0, bins, correct).cpu()
+                csum[task] += zeros.index_add(0, bins, conf.double()).cpu()
+                g = torch.zeros(self.n_bins, d.shape[1], dtype=torch.float64, device=zc.device)
+                gsum[task] += g.index_add_(0, bins, d.double()).cpu()
+        if count is None or float(count.sum()) == 0:
+            raise ValueError(f"no voxels to fit on ({self._act.no_voxels})")
         assert loss_sum is not None and grad_sum is not None
         present = count > 0
         if self.loss == "nll":
             per_loss = torch.where(present, loss_sum / count.clamp(min=1), torch.zeros_like(loss_sum))
-            grad = torch.where(present, grad_sum / count.clamp(min=1), torch.zeros_like(grad_sum))
+            grad = torch.where(present.unsqueeze(1), grad_sum / count.clamp(min=1).unsqueeze(1),
+                               torch.zeros_like(grad_sum))
         else:
             assert ece_state is not None
-            cnt, cor, csum, gsum = ece_state
-            kept = cnt >= max(1, self.min_bin_count)
-            n_kept = (cnt * kept).sum(1)
-            for r in range(n_reg):
-                if bool(present[r]) and float(n_kept[r]) == 0:
-                    raise ValueError(
-                        f"loss='ece': no bin of region {r} holds at least min_bin_count={self.min_bin_count} "
-                        "voxels; lower it"
-                    )
-            diff = (csum - cor) * kept
-            denom = n_kept.clamp(min=1)
-            per_loss = diff.abs().sum(1) / denom
-            grad = (torch.sign(diff) * gsum * kept).sum(1) / denom
-        self._region_loss = per_loss
+            per_loss, grad = _binned_ece(*ece_state, present, self.min_bin_count, act.multilabel)
+        self._task_loss = per_loss
         loss = float(per_loss.sum())
+        grad = grad.reshape(-1)  # (1, C) of the class task or (R, 1) of the regions: one entry per t component
         if self.mode == "scalar":
             grad = grad.sum().reshape(1)
         return loss, grad, int(count.sum())
 
     @deprecated_arg_names({"labels": "target"})
     def loss_and_grad(self, logits: Batches, target: Batches) -> tuple[float, torch.Tensor]:
-        """The loss at the current temperature and its gradient (one streamed pass); arguments as in :meth:`fit`."""
+        """The loss at the current temperature and its gradient (one streamed pass).
+
+        Args:
+            logits: as in :meth:`fit`.
+            target: as in :meth:`fit`.
+
+        Returns:
+            ``(loss, grad)``: the loss (a float) and its float64 gradient w.r.t. :attr:`temperature` (its shape).
+
+        Example:
+            >>> import torch
+            >>> scaler = TemperatureScaler(init_temperature=1.0)
+            >>> loss, grad = scaler.loss_and_grad(torch.zeros(1, 2, 4, 4), torch.zeros(1, 4, 4, dtype=torch.long))
+            >>> round(loss, 6), grad.tolist()  # log 2; t does not change logits that are all 0
+            (0.693147, [0.0])
+        """
         _check_same_length(logits, target)
         loss, grad, _ = self._pass(
             self.temperature.detach().cpu(), _reiterable(logits, "logits"), _reiterable(target, "target"), True
@@ -548,13 +488,28 @@ class TemperatureScaler(nn.Module):
 
     @deprecated_arg_names({"labels": "target"})
     def fit(self, logits: Batches, target: Batches) -> TemperatureScaler:
-        """Fit the temperature on logits ``(B, C, *spatial)`` and reference labels ``target`` ``(B, [1,] *spatial)``
-        (``activation="sigmoid"``: region logits ``(B, R, *spatial)`` and binary region masks of the same shape).
+        """Fit the temperature on logits and their reference (Kock et al. protocol, module docstring).
 
         ``logits`` and ``target`` are arrays, re-iterable collections of arrays (lists, DataLoaders) zipped
         batch by batch, or zero-argument callables returning fresh iterables; every step streams them again.
-        Returns ``self``; the result is in :attr:`temperature`, the trajectory in :attr:`history`. The keyword
-        ``labels`` is a deprecated alias of ``target``.
+        The keyword ``labels`` is a deprecated alias of ``target``.
+
+        Args:
+            logits: ``(B, C, *spatial)`` class logits (``activation="sigmoid"``: region logits ``(B, R, *spatial)``).
+            target: reference labels ``(B, [1,] *spatial)`` (``activation="sigmoid"``: binary region masks of the
+                logits' shape).
+
+        Returns:
+            ``self``; the result is in :attr:`temperature`, the trajectory in :attr:`history`.
+
+        Example:
+            >>> import torch
+            >>> torch.manual_seed(0) and None
+            >>> masks = (torch.rand(2, 3, 6, 6) > 0.5).float()  # 3 regions
+            >>> logits = 6.0 * (2 * masks - 1) + 3.0 * torch.randn(2, 3, 6, 6)
+            >>> scaler = TemperatureScaler(mode="vector", activation="sigmoid", max_steps=100).fit(logits, masks)
+            >>> scaler.temperature.shape
+            torch.Size([3])
 
         Raises:
             ValueError: naming the argument for probabilities instead of logits, NaN / infinite logits, empty
@@ -567,7 +522,7 @@ class TemperatureScaler(nn.Module):
             if first_batch is None:
                 raise ValueError("no logits to fit on (the iterable of batches is empty)")
             shape = tuple(to_tensor(first_batch, "logits").shape)
-            min_channels = 1 if self.activation == "sigmoid" else 2
+            min_channels = self._act.min_channels
             if len(shape) < 3 or shape[1] < min_channels:
                 raise ValueError(
                     f"logits must have shape (B, C, *spatial) with C >= {min_channels}, got {shape}"
@@ -592,7 +547,7 @@ class TemperatureScaler(nn.Module):
             loss, grad, _ = self._pass(t_now, get_z, get_y, step == 0)
             if not math.isfinite(loss):
                 raise ValueError(f"the loss is not finite at t = {t_now.tolist()}")
-            group_loss = self._region_loss.tolist() if independent else [loss]
+            group_loss = self._task_loss.tolist() if independent else [loss]
             lrs = [g["lr"] for g in opt.param_groups]
             self.history.append({"step": step, "loss": loss, "temperature": t_now.tolist(),
                                  "lr": lrs if independent else lrs[0]})
@@ -654,8 +609,11 @@ class TemperatureScaler(nn.Module):
 
     @staticmethod
     def _ssn_heads(module: nn.Module) -> list[nn.Module]:
-        """Modules that fold a temperature themselves (Stochastic Segmentation Network heads: a ``fold_temperature``
-        method; duck-typed, as :mod:`monai_unc.networks` sits in the same layer as this module)."""
+        """Modules that fold a temperature themselves.
+
+        These are Stochastic Segmentation Network heads (a ``fold_temperature`` method), duck-typed, as
+        :mod:`monai_unc.networks` sits in the same layer as this module.
+        """
         return [m for m in module.modules() if callable(getattr(m, "fold_temperature", None))]
 
     def fold_into(
@@ -667,6 +625,15 @@ class TemperatureScaler(nn.Module):
     ) -> nn.Module:
         """Divide the weights and bias of the logit layer by ``t`` in place; return that layer.
 
+        A network with an :class:`~monai_unc.networks.SSNHead` (``layer`` None, or the head itself) is folded by the
+        head's ``fold_temperature``: its logits ``N(mu, diag(D) + P P^T)`` become ``N(mu / t, diag(D) / t^2 +
+        (P / t)(P / t)^T)`` (mean and factor convolutions divided by ``t``, log-variance bias shifted by
+        ``-2 log t``). The head's variance floor ``epsilon`` (``D = exp(.) + epsilon``) is not a weight, so the
+        exact fold needs ``epsilon / t^2`` too: without ``rescale_floor`` the fold is refused (``ValueError``: use
+        :class:`TemperatureScaled`, which divides every sample by ``t`` exactly); with it the head's ``epsilon`` is
+        divided by ``t^2`` as well (scalar ``t`` only; the new floor is not in the state dict, see
+        ``SSNHead.fold_temperature``). A convolution inside an SSN head cannot be given as ``layer``.
+
         Args:
             module: the network (or the layer itself).
             layer: the layer producing the logits, as a module or its name in ``module.named_modules()``;
@@ -676,16 +643,19 @@ class TemperatureScaler(nn.Module):
             example_input: if given, the folded network's output on it must equal ``transform`` of the
                 original output (relative tolerance 1e-4); otherwise the layer is restored and ``ValueError``
                 raised.
-            rescale_floor: for a Stochastic Segmentation Network only (below).
+            rescale_floor: for a Stochastic Segmentation Network only (above).
 
-        A network with an :class:`~monai_unc.networks.SSNHead` (``layer`` None, or the head itself) is folded by the
-        head's ``fold_temperature``: its logits ``N(mu, diag(D) + P P^T)`` become ``N(mu / t, diag(D) / t^2 +
-        (P / t)(P / t)^T)`` (mean and factor convolutions divided by ``t``, log-variance bias shifted by
-        ``-2 log t``). The head's variance floor ``epsilon`` (``D = exp(.) + epsilon``) is not a weight, so the
-        exact fold needs ``epsilon / t^2`` too: without ``rescale_floor`` the fold is refused (``ValueError``: use
-        :class:`TemperatureScaled`, which divides every sample by ``t`` exactly); with it the head's ``epsilon`` is
-        divided by ``t^2`` as well (scalar ``t`` only; the new floor is not in the state dict, see
-        ``SSNHead.fold_temperature``). A convolution inside an SSN head cannot be given as ``layer``.
+        Returns:
+            The layer (or SSN head) that was scaled.
+
+        Example:
+            >>> import torch
+            >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.Conv2d(4, 2, 1))
+            >>> scaler = TemperatureScaler()
+            >>> scaler.temperature = torch.tensor([2.0], dtype=torch.float64)
+            >>> x = torch.randn(1, 1, 5, 5)
+            >>> scaler.fold_into(net, example_input=x)  # checks the folded output against transform()
+            Conv2d(4, 2, kernel_size=(1, 1), stride=(1, 1))
         """
         self._require_temperature("fold_into")
         heads = self._ssn_heads(module)
@@ -737,23 +707,39 @@ class TemperatureScaler(nn.Module):
 
 
 class TemperatureScaled(nn.Module):
-    """A network whose logits are divided by a temperature (for networks whose last layer cannot absorb it)."""
+    """A network whose logits are divided by a temperature (for networks whose last layer cannot absorb it).
+
+    Args:
+        network: the network producing logits ``(B, C, *spatial)``.
+        temperature: a scalar or one value per channel ``(C,)``.
+
+    Example:
+        >>> import torch
+        >>> scaled = TemperatureScaled(torch.nn.Identity(), torch.tensor([1.0, 4.0]))
+        >>> scaled(torch.tensor([[2.0, 2.0]])).tolist()
+        [[2.0, 0.5]]
+    """
 
     def __init__(self, network: nn.Module, temperature: torch.Tensor) -> None:
+        """Wrap ``network``; arguments in the class docstring."""
         super().__init__()
         self.network = network
         self.register_buffer("temperature", torch.as_tensor(temperature, dtype=torch.float32).reshape(-1))
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The network's logits divided by the temperature.
+
+        Args:
+            x: the network's input.
+            *args: further positional arguments of the network.
+            **kwargs: keyword arguments of the network.
+
+        Returns:
+            ``network(x) / t``, ``t`` broadcast along the channel dim 1 when it has one value per channel.
+        """
         z = self.network(x, *args, **kwargs)
         t = self.temperature.to(device=z.device, dtype=z.dtype)
         return z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
-
-
-def _region_probs(z: torch.Tensor, r: int) -> torch.Tensor:
-    """The two-class probabilities ``(1 - p_r, p_r)`` ``(B, 2, *spatial)`` of region ``r`` of logits ``z``."""
-    p = torch.sigmoid(z[:, r : r + 1].double())
-    return torch.cat([1 - p, p], dim=1)
 
 
 @deprecated_arg_names({"labels": "target"})
@@ -770,17 +756,41 @@ def calibrate_network(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fit a :class:`TemperatureScaler` (Kock et al. protocol) and make a calibrated copy.
 
-    Returns ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit
-    layer when that provably divides the output by ``t`` (checked on ``example_input``); otherwise
-    ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network` applies
-    by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label ECE of the
-    validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
-
     With ``activation="sigmoid"`` (region-based networks) ``logits`` are ``(B, R, *spatial)``, ``target`` the
     binary region masks of the same shape, ``t`` is one temperature per region (``mode="vector"``) or shared,
     and ``before`` / ``after`` hold each region's binary metrics (computed on the two-class probabilities
     ``(1 - p_r, p_r)``) under ``"regions"`` (``{name: {metric: value}}``, names from ``region_names``, default
     ``"0", "1", ...``) and their mean over regions under the metric names.
+
+    Args:
+        logits: the validation cases' logits, one ``(B, C, *spatial)`` tensor per case (or batch).
+        target: their reference labels ``(B, [1,] *spatial)`` (sigmoid: region masks of the logits' shape).
+        network: the network to calibrate (not modified: a copy is folded).
+        mode: ``"scalar"`` or ``"vector"``.
+        loss: ``"nll"`` or ``"ece"``.
+        max_steps: at most this many optimisation steps.
+        example_input: an input of the network, to check that folding ``t`` into its last layer is exact.
+        activation: ``"softmax"`` or ``"sigmoid"``.
+        region_names: names of the regions (sigmoid only).
+
+    Returns:
+        ``(checkpoint, record)``. The checkpoint is the copy's state dict with ``t`` folded into the logit layer
+        when that provably divides the output by ``t`` (checked on ``example_input``); otherwise
+        ``{"state_dict": original, "temperature": t}``, which :func:`monai_unc.workflows.models.load_network`
+        applies by dividing the logits. The record holds ``t``, convergence, and the pooled NLL / ECE / all-label
+        ECE of the validation voxels before and after (:mod:`monai_unc.metrics.calibration`).
+
+    Example:
+        >>> import torch
+        >>> torch.manual_seed(0) and None
+        >>> net = torch.nn.Conv2d(1, 2, 1)
+        >>> x = torch.randn(2, 1, 8, 8)
+        >>> with torch.no_grad():
+        ...     z = 5 * net(x)
+        >>> y = (torch.rand(2, 8, 8) < 0.3).long()
+        >>> state, record = calibrate_network([z], [y], torch.nn.Conv2d(1, 2, 1), max_steps=50)
+        >>> sorted(record["before"]) == ["all_label_ece", "ece", "nll"], record["cases"], record["voxels"]
+        (True, 1, 128)
     """
     if not logits:
         raise ValueError("no validation case to calibrate on")
@@ -792,31 +802,32 @@ def calibrate_network(
     if activation == "sigmoid" and len(names) != n_ch:
         raise ValueError(f"region_names has {len(names)} names but the logits have {n_ch} regions")
 
-    def softmax_metrics(scale: Any) -> dict[str, float]:
-        hist = ConfidenceHistogram(n_ch, per_case=False)
-        for z, y in zip(logits, target):
-            zz = z if scale is None else scale.transform(z)
-            hist.update(torch.softmax(zz.double(), 1), y, validate=False)
-        return {k: float(v) for k, v in calibration_metrics(hist, ("nll", "ece", "all_label_ece")).items()}
+    act = get_activation(activation)
 
-    def region_metrics(scale: Any) -> dict[str, Any]:
-        hists = [ConfidenceHistogram(2, per_case=False) for _ in range(n_ch)]
+    def metrics(scale: Any) -> dict[str, Any]:
+        """The metrics of every task pooled over the validation voxels.
+
+        The tasks are those of :meth:`~monai_unc.activation.Activation.task_probabilities`; for regions the result
+        holds their mean and the per-region values under ``"regions"``.
+        """
+        hists = [ConfidenceHistogram(n_ch if not act.multilabel else 2, per_case=False)
+                 for _ in range(act.num_tasks(n_ch))]
         for z, y in zip(logits, target):
             zz = z if scale is None else scale.transform(z)
             yy = torch.as_tensor(y)
-            if yy.ndim == zz.ndim - 1:
+            if act.multilabel and yy.ndim == zz.ndim - 1:
                 yy = yy.unsqueeze(1)
-            for r in range(n_ch):
-                hists[r].update(_region_probs(zz, r), yy[:, r].to(torch.int64), validate=False)
-        per = {
-            name: {k: float(v) for k, v in calibration_metrics(h, ("nll", "ece", "all_label_ece")).items()}
-            for name, h in zip(names, hists)
-        }
-        out: dict[str, Any] = {k: float(np.mean([m[k] for m in per.values()])) for k in next(iter(per.values()))}
-        out["regions"] = per
+            probs = act.probabilities(zz.double())
+            for h, p, yk in zip(hists, act.task_probabilities(probs), act.task_targets(yy)):
+                h.update(p, yk, validate=False)
+        per = [{k: float(v) for k, v in calibration_metrics(h, ("nll", "ece", "all_label_ece")).items()}
+               for h in hists]
+        if not act.multilabel:
+            return per[0]
+        out: dict[str, Any] = {k: float(np.mean([m[k] for m in per])) for k in per[0]}
+        out["regions"] = dict(zip(names, per))
         return out
 
-    metrics = region_metrics if activation == "sigmoid" else softmax_metrics
     copy_net = copy.deepcopy(network).cpu().eval()
     folded = True
     try:

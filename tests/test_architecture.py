@@ -38,7 +38,7 @@ PACKAGE = "monai_unc"
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("_utils", "_deprecation", "keys"),
     1: ("monai_unc", "measures", "aggregation", "io", "regions"),
-    2: ("stats", "metrics", "scores"),
+    2: ("stats", "metrics", "scores", "activation"),
     3: ("temperature", "networks"),
     4: ("inferers",),
     5: ("transforms", "handlers", "engines", "distributed", "data"),
@@ -50,7 +50,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
 LAYER_OF = {c: layer for layer, comps in LAYERS.items() for c in comps}
 
 #: the functional core and the adapters named by the architecture contract (checked on their own, whatever LAYERS says)
-CORE = ("_utils", "_deprecation", "keys", "measures", "stats", "aggregation", "metrics", "temperature", "io")
+CORE = ("_utils", "_deprecation", "keys", "measures", "stats", "aggregation", "metrics", "temperature", "io",
+        "activation")
 ADAPTERS = ("transforms", "handlers", "engines", "nnunet", "evaluation", "report", "workflows", "cli", "data",
             "distributed")
 

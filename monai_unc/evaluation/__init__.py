@@ -50,11 +50,12 @@ every metric per region, each region a binary task, with the columns ``<metric>_
 its mean, and a combined case score (the mean over the regions) for ranking, triage and risk control; see
 :mod:`.region_case` and docs/regions.md.
 
-Modules: :mod:`.config` (options, column groups), :mod:`.region_case` (one case of a region evaluation), :mod:`.rows`
-(what the per-case evaluations share), :mod:`monai_unc.scores` (the case scores of a map), :mod:`.case` (one
-case's row), :mod:`.cohort` (additive state, summary, files), :mod:`.resume` (per-case resume state),
-:mod:`.runner` (shards, ``torchrun``, the command), :mod:`.triage` (the referral rule of ``--target-risk`` and
-``monai-unc triage`` of new unlabelled cases).
+Modules: :mod:`.config` (options, column groups, ``case_metrics``), :mod:`.case` (one case's row, for classes and
+regions: one task per class set or region, :mod:`monai_unc.activation`), :mod:`.rows` (its pieces: the split into
+tasks, Dice, region masks, combined region scores), :mod:`.region_case` (the region-evaluation entry point and its
+column reference), :mod:`monai_unc.scores` (the case scores of a map), :mod:`.cohort` (additive state, summary,
+files), :mod:`.resume` (per-case resume state), :mod:`.runner` (shards, ``torchrun``, the command), :mod:`.triage`
+(the referral rule of ``--target-risk`` and ``monai-unc triage`` of new unlabelled cases).
 """
 
 from ..scores import CASE_SCORES, PATCH_SIZE, case_score_columns, case_scores, resolve_score_column

@@ -1,69 +1,167 @@
-"""One case's metric row: Dice, the calibration family, spatial and discrimination metrics of the primary measure, and
-the case scores of every measure (:func:`evaluate_case`; the scores are defined in :mod:`monai_unc.scores`)."""
+"""One case's metric row, written once for classes and for regions (:func:`evaluate_case`).
+
+The case is split into its tasks (:func:`~monai_unc.evaluation.rows.case_tasks`, :mod:`monai_unc.activation`): one
+categorical task for a class prediction, one binary task per region for a region-based (sigmoid) prediction
+(``EvaluationConfig.regions``). Every metric is computed per task, into the column ``<metric>`` of the class task or
+``<metric>_<R>`` of region ``R`` (:func:`~monai_unc.evaluation.config.region_suffix`):
+
+- ``dice`` (the mean over the foreground classes, or over the regions) and ``dice_<class>`` / ``dice_<R>``
+  (:func:`~monai_unc.evaluation.rows.class_dice`);
+- the calibration family (:data:`~monai_unc.evaluation.config.CALIBRATION_COLUMNS`) from the task's
+  :class:`~monai_unc.metrics.calibration.ConfidenceHistogram` (``C`` classes, or the two-class probabilities
+  ``(1 - p_r, p_r)`` of a region);
+- ``error_rate`` and, for the primary measure, BUC / BA-ECE / SPACE and error AUROC / AUPRC;
+- QU-BraTS of the primary measure, for regions only (module docstring of :mod:`.region_case`);
+- the case scores of every measure (:mod:`monai_unc.scores`; for regions per region and combined,
+  :func:`~monai_unc.evaluation.rows.region_score_columns`);
+- the user metrics of ``EvaluationConfig.case_metrics``: ``fn(task)`` of every task
+  (:class:`~monai_unc.activation.TaskView`), column ``<name>`` or ``<name>_<R>``.
+"""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..activation import TaskView
 from ..io import CaseFiles, LoadedCase, load_case
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
+from ..metrics.qu_brats import measure_max, qu_brats_regions, to_qu_brats_range
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
+from ..regions import parse_regions
 from ..scores import case_score_columns
-from .config import CALIBRATION_COLUMNS, EvaluationConfig, slug, unit_scale
-from .region_case import evaluate_region_case
-from .rows import CaseResult, class_dice, derived_maps, primary_measure
+from .config import CALIBRATION_COLUMNS, EvaluationConfig, region_suffix, slug, unit_scale
+from .rows import (
+    QU_BRATS_COLUMNS,
+    CaseResult,
+    case_tasks,
+    class_dice,
+    derived_maps,
+    primary_measure,
+    region_score_columns,
+)
 
 __all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "evaluate_case"]
 
 
+def _namer(task: TaskView) -> Callable[[str], str]:
+    """The column of a metric for a task: ``<metric>`` for the class task, ``<metric>_<R>`` for region ``R``."""
+    if task.name is None:
+        return lambda metric: metric
+    suffix = region_suffix(task.name)
+    return lambda metric: f"{metric}_{suffix}"
+
+
+def _dice_columns(task: TaskView, config: EvaluationConfig) -> list[str]:
+    """The Dice columns of a task's foreground classes: ``dice_<class>`` of classes ``1 .. C-1`` (named by
+    ``class_names``), or ``dice_<R>`` of a region."""
+    if task.name is not None:
+        return [f"dice_{region_suffix(task.name)}"]
+    names = config.class_names or [str(c) for c in range(task.num_classes)]
+    return [f"dice_{slug(names[c])}" for c in range(1, task.num_classes)]
+
+
+def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str,
+              config: EvaluationConfig) -> tuple[dict[str, float], dict[str, Any]]:
+    """The QU-BraTS columns of a region evaluation (per region and their mean) and the case's curves."""
+    assert config.regions is not None
+    spec = parse_regions(config.regions)
+    names = [str(t.name) for t in tasks]
+    brain = None if case.image is None else (case.image > 0).any(axis=0)
+    top = measure_max(primary, multilabel=True)
+    u100 = {n: to_qu_brats_range(t.maps[primary], top) for n, t in zip(names, tasks)}  # float64, one region at a time
+    qb = qu_brats_regions(u100, {n: t.pred.astype(bool) for n, t in zip(names, tasks)},
+                          {n: t.target.astype(bool) for n, t in zip(names, tasks)}, regions=spec, brain_mask=brain)
+    cols: dict[str, float] = {}
+    for c in QU_BRATS_COLUMNS:
+        cols.update({f"qu_brats_{c}_{region_suffix(n)}": float(getattr(qb.regions[n], c)) for n in names})
+        cols[f"qu_brats_{c}"] = float(getattr(qb, c))
+    curves = {
+        "thresholds": qb.regions[names[0]].thresholds.tolist(),
+        "brain_mask": "image > 0" if brain is not None else "all voxels",
+        "regions": {n: {"dice": qb.regions[n].dice.tolist(), "ftp": qb.regions[n].ftp.tolist(),
+                        "ftn": qb.regions[n].ftn.tolist()} for n in names},
+    }
+    return cols, curves
+
+
 def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
-    """Metrics of one case (module docstring). ``files`` may be already loaded. With ``config.regions`` the case is
-    a region-based prediction, evaluated per region by :func:`~monai_unc.evaluation.region_case.evaluate_region_case`
-    (a loaded case must then be read with ``load_case(..., multilabel=True)``)."""
-    if config.regions is not None:
-        return evaluate_region_case(files, config)
-    case = files if isinstance(files, LoadedCase) else load_case(files, config.num_classes)
-    n_cls = case.probs.shape[0] if case.probs is not None else config.num_classes
-    assert n_cls is not None
-    names = config.class_names or [str(c) for c in range(n_cls)]
-    if len(names) != n_cls:
-        raise ValueError(f"class_names has {len(names)} names for {n_cls} classes")
+    """Metrics of one case (module docstring): the class task, or with ``config.regions`` one task per region.
+
+    Args:
+        files: the case's files, or the case already loaded (for regions with ``load_case(..., multilabel=True)``,
+            and ``load_image=True`` for the QU-BraTS brain mask).
+        config: the evaluation options.
+
+    Returns:
+        The row, the case's confidence histogram (classes) or one binary histogram per region
+        (``region_histograms``), the QU-BraTS curves (regions) and the warnings raised while computing them.
+    """
+    multilabel = config.regions is not None
+    if multilabel:
+        config.validate()  # parses the spec
+        assert config.regions is not None
+        n_reg = len(parse_regions(config.regions))
+        case = files if isinstance(files, LoadedCase) else load_case(files, n_reg, load_image=True, multilabel=True)
+    else:
+        case = files if isinstance(files, LoadedCase) else load_case(files, config.num_classes)
     row: dict[str, Any] = {"case": case.case_id}
     if config.shifts is not None:
         row["shift"] = config.shifts.get(case.case_id, "")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        per_class = class_dice(case.seg, case.label, n_cls)
-        row["dice"] = float(np.mean(per_class))
-        for c in range(1, n_cls):
-            row[f"dice_{slug(names[c])}"] = float(per_class[c - 1])
-        hist = None
+        act, tasks, maps = case_tasks(case, config)
+        cols = [_namer(t) for t in tasks]
+        dices = [class_dice(t.pred, t.target, t.num_classes) for t in tasks]
+        row["dice"] = float(np.mean([float(np.mean(d)) for d in dices]))
+        for t, d in zip(tasks, dices):
+            row.update({k: float(v) for k, v in zip(_dice_columns(t, config), d)})
+
+        hists: list[ConfidenceHistogram] | None = None
         if case.probs is not None:
-            hist = ConfidenceHistogram(n_cls, n_fine_bins=config.n_fine_bins, per_case=True)
-            hist.update(case.probs[None], case.label[None], case_ids=[case.case_id], validate=False)
-            vals = calibration_metrics(hist, CALIBRATION_COLUMNS, n_bins=config.n_bins,
-                                       min_bin_count=config.min_bin_count)
-            row.update({k: float(vals[k]) for k in CALIBRATION_COLUMNS})
-        maps = derived_maps(case)
+            hists = []
+            for t, col in zip(tasks, cols):
+                assert t.probs is not None
+                h = ConfidenceHistogram(t.num_classes, n_fine_bins=config.n_fine_bins, per_case=True)
+                h.update(t.probs[None], t.target[None], case_ids=[case.case_id], validate=False)
+                vals = calibration_metrics(h, CALIBRATION_COLUMNS, n_bins=config.n_bins,
+                                           min_bin_count=config.min_bin_count)
+                row.update({col(k): float(vals[k]) for k in CALIBRATION_COLUMNS})
+                hists.append(h)
+
         primary = primary_measure(maps, config.measure)
-        error = (case.seg != case.label).astype(np.uint8)
-        row["error_rate"] = float(error.mean())
+        errors = [(t.pred != t.target).astype(np.uint8) for t in tasks]
+        row.update({col("error_rate"): float(e.mean()) for col, e in zip(cols, errors)})
+        curves = None
         if primary is not None:
             row["measure"] = primary
-            u = maps[primary]
-            if config.spatial:
-                un = unit_scale(u, primary, n_cls)
-                row["buc"] = float(boundary_uncertainty_concentration(u, case.seg, case.label, case.spacing)[0])
-                row["ba_ece"] = float(boundary_aware_ece(un, case.seg, case.label, case.spacing)[0])
-                row["space"] = float(spatial_calibration_error(un, case.seg, case.label, case.spacing)[0])
-            row["error_auroc"] = float(error_auroc(u, error, per_case=False))
-            row["error_auprc"] = float(error_auprc(u, error, per_case=False))
-        row.update(case_score_columns(maps, case.seg, config.patch_size))
-        row["voxels"] = int(case.label.size)
+            for t, col, error in zip(tasks, cols, errors):
+                u = t.maps[primary]
+                if config.spatial:
+                    un = unit_scale(u, primary, t.num_classes)
+                    row[col("buc")] = float(boundary_uncertainty_concentration(u, t.pred, t.target, case.spacing)[0])
+                    row[col("ba_ece")] = float(boundary_aware_ece(un, t.pred, t.target, case.spacing)[0])
+                    row[col("space")] = float(spatial_calibration_error(un, t.pred, t.target, case.spacing)[0])
+                row[col("error_auroc")] = float(error_auroc(u, error, per_case=False))
+                row[col("error_auprc")] = float(error_auprc(u, error, per_case=False))
+            if act.multilabel:
+                qu_cols, curves = _qu_brats(case, tasks, primary, config)
+                row.update(qu_cols)
+        if act.multilabel:
+            pred = np.stack([t.pred for t in tasks])
+            row.update(region_score_columns(maps, pred, [str(t.name) for t in tasks], config.patch_size))
+        else:
+            row.update(case_score_columns(maps, case.seg, config.patch_size))
+        for name, fn in (config.case_metrics or {}).items():
+            row.update({col(name): float(fn(t)) for t, col in zip(tasks, cols)})
+        row["voxels"] = int(tasks[0].target.size)  # per region (the label may hold R masks)
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
-    return CaseResult(row, hist, messages)
+    if not act.multilabel:
+        return CaseResult(row, None if hists is None else hists[0], messages)
+    region_hists = None if hists is None else {str(t.name): h for t, h in zip(tasks, hists)}
+    return CaseResult(row, None, messages, region_histograms=region_hists, curves=curves)

@@ -301,6 +301,9 @@ def summarize(state: CohortState, config: EvaluationConfig) -> dict[str, Any]:
         spatial = {k: _nanmean(_column(rows, k)) for k in SPATIAL_COLUMNS if k in rows[0]}
         if spatial:
             summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
+        user = {k: _nanmean(_column(rows, k)) for k in (config.case_metrics or {}) if k in rows[0]}
+        if user:
+            summary["case_metrics"] = {"functions": config.case_metric_names, "mean_over_cases": user}
         fd = failure_detection(scores, dice)
         summary["failure_detection"] = {"risk": "1 - dice", "aurc": fd.aurc, "eaurc": fd.eaurc, "augrc": fd.augrc}
         curve = referral_curve(scores, dice)
@@ -376,6 +379,9 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
         spatial = {k: _nanmean(_column(rows, f"{k}_{s}")) for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
         if spatial:
             block["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
+        user = {k: _nanmean(_column(rows, f"{k}_{s}")) for k in (config.case_metrics or {}) if f"{k}_{s}" in rows[0]}
+        if user:
+            block["case_metrics"] = {"mean_over_cases": user}
         region_score = f"{score_key}_{s}"
         if region_score in rows[0]:
             fd = failure_detection(fill_undefined_scores(_column(rows, region_score)), d)

@@ -7,7 +7,7 @@ import csv
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,22 @@ class EvaluationConfig:
             ``"brats"``, ``"brats2023"`` or a JSON object (:func:`monai_unc.regions.parse_regions`); every metric is
             then computed per region (:mod:`monai_unc.evaluation.region_case`). Stored parsed, as
             ``{region: [labels]}`` in channel order.
+        case_metrics: user-defined per-case metrics ``{name: fn}``: ``fn`` receives the case's
+            :class:`~monai_unc.activation.TaskView` of one task (the class task, or one region) and returns a
+            float, written into the column ``<name>`` (classes) or ``<name>_<region>`` (regions) of ``metrics.csv``
+            and summarised as the mean over the cases (``summary.json``, ``case_metrics``; per region under
+            ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
+            qualified names are part of the resume fingerprint (:attr:`case_metric_names`), so changing the metric
+            set recomputes the cases (changing a function's body under the same name does not).
+
+    Example:
+        >>> from monai_unc.evaluation import EvaluationConfig
+        >>> def volume_error(task):
+        ...     return float(task.pred.sum() - task.target.sum())
+        >>> config = EvaluationConfig(case_metrics={"volume_error": volume_error})
+        >>> config.validate()
+        >>> config.case_metric_names
+        {'volume_error': 'monai_unc.evaluation.config.volume_error'}
     """
 
     measure: str | None = None
@@ -107,6 +123,7 @@ class EvaluationConfig:
     risk_method: str | None = None
     calibration_cases: list[str] | None = None
     regions: dict[str, list[int]] | str | None = None
+    case_metrics: Mapping[str, Callable[[Any], float]] | None = None
 
     @property
     def n_fine_bins(self) -> int:
@@ -150,6 +167,25 @@ class EvaluationConfig:
                 raise ValueError(f"num_classes ({self.num_classes}) must be the number of regions "
                                  f"({len(self.regions)}) or None with regions")
 
+        if self.case_metrics is not None:
+            if not isinstance(self.case_metrics, Mapping):
+                raise TypeError("case_metrics must be a mapping {name: function}, got "
+                                f"{type(self.case_metrics).__name__}")
+            for name, fn in self.case_metrics.items():
+                if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                    raise ValueError(f"case_metrics: the name {name!r} must be letters, digits and _ (a column name)")
+                if not callable(fn):
+                    raise TypeError(f"case_metrics: {name!r} must be a function of a task, got {type(fn).__name__}")
+
+    @property
+    def case_metric_names(self) -> dict[str, str] | None:
+        """``{name: qualified name of the function}`` of :attr:`case_metrics` (None without): what the resume
+        fingerprint and ``summary.json`` record."""
+        if self.case_metrics is None:
+            return None
+        return {name: f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+                for name, fn in self.case_metrics.items()}
+
     @property
     def region_names(self) -> list[str]:
         """The region names in channel order (empty without regions); call :meth:`validate` first."""
@@ -174,6 +210,9 @@ class EvaluationConfig:
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d.pop("shifts", None)
+        d.pop("case_metrics", None)  # functions; their names instead, when there are any
+        if self.case_metrics is not None:
+            d["case_metric_names"] = self.case_metric_names
         return d
 
 

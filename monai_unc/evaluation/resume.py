@@ -23,7 +23,7 @@ __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "sa
 #: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
 #: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
 CASE_FIELDS = ("measure", "n_bins", "min_bin_count", "patch_size", "spatial", "num_classes", "class_names",
-               "regions")
+               "regions", "case_metric_names")
 
 CASES_DIR = "cases"
 

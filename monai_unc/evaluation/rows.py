@@ -1,21 +1,29 @@
-"""What the per-case evaluations share: the result of one case (:class:`CaseResult`), the Dice of label maps
-(:func:`class_dice`), the maps to score (:func:`derived_maps`) and the choice of the primary measure
-(:func:`primary_measure`). Used by :mod:`.case` (classes) and :mod:`.region_case` (regions)."""
+"""The pieces of a per-case evaluation row: the result of one case (:class:`CaseResult`), the Dice of label maps
+(:func:`class_dice`), the maps to score (:func:`derived_maps`), the choice of the primary measure
+(:func:`primary_measure`), the split of a loaded case into its tasks (:func:`case_tasks`: one class task, or one
+binary task per region, :mod:`monai_unc.activation`) and the region-only pieces (:func:`predicted_regions`,
+:func:`region_score_columns`, :func:`combined_score`). :func:`monai_unc.evaluation.case.evaluate_case` writes the
+row once from them, for classes and regions."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..io import LoadedCase
+from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
+from ..io import CaseError, LoadedCase
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
+from ..regions import label_to_regions, parse_regions
+from ..scores import CASE_SCORES, PATCH_SIZE, case_scores
+from .config import EvaluationConfig, region_suffix
 
 __all__ = [
     "CaseResult",
@@ -25,7 +33,15 @@ __all__ = [
     "region_histograms_state",
     "region_histograms_from_state",
     "load_region_histograms",
+    "QU_BRATS_COLUMNS",
+    "case_tasks",
+    "combined_score",
+    "predicted_regions",
+    "region_score_columns",
 ]
+
+#: the QU-BraTS columns of a region evaluation (``qu_brats_<c>_<R>`` per region, ``qu_brats_<c>`` their mean)
+QU_BRATS_COLUMNS = ("score", "dice_auc", "ftp_auc", "ftn_auc")
 
 
 @dataclass
@@ -112,3 +128,106 @@ def load_region_histograms(path: str | os.PathLike) -> dict[str, ConfidenceHisto
     """The per-region histograms of an ``.npz`` file holding :func:`region_histograms_state`."""
     with np.load(path, allow_pickle=False) as f:
         return region_histograms_from_state({k: f[k] for k in f.files})
+
+
+def combined_score(values: list[float]) -> float:
+    """The combined case score of a region evaluation: the mean of the per-region scores that are defined (finite);
+    NaN when none is."""
+    a = np.asarray(values, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    return float(a.mean()) if a.size else float("nan")
+
+
+def _region_stack(case: LoadedCase, arr: np.ndarray, what: str, n: int, names: list[str]) -> None:
+    if arr.shape[0] != n:
+        raise CaseError(f"case {case.case_id!r}: {what} has {arr.shape[0]} region channel(s) but the region spec has "
+                        f"{n} ({', '.join(names)})")
+
+
+def _as_regions(case: LoadedCase, arr: np.ndarray, spec: Mapping[str, Sequence[int]], what: str) -> np.ndarray:
+    """``(R, *spatial)`` bool region masks of a label map ``(*spatial)`` (the spec's regions of its labels) or of
+    ``R`` region masks (checked against the spec's region count)."""
+    if arr.ndim == len(case.spacing):
+        return np.asarray(label_to_regions(arr, spec))
+    names = list(spec)
+    _region_stack(case, arr, what, len(names), names)
+    return arr.astype(bool)
+
+
+def predicted_regions(case: LoadedCase, spec: Mapping[str, Sequence[int]]) -> np.ndarray:
+    """The predicted region masks ``(R, *spatial)`` bool of a case read with ``load_case(..., multilabel=True)``:
+    its ``R`` region masks (``<case>_seg`` of ``monai-unc infer --activation sigmoid``; another count than the spec's
+    is a ``CaseError``) or, for a label-map segmentation (nnU-Net), the spec's regions of the labels
+    (:func:`monai_unc.regions.label_to_regions`)."""
+    return _as_regions(case, case.seg, spec, "the segmentation")
+
+
+def region_score_columns(
+    maps: Mapping[str, np.ndarray], pred: np.ndarray, names: Sequence[str], patch_size: int = PATCH_SIZE
+) -> dict[str, float]:
+    """The case-score columns of a region-based case, the one definition used by ``evaluate --regions`` and by
+    ``monai-unc triage``: for every map ``m`` ``(R, *spatial)`` (one channel per region, in the order of ``names``)
+    and every score ``k`` of :data:`~monai_unc.scores.CASE_SCORES`, the per-region score ``<m>_<k>_<R>``
+    (:func:`~monai_unc.scores.case_scores` of ``m[r]`` with the predicted region ``pred[r]`` ``(R, *spatial)`` as the
+    foreground; ``<R>`` is :func:`~monai_unc.evaluation.config.region_suffix` of the name) and the combined case
+    score ``<m>_<k>`` = :func:`combined_score` of the per-region scores (their mean over the regions where defined).
+    Column order: every combined column of a map, then its per-region columns. ``ValueError`` for a map or ``pred``
+    with another number of channels than ``names``."""
+    n = len(names)
+    if pred.shape[0] != n:
+        raise ValueError(f"pred has {pred.shape[0]} region channel(s) for {n} region name(s)")
+    sfx = [region_suffix(name) for name in names]
+    row: dict[str, float] = {}
+    for m, u in maps.items():
+        if u.shape[0] != n:
+            raise ValueError(f"the {m} map has {u.shape[0]} region channel(s) for {n} region name(s)")
+        scores = [case_scores(u[r], pred[r], patch_size) for r in range(n)]
+        for k in CASE_SCORES:
+            row[f"{m}_{k}"] = combined_score([sc[k] for sc in scores])
+        for s, sc in zip(sfx, scores):
+            row.update({f"{m}_{k}_{s}": sc[k] for k in CASE_SCORES})
+    return row
+
+
+def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, list[TaskView], dict[str, np.ndarray]]:
+    """A loaded case split into the tasks its row is computed on, with the maps to score.
+
+    Args:
+        case: a case of :func:`monai_unc.io.load_case` (with ``multilabel=True`` for a region evaluation).
+        config: the evaluation options; ``config.regions`` set means one binary task per region.
+
+    Returns:
+        ``(activation, tasks, maps)``: :data:`~monai_unc.activation.CATEGORICAL` and the one class task (the
+        segmentation and label maps as they are), or :data:`~monai_unc.activation.BERNOULLI` and one task per region
+        of the spec (region masks of the label and of the prediction, :func:`predicted_regions`); ``maps`` are
+        :func:`derived_maps` (``(R, *spatial)`` for regions, each task holding its own channel). Raises
+        ``CaseError`` for channel counts that do not fit the spec, ``ValueError`` for ``class_names`` of the wrong
+        length; warns about label values in no region.
+    """
+    if config.regions is None:
+        n_cls = case.probs.shape[0] if case.probs is not None else config.num_classes
+        assert n_cls is not None
+        names = config.class_names or [str(c) for c in range(n_cls)]
+        if len(names) != n_cls:
+            raise ValueError(f"class_names has {len(names)} names for {n_cls} classes")
+        maps = derived_maps(case)
+        return CATEGORICAL, CATEGORICAL.split(case.seg, case.label, case.probs, maps, spacing=case.spacing,
+                                              num_classes=n_cls), maps
+    if not case.multilabel:
+        raise ValueError("a region evaluation needs a case read with load_case(..., multilabel=True)")
+    spec = parse_regions(config.regions)
+    names = list(spec)
+    if case.label.ndim == len(case.spacing):  # a label map: regions from the spec
+        used = {v for labels in spec.values() for v in labels}
+        stray = sorted(set(np.unique(case.label).tolist()) - used - {0})
+        if stray:
+            warnings.warn(f"label value(s) {stray[:6]} are in no region of {spec} and count as background "
+                          "(another region spec, e.g. brats2023?)", UserWarning, stacklevel=3)
+    target = _as_regions(case, case.label, spec, "the label")  # (R, *spatial) bool
+    pred = predicted_regions(case, spec)
+    if case.probs is not None:
+        _region_stack(case, case.probs, "the probabilities", len(names), names)
+    maps = derived_maps(case)
+    for m, u in maps.items():
+        _region_stack(case, u, f"the {m} map", len(names), names)
+    return BERNOULLI, BERNOULLI.split(pred, target, case.probs, maps, names, case.spacing), maps

@@ -13,7 +13,7 @@ the input image and writes it, the way nnU-Net's ``export_prediction_from_logits
 - **Files** (:func:`export_uncertainty`): ``<case><ending>`` segmentation and, with ``save_probabilities``,
   ``<case>.npz`` / ``<case>.pkl`` in nnU-Net's layout; ``uncertainty/<case>_<measure><ending>`` float32 maps in
   the dataset's own file format and geometry (:func:`write_float_map`); ``uncertainty/<case>.json`` the case
-  record with the case scores (:func:`case_scores`); :func:`write_scores_table` collects the records into
+  record with the case scores (:func:`record_case_scores`); :func:`write_scores_table` collects the records into
   ``uncertainty_scores.csv``. Every file is written under a temporary name and renamed; the segmentation last.
 - **Done or not** (:func:`case_exported`): a case is done when its segmentation, its record and every map
   the record names exist (what ``--continue_prediction`` skips).
@@ -43,6 +43,7 @@ from nnunetv2.inference.export_prediction import convert_predicted_logits_to_seg
 from nnunetv2.utilities.label_handling.label_handling import LabelManager
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
+from monai_unc._deprecation import REMOVAL
 from monai_unc.inferers.sampling import window_disagreement_from_stitched
 from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, save_nifti_image, write_csv
 from monai_unc.keys import DEFAULT_MEASURES, MEASURES, MIMeaning, UncertaintyKeys
@@ -63,6 +64,7 @@ __all__ = [
     "convert_uncertainty_to_original_geometry",
     "write_float_map",
     "write_region_maps",
+    "record_case_scores",
     "case_scores",
     "region_case_scores",
     "export_uncertainty",
@@ -361,39 +363,79 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     return [out]
 
 
-def region_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, regions: dict[str, Sequence[int]],
-                       patch_size: int = PATCH_SIZE) -> dict:
-    """Case scores of per-region maps ``(R, *shape)``: :func:`monai_unc.scores.case_scores` of each region's
-    channel, with that region's predicted mask (``isin(segmentation, labels of the region)``, the region as it is
-    evaluated from a label map) as the foreground of ``fg_mean``. Returns ``{measure: {"<score>_<region>": v}}``,
-    flattened to ``<measure>_<score>_<region>`` columns in the table."""
-    out: dict[str, dict[str, float]] = {}
+def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, patch_size: int = PATCH_SIZE,
+                       regions: dict[str, Sequence[int]] | None = None) -> dict:
+    """The case scores of a case record (ValUES Sec. 4.3), for a class model and for a region-based one.
+
+    Every score is :func:`monai_unc.scores.case_scores`, the definitions ``monai-unc evaluate`` uses: ``mean`` over
+    the whole image, ``fg_mean`` over the predicted foreground (NaN when it is empty, recorded as null),
+    ``patch_mean`` the largest *mean* over a box of ``patch_size`` voxels per axis. The foreground of a class model
+    is ``segmentation > 0``; a region-based model has one binary task per region (:mod:`monai_unc.activation`): the
+    map's channel ``r`` scored with that region's predicted mask ``isin(segmentation, labels of the region)`` (the
+    region as it is evaluated from a label map).
+
+    Args:
+        maps: ``{measure: map}``, a map ``(*shape)`` (classes) or ``(R, *shape)`` (one channel per region).
+        segmentation: the predicted label map ``(*shape)``.
+        patch_size: box size in voxels of ``patch_mean``.
+        regions: ``{region: [labels]}`` of a region-based model in channel order, or None.
+
+    Returns:
+        ``{measure: {"<score>": v}}`` (classes) or ``{measure: {"<score>_<region>": v}}`` (regions), flattened to
+        ``<measure>_<score>[_<region>]`` columns in the table.
+    """
     seg = np.asarray(segmentation)
-    masks = {name: np.isin(seg, list(labels)).astype(np.uint8) for name, labels in regions.items()}
+    if regions:
+        tasks = [(f"_{name}", r, np.isin(seg, list(labels)).astype(np.uint8))
+                 for r, (name, labels) in enumerate(regions.items())]
+    else:
+        tasks = [("", None, segmentation)]
+    out: dict[str, dict[str, float]] = {}
     for key, m in maps.items():
         out[key] = {}
-        for r, name in enumerate(regions):
+        for suffix, r, foreground in tasks:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # empty region: fg_mean NaN, recorded as null
-                scores = map_case_scores(m[r], masks[name], patch_size)
-            out[key].update({f"{s}_{name}": v for s, v in scores.items()})
+                warnings.simplefilter("ignore", UserWarning)  # empty prediction: fg_mean NaN, recorded as null
+                scores = map_case_scores(m if r is None else m[r], foreground, patch_size)
+            out[key].update({f"{k}{suffix}": v for k, v in scores.items()})
     return out
 
 
 def case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, patch_size: int = PATCH_SIZE) -> dict:
-    """Case-level scores of each map (ValUES Sec. 4.3), the definitions ``monai-unc evaluate`` uses.
+    """Deprecated alias of :func:`record_case_scores` for a class model (removed in the next release).
 
-    The one definition of :func:`monai_unc.scores.case_scores`: ``mean`` over the whole image; ``fg_mean`` over the
-    predicted foreground (label > 0; NaN when the prediction is empty); ``patch_mean`` the largest *mean* over a
-    box of ``patch_size`` voxels per axis (stride-1 boxes, clipped to the image). Returns
-    ``{measure: {"mean", "fg_mean", "patch_mean"}}``, flattened to ``<measure>_<score>`` columns in the table.
+    Args:
+        maps: ``{measure: map (*shape)}``.
+        segmentation: the predicted label map ``(*shape)``.
+        patch_size: box size in voxels of ``patch_mean``.
+
+    Returns:
+        ``{measure: {"mean", "fg_mean", "patch_mean"}}``.
     """
-    out: dict[str, dict[str, float]] = {}
-    for key, m in maps.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # empty prediction: fg_mean NaN, recorded as null
-            out[key] = map_case_scores(m, segmentation, patch_size)
-    return out
+    _warn_renamed("case_scores", "record_case_scores(maps, segmentation, patch_size)")
+    return record_case_scores(maps, segmentation, patch_size)
+
+
+def region_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, regions: dict[str, Sequence[int]],
+                       patch_size: int = PATCH_SIZE) -> dict:
+    """Deprecated alias of :func:`record_case_scores` with ``regions`` (removed in the next release).
+
+    Args:
+        maps: ``{measure: map (R, *shape)}``.
+        segmentation: the predicted label map ``(*shape)``.
+        regions: ``{region: [labels]}`` in channel order.
+        patch_size: box size in voxels of ``patch_mean``.
+
+    Returns:
+        ``{measure: {"<score>_<region>": v}}``.
+    """
+    _warn_renamed("region_case_scores", "record_case_scores(maps, segmentation, patch_size, regions=regions)")
+    return record_case_scores(maps, segmentation, patch_size, regions=regions)
+
+
+def _warn_renamed(old: str, new: str) -> None:
+    warnings.warn(f"monai_unc.nnunet.{old} is deprecated, use {new} (the old name will be removed in {REMOVAL})",
+                  DeprecationWarning, stacklevel=3)
 
 
 def _record_path(output_file_truncated: str | os.PathLike) -> Path:
@@ -421,7 +463,7 @@ def export_uncertainty(
     float32 ``(C, *shape)``: the probabilities whose argmax is the segmentation, see
     :func:`convert_uncertainty_to_original_geometry`) and ``<case>.pkl`` (properties) as nnU-Net writes them;
     ``uncertainty/<case>_<measure><ending>`` float32 maps (region-based models: 4D ``(X, Y, Z, R)``, see
-    :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`region_case_scores`);
+    :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`record_case_scores`);
     ``uncertainty/<case>.json`` the record. The
     segmentation is written last. Returns the record.
     """
@@ -447,10 +489,7 @@ def export_uncertainty(
         atomic_save_npz(base.with_name(f"{case}.npz"), {"probabilities": out["probabilities"]}, compressed=True)
         with atomic_path(base.with_name(f"{case}.pkl"), ".pkl") as tmp:
             save_pickle(properties, str(tmp))
-    if regions:
-        scores = region_case_scores(out["maps"], out["segmentation"], regions, patch_size)
-    else:
-        scores = case_scores(out["maps"], out["segmentation"], patch_size)
+    scores = record_case_scores(out["maps"], out["segmentation"], patch_size, regions=regions or None)
     record = {
         "case": case,
         "sources": list(result.sources),

@@ -472,19 +472,26 @@ def test_case_scores_and_table(tmp_path):
     seg[2:6, 2:6, 2:6] = 1
     u = np.zeros((12, 12, 12), np.float32)
     u[2:4, 2:4, 2:4] = 1.0
-    scores = mun.case_scores({"predictive_entropy": u}, seg, patch_size=4)["predictive_entropy"]
+    scores = mun.record_case_scores({"predictive_entropy": u}, seg, patch_size=4)["predictive_entropy"]
+    with pytest.warns(DeprecationWarning, match="record_case_scores"):
+        assert mun.case_scores({"predictive_entropy": u}, seg, patch_size=4)["predictive_entropy"] == scores
+    two = np.stack([u, 2 * u])  # a region-based map: one channel per region, each scored inside its own mask
+    by_region = mun.record_case_scores({"pe": two}, seg, 4, regions={"a": [1], "b": [1, 2]})["pe"]
+    assert by_region == {**{f"{k}_a": v for k, v in scores.items()}, **{f"{k}_b": 2 * v for k, v in scores.items()}}
+    with pytest.warns(DeprecationWarning, match="record_case_scores"):
+        assert mun.region_case_scores({"pe": two}, seg, {"a": [1], "b": [1, 2]}, 4)["pe"] == by_region
     assert list(scores) == ["mean", "fg_mean", "patch_mean"]
     assert scores["mean"] == pytest.approx(8 / 12**3)
     assert scores["fg_mean"] == pytest.approx(8 / 64)
     assert scores["patch_mean"] == pytest.approx(8 / 64)  # the box MEAN (8 ones in a 4^3 box), not the sum 8
-    empty = mun.case_scores({"predictive_entropy": u}, np.zeros_like(seg))["predictive_entropy"]
+    empty = mun.record_case_scores({"predictive_entropy": u}, np.zeros_like(seg))["predictive_entropy"]
     assert np.isnan(empty["fg_mean"])
     # against explicit loops, 3D and 2D, the default box (10) clipped on a short axis
     rng = np.random.default_rng(1)
     for shape, k in (((13, 11, 6), 10), ((9, 12, 7), 3), ((15, 14), 10)):
         m = rng.random(shape).astype(np.float32)
         fg = rng.random(shape) > 0.6
-        got = mun.case_scores({"mutual_information": m}, fg.astype(np.uint8), patch_size=k)["mutual_information"]
+        got = mun.record_case_scores({"mutual_information": m}, fg.astype(np.uint8), patch_size=k)["mutual_information"]
         assert got["patch_mean"] == pytest.approx(brute_force_patch_mean(m, k), rel=1e-12)
         assert got["mean"] == pytest.approx(float(m.astype(np.float64).mean()), rel=1e-12)
         assert got["fg_mean"] == pytest.approx(float(m[fg].astype(np.float64).mean()), rel=1e-12)

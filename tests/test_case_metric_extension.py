@@ -1,0 +1,215 @@
+"""A per-case metric added once works for classes and for regions (``EvaluationConfig(case_metrics=...)``).
+
+The metric, a toy "volume error" (predicted minus reference foreground volume of one task, in mL), is defined only
+here. It runs through :func:`monai_unc.evaluation.run_evaluate` for a class cohort (column ``volume_error``) and a
+region cohort (columns ``volume_error_<region>``), its values are checked against a hand computation on the files,
+under resume (a second run reuses every cached case and gives the same rows; another metric set recomputes them) and
+under a 2-rank ``torchrun`` (the same ``metrics.csv`` as one process).
+"""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.evaluation import EvaluationConfig, case_fingerprint, run_evaluate
+from monai_unc.io import match_cases
+
+ROOT = Path(__file__).resolve().parents[1]
+AFFINE = np.diag([1.0, 1.2, 2.0, 1.0])
+BRATS = {"TC": (1, 4), "WT": (1, 2, 4), "ET": (4,)}
+CALLS: list[str] = []  # one entry per evaluation of the metric (resume must not call it again)
+
+
+def volume_error(task):
+    """Predicted minus reference foreground volume of one task (a class set or one region), in mL."""
+    CALLS.append(str(task.name))
+    return (np.count_nonzero(task.pred) - np.count_nonzero(task.target)) * task.voxel_volume / 1000.0
+
+
+def abs_volume_error(task):
+    """The absolute value of :func:`volume_error`."""
+    return abs(volume_error(task))
+
+
+def _nii(path: Path, data: np.ndarray) -> None:
+    nib.save(nib.Nifti1Image(data, AFFINE), path)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def classes(tmp_path_factory) -> dict[str, Path]:
+    return write_toy_cohort(tmp_path_factory.mktemp("classes"), n_cases=3, shape=(10, 10, 10))
+
+
+@pytest.fixture(scope="module")
+def regions(tmp_path_factory) -> dict[str, Path]:
+    """Three BraTS-like cases (label maps 0/1/2/4) with 4D region masks and probabilities as predictions."""
+    root = tmp_path_factory.mktemp("regions")
+    dirs = {k: root / k for k in ("labels", "pred")}
+    for d in dirs.values():
+        d.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        lab = np.zeros((8, 7, 6), np.uint8)
+        lab[2:6, 2:6, 1:5] = 2
+        lab[3:5, 3:5, 2:4] = 1
+        if i != 2:  # the last case has no enhancing tumour
+            lab[3, 3, 2 + i % 2] = 4
+        masks = np.stack([np.isin(lab, labels) for labels in BRATS.values()])
+        flip = rng.random(masks.shape) < 0.08
+        pred = masks ^ flip
+        conf = rng.uniform(0.55, 0.99, masks.shape)
+        probs = np.where(pred, conf, 1 - conf).astype(np.float32)
+        _nii(dirs["labels"] / f"case{i}.nii.gz", lab)
+        _nii(dirs["pred"] / f"case{i}_seg.nii.gz", np.moveaxis(pred.astype(np.uint8), 0, -1))
+        _nii(dirs["pred"] / f"case{i}_probs.nii.gz", np.moveaxis(probs, 0, -1))
+    return dirs
+
+
+def _evaluate(labels: Path, pred: Path, out: Path, config: EvaluationConfig):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return run_evaluate(labels, pred, out, config, progress=False)
+
+
+def _hand_volume_error(pred: np.ndarray, target: np.ndarray, affine: np.ndarray) -> float:
+    voxel = float(np.prod(np.linalg.norm(affine[:3, :3], axis=0)))
+    return (int((pred > 0).sum()) - int((target > 0).sum())) * voxel / 1000.0
+
+
+def test_class_metric_equals_hand_computation_and_leaves_the_other_columns(classes, tmp_path):
+    plain = _rows(_evaluate(classes["labels"], classes["predictions"], tmp_path / "plain", EvaluationConfig())[2]
+                  ["metrics"])
+    config = EvaluationConfig(case_metrics={"volume_error": volume_error})
+    _, summary, paths = _evaluate(classes["labels"], classes["predictions"], tmp_path / "ext", config)
+    rows = _rows(paths["metrics"])
+    assert [r["case"] for r in rows] == [r["case"] for r in plain]
+    for r, p in zip(rows, plain):
+        label = nib.load(classes["labels"] / f"{r['case']}.nii.gz")
+        seg = np.asarray(nib.load(classes["predictions"] / f"{r['case']}_seg.nii.gz").dataobj)
+        expected = _hand_volume_error(seg, np.asarray(label.dataobj), label.affine)
+        assert float(r["volume_error"]) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+        assert {k: v for k, v in r.items() if k != "volume_error"} == p  # nothing else changes
+    assert summary["case_metrics"]["mean_over_cases"]["volume_error"] == pytest.approx(
+        np.mean([float(r["volume_error"]) for r in rows]), rel=1e-12)
+    assert summary["case_metrics"]["functions"] == {"volume_error": f"{__name__}.volume_error"}
+
+
+def test_region_metric_per_region_equals_hand_computation(regions, tmp_path):
+    config = EvaluationConfig(regions=BRATS, case_metrics={"volume_error": volume_error})
+    _, summary, paths = _evaluate(regions["labels"], regions["pred"], tmp_path / "ext", config)
+    rows = _rows(paths["metrics"])
+    assert len(rows) == 3 and "volume_error" not in rows[0]
+    for r in rows:
+        label = nib.load(regions["labels"] / f"{r['case']}.nii.gz")
+        lab = np.asarray(label.dataobj)
+        pred = np.moveaxis(np.asarray(nib.load(regions["pred"] / f"{r['case']}_seg.nii.gz").dataobj), -1, 0)
+        for k, (name, labels) in enumerate(BRATS.items()):
+            expected = _hand_volume_error(pred[k], np.isin(lab, labels), label.affine)
+            assert float(r[f"volume_error_{name}"]) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    for name in BRATS:
+        got = summary["regions"]["per_region"][name]["case_metrics"]["mean_over_cases"]["volume_error"]
+        assert got == pytest.approx(np.mean([float(r[f"volume_error_{name}"]) for r in rows]), rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["classes", "regions"])
+def test_resume_reuses_cases_and_a_new_metric_set_recomputes(kind, classes, regions, tmp_path):
+    if kind == "classes":
+        labels, pred, extra = classes["labels"], classes["predictions"], {}
+    else:
+        labels, pred, extra = regions["labels"], regions["pred"], {"regions": BRATS}
+    out = tmp_path / "ev"
+    CALLS.clear()
+    first = _evaluate(labels, pred, out, EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra))
+    n_tasks = 1 if kind == "classes" else len(BRATS)
+    assert len(CALLS) == 3 * n_tasks
+    CALLS.clear()
+    again = _evaluate(labels, pred, out, EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra))
+    assert CALLS == []  # every case came from its resume state
+    assert again[2]["metrics"].read_text() == first[2]["metrics"].read_text()
+    changed = EvaluationConfig(case_metrics={"volume_error": volume_error, "abs_volume_error": abs_volume_error},
+                               **extra)
+    third = _evaluate(labels, pred, out, changed)
+    assert len(CALLS) == 2 * 3 * n_tasks  # recomputed: both metrics call volume_error
+    rows = _rows(third[2]["metrics"])
+    col = "abs_volume_error" if kind == "classes" else "abs_volume_error_WT"
+    assert all(float(r[col]) == abs(float(r[col.replace("abs_", "")])) for r in rows)
+    files = match_cases(labels, pred)[0]
+    names = [case_fingerprint(files, c)["config"]["case_metric_names"]
+             for c in (EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra), changed)]
+    assert names[0] != names[1] and names[0] == {"volume_error": f"{__name__}.volume_error"}
+
+
+SCRIPT = '''
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from monai_unc.evaluation import EvaluationConfig, run_evaluate
+
+{function}
+
+# argv: (labels, predictions, output, "classes" | "regions") per cohort
+args = sys.argv[1:]
+for labels, pred, out, kind in zip(args[0::4], args[1::4], args[2::4], args[3::4]):
+    config = EvaluationConfig(case_metrics={{"volume_error": volume_error}},
+                              regions={regions} if kind == "regions" else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(Path(labels), Path(pred), Path(out), config, progress=False)
+'''
+
+
+def test_torchrun_two_ranks_equal_one_process(classes, regions, tmp_path):
+    """One ``torchrun`` job evaluates both cohorts with the metric; each equals the single-process run."""
+    source = textwrap.dedent(inspect.getsource(volume_error)).replace("    CALLS.append(str(task.name))\n", "")
+    script = tmp_path / "evaluate_with_volume_error.py"
+    script.write_text(SCRIPT.format(function=source, regions=repr(BRATS)))
+    cohorts = (("classes", classes["labels"], classes["predictions"], {}),
+               ("regions", regions["labels"], regions["pred"], {"regions": BRATS}))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    for kind, labels, pred, _ in cohorts:
+        cmd += [str(labels), str(pred), str(tmp_path / f"torchrun_{kind}"), kind]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for kind, labels, pred, extra in cohorts:
+        single = _evaluate(labels, pred, tmp_path / f"single_{kind}",
+                           EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra))
+        out = tmp_path / f"torchrun_{kind}"
+        text = (out / "metrics.csv").read_text()
+        assert "volume_error" in text.splitlines()[0]
+        assert text == single[2]["metrics"].read_text()
+        a = json.loads((out / "summary.json").read_text())
+        b = json.loads(single[2]["summary"].read_text())
+        a.pop("config"), b.pop("config")
+        a.get("case_metrics", {}).pop("functions", None), b.get("case_metrics", {}).pop("functions", None)
+        assert a == b
+
+
+def test_bad_case_metrics_are_refused():
+    with pytest.raises(ValueError, match="case_metrics"):
+        EvaluationConfig(case_metrics={"volume error": volume_error}).validate()
+    with pytest.raises(TypeError, match="case_metrics"):
+        EvaluationConfig(case_metrics={"volume_error": 1.0}).validate()  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="case_metrics"):
+        EvaluationConfig(case_metrics=[volume_error]).validate()  # type: ignore[arg-type]
