@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import monai_unc.evaluation.triage as triage_mod
+import monai_unc.evaluation.triage.runner as triage_mod
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, evaluate_case, run_evaluate
