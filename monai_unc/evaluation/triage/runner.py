@@ -8,7 +8,6 @@ import io
 import json
 import math
 import os
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,23 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ... import __version__
-from ...distributed import (
-    CaseFailure,
-    CasesFailed,
-    broadcast_object,
-    check_each_case_once,
-    check_same_cases,
-    error_line,
-    failure_reporter,
-    gather_objects,
-    get_dist_context,
-    shard,
-    sync_errors,
-    write_failures,
-)
+from ...distributed import CaseCache, CohortRun, get_dist_context, run_cases
 from ...io import (
     LAYOUTS,
     CaseError,
@@ -45,7 +30,6 @@ from ...io import (
     json_safe,
     load_case,
     match_cases,
-    read_json_or_none,
 )
 from ...keys import UncertaintyKeys
 from ...metrics.quality import expected_dice, quality_estimates
@@ -201,36 +185,15 @@ def _channel_files(rule: ReferralRule) -> str:
     return rule.image_reference.channel_files if rule.image_reference is not None else "all"
 
 
-def _load_row(folder: Path, case_id: str, fp: Mapping[str, Any]) -> dict[str, Any] | None:
-    doc = read_json_or_none(folder / f"{case_id}.json")
-    if not isinstance(doc, dict) or doc.get("fingerprint") != fp or doc.get("case") != case_id:
-        return None
-    row = doc.get("row")
-    return row if isinstance(row, dict) else None
+def _dump_row(folder: Path, case_id: str, row: dict[str, Any]) -> dict[str, Any]:
+    return {"row": row}
 
 
-def _triage_shard(
-    cases: Sequence[CaseFiles], rule: ReferralRule, cache: Path | None, failures: list[tuple[str, BaseException]],
-    on_failure: Any, progress: bool, desc: str,
-) -> list[dict[str, Any]]:
-    out = []
-    bar = tqdm(cases, desc=desc, unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
-    for files in bar:
-        bar.set_postfix_str(files.case_id)
-        try:
-            fp = _triage_fingerprint(files, rule)
-            row = _load_row(cache, files.case_id, fp) if cache is not None else None
-            if row is None:
-                row = triage_case(files, rule)
-                if cache is not None:
-                    text = json.dumps({"case": files.case_id, "fingerprint": fp, "row": row}, allow_nan=True)
-                    atomic_write_text(cache / f"{files.case_id}.json", text + "\n")
-        except Exception as e:  # an interrupt (KeyboardInterrupt) is not an Exception and stops the run
-            failures.append((files.case_id, e))
-            on_failure(files.case_id, e)
-            continue
-        out.append(row)
-    return out
+def _restore_row(folder: Path, doc: dict[str, Any], files: Any) -> dict[str, Any]:
+    row = doc["row"]
+    if not isinstance(row, dict):
+        raise TypeError(f"the saved row of case {doc.get('case')!r} is not an object")
+    return row
 
 
 @dataclass
@@ -394,11 +357,9 @@ def run_triage(
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
     rule_path = None if isinstance(rule, ReferralRule) else str(Path(rule).resolve())
-    cache = output / STATE_DIR / CASES_DIR if resume else None
-    found: list[CaseFiles] = []
-    check: dict[str, Any] = {}
-    err: BaseException | None = None
-    try:
+    got: dict[str, Any] = {}  # the rule and the fingerprint check, found while listing the cases
+
+    def listing() -> list[CaseFiles]:
         the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule)
         check_output_folder(output, predictions, images, uncertainty)
         found = find_prediction_cases(predictions, the_rule, layout, uncertainty=uncertainty, images=images,
@@ -411,54 +372,27 @@ def run_triage(
                 status, diffs = "mismatch", [*diffs, *extra]
         if status == "mismatch" and not allow_mismatch:
             raise FingerprintMismatch(diffs)
-        check = {"status": status, "allowed_mismatch": status == "mismatch", "predictions": pred_fp,
-                 "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs]}
-        if ctx.is_main:
-            output.mkdir(parents=True, exist_ok=True)
-            clean_partial_files(output)
-            if cache is not None:
-                cache.mkdir(parents=True, exist_ok=True)
-                clean_partial_files(cache)
-    except Exception as e:
-        err = e
-    sync_errors(err, ctx)
-    ids = [f.case_id for f in found]
-    check_same_cases(ids, ctx)
-    failed = failure_reporter(ctx, "monai-unc triage", on_failure)
-    mine = shard(found, ctx.rank, ctx.world_size, key=lambda c: c.case_id)
-    local_failures: list[tuple[str, BaseException]] = []
-    rows: list[dict[str, Any]] = []
-    err = None
-    try:
-        desc = f"triage ({ctx.describe()})" if ctx.distributed else "triage"
-        rows = _triage_shard(mine, the_rule, cache, local_failures, failed, progress and ctx.is_main, desc)
-    except Exception as e:  # not a per-case error (those are collected)
-        err = e
-    sync_errors(err, ctx)
-    mine_failed = [CaseFailure(c, ctx.rank, error_line(e)) for c, e in local_failures]
-    gathered = gather_objects((rows, mine_failed), ctx)
-    outcome: Any = None
-    err = None
-    if ctx.is_main:
-        try:
-            assert gathered is not None
-            every = [r for part, _ in gathered for r in part]
-            failures = [f for _, fs in gathered for f in fs]
-            check_each_case_once([str(r["case"]) for r in every] + [f.case for f in failures], ids)
-            write_failures(output / "failures.json", failures, "monai-unc triage")
-            if failures:
-                remove_triage_files(output)  # earlier decisions must not pass for this run's
-                outcome = ("failed", failures)
-            else:
-                summary, csv_text = _assemble(every, the_rule, check, images is not None, rule_path)
-                paths = {"csv": atomic_write_text(output / "triage.csv", csv_text),
-                         "json": atomic_write_json(output / "triage.json", summary)}
-                (output / "triage.html").unlink(missing_ok=True)  # the page of an earlier run is stale now
-                outcome = ("ok", json_safe(summary), paths)
-        except Exception as e:
-            err = e
-    sync_errors(err, ctx)
-    outcome = broadcast_object(outcome, ctx)
-    if outcome[0] == "failed":
-        raise CasesFailed(outcome[1])
-    return TriageResult(outcome[1], outcome[2])
+        got["rule"] = the_rule
+        got["check"] = {"status": status, "allowed_mismatch": status == "mismatch", "predictions": pred_fp,
+                        "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs]}
+        return found
+
+    def setup() -> None:
+        output.mkdir(parents=True, exist_ok=True)
+        clean_partial_files(output)
+
+    def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
+        summary, csv_text = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
+        paths = {"csv": atomic_write_text(output / "triage.csv", csv_text),
+                 "json": atomic_write_json(output / "triage.json", summary)}
+        (output / "triage.html").unlink(missing_ok=True)  # the page of an earlier run is stale now
+        return json_safe(summary), paths
+
+    cache = None
+    if resume:  # a case's row is reused while its files and the rule's per-case options are unchanged
+        cache = CaseCache(output / STATE_DIR / CASES_DIR, lambda f: _triage_fingerprint(f, got["rule"]),
+                          dump=_dump_row, restore=_restore_row)
+    run = run_cases(listing, lambda f: triage_case(f, got["rule"]), command="monai-unc triage", ctx=ctx,
+                    cache=cache, setup=setup, summarize=finish, on_failed=lambda run: remove_triage_files(output),
+                    failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure)
+    return TriageResult(*run.summary)
