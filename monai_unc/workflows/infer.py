@@ -29,7 +29,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,10 @@ class InferSettings:
     write_probs: bool = True
     #: region spec of a region-based sigmoid network ``{name: [label, ...]}`` in channel order (``--regions``)
     regions: dict[str, list[int]] | None = None
+    #: temperature of a calibrated checkpoint at full precision (:attr:`LoadedModel.temperature`: a float, or a list
+    #: of floats, one per class); None without one. :func:`run_infer` fills it from the model when left None.
+    #: Records written before this field hold the temperature only in ``model``, rounded to 4 digits.
+    temperature: float | list[float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -311,7 +315,9 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
             old = json.loads(path.read_text()).get("settings", {})
         except ValueError:
             old = {}
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        # a record older than the temperature field holds it in ``model`` only (compared there)
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
+                      and not (k == "temperature" and k not in old))
         if diff:
             raise ValueError(
                 f"{output} holds a run with different settings ({', '.join(diff)}); resume with the same settings, "
@@ -411,13 +417,18 @@ def run_infer(
     rank). The per-case statuses are exchanged, rank 0 writes ``failures.json`` (or removes a stale one) and every
     rank returns the statuses of all cases ``{"case", "status", "rank", ["error"]}`` sorted by case id (each case
     exactly once), or raises :class:`~monai_unc.distributed.CasesFailed` on every rank when a case failed. Every
-    collective is reached by every rank, so a failure never leaves a rank waiting.
+    collective is reached by every rank, so a failure never leaves a rank waiting. The loop is
+    :func:`monai_unc.distributed.run_cases` with :func:`predict_case` as the per-case step. The temperature of a
+    calibrated checkpoint (``model.temperature``) is recorded, at full precision, as ``settings.temperature`` when
+    the settings leave it None.
 
     Args:
         dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
             which joins or initialises the process group described by torchrun's environment variables).
     """
     ctx = dist if dist is not None else get_dist_context(device)
+    if settings.temperature is None and model.temperature is not None:  # recorded at full precision in infer.json
+        settings = replace(settings, temperature=model.temperature)
     return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure)
 
 

@@ -47,6 +47,31 @@ def _one_or_list(values: Sequence[Any]) -> Any:
 _TEMPERATURE = re.compile(r"\(temperature \[([^\]]*)\]\)")
 
 
+def recorded_temperature(settings: Mapping[str, Any]) -> list[float] | None:
+    """The temperature of an ``infer`` run from the ``settings`` of its ``infer.json``, as a list of floats (one,
+    or one per class), None when the model was not temperature-scaled.
+
+    Args:
+        settings: the ``settings`` object of ``infer.json``. Its ``temperature`` field (full precision) when
+            present; in records written before that field, the ``"(temperature [..])"`` part of ``model`` (rounded
+            to 4 significant digits by :func:`monai_unc.workflows.models.load_network`).
+
+    Returns:
+        The temperatures, or None.
+
+    Example:
+        >>> recorded_temperature({"model": "network: UNet", "temperature": 1.23456789})
+        [1.23456789]
+        >>> recorded_temperature({"model": "network: UNet (temperature [1.2346])"})
+        [1.2346]
+    """
+    value = settings.get("temperature")
+    if value is not None:
+        return [float(v) for v in (value if isinstance(value, list) else [value])]
+    m = _TEMPERATURE.search(str(settings.get("model", "")))
+    return [float(t) for t in m.group(1).split(",") if t.strip()] if m else None
+
+
 def prediction_fingerprint(
     predictions: str | os.PathLike,
     layout: str = "monai-unc",
@@ -86,8 +111,7 @@ def prediction_fingerprint(
                                                       if p.name not in ("infer.json", "failures.json")]
         records = [r for r in (read_json_or_none(rec_dir / f"{c}.json") for c in ids) if isinstance(r, dict)]
         model = str(settings.get("model", ""))
-        m = _TEMPERATURE.search(model)
-        temperature = [float(t) for t in m.group(1).split(",") if t.strip()] if m else None
+        temperature = recorded_temperature(settings)
         fp: dict[str, Any] = {"producer": "monai-unc infer", "model": model,
                               "checkpoints": settings.get("checkpoints"), "method": settings.get("method")}
         fp["num_samples"] = (_one_or_list([r.get("num_samples") for r in records]) if records
