@@ -51,6 +51,7 @@ from .fingerprint import (
     compare_fingerprints,
     prediction_fingerprint,
     prediction_regions,
+    recorded_temperature,
     region_differences,
 )
 from .images import (
@@ -83,6 +84,7 @@ __all__ = [
     "image_statistics",
     "read_image_channels",
     "prediction_fingerprint",
+    "recorded_temperature",
     "compare_fingerprints",
     "prediction_regions",
     "region_differences",
