@@ -19,32 +19,6 @@ import torch.distributed as dist
 from ..io import CaseError, atomic_write_json
 from ..metrics.calibration import ConfidenceHistogram
 
-__all__ = [
-    "DEFAULT_TIMEOUT_S",
-    "error_line",
-    "check_same_cases",
-    "check_each_case_once",
-    "failure_reporter",
-    "DistContext",
-    "RankFailed",
-    "CaseFailure",
-    "CasesFailed",
-    "read_dist_env",
-    "get_dist_context",
-    "destroy_dist_context",
-    "shard",
-    "all_gather_objects",
-    "gather_objects",
-    "broadcast_object",
-    "barrier",
-    "all_reduce_sum",
-    "reduce_histogram",
-    "sync_errors",
-    "check_same",
-    "write_failures",
-    "print_failure",
-]
-
 T = TypeVar("T")
 
 #: collective timeout of process groups created here (seconds; env ``MONAI_UNC_DIST_TIMEOUT`` overrides): ranks wait
