@@ -46,6 +46,16 @@ def _square(item: Item) -> dict:
 ITEMS = [Item(f"c{i}", float(i) + 0.5) for i in (3, 0, 4, 1, 2)]
 
 
+def _counting(calls: list[str]):
+    """:func:`_square` that appends the id of every case it computes to ``calls``."""
+
+    def square(item: Item) -> dict:
+        calls.append(item.case_id)
+        return _square(item)
+
+    return square
+
+
 def _cache(folder: Path, version: int = 1) -> CaseCache:
     def fingerprint(item: Item) -> dict:
         return {"value": item.value, "version": version}
@@ -129,11 +139,7 @@ def test_errors_outside_the_cases_raise_at_once(tmp_path):
 
 def test_cache_reuses_unchanged_cases_and_recomputes_stale_ones(tmp_path):
     calls: list[str] = []
-
-    def square(item: Item) -> dict:
-        calls.append(item.case_id)
-        return _square(item)
-
+    square = _counting(calls)
     folder = tmp_path / "state"
     first = run_cases(ITEMS, square, command="toy", ctx=DistContext(), cache=_cache(folder),
                       summarize=lambda r: r.results)
@@ -161,11 +167,7 @@ def test_cache_reuses_unchanged_cases_and_recomputes_stale_ones(tmp_path):
 
 def test_a_failed_case_is_not_saved_and_a_rerun_computes_only_it(tmp_path):
     calls: list[str] = []
-
-    def square(item: Item) -> dict:
-        calls.append(item.case_id)
-        return _square(item)
-
+    square = _counting(calls)
     folder = tmp_path / "state"
     with pytest.raises(CasesFailed):
         run_cases([*ITEMS, Item("c7", 2.0, bad=True)], square, command="toy", ctx=DistContext(), cache=_cache(folder),
@@ -190,11 +192,7 @@ def test_side_files_partial_files_and_a_missing_side_file(tmp_path):
             return {"case": doc["case"], "square": float(z["square"][0])}
 
     calls: list[str] = []
-
-    def square(item: Item) -> dict:
-        calls.append(item.case_id)
-        return _square(item)
-
+    square = _counting(calls)
     def cache() -> CaseCache:
         return CaseCache(folder, lambda it: [it.value], dump=dump, restore=restore)
 
@@ -232,11 +230,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     folder = Path(out)
     res: dict = {}
     calls: list[str] = []
-
-    def square(item: Item) -> dict:
-        calls.append(item.case_id)
-        return _square(item)
-
+    square = _counting(calls)
     with open(folder / f"rank{rank}.log", "w") as log, contextlib.redirect_stderr(log):
         ctx = get_dist_context()
         try:
