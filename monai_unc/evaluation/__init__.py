@@ -81,8 +81,8 @@ from .config import (
     unit_scale,
 )
 from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case, region_score_columns
-from .resume import case_fingerprint, load_case_state, save_case_state
-from .runner import assemble_state, evaluate_cases, evaluate_shard, run_evaluate
+from .resume import case_cache, case_fingerprint, load_case_state, save_case_state
+from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, run_triage
 
 __all__ = [
@@ -109,9 +109,11 @@ __all__ = [
     "primary_measure",
     "QU_BRATS_COLUMNS",
     "evaluate_cases",
+    "evaluate_files",
     "evaluate_shard",
     "assemble_state",
     "case_fingerprint",
+    "case_cache",
     "save_case_state",
     "load_case_state",
     "summarize",

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..io import CaseFiles, atomic_save_npz, atomic_write_text
-from ..io.files import json_default
+from ..distributed import CaseCache
+from ..io import CaseFiles, atomic_save_npz
 from ..metrics.calibration import ConfidenceHistogram
 from .case import CaseResult
 from .config import EvaluationConfig
 from .rows import load_region_histograms, region_histograms_state
 
-__all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "save_case_state", "load_case_state"]
+__all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "case_cache", "save_case_state",
+           "load_case_state"]
 
 #: fields of :class:`EvaluationConfig` that :func:`evaluate_case` reads (the per-case resume state is reused only
 #: while they, the case's shift label and its input files are unchanged); keep in sync with evaluate_case
@@ -60,44 +60,59 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
     return json.loads(json.dumps(fp))
 
 
-def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: Mapping[str, Any],
-                    num_classes: int) -> None:
-    """Write a case's result for resuming: ``<case>.npz`` (its histogram) then ``<case>.json`` (row, warnings,
-    fingerprint), both atomically; the JSON, written last, marks the case finished."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    cid = str(result.row["case"])
+def _dump(folder: Path, cid: str, got: tuple[CaseResult, CaseFiles | None, int]) -> dict[str, Any]:
+    """Write a case's histograms (``<case>.npz``, ``<case>.regions.npz``); the JSON fields of the rest."""
+    result, _, num_classes = got
     if result.histogram is not None:
         atomic_save_npz(folder / f"{cid}.npz", result.histogram.state_dict(), compressed=True)
     if result.region_histograms is not None:
         atomic_save_npz(folder / f"{cid}.regions.npz", region_histograms_state(result.region_histograms),
                         compressed=True)
-    doc = {"case": cid, "fingerprint": fingerprint, "num_classes": int(num_classes), "row": result.row,
-           "warnings": result.warnings, "histogram": result.histogram is not None,
-           "region_histograms": result.region_histograms is not None, "curves": result.curves}
-    # internal resume state, read back only by load_case_state: Python's NaN literal (json_default, not strict JSON)
-    # keeps undefined metrics NaN bit for bit, so a resumed cohort equals a fresh one; files for other readers
-    # (summary.json, metrics.csv, infer.json, ...) are strict JSON without NaN
-    atomic_write_text(folder / f"{cid}.json", json.dumps(doc, default=json_default) + "\n")
+    return {"num_classes": int(num_classes), "row": result.row, "warnings": result.warnings,
+            "histogram": result.histogram is not None, "region_histograms": result.region_histograms is not None,
+            "curves": result.curves}
+
+
+def _restore(folder: Path, doc: dict[str, Any], files: CaseFiles | None) -> tuple[CaseResult, CaseFiles | None, int]:
+    """The result saved by :func:`_dump` (its histograms read back), with the case's files."""
+    cid = doc["case"]
+    hist = ConfidenceHistogram.load(folder / f"{cid}.npz") if doc["histogram"] else None
+    rh = load_region_histograms(folder / f"{cid}.regions.npz") if doc.get("region_histograms") else None
+    result = CaseResult(dict(doc["row"]), hist, list(doc["warnings"]), region_histograms=rh, curves=doc.get("curves"))
+    return result, files, int(doc["num_classes"])
+
+
+def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache:
+    """The resume state of an evaluation in ``folder`` (``<output>/state/cases/``), for
+    :func:`monai_unc.distributed.run_cases`: keyed by :func:`case_fingerprint`; a result is ``(CaseResult,
+    CaseFiles, num_classes)``, saved as ``<case>.npz`` (its histogram), ``<case>.regions.npz`` (per-region
+    histograms) then ``<case>.json`` (row, warnings, fingerprint; written last, it marks the case finished).
+
+    Args:
+        folder: the folder of the per-case states.
+        config: the evaluation's options (the per-case ones enter the fingerprint).
+
+    Returns:
+        The :class:`~monai_unc.distributed.CaseCache`.
+    """
+    return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=_dump, restore=_restore)
+
+
+def _fixed(folder: str | os.PathLike, fingerprint: Mapping[str, Any]) -> CaseCache:
+    """A cache whose every case has the given fingerprint (for :func:`save_case_state`, :func:`load_case_state`)."""
+    return CaseCache(folder, lambda _: fingerprint, dump=_dump, restore=_restore)
+
+
+def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: Mapping[str, Any],
+                    num_classes: int) -> None:
+    """Write a case's result for resuming: ``<case>.npz`` (its histogram) then ``<case>.json`` (row, warnings,
+    fingerprint), both atomically; the JSON, written last, marks the case finished (:func:`case_cache`)."""
+    _fixed(folder, fingerprint).save(str(result.row["case"]), (result, None, num_classes), fingerprint)
 
 
 def load_case_state(folder: str | os.PathLike, case_id: str,
                     fingerprint: Mapping[str, Any]) -> tuple[CaseResult, int] | None:
     """``(result, num_classes)`` saved by :func:`save_case_state`, or None when absent, unreadable or stale (its
     fingerprint differs from ``fingerprint``)."""
-    folder = Path(folder)
-    path = folder / f"{case_id}.json"
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text())
-        if doc.get("fingerprint") != fingerprint or doc.get("case") != case_id:
-            return None
-        hist = ConfidenceHistogram.load(folder / f"{case_id}.npz") if doc["histogram"] else None
-        rh = None
-        if doc.get("region_histograms"):
-            rh = load_region_histograms(folder / f"{case_id}.regions.npz")
-        return (CaseResult(dict(doc["row"]), hist, list(doc["warnings"]), region_histograms=rh,
-                           curves=doc.get("curves")), int(doc["num_classes"]))
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
-        return None
+    got = _fixed(folder, fingerprint).load(case_id, fingerprint)
+    return None if got is None else (got[0], got[2])

@@ -5,38 +5,53 @@ case-id order (:func:`assemble_state`), and the whole of ``monai-unc evaluate`` 
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..distributed import (
     CaseFailure,
     CasesFailed,
-    broadcast_object,
-    check_each_case_once,
-    check_same_cases,
+    CohortRun,
     error_line,
-    failure_reporter,
-    gather_objects,
     get_dist_context,
-    shard,
-    sync_errors,
-    write_failures,
+    process_cases,
+    run_cases,
 )
-from ..io import CaseError, CaseFiles, clean_partial_files, load_case, match_cases
+from ..io import CaseError, CaseFiles, load_case, match_cases
 from ..metrics.calibration import ConfidenceHistogram
 from .case import CaseResult, evaluate_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import STATE_DIR, EvaluationConfig
-from .resume import CASES_DIR, case_fingerprint, load_case_state, save_case_state
+from .resume import CASES_DIR, case_cache
 from .rows import region_histograms_from_state, region_histograms_state
 from .triage import RULE_FILE, write_referral_rule
 
-__all__ = ["evaluate_shard", "assemble_state", "evaluate_cases", "run_evaluate"]
+__all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "evaluate_cases", "run_evaluate"]
+
+
+def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResult, CaseFiles, int]:
+    """Load and evaluate one case: ``(result, files, num_classes)``, the per-case step of ``evaluate``.
+
+    Args:
+        files: the case's files.
+        config: the evaluation's options; region-based with ``config.regions`` (the image is loaded for the brain
+            mask). Cases are loaded with ``config.num_classes`` only: agreement on the number of classes across
+            cases is checked by :func:`assemble_state`, so shards evaluated apart give the same verdict as one
+            process.
+
+    Returns:
+        The case's :class:`CaseResult`, its files and its number of classes (regions).
+    """
+    if config.regions is not None:  # region-based: R = the spec's regions, image for the brain mask
+        n_cls = len(config.regions)
+        loaded = load_case(files, n_cls, load_image=True, multilabel=True)
+    else:
+        loaded = load_case(files, config.num_classes)
+        n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
+    assert n_cls is not None
+    return evaluate_case(loaded, config), files, int(n_cls)
 
 
 def evaluate_shard(
@@ -54,39 +69,14 @@ def evaluate_shard(
     With ``cache`` (a folder), a case whose saved state matches its :func:`case_fingerprint` is loaded instead of
     recomputed, and every computed case is saved there (resume after an interruption or a failure). With
     ``failures`` (a list), a case that raises is appended as ``(case_id, exception)``, ``on_failure(case_id,
-    exception)`` is called, and the loop goes on; otherwise the first error propagates. Cases are loaded with
-    ``config.num_classes`` only: agreement on the number of classes across cases is checked by
-    :func:`assemble_state`, so that shards evaluated apart give the same verdict as one process.
+    exception)`` is called, and the loop goes on; otherwise the first error propagates. The loop is
+    :func:`monai_unc.distributed.process_cases` with :func:`evaluate_files` and :func:`case_cache`.
     """
     config.validate()
-    out = []
-    bar = tqdm(cases, desc=desc, unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
-    for files in bar:
-        bar.set_postfix_str(files.case_id)
-        try:
-            fp = case_fingerprint(files, config) if cache is not None else None
-            got = load_case_state(cache, files.case_id, fp) if cache is not None else None  # type: ignore[arg-type]
-            if got is None:
-                if config.regions is not None:  # region-based: R = the spec's regions, image for the brain mask
-                    n_cls = len(config.regions)
-                    loaded = load_case(files, n_cls, load_image=True, multilabel=True)
-                else:
-                    loaded = load_case(files, config.num_classes)
-                    n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
-                assert n_cls is not None
-                result = evaluate_case(loaded, config)
-                if cache is not None:
-                    save_case_state(cache, result, fp, int(n_cls))  # type: ignore[arg-type]
-                got = (result, int(n_cls))
-        except Exception as e:  # an interrupt (KeyboardInterrupt) is not an Exception and stops the run
-            if failures is None:
-                raise
-            failures.append((files.case_id, e))
-            if on_failure is not None:
-                on_failure(files.case_id, e)
-            continue
-        out.append((got[0], files, got[1]))
-    return out
+    done = process_cases(cases, lambda f: evaluate_files(f, config),
+                         cache=None if cache is None else case_cache(cache, config), failures=failures,
+                         on_failure=on_failure, progress=progress, desc=desc)
+    return [r for _, r in done]
 
 
 def assemble_state(
@@ -130,8 +120,9 @@ def evaluate_cases(
     return state
 
 
-def _pack(result: CaseResult, files: CaseFiles, n_cls: int) -> dict[str, Any]:
+def _pack(got: tuple[CaseResult, CaseFiles, int]) -> dict[str, Any]:
     """A per-case result as plain picklable data (numpy histogram state) for the gather to rank 0."""
+    result, files, n_cls = got
     return {"row": result.row, "warnings": result.warnings, "num_classes": n_cls, "files": files.to_json(),
             "histogram": None if result.histogram is None else result.histogram.state_dict(),
             "region_histograms": None if result.region_histograms is None
@@ -209,10 +200,7 @@ def _run_evaluate(
     ctx: Any, output: Path, config: EvaluationConfig, resume: bool, progress: bool, on_failure: Any,
     match_kwargs: dict[str, Any],
 ) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
-    cache = output / STATE_DIR / CASES_DIR if resume else None
-    cases: list[CaseFiles] = []
-    err: BaseException | None = None
-    try:
+    def listing() -> list[CaseFiles]:
         config.validate()
         with warnings.catch_warnings():
             if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
@@ -223,62 +211,31 @@ def _run_evaluate(
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
         config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after the evaluation
-        if ctx.is_main and cache is not None:
-            cache.mkdir(parents=True, exist_ok=True)
-            clean_partial_files(cache)
-    except Exception as e:
-        err = e
-    sync_errors(err, ctx)
-    ids = [c.case_id for c in cases]
-    check_same_cases(ids, ctx)
-    failed = failure_reporter(ctx, "monai-unc evaluate", on_failure)
+        return cases
 
-    mine = shard(cases, ctx.rank, ctx.world_size, key=lambda c: c.case_id)
-    local_failures: list[tuple[str, BaseException]] = []
-    payload: list[dict[str, Any]] = []
-    err = None
-    try:
-        desc = f"evaluate ({ctx.describe()})" if ctx.distributed else "evaluate"
-        results = evaluate_shard(mine, config, cache=cache, failures=local_failures, on_failure=failed,
-                                 progress=progress and ctx.is_main, desc=desc)
-        payload = [_pack(*r) for r in results] if ctx.distributed else []
-    except Exception as e:  # not a per-case error (those are collected)
-        err = e
-    sync_errors(err, ctx)
-    mine_failed = [CaseFailure(c, ctx.rank, error_line(e)) for c, e in local_failures]
-    gathered = gather_objects((payload, mine_failed), ctx)
-    outcome: Any = None
-    state: CohortState | None = None
-    err = None
-    if ctx.is_main:
-        try:
-            assert gathered is not None
-            every = results if not ctx.distributed else [_unpack(d) for part, _ in gathered for d in part]
-            failures = [f for _, fs in gathered for f in fs]
-            check_each_case_once([str(r[0].row["case"]) for r in every] + [f.case for f in failures], ids)
-            late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
-            state = assemble_state(every, config.n_fine_bins, late, regions=_regions(config))
-            for c, e in late:
-                failed(c, e)
-                failures.append(CaseFailure(c, 0, error_line(e)))
-            write_failures(output / "failures.json", failures, "monai-unc evaluate")
-            if failures:
-                remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
-                (output / RULE_FILE).unlink(missing_ok=True)  # nor an earlier run's referral rule
-                outcome = ("failed", failures)
-            else:
-                assert state is not None
-                summary = summarize(state, config)
-                paths = write_evaluation(state, summary, output, config)
-                rule = write_referral_rule(output, state, summary, config, predictions=match_kwargs["predictions"],
-                                           layout=match_kwargs["layout"], uncertainty=match_kwargs["uncertainty"])
-                if rule is not None:  # with a target risk: referral_rule.json for monai-unc triage (docs/triage.md)
-                    paths["rule"] = rule
-                outcome = ("ok", summary, paths)
-        except Exception as e:
-            err = e
-    sync_errors(err, ctx)
-    outcome = broadcast_object(outcome, ctx)
-    if outcome[0] == "failed":
-        raise CasesFailed(outcome[1])
-    return state, outcome[1], outcome[2]
+    cohort: dict[str, CohortState] = {}  # rank 0: the assembled state, returned (not broadcast)
+
+    def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
+        late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
+        state = assemble_state(run.results, config.n_fine_bins, late, regions=_regions(config))
+        if late:
+            raise CasesFailed([CaseFailure(c, ctx.rank, error_line(e)) for c, e in late])
+        assert state is not None
+        cohort["state"] = state
+        summary = summarize(state, config)
+        paths = write_evaluation(state, summary, output, config)
+        rule = write_referral_rule(output, state, summary, config, predictions=match_kwargs["predictions"],
+                                   layout=match_kwargs["layout"], uncertainty=match_kwargs["uncertainty"])
+        if rule is not None:  # with a target risk: referral_rule.json for monai-unc triage (docs/triage.md)
+            paths["rule"] = rule
+        return summary, paths
+
+    def stale(run: CohortRun) -> None:
+        remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
+        (output / RULE_FILE).unlink(missing_ok=True)  # nor an earlier run's referral rule
+
+    run = run_cases(listing, lambda f: evaluate_files(f, config), command="monai-unc evaluate", ctx=ctx,
+                    cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
+                    summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=_pack,
+                    unpack=_unpack, progress=progress, desc="evaluate", on_failure=on_failure)
+    return cohort.get("state"), run.summary[0], run.summary[1]

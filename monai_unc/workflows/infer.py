@@ -27,37 +27,22 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from monai.transforms import Invertd
-from tqdm.auto import tqdm
 
-from ..distributed import (
-    CaseFailure,
-    CasesFailed,
-    all_gather_objects,
-    check_each_case_once,
-    check_same_cases,
-    error_line,
-    failure_reporter,
-    get_dist_context,
-    shard,
-    sync_errors,
-    write_failures,
-)
+from ..distributed import CaseCache, CohortRun, error_line, get_dist_context, process_cases, run_cases
 from ..io import (
     INFER_RECORD,
     CaseError,
     ImageCase,
     atomic_write_json,
-    clean_partial_files,
     json_safe,
     read_json_or_none,
     read_volume,
@@ -136,6 +121,10 @@ class InferSettings:
     write_probs: bool = True
     #: region spec of a region-based sigmoid network ``{name: [label, ...]}`` in channel order (``--regions``)
     regions: dict[str, list[int]] | None = None
+    #: temperature of a calibrated checkpoint at full precision (:attr:`LoadedModel.temperature`: a float, or a list
+    #: of floats, one per class); None without one. :func:`run_infer` fills it from the model when left None.
+    #: Records written before this field hold the temperature only in ``model``, rounded to 4 digits.
+    temperature: float | list[float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,14 +141,21 @@ def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True
 
 def is_finished(case_id: str, output: Path) -> bool:
     """A case is finished when its record exists and every file the record lists exists."""
-    rec = output / f"{case_id}.json"
-    if not rec.is_file():
-        return False
-    try:
-        files = json.loads(rec.read_text())["files"]
-    except (ValueError, KeyError, TypeError):
-        return False
-    return all((output / f).is_file() for f in files)
+    return _record_cache(Path(output)).load(case_id) is not None
+
+
+def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None) -> dict[str, Any]:
+    """The status of a finished case, from its record; ``FileNotFoundError`` when a file it lists is missing."""
+    missing = [f for f in record["files"] if not (output / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{output / missing[0]} is missing")
+    return {"case": case.case_id if case is not None else record.get("case"), "status": "skipped", "record": record}
+
+
+def _record_cache(output: Path, overwrite: bool = False) -> CaseCache:
+    """Resume of ``infer``: a case is finished when ``<case>.json`` (its record, written last by
+    :func:`predict_case`) and every file it lists exist; ``overwrite`` predicts every case again."""
+    return CaseCache(output, restore=_restore_record, store=False, reuse=not overwrite)
 
 
 def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
@@ -319,7 +315,9 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
             old = json.loads(path.read_text()).get("settings", {})
         except ValueError:
             old = {}
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        # a record older than the temperature field holds it in ``model`` only (compared there)
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
+                      and not (k == "temperature" and k not in old))
         if diff:
             raise ValueError(
                 f"{output} holds a run with different settings ({', '.join(diff)}); resume with the same settings, "
@@ -376,26 +374,26 @@ def predict_cases(
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    device = torch.device(device)
-    results = []
-    bar = tqdm(cases, desc=desc, unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
-    for case in bar:
-        bar.set_postfix_str(case.case_id)
-        if not overwrite and is_finished(case.case_id, output):
-            rec = json.loads((output / f"{case.case_id}.json").read_text())
-            results.append({"case": case.case_id, "status": "skipped", "record": rec})
-            continue
-        try:
-            rec = predict_case(case, model, inferer, settings, output, device)
-        except Exception as e:  # KeyboardInterrupt is not an Exception: an interrupt stops the run
-            if on_error == "raise":
-                raise
-            results.append({"case": case.case_id, "status": "failed", "error": error_line(e)})
-            if on_failure is not None:
-                on_failure(case.case_id, e)
-            continue
-        results.append({"case": case.case_id, "status": "written", "record": rec})
-    return results
+    failed: list[tuple[str, BaseException]] = []
+    done = dict(process_cases(cases, _predictor(model, inferer, settings, output, device),
+                              cache=_record_cache(output, overwrite), failures=None if on_error == "raise" else failed,
+                              on_failure=on_failure, progress=progress, desc=desc))
+    errors = dict(failed)
+    return [done[c.case_id] if c.case_id in done
+            else {"case": c.case_id, "status": "failed", "error": error_line(errors[c.case_id])} for c in cases]
+
+
+def _predictor(
+    model: LoadedModel, inferer: Any, settings: InferSettings, output: Path, device: str | torch.device
+) -> Callable[[ImageCase], dict[str, Any]]:
+    """The per-case step of ``infer``: :func:`predict_case`, as ``{"case", "status": "written", "record"}``."""
+    dev = torch.device(device)
+
+    def predict(case: ImageCase) -> dict[str, Any]:
+        return {"case": case.case_id, "status": "written",
+                "record": predict_case(case, model, inferer, settings, output, dev)}
+
+    return predict
 
 
 def run_infer(
@@ -419,13 +417,18 @@ def run_infer(
     rank). The per-case statuses are exchanged, rank 0 writes ``failures.json`` (or removes a stale one) and every
     rank returns the statuses of all cases ``{"case", "status", "rank", ["error"]}`` sorted by case id (each case
     exactly once), or raises :class:`~monai_unc.distributed.CasesFailed` on every rank when a case failed. Every
-    collective is reached by every rank, so a failure never leaves a rank waiting.
+    collective is reached by every rank, so a failure never leaves a rank waiting. The loop is
+    :func:`monai_unc.distributed.run_cases` with :func:`predict_case` as the per-case step. The temperature of a
+    calibrated checkpoint (``model.temperature``) is recorded, at full precision, as ``settings.temperature`` when
+    the settings leave it None.
 
     Args:
         dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
             which joins or initialises the process group described by torchrun's environment variables).
     """
     ctx = dist if dist is not None else get_dist_context(device)
+    if settings.temperature is None and model.temperature is not None:  # recorded at full precision in infer.json
+        settings = replace(settings, temperature=model.temperature)
     return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure)
 
 
@@ -441,44 +444,20 @@ def _run_infer(
     progress: bool,
     on_failure: Callable[[Any], None] | None,
 ) -> list[dict[str, Any]]:
-    err: BaseException | None = None
-    if ctx.is_main:
-        try:
-            output.mkdir(parents=True, exist_ok=True)
-            clean_partial_files(output)
-            check_run_settings(output, settings, overwrite=overwrite)
-        except Exception as e:
-            err = e
-    sync_errors(err, ctx)
-    ids = sorted(c.case_id for c in cases)
-    check_same_cases(ids, ctx)
-    mine = shard(list(cases), ctx.rank, ctx.world_size, key=lambda c: c.case_id)
-    failed = failure_reporter(ctx, "monai-unc infer", on_failure)
+    def statuses(run: CohortRun) -> list[dict[str, Any]]:
+        """Rank 0: every case's status (sorted by case id); what the finished cases' records say goes to
+        ``infer.json``."""
+        every = [{"case": c, "status": r["status"], "rank": k} for c, r, k in zip(run.cases, run.results, run.ranks)]
+        every += [{"case": f.case, "status": "failed", "rank": f.rank, "error": f.error} for f in run.failures]
+        every.sort(key=lambda r: r["case"])
+        records = [read_json_or_none(output / f"{r['case']}.json") for r in every if r["status"] != "failed"]
+        record_outputs(output, [r for r in records if isinstance(r, dict)])
+        return every
 
-    results: list[dict[str, Any]] = []
-    try:
-        desc = f"infer ({ctx.describe()})" if ctx.distributed else "infer"
-        results = predict_cases(mine, model, inferer, settings, output, device=device, overwrite=overwrite,
-                                progress=progress and ctx.is_main, desc=desc, on_error="continue", on_failure=failed)
-        err = None
-    except Exception as e:  # not a per-case error (those are collected)
-        err = e
-    sync_errors(err, ctx)
-    compact = [{"case": r["case"], "status": r["status"], "rank": ctx.rank,
-                **({"error": r["error"]} if r["status"] == "failed" else {})} for r in results]
-    every = sorted((r for part in all_gather_objects(compact, ctx) for r in part), key=lambda r: r["case"])
-    check_each_case_once([r["case"] for r in every], ids)
-    failures = [CaseFailure(r["case"], r["rank"], r["error"]) for r in every if r["status"] == "failed"]
-    err = None
-    if ctx.is_main:
-        try:
-            write_failures(output / FAILURES_FILE, failures, "monai-unc infer")
-            done = [r["case"] for r in every if r["status"] != "failed"]
-            records = [read_json_or_none(output / f"{c}.json") for c in done]
-            record_outputs(output, [r for r in records if isinstance(r, dict)])
-        except Exception as e:
-            err = e
-    sync_errors(err, ctx)
-    if failures:
-        raise CasesFailed(failures, results=every)
-    return every
+    run = run_cases(list(cases), _predictor(model, inferer, settings, output, device), command="monai-unc infer",
+                    ctx=ctx, cache=_record_cache(output, overwrite),
+                    setup=lambda: check_run_settings(output, settings, overwrite=overwrite), summarize=statuses,
+                    on_failed=statuses, failures_file=output / FAILURES_FILE,
+                    pack=lambda r: {"case": r["case"], "status": r["status"]}, progress=progress, desc="infer",
+                    on_failure=on_failure)
+    return run.summary

@@ -187,6 +187,9 @@ class LoadedModel:
     preprocessing: Callable | None = None
     checkpoints: list[str] = field(default_factory=list)
     spatial_dims: int | None = None
+    #: the temperature of a calibrated checkpoint (:func:`checkpoint_temperature`) at full precision: a float for a
+    #: scalar temperature, a list of floats for one per class; None when the checkpoint has none
+    temperature: float | list[float] | None = None
 
 
 def _bundle_config(bundle: Path) -> Path:
@@ -268,8 +271,10 @@ def load_network(
     for member in checkpoints[1:]:  # ensemble members: readable and of this architecture
         check_weights_fit(net, load_checkpoint(member, unsafe_load), member)
     temperature = checkpoint_temperature(checkpoints[0], unsafe_load)
+    value: float | list[float] | None = None
     if temperature is not None:
         net = TemperatureScaled(net, temperature)
         desc += f" (temperature {[round(float(v), 4) for v in temperature.reshape(-1)]})"
+        value = float(temperature) if temperature.ndim == 0 else [float(v) for v in temperature.reshape(-1)]
     dims = network_spatial_dims(net)
-    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims)
+    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value)

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import monai_unc.evaluation.triage as triage_mod
+import monai_unc.evaluation.triage.runner as triage_mod
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, evaluate_case, run_evaluate
@@ -383,6 +383,39 @@ def test_prediction_fingerprint_of_real_infer_runs(tmp_path):
     assert status == "mismatch" and [d[0] for d in diffs] == ["num_samples"]
     status, diffs = compare_fingerprints(fp, infer("d", "--method", "softmax"))
     assert {d[0] for d in diffs} >= {"method", "num_samples", "measures"}
+
+
+@pytest.mark.slow
+def test_prediction_fingerprint_reads_the_recorded_temperature(tmp_path):
+    """``infer`` records the temperature of a calibrated checkpoint at full precision in ``infer.json``; the
+    fingerprint reads it back exactly. An older record (no ``temperature`` field: the values only in the model's
+    description, rounded to 4 digits) still gives its temperature, parsed from the description."""
+    data = write_toy_cohort(tmp_path / "d", n_cases=1, shape=(12, 12, 12), predictions=False)
+    import torch
+    from monai.networks.nets import UNet
+
+    spec = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 2,
+            "channels": [4, 8], "strides": [2], "num_res_units": 0}
+    torch.manual_seed(0)
+    temperature = torch.tensor([1.23456789, 0.87654321], dtype=torch.float32)
+    net = UNet(**{k: v for k, v in spec.items() if k != "_target_"})
+    torch.save({"state_dict": net.state_dict(), "temperature": temperature}, tmp_path / "calibrated.pt")
+    out = tmp_path / "pred"
+    argv = ["infer", "-i", str(data["images"]), "-o", str(out), "--network", json.dumps(spec), "--checkpoint",
+            str(tmp_path / "calibrated.pt"), "--method", "softmax", "--device", "cpu", "-q"]
+    assert cli.main(argv) == 0
+    exact = [float(v) for v in temperature]
+    doc = json.loads((out / "infer.json").read_text())
+    assert doc["settings"]["temperature"] == exact
+    assert doc["settings"]["model"] == "network: UNet (temperature [1.2346, 0.8765])"
+    fp = prediction_fingerprint(out)
+    assert fp["temperature"] == exact and exact != [1.2346, 0.8765]
+
+    del doc["settings"]["temperature"]  # as written before the field existed
+    (out / "infer.json").write_text(json.dumps(doc))
+    assert prediction_fingerprint(out)["temperature"] == [1.2346, 0.8765]
+    assert cli.main(argv) == 0  # the older record resumes (its model description carries the temperature)
+    assert json.loads((out / "infer.json").read_text())["settings"]["temperature"] == exact
 
 
 # ------------------------------------------------------------------------------------------------ end to end

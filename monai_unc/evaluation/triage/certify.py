@@ -1,0 +1,104 @@
+"""Certifying a referral rule on an evaluation's calibration cases (step 1 of triage, inside ``evaluate``)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...regions import parse_regions
+from ..cohort import CohortState
+from ..config import EvaluationConfig
+from .fingerprint import prediction_fingerprint, prediction_regions, region_differences
+from .images import image_statistics, read_image_channels
+from .rule import IMAGE_Z_MAX, RULE_FILE, ImageReference, ReferralRule, as_float
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# certifying (step 1, inside evaluate)
+# ----------------------------------------------------------------------------------------------------------------
+def certify_referral_rule(
+    state: CohortState,
+    summary: Mapping[str, Any],
+    config: EvaluationConfig,
+    *,
+    predictions: str | os.PathLike | None = None,
+    layout: str = "monai-unc",
+    uncertainty: str | os.PathLike | None = None,
+    image_z_max: float = IMAGE_Z_MAX,
+) -> ReferralRule:
+    """The :class:`ReferralRule` of an evaluation with ``config.target_risk``: the threshold and its certificate from
+    ``summary["risk_control"]`` (fitted by :func:`monai_unc.evaluation.summarize` on the calibration cases), the
+    calibration cases' scores from ``state``, the statistics of their images when the evaluation had images
+    (``state.files``), and the fingerprint of ``predictions`` (:func:`prediction_fingerprint`, the calibration
+    cases' records). A region evaluation (``config.regions``) gives a rule with the region spec, whose score is the
+    combined case score of the regions (``format_version`` 2). ``ValueError`` when the summary has no
+    ``risk_control`` block."""
+    rc = summary.get("risk_control")
+    if not rc:
+        raise ValueError("the summary has no risk_control block: evaluate with a target_risk (--target-risk)")
+    column = summary["score"]["column"]
+    rows = state.sorted_rows()
+    ids = [str(r["case"]) for r in rows]
+    cal_ids = ids if rc["calibration"]["cases"] == "all" else [str(c) for c in rc["calibration"]["cases"]]
+    by_id = {str(r["case"]): r for r in rows}
+    raw = np.array([as_float(by_id[c].get(column)) for c in cal_ids])
+    defined = np.sort(raw[np.isfinite(raw)])
+    thr = rc["threshold"]
+    threshold = (math.inf if rc["feasible"] else -math.inf) if thr is None else float(thr)
+    files = [state.files.get(c) for c in cal_ids]
+    map_source = "file" if files and all(f and f.get("maps") for f in files) else "probabilities"
+    reference = None
+    if files and all(f and f.get("image") for f in files):
+        stats = np.stack([image_statistics(read_image_channels(f["image"], "all", case_id=c))  # type: ignore[index]
+                          for f, c in zip(files, cal_ids)])
+        reference = ImageReference.fit(stats, image_z_max)
+    fp = prediction_fingerprint(predictions, layout, cal_ids, uncertainty) if predictions is not None else {}
+    names = tuple(config.class_names) if config.class_names else None
+    regions = None if config.regions is None else {k: list(v) for k, v in parse_regions(config.regions).items()}
+    if predictions is not None:
+        diffs = region_differences(regions, prediction_regions(predictions, layout))
+        if diffs:
+            warnings.warn(f"the evaluation's regions {diffs[0][1]} are not the regions recorded with the predictions "
+                          f"{diffs[0][2]}: monai-unc triage will refuse predictions made like these with this rule",
+                          UserWarning, stacklevel=2)
+    return ReferralRule(
+        score=column, threshold=threshold, feasible=bool(rc["feasible"]), target_risk=float(rc["target_risk"]),
+        delta=float(rc["delta"]), method=str(rc["method"]), risk=config.risk, failure_dice=config.failure_dice,
+        calibration_scores=tuple(float(v) for v in defined), calibration_cases=tuple(cal_ids),
+        bound=as_float(rc.get("bound")), coverage=as_float(rc["calibration"].get("coverage")),
+        observed_risk=as_float(rc["calibration"].get("risk_accepted")), n_candidates=int(rc.get("n_candidates", 0)),
+        n_undefined=int((~np.isfinite(raw)).sum()), patch_size=config.patch_size, map_source=map_source,
+        num_classes=state.num_classes, class_names=names, image_reference=reference, fingerprint=fp,
+        created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), regions=regions,
+    )
+
+
+def write_referral_rule(
+    output: str | os.PathLike,
+    state: CohortState,
+    summary: Mapping[str, Any],
+    config: EvaluationConfig,
+    *,
+    predictions: str | os.PathLike | None = None,
+    layout: str = "monai-unc",
+    uncertainty: str | os.PathLike | None = None,
+) -> Path | None:
+    """Write ``<output>/referral_rule.json`` (:func:`certify_referral_rule`, atomic, strict JSON) when
+    ``config.target_risk`` is set and return its path; otherwise remove a stale one (an earlier evaluation's rule
+    must not pass for this one's) and return None. Called by :func:`monai_unc.evaluation.run_evaluate` on rank 0."""
+    path = Path(output) / RULE_FILE
+    if config.target_risk is None:
+        path.unlink(missing_ok=True)
+        return None
+    rule = certify_referral_rule(state, summary, config, predictions=predictions, layout=layout,
+                                 uncertainty=uncertainty)
+    return rule.save(path)
+
+

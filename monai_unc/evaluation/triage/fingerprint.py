@@ -1,0 +1,225 @@
+"""How a prediction folder was made (:func:`prediction_fingerprint`), the regions recorded with it, and their
+comparison with a referral rule's (:func:`compare_fingerprints`, :func:`region_differences`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...io import (
+    LAYOUTS,
+    read_json_or_none,
+    read_prediction_regions,
+)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# fingerprint of the predictions
+# ----------------------------------------------------------------------------------------------------------------
+class FingerprintMismatch(ValueError):
+    """The predictions were not made like the rule's calibration predictions; ``differences`` lists
+    ``(field, rule value, predictions value)``."""
+
+    def __init__(self, differences: Sequence[tuple[str, Any, Any]]) -> None:
+        self.differences = list(differences)
+        what = "; ".join(f"{k}: {_short(b)} (rule: {_short(a)})" for k, a, b in self.differences[:6])
+        more = f" and {len(self.differences) - 6} more" if len(self.differences) > 6 else ""
+        super().__init__(f"the predictions were not made like the rule's calibration predictions ({what}{more}); "
+                         "certify a rule on predictions made this way, or pass --allow-mismatch (allow_mismatch=True) "
+                         "if the difference cannot matter")
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _one_or_list(values: Sequence[Any]) -> Any:
+    uniq = sorted({json.dumps(v, sort_keys=True) for v in values})
+    vals = [json.loads(u) for u in uniq]
+    return vals[0] if len(vals) == 1 else vals
+
+
+_TEMPERATURE = re.compile(r"\(temperature \[([^\]]*)\]\)")
+
+
+def recorded_temperature(settings: Mapping[str, Any]) -> list[float] | None:
+    """The temperature of an ``infer`` run from the ``settings`` of its ``infer.json``, as a list of floats (one,
+    or one per class), None when the model was not temperature-scaled.
+
+    Args:
+        settings: the ``settings`` object of ``infer.json``. Its ``temperature`` field (full precision) when
+            present; in records written before that field, the ``"(temperature [..])"`` part of ``model`` (rounded
+            to 4 significant digits by :func:`monai_unc.workflows.models.load_network`).
+
+    Returns:
+        The temperatures, or None.
+
+    Example:
+        >>> recorded_temperature({"model": "network: UNet", "temperature": 1.23456789})
+        [1.23456789]
+        >>> recorded_temperature({"model": "network: UNet (temperature [1.2346])"})
+        [1.2346]
+    """
+    value = settings.get("temperature")
+    if value is not None:
+        return [float(v) for v in (value if isinstance(value, list) else [value])]
+    m = _TEMPERATURE.search(str(settings.get("model", "")))
+    return [float(t) for t in m.group(1).split(",") if t.strip()] if m else None
+
+
+def prediction_fingerprint(
+    predictions: str | os.PathLike,
+    layout: str = "monai-unc",
+    case_ids: Sequence[str] | None = None,
+    uncertainty: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """How the predictions in ``predictions`` were made, from the records their producer wrote.
+
+    - ``monai-unc`` layout (``monai-unc infer``): ``infer.json`` (the run's settings) and the per-case records
+      ``<case>.json``: ``model`` (the model's description: example / bundle path / network class, and the temperature
+      of a calibrated checkpoint), ``checkpoints``, ``method``, ``num_samples`` (from the case records; the
+      ``--samples`` setting when no record is found), ``mi_meaning``, ``measures``, ``roi``, ``overlap``,
+      ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``, and ``regions``
+      for a region-based run (``infer --regions``).
+    - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
+      ``trainer``, ``folds``, ``method`` (the ``+``-joined sources), ``num_samples``, ``mi_meaning``, ``dropout_p``,
+      ``rate_in``, ``posthoc_dropout_after``, ``measures``, ``tile_step_size`` (the overlap), ``mirror_axes``,
+      ``segmentation_from``, and ``model_folder`` / ``temperature`` / ``checkpoint`` / ``regions`` /
+      ``window_disagreement`` when the config records them.
+    - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
+      says so).
+
+    The seed is left out on purpose: another seed draws other samples of the same predictive distribution, which
+    keeps new cases exchangeable. Values that differ between the cases (e.g. ``num_samples``) become sorted lists.
+    Args: ``case_ids``: the cases whose records count (default: every record found).
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    pred = Path(predictions)
+    if layout == "monai-unc":
+        doc = read_json_or_none(pred / "infer.json")
+        settings = doc.get("settings") if isinstance(doc, dict) else None
+        if not isinstance(settings, dict):
+            return {"producer": "unknown"}
+        rec_dir = pred
+        ids = case_ids if case_ids is not None else [p.stem for p in sorted(pred.glob("*.json"))
+                                                      if p.name not in ("infer.json", "failures.json")]
+        records = [r for r in (read_json_or_none(rec_dir / f"{c}.json") for c in ids) if isinstance(r, dict)]
+        model = str(settings.get("model", ""))
+        temperature = recorded_temperature(settings)
+        fp: dict[str, Any] = {"producer": "monai-unc infer", "model": model,
+                              "checkpoints": settings.get("checkpoints"), "method": settings.get("method")}
+        fp["num_samples"] = (_one_or_list([r.get("num_samples") for r in records]) if records
+                             else settings.get("samples"))
+        if records:
+            fp["mi_meaning"] = _one_or_list([r.get("mi_meaning") for r in records])
+        for k in ("measures", "roi", "overlap", "activation"):
+            fp[k] = settings.get(k)
+        fp["temperature"] = temperature
+        for k in ("intensity", "dropout", "tta_noise", "ratein_target"):
+            fp[k] = settings.get(k)
+        if settings.get("regions") is not None:  # region-based runs only, so older rules still match
+            fp["regions"] = settings["regions"]
+        return json.loads(json.dumps(fp))
+    cfg = read_json_or_none(pred / "uncertainty_config.json")
+    if not isinstance(cfg, dict):
+        return {"producer": "unknown"}
+    unc = Path(uncertainty) if uncertainty is not None else pred / LAYOUTS["nnunet"]["uncertainty_subdir"]
+    ids = case_ids if case_ids is not None else [p.stem for p in sorted(unc.glob("*.json"))]
+    records = [r for r in (read_json_or_none(unc / f"{c}.json") for c in ids) if isinstance(r, dict)]
+    fp = {"producer": "nnunet-predict"}
+    for k in ("model_folder", "checkpoint", "fold_ids", "plans", "configuration"):
+        if k in cfg:
+            fp[k] = cfg[k]
+    fp["trainer"] = cfg.get("trainer_name")
+    fp["folds"] = cfg.get("folds")
+    fp["method"] = "+".join(cfg.get("uncertainty_sources") or [])
+    fp["num_samples"] = (_one_or_list([r.get("num_samples") for r in records]) if records
+                         else cfg.get("num_samples"))
+    if records:
+        fp["mi_meaning"] = _one_or_list([r.get("mi_meaning") for r in records])
+    for k in ("dropout_p", "rate_in", "posthoc_dropout_after", "measures", "tile_step_size", "mirror_axes",
+              "segmentation_from"):
+        fp[k] = cfg.get(k)
+    fp["temperature"] = cfg.get("temperature")
+    if cfg.get("regions") is not None:  # region-based models only, so older rules still match
+        fp["regions"] = cfg["regions"]
+    if "window_disagreement" in cfg:  # how MI was decomposed; configs without it counted window overlap as MI
+        fp["window_disagreement"] = cfg["window_disagreement"]
+    return json.loads(json.dumps(fp))
+
+
+def prediction_regions(
+    predictions: str | os.PathLike, layout: str = "monai-unc"
+) -> dict[str, list[int]] | list[str] | bool | None:
+    """What the records of a prediction folder say about regions: ``False`` for class-based (softmax / binary)
+    predictions; for region-based ones the region spec ``{name: [label, ...]}`` (channel order) or, when ``infer``
+    was not given ``--regions``, the channel names ``["0", "1", ...]`` (``True``: region-based, regions not
+    recorded); ``None`` when there is no record.
+
+    ``monai-unc`` layout: :func:`monai_unc.io.read_prediction_regions` (``infer.json`` / the case records; an
+    ``infer.json`` without ``multilabel``, written before region-based inference existed, is class-based).
+    ``nnunet`` layout: the ``regions`` entry of ``uncertainty_config.json`` (absent or empty: class-based)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    pred = Path(predictions)
+    if layout == "monai-unc":
+        found = read_prediction_regions(pred)
+        if found is not None:
+            return found.get("regions") or True
+        doc = read_json_or_none(pred / "infer.json")
+        return False if isinstance(doc, dict) and isinstance(doc.get("settings"), dict) else None
+    cfg = read_json_or_none(pred / "uncertainty_config.json")
+    if not isinstance(cfg, dict):
+        return None
+    return cfg.get("regions") or False
+
+
+def region_differences(
+    rule_regions: Mapping[str, Sequence[int]] | None, found: Mapping[str, Sequence[int]] | list[str] | bool | None
+) -> list[tuple[str, Any, Any]]:
+    """``[("regions", rule's, predictions')]`` when the regions a rule scores cannot be those of the predictions
+    (``found``: :func:`prediction_regions`), else ``[]``: a class-based rule on region predictions or the reverse;
+    another number of regions; another label set in some channel (a region spec against a recorded spec; the names
+    may differ, they only name the columns). Nothing to compare without a record (``found is None``)."""
+    if found is None:
+        return []
+    rule_side: Any = None if rule_regions is None else {k: list(v) for k, v in rule_regions.items()}
+    pred_side: Any = None if found is False else found
+    if rule_side is None and pred_side is None:
+        return []
+    if rule_side is None or pred_side is None:
+        return [("regions", rule_side, "region-based" if pred_side is True else pred_side)]
+    if pred_side is True:
+        return []
+    if len(pred_side) != len(rule_side):
+        return [("regions", rule_side, pred_side)]
+    if isinstance(pred_side, Mapping):
+        ours = [sorted(int(v) for v in labels) for labels in rule_side.values()]
+        theirs = [sorted(int(v) for v in labels) for labels in pred_side.values()]
+        if ours != theirs:
+            return [("regions", rule_side, pred_side)]
+    return []
+
+
+def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any]) -> tuple[str, list]:
+    """``(status, differences)``: ``"match"``; ``"mismatch"`` with ``[(field, rule value, predictions value)]``;
+    or ``"unverified"`` when neither side has a record of how its predictions were made (nothing to compare: the
+    caller must say so). One side unknown and the other known is a mismatch (field ``producer``)."""
+    unknown = {"producer": "unknown"}
+    if dict(rule_fp) in ({}, unknown) and dict(pred_fp) in ({}, unknown):
+        return "unverified", []
+    diffs = [(k, rule_fp.get(k), pred_fp.get(k)) for k in sorted(set(rule_fp) | set(pred_fp))
+             if rule_fp.get(k) != pred_fp.get(k)]
+    if diffs:
+        # the producer first: the rest follows from it
+        diffs.sort(key=lambda t: t[0] != "producer")
+        return "mismatch", diffs
+    return "match", []
+
+

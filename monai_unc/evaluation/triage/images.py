@@ -1,0 +1,99 @@
+"""Image statistics of a case and the names of case-score columns, for the referral rule's checks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ...io import (
+    GEOMETRY_ATOL,
+    CaseError,
+    image_channel_files,
+    read_volume,
+)
+from ...keys import MEASURES
+from ...scores import CASE_SCORES
+
+#: case-score aggregations of a measure, as ``evaluate`` names its columns ``<measure>_<aggregation>``
+SCORE_AGGREGATIONS = CASE_SCORES
+#: intensity statistics per image channel, inside the non-zero region (:func:`image_statistics`)
+IMAGE_FEATURES = ("mean", "std", "p01", "p50", "p99")
+#: how images in nnU-Net's channel naming are read for their statistics (:func:`read_image_channels`)
+IMAGE_CHANNEL_FILES = ("all", "first")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# case scores, image statistics
+# ----------------------------------------------------------------------------------------------------------------
+def parse_score_column(column: str) -> tuple[str, str]:
+    """``(measure, aggregation)`` of a score column such as ``"predictive_entropy_fg_mean"``; ``ValueError`` for a
+    column that is not ``<measure>_<aggregation>`` with a measure of :data:`monai_unc.keys.MEASURES` and an
+    aggregation of :data:`SCORE_AGGREGATIONS`."""
+    for agg in sorted(SCORE_AGGREGATIONS, key=len, reverse=True):  # fg_mean before mean
+        if column.endswith(f"_{agg}") and column[: -len(agg) - 1] in MEASURES:
+            return column[: -len(agg) - 1], agg
+    raise ValueError(f"score column {column!r} is not <measure>_<aggregation> with a measure in {MEASURES} and an "
+                     f"aggregation in {SCORE_AGGREGATIONS}")
+
+
+def image_statistics(image: np.ndarray) -> np.ndarray:
+    """Intensity statistics of an image ``(C, *spatial)``: per channel the mean, standard deviation and the 1st,
+    50th and 99th percentiles (:data:`IMAGE_FEATURES`) of the voxels inside the non-zero region (voxels where any
+    channel is non-zero: the head of a skull-stripped MR, the field of view of a padded scan; every voxel when the
+    image is zero everywhere). Returns ``(C * 5,)`` float64, channel-major. Cheap: one pass plus a partition."""
+    img = np.asarray(image)
+    if img.ndim < 2:
+        raise ValueError(f"image must be (C, *spatial), got shape {img.shape}")
+    if not np.isfinite(img).all():
+        raise ValueError("image contains NaN or inf")
+    region = (img != 0).any(axis=0)
+    if not region.any():
+        region = np.ones(img.shape[1:], dtype=bool)
+    out = []
+    for c in range(img.shape[0]):
+        v = img[c][region].astype(np.float64)
+        p01, p50, p99 = np.percentile(v, (1, 50, 99))
+        out += [v.mean(), v.std(), p01, p50, p99]
+    return np.asarray(out, dtype=np.float64)
+
+
+def read_image_channels(
+    path: str | os.PathLike,
+    channel_files: str = "all",
+    geometry: tuple[Sequence[int], np.ndarray] | None = None,
+    case_id: str = "",
+) -> np.ndarray:
+    """The image ``(C, *spatial)`` of a case whose image file is ``path``, every channel stacked: with
+    ``channel_files="all"`` and nnU-Net's channel naming (``path`` is ``CASE_0000.<ext>``) the channel files
+    ``CASE_0000``, ``CASE_0001``, ... (:func:`monai_unc.io.image_channel_files`) read one by one and concatenated,
+    otherwise the one file (a 4D NIfTI gives its channels). ``geometry`` ``(spatial shape, affine)``: every file must
+    have it (affine within :data:`monai_unc.io.GEOMETRY_ATOL` mm), else ``CaseError``; by default the first file's."""
+    if channel_files not in IMAGE_CHANNEL_FILES:
+        raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {channel_files!r}")
+    paths = image_channel_files(path) if channel_files == "all" else (Path(path),)
+    who = f"case {case_id!r}: " if case_id else ""
+    parts = []
+    for p in paths:
+        data, aff = read_volume(p)
+        if geometry is None:
+            geometry = (data.shape[1:], aff)
+        shape, ref_aff = geometry
+        if tuple(data.shape[1:]) != tuple(shape):
+            raise CaseError(f"{who}image {p.name} has spatial shape {tuple(data.shape[1:])}, expected {tuple(shape)}")
+        if not np.allclose(aff, ref_aff, atol=GEOMETRY_ATOL, rtol=0):
+            raise CaseError(f"{who}image {p.name} is not in the space of the case's other volumes (affines differ by "
+                            f"{float(np.abs(aff - ref_aff).max()):.4g} mm)")
+        parts.append(data.astype(np.float32, copy=False))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
+def image_feature_names(n_channels: int) -> tuple[str, ...]:
+    """Names of :func:`image_statistics`' entries: ``mean``, ``std``, ... (``c1_mean`` ... for more channels)."""
+    if n_channels == 1:
+        return IMAGE_FEATURES
+    return tuple(f"c{c}_{f}" for c in range(n_channels) for f in IMAGE_FEATURES)
+
+

@@ -1,0 +1,509 @@
+"""The referral rule (:class:`ReferralRule`), its verdict on a case (:class:`Decision`) and the reference of the
+calibration images (:class:`ImageReference`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ... import __version__
+from ...io import atomic_write_json
+from ...regions import check_regions
+from ..config import region_suffix
+from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, parse_score_column
+
+#: file name of the rule in an evaluation folder
+RULE_FILE = "referral_rule.json"
+#: ``format`` entry of a rule file, and its version (a reader refuses other formats and newer versions)
+RULE_FORMAT = "monai-unc referral rule"
+#: the newest ``format_version`` this version reads and writes: 2 for a rule of a region-based model (it records the
+#: region spec, which a reader of version 1 would ignore), 1 for every other rule (readable by older versions)
+RULE_VERSION = 2
+#: default robust z-score above which a case's image counts as far from the calibration images
+IMAGE_Z_MAX = 5.0
+#: scale of the MAD that makes it a consistent estimate of a normal standard deviation
+_MAD_TO_SD = 1.4826
+#: floor of an image statistic's scale, as a fraction of the median p01-p99 intensity range of its channel
+_SCALE_FLOOR = 0.02
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    """Where the calibration images lie: per statistic of :func:`image_statistics` the median over the calibration
+    cases and a robust scale ``max(1.4826 MAD, 0.02 R_c, 1e-12)``, where ``R_c`` is the median over the calibration
+    cases of the channel's ``p99 - p01`` intensity range (the floor keeps a statistic that happens to be (nearly)
+    equal on every calibration image, such as the 1st percentile of images that all start at 0, from flagging
+    every new case: a statistic must move by at least ``z_max * 2 %`` of the typical intensity range to count).
+    :meth:`z_scores` gives the robust z-score ``|x - median| / scale`` of new cases; a case with any z-score above
+    ``z_max`` is far from the calibration images. With fewer than about five calibration images the reference is
+    crude (docs/triage.md).
+
+    ``channel_files``: how an image in nnU-Net's channel naming (``CASE_0000``, ``CASE_0001``, ...) is read
+    (:func:`read_image_channels`): ``"all"`` every channel file (what :func:`certify_referral_rule` fits), ``"first"``
+    only ``CASE_0000`` (rules certified before multi-channel reading; read from a rule file without the field).
+    Images holding every channel in one file read the same either way.
+    """
+
+    features: tuple[str, ...]
+    median: tuple[float, ...]
+    scale: tuple[float, ...]
+    n_cases: int
+    z_max: float = IMAGE_Z_MAX
+    channel_files: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.channel_files not in IMAGE_CHANNEL_FILES:
+            raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {self.channel_files!r}")
+
+    @classmethod
+    def fit(cls, stats: np.ndarray, z_max: float = IMAGE_Z_MAX) -> ImageReference:
+        """The reference of ``stats`` ``(N, 5 C)``: one row of :func:`image_statistics` per calibration case."""
+        s = np.asarray(stats, dtype=np.float64)
+        n_f = len(IMAGE_FEATURES)
+        if s.ndim != 2 or s.shape[0] < 1 or s.shape[1] < n_f or s.shape[1] % n_f:
+            raise ValueError(f"stats must be (N, {n_f} C) rows of image_statistics with N >= 1, got shape {s.shape}")
+        if not np.isfinite(s).all():
+            raise ValueError("stats must be finite")
+        if isinstance(z_max, bool) or not isinstance(z_max, (int, float)) or not z_max > 0:
+            raise ValueError(f"z_max must be a positive number, got {z_max!r}")
+        n_ch = s.shape[1] // n_f
+        med = np.median(s, axis=0)
+        mad = np.median(np.abs(s - med), axis=0)
+        per_ch = s.reshape(s.shape[0], n_ch, n_f)
+        spread = np.median(per_ch[..., IMAGE_FEATURES.index("p99")] - per_ch[..., IMAGE_FEATURES.index("p01")], 0)
+        floor = np.repeat(_SCALE_FLOOR * spread, n_f)
+        scale = np.maximum(np.maximum(_MAD_TO_SD * mad, floor), 1e-12)
+        return cls(image_feature_names(n_ch), tuple(float(v) for v in med), tuple(float(v) for v in scale),
+                   int(s.shape[0]), float(z_max))
+
+    def z_scores(self, stats: np.ndarray) -> np.ndarray:
+        """Robust z-scores ``|x - median| / scale`` of ``stats`` ``(N, F)`` (or ``(F,)``), same shape."""
+        s = np.asarray(stats, dtype=np.float64)
+        if s.shape[-1] != len(self.features):
+            raise ValueError(f"stats have {s.shape[-1]} entries per case, the reference {len(self.features)} "
+                             f"({', '.join(self.features)}): the images have another number of channels")
+        return np.abs(s - np.asarray(self.median)) / np.asarray(self.scale)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"features": list(self.features), "median": list(self.median), "scale": list(self.scale),
+                "n_cases": self.n_cases, "z_max": self.z_max, "channel_files": self.channel_files}
+
+    @classmethod
+    def from_json(cls, d: Any, where: str = "image_reference") -> ImageReference:
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where} must be an object, got {type(d).__name__}")
+        feats = _field(d, "features", where, list)
+        med = [_number(v, f"{where}.median") for v in _field(d, "median", where, list)]
+        scale = [_number(v, f"{where}.scale") for v in _field(d, "scale", where, list)]
+        if not (len(feats) == len(med) == len(scale)) or not feats:
+            raise ValueError(f"{where}: features, median and scale must be non-empty lists of one length")
+        if any(s <= 0 for s in scale):
+            raise ValueError(f"{where}.scale must be positive")
+        z_max = _number(_field(d, "z_max", where), f"{where}.z_max")
+        if z_max <= 0:
+            raise ValueError(f"{where}.z_max must be positive, got {z_max}")
+        n = _field(d, "n_cases", where, int)
+        mode = d.get("channel_files", "first")  # rules written before every channel file was read
+        if mode not in IMAGE_CHANNEL_FILES:
+            raise ValueError(f"{where}.channel_files must be one of {IMAGE_CHANNEL_FILES}, got {mode!r}")
+        return cls(tuple(str(f) for f in feats), tuple(med), tuple(scale), int(n), z_max, mode)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the rule
+# ----------------------------------------------------------------------------------------------------------------
+class Decision(NamedTuple):
+    """The rule's verdict on one case: ``decision`` ``"accept"`` or ``"review"``, a human-readable ``reason`` and
+    the ``code`` of the first reason (``accepted``, ``not_certified``, ``undefined_score``, ``outside_range``,
+    ``image_statistics``, ``above_threshold``)."""
+
+    decision: str
+    reason: str
+    code: str
+
+    @property
+    def accepted(self) -> bool:
+        return self.decision == "accept"
+
+
+def _field(d: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...] | None = None) -> Any:
+    if key not in d:
+        raise ValueError(f"{where}: field {key!r} is missing")
+    v = d[key]
+    if kind is not None and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ValueError(f"{where}: field {key!r} must be {names}, got {v!r}")
+    return v
+
+
+def _number(v: Any, where: str, allow_null: bool = False) -> float:
+    if v is None and allow_null:
+        return math.nan
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+        raise ValueError(f"field {where!r} must be a finite number{' or null' if allow_null else ''}, got {v!r}")
+    return float(v)
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+@dataclass
+class ReferralRule:
+    """A risk-controlled referral rule, certified on labelled calibration cases, to apply to new cases.
+
+    Accept a new case when its triage score is at most ``threshold`` *and* lies inside the calibration score range
+    *and* (with an image reference and images) its image statistics are within ``z_max`` robust standard deviations
+    of the calibration images'; refer it for review otherwise (:meth:`apply`). With probability at least
+    ``1 - delta`` over the draw of the calibration cases, the mean ``risk`` of the accepted new cases is at most
+    ``target_risk``, for new cases exchangeable with the calibration cases (docs/triage.md, docs/referral_threshold.md).
+
+    Attributes:
+        score: the triage score column, ``<measure>_<aggregation>`` (e.g. ``predictive_entropy_fg_mean``).
+        measure, aggregation: its parts (:func:`parse_score_column`); ``region``: the class / region the score is
+            restricted to (``None``: the whole volume, the only kind ``evaluate`` writes today).
+        patch_size: box size of the ``patch`` aggregation (voxels).
+        map_source: ``"file"`` (the measure's map files) or ``"probabilities"`` (derived from the probabilities, as
+            ``evaluate`` does when no map is given).
+        threshold: accept ``score <= threshold``; ``inf``: every calibration case was accepted; ``-inf``: the target
+            could not be certified (``feasible=False``) and every case is referred.
+        target_risk, delta, method (``sgr`` / ``ltt``), risk (``failure`` / ``1-dice``), failure_dice: the
+            certification (:func:`monai_unc.metrics.risk_control.risk_controlled_threshold`).
+        bound, coverage, observed_risk, n_candidates: its outcome on the calibration cases (bound on the selective
+            risk; fraction accepted; mean risk of the accepted calibration cases).
+        calibration_cases: ids; calibration_scores: their defined scores, sorted; n_undefined: how many calibration
+            cases had an undefined score (e.g. an empty predicted foreground for ``fg_mean``).
+        num_classes, class_names: of the segmentation (for a region-based model ``num_classes`` is the number of
+            regions and ``class_names`` is None).
+        regions: the region spec ``{name: [label, ...]}`` (channel order) of a region-based (multi-label sigmoid)
+            model, certified by ``evaluate --regions``; None for a class-based model. With regions the score is the
+            combined case score of :func:`~monai_unc.evaluation.region_case.region_score_columns` (the mean over the
+            regions of the per-region scores), the predictions are read with ``load_case(..., multilabel=True)``
+            and their recorded regions must agree with these (:func:`region_differences`).
+        image_reference: statistics of the calibration images (:class:`ImageReference`), or None.
+        fingerprint: how the calibration predictions were made (:func:`prediction_fingerprint`).
+        created, version: when and by which monai-unc version.
+    """
+
+    score: str
+    threshold: float
+    feasible: bool
+    target_risk: float
+    delta: float
+    method: str
+    risk: str
+    failure_dice: float
+    calibration_scores: tuple[float, ...]
+    calibration_cases: tuple[str, ...]
+    bound: float = math.nan
+    coverage: float = math.nan
+    observed_risk: float = math.nan
+    n_candidates: int = 0
+    n_undefined: int = 0
+    patch_size: int = 10
+    map_source: str = "file"
+    region: str | None = None
+    num_classes: int | None = None
+    class_names: tuple[str, ...] | None = None
+    image_reference: ImageReference | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    version: str = __version__
+    regions: dict[str, list[int]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.regions is not None:
+            try:
+                self.regions = {k: list(v) for k, v in check_regions(self.regions, "regions").items()}
+            except TypeError as e:
+                raise ValueError(str(e)) from None
+        self.validate()
+
+    # -- properties --------------------------------------------------------------------------------------------
+    @property
+    def measure(self) -> str:
+        return parse_score_column(self.score)[0]
+
+    @property
+    def aggregation(self) -> str:
+        return parse_score_column(self.score)[1]
+
+    @property
+    def n_calibration(self) -> int:
+        return len(self.calibration_cases)
+
+    @property
+    def score_range(self) -> tuple[float, float] | None:
+        """``(min, max)`` of the defined calibration scores (None when no calibration score is defined)."""
+        if not self.calibration_scores:
+            return None
+        return float(self.calibration_scores[0]), float(self.calibration_scores[-1])
+
+    @property
+    def region_names(self) -> list[str]:
+        """The region names in channel order (empty for a class-based rule)."""
+        return [] if self.regions is None else list(self.regions)
+
+    @property
+    def risk_definition(self) -> str:
+        """The per-case risk in words: ``"dice < 0.8"`` or ``"1 - dice"`` (for a region-based rule the Dice is the
+        mean over the regions, ``"mean region dice < 0.8"``)."""
+        dice = "dice" if self.regions is None else "mean region dice"
+        return f"{dice} < {self.failure_dice:g}" if self.risk == "failure" else f"1 - {dice}"
+
+    def guarantee(self) -> str:
+        """One sentence: what the rule promises, and under which assumption."""
+        if not self.feasible:
+            return (f"no threshold certifies mean risk ({self.risk_definition}) <= {self.target_risk:g} with "
+                    f"probability {1 - self.delta:g} on these {self.n_calibration} calibration cases (best bound "
+                    f"{_fmt(self.bound)}): every case is referred")
+        return (f"with probability at least {1 - self.delta:g} over the draw of the {self.n_calibration} "
+                f"calibration cases, the mean risk ({self.risk_definition}) of the accepted new cases is at most "
+                f"{self.target_risk:g}, provided the new cases are exchangeable with the calibration cases "
+                f"({self.method.upper()}; calibration: coverage {self.coverage:.3f}, observed risk "
+                f"{_fmt(self.observed_risk)}, bound {_fmt(self.bound)})")
+
+    # -- checks ------------------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """``ValueError`` naming the field that is wrong."""
+        parse_score_column(self.score)
+        if not isinstance(self.feasible, bool):
+            raise ValueError(f"feasible must be a bool, got {self.feasible!r}")
+        thr = float(self.threshold)
+        if math.isnan(thr):
+            raise ValueError("threshold must be a number, got NaN")
+        if self.feasible == (thr == -math.inf):
+            raise ValueError(f"threshold {thr} and feasible={self.feasible} disagree: -inf means 'not certified'")
+        for name in ("target_risk", "delta"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+                raise ValueError(f"{name} must be a number in (0, 1), got {v!r}")
+        if self.method not in ("sgr", "ltt"):
+            raise ValueError(f"method must be 'sgr' or 'ltt', got {self.method!r}")
+        if self.risk not in ("failure", "1-dice"):
+            raise ValueError(f"risk must be 'failure' or '1-dice', got {self.risk!r}")
+        if not 0 <= self.failure_dice <= 1:
+            raise ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice!r}")
+        scores = np.asarray(self.calibration_scores, dtype=np.float64)
+        if not np.isfinite(scores).all() or (np.diff(scores) < 0).any():
+            raise ValueError("calibration_scores must be finite and sorted ascending")
+        if len(self.calibration_cases) != len(scores) + self.n_undefined or not self.calibration_cases:
+            raise ValueError(f"calibration_cases lists {len(self.calibration_cases)} case(s), but there are "
+                             f"{len(scores)} calibration score(s) and {self.n_undefined} undefined one(s)")
+        if isinstance(self.patch_size, bool) or not isinstance(self.patch_size, int) or self.patch_size < 1:
+            raise ValueError(f"patch_size must be a positive integer, got {self.patch_size!r}")
+        if self.map_source not in ("file", "probabilities"):
+            raise ValueError(f"map_source must be 'file' or 'probabilities', got {self.map_source!r}")
+        if self.region is not None:
+            raise ValueError(f"region {self.region!r}: scores restricted to one region are not supported yet "
+                             "(null = the whole volume)")
+        least = 2 if self.regions is None else 1  # a region-based model may have one region
+        if self.num_classes is not None and (not isinstance(self.num_classes, int) or self.num_classes < least):
+            raise ValueError(f"num_classes must be an integer >= {least}, got {self.num_classes!r}")
+        if self.class_names is not None and self.num_classes is not None and len(self.class_names) != self.num_classes:
+            raise ValueError(f"class_names has {len(self.class_names)} names for {self.num_classes} classes")
+        if self.regions is not None:
+            if self.class_names is not None:
+                raise ValueError("class_names does not apply with regions: the regions name the channels")
+            if self.num_classes is not None and self.num_classes != len(self.regions):
+                raise ValueError(f"num_classes ({self.num_classes}) must be the number of regions "
+                                 f"({len(self.regions)}) with regions")
+            sfx = [region_suffix(n) for n in self.regions]
+            if len(set(sfx)) != len(sfx):
+                raise ValueError(f"regions: the region names {list(self.regions)} give the same column names {sfx}")
+        if not isinstance(self.fingerprint, dict):
+            raise ValueError(f"fingerprint must be a dict, got {type(self.fingerprint).__name__}")
+
+    # -- applying ----------------------------------------------------------------------------------------------
+    def apply(self, scores: Any, image_stats: Any = None) -> list[Decision]:
+        """The decision on each new case (in the order given).
+
+        Args:
+            scores: ``(N,)`` triage scores of the new cases (NaN = undefined).
+            image_stats: ``(N, F)`` rows of :func:`image_statistics` (a row of NaN, or a None row in a list, skips
+                the check for that case), or None (no image check). Ignored when the rule has no image reference.
+
+        A case is accepted only when the rule is certified, its score is defined, inside the calibration score range
+        (inclusive) and at most the threshold, and its image statistics are within ``z_max``; every reason that
+        applies is listed (``"; "``-joined), the first one gives the ``code``.
+        """
+        s = np.asarray(scores, dtype=np.float64).reshape(-1)
+        ref = self.image_reference
+        z = None
+        if image_stats is not None and ref is not None:
+            rows = [np.full(len(ref.features), np.nan) if r is None else r for r in image_stats]
+            stats = np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
+            if stats.shape[0] != s.size:
+                raise ValueError(f"image_stats has {stats.shape[0]} rows for {s.size} scores")
+            z = ref.z_scores(stats)
+        rng = self.score_range
+        out = []
+        for i, v in enumerate(s):
+            reasons: list[tuple[str, str]] = []
+            if not self.feasible:
+                reasons.append(("not_certified", "rule not certified: every case is referred"))
+            if not math.isfinite(v):
+                reasons.append(("undefined_score", "score undefined (e.g. empty predicted foreground)"))
+            else:
+                if rng is None:
+                    reasons.append(("outside_range", "no calibration case had a defined score"))
+                elif v < rng[0] or v > rng[1]:
+                    side = "below" if v < rng[0] else "above"
+                    reasons.append(("outside_range", f"score {_fmt(v)} {side} the calibration range "
+                                    f"[{_fmt(rng[0])}, {_fmt(rng[1])}]"))
+            if z is not None and ref is not None and np.isfinite(z[i]).all() and z[i].max() > ref.z_max:
+                far = [f"{n} z={zz:.1f}" for n, zz in zip(ref.features, z[i]) if zz > ref.z_max]
+                reasons.append(("image_statistics", f"image far from the calibration images ({', '.join(far)} > "
+                                f"{ref.z_max:g})"))
+            if self.feasible and math.isfinite(v) and v > self.threshold:
+                reasons.append(("above_threshold", f"score {_fmt(v)} > threshold {_fmt(self.threshold)}"))
+            if reasons:
+                out.append(Decision("review", "; ".join(r for _, r in reasons), reasons[0][0]))
+            else:
+                thr = "" if self.threshold == math.inf else f" <= threshold {_fmt(self.threshold)}"
+                out.append(Decision("accept", f"score {_fmt(v)}{thr}, in the calibration range", "accepted"))
+        return out
+
+    # -- files ---------------------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The rule as strict-JSON data (``threshold``: a number, or null with ``accept_all`` telling ``inf`` (true)
+        from ``-inf``, i.e. not certified (false))."""
+        rng = self.score_range
+        measure, agg = parse_score_column(self.score)
+        return {
+            "format": RULE_FORMAT,
+            "format_version": 1 if self.regions is None else 2,
+            "created": self.created,
+            "monai_unc_version": self.version,
+            "score": {"column": self.score, "measure": measure, "aggregation": agg, "region": self.region,
+                      "patch_size": self.patch_size, "map_source": self.map_source},
+            "decision": "accept when score <= threshold, inside the calibration score range and (with an image "
+                        "reference) image statistics within z_max; review otherwise",
+            "feasible": self.feasible,
+            "threshold": self.threshold if math.isfinite(self.threshold) else None,
+            "accept_all": self.threshold == math.inf,
+            "target_risk": self.target_risk,
+            "delta": self.delta,
+            "method": self.method,
+            "risk": self.risk,
+            "risk_definition": self.risk_definition,
+            "failure_dice": self.failure_dice,
+            "guarantee": self.guarantee(),
+            "calibration": {
+                "n_cases": self.n_calibration,
+                "cases": list(self.calibration_cases),
+                "score_range": None if rng is None else list(rng),
+                "scores": list(self.calibration_scores),
+                "n_undefined": self.n_undefined,
+                "coverage": self.coverage,
+                "observed_risk": self.observed_risk,
+                "bound": self.bound,
+                "n_candidates": self.n_candidates,
+            },
+            "num_classes": self.num_classes,
+            "class_names": None if self.class_names is None else list(self.class_names),
+            "regions": None if self.regions is None else {k: list(v) for k, v in self.regions.items()},
+            "image_reference": None if self.image_reference is None else self.image_reference.to_json(),
+            "fingerprint": self.fingerprint,
+        }
+
+    @classmethod
+    def from_json(cls, d: Any, source: str = "rule") -> ReferralRule:
+        """Read :meth:`to_json` data; ``ValueError`` naming the bad field (``source`` prefixes the message)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
+        fmt = d.get("format")
+        if fmt != RULE_FORMAT:
+            raise ValueError(f"{source}: not a referral rule (field 'format' is {fmt!r}, expected {RULE_FORMAT!r})")
+        ver = _field(d, "format_version", source, int)
+        if ver > RULE_VERSION or ver < 1:
+            raise ValueError(f"{source}: format_version {ver} is not supported (this monai-unc reads up to "
+                             f"{RULE_VERSION}); upgrade monai-unc")
+        try:
+            sc = _field(d, "score", source, dict)
+            cal = _field(d, "calibration", source, dict)
+            feasible = _field(d, "feasible", source, bool)
+            thr_raw = _field(d, "threshold", source)
+            accept_all = _field(d, "accept_all", source, bool)
+            if thr_raw is None:
+                threshold = math.inf if accept_all else -math.inf
+            else:
+                threshold = _number(thr_raw, "threshold")
+                if accept_all:
+                    raise ValueError(f"{source}: field 'accept_all' is true but 'threshold' is {thr_raw!r}")
+            names = d.get("class_names")
+            ref = d.get("image_reference")
+            fp = _field(d, "fingerprint", source, dict)
+            n_cls = d.get("num_classes")
+            regions = d.get("regions")
+            if regions is not None:
+                regions = _field(d, "regions", source, dict)
+                if ver < 2:
+                    raise ValueError(f"{source}: a rule with regions must have format_version 2, got {ver}")
+            return cls(
+                score=_field(sc, "column", f"{source}: score", str),
+                threshold=threshold,
+                feasible=feasible,
+                target_risk=_number(_field(d, "target_risk", source), "target_risk"),
+                delta=_number(_field(d, "delta", source), "delta"),
+                method=_field(d, "method", source, str),
+                risk=_field(d, "risk", source, str),
+                failure_dice=_number(_field(d, "failure_dice", source), "failure_dice"),
+                calibration_scores=tuple(_number(v, "calibration.scores")
+                                         for v in _field(cal, "scores", f"{source}: calibration", list)),
+                calibration_cases=tuple(str(c) for c in _field(cal, "cases", f"{source}: calibration", list)),
+                bound=_number(cal.get("bound"), "calibration.bound", allow_null=True),
+                coverage=_number(cal.get("coverage"), "calibration.coverage", allow_null=True),
+                observed_risk=_number(cal.get("observed_risk"), "calibration.observed_risk", allow_null=True),
+                n_candidates=int(cal.get("n_candidates") or 0),
+                n_undefined=_field(cal, "n_undefined", f"{source}: calibration", int),
+                patch_size=_field(sc, "patch_size", f"{source}: score", int),
+                map_source=_field(sc, "map_source", f"{source}: score", str),
+                region=sc.get("region"),
+                num_classes=None if n_cls is None else _field(d, "num_classes", source, int),
+                class_names=None if names is None else tuple(str(n) for n in _field(d, "class_names", source, list)),
+                image_reference=None if ref is None else ImageReference.from_json(ref, "image_reference"),
+                fingerprint=dict(fp),
+                created=str(d.get("created", "")),
+                version=str(d.get("monai_unc_version", "")),
+                regions=regions,
+            )
+        except ValueError as e:
+            msg = str(e)
+            raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the rule as strict JSON, atomically (temporary name, then rename); returns the path."""
+        return atomic_write_json(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ReferralRule:
+        """Read a rule file; ``FileNotFoundError`` when absent, ``ValueError`` naming the problem when the file is
+        not valid JSON or a field is missing or wrong."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"referral rule not found: {path} (written by monai-unc evaluate --target-risk)")
+        try:
+            text = path.read_text(encoding="utf-8")
+            d = json.loads(text, parse_constant=_no_constant)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"referral rule {path} is not valid JSON ({e})") from None
+        return cls.from_json(d, f"referral rule {path}")
+
+
+def _no_constant(name: str) -> Any:
+    raise json.JSONDecodeError(f"non-standard constant {name}", name, 0)
+
+
+def as_float(v: Any) -> float:
+    """A score cell as a float: None and ``""`` (an undefined score) are NaN."""
+    if v is None or v == "":
+        return math.nan
+    return float(v)

@@ -1,0 +1,398 @@
+"""Triage of new unlabelled cases (step 2): the cases of a prediction folder, one case's label-free row
+(:func:`triage_case`) and the whole of ``monai-unc triage`` (:func:`run_triage`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ... import __version__
+from ...distributed import CaseCache, CohortRun, get_dist_context, run_cases
+from ...io import (
+    LAYOUTS,
+    CaseError,
+    CaseFiles,
+    atomic_write_json,
+    atomic_write_text,
+    check_output_folder,
+    clean_partial_files,
+    image_channel_files,
+    json_safe,
+    load_case,
+    match_cases,
+)
+from ...keys import UncertaintyKeys
+from ...metrics.quality import expected_dice, quality_estimates
+from ...scores import case_score_columns
+from ..case import derived_maps
+from ..cohort import triage_order
+from ..config import STATE_DIR, region_suffix, slug
+from ..region_case import predicted_regions, region_score_columns
+from ..resume import CASES_DIR, file_signature
+from .fingerprint import (
+    FingerprintMismatch,
+    compare_fingerprints,
+    prediction_fingerprint,
+    prediction_regions,
+    region_differences,
+)
+from .images import image_statistics, read_image_channels
+from .rule import ReferralRule, as_float
+
+#: files :func:`run_triage` writes (besides ``state/`` and ``failures.json``), and the page of the report
+TRIAGE_FILES = ("triage.csv", "triage.json", "triage.html")
+_STATE_FORMAT = 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# triage of new cases (step 2)
+# ----------------------------------------------------------------------------------------------------------------
+def find_prediction_cases(
+    predictions: str | os.PathLike,
+    rule: ReferralRule,
+    layout: str = "monai-unc",
+    *,
+    uncertainty: str | os.PathLike | None = None,
+    images: str | os.PathLike | None = None,
+    cases: Sequence[str] | None = None,
+) -> list[CaseFiles]:
+    """The cases of a prediction folder (no labels): every case with a segmentation (``<case>_seg`` for the
+    ``monai-unc`` layout, ``<case>.<ext>`` for ``nnunet``), its probabilities when present, the map of the rule's
+    measure (or none when the rule's scores were derived from the probabilities) and its image (``images``).
+    Found with :func:`monai_unc.io.match_cases`, with the segmentations in the role of the reference, so the files
+    of a case are checked against the segmentation's geometry when loaded. ``cases`` keeps only these ids."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    pred = Path(predictions)
+    if not pred.is_dir():
+        raise FileNotFoundError(f"predictions folder not found: {pred}")
+    seg_suffix = LAYOUTS[layout]["seg_suffix"]
+    measures = [rule.measure] if rule.map_source == "file" else None
+    try:
+        found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, uncertainty=uncertainty,
+                            measures=measures, images=images)
+    except CaseError as e:
+        if "no label volume" in str(e):
+            what = f"<case>{seg_suffix}.nii.gz" if seg_suffix else "<case>.nii.gz"
+            raise CaseError(f"no segmentation ({what}) found in {pred}: is it the output folder of 'monai-unc infer' "
+                            f"(--layout monai-unc) or 'monai-unc nnunet-predict' (--layout nnunet)?") from None
+        raise CaseError(str(e).replace(" (use --allow-missing to skip them)", "")) from None
+    for f in found:  # absolute paths: triage.json lists them for the page, which may be built from elsewhere
+        f.maps = {m: p.resolve() for m, p in f.maps.items() if m == rule.measure} if rule.map_source == "file" else {}
+        f.label, f.seg = f.label.resolve(), None if f.seg is None else f.seg.resolve()
+        f.probs = None if f.probs is None else f.probs.resolve()
+        f.image = None if f.image is None else f.image.resolve()
+    if cases is not None:
+        wanted = [str(c) for c in cases]
+        have = {f.case_id for f in found}
+        missing = sorted(set(wanted) - have)
+        if missing:
+            raise CaseError(f"cases: {len(missing)} case(s) have no prediction in {pred}, e.g. {missing[:5]}")
+        found = [f for f in found if f.case_id in set(wanted)]
+    if not found:
+        raise CaseError(f"no case to triage in {pred}")
+    return found
+
+
+def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
+    """What a case's triage row depends on (reused by a rerun only while unchanged): format, version, the rule's
+    measure, aggregation inputs (patch size, map source, classes) and the case's files (path, size, times, inode)."""
+    fp = {
+        "format": _STATE_FORMAT,
+        "version": __version__,
+        "options": {"measure": rule.measure, "patch_size": rule.patch_size, "map_source": rule.map_source,
+                    "num_classes": rule.num_classes, "class_names": rule.class_names, "regions": rule.regions,
+                    "channel_files": _channel_files(rule)},
+        "inputs": {"seg": file_signature(files.seg), "probs": file_signature(files.probs),
+                   "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
+                   "image": None if files.image is None else [file_signature(p) for p in (
+                       image_channel_files(files.image) if _channel_files(rule) == "all" else (files.image,))]},
+    }
+    return json.loads(json.dumps(fp))
+
+
+def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
+    """The label-free row of one case: the rule measure's three case scores, ``expected_dice`` of the foreground and
+    of each class when probabilities exist (:func:`monai_unc.metrics.quality.expected_dice`), the image statistics
+    when the case has an image (``image_stats``), the warnings raised and the case's files. Does not apply the rule.
+
+    Class-based rule: the scores of :func:`case_score_columns`. Region-based rule (``rule.regions``): the case is
+    read with ``load_case(..., multilabel=True)`` (region masks or a label map converted with the spec, one map
+    channel per region) and scored by :func:`~monai_unc.evaluation.region_case.region_score_columns`, the function
+    ``evaluate --regions`` uses: the combined ``<measure>_<score>`` (mean over the regions) and the per-region
+    ``<measure>_<score>_<R>``; ``expected_dice`` is the mean over the regions of each region's binary expected Dice
+    (:func:`monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``), ``expected_dice_<R>`` per region.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        regions = rule.regions
+        case = load_case(files, len(regions) if regions is not None else rule.num_classes, load_image=False,
+                         multilabel=regions is not None)
+        maps = derived_maps(case)
+        if rule.measure not in maps:
+            raise CaseError(f"case {case.case_id!r}: no {rule.measure} map to score (the rule scores "
+                            f"{rule.score}; available: {sorted(maps) or 'none'})")
+        row: dict[str, Any] = {"case": case.case_id}
+        if regions is not None:
+            names = list(regions)
+            u = maps[rule.measure]
+            if u.shape[0] != len(names):
+                raise CaseError(f"case {case.case_id!r}: the {rule.measure} map has {u.shape[0]} region channel(s) "
+                                f"but the rule's regions are {len(names)} ({', '.join(names)})")
+            pred = predicted_regions(case, regions)
+            row.update(region_score_columns({rule.measure: u}, pred, names, rule.patch_size))
+            if case.probs is not None:
+                q = quality_estimates({UncertaintyKeys.PRED.value: case.probs[None]}, multilabel=True)["expected_dice"]
+                row["expected_dice"] = float(q.foreground[0])
+                row.update({f"expected_dice_{region_suffix(n)}": float(q.per_class[0, r]) for r, n in enumerate(names)})
+            fg_voxels, voxels = int(pred.any(axis=0).sum()), int(np.prod(pred.shape[1:]))
+        else:
+            row.update(case_score_columns({rule.measure: maps[rule.measure]}, case.seg, rule.patch_size))
+            if case.probs is not None:
+                q = expected_dice(case.probs[None], validate=False)
+                row["expected_dice"] = float(q.foreground[0])
+                n_cls = case.probs.shape[0]
+                cls_names = rule.class_names or tuple(str(c) for c in range(n_cls))
+                for c in range(1, n_cls):
+                    key = slug(cls_names[c]) if c < len(cls_names) else c
+                    row[f"expected_dice_{key}"] = float(q.per_class[0, c - 1])
+            fg_voxels, voxels = int((case.seg > 0).sum()), int(case.seg.size)
+        image = None
+        if files.image is not None:  # every channel (file), in the space of the prediction
+            image = read_image_channels(files.image, _channel_files(rule), (case.seg.shape[-len(case.spacing):],
+                                                                              case.affine), case.case_id)
+        row["image_stats"] = None if image is None else image_statistics(image).tolist()
+        row["foreground_voxels"] = fg_voxels
+        row["voxels"] = voxels
+        row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
+    row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
+    row["files"] = files.to_json()
+    return row
+
+
+def _channel_files(rule: ReferralRule) -> str:
+    """How :func:`triage_case` reads channel files: like the rule's calibration images (every file without them)."""
+    return rule.image_reference.channel_files if rule.image_reference is not None else "all"
+
+
+def _dump_row(folder: Path, case_id: str, row: dict[str, Any]) -> dict[str, Any]:
+    return {"row": row}
+
+
+def _restore_row(folder: Path, doc: dict[str, Any], files: Any) -> dict[str, Any]:
+    row = doc["row"]
+    if not isinstance(row, dict):
+        raise TypeError(f"the saved row of case {doc.get('case')!r} is not an object")
+    return row
+
+
+@dataclass
+class TriageResult:
+    """What :func:`run_triage` returns (on every rank): the summary written to ``triage.json`` and the paths."""
+
+    summary: dict[str, Any]
+    paths: dict[str, Path]
+
+    @property
+    def decisions(self) -> dict[str, str]:
+        """``{case: "accept" | "review"}``."""
+        return {c["case"]: c["decision"] for c in self.summary["cases"]}
+
+
+def remove_triage_files(folder: str | os.PathLike) -> None:
+    """Remove the outputs of an earlier triage in ``folder`` (``triage.csv``, ``triage.json``, ``triage.html``,
+    figures), keeping the per-case state: after a run with failed cases no earlier decisions remain."""
+    folder = Path(folder)
+    for name in TRIAGE_FILES:
+        (folder / name).unlink(missing_ok=True)
+    fig = folder / "figures"
+    if fig.is_dir():
+        for p in fig.glob("*.png"):
+            p.unlink()
+
+
+def _csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) and math.isfinite(v)
+                                              else ("" if isinstance(v, float) else v))) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def _assemble(
+    rows: Sequence[Mapping[str, Any]], rule: ReferralRule, check: Mapping[str, Any], images_given: bool,
+    rule_path: str | None,
+) -> tuple[dict[str, Any], str]:
+    """Apply the rule to the rows (in case-id order): the summary (``triage.json``) and the ``triage.csv`` text."""
+    rows = sorted(rows, key=lambda r: str(r["case"]))
+    ids = [str(r["case"]) for r in rows]
+    scores = np.array([as_float(r.get(rule.score)) for r in rows])
+    notes = []
+    stats = None
+    if rule.image_reference is not None and images_given:
+        stats = [r.get("image_stats") for r in rows]
+        image_check = "applied"
+    elif rule.image_reference is not None:
+        image_check = "skipped: the rule holds statistics of its calibration images, but no images were given"
+    elif images_given:
+        image_check = "skipped: the rule holds no image statistics (its evaluation had no --images)"
+    else:
+        image_check = "skipped: neither the rule nor this triage has images"
+    if image_check != "applied":
+        notes.append(f"image check {image_check}")
+    decisions = rule.apply(scores, stats)
+    z = None
+    if stats is not None and rule.image_reference is not None:
+        n_feat = len(rule.image_reference.features)
+        z = rule.image_reference.z_scores(np.array([s if s is not None else [np.nan] * n_feat for s in stats]))
+    order = triage_order(ids, scores)
+    rank = {ids[i]: k + 1 for k, i in enumerate(order)}
+    cases, csv_rows = [], []
+    for i, (r, d) in enumerate(zip(rows, decisions)):
+        zmax = float(np.nanmax(z[i])) if z is not None and np.isfinite(z[i]).any() else None
+        entry = {"case": ids[i], "score": as_float(r.get(rule.score)), "decision": d.decision, "reason": d.reason,
+                 "code": d.code, "rank": rank[ids[i]]}
+        if "expected_dice" in r:
+            entry["expected_dice"] = r["expected_dice"]
+        if rule.regions is not None:  # the rule's score per region (its mean over the regions is "score")
+            entry["region_scores"] = {n: as_float(r.get(f"{rule.score}_{region_suffix(n)}")) for n in rule.regions}
+        if zmax is not None:
+            entry["image_z_max"] = zmax
+        cases.append(entry)
+        extra = {k: v for k, v in r.items() if k not in ("case", "image_stats", "warnings", "files")}
+        csv_rows.append({**{k: entry[k] for k in ("case", "score", "decision", "reason")}, "rank": entry["rank"],
+                         "code": d.code, **({"image_z_max": zmax} if zmax is not None else {}), **extra})
+    accepted = [c["case"] for c in cases if c["decision"] == "accept"]
+    review = [c["case"] for c in cases if c["decision"] == "review"]
+    reasons: dict[str, int] = {}
+    for c in cases:
+        reasons[c["code"]] = reasons.get(c["code"], 0) + 1
+    warns = sorted({w for r in rows for w in r.get("warnings", [])})
+    summary = {
+        "n_cases": len(cases),
+        "n_accepted": len(accepted),
+        "n_review": len(review),
+        "accepted": accepted,
+        "review": review,
+        "reasons": reasons,
+        "order": [ids[i] for i in order],
+        "score": rule.score,
+        "accepted_risk": {
+            "definition": rule.risk_definition,
+            "target": rule.target_risk,
+            "delta": rule.delta,
+            "certified": rule.feasible,
+            "calibration_bound": rule.bound,
+            "calibration_observed": rule.observed_risk,
+            "statement": rule.guarantee(),
+        },
+        "fingerprint": dict(check),
+        "image_check": image_check,
+        "notes": notes,
+        "rule_file": rule_path,
+        "rule": rule.to_json(),
+        "cases": cases,
+        "files": {str(r["case"]): r.get("files") for r in rows},
+        "warnings": warns,
+    }
+    return summary, _csv_text(csv_rows)
+
+
+def run_triage(
+    predictions: str | os.PathLike,
+    rule: ReferralRule | str | os.PathLike,
+    output: str | os.PathLike,
+    images: str | os.PathLike | None = None,
+    allow_mismatch: bool = False,
+    layout: str = "monai-unc",
+    *,
+    uncertainty: str | os.PathLike | None = None,
+    cases: Sequence[str] | None = None,
+    resume: bool = True,
+    progress: bool = False,
+    dist: Any = None,
+    on_failure: Any = None,
+) -> TriageResult:
+    """Triage the new (unlabelled) cases of ``predictions`` with ``rule``: the whole of ``monai-unc triage`` except
+    the HTML page (:func:`monai_unc.report.triage.build_triage_page`), on one process or on every rank of a process
+    group (``torchrun``).
+
+    Every rank lists the cases (:func:`find_prediction_cases`; they must agree), reads the predictions' fingerprint
+    and compares it with the rule's, and the rule's regions with the regions recorded with the predictions
+    (:func:`region_differences`): a difference raises :class:`FingerprintMismatch` (a ``ValueError``) before any
+    work unless ``allow_mismatch`` (then ``triage.json`` and the page record it). Each rank triages its shard
+    (:func:`monai_unc.distributed.shard`) with :func:`triage_case`, saving each case's row under
+    ``<output>/state/cases/`` with ``resume`` (a rerun, or an interrupted run run again, reuses rows whose files and
+    options are unchanged, whatever the rule's threshold). Rank 0 gathers the rows, applies the rule in case-id order
+    and writes, atomically, ``triage.csv`` (one row per case: ``case, score, decision, reason`` then ``rank``,
+    ``code``, the robust image z-score, the scores and quality estimates) and ``triage.json`` (decisions, reasons,
+    the guarantee for the accepted cases, fingerprint check, the rule). A case that raises is reported (one stderr
+    line, ``on_failure(CaseFailure)``), the others go on, rank 0 writes ``failures.json`` instead of the triage files,
+    and :class:`~monai_unc.distributed.CasesFailed` is raised on every rank at the end.
+
+    Args:
+        predictions: output folder of ``monai-unc infer`` (``layout="monai-unc"``) or ``nnunet-predict``
+            (``layout="nnunet"``).
+        rule: a :class:`ReferralRule` or the path of a ``referral_rule.json``.
+        output: output folder (must not lie inside an input folder).
+        images: folder of the input images (image-statistics check and overlays).
+        uncertainty: folder of the maps when not where the layout puts them.
+        cases: triage only these case ids (default: every case in ``predictions``).
+    """
+    ctx = dist if dist is not None else get_dist_context()
+    output = Path(output)
+    rule_path = None if isinstance(rule, ReferralRule) else str(Path(rule).resolve())
+    got: dict[str, Any] = {}  # the rule and the fingerprint check, found while listing the cases
+
+    def listing() -> list[CaseFiles]:
+        the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule)
+        check_output_folder(output, predictions, images, uncertainty)
+        found = find_prediction_cases(predictions, the_rule, layout, uncertainty=uncertainty, images=images,
+                                      cases=cases)
+        pred_fp = prediction_fingerprint(predictions, layout, [f.case_id for f in found], uncertainty)
+        status, diffs = compare_fingerprints(the_rule.fingerprint, pred_fp)
+        if not any(k == "regions" for k, _, _ in diffs):  # the regions the rule scores against the recorded ones
+            extra = region_differences(the_rule.regions, prediction_regions(predictions, layout))
+            if extra:
+                status, diffs = "mismatch", [*diffs, *extra]
+        if status == "mismatch" and not allow_mismatch:
+            raise FingerprintMismatch(diffs)
+        got["rule"] = the_rule
+        got["check"] = {"status": status, "allowed_mismatch": status == "mismatch", "predictions": pred_fp,
+                        "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs]}
+        return found
+
+    def setup() -> None:
+        output.mkdir(parents=True, exist_ok=True)
+        clean_partial_files(output)
+
+    def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
+        summary, csv_text = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
+        paths = {"csv": atomic_write_text(output / "triage.csv", csv_text),
+                 "json": atomic_write_json(output / "triage.json", summary)}
+        (output / "triage.html").unlink(missing_ok=True)  # the page of an earlier run is stale now
+        return json_safe(summary), paths
+
+    cache = None
+    if resume:  # a case's row is reused while its files and the rule's per-case options are unchanged
+        cache = CaseCache(output / STATE_DIR / CASES_DIR, lambda f: _triage_fingerprint(f, got["rule"]),
+                          dump=_dump_row, restore=_restore_row)
+    run = run_cases(listing, lambda f: triage_case(f, got["rule"]), command="monai-unc triage", ctx=ctx,
+                    cache=cache, setup=setup, summarize=finish, on_failed=lambda run: remove_triage_files(output),
+                    failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure)
+    return TriageResult(*run.summary)
