@@ -45,7 +45,7 @@ from .rows import (
     region_score_columns,
 )
 
-__all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "evaluate_case"]
+__all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "load_evaluation_case", "evaluate_case"]
 
 
 def _namer(task: TaskView) -> Callable[[str], str]:
@@ -89,6 +89,24 @@ def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str,
     return cols, curves
 
 
+def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCase:
+    """Read and check one case's files as the evaluation needs them.
+
+    Args:
+        files: the case's files.
+        config: the evaluation options. With ``config.regions`` the case is read as region masks (one per region of
+            the spec) with its image (the QU-BraTS brain mask); otherwise as a class prediction with
+            ``config.num_classes`` (None: taken from the probabilities or the label maps).
+
+    Returns:
+        The loaded case (:class:`~monai_unc.io.LoadedCase`).
+    """
+    if config.regions is not None:
+        config.validate()  # parses the spec
+        return load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True)
+    return load_case(files, config.num_classes)
+
+
 def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
     """Metrics of one case (module docstring): the class task, or with ``config.regions`` one task per region.
 
@@ -101,14 +119,7 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         The row, the case's confidence histogram (classes) or one binary histogram per region
         (``region_histograms``), the QU-BraTS curves (regions) and the warnings raised while computing them.
     """
-    multilabel = config.regions is not None
-    if multilabel:
-        config.validate()  # parses the spec
-        assert config.regions is not None
-        n_reg = len(parse_regions(config.regions))
-        case = files if isinstance(files, LoadedCase) else load_case(files, n_reg, load_image=True, multilabel=True)
-    else:
-        case = files if isinstance(files, LoadedCase) else load_case(files, config.num_classes)
+    case = files if isinstance(files, LoadedCase) else load_evaluation_case(files, config)
     row: dict[str, Any] = {"case": case.case_id}
     if config.shifts is not None:
         row["shift"] = config.shifts.get(case.case_id, "")

@@ -19,9 +19,9 @@ from ..distributed import (
     process_cases,
     run_cases,
 )
-from ..io import CaseError, CaseFiles, load_case, match_cases
+from ..io import CaseError, CaseFiles, match_cases
 from ..metrics.calibration import ConfidenceHistogram
-from .case import CaseResult, evaluate_case
+from .case import CaseResult, evaluate_case, load_evaluation_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import STATE_DIR, EvaluationConfig
 from .resume import CASES_DIR, case_cache
@@ -44,11 +44,10 @@ def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResu
     Returns:
         The case's :class:`CaseResult`, its files and its number of classes (regions).
     """
-    if config.regions is not None:  # region-based: R = the spec's regions, image for the brain mask
+    loaded = load_evaluation_case(files, config)
+    if config.regions is not None:  # region-based: R = the spec's regions
         n_cls = len(config.regions)
-        loaded = load_case(files, n_cls, load_image=True, multilabel=True)
     else:
-        loaded = load_case(files, config.num_classes)
         n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
     assert n_cls is not None
     return evaluate_case(loaded, config), files, int(n_cls)

@@ -26,8 +26,8 @@ import pytest
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, case_fingerprint, run_evaluate
 from monai_unc.io import match_cases
+from tests._paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 AFFINE = np.diag([1.0, 1.2, 2.0, 1.0])
 BRATS = {"TC": (1, 4), "WT": (1, 2, 4), "ET": (4,)}
 CALLS: list[str] = []  # one entry per evaluation of the metric (resume must not call it again)
