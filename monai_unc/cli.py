@@ -34,15 +34,21 @@ from typing import Any, NoReturn
 import torch
 
 from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
-from .evaluation import load_evaluation, run_evaluate, run_triage
-from .io import LAYOUTS, check_output_file, check_output_folder
+from .evaluation import run_evaluate
+from .io import LAYOUTS
 from .keys import MEASURES, canonical_measure
-from .report.html import build_report
-from .report.triage import build_triage_page
 from .workflows.calibrate import run_calibrate
 from .workflows.demo import run_demo
 from .workflows.infer import run_infer
-from .workflows.prepare import check_infer_output, prepare_evaluate, prepare_infer, read_case_list, resolve_device
+from .workflows.prepare import (
+    check_infer_output,
+    error_text,
+    prepare_evaluate,
+    prepare_infer,
+    read_case_list,
+    resolve_device,
+)
+from .workflows.report import run_report, triage_with_page
 
 __all__ = ["main", "build_parser", "run_demo"]
 
@@ -489,33 +495,11 @@ def _fmt(v: Any) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if args.cases < 0:
-        raise ValueError(f"--cases must be >= 0, got {args.cases}")
-    if not Path(args.evaluation).is_dir():
-        raise FileNotFoundError(f"--evaluation folder not found: {args.evaluation}")
-    out = Path(args.output) if args.output is not None else Path(args.evaluation) / "report"
-    check_output_folder(out, args.images)  # not inside the images, writable: before any work
-    check_output_file(out / "report.html", args.calibration_cases, what="output")
-    _check_evaluation(Path(args.evaluation))
-    path = build_report(args.evaluation, args.output, budget=args.budget, images=args.images, n_cases=args.cases,
-                        title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
-                        risk_method=args.risk_method, calibration_cases=_read_case_list(args.calibration_cases))
+    path = run_report(args.evaluation, args.output, budget=args.budget, images=args.images, cases=args.cases,
+                      title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
+                      risk_method=args.risk_method, calibration_cases=args.calibration_cases)
     print(f"report: {path.resolve()}")
     return 0
-
-
-def _check_evaluation(folder: Path) -> None:
-    """Read the evaluation state once before the report is built, so that a damaged evaluation folder (a truncated
-    summary.json, rows.json or histogram.npz) is one line naming the folder, not an error deep in the report."""
-    try:
-        load_evaluation(folder)
-    except FileNotFoundError:  # the loader's own message: no summary.json / rows.json, run evaluate first
-        raise
-    except Exception as e:
-        if (folder / "failures.json").is_file():  # the loader's own message: the last evaluation had failed cases
-            raise
-        raise ValueError(f"cannot read the evaluation in {folder}: {_error_text(e)} (a truncated or corrupt "
-                         "file?); run monai-unc evaluate again") from None
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -547,14 +531,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
-    if args.cases < 0:
-        raise ValueError(f"--cases must be >= 0, got {args.cases}")
-    output = check_output_folder(args.output, args.predictions, args.images, args.uncertainty)
+    output = Path(args.output).resolve()
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
     try:
-        res = run_triage(args.predictions, args.rule, output, images=args.images, allow_mismatch=args.allow_mismatch,
-                         layout=args.layout, uncertainty=args.uncertainty, progress=not args.quiet, dist=ctx)
-        page = build_triage_page(output, n_cases=args.cases) if ctx.is_main else None
+        res, page = triage_with_page(
+            args.predictions, args.rule, output, images=args.images, allow_mismatch=args.allow_mismatch,
+            layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet, dist=ctx,
+        )  # fmt: skip
     except CasesFailed as e:
         return _cases_failed(e, ctx, "triage", output)
     finally:
@@ -606,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130
     except _INPUT_ERRORS as e:
-        print(f"monai-unc {args.command}: error: {_error_text(e)}", file=sys.stderr, flush=True)
+        print(f"monai-unc {args.command}: error: {error_text(e)}", file=sys.stderr, flush=True)
         return 2
 
 
@@ -614,17 +597,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 #: name the argument), file-system errors (missing, unwritable, a file where a folder is needed) and readers' errors
 #: on truncated or corrupt files that no layer below turned into a ValueError
 _INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError)
-
-
-def _error_text(e: BaseException) -> str:
-    """The first line of an error for the one-line message (``OSError``: ``what: path``, without ``[Errno n]``)."""
-    if isinstance(e, OSError) and e.strerror and e.filename:
-        return f"{e.strerror}: {e.filename}"
-    text = str(e).strip()
-    first = text.splitlines()[0] if text else ""
-    if isinstance(e, ValueError) or (isinstance(e, OSError) and e.errno is None):  # our own messages
-        return first or type(e).__name__
-    return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
 def _one_line_warning(command: str) -> Callable[..., None]:

@@ -8,9 +8,12 @@ two-level UNet with random weights; the CLI's own inference loop is replaced by 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import nibabel as nib
+import numpy as np
 import pytest
 import torch
 
@@ -259,3 +262,49 @@ def test_calibrate_and_demo_check_their_options_in_the_workflow(s, tmp_path, mon
     with pytest.raises(ValueError, match="demo runs on one process"):
         run_demo(tmp_path / "demo", quiet=True)
     assert not (tmp_path / "demo").exists() and not (tmp_path / "c.pt").exists()
+
+
+def test_docs_python_example_predicts_what_the_cli_predicts(tmp_path, monkeypatch):
+    """The "From Python" block of docs/cli.md runs as-is and writes the same maps as ``monai-unc infer``."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    block = text[text.index("## From Python"):]
+    code = re.findall(r"```python\n(.*?)```", block, flags=re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    write_toy_cohort("toy", n_cases=2, shape=(16, 16, 16))
+    torch.manual_seed(0)
+    torch.save(_net(NET).state_dict(), "net.pt")
+    Path("net.json").write_text(json.dumps(NET))
+    exec(compile(code, "docs/cli.md", "exec"), {"__name__": "__docs__"})
+    assert cli.main(["infer", "-i", "toy/images", "-o", "pred_cli", "--network", "net.json", "--checkpoint", "net.pt",
+                     "--method", "mcdropout+tta", "--samples", "2", "--quiet", "--device", "cpu"]) == 0
+    assert json.loads(Path("pred_cli/infer.json").read_text()) == json.loads(Path("pred_python/infer.json").read_text())
+    files = sorted(p.name for p in Path("pred_cli").glob("*.nii.gz"))
+    assert files == sorted(p.name for p in Path("pred_python").glob("*.nii.gz")) and len(files) == 2 * 6
+    for name in files:
+        np.testing.assert_array_equal(np.asarray(nib.load(f"pred_cli/{name}").dataobj),
+                                      np.asarray(nib.load(f"pred_python/{name}").dataobj), err_msg=name)
+
+
+def test_report_and_triage_check_their_options_in_the_workflow(s, tmp_path):
+    """``run_report`` and ``triage_with_page`` refuse what ``monai-unc report`` / ``triage`` refuse, before any work."""
+    from monai_unc.workflows import run_report, triage_with_page
+
+    with pytest.raises(ValueError, match="--cases must be >= 0, got -1"):
+        run_report(tmp_path, cases=-1)
+    with pytest.raises(FileNotFoundError, match="--evaluation folder not found"):
+        run_report(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="no summary.json"):
+        run_report(tmp_path)
+    broken = tmp_path / "broken"
+    (broken / "state").mkdir(parents=True)
+    (broken / "summary.json").write_text("{trunc")
+    (broken / "state" / "rows.json").write_text("[")
+    with pytest.raises(ValueError, match="cannot read the evaluation in"):
+        run_report(broken)
+    with pytest.raises(ValueError, match="lies inside the input folder"):
+        run_report(broken, broken / "images" / "report", images=broken / "images")
+    with pytest.raises(ValueError, match="--cases must be >= 0"):
+        triage_with_page(s["predictions"], tmp_path / "rule.json", tmp_path / "t", cases=-2)
+    with pytest.raises(ValueError, match="lies inside the input folder"):
+        triage_with_page(s["predictions"], tmp_path / "rule.json", s["predictions"] / "t")
+    assert not (tmp_path / "t").exists() and not (broken / "report").exists()

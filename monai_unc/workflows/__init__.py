@@ -1,7 +1,8 @@
 """Workflows behind the command line: loading a model (:mod:`.models`), building the inferer of a method string
 (:mod:`.factory`), the checks and plan of a run before its first case (:mod:`.prepare`: :func:`prepare_infer`,
-:func:`prepare_evaluate`), batch prediction with resume and ``torchrun`` (:mod:`.infer`), the logits for temperature
-calibration (:mod:`.calibrate`) and the demo (:mod:`.demo`)."""
+:func:`prepare_evaluate`; :mod:`.report`: :func:`run_report`, :func:`triage_with_page`), batch prediction with
+resume and ``torchrun`` (:mod:`.infer`), the logits for temperature calibration (:mod:`.calibrate`) and the demo
+(:mod:`.demo`)."""
 
 from ..keys import DEFAULT_MEASURES
 from .calibrate import collect_logits
@@ -30,6 +31,7 @@ from .prepare import (
     read_region_spec,
     resolve_device,
 )
+from .report import run_report, triage_with_page
 
 __all__ = [
     "METHOD_TOKENS",
@@ -60,4 +62,6 @@ __all__ = [
     "read_case_list",
     "read_region_spec",
     "resolve_device",
+    "run_report",
+    "triage_with_page",
 ]

@@ -47,6 +47,7 @@ __all__ = [
     "check_infer_output",
     "prepare_infer",
     "prepare_evaluate",
+    "error_text",
 ]
 
 #: values of ``--activation`` of ``infer`` (``"none"``: the network outputs probabilities already)
@@ -71,6 +72,25 @@ class InferPlan:
     model: LoadedModel
     inferer: Any
     settings: InferSettings
+
+
+def error_text(e: BaseException) -> str:
+    """The first line of an error for a one-line message: ``OSError`` as ``what: path`` (without ``[Errno n]``), the
+    package's own ``ValueError`` s as their message, other errors as ``Type: message``.
+
+    Args:
+        e: the exception.
+
+    Returns:
+        One line of text.
+    """
+    if isinstance(e, OSError) and e.strerror and e.filename:
+        return f"{e.strerror}: {e.filename}"
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(e, ValueError) or (isinstance(e, OSError) and e.errno is None):  # our own messages
+        return first or type(e).__name__
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
 def resolve_device(device: str | torch.device = "auto", *, world_size: int = 1, local_rank: int = 0) -> torch.device:
