@@ -1,6 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
-# Each creates .venv if missing and installs in the order this machine needs (README, "Install by hand"):
-# torch 2.14.1 + torchvision 0.29.1 first (local wheels), then this project with its extras.
+# Each creates .venv if missing and installs in the required order (README, "Install by hand"): torch 2.14.1 with
+# torchvision 0.29.1 first (nnunetv2 needs a torchvision whose import works with the installed torch), then this
+# project with its extras.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import pickle
 import sys
 import warnings
@@ -35,19 +34,21 @@ from typing import Any, NoReturn
 import torch
 
 from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
-from .evaluation import EvaluationConfig, load_evaluation, read_shifts, run_evaluate, run_triage
-from .inferers import add_dropout, enable_mc_dropout
-from .io import LAYOUTS, check_output_file, check_output_folder, list_image_cases
-from .keys import DEFAULT_MEASURES, MEASURES, canonical_measure
-from .regions import parse_regions
-from .report.html import build_report
-from .report.triage import build_triage_page
-from .temperature import TemperatureScaled
+from .evaluation import run_evaluate
+from .io import LAYOUTS
+from .keys import MEASURES, canonical_measure
 from .workflows.calibrate import run_calibrate
 from .workflows.demo import run_demo
-from .workflows.factory import build_inferer, check_method_network, check_roi, method_tokens
-from .workflows.infer import InferSettings, run_infer
-from .workflows.models import load_network
+from .workflows.infer import run_infer
+from .workflows.prepare import (
+    check_infer_output,
+    error_text,
+    prepare_evaluate,
+    prepare_infer,
+    read_case_list,
+    resolve_device,
+)
+from .workflows.report import run_report, triage_with_page
 
 __all__ = ["main", "build_parser", "run_demo"]
 
@@ -258,26 +259,8 @@ def _add_risk_control(p: argparse.ArgumentParser, defaults: bool) -> None:
                    "the other cases are reported as held out" + (" (default: every case)" if defaults else keep))
 
 
-def _read_case_list(path: str | None) -> list[str] | None:
-    """Case ids from a text file (one per line, ``#`` comments) or a CSV with a ``case`` column."""
-    if path is None:
-        return None
-    f = Path(path)
-    if not f.is_file():
-        raise FileNotFoundError(f"--calibration-cases: file not found: {f}")
-    lines = [ln.strip() for ln in f.read_text().splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith("#")]
-    if lines and ("," in lines[0] or lines[0] == "case"):
-        import csv
-
-        reader = csv.DictReader(lines)
-        if reader.fieldnames is None or "case" not in [h.strip() for h in reader.fieldnames]:
-            raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column")
-        key = next(h for h in reader.fieldnames if h.strip() == "case")
-        lines = [row[key].strip() for row in reader if (row.get(key) or "").strip()]
-    if not lines:
-        raise ValueError(f"--calibration-cases: {f} lists no case")
-    return lines
+#: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
+_read_case_list = read_case_list
 
 
 def _risk_line(summary: dict) -> str | None:
@@ -406,31 +389,12 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
 # ----------------------------------------------------------------------------------------------------------------
 # commands
 # ----------------------------------------------------------------------------------------------------------------
-def _device(name: str) -> Any:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device: unknown device {name!r}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but CUDA is not available")
-    return dev
-
-
 def cmd_infer(args: argparse.Namespace) -> int:
-    if not Path(args.input).is_dir():
-        raise FileNotFoundError(f"--input folder not found: {args.input}")
-    output = check_output_folder(args.output, args.input)  # not inside the input, writable: before any work
-    inputs = [*args.checkpoint, _spec_file(args.network)]
-    for name in ("infer.json", "failures.json"):  # the run's own files never replace an input file
-        check_output_file(output / name, *inputs, what="output")
+    output = check_infer_output(args.output, args.input, checkpoint=args.checkpoint, network=args.network)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = _device(args.device)
     _, world, local_rank = read_dist_env()
-    if world > 1 and device.type == "cuda" and args.device in ("auto", "cuda"):
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())  # one GPU per local rank
+    device = resolve_device(args.device, world_size=world, local_rank=local_rank)
     ctx = get_dist_context(device)  # torchrun: joins the process group (docs/distributed.md)
     try:
         return _infer_on_rank(args, ctx, output, device)
@@ -441,64 +405,27 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def _infer_on_rank(args: argparse.Namespace, ctx: Any, output: Path, device: Any) -> int:
-    err = None
+    err = plan = None
     try:  # a setup error on one rank must not leave the others waiting
-        cases, model, inferer, settings = _infer_setup(args, device)
+        plan = prepare_infer(
+            args.input, model=args.model, bundle=args.bundle, network=args.network, checkpoint=args.checkpoint,
+            unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing, method=args.method,
+            samples=args.samples, dropout=args.dropout, tta_noise=args.tta_noise, ratein_target=args.ratein_target,
+            measures=args.measures, write_probs=not args.no_probs, roi=args.roi, overlap=args.overlap,
+            sw_batch_size=args.sw_batch_size, intensity=args.intensity, activation=args.activation,
+            regions=args.regions, device=device, seed=args.seed,
+        )  # fmt: skip
     except Exception as e:
         err = e
     sync_errors(err, ctx)
-    results = run_infer(cases, model, inferer, settings, output, device=device, overwrite=args.overwrite,
-                        progress=not args.quiet, dist=ctx)
+    assert plan is not None
+    results = run_infer(plan.cases, plan.model, plan.inferer, plan.settings, output, device=device,
+                        overwrite=args.overwrite, progress=not args.quiet, dist=ctx)
     if not args.quiet and ctx.is_main:
         written = sum(r["status"] == "written" for r in results)
         print(f"{len(results)} case(s): {written} written, {len(results) - written} already finished; "
               f"outputs in {output}")
     return 0
-
-
-def _infer_setup(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, Any]:
-    cases = list_image_cases(args.input)
-    model = load_network(
-        model=args.model, bundle=args.bundle, network=args.network, checkpoints=args.checkpoint,
-        unsafe_load=args.unsafe_load, device=device, bundle_preprocessing=not args.no_bundle_preprocessing,
-    )  # fmt: skip
-    net = model.network.network if isinstance(model.network, TemperatureScaled) else model.network
-    roi = None if args.roi is None else (args.roi[0] if len(args.roi) == 1 else list(args.roi))
-    check_roi(roi, model.spatial_dims)  # once, before any case
-    if args.dropout is not None:
-        add_dropout(net, p=args.dropout)
-    if "mcdropout" in method_tokens(args.method):
-        enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
-    check_method_network(args.method, net)  # ssn: an SSN head, one error now
-    measures = list(args.measures or DEFAULT_MEASURES)
-    if args.method.strip().lower() == "softmax":
-        single = ["predictive_entropy", "one_minus_max_prob"]  # one deterministic pass: no EE, MI or variance
-        bad = [m for m in measures if m not in single]
-        if args.measures and bad:
-            raise ValueError(f"--method softmax gives only {' and '.join(single)}, not {', '.join(bad)}")
-        measures = [m for m in measures if m in single]
-    intensity = model.default_intensity if args.intensity == "auto" else args.intensity
-    activation = None if args.activation == "none" else args.activation
-    regions = None
-    if args.regions is not None:
-        if activation != "sigmoid":
-            raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
-                             "sigmoid")
-        regions = {k: list(v) for k, v in (_region_spec_arg(args.regions) or {}).items()}
-    checkpoints = model.checkpoints if "ensemble" in args.method else model.checkpoints[:1]
-    inferer = build_inferer(
-        args.method, samples=args.samples, roi=roi, overlap=args.overlap, sw_batch_size=args.sw_batch_size,
-        checkpoints=checkpoints, unsafe_load=args.unsafe_load, seed=args.seed, tta_noise=args.tta_noise,
-        ratein_target=args.ratein_target, activation=activation, measures=measures,
-    )  # fmt: skip
-    settings = InferSettings(
-        model=model.description, method=args.method, samples=args.samples,
-        roi=None if roi is None else ([roi] if isinstance(roi, int) else roi), overlap=args.overlap,
-        intensity=intensity, measures=measures, seed=args.seed, activation=activation,
-        checkpoints=[str(Path(c).resolve()) for c in model.checkpoints], tta_noise=args.tta_noise,
-        ratein_target=args.ratein_target, dropout=args.dropout, write_probs=not args.no_probs, regions=regions,
-    )  # fmt: skip
-    return cases, model, inferer, settings
 
 
 def _cases_failed(e: Any, ctx: Any, command: str, output: Path) -> int:
@@ -513,18 +440,15 @@ def _cases_failed(e: Any, ctx: Any, command: str, output: Path) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    output = check_output_folder(args.output, args.labels, args.predictions, args.uncertainty, args.images)
-    for name in ("metrics.csv", "summary.json", "failures.json"):
-        check_output_file(output / name, args.shifts, args.calibration_cases, what="output")
-    config = EvaluationConfig(
-        measure=args.measure, score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count,
-        failure_dice=args.failure_dice, budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial,
-        num_classes=args.num_classes, class_names=args.class_names,
-        shifts=read_shifts(args.shifts) if args.shifts else None,
-        target_risk=args.target_risk, delta=args.delta, risk=args.risk, risk_method=args.risk_method,
-        calibration_cases=_read_case_list(args.calibration_cases), regions=_region_spec_arg(args.regions),
+    config = prepare_evaluate(
+        args.labels, args.predictions, args.output, uncertainty=args.uncertainty, images=args.images,
+        shifts=args.shifts, calibration_cases=args.calibration_cases, regions=args.regions, measure=args.measure,
+        score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count, failure_dice=args.failure_dice,
+        budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial, num_classes=args.num_classes,
+        class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
+        risk_method=args.risk_method,
     )  # fmt: skip
-    config.validate()  # a bad --regions spec: one line before any work
+    output = Path(args.output).resolve()
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
     try:
         _, summary, paths = run_evaluate(
@@ -570,61 +494,20 @@ def _fmt(v: Any) -> str:
     return "n/a" if v is None else f"{v:.4f}"
 
 
-def _region_spec_arg(spec: str | None) -> dict[str, tuple[int, ...]] | None:
-    """``--regions``: a name (``brats``, ``brats2023``), a JSON object, or the path of a ``.json`` file holding one
-    (:func:`monai_unc.regions.parse_regions`); None stays None. Raises ``ValueError`` naming the option."""
-    if spec is None:
-        return None
-    text = spec
-    if spec.strip().lower().endswith(".json") and not spec.lstrip().startswith("{"):
-        path = Path(spec)
-        if not path.is_file():
-            raise FileNotFoundError(f"--regions: file not found: {path}")
-        text = path.read_text(encoding="utf-8")
-    try:
-        return parse_regions(text)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"--regions: {str(e).splitlines()[0]}") from None
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    if args.cases < 0:
-        raise ValueError(f"--cases must be >= 0, got {args.cases}")
-    if not Path(args.evaluation).is_dir():
-        raise FileNotFoundError(f"--evaluation folder not found: {args.evaluation}")
-    out = Path(args.output) if args.output is not None else Path(args.evaluation) / "report"
-    check_output_folder(out, args.images)  # not inside the images, writable: before any work
-    check_output_file(out / "report.html", args.calibration_cases, what="output")
-    _check_evaluation(Path(args.evaluation))
-    path = build_report(args.evaluation, args.output, budget=args.budget, images=args.images, n_cases=args.cases,
-                        title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
-                        risk_method=args.risk_method, calibration_cases=_read_case_list(args.calibration_cases))
+    path = run_report(args.evaluation, args.output, budget=args.budget, images=args.images, cases=args.cases,
+                      title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
+                      risk_method=args.risk_method, calibration_cases=args.calibration_cases)
     print(f"report: {path.resolve()}")
     return 0
 
 
-def _check_evaluation(folder: Path) -> None:
-    """Read the evaluation state once before the report is built, so that a damaged evaluation folder (a truncated
-    summary.json, rows.json or histogram.npz) is one line naming the folder, not an error deep in the report."""
-    try:
-        load_evaluation(folder)
-    except FileNotFoundError:  # the loader's own message: no summary.json / rows.json, run evaluate first
-        raise
-    except Exception as e:
-        if (folder / "failures.json").is_file():  # the loader's own message: the last evaluation had failed cases
-            raise
-        raise ValueError(f"cannot read the evaluation in {folder}: {_error_text(e)} (a truncated or corrupt "
-                         "file?); run monai-unc evaluate again") from None
-
-
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    roi = None if args.roi is None else (args.roi[0] if len(args.roi) == 1 else list(args.roi))
     out, record = run_calibrate(
         args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
-        checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=_device(args.device),
-        intensity=args.intensity, roi=roi, overlap=args.overlap, mode=args.mode, loss=args.loss,
-        max_steps=args.max_steps, progress=not args.quiet, activation=args.activation,
-        regions=_region_spec_arg(args.regions),
+        checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=args.device, intensity=args.intensity,
+        roi=args.roi, overlap=args.overlap, mode=args.mode, loss=args.loss, max_steps=args.max_steps,
+        progress=not args.quiet, activation=args.activation, regions=args.regions,
     )  # fmt: skip
     if not args.quiet:
         b, a = record["before"], record["after"]
@@ -642,25 +525,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
-        # every rank would run the whole demo into the same folder
-        raise ValueError("demo runs on one process; under torchrun use 'infer' and 'evaluate' (docs/distributed.md)")
-    check_output_folder(args.output)
-    roi = args.roi[0] if len(args.roi) == 1 else tuple(args.roi)
-    run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=roi, method=args.method, budget=args.budget,
-             overlap=args.overlap)
+    run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=args.roi, method=args.method,
+             budget=args.budget, overlap=args.overlap)
     return 0
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
-    if args.cases < 0:
-        raise ValueError(f"--cases must be >= 0, got {args.cases}")
-    output = check_output_folder(args.output, args.predictions, args.images, args.uncertainty)
+    output = Path(args.output).resolve()
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
     try:
-        res = run_triage(args.predictions, args.rule, output, images=args.images, allow_mismatch=args.allow_mismatch,
-                         layout=args.layout, uncertainty=args.uncertainty, progress=not args.quiet, dist=ctx)
-        page = build_triage_page(output, n_cases=args.cases) if ctx.is_main else None
+        res, page = triage_with_page(
+            args.predictions, args.rule, output, images=args.images, allow_mismatch=args.allow_mismatch,
+            layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet, dist=ctx,
+        )  # fmt: skip
     except CasesFailed as e:
         return _cases_failed(e, ctx, "triage", output)
     finally:
@@ -712,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130
     except _INPUT_ERRORS as e:
-        print(f"monai-unc {args.command}: error: {_error_text(e)}", file=sys.stderr, flush=True)
+        print(f"monai-unc {args.command}: error: {error_text(e)}", file=sys.stderr, flush=True)
         return 2
 
 
@@ -720,17 +597,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 #: name the argument), file-system errors (missing, unwritable, a file where a folder is needed) and readers' errors
 #: on truncated or corrupt files that no layer below turned into a ValueError
 _INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError)
-
-
-def _error_text(e: BaseException) -> str:
-    """The first line of an error for the one-line message (``OSError``: ``what: path``, without ``[Errno n]``)."""
-    if isinstance(e, OSError) and e.strerror and e.filename:
-        return f"{e.strerror}: {e.filename}"
-    text = str(e).strip()
-    first = text.splitlines()[0] if text else ""
-    if isinstance(e, ValueError) or (isinstance(e, OSError) and e.errno is None):  # our own messages
-        return first or type(e).__name__
-    return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
 def _one_line_warning(command: str) -> Callable[..., None]:
@@ -747,13 +613,6 @@ def _one_line_warning(command: str) -> Callable[..., None]:
             original(message, category, filename, lineno, file, line)
 
     return show
-
-
-def _spec_file(network: str | None) -> str | None:
-    """The file of a ``--network`` spec given as a path (None for inline JSON or no spec)."""
-    if network is None or network.lstrip().startswith("{") or not Path(network).is_file():
-        return None
-    return network
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -179,7 +179,11 @@ def _dataset_name(base: Path, dataset: str | int, convert: Callable) -> str:
     matches = sorted(d.name for d in base.glob(f"Dataset{ident:03d}_*") if d.is_dir())
     if len(matches) == 1:
         return matches[0]
-    return convert(ident)
+    try:
+        return convert(ident)
+    except RuntimeError:  # nnU-Net's "Could not find a dataset with the ID ...": one line naming the id
+        raise ValueError(f"no dataset with the id {ident} in {base} (nor in nnU-Net's raw or results folders): run "
+                         "nnUNetv2_plan_and_preprocess first, or give the dataset name DatasetXXX_Name") from None
 
 
 def add_posthoc_dropout(

@@ -1,10 +1,12 @@
 """Workflows behind the command line: loading a model (:mod:`.models`), building the inferer of a method string
-(:mod:`.factory`), batch prediction with resume and ``torchrun`` (:mod:`.infer`), the logits for temperature
-calibration (:mod:`.calibrate`) and the demo (:mod:`.demo`)."""
+(:mod:`.factory`), the checks and plan of a run before its first case (:mod:`.prepare`: :func:`prepare_infer`,
+:func:`prepare_evaluate`; :mod:`.report`: :func:`run_report`, :func:`triage_with_page`), batch prediction with
+resume and ``torchrun`` (:mod:`.infer`), the logits for temperature calibration (:mod:`.calibrate`) and the demo
+(:mod:`.demo`)."""
 
 from ..keys import DEFAULT_MEASURES
 from .calibrate import collect_logits
-from .factory import METHOD_TOKENS, build_inferer
+from .factory import METHOD_TOKENS, build_inferer, normalize_roi
 from .infer import (
     FAILURES_FILE,
     INTENSITY_MODES,
@@ -19,6 +21,17 @@ from .infer import (
     run_infer,
 )
 from .models import LoadedModel, checkpoint_temperature, load_checkpoint, load_network
+from .prepare import (
+    InferPlan,
+    check_infer_output,
+    infer_measures,
+    prepare_evaluate,
+    prepare_infer,
+    read_case_list,
+    read_region_spec,
+    resolve_device,
+)
+from .report import run_report, triage_with_page
 
 __all__ = [
     "METHOD_TOKENS",
@@ -40,4 +53,15 @@ __all__ = [
     "check_run_settings",
     "run_infer",
     "collect_logits",
+    "normalize_roi",
+    "InferPlan",
+    "prepare_infer",
+    "prepare_evaluate",
+    "check_infer_output",
+    "infer_measures",
+    "read_case_list",
+    "read_region_spec",
+    "resolve_device",
+    "run_report",
+    "triage_with_page",
 ]

@@ -35,11 +35,12 @@ from ..io import (
     list_image_cases,
     read_volume,
 )
-from ..regions import RegionSpec, label_to_regions, parse_regions
+from ..regions import RegionSpec, label_to_regions
 from ..temperature import calibrate_network
-from .factory import check_roi
+from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
 from .models import LoadedModel, load_network
+from .prepare import read_region_spec, resolve_device
 
 __all__ = ["collect_logits", "run_calibrate"]
 
@@ -54,7 +55,7 @@ def collect_logits(
     device: str | torch.device = "cpu",
     progress: bool = True,
     activation: str = "softmax",
-    regions: RegionSpec | str | None = None,
+    regions: RegionSpec | str | os.PathLike | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Deterministic logits ``(1, C, *spatial)`` (network in eval mode) and checked labels ``(1, *spatial)`` of
     validation cases, on the CPU.
@@ -64,6 +65,7 @@ def collect_logits(
     per channel), or from a label file with ``R`` 0/1 channels; a single-channel (binary) network takes a 0/1
     label map as is."""
     spec = _region_spec(activation, regions)
+    roi = normalize_roi(roi)
 
     if model.preprocessing is not None:
         raise ValueError("calibrate cannot apply a bundle's preprocessing to the labels; pass "
@@ -98,12 +100,14 @@ def collect_logits(
     return logits, targets
 
 
-def _region_spec(activation: str, regions: RegionSpec | str | None) -> dict[str, tuple[int, ...]] | None:
-    """The parsed region spec of a calibration (None without one); ``ValueError`` for an unknown activation or
+def _region_spec(activation: str, regions: RegionSpec | str | os.PathLike | None
+                 ) -> dict[str, tuple[int, ...]] | None:
+    """The parsed region spec of a calibration (None without one; a ``.json`` file is read, as ``--regions``
+    does: :func:`~monai_unc.workflows.prepare.read_region_spec`); ``ValueError`` for an unknown activation or
     regions without ``activation="sigmoid"``."""
     if activation not in ("softmax", "sigmoid"):
         raise ValueError(f"activation must be 'softmax' or 'sigmoid', got {activation!r}")
-    spec = None if regions is None else parse_regions(regions)
+    spec = read_region_spec(regions)
     if spec is not None and activation != "sigmoid":
         raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
                          "sigmoid")
@@ -148,7 +152,7 @@ def run_calibrate(
     max_steps: int = 1000,
     progress: bool = True,
     activation: str = "softmax",
-    regions: RegionSpec | str | None = None,
+    regions: RegionSpec | str | os.PathLike | None = None,
 ) -> tuple[Path, dict]:
     """Fit a temperature on the labelled cases of ``images`` / ``labels`` and write the calibrated checkpoint
     ``output`` (``.pt`` / ``.pth``) and its record ``output.with_suffix(".json")``, both atomically. Neither may be
@@ -162,9 +166,15 @@ def run_calibrate(
 
     ``activation="sigmoid"`` calibrates a region-based network per region (module docstring; ``regions`` builds
     the region masks from label maps and names the regions in the record: ``record["regions"]`` is the spec
-    ``{name: [label, ...]}``, or the channel names ``["0", "1", ...]`` without one).
+    ``{name: [label, ...]}``, or the channel names ``["0", "1", ...]`` without one; a ``.json`` path is read as
+    ``--regions`` reads it).
+
+    The options take what the command line's flags give: ``device="auto"`` (CUDA when available,
+    :func:`~monai_unc.workflows.prepare.resolve_device`), ``roi=[64]`` (one size for every axis, as ``64``).
     """
     spec = _region_spec(activation, regions)
+    device = resolve_device(device)
+    roi = normalize_roi(roi)
     out = Path(output)
     if not out.name.endswith((".pt", ".pth")):
         raise ValueError(f"--output must be a .pt or .pth file, got {out}")

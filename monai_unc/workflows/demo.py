@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,11 @@ import torch
 from ..data import TISSUE_CLASSES
 from ..data.cohorts import DEMO_SHIFTS, make_demo_cohort
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
-from ..io import atomic_write_json, list_image_cases, parse_float, read_csv
+from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv
 from ..keys import DEFAULT_MEASURES
 from ..report.html import build_report
 from ..report.triage import link_page
-from .factory import build_inferer, check_roi, method_tokens
+from .factory import build_inferer, check_roi, method_tokens, normalize_roi
 from .infer import InferSettings, check_run_settings, predict_cases
 from .models import load_network
 from .triage import certify_and_triage, format_triage
@@ -46,16 +47,37 @@ def run_demo(
     output: str | os.PathLike = "demo_output",
     samples: int = 8,
     quiet: bool = False,
-    roi: int | tuple[int, ...] | None = 64,
+    roi: int | Sequence[int] | None = 64,
     method: str = "mcdropout",
     budget: float = 0.3,
     overlap: float = 0.0,
 ) -> dict[str, Any]:
-    """Run the demo into ``output`` (module docstring); returns the cohort summary and prints the report path."""
+    """Run the demo into ``output`` (module docstring); returns the cohort summary and prints the report path.
+
+    Every option is checked before the cohort is built (minutes of work), each refusal a ``ValueError`` naming the
+    option: the demo runs on one process (not under ``torchrun``), ``output`` must be a writable folder, ``roi`` one
+    size (an int or a one-element sequence) or three.
+
+    Args:
+        output: the folder the demo writes (data, predictions, evaluation, report, triage).
+        samples: MC dropout samples.
+        quiet: no progress bars or tables (the report path is printed).
+        roi: sliding-window size; None: the whole image.
+        method: ``+``-joined inferer sources as for ``monai-unc infer`` (not ``ssn``).
+        budget: referral budget of the triage table.
+        overlap: sliding-window overlap in [0, 1).
+
+    Returns:
+        The cohort summary (``summary.json`` plus the report path).
+    """
+    if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
+        # every rank would run the whole demo into the same folder
+        raise ValueError("demo runs on one process; under torchrun use 'infer' and 'evaluate' (docs/distributed.md)")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"--samples must be a positive integer, got {samples!r}")
+    check_output_folder(output)  # writable: before any work
     output = Path(output)
-    # every option is checked before the cohort is built (minutes): a bad one is one error, not a late failure
+    roi = normalize_roi(roi)
     roi_list = None if roi is None else ([roi] * 3 if isinstance(roi, int) else list(roi))
     check_roi(roi_list, 3, "the example network")
     inferer = build_inferer(method, samples=samples, roi=roi_list, overlap=overlap, sw_batch_size=2, seed=0,

@@ -36,7 +36,15 @@ from ..keys import UncertaintyKeys as K
 from ..networks import find_ssn_heads
 from .models import checkpoint_temperature
 
-__all__ = ["METHOD_TOKENS", "DEFAULT_MEASURES", "build_inferer", "check_roi", "method_tokens", "check_method_network"]
+__all__ = [
+    "METHOD_TOKENS",
+    "DEFAULT_MEASURES",
+    "build_inferer",
+    "check_roi",
+    "normalize_roi",
+    "method_tokens",
+    "check_method_network",
+]
 
 METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble", "ssn")
 
@@ -68,6 +76,26 @@ def check_roi(roi: int | Sequence[int] | None, spatial_dims: int | None, what: s
     if len(sizes) not in (1, spatial_dims):
         raise ValueError(f"--roi gives {len(sizes)} sizes {sizes} but {what} takes {spatial_dims}D input: give one "
                          f"size for every axis or {spatial_dims} sizes")
+
+
+def normalize_roi(roi: int | Sequence[int] | None) -> int | list[int] | None:
+    """A ``--roi`` value as the workflows take it: one size (an int, or a one-element sequence as ``--roi 64``
+    gives) becomes an int, which fits any dimensionality; several sizes become a list of ints, one per axis.
+
+    Args:
+        roi: None, one size, or a sequence of sizes.
+
+    Returns:
+        None, an int or a list of ints (not checked: :func:`check_roi` and :func:`build_inferer` do that).
+
+    Example:
+        >>> normalize_roi([64]), normalize_roi((64, 64, 32)), normalize_roi(None)
+        (64, [64, 64, 32], None)
+    """
+    if roi is None or isinstance(roi, (int, np.integer)):
+        return None if roi is None else int(roi)
+    sizes = [int(r) for r in roi]
+    return sizes[0] if len(sizes) == 1 else sizes
 
 
 def build_inferer(

@@ -1,6 +1,6 @@
 """Tests of the bundles in bundles/ (metadata, network I/O, configs, end-to-end runs with `python -m monai.bundle`),
-of the NIfTI export of the example data, and of the "add uncertainty to an existing bundle" override on the Model
-Zoo spleen configs (read from ../shared/clients when that folder exists)."""
+of the NIfTI export of the example data, and of the "add uncertainty to an existing bundle" override on a CT bundle
+in the Model Zoo's shape (tests/data/spleen_like_bundle, shaped like ``spleen_ct_segmentation``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from monai_unc.data.cohorts import MANIFEST, export_mni152_cases, export_toy_cas
 from tests._paths import ROOT
 
 BUNDLES = {name: ROOT / "bundles" / name for name in ("brain_tissue_uncertainty", "toy_uncertainty")}
-SPLEEN = ROOT.parent / "shared" / "clients" / "spleen_ct_segmentation" / "configs"
+SPLEEN = ROOT / "tests" / "data" / "spleen_like_bundle" / "configs"
 SCHEMA = "meta_schema_20240725.json"
 
 
@@ -281,9 +281,21 @@ def _synthetic_ct(folder: Path) -> tuple[Path, np.ndarray]:
     return path, affine
 
 
+def test_spleen_like_bundle_has_the_model_zoo_shape():
+    """The fixture's metadata passes MONAI's schema check, and its config has what the documented override walks
+    into: ``network_def`` with a ``dropout`` argument, ``Invertd`` as postprocessing transform 1, the evaluator."""
+    verify_metadata(meta_file=str(SPLEEN / "metadata.json"),
+                    filepath=str(BUNDLES["toy_uncertainty"] / "configs" / SCHEMA))
+    parser = ConfigParser()
+    parser.read_config(str(SPLEEN / "inference.json"))
+    assert parser["network_def"]["_target_"] == "UNet" and "dropout" not in parser["network_def"]
+    assert parser["postprocessing"]["transforms"][1]["_target_"] == "Invertd"
+    assert parser["evaluator"]["_target_"] == "SupervisedEvaluator"
+    net = parser.get_parsed_content("network_def")
+    assert net(torch.zeros(1, 1, 32, 32, 32)).shape == (1, 2, 32, 32, 32)
+
+
 def _spleen_run(tmp_path: Path, override: dict, extra: dict | None = None, num_samples: int | None = 2) -> Path:
-    if not (SPLEEN / "inference.json").is_file():
-        pytest.skip(f"Model Zoo spleen configs not found at {SPLEEN} (../shared/clients is not part of a user's clone)")
     data = tmp_path / "data"
     _, affine = _synthetic_ct(data)
     files = [str(SPLEEN / "inference.json")]

@@ -489,11 +489,36 @@ def test_demo_refuses_bad_options_before_any_work(d, capsys, name, where, extra,
     assert not (d["root"] / "demo_roi").exists() and not (d["root"] / "demo_method").exists()
 
 
-@pytest.mark.skip(reason="nnunet-* commands are not swept here: they need nnU-Net v2 and a trained nnU-Net model "
-                         "folder (plans, dataset.json, fold checkpoints), far beyond a fast test; their hostile "
-                         "inputs belong with tests/nnunet/test_nnunet.py")
-def test_nnunet_commands_hostile_inputs():  # pragma: no cover
-    pass
+def test_nnunet_commands_hostile_inputs(tmp_path, capsys, monkeypatch):
+    """The nnU-Net sub-commands (with the nnunet extra) refuse bad inputs that need no trained model with one stderr
+    line and exit 2, and write nothing; their failures on a trained model are in tests/nnunet/test_nnunet.py."""
+    pytest.importorskip("nnunetv2")
+    images = tmp_path / "images"
+    images.mkdir()
+    preprocessed = tmp_path / "preprocessed"
+    preprocessed.mkdir()
+    out = tmp_path / "out"
+    monkeypatch.delenv("nnUNet_preprocessed", raising=False)
+    calls = [
+        ("nnunet-predict", ["-i", str(images), "-o", str(out), "-m", str(tmp_path / "nope"), "-device", "cpu"],
+         "trained model folder not found"),
+        ("nnunet-predict", ["-i", str(images), "-o", str(out), "-m", str(tmp_path), "-d", "1", "-c", "3d_fullres"],
+         "not both"),
+        ("nnunet-predict", ["-i", str(images), "-o", str(out), "-m", str(tmp_path), "--dropout_p", "0.2"],
+         "dropout_p is only used with the 'dropout' uncertainty source"),
+        ("nnunet-calibrate", ["-m", str(tmp_path / "nope"), "-o", str(out)], "trained model folder not found"),
+        ("nnunet-dropout-plans", ["-d", "999", "--rate", "0.2"], "nnUNet_preprocessed is not set"),
+    ]
+    for command, argv, message in calls:
+        rc, lines = _run([command, *argv], capsys)
+        _assert_one_line(rc, lines, command, message, argv)
+    monkeypatch.setenv("nnUNet_preprocessed", str(preprocessed))
+    for argv, message in ((["-d", "999", "--rate", "0.2"], "no dataset with the id 999"),
+                          (["-d", "Task_999", "--rate", "0.2"], "dataset must be an id"),
+                          (["-d", "Dataset999_Nope", "--rate", "0.2"], "source plans")):
+        rc, lines = _run(["nnunet-dropout-plans", *argv], capsys)
+        _assert_one_line(rc, lines, "nnunet-dropout-plans", message, argv)
+    assert not out.exists() and not any(preprocessed.iterdir()) and not any(images.iterdir())
 
 
 # ------------------------------------------------------------------------------------------------ PermissionError

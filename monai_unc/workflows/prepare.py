@@ -1,0 +1,412 @@
+"""What a command checks and builds before its first case, for the command line and for Python callers alike.
+
+``monai-unc infer`` is :func:`prepare_infer` (cases, network, inferer and the settings recorded in ``infer.json``,
+as an :class:`InferPlan`) followed by :func:`monai_unc.workflows.infer.run_infer`; the command line only parses the
+flags and prints. A Python caller therefore gets the same refusals, each a ``ValueError`` (or a
+``FileNotFoundError`` for a missing input) naming the option, before any case is predicted: a method the network
+cannot serve (MC dropout without a dropout layer, ``ssn`` without an SSN head), measures a deterministic pass does
+not give, a window size of another dimensionality, regions without ``activation="sigmoid"``, and so on. The keyword
+arguments are named like the flags (``--tta-noise`` is ``tta_noise``; the negated flags ``--no-probs`` and
+``--no-bundle-preprocessing`` are ``write_probs=False`` and ``bundle_preprocessing=False``).
+
+The helpers :func:`resolve_device`, :func:`read_region_spec` and :func:`read_case_list` turn the values of
+``--device``, ``--regions`` and ``--calibration-cases`` into what the workflows take; :func:`check_infer_output` and
+:func:`prepare_evaluate` do the checks of ``infer`` and ``evaluate`` that come before any work.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..evaluation import EvaluationConfig, read_shifts
+from ..inferers import add_dropout, enable_mc_dropout
+from ..io import ImageCase, check_output_file, check_output_folder, list_image_cases
+from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure
+from ..regions import RegionSpec, parse_regions
+from ..temperature import TemperatureScaled
+from .factory import build_inferer, check_method_network, check_roi, method_tokens, normalize_roi
+from .infer import FAILURES_FILE, INTENSITY_MODES, InferSettings
+from .models import LoadedModel, load_network
+
+__all__ = [
+    "ACTIVATIONS",
+    "SOFTMAX_MEASURES",
+    "InferPlan",
+    "resolve_device",
+    "read_region_spec",
+    "read_case_list",
+    "infer_measures",
+    "check_infer_output",
+    "prepare_infer",
+    "prepare_evaluate",
+    "error_text",
+]
+
+#: values of ``--activation`` of ``infer`` (``"none"``: the network outputs probabilities already)
+ACTIVATIONS = ("softmax", "sigmoid", "none")
+
+#: the maps of one deterministic pass (``--method softmax``): no expected entropy, mutual information or variance
+SOFTMAX_MEASURES = ("predictive_entropy", "one_minus_max_prob")
+
+
+@dataclass
+class InferPlan:
+    """Everything :func:`~monai_unc.workflows.infer.run_infer` needs, built and checked by :func:`prepare_infer`.
+
+    Args:
+        cases: the image cases of the input folder, sorted by case id.
+        model: the loaded network (eval mode, on its device; post-hoc dropout inserted when asked for).
+        inferer: the :class:`~monai_unc.inferers.UncertaintyInferer` (or ``SoftmaxInferer``) of the method.
+        settings: what determines the outputs, recorded in ``infer.json`` (a resumed run must match).
+    """
+
+    cases: list[ImageCase]
+    model: LoadedModel
+    inferer: Any
+    settings: InferSettings
+
+
+def error_text(e: BaseException) -> str:
+    """The first line of an error for a one-line message: ``OSError`` as ``what: path`` (without ``[Errno n]``), the
+    package's own ``ValueError`` s as their message, other errors as ``Type: message``.
+
+    Args:
+        e: the exception.
+
+    Returns:
+        One line of text.
+    """
+    if isinstance(e, OSError) and e.strerror and e.filename:
+        return f"{e.strerror}: {e.filename}"
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(e, ValueError) or (isinstance(e, OSError) and e.errno is None):  # our own messages
+        return first or type(e).__name__
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def resolve_device(device: str | torch.device = "auto", *, world_size: int = 1, local_rank: int = 0) -> torch.device:
+    """The torch device of ``--device``: ``"auto"`` is CUDA when available, else the CPU.
+
+    Args:
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ... or a ``torch.device``.
+        world_size: processes of a ``torchrun`` job; with more than one, ``"auto"`` and ``"cuda"`` give every local
+            rank its own GPU (``cuda:<local_rank mod the GPU count>``).
+        local_rank: this process's rank on its node.
+
+    Returns:
+        The device. ``ValueError`` naming ``--device`` for an unknown name or CUDA asked for where none is available.
+    """
+    if isinstance(device, torch.device):
+        dev, name = device, str(device)
+    else:
+        name = str(device).strip()
+        if name == "auto":
+            dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            try:
+                dev = torch.device(name)
+            except RuntimeError:
+                raise ValueError(f"--device: unknown device {name!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but CUDA is not available")
+    if world_size > 1 and dev.type == "cuda" and name in ("auto", "cuda"):
+        dev = torch.device("cuda", local_rank % torch.cuda.device_count())  # one GPU per local rank
+    return dev
+
+
+def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, tuple[int, ...]] | None:
+    """The region spec of ``--regions``: a name (``"brats"``, ``"brats2023"``), a JSON object, a mapping, or the
+    path of a ``.json`` file holding one (:func:`monai_unc.regions.parse_regions`).
+
+    Args:
+        spec: the spec, or None (no regions).
+
+    Returns:
+        ``{region: (label, ...)}`` in channel order, or None for None. ``FileNotFoundError`` for a ``.json`` path
+        that does not exist, ``ValueError`` naming ``--regions`` for any other problem.
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.strip().lower().endswith(".json")
+                                         and not spec.lstrip().startswith("{")):
+        path = Path(spec)
+        if not path.is_file():
+            raise FileNotFoundError(f"--regions: file not found: {path}")
+        spec = path.read_text(encoding="utf-8")
+    try:
+        return parse_regions(spec)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"--regions: {str(e).splitlines()[0]}") from None
+
+
+def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
+    """The case ids of ``--calibration-cases``: a text file (one id per line, ``#`` comments) or a CSV with a
+    ``case`` column.
+
+    Args:
+        path: the file, or None.
+
+    Returns:
+        The ids in file order, or None for None. ``FileNotFoundError`` for a missing file, ``ValueError`` naming
+        ``--calibration-cases`` for a CSV without a ``case`` column or a file that lists no case.
+    """
+    if path is None:
+        return None
+    f = Path(path)
+    if not f.is_file():
+        raise FileNotFoundError(f"--calibration-cases: file not found: {f}")
+    lines = [ln.strip() for ln in f.read_text().splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    if lines and ("," in lines[0] or lines[0] == "case"):
+        reader = csv.DictReader(lines)
+        if reader.fieldnames is None or "case" not in [h.strip() for h in reader.fieldnames]:
+            raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column")
+        key = next(h for h in reader.fieldnames if h.strip() == "case")
+        lines = [row[key].strip() for row in reader if (row.get(key) or "").strip()]
+    if not lines:
+        raise ValueError(f"--calibration-cases: {f} lists no case")
+    return lines
+
+
+def infer_measures(method: str, measures: Sequence[str] | None = None) -> list[str]:
+    """The maps a run of ``method`` writes: ``measures`` (default :data:`~monai_unc.keys.DEFAULT_MEASURES`) in their
+    current names (a deprecated name such as ``max_softmax`` becomes its replacement, with a
+    ``DeprecationWarning``); ``--method softmax`` keeps only :data:`SOFTMAX_MEASURES`.
+
+    Args:
+        method: the ``+``-joined ``--method`` string.
+        measures: the ``--measures`` asked for, or None for the default set.
+
+    Returns:
+        The measures, in the given order. ``ValueError`` naming ``--measures`` for an unknown name, or naming
+        ``--method softmax`` when ``measures`` asks explicitly for a map that one deterministic pass does not give.
+    """
+    if isinstance(measures, str):
+        measures = [measures]
+    names = [canonical_measure(m, stacklevel=3) for m in (measures or DEFAULT_MEASURES)]
+    unknown = [m for m in names if m not in MEASURES]
+    if unknown:
+        raise ValueError(f"--measures: unknown measure(s) {', '.join(map(repr, unknown))}; choose from {MEASURES}")
+    if method.strip().lower() == "softmax":
+        bad = [m for m in names if m not in SOFTMAX_MEASURES]
+        if measures and bad:
+            raise ValueError(f"--method softmax gives only {' and '.join(SOFTMAX_MEASURES)}, not {', '.join(bad)}")
+        names = [m for m in names if m in SOFTMAX_MEASURES]
+    return names
+
+
+def _spec_file(network: str | os.PathLike | Mapping | None) -> str | None:
+    """The file of a ``--network`` spec given as a path (None for inline JSON, a mapping or no spec)."""
+    if network is None or isinstance(network, Mapping):
+        return None
+    text = os.fspath(network)
+    if text.lstrip().startswith("{") or not Path(text).is_file():
+        return None
+    return text
+
+
+def _checkpoint_list(checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None) -> list[str]:
+    if checkpoint is None:
+        return []
+    if isinstance(checkpoint, (str, os.PathLike)):
+        return [os.fspath(checkpoint)]
+    return [os.fspath(c) for c in checkpoint]
+
+
+def check_infer_output(
+    output: str | os.PathLike,
+    input: str | os.PathLike,
+    *,
+    checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = (),
+    network: str | os.PathLike | Mapping | None = None,
+) -> Path:
+    """The checks of ``infer`` that come before any work: the ``input`` folder exists, ``output`` is a writable
+    folder outside it, and the run's own files (``infer.json``, ``failures.json``) would not replace a checkpoint or
+    a network spec file.
+
+    Args:
+        output: the ``--output`` folder.
+        input: the ``--input`` folder of images.
+        checkpoint: the ``--checkpoint`` file(s).
+        network: the ``--network`` spec (a path, inline JSON or a mapping).
+
+    Returns:
+        The resolved output folder. ``FileNotFoundError`` naming ``--input``; ``ValueError`` for a bad output.
+    """
+    if not Path(input).is_dir():
+        raise FileNotFoundError(f"--input folder not found: {input}")
+    out = check_output_folder(output, input)  # not inside the input, writable
+    inputs = [*_checkpoint_list(checkpoint), _spec_file(network)]
+    for name in ("infer.json", FAILURES_FILE):  # the run's own files never replace an input file
+        check_output_file(out / name, *inputs, what="output")
+    return out
+
+
+def prepare_infer(
+    input: str | os.PathLike,
+    *,
+    model: str | None = None,
+    bundle: str | os.PathLike | None = None,
+    network: str | os.PathLike | dict | None = None,
+    checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = (),
+    unsafe_load: bool = False,
+    bundle_preprocessing: bool = True,
+    method: str = "mcdropout",
+    samples: int = 10,
+    dropout: float | None = None,
+    tta_noise: float = 0.0,
+    ratein_target: float = 0.1,
+    measures: Sequence[str] | None = None,
+    write_probs: bool = True,
+    roi: int | Sequence[int] | None = None,
+    overlap: float = 0.25,
+    sw_batch_size: int = 1,
+    intensity: str = "auto",
+    activation: str | None = "softmax",
+    regions: RegionSpec | str | os.PathLike | None = None,
+    device: str | torch.device = "cpu",
+    seed: int | None = 0,
+) -> InferPlan:
+    """Load the model, check every option against it and build the inferer and the settings of a run of
+    ``monai-unc infer`` on the images of ``input`` (module docstring); nothing is written.
+
+    Args:
+        input: folder of images (``<case>.nii.gz``, or nnU-Net's ``<case>_0000.nii.gz`` channels).
+        model: ``"example"``, the shipped MNI152 tissue UNet (exactly one of ``model``, ``bundle``, ``network``).
+        bundle: a MONAI bundle folder (``configs/inference.json`` with ``network_def``, ``models/model.pt``).
+        network: a network as a MONAI config: a dict, inline JSON or a ``.json``/``.yaml`` file with ``_target_``.
+        checkpoint: weights (state dict); several files are the members of ``method="ensemble"`` (otherwise only the
+            first is used).
+        unsafe_load: read checkpoints with ``torch.load(weights_only=False)`` (only for files you trust).
+        bundle_preprocessing: apply the bundle's ``preprocessing`` (and invert it on the outputs).
+        method: ``+``-joined sources: ``mcdropout``, ``ratein``, ``tta``, ``ensemble``, ``ssn``, or ``softmax``.
+        samples: MC dropout / Rate-In / SSN latent samples.
+        dropout: insert post-hoc dropout with this rate in (0, 1) after every encoder/decoder stage.
+        tta_noise: std of the Gaussian noise of TTA (> 0 only with ``tta`` in ``method``).
+        ratein_target: Rate-In information-loss target in [0, 1].
+        measures: maps to write (default :data:`~monai_unc.keys.DEFAULT_MEASURES`; see :func:`infer_measures`).
+        write_probs: write ``<case>_probs`` (``--no-probs``: False).
+        roi: sliding-window size (one size, or one per axis); None: the whole image at once.
+        overlap: sliding-window overlap in [0, 1).
+        sw_batch_size: windows per forward pass.
+        intensity: ``"auto"`` (the model's default: ``max`` for the example), ``none``, ``max``, ``minmax``,
+            ``zscore``.
+        activation: ``"softmax"``, ``"sigmoid"`` (region-based with several output channels) or ``"none"`` / None.
+        regions: names and labels of the sigmoid channels (see :func:`read_region_spec`; needs ``"sigmoid"``).
+        device: where the network runs (``"auto"``: see :func:`resolve_device`).
+        seed: random seed of the sampling.
+
+    Returns:
+        The :class:`InferPlan`. Every refusal is a ``ValueError`` naming the option (``FileNotFoundError`` for a
+        missing ``input`` or regions file), raised before any case is predicted.
+
+    Example:
+        >>> plan = prepare_infer("images", model="example", method="mcdropout+tta", samples=4)  # doctest: +SKIP
+        >>> run_infer(plan.cases, plan.model, plan.inferer, plan.settings, "predictions")  # doctest: +SKIP
+    """
+    if not Path(input).is_dir():
+        raise FileNotFoundError(f"--input folder not found: {input}")
+    if not isinstance(method, str):
+        raise TypeError(f"--method must be a string such as 'mcdropout+tta', got {type(method).__name__}")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"--activation must be one of {ACTIVATIONS}, got {activation!r}")
+    activation = None if activation == "none" else activation
+    if intensity != "auto" and intensity not in INTENSITY_MODES:
+        raise ValueError(f"--intensity must be 'auto' or one of {INTENSITY_MODES}, got {intensity!r}")
+    if dropout is not None and (isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating))
+                                or not 0.0 < dropout < 1.0):  # NaN fails the comparison
+        raise ValueError(f"--dropout must be a rate in (0, 1), got {dropout!r}")
+    if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, (int, np.integer)) or sw_batch_size < 1:
+        raise ValueError(f"--sw-batch-size must be a positive integer, got {sw_batch_size!r}")
+    if regions is not None and activation != "sigmoid":
+        raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
+                         "sigmoid")
+    spec = read_region_spec(regions)
+    roi = normalize_roi(roi)
+    names = infer_measures(method, measures)
+    device = resolve_device(device)
+    cases = list_image_cases(input)
+    loaded = load_network(
+        model=model, bundle=bundle, network=network, checkpoints=_checkpoint_list(checkpoint),
+        unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing,
+    )  # fmt: skip
+    net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
+    check_roi(roi, loaded.spatial_dims)  # once, before any case
+    if dropout is not None:
+        add_dropout(net, p=dropout)
+    if "mcdropout" in method_tokens(method):
+        enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
+    check_method_network(method, net)  # ssn: an SSN head, one error now
+    members = loaded.checkpoints if "ensemble" in method_tokens(method) else loaded.checkpoints[:1]
+    inferer = build_inferer(
+        method, samples=samples, roi=roi, overlap=overlap, sw_batch_size=sw_batch_size, checkpoints=members,
+        unsafe_load=unsafe_load, seed=seed, tta_noise=tta_noise, ratein_target=ratein_target, activation=activation,
+        measures=names,
+    )  # fmt: skip
+    settings = InferSettings(
+        model=loaded.description, method=method, samples=samples,
+        roi=None if roi is None else ([roi] if isinstance(roi, int) else list(roi)), overlap=overlap,
+        intensity=loaded.default_intensity if intensity == "auto" else intensity, measures=names, seed=seed,
+        activation=activation, checkpoints=[str(Path(c).resolve()) for c in loaded.checkpoints],
+        tta_noise=tta_noise, ratein_target=ratein_target, dropout=dropout, write_probs=write_probs,
+        regions=None if spec is None else {k: list(v) for k, v in spec.items()},
+    )  # fmt: skip
+    return InferPlan(cases, loaded, inferer, settings)
+
+
+def prepare_evaluate(
+    labels: str | os.PathLike,
+    predictions: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    uncertainty: str | os.PathLike | None = None,
+    images: str | os.PathLike | None = None,
+    shifts: str | os.PathLike | Mapping[str, str] | None = None,
+    calibration_cases: str | os.PathLike | Sequence[str] | None = None,
+    regions: RegionSpec | str | os.PathLike | None = None,
+    **options: Any,
+) -> EvaluationConfig:
+    """The checks of ``monai-unc evaluate`` that come before any work, and its configuration.
+
+    ``output`` must be a writable folder outside the input folders, and its files (``metrics.csv``,
+    ``summary.json``, ``failures.json``) must not replace the shifts or calibration-cases file; the files named by
+    ``shifts``, ``calibration_cases`` and ``regions`` are read; the configuration is validated.
+
+    Args:
+        labels: folder of reference label maps.
+        predictions: folder of predictions (``monai-unc infer`` or nnU-Net).
+        output: the evaluation folder.
+        uncertainty: folder of ``<case>_<measure>`` maps, when not the layout's.
+        images: folder of the input images (for the report's overlays).
+        shifts: a CSV with columns ``case,shift`` (:func:`monai_unc.evaluation.read_shifts`) or ``{case: shift}``.
+        calibration_cases: a file of case ids (:func:`read_case_list`) or the ids.
+        regions: region spec of region-based predictions (:func:`read_region_spec`).
+        **options: the other fields of :class:`~monai_unc.evaluation.EvaluationConfig` (``measure``, ``budget``,
+            ``target_risk``, ...), with its defaults.
+
+    Returns:
+        The validated :class:`~monai_unc.evaluation.EvaluationConfig`. ``ValueError`` naming the option for a bad
+        value or output folder.
+    """
+    shifts_file = None if shifts is None or isinstance(shifts, Mapping) else shifts
+    cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
+    out = check_output_folder(output, labels, predictions, uncertainty, images)
+    for name in ("metrics.csv", "summary.json", FAILURES_FILE):
+        check_output_file(out / name, shifts_file, cases_file, what="output")
+    config = EvaluationConfig(
+        shifts=read_shifts(shifts_file) if shifts_file is not None else (None if shifts is None else dict(shifts)),
+        calibration_cases=read_case_list(cases_file) if cases_file is not None else (
+            None if calibration_cases is None else [str(c) for c in calibration_cases]),
+        regions=read_region_spec(regions), **options,
+    )  # fmt: skip
+    config.validate()  # a bad --regions spec: one line before any work
+    return config

@@ -1,0 +1,145 @@
+"""``monai-unc report`` and the page of ``monai-unc triage`` as workflows: the checks before any work, then the
+report layer (:func:`monai_unc.report.html.build_report`, :func:`monai_unc.report.triage.build_triage_page`), so a
+Python caller gets the command's refusals (a ``ValueError`` or ``FileNotFoundError`` naming the option)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..distributed import get_dist_context
+from ..evaluation import load_evaluation, run_triage
+from ..evaluation.triage import TriageResult
+from ..io import check_output_file, check_output_folder
+from ..report.html import build_report
+from ..report.triage import build_triage_page
+from .prepare import error_text, read_case_list
+
+__all__ = ["check_overlay_count", "check_evaluation_folder", "run_report", "triage_with_page"]
+
+
+def check_overlay_count(cases: Any) -> int:
+    """``--cases``, the number of per-case overlays of a page: a non-negative integer.
+
+    Args:
+        cases: the value given.
+
+    Returns:
+        ``cases`` as an int; ``ValueError`` naming ``--cases`` otherwise.
+    """
+    if isinstance(cases, bool) or not isinstance(cases, int) or cases < 0:
+        raise ValueError(f"--cases must be >= 0, got {cases}")
+    return int(cases)
+
+
+def check_evaluation_folder(folder: str | os.PathLike) -> Path:
+    """Read the evaluation state of ``folder`` once before a report is built, so that a missing or damaged
+    evaluation (no folder, a truncated ``summary.json``, ``rows.json`` or ``histogram.npz``) is one error naming the
+    folder, not an error deep in the report.
+
+    Args:
+        folder: the ``--output`` folder of ``monai-unc evaluate``.
+
+    Returns:
+        The folder. ``FileNotFoundError`` when it or its summary is missing; ``ValueError`` for a corrupt file or an
+        evaluation whose last run had failed cases.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--evaluation folder not found: {folder}")
+    try:
+        load_evaluation(folder)
+    except FileNotFoundError:  # the loader's own message: no summary.json / rows.json, run evaluate first
+        raise
+    except Exception as e:
+        if (folder / "failures.json").is_file():  # the loader's own message: the last evaluation had failed cases
+            raise
+        raise ValueError(f"cannot read the evaluation in {folder}: {error_text(e)} (a truncated or corrupt "
+                         "file?); run monai-unc evaluate again") from None
+    return folder
+
+
+def run_report(
+    evaluation: str | os.PathLike,
+    output: str | os.PathLike | None = None,
+    *,
+    budget: float | None = None,
+    images: str | os.PathLike | None = None,
+    cases: int = 4,
+    title: str = "Uncertainty QC report",
+    target_risk: float | None = None,
+    delta: float | None = None,
+    risk: str | None = None,
+    risk_method: str | None = None,
+    calibration_cases: str | os.PathLike | Sequence[str] | None = None,
+) -> Path:
+    """``monai-unc report``: check, then write ``report.html`` and ``figures/*.png`` for an evaluation folder.
+
+    Args:
+        evaluation: the ``--output`` folder of ``monai-unc evaluate``.
+        output: report folder (default ``<evaluation>/report``): writable, outside ``images``.
+        budget: referral fraction of the triage (default: the evaluation's).
+        images: folder of the input images for the overlays.
+        cases: overlays of this many of the most uncertain cases (``--cases``, >= 0).
+        title: page title.
+        target_risk, delta, risk, risk_method: override the evaluation's risk-controlled threshold (None keeps it).
+        calibration_cases: a file of case ids (:func:`~monai_unc.workflows.prepare.read_case_list`) or the ids.
+
+    Returns:
+        The path of ``report.html``.
+    """
+    cases = check_overlay_count(cases)
+    if not Path(evaluation).is_dir():
+        raise FileNotFoundError(f"--evaluation folder not found: {evaluation}")
+    cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
+    out = Path(output) if output is not None else Path(evaluation) / "report"
+    check_output_folder(out, images)  # not inside the images, writable: before any work
+    check_output_file(out / "report.html", cases_file, what="output")
+    check_evaluation_folder(evaluation)
+    ids = read_case_list(cases_file) if cases_file is not None else (
+        None if calibration_cases is None else [str(c) for c in calibration_cases])
+    return build_report(evaluation, output, budget=budget, images=images, n_cases=cases, title=title,
+                        target_risk=target_risk, delta=delta, risk=risk, risk_method=risk_method,
+                        calibration_cases=ids)
+
+
+def triage_with_page(
+    predictions: str | os.PathLike,
+    rule: Any,
+    output: str | os.PathLike,
+    *,
+    images: str | os.PathLike | None = None,
+    allow_mismatch: bool = False,
+    layout: str = "monai-unc",
+    uncertainty: str | os.PathLike | None = None,
+    cases: int = 4,
+    progress: bool = True,
+    dist: Any = None,
+) -> tuple[TriageResult, Path | None]:
+    """``monai-unc triage``: check, triage the new cases (:func:`monai_unc.evaluation.run_triage`, on one process or
+    every rank of ``dist``) and write ``triage.html`` on rank 0.
+
+    Args:
+        predictions: folder of the new cases' predictions.
+        rule: a :class:`~monai_unc.evaluation.triage.ReferralRule` or the path of its ``referral_rule.json``.
+        output: output folder (writable, outside ``predictions``, ``images`` and ``uncertainty``).
+        images: folder of the input images (image-statistics check, overlays).
+        allow_mismatch: triage predictions whose fingerprint differs from the rule's.
+        layout: file naming of ``predictions`` (``monai-unc`` or ``nnunet``).
+        uncertainty: folder of ``<case>_<measure>`` maps (default: from the layout).
+        cases: overlays of this many of the most uncertain cases (``--cases``, >= 0).
+        progress: show a progress bar.
+        dist: a :class:`~monai_unc.distributed.DistContext` (default: a single process or torchrun's group).
+
+    Returns:
+        ``(result, page)``; ``page`` is None on ranks other than 0.
+    """
+    cases = check_overlay_count(cases)
+    output = check_output_folder(output, predictions, images, uncertainty)
+    ctx = dist if dist is not None else get_dist_context()
+    result = run_triage(predictions, rule, output, images=images, allow_mismatch=allow_mismatch, layout=layout,
+                        uncertainty=uncertainty, progress=progress, dist=ctx)
+    page = build_triage_page(output, n_cases=cases) if ctx.is_main else None
+    return result, page

@@ -1,0 +1,311 @@
+"""The workflow checks behind the command line, called from Python (``monai_unc.workflows.prepare``): a Python caller
+of :func:`prepare_infer` gets the inferer and settings that ``monai-unc infer`` builds for the same options, and the
+same refusals (a ``ValueError`` naming the option) before any case is predicted; likewise for ``evaluate``
+(:func:`prepare_evaluate`), ``calibrate`` and ``demo``. Everything runs on three 16^3 synthetic cases with a
+two-level UNet with random weights; the CLI's own inference loop is replaced by a recorder, so nothing is predicted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+
+from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.inferers import find_dropout_layers
+from monai_unc.io import json_safe
+from monai_unc.workflows import (
+    InferPlan,
+    infer_measures,
+    normalize_roi,
+    prepare_evaluate,
+    prepare_infer,
+    read_region_spec,
+    resolve_device,
+)
+from monai_unc.workflows.calibrate import run_calibrate
+from monai_unc.workflows.demo import run_demo
+from tests._paths import ROOT
+
+NET = {
+    "_target_": "monai.networks.nets.UNet",
+    "spatial_dims": 3,
+    "in_channels": 1,
+    "out_channels": 2,
+    "channels": [4, 8],
+    "strides": [2],
+    "num_res_units": 0,
+    "dropout": 0.2,
+}
+NO_DROPOUT = dict(NET, dropout=0.0)
+
+
+def _net(spec: dict) -> torch.nn.Module:
+    from monai.networks.nets import UNet
+
+    return UNet(**{k: v for k, v in spec.items() if k != "_target_"})
+
+
+@pytest.fixture(scope="module")
+def s(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("prepare")
+    paths = write_toy_cohort(root / "data", n_cases=3, shape=(16, 16, 16))
+    for i, name in enumerate(("ckpt", "ckpt2")):
+        torch.manual_seed(i)
+        torch.save(_net(NET).state_dict(), root / f"{name}.pt")
+    (root / "net.json").write_text(json.dumps(NET))
+    return {**paths, "root": root, "ckpt": root / "ckpt.pt", "ckpt2": root / "ckpt2.pt", "spec": root / "net.json"}
+
+
+def _cli_plan(monkeypatch, argv: list[str]) -> InferPlan:
+    """The plan ``monai-unc infer argv`` builds (its inference loop replaced by a recorder)."""
+    seen: list[InferPlan] = []
+
+    def record(cases, model, inferer, settings, output, **kwargs: Any) -> list:
+        seen.append(InferPlan(list(cases), model, inferer, settings))
+        return []
+
+    monkeypatch.setattr(cli, "run_infer", record)
+    assert cli.main(argv) == 0
+    assert len(seen) == 1
+    return seen[0]
+
+
+def _describe(inferer: Any) -> dict[str, Any]:
+    base = inferer.base_inferer
+    return {
+        "type": type(inferer).__name__,
+        "sources": [(type(src).__name__, getattr(src, "num_samples", None)) for src in inferer.sources],
+        "keys": inferer.keys,
+        "activation": inferer.activation,
+        "seed": inferer.seed,
+        "base": type(base).__name__,
+        "roi": getattr(base, "roi_size", None),
+        "overlap": getattr(base, "overlap", None),
+        "sw_batch_size": getattr(base, "sw_batch_size", None),
+    }
+
+
+CASES = [
+    ("mcdropout+tta, one window size", ["--method", "mcdropout+tta", "--roi", "8", "--overlap", "0.5"],
+     {"method": "mcdropout+tta", "roi": 8, "overlap": 0.5}),
+    ("per-axis windows, a list", ["--roi", "8", "8", "16", "--sw-batch-size", "2", "--seed", "3"],
+     {"roi": [8, 8, 16], "sw_batch_size": 2, "seed": 3}),
+    ("softmax keeps its two maps", ["--method", "softmax", "--no-probs"], {"method": "softmax", "write_probs": False}),
+    ("ensemble of both checkpoints", ["--method", "ensemble", "--measures", "mutual_information", "variance"],
+     {"method": "ensemble", "measures": ["mutual_information", "variance"]}),
+    ("regions of a sigmoid network", ["--activation", "sigmoid", "--regions", '{"A": [1], "B": [1, 2]}'],
+     {"activation": "sigmoid", "regions": '{"A": [1], "B": [1, 2]}'}),
+    ("tta noise, intensity, no activation", ["--method", "tta", "--tta-noise", "0.1", "--intensity", "zscore",
+                                             "--activation", "none"],
+     {"method": "tta", "tta_noise": 0.1, "intensity": "zscore", "activation": "none"}),
+]
+
+
+@pytest.mark.parametrize("name, flags, kwargs", CASES, ids=[c[0] for c in CASES])
+def test_python_caller_gets_the_plan_of_the_cli(s, tmp_path, monkeypatch, name, flags, kwargs):
+    checkpoints = [str(s["ckpt"]), str(s["ckpt2"])] if "ensemble" in flags else [str(s["ckpt"])]
+    argv = ["infer", "-i", str(s["images"]), "-o", str(tmp_path / "out"), "--network", str(s["spec"]),
+            "--checkpoint", *checkpoints, "--samples", "3", "--device", "cpu", "--quiet", *flags]
+    from_cli = _cli_plan(monkeypatch, argv)
+    plan = prepare_infer(s["images"], network=s["spec"], checkpoint=checkpoints, samples=3, **kwargs)
+    assert json_safe(plan.settings.to_json()) == json_safe(from_cli.settings.to_json())
+    assert _describe(plan.inferer) == _describe(from_cli.inferer)
+    assert [c.case_id for c in plan.cases] == [c.case_id for c in from_cli.cases] == ["toy000", "toy001", "toy002"]
+    assert plan.model.description == from_cli.model.description
+    if "softmax" in flags:
+        assert plan.settings.measures == ["predictive_entropy", "one_minus_max_prob"]
+    if "--regions" in flags:
+        assert plan.settings.regions == {"A": [1], "B": [1, 2]}
+
+
+def test_python_caller_gets_the_posthoc_dropout_of_the_cli(s, tmp_path, monkeypatch):
+    argv = ["infer", "-i", str(s["images"]), "-o", str(tmp_path / "out"), "--network", json.dumps(NO_DROPOUT),
+            "--checkpoint", str(s["ckpt"]), "--dropout", "0.3", "--quiet", "--device", "cpu"]
+    from_cli = _cli_plan(monkeypatch, argv)
+    plan = prepare_infer(s["images"], network=NO_DROPOUT, checkpoint=s["ckpt"], dropout=0.3)
+    assert plan.settings == from_cli.settings and plan.settings.dropout == 0.3
+    for p in (plan, from_cli):
+        modules, hooks = find_dropout_layers(p.model.network)
+        assert not modules and len(hooks) > 0 and all(h.p == 0.3 for h in hooks)
+
+
+def _refusals(s: dict[str, Path]) -> list[tuple[str, list[str], dict[str, Any], str]]:
+    """(name, CLI flags, prepare_infer keyword arguments, message): the network is ``s["spec"]`` with one checkpoint
+    unless the keywords name another (given to the command line as inline JSON)."""
+    return [
+        ("softmax gives two maps", ["--method", "softmax", "--measures", "variance"],
+         {"method": "softmax", "measures": ["variance"]},
+         "--method softmax gives only predictive_entropy and one_minus_max_prob, not variance"),
+        ("regions need sigmoid", ["--regions", "brats"], {"regions": "brats"},
+         "--regions describes the sigmoid channels of a region-based network"),
+        ("unknown regions", ["--activation", "sigmoid", "--regions", "bratz"],
+         {"activation": "sigmoid", "regions": "bratz"}, "--regions: regions must be one of"),
+        ("mc dropout without dropout", [], {"network": NO_DROPOUT}, "network has no dropout layer to sample from"),
+        ("ssn without an SSN head", ["--method", "ssn"], {"method": "ssn"},
+         "--method ssn: the network (UNet) is not a Stochastic Segmentation Network"),
+        ("2 window sizes for a 3D network", ["--roi", "8", "8"], {"roi": [8, 8]},
+         r"--roi gives 2 sizes (8, 8) but the network takes 3D input"),
+        ("ensemble of one", ["--method", "ensemble"], {"method": "ensemble"},
+         "--method ensemble needs at least two --checkpoint files"),
+        ("unknown source", ["--method", "mcdropout+magic"], {"method": "mcdropout+magic"},
+         "--method must be '+'-joined names"),
+        ("noise without tta", ["--tta-noise", "0.1"], {"tta_noise": 0.1}, "is used by the tta source only"),
+        ("two models", ["--model", "example"], {"model": "example"}, "exactly one of --model example"),
+    ]
+
+
+def test_python_caller_gets_the_refusals_of_the_cli(s, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "run_infer", lambda *a, **k: pytest.fail("a refused run reached the inference loop"))
+    for name, flags, kwargs, message in _refusals(s):
+        network = json.dumps(kwargs["network"]) if "network" in kwargs else str(s["spec"])
+        argv = ["infer", "-i", str(s["images"]), "-o", str(tmp_path / "out"), "--network", network,
+                "--checkpoint", str(s["ckpt"]), "--quiet", "--device", "cpu", *flags]
+        assert cli.main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, (name, err)
+        call = {"network": s["spec"], "checkpoint": [s["ckpt"]], **kwargs}
+        with pytest.raises(ValueError) as e:
+            prepare_infer(s["images"], **call)
+        assert message in str(e.value), (name, str(e.value))
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"activation": "softmx"}, "--activation must be one of"),
+    ({"intensity": "unit"}, "--intensity must be 'auto' or one of"),
+    ({"dropout": 1.5}, "--dropout must be a rate in (0, 1)"),
+    ({"dropout": float("nan")}, "--dropout must be a rate in (0, 1)"),
+    ({"sw_batch_size": 0}, "--sw-batch-size must be a positive integer"),
+    ({"measures": ["entropy"]}, "--measures: unknown measure(s) 'entropy'"),
+    ({"samples": 0}, "--samples must be a positive integer"),
+    ({"device": "gpu7"}, "--device: unknown device 'gpu7'"),
+])
+def test_python_caller_gets_the_argparse_checks_too(s, kwargs, message):
+    """What argparse refuses on the command line (choices, types) is a ValueError naming the flag in Python."""
+    with pytest.raises(ValueError) as e:
+        prepare_infer(s["images"], network=s["spec"], checkpoint=s["ckpt"], **kwargs)
+    assert message in str(e.value)
+
+
+def test_missing_input_and_regions_file(s, tmp_path):
+    with pytest.raises(FileNotFoundError, match="--input folder not found"):
+        prepare_infer(tmp_path / "nope", model="example")
+    with pytest.raises(FileNotFoundError, match="--regions: file not found"):
+        prepare_infer(s["images"], network=s["spec"], checkpoint=s["ckpt"], activation="sigmoid",
+                      regions=str(tmp_path / "regions.json"))
+    spec_file = tmp_path / "regions.json"
+    spec_file.write_text('{"WT": [1, 2, 4], "TC": [1, 4]}')
+    for given in (str(spec_file), spec_file, {"WT": [1, 2, 4], "TC": [1, 4]}):
+        assert read_region_spec(given) == {"WT": (1, 2, 4), "TC": (1, 4)}
+
+
+def test_helpers():
+    assert normalize_roi([64]) == 64 and normalize_roi((8, 8, 16)) == [8, 8, 16] and normalize_roi(None) is None
+    with pytest.warns(DeprecationWarning, match="max_softmax"):
+        assert infer_measures("mcdropout", ["max_softmax"]) == ["one_minus_max_prob"]
+    assert infer_measures("softmax") == ["predictive_entropy", "one_minus_max_prob"]
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(ValueError, match="--device cuda asked for, but CUDA is not available"):
+            resolve_device("cuda")
+    assert resolve_device(torch.device("cpu"), world_size=2, local_rank=1) == torch.device("cpu")
+
+
+def test_prepare_evaluate_matches_the_cli(s, tmp_path, monkeypatch):
+    seen = []
+
+    def record(labels, predictions, output, config, **kwargs: Any):
+        seen.append(config)
+        return None, {}, {}
+
+    monkeypatch.setattr(cli, "run_evaluate", record)
+    cases = tmp_path / "cal.txt"
+    cases.write_text("# calibration\ntoy000\ntoy002\n")
+    shifts = tmp_path / "shifts.csv"
+    shifts.write_text("case,shift\ntoy000,none\ntoy001,noise\ntoy002,none\n")
+    argv = ["evaluate", "-l", str(s["labels"]), "-p", str(s["predictions"]), "-o", str(tmp_path / "ev"), "-q",
+            "--calibration-cases", str(cases), "--shifts", str(shifts), "--target-risk", "0.2", "--budget", "0.3",
+            "--regions", "brats", "--no-spatial"]
+    assert cli.main(argv) == 0
+    config = prepare_evaluate(s["labels"], s["predictions"], tmp_path / "ev", calibration_cases=cases, shifts=shifts,
+                              regions="brats", target_risk=0.2, budget=0.3, spatial=False)
+    assert config == seen[0]
+    assert config.calibration_cases == ["toy000", "toy002"] and config.shifts["toy001"] == "noise"
+    with pytest.raises(ValueError, match="lies inside the input folder"):
+        prepare_evaluate(s["labels"], s["predictions"], s["labels"] / "ev")
+    with pytest.raises(ValueError, match="--regions: regions must be one of"):
+        prepare_evaluate(s["labels"], s["predictions"], tmp_path / "ev2", regions="bratz")
+    with pytest.raises(FileNotFoundError, match="--calibration-cases: file not found"):
+        prepare_evaluate(s["labels"], s["predictions"], tmp_path / "ev2", calibration_cases=tmp_path / "none.txt")
+    assert not (s["labels"] / "ev").exists()
+
+
+def test_calibrate_and_demo_check_their_options_in_the_workflow(s, tmp_path, monkeypatch):
+    """``run_calibrate`` reads a ``--regions`` file and resolves ``device="auto"`` as the command does;
+    ``run_demo`` refuses torchrun and a bad window before any work, from Python as from the command line."""
+    with pytest.raises(FileNotFoundError, match="--regions: file not found"):
+        run_calibrate(s["images"], s["labels"], tmp_path / "c.pt", network=s["spec"], checkpoint=s["ckpt"],
+                      activation="sigmoid", regions=str(tmp_path / "regions.json"), device="auto")
+    with pytest.raises(ValueError, match="--device: unknown device"):
+        run_calibrate(s["images"], s["labels"], tmp_path / "c.pt", network=s["spec"], checkpoint=s["ckpt"],
+                      device="gpu7")
+    with pytest.raises(ValueError, match=r"--roi gives 2 sizes \(8, 8\) but the example network takes 3D"):
+        run_demo(tmp_path / "demo", roi=[8, 8], quiet=True)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="demo runs on one process"):
+        run_demo(tmp_path / "demo", quiet=True)
+    assert not (tmp_path / "demo").exists() and not (tmp_path / "c.pt").exists()
+
+
+def test_docs_python_example_predicts_what_the_cli_predicts(tmp_path, monkeypatch):
+    """The "From Python" block of docs/cli.md runs as-is and writes the same maps as ``monai-unc infer``."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    block = text[text.index("## From Python"):]
+    code = re.findall(r"```python\n(.*?)```", block, flags=re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    write_toy_cohort("toy", n_cases=2, shape=(16, 16, 16))
+    torch.manual_seed(0)
+    torch.save(_net(NET).state_dict(), "net.pt")
+    Path("net.json").write_text(json.dumps(NET))
+    exec(compile(code, "docs/cli.md", "exec"), {"__name__": "__docs__"})
+    assert cli.main(["infer", "-i", "toy/images", "-o", "pred_cli", "--network", "net.json", "--checkpoint", "net.pt",
+                     "--method", "mcdropout+tta", "--samples", "2", "--quiet", "--device", "cpu"]) == 0
+    assert json.loads(Path("pred_cli/infer.json").read_text()) == json.loads(Path("pred_python/infer.json").read_text())
+    files = sorted(p.name for p in Path("pred_cli").glob("*.nii.gz"))
+    assert files == sorted(p.name for p in Path("pred_python").glob("*.nii.gz")) and len(files) == 2 * 6
+    for name in files:
+        np.testing.assert_array_equal(np.asarray(nib.load(f"pred_cli/{name}").dataobj),
+                                      np.asarray(nib.load(f"pred_python/{name}").dataobj), err_msg=name)
+
+
+def test_report_and_triage_check_their_options_in_the_workflow(s, tmp_path):
+    """``run_report`` and ``triage_with_page`` refuse what ``monai-unc report`` / ``triage`` refuse, before any work."""
+    from monai_unc.workflows import run_report, triage_with_page
+
+    with pytest.raises(ValueError, match="--cases must be >= 0, got -1"):
+        run_report(tmp_path, cases=-1)
+    with pytest.raises(FileNotFoundError, match="--evaluation folder not found"):
+        run_report(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="no summary.json"):
+        run_report(tmp_path)
+    broken = tmp_path / "broken"
+    (broken / "state").mkdir(parents=True)
+    (broken / "summary.json").write_text("{trunc")
+    (broken / "state" / "rows.json").write_text("[")
+    with pytest.raises(ValueError, match="cannot read the evaluation in"):
+        run_report(broken)
+    with pytest.raises(ValueError, match="lies inside the input folder"):
+        run_report(broken, broken / "images" / "report", images=broken / "images")
+    with pytest.raises(ValueError, match="--cases must be >= 0"):
+        triage_with_page(s["predictions"], tmp_path / "rule.json", tmp_path / "t", cases=-2)
+    with pytest.raises(ValueError, match="lies inside the input folder"):
+        triage_with_page(s["predictions"], tmp_path / "rule.json", s["predictions"] / "t")
+    assert not (tmp_path / "t").exists() and not (broken / "report").exists()
