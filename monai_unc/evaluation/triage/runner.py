@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -23,13 +20,13 @@ from ...io import (
     CaseError,
     CaseFiles,
     atomic_write_json,
-    atomic_write_text,
     check_output_folder,
     clean_partial_files,
     image_channel_files,
     json_safe,
     load_case,
     match_cases,
+    write_csv,
 )
 from ...keys import UncertaintyKeys
 from ...metrics.quality import expected_dice, quality_estimates
@@ -221,24 +218,11 @@ def remove_triage_files(folder: str | os.PathLike) -> None:
             p.unlink()
 
 
-def _csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    columns: list[str] = []
-    for r in rows:
-        columns += [k for k in r if k not in columns]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) and math.isfinite(v)
-                                              else ("" if isinstance(v, float) else v))) for k, v in r.items()})
-    return buf.getvalue()
-
-
 def _assemble(
     rows: Sequence[Mapping[str, Any]], rule: ReferralRule, check: Mapping[str, Any], images_given: bool,
     rule_path: str | None,
-) -> tuple[dict[str, Any], str]:
-    """Apply the rule to the rows (in case-id order): the summary (``triage.json``) and the ``triage.csv`` text."""
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Apply the rule to the rows (in case-id order): the summary (``triage.json``) and the rows of ``triage.csv``."""
     rows = sorted(rows, key=lambda r: str(r["case"]))
     ids = [str(r["case"]) for r in rows]
     scores = np.array([as_float(r.get(rule.score)) for r in rows])
@@ -310,7 +294,7 @@ def _assemble(
         "files": {str(r["case"]): r.get("files") for r in rows},
         "warnings": warns,
     }
-    return summary, _csv_text(csv_rows)
+    return summary, csv_rows
 
 
 def run_triage(
@@ -382,8 +366,8 @@ def run_triage(
         clean_partial_files(output)
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
-        summary, csv_text = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
-        paths = {"csv": atomic_write_text(output / "triage.csv", csv_text),
+        summary, csv_rows = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
+        paths = {"csv": write_csv(output / "triage.csv", csv_rows),
                  "json": atomic_write_json(output / "triage.json", summary)}
         (output / "triage.html").unlink(missing_ok=True)  # the page of an earlier run is stale now
         return json_safe(summary), paths
