@@ -91,7 +91,8 @@ def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple
 def parse_regions(spec: RegionSpec | str) -> dict[str, tuple[int, ...]]:
     """A region spec from a mapping, a name (``"brats"``: :data:`BRATS_REGIONS`, ``"brats2023"``:
     :data:`BRATS_2023_REGIONS`) or a JSON object string such as ``'{"WT": [1, 2, 4], "TC": [1, 4], "ET": [4]}'``
-    (the order of the keys is the channel order). Raises ``ValueError`` for unknown names or invalid JSON."""
+    (the order of the keys is the channel order). Raises ``ValueError`` for unknown names or invalid JSON.
+    """
     if isinstance(spec, str):
         key = spec.strip()
         if key.lower() in _NAMED:
@@ -138,7 +139,8 @@ def label_to_regions(
 
 def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -> dict[str, Any]:
     """``{region: isin(labels, regions[region])}``: one boolean mask of the label map's shape per region, in the
-    spec's order (no stacked copy; see :func:`label_to_regions` for the stacked form). numpy in, numpy out."""
+    spec's order (no stacked copy; see :func:`label_to_regions` for the stacked form). numpy in, numpy out.
+    """
     spec = parse_regions(regions)
     t = _labels(labels)
     return {name: like_input(_isin(t, values), labels) for name, values in spec.items()}
@@ -146,7 +148,8 @@ def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -
 
 def _labels(labels: ArrayLike) -> torch.Tensor:
     """The label map as a tensor in its own dtype (no int64 copy of a large volume), validated like
-    :func:`~monai_unc._utils.check_labels`: integral, non-negative, not empty."""
+    :func:`~monai_unc._utils.check_labels`: integral, non-negative, not empty.
+    """
     t = to_tensor(labels, "labels")
     if t.numel() == 0:
         raise ValueError(f"labels is empty (shape {tuple(t.shape)})")

@@ -246,7 +246,8 @@ def resolve_dropout_sites(
 ) -> list[str]:
     """Module names selected by ``after`` (as in :func:`add_dropout`): ``"auto"`` (see
     :func:`default_dropout_sites`), a list of names from ``model.named_modules()``, or a predicate
-    ``(name, module) -> bool``. Raises ``ValueError`` for unknown names or an empty selection."""
+    ``(name, module) -> bool``. Raises ``ValueError`` for unknown names or an empty selection.
+    """
     modules = dict(model.named_modules())
     if isinstance(after, str):
         if after != "auto":

@@ -144,7 +144,8 @@ class SampleSource:
     def prepare(self, x: torch.Tensor, predictor: Predictor) -> None:
         """Called once per window, before its samples, with the window input and the plain predictor (network
         and extra arguments, no wrapper): lets a source adapt to the input (Rate-In searches its dropout rates
-        here). Default: nothing."""
+        here). Default: nothing.
+        """
 
     def extra_outputs(self) -> dict[str, Any]:
         """Per-call extras (not voxel maps) placed in :attr:`UncertaintyOutput.extras` after the call."""
@@ -157,7 +158,8 @@ class SampleSource:
 class StochasticSource(SampleSource):
     """``num_samples`` calls of a network that samples internally (a latent-variable model such as SSN or the
     probabilistic U-Net, or any stochastic forward). MI over such samples is aleatoric (ValUES Appendix D)
-    unless ``mi_meaning`` says otherwise."""
+    unless ``mi_meaning`` says otherwise.
+    """
 
     def __init__(self, num_samples: int, mi_meaning: MIMeaning | str = MIMeaning.ALEATORIC) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
@@ -174,7 +176,8 @@ class UncertaintyOutput(dict):
     attributes saying what the mutual information measures and how many samples went in, ``multilabel``: whether
     the channels are independent Bernoulli variables (a sigmoid network with ``C >= 2`` outputs: ``pred`` holds
     per-channel foreground probabilities that need not sum to 1), and ``extras``: a dict of per-call outputs that
-    are not voxel maps (e.g. Rate-In's per-layer rates, ``rate_in_rates``)."""
+    are not voxel maps (e.g. Rate-In's per-layer rates, ``rate_in_rates``).
+    """
 
     def __init__(
         self,
@@ -201,7 +204,8 @@ class UncertaintyOutput(dict):
 
 def network_spatial_dims(network: Any) -> int | None:
     """The number of spatial axes of ``network``'s convolutions (1, 2 or 3) when they all agree, else None (no
-    convolution, or a mix; e.g. a transformer or a plain callable)."""
+    convolution, or a mix; e.g. a transformer or a plain callable).
+    """
     if not isinstance(network, nn.Module):
         return None
     dims = {len(m.kernel_size) for m in network.modules() if isinstance(m, nn.modules.conv._ConvNd)}
@@ -211,7 +215,8 @@ def network_spatial_dims(network: Any) -> int | None:
 def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> None:
     """Up-front checks of an inferer's ``inputs``: a floating-point tensor ``(B, C, *spatial)`` with 1 to 3 spatial
     axes, as many as the network's convolutions (a volume without its batch axis would otherwise be read as a batch
-    of images) and as the sliding window's ``roi_size``. ``TypeError`` / ``ValueError`` naming ``inputs``."""
+    of images) and as the sliding window's ``roi_size``. ``TypeError`` / ``ValueError`` naming ``inputs``.
+    """
     if not isinstance(inputs, torch.Tensor):
         raise TypeError(f"inputs must be a torch.Tensor (B, C, *spatial), got {type(inputs).__name__}")
     if not inputs.is_floating_point():
@@ -240,7 +245,8 @@ def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> 
 
 def check_output_ndim(out: Any, x: torch.Tensor) -> None:
     """Refuse a network output whose number of axes differs from the input's: e.g. ``DynUNet(deep_supervision=
-    True)`` in train mode stacks its heads into ``(B, K, C, *spatial)``, which would be read as classes."""
+    True)`` in train mode stacks its heads into ``(B, K, C, *spatial)``, which would be read as classes.
+    """
     t = out[0] if isinstance(out, (tuple, list)) and out else out
     if isinstance(t, torch.Tensor) and t.ndim != x.ndim:
         raise ValueError(
@@ -404,7 +410,8 @@ class UncertaintyInferer(Inferer):
     @property
     def mi_meaning(self) -> str:
         """What the mutual information measures for this inferer's sources (before seeing an input, flips
-        count as varying)."""
+        count as varying).
+        """
         kinds = {MIMeaning(s.mi_meaning) for s in self.sources}
         if not kinds:
             return MIMeaning.NONE
@@ -414,7 +421,8 @@ class UncertaintyInferer(Inferer):
         self, network: Callable, window_sources: Sequence[SampleSource]
     ) -> tuple[Callable, dict[str, Any]]:
         """The window callable and a dict in which it records ``multilabel`` (whether the outputs are per-channel
-        Bernoulli probabilities)."""
+        Bernoulli probabilities).
+        """
         info: dict[str, Any] = {"multilabel": None}
 
         def window(x: torch.Tensor, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
@@ -472,7 +480,8 @@ class UncertaintyInferer(Inferer):
 
     def __call__(self, inputs: torch.Tensor, network: Callable | None = None, *args: Any, **kwargs: Any):
         """Run the inferer: ``inputs`` ``(B, C_in, *spatial)``; ``network`` the model (may be ``None`` when an
-        ensemble of modules supplies the networks). Extra args are passed to the network."""
+        ensemble of modules supplies the networks). Extra args are passed to the network.
+        """
         check_inputs(inputs, network, self.base_inferer)
         self._check_base_inferer()
         x = inputs.as_tensor() if hasattr(inputs, "as_tensor") else inputs

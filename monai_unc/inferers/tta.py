@@ -76,7 +76,8 @@ def _flip_output(out: Any, dims: tuple[int, ...]) -> Any:
 
 class NoiseSource(SampleSource):
     """``num_samples`` copies of the input with additive Gaussian noise of standard deviation ``std`` (in the
-    input's intensity units), as in the TTA of ValUES."""
+    input's intensity units), as in the TTA of ValUES.
+    """
 
     mi_meaning = MIMeaning.EPISTEMIC
 
@@ -97,7 +98,8 @@ class NoiseSource(SampleSource):
 
 class AugmentationSource(SampleSource):
     """Custom invertible augmentations: pairs ``(forward, inverse)`` where ``forward`` maps the input tensor
-    ``(B, C, *spatial)`` and ``inverse`` maps the network output back to the original geometry."""
+    ``(B, C, *spatial)`` and ``inverse`` maps the network output back to the original geometry.
+    """
 
     mi_meaning = MIMeaning.EPISTEMIC
 

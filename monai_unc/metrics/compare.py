@@ -140,7 +140,8 @@ def seed003_metrics(
     threshold: float = 0.5, sigma: float = 2.0, n_bands: int = 10, include_uce: bool = True
 ) -> dict[str, MetricSpec]:
     """Deprecated alias of :func:`uncertainty_map_metrics` (the registry's former name); removed in the next
-    release."""
+    release.
+    """
     warnings.warn(
         "seed003_metrics is deprecated and will be removed in the next release; use uncertainty_map_metrics",
         DeprecationWarning,

@@ -143,7 +143,8 @@ def _class_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 def _confusion(p: torch.Tensor, t: torch.Tensor, c: int, lead: torch.Size) -> torch.Tensor:
     """Joint counts ``[..., i, j] = #{P = i, T = j}`` of label maps ``(..., V)`` (broadcast leading axes ``lead``)
-    in ``[0, C)``: one int64 code ``C P + T`` per voxel and one bincount over offset rows."""
+    in ``[0, C)``: one int64 code ``C P + T`` per voxel and one bincount over offset rows.
+    """
     code = p.to(torch.int64) * c
     code = code.add_(t) if tuple(code.shape[:-1]) == tuple(lead) else code + t
     n = math.prod(lead)
@@ -273,7 +274,8 @@ def iou(
     empty_score: float = 1.0,
 ) -> ArrayLike:
     """IoU (Jaccard index) per case and class: ``|P = c & T = c| / |P = c or T = c|``; arguments and result as in
-    :func:`dice` (MONAI's ``compute_iou`` with ``ignore_empty=False`` for the default ``empty_score``)."""
+    :func:`dice` (MONAI's ``compute_iou`` with ``ignore_empty=False`` for the default ``empty_score``).
+    """
     return _per_class("iou", pred, target, num_classes, include_background, empty_score)
 
 
@@ -292,7 +294,8 @@ def _gram(
     parts: Sequence[torch.Tensor], select: Callable[[torch.Tensor], torch.Tensor], block: int
 ) -> torch.Tensor:
     """``(..., M, M)`` float64 ``|A_i & A_j|`` for the masks ``select(x)`` of ``parts`` ``(..., M_k, V)``
-    (concatenated along ``M`` one block of voxels at a time, so no part is copied whole)."""
+    (concatenated along ``M`` one block of voxels at a time, so no part is copied whole).
+    """
     lead = parts[0].shape[:-2]
     n_vox = parts[0].shape[-1]
     m = sum(p.shape[-2] for p in parts)
@@ -345,7 +348,8 @@ def label_gram(
 ) -> torch.Tensor:
     """Gram matrix of the masks ``labels == label`` (or ``labels > 0`` for ``label="foreground"``) of ``M``
     label maps ``(..., M, V)`` (or a list of such stacks, concatenated along ``M``), built one block at a time
-    so that no one-hot copy of the maps is held. Result as in :func:`mask_gram`."""
+    so that no one-hot copy of the maps is held. Result as in :func:`mask_gram`.
+    """
     b = _check_block(block)
     parts = _parts(labels, "labels")
     if isinstance(label, str):
@@ -367,7 +371,8 @@ def _sizes(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dice_matrix(gram: ArrayLike, empty_score: float = 1.0) -> torch.Tensor:
     """Pairwise Dice ``(..., M, M)`` of the masks of a Gram matrix (:func:`mask_gram`): ``2 G_ij / (G_ii + G_jj)``
-    with ``empty_score`` for two empty masks (including the diagonal entry of an empty mask)."""
+    with ``empty_score`` for two empty masks (including the diagonal entry of an empty mask).
+    """
     g = to_tensor(gram, "gram").to(torch.float64)
     si, sj = _sizes(g)
     return dice_from_counts(g, si, sj, empty_score, caller="dice_matrix")
@@ -375,7 +380,8 @@ def dice_matrix(gram: ArrayLike, empty_score: float = 1.0) -> torch.Tensor:
 
 def iou_matrix(gram: ArrayLike, empty_score: float = 1.0) -> torch.Tensor:
     """Pairwise IoU ``(..., M, M)`` of the masks of a Gram matrix: ``G_ij / (G_ii + G_jj - G_ij)``, with
-    ``empty_score`` for two empty masks."""
+    ``empty_score`` for two empty masks.
+    """
     g = to_tensor(gram, "gram").to(torch.float64)
     si, sj = _sizes(g)
     return iou_from_counts(g, si, sj, empty_score, caller="iou_matrix")

@@ -93,7 +93,8 @@ class QUBraTSResult:
 @dataclass(frozen=True)
 class QUBraTSRegionsResult:
     """QU-BraTS of several regions: ``regions`` maps each name to its :class:`QUBraTSResult`; the scalars are the
-    unweighted means over the regions (the challenge ranks the mean over WT, TC and ET)."""
+    unweighted means over the regions (the challenge ranks the mean over WT, TC and ET).
+    """
 
     regions: dict[str, QUBraTSResult]
     score: float
@@ -126,7 +127,8 @@ def _check_grid_args(num_points: Any, max_uncertainty: Any) -> tuple[int, float]
 def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0) -> np.ndarray:
     """The challenge's threshold grid, descending: ``numpy.arange(0, max_u + eps, max_u / num_points)[::-1]`` with
     ``max_u + eps`` in float32 (module docstring). For the defaults: ``97.5, 95, ..., 2.5, 0`` (40 values; 100 is not
-    a threshold). Returned as float64."""
+    a threshold). Returned as float64.
+    """
     k, max_u = _check_grid_args(num_points, max_uncertainty)
     stop = np.float32(max_u) + np.float32(QU_BRATS_EPS)  # float32, as `100.0 + np.finfo(np.float32).eps` in numpy 2
     return np.arange(0.0, stop, max_u / k, dtype=np.float64)[::-1].copy()
@@ -199,7 +201,8 @@ def _curve_counts(
     """Counts kept at every ascending threshold: ``(K, 8)`` int64 by category ``P + 2 G + 4 B``, plus the totals
     ``(8,)`` as a last row: ``(K + 1, 8)``. One pass: a threshold index and a category per voxel, one bincount.
     CPU tensors run through numpy (zero copy), other devices through ``torch.bucketize`` / ``torch.bincount``
-    (``backend`` forces one, for tests)."""
+    (``backend`` forces one, for tests).
+    """
     k = len(asc)
     if backend is None:
         backend = "numpy" if u.device.type == "cpu" else "torch"
@@ -508,7 +511,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
 
     def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
         """Reduce the buffered ``(N, R)`` values (NaN ignored); ``"none"`` returns them all. No case: NaN with a
-        ``UserWarning``."""
+        ``UserWarning``.
+        """
         data = self.get_buffer()
         if not isinstance(data, torch.Tensor) or data.numel() == 0:
             warnings.warn("QUBraTSMetric: no case was evaluated; the score is undefined (NaN)", UserWarning,

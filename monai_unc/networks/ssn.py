@@ -80,7 +80,8 @@ class SSNParams(NamedTuple):
 @contextlib.contextmanager
 def no_autocast(device: torch.device) -> Iterator[None]:
     """Run a block in full precision even inside ``torch.autocast`` (matrix products over millions of logits
-    in float16 overflow or lose the small covariance terms)."""
+    in float16 overflow or lose the small covariance terms).
+    """
     if device.type in ("cuda", "cpu", "xpu", "mps"):
         with torch.autocast(device_type=device.type, enabled=False):
             yield
@@ -167,7 +168,8 @@ class SSNDistribution(LowRankMultivariateNormal):
         """Reparameterised draws ``(*sample_shape, B, C*N)``: ``loc + P z_R + sqrt(D) z_D``.
 
         Draws ``z_R`` then ``z_D`` with the shapes the stock class uses, so the draws equal
-        ``LowRankMultivariateNormal.rsample`` for the same random state (up to rounding)."""
+        ``LowRankMultivariateNormal.rsample`` for the same random state (up to rounding).
+        """
         shape = self._extended_shape(torch.Size(sample_shape))
         w = self._unbroadcasted_cov_factor
         with no_autocast(self.loc.device):
@@ -191,7 +193,8 @@ class SSNDistribution(LowRankMultivariateNormal):
         of ``rsample((num_samples,))`` for the same random state; but only one draw exists at a time (a loss that
         consumes each draw before the next one keeps one draw in memory instead of ``num_samples``).
         ``antithetic=True`` draws ``num_samples / 2`` noise vectors and yields ``mu + dz`` for all of them, then
-        ``mu - dz`` (the order of ``cat([mu + d, mu - d])``)."""
+        ``mu - dz`` (the order of ``cat([mu + d, mu - d])``).
+        """
         n = int(num_samples)
         if antithetic and n % 2:
             raise ValueError(f"antithetic sampling needs an even number of samples, got {n}")
@@ -225,7 +228,8 @@ def lowrank_distribution(
     """The SSN distribution from parameters in image layout: ``mean`` and ``cov_diag`` ``(B, C, *spatial)``,
     ``cov_factor`` ``(B, R, C, *spatial)``; flattened class-major (module docstring). Half-precision inputs are
     promoted to float32. No copy of ``mean``/``cov_diag`` is made when they are contiguous; the factor is a
-    transposed view."""
+    transposed view.
+    """
     _check_params(mean, cov_diag, cov_factor)
     dtype = torch.promote_types(mean.dtype, torch.float32)
     b, r = cov_factor.shape[:2]
@@ -237,7 +241,8 @@ def lowrank_distribution(
 
 def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Tensor:
     """Reparameterised logit samples from image-layout parameters: ``(B, C, *spatial)`` when ``num_samples`` is
-    None, else ``(num_samples, B, C, *spatial)``; ``mu + sum_r P_r z_r + sqrt(D) z_D`` in full precision."""
+    None, else ``(num_samples, B, C, *spatial)``; ``mu + sum_r P_r z_r + sqrt(D) z_D`` in full precision.
+    """
     d = lowrank_distribution(*params)
     return d.logits(() if num_samples is None else (int(num_samples),))
 
@@ -457,7 +462,8 @@ class SSNHead(nn.Module):
 
     def raw(self, features: torch.Tensor) -> torch.Tensor:
         """Stacked raw outputs ``(B, C * (2 + R), *spatial)``: mean, log-variance (before exp and floor), factor
-        (channel ``2C + r * C + c`` is column ``r`` for class ``c``)."""
+        (channel ``2C + r * C + c`` is column ``r`` for class ``c``).
+        """
         f = self._check_features(features)
         return torch.cat([self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f)], dim=1)
 
@@ -465,7 +471,8 @@ class SSNHead(nn.Module):
         self, mean: torch.Tensor, log_var: torch.Tensor, factor: torch.Tensor, mask: torch.Tensor | None
     ) -> SSNParams:
         """The one place where raw outputs become :class:`SSNParams`: ``D = exp(log_var) [* mask] + epsilon``,
-        ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed in float32 (or wider)."""
+        ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed in float32 (or wider).
+        """
         dtype = torch.promote_types(mean.dtype, torch.float32)
         with no_autocast(mean.device):
             mean, log_var, factor = mean.to(dtype), log_var.to(dtype), factor.to(dtype)
@@ -492,7 +499,8 @@ class SSNHead(nn.Module):
 
     def params(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> SSNParams:
         """:class:`SSNParams` of the logit distribution for ``features`` (the three convolutions are kept apart:
-        no concatenated copy of the factor)."""
+        no concatenated copy of the factor).
+        """
         f = self._check_features(features)
         return self._params(self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f), mask)
 
@@ -501,7 +509,8 @@ class SSNHead(nn.Module):
 
     def distribution(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> SSNDistribution:
         """``LowRankMultivariateNormal`` (:class:`SSNDistribution`) over the flattened logits, batch shape
-        ``(B,)``, event size ``C * N``, class-major (module docstring)."""
+        ``(B,)``, event size ``C * N``, class-major (module docstring).
+        """
         return lowrank_distribution(*self.params(features, mask))
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
@@ -665,7 +674,8 @@ class SSNNetwork(nn.Module):
         """Within the block (and inside ``ssn_sampling(..., cache=True)``), a forward call draws a new sample from
         the distribution of the previous backbone pass instead of running the backbone again, when the input has
         the same shape. The caller guarantees it is the same input (and the same state of any other randomness,
-        such as dropout masks)."""
+        such as dropout masks).
+        """
         old = self._reuse
         self._reuse = True
         try:

@@ -276,7 +276,8 @@ def all_label_ece(
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
     """All-label ("multiclass") ECE of Kock et al.: every label's ``p_l`` against ``[y == l]`` in one histogram
-    (``C`` entries per voxel), so that the reliability diagram covers [0, 1] and no label is left out."""
+    (``C`` entries per voxel), so that the reliability diagram covers [0, 1] and no label is left out.
+    """
     return _calibration_error(
         probs, target, kind="all_label", reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
         per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="all_label_ece",
@@ -298,7 +299,8 @@ def ace(
 ) -> float | ArrayLike:
     """Average calibration error ``1/M sum_m |c_m - Acc_m|`` over the ``M`` non-empty (kept) bins, every bin
     weighted equally (ValUES, Appendix A.5, eq. 11; Neumann et al. 2018). ``kind`` as in :func:`ece`;
-    classwise averages over labels."""
+    classwise averages over labels.
+    """
     return _calibration_error(
         probs, target, kind=kind, reduction="average", n_bins=n_bins, min_bin_count=min_bin_count,
         per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="ace",
@@ -319,7 +321,8 @@ def mce(
     kind: str = "top",
 ) -> float | ArrayLike:
     """Maximum calibration error ``max_b |a_b - c_b|`` over kept bins (Naeini et al. 2015; Zeevi et al.'s
-    baseline). Use ``min_bin_count`` to keep sparsely filled bins from dominating. ``kind`` as in :func:`ece`."""
+    baseline). Use ``min_bin_count`` to keep sparsely filled bins from dominating. ``kind`` as in :func:`ece`.
+    """
     return _calibration_error(
         probs, target, kind=kind, reduction="maximum", n_bins=n_bins, min_bin_count=min_bin_count,
         per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="mce",
@@ -411,7 +414,8 @@ def nll(
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
     """Negative log-likelihood ``sum w (-log max(p_y, 1e-15)) / sum w`` in nats (Kock et al. eq. 1, computed
-    exactly from float64 sums instead of bin centres). Arguments as in :func:`ece`."""
+    exactly from float64 sums instead of bin centres). Arguments as in :func:`ece`.
+    """
     return _scalar_metric(probs, target, per_case, weights, mask, n_fine_bins, ConfidenceHistogram.SCALAR_NLL, "nll")
 
 
@@ -426,7 +430,8 @@ def brier(
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
     """Brier score ``sum w sum_l (p_l - [y == l])^2 / sum w`` (Brier 1950; sum over labels, range [0, 2],
-    as scikit-learn's multiclass ``brier_score_loss``). Arguments as in :func:`ece`."""
+    as scikit-learn's multiclass ``brier_score_loss``). Arguments as in :func:`ece`.
+    """
     return _scalar_metric(
         probs, target, per_case, weights, mask, n_fine_bins, ConfidenceHistogram.SCALAR_BRIER, "brier"
     )
@@ -519,7 +524,8 @@ _METRIC_FNS = {
 
 def check_metric_names(metrics: Sequence[str] | str) -> tuple[str, ...]:
     """The names selected by ``metrics`` (one name or a sequence of names from :data:`CALIBRATION_METRICS`) as
-    a tuple; ``ValueError`` naming ``metrics`` for an empty selection or an unknown name."""
+    a tuple; ``ValueError`` naming ``metrics`` for an empty selection or an unknown name.
+    """
     names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     bad = [m for m in names if m not in _METRIC_FNS]
     if not names or bad:

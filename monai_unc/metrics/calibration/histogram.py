@@ -106,7 +106,8 @@ class _Staging:
         out: torch.Tensor | None = None,
     ) -> None:
         """Count ``r = 1`` at bin indices ``idx`` ``(n,)`` of ``row`` (flat indices over all rows if ``row`` is
-        None), where ``correct`` (all if None); ``out``: an int64 buffer of ``n`` for the 0/1 counts."""
+        None), where ``correct`` (all if None); ``out``: an int64 buffer of ``n`` for the 0/1 counts.
+        """
         if correct is None:
             src = self._ones_of(idx.numel())
         elif out is not None:
@@ -187,7 +188,8 @@ def top_label(
 
 class _State:
     """Histogram of one case: counts ``(2, R, F)`` (``r`` first), sums ``(R, F)``, weighted counts ``(2, R, F)``
-    or None, scalars ``(3,)``."""
+    or None, scalars ``(3,)``.
+    """
 
     __slots__ = ("counts", "sums", "wcounts", "scalars")
 
@@ -713,7 +715,8 @@ class ConfidenceHistogram:
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> ConfidenceHistogram:
         """A new histogram holding a state from :meth:`state_dict` (its layout: ``num_classes``, ``n_fine_bins``,
-        ``per_case``)."""
+        ``per_case``).
+        """
         hist = cls(int(state["num_classes"]), int(state["n_fine_bins"]), per_case=bool(state["per_case"]))
         return hist.load_state_dict(dict(state))
 

@@ -94,7 +94,8 @@ class CalibrationMetric(CumulativeIterationMetric):
 
     def _synced_histogram(self) -> ConfidenceHistogram:
         """The pooled histogram of every rank: each table all-gathered (MONAI's ``evenly_divisible_all_gather``)
-        and summed; a rank without data adds zeros."""
+        and summed; a rank without data adds zeros.
+        """
         if self._hist is None or not len(self._hist):
             if self.num_classes is None:
                 raise ValueError("CalibrationMetric.aggregate() called before any update (and num_classes unknown)")
