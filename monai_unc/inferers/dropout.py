@@ -244,8 +244,9 @@ def add_dropout(
 def resolve_dropout_sites(
     model: nn.Module, after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto"
 ) -> list[str]:
-    """Module names selected by ``after`` (as in :func:`add_dropout`): ``"auto"`` (see
-    :func:`default_dropout_sites`), a list of names from ``model.named_modules()``, or a predicate
+    """Module names selected by ``after`` (as in :func:`add_dropout`).
+
+    ``"auto"`` (see :func:`default_dropout_sites`), a list of names from ``model.named_modules()``, or a predicate
     ``(name, module) -> bool``. Raises ``ValueError`` for unknown names or an empty selection.
     """
     modules = dict(model.named_modules())

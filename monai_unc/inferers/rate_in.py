@@ -412,8 +412,10 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 
 def _small_linalg(device: torch.device) -> contextlib.AbstractContextManager:
-    """One CPU thread for factorisations of small (C x C) matrices: on CPU, LAPACK's threads only add
-    synchronisation cost there (measured up to 100 ms per call on a busy 2-core machine).
+    """One CPU thread for factorisations of small (C x C) matrices.
+
+    On CPU, LAPACK's threads only add synchronisation cost there (measured up to 100 ms per call on a busy 2-core
+    machine).
     """
     return _torch_threads(1) if device.type == "cpu" else contextlib.nullcontext()
 
@@ -718,8 +720,9 @@ def _layer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def find_rate_in_layers(model: nn.Module) -> list[tuple[str, RateInDropout]]:
-    """``(name, layer)`` of every Rate-In layer of ``model`` in module order: :class:`RateInDropout` modules (their
-    own name) and :class:`RateInHook` s (the name of the hooked module).
+    """``(name, layer)`` of every Rate-In layer of ``model`` in module order.
+
+    :class:`RateInDropout` modules (their own name) and :class:`RateInHook` s (the name of the hooked module).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -823,9 +826,10 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
 
 
 def remove_rate_in(model: nn.Module) -> int:
-    """Undo :func:`add_rate_in` and :func:`convert_dropout_to_rate_in`: inserted hooks are removed, converted
-    layers and hooks get their original dropout back. :class:`RateInDropout` modules built into the architecture
-    stay. Returns how many were removed or restored.
+    """Undo :func:`add_rate_in` and :func:`convert_dropout_to_rate_in`.
+
+    Inserted hooks are removed, converted layers and hooks get their original dropout back. :class:`RateInDropout`
+    modules built into the architecture stay. Returns how many were removed or restored.
     """
     count = 0
     for parent in list(model.modules()):

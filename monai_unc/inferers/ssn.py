@@ -132,8 +132,10 @@ class SSNSource(StochasticSource):
 
 
 class SSNInferer(UncertaintyInferer):
-    """Latent draws of a Stochastic Segmentation Network into streaming statistics: ``UncertaintyInferer`` with
-    one :class:`SSNSource` (``num_samples`` draws per window; MI is aleatoric, ValUES Appendix D).
+    """Latent draws of a Stochastic Segmentation Network into streaming statistics.
+
+    ``UncertaintyInferer`` with one :class:`SSNSource` (``num_samples`` draws per window; MI is aleatoric, ValUES
+    Appendix D).
 
     Example::
 

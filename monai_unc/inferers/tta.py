@@ -97,8 +97,10 @@ class NoiseSource(SampleSource):
 
 
 class AugmentationSource(SampleSource):
-    """Custom invertible augmentations: pairs ``(forward, inverse)`` where ``forward`` maps the input tensor
-    ``(B, C, *spatial)`` and ``inverse`` maps the network output back to the original geometry.
+    """Custom invertible augmentations.
+
+    Pairs ``(forward, inverse)`` where ``forward`` maps the input tensor ``(B, C, *spatial)`` and ``inverse`` maps the
+    network output back to the original geometry.
     """
 
     mi_meaning = MIMeaning.EPISTEMIC

@@ -58,8 +58,7 @@ def _log_mean_exp(per_sample: list[torch.Tensor], n: int, normalize: bool) -> to
 
 
 def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """Monte Carlo estimate of ``log p(y | x)`` per image from logit samples (the functional core of
-    :class:`SSNLoss`).
+    """Monte Carlo estimate of ``log p(y | x)`` per image from logit samples (the functional core of :class:`SSNLoss`).
 
     Args:
         logit_samples: ``(M, B, C, *spatial)`` logits (M samples, C >= 2 classes).

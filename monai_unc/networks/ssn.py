@@ -225,10 +225,11 @@ class SSNDistribution(LowRankMultivariateNormal):
 def lowrank_distribution(
     mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor, validate_args: bool | None = False
 ) -> SSNDistribution:
-    """The SSN distribution from parameters in image layout: ``mean`` and ``cov_diag`` ``(B, C, *spatial)``,
-    ``cov_factor`` ``(B, R, C, *spatial)``; flattened class-major (module docstring). Half-precision inputs are
-    promoted to float32. No copy of ``mean``/``cov_diag`` is made when they are contiguous; the factor is a
-    transposed view.
+    """The SSN distribution from parameters in image layout.
+
+    ``mean`` and ``cov_diag`` ``(B, C, *spatial)``, ``cov_factor`` ``(B, R, C, *spatial)``; flattened class-major
+    (module docstring). Half-precision inputs are promoted to float32. No copy of ``mean``/``cov_diag`` is made when
+    they are contiguous; the factor is a transposed view.
     """
     _check_params(mean, cov_diag, cov_factor)
     dtype = torch.promote_types(mean.dtype, torch.float32)
@@ -240,8 +241,10 @@ def lowrank_distribution(
 
 
 def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Tensor:
-    """Reparameterised logit samples from image-layout parameters: ``(B, C, *spatial)`` when ``num_samples`` is
-    None, else ``(num_samples, B, C, *spatial)``; ``mu + sum_r P_r z_r + sqrt(D) z_D`` in full precision.
+    """Reparameterised logit samples from image-layout parameters.
+
+    ``(B, C, *spatial)`` when ``num_samples`` is None, else ``(num_samples, B, C, *spatial)``; ``mu + sum_r P_r z_r +
+    sqrt(D) z_D`` in full precision.
     """
     d = lowrank_distribution(*params)
     return d.logits(() if num_samples is None else (int(num_samples),))
@@ -377,8 +380,10 @@ class SSNHead(nn.Module):
         self.sampling = False
 
     def fold_temperature(self, temperature: torch.Tensor | float, rescale_floor: bool = False) -> None:
-        """Fold a temperature into the head in place: the logits ``eta ~ N(mu, diag(D) + P P^T)`` divided by ``t``
-        are ``N(mu / t, diag(D) / t^2 + (P / t)(P / t)^T)`` (per class ``c`` for a vector ``t``).
+        """Fold a temperature into the head in place.
+
+        The logits ``eta ~ N(mu, diag(D) + P P^T)`` divided by ``t`` are ``N(mu / t, diag(D) / t^2 + (P / t)(P / t)^T)``
+        (per class ``c`` for a vector ``t``).
 
         The mean and factor convolutions' weights and biases are divided by ``t_c`` (factor channel ``r C + c``
         by ``t_c``) and the log-variance bias is shifted by ``-2 log t_c``, so ``exp(.)`` becomes
@@ -461,8 +466,9 @@ class SSNHead(nn.Module):
         return self.mean_conv(self._check_features(features))
 
     def raw(self, features: torch.Tensor) -> torch.Tensor:
-        """Stacked raw outputs ``(B, C * (2 + R), *spatial)``: mean, log-variance (before exp and floor), factor
-        (channel ``2C + r * C + c`` is column ``r`` for class ``c``).
+        """Stacked raw outputs ``(B, C * (2 + R), *spatial)``.
+
+        Mean, log-variance (before exp and floor), factor (channel ``2C + r * C + c`` is column ``r`` for class ``c``).
         """
         f = self._check_features(features)
         return torch.cat([self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f)], dim=1)
@@ -470,8 +476,10 @@ class SSNHead(nn.Module):
     def _params(
         self, mean: torch.Tensor, log_var: torch.Tensor, factor: torch.Tensor, mask: torch.Tensor | None
     ) -> SSNParams:
-        """The one place where raw outputs become :class:`SSNParams`: ``D = exp(log_var) [* mask] + epsilon``,
-        ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed in float32 (or wider).
+        """The one place where raw outputs become :class:`SSNParams`.
+
+        ``D = exp(log_var) [* mask] + epsilon``, ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed
+        in float32 (or wider).
         """
         dtype = torch.promote_types(mean.dtype, torch.float32)
         with no_autocast(mean.device):
