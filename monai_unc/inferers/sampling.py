@@ -140,6 +140,11 @@ class SampleSource:
     position in the list, so that its variants run back to back for each combination of the other sources (a
     latent-variable source reuses one backbone pass for all its draws; see :class:`~monai_unc.inferers.SSNSource`).
 
+    Attributes:
+        mi_meaning: what the mutual information over this source measures (:class:`~monai_unc.keys.MIMeaning`).
+        level: ``"window"`` (sampled inside every window of the inner inferer) or ``"network"`` (looped outside it).
+        innermost: put the source last in the product.
+
     Example:
         >>> import torch
         >>> from monai_unc.inferers import SampleSource, UncertaintyInferer
