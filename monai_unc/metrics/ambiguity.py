@@ -60,10 +60,17 @@ class GEDResult(NamedTuple):
         sample_diversity: ``E[d(Y, Y')]``.
 
     Example:
-        >>> from monai_unc.metrics import GEDResult
-        >>> r = GEDResult(ged=0.1, cross=0.2, reference_diversity=0.15, sample_diversity=0.15)
-        >>> round(2 * r.cross - r.reference_diversity - r.sample_diversity, 4)
-        0.1
+        >>> from monai_unc.metrics import ged
+        >>> import torch
+        >>> raters = torch.zeros(3, 4, 4, dtype=torch.long)  # 3 raters, one 4x4 case
+        >>> raters[:, 1:3, 1:3] = 1
+        >>> raters[0, 0, 1] = 1  # rater 0 adds a voxel
+        >>> samples = torch.zeros(2, 4, 4, dtype=torch.long)
+        >>> samples[:, 1:3, 1:3] = 1
+        >>> samples[1, 1:3, 0] = 1  # sample 1 adds two voxels
+        >>> r = ged(raters, samples)
+        >>> round(float(r.ged), 4), round(float(2 * r.cross - r.reference_diversity - r.sample_diversity), 4)
+        (0.1762, 0.1762)
     """
 
     ged: float
@@ -82,8 +89,8 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     """Normalized cross-correlation of two maps of one case (ValUES eq. 12, Hu et al. 2019).
 
     ``NCC(a, b) = 1 / n sum_i (a_i - mu_a)(b_i - mu_b) / (sigma_a sigma_b)`` (Kahl et al.: *ValUES: A Framework for
-    Systematic Validation of Uncertainty Estimation in Semantic Segmentation*; Hu, Greenspan et al.: *Supervised
-    Uncertainty Quantification for Segmentation with Multiple Annotations*).
+    Systematic Validation of Uncertainty Estimation in Semantic Segmentation*; Hu, Worrall, Knegt, Veeling, Huisman,
+    Welling: *Supervised Uncertainty Quantification for Segmentation with Multiple Annotations*).
 
     Args:
         uncertainty: predicted uncertainty map, any shape (e.g. ``(1, *spatial)``; formerly ``pred_uncertainty``).
