@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.monai-unc-installed
+# modules whose docstring examples run as doctests (the public API documented with Google-style docstrings)
+DOCTEST_PATHS := monai_unc/metrics monai_unc/inferers monai_unc/networks monai_unc/regions.py \
+	monai_unc/measures.py monai_unc/aggregation.py monai_unc/temperature.py
 
 .PHONY: install test demo lint clean bench validate
 
@@ -24,6 +27,7 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n 2 --durations=15 -q
+	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTEST_PATHS)
 
 demo: $(STAMP)
 	$(VENV)/bin/monai-unc demo --output demo_output

@@ -58,8 +58,22 @@ _NAMED = {"brats": BRATS_REGIONS, "brats2023": BRATS_2023_REGIONS}
 def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple[int, ...]]:
     """Validate a region spec and return it as ``{name: (label, ...)}`` in the given order.
 
-    Raises ``TypeError`` when it is not a mapping of strings to integer sequences, ``ValueError`` when it is empty,
-    a region name is empty, a region has no label, a label is negative or repeated within a region.
+    Args:
+        regions: mapping of region names to their labels (an int or a sequence of ints per region).
+        name: the argument name used in error messages.
+
+    Returns:
+        ``{region name: tuple of labels}`` in the given order (a single int becomes a 1-tuple).
+
+    Raises:
+        TypeError: when it is not a mapping of strings to integer sequences.
+        ValueError: when it is empty, a region name is empty, a region has no label, a label is negative or repeated
+            within a region.
+
+    Example:
+        >>> from monai_unc.regions import check_regions
+        >>> check_regions({"WT": [1, 2, 4], "ET": 4})
+        {'WT': (1, 2, 4), 'ET': (4,)}
     """
     if not isinstance(regions, Mapping):
         raise TypeError(f"{name} must be a mapping from region names to label lists, got {type(regions).__name__}")
@@ -89,9 +103,28 @@ def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple
 
 
 def parse_regions(spec: RegionSpec | str) -> dict[str, tuple[int, ...]]:
-    """A region spec from a mapping, a name (``"brats"``: :data:`BRATS_REGIONS`, ``"brats2023"``:
-    :data:`BRATS_2023_REGIONS`) or a JSON object string such as ``'{"WT": [1, 2, 4], "TC": [1, 4], "ET": [4]}'``
-    (the order of the keys is the channel order). Raises ``ValueError`` for unknown names or invalid JSON."""
+    """A region spec from a mapping, a name or a JSON object string.
+
+    Names: ``"brats"`` (:data:`BRATS_REGIONS`) and ``"brats2023"`` (:data:`BRATS_2023_REGIONS`), case-insensitive.
+    A JSON object string such as ``'{"WT": [1, 2, 4], "TC": [1, 4], "ET": [4]}'`` keeps the order of its keys as
+    the channel order.
+
+    Args:
+        spec: a mapping of region names to labels, a known name or a JSON object string.
+
+    Returns:
+        The validated spec ``{region name: tuple of labels}`` (see :func:`check_regions`).
+
+    Raises:
+        ValueError: for unknown names, invalid JSON or an invalid spec.
+
+    Example:
+        >>> from monai_unc.regions import parse_regions
+        >>> parse_regions("brats")
+        {'TC': (1, 4), 'WT': (1, 2, 4), 'ET': (4,)}
+        >>> parse_regions('{"WT": [1, 2, 3], "ET": [3]}')
+        {'WT': (1, 2, 3), 'ET': (3,)}
+    """
     if isinstance(spec, str):
         key = spec.strip()
         if key.lower() in _NAMED:
@@ -117,7 +150,29 @@ def label_to_regions(
             ``labels.shape[channel_dim]`` must be 1 and is replaced by the ``R`` regions (e.g. ``channel_dim=1`` maps
             a batch ``(B, 1, *spatial)`` to ``(B, R, *spatial)``; ``0`` maps ``(1, *spatial)`` to ``(R, *spatial)``).
 
-    Returns boolean masks, numpy for numpy input, torch (same device) otherwise.
+    Returns:
+        Boolean masks, ``(R, *labels.shape)`` or ``labels.shape`` with ``R`` at ``channel_dim``; numpy for numpy
+        input, torch (same device) otherwise.
+
+    Raises:
+        ValueError: for labels that are empty, negative or not integral, or a ``channel_dim`` without one channel.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.regions import label_to_regions
+        >>> labels = np.array([[0, 1], [2, 4]])
+        >>> masks = label_to_regions(labels)  # TC, WT, ET
+        >>> masks.shape
+        (3, 2, 2)
+        >>> masks.astype(int)
+        array([[[0, 1],
+                [0, 1]],
+        <BLANKLINE>
+               [[0, 1],
+                [1, 1]],
+        <BLANKLINE>
+               [[0, 0],
+                [0, 1]]])
     """
     spec = parse_regions(regions)
     t = _labels(labels)
@@ -137,16 +192,35 @@ def label_to_regions(
 
 
 def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -> dict[str, Any]:
-    """``{region: isin(labels, regions[region])}``: one boolean mask of the label map's shape per region, in the
-    spec's order (no stacked copy; see :func:`label_to_regions` for the stacked form). numpy in, numpy out."""
+    """One boolean mask of the label map's shape per region: ``{region: isin(labels, regions[region])}``.
+
+    The masks are kept apart in the spec's order (no stacked copy; see :func:`label_to_regions` for the stacked
+    form).
+
+    Args:
+        labels: integer label map, any shape.
+        regions: region spec (see :func:`parse_regions`); default :data:`BRATS_REGIONS`.
+
+    Returns:
+        ``{region name: boolean mask of labels.shape}``; numpy in, numpy out.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.regions import region_masks
+        >>> masks = region_masks(np.array([0, 1, 2, 4]))
+        >>> {name: m.astype(int).tolist() for name, m in masks.items()}
+        {'TC': [0, 1, 0, 1], 'WT': [0, 1, 1, 1], 'ET': [0, 0, 0, 1]}
+    """
     spec = parse_regions(regions)
     t = _labels(labels)
     return {name: like_input(_isin(t, values), labels) for name, values in spec.items()}
 
 
 def _labels(labels: ArrayLike) -> torch.Tensor:
-    """The label map as a tensor in its own dtype (no int64 copy of a large volume), validated like
-    :func:`~monai_unc._utils.check_labels`: integral, non-negative, not empty."""
+    """The label map as a tensor in its own dtype (no int64 copy of a large volume).
+
+    Validated like :func:`~monai_unc._utils.check_labels`: integral, non-negative, not empty.
+    """
     t = to_tensor(labels, "labels")
     if t.numel() == 0:
         raise ValueError(f"labels is empty (shape {tuple(t.shape)})")
@@ -168,11 +242,28 @@ def _isin(t: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
 
 
 def binary_probabilities(probs: ArrayLike, channel_dim: int = 1) -> Any:
-    """One region's foreground probability ``p`` (one channel along ``channel_dim``) as two-class probabilities
-    ``(1 - p, p)`` along that axis, so that a softmax-style metric (ECE, NLL, Brier, ...) scores the region as a
-    binary task with class 1 = inside the region. numpy in, numpy out.
+    """One region's foreground probability ``p`` as the two-class probabilities ``(1 - p, p)``.
 
-    Raises ``ValueError`` when the axis does not have exactly one channel or values leave ``[0, 1]``.
+    The channel along ``channel_dim`` becomes two channels, so that a softmax-style metric (ECE, NLL, Brier, ...)
+    scores the region as a binary task with class 1 = inside the region.
+
+    Args:
+        probs: sigmoid probabilities of one region, one channel along ``channel_dim``, e.g. ``(B, 1, *spatial)``.
+        channel_dim: the channel axis.
+
+    Returns:
+        ``(1 - p, p)`` concatenated along ``channel_dim``, e.g. ``(B, 2, *spatial)``; numpy in, numpy out.
+
+    Raises:
+        ValueError: when the axis does not have exactly one channel or values leave ``[0, 1]``.
+        TypeError: for non-floating-point input.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.regions import binary_probabilities
+        >>> binary_probabilities(torch.tensor([[[0.25, 0.9]]]))
+        tensor([[[0.7500, 0.1000],
+                 [0.2500, 0.9000]]])
     """
     t = to_tensor(probs, "probs")
     if isinstance(channel_dim, bool) or not isinstance(channel_dim, int) or not -t.ndim <= channel_dim < t.ndim:
@@ -208,9 +299,24 @@ def per_region(
         binary_probs: the keys of ``region_args`` holding probabilities; region ``r`` receives
             :func:`binary_probabilities` of them, ``(1 - p_r, p_r)``.
         channel_dim: the region axis (1 for batches ``(B, R, *spatial)``, 0 for one case ``(R, *spatial)``).
-        kwargs: passed to every call unchanged (e.g. ``n_bins``, ``spacing``).
+        **kwargs: passed to every call unchanged (e.g. ``n_bins``, ``spacing``).
 
-    Raises ``ValueError`` when ``region_args`` is empty, the region counts differ or ``names`` has another length.
+    Returns:
+        ``{region name: fn(...)}`` for the ``R`` regions, in channel order.
+
+    Raises:
+        ValueError: when ``region_args`` is empty, the region counts differ or ``names`` has another length.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import ece
+        >>> from monai_unc.regions import per_region
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.rand(1, 3, 4, 4, 4)  # sigmoid outputs of TC, WT, ET
+        >>> target = probs > 0.5
+        >>> res = per_region(ece, {"probs": probs, "target": target}, names=["TC", "WT", "ET"], n_bins=5)
+        >>> {name: round(float(v), 4) for name, v in res.items()}
+        {'TC': 0.2496, 'WT': 0.2418, 'ET': 0.251}
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")

@@ -47,6 +47,20 @@ class DropoutHook:
     ``channelwise=True`` drops whole feature channels (``Dropout2d``/``Dropout3d`` style, chosen from the
     output's dimensionality); otherwise element-wise. Tensor outputs only; tuples and lists are handled
     element by element.
+
+    Args:
+        p: dropout rate in [0, 1).
+        channelwise: drop whole channels instead of elements.
+
+    Example:
+        >>> from monai_unc.inferers import DropoutHook, add_dropout, find_dropout_layers
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv3d(4, 3, 1))
+        >>> _ = add_dropout(net, p=0.2, after=["0"])
+        >>> hook = find_dropout_layers(net)[1][0]
+        >>> isinstance(hook, DropoutHook), hook.p, hook.channelwise
+        (True, 0.2, True)
     """
 
     def __init__(self, p: float, channelwise: bool = True) -> None:
@@ -70,6 +84,7 @@ class DropoutHook:
         return F.dropout(x, self.p, training=True)
 
     def __call__(self, module: nn.Module, inputs: Any, output: Any) -> Any:
+        """Apply dropout to ``output`` when active; the hook interface ``(module, inputs, output) -> output``."""
         if module.training or self.mc_enabled:
             return self._drop(output)
         return output
@@ -92,6 +107,24 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
 
     Layers with rate 0 (MONAI networks build ``Dropout(p=0)`` when no dropout is asked for) are left out unless
     ``include_zero``.
+
+    Args:
+        model: the network.
+        include_zero: also list layers with rate 0.
+
+    Returns:
+        ``(modules, hooks)``: the dropout modules and the post-hoc hooks, in module order.
+
+    Example:
+        >>> from monai_unc.inferers import find_dropout_layers
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> modules, hooks = find_dropout_layers(net)
+        >>> modules, hooks
+        ([Dropout3d(p=0.3, inplace=False)], [])
     """
     modules, hooks = [], []
     for m in model.modules():
@@ -105,7 +138,26 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
 
 
 class MCDropoutContext:
-    """Handle returned by :func:`enable_mc_dropout`: ``restore()`` or use it as a context manager."""
+    """Handle returned by :func:`enable_mc_dropout`: ``restore()`` or use it as a context manager.
+
+    Args:
+        model: the network whose dropout layers are switched on.
+        strict: raise ``ValueError`` when the model has no dropout.
+
+    Example:
+        >>> from monai_unc.inferers.dropout import MCDropoutContext
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> ctx = MCDropoutContext(net)
+        >>> net[1].training
+        True
+        >>> ctx.restore()
+        >>> net[1].training
+        False
+    """
 
     def __init__(self, model: nn.Module, strict: bool = True) -> None:
         modules, hooks = find_dropout_layers(model)
@@ -144,14 +196,29 @@ class MCDropoutContext:
 def enable_mc_dropout(model: nn.Module, strict: bool = True) -> MCDropoutContext:
     """Switch on every dropout layer of ``model`` for Monte-Carlo sampling, leaving the rest in its mode.
 
-    Returns a handle that restores the previous modes with ``restore()`` or at the end of a ``with`` block::
+    Args:
+        model: the network (usually in eval mode).
+        strict: raise when the model has no dropout at all.
 
-        model.eval()
-        with enable_mc_dropout(model):
-            samples = [model(x) for _ in range(10)]
-        # dropout layers are back in eval mode here
+    Returns:
+        A :class:`MCDropoutContext` that restores the previous modes with ``restore()`` or at the end of a ``with``
+        block.
 
-    Raises ``ValueError`` when ``strict`` and the model has no dropout at all.
+    Raises:
+        ValueError: when ``strict`` and the model has no dropout at all.
+
+    Example:
+        >>> from monai_unc.inferers import enable_mc_dropout
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> x = torch.rand(1, 1, 4, 4, 4)
+        >>> with enable_mc_dropout(net):
+        ...     samples = torch.stack([net(x) for _ in range(3)])
+        >>> bool((samples[0] != samples[1]).any()), net[1].training  # dropout is back in eval mode
+        (True, False)
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -185,8 +252,22 @@ def default_dropout_sites(model: nn.Module) -> list[str]:
 
     Every encoder and decoder stage but the output layer (Zeevi et al., Sec. 4) for MONAI ``UNet``,
     ``BasicUNet``, ``DynUNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
-    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`. Raises
-    ``ValueError`` for other architectures: pass ``after=`` explicitly.
+    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`.
+
+    Args:
+        model: the network.
+
+    Returns:
+        Module names from ``model.named_modules()``.
+
+    Raises:
+        ValueError: for other architectures: pass ``after=`` explicitly.
+
+    Example:
+        >>> from monai.networks.nets import BasicUNet
+        >>> from monai_unc.inferers import default_dropout_sites
+        >>> default_dropout_sites(BasicUNet(spatial_dims=2, in_channels=1, out_channels=2, features=(4, 4, 4, 4, 4, 4)))
+        ['conv_0', 'down_1', 'down_2', 'down_3', 'down_4', 'upcat_4', 'upcat_3', 'upcat_2', 'upcat_1']
     """
     cls = type(model).__name__
     names = {m: n for n, m in model.named_modules()}
@@ -227,6 +308,22 @@ def add_dropout(
         after: ``"auto"`` (every encoder/decoder stage but the output, see :func:`default_dropout_sites`),
             a list of module names from ``model.named_modules()``, or a predicate ``(name, module) -> bool``.
         channelwise: drop whole channels (Dropout2d/3d style, the usual choice for feature maps) or elements.
+
+    Returns:
+        The names of the modules followed by dropout.
+
+    Example:
+        >>> from monai_unc.inferers import add_dropout, remove_dropout
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv3d(4, 3, 1))
+        >>> keys = list(net.state_dict())
+        >>> add_dropout(net, p=0.2, after=lambda name, m: isinstance(m, torch.nn.ReLU))
+        ['1']
+        >>> list(net.state_dict()) == keys
+        True
+        >>> remove_dropout(net)
+        1
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -244,9 +341,27 @@ def add_dropout(
 def resolve_dropout_sites(
     model: nn.Module, after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto"
 ) -> list[str]:
-    """Module names selected by ``after`` (as in :func:`add_dropout`): ``"auto"`` (see
-    :func:`default_dropout_sites`), a list of names from ``model.named_modules()``, or a predicate
-    ``(name, module) -> bool``. Raises ``ValueError`` for unknown names or an empty selection."""
+    """Module names selected by ``after`` (as in :func:`add_dropout`).
+
+    Args:
+        model: the network.
+        after: ``"auto"`` (see :func:`default_dropout_sites`), a list of names from ``model.named_modules()``, or a
+            predicate ``(name, module) -> bool``.
+
+    Returns:
+        The selected module names, in module order.
+
+    Raises:
+        ValueError: for unknown names or an empty selection.
+
+    Example:
+        >>> from monai_unc.inferers import resolve_dropout_sites
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv3d(4, 3, 1))
+        >>> resolve_dropout_sites(net, lambda name, m: isinstance(m, torch.nn.Conv3d))
+        ['0', '2']
+    """
     modules = dict(model.named_modules())
     if isinstance(after, str):
         if after != "auto":
@@ -265,7 +380,23 @@ def resolve_dropout_sites(
 
 
 def remove_dropout(model: nn.Module) -> int:
-    """Remove every post-hoc dropout hook added by :func:`add_dropout`; returns how many were removed."""
+    """Remove every post-hoc dropout hook added by :func:`add_dropout`.
+
+    Args:
+        model: the network, modified in place.
+
+    Returns:
+        How many hooks were removed.
+
+    Example:
+        >>> from monai_unc.inferers import add_dropout, remove_dropout
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv3d(4, 3, 1))
+        >>> _ = add_dropout(net, after=["0", "1"])
+        >>> remove_dropout(net), remove_dropout(net)
+        (2, 0)
+    """
     removed = 0
     for m in model.modules():
         for key in [k for k, h in m._forward_hooks.items() if isinstance(h, DropoutHook)]:
@@ -276,7 +407,22 @@ def remove_dropout(model: nn.Module) -> int:
 
 # ---------------------------------------------------------------------------------------- inferer
 class MCDropoutSource(SampleSource):
-    """``num_samples`` stochastic passes with dropout switched on (MI is epistemic, MI(Y, theta))."""
+    """``num_samples`` stochastic passes with dropout switched on (MI is epistemic, MI(Y, theta)).
+
+    Args:
+        num_samples: passes per window.
+
+    Example:
+        >>> from monai_unc.inferers import FlipSource, MCDropoutSource, UncertaintyInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> inferer = UncertaintyInferer([MCDropoutSource(4), FlipSource([0])], seed=0)
+        >>> inferer(torch.rand(1, 1, 4, 4, 4), net).num_samples
+        8
+    """
 
     mi_meaning = MIMeaning.EPISTEMIC
 
@@ -289,26 +435,45 @@ class MCDropoutSource(SampleSource):
         return self.num_samples
 
     def variants(self, x: torch.Tensor) -> list[Callable | None]:
+        """``num_samples`` plain calls (the dropout masks differ)."""
         return [None] * self.num_samples
 
     def activate(self, network: nn.Module) -> MCDropoutContext:
+        """Switch on the dropout of ``network`` for the call (:func:`enable_mc_dropout`)."""
         return enable_mc_dropout(network)
 
 
 class MCDropoutInferer(UncertaintyInferer):
     """Monte-Carlo dropout inferer (Gal & Ghahramani; Zeevi et al. uses ``num_samples=30``).
 
-    Calls ``base_inferer`` (default ``SimpleInferer``; ``SlidingWindowInferer`` for large volumes) once; inside
-    each window ``num_samples`` passes with dropout switched on stream into :class:`~monai_unc.stats.SampleStats`,
-    so memory does not grow with ``num_samples``. Dropout modes are restored afterwards.
-
-    Returns ``dict[str, Tensor]`` keyed by :class:`~monai_unc.keys.UncertaintyKeys`. The network needs dropout
+    Gal, Ghahramani: *Dropout as a Bayesian Approximation: Representing Model Uncertainty in Deep Learning*. Calls
+    ``base_inferer`` (default ``SimpleInferer``; ``SlidingWindowInferer`` for large volumes) once; inside each
+    window ``num_samples`` passes with dropout switched on stream into :class:`~monai_unc.stats.SampleStats`, so
+    memory does not grow with ``num_samples``. Dropout modes are restored afterwards. The network needs dropout
     layers (build it with its dropout argument or call :func:`add_dropout`); otherwise ``ValueError``.
 
-    Example::
+    Args:
+        num_samples: dropout passes per window.
+        **kwargs: :class:`~monai_unc.inferers.UncertaintyInferer` options (``base_inferer``, ``activation``,
+            ``keys``, ``seed``, ...).
 
-        inferer = MCDropoutInferer(num_samples=30, base_inferer=SlidingWindowInferer((96, 96, 96)))
-        out = inferer(image, network)   # out["mutual_information"]: (B, 1, H, W, D)
+    Returns:
+        Calling it returns ``dict[str, Tensor]`` keyed by :class:`~monai_unc.keys.UncertaintyKeys`.
+
+    Example:
+        >>> from monai.inferers import SlidingWindowInferer
+        >>> from monai_unc.inferers import MCDropoutInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> inferer = MCDropoutInferer(num_samples=5, seed=0, base_inferer=SlidingWindowInferer((4, 4, 4)))
+        >>> out = inferer(torch.rand(1, 1, 6, 6, 6), net)
+        >>> out["mutual_information"].shape, out["window_disagreement"].shape
+        (torch.Size([1, 1, 6, 6, 6]), torch.Size([1, 1, 6, 6, 6]))
+        >>> bool((out["mutual_information"] > 0).all()), out.mi_meaning.value
+        (True, 'epistemic')
     """
 
     def __init__(self, num_samples: int = 30, **kwargs: Any) -> None:

@@ -24,6 +24,25 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True) -> dict[
     Uses ``torch.load(..., weights_only=True)`` unless the caller opts out. Accepts a bare state dict or a
     dict holding one under a usual key (``state_dict``, ``model_state_dict``, nnU-Net's ``network_weights``,
     ``model``, ``net``, ``network``); strips a DistributedDataParallel ``module.`` prefix.
+
+    Args:
+        path: the checkpoint file.
+        weights_only: load tensors only (safe for untrusted files).
+
+    Returns:
+        The state dict, tensors on the CPU.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> import torch
+        >>> from monai_unc.inferers import load_state_dict
+        >>> net = torch.nn.Conv2d(1, 2, 1)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = Path(tmp) / "fold0.pt"
+        ...     torch.save({"network_weights": {"module." + k: v for k, v in net.state_dict().items()}}, path)
+        ...     sorted(load_state_dict(path))
+        ['bias', 'weight']
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -49,6 +68,20 @@ class EnsembleSource(SampleSource):
     ``networks`` holds ``nn.Module`` s or checkpoint paths. Modules are moved to the input's device one at a
     time and back to where they were afterwards. Checkpoints are loaded (``weights_only`` by default) into the
     network passed to the inferer, whose own weights are restored at the end.
+
+    Args:
+        networks: the members, modules or checkpoint paths.
+        weights_only: load checkpoints with ``torch.load(weights_only=True)``.
+
+    Example:
+        >>> from monai_unc.inferers import EnsembleSource, FlipSource, UncertaintyInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> members = [torch.nn.Conv3d(1, 3, 3, padding=1) for _ in range(3)]
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> out = UncertaintyInferer([EnsembleSource(members), FlipSource([0])])(image, None)
+        >>> out.num_samples, out.mi_meaning.value
+        (6, 'epistemic')
     """
 
     mi_meaning = MIMeaning.EPISTEMIC
@@ -70,9 +103,20 @@ class EnsembleSource(SampleSource):
         return len(self.networks)
 
     def variants(self, x: torch.Tensor) -> list[None]:
+        """One plain call per member (the members are looped by :meth:`members`)."""
         return [None]
 
     def members(self, network: nn.Module | None, device: torch.device) -> Iterator[contextlib.AbstractContextManager]:
+        """One context manager per member; inside it the member is the network (moved to ``device``).
+
+        Args:
+            network: the network passed to the inferer (the architecture for checkpoint members; may be None for
+                module members).
+            device: the input's device.
+
+        Returns:
+            An iterator of context managers, one per member.
+        """
         needs_template = any(not isinstance(n, nn.Module) for n in self.networks)
         if needs_template and not isinstance(network, nn.Module):
             raise ValueError("ensemble members given as checkpoint paths need the network (architecture) argument")
@@ -108,16 +152,25 @@ def _on_device(module: nn.Module, device: torch.device) -> Iterator[nn.Module]:
 class EnsembleInferer(UncertaintyInferer):
     """Deep-ensemble inferer: every member predicts, predictions stream into the statistics.
 
+    Lakshminarayanan, Pritzel, Blundell: *Simple and Scalable Predictive Uncertainty Estimation using Deep
+    Ensembles*. The mutual information over the members is epistemic.
+
     Args:
         networks: members, as modules or checkpoint paths (paths are loaded into the ``network`` given at call
             time, with ``torch.load(weights_only=True)`` unless ``weights_only=False``).
+        weights_only: see ``networks``.
         extra_sources: sources multiplied with the members, e.g. ``[MCDropoutSource(5), FlipSource("all")]``.
         **kwargs: :class:`UncertaintyInferer` options.
 
-    Example::
-
-        inferer = EnsembleInferer(["fold0.pt", "fold1.pt", "fold2.pt"], base_inferer=SlidingWindowInferer(96))
-        out = inferer(image, UNet(...))
+    Example:
+        >>> from monai_unc.inferers import EnsembleInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> members = [torch.nn.Conv3d(1, 3, 3, padding=1) for _ in range(3)]
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> out = EnsembleInferer(members)(image)  # module members need no network argument
+        >>> out.num_samples, out["mutual_information"].shape
+        (3, torch.Size([1, 1, 4, 4, 4]))
     """
 
     def __init__(

@@ -121,11 +121,29 @@ def _relative_mse(pre: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
 def relative_mse_loss(pre: ArrayLike, post: ArrayLike) -> ArrayLike:
     """Relative mean squared error ``sum (pre - post)^2 / sum pre^2`` per batch element.
 
-    ``pre``, ``post``: ``(B, C, *spatial)`` (or ``(B, C)``) feature maps, numpy or torch; returns ``(B,)`` values
-    in ``[0, 1]`` when ``post`` is a masked copy of ``pre``: the fraction of the feature energy removed. With
-    dropout its expectation equals the rate for element-wise and channel-wise masks alike, whatever the
+    With dropout its expectation equals the rate for element-wise and channel-wise masks alike, whatever the
     content, so it is the content-blind baseline among the Rate-In losses (Zeevi et al. 2025 list MSE among
-    their losses). NaN with a ``UserWarning`` where ``pre`` is all zero (nothing to lose).
+    their losses).
+
+    Args:
+        pre: feature map before dropout, ``(B, C, *spatial)`` (or ``(B, C)``), numpy or torch.
+        post: the same map after dropout.
+
+    Returns:
+        ``(B,)`` values, in ``[0, 1]`` when ``post`` is a masked copy of ``pre``: the fraction of the feature energy
+        removed. NaN with a ``UserWarning`` where ``pre`` is all zero (nothing to lose).
+
+    Example:
+        >>> from monai_unc.inferers import relative_mse_loss
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> pre = torch.randn(2, 8, 6, 6, 6)  # a feature map: 2 inputs, 8 channels
+        >>> keep = (torch.rand(2, 8, 1, 1, 1) > 0.25).float()  # drop some of the channels
+        >>> post = pre * keep
+        >>> relative_mse_loss(pre, post).round(decimals=3)
+        tensor([0.3560, 0.4840], dtype=torch.float64)
+        >>> 1 - keep.mean(dim=(1, 2, 3, 4))  # the fraction of channels dropped
+        tensor([0.3750, 0.5000])
     """
     a, b = _pair(pre, post)
     return _finish(_relative_mse(a, b), pre, "relative_mse_loss")
@@ -170,13 +188,33 @@ def ssim_loss(
 ) -> ArrayLike:
     """Structural information loss ``1 - SSIM(pre, post)`` per batch element, clipped to ``[0, 1]``.
 
-    ``pre``, ``post``: ``(B, C, H, W)`` or ``(B, C, H, W, D)``. Each channel is scaled to ``[0, 1]`` by the range of
-    its ``pre`` map (the same affine map is applied to ``post``), SSIM (Wang et al. 2004; constants k1 = 0.01,
-    k2 = 0.03, population covariances, as ``skimage.metrics.structural_similarity(use_sample_covariance=False)``)
-    is computed with MONAI's ``compute_ssim_and_cs`` over valid windows of ``kernel_size`` voxels per axis (shrunk
-    to the map where it is smaller; Gaussian of ``kernel_sigma`` voxels or uniform) and averaged over channels and
-    windows. Zeevi et al. 2025 use SSIM for image-like feature maps. Cost: five depthwise n-D convolutions per
-    call (a full n-D window is faster than separable passes with oneDNN on CPU, measured), the slowest loss.
+    Each channel is scaled to ``[0, 1]`` by the range of its ``pre`` map (the same affine map is applied to
+    ``post``), SSIM (Wang et al. 2004; constants k1 = 0.01, k2 = 0.03, population covariances, as
+    ``skimage.metrics.structural_similarity(use_sample_covariance=False)``) is computed with MONAI's
+    ``compute_ssim_and_cs`` over valid windows of ``kernel_size`` voxels per axis (shrunk to the map where it is
+    smaller; Gaussian of ``kernel_sigma`` voxels or uniform) and averaged over channels and windows. Zeevi et al.
+    2025 use SSIM for image-like feature maps. Cost: five depthwise n-D convolutions per call (a full n-D window is
+    faster than separable passes with oneDNN on CPU, measured), the slowest loss.
+
+    Args:
+        pre: feature map before dropout, ``(B, C, H, W)`` or ``(B, C, H, W, D)``.
+        post: the same map after dropout.
+        kernel_size: SSIM window in voxels per axis.
+        kernel_sigma: standard deviation of the Gaussian window in voxels.
+        kernel_type: ``"gaussian"`` or ``"uniform"``.
+
+    Returns:
+        ``(B,)`` losses in ``[0, 1]``.
+
+    Example:
+        >>> from monai_unc.inferers import ssim_loss
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> pre = torch.randn(2, 8, 6, 6, 6)  # a feature map: 2 inputs, 8 channels
+        >>> keep = (torch.rand(2, 8, 1, 1, 1) > 0.25).float()  # drop some of the channels
+        >>> post = pre * keep
+        >>> ssim_loss(pre, post, kernel_size=3).round(decimals=3)
+        tensor([0.3630, 0.4870], dtype=torch.float64)
     """
     a, b = _pair(pre, post)
     if a.ndim not in (4, 5):
@@ -312,7 +350,7 @@ def mutual_information_loss(
 ) -> ArrayLike:
     """Relative information loss ``1 - I(pre; post) / I(pre; pre)`` per batch element, in ``[0, 1]``.
 
-    ``pre``, ``post``: ``(B, C, *spatial)``. The voxels of one batch element are the samples.
+    The voxels of one batch element are the samples.
 
     - ``estimator="gaussian"`` (default): the channel vectors are treated as jointly Gaussian with the empirical
       ``2C x 2C`` covariance of ``(pre, post)``, regularised by ``eps`` times the mean variance of ``pre``
@@ -325,8 +363,29 @@ def mutual_information_loss(
     - ``estimator="binned"``: plug-in mutual information of the element values of ``pre`` and ``post`` binned on
       ``bins`` equal-width bins over the range of ``pre`` (and 0), divided by the binned entropy of ``pre``.
 
-    NaN with a ``UserWarning`` where ``pre`` is constant (no information to lose). Zeevi et al. 2025 measure the
-    loss by mutual information between the feature maps before and after dropout.
+    Zeevi et al. 2025 measure the loss by mutual information between the feature maps before and after dropout.
+
+    Args:
+        pre: feature map before dropout, ``(B, C, *spatial)``.
+        post: the same map after dropout.
+        estimator: ``"gaussian"`` or ``"binned"``.
+        eps: ridge of the Gaussian estimate, relative to the mean variance of ``pre``.
+        bins: bins of the binned estimate.
+
+    Returns:
+        ``(B,)`` losses; NaN with a ``UserWarning`` where ``pre`` is constant (no information to lose).
+
+    Example:
+        >>> from monai_unc.inferers import mutual_information_loss
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> pre = torch.randn(2, 8, 6, 6, 6)  # a feature map: 2 inputs, 8 channels
+        >>> keep = (torch.rand(2, 8, 1, 1, 1) > 0.25).float()  # drop some of the channels
+        >>> post = pre * keep
+        >>> mutual_information_loss(pre, post).round(decimals=3)
+        tensor([0.3710, 0.4960], dtype=torch.float64)
+        >>> mutual_information_loss(pre, post, estimator="binned").round(decimals=3)
+        tensor([0.3910, 0.5170], dtype=torch.float64)
     """
     a, b = _pair(pre, post)
     if estimator == "gaussian":
@@ -366,9 +425,25 @@ def get_information_loss(loss: str | LossFn, channelwise: bool = True) -> LossFn
     """Resolve a loss name or pass a callable through.
 
     Names: ``"mi"`` (mutual information: the Gaussian estimate for channel-wise masks, the binned one for
-    element-wise masks), ``"mi_gaussian"``, ``"mi_binned"``, ``"ssim"``, ``"mse"``. A callable takes ``(pre, post)``
-    torch tensors ``(B, C, *spatial)`` and returns a ``(B,)`` tensor (or one float for every batch element) of
-    information losses, larger = more information lost.
+    element-wise masks), ``"mi_gaussian"``, ``"mi_binned"``, ``"ssim"``, ``"mse"``.
+
+    Args:
+        loss: a name, or a callable taking ``(pre, post)`` torch tensors ``(B, C, *spatial)`` and returning a ``(B,)``
+            tensor (or one float for every batch element) of information losses, larger = more information lost.
+        channelwise: which estimator ``"mi"`` means.
+
+    Returns:
+        The loss function.
+
+    Raises:
+        ValueError: for an unknown name.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import get_information_loss
+        >>> x = torch.randn(1, 4, 8, 8)
+        >>> get_information_loss("mse")(x, torch.zeros_like(x))  # everything lost
+        tensor([1.], dtype=torch.float64)
     """
     if isinstance(loss, str):
         name = _resolve_name(loss, channelwise)
@@ -385,10 +460,21 @@ def get_information_loss(loss: str | LossFn, channelwise: bool = True) -> LossFn
 class RateSearchResult:
     """Outcome of :func:`search_dropout_rate` for a batch of ``B`` inputs.
 
-    ``rates`` ``(B,)`` float64 final rates; ``losses`` ``(B,)`` information loss of the last draw (measured at
-    the final rate); ``iterations`` ``(B,)`` number of loss evaluations; ``converged`` ``(B,)`` whether
-    ``|loss - target| < tol`` was reached; ``keep`` the keep-mask of the last draw (``(B, C, 1, ...)``
-    channel-wise or ``x.shape`` element-wise, in ``x``'s dtype).
+    Attributes:
+        rates: ``(B,)`` float64 final rates.
+        losses: ``(B,)`` information loss of the last draw (measured at the final rate).
+        iterations: ``(B,)`` number of loss evaluations.
+        converged: ``(B,)`` whether ``|loss - target| < tol`` was reached.
+        keep: the keep-mask of the last draw (``(B, C, 1, ...)`` channel-wise or ``x.shape`` element-wise, in
+            ``x``'s dtype).
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import search_dropout_rate
+        >>> _ = torch.manual_seed(0)
+        >>> res = search_dropout_rate(torch.randn(2, 8, 6, 6, 6), "mse", target_loss=0.2)
+        >>> res.keep.shape, res.converged
+        (torch.Size([2, 8, 1, 1, 1]), tensor([True, True]))
     """
 
     rates: torch.Tensor
@@ -412,8 +498,11 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 
 def _small_linalg(device: torch.device) -> contextlib.AbstractContextManager:
-    """One CPU thread for factorisations of small (C x C) matrices: on CPU, LAPACK's threads only add
-    synchronisation cost there (measured up to 100 ms per call on a busy 2-core machine)."""
+    """One CPU thread for factorisations of small (C x C) matrices.
+
+    On CPU, LAPACK's threads only add synchronisation cost there (measured up to 100 ms per call on a busy 2-core
+    machine).
+    """
     return _torch_threads(1) if device.type == "cpu" else contextlib.nullcontext()
 
 
@@ -488,20 +577,49 @@ def search_dropout_rate(
 ) -> RateSearchResult:
     """Rate-In's feedback loop: find, per batch element, the dropout rate whose information loss is the target.
 
-    ``x``: feature map ``(B, C, *spatial)`` (the input of the dropout layer). Starting from ``p_init``, each
-    iteration draws ``draws`` dropout masks at the current rates (channel-wise: whole channels, as
-    ``Dropout2d/3d``; otherwise element-wise), measures the mean of ``loss(x, keep * x)`` over them and, where
-    ``|err| = |loss - target_loss| >= tol``, updates ``p <- clip(p - lr * err / (1 + |err|), p_min, p_max)`` (too
-    much information lost lowers the rate) and ``lr <- lr * lr_decay``. An input stops at ``|err| < tol``, after
-    ``max_iter`` iterations, or when its loss is undefined (NaN: constant map; the rate stays). The last
+    Starting from ``p_init``, each iteration draws ``draws`` dropout masks at the current rates (channel-wise: whole
+    channels, as ``Dropout2d/3d``; otherwise element-wise), measures the mean of ``loss(x, keep * x)`` over them and,
+    where ``|err| = |loss - target_loss| >= tol``, updates ``p <- clip(p - lr * err / (1 + |err|), p_min, p_max)``
+    (too much information lost lowers the rate) and ``lr <- lr * lr_decay``. An input stops at ``|err| < tol``,
+    after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map; the rate stays). The last
     iteration is measured at the final rate; the mask of its last draw is returned so that the caller applies
-    dropout whose loss was measured. ``validate`` checks ``x`` for NaN/inf first (``ValueError``); without it a
-    non-finite map gives a NaN loss and keeps ``p_init``.
+    dropout whose loss was measured.
+
+    Zeevi, Shwartz-Ziv, LeCun, Staib, Onofrey: *Rate-In: Information-Driven Adaptive Dropout Rates for Improved
+    Inference-Time Uncertainty Estimation*, CVPR 2025.
 
     With the Gaussian mutual information and channel-wise masks (the default ``"mi"``) the joint covariance of
     ``(x, keep * x)`` follows exactly from the covariance of ``x`` (computed once), so an iteration costs a few
     ``2C x 2C`` Cholesky factorisations and no pass over the voxels. Uses the global torch RNG (seed it for
     determinism).
+
+    Args:
+        x: feature map ``(B, C, *spatial)`` (the input of the dropout layer).
+        loss: a loss name or callable (see :func:`get_information_loss`).
+        target_loss: information loss to reach, in ``[0, 1]``.
+        p_init: initial rate.
+        channelwise: drop whole channels or single elements.
+        lr: controller step size (see :func:`search_dropout_rate`).
+        lr_decay: factor applied to ``lr`` after every update.
+        tol: stop when ``|loss - target_loss| < tol``.
+        max_iter: most loss evaluations per input.
+        p_min: smallest rate.
+        p_max: largest rate.
+        draws: dropout masks averaged per loss evaluation.
+        validate: check ``x`` for NaN/inf first (``ValueError``); without it a non-finite map gives a NaN loss and
+            keeps ``p_init``.
+
+    Returns:
+        :class:`RateSearchResult`.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import search_dropout_rate
+        >>> _ = torch.manual_seed(0)
+        >>> x = torch.randn(2, 16, 6, 6, 6)
+        >>> res = search_dropout_rate(x, "mse", target_loss=0.2)
+        >>> res.rates.round(decimals=2), res.converged
+        (tensor([0.1600, 0.2100], dtype=torch.float64), tensor([True, True]))
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError("x must be a floating point torch.Tensor (B, C, *spatial)")
@@ -568,6 +686,10 @@ def search_dropout_rate(
 class RateInDropout(nn.modules.dropout._DropoutNd):
     """Dropout whose rate is tuned per input so that the information it removes matches ``target_loss``.
 
+    Active in training mode (``module.train()``; :func:`~monai_unc.inferers.dropout.enable_mc_dropout` switches it
+    on like any dropout layer) and an identity in eval mode. After a search, ``rates`` ``(B,)``, ``last_search``
+    (:class:`RateSearchResult`) hold the outcome; neither is part of the ``state_dict``.
+
     Args:
         p: initial rate of the search (``p_init``) and the rate used in ``"fixed"`` mode before any search; in
             ``(0, p_max]``.
@@ -578,11 +700,22 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         channelwise: drop whole channels (``Dropout2d/3d`` style) or single elements.
         mode: ``"adapt"``: search the rates on every input, then apply the last draw of the search; ``"fixed"``:
             reuse the last rates (``rates``) with a fresh mask.
-        lr, lr_decay, tol, max_iter, p_min, p_max, draws: the controller (:func:`search_dropout_rate`).
+        lr: controller step size (see :func:`search_dropout_rate`).
+        lr_decay: factor applied to ``lr`` after every update.
+        tol: stop when ``|loss - target_loss| < tol``.
+        max_iter: most loss evaluations per input.
+        p_min: smallest rate.
+        p_max: largest rate.
+        draws: dropout masks averaged per loss evaluation.
 
-    Active in training mode (``module.train()``; :func:`~monai_unc.inferers.dropout.enable_mc_dropout` switches it
-    on like any dropout layer) and an identity in eval mode. After a search, ``rates`` ``(B,)``, ``last_search``
-    (:class:`RateSearchResult`) hold the outcome; neither is part of the ``state_dict``.
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import RateInDropout
+        >>> _ = torch.manual_seed(0)
+        >>> layer = RateInDropout(target_loss=0.2, loss="mse").train()
+        >>> y = layer(torch.randn(2, 16, 6, 6, 6))
+        >>> layer.rates.round(decimals=2), layer.last_search.converged
+        (tensor([0.1600, 0.2100], dtype=torch.float64), tensor([True, True]))
     """
 
     def __init__(
@@ -620,6 +753,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
 
     @property
     def mode(self) -> str:
+        """``"adapt"`` (search the rates on every input) or ``"fixed"`` (reuse the last rates)."""
         return self._mode
 
     @mode.setter
@@ -672,9 +806,11 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         return _apply_keep(x, _draw_keep(x, rates, self.channelwise), rates)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Rate-In dropout in training mode (searching or reusing the rates, see ``mode``); identity in eval."""
         return self.rate_in(x) if self.training else x
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr``."""
         name = self.loss if isinstance(self.loss, str) else getattr(self.loss, "__name__", "callable")
         return (
             f"p={self.p}, target_loss={self.target_loss}, loss={name}, channelwise={self.channelwise}, "
@@ -688,6 +824,18 @@ class RateInHook(DropoutHook):
     A :class:`~monai_unc.inferers.dropout.DropoutHook`, so :func:`~monai_unc.inferers.dropout.enable_mc_dropout`,
     :func:`~monai_unc.inferers.dropout.find_dropout_layers` and ``remove_dropout`` treat it like post-hoc dropout;
     active when the hooked module is in training mode or ``mc_enabled``.
+
+    Args:
+        layer: the Rate-In layer it applies.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import RateInHook, add_rate_in, find_rate_in_layers
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 8, 3, padding=1), torch.nn.Conv3d(8, 2, 1))
+        >>> add_rate_in(net, after=["0"], target_loss=0.2)
+        ['0']
+        >>> find_rate_in_layers(net)
+        [('0', RateInDropout(p=0.2, target_loss=0.2, loss=mi, channelwise=True, mode=adapt))]
     """
 
     def __init__(self, layer: RateInDropout) -> None:
@@ -717,8 +865,23 @@ def _layer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def find_rate_in_layers(model: nn.Module) -> list[tuple[str, RateInDropout]]:
-    """``(name, layer)`` of every Rate-In layer of ``model`` in module order: :class:`RateInDropout` modules (their
-    own name) and :class:`RateInHook` s (the name of the hooked module)."""
+    """``(name, layer)`` of every Rate-In layer of ``model`` in module order.
+
+    :class:`RateInDropout` modules (their own name) and :class:`RateInHook` s (the name of the hooked module).
+
+    Args:
+        model: the network.
+
+    Returns:
+        A list of ``(name, RateInDropout)``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import RateInDropout, find_rate_in_layers
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 8, 3), RateInDropout(), torch.nn.Conv3d(8, 2, 1))
+        >>> [name for name, _ in find_rate_in_layers(net)]
+        ['1']
+    """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     out: list[tuple[str, RateInDropout]] = []
@@ -734,12 +897,29 @@ def find_rate_in_layers(model: nn.Module) -> list[tuple[str, RateInDropout]]:
 def add_rate_in(
     model: nn.Module, after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto", **layer_kwargs: Any
 ) -> list[str]:
-    """Insert Rate-In dropout post hoc after the modules chosen by ``after`` (same placement as
-    :func:`~monai_unc.inferers.dropout.add_dropout`: ``"auto"`` = every encoder and decoder stage but the output
-    of MONAI UNet / BasicUNet / DynUNet and nnU-Net PlainConvUNet, or module names, or a predicate).
+    """Insert Rate-In dropout post hoc after the modules chosen by ``after``.
 
-    ``layer_kwargs`` configure each :class:`RateInDropout` (``p``, ``target_loss``, ``loss``, ``channelwise``,
-    controller settings). Parameters and ``state_dict`` keys are unchanged. Returns the module names.
+    Same placement as :func:`~monai_unc.inferers.dropout.add_dropout`: ``"auto"`` = every encoder and decoder stage
+    but the output of MONAI UNet / BasicUNet / DynUNet and nnU-Net PlainConvUNet, or module names, or a predicate.
+    Parameters and ``state_dict`` keys are unchanged.
+
+    Args:
+        model: the network, modified in place.
+        after: ``"auto"``, a list of module names or a predicate ``(name, module) -> bool``.
+        **layer_kwargs: configure each :class:`RateInDropout` (``p``, ``target_loss``, ``loss``, ``channelwise``,
+            controller settings).
+
+    Returns:
+        The names of the modules followed by Rate-In dropout.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import add_rate_in, remove_rate_in
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 8, 3), torch.nn.ReLU(), torch.nn.Conv3d(8, 2, 1))
+        >>> add_rate_in(net, after=lambda name, m: isinstance(m, torch.nn.ReLU), target_loss=0.1)
+        ['1']
+        >>> remove_rate_in(net)
+        1
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -754,8 +934,10 @@ def add_rate_in(
 
 
 def _with_default_p(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Inserted layers start the search at the target loss (the rate at which a content-blind loss would hit
-    it), at least 0.05 and at most ``p_max``."""
+    """Inserted layers start the search at the target loss, at least 0.05 and at most ``p_max``.
+
+    The target loss is the rate at which a content-blind loss would hit it.
+    """
     out = dict(kwargs)
     if "p" not in out:
         target = float(out.get("target_loss", DEFAULT_TARGET))
@@ -772,13 +954,39 @@ _CONVERTIBLE = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
 
 def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[str]:
-    """Replace every dropout of ``model`` (``torch.nn`` dropout modules with a rate above 0 and post-hoc
-    :class:`~monai_unc.inferers.dropout.DropoutHook` s) by Rate-In dropout, in place; returns their names.
+    """Replace every dropout of ``model`` by Rate-In dropout, in place; returns their names.
 
-    The initial rate ``p`` of each Rate-In layer is the rate it replaces unless ``p`` is given; ``Dropout1d/2d/3d``
-    and channel-wise hooks become channel-wise, ``nn.Dropout`` element-wise, unless ``channelwise`` is given.
-    ``AlphaDropout`` and ``DropPath`` (stochastic depth) are left alone. :func:`remove_rate_in` undoes the
-    conversion. Raises ``ValueError`` when the model has no dropout to convert.
+    Converted are ``torch.nn`` dropout modules with a rate above 0 and post-hoc
+    :class:`~monai_unc.inferers.dropout.DropoutHook` s. The initial rate ``p`` of each Rate-In layer is the rate it
+    replaces unless ``p`` is given; ``Dropout1d/2d/3d`` and channel-wise hooks become channel-wise, ``nn.Dropout``
+    element-wise, unless ``channelwise`` is given. ``AlphaDropout`` and ``DropPath`` (stochastic depth) are left
+    alone. :func:`remove_rate_in` undoes the conversion.
+
+    Args:
+        model: the network, modified in place.
+        **layer_kwargs: configure each :class:`RateInDropout` (``p``, ``target_loss``, ``loss``, ``channelwise``,
+            controller settings).
+
+    Returns:
+        The names of the converted layers.
+
+    Raises:
+        ValueError: when the model has no dropout to convert.
+
+    Example:
+        >>> from monai_unc.inferers import convert_dropout_to_rate_in, remove_rate_in
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 8, 3, padding=1), torch.nn.Dropout3d(0.2), torch.nn.Conv3d(8, 3, 1)
+        ... ).eval()
+        >>> image = torch.rand(1, 1, 6, 6, 6)
+        >>> convert_dropout_to_rate_in(net, target_loss=0.1)
+        ['1']
+        >>> type(net[1]).__name__, net[1].p
+        ('RateInDropout', 0.2)
+        >>> remove_rate_in(net), type(net[1]).__name__
+        (1, 'Dropout3d')
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -820,9 +1028,25 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
 
 
 def remove_rate_in(model: nn.Module) -> int:
-    """Undo :func:`add_rate_in` and :func:`convert_dropout_to_rate_in`: inserted hooks are removed, converted
-    layers and hooks get their original dropout back. :class:`RateInDropout` modules built into the architecture
-    stay. Returns how many were removed or restored."""
+    """Undo :func:`add_rate_in` and :func:`convert_dropout_to_rate_in`.
+
+    Inserted hooks are removed, converted layers and hooks get their original dropout back. :class:`RateInDropout`
+    modules built into the architecture stay.
+
+    Args:
+        model: the network, modified in place.
+
+    Returns:
+        How many layers or hooks were removed or restored.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import add_rate_in, remove_rate_in
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 8, 3), torch.nn.Conv3d(8, 2, 1))
+        >>> _ = add_rate_in(net, after=["0"])
+        >>> remove_rate_in(net), remove_rate_in(net)
+        (1, 0)
+    """
     count = 0
     for parent in list(model.modules()):
         for child_name, child in list(parent.named_children()):
@@ -850,6 +1074,27 @@ class RateInSource(SampleSource):
     after the modules chosen by ``after`` (see :func:`add_rate_in`), ``"convert"`` converts the network's dropout
     (:func:`convert_dropout_to_rate_in`), ``"auto"`` converts when the network has dropout and inserts otherwise.
     Other dropout layers of the network stay in the mode they are in. MI is epistemic, MI(Y, theta).
+
+    Args:
+        num_samples: dropout passes per input.
+        placement: ``"auto"``, ``"insert"`` or ``"convert"``.
+        after: where ``"insert"`` places the layers.
+        **layer_kwargs: configure each :class:`RateInDropout`.
+
+    Example:
+        >>> from monai_unc.inferers import FlipSource, RateInSource, UncertaintyInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 8, 3, padding=1), torch.nn.Dropout3d(0.2), torch.nn.Conv3d(8, 3, 1)
+        ... ).eval()
+        >>> image = torch.rand(1, 1, 6, 6, 6)
+        >>> source = RateInSource(num_samples=4, target_loss=0.1)
+        >>> out = UncertaintyInferer([source, FlipSource([0])], seed=0)(image, net)
+        >>> out.num_samples, sorted(out.extras)
+        (8, ['rate_in_converged', 'rate_in_iterations', 'rate_in_losses', 'rate_in_rates'])
+        >>> type(net[1]).__name__  # the network is restored after the call
+        'Dropout3d'
     """
 
     mi_meaning = MIMeaning.EPISTEMIC
@@ -877,10 +1122,12 @@ class RateInSource(SampleSource):
         return self.num_samples
 
     def variants(self, x: torch.Tensor) -> list[Callable | None]:
+        """``num_samples`` plain calls (fixed rates, fresh masks)."""
         return [None] * self.num_samples
 
     @contextlib.contextmanager
     def activate(self, network: nn.Module | None) -> Iterator[list[tuple[str, RateInDropout]]]:
+        """Attach the Rate-In layers for the call (see ``placement``) and switch them on; restore afterwards."""
         if not isinstance(network, nn.Module):
             raise TypeError(f"RateInSource needs the network as a torch.nn.Module, got {type(network).__name__}")
         layers = find_rate_in_layers(network)
@@ -924,9 +1171,11 @@ class RateInSource(SampleSource):
             add_rate_in(network, after=self.after, **_with_default_p(kwargs))
 
     def reset(self) -> None:
+        """Clear the per-call search records."""
         self._records = {}
 
     def prepare(self, x: torch.Tensor, predictor: Predictor) -> None:
+        """Search the rates of every Rate-In layer on ``x`` with one forward pass of ``predictor``."""
         layers = self._layers
         if not layers:
             raise RuntimeError("RateInSource.prepare called outside activate()")
@@ -960,6 +1209,7 @@ class RateInSource(SampleSource):
             rec["converged"].append(res.converged.detach().cpu())
 
     def extra_outputs(self) -> dict[str, Any]:
+        """``rate_in_rates``, ``rate_in_losses``, ``rate_in_iterations``, ``rate_in_converged``: per layer name."""
         if not self._records:
             return {}
         out: dict[str, Any] = {}
@@ -972,8 +1222,11 @@ class RateInInferer(UncertaintyInferer):
     """Monte-Carlo dropout with Rate-In adaptive rates (Zeevi et al., CVPR 2025).
 
     For every input (every window of a ``SlidingWindowInferer``) one search pass tunes each Rate-In layer's rate,
-    layer by layer in network order, until the information the layer's dropout removes matches ``target_loss``;
-    then ``num_samples`` dropout passes with those rates stream into :class:`~monai_unc.stats.SampleStats`.
+    layer by layer in network order, until the information the layer's dropout removes matches ``target_loss``; then
+    ``num_samples`` dropout passes with those rates stream into :class:`~monai_unc.stats.SampleStats`.
+
+    Zeevi, Shwartz-Ziv, LeCun, Staib, Onofrey: *Rate-In: Information-Driven Adaptive Dropout Rates for Improved
+    Inference-Time Uncertainty Estimation*, CVPR 2025.
 
     Args:
         num_samples: MC samples per input (Zeevi et al. uses 30).
@@ -985,19 +1238,36 @@ class RateInInferer(UncertaintyInferer):
         after: where ``"insert"`` places the layers (as in :func:`~monai_unc.inferers.dropout.add_dropout`).
         channelwise: drop channels (default) or elements in inserted layers (converted layers keep their kind
             unless given).
-        p_init, lr, lr_decay, tol, max_iter, p_min, p_max, draws: the controller (:func:`search_dropout_rate`).
+        p_init: initial rate of the search (default: the target loss, at least 0.05).
+        lr: controller step size (see :func:`search_dropout_rate`).
+        lr_decay: factor applied to ``lr`` after every update.
+        tol: stop when ``|loss - target_loss| < tol``.
+        max_iter: most loss evaluations per input.
+        p_min: smallest rate.
+        p_max: largest rate.
+        draws: dropout masks averaged per loss evaluation.
         **kwargs: :class:`~monai_unc.inferers.sampling.UncertaintyInferer` options (``base_inferer``, ``seed``,
             ``keys``, ``keep_samples``, ...).
 
-    Returns an :class:`~monai_unc.inferers.sampling.UncertaintyOutput` with the usual maps and, in ``out.extras``,
-    ``rate_in_rates`` / ``rate_in_losses`` / ``rate_in_iterations`` / ``rate_in_converged``: dicts from layer name
-    to a tensor with one value per searched input (the batch, or every window in sliding-window order).
+    Returns:
+        Calling it returns an :class:`~monai_unc.inferers.sampling.UncertaintyOutput` with the usual maps and, in
+        ``out.extras``, ``rate_in_rates`` / ``rate_in_losses`` / ``rate_in_iterations`` / ``rate_in_converged``: dicts
+        from layer name to a tensor with one value per searched input (the batch, or every window in sliding-window
+        order).
 
-    Example::
-
-        inferer = RateInInferer(num_samples=30, target_loss=0.1, base_inferer=SlidingWindowInferer((64,) * 3))
-        out = inferer(image, network)
-        out["mutual_information"], out.extras["rate_in_rates"]
+    Example:
+        >>> from monai_unc.inferers import RateInInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 8, 3, padding=1), torch.nn.Dropout3d(0.2), torch.nn.Conv3d(8, 3, 1)
+        ... ).eval()
+        >>> image = torch.rand(1, 1, 6, 6, 6)
+        >>> out = RateInInferer(num_samples=5, target_loss=0.1, seed=0)(image, net)
+        >>> out["mutual_information"].shape, list(out.extras["rate_in_rates"])
+        (torch.Size([1, 1, 6, 6, 6]), ['1'])
+        >>> out.extras["rate_in_rates"]["1"].shape
+        torch.Size([1])
     """
 
     def __init__(

@@ -93,11 +93,27 @@ def window_disagreement_from_stitched(
 ) -> torch.Tensor:
     """Window disagreement ``WD = H(pred) - blend_w H(m_w)`` from stitched sliding-window outputs.
 
-    ``pred`` ``(B, C, *spatial)`` the stitched mean probabilities ``sum_w a_w m_w``; ``window_entropy`` the stitched
-    per-window predictive entropies ``sum_w a_w H(m_w)``, ``(B, 1, *spatial)`` (``(B, C, *spatial)`` with binary
-    entropies for ``multilabel``). By concavity of the entropy WD >= 0 and WD = 0 where one window covers a voxel.
-    Rounding below zero down to ``-WD_RTOL * eps * (1 + H(pred))`` is set to 0; lower values are set to 0 with a
-    ``UserWarning`` (the blending was not convex). Returned in the dtype of ``pred``.
+    By concavity of the entropy WD >= 0 and WD = 0 where one window covers a voxel. Rounding below zero down to
+    ``-WD_RTOL * eps * (1 + H(pred))`` is set to 0; lower values are set to 0 with a ``UserWarning`` (the blending
+    was not convex).
+
+    Args:
+        pred: ``(B, C, *spatial)`` the stitched mean probabilities ``sum_w a_w m_w``.
+        window_entropy: the stitched per-window predictive entropies ``sum_w a_w H(m_w)`` in nats, ``(B, 1, *spatial)``
+            (``(B, C, *spatial)`` with binary entropies for ``multilabel``).
+        multilabel: the channels are independent Bernoulli probabilities.
+
+    Returns:
+        WD in nats, the shape of ``window_entropy``, in the dtype of ``pred``.
+
+    Example:
+        >>> import math
+        >>> import torch
+        >>> from monai_unc.inferers import window_disagreement_from_stitched
+        >>> pred = torch.tensor([0.5, 0.5]).reshape(1, 2, 1)  # two windows that predict (1, 0) and (0, 1), blended
+        >>> window_entropy = torch.zeros(1, 1, 1)  # each window alone is certain
+        >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
+        1.0
     """
     pe = entropy_map_t(pred, 1, False, multilabel)
     wd = pe - window_entropy.to(pe.dtype)
@@ -114,7 +130,7 @@ def window_disagreement_from_stitched(
 
 
 class SampleSource:
-    """One axis of the sample product.
+    """One axis of the sample product of an :class:`UncertaintyInferer`.
 
     Subclasses define ``variants(x)``: a sequence whose elements are ``None`` (call the predictor as is) or a
     wrapper ``predictor -> predictor`` (e.g. flip the input, predict, flip back); ``activate(network)``: a
@@ -123,6 +139,24 @@ class SampleSource:
     inner inferer by :meth:`members`. ``innermost = True`` puts the source last in the product whatever its
     position in the list, so that its variants run back to back for each combination of the other sources (a
     latent-variable source reuses one backbone pass for all its draws; see :class:`~monai_unc.inferers.SSNSource`).
+
+    Attributes:
+        mi_meaning: what the mutual information over this source measures (:class:`~monai_unc.keys.MIMeaning`).
+        level: ``"window"`` (sampled inside every window of the inner inferer) or ``"network"`` (looped outside it).
+        innermost: put the source last in the product.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import SampleSource, UncertaintyInferer
+        >>> class Shift(SampleSource):  # predict on the image and on a copy shifted by one voxel
+        ...     def variants(self, x):
+        ...         def shifted(predictor):
+        ...             return lambda t: torch.roll(predictor(torch.roll(t, 1, dims=-1)), -1, dims=-1)
+        ...         return [None, shifted]
+        >>> net = torch.nn.Conv2d(1, 2, 3, padding=1)
+        >>> out = UncertaintyInferer([Shift()])(torch.rand(1, 1, 8, 8), net)
+        >>> out.num_samples
+        2
     """
 
     mi_meaning: MIMeaning = MIMeaning.EPISTEMIC
@@ -130,34 +164,61 @@ class SampleSource:
     innermost: bool = False
 
     def variants(self, x: torch.Tensor) -> Sequence[Wrapper | None]:
+        """The wrappers of one call: ``None`` (the predictor as is) or ``predictor -> predictor``.
+
+        Args:
+            x: the (window) input ``(B, C, *spatial)``.
+
+        Returns:
+            One entry per sample of this source.
+        """
         raise NotImplementedError
 
     def num_variants(self, x: torch.Tensor) -> int:
+        """Number of samples this source draws for ``x`` (``len(self.variants(x))`` by default)."""
         return len(self.variants(x))
 
     def activate(self, network: nn.Module | None) -> contextlib.AbstractContextManager:
+        """Context manager entered once per inferer call with the network (default: nothing)."""
         return contextlib.nullcontext()
 
     def reset(self) -> None:
         """Called at the start of every inferer call (clear per-call state such as :meth:`extra_outputs`)."""
 
     def prepare(self, x: torch.Tensor, predictor: Predictor) -> None:
-        """Called once per window, before its samples, with the window input and the plain predictor (network
-        and extra arguments, no wrapper): lets a source adapt to the input (Rate-In searches its dropout rates
-        here). Default: nothing."""
+        """Called once per window, before its samples, with the window input and the plain predictor.
+
+        The predictor is the network and its extra arguments, without a wrapper: lets a source adapt to the input
+        (Rate-In searches its dropout rates here). Default: nothing.
+        """
 
     def extra_outputs(self) -> dict[str, Any]:
         """Per-call extras (not voxel maps) placed in :attr:`UncertaintyOutput.extras` after the call."""
         return {}
 
     def members(self, network: nn.Module | None, device: torch.device) -> Iterator[contextlib.AbstractContextManager]:
+        """For ``level = "network"`` sources: one context manager per member that makes ``network`` that member."""
         raise NotImplementedError
 
 
 class StochasticSource(SampleSource):
-    """``num_samples`` calls of a network that samples internally (a latent-variable model such as SSN or the
-    probabilistic U-Net, or any stochastic forward). MI over such samples is aleatoric (ValUES Appendix D)
-    unless ``mi_meaning`` says otherwise."""
+    """``num_samples`` calls of a network that samples internally.
+
+    A latent-variable model such as SSN or the probabilistic U-Net, or any stochastic forward. MI over such samples
+    is aleatoric (ValUES Appendix D) unless ``mi_meaning`` says otherwise.
+
+    Args:
+        num_samples: calls per window.
+        mi_meaning: what the mutual information over the calls measures.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import StochasticSource, UncertaintyInferer
+        >>> noisy = lambda x: torch.cat([x, -x], dim=1) + torch.randn(1)  # a stochastic forward
+        >>> out = UncertaintyInferer(StochasticSource(5), seed=0)(torch.rand(1, 1, 4, 4), noisy)
+        >>> out.num_samples, out.mi_meaning.value
+        (5, 'aleatoric')
+    """
 
     def __init__(self, num_samples: int, mi_meaning: MIMeaning | str = MIMeaning.ALEATORIC) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
@@ -166,15 +227,29 @@ class StochasticSource(SampleSource):
         self.mi_meaning = MIMeaning(mi_meaning)
 
     def variants(self, x: torch.Tensor) -> Sequence[Wrapper | None]:
+        """``num_samples`` plain calls."""
         return [None] * self.num_samples
 
 
 class UncertaintyOutput(dict):
-    """``dict[str, Tensor]`` keyed by :class:`UncertaintyKeys`, with ``mi_meaning`` and ``num_samples``
-    attributes saying what the mutual information measures and how many samples went in, ``multilabel``: whether
-    the channels are independent Bernoulli variables (a sigmoid network with ``C >= 2`` outputs: ``pred`` holds
-    per-channel foreground probabilities that need not sum to 1), and ``extras``: a dict of per-call outputs that
-    are not voxel maps (e.g. Rate-In's per-layer rates, ``rate_in_rates``)."""
+    """``dict[str, Tensor]`` keyed by :class:`UncertaintyKeys`, with attributes describing the maps.
+
+    Args:
+        *args: as for ``dict``.
+        mi_meaning: what the mutual information measures (:class:`~monai_unc.keys.MIMeaning`).
+        num_samples: how many samples went in.
+        extras: per-call outputs that are not voxel maps (e.g. Rate-In's per-layer rates, ``rate_in_rates``).
+        multilabel: whether the channels are independent Bernoulli variables (a sigmoid network with ``C >= 2``
+            outputs: ``pred`` holds per-channel foreground probabilities that need not sum to 1).
+        **kw: as for ``dict``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import UncertaintyOutput
+        >>> out = UncertaintyOutput(pred=torch.full((1, 2, 4, 4), 0.5), num_samples=1)
+        >>> out["pred"].shape, out.num_samples, out.multilabel
+        (torch.Size([1, 2, 4, 4]), 1, False)
+    """
 
     def __init__(
         self,
@@ -200,8 +275,22 @@ class UncertaintyOutput(dict):
 
 
 def network_spatial_dims(network: Any) -> int | None:
-    """The number of spatial axes of ``network``'s convolutions (1, 2 or 3) when they all agree, else None (no
-    convolution, or a mix; e.g. a transformer or a plain callable)."""
+    """The number of spatial axes of ``network``'s convolutions (1, 2 or 3) when they all agree, else None.
+
+    None means no convolution, or a mix; e.g. a transformer or a plain callable.
+
+    Args:
+        network: a module or any callable.
+
+    Returns:
+        1, 2, 3 or None.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers.sampling import network_spatial_dims
+        >>> network_spatial_dims(torch.nn.Conv3d(1, 2, 3)), network_spatial_dims(torch.nn.Identity())
+        (3, None)
+    """
     if not isinstance(network, nn.Module):
         return None
     dims = {len(m.kernel_size) for m in network.modules() if isinstance(m, nn.modules.conv._ConvNd)}
@@ -209,9 +298,30 @@ def network_spatial_dims(network: Any) -> int | None:
 
 
 def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> None:
-    """Up-front checks of an inferer's ``inputs``: a floating-point tensor ``(B, C, *spatial)`` with 1 to 3 spatial
-    axes, as many as the network's convolutions (a volume without its batch axis would otherwise be read as a batch
-    of images) and as the sliding window's ``roi_size``. ``TypeError`` / ``ValueError`` naming ``inputs``."""
+    """Up-front checks of an inferer's ``inputs``.
+
+    A floating-point tensor ``(B, C, *spatial)`` with 1 to 3 spatial axes, as many as the network's convolutions (a
+    volume without its batch axis would otherwise be read as a batch of images) and as the sliding window's
+    ``roi_size``.
+
+    Args:
+        inputs: the inferer's input.
+        network: the network, to compare its convolutions' dimensionality.
+        base_inferer: the inner inferer, to compare a sliding window's ``roi_size``.
+
+    Raises:
+        TypeError: naming ``inputs`` for a non-tensor or an integer tensor.
+        ValueError: naming ``inputs`` for a wrong number of axes.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers.sampling import check_inputs
+        >>> check_inputs(torch.rand(1, 1, 8, 8, 8), torch.nn.Conv3d(1, 2, 3))  # fine
+        >>> check_inputs(torch.rand(1, 8, 8, 8), torch.nn.Conv3d(1, 2, 3))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: ...
+    """
     if not isinstance(inputs, torch.Tensor):
         raise TypeError(f"inputs must be a torch.Tensor (B, C, *spatial), got {type(inputs).__name__}")
     if not inputs.is_floating_point():
@@ -239,8 +349,23 @@ def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> 
 
 
 def check_output_ndim(out: Any, x: torch.Tensor) -> None:
-    """Refuse a network output whose number of axes differs from the input's: e.g. ``DynUNet(deep_supervision=
-    True)`` in train mode stacks its heads into ``(B, K, C, *spatial)``, which would be read as classes."""
+    """Refuse a network output whose number of axes differs from the input's.
+
+    E.g. ``DynUNet(deep_supervision=True)`` in train mode stacks its heads into ``(B, K, C, *spatial)``, which would
+    be read as classes.
+
+    Args:
+        out: the network output (a tensor, or a tuple / list whose first element is used).
+        x: the network input.
+
+    Raises:
+        ValueError: when the numbers of axes differ.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers.sampling import check_output_ndim
+        >>> check_output_ndim(torch.rand(1, 2, 4, 4), torch.rand(1, 1, 4, 4))  # fine
+    """
     t = out[0] if isinstance(out, (tuple, list)) and out else out
     if isinstance(t, torch.Tensor) and t.ndim != x.ndim:
         raise ValueError(
@@ -293,15 +418,39 @@ def apply_activation(out: Any, activation: str | None, check: bool = True) -> to
     (``C >= 2``, region-based / multi-label networks such as BraTS WT/TC/ET) as the per-channel foreground
     probabilities ``sigmoid(z_c)``, each channel an independent Bernoulli variable (they need not sum to 1);
     ``None`` when the network already outputs class probabilities (validated: they must sum to 1). A tuple/list
-    output (deep supervision) uses its first, full-resolution element. Raises ``ValueError`` on non-finite outputs
-    (``check=False`` skips that pass; the inferers check the accumulated statistics instead, where any NaN of any
-    sample ends up).
+    output (deep supervision) uses its first, full-resolution element.
+
+    Args:
+        out: network output ``(B, C, *spatial)`` (or a tuple / list of them).
+        activation: ``"softmax"``, ``"sigmoid"`` or ``None``.
+        check: refuse non-finite outputs (``False`` skips that pass; the inferers check the accumulated statistics
+            instead, where any NaN of any sample ends up).
+
+    Returns:
+        The probabilities ``(B, C, *spatial)`` (``(B, 2, *spatial)`` for a one-channel sigmoid output).
+
+    Raises:
+        ValueError: on non-finite outputs or probabilities that do not sum to 1.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers import apply_activation
+        >>> apply_activation(torch.zeros(1, 1, 2), "sigmoid")
+        tensor([[[0.5000, 0.5000],
+                 [0.5000, 0.5000]]])
+        >>> apply_activation(torch.tensor([[[0.0], [1.0]]]), "softmax").round(decimals=4)
+        tensor([[[0.2689],
+                 [0.7311]]])
     """
     return _to_probs(out, activation, check)[0]
 
 
 class UncertaintyInferer(Inferer):
     """MONAI ``Inferer`` sampling a product of sources into streaming statistics.
+
+    Every sample's probabilities stream into :class:`~monai_unc.stats.SampleStats`, so memory does not grow with the
+    number of samples; the maps (predictive entropy, expected entropy, mutual information, variance, ...) are
+    derived at the end.
 
     Args:
         sources: sample sources; the samples are their Cartesian product (e.g. ``[MCDropoutSource(10),
@@ -324,8 +473,29 @@ class UncertaintyInferer(Inferer):
             PE = EE + MI + WD; ``"mutual_information"``: MI = PE - EE counts the window disagreement (the
             behaviour before this option existed). See the module docstring.
 
-    Returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``); MetaTensor inputs give MetaTensor maps
-    carrying the input's metadata.
+    Returns:
+        Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
+        MetaTensor inputs give MetaTensor maps carrying the input's metadata.
+
+    Example:
+        >>> from monai_unc.inferers import FlipSource, MCDropoutSource, UncertaintyInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> inferer = UncertaintyInferer([MCDropoutSource(3), FlipSource("all")], seed=0)
+        >>> out = inferer(image, net)
+        >>> out.num_samples, out.mi_meaning.value
+        (24, 'epistemic')
+        >>> sorted(out)
+        ['expected_entropy', 'mutual_information', 'one_minus_max_prob', 'pred', 'predictive_entropy', 'variance']
+        >>> out["pred"].shape, out["mutual_information"].shape
+        (torch.Size([1, 3, 4, 4, 4]), torch.Size([1, 1, 4, 4, 4]))
+        >>> pe, ee, mi = out["predictive_entropy"], out["expected_entropy"], out["mutual_information"]
+        >>> bool(torch.allclose(pe, ee + mi, atol=1e-6))
+        True
     """
 
     default_keys: tuple[str, ...] | None = None
@@ -403,8 +573,10 @@ class UncertaintyInferer(Inferer):
     # ------------------------------------------------------------------------------------------------
     @property
     def mi_meaning(self) -> str:
-        """What the mutual information measures for this inferer's sources (before seeing an input, flips
-        count as varying)."""
+        """What the mutual information measures for this inferer's sources.
+
+        Before seeing an input, flips count as varying.
+        """
         kinds = {MIMeaning(s.mi_meaning) for s in self.sources}
         if not kinds:
             return MIMeaning.NONE
@@ -413,8 +585,10 @@ class UncertaintyInferer(Inferer):
     def _window_fn(
         self, network: Callable, window_sources: Sequence[SampleSource]
     ) -> tuple[Callable, dict[str, Any]]:
-        """The window callable and a dict in which it records ``multilabel`` (whether the outputs are per-channel
-        Bernoulli probabilities)."""
+        """The window callable and a dict in which it records ``multilabel``.
+
+        ``multilabel``: whether the outputs are per-channel Bernoulli probabilities.
+        """
         info: dict[str, Any] = {"multilabel": None}
 
         def window(x: torch.Tensor, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
@@ -471,8 +645,18 @@ class UncertaintyInferer(Inferer):
         return keys
 
     def __call__(self, inputs: torch.Tensor, network: Callable | None = None, *args: Any, **kwargs: Any):
-        """Run the inferer: ``inputs`` ``(B, C_in, *spatial)``; ``network`` the model (may be ``None`` when an
-        ensemble of modules supplies the networks). Extra args are passed to the network."""
+        """Run the inferer.
+
+        Args:
+            inputs: ``(B, C_in, *spatial)`` float tensor (or MetaTensor).
+            network: the model (may be ``None`` when an ensemble of modules supplies the networks).
+            *args: passed to the network.
+            **kwargs: passed to the network.
+
+        Returns:
+            :class:`UncertaintyOutput` with the maps ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for multi-label),
+            ``pred`` ``(B, C, *spatial)`` and, with ``keep_samples``, ``samples``.
+        """
         check_inputs(inputs, network, self.base_inferer)
         self._check_base_inferer()
         x = inputs.as_tensor() if hasattr(inputs, "as_tensor") else inputs
@@ -584,6 +768,21 @@ class SoftmaxInferer(UncertaintyInferer):
 
     Every study compares stochastic methods against this (ValUES; Zepf et al. uses softmax entropy as the
     aleatoric baseline). Network modes are left untouched (call ``network.eval()`` as usual).
+
+    Args:
+        **kwargs: :class:`UncertaintyInferer` options except ``sources`` (e.g. ``base_inferer``, ``normalize``).
+
+    Example:
+        >>> from monai_unc.inferers import SoftmaxInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> out = SoftmaxInferer()(image, net)
+        >>> sorted(out), out.num_samples
+        (['one_minus_max_prob', 'pred', 'predictive_entropy'], 1)
     """
 
     default_keys = (K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.ONE_MINUS_MAX_PROB.value)

@@ -51,6 +51,8 @@ def _first(out: Any) -> torch.Tensor:
 class SSNSource(StochasticSource):
     """``num_samples`` latent draws per window from every SSN head of the network (module docstring).
 
+    MI over the draws is aleatoric (``mi_meaning = "aleatoric"``).
+
     Args:
         num_samples: draws per window (ValUES uses 10).
         marginalize: return one sample per call, the mean probability over the ``num_samples`` draws (as
@@ -59,8 +61,20 @@ class SSNSource(StochasticSource):
         reuse_features: run the backbone of an :class:`~monai_unc.networks.SSNNetwork` once per window and draw
             all latent samples from its distribution (default). ``False`` runs the full network per draw.
 
-    MI over the draws is aleatoric (``mi_meaning = "aleatoric"``). Raises ``ValueError`` on a network without an
-    :class:`~monai_unc.networks.SSNHead`.
+    Raises:
+        ValueError: on a network without an :class:`~monai_unc.networks.SSNHead` (when the inferer runs).
+
+    Example:
+        >>> from monai_unc.inferers import FlipSource, SSNSource, UncertaintyInferer
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead, SSNNetwork
+        >>> _ = torch.manual_seed(0)
+        >>> backbone = torch.nn.Conv3d(1, 8, 3, padding=1)
+        >>> net = SSNNetwork(backbone, SSNHead(8, num_classes=2, rank=2, init_variance=1.0)).eval()
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> out = UncertaintyInferer([FlipSource([0]), SSNSource(5)], seed=0)(image, net)
+        >>> out.num_samples, out.mi_meaning.value
+        (10, 'mixed')
     """
 
     innermost = True
@@ -82,6 +96,7 @@ class SSNSource(StochasticSource):
 
     @contextlib.contextmanager
     def activate(self, network: nn.Module | None) -> Iterator[None]:
+        """Put the network's SSN heads into sampling mode for the call (:func:`~monai_unc.networks.ssn_sampling`)."""
         if network is None:
             raise ValueError("SSNSource needs the network (a module with an SSNHead)")
         with ssn_sampling(network, cache=self.reuse_features):
@@ -123,22 +138,39 @@ class SSNSource(StochasticSource):
         return run
 
     def variants(self, x: torch.Tensor) -> Sequence[Callable[[Predictor], Predictor] | None]:
+        """``num_samples`` draws, or one marginalised sample with ``marginalize``."""
         if self.marginalize:
             return [self._marginal]
         return [self._draw(j) for j in range(self.num_samples)]
 
     def num_variants(self, x: torch.Tensor) -> int:
+        """Samples per window: ``num_samples``, or 1 with ``marginalize``."""
         return len(self)
 
 
 class SSNInferer(UncertaintyInferer):
-    """Latent draws of a Stochastic Segmentation Network into streaming statistics: ``UncertaintyInferer`` with
-    one :class:`SSNSource` (``num_samples`` draws per window; MI is aleatoric, ValUES Appendix D).
+    """Latent draws of a Stochastic Segmentation Network into streaming statistics.
 
-    Example::
+    ``UncertaintyInferer`` with one :class:`SSNSource` (``num_samples`` draws per window; MI is aleatoric, ValUES
+    Appendix D). Monteiro et al.: *Stochastic Segmentation Networks: Modelling Spatially Correlated Aleatoric
+    Uncertainty*.
 
-        inferer = SSNInferer(num_samples=10, base_inferer=SlidingWindowInferer((96, 96, 96)))
-        out = inferer(image, ssn_network)   # out["mutual_information"]: aleatoric, (B, 1, H, W, D)
+    Args:
+        num_samples: latent draws per window.
+        reuse_features: run the backbone once per window (see :class:`SSNSource`).
+        **kwargs: :class:`~monai_unc.inferers.UncertaintyInferer` options (``base_inferer``, ``keys``, ``seed``, ...).
+
+    Example:
+        >>> from monai_unc.inferers import SSNInferer
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead, SSNNetwork
+        >>> _ = torch.manual_seed(0)
+        >>> backbone = torch.nn.Conv3d(1, 8, 3, padding=1)
+        >>> net = SSNNetwork(backbone, SSNHead(8, num_classes=2, rank=2, init_variance=1.0)).eval()
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> out = SSNInferer(num_samples=10, seed=0)(image, net)
+        >>> out.num_samples, out.mi_meaning.value, out["mutual_information"].shape
+        (10, 'aleatoric', torch.Size([1, 1, 4, 4, 4]))
     """
 
     def __init__(self, num_samples: int = 10, reuse_features: bool = True, **kwargs: Any) -> None:

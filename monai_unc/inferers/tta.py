@@ -26,7 +26,19 @@ __all__ = ["FlipSource", "NoiseSource", "AugmentationSource", "InvertibleTransfo
 def flip_subsets(spatial_dims: int, flip_axes: str | Sequence[int] = "all") -> list[tuple[int, ...]]:
     """All subsets of the spatial axes to flip (including the empty set): ``2**k`` tuples.
 
-    ``flip_axes`` is ``"all"`` or a sequence of spatial axis indices (0-based, not counting batch and channel).
+    Args:
+        spatial_dims: number of spatial axes.
+        flip_axes: ``"all"`` or a sequence of spatial axis indices (0-based, not counting batch and channel).
+
+    Returns:
+        The subsets, the empty one first.
+
+    Example:
+        >>> from monai_unc.inferers import flip_subsets
+        >>> flip_subsets(3, [0, 2])
+        [(), (0,), (2,), (0, 2)]
+        >>> len(flip_subsets(3))
+        8
     """
     if isinstance(flip_axes, str):
         if flip_axes != "all":
@@ -43,7 +55,21 @@ def flip_subsets(spatial_dims: int, flip_axes: str | Sequence[int] = "all") -> l
 
 
 class FlipSource(SampleSource):
-    """Flip the input over every subset of ``flip_axes`` and flip each prediction back (2^k samples)."""
+    """Flip the input over every subset of ``flip_axes`` and flip each prediction back (2^k samples).
+
+    Args:
+        flip_axes: ``"all"`` or a sequence of spatial axes (0-based).
+
+    Example:
+        >>> from monai_unc.inferers import FlipSource, UncertaintyInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Conv3d(1, 3, 3, padding=1)
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> out = UncertaintyInferer(FlipSource("all"))(image, net)
+        >>> out.num_samples, out.mi_meaning.value
+        (8, 'epistemic')
+    """
 
     mi_meaning = MIMeaning.EPISTEMIC
 
@@ -54,6 +80,7 @@ class FlipSource(SampleSource):
         self.flip_axes = flip_axes
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
+        """One wrapper per flip subset (``None`` for the identity)."""
         out: list[Wrapper | None] = []
         for subset in flip_subsets(x.ndim - 2, self.flip_axes):
             if not subset:
@@ -75,8 +102,24 @@ def _flip_output(out: Any, dims: tuple[int, ...]) -> Any:
 
 
 class NoiseSource(SampleSource):
-    """``num_samples`` copies of the input with additive Gaussian noise of standard deviation ``std`` (in the
-    input's intensity units), as in the TTA of ValUES."""
+    """``num_samples`` copies of the input with additive Gaussian noise of standard deviation ``std``.
+
+    ``std`` is in the input's intensity units, as in the TTA of ValUES.
+
+    Args:
+        std: standard deviation of the noise.
+        num_samples: noisy copies per window.
+
+    Example:
+        >>> from monai_unc.inferers import NoiseSource, UncertaintyInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Conv3d(1, 3, 3, padding=1)
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> out = UncertaintyInferer(NoiseSource(std=0.1, num_samples=4), seed=0)(image, net)
+        >>> out.num_samples
+        4
+    """
 
     mi_meaning = MIMeaning.EPISTEMIC
 
@@ -89,6 +132,7 @@ class NoiseSource(SampleSource):
         self.num_samples = num_samples
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
+        """``num_samples`` wrappers, each adding fresh noise to the input."""
         def wrap(pred: Callable) -> Callable:
             return lambda t: pred(t + self.std * torch.randn_like(t))
 
@@ -96,8 +140,25 @@ class NoiseSource(SampleSource):
 
 
 class AugmentationSource(SampleSource):
-    """Custom invertible augmentations: pairs ``(forward, inverse)`` where ``forward`` maps the input tensor
-    ``(B, C, *spatial)`` and ``inverse`` maps the network output back to the original geometry."""
+    """Custom invertible augmentations.
+
+    Pairs ``(forward, inverse)`` where ``forward`` maps the input tensor ``(B, C, *spatial)`` and ``inverse`` maps the
+    network output back to the original geometry.
+
+    Args:
+        pairs: the ``(forward, inverse)`` callables.
+
+    Example:
+        >>> from monai_unc.inferers import AugmentationSource, UncertaintyInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Conv3d(1, 3, 3, padding=1)
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> rot = (lambda t: torch.rot90(t, 1, (2, 3)), lambda t: torch.rot90(t, -1, (2, 3)))
+        >>> out = UncertaintyInferer(AugmentationSource([rot]))(image, net)
+        >>> out.num_samples
+        1
+    """
 
     mi_meaning = MIMeaning.EPISTEMIC
 
@@ -111,6 +172,7 @@ class AugmentationSource(SampleSource):
         self.pairs = pairs
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
+        """One wrapper per pair: ``inverse(predictor(forward(x)))``."""
         def make(fwd: Callable, inv: Callable) -> Wrapper:
             return lambda pred: (lambda t: inv(pred(fwd(t))))
 
@@ -124,6 +186,22 @@ class InvertibleTransformSource(SampleSource):
     network predicts on the transformed batch, and ``transform.inverse`` maps every prediction back using the
     operations MONAI recorded on the transformed input; random transforms are drawn ``num_samples`` times.
     Transforms must keep the batch items' shapes equal to each other so that they can be stacked.
+
+    Args:
+        transforms: MONAI invertible array transforms.
+        num_samples: draws of each random transform.
+
+    Example:
+        >>> from monai.transforms import Rotate90
+        >>> from monai_unc.inferers import InvertibleTransformSource, UncertaintyInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Conv3d(1, 3, 3, padding=1)
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> source = InvertibleTransformSource([Rotate90(k=1, spatial_axes=(0, 1))])
+        >>> out = UncertaintyInferer(source)(image, net)
+        >>> out.num_samples, out["pred"].shape
+        (1, torch.Size([1, 3, 4, 4, 4]))
     """
 
     mi_meaning = MIMeaning.EPISTEMIC
@@ -143,6 +221,7 @@ class InvertibleTransformSource(SampleSource):
         self.num_samples = num_samples
 
     def variants(self, x: torch.Tensor) -> list[Wrapper | None]:
+        """One wrapper per transform and draw: transform, predict, invert."""
         def make(transform: Any) -> Wrapper:
             return lambda pred: (lambda t: _apply_inverted(transform, pred, t))
 
@@ -167,6 +246,8 @@ def _apply_inverted(transform: Any, pred: Callable, x: torch.Tensor) -> torch.Te
 class TTAInferer(UncertaintyInferer):
     """Test-time augmentation inferer: flips over all axis subsets x optional Gaussian-noise copies.
 
+    The mutual information over augmentations is MI(Y, T) (ValUES, Appendix E), reported as epistemic.
+
     Args:
         flip_axes: ``"all"`` (2^k flips for k spatial axes: 8 in 3D) or a sequence of spatial axes; ``()`` for none.
         noise_std: standard deviation of additive Gaussian noise (0 disables noise).
@@ -174,10 +255,21 @@ class TTAInferer(UncertaintyInferer):
         augmentations: extra ``(forward, inverse)`` pairs, multiplied with the flips.
         transforms: MONAI invertible transforms (e.g. ``Rotate90``, ``RandAffine``), multiplied with the flips;
             random ones are drawn ``transform_samples`` times (see :class:`InvertibleTransformSource`).
+        transform_samples: draws of each random transform.
         **kwargs: :class:`UncertaintyInferer` options (``base_inferer``, ``activation``, ``keep_samples``, ...).
 
     The number of samples is ``2^k * noise_samples * len(augmentations) * len(transforms) * transform_samples``
     (each factor counted only when given).
+
+    Example:
+        >>> from monai_unc.inferers import TTAInferer
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Conv3d(1, 3, 3, padding=1)
+        >>> image = torch.rand(1, 1, 4, 4, 4)
+        >>> out = TTAInferer(flip_axes="all", noise_std=0.05, noise_samples=2, seed=0)(image, net)
+        >>> out.num_samples, out.mi_meaning.value
+        (16, 'epistemic')
     """
 
     def __init__(

@@ -48,7 +48,30 @@ _VARIANTS = ("ged", "nonempty_iou", "detection")
 
 
 class GEDResult(NamedTuple):
-    """``ged = 2 * cross - reference_diversity - sample_diversity`` (Zepf et al. eq. 3)."""
+    """The generalized energy distance and its terms: ``ged = 2 * cross - reference_diversity - sample_diversity``.
+
+    Zepf, Frellsen, Feragen: *Navigating Uncertainty in Medical Image Segmentation*, eq. 3; returned by
+    :func:`ged`, :func:`ged_nonempty_iou` and :func:`ged_detection`.
+
+    Attributes:
+        ged: ``D^2_GED``.
+        cross: ``E[d(A, Y)]`` over references ``A`` and samples ``Y``.
+        reference_diversity: ``E[d(A, A')]``.
+        sample_diversity: ``E[d(Y, Y')]``.
+
+    Example:
+        >>> from monai_unc.metrics import ged
+        >>> import torch
+        >>> raters = torch.zeros(3, 4, 4, dtype=torch.long)  # 3 raters, one 4x4 case
+        >>> raters[:, 1:3, 1:3] = 1
+        >>> raters[0, 0, 1] = 1  # rater 0 adds a voxel
+        >>> samples = torch.zeros(2, 4, 4, dtype=torch.long)
+        >>> samples[:, 1:3, 1:3] = 1
+        >>> samples[1, 1:3, 0] = 1  # sample 1 adds two voxels
+        >>> r = ged(raters, samples)
+        >>> round(float(r.ged), 4), round(float(2 * r.cross - r.reference_diversity - r.sample_diversity), 4)
+        (0.1762, 0.1762)
+    """
 
     ged: float
     cross: float
@@ -65,6 +88,10 @@ def _nan_result() -> GEDResult:
 def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     """Normalized cross-correlation of two maps of one case (ValUES eq. 12, Hu et al. 2019).
 
+    ``NCC(a, b) = 1 / n sum_i (a_i - mu_a)(b_i - mu_b) / (sigma_a sigma_b)`` (Kahl et al.: *ValUES: A Framework for
+    Systematic Validation of Uncertainty Estimation in Semantic Segmentation*; Hu, Worrall, Knegt, Veeling, Huisman,
+    Welling: *Supervised Uncertainty Quantification for Segmentation with Multiple Annotations*).
+
     Args:
         uncertainty: predicted uncertainty map, any shape (e.g. ``(1, *spatial)``; formerly ``pred_uncertainty``).
         target: reference map of the same shape, e.g. :func:`rater_variance` of the rater labels (formerly
@@ -73,6 +100,15 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     Returns:
         Pearson's correlation over voxels in [-1, 1], with population standard deviations. NaN with a
         ``UserWarning`` when either map is constant.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import ncc, rater_variance
+        >>> _ = torch.manual_seed(0)
+        >>> raters = (torch.rand(3, 4, 4, 4) > 0.5).long()
+        >>> reference = rater_variance(raters)
+        >>> round(ncc(reference + 0.1 * torch.rand(4, 4, 4), reference), 4)
+        0.9601
     """
     a = to_tensor(uncertainty, "uncertainty")
     b = to_tensor(target, "target")
@@ -109,6 +145,13 @@ def rater_variance(raters: ArrayLike, rater_dim: int = 0, keepdim: bool = False)
 
     Returns:
         float64 map without (or with a size-1) ``rater_dim``, in the library of ``raters``.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import rater_variance
+        >>> raters = np.array([[0, 1, 1, 1], [0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 1]])  # 4 raters, 4 voxels
+        >>> rater_variance(raters)
+        array([0.    , 0.1875, 0.25  , 0.    ])
     """
     y = check_labels(to_tensor(raters, "raters"), "raters")
     if y.ndim < 2:
@@ -190,6 +233,10 @@ def ged(
 ) -> GEDResult:
     """Generalized energy distance ``D^2_GED`` between rater labels and model samples of one case (Zepf et al. eq. 3).
 
+    ``D^2_GED = 2 E[d(A, Y)] - E[d(A, A')] - E[d(Y, Y')]`` over references ``A`` and samples ``Y`` (Kohl et al.
+    2018: *A Probabilistic U-Net for Segmentation of Ambiguous Images*; Zepf, Frellsen, Feragen: *Navigating
+    Uncertainty in Medical Image Segmentation*; ValUES eq. 14).
+
     Args:
         references: ``(R, *spatial)`` integer label maps of the raters (0 = background).
         samples: ``(S, *spatial)`` integer label maps sampled from the model (e.g. argmax of each MC sample).
@@ -200,6 +247,18 @@ def ged(
         :class:`GEDResult` ``(ged, cross, reference_diversity, sample_diversity)`` with the expectations over
         all ordered pairs including ``i = j``; ``d = 0`` for two empty masks. ``ged`` is 0 when the two sets
         hold the same masks in the same proportions.
+
+    Example:
+        >>> from monai_unc.metrics import ged
+        >>> import torch
+        >>> raters = torch.zeros(3, 4, 4, dtype=torch.long)  # 3 raters, one 4x4 case
+        >>> raters[:, 1:3, 1:3] = 1
+        >>> raters[0, 0, 1] = 1  # rater 0 adds a voxel
+        >>> samples = torch.zeros(2, 4, 4, dtype=torch.long)
+        >>> samples[:, 1:3, 1:3] = 1
+        >>> samples[1, 1:3, 0] = 1  # sample 1 adds two voxels
+        >>> [round(float(v), 4) for v in ged(raters, samples)]
+        [0.1762, 0.2159, 0.0889, 0.1667]
     """
     if distance not in _DISTANCES:
         raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
@@ -212,7 +271,28 @@ def ged_nonempty_iou(references: ArrayLike, samples: ArrayLike, num_classes: int
     """``D^2_IoU`` (Zepf et al.): the GED with ``d = 1 - IoU`` over the non-empty masks of both sets only.
 
     A mask is empty when it holds no foreground voxel. If either set has no non-empty mask the value is
-    undefined: all four fields NaN with a ``UserWarning``. Arguments as in :func:`ged`.
+    undefined: all four fields NaN with a ``UserWarning``.
+
+    Args:
+        references: ``(R, *spatial)`` integer label maps of the raters (0 = background).
+        samples: ``(S, *spatial)`` integer label maps sampled from the model.
+        num_classes: number of classes including background; default ``max label + 1``.
+
+    Returns:
+        :class:`GEDResult` over the non-empty masks.
+
+    Example:
+        >>> from monai_unc.metrics import ged_nonempty_iou
+        >>> import torch
+        >>> raters = torch.zeros(3, 4, 4, dtype=torch.long)  # 3 raters, one 4x4 case
+        >>> raters[:, 1:3, 1:3] = 1
+        >>> raters[0, 0, 1] = 1  # rater 0 adds a voxel
+        >>> samples = torch.zeros(2, 4, 4, dtype=torch.long)
+        >>> samples[:, 1:3, 1:3] = 1
+        >>> samples[1, 1:3, 0] = 1  # sample 1 adds two voxels
+        >>> samples[0] = 0  # an empty sample is left out
+        >>> round(float(ged_nonempty_iou(raters, samples).ged), 4)
+        0.6413
     """
     a, b = _pair_sets(references, samples)
     k = _n_classes(a, b, num_classes)
@@ -228,7 +308,24 @@ def ged_detection(references: ArrayLike, samples: ArrayLike) -> GEDResult:
     """``D^2_Det`` (Zepf et al. eq. 4): the GED with ``d = k(x, y) = [empty(x) xor empty(y)]``.
 
     Only whether each mask holds any foreground matters; the value equals ``2 (p_A - p_Y)^2`` with ``p`` the
-    fraction of empty masks in each set. Arguments as in :func:`ged`.
+    fraction of empty masks in each set.
+
+    Args:
+        references: ``(R, *spatial)`` label maps of the raters (0 = background).
+        samples: ``(S, *spatial)`` label maps sampled from the model.
+
+    Returns:
+        :class:`GEDResult` with the detection distance.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import ged_detection
+        >>> raters = torch.zeros(2, 4, 4, dtype=torch.long)
+        >>> raters[0, 1, 1] = 1  # one of two raters sees a lesion
+        >>> samples = torch.zeros(4, 4, 4, dtype=torch.long)
+        >>> samples[:, 2, 2] = 1  # every sample holds one
+        >>> ged_detection(raters, samples).ged  # 2 * (0.5 - 0) ** 2
+        0.5
     """
     a, b = _pair_sets(references, samples)
     ea = (a > 0).any(dim=1).logical_not().to(torch.float64)
@@ -283,6 +380,23 @@ class NCCMetric(_CaseMetric):
     ``(B, 1, *spatial)`` or, with ``y_is_raters=True``, the rater label maps ``(B, R, *spatial)`` whose
     :func:`rater_variance` is the reference (eq. 13). Per-case values are ``(B, 1)``; constant maps give NaN
     (with a warning) and are skipped by the reduction.
+
+    Args:
+        y_is_raters: ``y`` holds rater label maps instead of reference maps.
+        reduction: as in MONAI's metrics (``"mean"``, ``"none"``, ...); NaN cases are skipped.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import NCCMetric
+        >>> _ = torch.manual_seed(0)
+        >>> raters = (torch.rand(2, 3, 4, 4, 4) > 0.5).long()  # 2 cases, 3 raters
+        >>> uncertainty = torch.rand(2, 1, 4, 4, 4)
+        >>> metric = NCCMetric(y_is_raters=True)
+        >>> metric(y_pred=uncertainty, y=raters).shape
+        torch.Size([2, 1])
+        >>> round(float(metric.aggregate()), 4)
+        -0.0805
     """
 
     def __init__(
@@ -318,7 +432,21 @@ class GEDMetric(_CaseMetric):
         distance: ``"iou"`` or ``"dice"`` for ``variant="ged"``.
         num_classes: classes including background (default from the data).
         return_terms: keep the three terms next to the value.
-        reduction, get_not_nans: as in MONAI's metrics; NaN cases are skipped.
+        reduction: as in MONAI's metrics; NaN cases are skipped.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> from monai_unc.metrics import GEDMetric
+        >>> import torch
+        >>> raters = torch.zeros(3, 4, 4, dtype=torch.long)  # 3 raters, one 4x4 case
+        >>> raters[:, 1:3, 1:3] = 1
+        >>> raters[0, 0, 1] = 1  # rater 0 adds a voxel
+        >>> samples = torch.zeros(2, 4, 4, dtype=torch.long)
+        >>> samples[:, 1:3, 1:3] = 1
+        >>> samples[1, 1:3, 0] = 1  # sample 1 adds two voxels
+        >>> metric = GEDMetric(return_terms=True)
+        >>> metric(y_pred=samples[None], y=raters[None]).round(decimals=4)
+        tensor([[0.1762, 0.2159, 0.0889, 0.1667]], dtype=torch.float64)
     """
 
     def __init__(

@@ -75,7 +75,16 @@ def _has_cucim() -> bool:
 
 
 def available_backends() -> tuple[str, ...]:
-    """The distance-transform backends usable in this environment (``"scipy"`` always is)."""
+    """The distance-transform backends usable in this environment (``"scipy"`` always is).
+
+    Returns:
+        A tuple of backend names out of ``"cucim"``, ``"edt"`` and ``"scipy"``.
+
+    Example:
+        >>> from monai_unc.metrics.boundary import available_backends
+        >>> "scipy" in available_backends()
+        True
+    """
     out = []
     if _has_cucim() and torch.cuda.is_available():
         out.append("cucim")
@@ -213,6 +222,17 @@ def label_boundary(label: ArrayLike, spatial_dims: int | None = None) -> ArrayLi
 
     Returns:
         bool mask of the same shape, numpy for numpy input, torch (same device) for torch input.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import label_boundary
+        >>> label = np.zeros((4, 4), dtype=int)
+        >>> label[1:3, 1:3] = 1
+        >>> label_boundary(label).astype(int)
+        array([[0, 1, 1, 0],
+               [1, 1, 1, 1],
+               [1, 1, 1, 1],
+               [0, 1, 1, 0]])
     """
     a = _label_array(label, "label")
     n = _spatial_dims(a, spatial_dims, "label")
@@ -223,8 +243,26 @@ def foreground_edges(mask: ArrayLike, spatial_dims: int | None = None) -> ArrayL
     """Edge voxels of the foreground ``mask > 0``, as MONAI's ``get_mask_edges`` finds them for HD95.
 
     The edge is the foreground minus its binary erosion by the face-connected structuring element, the
-    volume border counting as background (``scipy.ndimage.binary_erosion`` defaults). Same shape and library
-    as the input; see :func:`label_boundary` for ``spatial_dims``.
+    volume border counting as background (``scipy.ndimage.binary_erosion`` defaults).
+
+    Args:
+        mask: mask or label map ``(*spatial)``, or ``(*batch, *spatial)`` with ``spatial_dims``.
+        spatial_dims: number of trailing spatial axes (default: all axes, at most 3; see :func:`label_boundary`).
+
+    Returns:
+        bool edge mask of the same shape and library as the input.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics.boundary import foreground_edges
+        >>> mask = np.zeros((5, 5), dtype=int)
+        >>> mask[1:4, 1:4] = 1
+        >>> foreground_edges(mask).astype(int)
+        array([[0, 0, 0, 0, 0],
+               [0, 1, 1, 1, 0],
+               [0, 1, 0, 1, 0],
+               [0, 1, 1, 1, 0],
+               [0, 0, 0, 0, 0]])
     """
     a = _label_array(mask, "mask")
     n = _spatial_dims(a, spatial_dims, "mask")
@@ -272,8 +310,9 @@ def distance_to_boundary(
 ) -> ArrayLike:
     """Distance in mm from every voxel to the nearest boundary voxel of ``label`` (0 on the boundary).
 
-    ``d_L(x) = min_{b in boundary(L)} || (x - b) * spacing ||_2`` (Zeevi et al. Sec. 3.2, docs/design.md); a label map
-    without a boundary (one label everywhere) gives ``inf`` everywhere.
+    ``d_L(x) = min_{b in boundary(L)} || (x - b) * spacing ||_2`` (Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware
+    Evaluation of Segmentation Uncertainty*, Sec. 3.2; docs/design.md); a label map without a boundary (one label
+    everywhere) gives ``inf`` everywhere.
 
     Args:
         label: label map ``(*spatial)`` or ``(*batch, *spatial)`` with ``spatial_dims``.
@@ -283,7 +322,15 @@ def distance_to_boundary(
             ``"scipy"`` or ``"cucim"``.
 
     Returns:
-        float64 distances of the same shape, numpy for numpy input, torch on the input's device otherwise.
+        float64 distances in mm of the same shape, numpy for numpy input, torch on the input's device otherwise.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import distance_to_boundary
+        >>> label = np.zeros((1, 6), dtype=int)
+        >>> label[0, 3:] = 1
+        >>> distance_to_boundary(label, spacing=(1.0, 2.0))
+        array([[4., 2., 0., 0., 2., 4.]])
     """
     a = _label_array(label, "label")
     n = _spatial_dims(a, spatial_dims, "label")
@@ -298,8 +345,21 @@ def distance_to_boundary(
 def distance_to_mask(mask: ArrayLike, spacing: SpacingLike = 1.0, backend: str = "auto") -> ArrayLike:
     """Distance in mm from every voxel to the nearest voxel where ``mask`` is true (``inf`` if none).
 
-    One case ``(*spatial)``; float64, same library as the input. The kernel under
-    :func:`distance_to_boundary`, exposed for custom regions (e.g. distance to an error mask).
+    The kernel under :func:`distance_to_boundary`, exposed for custom regions (e.g. distance to an error mask).
+
+    Args:
+        mask: one case ``(*spatial)``, boolean or 0/1.
+        spacing: voxel size in mm per axis (scalar for isotropic).
+        backend: as in :func:`distance_to_boundary`.
+
+    Returns:
+        float64 distances of the same shape and library as the input (0 inside the mask).
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics.boundary import distance_to_mask
+        >>> distance_to_mask(np.array([[1, 0, 0, 0, 1]]), spacing=0.5)
+        array([[0. , 0.5, 1. , 0.5, 0. ]])
     """
     a = _label_array(mask, "mask")
     n = _spatial_dims(a, None, "mask")
@@ -359,15 +419,24 @@ def hausdorff_distance(
     Edges, directed distances and percentiles as in :func:`hd95` (MONAI's convention, float64).
 
     Args:
-        pred_mask, target_mask: one case ``(*spatial)`` each (1-3 axes, the same shape), foreground = non-zero;
-            numpy arrays or torch tensors.
+        pred_mask: one case ``(*spatial)`` (1-3 axes), foreground = non-zero; numpy array or torch tensor.
+        target_mask: the reference of the same shape.
         spacing: voxel size in mm per axis (scalar for isotropic).
         percentile: in [0, 100] (95 for HD95, 100 for the classical Hausdorff distance).
         warn: warn about empty foregrounds.
 
     Returns:
-        a float: NaN when both foregrounds are empty, ``inf`` when exactly one is (with a ``UserWarning`` if
+        a float in mm: NaN when both foregrounds are empty, ``inf`` when exactly one is (with a ``UserWarning`` if
         ``warn``).
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics.boundary import hausdorff_distance
+        >>> pred = np.zeros((8, 8), dtype=int)
+        >>> target = np.zeros((8, 8), dtype=int)
+        >>> pred[2:5, 2:5], target[2:6, 2:6] = 1, 1
+        >>> hausdorff_distance(pred, target, spacing=(1.0, 0.5), percentile=100)
+        1.118033988749895
     """
     p = _label_array(pred_mask, "pred_mask")
     t = _label_array(target_mask, "target_mask")
@@ -394,14 +463,26 @@ def hd95(
     (MONAI returns the same values).
 
     Args:
-        pred, target: label maps of the same shape ``(*spatial)`` or ``(*batch, *spatial)``.
+        pred: label map ``(*spatial)`` or ``(*batch, *spatial)``.
+        target: reference label map of the same shape.
         spacing: voxel size in mm per spatial axis, or one row per case.
         spatial_dims: number of trailing spatial axes (default: all axes, at most 3).
         percentile: in [0, 100]; 100 gives the classical Hausdorff distance.
 
     Returns:
-        float64 values of the leading (batch) shape, ``(1,)`` for a single case ``(*spatial)`` (numpy, or torch
-        on the input's device); :func:`hausdorff_distance` gives the float of one case.
+        float64 values in mm of the leading (batch) shape, ``(1,)`` for a single case ``(*spatial)`` (numpy, or
+        torch on the input's device); :func:`hausdorff_distance` gives the float of one case.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import hd95
+        >>> pred = torch.zeros(2, 6, 6, 6, dtype=torch.long)
+        >>> target = torch.zeros_like(pred)
+        >>> pred[:, 1:4, 1:4, 1:4] = 1
+        >>> target[0, 1:4, 1:4, 1:4] = 1
+        >>> target[1, 2:5, 2:5, 2:5] = 1
+        >>> hd95(pred, target, spacing=(1.0, 1.0, 2.0), spatial_dims=3)
+        tensor([0.0000, 2.2361], dtype=torch.float64)
     """
     p = _label_array(pred, "pred")
     t = _label_array(target, "target")

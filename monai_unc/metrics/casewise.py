@@ -27,7 +27,20 @@ __all__ = [
 
 
 class FailureDetection(NamedTuple):
-    """Failure detection with risk ``1 - Dice`` (ValUES A.3): AURC, E-AURC and AUGRC (lower is better)."""
+    """Failure detection with risk ``1 - Dice`` (ValUES A.3): AURC, E-AURC and AUGRC (lower is better).
+
+    Returned by :func:`failure_detection`.
+
+    Attributes:
+        aurc: area under the risk-coverage curve (:func:`monai_unc.metrics.aurc`).
+        eaurc: excess AURC (:func:`monai_unc.metrics.eaurc`).
+        augrc: area under the generalized risk-coverage curve (:func:`monai_unc.metrics.augrc`).
+
+    Example:
+        >>> from monai_unc.metrics import failure_detection
+        >>> failure_detection([0.1, 0.2, 0.3, 0.4], [0.9, 0.8, 0.85, 0.5])._fields
+        ('aurc', 'eaurc', 'augrc')
+    """
 
     aurc: float
     eaurc: float
@@ -37,8 +50,20 @@ class FailureDetection(NamedTuple):
 class UncertaintyHistograms(NamedTuple):
     """Data for RETINA's predictive-uncertainty histogram (correct in blue, incorrect in red).
 
-    ``correct`` and ``incorrect`` are densities (each integrates to 1 over ``edges``) or counts, on the same
-    ``edges``; ``n_correct`` and ``n_incorrect`` count the cases in each group.
+    Returned by :func:`uncertainty_histograms`.
+
+    Attributes:
+        edges: ``(n_bins + 1,)`` shared bin edges.
+        correct: ``(n_bins,)`` density (integrating to 1 over ``edges``) or counts of the correct cases.
+        incorrect: ``(n_bins,)`` the same for the incorrect cases.
+        n_correct: number of correct cases.
+        n_incorrect: number of incorrect cases.
+
+    Example:
+        >>> from monai_unc.metrics import uncertainty_histograms
+        >>> h = uncertainty_histograms([0.1, 0.2, 0.6, 0.9], [True, True, False, False], bins=2, density=False)
+        >>> h.correct, h.incorrect, h.n_correct
+        (array([2., 0.]), array([0., 2.]), 2)
     """
 
     edges: np.ndarray
@@ -59,6 +84,14 @@ def ood_auroc(uncertainty_iid: ArrayLike, uncertainty_ood: ArrayLike) -> float:
     Args:
         uncertainty_iid: ``(N_iid,)`` per-case uncertainty of in-distribution cases (formerly ``scores_iid``).
         uncertainty_ood: ``(N_ood,)`` per-case uncertainty of shifted (OoD) cases (formerly ``scores_ood``).
+
+    Returns:
+        The AUROC as a float in [0, 1].
+
+    Example:
+        >>> from monai_unc.metrics import ood_auroc
+        >>> ood_auroc([0.1, 0.2, 0.3], [0.25, 0.4, 0.5])
+        0.8888888888888888
     """
     a = case_vector(uncertainty_iid, "uncertainty_iid")
     b = case_vector(uncertainty_ood, "uncertainty_ood")
@@ -73,6 +106,15 @@ def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "e
         dice: ``(N,)`` Dice per case in [0, 1] (ValUES averages the Dice of the mean prediction against each
             rater, eq. 3).
         optimum: E-AURC optimum, see :func:`monai_unc.metrics.selective.eaurc`.
+
+    Returns:
+        :class:`FailureDetection` ``(aurc, eaurc, augrc)`` of the risk ``1 - Dice``.
+
+    Example:
+        >>> from monai_unc.metrics import failure_detection
+        >>> res = failure_detection([0.1, 0.2, 0.3, 0.4], [0.9, 0.8, 0.85, 0.5])
+        >>> [round(v, 4) for v in res]
+        [0.1422, 0.0062, 0.0828]
     """
     u, d = case_pair(uncertainty, dice, "dice")
     if d.min() < 0 or d.max() > 1:
@@ -97,9 +139,23 @@ def al_improvement(
     """Active-learning improvement over random querying (ValUES A.4, eqs. 9-10).
 
     ``C = (Dice_t2 - Dice_t1) / Dice_t1`` for the uncertainty-driven query and for random querying;
-    the result is ``C_method - C_random`` (a fraction; multiply by 100 for percent). Each argument is the
-    test-set Dice of a cycle: a float, or per-case Dice values that are averaged first.
-    A zero Dice at cycle 1 leaves the relative change undefined: NaN with a ``UserWarning``.
+    the result is ``C_method - C_random`` (a fraction; multiply by 100 for percent).
+
+    Args:
+        dice_t1: test-set Dice after cycle 1 of the uncertainty-driven query: a float, or per-case Dice values
+            that are averaged first.
+        dice_t2: the same after cycle 2.
+        dice_random_t1: test-set Dice after cycle 1 of random querying.
+        dice_random_t2: the same after cycle 2.
+
+    Returns:
+        ``C_method - C_random`` as a float. A zero Dice at cycle 1 leaves the relative change undefined: NaN with a
+        ``UserWarning``.
+
+    Example:
+        >>> from monai_unc.metrics import al_improvement
+        >>> round(al_improvement(0.70, 0.77, 0.70, 0.735), 4)  # +10 % against +5 %
+        0.05
     """
     d1, d2 = _mean_dice(dice_t1, "dice_t1"), _mean_dice(dice_t2, "dice_t2")
     r1, r2 = _mean_dice(dice_random_t1, "dice_random_t1"), _mean_dice(dice_random_t2, "dice_random_t2")
@@ -118,7 +174,8 @@ def uncertainty_histograms(
     """Histograms of per-case uncertainty for correct and incorrect cases on shared bins (RETINA Sec. 2.4).
 
     A reliable model puts the correct cases' mass near low uncertainty and the incorrect cases' mass at
-    higher uncertainty; incorrect cases with low uncertainty are the dangerous silent failures.
+    higher uncertainty; incorrect cases with low uncertainty are the dangerous silent failures (Band et al.:
+    *Benchmarking Bayesian Deep Learning on Diabetic Retinopathy Detection Tasks*).
 
     Args:
         uncertainty: ``(N,)`` per-case uncertainty.
@@ -128,7 +185,17 @@ def uncertainty_histograms(
         range: ``(lo, hi)`` of the bins; default the range of all cases, so both groups share the axis.
         density: normalise each group to unit area (RETINA plots densities); ``False`` gives counts.
 
-    A group without cases gets an all-NaN histogram and a ``UserWarning``.
+    Returns:
+        :class:`UncertaintyHistograms` (numpy arrays). A group without cases gets an all-NaN histogram and a
+        ``UserWarning``.
+
+    Example:
+        >>> from monai_unc.metrics import uncertainty_histograms
+        >>> h = uncertainty_histograms([0.1, 0.2, 0.3, 0.6, 0.9], [1, 1, 0, 1, 0], bins=4, range=(0.0, 1.0))
+        >>> h.edges
+        array([0.  , 0.25, 0.5 , 0.75, 1.  ])
+        >>> h.correct, h.incorrect
+        (array([2.66666667, 0.        , 1.33333333, 0.        ]), array([0., 2., 0., 2.]))
     """
     u, c = case_pair(uncertainty, correct, "correct")
     if not np.isin(c, (0.0, 1.0)).all():

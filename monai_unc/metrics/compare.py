@@ -61,7 +61,19 @@ MetricFn = Callable[..., float]
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A per-case metric ``fn(uncertainty, pred, target, spacing=...) -> float`` and its direction."""
+    """A per-case metric ``fn(uncertainty, pred, target, spacing=...) -> float`` and its direction.
+
+    Attributes:
+        fn: the metric of one case (maps ``(*spatial)``, spacing in mm).
+        higher_is_better: the metric's direction.
+        spatial: whether the metric uses the voxel spacing.
+
+    Example:
+        >>> from monai_unc.metrics import uncertainty_map_metrics
+        >>> spec = uncertainty_map_metrics()["BUC"]
+        >>> spec.higher_is_better, spec.spatial
+        (True, True)
+    """
 
     fn: MetricFn
     higher_is_better: bool
@@ -99,12 +111,26 @@ def _uce_metric() -> MetricFn:
 def uncertainty_map_metrics(
     threshold: float = 0.5, sigma: float = 2.0, n_bands: int = 10, include_uce: bool = True
 ) -> dict[str, MetricSpec]:
-    """The metrics of Zeevi et al. (Spatially-Aware Evaluation of Segmentation Uncertainty), Table 1, that work on an
-    uncertainty map, in the paper's order.
+    """The metrics of Zeevi et al., Table 1, that work on an uncertainty map, in the paper's order.
 
-    Spatial: ``SPACE`` (sigma mm), ``BUC``, ``BA-ECE`` (``n_bands``); voxel-wise: ``UCE`` (if available),
-    ``VOXEL_ACC``, ``AUC-PR``, ``AUC-ROC``, ``PAvPU(w=5)``, ``AU-ARC``, ``PAvPU(w=11)``, ``AvU``,
-    ``Correct Certain Ratio``, ``Uncertain Incorrect Ratio`` (``threshold`` for the thresholded ones).
+    Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*. Spatial: ``SPACE``
+    (``sigma`` mm), ``BUC``, ``BA-ECE`` (``n_bands``); voxel-wise: ``UCE`` (if available), ``VOXEL_ACC``,
+    ``AUC-PR``, ``AUC-ROC``, ``PAvPU(w=5)``, ``AU-ARC``, ``PAvPU(w=11)``, ``AvU``, ``Correct Certain Ratio``,
+    ``Uncertain Incorrect Ratio`` (``threshold`` for the thresholded ones).
+
+    Args:
+        threshold: uncertainty threshold of the thresholded metrics (AvU, PAvPU, the ratios).
+        sigma: Gaussian smoothing of SPACE in mm.
+        n_bands: distance bands of BA-ECE.
+        include_uce: include ``UCE``.
+
+    Returns:
+        ``{name: MetricSpec}`` in the paper's order.
+
+    Example:
+        >>> from monai_unc.metrics import uncertainty_map_metrics
+        >>> list(uncertainty_map_metrics())[:4]
+        ['SPACE', 'BUC', 'BA-ECE', 'UCE']
     """
     reg: dict[str, MetricSpec] = {
         "SPACE": MetricSpec(_spatial_fn(_spatial.spatial_calibration_error, sigma=sigma), False, True),
@@ -139,8 +165,28 @@ def uncertainty_map_metrics(
 def seed003_metrics(
     threshold: float = 0.5, sigma: float = 2.0, n_bands: int = 10, include_uce: bool = True
 ) -> dict[str, MetricSpec]:
-    """Deprecated alias of :func:`uncertainty_map_metrics` (the registry's former name); removed in the next
-    release."""
+    """Deprecated alias of :func:`uncertainty_map_metrics` (the registry's former name).
+
+    Removed in the next release.
+
+    Args:
+        threshold: as in :func:`uncertainty_map_metrics`.
+        sigma: as in :func:`uncertainty_map_metrics`.
+        n_bands: as in :func:`uncertainty_map_metrics`.
+        include_uce: as in :func:`uncertainty_map_metrics`.
+
+    Returns:
+        ``uncertainty_map_metrics(...)``, with a ``DeprecationWarning``.
+
+    Example:
+        >>> import warnings
+        >>> from monai_unc.metrics import uncertainty_map_metrics
+        >>> from monai_unc.metrics.compare import seed003_metrics
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     list(seed003_metrics()) == list(uncertainty_map_metrics())
+        True
+    """
     warnings.warn(
         "seed003_metrics is deprecated and will be removed in the next release; use uncertainty_map_metrics",
         DeprecationWarning,
@@ -152,7 +198,17 @@ def seed003_metrics(
 def cohens_d(a: Any, b: Any) -> float:
     """Cohen's d of two samples: ``(mean a - mean b) / sqrt((var_a + var_b) / 2)`` (ddof = 1).
 
-    NaN with a warning for fewer than two values per sample or zero pooled variance.
+    Args:
+        a: first sample, 1D.
+        b: second sample, 1D.
+
+    Returns:
+        The effect size as a float; NaN with a warning for fewer than two values per sample or zero pooled variance.
+
+    Example:
+        >>> from monai_unc.metrics import cohens_d
+        >>> round(cohens_d([1.0, 2.0, 3.0], [0.0, 1.0, 2.0]), 4)
+        1.0
     """
     x = np.asarray(a, dtype=np.float64)
     y = np.asarray(b, dtype=np.float64)
@@ -170,8 +226,22 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     """Two-sided McNemar p-value for paired 0/1 outcomes ``x``, ``y`` (e.g. per-case correctness).
 
     With ``b = #(x=1, y=0)`` and ``c = #(x=0, y=1)``: exact binomial test of ``b`` among ``b + c`` at 1/2, or
-    the continuity-corrected chi-square ``(|b - c| - 1)^2 / (b + c)`` on 1 degree of freedom. 1.0 when there is
-    no discordant pair.
+    the continuity-corrected chi-square ``(|b - c| - 1)^2 / (b + c)`` on 1 degree of freedom.
+
+    Args:
+        x: ``(n,)`` 0/1 outcomes.
+        y: ``(n,)`` paired 0/1 outcomes.
+        exact: exact binomial test (default) or the chi-square approximation.
+
+    Returns:
+        The p-value as a float; 1.0 when there is no discordant pair.
+
+    Example:
+        >>> from monai_unc.metrics import mcnemar_test
+        >>> x = [1, 1, 1, 1, 1, 1, 0, 1]
+        >>> y = [0, 0, 0, 0, 0, 1, 0, 1]
+        >>> round(mcnemar_test(x, y), 4), round(mcnemar_test(x, y, exact=False), 4)
+        (0.0625, 0.0736)
     """
     x = np.asarray(x, dtype=bool)
     y = np.asarray(y, dtype=bool)
@@ -188,7 +258,19 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
 
 
 def holm_correction(p_values: Any) -> np.ndarray:
-    """Holm-Bonferroni adjusted p-values (same order as the input; NaN entries stay NaN, not counted)."""
+    """Holm-Bonferroni adjusted p-values (same order as the input; NaN entries stay NaN, not counted).
+
+    Args:
+        p_values: raw p-values, 1D.
+
+    Returns:
+        Adjusted p-values, float64 numpy array of the same length.
+
+    Example:
+        >>> from monai_unc.metrics import holm_correction
+        >>> holm_correction([0.01, 0.04, float("nan"), 0.03])
+        array([0.03, 0.06,  nan, 0.06])
+    """
     p = np.asarray(p_values, dtype=np.float64)
     out = np.full(p.shape, np.nan)
     ok = np.flatnonzero(np.isfinite(p))
@@ -205,8 +287,20 @@ def cochrans_q(outcomes: Any) -> tuple[float, float, int]:
     """Cochran's Q test of ``k`` related 0/1 outcomes, ``outcomes`` of shape ``(n_cases, k)``.
 
     ``Q = (k - 1) (k sum_j C_j^2 - N^2) / (k N - sum_i R_i^2)`` with column totals ``C_j``, row totals ``R_i``
-    and grand total ``N``; ``p = chi2.sf(Q, k - 1)``. Returns ``(Q, p, k - 1)``; NaN with a warning when every
-    case has the same outcome under all metrics (zero denominator) or ``k < 2``.
+    and grand total ``N``; ``p = chi2.sf(Q, k - 1)``.
+
+    Args:
+        outcomes: ``(n_cases, k)`` 0/1 outcomes.
+
+    Returns:
+        ``(Q, p, k - 1)``; NaN with a warning when every case has the same outcome under all metrics (zero
+        denominator) or ``k < 2``.
+
+    Example:
+        >>> from monai_unc.metrics import cochrans_q
+        >>> q, p, df = cochrans_q([[1, 1, 0], [1, 0, 0], [1, 1, 0], [1, 0, 1], [0, 1, 0]])
+        >>> round(q, 4), round(p, 4), df
+        (2.8, 0.2466, 2)
     """
     x = np.asarray(outcomes, dtype=np.int64)
     if x.ndim != 2:
@@ -235,7 +329,31 @@ def cochrans_q(outcomes: Any) -> tuple[float, float, int]:
 
 @dataclass
 class MetricComparison:
-    """Per-metric outcome of :func:`compare_metric_values`."""
+    """Per-metric outcome of :func:`compare_metric_values`.
+
+    Attributes:
+        name: the metric.
+        higher_is_better: its direction.
+        values_a: ``(n_cases,)`` values for map a.
+        values_b: ``(n_cases,)`` values for map b.
+        prefers_a: ``(n_cases,)`` bool: the metric prefers map a (False where a value is NaN).
+        valid: ``(n_cases,)`` bool: both values finite.
+        accuracy: fraction of valid cases where the metric prefers map a.
+        cohens_d: Cohen's d, positive favours map a.
+        mean_relative_difference: mean of ``100 (a_i - b_i) / |b_i|`` in percent, positive favours map a.
+        n_ties: cases with equal values.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import compare_metric_values
+        >>> rng = np.random.default_rng(0)
+        >>> good = {"AUC-ROC": 0.8 + 0.1 * rng.random(20), "AvU": 0.7 + 0.1 * rng.random(20)}
+        >>> poor = {"AUC-ROC": 0.7 + 0.1 * rng.random(20), "AvU": 0.72 + 0.1 * rng.random(20)}
+        >>> res = compare_metric_values(good, poor, higher_is_better=True)
+        >>> m = res.metrics["AUC-ROC"]
+        >>> m.n_cases, m.accuracy
+        (20, 1.0)
+    """
 
     name: str
     higher_is_better: bool
@@ -250,6 +368,7 @@ class MetricComparison:
 
     @property
     def n_cases(self) -> int:
+        """Number of cases where both values are finite."""
         return int(self.valid.sum())
 
 
@@ -257,7 +376,28 @@ class MetricComparison:
 class UncertaintyComparison:
     """Outcome of :func:`compare_uncertainty_maps`: per-metric results and the tests across metrics.
 
-    ``mcnemar_p`` and ``mcnemar_p_holm`` are ``(k, k)`` symmetric matrices over ``names`` (NaN diagonal).
+    Attributes:
+        names: the metrics, in the given order.
+        metrics: ``{name: MetricComparison}``.
+        mcnemar_p: ``(k, k)`` symmetric matrix of McNemar p-values over ``names`` (NaN diagonal).
+        mcnemar_p_holm: the same, Holm-adjusted.
+        cochran_q: Cochran's Q over the metrics' preferences.
+        cochran_p: its p-value.
+        cochran_df: its degrees of freedom, ``k - 1``.
+        alpha: significance level of :meth:`significantly_better`.
+        extra: further information (free-form).
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import compare_metric_values
+        >>> rng = np.random.default_rng(0)
+        >>> good = {"AUC-ROC": 0.8 + 0.1 * rng.random(20), "AvU": 0.7 + 0.1 * rng.random(20)}
+        >>> poor = {"AUC-ROC": 0.7 + 0.1 * rng.random(20), "AvU": 0.72 + 0.1 * rng.random(20)}
+        >>> res = compare_metric_values(good, poor, higher_is_better=True)
+        >>> [(row["metric"], round(row["accuracy_percent"])) for row in res.table()]
+        [('AUC-ROC', 100), ('AvU', 25)]
+        >>> res.significantly_better("AUC-ROC")
+        ['AvU']
     """
 
     names: list[str]
@@ -271,7 +411,14 @@ class UncertaintyComparison:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def significantly_better(self, name: str) -> list[str]:
-        """Metrics that ``name`` beats: higher accuracy and Holm-adjusted McNemar p <= alpha."""
+        """Metrics that ``name`` beats: higher accuracy and Holm-adjusted McNemar p <= alpha.
+
+        Args:
+            name: one of :attr:`names`.
+
+        Returns:
+            The names of the metrics that ``name`` beats.
+        """
         i = self.names.index(name)
         acc = self.metrics[name].accuracy
         return [
@@ -281,7 +428,11 @@ class UncertaintyComparison:
         ]
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per metric, sorted by accuracy (descending), as plain Python values."""
+        """One row per metric, sorted by accuracy (descending), as plain Python values.
+
+        Returns:
+            A list of dicts, one per metric.
+        """
         rows = []
         for n in self.names:
             m = self.metrics[n]
@@ -300,7 +451,11 @@ class UncertaintyComparison:
         return sorted(rows, key=lambda r: -np.nan_to_num(r["accuracy_percent"], nan=-1.0))
 
     def to_markdown(self) -> str:
-        """A Zeevi et al. Table 1 style markdown table plus Cochran's Q."""
+        """A Zeevi et al. Table 1 style markdown table plus Cochran's Q.
+
+        Returns:
+            The markdown text.
+        """
         lines = [
             "| Metric | Accuracy (%) | Cohen's d | Mean Diff. (%) | Cases | Significantly better than |",
             "|---|---:|---:|---:|---:|---|",
@@ -362,8 +517,29 @@ def compare_metric_values(
 ) -> UncertaintyComparison:
     """The Zeevi et al. statistics on precomputed per-case metric values (``name -> (n_cases,)`` arrays).
 
-    See the module docstring for the definitions. ``higher_is_better`` maps every name to its direction (or
-    is one bool for all). ``exact`` selects the exact binomial McNemar test (else chi-square).
+    See the module docstring for the definitions.
+
+    Args:
+        values_a: ``{name: (n_cases,) values}`` for map a.
+        values_b: the same names for map b, the same cases.
+        higher_is_better: direction per name, or one bool for all.
+        alpha: significance level for :meth:`UncertaintyComparison.significantly_better`.
+        exact: exact binomial McNemar test (default) or the chi-square approximation.
+
+    Returns:
+        :class:`UncertaintyComparison`.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import compare_metric_values
+        >>> rng = np.random.default_rng(0)
+        >>> good = {"AUC-ROC": 0.8 + 0.1 * rng.random(20), "AvU": 0.7 + 0.1 * rng.random(20)}
+        >>> poor = {"AUC-ROC": 0.7 + 0.1 * rng.random(20), "AvU": 0.72 + 0.1 * rng.random(20)}
+        >>> res = compare_metric_values(good, poor, higher_is_better=True)
+        >>> {name: round(m.accuracy, 2) for name, m in res.metrics.items()}
+        {'AUC-ROC': 1.0, 'AvU': 0.25}
+        >>> round(res.cochran_p, 4)
+        0.0001
     """
     names = list(values_a)
     if set(names) != set(values_b):
@@ -455,12 +631,14 @@ def compare_uncertainty_maps(
         metric_fns: ``None`` for every metric of :func:`uncertainty_map_metrics`; a list of names from it; or a mapping
             ``name -> fn`` (or :class:`MetricSpec`) with ``fn(uncertainty, pred, target, spacing=...) -> float``
             evaluated on one case (maps ``(*spatial)``).
-        maps_a, maps_b: uncertainty maps per case: a batch ``(B, 1, *spatial)`` or a list of ``(*spatial)`` /
+        maps_a: uncertainty maps per case: a batch ``(B, 1, *spatial)`` or a list of ``(*spatial)`` /
             ``(1, *spatial)`` arrays (cases may differ in shape in a list).
+        maps_b: the other set of maps of the same cases.
         higher_is_better: direction per metric name (or one bool); defaults to the registry's for built-in
             names and is required for custom functions.
-        pred, target: predicted and reference label maps of the same cases (batch or list), shared by both sets
-            of maps (formerly ``preds`` and ``targets``).
+        pred: predicted label maps of the same cases (batch or list), shared by both sets of maps (formerly
+            ``preds``).
+        target: reference label maps of the same cases (formerly ``targets``).
         spacing: voxel size in mm per axis for all cases, or one entry per case.
         alpha: significance level for :meth:`UncertaintyComparison.significantly_better`.
         exact: exact binomial McNemar test (default) or the chi-square approximation.
@@ -468,6 +646,23 @@ def compare_uncertainty_maps(
     Returns:
         :class:`UncertaintyComparison` (accuracy, Cohen's d and mean relative difference per metric, McNemar
         p-values raw and Holm-adjusted, Cochran's Q); ``.to_markdown()`` prints a Table-1 style summary.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import compare_uncertainty_maps
+        >>> _ = torch.manual_seed(0)
+        >>> target = torch.zeros(6, 8, 8, dtype=torch.long)
+        >>> target[:, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[:, 2:6, 6] = 1  # a wrong column next to the object
+        >>> error = (pred != target).float()[:, None]
+        >>> good = 0.3 * error + 0.7 * torch.rand(6, 1, 8, 8)  # errors a little more uncertain
+        >>> poor = 0.2 * error + 0.8 * torch.rand(6, 1, 8, 8)
+        >>> res = compare_uncertainty_maps(["AUC-ROC", "AvU", "VOXEL_ACC"], good, poor, pred=pred, target=target)
+        >>> {name: round(m.accuracy, 3) for name, m in res.metrics.items()}
+        {'AUC-ROC': 0.833, 'AvU': 0.667, 'VOXEL_ACC': 1.0}
+        >>> round(res.cochran_p, 4)
+        0.3679
     """
     registry = uncertainty_map_metrics(
         include_uce=metric_fns is None or (not isinstance(metric_fns, Mapping) and "UCE" in list(metric_fns))

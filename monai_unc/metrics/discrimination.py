@@ -202,11 +202,19 @@ def auroc(positive: ArrayLike, negative: ArrayLike) -> float:
 
     The Mann-Whitney probability that a positive scores higher than a negative, ties counting one half, equal to
     ``sklearn.metrics.roc_auc_score`` on the pooled scores with labels 1 / 0. 1 = every positive above every
-    negative, 0.5 = chance. NaN with a ``UserWarning`` when a group is empty.
+    negative, 0.5 = chance.
 
     Args:
         positive: scores of the positive group (e.g. uncertainty of erroneous voxels, or of OoD cases), any shape.
         negative: scores of the negative group, any shape. Both finite.
+
+    Returns:
+        The AUROC as a float; NaN with a ``UserWarning`` when a group is empty.
+
+    Example:
+        >>> from monai_unc.metrics.discrimination import auroc
+        >>> auroc([0.9, 0.5, 0.4], [0.1, 0.4, 0.2])
+        0.9444444444444444
     """
     pos = np.sort(_float_array(positive, "positive", allow_empty=True).reshape(-1))
     neg = np.sort(_float_array(negative, "negative", allow_empty=True).reshape(-1))
@@ -241,7 +249,31 @@ def error_auroc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None 
     """AUROC of the uncertainty as a detector of segmentation errors (ties count 1/2); higher is better.
 
     ``AUROC = (sum_{e=1} #{e=0 : u < u_i} + #{e=0 : u = u_i} / 2) / (n_err * n_ok)``, equal to scikit-learn's
-    ``roc_auc_score(e, u)``. NaN with a warning when a case has no error or no correct voxel.
+    ``roc_auc_score(e, u)`` (Hendrycks & Gimpel 2017: *A Baseline for Detecting Misclassified and
+    Out-of-Distribution Examples in Neural Networks*). NaN with a warning when a case has no error or no correct
+    voxel.
+
+    Args:
+        uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
+            otherwise.
+        error: 0/1 error map ``[pred != target]`` of the same shape (or ``(B, *spatial)``).
+        per_case: ``True``: one value per case of ``(B, 1, *spatial)``; ``False``: every voxel pooled; ``None``
+            (deprecated default): per case for ``(B, 1, *spatial)``, pooled otherwise.
+
+    Returns:
+        A float pooled; ``(B,)`` float64 per case (numpy for numpy input, torch on the input's device for torch
+        input). NaN with a ``UserWarning`` where the metric is undefined.
+
+    Example:
+        >>> from monai_unc.metrics import error_auroc
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> error = (torch.rand(2, 1, 8, 8) < 0.2).float()
+        >>> uncertainty = 0.3 * error + 0.7 * torch.rand(2, 1, 8, 8)
+        >>> round(error_auroc(uncertainty, error, per_case=False), 4)
+        0.8911
+        >>> error_auroc(uncertainty, error, per_case=True).round(decimals=4)
+        tensor([0.8529, 0.9329], dtype=torch.float64)
     """
     return _per_case(_auroc_case, uncertainty, error, per_case, "error_auroc")
 
@@ -249,7 +281,28 @@ def error_auroc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None 
 def error_auprc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = None) -> float | ArrayLike:
     """Average precision of the uncertainty for the error map (scikit-learn's ``average_precision_score``).
 
-    Higher is better; the chance level is the error rate. NaN with a warning when a case has no error.
+    ``AP = sum_t (R_t - R_{t+}) P_t`` over the distinct uncertainty values ``t``. Higher is better; the chance level
+    is the error rate. NaN with a warning when a case has no error.
+
+    Args:
+        uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
+            otherwise.
+        error: 0/1 error map ``[pred != target]`` of the same shape (or ``(B, *spatial)``).
+        per_case: ``True``: one value per case of ``(B, 1, *spatial)``; ``False``: every voxel pooled; ``None``
+            (deprecated default): per case for ``(B, 1, *spatial)``, pooled otherwise.
+
+    Returns:
+        A float pooled; ``(B,)`` float64 per case (numpy for numpy input, torch on the input's device for torch
+        input). NaN with a ``UserWarning`` where the metric is undefined.
+
+    Example:
+        >>> from monai_unc.metrics import error_auprc
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> error = (torch.rand(2, 1, 8, 8) < 0.2).float()
+        >>> uncertainty = 0.3 * error + 0.7 * torch.rand(2, 1, 8, 8)
+        >>> round(error_auprc(uncertainty, error, per_case=False), 4)
+        0.7831
     """
     return _per_case(_auprc_case, uncertainty, error, per_case, "error_auprc")
 
@@ -276,7 +329,29 @@ def avu(
 ) -> float | ArrayLike:
     """Accuracy versus uncertainty (Krishnan & Tickoo 2020): ``(n_ac + n_iu) / n``; higher is better.
 
-    A voxel is uncertain when ``u > threshold`` (use a normalised uncertainty for the default 0.5).
+    ``n_ac`` counts accurate and certain voxels, ``n_iu`` inaccurate and uncertain ones (Krishnan, Tickoo:
+    *Improving model calibration with accuracy versus uncertainty optimization*).
+
+    Args:
+        uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
+            otherwise.
+        error: 0/1 error map ``[pred != target]`` of the same shape (or ``(B, *spatial)``).
+        threshold: a voxel is uncertain when ``u > threshold`` (use a normalised uncertainty for the default 0.5).
+        per_case: ``True``: one value per case of ``(B, 1, *spatial)``; ``False``: every voxel pooled; ``None``
+            (deprecated default): per case for ``(B, 1, *spatial)``, pooled otherwise.
+
+    Returns:
+        A float pooled; ``(B,)`` float64 per case (numpy for numpy input, torch on the input's device for torch
+        input). NaN with a ``UserWarning`` where the metric is undefined.
+
+    Example:
+        >>> from monai_unc.metrics import avu
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> error = (torch.rand(2, 1, 8, 8) < 0.2).float()
+        >>> uncertainty = 0.3 * error + 0.7 * torch.rand(2, 1, 8, 8)
+        >>> round(avu(uncertainty, error, per_case=False), 4)
+        0.7734
     """
     thr = _check_threshold(threshold)
 
@@ -292,7 +367,29 @@ def correct_certain_ratio(
 ) -> float | ArrayLike:
     """p(accurate | certain) = ``n_ac / (n_ac + n_ic)`` (Mukhoti & Gal 2018; Mobiny et al. 2021).
 
-    Higher is better; NaN with a warning when no voxel is certain (``u <= threshold``).
+    Higher is better; NaN with a warning when no voxel is certain (``u <= threshold``). Mukhoti, Gal: *Evaluating
+    Bayesian Deep Learning Methods for Semantic Segmentation*.
+
+    Args:
+        uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
+            otherwise.
+        error: 0/1 error map ``[pred != target]`` of the same shape (or ``(B, *spatial)``).
+        threshold: a voxel is uncertain when ``u > threshold`` (use a normalised uncertainty for the default 0.5).
+        per_case: ``True``: one value per case of ``(B, 1, *spatial)``; ``False``: every voxel pooled; ``None``
+            (deprecated default): per case for ``(B, 1, *spatial)``, pooled otherwise.
+
+    Returns:
+        A float pooled; ``(B,)`` float64 per case (numpy for numpy input, torch on the input's device for torch
+        input). NaN with a ``UserWarning`` where the metric is undefined.
+
+    Example:
+        >>> from monai_unc.metrics import correct_certain_ratio
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> error = (torch.rand(2, 1, 8, 8) < 0.2).float()
+        >>> uncertainty = 0.3 * error + 0.7 * torch.rand(2, 1, 8, 8)
+        >>> round(correct_certain_ratio(uncertainty, error, per_case=False), 4)
+        0.9277
     """
     thr = _check_threshold(threshold)
 
@@ -311,6 +408,27 @@ def uncertain_incorrect_ratio(
     """p(uncertain | inaccurate) = ``n_iu / (n_ic + n_iu)`` (Mukhoti & Gal 2018; Mobiny et al. 2021).
 
     Higher is better; NaN with a warning when the case has no error.
+
+    Args:
+        uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
+            otherwise.
+        error: 0/1 error map ``[pred != target]`` of the same shape (or ``(B, *spatial)``).
+        threshold: a voxel is uncertain when ``u > threshold`` (use a normalised uncertainty for the default 0.5).
+        per_case: ``True``: one value per case of ``(B, 1, *spatial)``; ``False``: every voxel pooled; ``None``
+            (deprecated default): per case for ``(B, 1, *spatial)``, pooled otherwise.
+
+    Returns:
+        A float pooled; ``(B,)`` float64 per case (numpy for numpy input, torch on the input's device for torch
+        input). NaN with a ``UserWarning`` where the metric is undefined.
+
+    Example:
+        >>> from monai_unc.metrics import uncertain_incorrect_ratio
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> error = (torch.rand(2, 1, 8, 8) < 0.2).float()
+        >>> uncertainty = 0.3 * error + 0.7 * torch.rand(2, 1, 8, 8)
+        >>> round(uncertain_incorrect_ratio(uncertainty, error, per_case=False), 4)
+        0.7857
     """
     thr = _check_threshold(threshold)
 
@@ -364,6 +482,19 @@ def pavpu(
         threshold: patch uncertainty threshold.
         accuracy_threshold: patch accuracy threshold (0.5 in the paper).
         per_case: as in the module docstring; pooled over a batch, the patches of every case are counted together.
+
+    Returns:
+        A float pooled; ``(B,)`` float64 per case (numpy for numpy input, torch on the input's device for torch
+        input). NaN with a ``UserWarning`` where the metric is undefined.
+
+    Example:
+        >>> from monai_unc.metrics import pavpu
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> error = (torch.rand(2, 1, 8, 8) < 0.2).float()
+        >>> uncertainty = 0.3 * error + 0.7 * torch.rand(2, 1, 8, 8)
+        >>> pavpu(uncertainty, error, window=2, threshold=0.45, per_case=True)
+        tensor([0.6250, 0.7500], dtype=torch.float64)
     """
     thr = _check_threshold(threshold)
     acc_thr = _check_threshold(accuracy_threshold, "accuracy_threshold")
@@ -396,6 +527,26 @@ def voxel_accuracy(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | No
     """``1 - mean |u - e|``: expected accuracy of flagging each voxel as an error with probability ``u``.
 
     Higher is better; needs ``u`` in [0, 1] (normalised entropy, ``1 - max p``, ...). See the module notes.
+
+    Args:
+        uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
+            otherwise.
+        error: 0/1 error map ``[pred != target]`` of the same shape (or ``(B, *spatial)``).
+        per_case: ``True``: one value per case of ``(B, 1, *spatial)``; ``False``: every voxel pooled; ``None``
+            (deprecated default): per case for ``(B, 1, *spatial)``, pooled otherwise.
+
+    Returns:
+        A float pooled; ``(B,)`` float64 per case (numpy for numpy input, torch on the input's device for torch
+        input). NaN with a ``UserWarning`` where the metric is undefined.
+
+    Example:
+        >>> from monai_unc.metrics import voxel_accuracy
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> error = (torch.rand(2, 1, 8, 8) < 0.2).float()
+        >>> uncertainty = 0.3 * error + 0.7 * torch.rand(2, 1, 8, 8)
+        >>> round(voxel_accuracy(uncertainty, error, per_case=False), 4)
+        0.6819
     """
 
     def case(u: np.ndarray, e: np.ndarray) -> float:
@@ -417,6 +568,27 @@ def au_arc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None = Non
     Voxels are rejected from the most uncertain down (ties together); the accuracy of the kept voxels is
     integrated by the trapezoid rule over the rejected fraction, the curve ending at full rejection with the
     accuracy of the most certain group. Equal to ``1 - aurc(u, e)`` of :mod:`monai_unc.metrics.selective`
-    (0/1 risk, the same curve), which is what is computed.
+    (0/1 risk, the same curve), which is what is computed (Nadeem, Zucker, Hanczar: *Accuracy-Rejection Curves
+    (ARCs) for Comparing Classification Methods with a Reject Option*).
+
+    Args:
+        uncertainty: uncertainty map, larger = less confident: ``(B, 1, *spatial)`` with ``per_case=True``, any shape
+            otherwise.
+        error: 0/1 error map ``[pred != target]`` of the same shape (or ``(B, *spatial)``).
+        per_case: ``True``: one value per case of ``(B, 1, *spatial)``; ``False``: every voxel pooled; ``None``
+            (deprecated default): per case for ``(B, 1, *spatial)``, pooled otherwise.
+
+    Returns:
+        A float pooled; ``(B,)`` float64 per case (numpy for numpy input, torch on the input's device for torch
+        input). NaN with a ``UserWarning`` where the metric is undefined.
+
+    Example:
+        >>> from monai_unc.metrics import au_arc
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> error = (torch.rand(2, 1, 8, 8) < 0.2).float()
+        >>> uncertainty = 0.3 * error + 0.7 * torch.rand(2, 1, 8, 8)
+        >>> round(au_arc(uncertainty, error, per_case=False), 4)
+        0.9463
     """
     return _per_case(lambda u, e: 1.0 - aurc(u, e.astype(np.float64)), uncertainty, error, per_case, "au_arc")

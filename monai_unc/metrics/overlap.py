@@ -65,7 +65,22 @@ _MAX_EXACT_BLOCK = 1 << 24
 
 
 class OverlapCounts(NamedTuple):
-    """Per-class counts of two label maps (int64, ``(..., C)``): ``|P = c & T = c|``, ``|P = c|``, ``|T = c|``."""
+    """Per-class counts of two label maps: ``|P = c & T = c|``, ``|P = c|``, ``|T = c|``.
+
+    Returned by :func:`overlap_counts`; each field is int64 ``(..., C)``.
+
+    Attributes:
+        intersection: ``|P = c & T = c|`` per class.
+        pred_size: ``|P = c|`` per class.
+        target_size: ``|T = c|`` per class.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import overlap_counts
+        >>> counts = overlap_counts(torch.tensor([0, 1, 1, 2]), torch.tensor([0, 1, 2, 2]))
+        >>> counts.intersection, counts.pred_size, counts.target_size
+        (tensor([1, 1, 1]), tensor([1, 2, 1]), tensor([1, 1, 2]))
+    """
 
     intersection: ArrayLike
     pred_size: ArrayLike
@@ -76,7 +91,23 @@ class OverlapCounts(NamedTuple):
 
 
 def check_empty_score(empty_score: Any) -> float:
-    """``empty_score`` as a float in [0, 1] or NaN (``ValueError`` / ``TypeError`` otherwise)."""
+    """``empty_score`` as a float in [0, 1] or NaN.
+
+    Args:
+        empty_score: the score of two empty masks (see the module docstring).
+
+    Returns:
+        ``float(empty_score)``.
+
+    Raises:
+        TypeError: when it is not a real number.
+        ValueError: when it is outside [0, 1] and not NaN.
+
+    Example:
+        >>> from monai_unc.metrics.overlap import check_empty_score
+        >>> check_empty_score(1)
+        1.0
+    """
     if isinstance(empty_score, bool) or not isinstance(empty_score, (int, float)) and not (
         hasattr(empty_score, "__float__") and getattr(empty_score, "ndim", 0) == 0
     ):
@@ -93,8 +124,24 @@ def overlap_ratio(
     """``numerator / denominator`` in float64, ``empty_score`` where ``denominator == 0`` (the one empty rule).
 
     The numerator is 0 wherever the denominator is (an overlap of empty masks). With ``empty_score`` NaN a
-    ``UserWarning`` (prefixed with ``caller``) counts the empty comparisons. Returns a torch tensor on the
-    numerator's device (the building block of the functions below and of the quality estimates).
+    ``UserWarning`` (prefixed with ``caller``) counts the empty comparisons. The building block of the functions
+    below and of the quality estimates.
+
+    Args:
+        numerator: counts, any shape broadcasting with ``denominator``.
+        denominator: counts (0 for two empty masks).
+        empty_score: value where ``denominator == 0``, in [0, 1] or NaN.
+        caller: name prefixed to the warning.
+
+    Returns:
+        float64 torch tensor of the broadcast shape, on the numerator's device.
+
+    Example:
+        >>> from monai_unc.metrics.overlap import overlap_ratio
+        >>> overlap_ratio([2, 0], [4, 0])
+        tensor([0.5000, 1.0000], dtype=torch.float64)
+        >>> overlap_ratio([2, 0], [4, 0], empty_score=0.0)
+        tensor([0.5000, 0.0000], dtype=torch.float64)
     """
     e = check_empty_score(empty_score)
     num = to_tensor(numerator, "numerator").to(torch.float64)
@@ -111,7 +158,23 @@ def dice_from_counts(
     intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike, empty_score: float = 1.0, *,
     caller: str = "dice",
 ) -> torch.Tensor:
-    """``2 |A & B| / (|A| + |B|)`` from counts (broadcasting), ``empty_score`` when both masks are empty."""
+    """Dice ``2 |A & B| / (|A| + |B|)`` from counts (broadcasting), ``empty_score`` when both masks are empty.
+
+    Args:
+        intersection: ``|A & B|``, any shape.
+        size_a: ``|A|``, broadcasting with ``intersection``.
+        size_b: ``|B|``, broadcasting with ``intersection``.
+        empty_score: value for two empty masks, in [0, 1] or NaN.
+        caller: name prefixed to the warning for NaN ``empty_score``.
+
+    Returns:
+        float64 torch tensor of the broadcast shape.
+
+    Example:
+        >>> from monai_unc.metrics.overlap import dice_from_counts
+        >>> dice_from_counts([3, 0], [4, 0], [4, 0])
+        tensor([0.7500, 1.0000], dtype=torch.float64)
+    """
     inter = to_tensor(intersection, "intersection")
     a = to_tensor(size_a, "size_a").to(inter.device)
     b = to_tensor(size_b, "size_b").to(inter.device)
@@ -122,7 +185,23 @@ def iou_from_counts(
     intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike, empty_score: float = 1.0, *,
     caller: str = "iou",
 ) -> torch.Tensor:
-    """``|A & B| / (|A| + |B| - |A & B|)`` from counts (broadcasting), ``empty_score`` when both are empty."""
+    """IoU ``|A & B| / (|A| + |B| - |A & B|)`` from counts (broadcasting), ``empty_score`` when both are empty.
+
+    Args:
+        intersection: ``|A & B|``, any shape.
+        size_a: ``|A|``, broadcasting with ``intersection``.
+        size_b: ``|B|``, broadcasting with ``intersection``.
+        empty_score: value for two empty masks, in [0, 1] or NaN.
+        caller: name prefixed to the warning for NaN ``empty_score``.
+
+    Returns:
+        float64 torch tensor of the broadcast shape.
+
+    Example:
+        >>> from monai_unc.metrics.overlap import iou_from_counts
+        >>> iou_from_counts([3, 0], [4, 0], [4, 0])
+        tensor([0.6000, 1.0000], dtype=torch.float64)
+    """
     inter = to_tensor(intersection, "intersection")
     a = to_tensor(size_a, "size_a").to(inter.device)
     b = to_tensor(size_b, "size_b").to(inter.device)
@@ -142,8 +221,10 @@ def _class_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 def _confusion(p: torch.Tensor, t: torch.Tensor, c: int, lead: torch.Size) -> torch.Tensor:
-    """Joint counts ``[..., i, j] = #{P = i, T = j}`` of label maps ``(..., V)`` (broadcast leading axes ``lead``)
-    in ``[0, C)``: one int64 code ``C P + T`` per voxel and one bincount over offset rows."""
+    """Joint counts ``[..., i, j] = #{P = i, T = j}`` of label maps ``(..., V)`` in ``[0, C)``.
+
+    The leading axes broadcast to ``lead``; one int64 code ``C P + T`` per voxel and one bincount over offset rows.
+    """
     code = p.to(torch.int64) * c
     code = code.add_(t) if tuple(code.shape[:-1]) == tuple(lead) else code + t
     n = math.prod(lead)
@@ -173,9 +254,23 @@ def _num_classes(num_classes: int | None, *maps: torch.Tensor) -> int:
 def class_counts(labels: ArrayLike, num_classes: int | None = None, validate: bool = True) -> ArrayLike:
     """Voxels of each class along the last axis: label maps ``(..., V)`` -> ``(..., C)`` int64 (one bincount).
 
-    Flatten the spatial axes first (``x.reshape(B, -1)``). ``C`` is ``max label + 1`` when ``num_classes`` is
-    None. ``validate=False`` skips the check that the labels are integers in ``[0, C)`` (for maps made by an
-    argmax; a label outside that range would be counted in the wrong row).
+    Flatten the spatial axes first (``x.reshape(B, -1)``).
+
+    Args:
+        labels: integer label maps ``(..., V)``.
+        num_classes: ``C``; default ``max label + 1``.
+        validate: check that the labels are integers in ``[0, C)``; ``False`` skips it (for maps made by an argmax;
+            a label outside that range would be counted in the wrong row).
+
+    Returns:
+        ``(..., C)`` int64 counts, in the library of ``labels``.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics.overlap import class_counts
+        >>> class_counts(np.array([[0, 1, 1, 2], [2, 2, 2, 0]]), num_classes=3)
+        array([[1, 2, 1],
+               [1, 0, 3]])
     """
     t = _voxel_labels(labels, "labels", num_classes, validate)
     return like_input(_class_counts(t, _num_classes(num_classes, t)), labels)
@@ -188,8 +283,9 @@ def overlap_counts(
     """Per-class intersections and sizes of label maps along the last axis (voxels), exact int64.
 
     Args:
-        pred, target: label maps ``(..., V)`` (0 = background) whose leading axes broadcast, e.g. samples
+        pred: label maps ``(..., V)`` (0 = background) whose leading axes broadcast with ``target``'s, e.g. samples
             ``(S, B, V)`` against one reference per case ``(B, V)`` (each map's sizes are counted once).
+        target: reference label maps ``(..., V)``.
         num_classes: classes including background; default ``max label + 1``.
         foreground: append a column for the foreground (``label > 0``, the union of the classes ``>= 1``).
         validate: check that both hold integer labels in ``[0, C)`` (skip for argmax maps).
@@ -197,6 +293,15 @@ def overlap_counts(
     Returns:
         :class:`OverlapCounts` ``(|P = c & T = c|, |P = c|, |T = c|)``, each ``(..., C)`` (``(..., C + 1)`` with
         ``foreground``) over the broadcast leading axes, in the library of ``pred``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import overlap_counts
+        >>> pred = torch.tensor([[0, 1, 1, 2]])
+        >>> target = torch.tensor([[0, 1, 2, 2]])
+        >>> overlap_counts(pred, target, num_classes=3, foreground=True)
+        OverlapCounts(intersection=tensor([[1, 1, 1, 3]]), pred_size=tensor([[1, 2, 1, 3]]),
+                      target_size=tensor([[1, 1, 2, 3]]))
     """
     p = _voxel_labels(pred, "pred", num_classes, validate)
     t = _voxel_labels(target, "target", num_classes, validate).to(p.device)
@@ -261,6 +366,15 @@ def dice(
 
     Returns:
         ``(B, C - 1)`` float64 (``(B, C)`` with ``include_background``), in the library of ``pred``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import dice
+        >>> pred = torch.zeros(1, 4, 4, 4, dtype=torch.long)
+        >>> target = torch.zeros_like(pred)
+        >>> pred[0, :2], target[0, 1:3] = 1, 1
+        >>> dice(pred, target, num_classes=3)  # class 2 is absent from both maps
+        tensor([[0.5000, 1.0000]], dtype=torch.float64)
     """
     return _per_class("dice", pred, target, num_classes, include_background, empty_score)
 
@@ -272,8 +386,30 @@ def iou(
     include_background: bool = False,
     empty_score: float = 1.0,
 ) -> ArrayLike:
-    """IoU (Jaccard index) per case and class: ``|P = c & T = c| / |P = c or T = c|``; arguments and result as in
-    :func:`dice` (MONAI's ``compute_iou`` with ``ignore_empty=False`` for the default ``empty_score``)."""
+    """IoU (Jaccard index) per case and class: ``|P = c & T = c| / |P = c or T = c|``.
+
+    Arguments and result as in :func:`dice` (MONAI's ``compute_iou`` with ``ignore_empty=False`` for the default
+    ``empty_score``).
+
+    Args:
+        pred: predicted label maps ``(B, *spatial)`` or ``(B, 1, *spatial)`` (0 = background).
+        target: reference label maps of the same shape.
+        num_classes: classes including background; default ``max label + 1``.
+        include_background: also report class 0 (first column).
+        empty_score: value of a class absent from both maps.
+
+    Returns:
+        ``(B, C - 1)`` float64 (``(B, C)`` with ``include_background``), in the library of ``pred``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import iou
+        >>> pred = torch.zeros(1, 4, 4, 4, dtype=torch.long)
+        >>> target = torch.zeros_like(pred)
+        >>> pred[0, :2], target[0, 1:3] = 1, 1
+        >>> iou(pred, target, include_background=True)
+        tensor([[0.3333, 0.3333]], dtype=torch.float64)
+    """
     return _per_class("iou", pred, target, num_classes, include_background, empty_score)
 
 
@@ -291,8 +427,10 @@ def _check_block(block: int | None) -> int:
 def _gram(
     parts: Sequence[torch.Tensor], select: Callable[[torch.Tensor], torch.Tensor], block: int
 ) -> torch.Tensor:
-    """``(..., M, M)`` float64 ``|A_i & A_j|`` for the masks ``select(x)`` of ``parts`` ``(..., M_k, V)``
-    (concatenated along ``M`` one block of voxels at a time, so no part is copied whole)."""
+    """``(..., M, M)`` float64 ``|A_i & A_j|`` for the masks ``select(x)`` of ``parts`` ``(..., M_k, V)``.
+
+    The parts are concatenated along ``M`` one block of voxels at a time, so no part is copied whole.
+    """
     lead = parts[0].shape[:-2]
     n_vox = parts[0].shape[-1]
     m = sum(p.shape[-2] for p in parts)
@@ -331,6 +469,15 @@ def mask_gram(masks: ArrayLike | Sequence[ArrayLike], block: int | None = None) 
 
     Returns:
         ``(..., M, M)`` float64 torch tensor of integer counts on the masks' device.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import mask_gram
+        >>> masks = torch.tensor([[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0]], dtype=torch.bool)
+        >>> mask_gram(masks)
+        tensor([[2., 1., 0.],
+                [1., 2., 0.],
+                [0., 0., 0.]], dtype=torch.float64)
     """
     b = _check_block(block)
     parts = _parts(masks, "masks")
@@ -343,9 +490,30 @@ def mask_gram(masks: ArrayLike | Sequence[ArrayLike], block: int | None = None) 
 def label_gram(
     labels: ArrayLike | Sequence[ArrayLike], label: int | str, block: int | None = None
 ) -> torch.Tensor:
-    """Gram matrix of the masks ``labels == label`` (or ``labels > 0`` for ``label="foreground"``) of ``M``
-    label maps ``(..., M, V)`` (or a list of such stacks, concatenated along ``M``), built one block at a time
-    so that no one-hot copy of the maps is held. Result as in :func:`mask_gram`."""
+    """Gram matrix of the masks ``labels == label`` of ``M`` label maps, without a one-hot copy.
+
+    The masks are ``labels == label`` (or ``labels > 0`` for ``label="foreground"``), built one block of voxels at a
+    time so that no one-hot copy of the maps is held.
+
+    Args:
+        labels: ``M`` label maps ``(..., M, V)``, or a list of such stacks, concatenated along ``M``.
+        label: the class whose masks are compared, or ``"foreground"``.
+        block: voxels per block, as in :func:`mask_gram`.
+
+    Returns:
+        ``(..., M, M)`` float64 torch tensor of integer counts, as in :func:`mask_gram`.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import label_gram
+        >>> labels = torch.tensor([[0, 1, 2, 2], [1, 1, 2, 0]])
+        >>> label_gram(labels, 2)
+        tensor([[2., 1.],
+                [1., 1.]], dtype=torch.float64)
+        >>> label_gram(labels, "foreground")
+        tensor([[3., 2.],
+                [2., 3.]], dtype=torch.float64)
+    """
     b = _check_block(block)
     parts = _parts(labels, "labels")
     if isinstance(label, str):
@@ -366,16 +534,47 @@ def _sizes(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def dice_matrix(gram: ArrayLike, empty_score: float = 1.0) -> torch.Tensor:
-    """Pairwise Dice ``(..., M, M)`` of the masks of a Gram matrix (:func:`mask_gram`): ``2 G_ij / (G_ii + G_jj)``
-    with ``empty_score`` for two empty masks (including the diagonal entry of an empty mask)."""
+    """Pairwise Dice ``(..., M, M)`` of the masks of a Gram matrix (:func:`mask_gram`): ``2 G_ij / (G_ii + G_jj)``.
+
+    Args:
+        gram: ``(..., M, M)`` Gram matrix of ``M`` masks.
+        empty_score: value for two empty masks (including the diagonal entry of an empty mask).
+
+    Returns:
+        ``(..., M, M)`` float64 torch tensor.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import dice_matrix, mask_gram
+        >>> masks = torch.tensor([[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0]], dtype=torch.bool)
+        >>> dice_matrix(mask_gram(masks))
+        tensor([[1.0000, 0.5000, 0.0000],
+                [0.5000, 1.0000, 0.0000],
+                [0.0000, 0.0000, 1.0000]], dtype=torch.float64)
+    """
     g = to_tensor(gram, "gram").to(torch.float64)
     si, sj = _sizes(g)
     return dice_from_counts(g, si, sj, empty_score, caller="dice_matrix")
 
 
 def iou_matrix(gram: ArrayLike, empty_score: float = 1.0) -> torch.Tensor:
-    """Pairwise IoU ``(..., M, M)`` of the masks of a Gram matrix: ``G_ij / (G_ii + G_jj - G_ij)``, with
-    ``empty_score`` for two empty masks."""
+    """Pairwise IoU ``(..., M, M)`` of the masks of a Gram matrix: ``G_ij / (G_ii + G_jj - G_ij)``.
+
+    Args:
+        gram: ``(..., M, M)`` Gram matrix of ``M`` masks (:func:`mask_gram`).
+        empty_score: value for two empty masks.
+
+    Returns:
+        ``(..., M, M)`` float64 torch tensor.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import iou_matrix, mask_gram
+        >>> masks = torch.tensor([[1, 1, 0, 0], [0, 1, 1, 0]], dtype=torch.bool)
+        >>> iou_matrix(mask_gram(masks))
+        tensor([[1.0000, 0.3333],
+                [0.3333, 1.0000]], dtype=torch.float64)
+    """
     g = to_tensor(gram, "gram").to(torch.float64)
     si, sj = _sizes(g)
     return iou_from_counts(g, si, sj, empty_score, caller="iou_matrix")

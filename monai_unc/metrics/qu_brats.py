@@ -70,10 +70,31 @@ _CHUNK = 1 << 18  # voxels per chunk of the one-pass counting
 
 @dataclass(frozen=True)
 class QUBraTSResult:
-    """QU-BraTS of one binary region (module docstring).
+    """QU-BraTS of one binary region (module docstring), returned by :func:`qu_brats`.
 
-    ``thresholds`` are descending (``97.5 ... 0`` for the defaults); ``dice``, ``ftp``, ``ftn`` are the curves at
-    those thresholds (float64); the AUCs are divided by ``max_uncertainty``.
+    Attributes:
+        dice_auc: area under the filtered-Dice curve, divided by ``max_uncertainty`` (higher is better).
+        ftp_auc: area under the filtered-true-positive curve (lower is better).
+        ftn_auc: area under the filtered-true-negative curve (lower is better).
+        score: ``(dice_auc + (1 - ftp_auc) + (1 - ftn_auc)) / 3`` (higher is better).
+        thresholds: the thresholds, descending (``97.5 ... 0`` for the defaults).
+        dice: the filtered Dice at each threshold (float64).
+        ftp: the fraction of filtered true positives at each threshold.
+        ftn: the fraction of filtered true negatives at each threshold.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import qu_brats
+        >>> target = torch.zeros(8, 8, 8, dtype=torch.bool)
+        >>> target[2:6, 2:6, 2:6] = True
+        >>> pred = torch.zeros_like(target)
+        >>> pred[2:6, 2:6, 3:7] = True  # shifted by one voxel
+        >>> uncertainty = 100.0 * (pred ^ target).float()  # uncertain exactly at the errors
+        >>> res = qu_brats(uncertainty, pred, target)
+        >>> res.thresholds[:3], res.dice[:3]
+        (array([97.5, 95. , 92.5]), array([1., 1., 1.]))
+        >>> {k: round(v, 4) for k, v in res.as_dict().items()}
+        {'score': 0.9917, 'dice_auc': 0.975, 'ftp_auc': 0.0, 'ftn_auc': 0.0}
     """
 
     dice_auc: float
@@ -86,14 +107,38 @@ class QUBraTSResult:
     ftn: np.ndarray
 
     def as_dict(self) -> dict[str, float]:
-        """The four scalars: ``score``, ``dice_auc``, ``ftp_auc``, ``ftn_auc``."""
+        """The four scalars: ``score``, ``dice_auc``, ``ftp_auc``, ``ftn_auc``.
+
+        Returns:
+            ``{name: float}``.
+        """
         return {"score": self.score, "dice_auc": self.dice_auc, "ftp_auc": self.ftp_auc, "ftn_auc": self.ftn_auc}
 
 
 @dataclass(frozen=True)
 class QUBraTSRegionsResult:
-    """QU-BraTS of several regions: ``regions`` maps each name to its :class:`QUBraTSResult`; the scalars are the
-    unweighted means over the regions (the challenge ranks the mean over WT, TC and ET)."""
+    """QU-BraTS of several regions, returned by :func:`qu_brats_regions`.
+
+    The scalars are the unweighted means over the regions (the challenge ranks the mean over WT, TC and ET).
+
+    Attributes:
+        regions: ``{region name: QUBraTSResult}``.
+        score: mean score over the regions.
+        dice_auc: mean Dice AUC.
+        ftp_auc: mean FTP AUC.
+        ftn_auc: mean FTN AUC.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import qu_brats_regions
+        >>> label = np.zeros((6, 6, 6), dtype=int)
+        >>> label[1:5, 1:5, 1:5] = 2
+        >>> label[2:4, 2:4, 2:4] = 4
+        >>> uncertainty = np.zeros((3, 6, 6, 6))  # TC, WT, ET: certain everywhere
+        >>> res = qu_brats_regions(uncertainty, label, label)
+        >>> sorted(res.as_dict())[:3]
+        ['ET_dice_auc', 'ET_ftn_auc', 'ET_ftp_auc']
+    """
 
     regions: dict[str, QUBraTSResult]
     score: float
@@ -102,7 +147,11 @@ class QUBraTSRegionsResult:
     ftn_auc: float
 
     def as_dict(self) -> dict[str, float]:
-        """Flat ``{"<region>_<component>": value, ..., "mean_<component>": value}``."""
+        """Flat ``{"<region>_<component>": value, ..., "mean_<component>": value}``.
+
+        Returns:
+            ``{name: float}`` with four components per region and their means.
+        """
         out: dict[str, float] = {}
         for name, r in self.regions.items():
             out.update({f"{name}_{k}": v for k, v in r.as_dict().items()})
@@ -124,9 +173,26 @@ def _check_grid_args(num_points: Any, max_uncertainty: Any) -> tuple[int, float]
 
 
 def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0) -> np.ndarray:
-    """The challenge's threshold grid, descending: ``numpy.arange(0, max_u + eps, max_u / num_points)[::-1]`` with
-    ``max_u + eps`` in float32 (module docstring). For the defaults: ``97.5, 95, ..., 2.5, 0`` (40 values; 100 is not
-    a threshold). Returned as float64."""
+    """The challenge's threshold grid, descending.
+
+    ``numpy.arange(0, max_u + eps, max_u / num_points)[::-1]`` with ``max_u + eps`` in float32 (module docstring).
+    For the defaults: ``97.5, 95, ..., 2.5, 0`` (40 values; 100 is not a threshold).
+
+    Args:
+        num_points: number of thresholds ``K``.
+        max_uncertainty: top of the uncertainty scale ``max_u``.
+
+    Returns:
+        The thresholds as float64, descending.
+
+    Example:
+        >>> from monai_unc.metrics import qu_brats_thresholds
+        >>> t = qu_brats_thresholds()
+        >>> len(t), t[:3], float(t[-1])
+        (40, array([97.5, 95. , 92.5]), 0.0)
+        >>> qu_brats_thresholds(num_points=4, max_uncertainty=1.0)
+        array([1.  , 0.75, 0.5 , 0.25, 0.  ])
+    """
     k, max_u = _check_grid_args(num_points, max_uncertainty)
     stop = np.float32(max_u) + np.float32(QU_BRATS_EPS)  # float32, as `100.0 + np.finfo(np.float32).eps` in numpy 2
     return np.arange(0.0, stop, max_u / k, dtype=np.float64)[::-1].copy()
@@ -164,8 +230,10 @@ def _uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tenso
 
 
 def _bin_index_numpy(u: np.ndarray, asc: np.ndarray) -> np.ndarray:
-    """For every voxel the index of the first ascending threshold ``>= u`` (the voxel is kept, ``u <= t``, from that
-    threshold on; ``len(asc)``: never kept). Exact, O(1) per voxel for the uniform grid ``t_i = i * step``.
+    """For every voxel the index of the first ascending threshold ``>= u``.
+
+    The voxel is kept, ``u <= t``, from that threshold on; ``len(asc)``: never kept. Exact, O(1) per voxel for the
+    uniform grid ``t_i = i * step``.
 
     The estimate ``e = ceil(u / step - 1/2)`` is off by at most one downwards (the float error of ``u / step`` is
     far below 1/2 of a grid step), so one comparison with the grid fixes it: ``e += (t_e < u)``. For float32 maps
@@ -196,10 +264,12 @@ def _bin_index_numpy(u: np.ndarray, asc: np.ndarray) -> np.ndarray:
 def _curve_counts(
     u: torch.Tensor, p: torch.Tensor, g: torch.Tensor, b: torch.Tensor, asc: np.ndarray, backend: str | None = None
 ) -> np.ndarray:
-    """Counts kept at every ascending threshold: ``(K, 8)`` int64 by category ``P + 2 G + 4 B``, plus the totals
-    ``(8,)`` as a last row: ``(K + 1, 8)``. One pass: a threshold index and a category per voxel, one bincount.
-    CPU tensors run through numpy (zero copy), other devices through ``torch.bucketize`` / ``torch.bincount``
-    (``backend`` forces one, for tests)."""
+    """Counts kept at every ascending threshold, plus the totals as a last row: ``(K + 1, 8)`` int64.
+
+    ``(K, 8)`` by category ``P + 2 G + 4 B``, then the totals ``(8,)``. One pass: a threshold index and a category
+    per voxel, one bincount. CPU tensors run through numpy (zero copy), other devices through ``torch.bucketize`` /
+    ``torch.bincount`` (``backend`` forces one, for tests).
+    """
     k = len(asc)
     if backend is None:
         backend = "numpy" if u.device.type == "cpu" else "torch"
@@ -239,6 +309,12 @@ def qu_brats(
 ) -> QUBraTSResult:
     """QU-BraTS score of one binary region (module docstring; Mehta et al., MELBA 2022).
 
+    Mehta et al.: *QU-BraTS: MICCAI BraTS 2020 Challenge on Quantifying Uncertainty in Brain Tumor
+    Segmentation - Analysis of Ranking Scores and Benchmarking Results*.
+
+    The score rewards uncertainty that filters out errors (Dice of the confident voxels rises) without filtering out
+    correct voxels (FTP, FTN stay low).
+
     Args:
         uncertainty: per-voxel uncertainty in ``[0, max_uncertainty]``, any shape (2D, 3D); larger = less certain.
             Use :func:`to_qu_brats_range` to map entropies (nats) or probabilities to the challenge's ``[0, 100]``.
@@ -248,8 +324,24 @@ def qu_brats(
         num_points: number of thresholds ``K`` (40 in the challenge).
         max_uncertainty: top of the uncertainty scale (100 in the challenge).
 
-    Returns a :class:`QUBraTSResult`. Raises ``ValueError`` for shape mismatches, non-binary masks, uncertainty
-    outside ``[0, max_uncertainty]`` or non-finite, and a brain mask without any voxel.
+    Returns:
+        A :class:`QUBraTSResult`.
+
+    Raises:
+        ValueError: for shape mismatches, non-binary masks, uncertainty outside ``[0, max_uncertainty]`` or
+            non-finite, and a brain mask without any voxel.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import qu_brats
+        >>> target = torch.zeros(8, 8, 8, dtype=torch.bool)
+        >>> target[2:6, 2:6, 2:6] = True
+        >>> pred = torch.zeros_like(target)
+        >>> pred[2:6, 2:6, 3:7] = True  # shifted by one voxel
+        >>> uncertainty = 100.0 * (pred ^ target).float()  # uncertain exactly at the errors
+        >>> res = qu_brats(uncertainty, pred, target)
+        >>> round(res.score, 4), round(res.dice_auc, 4), round(res.ftp_auc, 4), round(res.ftn_auc, 4)
+        (0.9917, 0.975, 0.0, 0.0)
     """
     k, max_u = _check_grid_args(num_points, max_uncertainty)
     u = _uncertainty(uncertainty, max_u)
@@ -308,10 +400,29 @@ def qu_brats_regions(
         uncertainty: ``{region: map}`` or an array ``(R, *spatial)`` with the regions in the order of ``regions``
             (e.g. a multi-label inferer's map of one case, channels TC, WT, ET for :data:`BRATS_REGIONS`); values in
             ``[0, max_uncertainty]``.
-        pred, target: integer label maps ``(*spatial)`` (converted with
-            :func:`~monai_unc.regions.label_to_regions`), or ``{region: binary mask}``.
+        pred: integer label map ``(*spatial)`` (converted with :func:`~monai_unc.regions.label_to_regions`), or
+            ``{region: binary mask}``.
+        target: the reference, in the same form as ``pred``.
         regions: region spec, a name (``"brats"``) or JSON (see :func:`~monai_unc.regions.parse_regions`).
-        brain_mask, num_points, max_uncertainty: as in :func:`qu_brats`.
+        brain_mask: as in :func:`qu_brats`.
+        num_points: as in :func:`qu_brats`.
+        max_uncertainty: as in :func:`qu_brats`.
+
+    Returns:
+        A :class:`QUBraTSRegionsResult`.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import qu_brats_regions
+        >>> target = np.zeros((6, 6, 6), dtype=int)
+        >>> target[1:5, 1:5, 1:5] = 2
+        >>> target[2:4, 2:4, 2:4] = 4
+        >>> pred = target.copy()
+        >>> pred[1, 1:5, 1:5] = 0  # one slice of whole tumour missed
+        >>> u_wt = 50.0 * (pred != target)  # half-certain at the errors
+        >>> res = qu_brats_regions({"TC": np.zeros(pred.shape), "WT": u_wt, "ET": np.zeros(pred.shape)}, pred, target)
+        >>> {name: round(r.score, 4) for name, r in res.regions.items()}, round(res.score, 4)
+        ({'TC': 0.9917, 'WT': 0.9685, 'ET': 0.9917}, 0.9839)
     """
     spec = parse_regions(regions)
     names = list(spec)
@@ -354,6 +465,25 @@ def measure_max(measure: str, num_classes: int = 2, multilabel: bool = False, no
     ``log 2`` for multi-label (binary entropies) or ``log C`` for ``C`` classes, 1 with ``normalize``;
     ``one_minus_max_prob``: 0.5 for multi-label, ``1 - 1/C`` otherwise; ``variance``: 0.25 for multi-label,
     ``(1 - 1/C) / C`` otherwise (the mean over classes of the per-class variance).
+
+    Args:
+        measure: the map's name (see :class:`monai_unc.keys.UncertaintyKeys`).
+        num_classes: ``C >= 2``.
+        multilabel: per-region sigmoid maps instead of softmax maps.
+        normalize: the entropies were normalised to [0, 1].
+
+    Returns:
+        The maximum as a float.
+
+    Raises:
+        ValueError: for an unknown measure or ``num_classes < 2``.
+
+    Example:
+        >>> from monai_unc.metrics import measure_max
+        >>> round(measure_max("predictive_entropy", num_classes=4), 4)
+        1.3863
+        >>> measure_max("one_minus_max_prob", multilabel=True)
+        0.5
     """
     m = canonical_measure(str(measure)) if str(measure) in DEPRECATED_MEASURES else UncertaintyKeys(measure).value
     if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
@@ -369,12 +499,30 @@ def measure_max(measure: str, num_classes: int = 2, multilabel: bool = False, no
 
 
 def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty: float = 100.0) -> ArrayLike:
-    """Map an uncertainty map with values in ``[0, max_value]`` to the challenge's ``[0, max_uncertainty]``:
-    ``u / max_value * max_uncertainty`` (float64).
+    """Map an uncertainty map with values in ``[0, max_value]`` to the challenge's ``[0, max_uncertainty]``.
 
-    E.g. a multi-label binary entropy in nats with ``max_value = log 2`` (see :func:`measure_max`): ``H_b / log 2 *
-    100``; a softmax entropy with ``normalize=True`` with ``max_value = 1``. Values outside ``[0, max_value]`` by less
-    than ``RANGE_RTOL * max_value`` (float rounding) are clipped; farther outside raises ``ValueError``.
+    ``u / max_value * max_uncertainty`` (float64). E.g. a multi-label binary entropy in nats with
+    ``max_value = log 2`` (see :func:`measure_max`): ``H_b / log 2 * 100``; a softmax entropy with ``normalize=True``
+    with ``max_value = 1``.
+
+    Args:
+        uncertainty: the map, any shape.
+        max_value: the largest value the map can take.
+        max_uncertainty: the top of the challenge's scale.
+
+    Returns:
+        The rescaled map (float64), in the library of the input.
+
+    Raises:
+        ValueError: for values outside ``[0, max_value]`` by more than ``RANGE_RTOL * max_value`` (closer ones, float
+            rounding, are clipped).
+
+    Example:
+        >>> import math
+        >>> import numpy as np
+        >>> from monai_unc.metrics import to_qu_brats_range
+        >>> to_qu_brats_range(np.array([0.0, 0.5 * math.log(2), math.log(2)]), max_value=math.log(2))
+        array([  0.,  50., 100.])
     """
     if not (isinstance(max_value, (int, float, np.integer, np.floating)) and math.isfinite(max_value)
             and max_value > 0):
@@ -406,8 +554,31 @@ class QUBraTSMetric(CumulativeIterationMetric):
     :func:`~monai_unc.regions.label_to_regions` (so leave ``regions`` out for one-region masks). Each case
     buffers ``(1, R)`` values of ``component`` (``"score"``, ``"dice_auc"``, ``"ftp_auc"`` or ``"ftn_auc"``);
     ``aggregate`` reduces them with MONAI's ``do_metric_reduction`` (default ``"mean"``: the mean over cases and
-    regions, the challenge's ranking score;
-    ``"mean_batch"``: per region). Without any case ``aggregate`` returns NaN with a ``UserWarning``.
+    regions, the challenge's ranking score; ``"mean_batch"``: per region). Without any case ``aggregate`` returns
+    NaN with a ``UserWarning``.
+
+    Args:
+        num_points: number of thresholds (40 in the challenge).
+        max_uncertainty: top of the challenge's scale (100).
+        uncertainty_max: the largest value of the given maps, when they are not on the challenge's scale (e.g.
+            ``measure_max("predictive_entropy", multilabel=True)``).
+        regions: region spec for label-map inputs (see :func:`~monai_unc.regions.parse_regions`).
+        threshold: binarisation threshold of probabilities in ``y_pred``.
+        component: the buffered value.
+        reduction: as in MONAI's metrics.
+        get_not_nans: also return the number of non-NaN values from :meth:`aggregate`.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import QUBraTSMetric
+        >>> label = torch.zeros(1, 1, 6, 6, 6, dtype=torch.long)
+        >>> label[..., 1:5, 1:5, 1:5] = 2
+        >>> label[..., 2:4, 2:4, 2:4] = 4
+        >>> metric = QUBraTSMetric(regions="brats", reduction="mean_batch")
+        >>> metric(y_pred=label, y=label, uncertainty=torch.zeros(1, 3, 6, 6, 6)).shape
+        torch.Size([1, 3])
+        >>> metric.aggregate().round(decimals=4)  # TC, WT, ET
+        tensor([0.9917, 0.9917, 0.9917])
     """
 
     def __init__(
@@ -449,6 +620,19 @@ class QUBraTSMetric(CumulativeIterationMetric):
     def __call__(  # type: ignore[override]
         self, y_pred: Any, y: Any = None, uncertainty: Any = None, brain_mask: Any = None, **kwargs: Any
     ) -> Any:
+        """Add a batch: one ``(1, R)`` row of ``component`` per case.
+
+        Args:
+            y_pred: binary region masks or probabilities ``(B, R, *spatial)`` (label maps ``(B, 1, *spatial)`` with
+                ``regions``).
+            y: the reference, in the form of ``y_pred``.
+            uncertainty: ``(B, R, *spatial)`` maps.
+            brain_mask: optional ``(B, 1, *spatial)``; values > 0 are brain.
+            **kwargs: passed to MONAI's ``CumulativeIterationMetric.__call__``.
+
+        Returns:
+            The per-case values ``(B, R)`` of the batch.
+        """
         if uncertainty is None:
             raise ValueError("QUBraTSMetric needs uncertainty=... (R maps per case)")
         if isinstance(y_pred, (list, tuple)):
@@ -507,8 +691,15 @@ class QUBraTSMetric(CumulativeIterationMetric):
         return out.to(y_pred.device)
 
     def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
-        """Reduce the buffered ``(N, R)`` values (NaN ignored); ``"none"`` returns them all. No case: NaN with a
-        ``UserWarning``."""
+        """Reduce the buffered ``(N, R)`` values (NaN ignored); ``"none"`` returns them all.
+
+        Args:
+            reduction: as in MONAI's metrics; default the constructor's.
+
+        Returns:
+            The reduced values (and the number of non-NaN values with ``get_not_nans``). No case: NaN with a
+            ``UserWarning``.
+        """
         data = self.get_buffer()
         if not isinstance(data, torch.Tensor) or data.numel() == 0:
             warnings.warn("QUBraTSMetric: no case was evaluated; the score is undefined (NaN)", UserWarning,

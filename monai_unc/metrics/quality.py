@@ -92,6 +92,20 @@ class QualityScores(NamedTuple):
 
     Column ``j`` of ``per_class`` is class ``j + 1`` (``include_background=False``, the default) or class ``j``
     (``include_background=True``). Float64, in the library (and device) of the input.
+
+    Attributes:
+        foreground: ``(B,)`` the estimate for the foreground (every class ``>= 1`` together).
+        per_class: ``(B, K)`` the estimate per class.
+
+    Example:
+        >>> from monai_unc.metrics import pairwise_dice
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> logits = 3 * torch.randn(1, 2, 3, 4, 4, 4)  # one logit map: 2 cases, 3 classes
+        >>> samples = torch.softmax(logits + torch.randn(4, 2, 3, 4, 4, 4), dim=2)  # 4 noisy samples
+        >>> q = pairwise_dice(samples)
+        >>> q.foreground.shape, q.per_class.shape
+        (torch.Size([2]), torch.Size([2, 2]))
     """
 
     foreground: ArrayLike
@@ -176,19 +190,33 @@ def pairwise_dice(
 
     ``q = 2 / (S (S - 1)) sum_{s < t} Dice(A_s, A_t)`` with ``A_s = argmax_c p_s``; per class and for the
     foreground (``A_s > 0``). Needs the samples (``keep_samples=True``); see the module docstring for the pooled
-    streaming variant.
+    streaming variant. The pair intersections ``|A_s & A_t|`` are one Gram matrix per case and class (a float32
+    matrix product of 0/1 masks in blocks of 2^23 voxels, which is exact, summed in float64).
+
+    Roy, Conjeti, Navab, Wachinger: *Bayesian QuickNAT: Model Uncertainty in Deep Whole-Brain Segmentation for
+    Structure-wise Quality Control*.
 
     Args:
         samples: ``(S, B, C, *spatial)`` probabilities, ``S >= 2``.
         include_background: also report class 0 in ``per_class``.
         empty_score: value of a pair of empty masks (default 1.0: both agree the structure is absent).
-        validate: check that ``samples`` are probabilities (one extra pass).
+        validate: check that the input holds probabilities (one extra pass).
 
     Returns:
         :class:`QualityScores` in [0, 1]; with ``S = 1`` there is no pair: NaN with a ``UserWarning``.
 
-    The pair intersections ``|A_s & A_t|`` are one Gram matrix per case and class (a float32 matrix product of
-    0/1 masks in blocks of 2^23 voxels, which is exact, summed in float64).
+    Example:
+        >>> from monai_unc.metrics import pairwise_dice
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> logits = 3 * torch.randn(1, 2, 3, 4, 4, 4)  # one logit map: 2 cases, 3 classes
+        >>> samples = torch.softmax(logits + torch.randn(4, 2, 3, 4, 4, 4), dim=2)  # 4 noisy samples
+        >>> q = pairwise_dice(samples)
+        >>> q.foreground.round(decimals=4)
+        tensor([0.8557, 0.8831], dtype=torch.float64)
+        >>> q.per_class.round(decimals=4)
+        tensor([[0.7476, 0.6003],
+                [0.6534, 0.8765]], dtype=torch.float64)
     """
     check_empty_score(empty_score)
     s = _probs_samples(samples, validate)
@@ -234,7 +262,25 @@ def dice_to_mean(
         samples: ``(S, B, C, *spatial)`` probabilities.
         reference: optional label map ``(B, *spatial)`` or ``(B, 1, *spatial)`` to compare against instead of the
             argmax of the mean (e.g. the deterministic prediction).
-        include_background, empty_score, validate: as in :func:`pairwise_dice`.
+        include_background: also report class 0 in ``per_class``.
+        empty_score: value of a pair of empty masks (default 1.0: both agree the structure is absent).
+        validate: check that the input holds probabilities (one extra pass).
+
+    Returns:
+        :class:`QualityScores` ``(foreground (B,), per_class (B, K))``, float64 in the library of the input.
+
+    Example:
+        >>> from monai_unc.metrics import dice_to_mean
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> logits = 3 * torch.randn(1, 2, 3, 4, 4, 4)  # one logit map: 2 cases, 3 classes
+        >>> samples = torch.softmax(logits + torch.randn(4, 2, 3, 4, 4, 4), dim=2)  # 4 noisy samples
+        >>> q = dice_to_mean(samples)
+        >>> q.foreground.round(decimals=4)
+        tensor([0.9187, 0.9276], dtype=torch.float64)
+        >>> q.per_class.round(decimals=4)
+        tensor([[0.8648, 0.7565],
+                [0.7762, 0.9259]], dtype=torch.float64)
     """
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
@@ -252,8 +298,30 @@ def sample_iou(
 ) -> QualityScores:
     """IoU of the sample segmentations (Roy et al. 2018): ``|A_1 & ... & A_S| / |A_1 | ... | A_S|``.
 
-    Per class and for the foreground; 1 when every sample draws the same mask. Arguments as in
-    :func:`pairwise_dice`; :class:`StreamingQuality` computes the same value one sample at a time.
+    Per class and for the foreground; 1 when every sample draws the same mask. :class:`StreamingQuality` computes
+    the same value one sample at a time.
+
+    Args:
+        samples: ``(S, B, C, *spatial)`` probabilities.
+        include_background: also report class 0 in ``per_class``.
+        empty_score: value of a pair of empty masks (default 1.0: both agree the structure is absent).
+        validate: check that the input holds probabilities (one extra pass).
+
+    Returns:
+        :class:`QualityScores` ``(foreground (B,), per_class (B, K))``, float64 in the library of the input.
+
+    Example:
+        >>> from monai_unc.metrics import sample_iou
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> logits = 3 * torch.randn(1, 2, 3, 4, 4, 4)  # one logit map: 2 cases, 3 classes
+        >>> samples = torch.softmax(logits + torch.randn(4, 2, 3, 4, 4, 4), dim=2)  # 4 noisy samples
+        >>> q = sample_iou(samples)
+        >>> q.foreground.round(decimals=4)
+        tensor([0.5745, 0.6471], dtype=torch.float64)
+        >>> q.per_class.round(decimals=4)
+        tensor([[0.3636, 0.2143],
+                [0.2500, 0.6471]], dtype=torch.float64)
     """
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
@@ -289,9 +357,32 @@ def volume_cv(
 
     ``CV = std_s V_s / mean_s V_s`` with ``V_s = |A_s^c|`` (voxels with ``argmax p_s = c``; foreground:
     ``argmax > 0``) or, with ``soft=True``, ``V_s = sum_x p_s[c](x)`` (foreground ``sum_x 1 - p_s[0]``). The CV
-    is scale-free, so voxel spacing cancels. ``ddof=0`` (default) is the population standard deviation, as for
-    the ``variance`` key; ``ddof=1`` the sample standard deviation. 0 when every sample has the same volume; a
-    class absent from every sample gives NaN with a ``UserWarning``. Not MONAI's TTA ``vvc`` (module docstring).
+    is scale-free, so voxel spacing cancels. Not MONAI's TTA ``vvc`` (module docstring).
+
+    Args:
+        samples: ``(S, B, C, *spatial)`` probabilities.
+        include_background: also report class 0 in ``per_class``.
+        soft: use the summed probabilities as volumes instead of the argmax masks.
+        ddof: ``0`` (default) the population standard deviation, as for the ``variance`` key; ``1`` the sample
+            standard deviation.
+        validate: check that ``samples`` are probabilities.
+
+    Returns:
+        :class:`QualityScores` (lower is better); 0 when every sample has the same volume; a class absent from
+        every sample gives NaN with a ``UserWarning``.
+
+    Example:
+        >>> from monai_unc.metrics import volume_cv
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> logits = 3 * torch.randn(1, 2, 3, 4, 4, 4)  # one logit map: 2 cases, 3 classes
+        >>> samples = torch.softmax(logits + torch.randn(4, 2, 3, 4, 4, 4), dim=2)  # 4 noisy samples
+        >>> q = volume_cv(samples)
+        >>> q.foreground.round(decimals=4)
+        tensor([0.0427, 0.0203], dtype=torch.float64)
+        >>> q.per_class.round(decimals=4)
+        tensor([[0.0973, 0.1468],
+                [0.0315, 0.0262]], dtype=torch.float64)
     """
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
@@ -322,7 +413,22 @@ def expected_dice(
 
     Args:
         probs: ``(B, C, *spatial)`` probabilities.
-        include_background, empty_score, validate: as in :func:`pairwise_dice`.
+        include_background: also report class 0 in ``per_class``.
+        empty_score: value of a pair of empty masks (default 1.0: both agree the structure is absent).
+        validate: check that the input holds probabilities (one extra pass).
+
+    Returns:
+        :class:`QualityScores` ``(foreground (B,), per_class (B, K))``, float64 in the library of the input.
+
+    Example:
+        >>> from monai_unc.metrics import expected_dice
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> logits = 3 * torch.randn(1, 2, 3, 4, 4, 4)  # one logit map: 2 cases, 3 classes
+        >>> samples = torch.softmax(logits + torch.randn(4, 2, 3, 4, 4, 4), dim=2)  # 4 noisy samples
+        >>> q = expected_dice(samples.mean(0))
+        >>> q.foreground.round(decimals=4)
+        tensor([0.8761, 0.8723], dtype=torch.float64)
     """
     p = _probs(probs, validate)
     b, c = p.shape[:2]
@@ -359,6 +465,31 @@ def quality_estimates(
     (segmentation ``p_r > 0.5``, i.e. the estimates on the two-class probabilities ``(1 - p_r, p_r)``), and
     ``per_class`` is ``(B, R)``, one column per region, while ``foreground`` is the mean over the regions (the
     combined case estimate; NaN regions are left out of it).
+
+    Args:
+        output: an inferer's output: ``pred`` ``(B, C, *spatial)`` and optionally ``samples``
+            ``(S, B, C, *spatial)``.
+        include_background: also report class 0 in ``per_class``.
+        empty_score: value of a pair of empty masks.
+        multilabel: score sigmoid regions (see above); default from the output.
+
+    Returns:
+        ``{name: QualityScores}`` for the estimates the output allows, in the order of :data:`QUALITY_ESTIMATES`.
+
+    Example:
+        >>> from monai_unc.metrics import quality_estimates
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> logits = 3 * torch.randn(1, 2, 3, 4, 4, 4)  # one logit map: 2 cases, 3 classes
+        >>> samples = torch.softmax(logits + torch.randn(4, 2, 3, 4, 4, 4), dim=2)  # 4 noisy samples
+        >>> q = quality_estimates({"pred": samples.mean(0), "samples": samples})
+        >>> for name, scores in q.items():
+        ...     print(name, [round(v, 3) for v in scores.foreground.tolist()])
+        expected_dice [0.876, 0.872]
+        pairwise_dice [0.856, 0.883]
+        dice_to_mean [0.919, 0.928]
+        sample_iou [0.574, 0.647]
+        volume_cv [0.043, 0.02]
     """
     if not isinstance(output, Mapping) or K.PRED.value not in output:
         raise ValueError("output must be an inferer's dict with a 'pred' entry (mean probabilities)")
@@ -418,6 +549,7 @@ class StreamingQuality:
     the foreground, and, if ``reference`` is given, per-sample intersections with it (module docstring).
     ``volume_cv``, ``sample_iou`` and ``dice_to_reference`` equal the batch functions on the kept samples
     (``dice_to_reference`` equals :func:`dice_to_mean` when ``reference`` is the argmax of the samples' mean).
+    Typical use: ``acc.update(torch.softmax(net(x), 1))`` once per MC-dropout pass.
 
     Args:
         reference: optional label map ``(B, *spatial)`` or ``(B, 1, *spatial)``, fixed before the samples.
@@ -425,12 +557,21 @@ class StreamingQuality:
         empty_score: value of a comparison of two empty masks.
         validate: check every update is a probability map.
 
-    Example::
-
-        acc = StreamingQuality(reference=deterministic_pred.argmax(1))
-        for _ in range(20):
-            acc.update(torch.softmax(net(x), 1))         # dropout on
-        acc.volume_cv().foreground, acc.sample_iou().foreground, acc.dice_to_reference().foreground
+    Example:
+        >>> from monai_unc.metrics import StreamingQuality, sample_iou
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> logits = 3 * torch.randn(1, 2, 3, 4, 4, 4)  # one logit map: 2 cases, 3 classes
+        >>> samples = torch.softmax(logits + torch.randn(4, 2, 3, 4, 4, 4), dim=2)  # 4 noisy samples
+        >>> acc = StreamingQuality(reference=samples.mean(0).argmax(1))
+        >>> for p in samples:
+        ...     _ = acc.update(p)
+        >>> acc.num_samples, acc.volumes().shape
+        (4, torch.Size([4, 2, 4]))
+        >>> acc.sample_iou().foreground.round(decimals=4), sample_iou(samples).foreground.round(decimals=4)
+        (tensor([0.5745, 0.6471], dtype=torch.float64), tensor([0.5745, 0.6471], dtype=torch.float64))
+        >>> acc.volume_cv().foreground.round(decimals=4), acc.dice_to_reference().foreground.round(decimals=4)
+        (tensor([0.0427, 0.0203], dtype=torch.float64), tensor([0.9187, 0.9276], dtype=torch.float64))
     """
 
     def __init__(
@@ -458,10 +599,18 @@ class StreamingQuality:
 
     @property
     def num_samples(self) -> int:
+        """Number of samples added so far."""
         return len(self._volumes)
 
     def update(self, probs: ArrayLike) -> StreamingQuality:
-        """Add one sample ``(B, C, *spatial)`` of probabilities."""
+        """Add one sample ``(B, C, *spatial)`` of probabilities.
+
+        Args:
+            probs: ``(B, C, *spatial)`` probabilities of one sample.
+
+        Returns:
+            ``self``, for chaining.
+        """
         p = _probs(probs, self.validate)
         b, c = p.shape[:2]
         if self._shape is None:
@@ -503,13 +652,25 @@ class StreamingQuality:
         return _split(values, _classes(self.num_classes, self.include_background), self._like)
 
     def volume_cv(self, soft: bool = False, ddof: int = 0) -> QualityScores:
-        """CV of the per-sample volumes; equals :func:`volume_cv` on the kept samples."""
+        """CV of the per-sample volumes; equals :func:`volume_cv` on the kept samples.
+
+        Args:
+            soft: use the summed probabilities as volumes.
+            ddof: delta degrees of freedom of the standard deviation.
+
+        Returns:
+            :class:`QualityScores`.
+        """
         self._require()
         vol = torch.stack(self._soft if soft else self._volumes)
         return self._out(_cv(vol, ddof, "StreamingQuality.volume_cv"))
 
     def sample_iou(self) -> QualityScores:
-        """IoU of the sample segmentations; equals :func:`sample_iou` on the kept samples."""
+        """IoU of the sample segmentations; equals :func:`sample_iou` on the kept samples.
+
+        Returns:
+            :class:`QualityScores`.
+        """
         self._require()
         c = self.num_classes
         inter = torch.stack([((self._and >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_and.sum(-1)], -1)
@@ -517,13 +678,24 @@ class StreamingQuality:
         return self._out(overlap_ratio(inter, union, self.empty_score, caller="StreamingQuality.sample_iou"))
 
     def dice_to_reference(self) -> QualityScores:
-        """Mean over samples of the Dice against ``reference`` (needs ``reference`` at construction)."""
+        """Mean over samples of the Dice against ``reference`` (needs ``reference`` at construction).
+
+        Returns:
+            :class:`QualityScores`.
+        """
         self._require()
         if self._ref is None:
             raise ValueError("dice_to_reference needs a reference label map passed to StreamingQuality(reference=)")
         return self._out(torch.stack(self._inter).mean(dim=0))
 
     def volumes(self, soft: bool = False) -> ArrayLike:
-        """Per-sample volumes in voxels ``(S, B, C + 1)`` (last column: foreground), int64 (float64 if ``soft``)."""
+        """Per-sample volumes in voxels ``(S, B, C + 1)`` (last column: foreground).
+
+        Args:
+            soft: summed probabilities instead of argmax voxel counts.
+
+        Returns:
+            int64 counts (float64 if ``soft``), ``(S, B, C + 1)``.
+        """
         self._require()
         return like_input(torch.stack(self._soft if soft else self._volumes), self._like)

@@ -1,5 +1,8 @@
-"""Risk-controlled referral threshold (Geifman & El-Yaniv 2017, selective classification with guaranteed risk;
-Angelopoulos et al. 2021, Learn then Test).
+"""Risk-controlled referral threshold with a statistical guarantee on the risk of the accepted cases.
+
+Methods: selective classification with guaranteed risk (Geifman & El-Yaniv 2017: *Selective Classification for
+Deep Neural Networks*) and Learn then Test (Angelopoulos, Bates, Candès, Jordan, Lei 2021: *Learn then Test:
+Calibrating Predictive Algorithms to Achieve Risk Control*).
 
 :func:`risk_controlled_threshold` picks, from calibration cases, the acceptance threshold with the largest
 coverage such that, with probability at least ``1 - delta`` over the calibration draw, the selective risk of new
@@ -34,7 +37,22 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
 
     The ``b`` that solves ``P(Bin(n, b) <= errors) = delta`` (SGR's ``B*``, Geifman & El-Yaniv 2017), i.e.
     the ``1 - delta`` quantile of ``Beta(errors + 1, n - errors)``; 1 when ``errors == n`` and, by convention, 1
-    when ``n == 0`` (nothing observed). Vectorised over ``errors`` and ``n``; a float for scalar input.
+    when ``n == 0`` (nothing observed).
+
+    Args:
+        errors: number of errors, scalar or array.
+        n: number of trials, broadcasting with ``errors``.
+        delta: allowed probability in (0, 1) that the bound fails.
+
+    Returns:
+        The bound, vectorised over ``errors`` and ``n``; a float for scalar input.
+
+    Example:
+        >>> from monai_unc.metrics import clopper_pearson_upper
+        >>> round(clopper_pearson_upper(2, 50, 0.1), 4)
+        0.103
+        >>> clopper_pearson_upper([0, 5], [10, 10], 0.1).round(4)
+        array([0.2057, 0.7327])
     """
     e = np.asarray(errors, dtype=np.float64)
     nn = np.asarray(n, dtype=np.float64)
@@ -60,8 +78,22 @@ def hoeffding_bentkus_pvalue(
     """Hoeffding-Bentkus p-value for ``H0: E[loss] > alpha`` from the mean ``risk_hat`` of ``n`` losses in [0, 1].
 
     ``p = min( exp(-n h1(min(risk_hat, alpha), alpha)),  e * P(Bin(n, alpha) <= ceil(n risk_hat)) )`` with
-    ``h1`` the Bernoulli KL divergence (Bates et al. 2021; used by Learn-then-Test, Angelopoulos et al. 2021).
-    Valid for any losses bounded in [0, 1] (not only 0/1). ``n == 0`` gives 1. Vectorised.
+    ``h1`` the Bernoulli KL divergence (Bates, Angelopoulos, Lei, Malik, Jordan 2021: *Distribution-Free,
+    Risk-Controlling Prediction Sets*; used by Learn-then-Test, Angelopoulos et al. 2021). Valid for any losses
+    bounded in [0, 1] (not only 0/1).
+
+    Args:
+        risk_hat: mean loss of the ``n`` cases.
+        n: number of cases (``n == 0`` gives 1).
+        alpha: the risk level of the null hypothesis.
+
+    Returns:
+        The p-value, vectorised; a float for scalar input.
+
+    Example:
+        >>> from monai_unc.metrics import hoeffding_bentkus_pvalue
+        >>> round(hoeffding_bentkus_pvalue(0.02, 100, 0.1), 4)
+        0.0053
     """
     r = np.asarray(risk_hat, dtype=np.float64)
     nn = np.asarray(n, dtype=np.float64)
@@ -77,7 +109,20 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
     """Upper confidence bound from the Hoeffding-Bentkus p-value: ``inf {alpha : p(risk_hat, n, alpha) <= delta}``.
 
     The p-value decreases in ``alpha`` above ``risk_hat``, so the bound is the root of ``p - delta`` on
-    ``(risk_hat, 1)``, found with ``scipy.optimize.brentq``. 1 when ``risk_hat == 1`` or ``n == 0``.
+    ``(risk_hat, 1)``, found with ``scipy.optimize.brentq``.
+
+    Args:
+        risk_hat: mean loss of the ``n`` cases, in [0, 1].
+        n: number of cases.
+        delta: allowed probability in (0, 1) that the bound fails.
+
+    Returns:
+        The bound as a float; 1 when ``risk_hat == 1`` or ``n == 0``.
+
+    Example:
+        >>> from monai_unc.metrics import hoeffding_bentkus_upper
+        >>> round(hoeffding_bentkus_upper(0.02, 100, 0.1), 4)
+        0.0656
     """
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
@@ -98,18 +143,34 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
 class RiskControlledThreshold:
     """Result of :func:`risk_controlled_threshold`.
 
-    - ``threshold``: accept a new case iff ``uncertainty <= threshold`` (:meth:`accept`). It is the largest float
-      below the smallest *refused* calibration uncertainty (``+inf`` when every case is accepted, ``-inf`` when
-      none is: ``feasible=False``, refer everything).
-    - ``coverage``: fraction of calibration cases accepted; ``n_accepted`` of ``n_calibration``.
-    - ``risk``: empirical selective risk of the accepted calibration cases (NaN when none is accepted).
-    - ``bound``: upper confidence bound on the selective risk at the chosen threshold: SGR's Clopper-Pearson bound
-      at level ``delta / n_candidates`` (valid simultaneously over all candidates), or LTT's Hoeffding-Bentkus
-      bound at the level the chosen candidate was tested at (``<= target_risk``; LTT's guarantee itself is
-      ``risk <= target_risk``). When infeasible: the smallest such bound over the candidates at the levels they
-      were tested at (``> target_risk``), i.e. how far the calibration set is from certifying the target.
-    - ``feasible``: False when no candidate threshold satisfies the target (then ``threshold == -inf``).
-    - ``method``, ``target_risk``, ``delta``, ``n_candidates`` (the number of thresholds tested).
+    Attributes:
+        threshold: accept a new case iff ``uncertainty <= threshold`` (:meth:`accept`). It is the largest float
+            below the smallest *refused* calibration uncertainty (``+inf`` when every case is accepted, ``-inf`` when
+            none is: ``feasible=False``, refer everything).
+        coverage: fraction of calibration cases accepted; ``n_accepted`` of ``n_calibration``.
+        risk: empirical selective risk of the accepted calibration cases (NaN when none is accepted).
+        bound: upper confidence bound on the selective risk at the chosen threshold: SGR's Clopper-Pearson bound
+            at level ``delta / n_candidates`` (valid simultaneously over all candidates), or LTT's Hoeffding-Bentkus
+            bound at the level the chosen candidate was tested at (``<= target_risk``; LTT's guarantee itself is
+            ``risk <= target_risk``). When infeasible: the smallest such bound over the candidates at the levels they
+            were tested at (``> target_risk``), i.e. how far the calibration set is from certifying the target.
+        feasible: False when no candidate threshold satisfies the target (then ``threshold == -inf``).
+        method: ``"sgr"`` or ``"ltt"``.
+        target_risk: the guaranteed risk level.
+        delta: the allowed failure probability.
+        n_candidates: the number of thresholds tested.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import risk_controlled_threshold
+        >>> rng = np.random.default_rng(0)
+        >>> u = rng.random(400)  # calibration cases: errors become likelier with uncertainty
+        >>> failed = (rng.random(400) < 0.3 * u**2).astype(float)
+        >>> res = risk_controlled_threshold(u, failed, target_risk=0.1, delta=0.1)
+        >>> res.feasible, res.n_accepted, res.n_calibration
+        (True, 241, 400)
+        >>> res.accept(np.array([0.05, 0.9]))
+        array([ True, False])
     """
 
     threshold: float
@@ -125,7 +186,14 @@ class RiskControlledThreshold:
     n_candidates: int
 
     def accept(self, uncertainty: ArrayLike) -> ArrayLike:
-        """Boolean mask of the cases to accept (``uncertainty <= threshold``), in the library of the input."""
+        """Boolean mask of the cases to accept (``uncertainty <= threshold``), in the library of the input.
+
+        Args:
+            uncertainty: case uncertainties, any shape.
+
+        Returns:
+            A boolean mask of the same shape.
+        """
         if isinstance(uncertainty, torch.Tensor):
             return uncertainty <= self.threshold
         return np.asarray(uncertainty) <= self.threshold
@@ -292,6 +360,21 @@ def risk_controlled_threshold(
     Assumes the calibration and future cases are exchangeable (same distribution, same model, same uncertainty
     definition) and continuous uncertainties (ties are accepted or referred together, which the proof does not
     cover exactly). See docs/referral_threshold.md.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import risk_controlled_threshold
+        >>> rng = np.random.default_rng(0)
+        >>> u = rng.random(400)  # calibration cases: errors become likelier with uncertainty
+        >>> failed = (rng.random(400) < 0.3 * u**2).astype(float)
+        >>> res = risk_controlled_threshold(u, failed, target_risk=0.1, delta=0.1)
+        >>> res.feasible, round(res.threshold, 3), round(res.coverage, 3)
+        (True, 0.653, 0.603)
+        >>> round(res.risk, 3), round(res.bound, 3)
+        (0.05, 0.098)
+        >>> ltt = risk_controlled_threshold(u, failed, target_risk=0.1, delta=0.1, method="ltt")
+        >>> round(ltt.coverage, 3)
+        0.603
     """
     u = case_vector(uncertainty_cal, "uncertainty_cal")
     r = case_vector(risk_cal, "risk_cal")

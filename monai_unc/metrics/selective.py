@@ -81,12 +81,21 @@ _OPTIMA = ("empirical", "closed_form")
 class RiskCoverageCurve(NamedTuple):
     """Points of a risk-coverage curve, ordered by descending coverage (1 first, 0 last).
 
-    - ``coverage``: fraction of retained cases.
-    - ``selective_risk``: mean risk of the retained cases (the last point repeats the one before it).
-    - ``generalized_risk``: sum of the retained cases' risk divided by ``N`` (0 at coverage 0).
-    - ``threshold``: in the units of the input scores: the retained cases are those with
-      ``uncertainty <= threshold`` (or ``confidence >= threshold``); ``-inf`` (``+inf`` for confidence)
-      at coverage 0.
+    Returned by :func:`risk_coverage_curve`.
+
+    Attributes:
+        coverage: fraction of retained cases.
+        selective_risk: mean risk of the retained cases (the last point repeats the one before it).
+        generalized_risk: sum of the retained cases' risk divided by ``N`` (0 at coverage 0).
+        threshold: in the units of the input scores: the retained cases are those with
+            ``uncertainty <= threshold`` (or ``confidence >= threshold``); ``-inf`` (``+inf`` for confidence)
+            at coverage 0.
+
+    Example:
+        >>> from monai_unc.metrics import risk_coverage_curve
+        >>> curve = risk_coverage_curve([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0])
+        >>> curve.coverage
+        array([1.  , 0.75, 0.5 , 0.25, 0.  ])
     """
 
     coverage: ArrayLike
@@ -96,7 +105,20 @@ class RiskCoverageCurve(NamedTuple):
 
 
 class ReferralCurve(NamedTuple):
-    """A referral curve: ``value[k]`` is the metric on the cases retained at referral rate ``tau[k]``."""
+    """A referral curve: ``value[k]`` is the metric on the cases retained at referral rate ``tau[k]``.
+
+    Returned by :func:`referral_curve`.
+
+    Attributes:
+        tau: referral rates.
+        value: the metric on the retained cases at each rate (NaN when every case is referred).
+        n_retained: number of retained cases at each rate.
+
+    Example:
+        >>> from monai_unc.metrics import referral_curve
+        >>> referral_curve([0.1, 0.4, 0.2, 0.8], [0.9, 0.6, 0.8, 0.3], taus=[0.0, 0.5]).n_retained
+        array([4, 2])
+    """
 
     tau: ArrayLike
     value: ArrayLike
@@ -177,6 +199,16 @@ def risk_coverage_curve(
 
     Raises:
         ValueError: empty input, lengths differ, non-finite values, or unknown ``score_type``.
+
+    Example:
+        >>> from monai_unc.metrics import risk_coverage_curve
+        >>> curve = risk_coverage_curve([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0])
+        >>> curve.coverage
+        array([1.  , 0.75, 0.5 , 0.25, 0.  ])
+        >>> curve.selective_risk
+        array([0.5       , 0.33333333, 0.        , 0.        , 0.        ])
+        >>> curve.threshold
+        array([ 0.8,  0.4,  0.2,  0.1, -inf])
     """
     s, r = _pair(uncertainty, risk)
     conf = _confidence(s, score_type)
@@ -191,7 +223,21 @@ def aurc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty
     """Area under the risk-coverage curve (ValUES eq. 7): trapezoid of the selective risk over coverage.
 
     Lower is better; 0 when every retained case has zero risk at every coverage. For continuous risk
-    ``1 - Dice`` this is ValUES' failure-detection metric. See :func:`risk_coverage_curve` for the arguments.
+    ``1 - Dice`` this is ValUES' failure-detection metric.
+
+    Args:
+        uncertainty: ``(N,)`` one score per case: an aggregated uncertainty (larger = less confident, the
+            default) or, with ``score_type="confidence"``, a confidence (formerly ``scores``).
+        risk: ``(N,)`` per-case risk: 0/1 errors or a continuous loss such as ``1 - Dice``.
+        score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
+
+    Returns:
+        The area as a float.
+
+    Example:
+        >>> from monai_unc.metrics import aurc
+        >>> round(aurc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)
+        0.1458
     """
     s, r = _pair(uncertainty, risk)
     cov, sel, _, _ = _rc_points(_confidence(s, score_type), r)
@@ -203,7 +249,22 @@ def augrc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertaint
     """Area under the generalized risk-coverage curve (Traub et al. 2024, as in fd-shifts).
 
     The generalized risk at a coverage is the retained cases' summed risk divided by all ``N`` cases, i.e.
-    the probability of a silent failure; the curve ends at (0, 0). See :func:`risk_coverage_curve`.
+    the probability of a silent failure; the curve ends at (0, 0) (Traub, Bungert, Lüth, Baumgartner, Maier-Hein,
+    Maier-Hein, Jaeger: *Overcoming Common Flaws in the Evaluation of Selective Classification Systems*).
+
+    Args:
+        uncertainty: ``(N,)`` one score per case: an aggregated uncertainty (larger = less confident, the
+            default) or, with ``score_type="confidence"``, a confidence (formerly ``scores``).
+        risk: ``(N,)`` per-case risk: 0/1 errors or a continuous loss such as ``1 - Dice``.
+        score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
+
+    Returns:
+        The area as a float.
+
+    Example:
+        >>> from monai_unc.metrics import augrc
+        >>> round(augrc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)
+        0.125
     """
     s, r = _pair(uncertainty, risk)
     cov, _, gen, _ = _rc_points(_confidence(s, score_type), r)
@@ -236,14 +297,28 @@ def eaurc(
 ) -> float:
     """Excess AURC (ValUES eq. 8, Geifman et al. 2019): ``AURC - AURC*``.
 
+    With the empirical optimum E-AURC is >= 0 up to rounding, except that plateaus of tied scores can
+    push the AURC below the oracle's (fd-shifts notes the same). Geifman, Uziel, El-Yaniv: *Bias-Reduced
+    Uncertainty Estimation for Deep Neural Classifiers*.
+
     Args:
-        uncertainty, risk, score_type: as in :func:`risk_coverage_curve`.
+        uncertainty: ``(N,)`` one score per case: an aggregated uncertainty (larger = less confident, the
+            default) or, with ``score_type="confidence"``, a confidence (formerly ``scores``).
+        risk: ``(N,)`` per-case risk: 0/1 errors or a continuous loss such as ``1 - Dice``.
+        score_type: ``"uncertainty"`` (confidence ``g = -score``) or ``"confidence"``.
         optimum: ``"empirical"`` (default): ``AURC*`` is the trapezoid AURC of the oracle that ranks cases by
             ascending risk, each case its own point (works for continuous risk). ``"closed_form"``: fd-shifts'
             ``e + (1 - e) ln(1 - e)`` for 0/1 risk with error rate ``e`` (ValueError for other risk).
 
-    With the empirical optimum E-AURC is >= 0 up to rounding, except that plateaus of tied scores can
-    push the AURC below the oracle's (fd-shifts notes the same).
+    Returns:
+        The excess area as a float.
+
+    Example:
+        >>> from monai_unc.metrics import eaurc
+        >>> round(eaurc([0.8, 0.1, 0.2, 0.4], [0.0, 1.0, 0.0, 1.0]), 4)  # an error is the most certain case
+        0.5833
+        >>> round(eaurc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)  # the errors are the most uncertain cases
+        0.0
     """
     s, r = _pair(uncertainty, risk)
     cov, sel, _, _ = _rc_points(_confidence(s, score_type), r)
@@ -275,7 +350,8 @@ def referral_curve(
     """Referral curve (RETINA, Sec. 2.3): metric on the cases kept after referring the most uncertain.
 
     For each referral rate ``tau`` the ``ceil(tau * N)`` cases with the largest uncertainty are referred and
-    the metric is evaluated on the other ``N - ceil(tau * N)`` cases.
+    the metric is evaluated on the other ``N - ceil(tau * N)`` cases (Band et al.: *Benchmarking Bayesian Deep
+    Learning on Diabetic Retinopathy Detection Tasks*).
 
     Args:
         uncertainty: ``(N,)`` per-case uncertainty (larger = referred first).
@@ -292,6 +368,13 @@ def referral_curve(
     Returns:
         :class:`ReferralCurve` (``tau``, ``value``, ``n_retained``) in the library of ``uncertainty``. A rate
         that refers every case gives NaN with a ``UserWarning``.
+
+    Example:
+        >>> from monai_unc.metrics import referral_curve
+        >>> dice = [0.9, 0.6, 0.8, 0.3]
+        >>> curve = referral_curve([0.1, 0.4, 0.2, 0.8], dice)
+        >>> curve.tau, curve.value.round(4)
+        (array([0.  , 0.25, 0.5 , 0.75]), array([0.65  , 0.7667, 0.85  , 0.9   ]))
     """
     u = case_vector(uncertainty, "uncertainty")
     n = u.size
@@ -341,9 +424,30 @@ def area_under_referral_curve(
 ) -> float:
     """Area under the referral curve (RETINA's "R-<metric> AUC"): trapezoid of the curve over ``tau``.
 
-    Arguments as in :func:`referral_curve`. Rates that refer every case (NaN) are left out. With
-    ``normalize=True`` the area is divided by the covered ``tau`` range, giving the curve's mean level on
-    the metric's own scale (comparable across grids). A single usable rate gives NaN with a warning.
+    Rates that refer every case (NaN) are left out. A single usable rate gives NaN with a warning.
+
+    Args:
+        uncertainty: ``(N,)`` per-case uncertainty (larger = referred first).
+        values: either ``(N,)`` per-case values (Dice, 0/1 correctness, ...), whose mean over the retained
+            cases is reported, or a callable ``fn(retained_indices) -> float`` that recomputes any cohort
+            metric (e.g. AUROC) on the retained cases, given their indices into the inputs (int64 array).
+        taus: referral rates in [0, 1]; default every partition that keeps at least one case,
+            ``tau = k / N`` for ``k = 0 .. N-1``.
+        ties: how cases tied in uncertainty are split at the referral cut. ``"average"`` (per-case values
+            only): the expected mean over a uniformly random order of the tied cases, so the curve does not
+            depend on case order; ``"order"``: ties are broken by case order (the earlier case is kept), the
+            only choice for a callable.
+        normalize: divide the area by the covered ``tau`` range, giving the curve's mean level on the metric's own
+            scale (comparable across grids).
+
+    Returns:
+        The area (or the mean level with ``normalize``) as a float.
+
+    Example:
+        >>> from monai_unc.metrics import area_under_referral_curve
+        >>> dice = [0.9, 0.6, 0.8, 0.3]
+        >>> round(area_under_referral_curve([0.1, 0.4, 0.2, 0.8], dice, normalize=True), 4)
+        0.7972
     """
     curve = referral_curve(uncertainty, values, taus=taus, ties=ties)
     t = to_numpy(curve.tau, "tau")

@@ -439,9 +439,11 @@ def boundary_uncertainty_concentration(
     """Boundary uncertainty concentration, BUC (Zeevi et al. Sec. 3.1); in [0, 1], higher is better.
 
     ``R = {x : d_pred(x) <= w}`` is the band of width ``w`` mm around the predicted (all-label) boundary and
-    ``BUC = mu_R / (mu_R + mu_notR)`` with ``mu`` the mean uncertainty inside / outside ``R``. 0.5 means no
-    concentration (e.g. a constant map), values near 1 mean the uncertainty sits at the predicted boundary.
+    ``BUC = mu_R / (mu_R + mu_notR)`` with ``mu`` the mean uncertainty inside / outside ``R``. 0.5
+    means no concentration (e.g. a constant map), values near 1 mean the uncertainty sits at the predicted boundary.
     Distances within a relative ``TIE_RTOL`` (1e-6) of ``w`` count as inside.
+
+    Reference: Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*.
 
     Args:
         uncertainty: non-negative uncertainty ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D.
@@ -454,12 +456,24 @@ def boundary_uncertainty_concentration(
 
     Returns:
         one value per case ``(B,)`` float64, ``(1,)`` for an unbatched map (numpy, or torch on the input's
-        device).
-        NaN with a ``UserWarning`` when ``pred`` has no boundary, the default width is infinite (empty
+        device). NaN with a ``UserWarning`` when ``pred`` has no boundary, the default width is infinite (empty
         target), ``R`` covers the whole volume, or the uncertainty is zero everywhere.
 
     Raises:
         ValueError: negative or non-finite uncertainty, shapes that do not match, bad spacing or width.
+
+    Example:
+        >>> from monai_unc.metrics import boundary_uncertainty_concentration
+        >>> import torch
+        >>> from monai_unc.metrics import label_boundary
+        >>> target = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+        >>> target[:, :, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[1, :, 2:6, 6] = 1  # case 1: a wrong column
+        >>> _ = torch.manual_seed(0)
+        >>> uncertainty = 0.5 * label_boundary(pred, spatial_dims=2).float() + 0.1 * torch.rand(2, 1, 8, 8)
+        >>> boundary_uncertainty_concentration(uncertainty, pred, target, width=1.0).round(decimals=4)
+        tensor([0.8700, 0.8728], dtype=torch.float64)
     """
     u, p, t, _ = _prepare(uncertainty, pred, target)
     if bool((u < 0).any()):
@@ -484,19 +498,22 @@ def boundary_aware_ece(
 ) -> ArrayLike | tuple[ArrayLike, dict[str, ArrayLike]]:
     """Boundary-aware expected calibration error, BA-ECE (Zeevi et al. Sec. 3.2); lower is better.
 
-    Voxels are grouped into ``n_bands`` equal-width bands of distance to the reference (all-label) boundary,
+    Voxels are grouped into ``n_bands`` equal-width bands of distance (mm) to the reference (all-label) boundary,
     ``[t_i, t_{i+1})`` with ``t = numpy.linspace(0, d_max, n_bands + 1)`` (the last band closed; distances within
-    a relative ``TIE_RTOL`` of an edge count as on it); per band
-    the mean uncertainty is compared with the error rate ``mean [pred != target]``:
-    ``BA-ECE = sum_i w_i |mean_i u - mean_i e|`` with ``w_i`` proportional to
+    a relative ``TIE_RTOL`` of an edge count as on it); per band the mean uncertainty is compared with the error
+    rate ``mean [pred != target]``: ``BA-ECE = sum_i w_i |mean_i u - mean_i e|`` with ``w_i`` proportional to
     ``1 / (mean_i d + mean(spacing) / 2)``, normalised over the non-empty bands.
 
     The uncertainty is compared with error rates as is: it should live on a [0, 1] scale (normalised entropy,
     ``1 - max p``, ...). ``normalize=True`` rescales each case's map to [0, 1] by its min and max first.
 
+    Reference: Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*.
+
     Args:
         uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D.
-        pred, target: label maps (or probabilities / one-hot, reduced by argmax).
+        pred: predicted label map (or probabilities / one-hot, reduced by argmax), ``(B, 1, *spatial)`` or
+            ``(*spatial)``; see the module docstring.
+        target: reference label map, same conventions.
         spacing: voxel size in mm per axis, or one row per case.
         n_bands: number of distance bands ``K`` (default 10).
         max_distance: upper end of the bands in mm; default the largest distance in the case. Voxels
@@ -507,11 +524,27 @@ def boundary_aware_ece(
 
     Returns:
         the values ``(B,)`` (``(1,)`` for an unbatched map); with ``return_bands=True`` a tuple ``(value, bands)``
-        where
-        ``bands`` maps ``"edges"`` (K + 1 band edges, mm), ``"distance"`` (mean distance, mm), ``"uncertainty"``
-        (mean uncertainty), ``"error"`` (error rate), ``"weight"`` (0 for empty bands) and ``"count"`` to
-        arrays of shape ``(B, K)``; empty bands hold NaN means.
-        NaN with a ``UserWarning`` when ``target`` has no boundary, or for a constant map with ``normalize``.
+        where ``bands`` maps ``"edges"`` (K + 1 band edges, mm), ``"distance"`` (mean distance, mm),
+        ``"uncertainty"`` (mean uncertainty), ``"error"`` (error rate), ``"weight"`` (0 for empty bands) and
+        ``"count"`` to arrays of shape ``(B, K)``; empty bands hold NaN means. NaN with a ``UserWarning`` when
+        ``target`` has no boundary, or for a constant map with ``normalize``.
+
+    Example:
+        >>> from monai_unc.metrics import boundary_aware_ece
+        >>> import torch
+        >>> from monai_unc.metrics import label_boundary
+        >>> target = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+        >>> target[:, :, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[1, :, 2:6, 6] = 1  # case 1: a wrong column
+        >>> _ = torch.manual_seed(0)
+        >>> uncertainty = 0.5 * label_boundary(pred, spatial_dims=2).float() + 0.1 * torch.rand(2, 1, 8, 8)
+        >>> value, bands = boundary_aware_ece(uncertainty, pred, target, n_bands=3, return_bands=True)
+        >>> value.round(decimals=4)
+        tensor([0.3841, 0.2827], dtype=torch.float64)
+        >>> bands["error"].round(decimals=4)
+        tensor([[0.0000, 0.0000, 0.0000],
+                [0.1429, 0.0000, 0.0000]], dtype=torch.float64)
     """
     if not math.isfinite(_real(n_bands, "n_bands")) or int(n_bands) != n_bands or n_bands < 1:
         raise ValueError(f"n_bands must be a positive integer, got {n_bands}")
@@ -543,15 +576,19 @@ def spatial_calibration_error(
     """Spatially-aware calibration error, SPACE (Zeevi et al. Sec. 3.3); lower is better.
 
     ``SPACE = mean_x |(G_sigma * (U - E))(x)|`` with ``E = [pred != target]``: the local (Gaussian-weighted)
-    mismatch between uncertainty and error. ``G_sigma`` has standard deviation ``sigma`` mm on every axis
-    (``sigma / spacing`` voxels), is truncated at ``truncate`` standard deviations (radius
+    mismatch between uncertainty and error. ``G_sigma`` has standard deviation ``sigma`` mm on
+    every axis (``sigma / spacing`` voxels), is truncated at ``truncate`` standard deviations (radius
     ``int(truncate * sigma_vox + 0.5)`` voxels) and extends the volume with scipy's ``mode='reflect'``. The
     filter is linear, so one pass over ``U - E`` replaces the two passes of the definition. Bounded above by
     ``mean |U - E|`` (``sigma = 0``).
 
+    Reference: Zeevi, Lieffrig, Staib, Onofrey: *Spatially-Aware Evaluation of Segmentation Uncertainty*.
+
     Args:
         uncertainty: ``(B, 1, *spatial)`` or ``(*spatial)``, 2D or 3D, on the scale of an error rate.
-        pred, target: label maps (or probabilities / one-hot, reduced by argmax).
+        pred: predicted label map (or probabilities / one-hot, reduced by argmax), ``(B, 1, *spatial)`` or
+            ``(*spatial)``; see the module docstring.
+        target: reference label map, same conventions.
         spacing: voxel size in mm per axis, or one row per case.
         sigma: standard deviation of the Gaussian in mm, scalar or per axis (default 2 mm).
         truncate: kernel radius in standard deviations (default 4, scipy's default).
@@ -561,6 +598,20 @@ def spatial_calibration_error(
     Returns:
         the values ``(B,)`` (``(1,)`` for an unbatched map), or ``(value, smoothed_map)`` with
         ``return_map=True``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import spatial_calibration_error
+        >>> target = torch.zeros(1, 1, 16, 16, dtype=torch.long)
+        >>> target[:, :, 4:12, 4:12] = 1
+        >>> pred = target.clone()
+        >>> pred[:, :, 4:12, 12] = 1  # a wrong column
+        >>> uncertainty = torch.zeros(1, 1, 16, 16)
+        >>> uncertainty[:, :, 4:12, 13] = 0.8  # uncertain one voxel beside it
+        >>> [round(float(spatial_calibration_error(uncertainty, pred, target, sigma=s)), 4) for s in (1e-4, 1.0, 2.0)]
+        [0.0563, 0.0224, 0.0118]
+        >>> round(float(spatial_calibration_error(uncertainty, pred, target, spacing=0.5, sigma=1.0)), 4)
+        0.0118
     """
     if not (math.isfinite(_real(truncate, "truncate")) and float(truncate) > 0):
         raise ValueError(f"truncate must be a positive number of standard deviations, got {truncate}")
@@ -682,11 +733,35 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
 class BoundaryUncertaintyConcentrationMetric(_SpatialUncertaintyMetric):
     """MONAI metric for :func:`boundary_uncertainty_concentration` (BUC, Zeevi et al. Sec. 3.1; higher is better).
 
-    Example::
+    Call as ``metric(y_pred=pred, y=label, uncertainty=unc)`` with batch tensors ``(B, 1, *spatial)`` (or
+    decollated lists), or with an already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction).
+    Per-case values ``(B, 1)`` float64 are buffered; :meth:`aggregate` reduces them ignoring NaN. Spacing: the
+    ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` / ``y_pred``
+    (``pixdim``), else 1 mm.
 
-        metric = BoundaryUncertaintyConcentrationMetric(spacing=(2.0, 1.0, 1.0))
-        metric(y_pred=pred_labels, y=labels, uncertainty=entropy_map)   # per batch
-        buc = metric.aggregate()                                        # mean over cases, NaN ignored
+    Args:
+        spacing: voxel size in mm per axis (see above for the default).
+        width: band width in mm (default from HD95, see :func:`boundary_uncertainty_concentration`).
+        backend: distance-transform backend.
+        reduction: as in MONAI's metrics; NaN cases are ignored.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> from monai_unc.metrics import BoundaryUncertaintyConcentrationMetric
+        >>> import torch
+        >>> from monai_unc.metrics import label_boundary
+        >>> target = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+        >>> target[:, :, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[1, :, 2:6, 6] = 1  # case 1: a wrong column
+        >>> _ = torch.manual_seed(0)
+        >>> uncertainty = 0.5 * label_boundary(pred, spatial_dims=2).float() + 0.1 * torch.rand(2, 1, 8, 8)
+        >>> metric = BoundaryUncertaintyConcentrationMetric(spacing=(1.0, 1.0), width=1.0)
+        >>> metric(y_pred=pred, y=target, uncertainty=uncertainty)
+        tensor([[0.8700],
+                [0.8728]], dtype=torch.float64)
+        >>> round(float(metric.aggregate()), 4)
+        0.8714
     """
 
     def __init__(
@@ -706,7 +781,40 @@ class BoundaryUncertaintyConcentrationMetric(_SpatialUncertaintyMetric):
 
 
 class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
-    """MONAI metric for :func:`boundary_aware_ece` (BA-ECE, Zeevi et al. Sec. 3.2; lower is better)."""
+    """MONAI metric for :func:`boundary_aware_ece` (BA-ECE, Zeevi et al. Sec. 3.2; lower is better).
+
+    Call as ``metric(y_pred=pred, y=label, uncertainty=unc)`` with batch tensors ``(B, 1, *spatial)`` (or
+    decollated lists), or with an already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction).
+    Per-case values ``(B, 1)`` float64 are buffered; :meth:`aggregate` reduces them ignoring NaN. Spacing: the
+    ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` / ``y_pred``
+    (``pixdim``), else 1 mm.
+
+    Args:
+        spacing: voxel size in mm per axis (see above for the default).
+        n_bands: number of distance bands.
+        max_distance: upper end of the bands in mm (default the largest distance in the case).
+        normalize: min-max rescale each case's uncertainty to [0, 1] first.
+        backend: distance-transform backend.
+        reduction: as in MONAI's metrics; NaN cases are ignored.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> from monai_unc.metrics import BoundaryAwareECEMetric
+        >>> import torch
+        >>> from monai_unc.metrics import label_boundary
+        >>> target = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+        >>> target[:, :, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[1, :, 2:6, 6] = 1  # case 1: a wrong column
+        >>> _ = torch.manual_seed(0)
+        >>> uncertainty = 0.5 * label_boundary(pred, spatial_dims=2).float() + 0.1 * torch.rand(2, 1, 8, 8)
+        >>> metric = BoundaryAwareECEMetric(n_bands=3)
+        >>> metric(y_pred=pred, y=target, uncertainty=uncertainty)
+        tensor([[0.3841],
+                [0.2827]], dtype=torch.float64)
+        >>> round(float(metric.aggregate()), 4)
+        0.3334
+    """
 
     def __init__(
         self,
@@ -738,7 +846,38 @@ class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
 
 
 class SpatialCalibrationErrorMetric(_SpatialUncertaintyMetric):
-    """MONAI metric for :func:`spatial_calibration_error` (SPACE, Zeevi et al. Sec. 3.3; lower is better)."""
+    """MONAI metric for :func:`spatial_calibration_error` (SPACE, Zeevi et al. Sec. 3.3; lower is better).
+
+    Call as ``metric(y_pred=pred, y=label, uncertainty=unc)`` with batch tensors ``(B, 1, *spatial)`` (or
+    decollated lists), or with an already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction).
+    Per-case values ``(B, 1)`` float64 are buffered; :meth:`aggregate` reduces them ignoring NaN. Spacing: the
+    ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` / ``y_pred``
+    (``pixdim``), else 1 mm.
+
+    Args:
+        spacing: voxel size in mm per axis (see above for the default).
+        sigma: standard deviation of the Gaussian in mm, scalar or per axis.
+        truncate: kernel radius in standard deviations.
+        reduction: as in MONAI's metrics; NaN cases are ignored.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> from monai_unc.metrics import SpatialCalibrationErrorMetric
+        >>> import torch
+        >>> from monai_unc.metrics import label_boundary
+        >>> target = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+        >>> target[:, :, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[1, :, 2:6, 6] = 1  # case 1: a wrong column
+        >>> _ = torch.manual_seed(0)
+        >>> uncertainty = 0.5 * label_boundary(pred, spatial_dims=2).float() + 0.1 * torch.rand(2, 1, 8, 8)
+        >>> metric = SpatialCalibrationErrorMetric(sigma=1.0)
+        >>> metric(y_pred=pred, y=target, uncertainty=uncertainty)
+        tensor([[0.2658],
+                [0.2365]], dtype=torch.float64)
+        >>> round(float(metric.aggregate()), 4)
+        0.2511
+    """
 
     def __init__(
         self,

@@ -58,16 +58,26 @@ def _log_mean_exp(per_sample: list[torch.Tensor], n: int, normalize: bool) -> to
 
 
 def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """Monte Carlo estimate of ``log p(y | x)`` per image from logit samples (the functional core of
-    :class:`SSNLoss`).
+    """Monte Carlo estimate of ``log p(y | x)`` per image from logit samples (the functional core of :class:`SSNLoss`).
+
+    ``(logsumexp_m sum_i log softmax(eta_m)_{i, y_i} - log M) / N`` (``/ N`` only when ``normalize``), the
+    log-likelihood of Monteiro et al.: *Stochastic Segmentation Networks: Modelling Spatially Correlated Aleatoric
+    Uncertainty*.
 
     Args:
         logit_samples: ``(M, B, C, *spatial)`` logits (M samples, C >= 2 classes).
         target: int64 labels ``(B, *spatial)`` in ``[0, C)``.
         normalize: divide by the number of voxels ``N = prod(spatial)``.
 
-    Returns ``(B,)``: ``(logsumexp_m sum_i log softmax(eta_m)_{i, y_i} - log M) / N`` (``/ N`` only when
-    ``normalize``), in the samples' precision (float32 at least); the voxel sums are accumulated in float64.
+    Returns:
+        ``(B,)`` in the samples' precision (float32 at least); the voxel sums are accumulated in float64.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks import ssn_log_likelihood
+        >>> logits = torch.zeros(4, 1, 2, 3, 3)  # 4 samples that say 50:50 everywhere
+        >>> ssn_log_likelihood(logits, torch.zeros(1, 3, 3, dtype=torch.long)).round(decimals=4)  # log(1/2)
+        tensor([-0.6931])
     """
     if logit_samples.ndim < 4:
         raise ValueError(f"logit_samples must be (M, B, C, *spatial), got shape {tuple(logit_samples.shape)}")
@@ -109,6 +119,17 @@ class SSNLoss(nn.Module):
             variance reduction of the authors' code; needs an even ``M``.
 
     Returns the mean over the batch of ``-(logsumexp_m sum_i log softmax(eta_m)_{i, y_i} - log M) [/ N]``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead, SSNLoss, SSNNetwork
+        >>> _ = torch.manual_seed(0)
+        >>> net = SSNNetwork(torch.nn.Conv3d(1, 8, 3, padding=1), SSNHead(8, num_classes=2, rank=2)).train()
+        >>> x, y = torch.rand(2, 1, 4, 4, 4), torch.randint(0, 2, (2, 4, 4, 4))
+        >>> loss = SSNLoss(num_mc_samples=4, antithetic=True)(net(x), y)
+        >>> loss.shape, bool(loss > 0)
+        (torch.Size([]), True)
+        >>> loss.backward()
     """
 
     def __init__(self, num_mc_samples: int = 20, normalize: bool = True, antithetic: bool = False) -> None:
@@ -122,6 +143,7 @@ class SSNLoss(nn.Module):
         self.antithetic = bool(antithetic)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr``."""
         return f"num_mc_samples={self.num_mc_samples}, normalize={self.normalize}, antithetic={self.antithetic}"
 
     def _samples(self, distribution: Distribution) -> torch.Tensor:
@@ -134,6 +156,15 @@ class SSNLoss(nn.Module):
         return torch.cat([mean + d, mean - d])
 
     def forward(self, distribution: Distribution | torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The loss of a batch.
+
+        Args:
+            distribution: the SSN's logit distribution, or mean logits ``(B, C, *spatial)`` (a point mass).
+            target: label map ``(B, *spatial)`` or ``(B, 1, *spatial)``.
+
+        Returns:
+            The mean over the batch of the negative log-likelihood, a 0-dim tensor.
+        """
         if isinstance(distribution, torch.Tensor):  # point mass at the given logits
             logits = distribution.as_tensor() if hasattr(distribution, "as_tensor") else distribution
             if logits.ndim < 3:

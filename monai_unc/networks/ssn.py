@@ -65,7 +65,18 @@ _TRAIN_OUTPUTS = ("distribution", "raw")
 class SSNParams(NamedTuple):
     """The parameters of an SSN's logit distribution, in image layout (float32 or float64).
 
-    ``mean`` and ``cov_diag``: ``(B, C, *spatial)``; ``cov_factor``: ``(B, R, C, *spatial)``.
+    Attributes:
+        mean: ``(B, C, *spatial)`` mean logits ``mu``.
+        cov_diag: ``(B, C, *spatial)`` diagonal variance ``D``.
+        cov_factor: ``(B, R, C, *spatial)`` covariance factor ``P``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks import SSNParams
+        >>> _ = torch.manual_seed(0)
+        >>> params = SSNParams(torch.zeros(1, 2, 4, 4), torch.ones(1, 2, 4, 4), 0.5 * torch.randn(1, 3, 2, 4, 4))
+        >>> params.rank
+        3
     """
 
     mean: torch.Tensor
@@ -74,13 +85,16 @@ class SSNParams(NamedTuple):
 
     @property
     def rank(self) -> int:
+        """``R``, the rank of the covariance factor."""
         return int(self.cov_factor.shape[1])
 
 
 @contextlib.contextmanager
 def no_autocast(device: torch.device) -> Iterator[None]:
-    """Run a block in full precision even inside ``torch.autocast`` (matrix products over millions of logits
-    in float16 overflow or lose the small covariance terms)."""
+    """Run a block in full precision even inside ``torch.autocast``.
+
+    Matrix products over millions of logits in float16 overflow or lose the small covariance terms.
+    """
     if device.type in ("cuda", "cpu", "xpu", "mps"):
         with torch.autocast(device_type=device.type, enabled=False):
             yield
@@ -105,15 +119,34 @@ def _check_params(mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.
 
 
 class SSNDistribution(LowRankMultivariateNormal):
-    """``LowRankMultivariateNormal`` over the flattened logits of an image batch (batch shape ``(B,)``, event size
-    ``C * N``; flattening in the module docstring), with the spatial layout attached.
+    """``LowRankMultivariateNormal`` over the flattened logits of an image batch, with the spatial layout attached.
 
-    Differences from the stock class (same distribution, same ``rsample`` draws for a given random state up to
-    floating-point rounding): the capacitance matrix (needed by ``log_prob``, ``entropy``, ``precision_matrix``)
-    is computed lazily; ``rsample`` does not copy the factor per sample and runs outside ``torch.autocast``;
-    ``cov_diag`` may contain zeros (a deterministic logit) as long as no density is evaluated.
+    Batch shape ``(B,)``, event size ``C * N`` (flattening in the module docstring). Differences from the stock class
+    (same distribution, same ``rsample`` draws for a given random state up to floating-point rounding): the
+    capacitance matrix (needed by ``log_prob``, ``entropy``, ``precision_matrix``) is computed lazily; ``rsample``
+    does not copy the factor per sample and runs outside ``torch.autocast``; ``cov_diag`` may contain zeros (a
+    deterministic logit) as long as no density is evaluated.
 
     Build it with :func:`lowrank_distribution` or :meth:`SSNHead.distribution`.
+
+    Args:
+        loc: ``(B, C * N)`` mean.
+        cov_factor: ``(B, C * N, R)`` factor.
+        cov_diag: ``(B, C * N)`` diagonal.
+        spatial_shape: the spatial shape whose product is ``N``.
+        validate_args: as in ``torch.distributions``.
+
+    Example:
+        >>> from monai_unc.networks import lowrank_distribution
+        >>> import torch
+        >>> from monai_unc.networks import SSNParams
+        >>> _ = torch.manual_seed(0)
+        >>> params = SSNParams(torch.zeros(1, 2, 4, 4), torch.ones(1, 2, 4, 4), 0.5 * torch.randn(1, 3, 2, 4, 4))
+        >>> dist = lowrank_distribution(*params)
+        >>> dist.batch_shape, dist.event_shape, dist.rank
+        (torch.Size([1]), torch.Size([32]), 3)
+        >>> dist.logits((5,)).shape, dist.mean_logits.shape
+        (torch.Size([5, 1, 2, 4, 4]), torch.Size([1, 2, 4, 4]))
     """
 
     def __init__(
@@ -155,9 +188,11 @@ class SSNDistribution(LowRankMultivariateNormal):
 
     @property
     def rank(self) -> int:
+        """``R``, the rank of the covariance factor."""
         return int(self.cov_factor.shape[-1])
 
     def expand(self, batch_shape: Sequence[int], _instance: Any = None) -> SSNDistribution:
+        """As ``torch.distributions.Distribution.expand``, keeping the spatial layout."""
         batch_shape = torch.Size(batch_shape)
         if batch_shape == self.batch_shape:
             return self
@@ -167,7 +202,8 @@ class SSNDistribution(LowRankMultivariateNormal):
         """Reparameterised draws ``(*sample_shape, B, C*N)``: ``loc + P z_R + sqrt(D) z_D``.
 
         Draws ``z_R`` then ``z_D`` with the shapes the stock class uses, so the draws equal
-        ``LowRankMultivariateNormal.rsample`` for the same random state (up to rounding)."""
+        ``LowRankMultivariateNormal.rsample`` for the same random state (up to rounding).
+        """
         shape = self._extended_shape(torch.Size(sample_shape))
         w = self._unbroadcasted_cov_factor
         with no_autocast(self.loc.device):
@@ -191,7 +227,8 @@ class SSNDistribution(LowRankMultivariateNormal):
         of ``rsample((num_samples,))`` for the same random state; but only one draw exists at a time (a loss that
         consumes each draw before the next one keeps one draw in memory instead of ``num_samples``).
         ``antithetic=True`` draws ``num_samples / 2`` noise vectors and yields ``mu + dz`` for all of them, then
-        ``mu - dz`` (the order of ``cat([mu + d, mu - d])``)."""
+        ``mu - dz`` (the order of ``cat([mu + d, mu - d])``).
+        """
         n = int(num_samples)
         if antithetic and n % 2:
             raise ValueError(f"antithetic sampling needs an even number of samples, got {n}")
@@ -222,10 +259,30 @@ class SSNDistribution(LowRankMultivariateNormal):
 def lowrank_distribution(
     mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor, validate_args: bool | None = False
 ) -> SSNDistribution:
-    """The SSN distribution from parameters in image layout: ``mean`` and ``cov_diag`` ``(B, C, *spatial)``,
-    ``cov_factor`` ``(B, R, C, *spatial)``; flattened class-major (module docstring). Half-precision inputs are
-    promoted to float32. No copy of ``mean``/``cov_diag`` is made when they are contiguous; the factor is a
-    transposed view."""
+    """The SSN distribution from parameters in image layout.
+
+    Flattened class-major (module docstring). Half-precision inputs are promoted to float32. No copy of
+    ``mean``/``cov_diag`` is made when they are contiguous; the factor is a transposed view.
+
+    Args:
+        mean: ``(B, C, *spatial)`` mean logits.
+        cov_diag: ``(B, C, *spatial)`` diagonal variance.
+        cov_factor: ``(B, R, C, *spatial)`` covariance factor.
+        validate_args: as in ``torch.distributions``.
+
+    Returns:
+        :class:`SSNDistribution` with batch shape ``(B,)`` and event size ``C * N``.
+
+    Example:
+        >>> from monai_unc.networks import lowrank_distribution
+        >>> import torch
+        >>> from monai_unc.networks import SSNParams
+        >>> _ = torch.manual_seed(0)
+        >>> params = SSNParams(torch.zeros(1, 2, 4, 4), torch.ones(1, 2, 4, 4), 0.5 * torch.randn(1, 3, 2, 4, 4))
+        >>> dist = lowrank_distribution(params.mean, params.cov_diag, params.cov_factor)
+        >>> dist.event_shape, round(float(dist.entropy()), 2)
+        (torch.Size([32]), 48.8)
+    """
     _check_params(mean, cov_diag, cov_factor)
     dtype = torch.promote_types(mean.dtype, torch.float32)
     b, r = cov_factor.shape[:2]
@@ -236,8 +293,26 @@ def lowrank_distribution(
 
 
 def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Tensor:
-    """Reparameterised logit samples from image-layout parameters: ``(B, C, *spatial)`` when ``num_samples`` is
-    None, else ``(num_samples, B, C, *spatial)``; ``mu + sum_r P_r z_r + sqrt(D) z_D`` in full precision."""
+    """Reparameterised logit samples from image-layout parameters.
+
+    ``mu + sum_r P_r z_r + sqrt(D) z_D`` in full precision.
+
+    Args:
+        params: :class:`SSNParams`.
+        num_samples: number of draws, or None for one draw without a sample axis.
+
+    Returns:
+        ``(B, C, *spatial)`` when ``num_samples`` is None, else ``(num_samples, B, C, *spatial)``.
+
+    Example:
+        >>> from monai_unc.networks import sample_logits
+        >>> import torch
+        >>> from monai_unc.networks import SSNParams
+        >>> _ = torch.manual_seed(0)
+        >>> params = SSNParams(torch.zeros(1, 2, 4, 4), torch.ones(1, 2, 4, 4), 0.5 * torch.randn(1, 3, 2, 4, 4))
+        >>> sample_logits(params).shape, sample_logits(params, num_samples=4).shape
+        (torch.Size([1, 2, 4, 4]), torch.Size([4, 1, 2, 4, 4]))
+    """
     d = lowrank_distribution(*params)
     return d.logits(() if num_samples is None else (int(num_samples),))
 
@@ -318,6 +393,18 @@ class SSNHead(nn.Module):
     the factor rows are zeroed and the diagonal is ``epsilon`` (the authors zero the covariance outside the brain,
     where it otherwise grows without bound): logits there are the mean up to noise of standard deviation
     ``sqrt(epsilon)``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead
+        >>> _ = torch.manual_seed(0)
+        >>> head = SSNHead(in_channels=8, num_classes=3, rank=4, spatial_dims=2)
+        >>> features = torch.randn(2, 8, 6, 6)
+        >>> head.eval()(features).shape  # mean logits
+        torch.Size([2, 3, 6, 6])
+        >>> dist = head.train()(features)  # the distribution, for SSNLoss
+        >>> dist.batch_shape, dist.event_shape, head.raw_channels
+        (torch.Size([2]), torch.Size([108]), 18)
     """
 
     def __init__(
@@ -372,8 +459,10 @@ class SSNHead(nn.Module):
         self.sampling = False
 
     def fold_temperature(self, temperature: torch.Tensor | float, rescale_floor: bool = False) -> None:
-        """Fold a temperature into the head in place: the logits ``eta ~ N(mu, diag(D) + P P^T)`` divided by ``t``
-        are ``N(mu / t, diag(D) / t^2 + (P / t)(P / t)^T)`` (per class ``c`` for a vector ``t``).
+        """Fold a temperature into the head in place.
+
+        The logits ``eta ~ N(mu, diag(D) + P P^T)`` divided by ``t`` are ``N(mu / t, diag(D) / t^2 + (P / t)(P / t)^T)``
+        (per class ``c`` for a vector ``t``).
 
         The mean and factor convolutions' weights and biases are divided by ``t_c`` (factor channel ``r C + c``
         by ``t_c``) and the log-variance bias is shifted by ``-2 log t_c``, so ``exp(.)`` becomes
@@ -433,6 +522,7 @@ class SSNHead(nn.Module):
         return self.num_classes * (2 + self.rank)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr``."""
         return (
             f"in_channels={self.in_channels}, num_classes={self.num_classes}, rank={self.rank}, "
             f"spatial_dims={self.spatial_dims}, epsilon={self.epsilon}, input_activation={self.input_activation}, "
@@ -456,16 +546,21 @@ class SSNHead(nn.Module):
         return self.mean_conv(self._check_features(features))
 
     def raw(self, features: torch.Tensor) -> torch.Tensor:
-        """Stacked raw outputs ``(B, C * (2 + R), *spatial)``: mean, log-variance (before exp and floor), factor
-        (channel ``2C + r * C + c`` is column ``r`` for class ``c``)."""
+        """Stacked raw outputs ``(B, C * (2 + R), *spatial)``.
+
+        Mean, log-variance (before exp and floor), factor (channel ``2C + r * C + c`` is column ``r`` for class ``c``).
+        """
         f = self._check_features(features)
         return torch.cat([self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f)], dim=1)
 
     def _params(
         self, mean: torch.Tensor, log_var: torch.Tensor, factor: torch.Tensor, mask: torch.Tensor | None
     ) -> SSNParams:
-        """The one place where raw outputs become :class:`SSNParams`: ``D = exp(log_var) [* mask] + epsilon``,
-        ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed in float32 (or wider)."""
+        """The one place where raw outputs become :class:`SSNParams`.
+
+        ``D = exp(log_var) [* mask] + epsilon``, ``P = factor [* mask]`` reshaped to ``(B, R, C, *spatial)``; computed
+        in float32 (or wider).
+        """
         dtype = torch.promote_types(mean.dtype, torch.float32)
         with no_autocast(mean.device):
             mean, log_var, factor = mean.to(dtype), log_var.to(dtype), factor.to(dtype)
@@ -491,20 +586,56 @@ class SSNHead(nn.Module):
         return self._params(raw[:, :c], raw[:, c : 2 * c], raw[:, 2 * c :], mask)
 
     def params(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> SSNParams:
-        """:class:`SSNParams` of the logit distribution for ``features`` (the three convolutions are kept apart:
-        no concatenated copy of the factor)."""
+        """:class:`SSNParams` of the logit distribution for ``features``.
+
+        The three convolutions are kept apart: no concatenated copy of the factor.
+
+        Args:
+            features: ``(B, F, *spatial)`` feature map.
+            mask: where the covariance is active (see the class docstring).
+
+        Returns:
+            :class:`SSNParams` (float32 or wider).
+        """
         f = self._check_features(features)
         return self._params(self.mean_conv(f), self.log_cov_diag_conv(f), self.cov_factor_conv(f), mask)
 
     def distribution_from_raw(self, raw: torch.Tensor, mask: torch.Tensor | None = None) -> SSNDistribution:
+        """:class:`SSNDistribution` from :meth:`raw`'s output (e.g. the ``train_output="raw"`` tensor).
+
+        Args:
+            raw: ``(B, C * (2 + R), *spatial)`` raw outputs.
+            mask: where the covariance is active.
+
+        Returns:
+            :class:`SSNDistribution`.
+        """
         return lowrank_distribution(*self.params_from_raw(raw, mask))
 
     def distribution(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> SSNDistribution:
-        """``LowRankMultivariateNormal`` (:class:`SSNDistribution`) over the flattened logits, batch shape
-        ``(B,)``, event size ``C * N``, class-major (module docstring)."""
+        """``LowRankMultivariateNormal`` (:class:`SSNDistribution`) over the flattened logits.
+
+        Batch shape ``(B,)``, event size ``C * N``, class-major (module docstring).
+
+        Args:
+            features: ``(B, F, *spatial)`` feature map.
+            mask: where the covariance is active.
+
+        Returns:
+            :class:`SSNDistribution`.
+        """
         return lowrank_distribution(*self.params(features, mask))
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
+        """Mean logits (eval), the training output (train) or one logit sample (inside :func:`ssn_sampling`).
+
+        Args:
+            features: ``(B, F, *spatial)`` feature map.
+            mask: where the covariance is active.
+
+        Returns:
+            ``(B, C, *spatial)`` logits, or the training output (see ``train_output``).
+        """
         if self.sampling:
             return sample_logits(self.params(features, mask))
         if self.training:
@@ -526,6 +657,21 @@ class IntensityMask:
     up". The Monte Carlo loss is dominated by its best draw, so a factor that flips the background in the other
     draws costs almost nothing; on the 3D toy set, training without a mask drifted to such factors (mean
     probabilities near 0.5 far from the object), with this mask it did not (docs/ssn.md).
+
+    Args:
+        threshold: intensity threshold of the smoothed channel.
+        smooth: box size (voxels per axis, odd) of the local mean.
+        dilate: box size (voxels per axis, odd) of the dilation.
+        channel: the input channel read.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks import IntensityMask
+        >>> x = torch.zeros(1, 1, 9, 9)
+        >>> x[..., 3:6, 3:6] = 1.0
+        >>> mask = IntensityMask(threshold=0.5, smooth=3, dilate=3)(x)
+        >>> mask.shape, int(mask.sum())
+        (torch.Size([1, 1, 9, 9]), 21)
     """
 
     def __init__(self, threshold: float = 0.03, smooth: int = 5, dilate: int = 5, channel: int = 0) -> None:
@@ -547,6 +693,7 @@ class IntensityMask:
         return "IntensityMask(" + ", ".join(f"{k}={v!r}" for k, v in self.config().items()) + ")"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The bool mask ``(B, 1, *spatial)`` of ``x`` ``(B, C, *spatial)``."""
         if not isinstance(x, torch.Tensor) or x.ndim not in (4, 5) or x.shape[1] <= self.channel:
             raise ValueError(
                 f"IntensityMask needs a 2D or 3D input (B, C, *spatial) with channel {self.channel}, got "
@@ -565,7 +712,24 @@ class IntensityMask:
 
 
 def find_ssn_heads(network: nn.Module) -> list[SSNHead]:
-    """Every :class:`SSNHead` inside ``network`` (itself included)."""
+    """Every :class:`SSNHead` inside ``network`` (itself included).
+
+    Args:
+        network: any module.
+
+    Returns:
+        The heads, in module order.
+
+    Example:
+        >>> from monai_unc.networks import find_ssn_heads
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead, SSNNetwork
+        >>> _ = torch.manual_seed(0)
+        >>> net = SSNNetwork(torch.nn.Conv3d(1, 8, 3, padding=1), SSNHead(8, num_classes=2, rank=2, init_variance=1.0))
+        >>> x = torch.rand(1, 1, 4, 4, 4)
+        >>> find_ssn_heads(net) == [net.head]
+        True
+    """
     if not isinstance(network, nn.Module):
         raise TypeError(f"network must be a torch.nn.Module, got {type(network).__name__}")
     return [m for m in network.modules() if isinstance(m, SSNHead)]
@@ -573,12 +737,32 @@ def find_ssn_heads(network: nn.Module) -> list[SSNHead]:
 
 @contextlib.contextmanager
 def ssn_sampling(network: nn.Module, cache: bool = False) -> Iterator[list[SSNHead]]:
-    """Within the block every :class:`SSNHead` of ``network`` returns one reparameterised logit sample per
-    forward call (the rest of the network keeps its mode). Yields the heads; restores their state afterwards.
+    """Within the block every :class:`SSNHead` of ``network`` returns one reparameterised logit sample per call.
 
-    ``cache=True`` also lets every :class:`SSNNetwork` inside keep the distribution of its last backbone pass, so
-    that further draws for the same input can skip the backbone (used by :class:`~monai_unc.inferers.SSNSource`;
-    see :meth:`SSNNetwork.reuse_features`). Raises ``ValueError`` when the network has no SSN head.
+    The rest of the network keeps its mode. Yields the heads; restores their state afterwards. ``cache=True``
+    also lets every :class:`SSNNetwork` inside keep the distribution of its last backbone pass, so that further
+    draws for the same input can skip the backbone (used by :class:`~monai_unc.inferers.SSNSource`; see
+    :meth:`SSNNetwork.reuse_features`).
+
+    Args:
+        network: a module holding SSN heads.
+        cache: keep the last backbone pass's distribution (see above).
+
+    Raises:
+        ValueError: when the network has no SSN head.
+
+    Example:
+        >>> from monai_unc.networks import ssn_sampling
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead, SSNNetwork
+        >>> _ = torch.manual_seed(0)
+        >>> net = SSNNetwork(torch.nn.Conv3d(1, 8, 3, padding=1), SSNHead(8, num_classes=2, rank=2, init_variance=1.0))
+        >>> x = torch.rand(1, 1, 4, 4, 4)
+        >>> net = net.eval()
+        >>> with ssn_sampling(net):
+        ...     a, b = net(x), net(x)  # two draws
+        >>> bool((a != b).any()), bool(torch.equal(net(x), net(x)))  # outside: the mean
+        (True, True)
     """
     heads = find_ssn_heads(network)
     if not heads:
@@ -620,6 +804,19 @@ class SSNNetwork(nn.Module):
 
     Rebuild a checkpoint with the same constructor (a MONAI config works: ``{"_target_":
     "monai_unc.networks.SSNNetwork", "backbone": {...}, "head": {...}}``) and ``load_state_dict``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks import SSNHead, SSNNetwork
+        >>> _ = torch.manual_seed(0)
+        >>> net = SSNNetwork(torch.nn.Conv3d(1, 8, 3, padding=1), SSNHead(8, num_classes=2, rank=2, init_variance=1.0))
+        >>> x = torch.rand(1, 1, 4, 4, 4)
+        >>> net.eval()(x).shape  # mean logits
+        torch.Size([1, 2, 4, 4, 4])
+        >>> net.distribution(x).logits((3,)).shape  # three draws
+        torch.Size([3, 1, 2, 4, 4, 4])
+        >>> sorted(net.state_dict())[:2]
+        ['backbone.bias', 'backbone.weight']
     """
 
     def __init__(
@@ -641,9 +838,11 @@ class SSNNetwork(nn.Module):
 
     @property
     def num_classes(self) -> int:
+        """``C``, the classes of the head."""
         return self.head.num_classes
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The backbone's feature map ``(B, F, *spatial)`` (the first element of a tuple / list output)."""
         out = self.backbone(x)
         if isinstance(out, (tuple, list)):
             if not out:
@@ -662,10 +861,13 @@ class SSNNetwork(nn.Module):
 
     @contextlib.contextmanager
     def reuse_features(self) -> Iterator[None]:
-        """Within the block (and inside ``ssn_sampling(..., cache=True)``), a forward call draws a new sample from
-        the distribution of the previous backbone pass instead of running the backbone again, when the input has
-        the same shape. The caller guarantees it is the same input (and the same state of any other randomness,
-        such as dropout masks)."""
+        """Draw new samples from the distribution of the previous backbone pass.
+
+        Within the block (and inside ``ssn_sampling(..., cache=True)``), a forward call draws a new sample from the
+        distribution of the previous backbone pass instead of running the backbone again, when the input has the same
+        shape. The caller guarantees it is the same input (and the same state of any other randomness, such as dropout
+        masks).
+        """
         old = self._reuse
         self._reuse = True
         try:
@@ -674,6 +876,15 @@ class SSNNetwork(nn.Module):
             self._reuse = old
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
+        """Mean logits (eval), the head's training output (train) or one logit sample (inside :func:`ssn_sampling`).
+
+        Args:
+            x: ``(B, C_in, *spatial)`` input.
+            mask: where the covariance is active (overrides ``mask_fn``).
+
+        Returns:
+            ``(B, C, *spatial)`` logits, or the training output.
+        """
         if self.head.sampling:
             key = tuple(x.shape)
             if self._reuse and self._cache is not None and self._cache[0] == key:

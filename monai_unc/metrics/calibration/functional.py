@@ -197,21 +197,6 @@ def _calibration_error(
     )  # fmt: skip
 
 
-_COMMON_DOC = """
-    Args:
-        probs: a :class:`ConfidenceHistogram`, or probabilities ``(B, C, *spatial)`` (numpy or torch, any float
-            dtype).
-        target: ``(B, *spatial)`` or ``(B, 1, *spatial)`` integer reference labels (only with probabilities).
-        n_bins: equal-width coarse bins on [0, 1] (default 15).
-        min_bin_count: bins with fewer voxels are ignored (default 0; Kock et al. uses 50).
-        per_case: one value per case (per batch item for arrays) instead of the pooled value.
-        weights, mask: optional voxel weights / boolean mask of the label shape (arrays only).
-        n_fine_bins: fine bins of the histogram built from arrays.
-
-    The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
-"""
-
-
 @deprecated_arg_names({"x": "probs", "labels": "target"})
 def ece(
     probs: ConfidenceHistogram | ArrayLike,
@@ -227,8 +212,39 @@ def ece(
 ) -> float | ArrayLike:
     """Expected calibration error ``sum_b M_b |a_b - c_b| / sum_b M_b`` (Kock et al. eq. 2; Guo et al. 2017).
 
+    ``M_b`` is the voxel weight in bin ``b``, ``a_b`` the frequency of a correct top label (accuracy) and ``c_b``
+    the mean confidence in the bin (Kock, Thielke et al.: *Confidence Histograms for Model Reliability Analysis
+    and Temperature Calibration*; Guo, Pleiss, Sun, Weinberger: *On Calibration of Modern Neural Networks*).
     ``kind="top"`` (default) bins the predicted label's probability against accuracy; ``"all_label"`` and
     ``"classwise"`` are :func:`all_label_ece` and :func:`classwise_ece`; ``"uncertainty"`` is :func:`uce`.
+
+    Args:
+        probs: class probabilities ``(B, C, *spatial)`` with ``C >= 2`` (apply softmax first), or a
+            :class:`ConfidenceHistogram` that already holds them (then ``target``, ``weights`` and ``mask`` are None).
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` in ``[0, C)`` (only with probabilities).
+            The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+        n_bins: equal-width bins on [0, 1].
+        min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+        kind: ``"top"`` (predicted label), ``"all_label"``, ``"classwise"`` or ``"uncertainty"``.
+
+    Returns:
+        A float pooled over all voxels; with ``per_case`` one value per case ``(n_cases,)`` (numpy for numpy
+        input or a histogram, torch for torch input). NaN with a ``UserWarning`` when no voxel or bin is left.
+
+    Example:
+        >>> from monai_unc.metrics import ece
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> round(ece(probs, target, n_bins=5), 4)
+        0.2643
+        >>> ece(probs, target, n_bins=5, per_case=True).round(decimals=4)
+        tensor([0.2111, 0.3175], dtype=torch.float64)
     """
     return _calibration_error(
         probs, target, kind=kind, reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
@@ -250,11 +266,39 @@ def classwise_ece(
     include_background: bool = True,
     per_class: bool = False,
 ) -> float | ArrayLike:
-    """Classwise ECE (Kull et al. 2019; Kock et al. Sec. 2.2): the mean over labels ``l`` of the ECE of ``p_l``
-    against ``[y == l]``.
+    """Classwise ECE: the mean over labels ``l`` of the ECE of ``p_l`` against ``[y == l]``.
 
-    ``per_class=True`` returns the per-label ECEs (shape ``(C,)``, or ``(n_cases, C)`` per case) instead of
-    their mean; ``include_background=False`` leaves label 0 out.
+    Kull et al. 2019 (*Beyond temperature scaling: Obtaining well-calibrated multiclass probabilities with
+    Dirichlet calibration*); Kock et al. Sec. 2.2.
+
+    Args:
+        probs: class probabilities ``(B, C, *spatial)`` with ``C >= 2`` (apply softmax first), or a
+            :class:`ConfidenceHistogram` that already holds them (then ``target``, ``weights`` and ``mask`` are None).
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` in ``[0, C)`` (only with probabilities).
+            The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+        n_bins: equal-width bins on [0, 1].
+        min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+        include_background: ``False`` leaves label 0 out.
+        per_class: return the per-label ECEs instead of their mean.
+
+    Returns:
+        A float (the mean over labels); ``(C,)`` with ``per_class``; with ``per_case`` ``(n_cases,)`` or
+        ``(n_cases, C)``. Library as in :func:`ece`.
+
+    Example:
+        >>> from monai_unc.metrics import classwise_ece
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> round(classwise_ece(probs, target, n_bins=5), 4)
+        0.1904
+        >>> classwise_ece(probs, target, n_bins=5, per_class=True).round(decimals=4)
+        tensor([0.1738, 0.2062, 0.1911], dtype=torch.float64)
     """
     return _calibration_error(
         probs, target, kind="classwise", reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
@@ -275,8 +319,36 @@ def all_label_ece(
     mask: ArrayLike | None = None,
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
-    """All-label ("multiclass") ECE of Kock et al.: every label's ``p_l`` against ``[y == l]`` in one histogram
-    (``C`` entries per voxel), so that the reliability diagram covers [0, 1] and no label is left out."""
+    """All-label ("multiclass") ECE of Kock et al.: every label's ``p_l`` against ``[y == l]`` in one histogram.
+
+    The histogram has ``C`` entries per voxel, so that the reliability diagram covers [0, 1] and no label is left
+    out.
+
+    Args:
+        probs: class probabilities ``(B, C, *spatial)`` with ``C >= 2`` (apply softmax first), or a
+            :class:`ConfidenceHistogram` that already holds them (then ``target``, ``weights`` and ``mask`` are None).
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` in ``[0, C)`` (only with probabilities).
+            The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+        n_bins: equal-width bins on [0, 1].
+        min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+
+    Returns:
+        A float pooled over all voxels; with ``per_case`` one value per case ``(n_cases,)`` (numpy for numpy
+        input or a histogram, torch for torch input). NaN with a ``UserWarning`` when no voxel or bin is left.
+
+    Example:
+        >>> from monai_unc.metrics import all_label_ece
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> round(all_label_ece(probs, target, n_bins=5), 4)
+        0.1824
+    """
     return _calibration_error(
         probs, target, kind="all_label", reduction="expected", n_bins=n_bins, min_bin_count=min_bin_count,
         per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="all_label_ece",
@@ -296,9 +368,37 @@ def ace(
     n_fine_bins: int = DEFAULT_FINE_BINS,
     kind: str = "top",
 ) -> float | ArrayLike:
-    """Average calibration error ``1/M sum_m |c_m - Acc_m|`` over the ``M`` non-empty (kept) bins, every bin
-    weighted equally (ValUES, Appendix A.5, eq. 11; Neumann et al. 2018). ``kind`` as in :func:`ece`;
-    classwise averages over labels."""
+    """Average calibration error ``1/M sum_m |c_m - Acc_m|`` over the ``M`` non-empty (kept) bins.
+
+    Every bin is weighted equally (ValUES, Appendix A.5, eq. 11; Neumann, Zisserman, Vedaldi 2018: *Relaxed
+    Softmax: Efficient Confidence Auto-Calibration for Safe Pedestrian Detection*). Classwise averages over labels.
+
+    Args:
+        probs: class probabilities ``(B, C, *spatial)`` with ``C >= 2`` (apply softmax first), or a
+            :class:`ConfidenceHistogram` that already holds them (then ``target``, ``weights`` and ``mask`` are None).
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` in ``[0, C)`` (only with probabilities).
+            The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+        n_bins: equal-width bins on [0, 1].
+        min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+        kind: as in :func:`ece`; ``"top"`` (predicted label), ``"all_label"``, ``"classwise"`` or ``"uncertainty"``.
+
+    Returns:
+        A float pooled over all voxels; with ``per_case`` one value per case ``(n_cases,)`` (numpy for numpy
+        input or a histogram, torch for torch input). NaN with a ``UserWarning`` when no voxel or bin is left.
+
+    Example:
+        >>> from monai_unc.metrics import ace
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> round(ace(probs, target, n_bins=5), 4)
+        0.3175
+    """
     return _calibration_error(
         probs, target, kind=kind, reduction="average", n_bins=n_bins, min_bin_count=min_bin_count,
         per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="ace",
@@ -318,16 +418,41 @@ def mce(
     n_fine_bins: int = DEFAULT_FINE_BINS,
     kind: str = "top",
 ) -> float | ArrayLike:
-    """Maximum calibration error ``max_b |a_b - c_b|`` over kept bins (Naeini et al. 2015; Zeevi et al.'s
-    baseline). Use ``min_bin_count`` to keep sparsely filled bins from dominating. ``kind`` as in :func:`ece`."""
+    """Maximum calibration error ``max_b |a_b - c_b|`` over kept bins (Naeini et al. 2015; Zeevi et al.'s baseline).
+
+    Naeini, Cooper, Hauskrecht: *Obtaining Well Calibrated Probabilities Using Bayesian Binning*. Use
+    ``min_bin_count`` to keep sparsely filled bins from dominating.
+
+    Args:
+        probs: class probabilities ``(B, C, *spatial)`` with ``C >= 2`` (apply softmax first), or a
+            :class:`ConfidenceHistogram` that already holds them (then ``target``, ``weights`` and ``mask`` are None).
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` in ``[0, C)`` (only with probabilities).
+            The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+        n_bins: equal-width bins on [0, 1].
+        min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+        kind: as in :func:`ece`; ``"top"`` (predicted label), ``"all_label"``, ``"classwise"`` or ``"uncertainty"``.
+
+    Returns:
+        A float pooled over all voxels; with ``per_case`` one value per case ``(n_cases,)`` (numpy for numpy
+        input or a histogram, torch for torch input). NaN with a ``UserWarning`` when no voxel or bin is left.
+
+    Example:
+        >>> from monai_unc.metrics import mce
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> round(mce(probs, target, n_bins=5, min_bin_count=10), 4)
+        0.634
+    """
     return _calibration_error(
         probs, target, kind=kind, reduction="maximum", n_bins=n_bins, min_bin_count=min_bin_count,
         per_case=per_case, weights=weights, mask=mask, n_fine_bins=n_fine_bins, caller="mce",
     )  # fmt: skip
-
-
-for _f in (ece, classwise_ece, all_label_ece, ace, mce):
-    _f.__doc__ = (_f.__doc__ or "") + _COMMON_DOC
 
 
 @deprecated_arg_names({"x": "probs"})
@@ -342,10 +467,11 @@ def uce(
     mask: ArrayLike | None = None,
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
-    """Uncertainty calibration error ``sum_b M_b |err_b - u_b| / sum_b M_b`` (Laves et al. 2019; Kock et al.
-    Appendix D; Zeevi et al. baseline) over bins of an uncertainty ``u`` in [0, 1] against the error rate.
+    """Uncertainty calibration error ``sum_b M_b |err_b - u_b| / sum_b M_b`` over bins of an uncertainty in [0, 1].
 
-    Three ways to call it:
+    Laves, Ihler, Kortmann, Ortmaier 2019 (*Well-calibrated Model Uncertainty with Temperature Scaling for Dropout
+    Variational Inference*); Kock et al. Appendix D; Zeevi et al.'s baseline: the uncertainty ``u`` against the
+    error rate ``err``. Three ways to call it:
 
     - ``uce(hist)``: normalised entropy of a :class:`ConfidenceHistogram` against top-label error;
     - ``uce(probs, target)``: probabilities ``(B, C, *spatial)``, ``C >= 2``, with labels ``(B, *spatial)`` or
@@ -359,6 +485,33 @@ def uce(
     uncertainty and errors, a first array with ``C >= 2`` channels and one more dimension (or a channel of
     1 in the second) means probabilities and labels. Weights and mask apply to the probability form. The
     keyword ``x`` is a deprecated alias of ``probs``.
+
+    Args:
+        probs: a histogram, probabilities ``(B, C, *spatial)`` or an uncertainty map in [0, 1] (see above).
+        target: labels for probabilities, a 0/1 error map for an uncertainty map, None for a histogram.
+        n_bins: equal-width bins on [0, 1].
+        min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+
+    Returns:
+        A float pooled over all voxels; with ``per_case`` one value per case ``(n_cases,)`` (numpy for numpy
+        input or a histogram, torch for torch input). NaN with a ``UserWarning`` when no voxel or bin is left.
+
+    Example:
+        >>> from monai_unc.metrics import uce
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> round(uce(probs, target, n_bins=5), 4)
+        0.213
+        >>> u = torch.rand(2, 1, 4, 4, 4)
+        >>> errors = torch.rand(2, 4, 4, 4) < u[:, 0]
+        >>> uce(u, errors, n_bins=5, per_case=True).round(decimals=4)
+        tensor([0.0241, 0.0758], dtype=torch.float64)
     """
     _check_bins(n_bins, min_bin_count)
     common = dict(
@@ -410,8 +563,33 @@ def nll(
     mask: ArrayLike | None = None,
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
-    """Negative log-likelihood ``sum w (-log max(p_y, 1e-15)) / sum w`` in nats (Kock et al. eq. 1, computed
-    exactly from float64 sums instead of bin centres). Arguments as in :func:`ece`."""
+    """Negative log-likelihood ``sum w (-log max(p_y, 1e-15)) / sum w`` in nats.
+
+    Kock et al. eq. 1, computed exactly from float64 sums instead of bin centres.
+
+    Args:
+        probs: class probabilities ``(B, C, *spatial)`` with ``C >= 2`` (apply softmax first), or a
+            :class:`ConfidenceHistogram` that already holds them (then ``target``, ``weights`` and ``mask`` are None).
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` in ``[0, C)`` (only with probabilities).
+            The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+
+    Returns:
+        A float pooled over all voxels; with ``per_case`` one value per case ``(n_cases,)`` (numpy for numpy
+        input or a histogram, torch for torch input). NaN with a ``UserWarning`` when no voxel or bin is left.
+
+    Example:
+        >>> from monai_unc.metrics import nll
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> round(nll(probs, target), 4)
+        1.3831
+    """
     return _scalar_metric(probs, target, per_case, weights, mask, n_fine_bins, ConfidenceHistogram.SCALAR_NLL, "nll")
 
 
@@ -425,8 +603,34 @@ def brier(
     mask: ArrayLike | None = None,
     n_fine_bins: int = DEFAULT_FINE_BINS,
 ) -> float | ArrayLike:
-    """Brier score ``sum w sum_l (p_l - [y == l])^2 / sum w`` (Brier 1950; sum over labels, range [0, 2],
-    as scikit-learn's multiclass ``brier_score_loss``). Arguments as in :func:`ece`."""
+    """Brier score ``sum w sum_l (p_l - [y == l])^2 / sum w``.
+
+    Brier 1950 (*Verification of forecasts expressed in terms of probability*); the sum over labels, range
+    [0, 2], as scikit-learn's multiclass ``brier_score_loss``.
+
+    Args:
+        probs: class probabilities ``(B, C, *spatial)`` with ``C >= 2`` (apply softmax first), or a
+            :class:`ConfidenceHistogram` that already holds them (then ``target``, ``weights`` and ``mask`` are None).
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` in ``[0, C)`` (only with probabilities).
+            The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+
+    Returns:
+        A float pooled over all voxels; with ``per_case`` one value per case ``(n_cases,)`` (numpy for numpy
+        input or a histogram, torch for torch input). NaN with a ``UserWarning`` when no voxel or bin is left.
+
+    Example:
+        >>> from monai_unc.metrics import brier
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> round(brier(probs, target), 4)
+        0.8238
+    """
     return _scalar_metric(
         probs, target, per_case, weights, mask, n_fine_bins, ConfidenceHistogram.SCALAR_BRIER, "brier"
     )
@@ -439,13 +643,29 @@ def brier(
 class ReliabilityCurve:
     """Per-bin statistics of a reliability diagram (numpy arrays; leading axes ``[n_cases,] [C,]``).
 
-    - ``edges`` ``(n_bins + 1,)`` bin edges on [0, 1];
-    - ``confidence`` mean binned value per bin (mean confidence; mean normalised entropy for ``"uncertainty"``),
-      NaN in dropped bins;
-    - ``frequency`` observed frequency of ``r = 1`` (accuracy for ``"top"``, frequency of the label for
-      ``"all_label"``/``"classwise"``, error rate for ``"uncertainty"``), NaN in dropped bins;
-    - ``counts`` voxels per bin (int64), ``weights`` voxel weight per bin;
-    - ``kept`` bins used by the metrics (at least ``max(1, min_bin_count)`` voxels and positive weight).
+    Returned by :func:`reliability_curve`.
+
+    Attributes:
+        edges: ``(n_bins + 1,)`` bin edges on [0, 1].
+        confidence: mean binned value per bin (mean confidence; mean normalised entropy for ``"uncertainty"``),
+            NaN in dropped bins.
+        frequency: observed frequency of ``r = 1`` (accuracy for ``"top"``, frequency of the label for
+            ``"all_label"``/``"classwise"``, error rate for ``"uncertainty"``), NaN in dropped bins.
+        counts: voxels per bin (int64).
+        weights: voxel weight per bin.
+        kept: bins used by the metrics (at least ``max(1, min_bin_count)`` voxels and positive weight).
+
+    Example:
+        >>> from monai_unc.metrics import reliability_curve
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> curve = reliability_curve(probs, target, n_bins=5)
+        >>> curve.centers
+        array([0.1, 0.3, 0.5, 0.7, 0.9])
+        >>> curve.counts, curve.kept
+        (array([ 0,  8, 64, 43, 13]), array([False,  True,  True,  True,  True]))
     """
 
     edges: np.ndarray
@@ -458,6 +678,7 @@ class ReliabilityCurve:
 
     @property
     def centers(self) -> np.ndarray:
+        """The bin centres ``(n_bins,)``, midpoints of :attr:`edges`."""
         return 0.5 * (self.edges[:-1] + self.edges[1:])
 
 
@@ -479,7 +700,36 @@ def reliability_curve(
     ``kind``: ``"top"`` (Guo et al.'s diagram, predicted label), ``"all_label"`` (Kock et al.'s all-label
     diagram over [0, 1]), ``"classwise"`` (one curve per label, leading axis ``C``), ``"uncertainty"``
     (normalised entropy against error rate, Kock et al. Appendix D). ``ECE = sum(weights * |frequency -
-    confidence|) / sum(weights)`` over kept bins. Arguments as in :func:`ece`.
+    confidence|) / sum(weights)`` over kept bins.
+
+    Args:
+        probs: class probabilities ``(B, C, *spatial)`` with ``C >= 2`` (apply softmax first), or a
+            :class:`ConfidenceHistogram` that already holds them (then ``target``, ``weights`` and ``mask`` are None).
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` in ``[0, C)`` (only with probabilities).
+            The keywords ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target``.
+        kind: ``"top"`` (predicted label), ``"all_label"``, ``"classwise"`` or ``"uncertainty"``.
+        n_bins: equal-width bins on [0, 1].
+        min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
+        per_case: one value per case (per batch item for arrays) instead of one pooled value.
+        weights: optional non-negative voxel weights of the label shape.
+        mask: optional boolean map of the label shape; only voxels where it is True count.
+        n_fine_bins: fine bins of the histogram built from arrays (see :class:`ConfidenceHistogram`).
+
+    Returns:
+        :class:`ReliabilityCurve` with per-bin arrays ``([n_cases,] [C,] n_bins)``.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics import ece, reliability_curve
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> c = reliability_curve(probs, target, n_bins=5)
+        >>> k = c.kept
+        >>> ece_from_curve = np.sum(c.weights[k] * np.abs(c.frequency[k] - c.confidence[k])) / np.sum(c.weights[k])
+        >>> bool(np.isclose(ece_from_curve, ece(probs, target, n_bins=5)))
+        True
     """
     _check_bins(n_bins, min_bin_count)
     hist = _histogram_from(
@@ -518,8 +768,24 @@ _METRIC_FNS = {
 
 
 def check_metric_names(metrics: Sequence[str] | str) -> tuple[str, ...]:
-    """The names selected by ``metrics`` (one name or a sequence of names from :data:`CALIBRATION_METRICS`) as
-    a tuple; ``ValueError`` naming ``metrics`` for an empty selection or an unknown name."""
+    """The names selected by ``metrics`` as a tuple.
+
+    Args:
+        metrics: one name or a sequence of names from :data:`CALIBRATION_METRICS`.
+
+    Returns:
+        The names, in the given order.
+
+    Raises:
+        ValueError: naming ``metrics`` for an empty selection or an unknown name.
+
+    Example:
+        >>> from monai_unc.metrics.calibration import check_metric_names
+        >>> check_metric_names("ece")
+        ('ece',)
+        >>> check_metric_names(["nll", "brier"])
+        ('nll', 'brier')
+    """
     names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     bad = [m for m in names if m not in _METRIC_FNS]
     if not names or bad:
@@ -535,7 +801,29 @@ def calibration_metrics(
     min_bin_count: int = 0,
     per_case: bool = False,
 ) -> dict[str, Any]:
-    """Several metrics from one histogram: ``{name: value}`` (floats pooled, numpy arrays per case)."""
+    """Several metrics from one histogram: ``{name: value}`` (floats pooled, numpy arrays per case).
+
+    Args:
+        hist: a :class:`ConfidenceHistogram`.
+        metrics: names from :data:`CALIBRATION_METRICS` (default all).
+        n_bins: equal-width bins on [0, 1].
+        min_bin_count: bins with fewer voxels are dropped (Kock et al. use 50); empty bins are always dropped.
+        per_case: one value per case instead of one pooled value.
+
+    Returns:
+        ``{name: float}`` pooled, or ``{name: (n_cases,) numpy array}`` per case.
+
+    Example:
+        >>> from monai_unc.metrics import ConfidenceHistogram, calibration_metrics
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> hist = ConfidenceHistogram(num_classes=3).update(probs, target)
+        >>> res = calibration_metrics(hist, ["ece", "nll", "brier"], n_bins=5)
+        >>> {k: round(float(v), 4) for k, v in res.items()}
+        {'ece': 0.2643, 'nll': 1.3831, 'brier': 0.8238}
+    """
     if not isinstance(hist, ConfidenceHistogram):
         raise TypeError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
     out: dict[str, Any] = {}

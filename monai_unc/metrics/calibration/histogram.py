@@ -72,9 +72,9 @@ class _Staging:
     def bin(
         self, vals: torch.Tensor, w: torch.Tensor | None, first_row: int = 0, ws: _Workspace | None = None
     ) -> torch.Tensor:
-        """Add values ``(R', n)`` float64 in [0, 1] to rows ``first_row ...``; return their bin indices ``(R', n)``
-        within each row.
+        """Add values ``(R', n)`` float64 in [0, 1] to rows ``first_row ...``; return their bin indices ``(R', n)``.
 
+        The indices are within each row.
         Fine bin ``floor(v * F)`` computed in float64 (1.0 in the last bin); ``w`` are ``(n,)`` voxel weights.
         With a workspace ``ws`` the temporaries live in its buffers. Each row is scattered on its own, so the
         indices need no row offset.
@@ -105,8 +105,10 @@ class _Staging:
         w: torch.Tensor | None,
         out: torch.Tensor | None = None,
     ) -> None:
-        """Count ``r = 1`` at bin indices ``idx`` ``(n,)`` of ``row`` (flat indices over all rows if ``row`` is
-        None), where ``correct`` (all if None); ``out``: an int64 buffer of ``n`` for the 0/1 counts."""
+        """Count ``r = 1`` at bin indices ``idx`` ``(n,)`` of ``row``, where ``correct`` (all if None).
+
+        Flat indices over all rows if ``row`` is None; ``out``: an int64 buffer of ``n`` for the 0/1 counts.
+        """
         if correct is None:
             src = self._ones_of(idx.numel())
         elif out is not None:
@@ -170,8 +172,22 @@ def top_label(
     """Maximum and argmax over dim 0 of ``(C, n)``; the first maximum wins (as ``torch.argmax``).
 
     The argmax is read as ``C - max_c ([p_c == max] * (C - c))`` (one fused pass instead of
-    ``torch.argmax``, which is ~50x slower along a non-innermost axis on the CPU). With a workspace ``ws`` the
-    temporaries live in its buffers; ``conf_out`` receives the maximum.
+    ``torch.argmax``, which is ~50x slower along a non-innermost axis on the CPU).
+
+    Args:
+        p: probabilities ``(C, n)``, classes first.
+        ws: optional workspace whose buffers hold the temporaries.
+        conf_out: optional ``(n,)`` buffer that receives the maximum.
+
+    Returns:
+        ``(confidence, label)``: the maximum ``(n,)`` in the dtype of ``p`` and the argmax ``(n,)`` (uint8 for
+        fewer than 256 classes).
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics.calibration import top_label
+        >>> top_label(torch.tensor([[0.2, 0.5, 0.4], [0.8, 0.5, 0.6]]))
+        (tensor([0.8000, 0.5000, 0.6000]), tensor([1, 0, 1], dtype=torch.uint8))
     """
     n_cls, n = p.shape
     conf = torch.amax(p, 0, out=conf_out) if conf_out is not None else p.amax(0)
@@ -186,8 +202,10 @@ def top_label(
 
 
 class _State:
-    """Histogram of one case: counts ``(2, R, F)`` (``r`` first), sums ``(R, F)``, weighted counts ``(2, R, F)``
-    or None, scalars ``(3,)``."""
+    """Histogram of one case.
+
+    Counts ``(2, R, F)`` (``r`` first), sums ``(R, F)``, weighted counts ``(2, R, F)`` or None, scalars ``(3,)``.
+    """
 
     __slots__ = ("counts", "sums", "wcounts", "scalars")
 
@@ -370,12 +388,26 @@ class ConfidenceHistogram:
         uncertainty: fill the normalised-entropy row (needed by :func:`uce` only; computing the entropy is
             about a fifth of the update time).
 
-    Example::
+    Typical use: ``for batch in loader: hist.update(batch["pred"], batch["label"], case_ids=batch["name"])``, then
+    any metric of :mod:`monai_unc.metrics.calibration` reads ``hist``.
 
-        hist = ConfidenceHistogram(num_classes=3)
-        for batch in loader:
-            hist.update(batch["pred"], batch["label"], case_ids=batch["name"])
-        ece(hist), ece(hist, per_case=True), all_label_ece(hist, min_bin_count=50), nll(hist)
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import ConfidenceHistogram, all_label_ece, ece, nll
+        >>> _ = torch.manual_seed(0)
+        >>> probs = torch.softmax(torch.randn(2, 3, 4, 4, 4), dim=1)
+        >>> target = torch.randint(0, 3, (2, 4, 4, 4))
+        >>> hist = ConfidenceHistogram(num_classes=3)
+        >>> _ = hist.update(probs, target, case_ids=["a", "b"])
+        >>> len(hist), hist.counts.shape
+        (2, torch.Size([2, 5, 2, 15360]))
+        >>> round(ece(hist, n_bins=5), 4), round(all_label_ece(hist, n_bins=5), 4), round(nll(hist), 4)
+        (0.2643, 0.1824, 1.3831)
+        >>> ece(hist, n_bins=5, per_case=True).round(4)
+        array([0.2111, 0.3175])
+        >>> other = ConfidenceHistogram(num_classes=3).update(probs[:1], target[:1], case_ids=["a"])
+        >>> len(hist.merge(other))
+        2
     """
 
     #: index of the total voxel weight in :attr:`scalars`
@@ -419,10 +451,12 @@ class ConfidenceHistogram:
 
     @property
     def top_row(self) -> int:
+        """Index ``C`` of the top-label (prediction confidence) row."""
         return self.num_classes
 
     @property
     def uncertainty_row(self) -> int:
+        """Index ``C + 1`` of the normalised-entropy row."""
         return self.num_classes + 1
 
     @property
@@ -485,8 +519,10 @@ class ConfidenceHistogram:
         return self._pooled_cache
 
     def views(self, per_case: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The tables the metrics read: ``counts`` ``(N, R, 2, F)`` int64, weighted counts ``(N, R, 2, F)`` float64,
-        ``sums`` ``(N, R, F)`` and ``scalars`` ``(N, 3)`` float64.
+        """The tables the metrics read.
+
+        ``counts`` ``(N, R, 2, F)`` int64, weighted counts ``(N, R, 2, F)`` float64, ``sums`` ``(N, R, F)`` and
+        ``scalars`` ``(N, 3)`` float64.
 
         ``N`` is the number of cases with ``per_case=True``; otherwise ``N = 1``, the sum over all cases (cached
         until the next update or merge; do not modify the returned tensors).
@@ -593,9 +629,10 @@ class ConfidenceHistogram:
     def from_uncertainty(
         cls, uncertainty: ArrayLike, errors: ArrayLike, n_fine_bins: int = DEFAULT_FINE_BINS
     ) -> ConfidenceHistogram:
-        """A histogram whose uncertainty row holds an uncertainty map against an error map (the other rows stay
-        empty): the input of :func:`~monai_unc.metrics.calibration.uce` for a map that is not the normalised
-        entropy of probabilities (Laves et al. 2019; Kock et al. Appendix D).
+        """A histogram whose uncertainty row holds an uncertainty map against an error map (the other rows stay empty).
+
+        The input of :func:`~monai_unc.metrics.calibration.uce` for a map that is not the normalised entropy of
+        probabilities (Laves et al. 2019; Kock et al. Appendix D).
 
         Args:
             uncertainty: values in [0, 1]; ``(B, 1, *spatial)`` gives one case per batch item, any other shape
@@ -712,8 +749,14 @@ class ConfidenceHistogram:
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> ConfidenceHistogram:
-        """A new histogram holding a state from :meth:`state_dict` (its layout: ``num_classes``, ``n_fine_bins``,
-        ``per_case``)."""
+        """A new histogram holding a state from :meth:`state_dict`.
+
+        Args:
+            state: a state dict; its ``num_classes``, ``n_fine_bins`` and ``per_case`` give the layout.
+
+        Returns:
+            The new :class:`ConfidenceHistogram`.
+        """
         hist = cls(int(state["num_classes"]), int(state["n_fine_bins"]), per_case=bool(state["per_case"]))
         return hist.load_state_dict(dict(state))
 
@@ -754,8 +797,9 @@ class ConfidenceHistogram:
         return self
 
     def save(self, path: str | Path) -> Path:
-        """Write the state to a compressed ``.npz`` file (``.npz`` is appended to other names, as numpy does) and
-        return its path.
+        """Write the state to a compressed ``.npz`` file and return its path.
+
+        ``.npz`` is appended to other names, as numpy does.
 
         The file is written under a temporary name in the same folder and renamed into place
         (:func:`monai_unc.io.files.atomic_save_npz`), so an interrupted save never leaves a truncated file under

@@ -34,9 +34,23 @@ class CalibrationMetric(CumulativeIterationMetric):
     Args:
         num_classes: ``C``; inferred from the first ``y_pred`` when None.
         metrics: names from :data:`CALIBRATION_METRICS`.
-        n_bins, min_bin_count: binning of the ECE family (see :func:`ece`).
+        n_bins: equal-width bins of the ECE family (see :func:`ece`).
+        min_bin_count: bins with fewer voxels are dropped (see :func:`ece`).
         n_fine_bins: fine bins of the histogram.
         reduction: ``"pooled"`` or ``"mean"``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import CalibrationMetric
+        >>> _ = torch.manual_seed(0)
+        >>> metric = CalibrationMetric(num_classes=3, metrics=("ece", "nll"), n_bins=5)
+        >>> for _ in range(2):
+        ...     probs = torch.softmax(torch.randn(1, 3, 4, 4, 4), dim=1)
+        ...     _ = metric(y_pred=probs, y=torch.randint(0, 3, (1, 1, 4, 4, 4)))
+        >>> {k: round(float(v), 4) for k, v in metric.aggregate().items()}
+        {'ece': 0.2702, 'nll': 1.3811}
+        >>> metric.get_buffer().shape
+        torch.Size([2, 2])
     """
 
     def __init__(
@@ -61,6 +75,7 @@ class CalibrationMetric(CumulativeIterationMetric):
         self.histogram: ConfidenceHistogram | None = None
 
     def reset(self) -> None:
+        """Clear the buffered per-case values and the histogram."""
         super().reset()
         self._hist = None
         self.histogram = None
@@ -93,8 +108,10 @@ class CalibrationMetric(CumulativeIterationMetric):
         return torch.stack([torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics], dim=1)
 
     def _synced_histogram(self) -> ConfidenceHistogram:
-        """The pooled histogram of every rank: each table all-gathered (MONAI's ``evenly_divisible_all_gather``)
-        and summed; a rank without data adds zeros."""
+        """The pooled histogram of every rank.
+
+        Each table all-gathered (MONAI's ``evenly_divisible_all_gather``) and summed; a rank without data adds zeros.
+        """
         if self._hist is None or not len(self._hist):
             if self.num_classes is None:
                 raise ValueError("CalibrationMetric.aggregate() called before any update (and num_classes unknown)")
@@ -123,7 +140,14 @@ class CalibrationMetric(CumulativeIterationMetric):
         return hist.load_state_dict(state)
 
     def aggregate(self, reduction: str | None = None) -> dict[str, torch.Tensor]:
-        """``{name: value}`` pooled over all cases and ranks, or the mean of per-case values."""
+        """``{name: value}`` pooled over all cases and ranks, or the mean of per-case values.
+
+        Args:
+            reduction: ``"pooled"`` or ``"mean"``; default the constructor's.
+
+        Returns:
+            ``{name: 0-dim float64 tensor}`` in the order of ``metrics``.
+        """
         reduction = reduction or self.reduction
         if reduction not in ("pooled", "mean"):
             raise ValueError(f"reduction must be 'pooled' or 'mean', got {reduction!r}")
