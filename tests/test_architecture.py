@@ -509,3 +509,21 @@ def test_every_file_write_goes_through_io():
     used = {(key[1], key[2]) for key, _ in _write_violations_unfiltered()}
     stale = sorted(set(WRITE_ALLOWED) - used)
     assert not stale, f"WRITE_ALLOWED entries without such a write: {stale}"
+
+
+def test_the_design_doc_lists_every_module():
+    """docs/design.md's "Where to find a concern" table names every module of the package (deprecated modules and
+    packages that only re-export aside): ``a.b.c`` itself, or its package ``a.b`` with ``c`` in the same row."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text.split("### Where to find a concern", 1)[-1].split("\n## ", 1)[0]
+    rows = [re.findall(r"`([\w.]+)`", line) for line in section.splitlines() if line.startswith("|")]
+    assert len(rows) > 20, "docs/design.md has no 'Where to find a concern' table"
+    missing = []
+    for module, path in MODULES.items():
+        if module in DEPRECATED_MODULES or path.name == "__init__.py":
+            continue
+        rel = module[len(PACKAGE) + 1:]
+        parent, _, last = rel.rpartition(".")
+        if not any(rel in names or (parent and parent in names and last in names) for names in rows):
+            missing.append(rel)
+    assert not missing, f"modules missing from the 'Where to find a concern' table of docs/design.md: {missing}"
