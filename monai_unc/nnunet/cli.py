@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 
+from monai_unc.io import check_output_folder
 from monai_unc.keys import DEFAULT_MEASURES
 from monai_unc.nnunet.calibrate import calibrate_model_folder
 from monai_unc.nnunet.dropout import write_dropout_plans
@@ -160,6 +161,8 @@ def _predict(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"trained model folder not found: {model}")
     if not os.path.isdir(args.i):
         raise FileNotFoundError(f"input folder not found: {args.i}")
+    # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
+    check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
     folds = [f if f == "all" else int(f) for f in args.f]
     if args.device == "cpu":
         import multiprocessing
