@@ -161,8 +161,6 @@ def _predict(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"trained model folder not found: {model}")
     if not os.path.isdir(args.i):
         raise FileNotFoundError(f"input folder not found: {args.i}")
-    # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
-    check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
     folds = [f if f == "all" else int(f) for f in args.f]
     if args.device == "cpu":
         import multiprocessing
@@ -190,6 +188,8 @@ def _predict(args: argparse.Namespace) -> int:
         verbose_preprocessing=args.verbose,
         allow_tqdm=not args.disable_progress_bar,
     )
+    # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
+    check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
     predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
     os.makedirs(args.o, exist_ok=True)
     predictor.predict_from_files(
