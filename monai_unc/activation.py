@@ -112,7 +112,8 @@ def _check_unit_values(p: Any, name: str) -> None:
         if np.issubdtype(p.dtype, np.floating) and not bool(np.isfinite(p).all()):
             n_bad = int((~np.isfinite(p)).sum())
             raise ValueError(f"{name} contains {n_bad} non-finite value(s) (NaN or inf)")
-        tol = probability_tolerance(torch.from_numpy(np.zeros(0, dtype=p.dtype)).dtype)
+        low_precision = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+        tol = probability_tolerance(low_precision.get(p.dtype, torch.float64))
         lo, hi = float(p.min()), float(p.max())
     if lo < -tol or hi > 1 + tol:
         raise ValueError(f"{name} must be probabilities in [0, 1], got values in [{lo:.4g}, {hi:.4g}]")
