@@ -218,3 +218,35 @@ def test_file_sha256_reads_in_chunks(tmp_path):
     assert file_sha256(p) == hashlib.sha256(data).hexdigest()
     with pytest.raises(ValueError, match="not found"):
         file_sha256(tmp_path / "missing.pt")
+
+
+def test_nnunet_fold_checkpoint_retrained_in_place_is_a_mismatch_naming_the_file(tmp_path):
+    """``nnunet-predict`` records the digests of the fold checkpoints, ``plans.json`` and ``dataset.json``."""
+    pytest.importorskip("nnunetv2")
+    from monai_unc.nnunet.predictor import _model_identity
+
+    model = tmp_path / "model"
+    for f in ("0", "1"):
+        (model / f"fold_{f}").mkdir(parents=True)
+        (model / f"fold_{f}" / "checkpoint_final.pth").write_bytes(f"weights {f}".encode())
+    (model / "fold_9").mkdir()  # no checkpoint: not a fold nnU-Net would use
+    (model / "plans.json").write_text("{}")
+    (model / "dataset.json").write_text('{"labels": {"background": 0, "x": 1}}')
+
+    def predictions(name: str) -> Path:
+        pred = tmp_path / name
+        pred.mkdir()
+        cfg = {"trainer_name": "nnUNetTrainer", "folds": 2, **_model_identity(str(model), None, "checkpoint_final.pth")}
+        (pred / "uncertainty_config.json").write_text(json.dumps(cfg))
+        return pred
+
+    before = prediction_fingerprint(predictions("a"), "nnunet")
+    assert [w["file"] for w in before["weights"]] == ["plans.json", "dataset.json", "fold_0/checkpoint_final.pth",
+                                                      "fold_1/checkpoint_final.pth"]
+    assert compare_fingerprints(before, prediction_fingerprint(predictions("b"), "nnunet")) == ("match", [])
+    (model / "fold_1" / "checkpoint_final.pth").write_bytes(b"retrained")
+    status, diffs = compare_fingerprints(before, prediction_fingerprint(predictions("c"), "nnunet"))
+    assert status == "mismatch" and len(diffs) == 1 and diffs[0][0] == "weights"
+    assert diffs[0][1].startswith("fold_1/checkpoint_final.pth") and diffs[0][2].startswith("fold_1/checkpoint")
+    with pytest.raises(FingerprintMismatch, match="fold_1/checkpoint_final.pth"):
+        raise FingerprintMismatch(diffs)

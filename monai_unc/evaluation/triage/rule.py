@@ -276,8 +276,8 @@ class ReferralRule:
             bound and coverage are recomputed when the rule is read (:meth:`verify_certificate`); None in rules
             written before it was recorded (``format_version`` 1 and 2), which are read without that check.
         integrity: how :meth:`from_json` checked the rule (not compared): ``"recomputed, digest verified"``,
-            ``"recomputed, no digest"`` or ``"not recomputed: ..."`` for a rule without a record; empty for a rule
-            built in memory.
+            ``"recomputed, no digest"`` (a file written before digests), ``"recomputed"`` (data, digest not
+            checked) or ``"not recomputed: ..."`` for a rule without a record; empty for a rule built in memory.
     """
 
     score: str
@@ -561,15 +561,17 @@ class ReferralRule:
         return body
 
     @classmethod
-    def from_json(cls, d: Any, source: str = "rule") -> ReferralRule:
+    def from_json(cls, d: Any, source: str = "rule", check_digest: bool = False) -> ReferralRule:
         """Read :meth:`to_json` data; ``ValueError`` naming the bad field (``source`` prefixes the message).
 
         A certificate is checked, not trusted: the threshold, bound, coverage and observed risk are recomputed from
-        the recorded calibration cases (:meth:`verify_certificate`; ``format_version`` 3) and the content digest is
-        checked (:func:`rule_digest`); a disagreement is a ``ValueError`` naming the field and saying the file was
-        edited or corrupted. A rule without a digest (written before digests were recorded) still loads once the
-        recomputation agrees; a rule without the calibration record (``format_version`` 1 or 2, written before it
-        was recorded) cannot be recomputed and loads as before, with :attr:`integrity` saying so."""
+        the recorded calibration cases (:meth:`verify_certificate`; ``format_version`` 3) and, with ``check_digest``
+        (:meth:`load` reading a file), the content digest (:func:`rule_digest`); a disagreement is a ``ValueError``
+        naming the field and saying the file was edited or corrupted. A rule without a digest (written before
+        digests were recorded) still loads once the recomputation agrees; a rule without the calibration record
+        (``format_version`` 1 or 2, written before it was recorded) cannot be recomputed and loads as before, with
+        :attr:`integrity` saying so. Without ``check_digest`` the data may be a rule's :meth:`to_json` changed in
+        memory (the digest is not compared)."""
         if not isinstance(d, Mapping):
             raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
         fmt = d.get("format")
@@ -633,14 +635,15 @@ class ReferralRule:
                 record=record,
             )
             rule.verify_certificate()
-            digest = d.get("digest")
+            digest = d.get("digest") if check_digest else None
             if digest is not None and digest != rule_digest(d):
                 raise ValueError(f"field 'digest' does not match the rule's content: {_EDITED}")
             if record is None:
                 rule.integrity = (f"not recomputed: format_version {ver} records no calibration cases' scores and "
                                   "risks (a rule written before monai-unc recorded them); its threshold is trusted")
             else:
-                rule.integrity = "recomputed, digest verified" if digest is not None else "recomputed, no digest"
+                rule.integrity = ("recomputed, digest verified" if digest is not None else
+                                  "recomputed, no digest" if check_digest else "recomputed")
             return rule
         except ValueError as e:
             msg = str(e)
@@ -653,7 +656,8 @@ class ReferralRule:
     @classmethod
     def load(cls, path: str | os.PathLike) -> ReferralRule:
         """Read a rule file; ``FileNotFoundError`` when absent, ``ValueError`` naming the problem when the file is
-        not valid JSON or a field is missing or wrong."""
+        not valid JSON, a field is missing or wrong, or the file was edited or corrupted (its certificate recomputed
+        from its calibration record disagrees, or its content digest does not match: :meth:`from_json`)."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"referral rule not found: {path} (written by monai-unc evaluate --target-risk)")
@@ -662,7 +666,7 @@ class ReferralRule:
             d = json.loads(text, parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"referral rule {path} is not valid JSON ({e})") from None
-        return cls.from_json(d, f"referral rule {path}")
+        return cls.from_json(d, f"referral rule {path}", check_digest=True)
 
 
 def _no_constant(name: str) -> Any:

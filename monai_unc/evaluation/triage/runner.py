@@ -240,6 +240,8 @@ def _assemble(
         image_check = "skipped: neither the rule nor this triage has images"
     if image_check != "applied":
         notes.append(f"image check {image_check}")
+    if rule.integrity.startswith("not recomputed"):
+        notes.append(f"certificate {rule.integrity}")
     if check.get("weight_digests") == "unavailable" and check.get("status") != "unverified":
         side = "the rule's" if not has_weight_digests(rule.fingerprint) else "the predictions'"
         notes.append(f"model weight digests unavailable ({side} record was written before monai-unc recorded them): "
