@@ -1,13 +1,13 @@
 """The pages (``report.html``, ``triage.html``) show hostile strings as text, never as markup.
 
 A cohort whose every user-controlled string carries an HTML/JS payload (case ids from the file names, class names,
-region names, shift labels, the output folder, the page title, the model description of the predictions) goes
-through evaluate + report (classes and regions) and certify + triage (+ the triage page, with a fingerprint-mismatch
-banner); each page is parsed with :mod:`html.parser` and compared with the same run on benign names: same element and
-attribute names, no ``on*`` attribute, no ``javascript:`` URL, no element with a payload's id, and every payload is
-in the page's text. Headless Chromium then loads each page: the payloads, if run, would set the title to ``PWNED``.
-The module also holds the regression test of the first reproduction (an undefined score's case id) and the checks of
-:mod:`monai_unc.report.markup`.
+region names, shift labels, the output folder, the page title, the model description of the predictions) goes through
+evaluate + report (classes and regions) and certify + triage (+ the triage page, with a fingerprint-mismatch banner);
+each page is parsed with :mod:`html.parser` and compared with the same run on benign names: same element and attribute
+names, no ``on*`` attribute, no ``javascript:`` URL, no element with a payload's id, and every payload is in the page's
+text (a ``$`` in them would be mathtext in the figures: they are drawn as text). Headless Chromium then loads each page:
+the payloads, if run, would set the title to ``PWNED``. The module also holds the regression test of the first
+reproduction (an undefined score's case id) and the checks of :mod:`monai_unc.report.markup`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ from monai_unc.workflows.report import triage_with_page
 from monai_unc.workflows.triage import certify_and_triage
 from tests._paths import ROOT
 
-# in a file name: no '/', no '.' (the extension), no '$' (matplotlib mathtext in the figure titles)
+# in a file name: no '/' and no '.' (the extension); '$\sqrt{$' would be a matplotlib mathtext error in a figure
 FILE_PAYLOAD = ("x\"'><img src=x id=pwn-file onerror=\"document.title='PWNED'\">"
-                "<svg id=pwn-svg onload=document.title=id>")
+                "<svg id=pwn-svg onload=document.title=id>$\\sqrt{$")
 PAYLOAD = ("</title></style></script><script id=pwn-script>document.title='PWNED'</script><img src=x id=pwn-{0} "
-           "onerror=\"document.title='PWNED'\"><a id=pwn-a-{0} href=\"javascript:document.title='PWNED'\">{0}</a><!--")
+           "onerror=\"document.title='PWNED'\"><a id=pwn-a-{0} href=\"javascript:document.title='PWNED'\">{0}</a>"
+           "$\\frac$<!--")
 N_CASES = 8
 EMPTY = 1  # the case whose predicted foreground is empty: its fg-mean score is undefined
 
