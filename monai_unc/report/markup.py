@@ -85,8 +85,8 @@ def check_url(url: str, name: str = "url") -> str:
 
     Raises:
         TypeError: when ``url`` is not a string.
-        ValueError: for any other scheme (``javascript:``, ``http:``, ``file:``, ...), a host (``//host``) or another
-            ``data:`` type.
+        ValueError: for any other scheme (``javascript:``, ``http:``, ``file:``, ...), a host (``//host``), an absolute
+            path or another ``data:`` type.
     """
     if not isinstance(url, str):
         raise TypeError(f"{name} must be a string, got {type(url).__name__}")
@@ -95,7 +95,7 @@ def check_url(url: str, name: str = "url") -> str:
             return url
         raise ValueError(f"{name}: only base64 data: URLs of images or CSV files are allowed, got {url[:40]!r}")
     squeezed = _URL_IGNORED.sub("", url)
-    if _SCHEME.match(squeezed) or squeezed.startswith(("//", "\\\\", "/\\", "\\/")):
+    if _SCHEME.match(squeezed) or squeezed.startswith(("/", "\\")):
         raise ValueError(f"{name} must be a relative file path or a data: URL, got {url[:80]!r}")
     return url
 

@@ -271,6 +271,8 @@ def test_markup_escapes_what_is_not_markup():
     ("a", {"href": "https://example.org/x"}, "relative file path"),
     ("a", {"href": "//example.org/x"}, "relative file path"),
     ("a", {"href": "file:///etc/passwd"}, "relative file path"),
+    ("a", {"href": "/etc/passwd"}, "relative file path"),
+    ("a", {"href": "\\\\host\\x"}, "relative file path"),
     ("img", {"src": "data:text/html;base64,PHNjcmlwdD4="}, "data: URLs"),
     ("img", {"src": "data:image/svg+xml;base64,PHN2Zz4="}, "data: URLs"),
     ("img", {"src": "data:image/png,<svg onload=alert(1)>"}, "data: URLs"),
