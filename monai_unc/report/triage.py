@@ -118,7 +118,7 @@ def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Marku
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     thr = ("not certified: refer every case" if not rule.feasible else
            "accept every score in the calibration range" if rule.threshold == math.inf else
-           f"accept score \u2264 {rule.threshold:.6g}")
+           f"accept score ≤ {rule.threshold:.6g}")
     parts: list[Any] = [
         el("h1", title),
         el("p", f"{summary['n_cases']} new case(s), no labels · triage score ", el("b", rule.score),
@@ -151,7 +151,7 @@ def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
               "not_certified": "rule not certified"}
     items += [(f"referred: {labels[k]}", str(v)) for k, v in reasons.items() if k in labels]
     items.append((f"guaranteed mean risk of accepted ({rule.risk_definition}), w.p. {1 - rule.delta:g}",
-                  f"\u2264 {rule.target_risk:g}" if rule.feasible else "none"))
+                  f"≤ {rule.target_risk:g}" if rule.feasible else "none"))
     return cards(items)
 
 
