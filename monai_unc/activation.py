@@ -24,7 +24,7 @@ of ``nnunet-predict`` are written once against it:
   piece                     categorical (per voxel, classes ``c``)           Bernoulli (per region voxel)
   ========================  ===============================================  ==============================
   NLL                       ``logsumexp(a) - a_y``                           ``log(1 + exp(a)) - y a``
-  ``dNLL / dt``             ``a_c (p_c - [y = c]) / t_c`` (one per class)    ``a (p - y) / t``
+  ``dNLL / dt``             ``a_c ([y = c] - p_c) / t_c`` (one per class)    ``a (y - p) / t``
   confidence, prediction    ``p_k = max_c p_c``, ``k = argmax``              ``max(p, 1 - p)``, ``p > 0.5``
   ``dconf / dt``            ``p_k (p_c a_c - [c = k] a_k) / t_c``            ``-+ p (1 - p) a / t``
   ========================  ===============================================  ==============================
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._utils import check_finite, check_labels, probability_tolerance
+from ._utils import check_finite, check_integer, check_labels, normalize_spacing, probability_tolerance
 
 __all__ = [
     "Activation",
@@ -56,6 +56,132 @@ __all__ = [
 ]
 
 
+def _tensor(x: Any, name: str, floating: bool = False) -> torch.Tensor:
+    """``x`` if it is a torch tensor (floating point when ``floating``); ``TypeError`` naming ``name`` otherwise."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch tensor, got {type(x).__name__}")
+    if floating and not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def _array(x: Any, name: str) -> Any:
+    """``x`` if it is a numpy array or a torch tensor; ``TypeError`` naming ``name`` otherwise."""
+    if not isinstance(x, (np.ndarray, torch.Tensor)):
+        raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+    return x
+
+
+def _axis(axis: Any, ndim: int, what: str, name: str = "axis") -> int:
+    """``axis`` as an int if it is an axis of an array of ``ndim`` dimensions; ``ValueError`` naming ``name``."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"{name} must be an integer in [{-ndim}, {ndim - 1}] (an axis of {what}), got {axis!r}")
+    return int(axis) % ndim
+
+
+def _check_temperature(t: Any, name: str, sizes: tuple[int, ...]) -> torch.Tensor:
+    """``t`` as a flat tensor after checking it holds ``sizes`` values (1 or one per channel), finite and > 0."""
+    try:
+        flat = torch.as_tensor(t).detach().reshape(-1)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a number or a tensor of numbers, got {type(t).__name__}") from None
+    if flat.dtype == torch.bool or flat.is_complex():
+        raise TypeError(f"{name} must hold real numbers, got dtype {flat.dtype}")
+    if flat.numel() not in sizes:
+        raise ValueError(f"{name} must hold {' or '.join(map(str, sorted(set(sizes))))} value(s), got {flat.numel()}")
+    if not bool(torch.isfinite(flat).all() & (flat > 0).all()):
+        raise ValueError(f"{name} must be positive and finite, got {flat.tolist()}")
+    return flat
+
+
+def _check_unit_values(p: Any, name: str) -> None:
+    """``ValueError`` naming ``name`` unless every value of ``p`` (numpy or torch) is finite and in ``[0, 1]``."""
+    if isinstance(p, torch.Tensor):
+        if p.dtype == torch.bool or p.is_complex():
+            raise TypeError(f"{name} must hold real probabilities, got dtype {p.dtype}")
+        if p.numel() == 0:
+            return
+        check_finite(p, name)
+        tol = probability_tolerance(p.dtype)
+        lo, hi = float(p.min()), float(p.max())
+    else:
+        if not np.issubdtype(p.dtype, np.number) or np.issubdtype(p.dtype, np.complexfloating):
+            raise TypeError(f"{name} must hold real probabilities, got dtype {p.dtype}")
+        if p.size == 0:
+            return
+        if np.issubdtype(p.dtype, np.floating) and not bool(np.isfinite(p).all()):
+            n_bad = int((~np.isfinite(p)).sum())
+            raise ValueError(f"{name} contains {n_bad} non-finite value(s) (NaN or inf)")
+        low_precision = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+        tol = probability_tolerance(low_precision.get(p.dtype, torch.float64))
+        lo, hi = float(p.min()), float(p.max())
+    if lo < -tol or hi > 1 + tol:
+        raise ValueError(f"{name} must be probabilities in [0, 1], got values in [{lo:.4g}, {hi:.4g}]")
+
+
+def _check_chunk_target(y: Any, n: int, lo: float, hi: float, integral: bool) -> None:
+    """Check a chunk's target ``y``: a tensor ``(n,)`` of values in ``[lo, hi]`` (int64 labels when ``integral``)."""
+    _tensor(y, "y")
+    if tuple(y.shape) != (n,):
+        raise ValueError(f"y must have shape ({n},), one value per voxel of z, got {tuple(y.shape)}")
+    if integral and y.dtype != torch.int64:
+        raise TypeError(f"y must hold int64 class labels (chunk_target), got dtype {y.dtype}")
+    if n:
+        y_lo, y_hi = (float(v) for v in torch.aminmax(y))
+        if not (y_lo >= lo and y_hi <= hi):  # also False for NaN
+            what = f"class labels in [0, {int(hi)}]" if integral else "binary masks in [0, 1]"
+            raise ValueError(f"y must hold {what}, got values in [{y_lo:.4g}, {y_hi:.4g}]")
+
+
+def _check_case(pred: Any, target: Any, probs: Any) -> None:
+    """The types of :meth:`Activation.split`'s arrays and that ``target`` has the shape of ``pred``."""
+    for name, x in (("pred", pred), ("target", target), ("probs", probs)):
+        if not isinstance(x, np.ndarray) and not (name == "probs" and x is None):
+            raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if tuple(target.shape) != tuple(pred.shape):
+        raise ValueError(f"target must have the shape of pred {tuple(pred.shape)}, got {tuple(target.shape)}")
+
+
+def _check_probs(p: Any, layout: str, min_ndim: int) -> None:
+    """``p`` for :meth:`Activation.confidence`: a floating tensor of at least ``min_ndim`` axes, finite."""
+    _tensor(p, "p", floating=True)
+    if p.ndim < min_ndim or (min_ndim and p.shape[0] < 1):
+        raise ValueError(f"p must be probabilities {layout}, got shape {tuple(p.shape)}")
+    check_finite(p, "p")
+
+
+def _check_pair(pred: Any, target: Any) -> None:
+    """``pred`` and ``target`` of :meth:`Activation.correctness`: tensors of one shape (no broadcasting)."""
+    _tensor(pred, "pred")
+    _tensor(target, "target")
+    if tuple(target.shape) != tuple(pred.shape):
+        raise ValueError(f"target must have the shape of pred {tuple(pred.shape)}, got {tuple(target.shape)}")
+
+
+def _check_batch_logits(z: Any) -> None:
+    """A batch of logits ``(B, C, *spatial)``: a floating tensor, not empty, finite (errors name ``logits``)."""
+    _tensor(z, "logits", floating=True)
+    if z.ndim < 2 or z.numel() == 0:
+        raise ValueError(f"logits must be a non-empty batch (B, C, *spatial), got shape {tuple(z.shape)}")
+    check_finite(z, "logits")
+
+
+def _check_result(x: torch.Tensor, z: torch.Tensor) -> None:
+    """``ValueError`` when a chunk's NLL or confidence ``x`` is not finite: NaN / inf in ``z``, or an overflow."""
+    if not bool(torch.isfinite(x).all()):
+        check_finite(z, "z")
+        raise ValueError(
+            f"z / t overflows {z.dtype} (largest |z| {float(z.abs().max()):.4g}): the temperature t is too small"
+        )
+
+
+def _binary(p: Any, axis: int) -> Any:
+    """:func:`binary_probabilities` of values already checked."""
+    if isinstance(p, torch.Tensor):
+        return torch.stack([1 - p, p], dim=axis)
+    return np.stack([1.0 - p, p], axis=axis)
+
+
 def binary_probabilities(p: Any, axis: int = 0) -> Any:
     """The two-class probabilities ``(1 - p, p)`` of Bernoulli probabilities, stacked along a new ``axis``.
 
@@ -66,14 +192,20 @@ def binary_probabilities(p: Any, axis: int = 0) -> Any:
     Returns:
         An array (numpy in, numpy out) with a class axis of length 2 at ``axis``: ``[1 - p, p]``.
 
+    Raises:
+        TypeError: naming ``p`` when it is not a numpy array or torch tensor of real numbers.
+        ValueError: naming ``p`` for NaN / infinite values or values outside ``[0, 1]``, naming ``axis`` when it
+            is no axis of the result.
+
     Example:
         >>> import numpy as np
         >>> binary_probabilities(np.array([0.25, 1.0])).tolist()
         [[0.75, 0.0], [0.25, 1.0]]
     """
-    if isinstance(p, torch.Tensor):
-        return torch.stack([1 - p, p], dim=axis)
-    return np.stack([1.0 - p, p], axis=axis)
+    _array(p, "p")
+    _axis(axis, p.ndim + 1, f"the result, p's shape {tuple(p.shape)} with a class axis of 2 added")
+    _check_unit_values(p, "p")
+    return _binary(p, axis)
 
 
 @dataclass
@@ -91,7 +223,12 @@ class TaskView:
         num_classes: classes of the task (``C``, or 2 for a region).
         probs: the task's class probabilities ``(num_classes, *spatial)``, or None without probabilities.
         maps: the task's uncertainty maps ``{measure: (*spatial)}``.
-        spacing: voxel spacing in mm, one value per spatial axis (default 1 mm).
+        spacing: voxel spacing in mm, one value per spatial axis (default 1 mm); a scalar means isotropic.
+
+    Raises:
+        TypeError: naming ``pred`` or ``target`` when they are not numpy arrays.
+        ValueError: naming the field whose shape does not fit ``pred`` (``target``, ``probs``, ``maps``),
+            ``num_classes`` below 1, or ``spacing`` that is not one positive value per axis of ``pred``.
 
     Example:
         >>> import numpy as np
@@ -107,6 +244,26 @@ class TaskView:
     probs: np.ndarray | None = None
     maps: dict[str, np.ndarray] = field(default_factory=dict)
     spacing: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        """Check that the fields fit one another (shapes only: the values are not read)."""
+        for name in ("pred", "target"):
+            if not isinstance(getattr(self, name), np.ndarray):
+                raise TypeError(f"{name} must be a numpy label map, got {type(getattr(self, name)).__name__}")
+        shape = tuple(self.pred.shape)
+        if tuple(self.target.shape) != shape:
+            raise ValueError(f"target must have the shape of pred {shape}, got {tuple(self.target.shape)}")
+        self.num_classes = check_integer(self.num_classes, "num_classes", 1)
+        if self.probs is not None and tuple(np.shape(self.probs)) != (self.num_classes, *shape):
+            raise ValueError(
+                f"probs must have shape (num_classes, *pred.shape) = {(self.num_classes, *shape)}, "
+                f"got {tuple(np.shape(self.probs))}"
+            )
+        for m, u in self.maps.items():
+            if tuple(np.shape(u)) != shape:
+                raise ValueError(f"maps[{m!r}] must have the shape of pred {shape}, got {tuple(np.shape(u))}")
+        if self.spacing is not None:
+            self.spacing = normalize_spacing(self.spacing, len(shape), "spacing")
 
     @property
     def voxel_volume(self) -> float:
@@ -167,9 +324,19 @@ class Activation:
         Returns:
             A tensor of the shape and dtype of ``logits``: class probabilities (softmax over dim 1) or one
             probability per channel (sigmoid).
+
+        Raises:
+            TypeError: naming ``logits`` when it is not a floating-point tensor, ``temperature`` when it is not
+                a number or tensor of numbers.
+            ValueError: naming ``logits`` for fewer than 2 dimensions or NaN / infinite values, ``temperature``
+                for another count than 1 or ``C`` or a value that is not positive and finite.
         """
-        z = logits
+        z = _tensor(logits, "logits", floating=True)
+        if z.ndim < 2:
+            raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
+        check_finite(z, "logits")
         if temperature is not None:
+            _check_temperature(temperature, "temperature", (1, int(z.shape[1])))
             t = torch.as_tensor(temperature, dtype=z.dtype, device=z.device).reshape(-1)
             z = z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
         return self._activate(z)
@@ -185,6 +352,9 @@ class Activation:
 
         Returns:
             The number of tasks.
+
+        Raises:
+            ValueError: naming ``channels`` when it is not an integer of at least :attr:`min_channels`.
         """
         raise NotImplementedError
 
@@ -198,6 +368,11 @@ class Activation:
         Returns:
             One array per task with the task's classes along ``axis``: ``[probs]`` for the categorical task,
             ``(1 - p_r, p_r)`` (:func:`binary_probabilities`) per region.
+
+        Raises:
+            TypeError: naming ``probs`` when it is not a numpy array or torch tensor.
+            ValueError: naming ``axis`` when it is no axis of ``probs``; naming ``probs`` for Bernoulli
+                probabilities that are not finite or leave ``[0, 1]``.
         """
         raise NotImplementedError
 
@@ -211,6 +386,10 @@ class Activation:
 
         Returns:
             One label map per task: ``[target]``, or each region's mask as int64.
+
+        Raises:
+            TypeError: naming ``target`` when it is not a numpy array or torch tensor.
+            ValueError: naming ``axis`` when it is no axis of the region masks.
         """
         raise NotImplementedError
 
@@ -239,6 +418,13 @@ class Activation:
         Returns:
             The tasks: one for a categorical prediction, one per region (masks as uint8 label maps) for a
             Bernoulli one.
+
+        Raises:
+            TypeError: naming ``pred``, ``target`` or ``probs`` when they are not numpy arrays.
+            ValueError: naming the argument whose shape does not fit ``pred`` (``target``, ``probs``, ``maps``),
+                ``names`` of another count than the regions, ``num_classes`` that disagrees with ``probs``,
+                ``spacing`` that is not one positive value per spatial axis, ``pred`` empty without
+                ``num_classes``, or Bernoulli ``probs`` outside ``[0, 1]``.
         """
         raise NotImplementedError
 
@@ -252,6 +438,10 @@ class Activation:
         Returns:
             ``(confidence (n,), prediction (n,))``: ``max_c p_c`` and its first argmax, or ``max(p, 1 - p)`` and
             ``p > 0.5``.
+
+        Raises:
+            TypeError: naming ``p`` when it is not a floating-point tensor.
+            ValueError: naming ``p`` for NaN / infinite values or (categorical) no class axis.
         """
         raise NotImplementedError
 
@@ -264,6 +454,10 @@ class Activation:
 
         Returns:
             ``(n,)`` float64.
+
+        Raises:
+            TypeError: naming ``pred`` or ``target`` when it is not a tensor.
+            ValueError: naming ``target`` when its shape is not that of ``pred`` (no broadcasting).
         """
         raise NotImplementedError
 
@@ -273,13 +467,19 @@ class Activation:
 
         Args:
             z: a batch of logits.
+
+        Raises:
+            ValueError: when ``z`` looks like probabilities, and naming ``logits`` for an empty batch, fewer than
+                2 dimensions or NaN / infinite values.
+            TypeError: naming ``logits`` when ``z`` is not a floating-point tensor.
         """
         raise NotImplementedError
 
     def batch_target(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The target of a batch of logits in the layout :meth:`task_voxels` reads.
 
-        ``ValueError`` naming ``target`` for a shape that does not fit the logits.
+        ``ValueError`` naming ``target`` for a shape that does not fit the logits (``logits`` for fewer than 2
+        dimensions or, categorical, fewer than 2 classes); ``TypeError`` naming either when it is not a tensor.
 
         Args:
             z: logits ``(B, C, *spatial)``.
@@ -358,6 +558,10 @@ class Activation:
 
         Returns:
             ``(C, 1)`` (categorical, broadcasting over voxels) or a 0-d tensor (one region).
+
+        Raises:
+            ValueError: naming ``t`` for another count than 1 or ``channels`` or values that are not positive and
+                finite, ``task`` out of range, ``channels`` below :attr:`min_channels`.
         """
         raise NotImplementedError
 
@@ -372,6 +576,12 @@ class Activation:
         Returns:
             ``(loss, grad)``: the float64 sum of the voxels' NLL (0-d, on the CPU) and its gradient
             ``(grad_size,)`` float64.
+
+        Raises:
+            TypeError: naming ``z`` (not a floating-point tensor) or ``y`` (not a tensor; categorical: not int64).
+            ValueError: naming ``z`` for another shape or NaN / infinite values, ``y`` for another length or
+                values outside the classes (categorical) or ``[0, 1]`` (Bernoulli), ``t`` for another shape or
+                values that are not positive and finite; and when ``z / t`` overflows.
         """
         raise NotImplementedError
 
@@ -387,6 +597,10 @@ class Activation:
 
         Returns:
             ``(confidence (n,), correct (n,) float64, dconf/dt (n, grad_size))``.
+
+        Raises:
+            TypeError: as :meth:`nll_terms`.
+            ValueError: as :meth:`nll_terms`.
         """
         raise NotImplementedError
 
@@ -408,32 +622,50 @@ class Categorical(Activation):
         return torch.softmax(z, 1)
 
     def num_tasks(self, channels: int) -> int:  # noqa: D102 (documented in Activation)
+        check_integer(channels, "channels", self.min_channels)
         return 1
 
     def task_probabilities(self, probs: Any, axis: int = 1) -> list[Any]:  # noqa: D102
+        _axis(axis, _array(probs, "probs").ndim, f"probs of shape {tuple(probs.shape)}")
         return [probs]
 
     def task_targets(self, target: Any, axis: int = 1) -> list[Any]:  # noqa: D102
+        _array(target, "target")
         return [target]
 
     def split(self, pred: np.ndarray, target: np.ndarray, probs: np.ndarray | None = None,  # noqa: D102
               maps: Mapping[str, np.ndarray] | None = None, names: Sequence[str] | None = None,
               spacing: Sequence[float] | None = None, num_classes: int | None = None) -> list[TaskView]:
+        _check_case(pred, target, probs)
+        if num_classes is not None:
+            check_integer(num_classes, "num_classes", 1)
         if probs is not None:
             n_cls = int(probs.shape[0])
+            if num_classes is not None and int(num_classes) != n_cls:
+                raise ValueError(f"num_classes is {num_classes} but probs has {n_cls} classes along axis 0")
+        elif num_classes is not None:
+            n_cls = int(num_classes)
         else:
-            n_cls = int(num_classes) if num_classes is not None else int(max(pred.max(), target.max())) + 1
+            if pred.size == 0:
+                raise ValueError(f"pred is empty (shape {tuple(pred.shape)}): pass num_classes or probs")
+            n_cls = int(max(pred.max(), target.max())) + 1
         return [TaskView(None, pred, target, n_cls, probs, dict(maps or {}),
-                         None if spacing is None else tuple(spacing))]
+                         None if spacing is None else spacing)]
 
     def confidence(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
+        _check_probs(p, "(C, n)", 1)
+        return self._confidence(p)
+
+    def _confidence(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         conf, pred = torch.max(p, 0)  # the first maximum wins, as torch.argmax
         return conf, pred
 
     def correctness(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        _check_pair(pred, target)
         return (pred == target).to(torch.float64)
 
     def check_logits(self, z: torch.Tensor) -> None:  # noqa: D102
+        _check_batch_logits(z)
         tol = probability_tolerance(z.dtype)
         if float(z.min()) < -tol or float(z.max()) > 1 + tol:
             return
@@ -444,7 +676,9 @@ class Categorical(Activation):
             )
 
     def batch_target(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        if z.shape[1] < 2:
+        _tensor(z, "logits")
+        _tensor(y, "target")
+        if z.ndim < 2 or z.shape[1] < 2:
             raise ValueError(f"logits must have at least 2 classes along dim 1, got {tuple(z.shape)}")
         spatial = tuple(z.shape[2:])
         if tuple(y.shape) == (z.shape[0], 1, *spatial):
@@ -456,6 +690,10 @@ class Categorical(Activation):
         return y
 
     def task_voxels(self, z: torch.Tensor, y: torch.Tensor) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:  # noqa: D102
+        if tuple(_tensor(y, "target").shape) != (z.shape[0], *z.shape[2:]):
+            raise ValueError(
+                f"target must have shape {(z.shape[0], *z.shape[2:])} (batch_target), got {tuple(y.shape)}"
+            )
         zf = z.reshape(z.shape[0], z.shape[1], -1)
         yf = y.reshape(y.shape[0], -1)
         for b in range(zf.shape[0]):
@@ -467,12 +705,30 @@ class Categorical(Activation):
         return y if y.dtype == torch.int64 else y.to(torch.int64)
 
     def grad_size(self, channels: int) -> int:  # noqa: D102
-        return channels
+        return check_integer(channels, "channels", self.min_channels)
 
     def task_temperature(self, t: torch.Tensor, task: int, channels: int, like: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        channels = check_integer(channels, "channels", self.min_channels)
+        _check_temperature(_tensor(t, "t"), "t", (1, channels))
+        if task != 0:
+            raise ValueError(f"task must be 0 (the one categorical task), got {task!r}")
         return (t.expand(channels) if t.numel() == 1 else t).to(device=like.device, dtype=like.dtype).unsqueeze(1)
 
+    def _chunk(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Check a chunk ``z (C, n)``, ``y (n,)``; return ``t`` as ``(C, 1)``."""
+        _tensor(z, "z", floating=True)
+        if z.ndim != 2 or z.shape[0] < 2:
+            raise ValueError(f"z must be the logits (C, n) of a chunk, C >= 2, got {tuple(z.shape)}")
+        _check_chunk_target(y, int(z.shape[1]), 0, int(z.shape[0]) - 1, integral=True)
+        _check_temperature(_tensor(t, "t"), "t", (1, int(z.shape[0])))
+        if t.numel() == 1:
+            return t.reshape(1, 1)
+        if tuple(t.shape) not in ((z.shape[0], 1), (z.shape[0],)):
+            raise ValueError(f"t must have shape ({z.shape[0]}, 1) (task_temperature), got {tuple(t.shape)}")
+        return t.reshape(-1, 1)
+
     def nll_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
+        t = self._chunk(z, y, t)
         a = z / t
         lse = torch.logsumexp(a, dim=0)
         p = torch.exp(a - lse)
@@ -480,12 +736,15 @@ class Categorical(Activation):
         loss = (lse - a_y).sum(dtype=torch.float64).cpu()
         pa = (p * a).sum(1, dtype=torch.float64)
         ya = torch.zeros(z.shape[0], dtype=torch.float64, device=z.device).index_add_(0, y, a_y.double())
+        _check_result(loss, z)
         return loss, ((ya - pa) / t.squeeze(1).double()).cpu()
 
     def ece_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # noqa: D102,E501
+        t = self._chunk(z, y, t)
         a = z / t
         p = torch.exp(a - torch.logsumexp(a, dim=0))
-        conf, pred = self.confidence(p)
+        conf, pred = self._confidence(p)
+        _check_result(conf, z)
         # dconf/dt_c = p_k (p_c a_c - [c = k] a_k) / t_c
         d = (p * a).mul_(conf)
         a_k = a.gather(0, pred.unsqueeze(0))
@@ -510,15 +769,18 @@ class Bernoulli(Activation):
         return torch.sigmoid(z)
 
     def num_tasks(self, channels: int) -> int:  # noqa: D102
-        return channels
+        return check_integer(channels, "channels", self.min_channels)
 
     def task_probabilities(self, probs: Any, axis: int = 1) -> list[Any]:  # noqa: D102
+        axis = _axis(axis, _array(probs, "probs").ndim, f"probs of shape {tuple(probs.shape)}")
+        _check_unit_values(probs, "probs")
         n = probs.shape[axis]
         if isinstance(probs, torch.Tensor):
-            return [binary_probabilities(probs.select(axis, r), axis) for r in range(n)]
-        return [binary_probabilities(np.take(probs, r, axis=axis), axis) for r in range(n)]
+            return [_binary(probs.select(axis, r), axis) for r in range(n)]
+        return [_binary(np.take(probs, r, axis=axis), axis) for r in range(n)]
 
     def task_targets(self, target: Any, axis: int = 1) -> list[Any]:  # noqa: D102
+        axis = _axis(axis, _array(target, "target").ndim, f"target of shape {tuple(target.shape)}")
         n = target.shape[axis]
         if isinstance(target, torch.Tensor):
             return [target.select(axis, r).to(torch.int64) for r in range(n)]
@@ -527,23 +789,39 @@ class Bernoulli(Activation):
     def split(self, pred: np.ndarray, target: np.ndarray, probs: np.ndarray | None = None,  # noqa: D102
               maps: Mapping[str, np.ndarray] | None = None, names: Sequence[str] | None = None,
               spacing: Sequence[float] | None = None, num_classes: int | None = None) -> list[TaskView]:
+        _check_case(pred, target, probs)
+        if pred.ndim < 1:
+            raise ValueError(f"pred must hold region masks (R, *spatial), got shape {tuple(pred.shape)}")
         n = int(pred.shape[0])
         names = [str(r) for r in range(n)] if names is None else list(names)
-        if len(names) != n or target.shape[0] != n:
-            raise ValueError(f"pred has {n} region(s), target {target.shape[0]}, names {len(names)}")
+        if len(names) != n:
+            raise ValueError(f"names has {len(names)} name(s) but pred has {n} region(s)")
+        for m, u in (maps or {}).items():
+            if tuple(np.shape(u)) != tuple(pred.shape):
+                raise ValueError(f"maps[{m!r}] must have the shape of pred {tuple(pred.shape)} (one channel per "
+                                 f"region), got {tuple(np.shape(u))}")
+        if probs is not None and tuple(probs.shape) != tuple(pred.shape):
+            raise ValueError(f"probs must have the shape of pred {tuple(pred.shape)} (one probability per region "
+                             f"and voxel), got {tuple(probs.shape)}")
         task_probs = [None] * n if probs is None else self.task_probabilities(probs, axis=0)
-        sp = None if spacing is None else tuple(spacing)
+        sp = spacing
         return [TaskView(names[r], pred[r].astype(np.uint8), target[r].astype(np.uint8), 2, task_probs[r],
                          {m: u[r] for m, u in (maps or {}).items()}, sp) for r in range(n)]
 
     def confidence(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
+        _check_probs(p, "(n,)", 0)
+        return self._confidence(p)
+
+    def _confidence(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         pred = p > 0.5
         return torch.where(pred, p, 1 - p), pred
 
     def correctness(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        _check_pair(pred, target)
         return (pred == (target > 0.5)).to(torch.float64)
 
     def check_logits(self, z: torch.Tensor) -> None:  # noqa: D102
+        _check_batch_logits(z)
         tol = probability_tolerance(z.dtype)
         if float(z.min()) >= -tol and float(z.max()) <= 1 + tol:
             raise ValueError(
@@ -552,6 +830,10 @@ class Bernoulli(Activation):
             )
 
     def batch_target(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        _tensor(z, "logits")
+        _tensor(y, "target")
+        if z.ndim < 2:
+            raise ValueError(f"logits must have shape (B, R, *spatial), got {tuple(z.shape)}")
         if z.shape[1] == 1 and tuple(y.shape) == (z.shape[0], *z.shape[2:]):
             y = y.unsqueeze(1)
         if tuple(y.shape) != tuple(z.shape):
@@ -573,6 +855,9 @@ class Bernoulli(Activation):
             )
 
     def task_voxels(self, z: torch.Tensor, y: torch.Tensor) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:  # noqa: D102
+        if tuple(_tensor(y, "target").shape) != tuple(z.shape):
+            raise ValueError(f"target must have the shape of the logits {tuple(z.shape)} (batch_target), "
+                             f"got {tuple(y.shape)}")
         zf = z.reshape(z.shape[0], z.shape[1], -1)
         yf = y.reshape(y.shape[0], y.shape[1], -1)
         for b in range(zf.shape[0]):
@@ -583,25 +868,45 @@ class Bernoulli(Activation):
         return y.to(dtype)
 
     def grad_size(self, channels: int) -> int:  # noqa: D102
+        check_integer(channels, "channels", self.min_channels)
         return 1
 
     def task_temperature(self, t: torch.Tensor, task: int, channels: int, like: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        channels = check_integer(channels, "channels", self.min_channels)
+        _check_temperature(_tensor(t, "t"), "t", (1, channels))
+        if isinstance(task, bool) or not isinstance(task, (int, np.integer)) or not 0 <= task < channels:
+            raise ValueError(f"task must be a region index in [0, {channels - 1}], got {task!r}")
+        t = t.reshape(-1)
         return (t[0] if t.numel() == 1 else t[task]).to(device=like.device, dtype=like.dtype)
 
+    def _chunk(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Check a chunk ``z (n,)``, ``y (n,)``; return ``t`` as a 0-d tensor."""
+        _tensor(z, "z", floating=True)
+        if z.ndim != 1:
+            raise ValueError(f"z must be the logits (n,) of one region's chunk, got {tuple(z.shape)}")
+        _check_chunk_target(y, int(z.shape[0]), 0.0, 1.0, integral=False)
+        _check_temperature(_tensor(t, "t"), "t", (1,))
+        return t.reshape(())
+
     def nll_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
+        t = self._chunk(z, y, t)
         a = z / t
         p = torch.sigmoid(a)
         # log(1 + exp(a)) - y a, exactly for any a
         bce = torch.logaddexp(a, torch.zeros((), dtype=a.dtype, device=a.device)) - y * a
         grad = ((y - p) * a).sum(dtype=torch.float64) / t.double()
-        return bce.sum(dtype=torch.float64).cpu(), grad.reshape(1).cpu()
+        loss = bce.sum(dtype=torch.float64).cpu()
+        _check_result(loss, z)
+        return loss, grad.reshape(1).cpu()
 
     def ece_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # noqa: D102,E501
+        t = self._chunk(z, y, t)
         a = z / t
         p = torch.sigmoid(a)
-        conf, pred = self.confidence(p)
+        conf, pred = self._confidence(p)
         # dconf/dt = -p (1 - p) a / t for the prediction 1, + p (1 - p) a / t for the prediction 0
         d = (p * (1 - p) * a / t) * torch.where(pred, -1.0, 1.0).to(a.dtype)
+        _check_result(d, z)  # NaN for NaN logits and for an overflow of a (p (1 - p) a = 0 * inf)
         return conf, self.correctness(pred, y), d.unsqueeze(1)
 
 
@@ -620,7 +925,11 @@ def get_activation(activation: str | Activation) -> Activation:
         activation: a name of :data:`ACTIVATIONS` or an :class:`Activation`.
 
     Returns:
-        The :class:`Activation`; ``ValueError`` naming ``activation`` for another name.
+        The :class:`Activation`.
+
+    Raises:
+        ValueError: naming ``activation`` for another name.
+        TypeError: naming ``activation`` when it is neither a string nor an :class:`Activation`.
 
     Example:
         >>> get_activation("softmax") is CATEGORICAL
@@ -628,6 +937,10 @@ def get_activation(activation: str | Activation) -> Activation:
     """
     if isinstance(activation, Activation):
         return activation
+    if not isinstance(activation, str):
+        raise TypeError(
+            f"activation must be one of {tuple(ACTIVATIONS)} or an Activation, got {type(activation).__name__}"
+        )
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
     return ACTIVATIONS[activation]

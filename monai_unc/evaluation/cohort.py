@@ -32,6 +32,9 @@ __all__ = [
     "CohortState",
     "summarize",
     "case_risk",
+    "risk_of_dice",
+    "calibration_mask",
+    "RISK_CONTROL_CANDIDATES",
     "triage_order",
     "fill_undefined_scores",
     "write_evaluation",
@@ -205,25 +208,51 @@ def _nanmean(a: np.ndarray) -> float | None:
     return float(a.mean()) if a.size else None
 
 
-def case_risk(dice: np.ndarray, config: EvaluationConfig) -> np.ndarray:
-    """Per-case risk in [0, 1] of ``config.risk``: ``[dice < failure_dice]`` or ``1 - dice``."""
+#: candidate thresholds the risk-controlled threshold of an evaluation tests (``n_candidates`` of
+#: :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`; recorded in a referral rule)
+RISK_CONTROL_CANDIDATES = 20
+
+
+def risk_of_dice(dice: np.ndarray, risk: str, failure_dice: float) -> np.ndarray:
+    """Per-case risk in [0, 1] of a Dice: ``[dice < failure_dice]`` (``risk="failure"``) or ``1 - dice``
+    (``risk="1-dice"``).
+
+    Args:
+        dice: per-case Dice (NaN: no failure, and a NaN ``1 - dice``).
+        risk: ``"failure"`` or ``"1-dice"``.
+        failure_dice: the Dice below which a case failed.
+
+    Returns:
+        The risks, as float64.
+    """
     dice = np.asarray(dice, dtype=np.float64)
-    if config.risk == "failure":
-        return (dice < config.failure_dice).astype(np.float64)
+    if risk == "failure":
+        return (dice < failure_dice).astype(np.float64)
     return np.clip(1.0 - dice, 0.0, 1.0)
+
+
+def case_risk(dice: np.ndarray, config: EvaluationConfig) -> np.ndarray:
+    """Per-case risk in [0, 1] of ``config.risk``: ``[dice < failure_dice]`` or ``1 - dice`` (:func:`risk_of_dice`)."""
+    return risk_of_dice(dice, config.risk, config.failure_dice)
+
+
+def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray:
+    """Which of ``ids`` are calibration cases of the risk-controlled threshold (``config.calibration_cases``; all
+    when None)."""
+    if config.calibration_cases is None:
+        return np.ones(len(ids), dtype=bool)
+    wanted = config.check_calibration_cases(ids)
+    return np.array([c in wanted for c in ids], dtype=bool)
 
 
 def _risk_control(ids: Sequence[str], scores: np.ndarray, dice: np.ndarray, config: EvaluationConfig) -> dict:
     """The ``risk_control`` block of the summary: threshold fitted on the calibration cases, applied to all."""
     assert config.target_risk is not None
-    if config.calibration_cases is None:
-        is_cal = np.ones(len(ids), dtype=bool)
-    else:
-        wanted = config.check_calibration_cases(ids)
-        is_cal = np.array([c in wanted for c in ids])
+    is_cal = calibration_mask(ids, config)
     risk = case_risk(dice, config)
     method = config.resolved_risk_method
-    res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta, method=method)
+    res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta, method=method,
+                                    n_candidates=RISK_CONTROL_CANDIDATES)
     accept = scores <= res.threshold
     held = ~is_cal
     out: dict[str, Any] = {

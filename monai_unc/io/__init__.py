@@ -39,6 +39,7 @@ from .files import (
     check_output_folder,
     check_writable_folder,
     clean_partial_files,
+    file_sha256,
     json_safe,
     partial_path,
     read_json_or_none,
@@ -46,6 +47,7 @@ from .files import (
     save_nifti_image,
     save_probabilities,
     save_region_maps,
+    weight_digests,
 )
 from .tables import CSV_NAN, format_cell, parse_float, read_csv, table_columns, write_csv
 
@@ -74,6 +76,8 @@ __all__ = [
     "save_probabilities",
     "save_region_maps",
     "read_json_or_none",
+    "file_sha256",
+    "weight_digests",
     "save_nifti",
     "save_nifti_image",
     "check_output_folder",

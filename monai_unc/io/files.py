@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import hashlib
 import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ __all__ = [
     "save_probabilities",
     "save_region_maps",
     "read_json_or_none",
+    "file_sha256",
+    "weight_digests",
     "json_safe",
     "json_default",
     "check_writable_folder",
@@ -283,6 +286,58 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+
+
+def file_sha256(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
+    """The sha256 content digest of a file (hex), read in chunks so that a weight file of gigabytes is never held
+    in memory.
+
+    Args:
+        path: the file.
+        chunk_size: bytes read at a time.
+
+    Returns:
+        The 64-character hex digest.
+
+    Raises:
+        ValueError: naming the file when it is missing or unreadable.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"cannot hash {p}: file not found")
+    h = hashlib.sha256()
+    try:
+        with p.open("rb") as f:
+            for block in iter(lambda: f.read(chunk_size), b""):
+                h.update(block)
+    except OSError as e:
+        raise ValueError(f"cannot hash {p}: {e}") from None
+    return h.hexdigest()
+
+
+def weight_digests(paths: Sequence[str | os.PathLike], names: Sequence[str] | None = None) -> list[dict[str, str]]:
+    """The content digests of the files that made a model's predictions (checkpoints, ensemble members, configs),
+    in order, each file hashed once: ``[{"file": name, "sha256": hex}, ...]``, the record that a prediction
+    fingerprint compares (the names are for display only).
+
+    Args:
+        paths: the files.
+        names: what to call them in the record (default: the paths as given).
+
+    Returns:
+        One entry per file.
+    """
+    names = [os.fspath(p) for p in paths] if names is None else [str(n) for n in names]
+    if len(names) != len(paths):
+        raise ValueError(f"names has {len(names)} entries for {len(paths)} paths")
+    cache: dict[str, str] = {}
+    out = []
+    for p, n in zip(paths, names):
+        key = os.path.realpath(p)
+        if key not in cache:
+            cache[key] = file_sha256(p)
+        out.append({"file": n, "sha256": cache[key]})
+    return out
 
 
 def json_safe(x: Any, digits: int | None = None) -> Any:

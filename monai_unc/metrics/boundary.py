@@ -294,8 +294,10 @@ def _distance_to_features(features: Array, spacing: tuple, backend: str) -> Arra
         return torch.as_tensor(d, device=features.device).to(torch.float64)
     background = np.ascontiguousarray(~_to_numpy(features))
     if bk == "edt":
-        # uint8 view of the bool mask (no copy): the edt package is faster on uint8 than on bool input
-        sq = _edt_pkg.edtsq(background.view(np.uint8), anisotropy=spacing, black_border=False, parallel=num_threads())
+        # uint8 view of the bool mask (no copy): the edt package is faster on uint8 than on bool input.
+        # Its 1D transform takes the spacing as one number, its 2D / 3D transforms a tuple of one per axis.
+        aniso = float(spacing[0]) if ndim == 1 else tuple(spacing)
+        sq = _edt_pkg.edtsq(background.view(np.uint8), anisotropy=aniso, black_border=False, parallel=num_threads())
         out = np.sqrt(sq, dtype=np.float64)
     else:
         out = ndimage.distance_transform_edt(background, sampling=spacing)
@@ -358,8 +360,8 @@ def distance_to_mask(mask: ArrayLike, spacing: SpacingLike = 1.0, backend: str =
     Example:
         >>> import numpy as np
         >>> from monai_unc.metrics.boundary import distance_to_mask
-        >>> distance_to_mask(np.array([[1, 0, 0, 0, 1]]), spacing=0.5)
-        array([[0. , 0.5, 1. , 0.5, 0. ]])
+        >>> distance_to_mask(np.array([1, 0, 0, 0, 1]), spacing=0.5)
+        array([0. , 0.5, 1. , 0.5, 0. ])
     """
     a = _label_array(mask, "mask")
     n = _spatial_dims(a, None, "mask")

@@ -162,42 +162,50 @@ def _predict(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.i):
         raise FileNotFoundError(f"input folder not found: {args.i}")
     folds = [f if f == "all" else int(f) for f in args.f]
-    if args.device == "cpu":
-        import multiprocessing
+    # stock nnUNetv2_predict's thread settings for the prediction; the caller's intra-op thread count is restored
+    # afterwards (run() is also called in-process: nnU-Net's CPU logits depend on the thread count, so a leaked
+    # setting would change every later prediction of the process)
+    threads = torch.get_num_threads()
+    try:
+        if args.device == "cpu":
+            import multiprocessing
 
-        torch.set_num_threads(multiprocessing.cpu_count())
-    elif args.device == "cuda":
-        torch.set_num_threads(1)
-        torch.set_num_interop_threads(1)
-    rate_in = {k: v for k, v in (("target_loss", args.rate_in_target), ("loss", args.rate_in_loss)) if v is not None}
-    predictor = UncertaintyPredictor(
-        uncertainty_sources=args.sources,
-        num_samples=args.num_samples,
-        dropout_p=args.dropout_p,
-        measures=args.measures,
-        segmentation_from=args.segmentation_from,
-        rate_in=rate_in or None,
-        seed=args.seed,
-        window_disagreement=args.window_disagreement,
-        tile_step_size=args.step_size,
-        use_gaussian=True,
-        use_mirroring=not args.disable_tta,
-        perform_everything_on_device=not args.not_on_device,
-        device=torch.device(args.device),
-        verbose=args.verbose,
-        verbose_preprocessing=args.verbose,
-        allow_tqdm=not args.disable_progress_bar,
-    )
-    # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
-    check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
-    predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
-    os.makedirs(args.o, exist_ok=True)
-    predictor.predict_from_files(
-        args.i, args.o, save_probabilities=args.save_probabilities, overwrite=not args.continue_prediction,
-        num_processes_preprocessing=args.npp, num_processes_segmentation_export=args.nps,
-        folder_with_segs_from_prev_stage=args.prev_stage_predictions, num_parts=args.num_parts,
-        part_id=args.part_id,
-    )
+            torch.set_num_threads(multiprocessing.cpu_count())
+        elif args.device == "cuda":
+            torch.set_num_threads(1)
+            torch.set_num_interop_threads(1)
+        rate_in = {k: v for k, v in (("target_loss", args.rate_in_target), ("loss", args.rate_in_loss))
+                   if v is not None}
+        predictor = UncertaintyPredictor(
+            uncertainty_sources=args.sources,
+            num_samples=args.num_samples,
+            dropout_p=args.dropout_p,
+            measures=args.measures,
+            segmentation_from=args.segmentation_from,
+            rate_in=rate_in or None,
+            seed=args.seed,
+            window_disagreement=args.window_disagreement,
+            tile_step_size=args.step_size,
+            use_gaussian=True,
+            use_mirroring=not args.disable_tta,
+            perform_everything_on_device=not args.not_on_device,
+            device=torch.device(args.device),
+            verbose=args.verbose,
+            verbose_preprocessing=args.verbose,
+            allow_tqdm=not args.disable_progress_bar,
+        )
+        # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
+        check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
+        predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
+        os.makedirs(args.o, exist_ok=True)
+        predictor.predict_from_files(
+            args.i, args.o, save_probabilities=args.save_probabilities, overwrite=not args.continue_prediction,
+            num_processes_preprocessing=args.npp, num_processes_segmentation_export=args.nps,
+            folder_with_segs_from_prev_stage=args.prev_stage_predictions, num_parts=args.num_parts,
+            part_id=args.part_id,
+        )
+    finally:
+        torch.set_num_threads(threads)
     return 0
 
 

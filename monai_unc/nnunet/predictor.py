@@ -110,7 +110,7 @@ from tqdm import tqdm
 from monai_unc.inferers.dropout import enable_mc_dropout, find_dropout_layers
 from monai_unc.inferers.rate_in import RateInSource
 from monai_unc.inferers.sampling import WINDOW_DISAGREEMENT_MODES
-from monai_unc.io import atomic_write_json
+from monai_unc.io import atomic_write_json, weight_digests
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.ssn import find_ssn_heads, ssn_sampling
@@ -910,9 +910,9 @@ def _ssn_mean_logits(nets: Sequence[nn.Module]) -> Iterator[None]:
 
 
 def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str) -> dict[str, Any]:
-    """``model_folder`` (resolved), ``checkpoint``, ``fold_ids`` and ``temperature`` (``{fold: t}`` from the
+    """``model_folder`` (resolved), ``checkpoint``, ``fold_ids``, ``temperature`` (``{fold: t}`` from the
     ``temperature.json`` that ``nnunet-calibrate`` writes into its calibrated copy; None for an uncalibrated model)
-    of a trained nnU-Net model folder."""
+    and ``weights`` (:func:`model_weight_digests`) of a trained nnU-Net model folder."""
     folder = Path(model_folder).resolve()
     temperature = None
     tj = folder / "temperature.json"
@@ -928,4 +928,29 @@ def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str) -> 
         "checkpoint": checkpoint_name,
         "fold_ids": None if use_folds is None else [str(f) for f in use_folds],
         "temperature": temperature,
+        "weights": model_weight_digests(folder, use_folds, checkpoint_name),
     }
+
+
+def model_weight_digests(model_folder: str | os.PathLike, use_folds: Any, checkpoint_name: str
+                         ) -> list[dict[str, str]]:
+    """The sha256 digests of the files of a trained nnU-Net model folder that make its predictions: ``plans.json``,
+    ``dataset.json`` and each used fold's checkpoint (``fold_<f>/<checkpoint_name>``; every ``fold_*`` folder that
+    holds the checkpoint when ``use_folds`` is None, as nnU-Net picks them), named relative to the folder.
+
+    Args:
+        model_folder: the trained model folder.
+        use_folds: the folds used, or None.
+        checkpoint_name: e.g. ``checkpoint_final.pth``.
+
+    Returns:
+        ``[{"file", "sha256"}]`` (:func:`monai_unc.io.weight_digests`), for the files that exist.
+    """
+    folder = Path(model_folder)
+    if use_folds is None:
+        folds = sorted(p.name[len("fold_"):] for p in folder.glob("fold_*") if (p / checkpoint_name).is_file())
+    else:
+        folds = [str(f) for f in use_folds]
+    names = ["plans.json", "dataset.json", *(f"fold_{f}/{checkpoint_name}" for f in folds)]
+    names = [n for n in names if (folder / n).is_file()]
+    return weight_digests([folder / n for n in names], names)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import html
 import os
 import re
 import warnings
@@ -50,6 +49,7 @@ from ..evaluation import (
 )
 from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
 from ..regions import label_to_regions
+from .markup import Markup, document, el, frag
 from .plots import (
     plot_case_overlay,
     plot_qu_brats_curves,
@@ -64,11 +64,15 @@ __all__ = [
     "Figure",
     "PAGE_CSS",
     "build_report",
+    "cards",
+    "decision_tag",
     "format_value",
     "img_tag",
     "region_display",
     "render_html",
     "reliability_figure",
+    "table",
+    "warning_list",
 ]
 
 
@@ -121,14 +125,11 @@ def format_value(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def img_tag(fig: Figure) -> str:
-    """An ``<img>`` element embedding the figure's PNG (base64), with its id and title."""
+def img_tag(fig: Figure) -> Markup:
+    """A ``<figure>`` element embedding the figure's PNG (base64) in an ``<img>``, with its id, title and caption."""
     b64 = base64.b64encode(fig.png).decode("ascii")
-    return (
-        f'<figure id="fig-{html.escape(fig.key)}"><img alt="{html.escape(fig.title)}" '
-        f'src="data:image/png;base64,{b64}"><figcaption><b>{html.escape(fig.title)}.</b> '
-        f"{html.escape(fig.caption)}</figcaption></figure>"
-    )
+    return el("figure", el("img", alt=fig.title, src=f"data:image/png;base64,{b64}"),
+              el("figcaption", el("b", f"{fig.title}."), " ", fig.caption), id=f"fig-{fig.key}")
 
 
 PAGE_CSS = """
@@ -161,7 +162,38 @@ window.addEventListener('load', function () {
 """
 
 
-def _cards(summary: Mapping[str, Any]) -> str:
+def cards(items: Sequence[tuple[str, str]]) -> Markup:
+    """The key-number cards of a page: one card per ``(label, value)``, both shown as text."""
+    return el("div", *(el("div", el("div", v, class_="v"), el("div", k, class_="k"), class_="card") for k, v in items),
+              class_="cards")
+
+
+def table(head: Sequence[str], rows: Sequence[Markup], left: Sequence[str] = (), **attributes: Any) -> Markup:
+    """A table: header cells ``head`` (class ``l``, left-aligned, for those in ``left``), then the ``rows`` (``<tr>``
+    elements); ``attributes`` are the ``<table>``'s."""
+    ths = [el("th", h, class_="l" if h in left else "") for h in head]
+    return el("table", el("thead", el("tr", *ths)), el("tbody", *rows), **attributes)
+
+
+def _td(value: Any, class_: str | None = None) -> Markup:
+    """A table cell: :class:`Markup` as it is, anything else as text."""
+    return el("td", value, class_=class_)
+
+
+def decision_tag(decision: str) -> Markup:
+    """The accept / review tag of a triage decision (anything but ``accept`` is a review)."""
+    return (el("span", "accept", class_="tag k") if decision == "accept" else el("span", "review", class_="tag r"))
+
+
+def warning_list(warns: Sequence[str], limit: int = 50, more: str = "") -> Markup:
+    """The Warnings section: the first ``limit`` warnings, then how many more (with ``more`` after the count)."""
+    items = [el("li", w) for w in warns[:limit]]
+    if more and len(warns) > limit:
+        items.append(el("li", f"... and {len(warns) - limit} more {more}"))
+    return el("section", el("h2", "Warnings"), el("ul", *items, class_="warn"), id="warnings")
+
+
+def _cards(summary: Mapping[str, Any]) -> Markup:
     items: list[tuple[str, str]] = [
         ("cases", str(summary["n_cases"])),
         ("mean Dice", format_value(summary["dice"]["mean"])),
@@ -192,30 +224,27 @@ def _cards(summary: Mapping[str, Any]) -> str:
     if rc:
         key = f"referred for risk <= {rc['target_risk']:g} ({rc['risk']}), 1 - delta = {1 - rc['delta']:g}"
         items.append((key, f"{len(rc['referred'])} / {summary['n_cases']}"))
-    return '<div class="cards">' + "".join(
-        f'<div class="card"><div class="v">{html.escape(v)}</div><div class="k">{html.escape(k)}</div></div>'
-        for k, v in items
-    ) + "</div>"
+    return cards(items)
 
 
-def _risk_control_note(rc: Mapping[str, Any], n_cases: int) -> str:
+def _risk_control_note(rc: Mapping[str, Any], n_cases: int) -> Markup:
     """One paragraph on the risk-controlled threshold (``summary["risk_control"]``)."""
     cal = rc["calibration"]
     fitted = "all cases" if cal["cases"] == "all" else f"{cal['n_cases']} calibration case(s)"
-    head = (f"<b>Risk-controlled threshold</b> ({html.escape(rc['method'].upper())}, fitted on {fitted}): target "
-            f"mean risk <b>{rc['target_risk']:g}</b> ({html.escape(rc['risk'])}) among accepted new cases, with "
-            f"probability at least <b>{1 - rc['delta']:g}</b>, assuming new cases are exchangeable with the "
-            "calibration cases. ")
+    head = frag(el("b", "Risk-controlled threshold"), f" ({rc['method'].upper()}, fitted on {fitted}): target mean "
+                "risk ", el("b", f"{rc['target_risk']:g}"), f" ({rc['risk']}) among accepted new cases, with "
+                "probability at least ", el("b", f"{1 - rc['delta']:g}"), ", assuming new cases are exchangeable "
+                "with the calibration cases. ")
     if not rc["feasible"]:
-        return head + (f"<b>No threshold satisfies the target</b> on these calibration cases (best bound "
-                       f"{format_value(rc['bound'], 4)}): every case goes to review. Collect more calibration cases or "
-                       "relax the target.")
+        return frag(head, el("b", "No threshold satisfies the target"), " on these calibration cases (best bound "
+                    f"{format_value(rc['bound'], 4)}): every case goes to review. Collect more calibration cases or "
+                    "relax the target.")
     thr = rc["threshold"]
     thr_text = format_value(thr, 6) if thr is not None else "any"
-    text = head + (f"Accept a case when its score is at most <b>{thr_text}</b>: "
-                   f"{n_cases - len(rc['referred'])} of {n_cases} accepted (calibration coverage "
-                   f"{format_value(cal['coverage'])}, observed risk {format_value(cal['risk_accepted'], 4)}, bound "
-                   f"{format_value(rc['bound'], 4)}).")
+    text = frag(head, "Accept a case when its score is at most ", el("b", thr_text),
+                f": {n_cases - len(rc['referred'])} of {n_cases} accepted (calibration coverage "
+                f"{format_value(cal['coverage'])}, observed risk {format_value(cal['risk_accepted'], 4)}, bound "
+                f"{format_value(rc['bound'], 4)}).")
     held = rc.get("held_out")
     if held:
         text += (f" Held-out cases: {held['n_cases']}, coverage {format_value(held['coverage'])}, observed risk of the "
@@ -223,7 +252,7 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int) -> str:
     return text
 
 
-def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
+def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> Markup:
     score_key = summary["score"]["column"]
     by_id = {str(r["case"]): r for r in rows}
     referred = set(summary["triage"]["referred"])
@@ -239,55 +268,44 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     rc_head = ["risk-controlled"] if rc else []
     rc_referred = set(rc["referred"]) if rc else set()
     head = ["rank", "case", "decision"] + rc_head + [score_key, "Dice"] + (["shift"] if has_shift else []) + extra
-    out = ['<div class="scroll"><table id="triage-table"><thead><tr>']
-    left = ("case", "decision", "shift", "risk-controlled")
-    out += [f'<th class="{"l" if h in left else ""}">{html.escape(h)}</th>' for h in head]
-    out.append("</tr></thead><tbody>")
+    trs = []
     for rank, cid in enumerate(summary["triage"]["order"], 1):
         r = by_id[cid]
         dice = float(r["dice"])
         cls = ("referred " if cid in referred else "") + ("failed" if dice < thr else "")
-        decision = '<span class="tag r">review</span>' if cid in referred else '<span class="tag k">accept</span>'
-        cells = [str(rank), f'<td class="l">{html.escape(cid)}</td>', f'<td class="l">{decision}</td>']
+        cells = [_td(str(rank)), _td(cid, "l"), _td(decision_tag("review" if cid in referred else "accept"), "l")]
         if rc:
-            acc = cid not in rc_referred
-            tag = '<span class="tag k">accept</span>' if acc else '<span class="tag r">review</span>'
-            cells.append(f'<td class="l rc">{tag}</td>')
-        cells += [format_value(r.get(score_key), 4), f'<td class="dice">{format_value(dice)}</td>']
+            cells.append(_td(decision_tag("accept" if cid not in rc_referred else "review"), "l rc"))
+        cells += [_td(format_value(r.get(score_key), 4)), _td(format_value(dice), "dice")]
         if has_shift:
-            cells.append(f'<td class="l">{html.escape(str(r.get("shift", "")))}</td>')
-        cells += [format_value(r.get(k)) for k in extra]
-        tds = "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in cells)
-        out.append(f'<tr class="{cls.strip()}" data-case="{html.escape(cid)}">{tds}</tr>')
-    out.append("</tbody></table></div>")
-    return "".join(out)
+            cells.append(_td(str(r.get("shift", "")), "l"))
+        cells += [_td(format_value(r.get(k))) for k in extra]
+        trs.append(el("tr", *cells, class_=cls.strip(), data_case=cid))
+    return el("div", table(head, trs, ("case", "decision", "shift", "risk-controlled"), id="triage-table"),
+              class_="scroll")
 
 
-def _regions_section(summary: Mapping[str, Any]) -> str:
+def _regions_section(summary: Mapping[str, Any]) -> Markup:
     """The region table of a region evaluation: per region its labels, Dice (mean over cases), pooled binary
     calibration (top-label ECE, NLL, Brier), the mean QU-BraTS values and failure detection with its own score."""
     regions = summary["regions"]
     head = ["region", "labels", "columns", "Dice", "ECE", "NLL", "Brier", "QU-BraTS", "Dice AUC", "FTP AUC", "FTN AUC",
             "AURC"]
-    out = ['<section id="regions"><h2>Regions</h2><p class="note">Each region is a binary task. Calibration pools '
-           "the region's binary confidence histograms over all cases; QU-BraTS (Mehta et al., MELBA 2022) is the mean "
-           "over the cases of the per-case score; AURC ranks the cases by the region's own score (risk 1 - Dice of "
-           f"the region). {html.escape(regions['combined_score'])}.</p>",
-           '<table id="regions-table"><thead><tr>']
-    out += [f'<th class="{"l" if h in ("region", "labels", "columns") else ""}">{html.escape(h)}</th>' for h in head]
-    out.append("</tr></thead><tbody>")
+    note = el("p", "Each region is a binary task. Calibration pools the region's binary confidence histograms over all "
+              "cases; QU-BraTS (Mehta et al., MELBA 2022) is the mean over the cases of the per-case score; AURC ranks "
+              "the cases by the region's own score (risk 1 - Dice of the region). ", regions["combined_score"], ".",
+              class_="note")
+    trs = []
     for name, b in regions["per_region"].items():
         cal, qb, fd = b.get("calibration") or {}, b.get("qu_brats") or {}, b.get("failure_detection") or {}
-        cells = [f'<td class="l">{html.escape(name)}</td>',
-                 f'<td class="l">{html.escape(", ".join(str(v) for v in b["labels"]))}</td>',
-                 f'<td class="l">*_{html.escape(b["column_suffix"])}</td>',
-                 format_value(b["dice"]["mean"]), format_value(cal.get("ece"), 4), format_value(cal.get("nll"), 4),
-                 format_value(cal.get("brier"), 4), format_value(qb.get("score")), format_value(qb.get("dice_auc")),
-                 format_value(qb.get("ftp_auc")), format_value(qb.get("ftn_auc")), format_value(fd.get("aurc"), 4)]
-        out.append(f'<tr data-region="{html.escape(name)}">'
-                   + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in cells) + "</tr>")
-    out.append("</tbody></table></section>")
-    return "".join(out)
+        cells = [_td(name, "l"), _td(", ".join(str(v) for v in b["labels"]), "l"), _td(f"*_{b['column_suffix']}", "l")]
+        cells += [_td(v) for v in (
+            format_value(b["dice"]["mean"]), format_value(cal.get("ece"), 4), format_value(cal.get("nll"), 4),
+            format_value(cal.get("brier"), 4), format_value(qb.get("score")), format_value(qb.get("dice_auc")),
+            format_value(qb.get("ftp_auc")), format_value(qb.get("ftn_auc")), format_value(fd.get("aurc"), 4))]
+        trs.append(el("tr", *cells, data_region=name))
+    return el("section", el("h2", "Regions"), note, table(head, trs, ("region", "labels", "columns"),
+                                                         id="regions-table"), id="regions")
 
 
 def render_html(
@@ -299,54 +317,44 @@ def render_html(
     source: str = "",
     csv_text: str | None = None,
 ) -> str:
-    """The report page as one string (no external resources)."""
+    """The report page as one string (no external resources); every value from the summary, the rows, the figures
+    and the arguments is escaped (:mod:`monai_unc.report.markup`)."""
     t = summary["triage"]
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     measure = summary.get("measure") or "uncertainty"
-    parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<meta name='viewport' content='width=device-width'><title>{html.escape(title)}</title>",
-        f"<style>{PAGE_CSS}</style></head><body>",
-        f"<header><h1>{html.escape(title)}</h1><p>{summary['n_cases']} cases · measure "
-        f"<b>{html.escape(str(measure))}</b> · triage score <b>{html.escape(summary['score']['column'])}</b> · "
-        f"generated {now} by monai-unc</p>",
-        f"<p>{html.escape(source)}</p></header><main>",
-        '<section id="summary"><h2>Summary</h2>', _cards(summary), "</section>",
-        '<section id="triage"><h2>Triage</h2><p class="note">',
-        f"Cases ranked from most to least uncertain. With a referral budget of <b>{t['budget']:.0%}</b> the "
-        f"<b>{t['n_referred']}</b> most uncertain case(s) go to review; the expected mean Dice of the "
-        f"<b>{summary['n_cases'] - t['n_referred']}</b> retained cases is <b>{format_value(t['dice_retained'])}</b> "
-        f"(all cases: {format_value(t['dice_all'])}"
+    header = el("header", el("h1", title),
+                el("p", f"{summary['n_cases']} cases · measure ", el("b", str(measure)), " · triage score ",
+                   el("b", summary["score"]["column"]), f" · generated {now} by monai-unc"),
+                el("p", source))
+    note = [
+        "Cases ranked from most to least uncertain. With a referral budget of ", el("b", f"{t['budget']:.0%}"),
+        " the ", el("b", str(t["n_referred"])), " most uncertain case(s) go to review; the expected mean Dice of the ",
+        el("b", str(summary["n_cases"] - t["n_referred"])), " retained cases is ",
+        el("b", format_value(t["dice_retained"])), f" (all cases: {format_value(t['dice_all'])}"
         + (f"; referred cases: {format_value(t['dice_referred'])}" if t.get("dice_referred") is not None else "")
         + f"). Dice below {summary['failures']['dice_threshold']:g} is marked as failed.",
     ]
     rc = summary.get("risk_control")
     if rc:
-        parts.append(" " + _risk_control_note(rc, summary["n_cases"]))
+        note += [" ", _risk_control_note(rc, summary["n_cases"])]
     if summary["score"].get("undefined"):
-        parts.append(f" Cases without a defined score are ranked first: {', '.join(summary['score']['undefined'])}.")
+        note.append(f" Cases without a defined score are ranked first: {', '.join(summary['score']['undefined'])}.")
     if csv_text is not None:
         b64 = base64.b64encode(csv_text.encode()).decode("ascii")
-        parts.append(f' <a download="metrics.csv" href="data:text/csv;base64,{b64}">Download metrics.csv</a>.')
-    parts += ["</p>", _triage_table(rows, summary), "</section>"]
-    if summary.get("regions"):
-        parts.append(_regions_section(summary))
-    parts.append('<section id="plots"><h2>Cohort plots</h2><div class="plots">')
-    parts += [img_tag(f) for f in cohort_figures]
-    parts.append("</div></section>")
+        note += [" ", el("a", "Download metrics.csv", download="metrics.csv", href=f"data:text/csv;base64,{b64}"), "."]
+    sections = [
+        el("section", el("h2", "Summary"), _cards(summary), id="summary"),
+        el("section", el("h2", "Triage"), el("p", *note, class_="note"), _triage_table(rows, summary), id="triage"),
+        _regions_section(summary) if summary.get("regions") else None,
+        el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
+    ]
     if case_figures:
-        parts.append('<section id="cases" class="cases"><h2>Cases: slices of highest uncertainty</h2>')
-        parts += [img_tag(f) for f in case_figures]
-        parts.append("</section>")
+        sections.append(el("section", el("h2", "Cases: slices of highest uncertainty"), *map(img_tag, case_figures),
+                           id="cases", class_="cases"))
     warns = summary.get("warnings") or []
     if warns:
-        parts.append('<section id="warnings"><h2>Warnings</h2><ul class="warn">')
-        parts += [f"<li>{html.escape(w)}</li>" for w in warns[:50]]
-        if len(warns) > 50:
-            parts.append(f"<li>... and {len(warns) - 50} more (see summary.json)</li>")
-        parts.append("</ul></section>")
-    parts.append(f"</main><script>{_SCRIPT}</script></body></html>\n")
-    return "".join(parts)
+        sections.append(warning_list(warns, more="(see summary.json)"))
+    return document(title, PAGE_CSS, header, el("main", *sections), script=_SCRIPT)
 
 
 def region_display(

@@ -16,9 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib import rc_context
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.text import Text
 
 from ..io import atomic_write_bytes
 from ..metrics.casewise import uncertainty_histograms
@@ -43,9 +45,15 @@ def _figure(width: float, height: float) -> Any:
 
 
 def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
-    """PNG bytes of ``fig``; also written to ``path`` (through a temporary file and a rename) when given."""
+    """PNG bytes of ``fig``; also written to ``path`` (through a temporary file and a rename) when given.
+
+    Every text is drawn as it is: a ``$`` in a case id, a class, region or shift name is not read as mathtext (an
+    unbalanced ``$\\frac`` would fail the whole page)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=fig.dpi, facecolor="white")
+    with rc_context({"text.parse_math": False}):  # also the tick labels made while drawing
+        for text in fig.findobj(Text):
+            text.set_parse_math(False)
+        fig.savefig(buf, format="png", dpi=fig.dpi, facecolor="white")
     data = buf.getvalue()
     if path is not None:
         atomic_write_bytes(path, data)

@@ -22,13 +22,13 @@ network resource; the same figures under ``figures/``), in the style of the QC r
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
@@ -36,7 +36,8 @@ from matplotlib.figure import Figure as MplFigure
 from ..evaluation.case import derived_maps
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
-from .html import PAGE_CSS, Figure, format_value, img_tag, region_display
+from .html import PAGE_CSS, Figure, cards, decision_tag, format_value, img_tag, region_display, table, warning_list
+from .markup import Markup, check_url, document, el, escape
 from .plots import plot_case_overlay, save_png
 
 __all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page"]
@@ -113,42 +114,35 @@ def plot_triage_overlay(
     return plot_case_overlay(case_id, seg, None, uncertainty, image, spacing, measure, axes, info, class_names)
 
 
-def _tag(decision: str) -> str:
-    return ('<span class="tag k">accept</span>' if decision == "accept"
-            else '<span class="tag r">review</span>')
-
-
-def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> str:
+def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Markup:
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     thr = ("not certified: refer every case" if not rule.feasible else
            "accept every score in the calibration range" if rule.threshold == math.inf else
-           f"accept score &le; {rule.threshold:.6g}")
-    parts = [
-        f"<header><h1>{html.escape(title)}</h1>",
-        f"<p>{summary['n_cases']} new case(s), no labels · triage score <b>{html.escape(rule.score)}</b> · "
-        f"{thr} · target risk <b>{rule.target_risk:g}</b> ({html.escape(rule.risk_definition)}), 1 - delta = "
-        f"{1 - rule.delta:g}, {html.escape(rule.method.upper())} · certified on {rule.n_calibration} calibration "
-        f"case(s) · generated {now} by monai-unc</p>",
+           f"accept score ≤ {rule.threshold:.6g}")
+    parts: list[Any] = [
+        el("h1", title),
+        el("p", f"{summary['n_cases']} new case(s), no labels · triage score ", el("b", rule.score),
+           f" · {thr} · target risk ", el("b", f"{rule.target_risk:g}"),
+           f" ({rule.risk_definition}), 1 - delta = {1 - rule.delta:g}, {rule.method.upper()} · certified on "
+           f"{rule.n_calibration} calibration case(s) · generated {now} by monai-unc"),
     ]
     if summary.get("rule_file"):
-        parts.append(f"<p>rule: {html.escape(str(summary['rule_file']))}</p>")
+        parts.append(el("p", f"rule: {summary['rule_file']}"))
     fp = summary["fingerprint"]
     if fp.get("status") == "mismatch":
-        items = "".join(f"<li><b>{html.escape(str(d['field']))}</b>: predictions "
-                        f"{html.escape(json.dumps(d['predictions']))}, rule {html.escape(json.dumps(d['rule']))}</li>"
-                        for d in fp["differences"])
-        parts.append('<div class="banner" id="mismatch"><b>Fingerprint mismatch (--allow-mismatch):</b> these '
-                     "predictions were not made like the ones the rule was certified on, so the guarantee does not "
-                     f"cover them. Differences:<ul>{items}</ul></div>")
+        items = [el("li", el("b", str(d["field"])), f": predictions {json.dumps(d['predictions'])}, rule "
+                    f"{json.dumps(d['rule'])}") for d in fp["differences"]]
+        parts.append(el("div", el("b", "Fingerprint mismatch (--allow-mismatch):"), " these predictions were not made "
+                        "like the ones the rule was certified on, so the guarantee does not cover them. Differences:",
+                        el("ul", *items), class_="banner", id="mismatch"))
     elif fp.get("status") == "unverified":
-        parts.append('<div class="banner" id="unverified"><b>Fingerprint not checked:</b> neither the rule nor the '
-                     "predictions record how the predictions were made (model, method, samples, settings); make sure "
-                     "they come from the same model and settings.</div>")
-    parts.append("</header>")
-    return "".join(parts)
+        parts.append(el("div", el("b", "Fingerprint not checked:"), " neither the rule nor the predictions record how "
+                        "the predictions were made (model, method, samples, settings); make sure they come from the "
+                        "same model and settings.", class_="banner", id="unverified"))
+    return el("header", *parts)
 
 
-def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> str:
+def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
     reasons = summary.get("reasons", {})
     items = [("new cases", str(summary["n_cases"])), ("accepted", str(summary["n_accepted"])),
              ("referred for review", str(summary["n_review"]))]
@@ -157,36 +151,30 @@ def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> str:
               "not_certified": "rule not certified"}
     items += [(f"referred: {labels[k]}", str(v)) for k, v in reasons.items() if k in labels]
     items.append((f"guaranteed mean risk of accepted ({rule.risk_definition}), w.p. {1 - rule.delta:g}",
-                  f"&le; {rule.target_risk:g}" if rule.feasible else "none"))
-    return '<div class="cards">' + "".join(
-        f'<div class="card"><div class="v">{v}</div><div class="k">{html.escape(k)}</div></div>' for k, v in items
-    ) + "</div>"
+                  f"≤ {rule.target_risk:g}" if rule.feasible else "none"))
+    return cards(items)
 
 
-def _table(summary: Mapping[str, Any], rule: ReferralRule) -> str:
+def _table(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
     cases = {c["case"]: c for c in summary["cases"]}
     has_q = any("expected_dice" in c for c in cases.values())
     has_z = any("image_z_max" in c for c in cases.values())
     regions = rule.region_names if any("region_scores" in c for c in cases.values()) else []
     head = ["rank", "case", "decision", rule.score] + [f"{rule.aggregation} {n}" for n in regions] + \
         (["expected Dice"] if has_q else []) + (["image z"] if has_z else []) + ["reason"]
-    out = ['<div class="scroll"><table id="triage-table"><thead><tr>']
-    out += [f'<th class="{"l" if h in ("case", "decision", "reason") else ""}">{html.escape(h)}</th>' for h in head]
-    out.append("</tr></thead><tbody>")
+    trs = []
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
-        cells = [f"<td>{rank}</td>", f'<td class="l">{html.escape(cid)}</td>',
-                 f'<td class="l">{_tag(c["decision"])}</td>', f"<td>{format_value(c.get('score'), 4)}</td>"]
-        cells += [f"<td>{format_value((c.get('region_scores') or {}).get(n), 4)}</td>" for n in regions]
+        cells = [el("td", str(rank)), el("td", cid, class_="l"), el("td", decision_tag(c["decision"]), class_="l"),
+                 el("td", format_value(c.get("score"), 4))]
+        cells += [el("td", format_value((c.get("region_scores") or {}).get(n), 4)) for n in regions]
         if has_q:
-            cells.append(f"<td>{format_value(c.get('expected_dice'))}</td>")
+            cells.append(el("td", format_value(c.get("expected_dice"))))
         if has_z:
-            cells.append(f"<td>{format_value(c.get('image_z_max'), 1)}</td>")
-        cells.append(f'<td class="reason">{html.escape(c["reason"])}</td>')
-        out.append(f'<tr class="{c["decision"]}" data-case="{html.escape(cid)}" data-decision="{c["decision"]}">'
-                   + "".join(cells) + "</tr>")
-    out.append("</tbody></table></div>")
-    return "".join(out)
+            cells.append(el("td", format_value(c.get("image_z_max"), 1)))
+        cells.append(el("td", c["reason"], class_="reason"))
+        trs.append(el("tr", *cells, class_=c["decision"], data_case=cid, data_decision=c["decision"]))
+    return el("div", table(head, trs, ("case", "decision", "reason"), id="triage-table"), class_="scroll")
 
 
 def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path) -> list[Figure]:
@@ -256,32 +244,28 @@ def build_triage_page(
                                                                                                "scores.png"),
                       fig_dir / "scores.png")]
     case_figs = _case_figures(summary, rule, n_cases, fig_dir)
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in summary.get("notes", []))
-    parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<meta name='viewport' content='width=device-width'><title>{html.escape(title)}</title>",
-        f"<style>{PAGE_CSS}{_EXTRA_CSS}</style></head><body>",
-        _header(summary, rule, title),
-        '<main><section id="summary"><h2>Summary</h2>', _cards(summary, rule),
-        f'<p class="note">{html.escape(rule.guarantee()[0].upper() + rule.guarantee()[1:])}. A case is accepted only '
-        "when its score is at most the threshold and inside the range of the calibration scores, and (when the rule "
-        "and this triage have images) its intensity statistics are close to the calibration images'; every other "
-        "case goes to review with its reason.</p>",
-        f'<ul class="warn">{notes}</ul>' if notes else "",
-        "</section>",
-        '<section id="triage"><h2>Cases, most uncertain first</h2>', _table(summary, rule), "</section>",
-        '<section id="plots"><h2>Scores</h2><div class="plots">', *[img_tag(f) for f in figures], "</div></section>",
+    notes = [el("li", n) for n in summary.get("notes", [])]
+    guarantee = rule.guarantee()
+    summary_section = el(
+        "section", el("h2", "Summary"), _cards(summary, rule),
+        el("p", f"{guarantee[0].upper() + guarantee[1:]}. A case is accepted only when its score is at most the "
+           "threshold and inside the range of the calibration scores, and (when the rule and this triage have images) "
+           "its intensity statistics are close to the calibration images'; every other case goes to review with its "
+           "reason.", class_="note"),
+        el("ul", *notes, class_="warn") if notes else None, id="summary")
+    sections = [
+        summary_section,
+        el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule), id="triage"),
+        el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"),
     ]
     if case_figs:
-        parts += ['<section id="cases" class="cases"><h2>Most uncertain cases: slices of highest uncertainty</h2>',
-                  *[img_tag(f) for f in case_figs], "</section>"]
+        sections.append(el("section", el("h2", "Most uncertain cases: slices of highest uncertainty"),
+                           *map(img_tag, case_figs), id="cases", class_="cases"))
     warns = summary.get("warnings") or []
     if warns:
-        parts.append('<section id="warnings"><h2>Warnings</h2><ul class="warn">')
-        parts += [f"<li>{html.escape(w)}</li>" for w in warns[:50]]
-        parts.append("</ul></section>")
-    parts.append("</main></body></html>\n")
-    return atomic_write_text(out_dir / "triage.html", "".join(parts))
+        sections.append(warning_list(warns))
+    page = document(title, PAGE_CSS + _EXTRA_CSS, _header(summary, rule, title), el("main", *sections))
+    return atomic_write_text(out_dir / "triage.html", page)
 
 
 def link_page(page: str | os.PathLike, target: str | os.PathLike, text: str) -> Path:
@@ -289,15 +273,14 @@ def link_page(page: str | os.PathLike, target: str | os.PathLike, text: str) -> 
     ``<body>`` when it has none), rewriting ``page`` atomically; a second call with the same target does nothing."""
     page = Path(page)
     doc = page.read_text(encoding="utf-8")
-    href = os.path.relpath(Path(target).resolve(), page.resolve().parent)
-    link = (f'<p class="link" id="triage-link"><a href="{html.escape(href)}" style="color:#fff">'
-            f"{html.escape(text)}</a></p>")
-    if f'href="{html.escape(href)}"' in doc:
+    href = check_url(quote(Path(os.path.relpath(Path(target).resolve(), page.resolve().parent)).as_posix()), "target")
+    if f' href="{escape(href)}"' in doc:
         return page
+    link = el("p", el("a", text, href=href, style="color:#fff"), class_="link", id="triage-link")
     if "</header>" in doc:
-        doc = doc.replace("</header>", link + "</header>", 1)
+        doc = doc.replace("</header>", link + Markup("</header>"), 1)
     elif "<body>" in doc:
-        doc = doc.replace("<body>", "<body>" + link, 1)
+        doc = doc.replace("<body>", Markup("<body>") + link, 1)
     else:
         raise ValueError(f"{page} is not an HTML page with a <body>")
     return atomic_write_text(page, doc)

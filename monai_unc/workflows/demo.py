@@ -33,12 +33,12 @@ from ..data import TISSUE_CLASSES
 from ..data.cohorts import DEMO_SHIFTS, make_demo_cohort
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
 from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv
-from ..keys import DEFAULT_MEASURES
 from ..report.html import build_report
 from ..report.triage import link_page
 from .factory import build_inferer, check_roi, method_tokens, normalize_roi
-from .infer import InferSettings, check_run_settings, predict_cases
+from .infer import InferSettings, check_run_settings, complete_settings, predict_cases
 from .models import load_network
+from .prepare import infer_measures
 from .triage import certify_and_triage, format_triage
 
 __all__ = ["run_demo"]
@@ -80,8 +80,9 @@ def run_demo(
     roi = normalize_roi(roi)
     roi_list = None if roi is None else ([roi] * 3 if isinstance(roi, int) else list(roi))
     check_roi(roi_list, 3, "the example network")
+    measures = infer_measures(method)  # the maps infer --method METHOD writes by default
     inferer = build_inferer(method, samples=samples, roi=roi_list, overlap=overlap, sw_batch_size=2, seed=0,
-                            measures=list(DEFAULT_MEASURES))
+                            measures=measures)
     if "ssn" in method_tokens(method):
         raise ValueError(f"--method {method}: the demo's example network is not a Stochastic Segmentation Network; "
                          "use monai-unc infer with an SSN (docs/ssn.md)")
@@ -93,11 +94,13 @@ def run_demo(
     cohort = make_demo_cohort(output / "data", shifts=DEMO_SHIFTS)
     say(f"[2/4] infer: {method}, {samples} samples")
     model = load_network(model="example")
-    settings = InferSettings(
-        model="example", method=method, samples=samples, roi=roi_list, overlap=overlap, intensity="none",
-        measures=list(DEFAULT_MEASURES), seed=0,
-        activation="softmax", checkpoints=[], write_probs=True,
-    )  # fmt: skip
+    # recorded as `monai-unc infer --model example --intensity none` records it (model, weights and their
+    # digests), so that the demo's rule applies to predictions of the same model and settings made with the CLI
+    settings = complete_settings(InferSettings(
+        model=model.description, method=method, samples=samples, roi=roi_list, overlap=overlap, intensity="none",
+        measures=measures, seed=0, activation="softmax",
+        checkpoints=[str(Path(c).resolve()) for c in model.checkpoints], write_probs=True,
+    ), model)  # fmt: skip
     pred_dir = output / "predictions"
     pred_dir.mkdir(parents=True, exist_ok=True)
     check_run_settings(pred_dir, settings)

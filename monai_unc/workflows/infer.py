@@ -69,6 +69,7 @@ __all__ = [
     "predict_cases",
     "check_run_settings",
     "record_outputs",
+    "complete_settings",
     "run_infer",
 ]
 
@@ -125,6 +126,10 @@ class InferSettings:
     #: of floats, one per class); None without one. :func:`run_infer` fills it from the model when left None.
     #: Records written before this field hold the temperature only in ``model``, rounded to 4 digits.
     temperature: float | list[float] | None = None
+    #: sha256 content digests of the model's files (:attr:`LoadedModel.weights`, ``[{"file", "sha256"}]``): the
+    #: model's identity in a prediction fingerprint (the paths in ``checkpoints`` are for display). :func:`run_infer`
+    #: fills it from the model when left None; records written before this field have none.
+    weights: list[dict[str, str]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -315,9 +320,10 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
             old = json.loads(path.read_text()).get("settings", {})
         except ValueError:
             old = {}
-        # a record older than the temperature field holds it in ``model`` only (compared there)
+        # a record older than the temperature field holds it in ``model`` only (compared there); one older than
+        # the weight digests has none (its checkpoints are compared by path)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
-                      and not (k == "temperature" and k not in old))
+                      and not (k in ("temperature", "weights") and k not in old))
         if diff:
             raise ValueError(
                 f"{output} holds a run with different settings ({', '.join(diff)}); resume with the same settings, "
@@ -427,9 +433,26 @@ def run_infer(
             which joins or initialises the process group described by torchrun's environment variables).
     """
     ctx = dist if dist is not None else get_dist_context(device)
+    settings = complete_settings(settings, model)
+    return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure)
+
+
+def complete_settings(settings: InferSettings, model: LoadedModel) -> InferSettings:
+    """``settings`` with what only the loaded model knows, where the settings leave it None: the temperature of a
+    calibrated checkpoint at full precision and the sha256 digests of the model's files (``weights``).
+
+    Args:
+        settings: the run's settings.
+        model: the loaded model (:func:`~monai_unc.workflows.models.load_network`).
+
+    Returns:
+        The completed settings (a copy; ``settings`` is not changed).
+    """
     if settings.temperature is None and model.temperature is not None:  # recorded at full precision in infer.json
         settings = replace(settings, temperature=model.temperature)
-    return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure)
+    if settings.weights is None and model.weights:
+        settings = replace(settings, weights=[dict(w) for w in model.weights])
+    return settings
 
 
 def _run_infer(

@@ -21,6 +21,7 @@ into the last layer carries it beside the state dict; the network is then wrappe
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -34,6 +35,7 @@ from torch import nn
 
 from ..data import build_example_network, example_weights_path
 from ..inferers import load_state_dict
+from ..io import weight_digests
 from ..temperature import TemperatureScaled
 
 __all__ = [
@@ -190,6 +192,11 @@ class LoadedModel:
     #: the temperature of a calibrated checkpoint (:func:`checkpoint_temperature`) at full precision: a float for a
     #: scalar temperature, a list of floats for one per class; None when the checkpoint has none
     temperature: float | list[float] | None = None
+    #: sha256 content digests of every file that defines the model (:func:`monai_unc.io.weight_digests`: the
+    #: checkpoints in order, then a bundle's inference config or a network spec file; an inline spec as
+    #: ``"network spec (inline)"``, the digest of its canonical JSON): what a prediction fingerprint compares, so that
+    #: a model retrained and saved at the same path is another model
+    weights: list[dict[str, str]] = field(default_factory=list)
 
 
 def _bundle_config(bundle: Path) -> Path:
@@ -215,7 +222,8 @@ def load_network(
     so that a bad member is one error before any work rather than a failure of every case).
 
     Every problem with a checkpoint (missing, empty, truncated, corrupt, pickled objects without
-    ``unsafe_load``, another architecture's keys or shapes) is a ``ValueError`` naming the file."""
+    ``unsafe_load``, another architecture's keys or shapes) is a ``ValueError`` naming the file. Every file that
+    defines the model is hashed once (:attr:`LoadedModel.weights`)."""
     given = [x is not None for x in (model, bundle, network)]
     if sum(given) != 1:
         raise ValueError("name the model with exactly one of --model example, --bundle DIR or --network SPEC")
@@ -224,6 +232,8 @@ def load_network(
         if not Path(c).is_file():
             raise ValueError(f"checkpoint file not found: {c}")
     preprocessing = None
+    config_files: list[str] = []  # the files besides the checkpoints that define the model
+    inline_spec: dict | None = None
     if model is not None:
         if model != "example":
             raise ValueError(f"--model must be 'example' (the shipped MNI152 tissue UNet), got {model!r}")
@@ -240,7 +250,8 @@ def load_network(
         if not root.is_dir():
             raise ValueError(f"bundle folder not found: {root}")
         parser = ConfigParser()
-        parser.read_config(str(_bundle_config(root)))
+        config_files.append(str(_bundle_config(root).resolve()))
+        parser.read_config(config_files[-1])
         parser["bundle_root"] = str(root.resolve())
         if "network_def" not in parser.config:
             raise ValueError(f"bundle {root}: the inference config defines no 'network_def'")
@@ -263,7 +274,12 @@ def load_network(
                 ) from None
         desc, intensity = f"bundle: {root.resolve()}", "none"
     else:
-        net = _instantiate(_read_spec(network), "--network")  # type: ignore[arg-type]
+        spec = _read_spec(network)  # type: ignore[arg-type]
+        if isinstance(network, dict) or str(network).lstrip().startswith("{"):
+            inline_spec = spec
+        else:
+            config_files.append(str(Path(network).resolve()))  # type: ignore[arg-type]
+        net = _instantiate(spec, "--network")
         if not checkpoints:
             raise ValueError("--network needs --checkpoint FILE (the trained weights)")
         _load_weights(net, checkpoints[0], unsafe_load)
@@ -277,4 +293,9 @@ def load_network(
         desc += f" (temperature {[round(float(v), 4) for v in temperature.reshape(-1)]})"
         value = float(temperature) if temperature.ndim == 0 else [float(v) for v in temperature.reshape(-1)]
     dims = network_spatial_dims(net)
-    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value)
+    resolved = [str(Path(c).resolve()) for c in checkpoints]
+    weights = weight_digests(resolved + config_files)  # each file hashed once per run
+    if inline_spec is not None:
+        text = json.dumps(inline_spec, sort_keys=True, separators=(",", ":"), default=str)
+        weights.append({"file": "network spec (inline)", "sha256": hashlib.sha256(text.encode()).hexdigest()})
+    return LoadedModel(net.to(device).eval(), desc, intensity, preprocessing, checkpoints, dims, value, weights)

@@ -132,7 +132,7 @@ def cohorts(tmp_path_factory):
 def test_rule_of_a_region_evaluation_records_the_regions(cohorts):
     rule = ReferralRule.load(cohorts["rule"])
     doc = json.loads(cohorts["rule"].read_text())
-    assert doc["format_version"] == 2 and doc["regions"] == BRATS and rule.regions == BRATS
+    assert doc["format_version"] == 3 and doc["regions"] == BRATS and rule.regions == BRATS
     assert rule.score == f"{MEASURE}_mean" and rule.num_classes == 3 and rule.class_names is None
     assert rule.fingerprint["regions"] == BRATS and rule.risk_definition == "mean region dice < 0.75"
     # the calibration scores are the combined scores of cohort A, computed here from the maps
@@ -285,8 +285,8 @@ def test_old_format_rule_still_loads_and_region_rules_round_trip():
     assert back["format_version"] == 2 and back["regions"] == BRATS and ReferralRule.from_json(back) == new
     with pytest.raises(ValueError, match="format_version 2"):
         ReferralRule.from_json(_rule_doc(regions=BRATS, num_classes=3))
-    with pytest.raises(ValueError, match="format_version 3 is not supported"):
-        ReferralRule.from_json(_rule_doc(format_version=3))
+    with pytest.raises(ValueError, match="format_version 4 is not supported"):
+        ReferralRule.from_json(_rule_doc(format_version=4))
     with pytest.raises(ValueError, match="num_classes"):
         ReferralRule.from_json(_rule_doc(format_version=2, regions=BRATS, num_classes=4))
     with pytest.raises(ValueError, match="class_names"):

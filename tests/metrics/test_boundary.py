@@ -182,6 +182,55 @@ def test_distance_to_mask():
     assert np.isinf(distance_to_mask(np.zeros((3, 3)))).all()
 
 
+# hand-worked distances from the voxel(s) of a mask, anisotropic spacing, one case per dimension
+HAND_CASES = [
+    # 1D: features at both ends, 0.5 mm voxels
+    (np.array([1, 0, 0, 0, 1]), 0.5, np.array([0.0, 0.5, 1.0, 0.5, 0.0])),
+    (np.array([1, 0, 0, 0, 1]), (0.5,), np.array([0.0, 0.5, 1.0, 0.5, 0.0])),
+    (np.array([0, 0, 1, 0, 0, 0]), 3.0, np.array([6.0, 3.0, 0.0, 3.0, 6.0, 9.0])),
+    # 2D: one feature voxel at the corner, 2 mm x 0.5 mm voxels
+    (np.array([[1, 0, 0], [0, 0, 0]]), (2.0, 0.5),
+     np.array([[0.0, 0.5, 1.0], [2.0, np.sqrt(4.25), np.sqrt(5.0)]])),
+    # 3D: one feature voxel at the corner, 3 x 0.5 x 2 mm voxels
+    (np.array([[[1, 0], [0, 0]], [[0, 0], [0, 0]]]), (3.0, 0.5, 2.0),
+     np.array([[[0.0, 2.0], [0.5, np.sqrt(4.25)]], [[3.0, np.sqrt(13.0)], [np.sqrt(9.25), np.sqrt(13.25)]]])),
+]
+
+
+@pytest.mark.parametrize("backend", ["auto", *BACKENDS])
+@pytest.mark.parametrize("mask,spacing,expected", HAND_CASES)
+def test_distance_to_mask_1d_2d_3d_every_backend_by_hand(backend, mask, spacing, expected):
+    # regression: the edt package takes a 1D spacing as a number, not a tuple (TypeError before the fix)
+    d = distance_to_mask(mask, spacing=spacing, backend=backend)
+    assert isinstance(d, np.ndarray) and d.dtype == np.float64 and d.shape == mask.shape
+    np.testing.assert_allclose(d, expected, rtol=1e-6, atol=1e-12)
+    ref = ndimage.distance_transform_edt(mask == 0, sampling=np.broadcast_to(spacing, (mask.ndim,)))
+    np.testing.assert_allclose(d, ref, rtol=1e-6, atol=1e-12)
+    t = distance_to_mask(torch.from_numpy(mask), spacing=spacing, backend=backend)
+    assert isinstance(t, torch.Tensor)
+    np.testing.assert_allclose(t.numpy(), expected, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["auto", *BACKENDS])
+@pytest.mark.parametrize(
+    "shape,spacing", [((17,), (0.7,)), ((17,), 2.5), ((9, 11), (2.5, 0.7)), ((6, 7, 8), (2.0, 1.0, 0.6))]
+)
+def test_distance_to_mask_matches_scipy_and_brute_force(backend, shape, spacing):
+    mask = np.random.default_rng(len(shape)).random(shape) < 0.15
+    mask.flat[0] = True  # never empty
+    sp = np.broadcast_to(np.asarray(spacing, float), (len(shape),))
+    d = distance_to_mask(mask, spacing=spacing, backend=backend)
+    np.testing.assert_allclose(d, ndimage.distance_transform_edt(~mask, sampling=sp), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(d, brute_distance(mask, sp), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["auto", *BACKENDS])
+def test_distance_to_boundary_1d_every_backend(backend):
+    # boundary voxels of [0 1 1 1 0 0]: every voxel where the label changes to a face neighbour
+    d = distance_to_boundary(np.array([0, 1, 1, 1, 0, 0, 0]), spacing=2.0, backend=backend)
+    np.testing.assert_allclose(d, [0.0, 0.0, 2.0, 0.0, 0.0, 2.0, 4.0])
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match="spatial_dims"):
         label_boundary(np.zeros((2, 1, 4, 4, 4)))

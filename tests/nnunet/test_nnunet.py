@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import pytest
@@ -102,6 +102,26 @@ def make_predictor(cls=mun.UncertaintyPredictor, plans=None, n_folds=2, mirror_a
 def combos(axes, offset=2):
     axes = [a + offset for a in axes]
     return [()] + [c for k in range(1, len(axes) + 1) for c in itertools.combinations(axes, k)]
+
+
+@contextmanager
+def cli_threads():
+    """Within the block torch runs with the intra-op thread count ``nnunet-predict -device cpu`` predicts with
+    (``multiprocessing.cpu_count()``, as stock ``nnUNetv2_predict -device cpu``); restored afterwards.
+
+    nnU-Net's CPU logits depend on the thread count on some CPUs (an AVX512/AMX machine: the float32 convolutions
+    of the decoder change in the last bits, with or without oneDNN, so about one fp16 ulp of the stitched logits
+    and ~1e-4 of the probabilities), stock's own as ours. Ours equals stock bit for bit for the same thread count,
+    so the comparisons with the CLI's output run stock (and ours in memory) under this count.
+    """
+    import multiprocessing
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(multiprocessing.cpu_count())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 def entropy64(p):
@@ -899,19 +919,22 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
             assert rec["scores"][m]["patch_mean"] == pytest.approx(patch, rel=1e-9, abs=1e-12), (case, m)
             assert rec["scores"][m]["fg_mean"] == pytest.approx(row[f"{m}_fg_mean"], rel=1e-9, abs=1e-12), (case, m)
 
-    # stock nnU-Net with the same folds and mirrors
+    # stock nnU-Net with the same folds and mirrors, and the CLI's thread count (cli_threads: the logits depend on it)
     model = root / "results" / "Dataset990_UncToy" / "nnUNetTrainer_10iters__nnUNetPlans__3d_fullres"
     inp = str(images[0].parent)
     (tmp_path / "stock").mkdir()
     stock = nnUNetPredictor(device=CPU, allow_tqdm=False)
     stock.initialize_from_trained_model_folder(str(model), (0, 1))
-    stock.predict_from_files_sequential(inp, str(tmp_path / "stock"), save_probabilities=True)
+    with cli_threads():
+        stock.predict_from_files_sequential(inp, str(tmp_path / "stock"), save_probabilities=True)
     # the CLI with -f 0 1 and mirroring the only source: the folds are not a source (they run side by side and are
     # averaged per window for the statistics); segmentation and probabilities are still stock's
     args = _parse(["nnunet-predict", "-i", inp, "-o", str(tmp_path / "cli"), "-m", str(model), "-f", "0", "1",
                    "-device", "cpu", "--sources", "mirroring", "-npp", "0", "-nps", "0", "--disable_progress_bar",
                    "--save_probabilities"])
+    threads = torch.get_num_threads()
     assert run(args) == 0
+    assert torch.get_num_threads() == threads  # the CLI's thread count is not left behind in this process
     cli_cfg = json.loads((tmp_path / "cli" / "uncertainty_config.json").read_text())
     assert cli_cfg["num_samples"] is None and cli_cfg["samples_per_voxel"] == 8  # no dropout: no dropout passes
     # ours with folds and mirroring as sources, in memory (the image read with the dataset's reader)
@@ -931,7 +954,8 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
         np.testing.assert_array_equal(cli_probs.argmax(0).T, ref)  # .npz in SimpleITK's axis order (z, y, x)
         assert json.loads((tmp_path / "cli" / "uncertainty" / f"{case}.json").read_text())["num_samples"] == 8
         data, props = reader.read_images([str(img_file)])
-        out = ours.predict_uncertainty_npy(data, props)
+        with cli_threads():  # stock's thread count
+            out = ours.predict_uncertainty_npy(data, props)
         np.testing.assert_array_equal(out["segmentation"].T, ref)
         np.testing.assert_array_equal(out["probabilities"], stock_probs)
         assert out["num_samples"] == 16

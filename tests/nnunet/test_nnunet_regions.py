@@ -25,7 +25,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa
 
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.scores import case_scores  # noqa: E402
-from tests.nnunet.test_nnunet import combos, make_plans, make_predictor  # noqa: E402
+from tests.nnunet.test_nnunet import cli_threads, combos, make_plans, make_predictor  # noqa: E402
 
 CPU = torch.device("cpu")
 REGIONS_JSON = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "whole": [1, 2], "core": 2},
@@ -317,7 +317,8 @@ def test_region_model_end_to_end_on_cpu_equals_stock(tmp_path, monkeypatch):
     stock = nnUNetPredictor(device=CPU, allow_tqdm=False)
     stock.initialize_from_trained_model_folder(str(model), (0,))
     (tmp_path / "stock").mkdir()
-    stock.predict_from_files_sequential(str(inp), str(tmp_path / "stock"), save_probabilities=True)
+    with cli_threads():  # nnunet-predict's thread count: the CPU logits depend on it
+        stock.predict_from_files_sequential(str(inp), str(tmp_path / "stock"), save_probabilities=True)
 
     parser = __import__("argparse").ArgumentParser()
     add_parser(parser.add_subparsers())

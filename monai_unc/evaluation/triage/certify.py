@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 
 from ...regions import parse_regions
-from ..cohort import CohortState
+from ..cohort import RISK_CONTROL_CANDIDATES, CohortState, fill_undefined_scores, risk_of_dice
 from ..config import EvaluationConfig
 from .fingerprint import prediction_fingerprint, prediction_regions, region_differences
 from .images import image_statistics, read_image_channels
-from .rule import IMAGE_Z_MAX, RULE_FILE, ImageReference, ReferralRule, as_float
+from .rule import IMAGE_Z_MAX, RULE_FILE, CalibrationRecord, ImageReference, ReferralRule, as_float
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -38,8 +38,10 @@ def certify_referral_rule(
     calibration cases' scores from ``state``, the statistics of their images when the evaluation had images
     (``state.files``), and the fingerprint of ``predictions`` (:func:`prediction_fingerprint`, the calibration
     cases' records). A region evaluation (``config.regions``) gives a rule with the region spec, whose score is the
-    combined case score of the regions (``format_version`` 2). ``ValueError`` when the summary has no
-    ``risk_control`` block."""
+    combined case score of the regions. The rule records the calibration cases' scores, Dice and risks
+    (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is recomputed here and whenever
+    it is read (:meth:`ReferralRule.verify_certificate`). ``ValueError`` when the summary has no ``risk_control``
+    block or its certificate is not the one the cohort's calibration cases give."""
     rc = summary.get("risk_control")
     if not rc:
         raise ValueError("the summary has no risk_control block: evaluate with a target_risk (--target-risk)")
@@ -50,6 +52,17 @@ def certify_referral_rule(
     by_id = {str(r["case"]): r for r in rows}
     raw = np.array([as_float(by_id[c].get(column)) for c in cal_ids])
     defined = np.sort(raw[np.isfinite(raw)])
+    # what the certification saw (summarize): undefined scores above every defined score of the evaluation
+    filled = fill_undefined_scores(np.array([as_float(r.get(column)) for r in rows]))
+    fill = [float(v) for r, v in zip(rows, filled) if not np.isfinite(as_float(r.get(column)))]
+    dice = np.array([as_float(by_id[c].get("dice")) for c in cal_ids])
+    record = CalibrationRecord(
+        scores=tuple(float(v) if np.isfinite(v) else None for v in raw),
+        dice=tuple(float(v) if np.isfinite(v) else None for v in dice),
+        risks=tuple(float(v) for v in risk_of_dice(dice, config.risk, config.failure_dice)),
+        undefined_score=fill[0] if fill and not np.isfinite(raw).all() else None,
+        n_candidates=RISK_CONTROL_CANDIDATES,
+    )
     thr = rc["threshold"]
     threshold = (math.inf if rc["feasible"] else -math.inf) if thr is None else float(thr)
     files = [state.files.get(c) for c in cal_ids]
@@ -68,7 +81,7 @@ def certify_referral_rule(
             warnings.warn(f"the evaluation's regions {diffs[0][1]} are not the regions recorded with the predictions "
                           f"{diffs[0][2]}: monai-unc triage will refuse predictions made like these with this rule",
                           UserWarning, stacklevel=2)
-    return ReferralRule(
+    rule = ReferralRule(
         score=column, threshold=threshold, feasible=bool(rc["feasible"]), target_risk=float(rc["target_risk"]),
         delta=float(rc["delta"]), method=str(rc["method"]), risk=config.risk, failure_dice=config.failure_dice,
         calibration_scores=tuple(float(v) for v in defined), calibration_cases=tuple(cal_ids),
@@ -76,8 +89,14 @@ def certify_referral_rule(
         observed_risk=as_float(rc["calibration"].get("risk_accepted")), n_candidates=int(rc.get("n_candidates", 0)),
         n_undefined=int((~np.isfinite(raw)).sum()), patch_size=config.patch_size, map_source=map_source,
         num_classes=state.num_classes, class_names=names, image_reference=reference, fingerprint=fp,
-        created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), regions=regions,
+        created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), regions=regions, record=record,
     )
+    try:
+        rule.verify_certificate()
+    except ValueError as e:
+        raise ValueError(f"the summary's risk_control block is not the certificate of the cohort's calibration "
+                         f"cases ({str(e).split(': the file was')[0]})") from None
+    return rule
 
 
 def write_referral_rule(

@@ -84,13 +84,15 @@ def prediction_fingerprint(
       ``<case>.json``: ``model`` (the model's description: example / bundle path / network class, and the temperature
       of a calibrated checkpoint), ``checkpoints``, ``method``, ``num_samples`` (from the case records; the
       ``--samples`` setting when no record is found), ``mi_meaning``, ``measures``, ``roi``, ``overlap``,
-      ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``, and ``regions``
-      for a region-based run (``infer --regions``).
+      ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``, ``regions``
+      for a region-based run (``infer --regions``) and ``weights``, the sha256 digests of the model's files
+      (checkpoints, ensemble members, the bundle config or network spec), when the run recorded them.
     - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
       ``trainer``, ``folds``, ``method`` (the ``+``-joined sources), ``num_samples``, ``mi_meaning``, ``dropout_p``,
       ``rate_in``, ``posthoc_dropout_after``, ``measures``, ``tile_step_size`` (the overlap), ``mirror_axes``,
       ``segmentation_from``, and ``model_folder`` / ``temperature`` / ``checkpoint`` / ``regions`` /
-      ``window_disagreement`` when the config records them.
+      ``window_disagreement`` / ``weights`` (the sha256 digests of the fold checkpoints, ``plans.json`` and
+      ``dataset.json``) when the config records them.
     - without such records: ``{"producer": "unknown"}`` (a rule then cannot check the predictions; the triage page
       says so).
 
@@ -123,6 +125,8 @@ def prediction_fingerprint(
         fp["temperature"] = temperature
         for k in ("intensity", "dropout", "tta_noise", "ratein_target"):
             fp[k] = settings.get(k)
+        if settings.get("weights"):  # runs recorded before the weight digests have none (compared by path)
+            fp["weights"] = settings["weights"]
         if settings.get("regions") is not None:  # region-based runs only, so older rules still match
             fp["regions"] = settings["regions"]
         return json.loads(json.dumps(fp))
@@ -151,6 +155,8 @@ def prediction_fingerprint(
         fp["regions"] = cfg["regions"]
     if "window_disagreement" in cfg:  # how MI was decomposed; configs without it counted window overlap as MI
         fp["window_disagreement"] = cfg["window_disagreement"]
+    if cfg.get("weights"):  # configs written before the weight digests have none (compared by path)
+        fp["weights"] = cfg["weights"]
     return json.loads(json.dumps(fp))
 
 
@@ -207,19 +213,88 @@ def region_differences(
     return []
 
 
+#: fields that name where a model's files were (display only) once both sides record the files' digests
+_PATH_FIELDS = ("checkpoints", "model_folder")
+_BUNDLE = re.compile(r"^bundle: .*?((?: \(temperature \[[^\]]*\]\))?)$")
+
+
+def _normalized_roi(roi: Any) -> Any:
+    """The sliding-window size as compared: one size for every axis (``8``, ``[8]`` and ``[8, 8, 8]`` are all
+    "isotropic 8", the same windows on images of any dimension) as that int; another size per axis as the list."""
+    if isinstance(roi, bool) or roi is None:
+        return roi
+    if isinstance(roi, int):
+        return roi
+    if isinstance(roi, list) and roi and all(isinstance(v, int) and not isinstance(v, bool) for v in roi):
+        return roi[0] if len(set(roi)) == 1 else list(roi)
+    return roi
+
+
+def has_weight_digests(fp: Mapping[str, Any]) -> bool:
+    """Whether a fingerprint records the sha256 digests of its model's files (``weights``)."""
+    w = fp.get("weights")
+    return isinstance(w, list) and bool(w) and all(isinstance(e, Mapping) and "sha256" in e for e in w)
+
+
+def _weight_label(entry: Mapping[str, Any]) -> str:
+    """A file of ``weights`` in a difference: its name (relative names as recorded, e.g. nnU-Net's
+    ``fold_0/checkpoint_final.pth``; the full paths stay in the fingerprints) and the start of its digest."""
+    name = str(entry.get("file"))
+    if os.path.isabs(name):
+        name = Path(name).name
+    return f"{name} (sha256 {str(entry.get('sha256'))[:12]})"
+
+
+def _weight_differences(rule_w: Sequence[Mapping[str, Any]], pred_w: Sequence[Mapping[str, Any]]
+                        ) -> list[tuple[str, Any, Any]]:
+    """``("weights", rule's file, predictions' file)`` per file whose digest differs (files in recorded order)."""
+    if len(rule_w) != len(pred_w):
+        return [("weights", [_weight_label(e) for e in rule_w], [_weight_label(e) for e in pred_w])]
+    return [("weights", _weight_label(a), _weight_label(b)) for a, b in zip(rule_w, pred_w)
+            if a.get("sha256") != b.get("sha256")]
+
+
+def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any]:
+    """A fingerprint as :func:`compare_fingerprints` compares it: ``roi`` as :func:`_normalized_roi`; with
+    ``digests`` (both sides record the model files' digests) the paths (``checkpoints``, ``model_folder``, a
+    bundle's folder in ``model``) dropped, since the digests identify the model, and ``weights`` left to
+    :func:`_weight_differences`; without, ``weights`` dropped (the model is compared by its paths, as before the
+    digests were recorded)."""
+    out = dict(fp)
+    if "roi" in out:
+        out["roi"] = _normalized_roi(out["roi"])
+    out.pop("weights", None)
+    if digests:
+        for k in _PATH_FIELDS:
+            out.pop(k, None)
+        m = _BUNDLE.match(str(out.get("model", "")))
+        if m:
+            out["model"] = "bundle" + m.group(1)
+    return out
+
+
 def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any]) -> tuple[str, list]:
     """``(status, differences)``: ``"match"``; ``"mismatch"`` with ``[(field, rule value, predictions value)]``;
     or ``"unverified"`` when neither side has a record of how its predictions were made (nothing to compare: the
-    caller must say so). One side unknown and the other known is a mismatch (field ``producer``)."""
+    caller must say so). One side unknown and the other known is a mismatch (field ``producer``).
+
+    Both sides are normalised first (:func:`normalize_fingerprint`): the same windows spelt ``--roi 8`` or
+    ``--roi 8 8 8`` match. When both record the sha256 digests of the model's files (``weights``), the model is
+    identified by them, not by its paths: a file whose content differs (a model retrained and saved at the same
+    path) is a difference ``("weights", "<rule's file> (sha256 ...)", "<predictions' file> (sha256 ...)")``, and a
+    model moved elsewhere still matches. Otherwise (a record written before the digests) the paths are compared as
+    they were (:func:`has_weight_digests` tells the caller to say so)."""
     unknown = {"producer": "unknown"}
     if dict(rule_fp) in ({}, unknown) and dict(pred_fp) in ({}, unknown):
         return "unverified", []
-    diffs = [(k, rule_fp.get(k), pred_fp.get(k)) for k in sorted(set(rule_fp) | set(pred_fp))
-             if rule_fp.get(k) != pred_fp.get(k)]
+    digests = has_weight_digests(rule_fp) and has_weight_digests(pred_fp)
+    a, b = normalize_fingerprint(rule_fp, digests), normalize_fingerprint(pred_fp, digests)
+    # compared normalised, reported as recorded
+    diffs = [(k, rule_fp.get(k), pred_fp.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if digests:
+        diffs += _weight_differences(rule_fp["weights"], pred_fp["weights"])
     if diffs:
         # the producer first: the rest follows from it
         diffs.sort(key=lambda t: t[0] != "producer")
         return "mismatch", diffs
     return "match", []
-
-

@@ -3,9 +3,11 @@ calibration images (:class:`ImageReference`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +16,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import __version__
-from ...io import atomic_write_json
+from ...io import atomic_write_json, json_safe
+from ...metrics.risk_control import risk_controlled_threshold
 from ...regions import check_regions
+from ..cohort import RISK_CONTROL_CANDIDATES, risk_of_dice
 from ..config import region_suffix
 from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, parse_score_column
 
@@ -23,9 +27,13 @@ from .images import IMAGE_CHANNEL_FILES, IMAGE_FEATURES, image_feature_names, pa
 RULE_FILE = "referral_rule.json"
 #: ``format`` entry of a rule file, and its version (a reader refuses other formats and newer versions)
 RULE_FORMAT = "monai-unc referral rule"
-#: the newest ``format_version`` this version reads and writes: 2 for a rule of a region-based model (it records the
-#: region spec, which a reader of version 1 would ignore), 1 for every other rule (readable by older versions)
-RULE_VERSION = 2
+#: the newest ``format_version`` this version reads and writes: 3 for a rule that records its calibration cases'
+#: scores, Dice and risks (:class:`CalibrationRecord`, what :meth:`ReferralRule.from_json` re-certifies; every rule
+#: ``evaluate`` writes), 2 for a rule of a region-based model without that record (it records the region spec, which
+#: a reader of version 1 would ignore), 1 for every other rule (readable by older versions)
+RULE_VERSION = 3
+#: what a rule file says when its content does not agree with itself
+_EDITED = "the file was edited or corrupted; certify the rule again with monai-unc evaluate --target-risk"
 #: default robust z-score above which a case's image counts as far from the calibration images
 IMAGE_Z_MAX = 5.0
 #: scale of the MAD that makes it a consistent estimate of a normal standard deviation
@@ -116,6 +124,80 @@ class ImageReference:
         return cls(tuple(str(f) for f in feats), tuple(med), tuple(scale), int(n), z_max, mode)
 
 
+@dataclass(frozen=True)
+class CalibrationRecord:
+    """What a rule's certificate was computed from, one entry per calibration case (in the order of
+    ``ReferralRule.calibration_cases``), so that the certificate can be recomputed when the rule is read
+    (:meth:`ReferralRule.verify_certificate`).
+
+    Attributes:
+        scores: the case's triage score, None when undefined (e.g. an empty predicted foreground).
+        dice: the case's Dice (the mean over the regions for a region-based rule), None when undefined.
+        risks: the case's risk (:func:`~monai_unc.evaluation.cohort.risk_of_dice` of the Dice with the rule's
+            ``risk`` and ``failure_dice``), what the threshold was certified on.
+        undefined_score: the score an undefined score took in the certification (larger than every defined score
+            of the evaluation, so those cases are referred first:
+            :func:`~monai_unc.evaluation.cohort.fill_undefined_scores`); None when every calibration score is defined.
+        n_candidates: the ``n_candidates`` argument of
+            :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold` (None: every rank).
+        sequence: its ``sequence`` argument (LTT's multiple-testing procedure).
+    """
+
+    scores: tuple[float | None, ...]
+    dice: tuple[float | None, ...]
+    risks: tuple[float, ...]
+    undefined_score: float | None = None
+    n_candidates: int | None = RISK_CONTROL_CANDIDATES
+    sequence: str = "fallback"
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's entries of the rule's ``calibration`` object (strict JSON)."""
+        return {"case_scores": list(self.scores), "dice": list(self.dice), "risks": list(self.risks),
+                "undefined_score": self.undefined_score, "max_candidates": self.n_candidates,
+                "sequence": self.sequence}
+
+    @classmethod
+    def from_json(cls, cal: Mapping[str, Any], where: str = "calibration") -> CalibrationRecord:
+        """Read :meth:`to_json` entries from a rule's ``calibration`` object; ``ValueError`` naming a bad field."""
+        scores = [None if v is None else _number(v, f"{where}.case_scores")
+                  for v in _field(cal, "case_scores", where, list)]
+        dice = [None if v is None else _number(v, f"{where}.dice") for v in _field(cal, "dice", where, list)]
+        risks = [_number(v, f"{where}.risks") for v in _field(cal, "risks", where, list)]
+        und = _field(cal, "undefined_score", where)
+        n_cand = _field(cal, "max_candidates", where)
+        if n_cand is not None and (isinstance(n_cand, bool) or not isinstance(n_cand, int) or n_cand < 1):
+            raise ValueError(f"field '{where}.max_candidates' must be a positive integer or null, got {n_cand!r}")
+        seq = _field(cal, "sequence", where, str)
+        return cls(tuple(scores), tuple(dice), tuple(risks),
+                   None if und is None else _number(und, f"{where}.undefined_score"), n_cand, seq)
+
+
+def rule_digest(body: Mapping[str, Any]) -> str:
+    """The content digest of a rule file's JSON object: ``"sha256:<hex>"`` of its canonical JSON (sorted keys, no
+    spaces) without the ``digest`` field itself. It tells an edited or corrupted file from the one written; it is
+    no signature (whoever edits the file can recompute it), which is why the certificate is also recomputed
+    (:meth:`ReferralRule.verify_certificate`).
+
+    Args:
+        body: the rule's JSON object (:meth:`ReferralRule.to_json`, or a file's parsed content).
+
+    Returns:
+        ``"sha256:"`` and 64 hex digits.
+    """
+    doc = {k: v for k, v in body.items() if k != "digest"}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal floats (inf and NaN included), up to rounding of the bound's root-finding."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the rule
 # ----------------------------------------------------------------------------------------------------------------
@@ -190,6 +272,12 @@ class ReferralRule:
         image_reference: statistics of the calibration images (:class:`ImageReference`), or None.
         fingerprint: how the calibration predictions were made (:func:`prediction_fingerprint`).
         created, version: when and by which monai-unc version.
+        record: the calibration cases' scores, Dice and risks (:class:`CalibrationRecord`) from which the threshold,
+            bound and coverage are recomputed when the rule is read (:meth:`verify_certificate`); None in rules
+            written before it was recorded (``format_version`` 1 and 2), which are read without that check.
+        integrity: how :meth:`from_json` checked the rule (not compared): ``"recomputed, digest verified"``,
+            ``"recomputed, no digest"`` (a file written before digests), ``"recomputed"`` (data, digest not
+            checked) or ``"not recomputed: ..."`` for a rule without a record; empty for a rule built in memory.
     """
 
     score: str
@@ -217,6 +305,8 @@ class ReferralRule:
     created: str = ""
     version: str = __version__
     regions: dict[str, list[int]] | None = None
+    record: CalibrationRecord | None = None
+    integrity: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.regions is not None:
@@ -320,6 +410,59 @@ class ReferralRule:
                 raise ValueError(f"regions: the region names {list(self.regions)} give the same column names {sfx}")
         if not isinstance(self.fingerprint, dict):
             raise ValueError(f"fingerprint must be a dict, got {type(self.fingerprint).__name__}")
+        rec = self.record
+        if rec is not None and not (len(rec.scores) == len(rec.dice) == len(rec.risks) == self.n_calibration):
+            raise ValueError(f"record: case_scores, dice and risks must have one entry per calibration case "
+                             f"({self.n_calibration}), got {len(rec.scores)}, {len(rec.dice)} and {len(rec.risks)}")
+
+    def verify_certificate(self) -> None:
+        """Recompute the certificate from :attr:`record` with the function that certified it
+        (:func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`, the risks from the recorded Dice with
+        :func:`~monai_unc.evaluation.cohort.risk_of_dice`) and refuse a rule that disagrees: ``ValueError`` naming
+        the field (``calibration.scores``, ``calibration.n_undefined``, ``calibration.risks``, ``threshold``,
+        ``feasible``, ``bound``, ``coverage``, ``observed_risk``, ``n_candidates``) and saying the file was edited
+        or corrupted. A rule without a record (written before it existed) is not checked."""
+        rec = self.record
+        if rec is None:
+            return
+
+        def bad(name: str, recorded: Any, recomputed: Any) -> ValueError:
+            return ValueError(f"field {name!r} is {recorded!r} but recomputing the certificate from the recorded "
+                              f"calibration cases gives {recomputed!r}: {_EDITED}")
+
+        defined = sorted(float(v) for v in rec.scores if v is not None)
+        if tuple(defined) != tuple(self.calibration_scores):
+            raise bad("calibration.scores", list(self.calibration_scores), defined)
+        n_und = sum(v is None for v in rec.scores)
+        if n_und != self.n_undefined:
+            raise bad("calibration.n_undefined", self.n_undefined, n_und)
+        dice = np.array([math.nan if v is None else v for v in rec.dice], dtype=np.float64)
+        risks = risk_of_dice(dice, self.risk, self.failure_dice)
+        got = np.asarray(rec.risks, dtype=np.float64)
+        if not np.array_equal(risks, got, equal_nan=True):
+            i = int(np.flatnonzero(~((risks == got) | (np.isnan(risks) & np.isnan(got))))[0])
+            raise bad("calibration.risks", f"{got[i]:g} for case {self.calibration_cases[i]!r}",
+                      f"{risks[i]:g} ({self.risk_definition}, dice {dice[i]:g})")
+        if n_und and (rec.undefined_score is None or (defined and rec.undefined_score <= defined[-1])):
+            raise bad("calibration.undefined_score", rec.undefined_score, "a number above every defined score")
+        u = np.array([rec.undefined_score if v is None else v for v in rec.scores], dtype=np.float64)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "no threshold certifies ...": the rule says so
+                res = risk_controlled_threshold(u, got, self.target_risk, self.delta, method=self.method,
+                                                n_candidates=rec.n_candidates, sequence=rec.sequence)
+        except ValueError as e:
+            raise ValueError(f"the recorded calibration cases cannot be certified again ({e}): {_EDITED}") from None
+        for name, recorded, again in (("threshold", self.threshold, res.threshold),
+                                      ("feasible", self.feasible, res.feasible),
+                                      ("bound", self.bound, res.bound),
+                                      ("coverage", self.coverage, res.coverage),
+                                      ("observed_risk", self.observed_risk, res.risk),
+                                      ("n_candidates", self.n_candidates, res.n_candidates)):
+            same = recorded == again if name == "threshold" or isinstance(again, (bool, int)) else _same(
+                float(recorded), float(again))
+            if not same:
+                raise bad(name, recorded, again)
 
     # -- applying ----------------------------------------------------------------------------------------------
     def apply(self, scores: Any, image_stats: Any = None) -> list[Decision]:
@@ -374,12 +517,12 @@ class ReferralRule:
     # -- files ---------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """The rule as strict-JSON data (``threshold``: a number, or null with ``accept_all`` telling ``inf`` (true)
-        from ``-inf``, i.e. not certified (false))."""
+        from ``-inf``, i.e. not certified (false)), ending with its ``digest`` (:func:`rule_digest`)."""
         rng = self.score_range
         measure, agg = parse_score_column(self.score)
-        return {
+        body = {
             "format": RULE_FORMAT,
-            "format_version": 1 if self.regions is None else 2,
+            "format_version": 3 if self.record is not None else 1 if self.regions is None else 2,
             "created": self.created,
             "monai_unc_version": self.version,
             "score": {"column": self.score, "measure": measure, "aggregation": agg, "region": self.region,
@@ -406,6 +549,7 @@ class ReferralRule:
                 "observed_risk": self.observed_risk,
                 "bound": self.bound,
                 "n_candidates": self.n_candidates,
+                **({} if self.record is None else self.record.to_json()),
             },
             "num_classes": self.num_classes,
             "class_names": None if self.class_names is None else list(self.class_names),
@@ -413,10 +557,21 @@ class ReferralRule:
             "image_reference": None if self.image_reference is None else self.image_reference.to_json(),
             "fingerprint": self.fingerprint,
         }
+        body["digest"] = rule_digest(json_safe(body))  # of the content as written (NaN -> null)
+        return body
 
     @classmethod
-    def from_json(cls, d: Any, source: str = "rule") -> ReferralRule:
-        """Read :meth:`to_json` data; ``ValueError`` naming the bad field (``source`` prefixes the message)."""
+    def from_json(cls, d: Any, source: str = "rule", check_digest: bool = False) -> ReferralRule:
+        """Read :meth:`to_json` data; ``ValueError`` naming the bad field (``source`` prefixes the message).
+
+        A certificate is checked, not trusted: the threshold, bound, coverage and observed risk are recomputed from
+        the recorded calibration cases (:meth:`verify_certificate`; ``format_version`` 3) and, with ``check_digest``
+        (:meth:`load` reading a file), the content digest (:func:`rule_digest`); a disagreement is a ``ValueError``
+        naming the field and saying the file was edited or corrupted. A rule without a digest (written before
+        digests were recorded) still loads once the recomputation agrees; a rule without the calibration record
+        (``format_version`` 1 or 2, written before it was recorded) cannot be recomputed and loads as before, with
+        :attr:`integrity` saying so. Without ``check_digest`` the data may be a rule's :meth:`to_json` changed in
+        memory (the digest is not compared)."""
         if not isinstance(d, Mapping):
             raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
         fmt = d.get("format")
@@ -447,7 +602,10 @@ class ReferralRule:
                 regions = _field(d, "regions", source, dict)
                 if ver < 2:
                     raise ValueError(f"{source}: a rule with regions must have format_version 2, got {ver}")
-            return cls(
+            record = None
+            if ver >= 3:
+                record = CalibrationRecord.from_json(cal, "calibration")
+            rule = cls(
                 score=_field(sc, "column", f"{source}: score", str),
                 threshold=threshold,
                 feasible=feasible,
@@ -474,7 +632,19 @@ class ReferralRule:
                 created=str(d.get("created", "")),
                 version=str(d.get("monai_unc_version", "")),
                 regions=regions,
+                record=record,
             )
+            rule.verify_certificate()
+            digest = d.get("digest") if check_digest else None
+            if digest is not None and digest != rule_digest(d):
+                raise ValueError(f"field 'digest' does not match the rule's content: {_EDITED}")
+            if record is None:
+                rule.integrity = (f"not recomputed: format_version {ver} records no calibration cases' scores and "
+                                  "risks (a rule written before monai-unc recorded them); its threshold is trusted")
+            else:
+                rule.integrity = ("recomputed, digest verified" if digest is not None else
+                                  "recomputed, no digest" if check_digest else "recomputed")
+            return rule
         except ValueError as e:
             msg = str(e)
             raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
@@ -486,7 +656,8 @@ class ReferralRule:
     @classmethod
     def load(cls, path: str | os.PathLike) -> ReferralRule:
         """Read a rule file; ``FileNotFoundError`` when absent, ``ValueError`` naming the problem when the file is
-        not valid JSON or a field is missing or wrong."""
+        not valid JSON, a field is missing or wrong, or the file was edited or corrupted (its certificate recomputed
+        from its calibration record disagrees, or its content digest does not match: :meth:`from_json`)."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"referral rule not found: {path} (written by monai-unc evaluate --target-risk)")
@@ -495,7 +666,7 @@ class ReferralRule:
             d = json.loads(text, parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"referral rule {path} is not valid JSON ({e})") from None
-        return cls.from_json(d, f"referral rule {path}")
+        return cls.from_json(d, f"referral rule {path}", check_digest=True)
 
 
 def _no_constant(name: str) -> Any:

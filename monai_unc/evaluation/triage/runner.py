@@ -40,6 +40,7 @@ from ..resume import CASES_DIR, file_signature
 from .fingerprint import (
     FingerprintMismatch,
     compare_fingerprints,
+    has_weight_digests,
     prediction_fingerprint,
     prediction_regions,
     region_differences,
@@ -243,6 +244,13 @@ def _assemble(
         image_check = "skipped: neither the rule nor this triage has images"
     if image_check != "applied":
         notes.append(f"image check {image_check}")
+    if rule.integrity.startswith("not recomputed"):
+        notes.append(f"certificate {rule.integrity}")
+    if check.get("weight_digests") == "unavailable" and check.get("status") != "unverified":
+        side = "the rule's" if not has_weight_digests(rule.fingerprint) else "the predictions'"
+        notes.append(f"model weight digests unavailable ({side} record was written before monai-unc recorded them): "
+                     "the model was compared by its checkpoint paths only, so a model retrained and saved at the "
+                     "same path would pass")
     decisions = rule.apply(scores, stats)
     z = None
     if stats is not None and rule.image_reference is not None:
@@ -363,8 +371,10 @@ def run_triage(
         if status == "mismatch" and not allow_mismatch:
             raise FingerprintMismatch(diffs)
         got["rule"] = the_rule
+        digests = has_weight_digests(the_rule.fingerprint) and has_weight_digests(pred_fp)
         got["check"] = {"status": status, "allowed_mismatch": status == "mismatch", "predictions": pred_fp,
-                        "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs]}
+                        "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs],
+                        "weight_digests": "compared" if digests else "unavailable"}
         return found
 
     def setup() -> None:

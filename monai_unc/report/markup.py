@@ -1,0 +1,187 @@
+"""HTML escaped by construction, for the pages of :mod:`monai_unc.report` (``report.html``, ``triage.html``).
+
+A page is built from :class:`Markup` fragments only, and a fragment can be made in four ways:
+
+- :func:`el`: one element; its children that are not already :class:`Markup` are escaped as text, every attribute
+  value is escaped, ``on*`` event attributes are refused and ``href`` / ``src`` must be relative file paths or
+  ``data:`` images / CSV (:func:`check_url`: never ``javascript:`` or another scheme);
+- :func:`frag`: a concatenation, escaping every part that is not already :class:`Markup`;
+- :func:`raw_text_element`: a ``<style>`` or ``<script>`` element whose text cannot close it (refuses ``</`` and
+  ``<!--``);
+- ``Markup("...")`` on a string literal of the code (a constant tag such as ``<br>``), never on data:
+  tests/report/test_pages_hostile.py checks that the page modules call it on literals only.
+
+A case id, a class or region name, a shift label, a path or a model description is therefore text wherever it goes:
+``x<img src=x onerror=alert(1)>`` shows as those characters and never becomes an element.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["Markup", "check_url", "document", "el", "escape", "frag", "raw_text_element"]
+
+
+class Markup(str):
+    """A string of HTML that is safe to put in a page as it is.
+
+    ``Markup + str`` escapes the ``str`` (either side), and :meth:`join` escapes the parts that are not ``Markup``;
+    every other ``str`` method returns a plain ``str``, which the builders escape again.
+    """
+
+    __slots__ = ()
+
+    def __html__(self) -> Markup:
+        return self
+
+    def __add__(self, other: object) -> Markup:
+        return Markup(str.__add__(self, escape(other)))
+
+    def __radd__(self, other: object) -> Markup:
+        return Markup(str.__add__(escape(other), self))
+
+    def join(self, parts: Iterable[object]) -> Markup:  # type: ignore[override]
+        """The parts joined by this separator, each escaped unless it is :class:`Markup`."""
+        return Markup(str.join(self, (escape(p) for p in parts)))
+
+
+def escape(value: Any) -> Markup:
+    """``value`` as HTML text: :class:`Markup` unchanged, anything else ``str(value)`` escaped with
+    :func:`html.escape` (``&``, ``<``, ``>``, ``"`` and ``'``)."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(html.escape(str(value), quote=True))
+
+
+def frag(*parts: Any) -> Markup:
+    """The parts concatenated, each escaped unless it is :class:`Markup` (``None`` parts are left out)."""
+    return Markup("".join(escape(p) for p in parts if p is not None))
+
+
+_TAG = re.compile(r"[a-z][a-z0-9]*\Z")
+_ATTRIBUTE = re.compile(r"[a-z][a-z0-9-]*\Z")
+_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+                   "wbr"})
+_RAW_TEXT = frozenset({"script", "style"})
+_URL_ATTRIBUTES = frozenset({"href", "src", "action", "formaction", "poster", "srcset"})
+_DATA_URL = re.compile(r"data:(?:image/(?:png|jpeg|gif|webp)|text/csv);base64,[A-Za-z0-9+/]*={0,2}\Z")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_URL_IGNORED = re.compile(r"[\x00-\x20\x7f]")  # what browsers strip or skip when they read a URL's scheme
+
+
+def check_url(url: str, name: str = "url") -> str:
+    """``url`` if a page may link or embed it: a relative file path (no scheme, no host) or a base64 ``data:`` URL
+    of a PNG / JPEG / GIF / WebP image or a CSV file.
+
+    Args:
+        url: the ``href`` or ``src`` value.
+        name: the attribute, for the error message.
+
+    Returns:
+        ``url`` unchanged.
+
+    Raises:
+        TypeError: when ``url`` is not a string.
+        ValueError: for any other scheme (``javascript:``, ``http:``, ``file:``, ...), a host (``//host``), an absolute
+            path or another ``data:`` type.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"{name} must be a string, got {type(url).__name__}")
+    if url.startswith("data:"):
+        if _DATA_URL.match(url):
+            return url
+        raise ValueError(f"{name}: only base64 data: URLs of images or CSV files are allowed, got {url[:40]!r}")
+    squeezed = _URL_IGNORED.sub("", url)
+    if _SCHEME.match(squeezed) or squeezed.startswith(("/", "\\")):
+        raise ValueError(f"{name} must be a relative file path or a data: URL, got {url[:80]!r}")
+    return url
+
+
+def _attribute(key: str, value: Any) -> str:
+    name = "class" if key == "class_" else key.rstrip("_").replace("_", "-")
+    if not _ATTRIBUTE.match(name):
+        raise ValueError(f"invalid attribute name {key!r}")
+    if name.startswith("on"):
+        raise ValueError(f"event handler attributes are not allowed in a page, got {name!r}")
+    if value is True:
+        return f" {name}"
+    text = str(value)
+    if name in _URL_ATTRIBUTES:
+        check_url(text, name)
+    return f' {name}="{escape(text)}"'
+
+
+def el(tag: str, *children: Any, **attributes: Any) -> Markup:
+    """One HTML element.
+
+    Args:
+        tag: the element name (lower case letters and digits; not ``script`` or ``style``: see
+            :func:`raw_text_element`).
+        children: its content; every child that is not :class:`Markup` is escaped as text; ``None`` children are
+            left out. A void element (``img``, ``meta``, ...) takes none.
+        attributes: its attributes in order: ``class_`` is ``class`` and ``_`` becomes ``-`` (``data_case`` is
+            ``data-case``); values are escaped, ``None`` or ``False`` leaves the attribute out and ``True`` writes it
+            without a value. ``on*`` attributes are refused, ``href`` and ``src`` checked with :func:`check_url`.
+
+    Returns:
+        The element as :class:`Markup`.
+
+    Raises:
+        ValueError: for an invalid tag or attribute name, an event attribute, a refused URL, or children of a void
+            element.
+
+    Example:
+        >>> from monai_unc.report.markup import el
+        >>> str(el("td", "x<img src=x onerror=alert(1)>", class_="l", data_case="a&b"))
+        '<td class="l" data-case="a&amp;b">x&lt;img src=x onerror=alert(1)&gt;</td>'
+    """
+    if not _TAG.match(tag) or tag in _RAW_TEXT:
+        raise ValueError(f"invalid element {tag!r}" + (": use raw_text_element" if tag in _RAW_TEXT else ""))
+    attrs = "".join(_attribute(k, v) for k, v in attributes.items() if v is not None and v is not False)
+    if tag in _VOID:
+        if any(c is not None for c in children):
+            raise ValueError(f"<{tag}> is a void element: it takes no children")
+        return Markup(f"<{tag}{attrs}>")
+    return Markup(f"<{tag}{attrs}>{frag(*children)}</{tag}>")
+
+
+def raw_text_element(tag: str, text: str) -> Markup:
+    """A ``<style>`` or ``<script>`` element around ``text``, which must not be able to end it early.
+
+    Args:
+        tag: ``style`` or ``script``.
+        text: the CSS or script; JSON data must be written with ``<`` escaped (``\\u003c``).
+
+    Returns:
+        The element as :class:`Markup`.
+
+    Raises:
+        ValueError: for another tag, or a text holding ``</`` or ``<!--``.
+    """
+    if tag not in _RAW_TEXT:
+        raise ValueError(f"raw_text_element makes <script> or <style> elements, got {tag!r}")
+    if "</" in text or "<!--" in text:
+        raise ValueError(f"the text of a <{tag}> element must not hold '</' or '<!--'")
+    return Markup(f"<{tag}>{text}</{tag}>")
+
+
+def document(title: str, css: str, *body: Any, script: str | None = None) -> str:
+    """A whole page: ``<!doctype html>``, a head with the UTF-8 charset, the viewport, ``title`` and ``css``, and a
+    body of ``body`` (escaped unless :class:`Markup`), then ``script`` when given.
+
+    Args:
+        title: the page title (text).
+        css: the page's style sheet (see :func:`raw_text_element`).
+        body: the body's children.
+        script: a script run by the page (see :func:`raw_text_element`), or None.
+
+    Returns:
+        The page, ending with a newline.
+    """
+    head = el("head", el("meta", charset="utf-8"), el("meta", name="viewport", content="width=device-width"),
+              el("title", title), raw_text_element("style", css))
+    tail = raw_text_element("script", script) if script is not None else None
+    return str(frag(Markup("<!doctype html>"), el("html", head, el("body", *body, tail), lang="en"), "\n"))
