@@ -255,7 +255,7 @@ def infer_written_files(case_ids: Sequence[str]) -> list[str]:
         ``<case>_*`` (segmentation, probabilities, maps).
     """
     return ["infer.json", FAILURES_FILE, ".*.partial*",
-            *(p for cid in case_ids for p in (f"{cid}.json", f"{glob_escape(cid)}_*"))]
+            *(p for cid in map(glob_escape, case_ids) for p in (f"{cid}.json", f"{cid}_*"))]
 
 
 def check_infer_output(
