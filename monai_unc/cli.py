@@ -212,6 +212,9 @@ def _add_evaluate(sub: Any) -> None:
                         "SPEC: 'brats' (TC, WT, ET of labels 1, 2, 4), 'brats2023' (labels 1, 2, 3), a JSON object "
                         "such as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' (key order = channel order) "
                         "or a .json file holding one (docs/regions.md)")
+    p.add_argument("--ignore-unclaimed-labels", action="store_true",
+                   help="with --regions: count label values that no region holds as background instead of refusing "
+                        "them (e.g. label 3 under 'brats' is refused: BraTS 2023 labels need 'brats2023')")
     _add_risk_control(p, defaults=True)
     p.add_argument("--allow-missing", action="store_true",
                    help="skip labelled cases that lack a prediction or map (listed in a warning) instead of failing")
@@ -305,6 +308,9 @@ def _add_calibrate(sub: Any) -> None:
                         "'brats2023' or JSON such as '{\"WT\": [1, 2, 4], \"TC\": [1, 4], \"ET\": [4]}' in channel "
                         "order, or a .json file holding one); without it the label files must hold one 0/1 channel "
                         "per region")
+    p.add_argument("--ignore-unclaimed-labels", action="store_true",
+                   help="with --regions: count label values that no region holds as background instead of refusing "
+                        "them")
     p.add_argument("--loss", default="nll", choices=("nll", "ece"), help="fitting loss (default nll)")
     p.add_argument("--max-steps", type=_positive_int, default=1000, help="optimisation steps (default 1000)")
     p.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N", help="sliding-window size")
@@ -390,7 +396,8 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
 # commands
 # ----------------------------------------------------------------------------------------------------------------
 def cmd_infer(args: argparse.Namespace) -> int:
-    output = check_infer_output(args.output, args.input, checkpoint=args.checkpoint, network=args.network)
+    output = check_infer_output(args.output, args.input, checkpoint=args.checkpoint, network=args.network,
+                                bundle=args.bundle, regions=args.regions)
     if args.threads:
         torch.set_num_threads(args.threads)
     _, world, local_rank = read_dist_env()
@@ -446,7 +453,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count, failure_dice=args.failure_dice,
         budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial, num_classes=args.num_classes,
         class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
-        risk_method=args.risk_method,
+        risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels,
     )  # fmt: skip
     output = Path(args.output).resolve()
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
@@ -508,6 +515,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=args.device, intensity=args.intensity,
         roi=args.roi, overlap=args.overlap, mode=args.mode, loss=args.loss, max_steps=args.max_steps,
         progress=not args.quiet, activation=args.activation, regions=args.regions,
+        ignore_unclaimed_labels=args.ignore_unclaimed_labels,
     )  # fmt: skip
     if not args.quiet:
         b, a = record["before"], record["after"]

@@ -37,6 +37,8 @@ __all__ = [
     "RegionSpec",
     "check_regions",
     "parse_regions",
+    "unclaimed_labels",
+    "unclaimed_labels_message",
     "label_to_regions",
     "region_masks",
     "binary_probabilities",
@@ -54,6 +56,9 @@ BRATS_2023_REGIONS: dict[str, tuple[int, ...]] = {"TC": (1, 3), "WT": (1, 2, 3),
 
 _NAMED = {"brats": BRATS_REGIONS, "brats2023": BRATS_2023_REGIONS}
 
+#: the largest label a region may hold (label maps are stored as integers of at most 32 bits)
+MAX_LABEL = 2**31 - 1
+
 
 def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple[int, ...]]:
     """Validate a region spec and return it as ``{name: (label, ...)}`` in the given order.
@@ -67,8 +72,8 @@ def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple
 
     Raises:
         TypeError: when it is not a mapping of strings to integer sequences.
-        ValueError: when it is empty, a region name is empty, a region has no label, a label is negative or repeated
-            within a region.
+        ValueError: when it is empty, a region name is empty, a region has no label, a label is negative, larger
+            than :data:`MAX_LABEL` or repeated within a region.
 
     Example:
         >>> from monai_unc.regions import check_regions
@@ -93,6 +98,9 @@ def check_regions(regions: RegionSpec, name: str = "regions") -> dict[str, tuple
                 raise TypeError(f"{name}[{key!r}] must hold integer labels, got {v!r}")
             if v < 0:
                 raise ValueError(f"{name}[{key!r}] holds the negative label {int(v)}")
+            if v > MAX_LABEL:
+                raise ValueError(f"{name}[{key!r}] holds the label {int(v)}, larger than any label map can hold "
+                                 f"(at most {MAX_LABEL})")
             vals.append(int(v))
         if not vals:
             raise ValueError(f"{name}[{key!r}] has no label")
@@ -116,7 +124,7 @@ def parse_regions(spec: RegionSpec | str) -> dict[str, tuple[int, ...]]:
         The validated spec ``{region name: tuple of labels}`` (see :func:`check_regions`).
 
     Raises:
-        ValueError: for unknown names, invalid JSON or an invalid spec.
+        ValueError: for unknown names, invalid JSON (a region named twice included) or an invalid spec.
 
     Example:
         >>> from monai_unc.regions import parse_regions
@@ -130,12 +138,82 @@ def parse_regions(spec: RegionSpec | str) -> dict[str, tuple[int, ...]]:
         if key.lower() in _NAMED:
             return dict(_NAMED[key.lower()])
         try:
-            spec = json.loads(key)
+            spec = json.loads(key, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as e:
             raise ValueError(
                 f"regions must be one of {sorted(_NAMED)} or a JSON object of region -> labels, got {key!r}"
             ) from e
     return check_regions(spec)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: the object as a dict, refusing a key given twice.
+
+    Plain ``json.loads`` would keep only the last one, silently dropping a region: ``ValueError`` instead.
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"regions: the region {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def unclaimed_labels(labels: ArrayLike, regions: RegionSpec | str) -> list[int]:
+    """The non-zero values of a label map that no region of ``regions`` holds (they would count as background).
+
+    Args:
+        labels: an integer label map (any shape; numpy array or torch tensor).
+        regions: a region spec (as for :func:`parse_regions`).
+
+    Returns:
+        The unclaimed label values, sorted (empty when every non-zero label lies in some region).
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.regions import unclaimed_labels
+        >>> unclaimed_labels(np.array([0, 1, 2, 3, 7]), "brats")
+        [3, 7]
+    """
+    spec = parse_regions(regions) if not isinstance(regions, Mapping) else check_regions(regions)
+    claimed = {v for values in spec.values() for v in values}
+    arr = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    return [int(v) for v in np.unique(arr) if v != 0 and int(v) not in claimed]
+
+
+def unclaimed_labels_message(
+    found: Mapping[int, Sequence[str]], regions: RegionSpec | str, option: str = "--ignore-unclaimed-labels"
+) -> str:
+    """The refusal of label values that no region claims, for a cohort.
+
+    It names the labels, in how many cases, and the likely fix (a named spec with the same regions that claims
+    them, e.g. ``brats2023`` for label 3 under ``brats``).
+
+    Args:
+        found: ``{label: [case id, ...]}`` of the unclaimed labels.
+        regions: the region spec in use.
+        option: how the caller names the option that ignores them.
+
+    Returns:
+        One line of text.
+
+    Example:
+        >>> from monai_unc.regions import unclaimed_labels_message
+        >>> unclaimed_labels_message({3: ["a", "b"]}, "brats")[:48]
+        'label 3 in 2 case(s) (a, b) is in no region of t'
+    """
+    spec = parse_regions(regions) if not isinstance(regions, Mapping) else check_regions(regions)
+    parts = []
+    for label in sorted(found):
+        ids = list(found[label])
+        shown = ", ".join(map(str, ids[:3])) + (", ..." if len(ids) > 3 else "")
+        parts.append(f"label {label} in {len(ids)} case(s) ({shown})")
+    labels = set(found)
+    guess = [name for name, named in _NAMED.items() if list(named) == list(spec) and named != spec
+             and labels <= {v for values in named.values() for v in values}]
+    hint = f"did you mean {guess[0]}?" if guess else "give a region spec that claims every label"
+    return (f"{'; '.join(parts)} {'is' if len(parts) == 1 else 'are'} in no region of the spec "
+            f"{ {k: list(v) for k, v in spec.items()} }: {hint} (or {option} to count them as background)")
 
 
 def label_to_regions(

@@ -13,7 +13,14 @@ from monai_unc.aggregation import aggregate
 from monai_unc.inferers import MCDropoutInferer
 from monai_unc.metrics import ece, nll
 from monai_unc.metrics.quality import quality_estimates
-from monai_unc.regions import binary_probabilities, label_to_regions, parse_regions, per_region
+from monai_unc.regions import (
+    binary_probabilities,
+    label_to_regions,
+    parse_regions,
+    per_region,
+    unclaimed_labels,
+    unclaimed_labels_message,
+)
 
 
 def _region_case(seed: int = 0, shape=(2, 3, 9, 8)):
@@ -129,3 +136,26 @@ def test_quality_estimates_read_the_inferer_multilabel_flag():
     assert q["expected_dice"].per_class.shape == (2, 3)
     ref = quality_estimates(out, multilabel=True)
     torch.testing.assert_close(q["pairwise_dice"].per_class, ref["pairwise_dice"].per_class)
+
+
+def test_parse_regions_refuses_duplicate_names_and_labels_no_map_can_hold():
+    """'{"WT":[1],"WT":[2]}' kept only the last WT; {"WT": [2**70]} was accepted and failed later (OverflowError)."""
+    with pytest.raises(ValueError, match="the region 'WT' is given twice"):
+        parse_regions('{"WT": [1], "WT": [2]}')
+    for spec in ({"WT": [2**70]}, '{"WT": [1180591620717411303424]}', {"WT": [1, 2**31]}):
+        with pytest.raises(ValueError, match="larger than any label map can hold"):
+            parse_regions(spec)
+    assert parse_regions({"WT": [2**31 - 1]}) == {"WT": (2**31 - 1,)}
+    assert parse_regions('{"WT": [1, 2], "ET": [2]}') == {"WT": (1, 2), "ET": (2,)}
+
+
+def test_unclaimed_labels_and_the_likely_spec():
+    lab = np.array([[0, 1, 2], [3, 7, 3]], dtype=np.int16)
+    assert unclaimed_labels(lab, "brats") == [3, 7]
+    assert unclaimed_labels(torch.from_numpy(lab), {"A": [1, 2, 3, 7]}) == []
+    text = unclaimed_labels_message({3: ["a", "b", "c", "d"]}, "brats")
+    assert text.startswith("label 3 in 4 case(s) (a, b, c, ...) is in no region") and "did you mean brats2023?" in text
+    assert "did you mean brats?" in unclaimed_labels_message({4: ["a"]}, "brats2023")
+    text = unclaimed_labels_message({3: ["a"], 7: ["b"]}, "brats", option="ignore=True")
+    assert "label 3 in 1 case(s) (a); label 7 in 1 case(s) (b) are" in text and "claims every label" in text
+    assert "ignore=True" in text

@@ -43,6 +43,7 @@ from .rows import (
     derived_maps,
     primary_measure,
     region_score_columns,
+    unclaimed_case_labels,
 )
 
 __all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "load_evaluation_case", "evaluate_case"]
@@ -125,6 +126,10 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         row["shift"] = config.shifts.get(case.case_id, "")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        unclaimed = unclaimed_case_labels(case, config)  # refused for the cohort unless ignore_unclaimed_labels
+        if unclaimed:
+            warnings.warn(f"label value(s) {unclaimed[:6]} are in no region of {config.regions} and count as "
+                          "background (another region spec, e.g. brats2023?)", UserWarning, stacklevel=2)
         act, tasks, maps = case_tasks(case, config)
         cols = [_namer(t) for t in tasks]
         dices = [class_dice(t.pred, t.target, t.num_classes) for t in tasks]
@@ -175,4 +180,5 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
     if not act.multilabel:
         return CaseResult(row, None if hists is None else hists[0], messages)
     region_hists = None if hists is None else {str(t.name): h for t, h in zip(tasks, hists)}
-    return CaseResult(row, None, messages, region_histograms=region_hists, curves=curves)
+    return CaseResult(row, None, messages, region_histograms=region_hists, curves=curves,
+                      unclaimed_labels=unclaimed)

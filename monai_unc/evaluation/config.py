@@ -87,7 +87,10 @@ class EvaluationConfig:
         regions: region spec of a region-based (multi-label sigmoid) prediction: a mapping ``{region: [labels]}``,
             ``"brats"``, ``"brats2023"`` or a JSON object (:func:`monai_unc.regions.parse_regions`); every metric is
             then computed per region (:mod:`monai_unc.evaluation.region_case`). Stored parsed, as
-            ``{region: [labels]}`` in channel order.
+            ``{region: [labels]}`` in channel order. A non-zero label that no region holds is refused, naming the
+            labels and cases (another spec, e.g. ``brats2023``, is likely meant), unless ``ignore_unclaimed_labels``.
+        ignore_unclaimed_labels: with ``regions``, count label values that no region holds as background (one
+            warning) instead of refusing the cohort (``--ignore-unclaimed-labels``).
         case_metrics: user-defined per-case metrics ``{name: fn}``: ``fn`` receives the case's
             :class:`~monai_unc.activation.TaskView` of one task (the class task, or one region) and returns a
             float, written into the column ``<name>`` (classes) or ``<name>_<region>`` (regions) of ``metrics.csv``
@@ -124,6 +127,7 @@ class EvaluationConfig:
     calibration_cases: list[str] | None = None
     regions: dict[str, list[int]] | str | None = None
     case_metrics: Mapping[str, Callable[[Any], float]] | None = None
+    ignore_unclaimed_labels: bool = False
 
     @property
     def n_fine_bins(self) -> int:
@@ -153,6 +157,8 @@ class EvaluationConfig:
             raise ValueError(f"risk_method must be 'sgr' or 'ltt', got {self.risk_method!r}")
         if self.risk == "1-dice" and self.risk_method == "sgr":
             raise ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'")
+        if not isinstance(self.ignore_unclaimed_labels, bool):
+            raise TypeError(f"ignore_unclaimed_labels must be True or False, got {self.ignore_unclaimed_labels!r}")
         if self.calibration_cases is not None and not self.calibration_cases:
             raise ValueError("calibration_cases must name at least one case (or be None for every case)")
         if self.regions is not None:

@@ -70,7 +70,7 @@ def _dump(folder: Path, cid: str, got: tuple[CaseResult, CaseFiles | None, int])
                         compressed=True)
     return {"num_classes": int(num_classes), "row": result.row, "warnings": result.warnings,
             "histogram": result.histogram is not None, "region_histograms": result.region_histograms is not None,
-            "curves": result.curves}
+            "curves": result.curves, "unclaimed_labels": list(result.unclaimed_labels)}
 
 
 def _restore(folder: Path, doc: dict[str, Any], files: CaseFiles | None) -> tuple[CaseResult, CaseFiles | None, int]:
@@ -78,7 +78,8 @@ def _restore(folder: Path, doc: dict[str, Any], files: CaseFiles | None) -> tupl
     cid = doc["case"]
     hist = ConfidenceHistogram.load(folder / f"{cid}.npz") if doc["histogram"] else None
     rh = load_region_histograms(folder / f"{cid}.regions.npz") if doc.get("region_histograms") else None
-    result = CaseResult(dict(doc["row"]), hist, list(doc["warnings"]), region_histograms=rh, curves=doc.get("curves"))
+    result = CaseResult(dict(doc["row"]), hist, list(doc["warnings"]), region_histograms=rh, curves=doc.get("curves"),
+                        unclaimed_labels=[int(v) for v in doc.get("unclaimed_labels") or []])
     return result, files, int(doc["num_classes"])
 
 

@@ -8,7 +8,6 @@ row once from them, for classes and regions."""
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,7 @@ from ..io import CaseError, LoadedCase
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
-from ..regions import label_to_regions, parse_regions
+from ..regions import label_to_regions, parse_regions, unclaimed_labels
 from ..scores import CASE_SCORES, PATCH_SIZE, case_scores
 from .config import EvaluationConfig, region_suffix
 
@@ -35,6 +34,7 @@ __all__ = [
     "load_region_histograms",
     "QU_BRATS_COLUMNS",
     "case_tasks",
+    "unclaimed_case_labels",
     "combined_score",
     "predicted_regions",
     "region_score_columns",
@@ -51,7 +51,9 @@ class CaseResult:
 
     Region evaluations (``EvaluationConfig.regions``) fill ``region_histograms`` instead of ``histogram`` (one
     binary histogram per region, in the spec's order) and ``curves`` (the QU-BraTS curves of the case:
-    ``{"thresholds": [...], "brain_mask": str, "regions": {region: {"dice": [...], "ftp": [...], "ftn": [...]}}}``).
+    ``{"thresholds": [...], "brain_mask": str, "regions": {region: {"dice": [...], "ftp": [...], "ftn": [...]}}}``)
+    and ``unclaimed_labels``, the non-zero labels of the case's label map that no region holds
+    (:func:`unclaimed_case_labels`; the cohort refuses them unless ``ignore_unclaimed_labels``).
     """
 
     row: dict[str, Any]
@@ -59,6 +61,7 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
     region_histograms: dict[str, ConfidenceHistogram] | None = None
     curves: dict[str, Any] | None = None
+    unclaimed_labels: list[int] = field(default_factory=list)
 
 
 def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
@@ -189,6 +192,22 @@ def region_score_columns(
     return row
 
 
+def unclaimed_case_labels(case: LoadedCase, config: EvaluationConfig) -> list[int]:
+    """The non-zero labels of a case's label map that no region of ``config.regions`` holds
+    (:func:`monai_unc.regions.unclaimed_labels`; one ``np.unique`` of the label).
+
+    Args:
+        case: a loaded case.
+        config: the evaluation options.
+
+    Returns:
+        The labels, sorted; empty without regions or when the label holds region masks rather than a label map.
+    """
+    if config.regions is None or case.label.ndim != len(case.spacing):
+        return []
+    return unclaimed_labels(case.label, config.regions)
+
+
 def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, list[TaskView], dict[str, np.ndarray]]:
     """A loaded case split into the tasks its row is computed on, with the maps to score.
 
@@ -202,7 +221,7 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
         of the spec (region masks of the label and of the prediction, :func:`predicted_regions`); ``maps`` are
         :func:`derived_maps` (``(R, *spatial)`` for regions, each task holding its own channel). Raises
         ``CaseError`` for channel counts that do not fit the spec, ``ValueError`` for ``class_names`` of the wrong
-        length; warns about label values in no region.
+        length. Label values in no region count as background here; :func:`unclaimed_case_labels` finds them.
     """
     if config.regions is None:
         n_cls = case.probs.shape[0] if case.probs is not None else config.num_classes
@@ -217,12 +236,6 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
         raise ValueError("a region evaluation needs a case read with load_case(..., multilabel=True)")
     spec = parse_regions(config.regions)
     names = list(spec)
-    if case.label.ndim == len(case.spacing):  # a label map: regions from the spec
-        used = {v for labels in spec.values() for v in labels}
-        stray = sorted(set(np.unique(case.label).tolist()) - used - {0})
-        if stray:
-            warnings.warn(f"label value(s) {stray[:6]} are in no region of {spec} and count as background "
-                          "(another region spec, e.g. brats2023?)", UserWarning, stacklevel=3)
     target = _as_regions(case, case.label, spec, "the label")  # (R, *spatial) bool
     pred = predicted_regions(case, spec)
     if case.probs is not None:

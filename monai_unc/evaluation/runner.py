@@ -21,14 +21,16 @@ from ..distributed import (
 )
 from ..io import CaseError, CaseFiles, match_cases
 from ..metrics.calibration import ConfidenceHistogram
+from ..regions import unclaimed_labels_message
 from .case import CaseResult, evaluate_case, load_evaluation_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import STATE_DIR, EvaluationConfig
 from .resume import CASES_DIR, case_cache
 from .rows import region_histograms_from_state, region_histograms_state
-from .triage import RULE_FILE, write_referral_rule
+from .triage import RULE_FILE, prediction_regions, region_differences, write_referral_rule
 
-__all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "evaluate_cases", "run_evaluate"]
+__all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
+           "check_recorded_regions", "evaluate_cases", "run_evaluate"]
 
 
 def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResult, CaseFiles, int]:
@@ -103,6 +105,61 @@ def assemble_state(
     return state
 
 
+def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]], config: EvaluationConfig) -> None:
+    """Refuse a cohort whose label maps hold non-zero labels that no region of ``config.regions`` claims (they
+    would silently count as background: e.g. BraTS 2023 labels, enhancing tumour 3, under ``"brats"``).
+
+    Args:
+        results: the per-case results (their ``unclaimed_labels``, found while each case was evaluated).
+        config: the evaluation options.
+
+    Returns:
+        None. ``ValueError`` naming the labels, the number of cases and the likely fix
+        (:func:`monai_unc.regions.unclaimed_labels_message`); with ``config.ignore_unclaimed_labels`` one
+        ``UserWarning`` instead.
+    """
+    found: dict[int, list[str]] = {}
+    for result, _, _ in results:
+        for label in result.unclaimed_labels:
+            found.setdefault(int(label), []).append(str(result.row["case"]))
+    if not found or config.regions is None:
+        return
+    if not config.ignore_unclaimed_labels:
+        raise ValueError("--regions: " + unclaimed_labels_message(
+            {k: sorted(v) for k, v in found.items()}, config.regions,
+            "--ignore-unclaimed-labels / ignore_unclaimed_labels=True"))
+    n = len({c for ids in found.values() for c in ids})
+    warnings.warn(f"--regions: label(s) {sorted(found)} of {n} case(s) are in no region and count as background "
+                  "(--ignore-unclaimed-labels)", UserWarning, stacklevel=2)
+
+
+def check_recorded_regions(predictions: str | os.PathLike, layout: str, regions: Mapping[str, Sequence[int]] | None
+                           ) -> None:
+    """Refuse a region spec other than the one recorded with region-based predictions (``infer --regions``, or the
+    regions of an nnU-Net model), before any work: another label set in some channel, another number of regions,
+    or no spec at all (as ``monai-unc triage`` compares a rule's regions:
+    :func:`monai_unc.evaluation.triage.region_differences`; the names may differ). Class-based predictions and
+    predictions without a record are not checked.
+
+    Args:
+        predictions: the predictions folder.
+        layout: its file naming (``monai-unc`` or ``nnunet``).
+        regions: the evaluation's region spec (None: class-based).
+
+    Returns:
+        None; ``ValueError`` naming ``--regions`` and both specs on a mismatch.
+    """
+    found = prediction_regions(predictions, layout)
+    if found is None or found is False:
+        return
+    spec = None if regions is None else {k: list(v) for k, v in dict(regions).items()}
+    if region_differences(spec, found):
+        recorded = "region-based predictions" if found is True else f"the regions {found}"
+        raise ValueError(f"--regions: the predictions in {predictions} were made with {recorded}, but the evaluation "
+                         f"uses {spec if spec is not None else 'no region spec'}: give the predictions' spec (every "
+                         "label of a channel must match)")
+
+
 def evaluate_cases(
     cases: Sequence[CaseFiles],
     config: EvaluationConfig,
@@ -111,9 +168,11 @@ def evaluate_cases(
     cache: str | os.PathLike | None = None,
 ) -> CohortState:
     """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order); the first
-    failing case raises. ``cache``: per-case resume folder (:func:`evaluate_shard`)."""
-    state = assemble_state(evaluate_shard(cases, config, cache=cache, progress=progress, desc=desc),
-                           config.n_fine_bins, regions=_regions(config))
+    failing case raises; labels that no region claims are refused (:func:`check_unclaimed_labels`). ``cache``:
+    per-case resume folder (:func:`evaluate_shard`)."""
+    results = evaluate_shard(cases, config, cache=cache, progress=progress, desc=desc)
+    check_unclaimed_labels(results, config)
+    state = assemble_state(results, config.n_fine_bins, regions=_regions(config))
     if state is None:
         raise ValueError("no case to evaluate")
     return state
@@ -125,7 +184,8 @@ def _pack(got: tuple[CaseResult, CaseFiles, int]) -> dict[str, Any]:
     return {"row": result.row, "warnings": result.warnings, "num_classes": n_cls, "files": files.to_json(),
             "histogram": None if result.histogram is None else result.histogram.state_dict(),
             "region_histograms": None if result.region_histograms is None
-            else region_histograms_state(result.region_histograms), "curves": result.curves}
+            else region_histograms_state(result.region_histograms), "curves": result.curves,
+            "unclaimed_labels": list(result.unclaimed_labels)}
 
 
 def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
@@ -133,7 +193,8 @@ def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
     if d["histogram"] is not None:
         hist = ConfidenceHistogram.from_state_dict(d["histogram"])
     rh = None if d.get("region_histograms") is None else region_histograms_from_state(d["region_histograms"])
-    return (CaseResult(d["row"], hist, d["warnings"], region_histograms=rh, curves=d.get("curves")),
+    return (CaseResult(d["row"], hist, d["warnings"], region_histograms=rh, curves=d.get("curves"),
+                       unclaimed_labels=list(d.get("unclaimed_labels") or [])),
             CaseFiles.from_json(d["files"]), int(d["num_classes"]))
 
 
@@ -210,12 +271,18 @@ def _run_evaluate(
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
         config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after the evaluation
+        check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
         return cases
 
     cohort: dict[str, CohortState] = {}  # rank 0: the assembled state, returned (not broadcast)
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
         late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
+        try:
+            check_unclaimed_labels(run.results, config)
+        except ValueError:
+            stale(run)
+            raise
         state = assemble_state(run.results, config.n_fine_bins, late, regions=_regions(config))
         if late:
             raise CasesFailed([CaseFailure(c, ctx.rank, error_line(e)) for c, e in late])

@@ -179,3 +179,22 @@ class SSNInferer(UncertaintyInferer):
         kwargs.pop("sources", None)
         super().__init__(sources=[SSNSource(num_samples, reuse_features=reuse_features)], **kwargs)
         self.num_samples = num_samples
+
+    def __call__(self, inputs: torch.Tensor, network: Callable | None = None, *args: Any, **kwargs: Any):
+        """Run the inferer (:meth:`UncertaintyInferer.__call__`), refusing an empty batch.
+
+        An empty batch has no latent distribution to draw from: ``ValueError`` naming ``inputs``.
+
+        Args:
+            inputs: ``(B, C_in, *spatial)`` with ``B >= 1``.
+            network: the SSN.
+            *args: passed to the network.
+            **kwargs: passed to the network.
+
+        Returns:
+            The :class:`~monai_unc.inferers.UncertaintyOutput`.
+        """
+        if isinstance(inputs, torch.Tensor) and inputs.ndim >= 1 and (inputs.shape[0] == 0 or inputs.numel() == 0):
+            raise ValueError(f"SSNInferer: inputs is an empty batch (shape {tuple(inputs.shape)}): an SSN draws from "
+                             "the distribution of at least one image")
+        return super().__call__(inputs, network, *args, **kwargs)

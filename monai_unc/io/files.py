@@ -13,12 +13,13 @@ writable or creatable), :func:`check_output_file` (not an input file, not even t
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -479,6 +480,47 @@ def check_output_file(
     except ValueError as e:
         raise ValueError(f"{what} {output} cannot be written: {e}") from None
     return out
+
+
+def check_inputs_not_written(
+    output: str | os.PathLike, written: Iterable[str], *inputs: str | os.PathLike | None, what: str = "output folder"
+) -> None:
+    """Check, before any work, that a command's outputs would replace no input file and fill no input folder.
+
+    The command writes (or removes) the files ``written`` in the folder ``output``; none may be one of its input
+    files, and it may not write into one of its input folders.
+
+    Args:
+        output: the command's output folder.
+        written: what the command writes or removes there: paths relative to ``output`` with ``/`` between
+            folders, glob patterns allowed (``"triage.json"``, ``"state/*"``, ``"case1_*"``); a folder the command
+            writes into is given as its name and ``"<name>/*"``.
+        *inputs: the input files and folders (None is skipped). A symbolic link counts as the file it points to.
+        what: how the message names ``output``.
+
+    Returns:
+        None. ``ValueError`` naming the input and the output, e.g. for ``triage --rule OUT/triage.json -o OUT``.
+
+    Example:
+        >>> check_inputs_not_written("out", ["triage.json", "state/*"], "rule.json")  # elsewhere: fine
+    """
+    out = Path(os.path.abspath(os.fspath(output))).resolve()
+    patterns = [str(p).strip("/") for p in written]
+    for inp in inputs:
+        if inp is None:
+            continue
+        src = Path(os.path.abspath(os.fspath(inp))).resolve()
+        if out not in src.parents:
+            continue
+        rel = src.relative_to(out).as_posix()
+        if src.is_dir():
+            hit = any(fnmatch.fnmatchcase(rel, p) or p.startswith(rel + "/") for p in patterns)
+            if hit:
+                raise ValueError(f"{what} {output}: the command writes into {rel}/, the input folder {inp}; choose "
+                                 "another output folder (inputs are never written to)")
+        elif any(fnmatch.fnmatchcase(rel, p) for p in patterns):
+            raise ValueError(f"{what} {output}: the command writes {rel} there, which is the input file {inp}; choose "
+                             "another output folder or move the input (inputs are never overwritten)")
 
 
 def clean_partial_files(folder: str | os.PathLike) -> int:

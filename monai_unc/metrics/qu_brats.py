@@ -600,20 +600,29 @@ class QUBraTSMetric(CumulativeIterationMetric):
             raise ValueError(f"component must be one of {_COMPONENTS}, got {component!r}")
         self.uncertainty_max = uncertainty_max
         self.regions = None if regions is None else parse_regions(regions)
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+                or not 0.0 < float(threshold) < 1.0:  # NaN fails the comparison
+            raise ValueError(f"threshold must be a probability in (0, 1) to binarise y_pred, got {threshold!r}")
         self.threshold = float(threshold)
         self.component = component
         self.reduction = reduction
         self.get_not_nans = get_not_nans
 
-    def _masks(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        """Batch ``(B, R, *spatial)`` of bool region masks from masks, probabilities or (with regions) label maps."""
+    def _masks(self, x: torch.Tensor, name: str, probabilities: bool = True) -> torch.Tensor:
+        """Batch ``(B, R, *spatial)`` of bool region masks from masks, probabilities or label maps.
+
+        Probabilities in [0, 1] are binarised with ``threshold`` only when ``probabilities`` (``y_pred``); a soft
+        ``y`` is refused as :func:`qu_brats` refuses a soft ``target``. Label maps need ``regions``.
+        """
         if self.regions is not None and x.shape[1] == 1:
             return label_to_regions(x, self.regions, channel_dim=1)
         if x.dtype == torch.bool:
             return x
-        if x.is_floating_point():
+        if probabilities and x.is_floating_point():
             check_finite(x, name)
             if not bool(((x == 0) | (x == 1)).all()):
+                if bool(((x < 0) | (x > 1)).any()):
+                    raise ValueError(f"{name} must hold binary masks or probabilities in [0, 1]")
                 return x >= self.threshold
         return _binary(x, name)
 
@@ -637,6 +646,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
             raise ValueError("QUBraTSMetric needs uncertainty=... (R maps per case)")
         if isinstance(y_pred, (list, tuple)):
             n = len(y_pred)
+            if n == 0:
+                raise ValueError("y_pred is an empty list: give at least one case")
             for arg, what in ((y, "y"), (uncertainty, "uncertainty")):
                 if not isinstance(arg, (list, tuple)) or len(arg) != n:
                     raise ValueError(f"{what} must be a list of {n} items like y_pred (decollated)")
@@ -659,7 +670,12 @@ class QUBraTSMetric(CumulativeIterationMetric):
         u = _plain(to_tensor(uncertainty, "uncertainty"))
         if p.ndim < 3:
             raise ValueError(f"y_pred must be (B, R, *spatial), got shape {tuple(p.shape)}")
-        pm, tm = self._masks(p, "y_pred"), self._masks(t.to(p.device), "y")
+        if p.numel() == 0:
+            raise ValueError(f"y_pred is empty (shape {tuple(p.shape)}): give at least one case with voxels")
+        # the checks of qu_brats: uncertainty non-empty, finite, in range; the reference binary
+        if self.uncertainty_max is None:  # else to_qu_brats_range checks the range below
+            u = _uncertainty(u, self.max_uncertainty)
+        pm, tm = self._masks(p, "y_pred"), self._masks(t.to(p.device), "y", probabilities=False)
         if not (pm.shape == tm.shape == u.shape):
             raise ValueError(
                 f"y_pred, y and uncertainty must have the same shape (B, R, *spatial) after region conversion, got "

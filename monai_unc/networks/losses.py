@@ -163,8 +163,12 @@ class SSNLoss(nn.Module):
             target: label map ``(B, *spatial)`` or ``(B, 1, *spatial)``.
 
         Returns:
-            The mean over the batch of the negative log-likelihood, a 0-dim tensor.
+            The mean over the batch of the negative log-likelihood, a 0-dim tensor. ``ValueError`` for an empty
+            batch (no mean to take).
         """
+        if isinstance(target, torch.Tensor) and (target.ndim == 0 or target.numel() == 0):
+            raise ValueError(f"SSNLoss: target is empty (shape {tuple(target.shape)}): a batch needs at least one "
+                             "image with voxels")
         if isinstance(distribution, torch.Tensor):  # point mass at the given logits
             logits = distribution.as_tensor() if hasattr(distribution, "as_tensor") else distribution
             if logits.ndim < 3:

@@ -105,6 +105,9 @@ def no_autocast(device: torch.device) -> Iterator[None]:
 def _check_params(mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor) -> None:
     if mean.ndim < 3:
         raise ValueError(f"mean must be (B, C, *spatial), got shape {tuple(mean.shape)}")
+    if mean.shape[0] == 0 or mean[0].numel() == 0:
+        raise ValueError(f"mean is empty (shape {tuple(mean.shape)}): an SSN distribution needs at least one image "
+                         "with voxels")
     if cov_diag.shape != mean.shape:
         raise ValueError(f"cov_diag must have the shape of mean {tuple(mean.shape)}, got {tuple(cov_diag.shape)}")
     if cov_factor.ndim != mean.ndim + 1 or cov_factor.shape[0] != mean.shape[0] or (

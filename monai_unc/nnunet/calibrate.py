@@ -26,7 +26,7 @@ from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
 from torch import nn
 
-from monai_unc.io import atomic_copy, atomic_torch_save, atomic_write_json
+from monai_unc.io import atomic_copy, atomic_torch_save, atomic_write_json, check_output_folder
 from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
 from monai_unc.nnunet.export import region_definitions
@@ -88,6 +88,7 @@ def calibrate_model_folder(
     src, dst = Path(model_training_output_dir), Path(output_dir)
     if src.resolve() == dst.resolve():
         raise ValueError("output_dir must differ from the model folder: the calibrated checkpoints are a copy")
+    check_output_folder(dst, src)  # not inside the model folder (never written to), writable, not a file
     plans = json.loads((src / "plans.json").read_text())
     base = preprocessed_dir if preprocessed_dir is not None else os.environ.get("nnUNet_preprocessed")
     if base is None:

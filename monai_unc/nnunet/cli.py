@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 
+from monai_unc.io import check_output_folder
 from monai_unc.keys import DEFAULT_MEASURES
 from monai_unc.nnunet.calibrate import calibrate_model_folder
 from monai_unc.nnunet.dropout import write_dropout_plans
@@ -193,6 +194,8 @@ def _predict(args: argparse.Namespace) -> int:
             verbose_preprocessing=args.verbose,
             allow_tqdm=not args.disable_progress_bar,
         )
+        # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
+        check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
         predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
         os.makedirs(args.o, exist_ok=True)
         predictor.predict_from_files(

@@ -35,7 +35,7 @@ from ..io import (
     list_image_cases,
     read_volume,
 )
-from ..regions import RegionSpec, label_to_regions
+from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_labels_message
 from ..temperature import calibrate_network
 from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
@@ -56,6 +56,7 @@ def collect_logits(
     progress: bool = True,
     activation: str = "softmax",
     regions: RegionSpec | str | os.PathLike | None = None,
+    ignore_unclaimed_labels: bool = False,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Deterministic logits ``(1, C, *spatial)`` (network in eval mode) and checked labels ``(1, *spatial)`` of
     validation cases, on the CPU.
@@ -74,6 +75,7 @@ def collect_logits(
                                                                     mode="gaussian")
     net = model.network.eval()
     logits, targets = [], []
+    unclaimed: dict[int, list[str]] = {}
     for case, label_path in tqdm(list(zip(cases, labels)), desc="logits", unit="case", disable=not progress,
                                  file=sys.stderr):
         image, affine = load_image_case(case)
@@ -93,10 +95,16 @@ def collect_logits(
         what = f"case {case.case_id!r}: label {Path(label_path).name}"
         if activation == "sigmoid":
             targets.append(_region_target(lab, int(z.shape[1]), spec, what))
+            if spec is not None and lab.shape[0] == 1:
+                for label in unclaimed_labels(lab[0], spec):
+                    unclaimed.setdefault(label, []).append(case.case_id)
         else:
             y = check_label_map(lab[0], what, int(z.shape[1]))
             targets.append(torch.from_numpy(y)[None])
         logits.append(z)
+    if unclaimed and not ignore_unclaimed_labels:
+        assert spec is not None
+        raise ValueError("--regions: " + unclaimed_labels_message(unclaimed, spec, "--ignore-unclaimed-labels"))
     return logits, targets
 
 
@@ -153,6 +161,7 @@ def run_calibrate(
     progress: bool = True,
     activation: str = "softmax",
     regions: RegionSpec | str | os.PathLike | None = None,
+    ignore_unclaimed_labels: bool = False,
 ) -> tuple[Path, dict]:
     """Fit a temperature on the labelled cases of ``images`` / ``labels`` and write the calibrated checkpoint
     ``output`` (``.pt`` / ``.pth``) and its record ``output.with_suffix(".json")``, both atomically. Neither may be
@@ -167,7 +176,8 @@ def run_calibrate(
     ``activation="sigmoid"`` calibrates a region-based network per region (module docstring; ``regions`` builds
     the region masks from label maps and names the regions in the record: ``record["regions"]`` is the spec
     ``{name: [label, ...]}``, or the channel names ``["0", "1", ...]`` without one; a ``.json`` path is read as
-    ``--regions`` reads it).
+    ``--regions`` reads it). Label values that no region holds are refused unless ``ignore_unclaimed_labels``
+    (:func:`collect_logits`).
 
     The options take what the command line's flags give: ``device="auto"`` (CUDA when available,
     :func:`~monai_unc.workflows.prepare.resolve_device`), ``roi=[64]`` (one size for every axis, as ``64``).
@@ -183,7 +193,8 @@ def run_calibrate(
             raise FileNotFoundError(f"{what} folder not found: {folder}")
     # nothing is written over an input: the checkpoint, a network spec file, the bundle, the image / label folders
     spec_file = network if isinstance(network, (str, os.PathLike)) and Path(network).is_file() else None
-    inputs = (images, labels, checkpoint, spec_file, bundle)
+    regions_file = regions if isinstance(regions, (str, os.PathLike)) and Path(regions).is_file() else None
+    inputs = (images, labels, checkpoint, spec_file, bundle, regions_file)
     check_output_file(out, *inputs, what="--output")
     check_output_file(out.with_suffix(".json"), *inputs, what="record of --output")
     loaded = load_network(model=model, bundle=bundle, network=network,
@@ -198,7 +209,8 @@ def run_calibrate(
         raise ValueError(f"no label in {labels} for case(s) {missing[:5]}")
     intensity = loaded.default_intensity if intensity == "auto" else intensity
     logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
-                                     overlap, device, progress=progress, activation=activation, regions=spec)
+                                     overlap, device, progress=progress, activation=activation, regions=spec,
+                                     ignore_unclaimed_labels=ignore_unclaimed_labels)
     example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
     if roi is not None:  # one window, a size the network accepts
         size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi

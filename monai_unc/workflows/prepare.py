@@ -20,6 +20,7 @@ import csv
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,14 @@ import numpy as np
 import torch
 
 from ..evaluation import EvaluationConfig, read_shifts
+from ..evaluation.triage import RULE_FILE
 from ..inferers import add_dropout, enable_mc_dropout
-from ..io import ImageCase, check_output_file, check_output_folder, list_image_cases
+from ..io import ImageCase, check_inputs_not_written, check_output_file, check_output_folder, list_image_cases
 from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure
 from ..regions import RegionSpec, parse_regions
 from ..temperature import TemperatureScaled
 from .factory import build_inferer, check_method_network, check_roi, method_tokens, normalize_roi
-from .infer import FAILURES_FILE, INTENSITY_MODES, InferSettings
+from .infer import FAILURES_FILE, INTENSITY_MODES, InferSettings, load_image_case
 from .models import LoadedModel, load_network
 
 __all__ = [
@@ -44,7 +46,10 @@ __all__ = [
     "read_region_spec",
     "read_case_list",
     "infer_measures",
+    "infer_written_files",
     "check_infer_output",
+    "EVALUATE_WRITES",
+    "check_region_channels",
     "prepare_infer",
     "prepare_evaluate",
     "error_text",
@@ -52,6 +57,11 @@ __all__ = [
 
 #: values of ``--activation`` of ``infer`` (``"none"``: the network outputs probabilities already)
 ACTIVATIONS = ("softmax", "sigmoid", "none")
+
+#: what ``monai-unc evaluate`` writes (or removes) in its output folder (patterns of
+#: :func:`monai_unc.io.check_inputs_not_written`)
+EVALUATE_WRITES = ("metrics.csv", "summary.json", FAILURES_FILE, RULE_FILE, "state", "state/*", ".*.partial*")
+_EVALUATE_FILES = EVALUATE_WRITES[:4]
 
 #: the maps of one deterministic pass (``--method softmax``): no expected entropy, mutual information or variance
 SOFTMAX_MEASURES = ("predictive_entropy", "one_minus_max_prob")
@@ -222,33 +232,113 @@ def _checkpoint_list(checkpoint: str | os.PathLike | Sequence[str | os.PathLike]
     return [os.fspath(c) for c in checkpoint]
 
 
+def _regions_file(regions: RegionSpec | str | os.PathLike | None) -> str | None:
+    """The file of a ``--regions`` spec given as a path (None for a name, inline JSON, a mapping or no spec)."""
+    if regions is None or isinstance(regions, Mapping):
+        return None
+    text = os.fspath(regions)
+    if text.lstrip().startswith("{") or not Path(text).is_file():
+        return None
+    return text
+
+
+def infer_written_files(case_ids: Sequence[str]) -> list[str]:
+    """What ``monai-unc infer`` writes in its output folder for the cases ``case_ids``.
+
+    The patterns are those of :func:`monai_unc.io.check_inputs_not_written`.
+
+    Args:
+        case_ids: the ids of the input images.
+
+    Returns:
+        ``infer.json``, ``failures.json``, the partial files of atomic writes and per case ``<case>.json`` and
+        ``<case>_*`` (segmentation, probabilities, maps).
+    """
+    return ["infer.json", FAILURES_FILE, ".*.partial*",
+            *(p for cid in map(glob_escape, case_ids) for p in (f"{cid}.json", f"{cid}_*"))]
+
+
 def check_infer_output(
     output: str | os.PathLike,
     input: str | os.PathLike,
     *,
     checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = (),
     network: str | os.PathLike | Mapping | None = None,
+    bundle: str | os.PathLike | None = None,
+    regions: RegionSpec | str | os.PathLike | None = None,
 ) -> Path:
     """The checks of ``infer`` that come before any work: the ``input`` folder exists, ``output`` is a writable
-    folder outside it, and the run's own files (``infer.json``, ``failures.json``) would not replace a checkpoint or
-    a network spec file.
+    folder outside it and outside the bundle, and none of the run's files (``infer.json``, ``failures.json``, the
+    per-case files) would replace a checkpoint, the network spec file or the regions file.
 
     Args:
         output: the ``--output`` folder.
         input: the ``--input`` folder of images.
         checkpoint: the ``--checkpoint`` file(s).
         network: the ``--network`` spec (a path, inline JSON or a mapping).
+        bundle: the ``--bundle`` folder.
+        regions: the ``--regions`` spec (a path, a name, inline JSON or a mapping).
 
     Returns:
         The resolved output folder. ``FileNotFoundError`` naming ``--input``; ``ValueError`` for a bad output.
     """
     if not Path(input).is_dir():
         raise FileNotFoundError(f"--input folder not found: {input}")
-    out = check_output_folder(output, input)  # not inside the input, writable
-    inputs = [*_checkpoint_list(checkpoint), _spec_file(network)]
-    for name in ("infer.json", FAILURES_FILE):  # the run's own files never replace an input file
+    out = check_output_folder(output, input, bundle)  # not inside the input or the bundle, writable
+    inputs = [*_checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]
+    for name in ("infer.json", FAILURES_FILE):  # the run's own files never replace an input file (hard links too)
         check_output_file(out / name, *inputs, what="output")
+    try:
+        ids = [c.case_id for c in list_image_cases(input)]
+    except ValueError:  # no image: prepare_infer says so
+        ids = []
+    check_inputs_not_written(out, infer_written_files(ids), *inputs, what="--output")
     return out
+
+
+def check_region_channels(
+    model: LoadedModel,
+    regions: Mapping[str, Sequence[int]],
+    case: ImageCase | None,
+    roi: int | Sequence[int] | None = None,
+    device: str | torch.device = "cpu",
+) -> None:
+    """Check once, before any case is predicted, that a region-based network outputs one sigmoid channel per region
+    of ``regions``: one deterministic pass on a blank input of the first case's size (one window of ``roi`` when
+    given). Skipped for a bundle with preprocessing (its output size is known only after the transforms) and when
+    the blank pass itself fails (the case then reports it).
+
+    Args:
+        model: the loaded network.
+        regions: the parsed ``--regions`` spec.
+        case: the first image case (None: nothing to check).
+        roi: the sliding-window size, if any.
+        device: where the network runs.
+
+    Returns:
+        None; ``ValueError`` naming ``--regions`` and both counts on a mismatch (regions need at least 2 channels).
+    """
+    if case is None or model.preprocessing is not None:
+        return
+    image, _ = load_image_case(case)
+    size = list(image.shape[1:])
+    if roi is not None:
+        size = [roi] * len(size) if isinstance(roi, int) else list(roi)
+    x = torch.zeros((1, image.shape[0], *size), dtype=torch.float32, device=device)
+    try:
+        with torch.no_grad():
+            out = model.network(x)
+    except Exception:  # a shape the network refuses: the cases report it with their ids
+        return
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    if not isinstance(out, torch.Tensor) or out.ndim < 2:
+        return
+    channels = int(out.shape[1])
+    if channels != len(regions) or channels < 2:
+        raise ValueError(f"--regions names {len(regions)} region(s) ({', '.join(regions)}) but the network outputs "
+                         f"{channels} channel(s): a region-based network needs one sigmoid channel per region (and at "
+                         "least 2)")
 
 
 def prepare_infer(
@@ -307,7 +397,8 @@ def prepare_infer(
 
     Returns:
         The :class:`InferPlan`. Every refusal is a ``ValueError`` naming the option (``FileNotFoundError`` for a
-        missing ``input`` or regions file), raised before any case is predicted.
+        missing ``input`` or regions file), raised before any case is predicted; with ``regions`` the network's
+        channel count is checked by one blank pass (:func:`check_region_channels`).
 
     Example:
         >>> plan = prepare_infer("images", model="example", method="mcdropout+tta", samples=4)  # doctest: +SKIP
@@ -346,6 +437,8 @@ def prepare_infer(
     if "mcdropout" in method_tokens(method):
         enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
     check_method_network(method, net)  # ssn: an SSN head, one error now
+    if spec is not None:
+        check_region_channels(loaded, spec, cases[0] if cases else None, roi, device)  # once, not once per case
     members = loaded.checkpoints if "ensemble" in method_tokens(method) else loaded.checkpoints[:1]
     inferer = build_inferer(
         method, samples=samples, roi=roi, overlap=overlap, sw_batch_size=sw_batch_size, checkpoints=members,
@@ -377,8 +470,8 @@ def prepare_evaluate(
 ) -> EvaluationConfig:
     """The checks of ``monai-unc evaluate`` that come before any work, and its configuration.
 
-    ``output`` must be a writable folder outside the input folders, and its files (``metrics.csv``,
-    ``summary.json``, ``failures.json``) must not replace the shifts or calibration-cases file; the files named by
+    ``output`` must be a writable folder outside the input folders, and its files (:data:`EVALUATE_WRITES`) must not
+    replace the shifts, calibration-cases or regions file nor fill an input folder; the files named by
     ``shifts``, ``calibration_cases`` and ``regions`` are read; the configuration is validated.
 
     Args:
@@ -400,8 +493,10 @@ def prepare_evaluate(
     shifts_file = None if shifts is None or isinstance(shifts, Mapping) else shifts
     cases_file = calibration_cases if isinstance(calibration_cases, (str, os.PathLike)) else None
     out = check_output_folder(output, labels, predictions, uncertainty, images)
-    for name in ("metrics.csv", "summary.json", FAILURES_FILE):
-        check_output_file(out / name, shifts_file, cases_file, what="output")
+    files = (shifts_file, cases_file, _regions_file(regions))
+    for name in _EVALUATE_FILES:  # hard links too
+        check_output_file(out / name, *files, what="output")
+    check_inputs_not_written(out, EVALUATE_WRITES, *files, labels, predictions, uncertainty, images, what="--output")
     config = EvaluationConfig(
         shifts=read_shifts(shifts_file) if shifts_file is not None else (None if shifts is None else dict(shifts)),
         calibration_cases=read_case_list(cases_file) if cases_file is not None else (

@@ -12,12 +12,15 @@ from typing import Any
 from ..distributed import get_dist_context
 from ..evaluation import load_evaluation, run_triage
 from ..evaluation.triage import TriageResult
-from ..io import check_output_file, check_output_folder
+from ..io import check_inputs_not_written, check_output_file, check_output_folder
 from ..report.html import build_report
 from ..report.triage import build_triage_page
 from .prepare import error_text, read_case_list
 
-__all__ = ["check_overlay_count", "check_evaluation_folder", "run_report", "triage_with_page"]
+__all__ = ["REPORT_WRITES", "check_overlay_count", "check_evaluation_folder", "run_report", "triage_with_page"]
+
+#: what ``monai-unc report`` writes in its output folder (patterns of :func:`monai_unc.io.check_inputs_not_written`)
+REPORT_WRITES = ("report.html", "figures", "figures/*", ".*.partial*")
 
 
 def check_overlay_count(cases: Any) -> int:
@@ -97,6 +100,7 @@ def run_report(
     out = Path(output) if output is not None else Path(evaluation) / "report"
     check_output_folder(out, images)  # not inside the images, writable: before any work
     check_output_file(out / "report.html", cases_file, what="output")
+    check_inputs_not_written(out, REPORT_WRITES, cases_file, images, what="--output")
     check_evaluation_folder(evaluation)
     ids = read_case_list(cases_file) if cases_file is not None else (
         None if calibration_cases is None else [str(c) for c in calibration_cases])

@@ -14,6 +14,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -483,3 +484,70 @@ def test_risk_control_uses_the_combined_score(cohort, tmp_path):
     assert rule["regions"] == {k: list(v) for k, v in BRATS.items()}
     assert rule["score"]["column"] == "predictive_entropy_fg_mean"
     assert rule["calibration"]["scores"] == sorted(s for s in scores.values() if math.isfinite(s))
+
+
+def _relabel(cohort, folder: Path, change) -> Path:
+    """A copy of the cohort's labels with ``change(label map, case index)`` applied."""
+    folder.mkdir()
+    for i, p in enumerate(sorted(cohort["labels"].glob("*.nii.gz"))):
+        lab = np.asarray(nib.load(p).dataobj).copy()
+        change(lab, i)
+        _nii(folder / p.name, lab)
+    return folder
+
+
+def _to_2023(lab: np.ndarray, i: int) -> None:
+    lab[lab == 4] = 3  # the BraTS 2023 convention: enhancing tumour = 3
+
+
+def test_labels_that_no_region_claims_are_refused(cohort, tmp_path, capsys):
+    """BraTS 2023 labels (ET = 3) evaluated with 'brats' used to exit 0 with dice_ET = 0; a label 7 was background."""
+    labels = _relabel(cohort, tmp_path / "labels23", _to_2023)
+    with pytest.raises(ValueError, match=r"label 3 in 3 case\(s\) \(case0, case1, case2\).*did you mean brats2023\?"):
+        run_evaluate(labels, cohort["pred"], tmp_path / "a", EvaluationConfig(regions="brats"))
+    assert not (tmp_path / "a" / "metrics.csv").exists()
+    with pytest.raises(ValueError, match="did you mean brats2023"):
+        evaluate_cases(match_cases(labels, cohort["pred"]), EvaluationConfig(regions="brats"))
+    out = tmp_path / "b"
+    argv = ["evaluate", "-l", str(labels), "-p", str(cohort["pred"]), "-o", str(out), "--regions", "brats", "-q"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "label 3 in 3 case(s)" in err and "did you mean brats2023?" in err and "--ignore-unclaimed-labels" in err
+    assert not (out / "metrics.csv").exists() and not (out / "summary.json").exists()
+    # asked for explicitly: label 3 counts as background, one warning; the per-case states of the refused run are
+    # reused (the option does not change a case's numbers)
+    assert main([*argv, "--ignore-unclaimed-labels"]) == 0
+    assert "count as background" in capsys.readouterr().err
+    rows = _rows(out / "metrics.csv")
+    assert {float(rows[f"case{i}"]["dice_ET"]) for i in range(3)} == {0.0}
+    # a label 7 in one case: no named spec claims it
+    labels7 = _relabel(cohort, tmp_path / "labels7", lambda lab, i: lab.__setitem__((slice(0, 2),) * 3, 7)
+                       if i == 1 else None)
+    with pytest.raises(ValueError, match=r"label 7 in 1 case\(s\) \(case1\).*give a region spec that claims"):
+        run_evaluate(labels7, cohort["pred"], tmp_path / "c", EvaluationConfig(regions="brats"))
+    with pytest.raises(TypeError, match="ignore_unclaimed_labels"):
+        EvaluationConfig(regions="brats", ignore_unclaimed_labels="yes").validate()
+
+
+def test_regions_other_than_the_recorded_ones_are_refused(cohort, tmp_path, capsys):
+    """Predictions of 'infer --regions brats' evaluated with 'brats2023' used to exit 0 with dice_ET = 0."""
+    pred = tmp_path / "pred"
+    shutil.copytree(cohort["pred"], pred)
+    (pred / "infer.json").write_text(json.dumps({"settings": {"activation": "sigmoid"}, "multilabel": True,
+                                                 "regions": {"TC": [1, 4], "WT": [1, 2, 4], "ET": [4]}}))
+    labels = _relabel(cohort, tmp_path / "labels23", _to_2023)
+    with pytest.raises(ValueError, match=r"--regions: the predictions in .* were made with the regions"):
+        run_evaluate(labels, pred, tmp_path / "a", EvaluationConfig(regions="brats2023"))
+    capsys.readouterr()
+    out = tmp_path / "b"
+    assert main(["evaluate", "-l", str(labels), "-p", str(pred), "-o", str(out), "--regions", "brats2023",
+                 "-q"]) == 2
+    assert "were made with the regions" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+    with pytest.raises(ValueError, match="no region spec"):  # region-based predictions need the spec
+        run_evaluate(cohort["labels"], pred, tmp_path / "c", EvaluationConfig(num_classes=3))
+    # the recorded spec under other names (they only name the columns): evaluated
+    spec = '{"tc": [1, 4], "wt": [1, 2, 4], "et": [4]}'
+    assert main(["evaluate", "-l", str(cohort["labels"]), "-p", str(pred), "-o", str(tmp_path / "d"), "--regions",
+                 spec, "--no-spatial", "-q"]) == 0

@@ -831,3 +831,23 @@ def test_link_page(tmp_path):
     bad.write_text("plain text")
     with pytest.raises(ValueError, match="<body>"):
         link_page(bad, target, "t")
+
+
+def test_triage_refuses_a_rule_its_output_would_replace(cohorts, tmp_path, capsys):
+    """``triage --rule OUT/triage.json -o OUT`` used to exit 0 and replace the rule with its own output."""
+    out = tmp_path / "out"
+    out.mkdir()
+    b = cohorts["B"]
+    for name in ("triage.json", "triage.csv", "state/cases/toy000.json"):
+        rule = out / name
+        rule.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cohorts["rule"], rule)
+        before = hashlib.sha256(rule.read_bytes()).hexdigest()
+        with pytest.raises(ValueError, match="never overwritten"):
+            run_triage(b["predictions"], rule, out)
+        capsys.readouterr()
+        assert cli.main(["triage", "-p", str(b["predictions"]), "--rule", str(rule), "-o", str(out), "-q"]) == 2
+        assert "never overwritten" in capsys.readouterr().err
+        assert hashlib.sha256(rule.read_bytes()).hexdigest() == before
+        rule.unlink()
+    assert not list(out.rglob("*.csv")) and not (out / "triage.html").exists()

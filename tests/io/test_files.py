@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from monai_unc.io import atomic_copy, atomic_savefig, save_nifti_image
+from monai_unc.io import atomic_copy, atomic_savefig, check_inputs_not_written, save_nifti_image
 
 
 def _figure() -> Figure:
@@ -67,3 +67,25 @@ def test_save_nifti_image_keeps_dtype_and_header(tmp_path):
         save_nifti_image(img, tmp_path / "label.npz")
     with pytest.raises(TypeError, match="image must be a nibabel image"):
         save_nifti_image(np.zeros((2, 2, 2)), tmp_path / "x.nii.gz")
+
+
+def test_check_inputs_not_written_refuses_what_the_command_writes(tmp_path):
+    out = tmp_path / "out"
+    (out / "state" / "cases").mkdir(parents=True)
+    rule = out / "triage.json"
+    rule.write_text("{}")
+    written = ["triage.json", "state", "state/*", "case1_*"]
+    with pytest.raises(ValueError, match=r"writes triage.json there, which is the input file .*never overwritten"):
+        check_inputs_not_written(out, written, rule)
+    with pytest.raises(ValueError, match=r"writes into state/cases/, the input folder"):
+        check_inputs_not_written(out, written, out / "state" / "cases")
+    with pytest.raises(ValueError, match="case1_probs.nii.gz"):
+        check_inputs_not_written(out, written, out / "case1_probs.nii.gz")
+    link = tmp_path / "rule_link.json"  # a link outside the folder to a file the command writes
+    os.symlink(rule, link)
+    with pytest.raises(ValueError, match="never overwritten"):
+        check_inputs_not_written(out, written, link)
+    # elsewhere, or inside the folder under a name the command does not write: fine
+    (out / "rule.json").write_text("{}")
+    check_inputs_not_written(out, written, tmp_path / "rule.json", out / "rule.json", None, out / "case10_seg")
+    check_inputs_not_written(out, written, out / "images")  # a folder the command does not write into

@@ -357,3 +357,30 @@ def test_docs_regions_example_runs(tmp_path, monkeypatch):
     assert len(blocks) >= 3, "docs/regions.md lost a python example"
     for code in blocks:
         exec(compile(code, "docs/regions.md", "exec"), {"__name__": "__docs__"})
+
+
+def test_metric_checks_its_inputs_as_the_function_does():
+    """threshold NaN or 2.0 gave a perfect prediction 0.0125 instead of 0.975; a soft y was binarised silently
+    while qu_brats refuses a soft target; an empty batch failed inside MONAI ("index 0 is out of bounds")."""
+    for bad in (float("nan"), 2.0, 0.0, 1.0, -0.5, True, "0.5", None):
+        with pytest.raises(ValueError, match="threshold"):
+            QUBraTSMetric(threshold=bad)
+    mask = torch.zeros(1, 1, 6, 6, 6)
+    mask[..., 1:5, 1:5, 1:5] = 1.0
+    u = torch.zeros_like(mask)
+    metric = QUBraTSMetric(component="dice_auc")
+    assert metric(y_pred=mask, y=mask, uncertainty=u).item() == pytest.approx(0.975)
+    assert QUBraTSMetric(component="dice_auc", threshold=0.9)(y_pred=0.95 * mask, y=mask, uncertainty=u).item() \
+        == pytest.approx(0.975)  # probabilities in y_pred: binarised at the threshold
+    with pytest.raises(ValueError, match="target must be a binary mask|y must be a binary mask"):
+        metric(y_pred=mask, y=0.3 * mask, uncertainty=u)
+    with pytest.raises(ValueError, match="target must be a binary mask"):
+        qu_brats(u[0, 0], mask[0, 0] > 0, 0.3 * mask[0, 0])
+    with pytest.raises(ValueError, match="probabilities in \\[0, 1\\]"):
+        metric(y_pred=1.5 * mask, y=mask, uncertainty=u)
+    with pytest.raises(ValueError, match="y_pred is empty"):
+        metric(y_pred=mask[:0], y=mask[:0], uncertainty=u[:0])
+    with pytest.raises(ValueError, match="empty list"):
+        metric(y_pred=[], y=[], uncertainty=[])
+    with pytest.raises(ValueError, match="uncertainty must lie in"):
+        metric(y_pred=mask, y=mask, uncertainty=u + 101)

@@ -629,3 +629,16 @@ def test_docs_example_runs():
     assert blocks, "docs/ssn.md has no python example"
     for code in blocks:
         exec(compile(code, str(DOCS), "exec"), {"__name__": "__docs__"})
+
+
+def test_an_empty_batch_is_refused_by_name():
+    """SSNInferer and SSNLoss on an empty batch failed with "cannot reshape tensor of 0 elements"."""
+    head = _head(2, num_classes=2)
+    with pytest.raises(ValueError, match="SSNLoss: target is empty"):
+        SSNLoss(2)(torch.zeros(0, 2, 5, 5), torch.zeros(0, 5, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="mean is empty"):
+        head.distribution(torch.zeros(0, 4, 5, 5))
+    net = SSNNetwork(torch.nn.Conv2d(1, 4, 1), head).eval()
+    with pytest.raises(ValueError, match="SSNInferer: inputs is an empty batch"):
+        SSNInferer(num_samples=2)(torch.zeros(0, 1, 5, 5), net)
+    assert SSNInferer(num_samples=2, seed=0)(torch.zeros(1, 1, 5, 5), net)["pred"].shape == (1, 2, 5, 5)

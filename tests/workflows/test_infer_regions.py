@@ -181,13 +181,14 @@ def test_single_channel_sigmoid_and_bad_regions(data, tmp_path, capsys):
     assert nib.load(out / "case0_predictive_entropy.nii.gz").shape == SHAPE
     assert json.loads((out / "case0.json").read_text())["multilabel"] is False
     assert read_prediction_regions(out) is None
-    # --regions with a single-channel network: every case fails with the reason
+    # --regions with a single-channel network: refused once, before any case is predicted
     assert cli.main(["infer", "-i", str(data["images"]), "-o", str(tmp_path / "bad"), "--network", json.dumps(spec),
-                     "--checkpoint", str(ckpt), "--activation", "sigmoid", "--regions", "brats", "--quiet"]) == 1
-    assert "not region-based" in capsys.readouterr().err
+                     "--checkpoint", str(ckpt), "--activation", "sigmoid", "--regions", "brats", "--quiet"]) == 2
+    assert "names 3 region(s) (TC, WT, ET) but the network outputs 1 channel(s)" in capsys.readouterr().err
     # --regions naming 2 regions for a 3-channel network
-    assert _infer(data, tmp_path / "bad2", "--regions", '{"A": [1], "B": [2]}') == 1
-    assert "names 2 regions (A, B) but the network outputs 3 sigmoid channels" in capsys.readouterr().err
+    assert _infer(data, tmp_path / "bad2", "--regions", '{"A": [1], "B": [2]}') == 2
+    assert "names 2 region(s) (A, B) but the network outputs 3 channel(s)" in capsys.readouterr().err
+    assert not list(tmp_path.glob("bad*/*"))
     assert _infer(data, tmp_path / "bad3", "--regions", "nonsense") == 2
     assert "regions must be one of" in capsys.readouterr().err
     assert cli.main(["infer", "-i", str(data["images"]), "-o", str(tmp_path / "bad4"), "--network", str(data["spec"]),
@@ -286,3 +287,36 @@ def test_multilabel_read_errors(data, tmp_path):
         load_case(CaseFiles("c", lab, probs=over), multilabel=True)
     case = load_case(CaseFiles("c", lab, probs=probs), multilabel=True)
     assert case.seg.shape == (3, *SHAPE) and case.seg.all()  # 0.7 >= 0.5 everywhere
+
+
+def test_a_region_count_the_network_does_not_have_is_refused_before_any_case(data, tmp_path, capsys):
+    """--regions '{"WT":[1,2,4]}' on a 3-channel network (or brats on a 2-channel one) ran the network on every case
+    and failed each one; now one error up front, also under a sliding window."""
+    from monai_unc.workflows.prepare import prepare_infer
+
+    with pytest.raises(ValueError, match=r"--regions names 1 region\(s\) \(WT\) but the network outputs 3"):
+        prepare_infer(data["images"], network=str(data["spec"]), checkpoint=data["ckpt"], activation="sigmoid",
+                      regions='{"WT": [1, 2, 4]}')
+    capsys.readouterr()
+    assert _infer(data, tmp_path / "a", "--regions", '{"WT": [1, 2, 4]}', "--roi", "8") == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "case0" not in err and not (tmp_path / "a" / "case0.json").exists()
+    two = dict(SPEC, out_channels=2)
+    ckpt = tmp_path / "two.pt"
+    torch.save(_net(two).state_dict(), ckpt)
+    assert cli.main(["infer", "-i", str(data["images"]), "-o", str(tmp_path / "b"), "--network", json.dumps(two),
+                     "--checkpoint", str(ckpt), "--activation", "sigmoid", "--regions", "brats", "-q"]) == 2
+    assert "names 3 region(s) (TC, WT, ET) but the network outputs 2 channel(s)" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_labels_that_no_region_claims(data, tmp_path, capsys):
+    """calibrate --activation sigmoid --regions brats2023 on labels 1, 2, 4 used to fit with label 4 as background."""
+    out = tmp_path / "cal.pt"
+    argv = ["calibrate", "-i", str(data["images"]), "-l", str(data["labels"]), "-o", str(out), "--network",
+            str(data["spec"]), "--checkpoint", str(data["ckpt"]), "--activation", "sigmoid", "--regions",
+            "brats2023", "--max-steps", "2", "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "label 4 in 2 case(s) (case0, case1)" in err and "did you mean brats?" in err
+    assert "--ignore-unclaimed-labels" in err and not out.exists()
+    assert cli.main([*argv, "--ignore-unclaimed-labels"]) == 0 and out.is_file()

@@ -63,7 +63,15 @@ from .images import (
     read_image_channels,
 )
 from .rule import IMAGE_Z_MAX, RULE_FILE, RULE_FORMAT, RULE_VERSION, Decision, ImageReference, ReferralRule
-from .runner import TRIAGE_FILES, TriageResult, find_prediction_cases, remove_triage_files, run_triage, triage_case
+from .runner import (
+    TRIAGE_FILES,
+    TRIAGE_WRITES,
+    TriageResult,
+    find_prediction_cases,
+    remove_triage_files,
+    run_triage,
+    triage_case,
+)
 
 __all__ = [
     "RULE_FILE",
@@ -74,6 +82,7 @@ __all__ = [
     "IMAGE_Z_MAX",
     "IMAGE_CHANNEL_FILES",
     "TRIAGE_FILES",
+    "TRIAGE_WRITES",
     "Decision",
     "ImageReference",
     "ReferralRule",

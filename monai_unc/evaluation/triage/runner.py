@@ -20,6 +20,7 @@ from ...io import (
     CaseError,
     CaseFiles,
     atomic_write_json,
+    check_inputs_not_written,
     check_output_folder,
     clean_partial_files,
     image_channel_files,
@@ -49,6 +50,9 @@ from .rule import ReferralRule, as_float
 
 #: files :func:`run_triage` writes (besides ``state/`` and ``failures.json``), and the page of the report
 TRIAGE_FILES = ("triage.csv", "triage.json", "triage.html")
+#: what ``monai-unc triage`` writes (or removes) in its output folder, with the page (patterns of
+#: :func:`monai_unc.io.check_inputs_not_written`)
+TRIAGE_WRITES = (*TRIAGE_FILES, "failures.json", STATE_DIR, f"{STATE_DIR}/*", "figures", "figures/*", ".*.partial*")
 _STATE_FORMAT = 1
 
 
@@ -352,8 +356,10 @@ def run_triage(
     got: dict[str, Any] = {}  # the rule and the fingerprint check, found while listing the cases
 
     def listing() -> list[CaseFiles]:
-        the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule)
         check_output_folder(output, predictions, images, uncertainty)
+        check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
+                                 what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
+        the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule)
         found = find_prediction_cases(predictions, the_rule, layout, uncertainty=uncertainty, images=images,
                                       cases=cases)
         pred_fp = prediction_fingerprint(predictions, layout, [f.case_id for f in found], uncertainty)
