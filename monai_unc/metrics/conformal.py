@@ -58,14 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import (
-    check_labels,
-    check_probabilities,
-    check_unit_interval,
-    normalize_spacing,
-    to_numpy,
-    to_tensor,
-)
+from .._utils import normalize_spacing, probability_tolerance, to_numpy
 from ..activation import Activation, get_activation
 from .boundary import distance_to_mask
 
@@ -163,14 +156,15 @@ def entry_index(values: np.ndarray, family: str, side: str, step: float, size: i
       ``e = ceil(d / step - 1e-9)``, and ``G + 1`` (beyond the grid) for ``d > G * step`` or ``inf``.
 
     Args:
-        values: probabilities in [0, 1] (threshold) or distances in mm, ``>= 0`` (margin), any shape.
+        values: probabilities in [0, 1] (threshold) or distances in mm, ``>= 0`` (margin), any shape (numpy).
         family: ``"threshold"`` or ``"margin"``.
         side: ``"outer"`` or ``"inner"``.
         step: the grid step of :func:`conformal_grid`.
         size: the grid size of :func:`conformal_grid`.
 
     Returns:
-        int64 indices in ``[0, size + 1]`` of the shape of ``values``.
+        int32 indices in ``[0, size + 1]`` of the shape of ``values`` (int32: converting to it costs a fifth of
+        int64; the histograms of :class:`ConformalCaseState` count in int64).
 
     Example:
         >>> import numpy as np
@@ -186,12 +180,14 @@ def entry_index(values: np.ndarray, family: str, side: str, step: float, size: i
     _check_choice(side, "side", CONFORMAL_SIDES)
     if family == "threshold":
         scaled = values * size  # exact for a power-of-two size
-        idx = size - np.floor(scaled) if side == "outer" else np.ceil(scaled)
-        return idx.astype(np.int64)
+        if side == "inner":
+            return np.ceil(scaled).astype(np.int32)
+        idx = scaled.astype(np.int32)  # truncation: the floor of values >= 0
+        return np.subtract(size, idx, out=idx)
     with np.errstate(invalid="ignore", over="ignore"):
         raw = np.ceil(values / step - _ROUNDING_SLACK)
     raw = np.where(np.isfinite(raw), raw, size + 1)
-    return np.clip(raw, 0, size + 1).astype(np.int64)
+    return np.clip(raw, 0, size + 1).astype(np.int32)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -368,27 +364,59 @@ class ConformalCaseState:
 
 
 def _probabilities(probs: Any, act: Activation) -> np.ndarray:
-    """``probs`` ``(C, *spatial)`` checked as the activation's probabilities and clipped to [0, 1]."""
-    t = to_tensor(probs, "probs")
-    if act.multilabel:
-        check_unit_interval(t, "probs", channel_dim=0, min_ndim=2)
-    else:
-        check_probabilities(t, "probs", channel_dim=0, min_ndim=2)
-    p = to_numpy(t, "probs")
+    """``probs`` ``(C, *spatial)`` checked as the activation's probabilities (numpy, float32 or float64) in [0, 1].
+
+    The checks of ``_utils.check_probabilities`` / ``check_unit_interval`` (values in [0, 1] and, for a softmax,
+    class sums of 1, both within :func:`~monai_unc._utils.probability_tolerance`), done in numpy in the input's
+    precision: the torch versions cost ~10x more on a 128^3 x 3 volume and run once per case here. NaN fails the
+    range check (``min`` and ``max`` propagate it). Values within the tolerance outside [0, 1] are clipped.
+    """
+    p = to_numpy(probs, "probs")
+    if not np.issubdtype(p.dtype, np.floating):
+        raise TypeError(f"probs must be a floating point array of probabilities, got dtype {p.dtype}")
+    tol = probability_tolerance(torch.float16 if p.dtype == np.float16 else torch.float32)
     if p.dtype not in (np.float32, np.float64):
         p = p.astype(np.float32)
-    return np.clip(p, 0.0, 1.0)
+    if p.ndim < 2 or p.size == 0 or p.shape[0] < act.min_channels:
+        raise ValueError(f"probs must be (C, *spatial) with at least {act.min_channels} {act.channel_word} "
+                         f"({act.name}) and one spatial axis, got shape {p.shape}")
+    lo, hi = float(p.min()), float(p.max())
+    if not (lo >= -tol and hi <= 1 + tol):  # False for NaN
+        raise ValueError(f"probs must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}] (NaN or inf, or logits?)")
+    if not act.multilabel:
+        dev = float(np.abs(p.sum(axis=0) - 1).max())
+        if dev > tol:
+            raise ValueError(f"probs must sum to 1 over the classes (axis 0, tolerance {tol}), largest deviation "
+                             f"{dev:.4g}; pass softmax probabilities, not logits")
+    if lo < 0 or hi > 1:
+        p = np.clip(p, 0.0, 1.0)
+    return p
 
 
 def _labels(x: Any, name: str, act: Activation, probs: np.ndarray) -> np.ndarray:
-    """A label map ``(*spatial)`` (softmax) or binary masks ``(R, *spatial)`` (sigmoid) fitting ``probs``."""
+    """A label map ``(*spatial)`` (softmax) or binary masks ``(R, *spatial)`` (sigmoid) fitting ``probs``.
+
+    The checks of ``_utils.check_labels`` (integral, non-negative, below the number of classes; 0/1 for masks),
+    in numpy; an integer or boolean map is returned as is (no int64 copy).
+    """
+    a = to_numpy(x, name)
     expected = tuple(probs.shape) if act.multilabel else tuple(probs.shape[1:])
-    t = to_tensor(x, name)
-    if tuple(t.shape) != expected:
+    if tuple(a.shape) != expected:
         raise ValueError(f"{name} must have shape {expected} for {act.name} probabilities {tuple(probs.shape)}, "
-                         f"got {tuple(t.shape)}")
-    lab = check_labels(t, name, 2 if act.multilabel else probs.shape[0])
-    return lab.numpy()
+                         f"got {tuple(a.shape)}")
+    if a.dtype == bool:
+        return a
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must hold integer labels, got dtype {a.dtype}")
+    classes = 2 if act.multilabel else probs.shape[0]
+    lo, hi = a.min(), a.max()
+    if not (lo >= 0 and hi < classes):  # False for NaN
+        raise ValueError(f"{name} must hold labels in [0, {classes - 1}], got values in [{lo}, {hi}]")
+    if a.dtype.kind == "f":
+        if not bool(np.all(a == np.round(a))):
+            raise ValueError(f"{name} must hold integer labels, got non-integral values")
+        a = a.astype(np.int64)
+    return a
 
 
 def _tasks(act: Activation, probs: np.ndarray, labels: np.ndarray | None, pred: np.ndarray | None,
@@ -495,9 +523,9 @@ def conformal_case_state(
     tc = np.zeros((count, size + 2), dtype=np.int64)
     fc = np.zeros((count, size + 2), dtype=np.int64)
     for t, pk, yk, predk in _tasks(act, p, labels, pred_arr, family == "margin"):
-        idx = _task_index(pk, predk, family, side, step, size, sp, backend).reshape(-1)
-        both = np.bincount(idx + (size + 2) * yk.reshape(-1), minlength=2 * (size + 2))
-        fc[t], tc[t] = both[: size + 2], both[size + 2 :]
+        idx = _task_index(pk, predk, family, side, step, size, sp, backend)
+        tc[t] = np.bincount(idx[yk], minlength=size + 2)
+        fc[t] = np.bincount(idx.reshape(-1), minlength=size + 2) - tc[t]
     return ConformalCaseState(act.name, family, side, step, size, _names(names, count), tc, fc)
 
 
@@ -950,6 +978,8 @@ def fit_conformal_rule(
     need = min_calibration_cases(a, high_probability=t is not None)
     counts = np.bincount(stratum_of, minlength=n_strata)
     if counts.min() < need:
+        if edge_tuple is None:
+            raise ValueError(f"{len(states)} calibration case(s) are too few: alpha={a} needs at least {need}")
         short = [int(i) for i in np.flatnonzero(counts < need)]
         raise ValueError(f"stratum {short} has {[int(counts[i]) for i in short]} case(s); alpha={a} needs at least "
                          f"{need} calibration cases per stratum")
