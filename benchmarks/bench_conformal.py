@@ -137,6 +137,7 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--bins", type=int, default=None,
                     help="grid of the comparison, a power of two (default 2^8; 2^12, the default grid, with --small)")
+    ap.add_argument("--skip-memory", action="store_true", help="leave out the peak-memory runs")
     args = ap.parse_args()
     if args.bins is None:
         args.bins = 4096 if args.small else 256
@@ -172,7 +173,7 @@ def main() -> None:
           f"one pass is {t_scan / t_one:.1f}x faster (target >= 20x); equal: {scan == ours}")
     del cohort
 
-    for n in memory_runs:
+    for n in () if args.skip_memory else memory_runs:
         peak, elapsed = peak_one_pass(n, size, args.alpha, args.bins)
         print(f"one pass, cases generated one at a time: {n:4d} cases  peak {peak:7.1f} MiB  ({elapsed:.1f} s)")
     print(f"one state (3 classes): {2 * 3 * (args.bins + 2) * 8 / 1024:.1f} KiB at {args.bins} bins; one case's "
