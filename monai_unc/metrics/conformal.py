@@ -448,6 +448,8 @@ def _task_index(p: np.ndarray, pred: np.ndarray | None, family: str, side: str, 
     if family == "threshold":
         return entry_index(p, family, side, step, size)
     assert pred is not None
+    if pred.ndim == 1 and backend == "auto":
+        backend = "scipy"  # the edt package's 1-D transform rejects per-axis spacing
     d = distance_to_mask(pred if side == "outer" else ~pred, spacing, backend)
     return entry_index(d, family, side, step, size)
 
@@ -506,8 +508,7 @@ def conformal_case_state(
         (('0', '1'), [1, 3])
         >>> state.losses()[1].tolist()  # class 1: FNR at lambda = 0, 0.25, ..., 1
         [1.0, 0.3333333333333333, 0.3333333333333333, 0.0, 0.0]
-        >>> probs_2d, target_2d = probs[:, None], np.array([[0, 1, 1, 1]])  # (C, 1, 4): margins need 2 or 3 axes
-        >>> margin = conformal_case_state(probs_2d, target_2d, family="margin", grid=(2.0, 1.0))
+        >>> margin = conformal_case_state(probs, np.array([0, 1, 1, 1]), family="margin", grid=(2.0, 1.0))
         >>> margin.losses()[1].tolist()  # the prediction (argmax) misses voxel 1, one mm away
         [0.3333333333333333, 0.0, 0.0]
     """
