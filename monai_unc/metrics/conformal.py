@@ -307,6 +307,14 @@ class ConformalCaseState:
         return (self.activation, self.family, self.side, self.step, self.size, self.names) == (
             other.activation, other.family, other.side, other.step, other.size, other.names)
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConformalCaseState):
+            return NotImplemented
+        return (self.compatible(other) and np.array_equal(self.true_counts, other.true_counts)
+                and np.array_equal(self.false_counts, other.false_counts))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it is
+
     def __add__(self, other: ConformalCaseState) -> ConformalCaseState:
         if not isinstance(other, ConformalCaseState):
             return NotImplemented

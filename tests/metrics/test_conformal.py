@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -211,8 +212,9 @@ def test_state_round_trips_through_npz_and_adds():
     np.savez(buf, **state.to_arrays())
     buf.seek(0)
     back = ConformalCaseState.from_arrays(np.load(buf, allow_pickle=False))
-    assert back.compatible(state)
+    assert back.compatible(state) and back == state and back != state + state
     np.testing.assert_array_equal(back.false_counts, state.false_counts)
+    assert pickle.loads(pickle.dumps(state)) == state  # gathered to rank 0 by the cohort engine
     # two halves of a volume add up to the whole
     top = conformal_case_state(probs[:, :3], target[:3], grid=G, side="inner")
     bottom = conformal_case_state(probs[:, 3:], target[3:], grid=G, side="inner")
