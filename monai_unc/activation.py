@@ -29,7 +29,7 @@ of ``nnunet-predict`` are written once against it:
   ``dconf / dt``            ``p_k (p_c a_c - [c = k] a_k) / t_c``            ``-+ p (1 - p) a / t``
   ========================  ===============================================  ==============================
 
-The module needs nothing above the layer of the metrics, so every layer above can use it.
+The module needs only ``_utils`` and sits in layer 1, so the metrics and every layer above can use it.
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ PACKAGE = "monai_unc"
 #: layer -> components; a component may import itself and the components of lower layers only
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("_utils", "_deprecation", "keys"),
-    1: ("monai_unc", "measures", "aggregation", "io", "regions"),
-    2: ("stats", "metrics", "scores", "activation"),
+    1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation"),
+    2: ("stats", "metrics", "scores"),
     3: ("temperature", "networks"),
     4: ("inferers",),
     5: ("transforms", "handlers", "engines", "distributed", "data"),

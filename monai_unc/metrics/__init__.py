@@ -5,7 +5,8 @@ Modules: :mod:`.calibration` (confidence histograms, ECE family, NLL, Brier), :m
 :mod:`.selective` (risk-coverage and referral curves), :mod:`.risk_control` (referral threshold with a guarantee),
 :mod:`.casewise` (OoD and failure detection), :mod:`.ambiguity` (NCC, GED), :mod:`.quality` (label-free quality
 estimates), :mod:`.compare` (comparing two uncertainty methods), :mod:`.overlap` (the one Dice / IoU / mask Gram
-matrix, with the empty-mask rule as an argument).
+matrix, with the empty-mask rule as an argument), :mod:`.conformal` (inner and outer masks with a finite-sample
+guarantee on the voxels they miss or add).
 """
 
 from .ambiguity import (
@@ -65,6 +66,23 @@ from .compare import (
     mcnemar_test,
     seed003_metrics,
     uncertainty_map_metrics,
+)
+from .conformal import (
+    CONFORMAL_FAMILIES,
+    CONFORMAL_SIDES,
+    DEFAULT_MARGIN_STEP_MM,
+    DEFAULT_MAX_MARGIN_MM,
+    DEFAULT_THRESHOLD_BINS,
+    ConformalCaseState,
+    ConformalRule,
+    ConformalTaskRule,
+    conformal_case_state,
+    conformal_grid,
+    crc_lambda,
+    entry_index,
+    fit_conformal_rule,
+    high_probability_lambda,
+    min_calibration_cases,
 )
 from .discrimination import (
     au_arc,
@@ -240,4 +258,19 @@ __all__ = [
     "label_gram",
     "mask_gram",
     "overlap_counts",
+    "CONFORMAL_FAMILIES",
+    "CONFORMAL_SIDES",
+    "DEFAULT_MARGIN_STEP_MM",
+    "DEFAULT_MAX_MARGIN_MM",
+    "DEFAULT_THRESHOLD_BINS",
+    "ConformalCaseState",
+    "ConformalRule",
+    "ConformalTaskRule",
+    "conformal_case_state",
+    "conformal_grid",
+    "crc_lambda",
+    "entry_index",
+    "fit_conformal_rule",
+    "high_probability_lambda",
+    "min_calibration_cases",
 ]

@@ -1,4 +1,4 @@
-"""The runnable examples in docs/inferers.md and docs/data.md run as written."""
+"""The runnable examples in docs/inferers.md, docs/data.md and docs/conformal.md run as written."""
 
 import re
 
@@ -14,7 +14,7 @@ def python_blocks(name):
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-@pytest.mark.parametrize("page", ["inferers.md", "data.md"])
+@pytest.mark.parametrize("page", ["inferers.md", "data.md", "conformal.md"])
 def test_doc_examples_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks(page)

@@ -1,0 +1,1020 @@
+"""Conformal segmentation masks: inner and outer masks with a finite-sample guarantee on the voxels they miss or add.
+
+A **nested family** of masks ``C_lambda`` per class (softmax, one-vs-rest) or region (sigmoid), indexed by
+``lambda`` on a grid ``lambda_j = j * step``, ``j = 0 .. size``:
+
+============  =============================================  ===============================================
+family        outer (grows with ``lambda``)                  inner (shrinks as ``lambda`` grows)
+============  =============================================  ===============================================
+threshold     ``C = {x : p(x) >= 1 - lambda}``               ``C = {x : p(x) > lambda}``
+margin        predicted mask dilated by ``lambda`` mm:       predicted mask eroded by ``lambda`` mm:
+              ``C = {x : d(x, pred) <= lambda}``             ``C = {x : d(x, not pred) > lambda}``
+============  =============================================  ===============================================
+
+with Euclidean distances in mm under the voxel spacing (:func:`~monai_unc.metrics.boundary.distance_to_mask`; the
+volume border does not count as background, so an all-foreground prediction never erodes). The threshold grid has
+``size`` bins (a power of two, default ``2**12``, so ``1 - j / size`` and ``p * size`` are exact in floating point);
+the margin grid runs from 0 to a largest margin in steps of ``step`` mm.
+
+The **loss** of case ``i`` with true mask ``Y``:
+
+- outer: the false-negative rate ``FNR_i(lambda) = |Y minus C| / |Y|``, 0 when ``Y`` is empty; non-increasing;
+- inner: the false-positive share ``FP_i(lambda) = |C minus Y| / |C|``, 0 when ``C`` is empty; bounded by 1 but
+  not monotone in general.
+
+**One pass, bounded memory.** Every voxel gets the grid index at which it enters (outer) or leaves (inner) the mask
+(:func:`entry_index`); two histograms of that index, over the true and the false voxels, give ``L_i(lambda_j)`` at
+every grid point at once (:class:`ConformalCaseState`, a few kB to a few 100 kB per case, additive, savable as
+``.npz``). The histogram path is exact on the grid: it equals the losses computed on the full volume. The grid
+rounds toward the safe side: a distance is divided by the step and rounded up after subtracting ``1e-9`` (a
+distance a rounding error above a grid point counts as on it: the outer mask can only grow, the inner only shrink),
+and the fitted ``lambda_hat`` is a grid point at or above the continuous infimum (a larger outer, smaller inner
+mask).
+
+**Fitting.** From ``n`` calibration cases (:func:`fit_conformal_rule`):
+
+- in expectation, conformal risk control (Angelopoulos, Bates, Fisch, Lei, Schuster, "Conformal Risk Control",
+  ICLR 2024; :func:`crc_lambda`): ``lambda_hat = inf{lambda : (n / (n + 1)) mean_i L_i(lambda) + B / (n + 1) <=
+  alpha}`` gives ``E[L_new(lambda_hat)] <= alpha`` (``B = 1``). CRC needs non-increasing losses: the inner
+  false-positive share is replaced by its monotone upper envelope ``sup_{lambda' >= lambda} FP_i(lambda')``,
+  which bounds it, so the guarantee holds for the share itself;
+- with high probability (Mossina and Friedrich, "Controlling False Positives in Image Segmentation via Conformal
+  Prediction", 2025; :func:`high_probability_lambda`): ``s_i = min{lambda : L_i(lambda') <= tol for every
+  lambda' >= lambda}`` and ``lambda_hat`` = the ``ceil((n + 1)(1 - alpha))``-th smallest ``s_i`` give
+  ``P(L_new(lambda_hat) <= tol) >= 1 - alpha``.
+
+Both guarantees are marginal: over the draw of the calibration cases and the new case, for exchangeable cases; not
+conditional on one case. Optional strata of a case score (Mondrian calibration) give each stratum its own
+``lambda_hat`` and the guarantee within the stratum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._utils import normalize_spacing, probability_tolerance, to_numpy
+from ..activation import Activation, get_activation
+from .boundary import distance_to_mask
+
+__all__ = [
+    "CONFORMAL_FAMILIES",
+    "CONFORMAL_SIDES",
+    "DEFAULT_THRESHOLD_BINS",
+    "DEFAULT_MAX_MARGIN_MM",
+    "DEFAULT_MARGIN_STEP_MM",
+    "ConformalCaseState",
+    "ConformalTaskRule",
+    "ConformalRule",
+    "conformal_grid",
+    "entry_index",
+    "conformal_case_state",
+    "crc_lambda",
+    "high_probability_lambda",
+    "min_calibration_cases",
+    "fit_conformal_rule",
+]
+
+#: the two nested families of masks
+CONFORMAL_FAMILIES = ("threshold", "margin")
+#: outer masks (control the missed share of the truth) and inner masks (control the false-positive share)
+CONFORMAL_SIDES = ("outer", "inner")
+#: bins of the probability grid (a power of two: the grid points and ``p * bins`` are exact in floating point)
+DEFAULT_THRESHOLD_BINS = 4096
+#: the largest margin of the default margin grid, in mm
+DEFAULT_MAX_MARGIN_MM = 20.0
+#: the step of the default margin grid, in mm
+DEFAULT_MARGIN_STEP_MM = 0.25
+#: a distance this much (relative to the step) above a grid point counts as on it (toward the safe side)
+_ROUNDING_SLACK = 1e-9
+_METHODS = ("expectation", "high_probability")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the grid and the index of a voxel on it
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def conformal_grid(family: str, grid: int | tuple[float, float] | None = None) -> tuple[float, int]:
+    """The ``lambda`` grid of a family as ``(step, size)``: ``lambda_j = j * step`` for ``j = 0 .. size``.
+
+    Args:
+        family: ``"threshold"`` or ``"margin"``.
+        grid: threshold family: the number of probability bins, a power of two in ``[2, 2**16]`` (default
+            :data:`DEFAULT_THRESHOLD_BINS`), giving ``step = 1 / bins``; margin family: ``(max_margin_mm,
+            step_mm)`` (default ``(DEFAULT_MAX_MARGIN_MM, DEFAULT_MARGIN_STEP_MM)``), giving ``size =
+            ceil(max_margin_mm / step_mm)``.
+
+    Returns:
+        ``(step, size)``: a float and an int; the grid has ``size + 1`` points from 0 to ``size * step``.
+
+    Example:
+        >>> conformal_grid("threshold", 8)
+        (0.125, 8)
+        >>> conformal_grid("margin", (2.0, 0.5))
+        (0.5, 4)
+    """
+    _check_choice(family, "family", CONFORMAL_FAMILIES)
+    if family == "threshold":
+        bins = DEFAULT_THRESHOLD_BINS if grid is None else grid
+        if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or not 2 <= bins <= 2**16:
+            raise ValueError(f"grid must be a power of two in [2, 65536] for the threshold family, got {grid!r}")
+        if int(bins) & (int(bins) - 1):
+            raise ValueError(f"grid must be a power of two for the threshold family (exact grid), got {bins}")
+        return 1.0 / int(bins), int(bins)
+    spec = (DEFAULT_MAX_MARGIN_MM, DEFAULT_MARGIN_STEP_MM) if grid is None else grid
+    try:
+        top, step = (float(v) for v in spec)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise ValueError(f"grid must be (max_margin_mm, step_mm) for the margin family, got {grid!r}") from None
+    if not (math.isfinite(top) and math.isfinite(step) and step > 0 and top >= step):
+        raise ValueError(f"grid must be (max_margin_mm, step_mm) with 0 < step_mm <= max_margin_mm, got {grid!r}")
+    size = math.ceil(top / step - _ROUNDING_SLACK)
+    if size > 100_000:
+        raise ValueError(f"grid has {size} margin steps; use a larger step_mm (at most 100000 steps)")
+    return step, size
+
+
+def entry_index(values: np.ndarray, family: str, side: str, step: float, size: int) -> np.ndarray:
+    """The grid index at which each voxel enters (outer) or leaves (inner) the mask; the one rule of membership.
+
+    Outer: voxel ``x`` is in ``C_j`` iff ``e(x) <= j``; inner: iff ``e(x) > j``. With ``G = size``:
+
+    - threshold, outer: ``e = G - floor(p G)`` (``p >= 1 - j / G``); inner: ``e = ceil(p G)`` (``p > j / G``);
+    - margin, outer: ``d`` = distance in mm to the predicted mask; inner: ``d`` = distance to its complement;
+      ``e = ceil(d / step - 1e-9)``, and ``G + 1`` (beyond the grid) for ``d > G * step`` or ``inf``.
+
+    Args:
+        values: probabilities in [0, 1] (threshold) or distances in mm, ``>= 0`` (margin), any shape (numpy).
+        family: ``"threshold"`` or ``"margin"``.
+        side: ``"outer"`` or ``"inner"``.
+        step: the grid step of :func:`conformal_grid`.
+        size: the grid size of :func:`conformal_grid`.
+
+    Returns:
+        int32 indices in ``[0, size + 1]`` of the shape of ``values`` (int32: converting to it costs a fifth of
+        int64; the histograms of :class:`ConformalCaseState` count in int64).
+
+    Example:
+        >>> import numpy as np
+        >>> p = np.array([0.0, 0.25, 0.3, 1.0])
+        >>> entry_index(p, "threshold", "outer", 0.25, 4).tolist()
+        [4, 3, 3, 0]
+        >>> entry_index(p, "threshold", "inner", 0.25, 4).tolist()
+        [0, 1, 2, 4]
+        >>> entry_index(np.array([0.0, 0.5, 0.51, np.inf]), "margin", "outer", 0.5, 2).tolist()
+        [0, 1, 2, 3]
+    """
+    _check_choice(family, "family", CONFORMAL_FAMILIES)
+    _check_choice(side, "side", CONFORMAL_SIDES)
+    if family == "threshold":
+        scaled = values * size  # exact for a power-of-two size
+        if side == "inner":
+            return np.ceil(scaled).astype(np.int32)
+        idx = scaled.astype(np.int32)  # truncation: the floor of values >= 0
+        return np.subtract(size, idx, out=idx)
+    with np.errstate(invalid="ignore", over="ignore"):
+        raw = np.ceil(values / step - _ROUNDING_SLACK)
+    raw = np.where(np.isfinite(raw), raw, size + 1)
+    return np.clip(raw, 0, size + 1).astype(np.int32)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the per-case state
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _suffix_counts(counts: np.ndarray) -> np.ndarray:
+    """``out[..., j] = sum_{e > j} counts[..., e]`` for ``j = 0 .. size`` (``counts`` has ``size + 2`` bins)."""
+    return np.cumsum(counts[..., ::-1], axis=-1)[..., ::-1][..., 1:]
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` as float64, 0 where ``den == 0`` (the empty-truth and empty-mask rules)."""
+    out = np.zeros(np.broadcast_shapes(num.shape, den.shape), dtype=np.float64)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+@dataclass
+class ConformalCaseState:
+    """What one case contributes to fitting a conformal mask: per task, histograms of the voxels' grid index.
+
+    ``true_counts[t, e]`` / ``false_counts[t, e]`` count the true / false voxels of task ``t`` whose
+    :func:`entry_index` is ``e`` (``e = 0 .. size + 1``). Every loss and mask size on the grid follows
+    (:meth:`losses`, :meth:`mask_sizes`). States of one family, side and grid add (``a + b``: the pooled voxels,
+    e.g. two halves of a volume in the threshold family); they are small and picklable, and
+    :meth:`to_arrays` / :meth:`from_arrays` round-trip through ``numpy.savez``.
+
+    Args:
+        activation: ``"softmax"`` or ``"sigmoid"``: how the probabilities of a case split into tasks.
+        family: ``"threshold"`` or ``"margin"``.
+        side: ``"outer"`` or ``"inner"``.
+        step: the grid step (:func:`conformal_grid`).
+        size: the grid size; the grid has ``size + 1`` points.
+        names: one name per task: the class index (softmax, one-vs-rest) or the region (sigmoid).
+        true_counts: int64 ``(T, size + 2)``.
+        false_counts: int64 ``(T, size + 2)``.
+
+    Example:
+        >>> import numpy as np
+        >>> probs = np.array([[0.9, 0.6, 0.2, 0.1]])
+        >>> state = conformal_case_state(probs, np.array([[1, 1, 1, 0]]), activation="sigmoid", grid=4)
+        >>> state.n_true.tolist(), state.losses()[0].round(3).tolist()
+        ([3], [1.0, 0.667, 0.333, 0.333, 0.0])
+    """
+
+    activation: str
+    family: str
+    side: str
+    step: float
+    size: int
+    names: tuple[str, ...]
+    true_counts: np.ndarray
+    false_counts: np.ndarray = field(repr=False)
+
+    def __post_init__(self) -> None:
+        """Check the fields (``ValueError`` naming the field)."""
+        get_activation(self.activation)
+        _check_choice(self.family, "family", CONFORMAL_FAMILIES)
+        _check_choice(self.side, "side", CONFORMAL_SIDES)
+        self.step, self.size, self.names = float(self.step), int(self.size), tuple(str(n) for n in self.names)
+        if not (math.isfinite(self.step) and self.step > 0) or self.size < 1:
+            raise ValueError(f"step and size must be positive, got step={self.step}, size={self.size}")
+        shape = (len(self.names), self.size + 2)
+        for name in ("true_counts", "false_counts"):
+            a = np.asarray(getattr(self, name))
+            if a.shape != shape:
+                raise ValueError(f"{name} must have shape {shape} (tasks, size + 2), got {a.shape}")
+            if a.dtype.kind not in "iu" or (a.size and int(a.min()) < 0):
+                raise ValueError(f"{name} must hold non-negative integer counts, got dtype {a.dtype}")
+            setattr(self, name, a.astype(np.int64, copy=False))
+
+    @property
+    def lambdas(self) -> np.ndarray:
+        """The grid ``j * step``, ``j = 0 .. size`` (float64 ``(size + 1,)``): probabilities or mm."""
+        return self.step * np.arange(self.size + 1, dtype=np.float64)
+
+    @property
+    def n_true(self) -> np.ndarray:
+        """True voxels of each task (int64 ``(T,)``)."""
+        return self.true_counts.sum(axis=1)
+
+    def losses(self) -> np.ndarray:
+        """``L(lambda_j)`` of every task at every grid point: FNR (outer) or false-positive share (inner).
+
+        Returns:
+            float64 ``(T, size + 1)`` in [0, 1]; FNR is 0 for a task without true voxels, the false-positive share
+            0 where the mask is empty.
+        """
+        missed_or_kept_true = _suffix_counts(self.true_counts)
+        if self.side == "outer":
+            return _ratio(missed_or_kept_true, self.n_true[:, None])
+        kept_false = _suffix_counts(self.false_counts)
+        return _ratio(kept_false, missed_or_kept_true + kept_false)
+
+    def mask_sizes(self) -> np.ndarray:
+        """Voxels in the mask ``C_lambda_j`` of every task at every grid point.
+
+        Returns:
+            int64 ``(T, size + 1)`` (multiply by the voxel volume for mm^3).
+        """
+        beyond = _suffix_counts(self.true_counts + self.false_counts)
+        if self.side == "inner":
+            return beyond
+        return (self.true_counts + self.false_counts).sum(axis=1)[:, None] - beyond
+
+    def compatible(self, other: ConformalCaseState) -> bool:
+        """Whether ``other`` has the same activation, family, side, grid and task names.
+
+        Args:
+            other: another state.
+
+        Returns:
+            True when the two can be added or fitted together.
+        """
+        return (self.activation, self.family, self.side, self.step, self.size, self.names) == (
+            other.activation, other.family, other.side, other.step, other.size, other.names)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConformalCaseState):
+            return NotImplemented
+        return (self.compatible(other) and np.array_equal(self.true_counts, other.true_counts)
+                and np.array_equal(self.false_counts, other.false_counts))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it is
+
+    def __add__(self, other: ConformalCaseState) -> ConformalCaseState:
+        if not isinstance(other, ConformalCaseState):
+            return NotImplemented
+        if not self.compatible(other):
+            raise ValueError("other must have the same activation, family, side, grid and names to be added")
+        return ConformalCaseState(self.activation, self.family, self.side, self.step, self.size, self.names,
+                                  self.true_counts + other.true_counts, self.false_counts + other.false_counts)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The state as numpy arrays (no object arrays), e.g. for ``numpy.savez``.
+
+        Returns:
+            A dict of arrays that :meth:`from_arrays` reads back.
+        """
+        return {
+            "activation": np.array(self.activation), "family": np.array(self.family), "side": np.array(self.side),
+            "step": np.array(self.step), "size": np.array(self.size, dtype=np.int64),
+            "names": np.array(self.names, dtype=str), "true_counts": self.true_counts.copy(),
+            "false_counts": self.false_counts.copy(),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, Any]) -> ConformalCaseState:
+        """The state of :meth:`to_arrays` (or of ``numpy.load`` of a saved ``.npz``).
+
+        Args:
+            arrays: a mapping with the keys of :meth:`to_arrays`.
+
+        Returns:
+            The state; ``ValueError`` naming ``arrays`` for a missing key.
+
+        Example:
+            >>> import io, numpy as np
+            >>> state = conformal_case_state(np.array([[0.2, 0.8]]), np.array([[0, 1]]), activation="sigmoid", grid=4)
+            >>> buf = io.BytesIO()
+            >>> np.savez(buf, **state.to_arrays())
+            >>> _ = buf.seek(0)
+            >>> back = ConformalCaseState.from_arrays(np.load(buf))
+            >>> back.compatible(state), bool((back.true_counts == state.true_counts).all())
+            (True, True)
+        """
+        keys = ("activation", "family", "side", "step", "size", "names", "true_counts", "false_counts")
+        missing = [k for k in keys if k not in arrays]
+        if missing:
+            raise ValueError(f"arrays lacks {missing} (expected the keys of ConformalCaseState.to_arrays())")
+        a = {k: np.asarray(arrays[k]) for k in keys}
+        return cls(str(a["activation"][()]), str(a["family"][()]), str(a["side"][()]), float(a["step"]),
+                   int(a["size"]), tuple(str(n) for n in a["names"].reshape(-1)), a["true_counts"],
+                   a["false_counts"])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one case: probabilities (and masks) to tasks to histograms
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _probabilities(probs: Any, act: Activation) -> np.ndarray:
+    """``probs`` ``(C, *spatial)`` checked as the activation's probabilities (numpy, float32 or float64) in [0, 1].
+
+    The checks of ``_utils.check_probabilities`` / ``check_unit_interval`` (values in [0, 1] and, for a softmax,
+    class sums of 1, both within :func:`~monai_unc._utils.probability_tolerance`), done in numpy in the input's
+    precision: the torch versions cost ~10x more on a 128^3 x 3 volume and run once per case here. NaN fails the
+    range check (``min`` and ``max`` propagate it). Values within the tolerance outside [0, 1] are clipped.
+    """
+    p = to_numpy(probs, "probs")
+    if not np.issubdtype(p.dtype, np.floating):
+        raise TypeError(f"probs must be a floating point array of probabilities, got dtype {p.dtype}")
+    tol = probability_tolerance(torch.float16 if p.dtype == np.float16 else torch.float32)
+    if p.dtype not in (np.float32, np.float64):
+        p = p.astype(np.float32)
+    if p.ndim < 2 or p.size == 0 or p.shape[0] < act.min_channels:
+        raise ValueError(f"probs must be (C, *spatial) with at least {act.min_channels} {act.channel_word} "
+                         f"({act.name}) and one spatial axis, got shape {p.shape}")
+    lo, hi = float(p.min()), float(p.max())
+    if not (lo >= -tol and hi <= 1 + tol):  # False for NaN
+        raise ValueError(f"probs must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}] (NaN or inf, or logits?)")
+    if not act.multilabel:
+        dev = float(np.abs(p.sum(axis=0) - 1).max())
+        if dev > tol:
+            raise ValueError(f"probs must sum to 1 over the classes (axis 0, tolerance {tol}), largest deviation "
+                             f"{dev:.4g}; pass softmax probabilities, not logits")
+    if lo < 0 or hi > 1:
+        p = np.clip(p, 0.0, 1.0)
+    return p
+
+
+def _labels(x: Any, name: str, act: Activation, probs: np.ndarray) -> np.ndarray:
+    """A label map ``(*spatial)`` (softmax) or binary masks ``(R, *spatial)`` (sigmoid) fitting ``probs``.
+
+    The checks of ``_utils.check_labels`` (integral, non-negative, below the number of classes; 0/1 for masks),
+    in numpy; an integer or boolean map is returned as is (no int64 copy).
+    """
+    a = to_numpy(x, name)
+    expected = tuple(probs.shape) if act.multilabel else tuple(probs.shape[1:])
+    if tuple(a.shape) != expected:
+        raise ValueError(f"{name} must have shape {expected} for {act.name} probabilities {tuple(probs.shape)}, "
+                         f"got {tuple(a.shape)}")
+    if a.dtype == bool:
+        return a
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must hold integer labels, got dtype {a.dtype}")
+    classes = 2 if act.multilabel else probs.shape[0]
+    lo, hi = a.min(), a.max()
+    if not (lo >= 0 and hi < classes):  # False for NaN
+        raise ValueError(f"{name} must hold labels in [0, {classes - 1}], got values in [{lo}, {hi}]")
+    if a.dtype.kind == "f":
+        if not bool(np.all(a == np.round(a))):
+            raise ValueError(f"{name} must hold integer labels, got non-integral values")
+        a = a.astype(np.int64)
+    return a
+
+
+def _tasks(act: Activation, probs: np.ndarray, labels: np.ndarray | None, pred: np.ndarray | None,
+           want_pred: bool) -> Iterator[tuple[int, np.ndarray, np.ndarray | None, np.ndarray | None]]:
+    """``(position, p, true mask, predicted mask)`` of every one-vs-rest class (softmax) or region (sigmoid).
+
+    The split into tasks and the predicted label of a task without ``pred`` (argmax, or ``p > 0.5``) come from the
+    activation; the positive classes of a task are all its classes (softmax) or class 1 (a region).
+    """
+    task_probs = act.task_probabilities(probs, axis=0)
+    task_labels = act.task_targets(labels, axis=0) if labels is not None else [None] * len(task_probs)
+    task_preds = act.task_targets(pred, axis=0) if pred is not None else [None] * len(task_probs)
+    position = 0
+    for tp, tl, tpred in zip(task_probs, task_labels, task_preds):
+        spatial = tp.shape[1:]
+        if want_pred and tpred is None:
+            flat = torch.from_numpy(np.ascontiguousarray(tp.reshape(tp.shape[0], -1)))
+            tpred = act.confidence(flat[1] if act.multilabel else flat)[1]
+            tpred = tpred.numpy().reshape(spatial)
+        for k in ([1] if act.multilabel else range(tp.shape[0])):
+            yield (position, tp[k], None if tl is None else np.asarray(tl) == k,
+                   None if tpred is None else np.asarray(tpred) == k)
+            position += 1
+
+
+def _task_index(p: np.ndarray, pred: np.ndarray | None, family: str, side: str, step: float, size: int,
+                spacing: tuple, backend: str) -> np.ndarray:
+    """The :func:`entry_index` of one task's voxels: from its probabilities, or from distances to its prediction."""
+    if family == "threshold":
+        return entry_index(p, family, side, step, size)
+    assert pred is not None
+    d = distance_to_mask(pred if side == "outer" else ~pred, spacing, backend)
+    return entry_index(d, family, side, step, size)
+
+
+def _names(names: Sequence[str] | None, count: int) -> tuple[str, ...]:
+    if names is None:
+        return tuple(str(i) for i in range(count))
+    out = tuple(str(n) for n in names)
+    if len(out) != count or len(set(out)) != count:
+        raise ValueError(f"names must be {count} distinct names (one per class or region), got {list(names)!r}")
+    return out
+
+
+def conformal_case_state(
+    probs: Any,
+    target: Any,
+    *,
+    family: str = "threshold",
+    side: str = "outer",
+    activation: str | Activation = "softmax",
+    spacing: float | Sequence[float] = 1.0,
+    pred: Any = None,
+    grid: int | tuple[float, float] | None = None,
+    names: Sequence[str] | None = None,
+    backend: str = "auto",
+) -> ConformalCaseState:
+    """The :class:`ConformalCaseState` of one case: every ``L(lambda_j)`` of every class or region in one pass.
+
+    Per task (softmax: every class one-vs-rest; sigmoid: every region) each voxel's :func:`entry_index` is
+    binned over the true and the false voxels (``numpy.bincount``, int64). Memory: a few copies of one task's
+    volume, whatever the grid.
+
+    Args:
+        probs: softmax probabilities ``(C, *spatial)`` summing to 1 over ``C``, or sigmoid probabilities
+            ``(R, *spatial)`` in [0, 1]; numpy or torch.
+        target: the true label map ``(*spatial)`` with labels ``0 .. C-1`` (softmax) or the true region masks
+            ``(R, *spatial)`` (sigmoid).
+        family: ``"threshold"`` (probabilities) or ``"margin"`` (distances in mm to the predicted mask).
+        side: ``"outer"`` (loss: FNR) or ``"inner"`` (loss: false-positive share).
+        activation: ``"softmax"`` or ``"sigmoid"`` (:func:`monai_unc.activation.get_activation`).
+        spacing: voxel size in mm per spatial axis (margin family).
+        pred: the predicted label map or region masks, in the layout of ``target`` (margin family; default: the
+            argmax, or ``p > 0.5`` per region, of ``probs``). Ignored by the threshold family.
+        grid: the grid of :func:`conformal_grid`.
+        names: one name per class or region (default ``"0", "1", ...``).
+        backend: the distance-transform backend of :func:`~monai_unc.metrics.boundary.distance_to_mask`.
+
+    Returns:
+        The state with ``C`` (softmax) or ``R`` (sigmoid) tasks.
+
+    Example:
+        >>> import numpy as np
+        >>> probs = np.array([[0.7, 0.6, 0.1, 0.2], [0.3, 0.4, 0.9, 0.8]])
+        >>> state = conformal_case_state(probs, np.array([0, 1, 1, 1]), grid=4)
+        >>> state.names, state.n_true.tolist()
+        (('0', '1'), [1, 3])
+        >>> state.losses()[1].tolist()  # class 1: FNR at lambda = 0, 0.25, ..., 1
+        [1.0, 0.3333333333333333, 0.3333333333333333, 0.0, 0.0]
+        >>> margin = conformal_case_state(probs, np.array([0, 1, 1, 1]), family="margin", grid=(2.0, 1.0))
+        >>> margin.losses()[1].tolist()  # the prediction (argmax) misses voxel 1, one mm away
+        [0.3333333333333333, 0.0, 0.0]
+    """
+    act = get_activation(activation)
+    _check_choice(family, "family", CONFORMAL_FAMILIES)
+    _check_choice(side, "side", CONFORMAL_SIDES)
+    step, size = conformal_grid(family, grid)
+    p = _probabilities(probs, act)
+    labels = _labels(target, "target", act, p)
+    pred_arr = None if pred is None or family == "threshold" else _labels(pred, "pred", act, p)
+    sp = normalize_spacing(spacing, p.ndim - 1)
+    count = p.shape[0]
+    tc = np.zeros((count, size + 2), dtype=np.int64)
+    fc = np.zeros((count, size + 2), dtype=np.int64)
+    for t, pk, yk, predk in _tasks(act, p, labels, pred_arr, family == "margin"):
+        idx = _task_index(pk, predk, family, side, step, size, sp, backend)
+        tc[t] = np.bincount(idx[yk], minlength=size + 2)
+        fc[t] = np.bincount(idx.reshape(-1), minlength=size + 2) - tc[t]
+    return ConformalCaseState(act.name, family, side, step, size, _names(names, count), tc, fc)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fitting
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _check_level(value: Any, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number in (0, 1), got {value!r}") from None
+    if isinstance(value, bool) or not 0 < v < 1:
+        raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
+    return v
+
+
+def _check_losses(losses: Any, bound: float) -> np.ndarray:
+    a = np.asarray(to_numpy(losses, "losses"), dtype=np.float64)
+    if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
+        raise ValueError(f"losses must be a non-empty 2-D array (cases, grid points), got shape {a.shape}")
+    if not np.isfinite(a).all():
+        raise ValueError("losses contains non-finite values (NaN or inf)")
+    if a.min() < 0 or a.max() > bound:
+        raise ValueError(f"losses must lie in [0, B={bound}], got values in [{a.min():.4g}, {a.max():.4g}]")
+    return a
+
+
+def _lambda_at(lambdas: Any, j: int, width: int) -> float:
+    if lambdas is None:
+        return float(j)
+    lam = np.asarray(lambdas, dtype=np.float64).reshape(-1)
+    if lam.shape[0] != width or (width > 1 and not np.all(np.diff(lam) > 0)):
+        raise ValueError(f"lambdas must be {width} increasing values (one per column of losses), got {lam.shape[0]}")
+    return float(lam[j])
+
+
+def _hp_rank(n: int, alpha: float) -> int:
+    """``ceil((n + 1)(1 - alpha))`` (rounded to 9 decimals first, so 9.000000000000002 stays 9)."""
+    return math.ceil(round((n + 1) * (1.0 - alpha), 9))
+
+
+def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: float = 1.0) -> int:  # noqa: N803
+    """The fewest calibration cases for which a rule at level ``alpha`` can exist.
+
+    Expectation (CRC): ``B / (n + 1) <= alpha`` (even zero losses must pass); high probability: ``ceil((n + 1)(1 -
+    alpha)) <= n``.
+
+    Args:
+        alpha: the level in (0, 1).
+        high_probability: the high-probability rule instead of conformal risk control.
+        B: the loss bound of CRC.
+
+    Returns:
+        The smallest ``n``.
+
+    Example:
+        >>> min_calibration_cases(0.1), min_calibration_cases(0.1, high_probability=True)
+        (9, 9)
+        >>> min_calibration_cases(0.05, high_probability=True)
+        19
+    """
+    a = _check_level(alpha, "alpha")
+    if high_probability:
+        n = 1
+        while _hp_rank(n, a) > n:
+            n += 1
+        return n
+    if not (math.isfinite(float(B)) and B > 0):
+        raise ValueError(f"B must be a positive finite loss bound, got {B!r}")
+    return max(1, math.ceil(round(B / a - 1.0, 9)))
+
+
+def _crc_index(losses: np.ndarray, alpha: float, bound: float) -> int:
+    n = losses.shape[0]
+    if np.any(np.diff(losses, axis=1) > 0):
+        raise ValueError("losses must be non-increasing in lambda along axis 1 for conformal risk control "
+                         "(use the monotone upper envelope sup_{lambda' >= lambda} L(lambda'))")
+    ok = losses.sum(axis=0) + bound <= alpha * (n + 1)
+    if not ok.any():
+        need = min_calibration_cases(alpha, B=bound)
+        worst = (losses[:, -1].sum() + bound) / (n + 1)
+        reason = (f"{n} case(s) are too few (at least {need} needed for alpha={alpha})" if n < need else
+                  f"the mean loss at the largest lambda is {losses[:, -1].mean():.4g}")
+        raise ValueError(f"no lambda on the grid reaches alpha={alpha}: even the largest gives the bound "
+                         f"{worst:.4g} > alpha ({reason})")
+    return int(np.argmax(ok))
+
+
+def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -> float:  # noqa: N803
+    """Conformal risk control: ``lambda_hat = inf{lambda : (n / (n + 1)) mean_i L_i(lambda) + B / (n + 1) <= alpha}``.
+
+    For losses non-increasing in ``lambda`` and bounded by ``B``, ``E[L_new(lambda_hat)] <= alpha`` for a new
+    case exchangeable with the ``n`` calibration cases (Angelopoulos, Bates, Fisch, Lei, Schuster, "Conformal Risk
+    Control", ICLR 2024, Theorem 1). On a grid the infimum is the first grid point that satisfies the condition.
+
+    Args:
+        losses: ``(n, G)`` losses of ``n`` cases at ``G`` increasing grid points, in ``[0, B]``, non-increasing
+            along each row (``ValueError`` otherwise).
+        alpha: the target expected loss in (0, 1).
+        B: the loss bound (1 for FNR and false-positive share).
+        lambdas: the ``G`` grid values (default: the column index ``0 .. G-1``).
+
+    Returns:
+        ``lambda_hat`` as a float; ``ValueError`` saying why when no grid point satisfies the condition.
+
+    Example:
+        >>> import numpy as np
+        >>> losses = np.array([[1.0, 0.5, 0.0], [1.0, 0.2, 0.0], [0.8, 0.0, 0.0]])
+        >>> crc_lambda(losses, alpha=0.5, lambdas=[0.0, 0.5, 1.0])  # (0.7 + 1) / 4 = 0.425 <= 0.5
+        0.5
+    """
+    a = _check_level(alpha, "alpha")
+    try:
+        bound = float(B)
+    except (TypeError, ValueError):
+        raise ValueError(f"B must be a positive finite loss bound, got {B!r}") from None
+    if not (math.isfinite(bound) and bound > 0):
+        raise ValueError(f"B must be a positive finite loss bound, got {B!r}")
+    arr = _check_losses(losses, bound)
+    j = _crc_index(arr, a, bound)
+    return _lambda_at(lambdas, j, arr.shape[1])
+
+
+def _hp_scores(losses: np.ndarray, tol: float) -> np.ndarray:
+    """``s_i`` as the grid index of the first point from which every loss is ``<= tol``; ``G`` when none."""
+    ok_from_here = np.flip(np.logical_and.accumulate(np.flip(losses <= tol, axis=1), axis=1), axis=1)
+    return np.where(ok_from_here.any(axis=1), np.argmax(ok_from_here, axis=1), losses.shape[1])
+
+
+def _hp_index(losses: np.ndarray, tol: float, alpha: float) -> int:
+    n = losses.shape[0]
+    k = _hp_rank(n, alpha)
+    if k > n:
+        raise ValueError(f"{n} calibration case(s) are too few for alpha={alpha}: the high-probability rule needs "
+                         f"at least {min_calibration_cases(alpha, high_probability=True)}")
+    s = np.sort(_hp_scores(losses, tol))
+    if s[k - 1] >= losses.shape[1]:
+        failing = int((s >= losses.shape[1]).sum())
+        raise ValueError(f"no lambda on the grid reaches tol={tol} with alpha={alpha}: {failing} of {n} case(s) "
+                         f"stay above tol even at the largest lambda (at most {n - k} may)")
+    return int(s[k - 1])
+
+
+def high_probability_lambda(losses: Any, tol: float, alpha: float, lambdas: Any = None) -> float:
+    """High-probability rule: ``lambda_hat`` = the ``ceil((n + 1)(1 - alpha))``-th smallest ``s_i``.
+
+    ``s_i = min{lambda : L_i(lambda') <= tol for every lambda' >= lambda}``; then ``P(L_new(lambda_hat) <= tol) >=
+    1 - alpha`` for a new case exchangeable with the ``n`` calibration cases (Mossina and Friedrich,
+    "Controlling False Positives in Image Segmentation via Conformal Prediction", 2025). The losses need not be
+    monotone.
+
+    Args:
+        losses: ``(n, G)`` losses of ``n`` cases at ``G`` increasing grid points.
+        tol: the largest acceptable loss of one case, in (0, 1).
+        alpha: the allowed probability in (0, 1) that a new case exceeds ``tol``.
+        lambdas: the ``G`` grid values (default: the column index ``0 .. G-1``).
+
+    Returns:
+        ``lambda_hat`` as a float; ``ValueError`` when ``ceil((n + 1)(1 - alpha)) > n`` (saying how many cases are
+        needed) or when too many cases stay above ``tol`` at the largest ``lambda``.
+
+    Example:
+        >>> import numpy as np
+        >>> losses = np.tile([0.5, 0.3, 0.05, 0.0], (9, 1))
+        >>> losses[8] = [0.5, 0.5, 0.5, 0.0]
+        >>> high_probability_lambda(losses, tol=0.1, alpha=0.1)  # the 9th smallest of s = (2, ..., 2, 3)
+        3.0
+        >>> high_probability_lambda(losses[:8], tol=0.1, alpha=0.2)  # the 8th smallest of eight 2s
+        2.0
+    """
+    t = _check_level(tol, "tol")
+    a = _check_level(alpha, "alpha")
+    arr = _check_losses(losses, 1.0)
+    j = _hp_index(arr, t, a)
+    return _lambda_at(lambdas, j, arr.shape[1])
+
+
+def _upper_envelope(losses: np.ndarray) -> np.ndarray:
+    """``sup_{j' >= j} L(j')`` along the last axis: the smallest non-increasing bound of the losses."""
+    return np.flip(np.maximum.accumulate(np.flip(losses, axis=-1), axis=-1), axis=-1)
+
+
+@dataclass(frozen=True)
+class ConformalTaskRule:
+    """The fitted ``lambda_hat`` of one class or region (in one stratum) and what was achieved on calibration.
+
+    Attributes:
+        name: the class or region.
+        stratum: the stratum index (0 without stratification).
+        lambda_hat: the chosen grid value (a probability for the threshold family, mm for the margin family).
+        index: its grid index.
+        n: calibration cases of the stratum.
+        calibration_loss: the mean loss of the calibration cases at ``lambda_hat``.
+        calibration_above_tol: the share of calibration cases with a loss above ``tol`` (high probability), or
+            None.
+        guarantee: the guarantee in words.
+
+    Example:
+        >>> ConformalTaskRule("1", 0, 0.5, 2048, 20, 0.04, None, "E[FNR] <= 0.1").lambda_hat
+        0.5
+    """
+
+    name: str
+    stratum: int
+    lambda_hat: float
+    index: int
+    n: int
+    calibration_loss: float
+    calibration_above_tol: float | None
+    guarantee: str
+
+
+@dataclass(frozen=True)
+class ConformalRule:
+    """Fitted conformal masks for every class or region (and stratum): apply them to new cases without labels.
+
+    Attributes:
+        activation: ``"softmax"`` or ``"sigmoid"``.
+        family: ``"threshold"`` or ``"margin"``.
+        side: ``"outer"`` or ``"inner"``.
+        step: the grid step.
+        size: the grid size.
+        method: ``"expectation"`` (conformal risk control) or ``"high_probability"``.
+        alpha: the level.
+        tol: the per-case tolerance of the high-probability rule, or None.
+        names: the classes or regions, in the order of the masks of :meth:`apply`.
+        edges: the inner edges of the strata of the case score (stratum ``s`` holds scores in ``[edges[s-1],
+            edges[s])``), or None.
+        tasks: one :class:`ConformalTaskRule` per stratum and task, stratum-major.
+
+    Example:
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> states = []
+        >>> for _ in range(20):
+        ...     truth = rng.random((1, 50)) < 0.4
+        ...     p = np.clip(truth * 0.6 + rng.random((1, 50)) * 0.4, 0, 1)
+        ...     states.append(conformal_case_state(p, truth, activation="sigmoid", grid=64))
+        >>> rule = fit_conformal_rule(states, alpha=0.1)
+        >>> rule.lambda_hat("0")
+        0.390625
+        >>> rule.apply(np.array([[0.1, 0.62, 0.9]])).tolist()  # p >= 1 - 0.390625
+        [[False, True, True]]
+    """
+
+    activation: str
+    family: str
+    side: str
+    step: float
+    size: int
+    method: str
+    alpha: float
+    tol: float | None
+    names: tuple[str, ...]
+    edges: tuple[float, ...] | None
+    tasks: tuple[ConformalTaskRule, ...]
+
+    @property
+    def num_strata(self) -> int:
+        """The number of strata (1 without stratification)."""
+        return 1 if self.edges is None else len(self.edges) + 1
+
+    def stratum(self, score: float | None) -> int:
+        """The stratum of a case score (0 without stratification).
+
+        Args:
+            score: the case score; required when the rule is stratified.
+
+        Returns:
+            The stratum index.
+        """
+        if self.edges is None:
+            return 0
+        if score is None or not math.isfinite(float(score)):
+            raise ValueError(f"score must be a finite case score for a stratified rule, got {score!r}")
+        return int(np.searchsorted(np.asarray(self.edges), float(score), side="right"))
+
+    def task_rule(self, name: str, stratum: int = 0) -> ConformalTaskRule:
+        """The :class:`ConformalTaskRule` of a class or region in a stratum.
+
+        Args:
+            name: the class or region.
+            stratum: the stratum index.
+
+        Returns:
+            The task's rule; ``ValueError`` naming ``name`` or ``stratum`` when there is none.
+        """
+        if name not in self.names:
+            raise ValueError(f"name must be one of {self.names}, got {name!r}")
+        if not 0 <= stratum < self.num_strata:
+            raise ValueError(f"stratum must be in [0, {self.num_strata}), got {stratum!r}")
+        return self.tasks[stratum * len(self.names) + self.names.index(name)]
+
+    def lambda_hat(self, name: str, stratum: int = 0) -> float:
+        """The fitted ``lambda_hat`` of a class or region in a stratum.
+
+        Args:
+            name: the class or region.
+            stratum: the stratum index.
+
+        Returns:
+            ``lambda_hat`` (a probability or mm).
+        """
+        return self.task_rule(name, stratum).lambda_hat
+
+    def apply(self, probs: Any, pred: Any = None, spacing: float | Sequence[float] = 1.0,
+              score: float | None = None, backend: str = "auto") -> np.ndarray:
+        """The conformal masks of a new case: ``C_lambda_hat`` of every class or region.
+
+        Membership is decided by the same :func:`entry_index` as in fitting, so the masks are exactly those whose
+        calibration losses were counted.
+
+        Args:
+            probs: the case's probabilities, as in :func:`conformal_case_state`.
+            pred: the predicted label map or region masks (margin family; default from ``probs``).
+            spacing: voxel size in mm per spatial axis.
+            score: the case score (stratified rules).
+            backend: the distance-transform backend.
+
+        Returns:
+            bool ``(T, *spatial)``: one mask per name of :attr:`names`.
+        """
+        act = get_activation(self.activation)
+        p = _probabilities(probs, act)
+        if p.shape[0] != len(self.names):
+            raise ValueError(f"probs has {p.shape[0]} channels but the rule has {len(self.names)} "
+                             f"({', '.join(self.names)})")
+        pred_arr = None if pred is None or self.family == "threshold" else _labels(pred, "pred", act, p)
+        sp = normalize_spacing(spacing, p.ndim - 1)
+        s = self.stratum(score)
+        out = np.zeros(p.shape, dtype=bool)
+        for t, pk, _, predk in _tasks(act, p, None, pred_arr, self.family == "margin"):
+            idx = _task_index(pk, predk, self.family, self.side, self.step, self.size, sp, backend)
+            j = self.tasks[s * len(self.names) + t].index
+            out[t] = idx <= j if self.side == "outer" else idx > j
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rule as JSON-able values (:meth:`from_dict` reads them back).
+
+        Returns:
+            A dict of plain values.
+        """
+        d = {k: getattr(self, k) for k in ("activation", "family", "side", "step", "size", "method", "alpha",
+                                           "tol")}
+        d["names"] = list(self.names)
+        d["edges"] = None if self.edges is None else list(self.edges)
+        d["tasks"] = [dict(t.__dict__) for t in self.tasks]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ConformalRule:
+        """The rule of :meth:`to_dict`.
+
+        Args:
+            d: the dict.
+
+        Returns:
+            The rule.
+
+        Example:
+            >>> import json, numpy as np
+            >>> s = [conformal_case_state(np.array([[0.2, 0.9]]), np.array([[0, 1]]), activation="sigmoid", grid=4)]
+            >>> rule = fit_conformal_rule(s * 10, alpha=0.1)
+            >>> ConformalRule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule
+            True
+        """
+        try:
+            tasks = tuple(ConformalTaskRule(**t) for t in d["tasks"])
+            return cls(str(d["activation"]), str(d["family"]), str(d["side"]), float(d["step"]), int(d["size"]),
+                       str(d["method"]), float(d["alpha"]), None if d["tol"] is None else float(d["tol"]),
+                       tuple(d["names"]), None if d["edges"] is None else tuple(float(e) for e in d["edges"]),
+                       tasks)
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"d is not a conformal rule's dict: {err}") from None
+
+
+def _loss_words(side: str) -> str:
+    return "FNR (missed share of the true voxels)" if side == "outer" else "false-positive share of the mask"
+
+
+def _strata(scores: Any, edges: Any, n: int) -> tuple[np.ndarray, tuple[float, ...] | None]:
+    if edges is None:
+        if scores is not None:
+            raise ValueError("edges must be given with scores (the inner bin edges of the strata)")
+        return np.zeros(n, dtype=np.int64), None
+    e = np.asarray(edges, dtype=np.float64).reshape(-1)
+    if e.size < 1 or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
+        raise ValueError(f"edges must be one or more finite, strictly increasing values, got {edges!r}")
+    if scores is None:
+        raise ValueError("scores must be given with edges (one case score per state)")
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if s.shape[0] != n or not np.isfinite(s).all():
+        raise ValueError(f"scores must be {n} finite values (one per state), got {s.shape[0]}")
+    return np.searchsorted(e, s, side="right"), tuple(float(v) for v in e)
+
+
+def fit_conformal_rule(
+    states: Sequence[ConformalCaseState],
+    alpha: float,
+    *,
+    tol: float | None = None,
+    scores: Any = None,
+    edges: Any = None,
+) -> ConformalRule:
+    """Fit ``lambda_hat`` per class or region (and stratum) from the states of ``n`` calibration cases.
+
+    Without ``tol``: conformal risk control (:func:`crc_lambda`, ``B = 1``), ``E[L_new] <= alpha``; the inner
+    false-positive share enters through its monotone upper envelope (it is not monotone in ``lambda``; the
+    envelope bounds it, so the guarantee holds for the share). With ``tol``: the high-probability rule
+    (:func:`high_probability_lambda`), ``P(L_new <= tol) >= 1 - alpha``. The guarantees are marginal over the
+    calibration draw and the new case for exchangeable cases (within a stratum when stratified).
+
+    Args:
+        states: one :class:`ConformalCaseState` per calibration case, all of one activation, family, side, grid
+            and names.
+        alpha: the level in (0, 1).
+        tol: the per-case tolerance in (0, 1) of the high-probability rule, or None for expectation control.
+        scores: one case score per state (stratification; with ``edges``).
+        edges: the inner bin edges of the strata, strictly increasing (``k`` edges, ``k + 1`` strata; e.g. the
+            terciles of the score on other data). Each stratum gets its own ``lambda_hat``.
+
+    Returns:
+        The :class:`ConformalRule`; ``ValueError`` saying why when a stratum has too few cases for ``alpha`` or no
+        grid point reaches the target.
+
+    Example:
+        >>> import numpy as np
+        >>> probs = np.array([[0.9, 0.7, 0.4, 0.2]])
+        >>> states = [conformal_case_state(probs, np.array([[1, 1, 1, 0]]), activation="sigmoid", grid=8)] * 19
+        >>> rule = fit_conformal_rule(states, alpha=0.1, tol=0.2)  # FNR <= 0.2 needs p >= 0.375
+        >>> rule.lambda_hat("0"), rule.method
+        (0.625, 'high_probability')
+    """
+    states = list(states)
+    if not states:
+        raise ValueError("states must hold at least one case's ConformalCaseState")
+    if not all(isinstance(s, ConformalCaseState) for s in states):
+        raise TypeError("states must be ConformalCaseState objects")
+    first = states[0]
+    if not all(first.compatible(s) for s in states[1:]):
+        raise ValueError("states must share activation, family, side, grid and names (one rule per such set)")
+    a = _check_level(alpha, "alpha")
+    t = None if tol is None else _check_level(tol, "tol")
+    method = "expectation" if t is None else "high_probability"
+    stratum_of, edge_tuple = _strata(scores, edges, len(states))
+    n_strata = 1 if edge_tuple is None else len(edge_tuple) + 1
+    need = min_calibration_cases(a, high_probability=t is not None)
+    counts = np.bincount(stratum_of, minlength=n_strata)
+    if counts.min() < need:
+        if edge_tuple is None:
+            raise ValueError(f"{len(states)} calibration case(s) are too few: alpha={a} needs at least {need}")
+        short = [int(i) for i in np.flatnonzero(counts < need)]
+        raise ValueError(f"stratum {short} has {[int(counts[i]) for i in short]} case(s); alpha={a} needs at least "
+                         f"{need} calibration cases per stratum")
+    losses = np.stack([s.losses() for s in states])  # (n, T, G + 1)
+    words = _loss_words(first.side)
+    tasks = []
+    for st in range(n_strata):
+        rows = losses[stratum_of == st]
+        n = rows.shape[0]
+        where = "" if edge_tuple is None else f" within stratum {st}"
+        for ti, name in enumerate(first.names):
+            task_losses = rows[:, ti]
+            try:
+                if t is None:
+                    j = _crc_index(_upper_envelope(task_losses), a, 1.0)
+                else:
+                    j = _hp_index(task_losses, t, a)
+            except ValueError as err:
+                raise ValueError(f"{name!r}{where}: {err}") from None
+            at = task_losses[:, j]
+            lam = float(j * first.step)
+            if t is None:
+                text = f"E[{words} of a new case] <= {a:g}"
+            else:
+                text = f"P({words} of a new case <= {t:g}) >= {1 - a:g}"
+            text += (f"{where}; marginal over the {n} calibration cases and the new case (exchangeable), "
+                     "not conditional on one case")
+            tasks.append(ConformalTaskRule(name, st, lam, j, n, float(at.mean()),
+                                           None if t is None else float((at > t).mean()), text))
+    return ConformalRule(first.activation, first.family, first.side, first.step, first.size, method, a, t,
+                         first.names, edge_tuple, tuple(tasks))
