@@ -51,6 +51,7 @@ from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
 from .plots import (
+    case_figure_path,
     plot_case_overlay,
     plot_qu_brats_curves,
     plot_referral_curve,
@@ -420,7 +421,7 @@ def _case_figures(
             info["shift"] = r["shift"] or "none"
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
                                 class_names=class_names)
-        path = fig_dir / f"case_{cid}.png"
+        path = case_figure_path(fig_dir, cid)
         png = save_png(fig, path)
         pos = order.index(cid) + 1
         what = "most certain case (for contrast)" if rank == len(chosen) - 1 and rank >= n_cases else "triage rank"

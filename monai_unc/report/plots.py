@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from ..metrics.selective import referral_curve
 
 __all__ = [
     "save_png",
+    "case_figure_path",
     "plot_referral_curve",
     "plot_uncertainty_histograms",
     "plot_scores_by_shift",
@@ -58,6 +60,29 @@ def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
     if path is not None:
         atomic_write_bytes(path, data)
     return data
+
+
+def case_figure_path(folder: str | os.PathLike, case_id: str) -> Path:
+    """``<folder>/case_<case_id>.png``, the figure of one case on a page.
+
+    Case ids come from file names and from records a user can edit (``triage.json``, ``metrics.csv``), so an id
+    that would put the figure anywhere but directly in ``folder`` is refused.
+
+    Args:
+        folder: the page's figure folder.
+        case_id: the case id.
+
+    Returns:
+        The figure's path.
+
+    Raises:
+        ValueError: naming the case id when it is empty or contains a path separator or a NUL byte.
+    """
+    cid = str(case_id)
+    if not cid or "\0" in cid or os.sep in cid or (os.altsep and os.altsep in cid):
+        raise ValueError(f"case id {cid!r} cannot name a figure file (empty, a path separator or NUL): the record "
+                         "it comes from was edited or is not this package's")
+    return Path(folder) / f"case_{cid}.png"
 
 
 def plot_referral_curve(

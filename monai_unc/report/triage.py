@@ -38,7 +38,7 @@ from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
 from .html import PAGE_CSS, Figure, cards, decision_tag, format_value, img_tag, region_display, table, warning_list
 from .markup import Markup, check_url, document, el, escape
-from .plots import plot_case_overlay, save_png
+from .plots import case_figure_path, plot_case_overlay, save_png
 
 __all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page"]
 
@@ -199,7 +199,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
             seg, _, u, class_names = region_display(case.seg, None, u, regions)
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
                                   class_names=class_names)
-        path = fig_dir / f"case_{cid}.png"
+        path = case_figure_path(fig_dir, cid)
         out.append(Figure(f"case-{cid}", f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
                           f"{len(summary['order'])} ({c['decision']})",
                           f"Reason: {c['reason']}. Rows: the axial, coronal and sagittal slices with the largest "

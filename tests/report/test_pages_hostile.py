@@ -353,3 +353,28 @@ def _markup_literal(tree: ast.Module, node: ast.Constant) -> bool:
         if isinstance(parent, ast.Compare) and node in [parent.left, *parent.comparators]:
             return True
     return False
+
+
+@pytest.mark.parametrize("cid", ["../pwn", "a/b", "/abs", "", "x\0y"])
+def test_case_figure_path_refuses_ids_that_leave_the_figure_folder(tmp_path, cid):
+    """A case id from an edited triage.json or metrics.csv cannot put a figure outside the page's figures/."""
+    from monai_unc.report.plots import case_figure_path
+
+    with pytest.raises(ValueError, match="cannot name a figure file"):
+        case_figure_path(tmp_path, cid)
+
+
+@pytest.mark.parametrize("cid", ["x<img src=x onerror=alert(1)>", "a..b", "..", "$\\frac$"])
+def test_case_figure_path_keeps_odd_but_harmless_ids_inside_the_folder(tmp_path, cid):
+    from monai_unc.report.plots import case_figure_path
+
+    path = case_figure_path(tmp_path, cid)
+    assert path.parent == tmp_path and path.name == f"case_{cid}.png"
+
+
+def test_pages_name_case_figures_through_one_helper():
+    """Both pages build a case figure's file name with case_figure_path only (no hand-built ``case_...png``)."""
+    for name in ("html.py", "triage.py"):
+        text = (ROOT / "monai_unc" / "report" / name).read_text()
+        assert "case_figure_path(fig_dir, cid)" in text, name
+        assert 'f"case_{cid}.png"' not in text, name
