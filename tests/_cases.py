@@ -20,3 +20,8 @@ def blob_case(shape=(12, 14), seed=0):
     p = np.zeros(shape, int)
     p[4:10, 3:9] = 1
     return rng.random(shape), p, t
+
+
+#: the toy network of the command-line tests: a tiny MONAI 3D UNet with dropout (one input channel, two classes)
+TOY_NET = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 2,
+           "channels": [4, 8], "strides": [2], "num_res_units": 0, "dropout": 0.2}

@@ -18,18 +18,10 @@ import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
+from tests._cases import TOY_NET
 from tests._paths import ROOT
 
-NET = {
-    "_target_": "monai.networks.nets.UNet",
-    "spatial_dims": 3,
-    "in_channels": 1,
-    "out_channels": 2,
-    "channels": [4, 8],
-    "strides": [2],
-    "num_res_units": 0,
-    "dropout": 0.2,
-}
+NET = TOY_NET
 
 
 def _build_net() -> torch.nn.Module:

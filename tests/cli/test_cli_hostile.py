@@ -35,9 +35,9 @@ import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
+from tests._cases import TOY_NET
 
-NET = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 2,
-       "channels": [4, 8], "strides": [2], "num_res_units": 0, "dropout": 0.2}
+NET = TOY_NET
 NET2 = dict(NET, in_channels=2)  # for the multi-channel (CASE_0000, CASE_0001) cohort
 OTHER = dict(NET, channels=[8, 16])  # another architecture: same keys, other shapes
 

@@ -24,10 +24,10 @@ from monai.networks.nets import UNet
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
+from tests._cases import TOY_NET
 from tests.evaluation.test_triage import _stamp_infer_records
 
-NET = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 2,
-       "channels": [4, 8], "strides": [2], "num_res_units": 0, "dropout": 0.2}
+NET = TOY_NET
 #: what the refusals say (output inside an input folder, an input file replaced, a file given as the folder)
 REFUSAL = re.compile(r"never (overwritten|written to)|is a file|is a folder")
 

@@ -47,12 +47,12 @@ from monai_unc.distributed import (
     write_failures,
 )
 from monai_unc.evaluation import read_shifts
+from tests._cases import TOY_NET
 from tests._paths import ROOT
 
 N_CASES = 7  # odd: the shards of 2 ranks differ in size
 BAD = "toy003"  # sorted position 3: rank 1 of 2 (round-robin)
-NET = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 2,
-       "channels": [4, 8], "strides": [2], "num_res_units": 0, "dropout": 0.2}
+NET = TOY_NET
 N_FINE = 240
 
 

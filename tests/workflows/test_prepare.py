@@ -32,18 +32,10 @@ from monai_unc.workflows import (
 )
 from monai_unc.workflows.calibrate import run_calibrate
 from monai_unc.workflows.demo import run_demo
+from tests._cases import TOY_NET
 from tests._paths import ROOT
 
-NET = {
-    "_target_": "monai.networks.nets.UNet",
-    "spatial_dims": 3,
-    "in_channels": 1,
-    "out_channels": 2,
-    "channels": [4, 8],
-    "strides": [2],
-    "num_res_units": 0,
-    "dropout": 0.2,
-}
+NET = TOY_NET
 NO_DROPOUT = dict(NET, dropout=0.0)
 
 
