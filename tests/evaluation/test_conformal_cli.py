@@ -177,3 +177,29 @@ def test_conformal_refuses_another_fingerprint_and_an_input_output(cohort, tmp_p
     _one_line_exit_2(capsys, ["conformal", "-p", str(pred), "--rule", str(cohort["rule"]), "-o", str(pred), "-q"],
                      "output folder", "inside the input folder")
     assert sorted(p.name for p in pred.iterdir()) == before
+
+
+def test_region_model_margin_family(tmp_path):
+    """Region (sigmoid) predictions with the margin family: the rule is fitted per region on the predicted region
+    masks and the written 4D masks equal ``ConformalRule.apply``."""
+    from tests.evaluation.test_evaluate_regions import write_region_cohort
+
+    dirs = write_region_cohort(tmp_path / "c", n_cases=5)
+    config = EvaluationConfig(regions="brats", spatial=False, conformal={"outer": 0.3}, conformal_family="margin")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _, summary, paths = run_evaluate(dirs["labels"], dirs["pred"], tmp_path / "ev", config)
+    doc = ConformalRuleFile.load(paths["conformal_rule"])
+    rule = doc.rules["outer"]
+    assert rule.activation == "sigmoid" and rule.family == "margin" and rule.names == ("TC", "WT", "ET")
+    assert set(summary["conformal"]["sides"]["outer"]["per_task"]) == {"TC", "WT", "ET"}
+    res = run_conformal(dirs["pred"], paths["conformal_rule"], tmp_path / "masks")
+    assert res.summary["fingerprint"]["status"] == "unverified"  # the toy predictions carry no records
+    for cid in ("case0", "case4"):
+        probs_img = nib.load(dirs["pred"] / f"{cid}_probs.nii.gz")
+        probs = np.moveaxis(np.asarray(probs_img.dataobj, dtype=np.float32), -1, 0)
+        seg = np.moveaxis(np.asarray(nib.load(dirs["pred"] / f"{cid}_seg.nii.gz").dataobj), -1, 0).astype(bool)
+        spacing = np.sqrt((probs_img.affine[:3, :3] ** 2).sum(axis=0))
+        got = np.moveaxis(np.asarray(nib.load(tmp_path / "masks" / f"{cid}_outer.nii.gz").dataobj), -1, 0)
+        np.testing.assert_array_equal(got.astype(bool), rule.apply(probs, pred=seg, spacing=spacing))
+        assert (got.astype(bool) >= seg).all()  # a dilation holds the predicted masks
