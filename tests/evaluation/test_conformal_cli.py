@@ -203,3 +203,18 @@ def test_region_model_margin_family(tmp_path):
         got = np.moveaxis(np.asarray(nib.load(tmp_path / "masks" / f"{cid}_outer.nii.gz").dataobj), -1, 0)
         np.testing.assert_array_equal(got.astype(bool), rule.apply(probs, pred=seg, spacing=spacing))
         assert (got.astype(bool) >= seg).all()  # a dilation holds the predicted masks
+
+
+def test_torchrun_pack_round_trips_the_conformal_states(cohort):
+    """What a rank sends to rank 0 (``_pack`` / ``_unpack``) keeps the case's conformal states."""
+    import pickle
+
+    from monai_unc.evaluation.runner import _pack, _unpack, evaluate_files
+
+    config = EvaluationConfig(spatial=False, conformal={"outer": 0.3, "inner": 0.4}, conformal_family="margin")
+    files = match_cases(cohort["A"]["labels"], cohort["predA"])[0]
+    got = evaluate_files(files, config)
+    back = _unpack(pickle.loads(pickle.dumps(_pack(got))))
+    assert set(back[0].conformal) == {"outer", "inner"}
+    for side, st in got[0].conformal.items():
+        assert back[0].conformal[side] == st and st.family == "margin"
