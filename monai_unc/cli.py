@@ -3,10 +3,12 @@
     monai-unc infer     --input IMAGES --output PRED (--model example | --bundle DIR | --network SPEC --checkpoint F)
     monai-unc evaluate  --labels LABELS --predictions PRED --output EVAL [--shifts shifts.csv] [--budget 0.2]
                         [--target-risk 0.1 --delta 0.1 --risk failure|1-dice --calibration-cases FILE]
+                        [--conformal outer:fnr=0.1 --conformal inner:fp=0.1 --conformal-family threshold|margin]
     monai-unc report    --evaluation EVAL [--output DIR] [--budget 0.2] [--images IMAGES] [--target-risk ...]
     monai-unc calibrate --input IMAGES --labels LABELS --output calibrated.pt (model options as for infer)
     monai-unc demo      [--output demo_output]
     monai-unc triage    --predictions PRED --rule referral_rule.json --output TRIAGE [--images IMAGES]
+    monai-unc conformal --predictions PRED --rule conformal_rule.json --output MASKS
     monai-unc nnunet-predict ...        (with the nnunet extra: nnU-Net v2 prediction with uncertainty)
 
 ``infer`` writes uncertainty maps, probabilities and segmentations per case (resumable, atomic, never into the
@@ -34,7 +36,7 @@ from typing import Any, NoReturn
 import torch
 
 from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
-from .evaluation import run_evaluate
+from .evaluation import run_conformal, run_evaluate
 from .io import LAYOUTS
 from .keys import MEASURES, canonical_measure
 from .workflows.calibrate import run_calibrate
@@ -216,6 +218,19 @@ def _add_evaluate(sub: Any) -> None:
                    help="with --regions: count label values that no region holds as background instead of refusing "
                         "them (e.g. label 3 under 'brats' is refused: BraTS 2023 labels need 'brats2023')")
     _add_risk_control(p, defaults=True)
+    g = p.add_argument_group(
+        "conformal masks",
+        "With --conformal, fit inner / outer masks with a finite-sample guarantee on the calibration cases "
+        "(--calibration-cases, else every case) and write conformal_rule.json for 'monai-unc conformal' "
+        "(docs/conformal.md). Needs probabilities.",
+    )  # fmt: skip
+    g.add_argument("--conformal", action="append", default=None, metavar="SIDE:LOSS=TARGET",
+                   help="outer:fnr=0.1 (outer mask missing at most that share of the true voxels) or inner:fp=0.1 "
+                        "(inner mask with at most that share of false positives); repeat for both")
+    g.add_argument("--conformal-family", default="threshold", choices=("threshold", "margin"),
+                   help="threshold: on the probability; margin: the predicted mask dilated / eroded by mm")
+    g.add_argument("--conformal-delta", type=float, default=None, metavar="D",
+                   help="high probability: P(loss of a new case <= TARGET) >= 1 - D (default: in expectation)")
     p.add_argument("--allow-missing", action="store_true",
                    help="skip labelled cases that lack a prediction or map (listed in a warning) instead of failing")
     p.add_argument("--allow-missing-labels", action="store_true",
@@ -362,6 +377,26 @@ def _add_triage(sub: Any) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 
+def _add_conformal(sub: Any) -> None:
+    p = sub.add_parser(
+        "conformal", help="apply a conformal_rule.json to new unlabelled cases: inner / outer masks",
+        description="Read the predictions of new cases (no labels; with probabilities) and write, per case, "
+        "<case>_outer.nii.gz / <case>_inner.nii.gz in the prediction's geometry (one channel per foreground class "
+        "or region), conformal.csv (inner / predicted / outer volumes in ml, band width in mm) and conformal.json. "
+        "Refuses predictions made otherwise than the rule's (fingerprint) unless --allow-mismatch. Resumable; "
+        "runs under torchrun. See docs/conformal.md.",
+    )  # fmt: skip
+    p.add_argument("--predictions", "-p", required=True,
+                   help="folder written by 'monai-unc infer' (or nnunet-predict with --layout nnunet)")
+    p.add_argument("--rule", "-r", required=True, help="conformal_rule.json written by 'evaluate --conformal'")
+    p.add_argument("--output", "-o", required=True, help="output folder (masks, conformal.csv, conformal.json)")
+    p.add_argument("--images", default=None, help="folder of the input images")
+    p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="apply the rule to predictions whose fingerprint differs (conformal.json says so)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
 def _add_nnunet(sub: Any, wanted: str | None) -> Any:
     """Register the nnU-Net sub-commands; the real parser (which imports nnU-Net v2) only when one is run."""
     if wanted in NNUNET_COMMANDS:
@@ -388,6 +423,7 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
     _add_calibrate(sub)
     _add_demo(sub)
     _add_triage(sub)
+    _add_conformal(sub)
     nnunet_cli = _add_nnunet(sub, command)
     return parser, nnunet_cli
 
@@ -454,6 +490,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial, num_classes=args.num_classes,
         class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
         risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels,
+        conformal=args.conformal, conformal_family=args.conformal_family, conformal_delta=args.conformal_delta,
     )  # fmt: skip
     output = Path(args.output).resolve()
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
@@ -494,6 +531,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"wrote {paths['metrics']} and {paths['summary']}")
         if "rule" in paths:
             print(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
+        for side, b in (summary.get("conformal") or {}).get("sides", {}).items():
+            achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'])}" for n, t in b["per_task"].items())
+            print(f"conformal {side} ({b['loss']} target {b['target']:g}, {b['method']}): calibration {achieved}")
+        if "conformal_rule" in paths:
+            print(f"wrote {paths['conformal_rule']} (apply it: monai-unc conformal --rule {paths['conformal_rule']} "
+                  "...)")
     return 0
 
 
@@ -565,6 +608,25 @@ def cmd_triage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_conformal(args: argparse.Namespace) -> int:
+    output = Path(args.output).resolve()
+    ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
+    try:
+        res = run_conformal(args.predictions, args.rule, output, images=args.images, layout=args.layout,
+                            allow_mismatch=args.allow_mismatch, progress=not args.quiet, dist=ctx)
+    except CasesFailed as e:
+        return _cases_failed(e, ctx, "conformal", output)
+    finally:
+        destroy_dist_context(ctx)
+    if not args.quiet and ctx.is_main:
+        s = res.summary
+        print(f"{s['n_cases']} case(s); " + "; ".join(f"{k}: {v}" for k, v in s["guarantee"].items()))
+        if s["fingerprint"]["status"] == "mismatch":
+            print("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these cases")
+        print(f"wrote {res.paths['csv']} and {res.paths['json']}")
+    return 0
+
+
 _COMMANDS = {
     "infer": cmd_infer,
     "evaluate": cmd_evaluate,
@@ -572,6 +634,7 @@ _COMMANDS = {
     "calibrate": cmd_calibrate,
     "demo": cmd_demo,
     "triage": cmd_triage,
+    "conformal": cmd_conformal,
 }
 
 
@@ -592,8 +655,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _one_line_warning(args.command)
             return _COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        hint = ("run the same command again to resume" if args.command in ("infer", "demo", "evaluate", "triage")
-                else "nothing was written")
+        resumable = ("infer", "demo", "evaluate", "triage", "conformal")
+        hint = "run the same command again to resume" if args.command in resumable else "nothing was written"
         print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130
     except _INPUT_ERRORS as e:

@@ -80,12 +80,17 @@ from .config import (
     region_suffix,
     unit_scale,
 )
+from .conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, fit_conformal_rules, run_conformal
 from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case, region_score_columns
 from .resume import case_cache, case_fingerprint, load_case_state, save_case_state
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
 from .triage import ReferralRule, certify_referral_rule, run_triage
 
 __all__ = [
+    "CONFORMAL_RULE_FILE",
+    "ConformalRuleFile",
+    "fit_conformal_rules",
+    "run_conformal",
     "CALIBRATION_COLUMNS",
     "SPATIAL_COLUMNS",
     "IID_SHIFTS",

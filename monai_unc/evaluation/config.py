@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
+from ..metrics.conformal import CONFORMAL_FAMILIES, min_calibration_cases
 from ..regions import parse_regions
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "slug",
     "region_suffix",
     "read_shifts",
+    "CONFORMAL_LOSSES",
+    "parse_conformal_specs",
 ]
 
 CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "uce", "nll", "brier")
@@ -98,6 +101,15 @@ class EvaluationConfig:
             ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
             qualified names are part of the resume fingerprint (:attr:`case_metric_names`), so changing the metric
             set recomputes the cases (changing a function's body under the same name does not).
+        conformal: conformal masks to fit (docs/conformal.md): ``{"outer": target, "inner": target}`` (one or
+            both) or the command line's specs ``["outer:fnr=0.1", "inner:fp=0.1"]``; stored as the mapping. The
+            outer mask controls the missed share of the true voxels (FNR), the inner mask the false-positive share
+            of the mask. Each case's :class:`~monai_unc.metrics.conformal.ConformalCaseState` is computed (it needs
+            probabilities) and the rules are fitted on the calibration cases (``calibration_cases``, else every
+            case) into ``conformal_rule.json``.
+        conformal_family: ``"threshold"`` (probability threshold) or ``"margin"`` (distance margin in mm).
+        conformal_delta: without it, expectation control (conformal risk control at level ``target``); with it,
+            the high-probability rule ``P(loss of a new case <= target) >= 1 - conformal_delta``.
 
     Example:
         >>> from monai_unc.evaluation import EvaluationConfig
@@ -128,6 +140,9 @@ class EvaluationConfig:
     regions: dict[str, list[int]] | str | None = None
     case_metrics: Mapping[str, Callable[[Any], float]] | None = None
     ignore_unclaimed_labels: bool = False
+    conformal: Mapping[str, float] | Iterable[str] | None = None
+    conformal_family: str = "threshold"
+    conformal_delta: float | None = None
 
     @property
     def n_fine_bins(self) -> int:
@@ -183,6 +198,26 @@ class EvaluationConfig:
                 if not callable(fn):
                     raise TypeError(f"case_metrics: {name!r} must be a function of a task, got {type(fn).__name__}")
 
+        if self.conformal is not None:
+            self.conformal = parse_conformal_specs(self.conformal)
+        if self.conformal_family not in CONFORMAL_FAMILIES:
+            raise ValueError(f"conformal_family must be one of {CONFORMAL_FAMILIES}, got {self.conformal_family!r}")
+        if self.conformal_delta is not None and not 0.0 < float(self.conformal_delta) < 1.0:
+            raise ValueError(f"conformal_delta must be in (0, 1), got {self.conformal_delta}")
+
+    def min_conformal_cases(self) -> int:
+        """The fewest calibration cases the requested conformal rules need (0 without ``conformal``).
+
+        Returns:
+            The largest :func:`~monai_unc.metrics.conformal.min_calibration_cases` over the requested sides.
+        """
+        if not self.conformal:
+            return 0
+        specs = parse_conformal_specs(self.conformal)
+        if self.conformal_delta is not None:
+            return min_calibration_cases(float(self.conformal_delta), high_probability=True)
+        return max(min_calibration_cases(t) for t in specs.values())
+
     @property
     def case_metric_names(self) -> dict[str, str] | None:
         """``{name: qualified name of the function}`` of :attr:`case_metrics` (None without): what the resume
@@ -220,6 +255,53 @@ class EvaluationConfig:
         if self.case_metrics is not None:
             d["case_metric_names"] = self.case_metric_names
         return d
+
+
+#: the loss of each side of a conformal spec (``outer:fnr=0.1``, ``inner:fp=0.1``)
+CONFORMAL_LOSSES = {"outer": "fnr", "inner": "fp"}
+
+
+def parse_conformal_specs(specs: Mapping[str, float] | Iterable[str]) -> dict[str, float]:
+    """The conformal masks asked for, as ``{side: target}``.
+
+    Args:
+        specs: ``{"outer": 0.1, "inner": 0.1}`` or specs ``"outer:fnr=0.1"`` / ``"inner:fp=0.1"`` (the command
+            line's ``--conformal``); each side at most once, each target in (0, 1).
+
+    Returns:
+        ``{side: target}`` with the sides in the order outer, inner.
+
+    Example:
+        >>> parse_conformal_specs(["inner:fp=0.05", "outer:fnr=0.1"])
+        {'outer': 0.1, 'inner': 0.05}
+    """
+    if isinstance(specs, str):
+        specs = [specs]
+    got: dict[str, float] = {}
+    if isinstance(specs, Mapping):
+        items = [(str(k), v) for k, v in specs.items()]
+    else:
+        items = []
+        for spec in specs:
+            m = re.fullmatch(r"\s*(outer|inner)\s*:\s*(fnr|fp)\s*=\s*(\S+)\s*", str(spec))
+            if m is None or CONFORMAL_LOSSES[m.group(1)] != m.group(2):
+                raise ValueError(f"conformal: {spec!r} is not a spec: use outer:fnr=TARGET or inner:fp=TARGET")
+            if m.group(1) in {k for k, _ in items}:
+                raise ValueError(f"conformal: the side {m.group(1)!r} is given twice")
+            items.append((m.group(1), m.group(3)))
+    for side, value in items:
+        if side not in CONFORMAL_LOSSES:
+            raise ValueError(f"conformal: the side must be 'outer' or 'inner', got {side!r}")
+        try:
+            target = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"conformal: the target of {side!r} must be a number in (0, 1), got {value!r}") from None
+        if not 0.0 < target < 1.0:
+            raise ValueError(f"conformal: the target of {side!r} must be in (0, 1), got {target:g}")
+        got[side] = target
+    if not got:
+        raise ValueError("conformal must name at least one mask (outer:fnr=TARGET or inner:fp=TARGET) or be None")
+    return {k: got[k] for k in CONFORMAL_LOSSES if k in got}
 
 
 def unit_scale(u: np.ndarray, measure: str, num_classes: int) -> np.ndarray:

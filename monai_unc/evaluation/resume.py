@@ -9,13 +9,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import __version__
 from ..distributed import CaseCache
 from ..io import CaseFiles, atomic_save_npz
 from ..metrics.calibration import ConfidenceHistogram
 from .case import CaseResult
 from .config import EvaluationConfig
-from .rows import load_region_histograms, region_histograms_state
+from .rows import conformal_arrays, conformal_from_arrays, load_region_histograms, region_histograms_state
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "case_cache", "save_case_state",
            "load_case_state"]
@@ -54,6 +56,8 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
         },
     }
+    if config.conformal:  # only when asked: the fingerprint of an evaluation without conformal masks is unchanged
+        fp["config"]["conformal"] = {"sides": list(dict(config.conformal)), "family": config.conformal_family}
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
         fp["inputs"]["image"] = file_signature(files.image)
@@ -68,7 +72,10 @@ def _dump(folder: Path, cid: str, got: tuple[CaseResult, CaseFiles | None, int])
     if result.region_histograms is not None:
         atomic_save_npz(folder / f"{cid}.regions.npz", region_histograms_state(result.region_histograms),
                         compressed=True)
+    if result.conformal is not None:
+        atomic_save_npz(folder / f"{cid}.conformal.npz", conformal_arrays(result.conformal), compressed=True)
     return {"num_classes": int(num_classes), "row": result.row, "warnings": result.warnings,
+            "conformal": result.conformal is not None,
             "histogram": result.histogram is not None, "region_histograms": result.region_histograms is not None,
             "curves": result.curves, "unclaimed_labels": list(result.unclaimed_labels)}
 
@@ -78,8 +85,12 @@ def _restore(folder: Path, doc: dict[str, Any], files: CaseFiles | None) -> tupl
     cid = doc["case"]
     hist = ConfidenceHistogram.load(folder / f"{cid}.npz") if doc["histogram"] else None
     rh = load_region_histograms(folder / f"{cid}.regions.npz") if doc.get("region_histograms") else None
+    conformal = None
+    if doc.get("conformal"):
+        with np.load(folder / f"{cid}.conformal.npz") as z:
+            conformal = conformal_from_arrays({k: z[k] for k in z.files})
     result = CaseResult(dict(doc["row"]), hist, list(doc["warnings"]), region_histograms=rh, curves=doc.get("curves"),
-                        unclaimed_labels=[int(v) for v in doc.get("unclaimed_labels") or []])
+                        unclaimed_labels=[int(v) for v in doc.get("unclaimed_labels") or []], conformal=conformal)
     return result, files, int(doc["num_classes"])
 
 

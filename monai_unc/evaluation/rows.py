@@ -19,6 +19,7 @@ from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
 from ..io import CaseError, LoadedCase
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
+from ..metrics.conformal import CONFORMAL_SIDES, ConformalCaseState
 from ..metrics.overlap import dice
 from ..regions import label_to_regions, parse_regions, unclaimed_labels
 from ..scores import CASE_SCORES, PATCH_SIZE, case_scores
@@ -62,6 +63,8 @@ class CaseResult:
     region_histograms: dict[str, ConfidenceHistogram] | None = None
     curves: dict[str, Any] | None = None
     unclaimed_labels: list[int] = field(default_factory=list)
+    #: ``{side: ConformalCaseState}`` with ``EvaluationConfig.conformal`` (docs/conformal.md), else None
+    conformal: dict[str, Any] | None = None
 
 
 def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
@@ -244,3 +247,33 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
     for m, u in maps.items():
         _region_stack(case, u, f"the {m} map", len(names), names)
     return BERNOULLI, BERNOULLI.split(pred, target, case.probs, maps, names, case.spacing), maps
+
+
+def conformal_arrays(states: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """``{side: ConformalCaseState}`` as flat numpy arrays ``"<side>.<key>"`` (for ``.npz`` and the gather).
+
+    Args:
+        states: the case's conformal states.
+
+    Returns:
+        The arrays; :func:`conformal_from_arrays` reads them back.
+    """
+    return {f"{side}.{k}": v for side, st in states.items() for k, v in st.to_arrays().items()}
+
+
+def conformal_from_arrays(arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``{side: ConformalCaseState}`` of :func:`conformal_arrays` (or of ``numpy.load`` of its ``.npz``).
+
+    Args:
+        arrays: the flat arrays.
+
+    Returns:
+        The states by side (outer first).
+    """
+    keys = list(arrays.keys())
+    out = {}
+    for side in CONFORMAL_SIDES:
+        part = {k.split(".", 1)[1]: arrays[k] for k in keys if k.startswith(side + ".")}
+        if part:
+            out[side] = ConformalCaseState.from_arrays(part)
+    return out

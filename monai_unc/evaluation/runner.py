@@ -25,8 +25,9 @@ from ..regions import unclaimed_labels_message
 from .case import CaseResult, evaluate_case, load_evaluation_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import STATE_DIR, EvaluationConfig
+from .conformal import CONFORMAL_RULE_FILE, fit_conformal_rules, write_conformal_rule
 from .resume import CASES_DIR, case_cache
-from .rows import region_histograms_from_state, region_histograms_state
+from .rows import conformal_arrays, conformal_from_arrays, region_histograms_from_state, region_histograms_state
 from .triage import RULE_FILE, prediction_regions, region_differences, write_referral_rule
 
 __all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
@@ -185,7 +186,8 @@ def _pack(got: tuple[CaseResult, CaseFiles, int]) -> dict[str, Any]:
             "histogram": None if result.histogram is None else result.histogram.state_dict(),
             "region_histograms": None if result.region_histograms is None
             else region_histograms_state(result.region_histograms), "curves": result.curves,
-            "unclaimed_labels": list(result.unclaimed_labels)}
+            "unclaimed_labels": list(result.unclaimed_labels),
+            "conformal": None if result.conformal is None else conformal_arrays(result.conformal)}
 
 
 def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
@@ -194,7 +196,8 @@ def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
         hist = ConfidenceHistogram.from_state_dict(d["histogram"])
     rh = None if d.get("region_histograms") is None else region_histograms_from_state(d["region_histograms"])
     return (CaseResult(d["row"], hist, d["warnings"], region_histograms=rh, curves=d.get("curves"),
-                       unclaimed_labels=list(d.get("unclaimed_labels") or [])),
+                       unclaimed_labels=list(d.get("unclaimed_labels") or []),
+                       conformal=None if d.get("conformal") is None else conformal_from_arrays(d["conformal"])),
             CaseFiles.from_json(d["files"]), int(d["num_classes"]))
 
 
@@ -270,7 +273,11 @@ def _run_evaluate(
             unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
-        config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after the evaluation
+        wanted = config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
+        n_cal = len(wanted) if config.calibration_cases is not None else len(cases)
+        if config.conformal and n_cal < config.min_conformal_cases():
+            raise ValueError(f"conformal: {n_cal} calibration case(s) are too few for {dict(config.conformal)} "
+                             f"(delta {config.conformal_delta}): at least {config.min_conformal_cases()} are needed")
         check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
         return cases
 
@@ -289,16 +296,28 @@ def _run_evaluate(
         assert state is not None
         cohort["state"] = state
         summary = summarize(state, config)
+        rules, cal = None, []
+        if config.conformal:  # conformal masks: fitted on the calibration cases, reported in summary.json
+            states = {str(r.row["case"]): r.conformal for r, _, _ in run.results}
+            rules, summary["conformal"] = fit_conformal_rules(states, config)
+            cal = summary["conformal"]["calibration"]
+            cal = sorted(states) if cal == "all" else cal
         paths = write_evaluation(state, summary, output, config)
         rule = write_referral_rule(output, state, summary, config, predictions=match_kwargs["predictions"],
                                    layout=match_kwargs["layout"], uncertainty=match_kwargs["uncertainty"])
         if rule is not None:  # with a target risk: referral_rule.json for monai-unc triage (docs/triage.md)
             paths["rule"] = rule
+        conformal = write_conformal_rule(output, rules, config, cal,
+                                         predictions=match_kwargs["predictions"], layout=match_kwargs["layout"],
+                                         uncertainty=match_kwargs["uncertainty"])
+        if conformal is not None:  # with --conformal: conformal_rule.json for monai-unc conformal
+            paths["conformal_rule"] = conformal
         return summary, paths
 
     def stale(run: CohortRun) -> None:
         remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
         (output / RULE_FILE).unlink(missing_ok=True)  # nor an earlier run's referral rule
+        (output / CONFORMAL_RULE_FILE).unlink(missing_ok=True)  # nor its conformal rule
 
     run = run_cases(listing, lambda f: evaluate_files(f, config), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
