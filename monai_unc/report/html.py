@@ -309,6 +309,56 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
                                                          id="regions-table"), id="regions")
 
 
+_CONFORMAL_LOSS_WORDS = {"fnr": "FNR (missed share of the structure)",
+                          "fp": "false-positive share of the mask"}
+_CONFORMAL_UNITS = {"threshold": "probability threshold", "margin": "mm margin"}
+
+
+def conformal_section(block: Mapping[str, Any]) -> Markup:
+    """The "Conformal masks" section of the report: one table per side of ``summary["conformal"]`` (written by
+    ``monai-unc evaluate --conformal``).
+
+    Args:
+        block: ``summary["conformal"]``: ``family``, ``n_calibration`` and per side (``sides``) the loss, target,
+            method, ``alpha``, ``tol``, guarantee and per class or region ``lambda_hat``, ``calibration_loss`` and
+            ``calibration_above_tol``.
+
+    Returns:
+        The section: per side the guarantee sentence and a table with, per class or region, the target, the
+        achieved calibration loss, for the high-probability rule the share of calibration cases above ``tol``
+        against ``alpha``, and ``lambda_hat`` with its unit.
+    """
+    family = str(block.get("family", "threshold"))
+    unit = _CONFORMAL_UNITS.get(family, family)
+    n_cal = block.get("n_calibration")
+    parts: list[Any] = [el("p", "Inner and outer masks with a finite-sample guarantee on the voxels they add or miss "
+                             f"(docs/conformal.md), fitted on {n_cal} calibration case(s), family ", el("b", family),
+                             f" (lambda_hat is a {unit}). The guarantees are marginal: over the calibration draw and "
+                             "a new case exchangeable with them, not for one given case.", class_="note")]
+    for side, b in (block.get("sides") or {}).items():
+        loss = str(b.get("loss", ""))
+        words = _CONFORMAL_LOSS_WORDS.get(loss, loss)
+        high = b.get("method") == "high_probability"
+        head = ["class / region", "target", f"calibration {loss} (mean)"]
+        if high:
+            head.append(f"calibration cases above tol (alpha {format_value(b.get('alpha'), 4)})")
+        head.append(f"lambda_hat ({unit})")
+        trs = []
+        for name, t in (b.get("per_task") or {}).items():
+            cells = [_td(name, "l"), _td(format_value(b.get("target"), 4)),
+                     _td(format_value(t.get("calibration_loss"), 4))]
+            if high:
+                cells.append(_td(f"{format_value(t.get('calibration_above_tol'), 4)} vs "
+                                 f"{format_value(b.get('alpha'), 4)}"))
+            cells.append(_td(format_value(t.get("lambda_hat"), 6)))
+            trs.append(el("tr", *cells, data_task=name, data_lambda_hat=repr(t.get("lambda_hat")),
+                          data_calibration_loss=repr(t.get("calibration_loss"))))
+        parts += [el("h3", f"{side} mask: {words}"),
+                  el("p", f"Guarantee ({b.get('method')}): ", el("b", b.get("guarantee", "")), ".", class_="note"),
+                  table(head, trs, ("class / region",), id=f"conformal-{side}", class_="conformal")]
+    return el("section", el("h2", "Conformal masks"), *parts, id="conformal")
+
+
 def render_html(
     summary: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
@@ -347,6 +397,7 @@ def render_html(
         el("section", el("h2", "Summary"), _cards(summary), id="summary"),
         el("section", el("h2", "Triage"), el("p", *note, class_="note"), _triage_table(rows, summary), id="triage"),
         _regions_section(summary) if summary.get("regions") else None,
+        conformal_section(summary["conformal"]) if summary.get("conformal") else None,
         el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
     ]
     if case_figures:
@@ -462,6 +513,8 @@ def build_report(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
         summary = summarize(state, config)
+    if saved.get("conformal"):  # fitted by evaluate --conformal; the report shows it as written
+        summary["conformal"] = saved["conformal"]
     out_dir = Path(output) if output is not None else evaluation / "report"
     fig_dir = out_dir / "figures"
     rows = state.sorted_rows()
