@@ -47,6 +47,7 @@ from ..evaluation import (
     load_evaluation,
     summarize,
 )
+from ..evaluation.conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, conformal_masks
 from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
@@ -439,8 +440,27 @@ def region_display(
     return out[0], out[1], u, ["background"] + [names[r] for r in order]
 
 
+def case_conformal_masks(rule: ConformalRuleFile | None, case: Any) -> dict[str, np.ndarray] | None:
+    """The conformal masks of a case for its figure: per side the union over the foreground classes or regions of
+    the rule's masks (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's
+    probabilities).
+
+    Args:
+        rule: the evaluation's ``conformal_rule.json`` (None: no masks).
+        case: the loaded case (:func:`~monai_unc.io.load_case`).
+
+    Returns:
+        ``{side: bool (X, Y, Z)}``, or None without a rule or without the case's probabilities.
+    """
+    if rule is None or case.probs is None:
+        return None
+    masks, _, _ = conformal_masks(rule, case)
+    return {side: np.asarray(m).any(axis=0) for side, m in masks.items()}
+
+
 def _case_figures(
-    state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path
+    state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path,
+    rule: ConformalRuleFile | None = None,
 ) -> list[Figure]:
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
@@ -470,8 +490,9 @@ def _case_figures(
         info = {"Dice": format_value(float(r["dice"])), score_key: format_value(r.get(score_key), 4)}
         if "shift" in r:
             info["shift"] = r["shift"] or "none"
+        conformal = case_conformal_masks(rule, case)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
-                                class_names=class_names)
+                                class_names=class_names, conformal=conformal)
         path = case_figure_path(fig_dir, cid)
         png = save_png(fig, path)
         pos = order.index(cid) + 1
@@ -480,7 +501,9 @@ def _case_figures(
             f"case-{cid}", f"{cid}: {what} {pos} of {len(order)}",
             "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty. Columns: image; "
             "prediction contour per class; uncertainty heatmap; error map (red: false foreground, blue: missed "
-            "foreground, purple: wrong class).", png, path,
+            "foreground, purple: wrong class)." + (
+                " Beside the prediction: the conformal outer (white dashed) and inner (green dotted) masks, union "
+                "over the foreground classes or regions." if conformal else ""), png, path,
         ))  # fmt: skip
     return out
 
@@ -567,7 +590,9 @@ def build_report(
         add("shifts", "Uncertainty by shift",
             f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {format_value(ood.get('auroc'))}.",
             plot_scores_by_shift(filled, [r.get("shift", "") for r in rows], IID_SHIFTS, label))
-    case_figs = _case_figures(state, summary, n_cases, images, fig_dir)
+    rule_path = evaluation / CONFORMAL_RULE_FILE
+    rule = ConformalRuleFile.load(rule_path) if summary.get("conformal") and rule_path.is_file() else None
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, rule)
     csv_path = evaluation / "metrics.csv"
     csv_text = csv_path.read_text() if csv_path.is_file() else None
     page = render_html(summary, rows, figures, case_figs, title=title,

@@ -7,6 +7,7 @@ import json
 import re
 import warnings
 
+import numpy as np
 import pytest
 
 from monai_unc.data.cohorts import write_toy_cohort
@@ -101,3 +102,58 @@ def test_hostile_class_names_stay_escaped(runs):
     assert "<script>" not in html and "<img" not in html
     rows = _rows(str(html), "outer")
     assert list(rows) == [payload] and rows[payload]["cells"][0] == payload
+
+
+def test_case_figures_draw_the_rule_masks(runs, monkeypatch, tmp_path):
+    import monai_unc.report.html as page
+    from monai_unc.evaluation import ConformalRuleFile
+    from monai_unc.io import CaseFiles, load_case
+
+    calls = []
+    real = page.plot_case_overlay
+
+    def spy(case_id, *args, **kwargs):
+        calls.append((case_id, kwargs.get("conformal")))
+        return real(case_id, *args, **kwargs)
+
+    monkeypatch.setattr(page, "plot_case_overlay", spy)
+    text = build_report(runs["crc"], tmp_path / "r", n_cases=1).read_text()
+    assert len(calls) == 2 and "conformal outer (white dashed)" in text
+    doc = ConformalRuleFile.load(runs["crc"] / "conformal_rule.json")
+    state, _ = page.load_evaluation(runs["crc"])
+    for cid, masks in calls:
+        assert masks is not None and set(masks) == {"outer", "inner"}
+        case = load_case(CaseFiles.from_json(state.files[cid]), state.num_classes)
+        for side, rule in doc.rules.items():  # the rule's apply on the case's probabilities, foreground union
+            expected = rule.apply(case.probs, pred=case.seg, spacing=case.spacing)[1:].any(axis=0)
+            assert np.array_equal(masks[side], expected)
+    calls.clear()
+    build_report(runs["plain"], tmp_path / "p", n_cases=1)
+    assert len(calls) == 2 and all(m is None for _, m in calls)
+
+
+def test_overlay_draws_conformal_contours_with_a_legend():
+    from monai_unc.report.plots import plot_case_overlay
+
+    seg = np.zeros((10, 10, 10), dtype=np.int64)
+    seg[3:7, 3:7, 3:7] = 1
+    outer, inner = np.zeros(seg.shape, bool), np.zeros(seg.shape, bool)
+    outer[2:8, 2:8, 2:8] = True
+    inner[4:6, 4:6, 4:6] = True
+    u = np.random.default_rng(0).random(seg.shape) * 0.1
+    u[4:6, 4:6, 4:6] += 1.0  # the slices of highest uncertainty cut the inner mask
+
+    def contours_and_legend(**kw):
+        fig = plot_case_overlay("c", seg, seg, u, **kw)
+        ax = fig.axes[1]  # row 0, prediction contour
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        return len(ax.collections), legend
+
+    n0, legend0 = contours_and_legend()
+    n1, legend1 = contours_and_legend(conformal={"outer": outer, "inner": inner})
+    assert n1 == n0 + 2
+    assert legend1 == legend0 + ["outer mask (conformal)", "inner mask (conformal)"]
+    with pytest.raises(ValueError, match="conformal"):
+        plot_case_overlay("c", seg, seg, u, conformal={"middle": outer})
+    with pytest.raises(ValueError, match="shape"):
+        plot_case_overlay("c", seg, seg, u, conformal={"outer": outer[:5]})
