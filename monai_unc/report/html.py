@@ -18,7 +18,11 @@ under ``figures/``. Sections:
    ``qu_brats_score_<R>``, ``qu_brats_score``), one reliability diagram per region and the QU-BraTS curves
    (filtered Dice, FTP, FTN against the threshold, mean over the cases, one line per region);
 4. per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest
-   uncertainty, for the most uncertain cases and, for contrast, the most certain one.
+   uncertainty, for the most uncertain cases and, for contrast, the most certain one;
+
+   for an evaluation with conformal masks (``monai-unc evaluate --conformal``): a "Conformal masks" section
+   (:func:`conformal_section`, the numbers of ``summary.json["conformal"]``) and the outer and inner contours in
+   the overlays (:func:`case_conformal_masks`, the rule of ``conformal_rule.json`` on the case's probabilities).
 
 Changing the budget re-runs the cohort summary (:func:`monai_unc.evaluation.summarize`) on the saved state,
 so the numbers in the report are always those of the metric functions.
@@ -67,6 +71,8 @@ __all__ = [
     "PAGE_CSS",
     "build_report",
     "cards",
+    "case_conformal_masks",
+    "conformal_section",
     "decision_tag",
     "format_value",
     "img_tag",
