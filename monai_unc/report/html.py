@@ -319,9 +319,12 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
 _CONFORMAL_LOSS_WORDS = {"fnr": "FNR (missed share of the structure)",
                           "fp": "false-positive share of the mask"}
 _CONFORMAL_UNITS = {"threshold": "probability threshold", "margin": "mm margin"}
+_CONFORMAL_MASKS = {("threshold", "outer"): "p >= 1 - lambda_hat", ("threshold", "inner"): "p > lambda_hat",
+                    ("margin", "outer"): "the predicted mask dilated by lambda_hat mm",
+                    ("margin", "inner"): "the predicted mask eroded by lambda_hat mm"}
 
 
-def conformal_section(block: Mapping[str, Any]) -> Markup:
+def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | None = None) -> Markup:
     """The "Conformal masks" section of the report: one table per side of ``summary["conformal"]`` (written by
     ``monai-unc evaluate --conformal``).
 
@@ -329,6 +332,7 @@ def conformal_section(block: Mapping[str, Any]) -> Markup:
         block: ``summary["conformal"]``: ``family``, ``n_calibration`` and per side (``sides``) the loss, target,
             method, ``alpha``, ``tol``, guarantee and per class or region ``lambda_hat``, ``calibration_loss`` and
             ``calibration_above_tol``.
+        class_names: the class names of a class evaluation, shown after the class index.
 
     Returns:
         The section: per side the guarantee sentence and a table with, per class or region, the target, the
@@ -352,7 +356,10 @@ def conformal_section(block: Mapping[str, Any]) -> Markup:
         head.append(f"lambda_hat ({unit})")
         trs = []
         for name, t in (b.get("per_task") or {}).items():
-            cells = [_td(name, "l"), _td(format_value(b.get("target"), 4)),
+            shown = name
+            if class_names is not None and name.isdigit() and int(name) < len(class_names):
+                shown = f"{name} ({class_names[int(name)]})"
+            cells = [_td(shown, "l"), _td(format_value(b.get("target"), 4)),
                      _td(format_value(t.get("calibration_loss"), 4))]
             if high:
                 cells.append(_td(f"{format_value(t.get('calibration_above_tol'), 4)} vs "
@@ -361,7 +368,8 @@ def conformal_section(block: Mapping[str, Any]) -> Markup:
             trs.append(el("tr", *cells, data_task=name, data_lambda_hat=repr(t.get("lambda_hat")),
                           data_calibration_loss=repr(t.get("calibration_loss"))))
         parts += [el("h3", f"{side} mask: {words}"),
-                  el("p", f"Guarantee ({b.get('method')}): ", el("b", b.get("guarantee", "")), ".", class_="note"),
+                  el("p", f"Guarantee ({b.get('method')}): ", el("b", b.get("guarantee", "")), ". Mask: ",
+                     _CONFORMAL_MASKS.get((family, str(side)), "?"), ".", class_="note"),
                   table(head, trs, ("class / region",), id=f"conformal-{side}", class_="conformal")]
     return el("section", el("h2", "Conformal masks"), *parts, id="conformal")
 
@@ -404,7 +412,7 @@ def render_html(
         el("section", el("h2", "Summary"), _cards(summary), id="summary"),
         el("section", el("h2", "Triage"), el("p", *note, class_="note"), _triage_table(rows, summary), id="triage"),
         _regions_section(summary) if summary.get("regions") else None,
-        conformal_section(summary["conformal"]) if summary.get("conformal") else None,
+        conformal_section(summary["conformal"], summary.get("class_names")) if summary.get("conformal") else None,
         el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
     ]
     if case_figures:

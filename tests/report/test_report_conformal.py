@@ -59,6 +59,7 @@ def test_expectation_numbers_on_the_page_equal_summary(runs):
     block = json.loads((runs["crc"] / "summary.json").read_text())["conformal"]
     section = _section(text)
     assert "Conformal masks" in section and "probability threshold" in section
+    assert "Mask: p &gt;= 1 - lambda_hat." in section and "Mask: p &gt; lambda_hat." in section
     assert set(block["sides"]) == {"outer", "inner"}
     for side, b in block["sides"].items():
         rows = _rows(section, side)
@@ -79,6 +80,7 @@ def test_high_probability_shows_the_share_above_tol_against_alpha(runs):
     assert b["method"] == "high_probability"
     section = _section(text)
     assert "mm margin" in section and 'id="conformal-inner"' not in section
+    assert "Mask: the predicted mask dilated by lambda_hat mm." in section
     rows = _rows(section, "outer")
     for name, t in b["per_task"].items():
         assert rows[name]["cells"] == [name, format_value(b["target"], 4), format_value(t["calibration_loss"], 4),
@@ -102,6 +104,11 @@ def test_hostile_class_names_stay_escaped(runs):
     assert "<script>" not in html and "<img" not in html
     rows = _rows(str(html), "outer")
     assert list(rows) == [payload] and rows[payload]["cells"][0] == payload
+    names = ["background", payload]  # class names from the evaluation go after the class index
+    html = conformal_section(json.loads((runs["crc"] / "summary.json").read_text())["conformal"], names)
+    assert "<script>" not in html and "<img" not in html
+    rows = _rows(str(html), "inner")
+    assert rows["0"]["cells"][0] == "0 (background)" and rows["1"]["cells"][0] == f"1 ({payload})"
 
 
 def test_case_figures_draw_the_rule_masks(runs, monkeypatch, tmp_path):
