@@ -18,7 +18,11 @@ under ``figures/``. Sections:
    ``qu_brats_score_<R>``, ``qu_brats_score``), one reliability diagram per region and the QU-BraTS curves
    (filtered Dice, FTP, FTN against the threshold, mean over the cases, one line per region);
 4. per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest
-   uncertainty, for the most uncertain cases and, for contrast, the most certain one.
+   uncertainty, for the most uncertain cases and, for contrast, the most certain one;
+
+   for an evaluation with conformal masks (``monai-unc evaluate --conformal``): a "Conformal masks" section
+   (:func:`conformal_section`, the numbers of ``summary.json["conformal"]``) and the outer and inner contours in
+   the overlays (:func:`case_conformal_masks`, the rule of ``conformal_rule.json`` on the case's probabilities).
 
 Changing the budget re-runs the cohort summary (:func:`monai_unc.evaluation.summarize`) on the saved state,
 so the numbers in the report are always those of the metric functions.
@@ -47,6 +51,7 @@ from ..evaluation import (
     load_evaluation,
     summarize,
 )
+from ..evaluation.conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, conformal_masks
 from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
@@ -66,6 +71,8 @@ __all__ = [
     "PAGE_CSS",
     "build_report",
     "cards",
+    "case_conformal_masks",
+    "conformal_section",
     "decision_tag",
     "format_value",
     "img_tag",
@@ -309,6 +316,64 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
                                                          id="regions-table"), id="regions")
 
 
+_CONFORMAL_LOSS_WORDS = {"fnr": "FNR (missed share of the structure)",
+                          "fp": "false-positive share of the mask"}
+_CONFORMAL_UNITS = {"threshold": "probability threshold", "margin": "mm margin"}
+_CONFORMAL_MASKS = {("threshold", "outer"): "p >= 1 - lambda_hat", ("threshold", "inner"): "p > lambda_hat",
+                    ("margin", "outer"): "the predicted mask dilated by lambda_hat mm",
+                    ("margin", "inner"): "the predicted mask eroded by lambda_hat mm"}
+
+
+def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | None = None) -> Markup:
+    """The "Conformal masks" section of the report: one table per side of ``summary["conformal"]`` (written by
+    ``monai-unc evaluate --conformal``).
+
+    Args:
+        block: ``summary["conformal"]``: ``family``, ``n_calibration`` and per side (``sides``) the loss, target,
+            method, ``alpha``, ``tol``, guarantee and per class or region ``lambda_hat``, ``calibration_loss`` and
+            ``calibration_above_tol``.
+        class_names: the class names of a class evaluation, shown after the class index.
+
+    Returns:
+        The section: per side the guarantee sentence and a table with, per class or region, the target, the
+        achieved calibration loss, for the high-probability rule the share of calibration cases above ``tol``
+        against ``alpha``, and ``lambda_hat`` with its unit.
+    """
+    family = str(block.get("family", "threshold"))
+    unit = _CONFORMAL_UNITS.get(family, family)
+    n_cal = block.get("n_calibration")
+    parts: list[Any] = [el("p", "Inner and outer masks with a finite-sample guarantee on the voxels they add or miss "
+                             f"(docs/conformal.md), fitted on {n_cal} calibration case(s), family ", el("b", family),
+                             f" (lambda_hat is a {unit}). The guarantees are marginal: over the calibration draw and "
+                             "a new case exchangeable with them, not for one given case.", class_="note")]
+    for side, b in (block.get("sides") or {}).items():
+        loss = str(b.get("loss", ""))
+        words = _CONFORMAL_LOSS_WORDS.get(loss, loss)
+        high = b.get("method") == "high_probability"
+        head = ["class / region", "target", f"calibration {loss} (mean)"]
+        if high:
+            head.append(f"calibration cases above tol (alpha {format_value(b.get('alpha'), 4)})")
+        head.append(f"lambda_hat ({unit})")
+        trs = []
+        for name, t in (b.get("per_task") or {}).items():
+            shown = name
+            if class_names is not None and name.isdigit() and int(name) < len(class_names):
+                shown = f"{name} ({class_names[int(name)]})"
+            cells = [_td(shown, "l"), _td(format_value(b.get("target"), 4)),
+                     _td(format_value(t.get("calibration_loss"), 4))]
+            if high:
+                cells.append(_td(f"{format_value(t.get('calibration_above_tol'), 4)} vs "
+                                 f"{format_value(b.get('alpha'), 4)}"))
+            cells.append(_td(format_value(t.get("lambda_hat"), 6)))
+            trs.append(el("tr", *cells, data_task=name, data_lambda_hat=repr(t.get("lambda_hat")),
+                          data_calibration_loss=repr(t.get("calibration_loss"))))
+        parts += [el("h3", f"{side} mask: {words}"),
+                  el("p", f"Guarantee ({b.get('method')}): ", el("b", b.get("guarantee", "")), ". Mask: ",
+                     _CONFORMAL_MASKS.get((family, str(side)), "?"), ".", class_="note"),
+                  table(head, trs, ("class / region",), id=f"conformal-{side}", class_="conformal")]
+    return el("section", el("h2", "Conformal masks"), *parts, id="conformal")
+
+
 def render_html(
     summary: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
@@ -347,6 +412,7 @@ def render_html(
         el("section", el("h2", "Summary"), _cards(summary), id="summary"),
         el("section", el("h2", "Triage"), el("p", *note, class_="note"), _triage_table(rows, summary), id="triage"),
         _regions_section(summary) if summary.get("regions") else None,
+        conformal_section(summary["conformal"], summary.get("class_names")) if summary.get("conformal") else None,
         el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
     ]
     if case_figures:
@@ -388,8 +454,27 @@ def region_display(
     return out[0], out[1], u, ["background"] + [names[r] for r in order]
 
 
+def case_conformal_masks(rule: ConformalRuleFile | None, case: Any) -> dict[str, np.ndarray] | None:
+    """The conformal masks of a case for its figure: per side the union over the foreground classes or regions of
+    the rule's masks (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's
+    probabilities).
+
+    Args:
+        rule: the evaluation's ``conformal_rule.json`` (None: no masks).
+        case: the loaded case (:func:`~monai_unc.io.load_case`).
+
+    Returns:
+        ``{side: bool (X, Y, Z)}``, or None without a rule or without the case's probabilities.
+    """
+    if rule is None or case.probs is None:
+        return None
+    masks, _, _ = conformal_masks(rule, case)
+    return {side: np.asarray(m).any(axis=0) for side, m in masks.items()}
+
+
 def _case_figures(
-    state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path
+    state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path,
+    rule: ConformalRuleFile | None = None,
 ) -> list[Figure]:
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
@@ -419,8 +504,9 @@ def _case_figures(
         info = {"Dice": format_value(float(r["dice"])), score_key: format_value(r.get(score_key), 4)}
         if "shift" in r:
             info["shift"] = r["shift"] or "none"
+        conformal = case_conformal_masks(rule, case)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
-                                class_names=class_names)
+                                class_names=class_names, conformal=conformal)
         path = case_figure_path(fig_dir, cid)
         png = save_png(fig, path)
         pos = order.index(cid) + 1
@@ -429,7 +515,9 @@ def _case_figures(
             f"case-{cid}", f"{cid}: {what} {pos} of {len(order)}",
             "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty. Columns: image; "
             "prediction contour per class; uncertainty heatmap; error map (red: false foreground, blue: missed "
-            "foreground, purple: wrong class).", png, path,
+            "foreground, purple: wrong class)." + (
+                " Beside the prediction: the conformal outer (white dashed) and inner (green dotted) masks, union "
+                "over the foreground classes or regions." if conformal else ""), png, path,
         ))  # fmt: skip
     return out
 
@@ -462,6 +550,8 @@ def build_report(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
         summary = summarize(state, config)
+    if saved.get("conformal"):  # fitted by evaluate --conformal; the report shows it as written
+        summary["conformal"] = saved["conformal"]
     out_dir = Path(output) if output is not None else evaluation / "report"
     fig_dir = out_dir / "figures"
     rows = state.sorted_rows()
@@ -514,7 +604,9 @@ def build_report(
         add("shifts", "Uncertainty by shift",
             f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {format_value(ood.get('auroc'))}.",
             plot_scores_by_shift(filled, [r.get("shift", "") for r in rows], IID_SHIFTS, label))
-    case_figs = _case_figures(state, summary, n_cases, images, fig_dir)
+    rule_path = evaluation / CONFORMAL_RULE_FILE
+    rule = ConformalRuleFile.load(rule_path) if summary.get("conformal") and rule_path.is_file() else None
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, rule)
     csv_path = evaluation / "metrics.csv"
     csv_text = csv_path.read_text() if csv_path.is_file() else None
     page = render_html(summary, rows, figures, case_figs, title=title,

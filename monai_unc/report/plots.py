@@ -246,6 +246,9 @@ def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
     return np.take(a, index, axis=axis).T
 
 
+_CONFORMAL_STYLE = {"outer": ("#ffffff", "dashed"), "inner": ("#00ff7f", "dotted")}
+
+
 def plot_case_overlay(
     case_id: str,
     seg: np.ndarray,
@@ -257,13 +260,22 @@ def plot_case_overlay(
     axes: Sequence[int] = (2, 1, 0),
     info: Mapping[str, Any] | None = None,
     class_names: Sequence[str] | None = None,
+    conformal: Mapping[str, np.ndarray] | None = None,
 ) -> Any:
     """One row per view through the slice of highest uncertainty among the slices that cut the reference
     foreground (:func:`slice_of_highest_uncertainty`): image, prediction contour, uncertainty heatmap,
     error map (``seg != label``: red where the prediction has a foreground the label does not, blue where it
     misses one, purple for a wrong class). Volumes are 3D ``(X, Y, Z)``; ``image`` may be ``(C, X, Y, Z)``;
     ``class_names`` label the contour colours. Without a ``label`` (new, unlabelled cases) the slices are chosen
-    inside the predicted foreground and there is no error-map column."""
+    inside the predicted foreground and there is no error-map column. ``conformal`` (``{"outer": mask, "inner":
+    mask}``, bool ``(X, Y, Z)``, e.g. the union over the foreground classes of the conformal rule's masks,
+    docs/conformal.md) adds their contours beside the prediction's (outer: white dashed, inner: green dotted)
+    with a legend."""
+    for side, mask in (conformal or {}).items():
+        if side not in _CONFORMAL_STYLE:
+            raise ValueError(f"conformal: sides are 'outer' and 'inner', got {side!r}")
+        if np.shape(mask) != seg.shape:
+            raise ValueError(f"conformal[{side!r}] has shape {np.shape(mask)}, seg {seg.shape}")
     if image is not None and image.ndim == 4:
         image = image[0]
     labelled = label is not None
@@ -297,6 +309,11 @@ def plot_case_overlay(
             if (seg2 == c).any() and not (seg2 == c).all():
                 panels[1].contour((seg2 == c).astype(float), levels=[0.5], colors=contour_colors[(c - 1) % 5],
                                   linewidths=0.9)
+        for side, mask in (conformal or {}).items():
+            m2 = _take(np.asarray(mask, dtype=bool), axis, k)
+            if m2.any() and not m2.all():
+                color, style = _CONFORMAL_STYLE[side]
+                panels[1].contour(m2.astype(float), levels=[0.5], colors=color, linestyles=style, linewidths=1.0)
         im = panels[2].imshow(u2, cmap="inferno", vmin=0, vmax=u_max, origin="lower", aspect=aspect, alpha=0.85,
                               interpolation="nearest")
         if labelled:
@@ -310,6 +327,8 @@ def plot_case_overlay(
             names = list(class_names) if class_names is not None else [f"class {c}" for c in range(n_cls)]
             handles = [Line2D([], [], color=contour_colors[(c - 1) % 5], lw=1.5, label=names[c] if c < len(names)
                               else f"class {c}") for c in range(1, n_cls)]
+            handles += [Line2D([], [], color=_CONFORMAL_STYLE[side][0], ls=_CONFORMAL_STYLE[side][1], lw=1.5,
+                               label=f"{side} mask (conformal)") for side in (conformal or {})]
             if handles:
                 panels[1].legend(handles=handles, loc="lower right", fontsize=6, framealpha=0.7, handlelength=1.2)
         fig.colorbar(im, ax=panels[2], fraction=0.046, pad=0.02).ax.tick_params(labelsize=7)
