@@ -33,7 +33,6 @@ from scipy import ndimage
 from .. import __version__
 from ..distributed import CaseCache, CohortRun, get_dist_context, run_cases
 from ..io import (
-    LAYOUTS,
     CaseError,
     CaseFiles,
     atomic_write_json,
@@ -42,7 +41,6 @@ from ..io import (
     clean_partial_files,
     json_safe,
     load_case,
-    match_cases,
     save_nifti,
     save_region_maps,
     write_csv,
@@ -52,14 +50,9 @@ from ..metrics.conformal import ConformalCaseState, ConformalRule, fit_conformal
 from .config import CONFORMAL_LOSSES, STATE_DIR, EvaluationConfig, region_suffix, slug
 from .region_case import predicted_regions
 from .resume import CASES_DIR, file_signature
-from .triage.fingerprint import (
-    FingerprintMismatch,
-    compare_fingerprints,
-    prediction_fingerprint,
-    prediction_regions,
-    region_differences,
-)
+from .triage.fingerprint import check_prediction_fingerprint, prediction_fingerprint
 from .triage.rule import rule_digest
+from .triage.runner import list_prediction_cases
 
 __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "ConformalRuleFile",
            "fit_conformal_rules", "conformal_masks", "conformal_case", "run_conformal"]
@@ -316,24 +309,11 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
 
 
 def _find_cases(predictions: Path, layout: str, images: str | os.PathLike | None) -> list[CaseFiles]:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
-    if not predictions.is_dir():
-        raise FileNotFoundError(f"predictions folder not found: {predictions}")
-    seg_suffix = LAYOUTS[layout]["seg_suffix"]
-    try:
-        found = match_cases(predictions, predictions, layout=layout, label_suffix=seg_suffix, images=images)
-    except CaseError as e:
-        raise CaseError(str(e).replace(" (use --allow-missing to skip them)", "")) from None
+    found = list_prediction_cases(predictions, layout, images=images, empty="no case")
     for f in found:
-        f.maps = {}
-        f.label, f.seg = f.label.resolve(), None if f.seg is None else f.seg.resolve()
-        f.probs = None if f.probs is None else f.probs.resolve()
         if f.probs is None:
             raise CaseError(f"case {f.case_id!r}: no probabilities in {predictions}: the conformal masks need them "
                             "(infer writes <case>_probs; nnunet-predict needs --save_probabilities)")
-    if not found:
-        raise CaseError(f"no case in {predictions}")
     return found
 
 
@@ -392,17 +372,9 @@ def run_conformal(
         check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, what="--output")
         doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule)
         found = _find_cases(pred, layout, images)
-        pred_fp = prediction_fingerprint(predictions, layout, [f.case_id for f in found])
-        status, diffs = compare_fingerprints(doc.fingerprint, pred_fp)
-        if not any(k == "regions" for k, _, _ in diffs):
-            extra = region_differences(doc.regions, prediction_regions(predictions, layout))
-            if extra:
-                status, diffs = "mismatch", [*diffs, *extra]
-        if status == "mismatch" and not allow_mismatch:
-            raise FingerprintMismatch(diffs)
         got["doc"] = doc
-        got["check"] = {"status": status, "allowed_mismatch": status == "mismatch",
-                        "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs]}
+        got["check"] = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
+                                                    [f.case_id for f in found], allow_mismatch=allow_mismatch)
         return found
 
     def setup() -> None:

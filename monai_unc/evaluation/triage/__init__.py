@@ -48,6 +48,7 @@ from ...scores import case_score_columns
 from .certify import certify_referral_rule, write_referral_rule
 from .fingerprint import (
     FingerprintMismatch,
+    check_prediction_fingerprint,
     compare_fingerprints,
     prediction_fingerprint,
     prediction_regions,
@@ -68,6 +69,7 @@ from .runner import (
     TRIAGE_WRITES,
     TriageResult,
     find_prediction_cases,
+    list_prediction_cases,
     remove_triage_files,
     run_triage,
     triage_case,
@@ -100,6 +102,8 @@ __all__ = [
     "certify_referral_rule",
     "write_referral_rule",
     "find_prediction_cases",
+    "list_prediction_cases",
+    "check_prediction_fingerprint",
     "triage_case",
     "run_triage",
     "remove_triage_files",

@@ -298,3 +298,44 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
         diffs.sort(key=lambda t: t[0] != "producer")
         return "mismatch", diffs
     return "match", []
+
+
+def check_prediction_fingerprint(
+    rule_fingerprint: Mapping[str, Any],
+    rule_regions: Mapping[str, Sequence[int]] | None,
+    predictions: str | os.PathLike,
+    layout: str,
+    case_ids: Sequence[str],
+    uncertainty: str | os.PathLike | None = None,
+    allow_mismatch: bool = False,
+) -> dict[str, Any]:
+    """Compare the predictions with the fingerprint and regions a rule recorded (referral or conformal rule).
+
+    Args:
+        rule_fingerprint: the rule's recorded :func:`prediction_fingerprint`.
+        rule_regions: the rule's region spec (None for a class rule).
+        predictions: the prediction folder to apply the rule to.
+        layout: its layout (``"monai-unc"`` or ``"nnunet"``).
+        case_ids: the cases the rule will be applied to.
+        uncertainty: folder of the maps when not where the layout puts them.
+        allow_mismatch: record a mismatch instead of raising.
+
+    Returns:
+        The check recorded with the outputs: ``status`` (``"match"`` / ``"mismatch"`` / ...), ``allowed_mismatch``,
+        the predictions' fingerprint, the ``differences`` and whether weight digests were ``compared``.
+
+    Raises:
+        FingerprintMismatch: the fingerprints or regions differ and ``allow_mismatch`` is False.
+    """
+    pred_fp = prediction_fingerprint(predictions, layout, list(case_ids), uncertainty)
+    status, diffs = compare_fingerprints(rule_fingerprint, pred_fp)
+    if not any(k == "regions" for k, _, _ in diffs):  # the regions the rule scores against the recorded ones
+        extra = region_differences(rule_regions, prediction_regions(predictions, layout))
+        if extra:
+            status, diffs = "mismatch", [*diffs, *extra]
+    if status == "mismatch" and not allow_mismatch:
+        raise FingerprintMismatch(diffs)
+    digests = has_weight_digests(rule_fingerprint) and has_weight_digests(pred_fp)
+    return {"status": status, "allowed_mismatch": status == "mismatch", "predictions": pred_fp,
+            "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs],
+            "weight_digests": "compared" if digests else "unavailable"}

@@ -38,12 +38,8 @@ from ..config import STATE_DIR, region_suffix, slug
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, file_signature
 from .fingerprint import (
-    FingerprintMismatch,
-    compare_fingerprints,
+    check_prediction_fingerprint,
     has_weight_digests,
-    prediction_fingerprint,
-    prediction_regions,
-    region_differences,
 )
 from .images import image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
@@ -59,38 +55,39 @@ _STATE_FORMAT = 1
 # ----------------------------------------------------------------------------------------------------------------
 # triage of new cases (step 2)
 # ----------------------------------------------------------------------------------------------------------------
-def find_prediction_cases(
+def list_prediction_cases(
     predictions: str | os.PathLike,
-    rule: ReferralRule,
     layout: str = "monai-unc",
     *,
+    measure: str | None = None,
     uncertainty: str | os.PathLike | None = None,
     images: str | os.PathLike | None = None,
     cases: Sequence[str] | None = None,
+    empty: str = "no case to triage",
 ) -> list[CaseFiles]:
     """The cases of a prediction folder (no labels): every case with a segmentation (``<case>_seg`` for the
-    ``monai-unc`` layout, ``<case>.<ext>`` for ``nnunet``), its probabilities when present, the map of the rule's
-    measure (or none when the rule's scores were derived from the probabilities) and its image (``images``).
-    Found with :func:`monai_unc.io.match_cases`, with the segmentations in the role of the reference, so the files
-    of a case are checked against the segmentation's geometry when loaded. ``cases`` keeps only these ids."""
+    ``monai-unc`` layout, ``<case>.<ext>`` for ``nnunet``), its probabilities when present, the map of ``measure``
+    (none without it) and its image (``images``), with absolute paths. Found with :func:`monai_unc.io.match_cases`,
+    with the segmentations in the role of the reference, so the files of a case are checked against the
+    segmentation's geometry when loaded. ``cases`` keeps only these ids; ``empty`` starts the error of a folder
+    without cases. Used by triage (:func:`find_prediction_cases`) and by ``monai-unc conformal``."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     pred = Path(predictions)
     if not pred.is_dir():
         raise FileNotFoundError(f"predictions folder not found: {pred}")
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
-    measures = [rule.measure] if rule.map_source == "file" else None
     try:
         found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, uncertainty=uncertainty,
-                            measures=measures, images=images)
+                            measures=None if measure is None else [measure], images=images)
     except CaseError as e:
         if "no label volume" in str(e):
             what = f"<case>{seg_suffix}.nii.gz" if seg_suffix else "<case>.nii.gz"
             raise CaseError(f"no segmentation ({what}) found in {pred}: is it the output folder of 'monai-unc infer' "
                             f"(--layout monai-unc) or 'monai-unc nnunet-predict' (--layout nnunet)?") from None
         raise CaseError(str(e).replace(" (use --allow-missing to skip them)", "")) from None
-    for f in found:  # absolute paths: triage.json lists them for the page, which may be built from elsewhere
-        f.maps = {m: p.resolve() for m, p in f.maps.items() if m == rule.measure} if rule.map_source == "file" else {}
+    for f in found:  # absolute paths: the outputs list them for the pages, which may be built from elsewhere
+        f.maps = {m: p.resolve() for m, p in f.maps.items() if m == measure} if measure is not None else {}
         f.label, f.seg = f.label.resolve(), None if f.seg is None else f.seg.resolve()
         f.probs = None if f.probs is None else f.probs.resolve()
         f.image = None if f.image is None else f.image.resolve()
@@ -102,8 +99,24 @@ def find_prediction_cases(
             raise CaseError(f"cases: {len(missing)} case(s) have no prediction in {pred}, e.g. {missing[:5]}")
         found = [f for f in found if f.case_id in set(wanted)]
     if not found:
-        raise CaseError(f"no case to triage in {pred}")
+        raise CaseError(f"{empty} in {pred}")
     return found
+
+
+def find_prediction_cases(
+    predictions: str | os.PathLike,
+    rule: ReferralRule,
+    layout: str = "monai-unc",
+    *,
+    uncertainty: str | os.PathLike | None = None,
+    images: str | os.PathLike | None = None,
+    cases: Sequence[str] | None = None,
+) -> list[CaseFiles]:
+    """The cases of a prediction folder to triage with ``rule`` (:func:`list_prediction_cases`): the map of the
+    rule's measure is listed when the rule's scores come from a map file (none when they were derived from the
+    probabilities). ``cases`` keeps only these ids."""
+    return list_prediction_cases(predictions, layout, measure=rule.measure if rule.map_source == "file" else None,
+                                 uncertainty=uncertainty, images=images, cases=cases)
 
 
 def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
@@ -362,19 +375,9 @@ def run_triage(
         the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule)
         found = find_prediction_cases(predictions, the_rule, layout, uncertainty=uncertainty, images=images,
                                       cases=cases)
-        pred_fp = prediction_fingerprint(predictions, layout, [f.case_id for f in found], uncertainty)
-        status, diffs = compare_fingerprints(the_rule.fingerprint, pred_fp)
-        if not any(k == "regions" for k, _, _ in diffs):  # the regions the rule scores against the recorded ones
-            extra = region_differences(the_rule.regions, prediction_regions(predictions, layout))
-            if extra:
-                status, diffs = "mismatch", [*diffs, *extra]
-        if status == "mismatch" and not allow_mismatch:
-            raise FingerprintMismatch(diffs)
+        got["check"] = check_prediction_fingerprint(the_rule.fingerprint, the_rule.regions, predictions, layout,
+                                                    [f.case_id for f in found], uncertainty, allow_mismatch)
         got["rule"] = the_rule
-        digests = has_weight_digests(the_rule.fingerprint) and has_weight_digests(pred_fp)
-        got["check"] = {"status": status, "allowed_mismatch": status == "mismatch", "predictions": pred_fp,
-                        "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs],
-                        "weight_digests": "compared" if digests else "unavailable"}
         return found
 
     def setup() -> None:
