@@ -12,6 +12,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+#: the device of the tests marked ``cuda``; ``MONAI_UNC_TEST_DEVICE=cpu`` rehearses them on the CPU (the quick mode of
+#: ``benchmarks/gpu_check.py`` does, in CI, so the CUDA tests cannot rot on machines without a GPU)
+TEST_DEVICE_ENV = "MONAI_UNC_TEST_DEVICE"
+
+
+@pytest.fixture
+def cuda_device() -> torch.device:
+    """The device of a ``@pytest.mark.cuda`` test: ``cuda`` (skipped without one) unless ``MONAI_UNC_TEST_DEVICE``
+    names another (``cpu`` rehearses the test on the CPU; ``cuda:1`` picks a card)."""
+    dev = torch.device(os.environ.get(TEST_DEVICE_ENV, "cuda"))
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"needs a CUDA device (or {TEST_DEVICE_ENV}=cpu to rehearse on the CPU)")
+    return dev
+
+
 @pytest.fixture
 def one_torch_thread():
     """One torch intra-op thread for the test, restored afterwards: the nnU-Net predictor and trainers change the
