@@ -10,7 +10,7 @@ STAMP := $(VENV)/.monai-unc-installed
 DOCTEST_PATHS := monai_unc/metrics monai_unc/inferers monai_unc/networks monai_unc/regions.py \
 	monai_unc/measures.py monai_unc/aggregation.py monai_unc/activation.py monai_unc/temperature.py
 
-.PHONY: install test demo lint clean bench validate
+.PHONY: install test demo lint clean bench validate gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,8 +36,13 @@ demo: $(STAMP)
 validate: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) docs/validation/run_all.py
 
+# on a machine with a GPU: the CUDA tests and the GPU benchmarks in one command (at most 8 minutes), written to
+# gpu_check_output/gpu_check.json and .md (benchmarks/gpu_check.py; `--device cpu --quick` rehearses it on the CPU)
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py --out gpu_check_output
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_inferers.py
 
 clean:
-	rm -rf demo_output .pytest_cache .ruff_cache
+	rm -rf demo_output gpu_check_output .pytest_cache .ruff_cache

@@ -1,0 +1,571 @@
+"""The GPU check: the CUDA tests and the GPU benchmarks in one command, one JSON and one Markdown table.
+
+    make gpu-check                                   # python benchmarks/gpu_check.py --out gpu_check_output
+    python benchmarks/gpu_check.py --out DIR [--device cuda] [--quick] [--skip-tests] [--only NAME ...]
+    python benchmarks/gpu_check.py --out DIR --device cpu --quick     # the rehearsal CI runs (under a minute)
+
+A GPU is lent to this project now and then, for minutes at a time, so everything a device run needs is in this
+one script and it never stops at the first failure: each part is tried, timed and recorded (ok, or the error
+and the end of its traceback), and the exit status says whether all passed. ``DIR`` gets ``gpu_check.json``,
+``gpu_check.md`` (the table ``benchmarks/README.md`` records, with the card's name), ``cuda_tests.xml``
+(JUnit) and ``cuda_tests.log``. Parts:
+
+- ``cuda_tests``: ``pytest -m cuda`` on the whole suite with ``MONAI_UNC_TEST_DEVICE`` set to ``--device``
+  (the device tests beside the CPU tests they mirror; ``tests/conftest.py``).
+- ``device``: the card, torch/CUDA versions and the device's copy bandwidth (bytes read + written per second
+  of a device-to-device copy of 1 GiB: the limit for memory-bound metrics).
+- ``mc_brats`` and ``mc_unet``: MC dropout on a BraTS-sized case (SegResNet, 4 x 240 x 240 x 155, 3 sigmoid
+  regions, ``SlidingWindowInferer`` ROI 128^3, overlap 0.5) and on a 3-class UNet at 96^3 (whole volume):
+  time of ``MCDropoutInferer`` against the same number of bare forward passes with dropout on (the floor:
+  target <= 5 % overhead) and against stack-then-reduce (N probability maps stacked, then the measures), and
+  peak CUDA memory of N = 30 over N = 2 (target <= 1.1); with AMP (``torch.autocast`` fp16) on and off.
+- ``sw_stitch``: the BraTS case with windows on the device and stitching on the CPU (``sw_device=cuda,
+  device=cpu``) against stitching on the device: time and peak CUDA memory.
+- ``calibration``: ``ConfidenceHistogram`` (+ ECE) on CUDA tensors: GB/s of probabilities and labels read,
+  beside the copy bandwidth; against torchmetrics' ``MulticlassCalibrationError`` on the same tensors.
+- ``spatial``: BUC, BA-ECE and SPACE on CUDA tensors against their floor (the two distance transforms and
+  the Gaussian smoothing they need, timed alone on the same data).
+- ``nnunet``: ``UncertaintyPredictor`` with dropout (``dropout_p``, N samples, ``perform_everything_on_device``)
+  against stock ``nnUNetPredictor`` on the same device and network: time per forward pass ratio; and with
+  mirroring as the only source (the same passes as stock): time ratio.
+
+Times are the best of a few runs after a warm-up, with the device synchronised; peak memory is
+``torch.cuda.max_memory_allocated`` above what was allocated before the measured call (CPU runs report
+``null``: the quick CPU mode checks that the code runs, not its speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere: import this checkout's monai_unc
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from monai_unc.io import atomic_write_text  # noqa: E402
+
+#: sizes of the full (GPU) and quick (rehearsal) modes
+FULL = {
+    "brats_shape": (4, 240, 240, 155), "brats_roi": 128, "brats_filters": 16, "brats_n_time": 6,
+    "unet_size": 96, "unet_n_time": 30, "n_mem": (2, 30), "repeats": 2,
+    "cal_shape": (3, 256, 256, 256), "spatial_shape": (128, 256, 256),
+    "nn_features": [32, 64, 128, 256, 320], "nn_patch": 128, "nn_image": (160, 160, 160), "nn_samples": 5,
+}
+QUICK = {
+    "brats_shape": (4, 40, 40, 24), "brats_roi": 24, "brats_filters": 8, "brats_n_time": 2,
+    "unet_size": 24, "unet_n_time": 3, "n_mem": (2, 4), "repeats": 1,
+    "cal_shape": (3, 32, 32, 32), "spatial_shape": (16, 32, 32),
+    "nn_features": [4, 8, 16], "nn_patch": 16, "nn_image": (24, 24, 24), "nn_samples": 2,
+}
+PARTS = ("cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet")
+
+
+# ----------------------------------------------------------------------------------------------------- helpers
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def best_time(fn: Callable[[], Any], dev: torch.device, repeats: int, warmup: bool = True) -> float:
+    """Best wall time of ``repeats`` calls of ``fn`` (after one warm-up call), the device synchronised."""
+    if warmup:
+        fn()
+        _sync(dev)
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(dev)
+        t0 = time.perf_counter()
+        fn()
+        _sync(dev)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def peak_mib(fn: Callable[[], Any], dev: torch.device) -> float | None:
+    """Peak CUDA memory of one call of ``fn`` above what was allocated before it (MiB); ``None`` on the CPU."""
+    if dev.type != "cuda":
+        fn()
+        return None
+    _sync(dev)
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    out = fn()
+    _sync(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - base
+    del out
+    return peak / 2**20
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _r(x: Any, nd: int = 4) -> Any:
+    return round(x, nd) if isinstance(x, float) else x
+
+
+# ------------------------------------------------------------------------------------------------------- parts
+def part_cuda_tests(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """``pytest -m cuda`` with ``MONAI_UNC_TEST_DEVICE``; counts, failures and the slowest tests."""
+    xml = out / "cuda_tests.xml"
+    env = {**os.environ, "MONAI_UNC_TEST_DEVICE": str(dev), "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rfE",
+           f"--junitxml={xml}", "--durations=5", "tests"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+                          timeout=cfg.get("tests_timeout", 420))
+    seconds = time.perf_counter() - t0
+    atomic_write_text(out / "cuda_tests.log", proc.stdout + proc.stderr)
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    failed: list[dict] = []
+    if xml.exists():
+        root = ET.parse(xml).getroot()
+        suites = [root] if root.tag == "testsuite" else list(root)
+        for s in suites:
+            for k in counts:
+                counts[k] += int(s.get(k, 0))
+            for case in s.iter("testcase"):
+                for bad in list(case.findall("failure")) + list(case.findall("error")):
+                    msg = (bad.get("message") or "").strip().splitlines()
+                    failed.append({"test": f"{case.get('classname')}::{case.get('name')}",
+                                   "message": msg[0][:300] if msg else ""})
+    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    ok = proc.returncode == 0 and passed > 0
+    if not ok and not failed:
+        failed.append({"test": "pytest", "message": (proc.stdout + proc.stderr)[-600:]})
+    return {"ok": ok, "passed": passed, **counts, "seconds": seconds, "failed": failed,
+            "returncode": proc.returncode}
+
+
+def part_device(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """The card and its copy bandwidth (the memory-bound limit)."""
+    info: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version(), "device": str(dev)}
+    n = 2**28 if dev.type == "cuda" else 2**22  # float32 elements: 1 GiB on a GPU, 16 MiB on the CPU
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        info.update(name=p.name, memory_gib=round(p.total_memory / 2**30, 1), multiprocessors=p.multi_processor_count,
+                    cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+    else:
+        info.update(name=f"CPU ({os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads)")
+    a = torch.empty(n, device=dev).uniform_()
+    b = torch.empty_like(a)
+    t = best_time(lambda: b.copy_(a), dev, 5)
+    info["copy_gb_s"] = 2 * a.numel() * a.element_size() / t / 1e9
+    return {"ok": True, **info}
+
+
+def _segresnet(dev: torch.device, cfg: dict) -> torch.nn.Module:
+    from monai.networks.nets import SegResNet
+
+    torch.manual_seed(0)
+    net = SegResNet(spatial_dims=3, init_filters=cfg["brats_filters"], in_channels=4, out_channels=3,
+                    blocks_down=(1, 2, 2, 4), blocks_up=(1, 1, 1), dropout_prob=0.2)
+    return net.to(dev).eval()
+
+
+def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_time: int, n_mem: tuple[int, int],
+                dev: torch.device, repeats: int, amp: bool) -> dict:
+    """MC dropout (streaming) against bare forward passes and stack-then-reduce, time and peak memory."""
+    from monai_unc import measures
+    from monai_unc.inferers import MCDropoutInferer, enable_mc_dropout
+
+    multilabel = activation == "sigmoid"
+    act = torch.sigmoid if multilabel else (lambda z: torch.softmax(z, 1))
+
+    def ctx():
+        return torch.autocast(dev.type, dtype=torch.float16 if dev.type == "cuda" else torch.bfloat16, enabled=amp)
+
+    def stream(n: int):
+        with ctx():
+            return MCDropoutInferer(num_samples=n, activation=activation, base_inferer=base, seed=0)(x, net)
+
+    def bare(n: int):
+        with torch.no_grad(), enable_mc_dropout(net), ctx():
+            for _ in range(n):
+                base(x, net)
+
+    def stack(n: int):
+        with torch.no_grad(), enable_mc_dropout(net), ctx():
+            s = torch.stack([act(base(x, net).float()) for _ in range(n)])
+        return {
+            "pred": s.mean(0),
+            "predictive_entropy": measures.predictive_entropy(s, validate=False, multilabel=multilabel),
+            "expected_entropy": measures.expected_entropy(s, validate=False, multilabel=multilabel),
+            "mutual_information": measures.mutual_information(s, validate=False, multilabel=multilabel),
+            "variance": measures.variance(s, validate=False, multilabel=multilabel),
+        }
+
+    res: dict[str, Any] = {"n_time": n_time}
+    res["bare_s"] = best_time(lambda: bare(n_time), dev, repeats)
+    res["stream_s"] = best_time(lambda: stream(n_time), dev, repeats)
+    res["stack_s"] = best_time(lambda: stack(n_time), dev, repeats)
+    res["overhead_vs_bare"] = res["stream_s"] / res["bare_s"] - 1
+    res["stack_over_stream"] = res["stack_s"] / res["stream_s"]
+    lo, hi = n_mem
+    res[f"peak_mib_n{lo}"] = peak_mib(lambda: stream(lo), dev)
+    res[f"peak_mib_n{hi}"] = peak_mib(lambda: stream(hi), dev)
+    res["memory_ratio"] = _ratio(res[f"peak_mib_n{hi}"], res[f"peak_mib_n{lo}"])
+    res[f"stack_peak_mib_n{n_time}"] = peak_mib(lambda: stack(n_time), dev)
+    o = stream(lo)
+    res["output_dtypes"] = sorted({str(v.dtype) for v in o.values() if isinstance(v, torch.Tensor)})
+    res["output_device"] = str(o["pred"].device)
+    finite = all(bool(torch.isfinite(v).all()) for v in o.values() if isinstance(v, torch.Tensor))
+    res["finite"] = finite
+    return res
+
+
+def part_mc_brats(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """MC dropout on a BraTS-sized case with a sliding window, AMP off and on."""
+    from monai.inferers import SlidingWindowInferer
+
+    net = _segresnet(dev, cfg)
+    x = torch.randn(1, *cfg["brats_shape"], generator=torch.Generator().manual_seed(0)).to(dev)
+    roi = (cfg["brats_roi"],) * 3
+    base = SlidingWindowInferer(roi, sw_batch_size=1, overlap=0.5)
+    res: dict[str, Any] = {"shape": list(cfg["brats_shape"]), "roi": list(roi), "regions": 3}
+    for amp in (False, True):
+        res["amp" if amp else "fp32"] = _mc_compare(net, x, base, "sigmoid", cfg["brats_n_time"], cfg["n_mem"], dev,
+                                                   cfg["repeats"], amp)
+    fp32 = res["fp32"]
+    ok = fp32["finite"] and res["amp"]["finite"] and all("float16" not in d for d in res["amp"]["output_dtypes"])
+    return {"ok": ok, **res}
+
+
+def part_mc_unet(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """MC dropout on the 3-class example UNet at 96^3, whole volume, AMP off and on."""
+    from monai.inferers import SimpleInferer
+
+    from monai_unc.data.model import build_example_network
+
+    torch.manual_seed(0)
+    net = build_example_network().to(dev).eval()
+    s = cfg["unet_size"]
+    x = torch.randn(1, 1, s, s, s, generator=torch.Generator().manual_seed(0)).to(dev)
+    res: dict[str, Any] = {"shape": [1, s, s, s], "classes": 3}
+    for amp in (False, True):
+        res["amp" if amp else "fp32"] = _mc_compare(net, x, SimpleInferer(), "softmax", cfg["unet_n_time"],
+                                                   cfg["n_mem"], dev, cfg["repeats"], amp)
+    ok = res["fp32"]["finite"] and res["amp"]["finite"]
+    return {"ok": ok, **res}
+
+
+def part_sw_stitch(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """Windows on the device, stitching on the CPU vs on the device (BraTS-sized case, 2 samples)."""
+    from monai.inferers import SlidingWindowInferer
+
+    from monai_unc.inferers import MCDropoutInferer
+
+    net = _segresnet(dev, cfg)
+    x = torch.randn(1, *cfg["brats_shape"], generator=torch.Generator().manual_seed(0))
+    roi = (cfg["brats_roi"],) * 3
+    res: dict[str, Any] = {}
+    outs = {}
+    for where in ("device", "cpu"):
+        stitch = dev if where == "device" else torch.device("cpu")
+        base = SlidingWindowInferer(roi, sw_batch_size=1, overlap=0.5, sw_device=dev, device=stitch)
+        xin = x.to(dev) if where == "device" else x
+
+        def run(base=base, xin=xin):
+            return MCDropoutInferer(num_samples=2, activation="sigmoid", base_inferer=base, seed=0)(xin, net)
+
+        res[f"stitch_{where}_s"] = best_time(run, dev, cfg["repeats"])
+        res[f"stitch_{where}_peak_mib"] = peak_mib(run, dev)
+        o = run()
+        outs[where] = o
+        res[f"stitch_{where}_output_device"] = str(o["pred"].device)
+    res["cpu_over_device_time"] = res["stitch_cpu_s"] / res["stitch_device_s"]
+    # same seed, same windows: the two stitchings differ only by float summation on another device
+    diff = (outs["device"]["pred"].cpu() - outs["cpu"]["pred"]).abs().max().item()
+    res["max_abs_pred_diff"] = diff
+    ok = res["stitch_cpu_output_device"] == "cpu" and (dev.type != "cuda" or res["stitch_device_output_device"]
+                                                      .startswith("cuda"))
+    return {"ok": ok, **res}
+
+
+def part_calibration(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """Confidence histogram + ECE on device tensors: GB/s, against torchmetrics on the same tensors."""
+    from monai_unc.metrics.calibration import ConfidenceHistogram, ece
+
+    c, *sp = cfg["cal_shape"]
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(1, c, *sp, generator=g) * 2, 1).to(dev)
+    labels = torch.randint(0, c, (1, *sp), generator=g).to(dev)
+
+    def ours():
+        h = ConfidenceHistogram(num_classes=c)
+        h.update(probs, labels)
+        return ece(h)
+
+    res: dict[str, Any] = {"shape": [1, c, *sp]}
+    nbytes = probs.numel() * probs.element_size() + labels.numel() * labels.element_size()
+    t = best_time(ours, dev, cfg["repeats"])
+    res["ours_s"] = t
+    res["ours_gb_s"] = nbytes / t / 1e9
+    res["read_s"] = best_time(lambda: (probs.sum(), labels.sum()), dev, cfg["repeats"])
+    res["ours_over_one_read"] = t / res["read_s"]
+    res["ours_peak_mib"] = peak_mib(ours, dev)
+    res["ece"] = float(ours())
+    h_cpu = ConfidenceHistogram(num_classes=c)
+    h_cpu.update(probs.cpu(), labels.cpu())
+    res["ece_cpu"] = float(ece(h_cpu))
+    try:
+        from torchmetrics.functional.classification import multiclass_calibration_error
+    except ImportError:  # torchmetrics is a dev extra
+        res["torchmetrics"] = "not installed"
+    else:
+        flat_p = probs.movedim(1, -1).reshape(-1, c)  # torchmetrics' layout, prepared outside the timing
+        flat_y = labels.reshape(-1)
+
+        def tm():
+            return multiclass_calibration_error(flat_p, flat_y, num_classes=c, n_bins=15, norm="l1")
+
+        res["torchmetrics_s"] = best_time(tm, dev, cfg["repeats"])
+        res["torchmetrics_over_ours"] = res["torchmetrics_s"] / t
+        res["torchmetrics_peak_mib"] = peak_mib(tm, dev)
+    ok = abs(res["ece"] - res["ece_cpu"]) < 1e-6
+    return {"ok": ok, **res}
+
+
+def part_spatial(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """BUC, BA-ECE and SPACE on device tensors against their distance transforms and Gaussian alone."""
+    from monai_unc.metrics import boundary, spatial
+
+    shape = cfg["spatial_shape"]
+    spacing = (2.0, 1.0, 1.0)
+    zz, yy, xx = torch.meshgrid(*[torch.arange(s, dtype=torch.float32) for s in shape], indexing="ij")
+    r = torch.sqrt(((zz - shape[0] / 2) * 2) ** 2 + (yy - shape[1] / 2) ** 2 + (xx - shape[2] / 2) ** 2)
+    target = (r < 0.35 * shape[2]).long()
+    pred = (r + 3 * torch.randn(shape, generator=torch.Generator().manual_seed(0)) < 0.35 * shape[2]).long()
+    u = torch.exp(-((r - 0.35 * shape[2]) ** 2) / 20.0)
+    u, pred, target = (t[None, None].to(dev) for t in (u, pred, target))
+    del zz, yy, xx, r
+
+    def metrics():
+        return (spatial.boundary_uncertainty_concentration(u, pred, target, spacing=spacing),
+                spatial.boundary_aware_ece(u, pred, target, spacing=spacing),
+                spatial.spatial_calibration_error(u, pred, target, spacing=spacing))
+
+    def floor():
+        boundary.distance_to_boundary(pred[0, 0], spacing=spacing)
+        boundary.distance_to_boundary(target[0, 0], spacing=spacing)
+        spatial._gaussian(u[0, 0].double(), spatial._sigma_mm(2.0, 3), 4.0)
+
+    res: dict[str, Any] = {"shape": list(shape), "spacing_mm": list(spacing)}
+    res["metrics_s"] = best_time(metrics, dev, cfg["repeats"])
+    res["floor_s"] = best_time(floor, dev, cfg["repeats"])
+    res["metrics_over_floor"] = res["metrics_s"] / res["floor_s"]
+    vals = metrics()
+    cpu_vals = (spatial.boundary_uncertainty_concentration(u.cpu(), pred.cpu(), target.cpu(), spacing=spacing),
+                spatial.boundary_aware_ece(u.cpu(), pred.cpu(), target.cpu(), spacing=spacing),
+                spatial.spatial_calibration_error(u.cpu(), pred.cpu(), target.cpu(), spacing=spacing))
+    res["values"] = [float(torch.as_tensor(v).reshape(-1)[0]) for v in vals]
+    res["values_cpu"] = [float(torch.as_tensor(v).reshape(-1)[0]) for v in cpu_vals]
+    res["output_devices"] = sorted({str(v.device) for v in vals if isinstance(v, torch.Tensor)})
+    ok = all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(res["values"], res["values_cpu"]))
+    return {"ok": ok, **res}
+
+
+def _nn_env(dev: torch.device, cfg: dict) -> dict:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_nnunet import _plans  # the same plans as the CPU benchmark
+    from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
+    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+
+    pm = PlansManager(_plans(cfg["nn_features"], cfg["nn_patch"]))
+    cm = pm.get_configuration("3d_fullres")
+    torch.manual_seed(0)
+    net = get_network_from_plans(cm.network_arch_class_name, cm.network_arch_init_kwargs,
+                                 cm.network_arch_init_kwargs_req_import, 1, 3, deep_supervision=False)
+    data = torch.randn(1, *cfg["nn_image"], generator=torch.Generator().manual_seed(1))
+    dataset_json = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "a": 1, "b": 2}, "numTraining": 1,
+                    "file_ending": ".nii.gz"}
+    return {"pm": pm, "cm": cm, "net": net, "params": [{k: v.clone() for k, v in net.state_dict().items()}],
+            "data": data, "dataset_json": dataset_json}
+
+
+def part_nnunet(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """UncertaintyPredictor (dropout; mirroring) against stock nnUNetPredictor on the same device."""
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+    from monai_unc.nnunet import UncertaintyPredictor
+
+    env = _nn_env(dev, cfg)
+    n = cfg["nn_samples"]
+    threads = torch.get_num_threads()
+
+    def init(pred):
+        pred.manual_initialization(env["net"], env["pm"], env["cm"], env["params"], env["dataset_json"],
+                                   "nnUNetTrainer", (0, 1, 2))
+        return pred
+
+    kw = {"device": dev, "perform_everything_on_device": dev.type == "cuda", "allow_tqdm": False}
+    stock_nomirror = init(nnUNetPredictor(use_mirroring=False, **kw))
+    stock_mirror = init(nnUNetPredictor(use_mirroring=True, **kw))
+    ours_dropout = init(UncertaintyPredictor(("dropout",), num_samples=n, dropout_p=0.1, seed=0,
+                                             use_mirroring=False, **kw))
+    ours_mirror = init(UncertaintyPredictor(("mirroring",), **kw))
+    torch.set_num_threads(threads)  # nnU-Net's predictor changes the thread count
+    data = env["data"]
+    res: dict[str, Any] = {"image": list(cfg["nn_image"]), "patch": cfg["nn_patch"],
+                           "features": cfg["nn_features"], "dropout_samples": n}
+    windows = len(stock_mirror._internal_get_sliding_window_slicers(data.shape[1:]))
+    res["windows"] = windows
+    res["stock_s"] = best_time(lambda: stock_nomirror.predict_logits_from_preprocessed_data(data), dev,
+                               cfg["repeats"])
+    res["ours_dropout_s"] = best_time(lambda: ours_dropout.predict_uncertainty_from_preprocessed_data(data), dev,
+                                      cfg["repeats"])
+    res["dropout_per_pass_over_stock"] = res["ours_dropout_s"] / (n * res["stock_s"])
+    res["stock_mirror_s"] = best_time(lambda: stock_mirror.predict_logits_from_preprocessed_data(data), dev,
+                                      cfg["repeats"])
+    res["ours_mirror_s"] = best_time(lambda: ours_mirror.predict_uncertainty_from_preprocessed_data(data), dev,
+                                     cfg["repeats"])
+    res["mirror_over_stock"] = res["ours_mirror_s"] / res["stock_mirror_s"]
+    # the mirroring-only mean segmentation from logits must equal stock's on the same device
+    seg_stock = stock_mirror.predict_logits_from_preprocessed_data(data).float().argmax(0).cpu()
+    r = ours_mirror.predict_uncertainty_from_preprocessed_data(data)
+    seg_ours = torch.as_tensor(r.logits).float().argmax(0).cpu()
+    res["segmentation_equal_stock"] = bool(torch.equal(seg_ours, seg_stock))
+    torch.set_num_threads(threads)
+    return {"ok": res["segmentation_equal_stock"], **res}
+
+
+FUNCS: dict[str, Callable[[torch.device, dict, Path], dict]] = {
+    "cuda_tests": part_cuda_tests, "device": part_device, "mc_brats": part_mc_brats, "mc_unet": part_mc_unet,
+    "sw_stitch": part_sw_stitch, "calibration": part_calibration, "spatial": part_spatial, "nnunet": part_nnunet,
+}
+
+
+# ------------------------------------------------------------------------------------------------------ report
+def _md_table(results: dict) -> str:
+    dev = results.get("device", {})
+    lines = [f"GPU check on **{dev.get('name', '?')}** (torch {dev.get('torch', '?')}, CUDA {dev.get('cuda', '-')}), "
+             f"{results['_meta']['mode']} mode, {results['_meta']['seconds']:.0f} s in all.", "",
+             "| part | result | figures |", "| --- | --- | --- |"]
+
+    def fig(name: str, d: dict) -> str:
+        if name == "cuda_tests":
+            s = f"{d.get('passed')} passed, {d.get('failures', 0) + d.get('errors', 0)} failed, " \
+                f"{d.get('skipped')} skipped in {d.get('seconds', 0):.0f} s"
+            return s + "".join(f"; FAILED {f['test']}" for f in d.get("failed", [])[:5])
+        if name == "device":
+            return f"copy bandwidth {d.get('copy_gb_s', 0):.0f} GB/s (read + write)"
+        if name in ("mc_brats", "mc_unet"):
+            parts = []
+            for k in ("fp32", "amp"):
+                m = d.get(k, {})
+                lo, hi = results["_meta"]["n_mem"]
+                parts.append(f"{k}: overhead {100 * m.get('overhead_vs_bare', float('nan')):.1f} % over "
+                             f"{m.get('n_time')} bare passes, stack-then-reduce {m.get('stack_over_stream', 0):.2f}x "
+                             f"slower, peak N={hi}/N={lo} {_fmt(m.get('memory_ratio'))} "
+                             f"({_fmt(m.get(f'peak_mib_n{hi}'), 0)} MiB; stack N={m.get('n_time')}: "
+                             f"{_fmt(m.get('stack_peak_mib_n' + str(m.get('n_time'))), 0)} MiB)")
+            return "; ".join(parts)
+        if name == "sw_stitch":
+            return (f"stitch on CPU {d.get('stitch_cpu_s', 0):.2f} s vs on device {d.get('stitch_device_s', 0):.2f} s; "
+                    f"peak {_fmt(d.get('stitch_cpu_peak_mib'), 0)} vs {_fmt(d.get('stitch_device_peak_mib'), 0)} MiB")
+        if name == "calibration":
+            return (f"{d.get('ours_gb_s', 0):.0f} GB/s ({d.get('ours_over_one_read', 0):.1f}x one read); "
+                    f"torchmetrics {_fmt(d.get('torchmetrics_over_ours'))}x our time")
+        if name == "spatial":
+            return f"{d.get('metrics_s', 0):.2f} s, {d.get('metrics_over_floor', 0):.2f}x the transforms + Gaussian"
+        if name == "nnunet":
+            return (f"dropout {_fmt(d.get('dropout_per_pass_over_stock'))}x stock per pass; mirroring "
+                    f"{_fmt(d.get('mirror_over_stock'))}x stock; segmentation equal: "
+                    f"{d.get('segmentation_equal_stock')}")
+        return ""
+
+    for name in PARTS:
+        if name not in results:
+            continue
+        d = results[name]
+        if d.get("skipped"):
+            lines.append(f"| {name} | skipped | {d['skipped']} |")
+        elif "error" in d:
+            lines.append(f"| {name} | ERROR | {d['error'][:200]} |")
+        else:
+            lines.append(f"| {name} | {'ok' if d.get('ok') else 'FAILED'} | {fig(name, d)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(x: Any, nd: int = 2) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder for gpu_check.json, gpu_check.md and the test log")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (the CPU rehearsal CI runs)")
+    ap.add_argument("--skip-tests", action="store_true", help="benchmarks only (no pytest -m cuda)")
+    ap.add_argument("--only", nargs="+", choices=PARTS, help="run these parts only")
+    ap.add_argument("--budget-s", type=float, default=480.0,
+                    help="skip the parts not started once this many seconds have passed (default 480)")
+    args = ap.parse_args(argv)
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: CUDA is not available on this machine (use --device cpu --quick to rehearse)",
+              file=sys.stderr)
+        return 2
+    cfg = dict(QUICK if args.quick else FULL)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = list(args.only or PARTS)
+    if args.skip_tests and "cuda_tests" in parts:
+        parts.remove("cuda_tests")
+    if "device" not in parts:
+        parts.insert(0, "device")
+    results: dict[str, Any] = {"_meta": {"mode": "quick" if args.quick else "full", "n_mem": cfg["n_mem"],
+                                         "argv": sys.argv[1:] if argv is None else argv}}
+    t_start = time.perf_counter()
+    # the device facts first, the tests next (a failure there matters most), then the benchmarks
+    order = ["device"] + [p for p in PARTS if p in parts and p != "device"]
+    for name in order:
+        if time.perf_counter() - t_start > args.budget_s:
+            results[name] = {"ok": False, "skipped": f"time budget of {args.budget_s:.0f} s spent"}
+            print(f"[gpu-check] {name}: skipped (budget)", flush=True)
+            continue
+        t0 = time.perf_counter()
+        try:
+            res = FUNCS[name](dev, cfg, out)
+        except Exception as e:  # record and go on: one call must report everything
+            res = {"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
+        finally:
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        res["part_s"] = time.perf_counter() - t0
+        results[name] = {k: _r(v) for k, v in res.items()}
+        status = "ok" if res.get("ok") else ("ERROR " + res["error"] if "error" in res else "FAILED")
+        print(f"[gpu-check] {name}: {status} ({res['part_s']:.1f} s)", flush=True)
+        # write after every part: a run stopped by a time limit still leaves what it measured
+        results["_meta"]["seconds"] = time.perf_counter() - t_start
+        _write(out, results)
+    results["_meta"]["seconds"] = time.perf_counter() - t_start
+    _write(out, results)
+    print((out / "gpu_check.md").read_text(encoding="utf-8"))
+    bad = [k for k, v in results.items() if not k.startswith("_") and not v.get("ok")]
+    print(f"[gpu-check] {len(order) - len(bad)} of {len(order)} parts ok" + (f"; not ok: {bad}" if bad else ""))
+    return 1 if bad else 0
+
+
+def _write(out: Path, results: dict) -> None:
+    atomic_write_text(out / "gpu_check.json", json.dumps(results, indent=1, default=str) + "\n")
+    atomic_write_text(out / "gpu_check.md", _md_table(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The GPU check's quick CPU mode runs in CI, so the command prepared for the moment a GPU is lent cannot rot."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests._paths import ROOT
+
+
+@pytest.mark.slow
+def test_quick_cpu_mode_runs_every_part(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("MONAI_UNC_TEST_DEVICE", None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path), "--device", "cpu",
+         "--quick"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads((tmp_path / "gpu_check.json").read_text())
+    parts = {"cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet"}
+    assert parts <= set(res), sorted(res)
+    assert all(res[p]["ok"] for p in parts), {p: res[p] for p in parts if not res[p]["ok"]}
+    # the device tests were rehearsed on the CPU, not skipped
+    assert res["cuda_tests"]["passed"] > 0 and res["cuda_tests"]["failures"] == 0
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert "CPU" in table and "| cuda_tests | ok |" in table
+    # same seed, same windows: stitching on the CPU gives the device's result
+    assert res["sw_stitch"]["max_abs_pred_diff"] < 1e-5
+
+
+def test_refuses_cuda_without_a_gpu(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path),
+                           "--device", "cuda"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert "CUDA is not available" in proc.stderr
+    assert not (tmp_path / "gpu_check.json").exists()
