@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -155,12 +156,18 @@ class ConformalStrata:
             source = "its <case>_<measure> map file" if self.map_source == "file" else "its probabilities"
             raise CaseError(f"case {case.case_id!r}: no {self.measure} map for the strata score {self.score} (the "
                             f"rule computes it from {source}; available: {sorted(maps) or 'none'})")
-        if regions is not None:
-            cols = region_score_columns({self.measure: maps[self.measure]}, predicted_regions(case, regions),
-                                        list(regions), self.patch_size)
-        else:
-            cols = case_score_columns({self.measure: maps[self.measure]}, case.seg, self.patch_size)
-        return float(cols[self.score])
+        with warnings.catch_warnings():  # the other scores of the map (e.g. fg_mean of an empty prediction)
+            warnings.simplefilter("ignore", UserWarning)
+            if regions is not None:
+                cols = region_score_columns({self.measure: maps[self.measure]}, predicted_regions(case, regions),
+                                            list(regions), self.patch_size)
+            else:
+                cols = case_score_columns({self.measure: maps[self.measure]}, case.seg, self.patch_size)
+        value = float(cols[self.score])
+        if not np.isfinite(value):
+            warnings.warn(f"case {case.case_id!r}: the strata score {self.score} is undefined (NaN, e.g. an empty "
+                          "prediction): the case goes to the last stratum", UserWarning, stacklevel=2)
+        return value
 
     def to_dict(self) -> dict[str, Any]:
         """The strata as JSON-able values (:meth:`from_dict` reads them back).
