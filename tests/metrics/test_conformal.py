@@ -24,6 +24,8 @@ from monai_unc.metrics import (
     fit_conformal_rule,
     high_probability_lambda,
     min_calibration_cases,
+    quantile_edges,
+    stratum_of,
 )
 
 G = 64  # a small power-of-two probability grid: ties at the grid points are easy to build
@@ -446,6 +448,34 @@ def test_stratified_rule_fits_each_stratum_on_its_own():
         fit_conformal_rule(states, alpha=0.1, scores=scores, edges=[2.0, 1.0])
     with pytest.raises(ValueError, match="scores"):
         fit_conformal_rule(states, alpha=0.1, scores=scores[:3], edges=[1.5])
+
+
+def test_quantile_edges_and_undefined_scores():
+    rng = np.random.default_rng(12)
+    for n, k in ((9, 3), (10, 3), (30, 4), (7, 2)):
+        scores = rng.normal(size=n)
+        edges = quantile_edges(scores, k)
+        counts = np.bincount(stratum_of(scores, edges), minlength=k)
+        assert len(edges) == k - 1 and counts.sum() == n and counts.min() >= n // k  # balanced
+        assert not np.isin(scores, edges).any()  # halfway between two scores, none on an edge
+    # by hand: 6 scores in terciles; NaN takes no part and goes to the last stratum
+    assert quantile_edges([5.0, 1.0, np.nan, 3.0, 2.0, 4.0, 6.0], 3) == (2.5, 4.5)
+    assert stratum_of([1.0, 2.5, 4.4, 4.5, np.nan], (2.5, 4.5)).tolist() == [0, 1, 1, 2, 2]
+    # ties on a cut: the tied scores go up together; too many ties for distinct edges are refused
+    assert quantile_edges([1.0, 2.0, 2.0, 3.0], 2) == (2.0,)
+    assert stratum_of([1.0, 2.0, 2.0, 3.0], (2.0,)).tolist() == [0, 1, 1, 1]
+    with pytest.raises(ValueError, match="tied"):
+        quantile_edges([1.0, 1.0, 1.0, 1.0, 2.0], 3)
+    with pytest.raises(ValueError, match="too few for 3 strata"):
+        quantile_edges([1.0, np.nan, np.nan], 3)
+    with pytest.raises(ValueError, match="strata"):
+        quantile_edges([1.0, 2.0], 1)
+    with pytest.raises(ValueError, match="infinite"):
+        stratum_of([np.inf], (0.0,))
+    # a stratified rule puts an undefined score in its last stratum
+    states = [conformal_case_state(p, t, grid=16) for p, t in random_cases(rng, 18, shape=(6, 6))]
+    rule = fit_conformal_rule(states, 0.1, scores=[np.nan] * 9 + list(range(9)), edges=[8.5])
+    assert rule.stratum(float("nan")) == 1 and rule.task_rule("1", 1).n == 9
 
 
 def test_fit_refusals():
