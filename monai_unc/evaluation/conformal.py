@@ -497,7 +497,7 @@ def nest_masks(masks: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
 
 
 def conformal_masks(doc: ConformalRuleFile, case: Any, *, score: float | None = None,
-                    nest: bool = True) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+                    nest: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
     """The masks of every side of the rule file for a loaded case (:func:`~monai_unc.io.load_case`).
 
     Args:
@@ -505,7 +505,8 @@ def conformal_masks(doc: ConformalRuleFile, case: Any, *, score: float | None = 
         case: the loaded case (with probabilities; with the map of the strata score when the rule's strata read it
             from files).
         score: the case's strata score (stratified rules; default :meth:`ConformalStrata.case_score` of ``case``).
-        nest: make the outer mask contain the inner one (:func:`nest_masks`).
+        nest: make the outer mask contain the inner one (:func:`nest_masks`), as the masks ``monai-unc conformal``
+            writes; default False: each rule's own mask (``ConformalRule.apply``).
 
     Returns:
         ``({side: bool (T, *spatial)}, predicted (T, *spatial) bool, names)`` restricted to the foreground tasks
@@ -553,7 +554,7 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
         score = doc.strata.case_score(case, doc.regions)
         row["stratum"] = doc.strata.stratum(score)
         row[doc.strata.score] = score
-    masks, pred, names = conformal_masks(doc, case, score=score, nest=False)
+    masks, pred, names = conformal_masks(doc, case, score=score)
     masks, added = nest_masks(masks)
     voxel_ml = float(np.prod(case.spacing)) / 1000.0
     for side, m in masks.items():
