@@ -575,3 +575,39 @@ def test_simulation_high_probability_rule(activation, family, side):
     else:
         # distances on a 1 mm lattice take few values (ties among the s_i): conservative, but not the largest margin
         assert (np.array(chosen) < states[0].size).all()
+
+
+def test_simulation_stratified_crc_controls_fnr_within_each_stratum():
+    """Two kinds of case, hard (truth more diffuse than the probabilities say) and easy, and a label-free score that
+    tells them apart with noise. One global rule under-covers the hard cases; strata of the score give each its own
+    lambda_hat, and the mean test FNR within each stratum is at most alpha: exactly for edges fixed in advance,
+    within about 1 / (n_s + 1) for quantile edges of the calibration scores (docs/conformal.md)."""
+    rng = np.random.default_rng(13)
+    states, scores = [], []
+    for _ in range(300):
+        z = rng.normal(size=(2, 10, 10)) * 2.0
+        kappa = rng.choice([0.4, 2.0])  # hard / easy
+        q1 = 1 / (1 + np.exp(-kappa * (z[1] - z[0])))
+        probs = np.exp(z) / np.exp(z).sum(0)
+        states.append(conformal_case_state(probs, (rng.random((10, 10)) < q1).astype(int), grid=128))
+        scores.append(-kappa + rng.normal(0, 0.3))  # larger for hard cases
+    scores = np.array(scores)
+    losses = np.stack([s.losses()[1] for s in states])
+    alpha, n_cal = 0.1, 150
+    got: dict[str, list] = {"fixed": [], "quantiles": [], "global": []}
+    for _ in range(SPLITS):
+        perm = rng.permutation(len(states))
+        cal, test = perm[:n_cal], perm[n_cal:]
+        for mode in ("fixed", "quantiles"):
+            edges = (-1.2,) if mode == "fixed" else quantile_edges(scores[cal], 2)
+            rule = fit_conformal_rule(_states_of(states, cal), alpha, scores=scores[cal], edges=edges)
+            where = stratum_of(scores[test], edges)
+            got[mode].append([losses[test[where == s], rule.task_rule("1", s).index].mean() for s in (0, 1)])
+        j = fit_conformal_rule(_states_of(states, cal), alpha).task_rule("1").index
+        got["global"].append([losses[test[stratum_of(scores[test], (-1.2,)) == s], j].mean() for s in (0, 1)])
+    for mode, slack in (("fixed", 0.0), ("quantiles", 1 / (n_cal / 2 + 1))):
+        rows = np.array(got[mode])  # (SPLITS, 2)
+        mc = 3 * rows.std(axis=0, ddof=1) / math.sqrt(SPLITS)
+        assert (rows.mean(axis=0) <= alpha + mc + slack).all(), (mode, rows.mean(axis=0), mc)
+    hard = np.array(got["global"])[:, 1]
+    assert hard.mean() > alpha + 3 * hard.std(ddof=1) / math.sqrt(SPLITS)  # why strata: the hard cases are missed
