@@ -3,7 +3,8 @@
     monai-unc infer     --input IMAGES --output PRED (--model example | --bundle DIR | --network SPEC --checkpoint F)
     monai-unc evaluate  --labels LABELS --predictions PRED --output EVAL [--shifts shifts.csv] [--budget 0.2]
                         [--target-risk 0.1 --delta 0.1 --risk failure|1-dice --calibration-cases FILE]
-                        [--conformal outer:fnr=0.1 --conformal inner:fp=0.1 --conformal-family threshold|margin]
+                        [--conformal outer:fnr=0.1 --conformal inner:fp=0.1 --conformal-family threshold|margin
+                         --conformal-strata 3 --conformal-stratify-by predictive_entropy_fg_mean]
     monai-unc report    --evaluation EVAL [--output DIR] [--budget 0.2] [--images IMAGES] [--target-risk ...]
     monai-unc calibrate --input IMAGES --labels LABELS --output calibrated.pt (model options as for infer)
     monai-unc demo      [--output demo_output]
@@ -73,6 +74,16 @@ def _positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
     return v
+
+
+def _numbers(text: str | None, option: str) -> list[float] | None:
+    """A comma-separated list of numbers (None for None); ``ValueError`` naming the option (one line, exit 2)."""
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{option} must be comma-separated numbers such as 0.2,0.4, got {text!r}") from None
 
 
 def _measure_name(text: str) -> str:
@@ -231,6 +242,16 @@ def _add_evaluate(sub: Any) -> None:
                    help="threshold: on the probability; margin: the predicted mask dilated / eroded by mm")
     g.add_argument("--conformal-delta", type=float, default=None, metavar="D",
                    help="high probability: P(loss of a new case <= TARGET) >= 1 - D (default: in expectation)")
+    g.add_argument("--conformal-strata", type=int, default=None, metavar="K",
+                   help="stratify by a label-free case score (--conformal-stratify-by) into K strata at the "
+                        "quantiles of the calibration cases' scores (3: terciles), each with its own threshold or "
+                        "margin; 'monai-unc conformal' puts a new case in its stratum by the same score")
+    g.add_argument("--conformal-strata-edges", default=None, metavar="E1,E2,...",
+                   help="instead of --conformal-strata: fixed inner edges of the strata (e.g. terciles of the score "
+                        "on other cases; exact guarantee within each stratum)")
+    g.add_argument("--conformal-stratify-by", default=None, metavar="SCORE",
+                   help="the strata's case score: <measure>_<mean|fg_mean|patch_mean> (regions: also _<R>), "
+                        "computed from the prediction alone (default: the triage score --score)")
     p.add_argument("--allow-missing", action="store_true",
                    help="skip labelled cases that lack a prediction or map (listed in a warning) instead of failing")
     p.add_argument("--allow-missing-labels", action="store_true",
@@ -392,6 +413,9 @@ def _add_conformal(sub: Any) -> None:
     p.add_argument("--output", "-o", required=True, help="output folder (masks, conformal.csv, conformal.json)")
     p.add_argument("--images", default=None, help="folder of the input images")
     p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
+    p.add_argument("--uncertainty", default=None,
+                   help="folder of the <case>_<measure> maps when not where the layout puts them (a stratified rule "
+                        "whose score comes from map files)")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="apply the rule to predictions whose fingerprint differs (conformal.json says so)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
@@ -491,6 +515,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
         risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels,
         conformal=args.conformal, conformal_family=args.conformal_family, conformal_delta=args.conformal_delta,
+        conformal_strata=args.conformal_strata,
+        conformal_strata_edges=_numbers(args.conformal_strata_edges, "--conformal-strata-edges"),
+        conformal_stratify_by=args.conformal_stratify_by,
     )  # fmt: skip
     output = Path(args.output).resolve()
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
@@ -531,6 +558,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"wrote {paths['metrics']} and {paths['summary']}")
         if "rule" in paths:
             print(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
+        strata = (summary.get("conformal") or {}).get("strata")
+        if strata:
+            print(f"conformal strata of {strata['score']}: edges {', '.join(f'{e:.4g}' for e in strata['edges'])}; "
+                  f"calibration cases per stratum {strata['counts']}")
         for side, b in (summary.get("conformal") or {}).get("sides", {}).items():
             achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'])}" for n, t in b["per_task"].items())
             print(f"conformal {side} ({b['loss']} target {b['target']:g}, {b['method']}): calibration {achieved}")
@@ -613,7 +644,8 @@ def cmd_conformal(args: argparse.Namespace) -> int:
     ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
     try:
         res = run_conformal(args.predictions, args.rule, output, images=args.images, layout=args.layout,
-                            allow_mismatch=args.allow_mismatch, progress=not args.quiet, dist=ctx)
+                            uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch,
+                            progress=not args.quiet, dist=ctx)
     except CasesFailed as e:
         return _cases_failed(e, ctx, "conformal", output)
     finally:

@@ -7,7 +7,7 @@ import csv
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import numpy as np
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.conformal import CONFORMAL_FAMILIES, min_calibration_cases
 from ..regions import parse_regions
+from ..scores import CASE_SCORES
 
 __all__ = [
     "CALIBRATION_COLUMNS",
@@ -31,6 +32,7 @@ __all__ = [
     "read_shifts",
     "CONFORMAL_LOSSES",
     "parse_conformal_specs",
+    "parse_score_column",
 ]
 
 CALIBRATION_COLUMNS = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "uce", "nll", "brier")
@@ -110,6 +112,15 @@ class EvaluationConfig:
         conformal_family: ``"threshold"`` (probability threshold) or ``"margin"`` (distance margin in mm).
         conformal_delta: without it, expectation control (conformal risk control at level ``target``); with it,
             the high-probability rule ``P(loss of a new case <= target) >= 1 - conformal_delta``.
+        conformal_strata: stratify the conformal rules into this many strata (at least 2) of a label-free case
+            score (``conformal_stratify_by``) at the quantiles of the calibration cases' scores (3: terciles); each
+            stratum gets its own ``lambda_hat`` and ``monai-unc conformal`` puts a new case in its stratum by the
+            same score of its prediction (docs/conformal.md).
+        conformal_strata_edges: instead of ``conformal_strata``, fixed inner edges of the strata (strictly
+            increasing; e.g. terciles of the score on other cases): the guarantee within a stratum is then exact.
+        conformal_stratify_by: the case score of the strata, a column ``<measure>_<mean|fg_mean|patch_mean>``
+            (for regions also ``..._<R>``) computed from the prediction alone (default: the triage score
+            ``score``).
 
     Example:
         >>> from monai_unc.evaluation import EvaluationConfig
@@ -143,6 +154,9 @@ class EvaluationConfig:
     conformal: Mapping[str, float] | Iterable[str] | None = None
     conformal_family: str = "threshold"
     conformal_delta: float | None = None
+    conformal_strata: int | None = None
+    conformal_strata_edges: Sequence[float] | None = None
+    conformal_stratify_by: str | None = None
 
     @property
     def n_fine_bins(self) -> int:
@@ -204,9 +218,51 @@ class EvaluationConfig:
             raise ValueError(f"conformal_family must be one of {CONFORMAL_FAMILIES}, got {self.conformal_family!r}")
         if self.conformal_delta is not None and not 0.0 < float(self.conformal_delta) < 1.0:
             raise ValueError(f"conformal_delta must be in (0, 1), got {self.conformal_delta}")
+        self._validate_strata()
+
+    def _validate_strata(self) -> None:
+        k, edges, by = self.conformal_strata, self.conformal_strata_edges, self.conformal_stratify_by
+        if k is None and edges is None:
+            if by is not None:
+                raise ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges")
+            return
+        if not self.conformal:
+            raise ValueError("conformal_strata / conformal_strata_edges need conformal masks (conformal)")
+        if k is not None and edges is not None:
+            raise ValueError("give conformal_strata (quantile strata) or conformal_strata_edges (fixed edges), "
+                             "not both")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2):
+            raise ValueError(f"conformal_strata must be an integer >= 2 (3: terciles), got {k!r}")
+        if edges is not None:
+            try:
+                e = [float(v) for v in edges]
+            except (TypeError, ValueError):
+                raise ValueError(f"conformal_strata_edges must be numbers, got {edges!r}") from None
+            if not e or not all(math.isfinite(v) for v in e) or any(b <= a for a, b in zip(e, e[1:])):
+                raise ValueError(f"conformal_strata_edges must be one or more finite, strictly increasing values, "
+                                 f"got {list(edges)!r}")
+            self.conformal_strata_edges = e
+        if by is not None:
+            parse_score_column(by, self.region_names if self.regions is not None else None)
+
+    @property
+    def conformal_num_strata(self) -> int:
+        """The number of strata of the conformal rules (1 without stratification)."""
+        if self.conformal_strata is not None:
+            return int(self.conformal_strata)
+        return 1 if self.conformal_strata_edges is None else len(self.conformal_strata_edges) + 1
 
     def min_conformal_cases(self) -> int:
         """The fewest calibration cases the requested conformal rules need (0 without ``conformal``).
+
+        Returns:
+            The largest :func:`~monai_unc.metrics.conformal.min_calibration_cases` over the requested sides, times
+            the number of strata (each stratum needs that many on its own).
+        """
+        return self.min_conformal_cases_per_stratum() * self.conformal_num_strata
+
+    def min_conformal_cases_per_stratum(self) -> int:
+        """The fewest calibration cases each stratum of the requested conformal rules needs (0 without ``conformal``).
 
         Returns:
             The largest :func:`~monai_unc.metrics.conformal.min_calibration_cases` over the requested sides.
@@ -325,3 +381,43 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
             return {row["case"]: row["shift"] for row in reader}
     except (UnicodeDecodeError, csv.Error) as e:
         raise ValueError(f"cannot read the shift table {path} (not a UTF-8 CSV file): {e}") from None
+
+
+def parse_score_column(column: str, regions: Sequence[str] | None = None) -> tuple[str, str, str | None]:
+    """Split a case score column that needs no labels into ``(measure, score, region)``.
+
+    The columns are ``<measure>_<score>`` with ``score`` one of :data:`~monai_unc.scores.CASE_SCORES`
+    (:func:`~monai_unc.scores.case_score_columns`; for regions the mean over the regions) and, for a region
+    evaluation, ``<measure>_<score>_<R>`` of one region (:func:`region_suffix`). They are computed from the
+    prediction alone (the map of ``measure``, or the map derived from the probabilities, and the predicted mask), so
+    a new unlabelled case has them too.
+
+    Args:
+        column: the column, e.g. ``"predictive_entropy_fg_mean"``.
+        regions: the region names of a region evaluation (None: classes).
+
+    Returns:
+        ``(measure, score, region)`` with ``region`` None for the combined (or class) score; ``ValueError`` naming
+        the column otherwise (e.g. ``dice``, which needs labels).
+
+    Example:
+        >>> parse_score_column("mutual_information_patch_mean")
+        ('mutual_information', 'patch_mean', None)
+        >>> parse_score_column("predictive_entropy_fg_mean_WT", ["WT", "TC"])
+        ('predictive_entropy', 'fg_mean', 'WT')
+    """
+    text = str(column)
+    suffixes = {region_suffix(r): str(r) for r in regions} if regions is not None else {}
+    for measure in sorted(MEASURES, key=len, reverse=True):
+        if not text.startswith(measure + "_"):
+            continue
+        rest = text[len(measure) + 1:]
+        for score in sorted(CASE_SCORES, key=len, reverse=True):
+            if rest == score:
+                return measure, score, None
+            if rest.startswith(score + "_") and rest[len(score) + 1:] in suffixes:
+                return measure, score, suffixes[rest[len(score) + 1:]]
+    scores = "|".join(CASE_SCORES)
+    raise ValueError(f"conformal_stratify_by: {column!r} is not a case score computed without labels: use "
+                     f"<measure>_<{scores}>" + ("[_<region>]" if regions is not None else "")
+                     + f" with a measure of {tuple(MEASURES)}")

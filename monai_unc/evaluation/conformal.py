@@ -8,9 +8,15 @@ new predictions (``monai-unc conformal``).
   (:func:`~monai_unc.evaluation.triage.prediction_fingerprint`, as ``referral_rule.json`` has), ``format_version``
   and a sha256 content digest (:func:`~monai_unc.evaluation.triage.rule_digest`), both checked when read. The rules
   cannot be refitted without the case states, so reading checks the digest and the structure.
+- :class:`ConformalStrata` and :func:`conformal_strata`: optional strata of a label-free case score
+  (``EvaluationConfig.conformal_strata`` / ``conformal_strata_edges``), each with its own ``lambda_hat``; the rule
+  file records the score, its edges and how a new case's score is computed.
+- :func:`check_conformal_probabilities`: before any work, every case must have probabilities and the first case's
+  must be probabilities of the rule's activation.
 - :func:`run_conformal`: the whole of ``monai-unc conformal`` on the cohort engine: per case the masks
   ``<case>_outer.nii.gz`` / ``<case>_inner.nii.gz`` in the prediction's geometry (softmax: one channel per
-  foreground class, 3D when there is one; regions: 4D, one channel per region) and a row of ``conformal.csv``.
+  foreground class, 3D when there is one; regions: 4D, one channel per region), nested (:func:`nest_masks`), and a
+  row of ``conformal.csv``.
 
 The band width of ``conformal.csv`` (``band_p95_mm_<name>``) is the 95th percentile, over the boundary voxels of
 the outer mask (mask voxels with a 6-neighbour outside it), of the distance in mm to the nearest inner-mask voxel;
@@ -22,17 +28,21 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from scipy import ndimage
 
 from .. import __version__
+from .._utils import check_probabilities, check_unit_interval
 from ..distributed import CaseCache, CohortRun, get_dist_context, run_cases
 from ..io import (
+    LAYOUTS,
     CaseError,
     CaseFiles,
     atomic_write_json,
@@ -41,21 +51,25 @@ from ..io import (
     clean_partial_files,
     json_safe,
     load_case,
+    read_probabilities,
     save_nifti,
     save_region_maps,
     write_csv,
 )
 from ..metrics.boundary import distance_to_mask
-from ..metrics.conformal import ConformalCaseState, ConformalRule, fit_conformal_rule
-from .config import CONFORMAL_LOSSES, STATE_DIR, EvaluationConfig, region_suffix, slug
-from .region_case import predicted_regions
+from ..metrics.conformal import ConformalCaseState, ConformalRule, fit_conformal_rule, quantile_edges, stratum_of
+from ..scores import case_score_columns, resolve_score_column
+from .config import CONFORMAL_LOSSES, STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
+from .region_case import predicted_regions, region_score_columns
 from .resume import CASES_DIR, file_signature
+from .rows import derived_maps
 from .triage.fingerprint import check_prediction_fingerprint, prediction_fingerprint
 from .triage.rule import rule_digest
 from .triage.runner import list_prediction_cases
 
-__all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "ConformalRuleFile",
-           "fit_conformal_rules", "conformal_masks", "conformal_case", "run_conformal"]
+__all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "ConformalRuleFile", "ConformalStrata",
+           "conformal_strata", "check_conformal_probabilities", "fit_conformal_rules", "nest_masks", "conformal_masks",
+           "conformal_case", "run_conformal"]
 
 #: the rule file ``evaluate --conformal`` writes
 CONFORMAL_RULE_FILE = "conformal_rule.json"
@@ -69,10 +83,203 @@ _STATE_FORMAT = 1
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# strata of a label-free case score
+# ----------------------------------------------------------------------------------------------------------------
+_STRATA_METHODS = ("quantiles", "fixed")
+
+
+@dataclass(frozen=True)
+class ConformalStrata:
+    """How the conformal rules are stratified (Mondrian calibration): a case score that needs no labels, the edges
+    of its strata and how a new case's score is computed.
+
+    Attributes:
+        score: the column of ``metrics.csv``: ``<measure>_<aggregation>`` (for regions the mean over the regions)
+            or ``<measure>_<aggregation>_<R>`` of one region (:func:`~monai_unc.evaluation.config.parse_score_column`).
+        measure: the uncertainty map.
+        aggregation: ``"mean"``, ``"fg_mean"`` or ``"patch_mean"`` (:mod:`monai_unc.scores`).
+        region: the region of a per-region score, or None.
+        edges: the inner edges (those of every rule): stratum ``s`` holds scores in ``[edges[s-1], edges[s])``,
+            an undefined score (NaN) the last stratum (:func:`~monai_unc.metrics.conformal.stratum_of`).
+        method: ``"quantiles"`` (:func:`~monai_unc.metrics.conformal.quantile_edges` of the calibration cases'
+            scores) or ``"fixed"`` (given in advance).
+        counts: the calibration cases per stratum.
+        map_source: ``"file"`` (the measure's map files, ``<case>_<measure>``) or ``"probabilities"`` (the map
+            derived from the probabilities, as ``evaluate`` does without map files).
+        patch_size: the box size of ``patch_mean``.
+    """
+
+    score: str
+    measure: str
+    aggregation: str
+    region: str | None
+    edges: tuple[float, ...]
+    method: str
+    counts: tuple[int, ...]
+    map_source: str
+    patch_size: int
+
+    def __post_init__(self) -> None:
+        """Check the fields (``ValueError`` naming the field)."""
+        if self.method not in _STRATA_METHODS:
+            raise ValueError(f"method must be one of {_STRATA_METHODS}, got {self.method!r}")
+        if self.map_source not in ("file", "probabilities"):
+            raise ValueError(f"map_source must be 'file' or 'probabilities', got {self.map_source!r}")
+        if len(self.counts) != len(self.edges) + 1:
+            raise ValueError(f"counts must have one entry per stratum ({len(self.edges) + 1}), got {len(self.counts)}")
+
+    def stratum(self, score: float) -> int:
+        """The stratum of a case score (NaN: the last).
+
+        Args:
+            score: the case score.
+
+        Returns:
+            The stratum index.
+        """
+        return int(stratum_of([score], self.edges)[0])
+
+    def case_score(self, case: Any, regions: Mapping[str, Sequence[int]] | None = None) -> float:
+        """The score of a loaded case (:func:`~monai_unc.io.load_case`), computed from its prediction alone, as
+        ``evaluate`` computed it for ``metrics.csv``.
+
+        Args:
+            case: the loaded case (with its map files when ``map_source`` is ``"file"``).
+            regions: the region spec of region-based predictions.
+
+        Returns:
+            The score (NaN when undefined, e.g. ``fg_mean`` of an empty prediction); ``CaseError`` when the map is
+            missing.
+        """
+        maps = derived_maps(case if self.map_source == "file" else replace(case, maps={}))
+        if self.measure not in maps:
+            source = "its <case>_<measure> map file" if self.map_source == "file" else "its probabilities"
+            raise CaseError(f"case {case.case_id!r}: no {self.measure} map for the strata score {self.score} (the "
+                            f"rule computes it from {source}; available: {sorted(maps) or 'none'})")
+        with warnings.catch_warnings():  # the other scores of the map (e.g. fg_mean of an empty prediction)
+            warnings.simplefilter("ignore", UserWarning)
+            if regions is not None:
+                cols = region_score_columns({self.measure: maps[self.measure]}, predicted_regions(case, regions),
+                                            list(regions), self.patch_size)
+            else:
+                cols = case_score_columns({self.measure: maps[self.measure]}, case.seg, self.patch_size)
+        value = float(cols[self.score])
+        if not np.isfinite(value):
+            warnings.warn(f"case {case.case_id!r}: the strata score {self.score} is undefined (NaN, e.g. an empty "
+                          "prediction): the case goes to the last stratum", UserWarning, stacklevel=2)
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        """The strata as JSON-able values (:meth:`from_dict` reads them back).
+
+        Returns:
+            A dict of plain values.
+        """
+        d = dict(self.__dict__)
+        d["edges"], d["counts"] = list(self.edges), list(self.counts)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ConformalStrata:
+        """The strata of :meth:`to_dict`.
+
+        Args:
+            d: the dict.
+
+        Returns:
+            The strata; ``ValueError`` when a field is missing or wrong.
+        """
+        try:
+            return cls(str(d["score"]), str(d["measure"]), str(d["aggregation"]),
+                       None if d["region"] is None else str(d["region"]), tuple(float(e) for e in d["edges"]),
+                       str(d["method"]), tuple(int(c) for c in d["counts"]), str(d["map_source"]),
+                       int(d["patch_size"]))
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"'strata' is not a strata block: {err}") from None
+
+
+def _as_score(v: Any) -> float:
+    try:
+        return float("nan") if v is None or v == "" else float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def conformal_strata(rows: Mapping[str, Mapping[str, Any]], files: Mapping[str, CaseFiles], config: EvaluationConfig,
+                     default_score: str | None = None) -> tuple[ConformalStrata | None, dict[str, float]]:
+    """The strata of ``config`` (``conformal_strata`` or ``conformal_strata_edges``) from the evaluated rows.
+
+    Args:
+        rows: ``{case: metric row}`` of every evaluated case.
+        files: ``{case: CaseFiles}`` (whether the score's map came from files).
+        config: the evaluation options (``conformal_stratify_by``, else ``default_score``; the calibration cases).
+        default_score: the triage score column of the evaluation.
+
+    Returns:
+        ``(strata, {case: score})`` of the calibration cases, or ``(None, {})`` without stratification.
+        ``ValueError`` naming the option for a score that is not a label-free column or too few distinct scores.
+    """
+    config.validate()
+    if config.conformal_num_strata == 1:
+        return None, {}
+    ids = sorted(rows)
+    cal = ids if config.calibration_cases is None else sorted(str(c) for c in config.calibration_cases)
+    wanted = config.conformal_stratify_by or default_score
+    if wanted is None:
+        raise ValueError("conformal_stratify_by: no score to stratify by (give one, or an evaluation with a score)")
+    column = resolve_score_column(wanted, rows[cal[0]])
+    measure, aggregation, region = parse_score_column(column, config.region_names if config.regions else None)
+    if column not in rows[cal[0]]:
+        have = [k for k in rows[cal[0]] if k.startswith(tuple(f"{m}_" for m in (measure, "predictive_entropy")))]
+        raise ValueError(f"conformal_stratify_by: the evaluation has no column {column!r} (no {measure} map?); "
+                         f"available e.g. {have[:6]}")
+    scores = {c: _as_score(rows[c].get(column)) for c in cal}
+    values = [scores[c] for c in cal]
+    if config.conformal_strata_edges is not None:
+        edges, method = tuple(float(e) for e in config.conformal_strata_edges), "fixed"
+    else:
+        try:
+            edges, method = quantile_edges(values, int(config.conformal_strata)), "quantiles"  # type: ignore[arg-type]
+        except ValueError as e:
+            raise ValueError(f"conformal_strata: {e} ({column} of the {len(cal)} calibration cases)") from None
+    counts = np.bincount(stratum_of(values, edges), minlength=len(edges) + 1)
+    source = "file" if all(measure in files[c].maps for c in cal) else "probabilities"
+    strata = ConformalStrata(column, measure, aggregation, region, edges, method, tuple(int(n) for n in counts),
+                             source, int(config.patch_size))
+    return strata, scores
+
+
+def _guarantee(rule: ConformalRule, strata: ConformalStrata | None) -> str:
+    """The guarantee of a rule in words (within each stratum of a stratified rule)."""
+    text = rule.tasks[0].guarantee
+    return text if strata is None else text.replace(" within stratum 0", f" within each stratum of {strata.score}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # fitting (inside evaluate)
 # ----------------------------------------------------------------------------------------------------------------
+def _achieved(tasks: Sequence[Any]) -> dict[str, Any]:
+    return {t.name: {"lambda_hat": t.lambda_hat, "calibration_loss": t.calibration_loss,
+                     "calibration_above_tol": t.calibration_above_tol} for t in tasks}
+
+
+def _pooled(rule: ConformalRule) -> dict[str, Any]:
+    """Per task the calibration loss (and share above ``tol``) over every stratum, each case at its stratum's
+    ``lambda_hat``; ``lambda_hat`` None (one per stratum: ``per_stratum``)."""
+    out: dict[str, Any] = {}
+    for name in rule.names:
+        parts = [rule.task_rule(name, s) for s in range(rule.num_strata)]
+        n = sum(t.n for t in parts)
+        above = None if parts[0].calibration_above_tol is None else (
+            sum(t.n * float(t.calibration_above_tol) for t in parts) / n)
+        out[name] = {"lambda_hat": None, "calibration_loss": sum(t.n * t.calibration_loss for t in parts) / n,
+                     "calibration_above_tol": above}
+    return out
+
+
 def fit_conformal_rules(
-    states: Mapping[str, Mapping[str, ConformalCaseState]], config: EvaluationConfig
+    states: Mapping[str, Mapping[str, ConformalCaseState]], config: EvaluationConfig, *,
+    strata: ConformalStrata | None = None, scores: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, ConformalRule], dict[str, Any]]:
     """Fit the rule of every side of ``config.conformal`` on the calibration cases.
 
@@ -80,12 +287,15 @@ def fit_conformal_rules(
         states: ``{case: {side: state}}`` of every evaluated case.
         config: the evaluation options: ``conformal`` (targets), ``conformal_delta`` (high probability when set),
             ``calibration_cases`` (default every case).
+        strata: the strata of :func:`conformal_strata` (None: one rule for every case).
+        scores: ``{case: score}`` of the calibration cases, with ``strata``.
 
     Returns:
         ``({side: rule}, block)``: the rules and the ``conformal`` block of ``summary.json`` (per side the target,
         the method and per class or region ``lambda_hat``, the achieved mean calibration loss and, with high
-        probability, the share of calibration cases above the target). ``ValueError`` saying how many cases are
-        needed when there are too few.
+        probability, the share of calibration cases above the target; with strata, ``strata`` and per side
+        ``per_stratum``, and ``per_task`` pooled over the strata with ``lambda_hat`` None). ``ValueError`` saying
+        how many cases are needed when there are too few (in a stratum).
     """
     config.validate()
     assert config.conformal is not None
@@ -95,19 +305,32 @@ def fit_conformal_rules(
     block: dict[str, Any] = {"family": config.conformal_family, "delta": config.conformal_delta,
                              "calibration": "all" if config.calibration_cases is None else cal,
                              "n_calibration": len(cal), "sides": {}}
+    kw: dict[str, Any] = {}
+    if strata is not None:
+        if scores is None:
+            raise ValueError("scores must be given with strata (one score per calibration case)")
+        kw = {"scores": [scores[c] for c in cal], "edges": strata.edges}
+        block["strata"] = strata.to_dict()
     for side, target in dict(config.conformal).items():  # type: ignore[arg-type]
         alpha, tol = (target, None) if config.conformal_delta is None else (float(config.conformal_delta), target)
         try:
-            rule = fit_conformal_rule([states[c][side] for c in cal], alpha, tol=tol)
+            rule = fit_conformal_rule([states[c][side] for c in cal], alpha, tol=tol, **kw)
         except ValueError as e:
-            raise ValueError(f"conformal {side}:{CONFORMAL_LOSSES[side]}={target:g}: {e}") from None
+            where = "" if strata is None else (f" (strata of {strata.score} with edges "
+                                               f"{[round(v, 6) for v in strata.edges]}: {list(strata.counts)} "
+                                               "calibration cases)")
+            raise ValueError(f"conformal {side}:{CONFORMAL_LOSSES[side]}={target:g}: {e}{where}") from None
         rules[side] = rule
         block["sides"][side] = {
             "loss": CONFORMAL_LOSSES[side], "target": target, "method": rule.method, "alpha": rule.alpha,
-            "tol": rule.tol, "guarantee": rule.tasks[0].guarantee,
-            "per_task": {t.name: {"lambda_hat": t.lambda_hat, "calibration_loss": t.calibration_loss,
-                                  "calibration_above_tol": t.calibration_above_tol} for t in rule.tasks},
+            "tol": rule.tol, "guarantee": _guarantee(rule, strata),
+            "per_task": _achieved(rule.tasks) if strata is None else _pooled(rule),
         }
+        if strata is not None:
+            bounds = (None, *strata.edges, None)
+            block["sides"][side]["per_stratum"] = [
+                {"stratum": s, "score_from": bounds[s], "score_below": bounds[s + 1], "n": strata.counts[s],
+                 "per_task": _achieved([rule.task_rule(n, s) for n in rule.names])} for s in range(rule.num_strata)]
     return rules, block
 
 
@@ -123,6 +346,7 @@ class ConformalRuleFile:
         calibration_cases: the ids of the calibration cases.
         regions: the region spec of a region evaluation, or None.
         created: when the file was written (ISO 8601).
+        strata: the strata of a stratified rule (:class:`ConformalStrata`), or None.
     """
 
     rules: dict[str, ConformalRule]
@@ -132,6 +356,7 @@ class ConformalRuleFile:
     calibration_cases: list[str]
     regions: dict[str, list[int]] | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+    strata: ConformalStrata | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The file's JSON object, ending with its ``digest`` (:func:`~monai_unc.evaluation.triage.rule_digest`).
@@ -142,7 +367,8 @@ class ConformalRuleFile:
         body = {"format": CONFORMAL_RULE_FORMAT, "format_version": _FORMAT_VERSION, "monai_unc": __version__,
                 "created": self.created, "targets": dict(self.targets), "delta": self.delta,
                 "calibration_cases": list(self.calibration_cases), "regions": self.regions,
-                "fingerprint": dict(self.fingerprint), "rules": {k: r.to_dict() for k, r in self.rules.items()}}
+                "fingerprint": dict(self.fingerprint), "rules": {k: r.to_dict() for k, r in self.rules.items()},
+                "strata": None if self.strata is None else self.strata.to_dict()}
         body = json_safe(body)
         body["digest"] = rule_digest(body)
         return body
@@ -175,8 +401,11 @@ class ConformalRuleFile:
                 raise ValueError("a rule's side differs from its key")
             if len({(r.activation, r.family, r.names) for r in rules.values()}) != 1:
                 raise ValueError("the rules differ in activation, family or names")
+            strata = None if d.get("strata") is None else ConformalStrata.from_dict(d["strata"])
+            if any(r.edges != (None if strata is None else strata.edges) for r in rules.values()):
+                raise ValueError("the rules' strata edges differ from the 'strata' block")
             return cls(rules, targets, None if d["delta"] is None else float(d["delta"]), dict(d["fingerprint"]),
-                       [str(c) for c in d["calibration_cases"]], d.get("regions"), str(d["created"]))
+                       [str(c) for c in d["calibration_cases"]], d.get("regions"), str(d["created"]), strata)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise ValueError(f"{source}: {e}") from None
 
@@ -206,7 +435,8 @@ class ConformalRuleFile:
 def write_conformal_rule(output: str | os.PathLike, rules: Mapping[str, ConformalRule] | None,
                          config: EvaluationConfig, calibration_cases: Sequence[str], *,
                          predictions: str | os.PathLike | None = None, layout: str = "monai-unc",
-                         uncertainty: str | os.PathLike | None = None) -> Path | None:
+                         uncertainty: str | os.PathLike | None = None,
+                         strata: ConformalStrata | None = None) -> Path | None:
     """Write ``<output>/conformal_rule.json`` with the rules and the fingerprint of the calibration cases'
     predictions (:func:`prediction_fingerprint`), or, without rules, remove a stale one.
 
@@ -216,6 +446,7 @@ def write_conformal_rule(output: str | os.PathLike, rules: Mapping[str, Conforma
         config: the evaluation options.
         calibration_cases: the ids the rules were fitted on.
         predictions, layout, uncertainty: the evaluated predictions.
+        strata: the strata of stratified rules (:func:`conformal_strata`).
 
     Returns:
         The path, or None.
@@ -229,7 +460,7 @@ def write_conformal_rule(output: str | os.PathLike, rules: Mapping[str, Conforma
     fp = prediction_fingerprint(predictions, layout, cal, uncertainty) if predictions is not None else {}
     regions = None if config.regions is None else {k: list(v) for k, v in dict(config.regions).items()}
     doc = ConformalRuleFile(dict(rules), dict(config.conformal), config.conformal_delta, fp, cal,  # type: ignore
-                            regions)
+                            regions, strata=strata)
     return doc.save(path)
 
 
@@ -245,12 +476,37 @@ def _band_p95(outer: np.ndarray, inner: np.ndarray, spacing: Sequence[float]) ->
     return float(np.percentile(d, 95)) if d.size else 0.0
 
 
-def conformal_masks(doc: ConformalRuleFile, case: Any) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+def nest_masks(masks: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """Make the outer mask contain the inner one: ``outer := outer | inner`` (docs/conformal.md, "Nested masks").
+
+    Growing the outer mask can only lower its missed share of the truth, case by case, so both guarantees hold
+    unchanged (the inner mask is untouched). Shrinking the inner mask instead (``inner & outer``) could raise its
+    false-positive share, so it is not done.
+
+    Args:
+        masks: ``{side: bool (T, *spatial)}``.
+
+    Returns:
+        ``(masks, added)``: the nested masks and the voxels added to the outer mask (bool ``(T, *spatial)``), or
+        the masks unchanged and None without both sides.
+    """
+    if "outer" not in masks or "inner" not in masks:
+        return dict(masks), None
+    added = masks["inner"] & ~masks["outer"]
+    return {**masks, "outer": masks["outer"] | masks["inner"]}, added
+
+
+def conformal_masks(doc: ConformalRuleFile, case: Any, *, score: float | None = None,
+                    nest: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
     """The masks of every side of the rule file for a loaded case (:func:`~monai_unc.io.load_case`).
 
     Args:
         doc: the rule file.
-        case: the loaded case (with probabilities).
+        case: the loaded case (with probabilities; with the map of the strata score when the rule's strata read it
+            from files).
+        score: the case's strata score (stratified rules; default :meth:`ConformalStrata.case_score` of ``case``).
+        nest: make the outer mask contain the inner one (:func:`nest_masks`), as the masks ``monai-unc conformal``
+            writes; default False: each rule's own mask (``ConformalRule.apply``).
 
     Returns:
         ``({side: bool (T, *spatial)}, predicted (T, *spatial) bool, names)`` restricted to the foreground tasks
@@ -259,6 +515,8 @@ def conformal_masks(doc: ConformalRuleFile, case: Any) -> tuple[dict[str, np.nda
     rule = doc.first
     if case.probs is None:
         raise CaseError(f"case {case.case_id!r}: no probabilities (<case>_probs): the conformal masks need them")
+    if doc.strata is not None and score is None:
+        score = doc.strata.case_score(case, doc.regions)
     if rule.activation == "sigmoid":
         assert doc.regions is not None
         pred = predicted_regions(case, doc.regions)
@@ -267,7 +525,9 @@ def conformal_masks(doc: ConformalRuleFile, case: Any) -> tuple[dict[str, np.nda
         pred = np.stack([case.seg == c for c in range(len(rule.names))])
         keep = slice(1, len(rule.names))
     masks = {side: r.apply(case.probs, pred=pred if rule.activation == "sigmoid" else case.seg,
-                           spacing=case.spacing)[keep] for side, r in doc.rules.items()}
+                           spacing=case.spacing, score=score)[keep] for side, r in doc.rules.items()}
+    if nest:
+        masks = nest_masks(masks)[0]
     return masks, pred[keep].astype(bool), list(rule.names[keep])
 
 
@@ -275,18 +535,27 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
     """Apply the rule file to one case: write ``<case>_<side>.nii.gz`` in ``output`` and return its csv row.
 
     Args:
-        files: the case's files (segmentation and probabilities).
+        files: the case's files (segmentation and probabilities; the strata score's map when read from files).
         doc: the rule file.
         output: the output folder.
 
     Returns:
-        The row: ``case`` and per foreground class or region ``<side>_ml_<name>``, ``predicted_ml_<name>`` and
-        ``band_p95_mm_<name>`` (module docstring).
+        The row: ``case``; with strata ``stratum`` and the strata score (its column name); per foreground class or
+        region ``<side>_ml_<name>``, ``predicted_ml_<name>``, ``band_p95_mm_<name>`` (module docstring) and, with
+        both sides, ``crossing_ml_<name>``: the volume of the inner mask outside the rule's outer mask, added to the
+        outer mask to nest them (:func:`nest_masks`; 0 when the rules nest).
     """
     rule = doc.first
     sigmoid = rule.activation == "sigmoid"
     case = load_case(files, len(rule.names), multilabel=sigmoid)
-    masks, pred, names = conformal_masks(doc, case)
+    row: dict[str, Any] = {"case": case.case_id}
+    score = None
+    if doc.strata is not None:
+        score = doc.strata.case_score(case, doc.regions)
+        row["stratum"] = doc.strata.stratum(score)
+        row[doc.strata.score] = score
+    masks, pred, names = conformal_masks(doc, case, score=score)
+    masks, added = nest_masks(masks)
     voxel_ml = float(np.prod(case.spacing)) / 1000.0
     for side, m in masks.items():
         path = output / f"{case.case_id}_{side}.nii.gz"
@@ -294,7 +563,6 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
             save_region_maps(m.astype(np.uint8), case.affine, path, dtype="uint8")
         else:
             save_nifti(m[0].astype(np.uint8), case.affine, path)
-    row: dict[str, Any] = {"case": case.case_id}
     for t, name in enumerate(names):
         col = region_suffix(name) if sigmoid else slug(name)
         outer = masks["outer"][t] if "outer" in masks else pred[t]
@@ -305,15 +573,73 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
         if "outer" in masks:
             row[f"outer_ml_{col}"] = float(outer.sum()) * voxel_ml
         row[f"band_p95_mm_{col}"] = _band_p95(outer, inner, case.spacing)
+        if added is not None:
+            row[f"crossing_ml_{col}"] = float(added[t].sum()) * voxel_ml
     return row
 
 
-def _find_cases(predictions: Path, layout: str, images: str | os.PathLike | None) -> list[CaseFiles]:
-    found = list_prediction_cases(predictions, layout, images=images, empty="no case")
-    for f in found:
-        if f.probs is None:
-            raise CaseError(f"case {f.case_id!r}: no probabilities in {predictions}: the conformal masks need them "
-                            "(infer writes <case>_probs; nnunet-predict needs --save_probabilities)")
+_KINDS = {"softmax": "softmax probabilities (in [0, 1], summing to 1 over the classes)",
+          "sigmoid": "per-region sigmoid probabilities (in [0, 1])"}
+
+
+def check_conformal_probabilities(
+    cases: Sequence[CaseFiles], activation: str, predictions: str | os.PathLike, layout: str = "monai-unc", *,
+    probs_suffix: str | None = None, channels: int | None = None,
+) -> None:
+    """The checks of the probabilities before any conformal work (``evaluate --conformal``, ``monai-unc conformal``).
+
+    Every case must have a probability file, and the first case's file (in case-id order) must hold probabilities
+    of the activation: a folder saved without probabilities (``infer --no-probs``, ``nnunet-predict`` without
+    ``--save_probabilities``) or holding logits is refused in one line before any case is processed. Another case
+    with bad values fails on its own when it is loaded (a case failure).
+
+    Args:
+        cases: the listed cases.
+        activation: ``"softmax"`` or ``"sigmoid"``.
+        predictions: the predictions folder (named in the message).
+        layout: ``"monai-unc"`` or ``"nnunet"``: the probability file's name and how to write it.
+        probs_suffix: the probability suffix when not the layout's.
+        channels: the number of channels the rule expects, or None.
+
+    Returns:
+        None; :class:`~monai_unc.io.CaseError` (a ``ValueError``) naming the file and how to produce it.
+    """
+    if not cases:
+        return
+    missing = sorted(f.case_id for f in cases if f.probs is None)
+    if missing:
+        if layout == "nnunet":
+            expected = f"{missing[0]}.npz"
+            how = ("predict with --save_probabilities (monai-unc nnunet-predict and nnUNetv2_predict then write "
+                   "<case>.npz)")
+        else:
+            suffix = LAYOUTS.get(layout, LAYOUTS["monai-unc"])["probs_suffix"] if probs_suffix is None else probs_suffix
+            expected = f"{missing[0]}{suffix}.nii.gz"
+            how = f"run monai-unc infer without --no-probs (it writes <case>{suffix}.nii.gz)"
+        raise CaseError(f"{len(missing)} of {len(cases)} case(s) have no probabilities: {expected} is missing in "
+                        f"{predictions}; the conformal masks need them: {how}")
+    first = min(cases, key=lambda f: f.case_id)
+    assert first.probs is not None
+    p, _ = read_probabilities(first.probs)
+    kind = _KINDS.get(activation, activation)
+    if channels is not None and p.shape[0] != channels:
+        raise CaseError(f"case {first.case_id!r}: {first.probs.name} has {p.shape[0]} channel(s), the conformal rule "
+                        f"{channels}: predictions of another model or label set?")
+    try:
+        t = torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[None]
+        (check_unit_interval if activation == "sigmoid" else check_probabilities)(t, "probabilities")
+    except (ValueError, TypeError) as e:
+        raise CaseError(f"case {first.case_id!r}: {first.probs.name} does not hold {kind}: {e} (logits or scores "
+                        "saved instead of probabilities?)") from None
+
+
+def _find_cases(predictions: Path, layout: str, images: str | os.PathLike | None, doc: ConformalRuleFile,
+                uncertainty: str | os.PathLike | None) -> list[CaseFiles]:
+    strata = doc.strata
+    measure = strata.measure if strata is not None and strata.map_source == "file" else None
+    found = list_prediction_cases(predictions, layout, measure=measure, uncertainty=uncertainty, images=images,
+                                  empty="no case")
+    check_conformal_probabilities(found, doc.first.activation, predictions, layout, channels=len(doc.first.names))
     return found
 
 
@@ -332,6 +658,7 @@ def run_conformal(
     *,
     images: str | os.PathLike | None = None,
     layout: str = "monai-unc",
+    uncertainty: str | os.PathLike | None = None,
     allow_mismatch: bool = False,
     resume: bool = True,
     progress: bool = False,
@@ -352,6 +679,8 @@ def run_conformal(
         output: output folder.
         images: folder of the input images (listed with the cases only).
         layout: ``"monai-unc"`` or ``"nnunet"``.
+        uncertainty: folder of the ``<case>_<measure>`` maps when not where the layout puts them (a stratified rule
+            whose score is read from map files).
         allow_mismatch: apply the rule to predictions made otherwise (``conformal.json`` records it).
         resume: keep and reuse per-case rows.
         progress: show a progress bar.
@@ -368,10 +697,11 @@ def run_conformal(
     got: dict[str, Any] = {}
 
     def listing() -> list[CaseFiles]:
-        check_output_folder(output, predictions, images)
-        check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, what="--output")
+        check_output_folder(output, predictions, images, uncertainty)
+        check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty,
+                                 what="--output")
         doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule)
-        found = _find_cases(pred, layout, images)
+        found = _find_cases(pred, layout, images, doc, uncertainty)
         got["doc"] = doc
         got["check"] = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
                                                     [f.case_id for f in found], allow_mismatch=allow_mismatch)
@@ -387,8 +717,13 @@ def run_conformal(
         summary = {
             "n_cases": len(rows), "rule": rule_path, "targets": doc.targets, "delta": doc.delta,
             "family": doc.first.family, "fingerprint": got["check"],
-            "lambda_hat": {s: {t.name: t.lambda_hat for t in r.tasks} for s, r in doc.rules.items()},
-            "guarantee": {s: r.tasks[0].guarantee for s, r in doc.rules.items()},
+            "lambda_hat": {s: {t.name: t.lambda_hat for t in r.tasks} if doc.strata is None else
+                           [{n: r.lambda_hat(n, k) for n in r.names} for k in range(r.num_strata)]
+                           for s, r in doc.rules.items()},
+            "guarantee": {s: _guarantee(r, doc.strata) for s, r in doc.rules.items()},
+            "strata": None if doc.strata is None else doc.strata.to_dict(),
+            "nesting": "the outer mask is grown to contain the inner one (outer | inner); crossing_ml: the volume "
+                       "added" if len(doc.rules) == 2 else None,
             "band_width": "band_p95_mm: the 95th percentile, over the outer mask's boundary voxels, of the distance "
                           "(mm) to the nearest inner-mask voxel (the predicted mask for a side the rule lacks)",
             "cases": rows,
@@ -402,7 +737,8 @@ def run_conformal(
             (output / name).unlink(missing_ok=True)
 
     def fingerprint(files: CaseFiles) -> dict[str, Any]:
-        inputs = {"seg": file_signature(files.seg), "probs": file_signature(files.probs)}
+        inputs = {"seg": file_signature(files.seg), "probs": file_signature(files.probs),
+                  "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())}}
         return json.loads(json.dumps({"format": _STATE_FORMAT, "version": __version__,
                                       "rule": got["doc"].to_json()["digest"], "inputs": inputs}))
 

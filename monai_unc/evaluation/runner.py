@@ -25,7 +25,13 @@ from ..regions import unclaimed_labels_message
 from .case import CaseResult, evaluate_case, load_evaluation_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import STATE_DIR, EvaluationConfig
-from .conformal import CONFORMAL_RULE_FILE, fit_conformal_rules, write_conformal_rule
+from .conformal import (
+    CONFORMAL_RULE_FILE,
+    check_conformal_probabilities,
+    conformal_strata,
+    fit_conformal_rules,
+    write_conformal_rule,
+)
 from .resume import CASES_DIR, case_cache
 from .rows import conformal_arrays, conformal_from_arrays, region_histograms_from_state, region_histograms_state
 from .triage import RULE_FILE, prediction_regions, region_differences, write_referral_rule
@@ -276,8 +282,16 @@ def _run_evaluate(
         wanted = config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
         n_cal = len(wanted) if config.calibration_cases is not None else len(cases)
         if config.conformal and n_cal < config.min_conformal_cases():
+            k = config.conformal_num_strata
+            each = "" if k == 1 else (f" in {k} strata: each stratum needs at least "
+                                      f"{config.min_conformal_cases_per_stratum()}, so")
             raise ValueError(f"conformal: {n_cal} calibration case(s) are too few for {dict(config.conformal)} "
-                             f"(delta {config.conformal_delta}): at least {config.min_conformal_cases()} are needed")
+                             f"(delta {config.conformal_delta}){each}: at least {config.min_conformal_cases()} are "
+                             "needed")
+        if config.conformal:  # the probabilities, before any work: a folder saved without them, or logits
+            check_conformal_probabilities(cases, "sigmoid" if config.regions is not None else "softmax",
+                                          match_kwargs["predictions"], match_kwargs["layout"],
+                                          probs_suffix=match_kwargs["probs_suffix"])
         check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
         return cases
 
@@ -297,9 +311,17 @@ def _run_evaluate(
         cohort["state"] = state
         summary = summarize(state, config)
         rules, cal = None, []
+        strata = None
         if config.conformal:  # conformal masks: fitted on the calibration cases, reported in summary.json
             states = {str(r.row["case"]): r.conformal for r, _, _ in run.results}
-            rules, summary["conformal"] = fit_conformal_rules(states, config)
+            try:
+                strata, scores = conformal_strata({str(r.row["case"]): r.row for r, _, _ in run.results},
+                                                  {str(r.row["case"]): f for r, f, _ in run.results}, config,
+                                                  summary["score"]["column"])
+                rules, summary["conformal"] = fit_conformal_rules(states, config, strata=strata, scores=scores)
+            except ValueError:
+                stale(run)  # refused (e.g. a stratum with too few cases): no earlier run's outputs pass for these
+                raise
             cal = summary["conformal"]["calibration"]
             cal = sorted(states) if cal == "all" else cal
         paths = write_evaluation(state, summary, output, config)
@@ -309,7 +331,7 @@ def _run_evaluate(
             paths["rule"] = rule
         conformal = write_conformal_rule(output, rules, config, cal,
                                          predictions=match_kwargs["predictions"], layout=match_kwargs["layout"],
-                                         uncertainty=match_kwargs["uncertainty"])
+                                         uncertainty=match_kwargs["uncertainty"], strata=strata)
         if conformal is not None:  # with --conformal: conformal_rule.json for monai-unc conformal
             paths["conformal_rule"] = conformal
         return summary, paths

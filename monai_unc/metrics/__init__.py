@@ -83,6 +83,8 @@ from .conformal import (
     fit_conformal_rule,
     high_probability_lambda,
     min_calibration_cases,
+    quantile_edges,
+    stratum_of,
 )
 from .discrimination import (
     au_arc,
@@ -273,4 +275,6 @@ __all__ = [
     "fit_conformal_rule",
     "high_probability_lambda",
     "min_calibration_cases",
+    "quantile_edges",
+    "stratum_of",
 ]

@@ -77,6 +77,8 @@ __all__ = [
     "crc_lambda",
     "high_probability_lambda",
     "min_calibration_cases",
+    "quantile_edges",
+    "stratum_of",
     "fit_conformal_rule",
 ]
 
@@ -801,16 +803,17 @@ class ConformalRule:
         """The stratum of a case score (0 without stratification).
 
         Args:
-            score: the case score; required when the rule is stratified.
+            score: the case score; required when the rule is stratified (NaN, an undefined score, is the last
+                stratum: :func:`stratum_of`).
 
         Returns:
             The stratum index.
         """
         if self.edges is None:
             return 0
-        if score is None or not math.isfinite(float(score)):
-            raise ValueError(f"score must be a finite case score for a stratified rule, got {score!r}")
-        return int(np.searchsorted(np.asarray(self.edges), float(score), side="right"))
+        if score is None:
+            raise ValueError("score must be the case score of a stratified rule (NaN: undefined, the last stratum)")
+        return int(stratum_of([score], self.edges)[0])
 
     def task_rule(self, name: str, stratum: int = 0) -> ConformalTaskRule:
         """The :class:`ConformalTaskRule` of a class or region in a stratum.
@@ -916,20 +919,89 @@ def _loss_words(side: str) -> str:
     return "FNR (missed share of the true voxels)" if side == "outer" else "false-positive share of the mask"
 
 
+def _check_edges(edges: Any) -> np.ndarray:
+    e = np.asarray(edges, dtype=np.float64).reshape(-1)
+    if e.size < 1 or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
+        raise ValueError(f"edges must be one or more finite, strictly increasing values, got {edges!r}")
+    return e
+
+
+def stratum_of(scores: Any, edges: Sequence[float]) -> np.ndarray:
+    """The stratum of each case score: stratum ``s`` holds the scores in ``[edges[s-1], edges[s])``.
+
+    An undefined score (NaN, e.g. the foreground mean of an empty prediction) falls in the last stratum: it counts
+    as the largest, as in triage, where undefined scores are referred first.
+
+    Args:
+        scores: case scores (any shape; NaN allowed, not +-inf).
+        edges: the inner edges, finite and strictly increasing.
+
+    Returns:
+        int64 stratum indices in ``[0, len(edges)]`` of the shape of ``scores``.
+
+    Example:
+        >>> stratum_of([0.1, 0.5, 0.9, float("nan")], [0.5, 0.8]).tolist()
+        [0, 1, 2, 2]
+    """
+    e = _check_edges(edges)
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"scores must be numbers, got {scores!r}") from None
+    if np.isinf(s).any():
+        raise ValueError("scores must be finite case scores or NaN (undefined), got an infinite value")
+    return np.where(np.isnan(s), e.size, np.searchsorted(e, np.nan_to_num(s), side="right")).astype(np.int64)
+
+
+def quantile_edges(scores: Any, strata: int) -> tuple[float, ...]:
+    """Inner edges that split case scores into ``strata`` groups of (nearly) equal size, e.g. terciles for 3.
+
+    With the ``m`` defined scores sorted, ``s_(1) <= ... <= s_(m)``, edge ``k`` (``k = 1 .. strata - 1``) lies
+    halfway between ``s_(m_k)`` and ``s_(m_k + 1)`` with ``m_k = floor(k m / strata + 1/2)``, so no score sits on
+    an edge unless tied: then the tied scores all go to the upper stratum (:func:`stratum_of`). Undefined scores
+    (NaN) take no part; they fall in the last stratum.
+
+    Args:
+        scores: case scores (NaN allowed).
+        strata: the number of strata, at least 2.
+
+    Returns:
+        ``strata - 1`` strictly increasing edges; ``ValueError`` when there are fewer defined scores than strata
+        or ties make two edges equal.
+
+    Example:
+        >>> quantile_edges([5.0, 1.0, 3.0, 2.0, 4.0, 6.0], 3)
+        (2.5, 4.5)
+    """
+    if isinstance(strata, bool) or not isinstance(strata, (int, np.integer)) or strata < 2:
+        raise ValueError(f"strata must be an integer >= 2, got {strata!r}")
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if np.isinf(s).any():
+        raise ValueError("scores must be finite case scores or NaN (undefined), got an infinite value")
+    s = np.sort(s[~np.isnan(s)])
+    m = s.size
+    if m < strata:
+        raise ValueError(f"scores has {m} defined value(s): too few for {strata} strata")
+    cuts = [(2 * k * m + strata) // (2 * strata) for k in range(1, strata)]
+    edges = np.array([(s[c - 1] + s[c]) / 2.0 for c in cuts])
+    if np.any(np.diff(edges) <= 0):
+        raise ValueError(f"scores are tied too much for {strata} strata: the edges {edges.tolist()} are not "
+                         "strictly increasing (use fewer strata or another score)")
+    return tuple(float(v) for v in edges)
+
+
 def _strata(scores: Any, edges: Any, n: int) -> tuple[np.ndarray, tuple[float, ...] | None]:
     if edges is None:
         if scores is not None:
             raise ValueError("edges must be given with scores (the inner bin edges of the strata)")
         return np.zeros(n, dtype=np.int64), None
-    e = np.asarray(edges, dtype=np.float64).reshape(-1)
-    if e.size < 1 or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
-        raise ValueError(f"edges must be one or more finite, strictly increasing values, got {edges!r}")
+    e = _check_edges(edges)
     if scores is None:
         raise ValueError("scores must be given with edges (one case score per state)")
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
-    if s.shape[0] != n or not np.isfinite(s).all():
-        raise ValueError(f"scores must be {n} finite values (one per state), got {s.shape[0]}")
-    return np.searchsorted(e, s, side="right"), tuple(float(v) for v in e)
+    if s.shape[0] != n or np.isinf(s).any():
+        raise ValueError(f"scores must be {n} finite values or NaN (one per state), got {s.shape[0]}")
+    return stratum_of(s, e), tuple(float(v) for v in e)
 
 
 def fit_conformal_rule(
@@ -953,9 +1025,10 @@ def fit_conformal_rule(
             and names.
         alpha: the level in (0, 1).
         tol: the per-case tolerance in (0, 1) of the high-probability rule, or None for expectation control.
-        scores: one case score per state (stratification; with ``edges``).
+        scores: one case score per state (stratification; with ``edges``); NaN (undefined) is the last stratum.
         edges: the inner bin edges of the strata, strictly increasing (``k`` edges, ``k + 1`` strata; e.g. the
-            terciles of the score on other data). Each stratum gets its own ``lambda_hat``.
+            terciles of the score on other data, or :func:`quantile_edges`). Each stratum gets its own
+            ``lambda_hat``.
 
     Returns:
         The :class:`ConformalRule`; ``ValueError`` saying why when a stratum has too few cases for ``alpha`` or no

@@ -24,6 +24,8 @@ from monai_unc.metrics import (
     fit_conformal_rule,
     high_probability_lambda,
     min_calibration_cases,
+    quantile_edges,
+    stratum_of,
 )
 
 G = 64  # a small power-of-two probability grid: ties at the grid points are easy to build
@@ -448,6 +450,34 @@ def test_stratified_rule_fits_each_stratum_on_its_own():
         fit_conformal_rule(states, alpha=0.1, scores=scores[:3], edges=[1.5])
 
 
+def test_quantile_edges_and_undefined_scores():
+    rng = np.random.default_rng(12)
+    for n, k in ((9, 3), (10, 3), (30, 4), (7, 2)):
+        scores = rng.normal(size=n)
+        edges = quantile_edges(scores, k)
+        counts = np.bincount(stratum_of(scores, edges), minlength=k)
+        assert len(edges) == k - 1 and counts.sum() == n and counts.min() >= n // k  # balanced
+        assert not np.isin(scores, edges).any()  # halfway between two scores, none on an edge
+    # by hand: 6 scores in terciles; NaN takes no part and goes to the last stratum
+    assert quantile_edges([5.0, 1.0, np.nan, 3.0, 2.0, 4.0, 6.0], 3) == (2.5, 4.5)
+    assert stratum_of([1.0, 2.5, 4.4, 4.5, np.nan], (2.5, 4.5)).tolist() == [0, 1, 1, 2, 2]
+    # ties on a cut: the tied scores go up together; too many ties for distinct edges are refused
+    assert quantile_edges([1.0, 2.0, 2.0, 3.0], 2) == (2.0,)
+    assert stratum_of([1.0, 2.0, 2.0, 3.0], (2.0,)).tolist() == [0, 1, 1, 1]
+    with pytest.raises(ValueError, match="tied"):
+        quantile_edges([1.0, 1.0, 1.0, 1.0, 2.0], 3)
+    with pytest.raises(ValueError, match="too few for 3 strata"):
+        quantile_edges([1.0, np.nan, np.nan], 3)
+    with pytest.raises(ValueError, match="strata"):
+        quantile_edges([1.0, 2.0], 1)
+    with pytest.raises(ValueError, match="infinite"):
+        stratum_of([np.inf], (0.0,))
+    # a stratified rule puts an undefined score in its last stratum
+    states = [conformal_case_state(p, t, grid=16) for p, t in random_cases(rng, 18, shape=(6, 6))]
+    rule = fit_conformal_rule(states, 0.1, scores=[np.nan] * 9 + list(range(9)), edges=[8.5])
+    assert rule.stratum(float("nan")) == 1 and rule.task_rule("1", 1).n == 9
+
+
 def test_fit_refusals():
     rng = np.random.default_rng(9)
     cases = random_cases(rng, 12, shape=(8, 8))
@@ -545,3 +575,39 @@ def test_simulation_high_probability_rule(activation, family, side):
     else:
         # distances on a 1 mm lattice take few values (ties among the s_i): conservative, but not the largest margin
         assert (np.array(chosen) < states[0].size).all()
+
+
+def test_simulation_stratified_crc_controls_fnr_within_each_stratum():
+    """Two kinds of case, hard (truth more diffuse than the probabilities say) and easy, and a label-free score that
+    tells them apart with noise. One global rule under-covers the hard cases; strata of the score give each its own
+    lambda_hat, and the mean test FNR within each stratum is at most alpha: exactly for edges fixed in advance,
+    within about 1 / (n_s + 1) for quantile edges of the calibration scores (docs/conformal.md)."""
+    rng = np.random.default_rng(13)
+    states, scores = [], []
+    for _ in range(300):
+        z = rng.normal(size=(2, 10, 10)) * 2.0
+        kappa = rng.choice([0.4, 2.0])  # hard / easy
+        q1 = 1 / (1 + np.exp(-kappa * (z[1] - z[0])))
+        probs = np.exp(z) / np.exp(z).sum(0)
+        states.append(conformal_case_state(probs, (rng.random((10, 10)) < q1).astype(int), grid=128))
+        scores.append(-kappa + rng.normal(0, 0.3))  # larger for hard cases
+    scores = np.array(scores)
+    losses = np.stack([s.losses()[1] for s in states])
+    alpha, n_cal = 0.1, 150
+    got: dict[str, list] = {"fixed": [], "quantiles": [], "global": []}
+    for _ in range(SPLITS):
+        perm = rng.permutation(len(states))
+        cal, test = perm[:n_cal], perm[n_cal:]
+        for mode in ("fixed", "quantiles"):
+            edges = (-1.2,) if mode == "fixed" else quantile_edges(scores[cal], 2)
+            rule = fit_conformal_rule(_states_of(states, cal), alpha, scores=scores[cal], edges=edges)
+            where = stratum_of(scores[test], edges)
+            got[mode].append([losses[test[where == s], rule.task_rule("1", s).index].mean() for s in (0, 1)])
+        j = fit_conformal_rule(_states_of(states, cal), alpha).task_rule("1").index
+        got["global"].append([losses[test[stratum_of(scores[test], (-1.2,)) == s], j].mean() for s in (0, 1)])
+    for mode, slack in (("fixed", 0.0), ("quantiles", 1 / (n_cal / 2 + 1))):
+        rows = np.array(got[mode])  # (SPLITS, 2)
+        mc = 3 * rows.std(axis=0, ddof=1) / math.sqrt(SPLITS)
+        assert (rows.mean(axis=0) <= alpha + mc + slack).all(), (mode, rows.mean(axis=0), mc)
+    hard = np.array(got["global"])[:, 1]
+    assert hard.mean() > alpha + 3 * hard.std(ddof=1) / math.sqrt(SPLITS)  # why strata: the hard cases are missed
