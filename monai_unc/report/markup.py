@@ -193,8 +193,8 @@ def json_script(data: Any, id: str) -> Markup:  # noqa: A002 (the HTML attribute
 
     Example:
         >>> from monai_unc.report.markup import json_script
-        >>> str(json_script({"case": "</script><b>"}, "d"))
-        '<script type="application/json" id="d">{"case": "\\u003c/script\\u003e\\u003cb\\u003e"}</script>'
+        >>> print(json_script({"case": "</script><b>"}, "d"))
+        <script type="application/json" id="d">{"case": "\\u003c/script\\u003e\\u003cb\\u003e"}</script>
     """
     if not isinstance(id, str) or not _ID.match(id):
         raise ValueError(f"id must be a letter followed by letters, digits, '_' or '-', got {id!r}")
