@@ -65,6 +65,7 @@ from .plots import (
     save_png,
 )
 from .reliability import plot_reliability_diagram
+from .viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
 
 __all__ = [
     "Figure",
@@ -382,9 +383,13 @@ def render_html(
     title: str = "Uncertainty QC report",
     source: str = "",
     csv_text: str | None = None,
+    viewers: Sequence[Mapping[str, Any]] = (),
+    scripts: Markup | None = None,
 ) -> str:
-    """The report page as one string (no external resources); every value from the summary, the rows, the figures
-    and the arguments is escaped (:mod:`monai_unc.report.markup`)."""
+    """The report page as one string (no network resource); every value from the summary, the rows, the figures
+    and the arguments is escaped (:mod:`monai_unc.report.markup`). ``viewers``: the interactive viewers of the
+    flagged cases (:func:`~monai_unc.report.viewer.case_viewer`), which need ``scripts``
+    (:func:`~monai_unc.report.viewer.viewer_scripts`)."""
     t = summary["triage"]
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     measure = summary.get("measure") or "uncertainty"
@@ -418,10 +423,14 @@ def render_html(
     if case_figures:
         sections.append(el("section", el("h2", "Cases: slices of highest uncertainty"), *map(img_tag, case_figures),
                            id="cases", class_="cases"))
+    view = viewer_section(viewers, "Flagged cases: interactive viewer") if scripts is not None else None
+    if view is not None:
+        sections.append(view)
     warns = summary.get("warnings") or []
     if warns:
         sections.append(warning_list(warns, more="(see summary.json)"))
-    return document(title, PAGE_CSS, header, el("main", *sections), script=_SCRIPT)
+    return document(title, PAGE_CSS + (VIEWER_CSS if view is not None else ""), header, el("main", *sections),
+                    scripts if view is not None else None, script=_SCRIPT)
 
 
 def region_display(
@@ -475,6 +484,7 @@ def case_conformal_masks(rule: ConformalRuleFile | None, case: Any) -> dict[str,
 def _case_figures(
     state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path,
     rule: ConformalRuleFile | None = None,
+    viewers: list[dict[str, Any]] | None = None,
 ) -> list[Figure]:
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
@@ -504,6 +514,8 @@ def _case_figures(
         info = {"Dice": format_value(float(r["dice"])), score_key: format_value(r.get(score_key), 4)}
         if "shift" in r:
             info["shift"] = r["shift"] or "none"
+        if viewers is not None and rank < n_cases:  # the flagged (most uncertain) cases, not the contrast case
+            viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, measure))
         conformal = case_conformal_masks(rule, case)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
                                 class_names=class_names, conformal=conformal)
@@ -529,6 +541,7 @@ def build_report(
     images: str | os.PathLike | None = None,
     n_cases: int = 4,
     title: str = "Uncertainty QC report",
+    viewer: bool = True,
     **risk_options: Any,
 ) -> Path:
     """Write ``report.html`` and ``figures/*.png`` for an evaluation folder; returns the HTML path.
@@ -540,6 +553,9 @@ def build_report(
         images: folder of the input images for the overlays (default: the one given to ``evaluate``, if any;
             without images the label map is the background of the overlays).
         n_cases: overlays for this many of the most uncertain cases (plus the most certain one).
+        title: the page title.
+        viewer: embed the interactive 3D viewer (:mod:`monai_unc.report.viewer`) for the ``n_cases`` most
+            uncertain cases, with its scripts in ``<output>/assets`` (the PNG slices stay).
         risk_options: override the evaluation's risk-controlled threshold options (``target_risk``, ``delta``,
             ``risk``, ``risk_method``, ``calibration_cases`` of :class:`~monai_unc.evaluation.EvaluationConfig`);
             ``None`` values keep the evaluation's.
@@ -606,11 +622,13 @@ def build_report(
             plot_scores_by_shift(filled, [r.get("shift", "") for r in rows], IID_SHIFTS, label))
     rule_path = evaluation / CONFORMAL_RULE_FILE
     rule = ConformalRuleFile.load(rule_path) if summary.get("conformal") and rule_path.is_file() else None
-    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, rule)
+    viewers: list[dict[str, Any]] | None = [] if viewer else None
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, rule, viewers)
     csv_path = evaluation / "metrics.csv"
     csv_text = csv_path.read_text() if csv_path.is_file() else None
     page = render_html(summary, rows, figures, case_figs, title=title,
-                       source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text)
+                       source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text, viewers=viewers or (),
+                       scripts=viewer_scripts(out_dir) if viewers else None)
     return atomic_write_text(out_dir / "report.html", page)
 
 

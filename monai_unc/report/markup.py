@@ -7,7 +7,8 @@ A page is built from :class:`Markup` fragments only, and a fragment can be made 
   ``data:`` images / CSV (:func:`check_url`: never ``javascript:`` or another scheme);
 - :func:`frag`: a concatenation, escaping every part that is not already :class:`Markup`;
 - :func:`raw_text_element`: a ``<style>`` or ``<script>`` element whose text cannot close it (refuses ``</`` and
-  ``<!--``);
+  ``<!--``); :func:`json_script` (data for a script, as JSON that cannot close its element) and :func:`script_file`
+  (a script file beside the page, by a relative path);
 - ``Markup("...")`` on a string literal of the code (a constant tag such as ``<br>``), never on data:
   tests/report/test_pages_hostile.py checks that the page modules call it on literals only.
 
@@ -18,11 +19,12 @@ A case id, a class or region name, a shift label, a path or a model description 
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Markup", "check_url", "document", "el", "escape", "frag", "raw_text_element"]
+__all__ = ["Markup", "check_url", "document", "el", "escape", "frag", "json_script", "raw_text_element", "script_file"]
 
 
 class Markup(str):
@@ -166,6 +168,59 @@ def raw_text_element(tag: str, text: str) -> Markup:
     if "</" in text or "<!--" in text:
         raise ValueError(f"the text of a <{tag}> element must not hold '</' or '<!--'")
     return Markup(f"<{tag}>{text}</{tag}>")
+
+
+_JSON_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
+
+
+def json_script(data: Any, id: str) -> Markup:  # noqa: A002 (the HTML attribute's name)
+    """``data`` as JSON in a ``<script type="application/json">`` element, for a page script to read
+    (``JSON.parse(document.getElementById(id).textContent)``); the script does not run it.
+
+    ``<``, ``>`` and ``&`` (and the line separators U+2028/2029) are written as ``\\u`` escapes, which JSON reads
+    back as the same characters, so no string in ``data`` can end the element or start a comment or a tag.
+
+    Args:
+        data: JSON-serialisable data (NaN and infinities are refused).
+        id: the element's id (a letter, then letters, digits, ``_`` or ``-``).
+
+    Returns:
+        The element as :class:`Markup`.
+
+    Raises:
+        ValueError: for an invalid id or data that is not strict JSON.
+
+    Example:
+        >>> from monai_unc.report.markup import json_script
+        >>> print(json_script({"case": "</script><b>"}, "d"))
+        <script type="application/json" id="d">{"case": "\\u003c/script\\u003e\\u003cb\\u003e"}</script>
+    """
+    if not isinstance(id, str) or not _ID.match(id):
+        raise ValueError(f"id must be a letter followed by letters, digits, '_' or '-', got {id!r}")
+    text = json.dumps(data, allow_nan=False)
+    for ch, esc in _JSON_UNSAFE.items():
+        text = text.replace(ch, esc)
+    return Markup(f'<script type="application/json" id="{id}">{text}</script>')
+
+
+def script_file(src: str) -> Markup:
+    """A ``<script src=...>`` element loading a script file beside the page: ``src`` must be a relative file path
+    (:func:`check_url`; a ``data:`` URL is refused too), so a page never loads code from the network.
+
+    Args:
+        src: the script's path relative to the page.
+
+    Returns:
+        The element as :class:`Markup`.
+
+    Raises:
+        ValueError: for anything but a relative path.
+    """
+    check_url(src, "src")
+    if src.startswith("data:"):
+        raise ValueError("src: a script must be a file beside the page, not a data: URL")
+    return Markup(f'<script src="{escape(src)}"></script>')
 
 
 def document(title: str, css: str, *body: Any, script: str | None = None) -> str:

@@ -39,6 +39,7 @@ from ..io import CaseFiles, atomic_write_text, load_case
 from .html import PAGE_CSS, Figure, cards, decision_tag, format_value, img_tag, region_display, table, warning_list
 from .markup import Markup, check_url, document, el, escape
 from .plots import case_figure_path, plot_case_overlay, save_png
+from .viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
 
 __all__ = ["build_triage_page", "plot_score_distribution", "plot_triage_overlay", "link_page"]
 
@@ -177,7 +178,8 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
     return el("div", table(head, trs, ("case", "decision", "reason"), id="triage-table"), class_="scroll")
 
 
-def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path) -> list[Figure]:
+def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path,
+                  viewers: list[dict[str, Any]] | None = None) -> list[Figure]:
     cases = {c["case"]: c for c in summary["cases"]}
     out = []
     for cid in summary["order"][:n_cases]:
@@ -197,6 +199,8 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         seg, u, class_names = case.seg, maps[rule.measure], rule.class_names
         if regions is not None:  # nested regions drawn as one label map, the largest uncertainty over the regions
             seg, _, u, class_names = region_display(case.seg, None, u, regions)
+        if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
+            viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure))
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
                                   class_names=class_names)
         path = case_figure_path(fig_dir, cid)
@@ -213,6 +217,7 @@ def build_triage_page(
     output: str | os.PathLike | None = None,
     n_cases: int = 4,
     title: str = "Triage of new cases",
+    viewer: bool = True,
 ) -> Path:
     """Write ``triage.html`` (and ``figures/*.png``) for a triage folder (the ``output`` of
     :func:`monai_unc.evaluation.triage.run_triage`); returns the HTML path.
@@ -222,6 +227,8 @@ def build_triage_page(
         output: folder of the page (default: ``triage``).
         n_cases: overlays of this many of the most uncertain cases (0: none).
         title: page title.
+        viewer: embed the interactive 3D viewer (:mod:`monai_unc.report.viewer`) for the referred cases among the
+            ``n_cases`` shown, with its scripts in ``<output>/assets`` (the PNG slices stay).
     """
     if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 0:
         raise ValueError(f"n_cases must be a non-negative integer, got {n_cases!r}")
@@ -243,7 +250,8 @@ def build_triage_page(
                       "the certificate says nothing about scores it has not seen.", save_png(dist, fig_dir /
                                                                                                "scores.png"),
                       fig_dir / "scores.png")]
-    case_figs = _case_figures(summary, rule, n_cases, fig_dir)
+    viewers: list[dict[str, Any]] | None = [] if viewer else None
+    case_figs = _case_figures(summary, rule, n_cases, fig_dir, viewers)
     notes = [el("li", n) for n in summary.get("notes", [])]
     guarantee = rule.guarantee()
     summary_section = el(
@@ -261,10 +269,15 @@ def build_triage_page(
     if case_figs:
         sections.append(el("section", el("h2", "Most uncertain cases: slices of highest uncertainty"),
                            *map(img_tag, case_figs), id="cases", class_="cases"))
+    view = viewer_section(viewers or [], "Referred cases: interactive viewer")
+    if view is not None:
+        sections.append(view)
     warns = summary.get("warnings") or []
     if warns:
         sections.append(warning_list(warns))
-    page = document(title, PAGE_CSS + _EXTRA_CSS, _header(summary, rule, title), el("main", *sections))
+    page = document(title, PAGE_CSS + _EXTRA_CSS + (VIEWER_CSS if view is not None else ""),
+                    _header(summary, rule, title), el("main", *sections),
+                    viewer_scripts(out_dir) if view is not None else None)
     return atomic_write_text(out_dir / "triage.html", page)
 
 

@@ -47,9 +47,11 @@ def _embedded(text: str) -> list[bytes]:
 def test_page_is_self_contained(report):
     text = report["text"]
     assert text.startswith("<!doctype html>") and text.rstrip().endswith("</html>")
-    # nothing is loaded from elsewhere: every src/href is a data URI
+    # nothing is loaded from elsewhere: every src/href is a data URI, or one of the viewer's scripts beside the page
     refs = re.findall(r'(?:src|href)="([^"]+)"', text)
-    assert refs and all(r.startswith("data:") for r in refs)
+    scripts = ["assets/niivue.umd.js", "assets/viewer.js"]
+    assert refs and all(r.startswith("data:") or r in scripts for r in refs)
+    assert all((report["html"].parent / s).is_file() for s in scripts if s in refs)
     assert "http://" not in text and "https://" not in text
     images = _embedded(text)
     assert len(images) == 4 + 2  # reliability, referral, histograms, shifts + 1 most uncertain + 1 most certain

@@ -1,0 +1,233 @@
+"""The interactive 3D viewer of the report and triage pages: NiiVue, embedded, working from disk with no network.
+
+A QC reader reviews a flagged case by scrolling through it with the uncertainty on top. For each flagged case the
+pages (:func:`monai_unc.report.html.build_report`, :func:`monai_unc.report.triage.build_triage_page`) embed a
+viewer: the image in grey, the prediction as a label overlay and the uncertainty map as a heat overlay, with the
+three planes and a 3D render, and controls for the view, the uncertainty colormap and each overlay's opacity.
+
+- **No network, no server**: the volumes are in the page (gzipped NIfTI as base64 in a JSON block that
+  :func:`~monai_unc.report.markup.json_script` writes, so no case name or value can end it), and the two scripts
+  (the vendored NiiVue bundle ``niivue.umd.js``, BSD-2-Clause, version and SHA-256 in ``assets/niivue.json``, and
+  this package's ``viewer.js``) are copied next to the page (``assets/``) and loaded by relative path.
+- **Size budget**: a case's volumes take at most :data:`CASE_BUDGET_BYTES` (2 MiB of base64) in the page. The
+  volumes are cropped to the bounding box of the image's foreground (non-zero voxels), the prediction and the
+  uncertainty, plus a margin; the uncertainty is quantised to 8 bit (the NIfTI scale slope keeps its units, the
+  error is at most half a step, ``(max - min) / 510``) and the image to 8 bit between its 0.5th and 99.5th
+  percentiles; when that is still too large, every volume is subsampled by 2, 3, ... along each axis (the voxel
+  size in the NIfTI header grows accordingly) until it fits. The step used is recorded in the data (``step``)
+  and shown under the viewer.
+- The static PNG slices stay on the pages: they print, and they are the fallback where WebGL is missing.
+
+NiiVue: Taylor Hanayik, Chris Drake, Chris Rorden et al., https://github.com/niivue/niivue.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+
+from ..io import atomic_copy
+from .markup import Markup, el, frag, json_script, script_file
+
+__all__ = ["CASE_BUDGET_BYTES", "VIEWER_CSS", "case_viewer", "viewer_block", "viewer_scripts", "viewer_section"]
+
+#: the most base64 bytes one case's volumes may take in a page
+CASE_BUDGET_BYTES = 2 * 2**20
+ASSETS = Path(__file__).parent / "assets"
+#: the folder, beside the page, that gets the viewer's scripts
+ASSET_DIR = "assets"
+_SCRIPTS = ("niivue.umd.js", "viewer.js")
+COLORMAPS = ("hot", "warm", "plasma", "viridis", "inferno")
+VIEWS = (("multiplanar", "three planes + 3D"), ("axial", "axial"), ("coronal", "coronal"), ("sagittal", "sagittal"),
+         ("render", "3D render"))
+VIEWER_CSS = """
+.mu-viewer{margin:10px 0 22px}.mu-viewer canvas{width:100%;height:520px;display:block;background:#000}
+.mu-viewer .controls{display:flex;flex-wrap:wrap;gap:14px;align-items:center;font-size:13px;margin:6px 0}
+.mu-viewer .controls label{display:flex;gap:6px;align-items:center}
+.mu-viewer-error{color:#b00020;font-size:13px}
+"""
+
+
+def _encode(array: np.ndarray, affine: np.ndarray, slope: float = 1.0, inter: float = 0.0) -> str:
+    img = nib.Nifti1Image(array, affine)
+    img.header.set_slope_inter(slope, inter)
+    img.header.set_xyzt_units("mm")
+    return base64.b64encode(gzip.compress(img.to_bytes(), compresslevel=6, mtime=0)).decode("ascii")
+
+
+def _box(masks: Sequence[np.ndarray], shape: tuple[int, ...], margin: int) -> tuple[slice, ...]:
+    any_fg = np.zeros(shape, dtype=bool)
+    for m in masks:
+        any_fg |= m
+    if not any_fg.any():
+        return tuple(slice(0, s) for s in shape)
+    idx = [np.flatnonzero(any_fg.any(axis=tuple(a for a in range(len(shape)) if a != ax))) for ax in range(len(shape))]
+    return tuple(slice(max(int(i[0]) - margin, 0), min(int(i[-1]) + margin + 1, s)) for i, s in zip(idx, shape))
+
+
+def _quantise(x: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, float, float]:
+    """``x`` as uint8 on ``[lo, hi]`` (NaN -> lo) and the NIfTI slope/intercept that map it back."""
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+        hi = lo + 1.0 if np.isfinite(lo) else 1.0
+        lo = lo if np.isfinite(lo) else 0.0
+    q = np.clip(np.rint((np.nan_to_num(x, nan=lo) - lo) * (255.0 / (hi - lo))), 0, 255).astype(np.uint8)
+    return q, (hi - lo) / 255.0, lo
+
+
+def case_viewer(
+    case_id: str,
+    seg: np.ndarray,
+    uncertainty: np.ndarray,
+    image: np.ndarray | None = None,
+    affine: np.ndarray | None = None,
+    spacing: Sequence[float] | None = None,
+    measure: str = "uncertainty",
+    budget_bytes: int = CASE_BUDGET_BYTES,
+    margin: int = 2,
+) -> dict[str, Any]:
+    """The viewer data of one case: its volumes as gzipped NIfTI in base64, cropped and quantised to fit the budget.
+
+    Args:
+        case_id: the case's name (shown under the viewer; any text).
+        seg: the predicted label map ``(X, Y, Z)``, integers (0 background).
+        uncertainty: the voxel uncertainty map ``(X, Y, Z)`` (NaN shown as the lowest value).
+        image: the image ``(X, Y, Z)`` or ``(C, X, Y, Z)`` (channel 0 is shown), or None (the viewer then shows
+            the prediction and the uncertainty alone).
+        affine: the volumes' 4 x 4 voxel-to-world affine in mm (default: ``diag(spacing)``).
+        spacing: the voxel size in mm when there is no ``affine`` (default 1 mm).
+        measure: the uncertainty's name (the overlay's name in the viewer).
+        budget_bytes: the most base64 bytes the volumes may take (default :data:`CASE_BUDGET_BYTES`).
+        margin: voxels kept around the foreground's bounding box.
+
+    Returns:
+        ``{"case", "measure", "step", "crop", "bytes", "volumes": [{"role", "name", "base64", "colormap",
+        "opacity", "cal_min", "cal_max"}]}``: ``step`` the subsampling step (1: full resolution), ``crop`` the
+        kept index range per axis, ``bytes`` the base64 size.
+
+    Raises:
+        ValueError: for volumes that are not 3D or differ in shape, or a budget too small for even the
+            coarsest subsampling.
+    """
+    seg = np.asarray(seg)
+    u = np.asarray(uncertainty, dtype=np.float64)
+    if seg.ndim != 3 or u.shape != seg.shape:
+        raise ValueError(f"seg and uncertainty must be 3D volumes of one shape, got {seg.shape} and {u.shape}")
+    img = None
+    if image is not None:
+        img = np.asarray(image)
+        img = img[0] if img.ndim == 4 else img
+        if img.shape != seg.shape:
+            raise ValueError(f"image must have the prediction's shape {seg.shape}, got {img.shape}")
+    if affine is None:
+        affine = np.diag([*(float(s) for s in (spacing or (1.0, 1.0, 1.0))), 1.0])
+    affine = np.asarray(affine, dtype=np.float64)
+    if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be a positive integer, got {budget_bytes!r}")
+    finite_u = u[np.isfinite(u)]
+    u_lo, u_hi = (float(finite_u.min()), float(finite_u.max())) if finite_u.size else (0.0, 1.0)
+    masks = [seg > 0, np.isfinite(u) & (u > u_lo)]
+    if img is not None:
+        masks.append(np.asarray(img) != 0)
+    box = _box(masks, seg.shape, margin)
+    seg_c, u_c = seg[box], u[box]
+    img_c = img[box].astype(np.float64) if img is not None else None
+    if img_c is not None:
+        finite = img_c[np.isfinite(img_c)]
+        i_lo, i_hi = (np.percentile(finite, [0.5, 99.5]) if finite.size else (0.0, 1.0))
+    n_labels = int(seg_c.max()) if seg_c.size else 0
+    start = np.array([s.start for s in box], dtype=np.float64)
+    for step in range(1, max(seg_c.shape) + 1):
+        sub = (slice(None, None, step),) * 3
+        aff = affine.copy()
+        aff[:3, 3] = affine[:3, :3] @ start + affine[:3, 3]
+        aff[:3, :3] = affine[:3, :3] * step
+        volumes = []
+        if img_c is not None:
+            q, slope, inter = _quantise(img_c[sub], float(i_lo), float(i_hi))
+            volumes.append({"role": "image", "name": "image.nii.gz", "base64": _encode(q, aff, slope, inter),
+                            "colormap": "gray", "opacity": 1.0, "cal_min": float(i_lo), "cal_max": float(i_hi)})
+        labels = np.clip(seg_c[sub], 0, 255).astype(np.uint8)
+        volumes.append({"role": "prediction", "name": "prediction.nii.gz", "base64": _encode(labels, aff),
+                        "colormap": "winter", "opacity": 0.35, "cal_min": 0.5, "cal_max": float(max(n_labels, 1))})
+        q, slope, inter = _quantise(u_c[sub], u_lo, u_hi)
+        volumes.append({"role": "uncertainty", "name": f"{measure}.nii.gz", "base64": _encode(q, aff, slope, inter),
+                        "colormap": "hot", "opacity": 0.6, "cal_min": u_lo + 0.1 * (u_hi - u_lo),
+                        "cal_max": u_hi if u_hi > u_lo else u_lo + 1.0})
+        size = sum(len(v["base64"]) for v in volumes)
+        if size <= budget_bytes:
+            return {"case": str(case_id), "measure": str(measure), "step": step,
+                    "crop": [[s.start, s.stop] for s in box], "bytes": size, "volumes": volumes}
+    raise ValueError(f"budget_bytes={budget_bytes} is too small for case {case_id!r} even at the coarsest step")
+
+
+def viewer_block(index: int, data: dict[str, Any]) -> Markup:
+    """One case's viewer: the canvas, the controls (view, uncertainty colormap, overlay opacities) and the case's
+    volumes as a JSON block; ``viewer.js`` (:func:`viewer_scripts`) starts it.
+
+    Args:
+        index: the viewer's number on the page (ids ``viewer-<index>`` and ``viewer-data-<index>``).
+        data: :func:`case_viewer`'s result.
+
+    Returns:
+        The block as :class:`~monai_unc.report.markup.Markup`.
+    """
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"index must be a non-negative integer, got {index!r}")
+    data_id = f"viewer-data-{index}"
+    roles = [v["role"] for v in data["volumes"]]
+    controls = [
+        el("label", "view", el("select", *(el("option", text, value=key) for key, text in VIEWS),
+                                data_control="view")),
+        el("label", f"{data['measure']} colormap", el("select", *(el("option", c, value=c) for c in COLORMAPS),
+                                                      data_control="colormap")),
+    ]
+    for role in ("uncertainty", "prediction"):
+        if role in roles:
+            v = data["volumes"][roles.index(role)]
+            controls.append(el("label", f"{role} opacity", el("input", type="range", min="0", max="100",
+                                                              value=str(round(100 * v["opacity"])),
+                                                              data_control="opacity", data_role=role)))
+    note = (f"{data['case']}: image{' ' if 'image' in roles else ' (none) '}with the prediction and the "
+            f"{data['measure']} overlays, cropped to the foreground" +
+            ("" if data["step"] == 1 else f" and subsampled by {data['step']} along each axis to fit the page") +
+            ". Drag to move the crosshair; scroll to change the slice; drag in the 3D view to rotate it.")
+    return el("div", el("canvas", id=f"viewer-canvas-{index}", width="960", height="520"),
+              el("div", *controls, class_="controls"), el("p", note, class_="note"),
+              json_script(data, data_id), class_="mu-viewer", id=f"viewer-{index}", data_volumes=data_id,
+              data_case=data["case"])
+
+
+def viewer_section(viewers: Sequence[dict[str, Any]], heading: str) -> Markup | None:
+    """A page section with one viewer per case (None without any)."""
+    if not viewers:
+        return None
+    return el("section", el("h2", heading), *(viewer_block(i, d) for i, d in enumerate(viewers)), id="viewers")
+
+
+def viewer_scripts(page_dir: str | Path) -> Markup:
+    """Copy ``niivue.umd.js`` and ``viewer.js`` into ``<page_dir>/assets`` (atomically; a file already there with
+    the same content is kept) and return the two ``<script src>`` elements that load them, for the end of the
+    page's body."""
+    folder = Path(page_dir) / ASSET_DIR
+    for name in _SCRIPTS:
+        src, dst = ASSETS / name, folder / name
+        if not (dst.is_file() and _sha256(dst) == _sha256(src)):
+            atomic_copy(src, dst)
+    return frag(*(script_file(f"{ASSET_DIR}/{name}") for name in _SCRIPTS))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def vendored_niivue() -> dict[str, Any]:
+    """The vendored NiiVue's record (``assets/niivue.json``: package, version, file, SHA-256, licence)."""
+    return json.loads((ASSETS / "niivue.json").read_text())
