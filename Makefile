@@ -11,13 +11,13 @@ DOCTEST_PATHS := monai_unc/metrics monai_unc/inferers monai_unc/networks monai_u
 	monai_unc/measures.py monai_unc/aggregation.py monai_unc/activation.py monai_unc/temperature.py \
 	monai_unc/report/markup.py
 
-.PHONY: install test demo lint clean bench validate gpu-check
+.PHONY: install test demo lint clean bench validate gpu-check docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e ".[dev,examples,nnunet]"
+	$(PY) -m pip install -q -e ".[dev,examples,nnunet,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,9 +25,11 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# the suite includes the strict build of the documentation site (tests/docs/test_site.py); MONAI_UNC_REQUIRE_DOCS=1
+# makes that test fail, not skip, when mkdocs is missing, so a broken link or reference fails `make test` and CI
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n 2 --durations=15 -q
+	MONAI_UNC_REQUIRE_DOCS=1 $(PY) -m pytest -n 2 --durations=15 -q
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTEST_PATHS)
 
 demo: $(STAMP)
@@ -42,8 +44,14 @@ validate: $(STAMP)
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py --out gpu_check_output
 
+# the documentation site (mkdocs.yml): the pages of docs/ and the API reference, built with --strict into site/;
+# open site/index.html from disk (works offline). Installs the docs extra first if it is missing.
+docs: $(STAMP)
+	$(PY) -c "import mkdocs, material, mkdocstrings_handlers.python" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_inferers.py
 
 clean:
-	rm -rf demo_output gpu_check_output .pytest_cache .ruff_cache
+	rm -rf demo_output gpu_check_output site .pytest_cache .ruff_cache

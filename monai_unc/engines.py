@@ -288,7 +288,8 @@ class CaseScoresHandler:
         score_keys: keys of per-case scalars in ``engine.state.output``.
         group_key: key of the group label in ``engine.state.batch``.
         iid_groups: labels of in-distribution cases.
-        output_dir, filename: where the CSV goes (``None``: no file).
+        output_dir: the folder of the CSV (``None``: no file).
+        filename: the name of the CSV in ``output_dir``.
         image_key: whose MetaTensor ``filename_or_obj`` names the case.
     """
 

@@ -180,7 +180,8 @@ class TemperatureScaler(nn.Module):
         tol: stop when no component of ``t`` moves by this much in a step (Kock et al.: 1e-7).
         chunk_size: voxels per chunk (Kock et al.: 2**26 on a GPU); the gradient of each step is accumulated over
             all chunks in float64, so the chunk size changes memory, never the result.
-        n_bins, min_bin_count: binning of ``loss="ece"`` (Kock et al.: 20 and 50).
+        n_bins: number of bins of ``loss="ece"`` (Kock et al.: 20).
+        min_bin_count: fewest voxels of a counted bin of ``loss="ece"`` (Kock et al.: 50).
         ignore_index: label value whose voxels are left out (e.g. -1 or 255).
         lr_backoff: multiply the learning rate by this when a step increases the loss (None: never).
         min_temperature: lower bound of every ``t_c`` during the optimisation (positive).

@@ -313,7 +313,9 @@ class AggregateUncertainty(Transform):
             ``"threshold"`` (see :func:`~monai_unc.aggregation.aggregate`). The former ``"patch"`` is deprecated:
             it becomes ``"patch_sum"`` (``"patch_mean"`` with ``patch_reduction="mean"``) with a
             ``DeprecationWarning``, and ``self.method`` holds the new name.
-        patch_size, threshold, empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+        patch_size: as in :func:`~monai_unc.aggregation.aggregate`.
+        threshold: as in :func:`~monai_unc.aggregation.aggregate`.
+        empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
         patch_reduction: deprecated, as in :func:`~monai_unc.aggregation.aggregate` (the method names the box
             reduction).
 
@@ -421,11 +423,15 @@ class UncertaintyMeasuresd(MapTransform):
 
     Args:
         keys: source key(s): samples ``(S, C, *spatial)`` or probabilities ``(C, *spatial)``.
-        measures, input_type, normalize, multilabel: as in :class:`UncertaintyMeasures` (``multilabel=True``:
-            per-region maps of a sigmoid region-based model, ``(C, *spatial)`` each).
-        expected_entropy_key, mean_sq_key: keys of the extra statistics for ``input_type="probs"`` (the per-voxel
-            mean of ``H(p_s)`` and of ``p_s^2``), which make ``expected_entropy``/``mutual_information`` and
-            ``variance`` available.
+        measures: as in :class:`UncertaintyMeasures`.
+        input_type: as in :class:`UncertaintyMeasures`.
+        normalize: as in :class:`UncertaintyMeasures`.
+        multilabel: as in :class:`UncertaintyMeasures` (``True``: per-region maps of a sigmoid region-based model,
+            ``(C, *spatial)`` each).
+        expected_entropy_key: key of the per-voxel mean of ``H(p_s)`` for ``input_type="probs"``, which makes
+            ``expected_entropy`` and ``mutual_information`` available.
+        mean_sq_key: key of the per-voxel mean of ``p_s^2`` for ``input_type="probs"``, which makes ``variance``
+            available.
         output_key: template of the output keys, with ``{measure}`` and optionally ``{key}`` (default
             ``"{measure}"``; with several source keys it must contain ``{key}``).
         allow_missing_keys: skip absent source keys instead of raising ``KeyError``.
@@ -549,7 +555,9 @@ class AggregateUncertaintyd(MapTransform):
             :func:`~monai_unc.aggregation.aggregate`); ``"patch"`` is deprecated (above).
         mask_key: optional key of a mask ``(1, *spatial)`` restricting the voxels (non-zero = inside), e.g. the
             predicted foreground; a probability / one-hot ``(C, *spatial)`` mask with ``C >= 2`` means "argmax > 0".
-        patch_size, threshold, empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
+        patch_size: as in :func:`~monai_unc.aggregation.aggregate`.
+        threshold: as in :func:`~monai_unc.aggregation.aggregate`.
+        empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
         patch_reduction: deprecated, as in :func:`~monai_unc.aggregation.aggregate`.
         output_key: template with ``{key}`` and ``{method}``.
         allow_missing_keys: skip absent keys.

@@ -128,7 +128,9 @@ def train_ssn(
     Args:
         out_path: if given, the state dict is saved there and the training record beside it (``.json``),
             atomically (temporary name, then rename).
-        iterations / batch_size / lr: Adam steps, images per step, initial learning rate (cosine decay to 0).
+        iterations: Adam steps.
+        batch_size: images per step.
+        lr: initial learning rate (cosine decay to 0).
         num_mc_samples: ``M`` of :class:`SSNLoss`.
         mean_only_iterations: cross-entropy warm-up of the mean (default ``iterations // 10``).
         network: keyword arguments of :func:`build_ssn_network` overriding :data:`SSN_TOY_NETWORK`

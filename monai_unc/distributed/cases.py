@@ -180,7 +180,8 @@ def process_cases(
         items: the cases (e.g. :class:`~monai_unc.io.CaseFiles`).
         process: ``process(item) -> result`` (never None).
         key: the case id of an item (default its ``case_id``).
-        progress, desc: a progress bar on stderr and its label.
+        progress: a progress bar on stderr.
+        desc: the label of the progress bar.
 
     Example:
         >>> process_cases(["a", "bb"], len, key=str)
@@ -266,8 +267,10 @@ def run_cases(
             broadcast and becomes the ``results`` of the :class:`~monai_unc.distributed.CasesFailed` raised.
         failures_file: where rank 0 writes ``failures.json`` (:func:`~monai_unc.distributed.write_failures`; a
             stale one is removed when nothing failed). None: not written.
-        pack, unpack: a result as picklable data for the gather to rank 0, and back (only when distributed).
-        progress, desc: a progress bar on rank 0 (label: ``desc``, default the command's last word).
+        pack: a result as picklable data for the gather to rank 0 (only when distributed).
+        unpack: the inverse of ``pack``.
+        progress: a progress bar on rank 0.
+        desc: the label of the progress bar (default the command's last word).
         on_failure: called with the :class:`~monai_unc.distributed.CaseFailure` of a failed case on its rank
             (default: one stderr line ``<command>: [rank r of W: ]case 'id' failed: <error>``).
 

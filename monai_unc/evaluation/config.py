@@ -71,7 +71,8 @@ class EvaluationConfig:
         measure: primary uncertainty measure for the spatial / discrimination metrics (default:
             ``predictive_entropy`` when present, else the first measure available).
         score: the triage score column, e.g. ``"predictive_entropy_fg_mean"`` (default ``<measure>_fg_mean``).
-        n_bins, min_bin_count: binning of the ECE family (Kock et al. uses ``min_bin_count=50``).
+        n_bins: number of bins of the ECE family.
+        min_bin_count: fewest voxels of a counted bin (Kock et al. uses ``min_bin_count=50``).
         failure_dice: a case with Dice below this counts as failed (histograms, failure list).
         budget: referral budget: fraction of the cases referred for review (most uncertain first).
         patch_size: box size (voxels per axis) of the ``_patch`` scores.

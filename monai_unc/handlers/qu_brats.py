@@ -32,10 +32,18 @@ class QUBraTS(IgniteMetricHandler):
     """Mean QU-BraTS score over cases and regions (higher is better); see :class:`~monai_unc.metrics.QUBraTSMetric`.
 
     Args:
-        num_points, max_uncertainty, uncertainty_max, regions, threshold, component, reduction: as in
-            :class:`~monai_unc.metrics.QUBraTSMetric`.
-        uncertainty_key, pred_key, label_key, brain_mask_key: keys of ``engine.state.output`` read by the default
-            transform (``brain_mask_key=None``: every voxel counts for FTP / FTN).
+        num_points: as in :class:`~monai_unc.metrics.QUBraTSMetric`.
+        max_uncertainty: as in :class:`~monai_unc.metrics.QUBraTSMetric`.
+        uncertainty_max: as in :class:`~monai_unc.metrics.QUBraTSMetric`.
+        regions: as in :class:`~monai_unc.metrics.QUBraTSMetric`.
+        threshold: as in :class:`~monai_unc.metrics.QUBraTSMetric`.
+        component: as in :class:`~monai_unc.metrics.QUBraTSMetric`.
+        reduction: as in :class:`~monai_unc.metrics.QUBraTSMetric`.
+        uncertainty_key: key of the uncertainty map in ``engine.state.output`` (read by the default transform).
+        pred_key: key of the prediction in ``engine.state.output``.
+        label_key: key of the label in ``engine.state.output``.
+        brain_mask_key: key of the brain mask in ``engine.state.output`` (``None``: every voxel counts for FTP /
+            FTN).
         output_transform: returns ``(uncertainty, pred, label[, brain_mask])``.
         save_details: keep per-case values in ``engine.state.metric_details``.
     """

@@ -71,7 +71,9 @@ class BoundaryUncertaintyConcentration(_SpatialHandler):
     Args:
         spacing: voxel size in mm; default from the MetaTensor affine of the labels, else 1 mm.
         width: boundary band width in mm; default HD95 (at least the largest spacing).
-        uncertainty_key, pred_key, label_key: keys of ``engine.state.output`` read by the default transform.
+        uncertainty_key: key of the uncertainty map in ``engine.state.output`` (read by the default transform).
+        pred_key: key of the prediction in ``engine.state.output``.
+        label_key: key of the label in ``engine.state.output``.
         output_transform: returns ``(uncertainty, pred, label)`` or ``(y_pred, y)``.
         save_details: keep per-case values in ``engine.state.metric_details``.
     """

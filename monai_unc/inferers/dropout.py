@@ -457,8 +457,7 @@ class MCDropoutInferer(UncertaintyInferer):
         **kwargs: :class:`~monai_unc.inferers.UncertaintyInferer` options (``base_inferer``, ``activation``,
             ``keys``, ``seed``, ...).
 
-    Returns:
-        Calling it returns ``dict[str, Tensor]`` keyed by :class:`~monai_unc.keys.UncertaintyKeys`.
+    Calling it returns ``dict[str, Tensor]`` keyed by :class:`~monai_unc.keys.UncertaintyKeys`.
 
     Example:
         >>> from monai.inferers import SlidingWindowInferer

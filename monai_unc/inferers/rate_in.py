@@ -1249,11 +1249,10 @@ class RateInInferer(UncertaintyInferer):
         **kwargs: :class:`~monai_unc.inferers.sampling.UncertaintyInferer` options (``base_inferer``, ``seed``,
             ``keys``, ``keep_samples``, ...).
 
-    Returns:
-        Calling it returns an :class:`~monai_unc.inferers.sampling.UncertaintyOutput` with the usual maps and, in
-        ``out.extras``, ``rate_in_rates`` / ``rate_in_losses`` / ``rate_in_iterations`` / ``rate_in_converged``: dicts
-        from layer name to a tensor with one value per searched input (the batch, or every window in sliding-window
-        order).
+    Calling it returns an :class:`~monai_unc.inferers.sampling.UncertaintyOutput` with the usual maps and, in
+    ``out.extras``, ``rate_in_rates`` / ``rate_in_losses`` / ``rate_in_iterations`` / ``rate_in_converged``: dicts
+    from layer name to a tensor with one value per searched input (the batch, or every window in sliding-window
+    order).
 
     Example:
         >>> from monai_unc.inferers import RateInInferer

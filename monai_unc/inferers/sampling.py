@@ -473,9 +473,8 @@ class UncertaintyInferer(Inferer):
             PE = EE + MI + WD; ``"mutual_information"``: MI = PE - EE counts the window disagreement (the
             behaviour before this option existed). See the module docstring.
 
-    Returns:
-        Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
-        MetaTensor inputs give MetaTensor maps carrying the input's metadata.
+    Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
+    MetaTensor inputs give MetaTensor maps carrying the input's metadata.
 
     Example:
         >>> from monai_unc.inferers import FlipSource, MCDropoutSource, UncertaintyInferer

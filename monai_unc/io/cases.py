@@ -252,7 +252,8 @@ def match_cases(
         labels: folder of reference label maps ``<case><label_suffix>.<ext>``.
         predictions: folder with segmentations and/or probabilities (see :data:`LAYOUTS`).
         layout: ``"monai-unc"`` or ``"nnunet"``: default suffixes and the uncertainty sub-folder.
-        seg_suffix, probs_suffix: override the layout's suffixes.
+        seg_suffix: overrides the layout's suffix of the segmentations.
+        probs_suffix: overrides the layout's suffix of the probabilities.
         uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout).
         measures: measures to read; default every one of :data:`MEASURES` found for the first case.
         images: optional folder of the input images (for overlays), nnU-Net channel files allowed.

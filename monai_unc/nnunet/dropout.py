@@ -143,7 +143,8 @@ def write_dropout_plans(
     Args:
         dataset: dataset id (``990``) or name (``"Dataset990_UncToy"``).
         p: dropout rate after every convolution.
-        source_plans / target_plans: plans identifiers (file stems).
+        source_plans: plans identifier (file stem) to read.
+        target_plans: plans identifier (file stem) to write.
         configurations: restrict the change to these configurations (default: all with an architecture).
         preprocessed_dir: ``nnUNet_preprocessed`` (default: the environment variable).
         overwrite: replace an existing target file.

@@ -210,7 +210,8 @@ class UncertaintyPredictor(nnUNetPredictor):
             state is kept.
         window_disagreement: ``"separate"`` (default; MI excludes the disagreement between overlapping windows,
             which is the ``window_disagreement`` map) or ``"mutual_information"`` (counted in MI, as before).
-        The remaining arguments are ``nnUNetPredictor``'s.
+
+    The remaining arguments are ``nnUNetPredictor``'s.
     """
 
     def __init__(

@@ -87,7 +87,11 @@ def run_report(
         images: folder of the input images for the overlays.
         cases: overlays of this many of the most uncertain cases (``--cases``, >= 0).
         title: page title.
-        target_risk, delta, risk, risk_method: override the evaluation's risk-controlled threshold (None keeps it).
+        target_risk: guaranteed mean risk of the accepted cases, in (0, 1); with ``delta``, ``risk`` and
+            ``risk_method`` it overrides the evaluation's risk-controlled threshold (None keeps the evaluation's).
+        delta: allowed probability that the guarantee fails (None keeps the evaluation's).
+        risk: per-case risk, ``"failure"`` or ``"1-dice"`` (None keeps the evaluation's).
+        risk_method: the bound, ``"sgr"`` or ``"ltt"`` (None keeps the evaluation's).
         calibration_cases: a file of case ids (:func:`~monai_unc.workflows.prepare.read_case_list`) or the ids.
 
     Returns:

@@ -1,1 +1,1 @@
-"""Tests of the runnable examples in ``docs/``."""
+"""Tests of the runnable examples in ``docs/`` and of the documentation site (``mkdocs.yml``)."""
