@@ -175,3 +175,42 @@ def test_rule_of_another_fingerprint_is_refused_as_conformal_refuses_it(runs, tm
     assert 'id="conformal-mismatch"' in text
     assert json.loads((out / TRIAGE_CONFORMAL_DIR / "conformal.json").read_text())["fingerprint"]["status"] == \
         "mismatch"
+
+
+def test_region_model_masks_on_the_triage_page(tmp_path, monkeypatch):
+    """Region (sigmoid) predictions: the table has the volumes per region, the figures the union over the regions of
+    the rule's masks."""
+    import monai_unc.report.triage as page
+    from monai_unc.evaluation.region_case import predicted_regions
+    from tests.evaluation.test_evaluate_regions import write_region_cohort
+
+    dirs = write_region_cohort(tmp_path / "c", n_cases=5)
+    config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, delta=0.2,
+                              conformal={"outer": 0.3, "inner": 0.4})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(dirs["labels"], dirs["pred"], tmp_path / "ev", config)
+    calls = []
+    real = page.plot_case_overlay
+
+    def spy(case_id, *args, **kwargs):
+        calls.append((case_id, kwargs.get("conformal")))
+        return real(case_id, *args, **kwargs)
+
+    monkeypatch.setattr(page, "plot_case_overlay", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _, html_path = triage_with_page(dirs["pred"], tmp_path / "ev" / RULE_FILE, tmp_path / "t", cases=1,
+                                        progress=False, conformal_rule=tmp_path / "ev" / "conformal_rule.json")
+    head, rows = _table(html_path.read_text())
+    for name in ("TC", "WT", "ET"):
+        assert {f"inner ml {name}", f"predicted ml {name}", f"outer ml {name}", f"band p95 mm {name}"} <= set(head)
+    assert len(rows) == 5
+    doc = ConformalRuleFile.load(tmp_path / "ev" / "conformal_rule.json")
+    (cid, masks), = calls
+    files = json.loads((tmp_path / "t" / "triage.json").read_text())["files"]
+    case = load_case(CaseFiles.from_json(files[cid]), 3, multilabel=True)
+    pred = predicted_regions(case, doc.regions)  # the predicted region masks (R, *spatial)
+    for side, rule in doc.rules.items():
+        expected = rule.apply(case.probs, pred=pred, spacing=case.spacing).any(axis=0)
+        assert np.array_equal(masks[side], expected)
