@@ -9,6 +9,7 @@
     monai-unc calibrate --input IMAGES --labels LABELS --output calibrated.pt (model options as for infer)
     monai-unc demo      [--output demo_output]
     monai-unc triage    --predictions PRED --rule referral_rule.json --output TRIAGE [--images IMAGES]
+                        [--conformal-rule conformal_rule.json]
     monai-unc conformal --predictions PRED --rule conformal_rule.json --output MASKS
     monai-unc nnunet-predict ...        (with the nnunet extra: nnU-Net v2 prediction with uncertainty)
 
@@ -51,7 +52,7 @@ from .workflows.prepare import (
     read_case_list,
     resolve_device,
 )
-from .workflows.report import run_report, triage_with_page
+from .workflows.report import TRIAGE_CONFORMAL_DIR, run_report, triage_with_page
 
 __all__ = ["main", "build_parser", "run_demo"]
 
@@ -395,6 +396,10 @@ def _add_triage(sub: Any) -> None:
     p.add_argument("--allow-mismatch", action="store_true",
                    help="triage predictions whose fingerprint differs from the rule's (the page says so)")
     p.add_argument("--cases", type=int, default=4, help="overlays of the N most uncertain cases (default 4)")
+    p.add_argument("--conformal-rule", default=None, metavar="RULE",
+                   help="conformal_rule.json written by 'evaluate --conformal': also make the conformal masks of the "
+                   "new cases (as 'monai-unc conformal', into OUTPUT/conformal/) and show their volumes, band width "
+                   "and contours on the page")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 
@@ -619,6 +624,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
         res, page = triage_with_page(
             args.predictions, args.rule, output, images=args.images, allow_mismatch=args.allow_mismatch,
             layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet, dist=ctx,
+            conformal_rule=args.conformal_rule,
         )  # fmt: skip
     except CasesFailed as e:
         return _cases_failed(e, ctx, "triage", output)
@@ -635,6 +641,8 @@ def cmd_triage(args: argparse.Namespace) -> int:
             print("note: no record of how the predictions were made: the rule could not check their fingerprint")
         for note in s["notes"]:
             print(f"note: {note}")
+        if args.conformal_rule is not None:
+            print(f"wrote the conformal masks, conformal.csv and conformal.json to {output / TRIAGE_CONFORMAL_DIR}")
         print(f"wrote {output / 'triage.csv'} and {page}")
     return 0
 

@@ -1,10 +1,10 @@
 """Regenerate every validation study and the page ``docs/validation.md`` (``make validate``).
 
-    python docs/validation/run_all.py                  # all six studies at full size (~40 CPU minutes), then the page
+    python docs/validation/run_all.py                  # all seven studies at full size (~42 CPU minutes), then the page
     python docs/validation/run_all.py --render-only    # re-write the tables, figures and page from the saved JSON
     python docs/validation/run_all.py --tiny --output /tmp/v --page /tmp/v/validation.md   # smoke test
 
-Each study is a standalone script in this folder (``study1_spatial_metrics.py`` ... ``study6_ssn.py``) with
+Each study is a standalone script in this folder (``study1_spatial_metrics.py`` ... ``study7_conformal.py``) with
 its own ``--seed``, ``--tiny`` and ``--render-only``; this runner calls their ``main`` in order (study 5 reuses the
 predictions study 1 saved in the same output folder) and then fills ``page_template.md``: every
 ``<!-- study:N -->`` marker is replaced by that study's results fragment (``results/studyN.md``) and figure links
@@ -32,6 +32,7 @@ STUDIES = {
     4: "study4_ged.py",
     5: "study5_referral.py",
     6: "study6_ssn.py",
+    7: "study7_conformal.py",
 }
 TEMPLATE = HERE / "page_template.md"
 MARKER = re.compile(r"<!-- study:(\d) -->")

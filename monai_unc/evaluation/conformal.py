@@ -69,7 +69,7 @@ from .triage.runner import list_prediction_cases
 
 __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "ConformalRuleFile", "ConformalStrata",
            "conformal_strata", "check_conformal_probabilities", "fit_conformal_rules", "nest_masks", "conformal_masks",
-           "conformal_case", "run_conformal"]
+           "conformal_case", "check_conformal_inputs", "run_conformal"]
 
 #: the rule file ``evaluate --conformal`` writes
 CONFORMAL_RULE_FILE = "conformal_rule.json"
@@ -643,6 +643,49 @@ def _find_cases(predictions: Path, layout: str, images: str | os.PathLike | None
     return found
 
 
+def check_conformal_inputs(
+    predictions: str | os.PathLike,
+    rule: ConformalRuleFile | str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    images: str | os.PathLike | None = None,
+    layout: str = "monai-unc",
+    uncertainty: str | os.PathLike | None = None,
+    allow_mismatch: bool = False,
+) -> tuple[ConformalRuleFile, list[CaseFiles], dict[str, Any]]:
+    """The checks of :func:`run_conformal` before any work, writing nothing (also run by ``monai-unc triage
+    --conformal-rule`` before its triage, so that a refused rule leaves nothing behind).
+
+    The output folder must not be or lie in an input folder nor replace an input
+    (:func:`monai_unc.io.check_inputs_not_written`), the rule file is verified (:meth:`ConformalRuleFile.load`),
+    every case needs probabilities, and the predictions' fingerprint is compared with the rule's
+    (:func:`~monai_unc.evaluation.triage.check_prediction_fingerprint`).
+
+    Args:
+        predictions: output folder of ``monai-unc infer`` or ``nnunet-predict`` (``layout``), with probabilities.
+        rule: a :class:`ConformalRuleFile` or the path of a ``conformal_rule.json``.
+        output: the folder the masks would be written to.
+        images: folder of the input images (listed with the cases only).
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+        uncertainty: folder of the ``<case>_<measure>`` maps when not where the layout puts them (a stratified rule
+            whose score is read from map files).
+        allow_mismatch: accept predictions made otherwise (the check records the differences).
+
+    Returns:
+        ``(rule file, cases, fingerprint check)``; :class:`~monai_unc.evaluation.triage.FingerprintMismatch` (a
+        ``ValueError``) when the fingerprints differ and ``allow_mismatch`` is False, ``ValueError`` /
+        ``FileNotFoundError`` / :class:`~monai_unc.io.CaseError` for the other refusals.
+    """
+    rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
+    check_output_folder(output, predictions, images, uncertainty)
+    check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty, what="--output")
+    doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule)
+    found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
+    check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
+                                         [f.case_id for f in found], allow_mismatch=allow_mismatch)
+    return doc, found, check
+
+
 @dataclass
 class ConformalResult:
     """What :func:`run_conformal` returns: the summary written to ``conformal.json`` and the paths."""
@@ -692,19 +735,13 @@ def run_conformal(
     """
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
-    pred = Path(predictions)
     rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
     got: dict[str, Any] = {}
 
     def listing() -> list[CaseFiles]:
-        check_output_folder(output, predictions, images, uncertainty)
-        check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty,
-                                 what="--output")
-        doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule)
-        found = _find_cases(pred, layout, images, doc, uncertainty)
-        got["doc"] = doc
-        got["check"] = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
-                                                    [f.case_id for f in found], allow_mismatch=allow_mismatch)
+        got["doc"], found, got["check"] = check_conformal_inputs(predictions, rule, output, images=images,
+                                                                 layout=layout, uncertainty=uncertainty,
+                                                                 allow_mismatch=allow_mismatch)
         return found
 
     def setup() -> None:

@@ -463,7 +463,8 @@ def region_display(
     return out[0], out[1], u, ["background"] + [names[r] for r in order]
 
 
-def case_conformal_masks(rule: ConformalRuleFile | None, case: Any) -> dict[str, np.ndarray] | None:
+def case_conformal_masks(rule: ConformalRuleFile | None, case: Any, nest: bool = False
+                         ) -> dict[str, np.ndarray] | None:
     """The conformal masks of a case for its figure: per side the union over the foreground classes or regions of
     the rule's masks (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's
     probabilities).
@@ -471,13 +472,16 @@ def case_conformal_masks(rule: ConformalRuleFile | None, case: Any) -> dict[str,
     Args:
         rule: the evaluation's ``conformal_rule.json`` (None: no masks).
         case: the loaded case (:func:`~monai_unc.io.load_case`).
+        nest: grow the outer mask to contain the inner one, as ``monai-unc conformal`` writes the masks of new
+            cases (:func:`~monai_unc.evaluation.conformal.nest_masks`); the report's calibration cases show each
+            rule's own masks.
 
     Returns:
         ``{side: bool (X, Y, Z)}``, or None without a rule or without the case's probabilities.
     """
     if rule is None or case.probs is None:
         return None
-    masks, _, _ = conformal_masks(rule, case)
+    masks, _, _ = conformal_masks(rule, case, nest=nest)
     return {side: np.asarray(m).any(axis=0) for side, m in masks.items()}
 
 

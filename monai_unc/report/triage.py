@@ -16,6 +16,12 @@ network resource; the same figures under ``figures/``), in the style of the QC r
    prediction contour, uncertainty; no label, so no error map), slices chosen by
    :func:`monai_unc.report.plots.slice_of_highest_uncertainty`.
 
+With the outputs of ``monai-unc conformal`` for the same cases (``triage --conformal-rule``: ``conformal`` names
+their folder) the table gains each case's inner / predicted / outer volumes (ml) and band width (mm) per foreground
+class or region (``conformal.json``), the case figures draw the conformal outer and inner contours beside the
+prediction (:func:`monai_unc.report.html.case_conformal_masks`, as the evaluation report's figures), and the summary
+states the rule's guarantee.
+
 :func:`link_page` adds a link to the triage page in the header of another page (the demo's QC report).
 """
 
@@ -34,9 +40,21 @@ import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
 from ..evaluation.case import derived_maps
+from ..evaluation.conformal import ConformalRuleFile
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
-from .html import PAGE_CSS, Figure, cards, decision_tag, format_value, img_tag, region_display, table, warning_list
+from .html import (
+    PAGE_CSS,
+    Figure,
+    cards,
+    case_conformal_masks,
+    decision_tag,
+    format_value,
+    img_tag,
+    region_display,
+    table,
+    warning_list,
+)
 from .markup import Markup, check_url, document, el, escape
 from .plots import case_figure_path, plot_case_overlay, save_png
 from .viewer import VIEWER_CSS, case_viewer, viewer_scripts, viewer_section
@@ -107,12 +125,16 @@ def plot_triage_overlay(
     axes: Sequence[int] = (2, 1, 0),
     info: Mapping[str, Any] | None = None,
     class_names: Sequence[str] | None = None,
+    conformal: Mapping[str, np.ndarray] | None = None,
 ) -> Any:
     """One row per view through the slice of highest summed uncertainty among the slices that cut the predicted
     foreground (:func:`monai_unc.report.plots.slice_of_highest_uncertainty`): image, prediction contour per class,
     uncertainty heatmap. Label-free: there is no error map. Volumes 3D ``(X, Y, Z)``; ``image`` may be
-    ``(C, X, Y, Z)`` (channel 0 is shown)."""
-    return plot_case_overlay(case_id, seg, None, uncertainty, image, spacing, measure, axes, info, class_names)
+    ``(C, X, Y, Z)`` (channel 0 is shown). ``conformal`` (``{"outer": mask, "inner": mask}``, bool ``(X, Y, Z)``)
+    adds the conformal contours beside the prediction's, drawn by :func:`monai_unc.report.plots.plot_case_overlay`
+    as in the evaluation report."""
+    return plot_case_overlay(case_id, seg, None, uncertainty, image, spacing, measure, axes, info, class_names,
+                             conformal=conformal)
 
 
 def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Markup:
@@ -156,13 +178,39 @@ def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
     return cards(items)
 
 
-def _table(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
+#: the columns of a ``conformal.csv`` row shown in the triage table: (prefix, header)
+_CONFORMAL_COLUMNS = (("inner_ml_", "inner ml"), ("predicted_ml_", "predicted ml"), ("outer_ml_", "outer ml"),
+                      ("band_p95_mm_", "band p95 mm"))
+
+
+def _conformal_columns(rows: Sequence[Mapping[str, Any]], rule: ReferralRule) -> list[tuple[str, str]]:
+    """``(key, header)`` of the conformal columns of the triage table, per foreground class or region of the rows of
+    ``conformal.csv`` (the suffix of ``predicted_ml_<name>``); a class index is shown with the referral rule's class
+    name."""
+    names: list[str] = []
+    for r in rows:
+        names += [k.removeprefix("predicted_ml_") for k in r if k.startswith("predicted_ml_")
+                  and k.removeprefix("predicted_ml_") not in names]
+    out = []
+    for name in names:
+        shown = name
+        if name.isdigit() and rule.class_names and int(name) < len(rule.class_names):
+            shown = f"{name} ({rule.class_names[int(name)]})"
+        for prefix, head in _CONFORMAL_COLUMNS:
+            if any(prefix + name in r for r in rows):
+                out.append((prefix + name, head if len(names) == 1 else f"{head} {shown}"))
+    return out
+
+
+def _table(summary: Mapping[str, Any], rule: ReferralRule,
+           conformal: Mapping[str, Mapping[str, Any]] | None = None) -> Markup:
     cases = {c["case"]: c for c in summary["cases"]}
     has_q = any("expected_dice" in c for c in cases.values())
     has_z = any("image_z_max" in c for c in cases.values())
     regions = rule.region_names if any("region_scores" in c for c in cases.values()) else []
+    masks = _conformal_columns(list(conformal.values()), rule) if conformal else []
     head = ["rank", "case", "decision", rule.score] + [f"{rule.aggregation} {n}" for n in regions] + \
-        (["expected Dice"] if has_q else []) + (["image z"] if has_z else []) + ["reason"]
+        (["expected Dice"] if has_q else []) + (["image z"] if has_z else []) + [h for _, h in masks] + ["reason"]
     trs = []
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
@@ -173,12 +221,16 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
             cells.append(el("td", format_value(c.get("expected_dice"))))
         if has_z:
             cells.append(el("td", format_value(c.get("image_z_max"), 1)))
+        row = (conformal or {}).get(cid, {})
+        cells += [el("td", format_value(row.get(key), 1 if key.startswith("band") else 2), class_="conformal")
+                  for key, _ in masks]
         cells.append(el("td", c["reason"], class_="reason"))
         trs.append(el("tr", *cells, class_=c["decision"], data_case=cid, data_decision=c["decision"]))
     return el("div", table(head, trs, ("case", "decision", "reason"), id="triage-table"), class_="scroll")
 
 
 def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path,
+                  conformal_rule: ConformalRuleFile | None = None,
                   viewers: list[dict[str, Any]] | None = None) -> list[Figure]:
     cases = {c["case"]: c for c in summary["cases"]}
     out = []
@@ -201,15 +253,58 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
             seg, _, u, class_names = region_display(case.seg, None, u, regions)
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure))
+        conformal = case_conformal_masks(conformal_rule, case, nest=True)  # as monai-unc conformal writes them
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
-                                  class_names=class_names)
+                                  class_names=class_names, conformal=conformal)
         path = case_figure_path(fig_dir, cid)
         out.append(Figure(f"case-{cid}", f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
                           f"{len(summary['order'])} ({c['decision']})",
                           f"Reason: {c['reason']}. Rows: the axial, coronal and sagittal slices with the largest "
                           "summed uncertainty inside the predicted foreground. Columns: image; prediction contour per "
-                          "class; uncertainty heatmap.", save_png(fig, path), path))
+                          "class; uncertainty heatmap." + (
+                              " Beside the prediction: the conformal outer (white dashed) and inner (green dotted) "
+                              "masks, union over the foreground classes or regions." if conformal else ""),
+                          save_png(fig, path), path))
     return out
+
+
+def _conformal_section(masks: Mapping[str, Any], folder: Path, drawn: bool) -> Markup:
+    """The note on the conformal masks of the new cases: the guarantee of each side, the fingerprint check and where
+    the masks are."""
+    fp = masks.get("fingerprint") or {}
+    items = [el("li", el("b", side), f" (lambda_hat {', '.join(f'{k}: {v:g}' for k, v in lam.items())}): ",
+                (masks.get("guarantee") or {}).get(side, ""))
+             for side, lam in (masks.get("lambda_hat") or {}).items()]
+    parts: list[Any] = [
+        el("h2", "Conformal masks"),
+        el("p", f"The conformal rule ({masks.get('family')} family) applied to the new cases as monai-unc conformal "
+           "applies it: the table gives per foreground class or region the inner, predicted and outer volumes (ml) "
+           "and the band width (95th percentile of the distance in mm from the outer mask's boundary to the inner "
+           "mask); " + ("the case figures draw the outer and inner contours. " if drawn else
+                        "the case figures do not draw them (the rule file was not found). ")
+           + f"Masks and table: {folder}.", class_="note"),
+        el("ul", *items),
+    ]
+    if fp.get("status") == "mismatch":
+        parts.append(el("div", el("b", "Conformal rule: fingerprint mismatch (--allow-mismatch):"), " these "
+                        "predictions were not made like the rule's calibration predictions, so its guarantee does not "
+                        "cover them.", class_="banner", id="conformal-mismatch"))
+    return el("section", *parts, id="conformal")
+
+
+def _load_conformal(folder: str | os.PathLike, rule: Any) -> tuple[dict[str, Any], ConformalRuleFile | None]:
+    """``conformal.json`` of a ``monai-unc conformal`` folder and its rule file (``rule``, else the path the json
+    records, else None)."""
+    path = Path(folder) / "conformal.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no conformal.json in {folder}: run monai-unc conformal --output {folder} first")
+    masks = json.loads(path.read_text())
+    if isinstance(rule, ConformalRuleFile):
+        return masks, rule
+    source = rule if rule is not None else masks.get("rule")
+    if source is None or (rule is None and not Path(source).is_file()):
+        return masks, None
+    return masks, ConformalRuleFile.load(source)
 
 
 def build_triage_page(
@@ -217,6 +312,8 @@ def build_triage_page(
     output: str | os.PathLike | None = None,
     n_cases: int = 4,
     title: str = "Triage of new cases",
+    conformal: str | os.PathLike | None = None,
+    conformal_rule: ConformalRuleFile | str | os.PathLike | None = None,
     viewer: bool = True,
 ) -> Path:
     """Write ``triage.html`` (and ``figures/*.png``) for a triage folder (the ``output`` of
@@ -227,6 +324,10 @@ def build_triage_page(
         output: folder of the page (default: ``triage``).
         n_cases: overlays of this many of the most uncertain cases (0: none).
         title: page title.
+        conformal: the output folder of ``monai-unc conformal`` (:func:`monai_unc.evaluation.run_conformal`) for
+            these cases, or None: its volumes and band widths go into the table, its rule's masks into the figures.
+        conformal_rule: the rule file of those masks (default: the path ``conformal.json`` records; without one the
+            figures have no conformal contours).
         viewer: embed the interactive 3D viewer (:mod:`monai_unc.report.viewer`) for the referred cases among the
             ``n_cases`` shown, with its scripts in ``<output>/assets`` (the PNG slices stay).
     """
@@ -238,6 +339,8 @@ def build_triage_page(
         raise FileNotFoundError(f"no triage.json in {folder}: run monai-unc triage --output {folder} first")
     summary = json.loads(path.read_text())
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
+    masks, mask_rule = _load_conformal(conformal, conformal_rule) if conformal is not None else (None, None)
+    mask_rows = {str(r["case"]): r for r in masks["cases"]} if masks is not None else None
     out_dir = Path(output) if output is not None else folder
     fig_dir = out_dir / "figures"
     cases = summary["cases"]
@@ -251,7 +354,7 @@ def build_triage_page(
                                                                                                "scores.png"),
                       fig_dir / "scores.png")]
     viewers: list[dict[str, Any]] | None = [] if viewer else None
-    case_figs = _case_figures(summary, rule, n_cases, fig_dir, viewers)
+    case_figs = _case_figures(summary, rule, n_cases, fig_dir, mask_rule, viewers)
     notes = [el("li", n) for n in summary.get("notes", [])]
     guarantee = rule.guarantee()
     summary_section = el(
@@ -263,9 +366,11 @@ def build_triage_page(
         el("ul", *notes, class_="warn") if notes else None, id="summary")
     sections = [
         summary_section,
-        el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule), id="triage"),
-        el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"),
+        el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule, mask_rows), id="triage"),
     ]
+    if masks is not None:
+        sections.append(_conformal_section(masks, Path(conformal).resolve(), mask_rule is not None))  # type: ignore
+    sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
     if case_figs:
         sections.append(el("section", el("h2", "Most uncertain cases: slices of highest uncertainty"),
                            *map(img_tag, case_figs), id="cases", class_="cases"))

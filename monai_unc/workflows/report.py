@@ -10,17 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from ..distributed import get_dist_context
-from ..evaluation import load_evaluation, run_triage
+from ..evaluation import load_evaluation, run_conformal, run_triage
+from ..evaluation.conformal import check_conformal_inputs
 from ..evaluation.triage import TriageResult
 from ..io import check_inputs_not_written, check_output_file, check_output_folder
 from ..report.html import build_report
 from ..report.triage import build_triage_page
 from .prepare import error_text, read_case_list
 
-__all__ = ["REPORT_WRITES", "check_overlay_count", "check_evaluation_folder", "run_report", "triage_with_page"]
+__all__ = ["REPORT_WRITES", "TRIAGE_CONFORMAL_DIR", "check_overlay_count", "check_evaluation_folder", "run_report",
+           "triage_with_page"]
 
 #: what ``monai-unc report`` writes in its output folder (patterns of :func:`monai_unc.io.check_inputs_not_written`)
 REPORT_WRITES = ("report.html", "figures", "figures/*", ".*.partial*")
+#: the sub-folder of a triage output where ``triage --conformal-rule`` writes the outputs of ``monai-unc conformal``
+TRIAGE_CONFORMAL_DIR = "conformal"
 
 
 def check_overlay_count(cases: Any) -> int:
@@ -125,9 +129,17 @@ def triage_with_page(
     cases: int = 4,
     progress: bool = True,
     dist: Any = None,
+    conformal_rule: Any = None,
 ) -> tuple[TriageResult, Path | None]:
     """``monai-unc triage``: check, triage the new cases (:func:`monai_unc.evaluation.run_triage`, on one process or
     every rank of ``dist``) and write ``triage.html`` on rank 0.
+
+    With ``conformal_rule`` the conformal masks of the new cases are made as ``monai-unc conformal`` makes them
+    (:func:`monai_unc.evaluation.run_conformal`, into ``<output>/conformal/``: masks, ``conformal.csv``,
+    ``conformal.json``) and the page shows them (volumes and band width in the table, contours in the case figures).
+    The conformal rule is checked before the triage (:func:`~monai_unc.evaluation.conformal.check_conformal_inputs`:
+    a rule whose fingerprint differs from the predictions' is refused unless ``allow_mismatch``), so a refused rule
+    leaves nothing written.
 
     Args:
         predictions: folder of the new cases' predictions.
@@ -140,14 +152,24 @@ def triage_with_page(
         cases: overlays of this many of the most uncertain cases (``--cases``, >= 0).
         progress: show a progress bar.
         dist: a :class:`~monai_unc.distributed.DistContext` (default: a single process or torchrun's group).
+        conformal_rule: a :class:`~monai_unc.evaluation.ConformalRuleFile` or the path of a ``conformal_rule.json``
+            (``--conformal-rule``; written by ``evaluate --conformal``), or None.
 
     Returns:
         ``(result, page)``; ``page`` is None on ranks other than 0.
     """
     cases = check_overlay_count(cases)
     output = check_output_folder(output, predictions, images, uncertainty)
+    masks = output / TRIAGE_CONFORMAL_DIR if conformal_rule is not None else None
+    if masks is not None:  # refused here, before the triage writes anything
+        check_conformal_inputs(predictions, conformal_rule, masks, images=images, layout=layout,
+                               allow_mismatch=allow_mismatch)
     ctx = dist if dist is not None else get_dist_context()
     result = run_triage(predictions, rule, output, images=images, allow_mismatch=allow_mismatch, layout=layout,
                         uncertainty=uncertainty, progress=progress, dist=ctx)
-    page = build_triage_page(output, n_cases=cases) if ctx.is_main else None
+    if masks is not None:
+        run_conformal(predictions, conformal_rule, masks, images=images, layout=layout,
+                      allow_mismatch=allow_mismatch, progress=progress, dist=ctx)
+    page = (build_triage_page(output, n_cases=cases, conformal=masks, conformal_rule=conformal_rule) if ctx.is_main
+            else None)
     return result, page
