@@ -38,6 +38,7 @@ from monai_unc.inferers import (
     StochasticSource,
     TTAInferer,
     UncertaintyInferer,
+    add_dropout,
 )
 from monai_unc.stats import SampleStats
 
@@ -118,6 +119,8 @@ def members(dims: int, out: int = 3, dropout: float = 0.2) -> list[nn.Module]:
 INFERERS = {
     "softmax": (lambda nets, **kw: SoftmaxInferer(**kw), True),
     "mcdropout": (lambda nets, **kw: MCDropoutInferer(3, **kw), False),
+    # post-hoc dropout (forward hooks added by add_dropout) on a network built without dropout
+    "mcdropout_posthoc": (lambda nets, **kw: MCDropoutInferer(3, **kw), False),
     "tta_flips": (lambda nets, **kw: TTAInferer(**kw), True),
     "tta_noise": (lambda nets, **kw: TTAInferer(flip_axes=(0,), noise_std=0.1, noise_samples=2, **kw), False),
     "tta_inverted": (
@@ -130,6 +133,8 @@ INFERERS = {
         lambda nets, **kw: EnsembleInferer(nets, extra_sources=[MCDropoutSource(2), FlipSource((0,))], **kw), False
     ),
     "rate_in": (lambda nets, **kw: RateInInferer(2, max_iter=3, draws=2, **kw), False),
+    # Rate-In layers inserted (for the call) into a network built without dropout
+    "rate_in_inserted": (lambda nets, **kw: RateInInferer(2, max_iter=3, draws=2, placement="insert", **kw), False),
     # every window-level source the package offers, times an ensemble: 2 * 2 * 2 * 1 * 1 * 1 * 1 = 8 samples
     "product_all": (
         lambda nets, **kw: UncertaintyInferer(
@@ -164,7 +169,14 @@ def build(name: str, dims: int, out: int = 3, activation: str = "softmax", **kw)
     factory, _ = INFERERS[name]
     nets = members(dims, out)
     inferer = factory(nets, activation=activation, **kw)
-    network = None if name in USES_MEMBERS else unet(dims, out=out)
+    if name in USES_MEMBERS:
+        network = None
+    elif name in ("mcdropout_posthoc", "rate_in_inserted"):
+        network = unet(dims, dropout=0.0, out=out)
+        if name == "mcdropout_posthoc":
+            add_dropout(network, p=0.2)
+    else:
+        network = unet(dims, out=out)
     return inferer, network, nets
 
 
@@ -406,3 +418,24 @@ def test_streaming_statistics_memory_is_flat_in_the_number_of_samples(cuda_devic
         del out
     if cuda_device.type == "cuda":
         assert peaks[8] <= 1.1 * peaks[2], peaks
+
+
+def test_checkpoint_ensemble_on_the_device(cuda_device, tmp_path):
+    """Members given as checkpoints (loaded onto the CPU) are loaded into the device network one at a time: the maps
+    equal those of the same members given as modules, and the network gets its own weights back, on the device."""
+    nets = members(3)
+    paths = []
+    for i, n in enumerate(nets):
+        paths.append(tmp_path / f"fold{i}.pt")
+        torch.save({"network_weights": n.state_dict()}, paths[-1])
+    network = unet(3, seed=9).to(cuda_device)
+    before = {k: v.clone() for k, v in network.state_dict().items()}
+    x = image(3).to(cuda_device)
+    for base in (None, sw(3, sw_device=cuda_device, device=torch.device("cpu"))):
+        with no_tf32():
+            got = EnsembleInferer(paths, base_inferer=base)(x if base is None else x.cpu(), network)
+            ref = EnsembleInferer(nets, base_inferer=base)(x if base is None else x.cpu())
+        check_maps(got, cuda_device if base is None else torch.device("cpu"))
+        assert_maps_close(got, ref, ATOL, RTOL)
+        for k, v in network.state_dict().items():
+            assert v.device.type == cuda_device.type and torch.equal(v, before[k]), k
