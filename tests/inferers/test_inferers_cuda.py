@@ -84,6 +84,20 @@ def sw(dims: int, **kw) -> SlidingWindowInferer:
     return SlidingWindowInferer(ROI[dims], sw_batch_size=2, overlap=0.5, mode="gaussian", **kw)
 
 
+@pytest.fixture(autouse=True)
+def deterministic_cudnn():
+    """Deterministic cuDNN algorithms for every device test (restored afterwards): a transposed convolution (the
+    UNet's upsampling) runs cuDNN's backward-data kernels, some of which add with atomics in any order, and the exact
+    checks (the same seed gives bitwise the same maps, identical samples give MI = 0) need repeatable sums. Other
+    modules import this fixture to use it."""
+    old = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = old
+
+
 @contextlib.contextmanager
 def no_tf32():
     """Full float32 matrix products and convolutions on CUDA (TF32 off), restored afterwards."""

@@ -21,7 +21,14 @@ from monai_unc.inferers import (
     search_dropout_rate,
     ssim_loss,
 )
-from tests.inferers.test_inferers_cuda import autocast, check_maps, no_tf32, sw, unet
+from tests.inferers.test_inferers_cuda import (  # noqa: F401 (deterministic_cudnn: an autouse fixture)
+    autocast,
+    check_maps,
+    deterministic_cudnn,
+    no_tf32,
+    sw,
+    unet,
+)
 
 pytestmark = pytest.mark.cuda
 

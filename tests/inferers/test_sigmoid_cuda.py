@@ -25,7 +25,17 @@ from monai_unc.inferers import (
     TTAInferer,
     UncertaintyInferer,
 )
-from tests.inferers.test_inferers_cuda import ATOL, AUTOCAST_ATOL, RTOL, SPATIAL, autocast, check_maps, no_tf32, sw
+from tests.inferers.test_inferers_cuda import (  # noqa: F401 (deterministic_cudnn: an autouse fixture)
+    ATOL,
+    AUTOCAST_ATOL,
+    RTOL,
+    SPATIAL,
+    autocast,
+    check_maps,
+    deterministic_cudnn,
+    no_tf32,
+    sw,
+)
 from tests.inferers.test_sigmoid import check
 
 pytestmark = pytest.mark.cuda

@@ -21,7 +21,15 @@ from torch.distributions import LowRankMultivariateNormal
 from monai_unc.inferers import FlipSource, MCDropoutSource, SSNInferer, SSNSource, UncertaintyInferer
 from monai_unc.keys import MIMeaning
 from monai_unc.networks import SSNHead, SSNLoss, SSNNetwork, lowrank_distribution
-from tests.inferers.test_inferers_cuda import ATOL, RTOL, autocast, check_maps, no_tf32, sw
+from tests.inferers.test_inferers_cuda import (  # noqa: F401 (deterministic_cudnn: an autouse fixture)
+    ATOL,
+    RTOL,
+    autocast,
+    check_maps,
+    deterministic_cudnn,
+    no_tf32,
+    sw,
+)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("one_torch_thread")]
 
