@@ -275,10 +275,10 @@ def test_network_without_effective_dropout_gives_zero_mi_and_the_stock_predictio
     assert out.num_samples == 8
     assert float(out["mutual_information"].abs().max()) <= 1e-6
     with torch.no_grad():
-        if window:
+        if window:  # (stitched, the variance also holds the windows' disagreement: not 0)
             stock = sw(dims)(x, lambda t: torch.softmax(net(t), 1))
             torch.testing.assert_close(out["pred"], stock, atol=1e-6, rtol=1e-6)
-        else:  # (stitched, the variance also holds the windows' disagreement)
+        else:
             assert float(out["variance"].abs().max()) <= 1e-6
             assert torch.equal(out["pred"], torch.softmax(net(x), 1))
 
