@@ -56,7 +56,7 @@ def test_information_losses_on_device_tensors_equal_the_cpu(cuda_device, name, d
     with no_tf32():
         got = LOSSES[name](pre.to(cuda_device), post.to(cuda_device))
     assert isinstance(got, torch.Tensor) and got.device.type == cuda_device.type and got.dtype == torch.float64
-    torch.testing.assert_close(got.cpu(), LOSSES[name](pre, post), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(got.cpu(), LOSSES[name](pre, post), atol=1e-5, rtol=1e-5)  # float32 SSIM maps
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
