@@ -65,9 +65,10 @@ def load_state_dict(path: str | os.PathLike, weights_only: bool = True) -> dict[
 class EnsembleSource(SampleSource):
     """Ensemble members as a network-level sample source (MI is epistemic, MI(Y, theta)).
 
-    ``networks`` holds ``nn.Module`` s or checkpoint paths. Modules are moved to the input's device one at a
-    time and back to where they were afterwards. Checkpoints are loaded (``weights_only`` by default) into the
-    network passed to the inferer, whose own weights are restored at the end.
+    ``networks`` holds ``nn.Module`` s or checkpoint paths. Modules are moved one at a time to the device of the
+    windows (the input's, or a sliding window's ``sw_device``) and back to where they were afterwards. Checkpoints
+    are loaded (``weights_only`` by default) into the network passed to the inferer, whose own weights are restored
+    at the end.
 
     Args:
         networks: the members, modules or checkpoint paths.
@@ -112,7 +113,7 @@ class EnsembleSource(SampleSource):
         Args:
             network: the network passed to the inferer (the architecture for checkpoint members; may be None for
                 module members).
-            device: the input's device.
+            device: where the windows run (the input's device, or a sliding window's ``sw_device``).
 
         Returns:
             An iterator of context managers, one per member.

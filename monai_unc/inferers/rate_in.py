@@ -42,6 +42,7 @@ from torch import nn
 
 from .._utils import ArrayLike, check_finite, like_input, to_tensor
 from ..keys import MIMeaning
+from ..networks.ssn import no_autocast
 from .dropout import DropoutHook, find_dropout_layers, resolve_dropout_sites
 from .sampling import Predictor, SampleSource, UncertaintyInferer
 
@@ -175,10 +176,13 @@ def _ssim(
     lo = flat.amin(-1).view(*a.shape[:2], *([1] * nsp))
     rng = (flat.amax(-1).view_as(lo) - lo).clamp_min(1e-12)
     an, bn = (a - lo) / rng, (post.float() - lo) / rng
-    ssim_map, _ = compute_ssim_and_cs(
-        bn, an, spatial_dims=nsp, kernel_size=ks, kernel_sigma=[kernel_sigma] * nsp, data_range=1.0,
-        kernel_type=kernel_type,
-    )
+    # float32 convolutions even inside torch.autocast (the Rate-In search runs inside the network's forward): local
+    # variances E[x^2] - E[x]^2 in half precision would cancel and move the searched rates
+    with no_autocast(a.device):
+        ssim_map, _ = compute_ssim_and_cs(
+            bn, an, spatial_dims=nsp, kernel_size=ks, kernel_sigma=[kernel_sigma] * nsp, data_range=1.0,
+            kernel_type=kernel_type,
+        )
     ssim = ssim_map.reshape(ssim_map.shape[0], -1).double().mean(1)
     return (1.0 - ssim).clamp(0.0, 1.0)
 
@@ -194,7 +198,8 @@ def ssim_loss(
     ``compute_ssim_and_cs`` over valid windows of ``kernel_size`` voxels per axis (shrunk to the map where it is
     smaller; Gaussian of ``kernel_sigma`` voxels or uniform) and averaged over channels and windows. Zeevi et al.
     2025 use SSIM for image-like feature maps. Cost: five depthwise n-D convolutions per call (a full n-D window is
-    faster than separable passes with oneDNN on CPU, measured), the slowest loss.
+    faster than separable passes with oneDNN on CPU, measured), the slowest loss. The convolutions run in float32
+    also inside ``torch.autocast``.
 
     Args:
         pre: feature map before dropout, ``(B, C, H, W)`` or ``(B, C, H, W, D)``.

@@ -64,6 +64,7 @@ from ..stats import SampleStats, derive_measures
 __all__ = [
     "check_inputs",
     "check_output_ndim",
+    "compute_device",
     "network_spatial_dims",
     "SampleSource",
     "StochasticSource",
@@ -346,6 +347,31 @@ def check_inputs(inputs: Any, network: Any = None, base_inferer: Any = None) -> 
                 f"inputs has {inputs.ndim - 2} spatial axes (shape {tuple(inputs.shape)}) but the sliding window's "
                 f"roi_size {roi} has {len(roi)}"
             )
+
+
+def compute_device(inputs: torch.Tensor, base_inferer: Any = None) -> torch.device:
+    """The device on which the network runs: a sliding window's ``sw_device`` if it names one, else the input's.
+
+    MONAI's ``SlidingWindowInferer(sw_device="cuda", device="cpu")`` keeps a large volume and the stitched output on
+    the CPU and runs every window on the GPU: network-level sources (ensemble members) must then go to ``sw_device``,
+    not to the input's device.
+
+    Args:
+        inputs: the inferer's input.
+        base_inferer: the inner inferer (its ``sw_device`` attribute is read when present).
+
+    Returns:
+        The device of the windows.
+
+    Example:
+        >>> import torch
+        >>> from monai.inferers import SlidingWindowInferer
+        >>> from monai_unc.inferers.sampling import compute_device
+        >>> compute_device(torch.zeros(1, 1, 4, 4), SlidingWindowInferer((4, 4), sw_device="cpu", device="cpu"))
+        device(type='cpu')
+    """
+    sw_device = getattr(base_inferer, "sw_device", None)
+    return torch.device(sw_device) if sw_device is not None else inputs.device
 
 
 def check_output_ndim(out: Any, x: torch.Tensor) -> None:
@@ -665,10 +691,14 @@ class UncertaintyInferer(Inferer):
         window_sources.sort(key=lambda s: bool(getattr(s, "innermost", False)))
         if network is None and not net_sources:
             raise ValueError("network is required (only an ensemble of modules can supply its own networks)")
+        device = compute_device(x, self.base_inferer)
         rng = contextlib.nullcontext()
         if self.seed is not None:
-            devices = [x.device] if x.device.type == "cuda" else []
-            rng = torch.random.fork_rng(devices=devices)
+            # torch.manual_seed below seeds every CUDA device: fork (and so restore) the state of each device the
+            # call may draw on, the input's and the windows' (sw_device="cuda" with a CPU input)
+            cuda = sorted({d.index if d.index is not None else torch.cuda.current_device()
+                           for d in (x.device, device) if d.type == "cuda"})
+            rng = torch.random.fork_rng(devices=cuda)
         grad = torch.no_grad() if self.no_grad else contextlib.nullcontext()
         total: SampleStats | None = None
         separate = self.window_disagreement == "separate"
@@ -681,7 +711,7 @@ class UncertaintyInferer(Inferer):
         with rng, grad:
             if self.seed is not None:
                 torch.manual_seed(self.seed)
-            members = net_sources[0].members(network, x.device) if net_sources else [contextlib.nullcontext(network)]
+            members = net_sources[0].members(network, device) if net_sources else [contextlib.nullcontext(network)]
             for member in members:
                 with member as net, contextlib.ExitStack() as stack:
                     for src in window_sources:
