@@ -159,10 +159,12 @@ class CalibrationMetric(CumulativeIterationMetric):
             for j, k in enumerate(self.metrics):
                 col = data[:, j]
                 ok = ~torch.isnan(col)
-                out[k] = col[ok].mean() if bool(ok.any()) else torch.tensor(warn_nan(f"{k}: every case is NaN"))
+                out[k] = (col[ok].mean() if bool(ok.any())
+                          else torch.tensor(warn_nan(f"{k}: every case is NaN"), dtype=col.dtype, device=col.device))
             return out
         self.histogram = self._synced_histogram()
         vals = calibration_metrics(
             self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
         )
-        return {k: torch.tensor(v, dtype=torch.float64) for k, v in vals.items()}
+        device = self.histogram.counts.device  # the device of the inputs, as with reduction="mean"
+        return {k: torch.tensor(v, dtype=torch.float64, device=device) for k, v in vals.items()}
