@@ -103,7 +103,8 @@ def test_uce_of_any_uncertainty_map(cuda_device):
     u = rng.random((2, 1, 9, 8, 7))
     err = rng.random((2, 1, 9, 8, 7)) < u  # errors more likely where the map is high
     ref = ConfidenceHistogram.from_uncertainty(u, err)
-    got = ConfidenceHistogram.from_uncertainty(torch.from_numpy(u).to(cuda_device), torch.from_numpy(err).to(cuda_device))
+    ud, errd = torch.from_numpy(u).to(cuda_device), torch.from_numpy(err).to(cuda_device)
+    got = ConfidenceHistogram.from_uncertainty(ud, errd)
     np.testing.assert_array_equal(got.counts.cpu().numpy(), ref.counts.numpy())  # the map is binned as given
     assert uce(got) == pytest.approx(uce(ref), rel=1e-12)
     np.testing.assert_allclose(uce(got, per_case=True), uce(ref, per_case=True), rtol=1e-12)

@@ -361,8 +361,10 @@ def _check_mask(m: torch.Tensor, name: str = "mask") -> torch.Tensor:
 # the histogram
 # ----------------------------------------------------------------------------------------------------------------
 def _state_table(x: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A table of a state dict as a tensor of ``dtype``: a tensor stays on its device (a CUDA tensor cannot go
-    through numpy), an array becomes a CPU tensor."""
+    """A table of a state dict as a tensor of ``dtype``.
+
+    A tensor stays on its device (a CUDA tensor cannot go through numpy); an array becomes a CPU tensor.
+    """
     if isinstance(x, torch.Tensor):
         return x.detach().to(dtype)
     return torch.as_tensor(np.asarray(x)).to(dtype)
