@@ -2,8 +2,9 @@
 
 Marked ``cuda``: a GPU, or the CPU with ``MONAI_UNC_TEST_DEVICE=cpu``. The network has no dropout and the inferer
 is test-time flipping, so the run is deterministic: the device run's maps equal the CPU run's within float32
-convolution rounding (``atol=1e-5``); the handlers' values equal the functional core on the same outputs (``1e-9``;
-MONAI's float32 reductions ``1e-5`` relative), and the per-case scores equal the CPU run's within ``1e-5``.
+convolution rounding (``atol=1e-5``; TF32 off); the handlers' values equal the functional core on the same
+outputs (``1e-9``; MONAI's float32 reductions ``1e-5`` relative), and the per-case scores equal the CPU run's
+within ``1e-5``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ pytestmark = pytest.mark.cuda
 #: the spacing of the cases of ``_memory_items(3)`` (their affines), which the spatial handlers read
 SPACINGS = [(1.0 + i, 1.0, 2.0) for i in range(3)]
 MAPS = ("pred", "predictive_entropy", "expected_entropy", "mutual_information")
+
+
+@pytest.fixture(autouse=True)
+def full_float32():
+    """float32 convolutions without TF32 (cuDNN's default on Ampere and newer GPUs rounds their inputs to 10-bit
+    mantissas), so that the device run matches the CPU run to float32 rounding; restored afterwards."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _evaluator(device: torch.device, items: list[dict]) -> tuple[UncertaintyEvaluator, list[dict], CaseScoresHandler]:

@@ -2,8 +2,8 @@
 
 Marked ``cuda``: a GPU (``--device cuda``), or the CPU with ``MONAI_UNC_TEST_DEVICE=cpu`` (``--device cpu`` twice).
 Test-time flipping of a network in eval mode is deterministic, so the device run's probabilities and maps equal
-the CPU run's within float32 convolution rounding (``atol=1e-5``), and the segmentation is the same wherever the
-top two classes are more than ``1e-4`` apart.
+the CPU run's within float32 convolution rounding (``atol=1e-5``; TF32 off), and the segmentation is the same
+wherever the top two classes are more than ``1e-4`` apart.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import nibabel as nib
 import numpy as np
 import pytest
+import torch
 
 from monai_unc import cli
 from tests.cli.test_cli import _infer_args, setup  # noqa: F401 (setup: the module-scoped toy cohort fixture)
@@ -20,6 +21,16 @@ from tests.cli.test_cli import _infer_args, setup  # noqa: F401 (setup: the modu
 pytestmark = pytest.mark.cuda
 
 MEASURES = ("predictive_entropy", "expected_entropy", "mutual_information", "one_minus_max_prob")
+
+
+@pytest.fixture(autouse=True)
+def full_float32():
+    """float32 convolutions without TF32 (cuDNN's default on Ampere and newer GPUs rounds their inputs to 10-bit
+    mantissas), so that the device run matches the CPU run to float32 rounding; restored afterwards."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def test_infer_on_the_device_writes_the_cpu_maps(setup, tmp_path, cuda_device):  # noqa: F811
