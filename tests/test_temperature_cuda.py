@@ -1,9 +1,11 @@
 """Temperature scaling fitted on device logits, streamed in chunks, equals the CPU fit; transforms stay on device.
 
 Marked ``cuda``: a GPU, or the CPU with ``MONAI_UNC_TEST_DEVICE=cpu``. Each step accumulates the loss and its
-gradient over the chunks in float64, so the trajectory is the CPU's up to the order of float32 ``exp``/``log``
-reductions inside a chunk: the fitted temperature agrees to ``rel=1e-5`` (NLL) and the ECE loss, whose bins
-could take a voxel at a bin edge differently, to ``rel=1e-3``.
+gradient over the chunks in float64. With float64 logits the device's ``exp``/``log`` differ from the CPU's in the
+last bit only, so the whole trajectory, the best step and the fitted temperature agree to ``rel=1e-7`` for both
+losses. float32 logits (the usual network output) agree to float32 rounding of the per-voxel terms, amplified by
+the optimisation: ``rel=1e-4`` for the NLL fit (the ECE loss, whose bins could take a float32 voxel at a bin edge
+differently, is compared in float64 only).
 """
 
 import pytest
@@ -15,9 +17,12 @@ from tests.test_temperature import planted
 pytestmark = pytest.mark.cuda
 
 
-@pytest.mark.parametrize("loss,mode,rel", [("nll", "scalar", 1e-5), ("nll", "vector", 1e-5), ("ece", "scalar", 1e-3)])
-def test_fit_on_device_chunks_equals_cpu(cuda_device, loss, mode, rel):
+@pytest.mark.parametrize("loss,mode,dtype,rel", [
+    ("nll", "scalar", torch.float64, 1e-7), ("nll", "vector", torch.float64, 1e-7),
+    ("ece", "scalar", torch.float64, 1e-7), ("nll", "scalar", torch.float32, 1e-4)])
+def test_fit_on_device_chunks_equals_cpu(cuda_device, loss, mode, dtype, rel):
     z, y = planted(n_cases=2, side=(40, 30), temperature=[1.6, 2.4, 3.0] if mode == "vector" else 2.2, seed=11)
+    z = z.to(dtype)
     batches, labels = [z[i : i + 1] for i in range(2)], [y[i : i + 1] for i in range(2)]
     kw = {"loss": loss, "mode": mode, "max_steps": 40, "chunk_size": 700, "min_bin_count": 5}
     ref = TemperatureScaler(**kw).fit(batches, labels)
@@ -31,7 +36,7 @@ def test_fit_on_device_chunks_equals_cpu(cuda_device, loss, mode, rel):
     # the fitted scaler moved to the device transforms device logits there
     scaled = got.to(cuda_device).transform(dev_batches[0])
     assert scaled.device.type == cuda_device.type and scaled.dtype == dev_batches[0].dtype
-    torch.testing.assert_close(scaled.cpu(), ref.transform(batches[0]), rtol=rel, atol=1e-6)
+    torch.testing.assert_close(scaled.cpu(), ref.transform(batches[0]), rtol=max(rel, 1e-6), atol=1e-6)
 
 
 def test_sigmoid_regions_and_scaled_network_on_the_device(cuda_device):
@@ -41,7 +46,7 @@ def test_sigmoid_regions_and_scaled_network_on_the_device(cuda_device):
     kw = {"mode": "vector", "activation": "sigmoid", "max_steps": 30}
     ref = TemperatureScaler(**kw).fit(logits, masks)
     got = TemperatureScaler(**kw).fit(logits.to(cuda_device), masks.to(cuda_device))
-    torch.testing.assert_close(got.temperature.cpu(), ref.temperature, rtol=1e-5, atol=0)
+    torch.testing.assert_close(got.temperature.cpu(), ref.temperature, rtol=1e-4, atol=0)
     net = torch.nn.Conv2d(3, 3, 1).to(cuda_device)
     scaled = TemperatureScaled(net, got.temperature.to(cuda_device))
     x = torch.randn(1, 3, 5, 4, generator=g).to(cuda_device)
