@@ -66,7 +66,9 @@ def _evaluator(device: torch.device, items: list[dict]) -> tuple[UncertaintyEval
                     AggregateUncertaintyd(["mutual_information", "predictive_entropy"], method="mean")])
     scores = CaseScoresHandler(["predictive_entropy_mean", "mutual_information_mean"])
     ev = UncertaintyEvaluator(
-        device=device, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=_net(2, dropout=0.0),
+        # MONAI's evaluators move the batches to ``device``, not the network
+        device=device, val_data_loader=DataLoader(Dataset(items), batch_size=2),
+        network=_net(2, dropout=0.0).to(device),
         inferer=TTAInferer(flip_axes=[0, 2], keep_samples=True), postprocessing=post,
         key_val_metric={"space": SpatialCalibrationError(uncertainty_key="predictive_entropy")},
         additional_metrics={
