@@ -264,12 +264,12 @@ def test_values_f1_sum_tracks_object_size_mean_and_patch_do_not():
     assert abs(stats["patch"][1]) < 0.1 and stats["patch"][0] < stats["sum"][0] - 0.2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_inputs_stay_on_device():
-    u = torch.rand(2, 1, 12, 10, 8, device="cuda")
+@pytest.mark.cuda
+def test_cuda_inputs_stay_on_device(cuda_device):
+    u = torch.rand(2, 1, 12, 10, 8, generator=torch.Generator().manual_seed(0)).to(cuda_device)
     mask = u > 0.5
     for method in ("mean", "patch_sum", "patch_mean", "threshold"):
         out = aggregate(u, method, mask=mask, threshold=0.3, patch_size=4)
-        assert out.device.type == "cuda"
+        assert out.device.type == cuda_device.type
         ref = aggregate(u.cpu(), method, mask=mask.cpu(), threshold=0.3, patch_size=4)
         np.testing.assert_allclose(out.cpu().numpy(), ref.numpy(), rtol=1e-6)

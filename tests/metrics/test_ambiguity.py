@@ -352,10 +352,10 @@ def test_ged_metric_gathers_across_ranks(tmp_path):
     np.testing.assert_allclose(gathered.ravel().numpy(), expected, atol=1e-12)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_inputs():
+@pytest.mark.cuda
+def test_cuda_inputs(cuda_device):
     samples, raters = _batch()
-    got = ged(raters[0].cuda(), samples[0].cuda())
+    got = ged(raters[0].to(cuda_device), samples[0].to(cuda_device))
     np.testing.assert_allclose(got, ged(raters[0], samples[0]), atol=1e-12)
-    a = torch.rand(1, 8, 8, device="cuda")
+    a = torch.rand(1, 8, 8, generator=torch.Generator().manual_seed(0)).to(cuda_device)
     assert ncc(a, 2 * a + 1) == pytest.approx(1.0)

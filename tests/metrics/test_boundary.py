@@ -252,11 +252,11 @@ def test_bad_inputs():
         hd95(np.eye(3), np.eye(3), percentile=101)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_distance_on_cuda_matches_cpu():
+@pytest.mark.cuda
+def test_distance_on_cuda_matches_cpu(cuda_device):
     lab = blobs((12, 14, 10), 3, seed=5)
-    gpu = distance_to_boundary(torch.from_numpy(lab).cuda(), spacing=(2, 1, 1))
-    assert gpu.device.type == "cuda"
+    gpu = distance_to_boundary(torch.from_numpy(lab).to(cuda_device), spacing=(2, 1, 1))
+    assert gpu.device.type == cuda_device.type
     np.testing.assert_allclose(gpu.cpu().numpy(), distance_to_boundary(lab, spacing=(2, 1, 1)), rtol=1e-6, atol=1e-5)
 
 

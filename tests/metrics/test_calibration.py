@@ -196,15 +196,15 @@ def test_torch_numpy_and_dtypes():
     assert ece(ph, torch.from_numpy(labels)) == pytest.approx(ref16, abs=1e-12)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu():
+@pytest.mark.cuda
+def test_cuda_matches_cpu(cuda_device):
     probs, labels = make_case((2, 3, 16, 16), seed=6)
     cpu = calibration_metrics(ConfidenceHistogram(3).update(probs, labels))
-    pc, yc = torch.from_numpy(probs).cuda(), torch.from_numpy(labels).cuda()
+    pc, yc = torch.from_numpy(probs).to(cuda_device), torch.from_numpy(labels).to(cuda_device)
     gpu = calibration_metrics(ConfidenceHistogram(3).update(pc, yc))
     for k in cpu:
         assert gpu[k] == pytest.approx(cpu[k], abs=1e-12)
-    assert ece(torch.from_numpy(probs).cuda(), torch.from_numpy(labels).cuda(), per_case=True).is_cuda
+    assert ece(pc, yc, per_case=True).device.type == cuda_device.type
 
 
 # ---------------------------------------------------------------------------------------------------------------

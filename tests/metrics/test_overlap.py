@@ -361,15 +361,17 @@ def test_gram_block_default_is_read_at_call_time(monkeypatch):
     assert calls == [3, 3, 3, 1]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_inputs():
+@pytest.mark.cuda
+def test_cuda_inputs(cuda_device):
     rng = np.random.default_rng(9)
     p, t = rng.integers(0, 3, size=(2, 2, 9, 9))
-    got = dice(torch.from_numpy(p).cuda(), torch.from_numpy(t).cuda(), num_classes=3)
-    assert got.device.type == "cuda"
-    np.testing.assert_array_equal(got.cpu().numpy(), dice(p, t, num_classes=3))
+    got = dice(torch.from_numpy(p).to(cuda_device), torch.from_numpy(t).to(cuda_device), num_classes=3)
+    assert got.device.type == cuda_device.type
+    np.testing.assert_array_equal(got.cpu().numpy(), dice(p, t, num_classes=3))  # exact: ratios of integer counts
     masks = torch.from_numpy(rng.random((4, 500)) < 0.5)
-    np.testing.assert_array_equal(mask_gram(masks.cuda()).cpu().numpy(), mask_gram(masks).numpy())
+    gram = mask_gram(masks.to(cuda_device))
+    assert gram.device.type == cuda_device.type
+    np.testing.assert_array_equal(gram.cpu().numpy(), mask_gram(masks).numpy())
 
 
 def test_docs_example_runs(tmp_path, monkeypatch):

@@ -388,14 +388,16 @@ def test_baece_all_voxels_on_the_boundary():
     assert value == pytest.approx(abs(u.mean() - (p != t).mean()), abs=1e-15)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_inputs_match_cpu():
-    u, p, t = case((16, 18, 14), 3, seed=9)
-    args = [torch.from_numpy(x)[None, None].cuda() for x in (u, p, t)]
+@pytest.mark.cuda
+def test_cuda_inputs_match_cpu(cuda_device):
+    u, p, t = case((16, 18, 14), 3, seed=1)  # a boundary band narrower than the volume: every value defined
+    args = [torch.from_numpy(x)[None, None].to(cuda_device) for x in (u, p, t)]
     for fn in (boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error):
         g = fn(*args, spacing=(2, 1, 1))
-        assert g.device.type == "cuda"
-        assert float(g[0]) == pytest.approx(fn(u, p, t, spacing=(2, 1, 1)), abs=1e-9)
+        assert g.device.type == cuda_device.type
+        ref = float(fn(u, p, t, spacing=(2, 1, 1))[0])
+        assert not math.isnan(ref)
+        assert float(g[0]) == pytest.approx(ref, abs=1e-9)
 
 
 # ------------------------------------------------------------------------------------------------ degenerate input

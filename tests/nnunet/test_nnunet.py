@@ -81,7 +81,7 @@ def make_plans(ndim=3, patch=(16, 16, 16), spacing=(1.0, 1.0, 1.0), transpose=(0
 
 
 def make_predictor(cls=mun.UncertaintyPredictor, plans=None, n_folds=2, mirror_axes=(0, 1, 2), arch_kwargs=None,
-                   **kw):
+                   device=CPU, **kw):
     plans = plans or make_plans()
     pm = PlansManager(plans)
     cm = pm.get_configuration("cfg")
@@ -94,7 +94,7 @@ def make_predictor(cls=mun.UncertaintyPredictor, plans=None, n_folds=2, mirror_a
         with torch.no_grad():  # sharper logits than the default initialisation: folds that disagree
             net.decoder.seg_layers[-1].weight.mul_(4.0)
         params.append(copy.deepcopy(net.state_dict()))
-    pred = cls(device=CPU, allow_tqdm=False, **kw)
+    pred = cls(device=device, allow_tqdm=False, **kw)
     pred.manual_initialization(net, pm, cm, params, DATASET_JSON, "nnUNetTrainer", mirror_axes)
     return pred
 

@@ -360,6 +360,16 @@ def _check_mask(m: torch.Tensor, name: str = "mask") -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------------
 # the histogram
 # ----------------------------------------------------------------------------------------------------------------
+def _state_table(x: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A table of a state dict as a tensor of ``dtype``.
+
+    A tensor stays on its device (a CUDA tensor cannot go through numpy); an array becomes a CPU tensor.
+    """
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(dtype)
+    return torch.as_tensor(np.asarray(x)).to(dtype)
+
+
 class ConfidenceHistogram:
     """Per-case label / prediction / uncertainty confidence histograms (Kock et al. Sec. 2.2), additive and exact.
 
@@ -761,18 +771,21 @@ class ConfidenceHistogram:
         return hist.load_state_dict(dict(state))
 
     def load_state_dict(self, state: dict[str, Any]) -> ConfidenceHistogram:
-        """Replace the state by one from :meth:`state_dict` (layouts must match)."""
+        """Replace the state by one from :meth:`state_dict` (layouts must match).
+
+        The arrays may also be torch tensors (e.g. tables all-gathered across ranks); they keep their device.
+        """
         nc, nf = int(state["num_classes"]), int(state["n_fine_bins"])
         if (nc, nf) != (self.num_classes, self.n_fine_bins):
             raise ValueError(
                 f"state has (num_classes, n_fine_bins) = {(nc, nf)}, "
                 f"the histogram {(self.num_classes, self.n_fine_bins)}"
             )
-        counts = torch.as_tensor(np.asarray(state["counts"], dtype=np.int64))
-        sums = torch.as_tensor(np.asarray(state["sums"], dtype=np.float64))
-        scalars = torch.as_tensor(np.asarray(state["scalars"], dtype=np.float64))
+        counts = _state_table(state["counts"], torch.int64)
+        sums = _state_table(state["sums"], torch.float64)
+        scalars = _state_table(state["scalars"], torch.float64)
         wc = state.get("weighted_counts")
-        wct = None if wc is None else torch.as_tensor(np.asarray(wc, dtype=np.float64))
+        wct = None if wc is None else _state_table(wc, torch.float64)
         n = counts.shape[0]
         if counts.shape != (n, self.num_rows, 2, nf) or sums.shape != (n, self.num_rows, nf) or scalars.shape != (n, 3):
             raise ValueError("state arrays have inconsistent shapes")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
@@ -73,12 +74,26 @@ class CalibrationMetric(CumulativeIterationMetric):
         self.reduction = reduction
         self._hist: ConfidenceHistogram | None = None
         self.histogram: ConfidenceHistogram | None = None
+        self._device: torch.device | None = None  # of the inputs: where the buffers and the gathered tables live
 
     def reset(self) -> None:
         """Clear the buffered per-case values and the histogram."""
         super().reset()
         self._hist = None
         self.histogram = None
+        self._device = None
+
+    def _table_device(self) -> torch.device:
+        """The device of the reduced tables and values.
+
+        The inputs' device; before any input, the current CUDA device when NCCL reduces across ranks (NCCL gathers
+        CUDA tensors only), else the CPU.
+        """
+        if self._device is not None:
+            return self._device
+        if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
 
     def _labels(self, y: torch.Tensor, n_cls: int) -> torch.Tensor:
         if y.ndim >= 3 and y.shape[1] == n_cls and n_cls > 1:
@@ -105,23 +120,29 @@ class CalibrationMetric(CumulativeIterationMetric):
                 n_cls, n_fine_bins=self.n_fine_bins, per_case=False, uncertainty="uce" in self.metrics
             )
         self._hist.merge(batch)
-        return torch.stack([torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics], dim=1)
+        # the histogram's tables live on the CPU; the per-case rows follow the inputs' device (MONAI gathers the
+        # buffers across ranks, and NCCL gathers CUDA tensors only)
+        self._device = y_pred.device
+        rows = [torch.as_tensor(vals[k], dtype=torch.float64) for k in self.metrics]
+        return torch.stack(rows, dim=1).to(self._device)
 
     def _synced_histogram(self) -> ConfidenceHistogram:
-        """The pooled histogram of every rank.
+        """The pooled histogram of every rank, its tables on :meth:`_table_device`.
 
         Each table all-gathered (MONAI's ``evenly_divisible_all_gather``) and summed; a rank without data adds zeros.
         """
+        device = self._table_device()
         if self._hist is None or not len(self._hist):
             if self.num_classes is None:
                 raise ValueError("CalibrationMetric.aggregate() called before any update (and num_classes unknown)")
             n_rows, f = self.num_classes + 2, self.n_fine_bins
-            counts = torch.zeros(1, n_rows, 2, f, dtype=torch.int64)
-            sums = torch.zeros(1, n_rows, f, dtype=torch.float64)
-            scalars = torch.zeros(1, 3, dtype=torch.float64)
+            counts = torch.zeros(1, n_rows, 2, f, dtype=torch.int64, device=device)
+            sums = torch.zeros(1, n_rows, f, dtype=torch.float64, device=device)
+            scalars = torch.zeros(1, 3, dtype=torch.float64, device=device)
             wc = counts.to(torch.float64)
         else:
-            counts, wc, sums, scalars = self._hist.views(per_case=False)  # (1, R, 2, F) ... (1, 3)
+            views = self._hist.views(per_case=False)  # (1, R, 2, F) ... (1, 3)
+            counts, wc, sums, scalars = (t.to(device) for t in views)
 
         def gather_sum(t: torch.Tensor) -> torch.Tensor:
             return evenly_divisible_all_gather(t.contiguous(), concat=True).sum(0, keepdim=True)
@@ -159,10 +180,12 @@ class CalibrationMetric(CumulativeIterationMetric):
             for j, k in enumerate(self.metrics):
                 col = data[:, j]
                 ok = ~torch.isnan(col)
-                out[k] = col[ok].mean() if bool(ok.any()) else torch.tensor(warn_nan(f"{k}: every case is NaN"))
+                out[k] = (col[ok].mean() if bool(ok.any())
+                          else torch.tensor(warn_nan(f"{k}: every case is NaN"), dtype=col.dtype, device=col.device))
             return out
         self.histogram = self._synced_histogram()
         vals = calibration_metrics(
             self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
         )
-        return {k: torch.tensor(v, dtype=torch.float64) for k, v in vals.items()}
+        device = self._table_device()  # the device of the inputs, as with reduction="mean"
+        return {k: torch.tensor(v, dtype=torch.float64, device=device) for k, v in vals.items()}
