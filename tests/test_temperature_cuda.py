@@ -46,7 +46,9 @@ def test_sigmoid_regions_and_scaled_network_on_the_device(cuda_device):
     kw = {"mode": "vector", "activation": "sigmoid", "max_steps": 30}
     ref = TemperatureScaler(**kw).fit(logits, masks)
     got = TemperatureScaler(**kw).fit(logits.to(cuda_device), masks.to(cuda_device))
-    torch.testing.assert_close(got.temperature.cpu(), ref.temperature, rtol=1e-4, atol=0)
+    # float32 logits, 30 L-BFGS steps per region: the optimiser carries the GPU's other summation order into the
+    # fitted temperatures (1.6e-4 relative measured on an H100); the float64 fits above agree to 1e-7
+    torch.testing.assert_close(got.temperature.cpu(), ref.temperature, rtol=1e-3, atol=0)
     net = torch.nn.Conv2d(3, 3, 1).to(cuda_device)
     scaled = TemperatureScaled(net, got.temperature.to(cuda_device))
     x = torch.randn(1, 3, 5, 4, generator=g).to(cuda_device)

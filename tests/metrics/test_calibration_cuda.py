@@ -49,7 +49,11 @@ def _assert_same_histogram(got: ConfidenceHistogram, ref: ConfidenceHistogram, n
     np.testing.assert_array_equal(got.counts[:, n_cls + 1].sum(-1).cpu().numpy(),
                                   ref.counts[:, n_cls + 1].sum(-1).numpy())
     np.testing.assert_allclose(got.sums.cpu().numpy(), ref.sums.numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(got.weighted_counts.cpu().numpy(), ref.weighted_counts.numpy(), rtol=1e-12)
+    # float64 sums of weights scattered in another order on a GPU: last-bit differences, and the r = 0 weights are
+    # differences of two such sums (exactly 0 where a bin holds hits only)
+    np.testing.assert_allclose(got.weighted_counts.cpu().numpy(), ref.weighted_counts.numpy(), rtol=1e-12,
+                               atol=1e-12)
+    assert float(got.weighted_counts.min()) >= 0
     np.testing.assert_allclose(got.scalars.cpu().numpy(), ref.scalars.numpy(), rtol=1e-12)
 
 

@@ -132,7 +132,10 @@ class _Staging:
         wcounts = None
         if self.wtotal is not None and self.whits is not None:
             wt, wh = fold(self.wtotal), fold(self.whits)
-            wcounts = torch.stack([wt - wh, wh])
+            # the r = 0 weight as total - hits: where every voxel of a bin is a hit it is exactly 0 (not the
+            # rounding residue of two float sums scattered in different orders, as on a GPU), and never negative
+            w0 = torch.where(total == hits, torch.zeros_like(wt), (wt - wh).clamp_min_(0.0))
+            wcounts = torch.stack([w0, wh])
         return _State(torch.stack([total - hits, hits]), fold(self.sums), wcounts, self.scalars)
 
 
