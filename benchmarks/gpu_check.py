@@ -70,7 +70,7 @@ QUICK = {
     "cal_shape": (3, 32, 32, 32), "spatial_shape": (16, 32, 32),
     "nn_features": [4, 8, 16], "nn_patch": 16, "nn_image": (24, 24, 24), "nn_samples": 2,
 }
-PARTS = ("cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet")
+PARTS = ("cuda_tests", "device", "mc_unet", "calibration", "spatial", "nnunet", "mc_brats", "sw_stitch")  # cheap first
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
