@@ -13,6 +13,9 @@ after the work minus the RSS before it (MiB). Each part checks that the contende
   code (float32 ``bmm`` in 2^23-voxel blocks) and numpy (a loop over the 435 pairs with ``logical_and``).
 - auroc: AUROC of 10^6 scores against 10^6 (many ties): ``metrics.discrimination.auroc`` (two sorts, searchsorted)
   against the former ``ood_auroc`` (``scipy.stats.rankdata`` of the pooled scores).
+
+Each part also times its floor (``FLOORS``, ``benchmarks/_floor.py``) in the same way and prints every contender's
+time as a ratio to it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 import time
 
 import numpy as np
+from _floor import one_read, one_sort, ratio
 
 
 def _rss_mib() -> float:
@@ -62,6 +66,8 @@ def _prepare(part: str, contender: str):
     from monai_unc.metrics.overlap import dice, label_gram
 
     data = _data(part)
+    if contender == "floor":  # see FLOORS
+        return one_sort(*data) if part == "auroc" else one_read(*(data if part == "dice" else (data,)))
     if part == "dice":
         seg, label = data
         if contender == "overlap.dice":
@@ -125,6 +131,12 @@ CONTENDERS = {
 }
 
 
+#: the floor of each part, timed like a contender: Dice and the Gram matrices must read every label once (one read
+#: of the label maps, memory-bound); an AUROC of real-valued scores with ties needs their order (one sort of each set)
+FLOORS = {"dice": "one read of both label maps", "gram": "one read of the 30 label maps",
+          "auroc": "one sort of each score set"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
@@ -136,22 +148,25 @@ def main() -> None:
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     for part in CONTENDERS if args.part == "all" else [args.part]:
-        print(f"\n{part}:\n| contender | seconds (best of {args.repeat}) | ratio | peak MiB |\n|---|---:|---:|---:|")
+        print(f"\n{part}:\n| contender | seconds (best of {args.repeat}) | ratio | peak MiB | ratio to the floor |\n"
+              "|---|---:|---:|---:|---:|")
         results = {}
-        for name in CONTENDERS[part]:
+        for name in [*CONTENDERS[part], "floor"]:
             runs = []
             for _ in range(args.repeat):
                 res = subprocess.run([sys.executable, __file__, "--child", part, name], env=env, check=True,
                                      capture_output=True, text=True)
                 runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
             results[name] = runs
+        floor = min(r["seconds"] for r in results.pop("floor"))
         outs = [r[0]["out"] for r in results.values()]
         assert all(np.allclose(o, outs[0], rtol=1e-12, atol=0) for o in outs), f"{part}: contenders disagree: {outs}"
         base = min(r["seconds"] for r in results[CONTENDERS[part][0]])
         for name, runs in results.items():
             best = min(r["seconds"] for r in runs)
             peak = min(r["peak_mib"] for r in runs)
-            print(f"| {name} | {best:.4f} | {best / base:.2f} | {peak:.1f} |")
+            print(f"| {name} | {best:.4f} | {best / base:.2f} | {peak:.1f} | {ratio(best, floor)} |")
+        print(f"floor ({FLOORS[part]}): {floor:.4f} s")
 
 
 if __name__ == "__main__":
