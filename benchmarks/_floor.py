@@ -27,7 +27,8 @@ def _read_one(a: Any) -> float:
     if isinstance(a, np.ndarray):
         if a.dtype == np.bool_:
             a = a.view(np.uint8)
-        flat = a.reshape(-1) if a.flags.c_contiguous or a.flags.f_contiguous else a
+        # a view in memory order for any contiguous layout (no copy); other strides are reduced as they are
+        flat = a.ravel(order="K") if a.flags.c_contiguous or a.flags.f_contiguous else a
         return float(np.add.reduce(flat, axis=None, dtype=a.dtype))
     import torch
 
