@@ -17,6 +17,10 @@ Contenders, each in its own subprocess with ``torch.set_num_threads(--threads)``
   ``SlidingWindowInferer`` passes, the softmax volumes stacked, PE / EE / MI computed from the stack with numpy and
   written with nibabel (same windows, same files).
 
+- ``bare`` (the floor, ``benchmarks/_floor.py``): the network and the volume loaded, then ``--samples`` sliding
+  window passes with dropout on (the same windows and blending) and nothing else: the forward passes any MC dropout
+  inference of this volume makes. The other two are printed as a ratio to it (CPU time).
+
 Reported per contender: wall time of the measured call (best of ``--repeats``), the process CPU time of that call
 (user + sys; on a shared machine CPU time / threads estimates the wall time of an idle one), the wall time of the
 whole subprocess (interpreter start and imports included: what a user waits for ``python -m monai.bundle run``),
@@ -44,6 +48,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _floor import floor_line
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "bundles" / "brain_tissue_uncertainty"
@@ -94,6 +100,32 @@ def _naive(data_dir: Path, out_dir: Path, samples: int, seed: int) -> None:
             nib.save(nib.Nifti1Image(data, img.affine), out_dir / f"{stem}_{name}.nii.gz")
 
 
+def _bare(data_dir: Path, out_dir: Path, samples: int, seed: int) -> None:
+    """The floor: ``samples`` bare MC dropout passes of the sliding window over the volume (the forward passes and
+    MONAI's stitching of the same windows, the least any MC dropout inference of this volume computes); no
+    statistics, no files written."""
+    import nibabel as nib
+    import numpy as np
+    import torch
+    from monai.inferers import SlidingWindowInferer
+
+    from monai_unc.data.model import build_example_network
+
+    net = build_example_network()
+    net.load_state_dict(torch.load(BUNDLE / "models" / "model.pt", map_location="cpu", weights_only=True))
+    net.eval()
+    for m in net.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.train()
+    torch.manual_seed(seed)
+    for path in sorted((data_dir / "images").glob("*.nii.gz")):
+        t = torch.from_numpy(np.asarray(nib.load(path).dataobj, dtype=np.float32))[None, None]
+        sw = SlidingWindowInferer((64, 64, 64), sw_batch_size=1, overlap=0.25, mode="gaussian")
+        with torch.no_grad():
+            for _ in range(samples):
+                sw(t, net)
+
+
 def _bundle(data_dir: Path, out_dir: Path, samples: int, seed: int) -> None:
     from monai.bundle import run
 
@@ -128,11 +160,13 @@ def worker(mode: str, data_dir: str, samples: int, threads: int, seed: int) -> d
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     out = Path(tempfile.mkdtemp(prefix=f"bench_bundle_{mode}_"))
-    fn = _bundle if mode == "bundle" else _naive
+    fn = {"bundle": _bundle, "naive": _naive, "bare": _bare}[mode]
     rss0, cpu0, t0 = _rss_kib(), _cpu(), time.perf_counter()
     fn(Path(data_dir), out, samples, seed)
     wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0
+    if mode == "bare":
+        return {"mode": mode, "wall_s": wall, "cpu_s": cpu, "peak_mib": peak / 1024}
     return {"mode": mode, "wall_s": wall, "cpu_s": cpu, "peak_mib": peak / 1024, **_quality(Path(data_dir), out)}
 
 
@@ -156,7 +190,7 @@ def main() -> None:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONWARNINGS="ignore")
     best: dict[str, dict] = {}
     for rep in range(args.repeats):
-        for mode in ("bundle", "naive"):  # interleaved, so both see the same machine load
+        for mode in ("bundle", "naive", "bare"):  # interleaved, so all see the same machine load
             t0 = time.perf_counter()
             proc = subprocess.run(
                 [sys.executable, __file__, "--worker", mode, "--data", str(data), "--samples", str(args.samples),
@@ -189,6 +223,9 @@ def main() -> None:
           f"Dice difference GM {b['dice_gm_right'] - n['dice_gm_right']:+.4f}, "
           f"WM {b['dice_wm_right'] - n['dice_wm_right']:+.4f}; "
           f"mean MI relative difference {(b['mean_mi_brain'] - n['mean_mi_brain']) / n['mean_mi_brain']:+.3f}")
+    floor = f"{args.samples} bare sliding-window passes"
+    for mode in ("bundle", "naive"):
+        print(floor_line(f"{mode}, CPU", best[mode]["cpu_s"], best["bare"]["cpu_s"], floor))
     verdict = "meets" if b["wall_s"] < 60 else "misses"
     print(f"target: bundle inference < 60 s on 2 cores -> {verdict} it ({b['wall_s']:.1f} s wall, "
           f"{b['cpu_s'] / args.threads:.1f} s CPU/thread)")

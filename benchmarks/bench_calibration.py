@@ -12,7 +12,9 @@ Part 1, one 256x256x128 3-class volume (float32 probabilities, int64 labels, as 
 - MONAI ``CalibrationErrorMetric(num_bins=15)`` (one-vs-rest per class, averaged: the classwise ECE).
 
 Every value is compared with the exact value computed here in float64 numpy (bins ``floor(v * 15)``, the last one
-closed). "State for 10 volumes" is the memory a metric object holds after ten updates (our
+closed). The floor (``benchmarks/_floor.py``), timed as a contender of its own: one read of the probabilities
+(a float32 sum over the same tensor), the memory-bound least any calibration metric must do; the script prints our
+time as a ratio to it. "State for 10 volumes" is the memory a metric object holds after ten updates (our
 ``CalibrationMetric``: pooled histogram plus per-case values; torchmetrics: its list states; MONAI: its buffers).
 
 Part 2, temperature scaling on 10^8 voxels with a planted temperature (labels drawn from ``softmax(z)``, logits
@@ -45,6 +47,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _floor import floor_line, one_read
 
 N_BINS = 15
 PLANTED_T = 2.5
@@ -201,6 +204,11 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
         for _ in range(10):
             per_case.update(probs, labels)
         values["per_case_state_10_mib"] = per_case.nbytes / 2**20
+    elif name == "floor":
+        # the floor: one read of the probabilities (a float32 sum over the tensor as given, memory-bound); any
+        # calibration metric must read every probability at least once, so nothing can beat it
+        best, values = _time_best(one_read(probs), repeat)
+        values, peak = {}, _peak_mib() - rss0
     elif name == "netcal":
         def run():
             flat = probs_np[0].reshape(3, -1).T  # netcal wants (N, C)
@@ -344,7 +352,7 @@ def main() -> None:
         names = ["ours", "ours_uce", "netcal", "torchmetrics", "monai"]
         results: dict[str, dict] = {}
         for _ in range(args.rounds):
-            for name in names:
+            for name in [*names, "floor"]:
                 r = run_worker(args, name)
                 if name not in results or r["time"] < results[name]["time"]:
                     peak = min(r["peak_mib"], results.get(name, r)["peak_mib"])
@@ -396,6 +404,11 @@ def main() -> None:
               f"{results['torchmetrics']['time'] / ours['time']:.2f}x wall, "
               f"{results['torchmetrics']['cpu'] / ours['cpu']:.2f}x CPU; state for 10 volumes <= 10 MiB: "
               f"{ours['state_bytes'] / 2**20:.2f} MiB")  # fmt: skip
+        fl = results["floor"]
+        print(floor_line("7 metrics, wall", ours["time"], fl["time"], "one read of the probabilities"))
+        print(floor_line("7 metrics, CPU", ours["cpu"], fl["cpu"], "one read of the probabilities"))
+        print(floor_line("8 metrics incl. UCE, CPU", results["ours_uce"]["cpu"], fl["cpu"],
+                         "one read of the probabilities"))
 
         if args.skip_temperature:
             return

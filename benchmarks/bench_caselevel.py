@@ -13,6 +13,10 @@ Contenders
 - GED of one case (4 raters, 16 samples, 96^3, binary): ``monai_unc.metrics.ambiguity.ged`` (blocked one-hot
   products) against a loop over all ordered pairs with numpy logical ops.
 
+Each task also times its floor (``benchmarks/_floor.py``) as a contender and prints our time as a ratio to it:
+one sort of the confidences (AURC: the risk-coverage curve needs the cases in confidence order), one read of the
+map (patch: every box sum reads every voxel), one read of the masks (GED).
+
 Every contender runs in its own subprocess, ``--rounds`` times interleaved with the others; wall time (and, for the
 patch table, single-thread CPU time, which load from other processes on a shared machine distorts less) is the best
 of ``--repeat`` runs over all rounds; peak memory is
@@ -32,6 +36,7 @@ import tempfile
 import time
 
 import numpy as np
+from _floor import floor_line, one_read, one_sort
 
 N_CASES = 1_000_000
 MAP_SHAPE = (128, 256, 256)
@@ -141,7 +146,11 @@ def _contender(name: str, folder: str):
             u, risk = load("u.npy", "risk.npy")
             return (u[:1000].copy(), risk[:1000].copy()) if small else (u, risk)
 
-        if name == "aurc_ours":
+        if name == "aurc_floor":  # a risk-coverage curve needs the cases in confidence order: one sort
+
+            def work(data):
+                return {"checksum": one_sort(data[0])()}
+        elif name == "aurc_ours":
             from monai_unc.metrics.selective import augrc, aurc
 
             def work(data):
@@ -164,7 +173,11 @@ def _contender(name: str, folder: str):
             (u,) = load("map.npy")
             return u[..., :16, :16, :16].copy() if small else u
 
-        if name == "patch_ours":
+        if name == "patch_floor":  # every box sum reads every voxel: one read of the map
+
+            def work(u):
+                return {"checksum": one_read(u)()}
+        elif name == "patch_ours":
             import torch
 
             torch.set_num_threads(1)
@@ -198,7 +211,11 @@ def _contender(name: str, folder: str):
                 return refs[:, :24, :24, :24].copy(), samples[:, :24, :24, :24].copy()
             return refs, samples
 
-        if name == "ged_ours":
+        if name == "ged_floor":  # every pairwise distance reads the masks: one read of all of them
+
+            def work(data):
+                return {"checksum": one_read(*data)()}
+        elif name == "ged_ours":
             import torch
 
             torch.set_num_threads(1)
@@ -289,7 +306,8 @@ def report(folder: str, repeat: int, quick: bool, rounds: int) -> None:
     print("peak = ru_maxrss after the work minus RSS before it (subprocess per contender)\n")
 
     # AURC
-    ours, loop, extra = _compare(["aurc_ours", "aurc_loop", "selective_all"], repeat, folder, rounds)
+    ours, loop, extra, a_floor = _compare(["aurc_ours", "aurc_loop", "selective_all", "aurc_floor"], repeat, folder,
+                                          rounds)
     print(f"== AURC / AUGRC on {n:,} cases (continuous 1 - Dice risk, ties) ==")
     print(f"{'contender':34s} {'AURC':>12s} {'AUGRC':>12s} {'time s':>9s} {'peak MiB':>9s}")
     for r, label in ((ours, "monai_unc (vectorised)"), (loop, "Python loop (fd-shifts sweep)")):
@@ -302,12 +320,16 @@ def report(folder: str, repeat: int, quick: bool, rounds: int) -> None:
     )
     print(
         f"AURC + E-AURC (empirical oracle) + referral curve at all {n:,} rates, vectorised: "
-        f"{extra['best_s']:.3f} s, peak {extra['peak_mib']:.1f} MiB (E-AURC = {extra['result']['eaurc']:.6f})\n"
+        f"{extra['best_s']:.3f} s, peak {extra['peak_mib']:.1f} MiB (E-AURC = {extra['result']['eaurc']:.6f})"
     )
+    print(floor_line("AURC + AUGRC, CPU", ours["cpu_s"], a_floor["cpu_s"], "one sort of the confidences"))
+    print(floor_line("AURC + E-AURC + referral curve, CPU", extra["cpu_s"], a_floor["cpu_s"],
+                     "one sort of the confidences") + "\n")
 
     # patch aggregation
     labels = ["monai_unc max_patch (running sums)", "scipy.signal.convolve (ValUES)", "scipy.ndimage.uniform_filter"]
-    rows = list(zip(_compare(["patch_ours", "patch_convolve", "patch_uniform"], repeat, folder, rounds), labels))
+    *timed, p_floor = _compare(["patch_ours", "patch_convolve", "patch_uniform", "patch_floor"], repeat, folder, rounds)
+    rows = list(zip(timed, labels))
     print(f"== Patch aggregation, {BOX}^3 box, map {shape} float32 ==")
     print(f"{'contender':34s} {'max box sum':>14s} {'start':>16s} {'wall s':>8s} {'CPU s':>8s} {'peak MiB':>9s} "
           f"{'ours faster (wall / CPU)':>25s}")
@@ -320,10 +342,11 @@ def report(folder: str, repeat: int, quick: bool, rounds: int) -> None:
         )
     for r, label in rows[1:]:
         print(f"|score diff| vs {label}: {abs(r['result']['score'] - base['result']['score']):.2e}")
+    print(floor_line("max_patch, CPU", base["cpu_s"], p_floor["cpu_s"], "one read of the map"))
     print()
 
     # GED
-    g_ours, g_loop = _compare(["ged_ours", "ged_loop"], repeat, folder, rounds)
+    g_ours, g_loop, g_floor = _compare(["ged_ours", "ged_loop", "ged_floor"], repeat, folder, rounds)
     print(f"== GED, 4 raters x 16 samples, {gshape} binary ==")
     for r, label in ((g_ours, "monai_unc ged (one-hot products)"), (g_loop, "pairwise numpy loop")):
         print(f"{label:34s} {r['result']['ged']:14.10f} {r['best_s']:9.3f} s {r['peak_mib']:9.1f} MiB")
@@ -331,6 +354,7 @@ def report(folder: str, repeat: int, quick: bool, rounds: int) -> None:
         f"|GED diff| = {abs(g_ours['result']['ged'] - g_loop['result']['ged']):.2e}, "
         f"speed-up = {g_loop['best_s'] / g_ours['best_s']:.1f}x"
     )
+    print(floor_line("ged, CPU", g_ours["cpu_s"], g_floor["cpu_s"], "one read of the rater and sample masks"))
 
 
 if __name__ == "__main__":

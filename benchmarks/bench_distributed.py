@@ -18,7 +18,9 @@ Reported per contender, median over ``--rounds`` interleaved rounds: the wall cl
 start, imports, process-group rendezvous, evaluation, writing) and of the evaluation alone (from a barrier after
 the imports to the end of ``cli.main``, the slowest rank), and the peak resident memory (``VmHWM``) of each
 process next to its resident memory after the imports (torch + MONAI account for most of it). The 2-process
-outputs are checked against the 1-process ones (``metrics.csv`` and ``summary.json`` byte for byte).
+outputs are checked against the 1-process ones (``metrics.csv`` and ``summary.json`` byte for byte). The floor
+(``benchmarks/_floor.py``) of the 2-process evaluation is perfect scaling, half the 1-process evaluation of the
+same run; the script prints the ratio to it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _floor import floor_line
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -137,6 +141,11 @@ def main() -> None:
             before = [max(x["before_mib"][i] for x in results[kind]) for i in range(len(peaks))]
             print(f"| {kind} | {tot:.1f} | {ev:.1f} | {base['total_s'] / tot:.2f}x | {base['evaluate_s'] / ev:.2f}x | "
                   f"{' / '.join(f'{m:.0f}' for m in peaks)} | {' / '.join(f'{m:.0f}' for m in before)} |")
+        # the floor of a 2-process run: the 1-process evaluation divided by 2 (perfect scaling); the cases are
+        # independent, so nothing but the imbalance of the shards and the collectives keeps it from being met
+        two_ev = statistics.median(x["evaluate_s"] for x in results["2 processes"])
+        print(floor_line("2 processes, evaluation", two_ev, base["evaluate_s"] / 2,
+                         "perfect scaling (1-process evaluation / 2)"))
         if not same:
             sys.exit("the 2-process results differ from the 1-process results")
 

@@ -9,7 +9,8 @@ memory of one inference (activations + statistics or stacked samples). Times are
 
 - ``stream``: ``MCDropoutInferer`` (SampleStats, float64 sums, all six measures).
 - ``stack``: the naive approach: stack N softmax volumes, then compute PE / EE / MI / variance from the stack.
-- ``bare``: N forward passes with dropout on and nothing else (the floor for any MC method).
+- ``bare``: N forward passes with dropout on and nothing else (the floor for any MC method: every sample needs
+  its forward pass); the script prints the other two as a ratio to it (``benchmarks/_floor.py``).
 
 Timing runs the three contenders interleaved in one single-threaded process (best of ``--repeats`` each) and
 reports process CPU time next to wall time: on a shared machine CPU time of one thread is the robust measure of
@@ -24,6 +25,8 @@ import resource
 import subprocess
 import sys
 import time
+
+from _floor import floor_line
 
 
 def _rss_kib() -> int:
@@ -119,6 +122,9 @@ def main() -> None:
         print(f"statistics overhead over {hi} bare forward passes ({label}): "
               f"{100 * (t['stream'] / t['bare'] - 1):.1f} % (target <= 10 %); "
               f"stack-then-reduce: {100 * (t['stack'] / t['bare'] - 1):.1f} %")
+    floor = f"{hi} bare forward passes"
+    for m in ("stream", "stack"):
+        print(floor_line(f"{m}, CPU", cpu[m], cpu["bare"], floor))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ Configurations (CPU; nnU-Net's PlainConvUNet, 3 classes):
 - ``small64``: a narrow network (8-16-32-64 features), patch 64^3, image 96^3 (8 windows, 64 passes): the
   per-sample statistics weigh most relative to the network here, and the buffers are larger.
 
+The floor (``benchmarks/_floor.py``): the bare forward passes every contender makes (windows x 8 mirrors of the
+network on one patch, no flips, no blending), timed in the same process and rounds; each contender's prediction
+CPU time is printed as a ratio to it.
+
 Timing: one subprocess builds all three contenders and runs them interleaved ``--repeats`` times (best wall
 time and best process CPU time of each), so that load from other processes on a shared machine affects them
 alike; ``--threads`` torch threads (default 1). On a shared machine the CPU-time ratio is the stable figure.
@@ -41,6 +45,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from _floor import floor_line, time_best
 
 CONFIGS = {
     "width32": {"features": [32, 64, 128, 256], "patch": 32, "image": [48, 48, 48]},
@@ -159,12 +165,28 @@ def _export(result, pred, contender: str, env: dict, ofile: str) -> float | None
 def time_worker(config: str, out_dir: str, threads: int, repeats: int) -> dict:
     """All contenders in this process, interleaved; best wall and CPU time of ``repeats`` runs each."""
     import SimpleITK as sitk
+    import torch
 
     env = _setup(config, threads)
     preds = {c: _predictor(c, env) for c in CONTENDERS}
     out: dict[str, dict] = {c: {"predict_wall": [], "predict_cpu": [], "export_wall": [], "export_cpu": []}
                             for c in CONTENDERS}
+    windows = len(preds["stock"]._internal_get_sliding_window_slicers(env["data"].shape[1:]))
+    # the floor: the bare forward passes every contender makes (windows x 8 mirrors) on one patch, nothing else
+    patch = torch.randn(1, 1, *env["cm"].patch_size, generator=torch.Generator().manual_seed(2))
+    net = env["net"].eval()
+
+    def bare() -> None:
+        with torch.no_grad():
+            for _ in range(windows * 8):
+                net(patch)
+
+    with torch.no_grad():
+        net(patch)  # warm-up
+    floor = {"wall": float("inf"), "cpu": float("inf")}
     for _ in range(repeats):
+        f_wall, f_cpu = time_best(bare, 1)
+        floor = {"wall": min(floor["wall"], f_wall), "cpu": min(floor["cpu"], f_cpu)}
         for c in CONTENDERS:
             ofile = os.path.join(out_dir, f"{c}_{config}", "case")
             w0, c0 = time.perf_counter(), time.process_time()
@@ -178,8 +200,7 @@ def time_worker(config: str, out_dir: str, threads: int, repeats: int) -> dict:
             out[c]["export_cpu"].append(c2 - c1)
             out[c]["mi_mean"] = mi
             out[c]["seg"] = sitk.GetArrayFromImage(sitk.ReadImage(ofile + ".nii.gz")).tolist()
-    windows = len(preds["stock"]._internal_get_sliding_window_slicers(env["data"].shape[1:]))
-    return {"runs": out, "forward_passes": windows * 8}
+    return {"runs": out, "forward_passes": windows * 8, "floor": floor}
 
 
 def memory_worker(contender: str, config: str, out_dir: str, threads: int) -> dict:
@@ -248,6 +269,9 @@ def main() -> None:
                       f"{b['total_wall']:.2f} | {b['total_wall'] / st['total_wall']:.3f} | "
                       f"{mem[c]['peak_predict_mib']:.1f} | {mem[c]['peak_total_mib']:.1f} | "
                       f"{'identical' if agree == 1.0 else f'{agree:.2%} equal'} | {mi} |")
+            floor = f"{timing['forward_passes']} bare forward passes"
+            for c in CONTENDERS:
+                print(floor_line(f"{c} predict, CPU", best[c]["predict_cpu"], timing["floor"]["cpu"], floor))
 
 
 if __name__ == "__main__":

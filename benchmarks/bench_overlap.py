@@ -13,6 +13,9 @@ after the work minus the RSS before it (MiB). Each part checks that the contende
   code (float32 ``bmm`` in 2^23-voxel blocks) and numpy (a loop over the 435 pairs with ``logical_and``).
 - auroc: AUROC of 10^6 scores against 10^6 (many ties): ``metrics.discrimination.auroc`` (two sorts, searchsorted)
   against the former ``ood_auroc`` (``scipy.stats.rankdata`` of the pooled scores).
+
+Each part also times its floor (``FLOORS``, ``benchmarks/_floor.py``) in the same way and prints every contender's
+time as a ratio to it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 import time
 
 import numpy as np
+from _floor import one_read, one_sort, ratio
 
 
 def _rss_mib() -> float:
@@ -62,6 +66,8 @@ def _prepare(part: str, contender: str):
     from monai_unc.metrics.overlap import dice, label_gram
 
     data = _data(part)
+    if contender == "floor":  # see FLOORS
+        return one_sort(*data) if part == "auroc" else one_read(*(data if part == "dice" else (data,)))
     if part == "dice":
         seg, label = data
         if contender == "overlap.dice":
@@ -111,11 +117,11 @@ def _prepare(part: str, contender: str):
 def _child(part: str, contender: str) -> None:
     work = _prepare(part, contender)
     before = _rss_mib()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     out = work()
-    dt = time.perf_counter() - t
+    dt, cpu = time.perf_counter() - t, time.process_time() - c
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
-    print(json.dumps({"seconds": dt, "peak_mib": peak, "out": out}))
+    print(json.dumps({"seconds": dt, "cpu": cpu, "peak_mib": peak, "out": out}))
 
 
 CONTENDERS = {
@@ -123,6 +129,12 @@ CONTENDERS = {
     "gram": ["overlap.label_gram", "former bmm, 2^23 blocks", "numpy pair loop"],
     "auroc": ["discrimination.auroc", "rankdata (former ood_auroc)"],
 }
+
+
+#: the floor of each part, timed like a contender: Dice and the Gram matrices must read every label once (one read
+#: of the label maps, memory-bound); an AUROC of real-valued scores with ties needs their order (one sort of each set)
+FLOORS = {"dice": "one read of both label maps", "gram": "one read of the 30 label maps",
+          "auroc": "one sort of each score set"}
 
 
 def main() -> None:
@@ -136,22 +148,26 @@ def main() -> None:
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     for part in CONTENDERS if args.part == "all" else [args.part]:
-        print(f"\n{part}:\n| contender | seconds (best of {args.repeat}) | ratio | peak MiB |\n|---|---:|---:|---:|")
+        print(f"\n{part}:\n| contender | seconds (best of {args.repeat}) | ratio | peak MiB | CPU s "
+              "| CPU ratio to the floor |\n|---|---:|---:|---:|---:|---:|")
         results = {}
-        for name in CONTENDERS[part]:
+        for name in [*CONTENDERS[part], "floor"]:
             runs = []
             for _ in range(args.repeat):
                 res = subprocess.run([sys.executable, __file__, "--child", part, name], env=env, check=True,
                                      capture_output=True, text=True)
                 runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
             results[name] = runs
+        floor = min(r["cpu"] for r in results.pop("floor"))
         outs = [r[0]["out"] for r in results.values()]
         assert all(np.allclose(o, outs[0], rtol=1e-12, atol=0) for o in outs), f"{part}: contenders disagree: {outs}"
         base = min(r["seconds"] for r in results[CONTENDERS[part][0]])
         for name, runs in results.items():
             best = min(r["seconds"] for r in runs)
             peak = min(r["peak_mib"] for r in runs)
-            print(f"| {name} | {best:.4f} | {best / base:.2f} | {peak:.1f} |")
+            cpu = min(r["cpu"] for r in runs)
+            print(f"| {name} | {best:.4f} | {best / base:.2f} | {peak:.1f} | {cpu:.4f} | {ratio(cpu, floor)} |")
+        print(f"floor ({FLOORS[part]}): {floor:.4f} s CPU")
 
 
 if __name__ == "__main__":

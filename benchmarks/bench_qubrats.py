@@ -17,6 +17,10 @@ Contenders, each in its own subprocess, single-threaded:
 - ``script``: the challenge evaluation script's structure (float32 masks multiplied, ``np.sum`` per threshold,
   FTP / FTN ratios in float32), i.e. what participants ran.
 
+- ``floor`` (``benchmarks/_floor.py``): one read of the inputs (the three uncertainty maps, both label maps and
+  the brain mask, each summed once in its own dtype): every voxel must be looked at once; each contender's CPU
+  time is printed as a ratio to it.
+
 Reported: best wall time of ``--repeat`` runs x ``--rounds`` interleaved rounds, process CPU time (which load from
 other processes on a shared machine distorts less), peak memory (``ru_maxrss`` after the work minus the
 RSS just before it; the inputs are loaded from ``.npy`` files first), the mean score, and the largest absolute
@@ -35,6 +39,7 @@ import tempfile
 import time
 
 import numpy as np
+from _floor import floor_line, one_read
 
 SHAPE = (240, 240, 155)
 QUICK_SHAPE = (120, 120, 78)
@@ -148,6 +153,8 @@ def run_worker(name: str, repeat: int, folder: str) -> dict:
     unc = np.load(os.path.join(folder, "unc.npy"))
 
     def work():
+        if name == "floor":  # one read of every input (3 float32 maps, two uint8 label maps, the brain mask)
+            return one_read(unc, pred, target, brain)()
         if name == "ours":
             from monai_unc.metrics import qu_brats_regions
 
@@ -210,7 +217,7 @@ def main() -> None:
         write_data(folder, shape)
         best: dict[str, dict] = {}
         for _ in range(args.rounds):
-            for name in names:
+            for name in [*names, "floor"]:
                 r = _spawn(name, args.repeat, folder)
                 if name not in best:
                     best[name] = r
@@ -232,6 +239,9 @@ def main() -> None:
               f"{r['peak_mib']:>11.1f} {ratio:>25}")
     for n, (_, _, _, a) in ref["result"].items():
         print(f"  {n}: AUC Dice {a[0]:.6f}, AUC FTP {a[1]:.6f}, AUC FTN {a[2]:.6f}")
+    fl = best["floor"]
+    for name in names:
+        print(floor_line(f"{name}, CPU", best[name]["cpu_s"], fl["cpu_s"], "one read of the inputs"))
 
 
 if __name__ == "__main__":

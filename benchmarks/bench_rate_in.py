@@ -23,8 +23,10 @@ on the shared machine hits them alike; best wall time and best CPU time (``time.
 subprocess, one call; peak = ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` minus the RSS just before the call
 (network, data and imports loaded), i.e. the working memory of the call.
 
-"pass cost" = time / forward time. The output of the search pass is discarded (it is not one of the samples),
-so the per-input cost of Rate-In over MC dropout at equal sample count is the full search pass.
+"pass cost" = time / forward time. The output of the search pass is discarded (it is not one of the samples), so
+the per-input cost of Rate-In over MC dropout at equal sample count is the full search pass. The floor of the whole
+inferers (``benchmarks/_floor.py``): ``--samples`` bare MC dropout passes (``mc_pass`` times the sample count); the
+script prints them as a ratio to it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import resource
 import subprocess
 import sys
 import time
+
+from _floor import floor_line
 
 
 def _rss_kib() -> int:
@@ -178,6 +182,10 @@ def main() -> None:
     print(f"whole inferers at {args.samples} samples: RateInInferer / MCDropoutInferer = "
           f"{wall['ratein_inferer'] / wall['mc_inferer']:.2f} (wall); Rate-In adds {extra:.2f} forward passes (wall), "
           f"{extra_cpu:.2f} (CPU)")
+    # the floor of an inferer with N samples: N bare MC dropout passes (N x mc_pass, measured in the same rounds)
+    floor = f"{args.samples} x mc_pass (bare dropout passes)"
+    for n in ("mc_inferer", "ratein_inferer"):
+        print(floor_line(f"{n}, CPU", cpu[n], args.samples * cpu["mc_pass"], floor))
 
 
 if __name__ == "__main__":

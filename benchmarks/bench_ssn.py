@@ -15,6 +15,10 @@ for every contender). Each contender runs in its own single-threaded subprocess;
   softmaxed into running sums (constant memory in M).
 - ``mean only``: the eval-mode forward (the mean convolution alone), i.e. the head inside a deterministic inferer.
 
+- ``floor``: the bare forward passes of M samples (the distribution once, then M draws of the logits, discarded):
+  what any sampling inferer on this head must compute; the script prints the inference contenders as a ratio to
+  it (``benchmarks/_floor.py``).
+
 A full covariance over all logits is (C N)^2 entries: printed as a figure, it cannot be allocated.
 """
 
@@ -28,7 +32,9 @@ import subprocess
 import sys
 import time
 
-MODES = ("mean_only", "infer_ours", "draws_ours", "draws_stock", "train_ours", "train_stock")
+from _floor import floor_line
+
+MODES = ("mean_only", "infer_ours", "draws_ours", "draws_stock", "train_ours", "train_stock", "floor")
 
 
 def _rss_mib() -> float:
@@ -82,6 +88,12 @@ def worker(mode: str, size: int, classes: int, rank: int, features: int, mc: int
                     p = torch.softmax(d.logits(), 1)
                     total = p if total is None else total + p
                 return float(total.sum())
+        if mode == "floor":  # the bare forward passes of M samples: the head once, then M draws, nothing else
+            with torch.no_grad():
+                d = head.distribution(feats)
+                for _ in range(mc):
+                    d.logits()
+                return 0.0
         if mode in ("draws_ours", "draws_stock"):
             with torch.no_grad():
                 d = head.distribution(feats)
@@ -147,6 +159,9 @@ def main() -> None:
     for a, b in (("train_stock", "train_ours"), ("draws_stock", "draws_ours")):
         ra, rb = results[a], results[b]
         print(f"{a} / {b}: memory {ra['peak_mib'] / rb['peak_mib']:.2f}x, CPU time {ra['cpu_s'] / rb['cpu_s']:.2f}x")
+    floor = f"the head once + {args.mc} bare draws"
+    for m in ("infer_ours", "draws_ours", "draws_stock"):
+        print(floor_line(f"{m}, CPU", results[m]["cpu_s"], results["floor"]["cpu_s"], floor))
     t, s = results["train_ours"], results["train_stock"]
     if abs(t["value"] - s["value"]) > 1e-3 * abs(t["value"]):
         print(f"WARNING: losses differ: {t['value']} vs {s['value']}")
