@@ -495,8 +495,8 @@ def _md_table(results: dict) -> str:
         if name not in results:
             continue
         d = results[name]
-        if d.get("skipped"):
-            lines.append(f"| {name} | skipped | {d['skipped']} |")
+        if d.get("not_run"):
+            lines.append(f"| {name} | not run | {d['not_run']} |")
         elif "error" in d:
             lines.append(f"| {name} | ERROR | {d['error'][:200]} |")
         else:
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     order = ["device"] + [p for p in PARTS if p in parts and p != "device"]
     for name in order:
         if time.perf_counter() - t_start > args.budget_s:
-            results[name] = {"ok": False, "skipped": f"time budget of {args.budget_s:.0f} s spent"}
+            results[name] = {"ok": False, "not_run": f"time budget of {args.budget_s:.0f} s spent"}
             print(f"[gpu-check] {name}: skipped (budget)", flush=True)
             continue
         t0 = time.perf_counter()
