@@ -138,3 +138,19 @@ def test_state_dict_of_device_tables_keeps_the_device(cuda_device):
     back = ConfidenceHistogram(3).load_state_dict(state)
     assert back.counts.device.type == cuda_device.type
     _assert_same_histogram(back, ConfidenceHistogram(3).update(p, y, case_ids=["a", "b", "c"]), 3)
+
+
+def test_default_chunks_bound_the_device_workspace(cuda_device):
+    """A many-class case on a GPU is processed in chunks of at most 2 GiB of temporaries, equal to one chunk."""
+    from monai_unc.metrics.calibration.histogram import _CUDA_WORKSPACE_BYTES, _default_chunk
+
+    assert _default_chunk(torch.device("cpu"), 3) == 1 << 17
+    for c in (2, 3, 14, 105):
+        n = _default_chunk(torch.device("cuda"), c)
+        assert n >= 1 << 20 and (n * 50 * (c + 2) <= _CUDA_WORKSPACE_BYTES or n == 1 << 20)
+    probs, labels = make_case((1, 5, 16, 12, 10), seed=3, dtype=np.float32)
+    pd, yd = (torch.from_numpy(x).to(cuda_device) for x in (probs, labels))
+    whole = ConfidenceHistogram(5, chunk_size=10**9).update(pd, yd)
+    chunked = ConfidenceHistogram(5, chunk_size=257).update(pd, yd)
+    np.testing.assert_array_equal(chunked.counts.cpu().numpy(), whole.counts.cpu().numpy())
+    np.testing.assert_allclose(chunked.sums.cpu().numpy(), whole.sums.cpu().numpy(), rtol=1e-12, atol=1e-12)

@@ -33,8 +33,21 @@ __all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "top_label"]
 DEFAULT_FINE_BINS = 15 * 2**10
 #: probabilities of the true label are clipped to at least this value inside ``-log p``
 NLL_EPS = 1e-15
-#: voxels per chunk on the CPU (temporaries stay in cache); CUDA tensors are processed in one chunk per case
+#: voxels per chunk on the CPU (temporaries stay in cache)
 _CPU_CHUNK = 1 << 17
+#: the most bytes of per-chunk temporaries on a GPU (about ``50 (C + 2)`` per voxel): a 256^3 case with 3 classes
+#: is one or two chunks, a 105-class case many, so the workspace never grows with the case (a 105-class 8 M voxel
+#: case in one chunk would need 43 GB)
+_CUDA_WORKSPACE_BYTES = 1 << 31
+
+
+def _default_chunk(device: torch.device, num_classes: int) -> int:
+    """Voxels per chunk when ``chunk_size`` is None: :data:`_CPU_CHUNK` on the CPU, else as many as fit in
+    :data:`_CUDA_WORKSPACE_BYTES` of temporaries (at least ``2**20``).
+    """
+    if device.type == "cpu":
+        return _CPU_CHUNK
+    return max(1 << 20, _CUDA_WORKSPACE_BYTES // (50 * (num_classes + 2)))
 
 _SCALAR_WEIGHT, _SCALAR_NLL, _SCALAR_BRIER = 0, 1, 2
 
@@ -397,7 +410,7 @@ class ConfidenceHistogram:
             uses ``2**14``.
         per_case: keep one histogram per case (for per-case values and box plots); otherwise one pooled.
         chunk_size: voxels processed at once (temporaries ``~ 50 (C + 2)`` bytes per voxel); default
-            ``2**17`` on the CPU and a whole case on CUDA.
+            ``2**17`` on the CPU and, on a GPU, as many as fit in 2 GiB of temporaries (at least ``2**20``).
         uncertainty: fill the normalised-entropy row (needed by :func:`uce` only; computing the entropy is
             about a fifth of the update time).
 
@@ -613,7 +626,7 @@ class ConfidenceHistogram:
                 raise TypeError("case_ids must be strings (integers are reserved for automatic numbering)")
         device = p.device
         y, w, m = y.to(device), None if w is None else w.to(device), None if m is None else m.to(device)
-        chunk = self.chunk_size or (_CPU_CHUNK if device.type == "cpu" else 1 << 62)
+        chunk = self.chunk_size or _default_chunk(device, self.num_classes)
         pf = p.reshape(batch, self.num_classes, -1)
 
         staged = []
