@@ -42,8 +42,10 @@ _CUDA_WORKSPACE_BYTES = 1 << 31
 
 
 def _default_chunk(device: torch.device, num_classes: int) -> int:
-    """Voxels per chunk when ``chunk_size`` is None: :data:`_CPU_CHUNK` on the CPU, else as many as fit in
-    :data:`_CUDA_WORKSPACE_BYTES` of temporaries (at least ``2**20``).
+    """Voxels per chunk when ``chunk_size`` is None.
+
+    :data:`_CPU_CHUNK` on the CPU, else as many as fit in :data:`_CUDA_WORKSPACE_BYTES` of temporaries (at least
+    ``2**20``).
     """
     if device.type == "cpu":
         return _CPU_CHUNK
