@@ -10,8 +10,9 @@ in ``nnUNetv2_predict_from_modelfolder``) plus the uncertainty options, and runs
         --sources folds mirroring -device cuda
 
 Wiring (``monai_unc/cli.py``): ``add_parser(subparsers)`` registers the three sub-commands; ``run(args)`` executes
-whichever was chosen and returns the exit status. This module uses absolute imports only (nnU-Net imports the
-modules of the ``nnUNet_extTrainer`` folder as top-level modules).
+whichever was chosen and returns the exit status. Parsing needs neither torch nor nnU-Net's predictor: each
+sub-command imports what it runs on when it runs, so ``--help`` and argument errors answer at once. This module
+uses absolute imports only (nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as top-level modules).
 """
 
 from __future__ import annotations
@@ -20,12 +21,8 @@ import argparse
 import os
 import sys
 
-from monai_unc.io import check_output_folder
 from monai_unc.keys import DEFAULT_MEASURES
-from monai_unc.nnunet.calibrate import calibrate_model_folder
-from monai_unc.nnunet.dropout import write_dropout_plans
-from monai_unc.nnunet.export import MAP_MEASURES
-from monai_unc.nnunet.predictor import SOURCES, UncertaintyPredictor
+from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
 __all__ = ["add_parser", "run", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
 
@@ -152,6 +149,9 @@ def _model_folder(args: argparse.Namespace) -> str:
 def _predict(args: argparse.Namespace) -> int:
     import torch
 
+    from monai_unc.io import check_output_folder
+    from monai_unc.nnunet.predictor import UncertaintyPredictor
+
     if not 0 <= args.part_id < args.num_parts:
         raise ValueError(f"-part_id must be in [0, -num_parts), got {args.part_id} with -num_parts {args.num_parts}")
     if args.npp < 0 or args.nps < 0:
@@ -210,6 +210,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _plans(args: argparse.Namespace) -> int:
+    from monai_unc.nnunet.dropout import write_dropout_plans
 
     path = write_dropout_plans(args.d, p=args.rate, source_plans=args.p, target_plans=args.target,
                                configurations=args.c, overwrite=args.overwrite)
@@ -221,6 +222,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     import json
 
     import torch
+
+    from monai_unc.nnunet.calibrate import calibrate_model_folder
 
     model = _model_folder(args)
     if not os.path.isdir(model):

@@ -46,7 +46,8 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from monai_unc._deprecation import REMOVAL
 from monai_unc.inferers.sampling import window_disagreement_from_stitched
 from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, save_nifti_image, write_csv
-from monai_unc.keys import DEFAULT_MEASURES, MEASURES, MIMeaning, UncertaintyKeys
+from monai_unc.keys import DEFAULT_MEASURES, MIMeaning, UncertaintyKeys
+from monai_unc.nnunet.names import MAP_MEASURES
 from monai_unc.scores import PATCH_SIZE
 from monai_unc.scores import case_scores as map_case_scores
 from monai_unc.stats import derive_measures
@@ -74,10 +75,6 @@ __all__ = [
 
 K = UncertaintyKeys
 
-#: voxel maps the predictor can write (the package's list of measures; ``window_disagreement`` with
-#: ``window_disagreement="separate"``, the predictor's default)
-MAP_MEASURES: tuple[str, ...] = (*MEASURES, *(() if K.WINDOW_DISAGREEMENT.value in MEASURES
-                                             else (K.WINDOW_DISAGREEMENT.value,)))
 #: key of the mean squared probabilities in the moments (stitched only when ``variance`` is requested)
 MEAN_SQ = "mean_sq"
 #: key of the stitched per-window predictive entropies ``blend_w H(m_w)`` in the moments (with

@@ -119,7 +119,6 @@ from monai_unc.nnunet.dropout import add_posthoc_dropout
 from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
 from monai_unc.nnunet.export import (
     DEFAULT_MEASURES,
-    MAP_MEASURES,
     MEAN_SQ,
     WINDOW_ENTROPY,
     CaseUncertainty,
@@ -131,6 +130,7 @@ from monai_unc.nnunet.export import (
     write_float_map,
     write_scores_table,
 )
+from monai_unc.nnunet.names import MAP_MEASURES, SOURCES, STOCHASTIC_SOURCES
 from monai_unc.stats import SampleStats
 
 __all__ = [
@@ -150,10 +150,6 @@ __all__ = [
 ]
 
 K = UncertaintyKeys
-
-#: uncertainty sources the predictor can sample from
-SOURCES = ("folds", "mirroring", "dropout", "rate_in", "ssn")
-_STOCHASTIC = ("dropout", "rate_in", "ssn")
 
 
 def _sequential_iterator(
@@ -354,7 +350,7 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     @property
     def _stochastic(self) -> bool:
-        return any(s in self.uncertainty_sources for s in _STOCHASTIC)
+        return any(s in self.uncertainty_sources for s in STOCHASTIC_SOURCES)
 
     def _net(self) -> nn.Module:
         return getattr(self.network, "_orig_mod", self.network)
