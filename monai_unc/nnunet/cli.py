@@ -24,7 +24,7 @@ import sys
 from monai_unc.keys import DEFAULT_MEASURES
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
-__all__ = ["add_parser", "run", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
+__all__ = ["add_parser", "run", "check_predict_flags", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
 
 PREDICT_COMMAND = "nnunet-predict"
 PLANS_COMMAND = "nnunet-dropout-plans"
@@ -146,7 +146,50 @@ def _model_folder(args: argparse.Namespace) -> str:
     return get_output_folder(args.d, args.tr, args.p, args.c)
 
 
+def check_predict_flags(args: argparse.Namespace) -> None:
+    """Refuse combinations of ``nnunet-predict`` flags that contradict each other, naming the flags and how to fix
+    it (the predictor's own checks speak in its Python argument names; these run first, before the model loads).
+
+    Args:
+        args: the parsed ``nnunet-predict`` arguments.
+
+    Raises:
+        ValueError: naming the conflicting flags.
+    """
+    sources = list(args.sources)
+    given = " ".join(sources)
+    if "mirroring" in sources and args.disable_tta:
+        rest = " ".join(s for s in sources if s != "mirroring")
+        fix = f"drop mirroring from --sources (--sources {rest})" if rest else "choose other --sources"
+        raise ValueError(f"--disable_tta turns mirroring off, but --sources {given} samples mirrored predictions"
+                         f"{' (the default sources)' if sources == ['folds', 'mirroring'] else ''}: {fix}, or "
+                         "drop --disable_tta")
+    if "dropout" in sources and "rate_in" in sources:
+        raise ValueError(f"--sources {given} names two dropout schemes: keep either dropout or rate_in")
+    if "ssn" in sources and "rate_in" in sources:
+        raise ValueError(f"--sources {given}: ssn cannot be combined with rate_in (combine ssn with dropout)")
+    rate_in_flags = [f for f, v in (("--rate_in_target", args.rate_in_target), ("--rate_in_loss", args.rate_in_loss))
+                     if v is not None]
+    if rate_in_flags and "rate_in" not in sources:
+        raise ValueError(f"{' and '.join(rate_in_flags)} need rate_in in --sources (e.g. --sources folds rate_in), "
+                         f"got --sources {given}")
+    if args.dropout_p is not None and "dropout" not in sources:
+        raise ValueError(f"--dropout_p needs dropout in --sources (e.g. --sources folds dropout), got --sources "
+                         f"{given}")
+    if "rate_in" in sources and "folds" not in sources and len(args.f) > 1:
+        raise ValueError(f"--sources {given} with several folds (-f {' '.join(args.f)}): Rate-In tunes one network, "
+                         "so add folds to --sources or predict from one fold")
+    if "window_disagreement" in args.measures and args.window_disagreement != "separate":
+        raise ValueError("--measures window_disagreement needs --window_disagreement separate (with "
+                         "mutual_information it is counted in the mutual information map)")
+    if args.num_samples < 1:
+        raise ValueError(f"--num_samples must be >= 1, got {args.num_samples}")
+    if args.dropout_p is not None and not 0.0 < args.dropout_p < 1.0:
+        raise ValueError(f"--dropout_p must be in (0, 1), got {args.dropout_p}")
+
+
 def _predict(args: argparse.Namespace) -> int:
+    check_predict_flags(args)
     import torch
 
     from monai_unc.io import check_output_folder

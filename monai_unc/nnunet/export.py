@@ -330,7 +330,8 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     NIfTI (``.nii.gz`` / ``.nii``): one 4D file ``(X, Y, Z, R)``, the regions along the fourth axis in the model's
     channel order. Each region is first written by the dataset's ``reader_writer`` (its geometry code, any
     reorientation included) to a temporary 3D file and read back with nibabel, so the 4D file has exactly the
-    voxel order, affine and header of the 3D maps. Other formats hold no 4D image: one file per region,
+    voxel order, affine and header of the 3D maps (with spacing 1 along the region axis: ``pixdim[4] = 1``). Other
+    formats hold no 4D image: one file per region,
     ``<case>_<measure>_<region><ending>``. Returns the paths written.
     """
     arr = np.asarray(data, dtype=np.float32)
@@ -356,6 +357,9 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
         img4 = nib.Nifti1Image(np.stack(volumes, axis=-1), ref.affine, header)
         img4.header.set_sform(ref.header.get_sform(), int(ref.header["sform_code"]))
         img4.header.set_qform(ref.header.get_qform(), int(ref.header["qform_code"]))
+        # the region axis is no physical axis: spacing 1 (pixdim[4]), as nnU-Net's SimpleITK reader assumes; the 3D
+        # header would leave the 0 that SimpleITK writes there
+        img4.header.set_zooms((*ref.header.get_zooms()[:3], 1.0))
         save_nifti_image(img4, out)
     return [out]
 
