@@ -64,7 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="also write <case>.npz (the probabilities whose argmax is the segmentation, in nnU-Net's "
                    "layout) and <case>.pkl")
     p.add_argument("--continue_prediction", action="store_true",
-                   help="skip cases whose segmentation, uncertainty maps and record already exist")
+                   help="skip cases whose segmentation, uncertainty maps and record already exist and whose record "
+                   "names the current settings; a case made with other settings (sources, samples, folds, model, "
+                   "Rate-In values, ...) is predicted again, and the log says which settings differ")
     p.add_argument("-npp", type=int, default=_env_int("nnUNet_npp", 3),
                    help="preprocessing processes (0: in this process)")
     p.add_argument("-nps", type=int, default=_env_int("nnUNet_nps", 3), help="export processes (0: in this process)")

@@ -45,7 +45,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 
 from monai_unc._deprecation import REMOVAL
 from monai_unc.inferers.sampling import window_disagreement_from_stitched
-from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, save_nifti_image, write_csv
+from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, json_safe, save_nifti_image, write_csv
 from monai_unc.keys import DEFAULT_MEASURES, MIMeaning, UncertaintyKeys
 from monai_unc.nnunet.names import MAP_MEASURES
 from monai_unc.scores import PATCH_SIZE
@@ -70,6 +70,7 @@ __all__ = [
     "region_case_scores",
     "export_uncertainty",
     "case_exported",
+    "recorded_case_settings",
     "write_scores_table",
 ]
 
@@ -457,6 +458,7 @@ def export_uncertainty(
     mi_meaning: str = MIMeaning.EPISTEMIC.value,
     num_threads_torch: int = default_num_processes,
     patch_size: int = PATCH_SIZE,
+    settings: dict | None = None,
 ) -> dict:
     """Write one case like ``export_prediction_from_logits`` plus the uncertainty maps and the case record.
 
@@ -465,8 +467,9 @@ def export_uncertainty(
     :func:`convert_uncertainty_to_original_geometry`) and ``<case>.pkl`` (properties) as nnU-Net writes them;
     ``uncertainty/<case>_<measure><ending>`` float32 maps (region-based models: 4D ``(X, Y, Z, R)``, see
     :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`record_case_scores`);
-    ``uncertainty/<case>.json`` the record. The
-    segmentation is written last. Returns the record.
+    ``uncertainty/<case>.json`` the record (with ``settings``, the predictor's
+    :meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`, under ``settings``). The segmentation
+    is written last. Returns the record.
     """
     label_manager = plans_manager.get_label_manager(dataset_json)
     out = convert_uncertainty_to_original_geometry(
@@ -503,6 +506,7 @@ def export_uncertainty(
         "maps": files,
         **({"regions": regions} if regions else {}),
         **result.extras,
+        **({"settings": json_safe(settings)} if settings is not None else {}),
     }
     atomic_write_json(_record_path(base), record)
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist
@@ -511,15 +515,38 @@ def export_uncertainty(
     return record
 
 
+def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | None:
+    """The ``settings`` of a case record ``uncertainty/<case>.json`` (what ``--continue_prediction`` compares with
+    the current ones); None when the record is missing, unreadable or holds none (an earlier version).
+
+    Args:
+        output_file_truncated: the case's output path without ending (``<folder>/<case>``).
+
+    Returns:
+        The recorded settings, or None.
+    """
+    try:
+        record = json.loads(_record_path(output_file_truncated).read_text())
+    except (OSError, ValueError):
+        return None
+    settings = record.get("settings") if isinstance(record, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
 def case_exported(
     output_file_truncated: str | os.PathLike,
     file_ending: str,
     measures: Sequence[str] = DEFAULT_MEASURES,
     save_probabilities: bool = False,
+    settings: dict | None = None,
 ) -> bool:
     """Whether a case has been written completely by :func:`export_uncertainty`: its segmentation
     ``<case><ending>``, its record ``uncertainty/<case>.json`` naming a map for each of ``measures``, those map
-    files, and with ``save_probabilities`` ``<case>.npz``. A stock nnU-Net segmentation alone is not enough."""
+    files, with ``save_probabilities`` ``<case>.npz``, and with ``settings`` a record whose ``settings`` equal them
+    (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`). A stock nnU-Net segmentation alone is
+    not enough."""
+    if settings is not None and recorded_case_settings(output_file_truncated) != json_safe(settings):
+        return False
     base = Path(output_file_truncated)
     if not base.with_name(f"{base.name}{file_ending}").is_file():
         return False
