@@ -545,7 +545,8 @@ def case_exported(
     files, with ``save_probabilities`` ``<case>.npz``, and with ``settings`` a record whose ``settings`` equal them
     (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`). A stock nnU-Net segmentation alone is
     not enough."""
-    if settings is not None and recorded_case_settings(output_file_truncated) != json_safe(settings):
+    if settings is not None and recorded_case_settings(output_file_truncated) != json.loads(
+            json.dumps(json_safe(settings))):
         return False
     base = Path(output_file_truncated)
     if not base.with_name(f"{base.name}{file_ending}").is_file():

@@ -757,7 +757,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             # region-based model: the maps' fourth axis and the scores' suffixes follow this channel order
             cfg["regions"] = region_definitions(self.dataset_json)
             cfg["regions_class_order"] = [int(c) for c in self.label_manager.regions_class_order]
-        return json_safe(cfg)
+        return json.loads(json.dumps(json_safe(cfg)))  # as it reads back from the file (compared on resume)
 
     def case_settings(self) -> dict[str, Any]:
         """The settings recorded in every case record (``settings``) and compared by ``--continue_prediction``:
