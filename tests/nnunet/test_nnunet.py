@@ -475,6 +475,18 @@ def test_float_maps_keep_the_input_geometry(io_name, tmp_path):
     np.testing.assert_allclose(back.affine, affine, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(back.dataobj), vol)  # float values and axis order preserved
     assert not list((tmp_path / "out").glob(".*partial*"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["map.nii.gz"]  # no temporary left
+    # the same file as the reader/writer's own .nii.gz once decompressed (header and voxels), gzipped at level 1
+    import gzip
+
+    from monai_unc.nnunet.export import MAP_COMPRESSLEVEL, _FloatMap
+
+    direct = tmp_path / "direct.nii.gz"
+    rw.write_seg(np.ascontiguousarray(data[0], dtype=np.float32).view(_FloatMap), str(direct), props)
+    assert gzip.decompress(path.read_bytes()) == gzip.decompress(direct.read_bytes())
+    assert MAP_COMPRESSLEVEL == 1 and path.read_bytes()[8] == 4  # gzip XFL byte: 4 = fastest compression
+    again = mun.write_float_map(rw, data[0], tmp_path / "again" / "map.nii.gz", props)
+    assert again.read_bytes() == path.read_bytes()  # no name or time in the gzip header: reproducible bytes
 
 
 def brute_force_patch_mean(u, k):
