@@ -332,8 +332,8 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
         return atomic_save_npz(out.with_name(out.name.split(".")[0] + ".npz"), {"map": arr}, compressed=True)
     if _ending(out.name) == ".nii.gz":
         # the reader/writer writes the uncompressed .nii (the same header and voxels it would compress), gzipped at
-        # MAP_COMPRESSLEVEL: SimpleITK's default level takes about twice as long on a float map, which gzip shrinks
-        # by under 20 % at any level (docs/nnunet.md, "What each map costs")
+        # MAP_COMPRESSLEVEL: a float map shrinks by under 20 % at any level, and SimpleITK's default level made the
+        # write ~15 % slower (docs/nnunet.md, "What each map costs")
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out.parent, prefix=".map_") as tmpdir:
             nii = Path(tmpdir) / f"{out.name[: -len('.gz')]}"
