@@ -33,26 +33,26 @@ import warnings
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import torch
+from .keys import LAYOUTS, MEASURES, canonical_measure
 
-from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
-from .evaluation import run_conformal, run_evaluate
-from .io import LAYOUTS
-from .keys import MEASURES, canonical_measure
-from .workflows.calibrate import run_calibrate
-from .workflows.demo import run_demo
-from .workflows.infer import run_infer
-from .workflows.prepare import (
-    check_infer_output,
-    error_text,
-    prepare_evaluate,
-    prepare_infer,
-    read_case_list,
-    resolve_device,
-)
-from .workflows.report import TRIAGE_CONFORMAL_DIR, run_report, triage_with_page
+if TYPE_CHECKING:  # imported after parsing, by _import_commands: --help and argument errors answer at once
+    import torch
+
+    from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
+    from .evaluation import run_conformal, run_evaluate
+    from .workflows.calibrate import run_calibrate
+    from .workflows.demo import run_demo
+    from .workflows.infer import run_infer
+    from .workflows.prepare import (
+        check_infer_output,
+        error_text,
+        prepare_evaluate,
+        prepare_infer,
+        resolve_device,
+    )
+    from .workflows.report import TRIAGE_CONFORMAL_DIR, run_report, triage_with_page
 
 __all__ = ["main", "build_parser", "run_demo"]
 
@@ -299,10 +299,6 @@ def _add_risk_control(p: argparse.ArgumentParser, defaults: bool) -> None:
                    "the other cases are reported as held out" + (" (default: every case)" if defaults else keep))
 
 
-#: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
-_read_case_list = read_case_list
-
-
 def _risk_line(summary: dict) -> str | None:
     rc = summary.get("risk_control")
     if not rc:
@@ -460,6 +456,59 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
 # ----------------------------------------------------------------------------------------------------------------
 # commands
 # ----------------------------------------------------------------------------------------------------------------
+def _import_commands() -> None:
+    """Import what the commands run on (torch, MONAI and the package's workflows) into this module, once.
+
+    :func:`main` calls it once the arguments are parsed, so that ``monai-unc --help``, ``monai-unc COMMAND --help``
+    and an argument error answer at once (importing MONAI and torch takes seconds); the first access to one of these
+    names as an attribute of this module (``monai_unc.cli.run_demo``) calls it too.
+    """
+    global _commands_imported, _read_case_list, torch, CasesFailed, barrier, destroy_dist_context, get_dist_context
+    global read_dist_env, sync_errors, run_conformal, run_evaluate, run_calibrate, run_demo, run_infer
+    global check_infer_output, error_text, prepare_evaluate, prepare_infer, read_case_list, resolve_device
+    global run_report, triage_with_page, TRIAGE_CONFORMAL_DIR
+    if _commands_imported:  # names set since (a test's monkeypatch) are kept
+        return
+    import torch
+
+    from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
+    from .evaluation import run_conformal, run_evaluate
+    from .workflows.calibrate import run_calibrate
+    from .workflows.demo import run_demo
+    from .workflows.infer import run_infer
+    from .workflows.prepare import (
+        check_infer_output,
+        error_text,
+        prepare_evaluate,
+        prepare_infer,
+        read_case_list,
+        resolve_device,
+    )
+    from .workflows.report import TRIAGE_CONFORMAL_DIR, run_report, triage_with_page
+
+    #: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
+    _read_case_list = read_case_list
+    _commands_imported = True
+
+
+_commands_imported = False
+#: the names :func:`_import_commands` sets (module attributes imported on first access)
+_COMMAND_NAMES = frozenset({
+    "torch", "CasesFailed", "barrier", "destroy_dist_context", "get_dist_context", "read_dist_env", "sync_errors",
+    "run_conformal", "run_evaluate", "run_calibrate", "run_demo", "run_infer", "check_infer_output", "error_text",
+    "prepare_evaluate", "prepare_infer", "read_case_list", "resolve_device", "run_report", "triage_with_page",
+    "TRIAGE_CONFORMAL_DIR", "_read_case_list",
+})
+
+
+def __getattr__(name: str) -> Any:
+    """``monai_unc.cli.run_demo`` and the other names of :func:`_import_commands`, imported on first access."""
+    if name in _COMMAND_NAMES:
+        _import_commands()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def cmd_infer(args: argparse.Namespace) -> int:
     output = check_infer_output(args.output, args.input, checkpoint=args.checkpoint, network=args.network,
                                 bundle=args.bundle, regions=args.regions)
@@ -690,6 +739,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if nnunet_cli is not None:
         return int(nnunet_cli.run(args))
+    _import_commands()  # after parsing: --help and argument errors need neither torch nor MONAI
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning(args.command)

@@ -1,4 +1,5 @@
-"""Output names of every uncertainty inferer, what their mutual information means, and the measure groups.
+"""Output names of every uncertainty inferer, what their mutual information means, the measure groups, and the
+file naming of prediction folders (:data:`LAYOUTS`).
 
 This module is the one place where the names of the uncertainty maps are spelled out: inferers, transforms,
 file layouts, the command line and the nnU-Net predictor all take their lists from here (``docs/design.md``).
@@ -18,6 +19,7 @@ __all__ = [
     "DEFAULT_MEASURES",
     "DEPRECATED_MEASURES",
     "canonical_measure",
+    "LAYOUTS",
 ]
 
 #: deprecated measure names (one release) -> current names; files and options with the old name are still read
@@ -133,3 +135,11 @@ ENTROPY_MEASURES: tuple[str, ...] = (*MEASURES[:3], UncertaintyKeys.WINDOW_DISAG
 
 #: the maps written by default (``variance`` costs C more stitched channels and is opt-in)
 DEFAULT_MEASURES: tuple[str, ...] = MEASURES[:4]
+
+#: file naming of the prediction folders that ``evaluate``, ``triage`` and ``conformal`` read (``--layout``): seg
+#: suffix, probability suffix, uncertainty sub-folder (here, importable without torch, so that the command line
+#: parses its options at once; :data:`monai_unc.io.LAYOUTS` is the same object)
+LAYOUTS: dict[str, dict[str, str]] = {
+    "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},
+    "nnunet": {"seg_suffix": "", "probs_suffix": "", "uncertainty_subdir": "uncertainty"},
+}

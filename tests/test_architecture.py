@@ -72,6 +72,16 @@ SHARED_PRIVATE_MODULES = ("monai_unc._utils", "monai_unc._deprecation")
 #: (importing module, imported module) -> why the import sits inside a function
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("monai_unc.cli", "monai_unc.nnunet.cli"): "nnunetv2 is optional: the nnU-Net sub-commands load it only when run",
+    # parse first: `monai-unc --help` and argument errors answer at once, without torch, MONAI or nnU-Net's predictor
+    **dict.fromkeys(
+        [("monai_unc.cli", m) for m in ("monai_unc.distributed", "monai_unc.evaluation",
+                                        "monai_unc.workflows.calibrate", "monai_unc.workflows.demo",
+                                        "monai_unc.workflows.infer", "monai_unc.workflows.prepare",
+                                        "monai_unc.workflows.report")]
+        + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
+                                                 "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
+        "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
+    ),
 }
 
 #: third-party package -> the package prefixes that may import it at module level (empty: none, import it lazily)

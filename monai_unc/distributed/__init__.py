@@ -35,7 +35,7 @@ With ``WORLD_SIZE`` unset or 1 every collective is the identity, so single-proce
 
 from __future__ import annotations
 
-from .cases import CaseCache, CohortRun, process_cases, run_cases
+from .cases import CaseCache, CohortRun, process_cases, run_cases, settings_changes
 from .collectives import (
     DEFAULT_TIMEOUT_S,
     CaseFailure,
@@ -90,4 +90,5 @@ __all__ = [
     "CohortRun",
     "process_cases",
     "run_cases",
+    "settings_changes",
 ]

@@ -51,7 +51,7 @@ from .collectives import (
     write_failures,
 )
 
-__all__ = ["CaseCache", "CohortRun", "process_cases", "run_cases"]
+__all__ = ["CaseCache", "CohortRun", "process_cases", "run_cases", "settings_changes"]
 
 #: errors that make a saved state unusable (it is recomputed)
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
@@ -67,6 +67,36 @@ def _dump_result(folder: Path, case_id: str, result: Any) -> dict[str, Any]:
 
 def _restore_result(folder: Path, doc: dict[str, Any], item: Any) -> Any:
     return doc["result"]
+
+
+def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
+    """What differs between the settings a case was made with and the current ones, one short text per setting,
+    for a log line that says why a case is computed again.
+
+    Args:
+        recorded: the settings in the case's record (a dict; None or another type when the record has none).
+        current: the current settings (a dict).
+        width: the longest ``old -> new`` text; a longer change is shown as ``<key> changed``.
+
+    Returns:
+        ``["num_samples 8 -> 16", "weights changed", ...]`` in the order of ``current`` (then keys only recorded);
+        ``["no settings recorded"]`` when ``recorded`` is not a dict; empty when nothing differs.
+
+    Example:
+        >>> settings_changes({"samples": 8, "tta": True}, {"samples": 16, "tta": True})
+        ['samples 8 -> 16']
+    """
+    if not isinstance(recorded, dict):
+        return ["no settings recorded (written by an earlier version)"]
+    missing = object()
+    out = []
+    for key in [*current, *(k for k in recorded if k not in current)]:
+        old, new = recorded.get(key, missing), current.get(key, missing)
+        if old == new:
+            continue
+        text = " -> ".join("(none)" if v is missing else json.dumps(v, default=str) for v in (old, new))
+        out.append(f"{key} {text}" if len(text) <= width else f"{key} changed")
+    return out
 
 
 class CaseCache:
@@ -90,6 +120,9 @@ class CaseCache:
         store: False when the per-case function writes ``<case>.json`` itself (``infer``'s case record): then
             :meth:`save` writes nothing.
         reuse: False to recompute every case (``--overwrite``, no resume): :meth:`load` finds nothing.
+        on_stale: ``on_stale(case_id, saved, current)`` when a saved state is found whose fingerprint differs from
+            the current one (the case is computed again), e.g. to say so in a log line; ``saved`` is None for a
+            state that records none.
 
     Example:
         >>> import tempfile
@@ -108,6 +141,7 @@ class CaseCache:
         restore: Callable[[Path, dict[str, Any], Any], Any] | None = None,
         store: bool = True,
         reuse: bool = True,
+        on_stale: Callable[[str, Any, Any], None] | None = None,
     ) -> None:
         if fingerprint is not None and not callable(fingerprint):
             raise TypeError(f"fingerprint must be callable or None, got {type(fingerprint).__name__}")
@@ -117,6 +151,7 @@ class CaseCache:
         self.restore = restore or _restore_result
         self.store = bool(store)
         self.reuse = bool(reuse)
+        self.on_stale = on_stale
 
     def path(self, case_id: str) -> Path:
         """``<folder>/<case_id>.json``."""
@@ -141,6 +176,8 @@ class CaseCache:
             if not isinstance(doc, dict):
                 return None
             if self.fingerprint is not None and (doc.get("fingerprint") != fingerprint or doc.get("case") != case_id):
+                if self.on_stale is not None and doc.get("case") == case_id:
+                    self.on_stale(case_id, doc.get("fingerprint"), fingerprint)
                 return None
             return self.restore(self.folder, doc, item)
         except _UNREADABLE:

@@ -774,6 +774,18 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
             "p_min": self.p_min, "p_max": self.p_max, "draws": self.draws,
         }
 
+    def settings(self) -> dict[str, Any]:
+        """The values this layer applies, as JSON data (a callable ``loss`` by its name).
+
+        Returns:
+            ``{"p", "target_loss", "loss", "channelwise", "lr", "lr_decay", "tol", "max_iter", "p_min", "p_max",
+            "draws"}``.
+        """
+        loss = self.loss if isinstance(self.loss, str) else getattr(self.loss, "__name__", repr(self.loss))
+        return {"p": float(self.p), "target_loss": self.target_loss, "loss": loss, "channelwise": self.channelwise,
+                "lr": self.lr, "lr_decay": self.lr_decay, "tol": self.tol, "max_iter": self.max_iter,
+                "p_min": self.p_min, "p_max": self.p_max, "draws": self.draws}
+
     def reset(self) -> None:
         """Forget the last rates (``"fixed"`` mode falls back to ``p``)."""
         self.rates = None
@@ -1163,13 +1175,58 @@ class RateInSource(SampleSource):
                 remove_rate_in(network)
             self._layers = []
 
+    def resolved_placement(self, network: nn.Module) -> str:
+        """Where the layers of :meth:`activate` come from on ``network``.
+
+        Args:
+            network: the network.
+
+        Returns:
+            ``"existing"`` (Rate-In layers already in the network), ``"convert"`` or ``"insert"`` (``"auto"``
+            resolved: convert when the network has dropout).
+        """
+        if find_rate_in_layers(network):
+            return "existing"
+        if self.placement != "auto":
+            return self.placement
+        mods, hooks = find_dropout_layers(network)
+        return "convert" if any(type(m) in _CONVERTIBLE for m in mods) or bool(hooks) else "insert"
+
+    def applied_settings(self, network: nn.Module) -> dict[str, Any]:
+        """Every Rate-In value applied on ``network``, as JSON data (the record of a run); the network is not run.
+
+        The layers are attached as :meth:`activate` attaches them and removed again. Values shared by every layer
+        are listed once; a value that differs between layers (e.g. the initial rate ``p`` of converted dropout
+        layers of different rates) is listed per layer under ``per_layer``.
+
+        Args:
+            network: the network the source will sample.
+
+        Returns:
+            ``{"num_samples", "placement", ["after",] <RateInDropout.settings() shared by every layer>, "layers":
+            [names], ["per_layer": {name: {key: value}}]}``.
+        """
+        placement = self.resolved_placement(network)
+        with self.activate(network) as layers:
+            per_layer = {name: layer.settings() for name, layer in layers}
+        first = next(iter(per_layer.values()), {})
+        shared = {k: v for k, v in first.items() if all(s[k] == v for s in per_layer.values())}
+        out: dict[str, Any] = {"num_samples": self.num_samples, "placement": placement}
+        if placement == "insert":
+            after = self.after
+            if callable(after):
+                after = getattr(after, "__name__", repr(after))
+            out["after"] = after if isinstance(after, str) else [str(a) for a in after]
+        out.update(shared)
+        out["layers"] = list(per_layer)
+        varying = {name: {k: v for k, v in s.items() if k not in shared} for name, s in per_layer.items()}
+        if any(varying.values()):
+            out["per_layer"] = varying
+        return out
+
     def _attach(self, network: nn.Module) -> None:
         kwargs = dict(self.layer_kwargs)
-        placement = self.placement
-        if placement == "auto":
-            mods, hooks = find_dropout_layers(network)
-            has_dropout = any(type(m) in _CONVERTIBLE for m in mods) or bool(hooks)
-            placement = "convert" if has_dropout else "insert"
+        placement = self.resolved_placement(network)
         if placement == "convert":
             convert_dropout_to_rate_in(network, **kwargs)
         else:

@@ -26,6 +26,7 @@ from .cases import (
 )
 from .files import (
     atomic_copy,
+    atomic_gzip,
     atomic_path,
     atomic_save_npz,
     atomic_savefig,
@@ -95,6 +96,7 @@ __all__ = [
     "atomic_torch_save",
     "atomic_savefig",
     "atomic_copy",
+    "atomic_gzip",
     "json_safe",
     "CSV_NAN",
     "format_cell",

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .._utils import check_probabilities, check_unit_interval
-from ..keys import DEPRECATED_MEASURES, MEASURES, canonical_measure
+from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import read_json_or_none
 
 __all__ = [
@@ -70,12 +70,6 @@ VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
 PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
 #: largest difference of affine entries (mm) tolerated between the volumes of one case
 GEOMETRY_ATOL = 1e-3
-#: uncertainty measures looked for in prediction folders (docs/design.md, "Output keys")
-#: file naming of the evaluation inputs: seg suffix, probability suffix, uncertainty sub-folder
-LAYOUTS: dict[str, dict[str, str]] = {
-    "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},
-    "nnunet": {"seg_suffix": "", "probs_suffix": "", "uncertainty_subdir": "uncertainty"},
-}
 _CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")
 
 

@@ -4,11 +4,17 @@
 Modules: :mod:`~monai_unc.nnunet.predictor` (``UncertaintyPredictor``), :mod:`~monai_unc.nnunet.export`
 (geometry, maps, case records and scores), :mod:`~monai_unc.nnunet.calibrate` (temperature per fold),
 :mod:`~monai_unc.nnunet.dropout` (plans variant, post-hoc dropout), :mod:`~monai_unc.nnunet.trainers`,
-:mod:`~monai_unc.nnunet.environment` (supported nnU-Net versions, trainer folder), :mod:`~monai_unc.nnunet.cli`.
+:mod:`~monai_unc.nnunet.environment` (supported nnU-Net versions, trainer folder), :mod:`~monai_unc.nnunet.names`
+(sources and map measures), :mod:`~monai_unc.nnunet.cli`. The names below are imported from their module on first
+access, so that importing this package (``monai-unc nnunet-predict --help``) loads neither torch nor nnU-Net's
+predictor; ``from monai_unc.nnunet import UncertaintyPredictor`` works as always.
 
 Needs the optional extra: ``pip install 'monai-unc[nnunet]'`` (nnunetv2, see
 :data:`~monai_unc.nnunet.environment.SUPPORTED_VERSIONS`); another nnunetv2 version fails here, at import.
 """
+
+import importlib
+from typing import Any
 
 try:
     import nnunetv2  # noqa: F401
@@ -21,41 +27,43 @@ from monai_unc.nnunet.environment import SUPPORTED_VERSIONS, check_nnunet_versio
 
 check_nnunet_version()
 
-from monai_unc.nnunet.calibrate import calibrate_model_folder  # noqa: E402
-from monai_unc.nnunet.dropout import (  # noqa: E402
-    DEFAULT_TRAINING_DROPOUT,
-    add_posthoc_dropout,
-    dropout_arch_kwargs,
-    dropout_plans,
-    write_dropout_plans,
-)
-from monai_unc.nnunet.export import (  # noqa: E402
-    DEFAULT_MEASURES,
-    MAP_MEASURES,
-    PATCH_SIZE,
-    CaseUncertainty,
-    case_exported,
-    case_scores,
-    convert_uncertainty_to_original_geometry,
-    export_uncertainty,
-    record_case_scores,
-    region_case_scores,
-    region_definitions,
-    write_float_map,
-    write_region_maps,
-    write_scores_table,
-)
-from monai_unc.nnunet.predictor import SOURCES, UncertaintyPredictor  # noqa: E402
-from monai_unc.nnunet.trainers import (  # noqa: E402
-    SSNDeepSupervisionLoss,
-    attach_ssn_head,
-    nnUNetTrainer_10iters,
-    nnUNetTrainerMCDropout,
-    nnUNetTrainerMCDropout_10iters,
-    nnUNetTrainerSSN,
-    nnUNetTrainerSSN_10iters,
-    write_toy_dataset,
-)
+from monai_unc.keys import DEFAULT_MEASURES  # noqa: E402
+from monai_unc.nnunet.names import MAP_MEASURES, SOURCES  # noqa: E402
+
+#: public name -> the submodule defining it, imported on first access (PEP 562): importing this package (e.g. for
+#: ``monai-unc nnunet-predict --help``) loads neither torch nor nnU-Net's predictor
+_LAZY: dict[str, str] = {
+    "calibrate_model_folder": "calibrate",
+    **dict.fromkeys(("DEFAULT_TRAINING_DROPOUT", "add_posthoc_dropout", "dropout_arch_kwargs", "dropout_plans",
+                     "write_dropout_plans"), "dropout"),
+    **dict.fromkeys(("PATCH_SIZE", "CaseUncertainty", "case_exported", "case_scores",
+                     "convert_uncertainty_to_original_geometry", "export_uncertainty", "record_case_scores",
+                     "recorded_case_settings", "region_case_scores", "region_definitions", "write_float_map",
+                     "write_region_maps", "write_scores_table"), "export"),
+    "UncertaintyPredictor": "predictor",
+    **dict.fromkeys(("SSNDeepSupervisionLoss", "attach_ssn_head", "nnUNetTrainer_10iters", "nnUNetTrainerMCDropout",
+                     "nnUNetTrainerMCDropout_10iters", "nnUNetTrainerSSN", "nnUNetTrainerSSN_10iters",
+                     "write_toy_dataset"), "trainers"),
+}
+#: submodules reachable as attributes (``monai_unc.nnunet.export``) without an import statement, as before
+_SUBMODULES = ("calibrate", "cli", "dropout", "environment", "export", "names", "predictor", "trainers")
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_LAZY` and the submodules, imported on first access."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    sub = _LAZY.get(name)
+    if sub is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{sub}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
 
 __all__ = [
     "DEFAULT_MEASURES",
@@ -83,6 +91,7 @@ __all__ = [
     "attach_ssn_head",
     "nnUNetTrainer_10iters",
     "record_case_scores",
+    "recorded_case_settings",
     "region_case_scores",
     "region_definitions",
     "trainer_dir",

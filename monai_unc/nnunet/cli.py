@@ -10,8 +10,9 @@ in ``nnUNetv2_predict_from_modelfolder``) plus the uncertainty options, and runs
         --sources folds mirroring -device cuda
 
 Wiring (``monai_unc/cli.py``): ``add_parser(subparsers)`` registers the three sub-commands; ``run(args)`` executes
-whichever was chosen and returns the exit status. This module uses absolute imports only (nnU-Net imports the
-modules of the ``nnUNet_extTrainer`` folder as top-level modules).
+whichever was chosen and returns the exit status. Parsing needs neither torch nor nnU-Net's predictor: each
+sub-command imports what it runs on when it runs, so ``--help`` and argument errors answer at once. This module
+uses absolute imports only (nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as top-level modules).
 """
 
 from __future__ import annotations
@@ -20,14 +21,10 @@ import argparse
 import os
 import sys
 
-from monai_unc.io import check_output_folder
 from monai_unc.keys import DEFAULT_MEASURES
-from monai_unc.nnunet.calibrate import calibrate_model_folder
-from monai_unc.nnunet.dropout import write_dropout_plans
-from monai_unc.nnunet.export import MAP_MEASURES
-from monai_unc.nnunet.predictor import SOURCES, UncertaintyPredictor
+from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
-__all__ = ["add_parser", "run", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
+__all__ = ["add_parser", "run", "check_predict_flags", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
 
 PREDICT_COMMAND = "nnunet-predict"
 PLANS_COMMAND = "nnunet-dropout-plans"
@@ -67,7 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="also write <case>.npz (the probabilities whose argmax is the segmentation, in nnU-Net's "
                    "layout) and <case>.pkl")
     p.add_argument("--continue_prediction", action="store_true",
-                   help="skip cases whose segmentation, uncertainty maps and record already exist")
+                   help="skip cases whose segmentation, uncertainty maps and record already exist and whose record "
+                   "names the current settings; a case made with other settings (sources, samples, folds, model, "
+                   "Rate-In values, ...) is predicted again, and the log says which settings differ")
     p.add_argument("-npp", type=int, default=_env_int("nnUNet_npp", 3),
                    help="preprocessing processes (0: in this process)")
     p.add_argument("-nps", type=int, default=_env_int("nnUNet_nps", 3), help="export processes (0: in this process)")
@@ -149,8 +148,54 @@ def _model_folder(args: argparse.Namespace) -> str:
     return get_output_folder(args.d, args.tr, args.p, args.c)
 
 
+def check_predict_flags(args: argparse.Namespace) -> None:
+    """Refuse combinations of ``nnunet-predict`` flags that contradict each other, naming the flags and how to fix
+    it (the predictor's own checks speak in its Python argument names; these run first, before the model loads).
+
+    Args:
+        args: the parsed ``nnunet-predict`` arguments.
+
+    Raises:
+        ValueError: naming the conflicting flags.
+    """
+    sources = list(args.sources)
+    given = " ".join(sources)
+    if "mirroring" in sources and args.disable_tta:
+        rest = " ".join(s for s in sources if s != "mirroring")
+        fix = f"drop mirroring from --sources (--sources {rest})" if rest else "choose other --sources"
+        raise ValueError(f"--disable_tta turns mirroring off, but --sources {given} samples mirrored predictions"
+                         f"{' (the default sources)' if sources == ['folds', 'mirroring'] else ''}: {fix}, or "
+                         "drop --disable_tta")
+    if "dropout" in sources and "rate_in" in sources:
+        raise ValueError(f"--sources {given} names two dropout schemes: keep either dropout or rate_in")
+    if "ssn" in sources and "rate_in" in sources:
+        raise ValueError(f"--sources {given}: ssn cannot be combined with rate_in (combine ssn with dropout)")
+    rate_in_flags = [f for f, v in (("--rate_in_target", args.rate_in_target), ("--rate_in_loss", args.rate_in_loss))
+                     if v is not None]
+    if rate_in_flags and "rate_in" not in sources:
+        raise ValueError(f"{' and '.join(rate_in_flags)} need rate_in in --sources (e.g. --sources folds rate_in), "
+                         f"got --sources {given}")
+    if args.dropout_p is not None and "dropout" not in sources:
+        raise ValueError(f"--dropout_p needs dropout in --sources (e.g. --sources folds dropout), got --sources "
+                         f"{given}")
+    if "rate_in" in sources and "folds" not in sources and len(args.f) > 1:
+        raise ValueError(f"--sources {given} with several folds (-f {' '.join(args.f)}): Rate-In tunes one network, "
+                         "so add folds to --sources or predict from one fold")
+    if "window_disagreement" in args.measures and args.window_disagreement != "separate":
+        raise ValueError("--measures window_disagreement needs --window_disagreement separate (with "
+                         "mutual_information it is counted in the mutual information map)")
+    if args.num_samples < 1:
+        raise ValueError(f"--num_samples must be >= 1, got {args.num_samples}")
+    if args.dropout_p is not None and not 0.0 < args.dropout_p < 1.0:
+        raise ValueError(f"--dropout_p must be in (0, 1), got {args.dropout_p}")
+
+
 def _predict(args: argparse.Namespace) -> int:
+    check_predict_flags(args)
     import torch
+
+    from monai_unc.io import check_output_folder
+    from monai_unc.nnunet.predictor import UncertaintyPredictor
 
     if not 0 <= args.part_id < args.num_parts:
         raise ValueError(f"-part_id must be in [0, -num_parts), got {args.part_id} with -num_parts {args.num_parts}")
@@ -210,6 +255,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _plans(args: argparse.Namespace) -> int:
+    from monai_unc.nnunet.dropout import write_dropout_plans
 
     path = write_dropout_plans(args.d, p=args.rate, source_plans=args.p, target_plans=args.target,
                                configurations=args.c, overwrite=args.overwrite)
@@ -221,6 +267,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     import json
 
     import torch
+
+    from monai_unc.nnunet.calibrate import calibrate_model_folder
 
     model = _model_folder(args)
     if not os.path.isdir(model):

@@ -45,8 +45,17 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 
 from monai_unc._deprecation import REMOVAL
 from monai_unc.inferers.sampling import window_disagreement_from_stitched
-from monai_unc.io import atomic_path, atomic_save_npz, atomic_write_json, save_nifti_image, write_csv
-from monai_unc.keys import DEFAULT_MEASURES, MEASURES, MIMeaning, UncertaintyKeys
+from monai_unc.io import (
+    atomic_gzip,
+    atomic_path,
+    atomic_save_npz,
+    atomic_write_json,
+    json_safe,
+    save_nifti_image,
+    write_csv,
+)
+from monai_unc.keys import DEFAULT_MEASURES, MIMeaning, UncertaintyKeys
+from monai_unc.nnunet.names import MAP_MEASURES
 from monai_unc.scores import PATCH_SIZE
 from monai_unc.scores import case_scores as map_case_scores
 from monai_unc.stats import derive_measures
@@ -69,15 +78,15 @@ __all__ = [
     "region_case_scores",
     "export_uncertainty",
     "case_exported",
+    "recorded_case_settings",
     "write_scores_table",
 ]
 
 K = UncertaintyKeys
 
-#: voxel maps the predictor can write (the package's list of measures; ``window_disagreement`` with
-#: ``window_disagreement="separate"``, the predictor's default)
-MAP_MEASURES: tuple[str, ...] = (*MEASURES, *(() if K.WINDOW_DISAGREEMENT.value in MEASURES
-                                             else (K.WINDOW_DISAGREEMENT.value,)))
+#: zlib level of the float ``.nii.gz`` maps (:func:`write_float_map`; nibabel, which writes the 4D region maps,
+#: uses 1 too)
+MAP_COMPRESSLEVEL = 1
 #: key of the mean squared probabilities in the moments (stitched only when ``variance`` is requested)
 MEAN_SQ = "mean_sq"
 #: key of the stitched per-window predictive entropies ``blend_w H(m_w)`` in the moments (with
@@ -321,6 +330,15 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     arr = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
     if type(reader_writer).__name__ == "NaturalImage2DIO":
         return atomic_save_npz(out.with_name(out.name.split(".")[0] + ".npz"), {"map": arr}, compressed=True)
+    if _ending(out.name) == ".nii.gz":
+        # the reader/writer writes the uncompressed .nii (the same header and voxels it would compress), gzipped at
+        # MAP_COMPRESSLEVEL: a float map shrinks by under 20 % at any level, and SimpleITK's default level made the
+        # write ~15 % slower (docs/nnunet.md, "What each map costs")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".map_") as tmpdir:
+            nii = Path(tmpdir) / f"{out.name[: -len('.gz')]}"
+            reader_writer.write_seg(arr.view(_FloatMap), str(nii), properties)
+            return atomic_gzip(nii, out, compresslevel=MAP_COMPRESSLEVEL)
     with atomic_path(out, _ending(out.name)) as tmp:
         reader_writer.write_seg(arr.view(_FloatMap), str(tmp), properties)
     return out
@@ -333,7 +351,8 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     NIfTI (``.nii.gz`` / ``.nii``): one 4D file ``(X, Y, Z, R)``, the regions along the fourth axis in the model's
     channel order. Each region is first written by the dataset's ``reader_writer`` (its geometry code, any
     reorientation included) to a temporary 3D file and read back with nibabel, so the 4D file has exactly the
-    voxel order, affine and header of the 3D maps. Other formats hold no 4D image: one file per region,
+    voxel order, affine and header of the 3D maps (with spacing 1 along the region axis: ``pixdim[4] = 1``). Other
+    formats hold no 4D image: one file per region,
     ``<case>_<measure>_<region><ending>``. Returns the paths written.
     """
     arr = np.asarray(data, dtype=np.float32)
@@ -359,6 +378,9 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
         img4 = nib.Nifti1Image(np.stack(volumes, axis=-1), ref.affine, header)
         img4.header.set_sform(ref.header.get_sform(), int(ref.header["sform_code"]))
         img4.header.set_qform(ref.header.get_qform(), int(ref.header["qform_code"]))
+        # the region axis is no physical axis: spacing 1 (pixdim[4]), as nnU-Net's SimpleITK reader assumes; the 3D
+        # header would leave the 0 that SimpleITK writes there
+        img4.header.set_zooms((*ref.header.get_zooms()[:3], 1.0))
         save_nifti_image(img4, out)
     return [out]
 
@@ -456,6 +478,7 @@ def export_uncertainty(
     mi_meaning: str = MIMeaning.EPISTEMIC.value,
     num_threads_torch: int = default_num_processes,
     patch_size: int = PATCH_SIZE,
+    settings: dict | None = None,
 ) -> dict:
     """Write one case like ``export_prediction_from_logits`` plus the uncertainty maps and the case record.
 
@@ -464,8 +487,9 @@ def export_uncertainty(
     :func:`convert_uncertainty_to_original_geometry`) and ``<case>.pkl`` (properties) as nnU-Net writes them;
     ``uncertainty/<case>_<measure><ending>`` float32 maps (region-based models: 4D ``(X, Y, Z, R)``, see
     :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`record_case_scores`);
-    ``uncertainty/<case>.json`` the record. The
-    segmentation is written last. Returns the record.
+    ``uncertainty/<case>.json`` the record (with ``settings``, the predictor's
+    :meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`, under ``settings``). The segmentation
+    is written last. Returns the record.
     """
     label_manager = plans_manager.get_label_manager(dataset_json)
     out = convert_uncertainty_to_original_geometry(
@@ -502,6 +526,7 @@ def export_uncertainty(
         "maps": files,
         **({"regions": regions} if regions else {}),
         **result.extras,
+        **({"settings": json_safe(settings)} if settings is not None else {}),
     }
     atomic_write_json(_record_path(base), record)
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist
@@ -510,15 +535,39 @@ def export_uncertainty(
     return record
 
 
+def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | None:
+    """The ``settings`` of a case record ``uncertainty/<case>.json`` (what ``--continue_prediction`` compares with
+    the current ones); None when the record is missing, unreadable or holds none (an earlier version).
+
+    Args:
+        output_file_truncated: the case's output path without ending (``<folder>/<case>``).
+
+    Returns:
+        The recorded settings, or None.
+    """
+    try:
+        record = json.loads(_record_path(output_file_truncated).read_text())
+    except (OSError, ValueError):
+        return None
+    settings = record.get("settings") if isinstance(record, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
 def case_exported(
     output_file_truncated: str | os.PathLike,
     file_ending: str,
     measures: Sequence[str] = DEFAULT_MEASURES,
     save_probabilities: bool = False,
+    settings: dict | None = None,
 ) -> bool:
     """Whether a case has been written completely by :func:`export_uncertainty`: its segmentation
     ``<case><ending>``, its record ``uncertainty/<case>.json`` naming a map for each of ``measures``, those map
-    files, and with ``save_probabilities`` ``<case>.npz``. A stock nnU-Net segmentation alone is not enough."""
+    files, with ``save_probabilities`` ``<case>.npz``, and with ``settings`` a record whose ``settings`` equal them
+    (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`). A stock nnU-Net segmentation alone is
+    not enough."""
+    if settings is not None and recorded_case_settings(output_file_truncated) != json.loads(
+            json.dumps(json_safe(settings))):
+        return False
     base = Path(output_file_truncated)
     if not base.with_name(f"{base.name}{file_ending}").is_file():
         return False

@@ -107,10 +107,11 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
+from monai_unc.distributed import settings_changes
 from monai_unc.inferers.dropout import enable_mc_dropout, find_dropout_layers
 from monai_unc.inferers.rate_in import RateInSource
 from monai_unc.inferers.sampling import WINDOW_DISAGREEMENT_MODES
-from monai_unc.io import atomic_write_json, weight_digests
+from monai_unc.io import atomic_write_json, json_safe, weight_digests
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.ssn import find_ssn_heads, ssn_sampling
@@ -119,7 +120,6 @@ from monai_unc.nnunet.dropout import add_posthoc_dropout
 from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
 from monai_unc.nnunet.export import (
     DEFAULT_MEASURES,
-    MAP_MEASURES,
     MEAN_SQ,
     WINDOW_ENTROPY,
     CaseUncertainty,
@@ -127,10 +127,12 @@ from monai_unc.nnunet.export import (
     case_scores,
     convert_uncertainty_to_original_geometry,
     export_uncertainty,
+    recorded_case_settings,
     region_definitions,
     write_float_map,
     write_scores_table,
 )
+from monai_unc.nnunet.names import MAP_MEASURES, SOURCES, STOCHASTIC_SOURCES
 from monai_unc.stats import SampleStats
 
 __all__ = [
@@ -151,9 +153,8 @@ __all__ = [
 
 K = UncertaintyKeys
 
-#: uncertainty sources the predictor can sample from
-SOURCES = ("folds", "mirroring", "dropout", "rate_in", "ssn")
-_STOCHASTIC = ("dropout", "rate_in", "ssn")
+#: entries of ``uncertainty_config.json`` that are not compared per case (see ``UncertaintyPredictor.case_settings``)
+_NOT_CASE_SETTINGS = ("measures", "model_folder")
 
 
 def _sequential_iterator(
@@ -355,7 +356,7 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     @property
     def _stochastic(self) -> bool:
-        return any(s in self.uncertainty_sources for s in _STOCHASTIC)
+        return any(s in self.uncertainty_sources for s in STOCHASTIC_SOURCES)
 
     def _net(self) -> nn.Module:
         return getattr(self.network, "_orig_mod", self.network)
@@ -722,17 +723,25 @@ class UncertaintyPredictor(nnUNetPredictor):
             "measures": self.measures,
             "segmentation_from": self.segmentation_from,
             "mi_meaning": self.mi_meaning.value,
+            "settings": self.case_settings(),
         }
 
-    def _write_config(self, folder: str) -> None:
+    def rate_in_settings(self) -> dict[str, Any]:
+        """Every Rate-In value this predictor applies (:meth:`~monai_unc.inferers.rate_in.RateInSource.
+        applied_settings` on the network: target, loss, controller, initial rates, placement and layers, defaults
+        included); ``{}`` without the ``"rate_in"`` source."""
+        return {} if self._rate_in is None else json_safe(self._rate_in.applied_settings(self._net()))
+
+    def run_config(self) -> dict[str, Any]:
+        """The content of ``uncertainty_config.json``: how the folder's files were made (sources, samples, Rate-In
+        values, measures, model identity, regions, ...)."""
         cfg = {
             "uncertainty_sources": list(self.uncertainty_sources),
             # dropout passes per window: only meaningful when dropout or Rate-In is a source
             "num_samples": self.num_samples if self._stochastic else None,
             "samples_per_voxel": self.samples_per_voxel(),
             "dropout_p": self.dropout_p,
-            "rate_in": {k: (v if isinstance(v, (int, float, str, bool)) else repr(v))
-                        for k, v in self.rate_in_options.items()},
+            "rate_in": self.rate_in_settings(),
             "posthoc_dropout_after": self._posthoc_sites,
             "measures": list(self.measures),
             "segmentation_from": self.segmentation_from,
@@ -749,7 +758,16 @@ class UncertaintyPredictor(nnUNetPredictor):
             # region-based model: the maps' fourth axis and the scores' suffixes follow this channel order
             cfg["regions"] = region_definitions(self.dataset_json)
             cfg["regions_class_order"] = [int(c) for c in self.label_manager.regions_class_order]
-        atomic_write_json(os.path.join(folder, "uncertainty_config.json"), cfg)
+        return json.loads(json.dumps(json_safe(cfg)))  # as it reads back from the file (compared on resume)
+
+    def case_settings(self) -> dict[str, Any]:
+        """The settings recorded in every case record (``settings``) and compared by ``--continue_prediction``:
+        :meth:`run_config` without the list of measures (each requested map is checked as a file) and without the
+        model folder's path (its files are identified by their digests, ``weights``)."""
+        return {k: v for k, v in self.run_config().items() if k not in _NOT_CASE_SETTINGS}
+
+    def _write_config(self, folder: str) -> None:
+        atomic_write_json(os.path.join(folder, "uncertainty_config.json"), self.run_config())
 
     def _manage_input_and_output_lists(
         self,
@@ -763,17 +781,31 @@ class UncertaintyPredictor(nnUNetPredictor):
     ) -> tuple[list, list | None, list]:
         """Stock's lists; with ``overwrite=False`` (``--continue_prediction``) a case counts as done only when
         :func:`~monai_unc.nnunet.export.case_exported` (segmentation, record and maps; stock looks at the
-        segmentation alone, so a folder of stock segmentations would get no maps)."""
+        segmentation alone, so a folder of stock segmentations would get no maps) and its record's ``settings``
+        are :meth:`case_settings` (a case made with other sources, samples, Rate-In values, model, ... is
+        predicted again, and the log line names the difference: a folder never mixes settings)."""
         lists, outputs, prevs = super()._manage_input_and_output_lists(
             list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
             folder_with_segs_from_prev_stage, True, part_id, num_parts, save_probabilities)
         if overwrite or outputs is None:
             return lists, outputs, prevs
         ending = self.dataset_json["file_ending"]
-        todo = [i for i, o in enumerate(outputs)
-                if not case_exported(o, ending, self.measures, save_probabilities)]
+        settings = self.case_settings()
+        todo, changed = [], {}
+        for i, o in enumerate(outputs):
+            if case_exported(o, ending, self.measures, save_probabilities):
+                recorded = recorded_case_settings(o)
+                if recorded == settings:
+                    continue
+                changed[os.path.basename(o)] = settings_changes(recorded, settings)
+            todo.append(i)
         print(f"overwrite was set to False: predicting the {len(todo)} of {len(outputs)} cases without complete "
-              "uncertainty outputs (segmentation, maps and record)")
+              "uncertainty outputs (segmentation, maps and record) made with the current settings")
+        if changed:
+            first, diff = next(iter(changed.items()))
+            print(f"{len(changed)} of them ({', '.join(list(changed)[:5])}{', ...' if len(changed) > 5 else ''}) "
+                  f"were predicted with other settings (e.g. {first}: {'; '.join(diff[:4])}"
+                  f"{'; ...' if len(diff) > 4 else ''}): predicting them again with the current settings")
         return [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
 
     def predict_from_data_iterator(
@@ -789,6 +821,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         returned; cases without get the dict of :func:`convert_uncertainty_to_original_geometry`.
         """
         folders: set[str] = set()
+        export_kwargs = self._export_kwargs()  # the same for every case (case_settings attaches Rate-In once)
         pool = None
         if num_processes_segmentation_export > 0:
             pool = multiprocessing.get_context("spawn").Pool(num_processes_segmentation_export)
@@ -815,7 +848,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                     while check_workers_alive_and_busy(pool, workers, pending, allowed_num_queued=2):
                         sleep(0.1)
                 result = self.predict_uncertainty_from_preprocessed_data(data).to_numpy()
-                kwargs = self._export_kwargs()
+                kwargs = dict(export_kwargs)
                 if ofile is not None:
                     fn, args = export_uncertainty, (result, properties, self.configuration_manager,
                                                     self.plans_manager, self.dataset_json, ofile, save_probabilities)
@@ -823,6 +856,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                     fn, args = convert_uncertainty_to_original_geometry, (
                         result, self.plans_manager, self.configuration_manager, self.label_manager, properties)
                     kwargs.pop("mi_meaning")
+                    kwargs.pop("settings")
                 if pool is None:
                     pending.append(fn(*args, **kwargs))
                 else:

@@ -6,7 +6,10 @@ sample sources such as ``"mcdropout+tta"``).
 
 Per case, :func:`predict_case` writes (atomically: temporary name, then rename) ``<case>_seg.nii.gz`` (argmax of
 the mean probabilities), ``<case>_probs.nii.gz`` (4D ``(X, Y, Z, C)``), ``<case>_<measure>.nii.gz`` for each
-uncertainty map, and last ``<case>.json`` (the record that marks the case finished).
+uncertainty map, and last ``<case>.json`` (the record that marks the case finished; its ``fingerprint`` holds the
+settings the case was made with, :func:`case_fingerprint`). A resume reuses a case only when its record names the
+current settings: a case made with others (an interrupted ``--overwrite`` run, a record of an earlier version) is
+predicted again, with a warning that names the difference.
 
 Region-based (multi-label sigmoid) networks, ``activation="sigmoid"`` with ``R >= 2`` output channels (e.g. the
 BraTS regions TC, WT, ET): every file is 4D with one volume per region, ``(X, Y, Z, R)``: ``<case>_seg`` uint8
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -37,7 +41,15 @@ import numpy as np
 import torch
 from monai.transforms import Invertd
 
-from ..distributed import CaseCache, CohortRun, error_line, get_dist_context, process_cases, run_cases
+from ..distributed import (
+    CaseCache,
+    CohortRun,
+    error_line,
+    get_dist_context,
+    process_cases,
+    run_cases,
+    settings_changes,
+)
 from ..io import (
     INFER_RECORD,
     CaseError,
@@ -61,6 +73,7 @@ __all__ = [
     "normalize_intensity",
     "case_outputs",
     "is_finished",
+    "case_fingerprint",
     "load_image_case",
     "check_case_dims",
     "is_multilabel",
@@ -144,9 +157,30 @@ def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True
     return names
 
 
-def is_finished(case_id: str, output: Path) -> bool:
-    """A case is finished when its record exists and every file the record lists exists."""
-    return _record_cache(Path(output)).load(case_id) is not None
+def is_finished(case_id: str, output: Path, settings: InferSettings | None = None) -> bool:
+    """A case is finished when its record exists, every file the record lists exists and, with ``settings``, the
+    record names these settings (:func:`case_fingerprint`)."""
+    cache = _record_cache(Path(output), settings=settings)
+    return cache.load(case_id, cache.fingerprint_of(case_id)) is not None
+
+
+def case_fingerprint(settings: InferSettings) -> dict[str, Any]:
+    """What a case's record holds as ``fingerprint`` and a resume compares: the run's settings as ``infer.json``
+    stores them (strict JSON).
+
+    Args:
+        settings: the run's settings.
+
+    Returns:
+        The settings as JSON data.
+    """
+    return json_safe(settings.to_json())
+
+
+def _warn_stale(case_id: str, saved: Any, current: Any) -> None:
+    changes = settings_changes(saved, current)
+    warnings.warn(f"case {case_id!r} was predicted with other settings ({'; '.join(changes[:4])}"
+                  f"{'; ...' if len(changes) > 4 else ''}): predicting it again", UserWarning, stacklevel=2)
 
 
 def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None) -> dict[str, Any]:
@@ -157,10 +191,14 @@ def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None
     return {"case": case.case_id if case is not None else record.get("case"), "status": "skipped", "record": record}
 
 
-def _record_cache(output: Path, overwrite: bool = False) -> CaseCache:
+def _record_cache(output: Path, overwrite: bool = False, settings: InferSettings | None = None) -> CaseCache:
     """Resume of ``infer``: a case is finished when ``<case>.json`` (its record, written last by
-    :func:`predict_case`) and every file it lists exist; ``overwrite`` predicts every case again."""
-    return CaseCache(output, restore=_restore_record, store=False, reuse=not overwrite)
+    :func:`predict_case`) and every file it lists exist and, with ``settings``, the record's ``fingerprint`` is
+    :func:`case_fingerprint` of them (else it is predicted again, with a warning); ``overwrite`` predicts every
+    case again."""
+    current = None if settings is None else case_fingerprint(settings)  # the same settings for every case
+    return CaseCache(output, None if current is None else (lambda item: current), restore=_restore_record,
+                     store=False, reuse=not overwrite, on_stale=_warn_stale)
 
 
 def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
@@ -298,6 +336,7 @@ def predict_case(
         "seconds": round(time.time() - t0, 3),
         "shape": list(spatial),
         "multilabel": multilabel,
+        "fingerprint": case_fingerprint(settings),  # the settings a resume compares (_record_cache)
     }
     if multilabel:
         record["regions"] = regions
@@ -382,8 +421,9 @@ def predict_cases(
     output.mkdir(parents=True, exist_ok=True)
     failed: list[tuple[str, BaseException]] = []
     done = dict(process_cases(cases, _predictor(model, inferer, settings, output, device),
-                              cache=_record_cache(output, overwrite), failures=None if on_error == "raise" else failed,
-                              on_failure=on_failure, progress=progress, desc=desc))
+                              cache=_record_cache(output, overwrite, settings),
+                              failures=None if on_error == "raise" else failed, on_failure=on_failure,
+                              progress=progress, desc=desc))
     errors = dict(failed)
     return [done[c.case_id] if c.case_id in done
             else {"case": c.case_id, "status": "failed", "error": error_line(errors[c.case_id])} for c in cases]
@@ -478,7 +518,7 @@ def _run_infer(
         return every
 
     run = run_cases(list(cases), _predictor(model, inferer, settings, output, device), command="monai-unc infer",
-                    ctx=ctx, cache=_record_cache(output, overwrite),
+                    ctx=ctx, cache=_record_cache(output, overwrite, settings),
                     setup=lambda: check_run_settings(output, settings, overwrite=overwrite), summarize=statuses,
                     on_failed=statuses, failures_file=output / FAILURES_FILE,
                     pack=lambda r: {"case": r["case"], "status": r["status"]}, progress=progress, desc="infer",

@@ -193,6 +193,53 @@ def test_infer_resumes_after_an_interruption(setup, tmp_path, monkeypatch, capsy
     assert cli.main(_infer_args(s, out, "--samples", "3", "--overwrite")) == 0 and len(done) == 3
 
 
+def test_infer_resume_redoes_cases_made_with_other_settings(setup, tmp_path, monkeypatch, capsys):
+    """A resume never mixes settings: after an interrupted ``--overwrite`` run with new settings (infer.json already
+    names them), the cases still holding records of the old settings are predicted again, with a warning naming
+    the difference, instead of being kept as finished."""
+    import monai_unc.workflows.infer as predict
+
+    s = setup
+    out = tmp_path / "pred"
+    assert cli.main(_infer_args(s, out)) == 0  # --samples 2
+    real = predict.predict_case
+    done = []
+
+    def interrupted(case, *a, **kw):
+        done.append(case.case_id)
+        if len(done) == 2:
+            raise KeyboardInterrupt
+        return real(case, *a, **kw)
+
+    monkeypatch.setattr(predict, "predict_case", interrupted)
+    assert cli.main(_infer_args(s, out, "--samples", "3", "--overwrite")) == 130
+    assert json.loads((out / "infer.json").read_text())["settings"]["samples"] == 3
+    assert json.loads((out / "toy001.json").read_text())["fingerprint"]["samples"] == 2  # an old case remains
+    capsys.readouterr()
+
+    def counting(case, *a, **kw):
+        done.append(case.case_id)
+        return real(case, *a, **kw)
+
+    done.clear()
+    monkeypatch.setattr(predict, "predict_case", counting)
+    assert cli.main(_infer_args(s, out, "--samples", "3")) == 0
+    assert done == ["toy001", "toy002"]  # toy000 was made with --samples 3: kept
+    err = capsys.readouterr().err
+    assert "monai-unc infer: warning: case 'toy001' was predicted with other settings (samples 2 -> 3)" in err
+    for case in ("toy000", "toy001", "toy002"):
+        record = json.loads((out / f"{case}.json").read_text())
+        assert record["fingerprint"] == json.loads((out / "infer.json").read_text())["settings"]
+    assert predict.is_finished("toy001", out)
+    # a record that names no settings (an earlier version) is not taken as finished either
+    record = json.loads((out / "toy002.json").read_text())
+    del record["fingerprint"]
+    (out / "toy002.json").write_text(json.dumps(record))
+    done.clear()
+    assert cli.main(_infer_args(s, out, "--samples", "3")) == 0 and done == ["toy002"]
+    assert "no settings recorded" in capsys.readouterr().err
+
+
 def test_checkpoints_load_weights_only_unless_unsafe(setup, tmp_path, capsys):
     s = setup
     risky = tmp_path / "pickled.pt"

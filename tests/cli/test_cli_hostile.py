@@ -505,7 +505,7 @@ def test_nnunet_commands_hostile_inputs(tmp_path, capsys, monkeypatch):
         ("nnunet-predict", ["-i", str(images), "-o", str(out), "-m", str(tmp_path), "-d", "1", "-c", "3d_fullres"],
          "not both"),
         ("nnunet-predict", ["-i", str(images), "-o", str(out), "-m", str(tmp_path), "--dropout_p", "0.2"],
-         "dropout_p is only used with the 'dropout' uncertainty source"),
+         "--dropout_p needs dropout in --sources"),  # in flag terms, not the predictor's argument names
         ("nnunet-calibrate", ["-m", str(tmp_path / "nope"), "-o", str(out)], "trained model folder not found"),
         ("nnunet-dropout-plans", ["-d", "999", "--rate", "0.2"], "nnUNet_preprocessed is not set"),
     ]

@@ -25,6 +25,7 @@ from monai_unc.distributed import (
     get_dist_context,
     process_cases,
     run_cases,
+    settings_changes,
     shard,
 )
 from monai_unc.io import atomic_save_npz
@@ -281,3 +282,26 @@ def test_two_gloo_ranks_run_the_engine(tmp_path):
     # an error of the summary step on rank 0 raises there and on the other rank
     assert r0["summary_error"] == "ZeroDivisionError" and r1["summary_error"] == "RankFailed"
     assert "ranks disagree on the case list" in r0["disagree"] and "ranks disagree" in r1["disagree"]
+
+
+def test_stale_state_is_reported_and_recomputed(tmp_path):
+    """A saved state whose fingerprint differs is computed again, and ``on_stale`` says so with both fingerprints."""
+    stale = []
+    cache = CaseCache(tmp_path, lambda item: {"samples": 16, "sources": ["folds", "mirroring"]},
+                      on_stale=lambda *a: stale.append(a))
+    cache.save("a", 1, {"samples": 8, "sources": ["mirroring"]})
+    cache.save("b", 2, cache.fingerprint_of("b"))
+    got = process_cases(["a", "b"], lambda item: 10, key=str, cache=cache)
+    assert got == [("a", 10), ("b", 2)]
+    assert stale == [("a", {"samples": 8, "sources": ["mirroring"]},
+                      {"samples": 16, "sources": ["folds", "mirroring"]})]
+    assert cache.load("a", cache.fingerprint_of("a")) == 10  # saved with the current settings now
+
+
+def test_settings_changes_name_each_difference():
+    current = {"sources": ["folds", "mirroring"], "samples": 16, "weights": ["x" * 100], "seed": None}
+    recorded = {"sources": ["mirroring"], "samples": 8, "weights": ["y" * 100], "seed": None, "old": 1}
+    assert settings_changes(recorded, current) == [
+        'sources ["mirroring"] -> ["folds", "mirroring"]', "samples 8 -> 16", "weights changed", "old 1 -> (none)"]
+    assert settings_changes(current, current) == []
+    assert settings_changes(None, current) == ["no settings recorded (written by an earlier version)"]

@@ -573,3 +573,27 @@ def test_rate_in_hook_repr_and_type():
     assert isinstance(hook, DropoutHook) and "RateInHook" in repr(hook)
     with pytest.raises(TypeError, match="RateInDropout"):
         RateInHook(nn.Dropout(0.1))
+
+
+def test_applied_settings_record_every_value_without_running_the_network():
+    """``RateInSource.applied_settings``: the defaults and given options of every layer, the resolved placement, and
+    per layer what differs (the initial rates of converted dropout layers of different rates)."""
+    net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3), torch.nn.Dropout3d(0.2), torch.nn.Conv3d(4, 4, 1),
+                              torch.nn.Dropout3d(0.4), torch.nn.Conv3d(4, 2, 1))
+    before = [type(m).__name__ for m in net]
+    src = RateInSource(3, loss="mse")
+    rec = src.applied_settings(net)
+    assert [type(m).__name__ for m in net] == before  # the layers were attached for the call only
+    assert rec["num_samples"] == 3 and rec["placement"] == "convert" and "after" not in rec
+    assert rec["target_loss"] == 0.1 and rec["loss"] == "mse" and rec["channelwise"] is True
+    assert rec["layers"] == ["1", "3"] and rec["per_layer"] == {"1": {"p": pytest.approx(0.2)},
+                                                                "3": {"p": pytest.approx(0.4)}}
+    assert {"lr", "lr_decay", "tol", "max_iter", "p_min", "p_max", "draws"} <= set(rec)
+    plain = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3), torch.nn.ReLU(), torch.nn.Conv3d(4, 2, 1))
+    ins = RateInSource(2, placement="insert", after=["1"], target_loss=0.3).applied_settings(plain)
+    assert ins["placement"] == "insert" and ins["after"] == ["1"] and ins["target_loss"] == 0.3
+    assert ins["p"] == pytest.approx(0.3) and ins["layers"] == ["1"] and "per_layer" not in ins
+    assert not find_rate_in_layers(plain)
+    built_in = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3), RateInDropout(target_loss=0.2), torch.nn.Conv3d(4, 2, 1))
+    assert RateInSource(2).applied_settings(built_in)["placement"] == "existing"
+    assert RateInDropout(loss=lambda a, b: a.mean()).settings()["loss"] == "<lambda>"

@@ -475,6 +475,18 @@ def test_float_maps_keep_the_input_geometry(io_name, tmp_path):
     np.testing.assert_allclose(back.affine, affine, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(back.dataobj), vol)  # float values and axis order preserved
     assert not list((tmp_path / "out").glob(".*partial*"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["map.nii.gz"]  # no temporary left
+    # the same file as the reader/writer's own .nii.gz once decompressed (header and voxels), gzipped at level 1
+    import gzip
+
+    from monai_unc.nnunet.export import MAP_COMPRESSLEVEL, _FloatMap
+
+    direct = tmp_path / "direct.nii.gz"
+    rw.write_seg(np.ascontiguousarray(data[0], dtype=np.float32).view(_FloatMap), str(direct), props)
+    assert gzip.decompress(path.read_bytes()) == gzip.decompress(direct.read_bytes())
+    assert MAP_COMPRESSLEVEL == 1 and path.read_bytes()[8] == 4  # gzip XFL byte: 4 = fastest compression
+    again = mun.write_float_map(rw, data[0], tmp_path / "again" / "map.nii.gz", props)
+    assert again.read_bytes() == path.read_bytes()  # no name or time in the gzip header: reproducible bytes
 
 
 def brute_force_patch_mean(u, k):
@@ -666,6 +678,58 @@ def test_continue_prediction_redoes_cases_without_uncertainty_outputs(predicted_
     assert not mun.case_exported(cont / cases[0], ".nii.gz", mun.DEFAULT_MEASURES)
 
 
+@pytest.mark.slow
+def test_continue_prediction_redoes_cases_made_with_other_settings(predicted_folders, tmp_path, capsys):
+    """--continue_prediction never mixes settings: cases predicted with mirroring only (8 samples) are predicted
+    again when the run asks for folds and mirroring (16 samples), and the log line names the difference; then the
+    folder's config and every case record describe the same settings."""
+    import shutil
+
+    cases, inp = predicted_folders["cases"], predicted_folders["input"]
+    cont = tmp_path / "continue"
+    shutil.copytree(predicted_folders["ours"], cont)  # made with uncertainty_sources=("mirroring",)
+    old = json.loads((cont / "uncertainty" / f"{cases[0]}.json").read_text())
+    assert old["settings"]["uncertainty_sources"] == ["mirroring"] and old["settings"]["samples_per_voxel"] == 8
+    ours = make_predictor(uncertainty_sources=("folds", "mirroring"))
+    calls = []
+    predict = ours.predict_uncertainty_from_preprocessed_data
+
+    def counting(data):
+        calls.append(tuple(data.shape))
+        return predict(data)
+
+    ours.predict_uncertainty_from_preprocessed_data = counting
+
+    def run():
+        ours.predict_from_files(str(inp), str(cont), overwrite=False, num_processes_preprocessing=0,
+                                num_processes_segmentation_export=0)
+
+    capsys.readouterr()
+    run()
+    assert len(calls) == len(cases)  # every case again: none was made with these settings
+    out = capsys.readouterr().out
+    assert f"{len(cases)} of them" in out and "were predicted with other settings" in out
+    assert 'uncertainty_sources ["mirroring"] -> ["folds", "mirroring"]' in out and "samples_per_voxel 8 -> 16" in out
+    cfg = json.loads((cont / "uncertainty_config.json").read_text())
+    assert cfg["uncertainty_sources"] == ["folds", "mirroring"] and cfg["samples_per_voxel"] == 16
+    for case in cases:
+        rec = json.loads((cont / "uncertainty" / f"{case}.json").read_text())
+        assert rec["settings"] == ours.case_settings() and rec["num_samples"] == 16
+        assert {k: v for k, v in cfg.items() if k not in ("measures", "model_folder")} == rec["settings"]
+        assert mun.case_exported(cont / case, ".nii.gz", mun.DEFAULT_MEASURES, settings=ours.case_settings())
+        assert not mun.case_exported(cont / case, ".nii.gz", mun.DEFAULT_MEASURES, settings=old["settings"])
+    run()
+    assert len(calls) == len(cases)  # the same settings: nothing to redo
+    # a record without settings (an earlier version) is not taken as made with the current ones
+    rec = json.loads((cont / "uncertainty" / f"{cases[1]}.json").read_text())
+    del rec["settings"]
+    (cont / "uncertainty" / f"{cases[1]}.json").write_text(json.dumps(rec))
+    assert mun.recorded_case_settings(cont / cases[1]) is None
+    capsys.readouterr()
+    run()
+    assert len(calls) == len(cases) + 1 and "no settings recorded" in capsys.readouterr().out
+
+
 def test_config_records_dropout_passes_only_with_dropout(tmp_path):
     pred = make_predictor(uncertainty_sources=("folds", "mirroring"))
     pred._write_config(str(tmp_path))
@@ -676,6 +740,30 @@ def test_config_records_dropout_passes_only_with_dropout(tmp_path):
     drop._write_config(str(tmp_path))
     cfg = json.loads((tmp_path / "uncertainty_config.json").read_text())
     assert cfg["num_samples"] == 3 and cfg["samples_per_voxel"] == 3 and cfg["dropout_p"] == 0.2
+    assert cfg["rate_in"] == {}  # no Rate-In
+
+
+def test_config_records_every_rate_in_value_applied(tmp_path):
+    """With the default Rate-In settings the config records the target, the loss and every value applied (it used to
+    record ``{}``); given options replace the defaults."""
+    from monai_unc.inferers.rate_in import DEFAULT_DRAWS, DEFAULT_MAX_ITER, DEFAULT_TARGET, DEFAULT_TOL
+
+    arch = mun.dropout_arch_kwargs(make_plans()["configurations"]["cfg"]["architecture"]["arch_kwargs"], 0.3)
+    pred = make_predictor(arch_kwargs=arch, n_folds=1, uncertainty_sources=("rate_in",), num_samples=2,
+                          use_mirroring=False)
+    pred._write_config(str(tmp_path))
+    rate_in = json.loads((tmp_path / "uncertainty_config.json").read_text())["rate_in"]
+    assert rate_in["target_loss"] == DEFAULT_TARGET and rate_in["loss"] == "mi"
+    assert (rate_in["tol"], rate_in["max_iter"], rate_in["draws"]) == (DEFAULT_TOL, DEFAULT_MAX_ITER, DEFAULT_DRAWS)
+    assert rate_in["num_samples"] == 2 and rate_in["placement"] == "convert"  # the network's dropout converted
+    assert rate_in["p"] == pytest.approx(0.3) and rate_in["channelwise"] is True  # from the Dropout3d layers
+    assert len(rate_in["layers"]) == 3 and "per_layer" not in rate_in
+    assert {"lr", "lr_decay", "p_min", "p_max"} <= set(rate_in)
+    assert not find_rate_in_layers(pred.network)  # recording attaches nothing for good
+    given = make_predictor(arch_kwargs=arch, n_folds=1, uncertainty_sources=("rate_in",), num_samples=2,
+                           use_mirroring=False, rate_in={"target_loss": 0.2, "loss": "mse"})
+    assert given.run_config()["rate_in"]["target_loss"] == 0.2 and given.run_config()["rate_in"]["loss"] == "mse"
+    assert given.case_settings()["rate_in"] == given.run_config()["rate_in"]
 
 
 def test_rate_in_converts_each_nnunet_dropout_once():

@@ -185,6 +185,12 @@ def test_region_maps_are_one_4d_nifti_with_the_3d_geometry(io_name, tmp_path):
     back = nib.load(str(paths[0]))
     assert back.shape == (6, 7, 5, 2) and back.get_data_dtype() == np.float32
     np.testing.assert_allclose(back.affine, affine, atol=1e-5)
+    # spacing 1 along the region axis (pixdim[4]; SimpleITK wrote 0 into the 3D header), the 3D spacing kept
+    assert back.header["pixdim"][4] == 1.0
+    np.testing.assert_allclose(back.header.get_zooms(), (0.9, 1.2, 2.0, 1.0), atol=1e-5)
+    import SimpleITK as sitk
+
+    assert sitk.ReadImage(str(paths[0])).GetSpacing()[3] == 1.0
     got = np.asarray(back.dataobj)
     np.testing.assert_array_equal(got[..., 0], vol)  # float values and axis order of the input image
     np.testing.assert_array_equal(got[..., 1], 2 * vol + 1)

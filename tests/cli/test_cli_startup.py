@@ -1,0 +1,110 @@
+"""``monai-unc`` answers ``--help`` and argument errors at once: parsing imports neither torch nor MONAI (nor numpy).
+
+Every invocation runs in a fresh interpreter with ``python -X importtime``, whose stderr lists every module the
+process imported; the test asserts on that list rather than on a wall-clock bound (the seconds are shown in the
+failure message).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from monai_unc import cli
+from tests._paths import ROOT
+
+#: modules whose import takes seconds: none of them may be loaded to print help or refuse an argument
+HEAVY = ("torch", "monai", "numpy", "nibabel", "scipy")
+#: run main() as the console script does
+MAIN = "import sys; from monai_unc.cli import main; sys.exit(main())"
+
+
+def _commands() -> list[str]:
+    parser, _ = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return list(sub.choices)
+
+
+def _run(argv: list[str], script: Path | None = None) -> tuple[subprocess.CompletedProcess, set[str], float]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    prog = [str(script)] if script is not None else ["-c", MAIN]
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-X", "importtime", *prog, *argv], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    seconds = time.perf_counter() - t0
+    modules = {m.group(1).strip() for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", proc.stderr,
+                                                      re.MULTILINE)}
+    return proc, modules, seconds
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY)
+
+
+def test_every_command_is_listed():
+    names = _commands()
+    assert {"infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal"} <= set(names)
+    assert set(cli.NNUNET_COMMANDS) <= set(names)
+
+
+@pytest.mark.parametrize("argv", [["--help"], *([c, "--help"] for c in _commands())],
+                         ids=lambda a: " ".join(a))
+def test_help_imports_neither_torch_nor_monai(argv):
+    proc, modules, seconds = _run(argv)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "usage: monai-unc" in proc.stdout
+    assert "monai_unc.cli" in modules  # the import list is read (the check below can fail)
+    assert not _heavy(modules), f"monai-unc {' '.join(argv)} ({seconds:.2f} s) imported {_heavy(modules)}"
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_argument_error_exits_2_without_torch_or_monai(command):
+    proc, modules, seconds = _run([command, "--no-such-flag"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert re.search(rf"^monai-unc( {command})?: error: .*--no-such-flag|required", proc.stderr, re.MULTILINE)
+    assert "monai_unc.cli" in modules
+    assert not _heavy(modules), f"monai-unc {command} --no-such-flag ({seconds:.2f} s) imported {_heavy(modules)}"
+
+
+def test_console_script_help_is_light():
+    script = shutil.which("monai-unc") or str(Path(sys.executable).with_name("monai-unc"))
+    if not Path(script).is_file():
+        pytest.skip("the monai-unc console script is not installed")
+    proc, modules, seconds = _run(["evaluate", "--help"], Path(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--predictions" in proc.stdout
+    assert "monai_unc.cli" in modules
+    assert not _heavy(modules), f"monai-unc evaluate --help ({seconds:.2f} s) imported {_heavy(modules)}"
+
+
+def test_a_command_still_gets_torch_and_its_names(monkeypatch):
+    """The names the commands run on are imported after parsing, and are module attributes as before (a
+    ``monkeypatch`` of one survives the import)."""
+    assert callable(cli.run_demo) and callable(cli._read_case_list)
+    cli._import_commands()
+    for name in cli._COMMAND_NAMES:
+        assert name in vars(cli), name
+    monkeypatch.setattr(cli, "run_infer", "patched")
+    cli._import_commands()
+    assert cli.run_infer == "patched"
+    with pytest.raises(AttributeError):
+        cli.no_such_name  # noqa: B018
+
+
+def test_nnunet_package_names_load_on_first_access():
+    """``from monai_unc.nnunet import X`` works for every public name, though the package imports them lazily."""
+    code = ("import sys, monai_unc.nnunet as m; light = 'torch' not in sys.modules; "
+            "missing = [n for n in m.__all__ if not hasattr(m, n)]; "
+            "print(light, missing, m.UncertaintyPredictor.__module__, m.export.__name__)")
+    pytest.importorskip("nnunetv2")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "[]", "monai_unc.nnunet.predictor", "monai_unc.nnunet.export"]

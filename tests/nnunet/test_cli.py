@@ -1,0 +1,52 @@
+"""``monai-unc nnunet-predict``: contradicting flags are refused in flag terms, before any model is loaded."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("nnunetv2")
+
+from monai_unc import cli  # noqa: E402
+
+BASE = ["nnunet-predict", "-i", "in", "-o", "out", "-m", "no_model_needed", "-device", "cpu"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # the default sources (folds mirroring) with --disable_tta: say which flags conflict and how to fix it
+        (["--disable_tta"], ["--disable_tta", "--sources folds mirroring", "(the default sources)",
+                             "drop mirroring from --sources (--sources folds)", "or drop --disable_tta"]),
+        (["--disable_tta", "--sources", "mirroring"], ["--disable_tta", "choose other --sources"]),
+        (["--sources", "folds", "dropout", "rate_in"],
+         ["--sources folds dropout rate_in", "either dropout or rate_in"]),
+        (["--sources", "ssn", "rate_in"], ["--sources ssn rate_in", "ssn cannot be combined with rate_in"]),
+        (["--rate_in_target", "0.2"], ["--rate_in_target need rate_in in --sources"]),
+        (["--rate_in_target", "0.2", "--rate_in_loss", "mse", "--sources", "folds"],
+         ["--rate_in_target and --rate_in_loss need rate_in"]),
+        (["--dropout_p", "0.2"], ["--dropout_p needs dropout in --sources"]),
+        (["--sources", "rate_in", "-f", "0", "1"], ["-f 0 1", "add folds to --sources"]),
+        (["--measures", "window_disagreement", "--window_disagreement", "mutual_information"],
+         ["--measures window_disagreement needs --window_disagreement separate"]),
+        (["--sources", "folds", "dropout", "--num_samples", "0"], ["--num_samples must be >= 1"]),
+        (["--sources", "folds", "dropout", "--dropout_p", "1.5"], ["--dropout_p must be in (0, 1)"]),
+    ],
+)
+def test_conflicting_flags_are_named(flags, expected, capsys):
+    assert cli.main([*BASE, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("monai-unc nnunet-predict: error: ")
+    assert len(err.strip().splitlines()) == 1
+    for text in expected:
+        assert text in err, (text, err)
+    # Python argument names of the predictor stay out of the command line's messages
+    for name in ("uncertainty_sources", "use_mirroring", "rate_in options", "dropout_p="):
+        assert name not in err
+
+
+def test_consistent_flags_pass_the_check():
+    parser, nnunet_cli = cli.build_parser("nnunet-predict")
+    for flags in ([], ["--disable_tta", "--sources", "folds"],
+                  ["--sources", "folds", "rate_in", "--rate_in_target", "0.2"],
+                  ["--sources", "dropout", "--dropout_p", "0.1"]):
+        nnunet_cli.check_predict_flags(parser.parse_args([*BASE, *flags]))
