@@ -14,7 +14,7 @@ Needs the optional extra: ``pip install 'monai-unc[nnunet]'`` (nnunetv2, see
 """
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import nnunetv2  # noqa: F401
@@ -29,6 +29,42 @@ check_nnunet_version()
 
 from monai_unc.keys import DEFAULT_MEASURES  # noqa: E402
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES  # noqa: E402
+
+if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference (griffe)
+    from monai_unc.nnunet.calibrate import calibrate_model_folder
+    from monai_unc.nnunet.dropout import (
+        DEFAULT_TRAINING_DROPOUT,
+        add_posthoc_dropout,
+        dropout_arch_kwargs,
+        dropout_plans,
+        write_dropout_plans,
+    )
+    from monai_unc.nnunet.export import (
+        PATCH_SIZE,
+        CaseUncertainty,
+        case_exported,
+        case_scores,
+        convert_uncertainty_to_original_geometry,
+        export_uncertainty,
+        record_case_scores,
+        recorded_case_settings,
+        region_case_scores,
+        region_definitions,
+        write_float_map,
+        write_region_maps,
+        write_scores_table,
+    )
+    from monai_unc.nnunet.predictor import UncertaintyPredictor
+    from monai_unc.nnunet.trainers import (
+        SSNDeepSupervisionLoss,
+        attach_ssn_head,
+        nnUNetTrainer_10iters,
+        nnUNetTrainerMCDropout,
+        nnUNetTrainerMCDropout_10iters,
+        nnUNetTrainerSSN,
+        nnUNetTrainerSSN_10iters,
+        write_toy_dataset,
+    )
 
 #: public name -> the submodule defining it, imported on first access (PEP 562): importing this package (e.g. for
 #: ``monai-unc nnunet-predict --help``) loads neither torch nor nnU-Net's predictor
