@@ -9,7 +9,7 @@ STAMP := $(VENV)/.monai-unc-installed
 # modules whose docstring examples run as doctests (the public API documented with Google-style docstrings)
 DOCTEST_PATHS := monai_unc/metrics monai_unc/inferers monai_unc/networks monai_unc/regions.py \
 	monai_unc/measures.py monai_unc/aggregation.py monai_unc/activation.py monai_unc/temperature.py \
-	monai_unc/report/markup.py
+	monai_unc/report/markup.py monai_unc/report/notebook.py
 
 .PHONY: install test demo lint clean bench validate gpu-check docs
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e ".[dev,examples,nnunet,docs]"
+	$(PY) -m pip install -q -e ".[dev,examples,nnunet,docs,viewer]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,92 @@
+"""An interactive NiiVue viewer of one case in a Jupyter notebook (the ``viewer`` extra: ``ipyniivue``).
+
+The pages embed NiiVue for the flagged cases (:mod:`monai_unc.report.viewer`); in a notebook, :func:`view` shows
+any case's files the same way: the image in grey, the prediction as an overlay and an uncertainty map as a heat
+overlay, in a widget (``ipyniivue.NiiVue``) that reads the files from disk.
+
+Needs ``pip install 'monai-unc[viewer]'`` (ipyniivue and its Jupyter widget dependencies); the rest of the package
+does not import this module.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["view"]
+
+
+def _file(path: str | os.PathLike | None, name: str) -> Path | None:
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a file path, got {type(path).__name__}")
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{name}: no such file {p}")
+    if not p.name.endswith((".nii", ".nii.gz")):
+        raise ValueError(f"{name} must be a NIfTI file (.nii or .nii.gz), got {p.name}")
+    return p
+
+
+def view(
+    image: str | os.PathLike | None = None,
+    prediction: str | os.PathLike | None = None,
+    uncertainty: str | os.PathLike | None = None,
+    *,
+    uncertainty_colormap: str = "hot",
+    prediction_opacity: float = 0.35,
+    uncertainty_opacity: float = 0.6,
+    height: int = 480,
+) -> Any:
+    """A NiiVue widget showing a case's image, prediction and uncertainty map, for a Jupyter notebook.
+
+    Args:
+        image: the image (NIfTI; grey), or None.
+        prediction: the label map (``<case>_seg.nii.gz``; an overlay, background transparent), or None.
+        uncertainty: a voxel uncertainty map (``<case>_<measure>.nii.gz``; a heat overlay), or None.
+        uncertainty_colormap: a NiiVue colormap for the uncertainty (``hot``, ``warm``, ``plasma``, ...).
+        prediction_opacity: the prediction overlay's opacity in [0, 1].
+        uncertainty_opacity: the uncertainty overlay's opacity in [0, 1].
+        height: the widget's height in pixels.
+
+    Returns:
+        An ``ipyniivue.NiiVue`` widget (display it as the cell's last expression).
+
+    Raises:
+        ImportError: without ipyniivue (``pip install 'monai-unc[viewer]'``).
+        ValueError: no file given, a missing or non-NIfTI file, or an opacity outside [0, 1].
+
+    Example:
+        >>> import tempfile
+        >>> import nibabel as nib, numpy as np
+        >>> from monai_unc.report.notebook import view
+        >>> folder = tempfile.mkdtemp()
+        >>> nib.save(nib.Nifti1Image(np.random.rand(8, 8, 8).astype("float32"), np.eye(4)), f"{folder}/c1_mi.nii.gz")
+        >>> widget = view(uncertainty=f"{folder}/c1_mi.nii.gz")  # in a notebook: the cell's last expression
+        >>> [v.name for v in widget.volumes]
+        ['c1_mi.nii.gz']
+    """
+    files = [(_file(image, "image"), "image"), (_file(prediction, "prediction"), "prediction"),
+             (_file(uncertainty, "uncertainty"), "uncertainty")]
+    files = [(p, role) for p, role in files if p is not None]
+    if not files:
+        raise ValueError("give at least one of image, prediction and uncertainty")
+    for name, value in (("prediction_opacity", prediction_opacity), ("uncertainty_opacity", uncertainty_opacity)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    if isinstance(height, bool) or not isinstance(height, int) or height < 1:
+        raise ValueError(f"height must be a positive integer, got {height!r}")
+    try:
+        from ipyniivue import NiiVue
+    except ImportError as err:
+        raise ImportError("monai_unc.report.notebook.view needs ipyniivue: pip install 'monai-unc[viewer]'") from err
+    style = {
+        "image": {"colormap": "gray", "opacity": 1.0},
+        "prediction": {"colormap": "winter", "opacity": float(prediction_opacity), "cal_min": 0.5},
+        "uncertainty": {"colormap": uncertainty_colormap, "opacity": float(uncertainty_opacity)},
+    }
+    widget = NiiVue(height=height)
+    widget.load_volumes([{"path": str(p), **style[role]} for p, role in files])
+    return widget
