@@ -120,6 +120,8 @@ def run_demo(
         raise ValueError(f"--samples must be a positive integer, got {samples!r}")
     check_output_folder(output)  # writable: before any work
     output = Path(output)
+    shifts = DEMO_SHIFTS if quick else DEMO_CALIBRATION_SHIFTS + DEMO_NEW_SHIFTS
+    _check_same_cohort(output, shifts, quick)
     roi = normalize_roi(roi)
     roi_list = None if roi is None else ([roi] * 3 if isinstance(roi, int) else list(roi))
     check_roi(roi_list, 3, "the example network")
@@ -133,7 +135,6 @@ def run_demo(
     config.validate()
     t0, cpu0 = time.time(), time.process_time()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
-    shifts = DEMO_SHIFTS if quick else DEMO_CALIBRATION_SHIFTS + DEMO_NEW_SHIFTS
     what = "11 cases" if quick else f"{len(DEMO_CALIBRATION_SHIFTS)} calibration + {len(DEMO_NEW_SHIFTS)} new cases"
     say(f"[1/5] demo cohort: MNI152 right hemisphere (held out) + shifted copies, {what} -> {output / 'data'}")
     cohort = make_demo_cohort(output / "data", shifts=shifts)
@@ -188,6 +189,22 @@ def run_demo(
         print("\n".join(format_outcome(rule, outcome)))
     print(f"report: {report.resolve()}")
     return summary
+
+
+def _check_same_cohort(output: Path, shifts: Sequence[tuple[str, str, str, float]], quick: bool) -> None:
+    """``ValueError`` naming ``--output`` when it holds a demo of the other cohort (``--quick`` or not, or a demo
+    written before the full cohort existed): every step lists the whole folder, so the two would mix."""
+    found = output / "data" / "shifts.csv"
+    if not found.is_file():
+        return
+    try:
+        cases = {str(r["case"]) for r in read_csv(found)}
+    except (OSError, ValueError, KeyError):
+        return
+    if cases and cases != {str(c[0]) for c in shifts}:
+        other = "the full demo's" if quick else "another (e.g. --quick, or an earlier version's)"
+        raise ValueError(f"--output {output} holds {other} cohort; the demo resumes only its own: choose another "
+                         "--output or remove that folder")
 
 
 def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float, cpu: float) -> None:

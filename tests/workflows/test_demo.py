@@ -9,7 +9,7 @@ import pytest
 
 from monai_unc import cli
 from monai_unc.data.cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS
-from monai_unc.evaluation.triage import TriageResult
+from monai_unc.evaluation.triage import RULE_FILE, ReferralRule, TriageResult
 from monai_unc.workflows.demo import DELTA, FAILURE_DICE, TARGET_RISK
 from monai_unc.workflows.triage import format_outcome, triage_outcome
 
@@ -49,6 +49,23 @@ def test_triage_outcome_counts_the_realised_risk_of_accepted_cases_and_the_reaso
         triage_outcome(_rule(), res, {k: v for k, v in dice.items() if k != "f"})
 
 
+@pytest.mark.parametrize("quick", [False, True])
+def test_demo_refuses_a_folder_holding_the_other_cohort_before_any_work(tmp_path, quick):
+    """Every step lists the whole folder, so a full demo resumed in a ``--quick`` folder (or the reverse, or a folder
+    of an earlier version's 11-case demo) would mix the cohorts: refused before any work, naming ``--output``."""
+    from monai_unc.data.cohorts import DEMO_SHIFTS
+    from monai_unc.workflows.demo import run_demo
+
+    other = DEMO_CALIBRATION_SHIFTS if quick else DEMO_SHIFTS
+    data = tmp_path / "demo" / "data"
+    data.mkdir(parents=True)
+    (data / "shifts.csv").write_text("case,shift,perturbation,parameter\n"
+                                     + "".join(f"{c},{s},{k},{v}\n" for c, s, k, v in other))
+    with pytest.raises(ValueError, match=r"--output .*demo holds .* cohort; the demo resumes only its own"):
+        run_demo(tmp_path / "demo", quick=quick, quiet=True)
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["data"]
+
+
 @pytest.mark.slow
 def test_full_demo_certifies_a_rule_and_accepts_and_refers_new_cases(tmp_path, capsys):
     """``monai-unc demo`` as ``make demo`` runs it (MC dropout, 4 samples): the rule certified on the 42 calibration
@@ -57,10 +74,15 @@ def test_full_demo_certifies_a_rule_and_accepts_and_refers_new_cases(tmp_path, c
     pytest.importorskip("nilearn")
     out = tmp_path / "demo"
     assert cli.main(["demo", "--output", str(out)]) == 0
-    printed = capsys.readouterr().out
-    rule = json.loads((out / "triage" / "referral_rule.json").read_text())
-    assert rule["feasible"] is True and rule["target_risk"] == TARGET_RISK and rule["delta"] == DELTA
-    assert sorted(rule["calibration_cases"]) == sorted(c[0] for c in DEMO_CALIBRATION_SHIFTS)
+    check_full_demo(out, capsys.readouterr().out)
+
+
+def check_full_demo(out, printed):
+    """What the full demo must show, from its output folder ``out`` and what it printed."""
+    rule = ReferralRule.load(out / "triage" / RULE_FILE)
+    assert rule.feasible and rule.bound <= rule.target_risk == TARGET_RISK and rule.delta == DELTA
+    assert rule.risk_definition == f"dice < {FAILURE_DICE:g}" and rule.method == "sgr"
+    assert sorted(rule.calibration_cases) == sorted(c[0] for c in DEMO_CALIBRATION_SHIFTS)
     demo = json.loads((out / "demo_summary.json").read_text())["demo"]
     new = demo["new_cases"]
     assert new["n_cases"] == len(DEMO_NEW_SHIFTS) and new["n_accepted"] >= 1 and new["n_referred"] >= 1
