@@ -1,6 +1,6 @@
 """Example data: the real MNI152 tissue task (nilearn, offline) and a synthetic 3D toy set with raters and shifts."""
 
-from .cohorts import DEMO_SHIFTS, make_demo_cohort, write_toy_cohort
+from .cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS, make_demo_cohort, write_toy_cohort
 from .mni152 import TISSUE_CLASSES, hemisphere_masks, load_mni152_tissue, tissue_ambiguity
 from .model import EXAMPLE_NETWORK, build_example_network, example_weights_path, load_example_model
 from .perturb import FIXED_PERTURBATIONS, MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort, perturb
@@ -12,6 +12,8 @@ __all__ = [
     "build_ssn_network",
     "train_ssn",
     "DEMO_SHIFTS",
+    "DEMO_CALIBRATION_SHIFTS",
+    "DEMO_NEW_SHIFTS",
     "make_demo_cohort",
     "write_toy_cohort",
     "FIXED_PERTURBATIONS",

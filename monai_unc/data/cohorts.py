@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from .synthetic import SHIFTS, make_toy_dataset
 
 __all__ = [
     "DEMO_SHIFTS",
+    "DEMO_CALIBRATION_SHIFTS",
+    "DEMO_NEW_SHIFTS",
     "make_demo_cohort",
     "write_toy_cohort",
     "MANIFEST",
@@ -242,13 +245,89 @@ DEMO_SHIFTS: tuple[tuple[str, str, str, float], ...] = (
 )
 
 
+#: the demo's shift kinds: perturbation -> (shift label, the largest parameter inside the training augmentation
+#: range, or the range as (low, high) for ``gamma``); a level inside the range is labelled ``"none"`` (in
+#: distribution), as the contrast changes of :data:`DEMO_SHIFTS` are
+_DEMO_KINDS: dict[str, tuple[str, float | tuple[float, float] | None]] = {
+    "gamma_noise": ("none", None), "noise": ("noise", 0.05), "bias": ("bias field", 0.3),
+    "gamma": ("contrast", (0.7, 1.5)), "blur": ("blur", 1.0), "lowres": ("resolution", 1.0),
+}
+
+
+_DEMO_TAGS = {"gamma_noise": "gn", "noise": "noise", "bias": "bias", "gamma": "gamma", "blur": "blur",
+              "lowres": "lowres"}
+
+
+def _graded(prefix: str, levels: dict[str, Sequence[float]]) -> tuple[tuple[str, str, str, float], ...]:
+    """Demo cases ``(f"{prefix}_{tag}{round(value * 100):03d}", label, kind, value)`` for every level of every kind
+    (``tag``: ``gn`` for ``gamma_noise``, else the kind)."""
+    out = []
+    for kind, values in levels.items():
+        label, limit = _DEMO_KINDS[kind]
+        for v in values:
+            inside = limit is None or (limit[0] <= v <= limit[1] if isinstance(limit, tuple) else v <= limit)
+            out.append((f"{prefix}_{_DEMO_TAGS[kind]}{round(v * 100):03d}", "none" if inside else label, kind,
+                        float(v)))
+    return tuple(out)
+
+
+#: calibration cohort of the full demo (42 cases): graded severities of the kinds of :data:`DEMO_SHIFTS`, 23 inside
+#: the training augmentation range; 34 keep Dice >= 0.8 (~0.81-0.86), 8 fail (down to Dice ~0.65)
+DEMO_CALIBRATION_SHIFTS: tuple[tuple[str, str, str, float], ...] = (
+    ("cal_clean", "none", "identity", 0.0),
+    *_graded("cal", {
+        "gamma_noise": (0.75, 0.8, 0.85, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5),
+        "noise": (0.01, 0.02, 0.03, 0.06, 0.09, 0.12, 0.16),
+        "bias": (0.15, 0.3, 0.5, 0.7, 1.0, 1.3, 1.6),
+        "gamma": (0.9, 1.1, 1.3, 0.45, 0.6, 2.0, 2.8),
+        "blur": (0.3, 0.6, 1.0, 1.5, 2.2, 3.0),
+        "lowres": (2, 3, 4),
+    }),
+)  # fmt: skip
+
+#: new cases of the full demo (12, triaged without their labels): other levels of the same kinds, other noise draws
+DEMO_NEW_SHIFTS: tuple[tuple[str, str, str, float], ...] = _graded("new", {
+    "gamma_noise": (0.88, 1.15), "noise": (0.04, 0.08, 0.13), "bias": (0.8, 1.8), "gamma": (1.2, 0.5, 2.4),
+    "blur": (0.8, 2.5),
+})  # fmt: skip
+_DEMO_CASES = DEMO_SHIFTS + DEMO_CALIBRATION_SHIFTS + DEMO_NEW_SHIFTS
+
+
+def _demo_case_seed(seed: int, case: tuple[str, str, str, float]) -> np.random.SeedSequence:
+    """The seed of one demo case's random parts (noise): child ``i`` of ``seed`` for the ``i``-th case of
+    :data:`DEMO_SHIFTS` + :data:`DEMO_CALIBRATION_SHIFTS` + :data:`DEMO_NEW_SHIFTS` (so a case gets the same noise in
+    any subset, and the cases of :data:`DEMO_SHIFTS` the noise they always had), else a child keyed by the CRC-32 of
+    the case id (past the shipped cases' keys)."""
+    try:
+        key = _DEMO_CASES.index(tuple(case))
+    except ValueError:
+        key = len(_DEMO_CASES) + zlib.crc32(str(case[0]).encode())
+    return np.random.SeedSequence(seed, spawn_key=(key,))
+
+
 def make_demo_cohort(
     folder: str | os.PathLike, seed: int = 0, shifts: Sequence[tuple[str, str, str, float]] | None = None
 ) -> dict[str, Path]:
     """Write the demo cohort of ``monai-unc demo`` (:mod:`monai_unc.workflows.demo`) as NIfTI:
     ``images/<case>.nii.gz``, ``labels/<case>.nii.gz`` and ``shifts.csv``; existing files are kept.
-    ``shifts``: the cases to make (default :data:`DEMO_SHIFTS`). Returns the paths."""
-    shifts = DEMO_SHIFTS if shifts is None else tuple(shifts)
+
+    Every case is the held-out right hemisphere of the MNI152 example with one
+    :func:`~monai_unc.data.perturb.fixed_perturbation`; its random parts come from ``seed`` and the case
+    (:func:`_demo_case_seed`), so a case is the same in any subset.
+
+    Args:
+        folder: the folder to write.
+        seed: seed of the perturbations' random parts.
+        shifts: the cases to make, ``(case id, shift label, perturbation, parameter)`` (default
+            :data:`DEMO_SHIFTS`; the full demo passes :data:`DEMO_CALIBRATION_SHIFTS` + :data:`DEMO_NEW_SHIFTS`).
+
+    Returns:
+        The paths: ``{"images", "labels", "shifts"}``.
+    """
+    shifts = DEMO_SHIFTS if shifts is None else tuple(tuple(c) for c in shifts)  # type: ignore[misc]
+    ids = [str(c[0]) for c in shifts]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"shifts names a case twice: {sorted({c for c in ids if ids.count(c) > 1})[:5]}")
     folder = Path(folder)
     images, labels = folder / "images", folder / "labels"
     shifts_csv = folder / "shifts.csv"
@@ -262,12 +341,9 @@ def make_demo_cohort(
         affine[:3, 3] = affine[:3, :3] @ np.array([x0, 0, 0]) + affine[:3, 3]  # voxel x0 becomes voxel 0
         image = data["image"][0, x0:x1]
         label = data["label"][0, x0:x1].astype(np.int16)
-        rngs = np.random.default_rng(seed).spawn(len(DEMO_SHIFTS))  # the same noise for a case in any subset
-        for (cid, _, kind, value), rng in zip(DEMO_SHIFTS, rngs):
-            if (cid, _, kind, value) not in shifts:
-                continue
-            if (cid, _, kind, value) not in todo:
-                continue
+        for case in todo:
+            cid, _, kind, value = case
+            rng = np.random.default_rng(_demo_case_seed(seed, case))
             save_nifti(fixed_perturbation(image, kind, value, rng), affine, images / f"{cid}.nii.gz")
             save_nifti(label, affine, labels / f"{cid}.nii.gz")
     columns = ["case", "shift", "perturbation", "parameter"]

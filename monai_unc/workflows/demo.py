@@ -1,21 +1,50 @@
-"""``monai-unc demo``: the whole QC workflow on the shipped MNI152 example, in a few minutes on a laptop CPU.
+"""``monai-unc demo``: the whole QC workflow on the shipped MNI152 example, a rule certified and new cases triaged.
 
 Cohort (:func:`monai_unc.data.cohorts.make_demo_cohort`; the example data protocol of docs/data.md): the example
 network was trained on the *left* hemisphere of the MNI152 2009 template (nilearn, 2 mm); every demo case is the
-held-out *right* hemisphere (world x >= 0, cropped, affine kept), so no case overlaps the training data. The cases:
+held-out *right* hemisphere (world x >= 0, cropped, affine kept), so no case overlaps the training data, with one
+perturbation: contrast (gamma) with a little noise, Gaussian noise, a multiplicative bias field, contrast, blur or a
+resolution change (every n-th axial slice kept, linearly interpolated back). A level inside the range of the
+training augmentation (noise std <= 0.05, bias <= 0.3, gamma 0.7-1.5, blur <= 1 voxel) is labelled ``none``.
 
-- in distribution (``shift = none``): the template as is, and two copies with a contrast change (gamma 0.85,
-  1.2) and a little noise inside the range of the training augmentation;
-- shifted copies beyond that range, with the shift recorded as the label: Gaussian noise (std 0.10, 0.16 of
-  the [0, 1] intensity range; training used <= 0.05), a multiplicative bias field (``exp`` of a smooth
-  quadratic polynomial with coefficients 0.7, 1.1; training <= 0.3), contrast (gamma 0.45, 2.6; training
-  0.7-1.5), blur (Gaussian, 2.5 voxels; training <= 1) and a resolution change (every third axial slice kept,
-  linearly interpolated back).
+The full demo (default) has two parts:
 
-The workflow then runs the same functions as the sub-commands: :func:`monai_unc.workflows.infer.predict_cases`
-(``infer``: MC dropout, the network's own dropout), :func:`monai_unc.evaluation.run_evaluate` (``evaluate``)
-and :func:`monai_unc.report.html.build_report` (``report``). Every step is resumable: running the demo again
-reuses finished cases.
+- a calibration cohort of 42 labelled cases (:data:`~monai_unc.data.cohorts.DEMO_CALIBRATION_SHIFTS`): graded
+  severities of every kind, from mild (Dice ~0.81-0.86; clean: 0.845) to severe (Dice down to ~0.65); 34 keep
+  Dice >= 0.8 and 8 fail, as a clinic's stream is mostly mild;
+- 12 new cases (:data:`~monai_unc.data.cohorts.DEMO_NEW_SHIFTS`): other levels of the same kinds with other noise
+  draws, triaged from their predictions and images only, as ``monai-unc triage`` does.
+
+The referral rule is certified on the calibration cases with SGR (:func:`~monai_unc.metrics.risk_controlled_threshold`)
+for this guarantee: with probability at least 1 - delta = 0.9 over the draw of the calibration cases, at most a
+fraction 0.2 of the accepted new cases fail, a failure being Dice < 0.8. Why these numbers:
+
+- Dice < 0.8: the evaluation's failure Dice; the example network reaches ~0.845 on the clean held-out hemisphere, so
+  a failure is a loss of about 5 Dice points, visible as wrong tissue boundaries over whole regions.
+- target 0.2 and delta 0.1: SGR tests 20 candidate thresholds at delta / 20 each (Clopper-Pearson), so with no
+  failure among ``k`` accepted calibration cases the bound is ``1 - (delta / 20) ** (1 / k)``, at most the target
+  only for ``k >= ln(delta / 20) / ln(1 - target)``: 24 cases for 0.2 (34 with one failure among them, 43 with
+  two), 51 for a target of 0.1, 104 for 0.05. A 0.2 target is what a cohort of about 40 cases, most of them
+  mild, can certify while still accepting most mild cases; a stricter one needs a larger calibration cohort, not
+  a different demo. (Today's 11 cases cannot certify any useful target: ``--quick``.)
+
+The guarantee is on average over new cases exchangeable with the calibration cases, not case by case: the score
+(predictive entropy over the predicted foreground) misses some failures, e.g. the resolution loss, which degrades
+Dice while the network stays confident; the printed summary shows the realised failure rate of the accepted new
+cases (the demo has their labels) beside the target.
+
+Inference is MC dropout with 4 samples (``--samples``) in 64^3 windows (the network's inference window) without
+overlap, about half the cost of the 8 samples of ``--quick``; the case score is a mean over about 10^5 voxels,
+which 4 samples estimate well enough to rank cases (the referral threshold is certified on the same score, so the
+guarantee does not depend on how well it is estimated). ``--quick``: today's 11 cases
+(:data:`~monai_unc.data.cohorts.DEMO_SHIFTS`) with 8 samples, the rule certified on half of them (it certifies
+nothing on 6 cases: every new case goes to review) and the other half triaged.
+
+The workflow runs the same functions as the sub-commands: :func:`monai_unc.workflows.infer.predict_cases`
+(``infer``: MC dropout, the network's own dropout), :func:`monai_unc.evaluation.run_evaluate` (``evaluate``, on
+every case: the new cases' labels give only the report and the realised risk),
+:func:`monai_unc.report.html.build_report` (``report``) and :func:`monai_unc.workflows.triage.certify_and_triage`
+(``evaluate --target-risk`` then ``triage``). Every step is resumable: running the demo again reuses finished cases.
 """
 
 from __future__ import annotations
@@ -30,7 +59,7 @@ from typing import Any
 import torch
 
 from ..data import TISSUE_CLASSES
-from ..data.cohorts import DEMO_SHIFTS, make_demo_cohort
+from ..data.cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS, make_demo_cohort
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
 from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv
 from ..report.html import build_report
@@ -39,18 +68,27 @@ from .factory import build_inferer, check_roi, method_tokens, normalize_roi
 from .infer import InferSettings, check_run_settings, complete_settings, predict_cases
 from .models import load_network
 from .prepare import infer_measures
-from .triage import certify_and_triage, format_triage
+from .triage import certify_and_triage, format_outcome, format_triage, triage_outcome
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "TARGET_RISK", "DELTA", "FAILURE_DICE"]
+
+#: the full demo's guarantee (module docstring): at most this fraction of accepted new cases fail ...
+TARGET_RISK = 0.2
+#: ... with probability at least 1 - DELTA over the draw of the calibration cases
+DELTA = 0.1
+#: a case fails when its Dice is below this
+FAILURE_DICE = 0.8
+
 
 def run_demo(
     output: str | os.PathLike = "demo_output",
-    samples: int = 8,
+    samples: int | None = None,
     quiet: bool = False,
     roi: int | Sequence[int] | None = 64,
     method: str = "mcdropout",
     budget: float = 0.3,
     overlap: float = 0.0,
+    quick: bool = False,
 ) -> dict[str, Any]:
     """Run the demo into ``output`` (module docstring); returns the cohort summary and prints the report path.
 
@@ -60,23 +98,30 @@ def run_demo(
 
     Args:
         output: the folder the demo writes (data, predictions, evaluation, report, triage).
-        samples: MC dropout samples.
+        samples: MC dropout samples (None: 4, or 8 with ``quick``).
         quiet: no progress bars or tables (the report path is printed).
         roi: sliding-window size; None: the whole image.
         method: ``+``-joined inferer sources as for ``monai-unc infer`` (not ``ssn``).
         budget: referral budget of the triage table.
         overlap: sliding-window overlap in [0, 1).
+        quick: the 11 cases of :data:`~monai_unc.data.cohorts.DEMO_SHIFTS`, the rule certified on half of them and
+            the other half triaged, instead of the 42 calibration and 12 new cases.
 
     Returns:
-        The cohort summary (``summary.json`` plus the report path).
+        The cohort summary (``summary.json`` plus the report path and ``"demo"``: the guarantee, what happened to
+        the new cases (:func:`~monai_unc.workflows.triage.triage_outcome`) and the run time).
     """
     if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
         # every rank would run the whole demo into the same folder
         raise ValueError("demo runs on one process; under torchrun use 'infer' and 'evaluate' (docs/distributed.md)")
+    if samples is None:
+        samples = 8 if quick else 4
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"--samples must be a positive integer, got {samples!r}")
     check_output_folder(output)  # writable: before any work
     output = Path(output)
+    shifts = DEMO_SHIFTS if quick else DEMO_CALIBRATION_SHIFTS + DEMO_NEW_SHIFTS
+    _check_same_cohort(output, shifts, quick)
     roi = normalize_roi(roi)
     roi_list = None if roi is None else ([roi] * 3 if isinstance(roi, int) else list(roi))
     check_roi(roi_list, 3, "the example network")
@@ -86,13 +131,14 @@ def run_demo(
     if "ssn" in method_tokens(method):
         raise ValueError(f"--method {method}: the demo's example network is not a Stochastic Segmentation Network; "
                          "use monai-unc infer with an SSN (docs/ssn.md)")
-    config = EvaluationConfig(budget=budget, failure_dice=0.8, class_names=list(TISSUE_CLASSES))
+    config = EvaluationConfig(budget=budget, failure_dice=FAILURE_DICE, class_names=list(TISSUE_CLASSES))
     config.validate()
-    t0 = time.time()
+    t0, cpu0 = time.time(), time.process_time()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
-    say(f"[1/4] demo cohort: MNI152 right hemisphere (held out) + shifted copies -> {output / 'data'}")
-    cohort = make_demo_cohort(output / "data", shifts=DEMO_SHIFTS)
-    say(f"[2/4] infer: {method}, {samples} samples")
+    what = "11 cases" if quick else f"{len(DEMO_CALIBRATION_SHIFTS)} calibration + {len(DEMO_NEW_SHIFTS)} new cases"
+    say(f"[1/5] demo cohort: MNI152 right hemisphere (held out) + shifted copies, {what} -> {output / 'data'}")
+    cohort = make_demo_cohort(output / "data", shifts=shifts)
+    say(f"[2/5] infer: {method}, {samples} samples")
     model = load_network(model="example")
     # recorded as `monai-unc infer --model example --intensity none` records it (model, weights and their
     # digests), so that the demo's rule applies to predictions of the same model and settings made with the CLI
@@ -106,31 +152,62 @@ def run_demo(
     check_run_settings(pred_dir, settings)
     with torch.no_grad():
         predict_cases(list_image_cases(cohort["images"]), model, inferer, settings, pred_dir, progress=not quiet)
-    say("[3/4] evaluate")
+    say("[3/5] evaluate")
     config.shifts = read_shifts(cohort["shifts"])
     state, summary, paths = run_evaluate(cohort["labels"], pred_dir, output / "evaluation", config,
                                          images=cohort["images"], progress=not quiet)
-    say("[4/4] report")
+    say("[4/5] report")
     report = build_report(output / "evaluation", output / "report")
-    say("triage: certify a referral rule on half of the cohort, triage the other half without labels")
     ids = sorted(str(r["case"]) for r in state.rows)  # type: ignore[union-attr]
-    rule, triaged, page = certify_and_triage(state, config, pred_dir, output / "triage", ids[0::2], ids[1::2],
-                                             target_risk=0.2, delta=0.1, images=cohort["images"], n_overlays=3)
-    link_page(report, page, "Triage of new cases: a referral rule certified on half of the cohort, applied to the "
-              "other half without labels")
-    seconds = time.time() - t0
+    if quick:
+        cal, new = ids[0::2], ids[1::2]
+        say("[5/5] triage: certify a referral rule on half of the cohort, triage the other half without labels")
+        caption = ("Triage of new cases: a referral rule certified on half of the cohort, applied to the other half "
+                   "without labels")
+    else:
+        cal, new = [c[0] for c in DEMO_CALIBRATION_SHIFTS], [c[0] for c in DEMO_NEW_SHIFTS]
+        say(f"[5/5] triage: certify a referral rule on the {len(cal)} calibration cases, triage the {len(new)} new "
+            "cases without labels")
+        caption = (f"Triage of {len(new)} new cases: a referral rule certified on {len(cal)} calibration cases, "
+                   "applied without labels")
+    rule, triaged, page = certify_and_triage(state, config, pred_dir, output / "triage", cal, new,
+                                             target_risk=TARGET_RISK, delta=DELTA, images=cohort["images"],
+                                             n_overlays=3)
+    link_page(report, page, caption)
+    dice = {str(r["case"]): float(r["dice"]) for r in state.rows}  # type: ignore[union-attr]
+    outcome = triage_outcome(rule, triaged, dice)
+    seconds, cpu = time.time() - t0, time.process_time() - cpu0
     summary = dict(summary)
     summary["report"] = str(report.resolve())
+    summary["demo"] = {"cohort": "quick" if quick else "full", "samples": samples, "guarantee": rule.guarantee(),
+                       "new_cases": outcome, "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1)}
     atomic_write_json(output / "demo_summary.json", summary)  # strict JSON: NaN (an undefined metric) -> null
     if not quiet:
-        _print_summary(summary, paths["metrics"], seconds)
-        dice = {str(r["case"]): {"Dice": float(r["dice"])} for r in state.rows}  # type: ignore[union-attr]
-        print("\n".join(format_triage(rule, triaged, dice)) + f"\ntriage page: {page.resolve()}")
+        _print_summary(summary, paths["metrics"], seconds, cpu)
+        extra = {c: {"Dice": d} for c, d in dice.items()}
+        print("\n".join(format_triage(rule, triaged, extra)) + f"\ntriage page: {page.resolve()}")
+        print("\n".join(format_outcome(rule, outcome)))
     print(f"report: {report.resolve()}")
     return summary
 
 
-def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float) -> None:
+def _check_same_cohort(output: Path, shifts: Sequence[tuple[str, str, str, float]], quick: bool) -> None:
+    """``ValueError`` naming ``--output`` when it holds a demo of the other cohort (``--quick`` or not, or a demo
+    written before the full cohort existed): every step lists the whole folder, so the two would mix."""
+    found = output / "data" / "shifts.csv"
+    if not found.is_file():
+        return
+    try:
+        cases = {str(r["case"]) for r in read_csv(found)}
+    except (OSError, ValueError, KeyError):
+        return
+    if cases and cases != {str(c[0]) for c in shifts}:
+        other = "the full demo's" if quick else "another (e.g. --quick, or an earlier version's)"
+        raise ValueError(f"--output {output} holds {other} cohort; the demo resumes only its own: choose another "
+                         "--output or remove that folder")
+
+
+def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float, cpu: float) -> None:
     rows = {r["case"]: r for r in read_csv(metrics_csv)}
     col = summary["score"]["column"]
     referred = set(summary["triage"]["referred"])
@@ -152,4 +229,4 @@ def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float) -
     if ood.get("auroc") is not None:
         line += f"; OoD AUROC {ood['auroc']:.3f}"
     print(line)
-    print(f"finished in {seconds:.0f} s")
+    print(f"finished in {seconds:.0f} s wall, {cpu:.0f} s CPU (this process; inference may use several threads)")

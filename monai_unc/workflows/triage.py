@@ -16,11 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..evaluation import CohortState, EvaluationConfig, summarize
+from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
 from ..report.triage import build_triage_page
 
-__all__ = ["certify_and_triage", "format_triage"]
+__all__ = ["certify_and_triage", "format_triage", "triage_outcome", "format_outcome"]
 
 
 def certify_and_triage(
@@ -91,6 +94,80 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     lines.append(f"triage of {s['n_cases']} new case(s) without labels: accept {s['n_accepted']}, review "
                  f"{s['n_review']}")
     return lines
+
+
+def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:
+    """What happened to triaged cases whose Dice is known (the demo's new cases): the realised risk of the accepted
+    ones, beside the rule's target.
+
+    Args:
+        rule: the rule that triaged them.
+        result: the triage (:func:`~monai_unc.evaluation.triage.run_triage`).
+        dice: ``{case: Dice}`` for every triaged case (a missing case is a ``ValueError``).
+
+    Returns:
+        ``{"n_cases", "n_accepted", "n_referred", "reasons"`` (referred cases per reason code)``, "risk"`` (the
+        rule's risk in words)``, "target_risk", "delta", "feasible", "accepted", "referred"`` (case ids)``,
+        "n_failed_accepted", "risk_accepted"`` (mean risk of the accepted cases; None when none was accepted)``,
+        "n_failed_referred"}``; a failure is a risk of 1 (``risk="failure"``) or, for ``"1-dice"``, a Dice below
+        the rule's failure Dice.
+    """
+    cases = result.summary["cases"]
+    missing = [c["case"] for c in cases if c["case"] not in dice]
+    if missing:
+        raise ValueError(f"dice has no value for the triaged case(s) {missing[:5]}")
+    accepted = [c["case"] for c in cases if c["decision"] == "accept"]
+    referred = [c["case"] for c in cases if c["decision"] != "accept"]
+    reasons: dict[str, int] = {}
+    for c in cases:
+        if c["decision"] != "accept":
+            reasons[c["code"]] = reasons.get(c["code"], 0) + 1
+
+    def risks(ids: Sequence[str]) -> np.ndarray:
+        return risk_of_dice([dice[c] for c in ids], rule.risk, rule.failure_dice)
+
+    def failed(ids: Sequence[str]) -> int:
+        return int((risk_of_dice([dice[c] for c in ids], "failure", rule.failure_dice) > 0).sum())
+
+    return {
+        "n_cases": len(cases), "n_accepted": len(accepted), "n_referred": len(referred), "reasons": reasons,
+        "risk": rule.risk_definition, "target_risk": rule.target_risk, "delta": rule.delta,
+        "feasible": rule.feasible, "accepted": accepted, "referred": referred,
+        "n_failed_accepted": failed(accepted),
+        "risk_accepted": float(risks(accepted).mean()) if accepted else None,
+        "n_failed_referred": failed(referred),
+    }
+
+
+def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
+    """Printable lines of :func:`triage_outcome`: what was guaranteed, and what happened."""
+    if rule.feasible:
+        lines = [f"guaranteed: at most {rule.target_risk:g} of the accepted new cases fail ({rule.risk_definition}) "
+                 f"on average, with probability >= {1 - rule.delta:g} over the {rule.n_calibration} calibration "
+                 f"cases ({rule.method.upper()}; calibration: {rule.coverage:.0%} accepted, observed risk "
+                 f"{rule.observed_risk:.3f}, bound {rule.bound:.3f})"]
+    else:
+        lines = [f"guaranteed: nothing; no threshold certifies {rule.risk_definition} <= {rule.target_risk:g} with "
+                 f"probability {1 - rule.delta:g} on {rule.n_calibration} calibration cases (best bound "
+                 f"{rule.bound:.3f}), so every new case goes to review"]
+    why = ", ".join(f"{n} {_REASONS.get(k, k)}" for k, n in sorted(outcome["reasons"].items(), key=lambda kv: -kv[1]))
+    lines.append(f"happened: {outcome['n_cases']} new case(s) triaged without labels: {outcome['n_accepted']} "
+                 f"accepted, {outcome['n_referred']} referred" + (f" ({why})" if why else ""))
+    if outcome["n_accepted"]:
+        lines.append(f"realised (labels known to the demo only): {outcome['n_failed_accepted']} of "
+                     f"{outcome['n_accepted']} accepted new case(s) failed ({rule.risk_definition}): risk "
+                     f"{outcome['risk_accepted']:.3f} vs the target {rule.target_risk:g}; "
+                     f"{outcome['n_failed_referred']} of {outcome['n_referred']} referred case(s) failed")
+    else:
+        lines.append(f"realised (labels known to the demo only): no new case accepted; {outcome['n_failed_referred']}"
+                     f" of {outcome['n_referred']} referred case(s) failed ({rule.risk_definition})")
+    return lines
+
+
+#: the reason codes of :meth:`~monai_unc.evaluation.triage.ReferralRule.apply` in words (format_outcome)
+_REASONS = {"not_certified": "rule not certified", "undefined_score": "score undefined",
+            "outside_range": "score outside the calibration range", "image_statistics": "image far from the "
+            "calibration images", "above_threshold": "score above the threshold"}
 
 
 def _cell(v: Any) -> str:

@@ -401,7 +401,8 @@ def test_demo_end_to_end(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(demo, "DEMO_SHIFTS", demo.DEMO_SHIFTS[:4])
     out = tmp_path / "demo"
-    assert cli.main(["demo", "--output", str(out), "--method", "softmax", "--samples", "1", "--quiet"]) == 0
+    assert cli.main(["demo", "--quick", "--output", str(out), "--method", "softmax", "--samples", "1",
+                     "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert f"report: {(out / 'report' / 'report.html').resolve()}" in printed
     summary = json.loads((out / "evaluation" / "summary.json").read_text())

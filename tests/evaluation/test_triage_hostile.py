@@ -195,7 +195,8 @@ def test_demo_rule_applies_to_cli_predictions_of_the_same_model(tmp_path, monkey
 
     monkeypatch.setattr(demo, "DEMO_SHIFTS", demo.DEMO_SHIFTS[:4])
     out = tmp_path / "demo"
-    assert cli.main(["demo", "--output", str(out), "--method", "softmax", "--samples", "1", "--quiet"]) == 0
+    assert cli.main(["demo", "--quick", "--output", str(out), "--method", "softmax", "--samples", "1",
+                     "--quiet"]) == 0
     rule = ReferralRule.load(out / "triage" / RULE_FILE)
     assert rule.fingerprint["model"] == "example: MNI152 tissue UNet" and rule.fingerprint["weights"]
     pred = tmp_path / "cli"
