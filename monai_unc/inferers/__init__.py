@@ -12,6 +12,7 @@ from .dropout import (
     resolve_dropout_sites,
 )
 from .ensemble import EnsembleInferer, EnsembleSource, load_state_dict
+from .memory import MemoryEstimate, available_memory, estimate_memory
 from .rate_in import (
     LOSS_NAMES,
     RateInDropout,
@@ -88,4 +89,7 @@ __all__ = [
     "load_state_dict",
     "remove_dropout",
     "window_disagreement_from_stitched",
+    "MemoryEstimate",
+    "available_memory",
+    "estimate_memory",
 ]
