@@ -28,9 +28,9 @@ memory-bound GPUs. Measures are returned in the dtype of the probabilities that 
 ``accum_dtype=None`` chooses per input (:func:`auto_accum_dtype`): float64 up to ``FLOAT64_MAX_CLASSES`` classes
 (where the sums are a small part of the memory), float32 above (many-class models, where C float64 channels per voxel
 dominate it). Float32 error bound (recursive summation of ``N`` non-negative terms, unit roundoff ``u = 2^-24``,
-``gamma_k = k u / (1 - k u)``): every mean (``pred``, the mean entropy, the second moments) is within
+``gamma_k = k u / (1 - k u)``): every mean (``pred``, the mean entropy, the per-class second moments) is within
 ``gamma_{N+1}`` *relative* of the float64 mean of the same float32 samples (:func:`accumulation_error_bound`;
-6.0e-6 for ``N = 100``). The maps follow: ``|dPE| <= gamma_{N+1} (PE + 1) + gamma_{C+2} PE``,
+6.0e-6 for ``N = 100``), the one-channel second moment within ``gamma_{N+C+1}``. The maps follow: ``|dPE| <= gamma_{N+1} (PE + 1) + gamma_{C+2} PE``,
 ``|dEE| <= gamma_{N+1} EE``, ``|dMI| <= |dPE| + |dEE|``, ``|d(1 - max p)| <= gamma_{N+1}`` and, for the variance,
 ``|dVar| <= (3 gamma_{N+1} + 2 gamma_{C+1}) / C`` absolute (plus the rounding of the output dtype);
 ``tests/test_stats_memory.py`` checks these for N up to 100.
