@@ -30,7 +30,8 @@ memory-bound GPUs. Measures are returned in the dtype of the probabilities that 
 dominate it). Float32 error bound (recursive summation of ``N`` non-negative terms, unit roundoff ``u = 2^-24``,
 ``gamma_k = k u / (1 - k u)``): every mean (``pred``, the mean entropy, the per-class second moments) is within
 ``gamma_{N+1}`` *relative* of the float64 mean of the same float32 samples (:func:`accumulation_error_bound`;
-6.0e-6 for ``N = 100``), the one-channel second moment within ``gamma_{N+C+1}``. The maps follow: ``|dPE| <= gamma_{N+1} (PE + 1) + gamma_{C+2} PE``,
+6.0e-6 for ``N = 100``), the one-channel second moment within ``gamma_{N+C+1}``. The maps follow:
+``|dPE| <= gamma_{N+1} (PE + 1) + gamma_{C+2} PE``,
 ``|dEE| <= gamma_{N+1} EE``, ``|dMI| <= |dPE| + |dEE|``, ``|d(1 - max p)| <= gamma_{N+1}`` and, for the variance,
 ``|dVar| <= (3 gamma_{N+1} + 2 gamma_{C+1}) / C`` absolute (plus the rounding of the output dtype);
 ``tests/test_stats_memory.py`` checks these for N up to 100.
@@ -88,8 +89,8 @@ ALL_MEASURES = (
 FLOAT64_MAX_CLASSES = 16
 #: moment key of the one-channel second moment ``mean_s sum_c p_{s,c}^2`` (``class_variance=False``)
 MEAN_SQ_SUM = "mean_sq_sum"
-#: elements (classes x voxels) of one chunk of :func:`derive_measures`: 32 MiB per float64 temporary
-DEFAULT_CHUNK_ELEMENTS = 2**22
+#: elements (classes x voxels) of one chunk of :func:`derive_measures`: 8 MiB per float64 temporary
+DEFAULT_CHUNK_ELEMENTS = 2**20
 
 
 def auto_accum_dtype(num_classes: int) -> torch.dtype:

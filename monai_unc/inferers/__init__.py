@@ -31,6 +31,8 @@ from .rate_in import (
     ssim_loss,
 )
 from .sampling import (
+    ARGMAX,
+    PRED_DTYPES,
     WD_RTOL,
     WINDOW_DISAGREEMENT_MODES,
     SampleSource,
@@ -89,6 +91,8 @@ __all__ = [
     "load_state_dict",
     "remove_dropout",
     "window_disagreement_from_stitched",
+    "ARGMAX",
+    "PRED_DTYPES",
     "MemoryEstimate",
     "available_memory",
     "estimate_memory",
