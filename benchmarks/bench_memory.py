@@ -4,8 +4,9 @@
 
 Every contender runs in its own subprocess on a ``1 x 1 x S^3`` input (default ``S = 128``) under
 ``SlidingWindowInferer((roi,) * 3, overlap=0.25)`` with the example network architecture (MONAI UNet 16-32-64-128,
-dropout 0.1) given ``C`` output channels. Peak working memory is the process's peak RSS
-(``resource.getrusage(RUSAGE_SELF).ru_maxrss``) minus its RSS just before the measured call: the activations of the
+dropout 0.1) given ``C`` output channels. Peak working memory is the process's peak RSS (``VmHWM``, reset through
+``/proc/self/clear_refs`` just before the call; ``ru_maxrss`` would inherit the parent's RSS) minus its RSS just
+before the measured call: the activations of the
 network, the stitching buffers, the statistics and the outputs of one inference. RSS is the process's own memory, so
 other processes on a shared machine do not change it (times would vary; memory does not). The workers run with
 ``MALLOC_MMAP_THRESHOLD_=131072`` so that RSS follows the live tensors (glibc's dynamic threshold otherwise keeps
@@ -44,6 +45,24 @@ def _rss_kib() -> int:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * resource.getpagesize() // 1024
+
+
+def _reset_peak() -> None:
+    """Reset the process's peak RSS (``VmHWM``) to its current RSS (Linux >= 4.0): the peak is then the call's own,
+    not that of the warm-up, nor the parent's RSS that ``ru_maxrss`` inherits across fork and exec."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:  # the process's own state, not a file
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _options(mode: str) -> dict:
@@ -94,9 +113,10 @@ def worker(mode: str, classes: int, size: int, samples: int, roi: int, kind: str
     with torch.no_grad():
         run(torch.randn(1, 1, 16, 16, 16), 8)  # load every code path: the peak below is the case's own
         x = torch.randn(1, 1, size, size, size)
+        _reset_peak()
         rss0 = _rss_kib()
         out = run(x, roi)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = _peak_kib()
     del out
     return {"mode": mode, "classes": classes, "peak_mib": (peak - rss0) / 1024}
 
