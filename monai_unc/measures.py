@@ -48,6 +48,7 @@ __all__ = [
     "max_softmax",
     "variance",
     "variance_from_moments",
+    "variance_from_square_sums",
 ]
 
 
@@ -433,6 +434,31 @@ def variance_from_moments(
         check_finite(mean_sq, "mean_sq")
     var = (mean_sq - mean * mean).clamp_min(0)
     return var if multilabel else var.mean(dim=1, keepdim=True)
+
+
+def variance_from_square_sums(mean: torch.Tensor, mean_sq_sum: torch.Tensor) -> torch.Tensor:
+    """Mean over classes of the population variance from one summed second moment, ``-> (B, 1, *spatial)``.
+
+    ``mean_c (E[p_c^2] - E[p_c]^2) = (E[sum_c p_c^2] - sum_c E[p_c]^2) / C``: the value of
+    :func:`variance_from_moments` (up to rounding) from one channel ``E[sum_c p_c^2]`` instead of ``C`` channels of
+    ``E[p_c^2]``, so that the streamed variance costs one channel per voxel whatever the number of classes. Clamped
+    at 0 (rounding only: the exact value is ``>= 0``). Unchecked tensor kernel.
+
+    Args:
+        mean: ``mean_s p_s``, ``(B, C, *spatial)``.
+        mean_sq_sum: ``mean_s sum_c p_{s,c}^2``, ``(B, 1, *spatial)``.
+
+    Returns:
+        ``(B, 1, *spatial)``, the dtype of ``mean``.
+
+    Example:
+        >>> import torch
+        >>> mean = torch.tensor([[[0.5], [0.5]]])  # samples (0.9, 0.1) and (0.1, 0.9)
+        >>> variance_from_square_sums(mean, torch.tensor([[[0.82]]])).round(decimals=4)
+        tensor([[[0.1600]]])
+    """
+    sq = (mean * mean).sum(dim=1, keepdim=True)
+    return ((mean_sq_sum.to(mean.dtype) - sq) / mean.shape[1]).clamp_min(0)
 
 
 def variance(samples: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:

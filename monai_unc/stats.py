@@ -6,6 +6,8 @@ Memory does not grow with the number of samples: per voxel we keep the running (
     sum_p[c]         sum_s w_s p_s[c]            -> mean probabilities (C channels)
     sum_h            sum_s w_s H(p_s)            -> expected entropy (1 channel)
     sum_p2[c]        sum_s w_s p_s[c]^2          -> variance (C channels, only if ``track_variance``)
+    sum_p2           sum_s w_s sum_c p_s[c]^2    -> variance (1 channel, ``track_variance`` and
+                                                    ``class_variance=False``)
 
 and derive every measure at the end: PE = H(mean p), EE = sum_h / sum_w, MI = PE - EE, max-softmax =
 1 - max_c mean p, variance = mean_c (E[p^2] - E[p]^2). Merging two SampleStats adds the sums; the result equals
@@ -22,6 +24,26 @@ relative noise of ~1e-7 * S in regions where MI or the variance is tiny, which s
 and breaks exact identities (MI ~ 0 for identical ensemble members). Float64 sums cost 2x the memory of
 float32 sums for the statistics only (never for the samples); pass ``accum_dtype=torch.float32`` on
 memory-bound GPUs. Measures are returned in the dtype of the probabilities that were fed in.
+
+``accum_dtype=None`` chooses per input (:func:`auto_accum_dtype`): float64 up to ``FLOAT64_MAX_CLASSES`` classes
+(where the sums are a small part of the memory), float32 above (many-class models, where C float64 channels per voxel
+dominate it). Float32 error bound (recursive summation of ``N`` non-negative terms, unit roundoff ``u = 2^-24``,
+``gamma_k = k u / (1 - k u)``): every mean (``pred``, the mean entropy, the per-class second moments) is within
+``gamma_{N+1}`` *relative* of the float64 mean of the same float32 samples (:func:`accumulation_error_bound`;
+6.0e-6 for ``N = 100``), the one-channel second moment within ``gamma_{N+C+1}``. The maps follow:
+``|dPE| <= gamma_{N+1} (PE + 1) + gamma_{C+2} PE``,
+``|dEE| <= gamma_{N+1} EE``, ``|dMI| <= |dPE| + |dEE|``, ``|d(1 - max p)| <= gamma_{N+1}`` and, for the variance,
+``|dVar| <= (3 gamma_{N+1} + 2 gamma_{C+1}) / C`` absolute (plus the rounding of the output dtype);
+``tests/test_stats_memory.py`` checks these for N up to 100.
+
+``class_variance=False`` keeps one channel ``sum_c p_c^2`` instead of ``C`` channels ``p_c^2`` for the variance map
+(the mean over classes of the per-class variances, :func:`~monai_unc.measures.variance_from_square_sums`); the map is
+the same up to rounding. Multi-label statistics always keep one second moment per channel (their variance is per
+channel).
+
+:func:`derive_measures` evaluates the maps in chunks along the first spatial axis (``chunk_elements``), so no
+temporary of the full ``C x V`` size is made; every voxel is computed independently, so the chunked maps equal the
+unchunked ones.
 """
 
 from __future__ import annotations
@@ -37,9 +59,20 @@ from .measures import (
     max_prob_uncertainty_t,
     mutual_information_from_entropies,
     variance_from_moments,
+    variance_from_square_sums,
 )
 
-__all__ = ["SampleStats", "ALL_MEASURES"]
+__all__ = [
+    "SampleStats",
+    "ALL_MEASURES",
+    "FLOAT64_MAX_CLASSES",
+    "MEAN_SQ_SUM",
+    "DEFAULT_CHUNK_ELEMENTS",
+    "auto_accum_dtype",
+    "accumulation_error_bound",
+    "spatial_chunks",
+    "derive_measures",
+]
 
 K = UncertaintyKeys
 
@@ -52,18 +85,103 @@ ALL_MEASURES = (
     K.ONE_MINUS_MAX_PROB,
     K.VARIANCE,
 )
+#: ``accum_dtype=None`` keeps float64 sums up to this many classes (channels), float32 above
+FLOAT64_MAX_CLASSES = 16
+#: moment key of the one-channel second moment ``mean_s sum_c p_{s,c}^2`` (``class_variance=False``)
+MEAN_SQ_SUM = "mean_sq_sum"
+#: elements (classes x voxels) of one chunk of :func:`derive_measures`: 8 MiB per float64 temporary
+DEFAULT_CHUNK_ELEMENTS = 2**20
+
+
+def auto_accum_dtype(num_classes: int) -> torch.dtype:
+    """The accumulation dtype that ``accum_dtype=None`` chooses for ``num_classes`` channels.
+
+    Args:
+        num_classes: channels of the probabilities (classes, or regions of a multi-label model).
+
+    Returns:
+        ``torch.float64`` up to :data:`FLOAT64_MAX_CLASSES` channels, ``torch.float32`` above.
+
+    Example:
+        >>> auto_accum_dtype(3), auto_accum_dtype(105)
+        (torch.float64, torch.float32)
+    """
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
+    return torch.float64 if num_classes <= FLOAT64_MAX_CLASSES else torch.float32
+
+
+def accumulation_error_bound(num_samples: int, dtype: torch.dtype = torch.float32) -> float:
+    """Relative error bound of a streamed mean of ``num_samples`` non-negative values summed in ``dtype``.
+
+    ``gamma_{N+1} = (N + 1) u / (1 - (N + 1) u)`` with ``u`` the unit roundoff of ``dtype`` (``eps / 2``): ``N - 1``
+    additions, the multiplication by a sample's weight and the final division each round once (recursive summation,
+    Higham, Accuracy and Stability of Numerical Algorithms, sec. 4.2). The inputs themselves are exact in ``dtype``
+    (float32 probabilities), so this bounds ``|mean_dtype - mean_exact| / mean_exact``.
+
+    Args:
+        num_samples: number of samples ``N >= 1``.
+        dtype: the accumulation dtype.
+
+    Returns:
+        The bound (6.0e-6 for ``N = 100`` in float32).
+
+    Example:
+        >>> f"{accumulation_error_bound(100):.2e}"
+        '6.02e-06'
+    """
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+    u = torch.finfo(dtype).eps / 2
+    k = (num_samples + 1) * u
+    if k >= 1:
+        raise ValueError(f"num_samples={num_samples} is too large for a bound in {dtype}")
+    return k / (1 - k)
+
+
+def spatial_chunks(shape: tuple[int, ...], chunk_elements: int | None = DEFAULT_CHUNK_ELEMENTS) -> list[slice]:
+    """Slices of the first spatial axis (dim 2) of a ``(B, C, *spatial)`` tensor with about ``chunk_elements`` each.
+
+    Args:
+        shape: the tensor's shape, ``(B, C, *spatial)`` with at least one spatial axis.
+        chunk_elements: elements per chunk (at least one row of the first spatial axis); ``None``: one chunk.
+
+    Returns:
+        Slices covering ``range(shape[2])`` in order.
+
+    Example:
+        >>> spatial_chunks((1, 4, 8, 8), chunk_elements=64)
+        [slice(0, 2, None), slice(2, 4, None), slice(4, 6, None), slice(6, 8, None)]
+    """
+    if len(shape) < 3:
+        raise ValueError(f"shape must be (B, C, *spatial), got {tuple(shape)}")
+    n = shape[2]
+    if chunk_elements is None:
+        return [slice(0, n)]
+    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int) or chunk_elements < 1:
+        raise ValueError(f"chunk_elements must be a positive integer or None, got {chunk_elements!r}")
+    row = 1
+    for d in (shape[0], shape[1], *shape[3:]):
+        row *= d
+    step = max(1, chunk_elements // max(row, 1))
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
 class SampleStats:
     """Running weighted sums of probability samples ``(B, C, *spatial)``; see the module docstring.
 
     Args:
-        track_variance: also keep the sum of squares (C more channels) to report ``variance``.
-        accum_dtype: dtype of the running sums (float64 by default, see the module docstring).
+        track_variance: also keep the sum of squares (C more channels, one with ``class_variance=False``) to report
+            ``variance``.
+        accum_dtype: dtype of the running sums (float64 by default, see the module docstring); ``None`` chooses
+            from the number of channels of the first sample (:func:`auto_accum_dtype`).
         validate: check every update is a finite probability map summing to 1 over classes (in [0, 1] for
             ``multilabel``).
         multilabel: channels are independent Bernoulli variables (sigmoid per region, ``C >= 1``); every measure
             is then per channel, ``(B, C, *spatial)``.
+        class_variance: keep the second moment per class (``C`` channels, ``moments()["mean_sq"]``); ``False``
+            keeps one channel ``sum_c p_c^2`` (``moments()["mean_sq_sum"]``) for the same variance map. Multi-label
+            statistics keep one per channel either way.
 
     Example::
 
@@ -76,14 +194,16 @@ class SampleStats:
     def __init__(
         self,
         track_variance: bool = True,
-        accum_dtype: torch.dtype = torch.float64,
+        accum_dtype: torch.dtype | None = torch.float64,
         validate: bool = True,
         multilabel: bool = False,
+        class_variance: bool = True,
     ) -> None:
-        if not accum_dtype.is_floating_point:
-            raise TypeError(f"accum_dtype must be a floating point dtype, got {accum_dtype}")
+        if accum_dtype is not None and (not isinstance(accum_dtype, torch.dtype) or not accum_dtype.is_floating_point):
+            raise TypeError(f"accum_dtype must be a floating point dtype or None, got {accum_dtype}")
         self.multilabel = bool(multilabel)
         self.track_variance = bool(track_variance)
+        self.class_variance = bool(class_variance)
         self.accum_dtype = accum_dtype
         self.validate = bool(validate)
         self.sum_w: float = 0.0
@@ -110,6 +230,8 @@ class SampleStats:
             raise ValueError(
                 f"probs shape {tuple(p.shape)} does not match the shape of earlier samples {tuple(self.sum_p.shape)}"
             )
+        if self.accum_dtype is None:
+            self.accum_dtype = auto_accum_dtype(int(p.shape[1]))
         pa = p.to(self.accum_dtype)
         # the per-sample entropy is evaluated in the input's precision (relative error ~1e-7 in float32, the
         # precision of the probabilities themselves) and summed in accum_dtype: the log is the costliest step
@@ -120,15 +242,34 @@ class SampleStats:
             self.sum_p = pa * w if w != 1.0 else pa.clone()
             self.sum_h = h.to(self.accum_dtype) * w
             if self.track_variance:
-                self.sum_p2 = pa * pa * w
+                self.sum_p2 = self._square(pa) * w
         else:
             self.sum_p.add_(pa, alpha=w)
             self.sum_h.add_(h, alpha=w)
             if self.track_variance:
-                self.sum_p2.addcmul_(pa, pa, value=w)
+                if self._per_class_squares():
+                    self.sum_p2.addcmul_(pa, pa, value=w)
+                else:
+                    self.sum_p2.add_(self._square(pa), alpha=w)
         self.sum_w += w
         self.num_updates += 1
         return self
+
+    def _per_class_squares(self) -> bool:
+        """Whether ``sum_p2`` has one channel per class (else one channel ``sum_c p_c^2``)."""
+        return self.class_variance or self.multilabel
+
+    def _square(self, pa: torch.Tensor) -> torch.Tensor:
+        """``p^2`` per class, or ``sum_c p_c^2`` (one channel) without ``class_variance``."""
+        sq = pa * pa
+        return sq if self._per_class_squares() else sq.sum(dim=1, keepdim=True)
+
+    def _summarize_squares(self) -> None:
+        """Turn per-class second moments into the one-channel sum (to merge with statistics that keep only that)."""
+        if self.class_variance and not self.multilabel:
+            if self.sum_p2 is not None:
+                self.sum_p2 = self.sum_p2.sum(dim=1, keepdim=True)
+            self.class_variance = False
 
     def merge(self, other: SampleStats) -> SampleStats:
         """Add the sums of ``other`` into ``self`` (pooled statistics); returns ``self``."""
@@ -140,12 +281,18 @@ class SampleStats:
             )
         if other.sum_p is None:
             return self
+        if self.accum_dtype is None:
+            self.accum_dtype = other.accum_dtype or auto_accum_dtype(int(other.sum_p.shape[1]))
         if self.sum_p is None:
             self.track_variance = self.track_variance and other.track_variance
             self.sum_w, self.num_updates, self.out_dtype = other.sum_w, other.num_updates, other.out_dtype
             self.sum_p = other.sum_p.to(self.accum_dtype).clone()
             self.sum_h = other.sum_h.to(self.accum_dtype).clone()
             self.sum_p2 = other.sum_p2.to(self.accum_dtype).clone() if self.track_variance else None
+            summary_wanted = not self.class_variance
+            self.class_variance = other.class_variance
+            if summary_wanted:
+                self._summarize_squares()
             return self
         if other.sum_p.shape != self.sum_p.shape:
             raise ValueError(
@@ -157,7 +304,12 @@ class SampleStats:
             if other.sum_p2 is None:
                 self.track_variance, self.sum_p2 = False, None
             else:
-                self.sum_p2.add_(other.sum_p2.to(self.sum_p2))
+                other_p2 = other.sum_p2
+                if self._per_class_squares() and not other._per_class_squares():
+                    self._summarize_squares()
+                elif other._per_class_squares() and not self._per_class_squares():
+                    other_p2 = other_p2.sum(dim=1, keepdim=True)
+                self.sum_p2.add_(other_p2.to(self.sum_p2))
         self.sum_w += other.sum_w
         self.num_updates += other.num_updates
         return self
@@ -172,27 +324,42 @@ class SampleStats:
         num_updates: int | None = None,
         out_dtype: torch.dtype | None = None,
         multilabel: bool = False,
+        mean_sq_sum: torch.Tensor | None = None,
+        inplace: bool = False,
     ) -> SampleStats:
         """Rebuild statistics from per-voxel means (e.g. after sliding-window stitching).
 
         ``mean`` ``(B, C, *spatial)``, ``mean_entropy`` ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
-        ``multilabel``), optional ``mean_sq`` like ``mean``; ``count`` is the total weight the means stand for, so
-        that merging stays exact.
+        ``multilabel``), optional ``mean_sq`` like ``mean`` or ``mean_sq_sum`` ``(B, 1, *spatial)`` (the mean of
+        ``sum_c p_c^2``, see ``class_variance``); ``count`` is the total weight the means stand for, so that merging
+        stays exact. ``inplace=True`` multiplies the given tensors in place where their dtype is the accumulation
+        dtype (the caller hands them over: no copy of ``C x V`` is made; the values are the same).
         """
         if not count > 0:
             raise ValueError(f"count must be positive, got {count}")
-        check_finite(mean, "mean")
+        if mean_sq is not None and mean_sq_sum is not None:
+            raise ValueError("give mean_sq or mean_sq_sum, not both")
+        for sl in spatial_chunks(tuple(mean.shape)) if mean.ndim >= 3 else [slice(None)]:
+            check_finite(mean[:, :, sl], "mean")  # in chunks: isfinite makes temporaries of its input's size
         stats = cls(
-            track_variance=mean_sq is not None,
+            track_variance=mean_sq is not None or mean_sq_sum is not None,
             accum_dtype=torch.promote_types(mean.dtype, torch.float32),
             multilabel=multilabel,
+            class_variance=mean_sq_sum is None,
         )
         stats.out_dtype = out_dtype or mean.dtype
         stats.sum_w = float(count)
         stats.num_updates = int(num_updates if num_updates is not None else round(count))
-        stats.sum_p = mean.to(stats.accum_dtype) * count
-        stats.sum_h = mean_entropy.to(stats.accum_dtype) * count
-        stats.sum_p2 = mean_sq.to(stats.accum_dtype) * count if mean_sq is not None else None
+
+        def scaled(t: torch.Tensor) -> torch.Tensor:
+            if inplace and t.dtype == stats.accum_dtype:
+                return t.mul_(count)
+            return t.to(stats.accum_dtype) * count
+
+        stats.sum_p = scaled(mean)
+        stats.sum_h = scaled(mean_entropy)
+        second = mean_sq if mean_sq is not None else mean_sq_sum
+        stats.sum_p2 = scaled(second) if second is not None else None
         return stats
 
     # ------------------------------------------------------------------ results
@@ -220,7 +387,26 @@ class SampleStats:
         self._require()
         out = {K.PRED.value: self.sum_p / self.sum_w, K.EXPECTED_ENTROPY.value: self.sum_h / self.sum_w}
         if self.track_variance:
-            out["mean_sq"] = self.sum_p2 / self.sum_w
+            out[self._second_key()] = self.sum_p2 / self.sum_w
+        return out
+
+    def _second_key(self) -> str:
+        return "mean_sq" if self._per_class_squares() else MEAN_SQ_SUM
+
+    def take_moments(self) -> dict[str, torch.Tensor]:
+        """:meth:`moments` computed in place: the sums become the means and the statistics are emptied.
+
+        The same values as :meth:`moments` without a second copy of the sums (for the last step of an inferer).
+
+        Returns:
+            The dict of :meth:`moments`.
+        """
+        self._require()
+        out = {K.PRED.value: self.sum_p.div_(self.sum_w), K.EXPECTED_ENTROPY.value: self.sum_h.div_(self.sum_w)}
+        if self.track_variance:
+            out[self._second_key()] = self.sum_p2.div_(self.sum_w)
+        self.sum_p = self.sum_h = self.sum_p2 = None
+        self.sum_w, self.num_updates = 0.0, 0
         return out
 
     def measures(self, keys: Iterable[str] | None = None, normalize: bool = False) -> dict[str, torch.Tensor]:
@@ -248,14 +434,18 @@ class SampleStats:
         """Sums and counts, e.g. for ``torch.distributed.all_reduce`` of the tensors (sum)."""
         self._require()
         state = {"sum_w": self.sum_w, "num_updates": self.num_updates, "sum_p": self.sum_p, "sum_h": self.sum_h,
-                 "out_dtype": str(self.out_dtype).replace("torch.", ""), "multilabel": self.multilabel}
+                 "out_dtype": str(self.out_dtype).replace("torch.", ""), "multilabel": self.multilabel,
+                 "class_variance": self.class_variance}
         if self.track_variance:
             state["sum_p2"] = self.sum_p2
         return state
 
     def load_state_dict(self, state: Mapping) -> SampleStats:
+        if self.accum_dtype is None:
+            self.accum_dtype = state["sum_p"].dtype
         self.sum_w = float(state["sum_w"])
         self.num_updates = int(state["num_updates"])
+        self.class_variance = bool(state.get("class_variance", True))
         self.sum_p = state["sum_p"].to(self.accum_dtype)
         self.sum_h = state["sum_h"].to(self.accum_dtype)
         self.track_variance = "sum_p2" in state
@@ -278,22 +468,64 @@ def derive_measures(
     normalize: bool = False,
     out_dtype: torch.dtype | None = None,
     multilabel: bool = False,
+    chunk_elements: int | None = DEFAULT_CHUNK_ELEMENTS,
 ) -> dict[str, torch.Tensor]:
-    """Measures from per-voxel means ``{pred, expected_entropy[, mean_sq][, window_disagreement]}`` (see
-    :meth:`SampleStats.moments`).
+    """Measures from per-voxel means ``{pred, expected_entropy[, mean_sq | mean_sq_sum][, window_disagreement]}``
+    (see :meth:`SampleStats.moments`).
 
     This is where the decomposition is evaluated once for every inferer, stitched or not:
     PE = H(pred), EE = expected_entropy, MI = max(PE - EE, 0), one_minus_max_prob = 1 - max_c pred,
-    variance = mean_c (mean_sq - pred^2). When ``moments`` holds ``window_disagreement`` (WD, the part of PE
-    that comes from overlapping sliding windows disagreeing, computed by the inferer), MI = max(PE - EE - WD, 0)
-    and WD can be asked for as a map. ``multilabel``: per-channel Bernoulli measures (:mod:`monai_unc.measures`),
-    every map ``(B, C, *spatial)``; ``normalize`` divides by ``log 2`` instead of ``log C``.
+    variance = mean_c (mean_sq - pred^2) (or ``(mean_sq_sum - sum_c pred^2) / C`` from the one-channel moment).
+    When ``moments`` holds ``window_disagreement`` (WD, the part of PE that comes from overlapping sliding windows
+    disagreeing, computed by the inferer), MI = max(PE - EE - WD, 0) and WD can be asked for as a map.
+    ``multilabel``: per-channel Bernoulli measures (:mod:`monai_unc.measures`), every map ``(B, C, *spatial)``;
+    ``normalize`` divides by ``log 2`` instead of ``log C``.
+
+    Args:
+        moments: the per-voxel means, ``(B, *, *spatial)`` tensors of one spatial shape.
+        keys: the measures to derive (``pred`` and the names of :data:`ALL_MEASURES`, ``window_disagreement``).
+        normalize: divide the entropies by ``log C`` (``log 2`` for ``multilabel``).
+        out_dtype: dtype of the maps (default: that of the moments).
+        multilabel: per-channel Bernoulli measures.
+        chunk_elements: evaluate the maps in chunks of about this many ``C x voxels`` elements along the first
+            spatial axis (:func:`spatial_chunks`), so the temporaries of the entropy and the variance never have the
+            full ``C x V`` size; ``None``: one chunk. The values do not depend on it (every voxel on its own).
+
+    Returns:
+        ``{key: map}`` in the order of ``keys``; ``pred`` is ``moments["pred"]`` itself when no conversion is
+        needed.
     """
+    keys = [K(k).value for k in keys]
+    mean = moments[K.PRED.value]
+    chunks = spatial_chunks(tuple(mean.shape), chunk_elements) if mean.ndim >= 3 else [slice(None)]
+    if len(chunks) == 1:
+        return _derive(moments, keys, normalize, out_dtype, multilabel)
+    out: dict[str, torch.Tensor] = {}
+    if K.PRED.value in keys:
+        out[K.PRED.value] = mean.to(out_dtype) if out_dtype is not None else mean
+    rest = [k for k in keys if k != K.PRED.value]
+    for sl in chunks:
+        chunk = {k: v[:, :, sl].contiguous() for k, v in moments.items()}
+        part = _derive(chunk, rest, normalize, out_dtype, multilabel)
+        for k, v in part.items():
+            if k not in out:
+                out[k] = v.new_empty((*v.shape[:2], *mean.shape[2:]))
+            out[k][:, :, sl] = v
+    return {k: out[k] for k in keys}
+
+
+def _derive(
+    moments: Mapping[str, torch.Tensor],
+    keys: list[str],
+    normalize: bool,
+    out_dtype: torch.dtype | None,
+    multilabel: bool,
+) -> dict[str, torch.Tensor]:
+    """:func:`derive_measures` on one chunk (or the whole volume)."""
     mean = moments[K.PRED.value]
     ee = moments[K.EXPECTED_ENTROPY.value]
     wd = moments.get(K.WINDOW_DISAGREEMENT.value)
     n_classes = 2 if multilabel else mean.shape[1]
-    keys = [K(k).value for k in keys]
     out: dict[str, torch.Tensor] = {}
     pe = None
     if K.PREDICTIVE_ENTROPY.value in keys or K.MUTUAL_INFORMATION.value in keys:
@@ -316,9 +548,12 @@ def derive_measures(
         elif key == K.ONE_MINUS_MAX_PROB.value:
             val = max_prob_uncertainty_t(mean, multilabel)
         elif key == K.VARIANCE.value:
-            if "mean_sq" not in moments:
-                raise ValueError("variance needs the second moment 'mean_sq'")
-            val = variance_from_moments(mean, moments["mean_sq"], multilabel, validate=False)
+            if "mean_sq" in moments:
+                val = variance_from_moments(mean, moments["mean_sq"], multilabel, validate=False)
+            elif MEAN_SQ_SUM in moments and not multilabel:
+                val = variance_from_square_sums(mean, moments[MEAN_SQ_SUM])
+            else:
+                raise ValueError("variance needs the second moment 'mean_sq' (or 'mean_sq_sum')")
         else:
             raise ValueError(f"unknown measure {key!r}")
         if normalize and key in (

@@ -12,6 +12,7 @@ from .dropout import (
     resolve_dropout_sites,
 )
 from .ensemble import EnsembleInferer, EnsembleSource, load_state_dict
+from .memory import MemoryEstimate, available_memory, estimate_memory
 from .rate_in import (
     LOSS_NAMES,
     RateInDropout,
@@ -30,6 +31,8 @@ from .rate_in import (
     ssim_loss,
 )
 from .sampling import (
+    ARGMAX,
+    PRED_DTYPES,
     WD_RTOL,
     WINDOW_DISAGREEMENT_MODES,
     SampleSource,
@@ -88,4 +91,9 @@ __all__ = [
     "load_state_dict",
     "remove_dropout",
     "window_disagreement_from_stitched",
+    "ARGMAX",
+    "PRED_DTYPES",
+    "MemoryEstimate",
+    "available_memory",
+    "estimate_memory",
 ]

@@ -59,7 +59,7 @@ from torch import nn
 from .._utils import check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..measures import entropy_map_t
-from ..stats import SampleStats, derive_measures
+from ..stats import MEAN_SQ_SUM, SampleStats, derive_measures, spatial_chunks
 
 __all__ = [
     "check_inputs",
@@ -75,6 +75,8 @@ __all__ = [
     "WINDOW_DISAGREEMENT_MODES",
     "WD_RTOL",
     "window_disagreement_from_stitched",
+    "ARGMAX",
+    "PRED_DTYPES",
 ]
 
 K = UncertaintyKeys
@@ -87,6 +89,17 @@ WINDOW_DISAGREEMENT_MODES = ("separate", "mutual_information")
 WD_RTOL = 64.0
 #: internal key: each window's own predictive entropy H(m_w), stitched like the means
 _WINDOW_PE = "window_predictive_entropy"
+#: output key of the label map ``argmax_c pred`` ``(B, 1, *spatial)`` that replaces ``pred`` with ``pred_dtype=None``
+ARGMAX = "argmax"
+#: values of ``UncertaintyInferer(pred_dtype=...)`` besides ``None``: ``"input"`` keeps the dtype of the maps
+PRED_DTYPES = ("input", torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _label_dtype(num_classes: int) -> torch.dtype:
+    """The smallest integer dtype of the ``argmax`` label map of ``num_classes`` classes."""
+    if num_classes <= 256:
+        return torch.uint8
+    return torch.int16 if num_classes <= 2**15 else torch.int64
 
 
 def window_disagreement_from_stitched(
@@ -116,7 +129,10 @@ def window_disagreement_from_stitched(
         >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
         1.0
     """
-    pe = entropy_map_t(pred, 1, False, multilabel)
+    # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V
+    pe = torch.empty(window_entropy.shape, dtype=pred.dtype, device=pred.device)
+    for sl in spatial_chunks(tuple(pred.shape)) if pred.ndim >= 3 else [slice(None)]:
+        pe[:, :, sl] = entropy_map_t(pred[:, :, sl].contiguous(), 1, False, multilabel)
     wd = pe - window_entropy.to(pe.dtype)
     tol = WD_RTOL * torch.finfo(pe.dtype).eps * (1 + pe)
     if bool((wd < -tol).any()):
@@ -492,7 +508,16 @@ class UncertaintyInferer(Inferer):
         track_variance: keep the second moment to report ``variance``.
         normalize: divide entropies by ``log C``.
         seed: seed for a private random stream (the global RNG state is restored afterwards).
-        accum_dtype: dtype of the running sums (see :mod:`monai_unc.stats`).
+        accum_dtype: dtype of the running sums (see :mod:`monai_unc.stats`); ``None`` (default): float64 up to
+            ``FLOAT64_MAX_CLASSES`` (16) classes, float32 above (error bound in :mod:`monai_unc.stats`).
+        class_variance: keep the second moment per class (``C`` channels per voxel); default: one channel
+            ``sum_c p_c^2``, which gives the same ``variance`` map (the mean over classes) up to rounding. Multi-label
+            outputs keep one per channel either way (their variance is per channel).
+        pred_dtype: dtype of ``pred``: ``"input"`` (default, that of the maps), ``torch.float16`` /
+            ``torch.bfloat16`` (half the memory of the returned mean probabilities) or ``torch.float32`` /
+            ``torch.float64``; ``None``: no ``pred`` but ``argmax`` ``(B, 1, *spatial)``, the label map
+            ``argmax_c pred`` (uint8 up to 256 classes; none for multi-label outputs), for callers that need only the
+            segmentation and the scalar maps.
         no_grad: run under ``torch.no_grad()`` (default).
         window_disagreement: ``"separate"`` (default): under overlapping sliding windows MI is the blend of the
             per-window MIs and the disagreement between windows is its own map ``window_disagreement``, so that
@@ -535,11 +560,17 @@ class UncertaintyInferer(Inferer):
         track_variance: bool = True,
         normalize: bool = False,
         seed: int | None = None,
-        accum_dtype: torch.dtype = torch.float64,
+        accum_dtype: torch.dtype | None = None,
         no_grad: bool = True,
         window_disagreement: str = "separate",
+        class_variance: bool = False,
+        pred_dtype: torch.dtype | str | None = "input",
     ) -> None:
         super().__init__()
+        if pred_dtype is not None and not any(pred_dtype == d for d in PRED_DTYPES):
+            raise ValueError(f"pred_dtype must be None or one of {PRED_DTYPES}, got {pred_dtype!r}")
+        if accum_dtype is not None and (not isinstance(accum_dtype, torch.dtype) or not accum_dtype.is_floating_point):
+            raise TypeError(f"accum_dtype must be a floating point torch.dtype or None, got {accum_dtype!r}")
         if activation not in ("softmax", "sigmoid", None):
             raise ValueError(f"activation must be 'softmax', 'sigmoid' or None, got {activation!r}")
         if window_disagreement not in WINDOW_DISAGREEMENT_MODES:
@@ -572,6 +603,8 @@ class UncertaintyInferer(Inferer):
             if unknown:
                 raise ValueError(f"keys: unknown output name(s) {unknown}; valid: {[k.value for k in K]}")
         self.keys = None if keys is None else [K(k).value for k in keys]
+        if self.keys is not None and K.PRED.value in self.keys and pred_dtype is None:
+            raise ValueError("keys asks for 'pred' but pred_dtype=None keeps no mean probabilities")
         if self.keys is not None and K.VARIANCE.value in self.keys and not track_variance:
             raise ValueError("keys asks for 'variance' but track_variance=False")
         if self.keys is not None and K.WINDOW_DISAGREEMENT.value in self.keys and window_disagreement != "separate":
@@ -584,6 +617,8 @@ class UncertaintyInferer(Inferer):
         self.seed = seed
         self.accum_dtype = accum_dtype
         self.no_grad = bool(no_grad)
+        self.class_variance = bool(class_variance)
+        self.pred_dtype = pred_dtype
 
     def _check_base_inferer(self) -> None:
         steps = getattr(self.base_inferer, "buffer_steps", None)
@@ -635,7 +670,8 @@ class UncertaintyInferer(Inferer):
                 probs, multilabel = _to_probs(raw, self.activation, check=False)
                 if stats is None:
                     stats = SampleStats(track_variance=self.track_variance, accum_dtype=self.accum_dtype,
-                                        validate=False, multilabel=multilabel)
+                                        validate=False, multilabel=multilabel,
+                                        class_variance=self.class_variance)
                     info["multilabel"] = multilabel
                     probs_dtype = probs.dtype
                 stats.update(probs)
@@ -645,8 +681,8 @@ class UncertaintyInferer(Inferer):
             if not bool(torch.isfinite(stats.sum_h).all()):
                 raise ValueError("network output contains non-finite values (NaN or inf) for this input")
             # kept in the accumulation dtype: SimpleInferer passes them through exactly; SlidingWindowInferer
-            # blends them into buffers of the input's dtype
-            out = dict(stats.moments())
+            # blends them into buffers of the input's dtype. In place: no second copy of the sums
+            out = dict(stats.take_moments())
             if self.window_disagreement == "separate" and self._stitches():
                 # H(m_w) in the precision of the probabilities, as each sample's H(p_s) in EE: identical samples then
                 # give H(m_w) == EE_w bitwise, and a deterministic network MI = 0 exactly after stitching
@@ -664,6 +700,8 @@ class UncertaintyInferer(Inferer):
 
     def _default_keys(self, total: SampleStats) -> list[str]:
         keys = total.available_keys()
+        if self.pred_dtype is None:
+            keys.remove(K.PRED.value)
         if self.window_disagreement == "separate" and self._stitches():
             at = keys.index(K.MUTUAL_INFORMATION.value) + 1
             keys.insert(at, K.WINDOW_DISAGREEMENT.value)
@@ -722,18 +760,30 @@ class UncertaintyInferer(Inferer):
                 for src in window_sources:
                     n_window *= src.num_variants(x)
                 pred = _plain(out[K.PRED.value])
+                n_classes = int(pred.shape[1])
+                if separate:  # before from_moments turns the stitched means into sums in place
+                    if self._stitches():
+                        wd = window_disagreement_from_stitched(pred, _plain(out[_WINDOW_PE]), bool(info["multilabel"]))
+                    else:  # one window: WD = H(m) - H(m) = 0 exactly, and MI = PE - EE as without the option
+                        wd = torch.zeros_like(_plain(out[K.EXPECTED_ENTROPY.value]))
+                # the stitched buffers are this call's own: they become the sums in place (no copy of C x V)
                 part = SampleStats.from_moments(
                     pred,
                     _plain(out[K.EXPECTED_ENTROPY.value]),
                     _plain(out["mean_sq"]) if "mean_sq" in out else None,
                     count=float(n_window),
                     multilabel=bool(info["multilabel"]),
+                    mean_sq_sum=_plain(out[MEAN_SQ_SUM]) if MEAN_SQ_SUM in out else None,
+                    inplace=True,
                 )
+                if self.keep_samples:
+                    kept_samples = _plain(out[K.SAMPLES.value])
+                    b = kept_samples.shape[0]
+                    samples.append(
+                        kept_samples.reshape(b, n_window, n_classes, *kept_samples.shape[2:]).transpose(0, 1)
+                    )
+                del pred, out
                 if separate:
-                    if self._stitches():
-                        wd = window_disagreement_from_stitched(pred, _plain(out[_WINDOW_PE]), bool(info["multilabel"]))
-                    else:  # one window: WD = H(m) - H(m) = 0 exactly, and MI = PE - EE as without the option
-                        wd = torch.zeros_like(_plain(out[K.EXPECTED_ENTROPY.value]))
                     # one member: WD itself (no rounding through the count); several: count-weighted mean
                     wd = wd.to(part.accum_dtype)
                     if n_parts == 0:
@@ -744,20 +794,30 @@ class UncertaintyInferer(Inferer):
                         sum_wd.add_(wd.to(sum_wd), alpha=float(n_window))
                 n_parts += 1
                 total = part if total is None else total.merge(part)
-                if self.keep_samples:
-                    s = _plain(out[K.SAMPLES.value])
-                    b, c = s.shape[0], out[K.PRED.value].shape[1]
-                    samples.append(s.reshape(b, n_window, c, *s.shape[2:]).transpose(0, 1))
+                del part
         keys = self.keys if self.keys is not None else self._default_keys(total)
         out_dtype = x.dtype if x.is_floating_point() else torch.float32
-        moments = total.moments()
+        n_total = int(round(total.count))
+        multilabel = total.multilabel
+        wd_mean = None
         if separate:
-            moments[K.WINDOW_DISAGREEMENT.value] = sum_wd if n_parts == 1 else sum_wd / total.count
-        result = derive_measures(moments, keys, normalize=self.normalize, out_dtype=out_dtype,
-                                 multilabel=total.multilabel)
+            wd_mean = sum_wd if n_parts == 1 else sum_wd / total.count
+        moments = total.take_moments()  # the sums become the means in place: no second C x V buffer
+        if wd_mean is not None:
+            moments[K.WINDOW_DISAGREEMENT.value] = wd_mean
+        maps = derive_measures(moments, [k for k in keys if k != K.PRED.value], normalize=self.normalize,
+                               out_dtype=out_dtype, multilabel=multilabel)
+        result: dict[str, torch.Tensor] = {}
+        for key in keys:
+            if key != K.PRED.value:
+                result[key] = maps[key]
+            elif self.pred_dtype is not None:
+                result[key] = moments[key].to(out_dtype if self.pred_dtype == "input" else self.pred_dtype)
+        if self.pred_dtype is None and not multilabel:
+            result = {ARGMAX: _argmax(moments[K.PRED.value]), **result}
+        del moments, maps
         if self.keep_samples:
             result[K.SAMPLES.value] = torch.cat(samples, dim=0)
-        n_total = int(round(total.count))
         meaning = _combine_meanings(self.sources, x)
         if hasattr(inputs, "meta"):
             result = {k: _as_meta(v, inputs) if k != K.SAMPLES.value else v for k, v in result.items()}
@@ -778,6 +838,14 @@ def _combine_meanings(sources: Sequence[SampleSource], x: torch.Tensor) -> MIMea
     if not kinds:
         return MIMeaning.NONE
     return kinds.pop() if len(kinds) == 1 else MIMeaning.MIXED
+
+
+def _argmax(pred: torch.Tensor) -> torch.Tensor:
+    """``argmax_c pred`` ``(B, 1, *spatial)`` in the smallest integer dtype, computed in spatial chunks."""
+    out = torch.empty((pred.shape[0], 1, *pred.shape[2:]), dtype=_label_dtype(int(pred.shape[1])), device=pred.device)
+    for sl in spatial_chunks(tuple(pred.shape)):
+        out[:, :, sl] = pred[:, :, sl].argmax(dim=1, keepdim=True).to(out.dtype)
+    return out
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,7 @@ from ..distributed import (
     run_cases,
     settings_changes,
 )
+from ..inferers import available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
     CaseError,
@@ -76,6 +77,8 @@ __all__ = [
     "case_fingerprint",
     "load_image_case",
     "check_case_dims",
+    "memory_warning",
+    "network_out_channels",
     "is_multilabel",
     "region_names",
     "predict_case",
@@ -227,6 +230,58 @@ def check_case_dims(case: ImageCase, spatial_shape: Sequence[int], network_dims:
         )
 
 
+def network_out_channels(network: Any) -> int | None:
+    """The output channels of ``network``: its ``out_channels`` attribute (MONAI networks), else those of its last
+    convolution; None when neither exists."""
+    net = getattr(network, "network", network)  # a temperature-scaled wrapper
+    n = getattr(net, "out_channels", None)
+    if isinstance(n, int) and not isinstance(n, bool):
+        return n
+    if isinstance(net, torch.nn.Module):
+        convs = [m for m in net.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
+        if convs:
+            return int(convs[-1].out_channels)
+    return None
+
+
+def memory_warning(
+    case_id: str, spatial_shape: Sequence[int], num_classes: int | None, settings: InferSettings,
+    device: torch.device | str, available: int | None = None,
+) -> str | None:
+    """A one-line warning when the inference of a case will not fit in the memory of ``device``, else None.
+
+    The need is :func:`monai_unc.inferers.estimate_memory` of the case (the network's own activations not counted,
+    so it is a lower bound); the memory is ``available`` or :func:`monai_unc.inferers.available_memory`.
+
+    Args:
+        case_id: the case, for the message.
+        spatial_shape: the image's spatial shape.
+        num_classes: the network's output channels (None: no warning).
+        settings: the run's settings (window size, measures).
+        device: where the stitched outputs live.
+        available: bytes available (default: measured now).
+
+    Returns:
+        The warning, or None when the case fits or the memory is unknown.
+    """
+    if num_classes is None or num_classes < 1:
+        return None
+    shape = tuple(int(n) for n in spatial_shape)
+    roi = settings.roi
+    if roi is not None:
+        roi = list(roi) * len(shape) if len(roi) == 1 else list(roi)
+    est = estimate_memory(shape, int(num_classes), roi_size=roi, track_variance=K.VARIANCE.value in settings.measures,
+                          window_disagreement=K.WINDOW_DISAGREEMENT.value in settings.measures,
+                          multilabel=settings.activation == "sigmoid" and num_classes > 1)
+    free = available if available is not None else available_memory(device)
+    if free is None or est.total <= free:
+        return None
+    return (f"case {case_id!r} ({'x'.join(map(str, shape))}, {num_classes} classes) needs about "
+            f"{est.total / 2**30:.1f} GiB for its inference beyond the network (estimate_memory) but "
+            f"{free / 2**30:.1f} GiB are available on {device}; it may run out of memory (a smaller --roi or "
+            "device memory helps; docs/inferers.md#memory)")
+
+
 def _run_with_preprocessing(
     case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device
 ) -> tuple[dict, Any]:
@@ -287,6 +342,9 @@ def predict_case(
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
         image = normalize_intensity(image, settings.intensity)
+        warning = memory_warning(case.case_id, image.shape[1:], network_out_channels(model.network), settings, device)
+        if warning is not None:
+            warnings.warn(warning, UserWarning, stacklevel=2)
         x = torch.from_numpy(image)[None].to(device)
         try:
             raw = inferer(x, model.network)
