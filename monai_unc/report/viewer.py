@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 
-from ..io import atomic_copy
+from ..io import atomic_copy, file_sha256
 from .markup import Markup, el, frag, json_script, script_file
 
 __all__ = ["CASE_BUDGET_BYTES", "VIEWER_CSS", "case_viewer", "viewer_block", "viewer_scripts", "viewer_section"]
@@ -219,13 +218,9 @@ def viewer_scripts(page_dir: str | Path) -> Markup:
     folder = Path(page_dir) / ASSET_DIR
     for name in _SCRIPTS:
         src, dst = ASSETS / name, folder / name
-        if not (dst.is_file() and _sha256(dst) == _sha256(src)):
+        if not (dst.is_file() and file_sha256(dst) == file_sha256(src)):
             atomic_copy(src, dst)
     return frag(*(script_file(f"{ASSET_DIR}/{name}") for name in _SCRIPTS))
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def vendored_niivue() -> dict[str, Any]:
