@@ -28,6 +28,29 @@ def cuda_device() -> torch.device:
 
 
 @pytest.fixture
+def deterministic_cudnn():
+    """Deterministic cuDNN algorithms, benchmark mode off, restored afterwards (device tests that check bitwise
+    repeatability or compare with stock nnU-Net, which turns benchmark mode on): a transposed convolution runs
+    backward-data kernels, some of which add with atomics in any order."""
+    old = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = old
+
+
+@pytest.fixture
+def full_float32():
+    """TF32 off for the test (:func:`tests._device.no_tf32`), so that a device run matches the CPU run to float32
+    rounding."""
+    from tests._device import no_tf32
+
+    with no_tf32():
+        yield
+
+
+@pytest.fixture
 def one_torch_thread():
     """One torch intra-op thread for the test, restored afterwards: the nnU-Net predictor and trainers change the
     thread count, and tests on a shared machine must not oversubscribe it (``pytestmark = usefixtures(...)``)."""

@@ -43,21 +43,14 @@ from monai_unc.metrics.calibration import ConfidenceHistogram, calibration_metri
 from monai_unc.transforms import AggregateUncertaintyd, SamplesToLabelsd
 from tests.test_engines import _memory_items, _net
 
-pytestmark = pytest.mark.cuda
+# TF32 off: the device run is compared with the CPU run to float32 rounding
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("full_float32")]
 
 #: the spacing of the cases of ``_memory_items(3)`` (their affines), which the spatial handlers read
 SPACINGS = [(1.0 + i, 1.0, 2.0) for i in range(3)]
 MAPS = ("pred", "predictive_entropy", "expected_entropy", "mutual_information")
 
 
-@pytest.fixture(autouse=True)
-def full_float32():
-    """float32 convolutions without TF32 (cuDNN's default on Ampere and newer GPUs rounds their inputs to 10-bit
-    mantissas), so that the device run matches the CPU run to float32 rounding; restored afterwards."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _evaluator(device: torch.device, items: list[dict]) -> tuple[UncertaintyEvaluator, list[dict], CaseScoresHandler]:

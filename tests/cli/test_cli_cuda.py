@@ -13,24 +13,16 @@ import json
 import nibabel as nib
 import numpy as np
 import pytest
-import torch
 
 from monai_unc import cli
 from tests.cli.test_cli import _infer_args, setup  # noqa: F401 (setup: the module-scoped toy cohort fixture)
 
-pytestmark = pytest.mark.cuda
+# TF32 off: the device run is compared with the CPU run to float32 rounding
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("full_float32")]
 
 MEASURES = ("predictive_entropy", "expected_entropy", "mutual_information", "one_minus_max_prob")
 
 
-@pytest.fixture(autouse=True)
-def full_float32():
-    """float32 convolutions without TF32 (cuDNN's default on Ampere and newer GPUs rounds their inputs to 10-bit
-    mantissas), so that the device run matches the CPU run to float32 rounding; restored afterwards."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def test_infer_on_the_device_writes_the_cpu_maps(setup, tmp_path, cuda_device):  # noqa: F811

@@ -41,8 +41,11 @@ from monai_unc.inferers import (
     add_dropout,
 )
 from monai_unc.stats import SampleStats
+from tests._device import no_tf32
 
-pytestmark = pytest.mark.cuda
+# deterministic cuDNN for every test: the exact checks (same seed, same maps; identical samples, MI = 0) need
+# repeatable sums
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("deterministic_cudnn")]
 
 SPATIAL = {2: (16, 16), 3: (16, 16, 16)}
 ROI = {2: (12, 12), 3: (12, 12, 12)}
@@ -82,31 +85,6 @@ class DeadDropout(nn.Module):
 def sw(dims: int, **kw) -> SlidingWindowInferer:
     """Overlapping Gaussian-weighted windows (2 per axis, overlapping by 8 voxels)."""
     return SlidingWindowInferer(ROI[dims], sw_batch_size=2, overlap=0.5, mode="gaussian", **kw)
-
-
-@pytest.fixture(autouse=True)
-def deterministic_cudnn():
-    """Deterministic cuDNN algorithms for every device test (restored afterwards): a transposed convolution (the
-    UNet's upsampling) runs cuDNN's backward-data kernels, some of which add with atomics in any order, and the exact
-    checks (the same seed gives bitwise the same maps, identical samples give MI = 0) need repeatable sums. Other
-    modules import this fixture to use it."""
-    old = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = old
-
-
-@contextlib.contextmanager
-def no_tf32():
-    """Full float32 matrix products and convolutions on CUDA (TF32 off), restored afterwards."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:

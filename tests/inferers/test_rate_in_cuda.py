@@ -21,16 +21,10 @@ from monai_unc.inferers import (
     search_dropout_rate,
     ssim_loss,
 )
-from tests.inferers.test_inferers_cuda import (  # noqa: F401 (deterministic_cudnn: an autouse fixture)
-    autocast,
-    check_maps,
-    deterministic_cudnn,
-    no_tf32,
-    sw,
-    unet,
-)
+from tests._device import no_tf32
+from tests.inferers.test_inferers_cuda import autocast, check_maps, sw, unet
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("deterministic_cudnn")]
 
 LOSSES = {
     "mse": relative_mse_loss,

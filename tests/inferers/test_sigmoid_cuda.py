@@ -25,20 +25,11 @@ from monai_unc.inferers import (
     TTAInferer,
     UncertaintyInferer,
 )
-from tests.inferers.test_inferers_cuda import (  # noqa: F401 (deterministic_cudnn: an autouse fixture)
-    ATOL,
-    AUTOCAST_ATOL,
-    RTOL,
-    SPATIAL,
-    autocast,
-    check_maps,
-    deterministic_cudnn,
-    no_tf32,
-    sw,
-)
+from tests._device import no_tf32
+from tests.inferers.test_inferers_cuda import ATOL, AUTOCAST_ATOL, RTOL, SPATIAL, autocast, check_maps, sw
 from tests.inferers.test_sigmoid import check
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("deterministic_cudnn")]
 
 REGIONS = 3  # whole tumour, tumour core, enhancing tumour
 MODALITIES = 4  # T1, T1ce, T2, FLAIR

@@ -16,16 +16,10 @@ from torch import nn
 
 from monai_unc.inferers import MCDropoutInferer, SoftmaxInferer, window_disagreement_from_stitched
 from monai_unc.measures import entropy_map_t
-from tests.inferers.test_inferers_cuda import (  # noqa: F401 (deterministic_cudnn: an autouse fixture)
-    ATOL,
-    RTOL,
-    check_maps,
-    deterministic_cudnn,
-    no_tf32,
-    unet,
-)
+from tests._device import no_tf32
+from tests.inferers.test_inferers_cuda import ATOL, RTOL, check_maps, unet
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("deterministic_cudnn")]
 
 DECOMP = ("predictive_entropy", "expected_entropy", "mutual_information", "window_disagreement")
 

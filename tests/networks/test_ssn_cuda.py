@@ -21,17 +21,10 @@ from torch.distributions import LowRankMultivariateNormal
 from monai_unc.inferers import FlipSource, MCDropoutSource, SSNInferer, SSNSource, UncertaintyInferer
 from monai_unc.keys import MIMeaning
 from monai_unc.networks import SSNHead, SSNLoss, SSNNetwork, lowrank_distribution
-from tests.inferers.test_inferers_cuda import (  # noqa: F401 (deterministic_cudnn: an autouse fixture)
-    ATOL,
-    RTOL,
-    autocast,
-    check_maps,
-    deterministic_cudnn,
-    no_tf32,
-    sw,
-)
+from tests._device import no_tf32
+from tests.inferers.test_inferers_cuda import ATOL, RTOL, autocast, check_maps, sw
 
-pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("one_torch_thread")]
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("one_torch_thread", "deterministic_cudnn")]
 
 
 def head(dims: int = 2, num_classes: int = 3, rank: int = 2, seed: int = 0) -> SSNHead:

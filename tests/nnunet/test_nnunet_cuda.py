@@ -26,13 +26,6 @@ pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("one_torch_thread")]
 KW = {"uncertainty_sources": ("folds", "mirroring"), "measures": mun.MAP_MEASURES}
 
 
-@pytest.fixture
-def deterministic_cudnn(monkeypatch):
-    """cuDNN picks deterministic kernels (nnU-Net turns benchmark mode on for CUDA); restored afterwards."""
-    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
-    monkeypatch.setattr(torch.backends.cudnn, "benchmark", torch.backends.cudnn.benchmark)
-
-
 def test_predictor_on_the_device_equals_stock_and_the_cpu_run(cuda_device, deterministic_cudnn):
     torch.manual_seed(4)
     data = torch.randn(1, 20, 24, 12)
