@@ -33,6 +33,16 @@ minus the process RSS (``/proc/self/statm``) just before it, for the prediction 
 export. The script also reports whether our segmentation equals stock's (``segmentation_from="logits"``: it
 must) and the voxel agreement of the probability-mean segmentation (random weights: many near-ties, so this is
 a lower bound of what a trained model gives).
+
+End to end (``--end-to-end``): the whole command, stock ``nnUNetv2_predict -d 998 -c 3d_fullres -f 0 -device cpu``
+against ``monai-unc nnunet-predict`` with the same flags plus ``--sources mirroring`` (the same forward passes; the
+default measures, maps and scores written), on ``--e2e-cases`` small NIfTI cases of a trained-model folder that the
+script writes (the ``width32`` network, random weights) into a temporary ``nnUNet_results``; stock's default
+``-npp 3 -nps 3`` for both. Each run is one fresh process (interleaved, best of ``--repeats``), timed from launch to
+exit by this script. The process runs the command's own entry point under a thin timer that splits the wall time
+into start-up (launch until the model is loaded: interpreter, imports, checkpoint), prediction (the sum of the
+per-case prediction calls) and the rest (preprocessing and export work not hidden behind prediction, waiting for
+the export workers, the scores table); the export work of one case is timed in the in-process table above.
 """
 
 from __future__ import annotations
@@ -51,6 +61,8 @@ from _floor import floor_line, time_best
 CONFIGS = {
     "width32": {"features": [32, 64, 128, 256], "patch": 32, "image": [48, 48, 48]},
     "small64": {"features": [8, 16, 32, 64], "patch": 64, "image": [96, 96, 96]},
+    # end to end only (--e2e-config tiny): where start-up and export weigh most
+    "tiny16": {"features": [8, 16, 32], "patch": 16, "image": [24, 24, 24]},
 }
 CONTENDERS = ("stock", "ours", "ours_prob")
 
@@ -215,6 +227,140 @@ def memory_worker(contender: str, config: str, out_dir: str, threads: int) -> di
     return {"peak_predict_mib": peak_predict / 1024, "peak_total_mib": peak_total / 1024}
 
 
+#: end-to-end datasets: the network (a CONFIGS entry) and the case shapes (cycled)
+E2E_CONFIGS = {
+    "small": ("width32", ((40, 44, 36), (48, 40, 44), (36, 48, 40), (44, 36, 48), (40, 40, 40), (48, 44, 40),
+                          (36, 40, 44), (44, 48, 36))),
+    "tiny": ("tiny16", ((24, 20, 22), (20, 24, 18), (22, 22, 22), (18, 20, 24))),
+}
+
+
+def _e2e_shapes(name: str, n_cases: int) -> list[tuple[int, ...]]:
+    shapes = E2E_CONFIGS[name][1]
+    return [shapes[i % len(shapes)] for i in range(n_cases)]
+
+
+def _write_e2e_dataset(root: str, name: str, n_cases: int) -> tuple[dict, str]:
+    """A trained-model folder (the network of ``E2E_CONFIGS[name]``, one fold) under ``root/results`` and
+    ``n_cases`` images under ``root/imagesTs``; returns the environment for the commands and the input folder."""
+    import nibabel as nib
+    import numpy as np
+    import torch
+
+    net_name = E2E_CONFIGS[name][0]
+    env = _setup(net_name, 1)
+    results = os.path.join(root, "results")
+    model = os.path.join(results, "Dataset998_Bench", "nnUNetTrainer__nnUNetPlans__3d_fullres")
+    os.makedirs(os.path.join(model, "fold_0"))
+    cfg = CONFIGS[net_name]
+    with open(os.path.join(model, "plans.json"), "w") as f:
+        json.dump(_plans(cfg["features"], cfg["patch"]), f)
+    with open(os.path.join(model, "dataset.json"), "w") as f:
+        json.dump(env["dataset_json"], f)
+    torch.save({"network_weights": env["net"].state_dict(), "trainer_name": "nnUNetTrainer",
+                "init_args": {"configuration": "3d_fullres"}, "inference_allowed_mirroring_axes": (0, 1, 2)},
+               os.path.join(model, "fold_0", "checkpoint_final.pth"))
+    images = os.path.join(root, "imagesTs")
+    os.makedirs(images)
+    rng = np.random.default_rng(0)
+    for i, shape in enumerate(_e2e_shapes(name, n_cases)):
+        img = rng.normal(size=shape).astype(np.float32)
+        img[: shape[0] // 2] += 1.5
+        nib.save(nib.Nifti1Image(img, np.eye(4)), os.path.join(images, f"case{i:03d}_0000.nii.gz"))
+    for name in ("raw", "preprocessed"):
+        os.makedirs(os.path.join(root, name))
+    env_vars = {"nnUNet_results": results, "nnUNet_raw": os.path.join(root, "raw"),
+                "nnUNet_preprocessed": os.path.join(root, "preprocessed")}
+    return env_vars, images
+
+
+def e2e_worker(contender: str, argv: list[str]) -> dict:
+    """Run one command's entry point in this process (``BENCH_LAUNCH``: the launch time) and split its wall time."""
+    launch = float(os.environ["BENCH_LAUNCH"])
+    marks: dict[str, float] = {"predict": 0.0}
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+    if contender == "stock":
+        cls, predict_name = nnUNetPredictor, "predict_logits_from_preprocessed_data"
+    else:
+        from monai_unc.nnunet.predictor import UncertaintyPredictor
+
+        cls, predict_name = UncertaintyPredictor, "predict_uncertainty_from_preprocessed_data"
+    init, predict = cls.initialize_from_trained_model_folder, getattr(cls, predict_name)
+
+    def timed_init(self, *a, **k):
+        out = init(self, *a, **k)
+        marks["loaded"] = time.time()
+        return out
+
+    def timed_predict(self, *a, **k):
+        t0 = time.perf_counter()
+        out = predict(self, *a, **k)
+        marks["predict"] += time.perf_counter() - t0
+        return out
+
+    cls.initialize_from_trained_model_folder = timed_init
+    setattr(cls, predict_name, timed_predict)
+    if contender == "stock":
+        from nnunetv2.inference.predict_from_raw_data import predict_entry_point
+
+        sys.argv = ["nnUNetv2_predict", *argv]
+        predict_entry_point()
+    else:
+        from monai_unc.cli import main as cli_main
+
+        if cli_main(["nnunet-predict", *argv, "--sources", "mirroring"]) != 0:
+            raise RuntimeError("nnunet-predict failed")
+    end = time.time()
+    return {"startup": marks["loaded"] - launch, "predict": marks["predict"], "process_end": end - launch}
+
+
+def end_to_end(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as root:
+        env_vars, images = _write_e2e_dataset(root, args.e2e_config, args.e2e_cases)
+        env = {**os.environ, **env_vars, "PYTHONUNBUFFERED": "1"}
+        runs: dict[str, list[dict]] = {c: [] for c in ("stock", "ours")}
+        for r in range(args.repeats):
+            for c in runs:
+                out = os.path.join(root, f"out_{c}_{r}")
+                argv = ["-i", images, "-o", out, "-d", "998", "-c", "3d_fullres", "-f", "0", "-device", "cpu",
+                        "--disable_progress_bar"]
+                env["BENCH_LAUNCH"] = repr(time.time())
+                t0 = time.perf_counter()
+                cmd = [sys.executable, __file__, "--worker", f"e2e-{c}", "--e2e-argv", json.dumps(argv)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+                wall = time.perf_counter() - t0
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{c} failed:\n{proc.stderr[-3000:]}")
+                rec = json.loads(proc.stdout.strip().splitlines()[-1])
+                rec["total"] = wall
+                rec["rest"] = wall - rec["startup"] - rec["predict"]
+                runs[c].append(rec)
+            seg = {c: [np.asarray(__import__("nibabel").load(os.path.join(root, f"out_{c}_{r}", f"case{i:03d}.nii.gz"))
+                                  .dataobj) for i in range(args.e2e_cases)] for c in runs}
+            if not all(np.array_equal(a, b) for a, b in zip(seg["stock"], seg["ours"])):
+                raise AssertionError("the segmentations of nnunet-predict differ from stock nnUNetv2_predict's")
+        best = {c: min(rs, key=lambda x: x["total"]) for c, rs in runs.items()}
+        n_maps = len([f for f in os.listdir(os.path.join(root, "out_ours_0", "uncertainty")) if f.endswith(".nii.gz")])
+        shapes = ", ".join("x".join(map(str, s)) for s in _e2e_shapes(args.e2e_config, args.e2e_cases))
+        print(f"# bench_nnunet --end-to-end --e2e-config {args.e2e_config}: {args.e2e_cases} cases ({shapes}), "
+              f"{E2E_CONFIGS[args.e2e_config][0]} network, one fold, mirroring; -device cpu, -npp 3 -nps 3; "
+              f"best of {args.repeats} (by total wall time); ours wrote {n_maps} maps; "
+              "segmentations identical to stock's")
+        print("| contender | total s | ratio | start-up s | prediction s | ratio | rest s | all totals s |")
+        print("|---|---|---|---|---|---|---|---|")
+        st = best["stock"]
+        for c in runs:
+            b = best[c]
+            all_totals = ", ".join(f"{x['total']:.1f}" for x in runs[c])
+            print(f"| {c} | {b['total']:.2f} | {b['total'] / st['total']:.3f} | {b['startup']:.2f} | "
+                  f"{b['predict']:.2f} | {b['predict'] / st['predict']:.3f} | {b['rest']:.2f} | {all_totals} |")
+        totals = {c: sorted(x["total"] for x in rs) for c, rs in runs.items()}
+        print(f"median total ratio: {np.median(totals['ours']) / np.median(totals['stock']):.3f}")
+
+
 def _subprocess(args: list[str]) -> dict:
     proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -225,12 +371,25 @@ def _subprocess(args: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--configs", nargs="+", default=["width32", "small64"], choices=list(CONFIGS))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--mem-repeats", type=int, default=3, help="memory runs per contender (the minimum is shown)")
-    ap.add_argument("--worker", choices=("time", *CONTENDERS))
+    ap.add_argument("--worker", choices=("time", *CONTENDERS, "e2e-stock", "e2e-ours"))
     ap.add_argument("--out")
+    ap.add_argument("--end-to-end", action="store_true",
+                    help="time the whole nnUNetv2_predict / monai-unc nnunet-predict commands instead")
+    ap.add_argument("--e2e-cases", type=int, default=8, help="cases of the end-to-end run (default 8)")
+    ap.add_argument("--e2e-config", choices=list(E2E_CONFIGS), default="small",
+                    help="end-to-end dataset: small (width32 network, 36-48 voxels a side; default) or tiny "
+                    "(8-32 features, 18-24 voxels a side: start-up and export weigh most)")
+    ap.add_argument("--e2e-argv", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker in ("e2e-stock", "e2e-ours"):
+        print(json.dumps(e2e_worker(args.worker[4:], json.loads(args.e2e_argv))))
+        return
+    if args.end_to_end:
+        end_to_end(args)
+        return
     if args.worker == "time":
         print(json.dumps(time_worker(args.configs[0], args.out, args.threads, args.repeats)))
         return

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from monai.metrics.utils import do_metric_reduction
-from monai.utils import MetricReduction
+
+if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export workers never load it
+    from monai.utils import MetricReduction
 
 __all__ = [
     "ArrayLike",
@@ -273,6 +274,9 @@ def reduce_case_values(
     worst) score; here every reduced entry without a single valid value is NaN, with a ``UserWarning`` naming
     ``metric``. Returns ``(values, not_nans)`` as MONAI does (``not_nans`` counts the valid values).
     """
+    from monai.metrics.utils import do_metric_reduction
+    from monai.utils import MetricReduction
+
     f, not_nans = do_metric_reduction(data.clone(), reduction)
     if reduction == MetricReduction.NONE or not isinstance(f, torch.Tensor):
         return f, not_nans

@@ -48,6 +48,7 @@ unchunked ones.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -72,6 +73,9 @@ __all__ = [
     "accumulation_error_bound",
     "spatial_chunks",
     "derive_measures",
+    "window_disagreement_from_stitched",
+    "WD_RTOL",
+    "WINDOW_DISAGREEMENT_MODES",
 ]
 
 K = UncertaintyKeys
@@ -565,3 +569,55 @@ def _derive(
             val = val / torch.log(torch.tensor(float(n_classes), dtype=val.dtype, device=val.device))
         out[key] = val.to(out_dtype) if out_dtype is not None else val
     return out
+
+
+#: how the disagreement between overlapping sliding windows is reported: its own map (``"separate"``) or counted in
+#: the mutual information (``"mutual_information"``; :class:`~monai_unc.inferers.UncertaintyInferer`)
+WINDOW_DISAGREEMENT_MODES = ("separate", "mutual_information")
+#: rounding tolerance of the window disagreement, in units of ``eps * (1 + PE)``
+#: (:func:`window_disagreement_from_stitched`)
+WD_RTOL = 64.0
+
+
+def window_disagreement_from_stitched(
+    pred: torch.Tensor, window_entropy: torch.Tensor, multilabel: bool = False
+) -> torch.Tensor:
+    """Window disagreement ``WD = H(pred) - blend_w H(m_w)`` from stitched sliding-window outputs.
+
+    By concavity of the entropy WD >= 0 and WD = 0 where one window covers a voxel. Rounding below zero down to
+    ``-WD_RTOL * eps * (1 + H(pred))`` is set to 0; lower values are set to 0 with a ``UserWarning`` (the blending
+    was not convex).
+
+    Args:
+        pred: ``(B, C, *spatial)`` the stitched mean probabilities ``sum_w a_w m_w``.
+        window_entropy: the stitched per-window predictive entropies ``sum_w a_w H(m_w)`` in nats, ``(B, 1, *spatial)``
+            (``(B, C, *spatial)`` with binary entropies for ``multilabel``).
+        multilabel: the channels are independent Bernoulli probabilities.
+
+    Returns:
+        WD in nats, the shape of ``window_entropy``, in the dtype of ``pred``.
+
+    Example:
+        >>> import math
+        >>> import torch
+        >>> from monai_unc.stats import window_disagreement_from_stitched
+        >>> pred = torch.tensor([0.5, 0.5]).reshape(1, 2, 1)  # two windows that predict (1, 0) and (0, 1), blended
+        >>> window_entropy = torch.zeros(1, 1, 1)  # each window alone is certain
+        >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
+        1.0
+    """
+    # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V
+    pe = torch.empty(window_entropy.shape, dtype=pred.dtype, device=pred.device)
+    for sl in spatial_chunks(tuple(pred.shape)) if pred.ndim >= 3 else [slice(None)]:
+        pe[:, :, sl] = entropy_map_t(pred[:, :, sl].contiguous(), 1, False, multilabel)
+    wd = pe - window_entropy.to(pe.dtype)
+    tol = WD_RTOL * torch.finfo(pe.dtype).eps * (1 + pe)
+    if bool((wd < -tol).any()):
+        worst = float(wd.min())
+        warnings.warn(
+            f"window disagreement below zero beyond rounding (minimum {worst:.3g} nats): the base inferer's blending "
+            "of windows is not a convex combination; negative values are set to 0",
+            UserWarning,
+            stacklevel=3,
+        )
+    return wd.clamp_min(0)

@@ -82,6 +82,11 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
     ),
+    # nnunet-predict and its export workers run without MONAI (issue #29: end to end as fast as stock)
+    **dict.fromkeys(
+        [("monai_unc.nnunet.predictor", m) for m in ("monai_unc.inferers.rate_in", "monai_unc.nnunet.calibrate")],
+        "MONAI is loaded only for what needs it: the Rate-In source, temperature scaling",
+    ),
 }
 
 #: third-party package -> the package prefixes that may import it at module level (empty: none, import it lazily)

@@ -33,6 +33,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..io import atomic_write_text, clean_partial_files
+from ..io.cases import settings_changes
 from ..io.files import json_default
 from .collectives import (
     CaseFailure,
@@ -67,36 +68,6 @@ def _dump_result(folder: Path, case_id: str, result: Any) -> dict[str, Any]:
 
 def _restore_result(folder: Path, doc: dict[str, Any], item: Any) -> Any:
     return doc["result"]
-
-
-def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
-    """What differs between the settings a case was made with and the current ones, one short text per setting,
-    for a log line that says why a case is computed again.
-
-    Args:
-        recorded: the settings in the case's record (a dict; None or another type when the record has none).
-        current: the current settings (a dict).
-        width: the longest ``old -> new`` text; a longer change is shown as ``<key> changed``.
-
-    Returns:
-        ``["num_samples 8 -> 16", "weights changed", ...]`` in the order of ``current`` (then keys only recorded);
-        ``["no settings recorded"]`` when ``recorded`` is not a dict; empty when nothing differs.
-
-    Example:
-        >>> settings_changes({"samples": 8, "tta": True}, {"samples": 16, "tta": True})
-        ['samples 8 -> 16']
-    """
-    if not isinstance(recorded, dict):
-        return ["no settings recorded (written by an earlier version)"]
-    missing = object()
-    out = []
-    for key in [*current, *(k for k in recorded if k not in current)]:
-        old, new = recorded.get(key, missing), current.get(key, missing)
-        if old == new:
-            continue
-        text = " -> ".join("(none)" if v is missing else json.dumps(v, default=str) for v in (old, new))
-        out.append(f"{key} {text}" if len(text) <= width else f"{key} changed")
-    return out
 
 
 class CaseCache:

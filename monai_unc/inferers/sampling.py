@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -59,7 +58,15 @@ from torch import nn
 from .._utils import check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..measures import entropy_map_t
-from ..stats import MEAN_SQ_SUM, SampleStats, derive_measures, spatial_chunks
+from ..stats import (
+    MEAN_SQ_SUM,
+    WD_RTOL,
+    WINDOW_DISAGREEMENT_MODES,
+    SampleStats,
+    derive_measures,
+    spatial_chunks,
+    window_disagreement_from_stitched,
+)
 
 __all__ = [
     "check_inputs",
@@ -83,10 +90,6 @@ K = UncertaintyKeys
 Predictor = Callable[[torch.Tensor], torch.Tensor]
 Wrapper = Callable[[Predictor], Predictor]
 
-#: values of ``UncertaintyInferer(window_disagreement=...)`` (module docstring)
-WINDOW_DISAGREEMENT_MODES = ("separate", "mutual_information")
-#: rounding tolerance of the window disagreement, in units of ``eps * (1 + PE)`` (module docstring)
-WD_RTOL = 64.0
 #: internal key: each window's own predictive entropy H(m_w), stitched like the means
 _WINDOW_PE = "window_predictive_entropy"
 #: output key of the label map ``argmax_c pred`` ``(B, 1, *spatial)`` that replaces ``pred`` with ``pred_dtype=None``
@@ -100,50 +103,6 @@ def _label_dtype(num_classes: int) -> torch.dtype:
     if num_classes <= 256:
         return torch.uint8
     return torch.int16 if num_classes <= 2**15 else torch.int64
-
-
-def window_disagreement_from_stitched(
-    pred: torch.Tensor, window_entropy: torch.Tensor, multilabel: bool = False
-) -> torch.Tensor:
-    """Window disagreement ``WD = H(pred) - blend_w H(m_w)`` from stitched sliding-window outputs.
-
-    By concavity of the entropy WD >= 0 and WD = 0 where one window covers a voxel. Rounding below zero down to
-    ``-WD_RTOL * eps * (1 + H(pred))`` is set to 0; lower values are set to 0 with a ``UserWarning`` (the blending
-    was not convex).
-
-    Args:
-        pred: ``(B, C, *spatial)`` the stitched mean probabilities ``sum_w a_w m_w``.
-        window_entropy: the stitched per-window predictive entropies ``sum_w a_w H(m_w)`` in nats, ``(B, 1, *spatial)``
-            (``(B, C, *spatial)`` with binary entropies for ``multilabel``).
-        multilabel: the channels are independent Bernoulli probabilities.
-
-    Returns:
-        WD in nats, the shape of ``window_entropy``, in the dtype of ``pred``.
-
-    Example:
-        >>> import math
-        >>> import torch
-        >>> from monai_unc.inferers import window_disagreement_from_stitched
-        >>> pred = torch.tensor([0.5, 0.5]).reshape(1, 2, 1)  # two windows that predict (1, 0) and (0, 1), blended
-        >>> window_entropy = torch.zeros(1, 1, 1)  # each window alone is certain
-        >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
-        1.0
-    """
-    # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V
-    pe = torch.empty(window_entropy.shape, dtype=pred.dtype, device=pred.device)
-    for sl in spatial_chunks(tuple(pred.shape)) if pred.ndim >= 3 else [slice(None)]:
-        pe[:, :, sl] = entropy_map_t(pred[:, :, sl].contiguous(), 1, False, multilabel)
-    wd = pe - window_entropy.to(pe.dtype)
-    tol = WD_RTOL * torch.finfo(pe.dtype).eps * (1 + pe)
-    if bool((wd < -tol).any()):
-        worst = float(wd.min())
-        warnings.warn(
-            f"window disagreement below zero beyond rounding (minimum {worst:.3g} nats): the base inferer's blending "
-            "of windows is not a convex combination; negative values are set to 0",
-            UserWarning,
-            stacklevel=3,
-        )
-    return wd.clamp_min(0)
 
 
 class SampleSource:

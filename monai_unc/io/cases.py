@@ -22,6 +22,7 @@ probabilities are probabilities; every error names the case and the file.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import warnings
@@ -38,6 +39,7 @@ from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import read_json_or_none
 
 __all__ = [
+    "settings_changes",
     "VOLUME_EXTENSIONS",
     "PROBABILITY_EXTENSIONS",
     "GEOMETRY_ATOL",
@@ -652,3 +654,33 @@ def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | 
         if isinstance(d, dict) and "multilabel" in d:
             return {"multilabel": True, "regions": d.get("regions")} if d["multilabel"] else None
     return None
+
+
+def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
+    """What differs between the settings a case was made with and the current ones, one short text per setting,
+    for a log line that says why a case is computed again.
+
+    Args:
+        recorded: the settings in the case's record (a dict; None or another type when the record has none).
+        current: the current settings (a dict).
+        width: the longest ``old -> new`` text; a longer change is shown as ``<key> changed``.
+
+    Returns:
+        ``["num_samples 8 -> 16", "weights changed", ...]`` in the order of ``current`` (then keys only recorded);
+        ``["no settings recorded"]`` when ``recorded`` is not a dict; empty when nothing differs.
+
+    Example:
+        >>> settings_changes({"samples": 8, "tta": True}, {"samples": 16, "tta": True})
+        ['samples 8 -> 16']
+    """
+    if not isinstance(recorded, dict):
+        return ["no settings recorded (written by an earlier version)"]
+    missing = object()
+    out = []
+    for key in [*current, *(k for k in recorded if k not in current)]:
+        old, new = recorded.get(key, missing), current.get(key, missing)
+        if old == new:
+            continue
+        text = " -> ".join("(none)" if v is missing else json.dumps(v, default=str) for v in (old, new))
+        out.append(f"{key} {text}" if len(text) <= width else f"{key} changed")
+    return out

@@ -30,8 +30,8 @@ from typing import Any
 
 from torch import nn
 
-from monai_unc.inferers.dropout import add_dropout
 from monai_unc.io import atomic_write_text
+from monai_unc.networks.dropout import add_dropout
 
 __all__ = [
     "DEFAULT_TRAINING_DROPOUT",

@@ -44,7 +44,6 @@ from nnunetv2.utilities.label_handling.label_handling import LabelManager
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
 from monai_unc._deprecation import REMOVAL
-from monai_unc.inferers.sampling import window_disagreement_from_stitched
 from monai_unc.io import (
     atomic_gzip,
     atomic_path,
@@ -58,7 +57,7 @@ from monai_unc.keys import DEFAULT_MEASURES, MIMeaning, UncertaintyKeys
 from monai_unc.nnunet.names import MAP_MEASURES
 from monai_unc.scores import PATCH_SIZE
 from monai_unc.scores import case_scores as map_case_scores
-from monai_unc.stats import derive_measures
+from monai_unc.stats import derive_measures, window_disagreement_from_stitched
 
 __all__ = [
     "MAP_MEASURES",
@@ -139,7 +138,7 @@ def _derive(moments: dict[str, torch.Tensor], keys: Iterable[str], multilabel: b
             normalize: bool = False) -> dict[str, torch.Tensor]:
     """:func:`~monai_unc.stats.derive_measures` of batched moments ``(1, k, *spatial)``; ``window_entropy`` (when
     present) becomes the window disagreement ``H(pred) - window_entropy``
-    (:func:`~monai_unc.inferers.sampling.window_disagreement_from_stitched`), so that MI = PE - EE - WD."""
+    (:func:`~monai_unc.stats.window_disagreement_from_stitched`), so that MI = PE - EE - WD."""
     mom = dict(moments)
     keys = [K(k).value for k in keys]
     we = mom.pop(WINDOW_ENTROPY, None)

@@ -33,7 +33,7 @@ pool exactly as the mean of their stitched moments.
 
 Window disagreement (``window_disagreement="separate"``, default): each window also returns its predictive entropy
 ``H(m_w)``, blended like the moments, and ``PE = EE + MI + WD`` with ``WD = H(pred) - blend_w H(m_w)`` computed by
-:func:`~monai_unc.inferers.sampling.window_disagreement_from_stitched` (the MONAI inferers' decomposition), so that
+:func:`~monai_unc.stats.window_disagreement_from_stitched` (the MONAI inferers' decomposition), so that
 a deterministic model has MI = 0 exactly with overlapping windows. With the folds as a source, WD is the mean of
 the folds' own window disagreements and their mutual disagreement stays in MI. ``"mutual_information"`` keeps
 the former behaviour (MI = PE - EE, window disagreement included).
@@ -90,7 +90,7 @@ from pathlib import Path
 from queue import Queue
 from threading import Thread
 from time import sleep
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -107,15 +107,12 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 from torch import nn
 from tqdm import tqdm
 
-from monai_unc.distributed import settings_changes
-from monai_unc.inferers.dropout import enable_mc_dropout, find_dropout_layers
-from monai_unc.inferers.rate_in import RateInSource
-from monai_unc.inferers.sampling import WINDOW_DISAGREEMENT_MODES
 from monai_unc.io import atomic_write_json, json_safe, weight_digests
+from monai_unc.io.cases import settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.measures import entropy_map_t
+from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
 from monai_unc.networks.ssn import find_ssn_heads, ssn_sampling
-from monai_unc.nnunet.calibrate import calibrate_model_folder
 from monai_unc.nnunet.dropout import add_posthoc_dropout
 from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
 from monai_unc.nnunet.export import (
@@ -133,7 +130,10 @@ from monai_unc.nnunet.export import (
     write_scores_table,
 )
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES, STOCHASTIC_SOURCES
-from monai_unc.stats import SampleStats
+from monai_unc.stats import WINDOW_DISAGREEMENT_MODES, SampleStats
+
+if TYPE_CHECKING:
+    from monai_unc.nnunet.calibrate import calibrate_model_folder
 
 __all__ = [
     "SOURCES",
@@ -152,6 +152,17 @@ __all__ = [
 ]
 
 K = UncertaintyKeys
+
+
+def __getattr__(name: str) -> Any:
+    # calibrate_model_folder is importable from here as before; loaded on first use, since temperature scaling
+    # brings the metrics (and MONAI) that prediction does not need
+    if name == "calibrate_model_folder":
+        from monai_unc.nnunet.calibrate import calibrate_model_folder
+
+        return calibrate_model_folder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: entries of ``uncertainty_config.json`` that are not compared per case (see ``UncertaintyPredictor.case_settings``)
 _NOT_CASE_SETTINGS = ("measures", "model_folder")
@@ -287,6 +298,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         self._multilabel = False
         self._rate_in = None
         if "rate_in" in sources:
+            # the Rate-In source is a MONAI inferer's sample source: MONAI is loaded only when Rate-In is asked for
+            from monai_unc.inferers.rate_in import RateInSource
+
             self._rate_in = RateInSource(num_samples, **(rate_in or {}))
         self.rate_in_options = dict(rate_in or {})
         self._want_logits = segmentation_from == "logits"

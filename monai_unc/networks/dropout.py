@@ -1,0 +1,401 @@
+"""Dropout layers of a network: find them, switch them into sampling mode, insert dropout post hoc.
+
+- :func:`enable_mc_dropout` puts every dropout layer of a model (``torch.nn`` ``_DropoutNd`` subclasses,
+  MONAI / timm ``DropPath``, and the post-hoc dropout added by :func:`add_dropout`) into sampling mode while
+  the rest of the model (normalisation layers in particular) stays in eval mode; it restores the previous
+  modes afterwards and works as a context manager.
+- :func:`add_dropout` inserts dropout into a trained network without changing its parameters or its
+  ``state_dict`` keys: a forward hook applies dropout to the output of each chosen stage. The default placement
+  is "after every encoder and decoder stage but the output" (Zeevi et al., Sec. 4), detected for MONAI ``UNet``,
+  ``BasicUNet``, ``DynUNet`` and nnU-Net's ``PlainConvUNet`` / ``ResidualEncoderUNet``.
+
+These functions need torch only (MONAI is imported to recognise a MONAI ``UNet`` when one is given), so the nnU-Net
+predictor uses them without loading MONAI. Their public home is :mod:`monai_unc.inferers`, with the MC dropout
+inferer that samples them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "DropoutHook",
+    "MCDropoutContext",
+    "enable_mc_dropout",
+    "find_dropout_layers",
+    "add_dropout",
+    "remove_dropout",
+    "default_dropout_sites",
+    "resolve_dropout_sites",
+]
+
+
+class DropoutHook:
+    """Forward hook that applies dropout to a module's output (post-hoc dropout, see :func:`add_dropout`).
+
+    Active when the hooked module is in training mode or when :func:`enable_mc_dropout` switched it on.
+    ``channelwise=True`` drops whole feature channels (``Dropout2d``/``Dropout3d`` style, chosen from the
+    output's dimensionality); otherwise element-wise. Tensor outputs only; tuples and lists are handled
+    element by element.
+
+    Args:
+        p: dropout rate in [0, 1).
+        channelwise: drop whole channels instead of elements.
+
+    Example:
+        >>> from monai_unc.inferers import DropoutHook, add_dropout, find_dropout_layers
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv3d(4, 3, 1))
+        >>> _ = add_dropout(net, p=0.2, after=["0"])
+        >>> hook = find_dropout_layers(net)[1][0]
+        >>> isinstance(hook, DropoutHook), hook.p, hook.channelwise
+        (True, 0.2, True)
+    """
+
+    def __init__(self, p: float, channelwise: bool = True) -> None:
+        if not 0.0 <= float(p) < 1.0:
+            raise ValueError(f"p must be in [0, 1), got {p}")
+        self.p = float(p)
+        self.channelwise = bool(channelwise)
+        self.mc_enabled = False
+
+    def _drop(self, x: Any) -> Any:
+        if isinstance(x, (tuple, list)):
+            return type(x)(self._drop(v) for v in x)
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or self.p == 0.0:
+            return x
+        if self.channelwise and x.ndim == 5:
+            return F.dropout3d(x, self.p, training=True)
+        if self.channelwise and x.ndim == 4:
+            return F.dropout2d(x, self.p, training=True)
+        if self.channelwise and x.ndim == 3:
+            return F.dropout1d(x, self.p, training=True)
+        return F.dropout(x, self.p, training=True)
+
+    def __call__(self, module: nn.Module, inputs: Any, output: Any) -> Any:
+        """Apply dropout to ``output`` when active; the hook interface ``(module, inputs, output) -> output``."""
+        if module.training or self.mc_enabled:
+            return self._drop(output)
+        return output
+
+    def __repr__(self) -> str:
+        return f"DropoutHook(p={self.p}, channelwise={self.channelwise})"
+
+
+def _is_droppath(module: nn.Module) -> bool:
+    # MONAI (monai.networks.layers.DropPath) and timm (timm.layers.DropPath) both name the class DropPath
+    return type(module).__name__ in ("DropPath", "StochasticDepth")
+
+
+def _rate(m: nn.Module) -> float:
+    return float(getattr(m, "p", getattr(m, "drop_prob", 1.0)) or 0.0)
+
+
+def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[list[nn.Module], list[DropoutHook]]:
+    """Dropout modules (``_DropoutNd``, DropPath) and post-hoc :class:`DropoutHook` s of ``model``.
+
+    Layers with rate 0 (MONAI networks build ``Dropout(p=0)`` when no dropout is asked for) are left out unless
+    ``include_zero``.
+
+    Args:
+        model: the network.
+        include_zero: also list layers with rate 0.
+
+    Returns:
+        ``(modules, hooks)``: the dropout modules and the post-hoc hooks, in module order.
+
+    Example:
+        >>> from monai_unc.inferers import find_dropout_layers
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> modules, hooks = find_dropout_layers(net)
+        >>> modules, hooks
+        ([Dropout3d(p=0.3, inplace=False)], [])
+    """
+    modules, hooks = [], []
+    for m in model.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd) or _is_droppath(m):
+            if include_zero or _rate(m) > 0:
+                modules.append(m)
+        for h in m._forward_hooks.values():
+            if isinstance(h, DropoutHook) and (include_zero or h.p > 0):
+                hooks.append(h)
+    return modules, hooks
+
+
+class MCDropoutContext:
+    """Handle returned by :func:`enable_mc_dropout`: ``restore()`` or use it as a context manager.
+
+    Args:
+        model: the network whose dropout layers are switched on.
+        strict: raise ``ValueError`` when the model has no dropout.
+
+    Example:
+        >>> from monai_unc.inferers.dropout import MCDropoutContext
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> ctx = MCDropoutContext(net)
+        >>> net[1].training
+        True
+        >>> ctx.restore()
+        >>> net[1].training
+        False
+    """
+
+    def __init__(self, model: nn.Module, strict: bool = True) -> None:
+        modules, hooks = find_dropout_layers(model)
+        if strict and not modules and not hooks:
+            raise ValueError(
+                "network has no dropout layer to sample from (no torch.nn Dropout*, DropPath, or post-hoc "
+                "dropout with a rate above 0); insert one with monai_unc.inferers.add_dropout(network, p=...) "
+                "or build the network with its dropout argument (e.g. UNet(dropout=0.1))"
+            )
+        self.num_layers = len(modules) + len(hooks)
+        self._modes = [(m, m.training) for m in modules]
+        self._hooks = [(h, h.mc_enabled) for h in hooks]
+        for m in modules:
+            m.train()
+        for h in hooks:
+            h.mc_enabled = True
+        self._restored = False
+
+    def restore(self) -> None:
+        """Put every dropout layer back into the mode it had before."""
+        if self._restored:
+            return
+        for m, mode in self._modes:
+            m.train(mode)
+        for h, state in self._hooks:
+            h.mc_enabled = state
+        self._restored = True
+
+    def __enter__(self) -> MCDropoutContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+
+def enable_mc_dropout(model: nn.Module, strict: bool = True) -> MCDropoutContext:
+    """Switch on every dropout layer of ``model`` for Monte-Carlo sampling, leaving the rest in its mode.
+
+    Args:
+        model: the network (usually in eval mode).
+        strict: raise when the model has no dropout at all.
+
+    Returns:
+        A :class:`MCDropoutContext` that restores the previous modes with ``restore()`` or at the end of a ``with``
+        block.
+
+    Raises:
+        ValueError: when ``strict`` and the model has no dropout at all.
+
+    Example:
+        >>> from monai_unc.inferers import enable_mc_dropout
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(
+        ...     torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.Dropout3d(0.3), torch.nn.Conv3d(4, 3, 1)
+        ... ).eval()
+        >>> x = torch.rand(1, 1, 4, 4, 4)
+        >>> with enable_mc_dropout(net):
+        ...     samples = torch.stack([net(x) for _ in range(3)])
+        >>> bool((samples[0] != samples[1]).any()), net[1].training  # dropout is back in eval mode
+        (True, False)
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return MCDropoutContext(model, strict=strict)
+
+
+# ---------------------------------------------------------------------------------------- placement
+def _monai_unet_sites(model: nn.Module) -> list[nn.Module]:
+    from monai.networks.layers.simplelayers import SkipConnection
+
+    sites: list[nn.Module] = []
+
+    def walk(block: nn.Module, outermost: bool) -> None:
+        # MONAI UNet block: Sequential(down, SkipConnection(submodule), up)
+        down, skip, up = block[0], block[1], block[2]
+        sites.append(down)
+        sub = skip.submodule
+        if isinstance(sub, nn.Sequential) and len(sub) == 3 and isinstance(sub[1], SkipConnection):
+            walk(sub, outermost=False)
+        else:
+            sites.append(sub)  # bottom (bottleneck) stage
+        if not outermost:
+            sites.append(up)  # the outermost up-block produces the output: no dropout there
+
+    walk(model.model, outermost=True)
+    return sites
+
+
+def default_dropout_sites(model: nn.Module) -> list[str]:
+    """Names of the modules after which :func:`add_dropout` places dropout by default.
+
+    Every encoder and decoder stage but the output layer (Zeevi et al., Sec. 4) for MONAI ``UNet``,
+    ``BasicUNet``, ``DynUNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
+    ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`.
+
+    Args:
+        model: the network.
+
+    Returns:
+        Module names from ``model.named_modules()``.
+
+    Raises:
+        ValueError: for other architectures: pass ``after=`` explicitly.
+
+    Example:
+        >>> from monai.networks.nets import BasicUNet
+        >>> from monai_unc.inferers import default_dropout_sites
+        >>> default_dropout_sites(BasicUNet(spatial_dims=2, in_channels=1, out_channels=2, features=(4, 4, 4, 4, 4, 4)))
+        ['conv_0', 'down_1', 'down_2', 'down_3', 'down_4', 'upcat_4', 'upcat_3', 'upcat_2', 'upcat_1']
+    """
+    cls = type(model).__name__
+    names = {m: n for n, m in model.named_modules()}
+    if cls == "SSNNetwork" and hasattr(model, "backbone"):
+        # a Stochastic Segmentation Network: the stages of its backbone (the SSN head is the output layer)
+        return [f"backbone.{n}" for n in default_dropout_sites(model.backbone)]
+    if cls == "UNet" and hasattr(model, "model") and isinstance(model.model, nn.Sequential):
+        return [names[m] for m in _monai_unet_sites(model)]
+    if cls == "BasicUNet":
+        return ["conv_0", "down_1", "down_2", "down_3", "down_4", "upcat_4", "upcat_3", "upcat_2", "upcat_1"]
+    if cls == "DynUNet":
+        out = ["input_block"] + [f"downsamples.{i}" for i in range(len(model.downsamples))] + ["bottleneck"]
+        return out + [f"upsamples.{i}" for i in range(len(model.upsamples))]
+    if hasattr(model, "encoder") and hasattr(model, "decoder") and hasattr(model.decoder, "seg_layers"):
+        enc = [f"encoder.stages.{i}" for i in range(len(model.encoder.stages))]
+        dec = [f"decoder.stages.{i}" for i in range(len(model.decoder.stages))]
+        return enc + dec
+    raise ValueError(
+        f"add_dropout does not know where the stages of a {cls} are; pass after=[module names] "
+        "(see model.named_modules()) or after=callable(name, module) -> bool"
+    )
+
+
+def add_dropout(
+    model: nn.Module,
+    p: float = 0.1,
+    after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
+    channelwise: bool = True,
+) -> list[str]:
+    """Insert dropout post hoc into a (trained) network; returns the names of the modules it follows.
+
+    The parameters and ``state_dict`` keys are unchanged (the dropout is a forward hook on each chosen
+    module, active in training mode or under :func:`enable_mc_dropout`), so checkpoints load as before.
+
+    Args:
+        model: the network, modified in place.
+        p: dropout rate in [0, 1).
+        after: ``"auto"`` (every encoder/decoder stage but the output, see :func:`default_dropout_sites`),
+            a list of module names from ``model.named_modules()``, or a predicate ``(name, module) -> bool``.
+        channelwise: drop whole channels (Dropout2d/3d style, the usual choice for feature maps) or elements.
+
+    Returns:
+        The names of the modules followed by dropout.
+
+    Example:
+        >>> from monai_unc.inferers import add_dropout, remove_dropout
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv3d(4, 3, 1))
+        >>> keys = list(net.state_dict())
+        >>> add_dropout(net, p=0.2, after=lambda name, m: isinstance(m, torch.nn.ReLU))
+        ['1']
+        >>> list(net.state_dict()) == keys
+        True
+        >>> remove_dropout(net)
+        1
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"p must be in [0, 1), got {p}")
+    names = resolve_dropout_sites(model, after)
+    modules = dict(model.named_modules())
+    for n in names:
+        if any(isinstance(h, DropoutHook) for h in modules[n]._forward_hooks.values()):
+            warnings.warn(f"module {n!r} already has post-hoc dropout; adding another", UserWarning)
+        modules[n].register_forward_hook(DropoutHook(p, channelwise=channelwise))
+    return names
+
+
+def resolve_dropout_sites(
+    model: nn.Module, after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto"
+) -> list[str]:
+    """Module names selected by ``after`` (as in :func:`add_dropout`).
+
+    Args:
+        model: the network.
+        after: ``"auto"`` (see :func:`default_dropout_sites`), a list of names from ``model.named_modules()``, or a
+            predicate ``(name, module) -> bool``.
+
+    Returns:
+        The selected module names, in module order.
+
+    Raises:
+        ValueError: for unknown names or an empty selection.
+
+    Example:
+        >>> from monai_unc.inferers import resolve_dropout_sites
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv3d(4, 3, 1))
+        >>> resolve_dropout_sites(net, lambda name, m: isinstance(m, torch.nn.Conv3d))
+        ['0', '2']
+    """
+    modules = dict(model.named_modules())
+    if isinstance(after, str):
+        if after != "auto":
+            raise ValueError(f"after must be 'auto', a list of module names or a callable, got {after!r}")
+        names = default_dropout_sites(model)
+    elif callable(after):
+        names = [n for n, m in modules.items() if n and after(n, m)]
+    else:
+        names = list(after)
+    missing = [n for n in names if n not in modules]
+    if missing:
+        raise ValueError(f"after names modules that {type(model).__name__} does not have: {missing}")
+    if not names:
+        raise ValueError("after selected no module: nowhere to add dropout")
+    return names
+
+
+def remove_dropout(model: nn.Module) -> int:
+    """Remove every post-hoc dropout hook added by :func:`add_dropout`.
+
+    Args:
+        model: the network, modified in place.
+
+    Returns:
+        How many hooks were removed.
+
+    Example:
+        >>> from monai_unc.inferers import add_dropout, remove_dropout
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv3d(4, 3, 1))
+        >>> _ = add_dropout(net, after=["0", "1"])
+        >>> remove_dropout(net), remove_dropout(net)
+        (2, 0)
+    """
+    removed = 0
+    for m in model.modules():
+        for key in [k for k, h in m._forward_hooks.items() if isinstance(h, DropoutHook)]:
+            del m._forward_hooks[key]
+            removed += 1
+    return removed
