@@ -635,6 +635,25 @@ def test_written_case_scores_equal_evaluate(predicted_folders):
         assert rec["num_samples"] == 8 and rec["patch_size"] == mun.PATCH_SIZE
 
 
+def _continuing_run(predictor, inp, out):
+    """``(calls, run)``: ``run()`` predicts ``inp`` into ``out`` with ``--continue_prediction`` (in this process);
+    ``calls`` grows by one entry per case the predictor actually predicts."""
+    calls = []
+    predict = predictor.predict_uncertainty_from_preprocessed_data
+
+    def counting(data):
+        calls.append(tuple(data.shape))
+        return predict(data)
+
+    predictor.predict_uncertainty_from_preprocessed_data = counting
+
+    def run():
+        predictor.predict_from_files(str(inp), str(out), overwrite=False, num_processes_preprocessing=0,
+                                     num_processes_segmentation_export=0)
+
+    return calls, run
+
+
 @pytest.mark.slow
 def test_continue_prediction_redoes_cases_without_uncertainty_outputs(predicted_folders, tmp_path):
     """--continue_prediction into a folder of stock segmentations predicts every case; a case counts as done only
@@ -645,18 +664,7 @@ def test_continue_prediction_redoes_cases_without_uncertainty_outputs(predicted_
     for case in cases:
         (cont / f"{case}.nii.gz").write_bytes((predicted_folders["stock"] / f"{case}.nii.gz").read_bytes())
     ours = make_predictor(uncertainty_sources=("folds",), use_mirroring=False)
-    calls = []
-    predict = ours.predict_uncertainty_from_preprocessed_data
-
-    def counting(data):
-        calls.append(tuple(data.shape))
-        return predict(data)
-
-    ours.predict_uncertainty_from_preprocessed_data = counting
-
-    def run():
-        ours.predict_from_files(str(inp), str(cont), overwrite=False, num_processes_preprocessing=0,
-                                num_processes_segmentation_export=0)
+    calls, run = _continuing_run(ours, inp, cont)
 
     run()
     assert len(calls) == len(cases)
@@ -691,18 +699,7 @@ def test_continue_prediction_redoes_cases_made_with_other_settings(predicted_fol
     old = json.loads((cont / "uncertainty" / f"{cases[0]}.json").read_text())
     assert old["settings"]["uncertainty_sources"] == ["mirroring"] and old["settings"]["samples_per_voxel"] == 8
     ours = make_predictor(uncertainty_sources=("folds", "mirroring"))
-    calls = []
-    predict = ours.predict_uncertainty_from_preprocessed_data
-
-    def counting(data):
-        calls.append(tuple(data.shape))
-        return predict(data)
-
-    ours.predict_uncertainty_from_preprocessed_data = counting
-
-    def run():
-        ours.predict_from_files(str(inp), str(cont), overwrite=False, num_processes_preprocessing=0,
-                                num_processes_segmentation_export=0)
+    calls, run = _continuing_run(ours, inp, cont)
 
     capsys.readouterr()
     run()

@@ -3,33 +3,21 @@ markdown and figure with every reported number finite, and the committed results
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 
 import pytest
 
-from tests._paths import ROOT
+from tests.validation._studies import VALIDATION, load_study
+from tests.validation._studies import finite_number as _finite
 
 pytest.importorskip("nilearn")
 
-VALIDATION = ROOT / "docs" / "validation"
 RESULTS = VALIDATION / "results"
 
 
 def _load():
-    if str(VALIDATION) not in sys.path:
-        sys.path.insert(0, str(VALIDATION))
-    spec = importlib.util.spec_from_file_location("_validation_study7_conformal", VALIDATION / "study7_conformal.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
+    return load_study("study7_conformal")
 
 
 def _check(result: dict, study) -> None:

@@ -6,30 +6,15 @@ study 1's per-case values) and checks that the outputs exist and hold finite num
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import math
-import sys
 
 import pytest
 
-from tests._paths import ROOT
+from tests.validation._studies import finite_number as _finite
+from tests.validation._studies import load_study as _load
 
 pytest.importorskip("nilearn")
 
-VALIDATION = ROOT / "docs" / "validation"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_validation_{name}", VALIDATION / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 @pytest.mark.slow

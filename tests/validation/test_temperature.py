@@ -3,25 +3,19 @@ JSON, markdown and reliability diagrams, and every reported number is finite."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 import pytest
 
-from tests._paths import ROOT
+from tests.validation._studies import load_study
 
 pytest.importorskip("nilearn")
 
-SCRIPT = ROOT / "docs" / "validation" / "study2_temperature.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("study2_temperature", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_study("study2_temperature")
 
 
 def _finite_metrics(block: dict) -> None:

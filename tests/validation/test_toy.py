@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
 
-from tests._paths import ROOT
-
-VALIDATION = ROOT / "docs" / "validation"
-
-
-def _load(name: str):
-    """Import a module of docs/validation (the scripts import ``_toy`` from their own folder)."""
-    if str(VALIDATION) not in sys.path:
-        sys.path.insert(0, str(VALIDATION))
-    if name == "_toy":
-        return importlib.import_module("_toy")
-    spec = importlib.util.spec_from_file_location(f"validation_{name}", VALIDATION / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.validation._studies import load_study as _load
 
 
 def _finite(x) -> bool:
