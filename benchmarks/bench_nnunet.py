@@ -311,11 +311,11 @@ def e2e_worker(contender: str, argv: list[str]) -> dict:
 
         if cli_main(["nnunet-predict", *argv, "--sources", "mirroring"]) != 0:
             raise RuntimeError("nnunet-predict failed")
-    end = time.time()
-    return {"startup": marks["loaded"] - launch, "predict": marks["predict"], "process_end": end - launch}
+    return {"startup": marks["loaded"] - launch, "predict": marks["predict"]}
 
 
 def end_to_end(args: argparse.Namespace) -> None:
+    import nibabel as nib
     import numpy as np
 
     with tempfile.TemporaryDirectory() as root:
@@ -329,17 +329,13 @@ def end_to_end(args: argparse.Namespace) -> None:
                         "--disable_progress_bar"]
                 env["BENCH_LAUNCH"] = repr(time.time())
                 t0 = time.perf_counter()
-                cmd = [sys.executable, __file__, "--worker", f"e2e-{c}", "--e2e-argv", json.dumps(argv)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+                rec = _subprocess(["--worker", f"e2e-{c}", "--e2e-argv", json.dumps(argv)], env=env)
                 wall = time.perf_counter() - t0
-                if proc.returncode != 0:
-                    raise RuntimeError(f"{c} failed:\n{proc.stderr[-3000:]}")
-                rec = json.loads(proc.stdout.strip().splitlines()[-1])
                 rec["total"] = wall
                 rec["rest"] = wall - rec["startup"] - rec["predict"]
                 runs[c].append(rec)
-            seg = {c: [np.asarray(__import__("nibabel").load(os.path.join(root, f"out_{c}_{r}", f"case{i:03d}.nii.gz"))
-                                  .dataobj) for i in range(args.e2e_cases)] for c in runs}
+            seg = {c: [np.asarray(nib.load(os.path.join(root, f"out_{c}_{r}", f"case{i:03d}.nii.gz")).dataobj)
+                       for i in range(args.e2e_cases)] for c in runs}
             if not all(np.array_equal(a, b) for a, b in zip(seg["stock"], seg["ours"])):
                 raise AssertionError("the segmentations of nnunet-predict differ from stock nnUNetv2_predict's")
         best = {c: min(rs, key=lambda x: x["total"]) for c, rs in runs.items()}
@@ -361,8 +357,9 @@ def end_to_end(args: argparse.Namespace) -> None:
         print(f"median total ratio: {np.median(totals['ours']) / np.median(totals['stock']):.3f}")
 
 
-def _subprocess(args: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+def _subprocess(args: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run this script with ``args`` in a fresh process; its last stdout line, parsed as JSON."""
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
