@@ -36,8 +36,8 @@ PACKAGE = "monai_unc"
 
 #: layer -> components; a component may import itself and the components of lower layers only
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_utils", "_deprecation", "keys"),
-    1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation"),
+    0: ("_utils", "_deprecation", "keys", "state"),
+    1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation", "product"),
     2: ("stats", "metrics", "scores"),
     3: ("temperature", "networks"),
     4: ("inferers",),
@@ -82,6 +82,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
     ),
+    # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
+    ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "
+    "(monai_unc.io.save_state writes a state); its body loads the writer only when the old method is called",
     # nnunet-predict and its export workers run without MONAI (issue #29: end to end as fast as stock)
     **dict.fromkeys(
         [("monai_unc.nnunet.predictor", m) for m in ("monai_unc.inferers.rate_in", "monai_unc.nnunet.calibrate")],
@@ -405,6 +408,33 @@ def test_core_never_imports_an_adapter():
         and component(i.importer) in CORE and component(i.target) in ADAPTERS
     ]
     assert not bad, "\n".join(bad)
+
+
+#: the formulas: arrays in, numbers out; they import no file writer or reader (``monai_unc.io``)
+FORMULAS = ("measures", "stats", "aggregation", "metrics", "scores", "activation", "regions", "temperature", "networks",
+            "state", "product")
+
+
+def test_formulas_never_import_io():
+    """The functional core computes; files are written and read by its callers through ``monai_unc.io``. A lazy
+    import listed in :data:`LAZY_IMPORTS` (a deprecated method) is the only exception."""
+    bad = [
+        f"{_where(i)}: {i.importer} imports {i.target}"
+        for i in IMPORTS
+        if component(i.importer) in FORMULAS and (i.target == "monai_unc.io" or i.target.startswith("monai_unc.io."))
+        and (i.importer, i.target) not in LAZY_IMPORTS
+    ]
+    assert not bad, "a formula imports the file layer:\n" + "\n".join(bad)
+
+
+def test_the_product_protocol_is_light():
+    """``monai_unc.product`` imports no heavy package, so the command line can offer every product's options before
+    it imports torch (tests/cli/test_cli_startup.py checks the command line itself)."""
+    heavy = ("torch", "monai", "numpy", "nibabel", "scipy")
+    bad = [f"{_where(i)}: {i.target}" for i in IMPORTS
+           if i.importer == "monai_unc.product" and (i.target.split(".")[0] in heavy or (
+               i.internal and i.target not in ("monai_unc",)))]
+    assert not bad, "monai_unc.product imports more than the standard library:\n" + "\n".join(bad)
 
 
 def test_imports_follow_the_layers():

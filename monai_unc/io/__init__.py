@@ -48,6 +48,7 @@ from .files import (
     save_nifti_image,
     save_probabilities,
     save_region_maps,
+    save_state,
     weight_digests,
 )
 from .tables import CSV_NAN, format_cell, parse_float, read_csv, table_columns, write_csv
@@ -93,6 +94,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_save_npz",
+    "save_state",
     "atomic_torch_save",
     "atomic_savefig",
     "atomic_copy",

@@ -37,6 +37,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_save_npz",
+    "save_state",
     "atomic_torch_save",
     "atomic_savefig",
     "atomic_copy",
@@ -130,6 +131,34 @@ def atomic_save_npz(path: str | os.PathLike, arrays: Mapping[str, Any], compress
         raise ValueError(f"path must end in .npz, got {path}")
     save = np.savez_compressed if compressed else np.savez
     return atomic_write(path, lambda tmp: save(tmp, **arrays))
+
+
+def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> Path:
+    """Write a mergeable state (:class:`monai_unc.state.MergeableState`: its ``state_dict()``) to an ``.npz`` file
+    atomically; ``.npz`` is appended to other names, as numpy does. The state's class reads it back with
+    ``cls.from_state_dict(dict(numpy.load(path)))`` (or its own ``load``).
+
+    Args:
+        path: the file.
+        state: the state, e.g. a :class:`~monai_unc.metrics.calibration.ConfidenceHistogram`.
+        compressed: ``numpy.savez_compressed`` (default) or ``numpy.savez``.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from monai_unc.metrics.calibration import ConfidenceHistogram
+        >>> h = ConfidenceHistogram(2)
+        >>> _ = h.update(np.array([[[0.2], [0.8]]]), np.array([[1]]))
+        >>> path = save_state(tempfile.mkdtemp() + "/hist", h)
+        >>> path.name, int(ConfidenceHistogram.load(path).scalars[:, 0].sum())
+        ('hist.npz', 1)
+    """
+    path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
+    return atomic_save_npz(path, state.state_dict(), compressed=compressed)
 
 
 def atomic_torch_save(path: str | os.PathLike, obj: Any) -> Path:
