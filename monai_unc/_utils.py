@@ -128,6 +128,39 @@ def check_finite(x: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} contains {n_bad} non-finite value(s) (NaN or inf)")
 
 
+def _check_probability_map(p: torch.Tensor, name: str, channel_dim: int, min_ndim: int, tol: float,
+                           classes: bool) -> None:
+    """The checks of :func:`check_probabilities` (``classes=True``) and :func:`check_unit_interval` (``False``)."""
+    if not p.is_floating_point():
+        raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
+    if p.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimensions ((B, C, *spatial) probabilities), "
+            f"got shape {tuple(p.shape)}"
+        )
+    if classes and p.shape[channel_dim] < 2:
+        raise ValueError(
+            f"{name} must have at least 2 classes along dim {channel_dim} (binary tasks carry both "
+            f"channels), got shape {tuple(p.shape)}"
+        )
+    if p.shape[channel_dim] < 1 or p.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(p.shape)})")
+    check_finite(p, name)
+    lo, hi = float(p.min()), float(p.max())
+    if lo < -tol or hi > 1 + tol:
+        # the hint about logits goes with the sum check when there is one
+        hint = "" if classes else "; pass probabilities, not logits"
+        raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]{hint}")
+    if not classes:
+        return
+    dev = float((p.sum(dim=channel_dim, dtype=torch.float64) - 1).abs().max())
+    if dev > tol:
+        raise ValueError(
+            f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
+            f"largest deviation {dev:.4g}; pass probabilities, not logits"
+        )
+
+
 def check_probabilities(
     p: torch.Tensor, name: str = "probs", channel_dim: int = 1, min_ndim: int = 3, tol: float | None = None
 ) -> None:
@@ -139,32 +172,8 @@ def check_probabilities(
     dtype (1e-3 for float32 / float64; wider for float16 and bfloat16, whose rounding moves sums by more).
     """
     p = p.detach()
-    if tol is None:
-        tol = probability_tolerance(p.dtype)
-    if not p.is_floating_point():
-        raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
-    if p.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions ((B, C, *spatial) probabilities), "
-            f"got shape {tuple(p.shape)}"
-        )
-    if p.shape[channel_dim] < 2:
-        raise ValueError(
-            f"{name} must have at least 2 classes along dim {channel_dim} (binary tasks carry both "
-            f"channels), got shape {tuple(p.shape)}"
-        )
-    if p.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(p.shape)})")
-    check_finite(p, name)
-    lo, hi = float(p.min()), float(p.max())
-    if lo < -tol or hi > 1 + tol:
-        raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]")
-    dev = float((p.sum(dim=channel_dim, dtype=torch.float64) - 1).abs().max())
-    if dev > tol:
-        raise ValueError(
-            f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
-            f"largest deviation {dev:.4g}; pass probabilities, not logits"
-        )
+    _check_probability_map(p, name, channel_dim, min_ndim, probability_tolerance(p.dtype) if tol is None else tol,
+                           classes=True)
 
 
 def check_unit_interval(
@@ -175,22 +184,7 @@ def check_unit_interval(
     Raises ``ValueError`` naming ``name`` when the tensor has too few dimensions, no channel, an empty volume,
     non-finite values or values outside ``[0, 1]`` (beyond ``tol``); ``TypeError`` for non-float dtypes.
     """
-    p = p.detach()
-    if not p.is_floating_point():
-        raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
-    if p.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions ((B, C, *spatial) probabilities), "
-            f"got shape {tuple(p.shape)}"
-        )
-    if p.shape[channel_dim] < 1 or p.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(p.shape)})")
-    check_finite(p, name)
-    lo, hi = float(p.min()), float(p.max())
-    if lo < -tol or hi > 1 + tol:
-        raise ValueError(
-            f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]; pass probabilities, not logits"
-        )
+    _check_probability_map(p.detach(), name, channel_dim, min_ndim, tol, classes=False)
 
 
 def check_labels(labels: torch.Tensor, name: str = "labels", num_classes: int | None = None) -> torch.Tensor:
