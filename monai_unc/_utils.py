@@ -31,6 +31,7 @@ __all__ = [
     "check_probabilities",
     "check_unit_interval",
     "check_labels",
+    "per_axis_mm",
     "normalize_spacing",
     "case_spacings",
     "check_integer",
@@ -210,17 +211,37 @@ def check_labels(labels: torch.Tensor, name: str = "labels", num_classes: int | 
     return labels
 
 
+def per_axis_mm(
+    value: float | Sequence[float] | np.ndarray, ndim: int, name: str, count_note: str = ""
+) -> tuple[float, ...]:
+    """A length in mm for every spatial axis: one number for all axes, or one number per axis.
+
+    Args:
+        value: a number, or ``ndim`` numbers (a sequence or an array).
+        ndim: the number of spatial axes.
+        name: the argument's name in the errors.
+        count_note: added inside the parenthesis of the error on a wrong count (``", mm"``).
+
+    Returns:
+        ``ndim`` floats; their range is the caller's to check.
+
+    Raises:
+        ValueError: when ``value`` is neither a number nor ``ndim`` numbers.
+    """
+    if isinstance(value, (int, float, np.floating, np.integer)):
+        return (float(value),) * ndim
+    try:
+        values = tuple(float(v) for v in np.asarray(value, dtype=float).ravel())
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {value!r}") from None
+    if len(values) != ndim:
+        raise ValueError(f"{name} must have {ndim} values (one per spatial axis{count_note}), got {len(values)}")
+    return values
+
+
 def normalize_spacing(spacing: float | Sequence[float] | np.ndarray, ndim: int, name: str = "spacing") -> tuple:
     """Return per-axis spacing in mm as a tuple of ``ndim`` positive floats."""
-    if isinstance(spacing, (int, float, np.floating, np.integer)):
-        sp = (float(spacing),) * ndim
-    else:
-        try:
-            sp = tuple(float(s) for s in np.asarray(spacing, dtype=float).ravel())
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {spacing!r}") from None
-        if len(sp) != ndim:
-            raise ValueError(f"{name} must have {ndim} values (one per spatial axis), got {len(sp)}")
+    sp = per_axis_mm(spacing, ndim, name)
     if not all(np.isfinite(s) and s > 0 for s in sp):
         raise ValueError(f"{name} must be positive and finite (mm per axis), got {sp}")
     return sp
