@@ -458,10 +458,12 @@ def _moved_modules() -> dict[str, list[str]]:
         if any(isinstance(t, ast.Name) and t.id == "MOVED_MODULES" for t in targets):
             table = node.value
             assert isinstance(table, ast.Dict)
-            return {
-                ast.literal_eval(key): [ast.literal_eval(home) for home in entry.args[0].keys]
-                for key, entry in zip(table.keys, table.values)
-            }
+            out = {}
+            for key, entry in zip(table.keys, table.values):
+                # MovedModule(exports, advice): the exports dict, positional or by keyword
+                exports = entry.args[0] if entry.args else next(k.value for k in entry.keywords if k.arg == "exports")
+                out[ast.literal_eval(key)] = [ast.literal_eval(home) for home in exports.keys]
+            return out
     raise AssertionError("monai_unc/_compat.py has no MOVED_MODULES table")
 
 
