@@ -8,12 +8,23 @@ Weights live in ``monai_unc/data/weights/mni152_tissue_unet.pt`` (a plain state 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from monai.networks.nets import UNet
 
-__all__ = ["EXAMPLE_NETWORK", "WEIGHTS_DIR", "build_example_network", "example_weights_path", "load_example_model"]
+from ..io import atomic_torch_save, atomic_write_text
+
+__all__ = [
+    "EXAMPLE_NETWORK",
+    "WEIGHTS_DIR",
+    "build_example_network",
+    "example_weights_path",
+    "load_example_model",
+    "save_trained_network",
+]
 
 #: architecture of the example network (MONAI UNet keyword arguments)
 EXAMPLE_NETWORK = {
@@ -56,3 +67,22 @@ def load_example_model(dropout: float | None = None, device: str | torch.device 
     meta_path = path.with_suffix(".json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     return net.to(device).eval(), meta
+
+
+def save_trained_network(net: torch.nn.Module, record: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Save a trained network's state dict to ``path`` and its training record beside it (``.json``), atomically.
+
+    The record is written as indented JSON with a final newline, the file :func:`load_example_model` reads back.
+
+    Args:
+        net: the trained network.
+        record: the training record (JSON-serialisable).
+        path: where the state dict goes (``.pt``); the record goes to ``path`` with the suffix ``.json``.
+
+    Returns:
+        The path of the state dict.
+    """
+    path = Path(path)
+    atomic_torch_save(path, net.state_dict())
+    atomic_write_text(path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
+    return path

@@ -50,6 +50,7 @@ from monai_unc.io import (
     atomic_save_npz,
     atomic_write_json,
     json_safe,
+    read_json_or_none,
     save_nifti_image,
     write_csv,
 )
@@ -544,10 +545,7 @@ def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | N
     Returns:
         The recorded settings, or None.
     """
-    try:
-        record = json.loads(_record_path(output_file_truncated).read_text())
-    except (OSError, ValueError):
-        return None
+    record = read_json_or_none(_record_path(output_file_truncated))
     settings = record.get("settings") if isinstance(record, dict) else None
     return settings if isinstance(settings, dict) else None
 
@@ -572,10 +570,7 @@ def case_exported(
         return False
     if save_probabilities and not base.with_name(f"{base.name}.npz").is_file():
         return False
-    try:
-        record = json.loads(_record_path(base).read_text())
-    except (OSError, ValueError):
-        return False
+    record = read_json_or_none(_record_path(base))
     maps = record.get("maps") if isinstance(record, dict) else None
     if not isinstance(maps, dict):
         return False

@@ -203,55 +203,37 @@ class nnUNetTrainerSSN(nnUNetTrainer):
         return SSNDeepSupervisionLoss(super()._build_loss(), heads[0], SSNLoss(self.ssn_num_mc_samples))
 
 
-def _shorten(trainer: nnUNetTrainer) -> None:
-    trainer.num_epochs = 1
-    trainer.num_iterations_per_epoch = 10
-    trainer.num_val_iterations_per_epoch = 2
+class _TenIterations:
+    """Mixin before an nnU-Net trainer class: one epoch of 10 training and 2 validation iterations.
+
+    Its ``__init__`` has nnU-Net's trainer signature (nnU-Net records the constructor's arguments by name in the
+    checkpoint) and shortens the schedule after the trainer's own ``__init__``.
+    """
+
+    def __init__(
+        self,
+        plans: dict,
+        configuration: str,
+        fold: int,
+        dataset_json: dict,
+        device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
+    ) -> None:
+        super().__init__(plans, configuration, fold, dataset_json, device)  # type: ignore[call-arg]
+        self.num_epochs = 1
+        self.num_iterations_per_epoch = 10
+        self.num_val_iterations_per_epoch = 2
 
 
-class nnUNetTrainer_10iters(nnUNetTrainer):
+class nnUNetTrainer_10iters(_TenIterations, nnUNetTrainer):
     """Stock trainer cut to one epoch of 10 training and 2 validation iterations (tests, CPU smoke runs)."""
 
-    def __init__(
-        self,
-        plans: dict,
-        configuration: str,
-        fold: int,
-        dataset_json: dict,
-        device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
-    ) -> None:
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _shorten(self)
 
-
-class nnUNetTrainerMCDropout_10iters(nnUNetTrainerMCDropout):
+class nnUNetTrainerMCDropout_10iters(_TenIterations, nnUNetTrainerMCDropout):
     """:class:`nnUNetTrainerMCDropout` cut to one epoch of 10 training and 2 validation iterations."""
 
-    def __init__(
-        self,
-        plans: dict,
-        configuration: str,
-        fold: int,
-        dataset_json: dict,
-        device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
-    ) -> None:
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _shorten(self)
 
-
-class nnUNetTrainerSSN_10iters(nnUNetTrainerSSN):
+class nnUNetTrainerSSN_10iters(_TenIterations, nnUNetTrainerSSN):
     """:class:`nnUNetTrainerSSN` cut to one epoch of 10 training and 2 validation iterations."""
-
-    def __init__(
-        self,
-        plans: dict,
-        configuration: str,
-        fold: int,
-        dataset_json: dict,
-        device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
-    ) -> None:
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _shorten(self)
 
 
 def write_toy_dataset(

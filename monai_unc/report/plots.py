@@ -98,7 +98,7 @@ def plot_referral_curve(
     (the best any score can do) and random referral (the cohort mean in expectation). A vertical line marks
     ``budget`` with the expected Dice of the cases kept there; a second one the referral fraction of the
     risk-controlled threshold (``risk_control``: the ``summary["risk_control"]`` block of
-    :func:`monai_unc.report.cohort.summarize`).
+    :func:`monai_unc.evaluation.summarize`).
     """
     scores = np.asarray(scores, dtype=np.float64)
     dice = np.asarray(dice, dtype=np.float64)
