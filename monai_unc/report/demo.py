@@ -1,7 +1,6 @@
-"""Deprecated location: the demo moved to :mod:`monai_unc.workflows.demo` and its cohort writers to
-:mod:`monai_unc.data.cohorts`.
+"""Deprecated location: the demo moved to :mod:`monai_unc.workflows.demo`.
 
-Kept for one release so that existing imports keep working.
+Its cohort writers moved to :mod:`monai_unc.data.cohorts`. Kept for one release so that existing imports keep working.
 """
 
 import warnings
