@@ -505,6 +505,16 @@ def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, pa
     Returns:
         ``{measure: {"<score>": v}}`` (classes) or ``{measure: {"<score>_<region>": v}}`` (regions), flattened to
         ``<measure>_<score>[_<region>]`` columns in the table.
+
+    Example:
+        >>> seg = np.zeros((4, 4, 4), np.int64); seg[:2] = 1
+        >>> pe = np.where(seg > 0, 0.5, 0.0).astype(np.float32)
+        >>> record_case_scores({"predictive_entropy": pe}, seg, patch_size=2)
+        {'predictive_entropy': {'mean': 0.25, 'fg_mean': 0.5, 'patch_mean': 0.5}}
+        >>> scores = record_case_scores({"predictive_entropy": np.stack([pe, 0 * pe])}, seg, patch_size=2,
+        ...                             regions={"WT": [1], "TC": [2]})
+        >>> scores["predictive_entropy"]["fg_mean_WT"], scores["predictive_entropy"]["fg_mean_TC"]  # TC is empty
+        (0.5, nan)
     """
     seg = np.asarray(segmentation)
     if regions:
@@ -663,6 +673,14 @@ def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | N
 
     Returns:
         The recorded settings, or None.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "uncertainty").mkdir()
+        ...     _ = (Path(d) / "uncertainty" / "case.json").write_text(json.dumps({"settings": {"num_samples": 8}}))
+        ...     recorded_case_settings(Path(d) / "case"), recorded_case_settings(Path(d) / "other")
+        ({'num_samples': 8}, None)
     """
     try:
         record = json.loads(_record_path(output_file_truncated).read_text())
