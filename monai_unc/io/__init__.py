@@ -1,5 +1,8 @@
-"""Files in and out: finding, matching and loading the cases of a cohort (:mod:`.cases`), writing every output
-atomically (:mod:`.files`) and the one CSV format of every table (:mod:`.tables`)."""
+"""Files in and out of the package.
+
+Finding, matching and loading the cases of a cohort (:mod:`.cases`), writing every output atomically
+(:mod:`.files`) and the one CSV format of every table (:mod:`.tables`).
+"""
 
 from ..keys import MEASURES
 from .cases import (

@@ -138,7 +138,8 @@ class VolumeError(CohortProduct):
 
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
-        return ["volume error: mean bias " + ", ".join(f"{n} {v:+.4f} {block['unit']}" for n, v in block["bias"].items())]
+        bias = block["bias"]
+        return ["volume error: mean bias " + ", ".join(f"{n} {v:+.4f} {block['unit']}" for n, v in bias.items())]
 
     @classmethod
     def report_section(cls, block: Mapping[str, Any]) -> ReportSection:
