@@ -64,7 +64,8 @@ def _namer(task: TaskView) -> Callable[[str], str]:
 
 def _dice_columns(task: TaskView, config: EvaluationConfig) -> list[str]:
     """The Dice columns of a task's foreground classes: ``dice_<class>`` of classes ``1 .. C-1`` (named by
-    ``class_names``), or ``dice_<R>`` of a region."""
+    ``class_names``), or ``dice_<R>`` of a region.
+    """
     if task.name is not None:
         return [f"dice_{region_suffix(task.name)}"]
     names = config.class_names or [str(c) for c in range(task.num_classes)]

@@ -124,7 +124,8 @@ class CohortState:
     # -- persistence ------------------------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> None:
         """Write the state to ``folder`` (``rows.json``, ``histogram.npz``, ``region_histograms.npz``,
-        ``products.npz``) atomically; every state through :func:`monai_unc.io.save_state`."""
+        ``products.npz``) atomically; every state through :func:`monai_unc.io.save_state`.
+        """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         meta = {
@@ -174,7 +175,8 @@ class CohortState:
 
 def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
     """The per-region histograms of ``state/region_histograms.npz``: a :class:`~monai_unc.state.StateGroup`, or the
-    layout of versions before it (``regions`` names, region ``i`` under ``r<i>__<key>``)."""
+    layout of versions before it (``regions`` names, region ``i`` under ``r<i>__<key>``).
+    """
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     if "__names__" in arrays:
@@ -261,7 +263,8 @@ def case_risk(dice: np.ndarray, config: EvaluationConfig) -> np.ndarray:
 
 def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray:
     """Which of ``ids`` are calibration cases of the risk-controlled threshold (``config.calibration_cases``; all
-    when None)."""
+    when None).
+    """
     if config.calibration_cases is None:
         return np.ones(len(ids), dtype=bool)
     wanted = config.check_calibration_cases(ids)
@@ -425,7 +428,8 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
     """The ``regions`` and ``qu_brats`` blocks of a region evaluation's summary (:mod:`.region_case`): per region
     the Dice, the pooled calibration of the region's merged histograms and its reliability curve, the spatial
     metrics (mean over cases), failure detection with the region's score and Dice, and the mean QU-BraTS values;
-    the QU-BraTS means over cases and regions and the mean curves over the cases."""
+    the QU-BraTS means over cases and regions and the mean curves over the cases.
+    """
     assert state.regions is not None
     names = list(state.regions)
     per_region: dict[str, Any] = {}
@@ -487,7 +491,8 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
 def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str | os.PathLike,
                      config: EvaluationConfig | None = None) -> dict[str, Path]:
     """Write ``metrics.csv`` (cells as :func:`monai_unc.io.write_csv` writes them: NaN ``nan``, floats at full
-    precision), ``summary.json`` and the state folder (for ``monai-unc report``) atomically."""
+    precision), ``summary.json`` and the state folder (for ``monai-unc report``) atomically.
+    """
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state.save(output / STATE_DIR)
@@ -516,7 +521,8 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
 
 def remove_cohort_files(folder: str | os.PathLike) -> None:
     """Remove the cohort outputs of an evaluation folder (``metrics.csv``, ``summary.json``, the cohort state),
-    keeping the per-case resume state: after a run with failed cases no earlier run's numbers remain."""
+    keeping the per-case resume state: after a run with failed cases no earlier run's numbers remain.
+    """
     folder = Path(folder)
     for path in (folder / "metrics.csv", folder / "summary.json", folder / STATE_DIR / "rows.json",
                  folder / STATE_DIR / "histogram.npz", folder / STATE_DIR / "region_histograms.npz",

@@ -265,7 +265,8 @@ def _achieved(tasks: Sequence[Any]) -> dict[str, Any]:
 
 def _pooled(rule: ConformalRule) -> dict[str, Any]:
     """Per task the calibration loss (and share above ``tol``) over every stratum, each case at its stratum's
-    ``lambda_hat``; ``lambda_hat`` None (one per stratum: ``per_stratum``)."""
+    ``lambda_hat``; ``lambda_hat`` None (one per stratum: ``per_stratum``).
+    """
     out: dict[str, Any] = {}
     for name in rule.names:
         parts = [rule.task_rule(name, s) for s in range(rule.num_strata)]
@@ -416,7 +417,8 @@ class ConformalRuleFile:
     @classmethod
     def load(cls, path: str | os.PathLike) -> ConformalRuleFile:
         """Read a ``conformal_rule.json``; ``FileNotFoundError`` when absent, ``ValueError`` when it is not valid
-        JSON or not a verified rule (:meth:`from_json`)."""
+        JSON or not a verified rule (:meth:`from_json`).
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"conformal rule not found: {path} (written by monai-unc evaluate --conformal)")

@@ -1,5 +1,6 @@
 """Per-case resume state of an evaluation: a case's row and histogram saved under ``<output>/state/cases/`` with a
-fingerprint of everything the row depends on, reused by a rerun only while the fingerprint is unchanged."""
+fingerprint of everything the row depends on, reused by a rerun only while the fingerprint is unchanged.
+"""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def file_signature(path: Path | None) -> list[Any] | None:
 def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:
     """What a case's metric row depends on: package version, the per-case options (:data:`CASE_FIELDS`, fine
     bins, the region spec), the case's shift label and (path, size, mtime, ctime, inode) of its label, segmentation,
-    probabilities and maps, and with regions of its image too (the QU-BraTS brain mask)."""
+    probabilities and maps, and with regions of its image too (the QU-BraTS brain mask).
+    """
     fp = {
         "format": _CASE_FORMAT,
         "version": __version__,
@@ -97,7 +99,8 @@ def _fixed(folder: str | os.PathLike, fingerprint: Mapping[str, Any]) -> CaseCac
 def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: Mapping[str, Any],
                     num_classes: int) -> None:
     """Write a case's result for resuming: ``<case>.npz`` (its states) then ``<case>.json`` (row, warnings,
-    fingerprint), both atomically; the JSON, written last, marks the case finished (:func:`case_cache`)."""
+    fingerprint), both atomically; the JSON, written last, marks the case finished (:func:`case_cache`).
+    """
     saved = CaseResult(**{**result.__dict__, "num_classes": int(num_classes)})
     _fixed(folder, fingerprint).save(str(result.row["case"]), saved, fingerprint)
 
@@ -105,6 +108,7 @@ def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: 
 def load_case_state(folder: str | os.PathLike, case_id: str,
                     fingerprint: Mapping[str, Any]) -> tuple[CaseResult, int] | None:
     """``(result, num_classes)`` saved by :func:`save_case_state`, or None when absent, unreadable or stale (its
-    fingerprint differs from ``fingerprint``)."""
+    fingerprint differs from ``fingerprint``).
+    """
     got = _fixed(folder, fingerprint).load(case_id, fingerprint)
     return None if got is None else (got, int(got.num_classes))

@@ -3,7 +3,8 @@
 (:func:`primary_measure`), the split of a loaded case into its tasks (:func:`case_tasks`: one class task, or one
 binary task per region, :mod:`monai_unc.activation`) and the region-only pieces (:func:`predicted_regions`,
 :func:`region_score_columns`, :func:`combined_score`). :func:`monai_unc.evaluation.case.evaluate_case` writes the
-row once from them, for classes and regions."""
+row once from them, for classes and regions.
+"""
 
 from __future__ import annotations
 
@@ -151,7 +152,8 @@ def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
     """Maps to score: the given ones, or entropy and ``one_minus_max_prob`` of the probabilities when none are given.
 
     For a multi-label case (``case.multilabel``) the derived maps are per region, ``(R, *spatial)``: the binary
-    entropy ``H_b(p_r)`` (:func:`monai_unc.measures.binary_entropy`) and ``1 - max(p_r, 1 - p_r)``."""
+    entropy ``H_b(p_r)`` (:func:`monai_unc.measures.binary_entropy`) and ``1 - max(p_r, 1 - p_r)``.
+    """
     if case.maps or case.probs is None:
         return case.maps
     p = torch.from_numpy(case.probs)[None]
@@ -168,7 +170,8 @@ def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
 
 def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str | None:
     """The measure of the spatial, discrimination and QU-BraTS metrics: ``wanted`` (which must have a map), else
-    ``predictive_entropy`` when present, else the first map (None without maps)."""
+    ``predictive_entropy`` when present, else the first map (None without maps).
+    """
     if wanted is not None:
         if wanted not in maps:
             raise ValueError(f"measure {wanted!r} has no map (available: {sorted(maps) or 'none'})")
@@ -180,7 +183,8 @@ def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str |
 
 def combined_score(values: list[float]) -> float:
     """The combined case score of a region evaluation: the mean of the per-region scores that are defined (finite);
-    NaN when none is."""
+    NaN when none is.
+    """
     a = np.asarray(values, dtype=np.float64)
     a = a[np.isfinite(a)]
     return float(a.mean()) if a.size else float("nan")
@@ -194,7 +198,8 @@ def _region_stack(case: LoadedCase, arr: np.ndarray, what: str, n: int, names: l
 
 def _as_regions(case: LoadedCase, arr: np.ndarray, spec: Mapping[str, Sequence[int]], what: str) -> np.ndarray:
     """``(R, *spatial)`` bool region masks of a label map ``(*spatial)`` (the spec's regions of its labels) or of
-    ``R`` region masks (checked against the spec's region count)."""
+    ``R`` region masks (checked against the spec's region count).
+    """
     if arr.ndim == len(case.spacing):
         return np.asarray(label_to_regions(arr, spec))
     names = list(spec)
@@ -206,7 +211,8 @@ def predicted_regions(case: LoadedCase, spec: Mapping[str, Sequence[int]]) -> np
     """The predicted region masks ``(R, *spatial)`` bool of a case read with ``load_case(..., multilabel=True)``:
     its ``R`` region masks (``<case>_seg`` of ``monai-unc infer --activation sigmoid``; another count than the spec's
     is a ``CaseError``) or, for a label-map segmentation (nnU-Net), the spec's regions of the labels
-    (:func:`monai_unc.regions.label_to_regions`)."""
+    (:func:`monai_unc.regions.label_to_regions`).
+    """
     return _as_regions(case, case.seg, spec, "the segmentation")
 
 
@@ -220,7 +226,8 @@ def region_score_columns(
     foreground; ``<R>`` is :func:`~monai_unc.evaluation.config.region_suffix` of the name) and the combined case
     score ``<m>_<k>`` = :func:`combined_score` of the per-region scores (their mean over the regions where defined).
     Column order: every combined column of a map, then its per-region columns. ``ValueError`` for a map or ``pred``
-    with another number of channels than ``names``."""
+    with another number of channels than ``names``.
+    """
     n = len(names)
     if pred.shape[0] != n:
         raise ValueError(f"pred has {pred.shape[0]} region channel(s) for {n} region name(s)")

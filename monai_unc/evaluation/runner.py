@@ -1,6 +1,7 @@
 """Running an evaluation: a shard of cases with per-case resume (:func:`evaluate_shard`), their cohort state in
 case-id order (:func:`assemble_state`), and the whole of ``monai-unc evaluate`` on one process or under ``torchrun``
-(:func:`run_evaluate`)."""
+(:func:`run_evaluate`).
+"""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResu
 
 def _evaluate_record(files: CaseFiles, config: EvaluationConfig) -> CaseResult:
     """The per-case step of the engine: :func:`evaluate_files` as one :class:`CaseResult` (files and number of
-    classes attached), a :class:`~monai_unc.distributed.records.CaseRecord`."""
+    classes attached), a :class:`~monai_unc.distributed.records.CaseRecord`.
+    """
     result, files, n_cls = evaluate_files(files, config)
     result.files, result.num_classes = files, n_cls
     return result
@@ -109,7 +111,8 @@ def assemble_state(
     """The :class:`CohortState` of per-case results, added in case-id order whatever order (or shard) they came
     in, so the pooled float64 sums are the same bits as for one process. The number of classes is that of the
     first case; a case with another number raises a ``CaseError`` or, with ``failures``, is appended there.
-    ``regions``: the region spec of a region evaluation (kept in the state). Returns None when no case is left."""
+    ``regions``: the region spec of a region evaluation (kept in the state). Returns None when no case is left.
+    """
     state: CohortState | None = None
     for result, files, n_cls in sorted(results, key=lambda t: str(t[0].row["case"])):
         cid = str(result.row["case"])
@@ -189,7 +192,8 @@ def evaluate_cases(
 ) -> CohortState:
     """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order); the first
     failing case raises; labels that no region claims are refused (:func:`check_unclaimed_labels`). ``cache``:
-    per-case resume folder (:func:`evaluate_shard`)."""
+    per-case resume folder (:func:`evaluate_shard`).
+    """
     results = evaluate_shard(cases, config, cache=cache, progress=progress, desc=desc)
     check_unclaimed_labels(results, config)
     state = assemble_state(results, config.n_fine_bins, regions=_regions(config))

@@ -41,7 +41,8 @@ def certify_referral_rule(
     combined case score of the regions. The rule records the calibration cases' scores, Dice and risks
     (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is recomputed here and whenever
     it is read (:meth:`ReferralRule.verify_certificate`). ``ValueError`` when the summary has no ``risk_control``
-    block or its certificate is not the one the cohort's calibration cases give."""
+    block or its certificate is not the one the cohort's calibration cases give.
+    """
     rc = summary.get("risk_control")
     if not rc:
         raise ValueError("the summary has no risk_control block: evaluate with a target_risk (--target-risk)")
@@ -111,7 +112,8 @@ def write_referral_rule(
 ) -> Path | None:
     """Write ``<output>/referral_rule.json`` (:func:`certify_referral_rule`, atomic, strict JSON) when
     ``config.target_risk`` is set and return its path; otherwise remove a stale one (an earlier evaluation's rule
-    must not pass for this one's) and return None. Called by :func:`monai_unc.evaluation.run_evaluate` on rank 0."""
+    must not pass for this one's) and return None. Called by :func:`monai_unc.evaluation.run_evaluate` on rank 0.
+    """
     path = Path(output) / RULE_FILE
     if config.target_risk is None:
         path.unlink(missing_ok=True)

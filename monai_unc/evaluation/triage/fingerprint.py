@@ -1,5 +1,6 @@
 """How a prediction folder was made (:func:`prediction_fingerprint`), the regions recorded with it, and their
-comparison with a referral rule's (:func:`compare_fingerprints`, :func:`region_differences`)."""
+comparison with a referral rule's (:func:`compare_fingerprints`, :func:`region_differences`).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from ...io import (
 # ----------------------------------------------------------------------------------------------------------------
 class FingerprintMismatch(ValueError):
     """The predictions were not made like the rule's calibration predictions; ``differences`` lists
-    ``(field, rule value, predictions value)``."""
+    ``(field, rule value, predictions value)``.
+    """
 
     def __init__(self, differences: Sequence[tuple[str, Any, Any]]) -> None:
         self.differences = list(differences)
@@ -170,7 +172,8 @@ def prediction_regions(
 
     ``monai-unc`` layout: :func:`monai_unc.io.read_prediction_regions` (``infer.json`` / the case records; an
     ``infer.json`` without ``multilabel``, written before region-based inference existed, is class-based).
-    ``nnunet`` layout: the ``regions`` entry of ``uncertainty_config.json`` (absent or empty: class-based)."""
+    ``nnunet`` layout: the ``regions`` entry of ``uncertainty_config.json`` (absent or empty: class-based).
+    """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     pred = Path(predictions)
@@ -192,7 +195,8 @@ def region_differences(
     """``[("regions", rule's, predictions')]`` when the regions a rule scores cannot be those of the predictions
     (``found``: :func:`prediction_regions`), else ``[]``: a class-based rule on region predictions or the reverse;
     another number of regions; another label set in some channel (a region spec against a recorded spec; the names
-    may differ, they only name the columns). Nothing to compare without a record (``found is None``)."""
+    may differ, they only name the columns). Nothing to compare without a record (``found is None``).
+    """
     if found is None:
         return []
     rule_side: Any = None if rule_regions is None else {k: list(v) for k, v in rule_regions.items()}
@@ -220,7 +224,8 @@ _BUNDLE = re.compile(r"^bundle: .*?((?: \(temperature \[[^\]]*\]\))?)$")
 
 def _normalized_roi(roi: Any) -> Any:
     """The sliding-window size as compared: one size for every axis (``8``, ``[8]`` and ``[8, 8, 8]`` are all
-    "isotropic 8", the same windows on images of any dimension) as that int; another size per axis as the list."""
+    "isotropic 8", the same windows on images of any dimension) as that int; another size per axis as the list.
+    """
     if isinstance(roi, bool) or roi is None:
         return roi
     if isinstance(roi, int):
@@ -238,7 +243,8 @@ def has_weight_digests(fp: Mapping[str, Any]) -> bool:
 
 def _weight_label(entry: Mapping[str, Any]) -> str:
     """A file of ``weights`` in a difference: its name (relative names as recorded, e.g. nnU-Net's
-    ``fold_0/checkpoint_final.pth``; the full paths stay in the fingerprints) and the start of its digest."""
+    ``fold_0/checkpoint_final.pth``; the full paths stay in the fingerprints) and the start of its digest.
+    """
     name = str(entry.get("file"))
     if os.path.isabs(name):
         name = Path(name).name
@@ -259,7 +265,8 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
     ``digests`` (both sides record the model files' digests) the paths (``checkpoints``, ``model_folder``, a
     bundle's folder in ``model``) dropped, since the digests identify the model, and ``weights`` left to
     :func:`_weight_differences`; without, ``weights`` dropped (the model is compared by its paths, as before the
-    digests were recorded)."""
+    digests were recorded).
+    """
     out = dict(fp)
     if "roi" in out:
         out["roi"] = _normalized_roi(out["roi"])
@@ -283,7 +290,8 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
     identified by them, not by its paths: a file whose content differs (a model retrained and saved at the same
     path) is a difference ``("weights", "<rule's file> (sha256 ...)", "<predictions' file> (sha256 ...)")``, and a
     model moved elsewhere still matches. Otherwise (a record written before the digests) the paths are compared as
-    they were (:func:`has_weight_digests` tells the caller to say so)."""
+    they were (:func:`has_weight_digests` tells the caller to say so).
+    """
     unknown = {"producer": "unknown"}
     if dict(rule_fp) in ({}, unknown) and dict(pred_fp) in ({}, unknown):
         return "unverified", []

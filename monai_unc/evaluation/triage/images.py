@@ -31,7 +31,8 @@ IMAGE_CHANNEL_FILES = ("all", "first")
 def parse_score_column(column: str) -> tuple[str, str]:
     """``(measure, aggregation)`` of a score column such as ``"predictive_entropy_fg_mean"``; ``ValueError`` for a
     column that is not ``<measure>_<aggregation>`` with a measure of :data:`monai_unc.keys.MEASURES` and an
-    aggregation of :data:`SCORE_AGGREGATIONS`."""
+    aggregation of :data:`SCORE_AGGREGATIONS`.
+    """
     for agg in sorted(SCORE_AGGREGATIONS, key=len, reverse=True):  # fg_mean before mean
         if column.endswith(f"_{agg}") and column[: -len(agg) - 1] in MEASURES:
             return column[: -len(agg) - 1], agg
@@ -43,7 +44,8 @@ def image_statistics(image: np.ndarray) -> np.ndarray:
     """Intensity statistics of an image ``(C, *spatial)``: per channel the mean, standard deviation and the 1st,
     50th and 99th percentiles (:data:`IMAGE_FEATURES`) of the voxels inside the non-zero region (voxels where any
     channel is non-zero: the head of a skull-stripped MR, the field of view of a padded scan; every voxel when the
-    image is zero everywhere). Returns ``(C * 5,)`` float64, channel-major. Cheap: one pass plus a partition."""
+    image is zero everywhere). Returns ``(C * 5,)`` float64, channel-major. Cheap: one pass plus a partition.
+    """
     img = np.asarray(image)
     if img.ndim < 2:
         raise ValueError(f"image must be (C, *spatial), got shape {img.shape}")
@@ -70,7 +72,8 @@ def read_image_channels(
     ``channel_files="all"`` and nnU-Net's channel naming (``path`` is ``CASE_0000.<ext>``) the channel files
     ``CASE_0000``, ``CASE_0001``, ... (:func:`monai_unc.io.image_channel_files`) read one by one and concatenated,
     otherwise the one file (a 4D NIfTI gives its channels). ``geometry`` ``(spatial shape, affine)``: every file must
-    have it (affine within :data:`monai_unc.io.GEOMETRY_ATOL` mm), else ``CaseError``; by default the first file's."""
+    have it (affine within :data:`monai_unc.io.GEOMETRY_ATOL` mm), else ``CaseError``; by default the first file's.
+    """
     if channel_files not in IMAGE_CHANNEL_FILES:
         raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {channel_files!r}")
     paths = image_channel_files(path) if channel_files == "all" else (Path(path),)

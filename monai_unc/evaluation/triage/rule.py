@@ -1,5 +1,6 @@
 """The referral rule (:class:`ReferralRule`), its verdict on a case (:class:`Decision`) and the reference of the
-calibration images (:class:`ImageReference`)."""
+calibration images (:class:`ImageReference`).
+"""
 
 from __future__ import annotations
 
@@ -204,7 +205,8 @@ def _same(a: float, b: float) -> bool:
 class Decision(NamedTuple):
     """The rule's verdict on one case: ``decision`` ``"accept"`` or ``"review"``, a human-readable ``reason`` and
     the ``code`` of the first reason (``accepted``, ``not_certified``, ``undefined_score``, ``outside_range``,
-    ``image_statistics``, ``above_threshold``)."""
+    ``image_statistics``, ``above_threshold``).
+    """
 
     decision: str
     reason: str
@@ -344,7 +346,8 @@ class ReferralRule:
     @property
     def risk_definition(self) -> str:
         """The per-case risk in words: ``"dice < 0.8"`` or ``"1 - dice"`` (for a region-based rule the Dice is the
-        mean over the regions, ``"mean region dice < 0.8"``)."""
+        mean over the regions, ``"mean region dice < 0.8"``).
+        """
         dice = "dice" if self.regions is None else "mean region dice"
         return f"{dice} < {self.failure_dice:g}" if self.risk == "failure" else f"1 - {dice}"
 
@@ -421,7 +424,8 @@ class ReferralRule:
         :func:`~monai_unc.evaluation.cohort.risk_of_dice`) and refuse a rule that disagrees: ``ValueError`` naming
         the field (``calibration.scores``, ``calibration.n_undefined``, ``calibration.risks``, ``threshold``,
         ``feasible``, ``bound``, ``coverage``, ``observed_risk``, ``n_candidates``) and saying the file was edited
-        or corrupted. A rule without a record (written before it existed) is not checked."""
+        or corrupted. A rule without a record (written before it existed) is not checked.
+        """
         rec = self.record
         if rec is None:
             return
@@ -517,7 +521,8 @@ class ReferralRule:
     # -- files ---------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """The rule as strict-JSON data (``threshold``: a number, or null with ``accept_all`` telling ``inf`` (true)
-        from ``-inf``, i.e. not certified (false)), ending with its ``digest`` (:func:`rule_digest`)."""
+        from ``-inf``, i.e. not certified (false)), ending with its ``digest`` (:func:`rule_digest`).
+        """
         rng = self.score_range
         measure, agg = parse_score_column(self.score)
         body = {
@@ -571,7 +576,8 @@ class ReferralRule:
         digests were recorded) still loads once the recomputation agrees; a rule without the calibration record
         (``format_version`` 1 or 2, written before it was recorded) cannot be recomputed and loads as before, with
         :attr:`integrity` saying so. Without ``check_digest`` the data may be a rule's :meth:`to_json` changed in
-        memory (the digest is not compared)."""
+        memory (the digest is not compared).
+        """
         if not isinstance(d, Mapping):
             raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
         fmt = d.get("format")
@@ -657,7 +663,8 @@ class ReferralRule:
     def load(cls, path: str | os.PathLike) -> ReferralRule:
         """Read a rule file; ``FileNotFoundError`` when absent, ``ValueError`` naming the problem when the file is
         not valid JSON, a field is missing or wrong, or the file was edited or corrupted (its certificate recomputed
-        from its calibration record disagrees, or its content digest does not match: :meth:`from_json`)."""
+        from its calibration record disagrees, or its content digest does not match: :meth:`from_json`).
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"referral rule not found: {path} (written by monai-unc evaluate --target-risk)")

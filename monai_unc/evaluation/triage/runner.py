@@ -1,5 +1,6 @@
 """Triage of new unlabelled cases (step 2): the cases of a prediction folder, one case's label-free row
-(:func:`triage_case`) and the whole of ``monai-unc triage`` (:func:`run_triage`)."""
+(:func:`triage_case`) and the whole of ``monai-unc triage`` (:func:`run_triage`).
+"""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def list_prediction_cases(
     (none without it) and its image (``images``), with absolute paths. Found with :func:`monai_unc.io.match_cases`,
     with the segmentations in the role of the reference, so the files of a case are checked against the
     segmentation's geometry when loaded. ``cases`` keeps only these ids; ``empty`` starts the error of a folder
-    without cases. Used by triage (:func:`find_prediction_cases`) and by ``monai-unc conformal``."""
+    without cases. Used by triage (:func:`find_prediction_cases`) and by ``monai-unc conformal``.
+    """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     pred = Path(predictions)
@@ -114,14 +116,16 @@ def find_prediction_cases(
 ) -> list[CaseFiles]:
     """The cases of a prediction folder to triage with ``rule`` (:func:`list_prediction_cases`): the map of the
     rule's measure is listed when the rule's scores come from a map file (none when they were derived from the
-    probabilities). ``cases`` keeps only these ids."""
+    probabilities). ``cases`` keeps only these ids.
+    """
     return list_prediction_cases(predictions, layout, measure=rule.measure if rule.map_source == "file" else None,
                                  uncertainty=uncertainty, images=images, cases=cases)
 
 
 def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
     """What a case's triage row depends on (reused by a rerun only while unchanged): format, version, the rule's
-    measure, aggregation inputs (patch size, map source, classes) and the case's files (path, size, times, inode)."""
+    measure, aggregation inputs (patch size, map source, classes) and the case's files (path, size, times, inode).
+    """
     fp = {
         "format": _STATE_FORMAT,
         "version": __version__,
@@ -226,7 +230,8 @@ class TriageResult:
 
 def remove_triage_files(folder: str | os.PathLike) -> None:
     """Remove the outputs of an earlier triage in ``folder`` (``triage.csv``, ``triage.json``, ``triage.html``,
-    figures), keeping the per-case state: after a run with failed cases no earlier decisions remain."""
+    figures), keeping the per-case state: after a run with failed cases no earlier decisions remain.
+    """
     folder = Path(folder)
     for name in TRIAGE_FILES:
         (folder / name).unlink(missing_ok=True)
