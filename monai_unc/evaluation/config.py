@@ -491,7 +491,7 @@ def unit_scale(u: np.ndarray, measure: str, num_classes: int) -> np.ndarray:
 
 
 def read_shifts(path: str | os.PathLike) -> dict[str, str]:
-    """``{case: shift}`` from a CSV with columns ``case`` and ``shift``.
+    r"""``{case: shift}`` from a CSV with columns ``case`` and ``shift``.
 
     Args:
         path: the CSV file (UTF-8, a header row naming at least ``case`` and ``shift``).
@@ -506,7 +506,7 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
     Example:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d:
-        ...     _ = (Path(d) / "shifts.csv").write_text("case,shift\\na,iid\\nb,noise\\n")
+        ...     _ = (Path(d) / "shifts.csv").write_text("case,shift\na,iid\nb,noise\n")
         ...     read_shifts(Path(d) / "shifts.csv")
         {'a': 'iid', 'b': 'noise'}
     """
