@@ -77,8 +77,10 @@ class ReportSection:
 
 
 class CohortProduct:
-    """Base class of a cohort product (module docstring). Subclass it, set :attr:`name` and :attr:`title`, override
-    what the capability needs, and register the class with :func:`register_product`.
+    """Base class of a cohort product (module docstring).
+
+    Subclass it, set :attr:`name` and :attr:`title`, override what the capability needs, and register the class with
+    :func:`register_product`.
 
     Every method has a default that does nothing, so a product supplies only its own parts. An instance holds the
     product's options (those of :meth:`from_arguments`); :meth:`options` returns them as JSON data, recorded in
