@@ -244,8 +244,9 @@ class CohortProduct:
 
     @classmethod
     def report_section(cls, block: Mapping[str, Any]) -> ReportSection | None:
-        """The product's section of ``report.html`` (default none); from the summary block alone, as the report
-        reads it from ``summary.json``.
+        """The product's section of ``report.html`` (default none).
+
+        It is built from the summary block alone, as the report reads it from ``summary.json``.
 
         Args:
             block: the product's block of ``summary.json``, as read back from the file.
@@ -346,6 +347,10 @@ def products_from_arguments(args: argparse.Namespace) -> list[CohortProduct]:
 
     Returns:
         The configured products.
+
+    Raises:
+        TypeError: a product class's :meth:`~CohortProduct.from_arguments` returned something else than a product
+            or None.
     """
     out = []
     for cls in registered_products():
