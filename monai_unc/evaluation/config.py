@@ -1,6 +1,7 @@
 """Options of a cohort evaluation (:class:`EvaluationConfig`), the column groups and the shift table reader.
 
-The column groups are those of ``metrics.csv``. The metrics themselves are described in :mod:`monai_unc.evaluation` (package docstring).
+The column groups are those of ``metrics.csv``. The metrics themselves are described in :mod:`monai_unc.evaluation`
+(package docstring).
 """
 
 from __future__ import annotations
