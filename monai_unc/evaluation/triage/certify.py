@@ -35,13 +35,13 @@ def certify_referral_rule(
 ) -> ReferralRule:
     """The :class:`ReferralRule` of an evaluation with ``config.target_risk``.
 
-    The rule holds the threshold and its certificate from ``summary["risk_control"]`` (fitted by :func:`monai_unc.evaluation.summarize` on the calibration cases), the
-    calibration cases' scores from ``state``, the statistics of their images when the evaluation had images
-    (``state.files``), and the fingerprint of ``predictions`` (:func:`prediction_fingerprint`, the calibration
-    cases' records). A region evaluation (``config.regions``) gives a rule with the region spec, whose score is the
-    combined case score of the regions. The rule records the calibration cases' scores, Dice and risks
-    (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is recomputed here and whenever
-    it is read (:meth:`ReferralRule.verify_certificate`).
+    The rule holds the threshold and its certificate from ``summary["risk_control"]`` (fitted by
+    :func:`monai_unc.evaluation.summarize` on the calibration cases), the calibration cases' scores from ``state``, the
+    statistics of their images when the evaluation had images (``state.files``), and the fingerprint of ``predictions``
+    (:func:`prediction_fingerprint`, the calibration cases' records). A region evaluation (``config.regions``) gives a
+    rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
+    cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is
+    recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`).
 
     Args:
         state: the evaluation's cohort state (rows, and files for the images).
