@@ -249,8 +249,10 @@ class CohortState:
 
 
 def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
-    """The per-region histograms of ``state/region_histograms.npz``: a :class:`~monai_unc.state.StateGroup`, or the
-    layout of versions before it (``regions`` names, region ``i`` under ``r<i>__<key>``).
+    """The per-region histograms of ``state/region_histograms.npz``.
+
+    The file holds a :class:`~monai_unc.state.StateGroup`, or the layout of versions before it (``regions`` names,
+    region ``i`` under ``r<i>__<key>``).
     """
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
@@ -551,8 +553,9 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
 
 def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: Sequence[str], score_key: str,
                     config: EvaluationConfig) -> dict[str, Any]:
-    """The ``regions`` and ``qu_brats`` blocks of a region evaluation's summary (:mod:`.region_case`): per region
-    the Dice, the pooled calibration of the region's merged histograms and its reliability curve, the spatial
+    """The ``regions`` and ``qu_brats`` blocks of a region evaluation's summary (:mod:`.region_case`).
+
+    Per region they hold the Dice, the pooled calibration of the region's merged histograms and its reliability curve, the spatial
     metrics (mean over cases), failure detection with the region's score and Dice, and the mean QU-BraTS values;
     the QU-BraTS means over cases and regions and the mean curves over the cases.
     """

@@ -138,7 +138,8 @@ class VolumeError(CohortProduct):
 
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
-        return ["volume error: mean bias " + ", ".join(f"{n} {v:+.4f} {block['unit']}" for n, v in block["bias"].items())]
+        return ["volume error: mean bias "
+                + ", ".join(f"{n} {v:+.4f} {block['unit']}" for n, v in block["bias"].items())]
 
     @classmethod
     def report_section(cls, block: Mapping[str, Any]) -> ReportSection:
