@@ -555,9 +555,9 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
                     config: EvaluationConfig) -> dict[str, Any]:
     """The ``regions`` and ``qu_brats`` blocks of a region evaluation's summary (:mod:`.region_case`).
 
-    Per region they hold the Dice, the pooled calibration of the region's merged histograms and its reliability curve, the spatial
-    metrics (mean over cases), failure detection with the region's score and Dice, and the mean QU-BraTS values;
-    the QU-BraTS means over cases and regions and the mean curves over the cases.
+    Per region they hold the Dice, the pooled calibration of the region's merged histograms and its reliability curve,
+    the spatial metrics (mean over cases), failure detection with the region's score and Dice, and the mean QU-BraTS
+    values; the QU-BraTS means over cases and regions and the mean curves over the cases.
     """
     assert state.regions is not None
     names = list(state.regions)
