@@ -226,7 +226,18 @@ class CalibrationRecord:
 
     @classmethod
     def from_json(cls, cal: Mapping[str, Any], where: str = "calibration") -> CalibrationRecord:
-        """Read :meth:`to_json` entries from a rule's ``calibration`` object; ``ValueError`` naming a bad field."""
+        """Read :meth:`to_json` entries from a rule's ``calibration`` object.
+
+        Args:
+            cal: the rule's parsed ``calibration`` object.
+            where: how error messages name the object.
+
+        Returns:
+            The record.
+
+        Raises:
+            ValueError: naming a field that is missing or wrong.
+        """
         scores = [None if v is None else _number(v, f"{where}.case_scores")
                   for v in _field(cal, "case_scores", where, list)]
         dice = [None if v is None else _number(v, f"{where}.dice") for v in _field(cal, "dice", where, list)]
