@@ -133,6 +133,17 @@ class CohortState:
 
         Raises:
             ValueError: the states share a case or differ in ``num_classes``, ``n_fine_bins`` or ``regions``.
+
+        Example:
+            >>> shard_a = CohortState(2, 240, rows=[{"case": "a", "dice": 0.9}], warnings=["a: empty map"])
+            >>> shard_b = CohortState(2, 240, rows=[{"case": "b", "dice": 0.6}])
+            >>> merged = shard_a.merge(shard_b)
+            >>> [r["case"] for r in merged.rows], merged.warnings
+            (['a', 'b'], ['a: empty map'])
+            >>> shard_a.merge(CohortState(2, 240, rows=[{"case": "a", "dice": 0.9}]))
+            Traceback (most recent call last):
+                ...
+            ValueError: cohort states share case(s) ['a']: shards must be disjoint
         """
         if (other.num_classes, other.n_fine_bins) != (self.num_classes, self.n_fine_bins):
             raise ValueError(
