@@ -466,3 +466,12 @@ def test_groups_merge_name_by_name_in_any_order(order, split):
         want = sum(_conformal(10 * i + k).true_counts for i in range(3) if k >= i)
         np.testing.assert_array_equal(merged[n].true_counts, want)
     assert sorted(merged) == sorted(order)
+
+
+def test_a_group_of_many_members_round_trips():
+    # members 1 and 10 .. 12 share a leading digit: each must read only its own arrays
+    g = StateGroup({f"r{i}": _conformal(i) for i in range(13)})
+    back = unpack_states(_through_npz(pack_states({"g": g})))["g"]
+    assert list(back) == [f"r{i}" for i in range(13)]
+    for i in range(13):
+        assert back[f"r{i}"] == _conformal(i), i
