@@ -99,6 +99,12 @@ MOVED_MODULES: dict[str, MovedModule] = {
                                     "left_hemisphere_sample")},
         "import from monai_unc.data.cohorts",
     ),
+    "monai_unc.evaluation.triage.fingerprint": MovedModule(
+        {"monai_unc.io.provenance": ("FingerprintMismatch", "recorded_temperature", "prediction_fingerprint",
+                                     "prediction_regions", "region_differences", "has_weight_digests",
+                                     "normalize_fingerprint", "compare_fingerprints", "check_prediction_fingerprint")},
+        "import from monai_unc.io.provenance (or monai_unc.evaluation.triage)",
+    ),
 }
 
 

@@ -66,6 +66,7 @@ DEPRECATED_MODULES = (
     "monai_unc.report.demo",
     "monai_unc.report.nifti",
     "monai_unc.data.export",
+    "monai_unc.evaluation.triage.fingerprint",
 )
 
 #: private modules every part of the package may import (their names are public within the package)

@@ -27,6 +27,7 @@ import monai_unc.data.cohorts
 import monai_unc.evaluation
 import monai_unc.io
 import monai_unc.io.files
+import monai_unc.io.provenance
 import monai_unc.keys
 import monai_unc.metrics
 import monai_unc.metrics.quality
@@ -46,6 +47,7 @@ MODULE_ALIASES: dict[str, tuple[object, ...]] = {
     "monai_unc.report.demo": (monai_unc.workflows.demo, monai_unc.data.cohorts),
     "monai_unc.report.nifti": (monai_unc.io.files, monai_unc.io),
     "monai_unc.data.export": (monai_unc.data.cohorts,),
+    "monai_unc.evaluation.triage.fingerprint": (monai_unc.io.provenance,),
 }
 
 

@@ -275,7 +275,8 @@ def test_report_section_defaults():
 # --- artifact files ----------------------------------------------------------------------------------------------
 def _by_hand_digest(doc: dict) -> str:
     body = {k: v for k, v in doc.items() if k != "digest"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def test_write_and_read_an_artifact(tmp_path):

@@ -10,7 +10,7 @@ Segmentation via Conformal Prediction", 2025); the formulas are in :mod:`monai_u
   (achieved calibration loss per class or region, with the target).
 - :class:`ConformalRuleFile`: ``conformal_rule.json``: the rules, the predictions' fingerprint
   (:func:`~monai_unc.evaluation.triage.prediction_fingerprint`, as ``referral_rule.json`` has), ``format_version``
-  and a sha256 content digest (:func:`~monai_unc.evaluation.triage.rule_digest`), both checked when read. The rules
+  and a sha256 content digest (:func:`~monai_unc.io.provenance.rule_digest`), both checked when read. The rules
   cannot be refitted without the case states, so reading checks the digest and the structure.
 - :class:`ConformalStrata` and :func:`conformal_strata`: optional strata of a label-free case score
   (``EvaluationConfig.conformal_strata`` / ``conformal_strata_edges``), each with its own ``lambda_hat``; the rule
@@ -60,6 +60,7 @@ from ..io import (
     save_region_maps,
     write_csv,
 )
+from ..io.provenance import check_prediction_fingerprint, list_prediction_cases, prediction_fingerprint, rule_digest
 from ..metrics.boundary import distance_to_mask
 from ..metrics.conformal import ConformalCaseState, ConformalRule, fit_conformal_rule, quantile_edges, stratum_of
 from ..scores import case_score_columns, resolve_score_column
@@ -67,9 +68,6 @@ from .config import CONFORMAL_LOSSES, STATE_DIR, EvaluationConfig, parse_score_c
 from .region_case import predicted_regions, region_score_columns
 from .resume import CASES_DIR, file_signature
 from .rows import derived_maps
-from .triage.fingerprint import check_prediction_fingerprint, prediction_fingerprint
-from .triage.rule import rule_digest
-from .triage.runner import list_prediction_cases
 
 __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "ConformalRuleFile", "ConformalStrata",
            "conformal_strata", "check_conformal_probabilities", "fit_conformal_rules", "nest_masks", "conformal_masks",
@@ -370,7 +368,7 @@ class ConformalRuleFile:
     strata: ConformalStrata | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The file's JSON object, ending with its ``digest`` (:func:`~monai_unc.evaluation.triage.rule_digest`).
+        """The file's JSON object, ending with its ``digest`` (:func:`~monai_unc.io.provenance.rule_digest`).
 
         Returns:
             A dict of plain values.

@@ -10,7 +10,6 @@ The evaluation runs these steps for every product alike; a product supplies only
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from .. import __version__
 from ..io import atomic_write_text, json_safe
+from ..io.provenance import rule_digest
 from ..product import CohortProduct
 from .config import EvaluationConfig
 
@@ -35,6 +35,10 @@ __all__ = [
     "write_artifacts",
     "artifact_paths",
 ]
+
+#: the content digest of an artifact document (without its ``digest`` field): ``"sha256:<hex>"`` of its canonical
+#: JSON, the one digest of every fitted file (:func:`monai_unc.io.provenance.rule_digest`)
+artifact_digest = rule_digest
 
 #: the ``format`` of a product artifact file (:func:`write_artifact`)
 ARTIFACT_FORMAT = "monai-unc product artifact"
@@ -141,25 +145,12 @@ def product_summaries(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[
     return out
 
 
-def artifact_digest(doc: Mapping[str, Any]) -> str:
-    """The sha256 of an artifact document without its ``digest`` field (sorted keys, compact separators).
-
-    Args:
-        doc: the document.
-
-    Returns:
-        The hex digest.
-    """
-    body = {k: v for k, v in doc.items() if k != "digest"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: Any,
                    calibration_cases: Sequence[str]) -> Path:
     """Write a product's fitted artifact atomically.
 
     The file holds the format, version, product name and options, the cases it was fitted on, the artifact, and a
-    sha256 digest of all of it (:func:`artifact_digest`).
+    sha256 digest of all of it (:func:`monai_unc.io.provenance.rule_digest`).
 
     Args:
         path: the file (``product.artifact_path(output)``).

@@ -44,17 +44,18 @@ a rerun with another rule reuses the per-case work) and reports failing cases wi
 
 from __future__ import annotations
 
-from ...scores import case_score_columns
-from .certify import certify_referral_rule, write_referral_rule
-from .fingerprint import (
+from ...io.provenance import (
     FingerprintMismatch,
     check_prediction_fingerprint,
     compare_fingerprints,
+    list_prediction_cases,
     prediction_fingerprint,
     prediction_regions,
     recorded_temperature,
     region_differences,
 )
+from ...scores import case_score_columns
+from .certify import certify_referral_rule, write_referral_rule
 from .images import (
     IMAGE_CHANNEL_FILES,
     IMAGE_FEATURES,
@@ -69,7 +70,6 @@ from .runner import (
     TRIAGE_WRITES,
     TriageResult,
     find_prediction_cases,
-    list_prediction_cases,
     remove_triage_files,
     run_triage,
     triage_case,

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from ...io.provenance import prediction_fingerprint, prediction_regions, region_differences
 from ...regions import parse_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, CohortState, fill_undefined_scores, risk_of_dice
 from ..config import EvaluationConfig
-from .fingerprint import prediction_fingerprint, prediction_regions, region_differences
 from .images import image_statistics, read_image_channels
 from .rule import IMAGE_Z_MAX, RULE_FILE, CalibrationRecord, ImageReference, ReferralRule, as_float
 

@@ -5,7 +5,6 @@ These are :class:`ReferralRule`, :class:`Decision` and :class:`ImageReference`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -19,6 +18,7 @@ import numpy as np
 
 from ... import __version__
 from ...io import atomic_write_json, json_safe
+from ...io.provenance import rule_digest
 from ...metrics.risk_control import risk_controlled_threshold
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, risk_of_dice
@@ -249,31 +249,6 @@ class CalibrationRecord:
         seq = _field(cal, "sequence", where, str)
         return cls(tuple(scores), tuple(dice), tuple(risks),
                    None if und is None else _number(und, f"{where}.undefined_score"), n_cand, seq)
-
-
-def rule_digest(body: Mapping[str, Any]) -> str:
-    """The content digest of a rule file's JSON object.
-
-    It is ``"sha256:<hex>"`` of its canonical JSON (sorted keys, no spaces) without the ``digest`` field itself. It
-    tells an edited or corrupted file from the one written; it is
-    no signature (whoever edits the file can recompute it), which is why the certificate is also recomputed
-    (:meth:`ReferralRule.verify_certificate`).
-
-    Args:
-        body: the rule's JSON object (:meth:`ReferralRule.to_json`, or a file's parsed content).
-
-    Returns:
-        ``"sha256:"`` and 64 hex digits.
-
-    Example:
-        >>> rule_digest({"a": 1, "digest": "x"}) == rule_digest({"a": 1})
-        True
-        >>> rule_digest({"a": 1})[:7]
-        'sha256:'
-    """
-    doc = {k: v for k, v in body.items() if k != "digest"}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _same(a: float, b: float) -> bool:

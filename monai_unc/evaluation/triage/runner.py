@@ -19,7 +19,6 @@ import numpy as np
 from ... import __version__
 from ...distributed import CaseCache, CohortRun, get_dist_context, run_cases
 from ...io import (
-    LAYOUTS,
     CaseError,
     CaseFiles,
     atomic_write_json,
@@ -29,9 +28,9 @@ from ...io import (
     image_channel_files,
     json_safe,
     load_case,
-    match_cases,
     write_csv,
 )
+from ...io.provenance import check_prediction_fingerprint, has_weight_digests, list_prediction_cases
 from ...keys import UncertaintyKeys
 from ...metrics.quality import expected_dice, quality_estimates
 from ...scores import case_score_columns
@@ -40,10 +39,6 @@ from ..cohort import triage_order
 from ..config import STATE_DIR, region_suffix, slug
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, file_signature
-from .fingerprint import (
-    check_prediction_fingerprint,
-    has_weight_digests,
-)
 from .images import image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
 
@@ -58,74 +53,6 @@ _STATE_FORMAT = 1
 # ----------------------------------------------------------------------------------------------------------------
 # triage of new cases (step 2)
 # ----------------------------------------------------------------------------------------------------------------
-def list_prediction_cases(
-    predictions: str | os.PathLike,
-    layout: str = "monai-unc",
-    *,
-    measure: str | None = None,
-    uncertainty: str | os.PathLike | None = None,
-    images: str | os.PathLike | None = None,
-    cases: Sequence[str] | None = None,
-    empty: str = "no case to triage",
-) -> list[CaseFiles]:
-    """The cases of a prediction folder (no labels).
-
-    These are every case with a segmentation (``<case>_seg`` for the ``monai-unc`` layout, ``<case>.<ext>`` for
-    ``nnunet``), its probabilities when present, the map of ``measure``
-    (none without it) and its image (``images``), with absolute paths. Found with :func:`monai_unc.io.match_cases`,
-    with the segmentations in the role of the reference, so the files of a case are checked against the
-    segmentation's geometry when loaded. Used by triage (:func:`find_prediction_cases`) and by ``monai-unc
-    conformal``.
-
-    Args:
-        predictions: the prediction folder.
-        layout: ``"monai-unc"`` or ``"nnunet"``.
-        measure: the measure whose map is listed (None: no map).
-        uncertainty: the folder of the maps when not where the layout puts them.
-        images: the folder of the input images, or None.
-        cases: keep only these case ids (None: every case).
-        empty: the start of the error message of a folder without cases.
-
-    Returns:
-        The cases' files, with absolute paths (the segmentation also as ``label``).
-
-    Raises:
-        ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
-        FileNotFoundError: ``predictions`` is not a folder.
-        CaseError: no segmentation found, a case of ``cases`` has no prediction, or files of a case are missing.
-    """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
-    pred = Path(predictions)
-    if not pred.is_dir():
-        raise FileNotFoundError(f"predictions folder not found: {pred}")
-    seg_suffix = LAYOUTS[layout]["seg_suffix"]
-    try:
-        found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, uncertainty=uncertainty,
-                            measures=None if measure is None else [measure], images=images)
-    except CaseError as e:
-        if "no label volume" in str(e):
-            what = f"<case>{seg_suffix}.nii.gz" if seg_suffix else "<case>.nii.gz"
-            raise CaseError(f"no segmentation ({what}) found in {pred}: is it the output folder of 'monai-unc infer' "
-                            f"(--layout monai-unc) or 'monai-unc nnunet-predict' (--layout nnunet)?") from None
-        raise CaseError(str(e).replace(" (use --allow-missing to skip them)", "")) from None
-    for f in found:  # absolute paths: the outputs list them for the pages, which may be built from elsewhere
-        f.maps = {m: p.resolve() for m, p in f.maps.items() if m == measure} if measure is not None else {}
-        f.label, f.seg = f.label.resolve(), None if f.seg is None else f.seg.resolve()
-        f.probs = None if f.probs is None else f.probs.resolve()
-        f.image = None if f.image is None else f.image.resolve()
-    if cases is not None:
-        wanted = [str(c) for c in cases]
-        have = {f.case_id for f in found}
-        missing = sorted(set(wanted) - have)
-        if missing:
-            raise CaseError(f"cases: {len(missing)} case(s) have no prediction in {pred}, e.g. {missing[:5]}")
-        found = [f for f in found if f.case_id in set(wanted)]
-    if not found:
-        raise CaseError(f"{empty} in {pred}")
-    return found
-
-
 def find_prediction_cases(
     predictions: str | os.PathLike,
     rule: ReferralRule,

@@ -1,11 +1,19 @@
-"""How a prediction folder was made, the regions recorded with it, and their comparison with a rule's.
+"""Provenance of predictions and of the files fitted on them: services that every capability shares.
 
-The fingerprint is :func:`prediction_fingerprint`; the comparisons are :func:`compare_fingerprints` and
-:func:`region_differences`.
+Triage, conformal masks and the cohort products use them alike:
+
+- :func:`list_prediction_cases`: the cases of a prediction folder (no labels), with absolute paths.
+- :func:`prediction_fingerprint` and its checks (:func:`check_prediction_fingerprint`, :func:`compare_fingerprints`,
+  :class:`FingerprintMismatch`): how a folder of predictions was made, read from the records ``infer`` and
+  ``nnunet-predict`` write, so that a rule fitted on one model's predictions is not applied to another's.
+- :func:`prediction_regions` / :func:`region_differences`: the region spec recorded with region-based predictions.
+- :func:`rule_digest`: the sha256 content digest of a fitted file (a referral rule, a conformal rule, a product's
+  artifact), which tells an edited or corrupted file from the one written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -13,11 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...io import (
-    LAYOUTS,
-    read_json_or_none,
-    read_prediction_regions,
-)
+from ..keys import LAYOUTS
+from .cases import CaseError, CaseFiles, match_cases, read_prediction_regions
+from .files import read_json_or_none
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -434,3 +440,96 @@ def check_prediction_fingerprint(
     return {"status": status, "allowed_mismatch": status == "mismatch", "predictions": pred_fp,
             "differences": [{"field": k, "rule": a, "predictions": b} for k, a, b in diffs],
             "weight_digests": "compared" if digests else "unavailable"}
+
+
+def list_prediction_cases(
+    predictions: str | os.PathLike,
+    layout: str = "monai-unc",
+    *,
+    measure: str | None = None,
+    uncertainty: str | os.PathLike | None = None,
+    images: str | os.PathLike | None = None,
+    cases: Sequence[str] | None = None,
+    empty: str = "no case to triage",
+) -> list[CaseFiles]:
+    """The cases of a prediction folder (no labels).
+
+    These are every case with a segmentation (``<case>_seg`` for the ``monai-unc`` layout, ``<case>.<ext>`` for
+    ``nnunet``), its probabilities when present, the map of ``measure``
+    (none without it) and its image (``images``), with absolute paths. Found with :func:`monai_unc.io.match_cases`,
+    with the segmentations in the role of the reference, so the files of a case are checked against the
+    segmentation's geometry when loaded. Used by triage (:func:`find_prediction_cases`) and by ``monai-unc
+    conformal``.
+
+    Args:
+        predictions: the prediction folder.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+        measure: the measure whose map is listed (None: no map).
+        uncertainty: the folder of the maps when not where the layout puts them.
+        images: the folder of the input images, or None.
+        cases: keep only these case ids (None: every case).
+        empty: the start of the error message of a folder without cases.
+
+    Returns:
+        The cases' files, with absolute paths (the segmentation also as ``label``).
+
+    Raises:
+        ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
+        FileNotFoundError: ``predictions`` is not a folder.
+        CaseError: no segmentation found, a case of ``cases`` has no prediction, or files of a case are missing.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    pred = Path(predictions)
+    if not pred.is_dir():
+        raise FileNotFoundError(f"predictions folder not found: {pred}")
+    seg_suffix = LAYOUTS[layout]["seg_suffix"]
+    try:
+        found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, uncertainty=uncertainty,
+                            measures=None if measure is None else [measure], images=images)
+    except CaseError as e:
+        if "no label volume" in str(e):
+            what = f"<case>{seg_suffix}.nii.gz" if seg_suffix else "<case>.nii.gz"
+            raise CaseError(f"no segmentation ({what}) found in {pred}: is it the output folder of 'monai-unc infer' "
+                            f"(--layout monai-unc) or 'monai-unc nnunet-predict' (--layout nnunet)?") from None
+        raise CaseError(str(e).replace(" (use --allow-missing to skip them)", "")) from None
+    for f in found:  # absolute paths: the outputs list them for the pages, which may be built from elsewhere
+        f.maps = {m: p.resolve() for m, p in f.maps.items() if m == measure} if measure is not None else {}
+        f.label, f.seg = f.label.resolve(), None if f.seg is None else f.seg.resolve()
+        f.probs = None if f.probs is None else f.probs.resolve()
+        f.image = None if f.image is None else f.image.resolve()
+    if cases is not None:
+        wanted = [str(c) for c in cases]
+        have = {f.case_id for f in found}
+        missing = sorted(set(wanted) - have)
+        if missing:
+            raise CaseError(f"cases: {len(missing)} case(s) have no prediction in {pred}, e.g. {missing[:5]}")
+        found = [f for f in found if f.case_id in set(wanted)]
+    if not found:
+        raise CaseError(f"{empty} in {pred}")
+    return found
+
+
+def rule_digest(body: Mapping[str, Any]) -> str:
+    """The content digest of a rule file's JSON object.
+
+    It is ``"sha256:<hex>"`` of its canonical JSON (sorted keys, no spaces) without the ``digest`` field itself. It
+    tells an edited or corrupted file from the one written; it is
+    no signature (whoever edits the file can recompute it), which is why the certificate is also recomputed
+    (:meth:`ReferralRule.verify_certificate`).
+
+    Args:
+        body: the rule's JSON object (:meth:`ReferralRule.to_json`, or a file's parsed content).
+
+    Returns:
+        ``"sha256:"`` and 64 hex digits.
+
+    Example:
+        >>> rule_digest({"a": 1, "digest": "x"}) == rule_digest({"a": 1})
+        True
+        >>> rule_digest({"a": 1})[:7]
+        'sha256:'
+    """
+    doc = {k: v for k, v in body.items() if k != "digest"}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
