@@ -88,6 +88,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
     ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "
     "(monai_unc.io.save_state writes a state); its body loads the writer only when the old method is called",
+    ("monai_unc.report.html", "monai_unc.evaluation"): "build_report(budget=..., target_risk=...) is deprecated "
+    "(the report renders a summary; monai_unc.evaluation.resummarize computes another); the old arguments load it",
     # nnunet-predict and its export workers run without MONAI (issue #29: end to end as fast as stock)
     **dict.fromkeys(
         [("monai_unc.nnunet.predictor", m) for m in ("monai_unc.inferers.rate_in", "monai_unc.nnunet.calibrate")],
@@ -113,7 +115,19 @@ WRITE_ALLOWED: dict[tuple[str, str], str] = {
 #: violations on main today, each with where it is being fixed; remove an entry when its violation is gone
 PENDING: dict[tuple[str, str, str, str], str] = {
     # (rule, importing module, imported module, name) -> note
+    # issue #35 ("the report reads outputs"): the case figures still derive the maps of a prediction without map
+    # files and apply the conformal rule to the shown cases; evaluate is to write both
+    ("report-computes", "monai_unc.report.html", "monai_unc.evaluation", "derived_maps"): "#35: evaluate writes maps",
+    ("report-computes", "monai_unc.report.html", "monai_unc.evaluation.conformal", "conformal_masks"):
+        "#35: evaluate writes the masks of the shown cases",
+    ("report-computes", "monai_unc.report.triage", "monai_unc.evaluation.case", "derived_maps"):
+        "#35: triage writes the maps of the flagged cases",
 }
+
+#: what the report may not import: the computations of the cohort numbers, the maps and the masks (it renders what
+#: evaluate wrote; drawing a curve from saved rows or a saved histogram is fine)
+REPORT_FORBIDDEN = ("summarize", "resummarize", "derived_maps", "conformal_masks", "evaluate_case", "fit_products",
+                    "fit_conformal_rules", "certify_referral_rule")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -371,6 +385,18 @@ def _write_violations() -> list[Violation]:
     return [v for v in _write_violations_unfiltered() if (v[0][1], v[0][2]) not in WRITE_ALLOWED]
 
 
+def _report_violations() -> list[Violation]:
+    out = []
+    for i in IMPORTS:
+        if component(i.importer) != "report" or not i.internal or not i.module_level:
+            continue  # a lazy import is a listed exception (LAZY_IMPORTS), checked there
+        for name in i.names:
+            if name in REPORT_FORBIDDEN:
+                out.append((("report-computes", i.importer, i.target, name),
+                            f"{_where(i)}: {i.importer} imports the computation {name} from {i.target}"))
+    return out
+
+
 def _new(violations: list[Violation]) -> list[str]:
     return [message for key, message in violations if key not in PENDING]
 
@@ -439,6 +465,14 @@ def test_the_product_protocol_is_light():
     assert not bad, "monai_unc.product imports more than the standard library:\n" + "\n".join(bad)
 
 
+def test_the_report_imports_no_metric_computation():
+    """The report renders what evaluate wrote (``summary.json``, the saved rows, histograms, rules and maps); it
+    imports none of the computations of :data:`REPORT_FORBIDDEN` (another budget: the workflow calls
+    :func:`monai_unc.evaluation.resummarize` and passes the summary)."""
+    bad = _new(_report_violations())
+    assert not bad, "the report computes:\n" + "\n".join(bad)
+
+
 def test_imports_follow_the_layers():
     bad = _new(_layer_violations())
     assert not bad, "imports against the layering (docs/design.md):\n" + "\n".join(bad)
@@ -463,7 +497,7 @@ def test_package_imports_are_at_module_level():
 def test_pending_entries_still_match_a_violation():
     """PENDING only shrinks: an entry whose violation is gone must be removed."""
     found = {key for key, _ in _layer_violations() + _private_violations() + _lazy_violations()
-             + _write_violations()}
+             + _write_violations() + _report_violations()}
     # an entry about a module this tree does not have (yet) cannot be checked here
     applicable = {key for key in PENDING if key[1] in MODULES and key[2] in MODULES}
     stale = sorted(applicable - found)

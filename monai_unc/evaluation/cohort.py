@@ -8,6 +8,7 @@ calibration, failure detection, referral, triage, OoD, risk control) and the eva
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from ..io.files import json_default
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
 from ..metrics.casewise import failure_detection, ood_auroc
 from ..metrics.selective import area_under_referral_curve, referral_curve, risk_controlled_threshold
+from ..product import product_type
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
 from ..state import StateGroup
 from .case import CaseResult
@@ -43,6 +45,8 @@ __all__ = [
     "write_evaluation",
     "load_evaluation",
     "remove_cohort_files",
+    "config_from_summary",
+    "resummarize",
 ]
 
 
@@ -633,6 +637,68 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
             "curves": {"thresholds": first["thresholds"], "mean_over_cases": mean_curves},
         }
     return out
+
+
+def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], budget: float | None = None,
+                        **overrides: Any) -> EvaluationConfig:
+    """The :class:`EvaluationConfig` an evaluation recorded in its ``summary.json`` (``"config"``), with overrides.
+
+    The products' options are left out (their blocks are read as written) and the shift labels are taken from the
+    rows (``summary.json`` does not keep the table).
+
+    Args:
+        summary: the evaluation's summary as written.
+        rows: the cases' rows (their ``shift`` column, when there is one).
+        budget: another referral fraction (None: the recorded one).
+        overrides: other fields of :class:`EvaluationConfig` (``target_risk``, ``delta``, ``risk``, ``risk_method``,
+            ``calibration_cases``, ...); None values keep the recorded ones.
+
+    Returns:
+        The validated configuration. ``TypeError`` for a name that is not a field.
+
+    Example:
+        >>> config = config_from_summary({"config": {"budget": 0.2, "n_bins": 10}}, [], budget=0.3)
+        >>> config.budget, config.n_bins
+        (0.3, 10)
+    """
+    known = {f.name for f in dataclasses.fields(EvaluationConfig)} - {"products"}
+    cfg = EvaluationConfig(**{k: v for k, v in (summary.get("config") or {}).items() if k in known})
+    if budget is not None:
+        cfg.budget = float(budget)
+    for k, v in overrides.items():
+        if k not in known:
+            raise TypeError(f"unknown evaluation option {k!r}")
+        if v is not None:
+            setattr(cfg, k, v)
+    if any("shift" in r for r in rows):
+        cfg.shifts = {str(r["case"]): str(r.get("shift", "")) for r in rows}
+    cfg.validate()
+    return cfg
+
+
+def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | None = None,
+                **overrides: Any) -> dict[str, Any]:
+    """The cohort summary of a saved evaluation again, with another budget or risk target.
+
+    This is what ``monai-unc report --budget`` shows: :func:`summarize` on the saved state; the blocks that
+    ``evaluate`` fitted (conformal masks, the products') are kept as written.
+
+    Args:
+        state: the saved cohort state (:func:`load_evaluation`).
+        saved: the evaluation's ``summary.json``.
+        budget: another referral fraction (None: the recorded one).
+        overrides: other options (:func:`config_from_summary`).
+
+    Returns:
+        The summary.
+    """
+    config = config_from_summary(saved, state.rows, budget, **overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
+        summary = summarize(state, config)
+    kept = [k for k in saved if k == "conformal" or product_type(k) is not None]
+    summary.update({k: saved[k] for k in kept})
+    return summary
 
 
 def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str | os.PathLike,

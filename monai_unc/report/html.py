@@ -24,8 +24,10 @@ under ``figures/``. Sections:
    (:func:`conformal_section`, the numbers of ``summary.json["conformal"]``) and the outer and inner contours in
    the overlays (:func:`case_conformal_masks`, the rule of ``conformal_rule.json`` on the case's probabilities).
 
-Changing the budget re-runs the cohort summary (:func:`monai_unc.evaluation.summarize`) on the saved state,
-so the numbers in the report are always those of the metric functions.
+The page computes no metric: every number comes from what ``evaluate`` wrote (``summary.json``, the rows and
+histograms of ``state/``), or from a summary the caller passes. Another budget or risk target is the evaluation's
+cohort summary again (:func:`monai_unc.evaluation.resummarize`, called by ``monai-unc report --budget``), so the
+numbers in the report are always those of the metric functions.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import os
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +47,10 @@ import numpy as np
 from ..evaluation import (
     IID_SHIFTS,
     CohortState,
-    EvaluationConfig,
+    config_from_summary,
     derived_maps,
     fill_undefined_scores,
     load_evaluation,
-    summarize,
 )
 from ..evaluation.conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, conformal_masks
 from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
@@ -97,24 +98,6 @@ class Figure:
     caption: str
     png: bytes
     path: Path | None = None
-
-
-def _config_from(
-    summary: Mapping[str, Any], state: CohortState, budget: float | None, **overrides: Any
-) -> EvaluationConfig:
-    known = {f.name for f in fields(EvaluationConfig)} - {"products"}  # products: their blocks are read as written
-    cfg = EvaluationConfig(**{k: v for k, v in (summary.get("config") or {}).items() if k in known})
-    if budget is not None:
-        cfg.budget = float(budget)
-    for k, v in overrides.items():
-        if k not in known:
-            raise TypeError(f"unknown evaluation option {k!r}")
-        if v is not None:
-            setattr(cfg, k, v)
-    if any("shift" in r for r in state.rows):
-        cfg.shifts = {str(r["case"]): str(r.get("shift", "")) for r in state.rows}
-    cfg.validate()
-    return cfg
 
 
 def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> Any | None:
@@ -595,33 +578,45 @@ def build_report(
     n_cases: int = 4,
     title: str = "Uncertainty QC report",
     viewer: bool = True,
+    *,
+    summary: Mapping[str, Any] | None = None,
     **risk_options: Any,
 ) -> Path:
     """Write ``report.html`` and ``figures/*.png`` for an evaluation folder; returns the HTML path.
 
+    The page renders what ``evaluate`` wrote: the cohort numbers of ``summary.json`` (or of ``summary``), the rows
+    of the saved state, curves drawn from the saved histograms; it computes no metric itself.
+
     Args:
         evaluation: the ``--output`` folder of ``monai-unc evaluate``.
         output: report folder (default ``<evaluation>/report``).
-        budget: referral fraction for the triage (default: the evaluation's).
+        budget: deprecated: another referral fraction (pass ``summary=monai_unc.evaluation.resummarize(...)``;
+            ``monai-unc report --budget`` does).
         images: folder of the input images for the overlays (default: the one given to ``evaluate``, if any;
             without images the label map is the background of the overlays).
         n_cases: overlays for this many of the most uncertain cases (plus the most certain one).
         title: the page title.
         viewer: embed the interactive 3D viewer (:mod:`monai_unc.report.viewer`) for the ``n_cases`` most
             uncertain cases, with its scripts in ``<output>/assets`` (the PNG slices stay).
-        risk_options: override the evaluation's risk-controlled threshold options (``target_risk``, ``delta``,
-            ``risk``, ``risk_method``, ``calibration_cases`` of :class:`~monai_unc.evaluation.EvaluationConfig`);
-            ``None`` values keep the evaluation's.
+        summary: the cohort summary to show (default: the evaluation's ``summary.json``), e.g. the evaluation
+            summarised again with another budget (:func:`monai_unc.evaluation.resummarize`).
+        risk_options: deprecated, with ``budget``: other risk-controlled threshold options (``target_risk``,
+            ``delta``, ``risk``, ``risk_method``, ``calibration_cases``).
+
+    Returns:
+        The path of ``report.html``.
     """
     evaluation = Path(evaluation)
     state, saved = load_evaluation(evaluation)
-    config = _config_from(saved, state, budget, **risk_options)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
-        summary = summarize(state, config)
-    if saved.get("conformal"):  # fitted by evaluate --conformal; the report shows it as written
-        summary["conformal"] = saved["conformal"]
-    summary.update({k: v for k, v in saved.items() if product_type(k) is not None})  # the products' blocks as written
+    if summary is None and (budget is not None or any(v is not None for v in risk_options.values())):
+        warnings.warn("build_report(budget=..., target_risk=..., ...) is deprecated: the report renders a summary, it "
+                      "computes none; pass summary=monai_unc.evaluation.resummarize(...) (monai-unc report --budget "
+                      "does this)", DeprecationWarning, stacklevel=2)
+        from ..evaluation import resummarize  # deprecated path: the report module itself computes no metric
+
+        summary = resummarize(state, saved, budget, **risk_options)
+    summary = dict(saved if summary is None else summary)
+    config = config_from_summary(saved, state.rows, summary["triage"]["budget"])
     out_dir = Path(output) if output is not None else evaluation / "report"
     fig_dir = out_dir / "figures"
     rows = state.sorted_rows()

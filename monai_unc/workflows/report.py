@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..distributed import get_dist_context
-from ..evaluation import load_evaluation, run_conformal, run_triage
+from ..evaluation import load_evaluation, resummarize, run_conformal, run_triage
 from ..evaluation.conformal import check_conformal_inputs
 from ..evaluation.triage import TriageResult
 from ..io import check_inputs_not_written, check_output_file, check_output_folder
@@ -112,9 +112,13 @@ def run_report(
     check_evaluation_folder(evaluation)
     ids = read_case_list(cases_file) if cases_file is not None else (
         None if calibration_cases is None else [str(c) for c in calibration_cases])
-    return build_report(evaluation, output, budget=budget, images=images, n_cases=cases, title=title,
-                        target_risk=target_risk, delta=delta, risk=risk, risk_method=risk_method,
-                        calibration_cases=ids)
+    overrides = {"target_risk": target_risk, "delta": delta, "risk": risk, "risk_method": risk_method,
+                 "calibration_cases": ids}
+    summary = None
+    if budget is not None or any(v is not None for v in overrides.values()):  # the cohort summary again
+        state, saved = load_evaluation(evaluation)
+        summary = resummarize(state, saved, budget, **overrides)
+    return build_report(evaluation, output, images=images, n_cases=cases, title=title, summary=summary)
 
 
 def triage_with_page(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import math
 import re
 import shutil
@@ -79,11 +80,31 @@ def test_triage_table_follows_the_summary(report):
 
 
 def test_budget_override_recomputes_the_triage(report, tmp_path):
-    html = build_report(report["root"] / "eval", tmp_path / "r", budget=0.5, n_cases=0)
+    from monai_unc.evaluation import load_evaluation, resummarize
+
+    summary = resummarize(*load_evaluation(report["root"] / "eval"), budget=0.5)
+    html = build_report(report["root"] / "eval", tmp_path / "r", n_cases=0, summary=summary)
     text = html.read_text()
     assert text.count(">review<") == 3
     assert len(_embedded(text)) == 4 and not (tmp_path / "r" / "figures" / "case_toy000.png").exists()
     assert "budget of <b>50%</b>" in text
+    with pytest.warns(DeprecationWarning, match="build_report"):  # the old way: the same page
+        old = build_report(report["root"] / "eval", tmp_path / "old", budget=0.5, n_cases=0).read_text()
+    assert old.count(">review<") == 3 and "budget of <b>50%</b>" in old
+
+
+def test_the_report_reads_the_summary_evaluate_wrote(report, tmp_path, monkeypatch):
+    """Without another budget the page shows ``summary.json`` as written: the cohort summary is never recomputed."""
+    import monai_unc.evaluation.cohort as cohort
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the report recomputed the cohort summary")
+
+    monkeypatch.setattr(cohort, "summarize", refuse)
+    text = build_report(report["root"] / "eval", tmp_path / "r", n_cases=2).read_text()
+    saved = json.loads((report["root"] / "eval" / "summary.json").read_text())
+    assert f"expected mean Dice of the <b>{6 - saved['triage']['n_referred']}</b> retained cases is " \
+           f"<b>{saved['triage']['dice_retained']:.3f}" in text
 
 
 def test_report_without_probabilities_has_no_reliability_diagram(report, tmp_path):
