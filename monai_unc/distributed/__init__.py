@@ -1,45 +1,17 @@
-"""Cohort-scale runs on ``torch.distributed``: rank context, deterministic sharding, exact reductions, failures,
-and the cohort engine that runs a per-case function over a cohort (:mod:`monai_unc.distributed.cases`).
+"""Deprecated location: the cohort engine and its collectives moved to :mod:`monai_unc.engine`.
 
-``monai-unc infer`` and ``monai-unc evaluate`` (and :func:`monai_unc.predict.run_infer`,
-:func:`monai_unc.evaluation.run_evaluate`) call these helpers so that the same command runs on one process or
-under ``torchrun`` (or inside a process group that MONAI / ignite's ``idist`` already initialised) and gives the same
-numbers. See ``docs/distributed.md``.
-
-- :func:`get_dist_context` reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (set by ``torchrun``), and when the world
-  has more than one process and no process group exists yet, initialises one (``env://`` rendezvous: ``MASTER_ADDR``,
-  ``MASTER_PORT``). Backend: ``gloo`` on the CPU; ``cpu:gloo,cuda:nccl`` when the device is CUDA (CUDA tensors go
-  through NCCL, CPU tensors and Python objects through gloo). When the existing default group has no CPU backend
-  (NCCL only), a gloo group over the same ranks carries the CPU collectives of this module.
-- :func:`shard` splits a list of cases by rank: ids sorted, then round-robin (rank ``r`` of ``W`` takes sorted
-  positions ``r, r + W, r + 2W, ...``). Shard sizes differ by at most one and neighbouring ids (often similar scans
-  from one site) are spread over the ranks; the split depends only on the ids and ``W``, never on listing order.
-- :func:`all_reduce_sum` sums numpy arrays over the ranks: every rank's array is all-gathered and the parts are added
-  in rank order ``0, 1, ..., W - 1``, so int64 counts are exact and float64 sums are the same bits on every rank and
-  for every backend (no dependence on the backend's reduction tree). :func:`reduce_histogram` applies it to a
-  :class:`~monai_unc.metrics.calibration.ConfidenceHistogram`.
-- :func:`all_gather_objects`, :func:`gather_objects` (to rank 0), :func:`broadcast_object`, :func:`barrier`.
-- Faults: :func:`sync_errors` is a collective in which every rank reports the exception it caught (or None); if any
-  rank failed, every rank raises (the failing rank its own exception, the others :class:`RankFailed` naming it), so
-  no rank waits forever in a later collective. Per-case failures are not exceptions of the run: they are collected
-  as :class:`CaseFailure` (case id, rank, message), exchanged in collectives that every rank reaches, written by rank
-  0 to ``failures.json`` (:func:`write_failures`) and raised at the end as :class:`CasesFailed`.
-
-- The cohort engine: :func:`run_cases` (list, shard, per-case loop with :class:`CaseCache` resume and collected
-  failures, gather, summary on rank 0, broadcast) and :func:`process_cases` (the per-case loop of one rank).
-
-The rank context, collectives and faults live in :mod:`monai_unc.distributed.collectives`.
-
-With ``WORLD_SIZE`` unset or 1 every collective is the identity, so single-process code paths are the same code.
+Kept for one release so that existing imports keep working (the very same objects); import from
+:mod:`monai_unc.engine` instead.
 """
 
-from __future__ import annotations
+import warnings
 
-from .cases import CaseCache, CohortRun, process_cases, run_cases, settings_changes
-from .collectives import (
+from ..engine import (
     DEFAULT_TIMEOUT_S,
+    CaseCache,
     CaseFailure,
     CasesFailed,
+    CohortRun,
     DistContext,
     RankFailed,
     all_gather_objects,
@@ -55,8 +27,11 @@ from .collectives import (
     gather_objects,
     get_dist_context,
     print_failure,
+    process_cases,
     read_dist_env,
     reduce_histogram,
+    run_cases,
+    settings_changes,
     shard,
     sync_errors,
     write_failures,
@@ -92,3 +67,9 @@ __all__ = [
     "run_cases",
     "settings_changes",
 ]
+
+warnings.warn(
+    "monai_unc.distributed is deprecated and will be removed in the next release; import from monai_unc.engine",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,423 +1,67 @@
-"""Rank context, deterministic sharding, exact reductions and faults of cohort-scale runs (re-exported by
-:mod:`monai_unc.distributed`, whose docstring describes them)."""
-
-from __future__ import annotations
-
-import atexit
-import os
-import sys
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from datetime import timedelta
-from pathlib import Path
-from typing import Any, TypeVar
-
-import numpy as np
-import torch
-import torch.distributed as dist
-
-from ..io import CaseError, atomic_write_json
-from ..metrics.calibration import ConfidenceHistogram
-
-T = TypeVar("T")
-
-#: collective timeout of process groups created here (seconds; env ``MONAI_UNC_DIST_TIMEOUT`` overrides): ranks wait
-#: for the slowest shard in the first collective after the per-case loop, so it must exceed the imbalance of shards
-DEFAULT_TIMEOUT_S = 6 * 3600
-_CUDA_BACKEND = "cpu:gloo,cuda:nccl"
-_cpu_groups: dict[int, Any] = {}
-
-
-class RankFailed(ValueError):
-    """Raised on every rank when another rank failed in a step that all ranks run (see :func:`sync_errors`)."""
-
-
-@dataclass(frozen=True)
-class CaseFailure:
-    """A case that raised while being processed: its id, the rank that processed it and the error message."""
-
-    case: str
-    rank: int
-    error: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class CasesFailed(CaseError):
-    """Some cases failed; every other case was processed and its outputs written (a rerun resumes).
-
-    ``failures`` lists them (sorted by case id); ``results`` holds what the run returns otherwise (e.g. the
-    per-case statuses of :func:`monai_unc.predict.run_infer`), when it has something. A
-    :class:`~monai_unc.io.CaseError` (``ValueError``), so code that handled the first failing case's ``CaseError``
-    still catches it.
-    """
-
-    def __init__(self, failures: Sequence[CaseFailure], what: str = "case(s)", results: Any = None) -> None:
-        self.failures = sorted(failures, key=lambda f: f.case)
-        self.results = results
-        ids = ", ".join(repr(f.case) for f in self.failures[:5]) + (" ..." if len(self.failures) > 5 else "")
-        first = self.failures[0].error if self.failures else ""
-        super().__init__(f"{len(self.failures)} {what} failed: {ids}; first error: {first}")
-
-
-@dataclass(frozen=True)
-class DistContext:
-    """Where this process stands in a (possibly trivial) process group.
-
-    Attributes:
-        rank, world_size, local_rank: as ``torchrun`` sets them (``0, 1, 0`` for a single process).
-        backend: the default group's backend, None when not distributed.
-        owns_group: the group was initialised by :func:`get_dist_context` (:func:`destroy_dist_context` ends it).
-        group: process group for CPU tensors and Python objects (None: the default group).
-    """
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    backend: str | None = None
-    owns_group: bool = False
-    group: Any = None
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def describe(self) -> str:
-        """``"rank r of W"`` (empty for a single process)."""
-        return f"rank {self.rank} of {self.world_size}" if self.distributed else ""
-
-
-def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"environment variable {name} must be an integer, got {text!r}") from None
-
-
-def read_dist_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
-    """``(rank, world_size, local_rank)`` from ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (defaults ``0, 1, rank``),
-    or from the initialised default process group. ``ValueError`` naming the variable when they are inconsistent."""
-    if dist.is_available() and dist.is_initialized():
-        env = os.environ if env is None else env
-        rank = dist.get_rank()
-        return rank, dist.get_world_size(), _env_int(env, "LOCAL_RANK", rank)
-    env = os.environ if env is None else env
-    world = _env_int(env, "WORLD_SIZE", 1)
-    rank = _env_int(env, "RANK", 0)
-    local = _env_int(env, "LOCAL_RANK", rank)
-    if world < 1:
-        raise ValueError(f"environment variable WORLD_SIZE must be >= 1, got {world}")
-    if not 0 <= rank < world:
-        raise ValueError(f"environment variable RANK must be in [0, WORLD_SIZE={world}), got {rank}")
-    if local < 0:
-        raise ValueError(f"environment variable LOCAL_RANK must be >= 0, got {local}")
-    return rank, world, local
-
-
-def _cpu_group() -> Any:
-    """None when the default group handles CPU tensors, else a gloo group over all ranks (created once)."""
-    backend = str(dist.get_backend())
-    if "gloo" in backend or backend in ("mpi", "ucc"):
-        return None
-    key = id(dist.group.WORLD)
-    if key not in _cpu_groups:  # the same timeout as our own groups, not torch's 30-minute default
-        timeout = timedelta(seconds=float(os.environ.get("MONAI_UNC_DIST_TIMEOUT", DEFAULT_TIMEOUT_S)))
-        _cpu_groups[key] = dist.new_group(backend="gloo", timeout=timeout)
-    return _cpu_groups[key]
-
-
-def get_dist_context(
-    device: str | torch.device | None = None,
-    backend: str | None = None,
-    timeout: timedelta | float | None = None,
-) -> DistContext:
-    """The rank context of this process; initialises the process group when the environment says
-    ``WORLD_SIZE > 1`` and none exists (module docstring). Call it on every rank at the same point (it may create
-    a group, which is collective). Later calls join the same group; it stays initialised until
-    :func:`destroy_dist_context` or the end of the process.
-
-    Args:
-        device: the compute device; a CUDA device selects ``cpu:gloo,cuda:nccl`` and is made current.
-        backend: override the backend of a group created here (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``, ...).
-        timeout: collective timeout of a group created here (``timedelta`` or seconds; default
-            :data:`DEFAULT_TIMEOUT_S` or env ``MONAI_UNC_DIST_TIMEOUT``).
-    """
-    if dist.is_available() and dist.is_initialized():
-        rank, world, local = read_dist_env()
-        return DistContext(rank, world, local, str(dist.get_backend()), False, _cpu_group() if world > 1 else None)
-    rank, world, local = read_dist_env()
-    if world == 1:
-        return DistContext(rank, 1, local)
-    if not dist.is_available():
-        raise ValueError(f"WORLD_SIZE={world} but this torch build has no torch.distributed")
-    missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
-    if missing:
-        raise ValueError(f"WORLD_SIZE={world} but {' and '.join(missing)} not set: launch with torchrun "
-                         "(python -m torch.distributed.run), see docs/distributed.md")
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    if backend is None:
-        backend = _CUDA_BACKEND if dev.type == "cuda" else "gloo"
-    if not isinstance(backend, str) or not backend:
-        raise ValueError(f"backend must be a torch.distributed backend name, got {backend!r}")
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    if timeout is None:
-        timeout = float(os.environ.get("MONAI_UNC_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))
-    if not isinstance(timeout, timedelta):
-        if float(timeout) <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        timeout = timedelta(seconds=float(timeout))
-    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
-    atexit.register(_destroy_at_exit)
-    return DistContext(rank, world, local, str(dist.get_backend()), True, _cpu_group())
-
-
-def _destroy_at_exit() -> None:
-    if dist.is_available() and dist.is_initialized():
-        _cpu_groups.clear()
-        dist.destroy_process_group()
-
-
-def destroy_dist_context(ctx: DistContext) -> None:
-    """End the process group if :func:`get_dist_context` created it (groups made by others are left alone).
-
-    Call it once, when the process is done with collectives: re-initialising a group in the same process after
-    destroying it is unreliable with gloo (stale rendezvous keys). A group created here is also destroyed at exit.
-    """
-    if ctx.owns_group and dist.is_available() and dist.is_initialized():
-        _cpu_groups.clear()
-        dist.destroy_process_group()
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# sharding
-# ----------------------------------------------------------------------------------------------------------------
-def shard(
-    items: Sequence[T], rank: int, world_size: int, key: Callable[[T], Hashable] | None = None
-) -> list[T]:
-    """The items of ``rank`` out of ``world_size``: sorted by ``str(key(item))`` (the item itself without ``key``),
-    then round-robin (positions ``rank, rank + world_size, ...``). Every item lands in exactly one shard; the result
-    does not depend on the order of ``items``. Duplicate ids are a ``ValueError``."""
-    for name, v in (("rank", rank), ("world_size", world_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise ValueError(f"{name} must be an integer, got {v!r}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-    ids = [str(key(x) if key is not None else x) for x in items]
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        dup = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
-        raise ValueError(f"items must have unique ids, got duplicates {dup[:5]}")
-    order = sorted(range(len(ids)), key=ids.__getitem__)
-    return [items[i] for i in order[rank::world_size]]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# collectives (identity for a single process)
-# ----------------------------------------------------------------------------------------------------------------
-def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
-    """Every rank's (picklable) ``obj``, in rank order, on every rank."""
-    if not ctx.distributed:
-        return [obj]
-    out: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(out, obj, group=ctx.group)
-    return out
-
-
-def gather_objects(obj: Any, ctx: DistContext, dst: int = 0) -> list[Any] | None:
-    """Every rank's ``obj`` in rank order on rank ``dst``; None on the other ranks."""
-    if not ctx.distributed:
-        return [obj]
-    if not 0 <= dst < ctx.world_size:
-        raise ValueError(f"dst must be a rank in [0, {ctx.world_size}), got {dst}")
-    out: list[Any] | None = [None] * ctx.world_size if ctx.rank == dst else None
-    dist.gather_object(obj, out, dst=dst, group=ctx.group)
-    return out
-
-
-def broadcast_object(obj: Any, ctx: DistContext, src: int = 0) -> Any:
-    """Rank ``src``'s ``obj`` on every rank."""
-    if not ctx.distributed:
-        return obj
-    box = [obj if ctx.rank == src else None]
-    dist.broadcast_object_list(box, src=src, group=ctx.group)
-    return box[0]
-
-
-def barrier(ctx: DistContext) -> None:
-    """Wait for every rank."""
-    if ctx.distributed:
-        dist.barrier(group=ctx.group)
-
-
-def _as_array(x: Any, name: str) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype == bool or np.issubdtype(a.dtype, np.integer):
-        return np.ascontiguousarray(a, dtype=np.int64)
-    if np.issubdtype(a.dtype, np.floating):
-        return np.ascontiguousarray(a, dtype=np.float64)
-    raise ValueError(f"{name} must be an integer, boolean or floating array, got dtype {a.dtype}")
-
-
-def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -> Any:
-    """Sum of ``x`` over all ranks, on every rank.
-
-    ``x`` is an array or a dict of arrays; integers (and booleans) are summed as int64 (exact up to 2**63),
-    floats as float64. The parts are all-gathered and added in rank order (module docstring), so the result is
-    bitwise the same on every rank and independent of the backend. Shapes and keys must agree across ranks
-    (``ValueError`` on every rank otherwise). Returns the same structure (numpy arrays).
-    """
-    single = not isinstance(x, Mapping)
-    arrays = {"": _as_array(x, "x")} if single else {str(k): _as_array(v, f"x[{k!r}]") for k, v in x.items()}
-    if not ctx.distributed:
-        out = {k: a.copy() for k, a in arrays.items()}
-        return out[""] if single else out
-    layout = sorted((k, a.shape, a.dtype.str) for k, a in arrays.items())
-    layouts = all_gather_objects(layout, ctx)
-    if any(lay != layouts[0] for lay in layouts):
-        bad = next(r for r, lay in enumerate(layouts) if lay != layouts[0])
-        raise ValueError(f"all_reduce_sum: rank {bad} has keys/shapes/dtypes {layouts[bad]}, rank 0 {layouts[0]}")
-    out = {}
-    for dtype in (np.int64, np.float64):
-        keys = [k for k, _, d in layout if np.dtype(d) == dtype]
-        if not keys:
-            continue
-        flat = torch.from_numpy(np.concatenate([arrays[k].reshape(-1) for k in keys]))
-        parts = [torch.empty_like(flat) for _ in range(ctx.world_size)]
-        dist.all_gather(parts, flat, group=ctx.group)
-        total = parts[0].clone()
-        for p in parts[1:]:
-            total += p
-        total_np, start = total.numpy(), 0
-        for k in keys:
-            n = arrays[k].size
-            out[k] = total_np[start : start + n].reshape(arrays[k].shape).copy()
-            start += n
-    return out[""] if single else out
-
-
-def reduce_histogram(hist: Any, ctx: DistContext) -> Any:
-    """The pooled :class:`~monai_unc.metrics.calibration.ConfidenceHistogram` of all ranks (every rank gets it).
-
-    Each rank passes its own histogram (per-case or pooled; may be empty); counts add exactly (int64), sums and
-    scalars in rank order (:func:`all_reduce_sum`). Equal to pooling every rank's voxels in one process up to the
-    order of float64 additions (for one case per rank: the same additions in the same order as merging the cases in
-    rank order). Layouts (classes, fine bins, uncertainty row) must agree across ranks.
-    """
-    if not isinstance(hist, ConfidenceHistogram):
-        raise ValueError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
-    pooled = hist.pooled()
-    r, f = hist.num_rows, hist.n_fine_bins
-    weighted = bool(all_reduce_sum(np.array([pooled.weighted], dtype=np.int64), ctx)[0])
-    flags = all_gather_objects((hist.num_classes, f, hist.uncertainty if len(hist) else None), ctx)
-    if len({fl[:2] for fl in flags}) > 1 or len({fl[2] for fl in flags if fl[2] is not None}) > 1:
-        raise ValueError(f"reduce_histogram: ranks have different layouts (num_classes, n_fine_bins, uncertainty): "
-                         f"{flags}")
-    if len(pooled):
-        counts, sums, scalars = pooled.counts[0].numpy(), pooled.sums[0].numpy(), pooled.scalars[0].numpy()
-        wcounts = pooled.weighted_counts[0].numpy()
-    else:
-        counts, sums = np.zeros((r, 2, f), np.int64), np.zeros((r, f))
-        scalars, wcounts = np.zeros(3), np.zeros((r, 2, f))
-    arrays = {"counts": counts, "sums": sums, "scalars": scalars}
-    if weighted:
-        arrays["weighted_counts"] = wcounts
-    total = all_reduce_sum(arrays, ctx)
-    uncertainty = next((fl[2] for fl in flags if fl[2] is not None), hist.uncertainty)
-    out = ConfidenceHistogram(hist.num_classes, f, per_case=False, uncertainty=uncertainty)
-    state = {
-        "num_classes": hist.num_classes, "n_fine_bins": f, "per_case": False, "uncertainty": uncertainty,
-        "case_ids": np.array(["pooled"]), "case_id_is_int": np.zeros(1, bool),
-        **{k: v[None] for k, v in total.items()},
-    }  # fmt: skip
-    return out.load_state_dict(state)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# faults
-# ----------------------------------------------------------------------------------------------------------------
-def sync_errors(error: BaseException | None, ctx: DistContext) -> None:
-    """Collective: every rank passes the exception it caught in a step (or None). If any rank failed, every rank
-    raises: the failing rank its own exception, the others :class:`RankFailed` with the lowest failing rank's
-    message. A no-op check for a single process (re-raises ``error`` if given)."""
-    msg = None if error is None else (f"{type(error).__name__}: {error}".splitlines() or [""])[0]
-    msgs = all_gather_objects(msg, ctx)
-    if error is not None:
-        raise error
-    failed = [(r, m) for r, m in enumerate(msgs) if m is not None]
-    if failed:
-        r, m = failed[0]
-        raise RankFailed(f"rank {r} failed: {m}")
-
-
-def check_same(value: Any, ctx: DistContext, what: str) -> None:
-    """Collective: ``ValueError`` on every rank unless every rank passes an equal ``value`` (e.g. the case list)."""
-    values = all_gather_objects(value, ctx)
-    bad = [r for r, v in enumerate(values) if v != values[0]]
-    if bad:
-        raise ValueError(f"ranks disagree on {what}: rank {bad[0]} differs from rank 0 (every rank must see the same "
-                         "inputs: use a shared file system or identical copies)")
-
-
-def check_same_cases(case_ids: Sequence[str], ctx: DistContext) -> None:
-    """Collective: every rank must see the same cases (their count and a hash of the sorted ids)."""
-    import hashlib
-
-    ids = sorted(case_ids)
-    check_same((len(ids), hashlib.sha256("\n".join(ids).encode()).hexdigest()), ctx, "the case list")
-
-
-def check_each_case_once(done: Sequence[str], case_ids: Sequence[str]) -> None:
-    """``RuntimeError`` unless the cases with a result (or a failure) are exactly ``case_ids``, each once."""
-    if sorted(done) != sorted(case_ids):
-        raise RuntimeError(f"sharding lost or repeated cases: {len(done)} results for {len(case_ids)} cases")
-
-
-def failure_reporter(
-    ctx: DistContext, command: str, on_failure: Callable[[CaseFailure], None] | None = None
-) -> Callable[[str, BaseException], None]:
-    """``report(case_id, exception)`` for a case that failed on this rank: builds the :class:`CaseFailure` and
-    passes it to ``on_failure`` (default: :func:`print_failure`, one stderr line prefixed with ``command``)."""
-
-    def report(case_id: str, e: BaseException) -> None:
-        f = CaseFailure(case_id, ctx.rank, error_line(e))
-        (on_failure or (lambda x: print_failure(x, ctx, command)))(f)
-
-    return report
-
-
-def error_line(e: BaseException) -> str:
-    """``"Type: first line of the message"`` (or just the type) for failure reports."""
-    text = str(e).splitlines()[0] if str(e) else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-def write_failures(path: str | os.PathLike, failures: Sequence[CaseFailure], command: str = "") -> Path:
-    """Write ``failures.json`` (``n_failed``, ``failures``: case, rank, error) atomically; with no failure remove a
-    stale file instead. Returns the path."""
-    path = Path(path)
-    if not failures:
-        path.unlink(missing_ok=True)
-        return path
-    doc = {
-        "n_failed": len(failures),
-        "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.case)],
-        "resume": f"fix the listed cases and run the same {command or 'command'} again: finished cases are skipped",
-    }
-    return atomic_write_json(path, doc)
-
-
-def print_failure(failure: CaseFailure, ctx: DistContext, prefix: str = "monai-unc") -> None:
-    """One stderr line for a failed case: ``<prefix>: [rank r of W: ]case 'id' failed: <error>``."""
-    where = f"{ctx.describe()}: " if ctx.distributed else ""
-    print(f"{prefix}: {where}case {failure.case!r} failed: {failure.error}", file=sys.stderr, flush=True)
+"""Deprecated location: the rank context, collectives and faults moved to :mod:`monai_unc.engine`
+(:mod:`monai_unc.engine.collectives`).
+
+Kept for one release so that existing imports keep working (the very same objects); import from
+:mod:`monai_unc.engine` instead.
+"""
+
+import warnings
+
+from ..engine import (
+    DEFAULT_TIMEOUT_S,
+    CaseFailure,
+    CasesFailed,
+    DistContext,
+    RankFailed,
+    all_gather_objects,
+    all_reduce_sum,
+    barrier,
+    broadcast_object,
+    check_each_case_once,
+    check_same,
+    check_same_cases,
+    destroy_dist_context,
+    error_line,
+    failure_reporter,
+    gather_objects,
+    get_dist_context,
+    print_failure,
+    read_dist_env,
+    reduce_histogram,
+    shard,
+    sync_errors,
+    write_failures,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "error_line",
+    "check_same_cases",
+    "check_each_case_once",
+    "failure_reporter",
+    "DistContext",
+    "RankFailed",
+    "CaseFailure",
+    "CasesFailed",
+    "read_dist_env",
+    "get_dist_context",
+    "destroy_dist_context",
+    "shard",
+    "all_gather_objects",
+    "gather_objects",
+    "broadcast_object",
+    "barrier",
+    "all_reduce_sum",
+    "reduce_histogram",
+    "sync_errors",
+    "check_same",
+    "write_failures",
+    "print_failure",
+]
+
+warnings.warn(
+    "monai_unc.distributed.collectives is deprecated and will be removed in the next release; import from "
+    "monai_unc.engine",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -40,7 +40,7 @@ from scipy import ndimage
 
 from .. import __version__
 from .._utils import check_probabilities, check_unit_interval
-from ..distributed import CaseCache, CohortRun, get_dist_context, run_cases
+from ..engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ..io import (
     LAYOUTS,
     CaseError,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..distributed import CaseCache
+from ..engine import CaseCache
 from ..io import CaseFiles, atomic_save_npz
 from ..metrics.calibration import ConfidenceHistogram
 from .case import CaseResult

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..distributed import (
+from ..engine import (
     CaseFailure,
     CasesFailed,
     CohortRun,

@@ -23,7 +23,7 @@ from monai.transforms import ResizeWithPadOrCrop
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..distributed import error_line
+from ..engine import error_line
 from ..io import (
     CaseError,
     ImageCase,

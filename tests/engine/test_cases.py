@@ -1,4 +1,4 @@
-"""The cohort engine (``monai_unc.distributed.run_cases``, ``process_cases``, ``CaseCache``) with toy per-case
+"""The cohort engine (``monai_unc.engine.run_cases``, ``process_cases``, ``CaseCache``) with toy per-case
 functions: order, failures, resume, partial files, one process and two gloo ranks."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.distributed import (
+from monai_unc.engine import (
     CaseCache,
     CaseFailure,
     CasesFailed,

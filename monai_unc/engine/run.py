@@ -1,0 +1,264 @@
+"""The cohort engine: one per-case function over a cohort, on one process or under ``torchrun``, with resume.
+
+Every cohort command (``infer``, ``evaluate``, ``triage``) is a per-case function plus a summary step run through
+:func:`run_cases`, which owns everything else:
+
+1. listing the cases on every rank (they must agree: :func:`~monai_unc.engine.check_same_cases`) and the
+   set-up on rank 0 (the resume folder created and cleaned of partial files, the command's own checks), errors
+   raised on every rank (:func:`~monai_unc.engine.sync_errors`);
+2. the shard of this rank (:func:`~monai_unc.engine.shard`: sorted ids, round-robin), processed by
+   :func:`process_cases`: progress bar, a saved result reused when its fingerprint is unchanged (:class:`CaseCache`),
+   a case that raises reported at once (one stderr line with the case id and the rank, or ``on_failure``) and
+   collected while the loop goes on;
+3. the results and failures gathered to rank 0 in case-id order (each case exactly once:
+   :func:`~monai_unc.engine.check_each_case_once`), ``failures.json`` written (or a stale one removed), the
+   summary step run there (or, when cases failed, the clean-up of stale outputs), its value broadcast to every
+   rank, and :class:`~monai_unc.engine.CasesFailed` raised on every rank when a case failed.
+
+Every collective is reached by every rank whatever fails, so a failure never leaves a rank waiting; with one process
+every collective is the identity and the same code runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..io.cases import settings_changes
+from .cache import CaseCache
+from .collectives import (
+    CaseFailure,
+    CasesFailed,
+    DistContext,
+    broadcast_object,
+    check_each_case_once,
+    check_same_cases,
+    error_line,
+    failure_reporter,
+    gather_objects,
+    get_dist_context,
+    print_failure,
+    shard,
+    sync_errors,
+    write_failures,
+)
+
+__all__ = ["CohortRun", "process_cases", "run_cases", "settings_changes"]
+
+
+def _case_id(item: Any) -> str:
+    return str(item.case_id)
+
+
+def process_cases(
+    items: Sequence[Any],
+    process: Callable[[Any], Any],
+    *,
+    key: Callable[[Any], Hashable] = _case_id,
+    cache: CaseCache | None = None,
+    failures: list[tuple[str, BaseException]] | None = None,
+    on_failure: Callable[[str, BaseException], None] | None = None,
+    progress: bool = False,
+    desc: str = "cases",
+) -> list[tuple[str, Any]]:
+    """Run ``process`` on each item in the order given (the per-case loop of one rank): ``[(case_id, result)]``.
+
+    With ``cache`` a saved result whose fingerprint is unchanged is loaded instead of computed, and every computed
+    result is saved. With ``failures`` (a list) a case that raises an ``Exception`` is appended as ``(case_id,
+    exception)``, ``on_failure(case_id, exception)`` is called and the loop goes on; without it the first error
+    propagates. An interrupt (``KeyboardInterrupt``) always stops the loop.
+
+    Args:
+        items: the cases (e.g. :class:`~monai_unc.io.CaseFiles`).
+        process: ``process(item) -> result`` (never None).
+        key: the case id of an item (default its ``case_id``).
+        progress: a progress bar on stderr.
+        desc: the label of the progress bar.
+
+    Example:
+        >>> process_cases(["a", "bb"], len, key=str)
+        [('a', 1), ('bb', 2)]
+    """
+    out = []
+    bar = tqdm(items, desc=desc, unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    for item in bar:
+        cid = str(key(item))
+        bar.set_postfix_str(cid)
+        try:
+            fp = cache.fingerprint_of(item) if cache is not None else None
+            result = cache.load(cid, fp, item) if cache is not None else None
+            if result is None:
+                result = process(item)
+                if cache is not None:
+                    cache.save(cid, result, fp)
+        except Exception as e:  # an interrupt (KeyboardInterrupt) is not an Exception and stops the run
+            if failures is None:
+                raise
+            failures.append((cid, e))
+            if on_failure is not None:
+                on_failure(cid, e)
+            continue
+        out.append((cid, result))
+    return out
+
+
+@dataclass
+class CohortRun:
+    """What :func:`run_cases` passes to the summary step (rank 0) and returns (every rank).
+
+    Attributes:
+        cases: the ids of the cases with a result, sorted (rank 0; empty on the other ranks).
+        results: their results, in the same order (unpacked on rank 0; empty on the other ranks).
+        ranks: the rank that processed each of them.
+        failures: the cases that failed (rank 0, inside the summary step).
+        summary: what the summary step returned on rank 0, on every rank.
+        ctx: the rank context of the run.
+    """
+
+    ctx: DistContext
+    cases: list[str] = field(default_factory=list)
+    results: list[Any] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    failures: list[CaseFailure] = field(default_factory=list)
+    summary: Any = None
+
+
+def run_cases(
+    items: Sequence[Any] | Callable[[], Sequence[Any]],
+    process: Callable[[Any], Any],
+    *,
+    command: str,
+    ctx: DistContext | None = None,
+    key: Callable[[Any], Hashable] = _case_id,
+    cache: CaseCache | None = None,
+    setup: Callable[[], None] | None = None,
+    summarize: Callable[[CohortRun], Any] | None = None,
+    on_failed: Callable[[CohortRun], Any] | None = None,
+    failures_file: str | os.PathLike | None = None,
+    pack: Callable[[Any], Any] | None = None,
+    unpack: Callable[[Any], Any] | None = None,
+    progress: bool = False,
+    desc: str | None = None,
+    on_failure: Callable[[CaseFailure], None] | None = None,
+) -> CohortRun:
+    """Run ``process`` on every case of a cohort, on one process or on every rank of a process group (module
+    docstring); call it on every rank with the same arguments.
+
+    Args:
+        items: the cases, or a function listing them, run on every rank (its errors raise on every rank).
+        process: ``process(item) -> result``, the per-case work (a result must not be None).
+        command: the command's name for failure lines and ``failures.json`` (e.g. ``"monai-unc evaluate"``).
+        ctx: the rank context (default :func:`~monai_unc.engine.get_dist_context`).
+        key: the case id of an item (default its ``case_id``).
+        cache: resume state (:class:`CaseCache`; rank 0 prepares its folder before the loop).
+        setup: run on rank 0 after the cases are listed and before the loop (output checks, run records).
+        summarize: ``summarize(run)`` on rank 0 when no case failed (the cohort outputs); its value is broadcast
+            as ``run.summary``. It may raise :class:`~monai_unc.engine.CasesFailed` for cases found bad only
+            when the cohort is put together (e.g. another number of classes): they are reported like the others.
+        on_failed: ``on_failed(run)`` on rank 0 when cases failed (e.g. remove stale cohort outputs); its value is
+            broadcast and becomes the ``results`` of the :class:`~monai_unc.engine.CasesFailed` raised.
+        failures_file: where rank 0 writes ``failures.json`` (:func:`~monai_unc.engine.write_failures`; a
+            stale one is removed when nothing failed). None: not written.
+        pack: a result as picklable data for the gather to rank 0 (only when distributed).
+        unpack: the inverse of ``pack``.
+        progress: a progress bar on rank 0.
+        desc: the label of the progress bar (default the command's last word).
+        on_failure: called with the :class:`~monai_unc.engine.CaseFailure` of a failed case on its rank
+            (default: one stderr line ``<command>: [rank r of W: ]case 'id' failed: <error>``).
+
+    Returns:
+        The :class:`CohortRun`: ``summary`` on every rank; ``cases``, ``results``, ``ranks`` on rank 0.
+
+    Raises:
+        CasesFailed: on every rank when a case failed (every other case was processed and, with a cache, saved).
+        RankFailed: on the other ranks when a rank failed outside the per-case work.
+
+    Example:
+        >>> run = run_cases(["b", "a"], str.upper, command="toy", key=str, summarize=lambda r: "".join(r.results))
+        >>> run.cases, run.summary
+        (['a', 'b'], 'AB')
+    """
+    ctx = ctx if ctx is not None else get_dist_context()
+    report = failure_reporter(ctx, command, on_failure)
+    listed: list[Any] = []
+    err: BaseException | None = None
+    try:
+        listed = list(items() if callable(items) else items)
+        if ctx.is_main:
+            if cache is not None:
+                cache.prepare()
+            if setup is not None:
+                setup()
+    except Exception as e:
+        err = e
+    sync_errors(err, ctx)
+    ids = [str(key(c)) for c in listed]
+    check_same_cases(ids, ctx)
+    mine = shard(listed, ctx.rank, ctx.world_size, key=key)
+
+    local_failures: list[tuple[str, BaseException]] = []
+    done: list[tuple[str, Any]] = []
+    payload: list[tuple[str, Any]] = []
+    err = None
+    try:
+        label = desc or command.split()[-1]
+        done = process_cases(mine, process, key=key, cache=cache, failures=local_failures, on_failure=report,
+                             progress=progress and ctx.is_main,
+                             desc=f"{label} ({ctx.describe()})" if ctx.distributed else label)
+        if ctx.distributed:
+            payload = [(c, pack(r) if pack is not None else r) for c, r in done]
+    except Exception as e:  # not a per-case error (those are collected)
+        err = e
+    sync_errors(err, ctx)
+    mine_failed = [CaseFailure(c, ctx.rank, error_line(e)) for c, e in local_failures]
+    gathered = gather_objects((payload, mine_failed), ctx)
+
+    run = CohortRun(ctx)
+    outcome: Any = None
+    err = None
+    if ctx.is_main:
+        try:
+            assert gathered is not None
+            if ctx.distributed:
+                got = [(c, unpack(d) if unpack is not None else d, r)
+                       for r, (part, _) in enumerate(gathered) for c, d in part]
+            else:
+                got = [(c, res, ctx.rank) for c, res in done]
+            failures = [f for _, fs in gathered for f in fs]
+            check_each_case_once([c for c, _, _ in got] + [f.case for f in failures], ids)
+            got.sort(key=lambda t: t[0])
+            run = CohortRun(ctx, [c for c, _, _ in got], [r for _, r, _ in got], [k for _, _, k in got], failures)
+            outcome = _finish(run, command, summarize, on_failed, failures_file, on_failure)
+        except Exception as e:
+            err = e
+    sync_errors(err, ctx)
+    outcome = broadcast_object(outcome, ctx)
+    if outcome[0] == "failed":
+        raise CasesFailed(outcome[1], results=outcome[2])
+    run.summary = outcome[1]
+    return run
+
+
+def _finish(
+    run: CohortRun, command: str, summarize: Callable[[CohortRun], Any] | None,
+    on_failed: Callable[[CohortRun], Any] | None, failures_file: str | os.PathLike | None,
+    on_failure: Callable[[CaseFailure], None] | None,
+) -> tuple[Any, ...]:
+    """Rank 0 after the gather: ``failures.json``, then the summary step or the clean-up; the outcome to broadcast."""
+    if failures_file is not None:
+        write_failures(failures_file, run.failures, command)
+    if not run.failures:
+        try:
+            return ("ok", summarize(run) if summarize is not None else None)
+        except CasesFailed as late:  # cases found bad when the cohort is put together
+            for f in late.failures:
+                (on_failure or (lambda x: print_failure(x, run.ctx, command)))(f)
+            run.failures.extend(late.failures)
+            if failures_file is not None:
+                write_failures(failures_file, run.failures, command)
+    return ("failed", sorted(run.failures, key=lambda f: f.case), on_failed(run) if on_failed is not None else None)
