@@ -145,6 +145,7 @@ def run_cases(
     progress: bool = False,
     desc: str | None = None,
     on_failure: Callable[[CaseFailure], None] | None = None,
+    stop_on_error: bool = False,
 ) -> CohortRun:
     """Run ``process`` on every case of a cohort, on one process or on every rank of a process group (module
     docstring); call it on every rank with the same arguments.
@@ -170,13 +171,17 @@ def run_cases(
         desc: the label of the progress bar (default the command's last word).
         on_failure: called with the :class:`~monai_unc.engine.CaseFailure` of a failed case on its rank
             (default: one stderr line ``<command>: [rank r of W: ]case 'id' failed: <error>``).
+        stop_on_error: the first case that raises stops the run and its exception propagates (the other ranks
+            raise :class:`~monai_unc.engine.RankFailed`); no failure is collected, reported or written. For the
+            Python functions that evaluate or predict a list of cases in one process and raise the first error.
 
     Returns:
         The :class:`CohortRun`: ``summary`` on every rank; ``cases``, ``results``, ``ranks`` on rank 0.
 
     Raises:
         CasesFailed: on every rank when a case failed (every other case was processed and, with a cache, saved).
-        RankFailed: on the other ranks when a rank failed outside the per-case work.
+        RankFailed: on the other ranks when a rank failed outside the per-case work (or, with ``stop_on_error``,
+            in a case).
 
     Example:
         >>> run = run_cases(["b", "a"], str.upper, command="toy", key=str, summarize=lambda r: "".join(r.results))
@@ -207,7 +212,8 @@ def run_cases(
     err = None
     try:
         label = desc or command.split()[-1]
-        done = process_cases(mine, process, key=key, cache=cache, failures=local_failures, on_failure=report,
+        done = process_cases(mine, process, key=key, cache=cache,
+                             failures=None if stop_on_error else local_failures, on_failure=report,
                              progress=progress and ctx.is_main,
                              desc=f"{label} ({ctx.describe()})" if ctx.distributed else label)
         if ctx.distributed:

@@ -14,6 +14,7 @@ from ..engine import (
     CaseFailure,
     CasesFailed,
     CohortRun,
+    DistContext,
     error_line,
     get_dist_context,
     process_cases,
@@ -176,13 +177,21 @@ def evaluate_cases(
 ) -> CohortState:
     """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order); the first
     failing case raises; labels that no region claims are refused (:func:`check_unclaimed_labels`). ``cache``:
-    per-case resume folder (:func:`evaluate_shard`)."""
-    results = evaluate_shard(cases, config, cache=cache, progress=progress, desc=desc)
-    check_unclaimed_labels(results, config)
-    state = assemble_state(results, config.n_fine_bins, regions=_regions(config))
-    if state is None:
+    per-case resume folder (:func:`evaluate_shard`). A thin call of the engine,
+    :func:`monai_unc.engine.run_cases` in this process alone (``stop_on_error``), with :func:`evaluate_files` as the
+    per-case step and the cohort state as the summary step."""
+    config.validate()
+
+    def cohort(run: CohortRun) -> CohortState | None:
+        check_unclaimed_labels(run.results, config)
+        return assemble_state(run.results, config.n_fine_bins, regions=_regions(config))
+
+    run = run_cases(list(cases), lambda f: evaluate_files(f, config), command="monai-unc evaluate",
+                    ctx=DistContext(), cache=None if cache is None else case_cache(cache, config), summarize=cohort,
+                    progress=progress, desc=desc, stop_on_error=True)
+    if run.summary is None:
         raise ValueError("no case to evaluate")
-    return state
+    return run.summary
 
 
 def _pack(got: tuple[CaseResult, CaseFiles, int]) -> dict[str, Any]:

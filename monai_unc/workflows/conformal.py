@@ -1,5 +1,8 @@
-"""``monai-unc conformal`` as a workflow: :func:`monai_unc.evaluation.run_conformal` inside the command's session
-(process group and failed-cases step, :func:`monai_unc.workflows.session.run_command`)."""
+"""``monai-unc conformal`` as a workflow.
+
+:func:`conformal_command` is :func:`monai_unc.evaluation.run_conformal` inside the command's session (process group
+and failed-cases step, :func:`monai_unc.workflows.session.run_command`).
+"""
 
 from __future__ import annotations
 

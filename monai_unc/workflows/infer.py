@@ -471,7 +471,10 @@ def predict_cases(
     ``on_error="continue"`` also ``{"case", "status": "failed", "error"}`` for a case whose prediction raised (the
     loop goes on; its files are not marked finished, so a rerun redoes it; ``on_failure(case_id, exception)`` is
     called at once). ``on_error="raise"`` re-raises the first error. The caller checks the output folder
-    (:func:`monai_unc.io.check_output_folder`) and the settings (:func:`check_run_settings`).
+    (:func:`monai_unc.io.check_output_folder`) and the settings (:func:`check_run_settings`). This is the per-case
+    loop of one process or one shard: a thin call of the engine's :func:`monai_unc.engine.process_cases` with
+    :func:`predict_case` and the case records as the resume cache, the loop that :func:`run_infer` runs on every
+    rank.
     """
     if on_error not in ("raise", "continue"):
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")

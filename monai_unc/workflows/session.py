@@ -1,5 +1,4 @@
-"""The life of a cohort command on one process or on every rank of a ``torchrun`` job: its process group, and what
-happens when some of its cases failed.
+"""The life of a cohort command on one process or on every rank of a ``torchrun`` job.
 
 :func:`run_command` runs one command (``infer``, ``evaluate``, ``triage``, ``conformal``) inside
 :func:`command_session`: the engine's :func:`~monai_unc.engine.cohort_session` (join the process group, or create
@@ -78,7 +77,7 @@ def failed_cases_message(command: str, failures: Sequence[CaseFailure], output: 
 
     Example:
         >>> from monai_unc.engine import CaseFailure
-        >>> failed_cases_message("evaluate", [CaseFailure("c1", 0, "OSError: x")], "/out")[:52]
+        >>> failed_cases_message("evaluate", [CaseFailure("c1", 0, "OSError: x")], "/out")[:54]
         "monai-unc evaluate: 1 case(s) failed ('c1'), listed in"
     """
     ids = ", ".join(repr(f.case) for f in failures[:5]) + (" ..." if len(failures) > 5 else "")
