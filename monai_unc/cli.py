@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from .keys import LAYOUTS, MEASURES, canonical_measure
 
 if TYPE_CHECKING:  # imported after parsing, by _import_commands: --help and argument errors answer at once
-    from .workflows.calibrate import run_calibrate
+    from .workflows.calibrate import calibrate_summary, run_calibrate
     from .workflows.conformal import conformal_command
     from .workflows.demo import run_demo
     from .workflows.evaluate import evaluate_command
     from .workflows.prepare import error_text, infer_command, prepare_evaluate
-    from .workflows.report import TRIAGE_CONFORMAL_DIR, run_report
+    from .workflows.report import run_report
     from .workflows.session import CohortFailed
     from .workflows.triage import triage_command
 
@@ -461,17 +461,17 @@ def _import_commands() -> None:
     and an argument error answer at once (importing MONAI and torch takes seconds); the first access to one of these
     names as an attribute of this module (``monai_unc.cli.run_demo``) calls it too.
     """
-    global _commands_imported, _read_case_list, run_calibrate, conformal_command, run_demo, evaluate_command
-    global error_text, infer_command, prepare_evaluate, read_case_list, run_report, TRIAGE_CONFORMAL_DIR
-    global CohortFailed, triage_command
+    global _commands_imported, _read_case_list, run_calibrate, calibrate_summary, conformal_command, run_demo
+    global evaluate_command, error_text, infer_command, prepare_evaluate, read_case_list, run_report, CohortFailed
+    global triage_command
     if _commands_imported:  # names set since (a test's monkeypatch) are kept
         return
-    from .workflows.calibrate import run_calibrate
+    from .workflows.calibrate import calibrate_summary, run_calibrate
     from .workflows.conformal import conformal_command
     from .workflows.demo import run_demo
     from .workflows.evaluate import evaluate_command
     from .workflows.prepare import error_text, infer_command, prepare_evaluate, read_case_list
-    from .workflows.report import TRIAGE_CONFORMAL_DIR, run_report
+    from .workflows.report import run_report
     from .workflows.session import CohortFailed
     from .workflows.triage import triage_command
 
@@ -483,8 +483,8 @@ def _import_commands() -> None:
 _commands_imported = False
 #: the names :func:`_import_commands` sets (module attributes imported on first access)
 _COMMAND_NAMES = frozenset({
-    "run_calibrate", "conformal_command", "run_demo", "evaluate_command", "error_text", "infer_command",
-    "prepare_evaluate", "read_case_list", "run_report", "TRIAGE_CONFORMAL_DIR", "CohortFailed", "triage_command",
+    "run_calibrate", "calibrate_summary", "conformal_command", "run_demo", "evaluate_command", "error_text",
+    "infer_command", "prepare_evaluate", "read_case_list", "run_report", "CohortFailed", "triage_command",
     "_read_case_list",
 })
 
@@ -507,11 +507,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
         overlap=args.overlap, sw_batch_size=args.sw_batch_size, intensity=args.intensity, activation=args.activation,
         regions=args.regions, seed=args.seed,
     )  # fmt: skip
-    if not args.quiet and res.is_main:
-        written = sum(r["status"] == "written" for r in res.value)
-        print(f"{len(res.value)} case(s): {written} written, {len(res.value) - written} already finished; "
-              f"outputs in {res.output}")
-    return 0
+    return _print_run(res, args.quiet)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -593,17 +589,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         ignore_unclaimed_labels=args.ignore_unclaimed_labels,
     )  # fmt: skip
     if not args.quiet:
-        b, a = record["before"], record["after"]
-        print(f"temperature {[round(t, 4) for t in record['temperature']]} after {record['steps']} steps"
-              f" ({'folded into the last layer' if record['folded_into_last_layer'] else 'stored beside the weights'})")
-        print(f"validation NLL {b['nll']:.4f} -> {a['nll']:.4f}, ECE {b['ece']:.4f} -> {a['ece']:.4f}, "
-              f"all-label ECE {b['all_label_ece']:.4f} -> {a['all_label_ece']:.4f}"
-              + (" (means over the regions)" if "regions" in b else ""))
-        for name, before in (b.get("regions") or {}).items():
-            after = a["regions"][name]
-            print(f"  region {name}: NLL {before['nll']:.4f} -> {after['nll']:.4f}, "
-                  f"ECE {before['ece']:.4f} -> {after['ece']:.4f}")
-        print(f"wrote {out} and {out.with_suffix('.json')}")
+        _print(calibrate_summary(out, record))
     return 0
 
 
@@ -619,35 +605,25 @@ def cmd_triage(args: argparse.Namespace) -> int:
         layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
         conformal_rule=args.conformal_rule,
     )  # fmt: skip
-    (res, page), output = run.value, run.output
-    if not args.quiet and run.is_main:
-        s = res.summary
-        print(f"{s['n_cases']} case(s): accept {s['n_accepted']}, review {s['n_review']} "
-              f"({', '.join(f'{k} {v}' for k, v in s['reasons'].items() if k != 'accepted') or 'none'})")
-        print(f"accepted cases: {s['accepted_risk']['statement']}")
-        if s["fingerprint"]["status"] == "mismatch":
-            print("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these cases")
-        elif s["fingerprint"]["status"] == "unverified":
-            print("note: no record of how the predictions were made: the rule could not check their fingerprint")
-        for note in s["notes"]:
-            print(f"note: {note}")
-        if args.conformal_rule is not None:
-            print(f"wrote the conformal masks, conformal.csv and conformal.json to {output / TRIAGE_CONFORMAL_DIR}")
-        print(f"wrote {output / 'triage.csv'} and {page}")
-    return 0
+    return _print_run(run, args.quiet)
 
 
 def cmd_conformal(args: argparse.Namespace) -> int:
     run = conformal_command(args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
                             uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch,
                             progress=not args.quiet)
-    res = run.value
-    if not args.quiet and run.is_main:
-        s = res.summary
-        print(f"{s['n_cases']} case(s); " + "; ".join(f"{k}: {v}" for k, v in s["guarantee"].items()))
-        if s["fingerprint"]["status"] == "mismatch":
-            print("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these cases")
-        print(f"wrote {res.paths['csv']} and {res.paths['json']}")
+    return _print_run(run, args.quiet)
+
+
+def _print(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line)
+
+
+def _print_run(run: Any, quiet: bool) -> int:
+    """Print the summary lines of a cohort command on rank 0 (unless ``--quiet``); exit status 0."""
+    if not quiet and run.is_main:
+        _print(run.lines)
     return 0
 
 

@@ -15,7 +15,7 @@ from ..evaluation import ConformalRuleFile, run_conformal
 from ..evaluation.conformal import ConformalResult
 from .session import CommandResult, run_command
 
-__all__ = ["conformal_command"]
+__all__ = ["conformal_command", "conformal_summary"]
 
 
 def conformal_command(
@@ -44,4 +44,22 @@ def conformal_command(
     """
     out = Path(output).resolve()
     return run_command("conformal", out, lambda ctx: run_conformal(predictions, rule, out, dist=ctx, **options),
-                       dist=dist)
+                       dist=dist, summary=conformal_summary)
+
+
+def conformal_summary(result: ConformalResult) -> list[str]:
+    """What ``monai-unc conformal`` prints after a run.
+
+    Args:
+        result: the run's :class:`~monai_unc.evaluation.conformal.ConformalResult`.
+
+    Returns:
+        The lines: the number of cases and the guarantee of each side, a warning when a fingerprint mismatch was
+        allowed, the files written.
+    """
+    s = result.summary
+    lines = [f"{s['n_cases']} case(s); " + "; ".join(f"{k}: {v}" for k, v in s["guarantee"].items())]
+    if s["fingerprint"]["status"] == "mismatch":
+        lines.append("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these "
+                     "cases")
+    return [*lines, f"wrote {result.paths['csv']} and {result.paths['json']}"]

@@ -57,6 +57,7 @@ __all__ = [
     "check_region_channels",
     "prepare_infer",
     "infer_command",
+    "infer_summary",
     "prepare_evaluate",
     "error_text",
 ]
@@ -516,7 +517,26 @@ def infer_command(
         return run_infer(plan.cases, plan.model, plan.inferer, plan.settings, out, device=dev, overwrite=overwrite,
                          progress=progress, dist=ctx)
 
-    return run_command("infer", out, run, dist=dist, device=dev)
+    return run_command("infer", out, run, dist=dist, device=dev, summary=lambda results: infer_summary(results, out))
+
+
+def infer_summary(results: Sequence[dict[str, Any]], output: Path) -> list[str]:
+    """What ``monai-unc infer`` prints after a run.
+
+    Args:
+        results: the per-case statuses (:func:`~monai_unc.workflows.infer.run_infer`).
+        output: the output folder.
+
+    Returns:
+        One line: the number of cases written and already finished, and the folder.
+
+    Example:
+        >>> infer_summary([{"status": "written"}, {"status": "skipped"}], Path("out"))
+        ['2 case(s): 1 written, 1 already finished; outputs in out']
+    """
+    written = sum(r["status"] == "written" for r in results)
+    return [f"{len(results)} case(s): {written} written, {len(results) - written} already finished; "
+            f"outputs in {output}"]
 
 
 def prepare_evaluate(

@@ -57,11 +57,13 @@ class CommandResult(Generic[T]):
         value: what the command's workflow returned (e.g. ``run_evaluate``'s ``(state, summary, paths)``).
         is_main: this process is rank 0 (it wrote the cohort outputs and prints the summary); True for one process.
         output: the output folder (resolved).
+        lines: the summary the command prints on rank 0 (empty on the other ranks, or when it supplies none).
     """
 
     value: T
     is_main: bool
     output: Path
+    lines: tuple[str, ...] = ()
 
 
 def failed_cases_message(command: str, failures: Sequence[CaseFailure], output: str | os.PathLike) -> str:
@@ -125,7 +127,7 @@ def command_session(
 
 def run_command(
     command: str, output: str | os.PathLike, run: Callable[[DistContext], T], *, dist: DistContext | None = None,
-    device: str | torch.device | None = None,
+    device: str | torch.device | None = None, summary: Callable[[T], Sequence[str]] | None = None,
 ) -> CommandResult[T]:
     """Run ``run(ctx)`` inside :func:`command_session` and return its value with the rank's role.
 
@@ -135,6 +137,7 @@ def run_command(
         run: the command's work on the rank context (e.g. ``lambda ctx: run_evaluate(..., dist=ctx)``).
         dist: a rank context the caller holds, or None (join or create the group, destroy one created here).
         device: the compute device of a group created here.
+        summary: ``summary(value)``: the lines the command prints, made on rank 0 (``CommandResult.lines``).
 
     Returns:
         The :class:`CommandResult`. Raises :class:`CohortFailed` on every rank when cases failed.
@@ -146,4 +149,5 @@ def run_command(
     output = Path(output)
     with command_session(command, output, dist=dist, device=device) as ctx:
         value = run(ctx)
-    return CommandResult(value, ctx.is_main, output)
+    lines = tuple(summary(value)) if summary is not None and ctx.is_main else ()
+    return CommandResult(value, ctx.is_main, output, lines)
