@@ -31,6 +31,7 @@ __all__ = [
     "check_probabilities",
     "check_unit_interval",
     "check_labels",
+    "per_axis_mm",
     "normalize_spacing",
     "case_spacings",
     "check_integer",
@@ -128,6 +129,39 @@ def check_finite(x: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} contains {n_bad} non-finite value(s) (NaN or inf)")
 
 
+def _check_probability_map(p: torch.Tensor, name: str, channel_dim: int, min_ndim: int, tol: float,
+                           classes: bool) -> None:
+    """The checks of :func:`check_probabilities` (``classes=True``) and :func:`check_unit_interval` (``False``)."""
+    if not p.is_floating_point():
+        raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
+    if p.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimensions ((B, C, *spatial) probabilities), "
+            f"got shape {tuple(p.shape)}"
+        )
+    if classes and p.shape[channel_dim] < 2:
+        raise ValueError(
+            f"{name} must have at least 2 classes along dim {channel_dim} (binary tasks carry both "
+            f"channels), got shape {tuple(p.shape)}"
+        )
+    if p.shape[channel_dim] < 1 or p.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(p.shape)})")
+    check_finite(p, name)
+    lo, hi = float(p.min()), float(p.max())
+    if lo < -tol or hi > 1 + tol:
+        # the hint about logits goes with the sum check when there is one
+        hint = "" if classes else "; pass probabilities, not logits"
+        raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]{hint}")
+    if not classes:
+        return
+    dev = float((p.sum(dim=channel_dim, dtype=torch.float64) - 1).abs().max())
+    if dev > tol:
+        raise ValueError(
+            f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
+            f"largest deviation {dev:.4g}; pass probabilities, not logits"
+        )
+
+
 def check_probabilities(
     p: torch.Tensor, name: str = "probs", channel_dim: int = 1, min_ndim: int = 3, tol: float | None = None
 ) -> None:
@@ -139,32 +173,8 @@ def check_probabilities(
     dtype (1e-3 for float32 / float64; wider for float16 and bfloat16, whose rounding moves sums by more).
     """
     p = p.detach()
-    if tol is None:
-        tol = probability_tolerance(p.dtype)
-    if not p.is_floating_point():
-        raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
-    if p.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions ((B, C, *spatial) probabilities), "
-            f"got shape {tuple(p.shape)}"
-        )
-    if p.shape[channel_dim] < 2:
-        raise ValueError(
-            f"{name} must have at least 2 classes along dim {channel_dim} (binary tasks carry both "
-            f"channels), got shape {tuple(p.shape)}"
-        )
-    if p.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(p.shape)})")
-    check_finite(p, name)
-    lo, hi = float(p.min()), float(p.max())
-    if lo < -tol or hi > 1 + tol:
-        raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]")
-    dev = float((p.sum(dim=channel_dim, dtype=torch.float64) - 1).abs().max())
-    if dev > tol:
-        raise ValueError(
-            f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
-            f"largest deviation {dev:.4g}; pass probabilities, not logits"
-        )
+    _check_probability_map(p, name, channel_dim, min_ndim, probability_tolerance(p.dtype) if tol is None else tol,
+                           classes=True)
 
 
 def check_unit_interval(
@@ -175,22 +185,7 @@ def check_unit_interval(
     Raises ``ValueError`` naming ``name`` when the tensor has too few dimensions, no channel, an empty volume,
     non-finite values or values outside ``[0, 1]`` (beyond ``tol``); ``TypeError`` for non-float dtypes.
     """
-    p = p.detach()
-    if not p.is_floating_point():
-        raise TypeError(f"{name} must be a floating point array of probabilities, got dtype {p.dtype}")
-    if p.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions ((B, C, *spatial) probabilities), "
-            f"got shape {tuple(p.shape)}"
-        )
-    if p.shape[channel_dim] < 1 or p.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(p.shape)})")
-    check_finite(p, name)
-    lo, hi = float(p.min()), float(p.max())
-    if lo < -tol or hi > 1 + tol:
-        raise ValueError(
-            f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]; pass probabilities, not logits"
-        )
+    _check_probability_map(p.detach(), name, channel_dim, min_ndim, tol, classes=False)
 
 
 def check_labels(labels: torch.Tensor, name: str = "labels", num_classes: int | None = None) -> torch.Tensor:
@@ -216,17 +211,37 @@ def check_labels(labels: torch.Tensor, name: str = "labels", num_classes: int | 
     return labels
 
 
+def per_axis_mm(
+    value: float | Sequence[float] | np.ndarray, ndim: int, name: str, count_note: str = ""
+) -> tuple[float, ...]:
+    """A length in mm for every spatial axis: one number for all axes, or one number per axis.
+
+    Args:
+        value: a number, or ``ndim`` numbers (a sequence or an array).
+        ndim: the number of spatial axes.
+        name: the argument's name in the errors.
+        count_note: added inside the parenthesis of the error on a wrong count (``", mm"``).
+
+    Returns:
+        ``ndim`` floats; their range is the caller's to check.
+
+    Raises:
+        ValueError: when ``value`` is neither a number nor ``ndim`` numbers.
+    """
+    if isinstance(value, (int, float, np.floating, np.integer)):
+        return (float(value),) * ndim
+    try:
+        values = tuple(float(v) for v in np.asarray(value, dtype=float).ravel())
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {value!r}") from None
+    if len(values) != ndim:
+        raise ValueError(f"{name} must have {ndim} values (one per spatial axis{count_note}), got {len(values)}")
+    return values
+
+
 def normalize_spacing(spacing: float | Sequence[float] | np.ndarray, ndim: int, name: str = "spacing") -> tuple:
     """Return per-axis spacing in mm as a tuple of ``ndim`` positive floats."""
-    if isinstance(spacing, (int, float, np.floating, np.integer)):
-        sp = (float(spacing),) * ndim
-    else:
-        try:
-            sp = tuple(float(s) for s in np.asarray(spacing, dtype=float).ravel())
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {spacing!r}") from None
-        if len(sp) != ndim:
-            raise ValueError(f"{name} must have {ndim} values (one per spatial axis), got {len(sp)}")
+    sp = per_axis_mm(spacing, ndim, name)
     if not all(np.isfinite(s) and s > 0 for s in sp):
         raise ValueError(f"{name} must be positive and finite (mm per axis), got {sp}")
     return sp

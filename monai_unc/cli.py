@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .keys import LAYOUTS, MEASURES, canonical_measure
+from .product import products_from_arguments, registered_products
 
 if TYPE_CHECKING:  # imported after parsing, by _import_commands: --help and argument errors answer at once
     from .workflows.calibrate import calibrate_summary, run_calibrate
@@ -246,6 +247,8 @@ def _add_evaluate(sub: Any) -> None:
     g.add_argument("--conformal-stratify-by", default=None, metavar="SCORE",
                    help="the strata's case score: <measure>_<mean|fg_mean|patch_mean> (regions: also _<R>), "
                         "computed from the prediction alone (default: the triage score --score)")
+    for product in registered_products():  # the options of every cohort product (monai_unc.product)
+        product.add_arguments(p.add_argument_group(product.title, product.description or None))
     p.add_argument("--allow-missing", action="store_true",
                    help="skip labelled cases that lack a prediction or map (listed in a warning) instead of failing")
     p.add_argument("--allow-missing-labels", action="store_true",
@@ -521,7 +524,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         conformal=args.conformal, conformal_family=args.conformal_family, conformal_delta=args.conformal_delta,
         conformal_strata=args.conformal_strata,
         conformal_strata_edges=_numbers(args.conformal_strata_edges, "--conformal-strata-edges"),
-        conformal_stratify_by=args.conformal_stratify_by,
+        conformal_stratify_by=args.conformal_stratify_by, products=products_from_arguments(args),
     )  # fmt: skip
     res = evaluate_command(
         args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
@@ -565,6 +568,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if "conformal_rule" in paths:
             print(f"wrote {paths['conformal_rule']} (apply it: monai-unc conformal --rule {paths['conformal_rule']} "
                   "...)")
+        for product in config.products:  # each product prints its own lines
+            if product.name in summary:
+                for line in product.summary_lines(summary[product.name]):
+                    print(line)
+            if f"product:{product.name}" in paths:
+                print(f"wrote {paths[f'product:{product.name}']}")
     return 0
 
 

@@ -62,6 +62,7 @@ from .measures import (
     variance_from_moments,
     variance_from_square_sums,
 )
+from .state import register_state_type
 
 __all__ = [
     "SampleStats",
@@ -171,6 +172,7 @@ def spatial_chunks(shape: tuple[int, ...], chunk_elements: int | None = DEFAULT_
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
+@register_state_type("sample_stats")
 class SampleStats:
     """Running weighted sums of probability samples ``(B, C, *spatial)``; see the module docstring.
 
@@ -457,6 +459,37 @@ class SampleStats:
         self.out_dtype = getattr(torch, state.get("out_dtype", "float32"))
         self.multilabel = bool(state.get("multilabel", False))
         return self
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping) -> SampleStats:
+        """New statistics holding a state of :meth:`state_dict` (:class:`monai_unc.state.MergeableState`).
+
+        Args:
+            state: the dict of :meth:`state_dict`; its sums may be torch tensors (any device) or numpy arrays (as
+                :func:`monai_unc.state.unpack_states` gives them back), its flags Python or numpy scalars.
+
+        Returns:
+            The new :class:`SampleStats` (its sums in the saved dtype).
+
+        Example:
+            >>> import torch
+            >>> stats = SampleStats()
+            >>> _ = stats.update(torch.tensor([[[0.2], [0.8]]]))
+            >>> SampleStats.from_state_dict(stats.state_dict()).num_updates
+            1
+        """
+        def tensor(v: object) -> torch.Tensor:
+            return v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
+
+        out: dict[str, object] = {
+            "sum_w": float(state["sum_w"]), "num_updates": int(state["num_updates"]),
+            "sum_p": tensor(state["sum_p"]), "sum_h": tensor(state["sum_h"]),
+            "out_dtype": str(state.get("out_dtype", "float32")), "multilabel": bool(state.get("multilabel", False)),
+            "class_variance": bool(state.get("class_variance", True)),
+        }
+        if "sum_p2" in state:
+            out["sum_p2"] = tensor(state["sum_p2"])
+        return cls(accum_dtype=None, validate=False).load_state_dict(out)
 
     def __repr__(self) -> str:
         shape = None if self.sum_p is None else tuple(self.sum_p.shape)

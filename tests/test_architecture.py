@@ -11,7 +11,8 @@
 - Package modules are imported at module level; an import inside a function needs an entry in :data:`LAZY_IMPORTS`
   saying why (an optional dependency).
 - Optional third-party packages are imported at module level only where they belong (:data:`OPTIONAL_DEPENDENCIES`).
-- The deprecated modules of old paths (:data:`DEPRECATED_MODULES`) are imported by nothing in the package.
+- The deprecated modules of old paths (:data:`DEPRECATED_MODULES`) have no file: each is an entry of
+  ``MOVED_MODULES`` in ``monai_unc/_compat.py`` naming modules of the package, and nothing in the package imports it.
 - Some components may not import a lower one all the same (:data:`FORBIDDEN_IMPORTS`): the command line imports
   nothing from the cohort engine (``monai_unc.engine``, or its old path ``monai_unc.distributed``); it goes through
   ``monai_unc.workflows``.
@@ -39,8 +40,8 @@ PACKAGE = "monai_unc"
 
 #: layer -> components; a component may import itself and the components of lower layers only
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_utils", "_deprecation", "keys"),
-    1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation"),
+    0: ("_utils", "_deprecation", "_compat", "keys", "state"),
+    1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation", "product"),
     2: ("stats", "metrics", "scores"),
     3: ("temperature", "networks"),
     4: ("inferers",),
@@ -58,7 +59,8 @@ CORE = ("_utils", "_deprecation", "keys", "measures", "stats", "aggregation", "m
 ADAPTERS = ("transforms", "handlers", "engines", "nnunet", "evaluation", "report", "workflows", "cli", "data",
             "engine")
 
-#: old module paths kept for one release; they re-export the new homes and warn (tests/test_deprecations.py)
+#: old module paths kept until their removal (CHANGELOG.md): entries of monai_unc/_compat.py's MOVED_MODULES, not
+#: files; importing one gives the objects of the new homes and warns (tests/test_deprecations.py)
 DEPRECATED_MODULES = (
     "monai_unc.predict",
     "monai_unc.calibration",
@@ -95,6 +97,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
     ),
+    # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
+    ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "
+    "(monai_unc.io.save_state writes a state); its body loads the writer only when the old method is called",
     # nnunet-predict and its export workers run without MONAI (issue #29: end to end as fast as stock)
     **dict.fromkeys(
         [("monai_unc.nnunet.predictor", m) for m in ("monai_unc.inferers.rate_in", "monai_unc.nnunet.calibrate")],
@@ -206,7 +211,7 @@ Violation = tuple[tuple[str, str, str, str], str]  # ((rule, importer, imported,
 def _layer_violations() -> list[Violation]:
     out = []
     for i in IMPORTS:
-        if not i.internal or i.importer in DEPRECATED_MODULES:
+        if not i.internal:
             continue
         src, dst = component(i.importer), component(i.target)
         if src == dst or dst not in LAYER_OF or src not in LAYER_OF:
@@ -409,7 +414,7 @@ def test_the_graph_sees_known_imports():
 
 
 def test_every_component_has_a_layer():
-    components = {component(m) for m in MODULES if m not in DEPRECATED_MODULES}
+    components = {component(m) for m in MODULES}
     missing = sorted(components - set(LAYER_OF))
     assert not missing, (
         f"components without a layer: {missing}; add them to LAYERS in tests/test_architecture.py and to the table "
@@ -426,10 +431,36 @@ def test_core_never_imports_an_adapter():
     bad = [
         f"{_where(i)}: core module {i.importer} imports adapter {i.target}"
         for i in IMPORTS
-        if i.internal and i.importer not in DEPRECATED_MODULES
-        and component(i.importer) in CORE and component(i.target) in ADAPTERS
+        if i.internal and component(i.importer) in CORE and component(i.target) in ADAPTERS
     ]
     assert not bad, "\n".join(bad)
+
+
+#: the formulas: arrays in, numbers out; they import no file writer or reader (``monai_unc.io``)
+FORMULAS = ("measures", "stats", "aggregation", "metrics", "scores", "activation", "regions", "temperature", "networks",
+            "state", "product")
+
+
+def test_formulas_never_import_io():
+    """The functional core computes; files are written and read by its callers through ``monai_unc.io``. A lazy
+    import listed in :data:`LAZY_IMPORTS` (a deprecated method) is the only exception."""
+    bad = [
+        f"{_where(i)}: {i.importer} imports {i.target}"
+        for i in IMPORTS
+        if component(i.importer) in FORMULAS and (i.target == "monai_unc.io" or i.target.startswith("monai_unc.io."))
+        and (i.importer, i.target) not in LAZY_IMPORTS
+    ]
+    assert not bad, "a formula imports the file layer:\n" + "\n".join(bad)
+
+
+def test_the_product_protocol_is_light():
+    """``monai_unc.product`` imports no heavy package, so the command line can offer every product's options before
+    it imports torch (tests/cli/test_cli_startup.py checks the command line itself)."""
+    heavy = ("torch", "monai", "numpy", "nibabel", "scipy")
+    bad = [f"{_where(i)}: {i.target}" for i in IMPORTS
+           if i.importer == "monai_unc.product" and (i.target.split(".")[0] in heavy or (
+               i.internal and i.target not in ("monai_unc",)))]
+    assert not bad, "monai_unc.product imports more than the standard library:\n" + "\n".join(bad)
 
 
 def test_imports_follow_the_layers():
@@ -503,20 +534,37 @@ def test_optional_dependencies_are_imported_where_they_belong():
     assert not bad, "\n".join(bad)
 
 
+def _moved_modules() -> dict[str, list[str]]:
+    """``MOVED_MODULES`` of ``monai_unc/_compat.py``, read with ``ast``: old path -> the new modules it names."""
+    for node in TREES["monai_unc._compat"].body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "MOVED_MODULES" for t in targets):
+            table = node.value
+            assert isinstance(table, ast.Dict)
+            out = {}
+            for key, entry in zip(table.keys, table.values):
+                # MovedModule(exports, advice): the exports dict, positional or by keyword
+                exports = entry.args[0] if entry.args else next(k.value for k in entry.keywords if k.arg == "exports")
+                out[ast.literal_eval(key)] = [ast.literal_eval(home) for home in exports.keys]
+            return out
+    raise AssertionError("monai_unc/_compat.py has no MOVED_MODULES table")
+
+
 def test_deprecated_modules_are_not_imported_by_the_package():
     bad = [
         f"{_where(i)}: {i.importer} imports the deprecated {i.target}"
         for i in IMPORTS
-        if i.target in DEPRECATED_MODULES and i.importer not in DEPRECATED_MODULES
+        if i.target in DEPRECATED_MODULES
     ]
     assert not bad, "\n".join(bad)
-    for m in DEPRECATED_MODULES:
-        assert m in MODULES, f"{m} is gone: remove it from DEPRECATED_MODULES (and tests/test_deprecations.py)"
-        warns = [
-            n for n in TREES[m].body
-            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and "DeprecationWarning" in ast.unparse(n)
-        ]
-        assert warns, f"{m} must warn with a DeprecationWarning at import"
+    moved = _moved_modules()
+    assert set(moved) == set(DEPRECATED_MODULES), "DEPRECATED_MODULES differs from MOVED_MODULES of _compat.py"
+    for m, homes in moved.items():
+        assert m not in MODULES, f"{m} is an entry of monai_unc/_compat.py: remove its file"
+        unknown = [h for h in homes if h not in MODULES]
+        assert not unknown, f"{m}: the new homes {unknown} are not modules of the package"
+    # the import hook imports nothing of the package before an old path is imported
+    assert not [i for i in IMPORTS if i.importer == "monai_unc._compat" and i.internal]
 
 
 def test_the_design_doc_shows_these_layers():
@@ -588,7 +636,7 @@ def test_the_design_doc_lists_every_module():
     assert len(rows) > 20, "docs/design.md has no 'Where to find a concern' table"
     missing = []
     for module, path in MODULES.items():
-        if module in DEPRECATED_MODULES or path.name == "__init__.py":
+        if path.name == "__init__.py":
             continue
         rel = module[len(PACKAGE) + 1:]
         parent, _, last = rel.rpartition(".")

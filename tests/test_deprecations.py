@@ -1,6 +1,7 @@
 """Every deprecated alias warns with a ``DeprecationWarning`` and gives the same object (or result) as its new name.
 
-Module aliases warn when their body runs, i.e. on the first import of a process. The in-process tests therefore
+Module aliases (entries of ``monai_unc._compat.MOVED_MODULES``, no file each) warn when they are loaded, i.e. on the
+first import of a process. The in-process tests therefore
 re-run each module body (``importlib.reload``, or a first import) inside ``pytest.warns``; one subprocess test
 imports every old path in a fresh interpreter with DeprecationWarnings as errors, as a user's script would meet them.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 import re
 import subprocess
@@ -20,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+import monai_unc._compat
 import monai_unc.data.cohorts
 import monai_unc.engine
 import monai_unc.evaluation
@@ -94,6 +97,51 @@ def test_old_module_paths_warn_in_a_fresh_interpreter():
     out = json.loads(run.stdout.strip().splitlines()[-1])
     for name, message in out.items():
         assert f"{name} is deprecated" in message, (name, message)
+
+
+def test_old_module_paths_have_no_file_and_import_through_the_compat_table():
+    """The old paths are entries of ``monai_unc._compat.MOVED_MODULES``, answered by its finder: no file each."""
+    assert set(monai_unc._compat.MOVED_MODULES) == set(MODULE_ALIASES)
+    for old in MODULE_ALIASES:
+        assert importlib.util.find_spec(old).loader is monai_unc._compat.FINDER
+        path = ROOT.joinpath(*old.split("."))
+        assert not path.with_suffix(".py").exists() and not path.is_dir(), old
+    assert sys.meta_path[0] is monai_unc._compat.FINDER
+    sys.modules.pop("monai_unc.report.cohort", None)
+    with pytest.warns(DeprecationWarning, match=r"monai_unc\.report\.cohort is deprecated .*; import from "
+                                                r"monai_unc\.evaluation$") as caught:
+        from monai_unc.report.cohort import summarize
+    assert summarize is monai_unc.evaluation.summarize
+    assert caught[0].filename == __file__  # the warning points at the importing line
+
+
+def test_one_more_entry_deprecates_one_more_path_and_its_submodules():
+    """How the next moved module is added (e.g. a renamed package): one entry per old path; an old path with
+    entries below it is a package whose old submodules import too."""
+    table = {
+        "monai_unc_moved_example": monai_unc._compat.MovedModule({"monai_unc.metrics.quality": None}, "use the new"),
+        "monai_unc_moved_example.part": monai_unc._compat.MovedModule(
+            {"monai_unc.metrics.quality": ("pairwise_dice",)}, "use the new part"),
+    }
+    finder = monai_unc._compat.MovedModuleFinder(table)
+    sys.meta_path.insert(0, finder)
+    try:
+        with pytest.warns(DeprecationWarning) as caught:
+            import monai_unc_moved_example.part  # noqa: F401
+            from monai_unc_moved_example import QualityScores
+        messages = [str(w.message) for w in caught]
+        assert messages == [
+            "monai_unc_moved_example is deprecated and will be removed in the next release; use the new",
+            "monai_unc_moved_example.part is deprecated and will be removed in the next release; use the new part",
+        ]
+        module = sys.modules["monai_unc_moved_example.part"]
+        assert module.__all__ == ["pairwise_dice"] and module.pairwise_dice is monai_unc.metrics.quality.pairwise_dice
+        assert QualityScores is monai_unc.metrics.quality.QualityScores
+        assert sys.modules["monai_unc_moved_example"].__all__ == list(monai_unc.metrics.quality.__all__)
+    finally:
+        sys.meta_path.remove(finder)
+        for name in table:
+            sys.modules.pop(name, None)
 
 
 def test_old_metric_registry_name_warns_and_gives_the_same_registry():

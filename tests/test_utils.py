@@ -1,5 +1,5 @@
 """The shared input checks and reductions of ``monai_unc._utils``: per-case reduction when no value is valid, the
-probability tolerance of low-precision dtypes."""
+probability tolerance of low-precision dtypes, the errors of the probability and per-axis checks."""
 
 import warnings
 
@@ -7,9 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc._utils import check_probabilities, probability_tolerance, reduce_case_values
+from monai_unc._utils import (
+    check_probabilities,
+    check_unit_interval,
+    normalize_spacing,
+    per_axis_mm,
+    probability_tolerance,
+    reduce_case_values,
+)
 from monai_unc.measures import entropy
 from monai_unc.metrics.calibration import ece
+from monai_unc.metrics.spatial import spatial_calibration_error
 from tests._cases import softmax_case
 
 
@@ -70,3 +78,42 @@ def test_probability_tolerance_scales_with_the_precision():
     with pytest.raises(ValueError, match="sum to 1"):
         check_probabilities(p)
     check_probabilities(p.to(torch.bfloat16))  # ... within bfloat16 rounding
+
+
+def test_probability_checks_name_what_is_wrong():
+    """``check_probabilities`` (classes summing to 1) and ``check_unit_interval`` (per-channel Bernoulli) share one
+    check; each keeps its own errors."""
+    p = torch.full((1, 2, 3), 0.5)
+    check_probabilities(p)
+    check_unit_interval(p)
+    check_unit_interval(torch.full((1, 1, 3), 0.2))  # one channel is fine without the sum
+    with pytest.raises(TypeError, match="probs must be a floating point array"):
+        check_unit_interval(torch.ones((1, 2, 3), dtype=torch.int64))
+    with pytest.raises(ValueError, match="at least 2 classes along dim 1"):
+        check_probabilities(torch.full((1, 1, 3), 1.0))
+    with pytest.raises(ValueError, match="is empty"):
+        check_unit_interval(torch.zeros((1, 0, 3)))
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\], got values in \[0.5, 1.5\]$"):
+        check_probabilities(torch.tensor([[[0.5], [1.5]]]))
+    with pytest.raises(ValueError, match=r"got values in \[0.5, 1.5\]; pass probabilities, not logits$"):
+        check_unit_interval(torch.tensor([[[0.5], [1.5]]]))
+    with pytest.raises(ValueError, match="must sum to 1 .* pass probabilities, not logits"):
+        check_probabilities(torch.full((1, 2, 3), 0.2))
+    with pytest.raises(ValueError, match="non-finite"):
+        check_unit_interval(torch.tensor([[[float("nan")]]]))
+
+
+def test_per_axis_lengths_of_spacing_and_sigma():
+    assert normalize_spacing(2, 3) == (2.0, 2.0, 2.0) and normalize_spacing(np.array([1, 2]), 2) == (1.0, 2.0)
+    assert per_axis_mm(0, 2, "sigma") == (0.0, 0.0)  # the range is the caller's
+    with pytest.raises(ValueError, match=r"spacing must have 3 values \(one per spatial axis\), got 2"):
+        normalize_spacing((1, 2), 3)
+    u = np.zeros((1, 1, 4, 4, 4))
+    with pytest.raises(ValueError, match=r"sigma must have 3 values \(one per spatial axis, mm\), got 2"):
+        spatial_calibration_error(u, u[:, 0], u[:, 0], sigma=(1.0, 2.0))
+    with pytest.raises(ValueError, match="sigma must be non-negative and finite"):
+        spatial_calibration_error(u, u[:, 0], u[:, 0], sigma=-1.0)
+    with pytest.raises(ValueError, match="spacing must be a number or one number per spatial axis"):
+        normalize_spacing("a", 2)
+    with pytest.raises(ValueError, match="spacing must be positive and finite"):
+        normalize_spacing(0, 2)

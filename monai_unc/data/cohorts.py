@@ -1,5 +1,7 @@
-"""Every example cohort writer: the demo cohort, the synthetic toy cohort for the command line, and the example data
-sets as NIfTI folders that MONAI bundles read (``bundles/*/configs``).
+"""Every example cohort writer: the demo cohort, the synthetic toy cohort and the example data sets as NIfTI.
+
+The synthetic toy cohort is for the command line; the example data sets are NIfTI folders that MONAI bundles
+read (``bundles/*/configs``).
 
 :func:`make_demo_cohort` (``monai-unc demo``) and :func:`write_toy_cohort` write flat ``images/``, ``labels/``
 folders and a ``shifts.csv``; :func:`export_mni152_cases` and :func:`export_toy_cases` write the bundle layout below.
@@ -100,16 +102,31 @@ def export_mni152_cases(
     resolution: int = 2,
     overwrite: bool = False,
 ) -> Path:
-    """Export the MNI152 tissue example (docs/data.md) to NIfTI; returns ``dataset.json``.
+    """Export the MNI152 tissue example (docs/data.md) to NIfTI in the layout of the module docstring.
 
     Case 0 is the template itself (shift ``"none"``); cases 1.. are perturbed copies from
     :func:`~monai_unc.data.perturb.make_mni152_cohort` (noise, bias field, contrast, blur, resolution loss, cycled,
     severity drawn from ``severity_range``), with the shift and severity recorded in the manifest. Images are the
     T1 scaled to [0, 1] (perturbed copies may leave that range), labels the 3-class tissue map (0 background + CSF,
     1 grey matter, 2 white matter), masks the right hemisphere (world x >= 0): the half never seen in training,
-    where metrics are reported. Every file carries the template's affine (2 mm RAS for ``resolution=2``).
-    """
+    where metrics are reported. Every file carries the template's affine (2 mm RAS for ``resolution=2``). Needs
+    ``nilearn``.
 
+    Args:
+        folder: the folder to write (new, empty, or written by this module before).
+        n_cases: the number of cases.
+        seed: seed of the perturbations.
+        kinds: the perturbations to cycle.
+        severity_range: ``(low, high)`` severities within [0, 5].
+        resolution: template resolution in mm (1 or 2).
+        overwrite: rewrite a folder this module wrote before (otherwise it is left as is).
+
+    Returns:
+        The path of ``dataset.json``.
+
+    Raises:
+        FileExistsError: the folder holds data this module did not write.
+    """
     folder = Path(folder)
     if not _check_folder(folder, overwrite):
         return folder / MANIFEST
@@ -160,10 +177,35 @@ def export_toy_cases(
     seed: int = 1000,
     overwrite: bool = False,
 ) -> Path:
-    """Export synthetic toy cases (:func:`~monai_unc.data.make_toy_dataset`, blurred borders, raters, shifts cycled
-    over ``shifts``) to NIfTI at 1 mm identity geometry; returns ``dataset.json``. Raters are one 4D file per case
-    ``(X, Y, Z, R)`` (``EnsureChannelFirstd(channel_dim=-1)`` gives ``(R, X, Y, Z)``). The default seed differs from
-    the one the toy bundle trains on (0), so exported cases are unseen."""
+    """Export synthetic toy cases to NIfTI at 1 mm identity geometry, in the layout of the module docstring.
+
+    The cases come from :func:`~monai_unc.data.make_toy_dataset` (blurred borders, raters, shifts cycled over
+    ``shifts``). Raters are one 4D file per case ``(X, Y, Z, R)`` (``EnsureChannelFirstd(channel_dim=-1)`` gives
+    ``(R, X, Y, Z)``). The default seed differs from the one the toy bundle trains on (0), so exported cases are
+    unseen.
+
+    Args:
+        folder: the folder to write (new, empty, or written by this module before).
+        n_cases: the number of cases.
+        shape: volume size in voxels.
+        n_raters: raters per case.
+        shifts: the shift labels to cycle (:data:`~monai_unc.data.synthetic.SHIFTS`).
+        seed: seed of the cases.
+        overwrite: rewrite a folder this module wrote before (otherwise it is left as is).
+
+    Returns:
+        The path of ``dataset.json``.
+
+    Raises:
+        FileExistsError: the folder holds data this module did not write.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     manifest = export_toy_cases(d, n_cases=2, shape=(8, 8, 8), shifts=("none", "shape"))
+        ...     [c["case"] for c in json.loads(manifest.read_text())["cases"]]
+        ['toy_00_none', 'toy_01_shape']
+    """
     folder = Path(folder)
     if not _check_folder(folder, overwrite):
         return folder / MANIFEST
@@ -200,8 +242,29 @@ def export_toy_cases(
 
 
 def load_datalist(folder: str | os.PathLike, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """The manifest's cases as a MONAI datalist: file entries joined with ``folder``; ``keys`` restricts the
-    entries (e.g. ``["image"]`` for inference). Raises ``FileNotFoundError`` when ``dataset.json`` is missing."""
+    """The manifest's cases as a MONAI datalist.
+
+    File entries (``.nii.gz``) are joined with ``folder``; other entries (``case``, ``shift``, ``severity``) are
+    kept as they are.
+
+    Args:
+        folder: a folder written by :func:`export_mni152_cases` or :func:`export_toy_cases`.
+        keys: keep only these entries (e.g. ``["image"]`` for inference); None keeps all.
+
+    Returns:
+        One dict per case.
+
+    Raises:
+        FileNotFoundError: ``dataset.json`` is missing.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = export_toy_cases(d, n_cases=1, shape=(8, 8, 8))
+        ...     item = load_datalist(d, keys=["image", "label"])[0]
+        ...     [(k, Path(v).relative_to(d).as_posix()) for k, v in item.items()]
+        [('image', 'images/toy_00_none.nii.gz'), ('label', 'labels/toy_00_none.nii.gz')]
+    """
     folder = Path(folder)
     manifest = folder / MANIFEST
     if not manifest.is_file():
@@ -221,9 +284,16 @@ def load_datalist(folder: str | os.PathLike, keys: Sequence[str] | None = None) 
 
 
 def left_hemisphere_sample(resolution: int = 2) -> dict[str, np.ndarray]:
-    """The training data of the example network: image and label ``(1, X_left, Y, Z)`` of the left hemisphere
-    (world x < 0), exactly as :func:`~monai_unc.data.training.train_tissue_model` cuts them."""
+    """The training data of the example network: the left hemisphere (world x < 0) of the MNI152 example.
 
+    Cut exactly as :func:`~monai_unc.data.training.train_tissue_model` cuts it. Needs ``nilearn``.
+
+    Args:
+        resolution: template resolution in mm (1 or 2).
+
+    Returns:
+        ``{"image": (1, X_left, Y, Z) float32, "label": (1, X_left, Y, Z) int64}``.
+    """
     data = load_mni152_tissue(resolution=resolution)
     n_left = int(data["left"].any(axis=(1, 2)).sum())
     return {"image": data["image"][:, :n_left].copy(), "label": data["label"][:, :n_left].copy()}
@@ -259,8 +329,10 @@ _DEMO_TAGS = {"gamma_noise": "gn", "noise": "noise", "bias": "bias", "gamma": "g
 
 
 def _graded(prefix: str, levels: dict[str, Sequence[float]]) -> tuple[tuple[str, str, str, float], ...]:
-    """Demo cases ``(f"{prefix}_{tag}{round(value * 100):03d}", label, kind, value)`` for every level of every kind
-    (``tag``: ``gn`` for ``gamma_noise``, else the kind)."""
+    """Demo cases ``(f"{prefix}_{tag}{round(value * 100):03d}", label, kind, value)`` for every level of every kind.
+
+    ``tag`` is ``gn`` for ``gamma_noise``, else the kind.
+    """
     out = []
     for kind, values in levels.items():
         label, limit = _DEMO_KINDS[kind]
@@ -294,10 +366,13 @@ _DEMO_CASES = DEMO_SHIFTS + DEMO_CALIBRATION_SHIFTS + DEMO_NEW_SHIFTS
 
 
 def _demo_case_seed(seed: int, case: tuple[str, str, str, float]) -> np.random.SeedSequence:
-    """The seed of one demo case's random parts (noise): child ``i`` of ``seed`` for the ``i``-th case of
+    """The seed of one demo case's random parts (noise).
+
+    Child ``i`` of ``seed`` for the ``i``-th case of
     :data:`DEMO_SHIFTS` + :data:`DEMO_CALIBRATION_SHIFTS` + :data:`DEMO_NEW_SHIFTS` (so a case gets the same noise in
     any subset, and the cases of :data:`DEMO_SHIFTS` the noise they always had), else a child keyed by the CRC-32 of
-    the case id (past the shipped cases' keys)."""
+    the case id (past the shipped cases' keys).
+    """
     try:
         key = _DEMO_CASES.index(tuple(case))
     except ValueError:
@@ -308,12 +383,12 @@ def _demo_case_seed(seed: int, case: tuple[str, str, str, float]) -> np.random.S
 def make_demo_cohort(
     folder: str | os.PathLike, seed: int = 0, shifts: Sequence[tuple[str, str, str, float]] | None = None
 ) -> dict[str, Path]:
-    """Write the demo cohort of ``monai-unc demo`` (:mod:`monai_unc.workflows.demo`) as NIfTI:
-    ``images/<case>.nii.gz``, ``labels/<case>.nii.gz`` and ``shifts.csv``; existing files are kept.
+    """Write the demo cohort of ``monai-unc demo`` (:mod:`monai_unc.workflows.demo`) as NIfTI.
 
+    The files are ``images/<case>.nii.gz``, ``labels/<case>.nii.gz`` and ``shifts.csv``; existing files are kept.
     Every case is the held-out right hemisphere of the MNI152 example with one
     :func:`~monai_unc.data.perturb.fixed_perturbation`; its random parts come from ``seed`` and the case
-    (:func:`_demo_case_seed`), so a case is the same in any subset.
+    (:func:`_demo_case_seed`), so a case is the same in any subset. Needs ``nilearn``.
 
     Args:
         folder: the folder to write.
@@ -368,7 +443,27 @@ def write_toy_cohort(
     stand-in for a model's output in the ``monai-unc`` layout, ``predictions/<case>_probs.nii.gz``, ``_seg`` and
     ``_predictive_entropy``: the raters' foreground fraction smoothed with a Gaussian of 1 voxel and scaled by 1.3
     (2 voxels and 1.6 for shifted cases, so that they are worse and more uncertain), clipped to [0, 1]. Volumes
-    carry the anisotropic ``spacing`` (mm) in their affine. Returns the folders and the shift table.
+    carry the anisotropic ``spacing`` (mm) in their affine.
+
+    Args:
+        folder: the folder to write (created if missing; files of the same names are replaced).
+        n_cases: the number of cases.
+        shape: volume size in voxels.
+        spacing: voxel size in mm per axis.
+        shifts: the shift labels to cycle.
+        predictions: also write the stand-in predictions.
+        seed: seed of the cases.
+
+    Returns:
+        ``{"images", "labels"[, "predictions"], "shifts"}``: the folders and the shift table.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     paths = write_toy_cohort(d, n_cases=2, shape=(8, 8, 8))
+        ...     print(sorted(paths), sorted(p.name for p in paths["predictions"].iterdir())[:3])
+        ['images', 'labels', 'predictions', 'shifts'] ['toy000_predictive_entropy.nii.gz', 'toy000_probs.nii.gz',
+        'toy000_seg.nii.gz']
     """
     folder = Path(folder)
     dirs = {k: folder / k for k in ("images", "labels", "predictions")}

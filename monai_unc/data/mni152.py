@@ -31,12 +31,41 @@ def _nilearn_datasets():
 
 
 def tissue_ambiguity(probs: np.ndarray) -> np.ndarray:
-    """Reference ambiguity ``sum_c p_c (1 - p_c)`` of class probabilities ``(C, *spatial) -> (1, *spatial)``."""
+    """Reference ambiguity ``sum_c p_c (1 - p_c)`` of class probabilities (the Gini impurity of the tissue classes).
+
+    Args:
+        probs: class probabilities ``(C, *spatial)``.
+
+    Returns:
+        ``(1, *spatial)``: 0 where one class is certain, at most ``1 - 1/C``.
+
+    Example:
+        >>> tissue_ambiguity(np.array([[0.5, 1.0], [0.5, 0.0]]))
+        array([[0.5, 0. ]])
+    """
     return (probs * (1.0 - probs)).sum(axis=0, keepdims=True)
 
 
 def hemisphere_masks(affine: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Boolean masks ``(X, Y, Z)`` of the left (world x < 0) and right (world x >= 0) hemispheres."""
+    """Boolean masks of the left (world x < 0) and right (world x >= 0) hemispheres.
+
+    Args:
+        affine: ``(4, 4)`` voxel -> world matrix (mm); world x is the left-right axis, 0 on the mid-sagittal
+            plane.
+        shape: the 3D volume shape ``(X, Y, Z)``.
+
+    Returns:
+        ``(left, right)``, each a bool ``(X, Y, Z)`` array; they partition the volume.
+
+    Raises:
+        ValueError: ``affine`` is not 4x4 or ``shape`` is not 3D.
+
+    Example:
+        >>> affine = np.eye(4); affine[0, 3] = -2.0  # world x = i - 2
+        >>> left, right = hemisphere_masks(affine, (4, 1, 1))
+        >>> left.ravel().tolist(), right.ravel().tolist()
+        ([True, True, False, False], [False, False, True, True])
+    """
     affine = np.asarray(affine, dtype=float)
     if affine.shape != (4, 4):
         raise ValueError(f"affine must be 4x4, got {affine.shape}")
@@ -51,16 +80,22 @@ def hemisphere_masks(affine: np.ndarray, shape: tuple[int, ...]) -> tuple[np.nda
 def load_mni152_tissue(resolution: int = 2) -> dict:
     """Load the MNI152 2009 template as a 3-class tissue segmentation example.
 
+    The template and the tissue maps come with ``nilearn`` (the ``examples`` extra); nothing is downloaded.
+    Probabilities above 1 in total (GM + WM) are renormalised.
+
     Args:
         resolution: 1 or 2 (mm isotropic); 2 gives a 99 x 117 x 95 volume.
 
-    Returns a dict with
-        ``image`` ``(1, X, Y, Z)`` float32 T1 scaled to [0, 1];
-        ``label`` ``(1, X, Y, Z)`` int64: 0 background + CSF, 1 grey matter, 2 white matter (argmax of ``probs``);
-        ``probs`` ``(3, X, Y, Z)`` float32 tissue probabilities (background = 1 - GM - WM, clipped at 0);
-        ``ambiguity`` ``(1, X, Y, Z)`` float32 reference map ``sum_c p_c (1 - p_c)``;
-        ``affine`` ``(4, 4)`` float64 voxel -> world (mm, RAS); ``spacing`` tuple of mm;
-        ``left``, ``right`` ``(X, Y, Z)`` bool hemisphere masks (training / evaluation split).
+    Returns:
+        A dict with ``image`` ``(1, X, Y, Z)`` float32 T1 scaled to [0, 1]; ``label`` ``(1, X, Y, Z)`` int64: 0
+        background + CSF, 1 grey matter, 2 white matter (argmax of ``probs``); ``probs`` ``(3, X, Y, Z)`` float32
+        tissue probabilities (background = 1 - GM - WM, clipped at 0); ``ambiguity`` ``(1, X, Y, Z)`` float32
+        reference map ``sum_c p_c (1 - p_c)``; ``affine`` ``(4, 4)`` float64 voxel -> world (mm, RAS); ``spacing``
+        tuple of mm; ``left``, ``right`` ``(X, Y, Z)`` bool hemisphere masks (training / evaluation split).
+
+    Raises:
+        ValueError: ``resolution`` is not 1 or 2.
+        ImportError: without nilearn.
     """
     if resolution not in (1, 2):
         raise ValueError(f"resolution must be 1 or 2 (mm), got {resolution}")

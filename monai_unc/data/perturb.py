@@ -70,10 +70,22 @@ def perturb(image: ArrayLike, kind: str, severity: float, seed: int = 0) -> Arra
         image: intensities, numpy or torch (the result follows the input's library and float dtype).
         kind: one of :data:`PERTURBATIONS`.
         severity: 0 (unchanged copy) to 5.
-        seed: seed of the random parts.
+        seed: seed of the random parts; a fixed seed and a larger severity scale the same draw.
+
+    Returns:
+        The perturbed image, same shape, library, device and float dtype as ``image`` (float32 for integer input).
 
     Raises:
         ValueError: unknown ``kind``, ``severity`` outside [0, 5], non-finite or empty ``image``, wrong shape.
+        TypeError: ``severity`` is not a number, or ``image`` is bool or complex.
+
+    Example:
+        >>> x = np.zeros((1, 8, 8, 8), np.float32); x[0, 2:6, 2:6, 2:6] = 1.0
+        >>> y = perturb(x, "blur", 2.0)
+        >>> y.shape, y.dtype, bool(y.max() < 1.0)
+        ((1, 8, 8, 8), dtype('float32'), True)
+        >>> bool((perturb(x, "noise", 0.0) == x).all())
+        True
     """
     if kind not in PERTURBATIONS:
         raise ValueError(f"kind must be one of {PERTURBATIONS}, got {kind!r}")
@@ -136,14 +148,26 @@ def make_mni152_cohort(
     Case 0 is the unperturbed template when ``include_clean``; the others cycle through ``kinds`` with a severity
     drawn uniformly from ``severity_range`` and a per-case seed, all reproducible from ``seed``. Perturbations act
     on the whole volume; ``roi`` (one slice per spatial axis) then crops image, label and masks, e.g. a block of
-    the right hemisphere to keep CPU inference cheap.
+    the right hemisphere to keep CPU inference cheap. Needs ``nilearn`` (the ``examples`` extra), like
+    :func:`~monai_unc.data.load_mni152_tissue`.
 
-    Returns a list of dicts: ``image`` ``(1, X, Y, Z)`` float32, ``label`` ``(1, X, Y, Z)`` int64 (0 background +
-    CSF, 1 grey matter, 2 white matter), ``right`` ``(X, Y, Z)`` bool (the evaluation hemisphere, world x >= 0),
-    ``shift`` (``"none"`` or the kind), ``severity`` float, ``seed`` int (of the perturbation), ``spacing`` (mm).
-    Needs ``nilearn`` (the ``examples`` extra), like :func:`~monai_unc.data.load_mni152_tissue`.
+    Args:
+        n_cases: the number of cases.
+        seed: seed of the severities and the perturbations.
+        kinds: the perturbations to cycle (:data:`PERTURBATIONS`).
+        severity_range: ``(low, high)`` within [0, 5].
+        include_clean: case 0 is the unperturbed template.
+        roi: three slices cropping the volumes, or None.
+        resolution: template resolution in mm (1 or 2).
+
+    Returns:
+        One dict per case: ``image`` ``(1, X, Y, Z)`` float32, ``label`` ``(1, X, Y, Z)`` int64 (0 background +
+        CSF, 1 grey matter, 2 white matter), ``right`` ``(X, Y, Z)`` bool (the evaluation hemisphere, world x >= 0),
+        ``shift`` (``"none"`` or the kind), ``severity`` float, ``seed`` int (of the perturbation), ``spacing`` (mm).
+
+    Raises:
+        ValueError: a bad ``n_cases``, ``kinds``, ``severity_range`` or ``roi`` (or one that selects no voxel).
     """
-
     if isinstance(n_cases, bool) or not isinstance(n_cases, (int, np.integer)) or n_cases < 1:
         raise ValueError(f"n_cases must be a positive integer, got {n_cases!r}")
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
@@ -191,8 +215,9 @@ def make_mni152_cohort(
 
 
 def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.random.Generator) -> np.ndarray:
-    """One of the demo cohort's fixed perturbations of a ``(X, Y, Z)`` image with intensities in [0, 1] (result
-    clipped to [0, 1]), given by its parameter rather than a severity (:data:`FIXED_PERTURBATIONS`):
+    """One of the demo cohort's fixed perturbations of a ``(X, Y, Z)`` image with intensities in [0, 1].
+
+    Given by its parameter rather than a severity (:data:`FIXED_PERTURBATIONS`):
 
     - ``identity``; ``gamma_noise``: ``x ** value`` plus Gaussian noise of std 0.02; ``noise``: Gaussian noise of
       std ``value``; ``gamma``: ``x ** value``;
@@ -201,6 +226,23 @@ def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.rando
       interpolated back.
 
     :func:`perturb` is the severity-graded family (with MONAI transforms) used for the larger shifted cohorts.
+
+    Args:
+        image: ``(X, Y, Z)`` intensities in [0, 1].
+        kind: one of :data:`FIXED_PERTURBATIONS`.
+        value: the perturbation's parameter (above).
+        rng: the generator of the noise.
+
+    Returns:
+        The perturbed image ``(X, Y, Z)`` float32, clipped to [0, 1].
+
+    Raises:
+        ValueError: an unknown ``kind``.
+
+    Example:
+        >>> out = fixed_perturbation(np.full((4, 4, 4), 0.5), "gamma", 2.0, np.random.default_rng(0))
+        >>> out.dtype, float(out[0, 0, 0])
+        (dtype('float32'), 0.25)
     """
     x = image.astype(np.float64)
     if kind == "identity":

@@ -19,11 +19,9 @@ stable), then the SSN loss with ``num_mc_samples`` draws.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from monai.networks.nets import UNet
 
-from ..io import atomic_torch_save, atomic_write_text
 from ..networks import IntensityMask, SSNHead, SSNLoss, SSNNetwork
+from .model import save_trained_network
 from .synthetic import make_toy_dataset
 
 __all__ = ["SSN_TOY_NETWORK", "build_ssn_network", "train_ssn"]
@@ -215,7 +213,5 @@ def train_ssn(
     }
     net.eval()
     if out_path is not None:
-        out_path = Path(out_path)
-        atomic_torch_save(out_path, net.state_dict())
-        atomic_write_text(out_path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
+        save_trained_network(net, record, out_path)
     return net, record

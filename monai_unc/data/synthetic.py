@@ -42,11 +42,35 @@ def make_toy_case(
     noise_std: float = 0.1,
     rng: np.random.Generator | int | None = None,
 ) -> dict:
-    """One toy case; see the module docstring. ``shape`` is 2D or 3D (voxels, spacing 1 mm).
+    """One toy case with raters and an optional shift; see the module docstring.
 
-    Returns a dict: ``image`` ``(1, *shape)`` float32, ``label`` ``(*shape)`` int64 majority vote,
-    ``raters`` ``(R, *shape)`` int64, ``probs`` ``(2, *shape)`` float32 (background, foreground fraction of
-    raters), ``shift`` str, ``object_volume`` int (voxels of the consensus), ``radius`` float, ``blur`` bool.
+    ValUES, Appendix B.1 (Kahl, Lüth, Zenk, Maier-Hein, Jaeger, *ValUES: A Framework for Systematic Validation of
+    Uncertainty Estimation in Semantic Segmentation*, ICLR 2024).
+
+    Args:
+        shape: 2D or 3D volume size in voxels (spacing 1 mm), every axis at least 8.
+        n_raters: the number of raters ``R``.
+        shift: one of :data:`SHIFTS`.
+        blur: a blurred border that the raters draw at different places (aleatoric uncertainty); False: one sharp
+            border every rater agrees on.
+        radius: the outermost rater's radius in voxels (default: drawn from 0.12-0.3 of the smallest axis).
+        noise_std: std of the Gaussian background noise.
+        rng: a generator or seed.
+
+    Returns:
+        A dict: ``image`` ``(1, *shape)`` float32, ``label`` ``(*shape)`` int64 majority vote, ``raters``
+        ``(R, *shape)`` int64, ``probs`` ``(2, *shape)`` float32 (background, foreground fraction of raters),
+        ``shift`` str, ``object_volume`` int (voxels of the consensus), ``radius`` float, ``blur`` bool.
+
+    Raises:
+        ValueError: a bad ``shape``, ``shift``, ``n_raters`` or ``radius``.
+
+    Example:
+        >>> case = make_toy_case((16, 16, 16), n_raters=3, rng=0)
+        >>> case["image"].shape, case["raters"].shape, case["probs"].shape, case["shift"]
+        ((1, 16, 16, 16), (3, 16, 16, 16), (2, 16, 16, 16), 'none')
+        >>> bool((case["label"] == (case["raters"].sum(0) >= 2)).all())
+        True
     """
     shape = tuple(int(s) for s in shape)
     if len(shape) not in (2, 3) or min(shape) < 8:
@@ -109,8 +133,27 @@ def make_toy_dataset(
 ) -> list[dict]:
     """``n_cases`` toy cases (see :func:`make_toy_case`), reproducible from ``seed``.
 
-    ``shift``: ``None``/``"none"`` for in-distribution cases, one of ``SHIFTS``, or a sequence cycled over the
-    cases (e.g. ``["none", "intensity", "shape", "position"]``).
+    Every case gets its own generator spawned from ``seed``.
+
+    Args:
+        n_cases: the number of cases.
+        shape: volume size in voxels (2D or 3D).
+        n_raters: raters per case.
+        shift: ``None``/``"none"`` for in-distribution cases, one of :data:`SHIFTS`, or a sequence cycled over the
+            cases (e.g. ``["none", "intensity", "shape", "position"]``).
+        blur: blurred, ambiguous borders (see :func:`make_toy_case`).
+        seed: seed of the cohort.
+
+    Returns:
+        The cases, as :func:`make_toy_case` returns them.
+
+    Raises:
+        ValueError: ``n_cases`` is not a positive integer or ``shift`` is empty.
+
+    Example:
+        >>> cases = make_toy_dataset(4, shape=(16, 16, 16), shift=["none", "intensity"], seed=0)
+        >>> [c["shift"] for c in cases]
+        ['none', 'intensity', 'none', 'intensity']
     """
     if not isinstance(n_cases, int) or n_cases < 1:
         raise ValueError(f"n_cases must be a positive integer, got {n_cases!r}")

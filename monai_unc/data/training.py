@@ -8,11 +8,9 @@ soft Dice or cross-entropy alone, for the calibration study of Kock et al.), Ada
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,10 +28,9 @@ from monai.transforms import (
 )
 from tqdm.auto import tqdm
 
-from ..io import atomic_torch_save, atomic_write_text
 from ..metrics.overlap import dice
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
-from .model import EXAMPLE_NETWORK, build_example_network
+from .model import EXAMPLE_NETWORK, build_example_network, save_trained_network
 
 __all__ = ["train_tissue_model", "hemisphere_dice", "dice_per_class"]
 
@@ -161,7 +158,5 @@ def train_tissue_model(
     }
     net.eval()
     if out_path is not None:
-        out_path = Path(out_path)
-        atomic_torch_save(out_path, net.state_dict())
-        atomic_write_text(out_path.with_suffix(".json"), json.dumps(record, indent=2) + "\n")
+        save_trained_network(net, record, out_path)
     return net, record

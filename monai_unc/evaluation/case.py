@@ -15,7 +15,9 @@ categorical task for a class prediction, one binary task per region for a region
 - the case scores of every measure (:mod:`monai_unc.scores`; for regions per region and combined,
   :func:`~monai_unc.evaluation.rows.region_score_columns`);
 - the user metrics of ``EvaluationConfig.case_metrics``: ``fn(task)`` of every task
-  (:class:`~monai_unc.activation.TaskView`), column ``<name>`` or ``<name>_<R>``.
+  (:class:`~monai_unc.activation.TaskView`), column ``<name>`` or ``<name>_<R>``;
+- the per-case state of every product of ``EvaluationConfig.products`` (:mod:`monai_unc.product`) and the columns
+  it adds (:func:`~monai_unc.evaluation.products.product_case_states`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentra
 from ..regions import parse_regions
 from ..scores import case_score_columns
 from .config import CALIBRATION_COLUMNS, EvaluationConfig, region_suffix, slug, unit_scale
+from .products import product_case_states
 from .rows import (
     QU_BRATS_COLUMNS,
     CaseResult,
@@ -208,11 +211,16 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             row.update(case_score_columns(maps, case.seg, config.patch_size))
         for name, fn in (config.case_metrics or {}).items():
             row.update({col(name): float(fn(t)) for t, col in zip(tasks, cols)})
+        states, product_columns = product_case_states(case, tasks, config)
+        clash = sorted(set(product_columns) & set(row))
+        if clash:
+            raise ValueError(f"products: the columns {clash} clash with the evaluation's own")
+        row.update(product_columns)
         row["voxels"] = int(tasks[0].target.size)  # per region (the label may hold R masks)
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:
-        return CaseResult(row, None if hists is None else hists[0], messages, conformal=conformal)
+        return CaseResult(row, None if hists is None else hists[0], messages, conformal=conformal, states=states)
     region_hists = None if hists is None else {str(t.name): h for t, h in zip(tasks, hists)}
     return CaseResult(row, None, messages, region_histograms=region_hists, curves=curves,
-                      unclaimed_labels=unclaimed, conformal=conformal)
+                      unclaimed_labels=unclaimed, conformal=conformal, states=states)

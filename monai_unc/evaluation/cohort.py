@@ -17,16 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from ..io import CaseFiles, atomic_save_npz, atomic_write_text, json_safe, write_csv
+from ..io import CaseFiles, atomic_write_text, json_safe, save_state, write_csv
 from ..io.files import json_default
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
 from ..metrics.casewise import failure_detection, ood_auroc
 from ..metrics.selective import area_under_referral_curve, referral_curve, risk_controlled_threshold
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
+from ..state import StateGroup
 from .case import CaseResult
 from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
+from .products import fit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
-from .rows import load_region_histograms, region_histograms_state
 
 __all__ = [
     "CohortState",
@@ -64,6 +65,8 @@ class CohortState:
     regions: dict[str, list[int]] | None = None
     region_histograms: dict[str, ConfidenceHistogram] = field(default_factory=dict)
     curves: dict[str, Any] = field(default_factory=dict)
+    #: ``{case id: {product name: state}}``: the per-case states of the evaluation's products
+    product_states: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def add(self, result: CaseResult, files: CaseFiles | None = None) -> CohortState:
         cid = result.row["case"]
@@ -75,6 +78,8 @@ class CohortState:
         self._merge_regions(result.region_histograms or {})
         if result.curves is not None:
             self.curves[str(cid)] = result.curves
+        if result.states:
+            self.product_states[str(cid)] = dict(result.states)
         self.warnings.extend(result.warnings)
         if files is not None:
             self.files[cid] = files.to_json()
@@ -97,6 +102,7 @@ class CohortState:
             self._histogram().merge(other.histogram)
         self._merge_regions(other.region_histograms)
         self.curves.update(other.curves)
+        self.product_states.update(other.product_states)
         self.warnings.extend(other.warnings)
         self.files.update(other.files)
         return self
@@ -117,7 +123,8 @@ class CohortState:
 
     # -- persistence ------------------------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> None:
-        """Write the state to ``folder`` (``rows.json``, ``histogram.npz``, ``region_histograms.npz``) atomically."""
+        """Write the state to ``folder`` (``rows.json``, ``histogram.npz``, ``region_histograms.npz``,
+        ``products.npz``) atomically; every state through :func:`monai_unc.io.save_state`."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         meta = {
@@ -130,15 +137,14 @@ class CohortState:
         if self.regions is not None:
             meta["regions"] = self.regions
             meta["curves"] = self.curves
-        if self.histogram is not None:
-            atomic_save_npz(folder / "histogram.npz", self.histogram.state_dict(), compressed=True)
-        else:
-            (folder / "histogram.npz").unlink(missing_ok=True)  # not an earlier run's
-        if self.region_histograms:
-            atomic_save_npz(folder / "region_histograms.npz", region_histograms_state(self.region_histograms),
-                            compressed=True)
-        else:
-            (folder / "region_histograms.npz").unlink(missing_ok=True)
+        regions = StateGroup(self.region_histograms) if self.region_histograms else None
+        products = (StateGroup({c: StateGroup(s) for c, s in sorted(self.product_states.items())})
+                    if self.product_states else None)
+        for name, group in (("histogram", self.histogram), ("region_histograms", regions), ("products", products)):
+            if group is not None:
+                save_state(folder / f"{name}.npz", group)
+            else:
+                (folder / f"{name}.npz").unlink(missing_ok=True)  # not an earlier run's
         atomic_write_text(folder / "rows.json", json.dumps(meta, indent=1, default=json_default) + "\n")
 
     @classmethod
@@ -157,8 +163,25 @@ class CohortState:
             state.histogram = ConfidenceHistogram.load(hp)
         rp = folder / "region_histograms.npz"
         if rp.is_file():
-            state.region_histograms = load_region_histograms(rp)
+            state.region_histograms = _load_region_histograms(rp)
+        pp = folder / "products.npz"
+        if pp.is_file():
+            with np.load(pp, allow_pickle=False) as z:
+                group = StateGroup.from_state_dict({k: z[k] for k in z.files})
+            state.product_states = {c: dict(g) for c, g in group.items()}
         return state
+
+
+def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
+    """The per-region histograms of ``state/region_histograms.npz``: a :class:`~monai_unc.state.StateGroup`, or the
+    layout of versions before it (``regions`` names, region ``i`` under ``r<i>__<key>``)."""
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    if "__names__" in arrays:
+        return dict(StateGroup.from_state_dict(arrays))
+    names = [str(n) for n in np.asarray(arrays["regions"]).tolist()]
+    return {name: ConfidenceHistogram.from_state_dict({k[len(f"r{i}__"):]: v for k, v in arrays.items()
+                                                        if k.startswith(f"r{i}__")}) for i, name in enumerate(names)}
 
 
 def _column(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
@@ -284,8 +307,19 @@ def _risk_control(ids: Sequence[str], scores: np.ndarray, dice: np.ndarray, conf
     return out
 
 
-def summarize(state: CohortState, config: EvaluationConfig) -> dict[str, Any]:
-    """Cohort metrics of ``state`` (module docstring); NaN becomes ``null`` in the returned dict."""
+def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """Cohort metrics of ``state`` (module docstring); NaN becomes ``null`` in the returned dict.
+
+    Args:
+        state: the cohort state.
+        config: the evaluation options.
+        fitted: the artifacts of the products of ``config.products``
+            (:func:`~monai_unc.evaluation.products.fit_products`; fitted here when None).
+
+    Returns:
+        The summary: the evaluation's blocks, then one block per product under its name, then ``warnings``.
+    """
     config.validate()
     rows = state.sorted_rows()
     ids = [str(r["case"]) for r in rows]
@@ -377,6 +411,10 @@ def summarize(state: CohortState, config: EvaluationConfig) -> dict[str, Any]:
             summary["risk_control"] = _risk_control(ids, scores, dice, config)
         if state.regions is not None:
             summary.update(_region_summary(state, rows, ids, score_key, config))
+        if config.products:
+            if fitted is None:
+                fitted = fit_products(state.product_states, rows, config)
+            summary.update(product_summaries(state.product_states, rows, config, fitted))
     msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return json_safe(summary)
@@ -481,5 +519,6 @@ def remove_cohort_files(folder: str | os.PathLike) -> None:
     keeping the per-case resume state: after a run with failed cases no earlier run's numbers remain."""
     folder = Path(folder)
     for path in (folder / "metrics.csv", folder / "summary.json", folder / STATE_DIR / "rows.json",
-                 folder / STATE_DIR / "histogram.npz", folder / STATE_DIR / "region_histograms.npz"):
+                 folder / STATE_DIR / "histogram.npz", folder / STATE_DIR / "region_histograms.npz",
+                 folder / STATE_DIR / "products.npz"):
         path.unlink(missing_ok=True)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.conformal import CONFORMAL_FAMILIES, min_calibration_cases
+from ..product import CohortProduct
 from ..regions import parse_regions
 from ..scores import CASE_SCORES
 
@@ -122,6 +123,10 @@ class EvaluationConfig:
         conformal_stratify_by: the case score of the strata, a column ``<measure>_<mean|fg_mean|patch_mean>``
             (for regions also ``..._<R>``) computed from the prediction alone (default: the triage score
             ``score``).
+        products: the cohort products to compute besides the evaluation's own metrics (:mod:`monai_unc.product`):
+            instances of registered :class:`~monai_unc.product.CohortProduct` subclasses, with distinct names. Each
+            one's per-case state is computed and resumed with the case, its artifact fitted on the calibration cases
+            and its summary written under its name in ``summary.json``.
 
     Example:
         >>> from monai_unc.evaluation import EvaluationConfig
@@ -158,6 +163,7 @@ class EvaluationConfig:
     conformal_strata: int | None = None
     conformal_strata_edges: Sequence[float] | None = None
     conformal_stratify_by: str | None = None
+    products: Sequence[CohortProduct] = ()
 
     @property
     def n_fine_bins(self) -> int:
@@ -220,6 +226,29 @@ class EvaluationConfig:
         if self.conformal_delta is not None and not 0.0 < float(self.conformal_delta) < 1.0:
             raise ValueError(f"conformal_delta must be in (0, 1), got {self.conformal_delta}")
         self._validate_strata()
+        self._validate_products()
+
+    def _validate_products(self) -> None:
+        if isinstance(self.products, CohortProduct) or not isinstance(self.products, Sequence):
+            raise TypeError("products must be a sequence of CohortProduct instances, got "
+                            f"{type(self.products).__name__}")
+        names = []
+        for p in self.products:
+            if not isinstance(p, CohortProduct):
+                raise TypeError(f"products: {p!r} is not a CohortProduct instance")
+            names.append(p.name)
+        if len(set(names)) != len(names):
+            raise ValueError(f"products: two products share a name ({names})")
+        self.products = tuple(self.products)
+
+    def product_options(self) -> dict[str, Any]:
+        """``{product name: options}`` of :attr:`products` (:meth:`~monai_unc.product.CohortProduct.options`): what
+        ``summary.json`` and the per-case fingerprint record.
+
+        Returns:
+            The options by product, in the order of :attr:`products`.
+        """
+        return {p.name: p.options() for p in self.products}
 
     def _validate_strata(self) -> None:
         k, edges, by = self.conformal_strata, self.conformal_strata_edges, self.conformal_stratify_by
@@ -309,8 +338,11 @@ class EvaluationConfig:
         d = dict(self.__dict__)
         d.pop("shifts", None)
         d.pop("case_metrics", None)  # functions; their names instead, when there are any
+        d.pop("products", None)  # objects; their options instead, when there are any
         if self.case_metrics is not None:
             d["case_metric_names"] = self.case_metric_names
+        if self.products:
+            d["products"] = self.product_options()
         return d
 
 

@@ -9,15 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import __version__
 from ..engine import CaseCache
-from ..io import CaseFiles, atomic_save_npz
-from ..metrics.calibration import ConfidenceHistogram
+from ..engine.records import record_cache_hooks
+from ..io import CaseFiles
 from .case import CaseResult
 from .config import EvaluationConfig
-from .rows import conformal_arrays, conformal_from_arrays, load_region_histograms, region_histograms_state
 
 __all__ = ["CASE_FIELDS", "CASES_DIR", "file_signature", "case_fingerprint", "case_cache", "save_case_state",
            "load_case_state"]
@@ -29,7 +26,7 @@ CASE_FIELDS = ("measure", "n_bins", "min_bin_count", "patch_size", "spatial", "n
 
 CASES_DIR = "cases"
 
-_CASE_FORMAT = 2  # 2: the 1 - max p map is named one_minus_max_prob (was max_softmax)
+_CASE_FORMAT = 3  # 2: the 1 - max p map is named one_minus_max_prob (was max_softmax); 3: one record per case
 
 
 def file_signature(path: Path | None) -> list[Any] | None:
@@ -58,47 +55,27 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
     }
     if config.conformal:  # only when asked: the fingerprint of an evaluation without conformal masks is unchanged
         fp["config"]["conformal"] = {"sides": list(dict(config.conformal)), "family": config.conformal_family}
+    if config.products:  # only when asked: the fingerprint of an evaluation without products is unchanged
+        fp["config"]["products"] = config.product_options()
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
         fp["inputs"]["image"] = file_signature(files.image)
     return json.loads(json.dumps(fp))
 
 
-def _dump(folder: Path, cid: str, got: tuple[CaseResult, CaseFiles | None, int]) -> dict[str, Any]:
-    """Write a case's histograms (``<case>.npz``, ``<case>.regions.npz``); the JSON fields of the rest."""
-    result, _, num_classes = got
-    if result.histogram is not None:
-        atomic_save_npz(folder / f"{cid}.npz", result.histogram.state_dict(), compressed=True)
-    if result.region_histograms is not None:
-        atomic_save_npz(folder / f"{cid}.regions.npz", region_histograms_state(result.region_histograms),
-                        compressed=True)
-    if result.conformal is not None:
-        atomic_save_npz(folder / f"{cid}.conformal.npz", conformal_arrays(result.conformal), compressed=True)
-    return {"num_classes": int(num_classes), "row": result.row, "warnings": result.warnings,
-            "conformal": result.conformal is not None,
-            "histogram": result.histogram is not None, "region_histograms": result.region_histograms is not None,
-            "curves": result.curves, "unclaimed_labels": list(result.unclaimed_labels)}
-
-
-def _restore(folder: Path, doc: dict[str, Any], files: CaseFiles | None) -> tuple[CaseResult, CaseFiles | None, int]:
-    """The result saved by :func:`_dump` (its histograms read back), with the case's files."""
-    cid = doc["case"]
-    hist = ConfidenceHistogram.load(folder / f"{cid}.npz") if doc["histogram"] else None
-    rh = load_region_histograms(folder / f"{cid}.regions.npz") if doc.get("region_histograms") else None
-    conformal = None
-    if doc.get("conformal"):
-        with np.load(folder / f"{cid}.conformal.npz") as z:
-            conformal = conformal_from_arrays({k: z[k] for k in z.files})
-    result = CaseResult(dict(doc["row"]), hist, list(doc["warnings"]), region_histograms=rh, curves=doc.get("curves"),
-                        unclaimed_labels=[int(v) for v in doc.get("unclaimed_labels") or []], conformal=conformal)
-    return result, files, int(doc["num_classes"])
+def _attach_files(result: CaseResult, files: CaseFiles | None) -> CaseResult:
+    """A resumed result with the case's current files (the listing's, not the saved copy)."""
+    if files is not None:
+        result.files = files
+    return result
 
 
 def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache:
     """The resume state of an evaluation in ``folder`` (``<output>/state/cases/``), for
-    :func:`monai_unc.distributed.run_cases`: keyed by :func:`case_fingerprint`; a result is ``(CaseResult,
-    CaseFiles, num_classes)``, saved as ``<case>.npz`` (its histogram), ``<case>.regions.npz`` (per-region
-    histograms) then ``<case>.json`` (row, warnings, fingerprint; written last, it marks the case finished).
+    :func:`monai_unc.distributed.run_cases`: keyed by :func:`case_fingerprint`; a result is a :class:`CaseResult`
+    (with its files and number of classes), saved as its record (:meth:`CaseResult.to_record`): ``<case>.npz``, every
+    state of the case (histograms, conformal states, the products' states), then ``<case>.json`` (row, warnings,
+    fingerprint; written last, it marks the case finished).
 
     Args:
         folder: the folder of the per-case states.
@@ -107,19 +84,22 @@ def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache
     Returns:
         The :class:`~monai_unc.distributed.CaseCache`.
     """
-    return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=_dump, restore=_restore)
+    dump, restore = record_cache_hooks(CaseResult, _attach_files)
+    return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=dump, restore=restore)
 
 
 def _fixed(folder: str | os.PathLike, fingerprint: Mapping[str, Any]) -> CaseCache:
     """A cache whose every case has the given fingerprint (for :func:`save_case_state`, :func:`load_case_state`)."""
-    return CaseCache(folder, lambda _: fingerprint, dump=_dump, restore=_restore)
+    dump, restore = record_cache_hooks(CaseResult, _attach_files)
+    return CaseCache(folder, lambda _: fingerprint, dump=dump, restore=restore)
 
 
 def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: Mapping[str, Any],
                     num_classes: int) -> None:
-    """Write a case's result for resuming: ``<case>.npz`` (its histogram) then ``<case>.json`` (row, warnings,
+    """Write a case's result for resuming: ``<case>.npz`` (its states) then ``<case>.json`` (row, warnings,
     fingerprint), both atomically; the JSON, written last, marks the case finished (:func:`case_cache`)."""
-    _fixed(folder, fingerprint).save(str(result.row["case"]), (result, None, num_classes), fingerprint)
+    saved = CaseResult(**{**result.__dict__, "num_classes": int(num_classes)})
+    _fixed(folder, fingerprint).save(str(result.row["case"]), saved, fingerprint)
 
 
 def load_case_state(folder: str | os.PathLike, case_id: str,
@@ -127,4 +107,4 @@ def load_case_state(folder: str | os.PathLike, case_id: str,
     """``(result, num_classes)`` saved by :func:`save_case_state`, or None when absent, unreadable or stale (its
     fingerprint differs from ``fingerprint``)."""
     got = _fixed(folder, fingerprint).load(case_id, fingerprint)
-    return None if got is None else (got[0], got[2])
+    return None if got is None else (got, int(got.num_classes))

@@ -7,7 +7,6 @@ row once from them, for classes and regions."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,13 +15,13 @@ import numpy as np
 import torch
 
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
-from ..io import CaseError, LoadedCase
+from ..io import CaseError, CaseFiles, LoadedCase
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
-from ..metrics.conformal import CONFORMAL_SIDES, ConformalCaseState
 from ..metrics.overlap import dice
 from ..regions import label_to_regions, parse_regions, unclaimed_labels
 from ..scores import CASE_SCORES, PATCH_SIZE, case_scores
+from ..state import StateGroup, pack_states, unpack_states
 from .config import EvaluationConfig, region_suffix
 
 __all__ = [
@@ -30,9 +29,6 @@ __all__ = [
     "class_dice",
     "derived_maps",
     "primary_measure",
-    "region_histograms_state",
-    "region_histograms_from_state",
-    "load_region_histograms",
     "QU_BRATS_COLUMNS",
     "case_tasks",
     "unclaimed_case_labels",
@@ -55,6 +51,11 @@ class CaseResult:
     ``{"thresholds": [...], "brain_mask": str, "regions": {region: {"dice": [...], "ftp": [...], "ftn": [...]}}}``)
     and ``unclaimed_labels``, the non-zero labels of the case's label map that no region holds
     (:func:`unclaimed_case_labels`; the cohort refuses them unless ``ignore_unclaimed_labels``).
+
+    ``states`` holds the per-case state of each product of ``EvaluationConfig.products`` (:mod:`monai_unc.product`).
+    :meth:`to_record` / :meth:`from_record` turn the whole result into JSON data and numpy arrays (every state
+    through :func:`monai_unc.state.pack_states`), which the cohort engine saves for resuming and gathers from the
+    ranks of a ``torchrun`` job without knowing what the states are.
     """
 
     row: dict[str, Any]
@@ -65,6 +66,73 @@ class CaseResult:
     unclaimed_labels: list[int] = field(default_factory=list)
     #: ``{side: ConformalCaseState}`` with ``EvaluationConfig.conformal`` (docs/conformal.md), else None
     conformal: dict[str, Any] | None = None
+    #: ``{product name: state}`` of ``EvaluationConfig.products``
+    states: dict[str, Any] = field(default_factory=dict)
+    #: the case's files, set by the evaluation's per-case step (:func:`~monai_unc.evaluation.evaluate_files`)
+    files: CaseFiles | None = None
+    #: the case's number of classes (regions), set with ``files``
+    num_classes: int | None = None
+
+    def all_states(self) -> dict[str, Any]:
+        """Every mergeable state of the case by name: ``histogram``, ``region_histograms`` and ``conformal`` (as
+        :class:`~monai_unc.state.StateGroup` s) where present, and ``product.<name>`` for each product's state.
+
+        Returns:
+            The states (for :func:`monai_unc.state.pack_states`).
+        """
+        out: dict[str, Any] = {}
+        if self.histogram is not None:
+            out["histogram"] = self.histogram
+        if self.region_histograms is not None:
+            out["region_histograms"] = StateGroup(self.region_histograms)
+        if self.conformal is not None:
+            out["conformal"] = StateGroup(self.conformal)
+        out.update({f"{_PRODUCT_PREFIX}{name}": state for name, state in self.states.items()})
+        return out
+
+    def to_record(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The result as ``(JSON data, numpy arrays)``: the row, warnings, curves, labels, files and number of
+        classes as JSON; every state packed into arrays (:meth:`all_states`). :meth:`from_record` reads it back.
+
+        Returns:
+            ``(doc, arrays)``.
+        """
+        doc = {"row": self.row, "warnings": list(self.warnings), "curves": self.curves,
+               "unclaimed_labels": [int(v) for v in self.unclaimed_labels],
+               "files": None if self.files is None else self.files.to_json(),
+               "num_classes": None if self.num_classes is None else int(self.num_classes),
+               "products": list(self.states)}
+        return doc, pack_states(self.all_states())
+
+    @classmethod
+    def from_record(cls, doc: Mapping[str, Any], arrays: Mapping[str, Any]) -> CaseResult:
+        """The result of :meth:`to_record`.
+
+        Args:
+            doc: the JSON data.
+            arrays: the arrays (or a loaded ``.npz`` file).
+
+        Returns:
+            The :class:`CaseResult`. ``ValueError`` / ``KeyError`` for an unusable record.
+        """
+        states = unpack_states(arrays)
+        rh = states.pop("region_histograms", None)
+        conformal = states.pop("conformal", None)
+        products = {}
+        for name in doc.get("products") or []:
+            products[str(name)] = states.pop(f"{_PRODUCT_PREFIX}{name}")
+        files = doc.get("files")
+        n = doc.get("num_classes")
+        return cls(dict(doc["row"]), states.pop("histogram", None), [str(w) for w in doc.get("warnings") or []],
+                   region_histograms=None if rh is None else dict(rh), curves=doc.get("curves"),
+                   unclaimed_labels=[int(v) for v in doc.get("unclaimed_labels") or []],
+                   conformal=None if conformal is None else dict(conformal), states=products,
+                   files=None if files is None else CaseFiles.from_json(files),
+                   num_classes=None if n is None else int(n))
+
+
+#: the prefix of a product's state among :meth:`CaseResult.all_states`
+_PRODUCT_PREFIX = "product."
 
 
 def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarray:
@@ -108,32 +176,6 @@ def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str |
     if "predictive_entropy" in maps:
         return "predictive_entropy"
     return next(iter(maps), None)
-
-
-def region_histograms_state(hists: Mapping[str, ConfidenceHistogram]) -> dict[str, Any]:
-    """The per-region histograms as one flat dict of numpy arrays (for one ``.npz`` file): region ``i``'s
-    :meth:`~monai_unc.metrics.calibration.ConfidenceHistogram.state_dict` under keys ``r<i>__<key>``, the region
-    names under ``regions``."""
-    out: dict[str, Any] = {"regions": np.array(list(hists), dtype=np.str_)}
-    for i, h in enumerate(hists.values()):
-        out.update({f"r{i}__{k}": v for k, v in h.state_dict().items()})
-    return out
-
-
-def region_histograms_from_state(state: Mapping[str, Any]) -> dict[str, ConfidenceHistogram]:
-    """The inverse of :func:`region_histograms_state`."""
-    names = [str(n) for n in np.asarray(state["regions"]).tolist()]
-    out = {}
-    for i, name in enumerate(names):
-        part = {k[len(f"r{i}__"):]: v for k, v in state.items() if k.startswith(f"r{i}__")}
-        out[name] = ConfidenceHistogram.from_state_dict(part)
-    return out
-
-
-def load_region_histograms(path: str | os.PathLike) -> dict[str, ConfidenceHistogram]:
-    """The per-region histograms of an ``.npz`` file holding :func:`region_histograms_state`."""
-    with np.load(path, allow_pickle=False) as f:
-        return region_histograms_from_state({k: f[k] for k in f.files})
 
 
 def combined_score(values: list[float]) -> float:
@@ -247,33 +289,3 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
     for m, u in maps.items():
         _region_stack(case, u, f"the {m} map", len(names), names)
     return BERNOULLI, BERNOULLI.split(pred, target, case.probs, maps, names, case.spacing), maps
-
-
-def conformal_arrays(states: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """``{side: ConformalCaseState}`` as flat numpy arrays ``"<side>.<key>"`` (for ``.npz`` and the gather).
-
-    Args:
-        states: the case's conformal states.
-
-    Returns:
-        The arrays; :func:`conformal_from_arrays` reads them back.
-    """
-    return {f"{side}.{k}": v for side, st in states.items() for k, v in st.to_arrays().items()}
-
-
-def conformal_from_arrays(arrays: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``{side: ConformalCaseState}`` of :func:`conformal_arrays` (or of ``numpy.load`` of its ``.npz``).
-
-    Args:
-        arrays: the flat arrays.
-
-    Returns:
-        The states by side (outer first).
-    """
-    keys = list(arrays.keys())
-    out = {}
-    for side in CONFORMAL_SIDES:
-        part = {k.split(".", 1)[1]: arrays[k] for k in keys if k.startswith(side + ".")}
-        if part:
-            out[side] = ConformalCaseState.from_arrays(part)
-    return out

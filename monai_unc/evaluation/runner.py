@@ -20,8 +20,8 @@ from ..engine import (
     process_cases,
     run_cases,
 )
+from ..engine.records import record_gather_hooks
 from ..io import CaseError, CaseFiles, match_cases
-from ..metrics.calibration import ConfidenceHistogram
 from ..regions import unclaimed_labels_message
 from .case import CaseResult, evaluate_case, load_evaluation_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
@@ -33,8 +33,8 @@ from .conformal import (
     fit_conformal_rules,
     write_conformal_rule,
 )
+from .products import artifact_paths, fit_products, write_artifacts
 from .resume import CASES_DIR, case_cache
-from .rows import conformal_arrays, conformal_from_arrays, region_histograms_from_state, region_histograms_state
 from .triage import RULE_FILE, prediction_regions, region_differences, write_referral_rule
 
 __all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
@@ -63,6 +63,19 @@ def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResu
     return evaluate_case(loaded, config), files, int(n_cls)
 
 
+def _evaluate_record(files: CaseFiles, config: EvaluationConfig) -> CaseResult:
+    """The per-case step of the engine: :func:`evaluate_files` as one :class:`CaseResult` (files and number of
+    classes attached), a :class:`~monai_unc.engine.records.CaseRecord`."""
+    result, files, n_cls = evaluate_files(files, config)
+    result.files, result.num_classes = files, n_cls
+    return result
+
+
+def _as_tuple(result: CaseResult) -> tuple[CaseResult, CaseFiles, int]:
+    assert result.files is not None and result.num_classes is not None
+    return result, result.files, int(result.num_classes)
+
+
 def evaluate_shard(
     cases: Sequence[CaseFiles],
     config: EvaluationConfig,
@@ -82,10 +95,10 @@ def evaluate_shard(
     :func:`monai_unc.distributed.process_cases` with :func:`evaluate_files` and :func:`case_cache`.
     """
     config.validate()
-    done = process_cases(cases, lambda f: evaluate_files(f, config),
+    done = process_cases(cases, lambda f: _evaluate_record(f, config),
                          cache=None if cache is None else case_cache(cache, config), failures=failures,
                          on_failure=on_failure, progress=progress, desc=desc)
-    return [r for _, r in done]
+    return [_as_tuple(r) for _, r in done]
 
 
 def assemble_state(
@@ -194,28 +207,6 @@ def evaluate_cases(
     return run.summary
 
 
-def _pack(got: tuple[CaseResult, CaseFiles, int]) -> dict[str, Any]:
-    """A per-case result as plain picklable data (numpy histogram state) for the gather to rank 0."""
-    result, files, n_cls = got
-    return {"row": result.row, "warnings": result.warnings, "num_classes": n_cls, "files": files.to_json(),
-            "histogram": None if result.histogram is None else result.histogram.state_dict(),
-            "region_histograms": None if result.region_histograms is None
-            else region_histograms_state(result.region_histograms), "curves": result.curves,
-            "unclaimed_labels": list(result.unclaimed_labels),
-            "conformal": None if result.conformal is None else conformal_arrays(result.conformal)}
-
-
-def _unpack(d: Mapping[str, Any]) -> tuple[CaseResult, CaseFiles, int]:
-    hist = None
-    if d["histogram"] is not None:
-        hist = ConfidenceHistogram.from_state_dict(d["histogram"])
-    rh = None if d.get("region_histograms") is None else region_histograms_from_state(d["region_histograms"])
-    return (CaseResult(d["row"], hist, d["warnings"], region_histograms=rh, curves=d.get("curves"),
-                       unclaimed_labels=list(d.get("unclaimed_labels") or []),
-                       conformal=None if d.get("conformal") is None else conformal_from_arrays(d["conformal"])),
-            CaseFiles.from_json(d["files"]), int(d["num_classes"]))
-
-
 def _regions(config: EvaluationConfig) -> dict[str, list[int]] | None:
     config.validate()  # parses the spec
     return None if config.regions is None else {k: list(v) for k, v in dict(config.regions).items()}
@@ -289,6 +280,8 @@ def _run_evaluate(
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
         wanted = config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
+        for product in config.products:  # a product's own refusals, before any work too
+            product.check([c.case_id for c in cases], config)
         n_cal = len(wanted) if config.calibration_cases is not None else len(cases)
         if config.conformal and n_cal < config.min_conformal_cases():
             k = config.conformal_num_strata
@@ -308,24 +301,30 @@ def _run_evaluate(
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
         late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
+        results = [_as_tuple(r) for r in run.results]
         try:
-            check_unclaimed_labels(run.results, config)
+            check_unclaimed_labels(results, config)
         except ValueError:
             stale(run)
             raise
-        state = assemble_state(run.results, config.n_fine_bins, late, regions=_regions(config))
+        state = assemble_state(results, config.n_fine_bins, late, regions=_regions(config))
         if late:
             raise CasesFailed([CaseFailure(c, ctx.rank, error_line(e)) for c, e in late])
         assert state is not None
         cohort["state"] = state
-        summary = summarize(state, config)
+        try:  # the products: fitted on the calibration cases, one summary block each
+            fitted = fit_products(state.product_states, state.sorted_rows(), config)
+        except ValueError:
+            stale(run)
+            raise
+        summary = summarize(state, config, fitted=fitted)
         rules, cal = None, []
         strata = None
         if config.conformal:  # conformal masks: fitted on the calibration cases, reported in summary.json
-            states = {str(r.row["case"]): r.conformal for r, _, _ in run.results}
+            states = {str(r.row["case"]): r.conformal for r, _, _ in results}
             try:
-                strata, scores = conformal_strata({str(r.row["case"]): r.row for r, _, _ in run.results},
-                                                  {str(r.row["case"]): f for r, f, _ in run.results}, config,
+                strata, scores = conformal_strata({str(r.row["case"]): r.row for r, _, _ in results},
+                                                  {str(r.row["case"]): f for r, f, _ in results}, config,
                                                   summary["score"]["column"])
                 rules, summary["conformal"] = fit_conformal_rules(states, config, strata=strata, scores=scores)
             except ValueError:
@@ -343,15 +342,20 @@ def _run_evaluate(
                                          uncertainty=match_kwargs["uncertainty"], strata=strata)
         if conformal is not None:  # with --conformal: conformal_rule.json for monai-unc conformal
             paths["conformal_rule"] = conformal
+        paths.update({f"product:{name}": path for name, path in
+                      write_artifacts(output, config, fitted, [str(r["case"]) for r in state.sorted_rows()]).items()})
         return summary, paths
 
     def stale(run: CohortRun) -> None:
         remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
         (output / RULE_FILE).unlink(missing_ok=True)  # nor an earlier run's referral rule
         (output / CONFORMAL_RULE_FILE).unlink(missing_ok=True)  # nor its conformal rule
+        for path in artifact_paths(output, config).values():  # nor a product's artifact
+            path.unlink(missing_ok=True)
 
-    run = run_cases(listing, lambda f: evaluate_files(f, config), command="monai-unc evaluate", ctx=ctx,
+    pack, unpack = record_gather_hooks(CaseResult)
+    run = run_cases(listing, lambda f: _evaluate_record(f, config), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
-                    summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=_pack,
-                    unpack=_unpack, progress=progress, desc="evaluate", on_failure=on_failure)
+                    summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=pack,
+                    unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure)
     return cohort.get("state"), run.summary[0], run.summary[1]

@@ -71,6 +71,7 @@ from ..stats import (
 __all__ = [
     "check_inputs",
     "check_output_ndim",
+    "network_output_tensor",
     "compute_device",
     "network_spatial_dims",
     "SampleSource",
@@ -377,16 +378,39 @@ def check_output_ndim(out: Any, x: torch.Tensor) -> None:
         )
 
 
-def _to_probs(out: Any, activation: str | None, check: bool = True) -> tuple[torch.Tensor, bool]:
-    """:func:`apply_activation` plus whether the result is multi-label (per-channel Bernoulli)."""
+def network_output_tensor(out: Any) -> torch.Tensor:
+    """The tensor of a network output, as a plain tensor (a MONAI ``MetaTensor`` loses its metadata).
+
+    The output itself, or the first (full-resolution) element of a tuple / list output (deep supervision).
+
+    Args:
+        out: the network output.
+
+    Returns:
+        The output tensor.
+
+    Raises:
+        ValueError: on an empty tuple / list.
+        TypeError: when the output (or its first element) is not a tensor.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.inferers.sampling import network_output_tensor
+        >>> network_output_tensor((torch.zeros(1, 2, 4), torch.zeros(1, 2, 2))).shape
+        torch.Size([1, 2, 4])
+    """
     if isinstance(out, (tuple, list)):
         if not out:
             raise ValueError("network returned an empty sequence")
         out = out[0]
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"network output must be a tensor, got {type(out).__name__}")
-    if hasattr(out, "as_tensor"):
-        out = out.as_tensor()
+    return out.as_tensor() if hasattr(out, "as_tensor") else out
+
+
+def _to_probs(out: Any, activation: str | None, check: bool = True) -> tuple[torch.Tensor, bool]:
+    """:func:`apply_activation` plus whether the result is multi-label (per-channel Bernoulli)."""
+    out = network_output_tensor(out)
     if out.ndim < 3:
         raise ValueError(f"network output must be (B, C, *spatial), got shape {tuple(out.shape)}")
     if check:

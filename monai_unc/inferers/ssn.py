@@ -31,21 +31,11 @@ from torch import nn
 
 from ..keys import MIMeaning
 from ..networks.ssn import SSNNetwork, ssn_sampling
-from .sampling import StochasticSource, UncertaintyInferer
+from .sampling import StochasticSource, UncertaintyInferer, network_output_tensor
 
 __all__ = ["SSNSource", "SSNInferer"]
 
 Predictor = Callable[[torch.Tensor], Any]
-
-
-def _first(out: Any) -> torch.Tensor:
-    if isinstance(out, (tuple, list)):
-        if not out:
-            raise ValueError("network returned an empty sequence")
-        out = out[0]
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"network output must be a tensor, got {type(out).__name__}")
-    return out.as_tensor() if hasattr(out, "as_tensor") else out
 
 
 class SSNSource(StochasticSource):
@@ -129,7 +119,7 @@ class SSNSource(StochasticSource):
             total: torch.Tensor | None = None
             for j in range(self.num_samples):
                 with self._reusing(j > 0):
-                    z = _first(predictor(t))
+                    z = network_output_tensor(predictor(t))
                 p = torch.softmax(z.to(torch.promote_types(z.dtype, torch.float32)), dim=1)
                 total = p if total is None else total + p
             mean = total / self.num_samples

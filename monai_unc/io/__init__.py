@@ -1,5 +1,8 @@
-"""Files in and out: finding, matching and loading the cases of a cohort (:mod:`.cases`), writing every output
-atomically (:mod:`.files`) and the one CSV format of every table (:mod:`.tables`)."""
+"""Files in and out of the package.
+
+Finding, matching and loading the cases of a cohort (:mod:`.cases`), writing every output atomically
+(:mod:`.files`) and the one CSV format of every table (:mod:`.tables`).
+"""
 
 from ..keys import MEASURES
 from .cases import (
@@ -48,6 +51,7 @@ from .files import (
     save_nifti_image,
     save_probabilities,
     save_region_maps,
+    save_state,
     weight_digests,
 )
 from .tables import CSV_NAN, format_cell, parse_float, read_csv, table_columns, write_csv
@@ -93,6 +97,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_save_npz",
+    "save_state",
     "atomic_torch_save",
     "atomic_savefig",
     "atomic_copy",

@@ -76,14 +76,34 @@ _CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")
 
 
 class CaseError(ValueError):
-    """A problem with the files of one case (missing, mismatched geometry, wrong values)."""
+    """A problem with the files of one case (missing, mismatched geometry, wrong values); a ``ValueError``.
+
+    Example:
+        >>> issubclass(CaseError, ValueError)
+        True
+    """
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # finding files
 # ----------------------------------------------------------------------------------------------------------------
 def split_extension(name: str, extensions: Sequence[str] = PROBABILITY_EXTENSIONS) -> tuple[str, str] | None:
-    """``("brain01_seg", ".nii.gz")`` for ``"brain01_seg.nii.gz"``; ``None`` for other endings (and hidden files)."""
+    """Split a file name into its stem and its known extension.
+
+    Args:
+        name: a file name (not a path).
+        extensions: the endings to recognise, matched case-insensitively, longest first.
+
+    Returns:
+        ``(stem, extension)``, the extension as written in ``name``; ``None`` for other endings and for hidden
+        files (names starting with ``.``).
+
+    Example:
+        >>> split_extension("brain01_seg.nii.gz")
+        ('brain01_seg', '.nii.gz')
+        >>> split_extension("notes.txt") is None
+        True
+    """
     if name.startswith("."):
         return None
     low = name.lower()
@@ -98,8 +118,27 @@ def list_files(
 ) -> dict[str, Path]:
     """``{case id: path}`` of the files in ``folder`` whose stem ends with ``suffix`` (not recursive).
 
-    Raises ``FileNotFoundError`` if the folder does not exist and ``CaseError`` if two files give the same
-    case id (e.g. ``a.nii`` and ``a.nii.gz``).
+    Args:
+        folder: the folder to list.
+        suffix: the role's suffix (e.g. ``"_seg"``), removed from the stem to give the case id; ``""`` takes every
+            file with one of ``extensions``.
+        extensions: the file endings to read (:data:`VOLUME_EXTENSIONS` by default).
+
+    Returns:
+        ``{case id: path}`` sorted by file name.
+
+    Raises:
+        FileNotFoundError: the folder does not exist.
+        CaseError: two files give the same case id (e.g. ``a.nii`` and ``a.nii.gz``).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("a_seg.nii.gz", "a_probs.nii.gz", "b_seg.nii"):
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     {k: v.name for k, v in list_files(d, "_seg").items()}
+        {'a': 'a_seg.nii.gz', 'b': 'b_seg.nii'}
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -124,18 +163,46 @@ def list_files(
 
 @dataclass(frozen=True)
 class ImageCase:
-    """One input case of ``infer``: its id and one file per input channel."""
+    """One input case of ``infer``: its id and one file per input channel.
+
+    Args:
+        case_id: the case id (the file name without extension and, for nnU-Net channel files, without ``_0000``).
+        channels: the image files, one per input channel, in channel order.
+
+    Example:
+        >>> from pathlib import Path
+        >>> ImageCase("brain01", (Path("brain01_0000.nii.gz"),)).case_id
+        'brain01'
+    """
 
     case_id: str
     channels: tuple[Path, ...]
 
 
 def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") -> list[ImageCase]:
-    """Input cases of an image folder, sorted by case id.
+    """The input cases of an image folder, sorted by case id.
 
-    ``channel_suffix="auto"``: when every file name ends in ``_`` and four digits (nnU-Net's ``CASE_0000``),
-    files are grouped into multi-channel cases by the part before it; ``"none"``: one file per case.
-    Raises ``FileNotFoundError`` for a missing folder and ``ValueError`` when it holds no volume.
+    Args:
+        folder: the image folder (not recursive).
+        channel_suffix: ``"auto"``: when every file name ends in ``_`` and four digits (nnU-Net's ``CASE_0000``),
+            files are grouped into multi-channel cases by the part before it; ``"none"``: one file per case.
+
+    Returns:
+        One :class:`ImageCase` per case, its channel files in channel order.
+
+    Raises:
+        FileNotFoundError: the folder does not exist.
+        ValueError: ``channel_suffix`` is neither value, or the folder holds no volume.
+        CaseError: a case's channel numbers have gaps, or cases have different numbers of channels.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("a_0000.nii.gz", "a_0001.nii.gz", "b_0000.nii.gz", "b_0001.nii.gz"):
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     [(c.case_id, [p.name for p in c.channels]) for c in list_image_cases(d)]
+        [('a', ['a_0000.nii.gz', 'a_0001.nii.gz']), ('b', ['b_0000.nii.gz', 'b_0001.nii.gz'])]
     """
     if channel_suffix not in ("auto", "none"):
         raise ValueError(f"channel_suffix must be 'auto' or 'none', got {channel_suffix!r}")
@@ -163,10 +230,30 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
 
 
 def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
-    """Every channel file of the image case whose first channel file is ``path``: for nnU-Net's channel naming
-    (``CASE_0000.nii.gz``, the file :func:`match_cases` gives as a case's ``image``) the files ``CASE_0000``,
-    ``CASE_0001``, ... with the same extension in the same folder, in channel order; ``(path,)`` for any other name
-    (one file holding every channel, e.g. a 4D NIfTI). ``CaseError`` when the channel numbers have gaps."""
+    """Every channel file of the image case whose first channel file is ``path``.
+
+    For nnU-Net's channel naming (``CASE_0000.nii.gz``, the file :func:`match_cases` gives as a case's ``image``)
+    these are the files ``CASE_0000``, ``CASE_0001``, ... with the same extension in the same folder, in channel
+    order; any other name is one file holding every channel (e.g. a 4D NIfTI).
+
+    Args:
+        path: the case's (first) image file.
+
+    Returns:
+        The channel files in channel order; ``(path,)`` for a name without the ``_0000`` channel suffix.
+
+    Raises:
+        CaseError: the channel numbers have gaps.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("a_0000.nii.gz", "a_0001.nii.gz", "ab_0000.nii.gz"):
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     [p.name for p in image_channel_files(Path(d) / "a_0000.nii.gz")]
+        ['a_0000.nii.gz', 'a_0001.nii.gz']
+    """
     path = Path(path)
     split = split_extension(path.name, VOLUME_EXTENSIONS)
     m = _CHANNEL.match(split[0]) if split is not None else None
@@ -188,7 +275,22 @@ def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
 
 @dataclass
 class CaseFiles:
-    """The files of one case for evaluation (``None`` where a role is absent)."""
+    """The files of one case for evaluation (``None`` where a role is absent), as :func:`match_cases` finds them.
+
+    Args:
+        case_id: the case id.
+        label: the reference label map.
+        seg: the predicted segmentation.
+        probs: the predicted probabilities (NIfTI or nnU-Net ``.npz``).
+        maps: ``{measure: uncertainty map file}``.
+        image: the input image (its first channel file for nnU-Net channel naming).
+
+    Example:
+        >>> from pathlib import Path
+        >>> files = CaseFiles("a", Path("labels/a.nii.gz"), seg=Path("pred/a_seg.nii.gz"))
+        >>> CaseFiles.from_json(files.to_json()) == files
+        True
+    """
 
     case_id: str
     label: Path
@@ -198,6 +300,12 @@ class CaseFiles:
     image: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The files as a JSON-ready dict (paths as strings), the inverse of :meth:`from_json`.
+
+        Returns:
+            ``{"case", "label", "seg", "probs", "maps", "image"}``; absent roles are None, ``maps`` is
+            ``{measure: path}``.
+        """
         return {
             "case": self.case_id,
             "label": str(self.label),
@@ -209,6 +317,14 @@ class CaseFiles:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CaseFiles:
+        """The :class:`CaseFiles` that :meth:`to_json` wrote.
+
+        Args:
+            d: the dict of :meth:`to_json` (``seg``, ``probs``, ``maps`` and ``image`` may be missing).
+
+        Returns:
+            The case's files.
+        """
         def p(x: Any) -> Path | None:
             return None if x is None else Path(x)
 
@@ -244,6 +360,12 @@ def match_cases(
 ) -> list[CaseFiles]:
     """Match labels with predictions, probabilities and uncertainty maps by case id.
 
+    Every case needs a label and at least a segmentation or probabilities. The cohort is the cases present on
+    both sides: a labelled case without a prediction and a predicted case without a label are both errors
+    (``CaseError`` listing the ids), so that a cohort never shrinks without a word; ``allow_missing`` and
+    ``allow_missing_labels`` turn them into warnings. Maps written under a deprecated measure name are read with a
+    ``DeprecationWarning``.
+
     Args:
         labels: folder of reference label maps ``<case><label_suffix>.<ext>``.
         predictions: folder with segmentations and/or probabilities (see :data:`LAYOUTS`).
@@ -253,15 +375,29 @@ def match_cases(
         uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout).
         measures: measures to read; default every one of :data:`MEASURES` found for the first case.
         images: optional folder of the input images (for overlays), nnU-Net channel files allowed.
+        label_suffix: the suffix of the label files' stems (e.g. ``"_label"``).
         allow_missing: drop labelled cases that lack a prediction or map (instead of an error) as long as one
             case is left, with a ``UserWarning`` listing them.
         allow_missing_labels: drop cases that have a segmentation or probabilities but no label (instead of an
             error), with a ``UserWarning`` listing them.
 
-    Every case needs a label and at least a segmentation or probabilities. The cohort is the cases present on
-    both sides: a labelled case without a prediction and a predicted case without a label are both errors
-    (``CaseError`` listing the ids), so that a cohort never shrinks without a word; ``allow_missing`` and
-    ``allow_missing_labels`` turn them into warnings.
+    Returns:
+        One :class:`CaseFiles` per matched case, sorted by case id.
+
+    Raises:
+        ValueError: an unknown ``layout`` or measure.
+        FileNotFoundError: a folder does not exist.
+        CaseError: no label, a measure without maps, or cases that lack files or labels (see above).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("labels/a.nii.gz", "pred/a_seg.nii.gz", "pred/a_predictive_entropy.nii.gz"):
+        ...         (Path(d) / name).parent.mkdir(exist_ok=True)
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     [(c.case_id, c.seg.name, sorted(c.maps)) for c in match_cases(Path(d) / "labels", Path(d) / "pred")]
+        [('a', 'a_seg.nii.gz', ['predictive_entropy'])]
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
@@ -364,10 +500,30 @@ def _is_map_name(stem: str) -> bool:
 # reading
 # ----------------------------------------------------------------------------------------------------------------
 def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """Read a volume with MONAI's ``LoadImage``: ``(data (C, *spatial), affine (4, 4))``.
+    """Read a volume with MONAI's ``LoadImage``, channel first, with its affine.
 
     A 3D file gives ``C = 1``; a 4D NIfTI ``(X, Y, Z, C)`` gives ``C`` channels first. ``.npy`` files have no
     geometry: their affine is the identity.
+
+    Args:
+        path: the volume file (any format MONAI reads).
+
+    Returns:
+        ``(data, affine)``: ``data`` ``(C, *spatial)`` as stored, ``affine`` ``(4, 4)`` float64 voxel -> world (mm).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        CaseError: the file is empty or cannot be read (truncated or corrupt).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from monai_unc.io.files import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     path = save_nifti(np.zeros((4, 5, 6)), np.diag([2.0, 2, 2, 1]), Path(d) / "a.nii.gz")
+        ...     data, affine = read_volume(path)
+        ...     data.shape, affine[0, 0]
+        ((1, 4, 5, 6), np.float64(2.0))
     """
     from monai.transforms import LoadImage
 
@@ -392,10 +548,30 @@ def _reason(e: BaseException) -> str:
 
 
 def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None]:
-    """Read probabilities ``(C, *spatial)`` and the affine (``None`` for nnU-Net ``.npz`` files).
+    """Read probabilities ``(C, *spatial)`` and their affine.
 
     nnU-Net ``.npz`` files (key ``probabilities``) hold ``(C, z, y, x)``: the spatial axes are reversed here so
-    that they line up with the NIfTI arrays of the same case.
+    that they line up with the NIfTI arrays of the same case. Other files are read with :func:`read_volume`.
+
+    Args:
+        path: a 4D volume file ``(X, Y, Z, C)`` or an nnU-Net ``.npz`` file.
+
+    Returns:
+        ``(probs, affine)``: ``probs`` ``(C, *spatial)``, ``affine`` ``(4, 4)`` or ``None`` for ``.npz`` files.
+        Values are not checked here (:func:`load_case` checks them).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        CaseError: the file cannot be read, an ``.npz`` lacks ``probabilities`` or holds fewer than 3 axes.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     np.savez(Path(d) / "a.npz", probabilities=np.zeros((3, 4, 5, 6), np.float32))  # (C, z, y, x)
+        ...     probs, affine = read_probabilities(Path(d) / "a.npz")
+        ...     probs.shape, affine
+        ((3, 6, 5, 4), None)
     """
     path = Path(path)
     if path.name.lower().endswith(".npz"):
@@ -419,16 +595,47 @@ def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray 
 
 
 def spacing_from_affine(affine: np.ndarray) -> tuple[float, ...]:
-    """Voxel size in mm per axis: the lengths of the affine's first three columns."""
+    """Voxel size in mm per axis: the lengths of the affine's first three columns.
+
+    Args:
+        affine: ``(4, 4)`` voxel -> world matrix (mm).
+
+    Returns:
+        ``(sx, sy, sz)`` in mm.
+
+    Example:
+        >>> spacing_from_affine(np.diag([0.5, 1.0, 3.0, 1.0]))
+        (0.5, 1.0, 3.0)
+    """
     a = np.asarray(affine, dtype=np.float64)
     return tuple(float(s) for s in np.sqrt((a[:3, :3] ** 2).sum(axis=0)))
 
 
 def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None) -> np.ndarray:
-    """Validate a label volume and return it as int64; ``what`` names the case and file in errors.
+    """Validate a label volume and return it as int64.
 
-    Float files are accepted when every value is an integer. Raises ``CaseError`` for non-finite,
-    non-integral, negative or too large (``>= num_classes``) values, listing a few offending values.
+    Float files are accepted when every value is an integer; bool volumes become 0/1.
+
+    Args:
+        data: the label map (any shape).
+        what: names the case and file in errors.
+        num_classes: the number of classes ``C``; values must then lie in ``[0, C)`` (None: any non-negative
+            integer).
+
+    Returns:
+        ``data`` as int64, same shape.
+
+    Raises:
+        CaseError: non-numeric, non-finite, non-integral, negative or too large (``>= num_classes``) values,
+            listing a few offending values.
+
+    Example:
+        >>> check_label_map(np.array([0.0, 1.0, 2.0]), "case 'a'", num_classes=3)
+        array([0, 1, 2])
+        >>> check_label_map(np.array([0, 3]), "case 'a'", num_classes=3)
+        Traceback (most recent call last):
+            ...
+        monai_unc.io.cases.CaseError: case 'a': label map holds values [3] outside classes 0..2
     """
     arr = np.asarray(data)
     if arr.dtype == bool:
@@ -452,14 +659,33 @@ def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None)
 
 @dataclass
 class LoadedCase:
-    """Arrays of one case: ``label``/``seg`` ``(*spatial)`` int64, ``probs`` ``(C, *spatial)`` float32,
-    ``maps`` ``{measure: (*spatial) float32}``, ``image`` ``(C_in, *spatial)``, affine and spacing (mm).
+    """The arrays of one case, as :func:`load_case` reads and checks them.
+
+    Class cases (softmax / binary): ``label`` and ``seg`` ``(*spatial)`` int64, ``probs`` ``(C, *spatial)``
+    float32, ``maps`` ``{measure: (*spatial) float32}``, ``image`` ``(C_in, *spatial)``.
 
     Multi-label cases (``multilabel=True``, read by ``load_case(..., multilabel=True)``): ``probs`` ``(R,
     *spatial)`` per-region foreground probabilities (not summing to 1), ``maps`` ``{measure: (R, *spatial)}`` one map
     per region, ``seg`` either ``(R, *spatial)`` uint8 region masks or a ``(*spatial)`` int64 label map (a
     single-channel file; converted to regions by the caller's region spec), ``label`` a ``(*spatial)`` label map or
-    ``(R, *spatial)`` uint8 reference region masks."""
+    ``(R, *spatial)`` uint8 reference region masks.
+
+    Args:
+        case_id: the case id.
+        label: the reference (shapes above).
+        seg: the predicted segmentation.
+        probs: the probabilities, or None when only a segmentation was given.
+        maps: the uncertainty maps by measure name.
+        affine: ``(4, 4)`` voxel -> world matrix (mm) of the label map.
+        spacing: voxel size per axis (mm).
+        image: the input image, or None when not loaded.
+        multilabel: whether the case is region-based (sigmoid).
+
+    Example:
+        >>> z = np.zeros((2, 2, 2), np.int64)
+        >>> LoadedCase("a", z, z, None, {}, np.eye(4), (1.0, 1.0, 1.0)).multilabel
+        False
+    """
 
     case_id: str
     label: np.ndarray
@@ -494,7 +720,8 @@ def load_case(
     """Read and check every file of a case (see the module docstring for the checks).
 
     ``num_classes`` is taken from the probabilities when they exist (and must then agree); without
-    probabilities it must be given. The segmentation defaults to the argmax of the probabilities.
+    probabilities it must be given. The segmentation defaults to the argmax of the probabilities. Uncertainty maps
+    must be finite and non-negative.
 
     ``multilabel=True`` reads a region-based (sigmoid) prediction (:class:`LoadedCase` lists the shapes):
     ``num_classes`` is then the number of regions ``R`` (optional; every file with region channels must agree with
@@ -502,6 +729,31 @@ def load_case(
     segmentation with several channels must hold binary region masks (0/1) and one with a single channel is read
     as a label map, the segmentation defaults to ``probs >= 0.5`` per region (MONAI's ``AsDiscrete(threshold=0.5)``),
     and the label is a label map holding any non-negative labels (e.g. BraTS 0, 1, 2, 4) or ``R`` 0/1 region masks.
+
+    Args:
+        files: the case's files (:func:`match_cases`).
+        num_classes: the number of classes ``C`` (regions ``R`` with ``multilabel=True``).
+        load_image: also read the input image (for overlays).
+        multilabel: read a region-based prediction.
+
+    Returns:
+        The case's arrays.
+
+    Raises:
+        FileNotFoundError: a file does not exist.
+        CaseError: naming the case and the file for an unreadable file, a geometry (shape or affine) that differs
+            from the label's, wrong values, or disagreeing class / region counts.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from monai_unc.io.files import save_nifti, save_probabilities
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     label = save_nifti(np.zeros((4, 4, 4), np.int64), np.eye(4), Path(d) / "a.nii.gz")
+        ...     probs = save_probabilities(np.full((2, 4, 4, 4), 0.5), np.eye(4), Path(d) / "a_probs.nii.gz")
+        ...     case = load_case(CaseFiles("a", label, probs=probs))
+        ...     case.probs.shape, case.seg.dtype, case.spacing
+        ((2, 4, 4, 4), dtype('int64'), (1.0, 1.0, 1.0))
     """
     if multilabel:
         return _load_multilabel_case(files, num_classes, load_image)
@@ -635,13 +887,26 @@ def _region_masks(data: np.ndarray, what: str) -> np.ndarray:
 
 
 def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | None:
-    """How a ``monai-unc infer`` output folder encodes regions: ``None`` when it holds class (softmax / binary)
-    predictions or no record, else ``{"multilabel": True, "regions": ...}`` with ``regions`` the spec given to
-    ``infer --regions`` (``{name: [label, ...]}``, channel order) or, without one, the channel names
-    ``["0", "1", ...]``.
+    """How a ``monai-unc infer`` output folder encodes regions.
 
     Read from the top level of ``infer.json`` (written once a run finishes) or, for a run that has not finished,
     from the first case record ``<case>.json`` that carries ``multilabel``.
+
+    Args:
+        predictions: the output folder of ``monai-unc infer``.
+
+    Returns:
+        ``None`` when it holds class (softmax / binary) predictions or no record, else ``{"multilabel": True,
+        "regions": ...}`` with ``regions`` the spec given to ``infer --regions`` (``{name: [label, ...]}``, channel
+        order) or, without one, the channel names ``["0", "1", ...]``.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "infer.json").write_text('{"multilabel": true, "regions": {"WT": [1, 2, 4]}}')
+        ...     read_prediction_regions(d)
+        {'multilabel': True, 'regions': {'WT': [1, 2, 4]}}
     """
     folder = Path(predictions)
 
@@ -657,8 +922,9 @@ def read_prediction_regions(predictions: str | os.PathLike) -> dict[str, Any] | 
 
 
 def settings_changes(recorded: Any, current: Any, width: int = 80) -> list[str]:
-    """What differs between the settings a case was made with and the current ones, one short text per setting,
-    for a log line that says why a case is computed again.
+    """What differs between the settings a case was made with and the current ones, one short text per setting.
+
+    For a log line that says why a case is computed again.
 
     Args:
         recorded: the settings in the case's record (a dict; None or another type when the record has none).

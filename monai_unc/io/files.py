@@ -37,6 +37,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_save_npz",
+    "save_state",
     "atomic_torch_save",
     "atomic_savefig",
     "atomic_copy",
@@ -69,6 +70,19 @@ def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
     ``ext`` is ``ending`` when given and ``path`` ends with it (e.g. a data set's own file ending), else the file's
     known extension (:data:`KNOWN_EXTENSIONS`, e.g. ``.nii.gz``), so that writers which pick the format from the
     name (nibabel, SimpleITK, ``numpy.savez``) write the right one; other names get ``.<name>.partial``.
+
+    Args:
+        path: the file that will be written.
+        ending: a file ending to keep last in the temporary name (used when ``path`` ends with it).
+
+    Returns:
+        The temporary path, a sibling of ``path``; nothing is created.
+
+    Example:
+        >>> partial_path("out/case1_probs.nii.gz").as_posix()
+        'out/.case1_probs.partial.nii.gz'
+        >>> partial_path("out/notes").as_posix()
+        'out/.notes.partial'
     """
     path = Path(path)
     name = path.name
@@ -82,12 +96,26 @@ def partial_path(path: str | os.PathLike, ending: str | None = None) -> Path:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[Path]:
-    """Context manager yielding a temporary path to write ``path`` under; on a clean exit the temporary file is
-    renamed to ``path`` (creating the parent folder first), on an exception it is removed and nothing is renamed.
-    ``ending``: keep this file ending last in the temporary name (see :func:`partial_path`).
+    """Context manager yielding a temporary path to write ``path`` under, renamed to ``path`` on a clean exit.
 
-    >>> with atomic_path(out / "x.npz") as tmp:  # doctest: +SKIP
-    ...     np.savez(tmp, a=a)
+    The parent folder is created first. On an exception inside the block the temporary file is removed, nothing is
+    renamed and an older ``path`` is kept.
+
+    Args:
+        path: the file to write.
+        ending: keep this file ending last in the temporary name (see :func:`partial_path`).
+
+    Yields:
+        The temporary path (:func:`partial_path` of ``path``) to write to.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with atomic_path(Path(d) / "x.npz") as tmp:
+        ...         np.savez(tmp, a=np.arange(3))
+        ...     sorted(p.name for p in Path(d).iterdir())
+        ['x.npz']
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,38 +130,168 @@ def atomic_path(path: str | os.PathLike, ending: str | None = None) -> Iterator[
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
-    """Call ``write(tmp)`` to write the file under a temporary name, then rename it to ``path``; returns ``path``."""
+    """Call ``write(tmp)`` to write the file under a temporary name, then rename it to ``path``.
+
+    Args:
+        path: the file to write.
+        write: a function that writes the file to the path it is given.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     atomic_write(Path(d) / "a.txt", lambda tmp: tmp.write_text("hi")).read_text()
+        'hi'
+    """
     with atomic_path(path) as tmp:
         write(tmp)
     return Path(path)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename."""
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename.
+
+    Args:
+        path: the file to write.
+        text: its contents.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     atomic_write_text(Path(d) / "a.txt", "héllo").read_text(encoding="utf-8")
+        'héllo'
+    """
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    r"""Write ``data`` to ``path`` through a temporary file and a rename.
+
+    Args:
+        path: the file to write.
+        data: its contents.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     atomic_write_bytes(Path(d) / "a.bin", b"\x00\x01").read_bytes()
+        b'\x00\x01'
+    """
     return atomic_write(path, lambda tmp: tmp.write_bytes(data))
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2, digits: int | None = None) -> Path:
-    """Write ``json_safe(obj)`` as strict JSON (no bare NaN / Infinity: they become ``null``) with a final newline."""
+    r"""Write ``json_safe(obj)`` as strict JSON (no bare NaN / Infinity: they become ``null``) with a final newline.
+
+    Args:
+        path: the ``.json`` file to write.
+        obj: the document (dicts, lists, numbers, strings; NumPy and torch values, tuples and paths are converted
+            by :func:`json_safe`).
+        indent: ``json.dumps`` indentation (None: one line).
+        digits: round floats to this many significant digits (None: full precision).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        TypeError: ``obj`` holds a value ``json.dumps`` cannot write.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     atomic_write_json(Path(d) / "a.json", {"ece": float("nan"), "n": np.int64(3)}, indent=None).read_text()
+        '{"ece": null, "n": 3}\n'
+    """
     text = json.dumps(json_safe(obj, digits), indent=indent, allow_nan=False)
     return atomic_write_text(path, text + "\n")
 
 
 def atomic_save_npz(path: str | os.PathLike, arrays: Mapping[str, Any], compressed: bool = False) -> Path:
-    """``numpy.savez`` (or ``savez_compressed``) through a temporary file and a rename; ``path`` ends in ``.npz``."""
+    """``numpy.savez`` (or ``savez_compressed``) through a temporary file and a rename.
+
+    Args:
+        path: the file to write; must end in ``.npz``.
+        arrays: ``{key: array}`` to store.
+        compressed: use ``numpy.savez_compressed``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: ``path`` does not end in ``.npz``.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with np.load(atomic_save_npz(Path(d) / "a.npz", {"x": np.arange(3)})) as f:
+        ...         f["x"].tolist()
+        [0, 1, 2]
+    """
     if not str(path).endswith(".npz"):
         raise ValueError(f"path must end in .npz, got {path}")
     save = np.savez_compressed if compressed else np.savez
     return atomic_write(path, lambda tmp: save(tmp, **arrays))
 
 
+def save_state(path: str | os.PathLike, state: Any, compressed: bool = True) -> Path:
+    """Write a mergeable state (its ``state_dict()``) to an ``.npz`` file atomically.
+
+    The state follows :class:`monai_unc.state.MergeableState`; ``.npz`` is appended to other names, as numpy does.
+    The state's class reads it back with ``cls.from_state_dict(dict(numpy.load(path)))`` (or its own ``load``).
+
+    Args:
+        path: the file.
+        state: the state, e.g. a :class:`~monai_unc.metrics.calibration.ConfidenceHistogram`.
+        compressed: ``numpy.savez_compressed`` (default) or ``numpy.savez``.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from monai_unc.metrics.calibration import ConfidenceHistogram
+        >>> h = ConfidenceHistogram(2)
+        >>> _ = h.update(np.array([[[0.2], [0.8]]]), np.array([[1]]))
+        >>> path = save_state(tempfile.mkdtemp() + "/hist", h)
+        >>> path.name, int(ConfidenceHistogram.load(path).scalars[:, 0].sum())
+        ('hist.npz', 1)
+    """
+    path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
+    return atomic_save_npz(path, state.state_dict(), compressed=compressed)
+
+
 def atomic_torch_save(path: str | os.PathLike, obj: Any) -> Path:
-    """``torch.save`` through a temporary file and a rename."""
+    """``torch.save`` through a temporary file and a rename.
+
+    Args:
+        path: the file to write (e.g. ``.pt``).
+        obj: what to save (a state dict, a tensor, ...).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     torch.load(atomic_torch_save(Path(d) / "t.pt", {"w": torch.ones(2)}))["w"].tolist()
+        [1.0, 1.0]
+    """
     return atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
@@ -153,7 +311,12 @@ def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
         ``path``.
 
     Example:
-        >>> atomic_savefig(fig, out / "reliability.png", dpi=120)  # doctest: +SKIP
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from matplotlib.figure import Figure
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     atomic_savefig(Figure(figsize=(1, 1)), Path(d) / "reliability.png", dpi=20).read_bytes()[1:4]
+        b'PNG'
     """
     path = Path(path)
     with atomic_path(path, path.suffix or None) as tmp:
@@ -162,8 +325,9 @@ def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
 
 
 def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
-    """Copy the file ``src`` to ``dst`` (contents and metadata, :func:`shutil.copy2`) through a temporary file
-    and a rename, so ``dst`` is never a partial copy.
+    """Copy the file ``src`` to ``dst`` through a temporary file and a rename, so ``dst`` is never a partial copy.
+
+    Contents and metadata are copied (:func:`shutil.copy2`).
 
     Args:
         src: the file to copy.
@@ -176,7 +340,12 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
         ValueError: ``src`` is not a file, or ``dst`` is ``src`` or an existing folder.
 
     Example:
-        >>> atomic_copy(model / "plans.json", calibrated / "plans.json")  # doctest: +SKIP
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "plans.json").write_text("{}")
+        ...     atomic_copy(Path(d) / "plans.json", Path(d) / "copy" / "plans.json").read_text()
+        '{}'
     """
     src, dst = Path(src), Path(dst)
     if not src.is_file():
@@ -189,8 +358,10 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 
 
 def atomic_gzip(src: str | os.PathLike, dst: str | os.PathLike, compresslevel: int = 1) -> Path:
-    """Write the gzip of the file ``src`` to ``dst`` (e.g. a ``.nii`` as ``.nii.gz``) through a temporary file and a
-    rename; the gzip header holds no name and no time, so the same input gives the same bytes.
+    """Write the gzip of the file ``src`` to ``dst`` (e.g. a ``.nii`` as ``.nii.gz``) through a temporary file.
+
+    The file is renamed into place once written. The gzip header holds no name and no time, so the same input
+    gives the same bytes.
 
     Args:
         src: the file to compress.
@@ -202,6 +373,14 @@ def atomic_gzip(src: str | os.PathLike, dst: str | os.PathLike, compresslevel: i
 
     Raises:
         ValueError: ``src`` is not a file, ``dst`` is ``src``, or ``compresslevel`` is not in 0-9.
+
+    Example:
+        >>> import gzip, tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "a.txt").write_bytes(b"abc" * 100)
+        ...     gzip.decompress(atomic_gzip(Path(d) / "a.txt", Path(d) / "a.txt.gz").read_bytes()) == b"abc" * 100
+        True
     """
     src, dst = Path(src), Path(dst)
     if not src.is_file():
@@ -237,7 +416,12 @@ def save_nifti_image(image: nib.Nifti1Image, path: str | os.PathLike) -> Path:
         TypeError: ``image`` is not a nibabel image.
 
     Example:
-        >>> save_nifti_image(nib.Nifti1Image(label.astype(np.uint8), affine), out / "label.nii.gz")  # doctest: +SKIP
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     image = nib.Nifti1Image(np.zeros((2, 2, 2), np.uint8), np.eye(4))
+        ...     nib.load(save_nifti_image(image, Path(d) / "label.nii.gz")).get_data_dtype().name
+        'uint8'
     """
     if not isinstance(image, nib.spatialimages.SpatialImage):
         raise TypeError(f"image must be a nibabel image, got {type(image).__name__}")
@@ -258,10 +442,31 @@ def _to_numpy(data: np.ndarray | torch.Tensor) -> np.ndarray:
 
 
 def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
-    """Write a 3D map (or ``(1, X, Y, Z)`` / ``(1, 1, X, Y, Z)``) with ``affine`` (voxel -> world, mm).
+    """Write a 3D map (or ``(1, X, Y, Z)`` / ``(1, 1, X, Y, Z)``) with ``affine`` as a NIfTI file, atomically.
 
-    The file is written under a temporary name in the same folder and renamed into place.
-    Integer arrays are stored as int16/int32, floating arrays as float32.
+    The file is written under a temporary name in the same folder and renamed into place. Integer and bool arrays
+    are stored as int16 (int32 when the largest value needs it), floating arrays as float32.
+
+    Args:
+        data: the volume ``(X, Y, Z)``; leading singleton axes are dropped. NumPy array or torch tensor (a MONAI
+            ``MetaTensor`` too).
+        affine: ``(4, 4)`` voxel -> world matrix (mm).
+        path: the file, ending in ``.nii`` or ``.nii.gz``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: ``data`` is not 3D once leading singleton axes are dropped, ``affine`` is not 4x4, or ``path``
+            does not end in ``.nii`` / ``.nii.gz``.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     img = nib.load(save_nifti(np.ones((1, 4, 5, 6)), np.diag([2.0, 2.0, 2.0, 1.0]), Path(d) / "u.nii.gz"))
+        ...     img.shape, img.get_data_dtype().name, [float(z) for z in img.header.get_zooms()]
+        ((4, 5, 6), 'float32', [2.0, 2.0, 2.0])
     """
     arr = _to_numpy(data)
     while arr.ndim > 3 and arr.shape[0] == 1:
@@ -293,17 +498,60 @@ def _save_channels(arr: np.ndarray, affine: np.ndarray, path: str | os.PathLike,
 
 
 def save_probabilities(probs: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
-    """Write probabilities ``(C, X, Y, Z)`` as a 4D float32 NIfTI ``(X, Y, Z, C)`` through a temporary file and
-    a rename (as :func:`save_nifti` does for 3D maps)."""
+    """Write probabilities ``(C, X, Y, Z)`` as a 4D float32 NIfTI ``(X, Y, Z, C)``, atomically.
+
+    The file is written through a temporary file and a rename, as :func:`save_nifti` does for 3D maps.
+
+    Args:
+        probs: ``(C, X, Y, Z)`` probabilities (leading singleton axes dropped), NumPy array or torch tensor.
+        affine: ``(4, 4)`` voxel -> world matrix (mm).
+        path: the file, ending in ``.nii`` or ``.nii.gz``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: ``probs`` is not 4D once leading singleton axes are dropped, or ``path`` is not a NIfTI name.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     nib.load(save_probabilities(np.full((3, 4, 5, 6), 1 / 3), np.eye(4), Path(d) / "p.nii.gz")).shape
+        (4, 5, 6, 3)
+    """
     return _save_channels(_to_numpy(probs), affine, path, "float32", "probs must be (C, X, Y, Z)")
 
 
 def save_region_maps(
     data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike, dtype: str = "float32"
 ) -> Path:
-    """Write one volume per region ``(R, X, Y, Z)`` (region masks, mean probabilities or uncertainty maps of a
-    region-based network) as a 4D NIfTI ``(X, Y, Z, R)`` of ``dtype`` (``"float32"`` or ``"uint8"``, the latter
-    for 0/1 masks), through a temporary file and a rename as :func:`save_nifti`."""
+    """Write one volume per region ``(R, X, Y, Z)`` as a 4D NIfTI ``(X, Y, Z, R)`` of ``dtype``, atomically.
+
+    The volumes are region masks, mean probabilities or uncertainty maps of a region-based network; the file is
+    written through a temporary file and a rename as :func:`save_nifti`.
+
+    Args:
+        data: ``(R, X, Y, Z)`` (leading singleton axes dropped), NumPy array or torch tensor.
+        affine: ``(4, 4)`` voxel -> world matrix (mm).
+        path: the file, ending in ``.nii`` or ``.nii.gz``.
+        dtype: ``"float32"``, or ``"uint8"`` for 0/1 masks.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: ``dtype`` is neither, ``dtype="uint8"`` with values outside 0/1, ``data`` is not 4D, or ``path``
+            is not a NIfTI name.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     img = nib.load(save_region_maps(np.ones((3, 4, 4, 4)), np.eye(4), Path(d) / "m.nii.gz", dtype="uint8"))
+        ...     img.shape, img.get_data_dtype().name
+        ((4, 4, 4, 3), 'uint8')
+    """
     if dtype not in ("float32", "uint8"):
         raise ValueError(f"dtype must be 'float32' or 'uint8', got {dtype!r}")
     arr = _to_numpy(data)
@@ -313,8 +561,20 @@ def save_region_maps(
 
 
 def read_json_or_none(path: str | os.PathLike) -> Any:
-    """The JSON document at ``path``, or None when the file is missing, unreadable or not JSON (records that are
-    optional, e.g. a run's ``infer.json`` or a case record)."""
+    """The JSON document at ``path``, or None when the file is missing, unreadable or not JSON.
+
+    For records that are optional, e.g. a run's ``infer.json`` or a case record.
+
+    Args:
+        path: the JSON file.
+
+    Returns:
+        The parsed document (any JSON value), or None.
+
+    Example:
+        >>> read_json_or_none("no/such/file.json") is None
+        True
+    """
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
@@ -322,8 +582,7 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
 
 
 def file_sha256(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
-    """The sha256 content digest of a file (hex), read in chunks so that a weight file of gigabytes is never held
-    in memory.
+    """The sha256 content digest of a file (hex), read in chunks so that a weight file of gigabytes is never in memory.
 
     Args:
         path: the file.
@@ -334,6 +593,14 @@ def file_sha256(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
 
     Raises:
         ValueError: naming the file when it is missing or unreadable.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "w.pt").write_bytes(b"abc")
+        ...     file_sha256(Path(d) / "w.pt")[:16]
+        'ba7816bf8f01cfea'
     """
     p = Path(path)
     if not p.is_file():
@@ -349,8 +616,9 @@ def file_sha256(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
 
 
 def weight_digests(paths: Sequence[str | os.PathLike], names: Sequence[str] | None = None) -> list[dict[str, str]]:
-    """The content digests of the files that made a model's predictions (checkpoints, ensemble members, configs),
-    in order, each file hashed once: ``[{"file": name, "sha256": hex}, ...]``, the record that a prediction
+    """The content digests of the files that made a model's predictions (checkpoints, ensemble members, configs).
+
+    In order, each file hashed once: ``[{"file": name, "sha256": hex}, ...]``, the record that a prediction
     fingerprint compares (the names are for display only).
 
     Args:
@@ -359,6 +627,17 @@ def weight_digests(paths: Sequence[str | os.PathLike], names: Sequence[str] | No
 
     Returns:
         One entry per file.
+
+    Raises:
+        ValueError: ``names`` and ``paths`` differ in length, or a file is missing or unreadable.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "w.pt").write_bytes(b"abc")
+        ...     [(e["file"], e["sha256"][:8]) for e in weight_digests([Path(d) / "w.pt"] * 2, names=["a", "b"])]
+        [('a', 'ba7816bf'), ('b', 'ba7816bf')]
     """
     names = [os.fspath(p) for p in paths] if names is None else [str(n) for n in names]
     if len(names) != len(paths):
@@ -374,9 +653,22 @@ def weight_digests(paths: Sequence[str | os.PathLike], names: Sequence[str] | No
 
 
 def json_safe(x: Any, digits: int | None = None) -> Any:
-    """``x`` with plain Python types only, for ``json.dumps``: NaN/inf -> None, numpy scalars and arrays -> Python
-    numbers and lists, tuples -> lists, paths -> strings; floats rounded to ``digits`` significant digits when
-    given."""
+    """``x`` with plain Python types only, for ``json.dumps`` with ``allow_nan=False``.
+
+    NaN / inf become None, NumPy scalars and arrays and torch tensors Python numbers and lists, tuples lists, paths
+    strings; NumPy scalar dict keys become Python scalars. Applied recursively to dicts, lists and tuples.
+
+    Args:
+        x: the value.
+        digits: round floats to this many significant digits (None: full precision).
+
+    Returns:
+        The converted value.
+
+    Example:
+        >>> json_safe({"a": np.float32(0.5), "b": (float("inf"), np.arange(2)), "c": 1 / 3}, digits=3)
+        {'a': 0.5, 'b': [None, [0, 1]], 'c': 0.333}
+    """
     if isinstance(x, dict):
         return {(k.item() if isinstance(k, np.generic) else k): json_safe(v, digits) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -400,9 +692,24 @@ def json_safe(x: Any, digits: int | None = None) -> Any:
 
 
 def json_default(o: Any) -> Any:
-    """``default=`` for ``json.dumps`` that turns numpy scalars and arrays into Python numbers and lists and keeps
-    NaN as is (Python's ``NaN`` literal): for the package's own state files, which must round-trip NaN exactly.
-    Files meant for other readers use :func:`json_safe` / :func:`atomic_write_json` instead (strict JSON)."""
+    """``default=`` for ``json.dumps`` that turns NumPy scalars and arrays into Python numbers and lists.
+
+    NaN is kept as is (Python's ``NaN`` literal): for the package's own state files, which must round-trip NaN
+    exactly. Files meant for other readers use :func:`json_safe` / :func:`atomic_write_json` instead (strict JSON).
+
+    Args:
+        o: a value ``json.dumps`` cannot write by itself.
+
+    Returns:
+        ``o.item()`` for a NumPy scalar, ``o.tolist()`` for an array.
+
+    Raises:
+        TypeError: ``o`` is of another type.
+
+    Example:
+        >>> json.dumps({"x": np.float64("nan"), "y": np.arange(2)}, default=json_default)
+        '{"x": NaN, "y": [0, 1]}'
+    """
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
     if isinstance(o, np.ndarray):
@@ -426,14 +733,29 @@ def _nearest_existing(path: Path, what: str) -> Path:
 
 
 def check_writable_folder(folder: str | os.PathLike, what: str = "output folder") -> Path:
-    """Check, before any work, that ``folder`` is a folder this process can write to, or can be created: the
-    folder itself when it exists, else its nearest existing ancestor, must be a folder with write and search
-    permission (``os.access``; a read-only file system counts as not writable). Nothing is created. Returns the
-    absolute path.
+    """Check, before any work, that ``folder`` is a folder this process can write to, or can be created.
 
-    ``ValueError`` naming ``what`` and the path when a component of the path is a file (the folder cannot be
-    created) or when permission is missing. (Run as root, ``os.access`` grants write permission on any folder of
-    a writable file system, as the kernel does.)
+    The folder itself when it exists, else its nearest existing ancestor, must be a folder with write and search
+    permission (``os.access``; a read-only file system counts as not writable). Nothing is created. (Run as root,
+    ``os.access`` grants write permission on any folder of a writable file system, as the kernel does.)
+
+    Args:
+        folder: the folder to check.
+        what: how error messages name it.
+
+    Returns:
+        The absolute path of ``folder``.
+
+    Raises:
+        ValueError: naming ``what`` and the path when a component of the path is a file (the folder cannot be
+            created) or when permission is missing.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     check_writable_folder(Path(d) / "new" / "out") == Path(d).resolve() / "new" / "out"
+        True
     """
     path = Path(os.path.abspath(os.fspath(folder)))
     probe = _nearest_existing(path, what)
@@ -450,9 +772,32 @@ def check_writable_folder(folder: str | os.PathLike, what: str = "output folder"
 def check_output_folder(
     output: str | os.PathLike, *inputs: str | os.PathLike | None, writable: bool = True
 ) -> Path:
-    """Refuse an output folder that is, or lies inside, one of the input folders (inputs are never written), or
-    (``writable=True``) that cannot be written or created (:func:`check_writable_folder`). Returns the resolved
-    path. Call it before any work: a bad output is then one error line, not a failure after hours of inference."""
+    """Refuse an output folder that is, or lies inside, an input folder, or that cannot be written.
+
+    Inputs are never written; with ``writable=True`` the folder must also be writable or creatable
+    (:func:`check_writable_folder`). Call it before any work: a bad output is then one error line, not a failure
+    after hours of inference.
+
+    Args:
+        output: the output folder.
+        *inputs: the input folders (None is skipped).
+        writable: also check that ``output`` can be written or created.
+
+    Returns:
+        The resolved path of ``output``.
+
+    Raises:
+        ValueError: ``output`` is or lies inside an input folder, or cannot be written.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     check_output_folder(Path(d) / "images" / "out", Path(d) / "images")
+        Traceback (most recent call last):
+            ...
+        ValueError: output folder ... lies inside the input folder ...; choose an output outside it (...)
+    """
     out = Path(output).resolve()
     for inp in inputs:
         if inp is None:
@@ -469,8 +814,11 @@ def check_output_folder(
 
 
 def _same_file(a: Path, b: Path) -> str | None:
-    """How ``a`` names the file ``b``: ``"is"`` (the same path), ``"is a link to"`` (the same path once symbolic
-    links are followed), ``"is a hard link of"`` (the same inode), or None (different files)."""
+    """How ``a`` names the file ``b``.
+
+    ``"is"`` (the same path), ``"is a link to"`` (the same path once symbolic links are followed), ``"is a hard
+    link of"`` (the same inode), or None (different files).
+    """
     if os.path.abspath(a) == os.path.abspath(b):
         return "is"
     if a.resolve() == b.resolve():
@@ -488,10 +836,31 @@ def check_output_file(
 ) -> Path:
     """Check, before any work, a file a command is about to write.
 
-    Refused (``ValueError`` naming ``what``): ``output`` is one of the input files ``inputs`` -- the same path,
-    a symbolic link to it or a hard link of it (an input is never overwritten, e.g. ``calibrate --checkpoint
-    w.pt -o w.pt``) --, lies inside an input given as a folder, is an existing folder, or its folder cannot be
-    written or created (:func:`check_writable_folder`). ``None`` inputs are skipped. Returns the absolute path.
+    Refused: ``output`` is one of the input files ``inputs`` -- the same path, a symbolic link to it or a hard
+    link of it (an input is never overwritten, e.g. ``calibrate --checkpoint w.pt -o w.pt``) --, lies inside an
+    input given as a folder, is an existing folder, or its folder cannot be written or created
+    (:func:`check_writable_folder`).
+
+    Args:
+        output: the file to write.
+        *inputs: the command's input files and folders (None is skipped).
+        what: how error messages name ``output``.
+
+    Returns:
+        The absolute path of ``output``.
+
+    Raises:
+        ValueError: naming ``what`` for each refusal above.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "w.pt").write_bytes(b"")
+        ...     check_output_file(Path(d) / "w.pt", Path(d) / "w.pt")
+        Traceback (most recent call last):
+            ...
+        ValueError: output file ... is the input file ...; choose another name (inputs are never overwritten)
     """
     out = Path(os.path.abspath(os.fspath(output)))
     for inp in inputs:
@@ -531,11 +900,15 @@ def check_inputs_not_written(
         *inputs: the input files and folders (None is skipped). A symbolic link counts as the file it points to.
         what: how the message names ``output``.
 
-    Returns:
-        None. ``ValueError`` naming the input and the output, e.g. for ``triage --rule OUT/triage.json -o OUT``.
+    Raises:
+        ValueError: naming the input and the output, e.g. for ``triage --rule OUT/triage.json -o OUT``.
 
     Example:
         >>> check_inputs_not_written("out", ["triage.json", "state/*"], "rule.json")  # elsewhere: fine
+        >>> check_inputs_not_written("out", ["triage.json"], "out/triage.json")
+        Traceback (most recent call last):
+            ...
+        ValueError: output folder out: the command writes triage.json there, which is the input file ...
     """
     out = Path(os.path.abspath(os.fspath(output))).resolve()
     patterns = [str(p).strip("/") for p in written]
@@ -557,7 +930,22 @@ def check_inputs_not_written(
 
 
 def clean_partial_files(folder: str | os.PathLike) -> int:
-    """Remove ``.*.partial*`` files left by an interrupted run; returns how many were removed."""
+    """Remove the ``.*.partial*`` files an interrupted run left in ``folder`` (not recursive).
+
+    Args:
+        folder: the folder; a missing folder holds nothing to remove.
+
+    Returns:
+        How many files were removed.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / ".case1_probs.partial.nii.gz").write_bytes(b"")
+        ...     clean_partial_files(d), clean_partial_files(d)
+        (1, 0)
+    """
     folder = Path(folder)
     if not folder.is_dir():
         return 0

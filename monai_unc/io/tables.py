@@ -1,5 +1,6 @@
-"""Tables: the one CSV writer of the package (``metrics.csv``, ``uncertainty_scores.csv``, ``case_scores.csv``,
-``shifts.csv``, ...) and its reader.
+r"""Tables: the one CSV writer of the package and its reader.
+
+The writer makes ``metrics.csv``, ``uncertainty_scores.csv``, ``case_scores.csv``, ``shifts.csv``, ...
 
 Every table has the same cell format (:func:`format_cell`), so that a column such as ``<measure>_<score>`` reads
 the same in every file that has it:
@@ -17,7 +18,7 @@ str, path                              the text (quoted by the ``csv`` module wh
 =====================================  ==========================================================================
 
 ``float(cell)``, :func:`numpy.genfromtxt` and ``pandas.read_csv`` read ``nan`` / ``inf`` / ``-inf`` back as
-NaN / infinity, and an empty cell as a missing value (NaN in a float column). Files are UTF-8 with ``\\n`` line
+NaN / infinity, and an empty cell as a missing value (NaN in a float column). Files are UTF-8 with ``\n`` line
 ends, written under a temporary name and renamed (:func:`~monai_unc.io.files.atomic_path`).
 """
 
@@ -94,13 +95,13 @@ def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def write_csv(
     path: str | os.PathLike, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
 ) -> Path:
-    """Write a table as CSV with the package's one cell format, atomically.
+    r"""Write a table as CSV with the package's one cell format, atomically.
 
     The header is ``columns`` (default: :func:`table_columns` of ``rows``); a row without a column gets an empty
     cell. Cells follow :func:`format_cell`: NaN is written ``nan``, floats at full precision (``repr``, so
     ``float(cell)`` gives the same float64 back), ``None`` as an empty cell, ints as ints, bools as
     ``True`` / ``False``. ``pandas.read_csv``, ``numpy.genfromtxt`` and :func:`read_csv` with :func:`parse_float`
-    read ``nan`` and empty cells back as NaN. The file (UTF-8, ``\\n`` line ends) is written under a temporary
+    read ``nan`` and empty cells back as NaN. The file (UTF-8, ``\n`` line ends) is written under a temporary
     name and renamed: an error mid-write (e.g. a cell of another type) leaves no file and keeps an older one.
 
     Args:
@@ -116,9 +117,10 @@ def write_csv(
         TypeError: a row is not a mapping, or a cell is not of a type :func:`format_cell` writes.
 
     Example:
-        >>> write_csv(out / "scores.csv", [{"case": "a", "score": float("nan"), "n": 3}])  # doctest: +SKIP
-        >>> (out / "scores.csv").read_text()  # doctest: +SKIP
-        'case,score,n\\na,nan,3\\n'
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     write_csv(Path(d) / "scores.csv", [{"case": "a", "score": float("nan"), "n": 3}]).read_text()
+        'case,score,n\na,nan,3\n'
     """
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
@@ -151,16 +153,23 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         One dict per row, the cells as written (strings; :func:`parse_float` turns a numeric cell into a float).
 
     Example:
-        >>> rows = read_csv(evaluation / "metrics.csv")  # doctest: +SKIP
-        >>> dice = [parse_float(r["dice"]) for r in rows]  # doctest: +SKIP
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     rows = read_csv(write_csv(Path(d) / "metrics.csv", [{"case": "a", "dice": 0.5}, {"case": "b"}]))
+        >>> rows
+        [{'case': 'a', 'dice': '0.5'}, {'case': 'b', 'dice': ''}]
+        >>> [parse_float(r["dice"]) for r in rows]
+        [0.5, nan]
     """
     with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
 
 
 def parse_float(cell: str | None) -> float:
-    """A numeric cell of a table as a float: an empty cell (or ``None``, a missing column) is NaN, ``nan`` /
-    ``inf`` / ``-inf`` are NaN and infinities, anything else goes through ``float``.
+    """A numeric cell of a table as a float.
+
+    An empty cell (or ``None``, a missing column) is NaN, ``nan`` / ``inf`` / ``-inf`` are NaN and infinities,
+    anything else goes through ``float``.
 
     Args:
         cell: the cell text.

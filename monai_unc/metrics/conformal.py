@@ -60,6 +60,7 @@ import torch
 
 from .._utils import normalize_spacing, probability_tolerance, to_numpy
 from ..activation import Activation, get_activation
+from ..state import register_state_type
 from .boundary import distance_to_mask
 
 __all__ = [
@@ -209,6 +210,7 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return out
 
 
+@register_state_type("conformal_case")
 @dataclass
 class ConformalCaseState:
     """What one case contributes to fitting a conformal mask: per task, histograms of the voxels' grid index.
@@ -320,10 +322,44 @@ class ConformalCaseState:
     def __add__(self, other: ConformalCaseState) -> ConformalCaseState:
         if not isinstance(other, ConformalCaseState):
             return NotImplemented
+        return ConformalCaseState.from_state_dict(self.state_dict()).merge(other)
+
+    def merge(self, other: ConformalCaseState) -> ConformalCaseState:
+        """Add the voxels of ``other`` into this state (in place; :class:`monai_unc.state.MergeableState`).
+
+        Args:
+            other: a state of the same activation, family, side, grid and task names.
+
+        Returns:
+            ``self``.
+        """
+        if not isinstance(other, ConformalCaseState):
+            raise TypeError(f"other must be a ConformalCaseState, got {type(other).__name__}")
         if not self.compatible(other):
             raise ValueError("other must have the same activation, family, side, grid and names to be added")
-        return ConformalCaseState(self.activation, self.family, self.side, self.step, self.size, self.names,
-                                  self.true_counts + other.true_counts, self.false_counts + other.false_counts)
+        self.true_counts = self.true_counts + other.true_counts
+        self.false_counts = self.false_counts + other.false_counts
+        return self
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The state as numpy arrays (no object arrays), e.g. for ``numpy.savez`` (:mod:`monai_unc.state`).
+
+        Returns:
+            A dict of arrays that :meth:`from_state_dict` reads back.
+        """
+        return self.to_arrays()
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> ConformalCaseState:
+        """The state of :meth:`state_dict` (or of ``numpy.load`` of a saved ``.npz``).
+
+        Args:
+            state: a mapping with the keys of :meth:`state_dict`.
+
+        Returns:
+            The state; ``ValueError`` naming ``arrays`` for a missing key.
+        """
+        return cls.from_arrays(state)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The state as numpy arrays (no object arrays), e.g. for ``numpy.savez``.

@@ -65,6 +65,7 @@ from .._utils import (
     check_labels,
     like_input,
     num_threads,
+    per_axis_mm,
     reduce_case_values,
     to_tensor,
     warn_nan,
@@ -210,15 +211,7 @@ def _real(value: Any, name: str) -> float:
 
 
 def _sigma_mm(sigma: float | Sequence[float], ndim: int) -> tuple[float, ...]:
-    if isinstance(sigma, (int, float, np.floating, np.integer)):
-        sig = (float(sigma),) * ndim
-    else:
-        try:
-            sig = tuple(float(s) for s in np.asarray(sigma, dtype=float).ravel())
-        except (TypeError, ValueError):
-            raise ValueError(f"sigma must be a number or one number per spatial axis (mm), got {sigma!r}") from None
-        if len(sig) != ndim:
-            raise ValueError(f"sigma must have {ndim} values (one per spatial axis, mm), got {len(sig)}")
+    sig = per_axis_mm(sigma, ndim, "sigma", count_note=", mm")
     if not all(math.isfinite(s) and s >= 0 for s in sig):
         raise ValueError(f"sigma must be non-negative and finite (mm), got {sig}")
     return sig

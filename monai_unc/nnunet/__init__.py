@@ -1,5 +1,6 @@
-"""nnU-Net v2 integration: uncertainty predictor, export, temperature scaling, dropout routes, trainers and
-``monai-unc nnunet-predict``.
+"""nnU-Net v2 integration: uncertainty predictor, export, temperature scaling, dropout, trainers and the CLI.
+
+The command line is ``monai-unc nnunet-predict`` (and ``nnunet-dropout-plans``, ``nnunet-calibrate``).
 
 Modules: :mod:`~monai_unc.nnunet.predictor` (``UncertaintyPredictor``), :mod:`~monai_unc.nnunet.export`
 (geometry, maps, case records and scores), :mod:`~monai_unc.nnunet.calibrate` (temperature per fold),

@@ -2,9 +2,9 @@
 
 :func:`calibrate_model_folder` (CLI: ``monai-unc nnunet-calibrate``) predicts every fold's validation cases from
 nnU-Net's preprocessed data with stock ``nnUNetPredictor`` (logits averaged over the mirrors), fits
-:class:`monai_unc.temperature.TemperatureScaler` (Kock et al., "Confidence calibration for medical image
-segmentation") on them, and divides the fold's segmentation layer by the temperature in a copy of the model
-folder. Predicting from the copy needs nothing but ``-m COPY``.
+:class:`monai_unc.temperature.TemperatureScaler` (Kock, Thielke, Chlebus, Meine, *Confidence Histograms for Model
+Reliability Analysis and Temperature Calibration*, MIDL) on them, and divides the fold's segmentation layer by
+the temperature in a copy of the model folder. Predicting from the copy needs nothing but ``-m COPY``.
 
 This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
 top-level modules.
@@ -36,8 +36,22 @@ __all__ = ["calibrate_model_folder", "segmentation_layer_name", "region_targets"
 
 
 def segmentation_layer_name(network: nn.Module) -> str | None:
-    """Name of the full-resolution segmentation layer of an nnU-Net network (the last of
-    ``decoder.seg_layers``), ``None`` when the network has no such list."""
+    """Name of the full-resolution segmentation layer of an nnU-Net network (the last of ``decoder.seg_layers``).
+
+    Args:
+        network: an nnU-Net network (``PlainConvUNet``, ``ResidualEncoderUNet``, ...).
+
+    Returns:
+        ``"decoder.seg_layers.<last>"``, or ``None`` when the network has no such list.
+
+    Example:
+        >>> from dynamic_network_architectures.architectures.unet import PlainConvUNet
+        >>> net = PlainConvUNet(input_channels=1, n_stages=2, features_per_stage=(4, 8), conv_op=nn.Conv3d,
+        ...                     kernel_sizes=3, strides=(1, 2), n_conv_per_stage=1, num_classes=3,
+        ...                     n_conv_per_stage_decoder=1, deep_supervision=True)
+        >>> segmentation_layer_name(net), segmentation_layer_name(nn.Conv3d(1, 3, 1))
+        ('decoder.seg_layers.0', None)
+    """
     seg_layers = getattr(getattr(network, "decoder", None), "seg_layers", None)
     if isinstance(seg_layers, nn.ModuleList) and len(seg_layers):
         return f"decoder.seg_layers.{len(seg_layers) - 1}"
@@ -83,7 +97,30 @@ def calibrate_model_folder(
     diagonal variance has a fixed floor (``exp(log_var) + epsilon``), so no change of the weights divides the
     logit distribution by t exactly.
 
-    Returns ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ...}}``.
+    Temperature scaling: Guo, Pleiss, Sun, Weinberger, *On Calibration of Modern Neural Networks*, ICML 2017; the
+    fitting protocol: Kock, Thielke, Chlebus, Meine, *Confidence Histograms for Model Reliability Analysis and
+    Temperature Calibration*, MIDL.
+
+    Args:
+        model_training_output_dir: the trained model folder (``plans.json``, ``dataset.json``, ``fold_<f>/``).
+        output_dir: the folder of the calibrated copy; must differ from the model folder and lie outside it.
+        use_folds: the folds to calibrate (``"all"`` has no validation cases and is refused).
+        checkpoint_name: the checkpoint file of each fold.
+        preprocessed_dir: ``nnUNet_preprocessed`` (default: the environment variable).
+        mode: ``"scalar"`` (one t) or ``"vector"`` (one t per class, per region for a region-based model).
+        loss: the fitting objective, ``"nll"`` or ``"ece"``.
+        use_mirroring: average the validation logits over nnU-Net's mirrors, as inference does.
+        device: where the validation cases are predicted.
+        **scaler_kwargs: further arguments of :class:`~monai_unc.temperature.TemperatureScaler`.
+
+    Returns:
+        ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ..., "converged": ...}}``,
+        also written to ``temperature.json``.
+
+    Raises:
+        ValueError: ``output_dir`` is the model folder or inside it, no preprocessed folder is known, a fold is
+            ``"all"`` or not in the splits, or the model is a Stochastic Segmentation Network.
+        FileNotFoundError: ``splits_final.json`` is missing.
     """
     src, dst = Path(model_training_output_dir), Path(output_dir)
     if src.resolve() == dst.resolve():
@@ -166,9 +203,22 @@ def calibrate_model_folder(
 
 
 def region_targets(labels: torch.Tensor, regions: Sequence[tuple[int, ...]]) -> torch.Tensor:
-    """Binary region masks ``(R, *spatial)`` (int64) of a label map ``(*spatial)``: region ``r`` is
-    ``isin(labels, regions[r])``; voxels labelled -1 (outside nnU-Net's crop, the ignore label) are -1 in every
-    region (left out of the fit)."""
+    """Binary region masks of a label map, the targets of a region-based temperature fit.
+
+    Region ``r`` is ``isin(labels, regions[r])``; voxels labelled -1 (outside nnU-Net's crop, the ignore label) are
+    -1 in every region (left out of the fit).
+
+    Args:
+        labels: the label map ``(*spatial)``, integer, -1 where a voxel is left out.
+        regions: the labels of each region, in the model's channel order.
+
+    Returns:
+        ``(R, *spatial)`` int64 masks with values 0, 1 and -1.
+
+    Example:
+        >>> region_targets(torch.tensor([0, 1, 2, -1]), [(1, 2), (2,)]).tolist()
+        [[0, 1, 1, -1], [0, 0, 1, -1]]
+    """
     masks = torch.stack([torch.isin(labels, torch.tensor(list(r), dtype=labels.dtype)) for r in regions]).long()
     masks[:, labels < 0] = -1
     return masks

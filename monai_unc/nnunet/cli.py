@@ -1,4 +1,4 @@
-"""``monai-unc nnunet-predict``, ``nnunet-dropout-plans`` and ``nnunet-calibrate``.
+r"""``monai-unc nnunet-predict``, ``nnunet-dropout-plans`` and ``nnunet-calibrate``.
 
 ``nnUNetv2_predict`` cannot choose a predictor class, so this entry point takes the same flags (``-i -o -d -c
 -tr -p -f -chk --save_probabilities -device -step_size --disable_tta --continue_prediction -npp -nps
@@ -6,7 +6,7 @@
 in ``nnUNetv2_predict_from_modelfolder``) plus the uncertainty options, and runs
 :class:`~monai_unc.nnunet.predictor.UncertaintyPredictor`::
 
-    monai-unc nnunet-predict -i imagesTs -o pred -d 990 -c 3d_fullres -f 0 1 2 3 4 \\
+    monai-unc nnunet-predict -i imagesTs -o pred -d 990 -c 3d_fullres -f 0 1 2 3 4 \
         --sources folds mirroring -device cuda
 
 Wiring (``monai_unc/cli.py``): ``add_parser(subparsers)`` registers the three sub-commands; ``run(args)`` executes
@@ -39,7 +39,24 @@ def _env_int(name: str, default: int) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``nnunet-predict`` (returned), ``nnunet-dropout-plans`` and ``nnunet-calibrate`` on ``subparsers``."""
+    """Register ``nnunet-predict``, ``nnunet-dropout-plans`` and ``nnunet-calibrate`` on ``subparsers``.
+
+    Parsing needs neither torch nor nnU-Net's predictor. Each sub-parser sets ``nnunet_command`` (one of
+    :data:`PREDICT_COMMAND`, :data:`PLANS_COMMAND`, :data:`CALIBRATE_COMMAND`) for :func:`run`.
+
+    Args:
+        subparsers: the ``add_subparsers()`` object of the ``monai-unc`` parser.
+
+    Returns:
+        The ``nnunet-predict`` parser.
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="monai-unc")
+        >>> _ = add_parser(parser.add_subparsers())
+        >>> args = parser.parse_args(["nnunet-predict", "-i", "imagesTs", "-o", "pred", "-m", "model", "-f", "0"])
+        >>> args.nnunet_command, args.sources, args.num_samples
+        ('nnunet-predict', ['folds', 'mirroring'], 10)
+    """
     p = subparsers.add_parser(
         PREDICT_COMMAND,
         help="nnU-Net v2 prediction with uncertainty maps (folds, mirroring, MC dropout, Rate-In, SSN)",
@@ -149,14 +166,26 @@ def _model_folder(args: argparse.Namespace) -> str:
 
 
 def check_predict_flags(args: argparse.Namespace) -> None:
-    """Refuse combinations of ``nnunet-predict`` flags that contradict each other, naming the flags and how to fix
-    it (the predictor's own checks speak in its Python argument names; these run first, before the model loads).
+    """Refuse combinations of ``nnunet-predict`` flags that contradict each other.
+
+    The message names the flags and how to fix it (the predictor's own checks speak in its Python argument names;
+    these run first, before the model loads).
 
     Args:
         args: the parsed ``nnunet-predict`` arguments.
 
     Raises:
         ValueError: naming the conflicting flags.
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="monai-unc")
+        >>> _ = add_parser(parser.add_subparsers())
+        >>> check_predict_flags(parser.parse_args(["nnunet-predict", "-i", "in", "-o", "out", "-m", "model"]))
+        >>> check_predict_flags(parser.parse_args(["nnunet-predict", "-i", "in", "-o", "out", "-m", "model",
+        ...                                        "--sources", "folds", "--dropout_p", "0.1"]))
+        Traceback (most recent call last):
+            ...
+        ValueError: --dropout_p needs dropout in --sources (e.g. --sources folds dropout), got --sources folds
     """
     sources = list(args.sources)
     given = " ".join(sources)
@@ -282,7 +311,17 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute the sub-command parsed by :func:`add_parser`; returns 0 on success, 2 on a usage or input error."""
+    """Execute the sub-command parsed by :func:`add_parser`.
+
+    Usage and input errors (``ValueError``, ``FileNotFoundError``, ``FileExistsError``) are printed as one line
+    ``monai-unc <command>: error: ...`` on stderr instead of a traceback.
+
+    Args:
+        args: the parsed arguments (``nnunet_command`` selects the sub-command; default ``nnunet-predict``).
+
+    Returns:
+        The exit status: 0 on success, 2 on a usage or input error.
+    """
     command = getattr(args, "nnunet_command", PREDICT_COMMAND)
     handlers = {PREDICT_COMMAND: _predict, PLANS_COMMAND: _plans, CALIBRATE_COMMAND: _calibrate}
     try:

@@ -59,7 +59,21 @@ def _check_p(p: float, name: str = "p") -> float:
 
 
 def dropout_op_for(conv_op: str | type) -> str:
-    """Dotted name of the channel dropout matching an nnU-Net ``conv_op`` (``...Conv3d`` -> ``torch.nn.Dropout3d``)."""
+    """Dotted name of the channel dropout matching an nnU-Net ``conv_op`` (``...Conv3d`` -> ``torch.nn.Dropout3d``).
+
+    Args:
+        conv_op: the convolution class or its dotted name (as in plans files).
+
+    Returns:
+        ``"torch.nn.Dropout1d"``, ``"torch.nn.Dropout2d"`` or ``"torch.nn.Dropout3d"``.
+
+    Raises:
+        ValueError: ``conv_op`` is not a ``Conv1d`` / ``Conv2d`` / ``Conv3d``.
+
+    Example:
+        >>> dropout_op_for("torch.nn.modules.conv.Conv3d"), dropout_op_for(nn.Conv2d)
+        ('torch.nn.Dropout3d', 'torch.nn.Dropout2d')
+    """
     name = conv_op if isinstance(conv_op, str) else f"{conv_op.__module__}.{conv_op.__qualname__}"
     short = name.rsplit(".", 1)[-1]
     if short not in _DROPOUT_FOR_CONV:
@@ -71,7 +85,22 @@ def dropout_arch_kwargs(arch_kwargs: Mapping[str, Any], p: float = DEFAULT_TRAIN
     """Copy of a plans ``arch_kwargs`` with ``dropout_op`` (matching ``conv_op``) and ``dropout_op_kwargs={"p": p}``.
 
     ``conv_op`` may be a dotted name (as in plans files) or a class (as after nnU-Net imported it); the dropout
-    op is given in the same form.
+    op is given in the same form. The input is not changed.
+
+    Args:
+        arch_kwargs: the ``architecture.arch_kwargs`` of a plans configuration.
+        p: the dropout rate, in (0, 1).
+
+    Returns:
+        The new kwargs, with ``dropout_op_kwargs={"p": p, "inplace": False}``.
+
+    Raises:
+        ValueError: ``p`` is not in (0, 1), ``arch_kwargs`` has no ``conv_op``, or ``conv_op`` is not a convolution.
+
+    Example:
+        >>> out = dropout_arch_kwargs({"conv_op": "torch.nn.modules.conv.Conv3d"}, p=0.2)
+        >>> out["dropout_op"], out["dropout_op_kwargs"]
+        ('torch.nn.Dropout3d', {'p': 0.2, 'inplace': False})
     """
     p = _check_p(p)
     if "conv_op" not in arch_kwargs:
@@ -97,6 +126,28 @@ def dropout_plans(
     Every configuration that defines an ``architecture`` (configurations that only ``inherits_from`` another
     get it from there) is changed, or only those named in ``configurations``. ``data_identifier`` is kept so
     that the preprocessed data is shared with the source plans. ``plans_name`` becomes the new identifier.
+
+    Args:
+        plans: the plans dict (``nnUNetPlans.json``).
+        p: the dropout rate after every convolution, in (0, 1).
+        plans_name: the new plans identifier (a file stem).
+        configurations: restrict the change to these configurations (default: all with an architecture).
+
+    Returns:
+        The new plans dict (the input is not changed).
+
+    Raises:
+        ValueError: not a plans dict, a bad ``plans_name`` or ``p``, an unknown configuration, a named
+            configuration that inherits its architecture, or no configuration with an architecture.
+
+    Example:
+        >>> arch = {"network_class_name": "PlainConvUNet", "arch_kwargs": {"conv_op": "torch.nn.modules.conv.Conv3d"},
+        ...         "_kw_requires_import": ["conv_op"]}
+        >>> plans = {"plans_name": "nnUNetPlans", "configurations": {"3d_fullres": {"architecture": arch},
+        ...          "3d_lowres": {"inherits_from": "3d_fullres"}}}
+        >>> out = dropout_plans(plans, p=0.2)
+        >>> out["plans_name"], out["configurations"]["3d_fullres"]["architecture"]["_kw_requires_import"]
+        ('nnUNetPlansDropout', ['conv_op', 'dropout_op'])
     """
     if "configurations" not in plans:
         raise ValueError("plans has no 'configurations': not an nnU-Net plans dict")
@@ -140,6 +191,9 @@ def write_dropout_plans(
 ) -> Path:
     """Write ``<target_plans>.json`` next to ``<source_plans>.json`` in nnU-Net's preprocessed dataset folder.
 
+    The new plans are :func:`dropout_plans` of the source plans. Train with ``nnUNetv2_train DATASET CONFIG FOLD -p
+    <target_plans>``.
+
     Args:
         dataset: dataset id (``990``) or name (``"Dataset990_UncToy"``).
         p: dropout rate after every convolution.
@@ -149,7 +203,24 @@ def write_dropout_plans(
         preprocessed_dir: ``nnUNet_preprocessed`` (default: the environment variable).
         overwrite: replace an existing target file.
 
-    Returns the path of the written plans file. Train with ``nnUNetv2_train DATASET CONFIG FOLD -p <target_plans>``.
+    Returns:
+        The path of the written plans file.
+
+    Raises:
+        ValueError: no preprocessed folder is known, ``target_plans`` equals ``source_plans``, the dataset is
+            unknown, or :func:`dropout_plans` refuses the plans.
+        FileNotFoundError: the source plans file is missing.
+        FileExistsError: the target exists and ``overwrite`` is False.
+
+    Example:
+        >>> import tempfile
+        >>> arch = {"arch_kwargs": {"conv_op": "torch.nn.modules.conv.Conv3d"}, "_kw_requires_import": ["conv_op"]}
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "Dataset990_UncToy").mkdir()
+        ...     _ = (Path(d) / "Dataset990_UncToy" / "nnUNetPlans.json").write_text(
+        ...         json.dumps({"configurations": {"3d_fullres": {"architecture": arch}}}))
+        ...     write_dropout_plans(990, p=0.2, preprocessed_dir=d).name
+        'nnUNetPlansDropout.json'
     """
     from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
 
@@ -192,13 +263,33 @@ def add_posthoc_dropout(
     p: float = 0.1,
     after: str | Sequence[str] | Callable[[str, nn.Module], bool] = "auto",
 ) -> list[str]:
-    """Insert dropout into a trained nnU-Net network without retraining; returns the names of the hooked modules.
+    """Insert dropout into a trained nnU-Net network without retraining.
 
-    ``target`` is an ``nnUNetPredictor`` (its ``network``) or the network itself. By default dropout (channel-wise,
-    rate ``p``) follows every ``encoder.stages.*`` and ``decoder.stages.*`` module of ``PlainConvUNet`` /
-    ``ResidualEncoderUNet``, i.e. every stage but the segmentation output (Zeevi et al., Sec. 4), see
-    :func:`monai_unc.inferers.add_dropout`. The dropout is a forward hook: inactive in eval mode, switched on by
-    :func:`monai_unc.inferers.enable_mc_dropout`; weights and checkpoint keys are unchanged.
+    By default dropout (channel-wise, rate ``p``) follows every ``encoder.stages.*`` and ``decoder.stages.*`` module
+    of ``PlainConvUNet`` / ``ResidualEncoderUNet``, i.e. every stage but the segmentation output (Zeevi et al.,
+    Sec. 4), see :func:`monai_unc.inferers.add_dropout`. The dropout is a forward hook: inactive in eval mode,
+    switched on by :func:`monai_unc.inferers.enable_mc_dropout`; weights and checkpoint keys are unchanged.
+
+    Args:
+        target: an ``nnUNetPredictor`` (its ``network``) or the network itself (a ``torch.compile`` wrapper too).
+        p: the dropout rate, in (0, 1).
+        after: where to put the dropout: ``"auto"`` (the stages above), module names, or a predicate
+            ``(name, module) -> bool``.
+
+    Returns:
+        The names of the modules followed by dropout.
+
+    Raises:
+        ValueError: ``p`` is not in (0, 1), or the predictor has no network yet.
+        TypeError: ``target`` is neither a predictor nor a module.
+
+    Example:
+        >>> from dynamic_network_architectures.architectures.unet import PlainConvUNet
+        >>> net = PlainConvUNet(input_channels=1, n_stages=2, features_per_stage=(4, 8), conv_op=nn.Conv3d,
+        ...                     kernel_sizes=3, strides=(1, 2), n_conv_per_stage=1, num_classes=3,
+        ...                     n_conv_per_stage_decoder=1)
+        >>> add_posthoc_dropout(net, p=0.1)
+        ['encoder.stages.0', 'encoder.stages.1', 'decoder.stages.0']
     """
     p = _check_p(p)
     network = getattr(target, "network", target)

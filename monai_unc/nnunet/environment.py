@@ -40,8 +40,15 @@ ANY_VERSION_ENV = "MONAI_UNC_NNUNET_ANY_VERSION"
 
 
 def installed_nnunet_version() -> str | None:
-    """The installed nnunetv2 version string from the package metadata, ``None`` when there is none (e.g. a
-    source tree on ``sys.path``)."""
+    """The installed nnunetv2 version string from the package metadata.
+
+    Returns:
+        The version (e.g. ``"2.8.1"``), or ``None`` when there is no metadata (e.g. a source tree on ``sys.path``).
+
+    Example:
+        >>> check_nnunet_version(installed_nnunet_version()) == installed_nnunet_version()
+        True
+    """
     try:
         return importlib.metadata.version("nnunetv2")
     except importlib.metadata.PackageNotFoundError:
@@ -54,12 +61,29 @@ def _release(version: str) -> tuple[int, int] | None:
 
 
 def check_nnunet_version(version: str | None = None) -> str | None:
-    """Raise ``ImportError`` when ``version`` (default: the installed nnunetv2) is outside
-    :data:`SUPPORTED_VERSIONS`; returns the version checked.
+    """Check that ``version`` (default: the installed nnunetv2) is inside :data:`SUPPORTED_VERSIONS`.
 
     Pre-releases and patch releases count by their ``major.minor`` (``2.8.2`` and ``2.8.2rc1`` are supported,
     ``2.9.0.dev0`` is not). An unknown version (no package metadata) only warns. With the environment variable
     :data:`ANY_VERSION_ENV` set to ``1`` an unsupported version warns instead of raising.
+
+    Args:
+        version: the version string to check; None checks the installed nnunetv2.
+
+    Returns:
+        The version checked, or None when it is unknown.
+
+    Raises:
+        ImportError: the version is outside :data:`SUPPORTED_VERSIONS` (and :data:`ANY_VERSION_ENV` is not ``1``).
+        TypeError: ``version`` is not a string.
+
+    Example:
+        >>> check_nnunet_version("2.8.2rc1")
+        '2.8.2rc1'
+        >>> check_nnunet_version("2.7.0")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+            ...
+        ImportError: monai_unc.nnunet supports nnunetv2>=2.8,<2.9, but nnunetv2 2.7.0 is installed: ...
     """
     if version is None:
         version = installed_nnunet_version()
@@ -86,14 +110,37 @@ def check_nnunet_version(version: str | None = None) -> str | None:
 
 
 def trainer_dir() -> str:
-    """The folder to put into ``nnUNet_extTrainer`` so that nnU-Net finds the trainers of this package."""
+    """The folder to put into ``nnUNet_extTrainer`` so that nnU-Net finds the trainers of this package.
+
+    Returns:
+        The absolute path of the folder of this module (``monai_unc/nnunet``).
+
+    Example:
+        >>> import os
+        >>> os.path.isfile(os.path.join(trainer_dir(), "trainers.py"))
+        True
+    """
     return str(Path(__file__).resolve().parent)
 
 
 @contextlib.contextmanager
 def ext_trainer_path(path: str | None = None) -> Iterator[None]:
-    """Temporarily append ``path`` (default :func:`trainer_dir`) to ``nnUNet_extTrainer`` (nnU-Net reads the
-    variable at lookup time); the variable is restored afterwards."""
+    """Context manager that appends ``path`` to ``nnUNet_extTrainer`` for the duration of the block.
+
+    nnU-Net reads the variable at lookup time; the variable is restored (or removed) afterwards. A path already
+    listed is not added twice.
+
+    Args:
+        path: the folder to add (default :func:`trainer_dir`).
+
+    Yields:
+        None.
+
+    Example:
+        >>> with ext_trainer_path("/opt/trainers"):
+        ...     "/opt/trainers" in os.environ["nnUNet_extTrainer"].split(os.pathsep)
+        True
+    """
     path = trainer_dir() if path is None else str(path)
     old = os.environ.get("nnUNet_extTrainer")
     parts = [p for p in (old or "").split(os.pathsep) if p]

@@ -50,6 +50,7 @@ from monai_unc.io import (
     atomic_save_npz,
     atomic_write_json,
     json_safe,
+    read_json_or_none,
     save_nifti_image,
     write_csv,
 )
@@ -101,14 +102,27 @@ SCORES_CSV = "uncertainty_scores.csv"
 class CaseUncertainty:
     """Stitched statistics of one case at the resolution of the network (nnU-Net's preprocessed geometry).
 
-    ``moments``: ``pred`` ``(C, *spatial)`` mean probabilities, ``expected_entropy`` mean entropy (nats; ``(1,
-    *spatial)``, or ``(R, *spatial)`` per-region binary entropies for a region-based model), with ``variance``
-    requested ``mean_sq`` ``(C, *spatial)``, and with ``window_disagreement="separate"`` ``window_entropy`` (shape
-    of ``expected_entropy``): the stitched per-window predictive entropies, from which the window disagreement
-    ``WD = H(pred) - window_entropy`` is derived (:mod:`monai_unc.inferers.sampling`); float32. ``logits``: the mean
-    logits ``(C, *spatial)`` as stock nnU-Net computes them (fp16) or ``None``. ``num_samples``: probability
-    samples per voxel. ``extras``: side information (the mean searched Rate-In rate per layer). ``multilabel``:
-    region-based model (sigmoid per region, ``C = R`` regions, every measure per region).
+    The window disagreement ``WD = H(pred) - window_entropy`` is derived from the stitched per-window predictive
+    entropies (:mod:`monai_unc.inferers.sampling`); every map follows from the moments
+    (:func:`monai_unc.stats.derive_measures`).
+
+    Args:
+        moments: float32 arrays or tensors: ``pred`` ``(C, *spatial)`` mean probabilities, ``expected_entropy`` mean
+            entropy (nats; ``(1, *spatial)``, or ``(R, *spatial)`` per-region binary entropies for a region-based
+            model), with ``variance`` requested ``mean_sq`` ``(C, *spatial)``, and with
+            ``window_disagreement="separate"`` ``window_entropy`` (shape of ``expected_entropy``).
+        logits: the mean logits ``(C, *spatial)`` as stock nnU-Net computes them (fp16), or ``None``.
+        num_samples: probability samples per voxel.
+        sources: the uncertainty sources that were sampled.
+        extras: side information (the mean searched Rate-In rate per layer).
+        multilabel: region-based model (sigmoid per region, ``C = R`` regions, every measure per region).
+
+    Example:
+        >>> pred = torch.full((2, 2, 2, 2), 0.5)
+        >>> result = CaseUncertainty({"pred": pred, "expected_entropy": torch.full((1, 2, 2, 2), 0.5)}, None, 4)
+        >>> maps = result.measures(["predictive_entropy", "mutual_information"])
+        >>> round(float(maps["predictive_entropy"].max()), 4), round(float(maps["mutual_information"].max()), 4)
+        (0.6931, 0.1931)
     """
 
     moments: dict[str, Any]
@@ -119,7 +133,11 @@ class CaseUncertainty:
     multilabel: bool = False
 
     def to_numpy(self) -> CaseUncertainty:
-        """CPU numpy copy (what crosses process boundaries; nnU-Net does the same with its logits)."""
+        """CPU NumPy copy (what crosses process boundaries; nnU-Net does the same with its logits).
+
+        Returns:
+            A new :class:`CaseUncertainty` whose tensors are NumPy arrays (other values as they are).
+        """
 
         def np_(x: Any) -> Any:
             return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
@@ -128,17 +146,29 @@ class CaseUncertainty:
                                self.sources, dict(self.extras), self.multilabel)
 
     def measures(self, keys: Iterable[str] = DEFAULT_MEASURES, normalize: bool = False) -> dict[str, torch.Tensor]:
-        """Maps derived from the moments at network resolution (no resampling): ``(1, *spatial)``, or ``(R,
-        *spatial)`` for a region-based model."""
+        """Maps derived from the moments at network resolution (no resampling).
+
+        Args:
+            keys: the measures to derive (names of :data:`~monai_unc.nnunet.names.MAP_MEASURES`).
+            normalize: divide the entropies by ``log C`` (``log 2`` per region).
+
+        Returns:
+            ``{measure: map}``, each ``(1, *spatial)``, or ``(R, *spatial)`` for a region-based model.
+
+        Raises:
+            ValueError: ``window_disagreement`` asked for without ``window_entropy`` in the moments.
+        """
         mom = {k: torch.as_tensor(v)[None] for k, v in self.moments.items()}
         return {k: v[0] for k, v in _derive(mom, keys, self.multilabel, normalize).items()}
 
 
 def _derive(moments: dict[str, torch.Tensor], keys: Iterable[str], multilabel: bool,
             normalize: bool = False) -> dict[str, torch.Tensor]:
-    """:func:`~monai_unc.stats.derive_measures` of batched moments ``(1, k, *spatial)``; ``window_entropy`` (when
-    present) becomes the window disagreement ``H(pred) - window_entropy``
-    (:func:`~monai_unc.stats.window_disagreement_from_stitched`), so that MI = PE - EE - WD."""
+    """:func:`~monai_unc.stats.derive_measures` of batched moments ``(1, k, *spatial)``.
+
+    ``window_entropy`` (when present) becomes the window disagreement ``H(pred) - window_entropy``
+    (:func:`~monai_unc.stats.window_disagreement_from_stitched`), so that MI = PE - EE - WD.
+    """
     mom = dict(moments)
     keys = [K(k).value for k in keys]
     we = mom.pop(WINDOW_ENTROPY, None)
@@ -150,9 +180,23 @@ def _derive(moments: dict[str, torch.Tensor], keys: Iterable[str], multilabel: b
 
 
 def region_definitions(dataset_json: dict) -> dict[str, list[int]]:
-    """The regions of a region-based nnU-Net ``dataset.json`` in channel order: ``{name: [labels]}`` (the entries
-    of ``"labels"`` other than background and ``ignore``, in their order, as nnU-Net's ``LabelManager`` orders its
-    output channels). ``{}`` for a label-based dataset."""
+    """The regions of a region-based nnU-Net ``dataset.json`` in channel order.
+
+    The entries of ``"labels"`` other than background and ``ignore``, in their order, as nnU-Net's
+    ``LabelManager`` orders its output channels.
+
+    Args:
+        dataset_json: the dataset's ``dataset.json`` as a dict.
+
+    Returns:
+        ``{name: [labels]}``; ``{}`` for a label-based dataset.
+
+    Example:
+        >>> region_definitions({"labels": {"background": 0, "whole": [1, 2, 3], "core": [2, 3], "enhancing": 3}})
+        {'whole': [1, 2, 3], 'core': [2, 3], 'enhancing': [3]}
+        >>> region_definitions({"labels": {"background": 0, "tumour": 1}})
+        {}
+    """
     labels = dataset_json.get("labels", {})
     if not any(isinstance(v, (list, tuple)) and len(v) > 1 for v in labels.values()):
         return {}
@@ -174,8 +218,10 @@ def _resampled_moments(
     configuration_manager: ConfigurationManager,
     properties: dict,
 ) -> dict[str, np.ndarray]:
-    """The moments resampled to the cropped original shape (network axis order), the way nnU-Net resamples
-    probabilities (``export_prediction.convert_predicted_logits_to_segmentation_with_correct_shape``)."""
+    """The moments resampled to the cropped original shape (network axis order), as nnU-Net resamples probabilities.
+
+    The same resampling as ``export_prediction.convert_predicted_logits_to_segmentation_with_correct_shape``.
+    """
     spacing_transposed = [properties["spacing"][i] for i in plans_manager.transpose_forward]
     shape = properties["shape_after_cropping_and_before_resampling"]
     current_spacing = (
@@ -247,9 +293,21 @@ def convert_uncertainty_to_original_geometry(
     with probability > 0.5 get that region's entry of ``regions_class_order``, in order), so its "argmax" is that
     conversion, not an argmax; every map is per region, ``(R, *shape)``.
 
-    Returns ``{"segmentation": (*shape) uint8/uint16, "maps": {measure: (*shape) float32}, "num_samples": int}``
-    (maps ``(R, *shape)`` for a region-based model) plus, with ``return_probabilities``, ``"probabilities"`` and
-    ``"mean_probabilities"``.
+    Args:
+        result: the case's statistics at network resolution.
+        plans_manager: the model's plans (axis order).
+        configuration_manager: the configuration (spacing, resampling functions).
+        label_manager: the model's labels (regions or classes).
+        properties: the case's properties from nnU-Net's preprocessing (crop box, shapes, spacing).
+        measures: the maps to derive.
+        segmentation_from: ``"logits"`` or ``"probabilities"`` (above).
+        num_threads_torch: torch threads during resampling.
+        return_probabilities: also return the probabilities (above).
+
+    Returns:
+        ``{"segmentation": (*shape) uint8/uint16, "maps": {measure: (*shape) float32}, "num_samples": int}``
+        (maps ``(R, *shape)`` for a region-based model) plus, with ``return_probabilities``, ``"probabilities"`` and
+        ``"mean_probabilities"``.
     """
     if segmentation_from not in ("logits", "probabilities"):
         raise ValueError(f"segmentation_from must be 'logits' or 'probabilities', got {segmentation_from!r}")
@@ -323,7 +381,27 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     """Write a float map with the geometry ``reader_writer.write_seg`` gives segmentations (atomic rename).
 
     2D natural-image formats (png, bmp, ...) cannot hold floats: the map goes to ``<name>.npz`` (key ``map``)
-    instead, and that path is returned.
+    instead, and that path is returned. ``.nii.gz`` maps are gzipped at a fast level (float maps shrink little).
+
+    Args:
+        reader_writer: the dataset's nnU-Net image reader/writer (e.g. ``SimpleITKIO``, ``NibabelIO``).
+        data: the map ``(*shape)`` in nnU-Net's array axis order of the original image; written as float32.
+        output_fname: the file to write, with the dataset's file ending.
+        properties: the image properties the reader/writer returned for the case.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import tempfile
+        >>> from nnunetv2.imageio.nibabel_reader_writer import NibabelIO
+        >>> from monai_unc.io import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     image = save_nifti(np.zeros((4, 5, 6)), np.diag([2.0, 2.0, 2.0, 1.0]), Path(d) / "case_0000.nii.gz")
+        ...     _, properties = NibabelIO().read_images([str(image)])
+        ...     out = write_float_map(NibabelIO(), np.full((6, 5, 4), 0.25), Path(d) / "case_pe.nii.gz", properties)
+        ...     nib.load(out).shape, float(nib.load(out).get_fdata().max())
+        ((4, 5, 6), 0.25)
     """
     out = Path(output_fname)
     arr = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
@@ -351,8 +429,32 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     channel order. Each region is first written by the dataset's ``reader_writer`` (its geometry code, any
     reorientation included) to a temporary 3D file and read back with nibabel, so the 4D file has exactly the
     voxel order, affine and header of the 3D maps (with spacing 1 along the region axis: ``pixdim[4] = 1``). Other
-    formats hold no 4D image: one file per region,
-    ``<case>_<measure>_<region><ending>``. Returns the paths written.
+    formats hold no 4D image: one file per region, ``<case>_<measure>_<region><ending>``.
+
+    Args:
+        reader_writer: the dataset's nnU-Net image reader/writer.
+        data: ``(R, *shape)``, one map per region in channel order; written as float32.
+        output_fname: the (4D) file to write, with the dataset's file ending.
+        properties: the image properties the reader/writer returned for the case.
+        region_names: the ``R`` region names, in channel order.
+
+    Returns:
+        The paths written (one 4D NIfTI, or one file per region).
+
+    Raises:
+        ValueError: ``data`` is not ``(R, *shape)`` with ``R = len(region_names)``.
+
+    Example:
+        >>> import tempfile
+        >>> from nnunetv2.imageio.nibabel_reader_writer import NibabelIO
+        >>> from monai_unc.io import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     image = save_nifti(np.zeros((4, 5, 6)), np.eye(4), Path(d) / "case_0000.nii.gz")
+        ...     _, properties = NibabelIO().read_images([str(image)])
+        ...     out = write_region_maps(NibabelIO(), np.zeros((3, 6, 5, 4)), Path(d) / "case_entropy.nii.gz",
+        ...                             properties, ["WT", "TC", "ET"])
+        ...     [nib.load(p).shape for p in out]
+        [(4, 5, 6, 3)]
     """
     arr = np.asarray(data, dtype=np.float32)
     if arr.ndim < 3 or arr.shape[0] != len(region_names):
@@ -404,6 +506,16 @@ def record_case_scores(maps: dict[str, np.ndarray], segmentation: np.ndarray, pa
     Returns:
         ``{measure: {"<score>": v}}`` (classes) or ``{measure: {"<score>_<region>": v}}`` (regions), flattened to
         ``<measure>_<score>[_<region>]`` columns in the table.
+
+    Example:
+        >>> seg = np.zeros((4, 4, 4), np.int64); seg[:2] = 1
+        >>> pe = np.where(seg > 0, 0.5, 0.0).astype(np.float32)
+        >>> record_case_scores({"predictive_entropy": pe}, seg, patch_size=2)
+        {'predictive_entropy': {'mean': 0.25, 'fg_mean': 0.5, 'patch_mean': 0.5}}
+        >>> scores = record_case_scores({"predictive_entropy": np.stack([pe, 0 * pe])}, seg, patch_size=2,
+        ...                             regions={"WT": [1], "TC": [2]})
+        >>> scores["predictive_entropy"]["fg_mean_WT"], scores["predictive_entropy"]["fg_mean_TC"]  # TC is empty
+        (0.5, nan)
     """
     seg = np.asarray(segmentation)
     if regions:
@@ -486,9 +598,26 @@ def export_uncertainty(
     :func:`convert_uncertainty_to_original_geometry`) and ``<case>.pkl`` (properties) as nnU-Net writes them;
     ``uncertainty/<case>_<measure><ending>`` float32 maps (region-based models: 4D ``(X, Y, Z, R)``, see
     :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`record_case_scores`);
-    ``uncertainty/<case>.json`` the record (with ``settings``, the predictor's
-    :meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`, under ``settings``). The segmentation
-    is written last. Returns the record.
+    ``uncertainty/<case>.json`` the record. The segmentation is written last.
+
+    Args:
+        result: the case's statistics at network resolution.
+        properties: the case's properties from nnU-Net's preprocessing.
+        configuration_manager: the model's configuration.
+        plans_manager: the model's plans.
+        dataset_json: the model's ``dataset.json`` (file ending, labels, regions).
+        output_file_truncated: the output path without ending (``<folder>/<case>``).
+        save_probabilities: also write ``<case>.npz`` and ``<case>.pkl``.
+        measures: the maps to write.
+        segmentation_from: ``"logits"`` or ``"probabilities"`` (:func:`convert_uncertainty_to_original_geometry`).
+        mi_meaning: what the mutual information measures, recorded (``"epistemic"``, ``"aleatoric"``, ``"mixed"``).
+        num_threads_torch: torch threads during resampling.
+        patch_size: box size in voxels of the ``patch_mean`` score.
+        settings: the predictor's
+            :meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`, recorded under ``settings``.
+
+    Returns:
+        The case record (as written to ``uncertainty/<case>.json``).
     """
     label_manager = plans_manager.get_label_manager(dataset_json)
     out = convert_uncertainty_to_original_geometry(
@@ -535,19 +664,26 @@ def export_uncertainty(
 
 
 def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | None:
-    """The ``settings`` of a case record ``uncertainty/<case>.json`` (what ``--continue_prediction`` compares with
-    the current ones); None when the record is missing, unreadable or holds none (an earlier version).
+    """The ``settings`` of a case record ``uncertainty/<case>.json``.
+
+    What ``--continue_prediction`` compares with the current ones; None when the record is missing, unreadable
+    or holds none (an earlier version).
 
     Args:
         output_file_truncated: the case's output path without ending (``<folder>/<case>``).
 
     Returns:
         The recorded settings, or None.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "uncertainty").mkdir()
+        ...     _ = (Path(d) / "uncertainty" / "case.json").write_text(json.dumps({"settings": {"num_samples": 8}}))
+        ...     recorded_case_settings(Path(d) / "case"), recorded_case_settings(Path(d) / "other")
+        ({'num_samples': 8}, None)
     """
-    try:
-        record = json.loads(_record_path(output_file_truncated).read_text())
-    except (OSError, ValueError):
-        return None
+    record = read_json_or_none(_record_path(output_file_truncated))
     settings = record.get("settings") if isinstance(record, dict) else None
     return settings if isinstance(settings, dict) else None
 
@@ -559,11 +695,35 @@ def case_exported(
     save_probabilities: bool = False,
     settings: dict | None = None,
 ) -> bool:
-    """Whether a case has been written completely by :func:`export_uncertainty`: its segmentation
-    ``<case><ending>``, its record ``uncertainty/<case>.json`` naming a map for each of ``measures``, those map
-    files, with ``save_probabilities`` ``<case>.npz``, and with ``settings`` a record whose ``settings`` equal them
-    (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`). A stock nnU-Net segmentation alone is
-    not enough."""
+    """Whether a case has been written completely by :func:`export_uncertainty`.
+
+    That is: its segmentation ``<case><ending>``, its record ``uncertainty/<case>.json`` naming a map for each of
+    ``measures``, those map files, with ``save_probabilities`` ``<case>.npz``, and with ``settings`` a record whose
+    ``settings`` equal them (:meth:`~monai_unc.nnunet.predictor.UncertaintyPredictor.case_settings`). A stock nnU-Net
+    segmentation alone is not enough.
+
+    Args:
+        output_file_truncated: the case's output path without ending (``<folder>/<case>``).
+        file_ending: the dataset's file ending (e.g. ``".nii.gz"``).
+        measures: the maps that must exist.
+        save_probabilities: ``<case>.npz`` must exist too.
+        settings: the settings the record must hold (None: not compared).
+
+    Returns:
+        True when every file is there (and the settings match).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "case.nii.gz").write_bytes(b"")  # a stock segmentation only
+        ...     before = case_exported(Path(d) / "case", ".nii.gz", ["predictive_entropy"])
+        ...     (Path(d) / "uncertainty").mkdir()
+        ...     _ = (Path(d) / "uncertainty" / "case_predictive_entropy.nii.gz").write_bytes(b"")
+        ...     _ = (Path(d) / "uncertainty" / "case.json").write_text(
+        ...         json.dumps({"maps": {"predictive_entropy": "case_predictive_entropy.nii.gz"}}))
+        ...     before, case_exported(Path(d) / "case", ".nii.gz", ["predictive_entropy"])
+        (False, True)
+    """
     if settings is not None and recorded_case_settings(output_file_truncated) != json.loads(
             json.dumps(json_safe(settings))):
         return False
@@ -572,10 +732,7 @@ def case_exported(
         return False
     if save_probabilities and not base.with_name(f"{base.name}.npz").is_file():
         return False
-    try:
-        record = json.loads(_record_path(base).read_text())
-    except (OSError, ValueError):
-        return False
+    record = read_json_or_none(_record_path(base))
     maps = record.get("maps") if isinstance(record, dict) else None
     if not isinstance(maps, dict):
         return False
@@ -590,9 +747,29 @@ def case_exported(
 
 
 def write_scores_table(output_folder: str | os.PathLike) -> Path | None:
-    """Collect ``uncertainty/*.json`` of a folder into ``uncertainty_scores.csv`` (one row per case; columns
-    ``case, num_samples, foreground_voxels, <measure>_<score>``), written by :func:`monai_unc.io.write_csv` as
-    ``metrics.csv`` is: an undefined score is ``nan``, the others at full precision."""
+    """Collect ``uncertainty/*.json`` of a folder into ``uncertainty_scores.csv``.
+
+    One row per case; columns ``case, num_samples, foreground_voxels, <measure>_<score>``, written by
+    :func:`monai_unc.io.write_csv` as ``metrics.csv`` is: an undefined score (null in the record) is ``nan``, the
+    others at full precision. Files without ``case`` and ``scores`` are skipped.
+
+    Args:
+        output_folder: the prediction folder (holding ``uncertainty/``).
+
+    Returns:
+        The path of ``uncertainty_scores.csv``, or None when there is no case record.
+
+    Example:
+        >>> import tempfile
+        >>> record = {"case": "case1", "num_samples": 8, "foreground_voxels": 0,
+        ...           "scores": {"predictive_entropy": {"mean": 0.25, "fg_mean": None}}}
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "uncertainty").mkdir()
+        ...     _ = (Path(d) / "uncertainty" / "case1.json").write_text(json.dumps(record))
+        ...     print(write_scores_table(d).read_text(), end="")
+        case,num_samples,foreground_voxels,predictive_entropy_mean,predictive_entropy_fg_mean
+        case1,8,0,0.25,nan
+    """
     folder = Path(output_folder)
     records = []
     for f in sorted((folder / UNCERTAINTY_FOLDER).glob("*.json")):

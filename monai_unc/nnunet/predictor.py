@@ -224,6 +224,13 @@ class UncertaintyPredictor(nnUNetPredictor):
             which is the ``window_disagreement`` map) or ``"mutual_information"`` (counted in MI, as before).
 
     The remaining arguments are ``nnUNetPredictor``'s.
+
+    Example:
+        >>> predictor = UncertaintyPredictor(("folds", "dropout"), num_samples=8, dropout_p=0.1,
+        ...                                  device=torch.device("cpu"))  # nnU-Net prints on a CPU:
+        perform_everything_on_device=True is only supported for cuda devices! Setting this to False
+        >>> predictor.uncertainty_sources, predictor.mi_meaning.value
+        (('folds', 'dropout'), 'epistemic')
     """
 
     def __init__(
@@ -314,9 +321,22 @@ class UncertaintyPredictor(nnUNetPredictor):
         use_folds: tuple[int | str, ...] | None,
         checkpoint_name: str = "checkpoint_final.pth",
     ) -> None:
-        """As nnU-Net's, with this package's trainers findable without setting ``nnUNet_extTrainer``. The model
-        folder, checkpoint, folds and (for a folder written by ``nnunet-calibrate``) the temperatures are recorded in
-        ``uncertainty_config.json``, the fingerprint ``monai-unc triage`` compares."""
+        """As nnU-Net's, with this package's trainers findable without setting ``nnUNet_extTrainer``.
+
+        The model folder, checkpoint, folds, the digests of the files that make the predictions and (for a folder
+        written by ``nnunet-calibrate``) the temperatures are recorded in ``uncertainty_config.json``, the fingerprint
+        ``monai-unc triage`` compares. Then the sources are checked against the network (see Raises).
+
+        Args:
+            model_training_output_dir: the trained model folder (``plans.json``, ``dataset.json``, ``fold_<f>/``).
+            use_folds: the folds to load; None: every ``fold_*`` folder with the checkpoint, as nnU-Net picks them.
+            checkpoint_name: the checkpoint file of each fold.
+
+        Raises:
+            ValueError: ``"ssn"`` without an SSN head, ``"mirroring"`` for a model trained without mirroring,
+                ``"dropout"`` without dropout in the network and no ``dropout_p``, or ``"rate_in"`` with several folds
+                but without ``"folds"``.
+        """
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
         self._model_identity = _model_identity(model_training_output_dir, use_folds, checkpoint_name)
@@ -326,6 +346,22 @@ class UncertaintyPredictor(nnUNetPredictor):
                               configuration_manager: ConfigurationManager, parameters: list[dict] | None,
                               dataset_json: dict, trainer_name: str,
                               inference_allowed_mirroring_axes: tuple[int, ...] | None) -> None:
+        """As nnU-Net's (a network and its plans given directly), then the checks of the folder route.
+
+        The checks are those of :meth:`initialize_from_trained_model_folder`.
+
+        Args:
+            network: the network.
+            plans_manager: its plans.
+            configuration_manager: its configuration.
+            parameters: one state dict per fold (None: the network's own weights).
+            dataset_json: the dataset's ``dataset.json``.
+            trainer_name: the trainer class name it was trained with.
+            inference_allowed_mirroring_axes: the axes mirroring may flip (None or empty: no mirroring).
+
+        Raises:
+            ValueError: as :meth:`initialize_from_trained_model_folder`.
+        """
         super().manual_initialization(network, plans_manager, configuration_manager, parameters, dataset_json,
                                       trainer_name, inference_allowed_mirroring_axes)
         self._after_initialization()
@@ -377,9 +413,13 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     @property
     def mi_meaning(self) -> MIMeaning:
-        """Folds, dropout and mirrors all sample model or transformation parameters: MI is epistemic
-        (MI(Y, theta) for folds and dropout, MI(Y, T) for mirroring, ValUES Appendix E). SSN latent draws alone: MI
-        is aleatoric (MI(Y, Z), ValUES Appendix D); SSN with any other source: mixed."""
+        """What the mutual information of this predictor's samples measures.
+
+        Folds, dropout and mirrors all sample model or transformation parameters: MI is epistemic (MI(Y, theta) for
+        folds and dropout, MI(Y, T) for mirroring, ValUES Appendix E). SSN latent draws alone: MI is aleatoric
+        (MI(Y, Z), ValUES Appendix D); SSN with any other source: mixed. (ValUES: Kahl, Lüth, Zenk, Maier-Hein, Jaeger,
+        *ValUES: A Framework for Systematic Validation of Uncertainty Estimation in Semantic Segmentation*, ICLR 2024.)
+        """
         if "ssn" in self.uncertainty_sources:
             return MIMeaning.ALEATORIC if self.uncertainty_sources == ("ssn",) else MIMeaning.MIXED
         return MIMeaning.EPISTEMIC
@@ -583,10 +623,21 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     @torch.inference_mode()
     def predict_sliding_window_return_logits(self, input_image: torch.Tensor) -> dict[str, torch.Tensor]:  # type: ignore[override]
-        """Sliding-window statistics of one preprocessed image ``(C_in, *spatial)`` for the current network.
+        """Sliding-window statistics of one preprocessed image for the current network.
 
-        Returns the dict of :meth:`_internal_predict_sliding_window_return_logits` with the padding removed.
-        Dropout (when a source) is switched on after nnU-Net's ``network.eval()`` and restored afterwards.
+        Dropout (when a source) is switched on after nnU-Net's ``network.eval()`` and restored afterwards. On a GPU
+        that runs out of memory the result buffers move to the CPU, as in nnU-Net.
+
+        Args:
+            input_image: the preprocessed image ``(C_in, *spatial)``, a 4D tensor.
+
+        Returns:
+            The dict of :meth:`_internal_predict_sliding_window_return_logits` with the padding removed:
+            ``{"pred": (C, *spatial), "expected_entropy": (E, *spatial)[, "mean_sq"][, "window_entropy"][, "logits"]}``
+            (E = 1, or C for a region-based model; ``logits`` ``(F, C, *spatial)`` one buffer per fold network).
+
+        Raises:
+            ValueError: ``input_image`` is not a 4D tensor.
         """
         if not isinstance(input_image, torch.Tensor) or input_image.ndim != 4:
             raise ValueError(
@@ -618,12 +669,18 @@ class UncertaintyPredictor(nnUNetPredictor):
     # ------------------------------------------------------------------ one case, all folds
     @torch.inference_mode()
     def predict_uncertainty_from_preprocessed_data(self, data: torch.Tensor) -> CaseUncertainty:
-        """Statistics over every sample (folds x dropout x mirrors) of one preprocessed case ``(C_in, *spatial)``.
+        """Statistics over every sample (folds x dropout x mirrors) of one preprocessed case.
 
         With ``"folds"`` a source the folds run one after the other (nnU-Net's order; one set of weights on the
         device at a time) and their statistics merge; otherwise all folds' weights go to the device and are
         averaged in logit space inside every window. Either way the segmentation logits are combined over the folds
         as stock nnU-Net combines them. Results are on the CPU.
+
+        Args:
+            data: the preprocessed case ``(C_in, *spatial)``.
+
+        Returns:
+            The case's :class:`~monai_unc.nnunet.export.CaseUncertainty` at network resolution.
         """
         n_threads = torch.get_num_threads()
         torch.set_num_threads(default_num_processes if default_num_processes < n_threads else n_threads)
@@ -707,15 +764,26 @@ class UncertaintyPredictor(nnUNetPredictor):
         return nets
 
     def samples_per_window_for(self, ndim: int) -> int:
-        """Samples per voxel and fold pass for a window of ``ndim`` dims (``(1, C_in, *patch)``)."""
+        """Samples per voxel and fold pass for a window of ``ndim`` dims (``(1, C_in, *patch)``).
+
+        Args:
+            ndim: the number of dimensions of the window tensor, batch and channel axes included.
+
+        Returns:
+            ``num_samples`` (1 without a stochastic source) times the mirror combinations (when ``"mirroring"`` is a
+            source).
+        """
         n = self.num_samples if self._stochastic else 1
         if "mirroring" in self.uncertainty_sources:
             n *= len(self._mirror_combinations(ndim))
         return n
 
     def samples_per_voxel(self) -> int:
-        """Probability samples per voxel of a case: folds (when a source) x dropout passes x mirrors (when a
-        source)."""
+        """Probability samples per voxel of a case.
+
+        Returns:
+            Folds (when a source) x stochastic passes x mirrors (when a source).
+        """
         n = self.samples_per_window_for(2 + len(self.configuration_manager.patch_size))
         if "folds" in self.uncertainty_sources:
             n *= max(len(self.list_of_parameters or []), 1)
@@ -723,7 +791,14 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     @torch.inference_mode()
     def predict_logits_from_preprocessed_data(self, data: torch.Tensor) -> torch.Tensor:
-        """Stock contract: the mean logits (as nnU-Net computes them) of a preprocessed case."""
+        """Stock contract: the mean logits (as nnU-Net computes them) of a preprocessed case.
+
+        Args:
+            data: the preprocessed case ``(C_in, *spatial)``.
+
+        Returns:
+            The mean logits ``(C, *spatial)`` (fp16, on the CPU).
+        """
         want = self._want_logits
         self._want_logits = True
         try:
@@ -741,14 +816,27 @@ class UncertaintyPredictor(nnUNetPredictor):
         }
 
     def rate_in_settings(self) -> dict[str, Any]:
-        """Every Rate-In value this predictor applies (:meth:`~monai_unc.inferers.rate_in.RateInSource.
-        applied_settings` on the network: target, loss, controller, initial rates, placement and layers, defaults
-        included); ``{}`` without the ``"rate_in"`` source."""
+        """Every Rate-In value this predictor applies.
+
+        :meth:`~monai_unc.inferers.rate_in.RateInSource.applied_settings` on the network: target, loss, controller,
+        initial rates, placement and layers, defaults included (Rate-In: Zeevi, Shwartz-Ziv, LeCun, Staib, Onofrey,
+        *Rate-In: Information-Driven Adaptive Dropout Rates for Improved Inference-Time Uncertainty Estimation*, CVPR
+        2025).
+
+        Returns:
+            The settings as plain JSON types; ``{}`` without the ``"rate_in"`` source.
+        """
         return {} if self._rate_in is None else json_safe(self._rate_in.applied_settings(self._net()))
 
     def run_config(self) -> dict[str, Any]:
-        """The content of ``uncertainty_config.json``: how the folder's files were made (sources, samples, Rate-In
-        values, measures, model identity, regions, ...)."""
+        """The content of ``uncertainty_config.json``: how the folder's files were made.
+
+        Returns:
+            Sources, samples, dropout and Rate-In values, measures, segmentation, window disagreement, seed, folds,
+            mirror axes, trainer, step size, MI meaning, model identity (folder, checkpoint, folds, weight digests,
+            temperatures) and, for a region-based model, ``regions`` and ``regions_class_order``; as it reads back
+            from the file (plain JSON types).
+        """
         cfg = {
             "uncertainty_sources": list(self.uncertainty_sources),
             # dropout passes per window: only meaningful when dropout or Rate-In is a source
@@ -775,9 +863,12 @@ class UncertaintyPredictor(nnUNetPredictor):
         return json.loads(json.dumps(json_safe(cfg)))  # as it reads back from the file (compared on resume)
 
     def case_settings(self) -> dict[str, Any]:
-        """The settings recorded in every case record (``settings``) and compared by ``--continue_prediction``:
-        :meth:`run_config` without the list of measures (each requested map is checked as a file) and without the
-        model folder's path (its files are identified by their digests, ``weights``)."""
+        """The settings recorded in every case record (``settings``) and compared by ``--continue_prediction``.
+
+        Returns:
+            :meth:`run_config` without the list of measures (each requested map is checked as a file) and without the
+            model folder's path (its files are identified by their digests, ``weights``).
+        """
         return {k: v for k, v in self.run_config().items() if k not in _NOT_CASE_SETTINGS}
 
     def _write_config(self, folder: str) -> None:
@@ -793,11 +884,14 @@ class UncertaintyPredictor(nnUNetPredictor):
         num_parts: int = 1,
         save_probabilities: bool = False,
     ) -> tuple[list, list | None, list]:
-        """Stock's lists; with ``overwrite=False`` (``--continue_prediction``) a case counts as done only when
+        """Stock's lists, without the cases already done when ``overwrite=False``.
+
+        With ``overwrite=False`` (``--continue_prediction``) a case counts as done only when
         :func:`~monai_unc.nnunet.export.case_exported` (segmentation, record and maps; stock looks at the
         segmentation alone, so a folder of stock segmentations would get no maps) and its record's ``settings``
         are :meth:`case_settings` (a case made with other sources, samples, Rate-In values, model, ... is
-        predicted again, and the log line names the difference: a folder never mixes settings)."""
+        predicted again, and the log line names the difference: a folder never mixes settings).
+        """
         lists, outputs, prevs = super()._manage_input_and_output_lists(
             list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
             folder_with_segs_from_prev_stage, True, part_id, num_parts, save_probabilities)
@@ -832,7 +926,16 @@ class UncertaintyPredictor(nnUNetPredictor):
 
         Cases with an ``ofile`` are written by :func:`export_uncertainty` (in a pool of
         ``num_processes_segmentation_export`` spawned workers; 0 exports in this process) and their records
-        returned; cases without get the dict of :func:`convert_uncertainty_to_original_geometry`.
+        returned; cases without get the dict of :func:`convert_uncertainty_to_original_geometry`. With an output
+        folder, ``uncertainty_config.json`` and ``uncertainty_scores.csv`` are written too.
+
+        Args:
+            data_iterator: nnU-Net's preprocessed cases.
+            save_probabilities: also write ``<case>.npz`` and ``<case>.pkl``.
+            num_processes_segmentation_export: export worker processes (0: in this process).
+
+        Returns:
+            One entry per case, in order (a record or a result dict, above).
         """
         folders: set[str] = set()
         export_kwargs = self._export_kwargs()  # the same for every case (case_settings attaches Rate-In once)
@@ -917,7 +1020,19 @@ class UncertaintyPredictor(nnUNetPredictor):
         overwrite: bool = True,
         folder_with_segs_from_prev_stage: str | None = None,
     ) -> list:
-        """Like ``predict_from_files`` without any worker process (preprocessing and export in this process)."""
+        """Like ``predict_from_files`` without any worker process (preprocessing and export in this process).
+
+        Args:
+            list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
+            output_folder_or_list_of_truncated_output_files: the output folder, or one output path without ending per
+                case (None: return the results instead of writing them).
+            save_probabilities: also write ``<case>.npz`` and ``<case>.pkl``.
+            overwrite: False skips the cases already exported with the current settings (``--continue_prediction``).
+            folder_with_segs_from_prev_stage: the previous stage's segmentations (cascade).
+
+        Returns:
+            One entry per predicted case, as :meth:`predict_from_data_iterator`.
+        """
         return self.predict_from_files(list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
                                        save_probabilities=save_probabilities, overwrite=overwrite,
                                        num_processes_preprocessing=0, num_processes_segmentation_export=0,
@@ -931,11 +1046,18 @@ class UncertaintyPredictor(nnUNetPredictor):
         output_file_truncated: str | None = None,
         save_probabilities: bool = False,
     ) -> dict:
-        """Predict one image array ``(C_in, *spatial)`` read with the dataset's reader (``properties`` from it).
+        """Predict one image array read with the dataset's reader.
 
-        Returns the dict of :func:`convert_uncertainty_to_original_geometry` (segmentation, probabilities, mean
-        probabilities, maps in the image's geometry), or, with ``output_file_truncated``, writes the files and
-        returns the record.
+        Args:
+            input_image: the image ``(C_in, *spatial)`` as the dataset's reader/writer returns it.
+            image_properties: the properties the reader returned with it.
+            segmentation_previous_stage: the previous stage's segmentation (cascade), or None.
+            output_file_truncated: write the files to this path without ending (None: return the arrays).
+            save_probabilities: also write ``<case>.npz`` and ``<case>.pkl`` (with ``output_file_truncated``).
+
+        Returns:
+            The dict of :func:`convert_uncertainty_to_original_geometry` (segmentation, probabilities, mean
+            probabilities, maps in the image's geometry), or, with ``output_file_truncated``, the case record.
         """
         ppa = PreprocessAdapterFromNpy([input_image], [segmentation_previous_stage], [image_properties],
                                        [output_file_truncated], self.plans_manager, self.dataset_json,
@@ -959,9 +1081,12 @@ def _ssn_mean_logits(nets: Sequence[nn.Module]) -> Iterator[None]:
 
 
 def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str) -> dict[str, Any]:
-    """``model_folder`` (resolved), ``checkpoint``, ``fold_ids``, ``temperature`` (``{fold: t}`` from the
+    """The identity of a trained nnU-Net model folder, as ``uncertainty_config.json`` records it.
+
+    ``model_folder`` (resolved), ``checkpoint``, ``fold_ids``, ``temperature`` (``{fold: t}`` from the
     ``temperature.json`` that ``nnunet-calibrate`` writes into its calibrated copy; None for an uncalibrated model)
-    and ``weights`` (:func:`model_weight_digests`) of a trained nnU-Net model folder."""
+    and ``weights`` (:func:`model_weight_digests`).
+    """
     folder = Path(model_folder).resolve()
     temperature = None
     tj = folder / "temperature.json"
@@ -983,9 +1108,11 @@ def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str) -> 
 
 def model_weight_digests(model_folder: str | os.PathLike, use_folds: Any, checkpoint_name: str
                          ) -> list[dict[str, str]]:
-    """The sha256 digests of the files of a trained nnU-Net model folder that make its predictions: ``plans.json``,
-    ``dataset.json`` and each used fold's checkpoint (``fold_<f>/<checkpoint_name>``; every ``fold_*`` folder that
-    holds the checkpoint when ``use_folds`` is None, as nnU-Net picks them), named relative to the folder.
+    """The sha256 digests of the files of a trained nnU-Net model folder that make its predictions.
+
+    ``plans.json``, ``dataset.json`` and each used fold's checkpoint (``fold_<f>/<checkpoint_name>``; every
+    ``fold_*`` folder that holds the checkpoint when ``use_folds`` is None, as nnU-Net picks them), named relative
+    to the folder.
 
     Args:
         model_folder: the trained model folder.
@@ -994,6 +1121,15 @@ def model_weight_digests(model_folder: str | os.PathLike, use_folds: Any, checkp
 
     Returns:
         ``[{"file", "sha256"}]`` (:func:`monai_unc.io.weight_digests`), for the files that exist.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "fold_0").mkdir()
+        ...     for name in ("plans.json", "dataset.json", "fold_0/checkpoint_final.pth"):
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     [e["file"] for e in model_weight_digests(d, (0,), "checkpoint_final.pth")]
+        ['plans.json', 'dataset.json', 'fold_0/checkpoint_final.pth']
     """
     folder = Path(model_folder)
     if use_folds is None:

@@ -66,7 +66,14 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
     The network is built from the plans with ``dropout_op`` (``Dropout2d``/``Dropout3d`` matching the
     convolutions) and ``dropout_op_kwargs={"p": dropout_p}``. Dropout modules hold no parameters, so the
     checkpoint's ``state_dict`` keys equal those of the stock network. Subclass and set ``dropout_p`` for another
-    rate; the class name is stored in the checkpoint and used again at inference.
+    rate; the class name is stored in the checkpoint and used again at inference. Monte-Carlo dropout: Gal,
+    Ghahramani, *Dropout as a Bayesian Approximation: Representing Model Uncertainty in Deep Learning*, ICML 2016.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+
+    Example:
+        >>> nnUNetTrainerMCDropout.dropout_p
+        0.2
     """
 
     dropout_p: float = DEFAULT_TRAINING_DROPOUT
@@ -80,6 +87,19 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
         num_output_channels: int,
         enable_deep_supervision: bool = True,
     ) -> nn.Module:
+        """nnU-Net's network of the configuration, built with ``dropout_op`` after every convolution.
+
+        Args:
+            plans_manager: the plans (unused; nnU-Net's signature).
+            configuration_manager: the configuration whose ``network_arch_init_kwargs`` are extended by
+                :func:`~monai_unc.nnunet.dropout.dropout_arch_kwargs` with rate :attr:`dropout_p`.
+            num_input_channels: image channels (plus one-hot previous stage for a cascade).
+            num_output_channels: output channels (classes, or regions of a region-based model).
+            enable_deep_supervision: return the lower-resolution outputs too (training).
+
+        Returns:
+            The network (weights initialised by nnU-Net).
+        """
         kwargs = dropout_arch_kwargs(configuration_manager.network_arch_init_kwargs, cls.dropout_p)
         requires_import = list(configuration_manager.network_arch_init_kwargs_req_import)
         if "dropout_op" not in requires_import:
@@ -96,12 +116,35 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
 
 
 def attach_ssn_head(network: nn.Module, rank: int = 10, epsilon: float = 1e-5) -> SSNHead:
-    """Replace the full-resolution segmentation layer of an nnU-Net network (``decoder.seg_layers[-1]``, a 1x1
-    convolution in ``PlainConvUNet`` / ``ResidualEncoderUNet``) by an :class:`~monai_unc.networks.SSNHead` reading
-    the same features (``input_activation=None``: nnU-Net's decoder stages end with their nonlinearity;
-    ``train_output="raw"``: in training mode the layer returns the stacked raw outputs, a tensor that fits into
-    nnU-Net's deep-supervision list). Returns the head. The ``state_dict`` keys of that layer become
-    ``decoder.seg_layers.<last>.{mean_conv,log_cov_diag_conv,cov_factor_conv}.*``.
+    """Replace the full-resolution segmentation layer of an nnU-Net network by an SSN head.
+
+    The layer is ``decoder.seg_layers[-1]``, a 1x1 convolution in ``PlainConvUNet`` / ``ResidualEncoderUNet``; the
+    :class:`~monai_unc.networks.SSNHead` (Monteiro et al., *Stochastic Segmentation Networks: Modelling Spatially
+    Correlated Aleatoric Uncertainty*, NeurIPS 2020) reads the same features (``input_activation=None``: nnU-Net's
+    decoder stages end with their nonlinearity; ``train_output="raw"``: in training mode the layer returns the
+    stacked raw outputs, a tensor that fits into nnU-Net's deep-supervision list). The ``state_dict`` keys of that
+    layer become ``decoder.seg_layers.<last>.{mean_conv,log_cov_diag_conv,cov_factor_conv}.*``. A network that
+    already has the head is returned unchanged.
+
+    Args:
+        network: an nnU-Net network with ``decoder.seg_layers``.
+        rank: rank of the low-rank covariance factor.
+        epsilon: floor added to the diagonal variance.
+
+    Returns:
+        The head (now ``decoder.seg_layers[-1]``).
+
+    Raises:
+        ValueError: the network has no ``decoder.seg_layers``, or its last entry is not a 1x1 convolution.
+
+    Example:
+        >>> from dynamic_network_architectures.architectures.unet import PlainConvUNet
+        >>> net = PlainConvUNet(input_channels=1, n_stages=2, features_per_stage=(4, 8), conv_op=nn.Conv3d,
+        ...                     kernel_sizes=3, strides=(1, 2), n_conv_per_stage=1, num_classes=3,
+        ...                     n_conv_per_stage_decoder=1)
+        >>> head = attach_ssn_head(net, rank=2)
+        >>> net.decoder.seg_layers[-1] is head, head.raw_channels  # C * (2 + rank) raw channels
+        (True, 12)
     """
     seg_layers = getattr(getattr(network, "decoder", None), "seg_layers", None)
     if not isinstance(seg_layers, nn.ModuleList) or not len(seg_layers):
@@ -132,6 +175,11 @@ class SSNDeepSupervisionLoss(nn.Module):
     head returns its raw outputs (``C * (2 + R)`` channels): the loss is ``w_0 * SSNLoss(head's distribution,
     target_0) + sum_{k >= 1} w_k * stock_loss(output_k, target_k)``. In eval mode (nnU-Net's validation step) the
     head returns mean logits (``C`` channels) and the stock loss applies to every output as usual.
+
+    Args:
+        stock: nnU-Net's loss (``DeepSupervisionWrapper`` or the plain Dice + cross-entropy).
+        head: the network's SSN head (kept as a reference, not a submodule).
+        ssn_loss: the SSN likelihood (:class:`~monai_unc.networks.SSNLoss`).
     """
 
     def __init__(self, stock: nn.Module, head: SSNHead, ssn_loss: SSNLoss) -> None:
@@ -141,6 +189,16 @@ class SSNDeepSupervisionLoss(nn.Module):
         self._head = (head,)  # not a submodule: the head belongs to the network
 
     def forward(self, output: Any, target: Any) -> torch.Tensor:
+        """The loss of one training or validation step.
+
+        Args:
+            output: the network output: a list of ``(B, *, *spatial)`` tensors from full to low resolution (deep
+                supervision) or one tensor; the first holds the head's raw outputs in training mode.
+            target: the targets in the same structure, ``(B, 1, *spatial)`` label maps.
+
+        Returns:
+            The scalar loss.
+        """
         outs = list(output) if isinstance(output, (list, tuple)) else [output]
         targets = list(target) if isinstance(target, (list, tuple)) else [target]
         head = self._head[0]
@@ -161,10 +219,17 @@ class SSNDeepSupervisionLoss(nn.Module):
 class nnUNetTrainerSSN(nnUNetTrainer):
     """nnU-Net's default trainer with a Stochastic Segmentation Network head on the full-resolution output.
 
-    See :func:`attach_ssn_head` and :class:`SSNDeepSupervisionLoss`. Subclass and set :attr:`ssn_rank`,
-    :attr:`ssn_num_mc_samples` or :attr:`ssn_epsilon` for other settings; the class name is stored in the
-    checkpoint and nnU-Net rebuilds the same network at inference. Region-based training and ignore labels are not
-    supported (the SSN loss is a softmax likelihood over all voxels).
+    See :func:`attach_ssn_head` and :class:`SSNDeepSupervisionLoss` (Monteiro et al., *Stochastic Segmentation
+    Networks: Modelling Spatially Correlated Aleatoric Uncertainty*, NeurIPS 2020). Subclass and set
+    :attr:`ssn_rank`, :attr:`ssn_num_mc_samples` or :attr:`ssn_epsilon` for other settings; the class name is stored
+    in the checkpoint and nnU-Net rebuilds the same network at inference. Region-based training and ignore labels are
+    not supported (the SSN loss is a softmax likelihood over all voxels): building the loss raises a ``ValueError``.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+
+    Example:
+        >>> nnUNetTrainerSSN.ssn_rank, nnUNetTrainerSSN.ssn_num_mc_samples
+        (10, 20)
     """
 
     ssn_rank: int = 10
@@ -180,6 +245,18 @@ class nnUNetTrainerSSN(nnUNetTrainer):
         num_output_channels: int,
         enable_deep_supervision: bool = True,
     ) -> nn.Module:
+        """nnU-Net's network of the configuration with its full-resolution segmentation layer replaced by an SSN head.
+
+        Args:
+            plans_manager: the plans (unused; nnU-Net's signature).
+            configuration_manager: the configuration that describes the network.
+            num_input_channels: image channels (plus one-hot previous stage for a cascade).
+            num_output_channels: output classes.
+            enable_deep_supervision: return the lower-resolution outputs too (training).
+
+        Returns:
+            The network, its head from :func:`attach_ssn_head` with rank :attr:`ssn_rank` and :attr:`ssn_epsilon`.
+        """
         net = get_network_from_plans(
             configuration_manager.network_arch_class_name,
             configuration_manager.network_arch_init_kwargs,
@@ -203,14 +280,12 @@ class nnUNetTrainerSSN(nnUNetTrainer):
         return SSNDeepSupervisionLoss(super()._build_loss(), heads[0], SSNLoss(self.ssn_num_mc_samples))
 
 
-def _shorten(trainer: nnUNetTrainer) -> None:
-    trainer.num_epochs = 1
-    trainer.num_iterations_per_epoch = 10
-    trainer.num_val_iterations_per_epoch = 2
+class _TenIterations:
+    """Mixin before an nnU-Net trainer class: one epoch of 10 training and 2 validation iterations.
 
-
-class nnUNetTrainer_10iters(nnUNetTrainer):
-    """Stock trainer cut to one epoch of 10 training and 2 validation iterations (tests, CPU smoke runs)."""
+    Its ``__init__`` has nnU-Net's trainer signature (nnU-Net records the constructor's arguments by name in the
+    checkpoint) and shortens the schedule after the trainer's own ``__init__``.
+    """
 
     def __init__(
         self,
@@ -220,38 +295,46 @@ class nnUNetTrainer_10iters(nnUNetTrainer):
         dataset_json: dict,
         device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
     ) -> None:
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _shorten(self)
+        super().__init__(plans, configuration, fold, dataset_json, device)  # type: ignore[call-arg]
+        self.num_epochs = 1
+        self.num_iterations_per_epoch = 10
+        self.num_val_iterations_per_epoch = 2
 
 
-class nnUNetTrainerMCDropout_10iters(nnUNetTrainerMCDropout):
-    """:class:`nnUNetTrainerMCDropout` cut to one epoch of 10 training and 2 validation iterations."""
+class nnUNetTrainer_10iters(_TenIterations, nnUNetTrainer):
+    """Stock trainer cut to one epoch of 10 training and 2 validation iterations (tests, CPU smoke runs).
 
-    def __init__(
-        self,
-        plans: dict,
-        configuration: str,
-        fold: int,
-        dataset_json: dict,
-        device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
-    ) -> None:
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _shorten(self)
+    Args:
+        plans: the plans dict (``nnUNetPlans.json``).
+        configuration: the configuration to train, e.g. ``"3d_fullres"``.
+        fold: the cross-validation fold (or ``"all"``).
+        dataset_json: the dataset's ``dataset.json``.
+        device: the training device.
+    """
 
 
-class nnUNetTrainerSSN_10iters(nnUNetTrainerSSN):
-    """:class:`nnUNetTrainerSSN` cut to one epoch of 10 training and 2 validation iterations."""
+class nnUNetTrainerMCDropout_10iters(_TenIterations, nnUNetTrainerMCDropout):
+    """:class:`nnUNetTrainerMCDropout` cut to one epoch of 10 training and 2 validation iterations.
 
-    def __init__(
-        self,
-        plans: dict,
-        configuration: str,
-        fold: int,
-        dataset_json: dict,
-        device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
-    ) -> None:
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _shorten(self)
+    Args:
+        plans: the plans dict (``nnUNetPlans.json``).
+        configuration: the configuration to train, e.g. ``"3d_fullres"``.
+        fold: the cross-validation fold (or ``"all"``).
+        dataset_json: the dataset's ``dataset.json``.
+        device: the training device.
+    """
+
+
+class nnUNetTrainerSSN_10iters(_TenIterations, nnUNetTrainerSSN):
+    """:class:`nnUNetTrainerSSN` cut to one epoch of 10 training and 2 validation iterations.
+
+    Args:
+        plans: the plans dict (``nnUNetPlans.json``).
+        configuration: the configuration to train, e.g. ``"3d_fullres"``.
+        fold: the cross-validation fold (or ``"all"``).
+        dataset_json: the dataset's ``dataset.json``.
+        device: the training device.
+    """
 
 
 def write_toy_dataset(
@@ -272,7 +355,29 @@ def write_toy_dataset(
     written as NIfTI with anisotropic ``spacing`` (mm, x y z) and an offset origin; the first ``empty_slices``
     slices along the last axis are set to 0 so that nnU-Net's crop to the non-zero region is exercised.
 
-    Returns the dataset folder ``raw_dir/DatasetXXX_name``.
+    Args:
+        raw_dir: ``nnUNet_raw``; the dataset folder is created in it.
+        dataset_id: the dataset id, 1-999.
+        name: the dataset name (``DatasetXXX_<name>``).
+        num_training: training cases (``imagesTr`` / ``labelsTr``), at least 2.
+        num_test: test cases (``imagesTs``, no labels).
+        shape: voxels per axis.
+        spacing: voxel size in mm (x, y, z).
+        empty_slices: leading slices along the last axis set to 0, in ``[0, shape[-1] // 2)``.
+        seed: seed of the cases.
+
+    Returns:
+        The dataset folder ``raw_dir/DatasetXXX_name``.
+
+    Raises:
+        ValueError: ``dataset_id``, ``num_training`` or ``empty_slices`` out of range.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     folder = write_toy_dataset(d, num_training=2, num_test=1, shape=(16, 16, 16), empty_slices=2)
+        ...     folder.name, sorted(p.name for p in (folder / "imagesTr").iterdir())
+        ('Dataset990_UncToy', ['toy_000_0000.nii.gz', 'toy_001_0000.nii.gz'])
     """
     if not 1 <= int(dataset_id) <= 999:
         raise ValueError(f"dataset_id must be in 1..999, got {dataset_id}")

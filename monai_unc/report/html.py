@@ -53,6 +53,7 @@ from ..evaluation import (
 )
 from ..evaluation.conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, conformal_masks
 from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
+from ..product import ReportSection, product_type
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
 from .plots import (
@@ -73,6 +74,8 @@ __all__ = [
     "build_report",
     "cards",
     "case_conformal_masks",
+    "product_section",
+    "product_sections",
     "conformal_section",
     "decision_tag",
     "format_value",
@@ -99,7 +102,7 @@ class Figure:
 def _config_from(
     summary: Mapping[str, Any], state: CohortState, budget: float | None, **overrides: Any
 ) -> EvaluationConfig:
-    known = {f.name for f in fields(EvaluationConfig)}
+    known = {f.name for f in fields(EvaluationConfig)} - {"products"}  # products: their blocks are read as written
     cfg = EvaluationConfig(**{k: v for k, v in (summary.get("config") or {}).items() if k in known})
     if budget is not None:
         cfg.budget = float(budget)
@@ -375,6 +378,51 @@ def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | Non
     return el("section", el("h2", "Conformal masks"), *parts, id="conformal")
 
 
+def product_section(section: ReportSection, key: str) -> Markup:
+    """The HTML of a product's :class:`~monai_unc.product.ReportSection`: heading, paragraphs, cards and a table,
+    every string escaped.
+
+    Args:
+        section: the section.
+        key: the product's name (the section's ``id``: ``product-<key>``).
+
+    Returns:
+        The ``<section>`` element.
+    """
+    parts: list[Any] = [el("h2", str(section.title))]
+    parts += [el("p", str(text)) for text in section.paragraphs]
+    if section.cards:
+        parts.append(cards([(str(label), str(value)) for label, value in section.cards]))
+    if section.table_head:
+        rows = [el("tr", *[_td(format_value(v)) for v in row])
+                for row in section.table_rows]
+        parts.append(table([str(h) for h in section.table_head], rows, left=[str(section.table_head[0])]))
+    return el("section", *parts, id=f"product-{_slug(key)}", class_="product")
+
+
+def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
+    """The sections of the registered products whose blocks are in ``summary`` (:mod:`monai_unc.product`), in the
+    summary's order; a product that shows nothing is left out.
+
+    Args:
+        summary: the evaluation's summary (as read from ``summary.json``).
+
+    Returns:
+        The ``<section>`` elements.
+    """
+    out = []
+    for key, block in summary.items():
+        cls = product_type(key)
+        if cls is None or not isinstance(block, Mapping):
+            continue
+        section = cls.report_section(block)
+        if section is not None:
+            if not isinstance(section, ReportSection):
+                raise TypeError(f"{cls.__name__}.report_section must return a ReportSection or None")
+            out.append(product_section(section, key))
+    return out
+
+
 def render_html(
     summary: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
@@ -418,6 +466,7 @@ def render_html(
         el("section", el("h2", "Triage"), el("p", *note, class_="note"), _triage_table(rows, summary), id="triage"),
         _regions_section(summary) if summary.get("regions") else None,
         conformal_section(summary["conformal"], summary.get("class_names")) if summary.get("conformal") else None,
+        *product_sections(summary),
         el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
     ]
     if case_figures:
@@ -572,6 +621,7 @@ def build_report(
         summary = summarize(state, config)
     if saved.get("conformal"):  # fitted by evaluate --conformal; the report shows it as written
         summary["conformal"] = saved["conformal"]
+    summary.update({k: v for k, v in saved.items() if product_type(k) is not None})  # the products' blocks as written
     out_dir = Path(output) if output is not None else evaluation / "report"
     fig_dir = out_dir / "figures"
     rows = state.sorted_rows()

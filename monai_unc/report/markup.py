@@ -46,20 +46,55 @@ class Markup(str):
         return Markup(str.__add__(escape(other), self))
 
     def join(self, parts: Iterable[object]) -> Markup:  # type: ignore[override]
-        """The parts joined by this separator, each escaped unless it is :class:`Markup`."""
+        """The parts joined by this separator, each escaped unless it is :class:`Markup`.
+
+        Args:
+            parts: the parts (any values; not :class:`Markup` ones are escaped as text).
+
+        Returns:
+            The joined :class:`Markup`.
+
+        Example:
+            >>> Markup("<br>").join(["a<b", Markup("<i>c</i>")])
+            'a&lt;b<br><i>c</i>'
+        """
         return Markup(str.join(self, (escape(p) for p in parts)))
 
 
 def escape(value: Any) -> Markup:
-    """``value`` as HTML text: :class:`Markup` unchanged, anything else ``str(value)`` escaped with
-    :func:`html.escape` (``&``, ``<``, ``>``, ``"`` and ``'``)."""
+    """``value`` as HTML text.
+
+    :class:`Markup` is returned unchanged, anything else as ``str(value)`` escaped with :func:`html.escape`
+    (``&``, ``<``, ``>``, ``"`` and ``'``).
+
+    Args:
+        value: any value.
+
+    Returns:
+        The escaped text as :class:`Markup`.
+
+    Example:
+        >>> escape('x<img src=x onerror="alert(1)">')
+        'x&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'
+    """
     if isinstance(value, Markup):
         return value
     return Markup(html.escape(str(value), quote=True))
 
 
 def frag(*parts: Any) -> Markup:
-    """The parts concatenated, each escaped unless it is :class:`Markup` (``None`` parts are left out)."""
+    """The parts concatenated, each escaped unless it is :class:`Markup` (``None`` parts are left out).
+
+    Args:
+        *parts: the parts.
+
+    Returns:
+        The concatenation as :class:`Markup`.
+
+    Example:
+        >>> frag(Markup("<b>"), "1 < 2", None, Markup("</b>"))
+        '<b>1 &lt; 2</b>'
+    """
     return Markup("".join(escape(p) for p in parts if p is not None))
 
 
@@ -75,8 +110,10 @@ _URL_IGNORED = re.compile(r"[\x00-\x20\x7f]")  # what browsers strip or skip whe
 
 
 def check_url(url: str, name: str = "url") -> str:
-    """``url`` if a page may link or embed it: a relative file path (no scheme, no host) or a base64 ``data:`` URL
-    of a PNG / JPEG / GIF / WebP image or a CSV file.
+    """``url`` if a page may link or embed it, else an error.
+
+    Allowed: a relative file path (no scheme, no host) or a base64 ``data:`` URL of a PNG / JPEG / GIF / WebP
+    image or a CSV file.
 
     Args:
         url: the ``href`` or ``src`` value.
@@ -89,6 +126,14 @@ def check_url(url: str, name: str = "url") -> str:
         TypeError: when ``url`` is not a string.
         ValueError: for any other scheme (``javascript:``, ``http:``, ``file:``, ...), a host (``//host``), an absolute
             path or another ``data:`` type.
+
+    Example:
+        >>> check_url("figures/case_1.png")
+        'figures/case_1.png'
+        >>> check_url("javascript:alert(1)", "href")
+        Traceback (most recent call last):
+            ...
+        ValueError: href must be a relative file path or a data: URL, got 'javascript:alert(1)'
     """
     if not isinstance(url, str):
         raise TypeError(f"{name} must be a string, got {type(url).__name__}")
@@ -151,17 +196,21 @@ def el(tag: str, *children: Any, **attributes: Any) -> Markup:
 
 
 def raw_text_element(tag: str, text: str) -> Markup:
-    """A ``<style>`` or ``<script>`` element around ``text``, which must not be able to end it early.
+    r"""A ``<style>`` or ``<script>`` element around ``text``, which must not be able to end it early.
 
     Args:
         tag: ``style`` or ``script``.
-        text: the CSS or script; JSON data must be written with ``<`` escaped (``\\u003c``).
+        text: the CSS or script; JSON data must be written with ``<`` escaped (``\u003c``).
 
     Returns:
         The element as :class:`Markup`.
 
     Raises:
         ValueError: for another tag, or a text holding ``</`` or ``<!--``.
+
+    Example:
+        >>> raw_text_element("style", "h1{color:red}")
+        '<style>h1{color:red}</style>'
     """
     if tag not in _RAW_TEXT:
         raise ValueError(f"raw_text_element makes <script> or <style> elements, got {tag!r}")
@@ -175,10 +224,10 @@ _ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
 
 
 def json_script(data: Any, id: str) -> Markup:  # noqa: A002 (the HTML attribute's name)
-    """``data`` as JSON in a ``<script type="application/json">`` element, for a page script to read
-    (``JSON.parse(document.getElementById(id).textContent)``); the script does not run it.
+    r"""``data`` as JSON in a ``<script type="application/json">`` element, for a page script to read.
 
-    ``<``, ``>`` and ``&`` (and the line separators U+2028/2029) are written as ``\\u`` escapes, which JSON reads
+    A page script reads it with ``JSON.parse(document.getElementById(id).textContent)``; the browser does not run
+    it. ``<``, ``>`` and ``&`` (and the line separators U+2028/2029) are written as ``\u`` escapes, which JSON reads
     back as the same characters, so no string in ``data`` can end the element or start a comment or a tag.
 
     Args:
@@ -194,7 +243,7 @@ def json_script(data: Any, id: str) -> Markup:  # noqa: A002 (the HTML attribute
     Example:
         >>> from monai_unc.report.markup import json_script
         >>> print(json_script({"case": "</script><b>"}, "d"))
-        <script type="application/json" id="d">{"case": "\\u003c/script\\u003e\\u003cb\\u003e"}</script>
+        <script type="application/json" id="d">{"case": "\u003c/script\u003e\u003cb\u003e"}</script>
     """
     if not isinstance(id, str) or not _ID.match(id):
         raise ValueError(f"id must be a letter followed by letters, digits, '_' or '-', got {id!r}")
@@ -205,8 +254,10 @@ def json_script(data: Any, id: str) -> Markup:  # noqa: A002 (the HTML attribute
 
 
 def script_file(src: str) -> Markup:
-    """A ``<script src=...>`` element loading a script file beside the page: ``src`` must be a relative file path
-    (:func:`check_url`; a ``data:`` URL is refused too), so a page never loads code from the network.
+    """A ``<script src=...>`` element loading a script file beside the page.
+
+    ``src`` must be a relative file path (:func:`check_url`; a ``data:`` URL is refused too), so a page never
+    loads code from the network.
 
     Args:
         src: the script's path relative to the page.
@@ -216,6 +267,10 @@ def script_file(src: str) -> Markup:
 
     Raises:
         ValueError: for anything but a relative path.
+
+    Example:
+        >>> script_file("assets/viewer.js")
+        '<script src="assets/viewer.js"></script>'
     """
     check_url(src, "src")
     if src.startswith("data:"):
@@ -224,8 +279,10 @@ def script_file(src: str) -> Markup:
 
 
 def document(title: str, css: str, *body: Any, script: str | None = None) -> str:
-    """A whole page: ``<!doctype html>``, a head with the UTF-8 charset, the viewport, ``title`` and ``css``, and a
-    body of ``body`` (escaped unless :class:`Markup`), then ``script`` when given.
+    """A whole page, as text.
+
+    ``<!doctype html>``, a head with the UTF-8 charset, the viewport, ``title`` and ``css``, and a body of
+    ``body`` (escaped unless :class:`Markup`), then ``script`` when given.
 
     Args:
         title: the page title (text).
@@ -235,6 +292,11 @@ def document(title: str, css: str, *body: Any, script: str | None = None) -> str
 
     Returns:
         The page, ending with a newline.
+
+    Example:
+        >>> page = document("QC <report>", "body{margin:0}", el("h1", "Cases"))
+        >>> page.startswith("<!doctype html>"), "<title>QC &lt;report&gt;</title>" in page
+        (True, True)
     """
     head = el("head", el("meta", charset="utf-8"), el("meta", name="viewport", content="width=device-width"),
               el("title", title), raw_text_element("style", css))

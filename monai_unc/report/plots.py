@@ -1,8 +1,8 @@
-"""Figures of the QC report: referral curve, uncertainty histograms of good and failed cases, scores by shift, and
-per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest uncertainty.
+"""Figures of the QC report: referral curve, uncertainty histograms, scores by shift and per-case overlays.
 
-Every plotted number comes from a metric function (the referral curves from
-:func:`monai_unc.metrics.selective.referral_curve`, the histograms from
+The histograms compare good and failed cases; the overlays show image, prediction contour, uncertainty heatmap
+and error map on the slices of highest uncertainty. Every plotted number comes from a metric function (the
+referral curves from :func:`monai_unc.metrics.selective.referral_curve`, the histograms from
 :func:`monai_unc.metrics.casewise.uncertainty_histograms`); these functions only draw. The reliability diagram
 is drawn by :mod:`monai_unc.report.reliability`. Figures are matplotlib ``Figure`` objects (Agg backend, no
 display needed); :func:`save_png` writes one atomically and returns the PNG bytes for embedding.
@@ -47,10 +47,24 @@ def _figure(width: float, height: float) -> Any:
 
 
 def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
-    """PNG bytes of ``fig``; also written to ``path`` (through a temporary file and a rename) when given.
+    r"""PNG bytes of ``fig``; also written to ``path`` (through a temporary file and a rename) when given.
 
     Every text is drawn as it is: a ``$`` in a case id, a class, region or shift name is not read as mathtext (an
-    unbalanced ``$\\frac`` would fail the whole page)."""
+    unbalanced ``$\frac`` would fail the whole page). The figure is drawn at its own dpi on a white background.
+
+    Args:
+        fig: a matplotlib ``Figure``.
+        path: the ``.png`` file to write, or None.
+
+    Returns:
+        The PNG bytes.
+
+    Example:
+        >>> fig = Figure(figsize=(1, 1), dpi=20)
+        >>> _ = fig.add_subplot().set_title("$\\frac")  # not mathtext
+        >>> save_png(fig)[:4]
+        b'\x89PNG'
+    """
     buf = io.BytesIO()
     with rc_context({"text.parse_math": False}):  # also the tick labels made while drawing
         for text in fig.findobj(Text):
@@ -97,8 +111,25 @@ def plot_referral_curve(
     Three curves: referral by ``scores`` (most uncertain first), the oracle that refers the lowest Dice first
     (the best any score can do) and random referral (the cohort mean in expectation). A vertical line marks
     ``budget`` with the expected Dice of the cases kept there; a second one the referral fraction of the
-    risk-controlled threshold (``risk_control``: the ``summary["risk_control"]`` block of
-    :func:`monai_unc.report.cohort.summarize`).
+    risk-controlled threshold. RETINA: Band, Rudner, Feng, Filos, Nado, Dusenberry, Jerfel, Tran, Gal,
+    *Benchmarking Bayesian Deep Learning on Diabetic Retinopathy Detection Tasks*, NeurIPS 2021 Datasets and
+    Benchmarks.
+
+    Args:
+        scores: ``(N,)`` case uncertainty scores (higher: referred first).
+        dice: ``(N,)`` Dice of the cases.
+        budget: a referral fraction in [0, 1] to mark, or None.
+        score_name: the legend name of the score.
+        risk_control: the ``summary["risk_control"]`` block of :func:`monai_unc.evaluation.summarize`
+            (``referral_fraction``, ``feasible``, ``target_risk``, ``delta``), or None.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Example:
+        >>> fig = plot_referral_curve(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), budget=0.25)
+        >>> fig.axes[0].get_title()
+        'Referral curve'
     """
     scores = np.asarray(scores, dtype=np.float64)
     dice = np.asarray(dice, dtype=np.float64)
@@ -140,8 +171,25 @@ def plot_referral_curve(
 def plot_uncertainty_histograms(
     scores: np.ndarray, dice: np.ndarray, failure_dice: float, score_name: str = "uncertainty", bins: int = 12
 ) -> Any:
-    """Case-score histograms of good (Dice >= ``failure_dice``) and failed cases on shared bins (RETINA
-    Sec. 2.4), as counts; failed cases at low uncertainty are silent failures."""
+    """Case-score histograms of good (Dice >= ``failure_dice``) and failed cases on shared bins (RETINA Sec. 2.4).
+
+    The bars are counts; failed cases at low uncertainty are silent failures. An empty group is drawn empty.
+
+    Args:
+        scores: ``(N,)`` case uncertainty scores.
+        dice: ``(N,)`` Dice of the cases.
+        failure_dice: the Dice below which a case counts as failed.
+        score_name: the x-axis label.
+        bins: the number of shared bins.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Example:
+        >>> fig = plot_uncertainty_histograms(np.array([0.9, 0.1, 0.5, 0.2]), np.array([0.2, 0.9, 0.6, 0.8]), 0.5)
+        >>> fig.axes[0].get_ylabel()
+        'cases'
+    """
     scores = np.asarray(scores, dtype=np.float64)
     good = np.asarray(dice, dtype=np.float64) >= failure_dice
     import warnings
@@ -168,7 +216,24 @@ def plot_uncertainty_histograms(
 
 
 def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequence[str], score_name: str) -> Any:
-    """Case scores grouped by shift label (one column of points per group, in-distribution first)."""
+    """Case scores grouped by shift label (one column of points per group, in-distribution first).
+
+    Points are jittered horizontally with a fixed seed; a bar marks each group's median.
+
+    Args:
+        scores: ``(N,)`` case uncertainty scores.
+        shifts: ``N`` shift labels (``""`` is drawn as ``(none)``).
+        iid: the lower-case labels that count as in-distribution (drawn first, in blue).
+        score_name: the y-axis label.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Example:
+        >>> fig = plot_scores_by_shift(np.array([0.1, 0.2, 0.7]), ["none", "none", "noise"], ["none"], "entropy")
+        >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
+        ['none', 'noise']
+    """
     scores = np.asarray(scores, dtype=np.float64)
     shifts = [str(s) for s in shifts]
     groups = sorted(set(shifts), key=lambda s: (s.lower() not in iid, s))
@@ -190,8 +255,12 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
 def plot_qu_brats_curves(
     thresholds: Sequence[float], curves: Mapping[str, Mapping[str, Sequence[float]]], max_uncertainty: float = 100.0
 ) -> Any:
-    """The QU-BraTS curves (Mehta et al., MELBA 2022) against the uncertainty threshold, one line per region in
-    three panels: filtered Dice, filtered true positives (FTP) and filtered true negatives (FTN).
+    """The QU-BraTS curves against the uncertainty threshold, one line per region in three panels.
+
+    The panels are filtered Dice, filtered true positives (FTP) and filtered true negatives (FTN). Lowering the
+    threshold filters out more uncertain voxels: a good map raises the filtered Dice while filtering few true
+    positives and true negatives (the score rewards a high Dice area and low FTP / FTN areas). QU-BraTS: Mehta et
+    al., *QU-BraTS: MICCAI BraTS 2020 Challenge on Quantifying Uncertainty in Brain Tumor Segmentation*, MELBA 2022.
 
     Args:
         thresholds: the threshold grid (:func:`monai_unc.metrics.qu_brats_thresholds`, any order).
@@ -199,8 +268,13 @@ def plot_qu_brats_curves(
             cases of the curves of :func:`monai_unc.metrics.qu_brats`); the values are drawn as given.
         max_uncertainty: the top of the threshold axis (100 in the challenge).
 
-    Lowering the threshold filters out more uncertain voxels: a good map raises the filtered Dice while filtering
-    few true positives and true negatives (the score rewards a high Dice area and low FTP / FTN areas).
+    Returns:
+        The matplotlib ``Figure`` (three axes).
+
+    Example:
+        >>> curve = {"dice": [0.9, 0.8, 0.7], "ftp": [0.5, 0.2, 0.0], "ftn": [0.3, 0.1, 0.0]}
+        >>> len(plot_qu_brats_curves([25, 50, 100], {"WT": curve}).axes)
+        3
     """
     t = np.asarray(thresholds, dtype=np.float64)
     order = np.argsort(t)
@@ -230,6 +304,21 @@ def slice_of_highest_uncertainty(
     With a ``mask`` (e.g. the reference foreground) only slices whose mask area is at least ``min_fraction`` of
     the largest mask area along ``axis`` are candidates, so that the chosen slices show the anatomy rather than
     background far from it; an empty mask leaves every slice a candidate.
+
+    Args:
+        u: the uncertainty map, e.g. ``(X, Y, Z)``.
+        axis: the axis the slices cut.
+        mask: a boolean volume of the shape of ``u``, or None.
+        min_fraction: the smallest mask area of a candidate, as a fraction of the largest.
+
+    Returns:
+        The slice index.
+
+    Example:
+        >>> u = np.zeros((4, 4, 4)); u[..., 3] = 1.0; u[..., 1] = 0.5
+        >>> mask = np.zeros((4, 4, 4), bool); mask[..., :3] = True
+        >>> slice_of_highest_uncertainty(u, 2), slice_of_highest_uncertainty(u, 2, mask=mask)
+        (3, 1)
     """
     u = np.asarray(u, dtype=np.float64)
     other = tuple(a for a in range(u.ndim) if a != axis)
@@ -262,15 +351,41 @@ def plot_case_overlay(
     class_names: Sequence[str] | None = None,
     conformal: Mapping[str, np.ndarray] | None = None,
 ) -> Any:
-    """One row per view through the slice of highest uncertainty among the slices that cut the reference
-    foreground (:func:`slice_of_highest_uncertainty`): image, prediction contour, uncertainty heatmap,
-    error map (``seg != label``: red where the prediction has a foreground the label does not, blue where it
-    misses one, purple for a wrong class). Volumes are 3D ``(X, Y, Z)``; ``image`` may be ``(C, X, Y, Z)``;
-    ``class_names`` label the contour colours. Without a ``label`` (new, unlabelled cases) the slices are chosen
-    inside the predicted foreground and there is no error-map column. ``conformal`` (``{"outer": mask, "inner":
-    mask}``, bool ``(X, Y, Z)``, e.g. the union over the foreground classes of the conformal rule's masks,
-    docs/conformal.md) adds their contours beside the prediction's (outer: white dashed, inner: green dotted)
-    with a legend."""
+    """One row per view through the slice of highest uncertainty among the slices that cut the reference foreground.
+
+    Columns: image, prediction contour, uncertainty heatmap and error map (``seg != label``: red where the
+    prediction has a foreground the label does not, blue where it misses one, purple for a wrong class). Slices
+    are chosen by :func:`slice_of_highest_uncertainty`. Without a ``label`` (new, unlabelled cases) the slices are
+    chosen inside the predicted foreground and there is no error-map column. ``conformal`` adds the contours of
+    the conformal rule's masks beside the prediction's (outer: white dashed, inner: green dotted) with a legend.
+
+    Args:
+        case_id: the case id (title).
+        seg: the predicted label map ``(X, Y, Z)``.
+        label: the reference label map ``(X, Y, Z)``, or None.
+        uncertainty: the uncertainty map ``(X, Y, Z)``.
+        image: the image ``(X, Y, Z)`` or ``(C, X, Y, Z)`` (the first channel is shown); None shows the reference.
+        spacing: voxel size in mm per axis (sets the aspect ratio).
+        measure: the name of the uncertainty map (column title).
+        axes: the axes to cut, one row each (2 axial, 1 coronal, 0 sagittal).
+        info: ``{name: value}`` shown after the case id in the title.
+        class_names: names of the classes for the contour legend.
+        conformal: ``{"outer": mask, "inner": mask}``, bool ``(X, Y, Z)`` (e.g. the union over the foreground
+            classes of the conformal rule's masks), or None.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Raises:
+        ValueError: ``conformal`` has another key, or a mask of another shape than ``seg``.
+
+    Example:
+        >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
+        >>> u = np.random.default_rng(0).random((8, 8, 8))
+        >>> fig = plot_case_overlay("case1", seg, seg, u, axes=(2,))
+        >>> [ax.get_title() for ax in fig.axes[:4]]
+        ['image', 'prediction contour', 'uncertainty', 'error map']
+    """
     for side, mask in (conformal or {}).items():
         if side not in _CONFORMAL_STYLE:
             raise ValueError(f"conformal: sides are 'outer' and 'inner', got {side!r}")

@@ -15,6 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .._deprecation import deprecated_arg_names
 from .._utils import ArrayLike, to_tensor
 from ..io import atomic_savefig
 from ..metrics.calibration import (
@@ -47,9 +48,10 @@ def _calibration_error(hist: ConfidenceHistogram, kind: str, n_bins: int, min_bi
     return float(ece(hist, kind=kind, **opts))
 
 
+@deprecated_arg_names({"x": "probs", "labels": "target"})
 def plot_reliability_diagram(
-    x: ConfidenceHistogram | ArrayLike,
-    labels: ArrayLike | None = None,
+    probs: ConfidenceHistogram | ArrayLike,
+    target: ArrayLike | None = None,
     *,
     kind: str = "top",
     n_bins: int = 15,
@@ -62,7 +64,7 @@ def plot_reliability_diagram(
     n_fine_bins: int = DEFAULT_FINE_BINS,
     class_names: list[str] | None = None,
 ) -> Figure:
-    """Plot a reliability diagram from a :class:`ConfidenceHistogram` (or probabilities and labels).
+    """Plot a reliability diagram from a :class:`ConfidenceHistogram` (or probabilities and reference labels).
 
     Bars show the observed frequency per bin (accuracy for ``kind="top"``, the frequency of the label for
     ``"all_label"``, the error rate for ``"uncertainty"``), hatched bars the gap to the bin's mean confidence,
@@ -71,8 +73,11 @@ def plot_reliability_diagram(
     label instead of bars.
 
     Args:
-        x: a histogram (per case for the box plots) or probabilities ``(B, C, *spatial)`` with ``labels``;
+        probs: a histogram (per case for the box plots) or probabilities ``(B, C, *spatial)`` with ``target``;
             each batch item is then a case.
+        target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` (only with probabilities). The keywords
+            ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target`` (as in
+            :func:`~monai_unc.metrics.calibration.reliability_curve`).
         per_case_boxes: overlay, per bin, a box plot of the per-case frequencies (Kock et al. Fig. 5); bins of a
             case with fewer than ``min_bin_count`` voxels do not contribute to that case's box.
         show_counts: add a lower panel with the voxels per bin (log scale).
@@ -85,21 +90,23 @@ def plot_reliability_diagram(
     """
     if kind not in _AXIS_LABELS:
         raise ValueError(f"kind must be one of {tuple(_AXIS_LABELS)}, got {kind!r}")
-    if not isinstance(x, ConfidenceHistogram):
-        if labels is None:
-            raise ValueError("labels are required with probabilities")
-        probs = to_tensor(x, "probs")
-        if probs.ndim < 3:
-            raise ValueError(f"probs must have shape (B, C, *spatial), got {tuple(probs.shape)}")
-        x = ConfidenceHistogram(int(probs.shape[1]), n_fine_bins=n_fine_bins).update(probs, labels)
-    elif labels is not None:
-        raise ValueError("labels must be None when plotting a ConfidenceHistogram")
+    if isinstance(probs, ConfidenceHistogram):
+        if target is not None:
+            raise ValueError("target must be None when plotting a ConfidenceHistogram")
+        hist = probs
+    else:
+        if target is None:
+            raise ValueError("target (the reference labels) is required with probabilities")
+        p = to_tensor(probs, "probs")
+        if p.ndim < 3:
+            raise ValueError(f"probs must have shape (B, C, *spatial), got {tuple(p.shape)}")
+        hist = ConfidenceHistogram(int(p.shape[1]), n_fine_bins=n_fine_bins).update(p, target)
     if per_case_boxes and kind == "classwise":
         raise ValueError("per_case_boxes is not available for kind='classwise'")
-    if per_case_boxes and not x.per_case:
+    if per_case_boxes and not hist.per_case:
         raise ValueError("per_case_boxes needs a histogram with per_case=True")
 
-    curve = reliability_curve(x, kind=kind, n_bins=n_bins, min_bin_count=min_bin_count)
+    curve = reliability_curve(hist, kind=kind, n_bins=n_bins, min_bin_count=min_bin_count)
     if ax is None:
         fig = Figure(figsize=(5.0, 6.0 if show_counts else 4.8))
         FigureCanvasAgg(fig)
@@ -116,7 +123,7 @@ def plot_reliability_diagram(
     edges, centers, width = curve.edges, curve.centers, 1.0 / n_bins
     xlabel, ylabel = _AXIS_LABELS[kind]
     ax_rel.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
-    value = _calibration_error(x, kind, n_bins, min_bin_count)
+    value = _calibration_error(hist, kind, n_bins, min_bin_count)
     if kind == "classwise":
         names = class_names or [f"label {c}" for c in range(curve.frequency.shape[0])]
         for c, name in enumerate(names):
@@ -135,7 +142,7 @@ def plot_reliability_diagram(
         name = {"top": "ECE", "all_label": "all-label ECE", "uncertainty": "UCE"}[kind]
         summary = f"{name} {float(value):.4f}"
         if per_case_boxes:
-            cases = reliability_curve(x, kind=kind, n_bins=n_bins, min_bin_count=min_bin_count, per_case=True)
+            cases = reliability_curve(hist, kind=kind, n_bins=n_bins, min_bin_count=min_bin_count, per_case=True)
             data = [cases.frequency[:, b][cases.kept[:, b]] for b in range(n_bins)]
             pos = [centers[b] for b in range(n_bins) if data[b].size]
             data = [d for d in data if d.size]

@@ -77,9 +77,28 @@ def plot_score_distribution(
     score_name: str = "score",
     bins: int = 20,
 ) -> Any:
-    """Histogram of the calibration cases' scores (grey) and the new cases' scores below it (one dot per case:
-    blue accepted, red referred), on one axis; the certified threshold (dashed) and the region outside the
-    calibration range (shaded: always referred). Undefined new scores are left out (they are referred)."""
+    """Histogram of the calibration cases' scores with the new cases' scores below it, on one axis.
+
+    The calibration cases are a grey histogram; the new cases one dot each (blue accepted, red referred); the
+    certified threshold is dashed and the region outside the calibration range shaded (always referred). Undefined
+    new scores are left out (they are referred).
+
+    Args:
+        calibration_scores: the calibration cases' scores.
+        new_scores: the new cases' scores (NaN: undefined).
+        accepted: one decision per new case.
+        threshold: the rule's certified threshold.
+        score_name: the x-axis label.
+        bins: the histogram's bins.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Example:
+        >>> fig = plot_score_distribution([0.1, 0.2, 0.3, 0.4], [0.15, 0.5, float("nan")], [True, False, False], 0.3)
+        >>> len(fig.axes)
+        1
+    """
     cal = np.asarray(calibration_scores, dtype=np.float64)
     new = np.asarray(new_scores, dtype=np.float64)
     acc = np.asarray(accepted, dtype=bool)
@@ -127,12 +146,35 @@ def plot_triage_overlay(
     class_names: Sequence[str] | None = None,
     conformal: Mapping[str, np.ndarray] | None = None,
 ) -> Any:
-    """One row per view through the slice of highest summed uncertainty among the slices that cut the predicted
-    foreground (:func:`monai_unc.report.plots.slice_of_highest_uncertainty`): image, prediction contour per class,
-    uncertainty heatmap. Label-free: there is no error map. Volumes 3D ``(X, Y, Z)``; ``image`` may be
-    ``(C, X, Y, Z)`` (channel 0 is shown). ``conformal`` (``{"outer": mask, "inner": mask}``, bool ``(X, Y, Z)``)
-    adds the conformal contours beside the prediction's, drawn by :func:`monai_unc.report.plots.plot_case_overlay`
-    as in the evaluation report."""
+    """One row per view through the slice of highest summed uncertainty among the slices that cut the prediction.
+
+    Columns: image, prediction contour per class and uncertainty heatmap; label-free, so there is no error map.
+    Slices are chosen by :func:`monai_unc.report.plots.slice_of_highest_uncertainty` inside the predicted
+    foreground; the figure is drawn by :func:`monai_unc.report.plots.plot_case_overlay`, as in the evaluation
+    report.
+
+    Args:
+        case_id: the case id (title).
+        seg: the predicted label map ``(X, Y, Z)``.
+        uncertainty: the uncertainty map ``(X, Y, Z)``.
+        image: the image ``(X, Y, Z)`` or ``(C, X, Y, Z)`` (channel 0 is shown), or None.
+        spacing: voxel size in mm per axis.
+        measure: the name of the uncertainty map (column title).
+        axes: the axes to cut, one row each (2 axial, 1 coronal, 0 sagittal).
+        info: ``{name: value}`` shown after the case id in the title.
+        class_names: names of the classes for the contour legend.
+        conformal: ``{"outer": mask, "inner": mask}``, bool ``(X, Y, Z)``: the conformal contours drawn beside the
+            prediction's, or None.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Example:
+        >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
+        >>> fig = plot_triage_overlay("new1", seg, np.random.default_rng(0).random((8, 8, 8)), axes=(2,))
+        >>> [ax.get_title() for ax in fig.axes[:3]]
+        ['image', 'prediction contour', 'uncertainty']
+    """
     return plot_case_overlay(case_id, seg, None, uncertainty, image, spacing, measure, axes, info, class_names,
                              conformal=conformal)
 
@@ -184,9 +226,11 @@ _CONFORMAL_COLUMNS = (("inner_ml_", "inner ml"), ("predicted_ml_", "predicted ml
 
 
 def _conformal_columns(rows: Sequence[Mapping[str, Any]], rule: ReferralRule) -> list[tuple[str, str]]:
-    """``(key, header)`` of the conformal columns of the triage table, per foreground class or region of the rows of
-    ``conformal.csv`` (the suffix of ``predicted_ml_<name>``); a class index is shown with the referral rule's class
-    name."""
+    """``(key, header)`` of the conformal columns of the triage table.
+
+    One set per foreground class or region of the rows of ``conformal.csv`` (the suffix of
+    ``predicted_ml_<name>``); a class index is shown with the referral rule's class name.
+    """
     names: list[str] = []
     for r in rows:
         names += [k.removeprefix("predicted_ml_") for k in r if k.startswith("predicted_ml_")
@@ -269,8 +313,10 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
 
 
 def _conformal_section(masks: Mapping[str, Any], folder: Path, drawn: bool) -> Markup:
-    """The note on the conformal masks of the new cases: the guarantee of each side, the fingerprint check and where
-    the masks are."""
+    """The note on the conformal masks of the new cases.
+
+    It states the guarantee of each side, the fingerprint check and where the masks are.
+    """
     fp = masks.get("fingerprint") or {}
     items = [el("li", el("b", side), f" (lambda_hat {', '.join(f'{k}: {v:g}' for k, v in lam.items())}): ",
                 (masks.get("guarantee") or {}).get(side, ""))
@@ -293,8 +339,10 @@ def _conformal_section(masks: Mapping[str, Any], folder: Path, drawn: bool) -> M
 
 
 def _load_conformal(folder: str | os.PathLike, rule: Any) -> tuple[dict[str, Any], ConformalRuleFile | None]:
-    """``conformal.json`` of a ``monai-unc conformal`` folder and its rule file (``rule``, else the path the json
-    records, else None)."""
+    """``conformal.json`` of a ``monai-unc conformal`` folder and its rule file.
+
+    The rule file is ``rule``, else the path the json records, else None.
+    """
     path = Path(folder) / "conformal.json"
     if not path.is_file():
         raise FileNotFoundError(f"no conformal.json in {folder}: run monai-unc conformal --output {folder} first")
@@ -316,8 +364,10 @@ def build_triage_page(
     conformal_rule: ConformalRuleFile | str | os.PathLike | None = None,
     viewer: bool = True,
 ) -> Path:
-    """Write ``triage.html`` (and ``figures/*.png``) for a triage folder (the ``output`` of
-    :func:`monai_unc.evaluation.triage.run_triage`); returns the HTML path.
+    """Write ``triage.html`` (and ``figures/*.png``) for a triage folder.
+
+    The folder is the ``output`` of :func:`monai_unc.evaluation.triage.run_triage`; the page's sections are listed
+    in the module docstring.
 
     Args:
         triage: the triage folder (``triage.json``).
@@ -330,6 +380,13 @@ def build_triage_page(
             figures have no conformal contours).
         viewer: embed the interactive 3D viewer (:mod:`monai_unc.report.viewer`) for the referred cases among the
             ``n_cases`` shown, with its scripts in ``<output>/assets`` (the PNG slices stay).
+
+    Returns:
+        The path of ``triage.html``.
+
+    Raises:
+        ValueError: ``n_cases`` is not a non-negative integer.
+        FileNotFoundError: the folder holds no ``triage.json``.
     """
     if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 0:
         raise ValueError(f"n_cases must be a non-negative integer, got {n_cases!r}")
@@ -387,8 +444,30 @@ def build_triage_page(
 
 
 def link_page(page: str | os.PathLike, target: str | os.PathLike, text: str) -> Path:
-    """Add a link to ``target`` (relative to ``page``'s folder) at the end of ``page``'s ``<header>`` (or after
-    ``<body>`` when it has none), rewriting ``page`` atomically; a second call with the same target does nothing."""
+    """Add a link to ``target`` at the end of ``page``'s ``<header>`` (or after ``<body>`` when it has none).
+
+    The link is relative to ``page``'s folder; ``page`` is rewritten atomically. A second call with the same target
+    does nothing.
+
+    Args:
+        page: the HTML page to change.
+        target: the page to link to.
+        text: the link text.
+
+    Returns:
+        ``page``.
+
+    Raises:
+        ValueError: ``page`` has no ``<body>``.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "report.html").write_text("<html><body><header></header></body></html>")
+        ...     page = link_page(Path(d) / "report.html", Path(d) / "triage" / "triage.html", "triage")
+        ...     'href="triage/triage.html"' in page.read_text()
+        True
+    """
     page = Path(page)
     doc = page.read_text(encoding="utf-8")
     href = check_url(quote(Path(os.path.relpath(Path(target).resolve(), page.resolve().parent)).as_posix()), "target")

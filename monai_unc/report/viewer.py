@@ -114,6 +114,12 @@ def case_viewer(
     Raises:
         ValueError: for volumes that are not 3D or differ in shape, or a budget too small for even the
             coarsest subsampling.
+
+    Example:
+        >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
+        >>> data = case_viewer("case1", seg, np.linspace(0, 1, 512).reshape(8, 8, 8))
+        >>> data["step"], data["crop"], [v["role"] for v in data["volumes"]]
+        (1, [[0, 8], [0, 8], [0, 8]], ['prediction', 'uncertainty'])
     """
     seg = np.asarray(seg)
     u = np.asarray(uncertainty, dtype=np.float64)
@@ -168,8 +174,10 @@ def case_viewer(
 
 
 def viewer_block(index: int, data: dict[str, Any]) -> Markup:
-    """One case's viewer: the canvas, the controls (view, uncertainty colormap, overlay opacities) and the case's
-    volumes as a JSON block; ``viewer.js`` (:func:`viewer_scripts`) starts it.
+    """One case's viewer: the canvas, the controls and the case's volumes as a JSON block.
+
+    The controls choose the view, the uncertainty colormap and the overlay opacities; ``viewer.js``
+    (:func:`viewer_scripts`) starts the viewer.
 
     Args:
         index: the viewer's number on the page (ids ``viewer-<index>`` and ``viewer-data-<index>``).
@@ -177,6 +185,15 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
 
     Returns:
         The block as :class:`~monai_unc.report.markup.Markup`.
+
+    Raises:
+        ValueError: ``index`` is not a non-negative integer.
+
+    Example:
+        >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
+        >>> block = viewer_block(0, case_viewer("case1", seg, np.linspace(0, 1, 512).reshape(8, 8, 8)))
+        >>> str(block)[:65]
+        '<div class="mu-viewer" id="viewer-0" data-volumes="viewer-data-0"'
     """
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"index must be a non-negative integer, got {index!r}")
@@ -205,16 +222,44 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
 
 
 def viewer_section(viewers: Sequence[dict[str, Any]], heading: str) -> Markup | None:
-    """A page section with one viewer per case (None without any)."""
+    """A page section with one viewer per case.
+
+    Args:
+        viewers: :func:`case_viewer` results, in page order.
+        heading: the section heading.
+
+    Returns:
+        ``<section id="viewers">`` as :class:`~monai_unc.report.markup.Markup`, or None without any viewer.
+
+    Example:
+        >>> viewer_section([], "3D viewers") is None
+        True
+    """
     if not viewers:
         return None
     return el("section", el("h2", heading), *(viewer_block(i, d) for i, d in enumerate(viewers)), id="viewers")
 
 
 def viewer_scripts(page_dir: str | Path) -> Markup:
-    """Copy ``niivue.umd.js`` and ``viewer.js`` into ``<page_dir>/assets`` (atomically; a file already there with
-    the same content is kept) and return the two ``<script src>`` elements that load them, for the end of the
-    page's body."""
+    """Copy the viewer's scripts next to a page and return the elements that load them.
+
+    ``niivue.umd.js`` and ``viewer.js`` are copied into ``<page_dir>/assets`` (atomically; a file already there
+    with the same content is kept).
+
+    Args:
+        page_dir: the folder of the page.
+
+    Returns:
+        The two ``<script src>`` elements (relative paths), for the end of the page's body.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     print(viewer_scripts(d))
+        ...     sorted(p.name for p in (Path(d) / "assets").iterdir())
+        <script src="assets/niivue.umd.js"></script><script src="assets/viewer.js"></script>
+        ['niivue.umd.js', 'viewer.js']
+    """
     folder = Path(page_dir) / ASSET_DIR
     for name in _SCRIPTS:
         src, dst = ASSETS / name, folder / name
@@ -224,5 +269,13 @@ def viewer_scripts(page_dir: str | Path) -> Markup:
 
 
 def vendored_niivue() -> dict[str, Any]:
-    """The vendored NiiVue's record (``assets/niivue.json``: package, version, file, SHA-256, licence)."""
+    """The vendored NiiVue's record (``assets/niivue.json``).
+
+    Returns:
+        ``{"package", "version", "file", "sha256", "license"}``.
+
+    Example:
+        >>> vendored_niivue()["license"]
+        'BSD-2-Clause'
+    """
     return json.loads((ASSETS / "niivue.json").read_text())

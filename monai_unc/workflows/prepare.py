@@ -587,4 +587,6 @@ def prepare_evaluate(
         regions=read_region_spec(regions), **options,
     )  # fmt: skip
     config.validate()  # a bad --regions spec: one line before any work
+    for product in config.products:  # a product's artifact file must not replace an input either
+        check_output_file(product.artifact_path(out), *files, what="output")
     return config

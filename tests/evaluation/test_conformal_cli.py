@@ -206,15 +206,17 @@ def test_region_model_margin_family(tmp_path):
 
 
 def test_torchrun_pack_round_trips_the_conformal_states(cohort):
-    """What a rank sends to rank 0 (``_pack`` / ``_unpack``) keeps the case's conformal states."""
+    """What a rank sends to rank 0 (the result's record, :meth:`CaseResult.to_record`) keeps its conformal states."""
     import pickle
 
-    from monai_unc.evaluation.runner import _pack, _unpack, evaluate_files
+    from monai_unc.engine.records import record_gather_hooks
+    from monai_unc.evaluation import CaseResult, evaluate_files
 
     config = EvaluationConfig(spatial=False, conformal={"outer": 0.3, "inner": 0.4}, conformal_family="margin")
     files = match_cases(cohort["A"]["labels"], cohort["predA"])[0]
     got = evaluate_files(files, config)
-    back = _unpack(pickle.loads(pickle.dumps(_pack(got))))
-    assert set(back[0].conformal) == {"outer", "inner"}
+    pack, unpack = record_gather_hooks(CaseResult)
+    back = unpack(pickle.loads(pickle.dumps(pack(got[0]))))
+    assert list(back.conformal) == ["outer", "inner"]
     for side, st in got[0].conformal.items():
-        assert back[0].conformal[side] == st and st.family == "margin"
+        assert back.conformal[side] == st and st.family == "margin"

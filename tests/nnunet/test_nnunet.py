@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import inspect
 import itertools
 import json
 import os
@@ -870,6 +871,15 @@ def test_trainers_found_by_nnunet_through_ext_trainer(monkeypatch):
     for name in ("nnUNetTrainerMCDropout", "nnUNetTrainer_10iters", "nnUNetTrainerMCDropout_10iters"):
         cls = recursive_find_trainer_class_by_name(name)
         assert cls.__name__ == name
+    # the short trainers keep nnU-Net's constructor signature (nnU-Net records its arguments by name)
+    from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+
+    def params(fn):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    for cls in (mun.nnUNetTrainer_10iters, mun.nnUNetTrainerMCDropout_10iters, mun.nnUNetTrainerSSN_10iters):
+        assert params(cls.__init__) == params(nnUNetTrainer.__init__), cls.__name__
+    assert issubclass(mun.nnUNetTrainerSSN_10iters, mun.nnUNetTrainerSSN)
     cls = recursive_find_trainer_class_by_name("nnUNetTrainerMCDropout_10iters")
     pm = PlansManager(make_plans())
     net = cls.build_network_architecture(pm, pm.get_configuration("cfg"), 1, 3, False)

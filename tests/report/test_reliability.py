@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -67,3 +70,25 @@ def test_the_plot_calls_the_metric_function(hist, monkeypatch):
     fig = plot_reliability_diagram(hist, kind="top", n_bins=12, min_bin_count=3)
     assert fig.axes[0].get_title().startswith("ECE 0.1235")
     assert calls == [{"kind": "top", "n_bins": 12, "min_bin_count": 3}]
+
+
+def test_old_keywords_x_and_labels_warn_and_draw_the_same_diagram():
+    """``plot_reliability_diagram(probs, target)`` takes the names of ``reliability_curve``; ``x`` and ``labels``
+    still work for one release, with a DeprecationWarning."""
+    g = torch.Generator().manual_seed(1)
+    probs = torch.softmax(2 * torch.randn(2, 3, 6, 5, 4, generator=g), 1)
+    target = torch.randint(0, 3, (2, 6, 5, 4), generator=g)
+    assert list(inspect.signature(plot_reliability_diagram).parameters)[:2] == ["probs", "target"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        new = plot_reliability_diagram(probs=probs, target=target, n_bins=8, show_counts=False)
+    with pytest.warns(DeprecationWarning, match="argument '(x|labels)' is deprecated, use '(probs|target)'") as rec:
+        old = plot_reliability_diagram(x=probs, labels=target, n_bins=8, show_counts=False)
+    assert len(rec) == 2 and rec[0].filename == __file__
+    assert old.axes[0].get_title() == new.axes[0].get_title()
+    for a, b in zip(old.axes[0].patches, new.axes[0].patches):
+        assert (a.get_x(), a.get_y(), a.get_height()) == (b.get_x(), b.get_y(), b.get_height())
+    with pytest.raises(ValueError, match="target .* is required with probabilities"):
+        plot_reliability_diagram(probs)
+    with pytest.raises(ValueError, match="target must be None"):
+        plot_reliability_diagram(ConfidenceHistogram(3).update(probs, target), target)

@@ -23,8 +23,8 @@ import torch
 
 from ..._deprecation import deprecated_arg_names
 from ..._utils import ArrayLike, check_labels, check_probabilities, probability_tolerance, to_tensor
-from ...io.files import atomic_save_npz
 from ...measures import entropy
+from ...state import register_state_type
 
 __all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "top_label"]
 
@@ -388,6 +388,7 @@ def _state_table(x: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x)).to(dtype)
 
 
+@register_state_type("confidence_histogram")
 class ConfidenceHistogram:
     """Per-case label / prediction / uncertainty confidence histograms (Kock et al. Sec. 2.2), additive and exact.
 
@@ -828,25 +829,26 @@ class ConfidenceHistogram:
         return self
 
     def save(self, path: str | Path) -> Path:
-        """Write the state to a compressed ``.npz`` file and return its path.
+        """Deprecated: write the state with :func:`monai_unc.io.save_state` (``save_state(path, hist)``).
 
-        ``.npz`` is appended to other names, as numpy does.
-
-        The file is written under a temporary name in the same folder and renamed into place
-        (:func:`monai_unc.io.files.atomic_save_npz`), so an interrupted save never leaves a truncated file under
-        ``path``: the previous file, if any, stays intact.
+        A formula does not write files; the caller saves its state through :mod:`monai_unc.io`. This method still
+        writes the same compressed ``.npz`` file (atomically; ``.npz`` appended to other names) and will be removed
+        in the next release.
         """
-        path = Path(path)
-        if path.suffix != ".npz":
-            path = path.with_name(path.name + ".npz")
-        return atomic_save_npz(path, self.state_dict(), compressed=True)
+        import warnings
+
+        from ...io import save_state  # deprecated path: the core imports no writer at module level
+
+        warnings.warn("ConfidenceHistogram.save is deprecated; use monai_unc.io.save_state(path, histogram)",
+                      DeprecationWarning, stacklevel=2)
+        return save_state(path, self)
 
     #: the keys :meth:`load` needs in a file
     _REQUIRED_KEYS = ("num_classes", "n_fine_bins", "per_case", "counts", "sums", "scalars", "case_ids")
 
     @classmethod
     def load(cls, path: str | Path) -> ConfidenceHistogram:
-        """Read a histogram written by :meth:`save`.
+        """Read a histogram written by :func:`monai_unc.io.save_state` (or the deprecated :meth:`save`).
 
         Raises:
             FileNotFoundError: no file at ``path``.

@@ -1,0 +1,91 @@
+"""Results as records: the one serialisation of a per-case result for the resume cache and the ``torchrun`` gather.
+
+A result that implements :class:`CaseRecord` (``to_record() -> (JSON data, numpy arrays)`` and the classmethod
+``from_record(doc, arrays)``) needs no serialisation code of its own: :func:`record_cache_hooks` gives the
+``dump`` / ``restore`` hooks of a :class:`~monai_unc.engine.CaseCache` (the JSON inside ``<case>.json``, the
+arrays in ``<case>.npz`` written first), and :func:`record_gather_hooks` the ``pack`` / ``unpack`` of
+:func:`~monai_unc.engine.run_cases` (plain data for the gather to rank 0). The arrays are those of
+:func:`monai_unc.state.pack_states`, so any mergeable state travels this way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..io import atomic_save_npz
+
+__all__ = ["CaseRecord", "record_cache_hooks", "record_gather_hooks"]
+
+
+@runtime_checkable
+class CaseRecord(Protocol):
+    """A per-case result that turns into ``(JSON data, numpy arrays)`` and back."""
+
+    def to_record(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The result as ``(doc, arrays)``."""
+        ...
+
+    @classmethod
+    def from_record(cls, doc: Any, arrays: Any) -> Any:
+        """The result of :meth:`to_record`."""
+        ...
+
+
+Dump = Callable[[Path, str, Any], dict[str, Any]]
+Restore = Callable[[Path, dict[str, Any], Any], Any]
+
+
+def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | None = None) -> tuple[Dump, Restore]:
+    """The ``dump`` and ``restore`` hooks of a :class:`~monai_unc.engine.CaseCache` for results of ``record``.
+
+    ``dump`` writes the arrays to ``<case>.npz`` (compressed, atomically; an earlier one is removed when there are
+    none) and returns the JSON fields ``{"record": doc, "arrays": bool}``; ``restore`` reads them back.
+
+    Args:
+        record: the result class (a :class:`CaseRecord`).
+        on_restore: ``on_restore(result, item)`` after a result is read back (e.g. to attach the case's current
+            files); its return value is the result.
+
+    Returns:
+        ``(dump, restore)``.
+    """
+    if not (callable(getattr(record, "from_record", None)) and callable(getattr(record, "to_record", None))):
+        raise TypeError(f"record must be a class with to_record and from_record, got {record!r}")
+
+    def dump(folder: Path, case_id: str, result: Any) -> dict[str, Any]:
+        doc, arrays = result.to_record()
+        side = folder / f"{case_id}.npz"
+        if arrays:
+            atomic_save_npz(side, arrays, compressed=True)
+        else:
+            side.unlink(missing_ok=True)
+        return {"record": doc, "arrays": bool(arrays)}
+
+    def restore(folder: Path, doc: dict[str, Any], item: Any) -> Any:
+        arrays: dict[str, Any] = {}
+        if doc["arrays"]:
+            with np.load(folder / f"{doc['case']}.npz", allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        result = record.from_record(doc["record"], arrays)
+        return result if on_restore is None else on_restore(result, item)
+
+    return dump, restore
+
+
+def record_gather_hooks(record: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """The ``pack`` and ``unpack`` hooks of :func:`~monai_unc.engine.run_cases` for results of ``record``:
+    ``(doc, arrays)`` plain data for the gather to rank 0, and back.
+
+    Args:
+        record: the result class (a :class:`CaseRecord`).
+
+    Returns:
+        ``(pack, unpack)``.
+    """
+    if not (callable(getattr(record, "from_record", None)) and callable(getattr(record, "to_record", None))):
+        raise TypeError(f"record must be a class with to_record and from_record, got {record!r}")
+    return (lambda result: result.to_record()), (lambda packed: record.from_record(*packed))

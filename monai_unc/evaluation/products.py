@@ -1,0 +1,254 @@
+"""The evaluation's side of the cohort-product protocol (:mod:`monai_unc.product`): the per-case states of the
+configured products (:func:`product_case_states`), their fit and summary on the cohort (:func:`fit_products`,
+:func:`product_summaries`) and their artifact files (:func:`write_artifact`, :func:`read_artifact`).
+
+The evaluation runs these steps for every product alike; a product supplies only its own computations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..io import atomic_write_text, json_safe
+from ..product import CohortProduct
+from .config import EvaluationConfig
+
+__all__ = [
+    "product_case_states",
+    "product_states_of",
+    "fit_products",
+    "product_summaries",
+    "summary_block",
+    "ARTIFACT_FORMAT",
+    "artifact_digest",
+    "write_artifact",
+    "read_artifact",
+    "write_artifacts",
+    "artifact_paths",
+]
+
+#: the ``format`` of a product artifact file (:func:`write_artifact`)
+ARTIFACT_FORMAT = "monai-unc product artifact"
+_ARTIFACT_VERSION = 1
+
+
+def product_case_states(case: Any, tasks: Sequence[Any], config: EvaluationConfig
+                        ) -> tuple[dict[str, Any], dict[str, float]]:
+    """The per-case states of ``config.products`` and the ``metrics.csv`` columns they add.
+
+    Args:
+        case: the loaded case.
+        tasks: its tasks (:func:`~monai_unc.evaluation.rows.case_tasks`).
+        config: the evaluation options.
+
+    Returns:
+        ``(states, columns)``: ``{product name: state}`` (products with a None state left out) and the columns.
+    """
+    states: dict[str, Any] = {}
+    columns: dict[str, float] = {}
+    for product in config.products:
+        state = product.case_state(case, tasks, config)
+        if state is None:
+            continue
+        states[product.name] = state
+        columns.update({str(k): float(v) for k, v in product.case_columns(state, config).items()})
+    return states, columns
+
+
+def product_states_of(per_case: Mapping[str, Mapping[str, Any]], product: CohortProduct,
+                      cases: Sequence[str] | None = None) -> dict[str, Any]:
+    """``{case id: state}`` of one product, in case-id order.
+
+    Args:
+        per_case: ``{case id: {product name: state}}``.
+        product: the product.
+        cases: keep only these case ids (None: all).
+
+    Returns:
+        The states of the cases that have one.
+    """
+    keep = None if cases is None else set(cases)
+    return {cid: per_case[cid][product.name] for cid in sorted(per_case)
+            if product.name in per_case[cid] and (keep is None or cid in keep)}
+
+
+def _calibration_ids(ids: Sequence[str], config: EvaluationConfig) -> list[str]:
+    if config.calibration_cases is None:
+        return list(ids)
+    wanted = config.check_calibration_cases(ids)
+    return [c for c in ids if c in wanted]
+
+
+def fit_products(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+                 config: EvaluationConfig) -> dict[str, Any]:
+    """Fit every product of ``config.products`` on the calibration cases (``config.calibration_cases``, else all).
+
+    Args:
+        per_case: ``{case id: {product name: state}}`` of the cohort.
+        rows: the cohort's rows, in case-id order.
+        config: the evaluation options.
+
+    Returns:
+        ``{product name: artifact}`` (None for a product without one).
+    """
+    ids = [str(r["case"]) for r in rows]
+    cal = _calibration_ids(ids, config)
+    cal_rows = [r for r in rows if str(r["case"]) in set(cal)]
+    return {p.name: p.fit(product_states_of(per_case, p, cal), cal_rows, config) for p in config.products}
+
+
+def summary_block(value: Any) -> Any:
+    """A product's summary as JSON data: a dataclass becomes a dict (``dataclasses.asdict``), NaN ``null``.
+
+    Args:
+        value: what :meth:`~monai_unc.product.CohortProduct.summarize` returned.
+
+    Returns:
+        JSON data.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json_safe(value)
+
+
+def product_summaries(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+                      config: EvaluationConfig, fitted: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``summary.json`` block of every product of ``config.products`` (products without one left out).
+
+    Args:
+        per_case: ``{case id: {product name: state}}`` of the cohort.
+        rows: the cohort's rows, in case-id order.
+        config: the evaluation options.
+        fitted: the artifacts of :func:`fit_products`.
+
+    Returns:
+        ``{product name: block}``.
+    """
+    out: dict[str, Any] = {}
+    for p in config.products:
+        block = p.summarize(product_states_of(per_case, p), rows, fitted.get(p.name), config)
+        if block is not None:
+            out[p.name] = summary_block(block)
+    return out
+
+
+def artifact_digest(doc: Mapping[str, Any]) -> str:
+    """The sha256 of an artifact document without its ``digest`` field (sorted keys, compact separators).
+
+    Args:
+        doc: the document.
+
+    Returns:
+        The hex digest.
+    """
+    body = {k: v for k, v in doc.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: Any,
+                   calibration_cases: Sequence[str]) -> Path:
+    """Write a product's fitted artifact atomically: format, version, product name and options, the cases it was
+    fitted on, the artifact, and a sha256 digest of all of it (:func:`artifact_digest`).
+
+    Args:
+        path: the file (``product.artifact_path(output)``).
+        product: the product.
+        artifact: what :meth:`~monai_unc.product.CohortProduct.fit` returned (JSON data).
+        calibration_cases: the ids of the cases it was fitted on.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.product import CohortProduct
+        >>> class Bias(CohortProduct):
+        ...     name, title = "bias", "Bias"
+        >>> path = write_artifact(tempfile.mkdtemp() + "/bias.json", Bias(), {"bias": 1.5}, ["a", "b"])
+        >>> read_artifact(path, "bias")["artifact"]
+        {'bias': 1.5}
+    """
+    doc: dict[str, Any] = {"format": ARTIFACT_FORMAT, "format_version": _ARTIFACT_VERSION,
+                           "monai_unc_version": __version__, "product": product.name,
+                           "options": json_safe(product.options()), "calibration_cases": list(calibration_cases),
+                           "artifact": json_safe(artifact)}
+    doc["digest"] = artifact_digest(doc)
+    return atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+
+
+def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[str, Any]:
+    """Read and check an artifact file of :func:`write_artifact`: format, version, digest and, with ``product``, the
+    product's name. The file is untrusted input: nothing in it is imported or run.
+
+    Args:
+        path: the file.
+        product: the expected product name (None: any).
+
+    Returns:
+        The whole document (the fitted data under ``"artifact"``).
+
+    Raises:
+        FileNotFoundError: no file.
+        ValueError: naming ``path`` for another format, a changed digest (the file was edited) or another product.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"path: no artifact file at {path}")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"path: {path} is not readable JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != ARTIFACT_FORMAT:
+        raise ValueError(f"path: {path} is not a {ARTIFACT_FORMAT} file")
+    if doc.get("format_version") != _ARTIFACT_VERSION:
+        raise ValueError(f"path: {path} has format_version {doc.get('format_version')!r}, this version reads "
+                         f"{_ARTIFACT_VERSION}")
+    if doc.get("digest") != artifact_digest(doc):
+        raise ValueError(f"path: {path} does not match its digest (edited or corrupt): fit it again")
+    if product is not None and doc.get("product") != product:
+        raise ValueError(f"path: {path} holds the artifact of product {doc.get('product')!r}, not {product!r}")
+    return doc
+
+
+def artifact_paths(output: str | os.PathLike, config: EvaluationConfig) -> dict[str, Path]:
+    """Where each product of ``config.products`` writes its artifact in the evaluation folder ``output``.
+
+    Args:
+        output: the evaluation folder.
+        config: the evaluation options.
+
+    Returns:
+        ``{product name: path}``.
+    """
+    return {p.name: p.artifact_path(output) for p in config.products}
+
+
+def write_artifacts(output: str | os.PathLike, config: EvaluationConfig, fitted: Mapping[str, Any],
+                    case_ids: Sequence[str]) -> dict[str, Path]:
+    """Write the artifact of every product that fitted one; remove an earlier run's file of a product that did not.
+
+    Args:
+        output: the evaluation folder.
+        config: the evaluation options.
+        fitted: the artifacts of :func:`fit_products`.
+        case_ids: the ids of the cohort's cases (the calibration cases are taken from them).
+
+    Returns:
+        ``{product name: path}`` of the files written.
+    """
+    cal = _calibration_ids(list(case_ids), config)
+    out: dict[str, Path] = {}
+    for p in config.products:
+        path = p.artifact_path(output)
+        if fitted.get(p.name) is None:
+            path.unlink(missing_ok=True)
+            continue
+        out[p.name] = write_artifact(path, p, fitted[p.name], cal)
+    return out

@@ -1,0 +1,355 @@
+"""The cohort-product protocol: a capability of ``monai-unc evaluate`` as one unit of code.
+
+A *cohort product* is everything one capability adds to an evaluation (calibration, failure detection, conformal
+masks, lesion-wise evaluation, a site's own measure, ...), supplied by one class:
+
+==========================  ==========================================================================================
+per case                    :meth:`CohortProduct.case_state`: a :class:`~monai_unc.state.MergeableState` of the case
+                            (from its loaded files and its tasks: one class task, or one binary task per region),
+                            and :meth:`CohortProduct.case_columns`: optional columns of ``metrics.csv``
+fit                         :meth:`CohortProduct.fit`: the cohort's states (in case-id order) to an artifact, JSON
+                            data written to ``<output>/<artifact_file>`` with a sha256 digest
+                            (:func:`monai_unc.evaluation.products.write_artifact`, read back with
+                            :func:`~monai_unc.evaluation.products.read_artifact`)
+summary                     :meth:`CohortProduct.summarize`: a typed summary (a dataclass or a mapping), written to
+                            ``summary.json`` under the product's :attr:`~CohortProduct.name`
+apply                       :meth:`CohortProduct.apply`: the artifact applied to a new case
+command line                :meth:`CohortProduct.add_arguments` / :meth:`CohortProduct.from_arguments` (its options of
+                            ``monai-unc evaluate``) and :meth:`CohortProduct.summary_lines` (what the command prints)
+report                      :meth:`CohortProduct.report_section`: a :class:`ReportSection` (title, text, cards, a
+                            table) that ``report.html`` renders, every string escaped
+==========================  ==========================================================================================
+
+The engine does the rest for every product alike: the per-case state is saved with the case's resume state and
+gathered from every rank of a ``torchrun`` job through the one state protocol (:func:`monai_unc.state.pack_states`),
+added in case-id order, and the product's options enter the per-case fingerprint, so a resumed folder never mixes
+settings. A product class is registered with :func:`register_product`; the command line offers the options of every
+registered product, and ``monai-unc report`` finds the product of a ``summary.json`` block by its name.
+
+This module is light on purpose (no torch, no MONAI): the command line builds its parser from the registered
+products before it imports what the chosen command runs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+__all__ = [
+    "CohortProduct",
+    "ReportSection",
+    "register_product",
+    "unregister_product",
+    "registered_products",
+    "product_type",
+    "products_from_arguments",
+    "RESERVED_NAMES",
+]
+
+_REGISTRY: dict[str, type[CohortProduct]] = {}
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """What a product shows in ``report.html``: plain data that the report renders, every string escaped.
+
+    Args:
+        title: the section's heading.
+        paragraphs: text paragraphs (plain text, never HTML).
+        cards: ``(label, value)`` pairs shown as cards.
+        table_head: the header of an optional table.
+        table_rows: its rows (plain values: strings and numbers, formatted by the report).
+
+    Example:
+        >>> ReportSection("Volume error", ["Predicted minus true volume."], cards=[("mean bias", "1.2 ml")]).title
+        'Volume error'
+    """
+
+    title: str
+    paragraphs: Sequence[str] = ()
+    cards: Sequence[tuple[str, str]] = ()
+    table_head: Sequence[str] = ()
+    table_rows: Sequence[Sequence[Any]] = field(default_factory=tuple)
+
+
+class CohortProduct:
+    """Base class of a cohort product (module docstring). Subclass it, set :attr:`name` and :attr:`title`, override
+    what the capability needs, and register the class with :func:`register_product`.
+
+    Every method has a default that does nothing, so a product supplies only its own parts. An instance holds the
+    product's options (those of :meth:`from_arguments`); :meth:`options` returns them as JSON data, recorded in
+    ``summary.json`` and in the per-case resume fingerprint.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.state import register_state_type
+        >>> @register_state_type("doc.voxel_count")
+        ... class VoxelCount:
+        ...     def __init__(self, n): self.n = np.asarray(n, dtype=np.int64)
+        ...     def merge(self, other): self.n = self.n + other.n; return self
+        ...     def state_dict(self): return {"n": self.n}
+        ...     @classmethod
+        ...     def from_state_dict(cls, state): return cls(state["n"])
+        >>> class Voxels(CohortProduct):
+        ...     name, title = "voxels", "Foreground voxels"
+        ...     def case_state(self, case, tasks, config):
+        ...         return VoxelCount([int((t.pred > 0).sum()) for t in tasks])
+        ...     def summarize(self, states, rows, artifact, config):
+        ...         return {"mean": float(np.mean([s.n.sum() for s in states.values()]))}
+        >>> Voxels().summarize({"a": VoxelCount([3]), "b": VoxelCount([5])}, [], None, None)
+        {'mean': 4.0}
+    """
+
+    #: identifier: the ``summary.json`` key, the name of its per-case state and of its options group
+    name: ClassVar[str] = ""
+    #: human title: the report section and the command line's option group
+    title: ClassVar[str] = ""
+    #: one paragraph on what the product computes (the command line's group description)
+    description: ClassVar[str] = ""
+    #: the file of :meth:`fit`'s artifact in the evaluation folder (default ``<name>.json``)
+    artifact_file: ClassVar[str | None] = None
+
+    # -- command line ------------------------------------------------------------------------------------------
+    @classmethod
+    def add_arguments(cls, group: Any) -> None:
+        """Add the product's options to ``monai-unc evaluate`` (an ``argparse`` argument group).
+
+        Args:
+            group: the group (``parser.add_argument_group(cls.title, cls.description)``).
+
+        Returns:
+            None. Options should be off by default, so that an evaluation without them is unchanged.
+        """
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace) -> CohortProduct | None:
+        """The product configured by parsed options, or None when they do not ask for it (the default).
+
+        Args:
+            args: the parsed command line.
+
+        Returns:
+            An instance, or None.
+        """
+        return None
+
+    def options(self) -> dict[str, Any]:
+        """The product's options as JSON data (recorded in ``summary.json``; part of each case's fingerprint).
+
+        Returns:
+            A dict (default empty).
+        """
+        return {}
+
+    def check(self, case_ids: Sequence[str], config: Any) -> None:
+        """Refuse, before any work, a cohort the product cannot handle (``ValueError`` naming the option).
+
+        Args:
+            case_ids: the ids of the cohort's cases.
+            config: the evaluation options (:class:`~monai_unc.evaluation.EvaluationConfig`).
+
+        Returns:
+            None.
+        """
+
+    # -- per case ----------------------------------------------------------------------------------------------
+    def case_state(self, case: Any, tasks: Sequence[Any], config: Any) -> Any:
+        """The product's state of one case.
+
+        Args:
+            case: the loaded case (:class:`~monai_unc.io.LoadedCase`: label, segmentation, probabilities, maps,
+                spacing in mm).
+            tasks: its tasks (:class:`~monai_unc.activation.TaskView`: one class task, or one binary task per region
+                with ``task.name`` the region).
+            config: the evaluation options.
+
+        Returns:
+            A :class:`~monai_unc.state.MergeableState` of a registered class
+            (:func:`monai_unc.state.register_state_type`), or None (the product has nothing for this case).
+        """
+        return None
+
+    def case_columns(self, state: Any, config: Any) -> dict[str, float]:
+        """Columns of ``metrics.csv`` from the case's state (default none).
+
+        Args:
+            state: what :meth:`case_state` returned (never None here).
+            config: the evaluation options.
+
+        Returns:
+            ``{column: value}``; the names must not clash with the evaluation's own columns.
+        """
+        return {}
+
+    # -- cohort ------------------------------------------------------------------------------------------------
+    def fit(self, states: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], config: Any) -> Any:
+        """Fit the product's artifact on the cohort (default: nothing to fit).
+
+        Args:
+            states: ``{case id: state}`` in case-id order (cases whose state was None are left out).
+            rows: the cases' ``metrics.csv`` rows, in case-id order.
+            config: the evaluation options (``config.calibration_cases``: the cases to fit on, None for all).
+
+        Returns:
+            JSON data (written by :func:`monai_unc.evaluation.products.write_artifact`), or None.
+        """
+        return None
+
+    def summarize(self, states: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], artifact: Any,
+                  config: Any) -> Any:
+        """The product's block of ``summary.json`` (default: none).
+
+        Args:
+            states: as for :meth:`fit`.
+            rows: as for :meth:`fit`.
+            artifact: what :meth:`fit` returned.
+            config: the evaluation options.
+
+        Returns:
+            A dataclass instance or a mapping of JSON data (NaN becomes ``null``), or None for no block.
+        """
+        return None
+
+    def apply(self, case: Any, artifact: Any) -> Any:
+        """Apply the fitted artifact to a new case (default: the product has nothing to apply).
+
+        Args:
+            case: the new case, loaded.
+            artifact: the artifact of :meth:`fit` (e.g. the ``artifact`` of
+                :func:`monai_unc.evaluation.products.read_artifact`).
+
+        Returns:
+            The product's output for the case.
+        """
+        raise NotImplementedError(f"the {self.name!r} product has nothing to apply")
+
+    # -- presentation ------------------------------------------------------------------------------------------
+    @classmethod
+    def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
+        """What ``monai-unc evaluate`` prints for the product (default nothing); from the summary block alone.
+
+        Args:
+            block: the product's block of ``summary.json``.
+
+        Returns:
+            Lines of text.
+        """
+        return []
+
+    @classmethod
+    def report_section(cls, block: Mapping[str, Any]) -> ReportSection | None:
+        """The product's section of ``report.html`` (default none); from the summary block alone, as the report
+        reads it from ``summary.json``.
+
+        Args:
+            block: the product's block of ``summary.json``, as read back from the file.
+
+        Returns:
+            A :class:`ReportSection`, or None.
+        """
+        return None
+
+    def artifact_path(self, output: str | os.PathLike) -> Path:
+        """Where the artifact of :meth:`fit` is written in an evaluation folder.
+
+        Args:
+            output: the evaluation folder.
+
+        Returns:
+            ``<output>/<artifact_file>`` (default ``<name>.json``).
+        """
+        return Path(output) / (self.artifact_file or f"{self.name}.json")
+
+
+def _check_product_class(cls: Any) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, CohortProduct)):
+        raise TypeError(f"a product must be a subclass of CohortProduct, got {cls!r}")
+    name = cls.name
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"{cls.__name__}.name must be an identifier (letters, digits, '_'), got {name!r}")
+    if not isinstance(cls.title, str) or not cls.title:
+        raise ValueError(f"{cls.__name__}.title must be a non-empty string")
+
+
+#: summary.json keys of the evaluation itself: no product may use them as its name
+RESERVED_NAMES = ("n_cases", "num_classes", "class_names", "measure", "score", "dice", "calibration", "reliability",
+                  "spatial", "case_metrics", "failure_detection", "referral", "triage", "failures", "ood",
+                  "risk_control", "regions", "qu_brats", "conformal", "warnings", "config", "histogram",
+                  "region_histograms", "products")
+
+
+def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
+    """Class decorator: make a product known to ``monai-unc evaluate`` (its options) and to the report.
+
+    Args:
+        cls: a subclass of :class:`CohortProduct` with an identifier :attr:`~CohortProduct.name` that is not one of
+            the evaluation's own ``summary.json`` keys (:data:`RESERVED_NAMES`).
+
+    Returns:
+        ``cls``. Registering a class again under its name replaces the earlier one (a reloaded module).
+
+    Raises:
+        TypeError: ``cls`` is not a product class.
+        ValueError: a malformed or reserved name.
+    """
+    _check_product_class(cls)
+    if cls.name in RESERVED_NAMES:
+        raise ValueError(f"{cls.__name__}.name {cls.name!r} is a key of the evaluation's own summary")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def unregister_product(name: str) -> None:
+    """Forget the product registered under ``name`` (nothing happens when there is none).
+
+    Args:
+        name: the product's :attr:`~CohortProduct.name`.
+
+    Returns:
+        None.
+    """
+    _REGISTRY.pop(str(name), None)
+
+
+def registered_products() -> list[type[CohortProduct]]:
+    """The registered product classes, in registration order.
+
+    Returns:
+        The classes.
+    """
+    return list(_REGISTRY.values())
+
+
+def product_type(name: str) -> type[CohortProduct] | None:
+    """The product class registered under ``name``, or None.
+
+    Args:
+        name: a product name (a key of ``summary.json``).
+
+    Returns:
+        The class or None.
+    """
+    return _REGISTRY.get(str(name))
+
+
+def products_from_arguments(args: argparse.Namespace) -> list[CohortProduct]:
+    """The products that parsed command-line options ask for, in registration order.
+
+    Args:
+        args: the parsed ``monai-unc evaluate`` options.
+
+    Returns:
+        The configured products.
+    """
+    out = []
+    for cls in registered_products():
+        product = cls.from_arguments(args)
+        if product is not None:
+            if not isinstance(product, CohortProduct):
+                raise TypeError(f"{cls.__name__}.from_arguments must return a CohortProduct or None")
+            out.append(product)
+    return out
