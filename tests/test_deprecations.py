@@ -266,3 +266,24 @@ def test_aggregate_transform_method_patch_warns_with_the_new_key():
     with pytest.warns(DeprecationWarning, match="use method='patch_sum'"):
         array = AggregateUncertainty("patch", patch_size=3)
     assert array.method == "patch_sum" and torch.equal(array(u), new["u_patch_sum"])
+
+
+def test_histogram_save_warns_and_writes_what_save_state_writes(tmp_path):
+    """``ConfidenceHistogram.save`` (a formula that wrote a file) is deprecated for ``monai_unc.io.save_state``."""
+    import numpy as np
+
+    from monai_unc.io import save_state
+    from monai_unc.metrics.calibration import ConfidenceHistogram
+
+    hist = ConfidenceHistogram(3)
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(3), size=(2, 5, 4)).transpose(0, 3, 1, 2)
+    hist.update(p, rng.integers(0, 3, size=(2, 5, 4)), case_ids=["a", "b"])
+    with pytest.warns(DeprecationWarning, match="save_state"):
+        old = hist.save(tmp_path / "old")
+    new = save_state(tmp_path / "new", hist)
+    assert old.name == "old.npz" and new.name == "new.npz"
+    a, b = ConfidenceHistogram.load(old), ConfidenceHistogram.load(new)
+    for k, v in a.state_dict().items():
+        np.testing.assert_array_equal(v, b.state_dict()[k])
+    np.testing.assert_array_equal(a.counts.numpy(), hist.counts.numpy())

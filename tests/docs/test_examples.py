@@ -1,9 +1,10 @@
-"""The runnable examples in docs/inferers.md, docs/data.md and docs/conformal.md run as written."""
+"""The runnable examples in docs/inferers.md, docs/data.md, docs/conformal.md and docs/products.md run as written."""
 
 import re
 
 import pytest
 
+from monai_unc.product import registered_products, unregister_product
 from tests._paths import ROOT
 
 DOCS = ROOT / "docs"
@@ -14,10 +15,16 @@ def python_blocks(name):
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-@pytest.mark.parametrize("page", ["inferers.md", "data.md", "conformal.md"])
+@pytest.mark.parametrize("page", ["inferers.md", "data.md", "conformal.md", "products.md"])
 def test_doc_examples_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks(page)
     assert blocks, f"{page} has no python example"
-    for code in blocks:
-        exec(compile(code, f"docs/{page}", "exec"), {"__name__": "__docs__"})
+    before = {cls.name for cls in registered_products()}
+    try:
+        for code in blocks:
+            exec(compile(code, f"docs/{page}", "exec"), {"__name__": "__docs__"})
+    finally:  # a product an example registers stays out of the other tests
+        for cls in registered_products():
+            if cls.name not in before:
+                unregister_product(cls.name)

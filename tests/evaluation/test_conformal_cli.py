@@ -76,7 +76,10 @@ def test_evaluate_writes_a_verified_rule_equal_to_the_api_fit(cohort):
     assert outer["target"] == 0.3 and outer["loss"] == "fnr" and outer["method"] == "expectation"
     assert outer["per_task"]["1"]["lambda_hat"] == doc.rules["outer"].lambda_hat("1")
     assert outer["per_task"]["1"]["calibration_loss"] == doc.rules["outer"].task_rule("1").calibration_loss
-    assert list((cohort["eval"] / "state" / "cases").glob("*.conformal.npz"))
+    saved = sorted((cohort["eval"] / "state" / "cases").glob("*.npz"))  # each case's record holds its conformal states
+    assert saved
+    with np.load(saved[0]) as z:
+        assert {"conformal/__type__", "conformal/0.__type__", "conformal/1.__type__"} <= set(z.files)
 
 
 def test_rule_file_digest_and_structure_are_checked(cohort, tmp_path):
