@@ -77,8 +77,10 @@ class ReportSection:
 
 
 class CohortProduct:
-    """Base class of a cohort product (module docstring). Subclass it, set :attr:`name` and :attr:`title`, override
-    what the capability needs, and register the class with :func:`register_product`.
+    """Base class of a cohort product (module docstring).
+
+    Subclass it, set :attr:`name` and :attr:`title`, override what the capability needs, and register the class with
+    :func:`register_product`.
 
     Every method has a default that does nothing, so a product supplies only its own parts. An instance holds the
     product's options (those of :meth:`from_arguments`); :meth:`options` returns them as JSON data, recorded in
@@ -242,8 +244,9 @@ class CohortProduct:
 
     @classmethod
     def report_section(cls, block: Mapping[str, Any]) -> ReportSection | None:
-        """The product's section of ``report.html`` (default none); from the summary block alone, as the report
-        reads it from ``summary.json``.
+        """The product's section of ``report.html`` (default none).
+
+        It is built from the summary block alone, as the report reads it from ``summary.json``.
 
         Args:
             block: the product's block of ``summary.json``, as read back from the file.
@@ -344,6 +347,10 @@ def products_from_arguments(args: argparse.Namespace) -> list[CohortProduct]:
 
     Returns:
         The configured products.
+
+    Raises:
+        TypeError: a product class's :meth:`~CohortProduct.from_arguments` returned something else than a product
+            or None.
     """
     out = []
     for cls in registered_products():

@@ -64,16 +64,34 @@ class MergeableState(Protocol):
     """
 
     def merge(self, other: Any) -> Any:
-        """Add ``other`` into this state (in place) and return ``self``."""
+        """Add ``other`` into this state (in place) and return ``self``.
+
+        Args:
+            other: a state of the same class covering other data (other cases, voxels or samples).
+
+        Returns:
+            ``self``, now the state of both.
+        """
         ...
 
     def state_dict(self) -> dict[str, Any]:
-        """The state as a dict of numpy arrays."""
+        """The state as a dict of numpy arrays.
+
+        Returns:
+            ``{key: array}``, enough for :meth:`from_state_dict` to rebuild the state (what ``.npz`` files store).
+        """
         ...
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> Any:
-        """A new state from a dict of :meth:`state_dict`."""
+        """A new state from a dict of :meth:`state_dict`.
+
+        Args:
+            state: the arrays of :meth:`state_dict` (or of ``numpy.load`` of a file that saved them).
+
+        Returns:
+            The rebuilt state.
+        """
         ...
 
 
@@ -121,13 +139,20 @@ def register_state_type(name: str) -> Any:
 
 
 def state_type_name(state: Any) -> str:
-    """The registered type name of a state (``ValueError`` for a state of an unregistered class).
+    """The registered type name of a state.
 
     Args:
         state: a state whose class was decorated with :func:`register_state_type`.
 
     Returns:
         Its type name.
+
+    Raises:
+        ValueError: the state's class is not registered.
+
+    Example:
+        >>> state_type_name(StateGroup())
+        'group'
     """
     name = getattr(type(state), "__state_type__", None)
     if name is None or _REGISTRY.get(name) is not type(state):
@@ -136,13 +161,20 @@ def state_type_name(state: Any) -> str:
 
 
 def state_type(name: str) -> type:
-    """The class registered under ``name`` (``ValueError`` naming the registered types otherwise).
+    """The class registered under ``name``.
 
     Args:
         name: a type name of :func:`register_state_type`.
 
     Returns:
         The class.
+
+    Raises:
+        ValueError: no class is registered under ``name`` (the message names the registered types).
+
+    Example:
+        >>> state_type("group").__name__
+        'StateGroup'
     """
     cls = _REGISTRY.get(str(name))
     if cls is None:
@@ -213,9 +245,9 @@ def unpack_states(arrays: Mapping[str, Any]) -> dict[str, Any]:
 
 @register_state_type("group")
 class StateGroup(MutableMapping[str, Any]):
-    """Named states (e.g. one confidence histogram per region, or the conformal state of each side) that merge name
-    by name: a name missing on one side is taken from the other. Insertion order is kept (the channel order of
-    regions).
+    """Named states that merge name by name (e.g. one confidence histogram per region, or one conformal state per side).
+
+    A name missing on one side is taken from the other. Insertion order is kept (the channel order of regions).
 
     Args:
         states: the initial ``{name: state}``.
@@ -274,6 +306,9 @@ class StateGroup(MutableMapping[str, Any]):
 
         Returns:
             ``self``. A name only in ``other`` is added as it is (the same object).
+
+        Raises:
+            TypeError: ``other`` is not a mapping.
         """
         if not isinstance(other, Mapping):
             raise TypeError(f"other must be a StateGroup, got {type(other).__name__}")
@@ -289,6 +324,10 @@ class StateGroup(MutableMapping[str, Any]):
 
         Returns:
             The arrays.
+
+        Example:
+            >>> sorted(StateGroup().state_dict())
+            ['__names__']
         """
         out: dict[str, np.ndarray] = {"__names__": np.array(list(self._states), dtype=np.str_)}
         for i, state in enumerate(self._states.values()):
@@ -304,7 +343,15 @@ class StateGroup(MutableMapping[str, Any]):
             state: the arrays.
 
         Returns:
-            The new group (``ValueError`` for an unregistered member type, ``KeyError`` for missing arrays).
+            The new group.
+
+        Raises:
+            ValueError: a member's type is not registered.
+            KeyError: an array is missing.
+
+        Example:
+            >>> StateGroup.from_state_dict(StateGroup().state_dict()) == StateGroup()
+            True
         """
         names = [str(n) for n in np.asarray(state["__names__"]).reshape(-1).tolist()]
         out = cls()

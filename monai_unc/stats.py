@@ -189,12 +189,18 @@ class SampleStats:
             keeps one channel ``sum_c p_c^2`` (``moments()["mean_sq_sum"]``) for the same variance map. Multi-label
             statistics keep one per channel either way.
 
-    Example::
+    Typical use: ``stats.update(torch.softmax(net(x), 1))`` once per sample, then ``stats.measures()`` (a dict
+    keyed by :class:`~monai_unc.keys.UncertaintyKeys`).
 
-        stats = SampleStats()
-        for _ in range(30):
-            stats.update(torch.softmax(net(x), 1))
-        maps = stats.measures()      # dict keyed by UncertaintyKeys
+    Example:
+        >>> stats = SampleStats(track_variance=True)
+        >>> for p in (0.9, 0.7):  # two samples of one voxel, (B=1, C=2, 1)
+        ...     _ = stats.update(torch.tensor([[[1 - p], [p]]]))
+        >>> stats.count, [round(v, 4) for v in stats.mean[0, :, 0].tolist()]
+        (2.0, [0.2, 0.8])
+        >>> m = stats.measures(["predictive_entropy", "mutual_information"])
+        >>> {k: round(float(v.flatten()[0]), 4) for k, v in m.items()}
+        {'predictive_entropy': 0.5004, 'mutual_information': 0.0324}
     """
 
     def __init__(
@@ -221,7 +227,22 @@ class SampleStats:
 
     # ------------------------------------------------------------------ accumulation
     def update(self, probs: torch.Tensor, weight: float = 1.0) -> SampleStats:
-        """Add one sample ``(B, C, *spatial)`` of probabilities with a positive scalar ``weight``."""
+        """Add one sample ``(B, C, *spatial)`` of probabilities with a positive scalar ``weight``.
+
+        Args:
+            probs: one sample of probabilities ``(B, C, *spatial)`` (numpy or torch), the same shape as earlier
+                samples; softmax probabilities summing to 1 over ``C`` (per-channel values in [0, 1] for
+                ``multilabel``).
+            weight: the sample's weight, positive and finite (e.g. a sliding-window or ensemble weight).
+
+        Returns:
+            ``self``.
+
+        Raises:
+            TypeError: ``weight`` is not a number.
+            ValueError: ``weight`` is not positive and finite, ``probs`` is not a probability map (with ``validate``)
+                or its shape differs from the earlier samples'.
+        """
         p = to_tensor(probs, "probs")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
             raise TypeError(f"weight must be a positive number, got {type(weight).__name__}")
@@ -278,7 +299,27 @@ class SampleStats:
             self.class_variance = False
 
     def merge(self, other: SampleStats) -> SampleStats:
-        """Add the sums of ``other`` into ``self`` (pooled statistics); returns ``self``."""
+        """Add the sums of ``other`` into ``self`` (pooled statistics).
+
+        Variance is kept only when both track it; per-class second moments are summed to one channel when the other
+        side keeps only ``sum_c p_c^2``.
+
+        Args:
+            other: statistics of other samples of the same volume (same shape and ``multilabel``).
+
+        Returns:
+            ``self``.
+
+        Raises:
+            TypeError: ``other`` is not a :class:`SampleStats`.
+            ValueError: ``multilabel`` or the shapes differ.
+
+        Example:
+            >>> a = SampleStats().update(torch.tensor([[[0.1], [0.9]]]))
+            >>> b = SampleStats().update(torch.tensor([[[0.5], [0.5]]]))
+            >>> a.merge(b).count, [round(v, 4) for v in a.mean[0, :, 0].tolist()]
+            (2.0, [0.3, 0.7])
+        """
         if not isinstance(other, SampleStats):
             raise TypeError(f"other must be a SampleStats, got {type(other).__name__}")
         if other.multilabel != self.multilabel:
@@ -340,6 +381,29 @@ class SampleStats:
         ``sum_c p_c^2``, see ``class_variance``); ``count`` is the total weight the means stand for, so that merging
         stays exact. ``inplace=True`` multiplies the given tensors in place where their dtype is the accumulation
         dtype (the caller hands them over: no copy of ``C x V`` is made; the values are the same).
+
+        Args:
+            mean: mean probabilities ``(B, C, *spatial)``.
+            mean_entropy: mean per-sample entropy ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for ``multilabel``),
+                nats.
+            mean_sq: mean of ``p_c^2`` per class, like ``mean`` (tracks variance), or None.
+            count: the total weight the means stand for, positive.
+            num_updates: the number of samples (default ``round(count)``).
+            out_dtype: dtype of the derived maps (default ``mean.dtype``).
+            multilabel: the channels are independent Bernoulli variables.
+            mean_sq_sum: instead of ``mean_sq``, the mean of ``sum_c p_c^2`` ``(B, 1, *spatial)``.
+            inplace: reuse the given tensors where possible (above).
+
+        Returns:
+            The statistics; their sums are the means times ``count``.
+
+        Raises:
+            ValueError: ``count`` is not positive, or both ``mean_sq`` and ``mean_sq_sum`` are given.
+
+        Example:
+            >>> s = SampleStats.from_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[0.5]]]), count=3.0)
+            >>> s.count, s.num_updates
+            (3.0, 3)
         """
         if not count > 0:
             raise ValueError(f"count must be positive, got {count}")
@@ -385,10 +449,17 @@ class SampleStats:
         return self.sum_p / self.sum_w
 
     def moments(self) -> dict[str, torch.Tensor]:
-        """Per-voxel means: ``pred`` (C), ``expected_entropy`` (1; C for ``multilabel``) and, if tracked,
-        ``mean_sq`` (C).
+        """Per-voxel means of the samples.
 
         These are what a sliding-window callable returns: convex combinations of them stay valid.
+
+        Returns:
+            ``pred`` ``(B, C, *spatial)``, ``expected_entropy`` ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
+            ``multilabel``) and, if tracked, ``mean_sq`` ``(B, C, *spatial)`` (``mean_sq_sum`` ``(B, 1, *spatial)``
+            with ``class_variance=False``), in the accumulation dtype.
+
+        Raises:
+            ValueError: no sample was added.
         """
         self._require()
         out = {K.PRED.value: self.sum_p / self.sum_w, K.EXPECTED_ENTROPY.value: self.sum_h / self.sum_w}
@@ -418,9 +489,18 @@ class SampleStats:
     def measures(self, keys: Iterable[str] | None = None, normalize: bool = False) -> dict[str, torch.Tensor]:
         """Derive the requested measures (default: all available) as ``dict[str, Tensor]``.
 
-        ``pred`` is ``(B, C, *spatial)``, every other map ``(B, 1, *spatial)`` (``(B, C, *spatial)`` for
-        ``multilabel``). ``normalize=True`` divides the entropies by ``log C`` (``log 2`` for ``multilabel``).
-        Raises ``ValueError`` for unknown keys or ``variance`` without ``track_variance``.
+        The formulas are those of :func:`derive_measures` (module docstring).
+
+        Args:
+            keys: names of :class:`~monai_unc.keys.UncertaintyKeys` (default :meth:`available_keys`).
+            normalize: divide the entropies by ``log C`` (``log 2`` for ``multilabel``) so that they lie in [0, 1].
+
+        Returns:
+            ``{key: map}``: ``pred`` is ``(B, C, *spatial)``, every other map ``(B, 1, *spatial)``
+            (``(B, C, *spatial)`` for ``multilabel``), in the dtype of the first sample; entropies in nats.
+
+        Raises:
+            ValueError: an unknown key, ``samples``, ``variance`` without ``track_variance``, or no sample yet.
         """
         self._require()
         wanted = [K(k).value for k in (keys if keys is not None else self.available_keys())]
@@ -433,11 +513,24 @@ class SampleStats:
         )
 
     def available_keys(self) -> list[str]:
+        """The measures :meth:`measures` can derive from these statistics.
+
+        Returns:
+            Every key of the inferers' measures, ``variance`` only with ``track_variance``.
+        """
         return [k.value for k in ALL_MEASURES if k != K.VARIANCE or self.track_variance]
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Sums and counts, e.g. for ``torch.distributed.all_reduce`` of the tensors (sum)."""
+        """Sums and counts, e.g. for ``torch.distributed.all_reduce`` of the tensors (sum).
+
+        Returns:
+            ``sum_w``, ``num_updates``, ``sum_p``, ``sum_h`` (and ``sum_p2`` with variance) plus ``out_dtype``,
+            ``multilabel`` and ``class_variance``; the tensors are the live sums (not copies).
+
+        Raises:
+            ValueError: no sample was added.
+        """
         self._require()
         state = {"sum_w": self.sum_w, "num_updates": self.num_updates, "sum_p": self.sum_p, "sum_h": self.sum_h,
                  "out_dtype": str(self.out_dtype).replace("torch.", ""), "multilabel": self.multilabel,
@@ -447,6 +540,15 @@ class SampleStats:
         return state
 
     def load_state_dict(self, state: Mapping) -> SampleStats:
+        """Replace the sums and counts with those of a :meth:`state_dict`.
+
+        Args:
+            state: a :meth:`state_dict` (e.g. after ``all_reduce``); the tensors are cast to the accumulation dtype
+                (that of ``sum_p`` when unset).
+
+        Returns:
+            ``self``.
+        """
         if self.accum_dtype is None:
             self.accum_dtype = state["sum_p"].dtype
         self.sum_w = float(state["sum_w"])
@@ -507,8 +609,9 @@ def derive_measures(
     multilabel: bool = False,
     chunk_elements: int | None = DEFAULT_CHUNK_ELEMENTS,
 ) -> dict[str, torch.Tensor]:
-    """Measures from per-voxel means ``{pred, expected_entropy[, mean_sq | mean_sq_sum][, window_disagreement]}``
-    (see :meth:`SampleStats.moments`).
+    """Measures from per-voxel means (see :meth:`SampleStats.moments`).
+
+    The means are ``{pred, expected_entropy[, mean_sq | mean_sq_sum][, window_disagreement]}``.
 
     This is where the decomposition is evaluated once for every inferer, stitched or not:
     PE = H(pred), EE = expected_entropy, MI = max(PE - EE, 0), one_minus_max_prob = 1 - max_c pred,

@@ -25,3 +25,35 @@ def blob_case(shape=(12, 14), seed=0):
 #: the toy network of the command-line tests: a tiny MONAI 3D UNet with dropout (one input channel, two classes)
 TOY_NET = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 2,
            "channels": [4, 8], "strides": [2], "num_res_units": 0, "dropout": 0.2}
+
+
+#: the BraTS region spec of :func:`write_brats_like_cohort` (key order = channel order)
+BRATS_REGIONS = {"TC": [1, 4], "WT": [1, 2, 4], "ET": [4]}
+
+
+def write_brats_like_cohort(root, n_cases=3, affine=None, seed=0):
+    """``n_cases`` BraTS-like cases (label maps 0/1/2/4; the last case without label 4) with 4D region masks
+    ``<case>_seg`` (``BRATS_REGIONS`` with 8 % of the voxels flipped) and sigmoid probabilities ``<case>_probs``,
+    anisotropic voxels (``affine``, default 1 x 1.2 x 2 mm). Returns ``{"labels": folder, "predictions": folder}``."""
+    import nibabel as nib
+
+    affine = np.diag([1.0, 1.2, 2.0, 1.0]) if affine is None else affine
+    dirs = {k: root / k for k in ("labels", "predictions")}
+    for d in dirs.values():
+        d.mkdir()
+    rng = np.random.default_rng(seed)
+    for i in range(n_cases):
+        lab = np.zeros((8, 7, 6), np.uint8)
+        lab[2:6, 2:6, 1:5] = 2
+        lab[3:5, 3:5, 2:4] = 1
+        if i != n_cases - 1:
+            lab[3, 3, 2 + i % 2] = 4
+        masks = np.stack([np.isin(lab, labels) for labels in BRATS_REGIONS.values()])
+        pred = masks ^ (rng.random(masks.shape) < 0.08)
+        conf = rng.uniform(0.55, 0.99, masks.shape)
+        probs = np.where(pred, conf, 1 - conf).astype(np.float32)
+        nib.save(nib.Nifti1Image(lab, affine), dirs["labels"] / f"case{i}.nii.gz")
+        nib.save(nib.Nifti1Image(np.moveaxis(pred.astype(np.uint8), 0, -1), affine),
+                 dirs["predictions"] / f"case{i}_seg.nii.gz")
+        nib.save(nib.Nifti1Image(np.moveaxis(probs, 0, -1), affine), dirs["predictions"] / f"case{i}_probs.nii.gz")
+    return dirs

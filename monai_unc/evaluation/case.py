@@ -63,8 +63,10 @@ def _namer(task: TaskView) -> Callable[[str], str]:
 
 
 def _dice_columns(task: TaskView, config: EvaluationConfig) -> list[str]:
-    """The Dice columns of a task's foreground classes: ``dice_<class>`` of classes ``1 .. C-1`` (named by
-    ``class_names``), or ``dice_<R>`` of a region."""
+    """The Dice columns of a task's foreground classes.
+
+    These are ``dice_<class>`` of classes ``1 .. C-1`` (named by ``class_names``), or ``dice_<R>`` of a region.
+    """
     if task.name is not None:
         return [f"dice_{region_suffix(task.name)}"]
     names = config.class_names or [str(c) for c in range(task.num_classes)]
@@ -97,10 +99,12 @@ def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str,
 
 def conformal_states(case: LoadedCase, tasks: list[TaskView], config: EvaluationConfig
                      ) -> dict[str, ConformalCaseState] | None:
-    """The case's :class:`~monai_unc.metrics.conformal.ConformalCaseState` of every side of ``config.conformal``
-    (None without): softmax probabilities against the label map (every class one-vs-rest, named by
-    ``class_names`` or ``0 .. C-1``), or per region the sigmoid probabilities against the region's true mask. The
-    margin family dilates or erodes the predicted segmentation (the ``seg`` file, or the predicted regions).
+    """The case's :class:`~monai_unc.metrics.conformal.ConformalCaseState` of every side of ``config.conformal``.
+
+    None without ``config.conformal``. The states compare softmax probabilities against the label map (every class
+    one-vs-rest, named by ``class_names`` or ``0 .. C-1``), or per region the sigmoid probabilities against the region's
+    true mask. The margin family dilates or erodes the predicted segmentation (the ``seg`` file, or the predicted
+    regions).
 
     Args:
         case: the loaded case (it must have probabilities).
@@ -109,6 +113,9 @@ def conformal_states(case: LoadedCase, tasks: list[TaskView], config: Evaluation
 
     Returns:
         ``{side: state}`` or None.
+
+    Raises:
+        ValueError: the case has no probabilities.
     """
     if not config.conformal:
         return None

@@ -1,4 +1,6 @@
-"""Cohort state and summary: the additive state of an evaluation (:class:`CohortState`: per-case rows and the
+"""Cohort state and summary: the additive state of an evaluation, the cohort metrics and the evaluation files.
+
+The additive state is :class:`CohortState` (per-case rows and the
 per-case confidence histograms side by side), the cohort metrics computed from it (:func:`summarize`: pooled
 calibration, failure detection, referral, triage, OoD, risk control) and the evaluation files (``metrics.csv``,
 ``summary.json``, ``state/``). What each number is: :mod:`monai_unc.evaluation`.
@@ -54,6 +56,24 @@ class CohortState:
 
     A region evaluation (``regions``: the spec, ``num_classes`` its number of regions) keeps one per-case binary
     histogram per region in ``region_histograms`` and each case's QU-BraTS curves in ``curves`` (``{case: ...}``).
+
+    Args:
+        num_classes: the number of classes (of regions, for a region evaluation).
+        n_fine_bins: fine bins of the confidence histograms (:attr:`EvaluationConfig.n_fine_bins`).
+        rows: the per-case metric rows (one dict per case, with at least ``"case"``).
+        histogram: the per-case confidence histogram of the class task (None until a case with probabilities).
+        warnings: the warnings raised while computing the cases.
+        files: ``{case id: files}`` (:meth:`monai_unc.io.CaseFiles.to_json`).
+        regions: the region spec ``{region: [labels]}`` in channel order (None: classes).
+        region_histograms: ``{region: per-case binary histogram}``.
+        curves: ``{case id: QU-BraTS curves}`` (:class:`~monai_unc.evaluation.rows.CaseResult`).
+        product_states: ``{case id: {product name: state}}``.
+
+    Example:
+        >>> a = CohortState(num_classes=2, n_fine_bins=240, rows=[{"case": "b", "dice": 0.7}])
+        >>> b = CohortState(num_classes=2, n_fine_bins=240, rows=[{"case": "a", "dice": 0.9}])
+        >>> [r["case"] for r in a.merge(b).sorted_rows()]
+        ['a', 'b']
     """
 
     num_classes: int
@@ -69,6 +89,19 @@ class CohortState:
     product_states: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def add(self, result: CaseResult, files: CaseFiles | None = None) -> CohortState:
+        """Add one case's result (in place).
+
+        Args:
+            result: the case's :class:`~monai_unc.evaluation.rows.CaseResult` (row, histograms, curves, product
+                states, warnings).
+            files: the case's files, recorded under its id.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: the case is already in the state.
+        """
         cid = result.row["case"]
         if any(r["case"] == cid for r in self.rows):
             raise ValueError(f"case {cid!r} is already in the cohort state")
@@ -86,7 +119,32 @@ class CohortState:
         return self
 
     def merge(self, other: CohortState) -> CohortState:
-        """Add the cases of ``other`` (in place; returns ``self``). Case ids must not overlap."""
+        """Add the cases of ``other`` (in place). Case ids must not overlap.
+
+        Rows are concatenated, histograms merged (counts and sums add), curves, product states, warnings and files
+        joined: the summary of merged shards equals the summary of the whole cohort.
+
+        Args:
+            other: the state of a disjoint set of cases, with the same ``num_classes``, ``n_fine_bins`` and
+                ``regions``.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: the states share a case or differ in ``num_classes``, ``n_fine_bins`` or ``regions``.
+
+        Example:
+            >>> shard_a = CohortState(2, 240, rows=[{"case": "a", "dice": 0.9}], warnings=["a: empty map"])
+            >>> shard_b = CohortState(2, 240, rows=[{"case": "b", "dice": 0.6}])
+            >>> merged = shard_a.merge(shard_b)
+            >>> [r["case"] for r in merged.rows], merged.warnings
+            (['a', 'b'], ['a: empty map'])
+            >>> shard_a.merge(CohortState(2, 240, rows=[{"case": "a", "dice": 0.9}]))
+            Traceback (most recent call last):
+                ...
+            ValueError: cohort states share case(s) ['a']: shards must be disjoint
+        """
         if (other.num_classes, other.n_fine_bins) != (self.num_classes, self.n_fine_bins):
             raise ValueError(
                 f"cannot merge cohort states with (num_classes, n_fine_bins) {(self.num_classes, self.n_fine_bins)} "
@@ -119,12 +177,23 @@ class CohortState:
         return self.histogram
 
     def sorted_rows(self) -> list[dict[str, Any]]:
+        """The rows sorted by case id (as strings).
+
+        Returns:
+            A new list of the row dicts (not copies).
+        """
         return sorted(self.rows, key=lambda r: str(r["case"]))
 
     # -- persistence ------------------------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> None:
-        """Write the state to ``folder`` (``rows.json``, ``histogram.npz``, ``region_histograms.npz``,
-        ``products.npz``) atomically; every state through :func:`monai_unc.io.save_state`."""
+        """Write the state to ``folder`` atomically.
+
+        The files are ``rows.json``, ``histogram.npz``, ``region_histograms.npz`` and ``products.npz``; every state
+        goes through :func:`monai_unc.io.save_state`, and an ``.npz`` without a state is removed.
+
+        Args:
+            folder: the state folder (created if missing), usually ``<output>/state``.
+        """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         meta = {
@@ -149,6 +218,24 @@ class CohortState:
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> CohortState:
+        """Read a state written by :meth:`save` (rows of older versions get the current column names).
+
+        Args:
+            folder: the state folder.
+
+        Returns:
+            The cohort state.
+
+        Raises:
+            FileNotFoundError: ``folder`` has no ``rows.json``.
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     CohortState(2, 240, rows=[{"case": "a", "dice": 0.9}]).save(d)
+            ...     CohortState.load(d).rows
+            [{'case': 'a', 'dice': 0.9}]
+        """
         folder = Path(folder)
         path = folder / "rows.json"
         if not path.is_file():
@@ -173,8 +260,11 @@ class CohortState:
 
 
 def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
-    """The per-region histograms of ``state/region_histograms.npz``: a :class:`~monai_unc.state.StateGroup`, or the
-    layout of versions before it (``regions`` names, region ``i`` under ``r<i>__<key>``)."""
+    """The per-region histograms of ``state/region_histograms.npz``.
+
+    The file holds a :class:`~monai_unc.state.StateGroup`, or the layout of versions before it (``regions`` names,
+    region ``i`` under ``r<i>__<key>``).
+    """
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     if "__names__" in arrays:
@@ -211,7 +301,18 @@ def _score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
 
 
 def fill_undefined_scores(scores: np.ndarray) -> np.ndarray:
-    """Undefined (NaN) scores become larger than every defined one: those cases are referred first."""
+    """Undefined (NaN) scores become larger than every defined one: those cases are referred first.
+
+    Args:
+        scores: per-case scores ``(N,)``; NaN or inf marks an undefined score.
+
+    Returns:
+        A float64 copy with every non-finite score set to ``max(defined) + 1`` (``1`` when none is defined).
+
+    Example:
+        >>> fill_undefined_scores(np.array([0.2, np.nan, 0.5]))
+        array([0.2, 1.5, 0.5])
+    """
     out = scores.astype(np.float64, copy=True)
     bad = ~np.isfinite(out)
     if bad.any():
@@ -221,7 +322,19 @@ def fill_undefined_scores(scores: np.ndarray) -> np.ndarray:
 
 
 def triage_order(case_ids: Sequence[str], scores: np.ndarray) -> list[int]:
-    """Indices from most to least uncertain (undefined scores first; ties by case id)."""
+    """Indices from most to least uncertain (undefined scores first; ties by case id).
+
+    Args:
+        case_ids: the case ids ``(N,)``.
+        scores: their uncertainty scores ``(N,)`` (larger: less confident; NaN: undefined).
+
+    Returns:
+        The case indices in referral order.
+
+    Example:
+        >>> triage_order(["a", "b", "c", "d"], np.array([0.1, np.nan, 0.3, 0.1]))
+        [1, 2, 0, 3]
+    """
     filled = fill_undefined_scores(np.asarray(scores, dtype=np.float64))
     return sorted(range(len(case_ids)), key=lambda i: (-filled[i], str(case_ids[i])))
 
@@ -237,8 +350,9 @@ RISK_CONTROL_CANDIDATES = 20
 
 
 def risk_of_dice(dice: np.ndarray, risk: str, failure_dice: float) -> np.ndarray:
-    """Per-case risk in [0, 1] of a Dice: ``[dice < failure_dice]`` (``risk="failure"``) or ``1 - dice``
-    (``risk="1-dice"``).
+    """Per-case risk in [0, 1] of a Dice: ``[dice < failure_dice]`` or ``1 - dice``.
+
+    The 0/1 risk goes with ``risk="failure"``, the continuous one with ``risk="1-dice"`` (clipped to [0, 1]).
 
     Args:
         dice: per-case Dice (NaN: no failure, and a NaN ``1 - dice``).
@@ -246,7 +360,13 @@ def risk_of_dice(dice: np.ndarray, risk: str, failure_dice: float) -> np.ndarray
         failure_dice: the Dice below which a case failed.
 
     Returns:
-        The risks, as float64.
+        The risks, as float64, same shape as ``dice``.
+
+    Example:
+        >>> risk_of_dice(np.array([0.9, 0.5]), "failure", 0.8)
+        array([0., 1.])
+        >>> risk_of_dice(np.array([0.9, 0.5]), "1-dice", 0.8)
+        array([0.1, 0.5])
     """
     dice = np.asarray(dice, dtype=np.float64)
     if risk == "failure":
@@ -255,13 +375,35 @@ def risk_of_dice(dice: np.ndarray, risk: str, failure_dice: float) -> np.ndarray
 
 
 def case_risk(dice: np.ndarray, config: EvaluationConfig) -> np.ndarray:
-    """Per-case risk in [0, 1] of ``config.risk``: ``[dice < failure_dice]`` or ``1 - dice`` (:func:`risk_of_dice`)."""
+    """Per-case risk in [0, 1] of ``config.risk``: ``[dice < failure_dice]`` or ``1 - dice`` (:func:`risk_of_dice`).
+
+    Args:
+        dice: per-case Dice ``(N,)``.
+        config: the evaluation options (``risk`` and ``failure_dice``).
+
+    Returns:
+        The risks ``(N,)``, float64.
+    """
     return risk_of_dice(dice, config.risk, config.failure_dice)
 
 
 def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray:
-    """Which of ``ids`` are calibration cases of the risk-controlled threshold (``config.calibration_cases``; all
-    when None)."""
+    """Which of ``ids`` are calibration cases of the risk-controlled threshold.
+
+    Args:
+        ids: the case ids ``(N,)``.
+        config: the evaluation options; ``config.calibration_cases`` None means every case.
+
+    Returns:
+        A boolean mask ``(N,)``.
+
+    Raises:
+        ValueError: a calibration case is not among ``ids``.
+
+    Example:
+        >>> calibration_mask(["a", "b", "c"], EvaluationConfig(calibration_cases=["b"]))
+        array([False,  True, False])
+    """
     if config.calibration_cases is None:
         return np.ones(len(ids), dtype=bool)
     wanted = config.check_calibration_cases(ids)
@@ -422,10 +564,12 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
 
 def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: Sequence[str], score_key: str,
                     config: EvaluationConfig) -> dict[str, Any]:
-    """The ``regions`` and ``qu_brats`` blocks of a region evaluation's summary (:mod:`.region_case`): per region
-    the Dice, the pooled calibration of the region's merged histograms and its reliability curve, the spatial
-    metrics (mean over cases), failure detection with the region's score and Dice, and the mean QU-BraTS values;
-    the QU-BraTS means over cases and regions and the mean curves over the cases."""
+    """The ``regions`` and ``qu_brats`` blocks of a region evaluation's summary (:mod:`.region_case`).
+
+    Per region they hold the Dice, the pooled calibration of the region's merged histograms and its reliability curve,
+    the spatial metrics (mean over cases), failure detection with the region's score and Dice, and the mean QU-BraTS
+    values; the QU-BraTS means over cases and regions and the mean curves over the cases.
+    """
     assert state.regions is not None
     names = list(state.regions)
     per_region: dict[str, Any] = {}
@@ -486,8 +630,20 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
 
 def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str | os.PathLike,
                      config: EvaluationConfig | None = None) -> dict[str, Path]:
-    """Write ``metrics.csv`` (cells as :func:`monai_unc.io.write_csv` writes them: NaN ``nan``, floats at full
-    precision), ``summary.json`` and the state folder (for ``monai-unc report``) atomically."""
+    """Write ``metrics.csv``, ``summary.json`` and the state folder (for ``monai-unc report``) atomically.
+
+    ``metrics.csv`` cells are written as :func:`monai_unc.io.write_csv` writes them (NaN ``nan``, floats at full
+    precision).
+
+    Args:
+        state: the cohort state.
+        summary: the cohort summary (:func:`summarize`).
+        output: the evaluation folder (created if missing).
+        config: the options, recorded under ``config`` in ``summary.json`` when given.
+
+    Returns:
+        ``{"metrics": path, "summary": path, "state": folder}``.
+    """
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state.save(output / STATE_DIR)
@@ -503,7 +659,18 @@ def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str
 
 
 def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, Any]]:
-    """The state and summary written by :func:`write_evaluation`."""
+    """The state and summary written by :func:`write_evaluation`.
+
+    Args:
+        folder: the evaluation folder.
+
+    Returns:
+        ``(state, summary)``: the :class:`CohortState` and the parsed ``summary.json``.
+
+    Raises:
+        ValueError: the last evaluation in ``folder`` has failed cases (``failures.json``).
+        FileNotFoundError: ``folder`` has no ``summary.json`` (or its state no ``rows.json``).
+    """
     folder = Path(folder)
     if (folder / "failures.json").is_file():
         raise ValueError(f"the last evaluation in {folder} has failed cases (failures.json): fix them and run "
@@ -515,8 +682,14 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
 
 
 def remove_cohort_files(folder: str | os.PathLike) -> None:
-    """Remove the cohort outputs of an evaluation folder (``metrics.csv``, ``summary.json``, the cohort state),
-    keeping the per-case resume state: after a run with failed cases no earlier run's numbers remain."""
+    """Remove the cohort outputs of an evaluation folder, keeping the per-case resume state.
+
+    The outputs are ``metrics.csv``, ``summary.json`` and the cohort state: after a run with failed cases no earlier
+    run's numbers remain.
+
+    Args:
+        folder: the evaluation folder (missing files are skipped).
+    """
     folder = Path(folder)
     for path in (folder / "metrics.csv", folder / "summary.json", folder / STATE_DIR / "rows.json",
                  folder / STATE_DIR / "histogram.npz", folder / STATE_DIR / "region_histograms.npz",

@@ -1,5 +1,8 @@
-"""Options of a cohort evaluation (:class:`EvaluationConfig`), the column groups of ``metrics.csv`` and the shift
-table reader. The metrics themselves are described in :mod:`monai_unc.evaluation` (package docstring)."""
+"""Options of a cohort evaluation (:class:`EvaluationConfig`), the column groups and the shift table reader.
+
+The column groups are those of ``metrics.csv``. The metrics themselves are described in :mod:`monai_unc.evaluation`
+(package docstring).
+"""
 
 from __future__ import annotations
 
@@ -50,14 +53,39 @@ STATE_DIR = "state"
 
 
 def slug(name: str) -> str:
-    """``name`` as a lower-case identifier for column names (``dice_<slug>``)."""
+    """``name`` as a lower-case identifier for column names (``dice_<slug>``).
+
+    Args:
+        name: a class name (any object; ``str()`` is applied).
+
+    Returns:
+        ``name`` with every run of characters other than letters and digits replaced by ``_``, stripped of leading
+        and trailing ``_`` and lower-cased; ``"class"`` when nothing is left.
+
+    Example:
+        >>> slug("Left Atrium"), slug("ET-2"), slug("--")
+        ('left_atrium', 'et_2', 'class')
+    """
     return re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "class"
 
 
 def region_suffix(name: str) -> str:
-    """The column suffix of a region (``dice_<suffix>``): the region name with every run of characters other than
-    letters and digits replaced by ``_`` (case kept: ``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``).
-    Raises ``ValueError`` for a name without any letter or digit."""
+    """The column suffix of a region (``dice_<suffix>``).
+
+    Args:
+        name: the region name.
+
+    Returns:
+        The region name with every run of characters other than letters and digits replaced by ``_`` and leading /
+        trailing ``_`` stripped, case kept (``WT`` -> ``dice_WT``, ``whole tumour`` -> ``dice_whole_tumour``).
+
+    Raises:
+        ValueError: ``name`` has no letter or digit.
+
+    Example:
+        >>> region_suffix("WT"), region_suffix("whole tumour")
+        ('WT', 'whole_tumour')
+    """
     out = re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_")
     if not out:
         raise ValueError(f"regions: the region name {name!r} has no letter or digit to name its columns")
@@ -171,6 +199,25 @@ class EvaluationConfig:
         return 16 * self.n_bins
 
     def validate(self) -> None:
+        """Check the options and normalise them in place.
+
+        ``measure`` becomes its canonical name, ``regions`` the parsed ``{region: [labels]}``, ``conformal`` the
+        ``{side: target}`` mapping (:func:`parse_conformal_specs`), ``conformal_strata_edges`` a list of floats and
+        ``products`` a tuple.
+
+        Raises:
+            ValueError: an option is out of range or inconsistent with another (the message names it).
+            TypeError: ``case_metrics``, ``products`` or ``ignore_unclaimed_labels`` has the wrong type.
+
+        Example:
+            >>> config = EvaluationConfig(measure="max_softmax", conformal=["outer:fnr=0.1"])
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore")
+            ...     config.validate()
+            >>> config.measure, config.conformal
+            ('one_minus_max_prob', {'outer': 0.1})
+        """
         if not 0.0 <= self.budget < 1.0:
             raise ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}")
         if not 0.0 <= self.failure_dice <= 1.0:
@@ -242,8 +289,9 @@ class EvaluationConfig:
         self.products = tuple(self.products)
 
     def product_options(self) -> dict[str, Any]:
-        """``{product name: options}`` of :attr:`products` (:meth:`~monai_unc.product.CohortProduct.options`): what
-        ``summary.json`` and the per-case fingerprint record.
+        """``{product name: options}`` of :attr:`products` (:meth:`~monai_unc.product.CohortProduct.options`).
+
+        This is what ``summary.json`` and the per-case fingerprint record.
 
         Returns:
             The options by product, in the order of :attr:`products`.
@@ -306,8 +354,10 @@ class EvaluationConfig:
 
     @property
     def case_metric_names(self) -> dict[str, str] | None:
-        """``{name: qualified name of the function}`` of :attr:`case_metrics` (None without): what the resume
-        fingerprint and ``summary.json`` record."""
+        """``{name: qualified name of the function}`` of :attr:`case_metrics` (None without).
+
+        This is what the resume fingerprint and ``summary.json`` record.
+        """
         if self.case_metrics is None:
             return None
         return {name: f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
@@ -319,8 +369,21 @@ class EvaluationConfig:
         return [] if self.regions is None else list(parse_regions(self.regions))
 
     def check_calibration_cases(self, case_ids: Iterable[str]) -> set[str]:
-        """The calibration case ids as a set (empty when ``calibration_cases`` is None); ``ValueError`` if one is
-        not among ``case_ids``."""
+        """The calibration case ids, checked against the evaluated cases.
+
+        Args:
+            case_ids: the ids of the evaluated cases.
+
+        Returns:
+            ``calibration_cases`` as a set of strings (empty when ``calibration_cases`` is None).
+
+        Raises:
+            ValueError: a calibration case is not among ``case_ids``.
+
+        Example:
+            >>> EvaluationConfig(calibration_cases=["a", "b"]).check_calibration_cases(["a", "b", "c"]) == {"a", "b"}
+            True
+        """
         if self.calibration_cases is None:
             return set()
         wanted = {str(c) for c in self.calibration_cases}
@@ -335,6 +398,17 @@ class EvaluationConfig:
         return self.risk_method or ("sgr" if self.risk == "failure" else "ltt")
 
     def to_json(self) -> dict[str, Any]:
+        """The options as a JSON-serialisable dict (what ``summary.json`` records).
+
+        Returns:
+            The dataclass fields without ``shifts``, ``case_metrics`` and ``products``; ``case_metric_names``
+            (:attr:`case_metric_names`) and ``products`` (:meth:`product_options`) are added when set.
+
+        Example:
+            >>> d = EvaluationConfig(n_bins=10).to_json()
+            >>> d["n_bins"], "shifts" in d
+            (10, False)
+        """
         d = dict(self.__dict__)
         d.pop("shifts", None)
         d.pop("case_metrics", None)  # functions; their names instead, when there are any
@@ -394,15 +468,49 @@ def parse_conformal_specs(specs: Mapping[str, float] | Iterable[str]) -> dict[st
 
 
 def unit_scale(u: np.ndarray, measure: str, num_classes: int) -> np.ndarray:
-    """Uncertainty on the [0, 1] scale of an error rate: entropies and mutual information (nats) divided by
-    ``log C``; ``one_minus_max_prob`` and ``variance`` are already in [0, 1]."""
+    """Uncertainty on the [0, 1] scale of an error rate.
+
+    Entropies and mutual information (nats) are divided by ``log C``; ``one_minus_max_prob`` and ``variance`` are
+    already in [0, 1] and returned as they are.
+
+    Args:
+        u: uncertainty values of any shape (nats for the entropy measures).
+        measure: the measure of ``u`` (a name of :data:`~monai_unc.keys.MEASURES`).
+        num_classes: the number of classes ``C`` (at least 2).
+
+    Returns:
+        ``u`` on the [0, 1] scale, same shape.
+
+    Example:
+        >>> import math
+        >>> unit_scale(np.array([math.log(2)]), "predictive_entropy", 2)
+        array([1.])
+    """
     if measure in ENTROPY_MEASURES:
         return u / math.log(num_classes)
     return u
 
 
 def read_shifts(path: str | os.PathLike) -> dict[str, str]:
-    """``{case: shift}`` from a CSV with columns ``case`` and ``shift``."""
+    r"""``{case: shift}`` from a CSV with columns ``case`` and ``shift``.
+
+    Args:
+        path: the CSV file (UTF-8, a header row naming at least ``case`` and ``shift``).
+
+    Returns:
+        ``{case id: shift label}`` in file order; in-distribution labels are :data:`IID_SHIFTS`.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        ValueError: the file is not a UTF-8 CSV with columns ``case`` and ``shift``.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "shifts.csv").write_text("case,shift\na,iid\nb,noise\n")
+        ...     read_shifts(Path(d) / "shifts.csv")
+        {'a': 'iid', 'b': 'noise'}
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"shift table not found: {path}")

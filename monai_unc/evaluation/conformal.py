@@ -1,5 +1,9 @@
-"""Conformal masks on the command line (docs/conformal.md): fitting the rules inside ``evaluate`` and applying them to
-new predictions (``monai-unc conformal``).
+"""Conformal masks on the command line (docs/conformal.md): fitting the rules and applying them to new predictions.
+
+The rules are fitted inside ``evaluate`` and applied by ``monai-unc conformal``. In expectation they are conformal
+risk control (Angelopoulos, Bates, Fisch, Lei, Schuster, "Conformal Risk Control", ICLR 2024); with
+``conformal_delta`` the high-probability rule of Mossina and Friedrich ("Controlling False Positives in Image
+Segmentation via Conformal Prediction", 2025); the formulas are in :mod:`monai_unc.metrics.conformal`.
 
 - :func:`fit_conformal_rules`: the rule of every requested side (``EvaluationConfig.conformal``) from the calibration
   cases' :class:`~monai_unc.metrics.conformal.ConformalCaseState` s, and the ``conformal`` block of ``summary.json``
@@ -90,8 +94,10 @@ _STRATA_METHODS = ("quantiles", "fixed")
 
 @dataclass(frozen=True)
 class ConformalStrata:
-    """How the conformal rules are stratified (Mondrian calibration): a case score that needs no labels, the edges
-    of its strata and how a new case's score is computed.
+    """How the conformal rules are stratified (Mondrian calibration).
+
+    The strata are ranges of a case score that needs no labels: the score, the edges of its strata and how a new
+    case's score is computed.
 
     Attributes:
         score: the column of ``metrics.csv``: ``<measure>_<aggregation>`` (for regions the mean over the regions)
@@ -140,8 +146,9 @@ class ConformalStrata:
         return int(stratum_of([score], self.edges)[0])
 
     def case_score(self, case: Any, regions: Mapping[str, Sequence[int]] | None = None) -> float:
-        """The score of a loaded case (:func:`~monai_unc.io.load_case`), computed from its prediction alone, as
-        ``evaluate`` computed it for ``metrics.csv``.
+        """The score of a loaded case (:func:`~monai_unc.io.load_case`), computed from its prediction alone.
+
+        It is computed as ``evaluate`` computed it for ``metrics.csv``.
 
         Args:
             case: the loaded case (with its map files when ``map_source`` is ``"file"``).
@@ -264,8 +271,10 @@ def _achieved(tasks: Sequence[Any]) -> dict[str, Any]:
 
 
 def _pooled(rule: ConformalRule) -> dict[str, Any]:
-    """Per task the calibration loss (and share above ``tol``) over every stratum, each case at its stratum's
-    ``lambda_hat``; ``lambda_hat`` None (one per stratum: ``per_stratum``)."""
+    """Per task the calibration loss (and share above ``tol``) over every stratum.
+
+    Each case is taken at its stratum's ``lambda_hat``; ``lambda_hat`` is None (one per stratum: ``per_stratum``).
+    """
     out: dict[str, Any] = {}
     for name in rule.names:
         parts = [rule.task_rule(name, s) for s in range(rule.num_strata)]
@@ -294,8 +303,10 @@ def fit_conformal_rules(
         ``({side: rule}, block)``: the rules and the ``conformal`` block of ``summary.json`` (per side the target,
         the method and per class or region ``lambda_hat``, the achieved mean calibration loss and, with high
         probability, the share of calibration cases above the target; with strata, ``strata`` and per side
-        ``per_stratum``, and ``per_task`` pooled over the strata with ``lambda_hat`` None). ``ValueError`` saying
-        how many cases are needed when there are too few (in a stratum).
+        ``per_stratum``, and ``per_task`` pooled over the strata with ``lambda_hat`` None).
+
+    Raises:
+        ValueError: too few calibration cases (in a stratum); the message says how many are needed.
     """
     config.validate()
     assert config.conformal is not None
@@ -410,13 +421,30 @@ class ConformalRuleFile:
             raise ValueError(f"{source}: {e}") from None
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the file as strict JSON, atomically; returns the path."""
+        """Write the file as strict JSON, atomically.
+
+        Args:
+            path: the file (usually ``<output>/conformal_rule.json``).
+
+        Returns:
+            The path written.
+        """
         return atomic_write_json(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ConformalRuleFile:
-        """Read a ``conformal_rule.json``; ``FileNotFoundError`` when absent, ``ValueError`` when it is not valid
-        JSON or not a verified rule (:meth:`from_json`)."""
+        """Read and verify a ``conformal_rule.json`` (:meth:`from_json`).
+
+        Args:
+            path: the file.
+
+        Returns:
+            The rule file.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            ValueError: the file is not valid JSON or not a verified rule (format, version, digest, structure).
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"conformal rule not found: {path} (written by monai-unc evaluate --conformal)")
@@ -437,15 +465,19 @@ def write_conformal_rule(output: str | os.PathLike, rules: Mapping[str, Conforma
                          predictions: str | os.PathLike | None = None, layout: str = "monai-unc",
                          uncertainty: str | os.PathLike | None = None,
                          strata: ConformalStrata | None = None) -> Path | None:
-    """Write ``<output>/conformal_rule.json`` with the rules and the fingerprint of the calibration cases'
-    predictions (:func:`prediction_fingerprint`), or, without rules, remove a stale one.
+    """Write ``<output>/conformal_rule.json``, or, without rules, remove a stale one.
+
+    The file holds the rules and the fingerprint of the calibration cases' predictions
+    (:func:`prediction_fingerprint`).
 
     Args:
         output: the evaluation folder.
         rules: ``{side: rule}`` of :func:`fit_conformal_rules`, or None.
         config: the evaluation options.
         calibration_cases: the ids the rules were fitted on.
-        predictions, layout, uncertainty: the evaluated predictions.
+        predictions: the folder of the evaluated predictions (None: no fingerprint is recorded).
+        layout: its file naming (``monai-unc`` or ``nnunet``).
+        uncertainty: the folder of its uncertainty maps (default from the layout).
         strata: the strata of stratified rules (:func:`conformal_strata`).
 
     Returns:
@@ -653,8 +685,10 @@ def check_conformal_inputs(
     uncertainty: str | os.PathLike | None = None,
     allow_mismatch: bool = False,
 ) -> tuple[ConformalRuleFile, list[CaseFiles], dict[str, Any]]:
-    """The checks of :func:`run_conformal` before any work, writing nothing (also run by ``monai-unc triage
-    --conformal-rule`` before its triage, so that a refused rule leaves nothing behind).
+    """The checks of :func:`run_conformal` before any work, writing nothing.
+
+    They are also run by ``monai-unc triage --conformal-rule`` before its triage, so that a refused rule leaves
+    nothing behind.
 
     The output folder must not be or lie in an input folder nor replace an input
     (:func:`monai_unc.io.check_inputs_not_written`), the rule file is verified (:meth:`ConformalRuleFile.load`),
@@ -688,7 +722,12 @@ def check_conformal_inputs(
 
 @dataclass
 class ConformalResult:
-    """What :func:`run_conformal` returns: the summary written to ``conformal.json`` and the paths."""
+    """What :func:`run_conformal` returns: the summary written to ``conformal.json`` and the paths.
+
+    Args:
+        summary: the content of ``conformal.json``.
+        paths: ``{name: path}`` of the files written.
+    """
 
     summary: dict[str, Any]
     paths: dict[str, Path]

@@ -1,6 +1,8 @@
-"""The evaluation's side of the cohort-product protocol (:mod:`monai_unc.product`): the per-case states of the
-configured products (:func:`product_case_states`), their fit and summary on the cohort (:func:`fit_products`,
-:func:`product_summaries`) and their artifact files (:func:`write_artifact`, :func:`read_artifact`).
+"""The evaluation's side of the cohort-product protocol (:mod:`monai_unc.product`).
+
+It holds the per-case states of the configured products (:func:`product_case_states`), their fit and summary on the
+cohort (:func:`fit_products`, :func:`product_summaries`) and their artifact files (:func:`write_artifact`,
+:func:`read_artifact`).
 
 The evaluation runs these steps for every product alike; a product supplies only its own computations.
 """
@@ -154,8 +156,10 @@ def artifact_digest(doc: Mapping[str, Any]) -> str:
 
 def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: Any,
                    calibration_cases: Sequence[str]) -> Path:
-    """Write a product's fitted artifact atomically: format, version, product name and options, the cases it was
-    fitted on, the artifact, and a sha256 digest of all of it (:func:`artifact_digest`).
+    """Write a product's fitted artifact atomically.
+
+    The file holds the format, version, product name and options, the cases it was fitted on, the artifact, and a
+    sha256 digest of all of it (:func:`artifact_digest`).
 
     Args:
         path: the file (``product.artifact_path(output)``).
@@ -184,8 +188,10 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
 
 
 def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[str, Any]:
-    """Read and check an artifact file of :func:`write_artifact`: format, version, digest and, with ``product``, the
-    product's name. The file is untrusted input: nothing in it is imported or run.
+    """Read and check an artifact file of :func:`write_artifact`.
+
+    The checks are the format, version, digest and, with ``product``, the product's name. The file is untrusted
+    input: nothing in it is imported or run.
 
     Args:
         path: the file.

@@ -1,5 +1,6 @@
-"""One case of a region-based (multi-label sigmoid) prediction: every metric per region, each region a binary task
-(``EvaluationConfig.regions`` set, e.g. ``monai-unc evaluate --regions brats``). The row is written by
+"""One case of a region-based (multi-label sigmoid) prediction: every metric per region, each region a binary task.
+
+This applies with ``EvaluationConfig.regions`` set, e.g. ``monai-unc evaluate --regions brats``. The row is written by
 :func:`monai_unc.evaluation.case.evaluate_case`, the same function as for classes (one binary task per region,
 :mod:`monai_unc.activation`); :func:`evaluate_region_case` is that call, kept for its callers, and the region pieces
 live in :mod:`.rows`.
@@ -31,7 +32,8 @@ e.g. ``WT``):
   from the prediction; NaN when it is undefined for every region). The combined columns carry the names of the
   class-based evaluation, so the triage score (default ``<measure>_fg_mean``), the ranking and risk control work
   unchanged;
-- QU-BraTS of the primary measure (Mehta et al., MELBA 2022; :func:`monai_unc.metrics.qu_brats_regions`): the map is
+- QU-BraTS of the primary measure (Mehta et al., "QU-BraTS: MICCAI BraTS 2020 Challenge on Quantifying Uncertainty
+  in Brain Tumor Segmentation", MELBA 2022; :func:`monai_unc.metrics.qu_brats_regions`): the map is
   put on the challenge's ``[0, 100]`` scale by :func:`~monai_unc.metrics.to_qu_brats_range` with its largest value
   :func:`~monai_unc.metrics.measure_max` (``log 2`` for the binary entropies, 0.5 for ``one_minus_max_prob``, 0.25
   for ``variance``); the brain mask (voxels counted by FTP and FTN) is ``image > 0`` on any channel of the case's
@@ -54,8 +56,9 @@ __all__ = ["QU_BRATS_COLUMNS", "evaluate_region_case", "combined_score", "predic
 
 
 def evaluate_region_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:
-    """Metrics of one case of a region-based prediction, per region (module docstring): :func:`evaluate_case` with
-    ``config.regions`` set (``ValueError`` without).
+    """Metrics of one case of a region-based prediction, per region (module docstring).
+
+    This is :func:`evaluate_case` with ``config.regions`` set.
 
     Args:
         files: the case's files, or the case loaded with ``load_case(..., multilabel=True)`` (and ``load_image=True``
@@ -64,6 +67,9 @@ def evaluate_region_case(files: CaseFiles | LoadedCase, config: EvaluationConfig
 
     Returns:
         The case's row, its per-region histograms, QU-BraTS curves and warnings.
+
+    Raises:
+        ValueError: ``config.regions`` is None.
     """
     if config.regions is None:
         raise ValueError("config.regions must name the region spec of a region evaluation")

@@ -1,5 +1,8 @@
-"""Per-case resume state of an evaluation: a case's row and histogram saved under ``<output>/state/cases/`` with a
-fingerprint of everything the row depends on, reused by a rerun only while the fingerprint is unchanged."""
+"""Per-case resume state of an evaluation.
+
+A case's row and histogram are saved under ``<output>/state/cases/`` with a fingerprint of everything the row depends
+on, and reused by a rerun only while the fingerprint is unchanged.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +33,28 @@ _CASE_FORMAT = 3  # 2: the 1 - max p map is named one_minus_max_prob (was max_so
 
 
 def file_signature(path: Path | None) -> list[Any] | None:
-    """``[resolved path, size, mtime_ns, ctime_ns, inode]`` of a file (None for None): what resume checks."""
+    """``[resolved path, size, mtime_ns, ctime_ns, inode]`` of a file: what resume checks.
+
+    ctime and inode are part of it so that a copy with a preserved mtime (``cp -p``, ``rsync -a``) still differs.
+
+    Args:
+        path: the file (None for an absent input).
+
+    Returns:
+        The signature as a JSON-ready list, or None when ``path`` is None.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     p = Path(d) / "a.txt"
+        ...     _ = p.write_text("abc")
+        ...     sig = file_signature(p)
+        >>> len(sig), sig[1], file_signature(None)
+        (5, 3, None)
+    """
     if path is None:
         return None
     st = Path(path).stat()  # ctime and inode too: a copy with preserved mtime (cp -p, rsync -a) still differs
@@ -38,9 +62,22 @@ def file_signature(path: Path | None) -> list[Any] | None:
 
 
 def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:
-    """What a case's metric row depends on: package version, the per-case options (:data:`CASE_FIELDS`, fine
-    bins, the region spec), the case's shift label and (path, size, mtime, ctime, inode) of its label, segmentation,
-    probabilities and maps, and with regions of its image too (the QU-BraTS brain mask)."""
+    """What a case's metric row depends on, as JSON data.
+
+    That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec, the conformal
+    sides and family and the products' options when set), the case's shift label and the :func:`file_signature` of
+    its label, segmentation, probabilities and maps, and with regions of its image too (the QU-BraTS brain mask).
+
+    Args:
+        files: the case's files.
+        config: the evaluation options.
+
+    Returns:
+        The fingerprint (a JSON round trip of it, so that it compares equal to one read back from disk).
+
+    Raises:
+        FileNotFoundError: an input file of the case does not exist.
+    """
     fp = {
         "format": _CASE_FORMAT,
         "version": __version__,
@@ -71,11 +108,12 @@ def _attach_files(result: CaseResult, files: CaseFiles | None) -> CaseResult:
 
 
 def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache:
-    """The resume state of an evaluation in ``folder`` (``<output>/state/cases/``), for
-    :func:`monai_unc.distributed.run_cases`: keyed by :func:`case_fingerprint`; a result is a :class:`CaseResult`
-    (with its files and number of classes), saved as its record (:meth:`CaseResult.to_record`): ``<case>.npz``, every
-    state of the case (histograms, conformal states, the products' states), then ``<case>.json`` (row, warnings,
-    fingerprint; written last, it marks the case finished).
+    """The resume state of an evaluation in ``folder`` (``<output>/state/cases/``).
+
+    It is meant for :func:`monai_unc.distributed.run_cases`, keyed by :func:`case_fingerprint`; a result is a
+    :class:`CaseResult` (with its files and number of classes), saved as its record (:meth:`CaseResult.to_record`):
+    ``<case>.npz``, every state of the case (histograms, conformal states, the products' states), then ``<case>.json``
+    (row, warnings, fingerprint; written last, it marks the case finished).
 
     Args:
         folder: the folder of the per-case states.
@@ -96,15 +134,33 @@ def _fixed(folder: str | os.PathLike, fingerprint: Mapping[str, Any]) -> CaseCac
 
 def save_case_state(folder: str | os.PathLike, result: CaseResult, fingerprint: Mapping[str, Any],
                     num_classes: int) -> None:
-    """Write a case's result for resuming: ``<case>.npz`` (its states) then ``<case>.json`` (row, warnings,
-    fingerprint), both atomically; the JSON, written last, marks the case finished (:func:`case_cache`)."""
+    """Write a case's result for resuming.
+
+    ``<case>.npz`` (its states) is written first, then ``<case>.json`` (row, warnings, fingerprint), both
+    atomically; the JSON, written last, marks the case finished (:func:`case_cache`).
+
+    Args:
+        folder: the folder of the per-case states.
+        result: the case's result (its ``row["case"]`` names the files).
+        fingerprint: the case's :func:`case_fingerprint`.
+        num_classes: the case's number of classes (regions), stored with the result.
+    """
     saved = CaseResult(**{**result.__dict__, "num_classes": int(num_classes)})
     _fixed(folder, fingerprint).save(str(result.row["case"]), saved, fingerprint)
 
 
 def load_case_state(folder: str | os.PathLike, case_id: str,
                     fingerprint: Mapping[str, Any]) -> tuple[CaseResult, int] | None:
-    """``(result, num_classes)`` saved by :func:`save_case_state`, or None when absent, unreadable or stale (its
-    fingerprint differs from ``fingerprint``)."""
+    """The result saved by :func:`save_case_state`, if it is still valid.
+
+    Args:
+        folder: the folder of the per-case states.
+        case_id: the case.
+        fingerprint: the case's current :func:`case_fingerprint`.
+
+    Returns:
+        ``(result, num_classes)``, or None when the state is absent, unreadable or stale (its fingerprint differs
+        from ``fingerprint``).
+    """
     got = _fixed(folder, fingerprint).load(case_id, fingerprint)
     return None if got is None else (got, int(got.num_classes))

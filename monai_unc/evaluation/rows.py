@@ -1,9 +1,11 @@
-"""The pieces of a per-case evaluation row: the result of one case (:class:`CaseResult`), the Dice of label maps
-(:func:`class_dice`), the maps to score (:func:`derived_maps`), the choice of the primary measure
-(:func:`primary_measure`), the split of a loaded case into its tasks (:func:`case_tasks`: one class task, or one
-binary task per region, :mod:`monai_unc.activation`) and the region-only pieces (:func:`predicted_regions`,
-:func:`region_score_columns`, :func:`combined_score`). :func:`monai_unc.evaluation.case.evaluate_case` writes the
-row once from them, for classes and regions."""
+"""The pieces of a per-case evaluation row.
+
+They are the result of one case (:class:`CaseResult`), the Dice of label maps (:func:`class_dice`), the maps to score
+(:func:`derived_maps`), the choice of the primary measure (:func:`primary_measure`), the split of a loaded case into its
+tasks (:func:`case_tasks`: one class task, or one binary task per region, :mod:`monai_unc.activation`) and the
+region-only pieces (:func:`predicted_regions`, :func:`region_score_columns`, :func:`combined_score`).
+:func:`monai_unc.evaluation.case.evaluate_case` writes the row once from them, for classes and regions.
+"""
 
 from __future__ import annotations
 
@@ -43,8 +45,9 @@ QU_BRATS_COLUMNS = ("score", "dice_auc", "ftp_auc", "ftn_auc")
 
 @dataclass
 class CaseResult:
-    """What :func:`~monai_unc.evaluation.evaluate_case` returns: the metric row, the case's confidence histogram
-    (or None without probabilities) and the warnings raised while computing it.
+    """What :func:`~monai_unc.evaluation.evaluate_case` returns: the metric row, histograms and warnings of a case.
+
+    The confidence histogram is None without probabilities.
 
     Region evaluations (``EvaluationConfig.regions``) fill ``region_histograms`` instead of ``histogram`` (one
     binary histogram per region, in the spec's order) and ``curves`` (the QU-BraTS curves of the case:
@@ -56,6 +59,25 @@ class CaseResult:
     :meth:`to_record` / :meth:`from_record` turn the whole result into JSON data and numpy arrays (every state
     through :func:`monai_unc.state.pack_states`), which the cohort engine saves for resuming and gathers from the
     ranks of a ``torchrun`` job without knowing what the states are.
+
+    Args:
+        row: the metric row (``{column: value}``, with ``"case"``).
+        histogram: the case's per-case confidence histogram of the class task (None without probabilities or for
+            regions).
+        warnings: the warnings raised while computing the row.
+        region_histograms: ``{region: binary histogram}`` of a region evaluation, in the spec's order.
+        curves: the case's QU-BraTS curves (region evaluations).
+        unclaimed_labels: non-zero labels of the label map that no region holds.
+        conformal: ``{side: ConformalCaseState}`` with ``EvaluationConfig.conformal``, else None.
+        states: ``{product name: state}`` of ``EvaluationConfig.products``.
+        files: the case's files (set by the evaluation's per-case step).
+        num_classes: the case's number of classes (regions), set with ``files``.
+
+    Example:
+        >>> result = CaseResult({"case": "a", "dice": 0.9}, None)
+        >>> doc, arrays = result.to_record()
+        >>> CaseResult.from_record(doc, arrays).row
+        {'case': 'a', 'dice': 0.9}
     """
 
     row: dict[str, Any]
@@ -74,8 +96,10 @@ class CaseResult:
     num_classes: int | None = None
 
     def all_states(self) -> dict[str, Any]:
-        """Every mergeable state of the case by name: ``histogram``, ``region_histograms`` and ``conformal`` (as
-        :class:`~monai_unc.state.StateGroup` s) where present, and ``product.<name>`` for each product's state.
+        """Every mergeable state of the case by name.
+
+        These are ``histogram``, ``region_histograms`` and ``conformal`` (as :class:`~monai_unc.state.StateGroup` s)
+        where present, and ``product.<name>`` for each product's state.
 
         Returns:
             The states (for :func:`monai_unc.state.pack_states`).
@@ -91,8 +115,10 @@ class CaseResult:
         return out
 
     def to_record(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The result as ``(JSON data, numpy arrays)``: the row, warnings, curves, labels, files and number of
-        classes as JSON; every state packed into arrays (:meth:`all_states`). :meth:`from_record` reads it back.
+        """The result as ``(JSON data, numpy arrays)``; :meth:`from_record` reads it back.
+
+        The row, warnings, curves, labels, files and number of classes go into the JSON data; every state is packed
+        into arrays (:meth:`all_states`, :func:`monai_unc.state.pack_states`).
 
         Returns:
             ``(doc, arrays)``.
@@ -113,7 +139,11 @@ class CaseResult:
             arrays: the arrays (or a loaded ``.npz`` file).
 
         Returns:
-            The :class:`CaseResult`. ``ValueError`` / ``KeyError`` for an unusable record.
+            The :class:`CaseResult`.
+
+        Raises:
+            ValueError: a state of an unregistered type.
+            KeyError: a state or field is missing (an unusable record).
         """
         states = unpack_states(arrays)
         rh = states.pop("region_histograms", None)
@@ -142,6 +172,18 @@ def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarr
     absent from one of them 0), which equals MONAI's ``compute_dice(..., include_background=False,
     ignore_empty=False)``. Rounded to float32 as MONAI's value is, so that ``metrics.csv`` keeps its numbers.
     A binary region is the case ``num_classes=2`` with the region masks as label maps.
+
+    Args:
+        seg: the predicted label map ``(*spatial)``, integer.
+        label: the reference label map ``(*spatial)``, integer.
+        num_classes: the number of classes ``C`` (background included).
+
+    Returns:
+        The Dice of classes ``1 .. C-1``, ``(C - 1,)`` float32.
+
+    Example:
+        >>> class_dice(np.array([[0, 1], [1, 2]]), np.array([[0, 1], [2, 2]]), 3)
+        array([0.6666667, 0.6666667], dtype=float32)
     """
     d = dice(seg[None], label[None], num_classes=num_classes, include_background=False, empty_score=1.0)
     return d[0].astype(np.float32)
@@ -151,7 +193,16 @@ def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
     """Maps to score: the given ones, or entropy and ``one_minus_max_prob`` of the probabilities when none are given.
 
     For a multi-label case (``case.multilabel``) the derived maps are per region, ``(R, *spatial)``: the binary
-    entropy ``H_b(p_r)`` (:func:`monai_unc.measures.binary_entropy`) and ``1 - max(p_r, 1 - p_r)``."""
+    entropy ``H_b(p_r)`` (:func:`monai_unc.measures.binary_entropy`) and ``1 - max(p_r, 1 - p_r)``.
+
+    Args:
+        case: a loaded case; its probabilities are ``(C, *spatial)`` (``(R, *spatial)`` when multi-label).
+
+    Returns:
+        ``{measure: map}``: ``case.maps`` when it has any (or when there are no probabilities), else
+        ``predictive_entropy`` (nats) and ``one_minus_max_prob``, float32, ``(*spatial)`` for classes and
+        ``(R, *spatial)`` for regions.
+    """
     if case.maps or case.probs is None:
         return case.maps
     p = torch.from_numpy(case.probs)[None]
@@ -167,8 +218,22 @@ def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
 
 
 def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str | None:
-    """The measure of the spatial, discrimination and QU-BraTS metrics: ``wanted`` (which must have a map), else
-    ``predictive_entropy`` when present, else the first map (None without maps)."""
+    """The measure of the spatial, discrimination and QU-BraTS metrics.
+
+    Args:
+        maps: the case's maps ``{measure: map}`` (only the keys are read).
+        wanted: the measure asked for (``EvaluationConfig.measure``), or None.
+
+    Returns:
+        ``wanted``, else ``predictive_entropy`` when present, else the first map; None without maps.
+
+    Raises:
+        ValueError: ``wanted`` has no map.
+
+    Example:
+        >>> primary_measure({"one_minus_max_prob": None, "predictive_entropy": None}, None)
+        'predictive_entropy'
+    """
     if wanted is not None:
         if wanted not in maps:
             raise ValueError(f"measure {wanted!r} has no map (available: {sorted(maps) or 'none'})")
@@ -179,8 +244,19 @@ def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str |
 
 
 def combined_score(values: list[float]) -> float:
-    """The combined case score of a region evaluation: the mean of the per-region scores that are defined (finite);
-    NaN when none is."""
+    """The combined case score of a region evaluation: the mean of the per-region scores that are defined.
+
+    Args:
+        values: the per-region scores (NaN or inf: undefined, e.g. ``fg_mean`` of a region absent from the
+            prediction).
+
+    Returns:
+        The mean of the finite values; NaN when none is finite.
+
+    Example:
+        >>> round(combined_score([0.2, float("nan"), 0.4]), 6)
+        0.3
+    """
     a = np.asarray(values, dtype=np.float64)
     a = a[np.isfinite(a)]
     return float(a.mean()) if a.size else float("nan")
@@ -193,8 +269,10 @@ def _region_stack(case: LoadedCase, arr: np.ndarray, what: str, n: int, names: l
 
 
 def _as_regions(case: LoadedCase, arr: np.ndarray, spec: Mapping[str, Sequence[int]], what: str) -> np.ndarray:
-    """``(R, *spatial)`` bool region masks of a label map ``(*spatial)`` (the spec's regions of its labels) or of
-    ``R`` region masks (checked against the spec's region count)."""
+    """``(R, *spatial)`` bool region masks of a label map ``(*spatial)`` or of ``R`` region masks.
+
+    A label map gets the spec's regions of its labels; region masks are checked against the spec's region count.
+    """
     if arr.ndim == len(case.spacing):
         return np.asarray(label_to_regions(arr, spec))
     names = list(spec)
@@ -203,24 +281,55 @@ def _as_regions(case: LoadedCase, arr: np.ndarray, spec: Mapping[str, Sequence[i
 
 
 def predicted_regions(case: LoadedCase, spec: Mapping[str, Sequence[int]]) -> np.ndarray:
-    """The predicted region masks ``(R, *spatial)`` bool of a case read with ``load_case(..., multilabel=True)``:
-    its ``R`` region masks (``<case>_seg`` of ``monai-unc infer --activation sigmoid``; another count than the spec's
-    is a ``CaseError``) or, for a label-map segmentation (nnU-Net), the spec's regions of the labels
-    (:func:`monai_unc.regions.label_to_regions`)."""
+    """The predicted region masks ``(R, *spatial)`` bool of a case read with ``load_case(..., multilabel=True)``.
+
+    Args:
+        case: the loaded case; its segmentation is ``R`` region masks (``<case>_seg`` of ``monai-unc infer
+            --activation sigmoid``) or, for nnU-Net, a label map ``(*spatial)``.
+        spec: the region spec ``{region: [labels]}`` (:func:`monai_unc.regions.parse_regions`).
+
+    Returns:
+        The region masks, ``(R, *spatial)`` bool; a label map is converted with the spec
+        (:func:`monai_unc.regions.label_to_regions`).
+
+    Raises:
+        CaseError: the segmentation has another number of region channels than the spec.
+    """
     return _as_regions(case, case.seg, spec, "the segmentation")
 
 
 def region_score_columns(
     maps: Mapping[str, np.ndarray], pred: np.ndarray, names: Sequence[str], patch_size: int = PATCH_SIZE
 ) -> dict[str, float]:
-    """The case-score columns of a region-based case, the one definition used by ``evaluate --regions`` and by
-    ``monai-unc triage``: for every map ``m`` ``(R, *spatial)`` (one channel per region, in the order of ``names``)
-    and every score ``k`` of :data:`~monai_unc.scores.CASE_SCORES`, the per-region score ``<m>_<k>_<R>``
-    (:func:`~monai_unc.scores.case_scores` of ``m[r]`` with the predicted region ``pred[r]`` ``(R, *spatial)`` as the
-    foreground; ``<R>`` is :func:`~monai_unc.evaluation.config.region_suffix` of the name) and the combined case
-    score ``<m>_<k>`` = :func:`combined_score` of the per-region scores (their mean over the regions where defined).
-    Column order: every combined column of a map, then its per-region columns. ``ValueError`` for a map or ``pred``
-    with another number of channels than ``names``."""
+    """The case-score columns of a region-based case.
+
+    This is the one definition used by ``evaluate --regions`` and by ``monai-unc triage``: for every map ``m``
+    ``(R, *spatial)`` (one channel per region, in the order of ``names``) and every score ``k`` of
+    :data:`~monai_unc.scores.CASE_SCORES`, the per-region score ``<m>_<k>_<R>`` (:func:`~monai_unc.scores.case_scores`
+    of ``m[r]`` with the predicted region ``pred[r]`` ``(R, *spatial)`` as the foreground; ``<R>`` is
+    :func:`~monai_unc.evaluation.config.region_suffix` of the name) and the combined case score ``<m>_<k>`` =
+    :func:`combined_score` of the per-region scores (their mean over the regions where defined). Column order: every
+    combined column of a map, then its per-region columns.
+
+    Args:
+        maps: ``{measure: map}``, each map ``(R, *spatial)``.
+        pred: the predicted region masks ``(R, *spatial)`` bool.
+        names: the ``R`` region names, in channel order.
+        patch_size: box size (voxels per axis) of the ``patch_mean`` score.
+
+    Returns:
+        ``{column: score}`` (floats; NaN where a score is undefined).
+
+    Raises:
+        ValueError: a map or ``pred`` has another number of channels than ``names``.
+
+    Example:
+        >>> u = np.array([[[0.2, 0.4], [0.0, 0.0]]])
+        >>> pred = np.array([[[True, True], [False, False]]])
+        >>> cols = region_score_columns({"predictive_entropy": u}, pred, ["WT"], patch_size=1)
+        >>> {k: round(v, 3) for k, v in cols.items() if "fg_mean" in k}
+        {'predictive_entropy_fg_mean': 0.3, 'predictive_entropy_fg_mean_WT': 0.3}
+    """
     n = len(names)
     if pred.shape[0] != n:
         raise ValueError(f"pred has {pred.shape[0]} region channel(s) for {n} region name(s)")
@@ -238,8 +347,9 @@ def region_score_columns(
 
 
 def unclaimed_case_labels(case: LoadedCase, config: EvaluationConfig) -> list[int]:
-    """The non-zero labels of a case's label map that no region of ``config.regions`` holds
-    (:func:`monai_unc.regions.unclaimed_labels`; one ``np.unique`` of the label).
+    """The non-zero labels of a case's label map that no region of ``config.regions`` holds.
+
+    One ``np.unique`` of the label (:func:`monai_unc.regions.unclaimed_labels`).
 
     Args:
         case: a loaded case.
@@ -264,9 +374,12 @@ def case_tasks(case: LoadedCase, config: EvaluationConfig) -> tuple[Activation, 
         ``(activation, tasks, maps)``: :data:`~monai_unc.activation.CATEGORICAL` and the one class task (the
         segmentation and label maps as they are), or :data:`~monai_unc.activation.BERNOULLI` and one task per region
         of the spec (region masks of the label and of the prediction, :func:`predicted_regions`); ``maps`` are
-        :func:`derived_maps` (``(R, *spatial)`` for regions, each task holding its own channel). Raises
-        ``CaseError`` for channel counts that do not fit the spec, ``ValueError`` for ``class_names`` of the wrong
-        length. Label values in no region count as background here; :func:`unclaimed_case_labels` finds them.
+        :func:`derived_maps` (``(R, *spatial)`` for regions, each task holding its own channel). Label values in no
+        region count as background here; :func:`unclaimed_case_labels` finds them.
+
+    Raises:
+        CaseError: channel counts that do not fit the spec.
+        ValueError: ``class_names`` of the wrong length, or a region evaluation of a case not read as multi-label.
     """
     if config.regions is None:
         n_cls = case.probs.shape[0] if case.probs is not None else config.num_classes

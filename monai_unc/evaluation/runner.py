@@ -1,6 +1,9 @@
-"""Running an evaluation: a shard of cases with per-case resume (:func:`evaluate_shard`), their cohort state in
-case-id order (:func:`assemble_state`), and the whole of ``monai-unc evaluate`` on one process or under ``torchrun``
-(:func:`run_evaluate`)."""
+"""Running an evaluation: a shard of cases, their cohort state and the whole of ``monai-unc evaluate``.
+
+The pieces are a shard of cases with per-case resume (:func:`evaluate_shard`), their cohort state in case-id order
+(:func:`assemble_state`), and the whole of ``monai-unc evaluate`` on one process or under ``torchrun``
+(:func:`run_evaluate`).
+"""
 
 from __future__ import annotations
 
@@ -64,8 +67,11 @@ def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResu
 
 
 def _evaluate_record(files: CaseFiles, config: EvaluationConfig) -> CaseResult:
-    """The per-case step of the engine: :func:`evaluate_files` as one :class:`CaseResult` (files and number of
-    classes attached), a :class:`~monai_unc.engine.records.CaseRecord`."""
+    """The per-case step of the engine: :func:`evaluate_files` as one :class:`CaseResult`.
+
+    The files and number of classes are attached, so the result is a
+    :class:`~monai_unc.engine.records.CaseRecord`.
+    """
     result, files, n_cls = evaluate_files(files, config)
     result.files, result.num_classes = files, n_cls
     return result
@@ -93,6 +99,18 @@ def evaluate_shard(
     ``failures`` (a list), a case that raises is appended as ``(case_id, exception)``, ``on_failure(case_id,
     exception)`` is called, and the loop goes on; otherwise the first error propagates. The loop is
     :func:`monai_unc.distributed.process_cases` with :func:`evaluate_files` and :func:`case_cache`.
+
+    Args:
+        cases: the cases' files (any subset of a cohort).
+        config: the evaluation options (validated here).
+        cache: the per-case resume folder (``<output>/state/cases``), or None for no resume.
+        failures: a list to collect ``(case_id, exception)`` of failing cases in, or None to raise the first error.
+        on_failure: called as ``on_failure(case_id, exception)`` for each failing case (with ``failures``).
+        progress: show a progress bar.
+        desc: the progress bar's label.
+
+    Returns:
+        ``[(result, files, num_classes)]`` of the cases that succeeded, in the order given.
     """
     config.validate()
     done = process_cases(cases, lambda f: _evaluate_record(f, config),
@@ -107,10 +125,24 @@ def assemble_state(
     failures: list[tuple[str, BaseException]] | None = None,
     regions: dict[str, list[int]] | None = None,
 ) -> CohortState | None:
-    """The :class:`CohortState` of per-case results, added in case-id order whatever order (or shard) they came
-    in, so the pooled float64 sums are the same bits as for one process. The number of classes is that of the
-    first case; a case with another number raises a ``CaseError`` or, with ``failures``, is appended there.
-    ``regions``: the region spec of a region evaluation (kept in the state). Returns None when no case is left."""
+    """The :class:`CohortState` of per-case results, added in case-id order whatever order (or shard) they came in.
+
+    The fixed order makes the pooled float64 sums the same bits as for one process. The number of classes is that of
+    the first case.
+
+    Args:
+        results: ``(result, files, num_classes)`` per case (:func:`evaluate_shard`, possibly gathered from ranks).
+        n_fine_bins: fine bins of the histograms (:attr:`EvaluationConfig.n_fine_bins`).
+        failures: a list to append ``(case_id, CaseError)`` of a case with another number of classes to, or None
+            to raise.
+        regions: the region spec of a region evaluation (kept in the state), or None.
+
+    Returns:
+        The cohort state, or None when no case is left.
+
+    Raises:
+        CaseError: a case has another number of classes than the first (without ``failures``).
+    """
     state: CohortState | None = None
     for result, files, n_cls in sorted(results, key=lambda t: str(t[0].row["case"])):
         cid = str(result.row["case"])
@@ -127,17 +159,20 @@ def assemble_state(
 
 
 def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]], config: EvaluationConfig) -> None:
-    """Refuse a cohort whose label maps hold non-zero labels that no region of ``config.regions`` claims (they
-    would silently count as background: e.g. BraTS 2023 labels, enhancing tumour 3, under ``"brats"``).
+    """Refuse a cohort whose label maps hold non-zero labels that no region of ``config.regions`` claims.
+
+    Such labels would silently count as background (e.g. BraTS 2023 labels, enhancing tumour 3, under ``"brats"``).
 
     Args:
         results: the per-case results (their ``unclaimed_labels``, found while each case was evaluated).
         config: the evaluation options.
 
     Returns:
-        None. ``ValueError`` naming the labels, the number of cases and the likely fix
-        (:func:`monai_unc.regions.unclaimed_labels_message`); with ``config.ignore_unclaimed_labels`` one
-        ``UserWarning`` instead.
+        None; with ``config.ignore_unclaimed_labels`` one ``UserWarning`` instead of the error.
+
+    Raises:
+        ValueError: naming the labels, the number of cases and the likely fix
+            (:func:`monai_unc.regions.unclaimed_labels_message`).
     """
     found: dict[int, list[str]] = {}
     for result, _, _ in results:
@@ -156,9 +191,10 @@ def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]],
 
 def check_recorded_regions(predictions: str | os.PathLike, layout: str, regions: Mapping[str, Sequence[int]] | None
                            ) -> None:
-    """Refuse a region spec other than the one recorded with region-based predictions (``infer --regions``, or the
-    regions of an nnU-Net model), before any work: another label set in some channel, another number of regions,
-    or no spec at all (as ``monai-unc triage`` compares a rule's regions:
+    """Refuse a region spec other than the one recorded with region-based predictions, before any work.
+
+    The record is that of ``infer --regions``, or the regions of an nnU-Net model. Refused are another label set in some
+    channel, another number of regions, or no spec at all (as ``monai-unc triage`` compares a rule's regions:
     :func:`monai_unc.evaluation.triage.region_differences`; the names may differ). Class-based predictions and
     predictions without a record are not checked.
 
@@ -168,7 +204,10 @@ def check_recorded_regions(predictions: str | os.PathLike, layout: str, regions:
         regions: the evaluation's region spec (None: class-based).
 
     Returns:
-        None; ``ValueError`` naming ``--regions`` and both specs on a mismatch.
+        None.
+
+    Raises:
+        ValueError: naming ``--regions`` and both specs on a mismatch.
     """
     found = prediction_regions(predictions, layout)
     if found is None or found is False:
@@ -188,11 +227,26 @@ def evaluate_cases(
     desc: str = "evaluate",
     cache: str | os.PathLike | None = None,
 ) -> CohortState:
-    """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order); the first
-    failing case raises; labels that no region claims are refused (:func:`check_unclaimed_labels`). ``cache``:
-    per-case resume folder (:func:`evaluate_shard`). A thin call of the engine,
-    :func:`monai_unc.engine.run_cases` in this process alone (``stop_on_error``), with :func:`evaluate_files` as the
-    per-case step and the cohort state as the summary step."""
+    """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order).
+
+    The first failing case raises; labels that no region claims are refused (:func:`check_unclaimed_labels`). A thin
+    call of the engine: :func:`monai_unc.engine.run_cases` in this process alone (``stop_on_error``), with
+    :func:`evaluate_files` as the per-case step and the cohort state as the summary step.
+
+    Args:
+        cases: the cases' files.
+        config: the evaluation options.
+        progress: show a progress bar.
+        desc: the progress bar's label.
+        cache: per-case resume folder (:func:`evaluate_shard`), or None.
+
+    Returns:
+        The cohort state (summarise it with :func:`~monai_unc.evaluation.cohort.summarize`).
+
+    Raises:
+        ValueError: ``cases`` is empty, or labels that no region claims.
+        CaseError: a case cannot be read or has another number of classes.
+    """
     config.validate()
 
     def cohort(run: CohortRun) -> CohortState | None:
@@ -231,16 +285,16 @@ def run_evaluate(
     dist: Any = None,
     on_failure: Any = None,
 ) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
-    """Match, evaluate, summarise and write (the whole of ``monai-unc evaluate``), on one process or on every rank
-    of a process group (``torchrun``; see docs/distributed.md).
+    """Match, evaluate, summarise and write: the whole of ``monai-unc evaluate``.
+
+    It runs on one process or on every rank of a process group (``torchrun``; see docs/distributed.md).
 
     Every rank matches the cases (they must agree), evaluates its shard (:func:`monai_unc.distributed.shard`:
     sorted case ids, round-robin) and, with ``resume``, saves each case's row and histogram under
     ``<output>/state/cases/`` (a rerun reuses cases whose inputs and per-case options are unchanged, see
     :func:`case_fingerprint`). The per-case results are gathered to rank 0, which adds them in case-id order
     (:func:`assemble_state`, so every cohort number equals the single-process one bit for bit), summarises and writes
-    ``metrics.csv`` / ``summary.json`` / ``state/``; the summary and paths are broadcast. Returns ``(state, summary,
-    paths)``; ``state`` is None on ranks other than 0.
+    ``metrics.csv`` / ``summary.json`` / ``state/``; the summary and paths are broadcast.
 
     A case that raises does not stop the others: ``on_failure(CaseFailure)`` is called on its rank (default: one
     stderr line with the case id), rank 0 writes ``failures.json`` instead of the cohort files, and every rank raises
@@ -253,9 +307,32 @@ def run_evaluate(
     ``allow_missing`` / ``allow_missing_labels`` (then a ``UserWarning`` lists the cases left out, on rank 0 only).
 
     Args:
+        labels: folder of the reference label maps.
+        predictions: folder of the segmentations and/or probabilities (:data:`monai_unc.io.LAYOUTS`).
+        output: the evaluation folder (created if missing).
+        config: the evaluation options.
+        layout: ``"monai-unc"`` or ``"nnunet"``: the file naming of ``predictions``.
+        uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout).
+        images: folder of the input images (QU-BraTS brain mask, overlays), or None.
+        measures: the measures to read (default: every one found for the first case).
+        seg_suffix: overrides the layout's suffix of the segmentations.
+        probs_suffix: overrides the layout's suffix of the probabilities.
+        allow_missing: leave out labelled cases without a prediction or map (a warning) instead of refusing.
+        allow_missing_labels: leave out predicted cases without a label (a warning) instead of refusing.
+        progress: show a progress bar.
         resume: keep and reuse per-case states (``False``: evaluate every case, save nothing per case).
         dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
             which joins the initialised process group or creates one from torchrun's environment; it stays up).
+        on_failure: called with a :class:`~monai_unc.distributed.CaseFailure` for each failing case (default: one
+            stderr line).
+
+    Returns:
+        ``(state, summary, paths)``: the :class:`CohortState` (None on ranks other than 0), the summary
+        (:func:`~monai_unc.evaluation.cohort.summarize`) and ``{"metrics", "summary", "state"}`` paths.
+
+    Raises:
+        CasesFailed: one or more cases failed (``failures.json`` is written instead of the cohort files).
+        ValueError: bad folders or options, or unmatched cases without ``allow_missing`` / ``allow_missing_labels``.
     """
     ctx = dist if dist is not None else get_dist_context()
     return _run_evaluate(ctx, Path(output), config, resume, progress, on_failure, dict(

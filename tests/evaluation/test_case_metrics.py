@@ -26,9 +26,9 @@ import pytest
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, case_fingerprint, run_evaluate
 from monai_unc.io import match_cases
+from tests._cases import write_brats_like_cohort
 from tests._paths import ROOT
 
-AFFINE = np.diag([1.0, 1.2, 2.0, 1.0])
 BRATS = {"TC": (1, 4), "WT": (1, 2, 4), "ET": (4,)}
 CALLS: list[str] = []  # one entry per evaluation of the metric (resume must not call it again)
 
@@ -44,10 +44,6 @@ def abs_volume_error(task):
     return abs(volume_error(task))
 
 
-def _nii(path: Path, data: np.ndarray) -> None:
-    nib.save(nib.Nifti1Image(data, AFFINE), path)
-
-
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -61,26 +57,7 @@ def classes(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def regions(tmp_path_factory) -> dict[str, Path]:
     """Three BraTS-like cases (label maps 0/1/2/4) with 4D region masks and probabilities as predictions."""
-    root = tmp_path_factory.mktemp("regions")
-    dirs = {k: root / k for k in ("labels", "pred")}
-    for d in dirs.values():
-        d.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(3):
-        lab = np.zeros((8, 7, 6), np.uint8)
-        lab[2:6, 2:6, 1:5] = 2
-        lab[3:5, 3:5, 2:4] = 1
-        if i != 2:  # the last case has no enhancing tumour
-            lab[3, 3, 2 + i % 2] = 4
-        masks = np.stack([np.isin(lab, labels) for labels in BRATS.values()])
-        flip = rng.random(masks.shape) < 0.08
-        pred = masks ^ flip
-        conf = rng.uniform(0.55, 0.99, masks.shape)
-        probs = np.where(pred, conf, 1 - conf).astype(np.float32)
-        _nii(dirs["labels"] / f"case{i}.nii.gz", lab)
-        _nii(dirs["pred"] / f"case{i}_seg.nii.gz", np.moveaxis(pred.astype(np.uint8), 0, -1))
-        _nii(dirs["pred"] / f"case{i}_probs.nii.gz", np.moveaxis(probs, 0, -1))
-    return dirs
+    return write_brats_like_cohort(tmp_path_factory.mktemp("regions"))
 
 
 def _evaluate(labels: Path, pred: Path, out: Path, config: EvaluationConfig):
@@ -114,13 +91,13 @@ def test_class_metric_equals_hand_computation_and_leaves_the_other_columns(class
 
 def test_region_metric_per_region_equals_hand_computation(regions, tmp_path):
     config = EvaluationConfig(regions=BRATS, case_metrics={"volume_error": volume_error})
-    _, summary, paths = _evaluate(regions["labels"], regions["pred"], tmp_path / "ext", config)
+    _, summary, paths = _evaluate(regions["labels"], regions["predictions"], tmp_path / "ext", config)
     rows = _rows(paths["metrics"])
     assert len(rows) == 3 and "volume_error" not in rows[0]
     for r in rows:
         label = nib.load(regions["labels"] / f"{r['case']}.nii.gz")
         lab = np.asarray(label.dataobj)
-        pred = np.moveaxis(np.asarray(nib.load(regions["pred"] / f"{r['case']}_seg.nii.gz").dataobj), -1, 0)
+        pred = np.moveaxis(np.asarray(nib.load(regions["predictions"] / f"{r['case']}_seg.nii.gz").dataobj), -1, 0)
         for k, (name, labels) in enumerate(BRATS.items()):
             expected = _hand_volume_error(pred[k], np.isin(lab, labels), label.affine)
             assert float(r[f"volume_error_{name}"]) == pytest.approx(expected, rel=1e-12, abs=1e-12)
@@ -134,7 +111,7 @@ def test_resume_reuses_cases_and_a_new_metric_set_recomputes(kind, classes, regi
     if kind == "classes":
         labels, pred, extra = classes["labels"], classes["predictions"], {}
     else:
-        labels, pred, extra = regions["labels"], regions["pred"], {"regions": BRATS}
+        labels, pred, extra = regions["labels"], regions["predictions"], {"regions": BRATS}
     out = tmp_path / "ev"
     CALLS.clear()
     first = _evaluate(labels, pred, out, EvaluationConfig(case_metrics={"volume_error": volume_error}, **extra))
@@ -185,7 +162,7 @@ def test_torchrun_two_ranks_equal_one_process(classes, regions, tmp_path):
     script = tmp_path / "evaluate_with_volume_error.py"
     script.write_text(SCRIPT.format(function=source, regions=repr(BRATS)))
     cohorts = (("classes", classes["labels"], classes["predictions"], {}),
-               ("regions", regions["labels"], regions["pred"], {"regions": BRATS}))
+               ("regions", regions["labels"], regions["predictions"], {"regions": BRATS}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
     for kind, labels, pred, _ in cohorts:
         cmd += [str(labels), str(pred), str(tmp_path / f"torchrun_{kind}"), kind]

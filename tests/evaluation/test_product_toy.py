@@ -37,10 +37,10 @@ from monai_unc.evaluation import EvaluationConfig, run_evaluate
 from monai_unc.evaluation.products import read_artifact
 from monai_unc.product import CohortProduct, ReportSection, register_product, unregister_product
 from monai_unc.state import register_state_type
+from tests._cases import BRATS_REGIONS, write_brats_like_cohort
 from tests._paths import ROOT
 
-BRATS = {"TC": [1, 4], "WT": [1, 2, 4], "ET": [4]}
-AFFINE = np.diag([1.0, 1.2, 2.0, 1.0])
+BRATS = BRATS_REGIONS
 CALLS: list[str] = []  # one entry per case whose state the product computed (resume must not call it again)
 STOP_AT: list[str] = []  # a case at which the product interrupts the run, as a kill would
 UNITS = {"ml": 1e-3, "mm3": 1.0}
@@ -163,32 +163,9 @@ def classes(tmp_path_factory) -> dict[str, Path]:
     return write_toy_cohort(tmp_path_factory.mktemp("classes"), n_cases=4, shape=(10, 10, 10))
 
 
-def _nii(path: Path, data: np.ndarray) -> None:
-    nib.save(nib.Nifti1Image(data, AFFINE), path)
-
-
 @pytest.fixture(scope="module")
 def regions(tmp_path_factory) -> dict[str, Path]:
-    """Three BraTS-like cases (label maps 0/1/2/4) with 4D region masks and probabilities, anisotropic voxels."""
-    root = tmp_path_factory.mktemp("regions")
-    dirs = {k: root / k for k in ("labels", "predictions")}
-    for d in dirs.values():
-        d.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(3):
-        lab = np.zeros((8, 7, 6), np.uint8)
-        lab[2:6, 2:6, 1:5] = 2
-        lab[3:5, 3:5, 2:4] = 1
-        if i != 2:
-            lab[3, 3, 2 + i % 2] = 4
-        masks = np.stack([np.isin(lab, labels) for labels in BRATS.values()])
-        pred = masks ^ (rng.random(masks.shape) < 0.08)
-        conf = rng.uniform(0.55, 0.99, masks.shape)
-        _nii(dirs["labels"] / f"case{i}.nii.gz", lab)
-        _nii(dirs["predictions"] / f"case{i}_seg.nii.gz", np.moveaxis(pred.astype(np.uint8), 0, -1))
-        _nii(dirs["predictions"] / f"case{i}_probs.nii.gz",
-             np.moveaxis(np.where(pred, conf, 1 - conf).astype(np.float32), 0, -1))
-    return dirs
+    return write_brats_like_cohort(tmp_path_factory.mktemp("regions"))
 
 
 def _cohort(kind: str, classes: dict[str, Path], regions: dict[str, Path]) -> tuple[Path, Path, list[str]]:

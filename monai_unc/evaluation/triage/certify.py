@@ -33,15 +33,33 @@ def certify_referral_rule(
     uncertainty: str | os.PathLike | None = None,
     image_z_max: float = IMAGE_Z_MAX,
 ) -> ReferralRule:
-    """The :class:`ReferralRule` of an evaluation with ``config.target_risk``: the threshold and its certificate from
-    ``summary["risk_control"]`` (fitted by :func:`monai_unc.evaluation.summarize` on the calibration cases), the
-    calibration cases' scores from ``state``, the statistics of their images when the evaluation had images
-    (``state.files``), and the fingerprint of ``predictions`` (:func:`prediction_fingerprint`, the calibration
-    cases' records). A region evaluation (``config.regions``) gives a rule with the region spec, whose score is the
-    combined case score of the regions. The rule records the calibration cases' scores, Dice and risks
-    (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is recomputed here and whenever
-    it is read (:meth:`ReferralRule.verify_certificate`). ``ValueError`` when the summary has no ``risk_control``
-    block or its certificate is not the one the cohort's calibration cases give."""
+    """The :class:`ReferralRule` of an evaluation with ``config.target_risk``.
+
+    The rule holds the threshold and its certificate from ``summary["risk_control"]`` (fitted by
+    :func:`monai_unc.evaluation.summarize` on the calibration cases), the calibration cases' scores from ``state``, the
+    statistics of their images when the evaluation had images (``state.files``), and the fingerprint of ``predictions``
+    (:func:`prediction_fingerprint`, the calibration cases' records). A region evaluation (``config.regions``) gives a
+    rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
+    cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is
+    recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`).
+
+    Args:
+        state: the evaluation's cohort state (rows, and files for the images).
+        summary: its summary (:func:`monai_unc.evaluation.summarize`), with a ``risk_control`` block.
+        config: the evaluation options (``risk``, ``failure_dice``, ``patch_size``, ``class_names``, ``regions``).
+        predictions: the folder of the evaluated predictions, for the fingerprint (None: no fingerprint).
+        layout: its file naming (``monai-unc`` or ``nnunet``).
+        uncertainty: the folder of its uncertainty maps (default from the layout).
+        image_z_max: the largest robust z-score of the image statistics of an accepted case
+            (:class:`ImageReference`).
+
+    Returns:
+        The certified rule (not written; :func:`write_referral_rule` writes it).
+
+    Raises:
+        ValueError: the summary has no ``risk_control`` block, or its certificate is not the one the cohort's
+            calibration cases give.
+    """
     rc = summary.get("risk_control")
     if not rc:
         raise ValueError("the summary has no risk_control block: evaluate with a target_risk (--target-risk)")
@@ -109,9 +127,27 @@ def write_referral_rule(
     layout: str = "monai-unc",
     uncertainty: str | os.PathLike | None = None,
 ) -> Path | None:
-    """Write ``<output>/referral_rule.json`` (:func:`certify_referral_rule`, atomic, strict JSON) when
-    ``config.target_risk`` is set and return its path; otherwise remove a stale one (an earlier evaluation's rule
-    must not pass for this one's) and return None. Called by :func:`monai_unc.evaluation.run_evaluate` on rank 0."""
+    """Write ``<output>/referral_rule.json`` when ``config.target_risk`` is set, else remove a stale one.
+
+    The rule is that of :func:`certify_referral_rule`, written atomically as strict JSON; without a target risk an
+    earlier evaluation's rule is removed, so that it cannot pass for this one's. Called by
+    :func:`monai_unc.evaluation.run_evaluate` on rank 0.
+
+    Args:
+        output: the evaluation folder.
+        state: the evaluation's cohort state.
+        summary: its summary.
+        config: the evaluation options.
+        predictions: the folder of the evaluated predictions, for the fingerprint.
+        layout: its file naming (``monai-unc`` or ``nnunet``).
+        uncertainty: the folder of its uncertainty maps (default from the layout).
+
+    Returns:
+        The path of the rule file, or None without ``config.target_risk``.
+
+    Raises:
+        ValueError: as :func:`certify_referral_rule`.
+    """
     path = Path(output) / RULE_FILE
     if config.target_risk is None:
         path.unlink(missing_ok=True)

@@ -1,5 +1,8 @@
-"""How a prediction folder was made (:func:`prediction_fingerprint`), the regions recorded with it, and their
-comparison with a referral rule's (:func:`compare_fingerprints`, :func:`region_differences`)."""
+"""How a prediction folder was made, the regions recorded with it, and their comparison with a rule's.
+
+The fingerprint is :func:`prediction_fingerprint`; the comparisons are :func:`compare_fingerprints` and
+:func:`region_differences`.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +24,16 @@ from ...io import (
 # fingerprint of the predictions
 # ----------------------------------------------------------------------------------------------------------------
 class FingerprintMismatch(ValueError):
-    """The predictions were not made like the rule's calibration predictions; ``differences`` lists
-    ``(field, rule value, predictions value)``."""
+    """The predictions were not made like the rule's calibration predictions.
+
+    Args:
+        differences: ``[(field, rule value, predictions value)]``, kept as :attr:`differences`; the message names
+            the first few.
+
+    Example:
+        >>> FingerprintMismatch([("roi", 8, 16)]).differences
+        [('roi', 8, 16)]
+    """
 
     def __init__(self, differences: Sequence[tuple[str, Any, Any]]) -> None:
         self.differences = list(differences)
@@ -48,8 +59,9 @@ _TEMPERATURE = re.compile(r"\(temperature \[([^\]]*)\]\)")
 
 
 def recorded_temperature(settings: Mapping[str, Any]) -> list[float] | None:
-    """The temperature of an ``infer`` run from the ``settings`` of its ``infer.json``, as a list of floats (one,
-    or one per class), None when the model was not temperature-scaled.
+    """The temperature of an ``infer`` run from the ``settings`` of its ``infer.json``.
+
+    It is a list of floats (one, or one per class), None when the model was not temperature-scaled.
 
     Args:
         settings: the ``settings`` object of ``infer.json``. Its ``temperature`` field (full precision) when
@@ -98,7 +110,18 @@ def prediction_fingerprint(
 
     The seed is left out on purpose: another seed draws other samples of the same predictive distribution, which
     keeps new cases exchangeable. Values that differ between the cases (e.g. ``num_samples``) become sorted lists.
-    Args: ``case_ids``: the cases whose records count (default: every record found).
+
+    Args:
+        predictions: the prediction folder.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+        case_ids: the cases whose records count (default: every record found).
+        uncertainty: the folder of the per-case uncertainty records when not where the layout puts them.
+
+    Returns:
+        The fingerprint as JSON data (``{"producer": "unknown"}`` without records).
+
+    Raises:
+        ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
@@ -163,14 +186,24 @@ def prediction_fingerprint(
 def prediction_regions(
     predictions: str | os.PathLike, layout: str = "monai-unc"
 ) -> dict[str, list[int]] | list[str] | bool | None:
-    """What the records of a prediction folder say about regions: ``False`` for class-based (softmax / binary)
-    predictions; for region-based ones the region spec ``{name: [label, ...]}`` (channel order) or, when ``infer``
-    was not given ``--regions``, the channel names ``["0", "1", ...]`` (``True``: region-based, regions not
-    recorded); ``None`` when there is no record.
+    """What the records of a prediction folder say about regions.
 
     ``monai-unc`` layout: :func:`monai_unc.io.read_prediction_regions` (``infer.json`` / the case records; an
     ``infer.json`` without ``multilabel``, written before region-based inference existed, is class-based).
-    ``nnunet`` layout: the ``regions`` entry of ``uncertainty_config.json`` (absent or empty: class-based)."""
+    ``nnunet`` layout: the ``regions`` entry of ``uncertainty_config.json`` (absent or empty: class-based).
+
+    Args:
+        predictions: the prediction folder.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+
+    Returns:
+        ``False`` for class-based (softmax / binary) predictions; for region-based ones the region spec
+        ``{name: [label, ...]}`` (channel order) or, when ``infer`` was not given ``--regions``, the channel names
+        ``["0", "1", ...]`` (``True``: region-based, regions not recorded); ``None`` when there is no record.
+
+    Raises:
+        ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
+    """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     pred = Path(predictions)
@@ -189,10 +222,25 @@ def prediction_regions(
 def region_differences(
     rule_regions: Mapping[str, Sequence[int]] | None, found: Mapping[str, Sequence[int]] | list[str] | bool | None
 ) -> list[tuple[str, Any, Any]]:
-    """``[("regions", rule's, predictions')]`` when the regions a rule scores cannot be those of the predictions
-    (``found``: :func:`prediction_regions`), else ``[]``: a class-based rule on region predictions or the reverse;
-    another number of regions; another label set in some channel (a region spec against a recorded spec; the names
-    may differ, they only name the columns). Nothing to compare without a record (``found is None``)."""
+    """Whether the regions a rule scores can be those of the predictions.
+
+    They cannot for a class-based rule on region predictions or the reverse, another number of regions, or another
+    label set in some channel (a region spec against a recorded spec; the names may differ, they only name the
+    columns). Nothing is compared without a record (``found is None``).
+
+    Args:
+        rule_regions: the rule's region spec ``{name: [labels]}``, or None for a class-based rule.
+        found: what :func:`prediction_regions` found for the predictions.
+
+    Returns:
+        ``[("regions", rule's, predictions')]`` when they cannot match, else ``[]``.
+
+    Example:
+        >>> region_differences({"WT": [1, 2, 4]}, {"whole": [1, 2, 4]})
+        []
+        >>> region_differences({"WT": [1, 2, 4]}, False)
+        [('regions', {'WT': [1, 2, 4]}, None)]
+    """
     if found is None:
         return []
     rule_side: Any = None if rule_regions is None else {k: list(v) for k, v in rule_regions.items()}
@@ -219,8 +267,11 @@ _BUNDLE = re.compile(r"^bundle: .*?((?: \(temperature \[[^\]]*\]\))?)$")
 
 
 def _normalized_roi(roi: Any) -> Any:
-    """The sliding-window size as compared: one size for every axis (``8``, ``[8]`` and ``[8, 8, 8]`` are all
-    "isotropic 8", the same windows on images of any dimension) as that int; another size per axis as the list."""
+    """The sliding-window size as compared.
+
+    One size for every axis (``8``, ``[8]`` and ``[8, 8, 8]`` are all "isotropic 8", the same windows on images of
+    any dimension) becomes that int; another size per axis stays the list.
+    """
     if isinstance(roi, bool) or roi is None:
         return roi
     if isinstance(roi, int):
@@ -231,14 +282,28 @@ def _normalized_roi(roi: Any) -> Any:
 
 
 def has_weight_digests(fp: Mapping[str, Any]) -> bool:
-    """Whether a fingerprint records the sha256 digests of its model's files (``weights``)."""
+    """Whether a fingerprint records the sha256 digests of its model's files (``weights``).
+
+    Args:
+        fp: a :func:`prediction_fingerprint`.
+
+    Returns:
+        True when ``weights`` is a non-empty list of entries that each have a ``sha256``.
+
+    Example:
+        >>> has_weight_digests({"weights": [{"path": "model.pt", "sha256": "ab12"}]}), has_weight_digests({})
+        (True, False)
+    """
     w = fp.get("weights")
     return isinstance(w, list) and bool(w) and all(isinstance(e, Mapping) and "sha256" in e for e in w)
 
 
 def _weight_label(entry: Mapping[str, Any]) -> str:
-    """A file of ``weights`` in a difference: its name (relative names as recorded, e.g. nnU-Net's
-    ``fold_0/checkpoint_final.pth``; the full paths stay in the fingerprints) and the start of its digest."""
+    """A file of ``weights`` in a difference: its name and the start of its digest.
+
+    Relative names are kept as recorded (e.g. nnU-Net's ``fold_0/checkpoint_final.pth``); the full paths stay in the
+    fingerprints.
+    """
     name = str(entry.get("file"))
     if os.path.isabs(name):
         name = Path(name).name
@@ -255,11 +320,24 @@ def _weight_differences(rule_w: Sequence[Mapping[str, Any]], pred_w: Sequence[Ma
 
 
 def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any]:
-    """A fingerprint as :func:`compare_fingerprints` compares it: ``roi`` as :func:`_normalized_roi`; with
-    ``digests`` (both sides record the model files' digests) the paths (``checkpoints``, ``model_folder``, a
-    bundle's folder in ``model``) dropped, since the digests identify the model, and ``weights`` left to
-    :func:`_weight_differences`; without, ``weights`` dropped (the model is compared by its paths, as before the
-    digests were recorded)."""
+    """A fingerprint as :func:`compare_fingerprints` compares it.
+
+    ``roi`` becomes one int for an isotropic window; with ``digests`` (both sides record the model files' digests)
+    the paths (``checkpoints``, ``model_folder``, a bundle's folder in ``model``) are dropped, since the digests
+    identify the model, and ``weights`` is left to the digest comparison; without, ``weights`` is dropped (the model
+    is compared by its paths, as before the digests were recorded).
+
+    Args:
+        fp: a :func:`prediction_fingerprint`.
+        digests: whether both sides record weight digests (:func:`has_weight_digests`).
+
+    Returns:
+        A normalised copy.
+
+    Example:
+        >>> normalize_fingerprint({"roi": [8, 8, 8], "checkpoints": ["a.pt"]}, digests=True)
+        {'roi': 8}
+    """
     out = dict(fp)
     if "roi" in out:
         out["roi"] = _normalized_roi(out["roi"])
@@ -274,8 +352,9 @@ def normalize_fingerprint(fp: Mapping[str, Any], digests: bool) -> dict[str, Any
 
 
 def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any]) -> tuple[str, list]:
-    """``(status, differences)``: ``"match"``; ``"mismatch"`` with ``[(field, rule value, predictions value)]``;
-    or ``"unverified"`` when neither side has a record of how its predictions were made (nothing to compare: the
+    """Compare a rule's prediction fingerprint with that of new predictions.
+
+    Neither side having a record of how its predictions were made is ``"unverified"`` (nothing to compare: the
     caller must say so). One side unknown and the other known is a mismatch (field ``producer``).
 
     Both sides are normalised first (:func:`normalize_fingerprint`): the same windows spelt ``--roi 8`` or
@@ -283,7 +362,23 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
     identified by them, not by its paths: a file whose content differs (a model retrained and saved at the same
     path) is a difference ``("weights", "<rule's file> (sha256 ...)", "<predictions' file> (sha256 ...)")``, and a
     model moved elsewhere still matches. Otherwise (a record written before the digests) the paths are compared as
-    they were (:func:`has_weight_digests` tells the caller to say so)."""
+    they were (:func:`has_weight_digests` tells the caller to say so).
+
+    Args:
+        rule_fp: the rule's recorded fingerprint.
+        pred_fp: the predictions' :func:`prediction_fingerprint`.
+
+    Returns:
+        ``(status, differences)``: ``("match", [])``, ``("mismatch", [(field, rule value, predictions value)])``
+        (``producer`` first) or ``("unverified", [])``.
+
+    Example:
+        >>> rule = {"producer": "monai-unc infer", "roi": 8}
+        >>> compare_fingerprints(rule, {"producer": "monai-unc infer", "roi": [8, 8, 8]})
+        ('match', [])
+        >>> compare_fingerprints(rule, {"producer": "monai-unc infer", "roi": [16, 16]})
+        ('mismatch', [('roi', 8, [16, 16])])
+    """
     unknown = {"producer": "unknown"}
     if dict(rule_fp) in ({}, unknown) and dict(pred_fp) in ({}, unknown):
         return "unverified", []

@@ -29,9 +29,22 @@ IMAGE_CHANNEL_FILES = ("all", "first")
 # case scores, image statistics
 # ----------------------------------------------------------------------------------------------------------------
 def parse_score_column(column: str) -> tuple[str, str]:
-    """``(measure, aggregation)`` of a score column such as ``"predictive_entropy_fg_mean"``; ``ValueError`` for a
-    column that is not ``<measure>_<aggregation>`` with a measure of :data:`monai_unc.keys.MEASURES` and an
-    aggregation of :data:`SCORE_AGGREGATIONS`."""
+    """``(measure, aggregation)`` of a score column such as ``"predictive_entropy_fg_mean"``.
+
+    Args:
+        column: the column name, ``<measure>_<aggregation>``.
+
+    Returns:
+        ``(measure, aggregation)``.
+
+    Raises:
+        ValueError: ``column`` is not ``<measure>_<aggregation>`` with a measure of :data:`monai_unc.keys.MEASURES`
+            and an aggregation of :data:`SCORE_AGGREGATIONS`.
+
+    Example:
+        >>> parse_score_column("mutual_information_patch_mean")
+        ('mutual_information', 'patch_mean')
+    """
     for agg in sorted(SCORE_AGGREGATIONS, key=len, reverse=True):  # fg_mean before mean
         if column.endswith(f"_{agg}") and column[: -len(agg) - 1] in MEASURES:
             return column[: -len(agg) - 1], agg
@@ -40,10 +53,25 @@ def parse_score_column(column: str) -> tuple[str, str]:
 
 
 def image_statistics(image: np.ndarray) -> np.ndarray:
-    """Intensity statistics of an image ``(C, *spatial)``: per channel the mean, standard deviation and the 1st,
-    50th and 99th percentiles (:data:`IMAGE_FEATURES`) of the voxels inside the non-zero region (voxels where any
-    channel is non-zero: the head of a skull-stripped MR, the field of view of a padded scan; every voxel when the
-    image is zero everywhere). Returns ``(C * 5,)`` float64, channel-major. Cheap: one pass plus a partition."""
+    """Intensity statistics of an image ``(C, *spatial)``, per channel inside the non-zero region.
+
+    Per channel the mean, standard deviation and the 1st, 50th and 99th percentiles (:data:`IMAGE_FEATURES`) of the
+    voxels inside the non-zero region (voxels where any channel is non-zero: the head of a skull-stripped MR, the
+    field of view of a padded scan; every voxel when the image is zero everywhere). Cheap: one pass plus a partition.
+
+    Args:
+        image: ``(C, *spatial)`` intensities, finite.
+
+    Returns:
+        ``(C * 5,)`` float64, channel-major (names: :func:`image_feature_names`).
+
+    Raises:
+        ValueError: ``image`` has fewer than 2 dimensions or NaN / inf values.
+
+    Example:
+        >>> image_statistics(np.array([[[0., 1.], [2., 3.]]])).round(3)
+        array([2.   , 0.816, 1.02 , 2.   , 2.98 ])
+    """
     img = np.asarray(image)
     if img.ndim < 2:
         raise ValueError(f"image must be (C, *spatial), got shape {img.shape}")
@@ -66,11 +94,26 @@ def read_image_channels(
     geometry: tuple[Sequence[int], np.ndarray] | None = None,
     case_id: str = "",
 ) -> np.ndarray:
-    """The image ``(C, *spatial)`` of a case whose image file is ``path``, every channel stacked: with
-    ``channel_files="all"`` and nnU-Net's channel naming (``path`` is ``CASE_0000.<ext>``) the channel files
+    """The image ``(C, *spatial)`` of a case whose image file is ``path``, every channel stacked.
+
+    With ``channel_files="all"`` and nnU-Net's channel naming (``path`` is ``CASE_0000.<ext>``) the channel files
     ``CASE_0000``, ``CASE_0001``, ... (:func:`monai_unc.io.image_channel_files`) read one by one and concatenated,
     otherwise the one file (a 4D NIfTI gives its channels). ``geometry`` ``(spatial shape, affine)``: every file must
-    have it (affine within :data:`monai_unc.io.GEOMETRY_ATOL` mm), else ``CaseError``; by default the first file's."""
+    have it (affine within :data:`monai_unc.io.GEOMETRY_ATOL` mm); by default the first file's.
+
+    Args:
+        path: the case's image file (``CASE_0000.<ext>`` in nnU-Net's channel naming).
+        channel_files: ``"all"`` (every channel file) or ``"first"`` (only ``path``).
+        geometry: ``(spatial shape, affine)`` every file must have, or None.
+        case_id: names the case in error messages.
+
+    Returns:
+        The image, ``(C, *spatial)`` float32.
+
+    Raises:
+        ValueError: ``channel_files`` is not one of :data:`IMAGE_CHANNEL_FILES`.
+        CaseError: a channel file has another spatial shape or affine.
+    """
     if channel_files not in IMAGE_CHANNEL_FILES:
         raise ValueError(f"channel_files must be one of {IMAGE_CHANNEL_FILES}, got {channel_files!r}")
     paths = image_channel_files(path) if channel_files == "all" else (Path(path),)
@@ -91,7 +134,18 @@ def read_image_channels(
 
 
 def image_feature_names(n_channels: int) -> tuple[str, ...]:
-    """Names of :func:`image_statistics`' entries: ``mean``, ``std``, ... (``c1_mean`` ... for more channels)."""
+    """Names of :func:`image_statistics`' entries: ``mean``, ``std``, ... (``c1_mean`` ... for more channels).
+
+    Args:
+        n_channels: the number of image channels ``C``.
+
+    Returns:
+        ``5 C`` names, channel-major: :data:`IMAGE_FEATURES` for one channel, ``c<i>_<feature>`` otherwise.
+
+    Example:
+        >>> image_feature_names(2)[:3]
+        ('c0_mean', 'c0_std', 'c0_p01')
+    """
     if n_channels == 1:
         return IMAGE_FEATURES
     return tuple(f"c{c}_{f}" for c in range(n_channels) for f in IMAGE_FEATURES)

@@ -1,5 +1,7 @@
-"""The referral rule (:class:`ReferralRule`), its verdict on a case (:class:`Decision`) and the reference of the
-calibration images (:class:`ImageReference`)."""
+"""The referral rule, its verdict on a case and the reference of the calibration images.
+
+These are :class:`ReferralRule`, :class:`Decision` and :class:`ImageReference`.
+"""
 
 from __future__ import annotations
 
@@ -44,8 +46,10 @@ _SCALE_FLOOR = 0.02
 
 @dataclass(frozen=True)
 class ImageReference:
-    """Where the calibration images lie: per statistic of :func:`image_statistics` the median over the calibration
-    cases and a robust scale ``max(1.4826 MAD, 0.02 R_c, 1e-12)``, where ``R_c`` is the median over the calibration
+    """Where the calibration images lie: per statistic a median and a robust scale over the calibration cases.
+
+    Per statistic of :func:`image_statistics` the reference holds the median over the calibration cases and a robust
+    scale ``max(1.4826 MAD, 0.02 R_c, 1e-12)``, where ``R_c`` is the median over the calibration
     cases of the channel's ``p99 - p01`` intensity range (the floor keeps a statistic that happens to be (nearly)
     equal on every calibration image, such as the 1st percentile of images that all start at 0, from flagging
     every new case: a statistic must move by at least ``z_max * 2 %`` of the typical intensity range to count).
@@ -57,6 +61,27 @@ class ImageReference:
     (:func:`read_image_channels`): ``"all"`` every channel file (what :func:`certify_referral_rule` fits), ``"first"``
     only ``CASE_0000`` (rules certified before multi-channel reading; read from a rule file without the field).
     Images holding every channel in one file read the same either way.
+
+    Args:
+        features: the statistic names (:func:`image_feature_names`), ``F = 5 C`` for ``C`` channels.
+        median: the median of each statistic over the calibration cases ``(F,)``.
+        scale: the robust scale of each statistic ``(F,)``, positive.
+        n_cases: the number of calibration images.
+        z_max: the largest robust z-score of an accepted case.
+        channel_files: ``"all"`` or ``"first"`` (above).
+
+    Raises:
+        ValueError: ``channel_files`` is not one of :data:`IMAGE_CHANNEL_FILES`.
+
+    Example:
+        >>> stats = np.array([[10., 2., 0., 10., 20.], [12., 2., 0., 12., 22.], [11., 3., 0., 11., 21.]])
+        >>> ref = ImageReference.fit(stats)
+        >>> ref.median
+        (11.0, 2.0, 0.0, 11.0, 21.0)
+        >>> ref.z_scores(np.array([11., 2., 0., 11., 60.])).round(2)
+        array([ 0.  ,  0.  ,  0.  ,  0.  , 26.31])
+        >>> ImageReference.from_json(ref.to_json()) == ref
+        True
     """
 
     features: tuple[str, ...]
@@ -72,7 +97,18 @@ class ImageReference:
 
     @classmethod
     def fit(cls, stats: np.ndarray, z_max: float = IMAGE_Z_MAX) -> ImageReference:
-        """The reference of ``stats`` ``(N, 5 C)``: one row of :func:`image_statistics` per calibration case."""
+        """The reference of ``stats`` ``(N, 5 C)``: one row of :func:`image_statistics` per calibration case.
+
+        Args:
+            stats: ``(N, 5 C)`` statistics of ``N >= 1`` calibration images with ``C`` channels, finite.
+            z_max: the largest robust z-score of an accepted case.
+
+        Returns:
+            The reference: per statistic the median and ``max(1.4826 MAD, 0.02 R_c, 1e-12)`` (class docstring).
+
+        Raises:
+            ValueError: ``stats`` has the wrong shape or non-finite values, or ``z_max`` is not positive.
+        """
         s = np.asarray(stats, dtype=np.float64)
         n_f = len(IMAGE_FEATURES)
         if s.ndim != 2 or s.shape[0] < 1 or s.shape[1] < n_f or s.shape[1] % n_f:
@@ -92,7 +128,17 @@ class ImageReference:
                    int(s.shape[0]), float(z_max))
 
     def z_scores(self, stats: np.ndarray) -> np.ndarray:
-        """Robust z-scores ``|x - median| / scale`` of ``stats`` ``(N, F)`` (or ``(F,)``), same shape."""
+        """Robust z-scores ``|x - median| / scale`` of ``stats``.
+
+        Args:
+            stats: ``(N, F)`` (or ``(F,)``) rows of :func:`image_statistics` of new cases.
+
+        Returns:
+            The z-scores, float64, same shape as ``stats``.
+
+        Raises:
+            ValueError: ``stats`` has another number of statistics than the reference (another channel count).
+        """
         s = np.asarray(stats, dtype=np.float64)
         if s.shape[-1] != len(self.features):
             raise ValueError(f"stats have {s.shape[-1]} entries per case, the reference {len(self.features)} "
@@ -100,11 +146,28 @@ class ImageReference:
         return np.abs(s - np.asarray(self.median)) / np.asarray(self.scale)
 
     def to_json(self) -> dict[str, Any]:
+        """The reference as JSON data (the ``image_reference`` object of a rule file).
+
+        Returns:
+            ``{"features", "median", "scale", "n_cases", "z_max", "channel_files"}``.
+        """
         return {"features": list(self.features), "median": list(self.median), "scale": list(self.scale),
                 "n_cases": self.n_cases, "z_max": self.z_max, "channel_files": self.channel_files}
 
     @classmethod
     def from_json(cls, d: Any, where: str = "image_reference") -> ImageReference:
+        """Read :meth:`to_json` data, checked.
+
+        Args:
+            d: the parsed JSON object; without ``channel_files`` (older rules) it reads as ``"first"``.
+            where: how error messages name the object.
+
+        Returns:
+            The reference.
+
+        Raises:
+            ValueError: a field is missing or wrong (the message names it).
+        """
         if not isinstance(d, Mapping):
             raise ValueError(f"{where} must be an object, got {type(d).__name__}")
         feats = _field(d, "features", where, list)
@@ -126,9 +189,10 @@ class ImageReference:
 
 @dataclass(frozen=True)
 class CalibrationRecord:
-    """What a rule's certificate was computed from, one entry per calibration case (in the order of
-    ``ReferralRule.calibration_cases``), so that the certificate can be recomputed when the rule is read
-    (:meth:`ReferralRule.verify_certificate`).
+    """What a rule's certificate was computed from, one entry per calibration case.
+
+    The entries are in the order of ``ReferralRule.calibration_cases``, so that the certificate can be recomputed when
+    the rule is read (:meth:`ReferralRule.verify_certificate`).
 
     Attributes:
         scores: the case's triage score, None when undefined (e.g. an empty predicted foreground).
@@ -151,14 +215,29 @@ class CalibrationRecord:
     sequence: str = "fallback"
 
     def to_json(self) -> dict[str, Any]:
-        """The record's entries of the rule's ``calibration`` object (strict JSON)."""
+        """The record's entries of the rule's ``calibration`` object (strict JSON).
+
+        Returns:
+            ``{"case_scores", "dice", "risks", "undefined_score", "max_candidates", "sequence"}``.
+        """
         return {"case_scores": list(self.scores), "dice": list(self.dice), "risks": list(self.risks),
                 "undefined_score": self.undefined_score, "max_candidates": self.n_candidates,
                 "sequence": self.sequence}
 
     @classmethod
     def from_json(cls, cal: Mapping[str, Any], where: str = "calibration") -> CalibrationRecord:
-        """Read :meth:`to_json` entries from a rule's ``calibration`` object; ``ValueError`` naming a bad field."""
+        """Read :meth:`to_json` entries from a rule's ``calibration`` object.
+
+        Args:
+            cal: the rule's parsed ``calibration`` object.
+            where: how error messages name the object.
+
+        Returns:
+            The record.
+
+        Raises:
+            ValueError: naming a field that is missing or wrong.
+        """
         scores = [None if v is None else _number(v, f"{where}.case_scores")
                   for v in _field(cal, "case_scores", where, list)]
         dice = [None if v is None else _number(v, f"{where}.dice") for v in _field(cal, "dice", where, list)]
@@ -173,8 +252,10 @@ class CalibrationRecord:
 
 
 def rule_digest(body: Mapping[str, Any]) -> str:
-    """The content digest of a rule file's JSON object: ``"sha256:<hex>"`` of its canonical JSON (sorted keys, no
-    spaces) without the ``digest`` field itself. It tells an edited or corrupted file from the one written; it is
+    """The content digest of a rule file's JSON object.
+
+    It is ``"sha256:<hex>"`` of its canonical JSON (sorted keys, no spaces) without the ``digest`` field itself. It
+    tells an edited or corrupted file from the one written; it is
     no signature (whoever edits the file can recompute it), which is why the certificate is also recomputed
     (:meth:`ReferralRule.verify_certificate`).
 
@@ -183,6 +264,12 @@ def rule_digest(body: Mapping[str, Any]) -> str:
 
     Returns:
         ``"sha256:"`` and 64 hex digits.
+
+    Example:
+        >>> rule_digest({"a": 1, "digest": "x"}) == rule_digest({"a": 1})
+        True
+        >>> rule_digest({"a": 1})[:7]
+        'sha256:'
     """
     doc = {k: v for k, v in body.items() if k != "digest"}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -202,9 +289,18 @@ def _same(a: float, b: float) -> bool:
 # the rule
 # ----------------------------------------------------------------------------------------------------------------
 class Decision(NamedTuple):
-    """The rule's verdict on one case: ``decision`` ``"accept"`` or ``"review"``, a human-readable ``reason`` and
-    the ``code`` of the first reason (``accepted``, ``not_certified``, ``undefined_score``, ``outside_range``,
-    ``image_statistics``, ``above_threshold``)."""
+    """The rule's verdict on one case (:meth:`ReferralRule.apply`).
+
+    Args:
+        decision: ``"accept"`` or ``"review"``.
+        reason: a human-readable reason (every reason that applies, ``"; "``-joined).
+        code: the code of the first reason (``accepted``, ``not_certified``, ``undefined_score``,
+            ``outside_range``, ``image_statistics``, ``above_threshold``).
+
+    Example:
+        >>> Decision("review", "score 0.4 > threshold 0.3", "above_threshold").accepted
+        False
+    """
 
     decision: str
     reason: str
@@ -212,6 +308,7 @@ class Decision(NamedTuple):
 
     @property
     def accepted(self) -> bool:
+        """Whether the case is accepted (``decision == "accept"``)."""
         return self.decision == "accept"
 
 
@@ -246,6 +343,9 @@ class ReferralRule:
     of the calibration images'; refer it for review otherwise (:meth:`apply`). With probability at least
     ``1 - delta`` over the draw of the calibration cases, the mean ``risk`` of the accepted new cases is at most
     ``target_risk``, for new cases exchangeable with the calibration cases (docs/triage.md, docs/referral_threshold.md).
+    The bound is that of :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold` (SGR: Geifman and El-Yaniv,
+    "Selective Classification for Deep Neural Networks"; LTT: Angelopoulos, Bates, Candes, Jordan, Lei, "Learn then
+    Test: Calibrating Predictive Algorithms to Achieve Risk Control").
 
     Attributes:
         score: the triage score column, ``<measure>_<aggregation>`` (e.g. ``predictive_entropy_fg_mean``).
@@ -319,14 +419,17 @@ class ReferralRule:
     # -- properties --------------------------------------------------------------------------------------------
     @property
     def measure(self) -> str:
+        """The uncertainty measure of :attr:`score` (e.g. ``predictive_entropy``)."""
         return parse_score_column(self.score)[0]
 
     @property
     def aggregation(self) -> str:
+        """The aggregation of :attr:`score` (``mean``, ``fg_mean`` or ``patch_mean``)."""
         return parse_score_column(self.score)[1]
 
     @property
     def n_calibration(self) -> int:
+        """The number of calibration cases."""
         return len(self.calibration_cases)
 
     @property
@@ -343,13 +446,19 @@ class ReferralRule:
 
     @property
     def risk_definition(self) -> str:
-        """The per-case risk in words: ``"dice < 0.8"`` or ``"1 - dice"`` (for a region-based rule the Dice is the
-        mean over the regions, ``"mean region dice < 0.8"``)."""
+        """The per-case risk in words: ``"dice < 0.8"`` or ``"1 - dice"``.
+
+        For a region-based rule the Dice is the mean over the regions (``"mean region dice < 0.8"``).
+        """
         dice = "dice" if self.regions is None else "mean region dice"
         return f"{dice} < {self.failure_dice:g}" if self.risk == "failure" else f"1 - {dice}"
 
     def guarantee(self) -> str:
-        """One sentence: what the rule promises, and under which assumption."""
+        """One sentence: what the rule promises, and under which assumption.
+
+        Returns:
+            The guarantee (or, for a rule that is not certified, why every case is referred).
+        """
         if not self.feasible:
             return (f"no threshold certifies mean risk ({self.risk_definition}) <= {self.target_risk:g} with "
                     f"probability {1 - self.delta:g} on these {self.n_calibration} calibration cases (best bound "
@@ -362,7 +471,11 @@ class ReferralRule:
 
     # -- checks ------------------------------------------------------------------------------------------------
     def validate(self) -> None:
-        """``ValueError`` naming the field that is wrong."""
+        """Check every field.
+
+        Raises:
+            ValueError: naming the field that is wrong.
+        """
         parse_score_column(self.score)
         if not isinstance(self.feasible, bool):
             raise ValueError(f"feasible must be a bool, got {self.feasible!r}")
@@ -416,12 +529,18 @@ class ReferralRule:
                              f"({self.n_calibration}), got {len(rec.scores)}, {len(rec.dice)} and {len(rec.risks)}")
 
     def verify_certificate(self) -> None:
-        """Recompute the certificate from :attr:`record` with the function that certified it
+        """Recompute the certificate from :attr:`record` and refuse a rule that disagrees.
+
+        The certificate is recomputed with the function that certified it
         (:func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`, the risks from the recorded Dice with
-        :func:`~monai_unc.evaluation.cohort.risk_of_dice`) and refuse a rule that disagrees: ``ValueError`` naming
-        the field (``calibration.scores``, ``calibration.n_undefined``, ``calibration.risks``, ``threshold``,
-        ``feasible``, ``bound``, ``coverage``, ``observed_risk``, ``n_candidates``) and saying the file was edited
-        or corrupted. A rule without a record (written before it existed) is not checked."""
+        :func:`~monai_unc.evaluation.cohort.risk_of_dice`). A rule without a record (written before it existed) is
+        not checked.
+
+        Raises:
+            ValueError: naming the field that disagrees (``calibration.scores``, ``calibration.n_undefined``,
+                ``calibration.risks``, ``threshold``, ``feasible``, ``bound``, ``coverage``, ``observed_risk``,
+                ``n_candidates``) and saying the file was edited or corrupted.
+        """
         rec = self.record
         if rec is None:
             return
@@ -468,14 +587,27 @@ class ReferralRule:
     def apply(self, scores: Any, image_stats: Any = None) -> list[Decision]:
         """The decision on each new case (in the order given).
 
+        A case is accepted only when the rule is certified, its score is defined, inside the calibration score range
+        (inclusive) and at most the threshold, and its image statistics are within ``z_max``; every reason that
+        applies is listed (``"; "``-joined), the first one gives the ``code``.
+
         Args:
             scores: ``(N,)`` triage scores of the new cases (NaN = undefined).
             image_stats: ``(N, F)`` rows of :func:`image_statistics` (a row of NaN, or a None row in a list, skips
                 the check for that case), or None (no image check). Ignored when the rule has no image reference.
 
-        A case is accepted only when the rule is certified, its score is defined, inside the calibration score range
-        (inclusive) and at most the threshold, and its image statistics are within ``z_max``; every reason that
-        applies is listed (``"; "``-joined), the first one gives the ``code``.
+        Returns:
+            One :class:`Decision` per case.
+
+        Raises:
+            ValueError: ``image_stats`` has another number of rows than ``scores``, or of statistics than the
+                image reference.
+
+        Example:
+            >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.3, True, 0.1, 0.1, "sgr", "failure", 0.8,
+            ...                     (0.1, 0.2, 0.3, 0.4), ("a", "b", "c", "d"))
+            >>> [d.code for d in rule.apply([0.2, 0.35, float("nan"), 0.5])]
+            ['accepted', 'above_threshold', 'undefined_score', 'outside_range']
         """
         s = np.asarray(scores, dtype=np.float64).reshape(-1)
         ref = self.image_reference
@@ -516,8 +648,14 @@ class ReferralRule:
 
     # -- files ---------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        """The rule as strict-JSON data (``threshold``: a number, or null with ``accept_all`` telling ``inf`` (true)
-        from ``-inf``, i.e. not certified (false)), ending with its ``digest`` (:func:`rule_digest`)."""
+        """The rule as strict-JSON data, ending with its ``digest`` (:func:`rule_digest`).
+
+        ``threshold`` is a number, or null with ``accept_all`` telling ``inf`` (true) from ``-inf``, i.e. not
+        certified (false).
+
+        Returns:
+            The JSON object of a rule file (what :meth:`save` writes).
+        """
         rng = self.score_range
         measure, agg = parse_score_column(self.score)
         body = {
@@ -562,7 +700,7 @@ class ReferralRule:
 
     @classmethod
     def from_json(cls, d: Any, source: str = "rule", check_digest: bool = False) -> ReferralRule:
-        """Read :meth:`to_json` data; ``ValueError`` naming the bad field (``source`` prefixes the message).
+        """Read :meth:`to_json` data, checked (``source`` prefixes the error messages).
 
         A certificate is checked, not trusted: the threshold, bound, coverage and observed risk are recomputed from
         the recorded calibration cases (:meth:`verify_certificate`; ``format_version`` 3) and, with ``check_digest``
@@ -571,7 +709,19 @@ class ReferralRule:
         digests were recorded) still loads once the recomputation agrees; a rule without the calibration record
         (``format_version`` 1 or 2, written before it was recorded) cannot be recomputed and loads as before, with
         :attr:`integrity` saying so. Without ``check_digest`` the data may be a rule's :meth:`to_json` changed in
-        memory (the digest is not compared)."""
+        memory (the digest is not compared).
+
+        Args:
+            d: the parsed JSON object.
+            source: how error messages name the rule (e.g. ``"referral rule <path>"``).
+            check_digest: compare the content digest too.
+
+        Returns:
+            The rule, with :attr:`integrity` saying how it was checked.
+
+        Raises:
+            ValueError: naming the bad field, or saying the file was edited or corrupted.
+        """
         if not isinstance(d, Mapping):
             raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
         fmt = d.get("format")
@@ -650,14 +800,32 @@ class ReferralRule:
             raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the rule as strict JSON, atomically (temporary name, then rename); returns the path."""
+        """Write the rule as strict JSON, atomically (temporary name, then rename).
+
+        Args:
+            path: the file (usually ``<output>/referral_rule.json``).
+
+        Returns:
+            The path written.
+        """
         return atomic_write_json(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ReferralRule:
-        """Read a rule file; ``FileNotFoundError`` when absent, ``ValueError`` naming the problem when the file is
-        not valid JSON, a field is missing or wrong, or the file was edited or corrupted (its certificate recomputed
-        from its calibration record disagrees, or its content digest does not match: :meth:`from_json`)."""
+        """Read and verify a rule file (:meth:`from_json` with the digest checked).
+
+        Args:
+            path: the rule file.
+
+        Returns:
+            The rule.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            ValueError: naming the problem when the file is not valid JSON, a field is missing or wrong, or the file
+                was edited or corrupted (its certificate recomputed from its calibration record disagrees, or its
+                content digest does not match).
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"referral rule not found: {path} (written by monai-unc evaluate --target-risk)")
@@ -674,7 +842,21 @@ def _no_constant(name: str) -> Any:
 
 
 def as_float(v: Any) -> float:
-    """A score cell as a float: None and ``""`` (an undefined score) are NaN."""
+    """A score cell as a float: None and ``""`` (an undefined score) are NaN.
+
+    Args:
+        v: a cell of ``metrics.csv`` / ``triage.csv`` (a number, a numeric string, ``""`` or None).
+
+    Returns:
+        The value as a float.
+
+    Raises:
+        ValueError: a string that is not a number.
+
+    Example:
+        >>> as_float(""), as_float("0.25"), as_float(None)
+        (nan, 0.25, nan)
+    """
     if v is None or v == "":
         return math.nan
     return float(v)

@@ -1,5 +1,8 @@
-"""Triage of new unlabelled cases (step 2): the cases of a prediction folder, one case's label-free row
-(:func:`triage_case`) and the whole of ``monai-unc triage`` (:func:`run_triage`)."""
+"""Triage of new unlabelled cases (step 2).
+
+The module lists the cases of a prediction folder, computes one case's label-free row (:func:`triage_case`) and
+runs the whole of ``monai-unc triage`` (:func:`run_triage`).
+"""
 
 from __future__ import annotations
 
@@ -65,12 +68,32 @@ def list_prediction_cases(
     cases: Sequence[str] | None = None,
     empty: str = "no case to triage",
 ) -> list[CaseFiles]:
-    """The cases of a prediction folder (no labels): every case with a segmentation (``<case>_seg`` for the
-    ``monai-unc`` layout, ``<case>.<ext>`` for ``nnunet``), its probabilities when present, the map of ``measure``
+    """The cases of a prediction folder (no labels).
+
+    These are every case with a segmentation (``<case>_seg`` for the ``monai-unc`` layout, ``<case>.<ext>`` for
+    ``nnunet``), its probabilities when present, the map of ``measure``
     (none without it) and its image (``images``), with absolute paths. Found with :func:`monai_unc.io.match_cases`,
     with the segmentations in the role of the reference, so the files of a case are checked against the
-    segmentation's geometry when loaded. ``cases`` keeps only these ids; ``empty`` starts the error of a folder
-    without cases. Used by triage (:func:`find_prediction_cases`) and by ``monai-unc conformal``."""
+    segmentation's geometry when loaded. Used by triage (:func:`find_prediction_cases`) and by ``monai-unc
+    conformal``.
+
+    Args:
+        predictions: the prediction folder.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+        measure: the measure whose map is listed (None: no map).
+        uncertainty: the folder of the maps when not where the layout puts them.
+        images: the folder of the input images, or None.
+        cases: keep only these case ids (None: every case).
+        empty: the start of the error message of a folder without cases.
+
+    Returns:
+        The cases' files, with absolute paths (the segmentation also as ``label``).
+
+    Raises:
+        ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
+        FileNotFoundError: ``predictions`` is not a folder.
+        CaseError: no segmentation found, a case of ``cases`` has no prediction, or files of a case are missing.
+    """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     pred = Path(predictions)
@@ -112,16 +135,35 @@ def find_prediction_cases(
     images: str | os.PathLike | None = None,
     cases: Sequence[str] | None = None,
 ) -> list[CaseFiles]:
-    """The cases of a prediction folder to triage with ``rule`` (:func:`list_prediction_cases`): the map of the
-    rule's measure is listed when the rule's scores come from a map file (none when they were derived from the
-    probabilities). ``cases`` keeps only these ids."""
+    """The cases of a prediction folder to triage with ``rule`` (:func:`list_prediction_cases`).
+
+    The map of the rule's measure is listed when the rule's scores come from a map file (none when they were derived
+    from the probabilities).
+
+    Args:
+        predictions: the prediction folder.
+        rule: the referral rule.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+        uncertainty: the folder of the maps when not where the layout puts them.
+        images: the folder of the input images, or None.
+        cases: keep only these case ids (None: every case).
+
+    Returns:
+        The cases' files (:func:`list_prediction_cases`).
+
+    Raises:
+        CaseError: as :func:`list_prediction_cases`.
+    """
     return list_prediction_cases(predictions, layout, measure=rule.measure if rule.map_source == "file" else None,
                                  uncertainty=uncertainty, images=images, cases=cases)
 
 
 def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
-    """What a case's triage row depends on (reused by a rerun only while unchanged): format, version, the rule's
-    measure, aggregation inputs (patch size, map source, classes) and the case's files (path, size, times, inode)."""
+    """What a case's triage row depends on (reused by a rerun only while unchanged).
+
+    That is the format, version, the rule's measure, aggregation inputs (patch size, map source, classes) and the
+    case's files (path, size, times, inode).
+    """
     fp = {
         "format": _STATE_FORMAT,
         "version": __version__,
@@ -137,9 +179,11 @@ def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
 
 
 def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
-    """The label-free row of one case: the rule measure's three case scores, ``expected_dice`` of the foreground and
-    of each class when probabilities exist (:func:`monai_unc.metrics.quality.expected_dice`), the image statistics
-    when the case has an image (``image_stats``), the warnings raised and the case's files. Does not apply the rule.
+    """The label-free row of one case; it does not apply the rule.
+
+    The row holds the rule measure's three case scores, ``expected_dice`` of the foreground and of each class when
+    probabilities exist (:func:`monai_unc.metrics.quality.expected_dice`), the image statistics
+    when the case has an image (``image_stats``), the warnings raised and the case's files.
 
     Class-based rule: the scores of :func:`case_score_columns`. Region-based rule (``rule.regions``): the case is
     read with ``load_case(..., multilabel=True)`` (region masks or a label map converted with the spec, one map
@@ -147,6 +191,17 @@ def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
     ``evaluate --regions`` uses: the combined ``<measure>_<score>`` (mean over the regions) and the per-region
     ``<measure>_<score>_<R>``; ``expected_dice`` is the mean over the regions of each region's binary expected Dice
     (:func:`monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``), ``expected_dice_<R>`` per region.
+
+    Args:
+        files: the case's files (:func:`find_prediction_cases`).
+        rule: the referral rule (its measure, patch size, classes or regions, channel files).
+
+    Returns:
+        The row: ``case``, the score columns, ``expected_dice*`` (with probabilities), ``image_stats`` (a list, or
+        None), ``foreground_voxels``, ``voxels``, ``spacing``, ``warnings`` and ``files``.
+
+    Raises:
+        CaseError: the case has no map of the rule's measure, or channel counts that do not fit the rule's regions.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -213,7 +268,16 @@ def _restore_row(folder: Path, doc: dict[str, Any], files: Any) -> dict[str, Any
 
 @dataclass
 class TriageResult:
-    """What :func:`run_triage` returns (on every rank): the summary written to ``triage.json`` and the paths."""
+    """What :func:`run_triage` returns (on every rank): the summary written to ``triage.json`` and the paths.
+
+    Args:
+        summary: the content of ``triage.json``.
+        paths: ``{"csv": path, "json": path}`` of the files written.
+
+    Example:
+        >>> TriageResult({"cases": [{"case": "a", "decision": "accept"}]}, {}).decisions
+        {'a': 'accept'}
+    """
 
     summary: dict[str, Any]
     paths: dict[str, Path]
@@ -225,8 +289,14 @@ class TriageResult:
 
 
 def remove_triage_files(folder: str | os.PathLike) -> None:
-    """Remove the outputs of an earlier triage in ``folder`` (``triage.csv``, ``triage.json``, ``triage.html``,
-    figures), keeping the per-case state: after a run with failed cases no earlier decisions remain."""
+    """Remove the outputs of an earlier triage in ``folder``, keeping the per-case state.
+
+    The outputs are ``triage.csv``, ``triage.json``, ``triage.html`` and the figures: after a run with failed cases
+    no earlier decisions remain.
+
+    Args:
+        folder: the triage output folder (missing files are skipped).
+    """
     folder = Path(folder)
     for name in TRIAGE_FILES:
         (folder / name).unlink(missing_ok=True)
@@ -337,9 +407,10 @@ def run_triage(
     dist: Any = None,
     on_failure: Any = None,
 ) -> TriageResult:
-    """Triage the new (unlabelled) cases of ``predictions`` with ``rule``: the whole of ``monai-unc triage`` except
-    the HTML page (:func:`monai_unc.report.triage.build_triage_page`), on one process or on every rank of a process
-    group (``torchrun``).
+    """Triage the new (unlabelled) cases of ``predictions`` with ``rule``: ``monai-unc triage`` without its page.
+
+    The HTML page is :func:`monai_unc.report.triage.build_triage_page`. The triage runs on one process or on every
+    rank of a process group (``torchrun``).
 
     Every rank lists the cases (:func:`find_prediction_cases`; they must agree), reads the predictions' fingerprint
     and compares it with the rule's, and the rule's regions with the regions recorded with the predictions
@@ -360,8 +431,24 @@ def run_triage(
         rule: a :class:`ReferralRule` or the path of a ``referral_rule.json``.
         output: output folder (must not lie inside an input folder).
         images: folder of the input images (image-statistics check and overlays).
+        allow_mismatch: record a fingerprint or region mismatch in ``triage.json`` instead of raising.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
         uncertainty: folder of the maps when not where the layout puts them.
         cases: triage only these case ids (default: every case in ``predictions``).
+        resume: keep and reuse per-case rows under ``<output>/state/cases/``.
+        progress: show a progress bar.
+        dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`).
+        on_failure: called with a :class:`~monai_unc.distributed.CaseFailure` for each failing case (default: one
+            stderr line).
+
+    Returns:
+        The :class:`TriageResult` (summary and paths), on every rank.
+
+    Raises:
+        FingerprintMismatch: the predictions were not made like the rule's calibration predictions (without
+            ``allow_mismatch``).
+        CasesFailed: one or more cases failed (``failures.json`` is written instead of the triage files).
+        ValueError: an output folder inside an input folder, or a rule file that does not verify.
     """
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)

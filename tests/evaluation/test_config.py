@@ -1,0 +1,253 @@
+"""Options of an evaluation (:mod:`monai_unc.evaluation.config`): the refusals of ``EvaluationConfig.validate`` name
+the field, the derived settings, the column names of regions, the shift table and the conformal / score specs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from monai_unc.evaluation.config import (
+    CONFORMAL_LOSSES,
+    EvaluationConfig,
+    parse_conformal_specs,
+    parse_score_column,
+    read_shifts,
+    region_suffix,
+    slug,
+    unit_scale,
+)
+from monai_unc.keys import MEASURES
+from monai_unc.scores import CASE_SCORES
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"budget": 1.0}, "budget"),
+    ({"budget": -0.1}, "budget"),
+    ({"failure_dice": 1.5}, "failure_dice"),
+    ({"failure_dice": -0.01}, "failure_dice"),
+    ({"measure": "entropyy"}, "measure"),
+    ({"patch_size": 0}, "patch_size"),
+    ({"n_bins": 0}, "n_bins"),
+    ({"target_risk": 0.0}, "target_risk"),
+    ({"target_risk": 1.0}, "target_risk"),
+    ({"delta": 0.0}, "delta"),
+    ({"delta": 1.0}, "delta"),
+    ({"risk": "dice"}, "risk"),
+    ({"risk_method": "bonferroni"}, "risk_method"),
+    ({"risk": "1-dice", "risk_method": "sgr"}, "risk_method"),
+    ({"calibration_cases": []}, "calibration_cases"),
+    ({"regions": {"W T": [1], "W-T": [2]}}, "regions"),
+    ({"regions": {"...": [1]}}, "regions"),
+    ({"regions": "brats", "class_names": ["a", "b", "c"]}, "class_names"),
+    ({"regions": "brats", "num_classes": 2}, "num_classes"),
+    ({"case_metrics": {"bad name": len}}, "case_metrics"),
+    ({"case_metrics": {"1x": len}}, "case_metrics"),
+    ({"conformal": ["outer:fp=0.1"]}, "conformal"),
+    ({"conformal": {"outer": 1.0}}, "conformal"),
+    ({"conformal": []}, "conformal"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_family": "quantile"}, "conformal_family"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_delta": 1.0}, "conformal_delta"),
+    ({"conformal_strata": 3}, "conformal_strata"),
+    ({"conformal_stratify_by": "predictive_entropy_mean"}, "conformal_stratify_by"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_strata": 1}, "conformal_strata"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_strata": True}, "conformal_strata"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_strata": 3, "conformal_strata_edges": [0.1]}, "conformal_strata"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_strata_edges": [0.2, 0.1]}, "conformal_strata_edges"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_strata_edges": [math.nan]}, "conformal_strata_edges"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_strata_edges": ["x"]}, "conformal_strata_edges"),
+    ({"conformal": ["outer:fnr=0.1"], "conformal_strata": 2, "conformal_stratify_by": "dice"},
+     "conformal_stratify_by"),
+])
+def test_validate_refuses_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        EvaluationConfig(**kwargs).validate()
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"ignore_unclaimed_labels": 1}, "ignore_unclaimed_labels"),
+    ({"case_metrics": [len]}, "case_metrics"),
+    ({"case_metrics": {"m": 3}}, "case_metrics"),
+])
+def test_validate_type_errors_name_the_field(kwargs, field):
+    with pytest.raises(TypeError, match=field):
+        EvaluationConfig(**kwargs).validate()
+
+
+def test_validate_normalises_and_accepts_edges():
+    config = EvaluationConfig(measure="one_minus_max_prob", regions="brats",
+                              conformal=["inner:fp=0.05", "outer:fnr=0.1"],
+                              conformal_strata_edges=(np.float32(0.5), 1), conformal_stratify_by="variance_fg_mean_WT")
+    config.validate()
+    assert list(config.regions.items()) == [("TC", [1, 4]), ("WT", [1, 2, 4]), ("ET", [4])]  # channel order
+    assert config.region_names == ["TC", "WT", "ET"]
+    assert config.conformal == {"outer": 0.1, "inner": 0.05}
+    assert config.conformal_strata_edges == [0.5, 1.0] and config.conformal_num_strata == 3
+    config.validate()  # validating twice changes nothing
+    assert list(config.regions.items()) == [("TC", [1, 4]), ("WT", [1, 2, 4]), ("ET", [4])]
+
+
+def test_validate_accepts_the_deprecated_measure_name():
+    config = EvaluationConfig(measure="max_softmax")
+    with pytest.warns(DeprecationWarning):
+        config.validate()
+    assert config.measure == "one_minus_max_prob"
+
+
+def test_n_fine_bins_is_sixteen_times_n_bins():
+    assert EvaluationConfig().n_fine_bins == 16 * 15
+    assert EvaluationConfig(n_bins=10).n_fine_bins == 160
+    assert EvaluationConfig(n_bins=1).n_fine_bins == 16
+
+
+def test_resolved_risk_method_and_strata_counts():
+    assert EvaluationConfig().resolved_risk_method == "sgr"
+    assert EvaluationConfig(risk="1-dice").resolved_risk_method == "ltt"
+    assert EvaluationConfig(risk_method="ltt").resolved_risk_method == "ltt"
+    assert EvaluationConfig().conformal_num_strata == 1
+    assert EvaluationConfig(conformal_strata=4).conformal_num_strata == 4
+    assert EvaluationConfig().min_conformal_cases() == 0
+    c = EvaluationConfig(conformal={"outer": 0.1}, conformal_strata=3)
+    assert c.min_conformal_cases() == 3 * c.min_conformal_cases_per_stratum() > 0
+
+
+def test_check_calibration_cases():
+    assert EvaluationConfig().check_calibration_cases(["a"]) == set()
+    assert EvaluationConfig(calibration_cases=["a", 2]).check_calibration_cases(["a", "2", "b"]) == {"a", "2"}
+    with pytest.raises(ValueError, match=r"calibration_cases: 1 case\(s\) not in the evaluation"):
+        EvaluationConfig(calibration_cases=["a", "z"]).check_calibration_cases(["a", "b"])
+
+
+def test_case_metric_names():
+    def vol(task):
+        return 0.0
+
+    assert EvaluationConfig().case_metric_names is None
+    names = EvaluationConfig(case_metrics={"vol": vol}).case_metric_names
+    assert names == {"vol": f"{__name__}.test_case_metric_names.<locals>.vol"}
+
+
+@pytest.mark.parametrize("name, suffix", [
+    ("WT", "WT"), ("whole tumour", "whole_tumour"), ("  a--b  ", "a_b"), ("ET/2", "ET_2"), ("Ödem", "dem"),
+    (3, "3"),
+])
+def test_region_suffix(name, suffix):
+    assert region_suffix(name) == suffix
+
+
+@pytest.mark.parametrize("name", ["", "--", " / ", "ÄÖ"])
+def test_region_suffix_refuses_a_name_without_letters_or_digits(name):
+    with pytest.raises(ValueError, match="regions: the region name"):
+        region_suffix(name)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("WT", "wt"), ("Left Kidney", "left_kidney"), ("__", "class"), ("", "class"), ("a.b-c", "a_b_c"), (2, "2"),
+])
+def test_slug(name, expected):
+    assert slug(name) == expected
+
+
+def test_unit_scale():
+    u = np.array([0.0, 0.5, math.log(3)])
+    np.testing.assert_allclose(unit_scale(u, "predictive_entropy", 3), u / math.log(3))
+    np.testing.assert_allclose(unit_scale(u, "mutual_information", 3), u / math.log(3))
+    assert unit_scale(u, "one_minus_max_prob", 3) is u
+    assert unit_scale(u, "variance", 3) is u
+
+
+def test_read_shifts(tmp_path):
+    path = tmp_path / "shifts.csv"
+    path.write_text("case,site,shift\na,1,none\nb,2,intensity\nc,3,\n", encoding="utf-8")
+    assert read_shifts(path) == {"a": "none", "b": "intensity", "c": ""}
+    assert read_shifts(str(path)) == read_shifts(path)
+
+
+def test_read_shifts_refusals(tmp_path):
+    with pytest.raises(FileNotFoundError, match="shift table not found"):
+        read_shifts(tmp_path / "missing.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("case,site\na,1\n")
+    with pytest.raises(ValueError, match="columns 'case' and 'shift'"):
+        read_shifts(bad)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="columns 'case' and 'shift'"):
+        read_shifts(empty)
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"case,shift\n\xff\xfe,\x80\n")
+    with pytest.raises(ValueError, match="not a UTF-8 CSV"):
+        read_shifts(binary)
+
+
+@pytest.mark.parametrize("specs, expected", [
+    (["outer:fnr=0.1"], {"outer": 0.1}),
+    ("inner:fp=0.05", {"inner": 0.05}),
+    (["inner:fp=0.05", " outer : fnr = 0.2 "], {"outer": 0.2, "inner": 0.05}),
+    ({"inner": "0.3", "outer": 0.1}, {"outer": 0.1, "inner": 0.3}),
+    (("outer:fnr=1e-2",), {"outer": 0.01}),
+])
+def test_parse_conformal_specs(specs, expected):
+    got = parse_conformal_specs(specs)
+    assert got == expected and list(got) == [k for k in CONFORMAL_LOSSES if k in expected]
+
+
+@pytest.mark.parametrize("specs, match", [
+    (["outer:fp=0.1"], "is not a spec"),
+    (["inner:fnr=0.1"], "is not a spec"),
+    (["middle:fnr=0.1"], "is not a spec"),
+    (["outer=0.1"], "is not a spec"),
+    (["outer:fnr=0.1", "outer:fnr=0.2"], "given twice"),
+    (["outer:fnr=abc"], "must be a number"),
+    (["outer:fnr=0"], r"must be in \(0, 1\)"),
+    (["outer:fnr=1"], r"must be in \(0, 1\)"),
+    (["outer:fnr=nan"], r"must be in \(0, 1\)"),
+    ({"side": 0.1}, "must be 'outer' or 'inner'"),
+    ({"outer": None}, "must be a number"),
+    ([], "at least one mask"),
+    ({}, "at least one mask"),
+])
+def test_parse_conformal_specs_refusals(specs, match):
+    with pytest.raises(ValueError, match="conformal"):
+        parse_conformal_specs(specs)
+    with pytest.raises(ValueError, match=match):
+        parse_conformal_specs(specs)
+
+
+def test_parse_score_column_every_measure_and_score():
+    for m in MEASURES:
+        for s in CASE_SCORES:
+            assert parse_score_column(f"{m}_{s}") == (m, s, None)
+            assert parse_score_column(f"{m}_{s}_whole_tumour", ["whole tumour", "TC"]) == (m, s, "whole tumour")
+            assert parse_score_column(f"{m}_{s}_TC", ["whole tumour", "TC"]) == (m, s, "TC")
+
+
+@pytest.mark.parametrize("column, regions", [
+    ("dice", None), ("ece", None), ("predictive_entropy", None), ("predictive_entropy_max", None),
+    ("predictive_entropy_fg_mean_WT", None), ("predictive_entropy_fg_mean_XX", ["WT"]), ("entropy_mean", None),
+    ("_fg_mean", None),
+])
+def test_parse_score_column_refusals(column, regions):
+    with pytest.raises(ValueError, match="conformal_stratify_by"):
+        parse_score_column(column, regions)
+
+
+def test_to_json():
+    def vol(task):
+        return 0.0
+
+    config = EvaluationConfig(shifts={"a": "none"}, case_metrics={"vol": vol}, regions="brats", n_bins=7)
+    config.validate()
+    doc = config.to_json()
+    assert "shifts" not in doc and "case_metrics" not in doc and "products" not in doc
+    assert doc["case_metric_names"] == {"vol": f"{__name__}.test_to_json.<locals>.vol"}
+    assert list(doc["regions"].items()) == [("TC", [1, 4]), ("WT", [1, 2, 4]), ("ET", [4])] and doc["n_bins"] == 7
+    assert json.loads(json.dumps(doc)) == doc
+    plain = EvaluationConfig()
+    plain.validate()
+    d = plain.to_json()
+    assert "case_metric_names" not in d and "products" not in d and "shifts" not in d
+    assert d["budget"] == 0.2 and d["measure"] is None and d["conformal"] is None
+    assert config.shifts == {"a": "none"}  # to_json does not change the config
