@@ -105,6 +105,13 @@ class CohortState:
         cid = result.row["case"]
         if any(r["case"] == cid for r in self.rows):
             raise ValueError(f"case {cid!r} is already in the cohort state")
+        # every check before the first change: a refused case leaves the state as it was
+        layouts = [(f"case {cid!r}", result.histogram, self.num_classes)] + [
+            (f"case {cid!r}, region {name!r}", h, 2) for name, h in (result.region_histograms or {}).items()]
+        for what, h, n in layouts:
+            if h is not None and (h.num_classes, h.n_fine_bins) != (n, self.n_fine_bins):
+                raise ValueError(f"{what}: its histogram has (num_classes, n_fine_bins) "
+                                 f"{(h.num_classes, h.n_fine_bins)}, the cohort state {(n, self.n_fine_bins)}")
         self.rows.append(upgrade_row(result.row))  # a row resumed from an older version's state: current names
         if result.histogram is not None:
             self._histogram().merge(result.histogram)
@@ -153,9 +160,9 @@ class CohortState:
         dup = {r["case"] for r in self.rows} & {r["case"] for r in other.rows}
         if dup:
             raise ValueError(f"cohort states share case(s) {sorted(dup)[:5]}: shards must be disjoint")
-        self.rows.extend(other.rows)
         if list((other.regions or {}).items()) != list((self.regions or {}).items()):  # channel order too
             raise ValueError(f"cannot merge cohort states with regions {self.regions} and {other.regions}")
+        self.rows.extend(other.rows)
         if other.histogram is not None:
             self._histogram().merge(other.histogram)
         self._merge_regions(other.region_histograms)

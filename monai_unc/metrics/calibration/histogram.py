@@ -733,8 +733,8 @@ class ConfidenceHistogram:
         if other.weighted:
             for s in self._states:
                 s.make_weighted()
-        for cid, st in zip(other.case_ids, other._states):
-            slot = self._slot(cid if isinstance(cid, str) and cid != "pooled" else None)
+        for cid, st in zip(other.case_ids, other._states):  # the one slot of a pooled histogram: a new number
+            slot = self._slot(cid if isinstance(cid, str) and other.per_case else None)
             self._states[slot].add_(st)
         self._pooled_cache = None
         return self
