@@ -12,7 +12,7 @@ DOCTEST_PATHS := monai_unc/metrics monai_unc/inferers monai_unc/networks monai_u
 	monai_unc/report/markup.py monai_unc/report/notebook.py monai_unc/report/plots.py monai_unc/report/triage.py \
 	monai_unc/report/viewer.py monai_unc/io monai_unc/nnunet monai_unc/data/synthetic.py monai_unc/data/mni152.py \
 	monai_unc/data/model.py monai_unc/data/perturb.py monai_unc/data/cohorts.py \
-	monai_unc/evaluation monai_unc/state.py monai_unc/product.py
+	monai_unc/evaluation monai_unc/state.py monai_unc/product.py monai_unc/engine monai_unc/workflows/session.py
 
 .PHONY: install test demo lint clean bench validate gpu-check docs
 

@@ -42,7 +42,7 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
 
     from monai_unc import cli
-    from monai_unc.distributed import barrier, get_dist_context
+    from monai_unc.engine import barrier, get_dist_context
 
     torch.set_num_threads(args.threads)
     ctx = get_dist_context()  # torchrun: gloo from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT

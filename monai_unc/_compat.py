@@ -105,6 +105,32 @@ MOVED_MODULES: dict[str, MovedModule] = {
                                      "normalize_fingerprint", "compare_fingerprints", "check_prediction_fingerprint")},
         "import from monai_unc.io.provenance (or monai_unc.evaluation.triage)",
     ),
+    # the cohort engine was monai_unc.distributed (issue #35); its two modules are entries below it
+    "monai_unc.distributed": MovedModule(
+        {"monai_unc.engine": (
+            "DEFAULT_TIMEOUT_S", "error_line", "check_same_cases", "check_each_case_once", "failure_reporter",
+            "DistContext", "RankFailed", "CaseFailure", "CasesFailed", "read_dist_env", "get_dist_context",
+            "destroy_dist_context", "shard", "all_gather_objects", "gather_objects", "broadcast_object", "barrier",
+            "all_reduce_sum", "reduce_histogram", "sync_errors", "check_same", "write_failures", "print_failure",
+            "CaseCache", "CohortRun", "process_cases", "run_cases", "settings_changes",
+        )},
+        "import from monai_unc.engine",
+    ),
+    "monai_unc.distributed.cases": MovedModule(
+        {"monai_unc.engine.cache": ("CaseCache",),
+         "monai_unc.engine.run": ("CohortRun", "process_cases", "run_cases", "settings_changes")},
+        "import from monai_unc.engine",
+    ),
+    "monai_unc.distributed.collectives": MovedModule(
+        {"monai_unc.engine.collectives": (
+            "DEFAULT_TIMEOUT_S", "RankFailed", "CaseFailure", "CasesFailed", "DistContext", "read_dist_env",
+            "get_dist_context", "destroy_dist_context", "shard", "all_gather_objects", "gather_objects",
+            "broadcast_object", "barrier", "all_reduce_sum", "reduce_histogram", "sync_errors", "check_same",
+            "check_same_cases", "check_each_case_once", "failure_reporter", "error_line", "write_failures",
+            "print_failure",
+        )},
+        "import from monai_unc.engine",
+    ),
 }
 
 

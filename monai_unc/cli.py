@@ -39,21 +39,14 @@ from .keys import LAYOUTS, MEASURES, canonical_measure
 from .product import products_from_arguments, registered_products
 
 if TYPE_CHECKING:  # imported after parsing, by _import_commands: --help and argument errors answer at once
-    import torch
-
-    from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
-    from .evaluation import run_conformal, run_evaluate
-    from .workflows.calibrate import run_calibrate
+    from .workflows.calibrate import calibrate_summary, run_calibrate
+    from .workflows.conformal import conformal_command
     from .workflows.demo import run_demo
-    from .workflows.infer import run_infer
-    from .workflows.prepare import (
-        check_infer_output,
-        error_text,
-        prepare_evaluate,
-        prepare_infer,
-        resolve_device,
-    )
-    from .workflows.report import TRIAGE_CONFORMAL_DIR, run_report, triage_with_page
+    from .workflows.evaluate import evaluate_command
+    from .workflows.prepare import error_text, infer_command, prepare_evaluate
+    from .workflows.report import run_report
+    from .workflows.session import CohortFailed
+    from .workflows.triage import triage_command
 
 __all__ = ["main", "build_parser", "run_demo"]
 
@@ -471,28 +464,19 @@ def _import_commands() -> None:
     and an argument error answer at once (importing MONAI and torch takes seconds); the first access to one of these
     names as an attribute of this module (``monai_unc.cli.run_demo``) calls it too.
     """
-    global _commands_imported, _read_case_list, torch, CasesFailed, barrier, destroy_dist_context, get_dist_context
-    global read_dist_env, sync_errors, run_conformal, run_evaluate, run_calibrate, run_demo, run_infer
-    global check_infer_output, error_text, prepare_evaluate, prepare_infer, read_case_list, resolve_device
-    global run_report, triage_with_page, TRIAGE_CONFORMAL_DIR
+    global _commands_imported, _read_case_list, run_calibrate, calibrate_summary, conformal_command, run_demo
+    global evaluate_command, error_text, infer_command, prepare_evaluate, read_case_list, run_report, CohortFailed
+    global triage_command
     if _commands_imported:  # names set since (a test's monkeypatch) are kept
         return
-    import torch
-
-    from .distributed import CasesFailed, barrier, destroy_dist_context, get_dist_context, read_dist_env, sync_errors
-    from .evaluation import run_conformal, run_evaluate
-    from .workflows.calibrate import run_calibrate
+    from .workflows.calibrate import calibrate_summary, run_calibrate
+    from .workflows.conformal import conformal_command
     from .workflows.demo import run_demo
-    from .workflows.infer import run_infer
-    from .workflows.prepare import (
-        check_infer_output,
-        error_text,
-        prepare_evaluate,
-        prepare_infer,
-        read_case_list,
-        resolve_device,
-    )
-    from .workflows.report import TRIAGE_CONFORMAL_DIR, run_report, triage_with_page
+    from .workflows.evaluate import evaluate_command
+    from .workflows.prepare import error_text, infer_command, prepare_evaluate, read_case_list
+    from .workflows.report import run_report
+    from .workflows.session import CohortFailed
+    from .workflows.triage import triage_command
 
     #: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
     _read_case_list = read_case_list
@@ -502,10 +486,9 @@ def _import_commands() -> None:
 _commands_imported = False
 #: the names :func:`_import_commands` sets (module attributes imported on first access)
 _COMMAND_NAMES = frozenset({
-    "torch", "CasesFailed", "barrier", "destroy_dist_context", "get_dist_context", "read_dist_env", "sync_errors",
-    "run_conformal", "run_evaluate", "run_calibrate", "run_demo", "run_infer", "check_infer_output", "error_text",
-    "prepare_evaluate", "prepare_infer", "read_case_list", "resolve_device", "run_report", "triage_with_page",
-    "TRIAGE_CONFORMAL_DIR", "_read_case_list",
+    "run_calibrate", "calibrate_summary", "conformal_command", "run_demo", "evaluate_command", "error_text",
+    "infer_command", "prepare_evaluate", "read_case_list", "run_report", "CohortFailed", "triage_command",
+    "_read_case_list",
 })
 
 
@@ -518,54 +501,16 @@ def __getattr__(name: str) -> Any:
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    output = check_infer_output(args.output, args.input, checkpoint=args.checkpoint, network=args.network,
-                                bundle=args.bundle, regions=args.regions)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    _, world, local_rank = read_dist_env()
-    device = resolve_device(args.device, world_size=world, local_rank=local_rank)
-    ctx = get_dist_context(device)  # torchrun: joins the process group (docs/distributed.md)
-    try:
-        return _infer_on_rank(args, ctx, output, device)
-    except CasesFailed as e:
-        return _cases_failed(e, ctx, "infer", output)
-    finally:
-        destroy_dist_context(ctx)
-
-
-def _infer_on_rank(args: argparse.Namespace, ctx: Any, output: Path, device: Any) -> int:
-    err = plan = None
-    try:  # a setup error on one rank must not leave the others waiting
-        plan = prepare_infer(
-            args.input, model=args.model, bundle=args.bundle, network=args.network, checkpoint=args.checkpoint,
-            unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing, method=args.method,
-            samples=args.samples, dropout=args.dropout, tta_noise=args.tta_noise, ratein_target=args.ratein_target,
-            measures=args.measures, write_probs=not args.no_probs, roi=args.roi, overlap=args.overlap,
-            sw_batch_size=args.sw_batch_size, intensity=args.intensity, activation=args.activation,
-            regions=args.regions, device=device, seed=args.seed,
-        )  # fmt: skip
-    except Exception as e:
-        err = e
-    sync_errors(err, ctx)
-    assert plan is not None
-    results = run_infer(plan.cases, plan.model, plan.inferer, plan.settings, output, device=device,
-                        overwrite=args.overwrite, progress=not args.quiet, dist=ctx)
-    if not args.quiet and ctx.is_main:
-        written = sum(r["status"] == "written" for r in results)
-        print(f"{len(results)} case(s): {written} written, {len(results) - written} already finished; "
-              f"outputs in {output}")
-    return 0
-
-
-def _cases_failed(e: Any, ctx: Any, command: str, output: Path) -> int:
-    """Exit status 1 after some cases failed (each was reported by its rank); rank 0 prints the summary line."""
-    if ctx.is_main:
-        ids = ", ".join(repr(f.case) for f in e.failures[:5]) + (" ..." if len(e.failures) > 5 else "")
-        print(f"monai-unc {command}: {len(e.failures)} case(s) failed ({ids}), listed in {output / 'failures.json'}; "
-              "the other cases are done: fix these and run the same command again to resume", file=sys.stderr,
-              flush=True)
-    barrier(ctx)  # torchrun stops the other workers once one exits non-zero: exit together after rank 0 printed
-    return 1
+    res = infer_command(
+        args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
+        progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
+        checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
+        method=args.method, samples=args.samples, dropout=args.dropout, tta_noise=args.tta_noise,
+        ratein_target=args.ratein_target, measures=args.measures, write_probs=not args.no_probs, roi=args.roi,
+        overlap=args.overlap, sw_batch_size=args.sw_batch_size, intensity=args.intensity, activation=args.activation,
+        regions=args.regions, seed=args.seed,
+    )  # fmt: skip
+    return _print_run(res, args.quiet)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -581,20 +526,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         conformal_strata_edges=_numbers(args.conformal_strata_edges, "--conformal-strata-edges"),
         conformal_stratify_by=args.conformal_stratify_by, products=products_from_arguments(args),
     )  # fmt: skip
-    output = Path(args.output).resolve()
-    ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
-    try:
-        _, summary, paths = run_evaluate(
-            args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
-            images=args.images, measures=args.measures, seg_suffix=args.seg_suffix, probs_suffix=args.probs_suffix,
-            allow_missing=args.allow_missing, allow_missing_labels=args.allow_missing_labels,
-            progress=not args.quiet, dist=ctx,
-        )  # fmt: skip
-    except CasesFailed as e:
-        return _cases_failed(e, ctx, "evaluate", output)
-    finally:
-        destroy_dist_context(ctx)
-    if not args.quiet and ctx.is_main:
+    res = evaluate_command(
+        args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
+        images=args.images, measures=args.measures, seg_suffix=args.seg_suffix, probs_suffix=args.probs_suffix,
+        allow_missing=args.allow_missing, allow_missing_labels=args.allow_missing_labels, progress=not args.quiet,
+    )  # fmt: skip
+    _, summary, paths = res.value
+    if not args.quiet and res.is_main:
         t, fd = summary["triage"], summary["failure_detection"]
         line = (f"{summary['n_cases']} case(s); mean Dice {summary['dice']['mean']:.4f}; "
                 f"AURC {fd['aurc']:.4f}, E-AURC {fd['eaurc']:.4f}")
@@ -660,17 +598,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         ignore_unclaimed_labels=args.ignore_unclaimed_labels,
     )  # fmt: skip
     if not args.quiet:
-        b, a = record["before"], record["after"]
-        print(f"temperature {[round(t, 4) for t in record['temperature']]} after {record['steps']} steps"
-              f" ({'folded into the last layer' if record['folded_into_last_layer'] else 'stored beside the weights'})")
-        print(f"validation NLL {b['nll']:.4f} -> {a['nll']:.4f}, ECE {b['ece']:.4f} -> {a['ece']:.4f}, "
-              f"all-label ECE {b['all_label_ece']:.4f} -> {a['all_label_ece']:.4f}"
-              + (" (means over the regions)" if "regions" in b else ""))
-        for name, before in (b.get("regions") or {}).items():
-            after = a["regions"][name]
-            print(f"  region {name}: NLL {before['nll']:.4f} -> {after['nll']:.4f}, "
-                  f"ECE {before['ece']:.4f} -> {after['ece']:.4f}")
-        print(f"wrote {out} and {out.with_suffix('.json')}")
+        _print(calibrate_summary(out, record))
     return 0
 
 
@@ -681,52 +609,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
-    output = Path(args.output).resolve()
-    ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
-    try:
-        res, page = triage_with_page(
-            args.predictions, args.rule, output, images=args.images, allow_mismatch=args.allow_mismatch,
-            layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet, dist=ctx,
-            conformal_rule=args.conformal_rule,
-        )  # fmt: skip
-    except CasesFailed as e:
-        return _cases_failed(e, ctx, "triage", output)
-    finally:
-        destroy_dist_context(ctx)
-    if not args.quiet and ctx.is_main:
-        s = res.summary
-        print(f"{s['n_cases']} case(s): accept {s['n_accepted']}, review {s['n_review']} "
-              f"({', '.join(f'{k} {v}' for k, v in s['reasons'].items() if k != 'accepted') or 'none'})")
-        print(f"accepted cases: {s['accepted_risk']['statement']}")
-        if s["fingerprint"]["status"] == "mismatch":
-            print("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these cases")
-        elif s["fingerprint"]["status"] == "unverified":
-            print("note: no record of how the predictions were made: the rule could not check their fingerprint")
-        for note in s["notes"]:
-            print(f"note: {note}")
-        if args.conformal_rule is not None:
-            print(f"wrote the conformal masks, conformal.csv and conformal.json to {output / TRIAGE_CONFORMAL_DIR}")
-        print(f"wrote {output / 'triage.csv'} and {page}")
-    return 0
+    run = triage_command(
+        args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
+        layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
+        conformal_rule=args.conformal_rule,
+    )  # fmt: skip
+    return _print_run(run, args.quiet)
 
 
 def cmd_conformal(args: argparse.Namespace) -> int:
-    output = Path(args.output).resolve()
-    ctx = get_dist_context()  # torchrun: joins the process group; rank 0 writes (docs/distributed.md)
-    try:
-        res = run_conformal(args.predictions, args.rule, output, images=args.images, layout=args.layout,
+    run = conformal_command(args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
                             uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch,
-                            progress=not args.quiet, dist=ctx)
-    except CasesFailed as e:
-        return _cases_failed(e, ctx, "conformal", output)
-    finally:
-        destroy_dist_context(ctx)
-    if not args.quiet and ctx.is_main:
-        s = res.summary
-        print(f"{s['n_cases']} case(s); " + "; ".join(f"{k}: {v}" for k, v in s["guarantee"].items()))
-        if s["fingerprint"]["status"] == "mismatch":
-            print("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these cases")
-        print(f"wrote {res.paths['csv']} and {res.paths['json']}")
+                            progress=not args.quiet)
+    return _print_run(run, args.quiet)
+
+
+def _print(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line)
+
+
+def _print_run(run: Any, quiet: bool) -> int:
+    """Print the summary lines of a cohort command on rank 0 (unless ``--quiet``); exit status 0."""
+    if not quiet and run.is_main:
+        _print(run.lines)
     return 0
 
 
@@ -758,6 +664,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning(args.command)
             return _COMMANDS[args.command](args)
+    except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
+        return e.exit_status
     except KeyboardInterrupt:
         resumable = ("infer", "demo", "evaluate", "triage", "conformal")
         hint = "run the same command again to resume" if args.command in resumable else "nothing was written"

@@ -13,6 +13,9 @@
 - Optional third-party packages are imported at module level only where they belong (:data:`OPTIONAL_DEPENDENCIES`).
 - The deprecated modules of old paths (:data:`DEPRECATED_MODULES`) have no file: each is an entry of
   ``MOVED_MODULES`` in ``monai_unc/_compat.py`` naming modules of the package, and nothing in the package imports it.
+- Some components may not import a lower one all the same (:data:`FORBIDDEN_IMPORTS`): the command line imports
+  nothing from the cohort engine (``monai_unc.engine``, or its old path ``monai_unc.distributed``); it goes through
+  ``monai_unc.workflows``.
 - Every file write goes through :mod:`monai_unc.io` (temporary name and rename): outside ``monai_unc/io/`` no
   ``open(...)`` with a write, append or create mode, no ``os.replace`` / ``os.rename`` / ``shutil.move`` /
   ``shutil.copy*``, no ``.write_text(`` / ``.write_bytes(``, and no ``savefig`` / ``numpy.save*`` /
@@ -42,7 +45,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     2: ("stats", "metrics", "scores"),
     3: ("temperature", "networks"),
     4: ("inferers",),
-    5: ("transforms", "handlers", "engines", "distributed", "data"),
+    5: ("transforms", "handlers", "engines", "engine", "data"),
     6: ("evaluation", "nnunet"),
     7: ("report",),
     8: ("workflows",),
@@ -54,7 +57,7 @@ LAYER_OF = {c: layer for layer, comps in LAYERS.items() for c in comps}
 CORE = ("_utils", "_deprecation", "keys", "measures", "stats", "aggregation", "metrics", "temperature", "io",
         "activation")
 ADAPTERS = ("transforms", "handlers", "engines", "nnunet", "evaluation", "report", "workflows", "cli", "data",
-            "distributed")
+            "engine")
 
 #: old module paths kept until their removal (CHANGELOG.md): entries of monai_unc/_compat.py's MOVED_MODULES, not
 #: files; importing one gives the objects of the new homes and warns (tests/test_deprecations.py)
@@ -67,7 +70,17 @@ DEPRECATED_MODULES = (
     "monai_unc.report.nifti",
     "monai_unc.data.export",
     "monai_unc.evaluation.triage.fingerprint",
+    "monai_unc.distributed",
+    "monai_unc.distributed.cases",
+    "monai_unc.distributed.collectives",
 )
+
+#: component -> components it may not import although the layers would allow it (the deprecated modules of the old
+#: paths of those components included)
+FORBIDDEN_IMPORTS: dict[str, tuple[str, ...]] = {
+    # the command line parses and prints; the process group, the engine and failed cases are the workflows' concern
+    "cli": ("engine", "distributed"),
+}
 
 #: private modules every part of the package may import (their names are public within the package)
 SHARED_PRIVATE_MODULES = ("monai_unc._utils", "monai_unc._deprecation")
@@ -77,10 +90,10 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("monai_unc.cli", "monai_unc.nnunet.cli"): "nnunetv2 is optional: the nnU-Net sub-commands load it only when run",
     # parse first: `monai-unc --help` and argument errors answer at once, without torch, MONAI or nnU-Net's predictor
     **dict.fromkeys(
-        [("monai_unc.cli", m) for m in ("monai_unc.distributed", "monai_unc.evaluation",
-                                        "monai_unc.workflows.calibrate", "monai_unc.workflows.demo",
-                                        "monai_unc.workflows.infer", "monai_unc.workflows.prepare",
-                                        "monai_unc.workflows.report")]
+        [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.conformal",
+                                        "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
+                                        "monai_unc.workflows.prepare", "monai_unc.workflows.report",
+                                        "monai_unc.workflows.session", "monai_unc.workflows.triage")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
@@ -279,6 +292,18 @@ def _lazy_violations() -> list[Violation]:
         for i in IMPORTS
         if i.internal and not i.module_level and (i.importer, i.target) not in LAZY_IMPORTS
     ]
+
+
+def forbidden_imports(imports: list[Import]) -> list[Violation]:
+    """Imports of a component that :data:`FORBIDDEN_IMPORTS` bars it from (module level or inside a function)."""
+    out = []
+    for i in imports:
+        barred = FORBIDDEN_IMPORTS.get(component(i.importer), ())
+        if i.internal and component(i.target) in barred:
+            message = f"{i.importer} imports {i.target}: {component(i.importer)} may not import {', '.join(barred)}"
+            where = f"{MODULES[i.importer].relative_to(ROOT)}:{i.lineno}" if i.importer in MODULES else str(i.lineno)
+            out.append((("forbidden", i.importer, i.target, ""), f"{where}: {message}"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -497,11 +522,39 @@ def test_package_imports_are_at_module_level():
 def test_pending_entries_still_match_a_violation():
     """PENDING only shrinks: an entry whose violation is gone must be removed."""
     found = {key for key, _ in _layer_violations() + _private_violations() + _lazy_violations()
-             + _write_violations() + _report_violations()}
+             + _write_violations() + forbidden_imports(IMPORTS) + _report_violations()}
     # an entry about a module this tree does not have (yet) cannot be checked here
     applicable = {key for key in PENDING if key[1] in MODULES and key[2] in MODULES}
     stale = sorted(applicable - found)
     assert not stale, f"fixed: remove these entries from PENDING in tests/test_architecture.py: {stale}"
+
+
+def test_the_cli_imports_nothing_from_the_engine():
+    """The command line parses and prints: the process group, the engine and failed cases belong to ``workflows``
+    (its command workflows return a ``CommandResult`` or raise ``CohortFailed``)."""
+    bad = _new(forbidden_imports(IMPORTS))
+    assert not bad, "imports barred by FORBIDDEN_IMPORTS (go through monai_unc.workflows):\n" + "\n".join(bad)
+
+
+_CLI_ENGINE_IMPORTS = """
+import monai_unc.engine
+from monai_unc.distributed import CasesFailed
+from .engine import cohort_session
+from . import engine
+from .workflows import evaluate_command
+def cmd():
+    from .distributed.collectives import barrier
+    from .engine.run import run_cases
+"""
+
+
+def test_the_cli_rule_sees_every_form_of_engine_import():
+    """Guard against a rule that finds nothing: absolute, relative, ``from . import``, old path and lazy imports of
+    the engine by ``monai_unc.cli`` are found; the workflows import is not."""
+    found = forbidden_imports(_imports(f"{PACKAGE}.cli", ast.parse(_CLI_ENGINE_IMPORTS)))
+    targets = sorted(key[2] for key, _ in found)
+    assert targets == ["monai_unc.distributed", "monai_unc.distributed.collectives", "monai_unc.engine",
+                       "monai_unc.engine", "monai_unc.engine", "monai_unc.engine.run"], targets
 
 
 def test_optional_dependencies_are_imported_where_they_belong():

@@ -44,7 +44,7 @@ from scipy import ndimage
 
 from .. import __version__
 from .._utils import check_probabilities, check_unit_interval
-from ..distributed import CaseCache, CohortRun, get_dist_context, run_cases
+from ..engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ..io import (
     LAYOUTS,
     CaseError,
@@ -750,7 +750,7 @@ def run_conformal(
     Before any work: the output folder must not be or lie in an input folder nor replace an input
     (:func:`monai_unc.io.check_inputs_not_written`), the rule file is verified (:meth:`ConformalRuleFile.load`) and
     the predictions' fingerprint is compared with the rule's (:class:`FingerprintMismatch` unless
-    ``allow_mismatch``). Each case (:func:`monai_unc.distributed.run_cases`, resumable through ``state/cases/``)
+    ``allow_mismatch``). Each case (:func:`monai_unc.engine.run_cases`, resumable through ``state/cases/``)
     gets :func:`conformal_case`; rank 0 writes ``conformal.csv`` and ``conformal.json``.
 
     Args:
@@ -764,7 +764,7 @@ def run_conformal(
         allow_mismatch: apply the rule to predictions made otherwise (``conformal.json`` records it).
         resume: keep and reuse per-case rows.
         progress: show a progress bar.
-        dist: a :class:`~monai_unc.distributed.DistContext`.
+        dist: a :class:`~monai_unc.engine.DistContext`.
         on_failure: called with each failed case.
 
     Returns:

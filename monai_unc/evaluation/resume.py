@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..distributed import CaseCache
-from ..distributed.records import record_cache_hooks
+from ..engine import CaseCache
+from ..engine.records import record_cache_hooks
 from ..io import CaseFiles
 from .case import CaseResult
 from .config import EvaluationConfig
@@ -110,7 +110,7 @@ def _attach_files(result: CaseResult, files: CaseFiles | None) -> CaseResult:
 def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache:
     """The resume state of an evaluation in ``folder`` (``<output>/state/cases/``).
 
-    It is meant for :func:`monai_unc.distributed.run_cases`, keyed by :func:`case_fingerprint`; a result is a
+    It is meant for :func:`monai_unc.engine.run_cases`, keyed by :func:`case_fingerprint`; a result is a
     :class:`CaseResult` (with its files and number of classes), saved as its record (:meth:`CaseResult.to_record`):
     ``<case>.npz``, every state of the case (histograms, conformal states, the products' states), then ``<case>.json``
     (row, warnings, fingerprint; written last, it marks the case finished).
@@ -120,7 +120,7 @@ def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache
         config: the evaluation's options (the per-case ones enter the fingerprint).
 
     Returns:
-        The :class:`~monai_unc.distributed.CaseCache`.
+        The :class:`~monai_unc.engine.CaseCache`.
     """
     dump, restore = record_cache_hooks(CaseResult, _attach_files)
     return CaseCache(folder, lambda files: case_fingerprint(files, config), dump=dump, restore=restore)

@@ -13,16 +13,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..distributed import (
+from ..engine import (
     CaseFailure,
     CasesFailed,
     CohortRun,
+    DistContext,
     error_line,
     get_dist_context,
     process_cases,
     run_cases,
 )
-from ..distributed.records import record_gather_hooks
+from ..engine.records import record_gather_hooks
 from ..io import CaseError, CaseFiles, match_cases
 from ..regions import unclaimed_labels_message
 from .case import CaseResult, evaluate_case, load_evaluation_case
@@ -69,7 +70,7 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig) -> CaseResult:
     """The per-case step of the engine: :func:`evaluate_files` as one :class:`CaseResult`.
 
     The files and number of classes are attached, so the result is a
-    :class:`~monai_unc.distributed.records.CaseRecord`.
+    :class:`~monai_unc.engine.records.CaseRecord`.
     """
     result, files, n_cls = evaluate_files(files, config)
     result.files, result.num_classes = files, n_cls
@@ -97,7 +98,7 @@ def evaluate_shard(
     recomputed, and every computed case is saved there (resume after an interruption or a failure). With
     ``failures`` (a list), a case that raises is appended as ``(case_id, exception)``, ``on_failure(case_id,
     exception)`` is called, and the loop goes on; otherwise the first error propagates. The loop is
-    :func:`monai_unc.distributed.process_cases` with :func:`evaluate_files` and :func:`case_cache`.
+    :func:`monai_unc.engine.process_cases` with :func:`evaluate_files` and :func:`case_cache`.
 
     Args:
         cases: the cases' files (any subset of a cohort).
@@ -228,7 +229,9 @@ def evaluate_cases(
 ) -> CohortState:
     """Evaluate ``cases`` (any subset of a cohort) into a :class:`CohortState` (cases in id order).
 
-    The first failing case raises; labels that no region claims are refused (:func:`check_unclaimed_labels`).
+    The first failing case raises; labels that no region claims are refused (:func:`check_unclaimed_labels`). A thin
+    call of the engine: :func:`monai_unc.engine.run_cases` in this process alone (``stop_on_error``), with
+    :func:`evaluate_files` as the per-case step and the cohort state as the summary step.
 
     Args:
         cases: the cases' files.
@@ -244,12 +247,18 @@ def evaluate_cases(
         ValueError: ``cases`` is empty, or labels that no region claims.
         CaseError: a case cannot be read or has another number of classes.
     """
-    results = evaluate_shard(cases, config, cache=cache, progress=progress, desc=desc)
-    check_unclaimed_labels(results, config)
-    state = assemble_state(results, config.n_fine_bins, regions=_regions(config))
-    if state is None:
+    config.validate()
+
+    def cohort(run: CohortRun) -> CohortState | None:
+        check_unclaimed_labels(run.results, config)
+        return assemble_state(run.results, config.n_fine_bins, regions=_regions(config))
+
+    run = run_cases(list(cases), lambda f: evaluate_files(f, config), command="monai-unc evaluate",
+                    ctx=DistContext(), cache=None if cache is None else case_cache(cache, config), summarize=cohort,
+                    progress=progress, desc=desc, stop_on_error=True)
+    if run.summary is None:
         raise ValueError("no case to evaluate")
-    return state
+    return run.summary
 
 
 def _regions(config: EvaluationConfig) -> dict[str, list[int]] | None:
@@ -280,7 +289,7 @@ def run_evaluate(
 
     It runs on one process or on every rank of a process group (``torchrun``; see docs/distributed.md).
 
-    Every rank matches the cases (they must agree), evaluates its shard (:func:`monai_unc.distributed.shard`:
+    Every rank matches the cases (they must agree), evaluates its shard (:func:`monai_unc.engine.shard`:
     sorted case ids, round-robin) and, with ``resume``, saves each case's row and histogram under
     ``<output>/state/cases/`` (a rerun reuses cases whose inputs and per-case options are unchanged, see
     :func:`case_fingerprint`). The per-case results are gathered to rank 0, which adds them in case-id order
@@ -289,7 +298,7 @@ def run_evaluate(
 
     A case that raises does not stop the others: ``on_failure(CaseFailure)`` is called on its rank (default: one
     stderr line with the case id), rank 0 writes ``failures.json`` instead of the cohort files, and every rank raises
-    :class:`~monai_unc.distributed.CasesFailed` (a ``CaseError``) at the end; the finished cases stay saved, so the
+    :class:`~monai_unc.engine.CasesFailed` (a ``CaseError``) at the end; the finished cases stay saved, so the
     same call resumes after the bad cases are fixed. Errors before the per-case loop (bad folders, options) raise
     on every rank.
 
@@ -312,9 +321,9 @@ def run_evaluate(
         allow_missing_labels: leave out predicted cases without a label (a warning) instead of refusing.
         progress: show a progress bar.
         resume: keep and reuse per-case states (``False``: evaluate every case, save nothing per case).
-        dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
+        dist: a :class:`~monai_unc.engine.DistContext` (default :func:`~monai_unc.engine.get_dist_context`,
             which joins the initialised process group or creates one from torchrun's environment; it stays up).
-        on_failure: called with a :class:`~monai_unc.distributed.CaseFailure` for each failing case (default: one
+        on_failure: called with a :class:`~monai_unc.engine.CaseFailure` for each failing case (default: one
             stderr line).
 
     Returns:

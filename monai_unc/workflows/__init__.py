@@ -2,10 +2,17 @@
 (:mod:`.factory`), the checks and plan of a run before its first case (:mod:`.prepare`: :func:`prepare_infer`,
 :func:`prepare_evaluate`; :mod:`.report`: :func:`run_report`, :func:`triage_with_page`), batch prediction with
 resume and ``torchrun`` (:mod:`.infer`), the logits for temperature calibration (:mod:`.calibrate`) and the demo
-(:mod:`.demo`)."""
+(:mod:`.demo`).
+
+Each cohort command is one call here, inside its session (:mod:`.session`: the process group of a ``torchrun`` job
+and the failed-cases step): :func:`infer_command`, :func:`evaluate_command` (:mod:`.evaluate`),
+:func:`triage_command` (:mod:`.triage`) and :func:`conformal_command` (:mod:`.conformal`); they return a
+:class:`CommandResult` or raise :class:`CohortFailed`."""
 
 from ..keys import DEFAULT_MEASURES
 from .calibrate import collect_logits
+from .conformal import conformal_command
+from .evaluate import evaluate_command
 from .factory import METHOD_TOKENS, build_inferer, normalize_roi
 from .infer import (
     FAILURES_FILE,
@@ -24,6 +31,7 @@ from .models import LoadedModel, checkpoint_temperature, load_checkpoint, load_n
 from .prepare import (
     InferPlan,
     check_infer_output,
+    infer_command,
     infer_measures,
     prepare_evaluate,
     prepare_infer,
@@ -32,6 +40,8 @@ from .prepare import (
     resolve_device,
 )
 from .report import run_report, triage_with_page
+from .session import CohortFailed, CommandResult, command_session, run_command
+from .triage import triage_command
 
 __all__ = [
     "METHOD_TOKENS",
@@ -64,4 +74,12 @@ __all__ = [
     "resolve_device",
     "run_report",
     "triage_with_page",
+    "CohortFailed",
+    "CommandResult",
+    "command_session",
+    "run_command",
+    "infer_command",
+    "evaluate_command",
+    "triage_command",
+    "conformal_command",
 ]

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from monai.transforms import ResizeWithPadOrCrop
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..distributed import error_line
+from ..engine import error_line
 from ..io import (
     CaseError,
     ImageCase,
@@ -42,7 +43,7 @@ from .infer import check_case_dims, load_image_case, normalize_intensity
 from .models import LoadedModel, load_network
 from .prepare import read_region_spec, resolve_device
 
-__all__ = ["collect_logits", "run_calibrate"]
+__all__ = ["collect_logits", "run_calibrate", "calibrate_summary"]
 
 
 def collect_logits(
@@ -226,3 +227,26 @@ def run_calibrate(
         record["regions"] = {k: list(v) for k, v in spec.items()}
     atomic_write_json(out.with_suffix(".json"), record)
     return out, record
+
+
+def calibrate_summary(out: Path, record: dict[str, Any]) -> list[str]:
+    """What ``monai-unc calibrate`` prints after a run.
+
+    Args:
+        out: the calibrated checkpoint written (its record is ``out.with_suffix(".json")``).
+        record: the record :func:`run_calibrate` returns.
+
+    Returns:
+        The lines: the temperature and where it went, NLL / ECE before and after (and per region), the files.
+    """
+    b, a = record["before"], record["after"]
+    where = "folded into the last layer" if record["folded_into_last_layer"] else "stored beside the weights"
+    lines = [f"temperature {[round(t, 4) for t in record['temperature']]} after {record['steps']} steps ({where})",
+             f"validation NLL {b['nll']:.4f} -> {a['nll']:.4f}, ECE {b['ece']:.4f} -> {a['ece']:.4f}, "
+             f"all-label ECE {b['all_label_ece']:.4f} -> {a['all_label_ece']:.4f}"
+             + (" (means over the regions)" if "regions" in b else "")]
+    for name, before in (b.get("regions") or {}).items():
+        after = a["regions"][name]
+        lines.append(f"  region {name}: NLL {before['nll']:.4f} -> {after['nll']:.4f}, "
+                     f"ECE {before['ece']:.4f} -> {after['ece']:.4f}")
+    return [*lines, f"wrote {out} and {out.with_suffix('.json')}"]

@@ -21,7 +21,7 @@ channel names ``["0", "1", ...]`` (:func:`monai_unc.io.read_prediction_regions` 
 sigmoid network stays a binary two-class problem (3D files, ``"multilabel": false``). :func:`predict_cases` skips
 finished cases, so an interrupted run resumes where it stopped; it takes an explicit list of cases so that
 callers can shard a cohort. :func:`run_infer` is the whole ``monai-unc infer`` loop on one process or under
-``torchrun``: rank 0 prepares the output folder, every rank predicts its shard (:func:`monai_unc.distributed.shard`,
+``torchrun``: rank 0 prepares the output folder, every rank predicts its shard (:func:`monai_unc.engine.shard`,
 sorted case ids round-robin; outputs are per-case files, so no two ranks write the same file), a case that fails is
 reported with its id and the others go on, and rank 0 writes ``failures.json``. See docs/distributed.md.
 """
@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from monai.transforms import Invertd
 
-from ..distributed import (
+from ..engine import (
     CaseCache,
     CohortRun,
     error_line,
@@ -471,7 +471,10 @@ def predict_cases(
     ``on_error="continue"`` also ``{"case", "status": "failed", "error"}`` for a case whose prediction raised (the
     loop goes on; its files are not marked finished, so a rerun redoes it; ``on_failure(case_id, exception)`` is
     called at once). ``on_error="raise"`` re-raises the first error. The caller checks the output folder
-    (:func:`monai_unc.io.check_output_folder`) and the settings (:func:`check_run_settings`).
+    (:func:`monai_unc.io.check_output_folder`) and the settings (:func:`check_run_settings`). This is the per-case
+    loop of one process or one shard: a thin call of the engine's :func:`monai_unc.engine.process_cases` with
+    :func:`predict_case` and the case records as the resume cache, the loop that :func:`run_infer` runs on every
+    rank.
     """
     if on_error not in ("raise", "continue"):
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
@@ -516,18 +519,18 @@ def run_infer(
 
     Rank 0 removes partial files of an interrupted run and checks / writes ``infer.json``
     (:func:`check_run_settings`); every rank then predicts its shard of ``cases``
-    (:func:`monai_unc.distributed.shard`: sorted case ids, round-robin) with :func:`predict_cases`, continuing past a
+    (:func:`monai_unc.engine.shard`: sorted case ids, round-robin) with :func:`predict_cases`, continuing past a
     failing case (``on_failure(CaseFailure)`` is called at once; default: one stderr line with the case id and the
     rank). The per-case statuses are exchanged, rank 0 writes ``failures.json`` (or removes a stale one) and every
     rank returns the statuses of all cases ``{"case", "status", "rank", ["error"]}`` sorted by case id (each case
-    exactly once), or raises :class:`~monai_unc.distributed.CasesFailed` on every rank when a case failed. Every
+    exactly once), or raises :class:`~monai_unc.engine.CasesFailed` on every rank when a case failed. Every
     collective is reached by every rank, so a failure never leaves a rank waiting. The loop is
-    :func:`monai_unc.distributed.run_cases` with :func:`predict_case` as the per-case step. The temperature of a
+    :func:`monai_unc.engine.run_cases` with :func:`predict_case` as the per-case step. The temperature of a
     calibrated checkpoint (``model.temperature``) is recorded, at full precision, as ``settings.temperature`` when
     the settings leave it None.
 
     Args:
-        dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`,
+        dist: a :class:`~monai_unc.engine.DistContext` (default :func:`~monai_unc.engine.get_dist_context`,
             which joins or initialises the process group described by torchrun's environment variables).
     """
     ctx = dist if dist is not None else get_dist_context(device)

@@ -9,6 +9,9 @@ not give, a window size of another dimensionality, regions without ``activation=
 arguments are named like the flags (``--tta-noise`` is ``tta_noise``; the negated flags ``--no-probs`` and
 ``--no-bundle-preprocessing`` are ``write_probs=False`` and ``bundle_preprocessing=False``).
 
+:func:`infer_command` is the whole command: the output check, :func:`prepare_infer` on every rank and
+:func:`~monai_unc.workflows.infer.run_infer`, inside the command's session (process group and failed-cases step).
+
 The helpers :func:`resolve_device`, :func:`read_region_spec` and :func:`read_case_list` turn the values of
 ``--device``, ``--regions`` and ``--calibration-cases`` into what the workflows take; :func:`check_infer_output` and
 :func:`prepare_evaluate` do the checks of ``infer`` and ``evaluate`` that come before any work.
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..engine import DistContext, read_dist_env, sync_errors
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
 from ..inferers import add_dropout, enable_mc_dropout
@@ -35,8 +39,9 @@ from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure
 from ..regions import RegionSpec, parse_regions
 from ..temperature import TemperatureScaled
 from .factory import build_inferer, check_method_network, check_roi, method_tokens, normalize_roi
-from .infer import FAILURES_FILE, INTENSITY_MODES, InferSettings, load_image_case
+from .infer import FAILURES_FILE, INTENSITY_MODES, InferSettings, load_image_case, run_infer
 from .models import LoadedModel, load_network
+from .session import CommandResult, run_command
 
 __all__ = [
     "ACTIVATIONS",
@@ -51,6 +56,8 @@ __all__ = [
     "EVALUATE_WRITES",
     "check_region_channels",
     "prepare_infer",
+    "infer_command",
+    "infer_summary",
     "prepare_evaluate",
     "error_text",
 ]
@@ -454,6 +461,82 @@ def prepare_infer(
         regions=None if spec is None else {k: list(v) for k, v in spec.items()},
     )  # fmt: skip
     return InferPlan(cases, loaded, inferer, settings)
+
+
+def infer_command(
+    input: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    device: str | torch.device = "auto",
+    threads: int | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    dist: DistContext | None = None,
+    **options: Any,
+) -> CommandResult[list[dict[str, Any]]]:
+    """The whole of ``monai-unc infer`` on one process or on every rank of a ``torchrun`` job.
+
+    The output folder is checked first (:func:`check_infer_output`), the device chosen for this rank
+    (:func:`resolve_device` with torchrun's local rank), then inside the command's session every rank builds the
+    plan (:func:`prepare_infer`; a refusal on one rank raises on every rank) and predicts its shard
+    (:func:`~monai_unc.workflows.infer.run_infer`).
+
+    Args:
+        input: folder of images.
+        output: output folder (must not lie inside ``input``).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ... (under torchrun ``"auto"`` takes the local
+            rank's GPU).
+        threads: torch CPU threads (None: torch's default).
+        overwrite: recompute finished cases (and accept new settings).
+        progress: a progress bar on rank 0.
+        dist: a rank context the caller holds (its group is left alone), or None: join the process group or
+            create one from torchrun's environment, and destroy one created here at the end.
+        **options: the keyword arguments of :func:`prepare_infer` (``model``, ``bundle``, ``network``,
+            ``checkpoint``, ``method``, ``samples``, ``roi``, ``regions``, ...).
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of the per-case statuses
+        (:func:`~monai_unc.workflows.infer.run_infer`). Raises :class:`~monai_unc.workflows.session.CohortFailed`
+        on every rank when cases failed (rank 0 has printed which).
+    """
+    out = check_infer_output(output, input, checkpoint=options.get("checkpoint"), network=options.get("network"),
+                             bundle=options.get("bundle"), regions=options.get("regions"))
+    if threads:
+        torch.set_num_threads(threads)
+    _, world, local_rank = read_dist_env()
+    dev = resolve_device(device, world_size=world, local_rank=local_rank)
+
+    def run(ctx: DistContext) -> list[dict[str, Any]]:
+        err = plan = None
+        try:  # a setup error on one rank must not leave the others waiting
+            plan = prepare_infer(input, device=dev, **options)
+        except Exception as e:
+            err = e
+        sync_errors(err, ctx)
+        assert plan is not None
+        return run_infer(plan.cases, plan.model, plan.inferer, plan.settings, out, device=dev, overwrite=overwrite,
+                         progress=progress, dist=ctx)
+
+    return run_command("infer", out, run, dist=dist, device=dev, summary=lambda results: infer_summary(results, out))
+
+
+def infer_summary(results: Sequence[dict[str, Any]], output: Path) -> list[str]:
+    """What ``monai-unc infer`` prints after a run.
+
+    Args:
+        results: the per-case statuses (:func:`~monai_unc.workflows.infer.run_infer`).
+        output: the output folder.
+
+    Returns:
+        One line: the number of cases written and already finished, and the folder.
+
+    Example:
+        >>> infer_summary([{"status": "written"}, {"status": "skipped"}], Path("out"))
+        ['2 case(s): 1 written, 1 already finished; outputs in out']
+    """
+    written = sum(r["status"] == "written" for r in results)
+    return [f"{len(results)} case(s): {written} written, {len(results) - written} already finished; "
+            f"outputs in {output}"]
 
 
 def prepare_evaluate(

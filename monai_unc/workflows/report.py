@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..distributed import get_dist_context
+from ..engine import get_dist_context
 from ..evaluation import load_evaluation, resummarize, run_conformal, run_triage
 from ..evaluation.conformal import check_conformal_inputs
 from ..evaluation.triage import TriageResult
@@ -155,7 +155,7 @@ def triage_with_page(
         uncertainty: folder of ``<case>_<measure>`` maps (default: from the layout).
         cases: overlays of this many of the most uncertain cases (``--cases``, >= 0).
         progress: show a progress bar.
-        dist: a :class:`~monai_unc.distributed.DistContext` (default: a single process or torchrun's group).
+        dist: a :class:`~monai_unc.engine.DistContext` (default: a single process or torchrun's group).
         conformal_rule: a :class:`~monai_unc.evaluation.ConformalRuleFile` or the path of a ``conformal_rule.json``
             (``--conformal-rule``; written by ``evaluate --conformal``), or None.
 

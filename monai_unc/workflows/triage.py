@@ -5,6 +5,8 @@ The rule is certified from the saved evaluation (:func:`monai_unc.evaluation.sum
 calibration cases, then :func:`monai_unc.evaluation.triage.certify_referral_rule`), so nothing is evaluated twice;
 the other cases are triaged from their prediction files only (:func:`monai_unc.evaluation.triage.run_triage`), as
 ``monai-unc triage`` would, and the page is written by :func:`monai_unc.report.triage.build_triage_page`.
+:func:`triage_command` is ``monai-unc triage`` itself: :func:`monai_unc.workflows.report.triage_with_page` inside the
+command's session (process group and failed-cases step).
 """
 
 from __future__ import annotations
@@ -18,12 +20,74 @@ from typing import Any
 
 import numpy as np
 
+from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
 from ..report.triage import build_triage_page
+from .report import TRIAGE_CONFORMAL_DIR, triage_with_page
+from .session import CommandResult, run_command
 
-__all__ = ["certify_and_triage", "format_triage", "triage_outcome", "format_outcome"]
+__all__ = ["certify_and_triage", "format_triage", "triage_outcome", "format_outcome", "triage_command",
+           "triage_summary"]
+
+
+def triage_command(
+    predictions: str | os.PathLike,
+    rule: Any,
+    output: str | os.PathLike,
+    *,
+    dist: DistContext | None = None,
+    **options: Any,
+) -> CommandResult[tuple[TriageResult, Path | None]]:
+    """The whole of ``monai-unc triage`` on one process or on every rank of a ``torchrun`` job.
+
+    Args:
+        predictions: folder of the new cases' predictions.
+        rule: a :class:`~monai_unc.evaluation.triage.ReferralRule` or the path of its ``referral_rule.json``.
+        output: output folder (``triage.csv``, ``triage.json``, ``triage.html``, ``state/``).
+        dist: a rank context the caller holds (its group is left alone), or None: join the process group or
+            create one from torchrun's environment, and destroy one created here at the end.
+        **options: the keyword arguments of :func:`monai_unc.workflows.report.triage_with_page` (``images``,
+            ``allow_mismatch``, ``layout``, ``uncertainty``, ``cases``, ``progress``, ``conformal_rule``).
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of ``(result, page)`` (``page`` None on ranks other
+        than 0). Raises :class:`~monai_unc.workflows.session.CohortFailed` on every rank when cases failed (rank 0
+        has printed which).
+    """
+    out = Path(output).resolve()
+    masks = out / TRIAGE_CONFORMAL_DIR if options.get("conformal_rule") is not None else None
+    return run_command("triage", out, lambda ctx: triage_with_page(predictions, rule, out, dist=ctx, **options),
+                       dist=dist, summary=lambda value: triage_summary(value[0], value[1], out, masks))
+
+
+def triage_summary(result: TriageResult, page: Path | None, output: Path, masks: Path | None = None) -> list[str]:
+    """What ``monai-unc triage`` prints after a run.
+
+    Args:
+        result: the run's :class:`~monai_unc.evaluation.triage.TriageResult`.
+        page: the ``triage.html`` written.
+        output: the output folder.
+        masks: the folder of the conformal masks (``--conformal-rule``), or None.
+
+    Returns:
+        The lines: decisions and reasons, the guarantee of the accepted cases, the fingerprint check and notes, the
+        files written.
+    """
+    s = result.summary
+    reasons = ", ".join(f"{k} {v}" for k, v in s["reasons"].items() if k != "accepted") or "none"
+    lines = [f"{s['n_cases']} case(s): accept {s['n_accepted']}, review {s['n_review']} ({reasons})",
+             f"accepted cases: {s['accepted_risk']['statement']}"]
+    if s["fingerprint"]["status"] == "mismatch":
+        lines.append("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these "
+                     "cases")
+    elif s["fingerprint"]["status"] == "unverified":
+        lines.append("note: no record of how the predictions were made: the rule could not check their fingerprint")
+    lines += [f"note: {note}" for note in s["notes"]]
+    if masks is not None:
+        lines.append(f"wrote the conformal masks, conformal.csv and conformal.json to {masks}")
+    return [*lines, f"wrote {output / 'triage.csv'} and {page}"]
 
 
 def certify_and_triage(

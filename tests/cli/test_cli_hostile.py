@@ -620,7 +620,7 @@ def _free_port() -> int:
 
 def _rank_worker(rank: int, world: int, port: int, calls: list[list[str]], log_dir: str) -> None:
     """One rank of a torchrun-style group running each CLI call; records exit status and stderr per call."""
-    from monai_unc.distributed import destroy_dist_context, get_dist_context
+    from monai_unc.engine import destroy_dist_context, get_dist_context
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port), MONAI_UNC_DIST_TIMEOUT="60")

@@ -124,6 +124,31 @@ def test_conformal_masks_equal_the_rule_applied_and_resume(cohort, tmp_path, cap
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.nii.gz")} == stamps
 
 
+def test_a_failed_case_exits_1_and_a_rerun_resumes(cohort, tmp_path, capsys):
+    """``monai-unc conformal`` through its workflow: a bad case is reported, the others are done, exit status 1
+    after one summary line naming failures.json; once fixed, a rerun does only that case."""
+    pred = tmp_path / "pred"
+    shutil.copytree(cohort["predB"], pred)
+    good = (pred / "toy002_seg.nii.gz").read_bytes()
+    (pred / "toy002_seg.nii.gz").write_bytes(b"broken")
+    out = tmp_path / "masks"
+    argv = ["conformal", "-p", str(pred), "--rule", str(cohort["rule"]), "-o", str(out), "-q"]
+    capsys.readouterr()
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("monai-unc conformal: case 'toy002' failed: ") and len(err) == 2, err
+    assert err[1] == (f"monai-unc conformal: 1 case(s) failed ('toy002'), listed in {out.resolve() / 'failures.json'}; "
+                      "the other cases are done: fix these and run the same command again to resume")
+    assert json.loads((out / "failures.json").read_text())["failures"][0]["case"] == "toy002"
+    assert not (out / "conformal.csv").exists() and (out / "toy000_outer.nii.gz").is_file()
+    (pred / "toy002_seg.nii.gz").write_bytes(good)
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.glob("*.nii.gz")}
+    assert cli.main(argv[:-1]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("toy00[01]_*.nii.gz")} == {
+        k: v for k, v in stamps.items() if not k.startswith("toy002")}
+    assert not (out / "failures.json").exists() and "3 case(s)" in capsys.readouterr().out
+
+
 def test_evaluate_resumes_with_the_conformal_states(cohort, tmp_path):
     ev = tmp_path / "ev"
     shutil.copytree(cohort["eval"], ev)
@@ -212,7 +237,7 @@ def test_torchrun_pack_round_trips_the_conformal_states(cohort):
     """What a rank sends to rank 0 (the result's record, :meth:`CaseResult.to_record`) keeps its conformal states."""
     import pickle
 
-    from monai_unc.distributed.records import record_gather_hooks
+    from monai_unc.engine.records import record_gather_hooks
     from monai_unc.evaluation import CaseResult, evaluate_files
 
     config = EvaluationConfig(spatial=False, conformal={"outer": 0.3, "inner": 0.4}, conformal_family="margin")

@@ -726,7 +726,7 @@ def _worker(rank: int, world: int, port: int, spec: dict) -> None:
 
     import torch
 
-    from monai_unc.distributed import destroy_dist_context, get_dist_context
+    from monai_unc.engine import destroy_dist_context, get_dist_context
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))

@@ -30,6 +30,8 @@ from monai_unc.workflows import (
     read_region_spec,
     resolve_device,
 )
+from monai_unc.workflows import evaluate as evaluate_workflow
+from monai_unc.workflows import prepare as prepare_workflow
 from monai_unc.workflows.calibrate import run_calibrate
 from monai_unc.workflows.demo import run_demo
 from tests._cases import TOY_NET
@@ -64,7 +66,7 @@ def _cli_plan(monkeypatch, argv: list[str]) -> InferPlan:
         seen.append(InferPlan(list(cases), model, inferer, settings))
         return []
 
-    monkeypatch.setattr(cli, "run_infer", record)
+    monkeypatch.setattr(prepare_workflow, "run_infer", record)
     assert cli.main(argv) == 0
     assert len(seen) == 1
     return seen[0]
@@ -155,7 +157,8 @@ def _refusals(s: dict[str, Path]) -> list[tuple[str, list[str], dict[str, Any], 
 
 
 def test_python_caller_gets_the_refusals_of_the_cli(s, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "run_infer", lambda *a, **k: pytest.fail("a refused run reached the inference loop"))
+    monkeypatch.setattr(prepare_workflow, "run_infer",
+                        lambda *a, **k: pytest.fail("a refused run reached the inference loop"))
     for name, flags, kwargs, message in _refusals(s):
         network = json.dumps(kwargs["network"]) if "network" in kwargs else str(s["spec"])
         argv = ["infer", "-i", str(s["images"]), "-o", str(tmp_path / "out"), "--network", network,
@@ -218,7 +221,7 @@ def test_prepare_evaluate_matches_the_cli(s, tmp_path, monkeypatch):
         seen.append(config)
         return None, {}, {}
 
-    monkeypatch.setattr(cli, "run_evaluate", record)
+    monkeypatch.setattr(evaluate_workflow, "run_evaluate", record)
     cases = tmp_path / "cal.txt"
     cases.write_text("# calibration\ntoy000\ntoy002\n")
     shifts = tmp_path / "shifts.csv"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ... import __version__
-from ...distributed import CaseCache, CohortRun, get_dist_context, run_cases
+from ...engine import CaseCache, CohortRun, get_dist_context, run_cases
 from ...io import (
     CaseError,
     CaseFiles,
@@ -343,14 +343,14 @@ def run_triage(
     and compares it with the rule's, and the rule's regions with the regions recorded with the predictions
     (:func:`region_differences`): a difference raises :class:`FingerprintMismatch` (a ``ValueError``) before any
     work unless ``allow_mismatch`` (then ``triage.json`` and the page record it). Each rank triages its shard
-    (:func:`monai_unc.distributed.shard`) with :func:`triage_case`, saving each case's row under
+    (:func:`monai_unc.engine.shard`) with :func:`triage_case`, saving each case's row under
     ``<output>/state/cases/`` with ``resume`` (a rerun, or an interrupted run run again, reuses rows whose files and
     options are unchanged, whatever the rule's threshold). Rank 0 gathers the rows, applies the rule in case-id order
     and writes, atomically, ``triage.csv`` (one row per case: ``case, score, decision, reason`` then ``rank``,
     ``code``, the robust image z-score, the scores and quality estimates) and ``triage.json`` (decisions, reasons,
     the guarantee for the accepted cases, fingerprint check, the rule). A case that raises is reported (one stderr
     line, ``on_failure(CaseFailure)``), the others go on, rank 0 writes ``failures.json`` instead of the triage files,
-    and :class:`~monai_unc.distributed.CasesFailed` is raised on every rank at the end.
+    and :class:`~monai_unc.engine.CasesFailed` is raised on every rank at the end.
 
     Args:
         predictions: output folder of ``monai-unc infer`` (``layout="monai-unc"``) or ``nnunet-predict``
@@ -364,8 +364,8 @@ def run_triage(
         cases: triage only these case ids (default: every case in ``predictions``).
         resume: keep and reuse per-case rows under ``<output>/state/cases/``.
         progress: show a progress bar.
-        dist: a :class:`~monai_unc.distributed.DistContext` (default :func:`~monai_unc.distributed.get_dist_context`).
-        on_failure: called with a :class:`~monai_unc.distributed.CaseFailure` for each failing case (default: one
+        dist: a :class:`~monai_unc.engine.DistContext` (default :func:`~monai_unc.engine.get_dist_context`).
+        on_failure: called with a :class:`~monai_unc.engine.CaseFailure` for each failing case (default: one
             stderr line).
 
     Returns:

@@ -2,9 +2,9 @@
 
 A result that implements :class:`CaseRecord` (``to_record() -> (JSON data, numpy arrays)`` and the classmethod
 ``from_record(doc, arrays)``) needs no serialisation code of its own: :func:`record_cache_hooks` gives the
-``dump`` / ``restore`` hooks of a :class:`~monai_unc.distributed.CaseCache` (the JSON inside ``<case>.json``, the
+``dump`` / ``restore`` hooks of a :class:`~monai_unc.engine.CaseCache` (the JSON inside ``<case>.json``, the
 arrays in ``<case>.npz`` written first), and :func:`record_gather_hooks` the ``pack`` / ``unpack`` of
-:func:`~monai_unc.distributed.run_cases` (plain data for the gather to rank 0). The arrays are those of
+:func:`~monai_unc.engine.run_cases` (plain data for the gather to rank 0). The arrays are those of
 :func:`monai_unc.state.pack_states`, so any mergeable state travels this way.
 """
 
@@ -40,7 +40,7 @@ Restore = Callable[[Path, dict[str, Any], Any], Any]
 
 
 def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | None = None) -> tuple[Dump, Restore]:
-    """The ``dump`` and ``restore`` hooks of a :class:`~monai_unc.distributed.CaseCache` for results of ``record``.
+    """The ``dump`` and ``restore`` hooks of a :class:`~monai_unc.engine.CaseCache` for results of ``record``.
 
     ``dump`` writes the arrays to ``<case>.npz`` (compressed, atomically; an earlier one is removed when there are
     none) and returns the JSON fields ``{"record": doc, "arrays": bool}``; ``restore`` reads them back.
@@ -77,7 +77,7 @@ def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | Non
 
 
 def record_gather_hooks(record: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    """The ``pack`` and ``unpack`` hooks of :func:`~monai_unc.distributed.run_cases` for results of ``record``:
+    """The ``pack`` and ``unpack`` hooks of :func:`~monai_unc.engine.run_cases` for results of ``record``:
     ``(doc, arrays)`` plain data for the gather to rank 0, and back.
 
     Args:

@@ -1,4 +1,4 @@
-"""Distributed inference and evaluation (``monai_unc.distributed``, ``monai-unc infer/evaluate`` under torchrun).
+"""Distributed inference and evaluation (``monai_unc.engine``, ``monai-unc infer/evaluate`` under torchrun).
 
 Multi-process tests run 2 gloo processes on loopback: the ``monai-unc evaluate`` command launched by ``torchrun``
 (``python -m torch.distributed.run --standalone --nproc_per_node 2``), and forked workers (torch.multiprocessing)
@@ -27,7 +27,7 @@ import torch
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
-from monai_unc.distributed import (
+from monai_unc.engine import (
     CaseFailure,
     CasesFailed,
     DistContext,

@@ -1,4 +1,4 @@
-"""The cohort engine (``monai_unc.distributed.run_cases``, ``process_cases``, ``CaseCache``) with toy per-case
+"""The cohort engine (``monai_unc.engine.run_cases``, ``process_cases``, ``CaseCache``) with toy per-case
 functions: order, failures, resume, partial files, one process and two gloo ranks."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.distributed import (
+from monai_unc.engine import (
     CaseCache,
     CaseFailure,
     CasesFailed,
@@ -122,6 +122,21 @@ def test_a_summary_step_may_reject_cases_found_bad_only_together(tmp_path, capsy
     assert [f.case for f in caught.value.failures] == ["c1"] and cleaned == [1]
     assert json.loads((tmp_path / "failures.json").read_text())["failures"][0]["case"] == "c1"
     assert "toy: case 'c1' failed: CaseError: another number of classes" in capsys.readouterr().err
+
+
+def test_stop_on_error_raises_the_first_case_error_and_collects_nothing(tmp_path, capsys):
+    """``stop_on_error``: the engine as a plain loop that raises the first error (``evaluate_cases``)."""
+    calls: list[str] = []
+    items = [Item("c0", 1.0), Item("c1", 2.0, bad=True), Item("c2", 3.0, bad=True)]
+    with pytest.raises(ValueError, match="cannot square c1"):
+        run_cases(items, _counting(calls), command="toy", ctx=DistContext(), stop_on_error=True,
+                  failures_file=tmp_path / "failures.json", summarize=lambda r: pytest.fail("summarized"),
+                  on_failed=lambda r: pytest.fail("cleaned up"))
+    assert calls == ["c0", "c1"] and not (tmp_path / "failures.json").exists()
+    assert capsys.readouterr().err == ""  # nothing reported: the caller gets the exception itself
+    run = run_cases(ITEMS, _square, command="toy", ctx=DistContext(), stop_on_error=True,
+                    summarize=lambda r: len(r.results))
+    assert run.summary == len(ITEMS)
 
 
 def test_errors_outside_the_cases_raise_at_once(tmp_path):

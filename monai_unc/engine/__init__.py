@@ -1,10 +1,16 @@
-"""Cohort-scale runs on ``torch.distributed``: rank context, deterministic sharding, exact reductions, failures,
-and the cohort engine that runs a per-case function over a cohort (:mod:`monai_unc.distributed.cases`).
+"""The cohort engine: one per-case function over a cohort, on one process or under ``torch.distributed``, with
+resume (:mod:`.run`, :mod:`.cache`), the process-group lifecycle of a run (:mod:`.session`) and the rank context,
+deterministic sharding, exact reductions and failures it is built on (:mod:`.collectives`).
 
-``monai-unc infer`` and ``monai-unc evaluate`` (and :func:`monai_unc.predict.run_infer`,
-:func:`monai_unc.evaluation.run_evaluate`) call these helpers so that the same command runs on one process or
-under ``torchrun`` (or inside a process group that MONAI / ignite's ``idist`` already initialised) and gives the same
-numbers. See ``docs/distributed.md``.
+``monai-unc infer``, ``evaluate``, ``triage`` and ``conformal`` (and :func:`monai_unc.workflows.run_infer`,
+:func:`monai_unc.evaluation.run_evaluate`, :func:`monai_unc.evaluation.run_triage`,
+:func:`monai_unc.evaluation.run_conformal`) run through it, so that the same command runs on one process or under
+``torchrun`` (or inside a process group that MONAI / ignite's ``idist`` already initialised) and gives the same
+numbers. See ``docs/distributed.md``. This package was called ``monai_unc.distributed`` (a deprecated alias).
+
+- :func:`cohort_session` is the lifecycle of a run's process group as a context manager: it joins the group that
+  exists or creates one from torchrun's environment (:func:`get_dist_context`), and on exit destroys only a group it
+  created (:func:`destroy_dist_context`).
 
 - :func:`get_dist_context` reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (set by ``torchrun``), and when the world
   has more than one process and no process group exists yet, initialises one (``env://`` rendezvous: ``MASTER_ADDR``,
@@ -28,14 +34,16 @@ numbers. See ``docs/distributed.md``.
 - The cohort engine: :func:`run_cases` (list, shard, per-case loop with :class:`CaseCache` resume and collected
   failures, gather, summary on rank 0, broadcast) and :func:`process_cases` (the per-case loop of one rank).
 
-The rank context, collectives and faults live in :mod:`monai_unc.distributed.collectives`.
+The rank context, collectives and faults live in :mod:`monai_unc.engine.collectives`, the resume state in
+:mod:`monai_unc.engine.cache`, the engine in :mod:`monai_unc.engine.run` and the session in
+:mod:`monai_unc.engine.session`.
 
 With ``WORLD_SIZE`` unset or 1 every collective is the identity, so single-process code paths are the same code.
 """
 
 from __future__ import annotations
 
-from .cases import CaseCache, CohortRun, process_cases, run_cases, settings_changes
+from .cache import CaseCache
 from .collectives import (
     DEFAULT_TIMEOUT_S,
     CaseFailure,
@@ -61,6 +69,8 @@ from .collectives import (
     sync_errors,
     write_failures,
 )
+from .run import CohortRun, process_cases, run_cases, settings_changes
+from .session import cohort_session
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -91,4 +101,5 @@ __all__ = [
     "process_cases",
     "run_cases",
     "settings_changes",
+    "cohort_session",
 ]

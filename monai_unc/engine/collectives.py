@@ -1,5 +1,5 @@
 """Rank context, deterministic sharding, exact reductions and faults of cohort-scale runs (re-exported by
-:mod:`monai_unc.distributed`, whose docstring describes them)."""
+:mod:`monai_unc.engine`, whose docstring describes them)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class CasesFailed(CaseError):
     """Some cases failed; every other case was processed and its outputs written (a rerun resumes).
 
     ``failures`` lists them (sorted by case id); ``results`` holds what the run returns otherwise (e.g. the
-    per-case statuses of :func:`monai_unc.predict.run_infer`), when it has something. A
+    per-case statuses of :func:`monai_unc.workflows.run_infer`), when it has something. A
     :class:`~monai_unc.io.CaseError` (``ValueError``), so code that handled the first failing case's ``CaseError``
     still catches it.
     """

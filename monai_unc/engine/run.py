@@ -3,17 +3,17 @@
 Every cohort command (``infer``, ``evaluate``, ``triage``) is a per-case function plus a summary step run through
 :func:`run_cases`, which owns everything else:
 
-1. listing the cases on every rank (they must agree: :func:`~monai_unc.distributed.check_same_cases`) and the
+1. listing the cases on every rank (they must agree: :func:`~monai_unc.engine.check_same_cases`) and the
    set-up on rank 0 (the resume folder created and cleaned of partial files, the command's own checks), errors
-   raised on every rank (:func:`~monai_unc.distributed.sync_errors`);
-2. the shard of this rank (:func:`~monai_unc.distributed.shard`: sorted ids, round-robin), processed by
+   raised on every rank (:func:`~monai_unc.engine.sync_errors`);
+2. the shard of this rank (:func:`~monai_unc.engine.shard`: sorted ids, round-robin), processed by
    :func:`process_cases`: progress bar, a saved result reused when its fingerprint is unchanged (:class:`CaseCache`),
    a case that raises reported at once (one stderr line with the case id and the rank, or ``on_failure``) and
    collected while the loop goes on;
 3. the results and failures gathered to rank 0 in case-id order (each case exactly once:
-   :func:`~monai_unc.distributed.check_each_case_once`), ``failures.json`` written (or a stale one removed), the
+   :func:`~monai_unc.engine.check_each_case_once`), ``failures.json`` written (or a stale one removed), the
    summary step run there (or, when cases failed, the clean-up of stale outputs), its value broadcast to every
-   rank, and :class:`~monai_unc.distributed.CasesFailed` raised on every rank when a case failed.
+   rank, and :class:`~monai_unc.engine.CasesFailed` raised on every rank when a case failed.
 
 Every collective is reached by every rank whatever fails, so a failure never leaves a rank waiting; with one process
 every collective is the identity and the same code runs.
@@ -21,20 +21,16 @@ every collective is the identity and the same code runs.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import zipfile
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..io import atomic_write_text, clean_partial_files
 from ..io.cases import settings_changes
-from ..io.files import json_default
+from .cache import CaseCache
 from .collectives import (
     CaseFailure,
     CasesFailed,
@@ -52,118 +48,11 @@ from .collectives import (
     write_failures,
 )
 
-__all__ = ["CaseCache", "CohortRun", "process_cases", "run_cases", "settings_changes"]
-
-#: errors that make a saved state unusable (it is recomputed)
-_UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
+__all__ = ["CohortRun", "process_cases", "run_cases", "settings_changes"]
 
 
 def _case_id(item: Any) -> str:
     return str(item.case_id)
-
-
-def _dump_result(folder: Path, case_id: str, result: Any) -> dict[str, Any]:
-    return {"result": result}
-
-
-def _restore_result(folder: Path, doc: dict[str, Any], item: Any) -> Any:
-    return doc["result"]
-
-
-class CaseCache:
-    """Per-case resume state in a folder: ``<case>.json`` marks a case finished.
-
-    A saved state is reused while the case's fingerprint (everything its result depends on: input files, options,
-    package version) is unchanged; a stale fingerprint, a missing side file or an unreadable file means the case is
-    computed again. ``<case>.json`` is written last and atomically, after any side file (``dump`` writes those, e.g.
-    histograms as ``.npz``), so an interrupted case is never taken for a finished one; partial files of an
-    interrupted write are removed by :meth:`prepare`.
-
-    Args:
-        folder: the folder of the states.
-        fingerprint: ``fingerprint(item)``: JSON data describing what a case's result depends on, compared after a
-            JSON round trip. None: no fingerprint (the JSON is reused whenever ``restore`` accepts it).
-        dump: ``dump(folder, case_id, result) -> dict``: the JSON fields of a result (written with ``case`` and
-            ``fingerprint``); it may first write side files, atomically. Default ``{"result": result}``.
-        restore: ``restore(folder, doc, item) -> result``: the result from the JSON document (and side files); it
-            raises ``OSError``, ``ValueError``, ``KeyError``, ``TypeError`` or ``EOFError`` when they are unusable.
-            Default ``doc["result"]``. A result is never None.
-        store: False when the per-case function writes ``<case>.json`` itself (``infer``'s case record): then
-            :meth:`save` writes nothing.
-        reuse: False to recompute every case (``--overwrite``, no resume): :meth:`load` finds nothing.
-        on_stale: ``on_stale(case_id, saved, current)`` when a saved state is found whose fingerprint differs from
-            the current one (the case is computed again), e.g. to say so in a log line; ``saved`` is None for a
-            state that records none.
-
-    Example:
-        >>> import tempfile
-        >>> cache = CaseCache(tempfile.mkdtemp(), fingerprint=lambda item: {"size": len(item)})
-        >>> _ = cache.save("a", {"n": 3}, {"size": 3})
-        >>> cache.load("a", {"size": 3}), cache.load("a", {"size": 4})
-        ({'n': 3}, None)
-    """
-
-    def __init__(
-        self,
-        folder: str | os.PathLike,
-        fingerprint: Callable[[Any], Any] | None = None,
-        *,
-        dump: Callable[[Path, str, Any], dict[str, Any]] | None = None,
-        restore: Callable[[Path, dict[str, Any], Any], Any] | None = None,
-        store: bool = True,
-        reuse: bool = True,
-        on_stale: Callable[[str, Any, Any], None] | None = None,
-    ) -> None:
-        if fingerprint is not None and not callable(fingerprint):
-            raise TypeError(f"fingerprint must be callable or None, got {type(fingerprint).__name__}")
-        self.folder = Path(folder)
-        self.fingerprint = fingerprint
-        self.dump = dump or _dump_result
-        self.restore = restore or _restore_result
-        self.store = bool(store)
-        self.reuse = bool(reuse)
-        self.on_stale = on_stale
-
-    def path(self, case_id: str) -> Path:
-        """``<folder>/<case_id>.json``."""
-        return self.folder / f"{case_id}.json"
-
-    def prepare(self) -> None:
-        """Create the folder and remove the partial files of an interrupted write (rank 0, before the loop)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        clean_partial_files(self.folder)
-
-    def fingerprint_of(self, item: Any) -> Any:
-        """The item's fingerprint as it reads back from the JSON file (None without a fingerprint function)."""
-        return None if self.fingerprint is None else json.loads(json.dumps(self.fingerprint(item)))
-
-    def load(self, case_id: str, fingerprint: Any = None, item: Any = None) -> Any:
-        """The saved result of ``case_id``, or None when absent, unreadable or stale (its fingerprint differs)."""
-        path = self.path(case_id)
-        if not self.reuse or not path.is_file():
-            return None
-        try:
-            doc = json.loads(path.read_text())
-            if not isinstance(doc, dict):
-                return None
-            if self.fingerprint is not None and (doc.get("fingerprint") != fingerprint or doc.get("case") != case_id):
-                if self.on_stale is not None and doc.get("case") == case_id:
-                    self.on_stale(case_id, doc.get("fingerprint"), fingerprint)
-                return None
-            return self.restore(self.folder, doc, item)
-        except _UNREADABLE:
-            return None
-
-    def save(self, case_id: str, result: Any, fingerprint: Any = None) -> Path | None:
-        """Write ``result`` (side files first, then ``<case>.json``, atomically); returns the JSON path (None when
-        ``store`` is False)."""
-        if not self.store:
-            return None
-        self.folder.mkdir(parents=True, exist_ok=True)
-        doc = {"case": case_id, "fingerprint": fingerprint, **self.dump(self.folder, case_id, result)}
-        # internal resume state, read back only by load: Python's NaN literal (json_default, not strict JSON) keeps
-        # undefined metrics NaN bit for bit, so a resumed cohort equals a fresh one
-        return atomic_write_text(self.path(case_id), json.dumps(doc, default=json_default) + "\n")
 
 
 def process_cases(
@@ -256,6 +145,7 @@ def run_cases(
     progress: bool = False,
     desc: str | None = None,
     on_failure: Callable[[CaseFailure], None] | None = None,
+    stop_on_error: bool = False,
 ) -> CohortRun:
     """Run ``process`` on every case of a cohort, on one process or on every rank of a process group (module
     docstring); call it on every rank with the same arguments.
@@ -264,30 +154,34 @@ def run_cases(
         items: the cases, or a function listing them, run on every rank (its errors raise on every rank).
         process: ``process(item) -> result``, the per-case work (a result must not be None).
         command: the command's name for failure lines and ``failures.json`` (e.g. ``"monai-unc evaluate"``).
-        ctx: the rank context (default :func:`~monai_unc.distributed.get_dist_context`).
+        ctx: the rank context (default :func:`~monai_unc.engine.get_dist_context`).
         key: the case id of an item (default its ``case_id``).
         cache: resume state (:class:`CaseCache`; rank 0 prepares its folder before the loop).
         setup: run on rank 0 after the cases are listed and before the loop (output checks, run records).
         summarize: ``summarize(run)`` on rank 0 when no case failed (the cohort outputs); its value is broadcast
-            as ``run.summary``. It may raise :class:`~monai_unc.distributed.CasesFailed` for cases found bad only
+            as ``run.summary``. It may raise :class:`~monai_unc.engine.CasesFailed` for cases found bad only
             when the cohort is put together (e.g. another number of classes): they are reported like the others.
         on_failed: ``on_failed(run)`` on rank 0 when cases failed (e.g. remove stale cohort outputs); its value is
-            broadcast and becomes the ``results`` of the :class:`~monai_unc.distributed.CasesFailed` raised.
-        failures_file: where rank 0 writes ``failures.json`` (:func:`~monai_unc.distributed.write_failures`; a
+            broadcast and becomes the ``results`` of the :class:`~monai_unc.engine.CasesFailed` raised.
+        failures_file: where rank 0 writes ``failures.json`` (:func:`~monai_unc.engine.write_failures`; a
             stale one is removed when nothing failed). None: not written.
         pack: a result as picklable data for the gather to rank 0 (only when distributed).
         unpack: the inverse of ``pack``.
         progress: a progress bar on rank 0.
         desc: the label of the progress bar (default the command's last word).
-        on_failure: called with the :class:`~monai_unc.distributed.CaseFailure` of a failed case on its rank
+        on_failure: called with the :class:`~monai_unc.engine.CaseFailure` of a failed case on its rank
             (default: one stderr line ``<command>: [rank r of W: ]case 'id' failed: <error>``).
+        stop_on_error: the first case that raises stops the run and its exception propagates (the other ranks
+            raise :class:`~monai_unc.engine.RankFailed`); no failure is collected, reported or written. For the
+            Python functions that evaluate or predict a list of cases in one process and raise the first error.
 
     Returns:
         The :class:`CohortRun`: ``summary`` on every rank; ``cases``, ``results``, ``ranks`` on rank 0.
 
     Raises:
         CasesFailed: on every rank when a case failed (every other case was processed and, with a cache, saved).
-        RankFailed: on the other ranks when a rank failed outside the per-case work.
+        RankFailed: on the other ranks when a rank failed outside the per-case work (or, with ``stop_on_error``,
+            in a case).
 
     Example:
         >>> run = run_cases(["b", "a"], str.upper, command="toy", key=str, summarize=lambda r: "".join(r.results))
@@ -318,7 +212,8 @@ def run_cases(
     err = None
     try:
         label = desc or command.split()[-1]
-        done = process_cases(mine, process, key=key, cache=cache, failures=local_failures, on_failure=report,
+        done = process_cases(mine, process, key=key, cache=cache,
+                             failures=None if stop_on_error else local_failures, on_failure=report,
                              progress=progress and ctx.is_main,
                              desc=f"{label} ({ctx.describe()})" if ctx.distributed else label)
         if ctx.distributed:

@@ -1,0 +1,123 @@
+"""Per-case resume state of the cohort engine (:class:`CaseCache`): ``<case>.json`` per finished case, keyed by a
+fingerprint of everything the case's result depends on, written last and atomically after any side file."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_text, clean_partial_files
+from ..io.files import json_default
+
+__all__ = ["CaseCache"]
+
+#: errors that make a saved state unusable (it is recomputed)
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
+
+
+def _dump_result(folder: Path, case_id: str, result: Any) -> dict[str, Any]:
+    return {"result": result}
+
+
+def _restore_result(folder: Path, doc: dict[str, Any], item: Any) -> Any:
+    return doc["result"]
+
+
+class CaseCache:
+    """Per-case resume state in a folder: ``<case>.json`` marks a case finished.
+
+    A saved state is reused while the case's fingerprint (everything its result depends on: input files, options,
+    package version) is unchanged; a stale fingerprint, a missing side file or an unreadable file means the case is
+    computed again. ``<case>.json`` is written last and atomically, after any side file (``dump`` writes those, e.g.
+    histograms as ``.npz``), so an interrupted case is never taken for a finished one; partial files of an
+    interrupted write are removed by :meth:`prepare`.
+
+    Args:
+        folder: the folder of the states.
+        fingerprint: ``fingerprint(item)``: JSON data describing what a case's result depends on, compared after a
+            JSON round trip. None: no fingerprint (the JSON is reused whenever ``restore`` accepts it).
+        dump: ``dump(folder, case_id, result) -> dict``: the JSON fields of a result (written with ``case`` and
+            ``fingerprint``); it may first write side files, atomically. Default ``{"result": result}``.
+        restore: ``restore(folder, doc, item) -> result``: the result from the JSON document (and side files); it
+            raises ``OSError``, ``ValueError``, ``KeyError``, ``TypeError`` or ``EOFError`` when they are unusable.
+            Default ``doc["result"]``. A result is never None.
+        store: False when the per-case function writes ``<case>.json`` itself (``infer``'s case record): then
+            :meth:`save` writes nothing.
+        reuse: False to recompute every case (``--overwrite``, no resume): :meth:`load` finds nothing.
+        on_stale: ``on_stale(case_id, saved, current)`` when a saved state is found whose fingerprint differs from
+            the current one (the case is computed again), e.g. to say so in a log line; ``saved`` is None for a
+            state that records none.
+
+    Example:
+        >>> import tempfile
+        >>> cache = CaseCache(tempfile.mkdtemp(), fingerprint=lambda item: {"size": len(item)})
+        >>> _ = cache.save("a", {"n": 3}, {"size": 3})
+        >>> cache.load("a", {"size": 3}), cache.load("a", {"size": 4})
+        ({'n': 3}, None)
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        fingerprint: Callable[[Any], Any] | None = None,
+        *,
+        dump: Callable[[Path, str, Any], dict[str, Any]] | None = None,
+        restore: Callable[[Path, dict[str, Any], Any], Any] | None = None,
+        store: bool = True,
+        reuse: bool = True,
+        on_stale: Callable[[str, Any, Any], None] | None = None,
+    ) -> None:
+        if fingerprint is not None and not callable(fingerprint):
+            raise TypeError(f"fingerprint must be callable or None, got {type(fingerprint).__name__}")
+        self.folder = Path(folder)
+        self.fingerprint = fingerprint
+        self.dump = dump or _dump_result
+        self.restore = restore or _restore_result
+        self.store = bool(store)
+        self.reuse = bool(reuse)
+        self.on_stale = on_stale
+
+    def path(self, case_id: str) -> Path:
+        """``<folder>/<case_id>.json``."""
+        return self.folder / f"{case_id}.json"
+
+    def prepare(self) -> None:
+        """Create the folder and remove the partial files of an interrupted write (rank 0, before the loop)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        clean_partial_files(self.folder)
+
+    def fingerprint_of(self, item: Any) -> Any:
+        """The item's fingerprint as it reads back from the JSON file (None without a fingerprint function)."""
+        return None if self.fingerprint is None else json.loads(json.dumps(self.fingerprint(item)))
+
+    def load(self, case_id: str, fingerprint: Any = None, item: Any = None) -> Any:
+        """The saved result of ``case_id``, or None when absent, unreadable or stale (its fingerprint differs)."""
+        path = self.path(case_id)
+        if not self.reuse or not path.is_file():
+            return None
+        try:
+            doc = json.loads(path.read_text())
+            if not isinstance(doc, dict):
+                return None
+            if self.fingerprint is not None and (doc.get("fingerprint") != fingerprint or doc.get("case") != case_id):
+                if self.on_stale is not None and doc.get("case") == case_id:
+                    self.on_stale(case_id, doc.get("fingerprint"), fingerprint)
+                return None
+            return self.restore(self.folder, doc, item)
+        except _UNREADABLE:
+            return None
+
+    def save(self, case_id: str, result: Any, fingerprint: Any = None) -> Path | None:
+        """Write ``result`` (side files first, then ``<case>.json``, atomically); returns the JSON path (None when
+        ``store`` is False)."""
+        if not self.store:
+            return None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        doc = {"case": case_id, "fingerprint": fingerprint, **self.dump(self.folder, case_id, result)}
+        # internal resume state, read back only by load: Python's NaN literal (json_default, not strict JSON) keeps
+        # undefined metrics NaN bit for bit, so a resumed cohort equals a fresh one
+        return atomic_write_text(self.path(case_id), json.dumps(doc, default=json_default) + "\n")
