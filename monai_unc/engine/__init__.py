@@ -22,8 +22,9 @@ numbers. See ``docs/distributed.md``. This package was called ``monai_unc.distri
   from one site) are spread over the ranks; the split depends only on the ids and ``W``, never on listing order.
 - :func:`all_reduce_sum` sums numpy arrays over the ranks: every rank's array is all-gathered and the parts are added
   in rank order ``0, 1, ..., W - 1``, so int64 counts are exact and float64 sums are the same bits on every rank and
-  for every backend (no dependence on the backend's reduction tree). :func:`reduce_histogram` applies it to a
-  :class:`~monai_unc.metrics.calibration.ConfidenceHistogram`.
+  for every backend (no dependence on the backend's reduction tree). :func:`reduce_state` merges any mergeable
+  state of the ranks in the same order (:mod:`monai_unc.state`); :func:`reduce_histogram` applies it to a
+  :class:`~monai_unc.metrics.calibration.ConfidenceHistogram` (pooled).
 - :func:`all_gather_objects`, :func:`gather_objects` (to rank 0), :func:`broadcast_object`, :func:`barrier`.
 - Faults: :func:`sync_errors` is a collective in which every rank reports the exception it caught (or None); if any
   rank failed, every rank raises (the failing rank its own exception, the others :class:`RankFailed` naming it), so
@@ -65,6 +66,7 @@ from .collectives import (
     print_failure,
     read_dist_env,
     reduce_histogram,
+    reduce_state,
     shard,
     sync_errors,
     write_failures,
@@ -92,6 +94,7 @@ __all__ = [
     "barrier",
     "all_reduce_sum",
     "reduce_histogram",
+    "reduce_state",
     "sync_errors",
     "check_same",
     "write_failures",

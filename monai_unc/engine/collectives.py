@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from ..io import CaseError, atomic_write_json
 from ..metrics.calibration import ConfidenceHistogram
+from ..state import MergeableState
 
 T = TypeVar("T")
 
@@ -316,31 +317,53 @@ def reduce_histogram(hist: Any, ctx: DistContext) -> Any:
     """
     if not isinstance(hist, ConfidenceHistogram):
         raise ValueError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
-    pooled = hist.pooled()
-    r, f = hist.num_rows, hist.n_fine_bins
-    weighted = bool(all_reduce_sum(np.array([pooled.weighted], dtype=np.int64), ctx)[0])
-    flags = all_gather_objects((hist.num_classes, f, hist.uncertainty if len(hist) else None), ctx)
+    flags = all_gather_objects((hist.num_classes, hist.n_fine_bins, hist.uncertainty if len(hist) else None), ctx)
     if len({fl[:2] for fl in flags}) > 1 or len({fl[2] for fl in flags if fl[2] is not None}) > 1:
         raise ValueError(f"reduce_histogram: ranks have different layouts (num_classes, n_fine_bins, uncertainty): "
                          f"{flags}")
-    if len(pooled):
-        counts, sums, scalars = pooled.counts[0].numpy(), pooled.sums[0].numpy(), pooled.scalars[0].numpy()
-        wcounts = pooled.weighted_counts[0].numpy()
-    else:
-        counts, sums = np.zeros((r, 2, f), np.int64), np.zeros((r, f))
-        scalars, wcounts = np.zeros(3), np.zeros((r, 2, f))
-    arrays = {"counts": counts, "sums": sums, "scalars": scalars}
-    if weighted:
-        arrays["weighted_counts"] = wcounts
-    total = all_reduce_sum(arrays, ctx)
-    uncertainty = next((fl[2] for fl in flags if fl[2] is not None), hist.uncertainty)
-    out = ConfidenceHistogram(hist.num_classes, f, per_case=False, uncertainty=uncertainty)
-    state = {
-        "num_classes": hist.num_classes, "n_fine_bins": f, "per_case": False, "uncertainty": uncertainty,
-        "case_ids": np.array(["pooled"]), "case_id_is_int": np.zeros(1, bool),
-        **{k: v[None] for k, v in total.items()},
-    }  # fmt: skip
-    return out.load_state_dict(state)
+    out = reduce_state(hist.pooled(), ctx)
+    out.uncertainty = next((fl[2] for fl in flags if fl[2] is not None), hist.uncertainty)
+    return out
+
+
+def reduce_state(state: Any, ctx: DistContext) -> Any:
+    """The merge of every rank's mergeable state, on every rank: one reduction for any state of the package.
+
+    Each rank passes its own :class:`~monai_unc.state.MergeableState` (a confidence histogram, a conformal state,
+    :class:`~monai_unc.stats.SampleStats`, a product's state, ...). The states travel as their ``state_dict()`` and
+    are merged in rank order ``0, 1, ..., W - 1`` on every rank, so integer counts are exact and float sums are the
+    same bits on every rank and equal to merging the ranks' states in that order in one process (the idea of
+    torchmetrics' ``dist_reduce_fx``, with the merge of the state itself). One process: a copy of ``state``.
+
+    Args:
+        state: this rank's state.
+        ctx: the rank context.
+
+    Returns:
+        A new state of the same class. A merge that fails (incompatible states) raises the same error on every rank.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.metrics.calibration import ConfidenceHistogram
+        >>> h = ConfidenceHistogram(2)
+        >>> _ = h.update(np.array([[[0.3], [0.7]]]), np.array([[1]]))
+        >>> int(reduce_state(h, DistContext()).scalars[:, 0].sum())
+        1
+    """
+    if not isinstance(state, MergeableState):
+        raise TypeError(f"state must be a mergeable state (merge, state_dict, from_state_dict), got "
+                        f"{type(state).__name__}")
+    cls = type(state)
+    parts = all_gather_objects({k: _as_numpy(v) for k, v in state.state_dict().items()}, ctx)
+    out = cls.from_state_dict(parts[0])
+    for part in parts[1:]:
+        out.merge(cls.from_state_dict(part))
+    return out
+
+
+def _as_numpy(value: Any) -> Any:
+    """A state entry as plain data for the gather: tensors as numpy arrays (any device)."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
 
 
 # ----------------------------------------------------------------------------------------------------------------

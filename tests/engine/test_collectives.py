@@ -42,6 +42,7 @@ from monai_unc.engine import (
     get_dist_context,
     read_dist_env,
     reduce_histogram,
+    reduce_state,
     shard,
     sync_errors,
     write_failures,
@@ -436,6 +437,16 @@ def _worker(rank: int, world: int, port: int, spec: dict) -> None:
             for i in shard(list(range(len(cases))), rank, world):
                 hist.update(cases[i][0], cases[i][1], case_ids=[f"c{i}"])
             pooled = reduce_histogram(hist, ctx)
+            # any mergeable state: the conformal states of this rank's cases, merged in rank order on every rank
+            from monai_unc.metrics.conformal import conformal_case_state
+
+            mine = [conformal_case_state(cases[i][0][0].numpy(), cases[i][1][0, 0].numpy(), grid=32)
+                    for i in shard(list(range(len(cases))), rank, world)]
+            local = mine[0]
+            for st in mine[1:]:
+                local.merge(st)
+            res["conformal"] = {k: v.tolist() for k, v in reduce_state(local, ctx).state_dict().items()
+                                if k.endswith("counts")}
             res["hist"] = {"counts": pooled.counts.tolist(), "sums": pooled.sums.tolist(),
                            "scalars": pooled.scalars.tolist()}
             try:
@@ -529,6 +540,15 @@ def test_two_gloo_ranks_cli_faults_resume_and_metric_classes(data, reference, tm
         assert r["hist"]["counts"] == ref.counts.tolist()
         np.testing.assert_allclose(r["hist"]["sums"], ref.sums.numpy(), rtol=1e-12, atol=0)
         np.testing.assert_allclose(r["hist"]["scalars"], ref.scalars.numpy(), rtol=1e-12, atol=0)
+    # reduce_state: the conformal state of all cases, on every rank, as merging them in one process
+    from monai_unc.metrics.conformal import conformal_case_state
+
+    states = [conformal_case_state(p[0].numpy(), y[0, 0].numpy(), grid=32) for p, y in cases]
+    one = states[0]
+    for st in states[1:]:
+        one.merge(st)
+    for r in (r0, r1):
+        assert r["conformal"] == {"true_counts": one.true_counts.tolist(), "false_counts": one.false_counts.tolist()}
     # a failure in a step every rank runs raises on every rank, naming the failing rank
     assert r0["sync_error"] == [RankFailed.__name__, "rank 1 failed: ValueError: boom"]
     assert r1["sync_error"] == ["ValueError", "boom"]
