@@ -165,3 +165,4 @@ def test_report_reads_an_evaluation_written_with_the_former_names(cohort, tmp_pa
     order = json.loads((tmp_path / "ev" / "summary.json").read_text())["triage"]["order"]
     assert [page.index(f">{c}<") for c in order] == sorted(page.index(f">{c}<") for c in order)
     assert page.count("<tr") == new_page.count("<tr")
+    assert page.count(">–<") == new_page.count(">–<")  # the old folder's scores are shown, not missing

@@ -738,7 +738,9 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
         folder: the evaluation folder.
 
     Returns:
-        ``(state, summary)``: the :class:`CohortState` and the parsed ``summary.json``.
+        ``(state, summary)``: the :class:`CohortState` and the parsed ``summary.json``; a score column of an older
+        version (``<m>_patch``) is named as the rows now name it (``<m>_patch_mean``, with a
+        ``DeprecationWarning``), as :func:`~monai_unc.scores.upgrade_row` renames the rows.
 
     Raises:
         ValueError: the last evaluation in ``folder`` has failed cases (``failures.json``).
@@ -751,7 +753,11 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
     path = folder / "summary.json"
     if not path.is_file():
         raise FileNotFoundError(f"no summary.json in {folder}: run monai-unc evaluate --output {folder} first")
-    return CohortState.load(folder / STATE_DIR), json.loads(path.read_text())
+    state, summary = CohortState.load(folder / STATE_DIR), json.loads(path.read_text())
+    score = summary.get("score") if isinstance(summary, dict) else None
+    if isinstance(score, dict) and state.rows and score.get("column") not in state.rows[0]:
+        summary["score"] = {**score, "column": resolve_score_column(str(score.get("column")), state.rows[0])}
+    return state, summary
 
 
 def remove_cohort_files(folder: str | os.PathLike) -> None:
