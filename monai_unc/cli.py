@@ -82,8 +82,10 @@ def _numbers(text: str | None, option: str) -> list[float] | None:
 
 
 def _measure_name(text: str) -> str:
-    """A value of ``--measures`` / ``--measure``; a deprecated name (``max_softmax``) becomes its new one, with a
-    warning that the console script shows too."""
+    """A value of ``--measures`` / ``--measure``.
+
+    A deprecated name (``max_softmax``) becomes its new one, with a warning that the console script shows too.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("always", DeprecationWarning)
         return canonical_measure(text, stacklevel=3)
@@ -683,8 +685,11 @@ _INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.Unpic
 
 
 def _one_line_warning(command: str) -> Callable[..., None]:
-    """``warnings.showwarning`` for a command: the package's own ``UserWarning`` s as one stderr line each
-    (``monai-unc <command>: warning: ...``); other warnings as Python shows them."""
+    """``warnings.showwarning`` for a command.
+
+    The package's own ``UserWarning`` s as one stderr line each (``monai-unc <command>: warning: ...``); other warnings
+    as Python shows them.
+    """
     package = str(Path(__file__).resolve().parent)
     original = warnings.showwarning
 

@@ -66,12 +66,13 @@ def build_ssn_network(
     init_variance: float | None = 1e-3,
     mask: dict[str, Any] | None = None,
 ) -> SSNNetwork:
-    """A MONAI ``UNet`` (``out_channels=feature_channels``) with an :class:`SSNHead` of the given ``rank``;
+    """A MONAI ``UNet`` (``out_channels=feature_channels``) with an :class:`SSNHead` of the given ``rank``.
+
     ``mask``: keyword arguments of an :class:`IntensityMask` limiting the covariance (``None``: everywhere).
 
     The keyword arguments are what :func:`train_ssn` records under ``"network"``: ``build_ssn_network(**record[
-    "network"])`` rebuilds a saved model before ``load_state_dict``."""
-
+    "network"])`` rebuilds a saved model before ``load_state_dict``.
+    """
     backbone = UNet(
         spatial_dims=spatial_dims,
         in_channels=in_channels,
@@ -142,7 +143,6 @@ def train_ssn(
     after it), ``loss_first`` / ``loss_last`` (mean of the first / last 10 % of the SSN-loss iterations) and
     ``train_seconds``.
     """
-
     shape = tuple(int(s) for s in shape)
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -57,8 +57,10 @@ def _make_loss(loss: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor
 
 
 def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: np.ndarray | None = None) -> list:
-    """Dice of each foreground class 1..C-1 between two label maps, optionally inside ``mask``; NaN (with a
-    warning) for a class absent from both (:func:`monai_unc.metrics.overlap.dice`, ``empty_score=nan``)."""
+    """Dice of each foreground class 1..C-1 between two label maps, optionally inside ``mask``.
+
+    NaN (with a warning) for a class absent from both (:func:`monai_unc.metrics.overlap.dice`, ``empty_score=nan``).
+    """
     if mask is not None:
         pred, label = pred[mask], label[mask]
     d = dice(np.asarray(pred).reshape(1, -1), np.asarray(label).reshape(1, -1), num_classes=num_classes,

@@ -103,7 +103,8 @@ class Figure:
 def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> Any | None:
     """All-label reliability diagram of the pooled histogram with a box plot of the per-case frequencies per bin
     (Kock et al. Fig. 5), drawn by :func:`monai_unc.report.reliability.plot_reliability_diagram`; ``None`` when the
-    cohort has no probabilities."""
+    cohort has no probabilities.
+    """
     if state.histogram is None:
         return None
     return plot_reliability_diagram(
@@ -164,8 +165,11 @@ def cards(items: Sequence[tuple[str, str]]) -> Markup:
 
 
 def table(head: Sequence[str], rows: Sequence[Markup], left: Sequence[str] = (), **attributes: Any) -> Markup:
-    """A table: header cells ``head`` (class ``l``, left-aligned, for those in ``left``), then the ``rows`` (``<tr>``
-    elements); ``attributes`` are the ``<table>``'s."""
+    """A table.
+
+    Header cells ``head`` (class ``l``, left-aligned, for those in ``left``), then the ``rows`` (``<tr>`` elements);
+    ``attributes`` are the ``<table>``'s.
+    """
     ths = [el("th", h, class_="l" if h in left else "") for h in head]
     return el("table", el("thead", el("tr", *ths)), el("tbody", *rows), **attributes)
 
@@ -281,8 +285,11 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
 
 
 def _regions_section(summary: Mapping[str, Any]) -> Markup:
-    """The region table of a region evaluation: per region its labels, Dice (mean over cases), pooled binary
-    calibration (top-label ECE, NLL, Brier), the mean QU-BraTS values and failure detection with its own score."""
+    """The region table of a region evaluation.
+
+    Per region its labels, Dice (mean over cases), pooled binary calibration (top-label ECE, NLL, Brier), the mean
+    QU-BraTS values and failure detection with its own score.
+    """
     regions = summary["regions"]
     head = ["region", "labels", "columns", "Dice", "ECE", "NLL", "Brier", "QU-BraTS", "Dice AUC", "FTP AUC", "FTN AUC",
             "AURC"]
@@ -312,8 +319,9 @@ _CONFORMAL_MASKS = {("threshold", "outer"): "p >= 1 - lambda_hat", ("threshold",
 
 
 def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | None = None) -> Markup:
-    """The "Conformal masks" section of the report: one table per side of ``summary["conformal"]`` (written by
-    ``monai-unc evaluate --conformal``).
+    """The "Conformal masks" section of the report.
+
+    One table per side of ``summary["conformal"]`` (written by ``monai-unc evaluate --conformal``).
 
     Args:
         block: ``summary["conformal"]``: ``family``, ``n_calibration`` and per side (``sides``) the loss, target,
@@ -362,8 +370,9 @@ def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | Non
 
 
 def product_section(section: ReportSection, key: str) -> Markup:
-    """The HTML of a product's :class:`~monai_unc.product.ReportSection`: heading, paragraphs, cards and a table,
-    every string escaped.
+    """The HTML of a product's :class:`~monai_unc.product.ReportSection`.
+
+    Heading, paragraphs, cards and a table, every string escaped.
 
     Args:
         section: the section.
@@ -417,10 +426,12 @@ def render_html(
     viewers: Sequence[Mapping[str, Any]] = (),
     scripts: Markup | None = None,
 ) -> str:
-    """The report page as one string (no network resource); every value from the summary, the rows, the figures
-    and the arguments is escaped (:mod:`monai_unc.report.markup`). ``viewers``: the interactive viewers of the
-    flagged cases (:func:`~monai_unc.report.viewer.case_viewer`), which need ``scripts``
-    (:func:`~monai_unc.report.viewer.viewer_scripts`)."""
+    """The report page as one string (no network resource).
+
+    Every value from the summary, the rows, the figures and the arguments is escaped (:mod:`monai_unc.report.markup`).
+    ``viewers``: the interactive viewers of the flagged cases (:func:`~monai_unc.report.viewer.case_viewer`), which need
+    ``scripts`` (:func:`~monai_unc.report.viewer.viewer_scripts`).
+    """
     t = summary["triage"]
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     measure = summary.get("measure") or "uncertainty"
@@ -475,7 +486,8 @@ def region_display(
     TC > ET) are drawn from the outside in. ``seg`` is ``(R, *spatial)`` region masks or a label map (converted with
     ``regions``); ``label`` a label map, or None (no reference: the triage of new cases); the uncertainty drawn is the
     largest over the regions. Returns ``(seg map, label map or None, uncertainty, class names)`` with
-    ``"background"`` first."""
+    ``"background"`` first.
+    """
     names = list(regions)
     order = sorted(range(len(names)), key=lambda r: -len(regions[names[r]]))
     # spatial ndim: the label's, else the region maps' (R, *spatial)
@@ -497,9 +509,10 @@ def region_display(
 
 def case_conformal_masks(rule: ConformalRuleFile | None, case: Any, nest: bool = False
                          ) -> dict[str, np.ndarray] | None:
-    """The conformal masks of a case for its figure: per side the union over the foreground classes or regions of
-    the rule's masks (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's
-    probabilities).
+    """The conformal masks of a case for its figure.
+
+    Per side the union over the foreground classes or regions of the rule's masks
+    (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's probabilities).
 
     Args:
         rule: the evaluation's ``conformal_rule.json`` (None: no masks).
@@ -686,6 +699,9 @@ def _slug(name: str) -> str:
 
 
 def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:
-    """Rows of a ``metrics.csv`` (strings), for tools that post-process the evaluation: :func:`monai_unc.io.read_csv`
-    (:func:`monai_unc.io.parse_float` reads a numeric cell, ``nan`` and empty cells as NaN)."""
+    """Rows of a ``metrics.csv`` (strings), for tools that post-process the evaluation.
+
+    :func:`monai_unc.io.read_csv` (:func:`monai_unc.io.parse_float` reads a numeric cell, ``nan`` and empty cells as
+    NaN).
+    """
     return read_csv(path)

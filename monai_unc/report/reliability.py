@@ -1,5 +1,6 @@
-"""Reliability diagrams (Guo et al. 2017) with Kock et al.'s adaptations: all labels, minimum bin counts and
-per-case box plots (Kock et al. Sec. 2.2, Appendix A, Fig. 5).
+"""Reliability diagrams (Guo et al. 2017) with Kock et al.'s adaptations.
+
+All labels, minimum bin counts and per-case box plots (Kock et al. Sec. 2.2, Appendix A, Fig. 5).
 
 Figures are built with matplotlib's object-oriented API on the Agg canvas (no pyplot, no display, safe in
 worker processes); pass ``path`` to write a PNG/PDF/SVG.
@@ -38,8 +39,11 @@ _AXIS_LABELS = {
 
 
 def _calibration_error(hist: ConfidenceHistogram, kind: str, n_bins: int, min_bin_count: int) -> float | np.ndarray:
-    """The value in the title, from the metric functions: ECE / all-label ECE / UCE of the pooled histogram, or
-    the per-class ECEs for ``"classwise"`` (NaN for a class without kept bins; the title averages the others)."""
+    """The value in the title, from the metric functions.
+
+    ECE / all-label ECE / UCE of the pooled histogram, or the per-class ECEs for ``"classwise"`` (NaN for a class
+    without kept bins; the title averages the others).
+    """
     opts = {"n_bins": n_bins, "min_bin_count": min_bin_count}
     if kind == "classwise":
         return np.asarray(classwise_ece(hist, per_class=True, **opts), dtype=np.float64)

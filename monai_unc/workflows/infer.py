@@ -97,9 +97,11 @@ FAILURES_FILE = "failures.json"
 
 
 def normalize_intensity(image: np.ndarray, mode: str) -> np.ndarray:
-    """Intensity normalisation of a ``(C, *spatial)`` image before the network: ``none``; ``max`` (negative values
-    clipped to 0, divided by the maximum, as the example model was trained); ``minmax`` (to [0, 1]); ``zscore``
-    (zero mean, unit standard deviation per channel)."""
+    """Intensity normalisation of a ``(C, *spatial)`` image before the network.
+
+    ``none``; ``max`` (negative values clipped to 0, divided by the maximum, as the example model was trained);
+    ``minmax`` (to [0, 1]); ``zscore`` (zero mean, unit standard deviation per channel).
+    """
     if mode not in INTENSITY_MODES:
         raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {mode!r}")
     x = image.astype(np.float32, copy=True)
@@ -162,14 +164,16 @@ def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True
 
 def is_finished(case_id: str, output: Path, settings: InferSettings | None = None) -> bool:
     """A case is finished when its record exists, every file the record lists exists and, with ``settings``, the
-    record names these settings (:func:`case_fingerprint`)."""
+    record names these settings (:func:`case_fingerprint`).
+    """
     cache = _record_cache(Path(output), settings=settings)
     return cache.load(case_id, cache.fingerprint_of(case_id)) is not None
 
 
 def case_fingerprint(settings: InferSettings) -> dict[str, Any]:
-    """What a case's record holds as ``fingerprint`` and a resume compares: the run's settings as ``infer.json``
-    stores them (strict JSON).
+    """What a case's record holds as ``fingerprint`` and a resume compares.
+
+    The run's settings as ``infer.json`` stores them (strict JSON).
 
     Args:
         settings: the run's settings.
@@ -195,10 +199,12 @@ def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None
 
 
 def _record_cache(output: Path, overwrite: bool = False, settings: InferSettings | None = None) -> CaseCache:
-    """Resume of ``infer``: a case is finished when ``<case>.json`` (its record, written last by
-    :func:`predict_case`) and every file it lists exist and, with ``settings``, the record's ``fingerprint`` is
-    :func:`case_fingerprint` of them (else it is predicted again, with a warning); ``overwrite`` predicts every
-    case again."""
+    """Resume of ``infer``.
+
+    A case is finished when ``<case>.json`` (its record, written last by :func:`predict_case`) and every file it lists
+    exist and, with ``settings``, the record's ``fingerprint`` is :func:`case_fingerprint` of them (else it is predicted
+    again, with a warning); ``overwrite`` predicts every case again.
+    """
     current = None if settings is None else case_fingerprint(settings)  # the same settings for every case
     return CaseCache(output, None if current is None else (lambda item: current), restore=_restore_record,
                      store=False, reuse=not overwrite, on_stale=_warn_stale)
@@ -220,7 +226,8 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
 
 def check_case_dims(case: ImageCase, spatial_shape: Sequence[int], network_dims: int | None) -> None:
     """``CaseError`` naming the case and both shapes when its image is not of the network's dimensionality (e.g.
-    a 2D image in a cohort of 3D volumes, which would otherwise fail deep inside the network)."""
+    a 2D image in a cohort of 3D volumes, which would otherwise fail deep inside the network).
+    """
     shape = tuple(int(n) for n in spatial_shape)
     if network_dims is not None and len(shape) != network_dims:
         raise CaseError(
@@ -231,8 +238,10 @@ def check_case_dims(case: ImageCase, spatial_shape: Sequence[int], network_dims:
 
 
 def network_out_channels(network: Any) -> int | None:
-    """The output channels of ``network``: its ``out_channels`` attribute (MONAI networks), else those of its last
-    convolution; None when neither exists."""
+    """The output channels of ``network``.
+
+    Its ``out_channels`` attribute (MONAI networks), else those of its last convolution; None when neither exists.
+    """
     net = getattr(network, "network", network)  # a temperature-scaled wrapper
     n = getattr(net, "out_channels", None)
     if isinstance(n, int) and not isinstance(n, bool):
@@ -299,11 +308,13 @@ def _run_with_preprocessing(
 
 
 def is_multilabel(maps: dict[str, Any], activation: str | None) -> bool:
-    """Whether an inferer's output ``maps`` come from a region-based network: ``activation="sigmoid"`` and more than
-    one output channel. The inferer's own ``multilabel`` attribute says so when ``maps`` carries one; otherwise:
-    a single-channel sigmoid output is returned as the two classes ``(1 - p, p)`` with ``(B, 1, *spatial)`` maps, a
-    multi-channel one as ``R`` per-region probabilities with ``(B, R, *spatial)`` maps, and with two channels and
-    no map to tell, the probabilities decide (``(1 - p, p)`` sums to 1 up to rounding)."""
+    """Whether an inferer's output ``maps`` come from a region-based network.
+
+    ``activation="sigmoid"`` and more than one output channel. The inferer's own ``multilabel`` attribute says so when
+    ``maps`` carries one; otherwise: a single-channel sigmoid output is returned as the two classes ``(1 - p, p)`` with
+    ``(B, 1, *spatial)`` maps, a multi-channel one as ``R`` per-region probabilities with ``(B, R, *spatial)`` maps, and
+    with two channels and no map to tell, the probabilities decide (``(1 - p, p)`` sums to 1 up to rounding).
+    """
     if activation != "sigmoid":
         return False
     flag = getattr(maps, "multilabel", None)
@@ -319,8 +330,11 @@ def is_multilabel(maps: dict[str, Any], activation: str | None) -> bool:
 
 
 def region_names(settings: InferSettings, num_regions: int) -> dict[str, list[int]] | list[str]:
-    """The ``regions`` entry of the records: the ``--regions`` spec (checked against the network's ``num_regions``
-    output channels) or the channel names ``["0", "1", ...]``."""
+    """The ``regions`` entry of the records.
+
+    The ``--regions`` spec (checked against the network's ``num_regions`` output channels) or the channel names ``["0",
+    "1", ...]``.
+    """
     if settings.regions is None:
         return [str(r) for r in range(num_regions)]
     if len(settings.regions) != num_regions:
@@ -407,8 +421,11 @@ def predict_case(
 
 
 def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False) -> None:
-    """Write ``infer.json``; refuse to resume a run whose settings differ (unless ``overwrite``) once it has
-    finished a case (a run that finished nothing may be restarted with other settings)."""
+    """Write ``infer.json``.
+
+    Refuse to resume a run whose settings differ (unless ``overwrite``) once it has finished a case (a run that finished
+    nothing may be restarted with other settings).
+    """
     path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
@@ -430,10 +447,12 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
 
 
 def record_outputs(output: Path, records: Sequence[dict[str, Any]]) -> None:
-    """Add what the network's outputs turned out to be to ``infer.json``, next to its ``settings``:
-    ``"multilabel"`` (region-based sigmoid outputs, one volume per region in every file) and, for those,
-    ``"regions"`` (the ``--regions`` spec or the channel names), from the case records. Nothing is added when no
-    record says (no case finished)."""
+    """Add what the network's outputs turned out to be to ``infer.json``, next to its ``settings``.
+
+    ``"multilabel"`` (region-based sigmoid outputs, one volume per region in every file) and, for those, ``"regions"``
+    (the ``--regions`` spec or the channel names), from the case records. Nothing is added when no record says (no case
+    finished).
+    """
     found = [r for r in records if isinstance(r, dict) and "multilabel" in r]
     if not found:
         return
@@ -539,8 +558,10 @@ def run_infer(
 
 
 def complete_settings(settings: InferSettings, model: LoadedModel) -> InferSettings:
-    """``settings`` with what only the loaded model knows, where the settings leave it None: the temperature of a
-    calibrated checkpoint at full precision and the sha256 digests of the model's files (``weights``).
+    """``settings`` with what only the loaded model knows, where the settings leave it None.
+
+    The temperature of a calibrated checkpoint at full precision and the sha256 digests of the model's files
+    (``weights``).
 
     Args:
         settings: the run's settings.
@@ -569,8 +590,10 @@ def _run_infer(
     on_failure: Callable[[Any], None] | None,
 ) -> list[dict[str, Any]]:
     def statuses(run: CohortRun) -> list[dict[str, Any]]:
-        """Rank 0: every case's status (sorted by case id); what the finished cases' records say goes to
-        ``infer.json``."""
+        """Rank 0.
+
+        Every case's status (sorted by case id); what the finished cases' records say goes to ``infer.json``.
+        """
         every = [{"case": c, "status": r["status"], "rank": k} for c, r, k in zip(run.cases, run.results, run.ranks)]
         every += [{"case": f.case, "status": "failed", "rank": f.rank, "error": f.error} for f in run.failures]
         every.sort(key=lambda r: r["case"])

@@ -1,5 +1,6 @@
-"""Loading the network of ``monai-unc infer`` / ``calibrate``: the shipped example, a MONAI bundle, or a network
-spec and its checkpoints (:func:`load_network`).
+"""Loading the network of ``monai-unc infer`` / ``calibrate``.
+
+The shipped example, a MONAI bundle, or a network spec and its checkpoints (:func:`load_network`).
 
 Three ways to name the model:
 
@@ -51,10 +52,12 @@ _CONFIG_NAMES = ("inference.json", "inference.yaml", "inference.yml")
 
 
 def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[str, torch.Tensor]:
-    """State dict of a checkpoint (see :func:`monai_unc.inferers.load_state_dict`); every failure is a
-    ``ValueError`` naming the file: a file that ``torch.load(weights_only=True)`` refuses (pickled Python objects:
-    pass ``unsafe_load`` for files you trust), a truncated, empty or corrupt file, or a file that is not a torch
-    checkpoint."""
+    """State dict of a checkpoint (see :func:`monai_unc.inferers.load_state_dict`).
+
+    Every failure is a ``ValueError`` naming the file: a file that ``torch.load(weights_only=True)`` refuses (pickled
+    Python objects: pass ``unsafe_load`` for files you trust), a truncated, empty or corrupt file, or a file that is not
+    a torch checkpoint.
+    """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"checkpoint file not found: {path}")
@@ -86,7 +89,8 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
 def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
     """``ValueError`` naming the checkpoint ``path`` unless ``state`` has exactly the keys of ``network``'s state
     dict, each with the same shape (what ``network.load_state_dict(state)`` needs): lists a few missing and
-    unexpected keys and shape mismatches, so that a checkpoint of another architecture is one clear line."""
+    unexpected keys and shape mismatches, so that a checkpoint of another architecture is one clear line.
+    """
     own = network.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -118,8 +122,11 @@ _CONV_DIMS = {nn.Conv1d: 1, nn.ConvTranspose1d: 1, nn.Conv2d: 2, nn.ConvTranspos
 
 
 def network_spatial_dims(network: nn.Module) -> int | None:
-    """Spatial dimensionality of the input a network takes: that of its convolutions (1, 2 or 3) when they all
-    agree; None when it has none or mixes them (then nothing is assumed)."""
+    """Spatial dimensionality of the input a network takes.
+
+    That of its convolutions (1, 2 or 3) when they all agree; None when it has none or mixes them (then nothing is
+    assumed).
+    """
     dims = {d for m in network.modules() for t, d in _CONV_DIMS.items() if isinstance(m, t)}
     return dims.pop() if len(dims) == 1 else None
 
@@ -148,9 +155,12 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
 
 
 def _instantiate(spec: dict, what: str) -> nn.Module:
-    """Build the network of a spec: a MONAI config dict with ``_target_``, or a whole config that defines
-    ``network_def`` (a bundle config such as ``configs/train_ssn.json``, whose ``network_def`` may reference the
-    config's other entries, or the training record :func:`monai_unc.data.train_ssn` writes next to its weights)."""
+    """Build the network of a spec.
+
+    A MONAI config dict with ``_target_``, or a whole config that defines ``network_def`` (a bundle config such as
+    ``configs/train_ssn.json``, whose ``network_def`` may reference the config's other entries, or the training record
+    :func:`monai_unc.data.train_ssn` writes next to its weights).
+    """
     if "_target_" not in spec and isinstance(spec.get("network_def"), dict):
         parser, key = ConfigParser(spec), "network_def"
     elif "_target_" in spec:
@@ -169,7 +179,8 @@ def _instantiate(spec: dict, what: str) -> nn.Module:
 
 def checkpoint_temperature(path: str, unsafe_load: bool) -> torch.Tensor | None:
     """The ``temperature`` entry that ``monai-unc calibrate`` stores next to a state dict it could not fold
-    (``ValueError`` naming the file, as :func:`load_checkpoint`, when the file cannot be read)."""
+    (``ValueError`` naming the file, as :func:`load_checkpoint`, when the file cannot be read).
+    """
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not unsafe_load)
     except Exception:
@@ -223,7 +234,8 @@ def load_network(
 
     Every problem with a checkpoint (missing, empty, truncated, corrupt, pickled objects without
     ``unsafe_load``, another architecture's keys or shapes) is a ``ValueError`` naming the file. Every file that
-    defines the model is hashed once (:attr:`LoadedModel.weights`)."""
+    defines the model is hashed once (:attr:`LoadedModel.weights`).
+    """
     given = [x is not None for x in (model, bundle, network)]
     if sum(given) != 1:
         raise ValueError("name the model with exactly one of --model example, --bundle DIR or --network SPEC")

@@ -1,6 +1,9 @@
-"""``monai-unc report`` and the page of ``monai-unc triage`` as workflows: the checks before any work, then the
-report layer (:func:`monai_unc.report.html.build_report`, :func:`monai_unc.report.triage.build_triage_page`), so a
-Python caller gets the command's refusals (a ``ValueError`` or ``FileNotFoundError`` naming the option)."""
+"""``monai-unc report`` and the page of ``monai-unc triage`` as workflows.
+
+The checks before any work, then the report layer (:func:`monai_unc.report.html.build_report`,
+:func:`monai_unc.report.triage.build_triage_page`), so a Python caller gets the command's refusals (a ``ValueError`` or
+``FileNotFoundError`` naming the option).
+"""
 
 from __future__ import annotations
 
@@ -135,8 +138,10 @@ def triage_with_page(
     dist: Any = None,
     conformal_rule: Any = None,
 ) -> tuple[TriageResult, Path | None]:
-    """``monai-unc triage``: check, triage the new cases (:func:`monai_unc.evaluation.run_triage`, on one process or
-    every rank of ``dist``) and write ``triage.html`` on rank 0.
+    """``monai-unc triage``.
+
+    Check, triage the new cases (:func:`monai_unc.evaluation.run_triage`, on one process or every rank of ``dist``) and
+    write ``triage.html`` on rank 0.
 
     With ``conformal_rule`` the conformal masks of the new cases are made as ``monai-unc conformal`` makes them
     (:func:`monai_unc.evaluation.run_conformal`, into ``<output>/conformal/``: masks, ``conformal.csv``,

@@ -1,5 +1,7 @@
-"""Both triage steps on one evaluated cohort: certify a referral rule on some labelled cases and triage the others as
-if they were new and unlabelled (:func:`certify_and_triage`; used by ``monai-unc demo`` and docs/triage.md).
+"""Both triage steps on one evaluated cohort.
+
+Certify a referral rule on some labelled cases and triage the others as if they were new and unlabelled
+(:func:`certify_and_triage`; used by ``monai-unc demo`` and docs/triage.md).
 
 The rule is certified from the saved evaluation (:func:`monai_unc.evaluation.summarize` with a target risk and the
 calibration cases, then :func:`monai_unc.evaluation.triage.certify_referral_rule`), so nothing is evaluated twice;
@@ -131,8 +133,11 @@ def certify_and_triage(
 
 def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, Mapping[str, Any]] | None = None
                   ) -> list[str]:
-    """Printable lines: the rule, one line per case (most uncertain first: rank, case, score, decision, reason and
-    the ``extra`` columns given per case, e.g. a Dice known only to the demo), and the counts."""
+    """Printable lines.
+
+    The rule, one line per case (most uncertain first: rank, case, score, decision, reason and the ``extra`` columns
+    given per case, e.g. a Dice known only to the demo), and the counts.
+    """
     s = result.summary
     cal = rule.score_range
     head = (f"referral rule certified on {rule.n_calibration} case(s): {rule.method.upper()}, "
@@ -161,8 +166,9 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
 
 
 def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:
-    """What happened to triaged cases whose Dice is known (the demo's new cases): the realised risk of the accepted
-    ones, beside the rule's target.
+    """What happened to triaged cases whose Dice is known (the demo's new cases).
+
+    The realised risk of the accepted ones, beside the rule's target.
 
     Args:
         rule: the rule that triaged them.
