@@ -134,9 +134,10 @@ def collect_logits(
 
 def _region_spec(activation: str, regions: RegionSpec | str | os.PathLike | None
                  ) -> dict[str, tuple[int, ...]] | None:
-    """The parsed region spec of a calibration (None without one; a ``.json`` file is read, as ``--regions``
-    does: :func:`~monai_unc.workflows.prepare.read_region_spec`); ``ValueError`` for an unknown activation or
-    regions without ``activation="sigmoid"``.
+    """The parsed region spec of a calibration, or None without one.
+
+    A ``.json`` file is read, as ``--regions`` does (:func:`~monai_unc.workflows.prepare.read_region_spec`);
+    ``ValueError`` for an unknown activation or regions without ``activation="sigmoid"``.
     """
     if activation not in ("softmax", "sigmoid"):
         raise ValueError(f"activation must be 'softmax' or 'sigmoid', got {activation!r}")
@@ -149,8 +150,9 @@ def _region_spec(activation: str, regions: RegionSpec | str | os.PathLike | None
 
 def _region_target(lab: np.ndarray, num_regions: int, spec: dict[str, tuple[int, ...]] | None,
                    what: str) -> torch.Tensor:
-    """Binary region masks ``(1, R, *spatial)`` uint8 from a label volume ``(C_label, *spatial)`` (see
-    :func:`collect_logits`).
+    """Binary region masks ``(1, R, *spatial)`` uint8 from a label volume ``(C_label, *spatial)``.
+
+    See :func:`collect_logits`.
     """
     if spec is not None and len(spec) != num_regions:
         raise ValueError(f"--regions names {len(spec)} regions ({', '.join(spec)}) but the network outputs "

@@ -319,10 +319,11 @@ def check_region_channels(
     roi: int | Sequence[int] | None = None,
     device: str | torch.device = "cpu",
 ) -> None:
-    """Check once, before any case is predicted, that a region-based network outputs one sigmoid channel per region
-    of ``regions``: one deterministic pass on a blank input of the first case's size (one window of ``roi`` when
-    given). Skipped for a bundle with preprocessing (its output size is known only after the transforms) and when
-    the blank pass itself fails (the case then reports it).
+    """Check that a region-based network outputs one sigmoid channel per region of ``regions``.
+
+    The check runs once, before any case is predicted: one deterministic pass on a blank input of the first case's
+    size (one window of ``roi`` when given). Skipped for a bundle with preprocessing (its output size is known only
+    after the transforms) and when the blank pass itself fails (the case then reports it).
 
     Args:
         model: the loaded network.
@@ -331,8 +332,8 @@ def check_region_channels(
         roi: the sliding-window size, if any.
         device: where the network runs.
 
-    Returns:
-        None; ``ValueError`` naming ``--regions`` and both counts on a mismatch (regions need at least 2 channels).
+    Raises:
+        ValueError: naming ``--regions`` and both counts on a mismatch (regions need at least 2 channels).
     """
     if case is None or model.preprocessing is not None:
         return
@@ -382,8 +383,9 @@ def prepare_infer(
     device: str | torch.device = "cpu",
     seed: int | None = 0,
 ) -> InferPlan:
-    """Load the model, check every option against it and build the inferer and the settings of a run of
-    ``monai-unc infer`` on the images of ``input`` (module docstring); nothing is written.
+    """Load the model, check every option against it and build the inferer and the settings of an ``infer`` run.
+
+    The run is ``monai-unc infer`` on the images of ``input`` (module docstring); nothing is written.
 
     Args:
         input: folder of images (``<case>.nii.gz``, or nnU-Net's ``<case>_0000.nii.gz`` channels).

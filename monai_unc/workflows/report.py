@@ -45,16 +45,20 @@ def check_overlay_count(cases: Any) -> int:
 
 
 def check_evaluation_folder(folder: str | os.PathLike) -> Path:
-    """Read the evaluation state of ``folder`` once before a report is built, so that a missing or damaged
-    evaluation (no folder, a truncated ``summary.json``, ``rows.json`` or ``histogram.npz``) is one error naming the
-    folder, not an error deep in the report.
+    """Read the evaluation state of ``folder`` once, before a report is built.
+
+    A missing or damaged evaluation (no folder, a truncated ``summary.json``, ``rows.json`` or ``histogram.npz``) is
+    one error naming the folder, not an error deep in the report.
 
     Args:
         folder: the ``--output`` folder of ``monai-unc evaluate``.
 
     Returns:
-        The folder. ``FileNotFoundError`` when it or its summary is missing; ``ValueError`` for a corrupt file or an
-        evaluation whose last run had failed cases.
+        The folder, as a :class:`~pathlib.Path`.
+
+    Raises:
+        FileNotFoundError: the folder or its summary is missing.
+        ValueError: a corrupt file, or an evaluation whose last run had failed cases.
     """
     folder = Path(folder)
     if not folder.is_dir():
