@@ -524,7 +524,7 @@ def render_html(
 
     Args:
         summary: the cohort summary (``summary.json``).
-        rows: the per-case rows, most uncertain first.
+        rows: the per-case rows, in the order shown.
         cohort_figures: the cohort figures, in order.
         case_figures: the case overlays, in order.
         title: the page title.
