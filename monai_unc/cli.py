@@ -82,8 +82,10 @@ def _numbers(text: str | None, option: str) -> list[float] | None:
 
 
 def _measure_name(text: str) -> str:
-    """A value of ``--measures`` / ``--measure``; a deprecated name (``max_softmax``) becomes its new one, with a
-    warning that the console script shows too."""
+    """A value of ``--measures`` / ``--measure``.
+
+    A deprecated name (``max_softmax``) becomes its new one, with a warning that the console script shows too.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("always", DeprecationWarning)
         return canonical_measure(text, stacklevel=3)
@@ -440,7 +442,28 @@ def _add_nnunet(sub: Any, wanted: str | None) -> Any:
 
 
 def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, Any]:
-    """The argument parser (and the nnU-Net CLI module when ``command`` is one of its sub-commands)."""
+    """The argument parser of ``monai-unc``, and the nnU-Net CLI module when ``command`` is one of its sub-commands.
+
+    Building it imports neither torch nor MONAI, so ``--help`` and argument errors answer at once.
+
+    Args:
+        command: the sub-command about to be parsed (the first argument that is not an option), or None. An
+            nnU-Net sub-command (``nnunet-predict``) imports its module, which needs the ``nnunet`` extra.
+
+    Returns:
+        ``(parser, nnunet_cli)``: the :class:`argparse.ArgumentParser` (one sub-parser per command) and the nnU-Net
+        CLI module, or None when ``command`` is not an nnU-Net sub-command.
+
+    Raises:
+        ImportError: an nnU-Net sub-command without the ``nnunet`` extra.
+
+    Example:
+        >>> parser, nnunet_cli = build_parser()
+        >>> args = parser.parse_args(["infer", "--input", "imgs", "--output", "pred", "--model", "example",
+        ...                           "--method", "mcdropout+tta", "--roi", "64"])
+        >>> args.command, args.method, args.samples, args.roi, nnunet_cli
+        ('infer', 'mcdropout+tta', 10, [64], None)
+    """
     parser = _Parser(prog="monai-unc", description="Uncertainty for MONAI and nnU-Net segmentation")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     _add_infer(sub)
@@ -501,6 +524,18 @@ def __getattr__(name: str) -> Any:
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
+    """``monai-unc infer``: predict every case with uncertainty maps (:func:`~monai_unc.workflows.infer_command`).
+
+    Args:
+        args: the parsed arguments of the sub-command (:func:`build_parser`).
+
+    Returns:
+        The exit status, 0; the summary lines are printed on rank 0 unless ``--quiet``.
+
+    Raises:
+        CohortFailed: some cases failed (:func:`main` returns its exit status, 1).
+        ValueError: bad arguments or inputs (:func:`main` prints one line and returns 2; also ``OSError``).
+    """
     res = infer_command(
         args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
         progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
@@ -514,6 +549,18 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``monai-unc evaluate``: score the predictions against the labels and print the cohort summary.
+
+    Args:
+        args: the parsed arguments of the sub-command (:func:`build_parser`).
+
+    Returns:
+        The exit status, 0; the summary lines are printed on rank 0 unless ``--quiet``.
+
+    Raises:
+        CohortFailed: some cases failed (:func:`main` returns its exit status, 1).
+        ValueError: bad arguments or inputs (:func:`main` prints one line and returns 2; also ``OSError``).
+    """
     config = prepare_evaluate(
         args.labels, args.predictions, args.output, uncertainty=args.uncertainty, images=args.images,
         shifts=args.shifts, calibration_cases=args.calibration_cases, regions=args.regions, measure=args.measure,
@@ -582,6 +629,17 @@ def _fmt(v: Any) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``monai-unc report``: write ``report.html`` from an evaluation and print its path.
+
+    Args:
+        args: the parsed arguments of the sub-command (:func:`build_parser`).
+
+    Returns:
+        The exit status, 0; the summary lines are printed on rank 0 unless ``--quiet``.
+
+    Raises:
+        ValueError: bad arguments or inputs (:func:`main` prints one line and returns 2; also ``OSError``).
+    """
     path = run_report(args.evaluation, args.output, budget=args.budget, images=args.images, cases=args.cases,
                       title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
                       risk_method=args.risk_method, calibration_cases=args.calibration_cases)
@@ -590,6 +648,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    """``monai-unc calibrate``: fit a temperature and write the calibrated checkpoint.
+
+    Args:
+        args: the parsed arguments of the sub-command (:func:`build_parser`).
+
+    Returns:
+        The exit status, 0; the summary lines are printed on rank 0 unless ``--quiet``.
+
+    Raises:
+        ValueError: bad arguments or inputs (:func:`main` prints one line and returns 2; also ``OSError``).
+    """
     out, record = run_calibrate(
         args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=args.device, intensity=args.intensity,
@@ -603,12 +672,35 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``monai-unc demo``: the whole pipeline on the shipped MNI152 example.
+
+    Args:
+        args: the parsed arguments of the sub-command (:func:`build_parser`).
+
+    Returns:
+        The exit status, 0; the summary lines are printed on rank 0 unless ``--quiet``.
+
+    Raises:
+        ValueError: bad arguments or inputs (:func:`main` prints one line and returns 2; also ``OSError``).
+    """
     run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=args.roi, method=args.method,
              budget=args.budget, overlap=args.overlap, quick=args.quick)
     return 0
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
+    """``monai-unc triage``: apply a certified referral rule to new cases.
+
+    Args:
+        args: the parsed arguments of the sub-command (:func:`build_parser`).
+
+    Returns:
+        The exit status, 0; the summary lines are printed on rank 0 unless ``--quiet``.
+
+    Raises:
+        CohortFailed: some cases failed (:func:`main` returns its exit status, 1).
+        ValueError: bad arguments or inputs (:func:`main` prints one line and returns 2; also ``OSError``).
+    """
     run = triage_command(
         args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
         layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
@@ -618,6 +710,18 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def cmd_conformal(args: argparse.Namespace) -> int:
+    """``monai-unc conformal``: apply a conformal rule to new cases (per-case masks).
+
+    Args:
+        args: the parsed arguments of the sub-command (:func:`build_parser`).
+
+    Returns:
+        The exit status, 0; the summary lines are printed on rank 0 unless ``--quiet``.
+
+    Raises:
+        CohortFailed: some cases failed (:func:`main` returns its exit status, 1).
+        ValueError: bad arguments or inputs (:func:`main` prints one line and returns 2; also ``OSError``).
+    """
     run = conformal_command(args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
                             uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch,
                             progress=not args.quiet)
@@ -648,7 +752,18 @@ _COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``monai-unc`` console script; returns the exit status."""
+    """Entry point of the ``monai-unc`` console script.
+
+    Torch, MONAI and the workflows are imported only after the arguments are parsed. Errors of bad arguments or
+    inputs are one stderr line (module docstring), not a traceback.
+
+    Args:
+        argv: the arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 1 when some cases failed, 2 for bad arguments or inputs, 130 when
+        interrupted.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
@@ -683,8 +798,11 @@ _INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.Unpic
 
 
 def _one_line_warning(command: str) -> Callable[..., None]:
-    """``warnings.showwarning`` for a command: the package's own ``UserWarning`` s as one stderr line each
-    (``monai-unc <command>: warning: ...``); other warnings as Python shows them."""
+    """``warnings.showwarning`` for a command.
+
+    The package's own ``UserWarning`` s as one stderr line each (``monai-unc <command>: warning: ...``); other warnings
+    as Python shows them.
+    """
     package = str(Path(__file__).resolve().parent)
     original = warnings.showwarning
 

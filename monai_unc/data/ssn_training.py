@@ -66,12 +66,34 @@ def build_ssn_network(
     init_variance: float | None = 1e-3,
     mask: dict[str, Any] | None = None,
 ) -> SSNNetwork:
-    """A MONAI ``UNet`` (``out_channels=feature_channels``) with an :class:`SSNHead` of the given ``rank``;
-    ``mask``: keyword arguments of an :class:`IntensityMask` limiting the covariance (``None``: everywhere).
+    """A MONAI ``UNet`` (``out_channels=feature_channels``) with an :class:`SSNHead` of the given ``rank``.
 
     The keyword arguments are what :func:`train_ssn` records under ``"network"``: ``build_ssn_network(**record[
-    "network"])`` rebuilds a saved model before ``load_state_dict``."""
+    "network"])`` rebuilds a saved model before ``load_state_dict``. The SSN is that of Monteiro et al.,
+    *Stochastic Segmentation Networks: Modelling Spatially Correlated Aleatoric Uncertainty* (NeurIPS 2020).
 
+    Args:
+        spatial_dims: 2 or 3.
+        in_channels: image channels.
+        num_classes: output classes ``C`` (background included).
+        channels: the UNet's channels per level.
+        strides: the UNet's strides between levels.
+        num_res_units: residual units per UNet block.
+        feature_channels: the backbone's output channels, the SSN head's input.
+        rank: ``R`` of the low-rank covariance factor.
+        dropout: the UNet's dropout rate.
+        epsilon: floor of the diagonal variance.
+        init_variance: the logits' variance at initialisation (None: the head's default initialisation).
+        mask: keyword arguments of an :class:`IntensityMask` limiting the covariance (``None``: everywhere).
+
+    Returns:
+        The :class:`SSNNetwork` (in training mode, on the CPU).
+
+    Example:
+        >>> net = build_ssn_network(spatial_dims=2, channels=(4, 8), strides=(2,), feature_channels=4, rank=2)
+        >>> type(net.head).__name__, net.head.rank
+        ('SSNHead', 2)
+    """
     backbone = UNet(
         spatial_dims=spatial_dims,
         in_channels=in_channels,
@@ -126,6 +148,9 @@ def train_ssn(
     Args:
         out_path: if given, the state dict is saved there and the training record beside it (``.json``),
             atomically (temporary name, then rename).
+        n_cases: toy cases (:func:`monai_unc.data.make_toy_dataset`).
+        shape: the spatial shape of a case, 2D or 3D.
+        n_raters: raters per case; each training sample pairs the image with one rater drawn at random.
         iterations: Adam steps.
         batch_size: images per step.
         lr: initial learning rate (cosine decay to 0).
@@ -135,14 +160,16 @@ def train_ssn(
             (``spatial_dims`` follows ``shape``; ``"mask": None`` lets the covariance act everywhere).
         noise_std: Gaussian noise added to 30 % of the training images.
         seed: seeds the data, the initialisation and the sampling (deterministic on CPU for a thread count).
+        device: where the network trains.
+        progress: a progress bar on stderr.
 
-    Returns ``(network, record)``: the network in eval mode and a dict with the settings, ``network`` (the
-    :func:`build_ssn_network` arguments), ``network_def`` (the same as a MONAI config: the record file is a network
-    spec for ``monai-unc infer --network``), ``losses`` (per iteration; cross-entropy during the warm-up, the SSN loss
-    after it), ``loss_first`` / ``loss_last`` (mean of the first / last 10 % of the SSN-loss iterations) and
-    ``train_seconds``.
+    Returns:
+        ``(network, record)``: the network in eval mode and a dict with the settings, ``network`` (the
+        :func:`build_ssn_network` arguments), ``network_def`` (the same as a MONAI config: the record file is a
+        network spec for ``monai-unc infer --network``), ``losses`` (per iteration; cross-entropy during the warm-up,
+        the SSN loss after it), ``loss_first`` / ``loss_last`` (mean of the first / last 10 % of the SSN-loss
+        iterations) and ``train_seconds``.
     """
-
     shape = tuple(int(s) for s in shape)
     for name, value in (("iterations", iterations), ("batch_size", batch_size), ("n_cases", n_cases)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -57,8 +57,27 @@ def _make_loss(loss: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor
 
 
 def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: np.ndarray | None = None) -> list:
-    """Dice of each foreground class 1..C-1 between two label maps, optionally inside ``mask``; NaN (with a
-    warning) for a class absent from both (:func:`monai_unc.metrics.overlap.dice`, ``empty_score=nan``)."""
+    """Dice of each foreground class 1..C-1 between two label maps, optionally inside ``mask``.
+
+    NaN (with a warning) for a class absent from both (:func:`monai_unc.metrics.overlap.dice`, ``empty_score=nan``).
+
+    Args:
+        pred: the predicted label map (any shape).
+        label: the reference label map, same shape.
+        num_classes: ``C``, background included.
+        mask: a boolean mask of the same shape; only its voxels count (None: every voxel).
+
+    Returns:
+        ``C - 1`` floats, the Dice of classes ``1..C-1``.
+
+    Example:
+        >>> pred = np.array([0, 1, 1, 2, 2, 2])
+        >>> label = np.array([0, 1, 2, 2, 2, 2])
+        >>> [round(d, 4) for d in dice_per_class(pred, label, 3)]
+        [0.6667, 0.8571]
+        >>> dice_per_class(pred, label, 3, mask=np.array([1, 1, 0, 1, 1, 1], bool))
+        [1.0, 1.0]
+    """
     if mask is not None:
         pred, label = pred[mask], label[mask]
     d = dice(np.asarray(pred).reshape(1, -1), np.asarray(label).reshape(1, -1), num_classes=num_classes,
@@ -67,7 +86,18 @@ def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: 
 
 
 def hemisphere_dice(net: torch.nn.Module, data: dict, roi: tuple = ROI) -> dict:
-    """Dice per tissue class of the deterministic prediction on each hemisphere."""
+    """Dice per tissue class of the deterministic prediction on each hemisphere.
+
+    Args:
+        net: the tissue network (put in eval mode).
+        data: the MNI152 tissue volume of :func:`~monai_unc.data.mni152.load_mni152_tissue`: ``"image"``
+            ``(1, X, Y, Z)``, ``"label"`` ``(1, X, Y, Z)`` and the boolean hemisphere masks ``"left"`` / ``"right"``.
+        roi: the sliding-window size (overlap 0.25).
+
+    Returns:
+        ``{"left": {class name: Dice}, "right": {...}}`` for the tissue classes (background excluded); the right
+        hemisphere is the held-out one.
+    """
     net.eval()
     with torch.no_grad():
         logits = SlidingWindowInferer(roi, sw_batch_size=2, overlap=0.25)(torch.from_numpy(data["image"][None]), net)
@@ -90,9 +120,24 @@ def train_tissue_model(
 ) -> tuple[torch.nn.Module, dict]:
     """Train the example UNet; optionally save the state dict to ``out_path`` (+ a ``.json`` record).
 
-    ``loss``: ``"dice_ce"`` (soft Dice + cross-entropy, the shipped weights), ``"dice"`` (soft Dice over all
-    classes) or ``"ce"`` (cross-entropy). Deterministic for a given seed and thread count on CPU. Returns
-    ``(network, record)``.
+    Deterministic for a given seed and thread count on CPU.
+
+    Args:
+        out_path: where to save the state dict (the record is written beside it as ``.json``); None: not saved.
+        iterations: Adam steps.
+        batch_size: patches ``(48, 64, 64)`` per step, drawn from the left hemisphere.
+        lr: Adam's learning rate.
+        seed: seeds the patches, the augmentation and the initialisation.
+        progress: a progress bar on stderr.
+        loss: ``"dice_ce"`` (soft Dice + cross-entropy, the shipped weights), ``"dice"`` (soft Dice over all
+            classes) or ``"ce"`` (cross-entropy); one of :data:`TRAINING_LOSSES`.
+
+    Returns:
+        ``(network, record)``: the trained network and a dict with the settings, the losses and the hemisphere
+        Dice (:func:`hemisphere_dice`).
+
+    Raises:
+        ValueError: an unknown ``loss``.
     """
     loss_fn = _make_loss(loss)
     loss_name = {"dice_ce": "DiceCE", "dice": "Dice", "ce": "CE"}[loss]

@@ -1,6 +1,7 @@
-"""The cohort engine: one per-case function over a cohort, on one process or under ``torch.distributed``, with
-resume (:mod:`.run`, :mod:`.cache`), the process-group lifecycle of a run (:mod:`.session`) and the rank context,
-deterministic sharding, exact reductions and failures it is built on (:mod:`.collectives`).
+"""The cohort engine: one per-case function over a cohort, on one process or under ``torch.distributed``.
+
+It runs with resume (:mod:`.run`, :mod:`.cache`), the process-group lifecycle of a run (:mod:`.session`) and the
+rank context, deterministic sharding, exact reductions and failures it is built on (:mod:`.collectives`).
 
 ``monai-unc infer``, ``evaluate``, ``triage`` and ``conformal`` (and :func:`monai_unc.workflows.run_infer`,
 :func:`monai_unc.evaluation.run_evaluate`, :func:`monai_unc.evaluation.run_triage`,

@@ -1,5 +1,8 @@
-"""Per-case resume state of the cohort engine (:class:`CaseCache`): ``<case>.json`` per finished case, keyed by a
-fingerprint of everything the case's result depends on, written last and atomically after any side file."""
+"""Per-case resume state of the cohort engine (:class:`CaseCache`).
+
+``<case>.json`` per finished case, keyed by a fingerprint of everything the case's result depends on, written last
+and atomically after any side file.
+"""
 
 from __future__ import annotations
 
@@ -82,7 +85,14 @@ class CaseCache:
         self.on_stale = on_stale
 
     def path(self, case_id: str) -> Path:
-        """``<folder>/<case_id>.json``."""
+        """The JSON file of a case.
+
+        Args:
+            case_id: the case id.
+
+        Returns:
+            ``<folder>/<case_id>.json``.
+        """
         return self.folder / f"{case_id}.json"
 
     def prepare(self) -> None:
@@ -91,11 +101,27 @@ class CaseCache:
         clean_partial_files(self.folder)
 
     def fingerprint_of(self, item: Any) -> Any:
-        """The item's fingerprint as it reads back from the JSON file (None without a fingerprint function)."""
+        """The item's fingerprint as it reads back from the JSON file.
+
+        Args:
+            item: the case (passed to the ``fingerprint`` function).
+
+        Returns:
+            The fingerprint after a JSON round trip (tuples become lists), or None without a fingerprint function.
+        """
         return None if self.fingerprint is None else json.loads(json.dumps(self.fingerprint(item)))
 
     def load(self, case_id: str, fingerprint: Any = None, item: Any = None) -> Any:
-        """The saved result of ``case_id``, or None when absent, unreadable or stale (its fingerprint differs)."""
+        """The saved result of a case, if it can be reused.
+
+        Args:
+            case_id: the case id.
+            fingerprint: the case's current fingerprint (:meth:`fingerprint_of`).
+            item: the case, passed to ``restore``.
+
+        Returns:
+            The saved result, or None when absent, unreadable, stale (its fingerprint differs) or ``reuse`` is False.
+        """
         path = self.path(case_id)
         if not self.reuse or not path.is_file():
             return None
@@ -112,8 +138,16 @@ class CaseCache:
             return None
 
     def save(self, case_id: str, result: Any, fingerprint: Any = None) -> Path | None:
-        """Write ``result`` (side files first, then ``<case>.json``, atomically); returns the JSON path (None when
-        ``store`` is False)."""
+        """Write a case's result: side files first, then ``<case>.json``, atomically.
+
+        Args:
+            case_id: the case id.
+            result: the result (passed to ``dump``).
+            fingerprint: the case's fingerprint (:meth:`fingerprint_of`), stored with it.
+
+        Returns:
+            The JSON path, or None when ``store`` is False (nothing written).
+        """
         if not self.store:
             return None
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,7 @@
-"""Rank context, deterministic sharding, exact reductions and faults of cohort-scale runs (re-exported by
-:mod:`monai_unc.engine`, whose docstring describes them)."""
+"""Rank context, deterministic sharding, exact reductions and faults of cohort-scale runs.
+
+Re-exported by :mod:`monai_unc.engine`, whose docstring describes them.
+"""
 
 from __future__ import annotations
 
@@ -35,13 +37,28 @@ class RankFailed(ValueError):
 
 @dataclass(frozen=True)
 class CaseFailure:
-    """A case that raised while being processed: its id, the rank that processed it and the error message."""
+    """A case that raised while being processed: its id, the rank that processed it and the error message.
+
+    Args:
+        case: the case id.
+        rank: the rank that processed the case.
+        error: the error, one line (:func:`error_line`).
+
+    Example:
+        >>> CaseFailure("c1", 0, "ValueError: bad").to_json()
+        {'case': 'c1', 'rank': 0, 'error': 'ValueError: bad'}
+    """
 
     case: str
     rank: int
     error: str
 
     def to_json(self) -> dict[str, Any]:
+        """The failure as a JSON-ready dict.
+
+        Returns:
+            ``{"case": ..., "rank": ..., "error": ...}``.
+        """
         return asdict(self)
 
 
@@ -52,6 +69,16 @@ class CasesFailed(CaseError):
     per-case statuses of :func:`monai_unc.workflows.run_infer`), when it has something. A
     :class:`~monai_unc.io.CaseError` (``ValueError``), so code that handled the first failing case's ``CaseError``
     still catches it.
+
+    Args:
+        failures: the failed cases (any order; stored sorted by case id).
+        what: what failed, for the message (``"case(s)"``).
+        results: what the run returns otherwise, or None.
+
+    Example:
+        >>> e = CasesFailed([CaseFailure("b", 0, "ValueError: x"), CaseFailure("a", 1, "OSError: y")])
+        >>> [f.case for f in e.failures], str(e)
+        (['a', 'b'], "2 case(s) failed: 'a', 'b'; first error: OSError: y")
     """
 
     def __init__(self, failures: Sequence[CaseFailure], what: str = "case(s)", results: Any = None) -> None:
@@ -71,6 +98,13 @@ class DistContext:
         backend: the default group's backend, None when not distributed.
         owns_group: the group was initialised by :func:`get_dist_context` (:func:`destroy_dist_context` ends it).
         group: process group for CPU tensors and Python objects (None: the default group).
+
+    Example:
+        >>> ctx = DistContext()
+        >>> ctx.distributed, ctx.is_main, ctx.describe()
+        (False, True, '')
+        >>> DistContext(rank=1, world_size=4).describe()
+        'rank 1 of 4'
     """
 
     rank: int = 0
@@ -82,14 +116,20 @@ class DistContext:
 
     @property
     def distributed(self) -> bool:
+        """True when more than one rank takes part (``world_size > 1``)."""
         return self.world_size > 1
 
     @property
     def is_main(self) -> bool:
+        """True on rank 0, which writes the cohort-level outputs."""
         return self.rank == 0
 
     def describe(self) -> str:
-        """``"rank r of W"`` (empty for a single process)."""
+        """Where this rank stands, for messages.
+
+        Returns:
+            ``"rank r of W"``, or ``""`` for a single process.
+        """
         return f"rank {self.rank} of {self.world_size}" if self.distributed else ""
 
 
@@ -104,8 +144,27 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def read_dist_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
-    """``(rank, world_size, local_rank)`` from ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (defaults ``0, 1, rank``),
-    or from the initialised default process group. ``ValueError`` naming the variable when they are inconsistent."""
+    """The rank, world size and local rank of this process, as ``torchrun`` sets them.
+
+    Read from the initialised default process group when there is one, else from the environment variables
+    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (defaults ``0, 1, rank``).
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+
+    Returns:
+        ``(rank, world_size, local_rank)``.
+
+    Raises:
+        ValueError: naming the variable, when one is not an integer or they are inconsistent
+            (``RANK`` outside ``[0, WORLD_SIZE)``, ``WORLD_SIZE < 1``, ``LOCAL_RANK < 0``).
+
+    Example:
+        >>> read_dist_env({"RANK": "2", "WORLD_SIZE": "4"})
+        (2, 4, 2)
+        >>> read_dist_env({})
+        (0, 1, 0)
+    """
     if dist.is_available() and dist.is_initialized():
         env = os.environ if env is None else env
         rank = dist.get_rank()
@@ -140,8 +199,10 @@ def get_dist_context(
     backend: str | None = None,
     timeout: timedelta | float | None = None,
 ) -> DistContext:
-    """The rank context of this process; initialises the process group when the environment says
-    ``WORLD_SIZE > 1`` and none exists (module docstring). Call it on every rank at the same point (it may create
+    """The rank context of this process; initialises the process group when needed.
+
+    A group is created when the environment says ``WORLD_SIZE > 1`` and none exists (module docstring of
+    :mod:`monai_unc.engine`). Call it on every rank at the same point (it may create
     a group, which is collective). Later calls join the same group; it stays initialised until
     :func:`destroy_dist_context` or the end of the process.
 
@@ -150,6 +211,13 @@ def get_dist_context(
         backend: override the backend of a group created here (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``, ...).
         timeout: collective timeout of a group created here (``timedelta`` or seconds; default
             :data:`DEFAULT_TIMEOUT_S` or env ``MONAI_UNC_DIST_TIMEOUT``).
+
+    Returns:
+        The :class:`DistContext`; ``DistContext(rank, 1, local_rank)`` for a single process (no group).
+
+    Raises:
+        ValueError: ``WORLD_SIZE > 1`` without ``torch.distributed``, ``MASTER_ADDR``/``MASTER_PORT`` unset, an
+            invalid backend or a non-positive timeout.
     """
     if dist.is_available() and dist.is_initialized():
         rank, world, local = read_dist_env()
@@ -192,6 +260,9 @@ def destroy_dist_context(ctx: DistContext) -> None:
 
     Call it once, when the process is done with collectives: re-initialising a group in the same process after
     destroying it is unreliable with gloo (stale rendezvous keys). A group created here is also destroyed at exit.
+
+    Args:
+        ctx: the context :func:`get_dist_context` returned.
     """
     if ctx.owns_group and dist.is_available() and dist.is_initialized():
         _cpu_groups.clear()
@@ -204,9 +275,30 @@ def destroy_dist_context(ctx: DistContext) -> None:
 def shard(
     items: Sequence[T], rank: int, world_size: int, key: Callable[[T], Hashable] | None = None
 ) -> list[T]:
-    """The items of ``rank`` out of ``world_size``: sorted by ``str(key(item))`` (the item itself without ``key``),
-    then round-robin (positions ``rank, rank + world_size, ...``). Every item lands in exactly one shard; the result
-    does not depend on the order of ``items``. Duplicate ids are a ``ValueError``."""
+    """The items of ``rank`` out of ``world_size``, deterministically.
+
+    Items are sorted by ``str(key(item))`` (the item itself without ``key``), then dealt round-robin (positions
+    ``rank, rank + world_size, ...``). Every item lands in exactly one shard; the result does not depend on the order
+    of ``items``.
+
+    Args:
+        items: the items (e.g. case ids or case records).
+        rank: this rank, in ``[0, world_size)``.
+        world_size: the number of ranks (>= 1).
+        key: the id of an item (default: the item itself).
+
+    Returns:
+        The items of this rank, in sorted-id order.
+
+    Raises:
+        ValueError: duplicate ids, or ``rank``/``world_size`` not integers in range.
+
+    Example:
+        >>> shard(["c", "a", "d", "b", "e"], 0, 2)
+        ['a', 'c', 'e']
+        >>> shard(["c", "a", "d", "b", "e"], 1, 2)
+        ['b', 'd']
+    """
     for name, v in (("rank", rank), ("world_size", world_size)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise ValueError(f"{name} must be an integer, got {v!r}")
@@ -227,7 +319,19 @@ def shard(
 # collectives (identity for a single process)
 # ----------------------------------------------------------------------------------------------------------------
 def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
-    """Every rank's (picklable) ``obj``, in rank order, on every rank."""
+    """Every rank's (picklable) ``obj``, in rank order, on every rank (collective).
+
+    Args:
+        obj: this rank's object (picklable).
+        ctx: the rank context.
+
+    Returns:
+        A list of ``world_size`` objects, index = rank; ``[obj]`` for a single process.
+
+    Example:
+        >>> all_gather_objects({"n": 3}, DistContext())
+        [{'n': 3}]
+    """
     if not ctx.distributed:
         return [obj]
     out: list[Any] = [None] * ctx.world_size
@@ -236,7 +340,24 @@ def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
 
 
 def gather_objects(obj: Any, ctx: DistContext, dst: int = 0) -> list[Any] | None:
-    """Every rank's ``obj`` in rank order on rank ``dst``; None on the other ranks."""
+    """Every rank's ``obj`` in rank order on rank ``dst`` (collective).
+
+    Args:
+        obj: this rank's object (picklable).
+        ctx: the rank context.
+        dst: the receiving rank.
+
+    Returns:
+        On rank ``dst`` a list of ``world_size`` objects (index = rank); None on the other ranks. ``[obj]`` for a
+        single process.
+
+    Raises:
+        ValueError: ``dst`` is not a rank.
+
+    Example:
+        >>> gather_objects(7, DistContext())
+        [7]
+    """
     if not ctx.distributed:
         return [obj]
     if not 0 <= dst < ctx.world_size:
@@ -247,7 +368,20 @@ def gather_objects(obj: Any, ctx: DistContext, dst: int = 0) -> list[Any] | None
 
 
 def broadcast_object(obj: Any, ctx: DistContext, src: int = 0) -> Any:
-    """Rank ``src``'s ``obj`` on every rank."""
+    """Rank ``src``'s ``obj`` on every rank (collective).
+
+    Args:
+        obj: the object on rank ``src`` (picklable; ignored on the other ranks).
+        ctx: the rank context.
+        src: the sending rank.
+
+    Returns:
+        Rank ``src``'s object; ``obj`` itself for a single process.
+
+    Example:
+        >>> broadcast_object("plan", DistContext())
+        'plan'
+    """
     if not ctx.distributed:
         return obj
     box = [obj if ctx.rank == src else None]
@@ -256,7 +390,11 @@ def broadcast_object(obj: Any, ctx: DistContext, src: int = 0) -> Any:
 
 
 def barrier(ctx: DistContext) -> None:
-    """Wait for every rank."""
+    """Wait for every rank (collective; a no-op for a single process).
+
+    Args:
+        ctx: the rank context.
+    """
     if ctx.distributed:
         dist.barrier(group=ctx.group)
 
@@ -276,7 +414,21 @@ def all_reduce_sum(x: np.ndarray | Mapping[str, np.ndarray], ctx: DistContext) -
     ``x`` is an array or a dict of arrays; integers (and booleans) are summed as int64 (exact up to 2**63),
     floats as float64. The parts are all-gathered and added in rank order (module docstring), so the result is
     bitwise the same on every rank and independent of the backend. Shapes and keys must agree across ranks
-    (``ValueError`` on every rank otherwise). Returns the same structure (numpy arrays).
+    (``ValueError`` on every rank otherwise).
+
+    Args:
+        x: this rank's array, or a dict of arrays (integer, boolean or floating).
+        ctx: the rank context.
+
+    Returns:
+        The same structure (numpy arrays, int64 or float64) holding the sums; a copy for a single process.
+
+    Raises:
+        ValueError: a non-numeric dtype, or keys/shapes/dtypes that differ across ranks.
+
+    Example:
+        >>> all_reduce_sum({"n": np.array([1, 2]), "s": np.array([0.5])}, DistContext())
+        {'n': array([1, 2]), 's': array([0.5])}
     """
     single = not isinstance(x, Mapping)
     arrays = {"": _as_array(x, "x")} if single else {str(k): _as_array(v, f"x[{k!r}]") for k, v in x.items()}
@@ -314,6 +466,16 @@ def reduce_histogram(hist: Any, ctx: DistContext) -> Any:
     scalars in rank order (:func:`all_reduce_sum`). Equal to pooling every rank's voxels in one process up to the
     order of float64 additions (for one case per rank: the same additions in the same order as merging the cases in
     rank order). Layouts (classes, fine bins, uncertainty row) must agree across ranks.
+
+    Args:
+        hist: this rank's histogram.
+        ctx: the rank context.
+
+    Returns:
+        The pooled histogram (a new :class:`~monai_unc.metrics.calibration.ConfidenceHistogram`).
+
+    Raises:
+        ValueError: ``hist`` is not a histogram, or the layouts differ across ranks.
     """
     if not isinstance(hist, ConfidenceHistogram):
         raise ValueError(f"hist must be a ConfidenceHistogram, got {type(hist).__name__}")
@@ -370,9 +532,23 @@ def _as_numpy(value: Any) -> Any:
 # faults
 # ----------------------------------------------------------------------------------------------------------------
 def sync_errors(error: BaseException | None, ctx: DistContext) -> None:
-    """Collective: every rank passes the exception it caught in a step (or None). If any rank failed, every rank
-    raises: the failing rank its own exception, the others :class:`RankFailed` with the lowest failing rank's
-    message. A no-op check for a single process (re-raises ``error`` if given)."""
+    """Make a failure of one rank a failure of all ranks (collective).
+
+    Every rank passes the exception it caught in a step (or None). If any rank failed, every rank raises: the
+    failing rank its own exception, the others :class:`RankFailed` with the lowest failing rank's message. A no-op
+    check for a single process (re-raises ``error`` if given).
+
+    Args:
+        error: the exception this rank caught, or None.
+        ctx: the rank context.
+
+    Raises:
+        BaseException: ``error`` itself on the rank that caught it.
+        RankFailed: on the other ranks, when any rank failed.
+
+    Example:
+        >>> sync_errors(None, DistContext())
+    """
     msg = None if error is None else (f"{type(error).__name__}: {error}".splitlines() or [""])[0]
     msgs = all_gather_objects(msg, ctx)
     if error is not None:
@@ -384,7 +560,16 @@ def sync_errors(error: BaseException | None, ctx: DistContext) -> None:
 
 
 def check_same(value: Any, ctx: DistContext, what: str) -> None:
-    """Collective: ``ValueError`` on every rank unless every rank passes an equal ``value`` (e.g. the case list)."""
+    """Check that every rank passes an equal ``value`` (collective), e.g. the case list.
+
+    Args:
+        value: this rank's value (picklable, compared with ``==``).
+        ctx: the rank context.
+        what: what ``value`` is, for the message.
+
+    Raises:
+        ValueError: on every rank, when a rank's value differs from rank 0's.
+    """
     values = all_gather_objects(value, ctx)
     bad = [r for r, v in enumerate(values) if v != values[0]]
     if bad:
@@ -393,7 +578,15 @@ def check_same(value: Any, ctx: DistContext, what: str) -> None:
 
 
 def check_same_cases(case_ids: Sequence[str], ctx: DistContext) -> None:
-    """Collective: every rank must see the same cases (their count and a hash of the sorted ids)."""
+    """Check that every rank sees the same cases (collective): their count and a hash of the sorted ids.
+
+    Args:
+        case_ids: the case ids this rank found.
+        ctx: the rank context.
+
+    Raises:
+        ValueError: on every rank, when the case lists differ.
+    """
     import hashlib
 
     ids = sorted(case_ids)
@@ -401,7 +594,18 @@ def check_same_cases(case_ids: Sequence[str], ctx: DistContext) -> None:
 
 
 def check_each_case_once(done: Sequence[str], case_ids: Sequence[str]) -> None:
-    """``RuntimeError`` unless the cases with a result (or a failure) are exactly ``case_ids``, each once."""
+    """Check that the cases with a result (or a failure) are exactly ``case_ids``, each once.
+
+    Args:
+        done: the ids of the cases with a result or a failure, gathered over all ranks.
+        case_ids: the ids of all cases of the run.
+
+    Raises:
+        RuntimeError: sharding lost or repeated a case.
+
+    Example:
+        >>> check_each_case_once(["b", "a"], ["a", "b"])
+    """
     if sorted(done) != sorted(case_ids):
         raise RuntimeError(f"sharding lost or repeated cases: {len(done)} results for {len(case_ids)} cases")
 
@@ -409,8 +613,22 @@ def check_each_case_once(done: Sequence[str], case_ids: Sequence[str]) -> None:
 def failure_reporter(
     ctx: DistContext, command: str, on_failure: Callable[[CaseFailure], None] | None = None
 ) -> Callable[[str, BaseException], None]:
-    """``report(case_id, exception)`` for a case that failed on this rank: builds the :class:`CaseFailure` and
-    passes it to ``on_failure`` (default: :func:`print_failure`, one stderr line prefixed with ``command``)."""
+    """A callback that reports a case that failed on this rank.
+
+    Args:
+        ctx: the rank context (the rank recorded in each :class:`CaseFailure`).
+        command: the command name, the prefix of the default stderr line.
+        on_failure: receives each :class:`CaseFailure` (default: :func:`print_failure`).
+
+    Returns:
+        ``report(case_id, exception)``: builds the :class:`CaseFailure` and passes it to ``on_failure``.
+
+    Example:
+        >>> seen = []
+        >>> failure_reporter(DistContext(), "infer", seen.append)("c1", ValueError("bad"))
+        >>> seen
+        [CaseFailure(case='c1', rank=0, error='ValueError: bad')]
+    """
 
     def report(case_id: str, e: BaseException) -> None:
         f = CaseFailure(case_id, ctx.rank, error_line(e))
@@ -420,14 +638,41 @@ def failure_reporter(
 
 
 def error_line(e: BaseException) -> str:
-    """``"Type: first line of the message"`` (or just the type) for failure reports."""
+    """An exception in one line, for failure reports.
+
+    Args:
+        e: the exception.
+
+    Returns:
+        ``"Type: first line of the message"``, or just the type name for an empty message.
+
+    Example:
+        >>> error_line(ValueError("bad shape")), error_line(KeyError())
+        ('ValueError: bad shape', 'KeyError')
+    """
     text = str(e).splitlines()[0] if str(e) else ""
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def write_failures(path: str | os.PathLike, failures: Sequence[CaseFailure], command: str = "") -> Path:
-    """Write ``failures.json`` (``n_failed``, ``failures``: case, rank, error) atomically; with no failure remove a
-    stale file instead. Returns the path."""
+    """Write ``failures.json`` atomically; with no failure remove a stale file instead.
+
+    Args:
+        path: the file to write.
+        failures: the failed cases (written sorted by case id).
+        command: the command, for the ``resume`` hint.
+
+    Returns:
+        ``path`` (a :class:`~pathlib.Path`). The file holds ``n_failed``, ``failures`` (case, rank, error) and
+        ``resume``.
+
+    Example:
+        >>> import json, tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     p = write_failures(Path(d) / "failures.json", [CaseFailure("c1", 0, "OSError: x")], "infer")
+        ...     json.loads(p.read_text())["n_failed"], write_failures(p, []).exists()
+        (1, False)
+    """
     path = Path(path)
     if not failures:
         path.unlink(missing_ok=True)
@@ -441,6 +686,12 @@ def write_failures(path: str | os.PathLike, failures: Sequence[CaseFailure], com
 
 
 def print_failure(failure: CaseFailure, ctx: DistContext, prefix: str = "monai-unc") -> None:
-    """One stderr line for a failed case: ``<prefix>: [rank r of W: ]case 'id' failed: <error>``."""
+    """Print one stderr line for a failed case: ``<prefix>: [rank r of W: ]case 'id' failed: <error>``.
+
+    Args:
+        failure: the failed case.
+        ctx: the rank context (named in the line when distributed).
+        prefix: the line's prefix (the program or command).
+    """
     where = f"{ctx.describe()}: " if ctx.distributed else ""
     print(f"{prefix}: {where}case {failure.case!r} failed: {failure.error}", file=sys.stderr, flush=True)

@@ -26,12 +26,24 @@ class CaseRecord(Protocol):
     """A per-case result that turns into ``(JSON data, numpy arrays)`` and back."""
 
     def to_record(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The result as ``(doc, arrays)``."""
+        """The result as a record.
+
+        Returns:
+            ``(doc, arrays)``: JSON-ready data and a dict of numpy arrays (may be empty).
+        """
         ...
 
     @classmethod
     def from_record(cls, doc: Any, arrays: Any) -> Any:
-        """The result of :meth:`to_record`."""
+        """The result back from a record.
+
+        Args:
+            doc: the JSON data of :meth:`to_record`.
+            arrays: its arrays (a mapping name -> numpy array).
+
+        Returns:
+            The result (an instance of the class).
+        """
         ...
 
 
@@ -52,6 +64,9 @@ def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | Non
 
     Returns:
         ``(dump, restore)``.
+
+    Raises:
+        TypeError: ``record`` has no ``to_record`` / ``from_record``.
     """
     if not (callable(getattr(record, "from_record", None)) and callable(getattr(record, "to_record", None))):
         raise TypeError(f"record must be a class with to_record and from_record, got {record!r}")
@@ -77,14 +92,18 @@ def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | Non
 
 
 def record_gather_hooks(record: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    """The ``pack`` and ``unpack`` hooks of :func:`~monai_unc.engine.run_cases` for results of ``record``:
-    ``(doc, arrays)`` plain data for the gather to rank 0, and back.
+    """The ``pack`` and ``unpack`` hooks of :func:`~monai_unc.engine.run_cases` for results of ``record``.
+
+    ``pack`` turns a result into ``(doc, arrays)``, plain data for the gather to rank 0; ``unpack`` turns it back.
 
     Args:
         record: the result class (a :class:`CaseRecord`).
 
     Returns:
         ``(pack, unpack)``.
+
+    Raises:
+        TypeError: ``record`` has no ``to_record`` / ``from_record``.
     """
     if not (callable(getattr(record, "from_record", None)) and callable(getattr(record, "to_record", None))):
         raise TypeError(f"record must be a class with to_record and from_record, got {record!r}")

@@ -66,7 +66,7 @@ def process_cases(
     progress: bool = False,
     desc: str = "cases",
 ) -> list[tuple[str, Any]]:
-    """Run ``process`` on each item in the order given (the per-case loop of one rank): ``[(case_id, result)]``.
+    """Run ``process`` on each item in the order given (the per-case loop of one rank).
 
     With ``cache`` a saved result whose fingerprint is unchanged is loaded instead of computed, and every computed
     result is saved. With ``failures`` (a list) a case that raises an ``Exception`` is appended as ``(case_id,
@@ -77,10 +77,22 @@ def process_cases(
         items: the cases (e.g. :class:`~monai_unc.io.CaseFiles`).
         process: ``process(item) -> result`` (never None).
         key: the case id of an item (default its ``case_id``).
+        cache: resume state (:class:`CaseCache`), or None to compute every case.
+        failures: a list that collects ``(case_id, exception)`` of the cases that raised, or None to let the first
+            error propagate.
+        on_failure: ``on_failure(case_id, exception)`` for each collected failure (only with ``failures``).
         progress: a progress bar on stderr.
         desc: the label of the progress bar.
 
+    Returns:
+        ``[(case_id, result)]`` of the cases that did not fail, in the order of ``items``.
+
     Example:
+        >>> failed = []
+        >>> process_cases(["a", "bb", ""], lambda s: 1 / len(s), key=str, failures=failed)
+        [('a', 1.0), ('bb', 0.5)]
+        >>> [(cid, type(e).__name__) for cid, e in failed]
+        [('', 'ZeroDivisionError')]
         >>> process_cases(["a", "bb"], len, key=str)
         [('a', 1), ('bb', 2)]
     """
@@ -147,8 +159,9 @@ def run_cases(
     on_failure: Callable[[CaseFailure], None] | None = None,
     stop_on_error: bool = False,
 ) -> CohortRun:
-    """Run ``process`` on every case of a cohort, on one process or on every rank of a process group (module
-    docstring); call it on every rank with the same arguments.
+    """Run ``process`` on every case of a cohort, on one process or on every rank of a process group.
+
+    The steps are those of the module docstring. Call it on every rank with the same arguments.
 
     Args:
         items: the cases, or a function listing them, run on every rank (its errors raise on every rank).

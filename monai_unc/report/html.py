@@ -91,7 +91,15 @@ __all__ = [
 
 @dataclass
 class Figure:
-    """An embedded figure: element id, title, caption, PNG bytes and the file it was saved to."""
+    """An embedded figure: element id, title, caption, PNG bytes and the file it was saved to.
+
+    Attributes:
+        key: the element id is ``fig-<key>``.
+        title: the figure's title (also the ``alt`` text).
+        caption: the caption, after the title.
+        png: the PNG bytes, embedded as base64.
+        path: the PNG file written next to the page, or None.
+    """
 
     key: str
     title: str
@@ -101,9 +109,20 @@ class Figure:
 
 
 def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> Any | None:
-    """All-label reliability diagram of the pooled histogram with a box plot of the per-case frequencies per bin
-    (Kock et al. Fig. 5), drawn by :func:`monai_unc.report.reliability.plot_reliability_diagram`; ``None`` when the
-    cohort has no probabilities."""
+    """All-label reliability diagram of the pooled histogram with per-case box plots.
+
+    The box plot of the per-case frequencies per bin is that of Kock, Thielke et al., "Confidence Histograms for
+    Model Reliability Analysis and Temperature Calibration" (Fig. 5), drawn by
+    :func:`monai_unc.report.reliability.plot_reliability_diagram`.
+
+    Args:
+        state: the evaluated cohort's saved state (its per-case histograms).
+        n_bins: equal-width bins of the diagram.
+        min_bin_count: fewest voxels of a drawn bin.
+
+    Returns:
+        The matplotlib ``Figure``, or None when the cohort has no probabilities.
+    """
     if state.histogram is None:
         return None
     return plot_reliability_diagram(
@@ -112,7 +131,19 @@ def reliability_figure(state: CohortState, n_bins: int, min_bin_count: int) -> A
 
 
 def format_value(v: Any, digits: int = 3) -> str:
-    """A table cell: ``digits`` decimals for finite floats, an en dash for missing or non-finite values."""
+    """A table cell: ``digits`` decimals for finite floats, an en dash for missing or non-finite values.
+
+    Args:
+        v: the value (None and ``""`` are missing).
+        digits: decimals of a float.
+
+    Returns:
+        The text of the cell (other values as ``str(v)``).
+
+    Example:
+        >>> format_value(0.12345), format_value(float("nan")), format_value(None), format_value(3)
+        ('0.123', '–', '–', '3')
+    """
     if v is None or v == "":
         return "–"
     if isinstance(v, (float, np.floating)):
@@ -121,7 +152,18 @@ def format_value(v: Any, digits: int = 3) -> str:
 
 
 def img_tag(fig: Figure) -> Markup:
-    """A ``<figure>`` element embedding the figure's PNG (base64) in an ``<img>``, with its id, title and caption."""
+    """A ``<figure>`` element embedding the figure's PNG (base64) in an ``<img>``, with its id, title and caption.
+
+    Args:
+        fig: the figure.
+
+    Returns:
+        The escaped ``<figure>`` element (no network resource).
+
+    Example:
+        >>> str(img_tag(Figure("ref", "R", "c", b"png")))[:67]
+        '<figure id="fig-ref"><img alt="R" src="data:image/png;base64,cG5n">'
+    """
     b64 = base64.b64encode(fig.png).decode("ascii")
     return el("figure", el("img", alt=fig.title, src=f"data:image/png;base64,{b64}"),
               el("figcaption", el("b", f"{fig.title}."), " ", fig.caption), id=f"fig-{fig.key}")
@@ -158,14 +200,41 @@ window.addEventListener('load', function () {
 
 
 def cards(items: Sequence[tuple[str, str]]) -> Markup:
-    """The key-number cards of a page: one card per ``(label, value)``, both shown as text."""
+    """The key-number cards of a page: one card per ``(label, value)``, both shown as text.
+
+    Args:
+        items: the ``(label, value)`` pairs, in order.
+
+    Returns:
+        The ``<div class="cards">`` element (escaped).
+
+    Example:
+        >>> str(cards([("cases", "12")]))
+        '<div class="cards"><div class="card"><div class="v">12</div><div class="k">cases</div></div></div>'
+    """
     return el("div", *(el("div", el("div", v, class_="v"), el("div", k, class_="k"), class_="card") for k, v in items),
               class_="cards")
 
 
 def table(head: Sequence[str], rows: Sequence[Markup], left: Sequence[str] = (), **attributes: Any) -> Markup:
-    """A table: header cells ``head`` (class ``l``, left-aligned, for those in ``left``), then the ``rows`` (``<tr>``
-    elements); ``attributes`` are the ``<table>``'s."""
+    """An HTML table.
+
+    Header cells ``head`` (class ``l``, left-aligned, for those in ``left``), then the ``rows`` (``<tr>`` elements);
+    ``attributes`` are the ``<table>``'s.
+
+    Args:
+        head: the header cells.
+        rows: the body rows (``<tr>`` elements).
+        left: the header cells to left-align.
+        **attributes: the ``<table>`` element's attributes.
+
+    Returns:
+        The ``<table>`` element.
+
+    Example:
+        >>> str(table(["case", "Dice"], [], left=["case"]))
+        '<table><thead><tr><th class="l">case</th><th class="">Dice</th></tr></thead><tbody></tbody></table>'
+    """
     ths = [el("th", h, class_="l" if h in left else "") for h in head]
     return el("table", el("thead", el("tr", *ths)), el("tbody", *rows), **attributes)
 
@@ -176,12 +245,36 @@ def _td(value: Any, class_: str | None = None) -> Markup:
 
 
 def decision_tag(decision: str) -> Markup:
-    """The accept / review tag of a triage decision (anything but ``accept`` is a review)."""
+    """The accept / review tag of a triage decision (anything but ``accept`` is a review).
+
+    Args:
+        decision: the decision, e.g. ``"accept"`` or ``"review"``.
+
+    Returns:
+        A ``<span class="tag ...">`` element.
+
+    Example:
+        >>> str(decision_tag("accept")), str(decision_tag("refer"))
+        ('<span class="tag k">accept</span>', '<span class="tag r">review</span>')
+    """
     return (el("span", "accept", class_="tag k") if decision == "accept" else el("span", "review", class_="tag r"))
 
 
 def warning_list(warns: Sequence[str], limit: int = 50, more: str = "") -> Markup:
-    """The Warnings section: the first ``limit`` warnings, then how many more (with ``more`` after the count)."""
+    """The Warnings section: the first ``limit`` warnings, each escaped.
+
+    Args:
+        warns: the warnings.
+        limit: at most this many are listed.
+        more: when given and warnings are left out, a last item ``... and N more <more>``.
+
+    Returns:
+        The ``<section id="warnings">`` element.
+
+    Example:
+        >>> str(warning_list(["a", "b<c", "d"], limit=2, more="(see summary.json)"))[-72:]
+        '<li>b&lt;c</li><li>... and 1 more (see summary.json)</li></ul></section>'
+    """
     items = [el("li", w) for w in warns[:limit]]
     if more and len(warns) > limit:
         items.append(el("li", f"... and {len(warns) - limit} more {more}"))
@@ -281,8 +374,11 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
 
 
 def _regions_section(summary: Mapping[str, Any]) -> Markup:
-    """The region table of a region evaluation: per region its labels, Dice (mean over cases), pooled binary
-    calibration (top-label ECE, NLL, Brier), the mean QU-BraTS values and failure detection with its own score."""
+    """The region table of a region evaluation.
+
+    Per region its labels, Dice (mean over cases), pooled binary calibration (top-label ECE, NLL, Brier), the mean
+    QU-BraTS values and failure detection with its own score.
+    """
     regions = summary["regions"]
     head = ["region", "labels", "columns", "Dice", "ECE", "NLL", "Brier", "QU-BraTS", "Dice AUC", "FTP AUC", "FTN AUC",
             "AURC"]
@@ -312,8 +408,9 @@ _CONFORMAL_MASKS = {("threshold", "outer"): "p >= 1 - lambda_hat", ("threshold",
 
 
 def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | None = None) -> Markup:
-    """The "Conformal masks" section of the report: one table per side of ``summary["conformal"]`` (written by
-    ``monai-unc evaluate --conformal``).
+    """The "Conformal masks" section of the report.
+
+    One table per side of ``summary["conformal"]`` (written by ``monai-unc evaluate --conformal``).
 
     Args:
         block: ``summary["conformal"]``: ``family``, ``n_calibration`` and per side (``sides``) the loss, target,
@@ -362,8 +459,9 @@ def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | Non
 
 
 def product_section(section: ReportSection, key: str) -> Markup:
-    """The HTML of a product's :class:`~monai_unc.product.ReportSection`: heading, paragraphs, cards and a table,
-    every string escaped.
+    """The HTML of a product's :class:`~monai_unc.product.ReportSection`.
+
+    Heading, paragraphs, cards and a table, every string escaped.
 
     Args:
         section: the section.
@@ -384,8 +482,9 @@ def product_section(section: ReportSection, key: str) -> Markup:
 
 
 def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
-    """The sections of the registered products whose blocks are in ``summary`` (:mod:`monai_unc.product`), in the
-    summary's order; a product that shows nothing is left out.
+    """The sections of the registered products whose blocks are in ``summary`` (:mod:`monai_unc.product`).
+
+    They come in the summary's order; a product that shows nothing is left out.
 
     Args:
         summary: the evaluation's summary (as read from ``summary.json``).
@@ -417,10 +516,26 @@ def render_html(
     viewers: Sequence[Mapping[str, Any]] = (),
     scripts: Markup | None = None,
 ) -> str:
-    """The report page as one string (no network resource); every value from the summary, the rows, the figures
-    and the arguments is escaped (:mod:`monai_unc.report.markup`). ``viewers``: the interactive viewers of the
-    flagged cases (:func:`~monai_unc.report.viewer.case_viewer`), which need ``scripts``
-    (:func:`~monai_unc.report.viewer.viewer_scripts`)."""
+    """The report page as one string (no network resource).
+
+    Every value from the summary, the rows, the figures and the arguments is escaped (:mod:`monai_unc.report.markup`).
+    ``viewers``: the interactive viewers of the flagged cases (:func:`~monai_unc.report.viewer.case_viewer`), which need
+    ``scripts`` (:func:`~monai_unc.report.viewer.viewer_scripts`).
+
+    Args:
+        summary: the cohort summary (``summary.json``).
+        rows: the per-case rows, in the order shown.
+        cohort_figures: the cohort figures, in order.
+        case_figures: the case overlays, in order.
+        title: the page title.
+        source: a line naming where the evaluation came from.
+        csv_text: the ``metrics.csv`` text, embedded as a download link (None: no link).
+        viewers: the interactive viewers of the flagged cases.
+        scripts: the viewers' scripts (needed with ``viewers``).
+
+    Returns:
+        The HTML of the self-contained page.
+    """
     t = summary["triage"]
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     measure = summary.get("measure") or "uncertainty"
@@ -474,8 +589,24 @@ def region_display(
     voxel gets the index (1-based) of the last region in that order that contains it, so nested regions (BraTS WT >
     TC > ET) are drawn from the outside in. ``seg`` is ``(R, *spatial)`` region masks or a label map (converted with
     ``regions``); ``label`` a label map, or None (no reference: the triage of new cases); the uncertainty drawn is the
-    largest over the regions. Returns ``(seg map, label map or None, uncertainty, class names)`` with
-    ``"background"`` first."""
+    largest over the regions.
+
+    Args:
+        seg: region masks ``(R, *spatial)`` or a label map ``(*spatial)``.
+        label: the reference label map ``(*spatial)``, or None.
+        uncertainty: the uncertainty ``(R, *spatial)`` per region, or ``(*spatial)``.
+        regions: the region spec ``{name: [label, ...]}`` in channel order.
+
+    Returns:
+        ``(seg map, label map or None, uncertainty, class names)``: int label maps ``(*spatial)``, the uncertainty
+        ``(*spatial)`` and the names with ``"background"`` first.
+
+    Example:
+        >>> seg = np.array([[1, 1, 0], [0, 1, 0]], dtype=bool)  # WT, TC masks of three voxels
+        >>> s, lab, u, names = region_display(seg, None, np.zeros((2, 3)), {"WT": [1, 2], "TC": [2]})
+        >>> s.tolist(), lab, u.shape, names
+        ([1, 2, 0], None, (3,), ['background', 'WT', 'TC'])
+    """
     names = list(regions)
     order = sorted(range(len(names)), key=lambda r: -len(regions[names[r]]))
     # spatial ndim: the label's, else the region maps' (R, *spatial)
@@ -497,9 +628,10 @@ def region_display(
 
 def case_conformal_masks(rule: ConformalRuleFile | None, case: Any, nest: bool = False
                          ) -> dict[str, np.ndarray] | None:
-    """The conformal masks of a case for its figure: per side the union over the foreground classes or regions of
-    the rule's masks (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's
-    probabilities).
+    """The conformal masks of a case for its figure.
+
+    Per side the union over the foreground classes or regions of the rule's masks
+    (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's probabilities).
 
     Args:
         rule: the evaluation's ``conformal_rule.json`` (None: no masks).
@@ -582,7 +714,7 @@ def build_report(
     summary: Mapping[str, Any] | None = None,
     **risk_options: Any,
 ) -> Path:
-    """Write ``report.html`` and ``figures/*.png`` for an evaluation folder; returns the HTML path.
+    """Write ``report.html`` and ``figures/*.png`` for an evaluation folder.
 
     The page renders what ``evaluate`` wrote: the cohort numbers of ``summary.json`` (or of ``summary``), the rows
     of the saved state, curves drawn from the saved histograms; it computes no metric itself.
@@ -686,6 +818,24 @@ def _slug(name: str) -> str:
 
 
 def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, str]]:
-    """Rows of a ``metrics.csv`` (strings), for tools that post-process the evaluation: :func:`monai_unc.io.read_csv`
-    (:func:`monai_unc.io.parse_float` reads a numeric cell, ``nan`` and empty cells as NaN)."""
+    """Rows of a ``metrics.csv`` (strings), for tools that post-process the evaluation.
+
+    The file is read by :func:`monai_unc.io.read_csv`; :func:`monai_unc.io.parse_float` reads a numeric cell
+    (``nan`` and empty cells as NaN).
+
+    Args:
+        path: the ``metrics.csv`` of an evaluation.
+
+    Returns:
+        One dict per row, column -> cell text.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "metrics.csv"
+        >>> import csv
+        >>> with open(path, "w", newline="") as f:
+        ...     csv.writer(f).writerows([["case", "dice"], ["c1", "0.9"]])
+        >>> read_metrics_csv(path)
+        [{'case': 'c1', 'dice': '0.9'}]
+    """
     return read_csv(path)

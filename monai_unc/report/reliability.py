@@ -1,5 +1,6 @@
-"""Reliability diagrams (Guo et al. 2017) with Kock et al.'s adaptations: all labels, minimum bin counts and
-per-case box plots (Kock et al. Sec. 2.2, Appendix A, Fig. 5).
+"""Reliability diagrams (Guo et al. 2017) with Kock et al.'s adaptations.
+
+All labels, minimum bin counts and per-case box plots (Kock et al. Sec. 2.2, Appendix A, Fig. 5).
 
 Figures are built with matplotlib's object-oriented API on the Agg canvas (no pyplot, no display, safe in
 worker processes); pass ``path`` to write a PNG/PDF/SVG.
@@ -38,8 +39,11 @@ _AXIS_LABELS = {
 
 
 def _calibration_error(hist: ConfidenceHistogram, kind: str, n_bins: int, min_bin_count: int) -> float | np.ndarray:
-    """The value in the title, from the metric functions: ECE / all-label ECE / UCE of the pooled histogram, or
-    the per-class ECEs for ``"classwise"`` (NaN for a class without kept bins; the title averages the others)."""
+    """The value in the title, from the metric functions.
+
+    ECE / all-label ECE / UCE of the pooled histogram, or the per-class ECEs for ``"classwise"`` (NaN for a class
+    without kept bins; the title averages the others).
+    """
     opts = {"n_bins": n_bins, "min_bin_count": min_bin_count}
     if kind == "classwise":
         return np.asarray(classwise_ece(hist, per_class=True, **opts), dtype=np.float64)
@@ -70,7 +74,8 @@ def plot_reliability_diagram(
     ``"all_label"``, the error rate for ``"uncertainty"``), hatched bars the gap to the bin's mean confidence,
     markers the mean confidence against the frequency, the dashed line perfect calibration. Bins with fewer
     than ``min_bin_count`` voxels are left empty (Kock et al. uses 50). ``kind="classwise"`` draws one curve per
-    label instead of bars.
+    label instead of bars. Kock et al.: Kock, Thielke et al., "Confidence Histograms for Model Reliability Analysis
+    and Temperature Calibration".
 
     Args:
         probs: a histogram (per case for the box plots) or probabilities ``(B, C, *spatial)`` with ``target``;
@@ -78,15 +83,30 @@ def plot_reliability_diagram(
         target: reference labels ``(B, *spatial)`` or ``(B, 1, *spatial)`` (only with probabilities). The keywords
             ``x`` and ``labels`` are deprecated aliases of ``probs`` and ``target`` (as in
             :func:`~monai_unc.metrics.calibration.reliability_curve`).
+        kind: ``"top"`` (confidence of the predicted label), ``"all_label"`` (every label's probability),
+            ``"classwise"`` (one curve per label) or ``"uncertainty"`` (normalised entropy against the error rate,
+            UCE: Laves et al., *Well-calibrated Model Uncertainty with Temperature Scaling for Dropout Variational
+            Inference*).
+        n_bins: equal-width bins of the diagram.
+        min_bin_count: fewest voxels of a drawn bin (0: every non-empty bin).
         per_case_boxes: overlay, per bin, a box plot of the per-case frequencies (Kock et al. Fig. 5); bins of a
             case with fewer than ``min_bin_count`` voxels do not contribute to that case's box.
         show_counts: add a lower panel with the voxels per bin (log scale).
         ax: draw the diagram on this axis (no count panel); its figure is returned.
+        title: the title (default: the kind and its calibration error).
         path: write the figure there.
+        n_fine_bins: fine bins of the histogram built from probabilities (a multiple of ``n_bins``).
         class_names: legend names for ``kind="classwise"``.
 
     Returns:
         The matplotlib ``Figure``.
+
+    Example:
+        >>> import numpy as np
+        >>> probs = np.array([[[0.9, 0.2, 0.6, 0.3]], [[0.1, 0.8, 0.4, 0.7]]])[None, :, 0]
+        >>> fig = plot_reliability_diagram(probs, np.array([[0, 1, 1, 1]]), n_bins=5, show_counts=False)
+        >>> type(fig).__name__, len(fig.axes)
+        ('Figure', 1)
     """
     if kind not in _AXIS_LABELS:
         raise ValueError(f"kind must be one of {tuple(_AXIS_LABELS)}, got {kind!r}")

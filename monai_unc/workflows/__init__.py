@@ -1,13 +1,15 @@
-"""Workflows behind the command line: loading a model (:mod:`.models`), building the inferer of a method string
-(:mod:`.factory`), the checks and plan of a run before its first case (:mod:`.prepare`: :func:`prepare_infer`,
-:func:`prepare_evaluate`; :mod:`.report`: :func:`run_report`, :func:`triage_with_page`), batch prediction with
-resume and ``torchrun`` (:mod:`.infer`), the logits for temperature calibration (:mod:`.calibrate`) and the demo
-(:mod:`.demo`).
+"""Workflows behind the command line.
+
+Loading a model (:mod:`.models`), building the inferer of a method string (:mod:`.factory`), the checks and plan of a
+run before its first case (:mod:`.prepare`: :func:`prepare_infer`, :func:`prepare_evaluate`; :mod:`.report`:
+:func:`run_report`, :func:`triage_with_page`), batch prediction with resume and ``torchrun`` (:mod:`.infer`), the logits
+for temperature calibration (:mod:`.calibrate`) and the demo (:mod:`.demo`).
 
 Each cohort command is one call here, inside its session (:mod:`.session`: the process group of a ``torchrun`` job
 and the failed-cases step): :func:`infer_command`, :func:`evaluate_command` (:mod:`.evaluate`),
 :func:`triage_command` (:mod:`.triage`) and :func:`conformal_command` (:mod:`.conformal`); they return a
-:class:`CommandResult` or raise :class:`CohortFailed`."""
+:class:`CommandResult` or raise :class:`CohortFailed`.
+"""
 
 from ..keys import DEFAULT_MEASURES
 from .calibrate import collect_logits

@@ -1,5 +1,7 @@
-"""``monai-unc calibrate``: the logits of labelled validation cases (:func:`collect_logits`) and the whole command
-(:func:`run_calibrate`); the temperature itself is fitted by :func:`monai_unc.temperature.calibrate_network`.
+"""``monai-unc calibrate``.
+
+The logits of labelled validation cases (:func:`collect_logits`) and the whole command (:func:`run_calibrate`); the
+temperature itself is fitted by :func:`monai_unc.temperature.calibrate_network`.
 
 Region-based (multi-label sigmoid) networks (``activation="sigmoid"``): the targets are binary region masks, built
 from label maps with a region spec (``regions``, e.g. ``"brats"``; :func:`monai_unc.regions.label_to_regions`) or
@@ -7,7 +9,8 @@ read directly from label files with one 0/1 channel per region (4D NIfTI ``(X, Y
 fitted per region (``mode="vector"``: one per region, ``"scalar"``: one shared) by
 :class:`~monai_unc.temperature.TemperatureScaler` with ``activation="sigmoid"``, and ``monai-unc infer
 --activation sigmoid`` applies them like a softmax temperature (folded into the last layer, or stored beside the
-weights and applied by :func:`~monai_unc.workflows.models.load_network`)."""
+weights and applied by :func:`~monai_unc.workflows.models.load_network`).
+"""
 
 from __future__ import annotations
 
@@ -59,13 +62,33 @@ def collect_logits(
     regions: RegionSpec | str | os.PathLike | None = None,
     ignore_unclaimed_labels: bool = False,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Deterministic logits ``(1, C, *spatial)`` (network in eval mode) and checked labels ``(1, *spatial)`` of
-    validation cases, on the CPU.
+    """Deterministic logits and checked labels of validation cases, on the CPU.
 
     ``activation="sigmoid"``: the targets are binary region masks ``(1, R, *spatial)`` (uint8), one per output
     channel: from a label map with ``regions`` (a spec as for :func:`monai_unc.regions.parse_regions`, one region
     per channel), or from a label file with ``R`` 0/1 channels; a single-channel (binary) network takes a 0/1
-    label map as is."""
+    label map as is.
+
+    Args:
+        cases: the image cases (:func:`~monai_unc.workflows.infer.load_image_case` reads them).
+        labels: one label file per case, in the same order.
+        model: the loaded network (run in eval mode, no dropout).
+        intensity: the intensity normalisation (:func:`~monai_unc.workflows.infer.normalize_intensity`).
+        roi: the sliding-window size (None: the whole image in one pass).
+        overlap: the sliding-window overlap fraction.
+        device: where the network runs.
+        progress: a progress bar on stderr.
+        activation: ``"softmax"`` (label maps) or ``"sigmoid"`` (region masks).
+        regions: the region spec that turns label maps into region masks (``"sigmoid"`` only).
+        ignore_unclaimed_labels: accept label values that no region holds (``"sigmoid"`` with ``regions``).
+
+    Returns:
+        ``(logits, labels)``: per case, logits ``(1, C, *spatial)`` (float, CPU) and a label map ``(1, *spatial)``
+        (softmax) or region masks ``(1, R, *spatial)`` (uint8, sigmoid).
+
+    Raises:
+        ValueError: a label that does not match its image or the network's classes / regions.
+    """
     spec = _region_spec(activation, regions)
     roi = normalize_roi(roi)
 
@@ -111,9 +134,11 @@ def collect_logits(
 
 def _region_spec(activation: str, regions: RegionSpec | str | os.PathLike | None
                  ) -> dict[str, tuple[int, ...]] | None:
-    """The parsed region spec of a calibration (None without one; a ``.json`` file is read, as ``--regions``
-    does: :func:`~monai_unc.workflows.prepare.read_region_spec`); ``ValueError`` for an unknown activation or
-    regions without ``activation="sigmoid"``."""
+    """The parsed region spec of a calibration, or None without one.
+
+    A ``.json`` file is read, as ``--regions`` does (:func:`~monai_unc.workflows.prepare.read_region_spec`);
+    ``ValueError`` for an unknown activation or regions without ``activation="sigmoid"``.
+    """
     if activation not in ("softmax", "sigmoid"):
         raise ValueError(f"activation must be 'softmax' or 'sigmoid', got {activation!r}")
     spec = read_region_spec(regions)
@@ -125,8 +150,10 @@ def _region_spec(activation: str, regions: RegionSpec | str | os.PathLike | None
 
 def _region_target(lab: np.ndarray, num_regions: int, spec: dict[str, tuple[int, ...]] | None,
                    what: str) -> torch.Tensor:
-    """Binary region masks ``(1, R, *spatial)`` uint8 from a label volume ``(C_label, *spatial)`` (see
-    :func:`collect_logits`)."""
+    """Binary region masks ``(1, R, *spatial)`` uint8 from a label volume ``(C_label, *spatial)``.
+
+    See :func:`collect_logits`.
+    """
     if spec is not None and len(spec) != num_regions:
         raise ValueError(f"--regions names {len(spec)} regions ({', '.join(spec)}) but the network outputs "
                          f"{num_regions} sigmoid channels")
@@ -164,8 +191,11 @@ def run_calibrate(
     regions: RegionSpec | str | os.PathLike | None = None,
     ignore_unclaimed_labels: bool = False,
 ) -> tuple[Path, dict]:
-    """Fit a temperature on the labelled cases of ``images`` / ``labels`` and write the calibrated checkpoint
-    ``output`` (``.pt`` / ``.pth``) and its record ``output.with_suffix(".json")``, both atomically. Neither may be
+    """Fit a temperature on labelled cases and write the calibrated checkpoint and its record.
+
+    The cases are those of ``images`` / ``labels``; the checkpoint ``output`` (``.pt`` / ``.pth``) and its record
+    ``output.with_suffix(".json")`` are written atomically. Temperature scaling is that of Guo et al., "On
+    Calibration of Modern Neural Networks" (ICML 2017), :func:`~monai_unc.temperature.calibrate_network`. Neither may be
     an input file (the checkpoint, a network spec file; also not as a link) nor lie inside an input folder, and
     their folder must be writable: checked before any work (:func:`monai_unc.io.check_output_file`).
 
@@ -182,6 +212,35 @@ def run_calibrate(
 
     The options take what the command line's flags give: ``device="auto"`` (CUDA when available,
     :func:`~monai_unc.workflows.prepare.resolve_device`), ``roi=[64]`` (one size for every axis, as ``64``).
+
+    Args:
+        images: the folder of validation images.
+        labels: the folder of their labels (matched by case id).
+        output: the calibrated checkpoint to write (``.pt`` / ``.pth``).
+        model: a built-in model name (one of ``model``, ``bundle``, ``network``).
+        bundle: a MONAI bundle folder.
+        network: a network spec (dict or JSON file).
+        checkpoint: the weights to calibrate.
+        unsafe_load: load the checkpoint with ``weights_only=False`` (trusted files only).
+        device: where the network runs (``"auto"``: CUDA when available).
+        intensity: the intensity normalisation (``"auto"``: the model's default).
+        roi: the sliding-window size (None: the whole image in one pass).
+        overlap: the sliding-window overlap fraction.
+        mode: ``"scalar"`` (one temperature) or ``"vector"`` (one per class or region).
+        loss: the fitted objective, ``"nll"`` or ``"ece"``.
+        max_steps: at most this many optimisation steps.
+        progress: progress bars on stderr.
+        activation: ``"softmax"`` or ``"sigmoid"`` (region-based network).
+        regions: the region spec (``"sigmoid"``): a spec, or a ``.json`` file.
+        ignore_unclaimed_labels: accept label values that no region holds.
+
+    Returns:
+        ``(output path, record)``: the record of :func:`~monai_unc.temperature.calibrate_network` plus the
+        model's description and checkpoint (also written to ``output.with_suffix(".json")``).
+
+    Raises:
+        ValueError: an invalid option, an output over an input, or labels that do not fit.
+        FileNotFoundError: a missing input folder.
     """
     spec = _region_spec(activation, regions)
     device = resolve_device(device)

@@ -192,8 +192,11 @@ def run_demo(
 
 
 def _check_same_cohort(output: Path, shifts: Sequence[tuple[str, str, str, float]], quick: bool) -> None:
-    """``ValueError`` naming ``--output`` when it holds a demo of the other cohort (``--quick`` or not, or a demo
-    written before the full cohort existed): every step lists the whole folder, so the two would mix."""
+    """Refuse an ``--output`` folder that holds a demo of the other cohort.
+
+    ``ValueError`` naming ``--output`` when it holds a demo of the other cohort (``--quick`` or not, or a demo
+    written before the full cohort existed): every step lists the whole folder, so the two would mix.
+    """
     found = output / "data" / "shifts.csv"
     if not found.is_file():
         return

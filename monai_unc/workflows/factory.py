@@ -50,14 +50,34 @@ METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble", "ssn")
 
 
 def method_tokens(method: str) -> list[str]:
-    """The lower-cased source names of a ``+``-joined ``--method`` string (not checked)."""
+    """The lower-cased source names of a ``+``-joined ``--method`` string (not checked).
+
+    Args:
+        method: e.g. ``"MCDropout+tta"``.
+
+    Returns:
+        The names in order, e.g. ``["mcdropout", "tta"]`` (empty parts dropped).
+
+    Example:
+        >>> method_tokens("MCDropout + tta")
+        ['mcdropout', 'tta']
+    """
     return [t.strip().lower() for t in method.split("+") if t.strip()]
 
 
 def check_method_network(method: str, network: nn.Module) -> None:
-    """``ValueError`` naming ``--method`` when a source needs something the network lacks: ``ssn`` needs an
-    :class:`~monai_unc.networks.SSNHead` (a Stochastic Segmentation Network, e.g. from
-    :func:`monai_unc.data.build_ssn_network` or the toy bundle's ``configs/train_ssn.json``)."""
+    """Check that the network has what the method's sources need.
+
+    ``ssn`` needs an :class:`~monai_unc.networks.SSNHead` (a Stochastic Segmentation Network, e.g. from
+    :func:`monai_unc.data.build_ssn_network` or the toy bundle's ``configs/train_ssn.json``).
+
+    Args:
+        method: the ``+``-joined ``--method`` string.
+        network: the loaded network.
+
+    Raises:
+        ValueError: naming ``--method``, when the network lacks what a source needs.
+    """
     if "ssn" in method_tokens(method) and not find_ssn_heads(network):
         raise ValueError(
             f"--method {method}: the network ({type(network).__name__}) is not a Stochastic Segmentation Network (it "
@@ -67,9 +87,23 @@ def check_method_network(method: str, network: nn.Module) -> None:
 
 
 def check_roi(roi: int | Sequence[int] | None, spatial_dims: int | None, what: str = "the network") -> None:
-    """``ValueError`` naming ``--roi`` when a per-axis window size has another number of axes than the input
-    (``spatial_dims``: of the network, or of the images; None: not known, nothing checked). One size (an int or a
-    one-element sequence) fits any dimensionality."""
+    """Check that a per-axis window size has as many axes as the input.
+
+    One size (an int or a one-element sequence) fits any dimensionality.
+
+    Args:
+        roi: the ``--roi`` value: None, one size or one size per axis.
+        spatial_dims: the number of spatial axes of the network or of the images (None: not known, nothing
+            checked).
+        what: what ``spatial_dims`` belongs to, for the message.
+
+    Raises:
+        ValueError: naming ``--roi``, when the number of sizes is neither 1 nor ``spatial_dims``.
+
+    Example:
+        >>> check_roi([64, 64, 32], 3), check_roi(64, 2)
+        (None, None)
+    """
     if roi is None or spatial_dims is None or isinstance(roi, (int, np.integer)):
         return
     sizes = tuple(int(r) for r in roi)
@@ -79,8 +113,10 @@ def check_roi(roi: int | Sequence[int] | None, spatial_dims: int | None, what: s
 
 
 def normalize_roi(roi: int | Sequence[int] | None) -> int | list[int] | None:
-    """A ``--roi`` value as the workflows take it: one size (an int, or a one-element sequence as ``--roi 64``
-    gives) becomes an int, which fits any dimensionality; several sizes become a list of ints, one per axis.
+    """A ``--roi`` value as the workflows take it.
+
+    One size (an int, or a one-element sequence as ``--roi 64`` gives) becomes an int, which fits any
+    dimensionality; several sizes become a list of ints, one per axis.
 
     Args:
         roi: None, one size, or a sequence of sizes.
@@ -118,8 +154,40 @@ def build_inferer(
     positive integer, ``tta_noise`` a finite standard deviation >= 0 (and > 0 only with the ``tta`` source),
     ``ratein_target`` in [0, 1], ``roi`` positive sizes and ``overlap`` in [0, 1); ensemble members are plain
     state dicts. ``ssn`` draws ``samples`` latent samples (module docstring); whether the network has an SSN
-    head is checked by :func:`check_method_network`."""
+    head is checked by :func:`check_method_network`.
 
+    Args:
+        method: ``+``-joined source names from :data:`METHOD_TOKENS` (``"softmax"`` alone: the deterministic
+            baseline).
+        samples: the number of samples per source that samples (MC dropout, Rate-In, SSN latent draws).
+        roi: the sliding-window size (one size or one per axis); None: the whole image in one pass.
+        overlap: the sliding-window overlap fraction, in [0, 1) (windows blended with Gaussian weights).
+        sw_batch_size: windows per forward pass.
+        checkpoints: the ensemble members' state dict files (``ensemble``: at least two).
+        unsafe_load: load the members with ``weights_only=False`` (trusted files only).
+        seed: the seed of the sampling (None: not seeded).
+        tta_noise: the standard deviation of Gaussian intensity noise added per TTA sample (0: flips only).
+        ratein_target: Rate-In's target information loss per dropout layer, in [0, 1].
+        activation: ``"softmax"`` (mutually exclusive classes) or ``"sigmoid"`` (overlapping regions); None: the
+            network outputs probabilities.
+        measures: the uncertainty maps to compute (:class:`~monai_unc.keys.UncertaintyKeys` values); the
+            baseline keeps only those a single prediction defines.
+
+    Returns:
+        A :class:`~monai_unc.inferers.SoftmaxInferer` for ``"softmax"``, else an
+        :class:`~monai_unc.inferers.UncertaintyInferer` over the sources, both on a ``SimpleInferer`` or a
+        ``SlidingWindowInferer``.
+
+    Raises:
+        ValueError: naming the command-line option that is invalid.
+
+    Example:
+        >>> inf = build_inferer("mcdropout+tta", samples=2)
+        >>> type(inf).__name__, [type(s).__name__ for s in inf.sources]
+        ('UncertaintyInferer', ['MCDropoutSource', 'FlipSource'])
+        >>> type(build_inferer("softmax", roi=64)).__name__
+        'SoftmaxInferer'
+    """
     tokens = method_tokens(method)
     bad = [t for t in tokens if t not in METHOD_TOKENS]
     if not tokens or bad:

@@ -97,9 +97,28 @@ FAILURES_FILE = "failures.json"
 
 
 def normalize_intensity(image: np.ndarray, mode: str) -> np.ndarray:
-    """Intensity normalisation of a ``(C, *spatial)`` image before the network: ``none``; ``max`` (negative values
-    clipped to 0, divided by the maximum, as the example model was trained); ``minmax`` (to [0, 1]); ``zscore``
-    (zero mean, unit standard deviation per channel)."""
+    """Intensity normalisation of a ``(C, *spatial)`` image before the network.
+
+    ``none``; ``max`` (negative values clipped to 0, divided by the maximum, as the example model was trained);
+    ``minmax`` (to [0, 1]); ``zscore`` (zero mean, unit standard deviation per channel).
+
+    Args:
+        image: the image ``(C, *spatial)``; each channel is normalised on its own.
+        mode: one of :data:`INTENSITY_MODES` (``"none"``, ``"max"``, ``"minmax"``, ``"zscore"``).
+
+    Returns:
+        A float32 copy of ``image``, same shape.
+
+    Raises:
+        ValueError: an unknown ``mode``.
+
+    Example:
+        >>> import numpy as np
+        >>> normalize_intensity(np.array([[-1.0, 1.0, 3.0]]), "max").tolist()
+        [[0.0, 0.3333333432674408, 1.0]]
+        >>> normalize_intensity(np.array([[2.0, 4.0]]), "minmax").tolist()
+        [[0.0, 1.0]]
+    """
     if mode not in INTENSITY_MODES:
         raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {mode!r}")
     x = image.astype(np.float32, copy=True)
@@ -120,7 +139,27 @@ def normalize_intensity(image: np.ndarray, mode: str) -> np.ndarray:
 
 @dataclass
 class InferSettings:
-    """Everything that determines the outputs of a run (stored in ``infer.json``; a resumed run must match)."""
+    """Everything that determines the outputs of a run (stored in ``infer.json``; a resumed run must match).
+
+    Attributes:
+        model: the model's description (name, bundle or network spec; the temperature of a calibrated checkpoint).
+        method: the ``+``-joined ``--method`` string (:func:`~monai_unc.workflows.factory.build_inferer`).
+        samples: samples per sampling source.
+        roi: the sliding-window size per axis, or None (whole image).
+        overlap: the sliding-window overlap fraction.
+        intensity: the intensity normalisation (:func:`normalize_intensity`).
+        measures: the uncertainty maps written.
+        seed: the sampling seed (None: not seeded).
+        activation: ``"softmax"``, ``"sigmoid"`` or None (the network outputs probabilities).
+        checkpoints: the checkpoint files, for display (the identity is in ``weights``).
+        tta_noise: the standard deviation of the TTA intensity noise (0: flips only).
+        ratein_target: Rate-In's target information loss.
+        dropout: the dropout rate set for MC dropout, or None (the network's own).
+        write_probs: whether ``<case>_probs.nii.gz`` is written.
+        regions: the region spec of a region-based sigmoid network ``{name: [label, ...]}`` in channel order.
+        temperature: the temperature of a calibrated checkpoint at full precision (a float or one per class).
+        weights: the sha256 digests of the model's files ``[{"file", "sha256"}]``.
+    """
 
     model: str
     method: str
@@ -148,11 +187,29 @@ class InferSettings:
     weights: list[dict[str, str]] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The settings as ``infer.json`` stores them.
+
+        Returns:
+            A dict with one entry per field.
+        """
         return asdict(self)
 
 
 def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True) -> list[str]:
-    """File names :func:`predict_case` writes for a case (the record ``<case>.json`` comes last)."""
+    """File names :func:`predict_case` writes for a case (the record ``<case>.json`` comes last).
+
+    Args:
+        case_id: the case id.
+        measures: the uncertainty maps written, in order.
+        write_probs: whether the probabilities are written.
+
+    Returns:
+        The file names (in ``output``): segmentation, probabilities, then one per measure.
+
+    Example:
+        >>> case_outputs("c1", ["predictive_entropy"])
+        ['c1_seg.nii.gz', 'c1_probs.nii.gz', 'c1_predictive_entropy.nii.gz']
+    """
     names = [f"{case_id}_seg.nii.gz"]
     if write_probs:
         names.append(f"{case_id}_probs.nii.gz")
@@ -161,15 +218,32 @@ def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True
 
 
 def is_finished(case_id: str, output: Path, settings: InferSettings | None = None) -> bool:
-    """A case is finished when its record exists, every file the record lists exists and, with ``settings``, the
-    record names these settings (:func:`case_fingerprint`)."""
+    """Whether a case of ``output`` is finished (a resume skips it).
+
+    A case is finished when its record exists, every file the record lists exists and, with ``settings``, the
+    record names these settings (:func:`case_fingerprint`).
+
+    Args:
+        case_id: the case id.
+        output: the output folder of the run.
+        settings: the run's settings (None: any settings).
+
+    Returns:
+        True when finished.
+
+    Example:
+        >>> import tempfile
+        >>> is_finished("c1", Path(tempfile.mkdtemp()))
+        False
+    """
     cache = _record_cache(Path(output), settings=settings)
     return cache.load(case_id, cache.fingerprint_of(case_id)) is not None
 
 
 def case_fingerprint(settings: InferSettings) -> dict[str, Any]:
-    """What a case's record holds as ``fingerprint`` and a resume compares: the run's settings as ``infer.json``
-    stores them (strict JSON).
+    """What a case's record holds as ``fingerprint`` and a resume compares.
+
+    The run's settings as ``infer.json`` stores them (strict JSON).
 
     Args:
         settings: the run's settings.
@@ -195,17 +269,29 @@ def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None
 
 
 def _record_cache(output: Path, overwrite: bool = False, settings: InferSettings | None = None) -> CaseCache:
-    """Resume of ``infer``: a case is finished when ``<case>.json`` (its record, written last by
-    :func:`predict_case`) and every file it lists exist and, with ``settings``, the record's ``fingerprint`` is
-    :func:`case_fingerprint` of them (else it is predicted again, with a warning); ``overwrite`` predicts every
-    case again."""
+    """Resume of ``infer``.
+
+    A case is finished when ``<case>.json`` (its record, written last by :func:`predict_case`) and every file it lists
+    exist and, with ``settings``, the record's ``fingerprint`` is :func:`case_fingerprint` of them (else it is predicted
+    again, with a warning); ``overwrite`` predicts every case again.
+    """
     current = None if settings is None else case_fingerprint(settings)  # the same settings for every case
     return CaseCache(output, None if current is None else (lambda item: current), restore=_restore_record,
                      store=False, reuse=not overwrite, on_stale=_warn_stale)
 
 
 def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
-    """The channels of a case stacked ``(C, *spatial)`` and the affine of the first one."""
+    """Read the image of a case.
+
+    Args:
+        case: the case; its channel files must share one geometry.
+
+    Returns:
+        ``(image, affine)``: the channels stacked ``(C, *spatial)`` and the ``(4, 4)`` affine of the first one.
+
+    Raises:
+        ValueError: a channel whose shape or affine differs from channel 0's.
+    """
     chans, affine = [], None
     for path in case.channels:
         data, aff = read_volume(path)
@@ -219,8 +305,18 @@ def load_image_case(case: ImageCase) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_case_dims(case: ImageCase, spatial_shape: Sequence[int], network_dims: int | None) -> None:
-    """``CaseError`` naming the case and both shapes when its image is not of the network's dimensionality (e.g.
-    a 2D image in a cohort of 3D volumes, which would otherwise fail deep inside the network)."""
+    """Check that a case's image has the network's dimensionality.
+
+    A 2D image in a cohort of 3D volumes would otherwise fail deep inside the network.
+
+    Args:
+        case: the case, for the message.
+        spatial_shape: the image's spatial shape.
+        network_dims: the network's spatial dimensionality (None: not known, nothing checked).
+
+    Raises:
+        CaseError: naming the case and both shapes.
+    """
     shape = tuple(int(n) for n in spatial_shape)
     if network_dims is not None and len(shape) != network_dims:
         raise CaseError(
@@ -231,8 +327,20 @@ def check_case_dims(case: ImageCase, spatial_shape: Sequence[int], network_dims:
 
 
 def network_out_channels(network: Any) -> int | None:
-    """The output channels of ``network``: its ``out_channels`` attribute (MONAI networks), else those of its last
-    convolution; None when neither exists."""
+    """The output channels of ``network``.
+
+    Its ``out_channels`` attribute (MONAI networks), else those of its last convolution; None when neither exists.
+
+    Args:
+        network: the network, or a temperature-scaled wrapper with a ``network`` attribute.
+
+    Returns:
+        The number of output channels, or None.
+
+    Example:
+        >>> network_out_channels(torch.nn.Sequential(torch.nn.Conv3d(1, 8, 3), torch.nn.Conv3d(8, 4, 1)))
+        4
+    """
     net = getattr(network, "network", network)  # a temperature-scaled wrapper
     n = getattr(net, "out_channels", None)
     if isinstance(n, int) and not isinstance(n, bool):
@@ -299,11 +407,20 @@ def _run_with_preprocessing(
 
 
 def is_multilabel(maps: dict[str, Any], activation: str | None) -> bool:
-    """Whether an inferer's output ``maps`` come from a region-based network: ``activation="sigmoid"`` and more than
-    one output channel. The inferer's own ``multilabel`` attribute says so when ``maps`` carries one; otherwise:
-    a single-channel sigmoid output is returned as the two classes ``(1 - p, p)`` with ``(B, 1, *spatial)`` maps, a
-    multi-channel one as ``R`` per-region probabilities with ``(B, R, *spatial)`` maps, and with two channels and
-    no map to tell, the probabilities decide (``(1 - p, p)`` sums to 1 up to rounding)."""
+    """Whether an inferer's output ``maps`` come from a region-based network.
+
+    ``activation="sigmoid"`` and more than one output channel. The inferer's own ``multilabel`` attribute says so when
+    ``maps`` carries one; otherwise: a single-channel sigmoid output is returned as the two classes ``(1 - p, p)`` with
+    ``(B, 1, *spatial)`` maps, a multi-channel one as ``R`` per-region probabilities with ``(B, R, *spatial)`` maps, and
+    with two channels and no map to tell, the probabilities decide (``(1 - p, p)`` sums to 1 up to rounding).
+
+    Args:
+        maps: the inferer's output: ``"pred"`` ``(B, C, *spatial)`` and the uncertainty maps.
+        activation: the run's activation.
+
+    Returns:
+        True for region-based (multi-label) outputs.
+    """
     if activation != "sigmoid":
         return False
     flag = getattr(maps, "multilabel", None)
@@ -319,8 +436,21 @@ def is_multilabel(maps: dict[str, Any], activation: str | None) -> bool:
 
 
 def region_names(settings: InferSettings, num_regions: int) -> dict[str, list[int]] | list[str]:
-    """The ``regions`` entry of the records: the ``--regions`` spec (checked against the network's ``num_regions``
-    output channels) or the channel names ``["0", "1", ...]``."""
+    """The ``regions`` entry of the records.
+
+    The ``--regions`` spec (checked against the network's ``num_regions`` output channels) or the channel names ``["0",
+    "1", ...]``.
+
+    Args:
+        settings: the run's settings (``settings.regions``).
+        num_regions: the network's output channels.
+
+    Returns:
+        The spec ``{name: [label, ...]}``, or the channel names.
+
+    Raises:
+        ValueError: the spec names another number of regions.
+    """
     if settings.regions is None:
         return [str(r) for r in range(num_regions)]
     if len(settings.regions) != num_regions:
@@ -334,7 +464,23 @@ def region_names(settings: InferSettings, num_regions: int) -> dict[str, list[in
 def predict_case(
     case: ImageCase, model: LoadedModel, inferer: Any, settings: InferSettings, output: Path, device: torch.device
 ) -> dict[str, Any]:
-    """Predict one case and write its files (module docstring); returns the record written to ``<case>.json``."""
+    """Predict one case and write its files (module docstring).
+
+    Args:
+        case: the case.
+        model: the loaded network.
+        inferer: the inferer (:func:`~monai_unc.workflows.factory.build_inferer`).
+        settings: the run's settings.
+        output: the output folder.
+        device: where the network runs.
+
+    Returns:
+        The record written to ``<case>.json`` (files, method, number of samples, seconds, shape, fingerprint, ...).
+
+    Raises:
+        CaseError: an image of the wrong dimensionality, or an inference that fails on it.
+        ValueError: unreadable channels, ``--regions`` without region-based outputs, or a non-3D output.
+    """
     t0 = time.time()
     if model.preprocessing is not None:
         maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device)
@@ -407,8 +553,19 @@ def predict_case(
 
 
 def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False) -> None:
-    """Write ``infer.json``; refuse to resume a run whose settings differ (unless ``overwrite``) once it has
-    finished a case (a run that finished nothing may be restarted with other settings)."""
+    """Write ``infer.json``, refusing to resume a run made with other settings.
+
+    A run whose settings differ is refused (unless ``overwrite``) once it has finished a case (a run that finished
+    nothing may be restarted with other settings).
+
+    Args:
+        output: the output folder.
+        settings: the run's settings.
+        overwrite: replace the settings of an earlier run.
+
+    Raises:
+        ValueError: naming the settings that differ.
+    """
     path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
@@ -430,10 +587,16 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
 
 
 def record_outputs(output: Path, records: Sequence[dict[str, Any]]) -> None:
-    """Add what the network's outputs turned out to be to ``infer.json``, next to its ``settings``:
-    ``"multilabel"`` (region-based sigmoid outputs, one volume per region in every file) and, for those,
-    ``"regions"`` (the ``--regions`` spec or the channel names), from the case records. Nothing is added when no
-    record says (no case finished)."""
+    """Add what the network's outputs turned out to be to ``infer.json``, next to its ``settings``.
+
+    ``"multilabel"`` (region-based sigmoid outputs, one volume per region in every file) and, for those, ``"regions"``
+    (the ``--regions`` spec or the channel names), from the case records. Nothing is added when no record says (no case
+    finished).
+
+    Args:
+        output: the output folder (holding ``infer.json``).
+        records: the case records (:func:`predict_case`).
+    """
     found = [r for r in records if isinstance(r, dict) and "multilabel" in r]
     if not found:
         return
@@ -475,6 +638,22 @@ def predict_cases(
     loop of one process or one shard: a thin call of the engine's :func:`monai_unc.engine.process_cases` with
     :func:`predict_case` and the case records as the resume cache, the loop that :func:`run_infer` runs on every
     rank.
+
+    Args:
+        cases: the cases of this process or shard.
+        model: the loaded network.
+        inferer: the inferer (:func:`~monai_unc.workflows.factory.build_inferer`).
+        settings: the run's settings.
+        output: the output folder.
+        device: where the network runs.
+        overwrite: predict finished cases again.
+        progress: a progress bar on stderr.
+        desc: the label of the progress bar.
+        on_error: ``"raise"`` or ``"continue"``.
+        on_failure: ``on_failure(case_id, exception)`` for a failed case (``"continue"`` only).
+
+    Returns:
+        One status dict per case, in the order of ``cases``.
     """
     if on_error not in ("raise", "continue"):
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
@@ -530,8 +709,23 @@ def run_infer(
     the settings leave it None.
 
     Args:
+        cases: all cases of the cohort (the same list on every rank).
+        model: the loaded network.
+        inferer: the inferer (:func:`~monai_unc.workflows.factory.build_inferer`).
+        settings: the run's settings (completed from the model: :func:`complete_settings`).
+        output: the output folder.
+        device: where the network runs.
+        overwrite: predict finished cases again.
+        progress: a progress bar on rank 0.
         dist: a :class:`~monai_unc.engine.DistContext` (default :func:`~monai_unc.engine.get_dist_context`,
             which joins or initialises the process group described by torchrun's environment variables).
+        on_failure: called with the :class:`~monai_unc.engine.CaseFailure` of a failed case, on its rank.
+
+    Returns:
+        The statuses of all cases ``{"case", "status", "rank", ["error"]}``, sorted by case id, on every rank.
+
+    Raises:
+        CasesFailed: on every rank when a case failed (the others were predicted).
     """
     ctx = dist if dist is not None else get_dist_context(device)
     settings = complete_settings(settings, model)
@@ -539,8 +733,10 @@ def run_infer(
 
 
 def complete_settings(settings: InferSettings, model: LoadedModel) -> InferSettings:
-    """``settings`` with what only the loaded model knows, where the settings leave it None: the temperature of a
-    calibrated checkpoint at full precision and the sha256 digests of the model's files (``weights``).
+    """``settings`` with what only the loaded model knows, where the settings leave it None.
+
+    The temperature of a calibrated checkpoint at full precision and the sha256 digests of the model's files
+    (``weights``).
 
     Args:
         settings: the run's settings.
@@ -569,8 +765,10 @@ def _run_infer(
     on_failure: Callable[[Any], None] | None,
 ) -> list[dict[str, Any]]:
     def statuses(run: CohortRun) -> list[dict[str, Any]]:
-        """Rank 0: every case's status (sorted by case id); what the finished cases' records say goes to
-        ``infer.json``."""
+        """The summary step of the run (rank 0).
+
+        Every case's status (sorted by case id); what the finished cases' records say goes to ``infer.json``.
+        """
         every = [{"case": c, "status": r["status"], "rank": k} for c, r, k in zip(run.cases, run.results, run.ranks)]
         every += [{"case": f.case, "status": "failed", "rank": f.rank, "error": f.error} for f in run.failures]
         every.sort(key=lambda r: r["case"])

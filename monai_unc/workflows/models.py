@@ -1,5 +1,6 @@
-"""Loading the network of ``monai-unc infer`` / ``calibrate``: the shipped example, a MONAI bundle, or a network
-spec and its checkpoints (:func:`load_network`).
+"""Loading the network of ``monai-unc infer`` / ``calibrate``.
+
+The shipped example, a MONAI bundle, or a network spec and its checkpoints (:func:`load_network`).
 
 Three ways to name the model:
 
@@ -51,10 +52,29 @@ _CONFIG_NAMES = ("inference.json", "inference.yaml", "inference.yml")
 
 
 def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[str, torch.Tensor]:
-    """State dict of a checkpoint (see :func:`monai_unc.inferers.load_state_dict`); every failure is a
-    ``ValueError`` naming the file: a file that ``torch.load(weights_only=True)`` refuses (pickled Python objects:
-    pass ``unsafe_load`` for files you trust), a truncated, empty or corrupt file, or a file that is not a torch
-    checkpoint."""
+    """State dict of a checkpoint (see :func:`monai_unc.inferers.load_state_dict`).
+
+    Every failure is a ``ValueError`` naming the file: a file that ``torch.load(weights_only=True)`` refuses (pickled
+    Python objects: pass ``unsafe_load`` for files you trust), a truncated, empty or corrupt file, or a file that is not
+    a torch checkpoint.
+
+    Args:
+        path: the checkpoint file (a state dict, or a dict holding one).
+        unsafe_load: load with ``weights_only=False`` (trusted files only).
+
+    Returns:
+        The state dict, name -> tensor (on the CPU).
+
+    Raises:
+        ValueError: naming the file, for every failure.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "w.pt"
+        >>> torch.save(nn.Linear(2, 1).state_dict(), path)
+        >>> sorted(load_checkpoint(path))
+        ['bias', 'weight']
+    """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"checkpoint file not found: {path}")
@@ -84,9 +104,23 @@ def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[
 
 
 def check_weights_fit(network: nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
-    """``ValueError`` naming the checkpoint ``path`` unless ``state`` has exactly the keys of ``network``'s state
-    dict, each with the same shape (what ``network.load_state_dict(state)`` needs): lists a few missing and
-    unexpected keys and shape mismatches, so that a checkpoint of another architecture is one clear line."""
+    """Check that a state dict fits a network before it is loaded.
+
+    ``state`` must have exactly the keys of ``network``'s state dict, each with the same shape (what
+    ``network.load_state_dict(state)`` needs).
+
+    Args:
+        network: the network.
+        state: the checkpoint's state dict.
+        path: the checkpoint file, for the message.
+
+    Raises:
+        ValueError: naming ``path`` and listing a few missing and unexpected keys and shape mismatches, so that a
+            checkpoint of another architecture is one clear line.
+
+    Example:
+        >>> check_weights_fit(nn.Linear(2, 1), nn.Linear(2, 1).state_dict(), "w.pt")
+    """
     own = network.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -118,8 +152,21 @@ _CONV_DIMS = {nn.Conv1d: 1, nn.ConvTranspose1d: 1, nn.Conv2d: 2, nn.ConvTranspos
 
 
 def network_spatial_dims(network: nn.Module) -> int | None:
-    """Spatial dimensionality of the input a network takes: that of its convolutions (1, 2 or 3) when they all
-    agree; None when it has none or mixes them (then nothing is assumed)."""
+    """Spatial dimensionality of the input a network takes.
+
+    That of its convolutions (1, 2 or 3) when they all agree; None when it has none or mixes them (then nothing is
+    assumed).
+
+    Args:
+        network: the network.
+
+    Returns:
+        1, 2, 3 or None.
+
+    Example:
+        >>> network_spatial_dims(nn.Conv3d(1, 2, 3)), network_spatial_dims(nn.Linear(2, 1))
+        (3, None)
+    """
     dims = {d for m in network.modules() for t, d in _CONV_DIMS.items() if isinstance(m, t)}
     return dims.pop() if len(dims) == 1 else None
 
@@ -148,9 +195,12 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
 
 
 def _instantiate(spec: dict, what: str) -> nn.Module:
-    """Build the network of a spec: a MONAI config dict with ``_target_``, or a whole config that defines
-    ``network_def`` (a bundle config such as ``configs/train_ssn.json``, whose ``network_def`` may reference the
-    config's other entries, or the training record :func:`monai_unc.data.train_ssn` writes next to its weights)."""
+    """Build the network of a spec.
+
+    A MONAI config dict with ``_target_``, or a whole config that defines ``network_def`` (a bundle config such as
+    ``configs/train_ssn.json``, whose ``network_def`` may reference the config's other entries, or the training record
+    :func:`monai_unc.data.train_ssn` writes next to its weights).
+    """
     if "_target_" not in spec and isinstance(spec.get("network_def"), dict):
         parser, key = ConfigParser(spec), "network_def"
     elif "_target_" in spec:
@@ -168,8 +218,21 @@ def _instantiate(spec: dict, what: str) -> nn.Module:
 
 
 def checkpoint_temperature(path: str, unsafe_load: bool) -> torch.Tensor | None:
-    """The ``temperature`` entry that ``monai-unc calibrate`` stores next to a state dict it could not fold
-    (``ValueError`` naming the file, as :func:`load_checkpoint`, when the file cannot be read)."""
+    """The temperature stored in a calibrated checkpoint, if any.
+
+    ``monai-unc calibrate`` stores a ``temperature`` entry next to a state dict when it could not fold the
+    temperature into the last layer.
+
+    Args:
+        path: the checkpoint file.
+        unsafe_load: load with ``weights_only=False`` (trusted files only).
+
+    Returns:
+        The temperature tensor (one element, or one per class), or None.
+
+    Raises:
+        ValueError: naming the file, as :func:`load_checkpoint`, when the file cannot be read.
+    """
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not unsafe_load)
     except Exception:
@@ -181,7 +244,18 @@ def checkpoint_temperature(path: str, unsafe_load: bool) -> torch.Tensor | None:
 
 @dataclass
 class LoadedModel:
-    """A network (eval mode, on its device), where it came from, and the bundle preprocessing (if any)."""
+    """A network (eval mode, on its device), where it came from, and the bundle preprocessing (if any).
+
+    Attributes:
+        network: the network.
+        description: where it came from, in words (recorded as ``InferSettings.model``).
+        default_intensity: the intensity normalisation of ``intensity="auto"``.
+        preprocessing: the bundle's preprocessing transform, applied to ``{"image": path}`` (None: none).
+        checkpoints: the checkpoint files, in order.
+        spatial_dims: the network's spatial dimensionality (:func:`network_spatial_dims`), or None.
+        temperature: the temperature of a calibrated checkpoint at full precision (a float or one per class).
+        weights: the sha256 digests of every file that defines the model.
+    """
 
     network: nn.Module
     description: str
@@ -216,14 +290,31 @@ def load_network(
     device: str | torch.device = "cpu",
     bundle_preprocessing: bool = True,
 ) -> LoadedModel:
-    """Build the network from exactly one of ``model="example"``, ``bundle`` or ``network`` (see the module
-    docstring) and load its weights (the first checkpoint when several are given: ensemble members are loaded
-    by the ensemble source during inference, but every checkpoint is read and checked against the network here,
-    so that a bad member is one error before any work rather than a failure of every case).
+    """Build the network and load its weights.
 
-    Every problem with a checkpoint (missing, empty, truncated, corrupt, pickled objects without
-    ``unsafe_load``, another architecture's keys or shapes) is a ``ValueError`` naming the file. Every file that
-    defines the model is hashed once (:attr:`LoadedModel.weights`)."""
+    The network comes from exactly one of ``model="example"``, ``bundle`` or ``network`` (see the module
+    docstring); its weights from the first checkpoint when several are given: ensemble members are loaded by the
+    ensemble source during inference, but every checkpoint is read and checked against the network here, so that a
+    bad member is one error before any work rather than a failure of every case. Every file that defines the model is
+    hashed once (:attr:`LoadedModel.weights`).
+
+    Args:
+        model: ``"example"`` (the shipped MNI152 tissue UNet), or None.
+        bundle: a MONAI bundle folder, or None.
+        network: a network spec (a MONAI config dict or its JSON / YAML file), or None.
+        checkpoints: the checkpoint files (``network``: at least one; several: ensemble members).
+        unsafe_load: load the checkpoints with ``weights_only=False`` (trusted files only).
+        device: where the network is put.
+        bundle_preprocessing: apply the bundle's ``preprocessing`` (``bundle`` only).
+
+    Returns:
+        The :class:`LoadedModel` (network in eval mode, on ``device``).
+
+    Raises:
+        ValueError: not exactly one model source, a bad spec or bundle, or any problem with a checkpoint (missing,
+            empty, truncated, corrupt, pickled objects without ``unsafe_load``, another architecture's keys or
+            shapes), naming the file.
+    """
     given = [x is not None for x in (model, bundle, network)]
     if sum(given) != 1:
         raise ValueError("name the model with exactly one of --model example, --bundle DIR or --network SPEC")

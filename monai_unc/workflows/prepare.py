@@ -92,8 +92,10 @@ class InferPlan:
 
 
 def error_text(e: BaseException) -> str:
-    """The first line of an error for a one-line message: ``OSError`` as ``what: path`` (without ``[Errno n]``), the
-    package's own ``ValueError`` s as their message, other errors as ``Type: message``.
+    """The first line of an error for a one-line message.
+
+    ``OSError`` as ``what: path`` (without ``[Errno n]``), the package's own ``ValueError`` s as their message, other
+    errors as ``Type: message``.
 
     Args:
         e: the exception.
@@ -141,8 +143,10 @@ def resolve_device(device: str | torch.device = "auto", *, world_size: int = 1, 
 
 
 def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, tuple[int, ...]] | None:
-    """The region spec of ``--regions``: a name (``"brats"``, ``"brats2023"``), a JSON object, a mapping, or the
-    path of a ``.json`` file holding one (:func:`monai_unc.regions.parse_regions`).
+    """The region spec of ``--regions``.
+
+    A name (``"brats"``, ``"brats2023"``), a JSON object, a mapping, or the path of a ``.json`` file holding one
+    (:func:`monai_unc.regions.parse_regions`).
 
     Args:
         spec: the spec, or None (no regions).
@@ -166,8 +170,9 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
 
 
 def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
-    """The case ids of ``--calibration-cases``: a text file (one id per line, ``#`` comments) or a CSV with a
-    ``case`` column.
+    """The case ids of ``--calibration-cases``.
+
+    A text file (one id per line, ``#`` comments) or a CSV with a ``case`` column.
 
     Args:
         path: the file, or None.
@@ -195,9 +200,11 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
 
 
 def infer_measures(method: str, measures: Sequence[str] | None = None) -> list[str]:
-    """The maps a run of ``method`` writes: ``measures`` (default :data:`~monai_unc.keys.DEFAULT_MEASURES`) in their
-    current names (a deprecated name such as ``max_softmax`` becomes its replacement, with a
-    ``DeprecationWarning``); ``--method softmax`` keeps only :data:`SOFTMAX_MEASURES`.
+    """The maps a run of ``method`` writes.
+
+    ``measures`` (default :data:`~monai_unc.keys.DEFAULT_MEASURES`) in their current names (a deprecated name such as
+    ``max_softmax`` becomes its replacement, with a ``DeprecationWarning``); ``--method softmax`` keeps only
+    :data:`SOFTMAX_MEASURES`.
 
     Args:
         method: the ``+``-joined ``--method`` string.
@@ -274,9 +281,11 @@ def check_infer_output(
     bundle: str | os.PathLike | None = None,
     regions: RegionSpec | str | os.PathLike | None = None,
 ) -> Path:
-    """The checks of ``infer`` that come before any work: the ``input`` folder exists, ``output`` is a writable
-    folder outside it and outside the bundle, and none of the run's files (``infer.json``, ``failures.json``, the
-    per-case files) would replace a checkpoint, the network spec file or the regions file.
+    """The checks of ``infer`` that come before any work.
+
+    The ``input`` folder exists, ``output`` is a writable folder outside it and outside the bundle, and none of the
+    run's files (``infer.json``, ``failures.json``, the per-case files) would replace a checkpoint, the network spec
+    file or the regions file.
 
     Args:
         output: the ``--output`` folder.
@@ -310,10 +319,11 @@ def check_region_channels(
     roi: int | Sequence[int] | None = None,
     device: str | torch.device = "cpu",
 ) -> None:
-    """Check once, before any case is predicted, that a region-based network outputs one sigmoid channel per region
-    of ``regions``: one deterministic pass on a blank input of the first case's size (one window of ``roi`` when
-    given). Skipped for a bundle with preprocessing (its output size is known only after the transforms) and when
-    the blank pass itself fails (the case then reports it).
+    """Check that a region-based network outputs one sigmoid channel per region of ``regions``.
+
+    The check runs once, before any case is predicted: one deterministic pass on a blank input of the first case's
+    size (one window of ``roi`` when given). Skipped for a bundle with preprocessing (its output size is known only
+    after the transforms) and when the blank pass itself fails (the case then reports it).
 
     Args:
         model: the loaded network.
@@ -322,8 +332,8 @@ def check_region_channels(
         roi: the sliding-window size, if any.
         device: where the network runs.
 
-    Returns:
-        None; ``ValueError`` naming ``--regions`` and both counts on a mismatch (regions need at least 2 channels).
+    Raises:
+        ValueError: naming ``--regions`` and both counts on a mismatch (regions need at least 2 channels).
     """
     if case is None or model.preprocessing is not None:
         return
@@ -373,8 +383,9 @@ def prepare_infer(
     device: str | torch.device = "cpu",
     seed: int | None = 0,
 ) -> InferPlan:
-    """Load the model, check every option against it and build the inferer and the settings of a run of
-    ``monai-unc infer`` on the images of ``input`` (module docstring); nothing is written.
+    """Load the model, check every option against it and build the inferer and the settings of an ``infer`` run.
+
+    The run is ``monai-unc infer`` on the images of ``input`` (module docstring); nothing is written.
 
     Args:
         input: folder of images (``<case>.nii.gz``, or nnU-Net's ``<case>_0000.nii.gz`` channels).

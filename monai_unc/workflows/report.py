@@ -1,6 +1,9 @@
-"""``monai-unc report`` and the page of ``monai-unc triage`` as workflows: the checks before any work, then the
-report layer (:func:`monai_unc.report.html.build_report`, :func:`monai_unc.report.triage.build_triage_page`), so a
-Python caller gets the command's refusals (a ``ValueError`` or ``FileNotFoundError`` naming the option)."""
+"""``monai-unc report`` and the page of ``monai-unc triage`` as workflows.
+
+The checks before any work, then the report layer (:func:`monai_unc.report.html.build_report`,
+:func:`monai_unc.report.triage.build_triage_page`), so a Python caller gets the command's refusals (a ``ValueError`` or
+``FileNotFoundError`` naming the option).
+"""
 
 from __future__ import annotations
 
@@ -42,16 +45,20 @@ def check_overlay_count(cases: Any) -> int:
 
 
 def check_evaluation_folder(folder: str | os.PathLike) -> Path:
-    """Read the evaluation state of ``folder`` once before a report is built, so that a missing or damaged
-    evaluation (no folder, a truncated ``summary.json``, ``rows.json`` or ``histogram.npz``) is one error naming the
-    folder, not an error deep in the report.
+    """Read the evaluation state of ``folder`` once, before a report is built.
+
+    A missing or damaged evaluation (no folder, a truncated ``summary.json``, ``rows.json`` or ``histogram.npz``) is
+    one error naming the folder, not an error deep in the report.
 
     Args:
         folder: the ``--output`` folder of ``monai-unc evaluate``.
 
     Returns:
-        The folder. ``FileNotFoundError`` when it or its summary is missing; ``ValueError`` for a corrupt file or an
-        evaluation whose last run had failed cases.
+        The folder, as a :class:`~pathlib.Path`.
+
+    Raises:
+        FileNotFoundError: the folder or its summary is missing.
+        ValueError: a corrupt file, or an evaluation whose last run had failed cases.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -135,8 +142,10 @@ def triage_with_page(
     dist: Any = None,
     conformal_rule: Any = None,
 ) -> tuple[TriageResult, Path | None]:
-    """``monai-unc triage``: check, triage the new cases (:func:`monai_unc.evaluation.run_triage`, on one process or
-    every rank of ``dist``) and write ``triage.html`` on rank 0.
+    """``monai-unc triage``.
+
+    Check, triage the new cases (:func:`monai_unc.evaluation.run_triage`, on one process or every rank of ``dist``) and
+    write ``triage.html`` on rank 0.
 
     With ``conformal_rule`` the conformal masks of the new cases are made as ``monai-unc conformal`` makes them
     (:func:`monai_unc.evaluation.run_conformal`, into ``<output>/conformal/``: masks, ``conformal.csv``,

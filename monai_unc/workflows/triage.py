@@ -1,5 +1,7 @@
-"""Both triage steps on one evaluated cohort: certify a referral rule on some labelled cases and triage the others as
-if they were new and unlabelled (:func:`certify_and_triage`; used by ``monai-unc demo`` and docs/triage.md).
+"""Both triage steps on one evaluated cohort.
+
+Certify a referral rule on some labelled cases and triage the others as if they were new and unlabelled
+(:func:`certify_and_triage`; used by ``monai-unc demo`` and docs/triage.md).
 
 The rule is certified from the saved evaluation (:func:`monai_unc.evaluation.summarize` with a target risk and the
 calibration cases, then :func:`monai_unc.evaluation.triage.certify_referral_rule`), so nothing is evaluated twice;
@@ -109,7 +111,32 @@ def certify_and_triage(
     """Certify on ``calibration_cases`` of an evaluated cohort, triage ``new_cases`` without their labels.
 
     Writes ``<output>/referral_rule.json`` and the triage files (``triage.csv``, ``triage.json``, ``triage.html``)
-    under ``<output>``; returns ``(rule, result, page)``. The two case lists must be disjoint.
+    under ``<output>``. The two case lists must be disjoint. The threshold is risk-controlled
+    (:func:`monai_unc.metrics.risk_control.risk_controlled_threshold`: Geifman and El-Yaniv, "Selective
+    Classification for Deep Neural Networks"; Angelopoulos, Bates, Candes, Jordan, Lei, "Learn then Test:
+    Calibrating Predictive Algorithms to Achieve Risk Control").
+
+    Args:
+        state: the evaluated cohort's saved state.
+        config: the evaluation's configuration.
+        predictions: the folder of the cohort's predictions (the new cases are triaged from these files).
+        output: the output folder.
+        calibration_cases: the labelled cases the rule is certified on.
+        new_cases: the cases triaged as if new and unlabelled.
+        target_risk: the mean risk of the accepted cases to guarantee, in (0, 1).
+        delta: the guarantee holds with probability at least ``1 - delta``.
+        risk: the per-case risk, ``"failure"`` or ``"1-dice"``.
+        images: the images folder, for the page's overlays and the image reference (None: without).
+        layout: the predictions' file layout (``"monai-unc"`` or ``"nnunet"``).
+        n_overlays: overlays on the page.
+        progress: progress bars on stderr.
+
+    Returns:
+        ``(rule, result, page)``: the :class:`~monai_unc.evaluation.triage.ReferralRule`, the
+        :class:`~monai_unc.evaluation.triage.TriageResult` and the path of ``triage.html``.
+
+    Raises:
+        ValueError: overlapping or empty case lists, or an invalid target risk or delta.
     """
     cal, new = [str(c) for c in calibration_cases], [str(c) for c in new_cases]
     if set(cal) & set(new):
@@ -131,8 +158,19 @@ def certify_and_triage(
 
 def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, Mapping[str, Any]] | None = None
                   ) -> list[str]:
-    """Printable lines: the rule, one line per case (most uncertain first: rank, case, score, decision, reason and
-    the ``extra`` columns given per case, e.g. a Dice known only to the demo), and the counts."""
+    """Printable lines of a triage.
+
+    The rule, one line per case (most uncertain first: rank, case, score, decision, reason and the ``extra`` columns
+    given per case, e.g. a Dice known only to the demo), and the counts.
+
+    Args:
+        rule: the rule that triaged the cases.
+        result: the triage.
+        extra: per case, more columns ``{column: value}`` (None: none).
+
+    Returns:
+        The lines (no trailing newlines).
+    """
     s = result.summary
     cal = rule.score_range
     head = (f"referral rule certified on {rule.n_calibration} case(s): {rule.method.upper()}, "
@@ -161,8 +199,9 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
 
 
 def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:
-    """What happened to triaged cases whose Dice is known (the demo's new cases): the realised risk of the accepted
-    ones, beside the rule's target.
+    """What happened to triaged cases whose Dice is known (the demo's new cases).
+
+    The realised risk of the accepted ones, beside the rule's target.
 
     Args:
         rule: the rule that triaged them.
@@ -204,7 +243,15 @@ def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, 
 
 
 def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
-    """Printable lines of :func:`triage_outcome`: what was guaranteed, and what happened."""
+    """Printable lines of :func:`triage_outcome`: what was guaranteed, and what happened.
+
+    Args:
+        rule: the rule that triaged the cases.
+        outcome: what :func:`triage_outcome` returned.
+
+    Returns:
+        The lines (no trailing newlines).
+    """
     if rule.feasible:
         lines = [f"guaranteed: at most {rule.target_risk:g} of the accepted new cases fail ({rule.risk_definition}) "
                  f"on average, with probability >= {1 - rule.delta:g} over the {rule.n_calibration} calibration "
