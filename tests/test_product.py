@@ -2,7 +2,7 @@
 (:mod:`monai_unc.evaluation.products`): the registry, the command-line options, the base class's defaults, the
 artifact files, fit and summary on the calibration cases, and the ``products`` option of
 :class:`~monai_unc.evaluation.EvaluationConfig`. The end-to-end path (``monai-unc evaluate`` with a product, resume,
-``torchrun``, the report) is ``tests/evaluation/test_product_toy.py``."""
+``torchrun``, the report) is ``tests/evaluation/test_products_toy.py``."""
 
 from __future__ import annotations
 

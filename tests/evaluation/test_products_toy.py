@@ -316,7 +316,7 @@ import torch.distributed as dist
 
 from monai_unc.cli import main
 from monai_unc.product import register_product
-from tests.evaluation.test_product_toy import VolumeError
+from tests.evaluation.test_products_toy import VolumeError
 
 register_product(VolumeError)
 # one group for both commands (each command joins it and leaves it up): re-creating a gloo group in one process is
