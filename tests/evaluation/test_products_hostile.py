@@ -191,17 +191,24 @@ def test_two_products_with_the_same_column_are_refused(cohort, tmp_path):
         _evaluate(cohort, tmp_path / "ev", Fg(columns={"shared": 1.0}), Fg2(columns={"shared": 2.0}))
 
 
+class _Unwritable(Fg):
+    def fit(self, states, rows, config):
+        return {"mean": 1.0, "extra": object()}  # not JSON: write_artifact fails after summary.json is written
+
+
 @pytest.mark.xfail(strict=True, reason="bug: a product's fit/summarize raising anything but a ValueError from fit "
-                                       "(or anything from summarize) does not remove the earlier run's "
-                                       "summary.json, metrics.csv and artifact: they stay as this run's outputs")
-@pytest.mark.parametrize("where", ["fit", "summarize"])
+                                       "(or anything from summarize, or an artifact that cannot be written) does not "
+                                       "remove the earlier run's summary.json, metrics.csv and artifact: they stay as "
+                                       "this run's outputs (with an unwritable artifact: this run's summary.json next "
+                                       "to the earlier run's artifact)")
+@pytest.mark.parametrize("where", ["fit", "summarize", "artifact"])
 def test_a_failing_fit_or_summary_leaves_no_earlier_outputs(where, cohort, tmp_path):
     out = tmp_path / "ev"
     _evaluate(cohort, out, Fg("a"))
     assert (out / "summary.json").is_file() and (out / "hostile_fg.json").is_file()
-    bad = Fg("b", fit_error=RuntimeError("fit broke")) if where == "fit" else \
-        Fg("b", summarize_error=ValueError("summary broke"))
-    with pytest.raises((RuntimeError, ValueError)):
+    bad = {"fit": Fg("b", fit_error=RuntimeError("fit broke")),
+           "summarize": Fg("b", summarize_error=ValueError("summary broke")), "artifact": _Unwritable("b")}[where]
+    with pytest.raises((RuntimeError, ValueError, TypeError)):
         _evaluate(cohort, out, bad)
     # the run failed: no earlier run's numbers (fitted with tag "a") may pass for this one
     assert not (out / "hostile_fg.json").exists()
