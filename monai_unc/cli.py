@@ -250,12 +250,31 @@ def _add_evaluate(sub: Any) -> None:
                    help="the strata's case score: <measure>_<mean|fg_mean|patch_mean> (regions: also _<R>), "
                         "computed from the prediction alone (default: the triage score --score)")
     for product in registered_products():  # the options of every cohort product (monai_unc.product)
-        product.add_arguments(p.add_argument_group(product.title, product.description or None))
+        _add_product_options(p, product)
     p.add_argument("--allow-missing", action="store_true",
                    help="skip labelled cases that lack a prediction or map (listed in a warning) instead of failing")
     p.add_argument("--allow-missing-labels", action="store_true",
                    help="skip cases that have predictions but no label (listed in a warning) instead of failing")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
+def _add_product_options(parser: argparse.ArgumentParser, product: Any) -> None:
+    """Add a product's options to ``evaluate``.
+
+    A product whose options clash with others is left out (one stderr line naming it), so that one broken plug-in
+    does not break the command line.
+
+    Args:
+        parser: the ``evaluate`` parser.
+        product: a registered :class:`~monai_unc.product.CohortProduct` class.
+    """
+    trial = argparse.ArgumentParser(add_help=False, parents=[parser], conflict_handler="error")
+    try:
+        product.add_arguments(trial.add_argument_group(product.title))
+    except argparse.ArgumentError as e:
+        print(f"monai-unc: the options of product {product.name!r} are left out: {e}", file=sys.stderr)
+        return
+    product.add_arguments(parser.add_argument_group(product.title, product.description or None))
 
 
 def _add_report(sub: Any) -> None:

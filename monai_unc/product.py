@@ -48,6 +48,7 @@ __all__ = [
     "product_type",
     "products_from_arguments",
     "RESERVED_NAMES",
+    "RESERVED_FILES",
 ]
 
 _REGISTRY: dict[str, type[CohortProduct]] = {}
@@ -278,11 +279,15 @@ def _check_product_class(cls: Any) -> None:
         raise ValueError(f"{cls.__name__}.title must be a non-empty string")
 
 
-#: summary.json keys of the evaluation itself: no product may use them as its name
+#: summary.json keys of the evaluation itself and the stems of its files: no product may use them as its name
 RESERVED_NAMES = ("n_cases", "num_classes", "class_names", "measure", "score", "dice", "calibration", "reliability",
                   "spatial", "case_metrics", "failure_detection", "referral", "triage", "failures", "ood",
                   "risk_control", "regions", "qu_brats", "conformal", "warnings", "config", "histogram",
-                  "region_histograms", "products")
+                  "region_histograms", "products", "summary", "metrics", "referral_rule", "conformal_rule", "state",
+                  "report", "infer", "rows")
+#: files of an evaluation folder (and of the folders of triage and conformal) that no artifact may replace
+RESERVED_FILES = ("summary.json", "metrics.csv", "failures.json", "referral_rule.json", "conformal_rule.json",
+                  "triage.json", "triage.csv", "conformal.json", "conformal.csv", "infer.json", "report.html")
 
 
 def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
@@ -301,7 +306,12 @@ def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
     """
     _check_product_class(cls)
     if cls.name in RESERVED_NAMES:
-        raise ValueError(f"{cls.__name__}.name {cls.name!r} is a key of the evaluation's own summary")
+        raise ValueError(f"{cls.__name__}.name {cls.name!r} is a key or file of the evaluation itself")
+    artifact = cls.artifact_file or f"{cls.name}.json"
+    if (not isinstance(artifact, str) or artifact in RESERVED_FILES or "/" in artifact or "\\" in artifact
+            or artifact.startswith(".") or not artifact.endswith(".json")):
+        raise ValueError(f"{cls.__name__}.artifact_file must be a '<name>.json' file name that is not one of the "
+                         f"evaluation's own files {RESERVED_FILES}, got {artifact!r}")
     _REGISTRY[cls.name] = cls
     return cls
 

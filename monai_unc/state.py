@@ -37,6 +37,7 @@ __all__ = [
     "state_type",
     "pack_states",
     "unpack_states",
+    "as_array",
 ]
 
 T = TypeVar("T")
@@ -214,8 +215,33 @@ def pack_states(states: Mapping[str, Any]) -> dict[str, np.ndarray]:
         for key, value in state.state_dict().items():
             if key == TYPE_KEY:
                 raise ValueError(f"state {name!r}: the key {TYPE_KEY!r} is reserved")
-            out[f"{name}{_SEP}{key}"] = np.asarray(value)
+            out[f"{name}{_SEP}{key}"] = as_array(value, f"state {name!r}, key {key!r}")
     return out
+
+
+def as_array(value: Any, what: str = "value") -> np.ndarray:
+    """A state entry as a new numpy array of its own memory.
+
+    A torch tensor (any device) is copied to the host, other values go through ``numpy.array``. Object arrays are
+    refused: states are plain numbers and strings.
+
+    Args:
+        value: the entry.
+        what: the entry's name for the error message.
+
+    Returns:
+        The array (never a view of ``value``).
+
+    Example:
+        >>> as_array([1, 2]).tolist()
+        [1, 2]
+    """
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch here
+        value = value.detach().cpu().numpy()
+    arr = np.array(value, copy=True)
+    if arr.dtype == object:
+        raise ValueError(f"{what}: a state holds plain numbers and strings, not Python objects (an object array)")
+    return arr
 
 
 def unpack_states(arrays: Mapping[str, Any]) -> dict[str, Any]:
@@ -332,7 +358,7 @@ class StateGroup(MutableMapping[str, Any]):
         out: dict[str, np.ndarray] = {"__names__": np.array(list(self._states), dtype=np.str_)}
         for i, state in enumerate(self._states.values()):
             out[f"{i}.{TYPE_KEY}"] = np.array(state_type_name(state))
-            out.update({f"{i}.{k}": np.asarray(v) for k, v in state.state_dict().items()})
+            out.update({f"{i}.{k}": as_array(v, f"member {i}, key {k!r}") for k, v in state.state_dict().items()})
         return out
 
     @classmethod

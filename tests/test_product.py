@@ -164,7 +164,7 @@ def test_unregistered_after_the_fixture():
 @pytest.mark.parametrize("name", sorted(RESERVED_NAMES))
 def test_reserved_names_are_refused(name):
     cls = type("Reserved", (CohortProduct,), {"name": name, "title": "Reserved"})
-    with pytest.raises(ValueError, match="evaluation's own summary"):
+    with pytest.raises(ValueError, match="of the evaluation itself"):
         register_product(cls)
     assert product_type(name) is None
 
@@ -376,10 +376,13 @@ def _tasks(*counts: int):
 def test_product_case_states_and_columns():
     config = EvaluationConfig(products=[Tiny(3.0), Other()])
     config.validate()
+    with pytest.raises(ValueError, match="clash"):  # two products may not write the same column
+        product_case_states(_case("a"), _tasks(2, 5), config)
+    config = EvaluationConfig(products=[Tiny(3.0)])
+    config.validate()
     states, columns = product_case_states(_case("a"), _tasks(2, 5), config)
-    assert list(states) == ["tiny", "other_tiny"]
-    assert states["tiny"].value == 3.0 * 7 and states["other_tiny"].value == 7.0
-    assert columns == {"tiny_total": 7.0}  # the last product's column of the same name wins
+    assert list(states) == ["tiny"] and states["tiny"].value == 3.0 * 7
+    assert columns == {"tiny_total": 21.0}
     assert product_case_states(_case("skip"), _tasks(2), config) == ({}, {})
     assert product_case_states(_case("a"), _tasks(2), EvaluationConfig()) == ({}, {})
 
@@ -393,7 +396,8 @@ def _cohort(values: dict[str, float]) -> tuple[dict, list[dict]]:
 def test_product_states_of_in_case_id_order():
     per_case = {"c": {"tiny": Total(3)}, "a": {"tiny": Total(1)}, "b": {"other_tiny": Total(2)}}
     got = product_states_of(per_case, Tiny())
-    assert list(got) == ["a", "c"] and got["a"] is per_case["a"]["tiny"]
+    assert list(got) == ["a", "c"] and got["a"] is not per_case["a"]["tiny"]  # copies: a fit may merge them
+    assert got["a"].value == per_case["a"]["tiny"].value
     assert list(product_states_of(per_case, Tiny(), ["c", "b"])) == ["c"]
     assert product_states_of(per_case, Tiny(), []) == {}
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,10 @@ from ..io.files import json_default
 
 __all__ = ["CaseCache"]
 
-#: errors that make a saved state unusable (it is recomputed)
-_UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
+#: errors that make a saved state unusable (it is recomputed): any error while reading it back (a damaged deflate
+#: stream raises zlib.error, a damaged .npy header tokenize.TokenError, a product's reader whatever it raises); the
+#: saved state is input the cache never trusts, and computing the case again is always correct
+_UNREADABLE = (Exception,)
 
 
 def _dump_result(folder: Path, case_id: str, result: Any) -> dict[str, Any]:

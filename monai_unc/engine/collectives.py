@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ..io import CaseError, atomic_write_json
 from ..metrics.calibration import ConfidenceHistogram
-from ..state import MergeableState
+from ..state import MergeableState, as_array
 
 T = TypeVar("T")
 
@@ -516,16 +516,11 @@ def reduce_state(state: Any, ctx: DistContext) -> Any:
         raise TypeError(f"state must be a mergeable state (merge, state_dict, from_state_dict), got "
                         f"{type(state).__name__}")
     cls = type(state)
-    parts = all_gather_objects({k: _as_numpy(v) for k, v in state.state_dict().items()}, ctx)
+    parts = all_gather_objects({k: as_array(v, f"state key {k!r}") for k, v in state.state_dict().items()}, ctx)
     out = cls.from_state_dict(parts[0])
     for part in parts[1:]:
         out.merge(cls.from_state_dict(part))
     return out
-
-
-def _as_numpy(value: Any) -> Any:
-    """A state entry as plain data for the gather: tensors as numpy arrays (any device)."""
-    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
 
 
 # ----------------------------------------------------------------------------------------------------------------

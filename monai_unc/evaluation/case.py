@@ -218,13 +218,13 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             row.update(case_score_columns(maps, case.seg, config.patch_size))
         for name, fn in (config.case_metrics or {}).items():
             row.update({col(name): float(fn(t)) for t, col in zip(tasks, cols)})
+        row["voxels"] = int(tasks[0].target.size)  # per region (the label may hold R masks)
+        row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
         states, product_columns = product_case_states(case, tasks, config)
         clash = sorted(set(product_columns) & set(row))
         if clash:
             raise ValueError(f"products: the columns {clash} clash with the evaluation's own")
-        row.update(product_columns)
-        row["voxels"] = int(tasks[0].target.size)  # per region (the label may hold R masks)
-        row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
+        row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:
         return CaseResult(row, None if hists is None else hists[0], messages, conformal=conformal, states=states)

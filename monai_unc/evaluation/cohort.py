@@ -265,7 +265,11 @@ class CohortState:
         pp = folder / "products.npz"
         if pp.is_file():
             with np.load(pp, allow_pickle=False) as z:
-                group = StateGroup.from_state_dict({k: z[k] for k in z.files})
+                arrays = {k: z[k] for k in z.files}
+            try:
+                group = StateGroup.from_state_dict(arrays)
+            except ValueError:  # a product not imported in this process: its blocks of summary.json stay readable
+                group = StateGroup()
             state.product_states = {c: dict(g) for c, g in group.items()}
         return state
 
@@ -696,7 +700,8 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
         summary = summarize(state, config)
-    kept = [k for k in saved if k == "conformal" or product_type(k) is not None]
+    recorded = (saved.get("config") or {}).get("products") or {}
+    kept = [k for k in saved if k == "conformal" or k in recorded or product_type(k) is not None]
     summary.update({k: saved[k] for k in kept})
     return summary
 

@@ -9,6 +9,7 @@ The evaluation runs these steps for every product alike; a product supplies only
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -64,7 +65,11 @@ def product_case_states(case: Any, tasks: Sequence[Any], config: EvaluationConfi
         if state is None:
             continue
         states[product.name] = state
-        columns.update({str(k): float(v) for k, v in product.case_columns(state, config).items()})
+        mine = {str(k): float(v) for k, v in product.case_columns(state, config).items()}
+        clash = sorted(set(mine) & set(columns))
+        if clash:
+            raise ValueError(f"products: the columns {clash} of {product.name!r} clash with another product's")
+        columns.update(mine)
     return states, columns
 
 
@@ -78,10 +83,10 @@ def product_states_of(per_case: Mapping[str, Mapping[str, Any]], product: Cohort
         cases: keep only these case ids (None: all).
 
     Returns:
-        The states of the cases that have one.
+        Copies of the states of the cases that have one (a product may merge them in place).
     """
     keep = None if cases is None else set(cases)
-    return {cid: per_case[cid][product.name] for cid in sorted(per_case)
+    return {cid: copy.deepcopy(per_case[cid][product.name]) for cid in sorted(per_case)
             if product.name in per_case[cid] and (keep is None or cid in keep)}
 
 
@@ -174,6 +179,7 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
                            "monai_unc_version": __version__, "product": product.name,
                            "options": json_safe(product.options()), "calibration_cases": list(calibration_cases),
                            "artifact": json_safe(artifact)}
+    doc = json.loads(json.dumps(doc, allow_nan=False))  # as it reads back (integer keys become strings)
     doc["digest"] = artifact_digest(doc)
     return atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
 
@@ -198,10 +204,13 @@ def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[s
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"path: no artifact file at {path}")
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"the constant {constant} is not JSON")
+
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"path: {path} is not readable JSON: {e}") from None
+        doc = json.loads(path.read_text(), parse_constant=refuse)
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"path: {path} is not readable JSON: {type(e).__name__}: {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != ARTIFACT_FORMAT:
         raise ValueError(f"path: {path} is not a {ARTIFACT_FORMAT} file")
     if doc.get("format_version") != _ARTIFACT_VERSION:
@@ -212,6 +221,16 @@ def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[s
     if product is not None and doc.get("product") != product:
         raise ValueError(f"path: {path} holds the artifact of product {doc.get('product')!r}, not {product!r}")
     return doc
+
+
+def _is_artifact(path: Path) -> bool:
+    """Whether ``path`` is a product artifact file (its ``format``), read without trusting anything else in it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        return b'"format": "' + ARTIFACT_FORMAT.encode() + b'"' in head
+    except OSError:
+        return False
 
 
 def artifact_paths(output: str | os.PathLike, config: EvaluationConfig) -> dict[str, Path]:
@@ -242,6 +261,10 @@ def write_artifacts(output: str | os.PathLike, config: EvaluationConfig, fitted:
     """
     cal = _calibration_ids(list(case_ids), config)
     out: dict[str, Path] = {}
+    asked = {p.artifact_path(output).name for p in config.products}
+    for old in sorted(Path(output).glob("*.json")):  # an earlier run's artifact of a product not asked for now
+        if old.name not in asked and _is_artifact(old):
+            old.unlink(missing_ok=True)
     for p in config.products:
         path = p.artifact_path(output)
         if fitted.get(p.name) is None:

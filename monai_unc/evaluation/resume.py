@@ -93,7 +93,10 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
     if config.conformal:  # only when asked: the fingerprint of an evaluation without conformal masks is unchanged
         fp["config"]["conformal"] = {"sides": list(dict(config.conformal)), "family": config.conformal_family}
     if config.products:  # only when asked: the fingerprint of an evaluation without products is unchanged
-        fp["config"]["products"] = config.product_options()
+        # in order (it is the order of the columns), with each product's class: another implementation under the
+        # same name is another product
+        fp["config"]["products"] = [[p.name, f"{type(p).__module__}.{type(p).__qualname__}", p.options()]
+                                    for p in config.products]
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
         fp["inputs"]["image"] = file_signature(files.image)

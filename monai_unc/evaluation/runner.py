@@ -77,6 +77,13 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig) -> CaseResult:
     return result
 
 
+def _check_products(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
+    """Each product's own refusals (:meth:`~monai_unc.product.CohortProduct.check`), before any work."""
+    ids = [c.case_id for c in cases]
+    for product in config.products:
+        product.check(ids, config)
+
+
 def _as_tuple(result: CaseResult) -> tuple[CaseResult, CaseFiles, int]:
     assert result.files is not None and result.num_classes is not None
     return result, result.files, int(result.num_classes)
@@ -113,6 +120,7 @@ def evaluate_shard(
         ``[(result, files, num_classes)]`` of the cases that succeeded, in the order given.
     """
     config.validate()
+    _check_products(cases, config)
     done = process_cases(cases, lambda f: _evaluate_record(f, config),
                          cache=None if cache is None else case_cache(cache, config), failures=failures,
                          on_failure=on_failure, progress=progress, desc=desc)
@@ -248,12 +256,14 @@ def evaluate_cases(
         CaseError: a case cannot be read or has another number of classes.
     """
     config.validate()
+    _check_products(cases, config)
 
     def cohort(run: CohortRun) -> CohortState | None:
-        check_unclaimed_labels(run.results, config)
-        return assemble_state(run.results, config.n_fine_bins, regions=_regions(config))
+        results = [_as_tuple(r) for r in run.results]
+        check_unclaimed_labels(results, config)
+        return assemble_state(results, config.n_fine_bins, regions=_regions(config))
 
-    run = run_cases(list(cases), lambda f: evaluate_files(f, config), command="monai-unc evaluate",
+    run = run_cases(list(cases), lambda f: _evaluate_record(f, config), command="monai-unc evaluate",
                     ctx=DistContext(), cache=None if cache is None else case_cache(cache, config), summarize=cohort,
                     progress=progress, desc=desc, stop_on_error=True)
     if run.summary is None:
@@ -357,8 +367,7 @@ def _run_evaluate(
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
         wanted = config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
-        for product in config.products:  # a product's own refusals, before any work too
-            product.check([c.case_id for c in cases], config)
+        _check_products(cases, config)  # a product's own refusals, before any work too
         n_cal = len(wanted) if config.calibration_cases is not None else len(cases)
         if config.conformal and n_cal < config.min_conformal_cases():
             k = config.conformal_num_strata
@@ -389,39 +398,41 @@ def _run_evaluate(
             raise CasesFailed([CaseFailure(c, ctx.rank, error_line(e)) for c, e in late])
         assert state is not None
         cohort["state"] = state
-        try:  # the products: fitted on the calibration cases, one summary block each
+
+        def outputs() -> tuple[dict[str, Any], dict[str, Path]]:
+            # the products: fitted on the calibration cases, one summary block each
             fitted = fit_products(state.product_states, state.sorted_rows(), config)
-        except ValueError:
-            stale(run)
-            raise
-        summary = summarize(state, config, fitted=fitted)
-        rules, cal = None, []
-        strata = None
-        if config.conformal:  # conformal masks: fitted on the calibration cases, reported in summary.json
-            states = {str(r.row["case"]): r.conformal for r, _, _ in results}
-            try:
+            summary = summarize(state, config, fitted=fitted)
+            rules, cal = None, []
+            strata = None
+            if config.conformal:  # conformal masks: fitted on the calibration cases, reported in summary.json
+                states = {str(r.row["case"]): r.conformal for r, _, _ in results}
                 strata, scores = conformal_strata({str(r.row["case"]): r.row for r, _, _ in results},
                                                   {str(r.row["case"]): f for r, f, _ in results}, config,
                                                   summary["score"]["column"])
                 rules, summary["conformal"] = fit_conformal_rules(states, config, strata=strata, scores=scores)
-            except ValueError:
-                stale(run)  # refused (e.g. a stratum with too few cases): no earlier run's outputs pass for these
-                raise
-            cal = summary["conformal"]["calibration"]
-            cal = sorted(states) if cal == "all" else cal
-        paths = write_evaluation(state, summary, output, config)
-        rule = write_referral_rule(output, state, summary, config, predictions=match_kwargs["predictions"],
-                                   layout=match_kwargs["layout"], uncertainty=match_kwargs["uncertainty"])
-        if rule is not None:  # with a target risk: referral_rule.json for monai-unc triage (docs/triage.md)
-            paths["rule"] = rule
-        conformal = write_conformal_rule(output, rules, config, cal,
-                                         predictions=match_kwargs["predictions"], layout=match_kwargs["layout"],
-                                         uncertainty=match_kwargs["uncertainty"], strata=strata)
-        if conformal is not None:  # with --conformal: conformal_rule.json for monai-unc conformal
-            paths["conformal_rule"] = conformal
-        paths.update({f"product:{name}": path for name, path in
-                      write_artifacts(output, config, fitted, [str(r["case"]) for r in state.sorted_rows()]).items()})
-        return summary, paths
+                cal = summary["conformal"]["calibration"]
+                cal = sorted(states) if cal == "all" else cal
+            paths = write_evaluation(state, summary, output, config)
+            rule = write_referral_rule(output, state, summary, config, predictions=match_kwargs["predictions"],
+                                       layout=match_kwargs["layout"], uncertainty=match_kwargs["uncertainty"])
+            if rule is not None:  # with a target risk: referral_rule.json for monai-unc triage (docs/triage.md)
+                paths["rule"] = rule
+            conformal = write_conformal_rule(output, rules, config, cal,
+                                             predictions=match_kwargs["predictions"], layout=match_kwargs["layout"],
+                                             uncertainty=match_kwargs["uncertainty"], strata=strata)
+            if conformal is not None:  # with --conformal: conformal_rule.json for monai-unc conformal
+                paths["conformal_rule"] = conformal
+            ids = [str(r["case"]) for r in state.sorted_rows()]
+            written = write_artifacts(output, config, fitted, ids)
+            paths.update({f"product:{name}": path for name, path in written.items()})
+            return summary, paths
+
+        try:
+            return outputs()
+        except Exception:  # a refusal (e.g. a conformal stratum too small) or a product's error: no earlier run's
+            stale(run)  # outputs may pass for this cohort's
+            raise
 
     def stale(run: CohortRun) -> None:
         remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's

@@ -478,7 +478,8 @@ def product_section(section: ReportSection, key: str) -> Markup:
         rows = [el("tr", *[_td(format_value(v)) for v in row])
                 for row in section.table_rows]
         parts.append(table([str(h) for h in section.table_head], rows, left=[str(section.table_head[0])]))
-    return el("section", *parts, id=f"product-{_slug(key)}", class_="product")
+    anchor = key if key.isidentifier() else _slug(key)  # a registered product's name is an identifier: kept as it is
+    return el("section", *parts, id=f"product-{anchor}", class_="product")
 
 
 def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
