@@ -329,6 +329,8 @@ for labels, pred, out, spec in zip(args[0::4], args[1::4], args[2::4], args[3::4
         warnings.simplefilter("ignore", UserWarning)
         code = main(["evaluate", "-l", labels, "-p", pred, "-o", out, "--quiet", "--volume-error", *extra])
     assert code == 0, code
+dist.barrier()
+dist.destroy_process_group()  # the script made the group: it ends it (a gloo group left at exit may abort)
 """
 
 
