@@ -91,6 +91,8 @@ class CohortState:
     curves: dict[str, Any] = field(default_factory=dict)
     #: ``{case id: {product name: state}}``: the per-case states of the evaluation's products
     product_states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: ``{case id: {measure: path}}``: the maps evaluate derived from the probabilities of cases without map files
+    derived_maps: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def add(self, result: CaseResult, files: CaseFiles | None = None) -> CohortState:
         """Add one case's result (in place).
@@ -124,6 +126,8 @@ class CohortState:
             self.curves[str(cid)] = result.curves
         if result.states:
             self.product_states[str(cid)] = dict(result.states)
+        if result.derived:
+            self.derived_maps[str(cid)] = dict(result.derived)
         self.warnings.extend(result.warnings)
         if files is not None:
             self.files[cid] = files.to_json()
@@ -172,6 +176,7 @@ class CohortState:
         self._merge_regions(other.region_histograms)
         self.curves.update(other.curves)
         self.product_states.update(other.product_states)
+        self.derived_maps.update(other.derived_maps)
         self.warnings.extend(other.warnings)
         self.files.update(other.files)
         return self
@@ -217,6 +222,8 @@ class CohortState:
         if self.regions is not None:
             meta["regions"] = self.regions
             meta["curves"] = self.curves
+        if self.derived_maps:
+            meta["derived_maps"] = self.derived_maps
         regions = StateGroup(self.region_histograms) if self.region_histograms else None
         products = (StateGroup({c: StateGroup(s) for c, s in sorted(self.product_states.items())})
                     if self.product_states else None)
@@ -255,7 +262,8 @@ class CohortState:
         rows = [upgrade_row(r) for r in meta["rows"]]  # written by an older version: current column names
         state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), rows,
                     warnings=list(meta.get("warnings", [])), files=dict(meta.get("files", {})),
-                    regions=meta.get("regions"), curves=dict(meta.get("curves") or {}))
+                    regions=meta.get("regions"), curves=dict(meta.get("curves") or {}),
+                    derived_maps=dict(meta.get("derived_maps") or {}))
         hp = folder / "histogram.npz"
         if hp.is_file():
             state.histogram = ConfidenceHistogram.load(hp)

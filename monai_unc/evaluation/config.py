@@ -29,6 +29,7 @@ __all__ = [
     "IID_SHIFTS",
     "RISKS",
     "STATE_DIR",
+    "DERIVED_MAPS_DIR",
     "EvaluationConfig",
     "unit_scale",
     "slug",
@@ -50,6 +51,8 @@ IID_SHIFTS = ("", "none", "iid", "id", "clean", "in-distribution")
 RISKS = ("failure", "1-dice")
 #: sub-folder of an evaluation output holding the cohort state (and the per-case resume states)
 STATE_DIR = "state"
+#: sub-folder of an evaluation output holding the maps derived from the probabilities of cases without map files
+DERIVED_MAPS_DIR = "maps"
 
 
 def slug(name: str) -> str:

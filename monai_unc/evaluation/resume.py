@@ -104,7 +104,14 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
 
 
 def _attach_files(result: CaseResult, files: CaseFiles | None) -> CaseResult:
-    """A resumed result with the case's current files (the listing's, not the saved copy)."""
+    """A resumed result with the case's current files (the listing's, not the saved copy).
+
+    The maps evaluate derived for the case are kept when the listing has none; when they are gone, a
+    ``FileNotFoundError`` makes the cache compute the case again.
+    """
+    missing = [p for p in result.derived.values() if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"derived maps are gone: {missing[:2]}")
     if files is not None:
         result.files = files
     return result

@@ -94,6 +94,9 @@ class CaseResult:
     files: CaseFiles | None = None
     #: the case's number of classes (regions), set with ``files``
     num_classes: int | None = None
+    #: ``{measure: path}`` of the maps the evaluation derived from the probabilities and wrote (``<output>/maps``), for
+    #: a case without map files; ``files`` stays the case's own files (what a rule's score is computed from)
+    derived: dict[str, str] = field(default_factory=dict)
 
     def all_states(self) -> dict[str, Any]:
         """Every mergeable state of the case by name.
@@ -127,7 +130,7 @@ class CaseResult:
                "unclaimed_labels": [int(v) for v in self.unclaimed_labels],
                "files": None if self.files is None else self.files.to_json(),
                "num_classes": None if self.num_classes is None else int(self.num_classes),
-               "products": list(self.states)}
+               "products": list(self.states), "derived": dict(self.derived)}
         return doc, pack_states(self.all_states())
 
     @classmethod
@@ -158,7 +161,8 @@ class CaseResult:
                    unclaimed_labels=[int(v) for v in doc.get("unclaimed_labels") or []],
                    conformal=None if conformal is None else dict(conformal), states=products,
                    files=None if files is None else CaseFiles.from_json(files),
-                   num_classes=None if n is None else int(n))
+                   num_classes=None if n is None else int(n),
+                   derived={str(k): str(v) for k, v in (doc.get("derived") or {}).items()})
 
 
 #: the prefix of a product's state among :meth:`CaseResult.all_states`

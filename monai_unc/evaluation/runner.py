@@ -24,11 +24,11 @@ from ..engine import (
     run_cases,
 )
 from ..engine.records import record_gather_hooks
-from ..io import CaseError, CaseFiles, match_cases
+from ..io import CaseError, CaseFiles, match_cases, save_nifti, save_region_maps
 from ..regions import unclaimed_labels_message
-from .case import CaseResult, evaluate_case, load_evaluation_case
+from .case import CaseResult, derived_maps, evaluate_case, load_evaluation_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
-from .config import STATE_DIR, EvaluationConfig
+from .config import DERIVED_MAPS_DIR, STATE_DIR, EvaluationConfig
 from .conformal import (
     CONFORMAL_RULE_FILE,
     check_conformal_probabilities,
@@ -58,22 +58,53 @@ def evaluate_files(files: CaseFiles, config: EvaluationConfig) -> tuple[CaseResu
         The case's :class:`CaseResult`, its files and its number of classes (regions).
     """
     loaded = load_evaluation_case(files, config)
+    return evaluate_case(loaded, config), files, _num_classes(loaded, config)
+
+
+def _num_classes(loaded: Any, config: EvaluationConfig) -> int:
+    """The number of classes (regions) of a loaded case."""
     if config.regions is not None:  # region-based: R = the spec's regions
         n_cls = len(config.regions)
     else:
         n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
     assert n_cls is not None
-    return evaluate_case(loaded, config), files, int(n_cls)
+    return int(n_cls)
 
 
-def _evaluate_record(files: CaseFiles, config: EvaluationConfig) -> CaseResult:
+def write_derived_maps(case: Any, folder: str | os.PathLike) -> dict[str, Path]:
+    """Write the maps an evaluation derives from a case's probabilities as NIfTI files in the case's geometry.
+
+    The maps are those of :func:`~monai_unc.evaluation.derived_maps` (entropy and ``one_minus_max_prob``, per region
+    for a region case); the report reads them as it reads the maps of a prediction folder.
+
+    Args:
+        case: the loaded case (:func:`~monai_unc.evaluation.load_evaluation_case`).
+        folder: where to write ``<case>_<measure>.nii.gz`` (``<output>/maps`` of ``evaluate``).
+
+    Returns:
+        ``{measure: path}``; empty when the case has map files of its own or no probabilities.
+    """
+    if case.maps or case.probs is None:
+        return {}
+    out = {}
+    for measure, u in derived_maps(case).items():
+        path = Path(folder) / f"{case.case_id}_{measure}.nii.gz"
+        out[measure] = save_region_maps(u, case.affine, path) if case.multilabel else save_nifti(u, case.affine, path)
+    return out
+
+
+def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | None = None) -> CaseResult:
     """The per-case step of the engine: :func:`evaluate_files` as one :class:`CaseResult`.
 
     The files and number of classes are attached, so the result is a
-    :class:`~monai_unc.engine.records.CaseRecord`.
+    :class:`~monai_unc.engine.records.CaseRecord`. With ``maps`` (a folder) the maps derived from the probabilities
+    of a case without map files are written there (:func:`write_derived_maps`) and recorded in ``result.derived``.
     """
-    result, files, n_cls = evaluate_files(files, config)
-    result.files, result.num_classes = files, n_cls
+    loaded = load_evaluation_case(files, config)
+    result = evaluate_case(loaded, config)
+    if maps is not None:
+        result.derived = {m: str(p) for m, p in write_derived_maps(loaded, maps).items()}
+    result.files, result.num_classes = files, _num_classes(loaded, config)
     return result
 
 
@@ -442,7 +473,8 @@ def _run_evaluate(
             path.unlink(missing_ok=True)
 
     pack, unpack = record_gather_hooks(CaseResult)
-    run = run_cases(listing, lambda f: _evaluate_record(f, config), command="monai-unc evaluate", ctx=ctx,
+    maps = output / DERIVED_MAPS_DIR
+    run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
                     summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=pack,
                     unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure)

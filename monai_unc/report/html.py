@@ -48,7 +48,6 @@ from ..evaluation import (
     IID_SHIFTS,
     CohortState,
     config_from_summary,
-    derived_maps,
     fill_undefined_scores,
     load_evaluation,
 )
@@ -669,12 +668,14 @@ def _case_figures(
         if cid not in state.files:
             continue
         files = CaseFiles.from_json(state.files[cid])
+        if not files.maps and cid in state.derived_maps:  # the maps evaluate derived from the probabilities
+            files.maps = {m: Path(p) for m, p in state.derived_maps[cid].items()}
         if cid in image_files:
             files.image = image_files[cid]
         case = load_case(files, state.num_classes, load_image=True, multilabel=state.regions is not None)
-        maps = derived_maps(case)
+        maps = case.maps  # the prediction's map files, or those evaluate derived from the probabilities (maps/)
         measure = by_id[cid].get("measure") or next(iter(maps), None)
-        if measure is None:
+        if measure is None or measure not in maps:  # an evaluation of an older version, which kept no derived map
             continue
         seg, label, u, class_names = case.seg, case.label, maps[measure], summary.get("class_names")
         if state.regions is not None:

@@ -226,3 +226,57 @@ def test_docs_example_runs(tmp_path, monkeypatch):
     assert blocks
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], "docs/report.md", "exec"), {"__name__": "__docs__"})
+
+
+def test_probability_only_predictions_the_report_reads_the_maps_evaluate_derived(report, tmp_path, monkeypatch):
+    """Predictions with probabilities and no map files: evaluate writes the maps it derives (``maps/``, the case's
+    geometry) and the report draws them from disk, with the map computation and the cohort summary patched to
+    raise. A rerun resumes with the saved maps; a deleted map file makes its case be computed again."""
+    import nibabel as nib
+
+    import monai_unc.evaluation.case as case_module
+    import monai_unc.evaluation.cohort as cohort_module
+    import monai_unc.evaluation.rows as rows_module
+    import monai_unc.evaluation.runner as runner_module
+    from monai_unc.evaluation import derived_maps
+    from monai_unc.io import load_case, match_cases
+
+    data = report["data"]
+    pred = tmp_path / "probs_only"
+    pred.mkdir()
+    for f in list(data["predictions"].glob("*_seg.nii.gz")) + list(data["predictions"].glob("*_probs.nii.gz")):
+        shutil.copy(f, pred / f.name)
+    ev = tmp_path / "ev"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(data["labels"], pred, ev, EvaluationConfig(budget=0.2), images=data["images"], progress=False)
+    files = {f.case_id: f for f in match_cases(data["labels"], pred)}
+    written = sorted(p.name for p in (ev / "maps").iterdir())
+    assert written == sorted(f"{c}_{m}.nii.gz" for c in files for m in ("predictive_entropy", "one_minus_max_prob"))
+    case = load_case(files["toy000"])
+    for m, u in derived_maps(case).items():  # the same values as the evaluation computed, in the case's geometry
+        img = nib.load(ev / "maps" / f"toy000_{m}.nii.gz")
+        np.testing.assert_array_equal(np.asarray(img.dataobj, dtype=np.float32), u)
+        np.testing.assert_allclose(img.affine, case.affine)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the report computed what evaluate wrote")
+
+    import monai_unc.report.html as html_module
+
+    for module in (case_module, rows_module, runner_module, html_module):
+        monkeypatch.setattr(module, "derived_maps", refuse, raising=False)
+    monkeypatch.setattr(cohort_module, "summarize", refuse)
+    text = build_report(ev, tmp_path / "r", n_cases=2, images=data["images"]).read_text()
+    first = json.loads((ev / "summary.json").read_text())["triage"]["order"][0]
+    assert (tmp_path / "r" / "figures" / f"case_{first}.png").is_file()
+    assert "predictive_entropy" in text
+    monkeypatch.undo()
+    (ev / "maps" / "toy001_predictive_entropy.nii.gz").unlink()
+    calls = []
+    original = runner_module.evaluate_case
+    monkeypatch.setattr(runner_module, "evaluate_case", lambda *a, **k: calls.append(1) or original(*a, **k))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_evaluate(data["labels"], pred, ev, EvaluationConfig(budget=0.2), images=data["images"], progress=False)
+    assert len(calls) == 1 and (ev / "maps" / "toy001_predictive_entropy.nii.gz").is_file()  # that case alone
