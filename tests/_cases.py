@@ -1,5 +1,7 @@
 """Small inputs that several test modules share."""
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -57,3 +59,34 @@ def write_brats_like_cohort(root, n_cases=3, affine=None, seed=0):
                  dirs["predictions"] / f"case{i}_seg.nii.gz")
         nib.save(nib.Nifti1Image(np.moveaxis(probs, 0, -1), affine), dirs["predictions"] / f"case{i}_probs.nii.gz")
     return dirs
+
+
+@contextlib.contextmanager
+def volume_state_type(name):
+    """A toy mergeable state (voxel counts) registered under ``name`` for the duration only (the registry of
+    :mod:`monai_unc.state` is restored after)."""
+    import monai_unc.state as state_mod
+
+    saved = dict(state_mod._REGISTRY)
+
+    @state_mod.register_state_type(name)
+    class Volume:
+        def __init__(self, voxels):
+            self.voxels = np.asarray(voxels, dtype=np.int64)
+
+        def merge(self, other):
+            self.voxels = self.voxels + other.voxels
+            return self
+
+        def state_dict(self):
+            return {"voxels": self.voxels}
+
+        @classmethod
+        def from_state_dict(cls, state):
+            return cls(state["voxels"])
+
+    try:
+        yield Volume
+    finally:
+        state_mod._REGISTRY.clear()
+        state_mod._REGISTRY.update(saved)

@@ -400,11 +400,11 @@ def barrier(ctx: DistContext) -> None:
 
 
 def _as_array(x: Any, name: str) -> np.ndarray:
-    a = np.asarray(x)
+    a = np.asarray(x)  # np.array(..., order="C"), not ascontiguousarray: a 0-d array keeps its shape
     if a.dtype == bool or np.issubdtype(a.dtype, np.integer):
-        return np.ascontiguousarray(a, dtype=np.int64)
+        return np.array(a, dtype=np.int64, order="C")
     if np.issubdtype(a.dtype, np.floating):
-        return np.ascontiguousarray(a, dtype=np.float64)
+        return np.array(a, dtype=np.float64, order="C")
     raise ValueError(f"{name} must be an integer, boolean or floating array, got dtype {a.dtype}")
 
 

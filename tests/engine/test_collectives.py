@@ -189,6 +189,8 @@ def test_env_and_single_process_collectives(monkeypatch):
     barrier(ctx)
     out = all_reduce_sum({"n": np.array([1, 2], np.int32), "f": np.array([0.5]), "b": np.array([True])}, ctx)
     assert out["n"].dtype == np.int64 and out["f"].dtype == np.float64 and out["b"].tolist() == [1]
+    zero_d = all_reduce_sum({"n": np.int64(3), "f": np.float64(0.5)}, ctx)  # a 0-d array keeps its shape
+    assert zero_d["n"].shape == () and zero_d["f"].shape == () and (int(zero_d["n"]), float(zero_d["f"])) == (3, 0.5)
     with pytest.raises(ValueError, match="x must be an integer, boolean or floating array"):
         all_reduce_sum(np.array(["a"]), ctx)
     sync_errors(None, ctx)
@@ -429,6 +431,8 @@ def _worker(rank: int, world: int, port: int, spec: dict) -> None:
             # exact reductions
             arrays = {"n": np.arange(4) * (rank + 1), "f": np.array([0.1, 1e-17, 1.0 / 3.0]) * (rank + 1.5)}
             res["reduced"] = {k: v.tolist() for k, v in all_reduce_sum(arrays, ctx).items()}
+            scalar = all_reduce_sum(np.float64(rank + 0.25), ctx)  # 0-d: the sum keeps the shape
+            res["scalar"] = [list(scalar.shape), float(scalar)]
             try:
                 all_reduce_sum(np.zeros(rank + 1), ctx)
             except ValueError as e:
@@ -528,6 +532,7 @@ def test_two_gloo_ranks_cli_faults_resume_and_metric_classes(data, reference, tm
     f = [np.array([0.1, 1e-17, 1.0 / 3.0]) * (r + 1.5) for r in range(2)]
     assert r0["reduced"] == r1["reduced"] == {"n": (n[0] + n[1]).tolist(), "f": (f[0] + f[1]).tolist()}
     assert "rank 1 has keys/shapes" in r0["shape_error"] and "rank 1 has keys/shapes" in r1["shape_error"]
+    assert r0["scalar"] == r1["scalar"] == [[], 1.5]
     # reduce_histogram equals the histogram of all cases pooled in one process
     from monai_unc.metrics.calibration import ConfidenceHistogram
 

@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 
-from monai_unc import state as state_mod
 from monai_unc.evaluation import EvaluationConfig
 from monai_unc.evaluation.cohort import (
     CohortState,
@@ -26,7 +25,7 @@ from monai_unc.evaluation.config import STATE_DIR
 from monai_unc.evaluation.rows import CaseResult
 from monai_unc.io import CaseFiles
 from monai_unc.metrics.calibration import ConfidenceHistogram
-from monai_unc.state import register_state_type
+from tests._cases import volume_state_type
 
 F = 16 * 15  # the n_fine_bins of EvaluationConfig()
 REGIONS = {"WT": [1, 2], "ET": [2]}
@@ -35,28 +34,8 @@ SHAPE = (4, 3, 2)
 
 @pytest.fixture
 def volume_state():
-    """A toy product state type, registered for the test only."""
-    saved = dict(state_mod._REGISTRY)
-
-    @register_state_type("test.cohort_volume")
-    class Volume:
-        def __init__(self, voxels):
-            self.voxels = np.asarray(voxels, dtype=np.int64)
-
-        def merge(self, other):
-            self.voxels = self.voxels + other.voxels
-            return self
-
-        def state_dict(self):
-            return {"voxels": self.voxels}
-
-        @classmethod
-        def from_state_dict(cls, state):
-            return cls(state["voxels"])
-
-    yield Volume
-    state_mod._REGISTRY.clear()
-    state_mod._REGISTRY.update(saved)
+    with volume_state_type("test.cohort_volume") as cls:
+        yield cls
 
 
 def _probs(rng, c):

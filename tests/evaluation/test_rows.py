@@ -15,7 +15,6 @@ import torch
 from monai.metrics import compute_dice
 from monai.networks.utils import one_hot
 
-from monai_unc import state as state_mod
 from monai_unc.activation import BERNOULLI, CATEGORICAL
 from monai_unc.evaluation import EvaluationConfig
 from monai_unc.evaluation.rows import (
@@ -32,7 +31,7 @@ from monai_unc.evaluation.rows import (
 from monai_unc.io import CaseError, CaseFiles, LoadedCase
 from monai_unc.metrics.calibration import ConfidenceHistogram
 from monai_unc.metrics.conformal import conformal_case_state
-from monai_unc.state import register_state_type
+from tests._cases import volume_state_type
 
 SPACING = (1.0, 1.5, 2.0)
 
@@ -245,27 +244,8 @@ def test_predicted_regions_of_a_label_map_and_unclaimed_labels():
 # --- CaseResult records ------------------------------------------------------------------------------------------
 @pytest.fixture
 def product_state_type():
-    saved = dict(state_mod._REGISTRY)
-
-    @register_state_type("test.rows_volume")
-    class Volume:
-        def __init__(self, voxels):
-            self.voxels = np.asarray(voxels, dtype=np.int64)
-
-        def merge(self, other):
-            self.voxels = self.voxels + other.voxels
-            return self
-
-        def state_dict(self):
-            return {"voxels": self.voxels}
-
-        @classmethod
-        def from_state_dict(cls, state):
-            return cls(state["voxels"])
-
-    yield Volume
-    state_mod._REGISTRY.clear()
-    state_mod._REGISTRY.update(saved)
+    with volume_state_type("test.rows_volume") as cls:
+        yield cls
 
 
 def _hist(c: int, seed: int, cid: str = "c0") -> ConfidenceHistogram:
