@@ -427,9 +427,7 @@ def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray
         >>> calibration_mask(["a", "b", "c"], EvaluationConfig(calibration_cases=["b"]))
         array([False,  True, False])
     """
-    if config.calibration_cases is None:
-        return np.ones(len(ids), dtype=bool)
-    wanted = config.check_calibration_cases(ids)
+    wanted = set(config.calibration_ids(ids))
     return np.array([c in wanted for c in ids], dtype=bool)
 
 

@@ -395,6 +395,27 @@ class EvaluationConfig:
             raise ValueError(f"calibration_cases: {len(unknown)} case(s) not in the evaluation, e.g. {unknown[:5]}")
         return wanted
 
+    def calibration_ids(self, case_ids: Sequence[str]) -> list[str]:
+        """The cases that rules and products are fitted on, in the order of ``case_ids``.
+
+        Args:
+            case_ids: the ids of the evaluated cases.
+
+        Returns:
+            The ids of ``calibration_cases`` (every id when it is None).
+
+        Raises:
+            ValueError: a calibration case is not among ``case_ids``.
+
+        Example:
+            >>> EvaluationConfig(calibration_cases=["c", "a"]).calibration_ids(["a", "b", "c"])
+            ['a', 'c']
+        """
+        if self.calibration_cases is None:
+            return list(case_ids)
+        wanted = self.check_calibration_cases(case_ids)
+        return [c for c in case_ids if c in wanted]
+
     @property
     def resolved_risk_method(self) -> str:
         """``risk_method``, or its default for ``risk`` (SGR for failures, LTT for ``1 - dice``)."""

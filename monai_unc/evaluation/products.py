@@ -90,13 +90,6 @@ def product_states_of(per_case: Mapping[str, Mapping[str, Any]], product: Cohort
             if product.name in per_case[cid] and (keep is None or cid in keep)}
 
 
-def _calibration_ids(ids: Sequence[str], config: EvaluationConfig) -> list[str]:
-    if config.calibration_cases is None:
-        return list(ids)
-    wanted = config.check_calibration_cases(ids)
-    return [c for c in ids if c in wanted]
-
-
 def fit_products(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
                  config: EvaluationConfig) -> dict[str, Any]:
     """Fit every product of ``config.products`` on the calibration cases (``config.calibration_cases``, else all).
@@ -110,8 +103,9 @@ def fit_products(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[Mappi
         ``{product name: artifact}`` (None for a product without one).
     """
     ids = [str(r["case"]) for r in rows]
-    cal = _calibration_ids(ids, config)
-    cal_rows = [r for r in rows if str(r["case"]) in set(cal)]
+    cal = config.calibration_ids(ids)
+    keep = set(cal)
+    cal_rows = [r for r in rows if str(r["case"]) in keep]
     return {p.name: p.fit(product_states_of(per_case, p, cal), cal_rows, config) for p in config.products}
 
 
@@ -204,6 +198,7 @@ def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[s
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"path: no artifact file at {path}")
+
     def refuse(constant: str) -> Any:
         raise ValueError(f"the constant {constant} is not JSON")
 
@@ -259,7 +254,7 @@ def write_artifacts(output: str | os.PathLike, config: EvaluationConfig, fitted:
     Returns:
         ``{product name: path}`` of the files written.
     """
-    cal = _calibration_ids(list(case_ids), config)
+    cal = config.calibration_ids(list(case_ids))
     out: dict[str, Path] = {}
     asked = {p.artifact_path(output).name for p in config.products}
     for old in sorted(Path(output).glob("*.json")):  # an earlier run's artifact of a product not asked for now
