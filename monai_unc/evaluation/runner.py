@@ -7,6 +7,7 @@ The pieces are a shard of cases with per-case resume (:func:`evaluate_shard`), t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -71,7 +72,8 @@ def _num_classes(loaded: Any, config: EvaluationConfig) -> int:
     return int(n_cls)
 
 
-def write_derived_maps(case: Any, folder: str | os.PathLike) -> dict[str, Path]:
+def write_derived_maps(case: Any, folder: str | os.PathLike, maps: Mapping[str, Any] | None = None
+                       ) -> dict[str, Path]:
     """Write the maps an evaluation derives from a case's probabilities as NIfTI files in the case's geometry.
 
     The maps are those of :func:`~monai_unc.evaluation.derived_maps` (entropy and ``one_minus_max_prob``, per region
@@ -80,6 +82,7 @@ def write_derived_maps(case: Any, folder: str | os.PathLike) -> dict[str, Path]:
     Args:
         case: the loaded case (:func:`~monai_unc.evaluation.load_evaluation_case`).
         folder: where to write ``<case>_<measure>.nii.gz`` (``<output>/maps`` of ``evaluate``).
+        maps: the derived maps when the caller has them already (None: derived here).
 
     Returns:
         ``{measure: path}``; empty when the case has map files of its own or no probabilities.
@@ -87,7 +90,7 @@ def write_derived_maps(case: Any, folder: str | os.PathLike) -> dict[str, Path]:
     if case.maps or case.probs is None:
         return {}
     out = {}
-    for measure, u in derived_maps(case).items():
+    for measure, u in (derived_maps(case) if maps is None else maps).items():
         path = Path(folder) / f"{case.case_id}_{measure}.nii.gz"
         out[measure] = save_region_maps(u, case.affine, path) if case.multilabel else save_nifti(u, case.affine, path)
     return out
@@ -101,9 +104,13 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | No
     of a case without map files are written there (:func:`write_derived_maps`) and recorded in ``result.derived``.
     """
     loaded = load_evaluation_case(files, config)
+    written: dict[str, Path] = {}
+    if maps is not None and not loaded.maps and loaded.probs is not None:
+        derived = derived_maps(loaded)  # once: the row scores these maps (as given maps) and the report draws them
+        written = write_derived_maps(loaded, maps, derived)
+        loaded = dataclasses.replace(loaded, maps=derived)
     result = evaluate_case(loaded, config)
-    if maps is not None:
-        result.derived = {m: str(p) for m, p in write_derived_maps(loaded, maps).items()}
+    result.derived = {m: str(p) for m, p in written.items()}
     result.files, result.num_classes = files, _num_classes(loaded, config)
     return result
 
