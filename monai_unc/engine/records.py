@@ -51,6 +51,12 @@ Dump = Callable[[Path, str, Any], dict[str, Any]]
 Restore = Callable[[Path, dict[str, Any], Any], Any]
 
 
+def _check_record(record: type) -> None:
+    """``TypeError`` unless ``record`` has ``to_record`` and ``from_record``."""
+    if not (callable(getattr(record, "from_record", None)) and callable(getattr(record, "to_record", None))):
+        raise TypeError(f"record must be a class with to_record and from_record, got {record!r}")
+
+
 def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | None = None) -> tuple[Dump, Restore]:
     """The ``dump`` and ``restore`` hooks of a :class:`~monai_unc.engine.CaseCache` for results of ``record``.
 
@@ -68,8 +74,7 @@ def record_cache_hooks(record: type, on_restore: Callable[[Any, Any], Any] | Non
     Raises:
         TypeError: ``record`` has no ``to_record`` / ``from_record``.
     """
-    if not (callable(getattr(record, "from_record", None)) and callable(getattr(record, "to_record", None))):
-        raise TypeError(f"record must be a class with to_record and from_record, got {record!r}")
+    _check_record(record)
 
     def dump(folder: Path, case_id: str, result: Any) -> dict[str, Any]:
         doc, arrays = result.to_record()
@@ -105,6 +110,5 @@ def record_gather_hooks(record: type) -> tuple[Callable[[Any], Any], Callable[[A
     Raises:
         TypeError: ``record`` has no ``to_record`` / ``from_record``.
     """
-    if not (callable(getattr(record, "from_record", None)) and callable(getattr(record, "to_record", None))):
-        raise TypeError(f"record must be a class with to_record and from_record, got {record!r}")
+    _check_record(record)
     return (lambda result: result.to_record()), (lambda packed: record.from_record(*packed))
