@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import __version__
 from ..io import atomic_write_text, json_safe
-from ..io.provenance import rule_digest
+from ..io.provenance import read_checked_json, rule_digest
 from ..product import CohortProduct
 from .config import EvaluationConfig
 
@@ -181,8 +181,8 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
 def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[str, Any]:
     """Read and check an artifact file of :func:`write_artifact`.
 
-    The checks are the format, version, digest and, with ``product``, the product's name. The file is untrusted
-    input: nothing in it is imported or run.
+    The checks are the format, version, digest (:func:`monai_unc.io.provenance.read_checked_json`) and, with
+    ``product``, the product's name. The file is untrusted input: nothing in it is imported or run.
 
     Args:
         path: the file.
@@ -196,23 +196,8 @@ def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[s
         ValueError: naming ``path`` for another format, a changed digest (the file was edited) or another product.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"path: no artifact file at {path}")
-
-    def refuse(constant: str) -> Any:
-        raise ValueError(f"the constant {constant} is not JSON")
-
-    try:
-        doc = json.loads(path.read_text(), parse_constant=refuse)
-    except (OSError, ValueError, RecursionError) as e:
-        raise ValueError(f"path: {path} is not readable JSON: {type(e).__name__}: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != ARTIFACT_FORMAT:
-        raise ValueError(f"path: {path} is not a {ARTIFACT_FORMAT} file")
-    if doc.get("format_version") != _ARTIFACT_VERSION:
-        raise ValueError(f"path: {path} has format_version {doc.get('format_version')!r}, this version reads "
-                         f"{_ARTIFACT_VERSION}")
-    if doc.get("digest") != artifact_digest(doc):
-        raise ValueError(f"path: {path} does not match its digest (edited or corrupt): fit it again")
+    doc = read_checked_json(path, fmt=ARTIFACT_FORMAT, versions=(_ARTIFACT_VERSION,), what="artifact",
+                            written_by="monai-unc evaluate and the product's option", source=f"path: {path}")
     if product is not None and doc.get("product") != product:
         raise ValueError(f"path: {path} holds the artifact of product {doc.get('product')!r}, not {product!r}")
     return doc

@@ -9,6 +9,9 @@ Triage, conformal masks and the cohort products use them alike:
 - :func:`prediction_regions` / :func:`region_differences`: the region spec recorded with region-based predictions.
 - :func:`rule_digest`: the sha256 content digest of a fitted file (a referral rule, a conformal rule, a product's
   artifact), which tells an edited or corrupted file from the one written.
+- :func:`read_checked_json`: the one reader of such a file (untrusted strict JSON: its format, version and digest
+  checked), with its parts :func:`check_document` (format and version of data already parsed) and
+  :func:`check_digest`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -533,3 +536,123 @@ def rule_digest(body: Mapping[str, Any]) -> str:
     doc = {k: v for k, v in body.items() if k != "digest"}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_document(doc: Any, *, fmt: str, versions: Collection[int], what: str, source: str) -> None:
+    """Check that parsed JSON is a document of format ``fmt`` in a version this package reads.
+
+    Args:
+        doc: the parsed JSON (untrusted).
+        fmt: the expected ``format`` field (e.g. ``"monai-unc referral rule"``).
+        versions: the ``format_version`` values this version reads.
+        what: what such a document is, in words (e.g. ``"referral rule"``).
+        source: how the messages name the document (e.g. ``"referral rule <path>"``).
+
+    Raises:
+        ValueError: ``doc`` is not a JSON object, its ``format`` is not ``fmt`` or its ``format_version`` is not one
+            of ``versions``; the message starts with ``source``.
+
+    Example:
+        >>> check_document({"format": "f", "format_version": 1}, fmt="f", versions=(1,), what="f file", source="x")
+        >>> check_document({"format": "f", "format_version": 2}, fmt="f", versions=(1,), what="f file", source="x")
+        Traceback (most recent call last):
+        ...
+        ValueError: x: format_version 2 is not supported (this monai-unc reads 1); upgrade monai-unc
+    """
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"{source} is not a {fmt} file: expected a JSON object, got {type(doc).__name__}")
+    got = doc.get("format")
+    if got != fmt:
+        article = "an" if what[:1].lower() in "aeiou" else "a"
+        raise ValueError(f"{source} is not a {fmt} file: field 'format' is {got!r}, so it is not {article} {what}")
+    ver = doc.get("format_version")
+    if isinstance(ver, bool) or not isinstance(ver, int) or ver not in versions:
+        low, high = min(versions), max(versions)
+        reads = str(low) if low == high else f"{low} to {high}"
+        newer = "; upgrade monai-unc" if isinstance(ver, int) and not isinstance(ver, bool) and ver > high else ""
+        raise ValueError(f"{source}: format_version {ver!r} is not supported (this monai-unc reads {reads}){newer}")
+
+
+def check_digest(doc: Mapping[str, Any], *, source: str, written_by: str, required: bool = True) -> bool:
+    """Check a document's ``digest`` field against its content (:func:`rule_digest`).
+
+    Args:
+        doc: the parsed JSON object.
+        source: how the message names the document.
+        written_by: what writes such a file (the message says to write it again with it).
+        required: whether a document without a digest (written before digests were recorded) is refused.
+
+    Returns:
+        Whether a digest was compared (False: none recorded and ``required`` is False).
+
+    Raises:
+        ValueError: the digest does not match the content (or is missing and ``required``).
+
+    Example:
+        >>> doc = {"a": 1}
+        >>> check_digest({**doc, "digest": rule_digest(doc)}, source="x", written_by="w")
+        True
+        >>> check_digest(doc, source="x", written_by="w", required=False)
+        False
+    """
+    digest = doc.get("digest")
+    if digest is None and not required:
+        return False
+    if digest != rule_digest(doc):
+        raise ValueError(f"{source} does not match its digest (field 'digest'): the file was edited or corrupted; "
+                         f"write it again with {written_by}")
+    return True
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"the constant {name} is not JSON")
+
+
+def read_checked_json(
+    path: str | os.PathLike,
+    *,
+    fmt: str,
+    versions: Collection[int],
+    what: str,
+    written_by: str,
+    source: str | None = None,
+    digest: bool = True,
+) -> dict[str, Any]:
+    """Read a fitted file (a referral rule, a conformal rule, a product's artifact) as untrusted strict JSON.
+
+    The file must be UTF-8 JSON without the constants ``NaN`` / ``Infinity``, an object of format ``fmt`` in one of
+    ``versions`` (:func:`check_document`) and, with ``digest``, match its content digest (:func:`check_digest`).
+    Nothing in it is imported or run.
+
+    Args:
+        path: the file.
+        fmt: the expected ``format`` field.
+        versions: the ``format_version`` values this version reads.
+        what: what the file is, in words (e.g. ``"referral rule"``).
+        written_by: what writes such a file (e.g. ``"monai-unc evaluate --target-risk"``), named by the messages.
+        source: how the messages name the file (default ``"<what> <path>"``).
+        digest: compare the digest (False: the caller does, with :func:`check_digest`, e.g. after checks that name
+            the field an edit changed).
+
+    Returns:
+        The parsed JSON object.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: starting with ``source``: the file is not readable, not strict JSON, not an object of the format
+            and a supported version, or does not match its digest.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: no {what} file at {path} (written by {written_by})")
+    source = f"{what} {path}" if source is None else source
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except OSError as e:
+        raise ValueError(f"{source} is not readable JSON: {type(e).__name__}: {e}") from None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{source} is not readable JSON: it is not valid JSON ({type(e).__name__}: {e})") from None
+    check_document(doc, fmt=fmt, versions=versions, what=what, source=source)
+    if digest:
+        check_digest(doc, source=source, written_by=written_by)
+    return doc

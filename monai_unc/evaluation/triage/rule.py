@@ -5,7 +5,6 @@ These are :class:`ReferralRule`, :class:`Decision` and :class:`ImageReference`.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -17,8 +16,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import __version__
-from ...io import atomic_write_json, json_safe
-from ...io.provenance import rule_digest
+from ...io import atomic_write_json, json_safe, provenance
+from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...metrics.risk_control import risk_controlled_threshold
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, risk_of_dice
@@ -34,8 +33,10 @@ RULE_FORMAT = "monai-unc referral rule"
 #: ``evaluate`` writes), 2 for a rule of a region-based model without that record (it records the region spec, which
 #: a reader of version 1 would ignore), 1 for every other rule (readable by older versions)
 RULE_VERSION = 3
+#: what writes a rule file
+_WRITTEN_BY = "monai-unc evaluate --target-risk"
 #: what a rule file says when its content does not agree with itself
-_EDITED = "the file was edited or corrupted; certify the rule again with monai-unc evaluate --target-risk"
+_EDITED = f"the file was edited or corrupted; certify the rule again with {_WRITTEN_BY}"
 #: default robust z-score above which a case's image counts as far from the calibration images
 IMAGE_Z_MAX = 5.0
 #: scale of the MAD that makes it a consistent estimate of a normal standard deviation
@@ -697,15 +698,8 @@ class ReferralRule:
         Raises:
             ValueError: naming the bad field, or saying the file was edited or corrupted.
         """
-        if not isinstance(d, Mapping):
-            raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
-        fmt = d.get("format")
-        if fmt != RULE_FORMAT:
-            raise ValueError(f"{source}: not a referral rule (field 'format' is {fmt!r}, expected {RULE_FORMAT!r})")
-        ver = _field(d, "format_version", source, int)
-        if ver > RULE_VERSION or ver < 1:
-            raise ValueError(f"{source}: format_version {ver} is not supported (this monai-unc reads up to "
-                             f"{RULE_VERSION}); upgrade monai-unc")
+        check_document(d, fmt=RULE_FORMAT, versions=range(1, RULE_VERSION + 1), what="referral rule", source=source)
+        ver = d["format_version"]
         try:
             sc = _field(d, "score", source, dict)
             cal = _field(d, "calibration", source, dict)
@@ -760,14 +754,13 @@ class ReferralRule:
                 record=record,
             )
             rule.verify_certificate()
-            digest = d.get("digest") if check_digest else None
-            if digest is not None and digest != rule_digest(d):
-                raise ValueError(f"field 'digest' does not match the rule's content: {_EDITED}")
+            digested = check_digest and provenance.check_digest(d, source=source, written_by=_WRITTEN_BY,
+                                                                required=False)
             if record is None:
                 rule.integrity = (f"not recomputed: format_version {ver} records no calibration cases' scores and "
                                   "risks (a rule written before monai-unc recorded them); its threshold is trusted")
             else:
-                rule.integrity = ("recomputed, digest verified" if digest is not None else
+                rule.integrity = ("recomputed, digest verified" if digested else
                                   "recomputed, no digest" if check_digest else "recomputed")
             return rule
         except ValueError as e:
@@ -802,18 +795,9 @@ class ReferralRule:
                 content digest does not match).
         """
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"referral rule not found: {path} (written by monai-unc evaluate --target-risk)")
-        try:
-            text = path.read_text(encoding="utf-8")
-            d = json.loads(text, parse_constant=_no_constant)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"referral rule {path} is not valid JSON ({e})") from None
+        d = read_checked_json(path, fmt=RULE_FORMAT, versions=range(1, RULE_VERSION + 1), what="referral rule",
+                              written_by=_WRITTEN_BY, digest=False)  # compared by from_json, after the fields
         return cls.from_json(d, f"referral rule {path}", check_digest=True)
-
-
-def _no_constant(name: str) -> Any:
-    raise json.JSONDecodeError(f"non-standard constant {name}", name, 0)
 
 
 def as_float(v: Any) -> float:
