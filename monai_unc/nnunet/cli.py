@@ -67,13 +67,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.set_defaults(nnunet_command=PREDICT_COMMAND)
     p.add_argument("-i", required=True, help="input folder (files named like nnU-Net's imagesTs: CASE_0000<ending>)")
     p.add_argument("-o", required=True, help="output folder (created if missing)")
-    p.add_argument("-d", default=None, help="dataset name or id (with -c; or give -m)")
-    p.add_argument("-p", default="nnUNetPlans", help="plans identifier (default: nnUNetPlans)")
-    p.add_argument("-tr", default="nnUNetTrainer", help="trainer class used for training (default: nnUNetTrainer)")
-    p.add_argument("-c", default=None, help="configuration, e.g. 3d_fullres")
-    p.add_argument("-m", default=None, help="trained model folder (instead of -d/-tr/-p/-c)")
-    p.add_argument("-f", nargs="+", default=["0", "1", "2", "3", "4"], help="folds (default: 0 1 2 3 4)")
-    p.add_argument("-chk", default="checkpoint_final.pth", help="checkpoint name (default: checkpoint_final.pth)")
+    _add_model_options(p, trainer="trainer class used for training", configuration="configuration, e.g. 3d_fullres",
+                       checkpoint="checkpoint name (default: checkpoint_final.pth)")
     p.add_argument("-step_size", type=float, default=0.5, help="sliding-window step as a fraction of the patch")
     p.add_argument("--disable_tta", action="store_true", help="no mirroring (not allowed with --sources mirroring)")
     p.add_argument("--verbose", action="store_true")
@@ -138,19 +133,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     c.set_defaults(nnunet_command=CALIBRATE_COMMAND)
     c.add_argument("-o", required=True, help="folder for the calibrated copy of the model")
-    c.add_argument("-d", default=None, help="dataset name or id (with -c; or give -m)")
-    c.add_argument("-p", default="nnUNetPlans", help="plans identifier (default: nnUNetPlans)")
-    c.add_argument("-tr", default="nnUNetTrainer", help="trainer class (default: nnUNetTrainer)")
-    c.add_argument("-c", default=None, help="configuration")
-    c.add_argument("-m", default=None, help="trained model folder (instead of -d/-tr/-p/-c)")
-    c.add_argument("-f", nargs="+", default=["0", "1", "2", "3", "4"], help="folds (default: 0 1 2 3 4)")
-    c.add_argument("-chk", default="checkpoint_final.pth", help="checkpoint name")
+    _add_model_options(c, trainer="trainer class", configuration="configuration", checkpoint="checkpoint name")
     c.add_argument("--mode", choices=("scalar", "vector"), default="scalar",
                    help="one t, or one per class (per region for a region-based model)")
     c.add_argument("--loss", choices=("nll", "ece"), default="nll", help="fitting objective (default nll)")
     c.add_argument("--disable_tta", action="store_true", help="validation logits without mirroring")
     c.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
     return p
+
+
+def _add_model_options(parser: argparse.ArgumentParser, *, trainer: str, configuration: str, checkpoint: str) -> None:
+    """The options that name a trained nnU-Net model (``-d -p -tr -c -m -f -chk``), read by :func:`_model_folder`.
+
+    ``trainer``, ``configuration`` and ``checkpoint`` are the help texts of ``-tr``, ``-c`` and ``-chk``.
+    """
+    parser.add_argument("-d", default=None, help="dataset name or id (with -c; or give -m)")
+    parser.add_argument("-p", default="nnUNetPlans", help="plans identifier (default: nnUNetPlans)")
+    parser.add_argument("-tr", default="nnUNetTrainer", help=f"{trainer} (default: nnUNetTrainer)")
+    parser.add_argument("-c", default=None, help=configuration)
+    parser.add_argument("-m", default=None, help="trained model folder (instead of -d/-tr/-p/-c)")
+    parser.add_argument("-f", nargs="+", default=["0", "1", "2", "3", "4"], help="folds (default: 0 1 2 3 4)")
+    parser.add_argument("-chk", default="checkpoint_final.pth", help=checkpoint)
 
 
 def _model_folder(args: argparse.Namespace) -> str:
