@@ -154,6 +154,13 @@ def overlap_ratio(
     return out
 
 
+def _count_tensors(intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``|A & B|``, ``|A|`` and ``|B|`` as tensors on the intersection's device."""
+    inter = to_tensor(intersection, "intersection")
+    return inter, to_tensor(size_a, "size_a").to(inter.device), to_tensor(size_b, "size_b").to(inter.device)
+
+
 def dice_from_counts(
     intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike, empty_score: float = 1.0, *,
     caller: str = "dice",
@@ -175,9 +182,7 @@ def dice_from_counts(
         >>> dice_from_counts([3, 0], [4, 0], [4, 0])
         tensor([0.7500, 1.0000], dtype=torch.float64)
     """
-    inter = to_tensor(intersection, "intersection")
-    a = to_tensor(size_a, "size_a").to(inter.device)
-    b = to_tensor(size_b, "size_b").to(inter.device)
+    inter, a, b = _count_tensors(intersection, size_a, size_b)
     return overlap_ratio(2 * inter, a + b, empty_score, caller=caller)
 
 
@@ -202,9 +207,7 @@ def iou_from_counts(
         >>> iou_from_counts([3, 0], [4, 0], [4, 0])
         tensor([0.6000, 1.0000], dtype=torch.float64)
     """
-    inter = to_tensor(intersection, "intersection")
-    a = to_tensor(size_a, "size_a").to(inter.device)
-    b = to_tensor(size_b, "size_b").to(inter.device)
+    inter, a, b = _count_tensors(intersection, size_a, size_b)
     return overlap_ratio(inter, a + b - inter, empty_score, caller=caller)
 
 
