@@ -64,6 +64,11 @@ def _one_or_list(values: Sequence[Any]) -> Any:
     return vals[0] if len(vals) == 1 else vals
 
 
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+
+
 _TEMPERATURE = re.compile(r"\(temperature \[([^\]]*)\]\)")
 
 
@@ -132,8 +137,7 @@ def prediction_fingerprint(
     Raises:
         ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    _check_layout(layout)
     pred = Path(predictions)
     if layout == "monai-unc":
         doc = read_json_or_none(pred / "infer.json")
@@ -213,8 +217,7 @@ def prediction_regions(
     Raises:
         ValueError: ``layout`` is not one of :data:`monai_unc.io.LAYOUTS`.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    _check_layout(layout)
     pred = Path(predictions)
     if layout == "monai-unc":
         found = read_prediction_regions(pred)
@@ -481,8 +484,7 @@ def list_prediction_cases(
         FileNotFoundError: ``predictions`` is not a folder.
         CaseError: no segmentation found, a case of ``cases`` has no prediction, or files of a case are missing.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    _check_layout(layout)
     pred = Path(predictions)
     if not pred.is_dir():
         raise FileNotFoundError(f"predictions folder not found: {pred}")
