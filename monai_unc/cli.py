@@ -71,16 +71,6 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _numbers(text: str | None, option: str) -> list[float] | None:
-    """A comma-separated list of numbers (None for None); ``ValueError`` naming the option (one line, exit 2)."""
-    if text is None:
-        return None
-    try:
-        return [float(v) for v in text.split(",")]
-    except ValueError:
-        raise ValueError(f"{option} must be comma-separated numbers such as 0.2,0.4, got {text!r}") from None
-
-
 def _measure_name(text: str) -> str:
     """A value of ``--measures`` / ``--measure``.
 
@@ -226,29 +216,6 @@ def _add_evaluate(sub: Any) -> None:
                    help="with --regions: count label values that no region holds as background instead of refusing "
                         "them (e.g. label 3 under 'brats' is refused: BraTS 2023 labels need 'brats2023')")
     _add_risk_control(p, defaults=True)
-    g = p.add_argument_group(
-        "conformal masks",
-        "With --conformal, fit inner / outer masks with a finite-sample guarantee on the calibration cases "
-        "(--calibration-cases, else every case) and write conformal_rule.json for 'monai-unc conformal' "
-        "(docs/conformal.md). Needs probabilities.",
-    )  # fmt: skip
-    g.add_argument("--conformal", action="append", default=None, metavar="SIDE:LOSS=TARGET",
-                   help="outer:fnr=0.1 (outer mask missing at most that share of the true voxels) or inner:fp=0.1 "
-                        "(inner mask with at most that share of false positives); repeat for both")
-    g.add_argument("--conformal-family", default="threshold", choices=("threshold", "margin"),
-                   help="threshold: on the probability; margin: the predicted mask dilated / eroded by mm")
-    g.add_argument("--conformal-delta", type=float, default=None, metavar="D",
-                   help="high probability: P(loss of a new case <= TARGET) >= 1 - D (default: in expectation)")
-    g.add_argument("--conformal-strata", type=int, default=None, metavar="K",
-                   help="stratify by a label-free case score (--conformal-stratify-by) into K strata at the "
-                        "quantiles of the calibration cases' scores (3: terciles), each with its own threshold or "
-                        "margin; 'monai-unc conformal' puts a new case in its stratum by the same score")
-    g.add_argument("--conformal-strata-edges", default=None, metavar="E1,E2,...",
-                   help="instead of --conformal-strata: fixed inner edges of the strata (e.g. terciles of the score "
-                        "on other cases; exact guarantee within each stratum)")
-    g.add_argument("--conformal-stratify-by", default=None, metavar="SCORE",
-                   help="the strata's case score: <measure>_<mean|fg_mean|patch_mean> (regions: also _<R>), "
-                        "computed from the prediction alone (default: the triage score --score)")
     for product in registered_products():  # the options of every cohort product (monai_unc.product)
         _add_product_options(p, product)
     p.add_argument("--allow-missing", action="store_true",
@@ -587,10 +554,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial, num_classes=args.num_classes,
         class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
         risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels,
-        conformal=args.conformal, conformal_family=args.conformal_family, conformal_delta=args.conformal_delta,
-        conformal_strata=args.conformal_strata,
-        conformal_strata_edges=_numbers(args.conformal_strata_edges, "--conformal-strata-edges"),
-        conformal_stratify_by=args.conformal_stratify_by, products=products_from_arguments(args),
+        products=products_from_arguments(args),
     )  # fmt: skip
     res = evaluate_command(
         args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
@@ -624,22 +588,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"wrote {paths['metrics']} and {paths['summary']}")
         if "rule" in paths:
             print(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
-        strata = (summary.get("conformal") or {}).get("strata")
-        if strata:
-            print(f"conformal strata of {strata['score']}: edges {', '.join(f'{e:.4g}' for e in strata['edges'])}; "
-                  f"calibration cases per stratum {strata['counts']}")
-        for side, b in (summary.get("conformal") or {}).get("sides", {}).items():
-            achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'])}" for n, t in b["per_task"].items())
-            print(f"conformal {side} ({b['loss']} target {b['target']:g}, {b['method']}): calibration {achieved}")
-        if "conformal_rule" in paths:
-            print(f"wrote {paths['conformal_rule']} (apply it: monai-unc conformal --rule {paths['conformal_rule']} "
-                  "...)")
         for product in config.products:  # each product prints its own lines
             if product.name in summary:
-                for line in product.summary_lines(summary[product.name]):
-                    print(line)
+                _print(product.summary_lines(summary[product.name]))
             if f"product:{product.name}" in paths:
-                print(f"wrote {paths[f'product:{product.name}']}")
+                _print(product.artifact_lines(paths[f"product:{product.name}"]))
     return 0
 
 

@@ -1,6 +1,6 @@
 """The cohort-product protocol: a capability of ``monai-unc evaluate`` as one unit of code.
 
-A *cohort product* is everything one capability adds to an evaluation (calibration, failure detection, conformal
+A *cohort product* is everything one capability adds to an evaluation (calibration, failure detection, risk-controlled
 masks, lesion-wise evaluation, a site's own measure, ...), supplied by one class:
 
 ==========================  ==========================================================================================
@@ -33,6 +33,7 @@ products before it imports what the chosen command runs on.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,18 @@ __all__ = [
 ]
 
 _REGISTRY: dict[str, type[CohortProduct]] = {}
+#: the package's own products (:mod:`monai_unc.products`): imported, so registered, on the first lookup of the registry
+#: (a plug-in discovery: this light module does not import them at its top)
+_BUILTIN_MODULES = ("monai_unc.products",)
+_builtins: list[bool] = []
+
+
+def _load_builtins() -> None:
+    """Import the package's own product modules once (they register their classes)."""
+    if not _builtins:
+        _builtins.append(True)
+        for module in _BUILTIN_MODULES:
+            importlib.import_module(module)
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,17 @@ class CohortProduct:
         """
         return {}
 
+    def case_options(self) -> dict[str, Any]:
+        """The options that a case's state depends on: they enter the per-case resume fingerprint.
+
+        Options that only the fit reads (a target, a level) may be left out, so that changing them refits without
+        evaluating the cases again.
+
+        Returns:
+            A dict of JSON data (default :meth:`options`).
+        """
+        return self.options()
+
     def check(self, case_ids: Sequence[str], config: Any) -> None:
         """Refuse, before any work, a cohort the product cannot handle (``ValueError`` naming the option).
 
@@ -157,6 +181,19 @@ class CohortProduct:
 
         Returns:
             None.
+        """
+
+    def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
+        """Refuse, before any work, input files the product cannot use (default: no check).
+
+        Args:
+            cases: the matched cases (:class:`~monai_unc.io.CaseFiles`: segmentation, probabilities, maps).
+            inputs: the evaluation's inputs: ``predictions`` (folder), ``layout``, ``uncertainty`` (folder or None)
+                and ``probs_suffix`` (None: the layout's).
+            config: the evaluation options.
+
+        Returns:
+            None; a ``ValueError`` naming the file or option otherwise.
         """
 
     # -- per case ----------------------------------------------------------------------------------------------
@@ -217,6 +254,27 @@ class CohortProduct:
         """
         return None
 
+    def write_artifact(self, path: str | os.PathLike, artifact: Any, calibration_cases: Sequence[str],
+                       inputs: Mapping[str, Any], config: Any) -> Path | None:
+        """Write the artifact of :meth:`fit` in a format of the product's own (default: None, the generic one).
+
+        By default the evaluation writes the checked document of :func:`monai_unc.evaluation.products.write_artifact`.
+        A product overrides this to write a file of its own format instead (e.g. a rule file that records the
+        fingerprint of the predictions it was fitted on); the file must be written atomically (:mod:`monai_unc.io`)
+        and carry a digest.
+
+        Args:
+            path: the file (:meth:`artifact_path`).
+            artifact: what :meth:`fit` returned.
+            calibration_cases: the ids of the cases it was fitted on.
+            inputs: the evaluation's inputs (as for :meth:`check_inputs`).
+            config: the evaluation options.
+
+        Returns:
+            The path written, or None to let the evaluation write the generic document.
+        """
+        return None
+
     def apply(self, case: Any, artifact: Any) -> Any:
         """Apply the fitted artifact to a new case (default: the product has nothing to apply).
 
@@ -242,6 +300,18 @@ class CohortProduct:
             Lines of text.
         """
         return []
+
+    @classmethod
+    def artifact_lines(cls, path: Path) -> list[str]:
+        """What ``monai-unc evaluate`` prints about the artifact file it wrote (default: its path).
+
+        Args:
+            path: the file.
+
+        Returns:
+            Lines of text.
+        """
+        return [f"wrote {path}"]
 
     @classmethod
     def report_section(cls, block: Mapping[str, Any]) -> ReportSection | None:
@@ -282,12 +352,13 @@ def _check_product_class(cls: Any) -> None:
 #: summary.json keys of the evaluation itself and the stems of its files: no product may use them as its name
 RESERVED_NAMES = ("n_cases", "num_classes", "class_names", "measure", "score", "dice", "calibration", "reliability",
                   "spatial", "case_metrics", "failure_detection", "referral", "triage", "failures", "ood",
-                  "risk_control", "regions", "qu_brats", "conformal", "warnings", "config", "histogram",
-                  "region_histograms", "products", "summary", "metrics", "referral_rule", "conformal_rule", "state",
+                  "risk_control", "regions", "qu_brats", "warnings", "config", "histogram",
+                  "region_histograms", "products", "summary", "metrics", "referral_rule", "state",
                   "report", "infer", "rows")
-#: files of an evaluation folder (and of the folders of triage and conformal) that no artifact may replace
-RESERVED_FILES = ("summary.json", "metrics.csv", "failures.json", "referral_rule.json", "conformal_rule.json",
-                  "triage.json", "triage.csv", "conformal.json", "conformal.csv", "infer.json", "report.html")
+#: files of an evaluation folder (and of the folders of infer and triage) that no artifact may replace; nor may it
+#: replace another registered product's artifact
+RESERVED_FILES = ("summary.json", "metrics.csv", "failures.json", "referral_rule.json", "triage.json", "triage.csv",
+                  "infer.json", "report.html")
 
 
 def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
@@ -312,6 +383,10 @@ def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
             or artifact.startswith(".") or not artifact.endswith(".json")):
         raise ValueError(f"{cls.__name__}.artifact_file must be a '<name>.json' file name that is not one of the "
                          f"evaluation's own files {RESERVED_FILES}, got {artifact!r}")
+    taken = [other.__name__ for other in _REGISTRY.values() if other.name != cls.name
+             and (other.artifact_file or f"{other.name}.json") == artifact]
+    if taken:
+        raise ValueError(f"{cls.__name__}.artifact_file {artifact!r} is the artifact file of product {taken[0]}")
     _REGISTRY[cls.name] = cls
     return cls
 
@@ -332,8 +407,9 @@ def registered_products() -> list[type[CohortProduct]]:
     """The registered product classes, in registration order.
 
     Returns:
-        The classes.
+        The classes: the package's own (:mod:`monai_unc.products`) and those registered since.
     """
+    _load_builtins()
     return list(_REGISTRY.values())
 
 
@@ -346,6 +422,7 @@ def product_type(name: str) -> type[CohortProduct] | None:
     Returns:
         The class or None.
     """
+    _load_builtins()
     return _REGISTRY.get(str(name))
 
 

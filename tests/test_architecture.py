@@ -47,9 +47,10 @@ LAYERS: dict[int, tuple[str, ...]] = {
     4: ("inferers",),
     5: ("transforms", "handlers", "engines", "engine", "data"),
     6: ("evaluation", "nnunet"),
-    7: ("report",),
-    8: ("workflows",),
-    9: ("cli",),
+    7: ("products",),
+    8: ("report",),
+    9: ("workflows",),
+    10: ("cli",),
 }
 LAYER_OF = {c: layer for layer, comps in LAYERS.items() for c in comps}
 
@@ -97,6 +98,12 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
+    ),
+    # a product module is light (the command line reads its options before torch): its computations load when run
+    **dict.fromkeys(
+        [("monai_unc.products.conformal", m) for m in ("monai_unc.metrics.conformal", "monai_unc.evaluation.config",
+                                                       "monai_unc.evaluation.conformal")],
+        "the product's options are read by the command line before torch; its computations are imported when run",
     ),
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
     ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "

@@ -170,8 +170,24 @@ def test_reserved_names_are_refused(name):
 
 
 def test_the_reserved_names_are_the_evaluations_own_keys():
-    for key in ("n_cases", "calibration", "triage", "risk_control", "conformal", "config", "products", "warnings"):
+    for key in ("n_cases", "calibration", "triage", "risk_control", "config", "products", "warnings"):
         assert key in RESERVED_NAMES
+    # the masks with a guarantee are a product now: their summary key is the product's name, not a reserved one
+    assert "conformal" not in RESERVED_NAMES and product_type("conformal") is not None
+
+
+def test_the_builtin_products_are_registered_on_the_first_lookup():
+    from monai_unc.products import ConformalMasks
+
+    assert ConformalMasks in registered_products() and product_type("conformal") is ConformalMasks
+    assert ConformalMasks.artifact_file == "conformal_rule.json"
+
+
+def test_a_second_product_may_not_take_another_ones_artifact_file():
+    cls = type("Thief", (CohortProduct,), {"name": "thief", "title": "Thief", "artifact_file": "conformal_rule.json"})
+    with pytest.raises(ValueError, match="artifact file of product ConformalMasks"):
+        register_product(cls)
+    assert product_type("thief") is None
 
 
 @pytest.mark.parametrize("name", ["", "volume-error", "1st", "_private", "a b", "x.y", None, 3])

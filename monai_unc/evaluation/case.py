@@ -31,7 +31,6 @@ import numpy as np
 from ..activation import TaskView
 from ..io import CaseFiles, LoadedCase, load_case
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
-from ..metrics.conformal import ConformalCaseState, conformal_case_state
 from ..metrics.discrimination import error_auprc, error_auroc
 from ..metrics.qu_brats import measure_max, qu_brats_regions, to_qu_brats_range
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
@@ -50,8 +49,7 @@ from .rows import (
     unclaimed_case_labels,
 )
 
-__all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "load_evaluation_case", "evaluate_case",
-           "conformal_states"]
+__all__ = ["CaseResult", "class_dice", "derived_maps", "primary_measure", "load_evaluation_case", "evaluate_case"]
 
 
 def _namer(task: TaskView) -> Callable[[str], str]:
@@ -97,42 +95,6 @@ def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str,
     return cols, curves
 
 
-def conformal_states(case: LoadedCase, tasks: list[TaskView], config: EvaluationConfig
-                     ) -> dict[str, ConformalCaseState] | None:
-    """The case's :class:`~monai_unc.metrics.conformal.ConformalCaseState` of every side of ``config.conformal``.
-
-    None without ``config.conformal``. The states compare softmax probabilities against the label map (every class
-    one-vs-rest, named by ``class_names`` or ``0 .. C-1``), or per region the sigmoid probabilities against the region's
-    true mask. The margin family dilates or erodes the predicted segmentation (the ``seg`` file, or the predicted
-    regions).
-
-    Args:
-        case: the loaded case (it must have probabilities).
-        tasks: its tasks (:func:`~monai_unc.evaluation.rows.case_tasks`).
-        config: the evaluation options.
-
-    Returns:
-        ``{side: state}`` or None.
-
-    Raises:
-        ValueError: the case has no probabilities.
-    """
-    if not config.conformal:
-        return None
-    if case.probs is None:
-        raise ValueError(f"conformal: case {case.case_id!r} has no probabilities (the conformal masks need them)")
-    sides = list(dict(config.conformal))
-    if case.multilabel:
-        target = np.stack([t.target.astype(bool) for t in tasks])
-        pred = np.stack([t.pred.astype(bool) for t in tasks])
-        kw: dict[str, Any] = {"activation": "sigmoid", "names": [str(t.name) for t in tasks]}
-    else:
-        target, pred = case.label, case.seg
-        kw = {"activation": "softmax", "names": config.class_names or None}
-    return {side: conformal_case_state(case.probs, target, family=config.conformal_family, side=side,
-                                       spacing=case.spacing, pred=pred, **kw) for side in sides}
-
-
 def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCase:
     """Read and check one case's files as the evaluation needs them.
 
@@ -174,7 +136,6 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             warnings.warn(f"label value(s) {unclaimed[:6]} are in no region of {config.regions} and count as "
                           "background (another region spec, e.g. brats2023?)", UserWarning, stacklevel=2)
         act, tasks, maps = case_tasks(case, config)
-        conformal = conformal_states(case, tasks, config)
         cols = [_namer(t) for t in tasks]
         dices = [class_dice(t.pred, t.target, t.num_classes) for t in tasks]
         row["dice"] = float(np.mean([float(np.mean(d)) for d in dices]))
@@ -227,7 +188,7 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
         row.update(product_columns)  # last: an evaluation without products keeps its columns and their order
     messages = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     if not act.multilabel:
-        return CaseResult(row, None if hists is None else hists[0], messages, conformal=conformal, states=states)
+        return CaseResult(row, None if hists is None else hists[0], messages, states=states)
     region_hists = None if hists is None else {str(t.name): h for t, h in zip(tasks, hists)}
     return CaseResult(row, None, messages, region_histograms=region_hists, curves=curves,
-                      unclaimed_labels=unclaimed, conformal=conformal, states=states)
+                      unclaimed_labels=unclaimed, states=states)

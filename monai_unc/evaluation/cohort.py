@@ -36,6 +36,7 @@ from .region_case import QU_BRATS_COLUMNS
 __all__ = [
     "CohortState",
     "summarize",
+    "score_column",
     "case_risk",
     "risk_of_dice",
     "calibration_mask",
@@ -301,7 +302,16 @@ def _column(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
     return np.array([float(r.get(key, np.nan)) if r.get(key) not in (None, "") else np.nan for r in rows])
 
 
-def _score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
+def score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
+    """The triage score column of the rows: ``wanted`` (upgraded from an older name), else the primary measure's.
+
+    Args:
+        rows: the cohort's rows (their columns are read from the first).
+        wanted: the ``score`` option, or None.
+
+    Returns:
+        The column name; ``ValueError`` when ``wanted`` is not a column.
+    """
     if not rows:
         raise ValueError("no case rows")
     keys = [k for k in rows[0] if k.endswith(tuple(f"_{s}" for s in CASE_SCORES))]
@@ -488,7 +498,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
     ids = [str(r["case"]) for r in rows]
     n = len(rows)
     dice = _column(rows, "dice")
-    score_key = _score_column(rows, config.score)
+    score_key = score_column(rows, config.score)
     raw_scores = _column(rows, score_key)
     scores = fill_undefined_scores(raw_scores)
     summary: dict[str, Any] = {
@@ -691,7 +701,7 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     """The cohort summary of a saved evaluation again, with another budget or risk target.
 
     This is what ``monai-unc report --budget`` shows: :func:`summarize` on the saved state; the blocks that
-    ``evaluate`` fitted (conformal masks, the products') are kept as written.
+    ``evaluate`` fitted (the products') are kept as written.
 
     Args:
         state: the saved cohort state (:func:`load_evaluation`).
@@ -707,7 +717,7 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
         summary = summarize(state, config)
     recorded = (saved.get("config") or {}).get("products") or {}
-    kept = [k for k in saved if k == "conformal" or k in recorded or product_type(k) is not None]
+    kept = [k for k in saved if k in recorded or product_type(k) is not None]
     summary.update({k: saved[k] for k in kept})
     return summary
 

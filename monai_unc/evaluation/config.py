@@ -10,16 +10,16 @@ import csv
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
-from ..metrics.conformal import CONFORMAL_FAMILIES, min_calibration_cases
-from ..product import CohortProduct
+from ..product import CohortProduct, product_type
 from ..regions import parse_regions
 from ..scores import CASE_SCORES
 
@@ -35,8 +35,6 @@ __all__ = [
     "slug",
     "region_suffix",
     "read_shifts",
-    "CONFORMAL_LOSSES",
-    "parse_conformal_specs",
     "parse_score_column",
 ]
 
@@ -53,6 +51,9 @@ RISKS = ("failure", "1-dice")
 STATE_DIR = "state"
 #: sub-folder of an evaluation output holding the maps derived from the probabilities of cases without map files
 DERIVED_MAPS_DIR = "maps"
+#: the deprecated keywords of :class:`EvaluationConfig` (``EvaluationConfig.__post_init__``)
+_LEGACY_KEYS = ("conformal", "conformal_family", "conformal_delta", "conformal_strata", "conformal_strata_edges",
+                "conformal_stratify_by")
 
 
 def slug(name: str) -> str:
@@ -136,24 +137,10 @@ class EvaluationConfig:
             ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
             qualified names are part of the resume fingerprint (:attr:`case_metric_names`), so changing the metric
             set recomputes the cases (changing a function's body under the same name does not).
-        conformal: conformal masks to fit (docs/conformal.md): ``{"outer": target, "inner": target}`` (one or
-            both) or the command line's specs ``["outer:fnr=0.1", "inner:fp=0.1"]``; stored as the mapping. The
-            outer mask controls the missed share of the true voxels (FNR), the inner mask the false-positive share
-            of the mask. Each case's :class:`~monai_unc.metrics.conformal.ConformalCaseState` is computed (it needs
-            probabilities) and the rules are fitted on the calibration cases (``calibration_cases``, else every
-            case) into ``conformal_rule.json``.
-        conformal_family: ``"threshold"`` (probability threshold) or ``"margin"`` (distance margin in mm).
-        conformal_delta: without it, expectation control (conformal risk control at level ``target``); with it,
-            the high-probability rule ``P(loss of a new case <= target) >= 1 - conformal_delta``.
-        conformal_strata: stratify the conformal rules into this many strata (at least 2) of a label-free case
-            score (``conformal_stratify_by``) at the quantiles of the calibration cases' scores (3: terciles); each
-            stratum gets its own ``lambda_hat`` and ``monai-unc conformal`` puts a new case in its stratum by the
-            same score of its prediction (docs/conformal.md).
-        conformal_strata_edges: instead of ``conformal_strata``, fixed inner edges of the strata (strictly
-            increasing; e.g. terciles of the score on other cases): the guarantee within a stratum is then exact.
-        conformal_stratify_by: the case score of the strata, a column ``<measure>_<mean|fg_mean|patch_mean>``
-            (for regions also ``..._<R>``) computed from the prediction alone (default: the triage score
-            ``score``).
+        conformal, conformal_family, conformal_delta, conformal_strata, conformal_strata_edges,
+            conformal_stratify_by: deprecated keywords: each adds the product of the masks with a guarantee
+            (``products=[monai_unc.products.ConformalMasks(targets, family, delta, strata, strata_edges,
+            stratify_by)]``), with a ``DeprecationWarning``.
         products: the cohort products to compute besides the evaluation's own metrics (:mod:`monai_unc.product`):
             instances of registered :class:`~monai_unc.product.CohortProduct` subclasses, with distinct names. Each
             one's per-case state is computed and resumed with the case, its artifact fitted on the calibration cases
@@ -188,13 +175,37 @@ class EvaluationConfig:
     regions: dict[str, list[int]] | str | None = None
     case_metrics: Mapping[str, Callable[[Any], float]] | None = None
     ignore_unclaimed_labels: bool = False
-    conformal: Mapping[str, float] | Iterable[str] | None = None
-    conformal_family: str = "threshold"
-    conformal_delta: float | None = None
-    conformal_strata: int | None = None
-    conformal_strata_edges: Sequence[float] | None = None
-    conformal_stratify_by: str | None = None
     products: Sequence[CohortProduct] = ()
+    # deprecated keywords of masks with a guarantee, now a product (see __post_init__)
+    conformal: InitVar[Any] = None
+    conformal_family: InitVar[Any] = None
+    conformal_delta: InitVar[Any] = None
+    conformal_strata: InitVar[Any] = None
+    conformal_strata_edges: InitVar[Any] = None
+    conformal_stratify_by: InitVar[Any] = None
+
+    def __post_init__(self, *legacy: Any) -> None:
+        """The deprecated keywords ``conformal``, ``conformal_family``, ... add the product they configure.
+
+        They were the options of the masks with a guarantee before those became a cohort product
+        (``monai_unc.products.ConformalMasks``, registered under the name ``"conformal"``); they are removed in the
+        release that CHANGELOG.md announces.
+        """
+        given = dict(zip(_LEGACY_KEYS, legacy))
+        if all(v is None for v in given.values()):
+            return
+        warnings.warn(f"EvaluationConfig({', '.join(k for k, v in given.items() if v is not None)}=...) is "
+                      "deprecated: pass products=[monai_unc.products.ConformalMasks(...)] instead",
+                      DeprecationWarning, stacklevel=3)
+        if given["conformal"] is None:
+            raise ValueError("conformal_family / conformal_delta / conformal_strata / conformal_strata_edges / "
+                             "conformal_stratify_by need the masks (conformal)")
+        cls = product_type("conformal")
+        assert cls is not None, "the built-in products are registered on the first lookup"
+        product = cls(given["conformal"], family=given["conformal_family"] or "threshold",
+                      delta=given["conformal_delta"], strata=given["conformal_strata"],
+                      strata_edges=given["conformal_strata_edges"], stratify_by=given["conformal_stratify_by"])
+        self.products = (*tuple(self.products), product)
 
     @property
     def n_fine_bins(self) -> int:
@@ -204,22 +215,21 @@ class EvaluationConfig:
     def validate(self) -> None:
         """Check the options and normalise them in place.
 
-        ``measure`` becomes its canonical name, ``regions`` the parsed ``{region: [labels]}``, ``conformal`` the
-        ``{side: target}`` mapping (:func:`parse_conformal_specs`), ``conformal_strata_edges`` a list of floats and
-        ``products`` a tuple.
+        ``measure`` becomes its canonical name, ``regions`` the parsed ``{region: [labels]}`` and ``products`` a
+        tuple.
 
         Raises:
             ValueError: an option is out of range or inconsistent with another (the message names it).
             TypeError: ``case_metrics``, ``products`` or ``ignore_unclaimed_labels`` has the wrong type.
 
         Example:
-            >>> config = EvaluationConfig(measure="max_softmax", conformal=["outer:fnr=0.1"])
+            >>> config = EvaluationConfig(measure="max_softmax", regions="brats")
             >>> import warnings
             >>> with warnings.catch_warnings():
             ...     warnings.simplefilter("ignore")
             ...     config.validate()
-            >>> config.measure, config.conformal
-            ('one_minus_max_prob', {'outer': 0.1})
+            >>> config.measure, config.regions["WT"]
+            ('one_minus_max_prob', [1, 2, 4])
         """
         if not 0.0 <= self.budget < 1.0:
             raise ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}")
@@ -269,13 +279,6 @@ class EvaluationConfig:
                 if not callable(fn):
                     raise TypeError(f"case_metrics: {name!r} must be a function of a task, got {type(fn).__name__}")
 
-        if self.conformal is not None:
-            self.conformal = parse_conformal_specs(self.conformal)
-        if self.conformal_family not in CONFORMAL_FAMILIES:
-            raise ValueError(f"conformal_family must be one of {CONFORMAL_FAMILIES}, got {self.conformal_family!r}")
-        if self.conformal_delta is not None and not 0.0 < float(self.conformal_delta) < 1.0:
-            raise ValueError(f"conformal_delta must be in (0, 1), got {self.conformal_delta}")
-        self._validate_strata()
         self._validate_products()
 
     def _validate_products(self) -> None:
@@ -300,60 +303,6 @@ class EvaluationConfig:
             The options by product, in the order of :attr:`products`.
         """
         return {p.name: p.options() for p in self.products}
-
-    def _validate_strata(self) -> None:
-        k, edges, by = self.conformal_strata, self.conformal_strata_edges, self.conformal_stratify_by
-        if k is None and edges is None:
-            if by is not None:
-                raise ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges")
-            return
-        if not self.conformal:
-            raise ValueError("conformal_strata / conformal_strata_edges need conformal masks (conformal)")
-        if k is not None and edges is not None:
-            raise ValueError("give conformal_strata (quantile strata) or conformal_strata_edges (fixed edges), "
-                             "not both")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2):
-            raise ValueError(f"conformal_strata must be an integer >= 2 (3: terciles), got {k!r}")
-        if edges is not None:
-            try:
-                e = [float(v) for v in edges]
-            except (TypeError, ValueError):
-                raise ValueError(f"conformal_strata_edges must be numbers, got {edges!r}") from None
-            if not e or not all(math.isfinite(v) for v in e) or any(b <= a for a, b in zip(e, e[1:])):
-                raise ValueError(f"conformal_strata_edges must be one or more finite, strictly increasing values, "
-                                 f"got {list(edges)!r}")
-            self.conformal_strata_edges = e
-        if by is not None:
-            parse_score_column(by, self.region_names if self.regions is not None else None)
-
-    @property
-    def conformal_num_strata(self) -> int:
-        """The number of strata of the conformal rules (1 without stratification)."""
-        if self.conformal_strata is not None:
-            return int(self.conformal_strata)
-        return 1 if self.conformal_strata_edges is None else len(self.conformal_strata_edges) + 1
-
-    def min_conformal_cases(self) -> int:
-        """The fewest calibration cases the requested conformal rules need (0 without ``conformal``).
-
-        Returns:
-            The largest :func:`~monai_unc.metrics.conformal.min_calibration_cases` over the requested sides, times
-            the number of strata (each stratum needs that many on its own).
-        """
-        return self.min_conformal_cases_per_stratum() * self.conformal_num_strata
-
-    def min_conformal_cases_per_stratum(self) -> int:
-        """The fewest calibration cases each stratum of the requested conformal rules needs (0 without ``conformal``).
-
-        Returns:
-            The largest :func:`~monai_unc.metrics.conformal.min_calibration_cases` over the requested sides.
-        """
-        if not self.conformal:
-            return 0
-        specs = parse_conformal_specs(self.conformal)
-        if self.conformal_delta is not None:
-            return min_calibration_cases(float(self.conformal_delta), high_probability=True)
-        return max(min_calibration_cases(t) for t in specs.values())
 
     @property
     def case_metric_names(self) -> dict[str, str] | None:
@@ -442,53 +391,6 @@ class EvaluationConfig:
         if self.products:
             d["products"] = self.product_options()
         return d
-
-
-#: the loss of each side of a conformal spec (``outer:fnr=0.1``, ``inner:fp=0.1``)
-CONFORMAL_LOSSES = {"outer": "fnr", "inner": "fp"}
-
-
-def parse_conformal_specs(specs: Mapping[str, float] | Iterable[str]) -> dict[str, float]:
-    """The conformal masks asked for, as ``{side: target}``.
-
-    Args:
-        specs: ``{"outer": 0.1, "inner": 0.1}`` or specs ``"outer:fnr=0.1"`` / ``"inner:fp=0.1"`` (the command
-            line's ``--conformal``); each side at most once, each target in (0, 1).
-
-    Returns:
-        ``{side: target}`` with the sides in the order outer, inner.
-
-    Example:
-        >>> parse_conformal_specs(["inner:fp=0.05", "outer:fnr=0.1"])
-        {'outer': 0.1, 'inner': 0.05}
-    """
-    if isinstance(specs, str):
-        specs = [specs]
-    got: dict[str, float] = {}
-    if isinstance(specs, Mapping):
-        items = [(str(k), v) for k, v in specs.items()]
-    else:
-        items = []
-        for spec in specs:
-            m = re.fullmatch(r"\s*(outer|inner)\s*:\s*(fnr|fp)\s*=\s*(\S+)\s*", str(spec))
-            if m is None or CONFORMAL_LOSSES[m.group(1)] != m.group(2):
-                raise ValueError(f"conformal: {spec!r} is not a spec: use outer:fnr=TARGET or inner:fp=TARGET")
-            if m.group(1) in {k for k, _ in items}:
-                raise ValueError(f"conformal: the side {m.group(1)!r} is given twice")
-            items.append((m.group(1), m.group(3)))
-    for side, value in items:
-        if side not in CONFORMAL_LOSSES:
-            raise ValueError(f"conformal: the side must be 'outer' or 'inner', got {side!r}")
-        try:
-            target = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"conformal: the target of {side!r} must be a number in (0, 1), got {value!r}") from None
-        if not 0.0 < target < 1.0:
-            raise ValueError(f"conformal: the target of {side!r} must be in (0, 1), got {target:g}")
-        got[side] = target
-    if not got:
-        raise ValueError("conformal must name at least one mask (outer:fnr=TARGET or inner:fp=TARGET) or be None")
-    return {k: got[k] for k in CONFORMAL_LOSSES if k in got}
 
 
 def unit_scale(u: np.ndarray, measure: str, num_classes: int) -> np.ndarray:

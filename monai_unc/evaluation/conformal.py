@@ -62,16 +62,30 @@ from ..io import (
 )
 from ..io.provenance import check_prediction_fingerprint, list_prediction_cases, prediction_fingerprint, rule_digest
 from ..metrics.boundary import distance_to_mask
-from ..metrics.conformal import ConformalCaseState, ConformalRule, fit_conformal_rule, quantile_edges, stratum_of
+from ..metrics.conformal import (
+    ConformalCaseState,
+    ConformalRule,
+    conformal_case_state,
+    fit_conformal_rule,
+    quantile_edges,
+    stratum_of,
+)
+from ..product import CohortProduct
 from ..scores import case_score_columns, resolve_score_column
-from .config import CONFORMAL_LOSSES, STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
+from ..state import StateGroup, register_state_type
+from .cohort import score_column
+from .config import STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
 from .region_case import predicted_regions, region_score_columns
 from .resume import CASES_DIR, file_signature
 from .rows import derived_maps
 
-__all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "ConformalRuleFile", "ConformalStrata",
-           "conformal_strata", "check_conformal_probabilities", "fit_conformal_rules", "nest_masks", "conformal_masks",
-           "conformal_case", "check_conformal_inputs", "run_conformal"]
+#: the loss of each side (``outer``: false-negative rate, ``inner``: false-positive share of the mask)
+CONFORMAL_LOSSES = {"outer": "fnr", "inner": "fp"}
+
+__all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "CONFORMAL_LOSSES", "ConformalState",
+           "conformal_state", "ConformalRuleFile", "ConformalStrata", "conformal_strata",
+           "check_conformal_probabilities", "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
+           "conformal_masks", "conformal_case", "check_conformal_inputs", "run_conformal"]
 
 #: the rule file ``evaluate --conformal`` writes
 CONFORMAL_RULE_FILE = "conformal_rule.json"
@@ -82,6 +96,112 @@ _FORMAT_VERSION = 1
 CONFORMAL_WRITES = ("conformal.csv", "conformal.json", "*_outer.nii.gz", "*_inner.nii.gz", "failures.json",
                     STATE_DIR, f"{STATE_DIR}/*", ".*.partial*")
 _STATE_FORMAT = 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the per-case state
+# ----------------------------------------------------------------------------------------------------------------
+@register_state_type("conformal_masks")
+class ConformalState:
+    """One case's state of the masks product: a :class:`~monai_unc.metrics.conformal.ConformalCaseState` per side.
+
+    It also records which uncertainty maps the case read from files (``file_maps``): a stratified rule computes a
+    new case's score the same way (from the map file, or from the probabilities).
+
+    Args:
+        sides: ``{side: ConformalCaseState}`` (a :class:`~monai_unc.state.StateGroup` or a mapping).
+        file_maps: the measures whose maps were read from files.
+
+    Example:
+        >>> import numpy as np
+        >>> probs = np.stack([np.full((4, 4), 0.3), np.full((4, 4), 0.7)])
+        >>> side = conformal_case_state(probs, np.ones((4, 4), int), side="outer")
+        >>> state = ConformalState({"outer": side}, ["predictive_entropy"])
+        >>> ConformalState.from_state_dict(state.state_dict()) == state
+        True
+    """
+
+    def __init__(self, sides: Mapping[str, ConformalCaseState], file_maps: Sequence[str] = ()) -> None:
+        self.sides = sides if isinstance(sides, StateGroup) else StateGroup(sides)
+        self.file_maps = tuple(sorted(str(m) for m in file_maps))
+
+    def merge(self, other: ConformalState) -> ConformalState:
+        """Pool the voxels of ``other`` side by side (in place); a map counts as a file map if it is one in both.
+
+        Args:
+            other: another state of the same sides.
+
+        Returns:
+            ``self``.
+        """
+        self.sides.merge(other.sides)
+        self.file_maps = tuple(sorted(set(self.file_maps) & set(other.file_maps)))
+        return self
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The state as arrays: the sides under ``sides.<key>``, the file maps under ``file_maps``.
+
+        Returns:
+            The arrays.
+        """
+        out = {f"sides.{k}": v for k, v in self.sides.state_dict().items()}
+        out["file_maps"] = np.array(self.file_maps, dtype=np.str_)
+        return out
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> ConformalState:
+        """The state of :meth:`state_dict`.
+
+        Args:
+            state: the arrays.
+
+        Returns:
+            The state.
+        """
+        sides = StateGroup.from_state_dict({k[len("sides."):]: v for k, v in state.items() if k.startswith("sides.")})
+        return cls(sides, [str(m) for m in np.asarray(state["file_maps"]).reshape(-1).tolist()])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConformalState):
+            return NotImplemented
+        return self.sides == other.sides and self.file_maps == other.file_maps
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def conformal_state(case: Any, tasks: Sequence[Any], targets: Mapping[str, float], family: str,
+                    class_names: Sequence[str] | None = None) -> ConformalState:
+    """The case's state of every side of ``targets``.
+
+    The states compare softmax probabilities against the label map (every class one-vs-rest, named by
+    ``class_names`` or ``0 .. C-1``), or per region the sigmoid probabilities against the region's true mask. The
+    margin family dilates or erodes the predicted segmentation (the ``seg`` file, or the predicted regions).
+
+    Args:
+        case: the loaded case (it must have probabilities).
+        tasks: its tasks (:func:`~monai_unc.evaluation.rows.case_tasks`).
+        targets: ``{side: target}`` (the sides are used).
+        family: ``"threshold"`` or ``"margin"``.
+        class_names: the class names of a class evaluation.
+
+    Returns:
+        The :class:`ConformalState`.
+
+    Raises:
+        ValueError: the case has no probabilities.
+    """
+    if case.probs is None:
+        raise ValueError(f"conformal: case {case.case_id!r} has no probabilities (the conformal masks need them)")
+    if case.multilabel:
+        target = np.stack([t.target.astype(bool) for t in tasks])
+        pred = np.stack([t.pred.astype(bool) for t in tasks])
+        kw: dict[str, Any] = {"activation": "sigmoid", "names": [str(t.name) for t in tasks]}
+    else:
+        target, pred = case.label, case.seg
+        kw = {"activation": "softmax", "names": list(class_names) if class_names else None}
+    sides = {side: conformal_case_state(case.probs, target, family=family, side=side, spacing=case.spacing,
+                                        pred=pred, **kw) for side in targets}
+    return ConformalState(sides, [m for m in case.maps if m not in getattr(case, "derived", ())])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -210,26 +330,27 @@ def _as_score(v: Any) -> float:
         return float("nan")
 
 
-def conformal_strata(rows: Mapping[str, Mapping[str, Any]], files: Mapping[str, CaseFiles], config: EvaluationConfig,
+def conformal_strata(rows: Mapping[str, Mapping[str, Any]], file_maps: Mapping[str, Sequence[str]],
+                     product: Any, config: EvaluationConfig,
                      default_score: str | None = None) -> tuple[ConformalStrata | None, dict[str, float]]:
-    """The strata of ``config`` (``conformal_strata`` or ``conformal_strata_edges``) from the evaluated rows.
+    """The strata of the product (``strata`` or ``strata_edges``) from the evaluated rows of the calibration cases.
 
     Args:
-        rows: ``{case: metric row}`` of every evaluated case.
-        files: ``{case: CaseFiles}`` (whether the score's map came from files).
-        config: the evaluation options (``conformal_stratify_by``, else ``default_score``; the calibration cases).
+        rows: ``{case: metric row}`` of the calibration cases.
+        file_maps: ``{case: measures whose maps were read from files}`` (:attr:`ConformalState.file_maps`).
+        product: the :class:`~monai_unc.products.ConformalMasks` (``strata``, ``strata_edges``, ``stratify_by``,
+            else ``default_score``).
+        config: the evaluation options (the region spec, ``patch_size``).
         default_score: the triage score column of the evaluation.
 
     Returns:
         ``(strata, {case: score})`` of the calibration cases, or ``(None, {})`` without stratification.
         ``ValueError`` naming the option for a score that is not a label-free column or too few distinct scores.
     """
-    config.validate()
-    if config.conformal_num_strata == 1:
+    if product.num_strata == 1:
         return None, {}
-    ids = sorted(rows)
-    cal = ids if config.calibration_cases is None else sorted(str(c) for c in config.calibration_cases)
-    wanted = config.conformal_stratify_by or default_score
+    cal = sorted(rows)
+    wanted = product.stratify_by or default_score
     if wanted is None:
         raise ValueError("conformal_stratify_by: no score to stratify by (give one, or an evaluation with a score)")
     column = resolve_score_column(wanted, rows[cal[0]])
@@ -240,15 +361,15 @@ def conformal_strata(rows: Mapping[str, Mapping[str, Any]], files: Mapping[str, 
                          f"available e.g. {have[:6]}")
     scores = {c: _as_score(rows[c].get(column)) for c in cal}
     values = [scores[c] for c in cal]
-    if config.conformal_strata_edges is not None:
-        edges, method = tuple(float(e) for e in config.conformal_strata_edges), "fixed"
+    if product.strata_edges is not None:
+        edges, method = tuple(float(e) for e in product.strata_edges), "fixed"
     else:
         try:
-            edges, method = quantile_edges(values, int(config.conformal_strata)), "quantiles"  # type: ignore[arg-type]
+            edges, method = quantile_edges(values, int(product.strata)), "quantiles"
         except ValueError as e:
             raise ValueError(f"conformal_strata: {e} ({column} of the {len(cal)} calibration cases)") from None
     counts = np.bincount(stratum_of(values, edges), minlength=len(edges) + 1)
-    source = "file" if all(measure in files[c].maps for c in cal) else "probabilities"
+    source = "file" if all(measure in file_maps[c] for c in cal) else "probabilities"
     strata = ConformalStrata(column, measure, aggregation, region, edges, method, tuple(int(n) for n in counts),
                              source, int(config.patch_size))
     return strata, scores
@@ -285,15 +406,18 @@ def _pooled(rule: ConformalRule) -> dict[str, Any]:
 
 
 def fit_conformal_rules(
-    states: Mapping[str, Mapping[str, ConformalCaseState]], config: EvaluationConfig, *,
+    states: Mapping[str, Mapping[str, ConformalCaseState]], product: Any,
+    calibration_cases: Sequence[str] | None = None, *,
     strata: ConformalStrata | None = None, scores: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, ConformalRule], dict[str, Any]]:
-    """Fit the rule of every side of ``config.conformal`` on the calibration cases.
+    """Fit the rule of every side of the product on the calibration cases.
 
     Args:
-        states: ``{case: {side: state}}`` of every evaluated case.
-        config: the evaluation options: ``conformal`` (targets), ``conformal_delta`` (high probability when set),
-            ``calibration_cases`` (default every case).
+        states: ``{case: {side: state}}`` of the evaluated cases.
+        product: the :class:`~monai_unc.products.ConformalMasks` (``targets``, ``family``, ``delta``: high
+            probability when set).
+        calibration_cases: the ids of the calibration cases as the user gave them (None: every case of
+            ``states``).
         strata: the strata of :func:`conformal_strata` (None: one rule for every case).
         scores: ``{case: score}`` of the calibration cases, with ``strata``.
 
@@ -306,13 +430,11 @@ def fit_conformal_rules(
     Raises:
         ValueError: too few calibration cases (in a stratum); the message says how many are needed.
     """
-    config.validate()
-    assert config.conformal is not None
     ids = sorted(states)
-    cal = ids if config.calibration_cases is None else sorted(str(c) for c in config.calibration_cases)
+    cal = ids if calibration_cases is None else sorted(str(c) for c in calibration_cases)
     rules: dict[str, ConformalRule] = {}
-    block: dict[str, Any] = {"family": config.conformal_family, "delta": config.conformal_delta,
-                             "calibration": "all" if config.calibration_cases is None else cal,
+    block: dict[str, Any] = {"family": product.family, "delta": product.delta,
+                             "calibration": "all" if calibration_cases is None else cal,
                              "n_calibration": len(cal), "sides": {}}
     kw: dict[str, Any] = {}
     if strata is not None:
@@ -320,8 +442,8 @@ def fit_conformal_rules(
             raise ValueError("scores must be given with strata (one score per calibration case)")
         kw = {"scores": [scores[c] for c in cal], "edges": strata.edges}
         block["strata"] = strata.to_dict()
-    for side, target in dict(config.conformal).items():  # type: ignore[arg-type]
-        alpha, tol = (target, None) if config.conformal_delta is None else (float(config.conformal_delta), target)
+    for side, target in product.targets.items():
+        alpha, tol = (target, None) if product.delta is None else (float(product.delta), target)
         try:
             rule = fit_conformal_rule([states[c][side] for c in cal], alpha, tol=tol, **kw)
         except ValueError as e:
@@ -341,6 +463,28 @@ def fit_conformal_rules(
                 {"stratum": s, "score_from": bounds[s], "score_below": bounds[s + 1], "n": strata.counts[s],
                  "per_task": _achieved([rule.task_rule(n, s) for n in rule.names])} for s in range(rule.num_strata)]
     return rules, block
+
+
+def fit_product(product: CohortProduct, states: Mapping[str, ConformalState], rows: Sequence[Mapping[str, Any]],
+                config: EvaluationConfig) -> dict[str, Any]:
+    """The fit of :class:`~monai_unc.products.ConformalMasks`: strata, rules and the summary block.
+
+    Args:
+        product: the product.
+        states: ``{case: ConformalState}`` of the calibration cases.
+        rows: their rows (in case-id order).
+        config: the evaluation options.
+
+    Returns:
+        ``{"rules": {side: rule dict}, "strata": strata dict or None, "summary": block}``.
+    """
+    by_case = {str(r["case"]): r for r in rows}
+    strata, scores = conformal_strata(by_case, {c: s.file_maps for c, s in states.items()}, product, config,
+                                      score_column(rows, config.score) if rows else None)
+    rules, block = fit_conformal_rules({c: s.sides for c, s in states.items()}, product, config.calibration_cases,
+                                       strata=strata, scores=scores)
+    return {"rules": {side: rule.to_dict() for side, rule in rules.items()},
+            "strata": None if strata is None else strata.to_dict(), "summary": block}
 
 
 @dataclass
@@ -458,40 +602,30 @@ class ConformalRuleFile:
         return next(iter(self.rules.values()))
 
 
-def write_conformal_rule(output: str | os.PathLike, rules: Mapping[str, ConformalRule] | None,
-                         config: EvaluationConfig, calibration_cases: Sequence[str], *,
-                         predictions: str | os.PathLike | None = None, layout: str = "monai-unc",
-                         uncertainty: str | os.PathLike | None = None,
-                         strata: ConformalStrata | None = None) -> Path | None:
-    """Write ``<output>/conformal_rule.json``, or, without rules, remove a stale one.
-
-    The file holds the rules and the fingerprint of the calibration cases' predictions
-    (:func:`prediction_fingerprint`).
+def write_rule_file(path: str | os.PathLike, product: Any, artifact: Mapping[str, Any],
+                    calibration_cases: Sequence[str], inputs: Mapping[str, Any], config: EvaluationConfig) -> Path:
+    """Write ``conformal_rule.json``: the fitted rules and the fingerprint of the calibration cases' predictions.
 
     Args:
-        output: the evaluation folder.
-        rules: ``{side: rule}`` of :func:`fit_conformal_rules`, or None.
-        config: the evaluation options.
+        path: the file.
+        product: the :class:`~monai_unc.products.ConformalMasks`.
+        artifact: what :func:`fit_product` returned.
         calibration_cases: the ids the rules were fitted on.
-        predictions: the folder of the evaluated predictions (None: no fingerprint is recorded).
-        layout: its file naming (``monai-unc`` or ``nnunet``).
-        uncertainty: the folder of its uncertainty maps (default from the layout).
-        strata: the strata of stratified rules (:func:`conformal_strata`).
+        inputs: ``predictions`` (None: no fingerprint is recorded), ``layout`` and ``uncertainty`` of the
+            evaluation (:func:`~monai_unc.io.provenance.prediction_fingerprint`).
+        config: the evaluation options (the region spec).
 
     Returns:
-        The path, or None.
+        The path.
     """
-    path = Path(output) / CONFORMAL_RULE_FILE
-    if not rules:
-        path.unlink(missing_ok=True)
-        return None
-    assert config.conformal is not None
     cal = [str(c) for c in calibration_cases]
-    fp = prediction_fingerprint(predictions, layout, cal, uncertainty) if predictions is not None else {}
+    predictions = inputs.get("predictions")
+    fp = (prediction_fingerprint(predictions, inputs.get("layout", "monai-unc"), cal, inputs.get("uncertainty"))
+          if predictions is not None else {})
     regions = None if config.regions is None else {k: list(v) for k, v in dict(config.regions).items()}
-    doc = ConformalRuleFile(dict(rules), dict(config.conformal), config.conformal_delta, fp, cal,  # type: ignore
-                            regions, strata=strata)
-    return doc.save(path)
+    rules = {str(side): ConformalRule.from_dict(d) for side, d in artifact["rules"].items()}
+    strata = None if artifact.get("strata") is None else ConformalStrata.from_dict(artifact["strata"])
+    return ConformalRuleFile(rules, dict(product.targets), product.delta, fp, cal, regions, strata=strata).save(path)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -20,10 +20,11 @@ from typing import Any
 from .. import __version__
 from ..io import atomic_write_text, json_safe
 from ..io.provenance import read_checked_json, rule_digest
-from ..product import CohortProduct
+from ..product import CohortProduct, registered_products
 from .config import EvaluationConfig
 
 __all__ = [
+    "check_product_inputs",
     "product_case_states",
     "product_states_of",
     "fit_products",
@@ -44,6 +45,21 @@ artifact_digest = rule_digest
 #: the ``format`` of a product artifact file (:func:`write_artifact`)
 ARTIFACT_FORMAT = "monai-unc product artifact"
 _ARTIFACT_VERSION = 1
+
+
+def check_product_inputs(cases: Sequence[Any], inputs: Mapping[str, Any], config: EvaluationConfig) -> None:
+    """Each product's checks of the input files before any work (:meth:`.CohortProduct.check_inputs`).
+
+    Args:
+        cases: the matched cases (:class:`~monai_unc.io.CaseFiles`).
+        inputs: ``predictions``, ``layout``, ``uncertainty`` and ``probs_suffix`` of the evaluation.
+        config: the evaluation options.
+
+    Returns:
+        None; the first product's refusal is raised.
+    """
+    for product in config.products:
+        product.check_inputs(cases, inputs, config)
 
 
 def product_case_states(case: Any, tasks: Sequence[Any], config: EvaluationConfig
@@ -227,14 +243,19 @@ def artifact_paths(output: str | os.PathLike, config: EvaluationConfig) -> dict[
 
 
 def write_artifacts(output: str | os.PathLike, config: EvaluationConfig, fitted: Mapping[str, Any],
-                    case_ids: Sequence[str]) -> dict[str, Path]:
+                    case_ids: Sequence[str], inputs: Mapping[str, Any] | None = None) -> dict[str, Path]:
     """Write the artifact of every product that fitted one; remove an earlier run's file of a product that did not.
+
+    A product writes a file of its own format with :meth:`~monai_unc.product.CohortProduct.write_artifact`; the
+    others get the generic checked document (:func:`write_artifact`).
 
     Args:
         output: the evaluation folder.
         config: the evaluation options.
         fitted: the artifacts of :func:`fit_products`.
         case_ids: the ids of the cohort's cases (the calibration cases are taken from them).
+        inputs: ``predictions``, ``layout`` and ``uncertainty`` of the evaluation (what a product's own format may
+            record, e.g. the fingerprint of the predictions); None: none known.
 
     Returns:
         ``{product name: path}`` of the files written.
@@ -242,13 +263,15 @@ def write_artifacts(output: str | os.PathLike, config: EvaluationConfig, fitted:
     cal = config.calibration_ids(list(case_ids))
     out: dict[str, Path] = {}
     asked = {p.artifact_path(output).name for p in config.products}
+    stale = {cls.artifact_file or f"{cls.name}.json" for cls in registered_products()} - asked
     for old in sorted(Path(output).glob("*.json")):  # an earlier run's artifact of a product not asked for now
-        if old.name not in asked and _is_artifact(old):
+        if old.name not in asked and (old.name in stale or _is_artifact(old)):
             old.unlink(missing_ok=True)
     for p in config.products:
         path = p.artifact_path(output)
         if fitted.get(p.name) is None:
             path.unlink(missing_ok=True)
             continue
-        out[p.name] = write_artifact(path, p, fitted[p.name], cal)
+        written = p.write_artifact(path, fitted[p.name], cal, dict(inputs or {}), config)
+        out[p.name] = written if written is not None else write_artifact(path, p, fitted[p.name], cal)
     return out

@@ -64,8 +64,8 @@ def file_signature(path: Path | None) -> list[Any] | None:
 def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:
     """What a case's metric row depends on, as JSON data.
 
-    That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec, the conformal
-    sides and family and the products' options when set), the case's shift label and the :func:`file_signature` of
+    That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec and the
+    products' case options when set), the case's shift label and the :func:`file_signature` of
     its label, segmentation, probabilities and maps, and with regions of its image too (the QU-BraTS brain mask).
 
     Args:
@@ -90,12 +90,10 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
         },
     }
-    if config.conformal:  # only when asked: the fingerprint of an evaluation without conformal masks is unchanged
-        fp["config"]["conformal"] = {"sides": list(dict(config.conformal)), "family": config.conformal_family}
     if config.products:  # only when asked: the fingerprint of an evaluation without products is unchanged
         # in order (it is the order of the columns), with each product's class: another implementation under the
         # same name is another product
-        fp["config"]["products"] = [[p.name, f"{type(p).__module__}.{type(p).__qualname__}", p.options()]
+        fp["config"]["products"] = [[p.name, f"{type(p).__module__}.{type(p).__qualname__}", p.case_options()]
                                     for p in config.products]
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
@@ -122,7 +120,7 @@ def case_cache(folder: str | os.PathLike, config: EvaluationConfig) -> CaseCache
 
     It is meant for :func:`monai_unc.engine.run_cases`, keyed by :func:`case_fingerprint`; a result is a
     :class:`CaseResult` (with its files and number of classes), saved as its record (:meth:`CaseResult.to_record`):
-    ``<case>.npz``, every state of the case (histograms, conformal states, the products' states), then ``<case>.json``
+    ``<case>.npz``, every state of the case (histograms, the products' states), then ``<case>.json``
     (row, warnings, fingerprint; written last, it marks the case finished).
 
     Args:

@@ -68,7 +68,6 @@ class CaseResult:
         region_histograms: ``{region: binary histogram}`` of a region evaluation, in the spec's order.
         curves: the case's QU-BraTS curves (region evaluations).
         unclaimed_labels: non-zero labels of the label map that no region holds.
-        conformal: ``{side: ConformalCaseState}`` with ``EvaluationConfig.conformal``, else None.
         states: ``{product name: state}`` of ``EvaluationConfig.products``.
         files: the case's files (set by the evaluation's per-case step).
         num_classes: the case's number of classes (regions), set with ``files``.
@@ -86,8 +85,6 @@ class CaseResult:
     region_histograms: dict[str, ConfidenceHistogram] | None = None
     curves: dict[str, Any] | None = None
     unclaimed_labels: list[int] = field(default_factory=list)
-    #: ``{side: ConformalCaseState}`` with ``EvaluationConfig.conformal`` (docs/conformal.md), else None
-    conformal: dict[str, Any] | None = None
     #: ``{product name: state}`` of ``EvaluationConfig.products``
     states: dict[str, Any] = field(default_factory=dict)
     #: the case's files, set by the evaluation's per-case step (:func:`~monai_unc.evaluation.evaluate_files`)
@@ -101,8 +98,8 @@ class CaseResult:
     def all_states(self) -> dict[str, Any]:
         """Every mergeable state of the case by name.
 
-        These are ``histogram``, ``region_histograms`` and ``conformal`` (as :class:`~monai_unc.state.StateGroup` s)
-        where present, and ``product.<name>`` for each product's state.
+        These are ``histogram`` and ``region_histograms`` (a :class:`~monai_unc.state.StateGroup`) where present,
+        and ``product.<name>`` for each product's state.
 
         Returns:
             The states (for :func:`monai_unc.state.pack_states`).
@@ -112,8 +109,6 @@ class CaseResult:
             out["histogram"] = self.histogram
         if self.region_histograms is not None:
             out["region_histograms"] = StateGroup(self.region_histograms)
-        if self.conformal is not None:
-            out["conformal"] = StateGroup(self.conformal)
         out.update({f"{_PRODUCT_PREFIX}{name}": state for name, state in self.states.items()})
         return out
 
@@ -150,7 +145,6 @@ class CaseResult:
         """
         states = unpack_states(arrays)
         rh = states.pop("region_histograms", None)
-        conformal = states.pop("conformal", None)
         products = {}
         for name in doc.get("products") or []:
             products[str(name)] = states.pop(f"{_PRODUCT_PREFIX}{name}")
@@ -159,7 +153,7 @@ class CaseResult:
         return cls(dict(doc["row"]), states.pop("histogram", None), [str(w) for w in doc.get("warnings") or []],
                    region_histograms=None if rh is None else dict(rh), curves=doc.get("curves"),
                    unclaimed_labels=[int(v) for v in doc.get("unclaimed_labels") or []],
-                   conformal=None if conformal is None else dict(conformal), states=products,
+                   states=products,
                    files=None if files is None else CaseFiles.from_json(files),
                    num_classes=None if n is None else int(n),
                    derived={str(k): str(v) for k, v in (doc.get("derived") or {}).items()})

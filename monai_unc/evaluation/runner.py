@@ -26,18 +26,12 @@ from ..engine import (
 )
 from ..engine.records import record_gather_hooks
 from ..io import CaseError, CaseFiles, match_cases, save_nifti, save_region_maps
+from ..product import registered_products
 from ..regions import unclaimed_labels_message
 from .case import CaseResult, derived_maps, evaluate_case, load_evaluation_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import DERIVED_MAPS_DIR, STATE_DIR, EvaluationConfig
-from .conformal import (
-    CONFORMAL_RULE_FILE,
-    check_conformal_probabilities,
-    conformal_strata,
-    fit_conformal_rules,
-    write_conformal_rule,
-)
-from .products import artifact_paths, fit_products, write_artifacts
+from .products import artifact_paths, check_product_inputs, fit_products, write_artifacts
 from .resume import CASES_DIR, case_cache
 from .triage import RULE_FILE, prediction_regions, region_differences, write_referral_rule
 
@@ -108,7 +102,7 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | No
     if maps is not None and not loaded.maps and loaded.probs is not None:
         derived = derived_maps(loaded)  # once: the row scores these maps (as given maps) and the report draws them
         written = write_derived_maps(loaded, maps, derived)
-        loaded = dataclasses.replace(loaded, maps=derived)
+        loaded = dataclasses.replace(loaded, maps=derived, derived=tuple(derived))
     result = evaluate_case(loaded, config)
     result.derived = {m: str(p) for m, p in written.items()}
     result.files, result.num_classes = files, _num_classes(loaded, config)
@@ -404,24 +398,15 @@ def _run_evaluate(
             unknown = sorted(set(c.case_id for c in cases) - set(config.shifts))
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
-        wanted = config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
+        config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
         _check_products(cases, config)  # a product's own refusals, before any work too
-        n_cal = len(wanted) if config.calibration_cases is not None else len(cases)
-        if config.conformal and n_cal < config.min_conformal_cases():
-            k = config.conformal_num_strata
-            each = "" if k == 1 else (f" in {k} strata: each stratum needs at least "
-                                      f"{config.min_conformal_cases_per_stratum()}, so")
-            raise ValueError(f"conformal: {n_cal} calibration case(s) are too few for {dict(config.conformal)} "
-                             f"(delta {config.conformal_delta}){each}: at least {config.min_conformal_cases()} are "
-                             "needed")
-        if config.conformal:  # the probabilities, before any work: a folder saved without them, or logits
-            check_conformal_probabilities(cases, "sigmoid" if config.regions is not None else "softmax",
-                                          match_kwargs["predictions"], match_kwargs["layout"],
-                                          probs_suffix=match_kwargs["probs_suffix"])
+        check_product_inputs(cases, inputs, config)  # e.g. probabilities a product needs: before any work too
         check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
         return cases
 
     cohort: dict[str, CohortState] = {}  # rank 0: the assembled state, returned (not broadcast)
+    #: what a product may check or record (e.g. the fingerprint of the predictions a rule is fitted on)
+    inputs = {k: match_kwargs[k] for k in ("predictions", "layout", "uncertainty", "probs_suffix")}
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
         late: list[tuple[str, BaseException]] = []  # a number of classes other than the cohort's
@@ -441,43 +426,29 @@ def _run_evaluate(
             # the products: fitted on the calibration cases, one summary block each
             fitted = fit_products(state.product_states, state.sorted_rows(), config)
             summary = summarize(state, config, fitted=fitted)
-            rules, cal = None, []
-            strata = None
-            if config.conformal:  # conformal masks: fitted on the calibration cases, reported in summary.json
-                states = {str(r.row["case"]): r.conformal for r, _, _ in results}
-                strata, scores = conformal_strata({str(r.row["case"]): r.row for r, _, _ in results},
-                                                  {str(r.row["case"]): f for r, f, _ in results}, config,
-                                                  summary["score"]["column"])
-                rules, summary["conformal"] = fit_conformal_rules(states, config, strata=strata, scores=scores)
-                cal = summary["conformal"]["calibration"]
-                cal = sorted(states) if cal == "all" else cal
             paths = write_evaluation(state, summary, output, config)
             rule = write_referral_rule(output, state, summary, config, predictions=match_kwargs["predictions"],
                                        layout=match_kwargs["layout"], uncertainty=match_kwargs["uncertainty"])
             if rule is not None:  # with a target risk: referral_rule.json for monai-unc triage (docs/triage.md)
                 paths["rule"] = rule
-            conformal = write_conformal_rule(output, rules, config, cal,
-                                             predictions=match_kwargs["predictions"], layout=match_kwargs["layout"],
-                                             uncertainty=match_kwargs["uncertainty"], strata=strata)
-            if conformal is not None:  # with --conformal: conformal_rule.json for monai-unc conformal
-                paths["conformal_rule"] = conformal
             ids = [str(r["case"]) for r in state.sorted_rows()]
-            written = write_artifacts(output, config, fitted, ids)
+            written = write_artifacts(output, config, fitted, ids, inputs)
             paths.update({f"product:{name}": path for name, path in written.items()})
             return summary, paths
 
         try:
             return outputs()
-        except Exception:  # a refusal (e.g. a conformal stratum too small) or a product's error: no earlier run's
+        except Exception:  # a refusal (e.g. a stratum of a product too small) or a product's error: no earlier run's
             stale(run)  # outputs may pass for this cohort's
             raise
 
     def stale(run: CohortRun) -> None:
         remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
         (output / RULE_FILE).unlink(missing_ok=True)  # nor an earlier run's referral rule
-        (output / CONFORMAL_RULE_FILE).unlink(missing_ok=True)  # nor its conformal rule
         for path in artifact_paths(output, config).values():  # nor a product's artifact
             path.unlink(missing_ok=True)
+        for cls in registered_products():  # nor one of a product an earlier run asked for
+            (output / (cls.artifact_file or f"{cls.name}.json")).unlink(missing_ok=True)
 
     pack, unpack = record_gather_hooks(CaseResult)
     maps = output / DERIVED_MAPS_DIR

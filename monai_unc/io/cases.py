@@ -680,6 +680,7 @@ class LoadedCase:
         spacing: voxel size per axis (mm).
         image: the input image, or None when not loaded.
         multilabel: whether the case is region-based (sigmoid).
+        derived: the measures of ``maps`` that were derived from the probabilities instead of read from files.
 
     Example:
         >>> z = np.zeros((2, 2, 2), np.int64)
@@ -696,6 +697,7 @@ class LoadedCase:
     spacing: tuple[float, ...]
     image: np.ndarray | None = None
     multilabel: bool = False
+    derived: tuple[str, ...] = ()
 
 
 def _check_geometry(case: str, ref: tuple[np.ndarray, np.ndarray, Path], other: tuple[Any, Any, Path]) -> None:

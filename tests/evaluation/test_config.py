@@ -1,5 +1,6 @@
 """Options of an evaluation (:mod:`monai_unc.evaluation.config`): the refusals of ``EvaluationConfig.validate`` name
-the field, the derived settings, the column names of regions, the shift table and the conformal / score specs."""
+the field, the derived settings, the column names of regions, the shift table and the score specs (the options of
+the masks with a guarantee: tests/products/test_conformal_product.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ import numpy as np
 import pytest
 
 from monai_unc.evaluation.config import (
-    CONFORMAL_LOSSES,
     EvaluationConfig,
-    parse_conformal_specs,
     parse_score_column,
     read_shifts,
     region_suffix,
@@ -45,21 +44,6 @@ from monai_unc.scores import CASE_SCORES
     ({"regions": "brats", "num_classes": 2}, "num_classes"),
     ({"case_metrics": {"bad name": len}}, "case_metrics"),
     ({"case_metrics": {"1x": len}}, "case_metrics"),
-    ({"conformal": ["outer:fp=0.1"]}, "conformal"),
-    ({"conformal": {"outer": 1.0}}, "conformal"),
-    ({"conformal": []}, "conformal"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_family": "quantile"}, "conformal_family"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_delta": 1.0}, "conformal_delta"),
-    ({"conformal_strata": 3}, "conformal_strata"),
-    ({"conformal_stratify_by": "predictive_entropy_mean"}, "conformal_stratify_by"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_strata": 1}, "conformal_strata"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_strata": True}, "conformal_strata"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_strata": 3, "conformal_strata_edges": [0.1]}, "conformal_strata"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_strata_edges": [0.2, 0.1]}, "conformal_strata_edges"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_strata_edges": [math.nan]}, "conformal_strata_edges"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_strata_edges": ["x"]}, "conformal_strata_edges"),
-    ({"conformal": ["outer:fnr=0.1"], "conformal_strata": 2, "conformal_stratify_by": "dice"},
-     "conformal_stratify_by"),
 ])
 def test_validate_refuses_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -76,15 +60,11 @@ def test_validate_type_errors_name_the_field(kwargs, field):
         EvaluationConfig(**kwargs).validate()
 
 
-def test_validate_normalises_and_accepts_edges():
-    config = EvaluationConfig(measure="one_minus_max_prob", regions="brats",
-                              conformal=["inner:fp=0.05", "outer:fnr=0.1"],
-                              conformal_strata_edges=(np.float32(0.5), 1), conformal_stratify_by="variance_fg_mean_WT")
+def test_validate_normalises_regions():
+    config = EvaluationConfig(measure="one_minus_max_prob", regions="brats")
     config.validate()
     assert list(config.regions.items()) == [("TC", [1, 4]), ("WT", [1, 2, 4]), ("ET", [4])]  # channel order
     assert config.region_names == ["TC", "WT", "ET"]
-    assert config.conformal == {"outer": 0.1, "inner": 0.05}
-    assert config.conformal_strata_edges == [0.5, 1.0] and config.conformal_num_strata == 3
     config.validate()  # validating twice changes nothing
     assert list(config.regions.items()) == [("TC", [1, 4]), ("WT", [1, 2, 4]), ("ET", [4])]
 
@@ -102,15 +82,10 @@ def test_n_fine_bins_is_sixteen_times_n_bins():
     assert EvaluationConfig(n_bins=1).n_fine_bins == 16
 
 
-def test_resolved_risk_method_and_strata_counts():
+def test_resolved_risk_method():
     assert EvaluationConfig().resolved_risk_method == "sgr"
     assert EvaluationConfig(risk="1-dice").resolved_risk_method == "ltt"
     assert EvaluationConfig(risk_method="ltt").resolved_risk_method == "ltt"
-    assert EvaluationConfig().conformal_num_strata == 1
-    assert EvaluationConfig(conformal_strata=4).conformal_num_strata == 4
-    assert EvaluationConfig().min_conformal_cases() == 0
-    c = EvaluationConfig(conformal={"outer": 0.1}, conformal_strata=3)
-    assert c.min_conformal_cases() == 3 * c.min_conformal_cases_per_stratum() > 0
 
 
 def test_check_calibration_cases():
@@ -182,40 +157,6 @@ def test_read_shifts_refusals(tmp_path):
         read_shifts(binary)
 
 
-@pytest.mark.parametrize("specs, expected", [
-    (["outer:fnr=0.1"], {"outer": 0.1}),
-    ("inner:fp=0.05", {"inner": 0.05}),
-    (["inner:fp=0.05", " outer : fnr = 0.2 "], {"outer": 0.2, "inner": 0.05}),
-    ({"inner": "0.3", "outer": 0.1}, {"outer": 0.1, "inner": 0.3}),
-    (("outer:fnr=1e-2",), {"outer": 0.01}),
-])
-def test_parse_conformal_specs(specs, expected):
-    got = parse_conformal_specs(specs)
-    assert got == expected and list(got) == [k for k in CONFORMAL_LOSSES if k in expected]
-
-
-@pytest.mark.parametrize("specs, match", [
-    (["outer:fp=0.1"], "is not a spec"),
-    (["inner:fnr=0.1"], "is not a spec"),
-    (["middle:fnr=0.1"], "is not a spec"),
-    (["outer=0.1"], "is not a spec"),
-    (["outer:fnr=0.1", "outer:fnr=0.2"], "given twice"),
-    (["outer:fnr=abc"], "must be a number"),
-    (["outer:fnr=0"], r"must be in \(0, 1\)"),
-    (["outer:fnr=1"], r"must be in \(0, 1\)"),
-    (["outer:fnr=nan"], r"must be in \(0, 1\)"),
-    ({"side": 0.1}, "must be 'outer' or 'inner'"),
-    ({"outer": None}, "must be a number"),
-    ([], "at least one mask"),
-    ({}, "at least one mask"),
-])
-def test_parse_conformal_specs_refusals(specs, match):
-    with pytest.raises(ValueError, match="conformal"):
-        parse_conformal_specs(specs)
-    with pytest.raises(ValueError, match=match):
-        parse_conformal_specs(specs)
-
-
 def test_parse_score_column_every_measure_and_score():
     for m in MEASURES:
         for s in CASE_SCORES:
@@ -249,5 +190,5 @@ def test_to_json():
     plain.validate()
     d = plain.to_json()
     assert "case_metric_names" not in d and "products" not in d and "shifts" not in d
-    assert d["budget"] == 0.2 and d["measure"] is None and d["conformal"] is None
+    assert d["budget"] == 0.2 and d["measure"] is None and not any(k.startswith("conformal") for k in d)
     assert config.shifts == {"a": "none"}  # to_json does not change the config

@@ -20,6 +20,7 @@ from monai_unc.evaluation.conformal import CONFORMAL_RULE_FILE, ConformalRuleFil
 from monai_unc.evaluation.triage import FingerprintMismatch
 from monai_unc.io import load_case, match_cases
 from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+from monai_unc.products import ConformalMasks
 
 SPEC = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 2,
         "channels": [4, 8], "strides": [2], "num_res_units": 0, "dropout": 0.2}
@@ -79,7 +80,8 @@ def test_evaluate_writes_a_verified_rule_equal_to_the_api_fit(cohort):
     saved = sorted((cohort["eval"] / "state" / "cases").glob("*.npz"))  # each case's record holds its conformal states
     assert saved
     with np.load(saved[0]) as z:
-        assert {"conformal/__type__", "conformal/0.__type__", "conformal/1.__type__"} <= set(z.files)
+        assert {"product.conformal/__type__", "product.conformal/sides.0.__type__",
+                "product.conformal/sides.1.__type__", "product.conformal/file_maps"} <= set(z.files)
 
 
 def test_rule_file_digest_and_structure_are_checked(cohort, tmp_path):
@@ -152,7 +154,7 @@ def test_a_failed_case_exits_1_and_a_rerun_resumes(cohort, tmp_path, capsys):
 def test_evaluate_resumes_with_the_conformal_states(cohort, tmp_path):
     ev = tmp_path / "ev"
     shutil.copytree(cohort["eval"], ev)
-    config = EvaluationConfig(spatial=False, conformal={"outer": 0.3, "inner": 0.4})
+    config = EvaluationConfig(spatial=False, products=[ConformalMasks({"outer": 0.3, "inner": 0.4})])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         run_evaluate(cohort["A"]["labels"], cohort["predA"], ev, config)
@@ -213,15 +215,16 @@ def test_region_model_margin_family(tmp_path):
     from tests.evaluation.test_evaluate_regions import write_region_cohort
 
     dirs = write_region_cohort(tmp_path / "c", n_cases=5)
-    config = EvaluationConfig(regions="brats", spatial=False, conformal={"outer": 0.3}, conformal_family="margin")
+    config = EvaluationConfig(regions="brats", spatial=False,
+                              products=[ConformalMasks({"outer": 0.3}, family="margin")])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         _, summary, paths = run_evaluate(dirs["labels"], dirs["pred"], tmp_path / "ev", config)
-    doc = ConformalRuleFile.load(paths["conformal_rule"])
+    doc = ConformalRuleFile.load(paths["product:conformal"])
     rule = doc.rules["outer"]
     assert rule.activation == "sigmoid" and rule.family == "margin" and rule.names == ("TC", "WT", "ET")
     assert set(summary["conformal"]["sides"]["outer"]["per_task"]) == {"TC", "WT", "ET"}
-    res = run_conformal(dirs["pred"], paths["conformal_rule"], tmp_path / "masks")
+    res = run_conformal(dirs["pred"], paths["product:conformal"], tmp_path / "masks")
     assert res.summary["fingerprint"]["status"] == "unverified"  # the toy predictions carry no records
     for cid in ("case0", "case4"):
         probs_img = nib.load(dirs["pred"] / f"{cid}_probs.nii.gz")
@@ -240,11 +243,11 @@ def test_torchrun_pack_round_trips_the_conformal_states(cohort):
     from monai_unc.engine.records import record_gather_hooks
     from monai_unc.evaluation import CaseResult, evaluate_files
 
-    config = EvaluationConfig(spatial=False, conformal={"outer": 0.3, "inner": 0.4}, conformal_family="margin")
+    config = EvaluationConfig(spatial=False, products=[ConformalMasks({"outer": 0.3, "inner": 0.4}, family="margin")])
     files = match_cases(cohort["A"]["labels"], cohort["predA"])[0]
     got = evaluate_files(files, config)
     pack, unpack = record_gather_hooks(CaseResult)
     back = unpack(pickle.loads(pickle.dumps(pack(got[0]))))
-    assert list(back.conformal) == ["outer", "inner"]
-    for side, st in got[0].conformal.items():
-        assert back.conformal[side] == st and st.family == "margin"
+    assert list(back.states["conformal"].sides) == ["outer", "inner"]
+    for side, st in got[0].states["conformal"].sides.items():
+        assert back.states["conformal"].sides[side] == st and st.family == "margin"

@@ -33,6 +33,7 @@ from monai_unc.metrics.conformal import (
     quantile_edges,
     stratum_of,
 )
+from monai_unc.products import ConformalMasks
 
 SCORE = "predictive_entropy_mean"  # the triage score of the fixture (--score): defined for empty predictions too
 
@@ -159,12 +160,12 @@ def test_fixed_edges_and_the_api(toy, tmp_path):
     rows = _metrics(toy["eval"])
     scores = sorted(float(r[SCORE]) for r in rows.values())
     edge = (scores[3] + scores[4]) / 2  # 4 and 5 cases
-    config = EvaluationConfig(spatial=False, conformal={"outer": 0.3}, conformal_strata_edges=[edge],
-                              conformal_stratify_by=SCORE)
+    config = EvaluationConfig(spatial=False, products=[ConformalMasks({"outer": 0.3}, strata_edges=[edge],
+                                                                       stratify_by=SCORE)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         _, summary, paths = run_evaluate(toy["A"]["labels"], toy["A"]["predictions"], tmp_path / "ev", config)
-    doc = ConformalRuleFile.load(paths["conformal_rule"])
+    doc = ConformalRuleFile.load(paths["product:conformal"])
     assert doc.strata.method == "fixed" and doc.strata.edges == (edge,) and doc.strata.counts == (4, 5)
     assert summary["conformal"]["strata"]["counts"] == [4, 5]
 

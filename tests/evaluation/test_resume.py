@@ -28,6 +28,7 @@ from monai_unc.evaluation.resume import (
 from monai_unc.evaluation.runner import evaluate_files, evaluate_shard
 from monai_unc.io import match_cases
 from monai_unc.product import CohortProduct
+from monai_unc.products import ConformalMasks
 
 CALLS: list[str] = []
 
@@ -124,9 +125,13 @@ def test_region_order_conformal_and_shift_change_the_fingerprint(files):
     ab = case_fingerprint(f, _config(regions={"a": [1], "b": [1]}))
     ba = case_fingerprint(f, _config(regions={"b": [1], "a": [1]}))
     assert ab != ba  # the channel order of the regions
-    assert case_fingerprint(f, _config(conformal=["outer:fnr=0.1"])) != case_fingerprint(f, _config())
-    assert case_fingerprint(f, _config(conformal=["outer:fnr=0.1"])) != \
-        case_fingerprint(f, _config(conformal=["outer:fnr=0.1"], conformal_family="margin"))
+    masks = ConformalMasks(["outer:fnr=0.1"])
+    assert case_fingerprint(f, _config(products=[masks])) != case_fingerprint(f, _config())
+    assert case_fingerprint(f, _config(products=[masks])) != \
+        case_fingerprint(f, _config(products=[ConformalMasks(["outer:fnr=0.1"], family="margin")]))
+    # the targets are the fit's: the case states are kept
+    assert case_fingerprint(f, _config(products=[masks])) == \
+        case_fingerprint(f, _config(products=[ConformalMasks(["outer:fnr=0.2"], strata=3)]))
     with_shift = case_fingerprint(f, _config(shifts={f.case_id: "intensity"}))
     assert with_shift["shift"] == "intensity"
     assert case_fingerprint(f, _config(shifts={}))["shift"] == ""

@@ -12,11 +12,12 @@ import pytest
 
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, run_evaluate
+from monai_unc.products import ConformalMasks
 from monai_unc.report.html import build_report, conformal_section, format_value
 
 
-def _evaluate(root, name, data, **conformal):
-    config = EvaluationConfig(budget=0.2, spatial=False, **conformal)
+def _evaluate(root, name, data, *products):
+    config = EvaluationConfig(budget=0.2, spatial=False, products=list(products))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         run_evaluate(data["labels"], data["predictions"], root / name, config)
@@ -30,9 +31,8 @@ def runs(tmp_path_factory):
     return {
         "root": root,
         "plain": _evaluate(root, "plain", data),
-        "crc": _evaluate(root, "crc", data, conformal={"outer": 0.3, "inner": 0.4}),
-        "high": _evaluate(root, "high", data, conformal={"outer": 0.2}, conformal_delta=0.3,
-                          conformal_family="margin"),
+        "crc": _evaluate(root, "crc", data, ConformalMasks({"outer": 0.3, "inner": 0.4})),
+        "high": _evaluate(root, "high", data, ConformalMasks({"outer": 0.2}, delta=0.3, family="margin")),
     }
 
 

@@ -1,0 +1,15 @@
+"""The package's own cohort products (:mod:`monai_unc.product`): one module each.
+
+- :class:`~monai_unc.products.conformal.ConformalMasks` (:mod:`.conformal`): inner and outer masks with a
+  finite-sample guarantee (``monai-unc evaluate --conformal``).
+
+Importing this package registers them (:func:`monai_unc.product.register_product`); the registry imports it on its
+first lookup, so ``monai-unc evaluate`` offers their options and the report finds their sections. The modules are
+light: the command line reads their options before torch is imported.
+"""
+
+from __future__ import annotations
+
+from .conformal import ConformalMasks
+
+__all__ = ["ConformalMasks"]

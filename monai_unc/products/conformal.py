@@ -1,0 +1,443 @@
+"""Conformal masks as a cohort product: ``monai-unc evaluate --conformal`` (docs/conformal.md).
+
+Inner and outer masks with a finite-sample guarantee: in expectation, conformal risk control (Angelopoulos, Bates,
+Fisch, Lei, Schuster, "Conformal Risk Control", ICLR 2024); with ``delta``, the high-probability rule of Mossina and
+Friedrich ("Controlling False Positives in Image Segmentation via Conformal Prediction", 2025). The formulas are in
+:mod:`monai_unc.metrics.conformal`; fitting, the rule file and applying it to new predictions are in
+:mod:`monai_unc.evaluation.conformal`. This module is the product itself (:mod:`monai_unc.product`):
+
+==========================  ==========================================================================================
+per case                    a :class:`~monai_unc.evaluation.conformal.ConformalState` (one histogram state per side)
+fit                         the rule of every side on the calibration cases (optionally stratified by a label-free
+                            case score), written to ``conformal_rule.json`` with the predictions' fingerprint
+summary                     the ``conformal`` block of ``summary.json``: per side the target, the method and per class
+                            or region ``lambda_hat`` and the achieved calibration loss
+apply                       the masks of a new case (``monai-unc conformal``, ``triage --conformal-rule``)
+command line                ``--conformal SIDE:LOSS=TARGET`` (repeatable), ``--conformal-family``,
+                            ``--conformal-delta``, ``--conformal-strata``, ``--conformal-strata-edges``,
+                            ``--conformal-stratify-by``
+report                      the "Conformal masks" section: per side the guarantee and a table per class or region
+==========================  ==========================================================================================
+
+The module is light (standard library and :mod:`monai_unc.product`): the command line reads its options before
+torch is imported; the computations are imported when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..product import CohortProduct, ReportSection, register_product
+
+__all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "parse_specs", "min_cases"]
+
+#: the loss of each side of a spec (``outer:fnr=0.1``, ``inner:fp=0.1``), in the order outer, inner
+LOSSES = {"outer": "fnr", "inner": "fp"}
+#: the mask families: a threshold on the probability, or a margin (mm) around the predicted mask
+FAMILIES = ("threshold", "margin")
+#: the rule file that ``evaluate --conformal`` writes in its output folder
+RULE_FILE = "conformal_rule.json"
+
+
+def parse_specs(specs: Mapping[str, float] | Iterable[str]) -> dict[str, float]:
+    """The masks asked for, as ``{side: target}``.
+
+    Args:
+        specs: ``{"outer": 0.1, "inner": 0.1}`` or specs ``"outer:fnr=0.1"`` / ``"inner:fp=0.1"`` (the command
+            line's ``--conformal``); each side at most once, each target in (0, 1).
+
+    Returns:
+        ``{side: target}`` with the sides in the order outer, inner.
+
+    Raises:
+        ValueError: a malformed spec, a side given twice, a target outside (0, 1), or no side.
+
+    Example:
+        >>> parse_specs(["inner:fp=0.05", "outer:fnr=0.1"])
+        {'outer': 0.1, 'inner': 0.05}
+    """
+    if isinstance(specs, str):
+        specs = [specs]
+    got: dict[str, float] = {}
+    if isinstance(specs, Mapping):
+        items = [(str(k), v) for k, v in specs.items()]
+    else:
+        items = []
+        for spec in specs:
+            m = re.fullmatch(r"\s*(outer|inner)\s*:\s*(fnr|fp)\s*=\s*(\S+)\s*", str(spec))
+            if m is None or LOSSES[m.group(1)] != m.group(2):
+                raise ValueError(f"conformal: {spec!r} is not a spec: use outer:fnr=TARGET or inner:fp=TARGET")
+            if m.group(1) in {k for k, _ in items}:
+                raise ValueError(f"conformal: the side {m.group(1)!r} is given twice")
+            items.append((m.group(1), m.group(3)))
+    for side, value in items:
+        if side not in LOSSES:
+            raise ValueError(f"conformal: the side must be 'outer' or 'inner', got {side!r}")
+        try:
+            target = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"conformal: the target of {side!r} must be a number in (0, 1), got {value!r}") from None
+        if not 0.0 < target < 1.0:
+            raise ValueError(f"conformal: the target of {side!r} must be in (0, 1), got {target:g}")
+        got[side] = target
+    if not got:
+        raise ValueError("conformal must name at least one mask (outer:fnr=TARGET or inner:fp=TARGET) or be None")
+    return {k: got[k] for k in LOSSES if k in got}
+
+
+def min_cases(targets: Mapping[str, float], delta: float | None) -> int:
+    """The fewest calibration cases (of each stratum) that rules with these targets need.
+
+    Args:
+        targets: ``{side: target}``.
+        delta: the high-probability level, or None (expectation control).
+
+    Returns:
+        The largest :func:`~monai_unc.metrics.conformal.min_calibration_cases` over the sides.
+
+    Example:
+        >>> min_cases({"outer": 0.1}, None)
+        9
+    """
+    from ..metrics.conformal import min_calibration_cases
+
+    if delta is not None:
+        return min_calibration_cases(float(delta), high_probability=True)
+    return max(min_calibration_cases(t) for t in targets.values())
+
+
+def _edges(text: Any) -> list[float] | None:
+    """``--conformal-strata-edges`` (``E1,E2,...``) as numbers."""
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"--conformal-strata-edges must be comma-separated numbers such as 0.2,0.4, got {text!r}"
+                         ) from None
+
+
+@register_product
+class ConformalMasks(CohortProduct):
+    """Inner and outer masks with a finite-sample guarantee, fitted by ``evaluate`` (module docstring).
+
+    Args:
+        targets: ``{side: target}`` or specs (:func:`parse_specs`): ``outer`` bounds the missed share of the true
+            voxels (false-negative rate), ``inner`` the false-positive share of the mask.
+        family: ``"threshold"`` (probability threshold) or ``"margin"`` (distance margin in mm).
+        delta: without it, expectation control (conformal risk control at level ``target``); with it, the
+            high-probability rule ``P(loss of a new case <= target) >= 1 - delta``.
+        strata: stratify the rules into this many strata (at least 2) of a label-free case score
+            (``stratify_by``) at the quantiles of the calibration cases' scores (3: terciles); each stratum gets its
+            own ``lambda_hat``, and a new case goes to its stratum by the same score of its prediction.
+        strata_edges: instead of ``strata``, fixed inner edges of the strata (strictly increasing).
+        stratify_by: the case score of the strata, a column ``<measure>_<mean|fg_mean|patch_mean>`` (regions: also
+            ``_<R>``); default the evaluation's triage score.
+
+    Example:
+        >>> product = ConformalMasks(["outer:fnr=0.1"], family="margin")
+        >>> product.targets, product.options()["family"]
+        ({'outer': 0.1}, 'margin')
+    """
+
+    name = "conformal"
+    title = "Conformal masks"
+    description = ("With --conformal, fit inner / outer masks with a finite-sample guarantee on the calibration "
+                   "cases (--calibration-cases, else every case) and write conformal_rule.json for 'monai-unc "
+                   "conformal' (docs/conformal.md). Needs probabilities.")
+    artifact_file = RULE_FILE
+
+    def __init__(self, targets: Mapping[str, float] | Iterable[str], family: str = "threshold",
+                 delta: float | None = None, strata: int | None = None,
+                 strata_edges: Sequence[float] | None = None, stratify_by: str | None = None) -> None:
+        self.targets = parse_specs(targets)
+        if family not in FAMILIES:
+            raise ValueError(f"conformal_family must be one of {FAMILIES}, got {family!r}")
+        self.family = str(family)
+        if delta is not None and not (isinstance(delta, (int, float)) and 0.0 < float(delta) < 1.0):
+            raise ValueError(f"conformal_delta must be in (0, 1), got {delta}")
+        self.delta = None if delta is None else float(delta)
+        if strata is None and strata_edges is None and stratify_by is not None:
+            raise ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges")
+        if strata is not None and strata_edges is not None:
+            raise ValueError("give conformal_strata (quantile strata) or conformal_strata_edges (fixed edges), "
+                             "not both")
+        if strata is not None and (isinstance(strata, bool) or not hasattr(strata, "__index__") or int(strata) < 2):
+            raise ValueError(f"conformal_strata must be an integer >= 2 (3: terciles), got {strata!r}")
+        self.strata = None if strata is None else int(strata)
+        edges = None
+        if strata_edges is not None:
+            try:
+                edges = [float(v) for v in strata_edges]
+            except (TypeError, ValueError):
+                raise ValueError(f"conformal_strata_edges must be numbers, got {strata_edges!r}") from None
+            if not edges or not all(math.isfinite(v) for v in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+                raise ValueError(f"conformal_strata_edges must be one or more finite, strictly increasing values, "
+                                 f"got {list(strata_edges)!r}")
+        self.strata_edges = edges
+        self.stratify_by = None if stratify_by is None else str(stratify_by)
+
+    # -- command line ------------------------------------------------------------------------------------------
+    @classmethod
+    def add_arguments(cls, group: Any) -> None:
+        """Add ``--conformal`` and its options to ``monai-unc evaluate``.
+
+        Args:
+            group: the product's argument group.
+
+        Returns:
+            None.
+        """
+        group.add_argument("--conformal", action="append", default=None, metavar="SIDE:LOSS=TARGET",
+                           help="outer:fnr=0.1 (outer mask missing at most that share of the true voxels) or "
+                                "inner:fp=0.1 (inner mask with at most that share of false positives); repeat for "
+                                "both")
+        group.add_argument("--conformal-family", default="threshold", choices=FAMILIES,
+                           help="threshold: on the probability; margin: the predicted mask dilated / eroded by mm")
+        group.add_argument("--conformal-delta", type=float, default=None, metavar="D",
+                           help="high probability: P(loss of a new case <= TARGET) >= 1 - D (default: in "
+                                "expectation)")
+        group.add_argument("--conformal-strata", type=int, default=None, metavar="K",
+                           help="stratify by a label-free case score (--conformal-stratify-by) into K strata at "
+                                "the quantiles of the calibration cases' scores (3: terciles), each with its own "
+                                "threshold or margin; 'monai-unc conformal' puts a new case in its stratum by the "
+                                "same score")
+        group.add_argument("--conformal-strata-edges", default=None, metavar="E1,E2,...",
+                           help="instead of --conformal-strata: fixed inner edges of the strata (e.g. terciles of "
+                                "the score on other cases; exact guarantee within each stratum)")
+        group.add_argument("--conformal-stratify-by", default=None, metavar="SCORE",
+                           help="the strata's case score: <measure>_<mean|fg_mean|patch_mean> (regions: also _<R>), "
+                                "computed from the prediction alone (default: the triage score --score)")
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace) -> ConformalMasks | None:
+        """The product asked for by ``--conformal`` (None without it).
+
+        Args:
+            args: the parsed ``monai-unc evaluate`` options.
+
+        Returns:
+            The product, or None. Options of the strata without ``--conformal`` are refused (``ValueError``).
+
+        Raises:
+            ValueError: naming the option.
+        """
+        if not getattr(args, "conformal", None):
+            if args.conformal_strata is not None or args.conformal_strata_edges is not None:
+                raise ValueError("conformal_strata / conformal_strata_edges need conformal masks (conformal)")
+            if args.conformal_stratify_by is not None:
+                raise ValueError("conformal_stratify_by needs conformal_strata or conformal_strata_edges")
+            return None
+        return cls(args.conformal, family=args.conformal_family, delta=args.conformal_delta,
+                   strata=args.conformal_strata, strata_edges=_edges(args.conformal_strata_edges),
+                   stratify_by=args.conformal_stratify_by)
+
+    def options(self) -> dict[str, Any]:
+        """The product's options (recorded in ``summary.json``).
+
+        Returns:
+            ``targets``, ``family``, ``delta``, ``strata``, ``strata_edges`` and ``stratify_by``.
+        """
+        return {"targets": dict(self.targets), "family": self.family, "delta": self.delta, "strata": self.strata,
+                "strata_edges": self.strata_edges, "stratify_by": self.stratify_by}
+
+    def case_options(self) -> dict[str, Any]:
+        """The options a case's state depends on: the sides and the family (targets and strata are the fit's).
+
+        Returns:
+            ``{"sides": [...], "family": ...}``.
+        """
+        return {"sides": list(self.targets), "family": self.family}
+
+    @property
+    def num_strata(self) -> int:
+        """The number of strata of the rules (1 without stratification)."""
+        if self.strata is not None:
+            return self.strata
+        return 1 if self.strata_edges is None else len(self.strata_edges) + 1
+
+    def min_cases_per_stratum(self) -> int:
+        """The fewest calibration cases each stratum needs (:func:`min_cases`).
+
+        Returns:
+            The number of cases.
+        """
+        return min_cases(self.targets, self.delta)
+
+    # -- checks ------------------------------------------------------------------------------------------------
+    def check(self, case_ids: Sequence[str], config: Any) -> None:
+        """Refuse too few calibration cases and a malformed strata score, before any work.
+
+        Args:
+            case_ids: the ids of the cohort's cases.
+            config: the evaluation options.
+
+        Returns:
+            None; ``ValueError`` naming the option otherwise.
+        """
+        from ..evaluation.config import parse_score_column
+
+        if self.stratify_by is not None:
+            parse_score_column(self.stratify_by, config.region_names if config.regions is not None else None)
+        n_cal = len(config.calibration_ids(list(case_ids)))
+        each = self.min_cases_per_stratum()
+        if n_cal < each * self.num_strata:
+            k = self.num_strata
+            more = "" if k == 1 else f" in {k} strata: each stratum needs at least {each}, so"
+            raise ValueError(f"conformal: {n_cal} calibration case(s) are too few for {self.targets} "
+                             f"(delta {self.delta}){more}: at least {each * k} are needed")
+
+    def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
+        """Every case needs probabilities of the evaluation's activation (checked on the first case's file).
+
+        Args:
+            cases: the matched cases (:class:`~monai_unc.io.CaseFiles`).
+            inputs: ``predictions``, ``layout``, ``uncertainty`` and ``probs_suffix`` of the evaluation.
+            config: the evaluation options.
+
+        Returns:
+            None; :class:`~monai_unc.io.CaseError` naming the file and how to produce it.
+        """
+        from ..evaluation.conformal import check_conformal_probabilities
+
+        check_conformal_probabilities(cases, "sigmoid" if config.regions is not None else "softmax",
+                                      inputs["predictions"], inputs["layout"], probs_suffix=inputs.get("probs_suffix"))
+
+    # -- per case ----------------------------------------------------------------------------------------------
+    def case_state(self, case: Any, tasks: Sequence[Any], config: Any) -> Any:
+        """The case's state of every side (:func:`monai_unc.evaluation.conformal.conformal_state`).
+
+        Args:
+            case: the loaded case (it must have probabilities).
+            tasks: its tasks.
+            config: the evaluation options.
+
+        Returns:
+            A :class:`~monai_unc.evaluation.conformal.ConformalState`.
+        """
+        from ..evaluation.conformal import conformal_state
+
+        return conformal_state(case, tasks, self.targets, self.family, config.class_names)
+
+    # -- cohort ------------------------------------------------------------------------------------------------
+    def fit(self, states: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], config: Any) -> Any:
+        """The rule of every side on the calibration cases (:func:`monai_unc.evaluation.conformal.fit_product`).
+
+        Args:
+            states: ``{case id: state}`` of the calibration cases.
+            rows: their ``metrics.csv`` rows.
+            config: the evaluation options.
+
+        Returns:
+            ``{"rules": ..., "strata": ..., "summary": ...}`` (JSON data).
+        """
+        from ..evaluation.conformal import fit_product
+
+        return fit_product(self, states, rows, config)
+
+    def summarize(self, states: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], artifact: Any,
+                  config: Any) -> Any:
+        """The ``conformal`` block of ``summary.json``, made by :meth:`fit`.
+
+        Args:
+            states: unused (the block was made with the rules).
+            rows: unused.
+            artifact: what :meth:`fit` returned.
+            config: unused.
+
+        Returns:
+            The block (per side the target, the method and per class or region ``lambda_hat`` and the achieved
+            calibration loss; with strata their edges and counts).
+        """
+        return None if artifact is None else artifact["summary"]
+
+    def write_artifact(self, path: str | os.PathLike, artifact: Any, calibration_cases: Sequence[str],
+                       inputs: Mapping[str, Any], config: Any) -> Path:
+        """Write ``conformal_rule.json``: the rules and the fingerprint of the calibration predictions.
+
+        Args:
+            path: the file.
+            artifact: what :meth:`fit` returned.
+            calibration_cases: the ids the rules were fitted on.
+            inputs: ``predictions``, ``layout`` and ``uncertainty`` of the evaluation (the fingerprint).
+            config: the evaluation options (the region spec).
+
+        Returns:
+            The path written (:class:`~monai_unc.evaluation.conformal.ConformalRuleFile`).
+        """
+        from ..evaluation.conformal import write_rule_file
+
+        return write_rule_file(path, self, artifact, calibration_cases, inputs, config)
+
+    def apply(self, case: Any, artifact: Any) -> Any:
+        """The nested masks of a new case, as ``monai-unc conformal`` writes them.
+
+        Args:
+            case: the loaded case (with probabilities).
+            artifact: a :class:`~monai_unc.evaluation.conformal.ConformalRuleFile` or the path of one.
+
+        Returns:
+            ``({side: bool (T, *spatial)}, predicted, names)``
+            (:func:`~monai_unc.evaluation.conformal.conformal_masks`).
+        """
+        from ..evaluation.conformal import ConformalRuleFile, conformal_masks
+
+        doc = artifact if isinstance(artifact, ConformalRuleFile) else ConformalRuleFile.load(artifact)
+        return conformal_masks(doc, case, nest=True)
+
+    # -- presentation ------------------------------------------------------------------------------------------
+    @classmethod
+    def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
+        """The strata and, per side, the achieved calibration loss per class or region.
+
+        Args:
+            block: the ``conformal`` block of ``summary.json``.
+
+        Returns:
+            Lines of text.
+        """
+        lines = []
+        strata = block.get("strata")
+        if strata:
+            lines.append(f"conformal strata of {strata['score']}: edges "
+                         f"{', '.join(f'{e:.4g}' for e in strata['edges'])}; calibration cases per stratum "
+                         f"{strata['counts']}")
+        for side, b in (block.get("sides") or {}).items():
+            achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'])}" for n, t in b["per_task"].items())
+            lines.append(f"conformal {side} ({b['loss']} target {b['target']:g}, {b['method']}): calibration "
+                         f"{achieved}")
+        return lines
+
+    @classmethod
+    def artifact_lines(cls, path: Path) -> list[str]:
+        """What ``evaluate`` prints about the rule file it wrote.
+
+        Args:
+            path: ``conformal_rule.json``.
+
+        Returns:
+            One line, with the command that applies the rule.
+        """
+        return [f"wrote {path} (apply it: monai-unc conformal --rule {path} ...)"]
+
+    @classmethod
+    def report_section(cls, block: Mapping[str, Any]) -> ReportSection | None:
+        """None: the report draws this product's section itself (one table per side).
+
+        Args:
+            block: the ``conformal`` block.
+
+        Returns:
+            None.
+        """
+        return None
+
+
+def _fmt(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
