@@ -137,9 +137,9 @@ class EvaluationConfig:
             ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
             qualified names are part of the resume fingerprint (:attr:`case_metric_names`), so changing the metric
             set recomputes the cases (changing a function's body under the same name does not).
-        conformal, conformal_family, conformal_delta, conformal_strata, conformal_strata_edges,
-            conformal_stratify_by: deprecated keywords: each adds the product of the masks with a guarantee
-            (``products=[monai_unc.products.ConformalMasks(targets, family, delta, strata, strata_edges,
+        conformal: deprecated, like ``conformal_family``, ``conformal_delta``, ``conformal_strata``,
+            ``conformal_strata_edges`` and ``conformal_stratify_by``: they add the product of the masks with a
+            guarantee (``products=[monai_unc.products.ConformalMasks(targets, family, delta, strata, strata_edges,
             stratify_by)]``), with a ``DeprecationWarning``.
         products: the cohort products to compute besides the evaluation's own metrics (:mod:`monai_unc.product`):
             instances of registered :class:`~monai_unc.product.CohortProduct` subclasses, with distinct names. Each
@@ -488,3 +488,21 @@ def parse_score_column(column: str, regions: Sequence[str] | None = None) -> tup
     raise ValueError(f"conformal_stratify_by: {column!r} is not a case score computed without labels: use "
                      f"<measure>_<{scores}>" + ("[_<region>]" if regions is not None else "")
                      + f" with a measure of {tuple(MEASURES)}")
+
+
+#: deprecated names of this module -> their new name in the module of the masks product (monai_unc.products.conformal)
+_MOVED = {"parse_conformal_specs": "parse_specs", "CONFORMAL_LOSSES": "LOSSES"}
+
+
+def __getattr__(name: str) -> Any:
+    """The deprecated ``parse_conformal_specs`` / ``CONFORMAL_LOSSES``, found through the product registry."""
+    if name in _MOVED:
+        import sys
+
+        warnings.warn(f"monai_unc.evaluation.config.{name} is deprecated: use "
+                      f"monai_unc.products.conformal.{_MOVED[name]} (removed in 0.3.0)", DeprecationWarning,
+                      stacklevel=2)
+        cls = product_type("conformal")
+        assert cls is not None
+        return getattr(sys.modules[cls.__module__], _MOVED[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

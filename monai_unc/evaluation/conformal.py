@@ -1,19 +1,22 @@
-"""Conformal masks on the command line (docs/conformal.md): fitting the rules and applying them to new predictions.
+"""The computations of the masks with a guarantee (docs/conformal.md): fitting the rules, the rule file, applying it.
 
-The rules are fitted inside ``evaluate`` and applied by ``monai-unc conformal``. In expectation they are conformal
-risk control (Angelopoulos, Bates, Fisch, Lei, Schuster, "Conformal Risk Control", ICLR 2024); with
-``conformal_delta`` the high-probability rule of Mossina and Friedrich ("Controlling False Positives in Image
-Segmentation via Conformal Prediction", 2025); the formulas are in :mod:`monai_unc.metrics.conformal`.
+The product itself (options, checks, the protocol's hooks) is :class:`monai_unc.products.ConformalMasks`; its rules
+are fitted inside ``evaluate`` and applied by ``monai-unc conformal``. In expectation they are conformal risk control
+(Angelopoulos, Bates, Fisch, Lei, Schuster, "Conformal Risk Control", ICLR 2024); with the product's ``delta`` the
+high-probability rule of Mossina and Friedrich ("Controlling False Positives in Image Segmentation via Conformal
+Prediction", 2025); the formulas are in :mod:`monai_unc.metrics.conformal`.
 
-- :func:`fit_conformal_rules`: the rule of every requested side (``EvaluationConfig.conformal``) from the calibration
-  cases' :class:`~monai_unc.metrics.conformal.ConformalCaseState` s, and the ``conformal`` block of ``summary.json``
-  (achieved calibration loss per class or region, with the target).
-- :class:`ConformalRuleFile`: ``conformal_rule.json``: the rules, the predictions' fingerprint
-  (:func:`~monai_unc.evaluation.triage.prediction_fingerprint`, as ``referral_rule.json`` has), ``format_version``
-  and a sha256 content digest (:func:`~monai_unc.io.provenance.rule_digest`), both checked when read. The rules
-  cannot be refitted without the case states, so reading checks the digest and the structure.
-- :class:`ConformalStrata` and :func:`conformal_strata`: optional strata of a label-free case score
-  (``EvaluationConfig.conformal_strata`` / ``conformal_strata_edges``), each with its own ``lambda_hat``; the rule
+- :class:`ConformalState` and :func:`conformal_state`: a case's state (one
+  :class:`~monai_unc.metrics.conformal.ConformalCaseState` per side, and the maps it read from files).
+- :func:`fit_product` (:func:`conformal_strata`, :func:`fit_conformal_rules`): the rule of every side from the
+  calibration cases' states, and the ``conformal`` block of ``summary.json`` (achieved calibration loss per class
+  or region, with the target).
+- :class:`ConformalRuleFile` (:func:`write_rule_file`): ``conformal_rule.json``: the rules, the predictions'
+  fingerprint (:func:`~monai_unc.io.provenance.prediction_fingerprint`, as ``referral_rule.json`` has),
+  ``format_version`` and a sha256 content digest, both checked when read
+  (:func:`~monai_unc.io.provenance.read_checked_json`). The rules cannot be refitted without the case states, so
+  reading checks the digest and the structure.
+- :class:`ConformalStrata`: optional strata of a label-free case score, each with its own ``lambda_hat``; the rule
   file records the score, its edges and how a new case's score is computed.
 - :func:`check_conformal_probabilities`: before any work, every case must have probabilities and the first case's
   must be probabilities of the rule's activation.
@@ -60,7 +63,15 @@ from ..io import (
     save_region_maps,
     write_csv,
 )
-from ..io.provenance import check_prediction_fingerprint, list_prediction_cases, prediction_fingerprint, rule_digest
+from ..io.provenance import (
+    check_digest,
+    check_document,
+    check_prediction_fingerprint,
+    list_prediction_cases,
+    prediction_fingerprint,
+    read_checked_json,
+    rule_digest,
+)
 from ..metrics.boundary import distance_to_mask
 from ..metrics.conformal import (
     ConformalCaseState,
@@ -537,14 +548,9 @@ class ConformalRuleFile:
         Returns:
             The rule file; ``ValueError`` naming the problem.
         """
-        if not isinstance(d, dict) or d.get("format") != CONFORMAL_RULE_FORMAT:
-            raise ValueError(f"{source}: not a conformal rule (field 'format' is not {CONFORMAL_RULE_FORMAT!r})")
-        if d.get("format_version") != _FORMAT_VERSION:
-            raise ValueError(f"{source}: format_version {d.get('format_version')!r} is not supported (this monai-unc "
-                             f"reads {_FORMAT_VERSION})")
-        if d.get("digest") != rule_digest(d):
-            raise ValueError(f"{source}: field 'digest' does not match the content: the file was edited or corrupted "
-                             "(write it again with monai-unc evaluate --conformal)")
+        check_document(d, fmt=CONFORMAL_RULE_FORMAT, versions=(_FORMAT_VERSION,), what="conformal rule",
+                       source=source)
+        check_digest(d, source=source, written_by="monai-unc evaluate --conformal")
         try:
             rules = {str(k): ConformalRule.from_dict(v) for k, v in d["rules"].items()}
             targets = {str(k): float(v) for k, v in d["targets"].items()}
@@ -587,13 +593,8 @@ class ConformalRuleFile:
             FileNotFoundError: no file at ``path``.
             ValueError: the file is not valid JSON or not a verified rule (format, version, digest, structure).
         """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"conformal rule not found: {path} (written by monai-unc evaluate --conformal)")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"conformal rule {path} is not valid JSON ({e})") from None
+        d = read_checked_json(path, fmt=CONFORMAL_RULE_FORMAT, versions=(_FORMAT_VERSION,), what="conformal rule",
+                              written_by="monai-unc evaluate --conformal", digest=False)
         return cls.from_json(d, f"conformal rule {path}")
 
     @property

@@ -170,3 +170,12 @@ def test_the_state_round_trips_and_merges():
     assert merged.file_maps == ("variance",)  # a file map only if it is one in both
     for s in sides:
         assert np.array_equal(merged.sides[s].true_counts, 2 * sides[s].true_counts)
+
+
+def test_the_moved_spec_helpers_keep_deprecated_aliases():
+    import monai_unc.evaluation.config as config_module
+
+    with pytest.warns(DeprecationWarning, match="parse_specs"):
+        assert config_module.parse_conformal_specs(["outer:fnr=0.1"]) == {"outer": 0.1}
+    with pytest.warns(DeprecationWarning, match="LOSSES"):
+        assert config_module.CONFORMAL_LOSSES == LOSSES
