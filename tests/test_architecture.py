@@ -135,12 +135,10 @@ WRITE_ALLOWED: dict[tuple[str, str], str] = {
 #: violations on main today, each with where it is being fixed; remove an entry when its violation is gone
 PENDING: dict[tuple[str, str, str, str], str] = {
     # (rule, importing module, imported module, name) -> note
-    # issue #35 ("the report reads outputs"): the case figures still apply the conformal rule to the shown cases, and
-    # the triage page derives the maps of new cases without map files; evaluate and triage are to write them
+    # issue #35 ("the report reads outputs"): the case figures still apply the conformal rule to the shown cases;
+    # evaluate is to write the masks
     ("report-computes", "monai_unc.report.html", "monai_unc.evaluation.conformal", "conformal_masks"):
         "#35: evaluate writes the masks of the shown cases",
-    ("report-computes", "monai_unc.report.triage", "monai_unc.evaluation.case", "derived_maps"):
-        "#35: triage writes the maps of the flagged cases",
 }
 
 #: what the report may not import: the computations of the cohort numbers, the maps and the masks (it renders what

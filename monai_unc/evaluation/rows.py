@@ -1,23 +1,26 @@
 """The pieces of a per-case evaluation row.
 
 They are the result of one case (:class:`CaseResult`), the Dice of label maps (:func:`class_dice`), the maps to score
-(:func:`derived_maps`), the choice of the primary measure (:func:`primary_measure`), the split of a loaded case into its
-tasks (:func:`case_tasks`: one class task, or one binary task per region, :mod:`monai_unc.activation`) and the
-region-only pieces (:func:`predicted_regions`, :func:`region_score_columns`, :func:`combined_score`).
+(:func:`derived_maps`) and their files (:func:`write_derived_maps`, :func:`derived_map_path`), the choice of the
+primary measure (:func:`primary_measure`), the split of a loaded case into its tasks (:func:`case_tasks`: one class
+task, or one binary task per region, :mod:`monai_unc.activation`) and the region-only pieces
+(:func:`predicted_regions`, :func:`region_score_columns`, :func:`combined_score`).
 :func:`monai_unc.evaluation.case.evaluate_case` writes the row once from them, for classes and regions.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..activation import BERNOULLI, CATEGORICAL, Activation, TaskView
-from ..io import CaseError, CaseFiles, LoadedCase
+from ..io import CaseError, CaseFiles, LoadedCase, save_nifti, save_region_maps
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
@@ -30,6 +33,8 @@ __all__ = [
     "CaseResult",
     "class_dice",
     "derived_maps",
+    "derived_map_path",
+    "write_derived_maps",
     "primary_measure",
     "QU_BRATS_COLUMNS",
     "case_tasks",
@@ -213,6 +218,50 @@ def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:
         "predictive_entropy": entropy(p)[0, 0].numpy().astype(np.float32),
         "one_minus_max_prob": one_minus_max_prob(p)[0, 0].numpy().astype(np.float32),
     }
+
+
+def derived_map_path(folder: str | os.PathLike, case_id: str, measure: str) -> Path:
+    """Where :func:`write_derived_maps` writes the map of ``measure`` of a case: ``<folder>/<case>_<measure>.nii.gz``.
+
+    Args:
+        folder: the folder of the derived maps (``<output>/maps`` of ``evaluate`` and ``triage``,
+            :data:`~monai_unc.evaluation.config.DERIVED_MAPS_DIR`).
+        case_id: the case id.
+        measure: the measure (``predictive_entropy`` or ``one_minus_max_prob``).
+
+    Returns:
+        The path (whether or not the file exists).
+
+    Example:
+        >>> derived_map_path("out/maps", "case1", "predictive_entropy").as_posix()
+        'out/maps/case1_predictive_entropy.nii.gz'
+    """
+    return Path(folder) / f"{case_id}_{measure}.nii.gz"
+
+
+def write_derived_maps(case: LoadedCase, folder: str | os.PathLike, maps: Mapping[str, np.ndarray] | None = None
+                       ) -> dict[str, Path]:
+    """Write the maps derived from a case's probabilities as NIfTI files in the case's geometry, atomically.
+
+    The maps are those of :func:`derived_maps` (entropy and ``one_minus_max_prob``, per region for a region case,
+    as a 4D file); ``evaluate`` and ``triage`` write them to ``<output>/maps`` and the report and the triage page
+    read them as they read the maps of a prediction folder.
+
+    Args:
+        case: the loaded case.
+        folder: where to write ``<case>_<measure>.nii.gz`` (:func:`derived_map_path`).
+        maps: the derived maps when the caller has them already (None: derived here).
+
+    Returns:
+        ``{measure: path}``; empty when the case has map files of its own or no probabilities.
+    """
+    if case.maps or case.probs is None:
+        return {}
+    out = {}
+    for measure, u in (derived_maps(case) if maps is None else maps).items():
+        path = derived_map_path(folder, case.case_id, measure)
+        out[measure] = save_region_maps(u, case.affine, path) if case.multilabel else save_nifti(u, case.affine, path)
+    return out
 
 
 def primary_measure(maps: Mapping[str, np.ndarray], wanted: str | None) -> str | None:

@@ -25,7 +25,7 @@ from ..engine import (
     run_cases,
 )
 from ..engine.records import record_gather_hooks
-from ..io import CaseError, CaseFiles, match_cases, save_nifti, save_region_maps
+from ..io import CaseError, CaseFiles, match_cases
 from ..product import registered_products
 from ..regions import unclaimed_labels_message
 from .case import CaseResult, derived_maps, evaluate_case, load_evaluation_case
@@ -33,6 +33,7 @@ from .cohort import CohortState, remove_cohort_files, summarize, write_evaluatio
 from .config import DERIVED_MAPS_DIR, STATE_DIR, EvaluationConfig
 from .products import artifact_paths, check_product_inputs, fit_products, write_artifacts
 from .resume import CASES_DIR, case_cache
+from .rows import write_derived_maps
 from .triage import RULE_FILE, prediction_regions, region_differences, write_referral_rule
 
 __all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
@@ -64,30 +65,6 @@ def _num_classes(loaded: Any, config: EvaluationConfig) -> int:
         n_cls = loaded.probs.shape[0] if loaded.probs is not None else config.num_classes
     assert n_cls is not None
     return int(n_cls)
-
-
-def write_derived_maps(case: Any, folder: str | os.PathLike, maps: Mapping[str, Any] | None = None
-                       ) -> dict[str, Path]:
-    """Write the maps an evaluation derives from a case's probabilities as NIfTI files in the case's geometry.
-
-    The maps are those of :func:`~monai_unc.evaluation.derived_maps` (entropy and ``one_minus_max_prob``, per region
-    for a region case); the report reads them as it reads the maps of a prediction folder.
-
-    Args:
-        case: the loaded case (:func:`~monai_unc.evaluation.load_evaluation_case`).
-        folder: where to write ``<case>_<measure>.nii.gz`` (``<output>/maps`` of ``evaluate``).
-        maps: the derived maps when the caller has them already (None: derived here).
-
-    Returns:
-        ``{measure: path}``; empty when the case has map files of its own or no probabilities.
-    """
-    if case.maps or case.probs is None:
-        return {}
-    out = {}
-    for measure, u in (derived_maps(case) if maps is None else maps).items():
-        path = Path(folder) / f"{case.case_id}_{measure}.nii.gz"
-        out[measure] = save_region_maps(u, case.affine, path) if case.multilabel else save_nifti(u, case.affine, path)
-    return out
 
 
 def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | None = None) -> CaseResult:

@@ -14,7 +14,9 @@ network resource; the same figures under ``figures/``), in the style of the QC r
    threshold and the calibration range;
 5. overlays of the most uncertain cases on their slices of highest uncertainty (:func:`plot_triage_overlay`: image,
    prediction contour, uncertainty; no label, so no error map), slices chosen by
-   :func:`monai_unc.report.plots.slice_of_highest_uncertainty`.
+   :func:`monai_unc.report.plots.slice_of_highest_uncertainty`. The uncertainty is read from files, never computed:
+   the case's map file of the rule's measure, or for a case without map files the map triage derived from its
+   probabilities (``<triage>/maps/<case>_<measure>.nii.gz``).
 
 With the outputs of ``monai-unc conformal`` for the same cases (``triage --conformal-rule``: ``conformal`` names
 their folder) the table gains each case's inner / predicted / outer volumes (ml) and band width (mm) per foreground
@@ -39,8 +41,9 @@ from urllib.parse import quote
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
-from ..evaluation.case import derived_maps
+from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.conformal import ConformalRuleFile
+from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
 from .html import (
@@ -273,9 +276,15 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
     return el("div", table(head, trs, ("case", "decision", "reason"), id="triage-table"), class_="scroll")
 
 
-def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path,
+def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path, maps: Path,
                   conformal_rule: ConformalRuleFile | None = None,
                   viewers: list[dict[str, Any]] | None = None) -> list[Figure]:
+    """The overlays of the ``n_cases`` most uncertain cases, drawn from files.
+
+    A case's map of the rule's measure is its map file, or, for a case without map files, the map triage derived from
+    its probabilities (``maps``: ``<triage>/maps/<case>_<measure>.nii.gz``); a case with neither (a triage folder of
+    an older version, which kept no derived map) has no figure.
+    """
     cases = {c["case"]: c for c in summary["cases"]}
     out = []
     for cid in summary["order"][:n_cases]:
@@ -283,16 +292,18 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         if not d:
             continue
         files = CaseFiles.from_json(d)
+        if not files.maps:  # the map triage derived from the probabilities, as evaluate's report reads its maps/
+            derived = derived_map_path(maps, cid, rule.measure)
+            files.maps = {rule.measure: derived} if derived.is_file() else {}
+        if rule.measure not in files.maps:
+            continue
         regions = rule.regions
         case = load_case(files, rule.num_classes, load_image=files.image is not None, multilabel=regions is not None)
-        maps = derived_maps(case)
-        if rule.measure not in maps:
-            continue
         c = cases[cid]
         info = {"score": format_value(c.get("score"), 4), "decision": c["decision"]}
         if "expected_dice" in c:
             info["expected Dice"] = format_value(c["expected_dice"])
-        seg, u, class_names = case.seg, maps[rule.measure], rule.class_names
+        seg, u, class_names = case.seg, case.maps[rule.measure], rule.class_names
         if regions is not None:  # nested regions drawn as one label map, the largest uncertainty over the regions
             seg, _, u, class_names = region_display(case.seg, None, u, regions)
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
@@ -367,7 +378,8 @@ def build_triage_page(
     """Write ``triage.html`` (and ``figures/*.png``) for a triage folder.
 
     The folder is the ``output`` of :func:`monai_unc.evaluation.triage.run_triage`; the page's sections are listed
-    in the module docstring.
+    in the module docstring. The page renders files and computes no map: a case's uncertainty is its map file, or
+    the map triage derived from its probabilities and wrote to ``<triage>/maps/<case>_<measure>.nii.gz``.
 
     Args:
         triage: the triage folder (``triage.json``).
@@ -411,7 +423,7 @@ def build_triage_page(
                                                                                                "scores.png"),
                       fig_dir / "scores.png")]
     viewers: list[dict[str, Any]] | None = [] if viewer else None
-    case_figs = _case_figures(summary, rule, n_cases, fig_dir, mask_rule, viewers)
+    case_figs = _case_figures(summary, rule, n_cases, fig_dir, folder / DERIVED_MAPS_DIR, mask_rule, viewers)
     notes = [el("li", n) for n in summary.get("notes", [])]
     guarantee = rule.guarantee()
     summary_section = el(

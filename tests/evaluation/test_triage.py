@@ -599,18 +599,18 @@ def test_interrupted_triage_resumes_and_a_new_rule_reuses_the_cases(cohorts, tmp
     real = triage_mod.triage_case
     calls: list[str] = []
 
-    def interrupted(files, rule):
+    def interrupted(files, rule, **kwargs):
         if len(calls) == 5:
             raise KeyboardInterrupt
         calls.append(files.case_id)
-        return real(files, rule)
+        return real(files, rule, **kwargs)
 
     monkeypatch.setattr(triage_mod, "triage_case", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_triage(b["predictions"], cohorts["rule"], out, images=b["images"])
     assert len(list((out / "state" / "cases").glob("*.json"))) == 5 and not (out / "triage.csv").exists()
     calls.clear()
-    monkeypatch.setattr(triage_mod, "triage_case", lambda f, r: calls.append(f.case_id) or real(f, r))
+    monkeypatch.setattr(triage_mod, "triage_case", lambda f, r, **k: calls.append(f.case_id) or real(f, r, **k))
     res = run_triage(b["predictions"], cohorts["rule"], out, images=b["images"])
     assert calls == [f"toy{i:03d}" for i in range(5, 12)]  # only the unfinished cases
     assert (out / "triage.csv").read_bytes() == (tmp_path / "ref" / "triage.csv").read_bytes()
@@ -733,7 +733,7 @@ def _worker(rank: int, world: int, port: int, spec: dict) -> None:
     torch.set_num_threads(1)
     calls: list[str] = []
     real = triage_mod.triage_case
-    triage_mod.triage_case = lambda f, r: calls.append(f.case_id) or real(f, r)
+    triage_mod.triage_case = lambda f, r, **k: calls.append(f.case_id) or real(f, r, **k)
     out = Path(spec["out"])
     with open(out / f"rank{rank}.log", "w") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
         ctx = get_dist_context()

@@ -70,6 +70,7 @@ from .runner import (
     TRIAGE_WRITES,
     TriageResult,
     find_prediction_cases,
+    remove_stale_maps,
     remove_triage_files,
     run_triage,
     triage_case,
@@ -107,4 +108,5 @@ __all__ = [
     "triage_case",
     "run_triage",
     "remove_triage_files",
+    "remove_stale_maps",
 ]

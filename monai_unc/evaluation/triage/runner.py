@@ -1,7 +1,8 @@
 """Triage of new unlabelled cases (step 2).
 
-The module lists the cases of a prediction folder, computes one case's label-free row (:func:`triage_case`) and
-runs the whole of ``monai-unc triage`` (:func:`run_triage`).
+The module lists the cases of a prediction folder, computes one case's label-free row (:func:`triage_case`, which
+writes the maps it derives from the probabilities of a case without map files to ``<output>/maps``) and runs the whole
+of ``monai-unc triage`` (:func:`run_triage`).
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ from ...io.provenance import check_prediction_fingerprint, has_weight_digests, l
 from ...keys import UncertaintyKeys
 from ...metrics.quality import expected_dice, quality_estimates
 from ...scores import case_score_columns
-from ..case import derived_maps
 from ..cohort import triage_order
-from ..config import STATE_DIR, region_suffix, slug
+from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, file_signature
+from ..rows import derived_maps, write_derived_maps
 from .images import image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
 
@@ -46,8 +47,10 @@ from .rule import ReferralRule, as_float
 TRIAGE_FILES = ("triage.csv", "triage.json", "triage.html")
 #: what ``monai-unc triage`` writes (or removes) in its output folder, with the page (patterns of
 #: :func:`monai_unc.io.check_inputs_not_written`)
-TRIAGE_WRITES = (*TRIAGE_FILES, "failures.json", STATE_DIR, f"{STATE_DIR}/*", "figures", "figures/*", ".*.partial*")
-_STATE_FORMAT = 1
+TRIAGE_WRITES = (*TRIAGE_FILES, "failures.json", STATE_DIR, f"{STATE_DIR}/*", DERIVED_MAPS_DIR, f"{DERIVED_MAPS_DIR}/*",
+                 "figures", "figures/*", ".*.partial*")
+#: 2: a row records the maps written for the case (``derived``); a row of format 1 is computed again
+_STATE_FORMAT = 2
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -105,7 +108,7 @@ def _triage_fingerprint(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
     return json.loads(json.dumps(fp))
 
 
-def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
+def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike | None = None) -> dict[str, Any]:
     """The label-free row of one case; it does not apply the rule.
 
     The row holds the rule measure's three case scores, ``expected_dice`` of the foreground and of each class when
@@ -119,13 +122,20 @@ def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
     ``<measure>_<score>_<R>``; ``expected_dice`` is the mean over the regions of each region's binary expected Dice
     (:func:`monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``), ``expected_dice_<R>`` per region.
 
+    With ``maps`` (a folder: ``<output>/maps`` of ``triage``) the maps derived from the probabilities of a case
+    without map files are written there (:func:`~monai_unc.evaluation.rows.write_derived_maps`, the writer of
+    ``evaluate``: ``<case>_<measure>.nii.gz`` in the case's geometry), the arrays the row was scored on, and the row
+    records their file names (``derived``); the triage page draws them from there.
+
     Args:
         files: the case's files (:func:`find_prediction_cases`).
         rule: the referral rule (its measure, patch size, classes or regions, channel files).
+        maps: the folder of the derived maps, or None: nothing written.
 
     Returns:
         The row: ``case``, the score columns, ``expected_dice*`` (with probabilities), ``image_stats`` (a list, or
-        None), ``foreground_voxels``, ``voxels``, ``spacing``, ``warnings`` and ``files``.
+        None), ``foreground_voxels``, ``voxels``, ``spacing``, ``warnings``, ``files`` and, with ``maps``,
+        ``derived`` (``{measure: file name}``, empty for a case with map files of its own).
 
     Raises:
         CaseError: the case has no map of the rule's measure, or channel counts that do not fit the rule's regions.
@@ -135,14 +145,14 @@ def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
         regions = rule.regions
         case = load_case(files, len(regions) if regions is not None else rule.num_classes, load_image=False,
                          multilabel=regions is not None)
-        maps = derived_maps(case)
-        if rule.measure not in maps:
+        derived = derived_maps(case)
+        if rule.measure not in derived:
             raise CaseError(f"case {case.case_id!r}: no {rule.measure} map to score (the rule scores "
-                            f"{rule.score}; available: {sorted(maps) or 'none'})")
+                            f"{rule.score}; available: {sorted(derived) or 'none'})")
         row: dict[str, Any] = {"case": case.case_id}
         if regions is not None:
             names = list(regions)
-            u = maps[rule.measure]
+            u = derived[rule.measure]
             if u.shape[0] != len(names):
                 raise CaseError(f"case {case.case_id!r}: the {rule.measure} map has {u.shape[0]} region channel(s) "
                                 f"but the rule's regions are {len(names)} ({', '.join(names)})")
@@ -154,7 +164,7 @@ def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
                 row.update({f"expected_dice_{region_suffix(n)}": float(q.per_class[0, r]) for r, n in enumerate(names)})
             fg_voxels, voxels = int(pred.any(axis=0).sum()), int(np.prod(pred.shape[1:]))
         else:
-            row.update(case_score_columns({rule.measure: maps[rule.measure]}, case.seg, rule.patch_size))
+            row.update(case_score_columns({rule.measure: derived[rule.measure]}, case.seg, rule.patch_size))
             if case.probs is not None:
                 q = expected_dice(case.probs[None], validate=False)
                 row["expected_dice"] = float(q.foreground[0])
@@ -174,6 +184,8 @@ def triage_case(files: CaseFiles, rule: ReferralRule) -> dict[str, Any]:
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
     row["warnings"] = sorted({f"{case.case_id}: {w.message}" for w in caught if issubclass(w.category, UserWarning)})
     row["files"] = files.to_json()
+    if maps is not None:  # the arrays scored above, written once (nothing for a case with map files of its own)
+        row["derived"] = {m: p.name for m, p in write_derived_maps(case, maps, derived).items()}
     return row
 
 
@@ -186,11 +198,44 @@ def _dump_row(folder: Path, case_id: str, row: dict[str, Any]) -> dict[str, Any]
     return {"row": row}
 
 
-def _restore_row(folder: Path, doc: dict[str, Any], files: Any) -> dict[str, Any]:
+def _restore_row(folder: Path, doc: dict[str, Any], files: Any, maps: Path | None = None) -> dict[str, Any]:
+    """A saved row; with ``maps``, a ``FileNotFoundError`` (the case is computed again) when its derived maps are gone.
+
+    A row without ``derived`` (written without ``maps``) raises ``KeyError``: computed again too.
+    """
     row = doc["row"]
     if not isinstance(row, dict):
         raise TypeError(f"the saved row of case {doc.get('case')!r} is not an object")
+    if maps is not None:
+        if not isinstance(row.get("derived"), dict):
+            raise KeyError(f"the saved row of case {doc.get('case')!r} records no derived maps")
+        missing = [name for name in row["derived"].values() if not (maps / str(name)).is_file()]
+        if missing:
+            raise FileNotFoundError(f"derived maps are gone: {missing[:2]}")
     return row
+
+
+def remove_stale_maps(folder: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> list[Path]:
+    """Remove the files of ``<folder>`` that no row's ``derived`` names: the maps of an earlier run's cases.
+
+    After a rerun with other cases, or with map files where there were none, ``maps/`` holds only the maps of the
+    cases of this run (those of ``triage.json``), so no earlier map passes for one of them.
+
+    Args:
+        folder: the folder of the derived maps (``<output>/maps``; a missing folder holds nothing).
+        rows: the rows of this run (:func:`triage_case` with ``maps``).
+
+    Returns:
+        The paths removed.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    keep = {str(name) for r in rows for name in (r.get("derived") or {}).values()}
+    gone = [p for p in sorted(folder.iterdir()) if p.is_file() and p.name not in keep]
+    for p in gone:
+        p.unlink()
+    return gone
 
 
 @dataclass
@@ -280,7 +325,7 @@ def _assemble(
         if zmax is not None:
             entry["image_z_max"] = zmax
         cases.append(entry)
-        extra = {k: v for k, v in r.items() if k not in ("case", "image_stats", "warnings", "files")}
+        extra = {k: v for k, v in r.items() if k not in ("case", "image_stats", "warnings", "files", "derived")}
         csv_rows.append({**{k: entry[k] for k in ("case", "score", "decision", "reason")}, "rank": entry["rank"],
                          "code": d.code, **({"image_z_max": zmax} if zmax is not None else {}), **extra})
     accepted = [c["case"] for c in cases if c["decision"] == "accept"]
@@ -345,12 +390,15 @@ def run_triage(
     work unless ``allow_mismatch`` (then ``triage.json`` and the page record it). Each rank triages its shard
     (:func:`monai_unc.engine.shard`) with :func:`triage_case`, saving each case's row under
     ``<output>/state/cases/`` with ``resume`` (a rerun, or an interrupted run run again, reuses rows whose files and
-    options are unchanged, whatever the rule's threshold). Rank 0 gathers the rows, applies the rule in case-id order
+    options are unchanged, whatever the rule's threshold) and writing the maps it derives from the probabilities of a
+    case without map files to ``<output>/maps/<case>_<measure>.nii.gz`` (the writer of ``evaluate``; a saved row
+    whose maps are gone is computed again). Rank 0 gathers the rows, applies the rule in case-id order
     and writes, atomically, ``triage.csv`` (one row per case: ``case, score, decision, reason`` then ``rank``,
     ``code``, the robust image z-score, the scores and quality estimates) and ``triage.json`` (decisions, reasons,
-    the guarantee for the accepted cases, fingerprint check, the rule). A case that raises is reported (one stderr
-    line, ``on_failure(CaseFailure)``), the others go on, rank 0 writes ``failures.json`` instead of the triage files,
-    and :class:`~monai_unc.engine.CasesFailed` is raised on every rank at the end.
+    the guarantee for the accepted cases, fingerprint check, the rule), after removing the maps of cases not in this
+    run (:func:`remove_stale_maps`). A case that raises is reported (one stderr line, ``on_failure(CaseFailure)``),
+    the others go on, rank 0 writes ``failures.json`` instead of the triage files (the maps and per-case state stay,
+    for the next run) and :class:`~monai_unc.engine.CasesFailed` is raised on every rank at the end.
 
     Args:
         predictions: output folder of ``monai-unc infer`` (``layout="monai-unc"``) or ``nnunet-predict``
@@ -394,11 +442,15 @@ def run_triage(
         got["rule"] = the_rule
         return found
 
+    maps = output / DERIVED_MAPS_DIR
+
     def setup() -> None:
         output.mkdir(parents=True, exist_ok=True)
         clean_partial_files(output)
+        clean_partial_files(maps)
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
+        remove_stale_maps(maps, run.results)  # maps/ holds the maps of this run's cases only
         summary, csv_rows = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
         paths = {"csv": write_csv(output / "triage.csv", csv_rows),
                  "json": atomic_write_json(output / "triage.json", summary)}
@@ -408,8 +460,8 @@ def run_triage(
     cache = None
     if resume:  # a case's row is reused while its files and the rule's per-case options are unchanged
         cache = CaseCache(output / STATE_DIR / CASES_DIR, lambda f: _triage_fingerprint(f, got["rule"]),
-                          dump=_dump_row, restore=_restore_row)
-    run = run_cases(listing, lambda f: triage_case(f, got["rule"]), command="monai-unc triage", ctx=ctx,
+                          dump=_dump_row, restore=lambda folder, doc, f: _restore_row(folder, doc, f, maps))
+    run = run_cases(listing, lambda f: triage_case(f, got["rule"], maps=maps), command="monai-unc triage", ctx=ctx,
                     cache=cache, setup=setup, summarize=finish, on_failed=lambda run: remove_triage_files(output),
                     failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure)
     return TriageResult(*run.summary)
