@@ -51,6 +51,7 @@ from ..evaluation import (
     fill_undefined_scores,
     load_evaluation,
 )
+from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, conformal_masks
 from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
 from ..product import ReportSection, product_type
@@ -653,6 +654,7 @@ def _case_figures(
     state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path,
     rule: ConformalRuleFile | None = None,
     viewers: list[dict[str, Any]] | None = None,
+    evaluation: Path | None = None,
 ) -> list[Figure]:
     order = summary["triage"]["order"]
     chosen = list(order[:n_cases])
@@ -669,7 +671,9 @@ def _case_figures(
             continue
         files = CaseFiles.from_json(state.files[cid])
         if not files.maps and cid in state.derived_maps:  # the maps evaluate derived from the probabilities
-            files.maps = {m: Path(p) for m, p in state.derived_maps[cid].items()}
+            # in this evaluation folder's maps/ (the folder may have been copied or moved since)
+            files.maps = {m: Path(p) if evaluation is None else evaluation / DERIVED_MAPS_DIR / Path(p).name
+                          for m, p in state.derived_maps[cid].items()}
         if cid in image_files:
             files.image = image_files[cid]
         case = load_case(files, state.num_classes, load_image=True, multilabel=state.regions is not None)
@@ -806,7 +810,7 @@ def build_report(
     rule_path = evaluation / CONFORMAL_RULE_FILE
     rule = ConformalRuleFile.load(rule_path) if summary.get("conformal") and rule_path.is_file() else None
     viewers: list[dict[str, Any]] | None = [] if viewer else None
-    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, rule, viewers)
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, rule, viewers, evaluation)
     csv_path = evaluation / "metrics.csv"
     csv_text = csv_path.read_text() if csv_path.is_file() else None
     page = render_html(summary, rows, figures, case_figs, title=title,
