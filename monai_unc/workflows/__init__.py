@@ -9,7 +9,8 @@ Each cohort command is one call here, inside its session (:mod:`.session`: the p
 and the failed-cases step): :func:`infer_command`, :func:`evaluate_command` (:mod:`.evaluate`),
 :func:`triage_command` (:mod:`.triage`) and :func:`conformal_command` (:mod:`.conformal`); they return a
 :class:`CommandResult` or raise :class:`CohortFailed`. The command line parses with :mod:`.arguments` (light: no
-torch) and runs a command with its ``<command>_from_arguments`` (e.g. :func:`.evaluate.evaluate_from_arguments`).
+torch) and runs a command with its ``<command>_from_arguments`` (e.g.
+:func:`monai_unc.workflows.evaluate.evaluate_from_arguments`).
 
 The names below are imported from their submodule on first access (PEP 562), so that importing
 :mod:`monai_unc.workflows.arguments` (``monai-unc --help``) loads neither torch nor MONAI;
