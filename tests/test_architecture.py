@@ -494,6 +494,20 @@ def test_the_product_protocol_is_light():
     assert not bad, "monai_unc.product imports more than the standard library:\n" + "\n".join(bad)
 
 
+def test_the_command_options_are_light():
+    """``monai_unc.workflows.arguments`` (the options of every command) imports only the standard library,
+    ``monai_unc.keys`` and ``monai_unc.product``, and the package ``monai_unc.workflows`` loads its names lazily, so
+    that ``monai-unc --help`` answers without torch (tests/cli/test_cli_startup.py checks the command line itself)."""
+    heavy = ("torch", "monai", "numpy", "nibabel", "scipy")
+    bad = [f"{_where(i)}: {i.target}" for i in IMPORTS
+           if i.importer == "monai_unc.workflows.arguments" and (i.target.split(".")[0] in heavy or (
+               i.internal and i.target not in ("monai_unc.keys", "monai_unc.product")))]
+    assert not bad, "monai_unc.workflows.arguments imports more than it may:\n" + "\n".join(bad)
+    package = ast.parse((PACKAGE_DIR / "workflows" / "__init__.py").read_text())
+    eager = [node.lineno for node in package.body if isinstance(node, ast.ImportFrom) and node.level == 1]
+    assert not eager, f"monai_unc/workflows/__init__.py imports its submodules at import time (lines {eager})"
+
+
 def test_the_report_imports_no_metric_computation():
     """The report renders what evaluate wrote (``summary.json``, the saved rows, histograms, rules and maps); it
     imports none of the computations of :data:`REPORT_FORBIDDEN` (another budget: the workflow calls

@@ -8,42 +8,91 @@ for temperature calibration (:mod:`.calibrate`) and the demo (:mod:`.demo`).
 Each cohort command is one call here, inside its session (:mod:`.session`: the process group of a ``torchrun`` job
 and the failed-cases step): :func:`infer_command`, :func:`evaluate_command` (:mod:`.evaluate`),
 :func:`triage_command` (:mod:`.triage`) and :func:`conformal_command` (:mod:`.conformal`); they return a
-:class:`CommandResult` or raise :class:`CohortFailed`.
+:class:`CommandResult` or raise :class:`CohortFailed`. The command line parses with :mod:`.arguments` (light: no
+torch) and runs a command with its ``<command>_from_arguments`` (e.g.
+:func:`monai_unc.workflows.evaluate.evaluate_from_arguments`).
+
+The names below are imported from their submodule on first access (PEP 562), so that importing
+:mod:`monai_unc.workflows.arguments` (``monai-unc --help``) loads neither torch nor MONAI;
+``from monai_unc.workflows import run_infer`` works as always.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ..keys import DEFAULT_MEASURES
-from .calibrate import collect_logits
-from .conformal import conformal_command
-from .evaluate import evaluate_command
-from .factory import METHOD_TOKENS, build_inferer, normalize_roi
-from .infer import (
-    FAILURES_FILE,
-    INTENSITY_MODES,
-    InferSettings,
-    case_outputs,
-    check_run_settings,
-    is_finished,
-    load_image_case,
-    normalize_intensity,
-    predict_case,
-    predict_cases,
-    run_infer,
-)
-from .models import LoadedModel, checkpoint_temperature, load_checkpoint, load_network
-from .prepare import (
-    InferPlan,
-    check_infer_output,
-    infer_command,
-    infer_measures,
-    prepare_evaluate,
-    prepare_infer,
-    read_case_list,
-    read_region_spec,
-    resolve_device,
-)
-from .report import run_report, triage_with_page
-from .session import CohortFailed, CommandResult, command_session, run_command
-from .triage import triage_command
+
+if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference (griffe)
+    from .calibrate import collect_logits
+    from .conformal import conformal_command
+    from .evaluate import evaluate_command
+    from .factory import METHOD_TOKENS, build_inferer, normalize_roi
+    from .infer import (
+        FAILURES_FILE,
+        INTENSITY_MODES,
+        InferSettings,
+        case_outputs,
+        check_run_settings,
+        is_finished,
+        load_image_case,
+        normalize_intensity,
+        predict_case,
+        predict_cases,
+        run_infer,
+    )
+    from .models import LoadedModel, checkpoint_temperature, load_checkpoint, load_network
+    from .prepare import (
+        InferPlan,
+        check_infer_output,
+        infer_command,
+        infer_measures,
+        prepare_evaluate,
+        prepare_infer,
+        read_case_list,
+        read_region_spec,
+        resolve_device,
+    )
+    from .report import run_report, triage_with_page
+    from .session import CohortFailed, CommandResult, command_session, run_command
+    from .triage import triage_command
+
+#: public name -> the submodule defining it, imported on first access (PEP 562): importing this package (e.g. for
+#: ``monai-unc --help``, which parses with :mod:`.arguments`) loads neither torch nor MONAI
+_LAZY: dict[str, str] = {
+    "collect_logits": "calibrate",
+    "conformal_command": "conformal",
+    "evaluate_command": "evaluate",
+    **dict.fromkeys(("METHOD_TOKENS", "build_inferer", "normalize_roi"), "factory"),
+    **dict.fromkeys(("FAILURES_FILE", "INTENSITY_MODES", "InferSettings", "case_outputs", "check_run_settings",
+                     "is_finished", "load_image_case", "normalize_intensity", "predict_case", "predict_cases",
+                     "run_infer"), "infer"),
+    **dict.fromkeys(("LoadedModel", "checkpoint_temperature", "load_checkpoint", "load_network"), "models"),
+    **dict.fromkeys(("InferPlan", "check_infer_output", "infer_command", "infer_measures", "prepare_evaluate",
+                     "prepare_infer", "read_case_list", "read_region_spec", "resolve_device"), "prepare"),
+    **dict.fromkeys(("run_report", "triage_with_page"), "report"),
+    **dict.fromkeys(("CohortFailed", "CommandResult", "command_session", "run_command"), "session"),
+    "triage_command": "triage",
+}
+#: submodules reachable as attributes (``monai_unc.workflows.infer``) without an import statement, as before
+_SUBMODULES = ("arguments", "calibrate", "conformal", "demo", "evaluate", "factory", "infer", "models", "prepare",
+               "report", "session", "triage")
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_LAZY` and the submodules, imported on first access."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    sub = _LAZY.get(name)
+    if sub is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{sub}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
 
 __all__ = [
     "METHOD_TOKENS",

@@ -14,6 +14,7 @@ weights and applied by :func:`~monai_unc.workflows.models.load_network`).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Sequence
@@ -45,8 +46,9 @@ from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
 from .models import LoadedModel, load_network
 from .prepare import read_region_spec, resolve_device
+from .session import CommandResult
 
-__all__ = ["collect_logits", "run_calibrate", "calibrate_summary"]
+__all__ = ["collect_logits", "run_calibrate", "calibrate_summary", "calibrate_from_arguments"]
 
 
 def collect_logits(
@@ -309,3 +311,24 @@ def calibrate_summary(out: Path, record: dict[str, Any]) -> list[str]:
         lines.append(f"  region {name}: NLL {before['nll']:.4f} -> {after['nll']:.4f}, "
                      f"ECE {before['ece']:.4f} -> {after['ece']:.4f}")
     return [*lines, f"wrote {out} and {out.with_suffix('.json')}"]
+
+
+def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Path, dict[str, Any]]]:
+    """``monai-unc calibrate`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    Args:
+        args: the parsed arguments of ``monai-unc calibrate``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`run_calibrate`'s ``(checkpoint, record)``,
+        with the lines of :func:`calibrate_summary` (none with ``--quiet``).
+    """
+    out, record = run_calibrate(
+        args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
+        checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=args.device, intensity=args.intensity,
+        roi=args.roi, overlap=args.overlap, mode=args.mode, loss=args.loss, max_steps=args.max_steps,
+        progress=not args.quiet, activation=args.activation, regions=args.regions,
+        ignore_unclaimed_labels=args.ignore_unclaimed_labels,
+    )  # fmt: skip
+    lines = () if args.quiet else tuple(calibrate_summary(out, record))
+    return CommandResult((out, record), True, Path(out).resolve().parent, lines)

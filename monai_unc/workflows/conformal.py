@@ -6,6 +6,8 @@ and failed-cases step, :func:`monai_unc.workflows.session.run_command`).
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from ..evaluation import ConformalRuleFile, run_conformal
 from ..evaluation.conformal import ConformalResult
 from .session import CommandResult, run_command
 
-__all__ = ["conformal_command", "conformal_summary"]
+__all__ = ["conformal_command", "conformal_from_arguments", "conformal_summary"]
 
 
 def conformal_command(
@@ -63,3 +65,19 @@ def conformal_summary(result: ConformalResult) -> list[str]:
         lines.append("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these "
                      "cases")
     return [*lines, f"wrote {result.paths['csv']} and {result.paths['json']}"]
+
+
+def conformal_from_arguments(args: argparse.Namespace) -> CommandResult[ConformalResult]:
+    """``monai-unc conformal`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    Args:
+        args: the parsed arguments of ``monai-unc conformal``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`conformal_command`; its ``lines`` are empty
+        with ``--quiet``. Raises as :func:`conformal_command`.
+    """
+    res = conformal_command(args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
+                            uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch,
+                            progress=not args.quiet)
+    return dataclasses.replace(res, lines=()) if args.quiet else res

@@ -49,6 +49,7 @@ every case: the new cases' labels give only the report and the realised risk),
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -68,9 +69,10 @@ from .factory import build_inferer, check_roi, method_tokens, normalize_roi
 from .infer import InferSettings, check_run_settings, complete_settings, predict_cases
 from .models import load_network
 from .prepare import infer_measures
+from .session import CommandResult
 from .triage import certify_and_triage, format_outcome, format_triage, triage_outcome
 
-__all__ = ["run_demo", "TARGET_RISK", "DELTA", "FAILURE_DICE"]
+__all__ = ["run_demo", "demo_from_arguments", "TARGET_RISK", "DELTA", "FAILURE_DICE"]
 
 #: the full demo's guarantee (module docstring): at most this fraction of accepted new cases fail ...
 TARGET_RISK = 0.2
@@ -233,3 +235,18 @@ def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float, c
         line += f"; OoD AUROC {ood['auroc']:.3f}"
     print(line)
     print(f"finished in {seconds:.0f} s wall, {cpu:.0f} s CPU (this process; inference may use several threads)")
+
+
+def demo_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, Any]]:
+    """``monai-unc demo`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    Args:
+        args: the parsed arguments of ``monai-unc demo``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`run_demo`'s cohort summary; no lines (the
+        demo prints as it goes).
+    """
+    summary = run_demo(args.output, samples=args.samples, quiet=args.quiet, roi=args.roi, method=args.method,
+                       budget=args.budget, overlap=args.overlap, quick=args.quick)
+    return CommandResult(summary, True, Path(args.output).resolve())

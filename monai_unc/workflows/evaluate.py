@@ -1,20 +1,26 @@
 """``monai-unc evaluate`` as a workflow.
 
 :func:`evaluate_command` is :func:`monai_unc.evaluation.run_evaluate` inside the command's session (process group
-and failed-cases step, :func:`monai_unc.workflows.session.run_command`).
+and failed-cases step, :func:`monai_unc.workflows.session.run_command`); :func:`evaluate_from_arguments` is the
+command on its parsed arguments (:func:`~monai_unc.workflows.prepare.prepare_evaluate`, then
+:func:`evaluate_command`) and :func:`evaluate_summary_lines` what it prints.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, run_evaluate
+from ..product import products_from_arguments
+from .prepare import prepare_evaluate
 from .session import CommandResult, run_command
 
-__all__ = ["evaluate_command"]
+__all__ = ["evaluate_command", "evaluate_from_arguments", "evaluate_summary_lines", "risk_control_line"]
 
 
 def evaluate_command(
@@ -46,3 +52,114 @@ def evaluate_command(
     out = Path(output).resolve()
     return run_command("evaluate", out, lambda ctx: run_evaluate(labels, predictions, output, config, dist=ctx,
                                                                   **options), dist=dist)
+
+
+def evaluate_from_arguments(
+    args: argparse.Namespace,
+) -> CommandResult[tuple[CohortState | None, dict[str, Any], dict[str, Path]]]:
+    """``monai-unc evaluate`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    The configuration is that of :func:`~monai_unc.workflows.prepare.prepare_evaluate` (checked before any work),
+    the products' options included (:func:`monai_unc.product.products_from_arguments`); then
+    :func:`evaluate_command`.
+
+    Args:
+        args: the parsed arguments of ``monai-unc evaluate``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`evaluate_command`, with the lines of
+        :func:`evaluate_summary_lines` on rank 0 (none with ``--quiet``). Raises as :func:`evaluate_command`.
+    """
+    config = prepare_evaluate(
+        args.labels, args.predictions, args.output, uncertainty=args.uncertainty, images=args.images,
+        shifts=args.shifts, calibration_cases=args.calibration_cases, regions=args.regions, measure=args.measure,
+        score=args.score, n_bins=args.n_bins, min_bin_count=args.min_bin_count, failure_dice=args.failure_dice,
+        budget=args.budget, patch_size=args.patch_size, spatial=not args.no_spatial, num_classes=args.num_classes,
+        class_names=args.class_names, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
+        risk_method=args.risk_method, ignore_unclaimed_labels=args.ignore_unclaimed_labels,
+        products=products_from_arguments(args),
+    )  # fmt: skip
+    res = evaluate_command(
+        args.labels, args.predictions, args.output, config, layout=args.layout, uncertainty=args.uncertainty,
+        images=args.images, measures=args.measures, seg_suffix=args.seg_suffix, probs_suffix=args.probs_suffix,
+        allow_missing=args.allow_missing, allow_missing_labels=args.allow_missing_labels, progress=not args.quiet,
+    )  # fmt: skip
+    if args.quiet or not res.is_main:
+        return res
+    _, summary, paths = res.value
+    return CommandResult(res.value, res.is_main, res.output, tuple(evaluate_summary_lines(summary, paths, config)))
+
+
+def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path], config: EvaluationConfig
+                           ) -> list[str]:
+    """What ``monai-unc evaluate`` prints after a run.
+
+    Args:
+        summary: the cohort summary (``summary.json``).
+        paths: the files written (``run_evaluate``'s ``paths``: ``metrics``, ``summary``, ``rule``, ...).
+        config: the evaluation's options (its products print their own lines).
+
+    Returns:
+        The lines: cases, Dice, AURC and pooled calibration; the regions and QU-BraTS; the triage at the budget; the
+        risk control (:func:`risk_control_line`); warnings; the files written; each product's lines and file
+        (e.g. the masks with a guarantee).
+    """
+    t, fd = summary["triage"], summary["failure_detection"]
+    line = (f"{summary['n_cases']} case(s); mean Dice {summary['dice']['mean']:.4f}; "
+            f"AURC {fd['aurc']:.4f}, E-AURC {fd['eaurc']:.4f}")
+    cal = summary.get("calibration")
+    if cal:
+        line += f"; pooled ECE {cal['ece']:.4f}, all-label ECE {cal['all_label_ece']:.4f}"
+    lines = [line]
+    if summary.get("regions"):
+        per = summary["regions"]["per_region"]
+        lines.append("regions: " + "; ".join(
+            f"{n} Dice {_fmt(b['dice']['mean'])}" + (f", ECE {_fmt(b['calibration']['ece'])}" if "calibration" in b
+                                                      else "")
+            + (f", QU-BraTS {_fmt(b['qu_brats']['score'])}" if "qu_brats" in b else "") for n, b in per.items()))
+    if summary.get("qu_brats"):
+        lines.append(f"QU-BraTS score (mean over regions and cases) {_fmt(summary['qu_brats']['score'])}")
+    lines.append(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
+                 f"mean Dice of the retained cases {t['dice_retained']:.4f}")
+    rc_line = risk_control_line(summary)
+    if rc_line:
+        lines.append(rc_line)
+    if summary.get("warnings"):
+        lines.append(f"{len(summary['warnings'])} warning(s), see summary.json")
+    lines.append(f"wrote {paths['metrics']} and {paths['summary']}")
+    if "rule" in paths:
+        lines.append(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
+    for product in config.products:  # each product prints its own lines
+        if product.name in summary:
+            lines.extend(product.summary_lines(summary[product.name]))
+        if f"product:{product.name}" in paths:
+            lines.extend(product.artifact_lines(paths[f"product:{product.name}"]))
+    return lines
+
+
+def risk_control_line(summary: Mapping[str, Any]) -> str | None:
+    """The line of ``monai-unc evaluate`` on the risk-controlled referral threshold.
+
+    Args:
+        summary: the cohort summary (its ``risk_control`` block, written with ``--target-risk``).
+
+    Returns:
+        The threshold, the calibration coverage, the observed risk and the bound (or that no threshold satisfies the
+        target); None without risk control.
+    """
+    rc = summary.get("risk_control")
+    if not rc:
+        return None
+    head = f"risk control ({rc['method']}, {rc['risk']} <= {rc['target_risk']:g} w.p. {1 - rc['delta']:g}): "
+    if not rc["feasible"]:
+        return head + f"no threshold satisfies the target (best bound {rc['bound']:.4g}); refer every case"
+    cal = rc["calibration"]
+    thr = rc["threshold"]
+    return head + (f"accept score <= {thr:.6g}; " if thr is not None else "accept every case; ") + (
+        f"calibration coverage {cal['coverage']:.3f}, observed risk {cal['risk_accepted']:.4f}, "
+        f"bound {rc['bound']:.4f}; review {len(rc['referred'])} of {summary['n_cases']}"
+    )
+
+
+def _fmt(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.4f}"

@@ -19,7 +19,9 @@ The helpers :func:`resolve_device`, :func:`read_region_spec` and :func:`read_cas
 
 from __future__ import annotations
 
+import argparse
 import csv
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +59,7 @@ __all__ = [
     "check_region_channels",
     "prepare_infer",
     "infer_command",
+    "infer_from_arguments",
     "infer_summary",
     "prepare_evaluate",
     "error_text",
@@ -530,6 +533,28 @@ def infer_command(
                          progress=progress, dist=ctx)
 
     return run_command("infer", out, run, dist=dist, device=dev, summary=lambda results: infer_summary(results, out))
+
+
+def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[str, Any]]]:
+    """``monai-unc infer`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    Args:
+        args: the parsed arguments of ``monai-unc infer``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`infer_command`; its ``lines`` (what the
+        command prints on rank 0) are empty with ``--quiet``. Raises as :func:`infer_command`.
+    """
+    res = infer_command(
+        args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
+        progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
+        checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
+        method=args.method, samples=args.samples, dropout=args.dropout, tta_noise=args.tta_noise,
+        ratein_target=args.ratein_target, measures=args.measures, write_probs=not args.no_probs, roi=args.roi,
+        overlap=args.overlap, sw_batch_size=args.sw_batch_size, intensity=args.intensity, activation=args.activation,
+        regions=args.regions, seed=args.seed,
+    )  # fmt: skip
+    return dataclasses.replace(res, lines=()) if args.quiet else res
 
 
 def infer_summary(results: Sequence[dict[str, Any]], output: Path) -> list[str]:

@@ -7,6 +7,7 @@ The checks before any work, then the report layer (:func:`monai_unc.report.html.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,9 +21,10 @@ from ..io import check_inputs_not_written, check_output_file, check_output_folde
 from ..report.html import build_report
 from ..report.triage import build_triage_page
 from .prepare import error_text, read_case_list
+from .session import CommandResult
 
 __all__ = ["REPORT_WRITES", "TRIAGE_CONFORMAL_DIR", "check_overlay_count", "check_evaluation_folder", "run_report",
-           "triage_with_page"]
+           "report_from_arguments", "triage_with_page"]
 
 #: what ``monai-unc report`` writes in its output folder (patterns of :func:`monai_unc.io.check_inputs_not_written`)
 REPORT_WRITES = ("report.html", "figures", "figures/*", ".*.partial*")
@@ -186,3 +188,19 @@ def triage_with_page(
     page = (build_triage_page(output, n_cases=cases, conformal=masks, conformal_rule=conformal_rule) if ctx.is_main
             else None)
     return result, page
+
+
+def report_from_arguments(args: argparse.Namespace) -> CommandResult[Path]:
+    """``monai-unc report`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    Args:
+        args: the parsed arguments of ``monai-unc report``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`run_report`'s ``report.html``; its one line
+        is the page's path (printed with ``--quiet`` too).
+    """
+    path = run_report(args.evaluation, args.output, budget=args.budget, images=args.images, cases=args.cases,
+                      title=args.title, target_risk=args.target_risk, delta=args.delta, risk=args.risk,
+                      risk_method=args.risk_method, calibration_cases=args.calibration_cases)
+    return CommandResult(path, True, path.resolve().parent, (f"report: {path.resolve()}",))

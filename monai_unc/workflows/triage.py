@@ -13,6 +13,7 @@ command's session (process group and failed-cases step).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import warnings
@@ -31,7 +32,7 @@ from .report import TRIAGE_CONFORMAL_DIR, triage_with_page
 from .session import CommandResult, run_command
 
 __all__ = ["certify_and_triage", "format_triage", "triage_outcome", "format_outcome", "triage_command",
-           "triage_summary"]
+           "triage_from_arguments", "triage_summary"]
 
 
 def triage_command(
@@ -285,3 +286,21 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
     return "" if v is None else str(v)
+
+
+def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[TriageResult, Path | None]]:
+    """``monai-unc triage`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    Args:
+        args: the parsed arguments of ``monai-unc triage``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`triage_command`; its ``lines`` are empty
+        with ``--quiet``. Raises as :func:`triage_command`.
+    """
+    res = triage_command(
+        args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
+        layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
+        conformal_rule=args.conformal_rule,
+    )  # fmt: skip
+    return dataclasses.replace(res, lines=()) if args.quiet else res

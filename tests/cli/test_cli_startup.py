@@ -91,9 +91,9 @@ def test_a_command_still_gets_torch_and_its_names(monkeypatch):
     cli._import_commands()
     for name in cli._COMMAND_NAMES:
         assert name in vars(cli), name
-    monkeypatch.setattr(cli, "infer_command", "patched")
+    monkeypatch.setattr(cli, "run_demo", "patched")
     cli._import_commands()
-    assert cli.infer_command == "patched"
+    assert cli.run_demo == "patched"
     with pytest.raises(AttributeError):
         cli.no_such_name  # noqa: B018
 
