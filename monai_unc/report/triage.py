@@ -329,8 +329,12 @@ def _conformal_section(masks: Mapping[str, Any], folder: Path, drawn: bool) -> M
     It states the guarantee of each side, the fingerprint check and where the masks are.
     """
     fp = masks.get("fingerprint") or {}
-    items = [el("li", el("b", side), f" (lambda_hat {', '.join(f'{k}: {v:g}' for k, v in lam.items())}): ",
-                (masks.get("guarantee") or {}).get(side, ""))
+    def lambdas(lam: Any) -> str:  # {name: value}, or one such mapping per stratum of a stratified rule
+        if isinstance(lam, Mapping):
+            return ", ".join(f"{k}: {v:g}" if isinstance(v, (int, float)) else f"{k}: n/a" for k, v in lam.items())
+        return "; ".join(f"stratum {s}: {lambdas(one)}" for s, one in enumerate(lam or []))
+
+    items = [el("li", el("b", side), f" (lambda_hat {lambdas(lam)}): ", (masks.get("guarantee") or {}).get(side, ""))
              for side, lam in (masks.get("lambda_hat") or {}).items()]
     parts: list[Any] = [
         el("h2", "Conformal masks"),

@@ -19,6 +19,7 @@ from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import ConformalRuleFile, EvaluationConfig, run_evaluate
 from monai_unc.evaluation.triage import RULE_FILE, FingerprintMismatch
 from monai_unc.io import CaseFiles, load_case
+from monai_unc.products import ConformalMasks
 from monai_unc.report.html import format_value
 from monai_unc.workflows.infer import InferSettings, check_run_settings
 from monai_unc.workflows.report import TRIAGE_CONFORMAL_DIR, triage_with_page
@@ -37,7 +38,7 @@ def _stamp(pred: Path, model: str) -> None:
 
 def _evaluate(data: dict[str, Path], out: Path) -> Path:
     config = EvaluationConfig(budget=0.25, spatial=False, target_risk=0.5, delta=0.2,
-                              conformal={"outer": 0.3, "inner": 0.4})
+                              products=[ConformalMasks({"outer": 0.3, "inner": 0.4})])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         run_evaluate(data["labels"], data["predictions"], out, config)
@@ -185,7 +186,7 @@ def test_region_model_masks_on_the_triage_page(tmp_path, monkeypatch):
     from tests.evaluation.test_evaluate_regions import write_region_cohort
 
     dirs = write_region_cohort(tmp_path / "c", n_cases=5)
-    config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, delta=0.2,
+    config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, delta=0.2,  # the deprecated keywords
                               conformal={"outer": 0.3, "inner": 0.4})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -214,3 +215,13 @@ def test_region_model_masks_on_the_triage_page(tmp_path, monkeypatch):
     for side, rule in doc.rules.items():
         expected = rule.apply(case.probs, pred=pred, spacing=case.spacing).any(axis=0)
         assert np.array_equal(masks[side], expected)
+
+
+def test_a_stratified_rule_shows_its_thresholds_per_stratum(tmp_path):
+    """conformal.json of a stratified rule has one lambda_hat mapping per stratum (it crashed the page before)."""
+    from monai_unc.report import triage as page
+
+    masks = {"lambda_hat": {"outer": [{"1": 0.5}, {"1": 0.25}], "inner": {"1": 0.75}},
+             "guarantee": {"outer": "FNR <= 0.3 within each stratum"}}
+    text = str(page._conformal_section(masks, tmp_path, False))
+    assert "stratum 0: 1: 0.5; stratum 1: 1: 0.25" in text and "(lambda_hat 1: 0.75)" in text
