@@ -275,6 +275,24 @@ class CohortProduct:
         """
         return None
 
+    def write_case_files(self, case: Any, artifact_path: Path, folder: Path) -> list[Path]:
+        """Files of one evaluated case made with the fitted artifact (default: none).
+
+        When a product overrides this, ``evaluate`` calls it once its artifact is written, for every case in case-id
+        order, so that the report draws these files instead of computing them (e.g. the masks a fitted rule gives the
+        case). The files go to ``folder`` (``<output>/products/<name>/``) through :mod:`monai_unc.io`; an earlier
+        run's files there are removed first.
+
+        Args:
+            case: the loaded case (:class:`~monai_unc.io.LoadedCase`).
+            artifact_path: the file :meth:`write_artifact` (or the generic writer) wrote.
+            folder: the product's folder of case files (it exists).
+
+        Returns:
+            The paths written.
+        """
+        return []
+
     def apply(self, case: Any, artifact: Any) -> Any:
         """Apply the fitted artifact to a new case (default: the product has nothing to apply).
 

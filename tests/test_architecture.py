@@ -108,6 +108,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
     ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "
     "(monai_unc.io.save_state writes a state); its body loads the writer only when the old method is called",
+    ("monai_unc.report.html", "monai_unc.evaluation.conformal"): "case_conformal_masks is deprecated (evaluate and "
+    "monai-unc conformal write the masks, read_case_masks reads them); the old function loads the computation",
     ("monai_unc.report.html", "monai_unc.evaluation"): "build_report(budget=..., target_risk=...) is deprecated "
     "(the report renders a summary; monai_unc.evaluation.resummarize computes another); the old arguments load it",
     # nnunet-predict and its export workers run without MONAI (issue #29: end to end as fast as stock)
@@ -135,10 +137,6 @@ WRITE_ALLOWED: dict[tuple[str, str], str] = {
 #: violations on main today, each with where it is being fixed; remove an entry when its violation is gone
 PENDING: dict[tuple[str, str, str, str], str] = {
     # (rule, importing module, imported module, name) -> note
-    # issue #35 ("the report reads outputs"): the case figures still apply the conformal rule to the shown cases;
-    # evaluate is to write the masks
-    ("report-computes", "monai_unc.report.html", "monai_unc.evaluation.conformal", "conformal_masks"):
-        "#35: evaluate writes the masks of the shown cases",
 }
 
 #: what the report may not import: the computations of the cohort numbers, the maps and the masks (it renders what

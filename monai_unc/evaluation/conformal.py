@@ -96,7 +96,8 @@ CONFORMAL_LOSSES = {"outer": "fnr", "inner": "fp"}
 __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "CONFORMAL_LOSSES", "ConformalState",
            "conformal_state", "ConformalRuleFile", "ConformalStrata", "conformal_strata",
            "check_conformal_probabilities", "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
-           "conformal_masks", "conformal_case", "check_conformal_inputs", "run_conformal"]
+           "conformal_masks", "save_masks", "calibration_case_masks", "conformal_case", "check_conformal_inputs",
+           "run_conformal"]
 
 #: the rule file ``evaluate --conformal`` writes
 CONFORMAL_RULE_FILE = "conformal_rule.json"
@@ -696,6 +697,65 @@ def conformal_masks(doc: ConformalRuleFile, case: Any, *, score: float | None = 
     return masks, pred[keep].astype(bool), list(rule.names[keep])
 
 
+def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid: bool) -> list[Path]:
+    """Write a case's masks as ``<folder>/<case>_<side>.nii.gz`` (uint8, the case's geometry).
+
+    Softmax rules with one foreground class give a 3D mask, otherwise a 4D one (one channel per foreground class or
+    region), as ``monai-unc conformal`` writes them.
+
+    Args:
+        masks: ``{side: bool (T, *spatial)}``.
+        case: the loaded case (its id and affine).
+        folder: the folder.
+        sigmoid: a region rule (always 4D).
+
+    Returns:
+        The paths written.
+    """
+    out = []
+    for side, m in masks.items():
+        path = folder / f"{case.case_id}_{side}.nii.gz"
+        if sigmoid or m.shape[0] > 1:
+            save_region_maps(m.astype(np.uint8), case.affine, path, dtype="uint8")
+        else:
+            save_nifti(m[0].astype(np.uint8), case.affine, path)
+        out.append(path)
+    return out
+
+
+def calibration_case_masks(case: Any, rule_path: Path, folder: Path) -> list[Path]:
+    """The masks each rule of ``conformal_rule.json`` gives an evaluated case, written for the report's figures.
+
+    They are each rule's own masks (not nested: :func:`conformal_masks` with ``nest=False``), in the files of
+    :func:`save_masks`.
+
+    Args:
+        case: the loaded case (with probabilities).
+        rule_path: the evaluation's ``conformal_rule.json``.
+        folder: where to write them (``<output>/products/conformal/``).
+
+    Returns:
+        The paths written (none for a case without probabilities).
+    """
+    if case.probs is None:
+        return []
+    doc = _read_rule_once(rule_path)
+    masks, _, _ = conformal_masks(doc, case)
+    return save_masks(masks, case, folder, doc.first.activation == "sigmoid")
+
+
+_RULES: dict[tuple[str, int], ConformalRuleFile] = {}
+
+
+def _read_rule_once(path: Path) -> ConformalRuleFile:
+    """The rule file at ``path``, read once per content (its modification time) for the cases of one run."""
+    key = (str(Path(path).resolve()), Path(path).stat().st_mtime_ns)
+    if key not in _RULES:
+        _RULES.clear()
+        _RULES[key] = ConformalRuleFile.load(path)
+    return _RULES[key]
+
+
 def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> dict[str, Any]:
     """Apply the rule file to one case: write ``<case>_<side>.nii.gz`` in ``output`` and return its csv row.
 
@@ -722,12 +782,7 @@ def conformal_case(files: CaseFiles, doc: ConformalRuleFile, output: Path) -> di
     masks, pred, names = conformal_masks(doc, case, score=score)
     masks, added = nest_masks(masks)
     voxel_ml = float(np.prod(case.spacing)) / 1000.0
-    for side, m in masks.items():
-        path = output / f"{case.case_id}_{side}.nii.gz"
-        if sigmoid or m.shape[0] > 1:
-            save_region_maps(m.astype(np.uint8), case.affine, path, dtype="uint8")
-        else:
-            save_nifti(m[0].astype(np.uint8), case.affine, path)
+    save_masks(masks, case, output, sigmoid)
     for t, name in enumerate(names):
         col = region_suffix(name) if sigmoid else slug(name)
         outer = masks["outer"][t] if "outer" in masks else pred[t]

@@ -36,7 +36,14 @@ __all__ = [
     "read_artifact",
     "write_artifacts",
     "artifact_paths",
+    "PRODUCTS_DIR",
+    "writes_case_files",
+    "remove_case_files",
+    "write_case_files",
 ]
+
+#: the sub-folder of an evaluation output holding the products' case files (``products/<name>/``)
+PRODUCTS_DIR = "products"
 
 #: the content digest of an artifact document (without its ``digest`` field): ``"sha256:<hex>"`` of its canonical
 #: JSON, the one digest of every fitted file (:func:`monai_unc.io.provenance.rule_digest`)
@@ -240,6 +247,70 @@ def artifact_paths(output: str | os.PathLike, config: EvaluationConfig) -> dict[
         ``{product name: path}``.
     """
     return {p.name: p.artifact_path(output) for p in config.products}
+
+
+def writes_case_files(product: CohortProduct) -> bool:
+    """Whether a product writes files per evaluated case (it overrides ``write_case_files``).
+
+    Args:
+        product: the product.
+
+    Returns:
+        True or False.
+    """
+    return type(product).write_case_files is not CohortProduct.write_case_files
+
+
+def remove_case_files(output: str | os.PathLike, keep: Sequence[str] = ()) -> None:
+    """Remove the case files of the products (``<output>/products/<name>/``) other than those of ``keep``.
+
+    Args:
+        output: the evaluation folder.
+        keep: the names of the products whose files stay.
+
+    Returns:
+        None.
+    """
+    root = Path(output) / PRODUCTS_DIR
+    if not root.is_dir():
+        return
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in keep):
+        for f in folder.iterdir():
+            if f.is_file():
+                f.unlink(missing_ok=True)
+        folder.rmdir()
+
+
+def write_case_files(output: str | os.PathLike, config: EvaluationConfig, written: Mapping[str, Path],
+                     load: Any, case_ids: Sequence[str]) -> dict[str, list[Path]]:
+    """The case files of every product that writes them (``write_case_files``) and wrote an artifact.
+
+    Each case is loaded once (``load(case_id)``) for all such products. An earlier run's files are removed first:
+    of a product not asked for now, and of the products that write them again.
+
+    Args:
+        output: the evaluation folder.
+        config: the evaluation options.
+        written: ``{product name: artifact path}`` of :func:`write_artifacts`.
+        load: ``case id -> LoadedCase``.
+        case_ids: the cases, in case-id order.
+
+    Returns:
+        ``{product name: [paths]}``.
+    """
+    products = [p for p in config.products if writes_case_files(p) and p.name in written]
+    remove_case_files(output)  # every product's: those written again are written whole
+    out: dict[str, list[Path]] = {}
+    if not products:
+        return out
+    folders = {p.name: Path(output) / PRODUCTS_DIR / p.name for p in products}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    for cid in case_ids:
+        case = load(cid)
+        for p in products:
+            out.setdefault(p.name, []).extend(p.write_case_files(case, written[p.name], folders[p.name]))
+    return out
 
 
 def write_artifacts(output: str | os.PathLike, config: EvaluationConfig, fitted: Mapping[str, Any],

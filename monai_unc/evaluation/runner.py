@@ -25,13 +25,20 @@ from ..engine import (
     run_cases,
 )
 from ..engine.records import record_gather_hooks
-from ..io import CaseError, CaseFiles, match_cases
+from ..io import CaseError, CaseFiles, load_case, match_cases
 from ..product import registered_products
 from ..regions import unclaimed_labels_message
 from .case import CaseResult, derived_maps, evaluate_case, load_evaluation_case
 from .cohort import CohortState, remove_cohort_files, summarize, write_evaluation
 from .config import DERIVED_MAPS_DIR, STATE_DIR, EvaluationConfig
-from .products import artifact_paths, check_product_inputs, fit_products, write_artifacts
+from .products import (
+    artifact_paths,
+    check_product_inputs,
+    fit_products,
+    remove_case_files,
+    write_artifacts,
+    write_case_files,
+)
 from .resume import CASES_DIR, case_cache
 from .rows import write_derived_maps
 from .triage import RULE_FILE, prediction_regions, region_differences, write_referral_rule
@@ -84,6 +91,12 @@ def _evaluate_record(files: CaseFiles, config: EvaluationConfig, maps: Path | No
     result.derived = {m: str(p) for m, p in written.items()}
     result.files, result.num_classes = files, _num_classes(loaded, config)
     return result
+
+
+def _load_for_products(entry: tuple[CaseFiles, int], config: EvaluationConfig) -> Any:
+    """A case loaded again for the products' case files: its own files, the number of classes the cohort has."""
+    files, n = entry
+    return load_case(files, n, multilabel=config.regions is not None)
 
 
 def _check_products(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
@@ -410,6 +423,8 @@ def _run_evaluate(
                 paths["rule"] = rule
             ids = [str(r["case"]) for r in state.sorted_rows()]
             written = write_artifacts(output, config, fitted, ids, inputs)
+            files = {str(r.row["case"]): (f, n) for r, f, n in results}
+            write_case_files(output, config, written, lambda cid: _load_for_products(files[cid], config), ids)
             paths.update({f"product:{name}": path for name, path in written.items()})
             return summary, paths
 
@@ -426,6 +441,7 @@ def _run_evaluate(
             path.unlink(missing_ok=True)
         for cls in registered_products():  # nor one of a product an earlier run asked for
             (output / (cls.artifact_file or f"{cls.name}.json")).unlink(missing_ok=True)
+        remove_case_files(output)  # nor the products' case files
 
     pack, unpack = record_gather_hooks(CaseResult)
     maps = output / DERIVED_MAPS_DIR

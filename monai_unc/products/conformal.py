@@ -375,6 +375,21 @@ class ConformalMasks(CohortProduct):
 
         return write_rule_file(path, self, artifact, calibration_cases, inputs, config)
 
+    def write_case_files(self, case: Any, artifact_path: Path, folder: Path) -> list[Path]:
+        """The masks each rule gives an evaluated case, for the report's figures (``<case>_<side>.nii.gz``).
+
+        Args:
+            case: the loaded case.
+            artifact_path: ``conformal_rule.json``.
+            folder: ``<output>/products/conformal/``.
+
+        Returns:
+            The paths written (:func:`~monai_unc.evaluation.conformal.calibration_case_masks`).
+        """
+        from ..evaluation.conformal import calibration_case_masks
+
+        return calibration_case_masks(case, artifact_path, folder)
+
     def apply(self, case: Any, artifact: Any) -> Any:
         """The nested masks of a new case, as ``monai-unc conformal`` writes them.
 

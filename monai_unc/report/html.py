@@ -22,7 +22,7 @@ under ``figures/``. Sections:
 
    for an evaluation with conformal masks (``monai-unc evaluate --conformal``): a "Conformal masks" section
    (:func:`conformal_section`, the numbers of ``summary.json["conformal"]``) and the outer and inner contours in
-   the overlays (:func:`case_conformal_masks`, the rule of ``conformal_rule.json`` on the case's probabilities).
+   the overlays (:func:`read_case_masks`: the masks ``evaluate`` wrote in ``products/conformal/``).
 
 The page computes no metric: every number comes from what ``evaluate`` wrote (``summary.json``, the rows and
 histograms of ``state/``), or from a summary the caller passes. Another budget or risk target is the evaluation's
@@ -52,8 +52,8 @@ from ..evaluation import (
     load_evaluation,
 )
 from ..evaluation.config import DERIVED_MAPS_DIR
-from ..evaluation.conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, conformal_masks
-from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
+from ..evaluation.products import PRODUCTS_DIR
+from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv, read_volume
 from ..product import ReportSection, product_type
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
@@ -75,6 +75,7 @@ __all__ = [
     "build_report",
     "cards",
     "case_conformal_masks",
+    "read_case_masks",
     "product_section",
     "product_sections",
     "conformal_section",
@@ -627,9 +628,43 @@ def region_display(
     return out[0], out[1], u, ["background"] + [names[r] for r in order]
 
 
-def case_conformal_masks(rule: ConformalRuleFile | None, case: Any, nest: bool = False
-                         ) -> dict[str, np.ndarray] | None:
-    """The conformal masks of a case for its figure.
+def read_case_masks(folder: str | os.PathLike | None, case_id: str) -> dict[str, np.ndarray] | None:
+    """The outer and inner masks of a case for its figure, read from the files a command wrote.
+
+    The files are ``<folder>/<case>_<side>.nii.gz`` (``products/conformal/`` of ``evaluate --conformal``: each
+    rule's own masks; the output of ``monai-unc conformal``: the nested masks). Per side the union over the
+    foreground classes or regions (the channels of a 4D file).
+
+    Args:
+        folder: the folder of the mask files (None: no masks).
+        case_id: the case.
+
+    Returns:
+        ``{side: bool (X, Y, Z)}`` of the sides that have a file, or None when neither has one.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from monai_unc.io import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = save_nifti(np.ones((2, 2, 2), np.uint8), np.eye(4), Path(d) / "a_outer.nii.gz")
+        ...     masks = read_case_masks(d, "a")
+        >>> sorted(masks), bool(masks["outer"].all())
+        (['outer'], True)
+    """
+    if folder is None:
+        return None
+    out = {}
+    for side in ("outer", "inner"):
+        path = Path(folder) / f"{case_id}_{side}.nii.gz"
+        if path.is_file():
+            data, _ = read_volume(path)
+            out[side] = np.asarray(data).astype(bool).any(axis=0)
+    return out or None
+
+
+def case_conformal_masks(rule: Any, case: Any, nest: bool = False) -> dict[str, np.ndarray] | None:
+    """Deprecated: a case's conformal masks computed from its rule (the report reads files: :func:`read_case_masks`).
 
     Per side the union over the foreground classes or regions of the rule's masks
     (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's probabilities).
@@ -644,6 +679,10 @@ def case_conformal_masks(rule: ConformalRuleFile | None, case: Any, nest: bool =
     Returns:
         ``{side: bool (X, Y, Z)}``, or None without a rule or without the case's probabilities.
     """
+    from ..evaluation.conformal import conformal_masks  # deprecated: the report itself reads the masks' files
+
+    warnings.warn("case_conformal_masks is deprecated: evaluate and monai-unc conformal write the masks; "
+                  "read_case_masks reads them (removed in 0.3.0)", DeprecationWarning, stacklevel=2)
     if rule is None or case.probs is None:
         return None
     masks, _, _ = conformal_masks(rule, case, nest=nest)
@@ -652,7 +691,7 @@ def case_conformal_masks(rule: ConformalRuleFile | None, case: Any, nest: bool =
 
 def _case_figures(
     state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path,
-    rule: ConformalRuleFile | None = None,
+    masks: Path | None = None,
     viewers: list[dict[str, Any]] | None = None,
     evaluation: Path | None = None,
 ) -> list[Figure]:
@@ -690,7 +729,7 @@ def _case_figures(
             info["shift"] = r["shift"] or "none"
         if viewers is not None and rank < n_cases:  # the flagged (most uncertain) cases, not the contrast case
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, measure))
-        conformal = case_conformal_masks(rule, case)
+        conformal = read_case_masks(masks, cid)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
                                 class_names=class_names, conformal=conformal)
         path = case_figure_path(fig_dir, cid)
@@ -807,10 +846,9 @@ def build_report(
         add("shifts", "Uncertainty by shift",
             f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {format_value(ood.get('auroc'))}.",
             plot_scores_by_shift(filled, [r.get("shift", "") for r in rows], IID_SHIFTS, label))
-    rule_path = evaluation / CONFORMAL_RULE_FILE
-    rule = ConformalRuleFile.load(rule_path) if summary.get("conformal") and rule_path.is_file() else None
+    masks = evaluation / PRODUCTS_DIR / "conformal" if summary.get("conformal") else None  # evaluate's mask files
     viewers: list[dict[str, Any]] | None = [] if viewer else None
-    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, rule, viewers, evaluation)
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, masks, viewers, evaluation)
     csv_path = evaluation / "metrics.csv"
     csv_text = csv_path.read_text() if csv_path.is_file() else None
     page = render_html(summary, rows, figures, case_figs, title=title,

@@ -21,7 +21,7 @@ network resource; the same figures under ``figures/``), in the style of the QC r
 With the outputs of ``monai-unc conformal`` for the same cases (``triage --conformal-rule``: ``conformal`` names
 their folder) the table gains each case's inner / predicted / outer volumes (ml) and band width (mm) per foreground
 class or region (``conformal.json``), the case figures draw the conformal outer and inner contours beside the
-prediction (:func:`monai_unc.report.html.case_conformal_masks`, as the evaluation report's figures), and the summary
+prediction (the mask files of that folder, :func:`monai_unc.report.html.read_case_masks`), and the summary
 states the rule's guarantee.
 
 :func:`link_page` adds a link to the triage page in the header of another page (the demo's QC report).
@@ -42,7 +42,6 @@ import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
 from ..evaluation.config import DERIVED_MAPS_DIR
-from ..evaluation.conformal import ConformalRuleFile
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
@@ -50,10 +49,10 @@ from .html import (
     PAGE_CSS,
     Figure,
     cards,
-    case_conformal_masks,
     decision_tag,
     format_value,
     img_tag,
+    read_case_masks,
     region_display,
     table,
     warning_list,
@@ -277,7 +276,7 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
 
 
 def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path, maps: Path,
-                  conformal_rule: ConformalRuleFile | None = None,
+                  masks: Path | None = None,
                   viewers: list[dict[str, Any]] | None = None) -> list[Figure]:
     """The overlays of the ``n_cases`` most uncertain cases, drawn from files.
 
@@ -308,7 +307,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
             seg, _, u, class_names = region_display(case.seg, None, u, regions)
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure))
-        conformal = case_conformal_masks(conformal_rule, case, nest=True)  # as monai-unc conformal writes them
+        conformal = read_case_masks(masks, cid)  # the nested masks monai-unc conformal wrote
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
                                   class_names=class_names, conformal=conformal)
         path = case_figure_path(fig_dir, cid)
@@ -323,7 +322,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
     return out
 
 
-def _conformal_section(masks: Mapping[str, Any], folder: Path, drawn: bool) -> Markup:
+def _conformal_section(masks: Mapping[str, Any], folder: Path) -> Markup:
     """The note on the conformal masks of the new cases.
 
     It states the guarantee of each side, the fingerprint check and where the masks are.
@@ -341,9 +340,8 @@ def _conformal_section(masks: Mapping[str, Any], folder: Path, drawn: bool) -> M
         el("p", f"The conformal rule ({masks.get('family')} family) applied to the new cases as monai-unc conformal "
            "applies it: the table gives per foreground class or region the inner, predicted and outer volumes (ml) "
            "and the band width (95th percentile of the distance in mm from the outer mask's boundary to the inner "
-           "mask); " + ("the case figures draw the outer and inner contours. " if drawn else
-                        "the case figures do not draw them (the rule file was not found). ")
-           + f"Masks and table: {folder}.", class_="note"),
+           "mask); the case figures draw the outer and inner contours of the mask files. "
+           f"Masks and table: {folder}.", class_="note"),
         el("ul", *items),
     ]
     if fp.get("status") == "mismatch":
@@ -353,21 +351,12 @@ def _conformal_section(masks: Mapping[str, Any], folder: Path, drawn: bool) -> M
     return el("section", *parts, id="conformal")
 
 
-def _load_conformal(folder: str | os.PathLike, rule: Any) -> tuple[dict[str, Any], ConformalRuleFile | None]:
-    """``conformal.json`` of a ``monai-unc conformal`` folder and its rule file.
-
-    The rule file is ``rule``, else the path the json records, else None.
-    """
+def _load_conformal(folder: str | os.PathLike) -> dict[str, Any]:
+    """``conformal.json`` of a ``monai-unc conformal`` folder."""
     path = Path(folder) / "conformal.json"
     if not path.is_file():
         raise FileNotFoundError(f"no conformal.json in {folder}: run monai-unc conformal --output {folder} first")
-    masks = json.loads(path.read_text())
-    if isinstance(rule, ConformalRuleFile):
-        return masks, rule
-    source = rule if rule is not None else masks.get("rule")
-    if source is None or (rule is None and not Path(source).is_file()):
-        return masks, None
-    return masks, ConformalRuleFile.load(source)
+    return json.loads(path.read_text())
 
 
 def build_triage_page(
@@ -376,7 +365,7 @@ def build_triage_page(
     n_cases: int = 4,
     title: str = "Triage of new cases",
     conformal: str | os.PathLike | None = None,
-    conformal_rule: ConformalRuleFile | str | os.PathLike | None = None,
+    conformal_rule: Any = None,
     viewer: bool = True,
 ) -> Path:
     """Write ``triage.html`` (and ``figures/*.png``) for a triage folder.
@@ -391,9 +380,9 @@ def build_triage_page(
         n_cases: overlays of this many of the most uncertain cases (0: none).
         title: page title.
         conformal: the output folder of ``monai-unc conformal`` (:func:`monai_unc.evaluation.run_conformal`) for
-            these cases, or None: its volumes and band widths go into the table, its rule's masks into the figures.
-        conformal_rule: the rule file of those masks (default: the path ``conformal.json`` records; without one the
-            figures have no conformal contours).
+            these cases, or None: its volumes and band widths go into the table, its mask files
+            (``<case>_<side>.nii.gz``) into the figures.
+        conformal_rule: unused (the figures read the mask files); kept for the callers of earlier versions.
         viewer: embed the interactive 3D viewer (:mod:`monai_unc.report.viewer`) for the referred cases among the
             ``n_cases`` shown, with its scripts in ``<output>/assets`` (the PNG slices stay).
 
@@ -412,7 +401,8 @@ def build_triage_page(
         raise FileNotFoundError(f"no triage.json in {folder}: run monai-unc triage --output {folder} first")
     summary = json.loads(path.read_text())
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
-    masks, mask_rule = _load_conformal(conformal, conformal_rule) if conformal is not None else (None, None)
+    del conformal_rule  # the figures draw the mask files that monai-unc conformal wrote
+    masks = _load_conformal(conformal) if conformal is not None else None
     mask_rows = {str(r["case"]): r for r in masks["cases"]} if masks is not None else None
     out_dir = Path(output) if output is not None else folder
     fig_dir = out_dir / "figures"
@@ -427,7 +417,8 @@ def build_triage_page(
                                                                                                "scores.png"),
                       fig_dir / "scores.png")]
     viewers: list[dict[str, Any]] | None = [] if viewer else None
-    case_figs = _case_figures(summary, rule, n_cases, fig_dir, folder / DERIVED_MAPS_DIR, mask_rule, viewers)
+    case_figs = _case_figures(summary, rule, n_cases, fig_dir, folder / DERIVED_MAPS_DIR,
+                              None if conformal is None else Path(conformal), viewers)
     notes = [el("li", n) for n in summary.get("notes", [])]
     guarantee = rule.guarantee()
     summary_section = el(
@@ -442,7 +433,7 @@ def build_triage_page(
         el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule, mask_rows), id="triage"),
     ]
     if masks is not None:
-        sections.append(_conformal_section(masks, Path(conformal).resolve(), mask_rule is not None))  # type: ignore
+        sections.append(_conformal_section(masks, Path(conformal).resolve()))  # type: ignore
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
     if case_figs:
         sections.append(el("section", el("h2", "Most uncertain cases: slices of highest uncertainty"),

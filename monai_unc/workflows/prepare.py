@@ -71,7 +71,7 @@ ACTIVATIONS = ("softmax", "sigmoid", "none")
 #: what ``monai-unc evaluate`` writes (or removes) in its output folder (patterns of
 #: :func:`monai_unc.io.check_inputs_not_written`)
 EVALUATE_WRITES = ("metrics.csv", "summary.json", FAILURES_FILE, RULE_FILE, "state", "state/*", "maps", "maps/*",
-                   ".*.partial*")
+                   ".*.partial*", "products", "products/*", "products/*/*")
 _EVALUATE_FILES = EVALUATE_WRITES[:4]
 
 #: the maps of one deterministic pass (``--method softmax``): no expected entropy, mutual information or variance

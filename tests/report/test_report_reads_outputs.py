@@ -44,6 +44,7 @@ COMPUTATIONS: tuple[Callable, ...] = (
     case_module.evaluate_case,
     products_module.fit_products,
     conformal_module.conformal_masks,
+    conformal_module.calibration_case_masks,
     conformal_module.fit_conformal_rules,
     triage_module.certify_referral_rule,
     rows_module.write_derived_maps,
@@ -84,16 +85,15 @@ def _probability_only(data: dict[str, Path]) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Cohort A evaluated (risk-controlled rule, no --conformal) and cohort B of new cases, both probability-only."""
+    """Cohort A evaluated (risk-controlled rule, conformal masks) and cohort B of new cases, both probability-only."""
     root = tmp_path_factory.mktemp("reads_outputs")
     a = _probability_only(write_toy_cohort(root / "A", n_cases=12, shape=(16, 16, 16), seed=1))
     b = _probability_only(write_toy_cohort(root / "B", n_cases=6, shape=(16, 16, 16), seed=2))
     ev = root / "evaluation"
-    # without --conformal: with it the report still applies the conformal rule to the shown cases
-    # (report/html.py case_conformal_masks); the change that has evaluate write those masks adds the conformal
-    # variant of this test
+    # with conformal masks: evaluate writes each case's masks (products/conformal/) for the report's figures
     argv = ["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(ev), "--images",
-            str(a["images"]), "--no-spatial", "--budget", "0.25", "--target-risk", "0.4", "--delta", "0.2", "-q"]
+            str(a["images"]), "--no-spatial", "--budget", "0.25", "--target-risk", "0.4", "--delta", "0.2", "-q",
+            "--conformal", "outer:fnr=0.3", "--conformal", "inner:fp=0.4"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert cli.main(argv) == 0
@@ -132,12 +132,17 @@ def test_report_renders_the_evaluation_folder_and_computes_nothing(runs, tmp_pat
     figures = copy / "report" / "figures"
     assert (figures / f"case_{order[0]}.png").is_file() and (figures / f"case_{order[1]}.png").is_file()
     assert 'id="fig-case-' in text and "predictive_entropy" in text
+    # the masks with a guarantee: the section from summary.json, the contours from products/conformal/
+    assert sorted(p.name for p in (copy / "products" / "conformal").iterdir()) == sorted(
+        f"{c}_{side}.nii.gz" for c in cases for side in ("outer", "inner"))
+    assert '<section id="conformal">' in text and text.count("the conformal outer (white dashed)") >= 2
 
 
 def test_triage_page_draws_the_maps_triage_wrote(runs, tmp_path, monkeypatch):
     b, out = runs["B"], tmp_path / "triage"
     argv = ["triage", "-p", str(b["predictions"]), "--rule", str(runs["eval"] / RULE_FILE), "-o", str(out),
-            "--images", str(b["images"]), "--cases", "3", "-q"]
+            "--images", str(b["images"]), "--cases", "3", "-q", "--conformal-rule",
+            str(runs["eval"] / "conformal_rule.json")]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         assert cli.main(argv) == 0
@@ -154,8 +159,9 @@ def test_triage_page_draws_the_maps_triage_wrote(runs, tmp_path, monkeypatch):
 
     patched = refuse_everywhere(monkeypatch, COMPUTATIONS)
     assert all(patched.values()), patched
-    page = build_triage_page(out, tmp_path / "page", n_cases=3)
+    page = build_triage_page(out, tmp_path / "page", n_cases=3, conformal=out / "conformal")
     text = page.read_text()
+    assert text.count("the conformal outer (white dashed)") == 3  # the masks monai-unc conformal wrote
     shown = tri["order"][:3]
     for cid in shown:  # the overlays, drawn from maps/ ...
         assert (tmp_path / "page" / "figures" / f"case_{cid}.png").is_file()

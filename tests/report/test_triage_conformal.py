@@ -223,5 +223,5 @@ def test_a_stratified_rule_shows_its_thresholds_per_stratum(tmp_path):
 
     masks = {"lambda_hat": {"outer": [{"1": 0.5}, {"1": 0.25}], "inner": {"1": 0.75}},
              "guarantee": {"outer": "FNR <= 0.3 within each stratum"}}
-    text = str(page._conformal_section(masks, tmp_path, False))
+    text = str(page._conformal_section(masks, tmp_path))
     assert "stratum 0: 1: 0.5; stratum 1: 1: 0.25" in text and "(lambda_hat 1: 0.75)" in text
