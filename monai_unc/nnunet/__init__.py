@@ -14,8 +14,7 @@ Needs the optional extra: ``pip install 'monai-unc[nnunet]'`` (nnunetv2, see
 :data:`~monai_unc.nnunet.environment.SUPPORTED_VERSIONS`); another nnunetv2 version fails here, at import.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 try:
     import nnunetv2  # noqa: F401
@@ -28,6 +27,7 @@ from monai_unc.nnunet.environment import SUPPORTED_VERSIONS, check_nnunet_versio
 
 check_nnunet_version()
 
+from monai_unc._lazy import lazy_attributes  # noqa: E402
 from monai_unc.keys import DEFAULT_MEASURES  # noqa: E402
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES  # noqa: E402
 
@@ -86,20 +86,7 @@ _LAZY: dict[str, str] = {
 _SUBMODULES = ("calibrate", "cli", "dropout", "environment", "export", "names", "predictor", "trainers")
 
 
-def __getattr__(name: str) -> Any:
-    """The names of :data:`_LAZY` and the submodules, imported on first access."""
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    sub = _LAZY.get(name)
-    if sub is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{sub}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES, globals())
 
 
 __all__ = [

@@ -17,9 +17,9 @@ The names below are imported from their submodule on first access (PEP 562), so 
 ``from monai_unc.workflows import run_infer`` works as always.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_attributes
 from ..keys import DEFAULT_MEASURES
 
 if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference (griffe)
@@ -78,20 +78,7 @@ _SUBMODULES = ("arguments", "calibrate", "conformal", "demo", "evaluate", "facto
                "report", "session", "triage")
 
 
-def __getattr__(name: str) -> Any:
-    """The names of :data:`_LAZY` and the submodules, imported on first access."""
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    sub = _LAZY.get(name)
-    if sub is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{sub}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES, globals())
 
 
 __all__ = [

@@ -80,6 +80,24 @@ _unit = _in_unit_interval(True, True)  # [0, 1]: Dice thresholds
 _open_unit = _in_unit_interval(False, False)  # (0, 1): target risk, delta
 
 
+def _add_model_options(p: argparse.ArgumentParser, *, bundle: str, checkpoint: str, several: bool,
+                       unsafe_load: str) -> Any:
+    """The model group of ``infer`` and ``calibrate`` (``--model``, ``--bundle`` or ``--network``), with these helps.
+
+    ``several``: ``--checkpoint`` takes several files (ensemble members). Returns the group.
+    """
+    m = p.add_argument_group("model (exactly one of --model, --bundle, --network)")
+    m.add_argument("--model", choices=("example",), help="the shipped MNI152 tissue UNet")
+    m.add_argument("--bundle", help=bundle)
+    m.add_argument("--network", help="network as a MONAI config: inline JSON or a .json/.yaml file with _target_")
+    if several:
+        m.add_argument("--checkpoint", nargs="+", default=[], metavar="FILE", help=checkpoint)
+    else:
+        m.add_argument("--checkpoint", default=None, metavar="FILE", help=checkpoint)
+    m.add_argument("--unsafe-load", action="store_true", help=unsafe_load)
+    return m
+
+
 def _add_infer(sub: Any) -> None:
     p = sub.add_parser(
         "infer", help="uncertainty maps for a folder of images",
@@ -89,14 +107,10 @@ def _add_infer(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--input", "-i", required=True, help="folder of images (<case>.nii.gz, or nnU-Net CASE_0000 files)")
     p.add_argument("--output", "-o", required=True, help="output folder (must not lie inside --input)")
-    m = p.add_argument_group("model (exactly one of --model, --bundle, --network)")
-    m.add_argument("--model", choices=("example",), help="the shipped MNI152 tissue UNet")
-    m.add_argument("--bundle", help="MONAI bundle folder (configs/inference.json with network_def, models/model.pt)")
-    m.add_argument("--network", help="network as a MONAI config: inline JSON or a .json/.yaml file with _target_")
-    m.add_argument("--checkpoint", nargs="+", default=[], metavar="FILE",
-                   help="weights (state dict); several files = ensemble members for --method ensemble")
-    m.add_argument("--unsafe-load", action="store_true",
-                   help="load checkpoints with torch.load(weights_only=False): only for files you trust")
+    m = _add_model_options(
+        p, bundle="MONAI bundle folder (configs/inference.json with network_def, models/model.pt)",
+        checkpoint="weights (state dict); several files = ensemble members for --method ensemble", several=True,
+        unsafe_load="load checkpoints with torch.load(weights_only=False): only for files you trust")
     m.add_argument("--no-bundle-preprocessing", action="store_true", help="ignore the bundle's preprocessing")
     s = p.add_argument_group("uncertainty")
     s.add_argument("--method", default="mcdropout",
@@ -258,12 +272,9 @@ def _add_calibrate(sub: Any) -> None:
     p.add_argument("--input", "-i", required=True, help="folder of validation images")
     p.add_argument("--labels", "-l", required=True, help="folder of their label maps <case>.nii.gz")
     p.add_argument("--output", "-o", required=True, help="calibrated checkpoint to write (.pt; + .json record)")
-    m = p.add_argument_group("model (exactly one of --model, --bundle, --network)")
-    m.add_argument("--model", choices=("example",), help="the shipped MNI152 tissue UNet")
-    m.add_argument("--bundle", help="MONAI bundle folder (its preprocessing is not applied)")
-    m.add_argument("--network", help="network as a MONAI config: inline JSON or a .json/.yaml file with _target_")
-    m.add_argument("--checkpoint", default=None, metavar="FILE", help="weights (state dict)")
-    m.add_argument("--unsafe-load", action="store_true", help="torch.load(weights_only=False): trusted files only")
+    _add_model_options(p, bundle="MONAI bundle folder (its preprocessing is not applied)",
+                       checkpoint="weights (state dict)", several=False,
+                       unsafe_load="torch.load(weights_only=False): trusted files only")
     p.add_argument("--mode", default="scalar", choices=("scalar", "vector"),
                    help="one t, or one per class (per region with --activation sigmoid)")
     p.add_argument("--activation", default="softmax", choices=("softmax", "sigmoid"),

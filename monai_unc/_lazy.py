@@ -1,0 +1,50 @@
+"""Package attributes loaded on first access (PEP 562), for a package whose names live in heavy submodules.
+
+``monai_unc.workflows`` and ``monai_unc.nnunet`` use it so that importing the package (e.g. for the light module of
+the command-line options) imports neither torch nor nnU-Net.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["lazy_attributes"]
+
+
+def lazy_attributes(package: str, names: Mapping[str, str], submodules: Sequence[str], namespace: dict[str, Any]
+                    ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The module ``__getattr__`` and ``__dir__`` of a package with lazily loaded names.
+
+    Args:
+        package: the package's ``__name__``.
+        names: ``{public name: submodule that defines it}``.
+        submodules: the submodules reachable as attributes (imported on first access).
+        namespace: the package's ``globals()`` (a loaded name is cached there).
+
+    Returns:
+        ``(__getattr__, __dir__)`` to assign in the package.
+
+    Example:
+        >>> ns = {}
+        >>> getattr_, dir_ = lazy_attributes("json", {"dumps": "encoder"}, ["decoder"], ns)
+        >>> getattr_("dumps")({"a": 1}), "dumps" in ns, "decoder" in dir_()
+        ('{"a": 1}', True, True)
+    """
+
+    def __getattr__(name: str) -> Any:
+        """The names of ``names`` and the submodules, imported on first access."""
+        if name in submodules:
+            return importlib.import_module(f"{package}.{name}")
+        sub = names.get(name)
+        if sub is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{sub}"), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(names) | set(submodules))
+
+    return __getattr__, __dir__
