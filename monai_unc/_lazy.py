@@ -28,8 +28,8 @@ def lazy_attributes(package: str, names: Mapping[str, str], submodules: Sequence
 
     Example:
         >>> ns = {}
-        >>> getattr_, dir_ = lazy_attributes("json", {"dumps": "encoder"}, ["decoder"], ns)
-        >>> getattr_("dumps")({"a": 1}), "dumps" in ns, "decoder" in dir_()
+        >>> getattr_, dir_ = lazy_attributes("json", {"JSONEncoder": "encoder"}, ["decoder"], ns)
+        >>> getattr_("JSONEncoder")().encode({"a": 1}), "JSONEncoder" in ns, "decoder" in dir_()
         ('{"a": 1}', True, True)
     """
 
