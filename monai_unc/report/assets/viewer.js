@@ -46,6 +46,7 @@
       paintRamps(box);
       nv.setSliceType(SLICE_TYPES.multiplanar);
       wire(box, nv, data);
+      box.niivue = nv;  // for the browser console and the tests (which tile is where: nv.screenSlices)
       nv.drawScene();
       return nv;
     });
