@@ -2,8 +2,10 @@
 
 A QC reader reviews a flagged case by scrolling through it with the uncertainty on top. For each flagged case the
 pages (:func:`monai_unc.report.html.build_report`, :func:`monai_unc.report.triage.build_triage_page`) embed a
-viewer: the image in grey, the prediction as a label overlay and the uncertainty map as a heat overlay, with the
-three planes and a 3D render, and controls for the view, the uncertainty colormap and each overlay's opacity.
+viewer: the image in grey, the prediction as a label overlay (one colour per class, legend with the class names)
+and the uncertainty map as a heat overlay (transparent below a threshold, so the anatomy shows), with the three
+planes and a 3D render in a 2 x 2 grid, titled colorbars with units, and controls for the view, the uncertainty
+colormap, its threshold and each overlay's opacity; light text on a dark panel (WCAG AA contrast).
 
 - **No network, no server**: the volumes are in the page (gzipped NIfTI as base64 in a JSON block that
   :func:`~monai_unc.report.markup.json_script` writes, so no case name or value can end it), and the two scripts
