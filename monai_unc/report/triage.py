@@ -306,7 +306,8 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         if regions is not None:  # nested regions drawn as one label map, the largest uncertainty over the regions
             seg, _, u, class_names = region_display(case.seg, None, u, regions)
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
-            viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure))
+            viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure,
+                                       class_names=class_names))
         conformal = read_case_masks(masks, cid)  # the nested masks monai-unc conformal wrote
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
                                   class_names=class_names, conformal=conformal)
