@@ -258,10 +258,10 @@ def _expected_dice_head(rule: ReferralRule) -> str:
 
 def _expected_dice_text(c: Mapping[str, Any]) -> str:
     """A case's expected Dice, with its conformal interval when triage computed one: ``0.93 [0.78, 1.00]``."""
-    text = format_value(c.get("expected_dice"))
-    if c.get("expected_dice_low") is not None and c.get("expected_dice_high") is not None:
-        text += f" [{float(c['expected_dice_low']):.2f}, {float(c['expected_dice_high']):.2f}]"
-    return text
+    v, lo, hi = c.get("expected_dice"), c.get("expected_dice_low"), c.get("expected_dice_high")
+    if v is None or lo is None or hi is None:
+        return format_value(v)
+    return f"{float(v):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
 
 
 def _interval_note(rule: ReferralRule) -> str:
@@ -278,7 +278,8 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
     regions = rule.region_names if any("region_scores" in c for c in cases.values()) else []
     masks = _conformal_columns(list(conformal.values()), rule) if conformal else []
     head = ["rank", "case", "decision", rule.score] + [f"{rule.aggregation} {n}" for n in regions] + \
-        ([_expected_dice_head(rule)] if has_q else []) + (["image z"] if has_z else []) + [h for _, h in masks] + ["reason"]
+        ([_expected_dice_head(rule)] if has_q else []) + (["image z"] if has_z else []) + [h for _, h in masks] + \
+        ["reason"]
     trs = []
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
