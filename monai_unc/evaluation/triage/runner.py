@@ -408,7 +408,8 @@ def run_triage(
     ``code``, the robust image z-score, the scores and quality estimates, last ``expected_dice_low`` /
     ``expected_dice_high``: the conformal interval of :meth:`ReferralRule.expected_dice_interval`, when the rule
     records its calibration cases' estimates) and ``triage.json`` (decisions, reasons, the guarantee for the accepted
-    cases, ``expected_dice_interval``: its level, quantile and statement, fingerprint check, the rule), after removing the maps of cases not in this
+    cases, ``expected_dice_interval``: its level, quantile and statement, fingerprint check, the rule), after
+    removing the maps of cases not in this
     run (:func:`remove_stale_maps`). A case that raises is reported (one stderr line, ``on_failure(CaseFailure)``),
     the others go on, rank 0 writes ``failures.json`` instead of the triage files (the maps and per-case state stay,
     for the next run) and :class:`~monai_unc.engine.CasesFailed` is raised on every rank at the end.
