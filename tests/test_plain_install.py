@@ -76,6 +76,14 @@ def test_plain_install_runs_the_demo(tmp_path):
     (wheel,) = wheels.glob("monai_unc-*.whl")
 
     venv = tmp_path / "venv"
+    try:
+        _install_and_run_the_demo(venv, wheel, tmp_path)
+    finally:  # ~6 GB (torch): not kept among pytest's last three temporary folders
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+def _install_and_run_the_demo(venv: Path, wheel: Path, tmp_path: Path) -> None:
+    """Create ``venv``, install the pins then ``wheel`` into it, and run the demo (the body of the test)."""
     _run([sys.executable, "-m", "venv", str(venv)], "creating the virtual environment", tmp_path)
     bindir = venv / ("Scripts" if os.name == "nt" else "bin")
     py = bindir / "python"
