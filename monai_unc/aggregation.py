@@ -213,8 +213,10 @@ def _box_argmax(
     n = b * n1 * n2
     work = (np.empty(n), np.empty(n))
     rows = [np.zeros((b, n1, n2)) for _ in fields0]
-    sums = [np.empty((b, n1, n2)) for _ in fields0]
-    tmp = np.empty(n)
+    # zeros, not stale memory: the window sums leave the tail past the last whole window unwritten, and the next
+    # pass (and the score) reads it (stale values made "invalid value in subtract" and overflowed the masked mean)
+    sums = [np.zeros((b, n1, n2)) for _ in fields0]
+    tmp = np.zeros(n)
     for i in range(k0):
         for r, f in zip(rows, fields0 if i == 0 else planes(i)):
             r += f
@@ -227,8 +229,10 @@ def _box_argmax(
         for r, sm in zip(rows, sums):
             _strided_window_sums(r.reshape(-1), k2, 1, n2, tmp, work)
             _strided_window_sums(tmp, k1, n2, n1 * n2, sm.reshape(-1), work)
+            sm[:, m1:, :] = 0.0  # boxes running past the last row or column: never written, stale memory that
+            sm[:, :, m2:] = 0.0  # the score must not read (a stale mask count of 1e-300 overflowed the mean)
         sc = score(sums)
-        sc[:, m1:, :] = -np.inf  # boxes running past the last row or column
+        sc[:, m1:, :] = -np.inf
         sc[:, :, m2:] = -np.inf
         flat = sc.reshape(b, -1)
         pos = flat.argmax(axis=1)

@@ -273,3 +273,41 @@ def test_cuda_inputs_stay_on_device(cuda_device):
         assert out.device.type == cuda_device.type
         ref = aggregate(u.cpu(), method, mask=mask.cpu(), threshold=0.3, patch_size=4)
         np.testing.assert_allclose(out.cpu().numpy(), ref.numpy(), rtol=1e-6)
+
+
+class _StaleNumpy:
+    """``numpy`` whose ``empty`` hands out buffers full of stale values (1e300, 1e-300, ... in turn), as reused
+    memory can be: the box sums past the last row or column are never written, and scoring them overflowed."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def empty(self, shape, *args, **kwargs):
+        out = np.empty(shape, *args, **kwargs)
+        self.calls += 1
+        out[...] = 1e300 if self.calls % 2 else 1e-300
+        return out
+
+
+@pytest.mark.parametrize("size", [3, (2, 5, 3), 7])
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_masked_patch_with_stale_buffers_has_no_overflow(monkeypatch, size, reduction):
+    """Issue 40 item 8: ``RuntimeWarning: overflow encountered in divide`` from the masked patch mean."""
+    import monai_unc.aggregation as aggregation
+
+    rng = np.random.default_rng(3)
+    u = rng.random((2, 1, 9, 10, 8))
+    mask = rng.random((2, 1, 9, 10, 8)) > 0.4
+    expected = max_patch(u, patch_size=size, mask=mask, reduction=reduction)
+    monkeypatch.setattr(aggregation, "np", _StaleNumpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = max_patch(u, patch_size=size, mask=mask, reduction=reduction)
+    np.testing.assert_array_equal(res.score, expected.score)
+    np.testing.assert_array_equal(res.start, expected.start)
+    for b in range(2):
+        want, _ = brute_force_patch(u[b, 0], res.size, mask[b, 0], reduction)
+        np.testing.assert_allclose(res.score[b], want, rtol=1e-9)

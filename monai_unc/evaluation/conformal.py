@@ -434,7 +434,8 @@ def fit_conformal_rules(
         scores: ``{case: score}`` of the calibration cases, with ``strata``.
 
     Returns:
-        ``({side: rule}, block)``: the rules and the ``conformal`` block of ``summary.json`` (per side the target,
+        ``({side: rule}, block)``: the rules and the ``conformal`` block of ``summary.json`` (the rules'
+        ``activation``, ``softmax`` or ``sigmoid``; per side the target,
         the method and per class or region ``lambda_hat``, the achieved mean calibration loss and, with high
         probability, the share of calibration cases above the target; with strata, ``strata`` and per side
         ``per_stratum``, and ``per_task`` pooled over the strata with ``lambda_hat`` None).
@@ -464,6 +465,7 @@ def fit_conformal_rules(
                                                "calibration cases)")
             raise ValueError(f"conformal {side}:{CONFORMAL_LOSSES[side]}={target:g}: {e}{where}") from None
         rules[side] = rule
+        block.setdefault("activation", rule.activation)  # softmax: the first task is the background (class 0)
         block["sides"][side] = {
             "loss": CONFORMAL_LOSSES[side], "target": target, "method": rule.method, "alpha": rule.alpha,
             "tol": rule.tol, "guarantee": _guarantee(rule, strata),

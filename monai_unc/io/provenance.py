@@ -49,8 +49,8 @@ class FingerprintMismatch(ValueError):
         what = "; ".join(f"{k}: {_short(b)} (rule: {_short(a)})" for k, a, b in self.differences[:6])
         more = f" and {len(self.differences) - 6} more" if len(self.differences) > 6 else ""
         super().__init__(f"the predictions were not made like the rule's calibration predictions ({what}{more}); "
-                         "certify a rule on predictions made this way, or pass --allow-mismatch (allow_mismatch=True) "
-                         "if the difference cannot matter")
+                         "certify a rule on predictions made this way or, if the difference cannot matter, pass "
+                         "--allow-mismatch (in Python: allow_mismatch=True)")
 
 
 def _short(v: Any) -> str:

@@ -165,7 +165,16 @@ def _model_folder(args: argparse.Namespace) -> str:
         raise ValueError("-d DATASET and -c CONFIGURATION are required (or -m MODEL_FOLDER)")
     from nnunetv2.utilities.file_path_utilities import get_output_folder
 
-    return get_output_folder(args.d, args.tr, args.p, args.c)
+    names = ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results")
+    where = ", ".join(f"{k}={os.environ.get(k) or 'unset'}" for k in names)
+    if not os.environ.get("nnUNet_results"):
+        raise ValueError(f"-d/-c need nnU-Net's environment variables ({where}): set nnUNet_results (and nnUNet_raw, "
+                         "nnUNet_preprocessed) as for nnUNetv2_predict, or give the model folder with -m")
+    try:
+        return get_output_folder(args.d, args.tr, args.p, args.c)
+    except RuntimeError:  # nnU-Net's multi-line "Could not find a dataset with the ID ..." or "... is not defined"
+        raise ValueError(f"no dataset {args.d!r} in nnU-Net's folders ({where}): check -d and nnU-Net's environment "
+                         "variables, or give the model folder with -m") from None
 
 
 def check_predict_flags(args: argparse.Namespace) -> None:

@@ -409,22 +409,35 @@ class ConformalMasks(CohortProduct):
     # -- presentation ------------------------------------------------------------------------------------------
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
-        """The strata and, per side, the achieved calibration loss per class or region.
+        """The strata and, per side, the achieved calibration loss per foreground class or region.
+
+        A softmax rule's background (its first task, class 0) is left out, and a class without a name reads
+        ``class <index>``. A block written before it named its ``activation`` lists every task as it is.
 
         Args:
             block: the ``conformal`` block of ``summary.json``.
 
         Returns:
             Lines of text.
+
+        Example:
+            >>> t = {"calibration_loss": 0.08}
+            >>> side = {"loss": "fnr", "target": 0.1, "method": "expectation", "per_task": {"0": t, "1": t, "2": t}}
+            >>> ConformalMasks.summary_lines({"activation": "softmax", "sides": {"outer": side}})
+            ['conformal outer (fnr target 0.1, expectation): calibration class 1 0.0800, class 2 0.0800']
         """
         lines = []
+        softmax = block.get("activation") == "softmax"
         strata = block.get("strata")
         if strata:
             lines.append(f"conformal strata of {strata['score']}: edges "
                          f"{', '.join(f'{e:.4g}' for e in strata['edges'])}; calibration cases per stratum "
                          f"{strata['counts']}")
         for side, b in (block.get("sides") or {}).items():
-            achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'])}" for n, t in b["per_task"].items())
+            tasks = list(b["per_task"].items())
+            if softmax:
+                tasks = [(f"class {n}" if str(n).isdigit() else n, t) for n, t in tasks[1:]]
+            achieved = ", ".join(f"{n} {_fmt(t['calibration_loss'])}" for n, t in tasks)
             lines.append(f"conformal {side} ({b['loss']} target {b['target']:g}, {b['method']}): calibration "
                          f"{achieved}")
         return lines

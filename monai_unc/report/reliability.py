@@ -8,6 +8,7 @@ worker processes); pass ``path`` to write a PNG/PDF/SVG.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatterSciNotation
 
 from .._deprecation import deprecated_arg_names
 from .._utils import ArrayLike, to_tensor
@@ -29,6 +31,37 @@ from ..metrics.calibration import (
 )
 
 __all__ = ["plot_reliability_diagram"]
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+def _plain_power(label: str) -> str:
+    r"""Matplotlib's mathtext tick label as plain unicode text: ``$\mathdefault{2\times10^{6}}$`` -> ``2×10⁶``.
+
+    The report draws every text with ``text.parse_math`` off (a ``$`` in a case id must not be read as mathtext),
+    so the log formatter's mathtext labels would show as written; these labels need no mathtext.
+
+    Args:
+        label: a label of :class:`~matplotlib.ticker.LogFormatterSciNotation` (or an empty string).
+
+    Returns:
+        The label without ``$``, ``\mathdefault`` and braces, its exponent in superscript digits.
+
+    Example:
+        >>> _plain_power("$\\mathdefault{10^{7}}$"), _plain_power("$\\mathdefault{2\\times10^{-1}}$")
+        ('10⁷', '2×10⁻¹')
+    """
+    text = label.replace("$", "").replace("\\mathdefault", "").replace("\\times", "\u00d7")
+    text = re.sub(r"\^\{([^{}]*)\}", lambda m: m.group(1).translate(_SUPERSCRIPT), text)
+    return text.replace("{", "").replace("}", "").replace("\\,", "").strip()
+
+
+class _PlainLogFormatter(LogFormatterSciNotation):
+    """The log axis' tick labels as plain text (``10⁶``), readable with ``text.parse_math`` off."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return _plain_power(super().__call__(x, pos))
+
 
 _AXIS_LABELS = {
     "top": ("confidence of the predicted label", "accuracy"),
@@ -180,6 +213,8 @@ def plot_reliability_diagram(
         ax_cnt.bar(edges[:-1], np.maximum(counts, 0), width=width, align="edge", color="gray")
         if counts.max() > 0:
             ax_cnt.set_yscale("log")
+            ax_cnt.yaxis.set_major_formatter(_PlainLogFormatter())
+            ax_cnt.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
         ax_cnt.set_ylabel("voxels")
         ax_cnt.set_xlabel(xlabel)
         ax_rel.tick_params(labelbottom=False)

@@ -189,6 +189,7 @@ def run_demo(
         extra = {c: {"Dice": d} for c, d in dice.items()}
         print("\n".join(format_triage(rule, triaged, extra)) + f"\ntriage page: {page.resolve()}")
         print("\n".join(format_outcome(rule, outcome)))
+        print(f"finished in {seconds:.0f} s wall, {cpu:.0f} s CPU (this process; inference may use several threads)")
     print(f"report: {report.resolve()}")
     return summary
 
@@ -234,7 +235,6 @@ def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float, c
     if ood.get("auroc") is not None:
         line += f"; OoD AUROC {ood['auroc']:.3f}"
     print(line)
-    print(f"finished in {seconds:.0f} s wall, {cpu:.0f} s CPU (this process; inference may use several threads)")
 
 
 def demo_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, Any]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,9 @@ from ..product import products_from_arguments
 from .prepare import prepare_evaluate
 from .session import CommandResult, run_command
 
-__all__ = ["evaluate_command", "evaluate_from_arguments", "evaluate_summary_lines", "risk_control_line"]
+__all__ = [
+    "evaluate_command", "evaluate_from_arguments", "evaluate_summary_lines", "risk_control_line", "warning_lines",
+]
 
 
 def evaluate_command(
@@ -124,8 +126,7 @@ def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path]
     rc_line = risk_control_line(summary)
     if rc_line:
         lines.append(rc_line)
-    if summary.get("warnings"):
-        lines.append(f"{len(summary['warnings'])} warning(s), see summary.json")
+    lines.extend(warning_lines(summary.get("warnings") or []))
     lines.append(f"wrote {paths['metrics']} and {paths['summary']}")
     if "rule" in paths:
         lines.append(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
@@ -135,6 +136,31 @@ def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path]
         if f"product:{product.name}" in paths:
             lines.extend(product.artifact_lines(paths[f"product:{product.name}"]))
     return lines
+
+
+#: how many of a run's warnings ``evaluate`` prints (the rest are counted; all are in ``summary.json``)
+SHOWN_WARNINGS = 3
+
+
+def warning_lines(messages: Sequence[str], shown: int = SHOWN_WARNINGS) -> list[str]:
+    """The first ``shown`` warnings of a run, one line each, then how many more ``summary.json`` lists.
+
+    Args:
+        messages: the ``warnings`` of ``summary.json``.
+        shown: how many to print.
+
+    Returns:
+        Lines of text (none without warnings).
+
+    Example:
+        >>> warning_lines(["a: empty label", "b: empty label", "c: no probs", "d: no probs"], shown=2)
+        ['warning: a: empty label', 'warning: b: empty label', 'and 2 more warning(s), see summary.json']
+        >>> warning_lines(["a: empty label"])
+        ['warning: a: empty label']
+    """
+    first = [f"warning: {str(w).strip().splitlines()[0] if str(w).strip() else w}" for w in messages[:shown]]
+    more = len(messages) - len(first)
+    return first + ([f"and {more} more warning(s), see summary.json"] if more > 0 else [])
 
 
 def risk_control_line(summary: Mapping[str, Any]) -> str | None:

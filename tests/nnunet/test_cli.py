@@ -50,3 +50,20 @@ def test_consistent_flags_pass_the_check():
                   ["--sources", "folds", "rate_in", "--rate_in_target", "0.2"],
                   ["--sources", "dropout", "--dropout_p", "0.1"]):
         nnunet_cli.check_predict_flags(parser.parse_args([*BASE, *flags]))
+
+
+@pytest.mark.parametrize("results", [None, "no_such_results_folder"])
+def test_dataset_id_without_nnunet_environment_is_one_line(results, monkeypatch, capsys, tmp_path):
+    """Issue 40 item 8: ``-d 990 -c 3d_fullres`` without nnU-Net's variables was a RuntimeError traceback."""
+    for name in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
+        monkeypatch.delenv(name, raising=False)
+    if results is not None:
+        monkeypatch.setenv("nnUNet_results", str(tmp_path / results))
+    argv = ["nnunet-predict", "-i", str(tmp_path), "-o", str(tmp_path / "out"), "-d", "990", "-c", "3d_fullres",
+            "-device", "cpu"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("monai-unc nnunet-predict: error: ")
+    assert len(err.strip().splitlines()) == 1, err
+    assert "nnUNet_results" in err and "-m" in err
+    assert "Traceback" not in err

@@ -92,3 +92,34 @@ def test_old_keywords_x_and_labels_warn_and_draw_the_same_diagram():
         plot_reliability_diagram(probs)
     with pytest.raises(ValueError, match="target must be None"):
         plot_reliability_diagram(ConfidenceHistogram(3).update(probs, target), target)
+
+
+def _tick_texts(fig):
+    """The tick label texts of the voxel-count panel after drawing ``fig`` as the report does."""
+    from monai_unc.report.plots import save_png
+
+    save_png(fig)  # the report draws with text.parse_math off
+    fig.canvas.draw()
+    ax = fig.axes[1]
+    assert ax.get_yscale() == "log"
+    return [t.get_text() for t in ax.get_yticklabels()] + [t.get_text() for t in ax.get_yticklabels(minor=True)]
+
+
+def test_count_panel_tick_labels_are_plain_powers_of_ten():
+    """Issue 40 item 4: the log axis read "^{7}}$" in report.html; its labels are plain "10⁶" now."""
+    g = torch.Generator().manual_seed(1)
+    probs = torch.softmax(4 * torch.randn(1, 2, 120, 100, 90, generator=g), 1)  # about 10^6 voxels
+    labels = torch.randint(0, 2, (1, 120, 100, 90), generator=g)
+    fig = plot_reliability_diagram(ConfidenceHistogram(2).update(probs, labels), kind="top", n_bins=10)
+    texts = [t for t in _tick_texts(fig) if t]
+    assert texts, "the count panel has no tick labels"
+    assert not any("$" in t or "^{" in t or "\\" in t or "{" in t for t in texts), texts
+    assert all(t.startswith(("10", "1")) or "\u00d710" in t for t in texts), texts
+    assert any(t in ("10\u2075", "10\u2076") for t in texts), texts
+
+
+def test_plain_power_of_matplotlib_labels():
+    assert reliability._plain_power("$\\mathdefault{10^{7}}$") == "10\u2077"
+    assert reliability._plain_power("$\\mathdefault{10^{-12}}$") == "10\u207b\u00b9\u00b2"
+    assert reliability._plain_power("$\\mathdefault{3\\times10^{2}}$") == "3\u00d710\u00b2"
+    assert reliability._plain_power("") == ""
