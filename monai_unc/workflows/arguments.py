@@ -313,7 +313,8 @@ def _add_demo(sub: Any) -> None:
     p.add_argument("--overlap", type=_fraction, default=0.0, help="sliding-window overlap (default 0)")
     p.add_argument("--budget", type=_fraction, default=0.3, help="referral budget of the triage (default 0.3)")
     p.add_argument("--quick", action="store_true",
-                   help="the 11-case cohort: certifies nothing, every new case goes to review (default: a rule "
+                   help="a smoke run on 11 cases (the clean right hemisphere and 10 perturbed copies): its rule, "
+                   "certified on 6 of them, certifies nothing, so every new case goes to review (default: a rule "
                    "certified on 42 calibration cases, 12 new cases triaged)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
