@@ -187,13 +187,13 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     extra = extra or {}
     keys = sorted({k for v in extra.values() for k in v})
     lines.append(f"{'rank':>4}  {'case':<16} {'score':>8}  " + "".join(f"{k:>8}  " for k in keys)
-                 + "decision  reason")
+                 + "rule decision  reason")
     by_id = {c["case"]: c for c in s["cases"]}
     for i, cid in enumerate(s["order"], 1):
         c = by_id[cid]
         score = "undefined" if c["score"] is None else f"{c['score']:.4f}"
         cols = "".join(f"{_cell(extra.get(cid, {}).get(k)):>8}  " for k in keys)
-        lines.append(f"{i:>4}  {cid:<16} {score:>8}  {cols}{c['decision']:<8}  {c['reason']}")
+        lines.append(f"{i:>4}  {cid:<16} {score:>8}  {cols}{'rule: ' + c['decision']:<13}  {c['reason']}")
     lines.append(f"triage of {s['n_cases']} new case(s) without labels: accept {s['n_accepted']}, review "
                  f"{s['n_review']}")
     return lines
