@@ -382,7 +382,8 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         r = by_id[cid]
         dice = float(r["dice"])
         cls = ("referred " if cid in referred else "") + ("failed" if dice < thr else "")
-        cells = [_td(str(rank)), _td(cid, "l"), _td(decision_tag("review" if cid in referred else "accept", "budget"), "l")]
+        budget_tag = decision_tag("review" if cid in referred else "accept", "budget")
+        cells = [_td(str(rank)), _td(cid, "l"), _td(budget_tag, "l")]
         if rc:
             cells.append(_td(decision_tag("accept" if cid not in rc_referred else "review", "rule"), "l rc"))
         cells += [_td(format_value(r.get(score_key), 4)), _td(format_value(dice), "dice")]

@@ -260,8 +260,8 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
     trs = []
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
-        cells = [el("td", str(rank)), el("td", cid, class_="l"), el("td", decision_tag(c["decision"], "rule"), class_="l"),
-                 el("td", format_value(c.get("score"), 4))]
+        cells = [el("td", str(rank)), el("td", cid, class_="l"),
+                 el("td", decision_tag(c["decision"], "rule"), class_="l"), el("td", format_value(c.get("score"), 4))]
         cells += [el("td", format_value((c.get("region_scores") or {}).get(n), 4)) for n in regions]
         if has_q:
             cells.append(el("td", format_value(c.get("expected_dice"))))
