@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..evaluation.conformal import CONFORMAL_RULE_FORMAT, ConformalRuleFile
+from ..evaluation.triage.rule import RULE_FORMAT, ReferralRule
 from ..keys import MEASURES
 from .factory import METHOD_TOKENS, method_tokens
 
@@ -77,9 +79,6 @@ def _is_number(v: Any) -> bool:
 
 def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
     """The source name and the prediction fingerprint of a referral or conformal rule file (checked readers)."""
-    from ..evaluation.conformal import CONFORMAL_RULE_FORMAT, ConformalRuleFile
-    from ..evaluation.triage.rule import RULE_FORMAT, ReferralRule
-
     if not path.is_file():
         raise FileNotFoundError(f"--settings-from: no rule file at {path}")
     try:  # which reader: the format field (each reader then checks the whole file)
