@@ -62,6 +62,7 @@ import torch
 from ..data import TISSUE_CLASSES
 from ..data.cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS, make_demo_cohort
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
+from ..evaluation.triage import RULE_FILE
 from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv
 from ..report.html import build_report
 from ..report.triage import link_page
@@ -189,6 +190,9 @@ def run_demo(
         extra = {c: {"Dice": d} for c, d in dice.items()}
         print("\n".join(format_triage(rule, triaged, extra)) + f"\ntriage page: {page.resolve()}")
         print("\n".join(format_outcome(rule, outcome)))
+        rule_file = (output / "triage" / RULE_FILE).resolve()
+        print(f"more images, with the settings the rule was certified with: monai-unc infer -i IMAGES -o PRED --model "
+              f"example --settings-from {rule_file}; then monai-unc triage -p PRED --rule {rule_file} -o TRIAGE")
     print(f"report: {report.resolve()}")
     return summary
 

@@ -805,7 +805,7 @@ def test_certify_and_triage_on_one_cohort(cohorts, tmp_path):
     assert lines[0].startswith("referral rule certified on 24 case(s): SGR, dice < 0.8 <= 0.4 w.p. 0.8; ")
     assert len(lines) == 3 + len(new) + 1 and lines[-1].startswith(f"triage of {len(new)} new case(s)")
     table = {ln.split()[1]: ln for ln in lines[3:-1]}
-    assert set(table) == set(new) and all(res.decisions[c] in table[c] for c in new)
+    assert set(table) == set(new) and all(f"rule: {res.decisions[c]}" in table[c] for c in new)
     assert all(f"{dice[c]['Dice']:.3f}" in table[c] for c in new)
     with pytest.raises(ValueError, match="overlap"):
         certify_and_triage(state, EvaluationConfig(), a["predictions"], tmp_path / "u", cal, cal[:1], target_risk=0.4)
