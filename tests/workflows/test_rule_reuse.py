@@ -47,8 +47,10 @@ def certified(tmp_path_factory):
         warnings.simplefilter("ignore", UserWarning)
         assert cli.main(["evaluate", "-l", str(cal["labels"]), "-p", str(root / "pred"), "-o", str(ev),
                          "--no-spatial", "--measures", "predictive_entropy", "mutual_information",
-                         "--measure", "predictive_entropy", "--target-risk", "0.4", "--delta", "0.2", "-q"]) == 0
-    return {"root": root, "new": new, "model": model, "rule": ev / RULE_FILE, "pred": root / "pred", "spec": spec}
+                         "--measure", "predictive_entropy", "--target-risk", "0.4", "--delta", "0.2",
+                         "--conformal", "outer:fnr=0.3", "-q"]) == 0
+    return {"root": root, "new": new, "model": model, "rule": ev / RULE_FILE, "pred": root / "pred", "spec": spec,
+            "conformal": ev / "conformal_rule.json"}
 
 
 def test_rule_settings_are_the_recorded_ones(certified):
@@ -75,6 +77,13 @@ def test_certify_predict_with_the_rules_settings_triage(certified, tmp_path):
     assert len(rows) == 3 and {r["decision"] for r in rows} <= {"accept", "review"}
     doc = json.loads((tri / "triage.json").read_text())
     assert doc["fingerprint"]["status"] == "match"
+
+
+def test_a_conformal_rule_gives_the_same_settings(certified):
+    assert certified["conformal"].is_file()
+    ref, conf = read_rule_settings(certified["rule"]), read_rule_settings(certified["conformal"])
+    assert conf.options == ref.options and conf.num_samples == ref.num_samples and conf.weights == ref.weights
+    assert conf.source.startswith("conformal rule")
 
 
 def test_an_option_that_agrees_with_the_rule_is_accepted(certified, tmp_path):
