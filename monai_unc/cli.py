@@ -18,7 +18,8 @@ input folder); ``evaluate`` writes ``metrics.csv`` (per case) and ``summary.json
 self-contained ``report.html``; ``demo`` runs all three on the shipped MNI152 example. See docs/cli.md.
 
 Exit status: 0 on success, 1 when some cases failed (one stderr line per case with its id, ``failures.json`` in the
-output folder; the other cases are done), 2 for bad arguments or inputs (one line on stderr), 130 when interrupted
+output folder; the other cases are done), 2 for bad arguments or inputs, or a package the command needs that is not
+installed (one line on stderr; it names what to ``pip install``), 130 when interrupted
 (run the same command again to resume). ``infer`` and ``evaluate`` also run under ``torchrun``: each rank takes a
 shard of the cases and the results equal a single-process run (docs/distributed.md).
 
@@ -160,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monai-unc`` console script.
 
     Torch, MONAI and the workflows are imported only after the arguments are parsed. Errors of bad arguments or
-    inputs are one stderr line (module docstring), not a traceback.
+    inputs are one stderr line (module docstring), not a traceback; so is a package that the command needs and that
+    is not installed (the line names what to ``pip install``; exit status 2).
 
     Args:
         argv: the arguments without the program name (default ``sys.argv[1:]``).
@@ -179,11 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if nnunet_cli is not None:
         return int(nnunet_cli.run(args))
-    _import_commands()  # after parsing: --help and argument errors need neither torch nor MONAI
+    try:
+        _import_commands()  # after parsing: --help and argument errors need neither torch nor MONAI
+    except ImportError as e:
+        return _missing_dependency(args.command, e)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning(args.command)
             return _run(args)
+    except ImportError as e:  # an optional package the command needs (one line naming what to install, exit 2)
+        return _missing_dependency(args.command, e)
     except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
         return e.exit_status
     except KeyboardInterrupt:
@@ -200,6 +207,53 @@ def main(argv: Sequence[str] | None = None) -> int:
 #: name the argument), file-system errors (missing, unwritable, a file where a folder is needed) and readers' errors
 #: on truncated or corrupt files that no layer below turned into a ValueError
 _INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError)
+
+
+#: importable module -> what ``pip install`` takes to provide it, where the two names differ
+_PIP_NAMES = {
+    "nnunetv2": "'monai-unc[nnunet]'",
+    "ipyniivue": "'monai-unc[viewer]'",
+    "ignite": "pytorch-ignite",
+    "sklearn": "scikit-learn",
+    "skimage": "scikit-image",
+}
+
+
+def _missing_dependency_text(error: ImportError) -> str | None:
+    """One line naming what to install for an ``ImportError`` of a package that is not installed.
+
+    Args:
+        error: the error an import raised.
+
+    Returns:
+        The error's own first line when it already says what to install (``pip install ...``, as the package's own
+        messages do), else ``"<module> is not installed: pip install <package>"`` for a module that is missing; None
+        for any other import error (a module of this package itself, or a name missing from an installed module: a
+        bug, not an install problem, which the caller re-raises).
+
+    Example:
+        >>> _missing_dependency_text(ModuleNotFoundError("No module named 'sklearn'", name="sklearn"))
+        'sklearn is not installed: pip install scikit-learn'
+        >>> _missing_dependency_text(ImportError("this needs ipyniivue: pip install 'monai-unc[viewer]'"))
+        "this needs ipyniivue: pip install 'monai-unc[viewer]'"
+        >>> _missing_dependency_text(ModuleNotFoundError("No module named 'monai_unc.nope'", name="monai_unc.nope"))
+    """
+    text = str(error).strip()
+    if "pip install" in text:
+        return text.splitlines()[0]
+    name = (error.name or "").split(".")[0]
+    if not isinstance(error, ModuleNotFoundError) or not name or name == __package__:
+        return None
+    return f"{name} is not installed: pip install {_PIP_NAMES.get(name, name)}"
+
+
+def _missing_dependency(command: str, error: ImportError) -> int:
+    """Print the one line of :func:`_missing_dependency_text` on stderr and return 2; re-raise other import errors."""
+    text = _missing_dependency_text(error)
+    if text is None:
+        raise error
+    print(f"monai-unc {command}: error: {text}", file=sys.stderr, flush=True)
+    return 2
 
 
 def _one_line_warning(command: str) -> Callable[..., None]:

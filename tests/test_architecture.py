@@ -126,7 +126,7 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "batchgenerators": ("monai_unc.nnunet",),
     "dynamic_network_architectures": ("monai_unc.nnunet",),
     "ignite": (),  # pytorch-ignite is a dev dependency only; MONAI's engines and handlers import it optionally
-    "nilearn": (),  # the "examples" extra
+    "nilearn": (),  # a dependency, but heavy to import: the MNI152 example (monai_unc.data.mni152) loads it lazily
 }
 
 #: (module, forbidden call) -> why that module may write a file directly (a third-party API that forces it)

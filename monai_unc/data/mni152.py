@@ -1,6 +1,6 @@
 """Real example data: the MNI ICBM152 2009 template with grey- and white-matter probability maps.
 
-``nilearn`` (the ``examples`` extra) ships the template T1 and the tissue probability maps, so nothing is
+``nilearn`` (a dependency of monai-unc) ships the template T1 and the tissue probability maps, so nothing is
 downloaded at run time. The example is one (average) brain; the protocol that keeps training and evaluation
 apart (docs/data.md) is:
 
@@ -23,9 +23,10 @@ TISSUE_CLASSES = ("background+CSF", "grey matter", "white matter")
 def _nilearn_datasets():
     try:
         from nilearn import datasets
-    except ImportError as e:  # pragma: no cover - exercised only without the extra
+    except ImportError as e:  # a dependency, missing only after `pip install --no-deps` (tests/cli/test_cli.py)
         raise ImportError(
-            "the MNI152 example needs nilearn: pip install 'monai-unc[examples]' (it ships the template offline)"
+            "the MNI152 example needs nilearn, a dependency of monai-unc that is not installed: "
+            "pip install 'nilearn>=0.10'"
         ) from e
     return datasets
 
@@ -80,7 +81,7 @@ def hemisphere_masks(affine: np.ndarray, shape: tuple[int, ...]) -> tuple[np.nda
 def load_mni152_tissue(resolution: int = 2) -> dict:
     """Load the MNI152 2009 template as a 3-class tissue segmentation example.
 
-    The template and the tissue maps come with ``nilearn`` (the ``examples`` extra); nothing is downloaded.
+    The template and the tissue maps come with ``nilearn`` (a dependency of monai-unc); nothing is downloaded.
     Probabilities above 1 in total (GM + WM) are renormalised.
 
     Args:
@@ -95,7 +96,7 @@ def load_mni152_tissue(resolution: int = 2) -> dict:
 
     Raises:
         ValueError: ``resolution`` is not 1 or 2.
-        ImportError: without nilearn.
+        ImportError: without nilearn (an install with ``--no-deps``); the message says what to install.
     """
     if resolution not in (1, 2):
         raise ValueError(f"resolution must be 1 or 2 (mm), got {resolution}")

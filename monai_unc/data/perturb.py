@@ -148,7 +148,7 @@ def make_mni152_cohort(
     Case 0 is the unperturbed template when ``include_clean``; the others cycle through ``kinds`` with a severity
     drawn uniformly from ``severity_range`` and a per-case seed, all reproducible from ``seed``. Perturbations act
     on the whole volume; ``roi`` (one slice per spatial axis) then crops image, label and masks, e.g. a block of
-    the right hemisphere to keep CPU inference cheap. Needs ``nilearn`` (the ``examples`` extra), like
+    the right hemisphere to keep CPU inference cheap. Needs ``nilearn`` (a dependency of monai-unc), like
     :func:`~monai_unc.data.load_mni152_tissue`.
 
     Args:

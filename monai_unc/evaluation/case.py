@@ -41,6 +41,7 @@ from .products import product_case_states
 from .rows import (
     QU_BRATS_COLUMNS,
     CaseResult,
+    case_expected_dice,
     case_tasks,
     class_dice,
     derived_maps,
@@ -181,6 +182,8 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             row.update({col(name): float(fn(t)) for t, col in zip(tasks, cols)})
         row["voxels"] = int(tasks[0].target.size)  # per region (the label may hold R masks)
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
+        if case.probs is not None:  # the label-free estimate triage shows, for the rule's conformal interval
+            row["expected_dice"] = float(case_expected_dice(case.probs, act.multilabel).foreground[0])
         states, product_columns = product_case_states(case, tasks, config)
         clash = sorted(set(product_columns) & set(row))
         if clash:

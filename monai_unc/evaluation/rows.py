@@ -24,6 +24,7 @@ from ..io import CaseError, CaseFiles, LoadedCase, save_nifti, save_region_maps
 from ..measures import binary_entropy, entropy, one_minus_max_prob
 from ..metrics.calibration import ConfidenceHistogram
 from ..metrics.overlap import dice
+from ..metrics.quality import QualityScores, expected_dice, quality_estimates
 from ..regions import label_to_regions, parse_regions, unclaimed_labels
 from ..scores import CASE_SCORES, PATCH_SIZE, case_scores
 from ..state import StateGroup, pack_states, unpack_states
@@ -42,6 +43,7 @@ __all__ = [
     "combined_score",
     "predicted_regions",
     "region_score_columns",
+    "case_expected_dice",
 ]
 
 #: the QU-BraTS columns of a region evaluation (``qu_brats_<c>_<R>`` per region, ``qu_brats_<c>`` their mean)
@@ -190,6 +192,31 @@ def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarr
     """
     d = dice(seg[None], label[None], num_classes=num_classes, include_background=False, empty_score=1.0)
     return d[0].astype(np.float32)
+
+
+def case_expected_dice(probs: np.ndarray, multilabel: bool) -> QualityScores:
+    """The label-free expected Dice of one case, as ``evaluate`` and ``triage`` both compute it.
+
+    Classes: :func:`~monai_unc.metrics.quality.expected_dice` of the softmax; regions (``multilabel``): the binary
+    expected Dice of each region (:func:`~monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``),
+    ``foreground`` their mean. One function for both, so that the calibration cases' estimates (recorded in the
+    referral rule for the conformal interval) are computed exactly as the new cases'.
+
+    Args:
+        probs: the case's probabilities ``(C, *spatial)`` (softmax) or ``(R, *spatial)`` (sigmoid regions).
+        multilabel: whether they are region probabilities.
+
+    Returns:
+        :class:`~monai_unc.metrics.quality.QualityScores` of the case (batch of one).
+
+    Example:
+        >>> p = np.zeros((2, 4, 4), np.float32); p[1, :2] = 0.9; p[0] = 1 - p[1]
+        >>> round(float(case_expected_dice(p, False).foreground[0]), 4)
+        0.9474
+    """
+    if multilabel:
+        return quality_estimates({"pred": probs[None]}, multilabel=True)["expected_dice"]
+    return expected_dice(probs[None], validate=False)
 
 
 def derived_maps(case: LoadedCase) -> dict[str, np.ndarray]:

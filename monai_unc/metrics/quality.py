@@ -50,6 +50,17 @@ Streaming (memory independent of ``S``): :class:`StreamingQuality` takes one sam
 ``n_c(x) = #{s : A_s(x) = c}`` give the pooled version ``sum_x n_c (n_c - 1) / ((S - 1) sum_s |A_s^c|)`` (ratio of
 the pair sums instead of the mean of the pair ratios) in one pass with one integer per voxel and class.
 
+An estimate is the model's own opinion, and under a distribution shift it can stay high while the real Dice drops.
+:func:`conformal_quantile` and :func:`conformal_interval` turn it into an interval with a guarantee
+(split-conformal regression: Vovk, Gammerman and Shafer, "Algorithmic Learning in a Random World", 2005; Lei,
+G'Sell, Rinaldo, Tibshirani and Wasserman, "Distribution-free predictive inference for regression", JASA 2018):
+from ``n`` labelled calibration cases with estimates ``e_i`` and real Dice ``d_i``, the residuals
+``r_i = |d_i - e_i|`` and ``q = `` the ``ceil((n + 1)(1 - alpha))``-th smallest residual, the interval of a new case
+``[e - q, e + q]`` (clipped to [0, 1]) holds its real Dice with probability at least ``1 - alpha`` (and at most
+``1 - alpha + 1 / (n + 1)`` without ties), *marginally* (on average over the calibration draw and the new case),
+*provided the new case is exchangeable with the calibration cases*: a case from a shifted distribution may fall
+outside. With ``n < 1 / alpha - 1`` no finite quantile has that guarantee: ``q = inf`` and the interval is [0, 1].
+
 Empty masks: the Dice or IoU of two empty masks is 0/0; both agree that the structure is absent, so the result is
 ``empty_score`` (default 1.0, the convention of the GED distance; the rule lives in :mod:`monai_unc.metrics.overlap`,
 which computes every Dice, IoU and Gram matrix here). A CV with mean volume 0 is undefined:
@@ -80,9 +91,16 @@ __all__ = [
     "expected_dice",
     "quality_estimates",
     "QUALITY_ESTIMATES",
+    "ConformalInterval",
+    "conformal_quantile",
+    "conformal_interval",
+    "CONFORMAL_ALPHA",
 ]
 
 K = UncertaintyKeys
+
+#: default miscoverage of :func:`conformal_interval` (a 90 % interval)
+CONFORMAL_ALPHA = 0.1
 
 #: names of the estimates :func:`quality_estimates` returns (``volume_cv`` is an uncertainty, the rest qualities)
 QUALITY_ESTIMATES = ("expected_dice", "pairwise_dice", "dice_to_mean", "sample_iou", "volume_cv")
@@ -699,3 +717,123 @@ class StreamingQuality:
         """
         self._require()
         return like_input(torch.stack(self._soft if soft else self._volumes), self._like)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# split-conformal interval of an estimate (module docstring)
+# ----------------------------------------------------------------------------------------------------------------
+class ConformalInterval(NamedTuple):
+    """Split-conformal intervals ``[low, high]`` of estimates (:func:`conformal_interval`).
+
+    Attributes:
+        low: lower ends, ``max(estimate - quantile, lower)`` (NaN for an undefined estimate).
+        high: upper ends, ``min(estimate + quantile, upper)`` (NaN for an undefined estimate).
+        quantile: the calibrated residual quantile ``q`` (``inf`` with too few calibration cases).
+        n: the number of calibration pairs it came from (both values defined).
+        alpha: the miscoverage: the intervals hold the truth with probability at least ``1 - alpha``.
+
+    Example:
+        >>> iv = conformal_interval([0.9], [0.9, 0.8, 0.7], [0.85, 0.8, 0.5], alpha=0.5)
+        >>> iv.quantile, iv.n, iv.low.round(2).tolist(), iv.high.round(2).tolist()
+        (0.05, 3, [0.85], [0.95])
+    """
+
+    low: np.ndarray
+    high: np.ndarray
+    quantile: float
+    n: int
+    alpha: float
+
+
+def _check_alpha(alpha: Any) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    return float(alpha)
+
+
+def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = CONFORMAL_ALPHA) -> tuple[float, int]:
+    """The split-conformal quantile of the absolute residuals ``|truth - estimate|`` of calibration cases.
+
+    ``q`` is the ``k``-th smallest of the ``n`` residuals, ``k = ceil((n + 1)(1 - alpha))``; with ``k > n`` (fewer
+    than ``1 / alpha - 1`` cases) no finite value has the guarantee and ``q = inf`` (a ``UserWarning`` says so).
+    Pairs with an undefined (NaN) estimate or truth are left out (``n`` counts the rest). Ties need no care: the
+    guarantee ``P(|truth - estimate| <= q) >= 1 - alpha`` holds with ties too (only the upper bound
+    ``1 - alpha + 1 / (n + 1)`` needs distinct residuals).
+
+    Args:
+        estimates: ``(n,)`` label-free estimates of the calibration cases (e.g. :func:`expected_dice`).
+        truths: ``(n,)`` their real values (e.g. the Dice against the labels).
+        alpha: the miscoverage, in (0, 1).
+
+    Returns:
+        ``(q, n)``: the quantile (``inf`` with too few pairs) and the number of pairs used.
+
+    Raises:
+        ValueError: ``alpha`` outside (0, 1), or the arrays differ in length.
+
+    Example:
+        >>> conformal_quantile([0.9, 0.8, 0.7, 0.9], [0.8, 0.8, 0.5, 0.95], alpha=0.4)
+        (0.1, 4)
+    """
+    a = _check_alpha(alpha)
+    e = np.asarray(estimates, dtype=np.float64).reshape(-1)
+    t = np.asarray(truths, dtype=np.float64).reshape(-1)
+    if e.shape != t.shape:
+        raise ValueError(f"estimates and truths must have one entry per case, got {e.size} and {t.size}")
+    r = np.sort(np.abs(t - e)[np.isfinite(e) & np.isfinite(t)])
+    n = int(r.size)
+    k = int(np.ceil((n + 1) * (1 - a) - 1e-9))  # the tolerance keeps (n + 1)(1 - alpha) = 9.000000000000002 at 9
+    if k > n:
+        warnings.warn(f"{n} calibration case(s) are too few for a {1 - a:.0%} conformal interval (at least "
+                      f"{int(np.ceil((1 - a) / a - 1e-9))} needed): the interval is the whole range", UserWarning,
+                      stacklevel=2)
+        return float("inf"), n
+    return float(r[max(k, 1) - 1]), n
+
+
+def conformal_interval(
+    estimate: ArrayLike,
+    calibration_estimates: ArrayLike,
+    calibration_truths: ArrayLike,
+    alpha: float = CONFORMAL_ALPHA,
+    bounds: tuple[float, float] = (0.0, 1.0),
+) -> ConformalInterval:
+    """Split-conformal intervals ``[estimate - q, estimate + q]`` (clipped to ``bounds``) of new cases' estimates.
+
+    ``q`` is :func:`conformal_quantile` of the calibration pairs. For a new case exchangeable with the calibration
+    cases, ``P(low <= truth <= high) >= 1 - alpha``, marginally over the calibration draw and the new case (module
+    docstring; Lei et al. 2018). It is no statement about one given case and none about a case from a shifted
+    distribution, which may fall outside. Clipping to ``bounds`` (the range of the truth) keeps the guarantee. An
+    undefined (NaN) estimate gets a NaN interval, with a ``UserWarning``.
+
+    Args:
+        estimate: the new cases' estimates (a number or an array).
+        calibration_estimates: ``(n,)`` the calibration cases' estimates, computed as for the new cases.
+        calibration_truths: ``(n,)`` their real values.
+        alpha: the miscoverage, in (0, 1) (default 0.1: a 90 % interval).
+        bounds: the range of the truth ``(lower, upper)``.
+
+    Returns:
+        :class:`ConformalInterval` (``low`` / ``high`` float64 arrays of the shape of ``estimate``).
+
+    Raises:
+        ValueError: as :func:`conformal_quantile`.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> est = rng.uniform(0.7, 1.0, 50)
+        >>> dice = np.clip(est - rng.normal(0.0, 0.05, 50), 0, 1)
+        >>> iv = conformal_interval([0.93, 0.6], est, dice)
+        >>> round(iv.quantile, 3), iv.low.round(3).tolist(), iv.high.round(3).tolist()
+        (0.084, [0.846, 0.516], [1.0, 0.684])
+    """
+    q, n = conformal_quantile(calibration_estimates, calibration_truths, alpha)
+    e = np.asarray(estimate, dtype=np.float64)
+    if np.isnan(e).any():
+        warnings.warn(f"{int(np.isnan(e).sum())} undefined estimate(s): their conformal interval is undefined (NaN)",
+                      UserWarning, stacklevel=2)
+    lo, hi = float(bounds[0]), float(bounds[1])
+    with np.errstate(invalid="ignore"):
+        low = np.where(np.isnan(e), np.nan, np.clip(e - q, lo, hi))
+        high = np.where(np.isnan(e), np.nan, np.clip(e + q, lo, hi))
+    return ConformalInterval(low, high, q, n, float(alpha))

@@ -749,7 +749,8 @@ def _case_figures(
         if "shift" in r:
             info["shift"] = r["shift"] or "none"
         if viewers is not None and rank < n_cases:  # the flagged (most uncertain) cases, not the contrast case
-            viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, measure))
+            viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, measure,
+                                       class_names=class_names))
         conformal = read_case_masks(masks, cid)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
                                 class_names=class_names, conformal=conformal)

@@ -248,6 +248,28 @@ def _conformal_columns(rows: Sequence[Mapping[str, Any]], rule: ReferralRule) ->
     return out
 
 
+def _expected_dice_head(rule: ReferralRule) -> str:
+    """The column head of the expected Dice: its interval's level, or that it is the model's own estimate."""
+    rec = rule.record
+    if rec is None or rec.expected_dice is None:
+        return "expected Dice (model's own estimate, uncalibrated)"
+    return f"expected Dice [{1 - rec.interval_alpha:.0%} conformal interval]"
+
+
+def _expected_dice_text(c: Mapping[str, Any]) -> str:
+    """A case's expected Dice, with its conformal interval when triage computed one: ``0.93 [0.78, 1.00]``."""
+    v, lo, hi = c.get("expected_dice"), c.get("expected_dice_low"), c.get("expected_dice_high")
+    if v is None or lo is None or hi is None:
+        return format_value(v)
+    return f"{float(v):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
+
+
+def _interval_note(rule: ReferralRule) -> str:
+    """One sentence under the table: the expected Dice interval's guarantee and its caveat, or that it has none."""
+    text = rule.interval_statement()
+    return f"{text[0].upper()}{text[1:]}."
+
+
 def _table(summary: Mapping[str, Any], rule: ReferralRule,
            conformal: Mapping[str, Mapping[str, Any]] | None = None) -> Markup:
     cases = {c["case"]: c for c in summary["cases"]}
@@ -256,7 +278,8 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
     regions = rule.region_names if any("region_scores" in c for c in cases.values()) else []
     masks = _conformal_columns(list(conformal.values()), rule) if conformal else []
     head = ["rank", "case", "rule decision", rule.score] + [f"{rule.aggregation} {n}" for n in regions] + \
-        (["expected Dice"] if has_q else []) + (["image z"] if has_z else []) + [h for _, h in masks] + ["reason"]
+        ([_expected_dice_head(rule)] if has_q else []) + (["image z"] if has_z else []) + [h for _, h in masks] + \
+        ["reason"]
     trs = []
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
@@ -264,7 +287,7 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
                  el("td", decision_tag(c["decision"], "rule"), class_="l"), el("td", format_value(c.get("score"), 4))]
         cells += [el("td", format_value((c.get("region_scores") or {}).get(n), 4)) for n in regions]
         if has_q:
-            cells.append(el("td", format_value(c.get("expected_dice"))))
+            cells.append(el("td", _expected_dice_text(c)))
         if has_z:
             cells.append(el("td", format_value(c.get("image_z_max"), 1)))
         row = (conformal or {}).get(cid, {})
@@ -301,12 +324,13 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         c = cases[cid]
         info = {"score": format_value(c.get("score"), 4), "decision": c["decision"]}
         if "expected_dice" in c:
-            info["expected Dice"] = format_value(c["expected_dice"])
+            info["expected Dice"] = _expected_dice_text(c)
         seg, u, class_names = case.seg, case.maps[rule.measure], rule.class_names
         if regions is not None:  # nested regions drawn as one label map, the largest uncertainty over the regions
             seg, _, u, class_names = region_display(case.seg, None, u, regions)
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
-            viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure))
+            viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure,
+                                       class_names=class_names))
         conformal = read_case_masks(masks, cid)  # the nested masks monai-unc conformal wrote
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
                                   class_names=class_names, conformal=conformal)
@@ -431,7 +455,9 @@ def build_triage_page(
         el("ul", *notes, class_="warn") if notes else None, id="summary")
     sections = [
         summary_section,
-        el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule, mask_rows), id="triage"),
+        el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule, mask_rows),
+           el("p", _interval_note(rule), class_="note") if any("expected_dice" in c for c in cases) else None,
+           id="triage"),
     ]
     if masks is not None:
         sections.append(_conformal_section(masks, Path(conformal).resolve()))  # type: ignore

@@ -2,8 +2,10 @@
 
 A QC reader reviews a flagged case by scrolling through it with the uncertainty on top. For each flagged case the
 pages (:func:`monai_unc.report.html.build_report`, :func:`monai_unc.report.triage.build_triage_page`) embed a
-viewer: the image in grey, the prediction as a label overlay and the uncertainty map as a heat overlay, with the
-three planes and a 3D render, and controls for the view, the uncertainty colormap and each overlay's opacity.
+viewer: the image in grey, the prediction as a label overlay (one colour per class, legend with the class names)
+and the uncertainty map as a heat overlay (transparent below a threshold, so the anatomy shows), with the three
+planes and a 3D render in a 2 x 2 grid, titled colorbars with units, and controls for the view, the uncertainty
+colormap, its threshold and each overlay's opacity; light text on a dark panel (WCAG AA contrast).
 
 - **No network, no server**: the volumes are in the page (gzipped NIfTI as base64 in a JSON block that
   :func:`~monai_unc.report.markup.json_script` writes, so no case name or value can end it), and the two scripts
@@ -34,9 +36,11 @@ import nibabel as nib
 import numpy as np
 
 from ..io import atomic_copy, file_sha256
+from ..keys import ENTROPY_MEASURES
 from .markup import Markup, el, frag, json_script, script_file
 
-__all__ = ["CASE_BUDGET_BYTES", "VIEWER_CSS", "case_viewer", "viewer_block", "viewer_scripts", "viewer_section"]
+__all__ = ["CASE_BUDGET_BYTES", "LABEL_COLORS", "VIEWER_CSS", "case_viewer", "measure_unit", "viewer_block",
+           "viewer_scripts", "viewer_section"]
 
 #: the most base64 bytes one case's volumes may take in a page
 CASE_BUDGET_BYTES = 2 * 2**20
@@ -45,13 +49,30 @@ ASSETS = Path(__file__).parent / "assets"
 ASSET_DIR = "assets"
 _SCRIPTS = ("niivue.umd.js", "viewer.js")
 COLORMAPS = ("hot", "warm", "plasma", "viridis", "inferno")
-VIEWS = (("multiplanar", "three planes + 3D"), ("axial", "axial"), ("coronal", "coronal"), ("sagittal", "sagittal"),
-         ("render", "3D render"))
+#: the prediction's label colours (label ``k`` gets ``LABEL_COLORS[(k - 1) % len]``; the first five are the contour
+#: colours of the static slices, :func:`~monai_unc.report.plots.plot_case_overlay`); the background is transparent
+LABEL_COLORS = ("#ffd700", "#00e5ff", "#ff7f0e", "#7fff00", "#ff00ff", "#4f8cff", "#ff4d4d", "#00c49a", "#c08cff",
+                "#ffffff", "#a0522d", "#808000")
+#: the share of the cropped uncertainty voxels the overlay colours by default (the rest is transparent)
+DEFAULT_COVERAGE = 0.25
+VIEWS = (("multiplanar", "three planes + 3D render"), ("axial", "axial"), ("coronal", "coronal"),
+         ("sagittal", "sagittal"), ("render", "3D render"))
 VIEWER_CSS = """
-.mu-viewer{margin:10px 0 22px}.mu-viewer canvas{width:100%;height:520px;display:block;background:#000}
-.mu-viewer .controls{display:flex;flex-wrap:wrap;gap:14px;align-items:center;font-size:13px;margin:6px 0}
-.mu-viewer .controls label{display:flex;gap:6px;align-items:center}
-.mu-viewer-error{color:#b00020;font-size:13px}
+.mu-viewer{margin:10px 0 22px;background:#14181f;color:#eef1f5;padding:10px 12px;border-radius:6px}
+.mu-viewer canvas.mu-view{width:100%;height:520px;display:block;background:#000}
+.mu-viewer .controls{display:flex;flex-wrap:wrap;gap:14px;align-items:center;font-size:13px;margin:8px 0;color:#eef1f5}
+.mu-viewer .controls label{display:flex;gap:6px;align-items:center;color:#eef1f5}
+.mu-viewer select{background:#fff;color:#14181f;border:1px solid #9aa6b8;border-radius:3px;font-size:13px}
+.mu-viewer output{color:#eef1f5;font-variant-numeric:tabular-nums;min-width:4em}
+.mu-viewer .legends{display:flex;flex-wrap:wrap;gap:22px;align-items:flex-start;font-size:12px;margin:6px 0}
+.mu-viewer .mu-cbar-title{display:block;font-weight:600;color:#eef1f5;margin-bottom:3px}
+.mu-viewer canvas.mu-cbar-ramp{display:block;width:220px;height:12px;border:1px solid #9aa6b8;background:#000}
+.mu-viewer .mu-cbar-ticks{display:flex;justify-content:space-between;width:222px;color:#eef1f5}
+.mu-viewer ul.mu-labels{list-style:none;margin:0;padding:0;display:flex;flex-wrap:wrap;gap:4px 12px}
+.mu-viewer ul.mu-labels li{display:flex;gap:5px;align-items:center;color:#eef1f5}
+.mu-viewer .swatch{display:inline-block;width:12px;height:12px;border:1px solid #eef1f5}
+.mu-viewer p.note{color:#d5dce6;font-size:13px;max-width:1000px;margin:6px 0 0}
+.mu-viewer-error{color:#ffb4ab;font-size:13px}
 """
 
 
@@ -81,6 +102,43 @@ def _quantise(x: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, float, f
     return q, (hi - lo) / 255.0, lo
 
 
+def measure_unit(measure: str) -> str:
+    """The unit of an uncertainty measure's values, for the viewer's colorbar title.
+
+    Args:
+        measure: the measure's name (a name of :data:`~monai_unc.keys.MEASURES` or any other).
+
+    Returns:
+        ``"nats"`` for the entropies and the mutual information (natural log), ``""`` for the others (``1 - max p``
+        and the variance are probabilities or their spread: no unit).
+
+    Example:
+        >>> measure_unit("mutual_information"), measure_unit("one_minus_max_prob")
+        ('nats', '')
+    """
+    return "nats" if measure in ENTROPY_MEASURES else ""
+
+
+def _hex_rgb(color: str) -> tuple[int, int, int]:
+    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
+
+
+def _label_table(values: Sequence[int], n_labels: int,
+                 class_names: Sequence[str] | None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+    """NiiVue's label lookup table for labels ``0 .. n_labels`` (0 transparent) and the legend of ``values``."""
+    table: dict[str, list[int]] = {"R": [0], "G": [0], "B": [0], "A": [0], "I": [0]}
+    for k in range(1, n_labels + 1):
+        r, g, b = _hex_rgb(LABEL_COLORS[(k - 1) % len(LABEL_COLORS)])
+        for key, v in zip("RGBAI", (r, g, b, 255, k)):
+            table[key].append(v)
+    legend = []
+    for k in values:
+        name = str(class_names[k]) if class_names is not None and k < len(class_names) else ""
+        legend.append({"value": int(k), "name": name if name and not name.isdigit() else f"class {k}",
+                       "color": LABEL_COLORS[(k - 1) % len(LABEL_COLORS)]})
+    return table, legend
+
+
 def case_viewer(
     case_id: str,
     seg: np.ndarray,
@@ -91,6 +149,7 @@ def case_viewer(
     measure: str = "uncertainty",
     budget_bytes: int = CASE_BUDGET_BYTES,
     margin: int = 2,
+    class_names: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The viewer data of one case: its volumes as gzipped NIfTI in base64, cropped and quantised to fit the budget.
 
@@ -105,11 +164,20 @@ def case_viewer(
         measure: the uncertainty's name (the overlay's name in the viewer).
         budget_bytes: the most base64 bytes the volumes may take (default :data:`CASE_BUDGET_BYTES`).
         margin: voxels kept around the foreground's bounding box.
+        class_names: the class names indexed by label value (``class_names[0]`` the background), as in
+            ``summary.json``'s ``class_names``; the prediction's legend shows them. Default (or a name that is
+            only digits): ``class 1``, ``class 2``, ... after the label values.
 
     Returns:
-        ``{"case", "measure", "step", "crop", "bytes", "volumes": [{"role", "name", "base64", "colormap",
-        "opacity", "cal_min", "cal_max"}]}``: ``step`` the subsampling step (1: full resolution), ``crop`` the
-        kept index range per axis, ``bytes`` the base64 size.
+        ``{"case", "measure", "unit", "step", "crop", "bytes", "labels", "volumes": [{"role", "name", "title",
+        "base64", "colormap", "opacity", "cal_min", "cal_max", ...}]}``: ``unit`` the measure's unit
+        (:func:`measure_unit`), ``step`` the subsampling step (1: full resolution), ``crop`` the kept index range
+        per axis, ``bytes`` the base64 size, ``labels`` the prediction's legend (``{"value", "name", "color"}``
+        per label value present). The prediction has a discrete label lookup table (``colormap_label``, one
+        colour per class from :data:`LABEL_COLORS`, the background transparent); the uncertainty has a
+        ``threshold`` (``cal_min``): the larger of 10 % of its range and the quantile that leaves
+        :data:`DEFAULT_COVERAGE` of the cropped voxels above it; voxels below are transparent
+        (``colormap_type`` 1, NiiVue's ``ZERO_TO_MAX_TRANSPARENT_BELOW_MIN``, when the map is non-negative).
 
     Raises:
         ValueError: for volumes that are not 3D or differ in shape, or a budget too small for even the
@@ -147,7 +215,17 @@ def case_viewer(
     if img_c is not None:
         finite = img_c[np.isfinite(img_c)]
         i_lo, i_hi = (np.percentile(finite, [0.5, 99.5]) if finite.size else (0.0, 1.0))
-    n_labels = int(seg_c.max()) if seg_c.size else 0
+    n_labels = int(np.clip(seg_c.max(), 0, 255)) if seg_c.size else 0
+    present = [int(k) for k in np.unique(np.clip(seg_c, 0, 255)) if k > 0]
+    lut, legend = _label_table(present, n_labels, class_names)
+    u_top = u_hi if u_hi > u_lo else u_lo + 1.0
+    finite_c = u_c[np.isfinite(u_c)]
+    threshold = u_lo + 0.1 * (u_top - u_lo)
+    if finite_c.size:
+        threshold = max(threshold, float(np.quantile(finite_c, 1.0 - DEFAULT_COVERAGE)))
+    threshold = min(threshold, u_top)
+    unit = measure_unit(measure)
+    u_title = f"{str(measure).replace('_', ' ')} ({unit or 'no unit'})"
     start = np.array([s.start for s in box], dtype=np.float64)
     for step in range(1, max(seg_c.shape) + 1):
         sub = (slice(None, None, step),) * 3
@@ -157,27 +235,32 @@ def case_viewer(
         volumes = []
         if img_c is not None:
             q, slope, inter = _quantise(img_c[sub], float(i_lo), float(i_hi))
-            volumes.append({"role": "image", "name": "image.nii.gz", "base64": _encode(q, aff, slope, inter),
-                            "colormap": "gray", "opacity": 1.0, "cal_min": float(i_lo), "cal_max": float(i_hi)})
+            volumes.append({"role": "image", "name": "image.nii.gz", "title": "image intensity (stored units)",
+                            "base64": _encode(q, aff, slope, inter), "colormap": "gray", "opacity": 1.0,
+                            "cal_min": float(i_lo), "cal_max": float(i_hi)})
         labels = np.clip(seg_c[sub], 0, 255).astype(np.uint8)
-        volumes.append({"role": "prediction", "name": "prediction.nii.gz", "base64": _encode(labels, aff),
-                        "colormap": "winter", "opacity": 0.35, "cal_min": 0.5, "cal_max": float(max(n_labels, 1))})
+        volumes.append({"role": "prediction", "name": "prediction.nii.gz", "title": "prediction",
+                        "base64": _encode(labels, aff), "colormap": "gray", "colormap_label": lut, "opacity": 0.5,
+                        "cal_min": 0.0, "cal_max": float(max(n_labels, 1))})
         q, slope, inter = _quantise(u_c[sub], u_lo, u_hi)
-        volumes.append({"role": "uncertainty", "name": f"{measure}.nii.gz", "base64": _encode(q, aff, slope, inter),
-                        "colormap": "hot", "opacity": 0.6, "cal_min": u_lo + 0.1 * (u_hi - u_lo),
-                        "cal_max": u_hi if u_hi > u_lo else u_lo + 1.0})
+        volumes.append({"role": "uncertainty", "name": f"{measure}.nii.gz", "title": u_title,
+                        "base64": _encode(q, aff, slope, inter), "colormap": "hot", "opacity": 0.7,
+                        "colormap_type": 1 if u_lo >= 0 else 0, "cal_min": threshold, "threshold": threshold,
+                        "u_min": u_lo, "cal_max": u_top})
         size = sum(len(v["base64"]) for v in volumes)
         if size <= budget_bytes:
-            return {"case": str(case_id), "measure": str(measure), "step": step,
-                    "crop": [[s.start, s.stop] for s in box], "bytes": size, "volumes": volumes}
+            return {"case": str(case_id), "measure": str(measure), "unit": unit, "step": step,
+                    "crop": [[s.start, s.stop] for s in box], "bytes": size, "labels": legend, "volumes": volumes}
     raise ValueError(f"budget_bytes={budget_bytes} is too small for case {case_id!r} even at the coarsest step")
 
 
 def viewer_block(index: int, data: dict[str, Any]) -> Markup:
     """One case's viewer: the canvas, the controls and the case's volumes as a JSON block.
 
-    The controls choose the view, the uncertainty colormap and the overlay opacities; ``viewer.js``
-    (:func:`viewer_scripts`) starts the viewer.
+    The controls choose the view, the uncertainty colormap, the uncertainty threshold (voxels below it are
+    transparent, so the anatomy shows) and the overlay opacities. Under them the legends: a titled colorbar with
+    its unit for the image and the uncertainty (``viewer.js`` draws the colour ramps from NiiVue's colormaps) and
+    the prediction's class names with their colours. ``viewer.js`` (:func:`viewer_scripts`) starts the viewer.
 
     Args:
         index: the viewer's number on the page (ids ``viewer-<index>`` and ``viewer-data-<index>``).
@@ -199,26 +282,59 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
         raise ValueError(f"index must be a non-negative integer, got {index!r}")
     data_id = f"viewer-data-{index}"
     roles = [v["role"] for v in data["volumes"]]
+    vol = {v["role"]: v for v in data["volumes"]}
     controls = [
         el("label", "view", el("select", *(el("option", text, value=key) for key, text in VIEWS),
                                 data_control="view")),
         el("label", f"{data['measure']} colormap", el("select", *(el("option", c, value=c) for c in COLORMAPS),
                                                       data_control="colormap")),
     ]
+    if "uncertainty" in vol:
+        u = vol["uncertainty"]
+        lo, hi = float(u.get("u_min", u["cal_min"])), float(u["cal_max"])
+        controls.append(el("label", f"{data['measure']} shown above",
+                           el("input", type="range", min=repr(lo), max=repr(hi), step=repr((hi - lo) / 255 or 1.0),
+                              value=repr(float(u.get("threshold", u["cal_min"]))), data_control="threshold"),
+                           el("output", _fmt(u.get("threshold", u["cal_min"])), data_show="threshold")))
     for role in ("uncertainty", "prediction"):
-        if role in roles:
-            v = data["volumes"][roles.index(role)]
+        if role in vol:
             controls.append(el("label", f"{role} opacity", el("input", type="range", min="0", max="100",
-                                                              value=str(round(100 * v["opacity"])),
+                                                              value=str(round(100 * vol[role]["opacity"])),
                                                               data_control="opacity", data_role=role)))
+    legends = []
+    for role in ("image", "uncertainty"):
+        if role in vol:
+            v = vol[role]
+            low = 0.0 if v.get("colormap_type") == 1 else v["cal_min"]
+            ticks = [el("span", _fmt(low)), el("span", _fmt(v["cal_max"]))]
+            extra = (el("span", "transparent below ", el("span", _fmt(v["threshold"]), data_show="threshold"),
+                            class_="mu-cbar-ticks") if "threshold" in v else None)
+            legends.append(el("div", el("span", v.get("title", role), class_="mu-cbar-title"),
+                              el("canvas", class_="mu-cbar-ramp", width="256", height="1", data_role=role,
+                                 data_colormap=v["colormap"]),
+                              el("span", *ticks, class_="mu-cbar-ticks"), extra, class_="mu-cbar", data_role=role))
+    if "prediction" in vol:
+        items = [el("li", el("span", class_="swatch", style=f"background:{lab['color']}"), lab["name"])
+                 for lab in data.get("labels", [])]
+        legends.append(el("div", el("span", "prediction (labels)", class_="mu-cbar-title"),
+                          el("ul", *items, class_="mu-labels") if items else el("span", "no foreground predicted"),
+                          class_="mu-legend", data_role="prediction"))
+    unit = data.get("unit")
     note = (f"{data['case']}: image{' ' if 'image' in roles else ' (none) '}with the prediction and the "
             f"{data['measure']} overlays, cropped to the foreground" +
             ("" if data["step"] == 1 else f" and subsampled by {data['step']} along each axis to fit the page") +
+            f". The {data['measure']} overlay is transparent below the threshold" +
+            (f" ({unit})" if unit else "") +
             ". Drag to move the crosshair; scroll to change the slice; drag in the 3D view to rotate it.")
-    return el("div", el("canvas", id=f"viewer-canvas-{index}", width="960", height="520"),
-              el("div", *controls, class_="controls"), el("p", note, class_="note"),
+    return el("div", el("canvas", class_="mu-view", id=f"viewer-canvas-{index}", width="960", height="520"),
+              el("div", *controls, class_="controls"), el("div", *legends, class_="legends"),
+              el("p", note, class_="note"),
               json_script(data, data_id), class_="mu-viewer", id=f"viewer-{index}", data_volumes=data_id,
               data_case=data["case"])
+
+
+def _fmt(x: float) -> str:
+    return f"{float(x):.3g}"
 
 
 def viewer_section(viewers: Sequence[dict[str, Any]], heading: str) -> Markup | None:

@@ -161,8 +161,10 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
                   ) -> list[str]:
     """Printable lines of a triage.
 
-    The rule, one line per case (most uncertain first: rank, case, score, decision, reason and the ``extra`` columns
-    given per case, e.g. a Dice known only to the demo), and the counts.
+    The rule, one line per case (most uncertain first: rank, case, score, the ``extra`` columns given per case, e.g. a
+    Dice known only to the demo, the expected Dice with its conformal interval when the cases have one, decision,
+    reason), the counts and, with expected Dice, what its interval guarantees
+    (:meth:`~monai_unc.evaluation.triage.ReferralRule.interval_statement`).
 
     Args:
         rule: the rule that triaged the cases.
@@ -186,17 +188,34 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
         lines.append(f"calibration score range [{cal[0]:.4f}, {cal[1]:.4f}]; image check: {s['image_check']}")
     extra = extra or {}
     keys = sorted({k for v in extra.values() for k in v})
+    has_q = any("expected_dice" in c for c in s["cases"])
+    rec = rule.record
+    q_head = ("exp. Dice (uncalibrated)" if rec is None or rec.expected_dice is None else
+              f"exp. Dice [{1 - rec.interval_alpha:.0%} conf.]")
     lines.append(f"{'rank':>4}  {'case':<16} {'score':>8}  " + "".join(f"{k:>8}  " for k in keys)
-                 + "rule decision  reason")
+                 + (f"{q_head:<24}  " if has_q else "") + "rule decision  reason")
     by_id = {c["case"]: c for c in s["cases"]}
     for i, cid in enumerate(s["order"], 1):
         c = by_id[cid]
         score = "undefined" if c["score"] is None else f"{c['score']:.4f}"
         cols = "".join(f"{_cell(extra.get(cid, {}).get(k)):>8}  " for k in keys)
+        if has_q:
+            cols += f"{_expected_dice_cell(c):<24}  "
         lines.append(f"{i:>4}  {cid:<16} {score:>8}  {cols}{'rule: ' + c['decision']:<13}  {c['reason']}")
     lines.append(f"triage of {s['n_cases']} new case(s) without labels: accept {s['n_accepted']}, review "
                  f"{s['n_review']}")
+    if has_q:
+        lines.append(rule.interval_statement())
     return lines
+
+
+def _expected_dice_cell(c: Mapping[str, Any]) -> str:
+    """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its conformal interval (the estimate alone without)."""
+    v = c.get("expected_dice")
+    if v is None:
+        return ""
+    lo, hi = c.get("expected_dice_low"), c.get("expected_dice_high")
+    return f"{v:.3f}" + ("" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
 
 
 def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, float]) -> dict[str, Any]:
@@ -213,8 +232,9 @@ def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, 
         ``{"n_cases", "n_accepted", "n_referred", "reasons"`` (referred cases per reason code)``, "risk"`` (the
         rule's risk in words)``, "target_risk", "delta", "feasible", "accepted", "referred"`` (case ids)``,
         "n_failed_accepted", "risk_accepted"`` (mean risk of the accepted cases; None when none was accepted)``,
-        "n_failed_referred"}``; a failure is a risk of 1 (``risk="failure"``) or, for ``"1-dice"``, a Dice below
-        the rule's failure Dice.
+        "n_failed_referred"``, ``"n_interval"``, ``"n_interval_covered"`` (cases with a conformal expected-Dice
+        interval, and those whose Dice lies inside it)``, "interval_missed"`` (ids of the others)``}``; a failure is a
+        risk of 1 (``risk="failure"``) or, for ``"1-dice"``, a Dice below the rule's failure Dice.
     """
     cases = result.summary["cases"]
     missing = [c["case"] for c in cases if c["case"] not in dice]
@@ -226,6 +246,9 @@ def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, 
     for c in cases:
         if c["decision"] != "accept":
             reasons[c["code"]] = reasons.get(c["code"], 0) + 1
+
+    with_iv = [c for c in cases if c.get("expected_dice_low") is not None and c.get("expected_dice_high") is not None]
+    missed = [c["case"] for c in with_iv if not c["expected_dice_low"] <= dice[c["case"]] <= c["expected_dice_high"]]
 
     def risks(ids: Sequence[str]) -> np.ndarray:
         return risk_of_dice([dice[c] for c in ids], rule.risk, rule.failure_dice)
@@ -240,6 +263,9 @@ def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, 
         "n_failed_accepted": failed(accepted),
         "risk_accepted": float(risks(accepted).mean()) if accepted else None,
         "n_failed_referred": failed(referred),
+        "n_interval": len(with_iv),
+        "n_interval_covered": len(with_iv) - len(missed),
+        "interval_missed": missed,
     }
 
 
@@ -273,6 +299,12 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
     else:
         lines.append(f"realised (labels known to the demo only): no new case accepted; {outcome['n_failed_referred']}"
                      f" of {outcome['n_referred']} referred case(s) failed ({rule.risk_definition})")
+    if outcome.get("n_interval"):
+        missed = outcome["interval_missed"]
+        level = "" if rule.record is None else f" ({1 - rule.record.interval_alpha:.0%} target for exchangeable cases)"
+        lines.append(f"expected Dice intervals: the real Dice lies inside for {outcome['n_interval_covered']} of "
+                     f"{outcome['n_interval']} new case(s){level}" + (f"; outside: {', '.join(missed)}" if missed
+                                                                         else ""))
     return lines
 
 

@@ -173,7 +173,7 @@ def _result(f, config):
 
 
 def test_case_cache_save_and_load(files, tmp_path):
-    config = _config(case_metrics={"counted": counted}, conformal=["outer:fnr=0.2"])
+    config = _config(case_metrics={"counted": counted}, products=[ConformalMasks(["outer:fnr=0.2"])])
     cache = case_cache(tmp_path / "cases", config)
     f = files[0]
     result = _result(f, config)
@@ -188,7 +188,7 @@ def test_case_cache_save_and_load(files, tmp_path):
     assert back.files is f and back.num_classes == 2  # the listing's files are attached
     for k, v in back.histogram.state_dict().items():
         assert np.asarray(v).tobytes() == np.asarray(result.histogram.state_dict()[k]).tobytes(), k
-    assert back.conformal == result.conformal
+    assert back.states["conformal"] == result.states["conformal"]  # the product's state, a ConformalState
     assert cache.load(f.case_id, {**fp, "shift": "other"}, f) is None  # stale
     assert cache.load("missing", fp, f) is None
 

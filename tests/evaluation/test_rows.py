@@ -17,6 +17,7 @@ from monai.networks.utils import one_hot
 
 from monai_unc.activation import BERNOULLI, CATEGORICAL
 from monai_unc.evaluation import EvaluationConfig
+from monai_unc.evaluation.conformal import ConformalState
 from monai_unc.evaluation.rows import (
     CaseResult,
     case_tasks,
@@ -273,17 +274,20 @@ def test_case_result_record_round_trip(product_state_type, tmp_path):
     rng = np.random.default_rng(5)
     probs = _softmax_probs(rng, 3, (4, 3))
     label = rng.integers(0, 3, (4, 3))
-    conformal = {side: conformal_case_state(probs, label, side=side, grid=8) for side in ("outer", "inner")}
+    conformal = ConformalState({side: conformal_case_state(probs, label, side=side, grid=8)
+                                for side in ("outer", "inner")}, ["variance"])
     files = CaseFiles("c0", tmp_path / "c0.nii.gz", seg=tmp_path / "c0_seg.nii.gz",
                       maps={"variance": tmp_path / "c0_variance.nii.gz"})
     result = CaseResult({"case": "c0", "dice": 0.75, "ece": math.nan, "measure": "variance"}, _hist(3, 0),
                         ["c0: a warning"], region_histograms={"WT": _hist(2, 1), "ET": _hist(2, 2)},
-                        curves={"thresholds": [0.0, 50.0]}, unclaimed_labels=[np.int64(3)], conformal=conformal,
-                        states={"volume": product_state_type([4, 5])}, files=files, num_classes=3)
+                        curves={"thresholds": [0.0, 50.0]}, unclaimed_labels=[np.int64(3)],
+                        states={"volume": product_state_type([4, 5]), "conformal": conformal}, files=files,
+                        num_classes=3)
     doc, arrays = result.to_record()
     text = json.dumps(doc)  # JSON data (NaN as Python's literal, as the resume cache writes it)
-    assert doc["products"] == ["volume"] and doc["num_classes"] == 3 and doc["unclaimed_labels"] == [3]
-    assert {k.split("/")[0] for k in arrays} == {"histogram", "region_histograms", "conformal", "product.volume"}
+    assert doc["products"] == ["volume", "conformal"] and doc["num_classes"] == 3 and doc["unclaimed_labels"] == [3]
+    assert {k.split("/")[0] for k in arrays} == {"histogram", "region_histograms", "product.conformal",
+                                                 "product.volume"}
     assert all(isinstance(v, np.ndarray) and v.dtype != object for v in arrays.values())
     back = CaseResult.from_record(json.loads(text), _through_npz(arrays))
     assert back.row["case"] == "c0" and back.row["dice"] == 0.75 and math.isnan(back.row["ece"])
@@ -293,9 +297,8 @@ def test_case_result_record_round_trip(product_state_type, tmp_path):
     assert list(back.region_histograms) == ["WT", "ET"]
     for k in ("WT", "ET"):
         _same_hist(back.region_histograms[k], result.region_histograms[k])
-    assert list(back.conformal) == ["outer", "inner"]
-    assert back.conformal == conformal
-    assert list(back.states) == ["volume"] and type(back.states["volume"]) is product_state_type
+    assert list(back.states["conformal"].sides) == ["outer", "inner"] and back.states["conformal"] == conformal
+    assert list(back.states) == ["volume", "conformal"] and type(back.states["volume"]) is product_state_type
     assert back.states["volume"].voxels.tolist() == [4, 5]
     # once more: the record of the restored result is the same arrays
     doc2, arrays2 = back.to_record()
@@ -309,7 +312,7 @@ def test_case_result_record_without_states():
     doc, arrays = result.to_record()
     assert arrays == {} and doc["files"] is None and doc["num_classes"] is None and doc["products"] == []
     back = CaseResult.from_record(doc, {})
-    assert back.histogram is None and back.region_histograms is None and back.conformal is None
+    assert back.histogram is None and back.region_histograms is None
     assert back.states == {} and back.files is None and back.num_classes is None and back.row == result.row
 
 

@@ -803,12 +803,26 @@ def test_certify_and_triage_on_one_cohort(cohorts, tmp_path):
     dice = {str(r["case"]): {"Dice": float(r["dice"])} for r in state.rows}
     lines = format_triage(rule, res, dice)
     assert lines[0].startswith("referral rule certified on 24 case(s): SGR, dice < 0.8 <= 0.4 w.p. 0.8; ")
-    assert len(lines) == 3 + len(new) + 1 and lines[-1].startswith(f"triage of {len(new)} new case(s)")
-    table = {ln.split()[1]: ln for ln in lines[3:-1]}
+    assert len(lines) == 3 + len(new) + 2 and lines[-2].startswith(f"triage of {len(new)} new case(s)")
+    assert lines[-1].startswith("expected Dice interval (90%, conformal): estimate +/- ")
+    table = {ln.split()[1]: ln for ln in lines[3:-2]}
     assert set(table) == set(new) and all(f"rule: {res.decisions[c]}" in table[c] for c in new)
     assert all(f"{dice[c]['Dice']:.3f}" in table[c] for c in new)
     with pytest.raises(ValueError, match="overlap"):
         certify_and_triage(state, EvaluationConfig(), a["predictions"], tmp_path / "u", cal, cal[:1], target_risk=0.4)
+    # the conformal interval of the expected Dice: the calibration cases' estimates (metrics.csv) are recorded, the
+    # quantile is the brute-force one, and every new case's interval is its estimate +/- that quantile
+    rows = {str(r["case"]): r for r in state.rows}
+    assert rule.record.expected_dice == tuple(rows[c]["expected_dice"] for c in cal)
+    res_abs = sorted(abs(rows[c]["dice"] - rows[c]["expected_dice"]) for c in cal)
+    q = res_abs[math.ceil(25 * 0.9) - 1]  # ceil((n + 1)(1 - alpha))-th smallest of n = 24
+    assert rule.record.interval_quantile() == (q, 24)
+    assert json.loads((tmp_path / "t" / RULE_FILE).read_text())["calibration"]["expected_dice_quantile"] == q
+    for c in res.summary["cases"]:
+        e = rows[c["case"]]["expected_dice"]
+        assert c["expected_dice"] == pytest.approx(e)  # triage computes it as evaluate does
+        assert (c["expected_dice_low"], c["expected_dice_high"]) == pytest.approx((max(e - q, 0), min(e + q, 1)))
+    assert f"{q:.3f}" in lines[-1] and "a shifted case" in lines[-1]
 
 
 def test_link_page(tmp_path):

@@ -186,8 +186,9 @@ def test_region_model_masks_on_the_triage_page(tmp_path, monkeypatch):
     from tests.evaluation.test_evaluate_regions import write_region_cohort
 
     dirs = write_region_cohort(tmp_path / "c", n_cases=5)
-    config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, delta=0.2,  # the deprecated keywords
-                              conformal={"outer": 0.3, "inner": 0.4})
+    with pytest.warns(DeprecationWarning, match="ConformalMasks"):  # the deprecated keywords still give the product
+        config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, delta=0.2,
+                                  conformal={"outer": 0.3, "inner": 0.4})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         run_evaluate(dirs["labels"], dirs["pred"], tmp_path / "ev", config)

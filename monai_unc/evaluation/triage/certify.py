@@ -41,7 +41,9 @@ def certify_referral_rule(
     (:func:`prediction_fingerprint`, the calibration cases' records). A region evaluation (``config.regions``) gives a
     rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
     cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is
-    recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`).
+    recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), and, when the evaluation had
+    probabilities, their label-free ``expected_dice``, which calibrates the conformal interval of a new case's
+    expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %).
 
     Args:
         state: the evaluation's cohort state (rows, and files for the images).
@@ -74,12 +76,14 @@ def certify_referral_rule(
     filled = fill_undefined_scores(np.array([as_float(r.get(column)) for r in rows]))
     fill = [float(v) for r, v in zip(rows, filled) if not np.isfinite(as_float(r.get(column)))]
     dice = np.array([as_float(by_id[c].get("dice")) for c in cal_ids])
+    est = np.array([as_float(by_id[c].get("expected_dice")) for c in cal_ids])  # NaN: no probabilities
     record = CalibrationRecord(
         scores=tuple(float(v) if np.isfinite(v) else None for v in raw),
         dice=tuple(float(v) if np.isfinite(v) else None for v in dice),
         risks=tuple(float(v) for v in risk_of_dice(dice, config.risk, config.failure_dice)),
         undefined_score=fill[0] if fill and not np.isfinite(raw).all() else None,
         n_candidates=RISK_CONTROL_CANDIDATES,
+        expected_dice=tuple(float(v) if np.isfinite(v) else None for v in est) if np.isfinite(est).any() else None,
     )
     thr = rc["threshold"]
     threshold = (math.inf if rc["feasible"] else -math.inf) if thr is None else float(thr)

@@ -18,6 +18,7 @@ import numpy as np
 from ... import __version__
 from ...io import atomic_write_json, json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
+from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import risk_controlled_threshold
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, risk_of_dice
@@ -32,6 +33,9 @@ RULE_FORMAT = "monai-unc referral rule"
 #: scores, Dice and risks (:class:`CalibrationRecord`, what :meth:`ReferralRule.from_json` re-certifies; every rule
 #: ``evaluate`` writes), 2 for a rule of a region-based model without that record (it records the region spec, which
 #: a reader of version 1 would ignore), 1 for every other rule (readable by older versions)
+#: A version-3 rule may also record its calibration cases' label-free expected Dice (``calibration.expected_dice``,
+#: for the conformal interval of :meth:`ReferralRule.expected_dice_interval`); a reader that ignores it loses only
+#: the interval, so the version stays 3.
 RULE_VERSION = 3
 #: what writes a rule file
 _WRITTEN_BY = "monai-unc evaluate --target-risk"
@@ -206,6 +210,19 @@ class CalibrationRecord:
         n_candidates: the ``n_candidates`` argument of
             :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold` (None: every rank).
         sequence: its ``sequence`` argument (LTT's multiple-testing procedure).
+        expected_dice: the case's label-free expected Dice (``metrics.csv``'s ``expected_dice``, None when
+            undefined, e.g. without probabilities), from which, with ``dice``, the split-conformal interval of a new
+            case's expected Dice is calibrated (:meth:`interval_quantile`); None (the whole tuple) in rules written
+            before it was recorded.
+        interval_alpha: the miscoverage of that interval (default 0.1: 90 %).
+
+    Example:
+        >>> rec = CalibrationRecord((0.1, 0.2, 0.3), (0.9, 0.7, 0.8), (0.0, 1.0, 0.0),
+        ...                         expected_dice=(0.95, 0.9, 0.85), interval_alpha=0.5)
+        >>> rec.interval_quantile()
+        (0.05, 3)
+        >>> CalibrationRecord.from_json(rec.to_json()) == rec
+        True
     """
 
     scores: tuple[float | None, ...]
@@ -214,16 +231,40 @@ class CalibrationRecord:
     undefined_score: float | None = None
     n_candidates: int | None = RISK_CONTROL_CANDIDATES
     sequence: str = "fallback"
+    expected_dice: tuple[float | None, ...] | None = None
+    interval_alpha: float = CONFORMAL_ALPHA
+
+    def interval_quantile(self) -> tuple[float, int] | None:
+        """The conformal quantile of ``|dice - expected_dice|`` over the calibration cases with both defined.
+
+        Returns:
+            ``(q, n)`` of :func:`~monai_unc.metrics.quality.conformal_quantile` (``q = inf`` with too few cases, no
+            warning), or None without recorded estimates.
+        """
+        if self.expected_dice is None:
+            return None
+        e = [math.nan if v is None else v for v in self.expected_dice]
+        d = [math.nan if v is None else v for v in self.dice]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # too few cases: q = inf, said where it is shown
+            return conformal_quantile(e, d, self.interval_alpha)
 
     def to_json(self) -> dict[str, Any]:
         """The record's entries of the rule's ``calibration`` object (strict JSON).
 
         Returns:
-            ``{"case_scores", "dice", "risks", "undefined_score", "max_candidates", "sequence"}``.
+            ``{"case_scores", "dice", "risks", "undefined_score", "max_candidates", "sequence"}``, and with
+            recorded estimates ``"expected_dice"``, ``"expected_dice_alpha"`` and ``"expected_dice_quantile"``
+            (null for ``inf``; recomputed and compared when read).
         """
-        return {"case_scores": list(self.scores), "dice": list(self.dice), "risks": list(self.risks),
-                "undefined_score": self.undefined_score, "max_candidates": self.n_candidates,
-                "sequence": self.sequence}
+        out = {"case_scores": list(self.scores), "dice": list(self.dice), "risks": list(self.risks),
+               "undefined_score": self.undefined_score, "max_candidates": self.n_candidates,
+               "sequence": self.sequence}
+        qn = self.interval_quantile()
+        if self.expected_dice is not None and qn is not None:
+            out.update({"expected_dice": list(self.expected_dice), "expected_dice_alpha": self.interval_alpha,
+                        "expected_dice_quantile": qn[0] if math.isfinite(qn[0]) else None})
+        return out
 
     @classmethod
     def from_json(cls, cal: Mapping[str, Any], where: str = "calibration") -> CalibrationRecord:
@@ -237,7 +278,8 @@ class CalibrationRecord:
             The record.
 
         Raises:
-            ValueError: naming a field that is missing or wrong.
+            ValueError: naming a field that is missing or wrong, or an ``expected_dice_quantile`` that is not the
+                one the recorded cases give (the file was edited).
         """
         scores = [None if v is None else _number(v, f"{where}.case_scores")
                   for v in _field(cal, "case_scores", where, list)]
@@ -248,8 +290,23 @@ class CalibrationRecord:
         if n_cand is not None and (isinstance(n_cand, bool) or not isinstance(n_cand, int) or n_cand < 1):
             raise ValueError(f"field '{where}.max_candidates' must be a positive integer or null, got {n_cand!r}")
         seq = _field(cal, "sequence", where, str)
-        return cls(tuple(scores), tuple(dice), tuple(risks),
-                   None if und is None else _number(und, f"{where}.undefined_score"), n_cand, seq)
+        est, alpha = None, CONFORMAL_ALPHA
+        if "expected_dice" in cal:  # recorded since the conformal interval of the expected Dice
+            est = tuple(None if v is None else _number(v, f"{where}.expected_dice")
+                        for v in _field(cal, "expected_dice", where, list))
+            alpha = _number(_field(cal, "expected_dice_alpha", where), f"{where}.expected_dice_alpha")
+            if not 0 < alpha < 1:
+                raise ValueError(f"field '{where}.expected_dice_alpha' must be in (0, 1), got {alpha!r}")
+        rec = cls(tuple(scores), tuple(dice), tuple(risks),
+                  None if und is None else _number(und, f"{where}.undefined_score"), n_cand, seq, est, alpha)
+        qn = rec.interval_quantile()
+        if qn is not None:
+            raw = _field(cal, "expected_dice_quantile", where)
+            got = math.inf if raw is None else _number(raw, f"{where}.expected_dice_quantile")
+            if not _same(got, qn[0]):
+                raise ValueError(f"field '{where}.expected_dice_quantile' is {raw!r} but the recorded calibration "
+                                 f"cases give {qn[0]!r}: {_EDITED}")
+        return rec
 
 
 def _same(a: float, b: float) -> bool:
@@ -445,6 +502,63 @@ class ReferralRule:
                 f"({self.method.upper()}; calibration: coverage {self.coverage:.3f}, observed risk "
                 f"{_fmt(self.observed_risk)}, bound {_fmt(self.bound)})")
 
+    def expected_dice_interval(self, estimates: Any) -> ConformalInterval | None:
+        """Split-conformal intervals of new cases' expected Dice, calibrated on the rule's calibration cases.
+
+        ``[e - q, e + q]`` clipped to [0, 1], ``q`` the ``ceil((n + 1)(1 - alpha))``-th smallest
+        ``|dice - expected_dice|`` of the ``n`` calibration cases with both defined
+        (:func:`~monai_unc.metrics.quality.conformal_interval`). For a new case exchangeable with the calibration
+        cases its real Dice (the rule's Dice) is inside with probability at least ``1 - alpha`` (marginally); a case
+        from a shifted distribution may fall outside (docs/triage.md).
+
+        Args:
+            estimates: the new cases' expected Dice (NaN: undefined, NaN interval).
+
+        Returns:
+            The intervals, or None when the rule records no calibration estimates (older rules): the estimate is then
+            the model's own, uncalibrated.
+
+        Example:
+            >>> rec = CalibrationRecord((0.1, 0.2, 0.3), (0.9, 0.7, 0.8), (0.0, 1.0, 0.0),
+            ...                         expected_dice=(0.95, 0.9, 0.85), interval_alpha=0.5)
+            >>> rule = ReferralRule("predictive_entropy_fg_mean", 0.2, True, 0.5, 0.1, "sgr", "failure", 0.8,
+            ...                     (0.1, 0.2, 0.3), ("a", "b", "c"), record=rec)
+            >>> iv = rule.expected_dice_interval([0.9, 0.98])
+            >>> iv.low.round(2).tolist(), iv.high.round(2).tolist(), iv.alpha
+            ([0.85, 0.93], [0.95, 1.0], 0.5)
+        """
+        rec = self.record
+        if rec is None or rec.expected_dice is None:
+            return None
+        e = [math.nan if v is None else v for v in rec.expected_dice]
+        d = [math.nan if v is None else v for v in rec.dice]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # too few cases / undefined estimates: shown where used
+            return conformal_interval(np.asarray(estimates, dtype=np.float64), e, d, rec.interval_alpha)
+
+    def interval_statement(self) -> str:
+        """One sentence on the expected-Dice interval: its guarantee and caveat, or that the estimate is uncalibrated.
+
+        Returns:
+            The sentence.
+        """
+        rec = self.record
+        qn = None if rec is None else rec.interval_quantile()
+        dice = "Dice" if self.regions is None else "mean region Dice"
+        if rec is None or qn is None:
+            return ("expected Dice: the model's own estimate, uncalibrated (the rule records no calibration cases' "
+                    "estimates; certify it again with monai-unc evaluate for a conformal interval): under a shift it "
+                    "can stay high while the real Dice drops")
+        q, n = qn
+        level = f"{1 - rec.interval_alpha:.0%}"
+        if not math.isfinite(q):
+            return (f"expected Dice interval ({level}, conformal): {n} calibration case(s) with an expected Dice are "
+                    f"too few for a {level} interval, so it is the whole range [0, 1]")
+        return (f"expected Dice interval ({level}, conformal): estimate +/- {q:.3f}, the calibrated quantile of "
+                f"|{dice} - expected Dice| over {n} calibration cases; a new case exchangeable with them has its real "
+                f"{dice} inside with probability at least {level} (on average over cases, not for each one); a "
+                "shifted case (e.g. one referred as far from the calibration images) may fall outside")
+
     # -- checks ------------------------------------------------------------------------------------------------
     def validate(self) -> None:
         """Check every field.
@@ -503,6 +617,9 @@ class ReferralRule:
         if rec is not None and not (len(rec.scores) == len(rec.dice) == len(rec.risks) == self.n_calibration):
             raise ValueError(f"record: case_scores, dice and risks must have one entry per calibration case "
                              f"({self.n_calibration}), got {len(rec.scores)}, {len(rec.dice)} and {len(rec.risks)}")
+        if rec is not None and rec.expected_dice is not None and len(rec.expected_dice) != self.n_calibration:
+            raise ValueError(f"record: expected_dice must have one entry per calibration case ({self.n_calibration}), "
+                             f"got {len(rec.expected_dice)}")
 
     def verify_certificate(self) -> None:
         """Recompute the certificate from :attr:`record` and refuse a rule that disagrees.

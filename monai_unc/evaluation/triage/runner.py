@@ -32,14 +32,12 @@ from ...io import (
     write_csv,
 )
 from ...io.provenance import check_prediction_fingerprint, has_weight_digests, list_prediction_cases
-from ...keys import UncertaintyKeys
-from ...metrics.quality import expected_dice, quality_estimates
 from ...scores import case_score_columns
 from ..cohort import triage_order
 from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, file_signature
-from ..rows import derived_maps, write_derived_maps
+from ..rows import case_expected_dice, derived_maps, write_derived_maps
 from .images import image_statistics, read_image_channels
 from .rule import ReferralRule, as_float
 
@@ -159,14 +157,14 @@ def triage_case(files: CaseFiles, rule: ReferralRule, *, maps: str | os.PathLike
             pred = predicted_regions(case, regions)
             row.update(region_score_columns({rule.measure: u}, pred, names, rule.patch_size))
             if case.probs is not None:
-                q = quality_estimates({UncertaintyKeys.PRED.value: case.probs[None]}, multilabel=True)["expected_dice"]
+                q = case_expected_dice(case.probs, multilabel=True)  # as evaluate computes the calibration's
                 row["expected_dice"] = float(q.foreground[0])
                 row.update({f"expected_dice_{region_suffix(n)}": float(q.per_class[0, r]) for r, n in enumerate(names)})
             fg_voxels, voxels = int(pred.any(axis=0).sum()), int(np.prod(pred.shape[1:]))
         else:
             row.update(case_score_columns({rule.measure: derived[rule.measure]}, case.seg, rule.patch_size))
             if case.probs is not None:
-                q = expected_dice(case.probs[None], validate=False)
+                q = case_expected_dice(case.probs, multilabel=False)
                 row["expected_dice"] = float(q.foreground[0])
                 n_cls = case.probs.shape[0]
                 cls_names = rule.class_names or tuple(str(c) for c in range(n_cls))
@@ -307,6 +305,7 @@ def _assemble(
                      "the model was compared by its checkpoint paths only, so a model retrained and saved at the "
                      "same path would pass")
     decisions = rule.apply(scores, stats)
+    interval = rule.expected_dice_interval([as_float(r.get("expected_dice")) for r in rows])
     z = None
     if stats is not None and rule.image_reference is not None:
         n_feat = len(rule.image_reference.features)
@@ -320,6 +319,10 @@ def _assemble(
                  "code": d.code, "rank": rank[ids[i]]}
         if "expected_dice" in r:
             entry["expected_dice"] = r["expected_dice"]
+        bounds = {}
+        if interval is not None and np.isfinite(interval.low[i]):  # the conformal interval of the expected Dice
+            bounds = {"expected_dice_low": float(interval.low[i]), "expected_dice_high": float(interval.high[i])}
+            entry.update(bounds)
         if rule.regions is not None:  # the rule's score per region (its mean over the regions is "score")
             entry["region_scores"] = {n: as_float(r.get(f"{rule.score}_{region_suffix(n)}")) for n in rule.regions}
         if zmax is not None:
@@ -327,7 +330,8 @@ def _assemble(
         cases.append(entry)
         extra = {k: v for k, v in r.items() if k not in ("case", "image_stats", "warnings", "files", "derived")}
         csv_rows.append({**{k: entry[k] for k in ("case", "score", "decision", "reason")}, "rank": entry["rank"],
-                         "code": d.code, **({"image_z_max": zmax} if zmax is not None else {}), **extra})
+                         "code": d.code, **({"image_z_max": zmax} if zmax is not None else {}), **extra,
+                         **bounds})  # last: the earlier columns keep their order
     accepted = [c["case"] for c in cases if c["decision"] == "accept"]
     review = [c["case"] for c in cases if c["decision"] == "review"]
     reasons: dict[str, int] = {}
@@ -351,6 +355,13 @@ def _assemble(
             "calibration_bound": rule.bound,
             "calibration_observed": rule.observed_risk,
             "statement": rule.guarantee(),
+        },
+        "expected_dice_interval": {
+            "calibrated": interval is not None,
+            "level": None if interval is None else 1 - interval.alpha,
+            "quantile": None if interval is None or not np.isfinite(interval.quantile) else interval.quantile,
+            "n_calibration": None if interval is None else interval.n,
+            "statement": rule.interval_statement(),
         },
         "fingerprint": dict(check),
         "image_check": image_check,
@@ -394,8 +405,11 @@ def run_triage(
     case without map files to ``<output>/maps/<case>_<measure>.nii.gz`` (the writer of ``evaluate``; a saved row
     whose maps are gone is computed again). Rank 0 gathers the rows, applies the rule in case-id order
     and writes, atomically, ``triage.csv`` (one row per case: ``case, score, decision, reason`` then ``rank``,
-    ``code``, the robust image z-score, the scores and quality estimates) and ``triage.json`` (decisions, reasons,
-    the guarantee for the accepted cases, fingerprint check, the rule), after removing the maps of cases not in this
+    ``code``, the robust image z-score, the scores and quality estimates, last ``expected_dice_low`` /
+    ``expected_dice_high``: the conformal interval of :meth:`ReferralRule.expected_dice_interval`, when the rule
+    records its calibration cases' estimates) and ``triage.json`` (decisions, reasons, the guarantee for the accepted
+    cases, ``expected_dice_interval``: its level, quantile and statement, fingerprint check, the rule), after
+    removing the maps of cases not in this
     run (:func:`remove_stale_maps`). A case that raises is reported (one stderr line, ``on_failure(CaseFailure)``),
     the others go on, rank 0 writes ``failures.json`` instead of the triage files (the maps and per-case state stay,
     for the next run) and :class:`~monai_unc.engine.CasesFailed` is raised on every rank at the end.

@@ -3,7 +3,10 @@
 // block with the case's volumes (gzipped NIfTI as base64: image, prediction, uncertainty). NiiVue (the global
 // `niivue` of niivue.umd.js, loaded before this file) draws them; nothing is fetched from the network. When every
 // viewer has loaded, <body data-viewer-ready="N"> says so (and data-viewer-rect where the first canvas is); a
-// viewer that fails shows its error and sets data-viewer-error on the body (tests read these).
+// viewer that fails shows its error and sets data-viewer-error on the body (tests read these). The legends under the
+// controls are HTML (titles, units and class names written by viewer.py); this file paints their colour ramps from
+// NiiVue's own colormaps, so they match the overlays. The prediction is drawn with a label lookup table (one colour
+// per class, background transparent) and the uncertainty is transparent below its threshold (the slider).
 (function () {
   "use strict";
   var SLICE_TYPES = { multiplanar: 3, axial: 0, coronal: 1, sagittal: 2, render: 4 };
@@ -21,10 +24,10 @@
 
   function start(box) {
     var data = JSON.parse(byId(box.getAttribute("data-volumes")).textContent);
-    var canvas = box.querySelector("canvas");
-    var nv = new niivue.Niivue({
-      backColor: [0, 0, 0, 1], show3Dcrosshair: true, multiplanarShowRender: 2, isColorbar: true,
-      loadingText: "loading " + data.case
+    var canvas = box.querySelector("canvas.mu-view");
+    var nv = new niivue.Niivue({  // the multiplanar view: a 2 x 2 grid, the 3D render always the fourth tile
+      backColor: [0, 0, 0, 1], show3Dcrosshair: true, multiplanarShowRender: niivue.SHOW_RENDER.ALWAYS,
+      multiplanarLayout: 2, isColorbar: false, crosshairWidth: 1, loadingText: "loading " + data.case
     });
     nv.attachToCanvas(canvas);
     var images = data.volumes.map(function (v) {
@@ -34,11 +37,35 @@
       });
     });
     return Promise.all(images).then(function (loaded) {
-      loaded.forEach(function (img) { nv.addVolume(img); });
+      loaded.forEach(function (img, i) {
+        var v = data.volumes[i];
+        if (v.colormap_label) { img.setColormapLabel(v.colormap_label); }
+        if (typeof v.colormap_type === "number") { img.colormapType = v.colormap_type; }
+        nv.addVolume(img);
+      });
+      paintRamps(box);
       nv.setSliceType(SLICE_TYPES.multiplanar);
       wire(box, nv, data);
+      box.niivue = nv;  // for the browser console and the tests (which tile is where: nv.screenSlices)
       nv.drawScene();
       return nv;
+    });
+  }
+
+  function paintRamp(ramp, key) {  // a colorbar's ramp: NiiVue's 256-entry lookup table, opaque, left to right
+    var lut = niivue.cmapper.colormap(key, false);
+    var ctx = ramp.getContext("2d");
+    var row = ctx.createImageData(256, 1);
+    for (var k = 0; k < 256; k++) {
+      row.data[4 * k] = lut[4 * k]; row.data[4 * k + 1] = lut[4 * k + 1]; row.data[4 * k + 2] = lut[4 * k + 2];
+      row.data[4 * k + 3] = 255;
+    }
+    ctx.putImageData(row, 0, 0);
+  }
+
+  function paintRamps(box) {
+    box.querySelectorAll("canvas.mu-cbar-ramp").forEach(function (ramp) {
+      paintRamp(ramp, ramp.getAttribute("data-colormap"));
     });
   }
 
@@ -55,6 +82,14 @@
         } else if (kind === "colormap") {
           var i = volumeIndex("uncertainty");
           if (i >= 0) { nv.volumes[i].colormap = ctl.value; nv.updateGLVolume(); }
+          var ramp = box.querySelector('canvas.mu-cbar-ramp[data-role="uncertainty"]');
+          if (ramp) { ramp.setAttribute("data-colormap", ctl.value); paintRamp(ramp, ctl.value); }
+        } else if (kind === "threshold") {
+          var t = volumeIndex("uncertainty");
+          if (t >= 0) { nv.volumes[t].cal_min = Number(ctl.value); nv.updateGLVolume(); }
+          box.querySelectorAll('[data-show="threshold"]').forEach(function (out) {
+            out.textContent = Number(ctl.value).toPrecision(3);
+          });
         } else if (kind === "opacity") {
           var j = volumeIndex(ctl.getAttribute("data-role"));
           if (j >= 0) { nv.setOpacity(j, Number(ctl.value) / 100); }
@@ -76,7 +111,7 @@
         start(box).then(function () {
           ready += 1;
           if (ready === 1) {  // where the first canvas is on the page, for a screenshot test to crop it
-            var r = box.querySelector("canvas").getBoundingClientRect();
+            var r = box.querySelector("canvas.mu-view").getBoundingClientRect();
             document.body.setAttribute("data-viewer-rect", [r.left + window.scrollX, r.top + window.scrollY,
               r.width, r.height].map(Math.round).join(","));
           }

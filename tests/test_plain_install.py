@@ -1,0 +1,109 @@
+"""A plain install runs the demo (issue #40): ``pip install monai-unc`` then ``monai-unc demo --quick``.
+
+The test builds the wheel from this checkout, creates a fresh virtual environment (``python -m venv``), installs
+``torch==2.14.1`` with ``torchvision==0.29.1`` first (the install order of the Makefile and README: nnU-Net v2
+needs a torchvision built for the installed torch; pip takes them from the same indexes and find-links as
+``make install``, i.e. pip's own configuration), then the wheel with its default dependencies only (no extra:
+no ``dev``, ``examples``, ``nnunet``, ...), and runs ``<venv>/bin/monai-unc demo --quick`` to completion from a
+folder outside the checkout, with ``PYTHONPATH`` unset so that only the installed package is imported.
+
+It takes a few minutes (the torch wheel is large; pip's cache makes the download part fast) and runs in CI with
+the rest of the slow tests. Without access to the package index pip fails and so does the test, with pip's last
+lines in the message: a plain install that cannot be checked is a failure, not a skip. Set
+``MONAI_UNC_SKIP_INSTALL_TEST=1`` to skip it (a machine without the index, or a quick local run).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._paths import ROOT
+
+#: set to 1 to skip this test (module docstring)
+SKIP_ENV = "MONAI_UNC_SKIP_INSTALL_TEST"
+#: installed before the wheel, as `make install` does (README, "Install by hand")
+TORCH_PINS = ("torch==2.14.1", "torchvision==0.29.1")
+#: the longest each step may take (seconds): a registry that hangs fails the test instead of stalling CI
+STEP_TIMEOUT = 900
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get(SKIP_ENV, "").strip() == "1", reason=f"{SKIP_ENV}=1"),
+]
+
+
+def _env() -> dict[str, str]:
+    """The environment of the steps: no ``PYTHONPATH`` (the checkout must not shadow the installed wheel), no active
+    virtual environment; one thread per process when pytest-xdist shares the cores."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+def _run(cmd: list[str], what: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run one step; fail with its command and the last lines of its output when it exits non-zero."""
+    r = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=STEP_TIMEOUT)
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + "\n" + r.stderr).strip().splitlines()[-25:])
+        pytest.fail(f"{what} failed (rc {r.returncode}): {' '.join(cmd)}\n{tail}", pytrace=False)
+    return r
+
+
+def _source_copy(dest: Path) -> Path:
+    """The files a wheel is built from (the top-level files and ``monai_unc/``), copied so that the build leaves
+    nothing (``build/``, ``*.egg-info``) in the checkout."""
+    dest.mkdir()
+    for item in ROOT.iterdir():
+        if item.is_file():
+            shutil.copy2(item, dest / item.name)
+    shutil.copytree(ROOT / "monai_unc", dest / "monai_unc", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def test_plain_install_runs_the_demo(tmp_path):
+    """Wheel with default dependencies only, in a fresh venv: ``monai-unc demo --quick`` runs to completion."""
+    src = _source_copy(tmp_path / "src")
+    wheels = tmp_path / "wheels"
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)], "building the wheel",
+         tmp_path)
+    (wheel,) = wheels.glob("monai_unc-*.whl")
+
+    venv = tmp_path / "venv"
+    try:
+        _install_and_run_the_demo(venv, wheel, tmp_path)
+    finally:  # ~6 GB (torch): not kept among pytest's last three temporary folders
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+def _install_and_run_the_demo(venv: Path, wheel: Path, tmp_path: Path) -> None:
+    """Create ``venv``, install the pins then ``wheel`` into it, and run the demo (the body of the test)."""
+    _run([sys.executable, "-m", "venv", str(venv)], "creating the virtual environment", tmp_path)
+    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
+    py = bindir / "python"
+    # --no-compile: no byte-compiling of every module of torch (most are never imported); pip's output is kept short
+    pip = [str(py), "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check"]
+    _run(pip + list(TORCH_PINS), "installing " + " ".join(TORCH_PINS), tmp_path)
+    _run(pip + [str(wheel)], f"installing {wheel.name} (default dependencies only)", tmp_path)
+
+    # the installed package is imported, not the checkout; no extra came along
+    r = _run([str(py), "-c", "import importlib.util as u, monai_unc; print(monai_unc.__file__); "
+              "print(u.find_spec('nnunetv2') is None, u.find_spec('pytest') is None)"], "importing monai_unc", tmp_path)
+    where, no_extras = r.stdout.strip().splitlines()
+    assert Path(where).resolve().is_relative_to(venv.resolve()), where
+    assert no_extras == "True True", "an extra was installed with the default dependencies"
+
+    out = tmp_path / "demo_output"
+    r = _run([str(bindir / "monai-unc"), "demo", "--quick", "--output", str(out)], "monai-unc demo --quick", tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = r.stdout.strip().splitlines()
+    report = out / "report" / "report.html"
+    assert lines[-1] == f"report: {report.resolve()}", lines[-5:]
+    assert any(line.startswith("triage page: ") for line in lines), lines
+    assert report.is_file() and (out / "demo_summary.json").is_file()
