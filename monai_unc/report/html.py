@@ -79,6 +79,8 @@ __all__ = [
     "product_section",
     "product_sections",
     "conformal_section",
+    "BUDGET_NOTE",
+    "DECISION_LABELS",
     "decision_tag",
     "format_value",
     "img_tag",
@@ -245,11 +247,20 @@ def _td(value: Any, class_: str | None = None) -> Markup:
     return el("td", value, class_=class_)
 
 
-def decision_tag(decision: str) -> Markup:
+#: the tag texts of the two decisions a page can show, ``{kind: (kept, referred)}``: the review budget's
+#: (``budget``, a ranking without a guarantee) and a certified referral rule's (``rule``, which carries the guarantee)
+DECISION_LABELS = {"": ("accept", "review"), "rule": ("rule: accept", "rule: review"),
+                   "budget": ("budget: kept", "budget: flagged")}
+
+
+def decision_tag(decision: str, kind: str = "") -> Markup:
     """The accept / review tag of a triage decision (anything but ``accept`` is a review).
 
     Args:
         decision: the decision, e.g. ``"accept"`` or ``"review"``.
+        kind: whose decision, named on the tag (:data:`DECISION_LABELS`): ``"rule"`` (a certified referral rule:
+            ``rule: accept`` / ``rule: review``), ``"budget"`` (the review budget's ranking: ``budget: kept`` /
+            ``budget: flagged``) or ``""`` (``accept`` / ``review``).
 
     Returns:
         A ``<span class="tag ...">`` element.
@@ -257,8 +268,17 @@ def decision_tag(decision: str) -> Markup:
     Example:
         >>> str(decision_tag("accept")), str(decision_tag("refer"))
         ('<span class="tag k">accept</span>', '<span class="tag r">review</span>')
+        >>> str(decision_tag("review", "budget")), str(decision_tag("accept", "rule"))
+        ('<span class="tag r">budget: flagged</span>', '<span class="tag k">rule: accept</span>')
     """
-    return (el("span", "accept", class_="tag k") if decision == "accept" else el("span", "review", class_="tag r"))
+    kept, referred = DECISION_LABELS[kind]
+    return (el("span", kept, class_="tag k") if decision == "accept" else el("span", referred, class_="tag r"))
+
+
+#: the sentence of a page that shows the budget's decisions: which decision carries the guarantee
+BUDGET_NOTE = ("The budget column is a ranking: it flags the most uncertain cases for review and guarantees nothing "
+               "about the cases it keeps; only a certified referral rule (monai-unc evaluate --target-risk, applied "
+               "to new cases by monai-unc triage) carries a guarantee on the risk of the cases it accepts.")
 
 
 def warning_list(warns: Sequence[str], limit: int = 50, more: str = "") -> Markup:
@@ -354,23 +374,24 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         extra += [k for k in ([f"dice_{s}" for s in sfx] + ["qu_brats_score"] + [f"qu_brats_score_{s}" for s in sfx])
                   if any(k in r for r in rows)]
     rc = summary.get("risk_control")
-    rc_head = ["risk-controlled"] if rc else []
+    rc_head = ["rule (risk-controlled)"] if rc else []
     rc_referred = set(rc["referred"]) if rc else set()
-    head = ["rank", "case", "decision"] + rc_head + [score_key, "Dice"] + (["shift"] if has_shift else []) + extra
+    head = ["rank", "case", "budget"] + rc_head + [score_key, "Dice"] + (["shift"] if has_shift else []) + extra
     trs = []
     for rank, cid in enumerate(summary["triage"]["order"], 1):
         r = by_id[cid]
         dice = float(r["dice"])
         cls = ("referred " if cid in referred else "") + ("failed" if dice < thr else "")
-        cells = [_td(str(rank)), _td(cid, "l"), _td(decision_tag("review" if cid in referred else "accept"), "l")]
+        budget_tag = decision_tag("review" if cid in referred else "accept", "budget")
+        cells = [_td(str(rank)), _td(cid, "l"), _td(budget_tag, "l")]
         if rc:
-            cells.append(_td(decision_tag("accept" if cid not in rc_referred else "review"), "l rc"))
+            cells.append(_td(decision_tag("accept" if cid not in rc_referred else "review", "rule"), "l rc"))
         cells += [_td(format_value(r.get(score_key), 4)), _td(format_value(dice), "dice")]
         if has_shift:
             cells.append(_td(str(r.get("shift", "")), "l"))
         cells += [_td(format_value(r.get(k))) for k in extra]
         trs.append(el("tr", *cells, class_=cls.strip(), data_case=cid))
-    return el("div", table(head, trs, ("case", "decision", "shift", "risk-controlled"), id="triage-table"),
+    return el("div", table(head, trs, ("case", "budget", "shift", "rule (risk-controlled)"), id="triage-table"),
               class_="scroll")
 
 
@@ -551,7 +572,7 @@ def render_html(
         el("b", str(summary["n_cases"] - t["n_referred"])), " retained cases is ",
         el("b", format_value(t["dice_retained"])), f" (all cases: {format_value(t['dice_all'])}"
         + (f"; referred cases: {format_value(t['dice_referred'])}" if t.get("dice_referred") is not None else "")
-        + f"). Dice below {summary['failures']['dice_threshold']:g} is marked as failed.",
+        + f"). Dice below {summary['failures']['dice_threshold']:g} is marked as failed. " + BUDGET_NOTE,
     ]
     rc = summary.get("risk_control")
     if rc:

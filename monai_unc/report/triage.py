@@ -277,14 +277,14 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
     has_z = any("image_z_max" in c for c in cases.values())
     regions = rule.region_names if any("region_scores" in c for c in cases.values()) else []
     masks = _conformal_columns(list(conformal.values()), rule) if conformal else []
-    head = ["rank", "case", "decision", rule.score] + [f"{rule.aggregation} {n}" for n in regions] + \
+    head = ["rank", "case", "rule decision", rule.score] + [f"{rule.aggregation} {n}" for n in regions] + \
         ([_expected_dice_head(rule)] if has_q else []) + (["image z"] if has_z else []) + [h for _, h in masks] + \
         ["reason"]
     trs = []
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
-        cells = [el("td", str(rank)), el("td", cid, class_="l"), el("td", decision_tag(c["decision"]), class_="l"),
-                 el("td", format_value(c.get("score"), 4))]
+        cells = [el("td", str(rank)), el("td", cid, class_="l"),
+                 el("td", decision_tag(c["decision"], "rule"), class_="l"), el("td", format_value(c.get("score"), 4))]
         cells += [el("td", format_value((c.get("region_scores") or {}).get(n), 4)) for n in regions]
         if has_q:
             cells.append(el("td", _expected_dice_text(c)))
@@ -295,7 +295,7 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
                   for key, _ in masks]
         cells.append(el("td", c["reason"], class_="reason"))
         trs.append(el("tr", *cells, class_=c["decision"], data_case=cid, data_decision=c["decision"]))
-    return el("div", table(head, trs, ("case", "decision", "reason"), id="triage-table"), class_="scroll")
+    return el("div", table(head, trs, ("case", "rule decision", "reason"), id="triage-table"), class_="scroll")
 
 
 def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path, maps: Path,
@@ -450,7 +450,8 @@ def build_triage_page(
         el("p", f"{guarantee[0].upper() + guarantee[1:]}. A case is accepted only when its score is at most the "
            "threshold and inside the range of the calibration scores, and (when the rule and this triage have images) "
            "its intensity statistics are close to the calibration images'; every other case goes to review with its "
-           "reason.", class_="note"),
+           "reason. These decisions (rule: accept / review) are the certified rule's and carry its guarantee; the "
+           "review budget of an evaluation report (budget: flagged / kept) is a ranking without one.", class_="note"),
         el("ul", *notes, class_="warn") if notes else None, id="summary")
     sections = [
         summary_section,

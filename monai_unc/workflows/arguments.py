@@ -20,10 +20,35 @@ from typing import Any
 from ..keys import LAYOUTS, MEASURES, canonical_measure
 from ..product import registered_products
 
-__all__ = ["COMMANDS", "add_command_parsers"]
+__all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 
 #: the sub-commands :func:`add_command_parsers` adds, in the order of ``monai-unc --help``
 COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal")
+
+
+#: the attribute of ``infer``'s parsed arguments that holds the destinations of the options given on the command
+#: line (a frozenset), so that ``--settings-from`` can tell an option given from its default
+EXPLICIT_OPTIONS = "explicit_options"
+
+
+def _track_explicit(parser: argparse.ArgumentParser) -> None:
+    """Record the destination of every option of ``parser`` given on the command line in :data:`EXPLICIT_OPTIONS`.
+
+    Each action keeps its behaviour; it also adds its ``dest`` to the frozenset of the parsed namespace (defaults
+    are not actions called, so an option left out is never recorded).
+    """
+    parser.set_defaults(**{EXPLICIT_OPTIONS: frozenset()})
+    for action in parser._actions:
+        base = type(action)
+        if isinstance(action, argparse._HelpAction):
+            continue
+
+        def call(self: Any, parser: Any, namespace: Any, values: Any, option_string: Any = None,
+                 _base: type = base) -> None:
+            _base.__call__(self, parser, namespace, values, option_string)
+            setattr(namespace, EXPLICIT_OPTIONS, frozenset(getattr(namespace, EXPLICIT_OPTIONS, ())) | {self.dest})
+
+        action.__class__ = type(f"Tracked{base.__name__}", (base,), {"__call__": call})
 
 
 def _positive_int(text: str) -> int:
@@ -146,8 +171,13 @@ def _add_infer(sub: Any) -> None:
     r.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     r.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     r.add_argument("--seed", type=int, default=0, help="random seed of the sampling (default 0)")
+    p.add_argument("--settings-from", default=None, metavar="RULE",
+                   help="predict with the settings a referral_rule.json or conformal_rule.json was certified with "
+                        "(method, samples, roi, overlap, intensity, measures, activation, regions, dropout, "
+                        "tta-noise, ratein-target); give the same model; an option given must agree with the rule")
     p.add_argument("--overwrite", action="store_true", help="recompute finished cases (and accept new settings)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    _track_explicit(p)
 
 
 def _add_evaluate(sub: Any) -> None:

@@ -62,6 +62,7 @@ import torch
 from ..data import TISSUE_CLASSES
 from ..data.cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS, make_demo_cohort
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
+from ..evaluation.triage import RULE_FILE
 from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv
 from ..report.html import build_report
 from ..report.triage import link_page
@@ -190,6 +191,9 @@ def run_demo(
         print("\n".join(format_triage(rule, triaged, extra)) + f"\ntriage page: {page.resolve()}")
         print("\n".join(format_outcome(rule, outcome)))
         print(f"finished in {seconds:.0f} s wall, {cpu:.0f} s CPU (this process; inference may use several threads)")
+        rule_file = (output / "triage" / RULE_FILE).resolve()
+        print(f"more images, with the settings the rule was certified with: monai-unc infer -i IMAGES -o PRED --model "
+              f"example --settings-from {rule_file}; then monai-unc triage -p PRED --rule {rule_file} -o TRIAGE")
     print(f"report: {report.resolve()}")
     return summary
 
@@ -218,15 +222,16 @@ def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float, c
     col = summary["score"]["column"]
     referred = set(summary["triage"]["referred"])
     print("MNI152 tissue example: held-out right hemisphere + shifted copies (network trained on the left only)")
-    print(f"{'rank':>4}  {'case':<16} {'shift':<11} {'Dice':>6}  {col:>27}  decision")
+    print(f"{'rank':>4}  {'case':<16} {'shift':<11} {'Dice':>6}  {col:>27}  budget {summary['triage']['budget']:.0%}")
     for i, cid in enumerate(summary["triage"]["order"], 1):
         r = rows[cid]
         dice, score = parse_float(r["dice"]), parse_float(r[col])
         print(f"{i:>4}  {cid:<16} {r.get('shift', ''):<11} {dice:>6.3f}  {score:>27.4f}  "
-              f"{'review' if cid in referred else 'accept'}")
+              f"{'budget: flagged' if cid in referred else 'budget: kept'}")
     t, cal = summary["triage"], summary.get("calibration", {})
-    print(f"budget {t['budget']:.0%}: {t['n_referred']} case(s) to review; mean Dice of retained cases "
-          f"{t['dice_retained']:.3f} (all: {t['dice_all']:.3f})")
+    print(f"budget {t['budget']:.0%}: {t['n_referred']} case(s) flagged for review; mean Dice of the kept cases "
+          f"{t['dice_retained']:.3f} (all: {t['dice_all']:.3f}); a ranking without a guarantee: the certified rule's "
+          "decisions (rule: accept / review) below carry the guarantee")
     if cal:
         print(f"pooled calibration: ECE {cal['ece']:.4f}, all-label ECE {cal['all_label_ece']:.4f}, "
               f"NLL {cal['nll']:.4f}, Brier {cal['brier']:.4f}")

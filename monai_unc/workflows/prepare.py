@@ -40,9 +40,11 @@ from ..io import ImageCase, check_inputs_not_written, check_output_file, check_o
 from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure
 from ..regions import RegionSpec, parse_regions
 from ..temperature import TemperatureScaled
+from .arguments import EXPLICIT_OPTIONS
 from .factory import build_inferer, check_method_network, check_roi, method_tokens, normalize_roi
 from .infer import FAILURES_FILE, INTENSITY_MODES, InferSettings, load_image_case, run_infer
 from .models import LoadedModel, load_network
+from .reuse import RuleSettings, check_rule_model, merge_rule_settings, read_rule_settings, rule_samples
 from .session import CommandResult, run_command
 
 __all__ = [
@@ -372,7 +374,7 @@ def prepare_infer(
     unsafe_load: bool = False,
     bundle_preprocessing: bool = True,
     method: str = "mcdropout",
-    samples: int = 10,
+    samples: int | None = 10,
     dropout: float | None = None,
     tta_noise: float = 0.0,
     ratein_target: float = 0.1,
@@ -386,6 +388,7 @@ def prepare_infer(
     regions: RegionSpec | str | os.PathLike | None = None,
     device: str | torch.device = "cpu",
     seed: int | None = 0,
+    rule: RuleSettings | None = None,
 ) -> InferPlan:
     """Load the model, check every option against it and build the inferer and the settings of an ``infer`` run.
 
@@ -401,7 +404,7 @@ def prepare_infer(
         unsafe_load: read checkpoints with ``torch.load(weights_only=False)`` (only for files you trust).
         bundle_preprocessing: apply the bundle's ``preprocessing`` (and invert it on the outputs).
         method: ``+``-joined sources: ``mcdropout``, ``ratein``, ``tta``, ``ensemble``, ``ssn``, or ``softmax``.
-        samples: MC dropout / Rate-In / SSN latent samples.
+        samples: MC dropout / Rate-In / SSN latent samples (None with ``rule``: the rule's).
         dropout: insert post-hoc dropout with this rate in (0, 1) after every encoder/decoder stage.
         tta_noise: std of the Gaussian noise of TTA (> 0 only with ``tta`` in ``method``).
         ratein_target: Rate-In information-loss target in [0, 1].
@@ -416,6 +419,10 @@ def prepare_infer(
         regions: names and labels of the sigmoid channels (see :func:`read_region_spec`; needs ``"sigmoid"``).
         device: where the network runs (``"auto"``: see :func:`resolve_device`).
         seed: random seed of the sampling.
+        rule: the settings of a rule (``--settings-from``, :func:`~monai_unc.workflows.reuse.read_rule_settings`),
+            already merged into the options: the model's files must be those the rule recorded
+            (:func:`~monai_unc.workflows.reuse.check_rule_model`) and ``samples`` is derived from the rule's samples
+            per case (:func:`~monai_unc.workflows.reuse.rule_samples`; a given ``samples`` must agree).
 
     Returns:
         The :class:`InferPlan`. Every refusal is a ``ValueError`` naming the option (``FileNotFoundError`` for a
@@ -453,6 +460,11 @@ def prepare_infer(
         unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing,
     )  # fmt: skip
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
+    if rule is not None:  # the model the rule was certified with, and its samples per case
+        check_rule_model(rule, loaded.weights)
+        samples = rule_samples(rule, method, loaded.spatial_dims, len(loaded.checkpoints), samples)
+    elif samples is None:
+        samples = 10
     check_roi(roi, loaded.spatial_dims)  # once, before any case
     if dropout is not None:
         add_dropout(net, p=dropout)
@@ -538,6 +550,10 @@ def infer_command(
 def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[str, Any]]]:
     """``monai-unc infer`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
 
+    With ``--settings-from RULE`` the options of the rule's prediction fingerprint
+    (:data:`~monai_unc.workflows.reuse.RULE_OPTIONS` and the samples) are taken from the rule; one given on the
+    command line must agree with it (:func:`~monai_unc.workflows.reuse.merge_rule_settings`).
+
     Args:
         args: the parsed arguments of ``monai-unc infer``.
 
@@ -545,14 +561,22 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`infer_command`; its ``lines`` (what the
         command prints on rank 0) are empty with ``--quiet``. Raises as :func:`infer_command`.
     """
+    options: dict[str, Any] = {
+        "method": args.method, "samples": args.samples, "dropout": args.dropout, "tta_noise": args.tta_noise,
+        "ratein_target": args.ratein_target, "measures": args.measures, "roi": args.roi, "overlap": args.overlap,
+        "intensity": args.intensity, "activation": args.activation, "regions": args.regions,
+    }  # fmt: skip
+    rule = None
+    if getattr(args, "settings_from", None) is not None:  # the rule's settings where no option was given
+        rule = read_rule_settings(args.settings_from)
+        explicit = set(getattr(args, EXPLICIT_OPTIONS, ()))
+        options = merge_rule_settings(rule, options, explicit)
+        options["samples"] = args.samples if "samples" in explicit else None  # from the rule, once the model is known
     res = infer_command(
         args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
         progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
-        method=args.method, samples=args.samples, dropout=args.dropout, tta_noise=args.tta_noise,
-        ratein_target=args.ratein_target, measures=args.measures, write_probs=not args.no_probs, roi=args.roi,
-        overlap=args.overlap, sw_batch_size=args.sw_batch_size, intensity=args.intensity, activation=args.activation,
-        regions=args.regions, seed=args.seed,
+        write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule, **options,
     )  # fmt: skip
     return dataclasses.replace(res, lines=()) if args.quiet else res
 

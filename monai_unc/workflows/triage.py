@@ -193,7 +193,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     q_head = ("exp. Dice (uncalibrated)" if rec is None or rec.expected_dice is None else
               f"exp. Dice [{1 - rec.interval_alpha:.0%} conf.]")
     lines.append(f"{'rank':>4}  {'case':<16} {'score':>8}  " + "".join(f"{k:>8}  " for k in keys)
-                 + (f"{q_head:<24}  " if has_q else "") + "decision  reason")
+                 + (f"{q_head:<24}  " if has_q else "") + "rule decision  reason")
     by_id = {c["case"]: c for c in s["cases"]}
     for i, cid in enumerate(s["order"], 1):
         c = by_id[cid]
@@ -201,7 +201,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
         cols = "".join(f"{_cell(extra.get(cid, {}).get(k)):>8}  " for k in keys)
         if has_q:
             cols += f"{_expected_dice_cell(c):<24}  "
-        lines.append(f"{i:>4}  {cid:<16} {score:>8}  {cols}{c['decision']:<8}  {c['reason']}")
+        lines.append(f"{i:>4}  {cid:<16} {score:>8}  {cols}{'rule: ' + c['decision']:<13}  {c['reason']}")
     lines.append(f"triage of {s['n_cases']} new case(s) without labels: accept {s['n_accepted']}, review "
                  f"{s['n_review']}")
     if has_q:

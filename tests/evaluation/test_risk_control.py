@@ -123,7 +123,7 @@ def test_cli_evaluate_and_report(cohort, tmp_path, capsys):
     assert cli.main(["report", "-e", str(ev), "-o", str(tmp_path / "r"), "--cases", "0"]) == 0
     text = (tmp_path / "r" / "report.html").read_text()
     table = re.search(r'<table id="triage-table">(.*?)</table>', text, re.S).group(1)
-    assert "<th class=\"l\">risk-controlled</th>" in table
+    assert "<th class=\"l\">rule (risk-controlled)</th>" in table
     cells = re.findall(r'<tr class="[^"]*" data-case="([^"]+)">.*?<td class="l rc"><span class="tag (\w)">', table,
                        re.S)
     assert {c for c, t in cells if t == "r"} == set(rc["referred"]) and len(cells) == 16

@@ -806,7 +806,7 @@ def test_certify_and_triage_on_one_cohort(cohorts, tmp_path):
     assert len(lines) == 3 + len(new) + 2 and lines[-2].startswith(f"triage of {len(new)} new case(s)")
     assert lines[-1].startswith("expected Dice interval (90%, conformal): estimate +/- ")
     table = {ln.split()[1]: ln for ln in lines[3:-2]}
-    assert set(table) == set(new) and all(res.decisions[c] in table[c] for c in new)
+    assert set(table) == set(new) and all(f"rule: {res.decisions[c]}" in table[c] for c in new)
     assert all(f"{dice[c]['Dice']:.3f}" in table[c] for c in new)
     with pytest.raises(ValueError, match="overlap"):
         certify_and_triage(state, EvaluationConfig(), a["predictions"], tmp_path / "u", cal, cal[:1], target_risk=0.4)

@@ -70,7 +70,7 @@ def test_triage_table_follows_the_summary(report):
     assert [r[1] for r in rows] == summary["triage"]["order"]
     n_ref = math.ceil(0.2 * 6)
     assert [r[1] for r in rows if "referred" in r[0]] == summary["triage"]["order"][:n_ref]
-    assert sum(">review<" in r[2] for r in rows) == n_ref
+    assert sum(">budget: flagged<" in r[2] for r in rows) == n_ref
     scores = [float(re.findall(r"<td>([0-9.]+)</td>", r[2])[1]) for r in rows]
     assert scores == sorted(scores, reverse=True)
     failed = {c for c in summary["failures"]["cases"]}
@@ -85,12 +85,12 @@ def test_budget_override_recomputes_the_triage(report, tmp_path):
     summary = resummarize(*load_evaluation(report["root"] / "eval"), budget=0.5)
     html = build_report(report["root"] / "eval", tmp_path / "r", n_cases=0, summary=summary)
     text = html.read_text()
-    assert text.count(">review<") == 3
+    assert text.count(">budget: flagged<") == 3
     assert len(_embedded(text)) == 4 and not (tmp_path / "r" / "figures" / "case_toy000.png").exists()
     assert "budget of <b>50%</b>" in text
     with pytest.warns(DeprecationWarning, match="build_report"):  # the old way: the same page
         old = build_report(report["root"] / "eval", tmp_path / "old", budget=0.5, n_cases=0).read_text()
-    assert old.count(">review<") == 3 and "budget of <b>50%</b>" in old
+    assert old.count(">budget: flagged<") == 3 and "budget of <b>50%</b>" in old
 
 
 def test_the_report_reads_the_summary_evaluate_wrote(report, tmp_path, monkeypatch):

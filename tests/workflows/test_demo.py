@@ -75,6 +75,26 @@ def test_full_demo_certifies_a_rule_and_accepts_and_refers_new_cases(tmp_path, c
     out = tmp_path / "demo"
     assert cli.main(["demo", "--output", str(out)]) == 0
     check_full_demo(out, capsys.readouterr().out)
+    check_demo_rule_reuse(out, tmp_path)
+
+
+def check_demo_rule_reuse(out, tmp_path):
+    """Issue #40: a demo image predicted with ``infer --model example --settings-from`` the demo's rule is triaged
+    by that rule (accepted or referred on its score), not refused for its settings."""
+    import shutil
+
+    images = tmp_path / "more_images"
+    images.mkdir()
+    case = DEMO_NEW_SHIFTS[0][0]
+    src = next((out / "data" / "images").glob(f"{case}.*"))
+    shutil.copy(src, images / src.name)
+    rule = out / "triage" / RULE_FILE
+    assert cli.main(["infer", "-i", str(images), "-o", str(tmp_path / "more_pred"), "--model", "example",
+                     "--settings-from", str(rule), "--device", "cpu", "-q"]) == 0
+    assert cli.main(["triage", "-p", str(tmp_path / "more_pred"), "--rule", str(rule), "-o",
+                     str(tmp_path / "more_triage"), "-q"]) == 0
+    triage = json.loads((tmp_path / "more_triage" / "triage.json").read_text())
+    assert triage["fingerprint"]["status"] == "match" and triage["n_cases"] == 1
 
 
 def check_full_demo(out, printed):
@@ -98,3 +118,6 @@ def check_full_demo(out, printed):
             and f"{len(failed)} of {new['n_accepted']} accepted new case(s) failed (dice < 0.8): risk "
             f"{new['risk_accepted']:.3f} vs the target 0.2" in printed)
     assert demo["cohort"] == "full" and demo["samples"] == 4 and demo["cpu_seconds"] > 0
+    # the budget's mark and the rule's decision are named apart (issue #40)
+    assert "budget: flagged" in printed and "rule: accept" in printed and "rule decision" in printed
+    assert "--settings-from" in printed

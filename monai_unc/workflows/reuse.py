@@ -1,0 +1,335 @@
+"""Predict new cases with the settings a rule was certified with (``monai-unc infer --settings-from RULE``).
+
+A referral rule (``referral_rule.json``, ``monai-unc evaluate --target-risk``) and a conformal rule
+(``conformal_rule.json``, ``monai-unc evaluate --conformal``) record how their calibration predictions were made: the
+prediction fingerprint (:func:`~monai_unc.io.provenance.prediction_fingerprint`), which ``monai-unc triage`` and
+``monai-unc conformal`` compare with that of the new predictions. :func:`read_rule_settings` reads the ``infer``
+options of that fingerprint (``--method``, the number of samples, ``--roi``, ``--overlap``, ``--intensity``,
+``--measures``, ``--activation``, ``--regions``, ``--dropout``, ``--tta-noise``, ``--ratein-target``) and the sha256
+digests of the model's files; :func:`merge_rule_settings` puts them in place of the options not given, refusing one
+given that contradicts the rule. The model itself (``--model``, ``--bundle``, ``--network``, ``--checkpoint``) is
+still given by the user; :func:`check_rule_model` refuses one whose files differ from those the rule recorded, and
+:func:`rule_samples` turns the rule's samples per case into ``--samples`` for the loaded model.
+
+The rule file is untrusted input: it is read with the package's checked readers (format, version, digest, structure:
+:meth:`~monai_unc.evaluation.triage.ReferralRule.load`, :meth:`~monai_unc.evaluation.ConformalRuleFile.load`), each
+field taken is validated here, and nothing it names is imported or run. The seed is not part of the fingerprint
+(another seed keeps new cases exchangeable): ``--seed`` stays the user's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..evaluation.conformal import CONFORMAL_RULE_FORMAT, ConformalRuleFile
+from ..evaluation.triage.rule import RULE_FORMAT, ReferralRule
+from ..keys import MEASURES
+from .factory import METHOD_TOKENS, method_tokens
+
+__all__ = ["RULE_OPTIONS", "RuleSettings", "check_rule_model", "merge_rule_settings", "read_rule_settings",
+           "rule_samples"]
+
+#: the ``infer`` options (argparse destinations) a rule's fingerprint sets, with their command-line names
+RULE_OPTIONS = {"method": "--method", "roi": "--roi", "overlap": "--overlap", "intensity": "--intensity",
+                "measures": "--measures", "activation": "--activation", "regions": "--regions",
+                "dropout": "--dropout", "tta_noise": "--tta-noise", "ratein_target": "--ratein-target"}
+_INTENSITIES = ("none", "max", "minmax", "zscore")
+_ACTIVATIONS = ("softmax", "sigmoid")
+_SAMPLING = ("mcdropout", "ratein")
+
+
+@dataclass
+class RuleSettings:
+    """The ``infer`` settings a rule was certified with.
+
+    Attributes:
+        source: how messages name the rule (``"referral rule <path>"``).
+        options: the ``infer`` options by argparse destination (:data:`RULE_OPTIONS`), as ``infer`` takes them
+            (``activation`` ``"none"`` for a network that outputs probabilities; ``roi`` None or a list of sizes).
+        num_samples: the samples per case of the calibration predictions (the product over the method's sources).
+        weights: the sha256 digests of the model's files ``[{"file", "sha256"}]``, or None (a rule written before
+            they were recorded).
+    """
+
+    source: str
+    options: dict[str, Any]
+    num_samples: int
+    weights: list[dict[str, str]] | None = field(default=None)
+
+
+def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
+    text = json.dumps(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return ValueError(f"{source}: fingerprint field '{name}' must be {expected}, got {text}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
+    """The source name and the prediction fingerprint of a referral or conformal rule file (checked readers)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--settings-from: no rule file at {path}")
+    try:  # which reader: the format field (each reader then checks the whole file)
+        head = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda c: None)
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"--settings-from {path}: not a readable JSON rule file ({type(e).__name__})") from None
+    fmt = head.get("format") if isinstance(head, dict) else None
+    if fmt == RULE_FORMAT:
+        return f"referral rule {path}", dict(ReferralRule.load(path).fingerprint)
+    if fmt == CONFORMAL_RULE_FORMAT:
+        return f"conformal rule {path}", dict(ConformalRuleFile.load(path).fingerprint)
+    raise ValueError(f"--settings-from {path}: not a referral rule ({RULE_FORMAT!r}, written by monai-unc evaluate "
+                     f"--target-risk) nor a conformal rule ({CONFORMAL_RULE_FORMAT!r}, monai-unc evaluate "
+                     "--conformal)")
+
+
+def _method(source: str, fp: Mapping[str, Any]) -> str:
+    v = fp.get("method")
+    if not isinstance(v, str) or len(v) > 100:
+        raise _bad(source, "method", v, "a '+'-joined method such as 'mcdropout+tta'")
+    tokens = method_tokens(v)
+    if not tokens or any(t not in METHOD_TOKENS for t in tokens) or len(set(tokens)) != len(tokens):
+        raise _bad(source, "method", v, f"'+'-joined names from {METHOD_TOKENS}")
+    return "+".join(tokens)
+
+
+def _roi(source: str, v: Any) -> list[int] | None:
+    if v is None:
+        return None
+    if _is_int(v):
+        v = [v]
+    if not isinstance(v, list) or not 1 <= len(v) <= 3 or not all(_is_int(r) and 1 <= r <= 100_000 for r in v):
+        raise _bad(source, "roi", v, "null or one to three positive window sizes")
+    return list(v)
+
+
+def _measures(source: str, v: Any) -> list[str]:
+    if (not isinstance(v, list) or not v or len(v) > len(MEASURES)
+            or not all(isinstance(m, str) and m in MEASURES for m in v) or len(set(v)) != len(v)):
+        raise _bad(source, "measures", v, f"a list of distinct names from {MEASURES}")
+    return list(v)
+
+
+def _regions(source: str, v: Any) -> dict[str, list[int]] | None:
+    if v is None:
+        return None
+    if (not isinstance(v, dict) or not v or len(v) > 64
+            or not all(isinstance(k, str) and 0 < len(k) <= 64 and isinstance(labels, list) and labels
+                       and all(_is_int(x) and 0 < x < 2**16 for x in labels) for k, labels in v.items())):
+        raise _bad(source, "regions", v, "an object {name: [label, ...]}")
+    return {k: list(labels) for k, labels in v.items()}
+
+
+def _weights(source: str, v: Any) -> list[dict[str, str]] | None:
+    if v is None:
+        return None
+    ok = isinstance(v, list) and bool(v) and all(
+        isinstance(e, dict) and isinstance(e.get("file"), str) and isinstance(e.get("sha256"), str)
+        and len(e["sha256"]) == 64 and all(c in "0123456789abcdef" for c in e["sha256"]) for e in v)
+    if not ok:
+        raise _bad(source, "weights", v, "a list of {file, sha256} entries")
+    return [{"file": e["file"], "sha256": e["sha256"]} for e in v]
+
+
+def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
+    """The ``infer`` settings of a rule's prediction fingerprint, every field validated.
+
+    Args:
+        fp: the rule's recorded :func:`~monai_unc.io.provenance.prediction_fingerprint` (untrusted JSON).
+        source: how messages name the rule.
+
+    Returns:
+        The :class:`RuleSettings`.
+
+    Raises:
+        ValueError: starting with ``source``: the rule was not certified on ``monai-unc infer`` predictions, or a
+            field is missing or not a valid value of its option.
+
+    Example:
+        >>> fp = {"producer": "monai-unc infer", "method": "mcdropout", "num_samples": 4, "roi": [8, 8, 8],
+        ...       "overlap": 0.25, "intensity": "none", "measures": ["predictive_entropy"], "activation": "softmax",
+        ...       "dropout": None, "tta_noise": 0.0, "ratein_target": 0.1}
+        >>> s = settings_of_fingerprint(fp, "rule")
+        >>> s.options["intensity"], s.options["roi"], s.num_samples
+        ('none', [8, 8, 8], 4)
+    """
+    producer = fp.get("producer")
+    if producer == "nnunet-predict":
+        raise ValueError(f"{source} was certified on predictions of monai-unc nnunet-predict; --settings-from reads "
+                         "the settings of monai-unc infer runs (predict with nnunet-predict and the settings of the "
+                         "rule's 'fingerprint' instead)")
+    if producer != "monai-unc infer":
+        raise ValueError(f"{source} records no settings of monai-unc infer (its predictions had no infer.json, "
+                         f"producer {json.dumps(producer)[:40]}): there are no settings to take")
+    n = fp.get("num_samples")
+    if not _is_int(n) or not 1 <= n <= 1_000_000:
+        raise _bad(source, "num_samples", n, "one positive number of samples per case (the calibration cases "
+                   "must agree)")
+    overlap, noise, target, dropout = (fp.get(k) for k in ("overlap", "tta_noise", "ratein_target", "dropout"))
+    if not _is_number(overlap) or not 0 <= overlap < 1:
+        raise _bad(source, "overlap", overlap, "a number in [0, 1)")
+    if not _is_number(noise) or noise < 0:
+        raise _bad(source, "tta_noise", noise, "a number >= 0")
+    if not _is_number(target) or not 0 <= target <= 1:
+        raise _bad(source, "ratein_target", target, "a number in [0, 1]")
+    if dropout is not None and (not _is_number(dropout) or not 0 < dropout < 1):
+        raise _bad(source, "dropout", dropout, "null or a rate in (0, 1)")
+    intensity, activation = fp.get("intensity"), fp.get("activation")
+    if intensity not in _INTENSITIES:
+        raise _bad(source, "intensity", intensity, f"one of {_INTENSITIES}")
+    if activation is not None and activation not in _ACTIVATIONS:
+        raise _bad(source, "activation", activation, f"null or one of {_ACTIVATIONS}")
+    options = {"method": _method(source, fp), "roi": _roi(source, fp.get("roi")), "overlap": float(overlap),
+               "intensity": intensity, "measures": _measures(source, fp.get("measures")),
+               "activation": "none" if activation is None else activation,
+               "regions": _regions(source, fp.get("regions")), "dropout": None if dropout is None else float(dropout),
+               "tta_noise": float(noise), "ratein_target": float(target)}
+    return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")))
+
+
+def read_rule_settings(path: str | os.PathLike) -> RuleSettings:
+    """The ``infer`` settings a referral or conformal rule file was certified with.
+
+    Args:
+        path: a ``referral_rule.json`` or ``conformal_rule.json``.
+
+    Returns:
+        The :class:`RuleSettings` (:func:`settings_of_fingerprint`).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not a verified rule (its reader's message), or its fingerprint has no valid
+            ``infer`` settings.
+    """
+    source, fp = _load_fingerprint(Path(path))
+    return settings_of_fingerprint(fp, source)
+
+
+def _same(name: str, given: Any, recorded: Any) -> bool:
+    """Whether an option given on the command line says what the rule recorded."""
+    if name == "roi":
+        a, b = (None if v is None else [int(r) for r in ([v] if isinstance(v, int) else v)] for v in (given, recorded))
+        return a == b or (a is not None and b is not None and len(set(a)) == len(set(b)) == 1 and a[0] == b[0])
+    if name == "method":
+        return isinstance(given, str) and method_tokens(given) == method_tokens(recorded)
+    if name == "measures":
+        return given is not None and set(given) == set(recorded) and len(given) == len(recorded)
+    if name == "regions":
+        return isinstance(given, Mapping) and {k: list(v) for k, v in given.items()} == recorded
+    if isinstance(recorded, float) and _is_number(given):
+        return float(given) == recorded
+    return given == recorded
+
+
+def merge_rule_settings(rule: RuleSettings, given: Mapping[str, Any], explicit: Collection[str]) -> dict[str, Any]:
+    """The ``infer`` options with the rule's settings in place of those not given.
+
+    Args:
+        rule: the rule's settings (:func:`read_rule_settings`).
+        given: the options by argparse destination (at least those of :data:`RULE_OPTIONS`).
+        explicit: the destinations given on the command line.
+
+    Returns:
+        A copy of ``given`` with every option of :data:`RULE_OPTIONS` taken from the rule.
+
+    Raises:
+        ValueError: an option given on the command line contradicts the rule (naming the option, its value and the
+            rule's).
+
+    Example:
+        >>> rule = RuleSettings("rule r.json", {"intensity": "none", "roi": [8, 8, 8]}, 4)
+        >>> merge_rule_settings(rule, {"intensity": "auto", "roi": [8], "seed": 3}, {"roi", "seed"})
+        {'intensity': 'none', 'roi': [8, 8, 8], 'seed': 3}
+        >>> merge_rule_settings(rule, {"intensity": "max", "roi": None}, {"intensity"})
+        Traceback (most recent call last):
+        ...
+        ValueError: --intensity max contradicts the settings of rule r.json (intensity 'none'); leave the option out
+    """
+    out = dict(given)
+    for name, value in rule.options.items():
+        if name in explicit and not _same(name, given.get(name), value):
+            shown = given.get(name)
+            shown = " ".join(map(str, shown)) if isinstance(shown, list) else shown
+            raise ValueError(f"{RULE_OPTIONS[name]} {shown} contradicts the settings of {rule.source} "
+                             f"({name} {value!r}); leave the option out")
+        out[name] = value
+    return out
+
+
+def rule_samples(rule: RuleSettings, method: str, spatial_dims: int, members: int,
+                 given: int | None = None) -> int:
+    """``--samples`` for the loaded model, from the samples per case the rule recorded.
+
+    The samples per case are the product over the method's sources: ``--samples`` for each of ``mcdropout`` /
+    ``ratein`` (and ``ssn`` alone), ``2 ** spatial_dims`` flips for ``tta`` and one per member for ``ensemble``.
+
+    Args:
+        rule: the rule's settings.
+        method: the method (the rule's).
+        spatial_dims: the network's spatial dimensions.
+        members: the number of checkpoints given (ensemble members).
+        given: ``--samples`` when given on the command line (must agree), else None.
+
+    Returns:
+        The number of samples per source; ``given`` (or 10, ``infer``'s default) for a method without a sampling
+        source.
+
+    Raises:
+        ValueError: the model and method cannot draw the rule's samples per case, or ``given`` disagrees.
+
+    Example:
+        >>> rule = RuleSettings("rule r.json", {}, 24)
+        >>> rule_samples(rule, "mcdropout+tta", 3, 1)
+        3
+    """
+    tokens = method_tokens(method)
+    k = sum(t in _SAMPLING for t in tokens) + (tokens == ["ssn"])
+    other = (2 ** spatial_dims if "tta" in tokens else 1) * (members if "ensemble" in tokens else 1)
+    n = rule.num_samples
+    samples: int | None = given if k == 0 else None
+    if k and n % other == 0:
+        root = round((n // other) ** (1 / k))
+        samples = next((s for s in (root - 1, root, root + 1) if s >= 1 and s**k * other == n), None)
+    if (k == 0 and n != other) or samples is None:
+        raise ValueError(f"--settings-from: {rule.source} records {n} samples per case, which --method {method} "
+                         f"cannot draw with this model ({members} checkpoint(s), {spatial_dims}D)")
+    if given is not None and given != samples:
+        raise ValueError(f"--samples {given} contradicts the settings of {rule.source} ({n} samples per case: "
+                         f"--samples {samples}); leave the option out")
+    return 10 if samples is None else samples
+
+
+def check_rule_model(rule: RuleSettings, weights: Sequence[Mapping[str, Any]] | None) -> None:
+    """Refuse a model whose files differ from those the rule was certified with.
+
+    Nothing is compared when either side lacks the sha256 digests (``monai-unc triage`` then compares the model by
+    its paths).
+
+    Args:
+        rule: the rule's settings.
+        weights: the loaded model's digests (:attr:`~monai_unc.workflows.models.LoadedModel.weights`).
+
+    Raises:
+        ValueError: naming the first file whose content differs.
+    """
+    if not rule.weights or not weights:
+        return
+    ours = [str(w.get("sha256")) for w in weights]
+    theirs = [w["sha256"] for w in rule.weights]
+    if ours != theirs:
+        names = ", ".join(Path(str(w.get("file"))).name for w in rule.weights)[:200]
+        raise ValueError(f"--settings-from: the model's files differ from those {rule.source} was certified with "
+                         f"({names}, compared by sha256); give the same --model / --bundle / --network / "
+                         "--checkpoint")
