@@ -719,6 +719,15 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     recorded = (saved.get("config") or {}).get("products") or {}
     kept = [k for k in saved if k in recorded or product_type(k) is not None]
     summary.update({k: saved[k] for k in kept})
+    cal = overrides.get("calibration_cases")
+    before = (saved.get("config") or {}).get("calibration_cases")
+    fitted_on = sorted(map(str, before if before is not None else [r["case"] for r in state.rows]))
+    if kept and cal is not None and sorted(map(str, cal)) != fitted_on:
+        # the products' blocks are evaluate's, fitted on its calibration cases: say so where the summary is shown
+        summary["warnings"] = list(summary.get("warnings") or []) + [
+            f"cohort: the blocks {kept} are those evaluate fitted on its own calibration cases "
+            f"({'all' if before is None else len(before)}), not on the {len(cal)} calibration case(s) given here: "
+            "run evaluate with these calibration cases to refit them"]
     return summary
 
 

@@ -234,6 +234,20 @@ def test_resummarize_keeps_the_block_of_a_product_not_imported(cohort, tmp_path)
     unregister_product(Fg.name)  # the report runs in a process that does not import the product
     again = resummarize(state, saved, budget=0.5)
     assert again["hostile_fg"] == saved["hostile_fg"]
+    assert not any("hostile_fg" in w for w in again["warnings"])  # the same calibration cases: nothing to say
+
+
+def test_resummarize_with_other_calibration_cases_says_the_products_blocks_are_evaluates(cohort, tmp_path):
+    """The report's --calibration-cases refits the risk control but not the products: the summary says so."""
+    _evaluate(cohort, tmp_path / "ev", Fg())
+    state, saved = load_evaluation(tmp_path / "ev")
+    ids = sorted(str(r["case"]) for r in state.rows)
+    again = resummarize(state, saved, calibration_cases=ids[:-1])
+    assert again["hostile_fg"] == saved["hostile_fg"]
+    (note,) = [w for w in again["warnings"] if "hostile_fg" in w]
+    assert f"its own calibration cases (all), not on the {len(ids) - 1} calibration case(s)" in note
+    same = resummarize(state, saved, calibration_cases=list(reversed(ids)))  # every case again, in another order
+    assert not any("hostile_fg" in w for w in same["warnings"])
 
 
 def test_a_product_no_longer_asked_for_leaves_no_artifact(cohort, tmp_path):
