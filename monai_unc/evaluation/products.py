@@ -24,7 +24,7 @@ from ..product import CohortProduct, registered_products
 from .config import EvaluationConfig
 
 __all__ = [
-    "check_product_inputs",
+    "check_products",
     "product_case_states",
     "product_states_of",
     "fit_products",
@@ -54,19 +54,27 @@ ARTIFACT_FORMAT = "monai-unc product artifact"
 _ARTIFACT_VERSION = 1
 
 
-def check_product_inputs(cases: Sequence[Any], inputs: Mapping[str, Any], config: EvaluationConfig) -> None:
-    """Each product's checks of the input files before any work (:meth:`.CohortProduct.check_inputs`).
+def check_products(cases: Sequence[Any], config: EvaluationConfig, inputs: Mapping[str, Any] | None = None) -> None:
+    """Each product's refusals before any work.
+
+    First every product's :meth:`~monai_unc.product.CohortProduct.check` of the cohort's case ids, then, with
+    ``inputs``, every product's :meth:`~monai_unc.product.CohortProduct.check_inputs` of the input files.
 
     Args:
         cases: the matched cases (:class:`~monai_unc.io.CaseFiles`).
-        inputs: ``predictions``, ``layout``, ``uncertainty`` and ``probs_suffix`` of the evaluation.
         config: the evaluation options.
+        inputs: ``predictions``, ``layout``, ``uncertainty`` and ``probs_suffix`` of the evaluation (None: the
+            input files are not checked, e.g. for a shard evaluated without its folders).
 
     Returns:
-        None; the first product's refusal is raised.
+        None; the first refusal is raised.
     """
+    ids = [c.case_id for c in cases]
     for product in config.products:
-        product.check_inputs(cases, inputs, config)
+        product.check(ids, config)
+    if inputs is not None:
+        for product in config.products:
+            product.check_inputs(cases, inputs, config)
 
 
 def product_case_states(case: Any, tasks: Sequence[Any], config: EvaluationConfig

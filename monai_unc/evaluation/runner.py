@@ -33,7 +33,7 @@ from .cohort import CohortState, remove_cohort_files, summarize, write_evaluatio
 from .config import DERIVED_MAPS_DIR, STATE_DIR, EvaluationConfig
 from .products import (
     artifact_paths,
-    check_product_inputs,
+    check_products,
     fit_products,
     remove_case_files,
     write_artifacts,
@@ -99,13 +99,6 @@ def _load_for_products(entry: tuple[CaseFiles, int], config: EvaluationConfig) -
     return load_case(files, n, multilabel=config.regions is not None)
 
 
-def _check_products(cases: Sequence[CaseFiles], config: EvaluationConfig) -> None:
-    """Each product's own refusals (:meth:`~monai_unc.product.CohortProduct.check`), before any work."""
-    ids = [c.case_id for c in cases]
-    for product in config.products:
-        product.check(ids, config)
-
-
 def _as_tuple(result: CaseResult) -> tuple[CaseResult, CaseFiles, int]:
     assert result.files is not None and result.num_classes is not None
     return result, result.files, int(result.num_classes)
@@ -142,7 +135,7 @@ def evaluate_shard(
         ``[(result, files, num_classes)]`` of the cases that succeeded, in the order given.
     """
     config.validate()
-    _check_products(cases, config)
+    check_products(cases, config)
     done = process_cases(cases, lambda f: _evaluate_record(f, config),
                          cache=None if cache is None else case_cache(cache, config), failures=failures,
                          on_failure=on_failure, progress=progress, desc=desc)
@@ -278,7 +271,7 @@ def evaluate_cases(
         CaseError: a case cannot be read or has another number of classes.
     """
     config.validate()
-    _check_products(cases, config)
+    check_products(cases, config)
 
     def cohort(run: CohortRun) -> CohortState | None:
         results = [_as_tuple(r) for r in run.results]
@@ -389,8 +382,7 @@ def _run_evaluate(
             if unknown:
                 raise CaseError(f"the shift table has no row for case(s) {unknown[:5]}")
         config.check_calibration_cases([c.case_id for c in cases])  # before any work, not after
-        _check_products(cases, config)  # a product's own refusals, before any work too
-        check_product_inputs(cases, inputs, config)  # e.g. probabilities a product needs: before any work too
+        check_products(cases, config, inputs)  # the products' refusals (e.g. probabilities they need): before any work
         check_recorded_regions(match_kwargs["predictions"], match_kwargs["layout"], config.regions)
         return cases
 

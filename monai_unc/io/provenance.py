@@ -322,9 +322,22 @@ def _weight_label(entry: Mapping[str, Any]) -> str:
     return f"{name} (sha256 {str(entry.get('sha256'))[:12]})"
 
 
-def _weight_differences(rule_w: Sequence[Mapping[str, Any]], pred_w: Sequence[Mapping[str, Any]]
-                        ) -> list[tuple[str, Any, Any]]:
-    """``("weights", rule's file, predictions' file)`` per file whose digest differs (files in recorded order)."""
+def weight_differences(rule_w: Sequence[Mapping[str, Any]], pred_w: Sequence[Mapping[str, Any]]
+                       ) -> list[tuple[str, Any, Any]]:
+    """The model files whose sha256 digests differ between a rule and a model or predictions.
+
+    Args:
+        rule_w: the ``weights`` the rule recorded (``{"file", "sha256"}`` entries, in recorded order).
+        pred_w: the other side's ``weights``.
+
+    Returns:
+        ``("weights", rule's file, other file)`` per file whose digest differs, or one entry listing both sides when
+        they record different numbers of files; empty when the digests agree.
+
+    Example:
+        >>> weight_differences([{"file": "a.pt", "sha256": "ab"}], [{"file": "b.pt", "sha256": "ab"}])
+        []
+    """
     if len(rule_w) != len(pred_w):
         return [("weights", [_weight_label(e) for e in rule_w], [_weight_label(e) for e in pred_w])]
     return [("weights", _weight_label(a), _weight_label(b)) for a, b in zip(rule_w, pred_w)
@@ -399,7 +412,7 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
     # compared normalised, reported as recorded
     diffs = [(k, rule_fp.get(k), pred_fp.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     if digests:
-        diffs += _weight_differences(rule_fp["weights"], pred_fp["weights"])
+        diffs += weight_differences(rule_fp["weights"], pred_fp["weights"])
     if diffs:
         # the producer first: the rest follows from it
         diffs.sort(key=lambda t: t[0] != "producer")

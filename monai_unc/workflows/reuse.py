@@ -29,6 +29,7 @@ from typing import Any
 
 from ..evaluation.conformal import CONFORMAL_RULE_FORMAT, ConformalRuleFile
 from ..evaluation.triage.rule import RULE_FORMAT, ReferralRule
+from ..io.provenance import has_weight_digests, weight_differences
 from ..keys import MEASURES
 from .factory import METHOD_TOKENS, method_tokens
 
@@ -324,11 +325,9 @@ def check_rule_model(rule: RuleSettings, weights: Sequence[Mapping[str, Any]] | 
     Raises:
         ValueError: naming the first file whose content differs.
     """
-    if not rule.weights or not weights:
+    if not rule.weights or not has_weight_digests({"weights": list(weights or [])}):
         return
-    ours = [str(w.get("sha256")) for w in weights]
-    theirs = [w["sha256"] for w in rule.weights]
-    if ours != theirs:
+    if weight_differences(rule.weights, list(weights or [])):
         names = ", ".join(Path(str(w.get("file"))).name for w in rule.weights)[:200]
         raise ValueError(f"--settings-from: the model's files differ from those {rule.source} was certified with "
                          f"({names}, compared by sha256); give the same --model / --bundle / --network / "
