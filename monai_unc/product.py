@@ -128,6 +128,10 @@ class CohortProduct:
     description: ClassVar[str] = ""
     #: the file of :meth:`fit`'s artifact in the evaluation folder (default ``<name>.json``)
     artifact_file: ClassVar[str | None] = None
+    #: True: :meth:`fit` gets every case's state and row and picks the calibration cases itself
+    #: (``config.calibration_ids``), e.g. to rank undefined scores above every defined score of the cohort; False
+    #: (default): it gets those of the calibration cases only
+    fit_sees_cohort: ClassVar[bool] = False
 
     # -- command line ------------------------------------------------------------------------------------------
     @classmethod
@@ -147,6 +151,23 @@ class CohortProduct:
 
         Args:
             args: the parsed command line.
+
+        Returns:
+            An instance, or None.
+        """
+        return None
+
+    @classmethod
+    def from_config(cls, config: Any) -> CohortProduct | None:
+        """The product that the evaluation's own options turn on, or None (the default).
+
+        A product whose options are fields of the evaluation options (e.g. the risk-controlled referral rule:
+        ``target_risk``, which ``monai-unc report`` may change to refit it) returns an instance here instead of being
+        listed in ``config.products``. It must have no per-case state: ``monai-unc report`` refits it from the saved
+        rows (:func:`monai_unc.evaluation.resummarize`).
+
+        Args:
+            config: the evaluation options.
 
         Returns:
             An instance, or None.
@@ -370,12 +391,12 @@ def _check_product_class(cls: Any) -> None:
 #: summary.json keys of the evaluation itself and the stems of its files: no product may use them as its name
 RESERVED_NAMES = ("n_cases", "num_classes", "class_names", "measure", "score", "dice", "calibration", "reliability",
                   "spatial", "case_metrics", "failure_detection", "referral", "triage", "failures", "ood",
-                  "risk_control", "regions", "qu_brats", "warnings", "config", "histogram",
+                  "regions", "qu_brats", "warnings", "config", "histogram",
                   "region_histograms", "products", "summary", "metrics", "referral_rule", "state",
                   "report", "infer", "rows")
 #: files of an evaluation folder (and of the folders of infer and triage) that no artifact may replace; nor may it
 #: replace another registered product's artifact
-RESERVED_FILES = ("summary.json", "metrics.csv", "failures.json", "referral_rule.json", "triage.json", "triage.csv",
+RESERVED_FILES = ("summary.json", "metrics.csv", "failures.json", "triage.json", "triage.csv",
                   "infer.json", "report.html")
 
 

@@ -102,7 +102,10 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # a product module is light (the command line reads its options before torch): its computations load when run
     **dict.fromkeys(
         [("monai_unc.products.conformal", m) for m in ("monai_unc.metrics.conformal", "monai_unc.evaluation.config",
-                                                       "monai_unc.evaluation.conformal")],
+                                                       "monai_unc.evaluation.conformal")]
+        + [("monai_unc.products.risk_control", m) for m in ("monai_unc.evaluation.cohort",
+                                                            "monai_unc.metrics.selective",
+                                                            "monai_unc.evaluation.triage.certify")],
         "the product's options are read by the command line before torch; its computations are imported when run",
     ),
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file

@@ -170,10 +170,11 @@ def test_reserved_names_are_refused(name):
 
 
 def test_the_reserved_names_are_the_evaluations_own_keys():
-    for key in ("n_cases", "calibration", "triage", "risk_control", "config", "products", "warnings"):
+    for key in ("n_cases", "calibration", "triage", "config", "products", "warnings"):
         assert key in RESERVED_NAMES
-    # the masks with a guarantee are a product now: their summary key is the product's name, not a reserved one
-    assert "conformal" not in RESERVED_NAMES and product_type("conformal") is not None
+    # the masks with a guarantee and the referral rule are products: their summary key is the product's name
+    for name in ("conformal", "risk_control"):
+        assert name not in RESERVED_NAMES and product_type(name) is not None
 
 
 def test_the_builtin_products_are_registered_on_the_first_lookup():
@@ -183,9 +184,11 @@ def test_the_builtin_products_are_registered_on_the_first_lookup():
     assert ConformalMasks.artifact_file == "conformal_rule.json"
 
 
-def test_a_second_product_may_not_take_another_ones_artifact_file():
-    cls = type("Thief", (CohortProduct,), {"name": "thief", "title": "Thief", "artifact_file": "conformal_rule.json"})
-    with pytest.raises(ValueError, match="artifact file of product ConformalMasks"):
+@pytest.mark.parametrize(("file", "owner"), [("conformal_rule.json", "ConformalMasks"),
+                                             ("referral_rule.json", "RiskControl")])
+def test_a_second_product_may_not_take_another_ones_artifact_file(file, owner):
+    cls = type("Thief", (CohortProduct,), {"name": "thief", "title": "Thief", "artifact_file": file})
+    with pytest.raises(ValueError, match=f"artifact file of product {owner}"):
         register_product(cls)
     assert product_type("thief") is None
 

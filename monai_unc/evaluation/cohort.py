@@ -24,13 +24,13 @@ from ..io import CaseFiles, atomic_write_text, json_safe, save_state, write_csv
 from ..io.files import json_default
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
 from ..metrics.casewise import failure_detection, ood_auroc
-from ..metrics.selective import area_under_referral_curve, referral_curve, risk_controlled_threshold
+from ..metrics.selective import area_under_referral_curve, referral_curve
 from ..product import product_type
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
 from ..state import StateGroup
 from .case import CaseResult
 from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
-from .products import fit_products, product_summaries
+from .products import cohort_products, fit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "summarize",
     "score_column",
     "case_risk",
+    "column_values",
     "risk_of_dice",
     "calibration_mask",
     "RISK_CONTROL_CANDIDATES",
@@ -298,8 +299,25 @@ def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
                                                         if k.startswith(f"r{i}__")}) for i, name in enumerate(names)}
 
 
-def _column(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
-    return np.array([float(r.get(key, np.nan)) if r.get(key) not in (None, "") else np.nan for r in rows])
+def column_values(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
+    """One column of the rows as float64, NaN where a row has no value (missing, None or empty).
+
+    Args:
+        rows: ``metrics.csv`` rows.
+        key: the column.
+
+    Returns:
+        ``(N,)`` float64.
+
+    Example:
+        >>> column_values([{"dice": 0.5}, {"dice": None}, {}], "dice")
+        array([0.5, nan, nan])
+    """
+    return np.array([float(r.get(key, np.nan)) if r.get(key) not in (None, "") else np.nan for r in rows],
+                    dtype=np.float64)
+
+
+_column = column_values
 
 
 def score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
@@ -441,45 +459,6 @@ def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray
     return np.array([c in wanted for c in ids], dtype=bool)
 
 
-def _risk_control(ids: Sequence[str], scores: np.ndarray, dice: np.ndarray, config: EvaluationConfig) -> dict:
-    """The ``risk_control`` block of the summary: threshold fitted on the calibration cases, applied to all."""
-    assert config.target_risk is not None
-    is_cal = calibration_mask(ids, config)
-    risk = case_risk(dice, config)
-    method = config.resolved_risk_method
-    res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta, method=method,
-                                    n_candidates=RISK_CONTROL_CANDIDATES)
-    accept = scores <= res.threshold
-    held = ~is_cal
-    out: dict[str, Any] = {
-        "target_risk": config.target_risk,
-        "delta": config.delta,
-        "risk": f"dice < {config.failure_dice:g}" if config.risk == "failure" else "1 - dice",
-        "method": method,
-        "feasible": res.feasible,
-        "threshold": res.threshold,
-        "bound": res.bound,
-        "n_candidates": res.n_candidates,
-        "calibration": {
-            "n_cases": int(is_cal.sum()),
-            "cases": "all" if config.calibration_cases is None else [c for c, k in zip(ids, is_cal) if k],
-            "coverage": res.coverage,
-            "risk_accepted": res.risk,
-        },
-        "accepted": [c for c, a in zip(ids, accept) if a],
-        "referred": [c for c, a in zip(ids, accept) if not a],
-        "referral_fraction": float(1.0 - accept.mean()),
-    }
-    if held.any():
-        acc = accept & held
-        out["held_out"] = {
-            "n_cases": int(held.sum()),
-            "coverage": float(acc.sum() / held.sum()),
-            "risk_accepted": float(risk[acc].mean()) if acc.any() else None,
-        }
-    return out
-
-
 def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[str, Any] | None = None
               ) -> dict[str, Any]:
     """Cohort metrics of ``state`` (module docstring); NaN becomes ``null`` in the returned dict.
@@ -487,7 +466,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
     Args:
         state: the cohort state.
         config: the evaluation options.
-        fitted: the artifacts of the products of ``config.products``
+        fitted: the artifacts of the evaluation's products (:func:`~monai_unc.evaluation.products.cohort_products`)
             (:func:`~monai_unc.evaluation.products.fit_products`; fitted here when None).
 
     Returns:
@@ -580,11 +559,9 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                     for s in sorted(set(shift)) if s.lower() not in IID_SHIFTS
                 }
             summary["ood"] = ood
-        if config.target_risk is not None:
-            summary["risk_control"] = _risk_control(ids, scores, dice, config)
         if state.regions is not None:
             summary.update(_region_summary(state, rows, ids, score_key, config))
-        if config.products:
+        if cohort_products(config):
             if fitted is None:
                 fitted = fit_products(state.product_states, rows, config)
             summary.update(product_summaries(state.product_states, rows, config, fitted))
@@ -701,7 +678,8 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
     """The cohort summary of a saved evaluation again, with another budget or risk target.
 
     This is what ``monai-unc report --budget`` shows: :func:`summarize` on the saved state; the blocks that
-    ``evaluate`` fitted (the products') are kept as written.
+    ``evaluate`` fitted (the products') are kept as written, except those of the products that the evaluation options
+    turn on (the risk-controlled referral rule), which are refitted on the saved rows with the options given here.
 
     Args:
         state: the saved cohort state (:func:`load_evaluation`).
@@ -717,7 +695,8 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
         summary = summarize(state, config)
     recorded = (saved.get("config") or {}).get("products") or {}
-    kept = [k for k in saved if k in recorded or product_type(k) is not None]
+    refitted = {p.name for p in cohort_products(config)} - {p.name for p in config.products}  # from the rows
+    kept = [k for k in saved if (k in recorded or product_type(k) is not None) and k not in refitted]
     summary.update({k: saved[k] for k in kept})
     cal = overrides.get("calibration_cases")
     before = (saved.get("config") or {}).get("calibration_cases")

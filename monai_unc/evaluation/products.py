@@ -24,6 +24,7 @@ from ..product import CohortProduct, registered_products
 from .config import EvaluationConfig
 
 __all__ = [
+    "cohort_products",
     "check_products",
     "product_case_states",
     "product_states_of",
@@ -54,6 +55,29 @@ ARTIFACT_FORMAT = "monai-unc product artifact"
 _ARTIFACT_VERSION = 1
 
 
+def cohort_products(config: EvaluationConfig) -> list[CohortProduct]:
+    """The products of an evaluation: those its own options turn on, then those of ``config.products``.
+
+    The first are the registered products whose :meth:`~monai_unc.product.CohortProduct.from_config` returns one
+    (e.g. the risk-controlled referral rule with ``config.target_risk``), in registration order.
+
+    Args:
+        config: the evaluation options.
+
+    Returns:
+        The products, in the order their summary blocks are written.
+
+    Raises:
+        ValueError: ``config.products`` lists a product that the evaluation options turn on.
+    """
+    implicit = [p for p in (cls.from_config(config) for cls in registered_products()) if p is not None]
+    given = list(config.products)
+    for p in given:
+        if type(p).from_config.__func__ is not CohortProduct.from_config.__func__:  # type: ignore[attr-defined]
+            raise ValueError(f"products: {p.name!r} is turned on by the evaluation options, not listed in products")
+    return implicit + given
+
+
 def check_products(cases: Sequence[Any], config: EvaluationConfig, inputs: Mapping[str, Any] | None = None) -> None:
     """Each product's refusals before any work.
 
@@ -70,10 +94,10 @@ def check_products(cases: Sequence[Any], config: EvaluationConfig, inputs: Mappi
         None; the first refusal is raised.
     """
     ids = [c.case_id for c in cases]
-    for product in config.products:
+    for product in cohort_products(config):
         product.check(ids, config)
     if inputs is not None:
-        for product in config.products:
+        for product in cohort_products(config):
             product.check_inputs(cases, inputs, config)
 
 
@@ -123,7 +147,10 @@ def product_states_of(per_case: Mapping[str, Mapping[str, Any]], product: Cohort
 
 def fit_products(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
                  config: EvaluationConfig) -> dict[str, Any]:
-    """Fit every product of ``config.products`` on the calibration cases (``config.calibration_cases``, else all).
+    """Fit every product (:func:`cohort_products`) on the calibration cases (``config.calibration_cases``, else all).
+
+    A product with :attr:`~monai_unc.product.CohortProduct.fit_sees_cohort` gets every case and picks the calibration
+    cases itself.
 
     Args:
         per_case: ``{case id: {product name: state}}`` of the cohort.
@@ -137,7 +164,9 @@ def fit_products(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[Mappi
     cal = config.calibration_ids(ids)
     keep = set(cal)
     cal_rows = [r for r in rows if str(r["case"]) in keep]
-    return {p.name: p.fit(product_states_of(per_case, p, cal), cal_rows, config) for p in config.products}
+    return {p.name: (p.fit(product_states_of(per_case, p), list(rows), config) if p.fit_sees_cohort
+                     else p.fit(product_states_of(per_case, p, cal), cal_rows, config))
+            for p in cohort_products(config)}
 
 
 def summary_block(value: Any) -> Any:
@@ -156,7 +185,7 @@ def summary_block(value: Any) -> Any:
 
 def product_summaries(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
                       config: EvaluationConfig, fitted: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``summary.json`` block of every product of ``config.products`` (products without one left out).
+    """The ``summary.json`` block of every product (:func:`cohort_products`; those without one left out).
 
     Args:
         per_case: ``{case id: {product name: state}}`` of the cohort.
@@ -168,7 +197,7 @@ def product_summaries(per_case: Mapping[str, Mapping[str, Any]], rows: Sequence[
         ``{product name: block}``.
     """
     out: dict[str, Any] = {}
-    for p in config.products:
+    for p in cohort_products(config):
         block = p.summarize(product_states_of(per_case, p), rows, fitted.get(p.name), config)
         if block is not None:
             out[p.name] = summary_block(block)
@@ -245,7 +274,7 @@ def _is_artifact(path: Path) -> bool:
 
 
 def artifact_paths(output: str | os.PathLike, config: EvaluationConfig) -> dict[str, Path]:
-    """Where each product of ``config.products`` writes its artifact in the evaluation folder ``output``.
+    """Where each product (:func:`cohort_products`) writes its artifact in the evaluation folder ``output``.
 
     Args:
         output: the evaluation folder.
@@ -254,7 +283,7 @@ def artifact_paths(output: str | os.PathLike, config: EvaluationConfig) -> dict[
     Returns:
         ``{product name: path}``.
     """
-    return {p.name: p.artifact_path(output) for p in config.products}
+    return {p.name: p.artifact_path(output) for p in cohort_products(config)}
 
 
 def writes_case_files(product: CohortProduct) -> bool:
@@ -306,7 +335,7 @@ def write_case_files(output: str | os.PathLike, config: EvaluationConfig, writte
     Returns:
         ``{product name: [paths]}``.
     """
-    products = [p for p in config.products if writes_case_files(p) and p.name in written]
+    products = [p for p in cohort_products(config) if writes_case_files(p) and p.name in written]
     remove_case_files(output)  # every product's: those written again are written whole
     out: dict[str, list[Path]] = {}
     if not products:
@@ -341,12 +370,12 @@ def write_artifacts(output: str | os.PathLike, config: EvaluationConfig, fitted:
     """
     cal = config.calibration_ids(list(case_ids))
     out: dict[str, Path] = {}
-    asked = {p.artifact_path(output).name for p in config.products}
+    asked = {p.artifact_path(output).name for p in cohort_products(config)}
     stale = {cls.artifact_file or f"{cls.name}.json" for cls in registered_products()} - asked
     for old in sorted(Path(output).glob("*.json")):  # an earlier run's artifact of a product not asked for now
         if old.name not in asked and (old.name in stale or _is_artifact(old)):
             old.unlink(missing_ok=True)
-    for p in config.products:
+    for p in cohort_products(config):
         path = p.artifact_path(output)
         if fitted.get(p.name) is None:
             path.unlink(missing_ok=True)

@@ -41,7 +41,7 @@ from .products import (
 )
 from .resume import CASES_DIR, case_cache
 from .rows import write_derived_maps
-from .triage import RULE_FILE, prediction_regions, region_differences, write_referral_rule
+from .triage import prediction_regions, region_differences
 
 __all__ = ["evaluate_files", "evaluate_shard", "assemble_state", "check_unclaimed_labels",
            "check_recorded_regions", "evaluate_cases", "run_evaluate"]
@@ -409,12 +409,14 @@ def _run_evaluate(
             fitted = fit_products(state.product_states, state.sorted_rows(), config)
             summary = summarize(state, config, fitted=fitted)
             paths = write_evaluation(state, summary, output, config)
-            rule = write_referral_rule(output, state, summary, config, predictions=match_kwargs["predictions"],
-                                       layout=match_kwargs["layout"], uncertainty=match_kwargs["uncertainty"])
-            if rule is not None:  # with a target risk: referral_rule.json for monai-unc triage (docs/triage.md)
-                paths["rule"] = rule
-            ids = [str(r["case"]) for r in state.sorted_rows()]
-            written = write_artifacts(output, config, fitted, ids, inputs)
+            rows = state.sorted_rows()
+            ids = [str(r["case"]) for r in rows]
+            # what a product's own file may record besides the inputs (the referral rule: the calibration cases'
+            # rows, image files and number of classes)
+            cohort_inputs = {**inputs, "rows": rows, "files": state.files, "num_classes": state.num_classes}
+            written = write_artifacts(output, config, fitted, ids, cohort_inputs)
+            if "risk_control" in written:  # the key run_evaluate has returned the referral rule under
+                paths["rule"] = written["risk_control"]
             files = {str(r.row["case"]): (f, n) for r, f, n in results}
             write_case_files(output, config, written, lambda cid: _load_for_products(files[cid], config), ids)
             paths.update({f"product:{name}": path for name, path in written.items()})
@@ -428,10 +430,9 @@ def _run_evaluate(
 
     def stale(run: CohortRun) -> None:
         remove_cohort_files(output)  # an earlier run's numbers must not pass for this cohort's
-        (output / RULE_FILE).unlink(missing_ok=True)  # nor an earlier run's referral rule
         for path in artifact_paths(output, config).values():  # nor a product's artifact
             path.unlink(missing_ok=True)
-        for cls in registered_products():  # nor one of a product an earlier run asked for
+        for cls in registered_products():  # nor one of a product an earlier run asked for (the referral rule too)
             (output / (cls.artifact_file or f"{cls.name}.json")).unlink(missing_ok=True)
         remove_case_files(output)  # nor the products' case files
 

@@ -22,6 +22,7 @@ probabilities are probabilities; every error names the case and the file.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -525,20 +526,33 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         ...     data.shape, affine[0, 0]
         ((1, 4, 5, 6), np.float64(2.0))
     """
-    from monai.transforms import LoadImage
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
     if path.stat().st_size == 0:
         raise CaseError(f"cannot read {path}: the file is empty (0 bytes)")
     try:
-        img = LoadImage(image_only=True, ensure_channel_first=True)(str(path))
+        img = _image_loader()(str(path))
         data = img.as_tensor().numpy() if hasattr(img, "as_tensor") else np.asarray(img)
     except Exception as e:  # truncated / corrupt files raise EOFError, OSError, zlib errors, ... from the readers
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
     return data, affine
+
+
+@functools.lru_cache(maxsize=1)
+def _image_loader() -> Any:
+    """MONAI's ``LoadImage`` (channel first, image only), built once per process.
+
+    Building it builds every reader MONAI has; with pydicom installed that includes MONAI's nvImageCodec DICOM reader,
+    which warns at construction when nvImageCodec is missing. That warning says nothing about the file being read, and
+    an evaluation turns a case's warnings into errors, so it is silenced here (once).
+    """
+    from monai.transforms import LoadImage
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
+        return LoadImage(image_only=True, ensure_channel_first=True)
 
 
 def _reason(e: BaseException) -> str:

@@ -2,6 +2,8 @@
 
 - :class:`~monai_unc.products.conformal.ConformalMasks` (:mod:`.conformal`): inner and outer masks with a
   finite-sample guarantee (``monai-unc evaluate --conformal``).
+- :class:`~monai_unc.products.risk_control.RiskControl` (:mod:`.risk_control`): the risk-controlled referral threshold
+  and its rule file for ``monai-unc triage`` (``monai-unc evaluate --target-risk``).
 
 Importing this package registers them (:func:`monai_unc.product.register_product`); the registry imports it on its
 first lookup, so ``monai-unc evaluate`` offers their options and the report finds their sections. The modules are
@@ -11,5 +13,6 @@ light: the command line reads their options before torch is imported.
 from __future__ import annotations
 
 from .conformal import ConformalMasks
+from .risk_control import RiskControl
 
-__all__ = ["ConformalMasks"]
+__all__ = ["ConformalMasks", "RiskControl"]

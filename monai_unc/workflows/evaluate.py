@@ -16,7 +16,9 @@ from typing import Any
 
 from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, run_evaluate
+from ..evaluation.products import cohort_products
 from ..product import products_from_arguments
+from ..products.risk_control import risk_control_line as _risk_control_line
 from .prepare import prepare_evaluate
 from .session import CommandResult, run_command
 
@@ -123,14 +125,17 @@ def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path]
         lines.append(f"QU-BraTS score (mean over regions and cases) {_fmt(summary['qu_brats']['score'])}")
     lines.append(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
                  f"mean Dice of the retained cases {t['dice_retained']:.4f}")
-    rc_line = risk_control_line(summary)
-    if rc_line:
-        lines.append(rc_line)
+    products = cohort_products(config)  # each product prints its own lines
+    implicit = products[:len(products) - len(config.products)]  # turned on by evaluation options (--target-risk)
+    for product in implicit:
+        if product.name in summary:
+            lines.extend(product.summary_lines(summary[product.name]))
     lines.extend(warning_lines(summary.get("warnings") or []))
     lines.append(f"wrote {paths['metrics']} and {paths['summary']}")
-    if "rule" in paths:
-        lines.append(f"wrote {paths['rule']} (apply it to new cases: monai-unc triage --rule {paths['rule']} ...)")
-    for product in config.products:  # each product prints its own lines
+    for product in implicit:
+        if f"product:{product.name}" in paths:
+            lines.extend(product.artifact_lines(paths[f"product:{product.name}"]))
+    for product in config.products:
         if product.name in summary:
             lines.extend(product.summary_lines(summary[product.name]))
         if f"product:{product.name}" in paths:
@@ -170,21 +175,10 @@ def risk_control_line(summary: Mapping[str, Any]) -> str | None:
         summary: the cohort summary (its ``risk_control`` block, written with ``--target-risk``).
 
     Returns:
-        The threshold, the calibration coverage, the observed risk and the bound (or that no threshold satisfies the
-        target); None without risk control.
+        The line of :func:`monai_unc.products.risk_control.risk_control_line`; None without risk control.
     """
     rc = summary.get("risk_control")
-    if not rc:
-        return None
-    head = f"risk control ({rc['method']}, {rc['risk']} <= {rc['target_risk']:g} w.p. {1 - rc['delta']:g}): "
-    if not rc["feasible"]:
-        return head + f"no threshold satisfies the target (best bound {rc['bound']:.4g}); refer every case"
-    cal = rc["calibration"]
-    thr = rc["threshold"]
-    return head + (f"accept score <= {thr:.6g}; " if thr is not None else "accept every case; ") + (
-        f"calibration coverage {cal['coverage']:.3f}, observed risk {cal['risk_accepted']:.4f}, "
-        f"bound {rc['bound']:.4f}; review {len(rc['referred'])} of {summary['n_cases']}"
-    )
+    return _risk_control_line(rc) if rc else None
 
 
 def _fmt(v: Any) -> str:

@@ -6,7 +6,7 @@ import datetime as _dt
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +65,44 @@ def certify_referral_rule(
     rc = summary.get("risk_control")
     if not rc:
         raise ValueError("the summary has no risk_control block: evaluate with a target_risk (--target-risk)")
-    column = summary["score"]["column"]
-    rows = state.sorted_rows()
+    return certify_rule(state.sorted_rows(), state.files, state.num_classes, summary["score"]["column"], rc, config,
+                        predictions=predictions, layout=layout, uncertainty=uncertainty, image_z_max=image_z_max)
+
+
+def certify_rule(
+    rows: Sequence[Mapping[str, Any]],
+    files: Mapping[str, Any],
+    num_classes: int,
+    column: str,
+    rc: Mapping[str, Any],
+    config: EvaluationConfig,
+    *,
+    predictions: str | os.PathLike | None = None,
+    layout: str = "monai-unc",
+    uncertainty: str | os.PathLike | None = None,
+    image_z_max: float = IMAGE_Z_MAX,
+) -> ReferralRule:
+    """The :class:`ReferralRule` of a fitted ``risk_control`` block (what :func:`certify_referral_rule` returns).
+
+    Args:
+        rows: every case's row, in case-id order.
+        files: per case id, its input files (``image``, ``maps``), as a cohort state records them.
+        num_classes: the cohort's number of classes (regions).
+        column: the score column the threshold was fitted on.
+        rc: the ``risk_control`` block (:class:`monai_unc.products.risk_control.RiskControl`).
+        config: the evaluation options.
+        predictions: the folder of the evaluated predictions, for the fingerprint (None: no fingerprint).
+        layout: its file naming.
+        uncertainty: the folder of its uncertainty maps (default from the layout).
+        image_z_max: the largest robust z-score of the image statistics of an accepted case.
+
+    Returns:
+        The certified rule (not written).
+
+    Raises:
+        ValueError: the block is not the certificate of the rows' calibration cases.
+    """
+    rows = list(rows)
     ids = [str(r["case"]) for r in rows]
     cal_ids = ids if rc["calibration"]["cases"] == "all" else [str(c) for c in rc["calibration"]["cases"]]
     by_id = {str(r["case"]): r for r in rows}
@@ -87,12 +123,12 @@ def certify_referral_rule(
     )
     thr = rc["threshold"]
     threshold = (math.inf if rc["feasible"] else -math.inf) if thr is None else float(thr)
-    files = [state.files.get(c) for c in cal_ids]
-    map_source = "file" if files and all(f and f.get("maps") for f in files) else "probabilities"
+    case_files = [files.get(c) for c in cal_ids]
+    map_source = "file" if case_files and all(f and f.get("maps") for f in case_files) else "probabilities"
     reference = None
-    if files and all(f and f.get("image") for f in files):
+    if case_files and all(f and f.get("image") for f in case_files):
         stats = np.stack([image_statistics(read_image_channels(f["image"], "all", case_id=c))  # type: ignore[index]
-                          for f, c in zip(files, cal_ids)])
+                          for f, c in zip(case_files, cal_ids)])
         reference = ImageReference.fit(stats, image_z_max)
     fp = prediction_fingerprint(predictions, layout, cal_ids, uncertainty) if predictions is not None else {}
     names = tuple(config.class_names) if config.class_names else None
@@ -110,7 +146,7 @@ def certify_referral_rule(
         bound=as_float(rc.get("bound")), coverage=as_float(rc["calibration"].get("coverage")),
         observed_risk=as_float(rc["calibration"].get("risk_accepted")), n_candidates=int(rc.get("n_candidates", 0)),
         n_undefined=int((~np.isfinite(raw)).sum()), patch_size=config.patch_size, map_source=map_source,
-        num_classes=state.num_classes, class_names=names, image_reference=reference, fingerprint=fp,
+        num_classes=int(num_classes), class_names=names, image_reference=reference, fingerprint=fp,
         created=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), regions=regions, record=record,
     )
     try:

@@ -1,0 +1,230 @@
+"""The risk-controlled referral rule as a cohort product: ``monai-unc evaluate --target-risk`` (docs/triage.md).
+
+The acceptance threshold on the case score such that, with probability at least ``1 - delta`` over the calibration
+cases, the mean risk of the accepted new cases is at most the target (SGR: Geifman and El-Yaniv, "Selective
+Classification for Deep Neural Networks", NeurIPS 2017; Learn then Test: Angelopoulos, Bates, Candes, Jordan, Lei,
+"Learn then Test: Calibrating Predictive Algorithms to Achieve Risk Control", 2021). The bound is
+:func:`monai_unc.metrics.risk_control.risk_controlled_threshold`; the rule file and its checks are
+:mod:`monai_unc.evaluation.triage`. This module is the product itself (:mod:`monai_unc.product`):
+
+==========================  ==========================================================================================
+per case                    nothing of its own: the rule reads the case score and Dice of the ``metrics.csv`` rows
+fit                         the threshold and its certificate on the calibration cases (every case's score is seen, so
+                            that an undefined score is placed above every defined one of the cohort)
+artifact                    ``referral_rule.json``: the threshold, the certificate, the calibration record, the
+                            statistics of the calibration images and the fingerprint of the predictions, for
+                            ``monai-unc triage``
+summary                     the ``risk_control`` block of ``summary.json``: the threshold, the bound, the calibration
+                            coverage and risk, the accepted and referred cases (and the held-out cases' figures)
+command line                ``--target-risk``, ``--delta``, ``--risk``, ``--risk-method`` and ``--calibration-cases``:
+                            evaluation options (``EvaluationConfig``), since ``monai-unc report`` refits the rule
+                            with other values of them; the product is on when ``--target-risk`` is given
+                            (:meth:`RiskControl.from_config`)
+==========================  ==========================================================================================
+
+Because its state is the rows alone, ``monai-unc report --target-risk`` refits it on the saved rows
+(:func:`monai_unc.evaluation.resummarize`); the products with per-case states keep the blocks ``evaluate`` wrote.
+The module is light (standard library and :mod:`monai_unc.product`); the computations are imported when they run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..product import CohortProduct, register_product
+
+__all__ = ["RiskControl", "RULE_FILE", "risk_control_line"]
+
+#: the rule file that ``evaluate --target-risk`` writes in its output folder (``monai-unc triage --rule``)
+RULE_FILE = "referral_rule.json"
+
+
+def risk_control_line(block: Mapping[str, Any]) -> str:
+    """The line ``monai-unc evaluate`` prints on the risk-controlled referral threshold.
+
+    Args:
+        block: the ``risk_control`` block of ``summary.json`` (its accepted and referred cases are the cohort).
+
+    Returns:
+        The threshold, the calibration coverage, the observed risk and the bound (or that no threshold satisfies the
+        target).
+
+    Example:
+        >>> risk_control_line({"method": "sgr", "risk": "dice < 0.8", "target_risk": 0.2, "delta": 0.1,
+        ...                    "feasible": False, "bound": 0.31}).split(": ")[1]
+        'no threshold satisfies the target (best bound 0.31); refer every case'
+    """
+    rc = block
+    n_cases = len(rc.get("accepted") or ()) + len(rc.get("referred") or ())
+    head = f"risk control ({rc['method']}, {rc['risk']} <= {rc['target_risk']:g} w.p. {1 - rc['delta']:g}): "
+    if not rc["feasible"]:
+        return head + f"no threshold satisfies the target (best bound {rc['bound']:.4g}); refer every case"
+    cal = rc["calibration"]
+    thr = rc["threshold"]
+    return head + (f"accept score <= {thr:.6g}; " if thr is not None else "accept every case; ") + (
+        f"calibration coverage {cal['coverage']:.3f}, observed risk {cal['risk_accepted']:.4f}, "
+        f"bound {rc['bound']:.4f}; review {len(rc['referred'])} of {n_cases}"
+    )
+
+
+@register_product
+class RiskControl(CohortProduct):
+    """The risk-controlled referral threshold and its rule file (module docstring).
+
+    Its options are the evaluation's (``target_risk``, ``delta``, ``risk``, ``risk_method``, ``failure_dice``,
+    ``calibration_cases`` of :class:`~monai_unc.evaluation.EvaluationConfig`): the product is on when
+    ``target_risk`` is set.
+
+    Example:
+        >>> from monai_unc.evaluation import EvaluationConfig
+        >>> RiskControl.from_config(EvaluationConfig(target_risk=0.2)).name
+        'risk_control'
+        >>> RiskControl.from_config(EvaluationConfig()) is None
+        True
+    """
+
+    name = "risk_control"
+    title = "Risk-controlled referral"
+    description = ("The acceptance threshold on the case score with a finite-sample guarantee on the mean risk of the "
+                   "accepted cases, and the referral rule that monai-unc triage applies to new cases.")
+    artifact_file = RULE_FILE
+    fit_sees_cohort = True
+
+    @classmethod
+    def from_config(cls, config: Any) -> RiskControl | None:
+        """The product when the evaluation options ask for it (``config.target_risk``), else None.
+
+        Args:
+            config: the evaluation options.
+
+        Returns:
+            An instance or None.
+        """
+        return cls() if getattr(config, "target_risk", None) is not None else None
+
+    def fit(self, states: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], config: Any) -> Any:
+        """The ``risk_control`` block: the threshold fitted on the calibration cases, applied to every case.
+
+        Args:
+            states: unused (the product has no per-case state).
+            rows: every case's row, in case-id order (:attr:`fit_sees_cohort`).
+            config: the evaluation options.
+
+        Returns:
+            The block (JSON data), as ``summary.json`` holds it.
+        """
+        from ..evaluation.cohort import (
+            RISK_CONTROL_CANDIDATES,
+            calibration_mask,
+            case_risk,
+            column_values,
+            fill_undefined_scores,
+            score_column,
+        )
+        from ..metrics.selective import risk_controlled_threshold
+
+        ids = [str(r["case"]) for r in rows]
+        column = score_column(rows, config.score)
+        scores = fill_undefined_scores(column_values(rows, column))
+        dice = column_values(rows, "dice")
+        is_cal = calibration_mask(ids, config)
+        risk = case_risk(dice, config)
+        method = config.resolved_risk_method
+        res = risk_controlled_threshold(scores[is_cal], risk[is_cal], config.target_risk, config.delta,
+                                        method=method, n_candidates=RISK_CONTROL_CANDIDATES)
+        accept = scores <= res.threshold
+        held = ~is_cal
+        out: dict[str, Any] = {
+            "target_risk": config.target_risk,
+            "delta": config.delta,
+            "risk": f"dice < {config.failure_dice:g}" if config.risk == "failure" else "1 - dice",
+            "method": method,
+            "feasible": res.feasible,
+            "threshold": res.threshold,
+            "bound": res.bound,
+            "n_candidates": res.n_candidates,
+            "calibration": {
+                "n_cases": int(is_cal.sum()),
+                "cases": "all" if config.calibration_cases is None else [c for c, k in zip(ids, is_cal) if k],
+                "coverage": res.coverage,
+                "risk_accepted": res.risk,
+            },
+            "accepted": [c for c, a in zip(ids, accept) if a],
+            "referred": [c for c, a in zip(ids, accept) if not a],
+            "referral_fraction": float(1.0 - accept.mean()),
+        }
+        if held.any():
+            acc = accept & held
+            out["held_out"] = {
+                "n_cases": int(held.sum()),
+                "coverage": float(acc.sum() / held.sum()),
+                "risk_accepted": float(risk[acc].mean()) if acc.any() else None,
+            }
+        return out
+
+    def summarize(self, states: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], artifact: Any,
+                  config: Any) -> Any:
+        """The ``risk_control`` block of ``summary.json``: what :meth:`fit` returned.
+
+        Args:
+            states: unused.
+            rows: unused.
+            artifact: the block of :meth:`fit`.
+            config: unused.
+
+        Returns:
+            The block.
+        """
+        return artifact
+
+    def write_artifact(self, path: str | os.PathLike, artifact: Any, calibration_cases: Sequence[str],
+                       inputs: Mapping[str, Any], config: Any) -> Path | None:
+        """Write ``referral_rule.json``: the certified rule (:func:`monai_unc.evaluation.triage.certify_rule`).
+
+        Args:
+            path: the rule file.
+            artifact: the ``risk_control`` block of :meth:`fit`.
+            calibration_cases: unused (the block names them).
+            inputs: the evaluation's inputs: ``predictions``, ``layout``, ``uncertainty``, and the cohort's ``rows``,
+                ``files`` (per case: image and map files) and ``num_classes``.
+            config: the evaluation options.
+
+        Returns:
+            The path written.
+        """
+        from ..evaluation.cohort import score_column
+        from ..evaluation.triage.certify import certify_rule
+
+        rows = inputs["rows"]
+        rule = certify_rule(rows, inputs.get("files") or {}, int(inputs["num_classes"]),
+                            score_column(rows, config.score), artifact, config,
+                            predictions=inputs.get("predictions"), layout=inputs.get("layout") or "monai-unc",
+                            uncertainty=inputs.get("uncertainty"))
+        return rule.save(Path(path))
+
+    @classmethod
+    def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
+        """The line on the threshold (:func:`risk_control_line`).
+
+        Args:
+            block: the ``risk_control`` block of ``summary.json``.
+
+        Returns:
+            One line.
+        """
+        return [risk_control_line(block)]
+
+    @classmethod
+    def artifact_lines(cls, path: Path) -> list[str]:
+        """The line on the rule file.
+
+        Args:
+            path: the rule file.
+
+        Returns:
+            One line: the path and how to apply it to new cases.
+        """
+        return [f"wrote {path} (apply it to new cases: monai-unc triage --rule {path} ...)"]
