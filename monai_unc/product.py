@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,8 @@ from typing import Any, ClassVar
 __all__ = [
     "CohortProduct",
     "ReportSection",
+    "ReportTable",
+    "format_cell",
     "register_product",
     "unregister_product",
     "registered_products",
@@ -67,6 +71,56 @@ def _load_builtins() -> None:
             importlib.import_module(module)
 
 
+def format_cell(value: Any, digits: int = 3) -> str:
+    """The text of a report cell: ``digits`` decimals for a finite float, an en dash for a missing or non-finite one.
+
+    The one formatting of numbers on the pages (``monai_unc.report.html.format_value``); a product may format its
+    cells with it before it puts them in a :class:`ReportTable`.
+
+    Args:
+        value: the value (None and ``""`` are missing).
+        digits: decimals of a float.
+
+    Returns:
+        The text (other values as ``str(value)``).
+
+    Example:
+        >>> format_cell(0.12345), format_cell(float("nan")), format_cell(None), format_cell(3), format_cell(0.5, 6)
+        ('0.123', '–', '–', '3', '0.500000')
+    """
+    if value is None or (isinstance(value, str) and value == ""):
+        return "–"
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return f"{float(value):.{digits}f}" if math.isfinite(float(value)) else "–"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ReportTable:
+    """A table of a product's report section: plain data, every string escaped by the report.
+
+    Args:
+        head: the header cells (the first column is left-aligned).
+        rows: the body rows: plain values (strings as they are, numbers through :func:`format_cell`).
+        title: a sub-heading above the table (none when empty).
+        note: a paragraph between the sub-heading and the table (none when empty).
+        key: the table's id within the section (``<section id>-<key>``; none when empty).
+        row_data: per row, ``{name: value}`` written as the row's ``data-<name>`` attributes (e.g. the exact numbers
+            behind rounded cells, for tools that read the page).
+
+    Example:
+        >>> ReportTable(["class", "bias"], [["1", 0.25]], title="Volume bias", key="bias").rows[0][1]
+        0.25
+    """
+
+    head: Sequence[str]
+    rows: Sequence[Sequence[Any]] = ()
+    title: str = ""
+    note: str = ""
+    key: str = ""
+    row_data: Sequence[Mapping[str, Any]] = ()
+
+
 @dataclass(frozen=True)
 class ReportSection:
     """What a product shows in ``report.html``: plain data that the report renders, every string escaped.
@@ -77,6 +131,8 @@ class ReportSection:
         cards: ``(label, value)`` pairs shown as cards.
         table_head: the header of an optional table.
         table_rows: its rows (plain values: strings and numbers, formatted by the report).
+        tables: more tables (:class:`ReportTable`), each with its sub-heading and note, after the first.
+        anchor: the section's id (default ``product-<name>``); letters, digits, ``-`` and ``_``.
 
     Example:
         >>> ReportSection("Volume error", ["Predicted minus true volume."], cards=[("mean bias", "1.2 ml")]).title
@@ -88,6 +144,8 @@ class ReportSection:
     cards: Sequence[tuple[str, str]] = ()
     table_head: Sequence[str] = ()
     table_rows: Sequence[Sequence[Any]] = field(default_factory=tuple)
+    tables: Sequence[ReportTable] = ()
+    anchor: str = ""
 
 
 class CohortProduct:

@@ -545,14 +545,22 @@ def _image_loader() -> Any:
     """MONAI's ``LoadImage`` (channel first, image only), built once per process.
 
     Building it builds every reader MONAI has; with pydicom installed that includes MONAI's nvImageCodec DICOM reader,
-    which warns at construction when nvImageCodec is missing. That warning says nothing about the file being read, and
-    an evaluation turns a case's warnings into errors, so it is silenced here (once).
+    which warns (and logs) at construction when nvImageCodec is missing. That says nothing about the file being read,
+    and an evaluation turns a case's warnings into errors, so it is silenced here, once per process.
     """
+    import logging
+
     from monai.transforms import LoadImage
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
-        return LoadImage(image_only=True, ensure_channel_first=True)
+    plugin_log = logging.getLogger("monai.data.nvimgcodec_pydicom_plugin")  # logs the same at construction
+    level = plugin_log.level
+    plugin_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
+            return LoadImage(image_only=True, ensure_channel_first=True)
+    finally:
+        plugin_log.setLevel(level)
 
 
 def _reason(e: BaseException) -> str:

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..product import CohortProduct, ReportSection, register_product
+from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "parse_specs", "min_cases"]
 
@@ -349,13 +349,17 @@ class ConformalMasks(CohortProduct):
             states: unused (the block was made with the rules).
             rows: unused.
             artifact: what :meth:`fit` returned.
-            config: unused.
+            config: the evaluation options (their ``class_names``, kept in the block for the report).
 
         Returns:
             The block (per side the target, the method and per class or region ``lambda_hat`` and the achieved
-            calibration loss; with strata their edges and counts).
+            calibration loss; with strata their edges and counts; the class names when the evaluation has them).
         """
-        return None if artifact is None else artifact["summary"]
+        if artifact is None:
+            return None
+        block = artifact["summary"]
+        names = getattr(config, "class_names", None)
+        return {**block, "class_names": list(names)} if names else block  # the report names the classes
 
     def write_artifact(self, path: str | os.PathLike, artifact: Any, calibration_cases: Sequence[str],
                        inputs: Mapping[str, Any], config: Any) -> Path:
@@ -456,15 +460,68 @@ class ConformalMasks(CohortProduct):
 
     @classmethod
     def report_section(cls, block: Mapping[str, Any]) -> ReportSection | None:
-        """None: the report draws this product's section itself (one table per side).
+        """The "Conformal masks" section of ``report.html``: per side the guarantee and a table.
 
         Args:
-            block: the ``conformal`` block.
+            block: the ``conformal`` block of ``summary.json``: ``family``, ``n_calibration``, optionally
+                ``class_names``, and per side (``sides``) the loss, target, method, ``alpha``, ``guarantee`` and per
+                class or region ``lambda_hat``, ``calibration_loss`` and ``calibration_above_tol``.
 
         Returns:
-            None.
+            The section (id ``conformal``, tables ``conformal-<side>``): per class or region the target, the achieved
+            calibration loss, for the high-probability rule the share of calibration cases above ``tol`` against
+            ``alpha``, and ``lambda_hat`` with its unit; the exact numbers are the rows' ``data-`` attributes.
+
+        Example:
+            >>> t = {"lambda_hat": 0.25, "calibration_loss": 0.08}
+            >>> side = {"loss": "fnr", "target": 0.1, "method": "expectation", "guarantee": "E[FNR] <= 0.1",
+            ...         "per_task": {"1": t}}
+            >>> section = ConformalMasks.report_section({"family": "threshold", "n_calibration": 20,
+            ...                                          "class_names": ["bg", "liver"], "sides": {"outer": side}})
+            >>> section.tables[0].rows[0]
+            ['1 (liver)', '0.1000', '0.0800', '0.250000']
         """
-        return None
+        family = str(block.get("family", "threshold"))
+        unit = _UNITS.get(family, family)
+        names = block.get("class_names")
+        tables = []
+        for side, b in (block.get("sides") or {}).items():
+            loss = str(b.get("loss", ""))
+            high = b.get("method") == "high_probability"
+            head = ["class / region", "target", f"calibration {loss} (mean)"]
+            if high:
+                head.append(f"calibration cases above tol (alpha {format_cell(b.get('alpha'), 4)})")
+            head.append(f"lambda_hat ({unit})")
+            rows, data = [], []
+            for name, t in (b.get("per_task") or {}).items():
+                shown = str(name)
+                if names and shown.isdigit() and int(shown) < len(names):
+                    shown = f"{shown} ({names[int(shown)]})"
+                cells = [shown, format_cell(b.get("target"), 4), format_cell(t.get("calibration_loss"), 4)]
+                if high:
+                    above, alpha = format_cell(t.get("calibration_above_tol"), 4), format_cell(b.get("alpha"), 4)
+                    cells.append(f"{above} vs {alpha}")
+                cells.append(format_cell(t.get("lambda_hat"), 6))
+                rows.append(cells)
+                data.append({"task": str(name), "lambda_hat": repr(t.get("lambda_hat")),
+                             "calibration_loss": repr(t.get("calibration_loss"))})
+            tables.append(ReportTable(
+                head, rows, title=f"{side} mask: {_LOSS_WORDS.get(loss, loss)}", key=str(side), row_data=data,
+                note=f"Guarantee ({b.get('method')}): {b.get('guarantee', '')}. Mask: "
+                     f"{_MASK_WORDS.get((family, str(side)), '?')}."))
+        intro = (f"Inner and outer masks with a finite-sample guarantee on the voxels they add or miss "
+                 f"(docs/conformal.md), fitted on {block.get('n_calibration')} calibration case(s), family {family} "
+                 f"(lambda_hat is a {unit}). The guarantees are marginal: over the calibration draw and a new case "
+                 "exchangeable with them, not for one given case.")
+        return ReportSection("Conformal masks", [intro], tables=tables, anchor="conformal")
+
+
+#: the report's words for the losses, the units of lambda_hat and the masks of each family and side
+_LOSS_WORDS = {"fnr": "FNR (missed share of the structure)", "fp": "false-positive share of the mask"}
+_UNITS = {"threshold": "probability threshold", "margin": "mm margin"}
+_MASK_WORDS = {("threshold", "outer"): "p >= 1 - lambda_hat", ("threshold", "inner"): "p > lambda_hat",
+               ("margin", "outer"): "the predicted mask dilated by lambda_hat mm",
+               ("margin", "inner"): "the predicted mask eroded by lambda_hat mm"}
 
 
 def _fmt(v: Any) -> str:

@@ -54,7 +54,7 @@ from ..evaluation import (
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.products import PRODUCTS_DIR
 from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv, read_volume
-from ..product import ReportSection, product_type
+from ..product import ReportSection, ReportTable, format_cell, product_type
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
 from .plots import (
@@ -147,11 +147,7 @@ def format_value(v: Any, digits: int = 3) -> str:
         >>> format_value(0.12345), format_value(float("nan")), format_value(None), format_value(3)
         ('0.123', '–', '–', '3')
     """
-    if v is None or v == "":
-        return "–"
-    if isinstance(v, (float, np.floating)):
-        return "–" if not np.isfinite(v) else f"{v:.{digits}f}"
-    return str(v)
+    return format_cell(v, digits)
 
 
 def img_tag(fig: Figure) -> Markup:
@@ -421,63 +417,25 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
                                                          id="regions-table"), id="regions")
 
 
-_CONFORMAL_LOSS_WORDS = {"fnr": "FNR (missed share of the structure)",
-                          "fp": "false-positive share of the mask"}
-_CONFORMAL_UNITS = {"threshold": "probability threshold", "margin": "mm margin"}
-_CONFORMAL_MASKS = {("threshold", "outer"): "p >= 1 - lambda_hat", ("threshold", "inner"): "p > lambda_hat",
-                    ("margin", "outer"): "the predicted mask dilated by lambda_hat mm",
-                    ("margin", "inner"): "the predicted mask eroded by lambda_hat mm"}
-
-
 def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | None = None) -> Markup:
-    """The "Conformal masks" section of the report.
-
-    One table per side of ``summary["conformal"]`` (written by ``monai-unc evaluate --conformal``).
+    """Deprecated: the "Conformal masks" section is the product's own (``ConformalMasks.report_section``).
 
     Args:
-        block: ``summary["conformal"]``: ``family``, ``n_calibration`` and per side (``sides``) the loss, target,
-            method, ``alpha``, ``tol``, guarantee and per class or region ``lambda_hat``, ``calibration_loss`` and
-            ``calibration_above_tol``.
-        class_names: the class names of a class evaluation, shown after the class index.
+        block: ``summary["conformal"]``.
+        class_names: the class names of a class evaluation (the block of a newer evaluation holds them).
 
     Returns:
-        The section: per side the guarantee sentence and a table with, per class or region, the target, the
-        achieved calibration loss, for the high-probability rule the share of calibration cases above ``tol``
-        against ``alpha``, and ``lambda_hat`` with its unit.
+        The section, as :func:`product_sections` draws it.
     """
-    family = str(block.get("family", "threshold"))
-    unit = _CONFORMAL_UNITS.get(family, family)
-    n_cal = block.get("n_calibration")
-    parts: list[Any] = [el("p", "Inner and outer masks with a finite-sample guarantee on the voxels they add or miss "
-                             f"(docs/conformal.md), fitted on {n_cal} calibration case(s), family ", el("b", family),
-                             f" (lambda_hat is a {unit}). The guarantees are marginal: over the calibration draw and "
-                             "a new case exchangeable with them, not for one given case.", class_="note")]
-    for side, b in (block.get("sides") or {}).items():
-        loss = str(b.get("loss", ""))
-        words = _CONFORMAL_LOSS_WORDS.get(loss, loss)
-        high = b.get("method") == "high_probability"
-        head = ["class / region", "target", f"calibration {loss} (mean)"]
-        if high:
-            head.append(f"calibration cases above tol (alpha {format_value(b.get('alpha'), 4)})")
-        head.append(f"lambda_hat ({unit})")
-        trs = []
-        for name, t in (b.get("per_task") or {}).items():
-            shown = name
-            if class_names is not None and name.isdigit() and int(name) < len(class_names):
-                shown = f"{name} ({class_names[int(name)]})"
-            cells = [_td(shown, "l"), _td(format_value(b.get("target"), 4)),
-                     _td(format_value(t.get("calibration_loss"), 4))]
-            if high:
-                cells.append(_td(f"{format_value(t.get('calibration_above_tol'), 4)} vs "
-                                 f"{format_value(b.get('alpha'), 4)}"))
-            cells.append(_td(format_value(t.get("lambda_hat"), 6)))
-            trs.append(el("tr", *cells, data_task=name, data_lambda_hat=repr(t.get("lambda_hat")),
-                          data_calibration_loss=repr(t.get("calibration_loss"))))
-        parts += [el("h3", f"{side} mask: {words}"),
-                  el("p", f"Guarantee ({b.get('method')}): ", el("b", b.get("guarantee", "")), ". Mask: ",
-                     _CONFORMAL_MASKS.get((family, str(side)), "?"), ".", class_="note"),
-                  table(head, trs, ("class / region",), id=f"conformal-{side}", class_="conformal")]
-    return el("section", el("h2", "Conformal masks"), *parts, id="conformal")
+    warnings.warn("conformal_section is deprecated: the report draws each product's report_section "
+                  "(monai_unc.products.ConformalMasks.report_section); removed in 0.3.0", DeprecationWarning,
+                  stacklevel=2)
+    cls = product_type("conformal")
+    assert cls is not None
+    block = {**block, "class_names": list(class_names)} if class_names is not None else block
+    section = cls.report_section(block)
+    assert section is not None
+    return product_section(section, "conformal")
 
 
 def product_section(section: ReportSection, key: str) -> Markup:
@@ -493,15 +451,26 @@ def product_section(section: ReportSection, key: str) -> Markup:
         The ``<section>`` element.
     """
     parts: list[Any] = [el("h2", str(section.title))]
-    parts += [el("p", str(text)) for text in section.paragraphs]
+    parts += [el("p", str(text), class_="note") for text in section.paragraphs]
     if section.cards:
         parts.append(cards([(str(label), str(value)) for label, value in section.cards]))
+    anchor = str(section.anchor) if section.anchor else f"product-{key}"
+    anchor = anchor if re.fullmatch(r"[A-Za-z][\w-]*", anchor) else _slug(anchor)
+    tables = list(section.tables)
     if section.table_head:
-        rows = [el("tr", *[_td(format_value(v)) for v in row])
-                for row in section.table_rows]
-        parts.append(table([str(h) for h in section.table_head], rows, left=[str(section.table_head[0])]))
-    anchor = key if key.isidentifier() else _slug(key)  # a registered product's name is an identifier: kept as it is
-    return el("section", *parts, id=f"product-{anchor}", class_="product")
+        tables.insert(0, ReportTable(section.table_head, section.table_rows))
+    for t in tables:
+        if t.title:
+            parts.append(el("h3", str(t.title)))
+        if t.note:
+            parts.append(el("p", str(t.note), class_="note"))
+        data = list(t.row_data) + [{}] * max(0, len(t.rows) - len(t.row_data))
+        rows = [el("tr", *[_td(format_value(v), "l" if i == 0 else None) for i, v in enumerate(row)],
+                   **{f"data_{_slug(str(k)).replace('-', '_')}": str(v) for k, v in extra.items()})
+                for row, extra in zip(t.rows, data)]
+        key_id = f"{anchor}-{_slug(str(t.key))}" if t.key else None
+        parts.append(table([str(h) for h in t.head], rows, left=[str(t.head[0])] if t.head else (), id=key_id))
+    return el("section", *parts, id=anchor, class_="product")
 
 
 def product_sections(summary: Mapping[str, Any]) -> list[Markup]:
@@ -586,7 +555,6 @@ def render_html(
         el("section", el("h2", "Summary"), _cards(summary), id="summary"),
         el("section", el("h2", "Triage"), el("p", *note, class_="note"), _triage_table(rows, summary), id="triage"),
         _regions_section(summary) if summary.get("regions") else None,
-        conformal_section(summary["conformal"], summary.get("class_names")) if summary.get("conformal") else None,
         *product_sections(summary),
         el("section", el("h2", "Cohort plots"), el("div", *map(img_tag, cohort_figures), class_="plots"), id="plots"),
     ]

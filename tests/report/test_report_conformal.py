@@ -1,4 +1,4 @@
-"""The "Conformal masks" section of the evaluation report (monai_unc.report.html.conformal_section)."""
+"""The "Conformal masks" section of the evaluation report (the product's report_section, drawn by the report)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ import pytest
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, run_evaluate
 from monai_unc.products import ConformalMasks
-from monai_unc.report.html import build_report, conformal_section, format_value
+from monai_unc.report.html import build_report, conformal_section, format_value, product_section
+
+
+def _drawn(block):
+    """The section as report.html draws it: the product's ReportSection, rendered (every string escaped)."""
+    return product_section(ConformalMasks.report_section(block), "conformal")
 
 
 def _evaluate(root, name, data, *products):
@@ -37,7 +42,7 @@ def runs(tmp_path_factory):
 
 
 def _section(text: str) -> str:
-    m = re.search(r'<section id="conformal">(.*?)</section>', text, re.S)
+    m = re.search(r'<section id="conformal"[^>]*>(.*?)</section>', text, re.S)
     assert m is not None
     return m.group(1)
 
@@ -100,15 +105,23 @@ def test_hostile_class_names_stay_escaped(runs):
     side = block["sides"]["outer"]
     side["per_task"] = {payload: next(iter(side["per_task"].values()))}
     side["guarantee"] = payload
-    html = conformal_section(block)
+    html = _drawn(block)
     assert "<script>" not in html and "<img" not in html
     rows = _rows(str(html), "outer")
     assert list(rows) == [payload] and rows[payload]["cells"][0] == payload
     names = ["background", payload]  # class names from the evaluation go after the class index
-    html = conformal_section(json.loads((runs["crc"] / "summary.json").read_text())["conformal"], names)
+    named = {**json.loads((runs["crc"] / "summary.json").read_text())["conformal"], "class_names": names}
+    html = _drawn(named)
     assert "<script>" not in html and "<img" not in html
     rows = _rows(str(html), "inner")
     assert rows["0"]["cells"][0] == "0 (background)" and rows["1"]["cells"][0] == f"1 ({payload})"
+
+
+def test_the_deprecated_conformal_section_draws_the_products_section(runs):
+    block = json.loads((runs["crc"] / "summary.json").read_text())["conformal"]
+    with pytest.deprecated_call(match="conformal_section is deprecated"):
+        html = conformal_section(block, ["background", "fg"])
+    assert str(html) == str(_drawn({**block, "class_names": ["background", "fg"]}))
 
 
 def test_case_figures_draw_the_rule_masks(runs, monkeypatch, tmp_path):

@@ -135,7 +135,7 @@ def test_report_renders_the_evaluation_folder_and_computes_nothing(runs, tmp_pat
     # the masks with a guarantee: the section from summary.json, the contours from products/conformal/
     assert sorted(p.name for p in (copy / "products" / "conformal").iterdir()) == sorted(
         f"{c}_{side}.nii.gz" for c in cases for side in ("outer", "inner"))
-    assert '<section id="conformal">' in text and text.count("the conformal outer (white dashed)") >= 2
+    assert '<section id="conformal" class="product">' in text and text.count("the conformal outer (white dashed)") >= 2
 
 
 def test_triage_page_draws_the_maps_triage_wrote(runs, tmp_path, monkeypatch):
