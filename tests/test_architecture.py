@@ -105,7 +105,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                        "monai_unc.evaluation.conformal")]
         + [("monai_unc.products.risk_control", m) for m in ("monai_unc.evaluation.cohort",
                                                             "monai_unc.metrics.selective",
-                                                            "monai_unc.evaluation.triage.certify")],
+                                                            "monai_unc.evaluation.triage.certify",
+                                                            "monai_unc.evaluation.triage")],
         "the product's options are read by the command line before torch; its computations are imported when run",
     ),
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file

@@ -16,6 +16,7 @@ artifact                    ``referral_rule.json``: the threshold, the certifica
                             ``monai-unc triage``
 summary                     the ``risk_control`` block of ``summary.json``: the threshold, the bound, the calibration
                             coverage and risk, the accepted and referred cases (and the held-out cases' figures)
+apply                       the rule's decision on a new case (``monai-unc triage`` for a cohort of them)
 command line                ``--target-risk``, ``--delta``, ``--risk``, ``--risk-method`` and ``--calibration-cases``:
                             evaluation options (``EvaluationConfig``), since ``monai-unc report`` refits the rule
                             with other values of them; the product is on when ``--target-risk`` is given
@@ -204,6 +205,26 @@ class RiskControl(CohortProduct):
                             predictions=inputs.get("predictions"), layout=inputs.get("layout") or "monai-unc",
                             uncertainty=inputs.get("uncertainty"))
         return rule.save(Path(path))
+
+    def apply(self, case: Any, artifact: Any) -> Any:
+        """The rule's decision on one new, unlabelled case, as ``monai-unc triage`` makes it.
+
+        Args:
+            case: the case's files (:class:`~monai_unc.io.CaseFiles`: segmentation, probabilities or maps, image).
+            artifact: a :class:`~monai_unc.evaluation.triage.ReferralRule` or the path of a ``referral_rule.json``
+                (read with its checks).
+
+        Returns:
+            The :class:`~monai_unc.evaluation.triage.Decision` (accept or refer, with the reasons) of
+            :meth:`~monai_unc.evaluation.triage.ReferralRule.apply` on the case's label-free row
+            (:func:`~monai_unc.evaluation.triage.triage_case`).
+        """
+        from ..evaluation.triage import ReferralRule, triage_case
+
+        rule = artifact if isinstance(artifact, ReferralRule) else ReferralRule.load(artifact)
+        row = triage_case(case, rule)
+        stats = None if row.get("image_stats") is None else [row["image_stats"]]
+        return rule.apply([row.get(rule.score, float("nan"))], stats)[0]
 
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
