@@ -459,8 +459,8 @@ def calibration_mask(ids: Sequence[str], config: EvaluationConfig) -> np.ndarray
     return np.array([c in wanted for c in ids], dtype=bool)
 
 
-def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[str, Any] | None = None
-              ) -> dict[str, Any]:
+def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[str, Any] | None = None,
+              fit_warnings: Sequence[str] = ()) -> dict[str, Any]:
     """Cohort metrics of ``state`` (module docstring); NaN becomes ``null`` in the returned dict.
 
     Args:
@@ -468,6 +468,8 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         config: the evaluation options.
         fitted: the artifacts of the evaluation's products (:func:`~monai_unc.evaluation.products.cohort_products`)
             (:func:`~monai_unc.evaluation.products.fit_products`; fitted here when None).
+        fit_warnings: the messages of the warnings raised while ``fitted`` was fitted elsewhere: listed with the
+            cohort's own (``"cohort: ..."``), as when the products are fitted here.
 
     Returns:
         The summary: the evaluation's blocks, then one block per product under its name, then ``warnings``.
@@ -559,13 +561,19 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                     for s in sorted(set(shift)) if s.lower() not in IID_SHIFTS
                 }
             summary["ood"] = ood
-        if state.regions is not None:
-            summary.update(_region_summary(state, rows, ids, score_key, config))
+        blocks: dict[str, Any] = {}
         if cohort_products(config):
             if fitted is None:
                 fitted = fit_products(state.product_states, rows, config)
-            summary.update(product_summaries(state.product_states, rows, config, fitted))
-    msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
+            blocks = product_summaries(state.product_states, rows, config, fitted)
+        given = {p.name for p in config.products}
+        # the blocks of the products the evaluation options turn on (the referral rule) come before the regions,
+        # where the evaluation has written them since it has had them; the other products' blocks after
+        summary.update({k: v for k, v in blocks.items() if k not in given})
+        if state.regions is not None:
+            summary.update(_region_summary(state, rows, ids, score_key, config))
+        summary.update({k: v for k, v in blocks.items() if k in given})
+    msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)} | set(map(str, fit_warnings)))
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return json_safe(summary)
 

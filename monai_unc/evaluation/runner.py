@@ -406,8 +406,14 @@ def _run_evaluate(
 
         def outputs() -> tuple[dict[str, Any], dict[str, Path]]:
             # the products: fitted on the calibration cases, one summary block each
-            fitted = fit_products(state.product_states, state.sorted_rows(), config)
-            summary = summarize(state, config, fitted=fitted)
+            with warnings.catch_warnings(record=True) as caught:  # listed in the summary, as summarize lists its own
+                warnings.simplefilter("always")
+                fitted = fit_products(state.product_states, state.sorted_rows(), config)
+            for w in caught:
+                if not issubclass(w.category, UserWarning):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            summary = summarize(state, config, fitted=fitted, fit_warnings=[
+                str(w.message) for w in caught if issubclass(w.category, UserWarning)])
             paths = write_evaluation(state, summary, output, config)
             rows = state.sorted_rows()
             ids = [str(r["case"]) for r in rows]
