@@ -472,6 +472,7 @@ def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
         TypeError: ``cls`` is not a product class.
         ValueError: a malformed or reserved name.
     """
+    _load_builtins()  # the package's own products first: no other product may take their names or files
     _check_product_class(cls)
     if cls.name in RESERVED_NAMES:
         raise ValueError(f"{cls.__name__}.name {cls.name!r} is a key or file of the evaluation itself")

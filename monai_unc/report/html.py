@@ -454,8 +454,10 @@ def product_section(section: ReportSection, key: str) -> Markup:
     parts += [el("p", str(text), class_="note") for text in section.paragraphs]
     if section.cards:
         parts.append(cards([(str(label), str(value)) for label, value in section.cards]))
-    anchor = str(section.anchor) if section.anchor else f"product-{key}"
-    anchor = anchor if re.fullmatch(r"[A-Za-z][\w-]*", anchor) else _slug(anchor)
+    if section.anchor:  # the product's own id (letters, digits, "-", "_")
+        anchor = str(section.anchor) if re.fullmatch(r"[A-Za-z][\w-]*", str(section.anchor)) else _slug(section.anchor)
+    else:  # a registered product's name is an identifier: kept as it is
+        anchor = f"product-{key if key.isidentifier() else _slug(key)}"
     tables = list(section.tables)
     if section.table_head:
         tables.insert(0, ReportTable(section.table_head, section.table_rows))
