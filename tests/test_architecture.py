@@ -127,6 +127,9 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "dynamic_network_architectures": ("monai_unc.nnunet",),
     "ignite": (),  # pytorch-ignite is a dev dependency only; MONAI's engines and handlers import it optionally
     "nilearn": (),  # a dependency, but heavy to import: the MNI152 example (monai_unc.data.mni152) loads it lazily
+    # the dicom extra: only the DICOM package of io imports them (monai_unc.io itself never imports monai_unc.io.dicom)
+    "pydicom": ("monai_unc.io.dicom",),
+    "highdicom": ("monai_unc.io.dicom",),
 }
 
 #: (module, forbidden call) -> why that module may write a file directly (a third-party API that forces it)
