@@ -94,7 +94,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.conformal",
                                         "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
                                         "monai_unc.workflows.prepare", "monai_unc.workflows.report",
-                                        "monai_unc.workflows.session", "monai_unc.workflows.triage")]
+                                        "monai_unc.workflows.session", "monai_unc.workflows.triage",
+                                        "monai_unc.workflows.dicom")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",

@@ -23,7 +23,7 @@ from ..product import registered_products
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 
 #: the sub-commands :func:`add_command_parsers` adds, in the order of ``monai-unc --help``
-COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal")
+COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal", "dicom-export")
 
 
 #: the attribute of ``infer``'s parsed arguments that holds the destinations of the options given on the command
@@ -401,6 +401,30 @@ def _add_conformal(sub: Any) -> None:
                    help="apply the rule to predictions whose fingerprint differs (conformal.json says so)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
+def _add_dicom_export(sub: Any) -> None:
+    p = sub.add_parser(
+        "dicom-export", help="write the outputs of infer / nnunet-predict as DICOM SEG, Parametric Maps (dicom extra)",
+        description="For each case of a prediction folder and its source series (<series>/<case>/: one folder of "
+        "single-frame CT or MR slices), write <output>/<case>/seg.dcm (binary DICOM SEG, one segment per class), "
+        "probabilities.dcm (FRACTIONAL SEG, 8-bit probabilities) and <measure>.dcm (Parametric Map, 32-bit float), "
+        "with new UIDs under --uid-root and the patient and study of the source, and dicom_export.json. Needs "
+        "pip install 'monai-unc[dicom]'. See docs/dicom.md.",
+    )  # fmt: skip
+    p.add_argument("--predictions", "-p", required=True,
+                   help="folder written by 'monai-unc infer' (or nnunet-predict with --layout nnunet)")
+    p.add_argument("--series", "-s", required=True, help="folder with one source series folder per case id")
+    p.add_argument("--output", "-o", required=True, help="export folder (<case>/*.dcm, dicom_export.json)")
+    p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
+    p.add_argument("--measures", nargs="+", type=_measure_name, default=None, choices=MEASURES,
+                   help="maps to export as Parametric Maps (default: every map found)")
+    p.add_argument("--no-probabilities", action="store_true", help="no FRACTIONAL SEG of the probabilities")
+    p.add_argument("--segments", default=None,
+                   help='JSON segment descriptions {"<class>": {"name": ..., "category": [scheme, code, meaning], '
+                        '"type": [...]}} (default: "class <c>", SNOMED-CT codes for known names)')
+    p.add_argument("--uid-root", default=None, help="root of the new UIDs, e.g. 1.2.826.0.1.3680043.10.543. "
+                                                    "(default: pydicom's)")
+    p.add_argument("--algorithm-name", default=None, help="algorithm name (default: the recorded model)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 
 def add_command_parsers(sub: Any) -> None:
@@ -416,5 +440,6 @@ def add_command_parsers(sub: Any) -> None:
         >>> parser.parse_args(["report", "--evaluation", "ev", "--budget", "0.3"]).budget
         0.3
     """
-    for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal):
+    for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal,
+                _add_dicom_export):
         add(sub)

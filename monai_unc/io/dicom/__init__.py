@@ -40,7 +40,15 @@ from .objects import (  # noqa: E402 (after the check of the extra)
     write_parametric_map,
     write_segmentation,
 )
-from .series import DicomSeries, DicomSeriesError, read_series, series_affine, write_series  # noqa: E402
+from .series import (  # noqa: E402
+    DICOM_GEOMETRY_ATOL,
+    DicomSeries,
+    DicomSeriesError,
+    read_series,
+    series_affine,
+    to_series_grid,
+    write_series,
+)
 
 __all__ = [
     "MISSING_EXTRA",
@@ -49,6 +57,8 @@ __all__ = [
     "read_series",
     "series_affine",
     "write_series",
+    "to_series_grid",
+    "DICOM_GEOMETRY_ATOL",
     "AlgorithmInfo",
     "SegmentSpec",
     "DEFAULT_SEGMENTS",

@@ -285,7 +285,9 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
     """Write a label map as a binary DICOM SEG on the series' grid.
 
     Args:
-        labels: ``(columns, rows, slices)`` integer class values (0: background, not a segment).
+        labels: ``(columns, rows, slices)`` integer class values (0: background, not a segment), or ``(R, columns,
+            rows, slices)`` 0/1 region masks (a region-based model; segments may overlap, ``label`` r is channel
+            ``r - 1``).
         series: the source series (:func:`~monai_unc.io.dicom.read_series`).
         path: the ``.dcm`` file to write.
         segments: one :class:`SegmentSpec` per class that becomes a segment (segment ``i + 1`` is
@@ -310,10 +312,17 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
     classes = [s.label for s in segments]
     if len(set(classes)) != len(classes) or min(classes) < 1:
         raise ValueError(f"segments must be distinct classes >= 1, got {classes}")
-    frames = volume_frames(labels, series, "labels")
-    numbers = np.zeros(frames.shape, dtype=np.uint16)
-    for i, c in enumerate(classes):
-        numbers[frames == c] = i + 1
+    if labels.ndim == 4:  # region masks (R, X, Y, Z): segment i is channel segments[i].label - 1, may overlap
+        if max(classes) > labels.shape[0]:
+            raise ValueError(f"segments name channel {max(classes)} of {labels.shape[0]} region masks")
+        if labels.dtype != bool and not np.isin(labels, (0, 1)).all():
+            raise ValueError("region masks must hold 0 and 1 only")
+        numbers = np.stack([volume_frames(labels[c - 1] > 0, series, "labels") for c in classes], axis=-1)
+    else:
+        frames = volume_frames(labels, series, "labels")
+        numbers = np.zeros(frames.shape, dtype=np.uint16)
+        for i, c in enumerate(classes):
+            numbers[frames == c] = i + 1
     algorithm = algorithm or AlgorithmInfo()
     ident = algorithm.identification()
     descriptions = [

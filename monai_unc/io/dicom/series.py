@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import nibabel as nib
 import numpy as np
 import pydicom
 from pydicom.dataset import Dataset, FileMetaDataset
@@ -30,7 +31,16 @@ from pydicom.uid import (
 
 from ..files import atomic_write_bytes, check_output_folder
 
-__all__ = ["DicomSeries", "DicomSeriesError", "read_series", "series_affine", "write_series", "SUPPORTED_SOP_CLASSES"]
+__all__ = [
+    "DicomSeries",
+    "DicomSeriesError",
+    "read_series",
+    "series_affine",
+    "write_series",
+    "to_series_grid",
+    "SUPPORTED_SOP_CLASSES",
+    "DICOM_GEOMETRY_ATOL",
+]
 
 #: the single-frame image storage classes the reader takes (CT, MR)
 SUPPORTED_SOP_CLASSES = {str(CTImageStorage): "CT", str(MRImageStorage): "MR"}
@@ -377,3 +387,56 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         name = f"{numbers[k]:05d}_{sop_uid[-8:]}.dcm" if shuffle_seed is not None else f"{k:05d}.dcm"
         written.append(atomic_write_bytes(folder / name, buffer.getvalue()))
     return written
+
+
+#: largest difference of affine entries (mm) between a NIfTI output and its source series (DICOM stores positions
+#: as decimal strings of at most 16 characters)
+DICOM_GEOMETRY_ATOL = 1e-2
+
+
+def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, what: str) -> np.ndarray:
+    """Put a volume read from a NIfTI file on the voxel grid of its source series.
+
+    The NIfTI file may store the same grid with its axes permuted or flipped (a converter's choice, e.g. dcm2niix);
+    the array is reoriented (no interpolation) to the series' ``(columns, rows, slices)`` order and its affine must
+    then equal the series' (within :data:`DICOM_GEOMETRY_ATOL` mm).
+
+    Args:
+        data: ``(C, X, Y, Z)`` channel-first volume.
+        affine: its ``(4, 4)`` RAS affine.
+        series: the source series.
+        what: how errors name the volume.
+
+    Returns:
+        ``(C, columns, rows, slices)``.
+
+    Raises:
+        ValueError: naming ``what`` and the series when the grids differ (shape, spacing, position or direction).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((2, 3, 4)), np.eye(4), d, modality="MR")
+        ...     s = read_series(d, pixels=False)
+        ...     flip = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, -1, 3], [0, 0, 0, 1.0]])  # slices reversed
+        ...     data = np.arange(24.0).reshape(1, 2, 3, 4)
+        ...     to_series_grid(data[..., ::-1], s.affine @ flip, s, "map")[0, 1, 2]
+        array([20., 21., 22., 23.])
+    """
+    data = np.asarray(data)
+    affine = np.asarray(affine, dtype=float)
+    if data.ndim != 4:
+        raise ValueError(f"{what} must be (C, X, Y, Z), got shape {data.shape}")
+    have = nib.orientations.io_orientation(affine)
+    want = nib.orientations.io_orientation(series.affine)
+    transform = nib.orientations.ornt_transform(have, want)
+    moved = np.stack([nib.orientations.apply_orientation(c, transform) for c in data])
+    new_affine = affine @ nib.orientations.inv_ornt_aff(transform, data.shape[1:])
+    if moved.shape[1:] != tuple(series.shape):
+        raise ValueError(f"{what} has the grid {moved.shape[1:]} (reoriented), the series {series.series_uid} "
+                         f"{series.shape}: not on the source series' grid")
+    if np.abs(new_affine - series.affine).max() > DICOM_GEOMETRY_ATOL:
+        diff = float(np.abs(new_affine - series.affine).max())
+        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (affines differ by "
+                         f"{diff:.3g} mm); it must come from that series")
+    return moved

@@ -1,0 +1,175 @@
+"""``monai-unc dicom-export``: a prediction folder and its source series to SEG, FRACTIONAL SEG and Parametric Maps.
+
+The round trip is checked independently of the export's own geometry code: every source pixel's position comes
+from its file's header (ImagePositionPatient, ImageOrientationPatient, PixelSpacing) and is mapped into the NIfTI
+output through the inverse of the NIfTI affine; the DICOM frame value there must equal the NIfTI voxel.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
+hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from monai_unc.cli import main  # noqa: E402
+from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
+
+CASES = {"case0": "oblique_mr", "case1": "reversed_mr"}
+
+
+def _snapshot(*folders):
+    return {str(p): p.stat().st_mtime_ns for f in folders for p in sorted(f.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export")
+    pred, series = root / "pred", root / "series"
+    pred.mkdir()
+    _, label, probs = mni_small()
+    rng = np.random.default_rng(1)
+    maps = {}
+    for case, geometry in CASES.items():
+        make_series(series / case, geometry, patient_name="Ünïcode^Name")
+        affine = GEOMETRIES[geometry][1]  # the NIfTI grid as written: case1's slice axis is reversed in DICOM
+        pe = (rng.random(label.shape) * np.log(3)).astype(np.float32)
+        maps[case] = {"predictive_entropy": pe, "variance": (pe / 10).astype(np.float32)}
+        nib.save(nib.Nifti1Image(label.astype(np.uint8), affine), pred / f"{case}_seg.nii.gz")
+        nib.save(nib.Nifti1Image(np.moveaxis(probs, 0, -1), affine), pred / f"{case}_probs.nii.gz")
+        for m, u in maps[case].items():
+            nib.save(nib.Nifti1Image(u, affine), pred / f"{case}_{m}.nii.gz")
+    (pred / "infer.json").write_text(json.dumps({"settings": {"model": "example", "method": "mcdropout",
+                                                               "weights": [{"file": "w.pt", "sha256": "ab" * 32}]}}))
+    segments = root / "segments.json"
+    segments.write_text(json.dumps({"1": {"name": "Grey matter"}, "2": {"name": "<b>White</b> matter"}}))
+    before = _snapshot(pred, series)
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(root / "out"), "--segments",
+               str(segments), "--uid-root", "1.2.826.0.1.3680043.10.777.", "--quiet"])
+    assert rc == 0
+    assert _snapshot(pred, series) == before  # nothing written into an input folder
+    return root, pred, series, root / "out", label, probs, maps
+
+
+def _source_world(ds):
+    """RAS world coordinates (rows, columns, 3) of every pixel of a source slice, from its own header."""
+    o = np.asarray(ds.ImageOrientationPatient, float)
+    dr, dc = (float(v) for v in ds.PixelSpacing)
+    r, c = np.mgrid[: int(ds.Rows), : int(ds.Columns)]
+    lps = np.asarray(ds.ImagePositionPatient, float) + c[..., None] * dc * o[:3] + r[..., None] * dr * o[3:]
+    return lps * [-1, -1, 1]
+
+
+def _nifti_at(volume, affine, world):
+    """The NIfTI voxel at each world position (nearest: the positions are voxel centres)."""
+    ijk = np.rint(np.c_[world.reshape(-1, 3), np.ones(world[..., 0].size)] @ np.linalg.inv(affine).T)[:, :3]
+    ijk = ijk.astype(int)
+    return volume[..., ijk[:, 0], ijk[:, 1], ijk[:, 2]].reshape(*volume.shape[:-3], *world.shape[:2])
+
+
+def _sources(series_folder):
+    return {str(ds.SOPInstanceUID): ds for ds in (pydicom.dcmread(p) for p in series_folder.iterdir())}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_objects_round_trip_on_the_source_grid(exported, case):
+    root, pred, series, out, label, probs, maps = exported
+    affine = GEOMETRIES[CASES[case]][1]
+    sources = _sources(series / case)
+    uids = sorted(sources)
+    files = sorted(p.name for p in (out / case).iterdir())
+    assert files == ["predictive_entropy.dcm", "probabilities.dcm", "seg.dcm", "variance.dcm"]
+    for name in files:
+        assert dciodvfy_errors(out / case / name) == []
+    seg = hd.seg.segread(out / case / "seg.dcm")
+    assert [s.SegmentLabel for s in seg.SegmentSequence] == ["Grey matter", "<b>White</b> matter"]
+    assert seg.SeriesInstanceUID.startswith("1.2.826.0.1.3680043.10.777.")
+    assert str(seg.PatientName) == "Ünïcode^Name" and seg.StudyInstanceUID == sources[uids[0]].StudyInstanceUID
+    ident = seg.SegmentSequence[0].SegmentationAlgorithmIdentificationSequence[0]
+    assert ident.AlgorithmName == "example" and "ab" * 32 in ident.AlgorithmParameters
+    pixels = seg.get_pixels_by_source_instance(uids, combine_segments=True, ignore_spatial_locations=True)
+    fseg = hd.seg.segread(out / case / "probabilities.dcm")
+    fpix = fseg.get_pixels_by_source_instance(uids, rescale_fractional=True, ignore_spatial_locations=True,
+                                              dtype=np.float32)
+    for k, uid in enumerate(uids):
+        world = _source_world(sources[uid])
+        np.testing.assert_array_equal(pixels[k], _nifti_at(label, affine, world))
+        assert np.abs(fpix[k] - np.moveaxis(_nifti_at(probs, affine, world)[1:], 0, -1)).max() <= 0.5 / 255 + 1e-6
+    for m, u in maps[case].items():
+        pm = hd.pm.ParametricMap.from_dataset(pydicom.dcmread(out / case / f"{m}.dcm"))
+        for item, frame in zip(pm.PerFrameFunctionalGroupsSequence, pm.pixel_array):
+            ref = str(item.DerivationImageSequence[0].SourceImageSequence[0].ReferencedSOPInstanceUID)
+            np.testing.assert_array_equal(frame, _nifti_at(u, affine, _source_world(sources[ref])))
+            np.testing.assert_allclose(item.PlanePositionSequence[0].ImagePositionPatient,
+                                       sources[ref].ImagePositionPatient, atol=1e-4)
+
+
+def test_the_manifest_lists_every_object(exported):
+    _, _, series, out, *_ = exported
+    doc = json.loads((out / "dicom_export.json").read_text())
+    assert doc["format"] == "monai-unc-dicom-export" and sorted(doc["cases"]) == sorted(CASES)
+    for case, entry in doc["cases"].items():
+        assert entry["series"]["series_instance_uid"] == str(pydicom.dcmread(next((series / case).iterdir()))
+                                                               .SeriesInstanceUID)
+        for obj in entry["objects"]:
+            ds = pydicom.dcmread(out / obj["file"], stop_before_pixels=True)
+            assert str(ds.SOPInstanceUID) == obj["sop_instance_uid"]
+
+
+def test_nnunet_layout_and_npz_probabilities(tmp_path):
+    _, label, probs = mni_small()
+    pred = tmp_path / "pred"
+    (pred / "uncertainty").mkdir(parents=True)
+    make_series(tmp_path / "series" / "c0", "anisotropic_ct")
+    affine = GEOMETRIES["anisotropic_ct"][1]
+    nib.save(nib.Nifti1Image(label.astype(np.uint8), affine), pred / "c0.nii.gz")
+    np.savez(pred / "c0.npz", probabilities=probs.transpose(0, 3, 2, 1))  # nnU-Net's (C, z, y, x)
+    pe = np.full(label.shape, 0.25, np.float32)
+    nib.save(nib.Nifti1Image(pe, affine), pred / "uncertainty" / "c0_predictive_entropy.nii.gz")
+    assert main(["dicom-export", "-p", str(pred), "-s", str(tmp_path / "series"), "-o", str(tmp_path / "out"),
+                 "--layout", "nnunet", "-q"]) == 0
+    fseg = hd.seg.segread(tmp_path / "out" / "c0" / "probabilities.dcm")
+    sources = _sources(tmp_path / "series" / "c0")
+    uids = sorted(sources)
+    fpix = fseg.get_pixels_by_source_instance(uids, rescale_fractional=True, ignore_spatial_locations=True,
+                                              dtype=np.float32)
+    for k, uid in enumerate(uids):
+        expected = np.moveaxis(_nifti_at(probs, affine, _source_world(sources[uid]))[1:], 0, -1)
+        assert np.abs(fpix[k] - expected).max() <= 0.5 / 255 + 1e-6
+    pm = hd.pm.ParametricMap.from_dataset(pydicom.dcmread(tmp_path / "out" / "c0" / "predictive_entropy.dcm"))
+    assert np.all(pm.pixel_array == np.float32(0.25))  # a constant map keeps its value
+
+
+def test_refusals_are_one_line(exported, tmp_path, capsys):
+    root, pred, series, out, *_ = exported
+
+    def refused(argv, pattern):
+        capsys.readouterr()
+        assert main(["dicom-export", *argv, "-q"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and pattern in err, err
+
+    refused(["-p", str(pred), "-s", str(series), "-o", str(pred / "dicom")], "inside the input folder")
+    (tmp_path / "none").mkdir()
+    refused(["-p", str(pred), "-s", str(tmp_path / "none"), "-o", str(tmp_path / "o")], "no source series for 2 case")
+    refused(["-p", str(pred), "-s", str(series), "-o", str(tmp_path / "o"), "--uid-root", "1.2.x."], "uid_root")
+    other = tmp_path / "series"
+    make_series(other / "case0", "axial_ct")  # another grid than the predictions'
+    make_series(other / "case1", "reversed_mr")
+    refused(["-p", str(pred), "-s", str(other), "-o", str(tmp_path / "o2")], "is not on the grid of the series")
+
+
+def test_without_the_extra_one_line_names_it(exported, tmp_path, monkeypatch, capsys):
+    _, pred, series, *_ = exported
+    for name in [m for m in sys.modules if m.startswith(("monai_unc.io.dicom", "monai_unc.workflows.dicom"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "highdicom", None)  # import highdicom raises ImportError
+    assert main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "o"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "monai-unc dicom-export: error: DICOM input and output need pydicom and highdicom: pip install " \
+                  "'monai-unc[dicom]'"
