@@ -406,7 +406,8 @@ def _add_dicom_export(sub: Any) -> None:
         "dicom-export", help="write the outputs of infer / nnunet-predict as DICOM SEG, Parametric Maps (dicom extra)",
         description="For each case of a prediction folder and its source series (<series>/<case>/: one folder of "
         "single-frame CT or MR slices), write <output>/<case>/seg.dcm (binary DICOM SEG, one segment per class), "
-        "probabilities.dcm (FRACTIONAL SEG, 8-bit probabilities) and <measure>.dcm (Parametric Map, 32-bit float), "
+        "probabilities.dcm (FRACTIONAL SEG, 8-bit probabilities), <measure>.dcm (Parametric Map, 32-bit float) "
+        "and sr.dcm (Comprehensive 3D SR, TID 1500: volumes, case scores, triage decision), "
         "with new UIDs under --uid-root and the patient and study of the source, and dicom_export.json. Needs "
         "pip install 'monai-unc[dicom]'. See docs/dicom.md.",
     )  # fmt: skip
@@ -424,6 +425,11 @@ def _add_dicom_export(sub: Any) -> None:
     p.add_argument("--uid-root", default=None, help="root of the new UIDs, e.g. 1.2.826.0.1.3680043.10.543. "
                                                     "(default: pydicom's)")
     p.add_argument("--algorithm-name", default=None, help="algorithm name (default: the recorded model)")
+    p.add_argument("--evaluation", "-e", default=None,
+                   help="output folder of 'monai-unc evaluate': each case's metrics.csv row goes into its SR")
+    p.add_argument("--triage", default=None,
+                   help="output folder of 'monai-unc triage': each case's decision, the rule's digest and guarantee "
+                        "go into its SR")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 

@@ -9,7 +9,10 @@ For every case of a prediction folder (``--layout monai-unc`` or ``nnunet``) and
   identification (model, method, weight digests from the prediction folder's records);
 - ``probabilities.dcm``: the mean probabilities as a FRACTIONAL SEG (PROBABILITY; 8-bit: within 1/510), unless
   ``--no-probabilities``;
-- ``<measure>.dcm``: each uncertainty map as a Parametric Map (32-bit float: the values exactly).
+- ``<measure>.dcm``: each uncertainty map as a Parametric Map (32-bit float: the values exactly);
+- ``sr.dcm``: the Comprehensive 3D SR (TID 1500) of the case: each segment's volume (referencing the SEG), the case's
+  row of ``metrics.csv`` (``--evaluation``: case scores, Dice, QU-BraTS), the triage decision with the rule's digest
+  and guarantee (``--triage``), referencing the source series, the SEG and the maps.
 
 The NIfTI outputs must be on the series' grid (axes may be permuted or flipped: they are reoriented, never
 resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs. A rerun replaces a
@@ -36,6 +39,7 @@ from ..io import (
     check_output_folder,
     clean_partial_files,
     match_cases,
+    read_csv,
     read_json_or_none,
     read_probabilities,
     read_volume,
@@ -48,8 +52,11 @@ from ..io.dicom import (
     default_segment,
     read_segment_specs,
     read_series,
+    report_numbers,
+    segment_volume_ml,
     to_series_grid,
     write_fractional_segmentation,
+    write_measurement_report,
     write_parametric_map,
     write_segmentation,
 )
@@ -63,7 +70,7 @@ EXPORT_RECORD = "dicom_export.json"
 EXPORT_FORMAT = "monai-unc-dicom-export"
 EXPORT_VERSION = 1
 #: the SeriesNumbers of the derived objects: SEG, FRACTIONAL SEG, the maps from 903 on
-_SEG_NUMBER, _PROBS_NUMBER, _MAP_NUMBER = 901, 902, 903
+_SEG_NUMBER, _PROBS_NUMBER, _MAP_NUMBER, _SR_NUMBER = 901, 902, 903, 999
 
 
 @dataclass
@@ -139,7 +146,8 @@ def _region_names(predictions: Path) -> list[str] | None:
 
 
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
-                 uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None) -> list[dict]:
+                 uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
+                 numbers: dict[str, float] | None, triage: dict[str, Any] | None) -> list[dict]:
     seg, seg_affine = read_volume(files.seg)
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
     regions = seg.shape[0] > 1
@@ -186,13 +194,57 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
         path = write_parametric_map(u[0], series, folder / f"{measure}.dcm", measure, algorithm, uid_root,
                                     _MAP_NUMBER + i)
         record(f"map:{measure}", path, pydicom.dcmread(path, stop_before_pixels=True))
+    # the measurement report: segment volumes, the case's numbers, the triage decision; it references the objects
+    headers = {o["kind"]: pydicom.dcmread(folder / Path(o["file"]).name, stop_before_pixels=True) for o in objects}
+    masks = seg > 0 if regions else [seg[0] == s.label for s in specs]
+    volumes = {i + 1: {"volume": segment_volume_ml(m, series.spacing)} for i, m in enumerate(masks)}
+    path = write_measurement_report(
+        folder / "sr.dcm", series, headers["segmentation"], [d for k, d in headers.items() if k != "segmentation"],
+        segment_volumes=volumes, numbers=numbers or {}, triage=triage, algorithm=algorithm, uid_root=uid_root,
+        series_number=_SR_NUMBER)
+    record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
     return objects
+
+
+def _evaluation_rows(evaluation: str | os.PathLike | None) -> dict[str, dict[str, float]]:
+    if evaluation is None:
+        return {}
+    path = Path(evaluation) / "metrics.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics.csv in {evaluation}: is it the output folder of 'monai-unc evaluate'?")
+    return {str(r.get("case", "")): report_numbers(r) for r in read_csv(path)}
+
+
+def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
+    """The per-case triage of ``triage.json`` (untrusted: every field checked) with the rule's digest and guarantee."""
+    if triage is None:
+        return {}
+    path = Path(triage) / "triage.json"
+    doc = read_json_or_none(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no list of cases)")
+    rule = doc.get("rule") if isinstance(doc.get("rule"), dict) else {}
+    risk = doc.get("accepted_risk") if isinstance(doc.get("accepted_risk"), dict) else {}
+    shared = {"rule_digest": rule.get("digest") if isinstance(rule.get("digest"), str) else "",
+              "statement": risk.get("statement") if isinstance(risk.get("statement"), str) else "",
+              "score_name": doc.get("score") if isinstance(doc.get("score"), str) else "triage score"}
+    out = {}
+    for entry in doc["cases"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("case"), str):
+            raise ValueError(f"{path}: a case entry without a case id")
+        if entry.get("decision") not in ("accept", "review"):
+            raise ValueError(f"{path}: case {entry['case']!r} has the decision {entry.get('decision')!r}, not "
+                             "'accept' or 'review'")
+        out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"),
+                              "reason": entry.get("reason") if isinstance(entry.get("reason"), str) else ""}
+    return out
 
 
 def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, output: str | os.PathLike, *,
                  layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,
-                 algorithm_name: str | None = None, progress: bool = True) -> DicomExport:
+                 algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
+                 triage: str | os.PathLike | None = None, progress: bool = True) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
     Args:
@@ -205,6 +257,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`).
         uid_root: the root of the new UIDs (:func:`monai_unc.io.dicom.check_uid_root`).
         algorithm_name: the algorithm name (default: the model recorded in the prediction folder).
+        evaluation: the output folder of ``monai-unc evaluate``: the case's row of ``metrics.csv`` goes into the SR.
+        triage: the output folder of ``monai-unc triage``: the case's decision, score, the rule's digest and
+            guarantee (``triage.json``) go into the SR.
         progress: show a progress bar.
 
     Returns:
@@ -221,7 +276,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     if not src.is_dir():
         raise FileNotFoundError(f"series folder not found: {src}")
-    out = check_output_folder(output, pred, src)
+    out = check_output_folder(output, pred, src, evaluation, triage)
+    rows, decisions = _evaluation_rows(evaluation), _triage_entries(triage)
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:
         cases = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures)
@@ -243,7 +299,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         clean_partial_files(folder)
         algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)
         objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
-                               uid_root=uid_root, algorithm=algorithm, region_names=region_names)
+                               uid_root=uid_root, algorithm=algorithm, region_names=region_names,
+                               numbers=rows.get(files.case_id), triage=decisions.get(files.case_id))
         result.cases[files.case_id] = {
             "series": {"series_instance_uid": case_series.series_uid,
                        "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
@@ -270,6 +327,7 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
     """
     result = dicom_export(args.predictions, args.series, args.output, layout=args.layout, measures=args.measures,
                           probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
-                          algorithm_name=args.algorithm_name, progress=not args.quiet)
+                          algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,
+                          progress=not args.quiet)
     line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"
     return CommandResult(result, True, result.output, () if args.quiet else (line,))

@@ -18,6 +18,7 @@ pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
 hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
 
 from monai_unc.cli import main  # noqa: E402
+from monai_unc.io import read_csv, write_csv  # noqa: E402
 from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
 
 CASES = {"case0": "oblique_mr", "case1": "reversed_mr"}
@@ -46,11 +47,22 @@ def exported(tmp_path_factory):
             nib.save(nib.Nifti1Image(u, affine), pred / f"{case}_{m}.nii.gz")
     (pred / "infer.json").write_text(json.dumps({"settings": {"model": "example", "method": "mcdropout",
                                                                "weights": [{"file": "w.pt", "sha256": "ab" * 32}]}}))
+    evaluation, triage = root / "evaluation", root / "triage"
+    evaluation.mkdir()
+    triage.mkdir()
+    write_csv(evaluation / "metrics.csv", [{"case": "case0", "dice": 0.8123456789012345, "predictive_entropy_mean":
+                                            0.1, "ece": float("nan")}, {"case": "case1", "dice": 0.5}])
+    (triage / "triage.json").write_text(json.dumps({
+        "score": "predictive_entropy_fg_mean", "rule": {"digest": "sha256:" + "cd" * 32},
+        "accepted_risk": {"statement": "failure rate among accepted cases <= 0.1 with probability >= 0.9"},
+        "cases": [{"case": "case0", "score": 0.25, "decision": "review", "reason": "<script>x</script>"},
+                  {"case": "case1", "score": 0.05, "decision": "accept", "reason": "below threshold"}]}))
     segments = root / "segments.json"
     segments.write_text(json.dumps({"1": {"name": "Grey matter"}, "2": {"name": "<b>White</b> matter"}}))
     before = _snapshot(pred, series)
     rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(root / "out"), "--segments",
-               str(segments), "--uid-root", "1.2.826.0.1.3680043.10.777.", "--quiet"])
+               str(segments), "--uid-root", "1.2.826.0.1.3680043.10.777.", "--evaluation", str(evaluation),
+               "--triage", str(triage), "--quiet"])
     assert rc == 0
     assert _snapshot(pred, series) == before  # nothing written into an input folder
     return root, pred, series, root / "out", label, probs, maps
@@ -83,7 +95,7 @@ def test_objects_round_trip_on_the_source_grid(exported, case):
     sources = _sources(series / case)
     uids = sorted(sources)
     files = sorted(p.name for p in (out / case).iterdir())
-    assert files == ["predictive_entropy.dcm", "probabilities.dcm", "seg.dcm", "variance.dcm"]
+    assert files == ["predictive_entropy.dcm", "probabilities.dcm", "seg.dcm", "sr.dcm", "variance.dcm"]
     for name in files:
         assert dciodvfy_errors(out / case / name) == []
     seg = hd.seg.segread(out / case / "seg.dcm")
@@ -173,3 +185,60 @@ def test_without_the_extra_one_line_names_it(exported, tmp_path, monkeypatch, ca
     err = capsys.readouterr().err.strip()
     assert err == "monai-unc dicom-export: error: DICOM input and output need pydicom and highdicom: pip install " \
                   "'monai-unc[dicom]'"
+
+
+def _sr_items(ds, group=None, out=None):
+    """(group tracking id, concept meaning, value, referenced UIDs) of every NUM / CODE / TEXT item of an SR."""
+    out = [] if out is None else out
+    for item in ds.get("ContentSequence", []):
+        name = item.ConceptNameCodeSequence[0].CodeMeaning if "ConceptNameCodeSequence" in item else ""
+        if item.ValueType == "NUM":
+            mv = item.MeasuredValueSequence[0]
+            value = float(mv.FloatingPointValue) if "FloatingPointValue" in mv else float(mv.NumericValue)
+            out.append((group, name, value))
+        elif item.ValueType == "CODE":
+            out.append((group, name, item.ConceptCodeSequence[0].CodeValue))
+        elif item.ValueType in ("TEXT", "UIDREF") and name in ("Tracking Identifier", "Algorithm Parameters"):
+            if name == "Tracking Identifier":
+                group = item.TextValue
+            else:
+                out.append((group, name, item.TextValue))
+        elif item.ValueType in ("IMAGE", "COMPOSITE"):
+            out.append((group, "ref", item.ReferencedSOPSequence[0].ReferencedSOPInstanceUID))
+        _sr_items(item, group, out)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_sr_holds_the_numbers_of_the_tables(exported, case):
+    root, pred, series, out, label, *_ = exported
+    assert dciodvfy_errors(out / case / "sr.dcm") == []
+    sr = hd.sr.Comprehensive3DSR.from_dataset(pydicom.dcmread(out / case / "sr.dcm"))
+    src = pydicom.dcmread(next((series / case).iterdir()), stop_before_pixels=True)
+    assert sr.StudyInstanceUID == src.StudyInstanceUID and str(sr.PatientName) == "Ünïcode^Name"
+    items = _sr_items(sr)
+    # the case's row of metrics.csv, value for value (finite cells only)
+    row = next(r for r in read_csv(root / "evaluation" / "metrics.csv") if r["case"] == case)
+    scores = {name: v for g, name, v in items if g == "case scores" and isinstance(v, float)}
+    assert scores == {k: float(v) for k, v in row.items() if k != "case" and v not in ("", "nan")}
+    # segment volumes: voxel counts of the NIfTI segmentation times its voxel volume (ml)
+    voxel_ml = abs(np.linalg.det(GEOMETRIES[CASES[case]][1][:3, :3])) / 1000
+    for number, cls in ((1, 1), (2, 2)):
+        volume = [v for g, name, v in items if g == f"segment {number}" and name == "Volume"]
+        assert volume == [pytest.approx(np.count_nonzero(label == cls) * voxel_ml, rel=1e-12)]
+    # the triage decision, its score, the rule's digest and guarantee
+    decision = {"case0": "review", "case1": "accept"}[case]
+    assert ("triage", "Triage decision", decision) in items
+    assert ("triage", "predictive_entropy_fg_mean", {"case0": 0.25, "case1": 0.05}[case]) in items
+    params = [v for g, name, v in items if g == "triage" and name == "Algorithm Parameters"]
+    assert "rule_digest=sha256:" + "cd" * 32 in params
+    assert any(p.startswith("statement=failure rate among accepted") for p in params)
+    # it references the source series and every object of the case
+    refs = {v for _, name, v in items if name == "ref"}
+    manifest = json.loads((out / "dicom_export.json").read_text())["cases"][case]["objects"]
+    seg_uid = next(o["sop_instance_uid"] for o in manifest if o["kind"] == "segmentation")
+    assert seg_uid in refs
+    evidence = {str(s.ReferencedSOPInstanceUID) for study in sr.CurrentRequestedProcedureEvidenceSequence
+                for se in study.ReferencedSeriesSequence for s in se.ReferencedSOPSequence}
+    assert {o["sop_instance_uid"] for o in manifest if o["kind"] != "report"} <= evidence
+    assert str(src.SOPInstanceUID) in evidence

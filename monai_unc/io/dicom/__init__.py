@@ -49,6 +49,7 @@ from .series import (  # noqa: E402
     to_series_grid,
     write_series,
 )
+from .sr import SCHEME, report_numbers, segment_volume_ml, write_measurement_report  # noqa: E402
 
 __all__ = [
     "MISSING_EXTRA",
@@ -73,4 +74,8 @@ __all__ = [
     "write_segmentation",
     "write_fractional_segmentation",
     "write_parametric_map",
+    "SCHEME",
+    "report_numbers",
+    "segment_volume_ml",
+    "write_measurement_report",
 ]
