@@ -164,7 +164,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         ))
     report = hd.sr.MeasurementReport(observation_context=context, procedure_reported=_IMAGING,
                                      imaging_measurements=groups or None,
-                                     referenced_images=series.datasets)
+                                     referenced_images=None)
     evidence = [*series.datasets, *([seg] if seg is not None else []), *maps]
     src = series.datasets[0]
     sr = hd.sr.Comprehensive3DSR(
