@@ -106,6 +106,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                        "monai_unc.evaluation.conformal")],
         "the product's options are read by the command line before torch; its computations are imported when run",
     ),
+    # DICOM input: a series folder is read only when one is given (pydicom and highdicom are the dicom extra)
+    ("monai_unc.io.cases", "monai_unc.io.dicom"): "the dicom extra is optional: read_volume loads the series "
+    "reader only for a DICOM series folder",
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
     ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "
     "(monai_unc.io.save_state writes a state); its body loads the writer only when the old method is called",

@@ -242,3 +242,45 @@ def test_the_sr_holds_the_numbers_of_the_tables(exported, case):
                 for se in study.ReferencedSeriesSequence for s in se.ReferencedSOPSequence}
     assert {o["sop_instance_uid"] for o in manifest if o["kind"] != "report"} <= evidence
     assert str(src.SOPInstanceUID) in evidence
+
+
+@pytest.mark.slow
+def test_dicom_in_infer_then_dicom_out(tmp_path):
+    """A folder of series folders is infer's input; the same folder is dicom-export's --series."""
+    import torch
+    from monai.networks.nets import UNet
+
+    from tests._cases import TOY_NET
+
+    images = tmp_path / "images"
+    values, _, _ = make_series(images / "ct01", "anisotropic_ct")
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    before = _snapshot(images)
+    assert main(["infer", "-i", str(images), "-o", str(tmp_path / "pred"), "--network", str(tmp_path / "net.json"),
+                 "--checkpoint", str(tmp_path / "net.pt"), "--samples", "2", "--device", "cpu", "-q"]) == 0
+    seg = nib.load(tmp_path / "pred" / "ct01_seg.nii.gz")
+    from monai_unc.io.dicom import read_series
+
+    series = read_series(images / "ct01")
+    np.testing.assert_allclose(seg.affine, series.affine, atol=1e-5)  # the outputs carry the series' geometry
+    assert seg.shape == series.shape
+    assert main(["dicom-export", "-p", str(tmp_path / "pred"), "-s", str(images), "-o", str(tmp_path / "dicom"),
+                 "-q"]) == 0
+    assert _snapshot(images) == before
+    exported = hd.seg.segread(tmp_path / "dicom" / "ct01" / "seg.dcm")
+    uids = [str(ds.SOPInstanceUID) for ds in series.datasets]
+    pixels = exported.get_pixels_by_source_instance(uids, combine_segments=True, ignore_spatial_locations=True)
+    np.testing.assert_array_equal(pixels, np.transpose(np.asarray(seg.dataobj), (2, 1, 0)))
+    # evaluate reads the DICOM series as the cases' images (--images), on the grid of the outputs
+    (tmp_path / "labels").mkdir()
+    nib.save(nib.Nifti1Image((values > 0).astype(np.uint8), series.affine), tmp_path / "labels" / "ct01.nii.gz")
+    assert main(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(tmp_path / "pred"), "--images", str(images),
+                 "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
+    assert main(["dicom-export", "-p", str(tmp_path / "pred"), "-s", str(images), "-o", str(tmp_path / "dicom"),
+                 "-e", str(tmp_path / "eval"), "-q"]) == 0
+    row = read_csv(tmp_path / "eval" / "metrics.csv")[0]
+    report = _sr_items(hd.sr.Comprehensive3DSR.from_dataset(pydicom.dcmread(tmp_path / "dicom" / "ct01" / "sr.dcm")))
+    assert ("case scores", "dice", float(row["dice"])) in report
+    assert _snapshot(images) == before
