@@ -106,6 +106,10 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                        "monai_unc.evaluation.conformal")],
         "the product's options are read by the command line before torch; its computations are imported when run",
     ),
+    ("monai_unc.workflows.prepare", "monai_unc.workflows.dicom"): "infer --output-format both: the DICOM writers "
+    "(the dicom extra) load only when asked for",
+    ("monai_unc.workflows.prepare", "monai_unc.io.dicom"): "infer --output-format both: the DICOM writers "
+    "(the dicom extra) load only when asked for",
     # DICOM input: a series folder is read only when one is given (pydicom and highdicom are the dicom extra)
     ("monai_unc.io.cases", "monai_unc.io.dicom"): "the dicom extra is optional: read_volume loads the series "
     "reader only for a DICOM series folder",

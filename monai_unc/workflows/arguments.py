@@ -130,7 +130,9 @@ def _add_infer(sub: Any) -> None:
         "and <case>_<measure> NIfTI files plus a <case>.json record to --output. Finished cases are skipped, so "
         "an interrupted run resumes; files are written atomically; the input folder is never written to.",
     )  # fmt: skip
-    p.add_argument("--input", "-i", required=True, help="folder of images (<case>.nii.gz, or nnU-Net CASE_0000 files)")
+    p.add_argument("--input", "-i", required=True,
+                   help="folder of images (<case>.nii.gz, nnU-Net CASE_0000 files, or one DICOM series folder per "
+                        "case)")
     p.add_argument("--output", "-o", required=True, help="output folder (must not lie inside --input)")
     m = _add_model_options(
         p, bundle="MONAI bundle folder (configs/inference.json with network_def, models/model.pt)",
@@ -176,6 +178,13 @@ def _add_infer(sub: Any) -> None:
                         "(method, samples, roi, overlap, intensity, measures, activation, regions, dropout, "
                         "tta-noise, ratein-target); give the same model; an option given must agree with the rule")
     p.add_argument("--overwrite", action="store_true", help="recompute finished cases (and accept new settings)")
+    d = p.add_argument_group("DICOM (the dicom extra; docs/dicom.md)")
+    d.add_argument("--output-format", default="nifti", choices=("nifti", "both"),
+                   help="both: also write each case's DICOM SEG, FRACTIONAL SEG, Parametric Maps and SR to "
+                        "<output>/dicom/<case>/ (needs --input of DICOM series folders, one per case; the NIfTI "
+                        "files stay: resume, evaluate and the report read them)")
+    d.add_argument("--uid-root", default=None, help="root of the new DICOM UIDs (with --output-format both)")
+    d.add_argument("--segments", default=None, help="JSON segment descriptions (with --output-format both)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     _track_explicit(p)
 

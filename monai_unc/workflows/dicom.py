@@ -244,7 +244,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,
                  algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
-                 triage: str | os.PathLike | None = None, progress: bool = True) -> DicomExport:
+                 triage: str | os.PathLike | None = None, progress: bool = True,
+                 inside_predictions: bool = False) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
     Args:
@@ -261,6 +262,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         triage: the output folder of ``monai-unc triage``: the case's decision, score, the rule's digest and
             guarantee (``triage.json``) go into the SR.
         progress: show a progress bar.
+        inside_predictions: allow ``output`` to be a sub-folder of ``predictions`` (``infer --output-format
+            both`` writes ``<output>/dicom``; the prediction files are read from the folder itself, never from
+            its sub-folders).
 
     Returns:
         The :class:`DicomExport`.
@@ -276,7 +280,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     if not src.is_dir():
         raise FileNotFoundError(f"series folder not found: {src}")
-    out = check_output_folder(output, pred, src, evaluation, triage)
+    if inside_predictions and Path(output).resolve().parent != pred.resolve():
+        raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
+    out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage)
     rows, decisions = _evaluation_rows(evaluation), _triage_entries(triage)
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:

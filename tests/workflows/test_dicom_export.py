@@ -259,17 +259,25 @@ def test_dicom_in_infer_then_dicom_out(tmp_path):
     (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
     before = _snapshot(images)
     assert main(["infer", "-i", str(images), "-o", str(tmp_path / "pred"), "--network", str(tmp_path / "net.json"),
-                 "--checkpoint", str(tmp_path / "net.pt"), "--samples", "2", "--device", "cpu", "-q"]) == 0
+                 "--checkpoint", str(tmp_path / "net.pt"), "--samples", "2", "--device", "cpu", "-q",
+                 "--output-format", "both", "--uid-root", "1.2.826.0.1.3680043.10.778."]) == 0
     seg = nib.load(tmp_path / "pred" / "ct01_seg.nii.gz")
     from monai_unc.io.dicom import read_series
 
     series = read_series(images / "ct01")
     np.testing.assert_allclose(seg.affine, series.affine, atol=1e-5)  # the outputs carry the series' geometry
     assert seg.shape == series.shape
+    # --output-format both wrote the DICOM objects beside the NIfTI files, as dicom-export does
+    written = sorted(p.name for p in (tmp_path / "pred" / "dicom" / "ct01").iterdir())
+    assert written == ["expected_entropy.dcm", "mutual_information.dcm", "one_minus_max_prob.dcm",
+                       "predictive_entropy.dcm", "probabilities.dcm", "seg.dcm", "sr.dcm"]
     assert main(["dicom-export", "-p", str(tmp_path / "pred"), "-s", str(images), "-o", str(tmp_path / "dicom"),
                  "-q"]) == 0
     assert _snapshot(images) == before
-    exported = hd.seg.segread(tmp_path / "dicom" / "ct01" / "seg.dcm")
+    for name in written:
+        assert dciodvfy_errors(tmp_path / "pred" / "dicom" / "ct01" / name) == []
+    exported = hd.seg.segread(tmp_path / "pred" / "dicom" / "ct01" / "seg.dcm")
+    assert exported.SeriesInstanceUID.startswith("1.2.826.0.1.3680043.10.778.")
     uids = [str(ds.SOPInstanceUID) for ds in series.datasets]
     pixels = exported.get_pixels_by_source_instance(uids, combine_segments=True, ignore_spatial_locations=True)
     np.testing.assert_array_equal(pixels, np.transpose(np.asarray(seg.dataobj), (2, 1, 0)))
@@ -284,3 +292,13 @@ def test_dicom_in_infer_then_dicom_out(tmp_path):
     report = _sr_items(hd.sr.Comprehensive3DSR.from_dataset(pydicom.dcmread(tmp_path / "dicom" / "ct01" / "sr.dcm")))
     assert ("case scores", "dice", float(row["dice"])) in report
     assert _snapshot(images) == before
+
+
+def test_infer_output_format_both_needs_dicom_input(tmp_path, capsys):
+    (tmp_path / "images").mkdir()
+    nib.save(nib.Nifti1Image(np.zeros((4, 4, 4), np.float32), np.eye(4)), tmp_path / "images" / "a.nii.gz")
+    assert main(["infer", "-i", str(tmp_path / "images"), "-o", str(tmp_path / "out"), "--model", "example",
+                 "--output-format", "both", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs DICOM input" in err
+    assert not (tmp_path / "out").exists()  # refused before any work
