@@ -562,8 +562,6 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         ...     data.shape, affine[0, 0]
         ((1, 4, 5, 6), np.float64(2.0))
     """
-    from monai.transforms import LoadImage
-
     path = Path(path)
     if path.is_dir():  # a DICOM series folder (dicom_series_folders): its float32 volume and RAS affine
         from .dicom import read_series
@@ -576,12 +574,42 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     if path.stat().st_size == 0:
         raise CaseError(f"cannot read {path}: the file is empty (0 bytes)")
     try:
-        img = LoadImage(image_only=True, ensure_channel_first=True)(str(path))
+        img = _quiet_load_image()(str(path))
         data = img.as_tensor().numpy() if hasattr(img, "as_tensor") else np.asarray(img)
     except Exception as e:  # truncated / corrupt files raise EOFError, OSError, zlib errors, ... from the readers
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
     return data, affine
+
+
+#: MONAI's logger that reports, whenever LoadImage is built while pydicom is installed (the ``dicom`` extra), that
+#: the optional nvImageCodec DICOM decoder is missing: noise on every command's stderr, nothing to act on
+_NVIMGCODEC_LOGGER = "monai.data.nvimgcodec_pydicom_plugin"
+
+
+def _quiet_load_image() -> Any:
+    """MONAI's ``LoadImage(image_only=True, ensure_channel_first=True)``, built without its nvImageCodec notices.
+
+    With pydicom installed, MONAI registers its nvImageCodec DICOM reader in every ``LoadImage`` and, without the
+    optional ``nvidia-nvimgcodec`` package, logs a warning and warns a ``UserWarning`` each time; both are silenced
+    while the loader is built (nothing else is), so a command's stderr keeps its one line per problem.
+
+    Returns:
+        The loader.
+    """
+    import logging
+
+    from monai.transforms import LoadImage
+
+    logger = logging.getLogger(_NVIMGCODEC_LOGGER)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
+            return LoadImage(image_only=True, ensure_channel_first=True)
+    finally:
+        logger.setLevel(level)
 
 
 def _reason(e: BaseException) -> str:

@@ -202,3 +202,20 @@ def test_5000_slices_within_the_memory_model(tmp_path):
     # the volume would take 4 * 4 * 4 * 5000 bytes: refused from the headers alone, before any pixel is read
     with pytest.raises(DicomSeriesError, match=r"4 x 4 x 5000\) takes 0\.3 MiB, over the limit"):
         read_series(tmp_path / "long", max_bytes=4 * 4 * 4 * n - 1)
+
+
+def test_reading_nifti_stays_quiet_with_pydicom_installed(tmp_path, caplog):
+    """MONAI's nvImageCodec notices (logged and warned when pydicom is installed) do not reach a command's stderr."""
+    import logging
+    import warnings
+
+    import nibabel as nib
+
+    from monai_unc.io import read_volume
+
+    nib.save(nib.Nifti1Image(np.zeros((3, 3, 3), np.float32), np.eye(4)), tmp_path / "x.nii.gz")
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG):
+        warnings.simplefilter("always")
+        assert read_volume(tmp_path / "x.nii.gz")[0].shape == (1, 3, 3, 3)
+    assert not [w for w in caught if "nvImageCodec" in str(w.message) or "NvImgCodec" in str(w.message)]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "nvImageCodec" in r.getMessage()]
