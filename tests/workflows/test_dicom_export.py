@@ -302,3 +302,39 @@ def test_infer_output_format_both_needs_dicom_input(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "needs DICOM input" in err
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+@pytest.mark.slow
+def test_triage_reads_dicom_series_as_its_images(tmp_path):
+    """triage --images: DICOM series folders give the same image checks as NIfTI files of the same values."""
+    import warnings
+
+    from monai_unc.data.cohorts import write_toy_cohort
+    from monai_unc.io.dicom import write_series
+    from tests.evaluation.test_triage import _stamp_infer_records
+
+    a = write_toy_cohort(tmp_path / "A", n_cases=8, shape=(16, 16, 16), seed=1)
+    b = write_toy_cohort(tmp_path / "B", n_cases=3, shape=(16, 16, 16), seed=2)
+    for d in (a, b):
+        _stamp_infer_records(d["predictions"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(tmp_path / "ev"),
+                     "--images", str(a["images"]), "--no-spatial", "--target-risk", "0.4", "--delta", "0.2",
+                     "-q"]) == 0
+    nifti, series = tmp_path / "nifti_images", tmp_path / "dicom_images"
+    nifti.mkdir()
+    for path in sorted(b["images"].glob("*.nii.gz")):
+        img = nib.load(path)
+        values = np.round(np.asarray(img.dataobj, dtype=np.float64) * 100)  # what a CT series stores exactly
+        nib.save(nib.Nifti1Image(values.astype(np.float32), img.affine), nifti / path.name)
+        write_series(values, img.affine, series / path.name[: -len(".nii.gz")], modality="CT")
+    out = {}
+    for name, images in (("nifti", nifti), ("dicom", series)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            assert main(["triage", "-p", str(b["predictions"]), "--rule", str(tmp_path / "ev" / "referral_rule.json"),
+                         "--images", str(images), "-o", str(tmp_path / f"triage_{name}"), "-q"]) == 0
+        doc = json.loads((tmp_path / f"triage_{name}" / "triage.json").read_text())
+        out[name] = [{k: c.get(k) for k in ("case", "decision", "reason", "image_z_max")} for c in doc["cases"]]
+    assert out["dicom"] == out["nifti"] and all(c["image_z_max"] is not None for c in out["dicom"])

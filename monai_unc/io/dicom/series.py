@@ -295,7 +295,7 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
 
     Slice ``k`` is ``volume[:, :, k]`` (its rows along the affine's second axis). CT values are stored as int16
     with ``RescaleSlope`` 0.5 and ``RescaleIntercept`` -1024 (so reading gives them back to 0.5 HU); MR values as
-    uint16 rounded to integers, no rescale.
+    uint16 rounded to integers (negative values clip at 0), no rescale.
 
     Args:
         volume: ``(columns, rows, slices)`` real-world values (HU for CT).
