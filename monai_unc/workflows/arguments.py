@@ -439,6 +439,9 @@ def _add_dicom_export(sub: Any) -> None:
     p.add_argument("--triage", default=None,
                    help="output folder of 'monai-unc triage': each case's decision, the rule's digest and guarantee "
                         "go into its SR")
+    p.add_argument("--conformal", default=None,
+                   help="output folder of 'monai-unc conformal': each case's conformal.csv row (inner / predicted / "
+                        "outer mask volumes, band widths) goes into its SR")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 

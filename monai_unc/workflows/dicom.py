@@ -12,7 +12,8 @@ For every case of a prediction folder (``--layout monai-unc`` or ``nnunet``) and
 - ``<measure>.dcm``: each uncertainty map as a Parametric Map (32-bit float: the values exactly);
 - ``sr.dcm``: the Comprehensive 3D SR (TID 1500) of the case: each segment's volume (referencing the SEG), the case's
   row of ``metrics.csv`` (``--evaluation``: case scores, Dice, QU-BraTS), the triage decision with the rule's digest
-  and guarantee (``--triage``), referencing the source series, the SEG and the maps.
+  and guarantee (``--triage``), the conformal mask volumes (``--conformal``), referencing the source series, the
+  SEG and the maps.
 
 The NIfTI outputs must be on the series' grid (axes may be permuted or flipped: they are reoriented, never
 resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs. A rerun replaces a
@@ -147,7 +148,8 @@ def _region_names(predictions: Path) -> list[str] | None:
 
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
-                 numbers: dict[str, float] | None, triage: dict[str, Any] | None) -> list[dict]:
+                 numbers: dict[str, float] | None, triage: dict[str, Any] | None,
+                 conformal: dict[str, float] | None = None) -> list[dict]:
     seg, seg_affine = read_volume(files.seg)
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
     regions = seg.shape[0] > 1
@@ -200,18 +202,20 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     volumes = {i + 1: {"volume": segment_volume_ml(m, series.spacing)} for i, m in enumerate(masks)}
     path = write_measurement_report(
         folder / "sr.dcm", series, headers["segmentation"], [d for k, d in headers.items() if k != "segmentation"],
-        segment_volumes=volumes, numbers=numbers or {}, triage=triage, algorithm=algorithm, uid_root=uid_root,
+        segment_volumes=volumes, numbers=numbers or {}, triage=triage, conformal=conformal, algorithm=algorithm,
+        uid_root=uid_root,
         series_number=_SR_NUMBER)
     record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
     return objects
 
 
-def _evaluation_rows(evaluation: str | os.PathLike | None) -> dict[str, dict[str, float]]:
-    if evaluation is None:
+def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> dict[str, dict[str, float]]:
+    """``{case: finite numeric cells}`` of ``<folder>/<name>`` (``metrics.csv``, ``conformal.csv``)."""
+    if folder is None:
         return {}
-    path = Path(evaluation) / "metrics.csv"
+    path = Path(folder) / name
     if not path.is_file():
-        raise FileNotFoundError(f"no metrics.csv in {evaluation}: is it the output folder of 'monai-unc evaluate'?")
+        raise FileNotFoundError(f"no {name} in {folder}: is it the output folder of 'monai-unc {command}'?")
     return {str(r.get("case", "")): report_numbers(r) for r in read_csv(path)}
 
 
@@ -244,7 +248,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,
                  algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
-                 triage: str | os.PathLike | None = None, progress: bool = True,
+                 triage: str | os.PathLike | None = None, conformal: str | os.PathLike | None = None,
+                 progress: bool = True,
                  inside_predictions: bool = False) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
@@ -261,6 +266,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         evaluation: the output folder of ``monai-unc evaluate``: the case's row of ``metrics.csv`` goes into the SR.
         triage: the output folder of ``monai-unc triage``: the case's decision, score, the rule's digest and
             guarantee (``triage.json``) go into the SR.
+        conformal: the output folder of ``monai-unc conformal``: the case's mask volumes and band widths
+            (``conformal.csv``) go into the SR.
         progress: show a progress bar.
         inside_predictions: allow ``output`` to be a sub-folder of ``predictions`` (``infer --output-format
             both`` writes ``<output>/dicom``; the prediction files are read from the folder itself, never from
@@ -282,8 +289,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         raise FileNotFoundError(f"series folder not found: {src}")
     if inside_predictions and Path(output).resolve().parent != pred.resolve():
         raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
-    out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage)
-    rows, decisions = _evaluation_rows(evaluation), _triage_entries(triage)
+    out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage, conformal)
+    rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage)
+    masks = _table_rows(conformal, "conformal.csv", "conformal")
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:
         cases = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures)
@@ -306,7 +314,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)
         objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
                                uid_root=uid_root, algorithm=algorithm, region_names=region_names,
-                               numbers=rows.get(files.case_id), triage=decisions.get(files.case_id))
+                               numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
+                               conformal=masks.get(files.case_id))
         result.cases[files.case_id] = {
             "series": {"series_instance_uid": case_series.series_uid,
                        "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
@@ -334,6 +343,7 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
     result = dicom_export(args.predictions, args.series, args.output, layout=args.layout, measures=args.measures,
                           probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
                           algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,
+                          conformal=args.conformal,
                           progress=not args.quiet)
     line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"
     return CommandResult(result, True, result.output, () if args.quiet else (line,))

@@ -57,12 +57,16 @@ def exported(tmp_path_factory):
         "accepted_risk": {"statement": "failure rate among accepted cases <= 0.1 with probability >= 0.9"},
         "cases": [{"case": "case0", "score": 0.25, "decision": "review", "reason": "<script>x</script>"},
                   {"case": "case1", "score": 0.05, "decision": "accept", "reason": "below threshold"}]}))
+    conformal = root / "conformal"
+    conformal.mkdir()
+    write_csv(conformal / "conformal.csv", [{"case": "case0", "inner_ml_class_1": 1.25, "outer_ml_class_1": 3.5,
+                                              "band_p95_mm_class_1": 2.0}, {"case": "case1", "outer_ml_class_1": 0.5}])
     segments = root / "segments.json"
     segments.write_text(json.dumps({"1": {"name": "Grey matter"}, "2": {"name": "<b>White</b> matter"}}))
     before = _snapshot(pred, series)
     rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(root / "out"), "--segments",
                str(segments), "--uid-root", "1.2.826.0.1.3680043.10.777.", "--evaluation", str(evaluation),
-               "--triage", str(triage), "--quiet"])
+               "--triage", str(triage), "--conformal", str(conformal), "--quiet"])
     assert rc == 0
     assert _snapshot(pred, series) == before  # nothing written into an input folder
     return root, pred, series, root / "out", label, probs, maps
@@ -226,6 +230,10 @@ def test_the_sr_holds_the_numbers_of_the_tables(exported, case):
     for number, cls in ((1, 1), (2, 2)):
         volume = [v for g, name, v in items if g == f"segment {number}" and name == "Volume"]
         assert volume == [pytest.approx(np.count_nonzero(label == cls) * voxel_ml, rel=1e-12)]
+    # the conformal mask volumes (ml) and band widths (mm) of conformal.csv
+    row = next(r for r in read_csv(root / "conformal" / "conformal.csv") if r["case"] == case)
+    masks = {name: v for g, name, v in items if g == "conformal masks" and isinstance(v, float)}
+    assert masks == {k: float(v) for k, v in row.items() if k != "case" and v not in ("", "nan")}
     # the triage decision, its score, the rule's digest and guarantee
     decision = {"case0": "review", "case1": "accept"}[case]
     assert ("triage", "Triage decision", decision) in items

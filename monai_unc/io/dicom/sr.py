@@ -7,6 +7,8 @@ Modelled on the IHE AI Results profile (who made it, with which model, on which 
 - one measurement group (TID 1501) of the case's numbers (the case scores of the uncertainty maps, Dice and the
   QU-BraTS score when labels were given: the cells of the case's row of ``metrics.csv``), with the algorithm
   identification (name, version, weight digests, method) and the Parametric Maps and SEG as source images;
+- one measurement group of the conformal masks (the case's row of ``conformal.csv``: inner, predicted and outer
+  mask volumes in ml, band widths in mm), when given;
 - one measurement group of the triage decision (``accept`` / ``review``) with its score and the rule's algorithm
   identification, whose parameters carry the rule's digest and its guarantee statement.
 
@@ -37,6 +39,7 @@ __all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volu
 SCHEME = "99MONAIUNC"
 _UNITY = Code("1", "UCUM", "no units")
 _ML = Code("ml", "UCUM", "milliliter")
+_MM = Code("mm", "UCUM", "millimeter")
 _IMAGING = Code("363679005", "SCT", "Imaging procedure")
 _SEG_CLASS = "1.2.840.10008.5.1.4.1.1.66.4"
 
@@ -81,6 +84,7 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
 def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: Dataset | None,
                              maps: Sequence[Dataset], *, segment_volumes: Mapping[int, Mapping[str, float]],
                              numbers: Mapping[str, float], triage: Mapping[str, Any] | None = None,
+                             conformal: Mapping[str, float] | None = None,
                              algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
                              series_number: int = 999) -> Path:
     """Write the Comprehensive 3D SR (TID 1500) of one case.
@@ -93,6 +97,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         segment_volumes: ``{segment number: {"volume": ml, "conformal_inner_volume": ml, ...}}`` per SEG segment.
         numbers: ``{name: value}`` of the case (:func:`report_numbers` of its ``metrics.csv`` row, or the case
             scores).
+        conformal: the case's row of ``conformal.csv`` (``monai-unc conformal``: inner / predicted / outer mask
+            volumes ``*_ml_*`` in ml, band widths ``*_mm_*`` in mm), or None.
         triage: the case's triage, or None: ``decision`` (``accept`` / ``review``), ``score``, ``score_name``,
             ``reason``, ``rule_digest``, ``statement`` (the guarantee).
         algorithm: who made the predictions.
@@ -142,6 +148,15 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
             tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="case scores"),
             measurements=case_measurements, algorithm_id=algo_id, source_images=sources or None,
+        ))
+    conformal_measurements = [
+        hd.sr.Measurement(name=_name(k), value=float(v), unit=_ML if "_ml_" in k else _MM if "_mm_" in k else _UNITY,
+                          algorithm_id=algo_id)
+        for k, v in (conformal or {}).items() if _number(v) is not None]
+    if conformal_measurements:
+        groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
+            tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="conformal masks"),
+            measurements=conformal_measurements, algorithm_id=algo_id,
         ))
     if triage is not None:
         decision = triage.get("decision")
