@@ -11,6 +11,7 @@
     monai-unc triage    --predictions PRED --rule referral_rule.json --output TRIAGE [--images IMAGES]
                         [--conformal-rule conformal_rule.json]
     monai-unc conformal --predictions PRED --rule conformal_rule.json --output MASKS
+    monai-unc dicom-export --predictions PRED --series SERIES --output DICOM   (with the dicom extra: SEG, maps)
     monai-unc nnunet-predict ...        (with the nnunet extra: nnU-Net v2 prediction with uncertainty)
 
 ``infer`` writes uncertainty maps, probabilities and segmentations per case (resumable, atomic, never into the
@@ -127,7 +128,7 @@ def _import_commands() -> None:
 
     _WORKFLOWS.update(infer=infer_from_arguments, evaluate=evaluate_from_arguments, report=report_from_arguments,
                       calibrate=calibrate_from_arguments, demo=demo_from_arguments, triage=triage_from_arguments,
-                      conformal=conformal_from_arguments)
+                      conformal=conformal_from_arguments, **{"dicom-export": _dicom_export})
     #: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
     _read_case_list = read_case_list
     _commands_imported = True
@@ -138,6 +139,16 @@ _commands_imported = False
 _WORKFLOWS: dict[str, Callable[[argparse.Namespace], CommandResult]] = {}
 #: the names :func:`_import_commands` sets (module attributes imported on first access)
 _COMMAND_NAMES = frozenset({"CohortFailed", "error_text", "run_demo", "_read_case_list"})
+
+
+def _dicom_export(args: argparse.Namespace) -> CommandResult:
+    """``monai-unc dicom-export``: its workflow is imported only when it runs.
+
+    It needs the ``dicom`` extra; without it the ImportError's one line says what to install.
+    """
+    from .workflows.dicom import dicom_export_from_arguments
+
+    return dicom_export_from_arguments(args)
 
 
 def __getattr__(name: str) -> Any:

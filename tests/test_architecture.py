@@ -94,7 +94,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.conformal",
                                         "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
                                         "monai_unc.workflows.prepare", "monai_unc.workflows.report",
-                                        "monai_unc.workflows.session", "monai_unc.workflows.triage")]
+                                        "monai_unc.workflows.session", "monai_unc.workflows.triage",
+                                        "monai_unc.workflows.dicom")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
                                                  "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
@@ -109,6 +110,13 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                             "monai_unc.evaluation.triage")],
         "the product's options are read by the command line before torch; its computations are imported when run",
     ),
+    ("monai_unc.workflows.prepare", "monai_unc.workflows.dicom"): "infer --output-format both: the DICOM writers "
+    "(the dicom extra) load only when asked for",
+    ("monai_unc.workflows.prepare", "monai_unc.io.dicom"): "infer --output-format both: the DICOM writers "
+    "(the dicom extra) load only when asked for",
+    # DICOM input: a series folder is read only when one is given (pydicom and highdicom are the dicom extra)
+    ("monai_unc.io.cases", "monai_unc.io.dicom"): "the dicom extra is optional: read_volume loads the series "
+    "reader only for a DICOM series folder",
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
     ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "
     "(monai_unc.io.save_state writes a state); its body loads the writer only when the old method is called",
@@ -131,6 +139,9 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "dynamic_network_architectures": ("monai_unc.nnunet",),
     "ignite": (),  # pytorch-ignite is a dev dependency only; MONAI's engines and handlers import it optionally
     "nilearn": (),  # a dependency, but heavy to import: the MNI152 example (monai_unc.data.mni152) loads it lazily
+    # the dicom extra: only the DICOM package of io imports them (monai_unc.io itself never imports monai_unc.io.dicom)
+    "pydicom": ("monai_unc.io.dicom",),
+    "highdicom": ("monai_unc.io.dicom",),
 }
 
 #: (module, forbidden call) -> why that module may write a file directly (a third-party API that forces it)

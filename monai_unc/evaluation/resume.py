@@ -6,6 +6,7 @@ on, and reused by a rerun only while the fingerprint is unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -36,6 +37,9 @@ _CASE_FORMAT = 4  # 2: the 1 - max p map is named one_minus_max_prob (was max_so
 def file_signature(path: Path | None) -> list[Any] | None:
     """``[resolved path, size, mtime_ns, ctime_ns, inode]`` of a file: what resume checks.
 
+    A folder (a DICOM series, :func:`monai_unc.io.dicom_series_folders`) gives ``[resolved path, number of files,
+    sha256 of its files' signatures, ctime_ns, inode]``.
+
     ctime and inode are part of it so that a copy with a preserved mtime (``cp -p``, ``rsync -a``) still differs.
 
     Args:
@@ -59,6 +63,10 @@ def file_signature(path: Path | None) -> list[Any] | None:
     if path is None:
         return None
     st = Path(path).stat()  # ctime and inode too: a copy with preserved mtime (cp -p, rsync -a) still differs
+    if Path(path).is_dir():  # a DICOM series folder: the signatures of its files (a slice edited in place counts)
+        files = sorted(f for f in Path(path).iterdir() if f.is_file())
+        inner = hashlib.sha256(json.dumps([file_signature(f) for f in files]).encode()).hexdigest()
+        return [str(Path(path).resolve()), len(files), inner, int(st.st_ctime_ns), int(st.st_ino)]
     return [str(Path(path).resolve()), int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino)]
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "list_files",
     "list_image_cases",
     "image_channel_files",
+    "dicom_series_folders",
     "match_cases",
     "read_volume",
     "read_probabilities",
@@ -209,7 +210,11 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
         raise ValueError(f"channel_suffix must be 'auto' or 'none', got {channel_suffix!r}")
     files = list_files(folder, "", VOLUME_EXTENSIONS)
     if not files:
-        raise ValueError(f"no image volume ({', '.join(VOLUME_EXTENSIONS)}) found in {folder}")
+        series = dicom_series_folders(folder)
+        if series:  # DICOM input: one series folder per case (read by read_volume)
+            return [ImageCase(p.name, (p,)) for p in series]
+        raise ValueError(f"no image volume ({', '.join(VOLUME_EXTENSIONS)}) and no DICOM series folder found in "
+                         f"{folder}")
     grouped = channel_suffix == "auto" and all(_CHANNEL.match(stem) for stem in files)
     if not grouped:
         return [ImageCase(stem, (path,)) for stem, path in sorted(files.items())]
@@ -228,6 +233,36 @@ def list_image_cases(folder: str | os.PathLike, channel_suffix: str = "auto") ->
     if len(n_channels) > 1:
         raise CaseError(f"cases in {folder} have different numbers of channels: {sorted(n_channels)}")
     return out
+
+
+def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
+    """The DICOM series folders of an image folder: its non-hidden sub-folders that hold files, sorted by name.
+
+    An image folder of ``infer`` (or the ``--images`` of ``evaluate`` / ``triage``) may hold, instead of volume
+    files, one folder of single-frame CT or MR slices per case, named by case id; :func:`read_volume` reads such a
+    folder with :func:`monai_unc.io.dicom.read_series` (the ``dicom`` extra).
+
+    Args:
+        folder: the image folder.
+
+    Returns:
+        The case folders (empty when there is none).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "case1").mkdir()
+        ...     _ = (Path(d) / "case1" / "IM0001").write_bytes(b"")
+        ...     (Path(d) / "empty").mkdir()
+        ...     [p.name for p in dicom_series_folders(d)]
+        ['case1']
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and any(f.is_file() and not f.name.startswith(".") for f in p.iterdir()))
 
 
 def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:
@@ -504,10 +539,12 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """Read a volume with MONAI's ``LoadImage``, channel first, with its affine.
 
     A 3D file gives ``C = 1``; a 4D NIfTI ``(X, Y, Z, C)`` gives ``C`` channels first. ``.npy`` files have no
-    geometry: their affine is the identity.
+    geometry: their affine is the identity. A folder is read as one DICOM series of single-frame CT or MR slices
+    (:func:`monai_unc.io.dicom.read_series`, the ``dicom`` extra): ``C = 1``, real-world values (Hounsfield units
+    for CT), the affine from the slices' positions.
 
     Args:
-        path: the volume file (any format MONAI reads).
+        path: the volume file (any format MONAI reads) or a DICOM series folder.
 
     Returns:
         ``(data, affine)``: ``data`` ``(C, *spatial)`` as stored, ``affine`` ``(4, 4)`` float64 voxel -> world (mm).
@@ -527,6 +564,12 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         ((1, 4, 5, 6), np.float64(2.0))
     """
     path = Path(path)
+    if path.is_dir():  # a DICOM series folder (dicom_series_folders): its float32 volume and RAS affine
+        from .dicom import read_series
+
+        series = read_series(path)
+        assert series.volume is not None
+        return series.volume[None], series.affine
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
     if path.stat().st_size == 0:

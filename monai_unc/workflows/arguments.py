@@ -23,7 +23,7 @@ from ..product import registered_products
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 
 #: the sub-commands :func:`add_command_parsers` adds, in the order of ``monai-unc --help``
-COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal")
+COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal", "dicom-export")
 
 
 #: the attribute of ``infer``'s parsed arguments that holds the destinations of the options given on the command
@@ -130,7 +130,9 @@ def _add_infer(sub: Any) -> None:
         "and <case>_<measure> NIfTI files plus a <case>.json record to --output. Finished cases are skipped, so "
         "an interrupted run resumes; files are written atomically; the input folder is never written to.",
     )  # fmt: skip
-    p.add_argument("--input", "-i", required=True, help="folder of images (<case>.nii.gz, or nnU-Net CASE_0000 files)")
+    p.add_argument("--input", "-i", required=True,
+                   help="folder of images (<case>.nii.gz, nnU-Net CASE_0000 files, or one DICOM series folder per "
+                        "case)")
     p.add_argument("--output", "-o", required=True, help="output folder (must not lie inside --input)")
     m = _add_model_options(
         p, bundle="MONAI bundle folder (configs/inference.json with network_def, models/model.pt)",
@@ -176,6 +178,13 @@ def _add_infer(sub: Any) -> None:
                         "(method, samples, roi, overlap, intensity, measures, activation, regions, dropout, "
                         "tta-noise, ratein-target); give the same model; an option given must agree with the rule")
     p.add_argument("--overwrite", action="store_true", help="recompute finished cases (and accept new settings)")
+    d = p.add_argument_group("DICOM (the dicom extra; docs/dicom.md)")
+    d.add_argument("--output-format", default="nifti", choices=("nifti", "both"),
+                   help="both: also write each case's DICOM SEG, FRACTIONAL SEG, Parametric Maps and SR to "
+                        "<output>/dicom/<case>/ (needs --input of DICOM series folders, one per case; the NIfTI "
+                        "files stay: resume, evaluate and the report read them)")
+    d.add_argument("--uid-root", default=None, help="root of the new DICOM UIDs (with --output-format both)")
+    d.add_argument("--segments", default=None, help="JSON segment descriptions (with --output-format both)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     _track_explicit(p)
 
@@ -401,6 +410,39 @@ def _add_conformal(sub: Any) -> None:
                    help="apply the rule to predictions whose fingerprint differs (conformal.json says so)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
+def _add_dicom_export(sub: Any) -> None:
+    p = sub.add_parser(
+        "dicom-export", help="write the outputs of infer / nnunet-predict as DICOM SEG, Parametric Maps (dicom extra)",
+        description="For each case of a prediction folder and its source series (<series>/<case>/: one folder of "
+        "single-frame CT or MR slices), write <output>/<case>/seg.dcm (binary DICOM SEG, one segment per class), "
+        "probabilities.dcm (FRACTIONAL SEG, 8-bit probabilities), <measure>.dcm (Parametric Map, 32-bit float) "
+        "and sr.dcm (Comprehensive 3D SR, TID 1500: volumes, case scores, triage decision), "
+        "with new UIDs under --uid-root and the patient and study of the source, and dicom_export.json. Needs "
+        "pip install 'monai-unc[dicom]'. See docs/dicom.md.",
+    )  # fmt: skip
+    p.add_argument("--predictions", "-p", required=True,
+                   help="folder written by 'monai-unc infer' (or nnunet-predict with --layout nnunet)")
+    p.add_argument("--series", "-s", required=True, help="folder with one source series folder per case id")
+    p.add_argument("--output", "-o", required=True, help="export folder (<case>/*.dcm, dicom_export.json)")
+    p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
+    p.add_argument("--measures", nargs="+", type=_measure_name, default=None, choices=MEASURES,
+                   help="maps to export as Parametric Maps (default: every map found)")
+    p.add_argument("--no-probabilities", action="store_true", help="no FRACTIONAL SEG of the probabilities")
+    p.add_argument("--segments", default=None,
+                   help='JSON segment descriptions {"<class>": {"name": ..., "category": [scheme, code, meaning], '
+                        '"type": [...]}} (default: "class <c>", SNOMED-CT codes for known names)')
+    p.add_argument("--uid-root", default=None, help="root of the new UIDs, e.g. 1.2.826.0.1.3680043.10.543. "
+                                                    "(default: pydicom's)")
+    p.add_argument("--algorithm-name", default=None, help="algorithm name (default: the recorded model)")
+    p.add_argument("--evaluation", "-e", default=None,
+                   help="output folder of 'monai-unc evaluate': each case's metrics.csv row goes into its SR")
+    p.add_argument("--triage", default=None,
+                   help="output folder of 'monai-unc triage': each case's decision, the rule's digest and guarantee "
+                        "go into its SR")
+    p.add_argument("--conformal", default=None,
+                   help="output folder of 'monai-unc conformal': each case's conformal.csv row (inner / predicted / "
+                        "outer mask volumes, band widths) goes into its SR")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 
 def add_command_parsers(sub: Any) -> None:
@@ -416,5 +458,6 @@ def add_command_parsers(sub: Any) -> None:
         >>> parser.parse_args(["report", "--evaluation", "ev", "--budget", "0.3"]).budget
         0.3
     """
-    for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal):
+    for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal,
+                _add_dicom_export):
         add(sub)

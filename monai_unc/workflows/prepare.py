@@ -566,6 +566,9 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         "ratein_target": args.ratein_target, "measures": args.measures, "roi": args.roi, "overlap": args.overlap,
         "intensity": args.intensity, "activation": args.activation, "regions": args.regions,
     }  # fmt: skip
+    dicom = getattr(args, "output_format", "nifti") == "both"
+    if dicom:  # before any work: the extra, the UID root and DICOM series as the input
+        check_dicom_input(args.input, getattr(args, "uid_root", None))
     rule = None
     if getattr(args, "settings_from", None) is not None:  # the rule's settings where no option was given
         rule = read_rule_settings(args.settings_from)
@@ -578,7 +581,38 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
         write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule, **options,
     )  # fmt: skip
+    if dicom and res.is_main:  # the DICOM objects of every case, from its NIfTI outputs and its source series
+        from .dicom import dicom_export
+
+        exported = dicom_export(res.output, args.input, res.output / DICOM_FOLDER, uid_root=args.uid_root,
+                                segments=args.segments, progress=not args.quiet, inside_predictions=True)
+        line = f"dicom: {exported.n_objects} DICOM object(s) for {len(exported.cases)} case(s) in {exported.output}"
+        res = dataclasses.replace(res, lines=(*res.lines, line))
     return dataclasses.replace(res, lines=()) if args.quiet else res
+
+
+#: the sub-folder of ``infer --output-format both`` that holds the DICOM objects (``<output>/dicom/<case>/``)
+DICOM_FOLDER = "dicom"
+
+
+def check_dicom_input(input: str | os.PathLike, uid_root: str | None) -> None:
+    """Check, before any work, that ``infer --output-format both`` can write DICOM objects.
+
+    Args:
+        input: ``infer``'s ``--input``: it must hold one DICOM series folder per case.
+        uid_root: the root of the new UIDs.
+
+    Raises:
+        ImportError: without the ``dicom`` extra (one line naming it).
+        ValueError: an input of volume files, or a bad ``uid_root``.
+    """
+    from ..io.dicom import check_uid_root
+
+    check_uid_root(uid_root)
+    cases = list_image_cases(input)
+    if not all(p.is_dir() for c in cases for p in c.channels):
+        raise ValueError(f"--output-format both needs DICOM input: --input {input} must hold one DICOM series "
+                         "folder per case (DICOM objects are written on the grid of their source series)")
 
 
 def infer_summary(results: Sequence[dict[str, Any]], output: Path) -> list[str]:

@@ -1,4 +1,5 @@
-"""The runnable examples in docs/inferers.md, docs/data.md, docs/conformal.md and docs/products.md run as written."""
+"""The runnable examples in docs/inferers.md, docs/data.md, docs/conformal.md, docs/products.md and docs/dicom.md run as
+written (docs/dicom.md with the ``dicom`` extra)."""
 
 import re
 
@@ -15,8 +16,10 @@ def python_blocks(name):
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-@pytest.mark.parametrize("page", ["inferers.md", "data.md", "conformal.md", "products.md"])
+@pytest.mark.parametrize("page", ["inferers.md", "data.md", "conformal.md", "products.md", "dicom.md"])
 def test_doc_examples_run(page, tmp_path, monkeypatch):
+    if page == "dicom.md":
+        pytest.importorskip("highdicom", reason="docs/dicom.md needs the dicom extra")
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks(page)
     assert blocks, f"{page} has no python example"

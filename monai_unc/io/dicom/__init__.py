@@ -1,0 +1,81 @@
+"""DICOM in and out: a series of single-frame slices as a volume with its geometry, and the derived objects.
+
+:mod:`.series` reads one series (one folder of CT or MR slices) into a float32 volume with its NIfTI-style affine
+(slices ordered by their position along the slice normal, not by file name) and refuses, in one line naming the
+series and the problem, a folder with several series, missing slices, uneven spacing, mixed orientations, non-image
+objects or slices of different patients; it also writes a volume as such a series (the synthetic example series).
+:mod:`.objects` writes the derived objects with highdicom: the segmentation as a binary DICOM SEG, the
+probabilities as a FRACTIONAL SEG, each uncertainty map as a float Parametric Map, under new Series and SOP Instance
+UIDs (a configurable UID root) with the patient and study of the source. :mod:`.sr` writes the Comprehensive 3D SR
+(TID 1500 measurement report) of a case.
+
+This package needs the ``dicom`` extra (``pip install 'monai-unc[dicom]'``: pydicom and highdicom); importing it
+without them raises an ``ImportError`` whose one line says so. The rest of :mod:`monai_unc.io` never imports it.
+"""
+
+from __future__ import annotations
+
+#: the one line of the ImportError without the ``dicom`` extra
+MISSING_EXTRA = "DICOM input and output need pydicom and highdicom: pip install 'monai-unc[dicom]'"
+
+try:
+    import highdicom  # noqa: F401
+    import pydicom  # noqa: F401
+except ImportError as _error:  # pragma: no cover - exercised by a subprocess test without the packages
+    raise ImportError(MISSING_EXTRA) from _error
+
+from .objects import (  # noqa: E402 (after the check of the extra)
+    DEFAULT_SEGMENTS,
+    FRACTIONAL_MAX,
+    MAP_UNITS,
+    AlgorithmInfo,
+    SegmentSpec,
+    check_uid_root,
+    default_segment,
+    new_uid,
+    read_segment_specs,
+    save_dataset,
+    volume_frames,
+    write_fractional_segmentation,
+    write_parametric_map,
+    write_segmentation,
+)
+from .series import (  # noqa: E402
+    DICOM_GEOMETRY_ATOL,
+    DicomSeries,
+    DicomSeriesError,
+    read_series,
+    series_affine,
+    to_series_grid,
+    write_series,
+)
+from .sr import SCHEME, report_numbers, segment_volume_ml, write_measurement_report  # noqa: E402
+
+__all__ = [
+    "MISSING_EXTRA",
+    "DicomSeries",
+    "DicomSeriesError",
+    "read_series",
+    "series_affine",
+    "write_series",
+    "to_series_grid",
+    "DICOM_GEOMETRY_ATOL",
+    "AlgorithmInfo",
+    "SegmentSpec",
+    "DEFAULT_SEGMENTS",
+    "FRACTIONAL_MAX",
+    "save_dataset",
+    "MAP_UNITS",
+    "check_uid_root",
+    "default_segment",
+    "volume_frames",
+    "new_uid",
+    "read_segment_specs",
+    "write_segmentation",
+    "write_fractional_segmentation",
+    "write_parametric_map",
+    "SCHEME",
+    "report_numbers",
+    "segment_volume_ml",
+    "write_measurement_report",
+]

@@ -1,0 +1,440 @@
+"""The derived DICOM objects of a case, written with highdicom on the grid of the source series.
+
+- :func:`write_segmentation`: the label map as a binary DICOM SEG, one segment per class (background excluded), with
+  coded segment descriptions (:class:`SegmentSpec`; SNOMED-CT defaults for common labels, :data:`DEFAULT_SEGMENTS`)
+  and the algorithm identification (name, version, weight digest: :class:`AlgorithmInfo`).
+- :func:`write_fractional_segmentation`: the mean probabilities as a FRACTIONAL SEG of type PROBABILITY. DICOM
+  stores a fraction as an 8-bit integer over ``MaximumFractionalValue`` (255 here), so the values read back are
+  ``round(255 p) / 255``: within ``1 / 510`` of the float probabilities.
+- :func:`write_parametric_map`: one uncertainty map as a Parametric Map with 32-bit float pixel data and a
+  real-world value mapping (identity, with the map's unit and its float range): the float32 values read back
+  exactly (no 8-bit clipping, no rescaling).
+
+Every object is written on the grid of the source series (one frame per source slice, the slice's position and
+orientation), gets a new SeriesInstanceUID and SOPInstanceUID under the UID root given (:func:`new_uid`), and copies
+the patient and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source: nothing is
+invented. Files are written atomically (:func:`monai_unc.io.atomic_path`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import highdicom as hd
+import numpy as np
+from pydicom.sr.codedict import codes
+from pydicom.sr.coding import Code
+from pydicom.uid import generate_uid
+
+from ..files import atomic_path
+from .series import DicomSeries
+
+__all__ = [
+    "AlgorithmInfo",
+    "SegmentSpec",
+    "DEFAULT_SEGMENTS",
+    "MAP_UNITS",
+    "FRACTIONAL_MAX",
+    "check_uid_root",
+    "new_uid",
+    "default_segment",
+    "read_segment_specs",
+    "volume_frames",
+    "write_segmentation",
+    "write_fractional_segmentation",
+    "write_parametric_map",
+    "save_dataset",
+]
+
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("monai-unc")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree that is not installed
+        return "unknown"
+
+
+#: the monai-unc version recorded as SoftwareVersions and the default algorithm version
+__version__ = _package_version()
+
+#: MaximumFractionalValue of the FRACTIONAL SEG: probabilities are stored as round(255 p)
+FRACTIONAL_MAX = 255
+_UID_ROOT = re.compile(r"^(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*\.$")
+_SCT_TISSUE = codes.SCT.Tissue
+_SCT_ANATOMY = codes.SCT.AnatomicalStructure
+_SCT_ABNORMAL = codes.SCT.MorphologicallyAbnormalStructure
+
+#: lower-case label name -> (SNOMED-CT category, SNOMED-CT type) of the segment description
+DEFAULT_SEGMENTS: dict[str, tuple[Code, Code]] = {
+    "grey matter": (_SCT_TISSUE, codes.SCT.GrayMatter),
+    "gray matter": (_SCT_TISSUE, codes.SCT.GrayMatter),
+    "white matter": (_SCT_TISSUE, codes.SCT.WhiteMatter),
+    "csf": (_SCT_TISSUE, codes.SCT.CerebrospinalFluid),
+    "cerebrospinal fluid": (_SCT_TISSUE, codes.SCT.CerebrospinalFluid),
+    "tissue": (_SCT_TISSUE, _SCT_TISSUE),
+    "tumour": (_SCT_ABNORMAL, codes.SCT.Neoplasm),
+    "tumor": (_SCT_ABNORMAL, codes.SCT.Neoplasm),
+    "neoplasm": (_SCT_ABNORMAL, codes.SCT.Neoplasm),
+    "oedema": (_SCT_ABNORMAL, codes.SCT.Edema),
+    "edema": (_SCT_ABNORMAL, codes.SCT.Edema),
+    "necrosis": (_SCT_ABNORMAL, codes.SCT.Necrosis),
+    "brain": (_SCT_ANATOMY, codes.SCT.Brain),
+    "liver": (_SCT_ANATOMY, codes.SCT.Liver),
+    "kidney": (_SCT_ANATOMY, codes.SCT.Kidney),
+    "spleen": (_SCT_ANATOMY, codes.SCT.Spleen),
+    "pancreas": (_SCT_ANATOMY, codes.SCT.Pancreas),
+    "lung": (_SCT_ANATOMY, codes.SCT.Lung),
+    "heart": (_SCT_ANATOMY, codes.SCT.Heart),
+}
+
+_NAT = Code("{nat}", "UCUM", "nat")
+_UNITY = Code("1", "UCUM", "no units")
+#: measure -> (UCUM unit, explanation) of its real-world value mapping
+MAP_UNITS: dict[str, tuple[Code, str]] = {
+    "predictive_entropy": (_NAT, "predictive entropy H(mean p), nats"),
+    "expected_entropy": (_NAT, "expected entropy mean H(p_s), nats"),
+    "mutual_information": (_NAT, "mutual information PE - EE - WD, nats"),
+    "window_disagreement": (_NAT, "sliding-window disagreement, nats"),
+    "one_minus_max_prob": (_UNITY, "1 - max class probability"),
+    "variance": (_UNITY, "mean class variance of probabilities over samples"),
+}
+
+
+@dataclass(frozen=True)
+class SegmentSpec:
+    """The description of one segment of a SEG.
+
+    Args:
+        label: the class value of the label map (>= 1).
+        name: the SegmentLabel (at most 64 characters).
+        category: the segmented property category (a coded concept, e.g. SNOMED-CT ``85756007`` Tissue).
+        type: the segmented property type (e.g. SNOMED-CT ``389081007`` Gray Matter).
+    """
+
+    label: int
+    name: str
+    category: Code
+    type: Code
+
+
+@dataclass(frozen=True)
+class AlgorithmInfo:
+    """Who made the objects: the algorithm identification of the SEG and the SR.
+
+    Args:
+        name: the algorithm's name (e.g. the model or bundle).
+        version: its version (default: the monai-unc version).
+        weights: the sha256 digest(s) of the model's weight files, joined by ``,`` (``""`` when unknown).
+        method: the uncertainty method (``mcdropout+tta``), recorded as a parameter.
+    """
+
+    name: str = "monai-unc"
+    version: str = __version__
+    weights: str = ""
+    method: str = ""
+
+    def identification(self) -> hd.AlgorithmIdentificationSequence:
+        """The AlgorithmIdentificationSequence (family: DCM 123110 Artificial Intelligence)."""
+        parameters = {k: v for k, v in (("weights_sha256", self.weights), ("method", self.method)) if v}
+        return hd.AlgorithmIdentificationSequence(
+            name=self.name[:64] or "monai-unc", family=codes.cid7162.ArtificialIntelligence,
+            version=self.version[:64] or __version__, source="monai-unc", parameters=parameters or None,
+        )
+
+
+def check_uid_root(root: str | None) -> str | None:
+    """Check a UID root (``"1.2.826.0.1.3680043.10.543."``): digits and dots, ending with a dot, <= 40 characters.
+
+    Args:
+        root: the root, or None (pydicom's own root).
+
+    Returns:
+        ``root`` unchanged.
+
+    Raises:
+        ValueError: naming ``uid_root`` when it is not such a root.
+
+    Example:
+        >>> check_uid_root("1.2.3.")
+        '1.2.3.'
+    """
+    if root is None:
+        return None
+    if not isinstance(root, str) or len(root) > 40 or not _UID_ROOT.match(root):
+        raise ValueError(f"uid_root must be digits and dots ending with a dot, no leading zeros, at most 40 "
+                         f"characters (e.g. '1.2.826.0.1.3680043.10.543.'), got {root!r}")
+    return root
+
+
+def new_uid(root: str | None = None) -> str:
+    """A new UID under ``root`` (:func:`check_uid_root`; pydicom's root when None).
+
+    Example:
+        >>> new_uid("1.2.3.").startswith("1.2.3.")
+        True
+    """
+    return str(generate_uid(prefix=check_uid_root(root)))
+
+
+def default_segment(label: int, name: str | None = None) -> SegmentSpec:
+    """The segment of class ``label``: a known ``name`` gets its SNOMED-CT codes, any other Tissue / Tissue.
+
+    Example:
+        >>> default_segment(1, "Grey matter").type.value
+        '389081007'
+    """
+    name = name or f"class {label}"
+    category, type_ = DEFAULT_SEGMENTS.get(name.strip().lower(), (_SCT_TISSUE, _SCT_TISSUE))
+    return SegmentSpec(int(label), name[:64], category, type_)
+
+
+def _code(value: Any, where: str) -> Code:
+    if (not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) and v.strip() for v in value)
+            or any(len(v) > 64 for v in value)):
+        raise ValueError(f"{where} must be [scheme, code value, meaning] (three non-empty strings of at most 64 "
+                         f"characters), got {value!r}")
+    scheme, code_value, meaning = value
+    return Code(code_value, scheme, meaning)
+
+
+def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[SegmentSpec]:
+    """Read the segment descriptions a user set, one per label of ``labels``.
+
+    The file is JSON: ``{"<label>": {"name": "Grey matter", "category": ["SCT", "85756007", "Tissue"], "type":
+    ["SCT", "389081007", "Gray Matter"]}}``; ``category`` and ``type`` are optional (a known name gets its
+    SNOMED-CT codes, :data:`DEFAULT_SEGMENTS`); labels not in the file get :func:`default_segment`. Every field is
+    checked (the file is untrusted input).
+
+    Args:
+        path: the JSON file.
+        labels: the class values that get a segment (>= 1).
+
+    Returns:
+        One :class:`SegmentSpec` per label, in the order of ``labels``.
+
+    Raises:
+        ValueError: naming the file and the field: not JSON, not an object, a key that is not one of ``labels``, a
+            name that is empty or longer than 64 characters, a malformed code.
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"segments file {path}: not readable JSON ({type(e).__name__})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"segments file {path}: must be a JSON object keyed by class value")
+    wanted = {str(int(v)): int(v) for v in labels}
+    specs = {v: default_segment(v) for v in wanted.values()}
+    for key, entry in doc.items():
+        if key not in wanted:
+            raise ValueError(f"segments file {path}: key {key!r} is not a class of the segmentation "
+                             f"({sorted(wanted.values())})")
+        if not isinstance(entry, dict) or set(entry) - {"name", "category", "type"}:
+            raise ValueError(f"segments file {path}: entry {key} must be an object with name, category, type")
+        name = entry.get("name", f"class {key}")
+        if not isinstance(name, str) or not name.strip() or len(name) > 64:
+            raise ValueError(f"segments file {path}: entry {key}: name must be 1 to 64 characters, got {name!r}")
+        base = default_segment(wanted[key], name)
+        category = _code(entry["category"], f"segments file {path}: entry {key}: category") \
+            if "category" in entry else base.category
+        type_ = _code(entry["type"], f"segments file {path}: entry {key}: type") if "type" in entry else base.type
+        specs[wanted[key]] = SegmentSpec(wanted[key], name, category, type_)
+    return [specs[v] for v in wanted.values()]
+
+
+def volume_frames(volume: np.ndarray, series: DicomSeries, what: str) -> np.ndarray:
+    """The frames of a volume on the series' grid: ``(slices, rows, columns)`` from ``(columns, rows, slices)``.
+
+    Raises:
+        ValueError: naming ``what`` when the volume's shape is not the series' ``(columns, rows, slices)``.
+    """
+    volume = np.asarray(volume)
+    if volume.shape[:3] != tuple(series.shape):
+        raise ValueError(f"{what} has shape {volume.shape[:3]}, the series {series.series_uid} {series.shape}")
+    return np.ascontiguousarray(np.swapaxes(np.moveaxis(volume, 2, 0), 1, 2))
+
+
+def save_dataset(dataset: Any, path: str | os.PathLike) -> Path:
+    """Write a DICOM dataset as a Part 10 file, atomically (temporary name, rename)."""
+    with atomic_path(path, ending=".dcm") as tmp:
+        dataset.save_as(tmp, enforce_file_format=True)
+    return Path(path)
+
+
+def _common(series: DicomSeries, uid_root: str | None, series_number: int, algorithm: AlgorithmInfo,
+            description: str) -> dict[str, Any]:
+    return dict(
+        source_images=series.datasets, series_instance_uid=new_uid(uid_root), series_number=int(series_number),
+        sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc",
+        manufacturer_model_name=(algorithm.name or "monai-unc")[:64], software_versions=f"monai-unc {__version__}",
+        device_serial_number=(algorithm.weights[:16] or "none"), content_description=description[:64],
+    )
+
+
+def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.PathLike,
+                       segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
+                       uid_root: str | None = None, series_number: int = 901) -> Path:
+    """Write a label map as a binary DICOM SEG on the series' grid.
+
+    Args:
+        labels: ``(columns, rows, slices)`` integer class values (0: background, not a segment), or ``(R, columns,
+            rows, slices)`` 0/1 region masks (a region-based model; segments may overlap, ``label`` r is channel
+            ``r - 1``).
+        series: the source series (:func:`~monai_unc.io.dicom.read_series`).
+        path: the ``.dcm`` file to write.
+        segments: one :class:`SegmentSpec` per class that becomes a segment (segment ``i + 1`` is
+            ``segments[i]``); voxels of other classes are in no segment.
+        algorithm: who made it (default :class:`AlgorithmInfo`).
+        uid_root: root of the new UIDs.
+        series_number: the SeriesNumber of the SEG.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: a shape other than the series', non-integer labels, no segment, duplicate classes.
+    """
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "iub":
+        if not np.array_equal(labels, np.round(labels)):
+            raise ValueError("labels must hold integer class values")
+        labels = labels.astype(np.int64)
+    if not segments:
+        raise ValueError("segments must name at least one class")
+    classes = [s.label for s in segments]
+    if len(set(classes)) != len(classes) or min(classes) < 1:
+        raise ValueError(f"segments must be distinct classes >= 1, got {classes}")
+    if labels.ndim == 4:  # region masks (R, X, Y, Z): segment i is channel segments[i].label - 1, may overlap
+        if max(classes) > labels.shape[0]:
+            raise ValueError(f"segments name channel {max(classes)} of {labels.shape[0]} region masks")
+        if labels.dtype != bool and not np.isin(labels, (0, 1)).all():
+            raise ValueError("region masks must hold 0 and 1 only")
+        numbers = np.stack([volume_frames(labels[c - 1] > 0, series, "labels") for c in classes], axis=-1)
+    else:
+        frames = volume_frames(labels, series, "labels")
+        numbers = np.zeros(frames.shape, dtype=np.uint16)
+        for i, c in enumerate(classes):
+            numbers[frames == c] = i + 1
+    algorithm = algorithm or AlgorithmInfo()
+    ident = algorithm.identification()
+    descriptions = [
+        hd.seg.SegmentDescription(
+            segment_number=i + 1, segment_label=s.name[:64], segmented_property_category=s.category,
+            segmented_property_type=s.type, algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
+            algorithm_identification=ident, tracking_uid=new_uid(uid_root), tracking_id=f"class {s.label}",
+        ) for i, s in enumerate(segments)
+    ]
+    seg = hd.seg.Segmentation(
+        pixel_array=numbers, segmentation_type=hd.seg.SegmentationTypeValues.BINARY,
+        segment_descriptions=descriptions, content_label="SEGMENTATION",
+        **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
+    )
+    return save_dataset(seg, path)
+
+
+def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: str | os.PathLike,
+                                  segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
+                                  uid_root: str | None = None, series_number: int = 902) -> Path:
+    """Write class probabilities as a FRACTIONAL SEG (type PROBABILITY) on the series' grid.
+
+    Stored as ``round(255 p)`` (:data:`FRACTIONAL_MAX`): the values read back are within ``1 / 510`` of ``p``.
+
+    Args:
+        probs: ``(C, columns, rows, slices)`` probabilities in [0, 1].
+        series: the source series.
+        path: the ``.dcm`` file to write.
+        segments: one :class:`SegmentSpec` per channel written (its ``label`` is the channel index).
+        algorithm: who made it.
+        uid_root: root of the new UIDs.
+        series_number: the SeriesNumber.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: probabilities outside [0, 1] or not finite, a channel out of range, a shape other than the
+            series'.
+    """
+    probs = np.asarray(probs, dtype=np.float32)
+    if probs.ndim != 4:
+        raise ValueError(f"probs must be (C, columns, rows, slices), got shape {probs.shape}")
+    if not np.isfinite(probs).all() or probs.min() < 0 or probs.max() > 1:
+        raise ValueError("probs must be finite and in [0, 1]")
+    channels = [s.label for s in segments]
+    if not channels or min(channels) < 0 or max(channels) >= probs.shape[0]:
+        raise ValueError(f"segments must name channels 0..{probs.shape[0] - 1}, got {channels}")
+    frames = np.stack([volume_frames(probs[c], series, "probs") for c in channels], axis=-1)
+    algorithm = algorithm or AlgorithmInfo()
+    ident = algorithm.identification()
+    descriptions = [
+        hd.seg.SegmentDescription(
+            segment_number=i + 1, segment_label=s.name[:64], segmented_property_category=s.category,
+            segmented_property_type=s.type, algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
+            algorithm_identification=ident, tracking_uid=new_uid(uid_root), tracking_id=f"probability {s.label}",
+        ) for i, s in enumerate(segments)
+    ]
+    seg = hd.seg.Segmentation(
+        pixel_array=frames, segmentation_type=hd.seg.SegmentationTypeValues.FRACTIONAL,
+        fractional_type=hd.seg.SegmentationFractionalTypeValues.PROBABILITY, max_fractional_value=FRACTIONAL_MAX,
+        segment_descriptions=descriptions, content_label="PROBABILITY",
+        **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
+    )
+    return save_dataset(seg, path)
+
+
+def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
+                         algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
+                         series_number: int = 903) -> Path:
+    """Write one uncertainty map as a Parametric Map with 32-bit float pixels on the series' grid.
+
+    The real-world value mapping is the identity (slope 1, intercept 0) with the map's unit (:data:`MAP_UNITS`:
+    UCUM ``{nat}`` for entropies and mutual information, ``1`` otherwise) and its float range; the float32 values
+    are stored as they are (Float Pixel Data), so they read back exactly.
+
+    Args:
+        values: ``(columns, rows, slices)`` finite map values.
+        series: the source series.
+        path: the ``.dcm`` file to write.
+        measure: the map's name (``predictive_entropy``, ...; others get unit ``1``).
+        algorithm: who made it.
+        uid_root: root of the new UIDs.
+        series_number: the SeriesNumber.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: non-finite values, a shape other than the series'.
+    """
+    values = np.asarray(values, dtype=np.float32)
+    if not np.isfinite(values).all():
+        raise ValueError(f"the {measure} map has NaN or infinite values")
+    frames = volume_frames(values, series, measure)
+    unit, explanation = MAP_UNITS.get(measure, (_UNITY, measure))
+    low, high = float(frames.min()), float(frames.max())
+    mapping = hd.pm.RealWorldValueMapping(
+        lut_label=measure[:16], lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
+        slope=1.0, intercept=0.0,
+    )
+    width = high - low if high > low else 1.0
+    window = hd.VOILUTTransformation(window_center=(low + high) / 2, window_width=width,
+                                     window_explanation="full range",
+                                     voi_lut_function=hd.VOILUTFunctionValues.LINEAR_EXACT)
+    pm = hd.pm.ParametricMap(
+        pixel_array=frames, contains_recognizable_visual_features=False, real_world_value_mappings=[mapping],
+        voi_lut_transformations=[window],
+        content_label=re.sub(r"[^A-Z0-9_ ]", "_", measure.upper())[:16] or "MAP",
+        **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), f"{measure} by monai-unc"),
+    )
+    if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
+        pm.Laterality = series.datasets[0].get("Laterality", "")
+    return save_dataset(pm, path)
+

@@ -1,0 +1,442 @@
+"""One DICOM series of single-frame CT or MR slices as a volume with its geometry, and the reverse.
+
+Geometry (DICOM PS3.3 C.7.6.2.1.1): the pixel in column ``c`` and row ``r`` of a slice lies at
+``ImagePositionPatient + c * dc * X + r * dr * Y`` in patient coordinates (LPS, mm), with ``X, Y`` the two
+direction cosines of ``ImageOrientationPatient`` and ``PixelSpacing = (dr, dc)``. The volume is indexed
+``(c, r, k)`` (column, row, slice), slices sorted by their position along the normal ``X x Y`` (never by file name or
+instance number), and its affine maps ``(c, r, k)`` to RAS millimetres as NIfTI (nibabel) does: the LPS matrix with
+the first two rows negated. Stored values pass through the Modality LUT (``RescaleSlope`` / ``RescaleIntercept``,
+e.g. CT Hounsfield units) slice by slice.
+"""
+
+from __future__ import annotations
+
+import io as _stdio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+import pydicom
+from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.uid import (
+    CTImageStorage,
+    ExplicitVRLittleEndian,
+    MRImageStorage,
+    generate_uid,
+)
+
+from ..files import atomic_write_bytes, check_output_folder
+
+__all__ = [
+    "DicomSeries",
+    "DicomSeriesError",
+    "read_series",
+    "series_affine",
+    "write_series",
+    "to_series_grid",
+    "SUPPORTED_SOP_CLASSES",
+    "DICOM_GEOMETRY_ATOL",
+]
+
+#: the single-frame image storage classes the reader takes (CT, MR)
+SUPPORTED_SOP_CLASSES = {str(CTImageStorage): "CT", str(MRImageStorage): "MR"}
+#: enhanced multi-frame classes, refused with a line saying so
+_ENHANCED = {"1.2.840.10008.5.1.4.1.1.2.1": "Enhanced CT", "1.2.840.10008.5.1.4.1.1.4.1": "Enhanced MR"}
+#: largest difference of direction cosines between slices of one series
+ORIENTATION_ATOL = 1e-4
+#: largest deviation of a slice step from the median step (mm, and relative to the step)
+SPACING_ATOL = 1e-2
+SPACING_RTOL = 1e-2
+#: the LPS -> RAS flip of the first two axes
+_LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
+
+
+class DicomSeriesError(ValueError):
+    """A folder that is not exactly one readable image series (a ``ValueError``; its text is one line)."""
+
+
+@dataclass
+class DicomSeries:
+    """One series read by :func:`read_series`.
+
+    Args:
+        folder: the folder it was read from.
+        datasets: the slices' headers (no pixel data), sorted along the slice normal.
+        files: the file of each slice, in the same order.
+        affine: ``(4, 4)`` voxel ``(c, r, k)`` -> RAS millimetres.
+        shape: ``(columns, rows, slices)``.
+        volume: ``(columns, rows, slices)`` float32 real-world values, or None when read with ``pixels=False``.
+    """
+
+    folder: Path
+    datasets: list[Dataset]
+    files: list[Path]
+    affine: np.ndarray
+    shape: tuple[int, int, int]
+    volume: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def series_uid(self) -> str:
+        """The SeriesInstanceUID."""
+        return str(self.datasets[0].SeriesInstanceUID)
+
+    @property
+    def modality(self) -> str:
+        """The Modality of the slices (``CT`` or ``MR``)."""
+        return str(self.datasets[0].Modality)
+
+    @property
+    def spacing(self) -> tuple[float, float, float]:
+        """Voxel size in mm along ``(c, r, k)``."""
+        return tuple(float(s) for s in np.sqrt((self.affine[:3, :3] ** 2).sum(axis=0)))
+
+
+def _fail(folder: Path, series: str | None, problem: str) -> DicomSeriesError:
+    where = f"DICOM series {series} in {folder}" if series else f"DICOM folder {folder}"
+    return DicomSeriesError(f"{where}: {problem}")
+
+
+def _floats(ds: Dataset, name: str, n: int, folder: Path, path: Path) -> np.ndarray:
+    value = getattr(ds, name, None)
+    try:
+        arr = np.asarray([float(v) for v in value], dtype=float)
+    except (TypeError, ValueError):
+        arr = np.zeros(0)
+    if arr.shape != (n,) or not np.isfinite(arr).all():
+        raise _fail(folder, str(ds.get("SeriesInstanceUID", "")) or None, f"{path.name} has no valid {name}")
+    return arr
+
+
+def series_affine(orientation: Sequence[float], pixel_spacing: Sequence[float], first: Sequence[float],
+                  step: Sequence[float]) -> np.ndarray:
+    """The RAS affine of a stack of slices (voxel ``(column, row, slice)`` -> mm).
+
+    Args:
+        orientation: ``ImageOrientationPatient`` (6 direction cosines: row direction ``X``, then column ``Y``).
+        pixel_spacing: ``PixelSpacing`` ``(row spacing, column spacing)`` in mm.
+        first: ``ImagePositionPatient`` of the first slice (LPS mm).
+        step: LPS vector from one slice's position to the next (mm).
+
+    Returns:
+        ``(4, 4)`` float64 affine in RAS, as nibabel uses.
+
+    Example:
+        >>> a = series_affine([1, 0, 0, 0, 1, 0], [0.5, 0.8], [10, 20, 30], [0, 0, 2])
+        >>> a.round(2).tolist()
+        [[-0.8, -0.0, -0.0, -10.0], [-0.0, -0.5, -0.0, -20.0], [0.0, 0.0, 2.0, 30.0], [0.0, 0.0, 0.0, 1.0]]
+    """
+    o = np.asarray(orientation, dtype=float)
+    dr, dc = (float(v) for v in pixel_spacing)
+    lps = np.eye(4)
+    lps[:3, 0] = o[:3] * dc
+    lps[:3, 1] = o[3:] * dr
+    lps[:3, 2] = np.asarray(step, dtype=float)
+    lps[:3, 3] = np.asarray(first, dtype=float)
+    return _LPS_TO_RAS @ lps
+
+
+def _read_header(path: Path, folder: Path) -> Dataset:
+    try:
+        return pydicom.dcmread(path, stop_before_pixels=True)
+    except Exception as e:  # pydicom raises InvalidDicomError and others on a file that is not DICOM
+        raise _fail(folder, None, f"{path.name} is not a readable DICOM file ({type(e).__name__})") from None
+
+
+def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int | None = None) -> DicomSeries:
+    """Read one series of single-frame CT or MR slices from a folder.
+
+    Every regular, non-hidden file of ``folder`` (not its sub-folders) must be a slice of one image series. Headers
+    are read first (no pixel data) and checked; the pixels are then read one slice at a time into the float32
+    volume, so a read holds the volume and one slice (the memory model: ``4 * columns * rows * slices`` bytes).
+
+    Args:
+        folder: the folder of the series.
+        pixels: read the pixel data (False: headers and geometry only).
+        max_bytes: refuse, before reading any pixel, a series whose float32 volume would take more bytes.
+
+    Returns:
+        The :class:`DicomSeries`: sorted headers, files, affine, shape and (with ``pixels``) the volume.
+
+    Raises:
+        DicomSeriesError: one line naming the series and the problem: no file, a file that is not DICOM, a
+            non-image object, an enhanced multi-frame image, several series, slices of different patients, mixed
+            orientations or sizes, duplicate or missing slices, uneven spacing, positions off one line, a volume
+            over ``max_bytes``.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.arange(24.0).reshape(2, 3, 4), np.diag([0.5, 0.5, 2.0, 1]), d, modality="MR")
+        ...     s = read_series(d)
+        ...     s.shape, s.spacing, float(s.volume[1, 2, 3])
+        ((2, 3, 4), (0.5, 0.5, 2.0), 23.0)
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise _fail(folder, None, "is not a folder")
+    paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not paths:
+        raise _fail(folder, None, "holds no file")
+    headers = [_read_header(p, folder) for p in paths]
+    series_uids = sorted({str(ds.get("SeriesInstanceUID", "")) for ds in headers})
+    if len(series_uids) > 1:
+        shown = ", ".join(u or "(none)" for u in series_uids[:3]) + (" ..." if len(series_uids) > 3 else "")
+        raise _fail(folder, None, f"holds {len(series_uids)} series ({shown}); give one series per case")
+    uid = series_uids[0] or None
+    for p, ds in zip(paths, headers):
+        sop = str(ds.get("SOPClassUID", ""))
+        if sop in _ENHANCED:
+            raise _fail(folder, uid, f"{p.name} is an {_ENHANCED[sop]} multi-frame image; this reader takes "
+                                     "single-frame CT or MR slices")
+        if sop not in SUPPORTED_SOP_CLASSES or "Rows" not in ds:
+            name = getattr(pydicom.uid.UID(sop), "name", sop) if sop else "no SOP class"
+            raise _fail(folder, uid, f"{p.name} is not a CT or MR image ({name}); the folder may hold image "
+                                     "slices only")
+        if int(ds.get("NumberOfFrames", 1) or 1) != 1:
+            raise _fail(folder, uid, f"{p.name} has {ds.NumberOfFrames} frames; single-frame slices only")
+    if uid is None:
+        raise _fail(folder, None, "its slices have no SeriesInstanceUID")
+    for name in ("PatientID", "StudyInstanceUID", "FrameOfReferenceUID", "Modality"):
+        values = sorted({str(ds.get(name, "")) for ds in headers})
+        if len(values) > 1:
+            raise _fail(folder, uid, f"its slices differ in {name} ({len(values)} values)")
+    sizes = {(int(ds.Rows), int(ds.Columns)) for ds in headers}
+    if len(sizes) > 1:
+        raise _fail(folder, uid, f"its slices differ in size (rows x columns: {sorted(sizes)})")
+    rows, cols = sizes.pop()
+    orients = np.stack([_floats(ds, "ImageOrientationPatient", 6, folder, p) for p, ds in zip(paths, headers)])
+    spacings = np.stack([_floats(ds, "PixelSpacing", 2, folder, p) for p, ds in zip(paths, headers)])
+    positions = np.stack([_floats(ds, "ImagePositionPatient", 3, folder, p) for p, ds in zip(paths, headers)])
+    if np.abs(orients - orients[0]).max() > ORIENTATION_ATOL:
+        raise _fail(folder, uid, "mixed orientations (ImageOrientationPatient differs between slices)")
+    if np.abs(spacings - spacings[0]).max() > SPACING_ATOL or (spacings[0] <= 0).any():
+        raise _fail(folder, uid, "PixelSpacing differs between slices or is not positive")
+    x, y = orients[0, :3], orients[0, 3:]
+    if abs(np.linalg.norm(x) - 1) > 1e-3 or abs(np.linalg.norm(y) - 1) > 1e-3 or abs(x @ y) > 1e-3:
+        raise _fail(folder, uid, "ImageOrientationPatient is not two orthogonal unit vectors")
+    normal = np.cross(x, y)
+    along = positions @ normal
+    order = np.argsort(along, kind="stable")
+    along, positions = along[order], positions[order]
+    headers = [headers[i] for i in order]
+    paths = [paths[i] for i in order]
+    n = len(paths)
+    if n > 1:
+        steps = np.diff(along)
+        if steps.min() <= SPACING_ATOL:
+            raise _fail(folder, uid, "two slices at the same position (duplicate slices)")
+        unit = float(np.median(steps))
+        tol = max(SPACING_ATOL, SPACING_RTOL * unit)
+        if np.abs(steps - unit).max() > tol:
+            ratios = steps / steps.min()
+            if np.abs(ratios - np.round(ratios)).max() * steps.min() <= tol:
+                missing = int(np.round(ratios).sum() - len(steps))
+                raise _fail(folder, uid, f"{missing} missing slice(s) (gaps of {steps.max():.3g} mm between "
+                                         f"slices {steps.min():.3g} mm apart)")
+            raise _fail(folder, uid, f"uneven slice spacing ({steps.min():.4g} to {steps.max():.4g} mm)")
+        step = (positions[-1] - positions[0]) / (n - 1)
+        off_line = np.abs(positions - (positions[0] + np.arange(n)[:, None] * step)).max()
+        if off_line > tol:
+            raise _fail(folder, uid, f"slice positions are not on one line ({off_line:.3g} mm off)")
+    else:
+        thickness = float(headers[0].get("SpacingBetweenSlices", None) or headers[0].get("SliceThickness", 1) or 1)
+        step = normal * thickness
+    affine = series_affine(orients[0], spacings[0], positions[0], step)
+    shape = (cols, rows, n)
+    need = 4 * cols * rows * n
+    if max_bytes is not None and need > max_bytes:
+        raise _fail(folder, uid, f"its volume ({cols} x {rows} x {n}) takes {need / 2**20:.1f} MiB, over the "
+                                 f"limit of {max_bytes / 2**20:.1f} MiB")
+    series = DicomSeries(folder, headers, paths, affine, shape)
+    if pixels:
+        series.volume = _read_pixels(series)
+    return series
+
+
+def _read_pixels(series: DicomSeries) -> np.ndarray:
+    cols, rows, n = series.shape
+    volume = np.empty((cols, rows, n), dtype=np.float32)
+    for k, path in enumerate(series.files):
+        try:
+            ds = pydicom.dcmread(path)
+            stored = ds.pixel_array
+        except Exception as e:
+            raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data unreadable "
+                                                          f"({type(e).__name__})") from None
+        if stored.shape != (rows, cols):
+            raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of shape {stored.shape}, "
+                                                          f"expected {(rows, cols)}")
+        slope = float(ds.get("RescaleSlope", 1) or 1)
+        intercept = float(ds.get("RescaleIntercept", 0) or 0)
+        volume[:, :, k] = (stored.astype(np.float64) * slope + intercept).T
+    return volume
+
+
+def _check_series_geometry(affine: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    lps = np.linalg.inv(_LPS_TO_RAS) @ np.asarray(affine, dtype=float)
+    col, row, step = lps[:3, 0], lps[:3, 1], lps[:3, 2]
+    dc, dr = np.linalg.norm(col), np.linalg.norm(row)
+    if dc <= 0 or dr <= 0 or np.linalg.norm(step) <= 0:
+        raise ValueError("affine has a zero column")
+    if abs(col @ row) > 1e-6 * dc * dr:
+        raise ValueError("affine: the first two axes must be orthogonal (in-plane pixels are rectangular)")
+    return lps, np.concatenate([col / dc, row / dr]), np.array([dr, dc]), step
+
+
+def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLike, modality: str = "CT",
+                 patient_name: str = "Synthetic^Example", patient_id: str = "MONAIUNC001",
+                 shuffle_seed: int | None = None, study_uid: str | None = None, series_uid: str | None = None,
+                 uid_root: str | None = None, extra: dict[str, Any] | None = None) -> list[Path]:
+    """Write a volume as a series of single-frame CT or MR slices (the synthetic example series of the tests/docs).
+
+    Slice ``k`` is ``volume[:, :, k]`` (its rows along the affine's second axis). CT values are stored as int16
+    with ``RescaleSlope`` 0.5 and ``RescaleIntercept`` -1024 (so reading gives them back to 0.5 HU); MR values as
+    uint16 rounded to integers (negative values clip at 0), no rescale.
+
+    Args:
+        volume: ``(columns, rows, slices)`` real-world values (HU for CT).
+        affine: ``(4, 4)`` RAS affine (its first two axes orthogonal).
+        folder: where to write ``<SOPInstanceUID>.dcm``; created, must not hold files.
+        modality: ``"CT"`` or ``"MR"``.
+        patient_name: PatientName (any Unicode: written with SpecificCharacterSet ``ISO_IR 192``, UTF-8).
+        patient_id: PatientID.
+        shuffle_seed: write the slices in a shuffled order of instance numbers and file names (None: in order).
+        study_uid: StudyInstanceUID (new when None).
+        series_uid: SeriesInstanceUID (new when None).
+        uid_root: root of the new UIDs (pydicom's when None).
+        extra: further attributes set on every slice (keyword -> value).
+
+    Returns:
+        The written files, in slice order.
+
+    Raises:
+        ValueError: a volume that is not 3D or not finite, an unknown modality, a non-orthogonal affine, a folder
+            that holds files.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     len(write_series(np.zeros((4, 4, 3)), np.eye(4), d, modality="MR"))
+        3
+    """
+    volume = np.asarray(volume, dtype=float)
+    if volume.ndim != 3 or not np.isfinite(volume).all():
+        raise ValueError(f"volume must be a finite 3D array, got shape {volume.shape}")
+    if modality not in ("CT", "MR"):
+        raise ValueError(f"modality must be 'CT' or 'MR', got {modality!r}")
+    folder = Path(folder)
+    if folder.is_dir() and any(folder.iterdir()):
+        raise ValueError(f"folder {folder} already holds files")
+    check_output_folder(folder)
+    lps, orientation, pixel_spacing, step = _check_series_geometry(affine)
+    cols, rows, n = volume.shape
+    study_uid = study_uid or generate_uid(prefix=uid_root)
+    series_uid = series_uid or generate_uid(prefix=uid_root)
+    frame_uid = generate_uid(prefix=uid_root)
+    sop_class = CTImageStorage if modality == "CT" else MRImageStorage
+    rng = np.random.default_rng(shuffle_seed)
+    numbers = rng.permutation(n) + 1 if shuffle_seed is not None else np.arange(n) + 1
+    written = []
+    for k in range(n):
+        sop_uid = generate_uid(prefix=uid_root)
+        meta = FileMetaDataset()
+        meta.MediaStorageSOPClassUID = sop_class
+        meta.MediaStorageSOPInstanceUID = sop_uid
+        meta.TransferSyntaxUID = ExplicitVRLittleEndian
+        ds = Dataset()
+        ds.file_meta = meta
+        ds.SpecificCharacterSet = "ISO_IR 192"
+        ds.ImageType = ["ORIGINAL", "PRIMARY", "AXIAL"]
+        ds.SOPClassUID, ds.SOPInstanceUID = sop_class, sop_uid
+        ds.StudyDate, ds.StudyTime, ds.SeriesDate, ds.SeriesTime = "20240101", "120000", "20240101", "120000"
+        ds.ContentDate, ds.ContentTime = "20240101", "120000"
+        ds.AccessionNumber, ds.Modality, ds.Manufacturer = "A0001", modality, "monai-unc synthetic"
+        ds.ReferringPhysicianName = ""
+        ds.PatientName, ds.PatientID, ds.PatientBirthDate, ds.PatientSex = patient_name, patient_id, "19700101", "O"
+        ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.FrameOfReferenceUID = study_uid, series_uid, frame_uid
+        ds.StudyID, ds.SeriesNumber, ds.InstanceNumber = "1", 1, int(numbers[k])
+        ds.PositionReferenceIndicator = ""
+        ds.PatientPosition = "HFS"
+        ds.ImagePositionPatient = [float(v) for v in lps[:3, 3] + k * step]
+        ds.ImageOrientationPatient = [float(v) for v in orientation]
+        ds.PixelSpacing = [float(v) for v in pixel_spacing]
+        ds.SliceThickness = float(np.linalg.norm(step))
+        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+        ds.Rows, ds.Columns = rows, cols
+        ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, 16, 15
+        plane = volume[:, :, k].T
+        if modality == "CT":
+            ds.PixelRepresentation = 1
+            ds.RescaleIntercept, ds.RescaleSlope, ds.RescaleType = -1024, 0.5, "HU"
+            ds.KVP = 120
+            stored = np.clip(np.round((plane + 1024) / 0.5), -32768, 32767).astype(np.int16)
+        else:
+            ds.PixelRepresentation = 0
+            ds.ScanningSequence, ds.SequenceVariant, ds.ScanOptions, ds.MRAcquisitionType = "GR", "SP", "", "3D"
+            ds.EchoTime, ds.RepetitionTime, ds.EchoTrainLength = 3.0, 8.0, 1
+            stored = np.clip(np.round(plane), 0, 65535).astype(np.uint16)
+        ds.PixelData = stored.tobytes()
+        for key, value in (extra or {}).items():
+            setattr(ds, key, value)
+        buffer = _stdio.BytesIO()
+        pydicom.dcmwrite(buffer, ds, enforce_file_format=True)
+        name = f"{numbers[k]:05d}_{sop_uid[-8:]}.dcm" if shuffle_seed is not None else f"{k:05d}.dcm"
+        written.append(atomic_write_bytes(folder / name, buffer.getvalue()))
+    return written
+
+
+#: largest difference of affine entries (mm) between a NIfTI output and its source series (DICOM stores positions
+#: as decimal strings of at most 16 characters)
+DICOM_GEOMETRY_ATOL = 1e-2
+
+
+def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, what: str) -> np.ndarray:
+    """Put a volume read from a NIfTI file on the voxel grid of its source series.
+
+    The NIfTI file may store the same grid with its axes permuted or flipped (a converter's choice, e.g. dcm2niix);
+    the array is reoriented (no interpolation) to the series' ``(columns, rows, slices)`` order and its affine must
+    then equal the series' (within :data:`DICOM_GEOMETRY_ATOL` mm).
+
+    Args:
+        data: ``(C, X, Y, Z)`` channel-first volume.
+        affine: its ``(4, 4)`` RAS affine.
+        series: the source series.
+        what: how errors name the volume.
+
+    Returns:
+        ``(C, columns, rows, slices)``.
+
+    Raises:
+        ValueError: naming ``what`` and the series when the grids differ (shape, spacing, position or direction).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((2, 3, 4)), np.eye(4), d, modality="MR")
+        ...     s = read_series(d, pixels=False)
+        ...     flip = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, -1, 3], [0, 0, 0, 1.0]])  # slices reversed
+        ...     data = np.arange(24.0).reshape(1, 2, 3, 4)
+        ...     to_series_grid(data[..., ::-1], s.affine @ flip, s, "map")[0, 1, 2]
+        array([20., 21., 22., 23.])
+    """
+    data = np.asarray(data)
+    affine = np.asarray(affine, dtype=float)
+    if data.ndim != 4:
+        raise ValueError(f"{what} must be (C, X, Y, Z), got shape {data.shape}")
+    have = nib.orientations.io_orientation(affine)
+    want = nib.orientations.io_orientation(series.affine)
+    transform = nib.orientations.ornt_transform(have, want)
+    moved = np.stack([nib.orientations.apply_orientation(c, transform) for c in data])
+    new_affine = affine @ nib.orientations.inv_ornt_aff(transform, data.shape[1:])
+    if moved.shape[1:] != tuple(series.shape):
+        raise ValueError(f"{what} has the grid {moved.shape[1:]} (reoriented), the series {series.series_uid} "
+                         f"{series.shape}: not on the source series' grid")
+    if np.abs(new_affine - series.affine).max() > DICOM_GEOMETRY_ATOL:
+        diff = float(np.abs(new_affine - series.affine).max())
+        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (affines differ by "
+                         f"{diff:.3g} mm); it must come from that series")
+    return moved

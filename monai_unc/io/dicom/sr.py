@@ -1,0 +1,202 @@
+"""The Comprehensive 3D SR of a case: a TID 1500 measurement report of what monai-unc measured and decided.
+
+Modelled on the IHE AI Results profile (who made it, with which model, on which images), the report holds:
+
+- one volumetric measurement group (TID 1411) per segment of the DICOM SEG, referencing that segment and its source
+  series, with the segment's volume in ml (and the conformal inner / outer mask volumes when given);
+- one measurement group (TID 1501) of the case's numbers (the case scores of the uncertainty maps, Dice and the
+  QU-BraTS score when labels were given: the cells of the case's row of ``metrics.csv``), with the algorithm
+  identification (name, version, weight digests, method) and the Parametric Maps and SEG as source images;
+- one measurement group of the conformal masks (the case's row of ``conformal.csv``: inner, predicted and outer
+  mask volumes in ml, band widths in mm), when given;
+- one measurement group of the triage decision (``accept`` / ``review``) with its score and the rule's algorithm
+  identification, whose parameters carry the rule's digest and its guarantee statement.
+
+The numbers have no standard code: they are coded in the private scheme :data:`SCHEME` (``99MONAIUNC``) under their
+column name, so a reader gets exactly the column and value of ``metrics.csv`` / ``triage.csv`` (as float64).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import highdicom as hd
+import numpy as np
+from pydicom.dataset import Dataset
+from pydicom.sr.codedict import codes
+from pydicom.sr.coding import Code
+
+from .objects import AlgorithmInfo, new_uid, save_dataset
+from .series import DicomSeries
+
+__all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volume_ml"]
+
+#: the private coding scheme of monai-unc's measurement names and decisions
+SCHEME = "99MONAIUNC"
+_UNITY = Code("1", "UCUM", "no units")
+_ML = Code("ml", "UCUM", "milliliter")
+_MM = Code("mm", "UCUM", "millimeter")
+_IMAGING = Code("363679005", "SCT", "Imaging procedure")
+_SEG_CLASS = "1.2.840.10008.5.1.4.1.1.66.4"
+
+
+def _name(text: str) -> Code:
+    """The coded name of a measurement: its column name in :data:`SCHEME` (meaning: the name, 64 characters)."""
+    return Code(text[:64], SCHEME, text[:64])
+
+
+def _number(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> dict[str, float]:
+    """The finite numeric cells of a table row (``metrics.csv``), in column order.
+
+    Args:
+        row: ``{column: cell}`` (strings or numbers).
+        skip: columns left out.
+
+    Returns:
+        ``{column: value}`` of the cells that parse as finite floats (an empty cell, ``nan`` or text is left out).
+
+    Example:
+        >>> report_numbers({"case": "a", "dice": "0.5", "note": "x", "ece": "nan"})
+        {'dice': 0.5}
+    """
+    out = {}
+    for key, cell in row.items():
+        if key in skip or not isinstance(key, str) or not key.strip():
+            continue
+        v = _number(cell)
+        if v is not None:
+            out[key.strip()] = v
+    return out
+
+
+def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: Dataset | None,
+                             maps: Sequence[Dataset], *, segment_volumes: Mapping[int, Mapping[str, float]],
+                             numbers: Mapping[str, float], triage: Mapping[str, Any] | None = None,
+                             conformal: Mapping[str, float] | None = None,
+                             algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
+                             series_number: int = 999) -> Path:
+    """Write the Comprehensive 3D SR (TID 1500) of one case.
+
+    Args:
+        path: the ``.dcm`` file to write.
+        series: the source series (its slices are the evidence and the image library).
+        seg: the case's DICOM SEG (headers suffice), or None.
+        maps: the case's Parametric Maps (and FRACTIONAL SEG), referenced as source images of the case scores.
+        segment_volumes: ``{segment number: {"volume": ml, "conformal_inner_volume": ml, ...}}`` per SEG segment.
+        numbers: ``{name: value}`` of the case (:func:`report_numbers` of its ``metrics.csv`` row, or the case
+            scores).
+        conformal: the case's row of ``conformal.csv`` (``monai-unc conformal``: inner / predicted / outer mask
+            volumes ``*_ml_*`` in ml, band widths ``*_mm_*`` in mm), or None.
+        triage: the case's triage, or None: ``decision`` (``accept`` / ``review``), ``score``, ``score_name``,
+            ``reason``, ``rule_digest``, ``statement`` (the guarantee).
+        algorithm: who made the predictions.
+        uid_root: root of the new UIDs.
+        series_number: the SeriesNumber of the SR.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: a segment volume for a segment the SEG does not have, a triage without a decision.
+    """
+    algorithm = algorithm or AlgorithmInfo()
+    params = [p for p in (f"weights_sha256={algorithm.weights}" if algorithm.weights else "",
+                          f"method={algorithm.method}" if algorithm.method else "") if p]
+    algo_id = hd.sr.AlgorithmIdentification(name=algorithm.name[:64] or "monai-unc",
+                                            version=algorithm.version[:64] or "unknown", parameters=params or None)
+    observer = hd.sr.ObserverContext(
+        observer_type=codes.cid270.Device,
+        observer_identifying_attributes=hd.sr.DeviceObserverIdentifyingAttributes(
+            uid=new_uid(uid_root), name="monai-unc", manufacturer_name="monai-unc",
+            model_name=algorithm.name[:64] or "monai-unc"),
+    )
+    context = hd.sr.ObservationContext(observer_device_context=observer)
+    groups: list[Any] = []
+    source_series = hd.sr.SourceSeriesForSegmentation(series.series_uid)
+    if seg is not None:
+        numbers_of_seg = {int(s.SegmentNumber): str(s.SegmentLabel) for s in seg.SegmentSequence}
+        for number, volumes in segment_volumes.items():
+            if int(number) not in numbers_of_seg:
+                raise ValueError(f"segment_volumes names segment {number}, the SEG has {sorted(numbers_of_seg)}")
+            measurements = [hd.sr.Measurement(name=codes.SCT.Volume if key == "volume" else _name(key),
+                                              value=float(v), unit=_ML, algorithm_id=algo_id)
+                            for key, v in volumes.items() if _number(v) is not None]
+            groups.append(hd.sr.VolumetricROIMeasurementsAndQualitativeEvaluations(
+                tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root),
+                                                             identifier=f"segment {number}"[:64]),
+                referenced_segment=hd.sr.ReferencedSegment(sop_class_uid=str(seg.SOPClassUID),
+                                                           sop_instance_uid=str(seg.SOPInstanceUID),
+                                                           segment_number=int(number), source_series=source_series),
+                measurements=measurements or None, algorithm_id=algo_id,
+            ))
+    sources = [hd.sr.SourceImageForMeasurementGroup(str(m.SOPClassUID), str(m.SOPInstanceUID)) for m in maps]
+    case_measurements = [hd.sr.Measurement(name=_name(k), value=float(v), unit=_UNITY, algorithm_id=algo_id)
+                         for k, v in numbers.items() if _number(v) is not None]
+    if case_measurements:
+        groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
+            tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="case scores"),
+            measurements=case_measurements, algorithm_id=algo_id, source_images=sources or None,
+        ))
+    conformal_measurements = [
+        hd.sr.Measurement(name=_name(k), value=float(v), unit=_ML if "_ml_" in k else _MM if "_mm_" in k else _UNITY,
+                          algorithm_id=algo_id)
+        for k, v in (conformal or {}).items() if _number(v) is not None]
+    if conformal_measurements:
+        groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
+            tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="conformal masks"),
+            measurements=conformal_measurements, algorithm_id=algo_id,
+        ))
+    if triage is not None:
+        decision = triage.get("decision")
+        if decision not in ("accept", "review"):
+            raise ValueError(f"triage decision must be 'accept' or 'review', got {decision!r}")
+        rule_params = [f"{k}={triage[k]}" for k in ("rule_digest", "statement", "reason")
+                       if isinstance(triage.get(k), str) and triage[k]]
+        rule_id = hd.sr.AlgorithmIdentification(name="monai-unc referral rule", version=algorithm.version[:64] or "0",
+                                                parameters=rule_params or None)
+        score = _number(triage.get("score"))
+        score_name = str(triage.get("score_name") or "triage score")[:64]
+        groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
+            tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="triage"),
+            qualitative_evaluations=[hd.sr.QualitativeEvaluation(
+                name=Code("triage-decision", SCHEME, "Triage decision"),
+                value=Code(decision, SCHEME, "accept" if decision == "accept" else "refer for review"))],
+            measurements=[hd.sr.Measurement(name=_name(score_name), value=score, unit=_UNITY, algorithm_id=rule_id)]
+            if score is not None else None,
+            algorithm_id=rule_id,
+        ))
+    report = hd.sr.MeasurementReport(observation_context=context, procedure_reported=_IMAGING,
+                                     imaging_measurements=groups or None,
+                                     referenced_images=None)
+    evidence = [*series.datasets, *([seg] if seg is not None else []), *maps]
+    src = series.datasets[0]
+    sr = hd.sr.Comprehensive3DSR(
+        evidence=evidence, content=report, series_instance_uid=new_uid(uid_root), series_number=int(series_number),
+        sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc", is_complete=True,
+        is_final=False, is_verified=False,
+    )
+    if "SpecificCharacterSet" in src and "SpecificCharacterSet" not in sr:
+        sr.SpecificCharacterSet = src.SpecificCharacterSet
+    return save_dataset(sr, path)
+
+
+def segment_volume_ml(mask: np.ndarray, spacing: Sequence[float]) -> float:
+    """The volume of a mask in ml: voxels times the voxel volume (mm^3) / 1000.
+
+    Example:
+        >>> segment_volume_ml(np.ones((10, 10, 10), bool), (1.0, 1.0, 2.0))
+        2.0
+    """
+    return float(np.count_nonzero(mask)) * float(np.prod(spacing)) / 1000.0

@@ -1,0 +1,349 @@
+"""``monai-unc dicom-export``: the outputs of ``infer`` or ``nnunet-predict`` as DICOM objects on their source series.
+
+For every case of a prediction folder (``--layout monai-unc`` or ``nnunet``) and its source series
+(``<series>/<case>/``, one folder of single-frame CT or MR slices per case, read by
+:func:`monai_unc.io.dicom.read_series`), it writes under ``<output>/<case>/``:
+
+- ``seg.dcm``: the segmentation as a binary DICOM SEG (one segment per class, background excluded, or per region of
+  a region-based model), with the segment descriptions of ``--segments`` (SNOMED-CT defaults) and the algorithm
+  identification (model, method, weight digests from the prediction folder's records);
+- ``probabilities.dcm``: the mean probabilities as a FRACTIONAL SEG (PROBABILITY; 8-bit: within 1/510), unless
+  ``--no-probabilities``;
+- ``<measure>.dcm``: each uncertainty map as a Parametric Map (32-bit float: the values exactly);
+- ``sr.dcm``: the Comprehensive 3D SR (TID 1500) of the case: each segment's volume (referencing the SEG), the case's
+  row of ``metrics.csv`` (``--evaluation``: case scores, Dice, QU-BraTS), the triage decision with the rule's digest
+  and guarantee (``--triage``), the conformal mask volumes (``--conformal``), referencing the source series, the
+  SEG and the maps.
+
+The NIfTI outputs must be on the series' grid (axes may be permuted or flipped: they are reoriented, never
+resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs. A rerun replaces a
+case's objects; nothing is written into the prediction or series folders. Needs the ``dicom`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..io import (
+    INFER_RECORD,
+    LAYOUTS,
+    CaseError,
+    atomic_write_json,
+    check_output_folder,
+    clean_partial_files,
+    match_cases,
+    read_csv,
+    read_json_or_none,
+    read_probabilities,
+    read_volume,
+)
+from ..io.dicom import (
+    AlgorithmInfo,
+    DicomSeries,
+    SegmentSpec,
+    check_uid_root,
+    default_segment,
+    read_segment_specs,
+    read_series,
+    report_numbers,
+    segment_volume_ml,
+    to_series_grid,
+    write_fractional_segmentation,
+    write_measurement_report,
+    write_parametric_map,
+    write_segmentation,
+)
+from .session import CommandResult
+
+__all__ = ["EXPORT_RECORD", "DicomExport", "algorithm_from_records", "dicom_export", "dicom_export_from_arguments"]
+
+#: the manifest of an export folder (written last)
+EXPORT_RECORD = "dicom_export.json"
+#: the format name and version of :data:`EXPORT_RECORD`
+EXPORT_FORMAT = "monai-unc-dicom-export"
+EXPORT_VERSION = 1
+#: the SeriesNumbers of the derived objects: SEG, FRACTIONAL SEG, the maps from 903 on
+_SEG_NUMBER, _PROBS_NUMBER, _MAP_NUMBER, _SR_NUMBER = 901, 902, 903, 999
+
+
+@dataclass
+class DicomExport:
+    """What :func:`dicom_export` wrote.
+
+    Args:
+        output: the export folder.
+        cases: ``{case: {"series": {...}, "objects": [{"kind", "file", "sop_class_uid", "sop_instance_uid",
+            "series_instance_uid"}]}}`` as in :data:`EXPORT_RECORD`.
+    """
+
+    output: Path
+    cases: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def n_objects(self) -> int:
+        """The number of objects written."""
+        return sum(len(c["objects"]) for c in self.cases.values())
+
+
+def _text(value: Any) -> str:
+    return value.strip()[:64] if isinstance(value, str) else ""
+
+
+def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: str,
+                           name: str | None = None) -> AlgorithmInfo:
+    """Who made a case's predictions, from the records of the prediction folder (untrusted: every field checked).
+
+    ``infer.json`` (``monai-unc infer``) or the case record (``<case>.json``, or ``uncertainty/<case>.json`` for
+    nnU-Net) gives the model, the method and the sha256 digests of the weights; a field of the wrong type is ignored.
+
+    Args:
+        predictions: the prediction folder.
+        case: the case id.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+        name: the algorithm name to use instead of the recorded model.
+
+    Returns:
+        The :class:`~monai_unc.io.dicom.AlgorithmInfo` (name ``monai-unc`` when nothing is recorded).
+    """
+    pred = Path(predictions)
+    sub = LAYOUTS[layout]["uncertainty_subdir"]
+    settings: dict[str, Any] = {}
+    for path in (pred / INFER_RECORD, pred / sub / f"{case}.json"):
+        doc = read_json_or_none(path)
+        if isinstance(doc, dict) and isinstance(doc.get("settings"), dict):
+            settings = doc["settings"]
+            break
+    weights = settings.get("weights")
+    digests = [w["sha256"] for w in weights if isinstance(w, dict) and isinstance(w.get("sha256"), str)] \
+        if isinstance(weights, list) else []
+    model = _text(settings.get("model")) or _text(settings.get("trainer")) or "monai-unc"
+    return AlgorithmInfo(name=_text(name) or model, weights=",".join(d[:64] for d in digests)[:1024],
+                         method=_text(settings.get("method")))
+
+
+def _segments(count: int, regions: bool, specs_file: str | os.PathLike | None) -> list[SegmentSpec]:
+    labels = list(range(1, count + 1))
+    if specs_file is not None:
+        return read_segment_specs(specs_file, labels)
+    return [default_segment(v, f"region {v}" if regions else None) for v in labels]
+
+
+def _region_names(predictions: Path) -> list[str] | None:
+    doc = read_json_or_none(predictions / INFER_RECORD)
+    regions = doc.get("regions") if isinstance(doc, dict) else None
+    if regions is None and isinstance(doc, dict) and isinstance(doc.get("settings"), dict):
+        regions = doc["settings"].get("regions")
+    if isinstance(regions, dict) and all(isinstance(k, str) and k.strip() for k in regions):
+        return [k.strip()[:64] for k in regions]
+    return None
+
+
+def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
+                 uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
+                 numbers: dict[str, float] | None, triage: dict[str, Any] | None,
+                 conformal: dict[str, float] | None = None) -> list[dict]:
+    seg, seg_affine = read_volume(files.seg)
+    seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
+    regions = seg.shape[0] > 1
+    probs = None
+    if files.probs is not None and probabilities:
+        p, p_affine = read_probabilities(files.probs)
+        probs = to_series_grid(p, seg_affine if p_affine is None else p_affine, series,
+                               f"case {files.case_id}: probabilities {files.probs.name}")
+    if regions:
+        count = seg.shape[0]
+    elif probs is not None:
+        count = probs.shape[0] - 1
+    else:
+        count = max(int(seg.max()), 1)
+    specs = _segments(count, regions, segments_file)
+    if regions and segments_file is None and region_names and len(region_names) == count:
+        specs = [default_segment(s.label, n) for s, n in zip(specs, region_names)]
+    for old in folder.glob("*.dcm"):  # a rerun never mixes objects of two runs
+        old.unlink()
+    objects = []
+
+    def record(kind: str, path: Path, ds: Any) -> None:
+        objects.append({"kind": kind, "file": f"{files.case_id}/{path.name}", "sop_class_uid": str(ds.SOPClassUID),
+                        "sop_instance_uid": str(ds.SOPInstanceUID),
+                        "series_instance_uid": str(ds.SeriesInstanceUID)})
+
+    import pydicom  # the dicom extra, imported by monai_unc.io.dicom above
+
+    path = write_segmentation(seg if regions else seg[0], series, folder / "seg.dcm", specs, algorithm, uid_root,
+                              _SEG_NUMBER)
+    record("segmentation", path, pydicom.dcmread(path, stop_before_pixels=True))
+    if probs is not None:
+        # the FRACTIONAL SEG's segments name channels: class c is channel c, region r (segment r) channel r - 1
+        fspecs = [SegmentSpec(s.label - 1 if regions else s.label, s.name, s.category, s.type) for s in specs]
+        path = write_fractional_segmentation(np.clip(probs, 0, 1), series, folder / "probabilities.dcm", fspecs,
+                                             algorithm, uid_root, _PROBS_NUMBER)
+        record("probabilities", path, pydicom.dcmread(path, stop_before_pixels=True))
+    for i, (measure, map_path) in enumerate(sorted(files.maps.items())):
+        u, u_affine = read_volume(map_path)
+        u = to_series_grid(u, u_affine, series, f"case {files.case_id}: map {map_path.name}")
+        if u.shape[0] != 1:
+            raise CaseError(f"case {files.case_id}: map {map_path.name} has {u.shape[0]} channels; the Parametric "
+                            "Map export takes one map per case (region maps are not exported yet)")
+        path = write_parametric_map(u[0], series, folder / f"{measure}.dcm", measure, algorithm, uid_root,
+                                    _MAP_NUMBER + i)
+        record(f"map:{measure}", path, pydicom.dcmread(path, stop_before_pixels=True))
+    # the measurement report: segment volumes, the case's numbers, the triage decision; it references the objects
+    headers = {o["kind"]: pydicom.dcmread(folder / Path(o["file"]).name, stop_before_pixels=True) for o in objects}
+    masks = seg > 0 if regions else [seg[0] == s.label for s in specs]
+    volumes = {i + 1: {"volume": segment_volume_ml(m, series.spacing)} for i, m in enumerate(masks)}
+    path = write_measurement_report(
+        folder / "sr.dcm", series, headers["segmentation"], [d for k, d in headers.items() if k != "segmentation"],
+        segment_volumes=volumes, numbers=numbers or {}, triage=triage, conformal=conformal, algorithm=algorithm,
+        uid_root=uid_root,
+        series_number=_SR_NUMBER)
+    record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
+    return objects
+
+
+def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> dict[str, dict[str, float]]:
+    """``{case: finite numeric cells}`` of ``<folder>/<name>`` (``metrics.csv``, ``conformal.csv``)."""
+    if folder is None:
+        return {}
+    path = Path(folder) / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no {name} in {folder}: is it the output folder of 'monai-unc {command}'?")
+    return {str(r.get("case", "")): report_numbers(r) for r in read_csv(path)}
+
+
+def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
+    """The per-case triage of ``triage.json`` (untrusted: every field checked) with the rule's digest and guarantee."""
+    if triage is None:
+        return {}
+    path = Path(triage) / "triage.json"
+    doc = read_json_or_none(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        raise ValueError(f"{path}: not the triage.json of 'monai-unc triage' (no list of cases)")
+    rule = doc.get("rule") if isinstance(doc.get("rule"), dict) else {}
+    risk = doc.get("accepted_risk") if isinstance(doc.get("accepted_risk"), dict) else {}
+    shared = {"rule_digest": rule.get("digest") if isinstance(rule.get("digest"), str) else "",
+              "statement": risk.get("statement") if isinstance(risk.get("statement"), str) else "",
+              "score_name": doc.get("score") if isinstance(doc.get("score"), str) else "triage score"}
+    out = {}
+    for entry in doc["cases"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("case"), str):
+            raise ValueError(f"{path}: a case entry without a case id")
+        if entry.get("decision") not in ("accept", "review"):
+            raise ValueError(f"{path}: case {entry['case']!r} has the decision {entry.get('decision')!r}, not "
+                             "'accept' or 'review'")
+        out[entry["case"]] = {**shared, "decision": entry["decision"], "score": entry.get("score"),
+                              "reason": entry.get("reason") if isinstance(entry.get("reason"), str) else ""}
+    return out
+
+
+def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, output: str | os.PathLike, *,
+                 layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
+                 segments: str | os.PathLike | None = None, uid_root: str | None = None,
+                 algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
+                 triage: str | os.PathLike | None = None, conformal: str | os.PathLike | None = None,
+                 progress: bool = True,
+                 inside_predictions: bool = False) -> DicomExport:
+    """Write the DICOM objects of every case of a prediction folder on its source series.
+
+    Args:
+        predictions: the output folder of ``monai-unc infer`` or ``nnunet-predict``.
+        series: a folder holding one series folder per case, named by case id.
+        output: the export folder (``<case>/*.dcm`` and :data:`EXPORT_RECORD`); not inside an input folder.
+        layout: ``"monai-unc"`` or ``"nnunet"``.
+        measures: the maps to export (default: every measure found for the first case).
+        probabilities: write the FRACTIONAL SEG of the probabilities when the folder has them.
+        segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`).
+        uid_root: the root of the new UIDs (:func:`monai_unc.io.dicom.check_uid_root`).
+        algorithm_name: the algorithm name (default: the model recorded in the prediction folder).
+        evaluation: the output folder of ``monai-unc evaluate``: the case's row of ``metrics.csv`` goes into the SR.
+        triage: the output folder of ``monai-unc triage``: the case's decision, score, the rule's digest and
+            guarantee (``triage.json``) go into the SR.
+        conformal: the output folder of ``monai-unc conformal``: the case's mask volumes and band widths
+            (``conformal.csv``) go into the SR.
+        progress: show a progress bar.
+        inside_predictions: allow ``output`` to be a sub-folder of ``predictions`` (``infer --output-format
+            both`` writes ``<output>/dicom``; the prediction files are read from the folder itself, never from
+            its sub-folders).
+
+    Returns:
+        The :class:`DicomExport`.
+
+    Raises:
+        ValueError: a bad ``uid_root``, an output inside an input folder, a segments file with bad fields, a case
+            without its series folder, a series refused by the reader, outputs off the series' grid.
+        FileNotFoundError: a missing folder.
+    """
+    pred, src = Path(predictions), Path(series)
+    check_uid_root(uid_root)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
+    if not src.is_dir():
+        raise FileNotFoundError(f"series folder not found: {src}")
+    if inside_predictions and Path(output).resolve().parent != pred.resolve():
+        raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
+    out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage, conformal)
+    rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage)
+    masks = _table_rows(conformal, "conformal.csv", "conformal")
+    seg_suffix = LAYOUTS[layout]["seg_suffix"]
+    try:
+        cases = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures)
+    except CaseError as e:
+        if "no label volume" in str(e):
+            raise CaseError(f"no segmentation found in {pred}: is it the output folder of 'monai-unc infer' "
+                            "(--layout monai-unc) or 'nnunet-predict' (--layout nnunet)?") from None
+        raise
+    missing = [c.case_id for c in cases if not (src / c.case_id).is_dir()]
+    if missing:
+        raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
+                        f"folder {src}/<case> for each case")
+    region_names = _region_names(pred)
+    result = DicomExport(out)
+    for files in tqdm(cases, desc="dicom-export", unit="case", disable=not progress):
+        case_series = read_series(src / files.case_id)
+        folder = out / files.case_id
+        folder.mkdir(parents=True, exist_ok=True)
+        clean_partial_files(folder)
+        algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)
+        objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
+                               uid_root=uid_root, algorithm=algorithm, region_names=region_names,
+                               numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
+                               conformal=masks.get(files.case_id))
+        result.cases[files.case_id] = {
+            "series": {"series_instance_uid": case_series.series_uid,
+                       "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
+                       "folder": str((src / files.case_id).resolve()), "slices": case_series.shape[2]},
+            "algorithm": {"name": algorithm.name, "version": algorithm.version, "weights_sha256": algorithm.weights,
+                          "method": algorithm.method},
+            "objects": objects,
+        }
+    atomic_write_json(out / EXPORT_RECORD, {"format": EXPORT_FORMAT, "format_version": EXPORT_VERSION,
+                                            "predictions": str(pred.resolve()), "layout": layout,
+                                            "uid_root": uid_root, "cases": result.cases})
+    return result
+
+
+def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[DicomExport]:
+    """``monai-unc dicom-export`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    Args:
+        args: the parsed arguments of ``monai-unc dicom-export``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`dicom_export`; its line says how many
+        objects were written where.
+    """
+    result = dicom_export(args.predictions, args.series, args.output, layout=args.layout, measures=args.measures,
+                          probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
+                          algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,
+                          conformal=args.conformal,
+                          progress=not args.quiet)
+    line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"
+    return CommandResult(result, True, result.output, () if args.quiet else (line,))

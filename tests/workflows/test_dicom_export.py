@@ -1,0 +1,348 @@
+"""``monai-unc dicom-export``: a prediction folder and its source series to SEG, FRACTIONAL SEG and Parametric Maps.
+
+The round trip is checked independently of the export's own geometry code: every source pixel's position comes
+from its file's header (ImagePositionPatient, ImageOrientationPatient, PixelSpacing) and is mapped into the NIfTI
+output through the inverse of the NIfTI affine; the DICOM frame value there must equal the NIfTI voxel.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
+hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from monai_unc.cli import main  # noqa: E402
+from monai_unc.io import read_csv, write_csv  # noqa: E402
+from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
+
+CASES = {"case0": "oblique_mr", "case1": "reversed_mr"}
+
+
+def _snapshot(*folders):
+    return {str(p): p.stat().st_mtime_ns for f in folders for p in sorted(f.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export")
+    pred, series = root / "pred", root / "series"
+    pred.mkdir()
+    _, label, probs = mni_small()
+    rng = np.random.default_rng(1)
+    maps = {}
+    for case, geometry in CASES.items():
+        make_series(series / case, geometry, patient_name="Ünïcode^Name")
+        affine = GEOMETRIES[geometry][1]  # the NIfTI grid as written: case1's slice axis is reversed in DICOM
+        pe = (rng.random(label.shape) * np.log(3)).astype(np.float32)
+        maps[case] = {"predictive_entropy": pe, "variance": (pe / 10).astype(np.float32)}
+        nib.save(nib.Nifti1Image(label.astype(np.uint8), affine), pred / f"{case}_seg.nii.gz")
+        nib.save(nib.Nifti1Image(np.moveaxis(probs, 0, -1), affine), pred / f"{case}_probs.nii.gz")
+        for m, u in maps[case].items():
+            nib.save(nib.Nifti1Image(u, affine), pred / f"{case}_{m}.nii.gz")
+    (pred / "infer.json").write_text(json.dumps({"settings": {"model": "example", "method": "mcdropout",
+                                                               "weights": [{"file": "w.pt", "sha256": "ab" * 32}]}}))
+    evaluation, triage = root / "evaluation", root / "triage"
+    evaluation.mkdir()
+    triage.mkdir()
+    write_csv(evaluation / "metrics.csv", [{"case": "case0", "dice": 0.8123456789012345, "predictive_entropy_mean":
+                                            0.1, "ece": float("nan")}, {"case": "case1", "dice": 0.5}])
+    (triage / "triage.json").write_text(json.dumps({
+        "score": "predictive_entropy_fg_mean", "rule": {"digest": "sha256:" + "cd" * 32},
+        "accepted_risk": {"statement": "failure rate among accepted cases <= 0.1 with probability >= 0.9"},
+        "cases": [{"case": "case0", "score": 0.25, "decision": "review", "reason": "<script>x</script>"},
+                  {"case": "case1", "score": 0.05, "decision": "accept", "reason": "below threshold"}]}))
+    conformal = root / "conformal"
+    conformal.mkdir()
+    write_csv(conformal / "conformal.csv", [{"case": "case0", "inner_ml_class_1": 1.25, "outer_ml_class_1": 3.5,
+                                              "band_p95_mm_class_1": 2.0}, {"case": "case1", "outer_ml_class_1": 0.5}])
+    segments = root / "segments.json"
+    segments.write_text(json.dumps({"1": {"name": "Grey matter"}, "2": {"name": "<b>White</b> matter"}}))
+    before = _snapshot(pred, series)
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(root / "out"), "--segments",
+               str(segments), "--uid-root", "1.2.826.0.1.3680043.10.777.", "--evaluation", str(evaluation),
+               "--triage", str(triage), "--conformal", str(conformal), "--quiet"])
+    assert rc == 0
+    assert _snapshot(pred, series) == before  # nothing written into an input folder
+    return root, pred, series, root / "out", label, probs, maps
+
+
+def _source_world(ds):
+    """RAS world coordinates (rows, columns, 3) of every pixel of a source slice, from its own header."""
+    o = np.asarray(ds.ImageOrientationPatient, float)
+    dr, dc = (float(v) for v in ds.PixelSpacing)
+    r, c = np.mgrid[: int(ds.Rows), : int(ds.Columns)]
+    lps = np.asarray(ds.ImagePositionPatient, float) + c[..., None] * dc * o[:3] + r[..., None] * dr * o[3:]
+    return lps * [-1, -1, 1]
+
+
+def _nifti_at(volume, affine, world):
+    """The NIfTI voxel at each world position (nearest: the positions are voxel centres)."""
+    ijk = np.rint(np.c_[world.reshape(-1, 3), np.ones(world[..., 0].size)] @ np.linalg.inv(affine).T)[:, :3]
+    ijk = ijk.astype(int)
+    return volume[..., ijk[:, 0], ijk[:, 1], ijk[:, 2]].reshape(*volume.shape[:-3], *world.shape[:2])
+
+
+def _sources(series_folder):
+    return {str(ds.SOPInstanceUID): ds for ds in (pydicom.dcmread(p) for p in series_folder.iterdir())}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_objects_round_trip_on_the_source_grid(exported, case):
+    root, pred, series, out, label, probs, maps = exported
+    affine = GEOMETRIES[CASES[case]][1]
+    sources = _sources(series / case)
+    uids = sorted(sources)
+    files = sorted(p.name for p in (out / case).iterdir())
+    assert files == ["predictive_entropy.dcm", "probabilities.dcm", "seg.dcm", "sr.dcm", "variance.dcm"]
+    for name in files:
+        assert dciodvfy_errors(out / case / name) == []
+    seg = hd.seg.segread(out / case / "seg.dcm")
+    assert [s.SegmentLabel for s in seg.SegmentSequence] == ["Grey matter", "<b>White</b> matter"]
+    assert seg.SeriesInstanceUID.startswith("1.2.826.0.1.3680043.10.777.")
+    assert str(seg.PatientName) == "Ünïcode^Name" and seg.StudyInstanceUID == sources[uids[0]].StudyInstanceUID
+    ident = seg.SegmentSequence[0].SegmentationAlgorithmIdentificationSequence[0]
+    assert ident.AlgorithmName == "example" and "ab" * 32 in ident.AlgorithmParameters
+    pixels = seg.get_pixels_by_source_instance(uids, combine_segments=True, ignore_spatial_locations=True)
+    fseg = hd.seg.segread(out / case / "probabilities.dcm")
+    fpix = fseg.get_pixels_by_source_instance(uids, rescale_fractional=True, ignore_spatial_locations=True,
+                                              dtype=np.float32)
+    for k, uid in enumerate(uids):
+        world = _source_world(sources[uid])
+        np.testing.assert_array_equal(pixels[k], _nifti_at(label, affine, world))
+        assert np.abs(fpix[k] - np.moveaxis(_nifti_at(probs, affine, world)[1:], 0, -1)).max() <= 0.5 / 255 + 1e-6
+    for m, u in maps[case].items():
+        pm = hd.pm.ParametricMap.from_dataset(pydicom.dcmread(out / case / f"{m}.dcm"))
+        for item, frame in zip(pm.PerFrameFunctionalGroupsSequence, pm.pixel_array):
+            ref = str(item.DerivationImageSequence[0].SourceImageSequence[0].ReferencedSOPInstanceUID)
+            np.testing.assert_array_equal(frame, _nifti_at(u, affine, _source_world(sources[ref])))
+            np.testing.assert_allclose(item.PlanePositionSequence[0].ImagePositionPatient,
+                                       sources[ref].ImagePositionPatient, atol=1e-4)
+
+
+def test_the_manifest_lists_every_object(exported):
+    _, _, series, out, *_ = exported
+    doc = json.loads((out / "dicom_export.json").read_text())
+    assert doc["format"] == "monai-unc-dicom-export" and sorted(doc["cases"]) == sorted(CASES)
+    for case, entry in doc["cases"].items():
+        assert entry["series"]["series_instance_uid"] == str(pydicom.dcmread(next((series / case).iterdir()))
+                                                               .SeriesInstanceUID)
+        for obj in entry["objects"]:
+            ds = pydicom.dcmread(out / obj["file"], stop_before_pixels=True)
+            assert str(ds.SOPInstanceUID) == obj["sop_instance_uid"]
+
+
+def test_nnunet_layout_and_npz_probabilities(tmp_path):
+    _, label, probs = mni_small()
+    pred = tmp_path / "pred"
+    (pred / "uncertainty").mkdir(parents=True)
+    make_series(tmp_path / "series" / "c0", "anisotropic_ct")
+    affine = GEOMETRIES["anisotropic_ct"][1]
+    nib.save(nib.Nifti1Image(label.astype(np.uint8), affine), pred / "c0.nii.gz")
+    np.savez(pred / "c0.npz", probabilities=probs.transpose(0, 3, 2, 1))  # nnU-Net's (C, z, y, x)
+    pe = np.full(label.shape, 0.25, np.float32)
+    nib.save(nib.Nifti1Image(pe, affine), pred / "uncertainty" / "c0_predictive_entropy.nii.gz")
+    assert main(["dicom-export", "-p", str(pred), "-s", str(tmp_path / "series"), "-o", str(tmp_path / "out"),
+                 "--layout", "nnunet", "-q"]) == 0
+    fseg = hd.seg.segread(tmp_path / "out" / "c0" / "probabilities.dcm")
+    sources = _sources(tmp_path / "series" / "c0")
+    uids = sorted(sources)
+    fpix = fseg.get_pixels_by_source_instance(uids, rescale_fractional=True, ignore_spatial_locations=True,
+                                              dtype=np.float32)
+    for k, uid in enumerate(uids):
+        expected = np.moveaxis(_nifti_at(probs, affine, _source_world(sources[uid]))[1:], 0, -1)
+        assert np.abs(fpix[k] - expected).max() <= 0.5 / 255 + 1e-6
+    pm = hd.pm.ParametricMap.from_dataset(pydicom.dcmread(tmp_path / "out" / "c0" / "predictive_entropy.dcm"))
+    assert np.all(pm.pixel_array == np.float32(0.25))  # a constant map keeps its value
+
+
+def test_refusals_are_one_line(exported, tmp_path, capsys):
+    root, pred, series, out, *_ = exported
+
+    def refused(argv, pattern):
+        capsys.readouterr()
+        assert main(["dicom-export", *argv, "-q"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and pattern in err, err
+
+    refused(["-p", str(pred), "-s", str(series), "-o", str(pred / "dicom")], "inside the input folder")
+    (tmp_path / "none").mkdir()
+    refused(["-p", str(pred), "-s", str(tmp_path / "none"), "-o", str(tmp_path / "o")], "no source series for 2 case")
+    refused(["-p", str(pred), "-s", str(series), "-o", str(tmp_path / "o"), "--uid-root", "1.2.x."], "uid_root")
+    other = tmp_path / "series"
+    make_series(other / "case0", "axial_ct")  # another grid than the predictions'
+    make_series(other / "case1", "reversed_mr")
+    refused(["-p", str(pred), "-s", str(other), "-o", str(tmp_path / "o2")], "is not on the grid of the series")
+
+
+def test_without_the_extra_one_line_names_it(exported, tmp_path, monkeypatch, capsys):
+    _, pred, series, *_ = exported
+    for name in [m for m in sys.modules if m.startswith(("monai_unc.io.dicom", "monai_unc.workflows.dicom"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "highdicom", None)  # import highdicom raises ImportError
+    assert main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "o"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "monai-unc dicom-export: error: DICOM input and output need pydicom and highdicom: pip install " \
+                  "'monai-unc[dicom]'"
+
+
+def _sr_items(ds, group=None, out=None):
+    """(group tracking id, concept meaning, value, referenced UIDs) of every NUM / CODE / TEXT item of an SR."""
+    out = [] if out is None else out
+    for item in ds.get("ContentSequence", []):
+        name = item.ConceptNameCodeSequence[0].CodeMeaning if "ConceptNameCodeSequence" in item else ""
+        if item.ValueType == "NUM":
+            mv = item.MeasuredValueSequence[0]
+            value = float(mv.FloatingPointValue) if "FloatingPointValue" in mv else float(mv.NumericValue)
+            out.append((group, name, value))
+        elif item.ValueType == "CODE":
+            out.append((group, name, item.ConceptCodeSequence[0].CodeValue))
+        elif item.ValueType in ("TEXT", "UIDREF") and name in ("Tracking Identifier", "Algorithm Parameters"):
+            if name == "Tracking Identifier":
+                group = item.TextValue
+            else:
+                out.append((group, name, item.TextValue))
+        elif item.ValueType in ("IMAGE", "COMPOSITE"):
+            out.append((group, "ref", item.ReferencedSOPSequence[0].ReferencedSOPInstanceUID))
+        _sr_items(item, group, out)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_sr_holds_the_numbers_of_the_tables(exported, case):
+    root, pred, series, out, label, *_ = exported
+    assert dciodvfy_errors(out / case / "sr.dcm") == []
+    sr = hd.sr.Comprehensive3DSR.from_dataset(pydicom.dcmread(out / case / "sr.dcm"))
+    src = pydicom.dcmread(next((series / case).iterdir()), stop_before_pixels=True)
+    assert sr.StudyInstanceUID == src.StudyInstanceUID and str(sr.PatientName) == "Ünïcode^Name"
+    items = _sr_items(sr)
+    # the case's row of metrics.csv, value for value (finite cells only)
+    row = next(r for r in read_csv(root / "evaluation" / "metrics.csv") if r["case"] == case)
+    scores = {name: v for g, name, v in items if g == "case scores" and isinstance(v, float)}
+    assert scores == {k: float(v) for k, v in row.items() if k != "case" and v not in ("", "nan")}
+    # segment volumes: voxel counts of the NIfTI segmentation times its voxel volume (ml)
+    voxel_ml = abs(np.linalg.det(GEOMETRIES[CASES[case]][1][:3, :3])) / 1000
+    for number, cls in ((1, 1), (2, 2)):
+        volume = [v for g, name, v in items if g == f"segment {number}" and name == "Volume"]
+        assert volume == [pytest.approx(np.count_nonzero(label == cls) * voxel_ml, rel=1e-12)]
+    # the conformal mask volumes (ml) and band widths (mm) of conformal.csv
+    row = next(r for r in read_csv(root / "conformal" / "conformal.csv") if r["case"] == case)
+    masks = {name: v for g, name, v in items if g == "conformal masks" and isinstance(v, float)}
+    assert masks == {k: float(v) for k, v in row.items() if k != "case" and v not in ("", "nan")}
+    # the triage decision, its score, the rule's digest and guarantee
+    decision = {"case0": "review", "case1": "accept"}[case]
+    assert ("triage", "Triage decision", decision) in items
+    assert ("triage", "predictive_entropy_fg_mean", {"case0": 0.25, "case1": 0.05}[case]) in items
+    params = [v for g, name, v in items if g == "triage" and name == "Algorithm Parameters"]
+    assert "rule_digest=sha256:" + "cd" * 32 in params
+    assert any(p.startswith("statement=failure rate among accepted") for p in params)
+    # it references the source series and every object of the case
+    refs = {v for _, name, v in items if name == "ref"}
+    manifest = json.loads((out / "dicom_export.json").read_text())["cases"][case]["objects"]
+    seg_uid = next(o["sop_instance_uid"] for o in manifest if o["kind"] == "segmentation")
+    assert seg_uid in refs
+    evidence = {str(s.ReferencedSOPInstanceUID) for study in sr.CurrentRequestedProcedureEvidenceSequence
+                for se in study.ReferencedSeriesSequence for s in se.ReferencedSOPSequence}
+    assert {o["sop_instance_uid"] for o in manifest if o["kind"] != "report"} <= evidence
+    assert str(src.SOPInstanceUID) in evidence
+
+
+@pytest.mark.slow
+def test_dicom_in_infer_then_dicom_out(tmp_path):
+    """A folder of series folders is infer's input; the same folder is dicom-export's --series."""
+    import torch
+    from monai.networks.nets import UNet
+
+    from tests._cases import TOY_NET
+
+    images = tmp_path / "images"
+    values, _, _ = make_series(images / "ct01", "anisotropic_ct")
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    before = _snapshot(images)
+    assert main(["infer", "-i", str(images), "-o", str(tmp_path / "pred"), "--network", str(tmp_path / "net.json"),
+                 "--checkpoint", str(tmp_path / "net.pt"), "--samples", "2", "--device", "cpu", "-q",
+                 "--output-format", "both", "--uid-root", "1.2.826.0.1.3680043.10.778."]) == 0
+    seg = nib.load(tmp_path / "pred" / "ct01_seg.nii.gz")
+    from monai_unc.io.dicom import read_series
+
+    series = read_series(images / "ct01")
+    np.testing.assert_allclose(seg.affine, series.affine, atol=1e-5)  # the outputs carry the series' geometry
+    assert seg.shape == series.shape
+    # --output-format both wrote the DICOM objects beside the NIfTI files, as dicom-export does
+    written = sorted(p.name for p in (tmp_path / "pred" / "dicom" / "ct01").iterdir())
+    assert written == ["expected_entropy.dcm", "mutual_information.dcm", "one_minus_max_prob.dcm",
+                       "predictive_entropy.dcm", "probabilities.dcm", "seg.dcm", "sr.dcm"]
+    assert main(["dicom-export", "-p", str(tmp_path / "pred"), "-s", str(images), "-o", str(tmp_path / "dicom"),
+                 "-q"]) == 0
+    assert _snapshot(images) == before
+    for name in written:
+        assert dciodvfy_errors(tmp_path / "pred" / "dicom" / "ct01" / name) == []
+    exported = hd.seg.segread(tmp_path / "pred" / "dicom" / "ct01" / "seg.dcm")
+    assert exported.SeriesInstanceUID.startswith("1.2.826.0.1.3680043.10.778.")
+    uids = [str(ds.SOPInstanceUID) for ds in series.datasets]
+    pixels = exported.get_pixels_by_source_instance(uids, combine_segments=True, ignore_spatial_locations=True)
+    np.testing.assert_array_equal(pixels, np.transpose(np.asarray(seg.dataobj), (2, 1, 0)))
+    # evaluate reads the DICOM series as the cases' images (--images), on the grid of the outputs
+    (tmp_path / "labels").mkdir()
+    nib.save(nib.Nifti1Image((values > 0).astype(np.uint8), series.affine), tmp_path / "labels" / "ct01.nii.gz")
+    assert main(["evaluate", "-l", str(tmp_path / "labels"), "-p", str(tmp_path / "pred"), "--images", str(images),
+                 "-o", str(tmp_path / "eval"), "--no-spatial", "-q"]) == 0
+    assert main(["dicom-export", "-p", str(tmp_path / "pred"), "-s", str(images), "-o", str(tmp_path / "dicom"),
+                 "-e", str(tmp_path / "eval"), "-q"]) == 0
+    row = read_csv(tmp_path / "eval" / "metrics.csv")[0]
+    report = _sr_items(hd.sr.Comprehensive3DSR.from_dataset(pydicom.dcmread(tmp_path / "dicom" / "ct01" / "sr.dcm")))
+    assert ("case scores", "dice", float(row["dice"])) in report
+    assert _snapshot(images) == before
+
+
+def test_infer_output_format_both_needs_dicom_input(tmp_path, capsys):
+    (tmp_path / "images").mkdir()
+    nib.save(nib.Nifti1Image(np.zeros((4, 4, 4), np.float32), np.eye(4)), tmp_path / "images" / "a.nii.gz")
+    assert main(["infer", "-i", str(tmp_path / "images"), "-o", str(tmp_path / "out"), "--model", "example",
+                 "--output-format", "both", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs DICOM input" in err
+    assert not (tmp_path / "out").exists()  # refused before any work
+
+
+@pytest.mark.slow
+def test_triage_reads_dicom_series_as_its_images(tmp_path):
+    """triage --images: DICOM series folders give the same image checks as NIfTI files of the same values."""
+    import warnings
+
+    from monai_unc.data.cohorts import write_toy_cohort
+    from monai_unc.io.dicom import write_series
+    from tests.evaluation.test_triage import _stamp_infer_records
+
+    a = write_toy_cohort(tmp_path / "A", n_cases=8, shape=(16, 16, 16), seed=1)
+    b = write_toy_cohort(tmp_path / "B", n_cases=3, shape=(16, 16, 16), seed=2)
+    for d in (a, b):
+        _stamp_infer_records(d["predictions"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(a["labels"]), "-p", str(a["predictions"]), "-o", str(tmp_path / "ev"),
+                     "--images", str(a["images"]), "--no-spatial", "--target-risk", "0.4", "--delta", "0.2",
+                     "-q"]) == 0
+    nifti, series = tmp_path / "nifti_images", tmp_path / "dicom_images"
+    nifti.mkdir()
+    for path in sorted(b["images"].glob("*.nii.gz")):
+        img = nib.load(path)
+        values = np.round(np.asarray(img.dataobj, dtype=np.float64) * 100)  # what a CT series stores exactly
+        nib.save(nib.Nifti1Image(values.astype(np.float32), img.affine), nifti / path.name)
+        write_series(values, img.affine, series / path.name[: -len(".nii.gz")], modality="CT")
+    out = {}
+    for name, images in (("nifti", nifti), ("dicom", series)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            assert main(["triage", "-p", str(b["predictions"]), "--rule", str(tmp_path / "ev" / "referral_rule.json"),
+                         "--images", str(images), "-o", str(tmp_path / f"triage_{name}"), "-q"]) == 0
+        doc = json.loads((tmp_path / f"triage_{name}" / "triage.json").read_text())
+        out[name] = [{k: c.get(k) for k in ("case", "decision", "reason", "image_z_max")} for c in doc["cases"]]
+    assert out["dicom"] == out["nifti"] and all(c["image_z_max"] is not None for c in out["dicom"])
