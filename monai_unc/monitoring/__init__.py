@@ -5,11 +5,29 @@
 test martingales of the case score and the image statistics, the harmful-shift test on audited risk, acceptance
 rates). The formulas are :mod:`monai_unc.metrics.monitoring`; the commands are ``monai-unc monitor`` (see
 docs/monitoring.md).
+
+The names below are imported from their submodule on first access (PEP 562): :mod:`.store` needs only the standard
+library, so a process that only writes to the store (a second writer, a cron job) starts without torch.
 """
 
-from .records import TriageRun, loss_of, model_digest, read_label_table, read_sites, read_triage_run, sidecar_site
-from .status import ALL_SITES, GroupStatus, any_alarm, monitor_status, status_table
-from .store import GENESIS, SCHEMA_VERSION, AuditEntry, CaseRecord, MonitorStore, VerifyResult
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference
+    from .records import TriageRun, loss_of, model_digest, read_label_table, read_sites, read_triage_run, sidecar_site
+    from .status import ALL_SITES, GroupStatus, any_alarm, monitor_status, status_table
+    from .store import GENESIS, SCHEMA_VERSION, AuditEntry, CaseRecord, MonitorStore, VerifyResult
+
+#: public name -> the submodule defining it
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("TriageRun", "loss_of", "model_digest", "read_label_table", "read_sites", "read_triage_run",
+                     "sidecar_site"), "records"),
+    **dict.fromkeys(("ALL_SITES", "GroupStatus", "any_alarm", "monitor_status", "status_table"), "status"),
+    **dict.fromkeys(("GENESIS", "SCHEMA_VERSION", "AuditEntry", "CaseRecord", "MonitorStore", "VerifyResult"),
+                    "store"),
+}
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, ("records", "status", "store"), globals())
 
 __all__ = [
     "ALL_SITES",
