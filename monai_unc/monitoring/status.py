@@ -31,7 +31,8 @@ import numpy as np
 
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
 
-__all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable"]
+__all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable",
+           "stream_seed"]
 
 #: the site name of the pooled stream
 ALL_SITES = "(all sites)"
@@ -102,8 +103,13 @@ class GroupStatus:
         return out
 
 
-def _seed(*parts: str) -> int:
-    """A seed of the p-values' tie-breaking draws that depends on the stream only (status is reproducible)."""
+def stream_seed(*parts: str) -> int:
+    """The seed of a stream's p-value draws: a hash of the rule, the site and the statistic (status is reproducible).
+
+    Example:
+        >>> stream_seed("sha256:ab", "site A", "score") == stream_seed("sha256:ab", "site A", "score")
+        True
+    """
     return int.from_bytes(hashlib.sha256("\x00".join(parts).encode()).digest()[:8], "little")
 
 
@@ -112,10 +118,10 @@ def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule
     scores = np.array([c["score"] for c in cases], dtype=np.float64)
     defined = scores[~np.isnan(scores)]
     score = (score_martingale(defined, rule["calibration_scores"], alpha=alpha,
-                              seed=_seed(rule_digest, site, "score")) if defined.size else None)
+                              seed=stream_seed(rule_digest, site, "score")) if defined.size else None)
     z = np.array([c["image_z_max"] for c in cases], dtype=np.float64)
     z = z[~np.isnan(z)]
-    image = score_martingale(z, (), alpha=alpha, seed=_seed(rule_digest, site, "image")) if z.size else None
+    image = score_martingale(z, (), alpha=alpha, seed=stream_seed(rule_digest, site, "image")) if z.size else None
     target = rule["target_risk"]
     losses = [c["loss"] for c in cases if c["decision"] == "accept" and c.get("loss") is not None]
     risk = risk_test(losses, target, alpha) if losses and target is not None else None
