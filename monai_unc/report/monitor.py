@@ -112,7 +112,8 @@ def svg_chart(
     parts = [el("text", title, x=_ML, y=15, font_weight="600"),
              el("rect", x=_ML, y=_MT, width=_W - _ML - _MR, height=_H - _MT - _MB, fill="none", stroke="#d5dae3")]
     for v in np.linspace(y0 + pad, y1 - pad, 4):
-        parts.append(el("text", f"{v:.3g}", x=_ML - 4, y=_num(sy(v) + 4), text_anchor="end"))
+        shown = 0.0 if abs(v) < 1e-9 * (y1 - y0) else v  # no 2.2e-16 for a zero
+        parts.append(el("text", f"{shown:.3g}", x=_ML - 4, y=_num(sy(v) + 4), text_anchor="end"))
     for v in np.linspace(x0, x1, 5):
         parts.append(el("text", f"{v:.4g}", x=_num(sx(v)), y=_H - _MB + 14, text_anchor="middle"))
     parts.append(el("text", x_label, x=_num((_ML + _W) / 2), y=_H - 3, text_anchor="middle"))
