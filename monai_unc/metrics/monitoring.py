@@ -153,17 +153,17 @@ def simple_jumper(pvalues: object, jump: float = JUMPER_RATE) -> np.ndarray:
         raise ValueError("pvalues must lie in [0, 1]")
     if isinstance(jump, bool) or not isinstance(jump, (int, float)) or not 0 <= jump <= 1:
         raise ValueError(f"jump must be a number in [0, 1], got {jump!r}")
-    eps = np.array([-1.0, 0.0, 1.0])
-    w = np.full(3, 1 / 3)  # the capital's split, normalised to sum 1; log_s carries its total
+    j = float(jump)
+    wd, w0, wu = 1 / 3, 1 / 3, 1 / 3  # the capital's split over e = -1, 0, 1, normalised; log_s carries its total
     log_s = 0.0
     out = np.empty(len(p))
     for n, pn in enumerate(p.tolist()):
-        if not math.isnan(pn):
-            w = (1 - jump) * w + jump / 3
-            w = w * (1 + eps * (pn - 0.5))
-            total = float(w.sum())
+        if pn == pn:  # not NaN
+            wd, w0, wu = (1 - j) * wd + j / 3, (1 - j) * w0 + j / 3, (1 - j) * wu + j / 3
+            wd, wu = wd * (1.5 - pn), wu * (0.5 + pn)
+            total = wd + w0 + wu
             log_s += math.log(total)
-            w = w / total
+            wd, w0, wu = wd / total, w0 / total, wu / total
         out[n] = log_s
     return out
 
