@@ -16,12 +16,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..io import read_csv
+import numpy as np
+
+from ..evaluation.rows import class_dice
+from ..io import check_label_map, read_csv, read_volume
 from ..io.provenance import has_weight_digests
 from .store import UNKNOWN_SITE, CaseRecord
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
-           "loss_of"]
+           "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
+
+#: the file endings of a folder of audited label maps (``<case><ending>``)
+LABEL_EXTENSIONS = (".nii.gz", ".nii")
 
 #: the decisions of a triage row
 _DECISIONS = ("accept", "review")
@@ -211,6 +217,8 @@ def read_triage_run(
         if s is None:
             entry = files.get(cid)
             s, scanner = sidecar_site(entry.get("image") if isinstance(entry, dict) else None)
+        entry = files.get(cid)
+        seg = entry.get("seg") if isinstance(entry, dict) else None
         records.append(CaseRecord(
             case_id=cid, site=s or site or UNKNOWN_SITE, scanner=scanner, triaged_at=triaged_at,
             score=_number(c.get("score"), f"{where}.score"),
@@ -218,6 +226,7 @@ def read_triage_run(
             expected_dice=_number(c.get("expected_dice"), f"{where}.expected_dice"),
             decision=decision, code=_text(c.get("code"), f"{where}.code"),
             reason=_text(c.get("reason"), f"{where}.reason"), rule_digest=rule["digest"], model_digest=model,
+            prediction=seg if isinstance(seg, str) and seg and len(seg) <= 1000 and "\x00" not in seg else None,
         ))
     return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model)
 
@@ -290,3 +299,30 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
             raise ValueError(f"{name}: line {i}: case {cid!r} has neither 'dice' nor 'failure'")
         out.append({"case": cid, "dice": dice, "failure": fail})
     return out
+
+
+def label_map_dice(label: str | os.PathLike, prediction: str | os.PathLike, num_classes: int) -> float:
+    """The Dice of an audited label map against the case's predicted segmentation, as ``evaluate`` computes it.
+
+    The mean over the foreground classes ``1 .. C-1`` of
+    :func:`~monai_unc.evaluation.rows.class_dice` (a class absent from both maps scores 1).
+
+    Args:
+        label: the label map file.
+        prediction: the predicted segmentation file that triage read.
+        num_classes: the rule's number of classes ``C`` (background included).
+
+    Returns:
+        The Dice in ``[0, 1]``.
+
+    Raises:
+        ValueError: unreadable files, a label map with values outside ``[0, C)``, or shapes that differ.
+        FileNotFoundError: a missing file.
+    """
+    lab, _ = read_volume(label)
+    seg, _ = read_volume(prediction)
+    lab = check_label_map(lab[0] if lab.shape[0] == 1 else lab, f"label map {label}", num_classes)
+    seg = check_label_map(seg[0] if seg.shape[0] == 1 else seg, f"prediction {prediction}", num_classes)
+    if lab.shape != seg.shape:
+        raise ValueError(f"label map {os.fspath(label)!r} has shape {lab.shape}, its prediction {seg.shape}")
+    return float(np.mean(class_dice(seg, lab, num_classes)))

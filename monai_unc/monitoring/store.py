@@ -62,7 +62,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         "CREATE TABLE cases (id {id}, run_id BIGINT NOT NULL REFERENCES runs(id), case_id TEXT NOT NULL, "
         "site TEXT NOT NULL, scanner TEXT, triaged_at TEXT NOT NULL, score DOUBLE PRECISION, "
         "image_z_max DOUBLE PRECISION, expected_dice DOUBLE PRECISION, decision TEXT NOT NULL, code TEXT NOT NULL, "
-        "reason TEXT NOT NULL, rule_digest TEXT NOT NULL, model_digest TEXT, UNIQUE (run_id, case_id))",
+        "reason TEXT NOT NULL, rule_digest TEXT NOT NULL, model_digest TEXT, prediction TEXT, "
+        "UNIQUE (run_id, case_id))",
         "CREATE INDEX cases_by_rule_site ON cases (rule_digest, site, id)",
         "CREATE INDEX cases_by_case_id ON cases (case_id, id)",
         "CREATE TABLE labels (id {id}, audit_seq BIGINT NOT NULL, case_row BIGINT NOT NULL REFERENCES cases(id), "
@@ -77,7 +78,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 #: the newest schema this version reads and writes
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
-                 "code", "reason", "rule_digest", "model_digest")
+                 "code", "reason", "rule_digest", "model_digest", "prediction")
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
 _MAX_TEXT = 1000
 
@@ -147,6 +148,8 @@ class CaseRecord:
         reason: the reason in words.
         rule_digest: the digest of the referral rule that decided.
         model_digest: a digest of the model's weight digests, or None when they were not recorded.
+        prediction: the path of the case's predicted segmentation (what audited label maps are compared with), or
+            None.
     """
 
     case_id: str
@@ -161,6 +164,7 @@ class CaseRecord:
     reason: str
     rule_digest: str
     model_digest: str | None
+    prediction: str | None = None
 
 
 @dataclass(frozen=True)
@@ -547,13 +551,23 @@ class MonitorStore:
 
     # -------------------------------------------------------------------------------------------------- the reads
     def rules(self) -> dict[str, dict[str, Any]]:
-        """The recorded rules by digest: ``{"score", "target_risk", "risk", "failure_dice", "calibration_scores"}``."""
+        """The recorded rules by digest.
+
+        Returns:
+            ``{digest: {"score", "target_risk", "risk", "failure_dice", "calibration_scores", "num_classes",
+            "regions"}}`` (``num_classes`` / ``regions`` None when the rule does not say).
+        """
         out = {}
-        for d, score, target, risk, fd, cal in self._all(
-                "SELECT digest, score, target_risk, risk, failure_dice, calibration_scores FROM rules ORDER BY digest"):
+        for d, score, target, risk, fd, cal, body in self._all(
+                "SELECT digest, score, target_risk, risk, failure_dice, calibration_scores, body FROM rules "
+                "ORDER BY digest"):
+            doc = json.loads(body)
+            nc = doc.get("num_classes") if isinstance(doc, dict) else None
             out[str(d)] = {"score": str(score), "target_risk": None if target is None else float(target),
                            "risk": str(risk), "failure_dice": None if fd is None else float(fd),
-                           "calibration_scores": [float(v) for v in json.loads(cal)]}
+                           "calibration_scores": [float(v) for v in json.loads(cal)],
+                           "num_classes": nc if isinstance(nc, int) and not isinstance(nc, bool) else None,
+                           "regions": doc.get("regions") if isinstance(doc, dict) else None}
         return out
 
     def cases(self) -> list[dict[str, Any]]:

@@ -436,8 +436,11 @@ def _add_monitor(sub: Any) -> None:
                    "JSON sidecars, else 'unknown')")
     r.add_argument("--sites", default=None, metavar="CSV", help="CSV with columns case,site[,scanner]")
     r.add_argument("--time", default=None, help="when the run triaged, ISO 8601 (default: triage.json's time)")
-    lab = msub.add_parser("label", help="record audited labels (CSV: case and dice and/or failure 0/1)")
-    lab.add_argument("--labels", required=True, metavar="CSV", help="CSV with columns case and dice and/or failure")
+    lab = msub.add_parser("label", help="record audited labels (a CSV of case,dice[,failure] or a folder of label "
+                          "maps)")
+    lab.add_argument("--labels", required=True, metavar="CSV|FOLDER",
+                     help="CSV with columns case and dice and/or failure (0/1), or a folder of label maps "
+                     "<case>.nii.gz compared with the predictions triage read")
     lab.add_argument("--db", default=None, help=db_help)
     st = msub.add_parser("status", help="per-site statistics and alarms; exit status 1 when an alarm is raised")
     st.add_argument("--db", default=None, help=db_help)

@@ -26,6 +26,7 @@ from ..monitoring import (
     read_triage_run,
     status_table,
 )
+from ..monitoring.records import LABEL_EXTENSIONS, label_map_dice
 from ..monitoring.status import printable
 from ..report.monitor import build_monitor_page
 from .session import CommandResult
@@ -72,27 +73,54 @@ def record_triage(
     return CommandResult(run_id, True, run.folder, (line,))
 
 
+def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -> list[dict[str, Any]]:
+    """Audited labels from a folder of label maps ``<case>.nii.gz``: each one's Dice against the case's prediction."""
+    out = []
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(LABEL_EXTENSIONS))
+    if not files:
+        raise ValueError(f"no label maps (<case>.nii.gz or .nii) in {str(folder)!r}")
+    for p in files:
+        cid = next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e))
+        case = latest.get(cid)
+        if case is None:
+            out.append({"case": cid, "dice": None, "failure": None})  # add_labels names the cases not in the store
+            continue
+        rule = rules[case["rule_digest"]]
+        if rule["regions"] is not None or rule["num_classes"] is None:
+            raise ValueError(f"case {cid!r}: its rule is region-based or does not record its classes: give the "
+                             "audited Dice in a CSV (case,dice) instead of label maps")
+        if not case.get("prediction"):
+            raise ValueError(f"case {cid!r}: its triage run recorded no prediction file to compare the label map "
+                             "with: give the audited Dice in a CSV (case,dice)")
+        out.append({"case": cid, "dice": label_map_dice(p, case["prediction"], rule["num_classes"]), "failure": None})
+    return out
+
+
 def record_labels(
     db: str | os.PathLike | None, labels: str | os.PathLike, *, command: Sequence[str] | None = None,
 ) -> CommandResult[int]:
-    """``monai-unc monitor label``: audited labels (a CSV of ``case`` and ``dice`` and/or ``failure``).
+    """``monai-unc monitor label``: audited labels, from a CSV or a folder of label maps.
+
+    The CSV has a ``case`` column and ``dice`` and/or ``failure``; a label map ``<case>.nii.gz`` is compared with the
+    prediction triage read, as ``evaluate`` computes the Dice.
 
     Each label's loss follows its case's rule: the failure (``dice < failure_dice``, or the ``failure`` column)
     for a ``failure`` rule, ``1 - dice`` for a ``1-dice`` rule.
 
     Args:
         db: the store (None: ``$MONAI_UNC_MONITOR_DB``).
-        labels: the CSV file.
+        labels: the CSV file or the folder of label maps.
         command: the command line for the audit log.
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of the number of labels recorded.
     """
     url = _db(db)
-    table = read_label_table(labels)
+    path = Path(labels)
     with MonitorStore(url, create=False) as store:
         rules = store.rules()
         latest = {c["case_id"]: c for c in store.cases()}
+        table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
         rows = []
         for lab in table:
             case = latest.get(lab["case"])
@@ -101,8 +129,8 @@ def record_labels(
                 continue
             rule = rules[case["rule_digest"]]
             rows.append({**lab, "loss": loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])})
-        n = store.add_labels(rows, source=str(Path(labels).resolve()), command=command)
-    return CommandResult(n, True, Path(labels).resolve().parent, (f"recorded {n} audited label(s)",))
+        n = store.add_labels(rows, source=str(path.resolve()), command=command)
+    return CommandResult(n, True, path.resolve().parent, (f"recorded {n} audited label(s)",))
 
 
 def store_status(

@@ -17,7 +17,8 @@ from monai_unc.io.provenance import rule_digest
 
 def make_rule(calibration: Sequence[float], target: float = 0.1, risk: str = "failure", tag: str = "") -> dict:
     """A referral rule's JSON as triage.json records it (the fields the store reads), with its digest."""
-    rule = {"format": "monai-unc referral rule", "score": {"column": "predictive_entropy_fg_mean"},
+    rule = {"format": "monai-unc referral rule", "score": {"column": "predictive_entropy_fg_mean"}, "num_classes": 3,
+            "regions": None,
             "target_risk": target, "risk": risk, "failure_dice": 0.8, "threshold": 0.5, "tag": tag,
             "calibration": {"case_scores": [float(v) for v in calibration]},
             "fingerprint": {"weights": [{"file": "net.pt", "sha256": "ab" * 32}]}}
@@ -25,7 +26,8 @@ def make_rule(calibration: Sequence[float], target: float = 0.1, risk: str = "fa
     return rule
 
 
-def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[str, str] | None = None) -> Path:
+def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[str, str] | None = None,
+                 segs: dict[str, str] | None = None) -> Path:
     """A triage output folder: ``triage.json`` with ``cases`` (``case``, ``score``, ``decision`` ...)."""
     folder.mkdir(parents=True, exist_ok=True)
     full = []
@@ -37,7 +39,8 @@ def write_triage(folder: Path, rule: dict, cases: Sequence[dict], images: dict[s
                      **({"image_z_max": c["image_z_max"]} if "image_z_max" in c else {})})
     doc = {"n_cases": len(full), "rule": rule, "cases": full,
            "fingerprint": {"status": "match", "predictions": {"weights": rule["fingerprint"]["weights"]}},
-           "files": {c["case"]: {"image": (images or {}).get(c["case"])} for c in cases}}
+           "files": {c["case"]: {"image": (images or {}).get(c["case"]), "seg": (segs or {}).get(c["case"])}
+                     for c in cases}}
     (folder / "triage.json").write_text(json.dumps(doc))
     return folder
 

@@ -157,3 +157,40 @@ def test_chromium_shows_the_dashboard(stream, tmp_path, capsys):
 
     img = np.asarray(Image.open(shot).convert("RGB"), dtype=np.float64)
     assert img.std() > 20 and (np.abs(img - [35, 50, 74]).sum(-1) < 10).mean() > 0.005  # drawn, header band there
+
+
+def test_labels_from_a_folder_of_label_maps(tmp_path, capsys):
+    """``monitor label --labels FOLDER``: each map's Dice against the prediction triage read (mean foreground Dice,
+    a class absent from both scoring 1), then the rule's failure."""
+    from monai_unc.io import save_nifti
+    from monai_unc.monitoring import MonitorStore
+
+    rng = np.random.default_rng(0)
+    labels, preds = tmp_path / "labels", tmp_path / "preds"
+    labels.mkdir()
+    preds.mkdir()
+    expected = {}
+    for cid in ("a", "b"):
+        seg = rng.integers(0, 3, (6, 7, 5))
+        lab = seg.copy() if cid == "a" else rng.integers(0, 2, (6, 7, 5))  # b: class 2 only in the prediction
+        save_nifti(seg.astype(np.uint8), np.eye(4), preds / f"{cid}_seg.nii.gz")
+        save_nifti(lab.astype(np.uint8), np.eye(4), labels / f"{cid}.nii.gz")
+        d = []
+        for k in (1, 2):  # brute force: 2 |A & B| / (|A| + |B|), 1 when both empty
+            a, b = seg == k, lab == k
+            d.append(1.0 if a.sum() + b.sum() == 0 else 2 * (a & b).sum() / (a.sum() + b.sum()))
+        expected[cid] = float(np.mean(d))
+    folder = write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1},
+                                                                  {"case": "b", "score": 0.15}],
+                          segs={c: str(preds / f"{c}_seg.nii.gz") for c in "ab"})
+    db = str(tmp_path / "m.db")
+    assert _main(["monitor", "record", str(folder), "--db", db, "-q"], capsys)[0] == 0
+    rc, out, err = _main(["monitor", "label", "--labels", str(labels), "--db", db], capsys)
+    assert rc == 0, err
+    with MonitorStore(db) as store:
+        got = {c["case_id"]: (c["dice"], c["loss"]) for c in store.cases()}
+    assert got["a"] == (pytest.approx(1.0), 0.0)
+    assert got["b"][0] == pytest.approx(expected["b"], abs=1e-6) and got["b"][1] == float(expected["b"] < 0.8)
+    (labels / "zzz.nii.gz").write_bytes((labels / "a.nii.gz").read_bytes())
+    rc, _, err = _main(["monitor", "label", "--labels", str(labels), "--db", db], capsys)
+    assert rc == 2 and "not in the monitoring store" in err
