@@ -346,50 +346,47 @@ def risk_eprocess(losses: object, target: float, m: float | None = None) -> np.n
     return np.cumsum(terms)
 
 
-def risk_lower_bound(losses: object, target: float, alpha: float) -> np.ndarray:
-    """The lower confidence sequence ``L_n = sup {m : K_n(m) >= 1 / alpha}`` (0 when no ``m`` qualifies).
+def risk_lower_bound(losses: object, target: float, alpha: float, resolution: int = 2000) -> np.ndarray:
+    """The lower confidence sequence ``L_n = sup {m : K_n(m) >= 1 / alpha}`` on a grid (0 when no ``m`` qualifies).
 
-    The bets do not depend on ``m``, so ``K_n(m)`` decreases in ``m`` and the sup is the root of
-    ``log K_n(m) = log(1 / alpha)`` (found by bisection to ``1e-9``). With probability at least ``1 - alpha``,
-    ``L_n`` never exceeds the largest conditional risk of the cases so far, for every ``n`` at once; the harmful
-    shift alarm ``L_n > target`` is the same event as ``K_n(target) >= 1 / alpha``.
+    The bets do not depend on ``m``, so ``K_n(m)`` decreases in ``m`` and the rejected risks ``{m : K_n(m) >= 1 /
+    alpha}`` form an interval from 0. ``L_n`` is the largest point of the grid ``{0, 1/resolution, ..., 1}`` and
+    ``target`` in it, which rounds the exact bound down by less than ``1 / resolution`` (a lower bound stays valid
+    when lowered). With probability at least ``1 - alpha``, ``L_n`` never exceeds the largest conditional risk of the
+    cases so far, for every ``n`` at once; the harmful-shift alarm ``L_n >= target`` is the same event as
+    ``K_n(target) >= 1 / alpha``. Cost: ``N x (resolution + 1)`` logarithms, in blocks of bounded memory.
 
     Args:
-        losses: ``(N,)`` losses in ``[0, 1]`` (NaN skipped).
+        losses: ``(N,)`` losses in ``[0, 1]`` (NaN skipped: the bound carries over).
         target: the certified target risk (it sizes the bets).
         alpha: the miscoverage in ``(0, 1)``.
+        resolution: the number of grid steps over ``[0, 1]``.
 
     Returns:
-        ``(N,)`` the lower bounds in ``[0, 1)``.
+        ``(N,)`` the lower bounds in ``[0, 1]``.
 
     Example:
         >>> risk_lower_bound([1] * 8, target=0.1, alpha=0.05).round(3)[-3:]
-        array([0.088, 0.281, 0.407])
+        array([0.088, 0.28 , 0.406])
     """
     a = _check_alpha(alpha)
     x = _losses(losses, target)
-    lam = risk_bets(x, target)
+    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 1:
+        raise ValueError(f"resolution must be a positive integer, got {resolution!r}")
     keep = ~np.isnan(x)
-    level = math.log(1 / a)
+    xs, lam = x[keep], risk_bets(x, target)[keep]
+    grid = np.unique(np.concatenate([np.linspace(0.0, 1.0, resolution + 1), [float(target)]]))
+    level = math.log(1 / a) - 1e-12
+    count = np.zeros(len(xs), dtype=np.int64)  # per n: how many grid points (from 0) are rejected
+    block = max(1, 4_000_000 // max(len(xs), 1))
+    for start in range(0, len(grid), block):
+        m = grid[start:start + block]
+        log_k = np.cumsum(np.log1p(lam[:, None] * (xs[:, None] - m[None, :])), axis=0)
+        count += (log_k >= level).sum(axis=1)
+    defined = np.where(count > 0, grid[np.maximum(count - 1, 0)], 0.0)
     out = np.zeros(len(x))
-    xs, ls = x[keep], lam[keep]
-    idx = np.flatnonzero(keep)
-    for j, n in enumerate(idx):
-        xv, lv = xs[: j + 1], ls[: j + 1]
-
-        def log_k(m: float, xv: np.ndarray = xv, lv: np.ndarray = lv) -> float:
-            return float(np.log1p(lv * (xv - m)).sum())
-
-        if log_k(0.0) < level:
-            out[n] = 0.0
-        else:
-            lo, hi = 0.0, 1.0
-            while hi - lo > 1e-9:
-                mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if log_k(mid) >= level else (lo, mid)
-            out[n] = lo
-    # NaN losses carry the previous bound forward
-    for n in range(1, len(out)):
+    out[keep] = defined
+    for n in range(1, len(out)):  # NaN losses carry the previous bound forward
         if not keep[n]:
             out[n] = out[n - 1]
     return out
@@ -401,11 +398,12 @@ class RiskTestResult:
 
     Attributes:
         log_eprocess: ``(N,)`` ``log K_n(target)``.
-        lower_bound: ``(N,)`` the lower confidence sequence (:func:`risk_lower_bound`).
+        lower_bound: ``(N,)`` the lower confidence sequence (:func:`risk_lower_bound`; at least ``target`` from the
+            alarm on).
         target: the certified target risk.
         alpha: the false-alarm probability.
-        alarm: index of the first loss at which ``K_n(target) >= 1 / alpha`` (lower bound above the target), or
-            None.
+        alarm: index of the first loss at which ``K_n(target) >= 1 / alpha`` (lower bound at or above the
+            target), or None.
     """
 
     log_eprocess: np.ndarray

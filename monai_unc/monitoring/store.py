@@ -66,10 +66,13 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         "UNIQUE (run_id, case_id))",
         "CREATE INDEX cases_by_rule_site ON cases (rule_digest, site, id)",
         "CREATE INDEX cases_by_case_id ON cases (case_id, id)",
+        "CREATE INDEX cases_by_run ON cases (run_id)",
+        "CREATE INDEX runs_by_audit ON runs (audit_seq)",
         "CREATE TABLE labels (id {id}, audit_seq BIGINT NOT NULL, case_row BIGINT NOT NULL REFERENCES cases(id), "
         "recorded_at TEXT NOT NULL, dice DOUBLE PRECISION, failure INTEGER, loss DOUBLE PRECISION NOT NULL, "
         "source TEXT NOT NULL)",
         "CREATE INDEX labels_by_case ON labels (case_row, id)",
+        "CREATE INDEX labels_by_audit ON labels (audit_seq, id)",
         "CREATE TABLE audit (seq BIGINT PRIMARY KEY, at TEXT NOT NULL, actor TEXT NOT NULL, host TEXT NOT NULL, "
         "version TEXT NOT NULL, command TEXT NOT NULL, action TEXT NOT NULL, details TEXT NOT NULL, "
         "prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
