@@ -128,6 +128,7 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "dynamic_network_architectures": ("monai_unc.nnunet",),
     "ignite": (),  # pytorch-ignite is a dev dependency only; MONAI's engines and handlers import it optionally
     "nilearn": (),  # a dependency, but heavy to import: the MNI152 example (monai_unc.data.mni152) loads it lazily
+    "psycopg": (),  # the monitor extra: monai_unc.monitoring.store loads it only for a postgresql:// store
 }
 
 #: (module, forbidden call) -> why that module may write a file directly (a third-party API that forces it)
