@@ -24,7 +24,6 @@ docs/monitoring.md.
 
 from __future__ import annotations
 
-import bisect
 import math
 import warnings
 from dataclasses import dataclass
@@ -109,16 +108,34 @@ def conformal_pvalues(
     s = _vector(scores, "scores")
     ref = _vector(reference, "reference", allow_nan=False)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    tau = rng.uniform(size=len(s))
-    bag = sorted(ref.tolist())
+    tau = rng.uniform(size=len(s)).tolist()
+    defined = ~np.isnan(s)
+    # the bag as counts over the sorted distinct values, in a Fenwick tree: O(log K) per case
+    uniq = np.unique(np.concatenate([ref, s[defined]]))
+    k = len(uniq)
+    counts = np.bincount(np.searchsorted(uniq, ref), minlength=k).tolist()
+    tree = [0] + counts  # 1-based Fenwick tree of the counts, built in O(K)
+    for i in range(1, k + 1):
+        j = i + (i & -i)
+        if j <= k:
+            tree[j] += tree[i]
+    total = len(ref)
+    ranks = np.searchsorted(uniq, np.where(defined, s, 0.0)).tolist()
     out = np.full(len(s), np.nan)
-    for n, x in enumerate(s.tolist()):
-        if math.isnan(x):
-            continue
-        lo, hi = bisect.bisect_left(bag, x), bisect.bisect_right(bag, x)
-        greater, equal = len(bag) - hi, hi - lo
-        out[n] = (greater + tau[n] * (equal + 1)) / (len(bag) + 1)
-        bag.insert(hi, x)
+    for n in np.flatnonzero(defined).tolist():
+        r = ranks[n]
+        i, at_most = r + 1, 0  # the number of bag values <= uniq[r]
+        while i > 0:
+            at_most += tree[i]
+            i -= i & -i
+        equal = counts[r]
+        out[n] = (total - at_most + tau[n] * (equal + 1)) / (total + 1)
+        counts[r] += 1
+        total += 1
+        i = r + 1
+        while i <= k:
+            tree[i] += 1
+            i += i & -i
     if np.isnan(s).any():
         warnings.warn(f"{int(np.isnan(s).sum())} undefined score(s): their p-values are NaN and the martingale "
                       "skips them", UserWarning, stacklevel=2)
