@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--postgres", default=None, help="a PostgreSQL URL (default: a throwaway server, if possible)")
     args = p.parse_args(argv)
     rule, runs = _runs(args.cases, args.per_run, args.sites)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS before the first step (imports, the {args.cases} case records): {base:.0f} MiB", flush=True)
     with tempfile.TemporaryDirectory() as d:
         bench("sqlite", str(Path(d) / "bench.db"), rule, runs)
     with _postgres(args.postgres) as url:
