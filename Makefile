@@ -12,7 +12,8 @@ DOCTEST_PATHS := monai_unc/_lazy.py monai_unc/metrics monai_unc/inferers monai_u
 	monai_unc/report/markup.py monai_unc/report/notebook.py monai_unc/report/plots.py monai_unc/report/triage.py \
 	monai_unc/report/viewer.py monai_unc/io monai_unc/nnunet monai_unc/data/synthetic.py monai_unc/data/mni152.py \
 	monai_unc/data/model.py monai_unc/data/perturb.py monai_unc/data/cohorts.py monai_unc/data/training.py \
-	monai_unc/data/ssn_training.py monai_unc/report/html.py monai_unc/report/reliability.py \
+	monai_unc/data/ssn_training.py monai_unc/report/html.py monai_unc/report/reliability.py monai_unc/report/monitor.py \
+	monai_unc/monitoring \
 	monai_unc/evaluation monai_unc/state.py monai_unc/product.py monai_unc/products monai_unc/engine monai_unc/workflows monai_unc/cli.py
 
 .PHONY: install test demo lint clean bench validate gpu-check docs
@@ -21,7 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e ".[dev,examples,nnunet,docs,viewer,dicom]"
+	$(PY) -m pip install -q -e ".[dev,examples,nnunet,docs,viewer,dicom,monitor]"
 	touch $(STAMP)
 
 install: $(STAMP)

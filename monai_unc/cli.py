@@ -12,6 +12,8 @@
                         [--conformal-rule conformal_rule.json]
     monai-unc conformal --predictions PRED --rule conformal_rule.json --output MASKS
     monai-unc dicom-export --predictions PRED --series SERIES --output DICOM   (with the dicom extra: SEG, maps)
+    monai-unc monitor   record TRIAGE --db DB [--site S | --sites CSV] | label --labels CSV --db DB
+                        | status --db DB | report --db DB --output PAGE.html | verify --db DB
     monai-unc nnunet-predict ...        (with the nnunet extra: nnU-Net v2 prediction with uncertainty)
 
 ``infer`` writes uncertainty maps, probabilities and segmentations per case (resumable, atomic, never into the
@@ -121,6 +123,7 @@ def _import_commands() -> None:
     from .workflows.conformal import conformal_from_arguments
     from .workflows.demo import demo_from_arguments, run_demo
     from .workflows.evaluate import evaluate_from_arguments
+    from .workflows.monitor import monitor_from_arguments
     from .workflows.prepare import error_text, infer_from_arguments, read_case_list
     from .workflows.report import report_from_arguments
     from .workflows.session import CohortFailed
@@ -128,7 +131,8 @@ def _import_commands() -> None:
 
     _WORKFLOWS.update(infer=infer_from_arguments, evaluate=evaluate_from_arguments, report=report_from_arguments,
                       calibrate=calibrate_from_arguments, demo=demo_from_arguments, triage=triage_from_arguments,
-                      conformal=conformal_from_arguments, **{"dicom-export": _dicom_export})
+                      conformal=conformal_from_arguments, monitor=monitor_from_arguments,
+                      **{"dicom-export": _dicom_export})
     #: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
     _read_case_list = read_case_list
     _commands_imported = True
@@ -160,12 +164,15 @@ def __getattr__(name: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run the parsed command's workflow and print its lines on rank 0 (none with ``--quiet``); exit status 0."""
+    """Run the parsed command's workflow and print its lines on rank 0 (none with ``--quiet``); its exit status.
+
+    The status is 0 unless the workflow says otherwise (``monitor status``: 1 when an alarm is raised).
+    """
     result = _WORKFLOWS[args.command](args)
     if result.is_main:
         for line in result.lines:
             print(line)
-    return 0
+    return result.exit_status
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,7 +47,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     4: ("inferers",),
     5: ("transforms", "handlers", "engines", "engine", "data"),
     6: ("evaluation", "nnunet"),
-    7: ("products",),
+    7: ("products", "monitoring"),
     8: ("report",),
     9: ("workflows",),
     10: ("cli",),
@@ -93,6 +93,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     **dict.fromkeys(
         [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.conformal",
                                         "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
+                                        "monai_unc.workflows.monitor",
                                         "monai_unc.workflows.prepare", "monai_unc.workflows.report",
                                         "monai_unc.workflows.session", "monai_unc.workflows.triage",
                                         "monai_unc.workflows.dicom")]
@@ -142,6 +143,7 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     # the dicom extra: only the DICOM package of io imports them (monai_unc.io itself never imports monai_unc.io.dicom)
     "pydicom": ("monai_unc.io.dicom",),
     "highdicom": ("monai_unc.io.dicom",),
+    "psycopg": (),  # the monitor extra: monai_unc.monitoring.store loads it only for a postgresql:// store
 }
 
 #: (module, forbidden call) -> why that module may write a file directly (a third-party API that forces it)

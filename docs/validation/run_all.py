@@ -33,6 +33,7 @@ STUDIES = {
     5: "study5_referral.py",
     6: "study6_ssn.py",
     7: "study7_conformal.py",
+    8: "study8_monitoring.py",
 }
 TEMPLATE = HERE / "page_template.md"
 MARKER = re.compile(r"<!-- study:(\d) -->")

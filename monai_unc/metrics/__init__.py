@@ -6,7 +6,8 @@ Modules: :mod:`.calibration` (confidence histograms, ECE family, NLL, Brier), :m
 :mod:`.casewise` (OoD and failure detection), :mod:`.ambiguity` (NCC, GED), :mod:`.quality` (label-free quality
 estimates), :mod:`.compare` (comparing two uncertainty methods), :mod:`.overlap` (the one Dice / IoU / mask Gram
 matrix, with the empty-mask rule as an argument), :mod:`.conformal` (inner and outer masks with a finite-sample
-guarantee on the voxels they miss or add).
+guarantee on the voxels they miss or add), :mod:`.monitoring` (anytime-valid monitoring of a deployed model: conformal
+test martingales, the harmful-shift test on audited risk).
 """
 
 from .ambiguity import (

@@ -1,7 +1,7 @@
 """The options of the ``monai-unc`` commands: one sub-parser each, built without torch or MONAI.
 
 :func:`add_command_parsers` adds the sub-commands ``infer``, ``evaluate``, ``report``, ``calibrate``, ``demo``,
-``triage`` and ``conformal`` with their options, help texts and defaults (the ``evaluate`` options of every
+``triage``, ``conformal`` and ``monitor`` with their options, help texts and defaults (the ``evaluate`` options of every
 registered cohort product included, :mod:`monai_unc.product`) to the parser of :mod:`monai_unc.cli`. This module
 imports only the standard library, :mod:`monai_unc.keys` and :mod:`monai_unc.product`, so that ``monai-unc --help``
 and an argument error answer at once; each command's workflow takes the parsed arguments
@@ -23,7 +23,7 @@ from ..product import registered_products
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 
 #: the sub-commands :func:`add_command_parsers` adds, in the order of ``monai-unc --help``
-COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal", "dicom-export")
+COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal", "dicom-export", "monitor")
 
 
 #: the attribute of ``infer``'s parsed arguments that holds the destinations of the options given on the command
@@ -385,6 +385,12 @@ def _add_triage(sub: Any) -> None:
                    help="conformal_rule.json written by 'evaluate --conformal': also make the conformal masks of the "
                    "new cases (as 'monai-unc conformal', into OUTPUT/conformal/) and show their volumes, band width "
                    "and contours on the page")
+    p.add_argument("--monitor", default=None, metavar="DB",
+                   help="also record the decisions into this monitoring store (a file for SQLite or "
+                   "postgresql://...; as 'monai-unc monitor record'); the triage outputs are written even when the "
+                   "store cannot be reached (exit status 2)")
+    p.add_argument("--site", default=None, help="with --monitor: the site of the cases (default: from the images' "
+                   "JSON sidecars, else 'unknown')")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 
@@ -444,6 +450,56 @@ def _add_dicom_export(sub: Any) -> None:
                         "outer mask volumes, band widths) goes into its SR")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
+def _alpha(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {v}")
+    return v
+
+
+def _add_monitor(sub: Any) -> None:
+    p = sub.add_parser(
+        "monitor", help="watch a deployed model: record triage runs and audited labels, alarms per site, dashboard",
+        description="A monitoring store (SQLite file or PostgreSQL URL) that every triage run is recorded into, "
+        "audited labels, and anytime-valid alarms per site: a conformal test martingale on the case score and the "
+        "image statistics (label-free), a betting test of the accepted cases' risk against the certified target "
+        "(audited labels). Every change is logged in a hash-chained audit log. See docs/monitoring.md.",
+    )  # fmt: skip
+    msub = p.add_subparsers(dest="monitor_command", required=True, metavar="SUBCOMMAND")
+    db_help = ("the monitoring store: a file path (SQLite) or postgresql://user@host/db (needs the monitor extra); "
+               "default $MONAI_UNC_MONITOR_DB")
+    r = msub.add_parser("record", help="record a triage output folder into the store")
+    r.add_argument("triage", help="output folder of 'monai-unc triage'")
+    r.add_argument("--db", default=None, help=db_help)
+    r.add_argument("--site", default=None, help="site of the cases not otherwise known (default: from the images' "
+                   "JSON sidecars, else 'unknown')")
+    r.add_argument("--sites", default=None, metavar="CSV", help="CSV with columns case,site[,scanner]")
+    r.add_argument("--time", default=None, help="when the run triaged, ISO 8601 (default: triage.json's time)")
+    lab = msub.add_parser("label", help="record audited labels (a CSV of case,dice[,failure] or a folder of label "
+                          "maps)")
+    lab.add_argument("--labels", required=True, metavar="CSV|FOLDER",
+                     help="CSV with columns case and dice and/or failure (0/1), or a folder of label maps "
+                     "<case>.nii.gz compared with the predictions triage read")
+    lab.add_argument("--db", default=None, help=db_help)
+    st = msub.add_parser("status", help="per-site statistics and alarms; exit status 1 when an alarm is raised")
+    st.add_argument("--db", default=None, help=db_help)
+    st.add_argument("--alpha", type=_alpha, default=0.05,
+                    help="false-alarm probability of each alarm over the whole stream (default 0.05)")
+    st.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
+    rep = msub.add_parser("report", help="the dashboard: one static HTML page")
+    rep.add_argument("--db", default=None, help=db_help)
+    rep.add_argument("--output", "-o", required=True, help="the page to write (monitor.html)")
+    rep.add_argument("--alpha", type=_alpha, default=0.05, help="false-alarm probability of each alarm")
+    ver = msub.add_parser("verify", help="check the audit chain; exit status 1 when an entry or row was tampered")
+    ver.add_argument("--db", default=None, help=db_help)
+    ver.add_argument("--expect-head", default=None, metavar="HASH",
+                     help="the head hash an earlier verify printed (detects entries removed from the end)")
+    for q in (r, lab, st, rep, ver):
+        q.add_argument("--quiet", "-q", action="store_true", help="print nothing (the exit status still tells)")
+
 
 def add_command_parsers(sub: Any) -> None:
     """Add the sub-commands of :data:`COMMANDS` with their options to the ``monai-unc`` parser.
@@ -459,5 +515,5 @@ def add_command_parsers(sub: Any) -> None:
         0.3
     """
     for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal,
-                _add_dicom_export):
+                _add_dicom_export, _add_monitor):
         add(sub)

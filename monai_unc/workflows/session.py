@@ -58,12 +58,15 @@ class CommandResult(Generic[T]):
         is_main: this process is rank 0 (it wrote the cohort outputs and prints the summary); True for one process.
         output: the output folder (resolved).
         lines: the summary the command prints on rank 0 (empty on the other ranks, or when it supplies none).
+        exit_status: the command's exit status when it succeeded (``monai-unc monitor status`` gives 1 when an
+            alarm is raised; 0 otherwise).
     """
 
     value: T
     is_main: bool
     output: Path
     lines: tuple[str, ...] = ()
+    exit_status: int = 0
 
 
 def failed_cases_message(command: str, failures: Sequence[CaseFailure], output: str | os.PathLike) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
 from ..report.triage import build_triage_page
+from .monitor import record_triage
 from .report import TRIAGE_CONFORMAL_DIR, triage_with_page
 from .session import CommandResult, run_command
 
@@ -326,6 +328,10 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
     Args:
         args: the parsed arguments of ``monai-unc triage``.
 
+    With ``--monitor DB`` rank 0 then records the run into the monitoring store
+    (:func:`monai_unc.workflows.monitor.record_triage`); the triage outputs are written first, so a store that
+    cannot be reached leaves them in place (a ``ValueError`` that says so: one line, exit status 2).
+
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`triage_command`; its ``lines`` are empty
         with ``--quiet``. Raises as :func:`triage_command`.
@@ -335,4 +341,13 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
         layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
         conformal_rule=args.conformal_rule,
     )  # fmt: skip
+    monitor_db = getattr(args, "monitor", None)
+    if monitor_db is not None and res.is_main:
+        try:
+            recorded = record_triage(monitor_db, res.output, site=getattr(args, "site", None),
+                                     command=["monai-unc", *sys.argv[1:]])
+        except (ValueError, OSError, ImportError) as e:
+            raise ValueError(f"the triage outputs are written to {res.output}, but recording them into the "
+                             f"monitoring store failed: {e}") from None
+        res = dataclasses.replace(res, lines=(*res.lines, *recorded.lines))
     return dataclasses.replace(res, lines=()) if args.quiet else res

@@ -865,3 +865,25 @@ def test_triage_refuses_a_rule_its_output_would_replace(cohorts, tmp_path, capsy
         assert hashlib.sha256(rule.read_bytes()).hexdigest() == before
         rule.unlink()
     assert not list(out.rglob("*.csv")) and not (out / "triage.html").exists()
+
+
+@pytest.mark.slow
+def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys):
+    """``triage --monitor DB`` records the decisions; a store that cannot be reached is one line, exit status 2,
+    and the triage outputs are written all the same."""
+    from monai_unc.monitoring import MonitorStore
+
+    db = tmp_path / "monitor.db"
+    capsys.readouterr()
+    assert _triage_cli(cohorts, tmp_path / "t1", None, "--monitor", str(db), "--site", "centre 1") == 0
+    with MonitorStore(db, create=False) as store:
+        rows = store.cases()
+        assert len(rows) == 12 and {r["site"] for r in rows} == {"centre 1"} and store.verify().ok
+        decisions = {r["case_id"]: r["decision"] for r in rows}
+    summary = json.loads((tmp_path / "t1" / "triage.json").read_text())
+    assert decisions == {c["case"]: c["decision"] for c in summary["cases"]}
+    capsys.readouterr()
+    rc = _triage_cli(cohorts, tmp_path / "t2", None, "--monitor", "postgresql://nobody@127.0.0.1:9/none")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and (tmp_path / "t2" / "triage.csv").is_file() and (tmp_path / "t2" / "triage.json").is_file()
+    assert len(err) == 1 and "the triage outputs are written to" in err[0] and "monitoring store" in err[0]

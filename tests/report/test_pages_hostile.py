@@ -331,7 +331,7 @@ def test_pages_build_html_through_the_builder_only():
     and no f-string or string literal that writes a tag (``<x`` or ``</x``) outside :mod:`monai_unc.report.markup`."""
     tag = re.compile(r"</?[a-zA-Z!]")
     bad = []
-    for name in ("html.py", "triage.py"):
+    for name in ("html.py", "triage.py", "monitor.py"):
         path = ROOT / "monai_unc" / "report" / name
         tree = ast.parse(path.read_text())
         docstrings = {id(n.body[0].value) for n in ast.walk(tree)
@@ -387,7 +387,7 @@ def test_case_figure_path_keeps_odd_but_harmless_ids_inside_the_folder(tmp_path,
 
 def test_pages_name_case_figures_through_one_helper():
     """Both pages build a case figure's file name with case_figure_path only (no hand-built ``case_...png``)."""
-    for name in ("html.py", "triage.py"):
+    for name in ("html.py", "triage.py", "monitor.py"):
         text = (ROOT / "monai_unc" / "report" / name).read_text()
         assert "case_figure_path(fig_dir, cid)" in text, name
         assert 'f"case_{cid}.png"' not in text, name

@@ -1,0 +1,328 @@
+"""What ``monai-unc monitor record`` and ``monitor label`` read: a triage folder, sites, audited labels.
+
+Every file read here is untrusted input (a user may edit it): each field is checked, and a wrong one is a
+``ValueError`` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..evaluation.rows import class_dice
+from ..io import check_label_map, read_csv, read_volume
+from ..io.provenance import has_weight_digests
+from .store import UNKNOWN_SITE, CaseRecord
+
+__all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
+           "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
+
+#: the file endings of a folder of audited label maps (``<case><ending>``)
+LABEL_EXTENSIONS = (".nii.gz", ".nii")
+
+#: the decisions of a triage row
+_DECISIONS = ("accept", "review")
+#: keys of a JSON sidecar (dcm2niix / BIDS names first) that give the site and the scanner
+_SITE_KEYS = ("site", "InstitutionName", "StationName")
+_SCANNER_KEYS = (("scanner",), ("Manufacturer", "ManufacturerModelName"))
+
+
+@dataclass(frozen=True)
+class TriageRun:
+    """A triage folder as the store records it.
+
+    Attributes:
+        folder: the folder.
+        rule: the rule's JSON (with its ``digest``).
+        cases: the decisions.
+        source_digest: the SHA-256 of ``triage.json``.
+        triaged_at: when it was written (ISO 8601, UTC).
+        model_digest: the model's digest (:func:`model_digest`) or None.
+    """
+
+    folder: Path
+    rule: dict[str, Any]
+    cases: tuple[CaseRecord, ...]
+    source_digest: str
+    triaged_at: str
+    model_digest: str | None
+
+
+def model_digest(fingerprint: Any) -> str | None:
+    """One digest of a model's weight files: ``sha256:`` of the sorted SHA-256 digests its fingerprint records.
+
+    Args:
+        fingerprint: a prediction fingerprint (``triage.json``'s ``fingerprint.predictions`` or the rule's).
+
+    Returns:
+        The digest, or None when the fingerprint records no weight digests.
+
+    Example:
+        >>> model_digest({"weights": [{"file": "a.pt", "sha256": "00"}]})[:7], model_digest({})
+        ('sha256:', None)
+    """
+    if not isinstance(fingerprint, Mapping) or not has_weight_digests(fingerprint):
+        return None
+    digests = sorted(str(e["sha256"]) for e in fingerprint["weights"])
+    return "sha256:" + hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+
+def _number(v: Any, where: str) -> float:
+    if v is None:
+        return math.nan
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{where} must be a number or null, got {v!r}")
+    return float(v)
+
+
+def _text(v: Any, where: str) -> str:
+    if not isinstance(v, str) or not v or "\x00" in v or len(v) > 1000:
+        raise ValueError(f"{where} must be non-empty text (at most 1000 characters), got {v!r}")
+    return v
+
+
+def sidecar_site(image: Any) -> tuple[str | None, str | None]:
+    """The site and scanner a JSON sidecar of an image records (dcm2niix / BIDS), if any.
+
+    The sidecar is ``<image name without .nii.gz / .nii>.json`` beside the image. The site is its ``site``,
+    ``InstitutionName`` or ``StationName``; the scanner its ``scanner``, or ``Manufacturer`` and
+    ``ManufacturerModelName``.
+
+    Args:
+        image: the image's path (or None).
+
+    Returns:
+        ``(site, scanner)``, each None when not recorded (or no readable sidecar).
+    """
+    if not isinstance(image, str) or not image:
+        return None, None
+    p = Path(image)
+    stem = p.name[:-7] if p.name.endswith(".nii.gz") else p.stem
+    side = p.with_name(stem + ".json")
+    try:
+        doc = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    site = next((doc[k].strip() for k in _SITE_KEYS if isinstance(doc.get(k), str) and doc[k].strip()), None)
+    scanner = None
+    for keys in _SCANNER_KEYS:
+        parts = [doc[k].strip() for k in keys if isinstance(doc.get(k), str) and doc[k].strip()]
+        if parts:
+            scanner = " ".join(parts)
+            break
+    return (site[:200] if site else None), (scanner[:200] if scanner else None)
+
+
+def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
+    """A table of sites: CSV with columns ``case`` and ``site`` (and optionally ``scanner``).
+
+    Args:
+        path: the CSV file.
+
+    Returns:
+        ``{case: (site, scanner or None)}``.
+
+    Raises:
+        ValueError: a missing column, an empty site, a case listed twice.
+    """
+    rows = read_csv(path)
+    if not rows or "case" not in rows[0] or "site" not in rows[0]:
+        raise ValueError(f"sites table {os.fspath(path)!r} needs the columns 'case' and 'site'")
+    out: dict[str, tuple[str, str | None]] = {}
+    for i, r in enumerate(rows, start=2):
+        cid = _text(r.get("case"), f"{os.fspath(path)}: line {i}: 'case'")
+        site = _text((r.get("site") or "").strip(), f"{os.fspath(path)}: line {i}: 'site'")
+        if cid in out:
+            raise ValueError(f"{os.fspath(path)}: case {cid!r} is listed twice")
+        out[cid] = (site, (r.get("scanner") or "").strip() or None)
+    return out
+
+
+def read_triage_run(
+    folder: str | os.PathLike, *, site: str | None = None, sites: Mapping[str, tuple[str, str | None]] | None = None,
+    triaged_at: str | None = None,
+) -> TriageRun:
+    """Read a triage output folder (``triage.json``) into the records of the store.
+
+    The site of a case is, in order: its row of ``sites``, the JSON sidecar of its image (:func:`sidecar_site`),
+    ``site``, :data:`~monai_unc.monitoring.store.UNKNOWN_SITE`.
+
+    Args:
+        folder: the output folder of ``monai-unc triage``.
+        site: the site of every case not otherwise known.
+        sites: ``{case: (site, scanner)}`` (:func:`read_sites`).
+        triaged_at: when the run triaged (ISO 8601); default the modification time of ``triage.json``.
+
+    Returns:
+        The :class:`TriageRun`.
+
+    Raises:
+        ValueError: no ``triage.json``, or a field of it that is missing or wrong (named).
+    """
+    root = Path(folder)
+    path = root / "triage.json"
+    if not path.is_file():
+        raise ValueError(f"{os.fspath(folder)!r} is not a triage output folder (no triage.json)")
+    raw = path.read_bytes()
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a triage summary")
+    rule = doc.get("rule")
+    if not isinstance(rule, dict) or not isinstance(rule.get("digest"), str):
+        raise ValueError(f"{path}: field 'rule' must hold the referral rule with its digest")
+    target = rule.get("target_risk")
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
+        raise ValueError(f"{path}: field 'rule.target_risk' must be a number in (0, 1), got {target!r}")
+    cases = doc.get("cases")
+    if not isinstance(cases, list):
+        raise ValueError(f"{path}: field 'cases' must be a list")
+    files = doc.get("files") if isinstance(doc.get("files"), dict) else {}
+    fp = doc.get("fingerprint") if isinstance(doc.get("fingerprint"), dict) else {}
+    model = model_digest(fp.get("predictions")) or model_digest(rule.get("fingerprint"))
+    if triaged_at is None:
+        triaged_at = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+    else:
+        try:
+            t = datetime.fromisoformat(triaged_at)
+        except (TypeError, ValueError):
+            raise ValueError(f"time must be ISO 8601 (2026-01-31T12:00:00+00:00), got {triaged_at!r}") from None
+        triaged_at = (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).isoformat()
+    records, seen = [], set()
+    for i, c in enumerate(cases):
+        where = f"{path}: cases[{i}]"
+        if not isinstance(c, dict):
+            raise ValueError(f"{where} must be an object")
+        cid = _text(c.get("case"), f"{where}.case")
+        if cid in seen:
+            raise ValueError(f"{where}: case {cid!r} appears twice")
+        seen.add(cid)
+        decision = c.get("decision")
+        if decision not in _DECISIONS:
+            raise ValueError(f"{where}.decision must be one of {_DECISIONS}, got {decision!r}")
+        s, scanner = (sites or {}).get(cid, (None, None))
+        if s is None:
+            entry = files.get(cid)
+            s, scanner = sidecar_site(entry.get("image") if isinstance(entry, dict) else None)
+        entry = files.get(cid)
+        seg = entry.get("seg") if isinstance(entry, dict) else None
+        records.append(CaseRecord(
+            case_id=cid, site=s or site or UNKNOWN_SITE, scanner=scanner, triaged_at=triaged_at,
+            score=_number(c.get("score"), f"{where}.score"),
+            image_z_max=_number(c.get("image_z_max"), f"{where}.image_z_max"),
+            expected_dice=_number(c.get("expected_dice"), f"{where}.expected_dice"),
+            decision=decision, code=_text(c.get("code"), f"{where}.code"),
+            reason=_text(c.get("reason"), f"{where}.reason"), rule_digest=rule["digest"], model_digest=model,
+            prediction=seg if isinstance(seg, str) and seg and len(seg) <= 1000 and "\x00" not in seg else None,
+        ))
+    return TriageRun(root.resolve(), rule, tuple(records), hashlib.sha256(raw).hexdigest(), triaged_at, model)
+
+
+def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: float | None) -> float:
+    """The loss of an audited case under a rule's risk.
+
+    Args:
+        dice: its Dice, or None.
+        failure: 1 when it failed, 0 when not, or None (then from ``dice < failure_dice``).
+        risk: the rule's risk: ``"failure"`` (0/1) or ``"1-dice"``.
+        failure_dice: the Dice below which a case fails (a ``"failure"`` rule).
+
+    Returns:
+        The loss in ``[0, 1]``.
+
+    Raises:
+        ValueError: neither given, or ``"1-dice"`` without a Dice.
+
+    Example:
+        >>> loss_of(0.7, None, "failure", 0.8), loss_of(0.7, None, "1-dice", None), loss_of(None, 1, "failure", 0.8)
+        (1.0, 0.30000000000000004, 1.0)
+    """
+    if risk == "1-dice":
+        if dice is None:
+            raise ValueError("a rule with risk '1-dice' needs each label's Dice")
+        return 1.0 - dice
+    if failure is not None:
+        return float(failure)
+    if dice is None or failure_dice is None:
+        raise ValueError("each label needs its Dice or its failure (0/1)")
+    return float(dice < failure_dice)
+
+
+def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Audited labels from a CSV: a ``case`` column and ``dice`` (in ``[0, 1]``) and/or ``failure`` (0 or 1).
+
+    Args:
+        path: the CSV file.
+
+    Returns:
+        ``{"case", "dice", "failure"}`` per row (None for an empty cell).
+
+    Raises:
+        ValueError: a missing column, a value out of range, a case listed twice.
+    """
+    name = os.fspath(path)
+    rows = read_csv(path)
+    if not rows or "case" not in rows[0] or not ({"dice", "failure"} & set(rows[0])):
+        raise ValueError(f"labels table {name!r} needs a 'case' column and a 'dice' or 'failure' column")
+    out, seen = [], set()
+    for i, r in enumerate(rows, start=2):
+        cid = _text(r.get("case"), f"{name}: line {i}: 'case'")
+        if cid in seen:
+            raise ValueError(f"{name}: case {cid!r} is listed twice")
+        seen.add(cid)
+        dice = fail = None
+        if (r.get("dice") or "").strip():
+            try:
+                dice = float(r["dice"])
+            except ValueError:
+                raise ValueError(f"{name}: line {i}: 'dice' must be a number, got {r['dice']!r}") from None
+            if not 0 <= dice <= 1:
+                raise ValueError(f"{name}: line {i}: 'dice' must be in [0, 1], got {dice!r}")
+        if (r.get("failure") or "").strip():
+            if r["failure"].strip() not in ("0", "1"):
+                raise ValueError(f"{name}: line {i}: 'failure' must be 0 or 1, got {r['failure']!r}")
+            fail = int(r["failure"])
+        if dice is None and fail is None:
+            raise ValueError(f"{name}: line {i}: case {cid!r} has neither 'dice' nor 'failure'")
+        out.append({"case": cid, "dice": dice, "failure": fail})
+    return out
+
+
+def label_map_dice(label: str | os.PathLike, prediction: str | os.PathLike, num_classes: int) -> float:
+    """The Dice of an audited label map against the case's predicted segmentation, as ``evaluate`` computes it.
+
+    The mean over the foreground classes ``1 .. C-1`` of
+    :func:`~monai_unc.evaluation.rows.class_dice` (a class absent from both maps scores 1).
+
+    Args:
+        label: the label map file.
+        prediction: the predicted segmentation file that triage read.
+        num_classes: the rule's number of classes ``C`` (background included).
+
+    Returns:
+        The Dice in ``[0, 1]``.
+
+    Raises:
+        ValueError: unreadable files, a label map with values outside ``[0, C)``, or shapes that differ.
+        FileNotFoundError: a missing file.
+    """
+    lab, _ = read_volume(label)
+    seg, _ = read_volume(prediction)
+    lab = check_label_map(lab[0] if lab.shape[0] == 1 else lab, f"label map {label}", num_classes)
+    seg = check_label_map(seg[0] if seg.shape[0] == 1 else seg, f"prediction {prediction}", num_classes)
+    if lab.shape != seg.shape:
+        raise ValueError(f"label map {os.fspath(label)!r} has shape {lab.shape}, its prediction {seg.shape}")
+    return float(np.mean(class_dice(seg, lab, num_classes)))

@@ -1,0 +1,280 @@
+"""The dashboard of ``monai-unc monitor report``: one static HTML page, escaped by construction, offline.
+
+:func:`build_monitor_page` draws, for every stream (a rule and a site, and all sites pooled), inline SVG charts
+(no script, no network resource, no image file: the page works from disk):
+
+1. the conformal test martingales of the case score and of the image statistics (log scale) against the alarm
+   threshold ``1 / alpha``, with the alarm and the estimated change point;
+2. the audited accepted cases' risk: its lower confidence sequence and the observed running rate against the
+   certified target;
+3. the acceptance rate over a moving window of the last cases;
+4. the distribution of the stream's case scores against the calibration cases';
+
+then the alarms, the overview table (as ``monitor status``) and the audit trail with the result of the chain check.
+Every string of the store (site names, case ids, command lines) reaches the page through
+:mod:`monai_unc.report.markup`, so it shows as text.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..io import atomic_write_text
+from ..monitoring import AuditEntry, GroupStatus, VerifyResult
+from .html import PAGE_CSS, cards, table
+from .markup import Markup, document, el
+
+__all__ = ["build_monitor_page", "svg_chart"]
+
+_CSS = """
+svg.chart{background:#fff;border:1px solid #d5dae3;border-radius:6px}
+svg.chart text{font-size:11px;fill:#44505f;font-family:system-ui,Helvetica,Arial,sans-serif}
+.alarm{color:#b3261e;font-weight:600}.ok{color:#1b6e3a;font-weight:600}
+section.stream{margin-bottom:26px}.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+"""
+#: the largest number of points of one drawn line (longer series are thinned)
+_MAX_POINTS = 800
+_W, _H, _ML, _MR, _MT, _MB = 560, 220, 52, 12, 24, 30
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f")
+#: the window of the moving acceptance rate
+_WINDOW = 25
+
+
+def _thin(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(x) <= _MAX_POINTS:
+        return x, y
+    keep = np.unique(np.linspace(0, len(x) - 1, _MAX_POINTS).round().astype(int))
+    return x[keep], y[keep]
+
+
+def _num(v: float) -> str:
+    return f"{v:.1f}"
+
+
+def svg_chart(
+    title: str,
+    series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+    *,
+    hlines: Sequence[tuple[str, float]] = (),
+    vlines: Sequence[tuple[str, float]] = (),
+    y_label: str = "",
+    x_label: str = "case",
+    steps: bool = False,
+) -> Markup:
+    """An inline SVG line chart (no script): series, horizontal reference lines and vertical markers.
+
+    Args:
+        title: the chart's title (text).
+        series: ``(name, x, y)`` per line; non-finite points are left out.
+        hlines: ``(label, y)`` dashed horizontal lines (a threshold, a target).
+        vlines: ``(label, x)`` dotted vertical markers (an alarm, a change point).
+        y_label: the y axis' label.
+        x_label: the x axis' label.
+        steps: draw the series as steps (histograms).
+
+    Returns:
+        The ``<svg>`` element; every text is escaped.
+
+    Example:
+        >>> svg = svg_chart("t<", [("a", [0, 1], [0, 1])], hlines=[("limit", 0.5)])
+        >>> svg.startswith("<svg") and "t&lt;" in svg and "<polyline" in svg
+        True
+    """
+    pts = []
+    for _, xs, ys in series:
+        x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+        ok = np.isfinite(x) & np.isfinite(y)
+        pts.append(_thin(x[ok], y[ok]))
+    all_x = np.concatenate([p[0] for p in pts] + [np.array([v for _, v in vlines], dtype=np.float64)])
+    all_y = np.concatenate([p[1] for p in pts] + [np.array([v for _, v in hlines], dtype=np.float64)])
+    all_x, all_y = all_x[np.isfinite(all_x)], all_y[np.isfinite(all_y)]
+    x0, x1 = (float(all_x.min()), float(all_x.max())) if all_x.size else (0.0, 1.0)
+    y0, y1 = (float(all_y.min()), float(all_y.max())) if all_y.size else (0.0, 1.0)
+    if x1 <= x0:
+        x1 = x0 + 1
+    if y1 <= y0:
+        y1 = y0 + 1
+    pad = (y1 - y0) * 0.05
+    y0, y1 = y0 - pad, y1 + pad
+
+    def sx(v: float) -> float:
+        return _ML + (v - x0) / (x1 - x0) * (_W - _ML - _MR)
+
+    def sy(v: float) -> float:
+        return _H - _MB - (v - y0) / (y1 - y0) * (_H - _MT - _MB)
+
+    parts = [el("text", title, x=_ML, y=15, font_weight="600"),
+             el("rect", x=_ML, y=_MT, width=_W - _ML - _MR, height=_H - _MT - _MB, fill="none", stroke="#d5dae3")]
+    for v in np.linspace(y0 + pad, y1 - pad, 4):
+        shown = 0.0 if abs(v) < 1e-9 * (y1 - y0) else v  # no 2.2e-16 for a zero
+        parts.append(el("text", f"{shown:.3g}", x=_ML - 4, y=_num(sy(v) + 4), text_anchor="end"))
+    for v in np.linspace(x0, x1, 5):
+        parts.append(el("text", f"{v:.4g}", x=_num(sx(v)), y=_H - _MB + 14, text_anchor="middle"))
+    parts.append(el("text", x_label, x=_num((_ML + _W) / 2), y=_H - 3, text_anchor="middle"))
+    parts.append(el("text", y_label, x=4, y=_MT - 6))
+    for (label, v), color in zip(hlines, ("#d62728", "#9467bd", "#8c564b")):
+        parts += [el("line", x1=_ML, x2=_W - _MR, y1=_num(sy(v)), y2=_num(sy(v)), stroke=color, stroke_dasharray="5 3"),
+                  el("text", label, x=_W - _MR - 2, y=_num(sy(v) - 3), text_anchor="end", fill=color)]
+    for label, v in vlines:
+        parts += [el("line", x1=_num(sx(v)), x2=_num(sx(v)), y1=_MT, y2=_H - _MB, stroke="#b3261e",
+                     stroke_dasharray="2 2"),
+                  el("text", label, x=_num(sx(v) + 3), y=_MT + 12, fill="#b3261e")]
+    legend_x = _ML + 6
+    for (name, _, _), (x, y), color in zip(series, pts, _COLORS):
+        if x.size:
+            if steps:
+                xs = np.repeat(x, 2)[1:]
+                ys = np.repeat(y, 2)[:-1]
+                x, y = xs, ys
+            coords = " ".join(f"{_num(sx(a))},{_num(sy(b))}" for a, b in zip(x, y))
+            parts.append(el("polyline", points=coords, fill="none", stroke=color, stroke_width="1.6"))
+            if x.size == 1:  # one point draws no line: a dot
+                parts.append(el("circle", cx=_num(sx(x[0])), cy=_num(sy(y[0])), r="3", fill=color))
+        parts.append(el("text", name, x=_num(legend_x), y=_MT + 12, fill=color))
+        legend_x += 8 + 7 * len(name)
+    return el("svg", *parts, class_="chart", width=_W, height=_H, viewbox=f"0 0 {_W} {_H}", role="img",
+              aria_label=title)
+
+
+def _martingale_chart(g: GroupStatus) -> Markup:
+    series, vlines = [], []
+    for name, m in (("case score", g.score), ("image statistics", g.image)):
+        if m is None:
+            continue
+        series.append((name, np.arange(1, len(m.log_martingale) + 1), m.log_martingale / math.log(10)))
+        if m.alarm is not None:
+            vlines.append((f"{name}: alarm", m.alarm + 1))
+            vlines.append(("change", (m.change_point or 0) + 1))
+    return svg_chart("Conformal test martingales (log10)", series,
+                     hlines=[(f"alarm: 1/alpha = {1 / g.alpha:g}", math.log10(1 / g.alpha))], vlines=vlines,
+                     y_label="log10 S", x_label="case with a defined value (in order)")
+
+
+def _risk_chart(g: GroupStatus) -> Markup | None:
+    if g.risk is None:
+        return None
+    lab = g.labelled_accepted
+    n = np.arange(1, len(lab) + 1)
+    running = np.cumsum([c["loss"] for c in lab]) / n
+    vlines = [("alarm", g.risk.alarm + 1)] if g.risk.alarm is not None else []
+    return svg_chart("Risk of the accepted cases (audited)",
+                     [("lower confidence bound", n, g.risk.lower_bound), ("observed running rate", n, running)],
+                     hlines=[(f"target {g.target_risk:g}", g.target_risk)], vlines=vlines, y_label="risk",
+                     x_label="audited accepted case (in order)")
+
+
+def _acceptance_chart(g: GroupStatus) -> Markup:
+    acc = np.array([c["decision"] == "accept" for c in g.cases], dtype=np.float64)
+    k = min(_WINDOW, len(acc))
+    moving = np.convolve(acc, np.ones(k) / k, mode="valid") if k else acc
+    x = np.arange(k, len(acc) + 1)
+    return svg_chart(f"Acceptance rate (last {k} cases)", [("accepted", x, moving), ("referred", x, 1 - moving)],
+                     y_label="share", x_label="case (in order)")
+
+
+def _score_chart(g: GroupStatus, calibration: Sequence[float]) -> Markup | None:
+    s = np.array([c["score"] for c in g.cases], dtype=np.float64)
+    s = s[np.isfinite(s)]
+    cal = np.asarray(calibration, dtype=np.float64)
+    both = np.concatenate([s, cal])
+    if not both.size:
+        return None
+    lo, hi = float(both.min()), float(both.max())
+    edges = np.linspace(lo, hi if hi > lo else lo + 1, 21)
+    series = []
+    for name, v in (("new cases", s), ("calibration cases", cal)):
+        if v.size:
+            h, _ = np.histogram(v, edges)
+            series.append((name, edges, np.append(h / v.size, h[-1] / v.size)))
+    return svg_chart("Case score distribution", series, y_label="share of cases", x_label="case score", steps=True)
+
+
+def _stream_section(g: GroupStatus, calibration: Sequence[float]) -> Markup:
+    alarms = g.alarms()
+    status = (el("ul", *(el("li", a, class_="alarm") for a in alarms)) if alarms
+              else el("p", "no alarm", class_="ok"))
+    charts = [c for c in (_martingale_chart(g), _risk_chart(g), _acceptance_chart(g), _score_chart(g, calibration))
+              if c is not None]
+    return el("section", el("h2", f"{g.site} (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status,
+              el("div", *charts, class_="plots"), class_="stream")
+
+
+def _overview(groups: Sequence[GroupStatus]) -> Markup:
+    rows = []
+    for g in groups:
+        lab = g.labelled_accepted
+        obs = float(np.mean([c["loss"] for c in lab])) if lab else math.nan
+        lb = float(g.risk.lower_bound[-1]) if g.risk is not None else math.nan
+
+        def peak(m: object) -> str:
+            return "-" if m is None else f"{math.exp(float(np.max(m.log_martingale))):.3g}"  # type: ignore[attr-defined]
+
+        rows.append(el("tr", el("td", g.site, class_="l"), el("td", g.rule_digest[:19], class_="l mono"),
+                       el("td", str(g.n_cases)), el("td", f"{g.acceptance_rate:.0%}"),
+                       el("td", f"{g.recent_acceptance_rate:.0%}"), el("td", peak(g.score)), el("td", peak(g.image)),
+                       el("td", str(len(lab))), el("td", "-" if not lab else f"{obs:.3f}"),
+                       el("td", "-" if g.risk is None else f"{lb:.3f}"), el("td", f"{g.target_risk:g}"),
+                       el("td", "ALARM" if g.alarms() else "ok", class_="alarm" if g.alarms() else "ok"),
+                       class_="referred" if g.alarms() else None))
+    head = ["site", "rule", "cases", "accepted", "recent", "max score martingale", "max image martingale",
+            "audited accepted", "observed risk", "risk lower bound", "target", "status"]
+    return table(head, rows, left=["site", "rule"])
+
+
+def _audit(audit: Sequence[AuditEntry], verified: VerifyResult) -> Markup:
+    check = (el("p", f"chain intact: {verified.n_entries} entries, head {verified.head}", class_="ok")
+             if verified.ok else el("ul", *(el("li", p, class_="alarm") for p in verified.problems)))
+    rows = [el("tr", el("td", str(e.seq)), el("td", e.at, class_="l"), el("td", e.actor, class_="l"),
+               el("td", e.host, class_="l"), el("td", e.action, class_="l"), el("td", e.command, class_="l mono"),
+               el("td", e.hash[:16], class_="l mono")) for e in audit[-500:]]
+    return el("section", el("h2", "Audit trail"), check,
+              el("div", table(["#", "when (UTC)", "who", "host", "action", "command", "hash"], rows,
+                              left=["when (UTC)", "who", "host", "action", "command", "hash"]), class_="scroll"))
+
+
+def build_monitor_page(
+    groups: Sequence[GroupStatus],
+    audit: Sequence[AuditEntry],
+    verified: VerifyResult,
+    output: str | os.PathLike,
+    calibration: dict[str, Sequence[float]] | None = None,
+) -> Path:
+    """Write the monitoring dashboard (module docstring).
+
+    Args:
+        groups: the streams (:func:`monai_unc.monitoring.monitor_status`).
+        audit: the audit log (:meth:`~monai_unc.monitoring.MonitorStore.audit_log`).
+        verified: the chain check (:meth:`~monai_unc.monitoring.MonitorStore.verify`).
+        output: the page's path (``.html``).
+        calibration: the calibration scores of each rule digest (the score distribution chart), or None.
+
+    Returns:
+        The page's path.
+    """
+    alarms = [f"[{g.site}] {a}" for g in groups for a in g.alarms()]
+    alpha = groups[0].alpha if groups else 0.05
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = el("header", el("h1", "Monitoring of the deployed model"),
+                el("p", f"generated {now}; each alarm's false-alarm probability is at most {alpha:g} over the whole "
+                        "stream (Ville's inequality); see docs/monitoring.md"))
+    summary = cards([("streams", str(len(groups))), ("cases", str(sum(g.n_cases for g in groups
+                                                                        if not g.site.startswith("(")))),
+                     ("alarms", str(len(alarms))), ("audit entries", str(verified.n_entries)),
+                     ("audit chain", "intact" if verified.ok else "TAMPERED")])
+    alarm_section = el("section", el("h2", "Alarms"),
+                       el("ul", *(el("li", a, class_="alarm") for a in alarms)) if alarms
+                       else el("p", "no alarm", class_="ok"))
+    cal = calibration or {}
+    streams = [_stream_section(g, cal.get(g.rule_digest, ())) for g in groups]
+    body = el("main", summary, alarm_section, el("h2", "Overview"), _overview(groups), *streams,
+              _audit(audit, verified))
+    page = document("monai-unc monitoring", PAGE_CSS + _CSS, header, body)
+    out = Path(output)
+    atomic_write_text(out, page)
+    return out

@@ -1,0 +1,228 @@
+"""``monai-unc monitor``: record triage runs and audited labels, the status of every site, the dashboard, the audit.
+
+Each sub-command is one function on a store URL (a file path or ``postgresql://...``) returning the lines it prints
+and its exit status: :func:`record_triage`, :func:`record_labels`, :func:`store_status`, :func:`write_dashboard`,
+:func:`verify_store`; :func:`monitor_from_arguments` runs the parsed command line. See docs/monitoring.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_json, json_safe
+from ..monitoring import (
+    MonitorStore,
+    any_alarm,
+    loss_of,
+    monitor_status,
+    read_label_table,
+    read_sites,
+    read_triage_run,
+    status_table,
+)
+from ..monitoring.records import LABEL_EXTENSIONS, label_map_dice
+from ..monitoring.status import printable
+from ..report.monitor import build_monitor_page
+from .session import CommandResult
+
+__all__ = ["MONITOR_DB_ENV", "record_triage", "record_labels", "store_status", "verify_store", "write_dashboard",
+           "monitor_from_arguments"]
+
+#: the environment variable that names the store when ``--db`` is not given
+MONITOR_DB_ENV = "MONAI_UNC_MONITOR_DB"
+
+
+def _db(db: str | os.PathLike | None) -> str:
+    url = db if db is not None else os.environ.get(MONITOR_DB_ENV)
+    if not url:
+        raise ValueError(f"--db is required (or set {MONITOR_DB_ENV}): a file path for SQLite or postgresql://...")
+    return os.fspath(url)
+
+
+def record_triage(
+    db: str | os.PathLike | None, triage: str | os.PathLike, *, site: str | None = None,
+    sites: str | os.PathLike | None = None, time: str | None = None, command: Sequence[str] | None = None,
+) -> CommandResult[int]:
+    """``monai-unc monitor record``: one triage output folder into the store (once: a second time is a no-op).
+
+    Args:
+        db: the store (file path or ``postgresql://`` URL; None: ``$MONAI_UNC_MONITOR_DB``).
+        triage: the output folder of ``monai-unc triage``.
+        site: the site of every case whose site is not otherwise known.
+        sites: a CSV of ``case,site[,scanner]``.
+        time: when the run triaged (ISO 8601; default ``triage.json``'s modification time).
+        command: the command line for the audit log (default ``sys.argv``).
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of the run's id.
+    """
+    url = _db(db)
+    run = read_triage_run(triage, site=site, sites=None if sites is None else read_sites(sites), triaged_at=time)
+    with MonitorStore(url) as store:
+        run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
+                                       triaged_at=run.triaged_at, model_digest=run.model_digest, command=command)
+    n_sites = len({c.site for c in run.cases})
+    line = (f"recorded {len(run.cases)} case(s) from {len(run.cases) and n_sites} site(s) as run {run_id}"
+            if new else f"{run.folder} is already recorded (run {run_id}): nothing written")
+    return CommandResult(run_id, True, run.folder, (line,))
+
+
+def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -> list[dict[str, Any]]:
+    """Audited labels from a folder of label maps ``<case>.nii.gz``: each one's Dice against the case's prediction."""
+    out = []
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(LABEL_EXTENSIONS))
+    if not files:
+        raise ValueError(f"no label maps (<case>.nii.gz or .nii) in {str(folder)!r}")
+    for p in files:
+        cid = next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e))
+        case = latest.get(cid)
+        if case is None:
+            out.append({"case": cid, "dice": None, "failure": None})  # add_labels names the cases not in the store
+            continue
+        rule = rules[case["rule_digest"]]
+        if rule["regions"] is not None or rule["num_classes"] is None:
+            raise ValueError(f"case {cid!r}: its rule is region-based or does not record its classes: give the "
+                             "audited Dice in a CSV (case,dice) instead of label maps")
+        if not case.get("prediction"):
+            raise ValueError(f"case {cid!r}: its triage run recorded no prediction file to compare the label map "
+                             "with: give the audited Dice in a CSV (case,dice)")
+        out.append({"case": cid, "dice": label_map_dice(p, case["prediction"], rule["num_classes"]), "failure": None})
+    return out
+
+
+def record_labels(
+    db: str | os.PathLike | None, labels: str | os.PathLike, *, command: Sequence[str] | None = None,
+) -> CommandResult[int]:
+    """``monai-unc monitor label``: audited labels, from a CSV or a folder of label maps.
+
+    The CSV has a ``case`` column and ``dice`` and/or ``failure``; a label map ``<case>.nii.gz`` is compared with the
+    prediction triage read, as ``evaluate`` computes the Dice.
+
+    Each label's loss follows its case's rule: the failure (``dice < failure_dice``, or the ``failure`` column)
+    for a ``failure`` rule, ``1 - dice`` for a ``1-dice`` rule.
+
+    Args:
+        db: the store (None: ``$MONAI_UNC_MONITOR_DB``).
+        labels: the CSV file or the folder of label maps.
+        command: the command line for the audit log.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of the number of labels recorded.
+    """
+    url = _db(db)
+    path = Path(labels)
+    with MonitorStore(url, create=False) as store:
+        rules = store.rules()
+        latest = {c["case_id"]: c for c in store.cases()}
+        table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
+        rows = []
+        for lab in table:
+            case = latest.get(lab["case"])
+            if case is None:
+                rows.append({**lab, "loss": 0.0})  # add_labels names every case that is not in the store
+                continue
+            rule = rules[case["rule_digest"]]
+            rows.append({**lab, "loss": loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])})
+        n = store.add_labels(rows, source=str(path.resolve()), command=command)
+    return CommandResult(n, True, path.resolve().parent, (f"recorded {n} audited label(s)",))
+
+
+def store_status(
+    db: str | os.PathLike | None, *, alpha: float = 0.05, output: str | os.PathLike | None = None,
+) -> CommandResult[list[Any]]:
+    """``monai-unc monitor status``: the table of every site's statistics; exit status 1 when an alarm is raised.
+
+    Args:
+        db: the store (None: ``$MONAI_UNC_MONITOR_DB``).
+        alpha: the false-alarm probability of each alarm.
+        output: also write the figures as JSON to this file.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of the streams
+        (:class:`~monai_unc.monitoring.GroupStatus`), ``exit_status`` 1 when some alarm is raised.
+    """
+    url = _db(db)
+    with MonitorStore(url, create=False) as store:
+        groups = monitor_status(store.cases(), store.rules(), alpha)
+    lines = status_table(groups)
+    if output is not None:
+        doc = [{"rule": g.rule_digest, "site": g.site, "n_cases": g.n_cases, "acceptance_rate": g.acceptance_rate,
+                "score_alarm": None if g.score is None else g.score.alarm,
+                "image_alarm": None if g.image is None else g.image.alarm,
+                "risk_alarm": None if g.risk is None else g.risk.alarm, "alarms": g.alarms()} for g in groups]
+        atomic_write_json(output, json_safe({"alpha": alpha, "streams": doc}))
+    return CommandResult(groups, True, Path.cwd(), tuple(lines), exit_status=int(any_alarm(groups)))
+
+
+def verify_store(db: str | os.PathLike | None, *, expect_head: str | None = None) -> CommandResult[Any]:
+    """``monai-unc monitor verify``: check the audit chain; exit status 1 when something was edited or deleted.
+
+    Args:
+        db: the store (None: ``$MONAI_UNC_MONITOR_DB``).
+        expect_head: the head hash printed by an earlier check (kept elsewhere).
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of the
+        :class:`~monai_unc.monitoring.VerifyResult`.
+    """
+    url = _db(db)
+    with MonitorStore(url, create=False) as store:
+        res = store.verify(expect_head)
+    lines = [f"audit log: {res.n_entries} entries, head {res.head}"]
+    lines += [f"PROBLEM: {printable(p)}" for p in res.problems] or ["the chain and the rows it covers are intact"]
+    return CommandResult(res, True, Path.cwd(), tuple(lines), exit_status=0 if res.ok else 1)
+
+
+def write_dashboard(
+    db: str | os.PathLike | None, output: str | os.PathLike, *, alpha: float = 0.05,
+) -> CommandResult[Path]:
+    """``monai-unc monitor report``: the dashboard, one static HTML page (works offline, from disk).
+
+    Args:
+        db: the store (None: ``$MONAI_UNC_MONITOR_DB``).
+        output: the page to write (``.html``).
+        alpha: the false-alarm probability of each alarm.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of the page's path.
+    """
+    url = _db(db)
+    with MonitorStore(url, create=False) as store:
+        rules = store.rules()
+        groups = monitor_status(store.cases(), rules, alpha)
+        audit = store.audit_log()
+        verified = store.verify()
+    page = build_monitor_page(groups, audit, verified, output,
+                              calibration={d: r["calibration_scores"] for d, r in rules.items()})
+    return CommandResult(page, True, page.parent, (f"wrote {page}",), exit_status=0)
+
+
+def monitor_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
+    """``monai-unc monitor <sub-command>`` on its parsed arguments.
+
+    Args:
+        args: the parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
+
+    Returns:
+        The sub-command's :class:`~monai_unc.workflows.session.CommandResult` (no lines with ``--quiet``).
+    """
+    command = ["monai-unc", *sys.argv[1:]]
+    sub = args.monitor_command
+    if sub == "record":
+        res: CommandResult[Any] = record_triage(args.db, args.triage, site=args.site, sites=args.sites,
+                                                time=args.time, command=command)
+    elif sub == "label":
+        res = record_labels(args.db, args.labels, command=command)
+    elif sub == "status":
+        res = store_status(args.db, alpha=args.alpha, output=args.json)
+    elif sub == "verify":
+        res = verify_store(args.db, expect_head=args.expect_head)
+    else:
+        res = write_dashboard(args.db, args.output, alpha=args.alpha)
+    return dataclasses.replace(res, lines=()) if getattr(args, "quiet", False) else res

@@ -1,0 +1,100 @@
+"""Reading triage folders, sites, sidecars and label tables (untrusted input: every field checked)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from monai_unc.monitoring import loss_of, model_digest, read_label_table, read_sites, read_triage_run, sidecar_site
+from monai_unc.monitoring.store import UNKNOWN_SITE
+
+from ._stream import make_rule, write_triage
+
+
+def test_sites_come_from_the_table_then_sidecars_then_the_option(tmp_path):
+    img = tmp_path / "img"
+    img.mkdir()
+    (img / "b.json").write_text(json.dumps({"InstitutionName": " General <Hospital> ", "Manufacturer": "ACME",
+                                            "ManufacturerModelName": "Scan 3T"}))
+    (img / "c.json").write_text("not json")
+    (tmp_path / "sites.csv").write_text("case,site,scanner\na,Table site,\n")
+    rule = make_rule([0.1])
+    folder = write_triage(tmp_path / "t", rule, [{"case": c, "score": 0.1} for c in "abcd"],
+                          images={c: str(img / f"{c}.nii.gz") for c in "abc"})
+    run = read_triage_run(folder, site="Option", sites=read_sites(tmp_path / "sites.csv"),
+                          triaged_at="2026-01-02T03:04:05")
+    got = {c.case_id: (c.site, c.scanner) for c in run.cases}
+    assert got == {"a": ("Table site", None), "b": ("General <Hospital>", "ACME Scan 3T"), "c": ("Option", None),
+                   "d": ("Option", None)}
+    assert run.triaged_at == "2026-01-02T03:04:05+00:00" and run.rule["digest"] == rule["digest"]
+    assert run.model_digest == model_digest(rule["fingerprint"]) is not None
+    assert read_triage_run(folder).cases[3].site == UNKNOWN_SITE
+
+
+def test_sidecar_keys():
+    assert sidecar_site(None) == (None, None)
+    assert sidecar_site("/nonexistent/x.nii.gz") == (None, None)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("rule"), "field 'rule'"),
+    (lambda d: d["rule"].update(target_risk=2), "target_risk"),
+    (lambda d: d["cases"][0].update(decision="maybe"), "decision"),
+    (lambda d: d["cases"][0].update(score="high"), "score"),
+    (lambda d: d["cases"][0].update(case=""), "case"),
+    (lambda d: d["cases"].append(dict(d["cases"][0])), "appears twice"),
+    (lambda d: d.update(cases={}), "'cases' must be a list"),
+])
+def test_a_wrong_field_is_named(tmp_path, edit, message):
+    folder = write_triage(tmp_path / "t", make_rule([0.1]), [{"case": "a", "score": 0.1}])
+    doc = json.loads((folder / "triage.json").read_text())
+    edit(doc)
+    (folder / "triage.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=message):
+        read_triage_run(folder)
+
+
+def test_not_a_triage_folder(tmp_path):
+    with pytest.raises(ValueError, match="no triage.json"):
+        read_triage_run(tmp_path)
+    (tmp_path / "triage.json").write_text("{")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_triage_run(tmp_path)
+    write_triage(tmp_path / "t", make_rule([0.1]), [])
+    with pytest.raises(ValueError, match="ISO 8601"):
+        read_triage_run(tmp_path / "t", triaged_at="yesterday")
+
+
+def test_label_table(tmp_path):
+    p = tmp_path / "l.csv"
+    p.write_text("case,dice,failure\na,0.9,\nb,,1\nc,0.5,0\n")
+    assert read_label_table(p) == [{"case": "a", "dice": 0.9, "failure": None},
+                                   {"case": "b", "dice": None, "failure": 1},
+                                   {"case": "c", "dice": 0.5, "failure": 0}]
+    for text, message in [("case,x\na,1\n", "needs a 'case' column"), ("case,dice\na,1.5\n", r"in \[0, 1\]"),
+                          ("case,failure\na,2\n", "0 or 1"), ("case,dice\na,\n", "neither"),
+                          ("case,dice\na,0.1\na,0.2\n", "twice"), ("case,dice\na,x\n", "must be a number")]:
+        p.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            read_label_table(p)
+
+
+def test_sites_table_errors(tmp_path):
+    p = tmp_path / "s.csv"
+    p.write_text("case,centre\na,x\n")
+    with pytest.raises(ValueError, match="'case' and 'site'"):
+        read_sites(p)
+    p.write_text("case,site\na,\n")
+    with pytest.raises(ValueError, match="'site'"):
+        read_sites(p)
+
+
+def test_loss_follows_the_rule():
+    assert loss_of(0.79, None, "failure", 0.8) == 1.0 and loss_of(0.8, None, "failure", 0.8) == 0.0
+    assert loss_of(0.95, 1, "failure", 0.8) == 1.0  # an explicit failure wins
+    assert loss_of(0.75, None, "1-dice", None) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="Dice"):
+        loss_of(None, 1, "1-dice", None)
+    with pytest.raises(ValueError, match="failure"):
+        loss_of(None, None, "failure", 0.8)

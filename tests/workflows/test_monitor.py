@@ -1,0 +1,196 @@
+"""``monai-unc monitor``: record, label, status (exit 1 on an alarm), verify (exit 1 when tampered), the dashboard."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monai_unc import cli
+from monai_unc.io import write_csv
+from monai_unc.workflows.monitor import MONITOR_DB_ENV
+
+from ..monitoring._stream import make_rule, write_triage
+
+PAYLOAD = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
+
+
+def _main(argv, capsys):
+    capsys.readouterr()
+    rc = cli.main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture
+def stream(tmp_path):
+    """Eight triage runs of 30 cases at two sites; site A's scores move up from run 4 (a new scanner)."""
+    rng = np.random.default_rng(0)
+    rule = make_rule(list(rng.normal(size=200)), target=0.1)
+    folders = []
+    for k in range(8):
+        cases = []
+        for i in range(30):
+            site = "A" if i % 2 else f"B{PAYLOAD}"
+            shift = 2.5 if site == "A" and k >= 4 else 0.0
+            s = float(rng.normal() + shift)
+            cases.append({"case": f"r{k}c{i}{PAYLOAD if i == 3 else ''}", "score": s,
+                          "decision": "accept" if s < 1.5 else "review", "image_z_max": float(abs(rng.normal()))})
+        folder = write_triage(tmp_path / f"run{k}", rule, cases)
+        write_csv(tmp_path / f"sites{k}.csv",
+                  [{"case": c["case"], "site": "A" if i % 2 else f"B{PAYLOAD}"} for i, c in enumerate(cases)])
+        folders.append(folder)
+    return tmp_path, folders
+
+
+def test_record_status_label_verify_report(stream, capsys):
+    root, folders = stream
+    db = str(root / "monitor.db")
+    for k in range(4):  # before the change: no alarm
+        rc, out, err = _main(["monitor", "record", str(folders[k]), "--db", db, "--sites", str(root / f"sites{k}.csv"),
+                              "--time", f"2026-01-0{k + 1}T00:00:00"], capsys)
+        assert rc == 0, err
+        assert out.startswith("recorded 30 case(s) from 2 site(s)")
+    rc, out, err = _main(["monitor", "status", "--db", db], capsys)
+    assert rc == 0, out + err
+    assert "no alarm" in out and "(all sites)" in out
+    for k in range(4, 8):
+        assert _main(["monitor", "record", str(folders[k]), "--db", db, "--sites", str(root / f"sites{k}.csv"),
+                      "--time", f"2026-01-0{k + 1}T00:00:00", "-q"], capsys)[:2] == (0, "")
+    rc, out, _ = _main(["monitor", "status", "--db", db, "--json", str(root / "status.json")], capsys)
+    assert rc == 1 and "ALARM [A] score distribution changed" in out  # exit status 1 for cron and CI
+    assert "\x1b" not in out and (root / "status.json").is_file()
+    # the change estimate names a case of the first shifted run
+    assert re.search(r"change estimated from case 'r4c", out), out
+    assert _main(["monitor", "status", "--db", db, "-q"], capsys)[:2] == (1, "")
+    # audited labels
+    (root / "labels.csv").write_text("case,dice\nr0c1,0.95\nr0c5,0.5\n")
+    rc, out, err = _main(["monitor", "label", "--labels", str(root / "labels.csv"), "--db", db], capsys)
+    assert (rc, out.strip()) == (0, "recorded 2 audited label(s)"), err
+    (root / "bad.csv").write_text("case,dice\nnope,0.5\n")
+    rc, out, err = _main(["monitor", "label", "--labels", str(root / "bad.csv"), "--db", db], capsys)
+    assert rc == 2 and "not in the monitoring store" in err and len(err.strip().splitlines()) == 1
+    # the audit chain
+    rc, out, _ = _main(["monitor", "verify", "--db", db], capsys)
+    assert rc == 0 and "intact" in out
+    head = re.search(r"head ([0-9a-f]{64})", out).group(1)
+    assert _main(["monitor", "verify", "--db", db, "--expect-head", head], capsys)[0] == 0
+    # the dashboard: payloads in site names and case ids are text
+    page = root / "dash" / "monitor.html"
+    rc, out, err = _main(["monitor", "report", "--db", db, "-o", str(page)], capsys)
+    assert rc == 0, err
+    text = page.read_text()
+    assert "<img src=x" not in text and "<script" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert text.count("<svg") >= 3 * 3 and "ALARM" in text  # 3 streams: martingales, acceptance, scores (+ risk)
+    # tampering: verify exits 1
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE audit SET command = 'nothing to see' WHERE seq = 3")
+    conn.commit()
+    conn.close()
+    rc, out, _ = _main(["monitor", "verify", "--db", db], capsys)
+    assert rc == 1 and "PROBLEM: audit entry 3 was edited" in out
+
+
+def test_errors_are_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(MONITOR_DB_ENV, raising=False)
+    for argv, message in [
+        (["monitor", "status"], "--db is required"),
+        (["monitor", "status", "--db", str(tmp_path / "none.db")], "does not exist"),
+        (["monitor", "status", "--db", "mysql://u@h/d"], "unsupported URL"),
+        (["monitor", "record", str(tmp_path), "--db", str(tmp_path / "m.db")], "no triage.json"),
+    ]:
+        rc, out, err = _main(argv, capsys)
+        assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["monitor", "status", "--alpha", "2"])
+    assert e.value.code == 2
+
+
+def test_the_db_from_the_environment(tmp_path, capsys, monkeypatch):
+    folder = write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.15}])
+    monkeypatch.setenv(MONITOR_DB_ENV, str(tmp_path / "env.db"))
+    assert _main(["monitor", "record", str(folder)], capsys)[0] == 0
+    assert (tmp_path / "env.db").is_file()
+    rc, out, _ = _main(["monitor", "status"], capsys)
+    assert rc == 0 and "unknown" in out
+
+
+@pytest.mark.slow
+def test_chromium_shows_the_dashboard(stream, tmp_path, capsys):
+    """Headless Chromium opens the dashboard from file://: no console error, no injected element, the payloads are
+    text; the screenshot is kept ($MONAI_UNC_TEST_ARTEFACTS when set)."""
+    exe = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    if exe is None:
+        pytest.skip("Chromium is not installed (CI installs the Debian package 'chromium')")
+    root, folders = stream
+    db = str(root / "m.db")
+    for k, f in enumerate(folders):
+        assert _main(["monitor", "record", str(f), "--db", db, "--sites", str(root / f"sites{k}.csv"), "-q"],
+                     capsys)[0] == 0
+    page = root / "monitor.html"
+    assert _main(["monitor", "report", "--db", db, "-o", str(page), "-q"], capsys)[0] == 0
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--enable-logging=stderr", "--v=0",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    url = page.resolve().as_uri()
+    r = subprocess.run([exe, *flags, "--virtual-time-budget=3000", "--dump-dom", url], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    dom = r.stdout
+    assert "Monitoring of the deployed model" in dom and "<img" not in dom and "alert(2)</script>" not in dom
+    assert "B\"&gt;&lt;img src=x onerror=alert(1)&gt;" in dom  # the site name, as text
+    console = [ln for ln in r.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, console
+    art = Path(os.environ.get("MONAI_UNC_TEST_ARTEFACTS", tmp_path))
+    art.mkdir(parents=True, exist_ok=True)
+    shot = art / "monitor_dashboard.png"
+    r = subprocess.run([exe, *flags, "--window-size=1280,2400", f"--screenshot={shot}", url], capture_output=True,
+                       text=True, timeout=180)
+    assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
+    from PIL import Image
+
+    img = np.asarray(Image.open(shot).convert("RGB"), dtype=np.float64)
+    assert img.std() > 20 and (np.abs(img - [35, 50, 74]).sum(-1) < 10).mean() > 0.005  # drawn, header band there
+
+
+def test_labels_from_a_folder_of_label_maps(tmp_path, capsys):
+    """``monitor label --labels FOLDER``: each map's Dice against the prediction triage read (mean foreground Dice,
+    a class absent from both scoring 1), then the rule's failure."""
+    from monai_unc.io import save_nifti
+    from monai_unc.monitoring import MonitorStore
+
+    rng = np.random.default_rng(0)
+    labels, preds = tmp_path / "labels", tmp_path / "preds"
+    labels.mkdir()
+    preds.mkdir()
+    expected = {}
+    for cid in ("a", "b"):
+        seg = rng.integers(0, 3, (6, 7, 5))
+        lab = seg.copy() if cid == "a" else rng.integers(0, 2, (6, 7, 5))  # b: class 2 only in the prediction
+        save_nifti(seg.astype(np.uint8), np.eye(4), preds / f"{cid}_seg.nii.gz")
+        save_nifti(lab.astype(np.uint8), np.eye(4), labels / f"{cid}.nii.gz")
+        d = []
+        for k in (1, 2):  # brute force: 2 |A & B| / (|A| + |B|), 1 when both empty
+            a, b = seg == k, lab == k
+            d.append(1.0 if a.sum() + b.sum() == 0 else 2 * (a & b).sum() / (a.sum() + b.sum()))
+        expected[cid] = float(np.mean(d))
+    folder = write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1},
+                                                                  {"case": "b", "score": 0.15}],
+                          segs={c: str(preds / f"{c}_seg.nii.gz") for c in "ab"})
+    db = str(tmp_path / "m.db")
+    assert _main(["monitor", "record", str(folder), "--db", db, "-q"], capsys)[0] == 0
+    rc, out, err = _main(["monitor", "label", "--labels", str(labels), "--db", db], capsys)
+    assert rc == 0, err
+    with MonitorStore(db) as store:
+        got = {c["case_id"]: (c["dice"], c["loss"]) for c in store.cases()}
+    assert got["a"] == (pytest.approx(1.0), 0.0)
+    assert got["b"][0] == pytest.approx(expected["b"], abs=1e-6) and got["b"][1] == float(expected["b"] < 0.8)
+    (labels / "zzz.nii.gz").write_bytes((labels / "a.nii.gz").read_bytes())
+    rc, _, err = _main(["monitor", "label", "--labels", str(labels), "--db", db], capsys)
+    assert rc == 2 and "not in the monitoring store" in err
