@@ -90,28 +90,46 @@ def _text(v: Any, where: str) -> str:
     return v
 
 
-def sidecar_site(image: Any) -> tuple[str | None, str | None]:
-    """The site and scanner a JSON sidecar of an image records (dcm2niix / BIDS), if any.
+def _series_header(folder: Path) -> dict[str, Any] | None:
+    """The site and scanner attributes of a DICOM series folder's first slice (None: not a readable series)."""
+    try:
+        from ..io.dicom import read_series
+    except ImportError:  # the dicom extra is not installed: no header to read
+        return None
+    try:
+        ds = read_series(folder, pixels=False).datasets[0]
+    except (ValueError, OSError):
+        return None
+    keys = _SITE_KEYS[1:] + _SCANNER_KEYS[1]
+    return {k: str(getattr(ds, k)) for k in keys if isinstance(getattr(ds, k, None), str)}
 
-    The sidecar is ``<image name without .nii.gz / .nii>.json`` beside the image. The site is its ``site``,
-    ``InstitutionName`` or ``StationName``; the scanner its ``scanner``, or ``Manufacturer`` and
-    ``ManufacturerModelName``.
+
+def sidecar_site(image: Any) -> tuple[str | None, str | None]:
+    """The site and scanner an image records: its JSON sidecar (dcm2niix / BIDS), or its DICOM header.
+
+    For an image file the sidecar is ``<image name without .nii.gz / .nii>.json`` beside the image. For an image that
+    is a DICOM series folder (``monai-unc`` reads those with the ``dicom`` extra) the attributes are those of its
+    slices' header. The site is ``site``, ``InstitutionName`` or ``StationName``; the scanner ``scanner``, or
+    ``Manufacturer`` and ``ManufacturerModelName``.
 
     Args:
         image: the image's path (or None).
 
     Returns:
-        ``(site, scanner)``, each None when not recorded (or no readable sidecar).
+        ``(site, scanner)``, each None when not recorded (or no readable sidecar or header).
     """
     if not isinstance(image, str) or not image:
         return None, None
     p = Path(image)
-    stem = p.name[:-7] if p.name.endswith(".nii.gz") else p.stem
-    side = p.with_name(stem + ".json")
-    try:
-        doc = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None, None
+    if p.is_dir():
+        doc: Any = _series_header(p)
+    else:
+        stem = p.name[:-7] if p.name.endswith(".nii.gz") else p.stem
+        side = p.with_name(stem + ".json")
+        try:
+            doc = json.loads(side.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None, None
     if not isinstance(doc, dict):
         return None, None
     site = next((doc[k].strip() for k in _SITE_KEYS if isinstance(doc.get(k), str) and doc[k].strip()), None)
@@ -155,7 +173,8 @@ def read_triage_run(
 ) -> TriageRun:
     """Read a triage output folder (``triage.json``) into the records of the store.
 
-    The site of a case is, in order: its row of ``sites``, the JSON sidecar of its image (:func:`sidecar_site`),
+    The site of a case is, in order: its row of ``sites``, the JSON sidecar or DICOM header of its image
+    (:func:`sidecar_site`),
     ``site``, :data:`~monai_unc.monitoring.store.UNKNOWN_SITE`.
 
     Args:

@@ -98,3 +98,19 @@ def test_loss_follows_the_rule():
         loss_of(None, 1, "1-dice", None)
     with pytest.raises(ValueError, match="failure"):
         loss_of(None, None, "failure", 0.8)
+
+
+def test_the_site_of_a_dicom_series_is_read_from_its_header(tmp_path):
+    pytest.importorskip("highdicom", reason="DICOM series need the dicom extra")
+    import numpy as np
+
+    from monai_unc.io.dicom import write_series
+
+    folder = tmp_path / "case1"
+    write_series(np.zeros((4, 5, 3), dtype=np.float32), np.diag([1.0, 1.0, 2.0, 1.0]), folder, modality="MR",
+                 extra={"InstitutionName": "Site <A>", "Manufacturer": "Acme", "ManufacturerModelName": "X1"})
+    assert sidecar_site(str(folder)) == ("Site <A>", "Acme X1")
+    write_series(np.zeros((4, 5, 3), dtype=np.float32), np.diag([1.0, 1.0, 2.0, 1.0]), tmp_path / "bare")
+    assert sidecar_site(str(tmp_path / "bare"))[0] is None  # no institution or station recorded
+    (tmp_path / "empty").mkdir()
+    assert sidecar_site(str(tmp_path / "empty")) == (None, None)  # not a series: no site, no error
