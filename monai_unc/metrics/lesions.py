@@ -190,8 +190,10 @@ def _surface(mask: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _directed_percentile(distances: np.ndarray, areas: np.ndarray, percentile: float) -> float:
-    """The area-weighted percentile of surface distances (sorted by distance, then area; first cumulative share
-    at or above ``percentile``)."""
+    """The area-weighted percentile of surface distances.
+
+    Sorted by distance, then area; the first element whose cumulative area share reaches ``percentile``.
+    """
     if distances.size == 0:
         return math.inf
     order = np.lexsort((areas, distances))
@@ -404,39 +406,37 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
     zone_boxes = ndimage.find_objects(zone)
     pred_boxes = ndimage.find_objects(pred_cc)
     centers = ndimage.center_of_mass(t, gt_lab, range(1, n_gt + 1)) if n_gt else []
-    lesions: list[BratsLesion] = []
-    volume_errors: list[float] = []
-    for k in range(1, n_gt + 1):
-        matched = tuple(int(j) for j in pair_pred[pair_gt == k])
-        volume = _volume(int(gt_count[k]), sp)
-        if matched:
-            size = int(pred_count[list(matched)].sum())
-            dice = 2.0 * float(inter_count[k]) / float(size + int(gt_count[k]))
-            box = _union_box([zone_boxes[k - 1]] + [pred_boxes[j - 1] for j in matched])
-            g = gt_lab[box] == k
-            q = np.isin(pred_cc[box], matched)
-            hd = _surface_hd(g, q, sp, 95.0)
-            if math.isinf(hd):  # pragma: no cover - both surfaces exist here
-                hd = float(hd_penalty)
-        else:
-            size = 0
-            dice, hd = 0.0, float(hd_penalty)
-        counted = volume > float(min_volume)
-        if counted:
-            volume_errors.append(_volume(size, sp) - volume)
-        lesions.append(BratsLesion(k, volume, matched, dice, hd, counted, tuple(float(c) for c in centers[k - 1])))
+    starts = np.searchsorted(pair_gt, np.arange(1, n_gt + 2))  # pairs are sorted by ground-truth lesion
+    n_matched = np.diff(starts)
+    size = np.bincount(pair_gt, weights=pred_count[pair_pred], minlength=n_gt + 1)[1:]  # |union of matched|
+    gt_k, inter_k = gt_count[1:], inter_count[1:]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dice_k = np.where(n_matched > 0, 2.0 * inter_k / (size + gt_k), 0.0)
+    # one matched component with the lesion's voxels exactly: equal surfaces, every distance 0
+    same = (n_matched == 1) & (size == gt_k) & (inter_k == gt_k)
+    hd_k = np.where(n_matched > 0, 0.0, float(hd_penalty))
+    for k in np.flatnonzero((n_matched > 0) & ~same) + 1:
+        matched = pair_pred[starts[k - 1]:starts[k]]
+        box = _union_box([zone_boxes[k - 1]] + [pred_boxes[j - 1] for j in matched])
+        hd_k[k - 1] = _surface_hd(gt_lab[box] == k, np.isin(pred_cc[box], matched), sp, 95.0)
+    volume_k = [_volume(int(c), sp) for c in gt_k]
+    counted_k = np.array(volume_k, float) > float(min_volume)
+    lesions = [BratsLesion(k, volume_k[k - 1], tuple(int(j) for j in pair_pred[starts[k - 1]:starts[k]]),
+                           float(dice_k[k - 1]), float(hd_k[k - 1]), bool(counted_k[k - 1]),
+                           tuple(float(c) for c in centers[k - 1])) for k in range(1, n_gt + 1)]
+    volume_errors = [_volume(int(size[k]), sp) - volume_k[k] for k in np.flatnonzero(counted_k)]
     matched_any = np.zeros(n_pred + 1, bool)
     matched_any[pair_pred] = True
     fp = tuple(int(j) for j in np.flatnonzero(~matched_any[1:]) + 1)
-    counted_lesions = [les for les in lesions if les.counted]
-    denom = len(counted_lesions) + len(fp)
+    n_counted = int(counted_k.sum())
+    denom = n_counted + len(fp)
     if denom == 0:
         dice_score, hd_score = 1.0, 0.0
     else:
-        dice_score = float(np.sum([les.dice for les in counted_lesions])) / denom
-        hd_score = (float(np.sum([les.hd95 for les in counted_lesions])) + len(fp) * float(hd_penalty)) / denom
-    n_tp = sum(1 for les in counted_lesions if les.matched)
-    return BratsLesionResult(dice=dice_score, hd95=hd_score, n_tp=n_tp, n_fn=len(counted_lesions) - n_tp,
+        dice_score = float(np.sum(dice_k[counted_k])) / denom
+        hd_score = (float(np.sum(hd_k[counted_k])) + len(fp) * float(hd_penalty)) / denom
+    n_tp = int(np.count_nonzero(counted_k & (n_matched > 0)))
+    return BratsLesionResult(dice=dice_score, hd95=hd_score, n_tp=n_tp, n_fn=n_counted - n_tp,
                              n_fp=len(fp), n_pred=int(n_pred), lesions=tuple(lesions), fp_components=fp,
                              volume_error_mm3=tuple(volume_errors))
 
@@ -491,9 +491,10 @@ def lesion_detection(pred: Any, target: Any, iou_threshold: float = 0.25, connec
                      ) -> LesionDetection:
     """Lesion-level detection counts and F1 of the Shifts challenge (MS white-matter lesions).
 
-    Lesions are connected components (``connectivity``; Shifts: ``"face"``, 6 neighbours in 3-D). A predicted lesion is a true
-    positive when its largest IoU with an overlapping ground-truth lesion is at least ``iou_threshold``, else a false
-    positive; a ground-truth lesion is missed when its largest IoU with an overlapping predicted lesion is below it.
+    Lesions are connected components (``connectivity``; Shifts: ``"face"``, 6 neighbours in 3-D). A predicted lesion
+    is a true positive when its largest IoU with an overlapping ground-truth lesion is at least ``iou_threshold``,
+    else a false positive; a ground-truth lesion is missed when its largest IoU with an overlapping predicted lesion
+    is below it.
     (Malinin et al., "Shifts 2.0", 2022; equal to the ``lesion_f1_score`` of the Shifts ``mswml`` code.)
 
     Args:
@@ -530,7 +531,7 @@ def lesion_detection(pred: Any, target: Any, iou_threshold: float = 0.25, connec
 
 
 def _ndsc(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, n_true: float, n: int, r: float) -> np.ndarray:
-    """nDSC from counts (arrays broadcast); 1 where prediction and truth are both empty."""
+    """The normalised Dice from counts (arrays broadcast); 1 where prediction and truth are both empty."""
     k = 1.0 if n_true == 0 else (1.0 - r) * n_true / (r * (n - n_true))
     num = 2.0 * tp
     den = k * fp + 2.0 * tp + fn
@@ -621,7 +622,7 @@ def _retention_inputs(pred: Any, target: Any, uncertainty: Any, mask: Any | None
 
 def ndsc_retention_curve(pred: Any, target: Any, uncertainty: Any, fractions: Any | None = None,
                          r: float = 0.001, mask: Any | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """nDSC retention curve: at each retained fraction, the nDSC when the most uncertain voxels are replaced by the truth.
+    """The nDSC retention curve: the nDSC at each retained fraction, the most uncertain voxels replaced by the truth.
 
     Voxels are sorted by uncertainty, ascending (stable: ties keep raster order); at fraction ``f`` the first
     ``int(N f)`` voxels keep the prediction and the rest take the reference (Shifts ``ndsc_retention_curve``).

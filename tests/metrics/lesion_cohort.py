@@ -1,6 +1,6 @@
 """A deterministic synthetic multi-lesion cohort (BraTS labels 1/2/3) for the lesion-wise metrics' tests.
 
-Each case is a label map of tumours (an edema shell, label 2, around a core of necrosis 1 and enhancing tumour 3)
+Each case is a label map of tumours (an edema shell, label 2, around enhancing tumour 3 around necrosis 1)
 and its "prediction" (the tumours shifted, shrunk or grown, some missed, some false positives), with anisotropic
 spacing and a voxel uncertainty map without ties. The cases cover: several lesions per case, touching lesions,
 lesions merged by the BraTS dilation, lesions below the BraTS size threshold, empty truth, empty prediction, both
@@ -24,7 +24,7 @@ def _ball(shape: tuple, center: tuple, radius: float) -> np.ndarray:
 
 
 def _tumour(labels: np.ndarray, center: tuple, radius: float) -> None:
-    """Edema (2) within ``radius``, necrosis (1) within 0.6 r, enhancing tumour (3) in a shell between 0.3 r and 0.6 r."""
+    """Edema (2) within ``radius``, enhancing tumour (3) within 0.6 r, necrosis (1) within 0.3 r."""
     outer = _ball(labels.shape, center, radius)
     core = _ball(labels.shape, center, 0.6 * radius)
     inner = _ball(labels.shape, center, 0.3 * radius)

@@ -4,11 +4,13 @@ The official code is not part of this repository. Check it out and point this sc
 
     git clone https://github.com/rachitsaluja/BraTS-2023-Metrics /tmp/brats     # metrics.py, surface_distance/
     git clone https://github.com/Shifts-Project/shifts /tmp/shifts              # mswml/metrics.py
-    python tests/metrics/data/make_lesion_reference.py /tmp/brats /tmp/shifts/mswml tests/metrics/data/lesion_reference.json
+    python tests/metrics/data/make_lesion_reference.py /tmp/brats /tmp/shifts/mswml \
+        tests/metrics/data/lesion_reference.json
 
 It needs ``nibabel``, ``pandas``, ``connected-components-3d`` (``cc3d``), ``scikit-learn`` and ``joblib``. Current
 library versions removed names the 2023 code uses; :func:`compat` puts them back without touching the code
-(``DataFrame.append`` as ``pandas.concat``, ``DataFrame.replace`` skipping the column of arrays, ``numpy.Inf``, ``scipy.ndimage.filters`` / ``.morphology``).
+(``DataFrame.append`` as ``pandas.concat``, ``DataFrame.replace`` skipping the column of arrays, ``numpy.Inf``,
+``scipy.ndimage.filters`` / ``.morphology``).
 ``tests/metrics/test_lesions_official.py`` calls :func:`official_results` directly when the environment variables
 ``BRATS_2023_METRICS_DIR`` and ``SHIFTS_MSWML_DIR`` name such checkouts.
 """
