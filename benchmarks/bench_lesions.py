@@ -111,7 +111,7 @@ def limit(pred_file: Path, gt_file: Path, u: np.ndarray) -> None:
             ndimage.distance_transform_edt(~sub, sampling=spacing)  # one transform per lesion box
     ndimage.label(pred > 0)
     ndimage.label(truth > 0)
-    np.argsort(u.ravel(), kind="stable")  # the R-AAC needs one sort of the voxels
+    np.sort(u.ravel())  # the R-AAC needs the order statistics of the uncertainty (one value sort)
 
 
 def _load(name: str, path: Path):

@@ -397,15 +397,15 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
         grown = t
     zone, n_gt = ndimage.label(grown, structure=full)  # lesion k = target & (zone == k); its dilation = (zone == k)
     gt_lab = np.where(t, zone, 0)
-    gt_count = np.bincount(gt_lab.ravel(), minlength=n_gt + 1)
-    pred_count = np.bincount(pred_cc.ravel(), minlength=n_pred + 1)
+    gt_count = np.bincount(gt_lab[t], minlength=n_gt + 1)
+    pred_count = np.bincount(pred_cc[p], minlength=n_pred + 1)
     inter_count = np.bincount(gt_lab[p], minlength=n_gt + 1)  # |lesion k and pred| (every such voxel is matched)
-    both = (zone > 0) & (pred_cc > 0)
-    pairs = np.unique(zone[both].astype(np.int64) * (n_pred + 1) + pred_cc[both])
+    zone_p = zone[p]  # the dilated lesion (or 0) of every predicted voxel
+    pairs = np.unique(zone_p[zone_p > 0].astype(np.int64) * (n_pred + 1) + pred_cc[p][zone_p > 0])
     pair_gt, pair_pred = pairs // (n_pred + 1), pairs % (n_pred + 1)
     zone_boxes = ndimage.find_objects(zone)
     pred_boxes = ndimage.find_objects(pred_cc)
-    centers = ndimage.center_of_mass(t, gt_lab, range(1, n_gt + 1)) if n_gt else []
+    centers = _centers(t, gt_lab[t], n_gt)
     starts = np.searchsorted(pair_gt, np.arange(1, n_gt + 2))  # pairs are sorted by ground-truth lesion
     n_matched = np.diff(starts)
     size = np.bincount(pair_gt, weights=pred_count[pair_pred], minlength=n_gt + 1)[1:]  # |union of matched|
@@ -439,6 +439,15 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
     return BratsLesionResult(dice=dice_score, hd95=hd_score, n_tp=n_tp, n_fn=n_counted - n_tp,
                              n_fp=len(fp), n_pred=int(n_pred), lesions=tuple(lesions), fp_components=fp,
                              volume_error_mm3=tuple(volume_errors))
+
+
+def _centers(mask: np.ndarray, labels_of_mask: np.ndarray, n: int) -> np.ndarray:
+    """Centre of mass (voxel coordinates) of lesions 1..n from the voxels of ``mask`` and their labels: ``(n, ndim)``."""
+    coords = np.nonzero(mask)
+    count = np.bincount(labels_of_mask, minlength=n + 1)[1:]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.stack([np.bincount(labels_of_mask, weights=c, minlength=n + 1)[1:] / count for c in coords],
+                        axis=-1).reshape(n, mask.ndim)
 
 
 def _union_box(boxes: Sequence[tuple[slice, ...]]) -> tuple[slice, ...]:
@@ -653,19 +662,48 @@ def ndsc_retention_curve(pred: Any, target: Any, uncertainty: Any, fractions: An
     fr = shifts_retention_fractions() if fractions is None else np.asarray(fractions, dtype=float).ravel()
     if fr.size == 0 or not np.isfinite(fr).all() or (fr < 0).any() or (fr > 1).any():
         raise ValueError("fractions must be one or more values in [0, 1]")
-    order = np.argsort(u, kind="stable")
-    p, t = p[order], t[order]
     n = int(t.size)
-    zero = np.zeros(1, np.int64)
-    c_tp = np.concatenate([zero, np.cumsum(p & t)])
-    c_fp = np.concatenate([zero, np.cumsum(p & ~t)])
-    c_fn = np.concatenate([zero, np.cumsum(~p & t)])
-    c_t = np.concatenate([zero, np.cumsum(t)])
-    n_true = int(c_t[-1])
     pos = (n * fr).astype(np.int64)
-    tp = c_tp[pos] + (n_true - c_t[pos])  # retained true positives plus the replaced voxels of the truth
-    vals = _ndsc(tp.astype(float), c_fp[pos].astype(float), c_fn[pos].astype(float), float(n_true), n, r)
+    k = _retained_relevant(p | t, u, pos)
+    rel = np.flatnonzero(p | t)
+    order = np.argsort(u[rel], kind="stable")  # the voxels in prediction or truth, in the stable order of u
+    pr, tr = p[rel[order]], t[rel[order]]
+    zero = np.zeros(1, np.int64)
+    c_tp = np.concatenate([zero, np.cumsum(pr & tr)])
+    c_fp = np.concatenate([zero, np.cumsum(pr & ~tr)])
+    c_fn = np.concatenate([zero, np.cumsum(~pr & tr)])
+    c_t = np.concatenate([zero, np.cumsum(tr)])
+    n_true = int(c_t[-1])
+    tp = c_tp[k] + (n_true - c_t[k])  # retained true positives plus the replaced voxels of the truth
+    c_fp, c_fn = c_fp[k], c_fn[k]
+    vals = _ndsc(tp.astype(float), c_fp.astype(float), c_fn.astype(float), float(n_true), n, r)
     return fr, vals
+
+
+def _retained_relevant(relevant: np.ndarray, u: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Per position ``q``: how many ``relevant`` voxels are among the first ``q`` voxels in the stable order of ``u``.
+
+    One value sort of ``u`` (no argsort of every voxel): the first ``q`` voxels are those below the ``q``-th smallest
+    value ``v`` and the first ones equal to ``v`` in raster order.
+    """
+    su = np.sort(u, kind="quicksort")
+    ur = np.sort(u[relevant], kind="stable")
+    out = np.zeros(pos.size, np.int64)
+    for i, q in enumerate(pos):
+        if q <= 0:
+            continue
+        if q >= su.size:
+            out[i] = ur.size
+            continue
+        v = su[q - 1]
+        below = int(np.searchsorted(su, v, "left"))
+        lo, hi = int(np.searchsorted(ur, v, "left")), int(np.searchsorted(ur, v, "right"))
+        if hi == lo or int(np.searchsorted(su, v, "right")) == q:
+            out[i] = hi  # no relevant voxel at v, or every voxel at v retained
+        else:  # ties at v cut in the middle: the first (q - below) voxels at v in raster order
+            tied = np.flatnonzero(u == v)[: q - below]
+            out[i] = lo + int(np.count_nonzero(relevant[tied]))
+    return out
 
 
 def ndsc_retention_area(pred: Any, target: Any, uncertainty: Any, r: float = 0.001, mask: Any | None = None,
@@ -742,7 +780,7 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
     out: dict[str, np.ndarray] = {
         "lesion": ids,
         "volume_mm3": counts * _voxel_volume(sp),
-        "center": np.asarray(ndimage.center_of_mass(p, lab, ids), float).reshape(n, p.ndim),
+        "center": _centers(p, lab[p], n),
     }
     inner = ndimage.binary_erosion(p, structure=ndimage.generate_binary_structure(p.ndim, 1), border_value=1)
     # erosion by the lesion mask: a voxel is "core" when all its face neighbours are in the same (any) lesion; lesions
@@ -755,8 +793,9 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
         if not np.isfinite(u).all():
             raise ValueError(f"maps[{name!r}] must be finite")
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[f"{name}_mean"] = np.asarray(ndimage.mean(u, lab, ids), float).reshape(n)
-            out[f"{name}_max"] = np.asarray(ndimage.maximum(u, lab, ids), float).reshape(n)
+            up, lp = u[p], lab[p]  # the lesions' voxels only
+            out[f"{name}_mean"] = _label_mean(up, lp, n)
+            out[f"{name}_max"] = np.asarray(ndimage.maximum(up, lp, ids), float).reshape(n)
             b_lab = np.where(inner, 0, lab)
             c_lab = np.where(inner, lab, 0)
             out[f"{name}_boundary"] = _label_mean(u, b_lab, n)

@@ -180,6 +180,21 @@ def test_ndsc_brute_force_and_retention_curve():
     assert normalized_dice(pred, truth, mask=m) == pytest.approx(normalized_dice(pred[2:10], truth[2:10]))
 
 
+@pytest.mark.parametrize("levels", [3, 50])
+def test_retention_curve_with_ties_keeps_raster_order(levels):
+    """Uncertainty with many ties (a few levels): the retained voxels are the first in a stable sort."""
+    rng = np.random.default_rng(levels)
+    truth = rng.uniform(size=(9, 8, 7)) < 0.1
+    pred = truth ^ (rng.uniform(size=truth.shape) < 0.05)
+    u = np.floor(rng.uniform(size=truth.shape) * levels) / levels
+    fr, vals = ndsc_retention_curve(pred, truth, u)
+    order = np.argsort(u.ravel(), kind="stable")
+    ps, ts = pred.ravel()[order], truth.ravel()[order]
+    for f, v in zip(fr, vals):
+        pos = int(truth.size * f)
+        assert v == pytest.approx(normalized_dice(np.concatenate([ps[:pos], ts[pos:]]), ts), rel=1e-12)
+
+
 def test_ndsc_empty_cases():
     z = np.zeros((4, 4), bool)
     assert normalized_dice(z, z) == 1.0
