@@ -442,7 +442,7 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
 
 
 def _centers(mask: np.ndarray, labels_of_mask: np.ndarray, n: int) -> np.ndarray:
-    """Centre of mass (voxel coordinates) of lesions 1..n from the voxels of ``mask`` and their labels: ``(n, ndim)``."""
+    """Centres of mass (voxels) of lesions 1..n from the voxels of ``mask`` and their labels: ``(n, ndim)``."""
     coords = np.nonzero(mask)
     count = np.bincount(labels_of_mask, minlength=n + 1)[1:]
     with np.errstate(invalid="ignore", divide="ignore"):
