@@ -403,8 +403,6 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
     zone_p = zone[p]  # the dilated lesion (or 0) of every predicted voxel
     pairs = np.unique(zone_p[zone_p > 0].astype(np.int64) * (n_pred + 1) + pred_cc[p][zone_p > 0])
     pair_gt, pair_pred = pairs // (n_pred + 1), pairs % (n_pred + 1)
-    zone_boxes = ndimage.find_objects(zone)
-    pred_boxes = ndimage.find_objects(pred_cc)
     centers = _centers(t, gt_lab[t], n_gt)
     starts = np.searchsorted(pair_gt, np.arange(1, n_gt + 2))  # pairs are sorted by ground-truth lesion
     n_matched = np.diff(starts)
@@ -415,7 +413,11 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
     # one matched component with the lesion's voxels exactly: equal surfaces, every distance 0
     same = (n_matched == 1) & (size == gt_k) & (inter_k == gt_k)
     hd_k = np.where(n_matched > 0, 0.0, float(hd_penalty))
-    for k in np.flatnonzero((n_matched > 0) & ~same) + 1:
+    todo = np.flatnonzero((n_matched > 0) & ~same) + 1
+    if todo.size:  # bounding boxes only when a surface distance is needed
+        zone_boxes = ndimage.find_objects(zone)
+        pred_boxes = ndimage.find_objects(pred_cc)
+    for k in todo:
         matched = pair_pred[starts[k - 1]:starts[k]]
         box = _union_box([zone_boxes[k - 1]] + [pred_boxes[j - 1] for j in matched])
         hd_k[k - 1] = _surface_hd(gt_lab[box] == k, np.isin(pred_cc[box], matched), sp, 95.0)
