@@ -797,7 +797,7 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
         with np.errstate(invalid="ignore", divide="ignore"):
             up, lp = u[p], lab[p]  # the lesions' voxels only
             out[f"{name}_mean"] = _label_mean(up, lp, n)
-            out[f"{name}_max"] = np.asarray(ndimage.maximum(up, lp, ids), float).reshape(n)
+            out[f"{name}_max"] = np.asarray(ndimage.maximum(up, lp, ids), float).reshape(n) if n else np.zeros(0)
             b_lab = np.where(inner, 0, lab)
             c_lab = np.where(inner, lab, 0)
             out[f"{name}_boundary"] = _label_mean(u, b_lab, n)

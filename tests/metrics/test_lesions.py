@@ -144,6 +144,12 @@ def test_lesion_detection_brute_force(seed):
     assert r.n_pred > 1 and r.n_true > 1
 
 
+def test_lesion_uncertainty_without_lesions():
+    z = np.zeros((4, 5, 6), bool)
+    out = lesion_uncertainty(z, {"pe": np.ones(z.shape)}, samples=z[None], threshold=0.5)
+    assert out["center"].shape == (0, 3) and all(v.shape[0] == 0 for v in out.values())
+
+
 def test_lesion_detection_no_lesions_is_one():
     z = np.zeros((5, 5, 5), bool)
     assert lesion_detection(z, z).f1 == 1.0
