@@ -118,6 +118,10 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # DICOM input: a series folder is read only when one is given (pydicom and highdicom are the dicom extra)
     ("monai_unc.io.cases", "monai_unc.io.dicom"): "the dicom extra is optional: read_volume loads the series "
     "reader only for a DICOM series folder",
+    **dict.fromkeys(
+        [("monai_unc.products.lesions", "monai_unc.evaluation.lesions")],
+        "the product's options are read by the command line before torch; its computations are imported when run",
+    ),
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
     ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "
     "(monai_unc.io.save_state writes a state); its body loads the writer only when the old method is called",

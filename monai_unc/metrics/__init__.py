@@ -7,7 +7,8 @@ Modules: :mod:`.calibration` (confidence histograms, ECE family, NLL, Brier), :m
 estimates), :mod:`.compare` (comparing two uncertainty methods), :mod:`.overlap` (the one Dice / IoU / mask Gram
 matrix, with the empty-mask rule as an argument), :mod:`.conformal` (inner and outer masks with a finite-sample
 guarantee on the voxels they miss or add), :mod:`.monitoring` (anytime-valid monitoring of a deployed model: conformal
-test martingales, the harmful-shift test on audited risk).
+test martingales, the harmful-shift test on audited risk), :mod:`.lesions` (lesion-wise metrics: BraTS 2023, Shifts,
+per-lesion uncertainty).
 """
 
 from .ambiguity import (
@@ -98,6 +99,22 @@ from .discrimination import (
     uncertain_incorrect_ratio,
     voxel_accuracy,
 )
+from .lesions import (
+    BRATS_2023_SETTINGS,
+    BratsLesion,
+    BratsLesionResult,
+    LesionDetection,
+    binary_mask,
+    brats_lesion_metrics,
+    label_lesions,
+    lesion_detection,
+    lesion_uncertainty,
+    ndsc_retention_area,
+    ndsc_retention_curve,
+    normalized_dice,
+    shifts_retention_fractions,
+    surface_hd95,
+)
 from .overlap import (
     OverlapCounts,
     dice,
@@ -162,6 +179,20 @@ from .spatial import (
 )
 
 __all__ = [
+    "BRATS_2023_SETTINGS",
+    "BratsLesion",
+    "BratsLesionResult",
+    "LesionDetection",
+    "binary_mask",
+    "brats_lesion_metrics",
+    "label_lesions",
+    "lesion_detection",
+    "lesion_uncertainty",
+    "ndsc_retention_area",
+    "ndsc_retention_curve",
+    "normalized_dice",
+    "shifts_retention_fractions",
+    "surface_hd95",
     "QU_BRATS_EPS",
     "QUBraTSMetric",
     "QUBraTSRegionsResult",

@@ -1,0 +1,259 @@
+"""Lesion-wise evaluation as a cohort product: ``monai-unc evaluate --lesions`` (docs/lesions.md).
+
+Where the targets are many small objects (metastases, MS lesions, the BraTS sub-regions), the challenges score
+lesions: the BraTS 2023 lesion-wise Dice and HD95, the Shifts lesion F1 and normalised Dice (nDSC) with its retention
+area. The formulas are in :mod:`monai_unc.metrics.lesions`, the per-case state and the summary in
+:mod:`monai_unc.evaluation.lesions`. This module is the product itself (:mod:`monai_unc.product`):
+
+==========================  ==========================================================================================
+per case                    a :class:`~monai_unc.evaluation.lesions.LesionState`: per foreground class or region the
+                            case's lesion-wise scores, and one record per predicted lesion (volume, centre, false
+                            positive or not, Dice, uncertainty scores of every map)
+columns                     ``lesion_dice_<T>``, ``lesion_hd95_<T>``, ``lesion_tp_<T>``, ``lesion_fp_<T>``,
+                            ``lesion_fn_<T>``, ``lesion_f1_<T>``, ``ndsc_<T>``, ``ndsc_raac_<T>``
+summary                     the ``lesions`` block of ``summary.json``: per task the means, pooled counts, lesion-level
+                            failure detection of every per-lesion score, and the most uncertain lesions
+command line                ``--lesions``, ``--lesion-settings``, ``--lesion-dilation``, ``--lesion-min-volume``,
+                            ``--lesion-iou``, ``--lesion-failure-dice``
+report                      the "Lesions" section: scores per task and the most uncertain lesions
+==========================  ==========================================================================================
+
+The module is light (standard library and :mod:`monai_unc.product`): the command line reads its options before
+torch is imported; the computations are imported when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..product import CohortProduct, ReportSection, register_product
+
+__all__ = ["LesionMetrics", "SETTINGS"]
+
+#: BraTS 2023 challenge -> (dilation iterations, minimum lesion volume in mm^3) of its lesion-wise metrics
+SETTINGS: dict[str, tuple[int, float]] = {"gli": (3, 50.0), "ssa": (3, 50.0), "men": (1, 50.0), "ped": (3, 50.0),
+                                          "met": (1, 2.0)}
+
+
+def _number(value: Any, name: str, low: float, high: float = math.inf, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and int(value) != value):
+        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not (math.isfinite(float(value)) and low <= float(value) <= high):
+        raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value!r}")
+    return float(value)
+
+
+@register_product
+class LesionMetrics(CohortProduct):
+    """Lesion-wise metrics and per-lesion uncertainty, computed by ``evaluate`` (module docstring).
+
+    Args:
+        settings: the BraTS 2023 challenge whose matching rule to use: ``gli`` (default), ``ssa``, ``men``, ``ped``,
+            ``met`` (:data:`SETTINGS`).
+        dilation: override the rule's dilation (iterations of the 18-connected element, 0: overlap only).
+        min_volume: override the rule's minimum lesion volume (mm^3).
+        iou: the IoU threshold of the lesion F1 (Shifts: 0.25).
+        failure_dice: a predicted lesion with a Dice below this counts as failed (lesion-level failure detection).
+        hd_penalty: the HD95 of a missed or false-positive lesion (mm; BraTS: 374).
+        r: the reference lesion load of the nDSC (Shifts: 0.001).
+
+    Example:
+        >>> product = LesionMetrics("met")
+        >>> product.options()["dilation"], product.options()["min_volume"]
+        (1, 2.0)
+    """
+
+    name = "lesions"
+    title = "Lesions"
+    description = ("With --lesions, score lesions (connected components) per class or region: BraTS 2023 "
+                   "lesion-wise Dice and HD95, lesion F1, nDSC and its retention area, and per-lesion uncertainty "
+                   "(docs/lesions.md). Needs 3-D volumes.")
+
+    def __init__(self, settings: str = "gli", dilation: int | None = None, min_volume: float | None = None,
+                 iou: float = 0.25, failure_dice: float = 0.5, hd_penalty: float = 374.0, r: float = 0.001) -> None:
+        key = str(settings).lower().removeprefix("brats-")
+        if key not in SETTINGS:
+            raise ValueError(f"lesion_settings must be one of {sorted(SETTINGS)}, got {settings!r}")
+        self.settings = key
+        d, v = SETTINGS[key]
+        self.dilation = d if dilation is None else int(_number(dilation, "lesion_dilation", 0, 100, integer=True))
+        self.min_volume = v if min_volume is None else _number(min_volume, "lesion_min_volume", 0.0)
+        self.iou = _number(iou, "lesion_iou", 0.0, 1.0)
+        if self.iou == 0.0:
+            raise ValueError("lesion_iou must be in (0, 1], got 0")
+        self.failure_dice = _number(failure_dice, "lesion_failure_dice", 0.0, 1.0)
+        self.hd_penalty = _number(hd_penalty, "lesion_hd_penalty", 0.0)
+        self.r = _number(r, "lesion_r", 0.0, 1.0)
+        if not 0.0 < self.r < 1.0:
+            raise ValueError(f"lesion_r must be in (0, 1), got {r!r}")
+
+    # -- command line ------------------------------------------------------------------------------------------
+    @classmethod
+    def add_arguments(cls, group: Any) -> None:
+        """Add ``--lesions`` and its options to ``monai-unc evaluate``.
+
+        Args:
+            group: the product's argument group.
+
+        Returns:
+            None.
+        """
+        group.add_argument("--lesions", action="store_true",
+                           help="lesion-wise metrics per class or region (BraTS 2023 lesion-wise Dice / HD95, "
+                                "lesion F1, nDSC) and per-lesion uncertainty")
+        group.add_argument("--lesion-settings", default="gli", choices=sorted(SETTINGS),
+                           help="the BraTS 2023 challenge whose matching rule to use (dilation, minimum volume): "
+                                "gli/ssa/ped 3 and 50 mm^3, men 1 and 50, met 1 and 2 (default gli)")
+        group.add_argument("--lesion-dilation", type=int, default=None, metavar="N",
+                           help="override the dilation (iterations of the 18-connected element; 0: overlap only)")
+        group.add_argument("--lesion-min-volume", type=float, default=None, metavar="MM3",
+                           help="override the minimum volume of a counted ground-truth lesion (mm^3)")
+        group.add_argument("--lesion-iou", type=float, default=0.25, metavar="IOU",
+                           help="IoU threshold of the lesion F1 (default 0.25, Shifts)")
+        group.add_argument("--lesion-failure-dice", type=float, default=0.5, metavar="D",
+                           help="a predicted lesion with a Dice below D counts as failed (default 0.5)")
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace) -> LesionMetrics | None:
+        """The product asked for by ``--lesions`` (None without it).
+
+        Args:
+            args: the parsed ``monai-unc evaluate`` options.
+
+        Returns:
+            The product, or None.
+
+        Raises:
+            ValueError: naming the option.
+        """
+        if not getattr(args, "lesions", False):
+            if args.lesion_dilation is not None or args.lesion_min_volume is not None:
+                raise ValueError("lesion_dilation / lesion_min_volume need lesion-wise metrics (lesions)")
+            return None
+        return cls(args.lesion_settings, args.lesion_dilation, args.lesion_min_volume, args.lesion_iou,
+                   args.lesion_failure_dice)
+
+    def options(self) -> dict[str, Any]:
+        """The product's options (recorded in ``summary.json`` and in each case's fingerprint).
+
+        Returns:
+            ``settings``, ``dilation``, ``min_volume``, ``iou``, ``failure_dice``, ``hd_penalty``, ``r``.
+        """
+        return {"settings": self.settings, "dilation": self.dilation, "min_volume": self.min_volume,
+                "iou": self.iou, "failure_dice": self.failure_dice, "hd_penalty": self.hd_penalty, "r": self.r}
+
+    # -- per case ----------------------------------------------------------------------------------------------
+    def case_state(self, case: Any, tasks: Sequence[Any], config: Any) -> Any:
+        """The case's :class:`~monai_unc.evaluation.lesions.LesionState`.
+
+        Args:
+            case: the loaded case.
+            tasks: its tasks (the class task, or one per region).
+            config: the evaluation options (class names, the primary measure).
+
+        Returns:
+            The state.
+        """
+        from ..evaluation.lesions import lesion_case_state
+
+        maps = tasks[0].maps if tasks else {}
+        measure = config.measure if config.measure in maps else (
+            "predictive_entropy" if "predictive_entropy" in maps else next(iter(sorted(maps)), None))
+        return lesion_case_state(case, tasks, self.options(), config.class_names, measure)
+
+    def case_columns(self, state: Any, config: Any) -> dict[str, float]:
+        """The case's lesion-wise columns of ``metrics.csv``.
+
+        Args:
+            state: the case's state.
+            config: unused.
+
+        Returns:
+            ``{column: value}``.
+        """
+        from ..evaluation.lesions import lesion_columns
+
+        return lesion_columns(state)
+
+    def summarize(self, states: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], artifact: Any,
+                  config: Any) -> Any:
+        """The ``lesions`` block of ``summary.json`` (:func:`~monai_unc.evaluation.lesions.summarize_lesions`).
+
+        Args:
+            states: ``{case id: state}`` of every case.
+            rows: unused.
+            artifact: unused.
+            config: unused.
+
+        Returns:
+            The block.
+        """
+        from ..evaluation.lesions import LesionState, summarize_lesions
+
+        ids = sorted(states)
+        merged = None
+        for cid in ids:
+            s = states[cid]
+            merged = LesionState(dict(s.arrays)) if merged is None else merged.merge(s)
+        return summarize_lesions(merged, ids, self.options())
+
+    # -- presentation ------------------------------------------------------------------------------------------
+    @classmethod
+    def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
+        """Per task the mean lesion-wise Dice and HD95, the pooled counts and the best false-positive detector.
+
+        Args:
+            block: the ``lesions`` block of ``summary.json``.
+
+        Returns:
+            Lines of text.
+
+        Example:
+            >>> task = {"mean": {"lesion_dice": 0.8, "lesion_hd95": 12.0, "lesion_f1": 0.7, "ndsc": 0.75},
+            ...         "lesion_tp": 9, "lesion_fp": 2, "lesion_fn": 1, "best_fp_score": "pe_max"}
+            >>> print(LesionMetrics.summary_lines({"per_task": {"WT": task}})[0])  # doctest: +NORMALIZE_WHITESPACE
+            lesions WT: lesion-wise Dice 0.8000, HD95 12.00 mm, F1 0.7000, nDSC 0.7500; TP 9 FP 2 FN 1;
+            false positives found best by pe_max
+        """
+        lines = []
+        for task, b in (block.get("per_task") or {}).items():
+            m = b.get("mean", {})
+            best = b.get("best_fp_score")
+            lines.append(f"lesions {task}: lesion-wise Dice {_fmt(m.get('lesion_dice'))}, HD95 "
+                         f"{_fmt(m.get('lesion_hd95'), 2)} mm, F1 {_fmt(m.get('lesion_f1'))}, nDSC "
+                         f"{_fmt(m.get('ndsc'))}; TP {b.get('lesion_tp')} FP {b.get('lesion_fp')} FN "
+                         f"{b.get('lesion_fn')}" + (f"; false positives found best by {best}" if best else ""))
+        return lines
+
+    @classmethod
+    def report_section(cls, block: Mapping[str, Any]) -> ReportSection | None:
+        """The "Lesions" section: the scores per task, then the most uncertain lesions.
+
+        Args:
+            block: the ``lesions`` block.
+
+        Returns:
+            The section.
+        """
+        cards = []
+        for task, b in (block.get("per_task") or {}).items():
+            m = b.get("mean", {})
+            cards.append((f"{task} lesion-wise Dice", _fmt(m.get("lesion_dice"))))
+            cards.append((f"{task} lesion F1", _fmt(m.get("lesion_f1"))))
+        rows = [[d["case"], d["task"], d["lesion"], ", ".join(f"{c:g}" for c in d["center"]),
+                 round(d["volume_mm3"], 1), d["score"], round(d["value"], 4), "yes" if d["false_positive"] else "no",
+                 round(d["dice"], 3)] for d in block.get("lesions") or []]
+        text = [f"Lesion-wise scores over {block.get('n_cases', 0)} cases (BraTS 2023 matching: "
+                f"{(block.get('options') or {}).get('settings', '?')}); the most uncertain predicted lesions first, "
+                "with their centre in voxels for review. A lesion-level uncertainty ranking, not a guarantee: lesions "
+                "of one case are not exchangeable (docs/lesions.md)."]
+        return ReportSection(cls.title, text, cards=cards,
+                             table_head=["case", "task", "lesion", "centre (voxels)", "volume mm^3", "score", "value",
+                                         "false positive", "Dice"], table_rows=rows)
+
+
+def _fmt(v: Any, digits: int = 4) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
