@@ -118,6 +118,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # DICOM input: a series folder is read only when one is given (pydicom and highdicom are the dicom extra)
     ("monai_unc.io.cases", "monai_unc.io.dicom"): "the dicom extra is optional: read_volume loads the series "
     "reader only for a DICOM series folder",
+    ("monai_unc.monitoring.records", "monai_unc.io.dicom"): "the dicom extra is optional: the site of a case whose "
+    "image is a DICOM series folder is read from its header only then",
     **dict.fromkeys(
         [("monai_unc.products.lesions", "monai_unc.evaluation.lesions")],
         "the product's options are read by the command line before torch; its computations are imported when run",
