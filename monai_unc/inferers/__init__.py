@@ -1,6 +1,7 @@
 """MONAI inferers that return uncertainty: all return ``dict[str, Tensor]`` keyed by ``UncertaintyKeys``."""
 
 from .dropout import (
+    PLACEMENTS,
     DropoutHook,
     MCDropoutInferer,
     MCDropoutSource,
@@ -10,6 +11,7 @@ from .dropout import (
     find_dropout_layers,
     remove_dropout,
     resolve_dropout_sites,
+    stage_sites,
 )
 from .ensemble import EnsembleInferer, EnsembleSource, load_state_dict
 from .memory import MemoryEstimate, available_memory, estimate_memory
@@ -43,6 +45,7 @@ from .sampling import (
     apply_activation,
     window_disagreement_from_stitched,
 )
+from .shared import SharedPasses, SharingUnavailable
 from .ssn import SSNInferer, SSNSource
 from .tta import AugmentationSource, FlipSource, InvertibleTransformSource, NoiseSource, TTAInferer, flip_subsets
 
@@ -65,6 +68,10 @@ __all__ = [
     "search_dropout_rate",
     "ssim_loss",
     "resolve_dropout_sites",
+    "stage_sites",
+    "PLACEMENTS",
+    "SharedPasses",
+    "SharingUnavailable",
     "AugmentationSource",
     "DropoutHook",
     "EnsembleInferer",
