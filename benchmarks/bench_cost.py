@@ -66,7 +66,7 @@ def run_mode(mode: str, net, x, sw, n: int, device: str) -> tuple[float, float]:
     import torch
 
     from monai_unc.inferers import MCDropoutInferer, enable_mc_dropout
-    from monai_unc.inferers.shared import SharedPasses
+    from monai_unc.networks.shared import SharedPasses
 
     with torch.no_grad():
         if mode == "stock":

@@ -1,5 +1,6 @@
 """MONAI inferers that return uncertainty: all return ``dict[str, Tensor]`` keyed by ``UncertaintyKeys``."""
 
+from ..networks.shared import SharedPasses, SharingUnavailable
 from .dropout import (
     PLACEMENTS,
     DropoutHook,
@@ -45,7 +46,6 @@ from .sampling import (
     apply_activation,
     window_disagreement_from_stitched,
 )
-from .shared import SharedPasses, SharingUnavailable
 from .ssn import SSNInferer, SSNSource
 from .tta import AugmentationSource, FlipSource, InvertibleTransformSource, NoiseSource, TTAInferer, flip_subsets
 

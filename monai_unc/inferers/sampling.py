@@ -59,6 +59,7 @@ from torch import nn
 from .._utils import check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..measures import entropy_map_t
+from ..networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch
 from ..stats import (
     MEAN_SQ_SUM,
     WD_RTOL,
@@ -68,7 +69,6 @@ from ..stats import (
     spatial_chunks,
     window_disagreement_from_stitched,
 )
-from .shared import SharedPasses, SharingUnavailable, auto_sample_batch
 
 __all__ = [
     "check_inputs",
@@ -514,12 +514,12 @@ class UncertaintyInferer(Inferer):
             behaviour before this option existed). See the module docstring.
         share_passes: compute once per window (and per variant of the other sources) what the samples of a
             ``shareable`` source (MC dropout, Rate-In) have in common, and run only the part downstream of the random
-            draws for every sample (:class:`~monai_unc.inferers.shared.SharedPasses`; exact, on by default). Where
+            draws for every sample (:class:`~monai_unc.networks.shared.SharedPasses`; exact, on by default). Where
             the network's calls cannot be followed it falls back to full passes with one log line saying why.
             ``False``: one full pass per sample.
         sample_batch_size: with ``share_passes``, how many samples run at once along the batch axis (each with its
             own random draws): ``"auto"`` (default) sizes the batches so that they add at most a tenth of the case's
-            stitched buffers (:func:`~monai_unc.inferers.shared.auto_sample_batch`), or a fixed integer.
+            stitched buffers (:func:`~monai_unc.networks.shared.auto_sample_batch`), or a fixed integer.
 
     Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
     MetaTensor inputs give MetaTensor maps carrying the input's metadata.

@@ -1,4 +1,4 @@
-"""Shared passes (monai_unc.inferers.shared): the shared computation equals the full N-pass computation.
+"""Shared passes (monai_unc.networks.shared): the shared computation equals the full N-pass computation.
 
 Exactness is checked with injected dropout masks: a mask bank draws each mask from its own generator, seeded by the
 layer, the network input row it belongs to and how many times that layer already saw that input row. A full pass per
@@ -32,7 +32,7 @@ from monai_unc.inferers import (
     enable_mc_dropout,
 )
 from monai_unc.inferers import rate_in as rate_in_module
-from monai_unc.inferers.shared import SharedPasses, SharingUnavailable, auto_sample_batch, is_random_op
+from monai_unc.networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch, is_random_op
 
 
 class MaskBank:
@@ -187,7 +187,7 @@ def test_shared_equals_full_regions_and_flips(name):
     """Sigmoid regions, dropout x flip products: sharing within each flip, never across."""
     bank = MaskBank()
     net = banked(name, 3, bank)
-    x = torch.rand(2, 1, 16, 8, 8)
+    x = torch.rand(2, 1, 16, 16, 16) if name == "BasicUNet" else torch.rand(2, 1, 16, 8, 8)
 
     def make(share):
         return UncertaintyInferer([MCDropoutSource(4), FlipSource([0, 2])], activation="sigmoid",

@@ -82,7 +82,7 @@ def is_random_op(func: Callable, args: tuple = (), kwargs: dict | None = None) -
 
     Example:
         >>> import torch
-        >>> from monai_unc.inferers.shared import is_random_op
+        >>> from monai_unc.networks.shared import is_random_op
         >>> x, dropout = torch.ones(2), torch.nn.functional.dropout
         >>> is_random_op(dropout, (x, 0.5, True)), is_random_op(dropout, (x, 0.5, False))
         (True, False)
@@ -224,7 +224,7 @@ class SharedPasses:
 
     Example:
         >>> import torch
-        >>> from monai_unc.inferers.shared import SharedPasses
+        >>> from monai_unc.networks.shared import SharedPasses
         >>> _ = torch.manual_seed(0)
         >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.Dropout2d(0.5),
         ...                           torch.nn.Conv2d(8, 2, 1)).eval()
@@ -403,7 +403,7 @@ def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int) ->
         The batch size, ``>= 1``.
 
     Example:
-        >>> from monai_unc.inferers.shared import auto_sample_batch
+        >>> from monai_unc.networks.shared import auto_sample_batch
         >>> auto_sample_batch(10, 1000, 29), auto_sample_batch(1000, 1000, 29), auto_sample_batch(1, 10**9, 5)
         (10, 1, 5)
     """
