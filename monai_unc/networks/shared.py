@@ -29,6 +29,7 @@ its first axis like the input (otherwise the call is not shared).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -111,16 +112,73 @@ def _stochastic(tree: Any) -> bool:
     return any(getattr(t, _FLAG, False) for t in _tensors(tree))
 
 
+_INPLACE_ARG: dict[Any, int | None] = {}
+
+
+def _inplace_index(func: Callable) -> int | None:
+    """Position of an ``inplace`` parameter of ``func`` (``F.relu(x, inplace)``), or None; cached per function."""
+    try:
+        return _INPLACE_ARG[func]
+    except (KeyError, TypeError):
+        pass
+    try:
+        names = list(inspect.signature(func).parameters)
+        index = names.index("inplace") if "inplace" in names else None
+    except (TypeError, ValueError):
+        index = None
+    try:
+        _INPLACE_ARG[func] = index
+    except TypeError:
+        pass
+    return index
+
+
+def _mutated(func: Callable, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an operation writes into.
+
+    In-place methods (``add_``, ``__iadd__``, ``__setitem__``), ``out=`` and ``inplace=True`` functions.
+    """
+    name = getattr(func, "__name__", "")
+    first = [args[0]] if args and isinstance(args[0], torch.Tensor) else []
+    if (name.endswith("_") and not name.startswith("__")) or name == "__setitem__" or (
+        name.startswith("__i") and name.endswith("__")
+    ):
+        return first
+    out = _tensors(kwargs.get("out"))
+    if kwargs.get("inplace") is True:
+        return first + out
+    index = _inplace_index(func)
+    if index is not None and len(args) > index and args[index] is True:
+        return first + out
+    return out
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
 class _Follow(TorchFunctionMode):
-    """Marks the outputs of random operations and of operations with a marked input; sums their bytes."""
+    """Follows the random draws of one pass.
+
+    Marks the outputs of random operations and of operations with a marked input, sums their bytes, and records the
+    last step at which each storage was written in place.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.stochastic_bytes = 0
+        self.step = 0
+        self.written: dict[int, int] = {}
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        self.step += 1
+        for t in _mutated(func, args, kwargs):
+            self.written[_storage(t)] = self.step
         if is_random_op(func, args, kwargs) or _stochastic((args, kwargs)):
             for t in _tensors(out):
                 if not getattr(t, _FLAG, False):
@@ -136,7 +194,7 @@ class _Call:
     module: nn.Module
     parent: _Call | None
     output: Any = None
-    versions: list[int] = field(default_factory=list)
+    end_step: int = -1
     kept_below: list[_Call] = field(default_factory=list)
     input_shape: tuple[int, ...] | None = None
 
@@ -282,6 +340,7 @@ class SharedPasses:
         calls: dict[nn.Module, list[_Call]] = {m: [] for m in self._modules}
         stack: list[_Call] = []
         batch = self._batch
+        follow = _Follow()
 
         def make(m: nn.Module, fwd: Callable) -> Callable:
             def forward(*args: Any, **kwargs: Any) -> Any:
@@ -296,9 +355,9 @@ class SharedPasses:
                 below = call.kept_below
                 if quiet_in and not _stochastic(out) and _batched(out, batch):
                     for c in below:  # only the outermost shared call keeps its output
-                        c.output, c.versions = None, []
+                        c.output = None
                     call.output = out
-                    call.versions = [t._version for t in _tensors(out)]
+                    call.end_step = follow.step
                     call.kept_below = []
                     if call.parent is not None:
                         call.parent.kept_below.append(call)
@@ -308,14 +367,13 @@ class SharedPasses:
                 return out
             return forward
 
-        follow = _Follow()
         with _wrapped_forwards(self._modules, make), follow:
             out = predictor(x)
         roots = [c for cs in calls.values() for c in cs if c.parent is None]
         kept = [c for cs in calls.values() for c in cs if c.output is not None and not c.inside_kept()]
         # a kept output changed in place after it was kept: not reusable, recomputed in every replay
         for c in kept:
-            if [t._version for t in _tensors(c.output)] != c.versions:
+            if any(follow.written.get(_storage(t), -1) > c.end_step for t in _tensors(c.output)):
                 c.output = None
         self._kept = [c for c in kept if c.output is not None]
         self._plan = {}
