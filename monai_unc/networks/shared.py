@@ -167,16 +167,25 @@ class _Follow(TorchFunctionMode):
     last step at which each storage was written in place.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stack: list[_Call]) -> None:
         super().__init__()
         self.stochastic_bytes = 0
         self.step = 0
         self.written: dict[int, int] = {}
+        self.stack = stack
+        #: (id of an input tensor, the innermost module call of the operation that read it)
+        self.uses: list[tuple[int, _Call | None]] = []
+        #: > 0 while the trace's own bookkeeping reads shapes (not a use by the network)
+        self.paused = 0
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if self.paused:
+            return out
         self.step += 1
+        top = self.stack[-1] if self.stack else None
+        self.uses.extend((id(t), top) for t in _tensors((args, kwargs)))
         for t in _mutated(func, args, kwargs):
             self.written[_storage(t)] = self.step
         if is_random_op(func, args, kwargs) or _stochastic((args, kwargs)):
@@ -197,6 +206,11 @@ class _Call:
     end_step: int = -1
     kept_below: list[_Call] = field(default_factory=list)
     input_shape: tuple[int, ...] | None = None
+    needed: bool = True
+
+    def skipped(self) -> bool:
+        """Whether a replay skips this call (it is kept, or inside a kept call)."""
+        return self.output is not None or self.inside_kept()
 
     def inside_kept(self) -> bool:
         p = self.parent
@@ -224,6 +238,16 @@ def _repeat(out: Any, k: int) -> Any:
             return t.repeat(k, *([1] * (t.ndim - 1)))
         return t
     return tree_map(rep, out)
+
+
+def _placeholder(out: Any, k: int) -> Any:
+    """A view of ``out`` with ``k`` times its batch (no copy): for kept outputs that only kept calls read."""
+    def view(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return t[:1].expand(k * t.shape[0], *t.shape[1:])
+        return t
+
+    return tree_map(view, out)
 
 
 @contextmanager
@@ -311,6 +335,8 @@ class SharedPasses:
         self.stochastic_bytes = 0
         #: bytes of the kept (shared) activations
         self.shared_bytes = 0
+        #: bytes of the kept activations that the stochastic rest reads (copied once per replayed sample)
+        self.copied_bytes = 0
 
     @property
     def shared_calls(self) -> int:
@@ -324,7 +350,7 @@ class SharedPasses:
 
     def per_sample_bytes(self) -> int:
         """Working memory that one more sample of a replay batch adds: its stochastic tensors and shared copies."""
-        return int(self.stochastic_bytes + self.shared_bytes)
+        return int(self.stochastic_bytes + self.copied_bytes)
 
     def trace(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
         """Run the first sample: ``predictor(x)`` with the shared calls followed and kept.
@@ -340,11 +366,15 @@ class SharedPasses:
         calls: dict[nn.Module, list[_Call]] = {m: [] for m in self._modules}
         stack: list[_Call] = []
         batch = self._batch
-        follow = _Follow()
+        follow = _Follow(stack)
 
         def make(m: nn.Module, fwd: Callable) -> Callable:
             def forward(*args: Any, **kwargs: Any) -> Any:
-                call = _Call(m, stack[-1] if stack else None, input_shape=_first_shape((args, kwargs)))
+                follow.paused += 1
+                try:
+                    call = _Call(m, stack[-1] if stack else None, input_shape=_first_shape((args, kwargs)))
+                finally:
+                    follow.paused -= 1
                 calls[m].append(call)
                 quiet_in = not _stochastic((args, kwargs))
                 stack.append(call)
@@ -353,7 +383,12 @@ class SharedPasses:
                 finally:
                     stack.pop()
                 below = call.kept_below
-                if quiet_in and not _stochastic(out) and _batched(out, batch):
+                follow.paused += 1
+                try:
+                    keep = quiet_in and not _stochastic(out) and _batched(out, batch)
+                finally:
+                    follow.paused -= 1
+                if keep:
                     for c in below:  # only the outermost shared call keeps its output
                         c.output = None
                     call.output = out
@@ -376,6 +411,12 @@ class SharedPasses:
             if any(follow.written.get(_storage(t), -1) > c.end_step for t in _tensors(c.output)):
                 c.output = None
         self._kept = [c for c in kept if c.output is not None]
+        # a kept output that only kept calls read (an encoder feature consumed by the next encoder stage) needs no
+        # copy per sample: the replay hands the kept calls a placeholder of the right shape
+        used = {tid for tid, c in follow.uses if c is None or not c.skipped()}
+        used.update(id(t) for t in _tensors(out))
+        for c in self._kept:
+            c.needed = c.parent is None or any(id(t) in used for t in _tensors(c.output))
         self._plan = {}
         for m, cs in calls.items():
             run = [c for c in cs if not c.inside_kept()]
@@ -387,6 +428,8 @@ class SharedPasses:
                 delattr(t, _FLAG)
         self.stochastic_bytes = follow.stochastic_bytes
         self.shared_bytes = sum(t.numel() * t.element_size() for c in self._kept for t in _tensors(c.output))
+        self.copied_bytes = sum(t.numel() * t.element_size() for c in self._kept if c.needed
+                                for t in _tensors(c.output))
         self._input = x
         return out
 
@@ -434,7 +477,7 @@ class SharedPasses:
                     raise SharingUnavailable(
                         f"{type(m).__name__} gets input of shape {shape}, traced with {want} (k = {k})"
                     )
-                return _repeat(call.output, k)
+                return _repeat(call.output, k) if call.needed else _placeholder(call.output, k)
             return forward
 
         with _wrapped_forwards(list(self._plan), make), _repeat_rates(self.network, batch, k):

@@ -255,7 +255,9 @@ def test_post_hoc_add_dropout_shares_the_encoder():
     assert passes.shared_calls == 9
     assert first.shape == (1, 3, 16, 16, 16) and more.shape == (3, 3, 16, 16, 16)
     assert not torch.allclose(more[0], more[1])  # independent masks per sample of a batch
-    assert passes.per_sample_bytes() > 0
+    # only upcat_1's output is read by the stochastic rest (its dropout hook): the one kept output copied per sample
+    assert passes.copied_bytes == 1 * 4 * 16**3 * 4 < passes.shared_bytes
+    assert passes.per_sample_bytes() == passes.stochastic_bytes + passes.copied_bytes
 
 
 def test_deterministic_network_is_shared_whole():
