@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -36,6 +37,21 @@ def _rss_kib() -> int:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * resource.getpagesize() // 1024
+
+
+def _peak_kib() -> int:
+    """VmHWM: the process's peak RSS since the last :func:`_reset_peak` (ru_maxrss cannot be reset)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+def _reset_peak() -> None:
+    """Set VmHWM back to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def _setup(args: argparse.Namespace, placement: str):
@@ -135,13 +151,16 @@ def memory(args: argparse.Namespace, mode: str, placement: str, n: int) -> dict:
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
+    # load every code path first on a small input, so that the peak below is the case's own
+    run_mode(mode, net, x[..., : args.roi, : args.roi, : args.roi], sw, 2, args.device)
+    _reset_peak()
     rss0 = _rss_kib()
     run_mode(mode, net, x, sw, n, args.device)
     if cuda:
         torch.cuda.synchronize()
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
-        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+        peak = (_peak_kib() - rss0) / 1024
     return {"peak_mib": peak}
 
 
@@ -157,6 +176,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--skip-full", action="store_true", help="time the 30 full passes for 'auto' only")
     ap.add_argument("--memory", action="store_true")
+    ap.add_argument("--memory-only", action="store_true", help="the memory part of --memory alone")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -166,13 +186,16 @@ def main() -> None:
     import torch
 
     name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "CPU"
-    res = timing(args)
+    if args.memory_only:
+        args.memory = True
+    res = timing(args) if not args.memory_only else {"threads": torch.get_num_threads(), "placements": {}}
     n = args.samples
     print(f"BasicUNet features {tuple(args.features)}, input 1x1x{args.size}^3, roi {args.roi}^3, sw_batch_size "
           f"{args.sw_batch}, overlap 0.25, N = {n}, device {name}, torch threads {res['threads']}")
     print("ratios to one stock MONAI pass (same network, same sliding window), "
           + ("process CPU time" if args.device == "cpu" else "wall time"))
-    print(f"{'dropout':10s} {'shared (ours)':>14s} {'limit':>8s} {'full N passes':>14s} {'stock s':>9s}")
+    if res["placements"]:
+        print(f"{'dropout':10s} {'shared (ours)':>14s} {'limit':>8s} {'full N passes':>14s} {'stock s':>9s}")
     for placement, r in res["placements"].items():
         t = r["cpu"] if args.device == "cpu" else r["wall"]
         stock = t["stock"]
@@ -191,7 +214,9 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--size", str(args.size), "--roi", str(args.roi), "--sw-batch",
                str(args.sw_batch), "--threads", str(args.threads), "--device", args.device, "--features",
                *map(str, args.features), "--worker", mode, placement, str(k)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        # a fixed mmap threshold: RSS follows the live tensors (glibc otherwise keeps freed blocks in the heap)
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         return json.loads(out.strip().splitlines()[-1])["peak_mib"]
 
     for placement in PLACEMENTS:
