@@ -14,7 +14,8 @@ of two phases:
 - **shared passes** (``share_passes=True`` with a replay batch of ``k`` samples) add to the window's work the kept
   shared activations ``V_w s`` and ``k V_w (r + s) + (k - 1) V_w C b``: each sample's stochastic tensors ``r`` (its
   logits among them), its copy of the shared activations ``s`` (bytes per window voxel, measured on one window with
-  :class:`~monai_unc.inferers.SharedPasses`), its probabilities;
+  :class:`~monai_unc.inferers.SharedPasses`; an upper bound: only the kept activations that the stochastic rest reads
+  are copied, ``SharedPasses.copied_bytes``), its probabilities;
 - **final**: the buffers again (they become the means in place), the new scalar maps (``b V`` each), ``pred``
   converted to ``pred_dtype`` (nothing for ``"input"``) or the ``argmax`` label map, and the temporaries of one
   chunk of the final measures (:data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`).
