@@ -518,8 +518,9 @@ class UncertaintyInferer(Inferer):
             the network's calls cannot be followed it falls back to full passes with one log line saying why.
             ``False``: one full pass per sample.
         sample_batch_size: with ``share_passes``, how many samples run at once along the batch axis (each with its
-            own random draws): ``"auto"`` (default) sizes the batches so that they add at most a tenth of the case's
-            stitched buffers (:func:`~monai_unc.networks.shared.auto_sample_batch`), or a fixed integer.
+            own random draws): ``"auto"`` (default) sizes the batches so that they need no more than the traced first
+            sample or a tenth of the case's stitched buffers (:func:`~monai_unc.networks.shared.auto_sample_batch`),
+            or a fixed integer.
 
     Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
     MetaTensor inputs give MetaTensor maps carrying the input's metadata.
@@ -733,7 +734,8 @@ class UncertaintyInferer(Inferer):
         if self.sample_batch_size != "auto":
             return max(1, min(int(self.sample_batch_size), remaining))
         case_bytes = int(info.get("case_voxels", 0)) * 4 * (int(info.get("classes", 1)) + 4)
-        return auto_sample_batch(passes.per_sample_bytes(), case_bytes, remaining)
+        return auto_sample_batch(passes.per_sample_bytes(), case_bytes, remaining,
+                                 passes.shared_bytes + passes.stochastic_bytes)
 
     def _shared_window(
         self,

@@ -488,17 +488,19 @@ class SharedPasses:
         return out
 
 
-def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int) -> int:
+def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, traced_bytes: int = 0) -> int:
     """How many samples a replay batch holds when the inferer chooses (``sample_batch_size="auto"``).
 
-    The batch adds at most :data:`AUTO_BATCH_FRACTION` of the case's stitched buffers (``case_bytes``) beyond one
-    sample, so the peak memory stays flat in the number of samples; at most :data:`MAX_SAMPLE_BATCH` and at most the
-    samples left.
+    The batch needs at most the larger of :data:`AUTO_BATCH_FRACTION` of the case's stitched buffers
+    (``case_bytes``) and what the traced first sample held (``traced_bytes``: its kept and stochastic tensors, a
+    lower bound of one full pass's working memory, which the trace needs anyway), so the peak memory stays flat in
+    the number of samples; at most :data:`MAX_SAMPLE_BATCH` and at most the samples left.
 
     Args:
         per_sample_bytes: what one more sample adds (:meth:`SharedPasses.per_sample_bytes`).
         case_bytes: bytes of the case's stitched output buffers.
         remaining: samples still to draw.
+        traced_bytes: ``SharedPasses.shared_bytes + SharedPasses.stochastic_bytes`` of the trace.
 
     Returns:
         The batch size, ``>= 1``.
@@ -507,9 +509,12 @@ def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int) ->
         >>> from monai_unc.networks.shared import auto_sample_batch
         >>> auto_sample_batch(10, 1000, 29), auto_sample_batch(1000, 1000, 29), auto_sample_batch(1, 10**9, 5)
         (10, 1, 5)
+        >>> auto_sample_batch(1000, 1000, 29, traced_bytes=4000)  # a replay batch no larger than the trace
+        4
     """
     if remaining < 1:
         return 1
     per = max(int(per_sample_bytes), 1)
-    k = max(1, math.floor(AUTO_BATCH_FRACTION * max(int(case_bytes), 0) / per))
+    budget = max(AUTO_BATCH_FRACTION * max(int(case_bytes), 0), max(int(traced_bytes), 0))
+    k = max(1, math.floor(budget / per))
     return int(max(1, min(k, MAX_SAMPLE_BATCH, remaining)))

@@ -226,8 +226,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         share_passes: with ``"dropout"`` / ``"rate_in"``, compute once per window, mirror and fold network what the
             stochastic passes share and run only the part downstream of the random draws for every pass, several at
             a time (:class:`~monai_unc.inferers.SharedPasses`; exact; on by default). ``False``: full passes.
-        sample_batch_size: passes per batch with ``share_passes``: ``"auto"`` (at most a tenth of the case's
-            stitched buffers, see :func:`~monai_unc.networks.shared.auto_sample_batch`) or an integer.
+        sample_batch_size: passes per batch with ``share_passes``: ``"auto"`` (no more memory than the traced pass
+            or a tenth of the case's stitched buffers, see :func:`~monai_unc.networks.shared.auto_sample_batch`) or an
+            integer.
 
     The remaining arguments are ``nnUNetPredictor``'s.
 
@@ -512,7 +513,8 @@ class UncertaintyPredictor(nnUNetPredictor):
                 k = min(int(self.sample_batch_size), remaining)
             else:
                 n_out = int(first.shape[1])
-                k = auto_sample_batch(passes.per_sample_bytes(), self._case_voxels * 4 * (n_out + 4), remaining)
+                k = auto_sample_batch(passes.per_sample_bytes(), self._case_voxels * 4 * (n_out + 4), remaining,
+                                      passes.shared_bytes + passes.stochastic_bytes)
                 k = max(k, min(2, remaining))
         if k == 1:
             return first, 1
