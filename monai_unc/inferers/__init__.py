@@ -1,6 +1,8 @@
 """MONAI inferers that return uncertainty: all return ``dict[str, Tensor]`` keyed by ``UncertaintyKeys``."""
 
+from ..networks.shared import SharedPasses, SharingUnavailable
 from .dropout import (
+    PLACEMENTS,
     DropoutHook,
     MCDropoutInferer,
     MCDropoutSource,
@@ -10,6 +12,7 @@ from .dropout import (
     find_dropout_layers,
     remove_dropout,
     resolve_dropout_sites,
+    stage_sites,
 )
 from .ensemble import EnsembleInferer, EnsembleSource, load_state_dict
 from .memory import MemoryEstimate, available_memory, estimate_memory
@@ -65,6 +68,10 @@ __all__ = [
     "search_dropout_rate",
     "ssim_loss",
     "resolve_dropout_sites",
+    "stage_sites",
+    "PLACEMENTS",
+    "SharedPasses",
+    "SharingUnavailable",
     "AugmentationSource",
     "DropoutHook",
     "EnsembleInferer",

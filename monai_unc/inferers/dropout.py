@@ -26,6 +26,7 @@ from torch import nn
 
 from ..keys import MIMeaning
 from ..networks.dropout import (
+    PLACEMENTS,
     DropoutHook,
     MCDropoutContext,
     add_dropout,
@@ -34,6 +35,7 @@ from ..networks.dropout import (
     find_dropout_layers,
     remove_dropout,
     resolve_dropout_sites,
+    stage_sites,
 )
 from .sampling import SampleSource, UncertaintyInferer
 
@@ -46,6 +48,8 @@ __all__ = [
     "remove_dropout",
     "default_dropout_sites",
     "resolve_dropout_sites",
+    "stage_sites",
+    "PLACEMENTS",
     "MCDropoutSource",
     "MCDropoutInferer",
 ]
@@ -71,6 +75,7 @@ class MCDropoutSource(SampleSource):
     """
 
     mi_meaning = MIMeaning.EPISTEMIC
+    shareable = True
 
     def __init__(self, num_samples: int) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:

@@ -11,6 +11,11 @@ of two phases:
   ``V_w (n + C (3 b + a + [a != b] a) + 2 a (C + 3))``: the network (``n`` bytes per window voxel besides its
   output), logits, probabilities, entropy temporaries and the running sums, and the previous window's means that
   MONAI still holds;
+- **shared passes** (``share_passes=True`` with a replay batch of ``k`` samples) add to the window's work the kept
+  shared activations ``V_w s`` and ``k V_w (r + s) + (k - 1) V_w C b``: each sample's stochastic tensors ``r`` (its
+  logits among them), its copy of the shared activations ``s`` (bytes per window voxel, measured on one window with
+  :class:`~monai_unc.inferers.SharedPasses`; an upper bound: only the kept activations that the stochastic rest reads
+  are copied, ``SharedPasses.copied_bytes``), its probabilities;
 - **final**: the buffers again (they become the means in place), the new scalar maps (``b V`` each), ``pred``
   converted to ``pred_dtype`` (nothing for ``"input"``) or the ``argmax`` label map, and the temporaries of one
   chunk of the final measures (:data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`).
@@ -80,6 +85,9 @@ def estimate_memory(
     multilabel: bool = False,
     network_bytes_per_voxel: float = 0.0,
     stock: bool = False,
+    sample_batch: int = 1,
+    shared_bytes_per_voxel: float = 0.0,
+    stochastic_bytes_per_voxel: float = 0.0,
 ) -> MemoryEstimate:
     """Peak working memory of one case's inference (the model of the module docstring).
 
@@ -101,6 +109,12 @@ def estimate_memory(
         network_bytes_per_voxel: the network's own working memory per window voxel besides its output (its
             activations; 0 for a network too small to matter). Measure it once with stock inference on one window.
         stock: the estimate of stock MONAI inference, ``softmax(SlidingWindowInferer(x, net))``, instead.
+        sample_batch: with shared passes (``share_passes=True``), the samples of one replay batch (the inferer's
+            ``sample_batch_size``; 1 for full passes).
+        shared_bytes_per_voxel: with shared passes, the kept shared activations per window voxel
+            (``SharedPasses.shared_bytes`` over the window's voxels, measured on one window); 0 for full passes.
+        stochastic_bytes_per_voxel: with shared passes, the tensors of one sample's stochastic part per window voxel
+            (``SharedPasses.stochastic_bytes`` over the window's voxels); 0 for full passes.
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
@@ -118,6 +132,13 @@ def estimate_memory(
         raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
     if not network_bytes_per_voxel >= 0:
         raise ValueError(f"network_bytes_per_voxel must be >= 0, got {network_bytes_per_voxel!r}")
+    if isinstance(sample_batch, bool) or not isinstance(sample_batch, int) or sample_batch < 1:
+        raise ValueError(f"sample_batch must be an integer >= 1, got {sample_batch!r}")
+    if not shared_bytes_per_voxel >= 0 or not stochastic_bytes_per_voxel >= 0:
+        raise ValueError(
+            "shared_bytes_per_voxel and stochastic_bytes_per_voxel must be >= 0, got "
+            f"{shared_bytes_per_voxel!r}, {stochastic_bytes_per_voxel!r}"
+        )
     c = num_classes
     v = math.prod(spatial)
     if roi_size is not None:
@@ -141,6 +162,12 @@ def estimate_memory(
     channels = c + e + q + w
     # one window: probabilities, three temporaries (entropy, squares), the running sums (and the accumulation copy)
     window = window_net + vw * c * (4 * b + a + (a if a != b else 0)) + vw * a * (e + q)
+    # shared passes: the kept shared activations, and a replay batch of k samples: each sample's stochastic tensors
+    # (its logits among them), its copy of the shared activations, its probabilities (k - 1 beyond the one above)
+    k = sample_batch
+    shared = int(vw * shared_bytes_per_voxel + k * vw * (stochastic_bytes_per_voxel + shared_bytes_per_voxel))
+    shared += (k - 1) * vw * c * b
+    window += shared
     n_maps = 3 + (1 if track_variance else 0) + (1 if w else 0)  # PE, MI, 1 - max p, variance, WD (EE is a buffer)
     if pred_dtype is None:
         pred_out = 0 if multilabel else v * (1 if c <= 256 else 2)

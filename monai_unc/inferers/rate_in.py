@@ -1115,6 +1115,7 @@ class RateInSource(SampleSource):
     """
 
     mi_meaning = MIMeaning.EPISTEMIC
+    shareable = True
 
     def __init__(
         self,

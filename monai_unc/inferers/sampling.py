@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -58,6 +59,7 @@ from torch import nn
 from .._utils import check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..measures import entropy_map_t
+from ..networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch
 from ..stats import (
     MEAN_SQ_SUM,
     WD_RTOL,
@@ -88,6 +90,7 @@ __all__ = [
 ]
 
 K = UncertaintyKeys
+logger = logging.getLogger(__name__)
 Predictor = Callable[[torch.Tensor], torch.Tensor]
 Wrapper = Callable[[Predictor], Predictor]
 
@@ -121,6 +124,8 @@ class SampleSource:
         mi_meaning: what the mutual information over this source measures (:class:`~monai_unc.keys.MIMeaning`).
         level: ``"window"`` (sampled inside every window of the inner inferer) or ``"network"`` (looped outside it).
         innermost: put the source last in the product.
+        shareable: the samples differ only through random draws inside the network (its variants are all ``None``),
+            so the inferer may compute what they share once (``share_passes``).
 
     Example:
         >>> import torch
@@ -139,6 +144,7 @@ class SampleSource:
     mi_meaning: MIMeaning = MIMeaning.EPISTEMIC
     level: str = "window"
     innermost: bool = False
+    shareable: bool = False
 
     def variants(self, x: torch.Tensor) -> Sequence[Wrapper | None]:
         """The wrappers of one call: ``None`` (the predictor as is) or ``predictor -> predictor``.
@@ -506,6 +512,15 @@ class UncertaintyInferer(Inferer):
             per-window MIs and the disagreement between windows is its own map ``window_disagreement``, so that
             PE = EE + MI + WD; ``"mutual_information"``: MI = PE - EE counts the window disagreement (the
             behaviour before this option existed). See the module docstring.
+        share_passes: compute once per window (and per variant of the other sources) what the samples of a
+            ``shareable`` source (MC dropout, Rate-In) have in common, and run only the part downstream of the random
+            draws for every sample (:class:`~monai_unc.networks.shared.SharedPasses`; exact, on by default). Where
+            the network's calls cannot be followed it falls back to full passes with one log line saying why.
+            ``False``: one full pass per sample.
+        sample_batch_size: with ``share_passes``, how many samples run at once along the batch axis (each with its
+            own random draws): ``"auto"`` (default) sizes the batches so that they need no more than the traced first
+            sample or a tenth of the case's stitched buffers (:func:`~monai_unc.networks.shared.auto_sample_batch`),
+            or a fixed integer.
 
     Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
     MetaTensor inputs give MetaTensor maps carrying the input's metadata.
@@ -548,8 +563,18 @@ class UncertaintyInferer(Inferer):
         window_disagreement: str = "separate",
         class_variance: bool = False,
         pred_dtype: torch.dtype | str | None = "input",
+        share_passes: bool = True,
+        sample_batch_size: int | str = "auto",
     ) -> None:
         super().__init__()
+        if not isinstance(share_passes, bool):
+            raise TypeError(f"share_passes must be True or False, got {share_passes!r}")
+        if sample_batch_size != "auto" and (
+            isinstance(sample_batch_size, bool) or not isinstance(sample_batch_size, int) or sample_batch_size < 1
+        ):
+            raise ValueError(f"sample_batch_size must be 'auto' or an integer >= 1, got {sample_batch_size!r}")
+        self.share_passes = share_passes
+        self.sample_batch_size = sample_batch_size
         if pred_dtype is not None and not any(pred_dtype == d for d in PRED_DTYPES):
             raise ValueError(f"pred_dtype must be None or one of {PRED_DTYPES}, got {pred_dtype!r}")
         if accum_dtype is not None and (not isinstance(accum_dtype, torch.dtype) or not accum_dtype.is_floating_point):
@@ -636,19 +661,17 @@ class UncertaintyInferer(Inferer):
 
         def window(x: torch.Tensor, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
             stats: SampleStats | None = None
-            kept: list[torch.Tensor] = []
+            probs_dtype = x.dtype
+            kept: dict[int, torch.Tensor] = {}
 
             def base(t: torch.Tensor) -> Any:
                 return network(t, *args, **kwargs)
 
             for src in window_sources:
                 src.prepare(x, base)
-            for combo in itertools.product(*(s.variants(x) for s in window_sources)):
-                predictor = base
-                for wrap in combo:
-                    if wrap is not None:
-                        predictor = wrap(predictor)
-                raw = predictor(x)
+
+            def add(raw: Any, indices: Sequence[int]) -> None:
+                nonlocal stats, probs_dtype
                 check_output_ndim(raw, x)
                 probs, multilabel = _to_probs(raw, self.activation, check=False)
                 if stats is None:
@@ -657,9 +680,20 @@ class UncertaintyInferer(Inferer):
                                         class_variance=self.class_variance)
                     info["multilabel"] = multilabel
                     probs_dtype = probs.dtype
-                stats.update(probs)
-                if self.keep_samples:
-                    kept.append(probs.to(x.dtype))
+                info["classes"] = int(probs.shape[1])
+                b = x.shape[0]
+                for j, index in enumerate(indices):
+                    p = probs if len(indices) == 1 else probs[j * b:(j + 1) * b]
+                    stats.update(p)
+                    if self.keep_samples:
+                        kept[index] = p.to(x.dtype)
+
+            shared = self._shared_source(network, window_sources, x, info)
+            if shared is None:
+                for i, combo in enumerate(itertools.product(*(s.variants(x) for s in window_sources))):
+                    add(_wrapped(base, combo)(x), [i])
+            else:
+                self._shared_window(x, network, base, window_sources, shared, add, info)
             # a NaN/inf logit of any sample makes its softmax and so the summed entropy non-finite: one check
             if not bool(torch.isfinite(stats.sum_h).all()):
                 raise ValueError("network output contains non-finite values (NaN or inf) for this input")
@@ -672,10 +706,79 @@ class UncertaintyInferer(Inferer):
                 m = out[K.PRED.value]
                 out[_WINDOW_PE] = entropy_map_t(m.to(probs_dtype), 1, False, stats.multilabel).to(m.dtype)
             if self.keep_samples:
-                out[K.SAMPLES.value] = torch.cat(kept, dim=1)  # (B, S*C, *spatial): stitchable
+                # (B, S*C, *spatial): stitchable; in the order of the product of the sources
+                out[K.SAMPLES.value] = torch.cat([kept[i] for i in sorted(kept)], dim=1)
             return out
 
         return window, info
+
+    def _shared_source(
+        self, network: Any, window_sources: Sequence[SampleSource], x: torch.Tensor, info: dict[str, Any]
+    ) -> SampleSource | None:
+        """The source whose samples share the computation that does not depend on a random draw, or None."""
+        if not self.share_passes:
+            return None
+        shareable = [s for s in window_sources if getattr(s, "shareable", False)]
+        if len(shareable) != 1 or shareable[0].num_variants(x) < 2:
+            return None
+        src = shareable[0]
+        if any(v is not None for v in src.variants(x)):
+            return None
+        if not isinstance(network, nn.Module) or isinstance(network, torch.jit.ScriptModule):
+            info.setdefault("fallback", "the network is not a torch.nn.Module whose calls can be followed")
+            return None
+        return src
+
+    def _sample_batch(self, passes: SharedPasses, remaining: int, info: dict[str, Any]) -> int:
+        """Samples of the next replay batch: the fixed ``sample_batch_size`` or the automatic choice."""
+        if self.sample_batch_size != "auto":
+            return max(1, min(int(self.sample_batch_size), remaining))
+        case_bytes = int(info.get("case_voxels", 0)) * 4 * (int(info.get("classes", 1)) + 4)
+        return auto_sample_batch(passes.per_sample_bytes(), case_bytes, remaining,
+                                 passes.shared_bytes + passes.stochastic_bytes)
+
+    def _shared_window(
+        self,
+        x: torch.Tensor,
+        network: nn.Module,
+        base: Predictor,
+        window_sources: Sequence[SampleSource],
+        src: SampleSource,
+        add: Callable[[Any, Sequence[int]], None],
+        info: dict[str, Any],
+    ) -> None:
+        """The samples of one window with the shared part computed once per variant of the other sources."""
+        n = src.num_variants(x)
+        pos = list(window_sources).index(src)
+        others = [s for s in window_sources if s is not src]
+        other_variants = [list(s.variants(x)) for s in others]
+        sizes = [len(v) for v in other_variants]
+        sizes.insert(pos, n)
+
+        def index(rest: tuple[int, ...], d: int) -> int:
+            multi = list(rest)
+            multi.insert(pos, d)
+            flat = 0
+            for i, size in zip(multi, sizes):
+                flat = flat * size + i
+            return flat
+
+        for rest, combo in zip(itertools.product(*(range(len(v)) for v in other_variants)),
+                               itertools.product(*other_variants)):
+            passes = SharedPasses(network)  # one per input: never shared across TTA variants
+            add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo)(x), [index(rest, 0)])
+            done = 1
+            while done < n:
+                k = self._sample_batch(passes, n - done, info)
+                try:
+                    raw = _wrapped(lambda t, passes=passes, k=k: passes.replay(base, t, k), combo)(x)
+                except SharingUnavailable as err:
+                    info.setdefault("fallback", str(err))
+                    for d in range(done, n):
+                        add(_wrapped(base, combo)(x), [index(rest, d)])
+                    break
+                add(raw, [index(rest, done + j) for j in range(k)])
+                done += k
 
     def _stitches(self) -> bool:
         """Whether the base inferer may blend overlapping windows (anything but a ``SimpleInferer``)."""
@@ -729,6 +832,7 @@ class UncertaintyInferer(Inferer):
         for src in self.sources:
             src.reset()
         n_window = 1
+        fallback_logged = False
         with rng, grad:
             if self.seed is not None:
                 torch.manual_seed(self.seed)
@@ -738,7 +842,11 @@ class UncertaintyInferer(Inferer):
                     for src in window_sources:
                         stack.enter_context(src.activate(net))
                     window_fn, info = self._window_fn(net, window_sources)
+                    info["case_voxels"] = x.numel() // max(int(x.shape[1]), 1)
                     out = self.base_inferer(x, window_fn, *args, **kwargs)
+                if info.get("fallback") and not fallback_logged:
+                    logger.warning("shared passes off, full passes instead: %s", info["fallback"])
+                    fallback_logged = True
                 n_window = 1
                 for src in window_sources:
                     n_window *= src.num_variants(x)
@@ -829,6 +937,15 @@ def _argmax(pred: torch.Tensor) -> torch.Tensor:
     for sl in spatial_chunks(tuple(pred.shape)):
         out[:, :, sl] = pred[:, :, sl].argmax(dim=1, keepdim=True).to(out.dtype)
     return out
+
+
+def _wrapped(base: Predictor, combo: Sequence[Wrapper | None]) -> Predictor:
+    """``base`` wrapped by every non-None wrapper of ``combo``, the first innermost."""
+    predictor = base
+    for wrap in combo:
+        if wrap is not None:
+            predictor = wrap(predictor)
+    return predictor
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

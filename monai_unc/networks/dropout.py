@@ -33,6 +33,8 @@ __all__ = [
     "remove_dropout",
     "default_dropout_sites",
     "resolve_dropout_sites",
+    "stage_sites",
+    "PLACEMENTS",
 ]
 
 
@@ -222,69 +224,137 @@ def enable_mc_dropout(model: nn.Module, strict: bool = True) -> MCDropoutContext
 
 
 # ---------------------------------------------------------------------------------------- placement
-def _monai_unet_sites(model: nn.Module) -> list[nn.Module]:
+def _monai_unet_stages(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module], list[nn.Module]]:
     from monai.networks.layers.simplelayers import SkipConnection
 
-    sites: list[nn.Module] = []
+    encoder: list[nn.Module] = []
+    bottleneck: list[nn.Module] = []
+    decoder: list[nn.Module] = []
 
     def walk(block: nn.Module, outermost: bool) -> None:
         # MONAI UNet block: Sequential(down, SkipConnection(submodule), up)
         down, skip, up = block[0], block[1], block[2]
-        sites.append(down)
+        encoder.append(down)
         sub = skip.submodule
         if isinstance(sub, nn.Sequential) and len(sub) == 3 and isinstance(sub[1], SkipConnection):
             walk(sub, outermost=False)
         else:
-            sites.append(sub)  # bottom (bottleneck) stage
+            bottleneck.append(sub)  # bottom (bottleneck) stage
         if not outermost:
-            sites.append(up)  # the outermost up-block produces the output: no dropout there
+            decoder.append(up)  # the outermost up-block produces the output: no dropout there
 
     walk(model.model, outermost=True)
-    return sites
+    return encoder, bottleneck, decoder
 
 
-def default_dropout_sites(model: nn.Module) -> list[str]:
-    """Names of the modules after which :func:`add_dropout` places dropout by default.
+#: the placements :func:`add_dropout` knows by name (``"last:k"``: the last ``k`` decoder stages)
+PLACEMENTS = ("auto", "all", "encoder", "bottleneck", "decoder", "last")
 
-    Every encoder and decoder stage but the output layer (Zeevi et al., Sec. 4) for MONAI ``UNet``,
-    ``BasicUNet``, ``DynUNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
+
+def stage_sites(model: nn.Module) -> dict[str, list[str]]:
+    """The stages of a known U-Net: ``{"encoder", "bottleneck", "decoder"}`` -> module names, in forward order.
+
+    The encoder stages above the bottleneck, the bottleneck (the deepest stage), and the decoder stages from the
+    deepest to the one next to the output layer (the output layer itself is never a site). Known: MONAI ``UNet``,
+    ``BasicUNet``, ``DynUNet``, ``SegResNet`` and nnU-Net (dynamic_network_architectures) ``PlainConvUNet`` /
     ``ResidualEncoderUNet``, also as the backbone of a :class:`~monai_unc.networks.SSNNetwork`.
 
     Args:
         model: the network.
 
     Returns:
-        Module names from ``model.named_modules()``.
+        Module names from ``model.named_modules()`` for each part.
 
     Raises:
-        ValueError: for other architectures: pass ``after=`` explicitly.
+        ValueError: for other architectures: pass ``after=`` explicitly to :func:`add_dropout`.
 
     Example:
         >>> from monai.networks.nets import BasicUNet
-        >>> from monai_unc.inferers import default_dropout_sites
-        >>> default_dropout_sites(BasicUNet(spatial_dims=2, in_channels=1, out_channels=2, features=(4, 4, 4, 4, 4, 4)))
-        ['conv_0', 'down_1', 'down_2', 'down_3', 'down_4', 'upcat_4', 'upcat_3', 'upcat_2', 'upcat_1']
+        >>> from monai_unc.inferers import stage_sites
+        >>> stages = stage_sites(BasicUNet(spatial_dims=2, in_channels=1, out_channels=2, features=(4, 4, 4, 4, 4, 4)))
+        >>> stages["encoder"], stages["bottleneck"], stages["decoder"]
+        (['conv_0', 'down_1', 'down_2', 'down_3'], ['down_4'], ['upcat_4', 'upcat_3', 'upcat_2', 'upcat_1'])
     """
     cls = type(model).__name__
     names = {m: n for n, m in model.named_modules()}
     if cls == "SSNNetwork" and hasattr(model, "backbone"):
         # a Stochastic Segmentation Network: the stages of its backbone (the SSN head is the output layer)
-        return [f"backbone.{n}" for n in default_dropout_sites(model.backbone)]
+        return {k: [f"backbone.{n}" for n in v] for k, v in stage_sites(model.backbone).items()}
     if cls == "UNet" and hasattr(model, "model") and isinstance(model.model, nn.Sequential):
-        return [names[m] for m in _monai_unet_sites(model)]
+        enc, bottom, dec = _monai_unet_stages(model)
+        return {"encoder": [names[m] for m in enc], "bottleneck": [names[m] for m in bottom],
+                "decoder": [names[m] for m in dec]}
     if cls == "BasicUNet":
-        return ["conv_0", "down_1", "down_2", "down_3", "down_4", "upcat_4", "upcat_3", "upcat_2", "upcat_1"]
+        return {"encoder": ["conv_0", "down_1", "down_2", "down_3"], "bottleneck": ["down_4"],
+                "decoder": ["upcat_4", "upcat_3", "upcat_2", "upcat_1"]}
     if cls == "DynUNet":
-        out = ["input_block"] + [f"downsamples.{i}" for i in range(len(model.downsamples))] + ["bottleneck"]
-        return out + [f"upsamples.{i}" for i in range(len(model.upsamples))]
+        return {"encoder": ["input_block"] + [f"downsamples.{i}" for i in range(len(model.downsamples))],
+                "bottleneck": ["bottleneck"], "decoder": [f"upsamples.{i}" for i in range(len(model.upsamples))]}
+    if cls == "SegResNet" and hasattr(model, "down_layers") and hasattr(model, "up_layers"):
+        n = len(model.down_layers)
+        return {"encoder": [f"down_layers.{i}" for i in range(n - 1)], "bottleneck": [f"down_layers.{n - 1}"],
+                "decoder": [f"up_layers.{i}" for i in range(len(model.up_layers))]}
     if hasattr(model, "encoder") and hasattr(model, "decoder") and hasattr(model.decoder, "seg_layers"):
-        enc = [f"encoder.stages.{i}" for i in range(len(model.encoder.stages))]
-        dec = [f"decoder.stages.{i}" for i in range(len(model.decoder.stages))]
-        return enc + dec
+        n = len(model.encoder.stages)
+        return {"encoder": [f"encoder.stages.{i}" for i in range(n - 1)], "bottleneck": [f"encoder.stages.{n - 1}"],
+                "decoder": [f"decoder.stages.{i}" for i in range(len(model.decoder.stages))]}
     raise ValueError(
         f"add_dropout does not know where the stages of a {cls} are; pass after=[module names] "
         "(see model.named_modules()) or after=callable(name, module) -> bool"
     )
+
+
+def default_dropout_sites(model: nn.Module, placement: str = "auto") -> list[str]:
+    """Names of the modules after which :func:`add_dropout` places dropout for a named placement.
+
+    ``"auto"`` / ``"all"``: every encoder and decoder stage but the output layer (Zeevi et al., Sec. 4);
+    ``"encoder"``: the encoder stages and the bottleneck; ``"bottleneck"``: the deepest stage only; ``"decoder"``:
+    the decoder stages only; ``"last"``: the decoder stage next to the output layer; ``"last:k"``: the last ``k``
+    decoder stages. The stages are those of :func:`stage_sites`. The later the first dropout, the more of every
+    sample's computation is the same for all samples and is computed once (``share_passes`` of the inferers); the
+    fewer stages carry dropout, the less of the network's weight uncertainty the samples explore (see
+    docs/inferers.md, "Placement").
+
+    Args:
+        model: the network.
+        placement: one of :data:`PLACEMENTS` or ``"last:k"``.
+
+    Returns:
+        Module names from ``model.named_modules()``.
+
+    Raises:
+        ValueError: for an unknown placement or architecture (pass ``after=`` names explicitly).
+
+    Example:
+        >>> from monai.networks.nets import BasicUNet
+        >>> from monai_unc.inferers import default_dropout_sites
+        >>> net = BasicUNet(spatial_dims=2, in_channels=1, out_channels=2, features=(4, 4, 4, 4, 4, 4))
+        >>> default_dropout_sites(net)
+        ['conv_0', 'down_1', 'down_2', 'down_3', 'down_4', 'upcat_4', 'upcat_3', 'upcat_2', 'upcat_1']
+        >>> default_dropout_sites(net, "decoder"), default_dropout_sites(net, "last:2")
+        (['upcat_4', 'upcat_3', 'upcat_2', 'upcat_1'], ['upcat_2', 'upcat_1'])
+    """
+    last = None
+    if isinstance(placement, str) and placement.startswith("last"):
+        _, sep, k = placement.partition(":")
+        if placement == "last":
+            last = 1
+        elif sep and k.isdigit() and int(k) >= 1:
+            last = int(k)
+    if not isinstance(placement, str) or (placement not in PLACEMENTS and last is None):
+        raise ValueError(f"placement must be one of {PLACEMENTS} or 'last:k' (k >= 1), got {placement!r}")
+    stages = stage_sites(model)
+    if placement in ("auto", "all"):
+        return stages["encoder"] + stages["bottleneck"] + stages["decoder"]
+    if placement == "encoder":
+        return stages["encoder"] + stages["bottleneck"]
+    if placement == "bottleneck":
+        return list(stages["bottleneck"])
+    if placement == "decoder":
+        return list(stages["decoder"])
+    if last > len(stages["decoder"]):
+        raise ValueError(f"placement {placement!r}: {type(model).__name__} has {len(stages['decoder'])} decoder stages")
+    return stages["decoder"][-last:]
 
 
 def add_dropout(
@@ -301,8 +371,9 @@ def add_dropout(
     Args:
         model: the network, modified in place.
         p: dropout rate in [0, 1).
-        after: ``"auto"`` (every encoder/decoder stage but the output, see :func:`default_dropout_sites`),
-            a list of module names from ``model.named_modules()``, or a predicate ``(name, module) -> bool``.
+        after: a placement by name: ``"auto"`` (every encoder/decoder stage but the output), ``"decoder"``,
+            ``"last"``, ``"last:k"``, ``"bottleneck"``, ``"encoder"`` (see :func:`default_dropout_sites`), a list
+            of module names from ``model.named_modules()``, or a predicate ``(name, module) -> bool``.
         channelwise: drop whole channels (Dropout2d/3d style, the usual choice for feature maps) or elements.
 
     Returns:
@@ -341,7 +412,8 @@ def resolve_dropout_sites(
 
     Args:
         model: the network.
-        after: ``"auto"`` (see :func:`default_dropout_sites`), a list of names from ``model.named_modules()``, or a
+        after: a placement by name (``"auto"``, ``"decoder"``, ``"last:k"``, ...; see :func:`default_dropout_sites`),
+            a list of names from ``model.named_modules()``, or a
             predicate ``(name, module) -> bool``.
 
     Returns:
@@ -360,9 +432,12 @@ def resolve_dropout_sites(
     """
     modules = dict(model.named_modules())
     if isinstance(after, str):
-        if after != "auto":
-            raise ValueError(f"after must be 'auto', a list of module names or a callable, got {after!r}")
-        names = default_dropout_sites(model)
+        if after not in PLACEMENTS and not after.startswith("last:"):
+            raise ValueError(
+                f"after must be a placement {PLACEMENTS} or 'last:k', a list of module names or a callable, "
+                f"got {after!r}"
+            )
+        names = default_dropout_sites(model, after)
     elif callable(after):
         names = [n for n, m in modules.items() if n and after(n, m)]
     else:

@@ -112,6 +112,7 @@ from monai_unc.io.cases import settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
+from monai_unc.networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch
 from monai_unc.networks.ssn import find_ssn_heads, ssn_sampling
 from monai_unc.nnunet.dropout import add_posthoc_dropout
 from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
@@ -222,6 +223,12 @@ class UncertaintyPredictor(nnUNetPredictor):
             state is kept.
         window_disagreement: ``"separate"`` (default; MI excludes the disagreement between overlapping windows,
             which is the ``window_disagreement`` map) or ``"mutual_information"`` (counted in MI, as before).
+        share_passes: with ``"dropout"`` / ``"rate_in"``, compute once per window, mirror and fold network what the
+            stochastic passes share and run only the part downstream of the random draws for every pass, several at
+            a time (:class:`~monai_unc.inferers.SharedPasses`; exact; on by default). ``False``: full passes.
+        sample_batch_size: passes per batch with ``share_passes``: ``"auto"`` (no more memory than the traced pass
+            or a tenth of the case's stitched buffers, see :func:`~monai_unc.networks.shared.auto_sample_batch`) or an
+            integer.
 
     The remaining arguments are ``nnUNetPredictor``'s.
 
@@ -251,7 +258,15 @@ class UncertaintyPredictor(nnUNetPredictor):
         verbose: bool = False,
         verbose_preprocessing: bool = False,
         allow_tqdm: bool = True,
+        share_passes: bool = True,
+        sample_batch_size: int | str = "auto",
     ) -> None:
+        if not isinstance(share_passes, bool):
+            raise TypeError(f"share_passes must be True or False, got {share_passes!r}")
+        if sample_batch_size != "auto" and (
+            isinstance(sample_batch_size, bool) or not isinstance(sample_batch_size, int) or sample_batch_size < 1
+        ):
+            raise ValueError(f"sample_batch_size must be 'auto' or an integer >= 1, got {sample_batch_size!r}")
         if isinstance(uncertainty_sources, str):
             uncertainty_sources = (uncertainty_sources,)
         sources = tuple(uncertainty_sources)
@@ -313,6 +328,10 @@ class UncertaintyPredictor(nnUNetPredictor):
         self._want_logits = segmentation_from == "logits"
         self._ensemble: list[nn.Module] | None = None
         self._posthoc_sites: list[str] = []
+        self.share_passes = share_passes
+        self.sample_batch_size = sample_batch_size
+        self._case_voxels = 0
+        self._share_note: str | None = None
 
     # ------------------------------------------------------------------ initialisation
     def initialize_from_trained_model_folder(
@@ -463,6 +482,49 @@ class UncertaintyPredictor(nnUNetPredictor):
         torch.manual_seed(int(self.seed))
         return stack
 
+    def _share(self, nets: Sequence[nn.Module], passes: int) -> list[nn.Module] | None:
+        """The fold networks whose passes share their deterministic part, or None (full passes)."""
+        if not self.share_passes or passes < 2 or not any(
+            s in self.uncertainty_sources for s in ("dropout", "rate_in")
+        ):
+            return None
+        plain = [getattr(n, "_orig_mod", n) for n in nets]  # a compiled network: its Python module
+        if any(not isinstance(n, nn.Module) or isinstance(n, torch.jit.ScriptModule) for n in plain):
+            self._note_full_passes("the network is not a torch.nn.Module whose calls can be followed")
+            return None
+        return plain
+
+    def _note_full_passes(self, why: str) -> None:
+        if self._share_note is None:
+            self._share_note = why
+            print(f"shared passes off, full passes instead: {why}")
+
+    def _shared_chunk(self, net: nn.Module, x: torch.Tensor, remaining: int, k: int | None) -> tuple[Any, int]:
+        """One chunk of passes on one mirror and network: a trace (1 pass) and a replay of ``k - 1`` passes.
+
+        ``k`` None: the chunk's size is chosen after the trace (``sample_batch_size`` or the automatic size);
+        returns the outputs ``(k, C, *patch)`` and ``k``. A replay that cannot reproduce full passes falls back to
+        them (one printed line).
+        """
+        passes = SharedPasses(net)
+        first = passes.trace(net, x)
+        if k is None:
+            if self.sample_batch_size != "auto":
+                k = min(int(self.sample_batch_size), remaining)
+            else:
+                n_out = int(first.shape[1])
+                k = auto_sample_batch(passes.per_sample_bytes(), self._case_voxels * 4 * (n_out + 4), remaining,
+                                      passes.shared_bytes + passes.stochastic_bytes)
+                k = max(k, min(2, remaining))
+        if k == 1:
+            return first, 1
+        try:
+            rest = passes.replay(net, x, k - 1)
+        except SharingUnavailable as err:
+            self._note_full_passes(str(err))
+            rest = torch.cat([net(x) for _ in range(k - 1)], 0)
+        return torch.cat([first, rest], 0), k
+
     # ------------------------------------------------------------------ one window
     @torch.inference_mode()
     def _internal_maybe_mirror_and_predict(self, x: torch.Tensor) -> dict[str, torch.Tensor]:  # type: ignore[override]
@@ -489,25 +551,36 @@ class UncertaintyPredictor(nnUNetPredictor):
         # SSN without dropout / Rate-In: stock's segmentation comes from the head's mean logits, one extra pass
         ssn_mean = self._want_logits and "ssn" in self.uncertainty_sources and not any(
             s in self.uncertainty_sources for s in ("dropout", "rate_in"))
-        for _ in range(passes):
+        shared = self._share(nets, passes)
+        done = 0
+        while done < passes:
             group = None
-            for axes in combos:
+            k = 1
+            for i, axes in enumerate(combos):
                 xx = torch.flip(x, axes) if axes else x
                 outs = []
-                for net in nets:
-                    o = net(xx)
+                for f, net in enumerate(nets):
+                    if shared is None:
+                        o = net(xx)
+                    else:  # this chunk's passes: a traced one, then k - 1 replayed with the shared part reused
+                        o, k = self._shared_chunk(shared[f], xx, passes - done, k if i or f else None)
                     outs.append(torch.flip(o, axes) if axes else o)
-                # the sample of this pass and mirror: the mean logit over the fold networks (folds not a source)
+                # the samples of this chunk and mirror: the mean logit over the fold networks (folds not a source)
                 out = outs[0].float() if len(outs) == 1 else sum(o.float() for o in outs) / len(outs)
                 if mirror_samples:
-                    stats.update(self._probabilities(out))
+                    for j in range(k):
+                        stats.update(self._probabilities(out if k == 1 else out[j:j + 1]))
                 else:
                     group = out.clone() if group is None else group.add_(out)
                 if self._want_logits and not ssn_mean:  # after the statistics: the sums reuse outs[f]'s memory
                     for f, o in enumerate(outs):
+                        o = o if k == 1 else o.sum(0, keepdim=True)
                         logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             if not mirror_samples:
-                stats.update(self._probabilities(group / len(combos) if len(combos) > 1 else group))
+                g = group / len(combos) if len(combos) > 1 else group
+                for j in range(k):
+                    stats.update(self._probabilities(g if k == 1 else g[j:j + 1]))
+            done += k
         if ssn_mean:
             with _ssn_mean_logits(nets):
                 for axes in combos:
@@ -561,6 +634,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         try:
             empty_cache(self.device)
             data = data.to(results_device)
+            self._case_voxels = int(np.prod(data.shape[1:]))
             queue: Queue = Queue(maxsize=2)
             t = Thread(target=producer, args=(data, slicers, queue), daemon=True)
             t.start()

@@ -1,0 +1,520 @@
+"""Compute once what the samples share, batch what they don't: Monte-Carlo samples at nearly the cost of one pass.
+
+When the stochastic operations of a network (MC dropout, post-hoc dropout hooks, Rate-In, DropPath) sit in only part
+of it, every activation that does not depend on a random draw is the same for all samples of one input. A
+:class:`SharedPasses` object finds those activations and computes them once:
+
+1. **Trace** (the first sample, an ordinary forward pass): every ``forward`` of every submodule is wrapped, and a
+   ``TorchFunctionMode`` follows which tensors depend on a random draw ("stochastic" tensors): the output of a random
+   operation (``dropout*`` with ``training=True`` and ``p > 0``, ``rand*``, ``bernoulli``, ``normal_``, ...) is
+   stochastic, and so is the output of any operation with a stochastic input (in-place operations included). A
+   module call whose inputs and ``forward`` output are not stochastic is *shared*: its output is kept (only the
+   outermost shared calls are kept, their inner calls are released). A post-hoc dropout hook runs after
+   ``forward`` (in ``Module.__call__``), so the hooked stage itself is shared and only its dropout is redrawn. The
+   data flow is that of the real call, not a static graph, so skip connections (a decoder consuming cached encoder
+   features), Python control flow and shape-dependent code need nothing special.
+2. **Replay** (the other samples, ``k`` at a time): the network runs on the input repeated ``k`` times along the
+   batch axis; each shared call returns its kept output repeated ``k`` times instead of computing it, everything
+   else (the stochastic remainder) runs batched, and every random operation draws independent values for each of
+   the ``k`` copies (the masks are per batch element).
+
+Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its
+traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the traced
+one (e.g. a test-time augmentation that draws noise on every call), when the module calls do not follow the traced
+order, or when a kept output was changed in place after it was kept; the inferers then fall back to full passes
+and say why in one log line. Sharing assumes that every random operation of the network is a PyTorch one (a random
+number drawn in NumPy or Python inside ``forward`` is not seen), and that a shared call's output is batched along
+its first axis like the input (otherwise the call is not shared).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+__all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "AUTO_BATCH_FRACTION",
+           "MAX_SAMPLE_BATCH"]
+
+#: attribute set on a tensor whose value depends on a random draw (during a trace only)
+_FLAG = "_monai_unc_stochastic"
+#: names of PyTorch functions / tensor methods that draw random numbers
+_RANDOM_NAMES = frozenset({
+    "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "bernoulli", "bernoulli_",
+    "multinomial", "normal", "normal_", "uniform_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+    "random_", "poisson", "rrelu", "rrelu_", "rrelu_with_noise",
+})
+#: dropout functions: random when ``training`` (or ``train``) is true and ``p > 0``
+_DROPOUT_NAMES = frozenset({
+    "dropout", "dropout_", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "alpha_dropout_",
+    "feature_alpha_dropout", "feature_alpha_dropout_", "feature_dropout", "feature_dropout_", "native_dropout",
+})
+#: the automatic sample batch uses at most this fraction of the case's stitched buffers (besides one sample)
+AUTO_BATCH_FRACTION = 0.1
+#: the largest automatic sample batch
+MAX_SAMPLE_BATCH = 32
+
+
+class SharingUnavailable(RuntimeError):
+    """The shared computation cannot reproduce a full pass for this call; the message says why."""
+
+
+def is_random_op(func: Callable, args: tuple = (), kwargs: dict | None = None) -> bool:
+    """Whether calling ``func(*args, **kwargs)`` draws random numbers.
+
+    Dropout functions count only when they are active (``training`` / ``train`` true and ``p > 0``), so that a
+    network built with ``Dropout(p=0)`` or with dropout in eval mode shares everything.
+
+    Args:
+        func: a PyTorch function or tensor method (as seen by ``__torch_function__``).
+        args: its positional arguments.
+        kwargs: its keyword arguments.
+
+    Returns:
+        True for a random draw.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks.shared import is_random_op
+        >>> x, dropout = torch.ones(2), torch.nn.functional.dropout
+        >>> is_random_op(dropout, (x, 0.5, True)), is_random_op(dropout, (x, 0.5, False))
+        (True, False)
+        >>> is_random_op(torch.rand_like, (x,)), is_random_op(torch.add, (x, x))
+        (True, False)
+    """
+    name = getattr(func, "__name__", "")
+    if name in _RANDOM_NAMES:
+        return True
+    if name not in _DROPOUT_NAMES:
+        return False
+    kwargs = kwargs or {}
+    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+    training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+    try:
+        return bool(training) and float(p) > 0.0
+    except (TypeError, ValueError):
+        return True
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _stochastic(tree: Any) -> bool:
+    return any(getattr(t, _FLAG, False) for t in _tensors(tree))
+
+
+_INPLACE_ARG: dict[Any, int | None] = {}
+
+
+def _inplace_index(func: Callable) -> int | None:
+    """Position of an ``inplace`` parameter of ``func`` (``F.relu(x, inplace)``), or None; cached per function."""
+    try:
+        return _INPLACE_ARG[func]
+    except (KeyError, TypeError):
+        pass
+    try:
+        names = list(inspect.signature(func).parameters)
+        index = names.index("inplace") if "inplace" in names else None
+    except (TypeError, ValueError):
+        index = None
+    try:
+        _INPLACE_ARG[func] = index
+    except TypeError:
+        pass
+    return index
+
+
+def _mutated(func: Callable, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an operation writes into.
+
+    In-place methods (``add_``, ``__iadd__``, ``__setitem__``), ``out=`` and ``inplace=True`` functions.
+    """
+    name = getattr(func, "__name__", "")
+    first = [args[0]] if args and isinstance(args[0], torch.Tensor) else []
+    if (name.endswith("_") and not name.startswith("__")) or name == "__setitem__" or (
+        name.startswith("__i") and name.endswith("__")
+    ):
+        return first
+    out = _tensors(kwargs.get("out"))
+    if kwargs.get("inplace") is True:
+        return first + out
+    index = _inplace_index(func)
+    if index is not None and len(args) > index and args[index] is True:
+        return first + out
+    return out
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
+class _Follow(TorchFunctionMode):
+    """Follows the random draws of one pass.
+
+    Marks the outputs of random operations and of operations with a marked input, sums their bytes, and records the
+    last step at which each storage was written in place.
+    """
+
+    def __init__(self, stack: list[_Call]) -> None:
+        super().__init__()
+        self.stochastic_bytes = 0
+        self.step = 0
+        self.written: dict[int, int] = {}
+        self.stack = stack
+        #: (id of an input tensor, the innermost module call of the operation that read it)
+        self.uses: list[tuple[int, _Call | None]] = []
+        #: > 0 while the trace's own bookkeeping reads shapes (not a use by the network)
+        self.paused = 0
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.paused:
+            return out
+        self.step += 1
+        top = self.stack[-1] if self.stack else None
+        self.uses.extend((id(t), top) for t in _tensors((args, kwargs)))
+        for t in _mutated(func, args, kwargs):
+            self.written[_storage(t)] = self.step
+        if is_random_op(func, args, kwargs) or _stochastic((args, kwargs)):
+            for t in _tensors(out):
+                if not getattr(t, _FLAG, False):
+                    self.stochastic_bytes += t.numel() * t.element_size()
+                setattr(t, _FLAG, True)
+        return out
+
+
+@dataclass(eq=False)
+class _Call:
+    """One module call of the trace."""
+
+    module: nn.Module
+    parent: _Call | None
+    output: Any = None
+    end_step: int = -1
+    kept_below: list[_Call] = field(default_factory=list)
+    input_shape: tuple[int, ...] | None = None
+    needed: bool = True
+
+    def skipped(self) -> bool:
+        """Whether a replay skips this call (it is kept, or inside a kept call)."""
+        return self.output is not None or self.inside_kept()
+
+    def inside_kept(self) -> bool:
+        p = self.parent
+        while p is not None:
+            if p.output is not None:
+                return True
+            p = p.parent
+        return False
+
+
+def _first_shape(args: Any) -> tuple[int, ...] | None:
+    ts = _tensors(args)
+    return tuple(ts[0].shape) if ts else None
+
+
+def _batched(out: Any, batch: int) -> bool:
+    ts = _tensors(out)
+    return bool(ts) and all(t.ndim >= 1 and t.shape[0] == batch for t in ts)
+
+
+def _repeat(out: Any, k: int) -> Any:
+    """``out`` repeated ``k`` times along the batch axis (always a new tensor, so in-place use is harmless)."""
+    def rep(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return t.repeat(k, *([1] * (t.ndim - 1)))
+        return t
+    return tree_map(rep, out)
+
+
+def _placeholder(out: Any, k: int) -> Any:
+    """A view of ``out`` with ``k`` times its batch (no copy): for kept outputs that only kept calls read."""
+    def view(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return t[:1].expand(k * t.shape[0], *t.shape[1:])
+        return t
+
+    return tree_map(view, out)
+
+
+@contextmanager
+def _wrapped_forwards(modules: list[nn.Module], make: Callable[[nn.Module, Callable], Callable]) -> Iterator[None]:
+    saved: list[tuple[nn.Module, bool, Any]] = []
+    try:
+        for m in modules:
+            own = "forward" in m.__dict__
+            saved.append((m, own, m.__dict__.get("forward")))
+            m.forward = make(m, m.forward)
+        yield
+    finally:
+        for m, own, fwd in saved:
+            if own:
+                m.forward = fwd
+            else:
+                del m.forward
+
+
+def _rate_in_layers(network: nn.Module) -> list[Any]:
+    """Layers holding one dropout rate per input (Rate-In: ``mode`` and ``rates``), as modules or hooks' ``layer``."""
+    found = []
+    for m in network.modules():
+        found.append(m)
+        found += [getattr(h, "layer", None) for h in m._forward_hooks.values()]
+    return [m for m in found if isinstance(getattr(m, "rates", None), torch.Tensor) and hasattr(m, "mode")]
+
+
+@contextmanager
+def _repeat_rates(network: nn.Module, batch: int, k: int) -> Iterator[None]:
+    """Rate-In layers in ``"fixed"`` mode hold one rate per input: repeat them for ``k`` copies of the batch."""
+    saved = []
+    try:
+        for layer in _rate_in_layers(network):
+            if layer.mode == "fixed" and layer.rates is not None and layer.rates.numel() == batch and k > 1:
+                saved.append((layer, layer.rates))
+                layer.rates = layer.rates.repeat(k)
+        yield
+    finally:
+        for layer, rates in saved:
+            layer.rates = rates
+
+
+class SharedPasses:
+    """The shared part of a network's samples on one input: trace once, then replay the stochastic rest in batches.
+
+    Use one object per input (per sliding window and test-time-augmentation variant): :meth:`trace` runs the first
+    sample and keeps the shared activations; :meth:`replay` runs ``k`` further samples at once. See the module
+    docstring for what is shared and why the result is exact.
+
+    Args:
+        network: the network (its ``forward`` and its submodules' are wrapped during each call, then restored).
+
+    Raises:
+        TypeError: when ``network`` is not a ``torch.nn.Module``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks.shared import SharedPasses
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.Dropout2d(0.5),
+        ...                           torch.nn.Conv2d(8, 2, 1)).eval()
+        >>> _ = net[1].train()  # MC dropout
+        >>> x = torch.rand(1, 1, 8, 8)
+        >>> passes = SharedPasses(net)
+        >>> first = passes.trace(net, x)          # sample 1; keeps the first convolution's output
+        >>> more = passes.replay(net, x, 4)       # samples 2-5 in one batch, the first convolution not rerun
+        >>> first.shape, more.shape, passes.shared_calls
+        (torch.Size([1, 2, 8, 8]), torch.Size([4, 2, 8, 8]), 1)
+    """
+
+    def __init__(self, network: nn.Module) -> None:
+        if not isinstance(network, nn.Module):
+            raise TypeError(f"network must be a torch.nn.Module to share its passes, got {type(network).__name__}")
+        if isinstance(network, torch.jit.ScriptModule):
+            raise TypeError("network is a TorchScript module: its calls cannot be followed")
+        self.network = network
+        self._modules = [m for m in network.modules() if not isinstance(m, torch.jit.ScriptModule)]
+        self._plan: dict[nn.Module, list[_Call]] = {}
+        self._kept: list[_Call] = []
+        self._input: torch.Tensor | None = None
+        self._batch = 0
+        #: bytes of the tensors that depend on a random draw in the traced sample (an upper bound of one sample's
+        #: stochastic working memory)
+        self.stochastic_bytes = 0
+        #: bytes of the kept (shared) activations
+        self.shared_bytes = 0
+        #: bytes of the kept activations that the stochastic rest reads (copied once per replayed sample)
+        self.copied_bytes = 0
+
+    @property
+    def shared_calls(self) -> int:
+        """How many module calls are computed once and reused (outermost ones only)."""
+        return len(self._kept)
+
+    @property
+    def traced(self) -> bool:
+        """Whether :meth:`trace` ran."""
+        return self._input is not None
+
+    def per_sample_bytes(self) -> int:
+        """Working memory that one more sample of a replay batch adds: its stochastic tensors and shared copies."""
+        return int(self.stochastic_bytes + self.copied_bytes)
+
+    def trace(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
+        """Run the first sample: ``predictor(x)`` with the shared calls followed and kept.
+
+        Args:
+            predictor: calls the network on its argument (the network with its extra arguments).
+            x: the input ``(B, C, *spatial)``.
+
+        Returns:
+            The network output of this sample.
+        """
+        self._batch = int(x.shape[0])
+        calls: dict[nn.Module, list[_Call]] = {m: [] for m in self._modules}
+        stack: list[_Call] = []
+        batch = self._batch
+        follow = _Follow(stack)
+
+        def make(m: nn.Module, fwd: Callable) -> Callable:
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                follow.paused += 1
+                try:
+                    call = _Call(m, stack[-1] if stack else None, input_shape=_first_shape((args, kwargs)))
+                finally:
+                    follow.paused -= 1
+                calls[m].append(call)
+                quiet_in = not _stochastic((args, kwargs))
+                stack.append(call)
+                try:
+                    out = fwd(*args, **kwargs)
+                finally:
+                    stack.pop()
+                below = call.kept_below
+                follow.paused += 1
+                try:
+                    keep = quiet_in and not _stochastic(out) and _batched(out, batch)
+                finally:
+                    follow.paused -= 1
+                if keep:
+                    for c in below:  # only the outermost shared call keeps its output
+                        c.output = None
+                    call.output = out
+                    call.end_step = follow.step
+                    call.kept_below = []
+                    if call.parent is not None:
+                        call.parent.kept_below.append(call)
+                elif call.parent is not None:
+                    call.parent.kept_below.extend(below)
+                    call.kept_below = []
+                return out
+            return forward
+
+        with _wrapped_forwards(self._modules, make), follow:
+            out = predictor(x)
+        roots = [c for cs in calls.values() for c in cs if c.parent is None]
+        kept = [c for cs in calls.values() for c in cs if c.output is not None and not c.inside_kept()]
+        # a kept output changed in place after it was kept: not reusable, recomputed in every replay
+        for c in kept:
+            if any(follow.written.get(_storage(t), -1) > c.end_step for t in _tensors(c.output)):
+                c.output = None
+        self._kept = [c for c in kept if c.output is not None]
+        # a kept output that only kept calls read (an encoder feature consumed by the next encoder stage) needs no
+        # copy per sample: the replay hands the kept calls a placeholder of the right shape
+        used = {tid for tid, c in follow.uses if c is None or not c.skipped()}
+        used.update(id(t) for t in _tensors(out))
+        for c in self._kept:
+            c.needed = c.parent is None or any(id(t) in used for t in _tensors(c.output))
+        self._plan = {}
+        for m, cs in calls.items():
+            run = [c for c in cs if not c.inside_kept()]
+            if any(c.output is not None for c in run):
+                self._plan[m] = run
+        del roots
+        for t in _tensors(out):
+            if getattr(t, _FLAG, False):
+                delattr(t, _FLAG)
+        self.stochastic_bytes = follow.stochastic_bytes
+        self.shared_bytes = sum(t.numel() * t.element_size() for c in self._kept for t in _tensors(c.output))
+        self.copied_bytes = sum(t.numel() * t.element_size() for c in self._kept if c.needed
+                                for t in _tensors(c.output))
+        self._input = x
+        return out
+
+    def replay(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
+        """Run ``k`` more samples at once on ``x`` (the traced input) repeated along the batch axis.
+
+        Args:
+            predictor: calls the network on its argument (as for :meth:`trace`).
+            x: the traced input ``(B, C, *spatial)`` (checked).
+            k: samples in this batch.
+
+        Returns:
+            The network output for the batch ``(k B, ...)``: sample ``s`` of input ``b`` is at ``s B + b``.
+
+        Raises:
+            SharingUnavailable: when ``x`` is not the traced input or the module calls do not follow the trace.
+        """
+        if self._input is None:
+            raise RuntimeError("SharedPasses.replay called before trace")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if x is not self._input and (x.shape != self._input.shape or not torch.equal(x, self._input)):
+            raise SharingUnavailable(
+                "the input differs between the samples' calls (a test-time augmentation that draws on every call)"
+            )
+        counters = dict.fromkeys(self._plan, 0)
+        batch = self._batch
+
+        def make(m: nn.Module, fwd: Callable) -> Callable:
+            run = self._plan[m]
+
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                i = counters[m]
+                counters[m] = i + 1
+                if i >= len(run):
+                    raise SharingUnavailable(f"{type(m).__name__} is called more often than in the traced pass")
+                call = run[i]
+                if call.output is None:
+                    return fwd(*args, **kwargs)
+                shape = _first_shape((args, kwargs))
+                want = call.input_shape
+                if (shape is None) != (want is None) or (
+                    shape is not None and (shape[1:] != want[1:] or shape[0] != k * batch)
+                ):
+                    raise SharingUnavailable(
+                        f"{type(m).__name__} gets input of shape {shape}, traced with {want} (k = {k})"
+                    )
+                return _repeat(call.output, k) if call.needed else _placeholder(call.output, k)
+            return forward
+
+        with _wrapped_forwards(list(self._plan), make), _repeat_rates(self.network, batch, k):
+            out = predictor(_repeat(x, k))
+        missing = [type(m).__name__ for m, i in counters.items() if i != len(self._plan[m])]
+        if missing:
+            raise SharingUnavailable(f"the module calls differ from the traced pass ({', '.join(missing[:3])})")
+        return out
+
+
+def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, traced_bytes: int = 0) -> int:
+    """How many samples a replay batch holds when the inferer chooses (``sample_batch_size="auto"``).
+
+    The batch needs at most the larger of :data:`AUTO_BATCH_FRACTION` of the case's stitched buffers
+    (``case_bytes``) and what the traced first sample held (``traced_bytes``: its kept and stochastic tensors, a
+    lower bound of one full pass's working memory, which the trace needs anyway), so the peak memory stays flat in
+    the number of samples; at most :data:`MAX_SAMPLE_BATCH` and at most the samples left.
+
+    Args:
+        per_sample_bytes: what one more sample adds (:meth:`SharedPasses.per_sample_bytes`).
+        case_bytes: bytes of the case's stitched output buffers.
+        remaining: samples still to draw.
+        traced_bytes: ``SharedPasses.shared_bytes + SharedPasses.stochastic_bytes`` of the trace.
+
+    Returns:
+        The batch size, ``>= 1``.
+
+    Example:
+        >>> from monai_unc.networks.shared import auto_sample_batch
+        >>> auto_sample_batch(10, 1000, 29), auto_sample_batch(1000, 1000, 29), auto_sample_batch(1, 10**9, 5)
+        (10, 1, 5)
+        >>> auto_sample_batch(1000, 1000, 29, traced_bytes=4000)  # a replay batch no larger than the trace
+        4
+    """
+    if remaining < 1:
+        return 1
+    per = max(int(per_sample_bytes), 1)
+    budget = max(AUTO_BATCH_FRACTION * max(int(case_bytes), 0), max(int(traced_bytes), 0))
+    k = max(1, math.floor(budget / per))
+    return int(max(1, min(k, MAX_SAMPLE_BATCH, remaining)))

@@ -1,0 +1,390 @@
+"""Shared passes (monai_unc.networks.shared): the shared computation equals the full N-pass computation.
+
+Exactness is checked with injected dropout masks: a mask bank draws each mask from its own generator, seeded by the
+layer, the network input row it belongs to and how many times that layer already saw that input row. A full pass per
+sample and the shared computation (one traced sample, then batches of replayed samples) therefore apply the same
+masks to the same samples, and every map must agree to float tolerance. With seeds only, the two paths draw
+different masks; their maps must agree in distribution (a two-sample test over repeated runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+
+import numpy as np
+import pytest
+import torch
+from monai.inferers import SimpleInferer, SlidingWindowInferer
+from monai.networks.nets import BasicUNet, DynUNet, SegResNet, UNet
+from scipy import stats as sstats
+from torch import nn
+
+from monai_unc.inferers import (
+    DropoutHook,
+    FlipSource,
+    MCDropoutInferer,
+    MCDropoutSource,
+    RateInSource,
+    UncertaintyInferer,
+    add_dropout,
+    enable_mc_dropout,
+)
+from monai_unc.inferers import rate_in as rate_in_module
+from monai_unc.networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch, is_random_op
+
+
+class MaskBank:
+    """Masks as a function of (layer, network input row, occurrence): the same for a full and a shared pass."""
+
+    def __init__(self) -> None:
+        self.rows: list[str] = []
+        self.seen: dict[tuple[str, str], int] = {}
+
+    def watch(self, network: nn.Module) -> None:
+        network.register_forward_pre_hook(self._see_input)
+
+    def _see_input(self, module: nn.Module, args: tuple) -> None:
+        x = args[0]
+        self.rows = [hashlib.sha1(r.detach().cpu().numpy().tobytes()).hexdigest() for r in x]
+
+    def keep(self, layer: str, x: torch.Tensor, keep_prob: torch.Tensor | float, channelwise: bool) -> torch.Tensor:
+        """A 0/1 mask of ``x``'s shape (channel-wise: ``(B, C, 1, ...)``), row ``b`` from the bank."""
+        if x.shape[0] != len(self.rows):
+            raise AssertionError(f"batch {x.shape[0]} does not match the network input's {len(self.rows)} rows")
+        shape = (x.shape[1],) + ((1,) * (x.ndim - 2) if channelwise else tuple(x.shape[2:]))
+        keep_prob = torch.as_tensor(keep_prob, dtype=torch.float32).reshape(-1).expand(x.shape[0])
+        out = []
+        for b, row in enumerate(self.rows):
+            n = self.seen.get((layer, row), 0)
+            self.seen[(layer, row)] = n + 1
+            seed = int(hashlib.sha1(f"{layer}|{row}|{n}".encode()).hexdigest()[:15], 16)
+            g = torch.Generator().manual_seed(seed)
+            u = torch.rand(shape, generator=g)  # a random op: the shared trace must see it
+            out.append((u < keep_prob[b]).to(x.dtype))
+        return torch.stack(out).to(x.device)
+
+
+class BankDropout(nn.Dropout):
+    """Channel-wise dropout whose masks come from a :class:`MaskBank` (a ``torch.nn`` dropout: MC dropout finds it)."""
+
+    def __init__(self, bank: MaskBank, name: str, p: float = 0.3) -> None:
+        super().__init__(p)
+        self.bank, self.name = bank, name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return x
+        return x * self.bank.keep(self.name, x, 1 - self.p, True) / (1 - self.p)
+
+
+class BankHook(DropoutHook):
+    """Post-hoc dropout (as inserted by add_dropout) with masks from a :class:`MaskBank`."""
+
+    def __init__(self, bank: MaskBank, name: str, p: float = 0.3) -> None:
+        super().__init__(p)
+        self.bank, self.name = bank, name
+
+    def _drop(self, x):
+        return x * self.bank.keep(self.name, x, 1 - self.p, True) / (1 - self.p)
+
+
+def unet(dims):
+    return UNet(dims, 1, 3, channels=(4, 8, 16), strides=(2, 2), num_res_units=1)
+
+
+def basic_unet(dims):
+    return BasicUNet(dims, 1, 3, features=(4, 4, 8, 8, 8, 4), norm="batch")  # 16-voxel windows: 1 voxel at the bottom
+
+
+def segresnet(dims):
+    return SegResNet(dims, init_filters=4, in_channels=1, out_channels=3, blocks_down=(1, 1, 1), blocks_up=(1, 1),
+                     norm=("group", {"num_groups": 2}))
+
+
+def dynunet(dims):
+    return DynUNet(dims, 1, 3, kernel_size=[3, 3, 3], strides=[1, 2, 2], upsample_kernel_size=[2, 2])
+
+
+def plain_conv_unet(dims):
+    pytest.importorskip("dynamic_network_architectures")
+    from dynamic_network_architectures.architectures.unet import PlainConvUNet
+
+    conv = nn.Conv3d if dims == 3 else nn.Conv2d
+    norm = nn.InstanceNorm3d if dims == 3 else nn.InstanceNorm2d
+    return PlainConvUNet(1, 3, (4, 8, 16), conv, 3, (1, 2, 2), (1, 1, 1), 3, (1, 1), False, norm, None, None, None,
+                         nn.LeakyReLU, None, deep_supervision=False)
+
+
+def residual_encoder_unet(dims):
+    pytest.importorskip("dynamic_network_architectures")
+    from dynamic_network_architectures.architectures.unet import ResidualEncoderUNet
+
+    conv = nn.Conv3d if dims == 3 else nn.Conv2d
+    norm = nn.InstanceNorm3d if dims == 3 else nn.InstanceNorm2d
+    return ResidualEncoderUNet(1, 3, (4, 8, 16), conv, 3, (1, 2, 2), (1, 1, 1), 3, (1, 1), False, norm, None, None,
+                               None, nn.LeakyReLU, None, deep_supervision=False)
+
+
+#: network -> (builder, the modules after which the decoder-only placement puts dropout)
+NETWORKS = {
+    "UNet": (unet, ["model.1.submodule.1.submodule", "model.1.submodule.2"]),
+    "BasicUNet": (basic_unet, ["upcat_4", "upcat_2", "upcat_1"]),
+    "SegResNet": (segresnet, ["up_layers.0", "up_layers.1"]),
+    "DynUNet": (dynunet, ["bottleneck", "upsamples.0", "upsamples.1"]),
+    "PlainConvUNet": (plain_conv_unet, ["decoder.stages.0", "decoder.stages.1"]),
+    "ResidualEncoderUNet": (residual_encoder_unet, ["decoder.stages.0", "decoder.stages.1"]),
+}
+
+
+def banked(name: str, dims: int, bank: MaskBank) -> nn.Module:
+    torch.manual_seed(0)
+    builder, sites = NETWORKS[name]
+    net = builder(dims).eval()
+    modules = dict(net.named_modules())
+    for site in sites:
+        modules[site].register_forward_hook(BankHook(bank, site))
+    bank.watch(net)
+    return net
+
+
+def run_both(make_inferer, x, net, bank):
+    outs = []
+    for share in (False, True):
+        bank.seen.clear()
+        outs.append(make_inferer(share)(x, net))
+    return outs
+
+
+def assert_maps_close(full, shared):
+    assert sorted(full) == sorted(shared)
+    assert full.num_samples == shared.num_samples
+    for k in full:
+        torch.testing.assert_close(shared[k], full[k], rtol=1e-4, atol=2e-5, msg=f"map {k}")
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_shared_equals_full_sliding_window_injected_masks(name, dims):
+    bank = MaskBank()
+    net = banked(name, dims, bank)
+    x = torch.rand(1, 1, 24, *([16] * (dims - 1)))  # two overlapping windows along the first axis
+    sw = SlidingWindowInferer([16] * dims, sw_batch_size=2, overlap=0.25)
+
+    def make(share):
+        return MCDropoutInferer(num_samples=5, base_inferer=sw, share_passes=share, sample_batch_size=3,
+                                keep_samples=True)
+
+    full, shared = run_both(make, x, net, bank)
+    assert_maps_close(full, shared)
+    samples = full["samples"]
+    assert (samples[0] - samples[1]).abs().max() > 1e-6  # the masks differ between samples: the test can fail
+
+
+@pytest.mark.parametrize("name", ["BasicUNet", "DynUNet"])
+def test_shared_equals_full_regions_and_flips(name):
+    """Sigmoid regions, dropout x flip products: sharing within each flip, never across."""
+    bank = MaskBank()
+    net = banked(name, 3, bank)
+    x = torch.rand(2, 1, 16, 16, 16) if name == "BasicUNet" else torch.rand(2, 1, 16, 8, 8)
+
+    def make(share):
+        return UncertaintyInferer([MCDropoutSource(4), FlipSource([0, 2])], activation="sigmoid",
+                                  share_passes=share, sample_batch_size=2, keep_samples=True)
+
+    full, shared = run_both(make, x, net, bank)
+    assert full.multilabel and full.num_samples == 16
+    assert_maps_close(full, shared)
+
+
+def test_shared_equals_full_torch_dropout_modules():
+    """Dropout as torch.nn modules inside the network (here replacing MONAI UNet's Dropout(p=0) layers)."""
+    bank = MaskBank()
+    torch.manual_seed(0)
+    net = UNet(3, 1, 3, channels=(4, 8, 16), strides=(2, 2), num_res_units=1, dropout=0.0).eval()
+    names = [n for n, m in net.named_modules() if isinstance(m, nn.Dropout)]
+    names = names[len(names) // 2:]  # the decoder half
+    for n in names:
+        parent, _, leaf = n.rpartition(".")
+        setattr(net.get_submodule(parent), leaf, BankDropout(bank, n))
+    bank.watch(net)
+    x = torch.rand(1, 1, 16, 16, 16)
+    full, shared = run_both(lambda s: MCDropoutInferer(num_samples=6, share_passes=s, sample_batch_size=4), x, net,
+                            bank)
+    assert_maps_close(full, shared)
+
+
+def test_shared_equals_full_rate_in(monkeypatch):
+    """Rate-In (searched per window, then fixed rates repeated over a replay batch) with injected masks."""
+    bank = MaskBank()
+    torch.manual_seed(0)
+    net = basic_unet(3).eval()
+    bank.watch(net)
+    original = rate_in_module._draw_keep
+
+    def draw_keep(x, rates, channelwise):
+        if x.shape[0] != len(bank.rows):  # the rate search draws on subsets of rows: ordinary draws
+            return original(x, rates, channelwise)
+        return bank.keep(f"rate_in{tuple(x.shape[1:])}", x, 1 - rates.float(), channelwise)
+
+    monkeypatch.setattr(rate_in_module, "_draw_keep", draw_keep)
+    x = torch.rand(1, 1, 24, 24, 24)
+    sw = SlidingWindowInferer([16] * 3, sw_batch_size=1, overlap=0.25)
+
+    def make(share):
+        source = RateInSource(num_samples=4, placement="insert", after=["upcat_2", "upcat_1"], target_loss=0.1,
+                              loss="mse", max_iter=5)
+        return UncertaintyInferer(source, base_inferer=sw, seed=0, share_passes=share, sample_batch_size=3)
+
+    full, shared = run_both(make, x, net, bank)
+    assert_maps_close(full, shared)
+    assert full["mutual_information"].max() > 1e-5
+
+
+def test_post_hoc_add_dropout_shares_the_encoder():
+    torch.manual_seed(0)
+    net = basic_unet(3).eval()
+    add_dropout(net, p=0.3, after=["upcat_1"])
+    x = torch.rand(1, 1, 16, 16, 16)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        first = passes.trace(net, x)
+        more = passes.replay(net, x, 3)
+    # conv_0, down_1..4, upcat_4..2 and upcat_1's own forward (its dropout is a hook after it)
+    assert passes.shared_calls == 9
+    assert first.shape == (1, 3, 16, 16, 16) and more.shape == (3, 3, 16, 16, 16)
+    assert not torch.allclose(more[0], more[1])  # independent masks per sample of a batch
+    # only upcat_1's output is read by the stochastic rest (its dropout hook): the one kept output copied per sample
+    assert passes.copied_bytes == 1 * 4 * 16**3 * 4 < passes.shared_bytes
+    assert passes.per_sample_bytes() == passes.stochastic_bytes + passes.copied_bytes
+
+
+def test_deterministic_network_is_shared_whole():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 2, 1)).eval()
+    x = torch.rand(2, 1, 8, 8)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        ref = passes.trace(net, x)
+        out = passes.replay(net, x, 3)
+    assert passes.shared_calls == 1  # the network call itself
+    torch.testing.assert_close(out, ref.repeat(3, 1, 1, 1))
+
+
+def test_inplace_change_of_a_kept_output_is_not_reused():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+            self.drop = nn.Dropout2d(0.5)
+            self.head = nn.Conv2d(4, 2, 1)
+
+        def forward(self, x):
+            h = self.conv(x)
+            y = self.head(self.drop(h))
+            h.mul_(0.0)  # corrupts the conv output after it was kept
+            return y + h.sum()
+
+    net = Block().eval()
+    net.drop.train()
+    x = torch.rand(1, 1, 6, 6)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        assert passes.shared_calls == 0
+        out = passes.replay(net, x, 2)
+    assert out.shape == (2, 2, 6, 6)
+
+
+def test_replay_refuses_another_input():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Dropout2d(0.5), nn.Conv2d(4, 2, 1)).eval()
+    net[1].train()
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, torch.rand(1, 1, 6, 6))
+        with pytest.raises(SharingUnavailable, match="input differs"):
+            passes.replay(net, torch.rand(1, 1, 6, 6), 2)
+    with pytest.raises(RuntimeError, match="before trace"):
+        SharedPasses(net).replay(net, torch.rand(1, 1, 6, 6), 2)
+    with pytest.raises(TypeError, match="network"):
+        SharedPasses(lambda t: t)
+    with pytest.raises(ValueError, match="k must be"):
+        passes.replay(net, passes._input, 0)
+
+
+def test_random_tta_falls_back_with_one_log_line(caplog):
+    """Noise drawn on every call: the samples' inputs differ, so full passes (same maps' keys, one log line)."""
+    from monai_unc.inferers import NoiseSource
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Dropout2d(0.5), nn.Conv2d(4, 2, 1)).eval()
+    x = torch.rand(1, 1, 8, 8)
+    inferer = UncertaintyInferer([MCDropoutSource(4), NoiseSource(0.1, 2)], seed=0)
+    with caplog.at_level(logging.WARNING, logger="monai_unc.inferers.sampling"):
+        out = inferer(x, net)
+    assert out.num_samples == 8
+    lines = [r for r in caplog.records if "shared passes off" in r.getMessage()]
+    assert len(lines) == 1 and "input differs" in lines[0].getMessage()
+
+
+class CallableDropout(MCDropoutSource):
+    """MC dropout whose switch is left to the caller, so that the network may be a plain function."""
+
+    def activate(self, network):
+        return contextlib.nullcontext()
+
+
+def test_plain_callable_falls_back_with_one_log_line(caplog):
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Dropout2d(0.5), nn.Conv2d(4, 2, 1)).eval()
+    x = torch.rand(1, 1, 8, 8)
+    with caplog.at_level(logging.WARNING, logger="monai_unc.inferers.sampling"), enable_mc_dropout(net):
+        out = UncertaintyInferer(CallableDropout(3), seed=0)(x, lambda t: net(t))
+    assert out.num_samples == 3
+    assert sum("not a torch.nn.Module" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_seeded_runs_agree_in_distribution():
+    """No injected masks: shared and full draw different masks; per-run MI and one voxel's probability agree in
+    distribution (two-sample Kolmogorov-Smirnov over 60 seeded runs each)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                        nn.Dropout2d(0.4), nn.Conv2d(8, 3, 1)).eval()
+    x = torch.rand(1, 1, 6, 6)
+    values = {False: ([], []), True: ([], [])}
+    for share in (False, True):
+        for seed in range(60):
+            out = MCDropoutInferer(num_samples=6, seed=seed, share_passes=share, sample_batch_size=5,
+                                   keep_samples=True)(x, net)
+            values[share][0].append(float(out["mutual_information"].mean()))
+            values[share][1].append(float(out["samples"][3, 0, 1, 2, 2]))
+    for i in range(2):
+        assert sstats.ks_2samp(values[False][i], values[True][i]).pvalue > 1e-3
+    # and the shared path is not a degenerate copy: its MI varies between seeds like the full path's
+    assert np.std(values[True][0]) > 0.3 * np.std(values[False][0])
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="sample_batch_size"):
+        MCDropoutInferer(num_samples=3, sample_batch_size=0)
+    with pytest.raises(TypeError, match="share_passes"):
+        MCDropoutInferer(num_samples=3, share_passes="yes")
+
+
+def test_simple_inferer_and_off_switch_give_the_same_keys():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Dropout2d(0.5), nn.Conv2d(4, 2, 1)).eval()
+    x = torch.rand(1, 1, 8, 8)
+    a = MCDropoutInferer(num_samples=4, seed=0, base_inferer=SimpleInferer())(x, net)
+    b = MCDropoutInferer(num_samples=4, seed=0, share_passes=False)(x, net)
+    assert sorted(a) == sorted(b)
+
+
+def test_is_random_op_and_auto_batch():
+    x = torch.ones(3)
+    f = torch.nn.functional
+    assert is_random_op(f.dropout3d, (x,), {"p": 0.2, "training": True})
+    assert not is_random_op(f.dropout3d, (x,), {"p": 0.0, "training": True})
+    assert is_random_op(torch.Tensor.bernoulli_, (x,))
+    assert not is_random_op(torch.Tensor.add_, (x, x))
+    assert auto_sample_batch(100, 10**6, 3) == 3
+    assert auto_sample_batch(10**9, 10, 29) == 1
+    assert auto_sample_batch(1, 10**12, 100) == 32
