@@ -120,6 +120,10 @@ def _add_model_options(p: argparse.ArgumentParser, *, bundle: str, checkpoint: s
     else:
         m.add_argument("--checkpoint", default=None, metavar="FILE", help=checkpoint)
     m.add_argument("--unsafe-load", action="store_true", help=unsafe_load)
+    m.add_argument("--allow-code-target", action="append", default=[], metavar="NAME",
+                   help="RUNS CODE: let --network build NAME (a dotted name, or a module prefix ending with '.') "
+                   "besides MONAI's and torch's networks; '*' also allows $ expressions. Only for specs you trust "
+                   "(a bundle is code and is always built as MONAI builds it)")
     return m
 
 
