@@ -74,12 +74,16 @@ from ..io.provenance import (
 )
 from ..metrics.boundary import distance_to_mask
 from ..metrics.conformal import (
+    CONFORMAL_FAMILIES,
     ConformalCaseState,
     ConformalRule,
     conformal_case_state,
+    conformal_grid,
     fit_conformal_rule,
+    min_calibration_cases,
     quantile_edges,
     stratum_of,
+    task_guarantee,
 )
 from ..product import CohortProduct
 from ..scores import case_score_columns, resolve_score_column
@@ -95,7 +99,8 @@ CONFORMAL_LOSSES = {"outer": "fnr", "inner": "fp"}
 
 __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "CONFORMAL_LOSSES", "ConformalState",
            "conformal_state", "ConformalRuleFile", "ConformalStrata", "conformal_strata",
-           "check_conformal_probabilities", "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
+           "check_conformal_probabilities", "check_rule_fields",
+           "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
            "conformal_masks", "save_masks", "calibration_case_masks", "conformal_case", "check_conformal_inputs",
            "run_conformal"]
 
@@ -501,6 +506,132 @@ def fit_product(product: CohortProduct, states: Mapping[str, ConformalState], ro
             "strata": None if strata is None else strata.to_dict(), "summary": block}
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _shown(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target: float, delta: float | None,
+                      n_calibration: int, strata: ConformalStrata | None, activation: Any = None) -> None:
+    """Check every field of one side's rule of ``conformal_rule.json`` against the others and what they can certify.
+
+    The rules cannot be refitted without the calibration cases' states, so what can be recomputed is: the method,
+    level and tolerance from the targets and ``delta``; the grid (step and size) from the family; each
+    ``lambda_hat`` from its grid index (which must lie on the grid); each task's ``n`` from the calibration cases
+    (or the strata's counts), and that ``n`` can certify the level at all
+    (:func:`~monai_unc.metrics.conformal.min_calibration_cases`); the recorded calibration loss against the
+    condition that chose ``lambda_hat``; the guarantee's words
+    (:func:`~monai_unc.metrics.conformal.task_guarantee`); the activation against the predictions' fingerprint.
+
+    Args:
+        raw: the side's JSON object as read (``rules.<side>``).
+        side: ``"outer"`` or ``"inner"``.
+        source: how the message names the file.
+        target: the side's target (``targets.<side>``).
+        delta: the file's ``delta`` (None: expectation control).
+        n_calibration: the number of calibration cases.
+        strata: the file's strata, or None.
+        activation: the activation of the predictions' fingerprint (None: not recorded).
+
+    Raises:
+        ValueError: one line naming the file and the field (``rules.<side>.<field>``).
+    """
+    def bad(name: str, why: str) -> ValueError:
+        return ValueError(f"{source}: field 'rules.{side}.{name}' {why}; the file was edited or corrupted (write it "
+                          "again with monai-unc evaluate --conformal)")
+
+    act = raw.get("activation")
+    if act not in ("softmax", "sigmoid"):
+        raise bad("activation", f"must be 'softmax' or 'sigmoid', got {_shown(act)}")
+    if isinstance(activation, str) and act != activation:
+        raise bad("activation", f"is {act!r} but the calibration predictions' fingerprint records {activation!r}")
+    if raw.get("side") != side:
+        raise bad("side", f"is {_shown(raw.get('side'))}, not {side!r}")
+    family = raw.get("family")
+    if family not in CONFORMAL_FAMILIES:
+        raise bad("family", f"must be one of {CONFORMAL_FAMILIES}, got {_shown(family)}")
+    step, size = raw.get("step"), raw.get("size")
+    if not _is_int(size) or size < 1:
+        raise bad("size", f"must be a positive integer, got {_shown(size)}")
+    if not _is_number(step) or step <= 0:
+        raise bad("step", f"must be a positive number, got {_shown(step)}")
+    if family == "threshold":
+        try:
+            grid = conformal_grid("threshold", size)
+        except ValueError:
+            raise bad("size", f"must be a power of two in [2, 65536] for the threshold family, got {size}") from None
+        if grid != (step, size):
+            raise bad("step", f"is {step!r}, not 1/size = {grid[0]!r} (the threshold family's grid)")
+    elif size > 100_000:
+        raise bad("size", f"has {size} margin steps (at most 100000)")
+    hp = delta is not None
+    method = raw.get("method")
+    if method != ("high_probability" if hp else "expectation"):
+        raise bad("method", f"is {_shown(method)} but the file's delta {delta!r} makes it "
+                  f"{'high_probability' if hp else 'expectation'}")
+    alpha, tol = raw.get("alpha"), raw.get("tol")
+    if alpha != (delta if hp else target) or not _is_number(alpha):
+        raise bad("alpha", f"is {_shown(alpha)}, not the {'delta' if hp else 'target'} "
+                  f"{delta if hp else target!r} the file records")
+    if tol != (target if hp else None):
+        raise bad("tol", f"is {_shown(tol)}, not {target if hp else None!r}")
+    names = raw.get("names")
+    if (not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names)
+            or len(set(names)) != len(names)):
+        raise bad("names", "must be a non-empty list of distinct names")
+    tasks = raw.get("tasks")
+    n_strata = 1 if strata is None else len(strata.edges) + 1
+    if not isinstance(tasks, list) or len(tasks) != n_strata * len(names):
+        got = len(tasks) if isinstance(tasks, list) else type(tasks).__name__
+        raise bad("tasks", f"must hold {n_strata * len(names)} entries ({n_strata} strata x {len(names)} names), "
+                  f"got {got}")
+    need = min_calibration_cases(alpha, high_probability=hp)
+    for k, t in enumerate(tasks):
+        st, name = divmod(k, len(names))
+        f = f"tasks[{k}]"
+        if not isinstance(t, dict):
+            raise bad(f, "must be an object")
+        if t.get("name") != names[name] or t.get("stratum") != st:
+            raise bad(f"{f}.name", f"must be {names[name]!r} in stratum {st} (the order of 'names')")
+        j = t.get("index")
+        if not _is_int(j) or not 0 <= j <= size:
+            raise bad(f"{f}.index", f"is {_shown(j)}, outside the grid [0, {size}]")
+        lam = t.get("lambda_hat")
+        if not _is_number(lam) or lam != float(j * step):
+            raise bad(f"{f}.lambda_hat", f"is {_shown(lam)}, not the grid value {float(j * step)!r} of its index "
+                      f"{j}")
+        n = t.get("n")
+        want = n_calibration if strata is None else strata.counts[st]
+        if not _is_int(n) or n != want:
+            raise bad(f"{f}.n", f"is {_shown(n)}, not the {want} calibration cases the file records")
+        if n < need:
+            raise bad("alpha", f"{alpha!r} cannot be certified on {n} calibration cases (at least {need} needed)")
+        loss, above = t.get("calibration_loss"), t.get("calibration_above_tol")
+        if not _is_number(loss) or not 0 <= loss <= 1:
+            raise bad(f"{f}.calibration_loss", f"must be a number in [0, 1], got {_shown(loss)}")
+        if not hp and n * loss + 1 > alpha * (n + 1) + 1e-9:
+            raise bad(f"{f}.calibration_loss", f"{loss!r} on {n} cases does not meet the level {alpha!r} "
+                      "(n * loss + 1 <= alpha * (n + 1))")
+        if hp:
+            rank = int(np.ceil(round((n + 1) * (1.0 - alpha), 9)))
+            if not _is_number(above) or not 0 <= above <= 1 or above * n > n - rank + 1e-9:
+                raise bad(f"{f}.calibration_above_tol", f"{_shown(above)} exceeds the {n - rank} of {n} "
+                          "calibration cases the high-probability rule allows above tol")
+        elif above is not None:
+            raise bad(f"{f}.calibration_above_tol", "must be null for expectation control")
+        text = task_guarantee(side, alpha, tol, n, None if strata is None else st)
+        if t.get("guarantee") != text:
+            raise bad(f"{f}.guarantee", f"does not state the rule's guarantee ({text!r})")
+
+
 @dataclass
 class ConformalRuleFile:
     """The content of ``conformal_rule.json``.
@@ -555,21 +686,41 @@ class ConformalRuleFile:
                        source=source)
         check_digest(d, source=source, written_by="monai-unc evaluate --conformal")
         try:
-            rules = {str(k): ConformalRule.from_dict(v) for k, v in d["rules"].items()}
             targets = {str(k): float(v) for k, v in d["targets"].items()}
+            if any(not (0 < v < 1) or isinstance(v, bool) for v in d["targets"].values()):
+                raise ValueError("field 'targets' must hold levels in (0, 1)")
+            delta = d["delta"]
+            if delta is not None and (not _is_number(delta) or not 0 < delta < 1):
+                raise ValueError(f"field 'delta' must be null or a number in (0, 1), got {_shown(delta)}")
+            cal = d["calibration_cases"]
+            if (not isinstance(cal, list) or not all(isinstance(c, str) for c in cal)
+                    or len(set(cal)) != len(cal)):
+                raise ValueError("field 'calibration_cases' must be a list of distinct case ids")
+            strata = None if d.get("strata") is None else ConformalStrata.from_dict(d["strata"])
+            if strata is not None and sum(strata.counts) != len(cal):
+                raise ValueError(f"field 'strata.counts' sums to {sum(strata.counts)}, not the {len(cal)} "
+                                 "calibration cases")
+            fp = d["fingerprint"]
+            if not isinstance(d["rules"], dict) or not isinstance(fp, dict):
+                raise ValueError("fields 'rules' and 'fingerprint' must be objects")
+            for k, v in d["rules"].items():
+                if k in targets and isinstance(v, dict):
+                    check_rule_fields(v, k, source, target=targets[k], delta=delta, n_calibration=len(cal),
+                                      strata=strata, activation=fp.get("activation"))
+            rules = {str(k): ConformalRule.from_dict(v) for k, v in d["rules"].items()}
             if not rules or set(rules) != set(targets) or not set(rules) <= set(CONFORMAL_LOSSES):
                 raise ValueError("'rules' and 'targets' must name the same sides, outer and/or inner")
             if any(r.side != s for s, r in rules.items()):
                 raise ValueError("a rule's side differs from its key")
             if len({(r.activation, r.family, r.names) for r in rules.values()}) != 1:
                 raise ValueError("the rules differ in activation, family or names")
-            strata = None if d.get("strata") is None else ConformalStrata.from_dict(d["strata"])
             if any(r.edges != (None if strata is None else strata.edges) for r in rules.values()):
                 raise ValueError("the rules' strata edges differ from the 'strata' block")
             return cls(rules, targets, None if d["delta"] is None else float(d["delta"]), dict(d["fingerprint"]),
                        [str(c) for c in d["calibration_cases"]], d.get("regions"), str(d["created"]), strata)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
-            raise ValueError(f"{source}: {e}") from None
+            msg = str(e)
+            raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the file as strict JSON, atomically.

@@ -623,6 +623,78 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"the constant {name} is not JSON")
 
 
+#: the limits of a fitted file read by :func:`read_checked_json`: bytes, nesting depth, digits of one number
+MAX_DOCUMENT_BYTES = 256 * 2**20
+MAX_DOCUMENT_DEPTH = 64
+MAX_NUMBER_DIGITS = 100
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number has {len(text)} digits (at most {MAX_NUMBER_DIGITS})")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number has {len(text)} characters (at most {MAX_NUMBER_DIGITS})")
+    return float(text)
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text, counted without parsing (strings skipped).
+
+    Args:
+        text: JSON text (untrusted).
+
+    Returns:
+        The nesting depth (0 for a scalar).
+
+    Example:
+        >>> json_depth('{"a": [1, {"b": "]]]"}]}')
+        3
+    """
+    depth = deepest = 0
+    for ch in _BRACKETS.findall(_STRING.sub("", text)):
+        depth += 1 if ch in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def parse_untrusted_json(text: str, source: str) -> Any:
+    """Strict JSON of an untrusted file, with limits: no ``NaN`` / ``Infinity``, at most
+    :data:`MAX_DOCUMENT_DEPTH` levels of nesting and :data:`MAX_NUMBER_DIGITS` characters per number.
+
+    Args:
+        text: the file's text.
+        source: how the message names the file.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        ValueError: one line starting with ``source``.
+
+    Example:
+        >>> parse_untrusted_json('{"a": [1, 2.5]}', "x")
+        {'a': [1, 2.5]}
+        >>> parse_untrusted_json("[" * 100 + "]" * 100, "x")
+        Traceback (most recent call last):
+        ...
+        ValueError: x is not readable JSON: it is nested 100 levels deep (at most 64)
+    """
+    depth = json_depth(text)
+    if depth > MAX_DOCUMENT_DEPTH:
+        raise ValueError(f"{source} is not readable JSON: it is nested {depth} levels deep (at most "
+                         f"{MAX_DOCUMENT_DEPTH})")
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_int=_parse_int, parse_float=_parse_float)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{source} is not readable JSON: it is not valid JSON ({type(e).__name__}: {e})") from None
+
+
 def read_checked_json(
     path: str | os.PathLike,
     *,
@@ -662,11 +734,15 @@ def read_checked_json(
         raise FileNotFoundError(f"{what} not found: no {what} file at {path} (written by {written_by})")
     source = f"{what} {path}" if source is None else source
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        size = path.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"{source} is not readable JSON: it has {size} bytes (at most {MAX_DOCUMENT_BYTES})")
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ValueError(f"{source} is not readable JSON: {type(e).__name__}: {e}") from None
-    except (ValueError, RecursionError) as e:
-        raise ValueError(f"{source} is not readable JSON: it is not valid JSON ({type(e).__name__}: {e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{source} is not readable JSON: it is not UTF-8 ({e})") from None
+    doc = parse_untrusted_json(text, source)
     check_document(doc, fmt=fmt, versions=versions, what=what, source=source)
     if digest:
         check_digest(doc, source=source, written_by=written_by)
