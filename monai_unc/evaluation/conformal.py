@@ -67,11 +67,14 @@ from ..io.provenance import (
     check_digest,
     check_document,
     check_prediction_fingerprint,
+    check_signature,
     list_prediction_cases,
     prediction_fingerprint,
     read_checked_json,
     rule_digest,
+    write_signed_json,
 )
+from ..io.signing import Trust
 from ..metrics.boundary import distance_to_mask
 from ..metrics.conformal import (
     CONFORMAL_FAMILIES,
@@ -101,7 +104,8 @@ __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "
            "conformal_state", "ConformalRuleFile", "ConformalStrata", "conformal_strata",
            "check_conformal_probabilities", "check_rule_fields",
            "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
-           "conformal_masks", "save_masks", "calibration_case_masks", "conformal_case", "check_conformal_inputs",
+           "conformal_masks", "save_masks", "remove_stale_masks",
+           "calibration_case_masks", "conformal_case", "check_conformal_inputs",
            "run_conformal"]
 
 #: the rule file ``evaluate --conformal`` writes
@@ -655,6 +659,8 @@ class ConformalRuleFile:
     regions: dict[str, list[int]] | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now().astimezone().isoformat(timespec="seconds"))
     strata: ConformalStrata | None = None
+    #: how :meth:`load` checked the signature (``"signed by ..."``, ``"UNSIGNED: ..."``; empty: not checked)
+    signature: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The file's JSON object, ending with its ``digest`` (:func:`~monai_unc.io.provenance.rule_digest`).
@@ -731,25 +737,31 @@ class ConformalRuleFile:
         Returns:
             The path written.
         """
-        return atomic_write_json(path, self.to_json())
+        return write_signed_json(path, self.to_json())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> ConformalRuleFile:
+    def load(cls, path: str | os.PathLike, trust: Trust | None = None) -> ConformalRuleFile:
         """Read and verify a ``conformal_rule.json`` (:meth:`from_json`).
 
         Args:
             path: the file.
+            trust: check the signature against these trusted keys (:mod:`monai_unc.io.signing`; the result is
+                :attr:`signature`), or None (not checked: the Python API on a file the caller trusts).
 
         Returns:
             The rule file.
 
         Raises:
             FileNotFoundError: no file at ``path``.
-            ValueError: the file is not valid JSON or not a verified rule (format, version, digest, structure).
+            ValueError: the file is not valid JSON or not a verified rule (format, version, digest, structure), or
+                (with ``trust``) unsigned, signed by an untrusted key or edited after it was signed.
         """
         d = read_checked_json(path, fmt=CONFORMAL_RULE_FORMAT, versions=(_FORMAT_VERSION,), what="conformal rule",
                               written_by="monai-unc evaluate --conformal", digest=False)
-        return cls.from_json(d, f"conformal rule {path}")
+        doc = cls.from_json(d, f"conformal rule {path}")
+        if trust is not None:
+            doc.signature = check_signature(d, trust, f"conformal rule {path}")
+        return doc
 
     @property
     def first(self) -> ConformalRule:
@@ -1025,6 +1037,7 @@ def check_conformal_inputs(
     layout: str = "monai-unc",
     uncertainty: str | os.PathLike | None = None,
     allow_mismatch: bool = False,
+    trust: Trust | None = None,
 ) -> tuple[ConformalRuleFile, list[CaseFiles], dict[str, Any]]:
     """The checks of :func:`run_conformal` before any work, writing nothing.
 
@@ -1046,6 +1059,8 @@ def check_conformal_inputs(
             whose score is read from map files).
         allow_mismatch: accept predictions made otherwise (the check records the differences).
 
+        trust: the trusted keys the rule file's signature must verify against (None: not checked).
+
     Returns:
         ``(rule file, cases, fingerprint check)``; :class:`~monai_unc.evaluation.triage.FingerprintMismatch` (a
         ``ValueError``) when the fingerprints differ and ``allow_mismatch`` is False, ``ValueError`` /
@@ -1054,7 +1069,7 @@ def check_conformal_inputs(
     rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
     check_output_folder(output, predictions, images, uncertainty)
     check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty, what="--output")
-    doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule)
+    doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
     check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
                                          [f.case_id for f in found], allow_mismatch=allow_mismatch)
@@ -1074,6 +1089,38 @@ class ConformalResult:
     paths: dict[str, Path]
 
 
+def remove_stale_masks(output: str | os.PathLike, cases: Sequence[str], sides: Sequence[str]) -> list[Path]:
+    """Remove the ``<case>_outer`` / ``<case>_inner`` mask files of an earlier run that this run does not write.
+
+    A rerun into the same folder with another rule (e.g. outer only after outer and inner) or other cases must not
+    leave the masks of the earlier rule beside the new ones.
+
+    Args:
+        output: the output folder of ``monai-unc conformal``.
+        cases: the case ids of this run.
+        sides: the sides of this run's rule.
+
+    Returns:
+        The files removed.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for name in ("a_outer.nii.gz", "a_inner.nii.gz", "b_outer.nii.gz"):
+        ...     _ = (d / name).write_bytes(b"")
+        >>> [p.name for p in remove_stale_masks(d, ["a"], ["outer"])]
+        ['a_inner.nii.gz', 'b_outer.nii.gz']
+    """
+    keep = {f"{c}_{s}.nii.gz" for c in cases for s in sides}
+    removed = []
+    for side in CONFORMAL_LOSSES:
+        for p in sorted(Path(output).glob(f"*_{side}.nii.gz")):
+            if p.name not in keep and p.is_file():
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
 def run_conformal(
     predictions: str | os.PathLike,
     rule: ConformalRuleFile | str | os.PathLike,
@@ -1087,6 +1134,7 @@ def run_conformal(
     progress: bool = False,
     dist: Any = None,
     on_failure: Any = None,
+    trust: Trust | None = None,
 ) -> ConformalResult:
     """Apply a ``conformal_rule.json`` to new predictions (no labels): the whole of ``monai-unc conformal``.
 
@@ -1109,9 +1157,12 @@ def run_conformal(
         progress: show a progress bar.
         dist: a :class:`~monai_unc.engine.DistContext`.
         on_failure: called with each failed case.
+        trust: the trusted keys the rule file's signature must verify against (:mod:`monai_unc.io.signing`;
+            ``conformal.json`` records how it was checked), or None (not checked).
 
     Returns:
-        The :class:`ConformalResult`.
+        The :class:`ConformalResult`. Mask files of an earlier run in ``output`` that this run does not write (a side
+        the rule does not have, a case not in this run) are removed, so that the folder holds this rule's masks only.
     """
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
@@ -1121,7 +1172,7 @@ def run_conformal(
     def listing() -> list[CaseFiles]:
         got["doc"], found, got["check"] = check_conformal_inputs(predictions, rule, output, images=images,
                                                                  layout=layout, uncertainty=uncertainty,
-                                                                 allow_mismatch=allow_mismatch)
+                                                                 allow_mismatch=allow_mismatch, trust=trust)
         return found
 
     def setup() -> None:
@@ -1131,8 +1182,10 @@ def run_conformal(
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
         rows = sorted(run.results, key=lambda r: str(r["case"]))
         doc: ConformalRuleFile = got["doc"]
+        remove_stale_masks(output, [str(r["case"]) for r in rows], list(doc.rules))
         summary = {
-            "n_cases": len(rows), "rule": rule_path, "targets": doc.targets, "delta": doc.delta,
+            "n_cases": len(rows), "rule": rule_path, "signature": doc.signature or None,
+            "targets": doc.targets, "delta": doc.delta,
             "family": doc.first.family, "fingerprint": got["check"],
             "lambda_hat": {s: {t.name: t.lambda_hat for t in r.tasks} if doc.strata is None else
                            [{n: r.lambda_hat(n, k) for n in r.names} for k in range(r.num_strata)]

@@ -23,7 +23,7 @@ from ..product import registered_products
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 
 #: the sub-commands :func:`add_command_parsers` adds, in the order of ``monai-unc --help``
-COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal")
+COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal", "keys")
 
 
 #: the attribute of ``infer``'s parsed arguments that holds the destinations of the options given on the command
@@ -380,7 +380,18 @@ def _add_triage(sub: Any) -> None:
                    help="conformal_rule.json written by 'evaluate --conformal': also make the conformal masks of the "
                    "new cases (as 'monai-unc conformal', into OUTPUT/conformal/) and show their volumes, band width "
                    "and contours on the page")
+    _add_trust_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
+def _add_trust_options(p: argparse.ArgumentParser) -> None:
+    """``--trusted-keys`` and ``--allow-unsigned`` of the commands that apply a certified rule."""
+    p.add_argument("--trusted-keys", action="append", default=[], metavar="PATH",
+                   help="a public key file (.pub) or a folder of them whose signatures are trusted, besides "
+                   "MONAI_UNC_TRUSTED_KEYS and the keys of your configuration folder (see docs/signing.md)")
+    p.add_argument("--allow-unsigned", action="store_true",
+                   help="use a rule that is unsigned, signed by an untrusted key or of an older format: who "
+                   "certified it is then not checked (printed, recorded in the outputs and shown on the page)")
 
 
 def _add_conformal(sub: Any) -> None:
@@ -403,8 +414,22 @@ def _add_conformal(sub: Any) -> None:
                         "whose score comes from map files)")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="apply the rule to predictions whose fingerprint differs (conformal.json says so)")
+    _add_trust_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
+
+
+def _add_keys(sub: Any) -> None:
+    p = sub.add_parser(
+        "keys", help="the keys that sign certified rules: create a pair, show fingerprints",
+        description="Certification (evaluate --target-risk, --conformal) signs its rule files with a private Ed25519 "
+        "key; triage and conformal accept a rule only when its signature verifies against a trusted public key. "
+        "Without options: show the signing key and the trusted keys of this machine. See docs/signing.md.",
+    )  # fmt: skip
+    p.add_argument("--create", metavar="FOLDER", nargs="?", const="", default=None,
+                   help="create a key pair (signing_key.pem, owner-only, and signing_key.pub) in FOLDER (default: "
+                   "your configuration folder, if it has none)")
+    p.add_argument("--show", metavar="FILE", default=None, help="the fingerprint of a public or private key file")
 
 
 def add_command_parsers(sub: Any) -> None:
@@ -420,5 +445,6 @@ def add_command_parsers(sub: Any) -> None:
         >>> parser.parse_args(["report", "--evaluation", "ev", "--budget", "0.3"]).budget
         0.3
     """
-    for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal):
+    for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal,
+                _add_keys):
         add(sub)
