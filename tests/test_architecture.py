@@ -93,6 +93,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     **dict.fromkeys(
         [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.conformal",
                                         "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
+                                        "monai_unc.workflows.keys",
                                         "monai_unc.workflows.prepare", "monai_unc.workflows.report",
                                         "monai_unc.workflows.session", "monai_unc.workflows.triage")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
