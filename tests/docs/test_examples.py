@@ -1,4 +1,5 @@
-"""The runnable examples in docs/inferers.md, docs/data.md, docs/conformal.md, docs/products.md and docs/signing.md run as written."""
+"""The runnable examples in docs/inferers.md, docs/data.md, docs/conformal.md, docs/products.md and docs/signing.md
+run as written."""
 
 import re
 

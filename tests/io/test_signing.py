@@ -14,7 +14,7 @@ import pytest
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
-from monai_unc.evaluation.triage import RULE_FILE, ReferralRule
+from monai_unc.evaluation.triage import RULE_FILE
 from monai_unc.io.provenance import check_signature, rule_digest, write_signed_json
 from monai_unc.io.signing import Trust, config_dir, generate_key_pair, key_fingerprint, load_public_key
 
