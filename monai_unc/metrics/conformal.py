@@ -51,6 +51,7 @@ conditional on one case. Optional strata of a case score (Mondrian calibration) 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -1128,6 +1129,11 @@ def fit_conformal_rule(
         raise ValueError(f"stratum {short} has {[int(counts[i]) for i in short]} case(s); alpha={a} needs at least "
                          f"{need} calibration cases per stratum")
     losses = np.stack([s.losses() for s in states])  # (n, T, G + 1)
+    n_true = np.sum([s.n_true for s in states], axis=0)
+    for ti in np.flatnonzero(n_true == 0):
+        warnings.warn(f"{first.names[ti]!r}: none of the {len(states)} calibration cases has a true voxel of it, so "
+                      f"its {first.side} rule is vacuous (its loss does not depend on lambda); check the labels",
+                      UserWarning, stacklevel=2)
     tasks = []
     for st in range(n_strata):
         rows = losses[stratum_of == st]
