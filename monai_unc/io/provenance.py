@@ -747,7 +747,7 @@ def read_checked_json(
     except OSError as e:
         raise ValueError(f"{source} is not readable JSON: {type(e).__name__}: {e}") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"{source} is not readable JSON: it is not UTF-8 ({e})") from None
+        raise ValueError(f"{source} is not readable JSON: it is not valid JSON (not UTF-8: {e})") from None
     doc = parse_untrusted_json(text, source)
     check_document(doc, fmt=fmt, versions=versions, what=what, source=source)
     if digest:

@@ -574,6 +574,8 @@ def predict_case(
     names = case_outputs(case.case_id, [m for m in settings.measures if m in maps], settings.write_probs)
     # an earlier record (--overwrite) must not mark a case finished whose new files are only partly written
     (output / f"{case.case_id}.json").unlink(missing_ok=True)
+    for stale in set(case_outputs(case.case_id, MEASURES)) - set(names):  # an earlier run's maps this one does not
+        (output / stale).unlink(missing_ok=True)  # write (--overwrite with other measures or --no-probs): never mixed
     if multilabel:
         save_region_maps(seg, affine, output / names[0], dtype="uint8")
     else:

@@ -38,3 +38,7 @@ def test_truncated_output_is_redone_on_resume(tmp_path, capsys):
     assert "toy000_probs.nii.gz" in err and "predicting it again" in err, err
     assert probs.read_bytes() == whole  # predicted again (seeded: the same bytes)
     assert (out / "toy001_probs.nii.gz").stat().st_mtime_ns == other  # the intact case is kept
+    # a rerun with other outputs (--overwrite --no-probs, one measure) leaves none of the earlier run's files
+    argv_one = [*argv, "--overwrite", "--no-probs", "--measures", "predictive_entropy"]
+    assert cli.main(argv_one) == 0
+    assert sorted(p.name for p in out.glob("toy000_*")) == ["toy000_predictive_entropy.nii.gz", "toy000_seg.nii.gz"]
