@@ -1108,7 +1108,7 @@ def remove_stale_masks(output: str | os.PathLike, cases: Sequence[str], sides: S
         >>> d = Path(tempfile.mkdtemp())
         >>> for name in ("a_outer.nii.gz", "a_inner.nii.gz", "b_outer.nii.gz"):
         ...     _ = (d / name).write_bytes(b"")
-        >>> [p.name for p in remove_stale_masks(d, ["a"], ["outer"])]
+        >>> sorted(p.name for p in remove_stale_masks(d, ["a"], ["outer"]))
         ['a_inner.nii.gz', 'b_outer.nii.gz']
     """
     keep = {f"{c}_{s}.nii.gz" for c in cases for s in sides}
