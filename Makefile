@@ -30,12 +30,14 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# the doctests sign rule files with a key of a fresh configuration folder, never the user's (tests/conftest.py does
+# the same for the suite)
 # the suite includes the strict build of the documentation site (tests/docs/test_site.py); MONAI_UNC_REQUIRE_DOCS=1
 # makes that test fail, not skip, when mkdocs is missing, so a broken link or reference fails `make test` and CI
 test: $(STAMP)
 	$(PY) -m ruff check .
 	MONAI_UNC_REQUIRE_DOCS=1 $(PY) -m pytest -n 2 --durations=15 -q
-	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTEST_PATHS)
+	MONAI_UNC_CONFIG_DIR="$$(mktemp -d)" $(PY) -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTEST_PATHS)
 
 demo: $(STAMP)
 	$(VENV)/bin/monai-unc demo --output demo_output

@@ -266,6 +266,14 @@ def case_spacings(spacing: Any, n_cases: int, ndim: int, name: str = "spacing") 
     return [sp] * n_cases
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a ``bool`` if it is one (Python or numpy); ``TypeError`` naming ``name`` otherwise (``"yes"``,
+    1, None), so that a truthy string never switches an option on."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def check_integer(value: Any, name: str, minimum: int = 1) -> int:
     """``value`` as an ``int`` if it is an integer (not a bool) of at least ``minimum``; ``ValueError`` naming
     ``name`` otherwise (a float such as 2.5, a string, ``None``)."""

@@ -123,6 +123,7 @@ def _import_commands() -> None:
     from .workflows.conformal import conformal_from_arguments
     from .workflows.demo import demo_from_arguments, run_demo
     from .workflows.evaluate import evaluate_from_arguments
+    from .workflows.keys import keys_from_arguments
     from .workflows.monitor import monitor_from_arguments
     from .workflows.prepare import error_text, infer_from_arguments, read_case_list
     from .workflows.report import report_from_arguments
@@ -131,7 +132,7 @@ def _import_commands() -> None:
 
     _WORKFLOWS.update(infer=infer_from_arguments, evaluate=evaluate_from_arguments, report=report_from_arguments,
                       calibrate=calibrate_from_arguments, demo=demo_from_arguments, triage=triage_from_arguments,
-                      conformal=conformal_from_arguments, monitor=monitor_from_arguments,
+                      conformal=conformal_from_arguments, monitor=monitor_from_arguments, keys=keys_from_arguments,
                       **{"dicom-export": _dicom_export})
     #: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
     _read_case_list = read_case_list

@@ -94,6 +94,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.conformal",
                                         "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
                                         "monai_unc.workflows.monitor",
+                                        "monai_unc.workflows.keys",
                                         "monai_unc.workflows.prepare", "monai_unc.workflows.report",
                                         "monai_unc.workflows.session", "monai_unc.workflows.triage",
                                         "monai_unc.workflows.dicom")]

@@ -67,19 +67,26 @@ from ..io.provenance import (
     check_digest,
     check_document,
     check_prediction_fingerprint,
+    check_signature,
     list_prediction_cases,
     prediction_fingerprint,
     read_checked_json,
     rule_digest,
+    write_signed_json,
 )
+from ..io.signing import Trust
 from ..metrics.boundary import distance_to_mask
 from ..metrics.conformal import (
+    CONFORMAL_FAMILIES,
     ConformalCaseState,
     ConformalRule,
     conformal_case_state,
+    conformal_grid,
     fit_conformal_rule,
+    min_calibration_cases,
     quantile_edges,
     stratum_of,
+    task_guarantee,
 )
 from ..product import CohortProduct
 from ..scores import case_score_columns, resolve_score_column
@@ -95,8 +102,10 @@ CONFORMAL_LOSSES = {"outer": "fnr", "inner": "fp"}
 
 __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "CONFORMAL_LOSSES", "ConformalState",
            "conformal_state", "ConformalRuleFile", "ConformalStrata", "conformal_strata",
-           "check_conformal_probabilities", "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
-           "conformal_masks", "save_masks", "calibration_case_masks", "conformal_case", "check_conformal_inputs",
+           "check_conformal_probabilities", "check_rule_fields",
+           "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
+           "conformal_masks", "save_masks", "remove_stale_masks",
+           "calibration_case_masks", "conformal_case", "check_conformal_inputs",
            "run_conformal"]
 
 #: the rule file ``evaluate --conformal`` writes
@@ -501,6 +510,132 @@ def fit_product(product: CohortProduct, states: Mapping[str, ConformalState], ro
             "strata": None if strata is None else strata.to_dict(), "summary": block}
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _shown(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target: float, delta: float | None,
+                      n_calibration: int, strata: ConformalStrata | None, activation: Any = None) -> None:
+    """Check every field of one side's rule of ``conformal_rule.json`` against the others and what they can certify.
+
+    The rules cannot be refitted without the calibration cases' states, so what can be recomputed is: the method,
+    level and tolerance from the targets and ``delta``; the grid (step and size) from the family; each
+    ``lambda_hat`` from its grid index (which must lie on the grid); each task's ``n`` from the calibration cases
+    (or the strata's counts), and that ``n`` can certify the level at all
+    (:func:`~monai_unc.metrics.conformal.min_calibration_cases`); the recorded calibration loss against the
+    condition that chose ``lambda_hat``; the guarantee's words
+    (:func:`~monai_unc.metrics.conformal.task_guarantee`); the activation against the predictions' fingerprint.
+
+    Args:
+        raw: the side's JSON object as read (``rules.<side>``).
+        side: ``"outer"`` or ``"inner"``.
+        source: how the message names the file.
+        target: the side's target (``targets.<side>``).
+        delta: the file's ``delta`` (None: expectation control).
+        n_calibration: the number of calibration cases.
+        strata: the file's strata, or None.
+        activation: the activation of the predictions' fingerprint (None: not recorded).
+
+    Raises:
+        ValueError: one line naming the file and the field (``rules.<side>.<field>``).
+    """
+    def bad(name: str, why: str) -> ValueError:
+        return ValueError(f"{source}: field 'rules.{side}.{name}' {why}; the file was edited or corrupted (write it "
+                          "again with monai-unc evaluate --conformal)")
+
+    act = raw.get("activation")
+    if act not in ("softmax", "sigmoid"):
+        raise bad("activation", f"must be 'softmax' or 'sigmoid', got {_shown(act)}")
+    if isinstance(activation, str) and act != activation:
+        raise bad("activation", f"is {act!r} but the calibration predictions' fingerprint records {activation!r}")
+    if raw.get("side") != side:
+        raise bad("side", f"is {_shown(raw.get('side'))}, not {side!r}")
+    family = raw.get("family")
+    if family not in CONFORMAL_FAMILIES:
+        raise bad("family", f"must be one of {CONFORMAL_FAMILIES}, got {_shown(family)}")
+    step, size = raw.get("step"), raw.get("size")
+    if not _is_int(size) or size < 1:
+        raise bad("size", f"must be a positive integer, got {_shown(size)}")
+    if not _is_number(step) or step <= 0:
+        raise bad("step", f"must be a positive number, got {_shown(step)}")
+    if family == "threshold":
+        try:
+            grid = conformal_grid("threshold", size)
+        except ValueError:
+            raise bad("size", f"must be a power of two in [2, 65536] for the threshold family, got {size}") from None
+        if grid != (step, size):
+            raise bad("step", f"is {step!r}, not 1/size = {grid[0]!r} (the threshold family's grid)")
+    elif size > 100_000:
+        raise bad("size", f"has {size} margin steps (at most 100000)")
+    hp = delta is not None
+    method = raw.get("method")
+    if method != ("high_probability" if hp else "expectation"):
+        raise bad("method", f"is {_shown(method)} but the file's delta {delta!r} makes it "
+                  f"{'high_probability' if hp else 'expectation'}")
+    alpha, tol = raw.get("alpha"), raw.get("tol")
+    if alpha != (delta if hp else target) or not _is_number(alpha):
+        raise bad("alpha", f"is {_shown(alpha)}, not the {'delta' if hp else 'target'} "
+                  f"{delta if hp else target!r} the file records")
+    if tol != (target if hp else None):
+        raise bad("tol", f"is {_shown(tol)}, not {target if hp else None!r}")
+    names = raw.get("names")
+    if (not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names)
+            or len(set(names)) != len(names)):
+        raise bad("names", "must be a non-empty list of distinct names")
+    tasks = raw.get("tasks")
+    n_strata = 1 if strata is None else len(strata.edges) + 1
+    if not isinstance(tasks, list) or len(tasks) != n_strata * len(names):
+        got = len(tasks) if isinstance(tasks, list) else type(tasks).__name__
+        raise bad("tasks", f"must hold {n_strata * len(names)} entries ({n_strata} strata x {len(names)} names), "
+                  f"got {got}")
+    need = min_calibration_cases(alpha, high_probability=hp)
+    for k, t in enumerate(tasks):
+        st, name = divmod(k, len(names))
+        f = f"tasks[{k}]"
+        if not isinstance(t, dict):
+            raise bad(f, "must be an object")
+        if t.get("name") != names[name] or t.get("stratum") != st:
+            raise bad(f"{f}.name", f"must be {names[name]!r} in stratum {st} (the order of 'names')")
+        j = t.get("index")
+        if not _is_int(j) or not 0 <= j <= size:
+            raise bad(f"{f}.index", f"is {_shown(j)}, outside the grid [0, {size}]")
+        lam = t.get("lambda_hat")
+        if not _is_number(lam) or lam != float(j * step):
+            raise bad(f"{f}.lambda_hat", f"is {_shown(lam)}, not the grid value {float(j * step)!r} of its index "
+                      f"{j}")
+        n = t.get("n")
+        want = n_calibration if strata is None else strata.counts[st]
+        if not _is_int(n) or n != want:
+            raise bad(f"{f}.n", f"is {_shown(n)}, not the {want} calibration cases the file records")
+        if n < need:
+            raise bad("alpha", f"{alpha!r} cannot be certified on {n} calibration cases (at least {need} needed)")
+        loss, above = t.get("calibration_loss"), t.get("calibration_above_tol")
+        if not _is_number(loss) or not 0 <= loss <= 1:
+            raise bad(f"{f}.calibration_loss", f"must be a number in [0, 1], got {_shown(loss)}")
+        if not hp and n * loss + 1 > alpha * (n + 1) + 1e-9:
+            raise bad(f"{f}.calibration_loss", f"{loss!r} on {n} cases does not meet the level {alpha!r} "
+                      "(n * loss + 1 <= alpha * (n + 1))")
+        if hp:
+            rank = int(np.ceil(round((n + 1) * (1.0 - alpha), 9)))
+            if not _is_number(above) or not 0 <= above <= 1 or above * n > n - rank + 1e-9:
+                raise bad(f"{f}.calibration_above_tol", f"{_shown(above)} exceeds the {n - rank} of {n} "
+                          "calibration cases the high-probability rule allows above tol")
+        elif above is not None:
+            raise bad(f"{f}.calibration_above_tol", "must be null for expectation control")
+        text = task_guarantee(side, alpha, tol, n, None if strata is None else st)
+        if t.get("guarantee") != text:
+            raise bad(f"{f}.guarantee", f"does not state the rule's guarantee ({text!r})")
+
+
 @dataclass
 class ConformalRuleFile:
     """The content of ``conformal_rule.json``.
@@ -524,6 +659,8 @@ class ConformalRuleFile:
     regions: dict[str, list[int]] | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now().astimezone().isoformat(timespec="seconds"))
     strata: ConformalStrata | None = None
+    #: how :meth:`load` checked the signature (``"signed by ..."``, ``"UNSIGNED: ..."``; empty: not checked)
+    signature: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The file's JSON object, ending with its ``digest`` (:func:`~monai_unc.io.provenance.rule_digest`).
@@ -555,21 +692,41 @@ class ConformalRuleFile:
                        source=source)
         check_digest(d, source=source, written_by="monai-unc evaluate --conformal")
         try:
-            rules = {str(k): ConformalRule.from_dict(v) for k, v in d["rules"].items()}
             targets = {str(k): float(v) for k, v in d["targets"].items()}
+            if any(not (0 < v < 1) or isinstance(v, bool) for v in d["targets"].values()):
+                raise ValueError("field 'targets' must hold levels in (0, 1)")
+            delta = d["delta"]
+            if delta is not None and (not _is_number(delta) or not 0 < delta < 1):
+                raise ValueError(f"field 'delta' must be null or a number in (0, 1), got {_shown(delta)}")
+            cal = d["calibration_cases"]
+            if (not isinstance(cal, list) or not all(isinstance(c, str) for c in cal)
+                    or len(set(cal)) != len(cal)):
+                raise ValueError("field 'calibration_cases' must be a list of distinct case ids")
+            strata = None if d.get("strata") is None else ConformalStrata.from_dict(d["strata"])
+            if strata is not None and sum(strata.counts) != len(cal):
+                raise ValueError(f"field 'strata.counts' sums to {sum(strata.counts)}, not the {len(cal)} "
+                                 "calibration cases")
+            fp = d["fingerprint"]
+            if not isinstance(d["rules"], dict) or not isinstance(fp, dict):
+                raise ValueError("fields 'rules' and 'fingerprint' must be objects")
+            for k, v in d["rules"].items():
+                if k in targets and isinstance(v, dict):
+                    check_rule_fields(v, k, source, target=targets[k], delta=delta, n_calibration=len(cal),
+                                      strata=strata, activation=fp.get("activation"))
+            rules = {str(k): ConformalRule.from_dict(v) for k, v in d["rules"].items()}
             if not rules or set(rules) != set(targets) or not set(rules) <= set(CONFORMAL_LOSSES):
                 raise ValueError("'rules' and 'targets' must name the same sides, outer and/or inner")
             if any(r.side != s for s, r in rules.items()):
                 raise ValueError("a rule's side differs from its key")
             if len({(r.activation, r.family, r.names) for r in rules.values()}) != 1:
                 raise ValueError("the rules differ in activation, family or names")
-            strata = None if d.get("strata") is None else ConformalStrata.from_dict(d["strata"])
             if any(r.edges != (None if strata is None else strata.edges) for r in rules.values()):
                 raise ValueError("the rules' strata edges differ from the 'strata' block")
             return cls(rules, targets, None if d["delta"] is None else float(d["delta"]), dict(d["fingerprint"]),
                        [str(c) for c in d["calibration_cases"]], d.get("regions"), str(d["created"]), strata)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
-            raise ValueError(f"{source}: {e}") from None
+            msg = str(e)
+            raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the file as strict JSON, atomically.
@@ -580,25 +737,31 @@ class ConformalRuleFile:
         Returns:
             The path written.
         """
-        return atomic_write_json(path, self.to_json())
+        return write_signed_json(path, self.to_json())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> ConformalRuleFile:
+    def load(cls, path: str | os.PathLike, trust: Trust | None = None) -> ConformalRuleFile:
         """Read and verify a ``conformal_rule.json`` (:meth:`from_json`).
 
         Args:
             path: the file.
+            trust: check the signature against these trusted keys (:mod:`monai_unc.io.signing`; the result is
+                :attr:`signature`), or None (not checked: the Python API on a file the caller trusts).
 
         Returns:
             The rule file.
 
         Raises:
             FileNotFoundError: no file at ``path``.
-            ValueError: the file is not valid JSON or not a verified rule (format, version, digest, structure).
+            ValueError: the file is not valid JSON or not a verified rule (format, version, digest, structure), or
+                (with ``trust``) unsigned, signed by an untrusted key or edited after it was signed.
         """
         d = read_checked_json(path, fmt=CONFORMAL_RULE_FORMAT, versions=(_FORMAT_VERSION,), what="conformal rule",
                               written_by="monai-unc evaluate --conformal", digest=False)
-        return cls.from_json(d, f"conformal rule {path}")
+        doc = cls.from_json(d, f"conformal rule {path}")
+        if trust is not None:
+            doc.signature = check_signature(d, trust, f"conformal rule {path}")
+        return doc
 
     @property
     def first(self) -> ConformalRule:
@@ -874,6 +1037,7 @@ def check_conformal_inputs(
     layout: str = "monai-unc",
     uncertainty: str | os.PathLike | None = None,
     allow_mismatch: bool = False,
+    trust: Trust | None = None,
 ) -> tuple[ConformalRuleFile, list[CaseFiles], dict[str, Any]]:
     """The checks of :func:`run_conformal` before any work, writing nothing.
 
@@ -895,6 +1059,8 @@ def check_conformal_inputs(
             whose score is read from map files).
         allow_mismatch: accept predictions made otherwise (the check records the differences).
 
+        trust: the trusted keys the rule file's signature must verify against (None: not checked).
+
     Returns:
         ``(rule file, cases, fingerprint check)``; :class:`~monai_unc.evaluation.triage.FingerprintMismatch` (a
         ``ValueError``) when the fingerprints differ and ``allow_mismatch`` is False, ``ValueError`` /
@@ -903,7 +1069,7 @@ def check_conformal_inputs(
     rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
     check_output_folder(output, predictions, images, uncertainty)
     check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty, what="--output")
-    doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule)
+    doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
     check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
                                          [f.case_id for f in found], allow_mismatch=allow_mismatch)
@@ -923,6 +1089,38 @@ class ConformalResult:
     paths: dict[str, Path]
 
 
+def remove_stale_masks(output: str | os.PathLike, cases: Sequence[str], sides: Sequence[str]) -> list[Path]:
+    """Remove the ``<case>_outer`` / ``<case>_inner`` mask files of an earlier run that this run does not write.
+
+    A rerun into the same folder with another rule (e.g. outer only after outer and inner) or other cases must not
+    leave the masks of the earlier rule beside the new ones.
+
+    Args:
+        output: the output folder of ``monai-unc conformal``.
+        cases: the case ids of this run.
+        sides: the sides of this run's rule.
+
+    Returns:
+        The files removed.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for name in ("a_outer.nii.gz", "a_inner.nii.gz", "b_outer.nii.gz"):
+        ...     _ = (d / name).write_bytes(b"")
+        >>> sorted(p.name for p in remove_stale_masks(d, ["a"], ["outer"]))
+        ['a_inner.nii.gz', 'b_outer.nii.gz']
+    """
+    keep = {f"{c}_{s}.nii.gz" for c in cases for s in sides}
+    removed = []
+    for side in CONFORMAL_LOSSES:
+        for p in sorted(Path(output).glob(f"*_{side}.nii.gz")):
+            if p.name not in keep and p.is_file():
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
 def run_conformal(
     predictions: str | os.PathLike,
     rule: ConformalRuleFile | str | os.PathLike,
@@ -936,6 +1134,7 @@ def run_conformal(
     progress: bool = False,
     dist: Any = None,
     on_failure: Any = None,
+    trust: Trust | None = None,
 ) -> ConformalResult:
     """Apply a ``conformal_rule.json`` to new predictions (no labels): the whole of ``monai-unc conformal``.
 
@@ -958,9 +1157,12 @@ def run_conformal(
         progress: show a progress bar.
         dist: a :class:`~monai_unc.engine.DistContext`.
         on_failure: called with each failed case.
+        trust: the trusted keys the rule file's signature must verify against (:mod:`monai_unc.io.signing`;
+            ``conformal.json`` records how it was checked), or None (not checked).
 
     Returns:
-        The :class:`ConformalResult`.
+        The :class:`ConformalResult`. Mask files of an earlier run in ``output`` that this run does not write (a side
+        the rule does not have, a case not in this run) are removed, so that the folder holds this rule's masks only.
     """
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
@@ -970,7 +1172,7 @@ def run_conformal(
     def listing() -> list[CaseFiles]:
         got["doc"], found, got["check"] = check_conformal_inputs(predictions, rule, output, images=images,
                                                                  layout=layout, uncertainty=uncertainty,
-                                                                 allow_mismatch=allow_mismatch)
+                                                                 allow_mismatch=allow_mismatch, trust=trust)
         return found
 
     def setup() -> None:
@@ -980,8 +1182,10 @@ def run_conformal(
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
         rows = sorted(run.results, key=lambda r: str(r["case"]))
         doc: ConformalRuleFile = got["doc"]
+        remove_stale_masks(output, [str(r["case"]) for r in rows], list(doc.rules))
         summary = {
-            "n_cases": len(rows), "rule": rule_path, "targets": doc.targets, "delta": doc.delta,
+            "n_cases": len(rows), "rule": rule_path, "signature": doc.signature or None,
+            "targets": doc.targets, "delta": doc.delta,
             "family": doc.first.family, "fingerprint": got["check"],
             "lambda_hat": {s: {t.name: t.lambda_hat for t in r.tasks} if doc.strata is None else
                            [{n: r.lambda_hat(n, k) for n in r.names} for k in range(r.num_strata)]

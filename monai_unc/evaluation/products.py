@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..io import atomic_write_text, json_safe
-from ..io.provenance import read_checked_json, rule_digest
+from ..io import json_safe
+from ..io.provenance import read_checked_json, rule_digest, write_signed_json
 from ..product import CohortProduct, registered_products
 from .config import EvaluationConfig
 
@@ -209,7 +209,8 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
     """Write a product's fitted artifact atomically.
 
     The file holds the format, version, product name and options, the cases it was fitted on, the artifact, and a
-    sha256 digest of all of it (:func:`monai_unc.io.provenance.rule_digest`).
+    sha256 digest of all of it (:func:`monai_unc.io.provenance.rule_digest`), signed
+    (:func:`monai_unc.io.provenance.write_signed_json`).
 
     Args:
         path: the file (``product.artifact_path(output)``).
@@ -235,7 +236,7 @@ def write_artifact(path: str | os.PathLike, product: CohortProduct, artifact: An
                            "artifact": json_safe(artifact)}
     doc = json.loads(json.dumps(doc, allow_nan=False))  # as it reads back (integer keys become strings)
     doc["digest"] = artifact_digest(doc)
-    return atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+    return write_signed_json(path, doc)
 
 
 def read_artifact(path: str | os.PathLike, product: str | None = None) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..stats import DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype
+from .._utils import check_bool
+from ..stats import DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
 
 __all__ = ["MemoryEstimate", "estimate_memory", "available_memory"]
 
@@ -128,6 +129,10 @@ def estimate_memory(
         840
     """
     spatial = _check_shape(shape, "shape")
+    check_accum_dtype(accum_dtype, warn=False)
+    for flag, value in (("track_variance", track_variance), ("class_variance", class_variance),
+                        ("window_disagreement", window_disagreement), ("multilabel", multilabel), ("stock", stock)):
+        check_bool(value, flag)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
     if not network_bytes_per_voxel >= 0:

@@ -56,7 +56,7 @@ import torch
 from monai.inferers import Inferer, SimpleInferer
 from torch import nn
 
-from .._utils import check_finite, check_probabilities
+from .._utils import check_bool, check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..measures import entropy_map_t
 from ..networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch
@@ -65,6 +65,7 @@ from ..stats import (
     WD_RTOL,
     WINDOW_DISAGREEMENT_MODES,
     SampleStats,
+    check_accum_dtype,
     derive_measures,
     spatial_chunks,
     window_disagreement_from_stitched,
@@ -577,8 +578,10 @@ class UncertaintyInferer(Inferer):
         self.sample_batch_size = sample_batch_size
         if pred_dtype is not None and not any(pred_dtype == d for d in PRED_DTYPES):
             raise ValueError(f"pred_dtype must be None or one of {PRED_DTYPES}, got {pred_dtype!r}")
-        if accum_dtype is not None and (not isinstance(accum_dtype, torch.dtype) or not accum_dtype.is_floating_point):
-            raise TypeError(f"accum_dtype must be a floating point torch.dtype or None, got {accum_dtype!r}")
+        check_accum_dtype(accum_dtype)
+        for flag, value in (("keep_samples", keep_samples), ("track_variance", track_variance),
+                            ("normalize", normalize), ("no_grad", no_grad), ("class_variance", class_variance)):
+            check_bool(value, flag)
         if activation not in ("softmax", "sigmoid", None):
             raise ValueError(f"activation must be 'softmax', 'sigmoid' or None, got {activation!r}")
         if window_disagreement not in WINDOW_DISAGREEMENT_MODES:

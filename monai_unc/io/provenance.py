@@ -20,13 +20,15 @@ import hashlib
 import json
 import os
 import re
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..keys import LAYOUTS
 from .cases import CaseError, CaseFiles, match_cases, read_prediction_regions
-from .files import read_json_or_none
+from .files import atomic_write_json, json_safe, read_json_or_none
+from .signing import SIGNATURE_FIELD, Trust, default_signing_key, sign_digest, verify_signature
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -531,10 +533,11 @@ def list_prediction_cases(
 def rule_digest(body: Mapping[str, Any]) -> str:
     """The content digest of a rule file's JSON object.
 
-    It is ``"sha256:<hex>"`` of its canonical JSON (sorted keys, no spaces) without the ``digest`` field itself. It
-    tells an edited or corrupted file from the one written; it is
-    no signature (whoever edits the file can recompute it), which is why the certificate is also recomputed
-    (:meth:`ReferralRule.verify_certificate`).
+    It is ``"sha256:<hex>"`` of its canonical JSON (sorted keys, no spaces) without the ``digest`` field itself and
+    without the ``signature`` (:mod:`monai_unc.io.signing`, which signs this digest). It tells an edited or corrupted
+    file from the one written; it is no signature (whoever edits the file can recompute it), which is why the
+    certificate is also recomputed (:meth:`ReferralRule.verify_certificate`) and the file is signed
+    (:func:`write_signed_json`, :func:`check_signature`).
 
     Args:
         body: the rule's JSON object (:meth:`ReferralRule.to_json`, or a file's parsed content).
@@ -548,7 +551,7 @@ def rule_digest(body: Mapping[str, Any]) -> str:
         >>> rule_digest({"a": 1})[:7]
         'sha256:'
     """
-    doc = {k: v for k, v in body.items() if k != "digest"}
+    doc = {k: v for k, v in body.items() if k not in ("digest", SIGNATURE_FIELD)}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -623,6 +626,81 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"the constant {name} is not JSON")
 
 
+#: the limits of a fitted file read by :func:`read_checked_json`: bytes, nesting depth, digits of one number
+MAX_DOCUMENT_BYTES = 256 * 2**20
+MAX_DOCUMENT_DEPTH = 64
+MAX_NUMBER_DIGITS = 100
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number has {len(text)} digits (at most {MAX_NUMBER_DIGITS})")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number has {len(text)} characters (at most {MAX_NUMBER_DIGITS})")
+    return float(text)
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text, counted without parsing (strings skipped).
+
+    Args:
+        text: JSON text (untrusted).
+
+    Returns:
+        The nesting depth (0 for a scalar).
+
+    Example:
+        >>> json_depth('{"a": [1, {"b": "]]]"}]}')
+        3
+    """
+    depth = deepest = 0
+    for ch in _BRACKETS.findall(_STRING.sub("", text)):
+        depth += 1 if ch in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def parse_untrusted_json(text: str, source: str) -> Any:
+    """Strict JSON of an untrusted file, with limits.
+
+    No ``NaN`` / ``Infinity``, at most :data:`MAX_DOCUMENT_DEPTH` levels of nesting and :data:`MAX_NUMBER_DIGITS`
+    characters per number, so that a hostile file is one error line, never a ``RecursionError`` or Python's
+    integer-limit message.
+
+    Args:
+        text: the file's text.
+        source: how the message names the file.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        ValueError: one line starting with ``source``.
+
+    Example:
+        >>> parse_untrusted_json('{"a": [1, 2.5]}', "x")
+        {'a': [1, 2.5]}
+        >>> parse_untrusted_json("[" * 100 + "]" * 100, "x")
+        Traceback (most recent call last):
+        ...
+        ValueError: x is not readable JSON: it is nested 100 levels deep (at most 64)
+    """
+    depth = json_depth(text)
+    if depth > MAX_DOCUMENT_DEPTH:
+        raise ValueError(f"{source} is not readable JSON: it is nested {depth} levels deep (at most "
+                         f"{MAX_DOCUMENT_DEPTH})")
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_int=_parse_int, parse_float=_parse_float)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{source} is not readable JSON: it is not valid JSON ({type(e).__name__}: {e})") from None
+
+
 def read_checked_json(
     path: str | os.PathLike,
     *,
@@ -662,12 +740,60 @@ def read_checked_json(
         raise FileNotFoundError(f"{what} not found: no {what} file at {path} (written by {written_by})")
     source = f"{what} {path}" if source is None else source
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        size = path.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"{source} is not readable JSON: it has {size} bytes (at most {MAX_DOCUMENT_BYTES})")
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ValueError(f"{source} is not readable JSON: {type(e).__name__}: {e}") from None
-    except (ValueError, RecursionError) as e:
-        raise ValueError(f"{source} is not readable JSON: it is not valid JSON ({type(e).__name__}: {e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{source} is not readable JSON: it is not valid JSON (not UTF-8: {e})") from None
+    doc = parse_untrusted_json(text, source)
     check_document(doc, fmt=fmt, versions=versions, what=what, source=source)
     if digest:
         check_digest(doc, source=source, written_by=written_by)
     return doc
+
+
+def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str | os.PathLike | None = None
+                      ) -> Path:
+    """Write a fitted file (a rule, a product's artifact) signed, atomically: the one writer of certified files.
+
+    The ``signature`` field (:func:`monai_unc.io.signing.sign_digest`) signs :func:`rule_digest` of the content with
+    ``key``, by default :func:`monai_unc.io.signing.default_signing_key` (``$MONAI_UNC_SIGNING_KEY``, else the user's
+    key, created on first use). When no key can be made (e.g. a read-only configuration folder) the file is written
+    unsigned with a warning: readers then refuse it unless told to accept unsigned files.
+
+    Args:
+        path: the file.
+        body: the JSON object (with or without its ``digest``; a ``signature`` it holds is replaced).
+        key: the private key file, or None (the default key).
+
+    Returns:
+        The path written.
+    """
+    doc = {k: v for k, v in body.items() if k != SIGNATURE_FIELD}
+    try:
+        key_file = default_signing_key() if key is None else key
+        doc[SIGNATURE_FIELD] = sign_digest(rule_digest(json_safe(doc)), key_file)  # type: ignore[arg-type]
+    except (OSError, ValueError) as e:
+        warnings.warn(f"{path} is written unsigned: no signing key ({e}); monai-unc triage / conformal refuse it "
+                      "unless given --allow-unsigned", UserWarning, stacklevel=2)
+    return atomic_write_json(path, doc)
+
+
+def check_signature(doc: Mapping[str, Any], trust: Trust, source: str) -> str:
+    """Verify a fitted file's signature against the trusted keys (:func:`monai_unc.io.signing.verify_signature`).
+
+    Args:
+        doc: the parsed file.
+        trust: the trusted keys and whether unsigned files are accepted.
+        source: how messages name the file.
+
+    Returns:
+        How it was checked, one line (``"signed by ..."`` or ``"UNSIGNED: ..."``).
+
+    Raises:
+        ValueError: unsigned (not allowed), a signature that does not match, or an untrusted key.
+    """
+    return verify_signature(doc, rule_digest(json_safe(doc)), trust, source)

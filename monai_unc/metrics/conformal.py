@@ -51,6 +51,7 @@ conditional on one case. Optional strata of a case score (Mondrian calibration) 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,7 @@ __all__ = [
     "ConformalTaskRule",
     "ConformalRule",
     "conformal_grid",
+    "task_guarantee",
     "entry_index",
     "conformal_case_state",
     "crc_lambda",
@@ -955,6 +957,33 @@ def _loss_words(side: str) -> str:
     return "FNR (missed share of the true voxels)" if side == "outer" else "false-positive share of the mask"
 
 
+def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: int | None = None) -> str:
+    """The guarantee of one class or region's ``lambda_hat``, in words (what :class:`ConformalTaskRule` records).
+
+    Args:
+        side: ``"outer"`` or ``"inner"``.
+        alpha: the level.
+        tol: the per-case tolerance of the high-probability rule, or None (expectation control).
+        n: the calibration cases (of the stratum).
+        stratum: the stratum of a stratified rule, or None.
+
+    Returns:
+        The sentence.
+
+    Example:
+        >>> task_guarantee("outer", 0.1, None, 20)[:50]
+        'E[FNR (missed share of the true voxels) of a new c'
+    """
+    words = _loss_words(side)
+    where = "" if stratum is None else f" within stratum {stratum}"
+    if tol is None:
+        text = f"E[{words} of a new case] <= {alpha:g}"
+    else:
+        text = f"P({words} of a new case <= {tol:g}) >= {1 - alpha:g}"
+    return text + (f"{where}; marginal over the {n} calibration cases and the new case (exchangeable), "
+                   "not conditional on one case")
+
+
 def _check_edges(edges: Any) -> np.ndarray:
     e = np.asarray(edges, dtype=np.float64).reshape(-1)
     if e.size < 1 or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
@@ -1100,7 +1129,11 @@ def fit_conformal_rule(
         raise ValueError(f"stratum {short} has {[int(counts[i]) for i in short]} case(s); alpha={a} needs at least "
                          f"{need} calibration cases per stratum")
     losses = np.stack([s.losses() for s in states])  # (n, T, G + 1)
-    words = _loss_words(first.side)
+    n_true = np.sum([s.n_true for s in states], axis=0)
+    for ti in np.flatnonzero(n_true == 0):
+        warnings.warn(f"{first.names[ti]!r}: none of the {len(states)} calibration cases has a true voxel of it, so "
+                      f"its {first.side} rule is vacuous (its loss does not depend on lambda); check the labels",
+                      UserWarning, stacklevel=2)
     tasks = []
     for st in range(n_strata):
         rows = losses[stratum_of == st]
@@ -1117,12 +1150,7 @@ def fit_conformal_rule(
                 raise ValueError(f"{name!r}{where}: {err}") from None
             at = task_losses[:, j]
             lam = float(j * first.step)
-            if t is None:
-                text = f"E[{words} of a new case] <= {a:g}"
-            else:
-                text = f"P({words} of a new case <= {t:g}) >= {1 - a:g}"
-            text += (f"{where}; marginal over the {n} calibration cases and the new case (exchangeable), "
-                     "not conditional on one case")
+            text = task_guarantee(first.side, a, t, n, None if edge_tuple is None else st)
             tasks.append(ConformalTaskRule(name, st, lam, j, n, float(at.mean()),
                                            None if t is None else float((at > t).mean()), text))
     return ConformalRule(first.activation, first.family, first.side, first.step, first.size, method, a, t,

@@ -452,7 +452,10 @@ def build_triage_page(
            "its intensity statistics are close to the calibration images'; every other case goes to review with its "
            "reason. These decisions (rule: accept / review) are the certified rule's and carry its guarantee; the "
            "review budget of an evaluation report (budget: flagged / kept) is a ranking without one.", class_="note"),
-        el("ul", *notes, class_="warn") if notes else None, id="summary")
+        el("ul", *notes, class_="warn") if notes else None,
+        el("p", f"Rule signature: {summary['rule_signature']}.", class_="note")
+        if summary.get("rule_signature") and not str(summary["rule_signature"]).startswith("UNSIGNED") else None,
+        id="summary")
     sections = [
         summary_section,
         el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule, mask_rows),

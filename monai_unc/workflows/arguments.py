@@ -23,7 +23,8 @@ from ..product import registered_products
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 
 #: the sub-commands :func:`add_command_parsers` adds, in the order of ``monai-unc --help``
-COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal", "dicom-export", "monitor")
+COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal", "dicom-export", "monitor",
+            "keys")
 
 
 #: the attribute of ``infer``'s parsed arguments that holds the destinations of the options given on the command
@@ -120,6 +121,10 @@ def _add_model_options(p: argparse.ArgumentParser, *, bundle: str, checkpoint: s
     else:
         m.add_argument("--checkpoint", default=None, metavar="FILE", help=checkpoint)
     m.add_argument("--unsafe-load", action="store_true", help=unsafe_load)
+    m.add_argument("--allow-code-target", action="append", default=[], metavar="NAME",
+                   help="RUNS CODE: let --network build NAME (a dotted name, or a module prefix ending with '.') "
+                   "besides MONAI's and torch's networks; '*' also allows $ expressions. Only for specs you trust "
+                   "(a bundle is code and is always built as MONAI builds it)")
     return m
 
 
@@ -391,7 +396,18 @@ def _add_triage(sub: Any) -> None:
                    "store cannot be reached (exit status 2)")
     p.add_argument("--site", default=None, help="with --monitor: the site of the cases (default: from the images' "
                    "JSON sidecars, else 'unknown')")
+    _add_trust_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
+def _add_trust_options(p: argparse.ArgumentParser) -> None:
+    """``--trusted-keys`` and ``--allow-unsigned`` of the commands that apply a certified rule."""
+    p.add_argument("--trusted-keys", action="append", default=[], metavar="PATH",
+                   help="a public key file (.pub) or a folder of them whose signatures are trusted, besides "
+                   "MONAI_UNC_TRUSTED_KEYS and the keys of your configuration folder (see docs/signing.md)")
+    p.add_argument("--allow-unsigned", action="store_true",
+                   help="use a rule that is unsigned, signed by an untrusted key or of an older format: who "
+                   "certified it is then not checked (printed, recorded in the outputs and shown on the page)")
 
 
 def _add_conformal(sub: Any) -> None:
@@ -414,6 +430,7 @@ def _add_conformal(sub: Any) -> None:
                         "whose score comes from map files)")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="apply the rule to predictions whose fingerprint differs (conformal.json says so)")
+    _add_trust_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 def _add_dicom_export(sub: Any) -> None:
@@ -501,6 +518,19 @@ def _add_monitor(sub: Any) -> None:
         q.add_argument("--quiet", "-q", action="store_true", help="print nothing (the exit status still tells)")
 
 
+def _add_keys(sub: Any) -> None:
+    p = sub.add_parser(
+        "keys", help="the keys that sign certified rules: create a pair, show fingerprints",
+        description="Certification (evaluate --target-risk, --conformal) signs its rule files with a private Ed25519 "
+        "key; triage and conformal accept a rule only when its signature verifies against a trusted public key. "
+        "Without options: show the signing key and the trusted keys of this machine. See docs/signing.md.",
+    )  # fmt: skip
+    p.add_argument("--create", metavar="FOLDER", nargs="?", const="", default=None,
+                   help="create a key pair (signing_key.pem, owner-only, and signing_key.pub) in FOLDER (default: "
+                   "your configuration folder, if it has none)")
+    p.add_argument("--show", metavar="FILE", default=None, help="the fingerprint of a public or private key file")
+
+
 def add_command_parsers(sub: Any) -> None:
     """Add the sub-commands of :data:`COMMANDS` with their options to the ``monai-unc`` parser.
 
@@ -515,5 +545,5 @@ def add_command_parsers(sub: Any) -> None:
         0.3
     """
     for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal,
-                _add_dicom_export, _add_monitor):
+                _add_dicom_export, _add_monitor, _add_keys):
         add(sub)

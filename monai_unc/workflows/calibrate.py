@@ -181,6 +181,7 @@ def run_calibrate(
     network: str | os.PathLike | dict | None = None,
     checkpoint: str | os.PathLike | None = None,
     unsafe_load: bool = False,
+    allow_code: Sequence[str] = (),
     device: str | torch.device = "cpu",
     intensity: str = "auto",
     roi: int | Sequence[int] | None = None,
@@ -224,6 +225,8 @@ def run_calibrate(
         network: a network spec (dict or JSON file).
         checkpoint: the weights to calibrate.
         unsafe_load: load the checkpoint with ``weights_only=False`` (trusted files only).
+        allow_code: names a ``network`` spec may build besides the allowed networks (they run code: trusted specs
+            only; :func:`~monai_unc.workflows.models.check_network_spec`).
         device: where the network runs (``"auto"``: CUDA when available).
         intensity: the intensity normalisation (``"auto"``: the model's default).
         roi: the sliding-window size (None: the whole image in one pass).
@@ -261,7 +264,7 @@ def run_calibrate(
     check_output_file(out.with_suffix(".json"), *inputs, what="record of --output")
     loaded = load_network(model=model, bundle=bundle, network=network,
                           checkpoints=[checkpoint] if checkpoint else [], unsafe_load=unsafe_load,
-                          device=device, bundle_preprocessing=False)
+                          device=device, bundle_preprocessing=False, allow_code=allow_code)
     check_output_file(out, *loaded.checkpoints, what="--output")  # e.g. the example model's shipped weights
     check_roi(roi, loaded.spatial_dims)
     cases = list_image_cases(images)
@@ -326,6 +329,7 @@ def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Pa
     out, record = run_calibrate(
         args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, device=args.device, intensity=args.intensity,
+        allow_code=getattr(args, "allow_code_target", ()),
         roi=args.roi, overlap=args.overlap, mode=args.mode, loss=args.loss, max_steps=args.max_steps,
         progress=not args.quiet, activation=args.activation, regions=args.regions,
         ignore_unclaimed_labels=args.ignore_unclaimed_labels,

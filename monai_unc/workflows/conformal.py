@@ -15,6 +15,7 @@ from typing import Any
 from ..engine import DistContext
 from ..evaluation import ConformalRuleFile, run_conformal
 from ..evaluation.conformal import ConformalResult
+from .report import trust_from_arguments
 from .session import CommandResult, run_command
 
 __all__ = ["conformal_command", "conformal_from_arguments", "conformal_summary"]
@@ -61,6 +62,10 @@ def conformal_summary(result: ConformalResult) -> list[str]:
     """
     s = result.summary
     lines = [f"{s['n_cases']} case(s); " + "; ".join(f"{k}: {v}" for k, v in s["guarantee"].items())]
+    sig = s.get("signature")
+    if sig:
+        lines.append(f"WARNING: rule {sig}: who certified it, and that it is unchanged since, were not checked"
+                     if sig.startswith("UNSIGNED") else f"rule {sig}")
     if s["fingerprint"]["status"] == "mismatch":
         lines.append("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover these "
                      "cases")
@@ -79,5 +84,5 @@ def conformal_from_arguments(args: argparse.Namespace) -> CommandResult[Conforma
     """
     res = conformal_command(args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
                             uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch,
-                            progress=not args.quiet)
+                            progress=not args.quiet, trust=trust_from_arguments(args))
     return dataclasses.replace(res, lines=()) if args.quiet else res

@@ -32,7 +32,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ from ..io import (
     CaseError,
     ImageCase,
     atomic_write_json,
+    file_sha256,
     json_safe,
     read_json_or_none,
     read_volume,
@@ -85,6 +86,8 @@ __all__ = [
     "predict_cases",
     "check_run_settings",
     "record_outputs",
+    "output_digests",
+    "changed_outputs",
     "complete_settings",
     "run_infer",
 ]
@@ -260,11 +263,67 @@ def _warn_stale(case_id: str, saved: Any, current: Any) -> None:
                   f"{'; ...' if len(changes) > 4 else ''}): predicting it again", UserWarning, stacklevel=2)
 
 
+def output_digests(output: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The size (bytes) and sha256 of each output file of a case, as its record keeps them (``file_digests``).
+
+    Args:
+        output: the output folder.
+        names: the file names.
+
+    Returns:
+        ``{name: {"size": int, "sha256": hex}}``.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "a.nii.gz").write_bytes(b"abc")
+        >>> output_digests(d, ["a.nii.gz"])["a.nii.gz"]["size"]
+        3
+    """
+    return {n: {"size": (output / n).stat().st_size, "sha256": file_sha256(output / n)} for n in names}
+
+
+def changed_outputs(output: Path, record: Mapping[str, Any]) -> list[str]:
+    """The files of a finished case's record that are missing or differ from what was written.
+
+    A file differs when its size or sha256 is not the one the record keeps (``file_digests``; a record written before
+    they were kept is checked for missing files only).
+
+    Args:
+        output: the output folder.
+        record: the case's record (``<case>.json``).
+
+    Returns:
+        The names of the missing or changed files, with why (``"a.nii.gz (missing)"``).
+    """
+    bad = []
+    digests = record.get("file_digests")
+    for name in record["files"]:
+        p = output / name
+        if not p.is_file():
+            bad.append(f"{name} (missing)")
+            continue
+        want = digests.get(name) if isinstance(digests, Mapping) else None
+        if isinstance(want, Mapping):
+            if p.stat().st_size != want.get("size"):
+                bad.append(f"{name} (size {p.stat().st_size} bytes, written {want.get('size')})")
+            elif file_sha256(p) != want.get("sha256"):
+                bad.append(f"{name} (content changed)")
+    return bad
+
+
 def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None) -> dict[str, Any]:
-    """The status of a finished case, from its record; ``FileNotFoundError`` when a file it lists is missing."""
-    missing = [f for f in record["files"] if not (output / f).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{output / missing[0]} is missing")
+    """The status of a finished case, from its record.
+
+    ``FileNotFoundError`` when a file it lists is missing or differs from what was written (:func:`changed_outputs`;
+    the case is predicted again, with a warning for a changed file).
+    """
+    bad = changed_outputs(output, record)
+    if bad:
+        if any(not b.endswith("(missing)") for b in bad):
+            warnings.warn(f"case {record.get('case')!r}: {', '.join(bad[:3])} differs from what was written: "
+                          "predicting it again", UserWarning, stacklevel=2)
+        raise FileNotFoundError(f"{output / bad[0].split(' (')[0]} is missing or changed")
     return {"case": case.case_id if case is not None else record.get("case"), "status": "skipped", "record": record}
 
 
@@ -515,6 +574,8 @@ def predict_case(
     names = case_outputs(case.case_id, [m for m in settings.measures if m in maps], settings.write_probs)
     # an earlier record (--overwrite) must not mark a case finished whose new files are only partly written
     (output / f"{case.case_id}.json").unlink(missing_ok=True)
+    for stale in set(case_outputs(case.case_id, MEASURES)) - set(names):  # an earlier run's maps this one does not
+        (output / stale).unlink(missing_ok=True)  # write (--overwrite with other measures or --no-probs): never mixed
     if multilabel:
         save_region_maps(seg, affine, output / names[0], dtype="uint8")
     else:
@@ -541,6 +602,7 @@ def predict_case(
         "shape": list(spatial),
         "multilabel": multilabel,
         "fingerprint": case_fingerprint(settings),  # the settings a resume compares (_record_cache)
+        "file_digests": output_digests(output, names),  # a resume redoes a case whose files changed since
     }
     if multilabel:
         record["regions"] = regions

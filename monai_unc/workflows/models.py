@@ -29,9 +29,12 @@ import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from pydoc import locate
+from typing import Any
 
 import torch
 from monai.bundle import ConfigParser
+from monai.bundle.config_item import ComponentLocator
 from torch import nn
 
 from ..data import build_example_network, example_weights_path
@@ -46,9 +49,120 @@ __all__ = [
     "check_weights_fit",
     "checkpoint_temperature",
     "network_spatial_dims",
+    "check_network_spec",
+    "ALLOWED_NETWORK_TARGETS",
 ]
 
 _CONFIG_NAMES = ("inference.json", "inference.yaml", "inference.yml")
+
+#: the names a network spec may build without an opt-in: MONAI's networks and their building blocks, torch's layers
+#: and this package's networks (a name is allowed when it equals an entry or lies under an entry ending in ".")
+ALLOWED_NETWORK_TARGETS: tuple[str, ...] = (
+    "monai.networks.nets.", "monai.networks.blocks.", "monai.networks.layers.", "torch.nn.",
+    "monai_unc.networks.", "monai_unc.data.build_ssn_network", "monai_unc.data.build_example_network",
+)
+_MODES = ("default", "callable", "partial")  # MONAI's "debug" mode starts pdb: refused
+
+
+def _allowed(name: str, allowed: Sequence[str]) -> bool:
+    return any(name == a.rstrip(".") or (a.endswith(".") and name.startswith(a)) or name.startswith(a + ".")
+               for a in allowed)
+
+
+def _check_target(target: Any, where: str, what: str, allowed: Sequence[str]) -> None:
+    """Refuse a ``_target_`` outside ``allowed`` before anything is imported from it or built."""
+    hint = "pass --allow-code-target NAME to run code from it (only for specs you trust)"
+    if not isinstance(target, str) or not target or target[0] in "@$%":
+        raise ValueError(f"{what}: {where}_target_ must be a plain class name, got {str(target)[:80]!r}")
+    name = target
+    if "." not in name:  # a short name: MONAI looks it up among its imported modules only
+        module = ComponentLocator().get_component_module_name(name)
+        if not isinstance(module, str):  # unknown, or ambiguous (a list of modules)
+            raise ValueError(f"{what}: {where}_target_ {name!r} is not an allowed network name ({hint})")
+        name = f"{module}.{name}"
+    if any(part.startswith("_") or not part.isidentifier() for part in name.split(".")):
+        raise ValueError(f"{what}: {where}_target_ {target!r} names a private or invalid attribute")
+    if not _allowed(name, allowed):
+        raise ValueError(f"{what}: {where}_target_ {target!r} is not an allowed network name (MONAI's "
+                         f"monai.networks, torch.nn, monai_unc.networks; {hint})")
+    prefixes = [a for a in ALLOWED_NETWORK_TARGETS if a.endswith(".")]
+    if name not in ALLOWED_NETWORK_TARGETS and _allowed(name, prefixes):  # what it resolves to must stay inside
+        try:
+            obj = locate(name)  # imports only modules under the allowed prefixes
+        except Exception as e:
+            raise ValueError(f"{what}: {where}_target_ {target!r} cannot be imported ({type(e).__name__})") from None
+        if obj is None:
+            raise ValueError(f"{what}: {where}_target_ {target!r} cannot be found")
+        module = getattr(obj, "__module__", None) or ""
+        if not callable(obj) or not _allowed(f"{module}.{getattr(obj, '__qualname__', '')}", prefixes):
+            raise ValueError(f"{what}: {where}_target_ {target!r} resolves to {module or type(obj).__name__}, "
+                             f"outside the allowed network names ({hint})")
+
+
+def _lookup(root: Any, ref: str) -> Any:
+    node = root
+    for part in ref.replace("#", "::").split("::"):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def check_network_spec(spec: dict, key: str | None = None, allow_code: Sequence[str] = (), what: str = "--network",
+                       ) -> None:
+    """Refuse a network spec that would run code outside an allow-list, before anything is imported or built.
+
+    MONAI's config syntax can run any Python: a ``_target_`` names any callable (``os.system``), a string starting
+    with ``$`` is evaluated, ``%`` loads another file, ``_mode_: debug`` starts a debugger. A network spec is a file
+    a user may edit, so it is untrusted input: every ``_target_`` it reaches (its nested arguments and the entries it
+    references with ``@``) must name a class or function of :data:`ALLOWED_NETWORK_TARGETS` or of ``allow_code``;
+    expressions and macros are refused unless ``allow_code`` contains ``"*"`` (trust the spec completely).
+
+    Args:
+        spec: the parsed spec (a MONAI config dict).
+        key: the entry that is built (e.g. ``"network_def"``); None: the whole spec.
+        allow_code: further names (a dotted name, or a module prefix ending with ``"."``) the user opts into;
+            ``"*"`` trusts everything.
+        what: how the spec is named in errors.
+
+    Raises:
+        ValueError: naming the entry and the name that is not allowed.
+
+    Example:
+        >>> check_network_spec({"_target_": "monai.networks.nets.UNet", "spatial_dims": 2})
+        >>> check_network_spec({"_target_": "os.system", "command": "true"})
+        Traceback (most recent call last):
+        ...
+        ValueError: --network: _target_ 'os.system' is not an allowed network name (MONAI's monai.networks, \
+torch.nn, monai_unc.networks; pass --allow-code-target NAME to run code from it (only for specs you trust))
+    """
+    allow_code = [str(a) for a in allow_code]
+    if "*" in allow_code:
+        return
+    allowed = (*ALLOWED_NETWORK_TARGETS, *allow_code)
+    seen: set[str] = set()
+    todo: list[tuple[Any, str]] = [(spec if key is None else spec.get(key), "" if key is None else f"{key}::")]
+    while todo:
+        node, where = todo.pop()
+        if isinstance(node, dict):
+            if "_target_" in node:
+                _check_target(node["_target_"], where, what, allowed)
+            mode = node.get("_mode_", "default")
+            if mode not in _MODES:
+                raise ValueError(f"{what}: {where}_mode_ must be one of {', '.join(_MODES)}, got {str(mode)[:40]!r}")
+            todo.extend((v, f"{where}{k}::") for k, v in node.items() if k != "_target_")
+        elif isinstance(node, (list, tuple)):
+            todo.extend((v, f"{where}{i}::") for i, v in enumerate(node))
+        elif isinstance(node, str) and node[:1] in ("$", "%"):
+            kind = "an expression" if node[0] == "$" else "a macro (it loads another file)"
+            raise ValueError(f"{what}: {where.rstrip(':') or 'the spec'} is {kind}, which runs code: "
+                             f"{node[:60]!r} (pass --allow-code-target '*' only for specs you trust)")
+        elif isinstance(node, str) and node.startswith("@") and node[1:] not in seen:
+            seen.add(node[1:])
+            todo.append((_lookup(spec, node[1:]), f"{node[1:]}::"))
 
 
 def load_checkpoint(path: str | os.PathLike, unsafe_load: bool = False) -> dict[str, torch.Tensor]:
@@ -194,7 +308,7 @@ def _read_spec(spec: str | os.PathLike | dict) -> dict:
     return spec
 
 
-def _instantiate(spec: dict, what: str) -> nn.Module:
+def _instantiate(spec: dict, what: str, allow_code: Sequence[str] = ()) -> nn.Module:
     """Build the network of a spec.
 
     A MONAI config dict with ``_target_``, or a whole config that defines ``network_def`` (a bundle config such as
@@ -202,8 +316,10 @@ def _instantiate(spec: dict, what: str) -> nn.Module:
     :func:`monai_unc.data.train_ssn` writes next to its weights).
     """
     if "_target_" not in spec and isinstance(spec.get("network_def"), dict):
+        check_network_spec(spec, "network_def", allow_code, what)
         parser, key = ConfigParser(spec), "network_def"
     elif "_target_" in spec:
+        check_network_spec(spec, None, allow_code, what)
         parser, key = ConfigParser({"network": spec}), "network"
     else:
         raise ValueError(f"{what} must be a MONAI config dict with a '_target_' (e.g. monai.networks.nets.UNet) "
@@ -289,6 +405,7 @@ def load_network(
     unsafe_load: bool = False,
     device: str | torch.device = "cpu",
     bundle_preprocessing: bool = True,
+    allow_code: Sequence[str] = (),
 ) -> LoadedModel:
     """Build the network and load its weights.
 
@@ -306,6 +423,9 @@ def load_network(
         unsafe_load: load the checkpoints with ``weights_only=False`` (trusted files only).
         device: where the network is put.
         bundle_preprocessing: apply the bundle's ``preprocessing`` (``bundle`` only).
+        allow_code: names a ``network`` spec may build besides MONAI's and torch's networks
+            (:func:`check_network_spec`; they run code: only for specs you trust). A bundle is code and is built
+            with MONAI's semantics.
 
     Returns:
         The :class:`LoadedModel` (network in eval mode, on ``device``).
@@ -370,7 +490,7 @@ def load_network(
             inline_spec = spec
         else:
             config_files.append(str(Path(network).resolve()))  # type: ignore[arg-type]
-        net = _instantiate(spec, "--network")
+        net = _instantiate(spec, "--network", allow_code)
         if not checkpoints:
             raise ValueError("--network needs --checkpoint FILE (the trained weights)")
         _load_weights(net, checkpoints[0], unsafe_load)

@@ -373,6 +373,7 @@ def prepare_infer(
     checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = (),
     unsafe_load: bool = False,
     bundle_preprocessing: bool = True,
+    allow_code: Sequence[str] = (),
     method: str = "mcdropout",
     samples: int | None = 10,
     dropout: float | None = None,
@@ -402,6 +403,8 @@ def prepare_infer(
         checkpoint: weights (state dict); several files are the members of ``method="ensemble"`` (otherwise only the
             first is used).
         unsafe_load: read checkpoints with ``torch.load(weights_only=False)`` (only for files you trust).
+        allow_code: names a ``network`` spec may build besides the allowed networks (they run code: trusted specs
+            only; :func:`~monai_unc.workflows.models.check_network_spec`).
         bundle_preprocessing: apply the bundle's ``preprocessing`` (and invert it on the outputs).
         method: ``+``-joined sources: ``mcdropout``, ``ratein``, ``tta``, ``ensemble``, ``ssn``, or ``softmax``.
         samples: MC dropout / Rate-In / SSN latent samples (None with ``rule``: the rule's).
@@ -457,7 +460,7 @@ def prepare_infer(
     cases = list_image_cases(input)
     loaded = load_network(
         model=model, bundle=bundle, network=network, checkpoints=_checkpoint_list(checkpoint),
-        unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing,
+        unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing, allow_code=allow_code,
     )  # fmt: skip
     net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
     if rule is not None:  # the model the rule was certified with, and its samples per case
@@ -579,6 +582,7 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
         progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
+        allow_code=getattr(args, "allow_code_target", ()),
         write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule, **options,
     )  # fmt: skip
     if dicom and res.is_main:  # the DICOM objects of every case, from its NIfTI outputs and its source series

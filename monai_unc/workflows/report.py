@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from ..evaluation import load_evaluation, resummarize, run_conformal, run_triage
 from ..evaluation.conformal import check_conformal_inputs
 from ..evaluation.triage import TriageResult
 from ..io import check_inputs_not_written, check_output_file, check_output_folder
+from ..io.signing import Trust
 from ..report.html import build_report
 from ..report.triage import build_triage_page
 from .prepare import error_text, read_case_list
@@ -130,6 +132,22 @@ def run_report(
     return build_report(evaluation, output, images=images, n_cases=cases, title=title, summary=summary)
 
 
+def trust_from_arguments(args: argparse.Namespace) -> Trust:
+    """The signatures ``triage`` / ``conformal`` accept: ``--trusted-keys`` and ``--allow-unsigned``.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The :class:`~monai_unc.io.signing.Trust`; with ``--allow-unsigned`` a line on stderr says so.
+    """
+    allow = bool(getattr(args, "allow_unsigned", False))
+    if allow:
+        print("monai-unc: --allow-unsigned: a rule that is unsigned, signed by an untrusted key or of an older format "
+              "is used without checking who certified it; the outputs record it", file=sys.stderr)
+    return Trust(tuple(str(k) for k in getattr(args, "trusted_keys", None) or ()), allow)
+
+
 def triage_with_page(
     predictions: str | os.PathLike,
     rule: Any,
@@ -143,6 +161,7 @@ def triage_with_page(
     progress: bool = True,
     dist: Any = None,
     conformal_rule: Any = None,
+    trust: Trust | None = None,
 ) -> tuple[TriageResult, Path | None]:
     """``monai-unc triage``.
 
@@ -169,6 +188,8 @@ def triage_with_page(
         dist: a :class:`~monai_unc.engine.DistContext` (default: a single process or torchrun's group).
         conformal_rule: a :class:`~monai_unc.evaluation.ConformalRuleFile` or the path of a ``conformal_rule.json``
             (``--conformal-rule``; written by ``evaluate --conformal``), or None.
+        trust: the trusted keys the rule files' signatures must verify against (``--trusted-keys``,
+            ``--allow-unsigned``; :mod:`monai_unc.io.signing`), or None (not checked).
 
     Returns:
         ``(result, page)``; ``page`` is None on ranks other than 0.
@@ -178,13 +199,13 @@ def triage_with_page(
     masks = output / TRIAGE_CONFORMAL_DIR if conformal_rule is not None else None
     if masks is not None:  # refused here, before the triage writes anything
         check_conformal_inputs(predictions, conformal_rule, masks, images=images, layout=layout,
-                               allow_mismatch=allow_mismatch)
+                               allow_mismatch=allow_mismatch, trust=trust)
     ctx = dist if dist is not None else get_dist_context()
     result = run_triage(predictions, rule, output, images=images, allow_mismatch=allow_mismatch, layout=layout,
-                        uncertainty=uncertainty, progress=progress, dist=ctx)
+                        uncertainty=uncertainty, progress=progress, dist=ctx, trust=trust)
     if masks is not None:
         run_conformal(predictions, conformal_rule, masks, images=images, layout=layout,
-                      allow_mismatch=allow_mismatch, progress=progress, dist=ctx)
+                      allow_mismatch=allow_mismatch, progress=progress, dist=ctx, trust=trust)
     page = (build_triage_page(output, n_cases=cases, conformal=masks, conformal_rule=conformal_rule) if ctx.is_main
             else None)
     return result, page

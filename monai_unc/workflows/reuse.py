@@ -29,7 +29,7 @@ from typing import Any
 
 from ..evaluation.conformal import CONFORMAL_RULE_FORMAT, ConformalRuleFile
 from ..evaluation.triage.rule import RULE_FORMAT, ReferralRule
-from ..io.provenance import has_weight_digests, weight_differences
+from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
 from ..keys import MEASURES
 from .factory import METHOD_TOKENS, method_tokens
 
@@ -83,9 +83,10 @@ def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"--settings-from: no rule file at {path}")
     try:  # which reader: the format field (each reader then checks the whole file)
-        head = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda c: None)
-    except (OSError, ValueError, RecursionError) as e:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as e:
         raise ValueError(f"--settings-from {path}: not a readable JSON rule file ({type(e).__name__})") from None
+    head = parse_untrusted_json(text, f"--settings-from {path}")
     fmt = head.get("format") if isinstance(head, dict) else None
     if fmt == RULE_FORMAT:
         return f"referral rule {path}", dict(ReferralRule.load(path).fingerprint)

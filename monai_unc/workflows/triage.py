@@ -30,7 +30,7 @@ from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
 from ..report.triage import build_triage_page
 from .monitor import record_triage
-from .report import TRIAGE_CONFORMAL_DIR, triage_with_page
+from .report import TRIAGE_CONFORMAL_DIR, triage_with_page, trust_from_arguments
 from .session import CommandResult, run_command
 
 __all__ = ["certify_and_triage", "format_triage", "triage_outcome", "format_outcome", "triage_command",
@@ -89,6 +89,8 @@ def triage_summary(result: TriageResult, page: Path | None, output: Path, masks:
                      "cases")
     elif s["fingerprint"]["status"] == "unverified":
         lines.append("note: no record of how the predictions were made: the rule could not check their fingerprint")
+    if s.get("rule_signature") and not s["rule_signature"].startswith("UNSIGNED"):
+        lines.append(f"rule {s['rule_signature']}")
     lines += [f"note: {note}" for note in s["notes"]]
     if masks is not None:
         lines.append(f"wrote the conformal masks, conformal.csv and conformal.json to {masks}")
@@ -339,7 +341,7 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
     res = triage_command(
         args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
         layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
-        conformal_rule=args.conformal_rule,
+        conformal_rule=args.conformal_rule, trust=trust_from_arguments(args),
     )  # fmt: skip
     monitor_db = getattr(args, "monitor", None)
     if monitor_db is not None and res.is_main:

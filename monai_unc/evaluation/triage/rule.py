@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import __version__
-from ...io import atomic_write_json, json_safe, provenance
+from ...io import json_safe, provenance
 from ...io.provenance import check_document, read_checked_json, rule_digest
+from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import risk_controlled_threshold
 from ...regions import check_regions
@@ -440,6 +441,8 @@ class ReferralRule:
     regions: dict[str, list[int]] | None = None
     record: CalibrationRecord | None = None
     integrity: str = field(default="", compare=False)
+    #: how :meth:`load` checked the signature (``"signed by ..."``, ``"UNSIGNED: ..."``; empty: not checked)
+    signature: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.regions is not None:
@@ -874,8 +877,11 @@ class ReferralRule:
             digested = check_digest and provenance.check_digest(d, source=source, written_by=_WRITTEN_BY,
                                                                 required=False)
             if record is None:
-                rule.integrity = (f"not recomputed: format_version {ver} records no calibration cases' scores and "
-                                  "risks (a rule written before monai-unc recorded them); its threshold is trusted")
+                held = ("holds a calibration record, which this format version does not check" if any(
+                    k in cal for k in ("dice", "risks", "case_scores")) else
+                    "records no calibration cases' scores and risks (a rule written before monai-unc recorded them)")
+                rule.integrity = (f"not recomputed: the file has format_version {ver}, which {held}; its threshold "
+                                  "is trusted as written")
             else:
                 rule.integrity = ("recomputed, digest verified" if digested else
                                   "recomputed, no digest" if check_digest else "recomputed")
@@ -885,7 +891,7 @@ class ReferralRule:
             raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the rule as strict JSON, atomically (temporary name, then rename).
+        """Write the rule as strict JSON, signed (:func:`~monai_unc.io.provenance.write_signed_json`), atomically.
 
         Args:
             path: the file (usually ``<output>/referral_rule.json``).
@@ -893,14 +899,20 @@ class ReferralRule:
         Returns:
             The path written.
         """
-        return atomic_write_json(path, self.to_json())
+        return provenance.write_signed_json(path, self.to_json())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> ReferralRule:
+    def load(cls, path: str | os.PathLike, trust: Trust | None = None) -> ReferralRule:
         """Read and verify a rule file (:meth:`from_json` with the digest checked).
+
+        With ``trust`` the signature must verify against a trusted key (:mod:`monai_unc.io.signing`), and a rule of
+        an older format (its certificate cannot be recomputed) is refused unless ``trust.allow_unsigned``;
+        :attr:`signature` says how it was checked.
 
         Args:
             path: the rule file.
+            trust: the trusted keys, or None (the signature is not checked: the Python API on a file the caller
+                trusts).
 
         Returns:
             The rule.
@@ -914,7 +926,15 @@ class ReferralRule:
         path = Path(path)
         d = read_checked_json(path, fmt=RULE_FORMAT, versions=range(1, RULE_VERSION + 1), what="referral rule",
                               written_by=_WRITTEN_BY, digest=False)  # compared by from_json, after the fields
-        return cls.from_json(d, f"referral rule {path}", check_digest=True)
+        rule = cls.from_json(d, f"referral rule {path}", check_digest=True)
+        if trust is not None:
+            if rule.record is None and not trust.allow_unsigned:
+                raise ValueError(f"referral rule {path} has format_version {d['format_version']}: its certificate "
+                                 "cannot be recomputed, so its threshold would be trusted as written; certify it "
+                                 "again with monai-unc evaluate --target-risk, or pass --allow-unsigned to use it "
+                                 "anyway (recorded in the outputs)")
+            rule.signature = provenance.check_signature(d, trust, f"referral rule {path}")
+        return rule
 
 
 def as_float(v: Any) -> float:

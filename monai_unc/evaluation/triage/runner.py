@@ -32,6 +32,7 @@ from ...io import (
     write_csv,
 )
 from ...io.provenance import check_prediction_fingerprint, has_weight_digests, list_prediction_cases
+from ...io.signing import Trust
 from ...scores import case_score_columns
 from ..cohort import triage_order
 from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
@@ -299,6 +300,9 @@ def _assemble(
         notes.append(f"image check {image_check}")
     if rule.integrity.startswith("not recomputed"):
         notes.append(f"certificate {rule.integrity}")
+    if rule.signature.startswith("UNSIGNED"):
+        notes.append(f"rule signature {rule.signature}: who certified this rule, and that it is unchanged since, "
+                     "were not checked")
     if check.get("weight_digests") == "unavailable" and check.get("status") != "unverified":
         side = "the rule's" if not has_weight_digests(rule.fingerprint) else "the predictions'"
         notes.append(f"model weight digests unavailable ({side} record was written before monai-unc recorded them): "
@@ -367,6 +371,7 @@ def _assemble(
         "image_check": image_check,
         "notes": notes,
         "rule_file": rule_path,
+        "rule_signature": rule.signature or None,
         "rule": rule.to_json(),
         "cases": cases,
         "files": {str(r["case"]): r.get("files") for r in rows},
@@ -389,6 +394,7 @@ def run_triage(
     progress: bool = False,
     dist: Any = None,
     on_failure: Any = None,
+    trust: Trust | None = None,
 ) -> TriageResult:
     """Triage the new (unlabelled) cases of ``predictions`` with ``rule``: ``monai-unc triage`` without its page.
 
@@ -429,6 +435,9 @@ def run_triage(
         dist: a :class:`~monai_unc.engine.DistContext` (default :func:`~monai_unc.engine.get_dist_context`).
         on_failure: called with a :class:`~monai_unc.engine.CaseFailure` for each failing case (default: one
             stderr line).
+        trust: the trusted keys a rule file's signature must verify against (:meth:`ReferralRule.load`;
+            ``triage.json`` records how it was checked, and an unsigned rule allowed by ``trust.allow_unsigned`` is
+            a note of the page), or None (not checked).
 
     Returns:
         The :class:`TriageResult` (summary and paths), on every rank.
@@ -448,7 +457,7 @@ def run_triage(
         check_output_folder(output, predictions, images, uncertainty)
         check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
                                  what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
-        the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule)
+        the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule, trust)
         found = find_prediction_cases(predictions, the_rule, layout, uncertainty=uncertainty, images=images,
                                       cases=cases)
         got["check"] = check_prediction_fingerprint(the_rule.fingerprint, the_rule.regions, predictions, layout,

@@ -1,0 +1,325 @@
+r"""Ed25519 signatures of certified files: who certified a rule, and that nothing changed since.
+
+A rule file's content digest (:func:`~monai_unc.io.provenance.rule_digest`) tells an edited file from the one
+written, but anyone who edits the file can recompute it. A signature cannot be recomputed without the private key:
+certification signs the file's digest with a private Ed25519 key, and ``monai-unc triage`` / ``monai-unc conformal``
+accept it only when the signature verifies against a *trusted* public key.
+
+- The single-user flow needs no step: the first certification creates a key pair in the user's configuration folder
+  (:func:`config_dir`: ``$MONAI_UNC_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/monai-unc``, else
+  ``~/.config/monai-unc``): ``signing_key.pem`` (readable by its owner only) and ``signing_key.pub``; the public key
+  of that folder is trusted on the same machine.
+- A department keeps one signing key (``MONAI_UNC_SIGNING_KEY`` names it on the machine that certifies) and points
+  every machine at its public keys: ``--trusted-keys FILE_OR_FOLDER`` or ``MONAI_UNC_TRUSTED_KEYS`` (paths separated
+  by ``os.pathsep``); every ``*.pub`` file of the configuration folder's ``trusted_keys/`` is trusted too.
+
+The signature is an object ``{"algorithm": "ed25519", "key": <fingerprint>, "public_key": <base64>, "value":
+<base64>}`` in the file's ``signature`` field; what is signed is ``monai-unc signed document 1\n`` followed by the
+digest of the whole file without its ``digest`` and ``signature`` fields. The public key in the file only says which
+key signed it: a signature verifies only against a key the reader trusts.
+
+A signature proves who certified the rule (the holder of the private key) and that nothing in the file changed
+since. It does not prove that the calibration data were honest or representative.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .files import atomic_write, atomic_write_bytes
+
+__all__ = [
+    "SIGNATURE_FIELD",
+    "PRIVATE_KEY_FILE",
+    "PUBLIC_KEY_FILE",
+    "TRUSTED_KEYS_DIR",
+    "Trust",
+    "config_dir",
+    "generate_key_pair",
+    "default_signing_key",
+    "load_private_key",
+    "load_public_key",
+    "key_fingerprint",
+    "trusted_public_keys",
+    "sign_digest",
+    "verify_signature",
+]
+
+#: the field of a signed document that holds its signature
+SIGNATURE_FIELD = "signature"
+#: the names of the key pair in the configuration folder
+PRIVATE_KEY_FILE = "signing_key.pem"
+PUBLIC_KEY_FILE = "signing_key.pub"
+#: the folder of further trusted public keys (``*.pub``) in the configuration folder
+TRUSTED_KEYS_DIR = "trusted_keys"
+_DOMAIN = b"monai-unc signed document 1\n"
+
+
+def config_dir() -> Path:
+    """The user's configuration folder of monai-unc (keys).
+
+    ``$MONAI_UNC_CONFIG_DIR`` when set, else ``$XDG_CONFIG_HOME/monai-unc``, else ``~/.config/monai-unc``.
+
+    Returns:
+        The folder (it may not exist yet).
+
+    Example:
+        >>> isinstance(config_dir(), Path)
+        True
+    """
+    own = os.environ.get("MONAI_UNC_CONFIG_DIR")
+    if own:
+        return Path(own).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    return base / "monai-unc"
+
+
+def key_fingerprint(key: Ed25519PublicKey) -> str:
+    """The fingerprint of a public key: ``SHA256:`` and the hex digest of its 32 raw bytes.
+
+    Args:
+        key: the public key.
+
+    Returns:
+        The fingerprint.
+
+    Example:
+        >>> key = Ed25519PrivateKey.from_private_bytes(bytes(32)).public_key()
+        >>> key_fingerprint(key)[:15]
+        'SHA256:139e3940'
+    """
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "SHA256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _write_private(path: Path, data: bytes) -> Path:
+    def write(tmp: Path) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+    return atomic_write(path, write)
+
+
+def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", overwrite: bool = False
+                      ) -> tuple[Path, Path]:
+    """Create an Ed25519 key pair: ``<name>.pem`` (private, mode 0600) and ``<name>.pub`` (public), both PEM.
+
+    Args:
+        folder: where to write them (created with mode 0700 when missing).
+        name: the file stem.
+        overwrite: replace an existing pair (otherwise ``FileExistsError``).
+
+    Returns:
+        ``(private, public)`` paths.
+
+    Example:
+        >>> import tempfile
+        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
+        >>> oct(priv.stat().st_mode & 0o777), pub.name
+        ('0o600', 'signing_key.pub')
+    """
+    folder = Path(folder)
+    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
+    if not overwrite and (priv.exists() or pub.exists()):
+        raise FileExistsError(f"a key pair exists at {priv}; keep it, or pass overwrite to replace it")
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = Ed25519PrivateKey.generate()
+    _write_private(priv, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    atomic_write_bytes(pub, key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                          serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub
+
+
+def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
+    """Read a PEM Ed25519 private key (unencrypted PKCS8).
+
+    Args:
+        path: the key file.
+
+    Returns:
+        The key; ``ValueError`` naming the file when it is not one.
+    """
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"signing key {path} is not a readable PEM private key ({type(e).__name__})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"signing key {path} is not an Ed25519 key")
+    return key
+
+
+def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
+    """Read a PEM Ed25519 public key.
+
+    Args:
+        path: the key file.
+
+    Returns:
+        The key; ``ValueError`` naming the file when it is not one.
+    """
+    try:
+        key = serialization.load_pem_public_key(Path(path).read_bytes())
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"trusted key {path} is not a readable PEM public key ({type(e).__name__})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError(f"trusted key {path} is not an Ed25519 key")
+    return key
+
+
+def default_signing_key(create: bool = True) -> Path | None:
+    """The private key certification signs with.
+
+    ``$MONAI_UNC_SIGNING_KEY`` when set (it must exist), else ``signing_key.pem`` of :func:`config_dir`, created
+    with its public key on first use when ``create``.
+
+    Args:
+        create: create the configuration folder's key pair when missing.
+
+    Returns:
+        The key file, or None (none, and ``create`` is False).
+    """
+    named = os.environ.get("MONAI_UNC_SIGNING_KEY")
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise ValueError(f"MONAI_UNC_SIGNING_KEY names {path}, which is not a file")
+        return path
+    path = config_dir() / PRIVATE_KEY_FILE
+    if not path.is_file():
+        if not create:
+            return None
+        generate_key_pair(config_dir())
+    return path
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Which signatures a reader accepts.
+
+    Attributes:
+        keys: trusted public key files, or folders of ``*.pub`` files, besides the defaults
+            (:func:`trusted_public_keys`).
+        allow_unsigned: accept an unsigned file (or one of an older format that cannot be verified); the reader
+            says so in its outputs.
+    """
+
+    keys: tuple[str, ...] = ()
+    allow_unsigned: bool = False
+
+
+def _key_files(entries: Iterable[str | os.PathLike], what: str) -> list[Path]:
+    out = []
+    for e in entries:
+        p = Path(e).expanduser()
+        if p.is_dir():
+            out.extend(sorted(p.glob("*.pub")))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise ValueError(f"{what} {p}: no such file or folder")
+    return out
+
+
+def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tuple[Ed25519PublicKey, Path]]:
+    """The public keys a reader trusts, by fingerprint.
+
+    The given files or folders, those of ``$MONAI_UNC_TRUSTED_KEYS`` (separated by ``os.pathsep``), every ``*.pub``
+    of the configuration folder's ``trusted_keys/`` and the configuration folder's own ``signing_key.pub``.
+
+    Args:
+        extra: further key files or folders (``--trusted-keys``).
+
+    Returns:
+        ``{fingerprint: (key, file)}``.
+    """
+    files = _key_files(extra, "--trusted-keys")
+    env = os.environ.get("MONAI_UNC_TRUSTED_KEYS")
+    if env:
+        files += _key_files([p for p in env.split(os.pathsep) if p], "MONAI_UNC_TRUSTED_KEYS")
+    cfg = config_dir()
+    if (cfg / TRUSTED_KEYS_DIR).is_dir():
+        files += sorted((cfg / TRUSTED_KEYS_DIR).glob("*.pub"))
+    if (cfg / PUBLIC_KEY_FILE).is_file():
+        files.append(cfg / PUBLIC_KEY_FILE)
+    keys: dict[str, tuple[Ed25519PublicKey, Path]] = {}
+    for f in files:
+        key = load_public_key(f)
+        keys.setdefault(key_fingerprint(key), (key, f))
+    return keys
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def sign_digest(digest: str, key_file: str | os.PathLike) -> dict[str, str]:
+    """The signature object of a document whose content digest is ``digest``.
+
+    Args:
+        digest: the document's digest (:func:`~monai_unc.io.provenance.rule_digest`, without the ``signature``).
+        key_file: the private key.
+
+    Returns:
+        ``{"algorithm", "key", "public_key", "value"}``.
+    """
+    key = load_private_key(key_file)
+    pub = key.public_key()
+    raw = pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return {"algorithm": "ed25519", "key": key_fingerprint(pub), "public_key": _b64(raw),
+            "value": _b64(key.sign(_DOMAIN + digest.encode("ascii")))}
+
+
+def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: str) -> str:
+    """Check a document's signature against the trusted keys; say how it was checked.
+
+    Args:
+        doc: the parsed document.
+        digest: its content digest, recomputed from its content.
+        trust: the trusted keys and whether an unsigned document is accepted.
+        source: how messages name the document.
+
+    Returns:
+        One line for the outputs: ``"signed by <fingerprint> (trusted key <file>)"`` or, when allowed,
+        ``"UNSIGNED: ..."``.
+
+    Raises:
+        ValueError: one line starting with ``source``: unsigned (and not allowed), a signature that does not
+            verify, or a key that is not trusted.
+    """
+    sig = doc.get(SIGNATURE_FIELD)
+    allow = "pass --allow-unsigned to use it anyway (recorded in the outputs)"
+    if sig is None:
+        if trust.allow_unsigned:
+            return "UNSIGNED: the rule carries no signature; used because --allow-unsigned was given"
+        raise ValueError(f"{source} is not signed (field 'signature'), so who certified it and that it is unchanged "
+                         f"cannot be checked: certify it again with this monai-unc, or {allow}")
+    if (not isinstance(sig, Mapping) or sig.get("algorithm") != "ed25519"
+            or not all(isinstance(sig.get(k), str) for k in ("key", "public_key", "value"))):
+        raise ValueError(f"{source}: field 'signature' is not an ed25519 signature object")
+    keys = trusted_public_keys(trust.keys)
+    if sig["key"] not in keys:
+        if trust.allow_unsigned:
+            return (f"UNSIGNED: signed by {sig['key']}, a key that is not trusted here; used because "
+                    "--allow-unsigned was given")
+        raise ValueError(f"{source} is signed by key {sig['key']}, which is not a trusted key (trust its public key "
+                         f"with --trusted-keys or MONAI_UNC_TRUSTED_KEYS, or {allow})")
+    key, file = keys[sig["key"]]
+    try:
+        key.verify(base64.b64decode(sig["value"], validate=True), _DOMAIN + digest.encode("ascii"))
+    except (InvalidSignature, ValueError):
+        raise ValueError(f"{source}: its signature (field 'signature') does not match its content: the file was "
+                         "edited after it was certified") from None
+    return f"signed by {sig['key']} (trusted key {file})"

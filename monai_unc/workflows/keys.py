@@ -1,0 +1,83 @@
+"""``monai-unc keys``: the key pair that signs certified rules, and the keys a machine trusts (docs/signing.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..io.signing import (
+    config_dir,
+    default_signing_key,
+    generate_key_pair,
+    key_fingerprint,
+    load_private_key,
+    load_public_key,
+    trusted_public_keys,
+)
+from .session import CommandResult
+
+__all__ = ["key_file_fingerprint", "keys_from_arguments"]
+
+
+def key_file_fingerprint(path: str | Path) -> str:
+    """The fingerprint of a key file: its public key's (:func:`monai_unc.io.signing.key_fingerprint`).
+
+    Args:
+        path: a PEM public (``.pub``) or private (``.pem``) Ed25519 key.
+
+    Returns:
+        ``SHA256:<hex>``; ``ValueError`` naming the file when it is no such key.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.io.signing import generate_key_pair
+        >>> priv, pub = generate_key_pair(tempfile.mkdtemp())
+        >>> key_file_fingerprint(priv) == key_file_fingerprint(pub)
+        True
+    """
+    text = Path(path).read_bytes() if Path(path).is_file() else b""
+    if b"PRIVATE KEY" in text:
+        return key_fingerprint(load_private_key(path).public_key())
+    return key_fingerprint(load_public_key(path))
+
+
+def keys_from_arguments(args: argparse.Namespace) -> CommandResult[dict[str, str]]:
+    """``monai-unc keys`` on its parsed arguments.
+
+    ``--create [FOLDER]`` makes a key pair (default: the configuration folder's, refused when it has one);
+    ``--show FILE`` prints a key file's fingerprint; without options, the signing key and the trusted keys.
+
+    Args:
+        args: the parsed arguments of ``monai-unc keys``.
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of ``{what: path or fingerprint}``, with its lines.
+    """
+    lines: list[str] = []
+    value: dict[str, str] = {}
+    if args.create is not None:
+        folder = Path(args.create) if args.create else config_dir()
+        priv, pub = generate_key_pair(folder)
+        fp = key_file_fingerprint(pub)
+        value.update(private=str(priv), public=str(pub), fingerprint=fp)
+        lines += [f"created {priv} (private: keep it secret, readable by you only)",
+                  f"created {pub} (public: give it to the machines that should trust your rules)", f"fingerprint {fp}"]
+    elif args.show is not None:
+        fp = key_file_fingerprint(args.show)
+        value.update(file=str(args.show), fingerprint=fp)
+        lines.append(f"{args.show}: {fp}")
+    else:
+        key = default_signing_key(create=False)
+        if key is None:
+            lines.append(f"signing key: none yet ({config_dir() / 'signing_key.pem'} is created by the first "
+                         "certification, or by monai-unc keys --create)")
+        else:
+            value["signing_key"] = str(key)
+            lines.append(f"signing key: {key} ({key_file_fingerprint(key)})")
+        trusted = trusted_public_keys()
+        lines.append(f"trusted keys ({len(trusted)}):" if trusted else
+                     f"trusted keys: none (add .pub files to {config_dir() / 'trusted_keys'}, set "
+                     "MONAI_UNC_TRUSTED_KEYS or pass --trusted-keys)")
+        lines += [f"  {fp}  {file}" for fp, (_, file) in trusted.items()]
+        value.update({f"trusted {fp}": str(file) for fp, (_, file) in trusted.items()})
+    return CommandResult(value, True, config_dir(), tuple(lines))

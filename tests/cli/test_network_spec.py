@@ -1,0 +1,106 @@
+"""``--network`` builds only from an allow-list: a spec that names ``os.system``, ``subprocess.run``,
+``builtins.eval``, an ``importlib.import_module`` chain, a ``_target_`` hidden in a nested argument or referenced
+with ``@``, an expression, a macro or the debug mode is refused with exit 2 before anything runs: a canary file that
+each hostile spec would create is never created."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.workflows.models import check_network_spec
+from tests._cases import TOY_NET
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("netspec")
+    paths = write_toy_cohort(root / "data", n_cases=1, shape=(16, 16, 16))
+    from monai.networks.nets import UNet
+
+    ckpt = root / "net.pt"
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), ckpt)
+    return {**paths, "root": root, "ckpt": ckpt}
+
+
+def _hostile(canary: Path, module_dir: Path) -> dict[str, dict]:
+    touch = f"touch {canary}"
+    (module_dir / "canary_module.py").write_text(f"open({str(canary)!r}, 'w').close()\n")
+    return {
+        "os.system": {"_target_": "os.system", "command": touch},
+        "subprocess.run": {"_target_": "subprocess.run", "args": ["touch", str(canary)]},
+        "builtins.eval": {"_target_": "builtins.eval", "source": f"open({str(canary)!r}, 'w')"},
+        "importlib chain": {"network_def": {**TOY_NET, "act": "@loader"},
+                            "loader": {"_target_": "importlib.import_module", "name": "canary_module"}},
+        "nested argument": {**TOY_NET, "norm": {"_target_": "os.system", "command": touch}},
+        "deeply nested": {**TOY_NET, "act": ["prelu", {"init": {"_target_": "subprocess.run", "args": ["touch",
+                                                                                                      str(canary)]}}]},
+        "referenced target": {"network_def": {**TOY_NET, "act": "@a"}, "a": {"b": {"_target_": "os.system",
+                                                                                    "command": touch}}},
+        "expression": {**TOY_NET, "channels": f"$__import__('os').system('{touch}') or (4, 8)"},
+        "macro": {**TOY_NET, "act": "%other.json#x"},
+        "dotted escape": {"_target_": "monai.networks.nets.unet.torch.load", "f": "x"},
+        "private attribute": {"_target_": "monai.networks.nets.UNet.__init__.__globals__"},
+        "target reference": {"network_def": {"_target_": "@t"}, "t": "os.system"},
+        "debug mode": {**TOY_NET, "_mode_": "debug"},
+    }
+
+
+NAMES = ["os.system", "subprocess.run", "builtins.eval", "importlib chain", "nested argument", "deeply nested",
+         "referenced target", "expression", "macro", "dotted escape", "private attribute", "target reference",
+         "debug mode"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hostile_spec_refused_before_anything_runs(setup, tmp_path, monkeypatch, capsys, name):
+    canary = tmp_path / "PWNED"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = _hostile(canary, tmp_path)[name]
+    for given in (json.dumps(spec), "file"):
+        if given == "file":
+            given = str(tmp_path / "spec.json")
+            Path(given).write_text(json.dumps(spec))
+        code = cli.main(["infer", "-i", str(setup["images"]), "-o", str(tmp_path / "out"), "--network", given,
+                         "--checkpoint", str(setup["ckpt"]), "--samples", "2", "--device", "cpu", "-q"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "--network" in err and len(err.strip().splitlines()) == 1, err
+        assert not canary.exists(), f"{name}: the spec ran code"
+
+
+def test_allowed_specs_still_build():
+    for spec in (TOY_NET, {**TOY_NET, "_target_": "UNet"}, {"_target_": "torch.nn.Conv2d", "in_channels": 1,
+                                                            "out_channels": 2, "kernel_size": 3},
+                 {**TOY_NET, "act": {"_target_": "torch.nn.PReLU"}, "_mode_": "default"},
+                 {"_target_": "monai_unc.data.build_ssn_network"}):
+        check_network_spec(spec)
+    check_network_spec({"network_def": {**TOY_NET, "act": "@act"}, "act": "prelu", "other": "$import os"},
+                       "network_def")  # an expression nothing references is never built
+
+
+def test_opt_in_names_run_code(tmp_path):
+    spec = {"_target_": "mypackage.nets.MyNet", "x": 1}
+    with pytest.raises(ValueError, match="not an allowed network name"):
+        check_network_spec(spec)
+    check_network_spec(spec, allow_code=["mypackage.nets."])
+    check_network_spec(spec, allow_code=["mypackage.nets.MyNet"])
+    with pytest.raises(ValueError, match="not an allowed"):
+        check_network_spec(spec, allow_code=["mypackage.net"])  # a prefix of a name is not its module
+    with pytest.raises(ValueError, match="expression"):
+        check_network_spec({**TOY_NET, "channels": "$(4, 8)"}, allow_code=["mypackage."])
+    check_network_spec({**TOY_NET, "channels": "$(4, 8)"}, allow_code=["*"])
+
+
+def test_allow_code_target_option_builds_a_trusted_spec(setup, tmp_path, capsys):
+    """The opt-in reaches the loader: an expression spec is refused without it and runs with ``'*'``."""
+    spec = json.dumps({**TOY_NET, "channels": "$(4, 8)"})
+    argv = ["infer", "-i", str(setup["images"]), "-o", str(tmp_path / "o"), "--network", spec, "--checkpoint",
+            str(setup["ckpt"]), "--samples", "2", "--device", "cpu", "-q", "--method", "mcdropout"]
+    assert cli.main(argv) == 2
+    assert "expression" in capsys.readouterr().err
+    assert cli.main([*argv, "--allow-code-target", "*"]) == 0, capsys.readouterr().err

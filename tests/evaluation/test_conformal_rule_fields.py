@@ -1,0 +1,108 @@
+"""Every field of ``conformal_rule.json`` is checked against the others on load: an edit with the digest recomputed
+(anyone can recompute an unkeyed digest) is refused with one line that names the file and the field, instead of
+applying empty or whole-volume masks under the recorded guarantee."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from monai_unc.evaluation.conformal import ConformalRuleFile
+from monai_unc.io.provenance import read_checked_json, rule_digest
+from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+
+SOURCE = "conformal rule R.json"
+
+
+def _states(side: str, n: int = 30):
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(n):
+        truth = rng.random((6, 6, 6)) < 0.4
+        p1 = np.clip(truth * 0.5 + rng.random((6, 6, 6)) * 0.5, 0, 1)
+        out.append(conformal_case_state(np.stack([1 - p1, p1]), truth.astype(int), activation="softmax",
+                                        side=side, grid=64))
+    return out
+
+
+@pytest.fixture(scope="module")
+def genuine() -> dict:
+    rules = {"outer": fit_conformal_rule(_states("outer"), 0.3), "inner": fit_conformal_rule(_states("inner"), 0.4)}
+    f = ConformalRuleFile(rules, {"outer": 0.3, "inner": 0.4}, None, {"activation": "softmax"},
+                          [f"c{i:02d}" for i in range(30)])
+    return json.loads(json.dumps(f.to_json()))
+
+
+def _task(d):
+    return d["rules"]["outer"]["tasks"][1]
+
+
+EDITS = {
+    "index negative": (lambda d: _task(d).update(index=-5), "tasks[1].index"),
+    "index beyond grid": (lambda d: _task(d).update(index=10**9), "tasks[1].index"),
+    "size not a grid": (lambda d: d["rules"]["outer"].update(size=3), "rules.outer.size"),
+    "index off lambda": (lambda d: _task(d).update(index=_task(d)["index"] + 1), "tasks[1].lambda_hat"),
+    "lambda null": (lambda d: _task(d).update(lambda_hat=None), "tasks[1].lambda_hat"),
+    "lambda moved": (lambda d: _task(d).update(lambda_hat=0.9, index=58),
+                     "tasks[1].lambda_hat"),
+    "step": (lambda d: d["rules"]["outer"].update(step=0.5), "rules.outer.step"),
+    "family": (lambda d: d["rules"]["outer"].update(family="distance"), "rules.outer.family"),
+    "method": (lambda d: d["rules"]["outer"].update(method="high_probability"), "rules.outer.method"),
+    "alpha": (lambda d: d["rules"]["outer"].update(alpha=0.2), "rules.outer.alpha"),
+    "alpha uncertifiable": (lambda d: (d["targets"].update(outer=0.01), d["rules"]["outer"].update(alpha=0.01),
+                                       [t.update(guarantee=t["guarantee"].replace("0.3", "0.01"))
+                                        for t in d["rules"]["outer"]["tasks"]]), "rules.outer.alpha"),
+    "n": (lambda d: _task(d).update(n=100), "tasks[1].n"),
+    "activation": (lambda d: [r.update(activation="sigmoid") for r in d["rules"].values()],
+                   "rules.outer.activation"),
+    "task missing": (lambda d: d["rules"]["outer"]["tasks"].pop(), "rules.outer.tasks"),
+    "guarantee": (lambda d: _task(d).update(guarantee="E[FNR] <= 0.001"), "tasks[1].guarantee"),
+    "calibration loss": (lambda d: _task(d).update(calibration_loss=0.9), "tasks[1].calibration_loss"),
+    "tol": (lambda d: d["rules"]["outer"].update(tol=0.2), "rules.outer.tol"),
+    "delta": (lambda d: d.update(delta=7), "'delta'"),
+    "duplicate case": (lambda d: d["calibration_cases"].__setitem__(1, "c00"), "'calibration_cases'"),
+    "names": (lambda d: d["rules"]["outer"].update(names=["0", "0"]), "rules.outer.names"),
+}
+
+
+def test_genuine_rule_loads(genuine):
+    f = ConformalRuleFile.from_json(copy.deepcopy(genuine), SOURCE)
+    assert f.rules["outer"].alpha == 0.3 and f.rules["inner"].alpha == 0.4
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_edited_field_is_refused_naming_it(genuine, name):
+    edit, field = EDITS[name]
+    d = copy.deepcopy(genuine)
+    edit(d)
+    d["digest"] = rule_digest(d)  # an unkeyed digest: whoever edits the file recomputes it
+    with pytest.raises(ValueError) as e:
+        ConformalRuleFile.from_json(d, SOURCE)
+    msg = str(e.value)
+    assert msg.startswith(SOURCE) and field in msg and "\n" not in msg, msg
+
+
+def test_high_probability_rule_fields(genuine):
+    rule = fit_conformal_rule(_states("outer"), 0.2, tol=0.5)
+    f = ConformalRuleFile({"outer": rule}, {"outer": 0.5}, 0.2, {"activation": "softmax"},
+                          [f"c{i:02d}" for i in range(30)])
+    d = json.loads(json.dumps(f.to_json()))
+    assert ConformalRuleFile.from_json(copy.deepcopy(d), SOURCE).rules["outer"].tol == 0.5
+    d["rules"]["outer"]["tasks"][1]["calibration_above_tol"] = 0.9
+    d["digest"] = rule_digest(d)
+    with pytest.raises(ValueError, match=r"tasks\[1\]\.calibration_above_tol"):
+        ConformalRuleFile.from_json(d, SOURCE)
+
+
+@pytest.mark.parametrize("text,words", [("[" * 100_000 + "]" * 100_000, "nested 100000 levels deep"),
+                                        ('{"format_version": ' + "9" * 5000 + "}", "5000 digits")])
+def test_hostile_json_is_one_line_naming_the_file(tmp_path, text, words):
+    p = tmp_path / "rule.json"
+    p.write_text(text)
+    with pytest.raises(ValueError) as e:
+        read_checked_json(p, fmt="monai-unc conformal rule", versions=(1,), what="conformal rule", written_by="w")
+    msg = str(e.value)
+    assert msg.startswith(f"conformal rule {p}") and words in msg and "\n" not in msg, msg
