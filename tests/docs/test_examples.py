@@ -1,4 +1,5 @@
-"""The runnable examples in docs/inferers.md, docs/data.md, docs/conformal.md and docs/products.md run as written."""
+"""The runnable examples in docs/inferers.md, docs/data.md, docs/conformal.md, docs/products.md and docs/training.md
+run as written."""
 
 import re
 
@@ -15,7 +16,7 @@ def python_blocks(name):
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-@pytest.mark.parametrize("page", ["inferers.md", "data.md", "conformal.md", "products.md"])
+@pytest.mark.parametrize("page", ["inferers.md", "data.md", "conformal.md", "products.md", "training.md"])
 def test_doc_examples_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks(page)
