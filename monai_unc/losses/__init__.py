@@ -16,9 +16,19 @@ from .calibration import (
     L1ACELoss,
     MarginLoss,
     SVLSLoss,
+    check_finite_loss,
+    check_target,
     prepare_target,
 )
-from .functional import binned_calibration, l1_average_calibration_error, margin_penalty, svls_kernel, svls_targets
+from .functional import (
+    binned_calibration,
+    l1_average_calibration_error,
+    margin_penalty,
+    mean_margin_penalty,
+    svls_kernel,
+    svls_targets,
+    svls_targets_separable,
+)
 
 __all__ = [
     "DiceCEL1ACELoss",
@@ -28,9 +38,13 @@ __all__ = [
     "MarginLoss",
     "SVLSLoss",
     "binned_calibration",
+    "check_finite_loss",
+    "check_target",
     "l1_average_calibration_error",
     "margin_penalty",
+    "mean_margin_penalty",
     "prepare_target",
     "svls_kernel",
     "svls_targets",
+    "svls_targets_separable",
 ]

@@ -28,7 +28,13 @@ import torch.nn.functional as F
 from monai.losses import DiceCELoss, DiceLoss
 from torch.nn.modules.loss import _Loss
 
-from .functional import l1_average_calibration_error, margin_penalty, svls_kernel, svls_targets
+from .functional import (
+    l1_average_calibration_error,
+    margin_penalty,
+    mean_margin_penalty,
+    svls_kernel,
+    svls_targets_separable,
+)
 
 __all__ = [
     "DiceCEL1ACELoss",
@@ -37,6 +43,8 @@ __all__ = [
     "L1ACELoss",
     "MarginLoss",
     "SVLSLoss",
+    "check_finite_loss",
+    "check_target",
     "prepare_target",
 ]
 
@@ -62,11 +70,60 @@ def _plain(x: Any, name: str) -> torch.Tensor:
     return x.as_tensor() if hasattr(x, "as_tensor") else x
 
 
-def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check logits and target and return the target one-hot, in the logits' dtype.
+def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check logits and target without converting them (the cheap checks of every loss of this module).
 
     Args:
-        logits: ``(B, C, *spatial)`` logits, 1 to 3 spatial dimensions, finite.
+        logits: ``(B, C, *spatial)`` logits, 1 to 3 spatial dimensions (finiteness is checked on the loss value:
+            see :func:`check_finite_loss`).
+        target: ``(B, C, *spatial)`` one-hot or soft targets, or with ``to_onehot_y`` a label map ``(B, 1, *spatial)``
+            of integers in ``[0, C)``.
+        to_onehot_y: the target is a label map.
+
+    Returns:
+        ``(logits, target)`` as plain tensors.
+
+    Raises:
+        TypeError: not tensors, or integer logits.
+        ValueError: wrong shapes, labels out of range or not integers.
+
+    Example:
+        >>> z = torch.zeros(1, 3, 2, 2)
+        >>> check_target(z, torch.full((1, 1, 2, 2), 3), to_onehot_y=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: target labels must be in [0, 3), got [3, 3]
+    """
+    z = _plain(logits, "logits")
+    t = _plain(target, "target")
+    if not z.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor, got {z.dtype}")
+    if not 3 <= z.ndim <= 5:
+        raise ValueError(f"logits must be (B, C, *spatial) with 1 to 3 spatial dimensions, got {tuple(z.shape)}")
+    if to_onehot_y:
+        expected = (z.shape[0], 1, *z.shape[2:])
+        if tuple(t.shape) != expected:
+            raise ValueError(f"target must be a label map {expected} with to_onehot_y=True, got {tuple(t.shape)}")
+        if t.numel():
+            lo, hi = (float(v) for v in torch.aminmax(t))
+            if not (0 <= lo and hi < z.shape[1]):
+                raise ValueError(f"target labels must be in [0, {z.shape[1]}), got [{lo:g}, {hi:g}]")
+            if t.is_floating_point() and not bool((t == t.trunc()).all()):
+                raise ValueError("target must hold integer labels with to_onehot_y=True")
+        return z, t
+    if tuple(t.shape) != tuple(z.shape):
+        raise ValueError(
+            f"target must have the logits' shape {tuple(z.shape)} (one-hot), got {tuple(t.shape)}; "
+            "pass to_onehot_y=True for a label map"
+        )
+    return z, t
+
+
+def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check logits and target (:func:`check_target`) and return the target one-hot, in the logits' dtype.
+
+    Args:
+        logits: ``(B, C, *spatial)`` logits, 1 to 3 spatial dimensions.
         target: ``(B, C, *spatial)`` one-hot or soft targets, or with ``to_onehot_y`` a label map ``(B, 1, *spatial)``
             of integers in ``[0, C)``.
         to_onehot_y: convert a label map to one-hot.
@@ -76,39 +133,44 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
 
     Raises:
         TypeError: not tensors, or integer logits.
-        ValueError: wrong shapes, non-finite logits, labels out of range.
+        ValueError: wrong shapes, labels out of range.
 
     Example:
         >>> z = torch.zeros(1, 3, 2, 2); y = torch.tensor([[[[0, 1], [2, 1]]]])
         >>> prepare_target(z, y, to_onehot_y=True)[1][0, :, 1, 0].tolist()
         [0.0, 0.0, 1.0]
     """
-    z = _plain(logits, "logits")
-    t = _plain(target, "target")
-    if not z.is_floating_point():
-        raise TypeError(f"logits must be a floating-point tensor, got {z.dtype}")
-    if not 3 <= z.ndim <= 5:
-        raise ValueError(f"logits must be (B, C, *spatial) with 1 to 3 spatial dimensions, got {tuple(z.shape)}")
-    if not bool(torch.isfinite(z).all()):
-        raise ValueError("logits must be finite")
+    z, t = check_target(logits, target, to_onehot_y)
     if to_onehot_y:
-        expected = (z.shape[0], 1, *z.shape[2:])
-        if tuple(t.shape) != expected:
-            raise ValueError(f"target must be a label map {expected} with to_onehot_y=True, got {tuple(t.shape)}")
-        if t.is_floating_point() and not bool((t == t.round()).all()):
-            raise ValueError("target must hold integer labels with to_onehot_y=True")
-        labels = t.long()
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= z.shape[1]):
-            lo, hi = int(labels.min()), int(labels.max())
-            raise ValueError(f"target labels must be in [0, {z.shape[1]}), got [{lo}, {hi}]")
-        onehot = F.one_hot(labels[:, 0], z.shape[1]).movedim(-1, 1).to(z.dtype)
+        onehot = torch.zeros_like(z, memory_format=torch.contiguous_format).scatter_(1, t.long(), 1.0)
         return z, onehot
-    if tuple(t.shape) != tuple(z.shape):
-        raise ValueError(
-            f"target must have the logits' shape {tuple(z.shape)} (one-hot), got {tuple(t.shape)}; "
-            "pass to_onehot_y=True for a label map"
-        )
     return z, t.to(z.dtype)
+
+
+def check_finite_loss(value: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Return the loss ``value``; raise if it is not finite because the logits are not.
+
+    One check of the value per step instead of a pass over the logits.
+
+    Args:
+        value: the loss (any shape).
+        logits: the logits it was computed from.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        ValueError: ``value`` has a non-finite entry and so have the logits.
+
+    Example:
+        >>> check_finite_loss(torch.tensor(float("nan")), torch.tensor([float("inf")]))
+        Traceback (most recent call last):
+        ...
+        ValueError: logits must be finite
+    """
+    if not bool(torch.isfinite(value).all()) and not bool(torch.isfinite(logits).all()):
+        raise ValueError("logits must be finite")
+    return value
 
 
 def _activation(softmax: bool, sigmoid: bool, name: str) -> bool:
@@ -178,21 +240,10 @@ class SVLSLoss(_Loss):
 
     def soft_targets(self, onehot: torch.Tensor) -> torch.Tensor:
         """The smoothed labels of a one-hot target ``(B, C, *spatial)`` (same shape)."""
-        kernel = svls_kernel(onehot.ndim - 2, self.kernel_size, self.sigma, self.spacing, dtype=onehot.dtype,
-                             device=onehot.device)
-        return svls_targets(onehot, kernel)
+        return svls_targets_separable(onehot, self.kernel_size, self.sigma, self.spacing)
 
-    def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """The loss.
-
-        Args:
-            input: ``(B, C, *spatial)`` logits.
-            target: one-hot ``(B, C, *spatial)``, or a label map ``(B, 1, *spatial)`` with ``to_onehot_y``.
-
-        Returns:
-            A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
-        """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
+    def loss_of_onehot(self, z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+        """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
         with torch.no_grad():
             q = self.soft_targets(onehot)
         if self.use_sigmoid:
@@ -205,6 +256,19 @@ class SVLSLoss(_Loss):
             raise ValueError("include_background=False leaves no channel: the logits have one channel")
         per_voxel = terms.mean(1, keepdim=True) if self.use_sigmoid else terms.sum(1, keepdim=True)
         return _reduce(per_voxel, self.reduction)
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The loss.
+
+        Args:
+            input: ``(B, C, *spatial)`` logits.
+            target: one-hot ``(B, C, *spatial)``, or a label map ``(B, 1, *spatial)`` with ``to_onehot_y``.
+
+        Returns:
+            A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
+        """
+        z, onehot = prepare_target(input, target, self.to_onehot_y)
+        return check_finite_loss(self.loss_of_onehot(z, onehot), z)
 
 
 class MarginLoss(_Loss):
@@ -264,12 +328,23 @@ class MarginLoss(_Loss):
         Returns:
             A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
         """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
+        z, t = check_target(input, target, self.to_onehot_y)
+        if self.reduction != "none" and self.to_onehot_y:  # the fast path: no one-hot, a fused penalty
+            if z.shape[1] == 1 and not self.include_background:
+                raise ValueError("include_background=False leaves no channel: the logits have one channel")
+            labels = t[:, 0].long()
+            ce = F.cross_entropy(z, labels, reduction="none" if not self.include_background else "sum")
+            if not self.include_background:
+                ce = (ce * (labels != 0)).sum()
+            n = labels.numel()
+            value = ce / n + self.alpha * mean_margin_penalty(z, self.margin, self.include_background)
+            return check_finite_loss(value if self.reduction == "mean" else value * n, z)
+        onehot = prepare_target(z, t, self.to_onehot_y)[1]
         ce = -onehot * F.log_softmax(z, dim=1)
         if not self.include_background:
             ce = ce[:, 1:]
         per_voxel = ce.sum(1, keepdim=True) + self.alpha * self.penalty(z)
-        return _reduce(per_voxel, self.reduction)
+        return check_finite_loss(_reduce(per_voxel, self.reduction), z)
 
 
 class L1ACELoss(_Loss):
@@ -336,6 +411,10 @@ class L1ACELoss(_Loss):
             A scalar, or ``(B, C', 1, ...)`` with ``reduction="none"`` (``C' = C - 1`` without background).
         """
         z, onehot = prepare_target(input, target, self.to_onehot_y)
+        return check_finite_loss(self.loss_of_onehot(z, onehot), z)
+
+    def loss_of_onehot(self, z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+        """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
         probs = torch.sigmoid(z) if self.use_sigmoid else torch.softmax(z, dim=1)
         if not self.include_background:
             probs, onehot = probs[:, 1:], onehot[:, 1:]
@@ -428,7 +507,8 @@ class DiceSVLSLoss(_Loss):
             A scalar tensor.
         """
         z, onehot = prepare_target(input, target, self.to_onehot_y)
-        return self.lambda_dice * self.dice(z, onehot) + self.lambda_svls * self.svls(z, onehot)
+        value = self.lambda_dice * self.dice(z, onehot) + self.lambda_svls * self.svls.loss_of_onehot(z, onehot)
+        return check_finite_loss(value, z)
 
 
 class DiceCEMarginLoss(_Loss):
@@ -467,7 +547,8 @@ class DiceCEMarginLoss(_Loss):
         super().__init__()
         if not softmax or dice_kwargs.get("sigmoid"):
             raise ValueError("DiceCEMarginLoss: the margin penalty is defined for softmax logits only (softmax=True)")
-        self.dicece = DiceCELoss(include_background=include_background, to_onehot_y=False, softmax=True, **dice_kwargs)
+        self.dicece = DiceCELoss(include_background=include_background, to_onehot_y=to_onehot_y, softmax=True,
+                                 **dice_kwargs)
         self.margin = MarginLoss(margin, alpha)
         self.to_onehot_y = bool(to_onehot_y)
 
@@ -481,8 +562,9 @@ class DiceCEMarginLoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
-        return self.dicece(z, onehot) + self.margin.alpha * self.margin.penalty(z).mean()
+        z, t = check_target(input, target, self.to_onehot_y)
+        value = self.dicece(z, t) + self.margin.alpha * mean_margin_penalty(z, self.margin.margin)
+        return check_finite_loss(value, z)
 
 
 class DiceCEL1ACELoss(_Loss):
@@ -562,4 +644,5 @@ class DiceCEL1ACELoss(_Loss):
             ce = F.binary_cross_entropy_with_logits(z, onehot)
         else:
             ce = F.cross_entropy(z, onehot)  # over every channel, as MONAI's DiceCELoss and the authors
-        return self.dice_weight * self.dice(z, onehot) + self.ce_weight * ce + self.ace_weight * self.ace(z, onehot)
+        value = self.dice_weight * self.dice(z, onehot) + self.ce_weight * ce
+        return check_finite_loss(value + self.ace_weight * self.ace.loss_of_onehot(z, onehot), z)

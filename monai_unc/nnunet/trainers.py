@@ -53,7 +53,7 @@ from torch import nn
 
 from monai_unc.data.synthetic import make_toy_dataset
 from monai_unc.io import atomic_write_text, save_nifti_image
-from monai_unc.losses import L1ACELoss, SVLSLoss, margin_penalty
+from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
 from monai_unc.networks.losses import SSNLoss
 from monai_unc.networks.ssn import SSNHead, find_ssn_heads
 from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, dropout_arch_kwargs
@@ -364,7 +364,7 @@ class _MarginPenalty(nn.Module):
         self.alpha = float(alpha)
 
     def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return self.alpha * margin_penalty(output, self.margin).mean()
+        return self.alpha * mean_margin_penalty(output, self.margin)
 
 
 class _NACLTerm(nn.Module):
