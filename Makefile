@@ -39,7 +39,8 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/monai-unc demo --output demo_output
 
-# the validation studies of docs/validation.md (about 40 CPU minutes); see docs/validation/run_all.py
+# the validation studies of docs/validation.md (about 40 CPU minutes, and an hour for study 8); see
+# docs/validation/run_all.py
 validate: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) docs/validation/run_all.py
 

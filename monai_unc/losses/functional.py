@@ -18,6 +18,7 @@ dtype of its input, so that ``torch.autograd.gradcheck`` runs in float64. The lo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -155,7 +156,8 @@ def svls_targets_separable(
 
     The SVLS kernel is a separable Gaussian ``G`` (centre weight ``g_c``) with its centre raised to ``1 - g_c`` and
     renormalised, so ``q = (G * y + (1 - 2 g_c) y) / (2 (1 - g_c))``: ``spatial_dims`` 1-D convolutions of ``k``
-    taps instead of one of ``k^spatial_dims``. Equal to :func:`svls_targets` to rounding.
+    taps (shifted views of the replicate-padded target) instead of one of ``k^spatial_dims``. Equal to
+    :func:`svls_targets` to rounding.
 
     Args:
         onehot: ``(B, C, *spatial)`` one-hot (or soft) targets, 1 to 3 spatial dimensions.
@@ -178,21 +180,32 @@ def svls_targets_separable(
     steps = [1.0] * dims if spacing is None else (
         [float(spacing)] * dims if isinstance(spacing, (int, float)) else [float(v) for v in spacing])
     half = kernel_size // 2
-    b, c = onehot.shape[:2]
-    out = onehot.reshape(b * c, 1, *onehot.shape[2:])
-    centre = 1.0
-    for axis, step in enumerate(steps):
-        g = _gaussian_1d(kernel_size, sigma, step)
-        centre *= float(g[half])
-        shape = [1] * dims
-        shape[axis] = kernel_size
-        pad = [0, 0] * dims
-        pad[2 * (dims - 1 - axis)] = pad[2 * (dims - 1 - axis) + 1] = half
-        weight = g.to(dtype=onehot.dtype, device=onehot.device).reshape(1, 1, *shape)
-        out = _CONV[dims](F.pad(out, pad, mode="replicate"), weight)
-    out = out.reshape(onehot.shape)
-    neighbours = 1.0 - centre
-    return (out + (1.0 - 2.0 * centre) * onehot) / (2.0 * neighbours)
+    weights = [[float(v) for v in _gaussian_1d(kernel_size, sigma, step)] for step in steps]
+    centre = math.prod(w[half] for w in weights)
+    scale = 1.0 / (2.0 * (1.0 - centre))  # folded into the last axis' taps
+    out = onehot
+    for axis, w in enumerate(weights):
+        if axis == dims - 1:
+            w = [v * scale for v in w]
+        dim = 2 + axis
+        n = out.shape[dim]
+        acc = out * w[half]
+        for j in range(kernel_size):  # tap j reads the voxel at offset j - half, the border replicated
+            off = j - half
+            if off == 0:
+                continue
+            m = min(abs(off), n)
+            if off < 0:  # acc[i] += w * x[i + off]
+                if n > m:
+                    acc.narrow(dim, m, n - m).add_(out.narrow(dim, 0, n - m), alpha=w[j])
+                acc.narrow(dim, 0, m).add_(out.narrow(dim, 0, 1).expand_as(acc.narrow(dim, 0, m)), alpha=w[j])
+            else:
+                if n > m:
+                    acc.narrow(dim, 0, n - m).add_(out.narrow(dim, m, n - m), alpha=w[j])
+                acc.narrow(dim, n - m, m).add_(out.narrow(dim, n - 1, 1).expand_as(acc.narrow(dim, 0, m)),
+                                               alpha=w[j])
+        out = acc
+    return out.add_(onehot, alpha=(1.0 - 2.0 * centre) * scale)
 
 
 def margin_penalty(logits: torch.Tensor, margin: float = 10.0) -> torch.Tensor:
