@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from monai.inferers import SlidingWindowInferer
-from monai.losses import DiceCELoss, DiceLoss
+from monai.losses import DiceCELoss, DiceLoss, NACLLoss
 from monai.transforms import (
     Compose,
     RandAdjustContrastd,
@@ -28,6 +28,7 @@ from monai.transforms import (
 )
 from tqdm.auto import tqdm
 
+from ..losses import DiceCEL1ACELoss, DiceCEMarginLoss, DiceSVLSLoss
 from ..metrics.overlap import dice
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
 from .model import EXAMPLE_NETWORK, build_example_network, save_trained_network
@@ -39,6 +40,15 @@ ROI = (64, 64, 64)
 
 #: training losses accepted by :func:`train_tissue_model` (MONAI's soft Dice includes the background class)
 TRAINING_LOSSES = ("dice_ce", "dice", "ce")
+#: the calibration losses of :mod:`monai_unc.losses` (and MONAI's NACL) that ``train_tissue_model`` also takes
+#: (docs/training.md), each composed with Dice as its paper trains it; name -> the name in the record
+CALIBRATION_LOSSES = {
+    "dice_svls": "Dice+SVLS",
+    "dice_ce_mbls": "DiceCE+MbLS",
+    "dice_ce_hard_l1ace": "DiceCE+hL1-ACE",
+    "dice_ce_soft_l1ace": "DiceCE+sL1-ACE",
+    "dice_nacl": "Dice+NACL",
+}
 
 
 def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -53,7 +63,16 @@ def _make_loss(loss: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor
         return DiceLoss(to_onehot_y=True, softmax=True)
     if loss == "ce":
         return _cross_entropy
-    raise ValueError(f"loss must be one of {TRAINING_LOSSES}, got {loss!r}")
+    if loss == "dice_svls":
+        return DiceSVLSLoss(to_onehot_y=True, softmax=True)
+    if loss == "dice_ce_mbls":
+        return DiceCEMarginLoss(to_onehot_y=True)
+    if loss in ("dice_ce_hard_l1ace", "dice_ce_soft_l1ace"):
+        return DiceCEL1ACELoss(loss.split("_")[2], to_onehot_y=True)
+    if loss == "dice_nacl":
+        dice_loss, nacl = DiceLoss(to_onehot_y=True, softmax=True), NACLLoss(classes=3, dim=3)
+        return lambda z, y: dice_loss(z, y) + nacl(z, y[:, 0])
+    raise ValueError(f"loss must be one of {TRAINING_LOSSES + tuple(CALIBRATION_LOSSES)}, got {loss!r}")
 
 
 def dice_per_class(pred: np.ndarray, label: np.ndarray, num_classes: int, mask: np.ndarray | None = None) -> list:
@@ -130,7 +149,8 @@ def train_tissue_model(
         seed: seeds the patches, the augmentation and the initialisation.
         progress: a progress bar on stderr.
         loss: ``"dice_ce"`` (soft Dice + cross-entropy, the shipped weights), ``"dice"`` (soft Dice over all
-            classes) or ``"ce"`` (cross-entropy); one of :data:`TRAINING_LOSSES`.
+            classes) or ``"ce"`` (cross-entropy); one of :data:`TRAINING_LOSSES`, or a calibration loss of
+            :data:`CALIBRATION_LOSSES` (docs/training.md).
 
     Returns:
         ``(network, record)``: the trained network and a dict with the settings, the losses and the hemisphere
@@ -140,7 +160,7 @@ def train_tissue_model(
         ValueError: an unknown ``loss``.
     """
     loss_fn = _make_loss(loss)
-    loss_name = {"dice_ce": "DiceCE", "dice": "Dice", "ce": "CE"}[loss]
+    loss_name = {"dice_ce": "DiceCE", "dice": "Dice", "ce": "CE", **CALIBRATION_LOSSES}[loss]
     torch.manual_seed(seed)
     np.random.seed(seed)
     data = load_mni152_tissue(resolution=2)

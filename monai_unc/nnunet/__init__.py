@@ -57,13 +57,24 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
     )
     from monai_unc.nnunet.predictor import UncertaintyPredictor
     from monai_unc.nnunet.trainers import (
+        CalibrationLoss,
         SSNDeepSupervisionLoss,
         attach_ssn_head,
         nnUNetTrainer_10iters,
+        nnUNetTrainerL1ACE,
+        nnUNetTrainerMbLS,
         nnUNetTrainerMCDropout,
         nnUNetTrainerMCDropout_10iters,
+        nnUNetTrainerMCDropoutL1ACE,
+        nnUNetTrainerMCDropoutMbLS,
+        nnUNetTrainerMCDropoutNACL,
+        nnUNetTrainerMCDropoutSoftL1ACE,
+        nnUNetTrainerMCDropoutSVLS,
+        nnUNetTrainerNACL,
+        nnUNetTrainerSoftL1ACE,
         nnUNetTrainerSSN,
         nnUNetTrainerSSN_10iters,
+        nnUNetTrainerSVLS,
         write_toy_dataset,
     )
 
@@ -78,6 +89,10 @@ _LAZY: dict[str, str] = {
                      "recorded_case_settings", "region_case_scores", "region_definitions", "write_float_map",
                      "write_region_maps", "write_scores_table"), "export"),
     "UncertaintyPredictor": "predictor",
+    **dict.fromkeys(("CalibrationLoss", "nnUNetTrainerSVLS", "nnUNetTrainerMbLS", "nnUNetTrainerL1ACE",
+                     "nnUNetTrainerSoftL1ACE", "nnUNetTrainerNACL", "nnUNetTrainerMCDropoutSVLS",
+                     "nnUNetTrainerMCDropoutMbLS", "nnUNetTrainerMCDropoutL1ACE", "nnUNetTrainerMCDropoutSoftL1ACE",
+                     "nnUNetTrainerMCDropoutNACL"), "trainers"),
     **dict.fromkeys(("SSNDeepSupervisionLoss", "attach_ssn_head", "nnUNetTrainer_10iters", "nnUNetTrainerMCDropout",
                      "nnUNetTrainerMCDropout_10iters", "nnUNetTrainerSSN", "nnUNetTrainerSSN_10iters",
                      "write_toy_dataset"), "trainers"),
@@ -90,6 +105,17 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES, globals())
 
 
 __all__ = [
+    "CalibrationLoss",
+    "nnUNetTrainerSVLS",
+    "nnUNetTrainerMbLS",
+    "nnUNetTrainerL1ACE",
+    "nnUNetTrainerSoftL1ACE",
+    "nnUNetTrainerNACL",
+    "nnUNetTrainerMCDropoutSVLS",
+    "nnUNetTrainerMCDropoutMbLS",
+    "nnUNetTrainerMCDropoutL1ACE",
+    "nnUNetTrainerMCDropoutSoftL1ACE",
+    "nnUNetTrainerMCDropoutNACL",
     "DEFAULT_MEASURES",
     "DEFAULT_TRAINING_DROPOUT",
     "MAP_MEASURES",

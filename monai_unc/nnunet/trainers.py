@@ -22,9 +22,17 @@ Trainers:
   (:attr:`~nnUNetTrainerSSN.ssn_num_mc_samples` = 20 draws); the lower-resolution deep-supervision outputs keep
   nnU-Net's own Dice + cross-entropy with nnU-Net's weights. In eval mode the head returns its mean logits, so
   ``nnUNetv2_predict`` (and nnU-Net's validation) use the mean prediction unchanged.
+- Calibration losses (docs/training.md): :class:`nnUNetTrainerSVLS` (Dice + cross-entropy against spatially
+  varying smoothed labels), :class:`nnUNetTrainerMbLS` (Dice + CE + the logit-margin penalty),
+  :class:`nnUNetTrainerL1ACE` / :class:`nnUNetTrainerSoftL1ACE` (Dice + CE + hard / soft L1 average calibration
+  error) and :class:`nnUNetTrainerNACL` (Dice + MONAI's ``NACLLoss``); each applies its loss at every
+  deep-supervision output with nnU-Net's weights (:class:`CalibrationLoss`), and each has an MC-dropout variant
+  (``nnUNetTrainerMCDropoutSVLS``, ...: the dropout network of :class:`nnUNetTrainerMCDropout` trained with that
+  loss). The SSN trainer has its own likelihood and combines with none of them.
 - :class:`nnUNetTrainer_10iters` / :class:`nnUNetTrainerMCDropout_10iters` / :class:`nnUNetTrainerSSN_10iters`:
   one epoch of 10 training and 2 validation iterations, for tests and CPU smoke runs (a stock epoch is 250
-  iterations, ~6 min on 2 CPU cores for a 32^3 toy task).
+  iterations, ~6 min on 2 CPU cores for a 32^3 toy task); ``<trainer>_2epochs`` (e.g. ``nnUNetTrainerSVLS_2epochs``):
+  two epochs of 5 training and 1 validation iterations, for the calibration trainers.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import Any
 import nibabel as nib
 import numpy as np
 import torch
+from monai.losses import NACLLoss
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
@@ -44,11 +53,23 @@ from torch import nn
 
 from monai_unc.data.synthetic import make_toy_dataset
 from monai_unc.io import atomic_write_text, save_nifti_image
+from monai_unc.losses import L1ACELoss, SVLSLoss, mean_margin_penalty
 from monai_unc.networks.losses import SSNLoss
 from monai_unc.networks.ssn import SSNHead, find_ssn_heads
 from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, dropout_arch_kwargs
 
 __all__ = [
+    "CalibrationLoss",
+    "nnUNetTrainerSVLS",
+    "nnUNetTrainerMbLS",
+    "nnUNetTrainerL1ACE",
+    "nnUNetTrainerSoftL1ACE",
+    "nnUNetTrainerNACL",
+    "nnUNetTrainerMCDropoutSVLS",
+    "nnUNetTrainerMCDropoutMbLS",
+    "nnUNetTrainerMCDropoutL1ACE",
+    "nnUNetTrainerMCDropoutSoftL1ACE",
+    "nnUNetTrainerMCDropoutNACL",
     "nnUNetTrainerMCDropout",
     "nnUNetTrainerSSN",
     "nnUNetTrainer_10iters",
@@ -280,6 +301,272 @@ class nnUNetTrainerSSN(nnUNetTrainer):
         return SSNDeepSupervisionLoss(super()._build_loss(), heads[0], SSNLoss(self.ssn_num_mc_samples))
 
 
+#: the calibration losses of the trainers, and whether each replaces nnU-Net's cross-entropy or adds to Dice + CE
+CALIBRATION_KINDS = {"svls": "replace_ce", "nacl": "replace_ce", "mbls": "add", "l1ace": "add"}
+
+
+class CalibrationLoss(nn.Module):
+    """nnU-Net's Dice + cross-entropy of one output, with a calibration loss (docs/training.md).
+
+    ``kind`` says how ``term`` enters (:data:`CALIBRATION_KINDS`): ``"replace_ce"`` (SVLS, NACL: the term is itself
+    a cross-entropy, as the papers train it) gives ``weight_dice * Dice + weight_ce * term``; ``"add"`` (MbLS,
+    L1-ACE) gives ``Dice + CE + weight * term``. ``stock`` is nnU-Net's ``DC_and_CE_loss`` (labels, softmax) or
+    ``DC_and_BCE_loss`` (regions, sigmoid); nnU-Net's ``DeepSupervisionWrapper`` applies this module to every output
+    with its own weights, so deep supervision is handled as nnU-Net does.
+
+    Args:
+        stock: nnU-Net's loss of one output (``dc``, ``weight_dice``, ``weight_ce`` are used).
+        term: the calibration loss, ``term(logits, target)``; the target is nnU-Net's: a label map
+            ``(B, 1, *spatial)`` (labels) or the region masks ``(B, R, *spatial)`` (regions).
+        kind: ``"replace_ce"`` or ``"add"``.
+        weight: the weight of the term when added.
+
+    Example:
+        >>> from nnunetv2.training.loss.compound_losses import DC_and_CE_loss
+        >>> stock = DC_and_CE_loss({"batch_dice": False, "smooth": 1e-5, "do_bg": False, "ddp": False}, {})
+        >>> loss = CalibrationLoss(stock, L1ACELoss(to_onehot_y=True), "add")
+        >>> z, y = torch.randn(2, 3, 8, 8), torch.randint(0, 3, (2, 1, 8, 8)).float()
+        >>> bool(torch.isclose(loss(z, y), stock(z, y) + L1ACELoss(to_onehot_y=True)(z, y)))
+        True
+    """
+
+    def __init__(self, stock: nn.Module, term: Any, kind: str, weight: float = 1.0) -> None:
+        super().__init__()
+        if kind not in ("replace_ce", "add"):
+            raise ValueError(f"kind must be 'replace_ce' or 'add', got {kind!r}")
+        self.stock = stock
+        self.term = term
+        self.kind = kind
+        self.weight = float(weight)
+
+    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The loss of one output.
+
+        Args:
+            output: ``(B, C, *spatial)`` logits.
+            target: nnU-Net's target of that output.
+
+        Returns:
+            The scalar loss.
+        """
+        if self.kind == "add":
+            return self.stock(output, target) + self.weight * self.term(output, target)
+        dice = self.stock.dc(output, target, loss_mask=None) if self.stock.weight_dice != 0 else 0.0
+        return self.stock.weight_dice * dice + self.stock.weight_ce * self.term(output, target)
+
+
+class _MarginPenalty(nn.Module):
+    """``alpha * mean max(0, max_j z_j - z_c - margin)`` of one output (the target is not used)."""
+
+    def __init__(self, margin: float, alpha: float) -> None:
+        super().__init__()
+        self.margin = float(margin)
+        self.alpha = float(alpha)
+
+    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.alpha * mean_margin_penalty(output, self.margin)
+
+
+class _NACLTerm(nn.Module):
+    """MONAI's ``NACLLoss`` on nnU-Net's label map ``(B, 1, *spatial)`` (MONAI's wants ``(B, *spatial)``)."""
+
+    def __init__(self, classes: int, dim: int, kernel_size: int, alpha: float) -> None:
+        super().__init__()
+        self.nacl = NACLLoss(classes=classes, dim=dim, kernel_size=kernel_size, alpha=alpha)
+
+    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.nacl(output, target[:, 0].long())
+
+
+class _CalibratedTrainer:
+    """Mixin before an nnU-Net trainer class: nnU-Net's loss with a calibration term (:class:`CalibrationLoss`).
+
+    Subclasses set :attr:`calibration` (a key of :data:`CALIBRATION_KINDS`) and implement :meth:`calibration_term`.
+    Ignore labels are refused (the terms cover every voxel).
+    """
+
+    calibration: str = ""
+    #: whether the method is defined for region-based (sigmoid) training
+    supports_regions: bool = True
+
+    def calibration_term(self) -> nn.Module:
+        raise NotImplementedError
+
+    def _build_loss(self) -> nn.Module:
+        name = type(self).__name__
+        if self.label_manager.has_ignore_label:
+            raise ValueError(f"{name} does not support an ignore label (the calibration loss covers all voxels)")
+        if self.label_manager.has_regions and not self.supports_regions:
+            raise ValueError(f"{name} supports label (softmax) training only, not region-based training")
+        loss = super()._build_loss()  # nnU-Net's Dice + CE, wrapped for deep supervision with nnU-Net's weights
+        inner = loss.loss if hasattr(loss, "weight_factors") else loss
+        wrapped = CalibrationLoss(inner, self.calibration_term(), CALIBRATION_KINDS[self.calibration],
+                                  getattr(self, "calibration_weight", 1.0))
+        if hasattr(loss, "weight_factors"):
+            loss.loss = wrapped
+            return loss
+        return wrapped
+
+
+class nnUNetTrainerSVLS(_CalibratedTrainer, nnUNetTrainer):
+    """nnU-Net's trainer with spatially varying label smoothing: Dice + cross-entropy against smoothed labels.
+
+    Islam, Glocker, *Spatially Varying Label Smoothing*, IPMI 2021: :class:`~monai_unc.losses.SVLSLoss` replaces
+    nnU-Net's cross-entropy (binary cross-entropy per region for region-based training). :attr:`svls_sigma` (1) and
+    :attr:`svls_kernel_size` (3) are in voxels; with :attr:`svls_spacing_aware` the kernel uses the
+    configuration's voxel spacing divided by its smallest entry (``sigma`` then in voxels of the finest axis).
+    Subclass and set them for other settings.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+
+    Example:
+        >>> nnUNetTrainerSVLS.svls_sigma, nnUNetTrainerSVLS.svls_kernel_size
+        (1.0, 3)
+    """
+
+    calibration = "svls"
+    svls_sigma: float = 1.0
+    svls_kernel_size: int = 3
+    svls_spacing_aware: bool = False
+
+    def calibration_term(self) -> nn.Module:
+        """The SVLS cross-entropy for nnU-Net's targets."""
+        regions = bool(self.label_manager.has_regions)
+        spacing = None
+        if self.svls_spacing_aware:
+            sp = [float(s) for s in self.configuration_manager.spacing]
+            spacing = [s / min(sp) for s in sp]
+        return SVLSLoss(self.svls_kernel_size, self.svls_sigma, spacing, to_onehot_y=not regions, softmax=not regions,
+                        sigmoid=regions)
+
+
+class nnUNetTrainerMbLS(_CalibratedTrainer, nnUNetTrainer):
+    """nnU-Net's trainer with margin-based label smoothing: Dice + CE + ``alpha`` times the logit-margin penalty.
+
+    Murugesan et al., *Calibrating Segmentation Networks with Margin-based Label Smoothing*, Medical Image Analysis
+    2023 (after Liu et al., CVPR 2022): :attr:`mbls_margin` = 10, :attr:`mbls_alpha` = 0.1. Softmax (label) training
+    only.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+
+    Example:
+        >>> nnUNetTrainerMbLS.mbls_margin, nnUNetTrainerMbLS.mbls_alpha
+        (10.0, 0.1)
+    """
+
+    calibration = "mbls"
+    supports_regions = False
+    mbls_margin: float = 10.0
+    mbls_alpha: float = 0.1
+
+    def calibration_term(self) -> nn.Module:
+        """The weighted margin penalty."""
+        return _MarginPenalty(self.mbls_margin, self.mbls_alpha)
+
+
+class nnUNetTrainerL1ACE(_CalibratedTrainer, nnUNetTrainer):
+    """nnU-Net's trainer with the hard-binned marginal L1 average calibration error added to Dice + CE.
+
+    Barfoot et al., *Average Calibration Error: A Differentiable Loss for Improved Reliability in Image
+    Segmentation*, MICCAI 2024: :attr:`ace_num_bins` = 20, background included, empty classes ignored; the authors
+    weight ACE, Dice and CE equally, which with nnU-Net's weights 1 and 1 is :attr:`calibration_weight` = 1.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+
+    Example:
+        >>> nnUNetTrainerL1ACE.ace_binning, nnUNetTrainerL1ACE.ace_num_bins
+        ('hard', 20)
+    """
+
+    calibration = "l1ace"
+    ace_binning: str = "hard"
+    ace_num_bins: int = 20
+    ace_empty_weight: float = 0.01
+    calibration_weight: float = 1.0
+
+    def calibration_term(self) -> nn.Module:
+        """The L1-ACE of nnU-Net's targets."""
+        regions = bool(self.label_manager.has_regions)
+        return L1ACELoss(self.ace_binning, self.ace_num_bins, self.ace_empty_weight, to_onehot_y=not regions,
+                         softmax=not regions, sigmoid=regions)
+
+
+class nnUNetTrainerSoftL1ACE(nnUNetTrainerL1ACE):
+    """:class:`nnUNetTrainerL1ACE` with soft bins.
+
+    Barfoot et al., *Average Calibration Losses for Reliable Uncertainty in Medical Image Segmentation*, 2025.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+
+    Example:
+        >>> nnUNetTrainerSoftL1ACE.ace_binning
+        'soft'
+    """
+
+    ace_binning = "soft"
+
+
+class nnUNetTrainerNACL(_CalibratedTrainer, nnUNetTrainer):
+    """nnU-Net's trainer with MONAI's neighbour-aware calibration loss in place of its cross-entropy.
+
+    Murugesan et al., *Trust your neighbours: Penalty-based constraints for model calibration*, MICCAI 2023, as
+    MONAI implements it (:class:`monai.losses.NACLLoss`: cross-entropy + ``alpha`` times the L1 distance of the
+    logits to the mean-filtered one-hot labels): :attr:`nacl_kernel_size` = 3, :attr:`nacl_alpha` = 0.1; plus
+    nnU-Net's Dice. Softmax (label) training only.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+
+    Example:
+        >>> nnUNetTrainerNACL.nacl_kernel_size, nnUNetTrainerNACL.nacl_alpha
+        (3, 0.1)
+    """
+
+    calibration = "nacl"
+    supports_regions = False
+    nacl_kernel_size: int = 3
+    nacl_alpha: float = 0.1
+
+    def calibration_term(self) -> nn.Module:
+        """MONAI's ``NACLLoss`` for nnU-Net's label maps."""
+        dim = len(self.configuration_manager.patch_size)
+        return _NACLTerm(self.label_manager.num_segmentation_heads, dim, self.nacl_kernel_size, self.nacl_alpha)
+
+
+class nnUNetTrainerMCDropoutSVLS(nnUNetTrainerSVLS, nnUNetTrainerMCDropout):
+    """:class:`nnUNetTrainerMCDropout`'s network trained with :class:`nnUNetTrainerSVLS`'s loss.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+    """
+
+
+class nnUNetTrainerMCDropoutMbLS(nnUNetTrainerMbLS, nnUNetTrainerMCDropout):
+    """:class:`nnUNetTrainerMCDropout`'s network trained with :class:`nnUNetTrainerMbLS`'s loss.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+    """
+
+
+class nnUNetTrainerMCDropoutL1ACE(nnUNetTrainerL1ACE, nnUNetTrainerMCDropout):
+    """:class:`nnUNetTrainerMCDropout`'s network trained with :class:`nnUNetTrainerL1ACE`'s loss.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+    """
+
+
+class nnUNetTrainerMCDropoutSoftL1ACE(nnUNetTrainerSoftL1ACE, nnUNetTrainerMCDropout):
+    """:class:`nnUNetTrainerMCDropout`'s network trained with :class:`nnUNetTrainerSoftL1ACE`'s loss.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+    """
+
+
+class nnUNetTrainerMCDropoutNACL(nnUNetTrainerNACL, nnUNetTrainerMCDropout):
+    """:class:`nnUNetTrainerMCDropout`'s network trained with :class:`nnUNetTrainerNACL`'s loss.
+
+    The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
+    """
+
+
 class _TenIterations:
     """Mixin before an nnU-Net trainer class: one epoch of 10 training and 2 validation iterations.
 
@@ -299,6 +586,47 @@ class _TenIterations:
         self.num_epochs = 1
         self.num_iterations_per_epoch = 10
         self.num_val_iterations_per_epoch = 2
+
+
+class _TwoShortEpochs(_TenIterations):
+    """Mixin before an nnU-Net trainer class: two epochs of 5 training and 1 validation iterations."""
+
+    def __init__(
+        self,
+        plans: dict,
+        configuration: str,
+        fold: int,
+        dataset_json: dict,
+        device: torch.device = torch.device("cuda"),  # noqa: B008 (nnU-Net's signature)
+    ) -> None:
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        self.num_epochs = 2
+        self.num_iterations_per_epoch = 5
+        self.num_val_iterations_per_epoch = 1
+
+
+class nnUNetTrainerSVLS_2epochs(_TwoShortEpochs, nnUNetTrainerSVLS):
+    """:class:`nnUNetTrainerSVLS` cut to two epochs of 5 training and 1 validation iterations (tests, smoke runs)."""
+
+
+class nnUNetTrainerMbLS_2epochs(_TwoShortEpochs, nnUNetTrainerMbLS):
+    """:class:`nnUNetTrainerMbLS` cut to two epochs of 5 training and 1 validation iterations (tests, smoke runs)."""
+
+
+class nnUNetTrainerL1ACE_2epochs(_TwoShortEpochs, nnUNetTrainerL1ACE):
+    """:class:`nnUNetTrainerL1ACE` cut to two epochs of 5 training and 1 validation iterations (tests, smoke runs)."""
+
+
+class nnUNetTrainerSoftL1ACE_2epochs(_TwoShortEpochs, nnUNetTrainerSoftL1ACE):
+    """:class:`nnUNetTrainerSoftL1ACE` cut to two epochs of 5 training and 1 validation iterations (tests)."""
+
+
+class nnUNetTrainerNACL_2epochs(_TwoShortEpochs, nnUNetTrainerNACL):
+    """:class:`nnUNetTrainerNACL` cut to two epochs of 5 training and 1 validation iterations (tests, smoke runs)."""
+
+
+class nnUNetTrainerMCDropoutSVLS_2epochs(_TwoShortEpochs, nnUNetTrainerMCDropoutSVLS):
+    """:class:`nnUNetTrainerMCDropoutSVLS` cut to two epochs of 5 training and 1 validation iterations (tests)."""
 
 
 class nnUNetTrainer_10iters(_TenIterations, nnUNetTrainer):

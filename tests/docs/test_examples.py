@@ -1,5 +1,6 @@
 """The runnable examples in docs/inferers.md, docs/data.md, docs/conformal.md, docs/products.md, docs/dicom.md,
-docs/monitoring.md, docs/lesions.md and docs/signing.md run as written (docs/dicom.md with the ``dicom`` extra)."""
+docs/monitoring.md, docs/lesions.md, docs/signing.md and docs/training.md run as written (docs/dicom.md with the
+``dicom`` extra)."""
 
 import re
 
@@ -17,7 +18,7 @@ def python_blocks(name):
 
 
 @pytest.mark.parametrize("page", ["inferers.md", "data.md", "conformal.md", "products.md", "dicom.md", "monitoring.md",
-                                  "lesions.md", "signing.md"])
+                                  "lesions.md", "signing.md", "training.md"])
 def test_doc_examples_run(page, tmp_path, monkeypatch):
     if page == "dicom.md":
         pytest.importorskip("highdicom", reason="docs/dicom.md needs the dicom extra")

@@ -17,7 +17,7 @@ DOCS = ROOT / "docs"
 API = DOCS / "api"
 # the packages and modules whose every public name the API reference must list (issue #28)
 REQUIRED = ("metrics", "inferers", "measures", "aggregation", "regions", "networks", "temperature", "transforms",
-            "handlers")
+            "handlers", "losses")
 DIRECTIVE = re.compile(r"^::: (monai_unc(?:\.\w+)+)\s*$", flags=re.M)
 
 

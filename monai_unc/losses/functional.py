@@ -1,0 +1,396 @@
+"""The formulas of the calibration losses, one function each, on torch tensors (any float dtype, CPU or CUDA).
+
+Every function takes channel-first tensors ``(B, C, *spatial)`` with one to three spatial dimensions and keeps the
+dtype of its input, so that ``torch.autograd.gradcheck`` runs in float64. The loss classes of
+:mod:`monai_unc.losses.calibration` (MONAI conventions: activation, ``to_onehot_y``, ``include_background``,
+``reduction``) call these functions and compute nothing themselves.
+
+- :func:`svls_kernel`, :func:`svls_targets`: spatially varying label smoothing (Islam, Glocker, *Spatially Varying
+  Label Smoothing: Capturing Uncertainty from Expert Annotations*, IPMI 2021).
+- :func:`margin_penalty`: the logit-margin penalty of margin-based label smoothing (Liu et al., *The Devil is in
+  the Margin: Margin-based Label Smoothing for Network Calibration*, CVPR 2022; Murugesan et al., *Calibrating
+  Segmentation Networks with Margin-based Label Smoothing*, Medical Image Analysis 2023).
+- :func:`binned_calibration`, :func:`l1_average_calibration_error`: the hard- and soft-binned marginal L1 average
+  calibration error (Barfoot et al., *Average Calibration Error: A Differentiable Loss for Improved Reliability in
+  Image Segmentation*, MICCAI 2024; *Average Calibration Losses for Reliable Uncertainty in Medical Image
+  Segmentation*, 2025).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "binned_calibration",
+    "l1_average_calibration_error",
+    "margin_penalty",
+    "mean_margin_penalty",
+    "svls_kernel",
+    "svls_targets",
+    "svls_targets_separable",
+]
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def _check_channel_first(x: torch.Tensor, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if not 3 <= x.ndim <= 5:
+        raise ValueError(f"{name} must be (B, C, *spatial) with 1 to 3 spatial dimensions, got {tuple(x.shape)}")
+
+
+def svls_kernel(
+    spatial_dims: int,
+    kernel_size: int = 3,
+    sigma: float = 1.0,
+    spacing: float | Sequence[float] | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The smoothing kernel of spatially varying label smoothing (SVLS).
+
+    A Gaussian ``g(d) = exp(-|d|^2 / (2 sigma^2))`` over the ``kernel_size^spatial_dims`` offsets ``d`` (in voxels,
+    or in the units of ``spacing``: the offset along axis ``a`` is ``i_a * spacing[a]``), normalised to sum 1; its
+    centre weight is then replaced by the sum of the neighbours' weights and the kernel normalised again. The centre
+    voxel's own label therefore keeps half of the mass and the neighbours share the other half by distance (Islam,
+    Glocker, *Spatially Varying Label Smoothing*, IPMI 2021, Eq. 2-3; the authors' code uses voxel offsets, which is
+    ``spacing=None``).
+
+    Args:
+        spatial_dims: 1, 2 or 3.
+        kernel_size: odd, at least 3 (the paper uses 3).
+        sigma: the Gaussian's standard deviation, in voxels (or in the units of ``spacing``); the paper uses 1.
+        spacing: the voxel size per axis (one number for all axes), e.g. mm; ``None`` for isotropic voxels.
+        dtype: the kernel's dtype.
+        device: the kernel's device.
+
+    Returns:
+        The kernel, shape ``(kernel_size,) * spatial_dims``, non-negative, summing to 1, its centre ``0.5``.
+
+    Raises:
+        ValueError: ``spatial_dims``, ``kernel_size``, ``sigma`` or ``spacing`` out of range, or a ``sigma`` so small
+            against the spacing that the neighbours' weights vanish.
+
+    Example:
+        >>> k = svls_kernel(2, sigma=1.0)
+        >>> round(float(k.sum()), 6), round(float(k[1, 1]), 6), k.shape
+        (1.0, 0.5, torch.Size([3, 3]))
+    """
+    if spatial_dims not in (1, 2, 3):
+        raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims}")
+    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 3 or kernel_size % 2 == 0:
+        raise ValueError(f"kernel_size must be an odd integer >= 3, got {kernel_size!r}")
+    if not (isinstance(sigma, (int, float)) and float(sigma) > 0 and float(sigma) < float("inf")):
+        raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")
+    if spacing is None:
+        steps = [1.0] * spatial_dims
+    else:
+        steps = [float(spacing)] * spatial_dims if isinstance(spacing, (int, float)) else [float(s) for s in spacing]
+        if len(steps) != spatial_dims or not all(0 < s < float("inf") for s in steps):
+            raise ValueError(f"spacing must be {spatial_dims} positive finite numbers, got {spacing!r}")
+    half = kernel_size // 2
+    offsets = torch.arange(-half, half + 1, dtype=torch.float64)
+    grids = torch.meshgrid(*[offsets * s for s in steps], indexing="ij")
+    sq = sum(g**2 for g in grids)
+    g = torch.exp(-sq / (2.0 * float(sigma) ** 2))
+    g = g / g.sum()
+    centre = (half,) * spatial_dims
+    neighbours = 1.0 - g[centre]
+    if not neighbours > 1e-12:
+        raise ValueError(f"sigma={sigma} is too small for the spacing {steps}: the neighbours get no weight")
+    g[centre] = neighbours
+    return (g / g.sum()).to(dtype=dtype, device=device)
+
+
+def _gaussian_1d(kernel_size: int, sigma: float, step: float) -> torch.Tensor:
+    half = kernel_size // 2
+    g = torch.exp(-((torch.arange(-half, half + 1, dtype=torch.float64) * step) ** 2) / (2.0 * sigma**2))
+    return g / g.sum()
+
+
+def svls_targets(onehot: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """Soft targets of SVLS: each channel of a one-hot (or soft) target convolved with the kernel.
+
+    The target is padded by replicating its border (as the authors do), so a constant map stays constant and the
+    classes still sum to 1 at every voxel.
+
+    Args:
+        onehot: ``(B, C, *spatial)`` one-hot (or soft) targets, 1 to 3 spatial dimensions.
+        kernel: ``(k,) * spatial_dims`` from :func:`svls_kernel`.
+
+    Returns:
+        ``(B, C, *spatial)`` soft targets, the dtype and device of ``onehot``.
+
+    Raises:
+        TypeError: ``onehot`` is not a floating-point tensor.
+        ValueError: shapes do not fit.
+
+    Example:
+        >>> y = torch.zeros(1, 2, 5, 5); y[:, 0] = 1; y[:, 0, 2, 2] = 0; y[:, 1, 2, 2] = 1
+        >>> q = svls_targets(y, svls_kernel(2))
+        >>> round(float(q[0, 1, 2, 2]), 3), bool(torch.allclose(q.sum(1), torch.ones(1, 5, 5)))
+        (0.5, True)
+    """
+    _check_channel_first(onehot, "onehot")
+    dims = onehot.ndim - 2
+    if kernel.ndim != dims or len(set(kernel.shape)) != 1 or kernel.shape[0] % 2 == 0:
+        raise ValueError(f"kernel must be (k,) * {dims} with odd k, got {tuple(kernel.shape)}")
+    half = kernel.shape[0] // 2
+    channels = onehot.shape[1]
+    padded = F.pad(onehot, (half, half) * dims, mode="replicate")
+    weight = kernel.to(dtype=onehot.dtype, device=onehot.device).expand(channels, 1, *kernel.shape)
+    return _CONV[dims](padded, weight, groups=channels)
+
+
+def svls_targets_separable(
+    onehot: torch.Tensor, kernel_size: int = 3, sigma: float = 1.0, spacing: float | Sequence[float] | None = None
+) -> torch.Tensor:
+    """:func:`svls_targets` with the kernel of :func:`svls_kernel`, computed with one 1-D pass per axis.
+
+    The SVLS kernel is a separable Gaussian ``G`` (centre weight ``g_c``) with its centre raised to ``1 - g_c`` and
+    renormalised, so ``q = (G * y + (1 - 2 g_c) y) / (2 (1 - g_c))``: ``spatial_dims`` 1-D convolutions of ``k``
+    taps (shifted views of the replicate-padded target) instead of one of ``k^spatial_dims``. Equal to
+    :func:`svls_targets` to rounding.
+
+    Args:
+        onehot: ``(B, C, *spatial)`` one-hot (or soft) targets, 1 to 3 spatial dimensions.
+        kernel_size: odd, >= 3.
+        sigma: the Gaussian's standard deviation (voxels, or the units of ``spacing``).
+        spacing: voxel size per axis, ``None`` for isotropic voxels.
+
+    Returns:
+        ``(B, C, *spatial)`` soft targets, the dtype and device of ``onehot``.
+
+    Example:
+        >>> y = (torch.rand(1, 1, 6, 5, 4) > 0.5).float(); y = torch.cat([1 - y, y], 1)
+        >>> a = svls_targets_separable(y, 3, 1.0, (1.0, 1.0, 2.0))
+        >>> bool(torch.allclose(a, svls_targets(y, svls_kernel(3, 3, 1.0, (1.0, 1.0, 2.0))), atol=1e-6))
+        True
+    """
+    _check_channel_first(onehot, "onehot")
+    dims = onehot.ndim - 2
+    svls_kernel(dims, kernel_size, sigma, spacing, dtype=torch.float64)  # checks the arguments
+    steps = [1.0] * dims if spacing is None else (
+        [float(spacing)] * dims if isinstance(spacing, (int, float)) else [float(v) for v in spacing])
+    half = kernel_size // 2
+    weights = [[float(v) for v in _gaussian_1d(kernel_size, sigma, step)] for step in steps]
+    centre = math.prod(w[half] for w in weights)
+    scale = 1.0 / (2.0 * (1.0 - centre))  # folded into the last axis' taps
+    out = onehot
+    for axis, w in enumerate(weights):
+        if axis == dims - 1:
+            w = [v * scale for v in w]
+        dim = 2 + axis
+        n = out.shape[dim]
+        acc = out * w[half]
+        for j in range(kernel_size):  # tap j reads the voxel at offset j - half, the border replicated
+            off = j - half
+            if off == 0:
+                continue
+            m = min(abs(off), n)
+            if off < 0:  # acc[i] += w * x[i + off]
+                if n > m:
+                    acc.narrow(dim, m, n - m).add_(out.narrow(dim, 0, n - m), alpha=w[j])
+                acc.narrow(dim, 0, m).add_(out.narrow(dim, 0, 1).expand_as(acc.narrow(dim, 0, m)), alpha=w[j])
+            else:
+                if n > m:
+                    acc.narrow(dim, 0, n - m).add_(out.narrow(dim, m, n - m), alpha=w[j])
+                acc.narrow(dim, n - m, m).add_(out.narrow(dim, n - 1, 1).expand_as(acc.narrow(dim, 0, m)),
+                                               alpha=w[j])
+        out = acc
+    return out.add_(onehot, alpha=(1.0 - 2.0 * centre) * scale)
+
+
+def margin_penalty(logits: torch.Tensor, margin: float = 10.0) -> torch.Tensor:
+    """The logit-margin penalty of MbLS: ``max(0, max_j z_j - z_c - margin)`` per voxel and class.
+
+    Liu et al., *The Devil is in the Margin: Margin-based Label Smoothing for Network Calibration*, CVPR 2022
+    (Eq. 7, the linear penalty): the logit distances ``d_c = max_j z_j - z_c`` are pushed below ``margin``; the
+    class with the largest logit has ``d = 0`` and never pays.
+
+    Args:
+        logits: ``(B, C, *spatial)`` raw network outputs.
+        margin: the tolerated logit distance (the papers use 10), ``>= 0``.
+
+    Returns:
+        ``(B, C, *spatial)`` penalties, ``>= 0``.
+
+    Raises:
+        ValueError: ``margin`` negative or not finite.
+
+    Example:
+        >>> z = torch.tensor([[[12.0], [0.0], [1.0]]])  # (B=1, C=3, N=1)
+        >>> margin_penalty(z, margin=10.0).flatten().tolist()
+        [0.0, 2.0, 1.0]
+    """
+    _check_channel_first(logits, "logits")
+    if not (isinstance(margin, (int, float)) and 0 <= float(margin) < float("inf")):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    distances = logits.amax(dim=1, keepdim=True) - logits
+    return F.relu(distances - float(margin))
+
+
+class _MeanMarginPenalty(torch.autograd.Function):
+    """``mean(margin_penalty(z, margin))`` over ``weight``-selected channels with a hand-written gradient.
+
+    Forward keeps one boolean mask and the argmax; backward is ``-1/n`` at every penalised entry and the count of
+    penalised entries of the voxel ``/ n`` at its argmax (the gradient autograd gives for a unique maximum; ties
+    send it to the first maximum, a subgradient).
+    """
+
+    @staticmethod
+    def forward(ctx: object, logits: torch.Tensor, margin: float, first: int) -> torch.Tensor:
+        top, arg = logits.max(dim=1, keepdim=True)
+        excess = (top - margin) - logits[:, first:]
+        active = excess > 0
+        n = excess.numel()
+        ctx.save_for_backward(active, arg)
+        ctx.n, ctx.first, ctx.shape = n, first, logits.shape
+        return excess.clamp_min_(0).sum() / n
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        active, arg = ctx.saved_tensors
+        scale = grad / ctx.n
+        g = torch.zeros(ctx.shape, dtype=grad.dtype, device=grad.device)
+        g[:, ctx.first:] = active.to(grad.dtype) * -scale
+        g.scatter_add_(1, arg, active.sum(1, keepdim=True).to(grad.dtype) * scale)
+        return g, None, None
+
+
+def mean_margin_penalty(logits: torch.Tensor, margin: float = 10.0, include_background: bool = True) -> torch.Tensor:
+    """The mean of :func:`margin_penalty` over voxels and classes, with a fused gradient (less memory and time).
+
+    Args:
+        logits: ``(B, C, *spatial)`` raw network outputs.
+        margin: the tolerated logit distance, ``>= 0``.
+        include_background: ``False`` leaves channel 0 out of the mean (its logit still counts for the maximum).
+
+    Returns:
+        A scalar: ``margin_penalty(logits, margin)[:, first:].mean()``.
+
+    Example:
+        >>> z = torch.tensor([[[12.0], [0.0], [1.0]]], requires_grad=True)
+        >>> v = mean_margin_penalty(z, 10.0); v.backward()
+        >>> round(v.item(), 4), [round(g, 4) for g in z.grad.flatten().tolist()]
+        (1.0, [0.6667, -0.3333, -0.3333])
+    """
+    _check_channel_first(logits, "logits")
+    if not (isinstance(margin, (int, float)) and 0 <= float(margin) < float("inf")):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    first = 0 if include_background else 1
+    if logits.shape[1] <= first:
+        raise ValueError("include_background=False leaves no channel: the logits have one channel")
+    return _MeanMarginPenalty.apply(logits, float(margin), first)
+
+
+def binned_calibration(
+    probs: torch.Tensor, target: torch.Tensor, num_bins: int = 20, soft: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per image and channel, the weighted sums of probabilities, of targets and of weights in each bin.
+
+    Hard binning: value ``p`` falls in bin ``floor(p * num_bins)`` (``p = 1`` in the last bin), the convention of
+    :mod:`monai_unc.metrics.calibration`. Soft binning (Barfoot et al. 2025): bin ``k`` has its centre at
+    ``(k + 1/2) / num_bins`` and ``p`` is shared between the two nearest centres by linear interpolation (a
+    triangular kernel of width ``2 / num_bins``); below the first or above the last centre all of it goes to the end
+    bin. The soft weights depend on ``p``, so the gradient flows through the bin memberships too.
+
+    Args:
+        probs: ``(B, C, *spatial)`` probabilities in ``[0, 1]``.
+        target: ``(B, C, *spatial)`` targets (one-hot, or soft in ``[0, 1]``), same shape.
+        num_bins: number of equal-width bins on ``[0, 1]``, ``>= 1``.
+        soft: soft instead of hard binning.
+
+    Returns:
+        ``(sum_p, sum_y, weight)``, each ``(B, C, num_bins)``: ``sum_p / weight`` is the mean probability and
+        ``sum_y / weight`` the mean target (the accuracy) of a bin.
+
+    Raises:
+        ValueError: shapes differ or ``num_bins < 1``.
+
+    Example:
+        >>> p = torch.tensor([[[0.1, 0.15, 0.9]]]); y = torch.tensor([[[0.0, 1.0, 1.0]]])
+        >>> sp, sy, w = binned_calibration(p, y, num_bins=2)
+        >>> sp.tolist(), sy.tolist(), w.tolist()
+        ([[[0.25, 0.8999999761581421]]], [[[1.0, 1.0]]], [[[2.0, 1.0]]])
+    """
+    _check_channel_first(probs, "probs")
+    if target.shape != probs.shape:
+        raise ValueError(f"target {tuple(target.shape)} and probs {tuple(probs.shape)} must have the same shape")
+    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
+        raise ValueError(f"num_bins must be an integer >= 1, got {num_bins!r}")
+    b, c = probs.shape[:2]
+    p = probs.reshape(b * c, -1)
+    y = target.reshape(b * c, -1).to(p.dtype)
+    row = (torch.arange(b * c, device=p.device) * num_bins)[:, None]
+    if not soft:
+        idx = torch.clamp(torch.floor(p.detach() * num_bins), 0, num_bins - 1).to(torch.int64) + row
+        parts = [(idx, torch.ones_like(p))]
+    else:
+        t = p * num_bins - 0.5  # position in units of bins, 0 at the first centre
+        lower = torch.floor(t.detach())
+        frac = t - lower  # in [0, 1): the weight of the upper centre
+        lo = torch.clamp(lower, 0, num_bins - 1).to(torch.int64) + row
+        hi = torch.clamp(lower + 1, 0, num_bins - 1).to(torch.int64) + row
+        parts = [(lo, 1.0 - frac), (hi, frac)]
+    out = []
+    for values in (p, y, None):
+        acc = p.new_zeros(b * c * num_bins)
+        for idx, w in parts:
+            acc = acc.index_add(0, idx.reshape(-1), (w if values is None else w * values).reshape(-1))
+        out.append(acc.reshape(b, c, num_bins))
+    return out[0], out[1], out[2]
+
+
+def l1_average_calibration_error(
+    probs: torch.Tensor,
+    target: torch.Tensor,
+    num_bins: int = 20,
+    soft: bool = False,
+    empty_weight: float = 0.01,
+    ignore_empty_classes: bool = True,
+) -> torch.Tensor:
+    """The marginal L1 average calibration error (L1-ACE) of every image and channel, differentiable in ``probs``.
+
+    ``ACE = mean over non-empty bins k of |mean_p_k - mean_y_k|`` with the bins of :func:`binned_calibration`;
+    a bin is empty when its weight is 0 (hard) or below ``empty_weight`` (soft). Each channel is a binary task:
+    its probability against its target (Barfoot et al., *Average Calibration Error: A Differentiable Loss for
+    Improved Reliability in Image Segmentation*, MICCAI 2024: hard bins; *Average Calibration Losses for Reliable
+    Uncertainty in Medical Image Segmentation*, 2025: soft bins).
+
+    Args:
+        probs: ``(B, C, *spatial)`` probabilities.
+        target: ``(B, C, *spatial)`` one-hot (or soft) targets.
+        num_bins: bins (the papers use 20).
+        soft: soft instead of hard binning.
+        empty_weight: the weight below which a soft bin counts as empty (the authors' default 0.01; unused for hard).
+        ignore_empty_classes: the ACE of a channel whose target is all 0 in that image is set to 0 (as the authors:
+            it still counts in a mean over channels).
+
+    Returns:
+        ``(B, C)`` errors in ``[0, 1]``.
+
+    Example:
+        >>> p = torch.tensor([[[0.1, 0.15, 0.9]]]); y = torch.tensor([[[0.0, 1.0, 1.0]]])
+        >>> # bin 0: mean p 0.125 vs accuracy 0.5; bin 1: 0.9 vs 1 -> (0.375 + 0.1) / 2
+        >>> [round(v, 4) for v in l1_average_calibration_error(p, y, num_bins=2).flatten().tolist()]
+        [0.2375]
+    """
+    if not (isinstance(empty_weight, (int, float)) and 0 <= float(empty_weight) < float("inf")):
+        raise ValueError(f"empty_weight must be a finite number >= 0, got {empty_weight!r}")
+    sum_p, sum_y, weight = binned_calibration(probs, target, num_bins=num_bins, soft=soft)
+    valid = weight >= float(empty_weight) if soft else weight > 0
+    safe = torch.where(valid, weight, torch.ones_like(weight))
+    gaps = torch.where(valid, (sum_p / safe - sum_y / safe).abs(), torch.zeros_like(weight))
+    ace = gaps.sum(-1) / valid.sum(-1).clamp(min=1).to(gaps.dtype)
+    if ignore_empty_classes:
+        present = target.reshape(*target.shape[:2], -1).sum(-1) > 0
+        ace = ace * present.to(ace.dtype)
+    return ace

@@ -1,0 +1,235 @@
+"""The nnU-Net trainers with calibration losses: found by nnU-Net's name lookup, their loss is nnU-Net's Dice + CE
+with the calibration term at every deep-supervision output (nnU-Net's weights), the MC-dropout variants build the
+dropout network, bad set-ups are refused, and (slow) each trains two epochs on the toy task and its checkpoint
+predicts with stock nnU-Net and with ``monai-unc nnunet-predict``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("nnunetv2")
+
+from monai.losses import NACLLoss  # noqa: E402
+from nnunetv2.training.loss.compound_losses import DC_and_BCE_loss, DC_and_CE_loss  # noqa: E402
+from nnunetv2.training.loss.dice import MemoryEfficientSoftDiceLoss  # noqa: E402
+
+import monai_unc.nnunet as mun  # noqa: E402
+from monai_unc.losses import L1ACELoss, SVLSLoss, margin_penalty  # noqa: E402
+from tests.nnunet.test_ssn_trainer import _plans  # noqa: E402
+
+CPU = torch.device("cpu")
+LABELS = {"background": 0, "outer": 1, "core": 2}
+TRAINERS = ("nnUNetTrainerSVLS", "nnUNetTrainerMbLS", "nnUNetTrainerL1ACE", "nnUNetTrainerSoftL1ACE",
+            "nnUNetTrainerNACL")
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _trainer(cls, tmp_path, monkeypatch, labels=LABELS, ndim=3):
+    monkeypatch.setenv("nnUNet_results", str(tmp_path / "results"))
+    plans = _plans(ndim)
+    plans["continue_training"] = False
+    dataset = {"labels": labels, "channel_names": {"0": "x"}, "numTraining": 2, "file_ending": ".nii.gz"}
+    if any(isinstance(v, list) for v in labels.values()):
+        dataset["regions_class_order"] = list(range(1, len(labels)))
+    trainer = cls(plans, "cfg", 0, dataset, CPU)
+    heads = trainer.label_manager.num_segmentation_heads
+    trainer.network = trainer.build_network_architecture(trainer.plans_manager, trainer.configuration_manager, 1,
+                                                         heads, True)
+    return trainer
+
+
+@pytest.mark.slow
+def test_trainers_are_found_by_nnunet_name_lookup(monkeypatch):
+    from nnunetv2.utilities.find_objects import recursive_find_trainer_class_by_name
+
+    monkeypatch.setenv("nnUNet_extTrainer", mun.trainer_dir())
+    names = [*TRAINERS, *(n.replace("nnUNetTrainer", "nnUNetTrainerMCDropout") for n in TRAINERS),
+             *(f"{n}_2epochs" for n in TRAINERS), "nnUNetTrainerMCDropoutSVLS_2epochs"]
+    for name in names:
+        assert recursive_find_trainer_class_by_name(name).__name__ == name
+
+
+def _stock(trainer):
+    return DC_and_CE_loss({"batch_dice": False, "smooth": 1e-5, "do_bg": False, "ddp": False}, {}, weight_ce=1,
+                          weight_dice=1, ignore_label=None, dice_class=MemoryEfficientSoftDiceLoss)
+
+
+def _term(name, z, y):
+    """The calibration part of each trainer, computed from the MONAI-style losses and MONAI's NACL."""
+    if name == "nnUNetTrainerSVLS":
+        return SVLSLoss(to_onehot_y=True)(z, y)
+    if name == "nnUNetTrainerMbLS":
+        return 0.1 * margin_penalty(z, 10.0).mean()
+    if name == "nnUNetTrainerL1ACE":
+        return L1ACELoss("hard", 20, to_onehot_y=True)(z, y)
+    if name == "nnUNetTrainerSoftL1ACE":
+        return L1ACELoss("soft", 20, to_onehot_y=True)(z, y)
+    return NACLLoss(classes=3, dim=3, kernel_size=3, alpha=0.1)(z, y[:, 0].long())
+
+
+@pytest.mark.parametrize("name", TRAINERS)
+def test_loss_is_dice_ce_with_the_term_at_every_deep_supervision_output(name, tmp_path, monkeypatch):
+    trainer = _trainer(getattr(mun, name), tmp_path, monkeypatch)
+    loss = trainer._build_loss()
+    weights = loss.weight_factors
+    assert type(loss).__name__ == "DeepSupervisionWrapper" and type(loss.loss).__name__ == "CalibrationLoss"
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 16, 16, 16)
+    y = torch.randint(0, 3, (2, 1, 16, 16, 16)).float()
+    targets = [y, y[:, :, ::2, ::2, ::2]]
+    outs = [o * 8 for o in trainer.network.train()(x)]  # large logits: the margin penalty is active
+    stock = _stock(trainer)
+    expected = 0.0
+    for w, o, t in zip(weights, outs, targets):
+        if w == 0:
+            continue
+        if name in ("nnUNetTrainerSVLS", "nnUNetTrainerNACL"):  # the term replaces nnU-Net's cross-entropy
+            expected = expected + w * (stock.dc(o, t) + _term(name, o, t))
+        else:
+            expected = expected + w * (stock(o, t) + _term(name, o, t))
+    got = loss(outs, targets)
+    torch.testing.assert_close(got, expected)
+    assert float(got.detach()) != pytest.approx(float(sum(w * stock(o, t) for w, o, t in zip(weights, outs, targets))))
+    got.backward()
+    assert trainer.network.decoder.seg_layers[-1].weight.grad.abs().sum() > 0
+
+
+def test_mc_dropout_variants_build_the_dropout_network_with_the_loss(tmp_path, monkeypatch):
+    trainer = _trainer(mun.nnUNetTrainerMCDropoutL1ACE, tmp_path, monkeypatch)
+    drops = [m for m in trainer.network.modules() if isinstance(m, torch.nn.Dropout3d)]
+    assert drops and all(m.p == mun.nnUNetTrainerMCDropout.dropout_p for m in drops)
+    assert type(trainer._build_loss().loss.term).__name__ == "L1ACELoss"
+
+
+def test_regions_use_sigmoid_terms_and_margin_methods_refuse_them(tmp_path, monkeypatch):
+    regions = {"background": 0, "whole": [1, 2], "core": 2}
+    trainer = _trainer(mun.nnUNetTrainerSVLS, tmp_path, monkeypatch, labels=regions)
+    loss = trainer._build_loss()
+    assert isinstance(loss.loss.stock, DC_and_BCE_loss) and loss.loss.term.use_sigmoid
+    z = torch.randn(2, 2, 8, 8, 8)
+    y = (torch.rand(2, 2, 8, 8, 8) > 0.5).float()
+    ref_q = SVLSLoss().soft_targets(y)
+    expected = loss.loss.stock.dc(z, y) + F.binary_cross_entropy_with_logits(z, ref_q)
+    torch.testing.assert_close(loss.loss(z, y), expected)
+    ace = _trainer(mun.nnUNetTrainerSoftL1ACE, tmp_path, monkeypatch, labels=regions)._build_loss().loss
+    torch.testing.assert_close(ace(z, y), ace.stock(z, y) + L1ACELoss("soft", sigmoid=True, softmax=False)(z, y))
+    for cls in (mun.nnUNetTrainerMbLS, mun.nnUNetTrainerNACL):
+        with pytest.raises(ValueError, match="region-based"):
+            _trainer(cls, tmp_path, monkeypatch, labels=regions)._build_loss()
+
+
+def test_ignore_label_and_bad_kind_are_refused(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="ignore label"):
+        _trainer(mun.nnUNetTrainerL1ACE, tmp_path, monkeypatch, labels={**LABELS, "ignore": 3})._build_loss()
+    with pytest.raises(ValueError, match="kind"):
+        mun.CalibrationLoss(torch.nn.Identity(), torch.nn.Identity(), "multiply")
+
+
+def test_spacing_aware_svls_uses_the_configuration_spacing(tmp_path, monkeypatch):
+    class Aniso(mun.nnUNetTrainerSVLS):
+        svls_spacing_aware = True
+
+    trainer = _trainer(Aniso, tmp_path, monkeypatch)
+    trainer.configuration_manager.configuration["spacing"] = [3.0, 1.0, 1.0]
+    term = trainer._build_loss().loss.term
+    assert term.spacing == [3.0, 1.0, 1.0]
+    plain = _trainer(mun.nnUNetTrainerSVLS, tmp_path, monkeypatch)._build_loss().loss.term
+    assert plain.spacing is None
+
+
+# ------------------------------------------------------------------------------------------ end to end (slow)
+@pytest.mark.slow
+def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
+    """``nnUNetv2_train`` (the command for one trainer, its function for the others), then stock
+    ``nnUNetv2_predict`` and ``monai-unc nnunet-predict`` on the checkpoint."""
+    env = {"nnUNet_raw": tmp_path / "raw", "nnUNet_preprocessed": tmp_path / "preprocessed",
+           "nnUNet_results": tmp_path / "results"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(v))
+    monkeypatch.setenv("nnUNet_compile", "false")
+    monkeypatch.setenv("nnUNet_extTrainer", mun.trainer_dir())
+    monkeypatch.setenv("nnUNet_n_proc_DA", "1")
+    monkeypatch.chdir(tmp_path)
+    from nnunetv2.experiment_planning.plan_and_preprocess_api import (
+        extract_fingerprints,
+        plan_experiments,
+        preprocess,
+    )
+    from nnunetv2.run.run_training import get_trainer_from_args
+
+    mun.write_toy_dataset(tmp_path / "raw", dataset_id=992, num_training=4, num_test=1, shape=(20, 20, 20),
+                          empty_slices=2)
+    extract_fingerprints([992], num_processes=1)
+    plan_experiments([992])
+    preprocess([992], configurations=("3d_fullres",), num_processes=(1,))
+    plans_file = tmp_path / "preprocessed" / "Dataset992_UncToy" / "nnUNetPlans.json"
+    plans = json.loads(plans_file.read_text())
+    arch = plans["configurations"]["3d_fullres"]["architecture"]["arch_kwargs"]
+    arch["features_per_stage"] = [min(f, 8) for f in arch["features_per_stage"]]
+    plans["configurations"]["3d_fullres"]["batch_size"] = 1
+    plans_file.write_text(json.dumps(plans))
+    cases = sorted(p.name[: -len("_0000.nii.gz")] for p in (tmp_path / "raw/Dataset992_UncToy/imagesTr").iterdir())
+    (plans_file.parent / "splits_final.json").write_text(json.dumps([{"train": cases[1:], "val": cases[:1]}]))
+    monkeypatch.setenv("nnUNet_n_proc_DA", "0")
+
+    # the command line, as a user runs it
+    cmd = [sys.executable, "-c", "from nnunetv2.run.run_training import run_training_entry; run_training_entry()",
+           "992", "3d_fullres", "0", "-tr", "nnUNetTrainerMCDropoutSVLS_2epochs", "-device", "cpu"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    trained = ["nnUNetTrainerMCDropoutSVLS_2epochs"]
+    for name in TRAINERS[1:]:
+        trainer = get_trainer_from_args("992", "3d_fullres", 0, f"{name}_2epochs", device=CPU)
+        trainer.run_training()
+        losses = trainer.logger.local_logger.my_fantastic_logging["train_losses"]
+        assert len(losses) == 2 and np.isfinite(losses).all()
+        assert type(trainer.loss.loss).__name__ == "CalibrationLoss"
+        trained.append(f"{name}_2epochs")
+
+    import argparse
+
+    from monai_unc.nnunet.cli import add_parser, run
+
+    images = tmp_path / "raw/Dataset992_UncToy/imagesTs"
+    for name in trained:
+        model = tmp_path / "results" / "Dataset992_UncToy" / f"{name}__nnUNetPlans__3d_fullres"
+        ckpt = torch.load(model / "fold_0" / "checkpoint_final.pth", map_location="cpu", weights_only=False)
+        assert ckpt["trainer_name"] == name and ckpt["current_epoch"] == 2
+        stock = tmp_path / f"stock_{name}"
+        predict = [sys.executable, "-c",
+                   "from nnunetv2.inference.predict_from_raw_data import predict_entry_point; predict_entry_point()",
+                   "-i", str(images), "-o", str(stock), "-d", "992", "-c", "3d_fullres", "-tr", name, "-f", "0",
+                   "-device", "cpu", "--disable_tta", "-npp", "1", "-nps", "1", "--disable_progress_bar"]
+        if name == trained[0]:  # the command once; the same function afterwards (saves start-up time)
+            done = subprocess.run(predict, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr[-3000:]
+        else:
+            from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+            pred = nnUNetPredictor(device=CPU, allow_tqdm=False, use_mirroring=False)
+            pred.initialize_from_trained_model_folder(str(model), (0,), "checkpoint_final.pth")
+            stock.mkdir()
+            pred.predict_from_files_sequential(str(images), str(stock))
+        assert len(list(stock.glob("*.nii.gz"))) == 1
+        parser = argparse.ArgumentParser()
+        add_parser(parser.add_subparsers())
+        ours = tmp_path / f"ours_{name}"
+        sources = ["dropout"] if "MCDropout" in name else ["mirroring"]
+        args = parser.parse_args(["nnunet-predict", "-i", str(images), "-o", str(ours), "-m", str(model), "-f", "0",
+                                  "-device", "cpu", "--sources", *sources, "--num_samples", "2", "--seed", "0",
+                                  "-npp", "0", "-nps", "0", "--disable_progress_bar"])
+        assert run(args) == 0
+        (rec_file,) = (ours / "uncertainty").glob("*.json")
+        rec = json.loads(rec_file.read_text())
+        assert rec["num_samples"] >= 2
+        assert len(list(ours.glob("*.nii.gz"))) == 1
