@@ -293,7 +293,7 @@ def test_report_section_defaults():
 
 # --- artifact files ----------------------------------------------------------------------------------------------
 def _by_hand_digest(doc: dict) -> str:
-    body = {k: v for k, v in doc.items() if k != "digest"}
+    body = {k: v for k, v in doc.items() if k not in ("digest", "signature")}  # the signature signs the digest
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -305,8 +305,9 @@ def test_write_and_read_an_artifact(tmp_path):
     doc = json.loads(path.read_text())
     assert doc == {"format": ARTIFACT_FORMAT, "format_version": 1, "monai_unc_version": __version__,
                    "product": "tiny", "options": {"scale": 2.0}, "calibration_cases": ["a", "b"],
-                   "artifact": {"mean": 1.5, "nan": None}, "digest": doc["digest"]}
+                   "artifact": {"mean": 1.5, "nan": None}, "digest": doc["digest"], "signature": doc["signature"]}
     assert doc["digest"] == _by_hand_digest(doc) == artifact_digest(doc)
+    assert doc["signature"]["algorithm"] == "ed25519"  # signed with the user's key, as the rules are
     assert read_artifact(path) == doc
     assert read_artifact(str(path), "tiny")["artifact"] == {"mean": 1.5, "nan": None}
     assert not list(tmp_path.glob("*.tmp*")) and sorted(p.name for p in tmp_path.iterdir()) == ["tiny.json"]
