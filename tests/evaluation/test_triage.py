@@ -887,3 +887,18 @@ def test_triage_records_into_the_monitoring_store(cohorts, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and (tmp_path / "t2" / "triage.csv").is_file() and (tmp_path / "t2" / "triage.json").is_file()
     assert len(err) == 1 and "the triage outputs are written to" in err[0] and "monitoring store" in err[0]
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"risk": "1-dice"}, "method 'sgr' certifies the 0/1 risk"),  # the binomial bound of a continuous risk
+    ({"n_candidates": -1}, "n_candidates"),
+    ({"n_candidates": 2.5}, "n_candidates"),
+    ({"n_candidates": True}, "n_candidates"),
+])
+def test_rule_fields_the_certificate_cannot_support_are_refused(fields, named):
+    import dataclasses
+
+    rule = _rule([0.1, 0.2, 0.3], 0.25)
+    with pytest.raises(ValueError, match=named):
+        dataclasses.replace(rule, **fields)
+    assert dataclasses.replace(rule, risk="1-dice", method="ltt").risk == "1-dice"  # LTT bounds any risk in [0, 1]

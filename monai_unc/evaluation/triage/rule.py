@@ -585,6 +585,11 @@ class ReferralRule:
             raise ValueError(f"method must be 'sgr' or 'ltt', got {self.method!r}")
         if self.risk not in ("failure", "1-dice"):
             raise ValueError(f"risk must be 'failure' or '1-dice', got {self.risk!r}")
+        if self.method == "sgr" and self.risk != "failure":  # the binomial bound holds for a 0/1 risk only
+            raise ValueError(f"method 'sgr' certifies the 0/1 risk ('failure') only, got risk {self.risk!r}")
+        n_cand = self.n_candidates
+        if isinstance(n_cand, bool) or not isinstance(n_cand, int) or n_cand < 0:
+            raise ValueError(f"n_candidates must be a non-negative integer, got {n_cand!r}")
         if not 0 <= self.failure_dice <= 1:
             raise ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice!r}")
         scores = np.asarray(self.calibration_scores, dtype=np.float64)
