@@ -25,6 +25,7 @@ from ..._deprecation import deprecated_arg_names
 from ..._utils import ArrayLike, check_labels, check_probabilities, probability_tolerance, to_tensor
 from ...measures import entropy
 from ...state import register_state_type
+from . import _cpu_kernel
 
 __all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "top_label"]
 
@@ -337,6 +338,58 @@ def _accumulate_probs(
         scalars[_SCALAR_BRIER] += torch.dot(brier_terms, w)
 
 
+#: use the fused kernels where they apply (:func:`_fused_for`); tests switch them off to compare with the reference
+FUSED_KERNELS = True
+
+
+def _fused_for(p: torch.Tensor) -> bool:
+    """Whether :func:`_accumulate_fused` handles probabilities like ``p`` (CPU, float32 / float64, numba present)."""
+    return (
+        FUSED_KERNELS
+        and p.device.type == "cpu"
+        and p.dtype in (torch.float32, torch.float64)
+        and _cpu_kernel.available()
+    )
+
+
+def _accumulate_fused(
+    stage: _Staging,
+    p: torch.Tensor,
+    y: torch.Tensor,
+    w: torch.Tensor | None,
+    validate: bool,
+    uncertainty: bool,
+) -> bool:
+    """Add one case's voxels ``(C, n)`` with the fused CPU kernel; False (nothing added) where it does not apply.
+
+    Equal to :func:`_accumulate_probs` over the same voxels (see :mod:`._cpu_kernel` for the float sums' bound). A
+    check that fails raises the reference's error; without ``validate``, values that fail the checks leave the case
+    to the reference path (which clips them as it always has).
+    """
+    if not _fused_for(p) or y.numel() == 0:
+        return False
+    pn = p.detach().contiguous().numpy()
+    yn = y.to(torch.int64).contiguous().numpy()
+    wn = None if w is None else w.to(torch.float64).contiguous().numpy()
+    tol = probability_tolerance(p.dtype)
+    tables, invalid, _ = _cpu_kernel.histogram_tables(
+        pn, yn, wn, stage.n_fine, uncertainty, tol, torch.get_num_threads()
+    )
+    if invalid:
+        if validate:
+            check_probabilities(p.unsqueeze(0), "probs")
+            raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
+        return False  # unchecked values out of range or NaN: the reference path clips them as it always has
+    stage.total += torch.from_numpy(tables["total"])
+    stage.hits += torch.from_numpy(tables["hits"])
+    stage.sums += torch.from_numpy(tables["sums"])
+    if stage.wtotal is not None and stage.whits is not None:
+        stage.wtotal += torch.from_numpy(tables["wtotal"])
+        stage.whits += torch.from_numpy(tables["whits"])
+    stage.scalars += torch.from_numpy(tables["scalars"])
+    return True
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # input handling
 # ----------------------------------------------------------------------------------------------------------------
@@ -634,15 +687,16 @@ class ConfidenceHistogram:
 
         staged = []
         n_vals = self.num_classes + (2 if self.uncertainty else 1)
-        ws = _Workspace(self.num_classes, n_vals, min(chunk, pf.shape[-1]), device)
+        ws = _Workspace(self.num_classes, n_vals, min(chunk, pf.shape[-1]), device) if not _fused_for(p) else None
         for b in range(batch):
             st = _Staging(self.num_rows, self.n_fine_bins, w is not None, device)
             pb, yb, wb = pf[b], y[b], None if w is None else w[b]
             if m is not None:
                 pb, yb, wb = pb[:, m[b]], yb[m[b]], None if wb is None else wb[m[b]]
-            for s in range(0, yb.shape[0], chunk):
-                wc = None if wb is None else wb[s : s + chunk]
-                _accumulate_probs(st, pb[:, s : s + chunk], yb[s : s + chunk], wc, validate, self.uncertainty, ws)
+            if not _accumulate_fused(st, pb, yb, wb, validate, self.uncertainty):
+                for s in range(0, yb.shape[0], chunk):
+                    wc = None if wb is None else wb[s : s + chunk]
+                    _accumulate_probs(st, pb[:, s : s + chunk], yb[s : s + chunk], wc, validate, self.uncertainty, ws)
             staged.append(st.to_state())
 
         if w is not None:
