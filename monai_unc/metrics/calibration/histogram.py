@@ -25,7 +25,7 @@ from ..._deprecation import deprecated_arg_names
 from ..._utils import ArrayLike, check_labels, check_probabilities, probability_tolerance, to_tensor
 from ...measures import entropy
 from ...state import register_state_type
-from . import _cpu_kernel
+from . import _cpu_kernel, _cuda_kernel
 
 __all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "top_label"]
 
@@ -342,14 +342,23 @@ def _accumulate_probs(
 FUSED_KERNELS = True
 
 
+def _fused_backend(p: torch.Tensor) -> str | None:
+    """The fused kernel for probabilities like ``p``, or None (the reference torch path).
+
+    ``"numba"`` on the CPU for float32 / float64 with numba installed, ``"triton"`` on CUDA with Triton installed.
+    """
+    if not FUSED_KERNELS:
+        return None
+    if p.device.type == "cpu":
+        return "numba" if p.dtype in (torch.float32, torch.float64) and _cpu_kernel.available() else None
+    if p.device.type == "cuda":
+        return "triton" if _cuda_kernel.available() else None
+    return None
+
+
 def _fused_for(p: torch.Tensor) -> bool:
-    """Whether :func:`_accumulate_fused` handles probabilities like ``p`` (CPU, float32 / float64, numba present)."""
-    return (
-        FUSED_KERNELS
-        and p.device.type == "cpu"
-        and p.dtype in (torch.float32, torch.float64)
-        and _cpu_kernel.available()
-    )
+    """Whether :func:`_accumulate_fused` handles probabilities like ``p``."""
+    return _fused_backend(p) is not None
 
 
 def _accumulate_fused(
@@ -360,33 +369,43 @@ def _accumulate_fused(
     validate: bool,
     uncertainty: bool,
 ) -> bool:
-    """Add one case's voxels ``(C, n)`` with the fused CPU kernel; False (nothing added) where it does not apply.
+    """Add one case's voxels ``(C, n)`` with a fused kernel; False (nothing added) where none applies.
 
-    Equal to :func:`_accumulate_probs` over the same voxels (see :mod:`._cpu_kernel` for the float sums' bound). A
-    check that fails raises the reference's error; without ``validate``, values that fail the checks leave the case
-    to the reference path (which clips them as it always has).
+    Equal to :func:`_accumulate_probs` over the same voxels (see :mod:`._cpu_kernel` and :mod:`._cuda_kernel` for
+    the float sums' bound). A check that fails raises the reference's error; without ``validate``, values that fail
+    the checks leave the case to the reference path (which clips them as it always has). On a GPU the checks cost
+    one synchronisation per case.
     """
-    if not _fused_for(p) or y.numel() == 0:
+    backend = _fused_backend(p)
+    if backend is None or y.numel() == 0:
         return False
-    pn = p.detach().contiguous().numpy()
-    yn = y.to(torch.int64).contiguous().numpy()
-    wn = None if w is None else w.to(torch.float64).contiguous().numpy()
     tol = probability_tolerance(p.dtype)
-    tables, invalid, _ = _cpu_kernel.histogram_tables(
-        pn, yn, wn, stage.n_fine, uncertainty, tol, torch.get_num_threads()
-    )
+    if backend == "numba":
+        pn = p.detach().contiguous().numpy()
+        yn = y.to(torch.int64).contiguous().numpy()
+        wn = None if w is None else w.to(torch.float64).contiguous().numpy()
+        arrays, invalid, _ = _cpu_kernel.histogram_tables(
+            pn, yn, wn, stage.n_fine, uncertainty, tol, torch.get_num_threads()
+        )
+        tables = {k: None if v is None else torch.from_numpy(v) for k, v in arrays.items()}
+    else:
+        wt = None if w is None else w.to(torch.float64).contiguous()
+        tables, flags = _cuda_kernel.histogram_tables(
+            p.detach().contiguous(), y.to(torch.int64).contiguous(), wt, stage.n_fine, uncertainty, tol
+        )
+        invalid = int(flags.item())
     if invalid:
         if validate:
             check_probabilities(p.unsqueeze(0), "probs")
             raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
         return False  # unchecked values out of range or NaN: the reference path clips them as it always has
-    stage.total += torch.from_numpy(tables["total"])
-    stage.hits += torch.from_numpy(tables["hits"])
-    stage.sums += torch.from_numpy(tables["sums"])
+    stage.total += tables["total"]
+    stage.hits += tables["hits"]
+    stage.sums += tables["sums"]
     if stage.wtotal is not None and stage.whits is not None:
-        stage.wtotal += torch.from_numpy(tables["wtotal"])
-        stage.whits += torch.from_numpy(tables["whits"])
-    stage.scalars += torch.from_numpy(tables["scalars"])
+        stage.wtotal += tables["wtotal"]
+        stage.whits += tables["whits"]
+    stage.scalars += tables["scalars"]
     return True
 
 
