@@ -484,13 +484,19 @@ class ConfidenceHistogram:
         n_fine_bins: ``F``, fine bins on [0, 1]. Default ``15 * 2**10`` (see the module docstring); Kock et al.
             uses ``2**14``.
         per_case: keep one histogram per case (for per-case values and box plots); otherwise one pooled.
-        chunk_size: voxels processed at once (temporaries ``~ 50 (C + 2)`` bytes per voxel); default
-            ``2**17`` on the CPU and, on a GPU, as many as fit in 2 GiB of temporaries (at least ``2**20``).
+        chunk_size: voxels processed at once by the torch path (temporaries ``~ 50 (C + 2)`` bytes per voxel);
+            default ``2**17`` on the CPU and, on a GPU, as many as fit in 2 GiB of temporaries (at least
+            ``2**20``). The fused kernels (below) read a case in one pass and do not use it.
         uncertainty: fill the normalised-entropy row (needed by :func:`uce` only; computing the entropy is
             about a fifth of the update time).
 
     Typical use: ``for batch in loader: hist.update(batch["pred"], batch["label"], case_ids=batch["name"])``, then
     any metric of :mod:`monai_unc.metrics.calibration` reads ``hist``.
+
+    The update reads each case once with a fused kernel where one applies: on the CPU a compiled loop (numba, the
+    ``fast`` extra; float32 / float64 probabilities), on CUDA tensors a Triton kernel (Triton ships with torch's
+    CUDA wheels). Both give the counts of the torch path exactly and its float sums up to the order of the
+    additions; elsewhere (no numba, other dtypes or devices) the torch path runs.
 
     Example:
         >>> import torch
