@@ -33,6 +33,8 @@ from monai_unc.metrics.calibration import histogram as H
 g = torch.Generator().manual_seed(0)
 probs = torch.softmax(4 * torch.randn(2, 3, 9, 10, 11, generator=g, dtype=torch.float64), 1).float()
 probs[0, :, 0, 0, :3] = torch.tensor([[1.0, 0.5, 1 / 3], [0.0, 0.5, 1 / 3], [0.0, 0.0, 1 / 3]]).float()  # ties, 1
+# the bins where each program pre-sums its voxels (0, F - 1, F) and their neighbours
+probs[1, :, 0, 0, :3] = torch.tensor([[1 - 1e-6, 1e-4, 0.5], [5e-7, 1 - 1e-4, 0.5 - 1e-5], [5e-7, 0.0, 1e-5]]).float()
 labels = torch.randint(0, 3, (2, 9, 10, 11), generator=g)
 weights = torch.rand(labels.shape, generator=g, dtype=torch.float64)
 mask = torch.rand(labels.shape, generator=g) > 0.25

@@ -384,14 +384,21 @@ def _accumulate_fused(
         pn = p.detach().contiguous().numpy()
         yn = y.to(torch.int64).contiguous().numpy()
         wn = None if w is None else w.to(torch.float64).contiguous().numpy()
+
+        def entropy_of(start: int, stop: int) -> np.ndarray:
+            # the reference's values: the float64 copy clipped to [0, 1], normalised entropy clipped to [0, 1]
+            q = p[:, start:stop].detach().to(torch.float64).clamp_(0.0, 1.0)
+            return entropy(q.unsqueeze(0), normalize=True, validate=False).view(-1).clamp_(0.0, 1.0).numpy()
+
         arrays, invalid, _ = _cpu_kernel.histogram_tables(
-            pn, yn, wn, stage.n_fine, uncertainty, tol, torch.get_num_threads()
+            pn, yn, wn, stage.n_fine, entropy_of if uncertainty else None, tol, NLL_EPS, torch.get_num_threads(),
+            chunk=_CPU_CHUNK,
         )
         tables = {k: None if v is None else torch.from_numpy(v) for k, v in arrays.items()}
     else:
         wt = None if w is None else w.to(torch.float64).contiguous()
         tables, flags = _cuda_kernel.histogram_tables(
-            p.detach().contiguous(), y.to(torch.int64).contiguous(), wt, stage.n_fine, uncertainty, tol
+            p.detach().contiguous(), y.to(torch.int64).contiguous(), wt, stage.n_fine, uncertainty, tol, NLL_EPS
         )
         invalid = int(flags.item())
     if invalid:
