@@ -11,7 +11,9 @@ memory, the textbook remedy, do not fit: one row of ``F + 1 = 15361`` int64 coun
 
 Results equal the reference's (the torch path, ``histogram.py``): the same float64 values and bins, first maximum
 wins, int64 counts exact (integer atomics); float sums differ by the order of the additions only (atomics), within
-the recursive-summation bound ``n * 2^-53`` relative.
+the recursive-summation bound ``n * 2^-53`` relative. The normalised entropy is computed here with Triton's log,
+which may round differently from torch's: a voxel whose entropy lies within an ulp of a bin edge may land in the
+neighbouring bin of the uncertainty row.
 
 Triton ships with torch's CUDA wheels; :func:`available` is False without it, and the histogram keeps the torch
 path. The kernel also runs on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``, set before Triton is
