@@ -25,7 +25,10 @@ from ..._deprecation import deprecated_arg_names
 from ..._utils import ArrayLike, check_labels, check_probabilities, probability_tolerance, to_tensor
 from ...measures import entropy
 from ...state import register_state_type
-from . import _cpu_kernel, _cuda_kernel
+from ._cpu_kernel import available as cpu_kernel_available
+from ._cpu_kernel import histogram_tables as cpu_histogram_tables
+from ._cuda_kernel import available as cuda_kernel_available
+from ._cuda_kernel import histogram_tables as cuda_histogram_tables
 
 __all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "top_label"]
 
@@ -350,9 +353,9 @@ def _fused_backend(p: torch.Tensor) -> str | None:
     if not FUSED_KERNELS:
         return None
     if p.device.type == "cpu":
-        return "numba" if p.dtype in (torch.float32, torch.float64) and _cpu_kernel.available() else None
+        return "numba" if p.dtype in (torch.float32, torch.float64) and cpu_kernel_available() else None
     if p.device.type == "cuda":
-        return "triton" if _cuda_kernel.available() else None
+        return "triton" if cuda_kernel_available() else None
     return None
 
 
@@ -390,14 +393,14 @@ def _accumulate_fused(
             q = p[:, start:stop].detach().to(torch.float64).clamp_(0.0, 1.0)
             return entropy(q.unsqueeze(0), normalize=True, validate=False).view(-1).clamp_(0.0, 1.0).numpy()
 
-        arrays, invalid, _ = _cpu_kernel.histogram_tables(
+        arrays, invalid, _ = cpu_histogram_tables(
             pn, yn, wn, stage.n_fine, entropy_of if uncertainty else None, tol, NLL_EPS, torch.get_num_threads(),
             chunk=_CPU_CHUNK,
         )
         tables = {k: None if v is None else torch.from_numpy(v) for k, v in arrays.items()}
     else:
         wt = None if w is None else w.to(torch.float64).contiguous()
-        tables, flags = _cuda_kernel.histogram_tables(
+        tables, flags = cuda_histogram_tables(
             p.detach().contiguous(), y.to(torch.int64).contiguous(), wt, stage.n_fine, uncertainty, tol, NLL_EPS
         )
         invalid = int(flags.item())
