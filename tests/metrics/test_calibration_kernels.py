@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.metrics.calibration import ConfidenceHistogram, calibration_metrics
+from monai_unc.metrics.calibration import ConfidenceHistogram, _cpu_kernel, calibration_metrics
 from monai_unc.metrics.calibration import histogram as hist_module
 from monai_unc.metrics.calibration._cpu_kernel import available
 
@@ -94,6 +94,7 @@ def test_values_at_bin_edges_ties_and_one(monkeypatch):
 def test_threads_give_equal_counts(monkeypatch):
     """Private per-thread tables merged once: the counts do not depend on the number of threads."""
     probs, labels = softmax_case((1, 40, 40, 20), 3, seed=4)
+    monkeypatch.setattr(_cpu_kernel, "MIN_VOXELS_PER_THREAD", 1024)  # this small case on two threads
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

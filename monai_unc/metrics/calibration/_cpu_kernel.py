@@ -149,6 +149,10 @@ def _build() -> Any:
     return tables
 
 
+#: voxels per thread below which the update runs on one thread (a thread and its tables cost more than they save)
+MIN_VOXELS_PER_THREAD = 1 << 18
+
+
 def histogram_tables(
     p: np.ndarray,
     y: np.ndarray,
@@ -158,9 +162,10 @@ def histogram_tables(
     tol: float,
     nll_eps: float,
     n_threads: int,
+    out: dict[str, np.ndarray],
     chunk: int = 1 << 17,
-) -> tuple[dict[str, np.ndarray], int, int]:
-    """The histogram tables of one case's voxels in one fused pass.
+) -> tuple[int, int]:
+    """Add one case's voxels to histogram tables in one fused pass.
 
     Args:
         p: probabilities ``(C, n)``, float32 or float64, C-contiguous (values as given: checked, then clipped).
@@ -173,39 +178,36 @@ def histogram_tables(
         tol: tolerance of the range and sum checks.
         nll_eps: the probability of the true label is clipped to at least this inside ``-log p`` (at least
             ``1e-19``: the product of 16 such factors must stay a normal float64).
-        n_threads: threads (one private set of tables each).
+        n_threads: the most threads (one private set of tables each beyond the first; at least
+            :data:`MIN_VOXELS_PER_THREAD` voxels each).
         chunk: voxels per call of ``entropy`` (its temporaries stay small).
+        out: the tables added to, C-contiguous: ``total``, ``hits`` ``(C + 2, F + 1)`` int64, ``sums`` float64,
+            ``wtotal`` / ``whits`` (float64, used with weights only) and ``scalars`` ``(3,)`` (weight, NLL sum, Brier
+            sum).
 
     Returns:
-        ``(tables, invalid, nan)``: ``tables`` holds ``total``, ``hits`` ``(C + 2, F + 1)`` int64, ``sums``
-        ``(C + 2, F + 1)`` float64, ``wtotal`` / ``whits`` (float64, None without weights) and ``scalars`` ``(3,)``
-        (weight, NLL sum, Brier sum); ``invalid`` counts voxels that fail the checks (out of range, NaN, or a sum
-        off 1 by more than ``tol``), ``nan`` the NaN values. The tables of a call with ``invalid > 0`` are not to be
-        used.
+        ``(invalid, nan)``: the voxels that fail the checks (out of range, NaN, or a sum off 1 by more than
+        ``tol``) and the NaN values. After a call with ``invalid > 0`` the tables hold garbage.
     """
     kernel = _kernel()
     if kernel is None:
         raise RuntimeError("the fused CPU kernel needs numba (pip install 'monai-unc[fast]')")
-    n_cls = p.shape[0]
-    n_rows = n_cls + 2
-    n_blocks = max(1, min(int(n_threads), p.shape[1] // 4096 or 1))
-    shape = (n_blocks, n_rows, n_fine + 1)
-    weighted = w is not None
-    total = np.zeros(shape, dtype=np.int64)
-    hits = np.zeros(shape, dtype=np.int64)
-    sums = np.zeros(shape, dtype=np.float64)
-    wshape = shape if weighted else (n_blocks, 1, 1)
-    wtotal = np.zeros(wshape, dtype=np.float64)
-    whits = np.zeros(wshape, dtype=np.float64)
-    scal = np.zeros((n_blocks, 3), dtype=np.float64)
-    flags = np.zeros((n_blocks, 2), dtype=np.int64)
     n = p.shape[1]
+    n_blocks = max(1, min(int(n_threads), n // MIN_VOXELS_PER_THREAD))
+    weighted = w is not None
+    dummy = np.zeros((1, 1), dtype=np.float64)
+    tables = [(out["total"], out["hits"], out["sums"], out["wtotal"] if weighted else dummy,
+               out["whits"] if weighted else dummy, out["scalars"])]
+    for _ in range(1, n_blocks):  # private tables of the other threads, added at the end
+        tables.append(tuple(np.zeros_like(t) for t in tables[0][:3])
+                      + tuple(np.zeros_like(t) if weighted else np.zeros((1, 1)) for t in tables[0][3:5])
+                      + (np.zeros(3),))
+    flags = np.zeros((n_blocks, 2), dtype=np.int64)
 
     def run(start: int, stop: int, ent: np.ndarray | None) -> None:
         def block(b: int) -> None:
             lo, hi = start + b * (stop - start) // n_blocks, start + (b + 1) * (stop - start) // n_blocks
-            kernel(p, y, w, ent, start, n_fine, tol, nll_eps, lo, hi,
-                   total[b], hits[b], sums[b], wtotal[b], whits[b], scal[b], flags[b])
+            kernel(p, y, w, ent, start, n_fine, tol, nll_eps, lo, hi, *tables[b], flags[b])
 
         if pool is None:
             block(0)
@@ -223,17 +225,8 @@ def histogram_tables(
     finally:
         if pool is not None:
             pool.shutdown()
-    invalid, nan = int(flags[:, 0].sum()), int(flags[:, 1].sum())
-
-    def merged(t: np.ndarray) -> np.ndarray:
-        return t[0] if n_blocks == 1 else t.sum(axis=0)
-
-    out = {
-        "total": merged(total),
-        "hits": merged(hits),
-        "sums": merged(sums),
-        "wtotal": merged(wtotal) if weighted else None,
-        "whits": merged(whits) if weighted else None,
-        "scalars": merged(scal),
-    }
-    return out, invalid, nan
+    for extra in tables[1:]:
+        for k, t in enumerate(extra):
+            if weighted or k not in (3, 4):
+                np.add(tables[0][k], t, out=tables[0][k])
+    return int(flags[:, 0].sum()), int(flags[:, 1].sum())

@@ -393,11 +393,20 @@ def _accumulate_fused(
             q = p[:, start:stop].detach().to(torch.float64).clamp_(0.0, 1.0)
             return entropy(q.unsqueeze(0), normalize=True, validate=False).view(-1).clamp_(0.0, 1.0).numpy()
 
-        arrays, invalid, _ = cpu_histogram_tables(
+        out = {"total": stage.total.numpy(), "hits": stage.hits.numpy(), "sums": stage.sums.numpy(),
+               "scalars": stage.scalars.numpy()}
+        if stage.wtotal is not None and stage.whits is not None:
+            out["wtotal"], out["whits"] = stage.wtotal.numpy(), stage.whits.numpy()
+        # the kernel adds into the staging tables (fresh for this case) directly
+        invalid, _ = cpu_histogram_tables(
             pn, yn, wn, stage.n_fine, entropy_of if uncertainty else None, tol, NLL_EPS, torch.get_num_threads(),
-            chunk=_CPU_CHUNK,
+            out, chunk=_CPU_CHUNK,
         )
-        tables = {k: None if v is None else torch.from_numpy(v) for k, v in arrays.items()}
+        if invalid:
+            for t in (stage.total, stage.hits, stage.sums, stage.wtotal, stage.whits, stage.scalars):
+                if t is not None:
+                    t.zero_()  # the reference path (or the error below) starts from empty tables
+        tables = None
     else:
         wt = None if w is None else w.to(torch.float64).contiguous()
         tables, flags = cuda_histogram_tables(
@@ -409,6 +418,8 @@ def _accumulate_fused(
             check_probabilities(p.unsqueeze(0), "probs")
             raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
         return False  # unchecked values out of range or NaN: the reference path clips them as it always has
+    if tables is None:
+        return True
     stage.total += tables["total"]
     stage.hits += tables["hits"]
     stage.sums += tables["sums"]
