@@ -22,7 +22,9 @@ and the end of its traceback), and the exit status says whether all passed. ``DI
 - ``sw_stitch``: the BraTS case with windows on the device and stitching on the CPU (``sw_device=cuda,
   device=cpu``) against stitching on the device: time and peak CUDA memory.
 - ``calibration``: ``ConfidenceHistogram`` (+ ECE) on CUDA tensors: GB/s of probabilities and labels read,
-  beside the copy bandwidth; against torchmetrics' ``MulticlassCalibrationError`` on the same tensors.
+  beside the copy bandwidth; against torchmetrics' ``MulticlassCalibrationError`` on the same tensors; the update
+  alone with the fused kernel (Triton on CUDA: target >= 25 % of the copy bandwidth) against the reference torch
+  path, and its counts against the CPU's.
 - ``spatial``: BUC, BA-ECE and SPACE on CUDA tensors against their floor (the two distance transforms and
   the Gaussian smoothing they need, timed alone on the same data).
 - ``nnunet``: ``UncertaintyPredictor`` with dropout (``dropout_p``, N samples, ``perform_everything_on_device``)
@@ -325,6 +327,30 @@ def part_calibration(dev: torch.device, cfg: dict, out: Path) -> dict:
     h_cpu = ConfidenceHistogram(num_classes=c)
     h_cpu.update(probs.cpu(), labels.cpu())
     res["ece_cpu"] = float(ece(h_cpu))
+    # the update alone: the fused kernel (Triton on CUDA, numba on the CPU) against the reference torch path
+    from monai_unc.metrics.calibration import histogram as hist_module
+
+    res["fused_kernel"] = hist_module._fused_backend(probs)
+
+    def update():
+        return ConfidenceHistogram(num_classes=c).update(probs, labels)
+
+    res["update_s"] = best_time(update, dev, cfg["repeats"])
+    res["update_gb_s"] = nbytes / res["update_s"] / 1e9
+    res["update_over_one_read"] = res["update_s"] / res["read_s"]
+    res["update_peak_mib"] = peak_mib(update, dev)
+    h_dev = update()
+    res["counts_equal_cpu"] = bool(torch.equal(h_dev.counts[:, : c + 1].cpu(), h_cpu.counts[:, : c + 1]))
+    res["entropy_row_count_diff_cpu"] = int((h_dev.counts[:, c + 1].cpu() - h_cpu.counts[:, c + 1]).abs().sum())
+    old_flag = hist_module.FUSED_KERNELS
+    hist_module.FUSED_KERNELS = False
+    try:
+        res["reference_update_s"] = best_time(update, dev, cfg["repeats"])
+        res["reference_update_peak_mib"] = peak_mib(update, dev)
+        res["counts_equal_reference"] = bool(torch.equal(update().counts, h_dev.counts))
+    finally:
+        hist_module.FUSED_KERNELS = old_flag
+    res["reference_over_fused"] = res["reference_update_s"] / res["update_s"]
     try:
         from torchmetrics.functional.classification import multiclass_calibration_error
     except ImportError:  # torchmetrics is a dev extra
@@ -339,7 +365,7 @@ def part_calibration(dev: torch.device, cfg: dict, out: Path) -> dict:
         res["torchmetrics_s"] = best_time(tm, dev, cfg["repeats"])
         res["torchmetrics_over_ours"] = res["torchmetrics_s"] / t
         res["torchmetrics_peak_mib"] = peak_mib(tm, dev)
-    ok = abs(res["ece"] - res["ece_cpu"]) < 1e-6
+    ok = abs(res["ece"] - res["ece_cpu"]) < 1e-6 and res["counts_equal_cpu"] and res["counts_equal_reference"]
     return {"ok": ok, **res}
 
 
@@ -368,6 +394,9 @@ def part_spatial(dev: torch.device, cfg: dict, out: Path) -> dict:
         spatial._gaussian(u[0, 0].double(), spatial._sigma_mm(2.0, 3), 4.0)
 
     res: dict[str, Any] = {"shape": list(shape), "spacing_mm": list(spacing)}
+    # cucim: the distance transforms run on the device (cuCIM installed: pip install 'monai-unc[cuda]'); else on
+    # the CPU (the edt package or scipy), with a copy each way
+    res["edt_backend"] = boundary._resolve_backend("auto", dev.type == "cuda", len(shape))
     res["metrics_s"] = best_time(metrics, dev, cfg["repeats"])
     res["floor_s"] = best_time(floor, dev, cfg["repeats"])
     res["metrics_over_floor"] = res["metrics_s"] / res["floor_s"]
@@ -481,10 +510,17 @@ def _md_table(results: dict) -> str:
             return (f"stitch on CPU {d.get('stitch_cpu_s', 0):.2f} s vs on device {d.get('stitch_device_s', 0):.2f} s; "
                     f"peak {_fmt(d.get('stitch_cpu_peak_mib'), 0)} vs {_fmt(d.get('stitch_device_peak_mib'), 0)} MiB")
         if name == "calibration":
-            return (f"{d.get('ours_gb_s', 0):.0f} GB/s ({d.get('ours_over_one_read', 0):.1f}x one read); "
+            copy = results.get("device", {}).get("copy_gb_s")
+            share = f"{100 * d.get('update_gb_s', 0) / copy:.0f} % of the copy bandwidth" if copy else "-"
+            return (f"{d.get('ours_gb_s', 0):.0f} GB/s with ECE ({d.get('ours_over_one_read', 0):.1f}x one read); "
+                    f"update alone ({d.get('fused_kernel') or 'reference path'}) {d.get('update_gb_s', 0):.0f} GB/s, "
+                    f"{share}, {d.get('update_over_one_read', 0):.1f}x one read, reference path "
+                    f"{_fmt(d.get('reference_over_fused'))}x its time; counts equal to the CPU's: "
+                    f"{d.get('counts_equal_cpu')} (entropy row differs by {d.get('entropy_row_count_diff_cpu')}); "
                     f"torchmetrics {_fmt(d.get('torchmetrics_over_ours'))}x our time")
         if name == "spatial":
-            return f"{d.get('metrics_s', 0):.2f} s, {d.get('metrics_over_floor', 0):.2f}x the transforms + Gaussian"
+            return (f"{d.get('metrics_s', 0):.2f} s, {d.get('metrics_over_floor', 0):.2f}x the transforms + Gaussian "
+                    f"(distance transforms: {d.get('edt_backend', '?')})")
         if name == "nnunet":
             return (f"dropout {_fmt(d.get('dropout_per_pass_over_stock'))}x stock per pass; mirroring "
                     f"{_fmt(d.get('mirror_over_stock'))}x stock; segmentation equal: "

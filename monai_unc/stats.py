@@ -201,6 +201,25 @@ def spatial_chunks(shape: tuple[int, ...], chunk_elements: int | None = DEFAULT_
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
+def _check_finite_in_chunks(x: torch.Tensor, name: str) -> None:
+    """:func:`~monai_unc._utils.check_finite` of ``(B, C, *spatial)`` in spatial chunks, with one device sync.
+
+    ``isfinite`` makes a temporary of its input's size, hence the chunks; their results are combined on the device
+    and read once (a read per chunk would stall a GPU once per chunk). Only on a failure are the chunks checked
+    again one by one, for the message.
+    """
+    if not x.is_floating_point():
+        return
+    chunks = spatial_chunks(tuple(x.shape)) if x.ndim >= 3 else [slice(None)]
+    x = x.detach()
+    ok = torch.isfinite(x[:, :, chunks[0]] if x.ndim >= 3 else x).all()
+    for sl in chunks[1:]:
+        ok &= torch.isfinite(x[:, :, sl]).all()
+    if not bool(ok):
+        for sl in chunks:
+            check_finite(x[:, :, sl] if x.ndim >= 3 else x, name)
+
+
 @register_state_type("sample_stats")
 class SampleStats:
     """Running weighted sums of probability samples ``(B, C, *spatial)``; see the module docstring.
@@ -438,8 +457,7 @@ class SampleStats:
             raise ValueError(f"count must be positive, got {count}")
         if mean_sq is not None and mean_sq_sum is not None:
             raise ValueError("give mean_sq or mean_sq_sum, not both")
-        for sl in spatial_chunks(tuple(mean.shape)) if mean.ndim >= 3 else [slice(None)]:
-            check_finite(mean[:, :, sl], "mean")  # in chunks: isfinite makes temporaries of its input's size
+        _check_finite_in_chunks(mean, "mean")
         stats = cls(
             track_variance=mean_sq is not None or mean_sq_sum is not None,
             accum_dtype=torch.promote_types(mean.dtype, torch.float32),

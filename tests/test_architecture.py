@@ -88,6 +88,8 @@ SHARED_PRIVATE_MODULES = ("monai_unc._utils", "monai_unc._deprecation", "monai_u
 
 #: (importing module, imported module) -> why the import sits inside a function
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    ("monai_unc.metrics.calibration._cuda_kernel", "monai_unc.metrics.calibration._triton_histogram"):
+        "Triton is optional and slow to import: the histogram's GPU kernel loads it on its first CUDA update",
     ("monai_unc.cli", "monai_unc.nnunet.cli"): "nnunetv2 is optional: the nnU-Net sub-commands load it only when run",
     # parse first: `monai-unc --help` and argument errors answer at once, without torch, MONAI or nnU-Net's predictor
     **dict.fromkeys(

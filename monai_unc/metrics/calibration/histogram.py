@@ -25,6 +25,10 @@ from ..._deprecation import deprecated_arg_names
 from ..._utils import ArrayLike, check_labels, check_probabilities, probability_tolerance, to_tensor
 from ...measures import entropy
 from ...state import register_state_type
+from ._cpu_kernel import available as cpu_kernel_available
+from ._cpu_kernel import histogram_tables as cpu_histogram_tables
+from ._cuda_kernel import available as cuda_kernel_available
+from ._cuda_kernel import histogram_tables as cuda_histogram_tables
 
 __all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "top_label"]
 
@@ -337,6 +341,95 @@ def _accumulate_probs(
         scalars[_SCALAR_BRIER] += torch.dot(brier_terms, w)
 
 
+#: use the fused kernels where they apply (:func:`_fused_for`); tests switch them off to compare with the reference
+FUSED_KERNELS = True
+
+
+def _fused_backend(p: torch.Tensor) -> str | None:
+    """The fused kernel for probabilities like ``p``, or None (the reference torch path).
+
+    ``"numba"`` on the CPU for float32 / float64 with numba installed, ``"triton"`` on CUDA with Triton installed.
+    """
+    if not FUSED_KERNELS:
+        return None
+    if p.device.type == "cpu":
+        return "numba" if p.dtype in (torch.float32, torch.float64) and cpu_kernel_available() else None
+    if p.device.type == "cuda":
+        return "triton" if cuda_kernel_available() else None
+    return None
+
+
+def _fused_for(p: torch.Tensor) -> bool:
+    """Whether :func:`_accumulate_fused` handles probabilities like ``p``."""
+    return _fused_backend(p) is not None
+
+
+def _accumulate_fused(
+    stage: _Staging,
+    p: torch.Tensor,
+    y: torch.Tensor,
+    w: torch.Tensor | None,
+    validate: bool,
+    uncertainty: bool,
+) -> bool:
+    """Add one case's voxels ``(C, n)`` with a fused kernel; False (nothing added) where none applies.
+
+    Equal to :func:`_accumulate_probs` over the same voxels (see :mod:`._cpu_kernel` and :mod:`._cuda_kernel` for
+    the float sums' bound). A check that fails raises the reference's error; without ``validate``, values that fail
+    the checks leave the case to the reference path (which clips them as it always has). On a GPU the checks cost
+    one synchronisation per case.
+    """
+    backend = _fused_backend(p)
+    if backend is None or y.numel() == 0:
+        return False
+    tol = probability_tolerance(p.dtype)
+    if backend == "numba":
+        pn = p.detach().contiguous().numpy()
+        yn = y.to(torch.int64).contiguous().numpy()
+        wn = None if w is None else w.to(torch.float64).contiguous().numpy()
+
+        def entropy_of(start: int, stop: int) -> np.ndarray:
+            # the reference's values: the float64 copy clipped to [0, 1], normalised entropy clipped to [0, 1]
+            q = p[:, start:stop].detach().to(torch.float64).clamp_(0.0, 1.0)
+            return entropy(q.unsqueeze(0), normalize=True, validate=False).view(-1).clamp_(0.0, 1.0).numpy()
+
+        out = {"total": stage.total.numpy(), "hits": stage.hits.numpy(), "sums": stage.sums.numpy(),
+               "scalars": stage.scalars.numpy()}
+        if stage.wtotal is not None and stage.whits is not None:
+            out["wtotal"], out["whits"] = stage.wtotal.numpy(), stage.whits.numpy()
+        # the kernel adds into the staging tables (fresh for this case) directly
+        invalid, _ = cpu_histogram_tables(
+            pn, yn, wn, stage.n_fine, entropy_of if uncertainty else None, tol, NLL_EPS, torch.get_num_threads(),
+            out, chunk=_CPU_CHUNK,
+        )
+        if invalid:
+            for t in (stage.total, stage.hits, stage.sums, stage.wtotal, stage.whits, stage.scalars):
+                if t is not None:
+                    t.zero_()  # the reference path (or the error below) starts from empty tables
+        tables = None
+    else:
+        wt = None if w is None else w.to(torch.float64).contiguous()
+        tables, flags = cuda_histogram_tables(
+            p.detach().contiguous(), y.to(torch.int64).contiguous(), wt, stage.n_fine, uncertainty, tol, NLL_EPS
+        )
+        invalid = int(flags.item())
+    if invalid:
+        if validate:
+            check_probabilities(p.unsqueeze(0), "probs")
+            raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
+        return False  # unchecked values out of range or NaN: the reference path clips them as it always has
+    if tables is None:
+        return True
+    stage.total += tables["total"]
+    stage.hits += tables["hits"]
+    stage.sums += tables["sums"]
+    if stage.wtotal is not None and stage.whits is not None:
+        stage.wtotal += tables["wtotal"]
+        stage.whits += tables["whits"]
+    stage.scalars += tables["scalars"]
+    return True
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # input handling
 # ----------------------------------------------------------------------------------------------------------------
@@ -412,13 +505,19 @@ class ConfidenceHistogram:
         n_fine_bins: ``F``, fine bins on [0, 1]. Default ``15 * 2**10`` (see the module docstring); Kock et al.
             uses ``2**14``.
         per_case: keep one histogram per case (for per-case values and box plots); otherwise one pooled.
-        chunk_size: voxels processed at once (temporaries ``~ 50 (C + 2)`` bytes per voxel); default
-            ``2**17`` on the CPU and, on a GPU, as many as fit in 2 GiB of temporaries (at least ``2**20``).
+        chunk_size: voxels processed at once by the torch path (temporaries ``~ 50 (C + 2)`` bytes per voxel);
+            default ``2**17`` on the CPU and, on a GPU, as many as fit in 2 GiB of temporaries (at least
+            ``2**20``). The fused kernels (below) read a case in one pass and do not use it.
         uncertainty: fill the normalised-entropy row (needed by :func:`uce` only; computing the entropy is
             about a fifth of the update time).
 
     Typical use: ``for batch in loader: hist.update(batch["pred"], batch["label"], case_ids=batch["name"])``, then
     any metric of :mod:`monai_unc.metrics.calibration` reads ``hist``.
+
+    The update reads each case once with a fused kernel where one applies: on the CPU a compiled loop (numba, the
+    ``fast`` extra; float32 / float64 probabilities), on CUDA tensors a Triton kernel (Triton ships with torch's
+    CUDA wheels). Both give the counts of the torch path exactly and its float sums up to the order of the
+    additions; elsewhere (no numba, other dtypes or devices) the torch path runs.
 
     Example:
         >>> import torch
@@ -634,15 +733,16 @@ class ConfidenceHistogram:
 
         staged = []
         n_vals = self.num_classes + (2 if self.uncertainty else 1)
-        ws = _Workspace(self.num_classes, n_vals, min(chunk, pf.shape[-1]), device)
+        ws = _Workspace(self.num_classes, n_vals, min(chunk, pf.shape[-1]), device) if not _fused_for(p) else None
         for b in range(batch):
             st = _Staging(self.num_rows, self.n_fine_bins, w is not None, device)
             pb, yb, wb = pf[b], y[b], None if w is None else w[b]
             if m is not None:
                 pb, yb, wb = pb[:, m[b]], yb[m[b]], None if wb is None else wb[m[b]]
-            for s in range(0, yb.shape[0], chunk):
-                wc = None if wb is None else wb[s : s + chunk]
-                _accumulate_probs(st, pb[:, s : s + chunk], yb[s : s + chunk], wc, validate, self.uncertainty, ws)
+            if not _accumulate_fused(st, pb, yb, wb, validate, self.uncertainty):
+                for s in range(0, yb.shape[0], chunk):
+                    wc = None if wb is None else wb[s : s + chunk]
+                    _accumulate_probs(st, pb[:, s : s + chunk], yb[s : s + chunk], wc, validate, self.uncertainty, ws)
             staged.append(st.to_state())
 
         if w is not None:

@@ -1,0 +1,153 @@
+"""The fused histogram kernels equal the reference torch path of ConfidenceHistogram.update.
+
+The reference is the chunked torch update (``histogram.FUSED_KERNELS = False``), itself tested against float64
+numpy, netcal and scikit-learn in ``test_calibration.py``. Counts must be equal (int64, exact); float sums within
+their stated bound: the recursive-summation bound ``n * 2^-53`` relative of the reference's sums (``n`` voxels in a
+bin), the NLL sum within ``n * 2^-52`` absolute (the fused kernel sums the logs as the log of a product).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from monai_unc.metrics.calibration import ConfidenceHistogram, _cpu_kernel, calibration_metrics
+from monai_unc.metrics.calibration import histogram as hist_module
+from monai_unc.metrics.calibration._cpu_kernel import available
+
+pytestmark = pytest.mark.skipif(not available(), reason="numba is not installed (the optional 'fast' extra)")
+
+EPS = 2.0**-53
+
+
+def reference(monkeypatch, *args, num_classes=3, uncertainty=True, **kwargs) -> ConfidenceHistogram:
+    with monkeypatch.context() as m:
+        m.setattr(hist_module, "FUSED_KERNELS", False)
+        return ConfidenceHistogram(num_classes, uncertainty=uncertainty).update(*args, **kwargs)
+
+
+def assert_equal_histograms(fused: ConfidenceHistogram, ref: ConfidenceHistogram, n_voxels: int) -> None:
+    assert fused.case_ids == ref.case_ids
+    assert torch.equal(fused.counts, ref.counts)
+    bound = 4 * n_voxels * EPS
+    np.testing.assert_allclose(fused.sums.numpy(), ref.sums.numpy(), rtol=bound, atol=1e-300)
+    np.testing.assert_allclose(fused.weighted_counts.numpy(), ref.weighted_counts.numpy(), rtol=bound, atol=1e-300)
+    fs, rs = fused.scalars.numpy(), ref.scalars.numpy()
+    np.testing.assert_allclose(fs[:, 0], rs[:, 0], rtol=bound)
+    np.testing.assert_allclose(fs[:, 1], rs[:, 1], rtol=bound, atol=4 * n_voxels * EPS)
+    np.testing.assert_allclose(fs[:, 2], rs[:, 2], rtol=bound, atol=4 * n_voxels * EPS)
+
+
+def softmax_case(shape, num_classes, seed, scale=3.0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(scale * torch.randn(shape[0], num_classes, *shape[1:], generator=g, dtype=torch.float64), 1)
+    labels = torch.randint(0, num_classes, shape, generator=g)
+    return probs.to(dtype), labels
+
+
+@pytest.mark.parametrize(
+    "dtype, num_classes, uncertainty",
+    [(torch.float32, 3, True), (torch.float64, 2, False), (torch.float32, 5, False), (torch.float64, 4, True)],
+)
+def test_fused_equals_reference(monkeypatch, dtype, num_classes, uncertainty):
+    probs, labels = softmax_case((2, 24, 20, 18), num_classes, seed=num_classes, dtype=dtype)
+    assert hist_module._fused_for(probs)
+    fused = ConfidenceHistogram(num_classes, uncertainty=uncertainty).update(probs, labels, case_ids=["a", "b"])
+    ref = reference(monkeypatch, probs, labels, num_classes=num_classes, uncertainty=uncertainty, case_ids=["a", "b"])
+    assert_equal_histograms(fused, ref, labels[0].numel())
+    names = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "nll", "brier") + (("uce",) if uncertainty else ())
+    mf, mr = calibration_metrics(fused, names), calibration_metrics(ref, names)
+    for k in mr:
+        assert mf[k] == pytest.approx(mr[k], rel=1e-12, abs=1e-15)
+
+
+def test_weights_mask_and_cases(monkeypatch):
+    probs, labels = softmax_case((3, 16, 16, 12), 4, seed=1, scale=5.0)
+    g = torch.Generator().manual_seed(2)
+    weights = torch.rand(labels.shape, generator=g, dtype=torch.float64) * (torch.rand(labels.shape, generator=g) > 0.2)
+    mask = torch.rand(labels.shape, generator=g) > 0.3
+    ids = ["x", "y", "x"]
+    fused = ConfidenceHistogram(4).update(probs, labels, weights=weights, mask=mask, case_ids=ids)
+    ref = reference(monkeypatch, probs, labels, num_classes=4, weights=weights, mask=mask, case_ids=ids)
+    assert fused.weighted
+    assert_equal_histograms(fused, ref, labels.numel())
+
+
+def test_values_at_bin_edges_ties_and_one(monkeypatch):
+    """Probabilities on fine-bin edges (k / F), exact 0 and 1, and tied maxima: same bins, first maximum wins."""
+    f = ConfidenceHistogram(3).n_fine_bins
+    k = torch.arange(0, f + 1, 97, dtype=torch.float64)
+    p0 = k / f
+    p1 = (1 - p0) / 2
+    probs = torch.stack([p0, p1, 1 - p0 - p1])  # ties between classes 1 and 2 everywhere
+    extra = torch.tensor([[1.0, 0.0, 0.0, 0.5, 1 / 3], [0.0, 1.0, 0.0, 0.5, 1 / 3], [0.0, 0.0, 1.0, 0.0, 1 / 3]],
+                         dtype=torch.float64)
+    probs = torch.cat([probs, extra], 1)[None, :, :, None]
+    labels = (torch.arange(probs.shape[2]) % 3)[None, :, None]
+    fused = ConfidenceHistogram(3).update(probs, labels)
+    ref = reference(monkeypatch, probs, labels)
+    assert_equal_histograms(fused, ref, probs.shape[2])
+    assert int(fused.counts[0, 0, :, f - 1].sum()) == 1  # the one p = 1 of row 0, folded into the last bin
+
+
+def test_threads_give_equal_counts(monkeypatch):
+    """Private per-thread tables merged once: the counts do not depend on the number of threads."""
+    probs, labels = softmax_case((1, 40, 40, 20), 3, seed=4)
+    monkeypatch.setattr(_cpu_kernel, "MIN_VOXELS_PER_THREAD", 1024)  # this small case on two threads
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = ConfidenceHistogram(3).update(probs, labels)
+        torch.set_num_threads(2)
+        two = ConfidenceHistogram(3).update(probs, labels)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(one.counts, two.counts)
+    np.testing.assert_allclose(one.sums.numpy(), two.sums.numpy(), rtol=4 * labels.numel() * EPS, atol=1e-300)
+
+
+@pytest.mark.parametrize("bad", ["nan", "range", "sum"])
+def test_bad_values_raise_as_the_reference_and_nothing_is_added(monkeypatch, bad):
+    probs, labels = softmax_case((1, 8, 8, 8), 3, seed=5, dtype=torch.float64)
+    broken = probs.clone()
+    broken[0, :, 3, 4, 5] = {"nan": float("nan"), "range": 1.5, "sum": 0.6}[bad]
+    hist = ConfidenceHistogram(3).update(probs, labels)
+    before = hist.counts.clone()
+    with pytest.raises(ValueError, match="probs") as fused_err:
+        hist.update(broken, labels)
+    with monkeypatch.context() as m:
+        m.setattr(hist_module, "FUSED_KERNELS", False)
+        with pytest.raises(ValueError, match="probs") as ref_err:
+            ConfidenceHistogram(3).update(broken, labels)
+    assert str(fused_err.value) == str(ref_err.value)
+    assert torch.equal(hist.counts, before)
+
+
+def test_unchecked_out_of_range_values_fall_back_to_the_reference(monkeypatch):
+    """``validate=False`` with values outside [0, 1]: clipped as the reference clips them."""
+    probs, labels = softmax_case((1, 8, 8, 8), 3, seed=6, dtype=torch.float64)
+    probs[0, 0, 1, 1, 1] = 1.2
+    probs[0, 1, 2, 2, 2] = -0.1
+    fused = ConfidenceHistogram(3).update(probs, labels, validate=False)
+    ref = reference(monkeypatch, probs, labels, validate=False)
+    assert_equal_histograms(fused, ref, labels.numel())
+
+
+def test_other_dtypes_and_empty_masks_use_the_reference(monkeypatch):
+    probs, labels = softmax_case((1, 6, 6, 6), 3, seed=7)
+    half = probs.half()
+    assert not hist_module._fused_for(half)
+    fused = ConfidenceHistogram(3).update(half, labels)
+    ref = reference(monkeypatch, half, labels)
+    assert torch.equal(fused.counts, ref.counts)
+    empty = torch.zeros(labels.shape, dtype=torch.bool)
+    hist = ConfidenceHistogram(3).update(probs, labels, mask=empty)
+    assert int(hist.counts.sum()) == 0 and float(hist.scalars.sum()) == 0.0
+
+
+def test_requires_grad_input(monkeypatch):
+    probs, labels = softmax_case((1, 6, 6, 6), 3, seed=8, dtype=torch.float64)
+    fused = ConfidenceHistogram(3).update(probs.requires_grad_(), labels)
+    ref = reference(monkeypatch, probs.detach(), labels)
+    assert torch.equal(fused.counts, ref.counts)
