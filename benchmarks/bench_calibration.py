@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -47,43 +46,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _floor import floor_line, one_read
+from _floor import floor_line, one_read, peak_mib, reset_peak
 
 N_BINS = 15
 PLANTED_T = 2.5
 TS_CHUNK = 1 << 22
 
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _reset_peak() -> float:
-    """Reset the kernel's peak-RSS counter (VmHWM) and return the RSS now (MiB).
-
-    ``ru_maxrss`` cannot be reset, and a transient peak while importing torch/MONAI (or file-backed pages that
-    are later reclaimed on a loaded machine) would hide the peak of the work itself.
-    """
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    return _rss_mib()
-
-
-def _peak_mib() -> float:
-    """Peak RSS since the last :func:`_reset_peak` (VmHWM), or ``ru_maxrss`` where VmHWM is unavailable."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return float(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # ------------------------------------------------------------------------------------------------ data (parent)
@@ -181,7 +149,7 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
     probs_np = np.load(data / "probs.npy")
     labels_np = np.load(data / "labels.npy")
     probs, labels = torch.from_numpy(probs_np), torch.from_numpy(labels_np)
-    rss0 = _reset_peak()
+    rss0 = reset_peak()
     state_bytes = None
     if name in ("ours", "ours_uce"):
         metrics = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "nll", "brier")
@@ -194,7 +162,7 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
             return calibration_metrics(hist, metrics)
 
         best, values = _time_best(run, repeat)
-        peak = _peak_mib() - rss0
+        peak = peak_mib(maxrss_fallback=True) - rss0
         metric = CalibrationMetric(metrics=metrics)
         for _ in range(10):
             metric(probs, labels[:, None])
@@ -208,14 +176,14 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
         # the floor: one read of the probabilities (a float32 sum over the tensor as given, memory-bound); any
         # calibration metric must read every probability at least once, so nothing can beat it
         best, values = _time_best(one_read(probs), repeat)
-        values, peak = {}, _peak_mib() - rss0
+        values, peak = {}, peak_mib(maxrss_fallback=True) - rss0
     elif name == "netcal":
         def run():
             flat = probs_np[0].reshape(3, -1).T  # netcal wants (N, C)
             return {"ece": float(ECE(bins=N_BINS).measure(flat, labels_np.reshape(-1)))}
 
         best, values = _time_best(run, repeat)
-        peak = _peak_mib() - rss0
+        peak = peak_mib(maxrss_fallback=True) - rss0
     elif name == "torchmetrics":
         def run():
             m = MulticlassCalibrationError(num_classes=3, n_bins=N_BINS, norm="l1")
@@ -223,7 +191,7 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
             return {"ece": float(m.compute())}
 
         best, values = _time_best(run, repeat)
-        peak = _peak_mib() - rss0
+        peak = peak_mib(maxrss_fallback=True) - rss0
         m = MulticlassCalibrationError(num_classes=3, n_bins=N_BINS, norm="l1")
         for _ in range(10):
             m.update(probs, labels)
@@ -236,7 +204,7 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
             return {"classwise_ece": float(m.aggregate())}
 
         best, values = _time_best(run, repeat)
-        peak = _peak_mib() - rss0
+        peak = peak_mib(maxrss_fallback=True) - rss0
         m = CalibrationErrorMetric(num_bins=N_BINS)
         onehot = torch.nn.functional.one_hot(labels, 3).movedim(-1, 1).float()
         for _ in range(10):
@@ -273,7 +241,7 @@ def worker_temperature(name: str, data: Path, n_vox: int) -> dict:
 
     from monai_unc.temperature import TemperatureScaler
 
-    rss0 = _reset_peak()
+    rss0 = reset_peak()
     t0 = time.perf_counter()
     if name == "ts_ours":
         logits, labels = _ts_batches(data, n_vox)
@@ -300,7 +268,8 @@ def worker_temperature(name: str, data: Path, n_vox: int) -> dict:
         t, steps = temp.item(), evals[0]
     else:
         raise ValueError(name)
-    return {"time": time.perf_counter() - t0, "peak_mib": _peak_mib() - rss0, "t": t, "loss": loss, "steps": steps}
+    peak = peak_mib(maxrss_fallback=True) - rss0
+    return {"time": time.perf_counter() - t0, "peak_mib": peak, "t": t, "loss": loss, "steps": steps}
 
 
 # ------------------------------------------------------------------------------------------------ driver
