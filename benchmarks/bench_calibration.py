@@ -55,8 +55,12 @@ TS_CHUNK = 1 << 22
 
 
 # ------------------------------------------------------------------------------------------------ data (parent)
-def make_volume(shape: tuple[int, int, int], out: Path) -> None:
-    """A 3-class phantom (background, organ, lesion inside it) and noisy, overconfident softmax outputs."""
+def phantom(shape: tuple[int, int, int]):
+    """A 3-class phantom (background, organ, lesion inside it) and noisy, overconfident softmax outputs.
+
+    Returns ``(1, 3, *shape)`` float32 probabilities and ``(1, *shape)`` int64 labels (also the volume of
+    ``bench_histogram_kernel.py``).
+    """
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -68,8 +72,14 @@ def make_volume(shape: tuple[int, int, int], out: Path) -> None:
     onehot = torch.nn.functional.one_hot(labels, 3).movedim(-1, 0).float()
     z = 2.0 * onehot + 1.2 * torch.randn(3, *shape, generator=g)
     probs = torch.softmax(2.5 * z, 0)[None]  # overconfident (a Dice-trained network needs t > 1, Kock et al.)
+    return probs, labels[None]
+
+
+def make_volume(shape: tuple[int, int, int], out: Path) -> None:
+    """Write the :func:`phantom` of ``shape`` as ``probs.npy`` and ``labels.npy`` into ``out``."""
+    probs, labels = phantom(shape)
     np.save(out / "probs.npy", probs.numpy())
-    np.save(out / "labels.npy", labels[None].numpy().astype(np.int64))
+    np.save(out / "labels.npy", labels.numpy().astype(np.int64))
 
 
 def exact_reference(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:

@@ -31,21 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _floor import floor_line, one_read, peak_mib, reset_peak, time_best  # noqa: E402
-
-
-def make_volume(shape: tuple[int, int, int]):
-    """The calibration benchmark's phantom: ``(1, 3, *shape)`` float32 probabilities and ``(1, *shape)`` labels."""
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    idx = [torch.arange(s, dtype=torch.float32) / s for s in shape]
-    zz, yy, xx = torch.meshgrid(*idx, indexing="ij")
-    organ = ((zz - 0.5) / 0.35) ** 2 + ((yy - 0.5) / 0.3) ** 2 + ((xx - 0.45) / 0.4) ** 2 <= 1
-    lesion = ((zz - 0.55) / 0.12) ** 2 + ((yy - 0.45) / 0.1) ** 2 + ((xx - 0.5) / 0.15) ** 2 <= 1
-    labels = organ.long() + lesion.long()
-    onehot = torch.nn.functional.one_hot(labels, 3).movedim(-1, 0).float()
-    z = 2.0 * onehot + 1.2 * torch.randn(3, *shape, generator=g)
-    return torch.softmax(2.5 * z, 0)[None].contiguous(), labels[None]
+from bench_calibration import phantom as make_volume  # noqa: E402  (the calibration benchmark's volume)
 
 
 def worker(shape: tuple[int, int, int], threads: int, repeat: int) -> dict:
