@@ -9,12 +9,16 @@ the same process or run as the contender, so that a regression shows as a ratio 
 - an inferer: the bare forward passes of the same number of samples (built by each benchmark with its network);
 - a spatial metric: its distance transforms and Gaussian smoothing, called alone on the same masks.
 
+It also holds the peak-memory probe the benchmarks share (:func:`reset_peak`, :func:`peak_mib`): the peak RSS
+during the work minus the RSS just before it.
+
 The benchmarks are run as scripts (``python benchmarks/bench_x.py``), so this module is imported as ``_floor``
 (the script's folder is on ``sys.path``, also in the subprocess workers that re-run the script).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -126,3 +130,54 @@ def floor_line(what: str, seconds: float, floor_seconds: float, floor: str) -> s
     """
     return (f"ratio to the floor: {what} = {ratio(seconds, floor_seconds)} "
             f"({seconds:.4g} s / {floor}: {floor_seconds:.4g} s)")
+
+
+# ------------------------------------------------------------------------------------------------ peak memory
+def rss_mib() -> float:
+    """The resident set size of this process now, in MiB (``/proc/self/statm``)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def reset_peak() -> float:
+    """Reset the kernel's peak-RSS counter (VmHWM) and return the RSS now, in MiB.
+
+    ``ru_maxrss`` cannot be reset, and a transient peak while importing torch/MONAI (or file-backed pages that
+    are later reclaimed on a loaded machine) would hide the peak of the work itself. Where
+    ``/proc/self/clear_refs`` cannot be written the counter is left as it is.
+
+    Returns:
+        The RSS after the reset, in MiB: subtract it from :func:`peak_mib` for the working memory of what ran
+        in between.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    return rss_mib()
+
+
+def peak_mib(maxrss_fallback: bool = False) -> float:
+    """The peak RSS since the last :func:`reset_peak` (VmHWM), in MiB.
+
+    Args:
+        maxrss_fallback: where VmHWM cannot be read, return ``ru_maxrss`` (the peak of the whole process) instead
+            of NaN.
+
+    Returns:
+        The peak RSS in MiB, or the fallback where ``/proc/self/status`` has no VmHWM.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) / 1024
+    except OSError:
+        pass
+    if maxrss_fallback:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return float("nan")

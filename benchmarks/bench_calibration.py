@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -47,48 +46,21 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _floor import floor_line, one_read
+from _floor import floor_line, one_read, peak_mib, reset_peak
 
 N_BINS = 15
 PLANTED_T = 2.5
 TS_CHUNK = 1 << 22
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _reset_peak() -> float:
-    """Reset the kernel's peak-RSS counter (VmHWM) and return the RSS now (MiB).
-
-    ``ru_maxrss`` cannot be reset, and a transient peak while importing torch/MONAI (or file-backed pages that
-    are later reclaimed on a loaded machine) would hide the peak of the work itself.
-    """
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    return _rss_mib()
-
-
-def _peak_mib() -> float:
-    """Peak RSS since the last :func:`_reset_peak` (VmHWM), or ``ru_maxrss`` where VmHWM is unavailable."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return float(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
 
 # ------------------------------------------------------------------------------------------------ data (parent)
-def make_volume(shape: tuple[int, int, int], out: Path) -> None:
-    """A 3-class phantom (background, organ, lesion inside it) and noisy, overconfident softmax outputs."""
+def phantom(shape: tuple[int, int, int]):
+    """A 3-class phantom (background, organ, lesion inside it) and noisy, overconfident softmax outputs.
+
+    Returns ``(1, 3, *shape)`` float32 probabilities and ``(1, *shape)`` int64 labels (also the volume of
+    ``bench_histogram_kernel.py``).
+    """
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -100,8 +72,14 @@ def make_volume(shape: tuple[int, int, int], out: Path) -> None:
     onehot = torch.nn.functional.one_hot(labels, 3).movedim(-1, 0).float()
     z = 2.0 * onehot + 1.2 * torch.randn(3, *shape, generator=g)
     probs = torch.softmax(2.5 * z, 0)[None]  # overconfident (a Dice-trained network needs t > 1, Kock et al.)
+    return probs, labels[None]
+
+
+def make_volume(shape: tuple[int, int, int], out: Path) -> None:
+    """Write the :func:`phantom` of ``shape`` as ``probs.npy`` and ``labels.npy`` into ``out``."""
+    probs, labels = phantom(shape)
     np.save(out / "probs.npy", probs.numpy())
-    np.save(out / "labels.npy", labels[None].numpy().astype(np.int64))
+    np.save(out / "labels.npy", labels.numpy().astype(np.int64))
 
 
 def exact_reference(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
@@ -181,7 +159,7 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
     probs_np = np.load(data / "probs.npy")
     labels_np = np.load(data / "labels.npy")
     probs, labels = torch.from_numpy(probs_np), torch.from_numpy(labels_np)
-    rss0 = _reset_peak()
+    rss0 = reset_peak()
     state_bytes = None
     if name in ("ours", "ours_uce"):
         metrics = ("ece", "classwise_ece", "all_label_ece", "ace", "mce", "nll", "brier")
@@ -194,7 +172,7 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
             return calibration_metrics(hist, metrics)
 
         best, values = _time_best(run, repeat)
-        peak = _peak_mib() - rss0
+        peak = peak_mib(maxrss_fallback=True) - rss0
         metric = CalibrationMetric(metrics=metrics)
         for _ in range(10):
             metric(probs, labels[:, None])
@@ -208,14 +186,14 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
         # the floor: one read of the probabilities (a float32 sum over the tensor as given, memory-bound); any
         # calibration metric must read every probability at least once, so nothing can beat it
         best, values = _time_best(one_read(probs), repeat)
-        values, peak = {}, _peak_mib() - rss0
+        values, peak = {}, peak_mib(maxrss_fallback=True) - rss0
     elif name == "netcal":
         def run():
             flat = probs_np[0].reshape(3, -1).T  # netcal wants (N, C)
             return {"ece": float(ECE(bins=N_BINS).measure(flat, labels_np.reshape(-1)))}
 
         best, values = _time_best(run, repeat)
-        peak = _peak_mib() - rss0
+        peak = peak_mib(maxrss_fallback=True) - rss0
     elif name == "torchmetrics":
         def run():
             m = MulticlassCalibrationError(num_classes=3, n_bins=N_BINS, norm="l1")
@@ -223,7 +201,7 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
             return {"ece": float(m.compute())}
 
         best, values = _time_best(run, repeat)
-        peak = _peak_mib() - rss0
+        peak = peak_mib(maxrss_fallback=True) - rss0
         m = MulticlassCalibrationError(num_classes=3, n_bins=N_BINS, norm="l1")
         for _ in range(10):
             m.update(probs, labels)
@@ -236,7 +214,7 @@ def worker_volume(name: str, data: Path, repeat: int) -> dict:
             return {"classwise_ece": float(m.aggregate())}
 
         best, values = _time_best(run, repeat)
-        peak = _peak_mib() - rss0
+        peak = peak_mib(maxrss_fallback=True) - rss0
         m = CalibrationErrorMetric(num_bins=N_BINS)
         onehot = torch.nn.functional.one_hot(labels, 3).movedim(-1, 1).float()
         for _ in range(10):
@@ -273,7 +251,7 @@ def worker_temperature(name: str, data: Path, n_vox: int) -> dict:
 
     from monai_unc.temperature import TemperatureScaler
 
-    rss0 = _reset_peak()
+    rss0 = reset_peak()
     t0 = time.perf_counter()
     if name == "ts_ours":
         logits, labels = _ts_batches(data, n_vox)
@@ -300,7 +278,8 @@ def worker_temperature(name: str, data: Path, n_vox: int) -> dict:
         t, steps = temp.item(), evals[0]
     else:
         raise ValueError(name)
-    return {"time": time.perf_counter() - t0, "peak_mib": _peak_mib() - rss0, "t": t, "loss": loss, "steps": steps}
+    peak = peak_mib(maxrss_fallback=True) - rss0
+    return {"time": time.perf_counter() - t0, "peak_mib": peak, "t": t, "loss": loss, "steps": steps}
 
 
 # ------------------------------------------------------------------------------------------------ driver

@@ -25,33 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
+from _floor import peak_mib, reset_peak
+
 PLACEMENTS = ("auto", "decoder", "last")
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * resource.getpagesize() // 1024
-
-
-def _peak_kib() -> int:
-    """VmHWM: the process's peak RSS since the last :func:`_reset_peak` (ru_maxrss cannot be reset)."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-
-
-def _reset_peak() -> None:
-    """Set VmHWM back to the current RSS (Linux >= 4.0)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
 
 
 def _setup(args: argparse.Namespace, placement: str):
@@ -153,14 +133,13 @@ def memory(args: argparse.Namespace, mode: str, placement: str, n: int) -> dict:
         torch.cuda.reset_peak_memory_stats()
     # load every code path first on a small input, so that the peak below is the case's own
     run_mode(mode, net, x[..., : args.roi, : args.roi, : args.roi], sw, 2, args.device)
-    _reset_peak()
-    rss0 = _rss_kib()
+    rss0 = reset_peak()
     run_mode(mode, net, x, sw, n, args.device)
     if cuda:
         torch.cuda.synchronize()
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
-        peak = (_peak_kib() - rss0) / 1024
+        peak = peak_mib() - rss0
     return {"peak_mib": peak}
 
 

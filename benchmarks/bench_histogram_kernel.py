@@ -30,47 +30,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _floor import floor_line, one_read, time_best  # noqa: E402
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _reset_peak() -> float:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    return _rss_mib()
-
-
-def _peak_mib() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return float(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
-
-
-def make_volume(shape: tuple[int, int, int]):
-    """The calibration benchmark's phantom: ``(1, 3, *shape)`` float32 probabilities and ``(1, *shape)`` labels."""
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    idx = [torch.arange(s, dtype=torch.float32) / s for s in shape]
-    zz, yy, xx = torch.meshgrid(*idx, indexing="ij")
-    organ = ((zz - 0.5) / 0.35) ** 2 + ((yy - 0.5) / 0.3) ** 2 + ((xx - 0.45) / 0.4) ** 2 <= 1
-    lesion = ((zz - 0.55) / 0.12) ** 2 + ((yy - 0.45) / 0.1) ** 2 + ((xx - 0.5) / 0.15) ** 2 <= 1
-    labels = organ.long() + lesion.long()
-    onehot = torch.nn.functional.one_hot(labels, 3).movedim(-1, 0).float()
-    z = 2.0 * onehot + 1.2 * torch.randn(3, *shape, generator=g)
-    return torch.softmax(2.5 * z, 0)[None].contiguous(), labels[None]
+from _floor import floor_line, one_read, peak_mib, reset_peak, time_best  # noqa: E402
+from bench_calibration import phantom as make_volume  # noqa: E402  (the calibration benchmark's volume)
 
 
 def worker(shape: tuple[int, int, int], threads: int, repeat: int) -> dict:
@@ -98,9 +59,9 @@ def worker(shape: tuple[int, int, int], threads: int, repeat: int) -> dict:
     for _ in range(repeat):  # interleaved rounds: a change of the machine's load hits every contender alike
         for name, fused, unc in contenders:
             hist_module.FUSED_KERNELS = fused
-            rss0 = _reset_peak()
+            rss0 = reset_peak()
             wall, cpu = time_best(lambda u=unc: update(u), 1)
-            peak = _peak_mib() - rss0
+            peak = peak_mib() - rss0
             old = best.get(name, {"wall": float("inf"), "cpu": float("inf"), "peak_mib": float("inf")})
             best[name] = {"wall": min(wall, old["wall"]), "cpu": min(cpu, old["cpu"]),
                           "peak_mib": min(peak, old["peak_mib"])}

@@ -20,6 +20,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _floor import peak_mib, reset_peak  # noqa: E402
 
 CONTENDERS = (
     "DiceCELoss",
@@ -61,30 +65,6 @@ def build(name: str, classes: int, dims: int) -> Callable:
     raise ValueError(f"unknown contender {name!r}")
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _reset_peak() -> float:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    return _rss_mib()
-
-
-def _peak_mib() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return float(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
-
 
 def measure(name: str, size: int, classes: int, repeats: int, memory: bool = True) -> dict:
     """Time (best CPU and wall of ``repeats``) and peak memory of one contender's forward + backward."""
@@ -94,14 +74,14 @@ def measure(name: str, size: int, classes: int, repeats: int, memory: bool = Tru
     logits = torch.randn(1, classes, size, size, size, generator=gen).requires_grad_(True)
     labels = torch.randint(0, classes, (1, 1, size, size, size), generator=gen)
     loss = build(name, classes, 3)
-    base = _reset_peak() if memory else float("nan")
+    base = reset_peak() if memory else float("nan")
 
     def step() -> None:
         logits.grad = None
         loss(logits, labels).backward()
 
     step()  # warm-up (and the memory peak of one step)
-    peak = _peak_mib() - base if memory else float("nan")
+    peak = peak_mib() - base if memory else float("nan")
     cpu, wall = float("inf"), float("inf")
     for _ in range(repeats):
         c0, w0 = time.process_time(), time.perf_counter()

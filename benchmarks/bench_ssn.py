@@ -27,40 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
-from _floor import floor_line
+from _floor import floor_line, peak_mib, reset_peak
 
 MODES = ("mean_only", "infer_ours", "draws_ours", "draws_stock", "train_ours", "train_stock", "floor")
 
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _reset_peak() -> float:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    return _rss_mib()
-
-
-def _peak_mib() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return float(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def worker(mode: str, size: int, classes: int, rank: int, features: int, mc: int, repeats: int) -> dict:
@@ -112,9 +86,9 @@ def worker(mode: str, size: int, classes: int, rank: int, features: int, mc: int
         return float(loss.detach())
 
     run()  # warm-up (allocator, kernels)
-    rss0 = _reset_peak()
+    rss0 = reset_peak()
     value = run()
-    peak = _peak_mib() - rss0
+    peak = peak_mib(maxrss_fallback=True) - rss0
     best_wall, best_cpu = float("inf"), float("inf")
     for _ in range(repeats):
         t0, c0 = time.perf_counter(), time.process_time()

@@ -1,7 +1,8 @@
 """Package attributes loaded on first access (PEP 562), for a package whose names live in heavy submodules.
 
 ``monai_unc.workflows`` and ``monai_unc.nnunet`` use it so that importing the package (e.g. for the light module of
-the command-line options) imports neither torch nor nnU-Net.
+the command-line options) imports neither torch nor nnU-Net. :func:`lazy_optional` does the same for one object
+that needs an optional dependency (the compiled calibration kernels: numba, Triton).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["lazy_attributes"]
+__all__ = ["lazy_attributes", "lazy_optional"]
 
 
 def lazy_attributes(package: str, names: Mapping[str, str], submodules: Sequence[str], namespace: dict[str, Any]
@@ -48,3 +49,34 @@ def lazy_attributes(package: str, names: Mapping[str, str], submodules: Sequence
         return sorted(set(namespace) | set(names) | set(submodules))
 
     return __getattr__, __dir__
+
+
+def lazy_optional(build: Callable[[], Any]) -> Callable[[], Any]:
+    """A getter that builds an object on its first call and returns the same object from then on.
+
+    For objects that need an optional dependency (numba, Triton): ``build`` imports it, so importing the module that
+    defines the getter imports neither. An ``ImportError`` of ``build`` means "not installed": the getter returns
+    ``None`` then and from then on, without trying again; any other error propagates and the next call tries again.
+
+    Args:
+        build: makes the object; raises ``ImportError`` where its dependency is missing.
+
+    Returns:
+        A function of no arguments: the built object, or ``None`` where ``build`` raised ``ImportError``.
+
+    Example:
+        >>> get = lazy_optional(lambda: __import__("json").dumps)
+        >>> get() is get(), lazy_optional(lambda: __import__("no_such_module_here"))()
+        (True, None)
+    """
+    state: dict[str, Any] = {}
+
+    def get() -> Any:
+        if "value" not in state:
+            try:
+                state["value"] = build()
+            except ImportError:
+                state["value"] = None
+        return state["value"]
+
+    return get

@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,17 @@ def generate_key_pair(folder: str | os.PathLike, name: str = "signing_key", over
     return priv, pub
 
 
+def _load_pem_key(path: str | os.PathLike, load: Callable[[bytes], Any], cls: type, what: str, kind: str) -> Any:
+    """Read a PEM key file with ``load`` and check it is a ``cls``; ``ValueError`` naming the file otherwise."""
+    try:
+        key = load(Path(path).read_bytes())
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"{what} {path} is not a readable PEM {kind} key ({type(e).__name__})") from None
+    if not isinstance(key, cls):
+        raise ValueError(f"{what} {path} is not an Ed25519 key")
+    return key
+
+
 def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     """Read a PEM Ed25519 private key (unencrypted PKCS8).
 
@@ -152,13 +163,8 @@ def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     Returns:
         The key; ``ValueError`` naming the file when it is not one.
     """
-    try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as e:
-        raise ValueError(f"signing key {path} is not a readable PEM private key ({type(e).__name__})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError(f"signing key {path} is not an Ed25519 key")
-    return key
+    return _load_pem_key(path, lambda data: serialization.load_pem_private_key(data, password=None),
+                         Ed25519PrivateKey, "signing key", "private")
 
 
 def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
@@ -170,13 +176,7 @@ def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     Returns:
         The key; ``ValueError`` naming the file when it is not one.
     """
-    try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except (OSError, ValueError, TypeError) as e:
-        raise ValueError(f"trusted key {path} is not a readable PEM public key ({type(e).__name__})") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise ValueError(f"trusted key {path} is not an Ed25519 key")
-    return key
+    return _load_pem_key(path, serialization.load_pem_public_key, Ed25519PublicKey, "trusted key", "public")
 
 
 def default_signing_key(create: bool = True) -> Path | None:

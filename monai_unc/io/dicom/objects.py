@@ -279,6 +279,19 @@ def _common(series: DicomSeries, uid_root: str | None, series_number: int, algor
     )
 
 
+def _segment_descriptions(segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo, uid_root: str | None,
+                          tracking: str) -> list:
+    """One automatic ``SegmentDescription`` per segment, numbered from 1, tracked as ``f"{tracking} {label}"``."""
+    ident = algorithm.identification()
+    return [
+        hd.seg.SegmentDescription(
+            segment_number=i + 1, segment_label=s.name[:64], segmented_property_category=s.category,
+            segmented_property_type=s.type, algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
+            algorithm_identification=ident, tracking_uid=new_uid(uid_root), tracking_id=f"{tracking} {s.label}",
+        ) for i, s in enumerate(segments)
+    ]
+
+
 def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.PathLike,
                        segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
                        uid_root: str | None = None, series_number: int = 901) -> Path:
@@ -324,14 +337,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         for i, c in enumerate(classes):
             numbers[frames == c] = i + 1
     algorithm = algorithm or AlgorithmInfo()
-    ident = algorithm.identification()
-    descriptions = [
-        hd.seg.SegmentDescription(
-            segment_number=i + 1, segment_label=s.name[:64], segmented_property_category=s.category,
-            segmented_property_type=s.type, algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
-            algorithm_identification=ident, tracking_uid=new_uid(uid_root), tracking_id=f"class {s.label}",
-        ) for i, s in enumerate(segments)
-    ]
+    descriptions = _segment_descriptions(segments, algorithm, uid_root, "class")
     seg = hd.seg.Segmentation(
         pixel_array=numbers, segmentation_type=hd.seg.SegmentationTypeValues.BINARY,
         segment_descriptions=descriptions, content_label="SEGMENTATION",
@@ -373,14 +379,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         raise ValueError(f"segments must name channels 0..{probs.shape[0] - 1}, got {channels}")
     frames = np.stack([volume_frames(probs[c], series, "probs") for c in channels], axis=-1)
     algorithm = algorithm or AlgorithmInfo()
-    ident = algorithm.identification()
-    descriptions = [
-        hd.seg.SegmentDescription(
-            segment_number=i + 1, segment_label=s.name[:64], segmented_property_category=s.category,
-            segmented_property_type=s.type, algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
-            algorithm_identification=ident, tracking_uid=new_uid(uid_root), tracking_id=f"probability {s.label}",
-        ) for i, s in enumerate(segments)
-    ]
+    descriptions = _segment_descriptions(segments, algorithm, uid_root, "probability")
     seg = hd.seg.Segmentation(
         pixel_array=frames, segmentation_type=hd.seg.SegmentationTypeValues.FRACTIONAL,
         fractional_type=hd.seg.SegmentationFractionalTypeValues.PROBABILITY, max_fractional_value=FRACTIONAL_MAX,

@@ -27,25 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from ..._lazy import lazy_optional
+
 __all__ = ["available", "histogram_tables"]
 
-_KERNEL: Any = None
-_IMPORT_FAILED = False
 
 
 def available() -> bool:
     """Whether numba imports (the kernel is compiled on first use and cached on disk)."""
     return _kernel() is not None
-
-
-def _kernel() -> Any:
-    global _KERNEL, _IMPORT_FAILED
-    if _KERNEL is None and not _IMPORT_FAILED:
-        try:
-            _KERNEL = _build()
-        except ImportError:
-            _IMPORT_FAILED = True
-    return _KERNEL
 
 
 def _build() -> Any:
@@ -151,6 +141,10 @@ def _build() -> Any:
 
 #: voxels per thread below which the update runs on one thread (a thread and its tables cost more than they save)
 MIN_VOXELS_PER_THREAD = 1 << 18
+
+
+#: the compiled kernel, or None without its optional dependency (built on first use)
+_kernel = lazy_optional(_build)
 
 
 def histogram_tables(

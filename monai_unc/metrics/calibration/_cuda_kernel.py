@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
+from ..._lazy import lazy_optional
+
 __all__ = ["available", "histogram_tables", "replicas"]
 
-_KERNEL: Any = None
-_IMPORT_FAILED = False
 #: voxels per program
 BLOCK = 512
 #: the most bytes of replicated tables (``REP`` is lowered for many classes)
@@ -44,20 +44,14 @@ def available() -> bool:
     return _kernel() is not None
 
 
-def _kernel() -> Any:
-    global _KERNEL, _IMPORT_FAILED
-    if _KERNEL is None and not _IMPORT_FAILED:
-        try:
-            _KERNEL = _build()
-        except ImportError:
-            _IMPORT_FAILED = True
-    return _KERNEL
-
-
 def _build() -> Any:
     from ._triton_histogram import histogram_kernel  # imports Triton
 
     return histogram_kernel
+
+
+#: the compiled kernel, or None without its optional dependency (built on first use)
+_kernel = lazy_optional(_build)
 
 
 def replicas(n_rows: int, n_fine: int, weighted: bool, n_programs: int) -> int:
