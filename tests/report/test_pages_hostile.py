@@ -389,5 +389,6 @@ def test_pages_name_case_figures_through_one_helper():
     """Both pages build a case figure's file name with case_figure_path only (no hand-built ``case_...png``)."""
     for name in ("html.py", "triage.py", "monitor.py"):
         text = (ROOT / "monai_unc" / "report" / name).read_text()
-        assert "case_figure_path(fig_dir, cid)" in text, name
-        assert 'f"case_{cid}.png"' not in text, name
+        if name != "monitor.py":  # the monitoring dashboard draws no case figures (inline SVG charts only)
+            assert "case_figure_path(fig_dir, cid)" in text, name
+        assert 'f"case_{cid}.png"' not in text and "case_{" not in text, name

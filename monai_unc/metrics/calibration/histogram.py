@@ -481,6 +481,11 @@ def _state_table(x: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x)).to(dtype)
 
 
+def _case_key(case_id: Hashable) -> tuple[int, int, str]:
+    """Sort key of a case id: automatic numbers (ints) first in their order, then names."""
+    return (0, case_id, "") if isinstance(case_id, int) else (1, 0, str(case_id))
+
+
 @register_state_type("confidence_histogram")
 class ConfidenceHistogram:
     """Per-case label / prediction / uncertainty confidence histograms (Kock et al. Sec. 2.2), additive and exact.
@@ -640,9 +645,12 @@ class ConfidenceHistogram:
         if not self._states:
             raise ValueError("the histogram is empty: call update() first")
         if self._pooled_cache is None:
-            total = self._states[0].copy()
-            for s in self._states[1:]:
-                total.add_(s)
+            # in case-id order, whatever order the cases were added or merged in: the float sums of a cohort are the
+            # same bits for one pass and for shards merged in any order
+            order = sorted(range(len(self._states)), key=lambda i: _case_key(self.case_ids[i]))
+            total = self._states[order[0]].copy()
+            for i in order[1:]:
+                total.add_(self._states[i])
             self._pooled_cache = total
         return self._pooled_cache
 
