@@ -30,7 +30,7 @@ from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
 from ..state import StateGroup
 from .case import CaseResult
 from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
-from .products import cohort_products, fit_products, product_summaries
+from .products import cohort_products, fit_products, implicit_products, product_summaries
 from .region_case import QU_BRATS_COLUMNS
 
 __all__ = [
@@ -317,8 +317,6 @@ def column_values(rows: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
                     dtype=np.float64)
 
 
-_column = column_values
-
 
 def score_column(rows: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
     """The triage score column of the rows: ``wanted`` (upgraded from an older name), else the primary measure's.
@@ -478,9 +476,9 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
     rows = state.sorted_rows()
     ids = [str(r["case"]) for r in rows]
     n = len(rows)
-    dice = _column(rows, "dice")
+    dice = column_values(rows, "dice")
     score_key = score_column(rows, config.score)
-    raw_scores = _column(rows, score_key)
+    raw_scores = column_values(rows, score_key)
     scores = fill_undefined_scores(raw_scores)
     summary: dict[str, Any] = {
         "n_cases": n,
@@ -491,7 +489,7 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         "dice": {
             "mean": float(dice.mean()),
             "median": float(np.median(dice)),
-            "per_class": {k[5:]: _nanmean(_column(rows, k)) for k in rows[0] if k.startswith("dice_")},
+            "per_class": {k[5:]: _nanmean(column_values(rows, k)) for k in rows[0] if k.startswith("dice_")},
         },
     }
     with warnings.catch_warnings(record=True) as caught:
@@ -515,10 +513,10 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
                 "frequency": rc.frequency,
                 "counts": rc.counts,
             }
-        spatial = {k: _nanmean(_column(rows, k)) for k in SPATIAL_COLUMNS if k in rows[0]}
+        spatial = {k: _nanmean(column_values(rows, k)) for k in SPATIAL_COLUMNS if k in rows[0]}
         if spatial:
             summary["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
-        user = {k: _nanmean(_column(rows, k)) for k in (config.case_metrics or {}) if k in rows[0]}
+        user = {k: _nanmean(column_values(rows, k)) for k in (config.case_metrics or {}) if k in rows[0]}
         if user:
             summary["case_metrics"] = {"functions": config.case_metric_names, "mean_over_cases": user}
         fd = failure_detection(scores, dice)
@@ -566,13 +564,13 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
             if fitted is None:
                 fitted = fit_products(state.product_states, rows, config)
             blocks = product_summaries(state.product_states, rows, config, fitted)
-        given = {p.name for p in config.products}
+        implicit = {p.name for p in implicit_products(config)}
         # the blocks of the products the evaluation options turn on (the referral rule) come before the regions,
         # where the evaluation has written them since it has had them; the other products' blocks after
-        summary.update({k: v for k, v in blocks.items() if k not in given})
+        summary.update({k: v for k, v in blocks.items() if k in implicit})
         if state.regions is not None:
             summary.update(_region_summary(state, rows, ids, score_key, config))
-        summary.update({k: v for k, v in blocks.items() if k in given})
+        summary.update({k: v for k, v in blocks.items() if k not in implicit})
     msgs = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)} | set(map(str, fit_warnings)))
     summary["warnings"] = sorted(set(state.warnings)) + [f"cohort: {m}" for m in msgs]
     return json_safe(summary)
@@ -591,7 +589,7 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
     per_region: dict[str, Any] = {}
     for name in names:
         s = region_suffix(name)
-        d = _column(rows, f"dice_{s}")
+        d = column_values(rows, f"dice_{s}")
         block: dict[str, Any] = {"column_suffix": s, "labels": list(state.regions[name]),
                                  "dice": {"mean": _nanmean(d), "median": float(np.median(d)) if d.size else None}}
         h = state.region_histograms.get(name)
@@ -603,19 +601,20 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
                                     "voxels": int(h.scalars[:, 0].sum().item())}
             block["reliability"] = {"kind": "all_label", "edges": rc.edges, "confidence": rc.confidence,
                                     "frequency": rc.frequency, "counts": rc.counts}
-        spatial = {k: _nanmean(_column(rows, f"{k}_{s}")) for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
+        spatial = {k: _nanmean(column_values(rows, f"{k}_{s}")) for k in SPATIAL_COLUMNS if f"{k}_{s}" in rows[0]}
         if spatial:
             block["spatial"] = {"measure": rows[0].get("measure"), "mean_over_cases": spatial}
-        user = {k: _nanmean(_column(rows, f"{k}_{s}")) for k in (config.case_metrics or {}) if f"{k}_{s}" in rows[0]}
+        user = {k: _nanmean(column_values(rows, f"{k}_{s}")) for k in (config.case_metrics or {})
+                if f"{k}_{s}" in rows[0]}
         if user:
             block["case_metrics"] = {"mean_over_cases": user}
         region_score = f"{score_key}_{s}"
         if region_score in rows[0]:
-            fd = failure_detection(fill_undefined_scores(_column(rows, region_score)), d)
+            fd = failure_detection(fill_undefined_scores(column_values(rows, region_score)), d)
             block["failure_detection"] = {"score": region_score, "risk": f"1 - dice_{s}", "aurc": fd.aurc,
                                           "eaurc": fd.eaurc, "augrc": fd.augrc}
         if f"qu_brats_score_{s}" in rows[0]:
-            block["qu_brats"] = {c: _nanmean(_column(rows, f"qu_brats_{c}_{s}")) for c in QU_BRATS_COLUMNS}
+            block["qu_brats"] = {c: _nanmean(column_values(rows, f"qu_brats_{c}_{s}")) for c in QU_BRATS_COLUMNS}
         per_region[name] = block
     out: dict[str, Any] = {"regions": {
         "spec": {k: list(v) for k, v in state.regions.items()},
@@ -633,7 +632,7 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
                                             axis=0).tolist() for k in ("dice", "ftp", "ftn")}
         measure = rows[0].get("measure")
         out["qu_brats"] = {
-            **{c: _nanmean(_column(rows, f"qu_brats_{c}")) for c in QU_BRATS_COLUMNS},
+            **{c: _nanmean(column_values(rows, f"qu_brats_{c}")) for c in QU_BRATS_COLUMNS},
             "per_region": {n: per_region[n]["qu_brats"]["score"] for n in names},
             "mean_over": "cases (the per-case score is the mean over the regions)",
             "measure": measure,
@@ -703,7 +702,7 @@ def resummarize(state: CohortState, saved: Mapping[str, Any], budget: float | No
         warnings.simplefilter("ignore", UserWarning)  # already listed in the summary
         summary = summarize(state, config)
     recorded = (saved.get("config") or {}).get("products") or {}
-    refitted = {p.name for p in cohort_products(config)} - {p.name for p in config.products}  # from the rows
+    refitted = {p.name for p in implicit_products(config)}  # from the saved rows, with the options given here
     kept = [k for k in saved if (k in recorded or product_type(k) is not None) and k not in refitted]
     summary.update({k: saved[k] for k in kept})
     cal = overrides.get("calibration_cases")

@@ -25,6 +25,7 @@ from .config import EvaluationConfig
 
 __all__ = [
     "cohort_products",
+    "implicit_products",
     "check_products",
     "product_case_states",
     "product_states_of",
@@ -55,6 +56,21 @@ ARTIFACT_FORMAT = "monai-unc product artifact"
 _ARTIFACT_VERSION = 1
 
 
+def implicit_products(config: EvaluationConfig) -> list[CohortProduct]:
+    """The products that the evaluation's own options turn on (:meth:`~monai_unc.product.CohortProduct.from_config`).
+
+    They have no per-case state: their blocks come before the regions in ``summary.json``, their lines before the
+    files written, and ``monai-unc report`` refits them on the saved rows.
+
+    Args:
+        config: the evaluation options.
+
+    Returns:
+        The products, in registration order (e.g. the risk-controlled referral rule with ``config.target_risk``).
+    """
+    return [p for p in (cls.from_config(config) for cls in registered_products()) if p is not None]
+
+
 def cohort_products(config: EvaluationConfig) -> list[CohortProduct]:
     """The products of an evaluation: those its own options turn on, then those of ``config.products``.
 
@@ -70,7 +86,7 @@ def cohort_products(config: EvaluationConfig) -> list[CohortProduct]:
     Raises:
         ValueError: ``config.products`` lists a product that the evaluation options turn on.
     """
-    implicit = [p for p in (cls.from_config(config) for cls in registered_products()) if p is not None]
+    implicit = implicit_products(config)
     given = list(config.products)
     for p in given:
         if type(p).from_config.__func__ is not CohortProduct.from_config.__func__:  # type: ignore[attr-defined]

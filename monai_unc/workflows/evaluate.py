@@ -16,7 +16,7 @@ from typing import Any
 
 from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, run_evaluate
-from ..evaluation.products import cohort_products
+from ..evaluation.products import implicit_products
 from ..product import products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
 from .prepare import prepare_evaluate
@@ -125,8 +125,7 @@ def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path]
         lines.append(f"QU-BraTS score (mean over regions and cases) {_fmt(summary['qu_brats']['score'])}")
     lines.append(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
                  f"mean Dice of the retained cases {t['dice_retained']:.4f}")
-    products = cohort_products(config)  # each product prints its own lines
-    implicit = products[:len(products) - len(config.products)]  # turned on by evaluation options (--target-risk)
+    implicit = implicit_products(config)  # each product prints its own lines; these are turned on by --target-risk
     for product in implicit:
         if product.name in summary:
             lines.extend(product.summary_lines(summary[product.name]))
