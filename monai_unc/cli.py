@@ -3,14 +3,13 @@
     monai-unc infer     --input IMAGES --output PRED (--model example | --bundle DIR | --network SPEC --checkpoint F)
     monai-unc evaluate  --labels LABELS --predictions PRED --output EVAL [--shifts shifts.csv] [--budget 0.2]
                         [--target-risk 0.1 --delta 0.1 --risk failure|1-dice --calibration-cases FILE]
-                        [--conformal outer:fnr=0.1 --conformal inner:fp=0.1 --conformal-family threshold|margin
-                         --conformal-strata 3 --conformal-stratify-by predictive_entropy_fg_mean]
+                        [the options of the cohort products: monai-unc evaluate --help]
     monai-unc report    --evaluation EVAL [--output DIR] [--budget 0.2] [--images IMAGES] [--target-risk ...]
     monai-unc calibrate --input IMAGES --labels LABELS --output calibrated.pt (model options as for infer)
     monai-unc demo      [--output demo_output] [--quick]
     monai-unc triage    --predictions PRED --rule referral_rule.json --output TRIAGE [--images IMAGES]
-                        [--conformal-rule conformal_rule.json]
-    monai-unc conformal --predictions PRED --rule conformal_rule.json --output MASKS
+                        [--<command>-rule RULE: a product's command run beside the triage]
+    monai-unc <command> --predictions PRED --rule RULE --output OUT   (a product's rule applied: monai-unc --help)
     monai-unc dicom-export --predictions PRED --series SERIES --output DICOM   (with the dicom extra: SEG, maps)
     monai-unc monitor   record TRIAGE --db DB [--site S | --sites CSV] | label --labels CSV --db DB
                         | status --db DB | report --db DB --output PAGE.html | verify --db DB
@@ -43,6 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from .product import command_products
 from .workflows.arguments import add_command_parsers
 
 if TYPE_CHECKING:  # imported after parsing, by _import_commands: --help and argument errors answer at once
@@ -119,8 +119,8 @@ def _import_commands() -> None:
     global _commands_imported, _read_case_list, CohortFailed, error_text, run_demo
     if _commands_imported:  # names set since (a test's monkeypatch) are kept
         return
+    from .workflows.apply import apply_from_arguments
     from .workflows.calibrate import calibrate_from_arguments
-    from .workflows.conformal import conformal_from_arguments
     from .workflows.demo import demo_from_arguments, run_demo
     from .workflows.evaluate import evaluate_from_arguments
     from .workflows.keys import keys_from_arguments
@@ -132,8 +132,9 @@ def _import_commands() -> None:
 
     _WORKFLOWS.update(infer=infer_from_arguments, evaluate=evaluate_from_arguments, report=report_from_arguments,
                       calibrate=calibrate_from_arguments, demo=demo_from_arguments, triage=triage_from_arguments,
-                      conformal=conformal_from_arguments, monitor=monitor_from_arguments, keys=keys_from_arguments,
-                      **{"dicom-export": _dicom_export})
+                      monitor=monitor_from_arguments, keys=keys_from_arguments,
+                      **{"dicom-export": _dicom_export},
+                      **dict.fromkeys((str(cls.command) for cls in command_products()), apply_from_arguments))
     #: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
     _read_case_list = read_case_list
     _commands_imported = True
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CohortFailed as e:  # some cases failed: rank 0 said which, the other cases are done
         return e.exit_status
     except KeyboardInterrupt:
-        resumable = ("infer", "demo", "evaluate", "triage", "conformal")
+        resumable = ("infer", "demo", "evaluate", "triage", *(str(cls.command) for cls in command_products()))
         hint = "run the same command again to resume" if args.command in resumable else "nothing was written"
         print(f"monai-unc {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130

@@ -136,9 +136,9 @@ ENTROPY_MEASURES: tuple[str, ...] = (*MEASURES[:3], UncertaintyKeys.WINDOW_DISAG
 #: the maps written by default (``variance`` costs C more stitched channels and is opt-in)
 DEFAULT_MEASURES: tuple[str, ...] = MEASURES[:4]
 
-#: file naming of the prediction folders that ``evaluate``, ``triage`` and ``conformal`` read (``--layout``): seg
-#: suffix, probability suffix, uncertainty sub-folder (here, importable without torch, so that the command line
-#: parses its options at once; :data:`monai_unc.io.LAYOUTS` is the same object)
+#: file naming of the prediction folders that ``evaluate``, ``triage`` and the products' commands read
+#: (``--layout``): seg suffix, probability suffix, uncertainty sub-folder (here, importable without torch, so that
+#: the command line parses its options at once; :data:`monai_unc.io.LAYOUTS` is the same object)
 LAYOUTS: dict[str, dict[str, str]] = {
     "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},
     "nnunet": {"seg_suffix": "", "probs_suffix": "", "uncertainty_subdir": "uncertainty"},

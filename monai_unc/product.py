@@ -13,11 +13,15 @@ fit                         :meth:`CohortProduct.fit`: the cohort's states (in c
                             :func:`~monai_unc.evaluation.products.read_artifact`)
 summary                     :meth:`CohortProduct.summarize`: a typed summary (a dataclass or a mapping), written to
                             ``summary.json`` under the product's :attr:`~CohortProduct.name`
-apply                       :meth:`CohortProduct.apply`: the artifact applied to a new case
+apply                       :meth:`CohortProduct.apply`: the artifact applied to a new case; with
+                            :attr:`~CohortProduct.command`, a command of its own that applies the artifact to a folder
+                            of new predictions (:meth:`CohortProduct.apply_cases`), which ``monai-unc triage`` runs too
+                            (``--<command>-rule``) and whose per-case table ``dicom-export`` puts into the SR
 command line                :meth:`CohortProduct.add_arguments` / :meth:`CohortProduct.from_arguments` (its options of
                             ``monai-unc evaluate``) and :meth:`CohortProduct.summary_lines` (what the command prints)
 report                      :meth:`CohortProduct.report_section`: a :class:`ReportSection` (title, text, cards, a
-                            table) that ``report.html`` renders, every string escaped
+                            table) that ``report.html`` renders, every string escaped;
+                            :meth:`CohortProduct.case_overlays`: contours of the product's case files in the figures
 ==========================  ==========================================================================================
 
 The engine does the rest for every product alike: the per-case state is saved with the case's resume state and
@@ -44,6 +48,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "CohortProduct",
+    "Overlay",
     "ReportSection",
     "ReportTable",
     "format_cell",
@@ -51,6 +56,8 @@ __all__ = [
     "unregister_product",
     "registered_products",
     "product_type",
+    "command_products",
+    "command_product",
     "products_from_arguments",
     "RESERVED_NAMES",
     "RESERVED_FILES",
@@ -122,6 +129,28 @@ class ReportTable:
 
 
 @dataclass(frozen=True)
+class Overlay:
+    """A contour drawn beside the prediction's in a case figure (a product's case file, e.g. a mask of a rule).
+
+    Args:
+        label: the legend's text.
+        mask: bool ``(X, Y, Z)``, the case's grid.
+        color: a matplotlib colour.
+        linestyle: a matplotlib line style (``"solid"``, ``"dashed"``, ``"dotted"``, ...).
+
+    Example:
+        >>> import numpy as np
+        >>> Overlay("outer mask", np.ones((2, 2, 2), bool), "#ffffff", "dashed").label
+        'outer mask'
+    """
+
+    label: str
+    mask: Any
+    color: str = "#ffffff"
+    linestyle: str = "solid"
+
+
+@dataclass(frozen=True)
 class ReportSection:
     """What a product shows in ``report.html``: plain data that the report renders, every string escaped.
 
@@ -133,6 +162,9 @@ class ReportSection:
         table_rows: its rows (plain values: strings and numbers, formatted by the report).
         tables: more tables (:class:`ReportTable`), each with its sub-heading and note, after the first.
         anchor: the section's id (default ``product-<name>``); letters, digits, ``-`` and ``_``.
+        items: a bulleted list after the paragraphs (plain text).
+        banners: warnings shown as banners after the tables: ``(key, heading, text)``, the banner's id
+            ``<anchor>-<key>``.
 
     Example:
         >>> ReportSection("Volume error", ["Predicted minus true volume."], cards=[("mean bias", "1.2 ml")]).title
@@ -146,6 +178,8 @@ class ReportSection:
     table_rows: Sequence[Sequence[Any]] = field(default_factory=tuple)
     tables: Sequence[ReportTable] = ()
     anchor: str = ""
+    items: Sequence[str] = ()
+    banners: Sequence[tuple[str, str, str]] = ()
 
 
 class CohortProduct:
@@ -190,6 +224,20 @@ class CohortProduct:
     #: (``config.calibration_ids``), e.g. to rank undefined scores above every defined score of the cohort; False
     #: (default): it gets those of the calibration cases only
     fit_sees_cohort: ClassVar[bool] = False
+    #: the ``format`` field of the artifact file (a rule file that records how its calibration predictions were made:
+    #: ``infer --settings-from`` reads it through :meth:`artifact_fingerprint`), or None
+    artifact_format: ClassVar[str | None] = None
+    #: the command that applies the artifact to a folder of new predictions (``monai-unc <command>``; ``monai-unc
+    #: triage --<command>-rule`` runs it too, into ``<triage output>/<command>/``), or None (no command)
+    command: ClassVar[str | None] = None
+    #: the command's one-line help and its description (``monai-unc <command> --help``)
+    command_help: ClassVar[str] = ""
+    command_description: ClassVar[str] = ""
+    #: the per-case table the command writes in its output folder (a CSV with a ``case`` column), or None: its
+    #: columns go into the triage page's table and, with ``dicom-export --<command>``, into each case's DICOM SR
+    applied_table: ClassVar[str | None] = None
+    #: the sentence a case figure's caption gets when the figure draws the product's :meth:`case_overlays`
+    overlay_note: ClassVar[str] = ""
 
     # -- command line ------------------------------------------------------------------------------------------
     @classmethod
@@ -424,6 +472,164 @@ class CohortProduct:
         """
         return None
 
+    @classmethod
+    def artifact_fingerprint(cls, path: Path) -> tuple[str, dict[str, Any]]:
+        """The prediction fingerprint an artifact file of :attr:`artifact_format` recorded, read with its checks.
+
+        Args:
+            path: the artifact file (untrusted: read by the product's checked reader).
+
+        Returns:
+            ``(source, fingerprint)``: a name of the file for messages (``"<kind> <path>"``) and the fingerprint
+            (:func:`monai_unc.io.provenance.prediction_fingerprint`).
+
+        Raises:
+            ValueError: a malformed file; NotImplementedError: the product's artifact records no fingerprint.
+        """
+        raise NotImplementedError(f"the {cls.name!r} product's artifact records no prediction fingerprint")
+
+    # -- the command that applies the artifact to new cases ---------------------------------------------------
+    @classmethod
+    def add_command_arguments(cls, parser: Any) -> None:
+        """Add the command's own options (:attr:`command`) besides those every such command has.
+
+        Every apply command has ``--predictions``, ``--rule``, ``--output``, ``--images``, ``--layout``,
+        ``--uncertainty``, ``--allow-mismatch``, ``--trusted-keys``, ``--allow-unsigned`` and ``--quiet``
+        (``monai_unc.workflows.arguments``); this adds the others (default none).
+
+        Args:
+            parser: the command's ``argparse`` parser.
+
+        Returns:
+            None.
+        """
+
+    @classmethod
+    def command_options(cls, args: argparse.Namespace) -> dict[str, Any]:
+        """The keyword arguments of :meth:`apply_cases` from the options :meth:`add_command_arguments` added.
+
+        Args:
+            args: the parsed command line.
+
+        Returns:
+            A dict (default empty).
+        """
+        return {}
+
+    @classmethod
+    def check_apply(cls, predictions: str | os.PathLike, artifact: Any, output: str | os.PathLike,
+                    **options: Any) -> None:
+        """Refuse, before any work, an artifact or predictions :meth:`apply_cases` would refuse (default: no check).
+
+        ``monai-unc triage --<command>-rule`` calls it before the triage writes anything.
+
+        Args:
+            predictions: the folder of the new predictions.
+            artifact: the fitted file (its path) or the loaded artifact.
+            output: where :meth:`apply_cases` will write.
+            **options: as for :meth:`apply_cases`.
+
+        Returns:
+            None; a ``ValueError`` naming the file otherwise.
+        """
+
+    @classmethod
+    def apply_cases(cls, predictions: str | os.PathLike, artifact: Any, output: str | os.PathLike, *,
+                    dist: Any = None, **options: Any) -> Any:
+        """Apply the artifact to every case of a prediction folder: the body of :attr:`command`.
+
+        Args:
+            predictions: the folder of the new predictions.
+            artifact: the fitted file (its path) or the loaded artifact.
+            output: the output folder.
+            dist: the process group's rank context (:class:`~monai_unc.engine.DistContext`), or None.
+            **options: ``images``, ``layout``, ``uncertainty``, ``allow_mismatch``, ``progress``, ``trust`` and
+                those of :meth:`command_options`.
+
+        Returns:
+            The command's result (what :meth:`command_lines` prints).
+        """
+        raise NotImplementedError(f"the {cls.name!r} product has no command")
+
+    @classmethod
+    def command_lines(cls, result: Any) -> list[str]:
+        """What the command prints after a run (default nothing).
+
+        Args:
+            result: what :meth:`apply_cases` returned.
+
+        Returns:
+            Lines of text.
+        """
+        return []
+
+    @classmethod
+    def applied_lines(cls, folder: Path) -> list[str]:
+        """What ``monai-unc triage`` prints about the outputs of the command it ran into ``folder``.
+
+        Args:
+            folder: the output folder of :meth:`apply_cases`.
+
+        Returns:
+            Lines of text (default: the folder).
+        """
+        return [f"wrote the outputs of 'monai-unc {cls.command}' to {folder}"]
+
+    @classmethod
+    def applied_rows(cls, folder: Path) -> dict[str, dict[str, Any]]:
+        """The per-case numbers of the command's outputs in ``folder``, for the triage page (default none).
+
+        Args:
+            folder: the output folder of :meth:`apply_cases`.
+
+        Returns:
+            ``{case id: {column: value}}``.
+        """
+        return {}
+
+    @classmethod
+    def applied_columns(cls, rows: Sequence[Mapping[str, Any]],
+                        class_names: Sequence[str] | None) -> list[tuple[str, str, int]]:
+        """The columns of :attr:`applied_table` the triage page shows (default none).
+
+        Args:
+            rows: the table's rows (``case`` and the numbers).
+            class_names: the referral rule's class names, or None.
+
+        Returns:
+            ``(column, header, decimals)`` per column shown.
+        """
+        return []
+
+    @classmethod
+    def applied_section(cls, folder: Path) -> ReportSection | None:
+        """The triage page's section on the command's outputs in ``folder`` (default none).
+
+        Args:
+            folder: the output folder of :meth:`apply_cases`.
+
+        Returns:
+            A :class:`ReportSection`, or None.
+        """
+        return None
+
+    @classmethod
+    def case_overlays(cls, folder: Path, case_id: str) -> list[Overlay]:
+        """Contours of a case's files in ``folder`` for its figure (default none).
+
+        The folder is the product's folder of an evaluation (``<output>/products/<name>/``, written by
+        :meth:`write_case_files`) or the output folder of its :attr:`command`; the report draws what is there and
+        computes nothing.
+
+        Args:
+            folder: the folder of the case files.
+            case_id: the case.
+
+        Returns:
+            The :class:`Overlay` list (empty when the case has no file there).
+        """
+        return []
+
     def artifact_path(self, output: str | os.PathLike) -> Path:
         """Where the artifact of :meth:`fit` is written in an evaluation folder.
 
@@ -522,6 +728,27 @@ def product_type(name: str) -> type[CohortProduct] | None:
     """
     _load_builtins()
     return _REGISTRY.get(str(name))
+
+
+def command_products() -> list[type[CohortProduct]]:
+    """The registered product classes that have a command of their own (:attr:`CohortProduct.command`).
+
+    Returns:
+        The classes, in registration order.
+    """
+    return [cls for cls in registered_products() if cls.command]
+
+
+def command_product(command: str) -> type[CohortProduct] | None:
+    """The registered product class whose :attr:`~CohortProduct.command` is ``command``, or None.
+
+    Args:
+        command: a command name.
+
+    Returns:
+        The class or None.
+    """
+    return next((cls for cls in command_products() if cls.command == command), None)
 
 
 def products_from_arguments(args: argparse.Namespace) -> list[CohortProduct]:

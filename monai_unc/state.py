@@ -2,7 +2,7 @@
 
 Whatever grows with voxels, cases or ranks in this package is kept as a state that adds up: the confidence
 histogram of the ECE family (:class:`~monai_unc.metrics.calibration.ConfidenceHistogram`), the per-case loss
-histograms of conformal masks (:class:`~monai_unc.metrics.conformal.ConformalCaseState`), the per-voxel sums of
+histograms of the masks with a guarantee (:mod:`monai_unc.metrics`), the per-voxel sums of
 :class:`~monai_unc.stats.SampleStats`, and the per-case state of every cohort product
 (:mod:`monai_unc.evaluation.products`). They all follow :class:`MergeableState`, the idea of torchmetrics'
 ``add_state(..., dist_reduce_fx=...)`` in this package's terms:
@@ -271,7 +271,7 @@ def unpack_states(arrays: Mapping[str, Any]) -> dict[str, Any]:
 
 @register_state_type("group")
 class StateGroup(MutableMapping[str, Any]):
-    """Named states that merge name by name (e.g. one confidence histogram per region, or one conformal state per side).
+    """Named states that merge name by name (e.g. one confidence histogram per region, or one mask state per side).
 
     A name missing on one side is taken from the other. Insertion order is kept (the channel order of regions).
 

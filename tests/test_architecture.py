@@ -93,7 +93,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("monai_unc.cli", "monai_unc.nnunet.cli"): "nnunetv2 is optional: the nnU-Net sub-commands load it only when run",
     # parse first: `monai-unc --help` and argument errors answer at once, without torch, MONAI or nnU-Net's predictor
     **dict.fromkeys(
-        [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.conformal",
+        [("monai_unc.cli", m) for m in ("monai_unc.workflows.calibrate", "monai_unc.workflows.apply",
                                         "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
                                         "monai_unc.workflows.monitor",
                                         "monai_unc.workflows.keys",
@@ -107,7 +107,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # a product module is light (the command line reads its options before torch): its computations load when run
     **dict.fromkeys(
         [("monai_unc.products.conformal", m) for m in ("monai_unc.metrics.conformal", "monai_unc.evaluation.config",
-                                                       "monai_unc.evaluation.conformal")]
+                                                       "monai_unc.evaluation.conformal", "monai_unc.io")]
         + [("monai_unc.products.risk_control", m) for m in ("monai_unc.evaluation.cohort",
                                                             "monai_unc.metrics.selective",
                                                             "monai_unc.evaluation.triage.certify",
@@ -130,8 +130,6 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # deprecated methods kept for one release (CHANGELOG): the formula itself writes no file
     ("monai_unc.metrics.calibration.histogram", "monai_unc.io"): "ConfidenceHistogram.save is deprecated "
     "(monai_unc.io.save_state writes a state); its body loads the writer only when the old method is called",
-    ("monai_unc.report.html", "monai_unc.evaluation.conformal"): "case_conformal_masks is deprecated (evaluate and "
-    "monai-unc conformal write the masks, read_case_masks reads them); the old function loads the computation",
     ("monai_unc.report.html", "monai_unc.evaluation"): "build_report(budget=..., target_risk=...) is deprecated "
     "(the report renders a summary; monai_unc.evaluation.resummarize computes another); the old arguments load it",
     # nnunet-predict and its export workers run without MONAI (issue #29: end to end as fast as stock)
@@ -720,3 +718,41 @@ def test_the_design_doc_lists_every_module():
         if not any(rel in names or (parent and parent in names and last in names) for names in rows):
             missing.append(rel)
     assert not missing, f"modules missing from the 'Where to find a concern' table of docs/design.md: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a capability is a unit: the masks with a guarantee live in a few modules
+# ---------------------------------------------------------------------------------------------------------------
+#: the modules of the masks with a guarantee: its formulas, their re-export, its computations, the product
+MASKS_MODULES = ("monai_unc.metrics.conformal", "monai_unc.metrics", "monai_unc.evaluation.conformal",
+                 "monai_unc.products.conformal")
+#: modules that use the word for two other capabilities from the same literature, never for the masks
+OTHER_CONFORMAL_USES = {
+    "monai_unc.metrics.quality": "the split-conformal interval of the expected Dice (its formula)",
+    "monai_unc.evaluation.triage.rule": "the referral rule's split-conformal interval of the expected Dice",
+    "monai_unc.report.triage": "the triage page's column of the expected-Dice interval",
+    "monai_unc.metrics.monitoring": "conformal p-values and conformal test martingales (their formulas)",
+    "monai_unc.monitoring": "monitoring's conformal test martingales (docstring)",
+    "monai_unc.monitoring.status": "monitoring's conformal test martingales",
+    "monai_unc.report.monitor": "the dashboard's chart of the conformal test martingales",
+}
+#: what only the masks' modules may name (their identifiers, files, options and command)
+MASKS_WORDS = re.compile(r"conformal[ _-]?(mask|rule|state|strat|famil|side|loss)|ConformalMasks|ConformalRule"
+                         r"|ConformalState|ConformalCase|--conformal\b|monai-unc conformal", re.IGNORECASE)
+
+
+def test_the_masks_with_a_guarantee_are_a_unit():
+    """The capability of the masks is its product module, its computations, its formulas and their re-export.
+
+    Every other command, page and writer reaches it through the product protocol (its options, command, outputs,
+    overlays and rule file reader), so no other module of the package names it; the word itself is also the
+    literature's name of two other capabilities (the expected-Dice interval, the monitoring martingales), in the
+    modules listed with why.
+    """
+    assert len(MASKS_MODULES) <= 5
+    mention = {m for m, p in MODULES.items() if "conformal" in p.read_text().lower()}
+    assert mention <= set(MASKS_MODULES) | set(OTHER_CONFORMAL_USES), sorted(
+        mention - set(MASKS_MODULES) - set(OTHER_CONFORMAL_USES))
+    leaks = [f"{m}: {hit.group(0)!r}" for m in sorted(mention - set(MASKS_MODULES))
+             for hit in MASKS_WORDS.finditer(MODULES[m].read_text())]
+    assert not leaks, leaks

@@ -3,11 +3,12 @@
 It runs with resume (:mod:`.run`, :mod:`.cache`), the process-group lifecycle of a run (:mod:`.session`) and the
 rank context, deterministic sharding, exact reductions and failures it is built on (:mod:`.collectives`).
 
-``monai-unc infer``, ``evaluate``, ``triage`` and ``conformal`` (and :func:`monai_unc.workflows.run_infer`,
-:func:`monai_unc.evaluation.run_evaluate`, :func:`monai_unc.evaluation.run_triage`,
-:func:`monai_unc.evaluation.run_conformal`) run through it, so that the same command runs on one process or under
-``torchrun`` (or inside a process group that MONAI / ignite's ``idist`` already initialised) and gives the same
-numbers. See ``docs/distributed.md``. This package was called ``monai_unc.distributed`` (a deprecated alias).
+``monai-unc infer``, ``evaluate``, ``triage`` and the products' commands (and
+:func:`monai_unc.workflows.run_infer`, :func:`monai_unc.evaluation.run_evaluate`,
+:func:`monai_unc.evaluation.run_triage`, :meth:`monai_unc.product.CohortProduct.apply_cases`) run through it, so that
+the same command runs on one process or under ``torchrun`` (or inside a process group that MONAI / ignite's ``idist``
+already initialised) and gives the same numbers. See ``docs/distributed.md``. This package was called
+``monai_unc.distributed`` (a deprecated alias).
 
 - :func:`cohort_session` is the lifecycle of a run's process group as a context manager: it joins the group that
   exists or creates one from torchrun's environment (:func:`get_dist_context`), and on exit destroys only a group it

@@ -491,7 +491,7 @@ def reduce_histogram(hist: Any, ctx: DistContext) -> Any:
 def reduce_state(state: Any, ctx: DistContext) -> Any:
     """The merge of every rank's mergeable state, on every rank: one reduction for any state of the package.
 
-    Each rank passes its own :class:`~monai_unc.state.MergeableState` (a confidence histogram, a conformal state,
+    Each rank passes its own :class:`~monai_unc.state.MergeableState` (a confidence histogram, a mask state,
     :class:`~monai_unc.stats.SampleStats`, a product's state, ...). The states travel as their ``state_dict()`` and
     are merged in rank order ``0, 1, ..., W - 1`` on every rank, so integer counts are exact and float sums are the
     same bits on every rank and equal to merging the ranks' states in that order in one process (the idea of

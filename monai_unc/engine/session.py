@@ -1,6 +1,6 @@
 """The process-group lifecycle of a cohort run, in one place: :func:`cohort_session`.
 
-A cohort command (``infer``, ``evaluate``, ``triage``, ``conformal``) runs on one process or on every rank of a
+A cohort command (``infer``, ``evaluate``, ``triage``, a product's command) runs on one process or on every rank of a
 ``torchrun`` job. It joins the process group that already exists (MONAI / ignite's ``idist``, a caller's own
 ``init_process_group``) or creates one from torchrun's environment, runs its cases through the engine, and ends the
 group only when it created it. :func:`cohort_session` is that pattern as a context manager, so no caller pairs

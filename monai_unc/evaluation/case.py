@@ -182,7 +182,7 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
             row.update({col(name): float(fn(t)) for t, col in zip(tasks, cols)})
         row["voxels"] = int(tasks[0].target.size)  # per region (the label may hold R masks)
         row["spacing"] = "x".join(f"{s:.4g}" for s in case.spacing)
-        if case.probs is not None:  # the label-free estimate triage shows, for the rule's conformal interval
+        if case.probs is not None:  # the label-free estimate triage shows, for the rule's expected-Dice interval
             row["expected_dice"] = float(case_expected_dice(case.probs, act.multilabel).foreground[0])
         states, product_columns = product_case_states(case, tasks, config)
         clash = sorted(set(product_columns) & set(row))

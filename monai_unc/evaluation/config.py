@@ -10,16 +10,15 @@ import csv
 import math
 import os
 import re
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
-from ..product import CohortProduct, product_type
+from ..product import CohortProduct
 from ..regions import parse_regions
 from ..scores import CASE_SCORES
 
@@ -51,9 +50,6 @@ RISKS = ("failure", "1-dice")
 STATE_DIR = "state"
 #: sub-folder of an evaluation output holding the maps derived from the probabilities of cases without map files
 DERIVED_MAPS_DIR = "maps"
-#: the deprecated keywords of :class:`EvaluationConfig` (``EvaluationConfig.__post_init__``)
-_LEGACY_KEYS = ("conformal", "conformal_family", "conformal_delta", "conformal_strata", "conformal_strata_edges",
-                "conformal_stratify_by")
 
 
 def slug(name: str) -> str:
@@ -137,10 +133,6 @@ class EvaluationConfig:
             ``regions.per_region.<name>.case_metrics``). A name is letters, digits and ``_``; the functions'
             qualified names are part of the resume fingerprint (:attr:`case_metric_names`), so changing the metric
             set recomputes the cases (changing a function's body under the same name does not).
-        conformal: deprecated, like ``conformal_family``, ``conformal_delta``, ``conformal_strata``,
-            ``conformal_strata_edges`` and ``conformal_stratify_by``: they add the product of the masks with a
-            guarantee (``products=[monai_unc.products.ConformalMasks(targets, family, delta, strata, strata_edges,
-            stratify_by)]``), with a ``DeprecationWarning``.
         products: the cohort products to compute besides the evaluation's own metrics (:mod:`monai_unc.product`):
             instances of registered :class:`~monai_unc.product.CohortProduct` subclasses, with distinct names. Each
             one's per-case state is computed and resumed with the case, its artifact fitted on the calibration cases
@@ -176,36 +168,6 @@ class EvaluationConfig:
     case_metrics: Mapping[str, Callable[[Any], float]] | None = None
     ignore_unclaimed_labels: bool = False
     products: Sequence[CohortProduct] = ()
-    # deprecated keywords of masks with a guarantee, now a product (see __post_init__)
-    conformal: InitVar[Any] = None
-    conformal_family: InitVar[Any] = None
-    conformal_delta: InitVar[Any] = None
-    conformal_strata: InitVar[Any] = None
-    conformal_strata_edges: InitVar[Any] = None
-    conformal_stratify_by: InitVar[Any] = None
-
-    def __post_init__(self, *legacy: Any) -> None:
-        """The deprecated keywords ``conformal``, ``conformal_family``, ... add the product they configure.
-
-        They were the options of the masks with a guarantee before those became a cohort product
-        (``monai_unc.products.ConformalMasks``, registered under the name ``"conformal"``); they are removed in the
-        release that CHANGELOG.md announces.
-        """
-        given = dict(zip(_LEGACY_KEYS, legacy))
-        if all(v is None for v in given.values()):
-            return
-        warnings.warn(f"EvaluationConfig({', '.join(k for k, v in given.items() if v is not None)}=...) is "
-                      "deprecated: pass products=[monai_unc.products.ConformalMasks(...)] instead",
-                      DeprecationWarning, stacklevel=3)
-        if given["conformal"] is None:
-            raise ValueError("conformal_family / conformal_delta / conformal_strata / conformal_strata_edges / "
-                             "conformal_stratify_by need the masks (conformal)")
-        cls = product_type("conformal")
-        assert cls is not None, "the built-in products are registered on the first lookup"
-        product = cls(given["conformal"], family=given["conformal_family"] or "threshold",
-                      delta=given["conformal_delta"], strata=given["conformal_strata"],
-                      strata_edges=given["conformal_strata_edges"], stratify_by=given["conformal_stratify_by"])
-        self.products = (*tuple(self.products), product)
 
     @property
     def n_fine_bins(self) -> int:
@@ -450,7 +412,8 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
         raise ValueError(f"cannot read the shift table {path} (not a UTF-8 CSV file): {e}") from None
 
 
-def parse_score_column(column: str, regions: Sequence[str] | None = None) -> tuple[str, str, str | None]:
+def parse_score_column(column: str, regions: Sequence[str] | None = None,
+                       option: str = "score") -> tuple[str, str, str | None]:
     """Split a case score column that needs no labels into ``(measure, score, region)``.
 
     The columns are ``<measure>_<score>`` with ``score`` one of :data:`~monai_unc.scores.CASE_SCORES`
@@ -462,6 +425,7 @@ def parse_score_column(column: str, regions: Sequence[str] | None = None) -> tup
     Args:
         column: the column, e.g. ``"predictive_entropy_fg_mean"``.
         regions: the region names of a region evaluation (None: classes).
+        option: the option named by the error.
 
     Returns:
         ``(measure, score, region)`` with ``region`` None for the combined (or class) score; ``ValueError`` naming
@@ -485,24 +449,6 @@ def parse_score_column(column: str, regions: Sequence[str] | None = None) -> tup
             if rest.startswith(score + "_") and rest[len(score) + 1:] in suffixes:
                 return measure, score, suffixes[rest[len(score) + 1:]]
     scores = "|".join(CASE_SCORES)
-    raise ValueError(f"conformal_stratify_by: {column!r} is not a case score computed without labels: use "
+    raise ValueError(f"{option}: {column!r} is not a case score computed without labels: use "
                      f"<measure>_<{scores}>" + ("[_<region>]" if regions is not None else "")
                      + f" with a measure of {tuple(MEASURES)}")
-
-
-#: deprecated names of this module -> their new name in the module of the masks product (monai_unc.products.conformal)
-_MOVED = {"parse_conformal_specs": "parse_specs", "CONFORMAL_LOSSES": "LOSSES"}
-
-
-def __getattr__(name: str) -> Any:
-    """The deprecated ``parse_conformal_specs`` / ``CONFORMAL_LOSSES``, found through the product registry."""
-    if name in _MOVED:
-        import sys
-
-        warnings.warn(f"monai_unc.evaluation.config.{name} is deprecated: use "
-                      f"monai_unc.products.conformal.{_MOVED[name]} (removed in 0.3.0)", DeprecationWarning,
-                      stacklevel=2)
-        cls = product_type("conformal")
-        assert cls is not None
-        return getattr(sys.modules[cls.__module__], _MOVED[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

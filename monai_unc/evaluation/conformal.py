@@ -375,7 +375,8 @@ def conformal_strata(rows: Mapping[str, Mapping[str, Any]], file_maps: Mapping[s
     if wanted is None:
         raise ValueError("conformal_stratify_by: no score to stratify by (give one, or an evaluation with a score)")
     column = resolve_score_column(wanted, rows[cal[0]])
-    measure, aggregation, region = parse_score_column(column, config.region_names if config.regions else None)
+    measure, aggregation, region = parse_score_column(column, config.region_names if config.regions else None,
+                                                      "conformal_stratify_by")
     if column not in rows[cal[0]]:
         have = [k for k in rows[cal[0]] if k.startswith(tuple(f"{m}_" for m in (measure, "predictive_entropy")))]
         raise ValueError(f"conformal_stratify_by: the evaluation has no column {column!r} (no {measure} map?); "

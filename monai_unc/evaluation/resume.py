@@ -31,7 +31,7 @@ CASE_FIELDS = ("measure", "n_bins", "min_bin_count", "patch_size", "spatial", "n
 CASES_DIR = "cases"
 
 _CASE_FORMAT = 4  # 2: the 1 - max p map is named one_minus_max_prob (was max_softmax); 3: one record per case;
-# 4: the row has expected_dice (the referral rule records it for the conformal interval)
+# 4: the row has expected_dice (the referral rule records it for the expected-Dice interval)
 
 
 def file_signature(path: Path | None) -> list[Any] | None:

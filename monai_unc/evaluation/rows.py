@@ -200,7 +200,7 @@ def case_expected_dice(probs: np.ndarray, multilabel: bool) -> QualityScores:
     Classes: :func:`~monai_unc.metrics.quality.expected_dice` of the softmax; regions (``multilabel``): the binary
     expected Dice of each region (:func:`~monai_unc.metrics.quality.quality_estimates` with ``multilabel=True``),
     ``foreground`` their mean. One function for both, so that the calibration cases' estimates (recorded in the
-    referral rule for the conformal interval) are computed exactly as the new cases'.
+    referral rule for the expected-Dice interval) are computed exactly as the new cases'.
 
     Args:
         probs: the case's probabilities ``(C, *spatial)`` (softmax) or ``(R, *spatial)`` (sigmoid regions).

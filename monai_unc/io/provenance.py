@@ -1,13 +1,13 @@
 """Provenance of predictions and of the files fitted on them: services that every capability shares.
 
-Triage, conformal masks and the cohort products use them alike:
+Triage and the cohort products use them alike:
 
 - :func:`list_prediction_cases`: the cases of a prediction folder (no labels), with absolute paths.
 - :func:`prediction_fingerprint` and its checks (:func:`check_prediction_fingerprint`, :func:`compare_fingerprints`,
   :class:`FingerprintMismatch`): how a folder of predictions was made, read from the records ``infer`` and
   ``nnunet-predict`` write, so that a rule fitted on one model's predictions is not applied to another's.
 - :func:`prediction_regions` / :func:`region_differences`: the region spec recorded with region-based predictions.
-- :func:`rule_digest`: the sha256 content digest of a fitted file (a referral rule, a conformal rule, a product's
+- :func:`rule_digest`: the sha256 content digest of a fitted file (a referral rule, a product's rule file or
   artifact), which tells an edited or corrupted file from the one written.
 - :func:`read_checked_json`: the one reader of such a file (untrusted strict JSON: its format, version and digest
   checked), with its parts :func:`check_document` (format and version of data already parsed) and
@@ -431,7 +431,7 @@ def check_prediction_fingerprint(
     uncertainty: str | os.PathLike | None = None,
     allow_mismatch: bool = False,
 ) -> dict[str, Any]:
-    """Compare the predictions with the fingerprint and regions a rule recorded (referral or conformal rule).
+    """Compare the predictions with the fingerprint and regions a rule recorded (any rule file of ``evaluate``).
 
     Args:
         rule_fingerprint: the rule's recorded :func:`prediction_fingerprint`.
@@ -479,8 +479,8 @@ def list_prediction_cases(
     ``nnunet``), its probabilities when present, the map of ``measure``
     (none without it) and its image (``images``), with absolute paths. Found with :func:`monai_unc.io.match_cases`,
     with the segmentations in the role of the reference, so the files of a case are checked against the
-    segmentation's geometry when loaded. Used by triage (:func:`find_prediction_cases`) and by ``monai-unc
-    conformal``.
+    segmentation's geometry when loaded. Used by triage (:func:`find_prediction_cases`) and by the
+    products' commands.
 
     Args:
         predictions: the prediction folder.
@@ -711,7 +711,7 @@ def read_checked_json(
     source: str | None = None,
     digest: bool = True,
 ) -> dict[str, Any]:
-    """Read a fitted file (a referral rule, a conformal rule, a product's artifact) as untrusted strict JSON.
+    """Read a fitted file (a referral rule, a product's rule file or artifact) as untrusted strict JSON.
 
     The file must be UTF-8 JSON without the constants ``NaN`` / ``Infinity``, an object of format ``fmt`` in one of
     ``versions`` (:func:`check_document`) and, with ``digest``, match its content digest (:func:`check_digest`).
@@ -777,7 +777,7 @@ def write_signed_json(path: str | os.PathLike, body: Mapping[str, Any], key: str
         key_file = default_signing_key() if key is None else key
         doc[SIGNATURE_FIELD] = sign_digest(rule_digest(json_safe(doc)), key_file)  # type: ignore[arg-type]
     except (OSError, ValueError) as e:
-        warnings.warn(f"{path} is written unsigned: no signing key ({e}); monai-unc triage / conformal refuse it "
+        warnings.warn(f"{path} is written unsigned: no signing key ({e}); the commands that apply it refuse it "
                       "unless given --allow-unsigned", UserWarning, stacklevel=2)
     return atomic_write_json(path, doc)
 

@@ -2,8 +2,8 @@ r"""Ed25519 signatures of certified files: who certified a rule, and that nothin
 
 A rule file's content digest (:func:`~monai_unc.io.provenance.rule_digest`) tells an edited file from the one
 written, but anyone who edits the file can recompute it. A signature cannot be recomputed without the private key:
-certification signs the file's digest with a private Ed25519 key, and ``monai-unc triage`` / ``monai-unc conformal``
-accept it only when the signature verifies against a *trusted* public key.
+certification signs the file's digest with a private Ed25519 key, and the commands that apply a rule
+(``monai-unc triage``, ...) accept it only when the signature verifies against a *trusted* public key.
 
 - The single-user flow needs no step: the first certification creates a key pair in the user's configuration folder
   (:func:`config_dir`: ``$MONAI_UNC_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/monai-unc``, else

@@ -12,11 +12,14 @@ fit                         the rule of every side on the calibration cases (opt
                             case score), written to ``conformal_rule.json`` with the predictions' fingerprint
 summary                     the ``conformal`` block of ``summary.json``: per side the target, the method and per class
                             or region ``lambda_hat`` and the achieved calibration loss
-apply                       the masks of a new case (``monai-unc conformal``, ``triage --conformal-rule``)
+apply                       the masks of a new case; the command ``monai-unc conformal`` applies the rule to a folder
+                            of new predictions (masks, ``conformal.csv``, ``conformal.json``), and ``monai-unc triage
+                            --conformal-rule`` runs it beside the triage (the table's volumes, the figures' contours)
 command line                ``--conformal SIDE:LOSS=TARGET`` (repeatable), ``--conformal-family``,
                             ``--conformal-delta``, ``--conformal-strata``, ``--conformal-strata-edges``,
                             ``--conformal-stratify-by``
-report                      the "Conformal masks" section: per side the guarantee and a table per class or region
+report                      the "Conformal masks" section: per side the guarantee and a table per class or region;
+                            the outer (white dashed) and inner (green dotted) contours in the case figures
 ==========================  ==========================================================================================
 
 The module is light (standard library and :mod:`monai_unc.product`): the command line reads its options before
@@ -33,9 +36,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
+from ..product import CohortProduct, Overlay, ReportSection, ReportTable, format_cell, register_product
 
-__all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "parse_specs", "min_cases"]
+__all__ = ["ConformalMasks", "LOSSES", "FAMILIES", "RULE_FILE", "TABLE_FILE", "RECORD_FILE", "parse_specs",
+           "min_cases"]
 
 #: the loss of each side of a spec (``outer:fnr=0.1``, ``inner:fp=0.1``), in the order outer, inner
 LOSSES = {"outer": "fnr", "inner": "fp"}
@@ -43,6 +47,13 @@ LOSSES = {"outer": "fnr", "inner": "fp"}
 FAMILIES = ("threshold", "margin")
 #: the rule file that ``evaluate --conformal`` writes in its output folder
 RULE_FILE = "conformal_rule.json"
+#: the per-case table and the record that ``monai-unc conformal`` writes in its output folder
+TABLE_FILE, RECORD_FILE = "conformal.csv", "conformal.json"
+#: the contour style of each side in the case figures: (colour, line style)
+STYLES = {"outer": ("#ffffff", "dashed"), "inner": ("#00ff7f", "dotted")}
+#: the columns of a ``conformal.csv`` row the triage page shows: (prefix, header, decimals)
+APPLIED_COLUMNS = (("inner_ml_", "inner ml", 2), ("predicted_ml_", "predicted ml", 2), ("outer_ml_", "outer ml", 2),
+                   ("band_p95_mm_", "band p95 mm", 1))
 
 
 def parse_specs(specs: Mapping[str, float] | Iterable[str]) -> dict[str, float]:
@@ -152,6 +163,18 @@ class ConformalMasks(CohortProduct):
                    "cases (--calibration-cases, else every case) and write conformal_rule.json for 'monai-unc "
                    "conformal' (docs/conformal.md). Needs probabilities.")
     artifact_file = RULE_FILE
+    command = "conformal"
+    command_help = "apply a conformal_rule.json to new unlabelled cases: inner / outer masks"
+    command_description = (
+        "Read the predictions of new cases (no labels; with probabilities) and write, per case, "
+        "<case>_outer.nii.gz / <case>_inner.nii.gz in the prediction's geometry (one channel per foreground class "
+        "or region), conformal.csv (inner / predicted / outer volumes in ml, band width in mm) and conformal.json. "
+        "Refuses predictions made otherwise than the rule's (fingerprint) unless --allow-mismatch. Resumable; "
+        "runs under torchrun. See docs/conformal.md.")
+    applied_table = TABLE_FILE
+    artifact_format = "monai-unc conformal rule"
+    overlay_note = ("Beside the prediction: the conformal outer (white dashed) and inner (green dotted) masks, union "
+                    "over the foreground classes or regions.")
 
     def __init__(self, targets: Mapping[str, float] | Iterable[str], family: str = "threshold",
                  delta: float | None = None, strata: int | None = None,
@@ -284,7 +307,8 @@ class ConformalMasks(CohortProduct):
         from ..evaluation.config import parse_score_column
 
         if self.stratify_by is not None:
-            parse_score_column(self.stratify_by, config.region_names if config.regions is not None else None)
+            parse_score_column(self.stratify_by, config.region_names if config.regions is not None else None,
+                               "conformal_stratify_by")
         n_cal = len(config.calibration_ids(list(case_ids)))
         each = self.min_cases_per_stratum()
         if n_cal < each * self.num_strata:
@@ -410,6 +434,218 @@ class ConformalMasks(CohortProduct):
         doc = artifact if isinstance(artifact, ConformalRuleFile) else ConformalRuleFile.load(artifact)
         return conformal_masks(doc, case, nest=True)
 
+    @classmethod
+    def artifact_fingerprint(cls, path: Path) -> tuple[str, dict[str, Any]]:
+        """The fingerprint ``conformal_rule.json`` recorded (:meth:`~monai_unc.evaluation.conformal.ConformalRuleFile.load`).
+
+        Args:
+            path: the rule file.
+
+        Returns:
+            ``("conformal rule <path>", fingerprint)``.
+        """
+        from ..evaluation.conformal import ConformalRuleFile
+
+        return f"conformal rule {path}", dict(ConformalRuleFile.load(path).fingerprint)
+
+    # -- the command: the rule applied to new cases -----------------------------------------------------------
+    @classmethod
+    def check_apply(cls, predictions: str | os.PathLike, artifact: Any, output: str | os.PathLike,
+                    **options: Any) -> None:
+        """The checks of ``monai-unc conformal`` before any work, writing nothing.
+
+        :func:`~monai_unc.evaluation.conformal.check_conformal_inputs`.
+
+        Args:
+            predictions: the new cases' predictions.
+            artifact: ``conformal_rule.json`` (its path or the loaded rule file).
+            output: the masks' folder.
+            **options: ``images``, ``layout``, ``uncertainty``, ``allow_mismatch``, ``trust``.
+
+        Returns:
+            None; a ``ValueError`` naming the file otherwise.
+        """
+        from ..evaluation.conformal import check_conformal_inputs
+
+        keep = ("images", "layout", "uncertainty", "allow_mismatch", "trust")
+        check_conformal_inputs(predictions, artifact, output, **{k: v for k, v in options.items() if k in keep})
+
+    @classmethod
+    def apply_cases(cls, predictions: str | os.PathLike, artifact: Any, output: str | os.PathLike, *,
+                    dist: Any = None, **options: Any) -> Any:
+        """``monai-unc conformal``: the masks of every new case (:func:`~monai_unc.evaluation.conformal.run_conformal`).
+
+        Args:
+            predictions: the new cases' predictions (with probabilities).
+            artifact: ``conformal_rule.json`` (its path or the loaded rule file).
+            output: the folder of the masks, ``conformal.csv`` and ``conformal.json``.
+            dist: the rank context, or None.
+            **options: as :func:`~monai_unc.evaluation.conformal.run_conformal`.
+
+        Returns:
+            The :class:`~monai_unc.evaluation.conformal.ConformalResult`.
+        """
+        from ..evaluation.conformal import run_conformal
+
+        return run_conformal(predictions, artifact, output, dist=dist, **options)
+
+    @classmethod
+    def command_lines(cls, result: Any) -> list[str]:
+        """What ``monai-unc conformal`` prints: the guarantees, the rule's signature, a mismatch, the files.
+
+        Args:
+            result: the run's :class:`~monai_unc.evaluation.conformal.ConformalResult`.
+
+        Returns:
+            The lines.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> res = SimpleNamespace(summary={"n_cases": 2, "guarantee": {"outer": "E[FNR] <= 0.1"},
+            ...                                "fingerprint": {"status": "ok"}}, paths={"csv": "c", "json": "j"})
+            >>> ConformalMasks.command_lines(res)
+            ['2 case(s); outer: E[FNR] <= 0.1', 'wrote c and j']
+        """
+        s = result.summary
+        lines = [f"{s['n_cases']} case(s); " + "; ".join(f"{k}: {v}" for k, v in s["guarantee"].items())]
+        sig = s.get("signature")
+        if sig:
+            lines.append(f"WARNING: rule {sig}: who certified it, and that it is unchanged since, were not checked"
+                         if sig.startswith("UNSIGNED") else f"rule {sig}")
+        if s["fingerprint"]["status"] == "mismatch":
+            lines.append("WARNING: fingerprint mismatch allowed (--allow-mismatch): the guarantee does not cover "
+                         "these cases")
+        return [*lines, f"wrote {result.paths['csv']} and {result.paths['json']}"]
+
+    @classmethod
+    def applied_lines(cls, folder: Path) -> list[str]:
+        """What ``monai-unc triage --conformal-rule`` prints about the masks it made.
+
+        Args:
+            folder: ``<triage output>/conformal``.
+
+        Returns:
+            One line.
+        """
+        return [f"wrote the conformal masks, {TABLE_FILE} and {RECORD_FILE} to {folder}"]
+
+    @classmethod
+    def applied_rows(cls, folder: Path) -> dict[str, dict[str, Any]]:
+        """Each new case's volumes and band widths, as ``conformal.json`` records them.
+
+        Args:
+            folder: the output folder of ``monai-unc conformal``.
+
+        Returns:
+            ``{case: row}``.
+
+        Raises:
+            FileNotFoundError: the folder has no ``conformal.json``.
+        """
+        return {str(r["case"]): r for r in _record(folder)["cases"]}
+
+    @classmethod
+    def applied_columns(cls, rows: Sequence[Mapping[str, Any]],
+                        class_names: Sequence[str] | None) -> list[tuple[str, str, int]]:
+        """The volumes and band width of each foreground class or region, for the triage table.
+
+        One set per class or region of the rows of ``conformal.csv`` (the suffix of ``predicted_ml_<name>``); a
+        class index is shown with its class name.
+
+        Args:
+            rows: the rows of ``conformal.csv``.
+            class_names: the referral rule's class names, or None.
+
+        Returns:
+            ``(column, header, decimals)``.
+
+        Example:
+            >>> ConformalMasks.applied_columns([{"case": "a", "predicted_ml_1": 2.0, "outer_ml_1": 3.0}], None)
+            [('predicted_ml_1', 'predicted ml', 2), ('outer_ml_1', 'outer ml', 2)]
+        """
+        names: list[str] = []
+        for r in rows:
+            names += [k.removeprefix("predicted_ml_") for k in r if k.startswith("predicted_ml_")
+                      and k.removeprefix("predicted_ml_") not in names]
+        out = []
+        for name in names:
+            shown = name
+            if name.isdigit() and class_names and int(name) < len(class_names):
+                shown = f"{name} ({class_names[int(name)]})"
+            for prefix, head, digits in APPLIED_COLUMNS:
+                if any(prefix + name in r for r in rows):
+                    out.append((prefix + name, head if len(names) == 1 else f"{head} {shown}", digits))
+        return out
+
+    @classmethod
+    def applied_section(cls, folder: Path) -> ReportSection | None:
+        """The triage page's note on the masks of the new cases: each side's guarantee, a fingerprint mismatch.
+
+        Args:
+            folder: the output folder of ``monai-unc conformal`` (``conformal.json``).
+
+        Returns:
+            The section (id ``conformal``; a mismatch banner ``conformal-mismatch``).
+
+        Raises:
+            FileNotFoundError: the folder has no ``conformal.json``.
+        """
+        masks = _record(folder)
+
+        def lambdas(lam: Any) -> str:  # {name: value}, or one such mapping per stratum of a stratified rule
+            if isinstance(lam, Mapping):
+                return ", ".join(f"{k}: {v:g}" if isinstance(v, (int, float)) else f"{k}: n/a" for k, v in lam.items())
+            return "; ".join(f"stratum {s}: {lambdas(one)}" for s, one in enumerate(lam or []))
+
+        items = [f"{side} (lambda_hat {lambdas(lam)}): {(masks.get('guarantee') or {}).get(side, '')}"
+                 for side, lam in (masks.get("lambda_hat") or {}).items()]
+        text = (f"The conformal rule ({masks.get('family')} family) applied to the new cases as monai-unc conformal "
+                "applies it: the table gives per foreground class or region the inner, predicted and outer volumes "
+                "(ml) and the band width (95th percentile of the distance in mm from the outer mask's boundary to the "
+                "inner mask); the case figures draw the outer and inner contours of the mask files. "
+                f"Masks and table: {Path(folder).resolve()}.")
+        banners = []
+        if (masks.get("fingerprint") or {}).get("status") == "mismatch":
+            banners.append(("mismatch", "Conformal rule: fingerprint mismatch (--allow-mismatch):",
+                            "these predictions were not made like the rule's calibration predictions, so its "
+                            "guarantee does not cover them."))
+        return ReportSection("Conformal masks", [text], items=items, banners=banners, anchor="conformal")
+
+    @classmethod
+    def case_overlays(cls, folder: Path, case_id: str) -> list[Overlay]:
+        """The outer and inner contours of a case: its mask files, union over the foreground classes or regions.
+
+        The files are ``<folder>/<case>_<side>.nii.gz``: in an evaluation's ``products/conformal/`` each rule's own
+        masks of a calibration case, in the output of ``monai-unc conformal`` the nested masks of a new case.
+
+        Args:
+            folder: the folder of the mask files.
+            case_id: the case.
+
+        Returns:
+            One :class:`~monai_unc.product.Overlay` per side with a file (outer: white dashed, inner: green dotted).
+
+        Example:
+            >>> import tempfile
+            >>> import numpy as np
+            >>> from monai_unc.io import save_nifti
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     _ = save_nifti(np.ones((2, 2, 2), np.uint8), np.eye(4), Path(d) / "a_outer.nii.gz")
+            ...     [(o.label, bool(o.mask.all())) for o in ConformalMasks.case_overlays(Path(d), "a")]
+            [('outer mask (conformal)', True)]
+        """
+        import numpy as np
+
+        from ..io import read_volume
+
+        out = []
+        for side, (color, style) in STYLES.items():
+            path = Path(folder) / f"{case_id}_{side}.nii.gz"
+            if path.is_file():
+                data, _ = read_volume(path)
+                out.append(Overlay(f"{side} mask (conformal)", np.asarray(data).astype(bool).any(axis=0), color, style))
+        return out
+
     # -- presentation ------------------------------------------------------------------------------------------
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
@@ -522,6 +758,16 @@ _UNITS = {"threshold": "probability threshold", "margin": "mm margin"}
 _MASK_WORDS = {("threshold", "outer"): "p >= 1 - lambda_hat", ("threshold", "inner"): "p > lambda_hat",
                ("margin", "outer"): "the predicted mask dilated by lambda_hat mm",
                ("margin", "inner"): "the predicted mask eroded by lambda_hat mm"}
+
+
+def _record(folder: Path) -> dict[str, Any]:
+    """``conformal.json`` of an output folder of ``monai-unc conformal``."""
+    import json
+
+    path = Path(folder) / RECORD_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {RECORD_FILE} in {folder}: run monai-unc conformal --output {folder} first")
+    return json.loads(path.read_text())
 
 
 def _fmt(v: Any) -> str:

@@ -92,6 +92,7 @@ class RiskControl(CohortProduct):
     description = ("The acceptance threshold on the case score with a finite-sample guarantee on the mean risk of the "
                    "accepted cases, and the referral rule that monai-unc triage applies to new cases.")
     artifact_file = RULE_FILE
+    artifact_format = "monai-unc referral rule"
     fit_sees_cohort = True
 
     @classmethod
@@ -225,6 +226,20 @@ class RiskControl(CohortProduct):
         row = triage_case(case, rule)
         stats = None if row.get("image_stats") is None else [row["image_stats"]]
         return rule.apply([row.get(rule.score, float("nan"))], stats)[0]
+
+    @classmethod
+    def artifact_fingerprint(cls, path: Path) -> tuple[str, dict[str, Any]]:
+        """The fingerprint ``referral_rule.json`` recorded (:meth:`~monai_unc.evaluation.triage.ReferralRule.load`).
+
+        Args:
+            path: the rule file.
+
+        Returns:
+            ``("referral rule <path>", fingerprint)``.
+        """
+        from ..evaluation.triage import ReferralRule
+
+        return f"referral rule {path}", dict(ReferralRule.load(path).fingerprint)
 
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:

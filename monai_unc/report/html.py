@@ -20,9 +20,9 @@ under ``figures/``. Sections:
 4. per-case overlays (image, prediction contour, uncertainty heatmap, error map) on the slices of highest
    uncertainty, for the most uncertain cases and, for contrast, the most certain one;
 
-   for an evaluation with conformal masks (``monai-unc evaluate --conformal``): a "Conformal masks" section
-   (:func:`conformal_section`, the numbers of ``summary.json["conformal"]``) and the outer and inner contours in
-   the overlays (:func:`read_case_masks`: the masks ``evaluate`` wrote in ``products/conformal/``).
+   for an evaluation with cohort products (:mod:`monai_unc.product`): each product's section
+   (:func:`product_sections`, from its block of ``summary.json``) and the contours of the case files it wrote in
+   ``products/<name>/`` in the overlays (:func:`case_overlays`).
 
 The page computes no metric: every number comes from what ``evaluate`` wrote (``summary.json``, the rows and
 histograms of ``state/``), or from a summary the caller passes. Another budget or risk target is the evaluation's
@@ -53,8 +53,8 @@ from ..evaluation import (
 )
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.products import PRODUCTS_DIR
-from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv, read_volume
-from ..product import ReportSection, ReportTable, format_cell, product_type
+from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
+from ..product import Overlay, ReportSection, ReportTable, format_cell, product_type
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
 from .plots import (
@@ -74,11 +74,9 @@ __all__ = [
     "PAGE_CSS",
     "build_report",
     "cards",
-    "case_conformal_masks",
-    "read_case_masks",
+    "case_overlays",
     "product_section",
     "product_sections",
-    "conformal_section",
     "BUDGET_NOTE",
     "DECISION_LABELS",
     "decision_tag",
@@ -417,27 +415,6 @@ def _regions_section(summary: Mapping[str, Any]) -> Markup:
                                                          id="regions-table"), id="regions")
 
 
-def conformal_section(block: Mapping[str, Any], class_names: Sequence[str] | None = None) -> Markup:
-    """Deprecated: the "Conformal masks" section is the product's own (``ConformalMasks.report_section``).
-
-    Args:
-        block: ``summary["conformal"]``.
-        class_names: the class names of a class evaluation (the block of a newer evaluation holds them).
-
-    Returns:
-        The section, as :func:`product_sections` draws it.
-    """
-    warnings.warn("conformal_section is deprecated: the report draws each product's report_section "
-                  "(monai_unc.products.ConformalMasks.report_section); removed in 0.3.0", DeprecationWarning,
-                  stacklevel=2)
-    cls = product_type("conformal")
-    assert cls is not None
-    block = {**block, "class_names": list(class_names)} if class_names is not None else block
-    section = cls.report_section(block)
-    assert section is not None
-    return product_section(section, "conformal")
-
-
 def product_section(section: ReportSection, key: str) -> Markup:
     """The HTML of a product's :class:`~monai_unc.product.ReportSection`.
 
@@ -452,6 +429,8 @@ def product_section(section: ReportSection, key: str) -> Markup:
     """
     parts: list[Any] = [el("h2", str(section.title))]
     parts += [el("p", str(text), class_="note") for text in section.paragraphs]
+    if section.items:
+        parts.append(el("ul", *[el("li", str(item)) for item in section.items]))
     if section.cards:
         parts.append(cards([(str(label), str(value)) for label, value in section.cards]))
     if section.anchor:  # the product's own id (letters, digits, "-", "_")
@@ -472,6 +451,9 @@ def product_section(section: ReportSection, key: str) -> Markup:
                 for row, extra in zip(t.rows, data)]
         key_id = f"{anchor}-{_slug(str(t.key))}" if t.key else None
         parts.append(table([str(h) for h in t.head], rows, left=[str(t.head[0])] if t.head else (), id=key_id))
+    for key, heading, text in section.banners:
+        parts.append(el("div", el("b", str(heading)), " ", str(text), class_="banner",
+                        id=f"{anchor}-{_slug(str(key))}"))
     return el("section", *parts, id=anchor, class_="product")
 
 
@@ -619,70 +601,39 @@ def region_display(
     return out[0], out[1], u, ["background"] + [names[r] for r in order]
 
 
-def read_case_masks(folder: str | os.PathLike | None, case_id: str) -> dict[str, np.ndarray] | None:
-    """The outer and inner masks of a case for its figure, read from the files a command wrote.
-
-    The files are ``<folder>/<case>_<side>.nii.gz`` (``products/conformal/`` of ``evaluate --conformal``: each
-    rule's own masks; the output of ``monai-unc conformal``: the nested masks). Per side the union over the
-    foreground classes or regions (the channels of a 4D file).
+def case_overlays(folders: Mapping[str, Path | None], case_id: str) -> tuple[list[Overlay], list[str]]:
+    """The contours of a case's files that products wrote, for its figure; read, never computed.
 
     Args:
-        folder: the folder of the mask files (None: no masks).
+        folders: ``{product name: folder}`` (an evaluation's ``products/<name>/``, or the output folder of the
+            product's command); a None folder or an unregistered name is skipped.
         case_id: the case.
 
     Returns:
-        ``{side: bool (X, Y, Z)}`` of the sides that have a file, or None when neither has one.
+        ``(overlays, notes)``: the :class:`~monai_unc.product.Overlay` list of every product
+        (:meth:`~monai_unc.product.CohortProduct.case_overlays`) and the caption sentences of those that drew one.
 
     Example:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> from monai_unc.io import save_nifti
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     _ = save_nifti(np.ones((2, 2, 2), np.uint8), np.eye(4), Path(d) / "a_outer.nii.gz")
-        ...     masks = read_case_masks(d, "a")
-        >>> sorted(masks), bool(masks["outer"].all())
-        (['outer'], True)
+        >>> case_overlays({}, "a")
+        ([], [])
     """
-    if folder is None:
-        return None
-    out = {}
-    for side in ("outer", "inner"):
-        path = Path(folder) / f"{case_id}_{side}.nii.gz"
-        if path.is_file():
-            data, _ = read_volume(path)
-            out[side] = np.asarray(data).astype(bool).any(axis=0)
-    return out or None
-
-
-def case_conformal_masks(rule: Any, case: Any, nest: bool = False) -> dict[str, np.ndarray] | None:
-    """Deprecated: a case's conformal masks computed from its rule (the report reads files: :func:`read_case_masks`).
-
-    Per side the union over the foreground classes or regions of the rule's masks
-    (:func:`~monai_unc.evaluation.conformal.conformal_masks`, the rule's ``apply`` on the case's probabilities).
-
-    Args:
-        rule: the evaluation's ``conformal_rule.json`` (None: no masks).
-        case: the loaded case (:func:`~monai_unc.io.load_case`).
-        nest: grow the outer mask to contain the inner one, as ``monai-unc conformal`` writes the masks of new
-            cases (:func:`~monai_unc.evaluation.conformal.nest_masks`); the report's calibration cases show each
-            rule's own masks.
-
-    Returns:
-        ``{side: bool (X, Y, Z)}``, or None without a rule or without the case's probabilities.
-    """
-    from ..evaluation.conformal import conformal_masks  # deprecated: the report itself reads the masks' files
-
-    warnings.warn("case_conformal_masks is deprecated: evaluate and monai-unc conformal write the masks; "
-                  "read_case_masks reads them (removed in 0.3.0)", DeprecationWarning, stacklevel=2)
-    if rule is None or case.probs is None:
-        return None
-    masks, _, _ = conformal_masks(rule, case, nest=nest)
-    return {side: np.asarray(m).any(axis=0) for side, m in masks.items()}
+    overlays: list[Overlay] = []
+    notes: list[str] = []
+    for name, folder in folders.items():
+        cls = product_type(name)
+        if cls is None or folder is None or not Path(folder).is_dir():
+            continue
+        drawn = list(cls.case_overlays(Path(folder), case_id))
+        if drawn:
+            overlays += drawn
+            if cls.overlay_note:
+                notes.append(str(cls.overlay_note))
+    return overlays, notes
 
 
 def _case_figures(
     state: CohortState, summary: Mapping[str, Any], n_cases: int, images: str | os.PathLike | None, fig_dir: Path,
-    masks: Path | None = None,
+    folders: Mapping[str, Path | None] | None = None,
     viewers: list[dict[str, Any]] | None = None,
     evaluation: Path | None = None,
 ) -> list[Figure]:
@@ -721,9 +672,9 @@ def _case_figures(
         if viewers is not None and rank < n_cases:  # the flagged (most uncertain) cases, not the contrast case
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, measure,
                                        class_names=class_names))
-        conformal = read_case_masks(masks, cid)
+        overlays, notes = case_overlays(folders or {}, cid)
         fig = plot_case_overlay(cid, seg, label, u, case.image, case.spacing, measure, info=info,
-                                class_names=class_names, conformal=conformal)
+                                class_names=class_names, overlays=overlays)
         path = case_figure_path(fig_dir, cid)
         png = save_png(fig, path)
         pos = order.index(cid) + 1
@@ -732,9 +683,7 @@ def _case_figures(
             f"case-{cid}", f"{cid}: {what} {pos} of {len(order)}",
             "Rows: the axial, coronal and sagittal slices with the largest summed uncertainty. Columns: image; "
             "prediction contour per class; uncertainty heatmap; error map (red: false foreground, blue: missed "
-            "foreground, purple: wrong class)." + (
-                " Beside the prediction: the conformal outer (white dashed) and inner (green dotted) masks, union "
-                "over the foreground classes or regions." if conformal else ""), png, path,
+            "foreground, purple: wrong class)." + "".join(f" {n}" for n in notes), png, path,
         ))  # fmt: skip
     return out
 
@@ -838,9 +787,10 @@ def build_report(
         add("shifts", "Uncertainty by shift",
             f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {format_value(ood.get('auroc'))}.",
             plot_scores_by_shift(filled, [r.get("shift", "") for r in rows], IID_SHIFTS, label))
-    masks = evaluation / PRODUCTS_DIR / "conformal" if summary.get("conformal") else None  # evaluate's mask files
+    folders = {name: evaluation / PRODUCTS_DIR / name for name in summary if product_type(name) is not None
+               and isinstance(summary[name], Mapping)}  # the case files the products wrote
     viewers: list[dict[str, Any]] | None = [] if viewer else None
-    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, masks, viewers, evaluation)
+    case_figs = _case_figures(state, summary, n_cases, images, fig_dir, folders, viewers, evaluation)
     csv_path = evaluation / "metrics.csv"
     csv_text = csv_path.read_text() if csv_path.is_file() else None
     page = render_html(summary, rows, figures, case_figs, title=title,

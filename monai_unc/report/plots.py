@@ -26,6 +26,7 @@ from matplotlib.text import Text
 from ..io import atomic_write_bytes
 from ..metrics.casewise import uncertainty_histograms
 from ..metrics.selective import referral_curve
+from ..product import Overlay
 
 __all__ = [
     "save_png",
@@ -335,9 +336,6 @@ def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
     return np.take(a, index, axis=axis).T
 
 
-_CONFORMAL_STYLE = {"outer": ("#ffffff", "dashed"), "inner": ("#00ff7f", "dotted")}
-
-
 def plot_case_overlay(
     case_id: str,
     seg: np.ndarray,
@@ -349,15 +347,15 @@ def plot_case_overlay(
     axes: Sequence[int] = (2, 1, 0),
     info: Mapping[str, Any] | None = None,
     class_names: Sequence[str] | None = None,
-    conformal: Mapping[str, np.ndarray] | None = None,
+    overlays: Sequence[Overlay] = (),
 ) -> Any:
     """One row per view through the slice of highest uncertainty among the slices that cut the reference foreground.
 
     Columns: image, prediction contour, uncertainty heatmap and error map (``seg != label``: red where the
     prediction has a foreground the label does not, blue where it misses one, purple for a wrong class). Slices
     are chosen by :func:`slice_of_highest_uncertainty`. Without a ``label`` (new, unlabelled cases) the slices are
-    chosen inside the predicted foreground and there is no error-map column. ``conformal`` adds the contours of
-    the conformal rule's masks beside the prediction's (outer: white dashed, inner: green dotted) with a legend.
+    chosen inside the predicted foreground and there is no error-map column. ``overlays`` adds contours beside the
+    prediction's (a product's case files, e.g. the masks of a fitted rule), each with its colour, style and legend.
 
     Args:
         case_id: the case id (title).
@@ -370,14 +368,14 @@ def plot_case_overlay(
         axes: the axes to cut, one row each (2 axial, 1 coronal, 0 sagittal).
         info: ``{name: value}`` shown after the case id in the title.
         class_names: names of the classes for the contour legend.
-        conformal: ``{"outer": mask, "inner": mask}``, bool ``(X, Y, Z)`` (e.g. the union over the foreground
-            classes of the conformal rule's masks), or None.
+        overlays: :class:`~monai_unc.product.Overlay` contours, each mask bool ``(X, Y, Z)``
+            (:meth:`~monai_unc.product.CohortProduct.case_overlays`).
 
     Returns:
         The matplotlib ``Figure``.
 
     Raises:
-        ValueError: ``conformal`` has another key, or a mask of another shape than ``seg``.
+        ValueError: an overlay whose mask has another shape than ``seg``.
 
     Example:
         >>> seg = np.zeros((8, 8, 8), np.int64); seg[2:6, 2:6, 2:6] = 1
@@ -386,11 +384,10 @@ def plot_case_overlay(
         >>> [ax.get_title() for ax in fig.axes[:4]]
         ['image', 'prediction contour', 'uncertainty', 'error map']
     """
-    for side, mask in (conformal or {}).items():
-        if side not in _CONFORMAL_STYLE:
-            raise ValueError(f"conformal: sides are 'outer' and 'inner', got {side!r}")
-        if np.shape(mask) != seg.shape:
-            raise ValueError(f"conformal[{side!r}] has shape {np.shape(mask)}, seg {seg.shape}")
+    overlays = list(overlays)
+    for o in overlays:
+        if np.shape(o.mask) != seg.shape:
+            raise ValueError(f"overlays: {o.label!r} has shape {np.shape(o.mask)}, seg {seg.shape}")
     if image is not None and image.ndim == 4:
         image = image[0]
     labelled = label is not None
@@ -424,11 +421,11 @@ def plot_case_overlay(
             if (seg2 == c).any() and not (seg2 == c).all():
                 panels[1].contour((seg2 == c).astype(float), levels=[0.5], colors=contour_colors[(c - 1) % 5],
                                   linewidths=0.9)
-        for side, mask in (conformal or {}).items():
-            m2 = _take(np.asarray(mask, dtype=bool), axis, k)
+        for o in overlays:
+            m2 = _take(np.asarray(o.mask, dtype=bool), axis, k)
             if m2.any() and not m2.all():
-                color, style = _CONFORMAL_STYLE[side]
-                panels[1].contour(m2.astype(float), levels=[0.5], colors=color, linestyles=style, linewidths=1.0)
+                panels[1].contour(m2.astype(float), levels=[0.5], colors=o.color, linestyles=o.linestyle,
+                                  linewidths=1.0)
         im = panels[2].imshow(u2, cmap="inferno", vmin=0, vmax=u_max, origin="lower", aspect=aspect, alpha=0.85,
                               interpolation="nearest")
         if labelled:
@@ -442,8 +439,7 @@ def plot_case_overlay(
             names = list(class_names) if class_names is not None else [f"class {c}" for c in range(n_cls)]
             handles = [Line2D([], [], color=contour_colors[(c - 1) % 5], lw=1.5, label=names[c] if c < len(names)
                               else f"class {c}") for c in range(1, n_cls)]
-            handles += [Line2D([], [], color=_CONFORMAL_STYLE[side][0], ls=_CONFORMAL_STYLE[side][1], lw=1.5,
-                               label=f"{side} mask (conformal)") for side in (conformal or {})]
+            handles += [Line2D([], [], color=o.color, ls=o.linestyle, lw=1.5, label=o.label) for o in overlays]
             if handles:
                 panels[1].legend(handles=handles, loc="lower right", fontsize=6, framealpha=0.7, handlelength=1.2)
         fig.colorbar(im, ax=panels[2], fraction=0.046, pad=0.02).ax.tick_params(labelsize=7)

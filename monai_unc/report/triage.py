@@ -18,11 +18,11 @@ network resource; the same figures under ``figures/``), in the style of the QC r
    the case's map file of the rule's measure, or for a case without map files the map triage derived from its
    probabilities (``<triage>/maps/<case>_<measure>.nii.gz``).
 
-With the outputs of ``monai-unc conformal`` for the same cases (``triage --conformal-rule``: ``conformal`` names
-their folder) the table gains each case's inner / predicted / outer volumes (ml) and band width (mm) per foreground
-class or region (``conformal.json``), the case figures draw the conformal outer and inner contours beside the
-prediction (the mask files of that folder, :func:`monai_unc.report.html.read_case_masks`), and the summary
-states the rule's guarantee.
+With the outputs of a cohort product's command for the same cases (``triage --<command>-rule``; the keyword
+``<command>=FOLDER`` of :func:`build_triage_page`) the table gains the product's columns
+(:meth:`~monai_unc.product.CohortProduct.applied_columns`), the case figures its contours
+(:meth:`~monai_unc.product.CohortProduct.case_overlays`, read from that folder's files) and the page its section
+(:meth:`~monai_unc.product.CohortProduct.applied_section`).
 
 :func:`link_page` adds a link to the triage page in the header of another page (the demo's QC report).
 """
@@ -45,14 +45,16 @@ from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
+from ..product import Overlay, command_product
 from .html import (
     PAGE_CSS,
     Figure,
     cards,
+    case_overlays,
     decision_tag,
     format_value,
     img_tag,
-    read_case_masks,
+    product_section,
     region_display,
     table,
     warning_list,
@@ -146,7 +148,7 @@ def plot_triage_overlay(
     axes: Sequence[int] = (2, 1, 0),
     info: Mapping[str, Any] | None = None,
     class_names: Sequence[str] | None = None,
-    conformal: Mapping[str, np.ndarray] | None = None,
+    overlays: Sequence[Overlay] = (),
 ) -> Any:
     """One row per view through the slice of highest summed uncertainty among the slices that cut the prediction.
 
@@ -165,8 +167,8 @@ def plot_triage_overlay(
         axes: the axes to cut, one row each (2 axial, 1 coronal, 0 sagittal).
         info: ``{name: value}`` shown after the case id in the title.
         class_names: names of the classes for the contour legend.
-        conformal: ``{"outer": mask, "inner": mask}``, bool ``(X, Y, Z)``: the conformal contours drawn beside the
-            prediction's, or None.
+        overlays: contours drawn beside the prediction's (:class:`~monai_unc.product.Overlay`: a product's case
+            files, e.g. the masks of a fitted rule).
 
     Returns:
         The matplotlib ``Figure``.
@@ -178,7 +180,7 @@ def plot_triage_overlay(
         ['image', 'prediction contour', 'uncertainty']
     """
     return plot_case_overlay(case_id, seg, None, uncertainty, image, spacing, measure, axes, info, class_names,
-                             conformal=conformal)
+                             overlays=overlays)
 
 
 def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Markup:
@@ -222,32 +224,6 @@ def _cards(summary: Mapping[str, Any], rule: ReferralRule) -> Markup:
     return cards(items)
 
 
-#: the columns of a ``conformal.csv`` row shown in the triage table: (prefix, header)
-_CONFORMAL_COLUMNS = (("inner_ml_", "inner ml"), ("predicted_ml_", "predicted ml"), ("outer_ml_", "outer ml"),
-                      ("band_p95_mm_", "band p95 mm"))
-
-
-def _conformal_columns(rows: Sequence[Mapping[str, Any]], rule: ReferralRule) -> list[tuple[str, str]]:
-    """``(key, header)`` of the conformal columns of the triage table.
-
-    One set per foreground class or region of the rows of ``conformal.csv`` (the suffix of
-    ``predicted_ml_<name>``); a class index is shown with the referral rule's class name.
-    """
-    names: list[str] = []
-    for r in rows:
-        names += [k.removeprefix("predicted_ml_") for k in r if k.startswith("predicted_ml_")
-                  and k.removeprefix("predicted_ml_") not in names]
-    out = []
-    for name in names:
-        shown = name
-        if name.isdigit() and rule.class_names and int(name) < len(rule.class_names):
-            shown = f"{name} ({rule.class_names[int(name)]})"
-        for prefix, head in _CONFORMAL_COLUMNS:
-            if any(prefix + name in r for r in rows):
-                out.append((prefix + name, head if len(names) == 1 else f"{head} {shown}"))
-    return out
-
-
 def _expected_dice_head(rule: ReferralRule) -> str:
     """The column head of the expected Dice: its interval's level, or that it is the model's own estimate."""
     rec = rule.record
@@ -271,15 +247,16 @@ def _interval_note(rule: ReferralRule) -> str:
 
 
 def _table(summary: Mapping[str, Any], rule: ReferralRule,
-           conformal: Mapping[str, Mapping[str, Any]] | None = None) -> Markup:
+           applied: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None) -> Markup:
     cases = {c["case"]: c for c in summary["cases"]}
     has_q = any("expected_dice" in c for c in cases.values())
     has_z = any("image_z_max" in c for c in cases.values())
     regions = rule.region_names if any("region_scores" in c for c in cases.values()) else []
-    masks = _conformal_columns(list(conformal.values()), rule) if conformal else []
+    extra = [(command, key, head, digits) for command, rows in (applied or {}).items()
+             for key, head, digits in command_product(command).applied_columns(list(rows.values()), rule.class_names)]
     head = ["rank", "case", "rule decision", rule.score] + [f"{rule.aggregation} {n}" for n in regions] + \
-        ([_expected_dice_head(rule)] if has_q else []) + (["image z"] if has_z else []) + [h for _, h in masks] + \
-        ["reason"]
+        ([_expected_dice_head(rule)] if has_q else []) + (["image z"] if has_z else []) + [h for _, _, h, _ in extra] \
+        + ["reason"]
     trs = []
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
@@ -290,16 +267,15 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
             cells.append(el("td", _expected_dice_text(c)))
         if has_z:
             cells.append(el("td", format_value(c.get("image_z_max"), 1)))
-        row = (conformal or {}).get(cid, {})
-        cells += [el("td", format_value(row.get(key), 1 if key.startswith("band") else 2), class_="conformal")
-                  for key, _ in masks]
+        cells += [el("td", format_value((applied or {})[command].get(cid, {}).get(key), digits), class_=command)
+                  for command, key, _, digits in extra]
         cells.append(el("td", c["reason"], class_="reason"))
         trs.append(el("tr", *cells, class_=c["decision"], data_case=cid, data_decision=c["decision"]))
     return el("div", table(head, trs, ("case", "rule decision", "reason"), id="triage-table"), class_="scroll")
 
 
 def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, fig_dir: Path, maps: Path,
-                  masks: Path | None = None,
+                  folders: Mapping[str, Path] | None = None,
                   viewers: list[dict[str, Any]] | None = None) -> list[Figure]:
     """The overlays of the ``n_cases`` most uncertain cases, drawn from files.
 
@@ -331,56 +307,17 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         if viewers is not None and c["decision"] != "accept":  # the flagged cases: those referred for review
             viewers.append(case_viewer(cid, seg, u, case.image, case.affine, case.spacing, rule.measure,
                                        class_names=class_names))
-        conformal = read_case_masks(masks, cid)  # the nested masks monai-unc conformal wrote
+        overlays, notes = case_overlays(folders or {}, cid)  # the case files the products' commands wrote
         fig = plot_triage_overlay(cid, seg, u, case.image, case.spacing, rule.measure, info=info,
-                                  class_names=class_names, conformal=conformal)
+                                  class_names=class_names, overlays=overlays)
         path = case_figure_path(fig_dir, cid)
         out.append(Figure(f"case-{cid}", f"{cid}: triage rank {summary['order'].index(cid) + 1} of "
                           f"{len(summary['order'])} ({c['decision']})",
                           f"Reason: {c['reason']}. Rows: the axial, coronal and sagittal slices with the largest "
                           "summed uncertainty inside the predicted foreground. Columns: image; prediction contour per "
-                          "class; uncertainty heatmap." + (
-                              " Beside the prediction: the conformal outer (white dashed) and inner (green dotted) "
-                              "masks, union over the foreground classes or regions." if conformal else ""),
+                          "class; uncertainty heatmap." + "".join(f" {n}" for n in notes),
                           save_png(fig, path), path))
     return out
-
-
-def _conformal_section(masks: Mapping[str, Any], folder: Path) -> Markup:
-    """The note on the conformal masks of the new cases.
-
-    It states the guarantee of each side, the fingerprint check and where the masks are.
-    """
-    fp = masks.get("fingerprint") or {}
-    def lambdas(lam: Any) -> str:  # {name: value}, or one such mapping per stratum of a stratified rule
-        if isinstance(lam, Mapping):
-            return ", ".join(f"{k}: {v:g}" if isinstance(v, (int, float)) else f"{k}: n/a" for k, v in lam.items())
-        return "; ".join(f"stratum {s}: {lambdas(one)}" for s, one in enumerate(lam or []))
-
-    items = [el("li", el("b", side), f" (lambda_hat {lambdas(lam)}): ", (masks.get("guarantee") or {}).get(side, ""))
-             for side, lam in (masks.get("lambda_hat") or {}).items()]
-    parts: list[Any] = [
-        el("h2", "Conformal masks"),
-        el("p", f"The conformal rule ({masks.get('family')} family) applied to the new cases as monai-unc conformal "
-           "applies it: the table gives per foreground class or region the inner, predicted and outer volumes (ml) "
-           "and the band width (95th percentile of the distance in mm from the outer mask's boundary to the inner "
-           "mask); the case figures draw the outer and inner contours of the mask files. "
-           f"Masks and table: {folder}.", class_="note"),
-        el("ul", *items),
-    ]
-    if fp.get("status") == "mismatch":
-        parts.append(el("div", el("b", "Conformal rule: fingerprint mismatch (--allow-mismatch):"), " these "
-                        "predictions were not made like the rule's calibration predictions, so its guarantee does not "
-                        "cover them.", class_="banner", id="conformal-mismatch"))
-    return el("section", *parts, id="conformal")
-
-
-def _load_conformal(folder: str | os.PathLike) -> dict[str, Any]:
-    """``conformal.json`` of a ``monai-unc conformal`` folder."""
-    path = Path(folder) / "conformal.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no conformal.json in {folder}: run monai-unc conformal --output {folder} first")
-    return json.loads(path.read_text())
 
 
 def build_triage_page(
@@ -388,9 +325,8 @@ def build_triage_page(
     output: str | os.PathLike | None = None,
     n_cases: int = 4,
     title: str = "Triage of new cases",
-    conformal: str | os.PathLike | None = None,
-    conformal_rule: Any = None,
     viewer: bool = True,
+    **applied: str | os.PathLike | None,
 ) -> Path:
     """Write ``triage.html`` (and ``figures/*.png``) for a triage folder.
 
@@ -403,20 +339,24 @@ def build_triage_page(
         output: folder of the page (default: ``triage``).
         n_cases: overlays of this many of the most uncertain cases (0: none).
         title: page title.
-        conformal: the output folder of ``monai-unc conformal`` (:func:`monai_unc.evaluation.run_conformal`) for
-            these cases, or None: its volumes and band widths go into the table, its mask files
-            (``<case>_<side>.nii.gz``) into the figures.
-        conformal_rule: unused (the figures read the mask files); kept for the callers of earlier versions.
         viewer: embed the interactive 3D viewer (:mod:`monai_unc.report.viewer`) for the referred cases among the
             ``n_cases`` shown, with its scripts in ``<output>/assets`` (the PNG slices stay).
+        **applied: ``<command>=FOLDER``: the output folder of a product's command run on these cases
+            (:attr:`monai_unc.product.CohortProduct.command`, e.g. ``monai-unc triage --<command>-rule``), or None:
+            its numbers go into the table, its case files into the figures, its section onto the page.
 
     Returns:
         The path of ``triage.html``.
 
     Raises:
         ValueError: ``n_cases`` is not a non-negative integer.
-        FileNotFoundError: the folder holds no ``triage.json``.
+        FileNotFoundError: the folder holds no ``triage.json``, or a product's folder lacks its outputs.
+        TypeError: a keyword that is not a product's command.
     """
+    unknown = sorted(k for k in applied if command_product(k) is None)
+    if unknown:
+        raise TypeError(f"build_triage_page() got unexpected keyword argument(s) {unknown}: not a product's command")
+    folders = {k: Path(v) for k, v in applied.items() if v is not None}
     if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 0:
         raise ValueError(f"n_cases must be a non-negative integer, got {n_cases!r}")
     folder = Path(triage)
@@ -425,9 +365,8 @@ def build_triage_page(
         raise FileNotFoundError(f"no triage.json in {folder}: run monai-unc triage --output {folder} first")
     summary = json.loads(path.read_text())
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
-    del conformal_rule  # the figures draw the mask files that monai-unc conformal wrote
-    masks = _load_conformal(conformal) if conformal is not None else None
-    mask_rows = {str(r["case"]): r for r in masks["cases"]} if masks is not None else None
+    products = {command: command_product(command) for command in folders}
+    rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder
     fig_dir = out_dir / "figures"
     cases = summary["cases"]
@@ -442,7 +381,7 @@ def build_triage_page(
                       fig_dir / "scores.png")]
     viewers: list[dict[str, Any]] | None = [] if viewer else None
     case_figs = _case_figures(summary, rule, n_cases, fig_dir, folder / DERIVED_MAPS_DIR,
-                              None if conformal is None else Path(conformal), viewers)
+                              {products[c].name: f for c, f in folders.items()}, viewers)
     notes = [el("li", n) for n in summary.get("notes", [])]
     guarantee = rule.guarantee()
     summary_section = el(
@@ -458,12 +397,14 @@ def build_triage_page(
         id="summary")
     sections = [
         summary_section,
-        el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule, mask_rows),
+        el("section", el("h2", "Cases, most uncertain first"), _table(summary, rule, rows),
            el("p", _interval_note(rule), class_="note") if any("expected_dice" in c for c in cases) else None,
            id="triage"),
     ]
-    if masks is not None:
-        sections.append(_conformal_section(masks, Path(conformal).resolve()))  # type: ignore
+    for command, cls in products.items():  # the sections of the products' commands run on these cases
+        section = cls.applied_section(folders[command])
+        if section is not None:
+            sections.append(product_section(section, cls.name))
     sections.append(el("section", el("h2", "Scores"), el("div", *map(img_tag, figures), class_="plots"), id="plots"))
     if case_figs:
         sections.append(el("section", el("h2", "Most uncertain cases: slices of highest uncertainty"),

@@ -7,7 +7,8 @@ for temperature calibration (:mod:`.calibrate`) and the demo (:mod:`.demo`).
 
 Each cohort command is one call here, inside its session (:mod:`.session`: the process group of a ``torchrun`` job
 and the failed-cases step): :func:`infer_command`, :func:`evaluate_command` (:mod:`.evaluate`),
-:func:`triage_command` (:mod:`.triage`) and :func:`conformal_command` (:mod:`.conformal`); they return a
+:func:`triage_command` (:mod:`.triage`) and, for the command of a cohort product, :func:`apply_command`
+(:mod:`.apply`); they return a
 :class:`CommandResult` or raise :class:`CohortFailed`. The command line parses with :mod:`.arguments` (light: no
 torch) and runs a command with its ``<command>_from_arguments`` (e.g.
 :func:`monai_unc.workflows.evaluate.evaluate_from_arguments`).
@@ -23,8 +24,8 @@ from .._lazy import lazy_attributes
 from ..keys import DEFAULT_MEASURES
 
 if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference (griffe)
+    from .apply import apply_command
     from .calibrate import collect_logits
-    from .conformal import conformal_command
     from .evaluate import evaluate_command
     from .factory import METHOD_TOKENS, build_inferer, normalize_roi
     from .infer import (
@@ -60,7 +61,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
 #: ``monai-unc --help``, which parses with :mod:`.arguments`) loads neither torch nor MONAI
 _LAZY: dict[str, str] = {
     "collect_logits": "calibrate",
-    "conformal_command": "conformal",
+    "apply_command": "apply",
     "evaluate_command": "evaluate",
     **dict.fromkeys(("METHOD_TOKENS", "build_inferer", "normalize_roi"), "factory"),
     **dict.fromkeys(("FAILURES_FILE", "INTENSITY_MODES", "InferSettings", "case_outputs", "check_run_settings",
@@ -74,7 +75,7 @@ _LAZY: dict[str, str] = {
     "triage_command": "triage",
 }
 #: submodules reachable as attributes (``monai_unc.workflows.infer``) without an import statement, as before
-_SUBMODULES = ("arguments", "calibrate", "conformal", "demo", "evaluate", "factory", "infer", "models", "prepare",
+_SUBMODULES = ("apply", "arguments", "calibrate", "demo", "evaluate", "factory", "infer", "models", "prepare",
                "report", "session", "triage")
 
 
@@ -119,5 +120,5 @@ __all__ = [
     "infer_command",
     "evaluate_command",
     "triage_command",
-    "conformal_command",
+    "apply_command",
 ]

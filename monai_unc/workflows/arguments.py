@@ -1,8 +1,9 @@
 """The options of the ``monai-unc`` commands: one sub-parser each, built without torch or MONAI.
 
-:func:`add_command_parsers` adds the sub-commands ``infer``, ``evaluate``, ``report``, ``calibrate``, ``demo``,
-``triage``, ``conformal`` and ``monitor`` with their options, help texts and defaults (the ``evaluate`` options of every
-registered cohort product included, :mod:`monai_unc.product`) to the parser of :mod:`monai_unc.cli`. This module
+:func:`add_command_parsers` adds the sub-commands of :data:`COMMANDS` and the commands of the registered cohort
+products (:attr:`monai_unc.product.CohortProduct.command`) with their options, help texts and defaults (the
+``evaluate`` options of every registered product included, :mod:`monai_unc.product`) to the parser of
+:mod:`monai_unc.cli`. This module
 imports only the standard library, :mod:`monai_unc.keys` and :mod:`monai_unc.product`, so that ``monai-unc --help``
 and an argument error answer at once; each command's workflow takes the parsed arguments
 (``<command>_from_arguments``, e.g. :func:`monai_unc.workflows.evaluate.evaluate_from_arguments`).
@@ -18,13 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..keys import LAYOUTS, MEASURES, canonical_measure
-from ..product import registered_products
+from ..product import command_products, registered_products
 
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
 
-#: the sub-commands :func:`add_command_parsers` adds, in the order of ``monai-unc --help``
-COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "conformal", "dicom-export", "monitor",
-            "keys")
+#: the package's own sub-commands, in the order of ``monai-unc --help`` (the products' commands come after ``triage``)
+COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "dicom-export", "monitor", "keys")
 
 
 #: the attribute of ``infer``'s parsed arguments that holds the destinations of the options given on the command
@@ -179,9 +179,10 @@ def _add_infer(sub: Any) -> None:
     r.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     r.add_argument("--seed", type=int, default=0, help="random seed of the sampling (default 0)")
     p.add_argument("--settings-from", default=None, metavar="RULE",
-                   help="predict with the settings a referral_rule.json or conformal_rule.json was certified with "
-                        "(method, samples, roi, overlap, intensity, measures, activation, regions, dropout, "
-                        "tta-noise, ratein-target); give the same model; an option given must agree with the rule")
+                   help="predict with the settings a rule file of 'evaluate' (e.g. referral_rule.json) was "
+                        "certified with (method, samples, roi, overlap, intensity, measures, activation, regions, "
+                        "dropout, tta-noise, ratein-target); give the same model; an option given must agree with "
+                        "the rule")
     p.add_argument("--overwrite", action="store_true", help="recompute finished cases (and accept new settings)")
     d = p.add_argument_group("DICOM (the dicom extra; docs/dicom.md)")
     d.add_argument("--output-format", default="nifti", choices=("nifti", "both"),
@@ -386,10 +387,10 @@ def _add_triage(sub: Any) -> None:
     p.add_argument("--allow-mismatch", action="store_true",
                    help="triage predictions whose fingerprint differs from the rule's (the page says so)")
     p.add_argument("--cases", type=int, default=4, help="overlays of the N most uncertain cases (default 4)")
-    p.add_argument("--conformal-rule", default=None, metavar="RULE",
-                   help="conformal_rule.json written by 'evaluate --conformal': also make the conformal masks of the "
-                   "new cases (as 'monai-unc conformal', into OUTPUT/conformal/) and show their volumes, band width "
-                   "and contours on the page")
+    for cls in command_products():  # the products' commands, run beside the triage (monai_unc.workflows.apply)
+        p.add_argument(f"--{cls.command}-rule", default=None, metavar="RULE",
+                       help=f"{cls.artifact_file or cls.name + '.json'} written by 'evaluate': also run 'monai-unc "
+                       f"{cls.command}' on the new cases (into OUTPUT/{cls.command}/) and show its outputs on the page")
     p.add_argument("--monitor", default=None, metavar="DB",
                    help="also record the decisions into this monitoring store (a file for SQLite or "
                    "postgresql://...; as 'monai-unc monitor record'); the triage outputs are written even when the "
@@ -410,28 +411,26 @@ def _add_trust_options(p: argparse.ArgumentParser) -> None:
                    "certified it is then not checked (printed, recorded in the outputs and shown on the page)")
 
 
-def _add_conformal(sub: Any) -> None:
-    p = sub.add_parser(
-        "conformal", help="apply a conformal_rule.json to new unlabelled cases: inner / outer masks",
-        description="Read the predictions of new cases (no labels; with probabilities) and write, per case, "
-        "<case>_outer.nii.gz / <case>_inner.nii.gz in the prediction's geometry (one channel per foreground class "
-        "or region), conformal.csv (inner / predicted / outer volumes in ml, band width in mm) and conformal.json. "
-        "Refuses predictions made otherwise than the rule's (fingerprint) unless --allow-mismatch. Resumable; "
-        "runs under torchrun. See docs/conformal.md.",
-    )  # fmt: skip
-    p.add_argument("--predictions", "-p", required=True,
-                   help="folder written by 'monai-unc infer' (or nnunet-predict with --layout nnunet)")
-    p.add_argument("--rule", "-r", required=True, help="conformal_rule.json written by 'evaluate --conformal'")
-    p.add_argument("--output", "-o", required=True, help="output folder (masks, conformal.csv, conformal.json)")
-    p.add_argument("--images", default=None, help="folder of the input images")
-    p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
-    p.add_argument("--uncertainty", default=None,
-                   help="folder of the <case>_<measure> maps when not where the layout puts them (a stratified rule "
-                        "whose score comes from map files)")
-    p.add_argument("--allow-mismatch", action="store_true",
-                   help="apply the rule to predictions whose fingerprint differs (conformal.json says so)")
-    _add_trust_options(p)
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+def _add_product_commands(sub: Any) -> None:
+    """The commands of the cohort products (:attr:`monai_unc.product.CohortProduct.command`): an artifact applied."""
+    for cls in command_products():
+        artifact = cls.artifact_file or f"{cls.name}.json"
+        p = sub.add_parser(str(cls.command), help=cls.command_help or f"apply a {artifact} to new cases",
+                           description=cls.command_description or None)
+        p.add_argument("--predictions", "-p", required=True,
+                       help="folder written by 'monai-unc infer' (or nnunet-predict with --layout nnunet)")
+        p.add_argument("--rule", "-r", required=True, help=f"{artifact} written by 'monai-unc evaluate'")
+        p.add_argument("--output", "-o", required=True, help="output folder")
+        p.add_argument("--images", default=None, help="folder of the input images")
+        p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
+        p.add_argument("--uncertainty", default=None,
+                       help="folder of the <case>_<measure> maps when not where the layout puts them")
+        p.add_argument("--allow-mismatch", action="store_true",
+                       help="apply the rule to predictions whose fingerprint differs (the outputs say so)")
+        cls.add_command_arguments(p)
+        _add_trust_options(p)
+        p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
 
 def _add_dicom_export(sub: Any) -> None:
     p = sub.add_parser(
@@ -462,9 +461,11 @@ def _add_dicom_export(sub: Any) -> None:
     p.add_argument("--triage", default=None,
                    help="output folder of 'monai-unc triage': each case's decision, the rule's digest and guarantee "
                         "go into its SR")
-    p.add_argument("--conformal", default=None,
-                   help="output folder of 'monai-unc conformal': each case's conformal.csv row (inner / predicted / "
-                        "outer mask volumes, band widths) goes into its SR")
+    for cls in command_products():  # a product command's per-case table (e.g. volumes) goes into the SR
+        if cls.applied_table:
+            p.add_argument(f"--{cls.command}", default=None, metavar="FOLDER",
+                           help=f"output folder of 'monai-unc {cls.command}': each case's row of {cls.applied_table} "
+                           "goes into its SR")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 def _alpha(text: str) -> float:
@@ -481,7 +482,7 @@ def _add_monitor(sub: Any) -> None:
     p = sub.add_parser(
         "monitor", help="watch a deployed model: record triage runs and audited labels, alarms per site, dashboard",
         description="A monitoring store (SQLite file or PostgreSQL URL) that every triage run is recorded into, "
-        "audited labels, and anytime-valid alarms per site: a conformal test martingale on the case score and the "
+        "audited labels, and anytime-valid alarms per site: a test martingale on the case score and the "
         "image statistics (label-free), a betting test of the accepted cases' risk against the certified target "
         "(audited labels). Every change is logged in a hash-chained audit log. See docs/monitoring.md.",
     )  # fmt: skip
@@ -521,8 +522,8 @@ def _add_monitor(sub: Any) -> None:
 def _add_keys(sub: Any) -> None:
     p = sub.add_parser(
         "keys", help="the keys that sign certified rules: create a pair, show fingerprints",
-        description="Certification (evaluate --target-risk, --conformal) signs its rule files with a private Ed25519 "
-        "key; triage and conformal accept a rule only when its signature verifies against a trusted public key. "
+        description="Certification by 'monai-unc evaluate' signs its rule files with a private Ed25519 key; the "
+        "commands that apply a rule accept it only when its signature verifies against a trusted public key. "
         "Without options: show the signing key and the trusted keys of this machine. See docs/signing.md.",
     )  # fmt: skip
     p.add_argument("--create", metavar="FOLDER", nargs="?", const="", default=None,
@@ -532,7 +533,7 @@ def _add_keys(sub: Any) -> None:
 
 
 def add_command_parsers(sub: Any) -> None:
-    """Add the sub-commands of :data:`COMMANDS` with their options to the ``monai-unc`` parser.
+    """Add the sub-commands of :data:`COMMANDS` and the products' commands with their options to the parser.
 
     Args:
         sub: the sub-parsers action of the parser (``parser.add_subparsers(...)``).
@@ -544,6 +545,6 @@ def add_command_parsers(sub: Any) -> None:
         >>> parser.parse_args(["report", "--evaluation", "ev", "--budget", "0.3"]).budget
         0.3
     """
-    for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_conformal,
+    for add in (_add_infer, _add_evaluate, _add_report, _add_calibrate, _add_demo, _add_triage, _add_product_commands,
                 _add_dicom_export, _add_monitor, _add_keys):
         add(sub)

@@ -12,8 +12,8 @@ For every case of a prediction folder (``--layout monai-unc`` or ``nnunet``) and
 - ``<measure>.dcm``: each uncertainty map as a Parametric Map (32-bit float: the values exactly);
 - ``sr.dcm``: the Comprehensive 3D SR (TID 1500) of the case: each segment's volume (referencing the SEG), the case's
   row of ``metrics.csv`` (``--evaluation``: case scores, Dice, QU-BraTS), the triage decision with the rule's digest
-  and guarantee (``--triage``), the conformal mask volumes (``--conformal``), referencing the source series, the
-  SEG and the maps.
+  and guarantee (``--triage``), the row of a cohort product command's table (``--<command>``, e.g. the volumes of
+  the masks with a guarantee), referencing the source series, the SEG and the maps.
 
 The NIfTI outputs must be on the series' grid (axes may be permuted or flipped: they are reoriented, never
 resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs. A rerun replaces a
@@ -61,6 +61,7 @@ from ..io.dicom import (
     write_parametric_map,
     write_segmentation,
 )
+from ..product import command_product, command_products
 from .session import CommandResult
 
 __all__ = ["EXPORT_RECORD", "DicomExport", "algorithm_from_records", "dicom_export", "dicom_export_from_arguments"]
@@ -149,7 +150,7 @@ def _region_names(predictions: Path) -> list[str] | None:
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
                  numbers: dict[str, float] | None, triage: dict[str, Any] | None,
-                 conformal: dict[str, float] | None = None) -> list[dict]:
+                 extra_groups: dict[str, dict[str, float]] | None = None) -> list[dict]:
     seg, seg_affine = read_volume(files.seg)
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
     regions = seg.shape[0] > 1
@@ -202,15 +203,30 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     volumes = {i + 1: {"volume": segment_volume_ml(m, series.spacing)} for i, m in enumerate(masks)}
     path = write_measurement_report(
         folder / "sr.dcm", series, headers["segmentation"], [d for k, d in headers.items() if k != "segmentation"],
-        segment_volumes=volumes, numbers=numbers or {}, triage=triage, conformal=conformal, algorithm=algorithm,
+        segment_volumes=volumes, numbers=numbers or {}, triage=triage, extra_groups=extra_groups, algorithm=algorithm,
         uid_root=uid_root,
         series_number=_SR_NUMBER)
     record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
     return objects
 
 
+def _product_tables(outputs: dict[str, Any]) -> dict[str, tuple[Path, str, str]]:
+    """``{command: (folder, table file, group name)}`` of the product outputs given to :func:`dicom_export`."""
+    out = {}
+    for command, folder in outputs.items():
+        if folder is None:
+            continue
+        cls = command_product(command)
+        if cls is None or not cls.applied_table:
+            tables = [str(c.command) for c in command_products() if c.applied_table]
+            raise TypeError(f"dicom_export() got an unexpected keyword argument {command!r} (the products' commands "
+                            f"with a table: {tables})")
+        out[command] = (Path(folder), str(cls.applied_table), cls.title.lower())
+    return out
+
+
 def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> dict[str, dict[str, float]]:
-    """``{case: finite numeric cells}`` of ``<folder>/<name>`` (``metrics.csv``, ``conformal.csv``)."""
+    """``{case: finite numeric cells}`` of ``<folder>/<name>`` (``metrics.csv``, a product command's table)."""
     if folder is None:
         return {}
     path = Path(folder) / name
@@ -248,9 +264,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,
                  algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
-                 triage: str | os.PathLike | None = None, conformal: str | os.PathLike | None = None,
-                 progress: bool = True,
-                 inside_predictions: bool = False) -> DicomExport:
+                 triage: str | os.PathLike | None = None, progress: bool = True,
+                 inside_predictions: bool = False, **product_outputs: str | os.PathLike | None) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
     Args:
@@ -266,12 +281,14 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         evaluation: the output folder of ``monai-unc evaluate``: the case's row of ``metrics.csv`` goes into the SR.
         triage: the output folder of ``monai-unc triage``: the case's decision, score, the rule's digest and
             guarantee (``triage.json``) go into the SR.
-        conformal: the output folder of ``monai-unc conformal``: the case's mask volumes and band widths
-            (``conformal.csv``) go into the SR.
         progress: show a progress bar.
         inside_predictions: allow ``output`` to be a sub-folder of ``predictions`` (``infer --output-format
             both`` writes ``<output>/dicom``; the prediction files are read from the folder itself, never from
             its sub-folders).
+        **product_outputs: ``<command>=FOLDER``: the output folder of a cohort product's command
+            (:attr:`monai_unc.product.CohortProduct.command`, e.g. the masks with a guarantee): the case's row of
+            its table (:attr:`~monai_unc.product.CohortProduct.applied_table`) goes into the SR as a measurement group
+            named after the product.
 
     Returns:
         The :class:`DicomExport`.
@@ -289,9 +306,11 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         raise FileNotFoundError(f"series folder not found: {src}")
     if inside_predictions and Path(output).resolve().parent != pred.resolve():
         raise ValueError(f"output {output} must be a sub-folder of the predictions {pred}")
-    out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage, conformal)
+    tables = _product_tables(product_outputs)
+    out = check_output_folder(output, None if inside_predictions else pred, src, evaluation, triage,
+                              *(folder for folder, _, _ in tables.values()))
     rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage)
-    masks = _table_rows(conformal, "conformal.csv", "conformal")
+    extra = {title: _table_rows(folder, table, command) for command, (folder, table, title) in tables.items()}
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:
         cases = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures)
@@ -315,7 +334,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
                                uid_root=uid_root, algorithm=algorithm, region_names=region_names,
                                numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
-                               conformal=masks.get(files.case_id))
+                               extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r})
         result.cases[files.case_id] = {
             "series": {"series_instance_uid": case_series.series_uid,
                        "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
@@ -343,7 +362,8 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
     result = dicom_export(args.predictions, args.series, args.output, layout=args.layout, measures=args.measures,
                           probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
                           algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,
-                          conformal=args.conformal,
-                          progress=not args.quiet)
+                          progress=not args.quiet,
+                          **{str(cls.command): getattr(args, str(cls.command).replace("-", "_"), None)
+                             for cls in command_products() if cls.applied_table})
     line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"
     return CommandResult(result, True, result.output, () if args.quiet else (line,))

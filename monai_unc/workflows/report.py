@@ -9,29 +9,26 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..engine import get_dist_context
-from ..evaluation import load_evaluation, resummarize, run_conformal, run_triage
-from ..evaluation.conformal import check_conformal_inputs
+from ..evaluation import load_evaluation, resummarize, run_triage
 from ..evaluation.triage import TriageResult
 from ..io import check_inputs_not_written, check_output_file, check_output_folder
 from ..io.signing import Trust
 from ..report.html import build_report
 from ..report.triage import build_triage_page
+from .apply import apply_beside_triage, check_beside_triage, rules_from_options
 from .prepare import error_text, read_case_list
 from .session import CommandResult
 
-__all__ = ["REPORT_WRITES", "TRIAGE_CONFORMAL_DIR", "check_overlay_count", "check_evaluation_folder", "run_report",
+__all__ = ["REPORT_WRITES", "check_overlay_count", "check_evaluation_folder", "run_report",
            "report_from_arguments", "triage_with_page"]
 
 #: what ``monai-unc report`` writes in its output folder (patterns of :func:`monai_unc.io.check_inputs_not_written`)
 REPORT_WRITES = ("report.html", "figures", "figures/*", ".*.partial*")
-#: the sub-folder of a triage output where ``triage --conformal-rule`` writes the outputs of ``monai-unc conformal``
-TRIAGE_CONFORMAL_DIR = "conformal"
 
 
 def check_overlay_count(cases: Any) -> int:
@@ -132,22 +129,6 @@ def run_report(
     return build_report(evaluation, output, images=images, n_cases=cases, title=title, summary=summary)
 
 
-def trust_from_arguments(args: argparse.Namespace) -> Trust:
-    """The signatures ``triage`` / ``conformal`` accept: ``--trusted-keys`` and ``--allow-unsigned``.
-
-    Args:
-        args: the parsed arguments.
-
-    Returns:
-        The :class:`~monai_unc.io.signing.Trust`; with ``--allow-unsigned`` a line on stderr says so.
-    """
-    allow = bool(getattr(args, "allow_unsigned", False))
-    if allow:
-        print("monai-unc: --allow-unsigned: a rule that is unsigned, signed by an untrusted key or of an older format "
-              "is used without checking who certified it; the outputs record it", file=sys.stderr)
-    return Trust(tuple(str(k) for k in getattr(args, "trusted_keys", None) or ()), allow)
-
-
 def triage_with_page(
     predictions: str | os.PathLike,
     rule: Any,
@@ -160,20 +141,19 @@ def triage_with_page(
     cases: int = 4,
     progress: bool = True,
     dist: Any = None,
-    conformal_rule: Any = None,
     trust: Trust | None = None,
+    **product_rules: Any,
 ) -> tuple[TriageResult, Path | None]:
     """``monai-unc triage``.
 
     Check, triage the new cases (:func:`monai_unc.evaluation.run_triage`, on one process or every rank of ``dist``) and
     write ``triage.html`` on rank 0.
 
-    With ``conformal_rule`` the conformal masks of the new cases are made as ``monai-unc conformal`` makes them
-    (:func:`monai_unc.evaluation.run_conformal`, into ``<output>/conformal/``: masks, ``conformal.csv``,
-    ``conformal.json``) and the page shows them (volumes and band width in the table, contours in the case figures).
-    The conformal rule is checked before the triage (:func:`~monai_unc.evaluation.conformal.check_conformal_inputs`:
-    a rule whose fingerprint differs from the predictions' is refused unless ``allow_mismatch``), so a refused rule
-    leaves nothing written.
+    With ``<command>_rule=FILE`` (``--<command>-rule``) the command of a cohort product is run on the same predictions
+    as ``monai-unc <command>`` runs it, into ``<output>/<command>/`` (:mod:`monai_unc.workflows.apply`; e.g. the masks
+    with a guarantee of ``evaluate``'s masks product), and the page shows its outputs (its columns in the table, its
+    contours in the case figures, its section). Its artifact is checked before the triage (a file whose fingerprint
+    differs from the predictions' is refused unless ``allow_mismatch``), so a refused file leaves nothing written.
 
     Args:
         predictions: folder of the new cases' predictions.
@@ -186,28 +166,31 @@ def triage_with_page(
         cases: overlays of this many of the most uncertain cases (``--cases``, >= 0).
         progress: show a progress bar.
         dist: a :class:`~monai_unc.engine.DistContext` (default: a single process or torchrun's group).
-        conformal_rule: a :class:`~monai_unc.evaluation.ConformalRuleFile` or the path of a ``conformal_rule.json``
-            (``--conformal-rule``; written by ``evaluate --conformal``), or None.
         trust: the trusted keys the rule files' signatures must verify against (``--trusted-keys``,
             ``--allow-unsigned``; :mod:`monai_unc.io.signing`), or None (not checked).
+        **product_rules: ``<command>_rule``: the artifact a product's command applies (its path or the loaded
+            file), or None (:func:`monai_unc.workflows.apply.rules_from_options`).
 
     Returns:
         ``(result, page)``; ``page`` is None on ranks other than 0.
+
+    Raises:
+        TypeError: a keyword that is not a product command's ``<command>_rule``.
     """
     cases = check_overlay_count(cases)
+    rules = rules_from_options(product_rules)
+    unknown = sorted(set(k for k, v in product_rules.items() if v is not None)
+                     - {f"{c.replace('-', '_')}_rule" for c in rules})
+    if unknown:
+        raise TypeError(f"triage_with_page() got unexpected keyword argument(s) {unknown}")
     output = check_output_folder(output, predictions, images, uncertainty)
-    masks = output / TRIAGE_CONFORMAL_DIR if conformal_rule is not None else None
-    if masks is not None:  # refused here, before the triage writes anything
-        check_conformal_inputs(predictions, conformal_rule, masks, images=images, layout=layout,
-                               allow_mismatch=allow_mismatch, trust=trust)
+    common = {"images": images, "layout": layout, "allow_mismatch": allow_mismatch, "trust": trust}
+    folders = check_beside_triage(rules, predictions, output, **common)  # refused here, before the triage writes
     ctx = dist if dist is not None else get_dist_context()
     result = run_triage(predictions, rule, output, images=images, allow_mismatch=allow_mismatch, layout=layout,
                         uncertainty=uncertainty, progress=progress, dist=ctx, trust=trust)
-    if masks is not None:
-        run_conformal(predictions, conformal_rule, masks, images=images, layout=layout,
-                      allow_mismatch=allow_mismatch, progress=progress, dist=ctx, trust=trust)
-    page = (build_triage_page(output, n_cases=cases, conformal=masks, conformal_rule=conformal_rule) if ctx.is_main
-            else None)
+    apply_beside_triage(rules, folders, predictions, dist=ctx, progress=progress, **common)
+    page = build_triage_page(output, n_cases=cases, **folders) if ctx.is_main else None
     return result, page
 
 

@@ -1,9 +1,10 @@
 """Predict new cases with the settings a rule was certified with (``monai-unc infer --settings-from RULE``).
 
-A referral rule (``referral_rule.json``, ``monai-unc evaluate --target-risk``) and a conformal rule
-(``conformal_rule.json``, ``monai-unc evaluate --conformal``) record how their calibration predictions were made: the
-prediction fingerprint (:func:`~monai_unc.io.provenance.prediction_fingerprint`), which ``monai-unc triage`` and
-``monai-unc conformal`` compare with that of the new predictions. :func:`read_rule_settings` reads the ``infer``
+The rule files that ``monai-unc evaluate`` certifies (the referral rule ``referral_rule.json`` of ``--target-risk``
+and the artifact of every cohort product with an :attr:`~monai_unc.product.CohortProduct.artifact_format`) record how
+their calibration predictions were made: the prediction fingerprint
+(:func:`~monai_unc.io.provenance.prediction_fingerprint`), which the commands that apply them compare with that of the
+new predictions. :func:`read_rule_settings` reads the ``infer``
 options of that fingerprint (``--method``, the number of samples, ``--roi``, ``--overlap``, ``--intensity``,
 ``--measures``, ``--activation``, ``--regions``, ``--dropout``, ``--tta-noise``, ``--ratein-target``) and the sha256
 digests of the model's files; :func:`merge_rule_settings` puts them in place of the options not given, refusing one
@@ -12,9 +13,9 @@ still given by the user; :func:`check_rule_model` refuses one whose files differ
 :func:`rule_samples` turns the rule's samples per case into ``--samples`` for the loaded model.
 
 The rule file is untrusted input: it is read with the package's checked readers (format, version, digest, structure:
-:meth:`~monai_unc.evaluation.triage.ReferralRule.load`, :meth:`~monai_unc.evaluation.ConformalRuleFile.load`), each
-field taken is validated here, and nothing it names is imported or run. The seed is not part of the fingerprint
-(another seed keeps new cases exchangeable): ``--seed`` stays the user's.
+each product's :meth:`~monai_unc.product.CohortProduct.artifact_fingerprint`), each field taken is validated here,
+and nothing it names is imported or run. The seed is not part of the fingerprint (another seed keeps new cases
+exchangeable): ``--seed`` stays the user's.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..evaluation.conformal import CONFORMAL_RULE_FORMAT, ConformalRuleFile
-from ..evaluation.triage.rule import RULE_FORMAT, ReferralRule
 from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
 from ..keys import MEASURES
+from ..product import registered_products
 from .factory import METHOD_TOKENS, method_tokens
 
 __all__ = ["RULE_OPTIONS", "RuleSettings", "check_rule_model", "merge_rule_settings", "read_rule_settings",
@@ -79,7 +79,7 @@ def _is_number(v: Any) -> bool:
 
 
 def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
-    """The source name and the prediction fingerprint of a referral or conformal rule file (checked readers)."""
+    """The source name and the prediction fingerprint of a product's rule file (its checked reader)."""
     if not path.is_file():
         raise FileNotFoundError(f"--settings-from: no rule file at {path}")
     try:  # which reader: the format field (each reader then checks the whole file)
@@ -88,13 +88,11 @@ def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"--settings-from {path}: not a readable JSON rule file ({type(e).__name__})") from None
     head = parse_untrusted_json(text, f"--settings-from {path}")
     fmt = head.get("format") if isinstance(head, dict) else None
-    if fmt == RULE_FORMAT:
-        return f"referral rule {path}", dict(ReferralRule.load(path).fingerprint)
-    if fmt == CONFORMAL_RULE_FORMAT:
-        return f"conformal rule {path}", dict(ConformalRuleFile.load(path).fingerprint)
-    raise ValueError(f"--settings-from {path}: not a referral rule ({RULE_FORMAT!r}, written by monai-unc evaluate "
-                     f"--target-risk) nor a conformal rule ({CONFORMAL_RULE_FORMAT!r}, monai-unc evaluate "
-                     "--conformal)")
+    readers = {cls.artifact_format: cls for cls in registered_products() if cls.artifact_format}
+    if isinstance(fmt, str) and fmt in readers:
+        return readers[fmt].artifact_fingerprint(path)
+    kinds = ", ".join(f"{cls.artifact_file or cls.name + '.json'} ({f!r})" for f, cls in readers.items())
+    raise ValueError(f"--settings-from {path}: not a rule file that monai-unc evaluate certifies: {kinds}")
 
 
 def _method(source: str, fp: Mapping[str, Any]) -> str:
@@ -202,10 +200,10 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
 
 
 def read_rule_settings(path: str | os.PathLike) -> RuleSettings:
-    """The ``infer`` settings a referral or conformal rule file was certified with.
+    """The ``infer`` settings a rule file of evaluate was certified with.
 
     Args:
-        path: a ``referral_rule.json`` or ``conformal_rule.json``.
+        path: a rule file that ``monai-unc evaluate`` certified (``referral_rule.json``, a product's rule file).
 
     Returns:
         The :class:`RuleSettings` (:func:`settings_of_fingerprint`).

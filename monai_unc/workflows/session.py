@@ -1,6 +1,6 @@
 """The life of a cohort command on one process or on every rank of a ``torchrun`` job.
 
-:func:`run_command` runs one command (``infer``, ``evaluate``, ``triage``, ``conformal``) inside
+:func:`run_command` runs one command (``infer``, ``evaluate``, ``triage``, a product's command) inside
 :func:`command_session`: the engine's :func:`~monai_unc.engine.cohort_session` (join the process group, or create
 one from torchrun's environment and destroy it at the end) plus the failed-cases step. When cases failed
 (:class:`~monai_unc.engine.CasesFailed`), rank 0 prints one line naming them and ``failures.json``, every rank

@@ -29,8 +29,9 @@ from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
 from ..report.triage import build_triage_page
+from .apply import product_of_command, product_rule_options, rules_from_options, trust_from_arguments
 from .monitor import record_triage
-from .report import TRIAGE_CONFORMAL_DIR, triage_with_page, trust_from_arguments
+from .report import triage_with_page
 from .session import CommandResult, run_command
 
 __all__ = ["certify_and_triage", "format_triage", "triage_outcome", "format_outcome", "triage_command",
@@ -54,7 +55,8 @@ def triage_command(
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
             create one from torchrun's environment, and destroy one created here at the end.
         **options: the keyword arguments of :func:`monai_unc.workflows.report.triage_with_page` (``images``,
-            ``allow_mismatch``, ``layout``, ``uncertainty``, ``cases``, ``progress``, ``conformal_rule``).
+            ``allow_mismatch``, ``layout``, ``uncertainty``, ``cases``, ``progress``, ``trust`` and the products'
+            ``<command>_rule``).
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of ``(result, page)`` (``page`` None on ranks other
@@ -62,19 +64,20 @@ def triage_command(
         has printed which).
     """
     out = Path(output).resolve()
-    masks = out / TRIAGE_CONFORMAL_DIR if options.get("conformal_rule") is not None else None
+    applied = {command: out / command for command in rules_from_options(options)}
     return run_command("triage", out, lambda ctx: triage_with_page(predictions, rule, out, dist=ctx, **options),
-                       dist=dist, summary=lambda value: triage_summary(value[0], value[1], out, masks))
+                       dist=dist, summary=lambda value: triage_summary(value[0], value[1], out, applied))
 
 
-def triage_summary(result: TriageResult, page: Path | None, output: Path, masks: Path | None = None) -> list[str]:
+def triage_summary(result: TriageResult, page: Path | None, output: Path,
+                   applied: Mapping[str, Path] | None = None) -> list[str]:
     """What ``monai-unc triage`` prints after a run.
 
     Args:
         result: the run's :class:`~monai_unc.evaluation.triage.TriageResult`.
         page: the ``triage.html`` written.
         output: the output folder.
-        masks: the folder of the conformal masks (``--conformal-rule``), or None.
+        applied: ``{command: folder}`` of the products' commands run beside the triage (``--<command>-rule``).
 
     Returns:
         The lines: decisions and reasons, the guarantee of the accepted cases, the fingerprint check and notes, the
@@ -92,8 +95,8 @@ def triage_summary(result: TriageResult, page: Path | None, output: Path, masks:
     if s.get("rule_signature") and not s["rule_signature"].startswith("UNSIGNED"):
         lines.append(f"rule {s['rule_signature']}")
     lines += [f"note: {note}" for note in s["notes"]]
-    if masks is not None:
-        lines.append(f"wrote the conformal masks, conformal.csv and conformal.json to {masks}")
+    for command, folder in (applied or {}).items():
+        lines += product_of_command(command).applied_lines(folder)
     return [*lines, f"wrote {output / 'triage.csv'} and {page}"]
 
 
@@ -166,7 +169,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     """Printable lines of a triage.
 
     The rule, one line per case (most uncertain first: rank, case, score, the ``extra`` columns given per case, e.g. a
-    Dice known only to the demo, the expected Dice with its conformal interval when the cases have one, decision,
+    Dice known only to the demo, the expected Dice with its interval when the cases have one, decision,
     reason), the counts and, with expected Dice, what its interval guarantees
     (:meth:`~monai_unc.evaluation.triage.ReferralRule.interval_statement`).
 
@@ -214,7 +217,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
 
 
 def _expected_dice_cell(c: Mapping[str, Any]) -> str:
-    """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its conformal interval (the estimate alone without)."""
+    """``0.93 [0.78, 1.00]``: a triaged case's expected Dice and its interval (the estimate alone without)."""
     v = c.get("expected_dice")
     if v is None:
         return ""
@@ -236,7 +239,7 @@ def triage_outcome(rule: ReferralRule, result: TriageResult, dice: Mapping[str, 
         ``{"n_cases", "n_accepted", "n_referred", "reasons"`` (referred cases per reason code)``, "risk"`` (the
         rule's risk in words)``, "target_risk", "delta", "feasible", "accepted", "referred"`` (case ids)``,
         "n_failed_accepted", "risk_accepted"`` (mean risk of the accepted cases; None when none was accepted)``,
-        "n_failed_referred"``, ``"n_interval"``, ``"n_interval_covered"`` (cases with a conformal expected-Dice
+        "n_failed_referred"``, ``"n_interval"``, ``"n_interval_covered"`` (cases with an expected-Dice
         interval, and those whose Dice lies inside it)``, "interval_missed"`` (ids of the others)``}``; a failure is a
         risk of 1 (``risk="failure"``) or, for ``"1-dice"``, a Dice below the rule's failure Dice.
     """
@@ -341,7 +344,7 @@ def triage_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Triag
     res = triage_command(
         args.predictions, args.rule, args.output, images=args.images, allow_mismatch=args.allow_mismatch,
         layout=args.layout, uncertainty=args.uncertainty, cases=args.cases, progress=not args.quiet,
-        conformal_rule=args.conformal_rule, trust=trust_from_arguments(args),
+        trust=trust_from_arguments(args), **product_rule_options(args),
     )  # fmt: skip
     monitor_db = getattr(args, "monitor", None)
     if monitor_db is not None and res.is_main:

@@ -11,7 +11,9 @@ registered with :func:`monai_unc.product.register_product`. The tests check that
 - shows its section in ``report.html`` (every string escaped);
 - resumes: an interrupted run (a kill stops the loop) computes only the remaining cases again, a rerun none, another
   unit every case;
-- gives under a 2-rank ``torchrun`` the same files as one process.
+- gives under a 2-rank ``torchrun`` the same files as one process;
+- brings its own command (``monai-unc volume-correct``: the fitted bias applied to a folder of new predictions),
+  listed by ``monai-unc --help``, whose table ``dicom-export`` and the triage page would read like any product's.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from monai_unc.cli import main
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, run_evaluate
 from monai_unc.evaluation.products import read_artifact
+from monai_unc.io import read_csv, write_csv
 from monai_unc.product import CohortProduct, ReportSection, register_product, unregister_product
 from monai_unc.state import register_state_type
 from tests._cases import BRATS_REGIONS, write_brats_like_cohort
@@ -88,6 +91,9 @@ class VolumeError(CohortProduct):
     name = "volume_error"
     title = "Volume error <predicted - reference> & bias"  # markup characters: the report must escape them
     description = "Per case and task, the predicted minus the reference foreground volume; the cohort's mean bias."
+    command = "volume-correct"
+    command_help = "the bias-corrected predicted volumes of new cases"
+    applied_table = "volume_correct.csv"
 
     def __init__(self, unit: str = "ml") -> None:
         if unit not in UNITS:
@@ -135,6 +141,29 @@ class VolumeError(CohortProduct):
     def apply(self, case: Any, artifact: Mapping[str, Any]) -> dict[str, float]:
         """The bias-corrected predicted volume of each task of a new case (``case``: a :class:`VolumeState`)."""
         return {n: p * UNITS[artifact["unit"]] - artifact["bias"][n] for n, p in zip(case.names, case.pred)}
+
+    @classmethod
+    def apply_cases(cls, predictions: Any, artifact: Any, output: Any, *, dist: Any = None,
+                    **options: Any) -> list[dict[str, Any]]:
+        """``monai-unc volume-correct``: every new case's predicted volumes, minus the fitted bias, in a table."""
+        fitted = read_artifact(artifact, cls.name)["artifact"]
+        rows = []
+        for seg_path in sorted(Path(predictions).glob("*_seg.nii.gz")):
+            img = nib.load(seg_path)
+            seg, voxel = np.asarray(img.dataobj), float(np.prod(np.linalg.norm(img.affine[:3, :3], axis=0)))
+            tasks = ({"foreground": seg > 0} if seg.ndim == 3 else  # classes; regions are channels last
+                     {n: np.moveaxis(seg, -1, 0)[k] > 0 for k, n in enumerate(fitted["bias"])})
+            state = VolumeState(list(tasks), [np.count_nonzero(m) * voxel for m in tasks.values()], [0.0] * len(tasks))
+            corrected = cls("ml").apply(state, fitted)
+            rows.append({"case": seg_path.name.removesuffix("_seg.nii.gz"),
+                         **{f"corrected_ml_{n}": v for n, v in corrected.items()}})
+        Path(output).mkdir(parents=True, exist_ok=True)
+        write_csv(Path(output) / cls.applied_table, rows)
+        return rows
+
+    @classmethod
+    def command_lines(cls, result: list[dict[str, Any]]) -> list[str]:
+        return [f"volume-correct: {len(result)} case(s)"]
 
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
@@ -196,6 +225,31 @@ def _hand_bias(labels: Path, pred: Path, kind: str, case: str) -> dict[str, floa
     seg = np.moveaxis(seg, -1, 0)
     return {n: (np.count_nonzero(seg[k]) - np.count_nonzero(np.isin(lab, labels))) * voxel / 1000
             for k, (n, labels) in enumerate(BRATS.items())}
+
+
+@pytest.mark.parametrize("kind", ["classes", "regions"])
+def test_its_command_applies_the_fitted_bias_to_new_cases(kind, classes, regions, tmp_path, capsys):
+    labels, pred, extra = _cohort(kind, classes, regions)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "volume-correct" in capsys.readouterr().out  # a command of the command line, from the test file alone
+    assert _evaluate_cli(labels, pred, tmp_path / "ev", *extra, "--volume-error") == 0
+    fitted = read_artifact(tmp_path / "ev" / "volume_error.json", "volume_error")["artifact"]
+    assert main(["volume-correct", "-p", str(pred), "-r", str(tmp_path / "ev" / "volume_error.json"),
+                 "-o", str(tmp_path / "new")]) == 0
+    assert "volume-correct: " in capsys.readouterr().out
+    rows = {r["case"]: r for r in read_csv(tmp_path / "new" / "volume_correct.csv")}
+    for case, bias in ((c, _hand_bias(labels, pred, kind, c)) for c in rows):
+        label = nib.load(labels / f"{case}.nii.gz")
+        voxel_ml = float(np.prod(np.linalg.norm(label.affine[:3, :3], axis=0))) / 1000
+        seg = np.asarray(nib.load(pred / f"{case}_seg.nii.gz").dataobj)
+        masks = {"foreground": seg > 0} if kind == "classes" else {
+            n: np.moveaxis(seg, -1, 0)[k] > 0 for k, n in enumerate(BRATS)}
+        for n in bias:
+            expected = np.count_nonzero(masks[n]) * voxel_ml - fitted["bias"][n]
+            assert float(rows[case][f"corrected_ml_{n}"]) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    assert main(["volume-correct", "-p", str(pred), "-r", str(tmp_path / "ev" / "metrics.csv"),
+                 "-o", str(tmp_path / "bad")]) == 2  # not its artifact: one line, exit 2
 
 
 def test_the_product_is_an_option_of_evaluate(capsys):

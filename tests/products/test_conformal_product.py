@@ -141,21 +141,6 @@ def test_from_arguments():
         _args(conformal="outer:fnr=0.1", conformal_family="quantile")
 
 
-def test_the_deprecated_keywords_of_the_config_add_the_product():
-    with pytest.warns(DeprecationWarning, match="products=\\[monai_unc.products.ConformalMasks"):
-        config = EvaluationConfig(spatial=False, conformal={"outer": 0.3}, conformal_family="margin",
-                                  conformal_strata=2)
-    (product,) = config.products
-    assert isinstance(product, ConformalMasks)
-    assert product.options() == ConformalMasks({"outer": 0.3}, family="margin", strata=2).options()
-    config.validate()
-    assert "conformal" not in config.to_json() and config.to_json()["products"]["conformal"] == product.options()
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="need the masks"):
-        EvaluationConfig(conformal_strata=3)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="conformal_family"):
-        EvaluationConfig(conformal=["outer:fnr=0.1"], conformal_family="quantile")
-
-
 def test_the_state_round_trips_and_merges():
     rng = np.random.default_rng(0)
     probs = rng.dirichlet([1, 1, 1], size=(6, 5)).transpose(2, 0, 1)
@@ -170,12 +155,3 @@ def test_the_state_round_trips_and_merges():
     assert merged.file_maps == ("variance",)  # a file map only if it is one in both
     for s in sides:
         assert np.array_equal(merged.sides[s].true_counts, 2 * sides[s].true_counts)
-
-
-def test_the_moved_spec_helpers_keep_deprecated_aliases():
-    import monai_unc.evaluation.config as config_module
-
-    with pytest.warns(DeprecationWarning, match="parse_specs"):
-        assert config_module.parse_conformal_specs(["outer:fnr=0.1"]) == {"outer": 0.1}
-    with pytest.warns(DeprecationWarning, match="LOSSES"):
-        assert config_module.CONFORMAL_LOSSES == LOSSES

@@ -13,7 +13,8 @@ import pytest
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, run_evaluate
 from monai_unc.products import ConformalMasks
-from monai_unc.report.html import build_report, conformal_section, format_value, product_section
+from monai_unc.product import Overlay
+from monai_unc.report.html import build_report, format_value, product_section
 
 
 def _drawn(block):
@@ -117,23 +118,16 @@ def test_hostile_class_names_stay_escaped(runs):
     assert rows["0"]["cells"][0] == "0 (background)" and rows["1"]["cells"][0] == f"1 ({payload})"
 
 
-def test_the_deprecated_conformal_section_draws_the_products_section(runs):
-    block = json.loads((runs["crc"] / "summary.json").read_text())["conformal"]
-    with pytest.deprecated_call(match="conformal_section is deprecated"):
-        html = conformal_section(block, ["background", "fg"])
-    assert str(html) == str(_drawn({**block, "class_names": ["background", "fg"]}))
-
-
 def test_case_figures_draw_the_rule_masks(runs, monkeypatch, tmp_path):
     import monai_unc.report.html as page
-    from monai_unc.evaluation import ConformalRuleFile
+    from monai_unc.evaluation.conformal import ConformalRuleFile
     from monai_unc.io import CaseFiles, load_case
 
     calls = []
     real = page.plot_case_overlay
 
     def spy(case_id, *args, **kwargs):
-        calls.append((case_id, kwargs.get("conformal")))
+        calls.append((case_id, {o.label.split()[0]: o.mask for o in kwargs.get("overlays") or ()} or None))
         return real(case_id, *args, **kwargs)
 
     monkeypatch.setattr(page, "plot_case_overlay", spy)
@@ -170,10 +164,23 @@ def test_overlay_draws_conformal_contours_with_a_legend():
         return len(ax.collections), legend
 
     n0, legend0 = contours_and_legend()
-    n1, legend1 = contours_and_legend(conformal={"outer": outer, "inner": inner})
+    drawn = [Overlay("outer mask (conformal)", outer, "#ffffff", "dashed"),
+             Overlay("inner mask (conformal)", inner, "#00ff7f", "dotted")]
+    n1, legend1 = contours_and_legend(overlays=drawn)
     assert n1 == n0 + 2
     assert legend1 == legend0 + ["outer mask (conformal)", "inner mask (conformal)"]
-    with pytest.raises(ValueError, match="conformal"):
-        plot_case_overlay("c", seg, seg, u, conformal={"middle": outer})
     with pytest.raises(ValueError, match="shape"):
-        plot_case_overlay("c", seg, seg, u, conformal={"outer": outer[:5]})
+        plot_case_overlay("c", seg, seg, u, overlays=[Overlay("outer", outer[:5])])
+
+
+def test_the_products_overlays_are_its_mask_files(tmp_path):
+    from monai_unc.io import save_nifti
+
+    outer = np.zeros((2, 6, 6, 6), np.uint8)
+    outer[0, 1:3, 1:3, 1:3] = 1
+    outer[1, 3:5, 3:5, 3:5] = 1  # two foreground classes: the figure draws their union
+    save_nifti(outer, np.eye(4), tmp_path / "a_outer.nii.gz")
+    drawn = ConformalMasks.case_overlays(tmp_path, "a")
+    assert [(o.label, o.color, o.linestyle) for o in drawn] == [("outer mask (conformal)", "#ffffff", "dashed")]
+    assert np.array_equal(drawn[0].mask, outer.astype(bool).any(axis=0))
+    assert ConformalMasks.case_overlays(tmp_path, "b") == []

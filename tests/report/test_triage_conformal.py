@@ -16,13 +16,16 @@ import pytest
 
 from monai_unc import cli
 from monai_unc.data.cohorts import write_toy_cohort
-from monai_unc.evaluation import ConformalRuleFile, EvaluationConfig, run_evaluate
+from monai_unc.evaluation import EvaluationConfig, run_evaluate
+from monai_unc.evaluation.conformal import ConformalRuleFile
 from monai_unc.evaluation.triage import RULE_FILE, FingerprintMismatch
 from monai_unc.io import CaseFiles, load_case
 from monai_unc.products import ConformalMasks
 from monai_unc.report.html import format_value
 from monai_unc.workflows.infer import InferSettings, check_run_settings
-from monai_unc.workflows.report import TRIAGE_CONFORMAL_DIR, triage_with_page
+from monai_unc.workflows.report import triage_with_page
+
+TRIAGE_CONFORMAL_DIR = "conformal"  # where triage --conformal-rule writes the masks: OUTPUT/<command>/
 
 # a case id that would be markup if it were not escaped (no '/': it is a file name)
 HOSTILE = "x\"'><img src=x id=pwn onerror=\"document.title='PWNED'\"><svg onload=alert(1)>"
@@ -117,7 +120,7 @@ def test_case_figures_draw_the_rule_masks(runs, monkeypatch, tmp_path):
     real = page.plot_case_overlay
 
     def spy(case_id, *args, **kwargs):
-        calls.append((case_id, kwargs.get("conformal")))
+        calls.append((case_id, {o.label.split()[0]: o.mask for o in kwargs.get("overlays") or ()} or None))
         return real(case_id, *args, **kwargs)
 
     monkeypatch.setattr(page, "plot_case_overlay", spy)
@@ -186,9 +189,8 @@ def test_region_model_masks_on_the_triage_page(tmp_path, monkeypatch):
     from tests.evaluation.test_evaluate_regions import write_region_cohort
 
     dirs = write_region_cohort(tmp_path / "c", n_cases=5)
-    with pytest.warns(DeprecationWarning, match="ConformalMasks"):  # the deprecated keywords still give the product
-        config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, delta=0.2,
-                                  conformal={"outer": 0.3, "inner": 0.4})
+    config = EvaluationConfig(regions="brats", spatial=False, target_risk=0.5, delta=0.2,
+                              products=[ConformalMasks({"outer": 0.3, "inner": 0.4})])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         run_evaluate(dirs["labels"], dirs["pred"], tmp_path / "ev", config)
@@ -196,7 +198,7 @@ def test_region_model_masks_on_the_triage_page(tmp_path, monkeypatch):
     real = page.plot_case_overlay
 
     def spy(case_id, *args, **kwargs):
-        calls.append((case_id, kwargs.get("conformal")))
+        calls.append((case_id, {o.label.split()[0]: o.mask for o in kwargs.get("overlays") or ()} or None))
         return real(case_id, *args, **kwargs)
 
     monkeypatch.setattr(page, "plot_case_overlay", spy)
@@ -224,5 +226,6 @@ def test_a_stratified_rule_shows_its_thresholds_per_stratum(tmp_path):
 
     masks = {"lambda_hat": {"outer": [{"1": 0.5}, {"1": 0.25}], "inner": {"1": 0.75}},
              "guarantee": {"outer": "FNR <= 0.3 within each stratum"}}
-    text = str(page._conformal_section(masks, tmp_path))
+    (tmp_path / "conformal.json").write_text(json.dumps(masks))
+    text = str(page.product_section(ConformalMasks.applied_section(tmp_path), "conformal"))
     assert "stratum 0: 1: 0.5; stratum 1: 1: 0.25" in text and "(lambda_hat 1: 0.75)" in text

@@ -42,7 +42,7 @@ def certify_referral_rule(
     rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
     cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is
     recomputed here and whenever it is read (:meth:`ReferralRule.verify_certificate`), and, when the evaluation had
-    probabilities, their label-free ``expected_dice``, which calibrates the conformal interval of a new case's
+    probabilities, their label-free ``expected_dice``, which calibrates the interval of a new case's
     expected Dice (:meth:`ReferralRule.expected_dice_interval`, 90 %).
 
     Args:

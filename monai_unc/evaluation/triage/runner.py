@@ -324,7 +324,7 @@ def _assemble(
         if "expected_dice" in r:
             entry["expected_dice"] = r["expected_dice"]
         bounds = {}
-        if interval is not None and np.isfinite(interval.low[i]):  # the conformal interval of the expected Dice
+        if interval is not None and np.isfinite(interval.low[i]):  # the interval of the expected Dice
             bounds = {"expected_dice_low": float(interval.low[i]), "expected_dice_high": float(interval.high[i])}
             entry.update(bounds)
         if rule.regions is not None:  # the rule's score per region (its mean over the regions is "score")
@@ -412,7 +412,7 @@ def run_triage(
     whose maps are gone is computed again). Rank 0 gathers the rows, applies the rule in case-id order
     and writes, atomically, ``triage.csv`` (one row per case: ``case, score, decision, reason`` then ``rank``,
     ``code``, the robust image z-score, the scores and quality estimates, last ``expected_dice_low`` /
-    ``expected_dice_high``: the conformal interval of :meth:`ReferralRule.expected_dice_interval`, when the rule
+    ``expected_dice_high``: the interval of :meth:`ReferralRule.expected_dice_interval`, when the rule
     records its calibration cases' estimates) and ``triage.json`` (decisions, reasons, the guarantee for the accepted
     cases, ``expected_dice_interval``: its level, quantile and statement, fingerprint check, the rule), after
     removing the maps of cases not in this

@@ -3,12 +3,12 @@
 Modelled on the IHE AI Results profile (who made it, with which model, on which images), the report holds:
 
 - one volumetric measurement group (TID 1411) per segment of the DICOM SEG, referencing that segment and its source
-  series, with the segment's volume in ml (and the conformal inner / outer mask volumes when given);
+  series, with the segment's volume in ml (and other volumes of the segment when given);
 - one measurement group (TID 1501) of the case's numbers (the case scores of the uncertainty maps, Dice and the
   QU-BraTS score when labels were given: the cells of the case's row of ``metrics.csv``), with the algorithm
   identification (name, version, weight digests, method) and the Parametric Maps and SEG as source images;
-- one measurement group of the conformal masks (the case's row of ``conformal.csv``: inner, predicted and outer
-  mask volumes in ml, band widths in mm), when given;
+- one measurement group per table of a cohort product's command (the case's row of its table, e.g. the inner,
+  predicted and outer volumes of the masks with a guarantee in ml and their band widths in mm), when given;
 - one measurement group of the triage decision (``accept`` / ``review``) with its score and the rule's algorithm
   identification, whose parameters carry the rule's digest and its guarantee statement.
 
@@ -84,7 +84,7 @@ def report_numbers(row: Mapping[str, Any], skip: Sequence[str] = ("case",)) -> d
 def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: Dataset | None,
                              maps: Sequence[Dataset], *, segment_volumes: Mapping[int, Mapping[str, float]],
                              numbers: Mapping[str, float], triage: Mapping[str, Any] | None = None,
-                             conformal: Mapping[str, float] | None = None,
+                             extra_groups: Mapping[str, Mapping[str, float]] | None = None,
                              algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
                              series_number: int = 999) -> Path:
     """Write the Comprehensive 3D SR (TID 1500) of one case.
@@ -94,11 +94,11 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         series: the source series (its slices are the evidence and the image library).
         seg: the case's DICOM SEG (headers suffice), or None.
         maps: the case's Parametric Maps (and FRACTIONAL SEG), referenced as source images of the case scores.
-        segment_volumes: ``{segment number: {"volume": ml, "conformal_inner_volume": ml, ...}}`` per SEG segment.
+        segment_volumes: ``{segment number: {"volume": ml, "<other>_volume": ml, ...}}`` per SEG segment.
         numbers: ``{name: value}`` of the case (:func:`report_numbers` of its ``metrics.csv`` row, or the case
             scores).
-        conformal: the case's row of ``conformal.csv`` (``monai-unc conformal``: inner / predicted / outer mask
-            volumes ``*_ml_*`` in ml, band widths ``*_mm_*`` in mm), or None.
+        extra_groups: ``{tracking identifier: {name: value}}``: more measurement groups, e.g. the case's row of a
+            product command's table (names with ``_ml_`` are in ml, with ``_mm_`` in mm, others unitless), or None.
         triage: the case's triage, or None: ``decision`` (``accept`` / ``review``), ``score``, ``score_name``,
             ``reason``, ``rule_digest``, ``statement`` (the guarantee).
         algorithm: who made the predictions.
@@ -149,15 +149,16 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
             tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="case scores"),
             measurements=case_measurements, algorithm_id=algo_id, source_images=sources or None,
         ))
-    conformal_measurements = [
-        hd.sr.Measurement(name=_name(k), value=float(v), unit=_ML if "_ml_" in k else _MM if "_mm_" in k else _UNITY,
-                          algorithm_id=algo_id)
-        for k, v in (conformal or {}).items() if _number(v) is not None]
-    if conformal_measurements:
-        groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
-            tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="conformal masks"),
-            measurements=conformal_measurements, algorithm_id=algo_id,
-        ))
+    for identifier, values in (extra_groups or {}).items():
+        measurements = [
+            hd.sr.Measurement(name=_name(k), value=float(v), unit=_ML if "_ml_" in k else _MM if "_mm_" in k
+                              else _UNITY, algorithm_id=algo_id)
+            for k, v in values.items() if _number(v) is not None]
+        if measurements:
+            groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
+                tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier=str(identifier)[:64]),
+                measurements=measurements, algorithm_id=algo_id,
+            ))
     if triage is not None:
         decision = triage.get("decision")
         if decision not in ("accept", "review"):

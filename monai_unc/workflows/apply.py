@@ -1,0 +1,202 @@
+"""The commands of the cohort products: a fitted artifact applied to new cases (``monai-unc <command>``).
+
+A product with a :attr:`~monai_unc.product.CohortProduct.command` (e.g. the inner and outer masks with a
+guarantee) applies the artifact that ``evaluate`` fitted to a folder of new predictions. :func:`apply_command` runs
+its :meth:`~monai_unc.product.CohortProduct.apply_cases` inside the command's session (process group and
+failed-cases step, :func:`monai_unc.workflows.session.run_command`); :func:`apply_from_arguments` is the command line's
+entry; :func:`apply_beside_triage` runs the commands that ``monai-unc triage --<command>-rule`` asks for into the
+triage folder. Nothing here names a product: each brings its own options, outputs and printed lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..engine import DistContext
+from ..io.signing import Trust
+from ..product import CohortProduct, command_product, command_products
+from .session import CommandResult, run_command
+
+__all__ = ["trust_from_arguments", "apply_command", "apply_from_arguments", "product_of_command", "rules_from_options",
+           "product_rule_options", "check_beside_triage", "apply_beside_triage"]
+
+
+def product_of_command(command: str | type[CohortProduct]) -> type[CohortProduct]:
+    """The registered product class whose command is ``command``.
+
+    Args:
+        command: a command name or a product class with a command.
+
+    Returns:
+        The class.
+
+    Raises:
+        ValueError: no registered product has that command.
+
+    Example:
+        >>> cls = command_products()[0]
+        >>> product_of_command(cls.command) is cls
+        True
+    """
+    if isinstance(command, type) and issubclass(command, CohortProduct) and command.command:
+        return command
+    cls = command_product(str(command))
+    if cls is None:
+        names = [c.command for c in command_products()]
+        raise ValueError(f"command: no product has the command {command!r} (the products' commands: {names})")
+    return cls
+
+
+def apply_command(
+    command: str | type[CohortProduct],
+    predictions: str | os.PathLike,
+    artifact: Any,
+    output: str | os.PathLike,
+    *,
+    dist: DistContext | None = None,
+    **options: Any,
+) -> CommandResult[Any]:
+    """The whole of ``monai-unc <command>`` on one process or on every rank of a ``torchrun`` job.
+
+    Args:
+        command: the command's name or its product class.
+        predictions: folder of the new cases' predictions.
+        artifact: the fitted file the command applies (its path, or the loaded file).
+        output: the output folder.
+        dist: a rank context the caller holds (its group is left alone), or None: join the process group or
+            create one from torchrun's environment, and destroy one created here at the end.
+        **options: the keyword arguments of the product's
+            :meth:`~monai_unc.product.CohortProduct.apply_cases` (``images``, ``layout``, ``uncertainty``,
+            ``allow_mismatch``, ``progress``, ``trust``, ...).
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of the product's result; its ``lines`` are the
+        product's :meth:`~monai_unc.product.CohortProduct.command_lines`. Raises
+        :class:`~monai_unc.workflows.session.CohortFailed` on every rank when cases failed (rank 0 has printed which).
+    """
+    cls = product_of_command(command)
+    out = Path(output).resolve()
+    return run_command(str(cls.command), out,
+                       lambda ctx: cls.apply_cases(predictions, artifact, out, dist=ctx, **options),
+                       dist=dist, summary=cls.command_lines)
+
+
+def apply_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:
+    """``monai-unc <command>`` of a product on its parsed arguments (:mod:`monai_unc.workflows.arguments`).
+
+    Args:
+        args: the parsed arguments (``args.command`` names the product's command).
+
+    Returns:
+        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`apply_command`; its ``lines`` are empty
+        with ``--quiet``.
+    """
+    cls = product_of_command(args.command)
+    res = apply_command(cls, args.predictions, args.rule, args.output, images=args.images, layout=args.layout,
+                        uncertainty=args.uncertainty, allow_mismatch=args.allow_mismatch, progress=not args.quiet,
+                        trust=trust_from_arguments(args), **cls.command_options(args))
+    return dataclasses.replace(res, lines=()) if args.quiet else res
+
+
+def trust_from_arguments(args: argparse.Namespace) -> Trust:
+    """The signatures the commands that apply a rule accept: ``--trusted-keys`` and ``--allow-unsigned``.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The :class:`~monai_unc.io.signing.Trust`; with ``--allow-unsigned`` a line on stderr says so.
+    """
+    allow = bool(getattr(args, "allow_unsigned", False))
+    if allow:
+        print("monai-unc: --allow-unsigned: a rule that is unsigned, signed by an untrusted key or of an older format "
+              "is used without checking who certified it; the outputs record it", file=sys.stderr)
+    return Trust(tuple(str(k) for k in getattr(args, "trusted_keys", None) or ()), allow)
+
+
+def rules_from_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The artifacts of the products' commands that a triage asks for: ``{command: artifact}``.
+
+    ``monai-unc triage --<command>-rule FILE`` (keyword ``<command>_rule=``) runs the product's command on the
+    same predictions into ``<triage output>/<command>/``.
+
+    Args:
+        options: keyword arguments; those named ``<command>_rule`` with a value are taken.
+
+    Returns:
+        ``{command: artifact}`` in the products' registration order.
+
+    Example:
+        >>> command = command_products()[0].command
+        >>> rules_from_options({f"{command}_rule": "r.json", "cases": 4, "other_rule": None}) == {command: "r.json"}
+        True
+    """
+    out = {}
+    for cls in command_products():
+        value = options.get(f"{str(cls.command).replace('-', '_')}_rule")
+        if value is not None:
+            out[str(cls.command)] = value
+    return out
+
+
+def product_rule_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--<command>-rule`` options of parsed ``monai-unc triage`` arguments, as keyword arguments.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        ``{"<command>_rule": value}`` for every product with a command (None when not given).
+
+    Example:
+        >>> key = f"{command_products()[0].command}_rule"
+        >>> product_rule_options(argparse.Namespace(**{key: "r.json"}))[key]
+        'r.json'
+    """
+    keys = [f"{str(cls.command).replace('-', '_')}_rule" for cls in command_products()]
+    return {k: getattr(args, k, None) for k in keys}
+
+
+def check_beside_triage(rules: Mapping[str, Any], predictions: str | os.PathLike, output: Path,
+                        **options: Any) -> dict[str, Path]:
+    """Check the artifacts of :func:`rules_from_options` before the triage writes anything.
+
+    Args:
+        rules: ``{command: artifact}``.
+        predictions: the new cases' predictions.
+        output: the triage folder.
+        **options: ``images``, ``layout``, ``uncertainty``, ``allow_mismatch``, ``trust``.
+
+    Returns:
+        ``{command: its output folder}`` (``<output>/<command>``).
+    """
+    folders = {}
+    for command, artifact in rules.items():
+        folder = output / command
+        product_of_command(command).check_apply(predictions, artifact, folder, **options)
+        folders[command] = folder
+    return folders
+
+
+def apply_beside_triage(rules: Mapping[str, Any], folders: Mapping[str, Path], predictions: str | os.PathLike, *,
+                        dist: Any, **options: Any) -> None:
+    """Run the products' commands of a triage into their folders (:func:`check_beside_triage`).
+
+    Args:
+        rules: ``{command: artifact}``.
+        folders: ``{command: output folder}``.
+        predictions: the new cases' predictions.
+        dist: the rank context.
+        **options: as for the products' :meth:`~monai_unc.product.CohortProduct.apply_cases`.
+
+    Returns:
+        None.
+    """
+    for command, artifact in rules.items():
+        product_of_command(command).apply_cases(predictions, artifact, folders[command], dist=dist, **options)
