@@ -174,12 +174,12 @@ def test_overlay_draws_conformal_contours_with_a_legend():
 
 
 def test_the_products_overlays_are_its_mask_files(tmp_path):
-    from monai_unc.io import save_nifti
+    import nibabel as nib
 
     outer = np.zeros((2, 6, 6, 6), np.uint8)
     outer[0, 1:3, 1:3, 1:3] = 1
-    outer[1, 3:5, 3:5, 3:5] = 1  # two foreground classes: the figure draws their union
-    save_nifti(outer, np.eye(4), tmp_path / "a_outer.nii.gz")
+    outer[1, 3:5, 3:5, 3:5] = 1  # two foreground classes (channels last in the file): the figure draws their union
+    nib.save(nib.Nifti1Image(np.moveaxis(outer, 0, -1), np.eye(4)), tmp_path / "a_outer.nii.gz")
     drawn = ConformalMasks.case_overlays(tmp_path, "a")
     assert [(o.label, o.color, o.linestyle) for o in drawn] == [("outer mask (conformal)", "#ffffff", "dashed")]
     assert np.array_equal(drawn[0].mask, outer.astype(bool).any(axis=0))
