@@ -723,9 +723,10 @@ def test_the_design_doc_lists_every_module():
 # ---------------------------------------------------------------------------------------------------------------
 # a capability is a unit: the masks with a guarantee live in a few modules
 # ---------------------------------------------------------------------------------------------------------------
-#: the modules of the masks with a guarantee: its formulas, their re-export, its computations, the product
-MASKS_MODULES = ("monai_unc.metrics.conformal", "monai_unc.metrics", "monai_unc.evaluation.conformal",
-                 "monai_unc.products.conformal")
+#: the modules of the masks with a guarantee: its formulas, its computations, the product, and the two packages that
+#: re-export the public names of the first two
+MASKS_MODULES = ("monai_unc.metrics.conformal", "monai_unc.evaluation.conformal", "monai_unc.products.conformal",
+                 "monai_unc.metrics", "monai_unc.evaluation")
 #: modules that use the word for two other capabilities from the same literature, never for the masks
 OTHER_CONFORMAL_USES = {
     "monai_unc.metrics.quality": "the split-conformal interval of the expected Dice (its formula)",
@@ -742,7 +743,7 @@ MASKS_WORDS = re.compile(r"conformal[ _-]?(mask|rule|state|strat|famil|side|loss
 
 
 def test_the_masks_with_a_guarantee_are_a_unit():
-    """The capability of the masks is its product module, its computations, its formulas and their re-export.
+    """The capability of the masks is its product module, its computations, its formulas and their re-exports.
 
     Every other command, page and writer reaches it through the product protocol (its options, command, outputs,
     overlays and rule file reader), so no other module of the package names it; the word itself is also the

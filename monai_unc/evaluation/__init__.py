@@ -82,6 +82,7 @@ from .config import (
     region_suffix,
     unit_scale,
 )
+from .conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, fit_conformal_rules, run_conformal
 from .products import read_artifact, write_artifact
 from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case, region_score_columns
 from .resume import case_cache, case_fingerprint, load_case_state, save_case_state
@@ -89,6 +90,10 @@ from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_sha
 from .triage import ReferralRule, certify_referral_rule, run_triage
 
 __all__ = [
+    "CONFORMAL_RULE_FILE",
+    "ConformalRuleFile",
+    "fit_conformal_rules",
+    "run_conformal",
     "read_artifact",
     "write_artifact",
     "CALIBRATION_COLUMNS",
