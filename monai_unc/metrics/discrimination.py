@@ -324,6 +324,30 @@ def _counts(u: np.ndarray, e: np.ndarray, threshold: float) -> tuple[int, int, i
     return n_ac, n_au, n_ic, n_iu
 
 
+#: positions in the tuple of :func:`_counts`
+_AC, _AU, _IC, _IU = range(4)
+
+
+def _count_ratio(
+    uncertainty: Any, error: Any, threshold: float, per_case: bool | None, caller: str, part: int, rest: int,
+    undefined: str,
+) -> float | ArrayLike:
+    """``n_part / (n_part + n_rest)`` of the :func:`_counts` of each case (positions ``_AC`` .. ``_IU``).
+
+    NaN with the warning ``f"{caller}: {undefined}"`` for a case where both counts are 0.
+    """
+    thr = _check_threshold(threshold)
+
+    def case(u: np.ndarray, e: np.ndarray) -> float:
+        counts = _counts(u, e, thr)
+        n_part, n_rest = counts[part], counts[rest]
+        if n_part + n_rest == 0:
+            return warn_nan(f"{caller}: {undefined}", 6)
+        return n_part / (n_part + n_rest)
+
+    return _per_case(case, uncertainty, error, per_case, caller)
+
+
 def avu(
     uncertainty: ArrayLike, error: ArrayLike, threshold: float = 0.5, per_case: bool | None = None
 ) -> float | ArrayLike:
@@ -391,15 +415,10 @@ def correct_certain_ratio(
         >>> round(correct_certain_ratio(uncertainty, error, per_case=False), 4)
         0.9277
     """
-    thr = _check_threshold(threshold)
-
-    def case(u: np.ndarray, e: np.ndarray) -> float:
-        n_ac, _, n_ic, _ = _counts(u, e, thr)
-        if n_ac + n_ic == 0:
-            return warn_nan("correct_certain_ratio: no voxel is certain (u <= threshold); undefined", 5)
-        return n_ac / (n_ac + n_ic)
-
-    return _per_case(case, uncertainty, error, per_case, "correct_certain_ratio")
+    return _count_ratio(
+        uncertainty, error, threshold, per_case, "correct_certain_ratio", _AC, _IC,
+        "no voxel is certain (u <= threshold); undefined",
+    )  # fmt: skip
 
 
 def uncertain_incorrect_ratio(
@@ -430,15 +449,10 @@ def uncertain_incorrect_ratio(
         >>> round(uncertain_incorrect_ratio(uncertainty, error, per_case=False), 4)
         0.7857
     """
-    thr = _check_threshold(threshold)
-
-    def case(u: np.ndarray, e: np.ndarray) -> float:
-        _, _, n_ic, n_iu = _counts(u, e, thr)
-        if n_ic + n_iu == 0:
-            return warn_nan("uncertain_incorrect_ratio: the case has no erroneous voxel; undefined", 5)
-        return n_iu / (n_ic + n_iu)
-
-    return _per_case(case, uncertainty, error, per_case, "uncertain_incorrect_ratio")
+    return _count_ratio(
+        uncertainty, error, threshold, per_case, "uncertain_incorrect_ratio", _IU, _IC,
+        "the case has no erroneous voxel; undefined",
+    )  # fmt: skip
 
 
 def _window(window: int | Sequence[int], ndim: int) -> tuple[int, ...]:

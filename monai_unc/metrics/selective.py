@@ -170,6 +170,15 @@ def _rc_points(confidence: np.ndarray, risk: np.ndarray) -> tuple[np.ndarray, ..
     return coverage, selective, generalized, threshold
 
 
+def _scored_points(uncertainty: Any, risk: Any, score_type: str) -> tuple[np.ndarray, ...]:
+    """The checked ``risk`` and the :func:`_rc_points` of ``uncertainty`` read as ``score_type``.
+
+    ``(risk, coverage, selective_risk, generalized_risk, threshold)``, the threshold on the confidence scale.
+    """
+    s, r = _pair(uncertainty, risk)
+    return (r, *_rc_points(_confidence(s, score_type), r))
+
+
 def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
     """Area under ``y(x)`` by the trapezoid rule, integrating from the smaller to the larger ``x``.
 
@@ -210,9 +219,7 @@ def risk_coverage_curve(
         >>> curve.threshold
         array([ 0.8,  0.4,  0.2,  0.1, -inf])
     """
-    s, r = _pair(uncertainty, risk)
-    conf = _confidence(s, score_type)
-    cov, sel, gen, thr = _rc_points(conf, r)
+    _, cov, sel, gen, thr = _scored_points(uncertainty, risk, score_type)
     if score_type == "uncertainty":
         thr = -thr
     return RiskCoverageCurve(*(_follow(a, uncertainty) for a in (cov, sel, gen, thr)))
@@ -239,8 +246,7 @@ def aurc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertainty
         >>> round(aurc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)
         0.1458
     """
-    s, r = _pair(uncertainty, risk)
-    cov, sel, _, _ = _rc_points(_confidence(s, score_type), r)
+    _, cov, sel, _, _ = _scored_points(uncertainty, risk, score_type)
     return _trapezoid(cov, sel)
 
 
@@ -266,8 +272,7 @@ def augrc(uncertainty: ArrayLike, risk: ArrayLike, score_type: str = "uncertaint
         >>> round(augrc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)
         0.125
     """
-    s, r = _pair(uncertainty, risk)
-    cov, _, gen, _ = _rc_points(_confidence(s, score_type), r)
+    _, cov, _, gen, _ = _scored_points(uncertainty, risk, score_type)
     return _trapezoid(cov, gen)
 
 
@@ -320,8 +325,7 @@ def eaurc(
         >>> round(eaurc([0.1, 0.4, 0.2, 0.8], [0.0, 1.0, 0.0, 1.0]), 4)  # the errors are the most uncertain cases
         0.0
     """
-    s, r = _pair(uncertainty, risk)
-    cov, sel, _, _ = _rc_points(_confidence(s, score_type), r)
+    r, cov, sel, _, _ = _scored_points(uncertainty, risk, score_type)
     return _trapezoid(cov, sel) - _optimal_aurc(r, optimum)
 
 

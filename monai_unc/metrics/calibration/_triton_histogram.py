@@ -28,6 +28,26 @@ if triton is not None:
 
 
     @triton.jit
+    def _add_row(
+        total_ptr, hits_ptr, sums_ptr, wtotal_ptr, whits_ptr, row, b, val, wi, ones, m, hit, F: tl.constexpr,
+        WEIGHTED: tl.constexpr,
+    ):
+        """Add one voxel block to the row at ``row`` of every table, at bins ``b`` where ``m``.
+
+        The count, the hits (where ``hit``), the sum of ``val`` and, with ``WEIGHTED``, the sum of ``val * wi``, the
+        weight and the weighted hits.
+        """
+        _add(total_ptr, row, b, ones, m, F)
+        _add(hits_ptr, row, b, ones, hit, F)
+        if WEIGHTED:
+            _add(sums_ptr, row, b, val * wi, m, F)
+            _add(wtotal_ptr, row, b, wi, m, F)
+            _add(whits_ptr, row, b, wi, hit, F)
+        else:
+            _add(sums_ptr, row, b, val, m, F)
+
+
+    @triton.jit
     def histogram_kernel(
         p_ptr, y_ptr, w_ptr, total_ptr, hits_ptr, sums_ptr, wtotal_ptr, whits_ptr, scal_ptr, flags_ptr, consts_ptr,
         n,
@@ -76,39 +96,22 @@ if triton is not None:
                 h += v * tl.log(tl.maximum(v, tiny))
             b = (v * F).to(tl.int64)
             row = base + c * stride
-            _add(total_ptr, row, b, ones, m, F)
-            _add(hits_ptr, row, b, ones, m & is_lab, F)  # r = [y == c]
-            if WEIGHTED:
-                _add(sums_ptr, row, b, v * wi, m, F)
-                _add(wtotal_ptr, row, b, wi, m, F)
-                _add(whits_ptr, row, b, wi, m & is_lab, F)
-            else:
-                _add(sums_ptr, row, b, v, m, F)
+            _add_row(  # r = [y == c]
+                total_ptr, hits_ptr, sums_ptr, wtotal_ptr, whits_ptr, row, b, v, wi, ones, m, m & is_lab, F, WEIGHTED
+            )
         invalid = (bad | ((tl.abs(s - 1.0) <= tol) == 0)) & m
         tl.atomic_add(flags_ptr, tl.sum(invalid.to(tl.int64), axis=0))
         correct = (pred == lab) & m
         b = (conf * F).to(tl.int64)
         row = base + C * stride
-        _add(total_ptr, row, b, ones, m, F)
-        _add(hits_ptr, row, b, ones, correct, F)
-        if WEIGHTED:
-            _add(sums_ptr, row, b, conf * wi, m, F)
-            _add(wtotal_ptr, row, b, wi, m, F)
-            _add(whits_ptr, row, b, wi, correct, F)
-        else:
-            _add(sums_ptr, row, b, conf, m, F)
+        _add_row(total_ptr, hits_ptr, sums_ptr, wtotal_ptr, whits_ptr, row, b, conf, wi, ones, m, correct, F, WEIGHTED)
         if ENTROPY:
             u = tl.minimum(tl.maximum(-h / log_c, 0.0), 1.0)
             b = (u * F).to(tl.int64)
             row = base + (C + 1) * stride
-            _add(total_ptr, row, b, ones, m, F)
-            _add(hits_ptr, row, b, ones, correct, F)
-            if WEIGHTED:
-                _add(sums_ptr, row, b, u * wi, m, F)
-                _add(wtotal_ptr, row, b, wi, m, F)
-                _add(whits_ptr, row, b, wi, correct, F)
-            else:
-                _add(sums_ptr, row, b, u, m, F)
+            _add_row(
+                total_ptr, hits_ptr, sums_ptr, wtotal_ptr, whits_ptr, row, b, u, wi, ones, m, correct, F, WEIGHTED
+            )
         nll = -tl.log(tl.maximum(p_true, nll_eps))
         brier = sq - 2.0 * p_true + 1.0
         zero = tl.zeros([BLOCK], tl.float64)
