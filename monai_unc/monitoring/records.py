@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluation.rows import class_dice
+from ..evaluation.triage.rule import ImageReference
 from ..io import check_label_map, read_csv, read_volume
 from ..io.provenance import has_weight_digests
 from .store import UNKNOWN_SITE, CaseRecord
@@ -187,7 +188,8 @@ def read_triage_run(
         The :class:`TriageRun`.
 
     Raises:
-        ValueError: no ``triage.json``, or a field of it that is missing or wrong (named).
+        ValueError: no ``triage.json``, or a field of it that is missing or wrong (named; the rule's
+            ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`).
     """
     root = Path(folder)
     path = root / "triage.json"
@@ -206,6 +208,11 @@ def read_triage_run(
     target = rule.get("target_risk")
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
         raise ValueError(f"{path}: field 'rule.target_risk' must be a number in (0, 1), got {target!r}")
+    if rule.get("image_reference") is not None:  # what the image alarm ranks new cases against: checked here
+        try:
+            ImageReference.from_json(rule["image_reference"], "rule.image_reference")
+        except ValueError as e:
+            raise ValueError(f"{path}: field {e}") from None
     cases = doc.get("cases")
     if not isinstance(cases, list):
         raise ValueError(f"{path}: field 'cases' must be a list")

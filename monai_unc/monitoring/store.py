@@ -558,7 +558,9 @@ class MonitorStore:
 
         Returns:
             ``{digest: {"score", "target_risk", "risk", "failure_dice", "calibration_scores", "num_classes",
-            "regions"}}`` (``num_classes`` / ``regions`` None when the rule does not say).
+            "regions", "image_reference"}}`` (``num_classes`` / ``regions`` / ``image_reference`` None when the rule
+            does not say; ``image_reference`` is the rule's JSON object, unchecked:
+            :func:`~monai_unc.monitoring.status.image_reference_scores` reads it).
         """
         out = {}
         for d, score, target, risk, fd, cal, body in self._all(
@@ -570,7 +572,8 @@ class MonitorStore:
                            "risk": str(risk), "failure_dice": None if fd is None else float(fd),
                            "calibration_scores": [float(v) for v in json.loads(cal)],
                            "num_classes": nc if isinstance(nc, int) and not isinstance(nc, bool) else None,
-                           "regions": doc.get("regions") if isinstance(doc, dict) else None}
+                           "regions": doc.get("regions") if isinstance(doc, dict) else None,
+                           "image_reference": doc.get("image_reference") if isinstance(doc, dict) else None}
         return out
 
     def cases(self) -> list[dict[str, Any]]:
