@@ -212,7 +212,7 @@ def read_triage_run(
         try:
             ImageReference.from_json(rule["image_reference"], "rule.image_reference")
         except ValueError as e:
-            raise ValueError(f"{path}: field {e}") from None
+            raise ValueError(f"{path}: {e}") from None
     cases = doc.get("cases")
     if not isinstance(cases, list):
         raise ValueError(f"{path}: field 'cases' must be a list")
