@@ -60,6 +60,7 @@ def test_record_status_label_verify_report(stream, capsys):
     rc, out, err = _main(["monitor", "status", "--db", db], capsys)
     assert rc == 0, out + err
     assert "no alarm" in out and "(all sites)" in out
+    assert "the image martingale ranks each case against the stream's earlier cases only" in out  # no statistics
     for k in range(4, 8):
         assert _main(["monitor", "record", str(folders[k]), "--db", db, "--sites", str(root / f"sites{k}.csv"),
                       "--time", f"2026-01-0{k + 1}T00:00:00", "-q"], capsys)[:2] == (0, "")
@@ -88,6 +89,7 @@ def test_record_status_label_verify_report(stream, capsys):
     text = page.read_text()
     assert "<img src=x" not in text and "<script" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
     assert text.count("<svg") >= 3 * 3 and "ALARM" in text  # 3 streams: martingales, acceptance, scores (+ risk)
+    assert text.count("Note: the image martingale ranks each case against the stream") == 3  # one per stream
     # tampering: verify exits 1
     conn = sqlite3.connect(db)
     conn.execute("UPDATE audit SET command = 'nothing to see' WHERE seq = 3")
