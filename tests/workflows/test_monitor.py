@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -67,6 +68,8 @@ def test_record_status_label_verify_report(stream, capsys):
     rc, out, _ = _main(["monitor", "status", "--db", db, "--json", str(root / "status.json")], capsys)
     assert rc == 1 and "ALARM [A] score distribution changed" in out  # exit status 1 for cron and CI
     assert "\x1b" not in out and (root / "status.json").is_file()
+    streams = json.loads((root / "status.json").read_text())["streams"]
+    assert [s["image_against_calibration"] for s in streams] == [False] * 3  # the rule records no image statistics
     # the change estimate names a case of the first shifted run
     assert re.search(r"change estimated from case 'r4c", out), out
     assert _main(["monitor", "status", "--db", db, "-q"], capsys)[:2] == (1, "")
@@ -261,8 +264,6 @@ def test_label_maps_of_a_region_rule_give_the_risk_of_the_csv_route(tmp_path, ca
     rc, _, err = _main(["monitor", "label", "--labels", str(bad), "--db", str(tmp_path / "maps.db")], capsys)
     assert rc == 2 and "[5] are in no region" in err and len(err.strip().splitlines()) == 1
     # a store that kept the rule's JSON with sorted keys has lost the order of its regions: label maps are refused
-    import json
-
     with sqlite3.connect(str(tmp_path / "maps.db")) as conn:
         body = json.loads(conn.execute("SELECT body FROM rules").fetchone()[0])
         assert list(body["regions"]) == ["WT", "TC", "ET"]  # kept in channel order
