@@ -12,8 +12,13 @@ but stays under the target).
 Protocol (``alpha = 0.05``; ``--streams`` streams of ``--cases`` cases each, default 1000 x 500):
 
 - **no shift** (label-free): calibration scores (200) and every case of the stream drawn from N(0, 1), i.e.
-  exchangeably; the share of streams with any alarm, for the case-score martingale (against the calibration scores)
-  and the image martingale (the stream alone, no reference);
+  exchangeably; the share of streams with any alarm, for the case-score martingale (against the calibration scores);
+- **images** (label-free): 50 calibration images and every case's image statistics (mean, std, p01, p50, p99) drawn
+  from one scanner; the rule's image reference (median and robust scale) fitted on the calibration images; each
+  case's ``image_z_max`` as triage records it; the image martingale against the calibration images' leave-one-out
+  ``image_z_max`` (what ``monitor status`` does with a rule that records them) and against the stream alone (a rule
+  certified before they were recorded), without a shift, with a new scanner (intensities 5 % higher) from the first
+  case, and with that scanner from case 200;
 - **scanner change** (label-free): from case 200 on, the scores move up by 1 (a new scanner): share detected by case
   500 and the median delay (alarm - 200);
 - **risk at the target** (labels): every accepted case fails with probability 0.1 = the target (the edge of the
@@ -47,6 +52,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from monai_unc.evaluation.triage import ImageReference
 from monai_unc.io import atomic_write_json, atomic_write_text, json_safe
 from monai_unc.metrics.monitoring import first_alarm, risk_eprocess, score_martingale
 
@@ -56,6 +62,14 @@ TARGET = 0.1
 CHANGE = 200
 WINDOW = 50
 N_CAL = 200
+#: image statistics (mean, std, p01, p50, p99) of the calibration scanner: centre and spread
+IMAGE_CENTRE = np.array([100.0, 20.0, 60.0, 100.0, 140.0])
+IMAGE_SPREAD = np.array([5.0, 2.0, 4.0, 5.0, 6.0])
+#: the intensity gain of the new scanner
+IMAGE_GAIN = 1.05
+N_CAL_IMAGES = 50
+#: image scenario -> the first case of the new scanner (500: none)
+IMAGE_SCENARIOS = {"no shift": None, "new scanner from case 1": 0, "scanner change": CHANGE}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,17 +108,40 @@ def _share(xs: list[Any]) -> float:
     return float(np.mean([x is not None for x in xs])) if xs else math.nan
 
 
-def _delays(xs: list[Any]) -> list[float]:
-    return [x - CHANGE for x in xs if x is not None]
+def _delays(xs: list[Any], change: int = CHANGE) -> list[float]:
+    return [x - change for x in xs if x is not None]
 
 
-def _summary(alarms: list[int | None], detection: bool) -> dict[str, Any]:
+def _images(rng: np.random.Generator, n: int) -> np.ndarray:
+    return IMAGE_CENTRE + rng.normal(size=(n, len(IMAGE_CENTRE))) * IMAGE_SPREAD
+
+
+def _image_streams(rng: np.random.Generator, n_streams: int, n: int) -> dict[str, dict[str, list]]:
+    """Per image scenario and reference, the alarm case (1-based) of every stream, or None."""
+    out: dict[str, dict[str, list]] = {s: {"against the calibration images": [], "stream alone": []}
+                                       for s in IMAGE_SCENARIOS}
+    for _ in range(n_streams):
+        ref = ImageReference.fit(_images(rng, N_CAL_IMAGES))
+        loo = ref.leave_one_out_z_max()
+        for scenario, start in IMAGE_SCENARIOS.items():
+            x = _images(rng, n)
+            if start is not None:
+                x[start:] *= IMAGE_GAIN
+            z = ref.z_scores(x).max(axis=1)  # image_z_max, as triage records it
+            seed = int(rng.integers(1 << 31))
+            for name, against in (("against the calibration images", loo), ("stream alone", ())):
+                m = score_martingale(z, against, alpha=ALPHA, seed=seed)
+                out[scenario][name].append(None if m.alarm is None else m.alarm + 1)
+    return out
+
+
+def _summary(alarms: list[int | None], detection: bool, change: int = CHANGE) -> dict[str, Any]:
     out: dict[str, Any] = {"alarm_share": _share(alarms), "n": len(alarms)}
     if detection:
-        d = _delays(alarms)
-        early = sum(1 for x in alarms if x is not None and x < CHANGE)
+        d = _delays(alarms, change)
+        early = sum(1 for x in alarms if x is not None and x < change)
         out.update(median_delay=float(np.median(d)) if d else math.nan, early_alarms=early,
-                   detected=float(np.mean([x is not None and x >= CHANGE for x in alarms])))
+                   detected=float(np.mean([x is not None and x >= change for x in alarms])))
     out["mc_se"] = math.sqrt(max(out["alarm_share"] * (1 - out["alarm_share"]), 1e-12) / max(len(alarms), 1))
     return out
 
@@ -114,7 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n = args.cases
     rng = np.random.default_rng(args.seed)
     t0, c0 = time.perf_counter(), time.process_time()
-    label_free: dict[str, dict[str, list]] = {"no shift": {"score": [], "image": [], "ks": []},
+    label_free: dict[str, dict[str, list]] = {"no shift": {"score": [], "ks": []},
                                               "scanner change": {"score": [], "ks": []}}
     for _ in range(n_streams):
         cal = rng.normal(size=N_CAL)
@@ -125,10 +162,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             r = score_martingale(s, cal, alpha=ALPHA, seed=seed)
             label_free[scenario]["score"].append(None if r.alarm is None else r.alarm + 1)
             label_free[scenario]["ks"].append(_ks_alarm(s, cal))
-            if scenario == "no shift":
-                z = np.abs(rng.normal(size=n))
-                m = score_martingale(z, (), alpha=ALPHA, seed=seed + 1)
-                label_free[scenario]["image"].append(None if m.alarm is None else m.alarm + 1)
+    images = _image_streams(np.random.default_rng([args.seed, 8]), n_streams, n)
     risk: dict[str, dict[str, list]] = {}
     scenarios = {"risk at the target": (TARGET, TARGET), "benign shift": (0.03, 0.08), "harmful shift": (0.05, 0.2)}
     for name, (before, after) in scenarios.items():
@@ -144,11 +178,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "calibration_cases": N_CAL, "seed": args.seed,
         "label_free": {
             "no shift": {"score martingale": _summary(label_free["no shift"]["score"], False),
-                         "image martingale": _summary(label_free["no shift"]["image"], False),
                          "window KS test": _summary(label_free["no shift"]["ks"], False)},
             "scanner change": {"score martingale": _summary(label_free["scanner change"]["score"], True),
                                "window KS test": _summary(label_free["scanner change"]["ks"], True)},
         },
+        "images": {scenario: {name: _summary(alarms, start is not None, start or 0)
+                              for name, alarms in images[scenario].items()}
+                   for scenario, start in IMAGE_SCENARIOS.items()},
+        "calibration_images": N_CAL_IMAGES, "image_gain": IMAGE_GAIN,
         "risk": {name: {"risk e-process": _summary(v["eprocess"], name == "harmful shift"),
                         "window binomial test": _summary(v["binomial"], name == "harmful shift")}
                  for name, v in risk.items()},
@@ -191,6 +228,16 @@ def render_markdown(r: dict[str, Any]) -> str:
             lines.append(f"| {scen} | {name} | {_fmt(s['alarm_share'])} ({_fmt(s['mc_se'])}) | "
                          f"{_fmt(s.get('detected', float('nan')))} | {_fmt(s.get('median_delay', float('nan')), 0)} | "
                          f"{s.get('early_alarms', '-')} |")
+    if r.get("images"):
+        lines += ["", f"### Label-free: image statistics against {r['calibration_images']} calibration images "
+                  f"(new scanner: intensities x {r['image_gain']})", "",
+                  "| scenario | image martingale | alarm share | detected after the change | median delay (cases) | "
+                  "alarms before the change |", "|---|---|---:|---:|---:|---:|"]
+        for scen, stats_ in r["images"].items():
+            for name, s in stats_.items():
+                lines.append(f"| {scen} | {name} | {_fmt(s['alarm_share'])} ({_fmt(s['mc_se'])}) | "
+                             f"{_fmt(s.get('detected', float('nan')))} | "
+                             f"{_fmt(s.get('median_delay', float('nan')), 0)} | {s.get('early_alarms', '-')} |")
     lines += ["", f"### With audited labels (failure of the accepted cases; target risk {r['target']})", "",
               "| scenario | statistic | alarm share | detected after the change | median delay (audited cases) | "
               "alarms before the change |", "|---|---|---:|---:|---:|---:|"]

@@ -41,6 +41,7 @@ from .products import product_case_states
 from .rows import (
     QU_BRATS_COLUMNS,
     CaseResult,
+    case_dice,
     case_expected_dice,
     case_tasks,
     class_dice,
@@ -138,8 +139,7 @@ def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> Ca
                           "background (another region spec, e.g. brats2023?)", UserWarning, stacklevel=2)
         act, tasks, maps = case_tasks(case, config)
         cols = [_namer(t) for t in tasks]
-        dices = [class_dice(t.pred, t.target, t.num_classes) for t in tasks]
-        row["dice"] = float(np.mean([float(np.mean(d)) for d in dices]))
+        row["dice"], dices = case_dice(tasks)
         for t, d in zip(tasks, dices):
             row.update({k: float(v) for k, v in zip(_dice_columns(t, config), d)})
 

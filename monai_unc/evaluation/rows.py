@@ -33,6 +33,7 @@ from .config import EvaluationConfig, region_suffix
 __all__ = [
     "CaseResult",
     "class_dice",
+    "case_dice",
     "derived_maps",
     "derived_map_path",
     "write_derived_maps",
@@ -192,6 +193,30 @@ def class_dice(seg: np.ndarray, label: np.ndarray, num_classes: int) -> np.ndarr
     """
     d = dice(seg[None], label[None], num_classes=num_classes, include_background=False, empty_score=1.0)
     return d[0].astype(np.float32)
+
+
+def case_dice(tasks: Sequence[TaskView]) -> tuple[float, list[np.ndarray]]:
+    """The Dice of a case's row: :func:`class_dice` of each task, and the mean over the tasks of their means.
+
+    For classes (one task) the mean over the foreground classes; for regions (one binary task per region) the mean
+    over the regions: what ``metrics.csv``'s ``dice`` holds and what failure detection, referral and risk control
+    use.
+
+    Args:
+        tasks: the case's tasks (:func:`case_tasks`).
+
+    Returns:
+        ``(dice, per_task)``: the case's Dice and each task's :func:`class_dice`.
+
+    Example:
+        >>> from monai_unc.activation import BERNOULLI
+        >>> pred = np.array([[[1, 1], [0, 0]], [[0, 0], [0, 0]]], bool)  # two regions
+        >>> target = np.array([[[1, 0], [0, 0]], [[0, 0], [0, 0]]], bool)
+        >>> case_dice(BERNOULLI.split(pred, target, None, {}, ["a", "b"], (1.0, 1.0)))[0]  # (2/3 + 1) / 2
+        0.8333333432674408
+    """
+    dices = [class_dice(t.pred, t.target, t.num_classes) for t in tasks]
+    return float(np.mean([float(np.mean(d)) for d in dices])), dices
 
 
 def case_expected_dice(probs: np.ndarray, multilabel: bool) -> QualityScores:

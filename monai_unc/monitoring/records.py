@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,8 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.rows import class_dice
-from ..io import check_label_map, read_csv, read_volume
+from ..evaluation.case import load_evaluation_case
+from ..evaluation.cohort import risk_of_dice
+from ..evaluation.config import EvaluationConfig
+from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
+from ..evaluation.triage.rule import ImageReference
+from ..io import CaseFiles, read_csv
 from ..io.provenance import has_weight_digests
 from .store import UNKNOWN_SITE, CaseRecord
 
@@ -187,7 +191,8 @@ def read_triage_run(
         The :class:`TriageRun`.
 
     Raises:
-        ValueError: no ``triage.json``, or a field of it that is missing or wrong (named).
+        ValueError: no ``triage.json``, or a field of it that is missing or wrong (named; the rule's
+            ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`).
     """
     root = Path(folder)
     path = root / "triage.json"
@@ -206,6 +211,11 @@ def read_triage_run(
     target = rule.get("target_risk")
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
         raise ValueError(f"{path}: field 'rule.target_risk' must be a number in (0, 1), got {target!r}")
+    if rule.get("image_reference") is not None:  # what the image alarm ranks new cases against: checked here
+        try:
+            ImageReference.from_json(rule["image_reference"], "rule.image_reference")
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
     cases = doc.get("cases")
     if not isinstance(cases, list):
         raise ValueError(f"{path}: field 'cases' must be a list")
@@ -251,7 +261,8 @@ def read_triage_run(
 
 
 def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: float | None) -> float:
-    """The loss of an audited case under a rule's risk.
+    """The loss of an audited case under a rule's risk: its Dice's risk as the rule was certified on
+    (:func:`~monai_unc.evaluation.cohort.risk_of_dice`), or the failure given.
 
     Args:
         dice: its Dice, or None.
@@ -263,21 +274,22 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
         The loss in ``[0, 1]``.
 
     Raises:
-        ValueError: neither given, or ``"1-dice"`` without a Dice.
+        ValueError: neither given, ``"1-dice"`` without a Dice, or another risk.
 
     Example:
         >>> loss_of(0.7, None, "failure", 0.8), loss_of(0.7, None, "1-dice", None), loss_of(None, 1, "failure", 0.8)
         (1.0, 0.30000000000000004, 1.0)
     """
+    if risk not in ("failure", "1-dice"):
+        raise ValueError(f"the rule's risk must be 'failure' or '1-dice', got {risk!r}")
     if risk == "1-dice":
         if dice is None:
             raise ValueError("a rule with risk '1-dice' needs each label's Dice")
-        return 1.0 - dice
-    if failure is not None:
+    elif failure is not None:
         return float(failure)
-    if dice is None or failure_dice is None:
+    elif dice is None or failure_dice is None:
         raise ValueError("each label needs its Dice or its failure (0/1)")
-    return float(dice < failure_dice)
+    return float(risk_of_dice(np.array([dice]), risk, math.nan if failure_dice is None else failure_dice)[0])
 
 
 def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -320,28 +332,43 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
     return out
 
 
-def label_map_dice(label: str | os.PathLike, prediction: str | os.PathLike, num_classes: int) -> float:
+def label_map_dice(
+    label: str | os.PathLike, prediction: str | os.PathLike, num_classes: int,
+    regions: Mapping[str, Sequence[int]] | None = None,
+) -> float:
     """The Dice of an audited label map against the case's predicted segmentation, as ``evaluate`` computes it.
 
-    The mean over the foreground classes ``1 .. C-1`` of
-    :func:`~monai_unc.evaluation.rows.class_dice` (a class absent from both maps scores 1).
+    The two files are read as ``evaluate`` reads a case (:func:`~monai_unc.evaluation.case.load_evaluation_case`:
+    the same checks of values and geometry) and split into its tasks (:func:`~monai_unc.evaluation.rows.case_tasks`);
+    the Dice is that of the row (:func:`~monai_unc.evaluation.rows.case_dice`). For a class-based rule: the mean over
+    the foreground classes ``1 .. C-1`` of :func:`~monai_unc.evaluation.rows.class_dice` (a class absent from both
+    maps scores 1). For a region-based rule (``regions``): the label map's regions are those of the spec
+    (:func:`~monai_unc.regions.label_to_regions`), the prediction is ``R`` region masks or a label map converted with
+    the same spec, and the Dice is the mean over the regions of each region's Dice (1 when empty in both): the
+    ``dice`` of ``metrics.csv`` that the rule's risk was certified on.
 
     Args:
-        label: the label map file.
+        label: the label map file (a label map ``(*spatial)``; for regions any non-negative labels, or ``R`` 0/1
+            region masks as ``evaluate`` reads them).
         prediction: the predicted segmentation file that triage read.
-        num_classes: the rule's number of classes ``C`` (background included).
+        num_classes: the rule's number of classes ``C`` (background included), or of regions ``R``.
+        regions: the rule's region spec ``{region: [labels]}``, or None for a class-based rule.
 
     Returns:
         The Dice in ``[0, 1]``.
 
     Raises:
-        ValueError: unreadable files, a label map with values outside ``[0, C)``, or shapes that differ.
+        ValueError: unreadable files, a label map with values outside ``[0, C)`` (classes) or in no region of the
+            spec (regions: ``evaluate`` refuses those too), or geometries (shape, affine) that differ.
         FileNotFoundError: a missing file.
     """
-    lab, _ = read_volume(label)
-    seg, _ = read_volume(prediction)
-    lab = check_label_map(lab[0] if lab.shape[0] == 1 else lab, f"label map {label}", num_classes)
-    seg = check_label_map(seg[0] if seg.shape[0] == 1 else seg, f"prediction {prediction}", num_classes)
-    if lab.shape != seg.shape:
-        raise ValueError(f"label map {os.fspath(label)!r} has shape {lab.shape}, its prediction {seg.shape}")
-    return float(np.mean(class_dice(seg, lab, num_classes)))
+    lab, pred = Path(label), Path(prediction)
+    case_id = next((lab.name[: -len(e)] for e in LABEL_EXTENSIONS if lab.name.endswith(e)), lab.name)
+    config = (EvaluationConfig(num_classes=num_classes) if regions is None else
+              EvaluationConfig(regions={k: list(v) for k, v in regions.items()}))
+    case = load_evaluation_case(CaseFiles(case_id, lab, seg=pred), config)
+    unclaimed = unclaimed_case_labels(case, config)
+    if unclaimed:
+        raise ValueError(f"label map {os.fspath(label)!r}: label value(s) {unclaimed[:6]} are in no region of the "
+                         f"rule's spec {dict(config.regions or {})}; the rule's Dice would count them as background")
+    return case_dice(case_tasks(case, config)[1])[0]

@@ -7,8 +7,12 @@ recording order):
   p-values against the rule's calibration scores and the earlier cases of the stream, and the Simple Jumper
   conformal test martingale (:func:`monai_unc.metrics.monitoring.score_martingale`);
 - the **image alarm** (label-free): the same on ``image_z_max`` (the largest robust z-score of the image
-  statistics), against the stream's earlier cases only (the rule keeps no per-case image statistics): it tests
-  that the images stay exchangeable over time;
+  statistics against the rule's image reference), ranked against the rule's calibration images' own ``image_z_max``
+  (each against the reference of the other calibration images:
+  :meth:`~monai_unc.evaluation.triage.ImageReference.leave_one_out_z_max`) and the stream's earlier cases. A rule
+  certified before it recorded its calibration images' statistics gives only the stream's earlier cases to rank
+  against: the alarm then tests that the images stay exchangeable over time, not that they match the calibration
+  images (:attr:`GroupStatus.image_note` says so);
 - the **risk alarm** (audited labels): the betting e-process of the losses of the *accepted* cases that were
   audited, against the rule's target risk (:func:`monai_unc.metrics.monitoring.risk_test`). Referred cases are
   left out: the guarantee is about accepted cases, and the referred ones that are audited are not a sample of
@@ -29,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from ..evaluation.triage.rule import ImageReference
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
 
 __all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable",
-           "stream_seed"]
+           "stream_seed", "image_reference_scores"]
 
 #: the site name of the pooled stream
 ALL_SITES = "(all sites)"
@@ -53,6 +58,9 @@ class GroupStatus:
         risk: the risk test of the audited accepted cases, or None without any.
         target_risk: the rule's target risk.
         alpha: the false-alarm probability of each alarm.
+        image_against_calibration: whether the image martingale ranked the cases against the rule's calibration
+            images (:func:`image_reference_scores`) as well as the stream's earlier cases; False when the rule
+            records no statistics of its calibration images (the stream's earlier cases only).
     """
 
     rule_digest: str
@@ -63,6 +71,17 @@ class GroupStatus:
     risk: RiskTestResult | None
     target_risk: float
     alpha: float
+    image_against_calibration: bool = False
+
+    @property
+    def image_note(self) -> str | None:
+        """What the image alarm cannot see when it has no calibration images to rank against (else None)."""
+        if self.image is None or self.image_against_calibration:
+            return None
+        return ("the image martingale ranks each case against the stream's earlier cases only: the rule records no "
+                "statistics of its calibration images (certified before monai-unc recorded them), so it detects a "
+                "change within the stream, not a stream whose images differ from the calibration images from its "
+                "start; certify the rule again (monai-unc evaluate --target-risk --images) to test against them")
 
     @property
     def n_cases(self) -> int:
@@ -113,20 +132,59 @@ def stream_seed(*parts: str) -> int:
     return int.from_bytes(hashlib.sha256("\x00".join(parts).encode()).digest()[:8], "little")
 
 
+def image_reference_scores(rule: Mapping[str, Any], source: str = "rule") -> np.ndarray | None:
+    """The calibration images' ``image_z_max`` that the image martingale ranks new cases against, or None.
+
+    Each calibration image's largest robust z-score against the reference of the other calibration images
+    (:meth:`~monai_unc.evaluation.triage.ImageReference.leave_one_out_z_max`), from the statistics the rule's image
+    reference records. The rule came from a triage folder a user may edit: its ``image_reference`` is read with
+    every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`.
+
+    Args:
+        rule: the rule's JSON (or the store's record of it) with its ``image_reference`` object, null or absent.
+        source: how error messages name the rule.
+
+    Returns:
+        ``(N,)`` the calibration images' ``image_z_max``; None when the rule has no image reference, records no
+        statistics of its calibration images (a rule certified before they were recorded) or fewer than two.
+
+    Raises:
+        ValueError: a malformed ``image_reference`` (the field named).
+
+    Example:
+        >>> from monai_unc.evaluation.triage import ImageReference
+        >>> ref = ImageReference.fit(np.array([[10., 2, 0, 10, 20], [12, 2, 0, 12, 22], [11, 3, 0, 11, 21]]))
+        >>> image_reference_scores({"image_reference": ref.to_json()}).round(2)
+        array([2.02, 2.02, 2.38])
+        >>> image_reference_scores({"image_reference": None}) is None
+        True
+    """
+    d = rule.get("image_reference")
+    if d is None:
+        return None
+    try:
+        ref = ImageReference.from_json(d, "image_reference")
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    return ref.leave_one_out_z_max()
+
+
 def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule: Mapping[str, Any],
-           alpha: float) -> GroupStatus:
+           alpha: float, image_reference: np.ndarray | None) -> GroupStatus:
     scores = np.array([c["score"] for c in cases], dtype=np.float64)
     defined = scores[~np.isnan(scores)]
     score = (score_martingale(defined, rule["calibration_scores"], alpha=alpha,
                               seed=stream_seed(rule_digest, site, "score")) if defined.size else None)
     z = np.array([c["image_z_max"] for c in cases], dtype=np.float64)
     z = z[~np.isnan(z)]
-    image = score_martingale(z, (), alpha=alpha, seed=stream_seed(rule_digest, site, "image")) if z.size else None
+    against = () if image_reference is None else image_reference
+    image = (score_martingale(z, against, alpha=alpha, seed=stream_seed(rule_digest, site, "image"))
+             if z.size else None)
     target = rule["target_risk"]
     losses = [c["loss"] for c in cases if c["decision"] == "accept" and c.get("loss") is not None]
     risk = risk_test(losses, target, alpha) if losses and target is not None else None
     return GroupStatus(rule_digest, site, tuple(cases), score, image, risk,
-                       math.nan if target is None else float(target), alpha)
+                       math.nan if target is None else float(target), alpha, image_reference is not None)
 
 
 def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mapping[str, Any]],
@@ -143,7 +201,8 @@ def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mappi
         more than one site.
 
     Raises:
-        ValueError: ``alpha`` outside ``(0, 1)``.
+        ValueError: ``alpha`` outside ``(0, 1)``, or a rule whose ``image_reference`` is malformed
+            (:func:`image_reference_scores`).
     """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
@@ -152,11 +211,12 @@ def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mappi
         rows = [c for c in cases if c["rule_digest"] == digest]
         if not rows:
             continue
+        ref = image_reference_scores(rule, f"rule {digest}")
         sites = sorted({c["site"] for c in rows})
         for site in sites:
-            out.append(_group(digest, site, [c for c in rows if c["site"] == site], rule, alpha))
+            out.append(_group(digest, site, [c for c in rows if c["site"] == site], rule, alpha, ref))
         if len(sites) > 1:
-            out.append(_group(digest, ALL_SITES, rows, rule, alpha))
+            out.append(_group(digest, ALL_SITES, rows, rule, alpha, ref))
     return out
 
 
@@ -189,7 +249,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
         groups: :func:`monitor_status`'s streams.
 
     Returns:
-        The table's lines (fixed-width columns) and one line per alarm.
+        The table's lines (fixed-width columns), one note per rule whose image alarm has no calibration images to
+        rank against (:attr:`GroupStatus.image_note`), and one line per alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")
@@ -207,6 +268,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
                      _fmt_m(g.image), str(len(lab)), risk))
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+    notes = {g.rule_digest: g.image_note for g in groups if g.image_note is not None}
+    lines += [f"note: rule {d.removeprefix('sha256:')[:12]}: {n}" for d, n in notes.items()]
     alarms = [printable(f"ALARM [{g.site}] {a}") for g in groups for a in g.alarms()]
     lines += alarms or [f"no alarm (each alarm: false-alarm probability <= {groups[0].alpha:g} over the whole "
                         "stream)" if groups else "no cases recorded"]

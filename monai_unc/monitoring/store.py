@@ -104,6 +104,11 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _in_order(obj: Any) -> str:
+    """JSON text that keeps the order of the keys (a rule's regions are in channel order)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _clean(v: Any) -> Any:
     """A value as it is stored and hashed: floats as floats (NaN as None), others as they are."""
     if isinstance(v, float) and not math.isfinite(v):
@@ -474,7 +479,7 @@ class MonitorStore:
                 self._execute("INSERT INTO rules (digest, score, target_risk, risk, failure_dice, calibration_scores, "
                               "body) VALUES (?, ?, ?, ?, ?, ?, ?)",
                               (digest, str(column), rule.get("target_risk"), str(rule.get("risk", "failure")),
-                               rule.get("failure_dice"), _canonical(cal_scores), _canonical(rule)))
+                               rule.get("failure_dice"), _canonical(cal_scores), _in_order(rule)))
             rows = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
             details = {"triage": folder, "source_digest": source_digest, "rule_digest": digest,
                        "model_digest": model_digest, "n_cases": len(rows),
@@ -558,7 +563,11 @@ class MonitorStore:
 
         Returns:
             ``{digest: {"score", "target_risk", "risk", "failure_dice", "calibration_scores", "num_classes",
-            "regions"}}`` (``num_classes`` / ``regions`` None when the rule does not say).
+            "regions", "regions_in_order", "image_reference"}}`` (``num_classes`` / ``regions`` / ``image_reference``
+            None when the rule does not say; ``image_reference`` is the rule's JSON object, unchecked:
+            :func:`~monai_unc.monitoring.status.image_reference_scores` reads it). ``regions_in_order`` is False
+            for a rule recorded by a monai-unc that kept its JSON with sorted keys, where the order of the regions
+            (the channels of region masks) is lost.
         """
         out = {}
         for d, score, target, risk, fd, cal, body in self._all(
@@ -570,7 +579,9 @@ class MonitorStore:
                            "risk": str(risk), "failure_dice": None if fd is None else float(fd),
                            "calibration_scores": [float(v) for v in json.loads(cal)],
                            "num_classes": nc if isinstance(nc, int) and not isinstance(nc, bool) else None,
-                           "regions": doc.get("regions") if isinstance(doc, dict) else None}
+                           "regions": doc.get("regions") if isinstance(doc, dict) else None,
+                           "regions_in_order": body != _canonical(doc),  # a rule's JSON never has sorted keys
+                           "image_reference": doc.get("image_reference") if isinstance(doc, dict) else None}
         return out
 
     def cases(self) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@
 (no script, no network resource, no image file: the page works from disk):
 
 1. the conformal test martingales of the case score and of the image statistics (log scale) against the alarm
-   threshold ``1 / alpha``, with the alarm and the estimated change point;
+   threshold ``1 / alpha``, with the alarm and the estimated change point (and a note when the rule records no
+   statistics of its calibration images, so that the image martingale ranks within the stream only);
 2. the audited accepted cases' risk: its lower confidence sequence and the observed running rate against the
    certified target;
 3. the acceptance rate over a moving window of the last cases;
@@ -201,7 +202,8 @@ def _stream_section(g: GroupStatus, calibration: Sequence[float]) -> Markup:
               else el("p", "no alarm", class_="ok"))
     charts = [c for c in (_martingale_chart(g), _risk_chart(g), _acceptance_chart(g), _score_chart(g, calibration))
               if c is not None]
-    return el("section", el("h2", f"{g.site} (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status,
+    note = None if g.image_note is None else el("p", f"Note: {g.image_note}.")
+    return el("section", el("h2", f"{g.site} (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status, note,
               el("div", *charts, class_="plots"), class_="stream")
 
 

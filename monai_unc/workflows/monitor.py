@@ -28,6 +28,7 @@ from ..monitoring import (
 )
 from ..monitoring.records import LABEL_EXTENSIONS, label_map_dice
 from ..monitoring.status import printable
+from ..regions import check_regions
 from ..report.monitor import build_monitor_page
 from .session import CommandResult
 
@@ -86,14 +87,30 @@ def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -
             out.append({"case": cid, "dice": None, "failure": None})  # add_labels names the cases not in the store
             continue
         rule = rules[case["rule_digest"]]
-        if rule["regions"] is not None or rule["num_classes"] is None:
-            raise ValueError(f"case {cid!r}: its rule is region-based or does not record its classes: give the "
-                             "audited Dice in a CSV (case,dice) instead of label maps")
+        regions = _rule_regions(rule, cid)
+        if rule["num_classes"] is None and regions is None:
+            raise ValueError(f"case {cid!r}: its rule does not record its classes: give the audited Dice in a CSV "
+                             "(case,dice) instead of label maps")
         if not case.get("prediction"):
             raise ValueError(f"case {cid!r}: its triage run recorded no prediction file to compare the label map "
                              "with: give the audited Dice in a CSV (case,dice)")
-        out.append({"case": cid, "dice": label_map_dice(p, case["prediction"], rule["num_classes"]), "failure": None})
+        n = len(regions) if regions is not None else rule["num_classes"]
+        out.append({"case": cid, "dice": label_map_dice(p, case["prediction"], n, regions), "failure": None})
     return out
+
+
+def _rule_regions(rule: dict[str, Any], cid: str) -> dict[str, tuple[int, ...]] | None:
+    """The region spec of a case's rule (checked: the store's copy of a rule came from an editable file), or None."""
+    if rule["regions"] is None:
+        return None
+    if not rule.get("regions_in_order", True):
+        raise ValueError(f"case {cid!r}: the store recorded its region-based rule before monai-unc kept the order "
+                         "of a rule's regions (the channels of region masks): give the audited Dice in a CSV "
+                         "(case,dice), or record the triage runs into a new store")
+    try:
+        return check_regions(rule["regions"], "the rule's regions")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"case {cid!r}: {e}") from None
 
 
 def record_labels(
@@ -102,7 +119,8 @@ def record_labels(
     """``monai-unc monitor label``: audited labels, from a CSV or a folder of label maps.
 
     The CSV has a ``case`` column and ``dice`` and/or ``failure``; a label map ``<case>.nii.gz`` is compared with the
-    prediction triage read, as ``evaluate`` computes the Dice.
+    prediction triage read, as ``evaluate`` computes the Dice (for a region-based rule the mean over the rule's
+    regions: :func:`~monai_unc.monitoring.records.label_map_dice`).
 
     Each label's loss follows its case's rule: the failure (``dice < failure_dice``, or the ``failure`` column)
     for a ``failure`` rule, ``1 - dice`` for a ``1-dice`` rule.
@@ -155,6 +173,7 @@ def store_status(
         doc = [{"rule": g.rule_digest, "site": g.site, "n_cases": g.n_cases, "acceptance_rate": g.acceptance_rate,
                 "score_alarm": None if g.score is None else g.score.alarm,
                 "image_alarm": None if g.image is None else g.image.alarm,
+                "image_against_calibration": g.image_against_calibration,
                 "risk_alarm": None if g.risk is None else g.risk.alarm, "alarms": g.alarms()} for g in groups]
         atomic_write_json(output, json_safe({"alpha": alpha, "streams": doc}))
     return CommandResult(groups, True, Path.cwd(), tuple(lines), exit_status=int(any_alarm(groups)))

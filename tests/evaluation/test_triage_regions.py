@@ -143,6 +143,7 @@ def test_rule_of_a_region_evaluation_records_the_regions(cohorts):
     # the image reference holds the statistics of the four channels
     assert rule.image_reference is not None and len(rule.image_reference.features) == 20
     assert rule.image_reference.features[0] == "c0_mean" and rule.image_reference.n_cases == 24
+    assert len(rule.image_reference.statistics) == 24  # each calibration image's, for the monitor's image alarm
     assert rule.feasible and math.isfinite(rule.threshold)  # the fixture certifies a threshold that refers cases
 
 
@@ -193,6 +194,32 @@ def test_triage_of_new_region_cases_equals_the_rule_on_scores_from_the_maps(coho
     for name in BRATS:
         assert f"<th class=\"\">mean {name}</th>" in page
     assert "mean region dice" in page and (out / "figures" / "case_c06.png").is_file()
+
+
+@pytest.mark.slow
+def test_monitoring_a_region_rule_end_to_end(cohorts, tmp_path):
+    """``triage --monitor`` then ``monitor label`` with the label maps: each audited Dice is the ``dice`` that
+    ``evaluate`` wrote for the case (the mean over the regions, in the rule's channel order) and its loss the rule's
+    failure; the image martingale ranks the cases against the rule's calibration images."""
+    from monai_unc.monitoring import MonitorStore, monitor_status
+    from monai_unc.monitoring.status import image_reference_scores
+
+    a, rule = cohorts["A"], ReferralRule.load(cohorts["rule"])
+    db = str(tmp_path / "m.db")
+    assert main(["triage", "-p", str(a["pred"]), "-r", str(cohorts["rule"]), "-o", str(tmp_path / "t"), "--images",
+                 str(a["images"]), "--monitor", db, "--site", "A", "-q"]) == 0
+    assert main(["monitor", "label", "--labels", str(a["labels"]), "--db", db, "-q"]) == 0
+    with MonitorStore(db) as store:
+        cases, rules = store.cases(), store.rules()
+    metrics = _csv(cohorts["eval"] / "metrics.csv")
+    assert len(cases) == 24 and {c["case_id"] for c in cases} == set(metrics)
+    for c in cases:
+        d = float(metrics[c["case_id"]]["dice"])
+        assert c["dice"] == pytest.approx(d, abs=1e-6) and c["loss"] == float(d < rule.failure_dice)
+    (g,) = monitor_status(cases, rules)
+    assert g.image_against_calibration and g.image_note is None
+    (recorded,) = rules.values()
+    np.testing.assert_allclose(image_reference_scores(recorded), rule.image_reference.leave_one_out_z_max())
 
 
 @pytest.mark.slow

@@ -46,7 +46,10 @@ def test_each_stream_is_the_formulas_on_its_cases():
         assert g.acceptance_rate == pytest.approx(np.mean([c["decision"] == "accept" for c in stream]))
     assert not any_alarm(groups)
     table = status_table(groups)
-    assert table[-1].startswith("no alarm") and len(table) == 5
+    assert table[-1].startswith("no alarm") and len(table) == 6
+    # the rule records no statistics of its calibration images: the image alarm ranks within the stream, and says so
+    assert table[-2].startswith("note: rule r1: the image martingale ranks each case against the stream's earlier")
+    assert all(not g.image_against_calibration and "certify the rule again" in g.image_note for g in groups)
 
 
 def test_alarms_are_raised_and_named():

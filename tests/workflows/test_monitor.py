@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -60,12 +61,15 @@ def test_record_status_label_verify_report(stream, capsys):
     rc, out, err = _main(["monitor", "status", "--db", db], capsys)
     assert rc == 0, out + err
     assert "no alarm" in out and "(all sites)" in out
+    assert "the image martingale ranks each case against the stream's earlier cases only" in out  # no statistics
     for k in range(4, 8):
         assert _main(["monitor", "record", str(folders[k]), "--db", db, "--sites", str(root / f"sites{k}.csv"),
                       "--time", f"2026-01-0{k + 1}T00:00:00", "-q"], capsys)[:2] == (0, "")
     rc, out, _ = _main(["monitor", "status", "--db", db, "--json", str(root / "status.json")], capsys)
     assert rc == 1 and "ALARM [A] score distribution changed" in out  # exit status 1 for cron and CI
     assert "\x1b" not in out and (root / "status.json").is_file()
+    streams = json.loads((root / "status.json").read_text())["streams"]
+    assert [s["image_against_calibration"] for s in streams] == [False] * 3  # the rule records no image statistics
     # the change estimate names a case of the first shifted run
     assert re.search(r"change estimated from case 'r4c", out), out
     assert _main(["monitor", "status", "--db", db, "-q"], capsys)[:2] == (1, "")
@@ -88,6 +92,7 @@ def test_record_status_label_verify_report(stream, capsys):
     text = page.read_text()
     assert "<img src=x" not in text and "<script" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
     assert text.count("<svg") >= 3 * 3 and "ALARM" in text  # 3 streams: martingales, acceptance, scores (+ risk)
+    assert text.count("Note: the image martingale ranks each case against the stream") == 3  # one per stream
     # tampering: verify exits 1
     conn = sqlite3.connect(db)
     conn.execute("UPDATE audit SET command = 'nothing to see' WHERE seq = 3")
@@ -194,3 +199,74 @@ def test_labels_from_a_folder_of_label_maps(tmp_path, capsys):
     (labels / "zzz.nii.gz").write_bytes((labels / "a.nii.gz").read_bytes())
     rc, _, err = _main(["monitor", "label", "--labels", str(labels), "--db", db], capsys)
     assert rc == 2 and "not in the monitoring store" in err
+
+
+def _region_dice(pred_masks, label, spec):
+    """Brute force: per region 2 |A & B| / (|A| + |B|) (1 when both are empty), then the mean over the regions."""
+    out = []
+    for r, labels in enumerate(spec.values()):
+        a, b = pred_masks[r].astype(bool), np.isin(label, labels)
+        out.append(1.0 if a.sum() + b.sum() == 0 else 2 * (a & b).sum() / (a.sum() + b.sum()))
+    return float(np.mean(out))
+
+
+@pytest.mark.parametrize("risk", ["failure", "1-dice"])
+def test_label_maps_of_a_region_rule_give_the_risk_of_the_csv_route(tmp_path, capsys, risk):
+    """A region-based rule: each label map's Dice is the mean over the rule's regions (region masks from the spec),
+    against a prediction of region masks (monai-unc infer --activation sigmoid) or a label map (nnU-Net); the audited
+    risk is the one a CSV of the same Dice gives."""
+    from monai_unc.io import save_nifti, save_region_maps
+    from monai_unc.io.provenance import rule_digest
+    from monai_unc.monitoring import MonitorStore
+
+    spec = {"WT": [1, 2, 3], "TC": [1, 3], "ET": [3]}
+    rng = np.random.default_rng(2)
+    labels, preds = tmp_path / "labels", tmp_path / "preds"
+    labels.mkdir()
+    preds.mkdir()
+    expected = {}
+    for cid in ("masks", "labelmap", "same", "noET"):
+        lab = rng.integers(0, 4, (6, 7, 5))
+        if cid == "noET":
+            lab[lab == 3] = 1  # ET empty in the label; the prediction has none either: that region scores 1
+        lab_pred = lab.copy() if cid == "same" else rng.integers(0, 3 if cid == "noET" else 4, (6, 7, 5))
+        masks = np.stack([np.isin(lab_pred, v) for v in spec.values()]).astype(np.uint8)
+        if cid == "labelmap":
+            save_nifti(lab_pred.astype(np.uint8), np.eye(4), preds / f"{cid}_seg.nii.gz")
+        else:
+            save_region_maps(masks, np.eye(4), preds / f"{cid}_seg.nii.gz", dtype="uint8")
+        save_nifti(lab.astype(np.uint8), np.eye(4), labels / f"{cid}.nii.gz")
+        expected[cid] = _region_dice(masks, lab, spec)
+    assert expected["same"] == 1.0 and 0 < expected["masks"] < 0.8
+    rule = make_rule([0.1, 0.2], risk=risk)
+    del rule["digest"]
+    rule["regions"] = spec
+    rule["digest"] = rule_digest(rule)
+    cases = [{"case": c, "score": 0.1} for c in expected]
+    folder = write_triage(tmp_path / "t", rule, cases, segs={c: str(preds / f"{c}_seg.nii.gz") for c in expected})
+    write_csv(tmp_path / "audit.csv", [{"case": c, "dice": repr(d)} for c, d in expected.items()])
+    got = {}
+    for route, source in (("maps", labels), ("csv", tmp_path / "audit.csv")):
+        db = str(tmp_path / f"{route}.db")
+        assert _main(["monitor", "record", str(folder), "--db", db, "-q"], capsys)[0] == 0
+        rc, out, err = _main(["monitor", "label", "--labels", str(source), "--db", db], capsys)
+        assert rc == 0 and out.startswith("recorded 4 audited label(s)"), err
+        with MonitorStore(db) as store:
+            got[route] = {c["case_id"]: (c["dice"], c["loss"]) for c in store.cases()}
+    for cid, d in expected.items():
+        assert got["maps"][cid][0] == pytest.approx(d, abs=1e-6)
+        assert got["maps"][cid][1] == pytest.approx(got["csv"][cid][1], abs=1e-6)
+        assert got["csv"][cid][1] == pytest.approx(float(d < 0.8) if risk == "failure" else 1 - d, abs=1e-12)
+    # a label value in no region of the rule is refused, as evaluate refuses it
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    save_nifti(np.full((6, 7, 5), 5, np.uint8), np.eye(4), bad / "same.nii.gz")
+    rc, _, err = _main(["monitor", "label", "--labels", str(bad), "--db", str(tmp_path / "maps.db")], capsys)
+    assert rc == 2 and "[5] are in no region" in err and len(err.strip().splitlines()) == 1
+    # a store that kept the rule's JSON with sorted keys has lost the order of its regions: label maps are refused
+    with sqlite3.connect(str(tmp_path / "maps.db")) as conn:
+        body = json.loads(conn.execute("SELECT body FROM rules").fetchone()[0])
+        assert list(body["regions"]) == ["WT", "TC", "ET"]  # kept in channel order
+        conn.execute("UPDATE rules SET body = ?", (json.dumps(body, sort_keys=True, separators=(",", ":")),))
+    rc, _, err = _main(["monitor", "label", "--labels", str(labels), "--db", str(tmp_path / "maps.db")], capsys)
+    assert rc == 2 and "before monai-unc kept the order" in err

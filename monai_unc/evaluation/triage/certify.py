@@ -37,7 +37,9 @@ def certify_referral_rule(
 
     The rule holds the threshold and its certificate from ``summary["risk_control"]`` (fitted by
     :func:`monai_unc.evaluation.summarize` on the calibration cases), the calibration cases' scores from ``state``, the
-    statistics of their images when the evaluation had images (``state.files``), and the fingerprint of ``predictions``
+    statistics of their images when the evaluation had images (``state.files``: the reference and each image's row,
+    :attr:`ImageReference.statistics`, what ``monai-unc monitor`` ranks new images against), and the fingerprint of
+    ``predictions``
     (:func:`prediction_fingerprint`, the calibration cases' records). A region evaluation (``config.regions``) gives a
     rule with the region spec, whose score is the combined case score of the regions. The rule records the calibration
     cases' scores, Dice and risks (:class:`CalibrationRecord`, ``format_version`` 3), from which its certificate is

@@ -36,8 +36,12 @@ RULE_FORMAT = "monai-unc referral rule"
 #: a reader of version 1 would ignore), 1 for every other rule (readable by older versions)
 #: A version-3 rule may also record its calibration cases' label-free expected Dice (``calibration.expected_dice``,
 #: for the conformal interval of :meth:`ReferralRule.expected_dice_interval`); a reader that ignores it loses only
-#: the interval, so the version stays 3.
+#: the interval, so the version stays 3. Likewise its image reference may record the statistics of each calibration
+#: image (``image_reference.calibration_statistics``, versioned on its own: :data:`IMAGE_STATISTICS_VERSION`), the
+#: reference against which ``monai-unc monitor`` ranks new cases' images; a reader that ignores it loses only that.
 RULE_VERSION = 3
+#: the version of a rule's ``image_reference.calibration_statistics`` object (a reader refuses newer ones)
+IMAGE_STATISTICS_VERSION = 1
 #: what writes a rule file
 _WRITTEN_BY = "monai-unc evaluate --target-risk"
 #: what a rule file says when its content does not agree with itself
@@ -68,6 +72,11 @@ class ImageReference:
     only ``CASE_0000`` (rules certified before multi-channel reading; read from a rule file without the field).
     Images holding every channel in one file read the same either way.
 
+    ``statistics``: the rows the reference was fitted on (what :meth:`fit` keeps, in the order of the rule's
+    calibration cases), from which the median and scale are recomputed when a rule is read and
+    :meth:`leave_one_out_z_max` gives each calibration image's ``image_z_max``: the reference of ``monai-unc
+    monitor``'s image alarm. None in rules written before they were recorded.
+
     Args:
         features: the statistic names (:func:`image_feature_names`), ``F = 5 C`` for ``C`` channels.
         median: the median of each statistic over the calibration cases ``(F,)``.
@@ -75,6 +84,7 @@ class ImageReference:
         n_cases: the number of calibration images.
         z_max: the largest robust z-score of an accepted case.
         channel_files: ``"all"`` or ``"first"`` (above).
+        statistics: ``(N, F)`` the calibration images' statistics, or None (above).
 
     Raises:
         ValueError: ``channel_files`` is not one of :data:`IMAGE_CHANNEL_FILES`.
@@ -96,6 +106,7 @@ class ImageReference:
     n_cases: int
     z_max: float = IMAGE_Z_MAX
     channel_files: str = "all"
+    statistics: tuple[tuple[float, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.channel_files not in IMAGE_CHANNEL_FILES:
@@ -110,7 +121,8 @@ class ImageReference:
             z_max: the largest robust z-score of an accepted case.
 
         Returns:
-            The reference: per statistic the median and ``max(1.4826 MAD, 0.02 R_c, 1e-12)`` (class docstring).
+            The reference: per statistic the median and ``max(1.4826 MAD, 0.02 R_c, 1e-12)`` (class docstring), with
+            ``stats`` as its :attr:`statistics`.
 
         Raises:
             ValueError: ``stats`` has the wrong shape or non-finite values, or ``z_max`` is not positive.
@@ -123,15 +135,38 @@ class ImageReference:
             raise ValueError("stats must be finite")
         if isinstance(z_max, bool) or not isinstance(z_max, (int, float)) or not z_max > 0:
             raise ValueError(f"z_max must be a positive number, got {z_max!r}")
-        n_ch = s.shape[1] // n_f
-        med = np.median(s, axis=0)
-        mad = np.median(np.abs(s - med), axis=0)
-        per_ch = s.reshape(s.shape[0], n_ch, n_f)
-        spread = np.median(per_ch[..., IMAGE_FEATURES.index("p99")] - per_ch[..., IMAGE_FEATURES.index("p01")], 0)
-        floor = np.repeat(_SCALE_FLOOR * spread, n_f)
-        scale = np.maximum(np.maximum(_MAD_TO_SD * mad, floor), 1e-12)
-        return cls(image_feature_names(n_ch), tuple(float(v) for v in med), tuple(float(v) for v in scale),
-                   int(s.shape[0]), float(z_max))
+        med, scale = _location_scale(s)
+        return cls(image_feature_names(s.shape[1] // n_f), tuple(float(v) for v in med),
+                   tuple(float(v) for v in scale), int(s.shape[0]), float(z_max),
+                   statistics=tuple(tuple(float(v) for v in row) for row in s))
+
+    def leave_one_out_z_max(self) -> np.ndarray | None:
+        """Each calibration image's largest robust z-score against the reference of the *other* calibration images.
+
+        This is the statistic ``monai-unc triage`` records for a new case (``image_z_max``: the largest of its
+        :meth:`z_scores`), computed for calibration image ``i`` with the median and scale fitted on the ``N - 1``
+        others, so that, like a new case's, it comes from a reference that did not see the image. ``monai-unc
+        monitor`` ranks new cases' ``image_z_max`` among these (a new case's reference has ``N`` images, a
+        calibration image's ``N - 1``: exchangeable up to that difference).
+
+        Returns:
+            ``(N,)`` float64, in the order of :attr:`statistics`; None without recorded statistics or with fewer
+            than two calibration images.
+
+        Example:
+            >>> ref = ImageReference.fit(np.array([[10., 2, 0, 10, 20], [12, 2, 0, 12, 22], [11, 3, 0, 11, 21],
+            ...                                     [11, 2, 0, 11, 21]]))
+            >>> ref.leave_one_out_z_max().round(2)
+            array([2.38, 2.38, 2.38, 0.  ])
+        """
+        if self.statistics is None or len(self.statistics) < 2:
+            return None
+        s = np.asarray(self.statistics, dtype=np.float64)
+        out = np.empty(len(s))
+        for i in range(len(s)):
+            med, scale = _location_scale(np.delete(s, i, axis=0))
+            out[i] = float(np.max(np.abs(s[i] - med) / scale))
+        return out
 
     def z_scores(self, stats: np.ndarray) -> np.ndarray:
         """Robust z-scores ``|x - median| / scale`` of ``stats``.
@@ -155,24 +190,32 @@ class ImageReference:
         """The reference as JSON data (the ``image_reference`` object of a rule file).
 
         Returns:
-            ``{"features", "median", "scale", "n_cases", "z_max", "channel_files"}``.
+            ``{"features", "median", "scale", "n_cases", "z_max", "channel_files"}``, and with recorded statistics
+            ``"calibration_statistics": {"version", "rows"}``.
         """
-        return {"features": list(self.features), "median": list(self.median), "scale": list(self.scale),
-                "n_cases": self.n_cases, "z_max": self.z_max, "channel_files": self.channel_files}
+        out: dict[str, Any] = {"features": list(self.features), "median": list(self.median),
+                               "scale": list(self.scale), "n_cases": self.n_cases, "z_max": self.z_max,
+                               "channel_files": self.channel_files}
+        if self.statistics is not None:
+            out["calibration_statistics"] = {"version": IMAGE_STATISTICS_VERSION,
+                                             "rows": [list(r) for r in self.statistics]}
+        return out
 
     @classmethod
     def from_json(cls, d: Any, where: str = "image_reference") -> ImageReference:
         """Read :meth:`to_json` data, checked.
 
         Args:
-            d: the parsed JSON object; without ``channel_files`` (older rules) it reads as ``"first"``.
+            d: the parsed JSON object; without ``channel_files`` (older rules) it reads as ``"first"``; without
+                ``calibration_statistics`` (older rules) the reference has no :attr:`statistics`.
             where: how error messages name the object.
 
         Returns:
             The reference.
 
         Raises:
-            ValueError: a field is missing or wrong (the message names it).
+            ValueError: a field is missing or wrong (the message names it), or recorded calibration statistics that do
+                not give the recorded median and scale (the file was edited).
         """
         if not isinstance(d, Mapping):
             raise ValueError(f"{where} must be an object, got {type(d).__name__}")
@@ -190,7 +233,51 @@ class ImageReference:
         mode = d.get("channel_files", "first")  # rules written before every channel file was read
         if mode not in IMAGE_CHANNEL_FILES:
             raise ValueError(f"{where}.channel_files must be one of {IMAGE_CHANNEL_FILES}, got {mode!r}")
-        return cls(tuple(str(f) for f in feats), tuple(med), tuple(scale), int(n), z_max, mode)
+        rows = None
+        if "calibration_statistics" in d:  # recorded since monitoring ranks new images against them
+            rows = _statistics_rows(d["calibration_statistics"], f"{where}.calibration_statistics", len(feats), n)
+            try:
+                again = cls.fit(np.asarray(rows), z_max)
+            except ValueError as e:
+                raise ValueError(f"{where}.calibration_statistics: {e}") from None
+            names = tuple(str(f) for f in feats)
+            for name, got, want in (("features", names, again.features), ("median", tuple(med), again.median),
+                                    ("scale", tuple(scale), again.scale)):
+                if len(got) != len(want) or not all(a == b or (not isinstance(a, str) and _same(a, b))
+                                                    for a, b in zip(got, want)):
+                    raise ValueError(f"field '{where}.{name}' is {list(got)!r} but the recorded calibration statistics "
+                                     f"give {list(want)!r}: {_EDITED}")
+        return cls(tuple(str(f) for f in feats), tuple(med), tuple(scale), int(n), z_max, mode, rows)
+
+
+def _location_scale(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of ``s`` ``(N, 5 C)``: the median and ``max(1.4826 MAD, 0.02 R_c, 1e-12)`` (ImageReference)."""
+    n_f = len(IMAGE_FEATURES)
+    med = np.median(s, axis=0)
+    mad = np.median(np.abs(s - med), axis=0)
+    per_ch = s.reshape(s.shape[0], s.shape[1] // n_f, n_f)
+    spread = np.median(per_ch[..., IMAGE_FEATURES.index("p99")] - per_ch[..., IMAGE_FEATURES.index("p01")], 0)
+    floor = np.repeat(_SCALE_FLOOR * spread, n_f)
+    return med, np.maximum(np.maximum(_MAD_TO_SD * mad, floor), 1e-12)
+
+
+def _statistics_rows(d: Any, where: str, n_features: int, n_cases: int) -> tuple[tuple[float, ...], ...]:
+    """The checked rows of an ``image_reference.calibration_statistics`` object (:meth:`ImageReference.to_json`)."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"{where} must be an object, got {type(d).__name__}")
+    version = _field(d, "version", where, int)
+    if not 1 <= version <= IMAGE_STATISTICS_VERSION:
+        raise ValueError(f"{where}.version is {version!r}: this monai-unc reads versions 1 to "
+                         f"{IMAGE_STATISTICS_VERSION} (a newer monai-unc wrote it; upgrade to read it)")
+    rows = _field(d, "rows", where, list)
+    if len(rows) != n_cases:
+        raise ValueError(f"{where}.rows must hold one row per calibration image ({n_cases}), got {len(rows)}")
+    out = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, list) or len(r) != n_features:
+            raise ValueError(f"{where}.rows[{i}] must be a list of {n_features} numbers (one per feature)")
+        out.append(tuple(_number(v, f"{where}.rows[{i}]") for v in r))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
