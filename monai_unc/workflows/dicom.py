@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +66,7 @@ from ..io.dicom import (
     write_parametric_map,
     write_segmentation,
 )
+from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
 
 __all__ = ["EXPORT_RECORD", "DicomExport", "algorithm_from_records", "dicom_export", "dicom_export_from_arguments",
@@ -379,11 +382,6 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
         The exit status: ``predict``'s when it fails, 2 with one line on stderr for a bad DICOM input or option,
         else 0.
     """
-    import sys
-    import tempfile
-
-    from .prepare import DICOM_FOLDER, check_dicom_input
-
     command, both = "monai-unc nnunet-predict", args.output_format == "both"
     try:
         check_dicom_input(args.i, args.uid_root, "-i", args.output_format)
