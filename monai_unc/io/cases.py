@@ -58,7 +58,7 @@ __all__ = [
     "match_cases",
     "read_volume",
     "read_label",
-    "LABEL_EXTENSIONS",
+    "REFERENCE_EXTENSIONS",
     "read_probabilities",
     "check_label_map",
     "spacing_from_affine",
@@ -73,7 +73,7 @@ INFER_RECORD = "infer.json"
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
 VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
 #: labels may also be binary DICOM SEG objects ``<case>.dcm`` (read on their series' grid, :func:`read_label`)
-LABEL_EXTENSIONS = (*VOLUME_EXTENSIONS, ".dcm")
+REFERENCE_EXTENSIONS = (*VOLUME_EXTENSIONS, ".dcm")
 #: probabilities may also come as nnU-Net ``.npz`` files
 PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
 #: largest difference of affine entries (mm) tolerated between the volumes of one case
@@ -407,7 +407,8 @@ def match_cases(
     ``DeprecationWarning``.
 
     Args:
-        labels: folder of reference label maps ``<case><label_suffix>.<ext>``.
+        labels: folder of reference label maps ``<case><label_suffix>.<ext>``, or binary DICOM SEG objects
+            ``<case>.dcm`` (then ``images`` must give each case's DICOM series: :func:`read_label`).
         predictions: folder with segmentations and/or probabilities (see :data:`LAYOUTS`).
         layout: ``"monai-unc"`` or ``"nnunet"``: default suffixes and the uncertainty sub-folder.
         seg_suffix: overrides the layout's suffix of the segmentations.
@@ -446,7 +447,8 @@ def match_cases(
     probs_suffix = lay["probs_suffix"] if probs_suffix is None else probs_suffix
     pred_dir = Path(predictions)
     unc_dir = Path(uncertainty) if uncertainty is not None else pred_dir / lay["uncertainty_subdir"]
-    label_files = list_files(labels, label_suffix, LABEL_EXTENSIONS)
+    seg_ok = Path(labels).resolve() != pred_dir.resolve()  # a prediction folder's .dcm files are no labels
+    label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS)
     if not label_files:
         raise CaseError(f"no label volume found in {labels}")
     seg_labels = sorted(c for c, p in label_files.items() if p.name.lower().endswith(".dcm"))

@@ -203,7 +203,9 @@ def _add_evaluate(sub: Any) -> None:
         "metrics.csv (per case: Dice, ECE family, spatial metrics, aggregated scores) and summary.json (pooled "
         "calibration, AURC/E-AURC, referral curve, triage, OoD AUROC with --shifts).",
     )  # fmt: skip
-    p.add_argument("--labels", "-l", required=True, help="folder of reference label maps <case>.nii.gz")
+    p.add_argument("--labels", "-l", required=True,
+                   help="folder of reference label maps <case>.nii.gz, or binary DICOM SEG objects <case>.dcm (with "
+                        "--images of the cases' DICOM series; docs/dicom.md)")
     p.add_argument("--predictions", "-p", required=True, help="folder written by 'monai-unc infer' (or nnU-Net)")
     p.add_argument("--output", "-o", required=True, help="output folder (metrics.csv, summary.json, state/)")
     p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS),
