@@ -155,8 +155,8 @@ def _region_names(predictions: Path) -> list[str] | None:
 
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
-                 numbers: dict[str, float] | None, triage: dict[str, Any] | None,
-                 conformal: dict[str, float] | None = None, study: dict[str, str] | None = None) -> list[dict]:
+                 numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
+                 conformal: dict[str, float] | None = None) -> list[dict]:
     seg, seg_affine = read_volume(files.seg)
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
     regions = seg.shape[0] > 1
@@ -326,10 +326,11 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         folder.mkdir(parents=True, exist_ok=True)
         clean_partial_files(folder)
         algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)
+        study = new_study(study_uid, uid_root)  # one study per case for all its objects (None: the source's)
         objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
-                               uid_root=uid_root, algorithm=algorithm, region_names=region_names,
+                               uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
                                numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
-                               conformal=masks.get(files.case_id), study=new_study(study_uid, uid_root))
+                               conformal=masks.get(files.case_id))
         result.cases[files.case_id] = {
             "series": {"series_instance_uid": case_series.series_uid,
                        "study_instance_uid": str(case_series.datasets[0].StudyInstanceUID),
