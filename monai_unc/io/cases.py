@@ -608,6 +608,16 @@ def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:
 
     Raises:
         CaseError: a SEG without the case's series folder, or refused by the reader (one line naming the case).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from monai_unc.io.files import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     label = save_nifti(np.ones((4, 5, 6), np.uint8), np.eye(4), Path(d) / "a.nii.gz")
+        ...     data, affine = read_label(CaseFiles("a", label))
+        ...     data.shape
+        (1, 4, 5, 6)
     """
     if not files.label.name.lower().endswith(".dcm"):
         return read_volume(files.label)

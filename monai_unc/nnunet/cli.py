@@ -331,6 +331,14 @@ def stage_dicom_input(folder: str, staging: str, dataset_json: dict) -> str:
         ValueError: DICOM input for a model with several input channels or a ``file_ending`` other than
             ``.nii.gz`` / ``.nii``; a series refused by the reader (one line naming it and the problem); no
             ``dicom`` extra.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "case1_0000.nii.gz").write_bytes(b"")  # nnU-Net's own files: read as they are
+        ...     stage_dicom_input(d, tempfile.gettempdir(), {"file_ending": ".nii.gz"}) == d
+        True
     """
     from monai_unc.io import dicom_series_folders, read_volume, save_nifti
 

@@ -233,6 +233,14 @@ def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
 
     Raises:
         ValueError: ``study`` without a StudyInstanceUID or with other keys.
+
+    Example:
+        >>> from pydicom import Dataset
+        >>> ds = Dataset()
+        >>> ds.StudyInstanceUID, ds.AccessionNumber = "1.2.3.4", "A0001"
+        >>> moved = apply_study(ds, new_study("new", "1.2.5."))
+        >>> moved.StudyInstanceUID.startswith("1.2.5."), moved.AccessionNumber
+        (True, '')
     """
     if study is None:
         return dataset
