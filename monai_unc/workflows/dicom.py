@@ -387,8 +387,10 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
     try:
         check_dicom_input(args.i, args.uid_root, "-i", args.output_format)
         new_study(args.study_uid)
-        if args.segments is not None and not Path(args.segments).is_file():
-            raise FileNotFoundError(f"--segments file not found: {args.segments}")
+        if args.segments is not None:  # its fields now; its keys against the classes at the export
+            if not Path(args.segments).is_file():
+                raise FileNotFoundError(f"--segments file not found: {args.segments}")
+            read_segment_specs(args.segments, range(1, 2**16))
         check_output_folder(args.o, args.i)
     except (ValueError, OSError) as e:
         print(f"{command}: error: {e}", file=sys.stderr)

@@ -131,3 +131,10 @@ def test_output_format_dicom_needs_dicom_input(predicted, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "needs DICOM input" in err and "-i " in err, err
     assert not (tmp_path / "out").exists()  # refused before any work
+    bad = tmp_path / "segments.json"  # a segments file with a bad field: refused before the prediction too
+    bad.write_text(json.dumps({"1": {"name": ""}}))
+    argv[2] = str(root / "images")
+    assert cli.main([*argv, "--segments", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "name must be 1 to 64 characters" in err, err
+    assert not (tmp_path / "out").exists()
