@@ -14,7 +14,9 @@ timed): a label map with two classes and five float32 uncertainty maps (the five
   timed separately as **read headers**).
 
 Printed: seconds of each, the ratio DICOM / NIfTI, the bytes written, and the peak resident memory of the process
-(``ru_maxrss``) after each phase (NIfTI first).
+(``ru_maxrss``) after each phase (NIfTI first). Then reading the segmentation back as ``evaluate``'s labels: the
+binary SEG on the series' grid (``read_segmentation_labels``, series headers included) against the NIfTI label map
+(``read_volume``), best of ``--repeat``; both must give the label map written.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from pathlib import Path
 import numpy as np
 import pydicom
 
-from monai_unc.io import save_nifti
+from monai_unc.io import read_volume, save_nifti
 from monai_unc.io.dicom import (
     AlgorithmInfo,
     default_segment,
+    read_segmentation_labels,
     read_series,
     segment_volume_ml,
     write_measurement_report,
@@ -80,6 +83,17 @@ def _dicom(label: np.ndarray, maps: dict, series_folder: Path, out: Path) -> tup
     return t1 - t0, time.perf_counter() - t1
 
 
+def _read_labels(root: Path, label: np.ndarray) -> tuple[float, float]:
+    """Seconds to read the NIfTI label map and the SEG (on the series' headers) back; both checked."""
+    t0 = time.perf_counter()
+    nifti, _ = read_volume(root / "nifti" / "case_seg.nii.gz")
+    t1 = time.perf_counter()
+    seg = read_segmentation_labels(root / "dicom" / "seg.dcm", read_series(root / "series", pixels=False))
+    t2 = time.perf_counter()
+    assert np.array_equal(nifti[0], label) and np.array_equal(seg, label)
+    return t1 - t0, t2 - t1
+
+
 def main() -> None:
     """Write the series, then time the NIfTI and the DICOM outputs and print the table."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,6 +117,8 @@ def main() -> None:
             rss_nifti = _rss_gib()
             runs = [_dicom(label, maps, root / "series", root / "dicom") for _ in range(args.repeat)]
         rss_dicom = _rss_gib()
+        reads = [_read_labels(root, label) for _ in range(args.repeat)]
+        rss_labels = _rss_gib()
         t_read = min(r[0] for r in runs)
         t_dicom = min(r[1] for r in runs)
         size_nifti, size_dicom = _size(root / "nifti"), _size(root / "dicom")
@@ -113,6 +129,13 @@ def main() -> None:
     print(f"| DICOM: SEG + 5 Parametric Maps + SR | {t_dicom:.2f} | {t_dicom / t_nifti:.2f}x | "
           f"{size_dicom / 1e6:.1f} | {rss_dicom:.2f} |")
     print(f"| read headers of the series ({shape[2]} slices) | {t_read:.2f} | {t_read / t_nifti:.2f}x | | |")
+    nii_read, seg_read = min(r[0] for r in reads), min(r[1] for r in reads)
+    print()
+    print("| labels read back | seconds | vs NIfTI | peak RSS after (GiB) |")
+    print("| --- | --- | --- | --- |")
+    print(f"| NIfTI label map (read_volume) | {nii_read:.2f} | 1.00x | |")
+    print(f"| binary SEG on the series (read_segmentation_labels) | {seg_read:.2f} | {seg_read / nii_read:.2f}x | "
+          f"{rss_labels:.2f} |")
 
 
 if __name__ == "__main__":

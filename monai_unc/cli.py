@@ -200,7 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     if nnunet_cli is not None:
-        return int(nnunet_cli.run(args))
+        if getattr(args, "output_format", "nifti") == "nifti":
+            return int(nnunet_cli.run(args))
+        try:  # nnunet-predict --output-format dicom|both: the prediction, then its DICOM objects
+            from .workflows.dicom import nnunet_predict_dicom
+        except ImportError as e:
+            return _missing_dependency(args.command, e)
+        return nnunet_predict_dicom(args, nnunet_cli.run)
     try:
         _import_commands()  # after parsing: --help and argument errors need neither torch nor MONAI
     except ImportError as e:

@@ -57,6 +57,8 @@ __all__ = [
     "dicom_series_folders",
     "match_cases",
     "read_volume",
+    "read_label",
+    "REFERENCE_EXTENSIONS",
     "read_probabilities",
     "check_label_map",
     "spacing_from_affine",
@@ -70,6 +72,8 @@ INFER_RECORD = "infer.json"
 
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
 VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")
+#: labels may also be binary DICOM SEG objects ``<case>.dcm`` (read on their series' grid, :func:`read_label`)
+REFERENCE_EXTENSIONS = (*VOLUME_EXTENSIONS, ".dcm")
 #: probabilities may also come as nnU-Net ``.npz`` files
 PROBABILITY_EXTENSIONS = (*VOLUME_EXTENSIONS, ".npz")
 #: largest difference of affine entries (mm) tolerated between the volumes of one case
@@ -403,7 +407,8 @@ def match_cases(
     ``DeprecationWarning``.
 
     Args:
-        labels: folder of reference label maps ``<case><label_suffix>.<ext>``.
+        labels: folder of reference label maps ``<case><label_suffix>.<ext>``, or binary DICOM SEG objects
+            ``<case>.dcm`` (then ``images`` must give each case's DICOM series: :func:`read_label`).
         predictions: folder with segmentations and/or probabilities (see :data:`LAYOUTS`).
         layout: ``"monai-unc"`` or ``"nnunet"``: default suffixes and the uncertainty sub-folder.
         seg_suffix: overrides the layout's suffix of the segmentations.
@@ -442,9 +447,14 @@ def match_cases(
     probs_suffix = lay["probs_suffix"] if probs_suffix is None else probs_suffix
     pred_dir = Path(predictions)
     unc_dir = Path(uncertainty) if uncertainty is not None else pred_dir / lay["uncertainty_subdir"]
-    label_files = list_files(labels, label_suffix)
+    seg_ok = Path(labels).resolve() != pred_dir.resolve()  # a prediction folder's .dcm files are no labels
+    label_files = list_files(labels, label_suffix, REFERENCE_EXTENSIONS if seg_ok else VOLUME_EXTENSIONS)
     if not label_files:
         raise CaseError(f"no label volume found in {labels}")
+    seg_labels = sorted(c for c, p in label_files.items() if p.name.lower().endswith(".dcm"))
+    if seg_labels and images is None:
+        raise CaseError(f"the labels in {labels} are DICOM SEG objects (e.g. {label_files[seg_labels[0]].name}): "
+                        "give --images, the folder of the cases' DICOM series (a SEG is read on its series' grid)")
     if not pred_dir.is_dir():
         raise FileNotFoundError(f"predictions folder not found: {pred_dir}")
     if uncertainty is not None and not unc_dir.is_dir():  # named explicitly: not silently evaluated without maps
@@ -581,6 +591,46 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
     return data, affine
+
+
+def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:
+    """Read a case's reference labels: a volume file (:func:`read_volume`) or a binary DICOM SEG ``<case>.dcm``.
+
+    A SEG is read on the grid of the case's image, which must be its DICOM series folder (``files.image``, from
+    ``--images``): :func:`monai_unc.io.dicom.read_segmentation_labels` (the ``dicom`` extra) checks that the SEG
+    belongs to that series and that its segments do not overlap; segment ``s`` becomes label ``s``.
+
+    Args:
+        files: the case's files.
+
+    Returns:
+        ``(data, affine)`` as :func:`read_volume`: ``(1, *spatial)`` labels and the ``(4, 4)`` affine.
+
+    Raises:
+        CaseError: a SEG without the case's series folder, or refused by the reader (one line naming the case).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from monai_unc.io.files import save_nifti
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     label = save_nifti(np.ones((4, 5, 6), np.uint8), np.eye(4), Path(d) / "a.nii.gz")
+        ...     data, affine = read_label(CaseFiles("a", label))
+        ...     data.shape
+        (1, 4, 5, 6)
+    """
+    if not files.label.name.lower().endswith(".dcm"):
+        return read_volume(files.label)
+    if files.image is None or not files.image.is_dir():
+        raise CaseError(f"case {files.case_id!r}: label {files.label.name} is a DICOM SEG; its image must be the "
+                        "case's DICOM series folder (--images)")
+    from .dicom import read_segmentation_labels, read_series
+
+    try:
+        series = read_series(files.image, pixels=False)
+        return read_segmentation_labels(files.label, series)[None], series.affine
+    except ValueError as e:
+        raise CaseError(f"case {files.case_id!r}: {e}") from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -825,7 +875,7 @@ def load_case(
     if multilabel:
         return _load_multilabel_case(files, num_classes, load_image)
     cid = files.case_id
-    label_data, affine = read_volume(files.label)
+    label_data, affine = read_label(files)
     if label_data.shape[0] != 1:
         raise CaseError(f"case {cid!r}: label {files.label.name} must be a single-channel label map, "
                         f"got {label_data.shape[0]} channels")
@@ -891,7 +941,7 @@ def _read_image(files: CaseFiles, cid: str, ref: tuple[Any, np.ndarray, Path]) -
 def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool) -> LoadedCase:
     """:func:`load_case` with ``multilabel=True``."""
     cid = files.case_id
-    label_data, affine = read_volume(files.label)
+    label_data, affine = read_label(files)
     spatial = label_data.shape[1:]
     ref = (spatial, affine, files.label)
     sources: list[str] = [] if num_regions is None else ["the region spec"]

@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 
 from monai_unc.keys import DEFAULT_MEASURES
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
-__all__ = ["add_parser", "run", "check_predict_flags", "PREDICT_COMMAND", "PLANS_COMMAND", "CALIBRATE_COMMAND"]
+__all__ = ["add_parser", "run", "check_predict_flags", "stage_dicom_input", "PREDICT_COMMAND", "PLANS_COMMAND",
+           "CALIBRATE_COMMAND"]
 
 PREDICT_COMMAND = "nnunet-predict"
 PLANS_COMMAND = "nnunet-dropout-plans"
@@ -109,6 +111,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     u.add_argument("--rate_in_target", type=float, default=None,
                    help="Rate-In: information loss per layer to reach (default 0.1)")
     u.add_argument("--rate_in_loss", default=None, help="Rate-In: information loss, mi (default), ssim or mse")
+    d = p.add_argument_group("DICOM (the dicom extra; docs/dicom.md)")
+    d.add_argument("--output-format", default="nifti", choices=("nifti", "dicom", "both"),
+                   help="nifti (default): nnU-Net's files; both: also each case's DICOM SEG, FRACTIONAL SEG (with "
+                   "--save_probabilities), Parametric Maps and SR in <output>/dicom/<case>/; dicom: only the DICOM "
+                   "objects, in <output>/<case>/ (the NIfTI files are made in a temporary folder; no resume). "
+                   "dicom and both need -i of DICOM series folders, one per case")
+    d.add_argument("--uid-root", default=None, help="root of the new DICOM UIDs (with --output-format dicom/both)")
+    d.add_argument("--segments", default=None, help="JSON segment descriptions (with --output-format dicom/both)")
+    d.add_argument("--study-uid", default="source", choices=("source", "new"),
+                   help="the study of the DICOM objects: source (default: the source series' study, as the IHE AI "
+                   "Results profile keeps them) or new (a new study per case)")
 
     q = subparsers.add_parser(
         PLANS_COMMAND,
@@ -284,15 +297,71 @@ def _predict(args: argparse.Namespace) -> int:
         check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
         predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
         os.makedirs(args.o, exist_ok=True)
-        predictor.predict_from_files(
-            args.i, args.o, save_probabilities=args.save_probabilities, overwrite=not args.continue_prediction,
-            num_processes_preprocessing=args.npp, num_processes_segmentation_export=args.nps,
-            folder_with_segs_from_prev_stage=args.prev_stage_predictions, num_parts=args.num_parts,
-            part_id=args.part_id,
-        )
+        with tempfile.TemporaryDirectory(prefix="monai-unc-dicom-input-") as staging:
+            images = stage_dicom_input(args.i, staging, predictor.dataset_json)
+            predictor.predict_from_files(
+                images, args.o, save_probabilities=args.save_probabilities, overwrite=not args.continue_prediction,
+                num_processes_preprocessing=args.npp, num_processes_segmentation_export=args.nps,
+                folder_with_segs_from_prev_stage=args.prev_stage_predictions, num_parts=args.num_parts,
+                part_id=args.part_id,
+            )
     finally:
         torch.set_num_threads(threads)
     return 0
+
+
+def stage_dicom_input(folder: str, staging: str, dataset_json: dict) -> str:
+    """The input folder nnU-Net reads: ``folder`` itself, or its DICOM series as NIfTI channel files.
+
+    nnU-Net reads its own file formats only. A folder holding no image file of the model's ``file_ending`` but one
+    DICOM series folder per case (named by case id; :func:`monai_unc.io.dicom_series_folders`) is read with the
+    series reader (:func:`monai_unc.io.read_volume`: slices ordered by position, real-world values such as
+    Hounsfield units) and written to ``staging`` as ``<case>_0000<ending>`` with the series' geometry, so that
+    nnU-Net's outputs (segmentation, probabilities, maps) land on the grid of the source series.
+
+    Args:
+        folder: ``nnunet-predict``'s ``-i``.
+        staging: an empty temporary folder (not inside ``folder``).
+        dataset_json: the model's ``dataset.json`` (``file_ending``, ``channel_names``).
+
+    Returns:
+        The folder to predict from: ``folder`` (image files) or ``staging`` (DICOM series).
+
+    Raises:
+        ValueError: DICOM input for a model with several input channels or a ``file_ending`` other than
+            ``.nii.gz`` / ``.nii``; a series refused by the reader (one line naming it and the problem); no
+            ``dicom`` extra.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "case1_0000.nii.gz").write_bytes(b"")  # nnU-Net's own files: read as they are
+        ...     stage_dicom_input(d, tempfile.gettempdir(), {"file_ending": ".nii.gz"}) == d
+        True
+    """
+    from monai_unc.io import dicom_series_folders, read_volume, save_nifti
+
+    ending = str(dataset_json.get("file_ending", ".nii.gz"))
+    if any(f.is_file() and f.name.endswith(ending) for f in os.scandir(folder)):
+        return folder
+    series = dicom_series_folders(folder)
+    if not series:
+        return folder  # nnU-Net says that it found no case
+    channels = len(dataset_json.get("channel_names", dataset_json.get("modality", {"0": ""})))
+    if channels != 1:
+        raise ValueError(f"-i {folder} holds DICOM series (one per case) but the model takes {channels} input "
+                         "channels; DICOM input gives one channel per case")
+    if ending not in (".nii.gz", ".nii"):
+        raise ValueError(f"-i {folder} holds DICOM series but the model reads {ending} files (its dataset.json "
+                         "file_ending); DICOM input needs a model that reads .nii.gz or .nii")
+    for path in series:
+        try:
+            data, affine = read_volume(path)
+        except ImportError as e:
+            raise ValueError(str(e).splitlines()[0]) from None
+        save_nifti(data[0], affine, os.path.join(staging, f"{path.name}_0000{ending}"))
+    return staging
 
 
 def _plans(args: argparse.Namespace) -> int:

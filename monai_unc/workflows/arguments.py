@@ -191,6 +191,8 @@ def _add_infer(sub: Any) -> None:
                         "files stay: resume, evaluate and the report read them)")
     d.add_argument("--uid-root", default=None, help="root of the new DICOM UIDs (with --output-format both)")
     d.add_argument("--segments", default=None, help="JSON segment descriptions (with --output-format both)")
+    d.add_argument("--study-uid", default="source", choices=("source", "new"),
+                   help="the DICOM objects' study (with --output-format both): source (default) or new")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     _track_explicit(p)
 
@@ -202,7 +204,9 @@ def _add_evaluate(sub: Any) -> None:
         "metrics.csv (per case: Dice, ECE family, spatial metrics, aggregated scores) and summary.json (pooled "
         "calibration, AURC/E-AURC, referral curve, triage, OoD AUROC with --shifts).",
     )  # fmt: skip
-    p.add_argument("--labels", "-l", required=True, help="folder of reference label maps <case>.nii.gz")
+    p.add_argument("--labels", "-l", required=True,
+                   help="folder of reference label maps <case>.nii.gz, or binary DICOM SEG objects <case>.dcm (with "
+                        "--images of the cases' DICOM series; docs/dicom.md)")
     p.add_argument("--predictions", "-p", required=True, help="folder written by 'monai-unc infer' (or nnU-Net)")
     p.add_argument("--output", "-o", required=True, help="output folder (metrics.csv, summary.json, state/)")
     p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS),
@@ -455,6 +459,9 @@ def _add_dicom_export(sub: Any) -> None:
                         '"type": [...]}} (default: "class <c>", SNOMED-CT codes for known names)')
     p.add_argument("--uid-root", default=None, help="root of the new UIDs, e.g. 1.2.826.0.1.3680043.10.543. "
                                                     "(default: pydicom's)")
+    p.add_argument("--study-uid", default="source", choices=("source", "new"),
+                   help="the objects' study: source (default: the source series' study, as the IHE AI Results "
+                        "profile keeps derived objects) or new (a new study per case; docs/dicom.md)")
     p.add_argument("--algorithm-name", default=None, help="algorithm name (default: the recorded model)")
     p.add_argument("--evaluation", "-e", default=None,
                    help="output folder of 'monai-unc evaluate': each case's metrics.csv row goes into its SR")

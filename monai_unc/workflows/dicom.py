@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,7 @@ from ..io.dicom import (
     SegmentSpec,
     check_uid_root,
     default_segment,
+    new_study,
     read_segment_specs,
     read_series,
     report_numbers,
@@ -62,9 +65,11 @@ from ..io.dicom import (
     write_segmentation,
 )
 from ..product import command_product, command_products
+from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
 
-__all__ = ["EXPORT_RECORD", "DicomExport", "algorithm_from_records", "dicom_export", "dicom_export_from_arguments"]
+__all__ = ["EXPORT_RECORD", "DicomExport", "algorithm_from_records", "dicom_export", "dicom_export_from_arguments",
+           "nnunet_predict_dicom"]
 
 #: the manifest of an export folder (written last)
 EXPORT_RECORD = "dicom_export.json"
@@ -149,7 +154,7 @@ def _region_names(predictions: Path) -> list[str] | None:
 
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
-                 numbers: dict[str, float] | None, triage: dict[str, Any] | None,
+                 numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
                  extra_groups: dict[str, dict[str, float]] | None = None) -> list[dict]:
     seg, seg_affine = read_volume(files.seg)
     seg = to_series_grid(seg, seg_affine, series, f"case {files.case_id}: segmentation {files.seg.name}")
@@ -175,18 +180,19 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     def record(kind: str, path: Path, ds: Any) -> None:
         objects.append({"kind": kind, "file": f"{files.case_id}/{path.name}", "sop_class_uid": str(ds.SOPClassUID),
                         "sop_instance_uid": str(ds.SOPInstanceUID),
-                        "series_instance_uid": str(ds.SeriesInstanceUID)})
+                        "series_instance_uid": str(ds.SeriesInstanceUID),
+                        "study_instance_uid": str(ds.StudyInstanceUID)})
 
     import pydicom  # the dicom extra, imported by monai_unc.io.dicom above
 
     path = write_segmentation(seg if regions else seg[0], series, folder / "seg.dcm", specs, algorithm, uid_root,
-                              _SEG_NUMBER)
+                              _SEG_NUMBER, study)
     record("segmentation", path, pydicom.dcmread(path, stop_before_pixels=True))
     if probs is not None:
         # the FRACTIONAL SEG's segments name channels: class c is channel c, region r (segment r) channel r - 1
         fspecs = [SegmentSpec(s.label - 1 if regions else s.label, s.name, s.category, s.type) for s in specs]
         path = write_fractional_segmentation(np.clip(probs, 0, 1), series, folder / "probabilities.dcm", fspecs,
-                                             algorithm, uid_root, _PROBS_NUMBER)
+                                             algorithm, uid_root, _PROBS_NUMBER, study)
         record("probabilities", path, pydicom.dcmread(path, stop_before_pixels=True))
     for i, (measure, map_path) in enumerate(sorted(files.maps.items())):
         u, u_affine = read_volume(map_path)
@@ -195,7 +201,7 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
             raise CaseError(f"case {files.case_id}: map {map_path.name} has {u.shape[0]} channels; the Parametric "
                             "Map export takes one map per case (region maps are not exported yet)")
         path = write_parametric_map(u[0], series, folder / f"{measure}.dcm", measure, algorithm, uid_root,
-                                    _MAP_NUMBER + i)
+                                    _MAP_NUMBER + i, study)
         record(f"map:{measure}", path, pydicom.dcmread(path, stop_before_pixels=True))
     # the measurement report: segment volumes, the case's numbers, the triage decision; it references the objects
     headers = {o["kind"]: pydicom.dcmread(folder / Path(o["file"]).name, stop_before_pixels=True) for o in objects}
@@ -204,8 +210,7 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     path = write_measurement_report(
         folder / "sr.dcm", series, headers["segmentation"], [d for k, d in headers.items() if k != "segmentation"],
         segment_volumes=volumes, numbers=numbers or {}, triage=triage, extra_groups=extra_groups, algorithm=algorithm,
-        uid_root=uid_root,
-        series_number=_SR_NUMBER)
+        uid_root=uid_root, series_number=_SR_NUMBER, study=study)
     record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
     return objects
 
@@ -265,7 +270,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,
                  algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
                  triage: str | os.PathLike | None = None, progress: bool = True,
-                 inside_predictions: bool = False, **product_outputs: str | os.PathLike | None) -> DicomExport:
+                 inside_predictions: bool = False, study_uid: str = "source",
+                 **product_outputs: str | os.PathLike | None) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
     Args:
@@ -285,6 +291,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         inside_predictions: allow ``output`` to be a sub-folder of ``predictions`` (``infer --output-format
             both`` writes ``<output>/dicom``; the prediction files are read from the folder itself, never from
             its sub-folders).
+        study_uid: ``"source"``: the objects join the study of their source series (the IHE AI Results model: a
+            PACS shows them with their images); ``"new"``: each case's objects form a new study
+            (:func:`monai_unc.io.dicom.new_study`).
         **product_outputs: ``<command>=FOLDER``: the output folder of a cohort product's command
             (:attr:`monai_unc.product.CohortProduct.command`, e.g. the masks with a guarantee): the case's row of
             its table (:attr:`~monai_unc.product.CohortProduct.applied_table`) goes into the SR as a measurement group
@@ -300,6 +309,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     """
     pred, src = Path(predictions), Path(series)
     check_uid_root(uid_root)
+    new_study(study_uid)  # checks the mode before any work
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     if not src.is_dir():
@@ -331,8 +341,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         folder.mkdir(parents=True, exist_ok=True)
         clean_partial_files(folder)
         algorithm = algorithm_from_records(pred, files.case_id, layout, algorithm_name)
+        study = new_study(study_uid, uid_root)  # one study per case for all its objects (None: the source's)
         objects = _export_case(files, case_series, folder, probabilities=probabilities, segments_file=segments,
-                               uid_root=uid_root, algorithm=algorithm, region_names=region_names,
+                               uid_root=uid_root, algorithm=algorithm, region_names=region_names, study=study,
                                numbers=rows.get(files.case_id), triage=decisions.get(files.case_id),
                                extra_groups={t: r[files.case_id] for t, r in extra.items() if files.case_id in r})
         result.cases[files.case_id] = {
@@ -341,11 +352,12 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                        "folder": str((src / files.case_id).resolve()), "slices": case_series.shape[2]},
             "algorithm": {"name": algorithm.name, "version": algorithm.version, "weights_sha256": algorithm.weights,
                           "method": algorithm.method},
+            "study_instance_uid": objects[0]["study_instance_uid"],
             "objects": objects,
         }
     atomic_write_json(out / EXPORT_RECORD, {"format": EXPORT_FORMAT, "format_version": EXPORT_VERSION,
                                             "predictions": str(pred.resolve()), "layout": layout,
-                                            "uid_root": uid_root, "cases": result.cases})
+                                            "uid_root": uid_root, "study_uid": study_uid, "cases": result.cases})
     return result
 
 
@@ -362,8 +374,54 @@ def dicom_export_from_arguments(args: argparse.Namespace) -> CommandResult[Dicom
     result = dicom_export(args.predictions, args.series, args.output, layout=args.layout, measures=args.measures,
                           probabilities=not args.no_probabilities, segments=args.segments, uid_root=args.uid_root,
                           algorithm_name=args.algorithm_name, evaluation=args.evaluation, triage=args.triage,
-                          progress=not args.quiet,
+                          progress=not args.quiet, study_uid=args.study_uid,
                           **{str(cls.command): getattr(args, str(cls.command).replace("-", "_"), None)
                              for cls in command_products() if cls.applied_table})
     line = f"dicom-export: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}"
     return CommandResult(result, True, result.output, () if args.quiet else (line,))
+
+
+def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.Namespace], int]) -> int:
+    """``monai-unc nnunet-predict --output-format dicom|both``: nnU-Net's prediction, then its DICOM objects.
+
+    The input must hold one DICOM series folder per case (checked before any work, as the UID root, the study mode
+    and the output folder are); ``predict`` (:func:`monai_unc.nnunet.cli.run`) predicts from the series (staged as
+    NIfTI with their geometry, so every output lies on the source series' grid) and :func:`dicom_export`
+    (``layout="nnunet"``) writes the objects: with ``both`` to ``<output>/dicom/<case>/`` beside nnU-Net's files,
+    with ``dicom`` to ``<output>/<case>/`` from nnU-Net's files made in a temporary folder (removed afterwards).
+
+    Args:
+        args: the parsed ``nnunet-predict`` arguments (``i``, ``o``, ``output_format``, ``uid_root``, ``segments``,
+            ``study_uid``, ``disable_progress_bar``).
+        predict: runs ``nnunet-predict`` on arguments and returns its exit status.
+
+    Returns:
+        The exit status: ``predict``'s when it fails, 2 with one line on stderr for a bad DICOM input or option,
+        else 0.
+    """
+    command, both = "monai-unc nnunet-predict", args.output_format == "both"
+    try:
+        check_dicom_input(args.i, args.uid_root, "-i", args.output_format)
+        new_study(args.study_uid)
+        if args.segments is not None:  # its fields now; its keys against the classes at the export
+            if not Path(args.segments).is_file():
+                raise FileNotFoundError(f"--segments file not found: {args.segments}")
+            read_segment_specs(args.segments, range(1, 2**16))
+        check_output_folder(args.o, args.i)
+    except (ValueError, OSError) as e:
+        print(f"{command}: error: {e}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="monai-unc-nnunet-") as work:
+        nifti = Path(args.o) if both else Path(work) / "predictions"
+        status = predict(argparse.Namespace(**{**vars(args), "o": str(nifti)}))
+        if status != 0:
+            return status
+        try:
+            result = dicom_export(nifti, args.i, nifti / DICOM_FOLDER if both else args.o, layout="nnunet",
+                                  segments=args.segments, uid_root=args.uid_root, inside_predictions=both,
+                                  progress=not args.disable_progress_bar, study_uid=args.study_uid)
+        except (ValueError, OSError) as e:
+            print(f"{command}: error: {e}", file=sys.stderr)
+            return 2
+    print(f"dicom: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}")
+    return 0

@@ -589,7 +589,8 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         from .dicom import dicom_export
 
         exported = dicom_export(res.output, args.input, res.output / DICOM_FOLDER, uid_root=args.uid_root,
-                                segments=args.segments, progress=not args.quiet, inside_predictions=True)
+                                segments=args.segments, progress=not args.quiet, inside_predictions=True,
+                                study_uid=getattr(args, "study_uid", "source"))
         line = f"dicom: {exported.n_objects} DICOM object(s) for {len(exported.cases)} case(s) in {exported.output}"
         res = dataclasses.replace(res, lines=(*res.lines, line))
     return dataclasses.replace(res, lines=()) if args.quiet else res
@@ -599,12 +600,15 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
 DICOM_FOLDER = "dicom"
 
 
-def check_dicom_input(input: str | os.PathLike, uid_root: str | None) -> None:
-    """Check, before any work, that ``infer --output-format both`` can write DICOM objects.
+def check_dicom_input(input: str | os.PathLike, uid_root: str | None, option: str = "--input",
+                      output_format: str = "both") -> None:
+    """Check, before any work, that ``infer --output-format both`` (or ``nnunet-predict``'s) can write DICOM objects.
 
     Args:
         input: ``infer``'s ``--input``: it must hold one DICOM series folder per case.
         uid_root: the root of the new UIDs.
+        option: how the message names the input option (``-i`` for ``nnunet-predict``).
+        output_format: how the message names the output format.
 
     Raises:
         ImportError: without the ``dicom`` extra (one line naming it).
@@ -615,8 +619,8 @@ def check_dicom_input(input: str | os.PathLike, uid_root: str | None) -> None:
     check_uid_root(uid_root)
     cases = list_image_cases(input)
     if not all(p.is_dir() for c in cases for p in c.channels):
-        raise ValueError(f"--output-format both needs DICOM input: --input {input} must hold one DICOM series "
-                         "folder per case (DICOM objects are written on the grid of their source series)")
+        raise ValueError(f"--output-format {output_format} needs DICOM input: {option} {input} must hold one DICOM "
+                         "series folder per case (DICOM objects are written on the grid of their source series)")
 
 
 def infer_summary(results: Sequence[dict[str, Any]], output: Path) -> list[str]:

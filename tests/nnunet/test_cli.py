@@ -67,3 +67,38 @@ def test_dataset_id_without_nnunet_environment_is_one_line(results, monkeypatch,
     assert len(err.strip().splitlines()) == 1, err
     assert "nnUNet_results" in err and "-m" in err
     assert "Traceback" not in err
+
+
+def test_dicom_input_is_staged_as_nifti_with_the_series_geometry(tmp_path):
+    """stage_dicom_input: series folders become <case>_0000.nii.gz with the series' values and affine; image files
+    are predicted as they are; models DICOM cannot feed and refused series are one-line ValueErrors."""
+    pytest.importorskip("pydicom", reason="needs the dicom extra")
+    import nibabel as nib
+    import numpy as np
+
+    from monai_unc.io.dicom import read_series, write_series
+    from monai_unc.nnunet.cli import stage_dicom_input
+
+    values = np.random.default_rng(0).integers(0, 500, (5, 4, 3)).astype(float)
+    affine = np.diag([0.8, 0.9, 2.5, 1.0])
+    write_series(values, affine, tmp_path / "in" / "c1", modality="MR", shuffle_seed=1)
+    model = {"file_ending": ".nii.gz", "channel_names": {"0": "MR"}}
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    assert stage_dicom_input(str(tmp_path / "in"), str(staged), model) == str(staged)
+    img = nib.load(staged / "c1_0000.nii.gz")
+    np.testing.assert_array_equal(np.asarray(img.dataobj), values)
+    np.testing.assert_allclose(img.affine, read_series(tmp_path / "in" / "c1", pixels=False).affine, atol=1e-5)
+    for bad, words in (({"file_ending": ".mha", "channel_names": {"0": "MR"}}, "reads .mha files"),
+                       ({"file_ending": ".nii.gz", "channel_names": {"0": "T1", "1": "T2"}}, "takes 2 input")):
+        with pytest.raises(ValueError, match=words):
+            stage_dicom_input(str(tmp_path / "in"), str(tmp_path / "staged"), bad)
+    (tmp_path / "in" / "c2").mkdir()  # not one clean series: refused in one line naming it
+    (tmp_path / "in" / "c2" / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="notes.txt is not a readable DICOM file") as info:
+        stage_dicom_input(str(tmp_path / "in"), str(tmp_path / "staged2"), model)
+    assert len(str(info.value).splitlines()) == 1
+    files = tmp_path / "files"
+    files.mkdir()
+    nib.save(nib.Nifti1Image(values.astype(np.float32), affine), files / "c1_0000.nii.gz")
+    assert stage_dicom_input(str(files), str(staged), model) == str(files)  # nnU-Net's own files: as they are

@@ -6,8 +6,9 @@ series and the problem, a folder with several series, missing slices, uneven spa
 objects or slices of different patients; it also writes a volume as such a series (the synthetic example series).
 :mod:`.objects` writes the derived objects with highdicom: the segmentation as a binary DICOM SEG, the
 probabilities as a FRACTIONAL SEG, each uncertainty map as a float Parametric Map, under new Series and SOP Instance
-UIDs (a configurable UID root) with the patient and study of the source. :mod:`.sr` writes the Comprehensive 3D SR
-(TID 1500 measurement report) of a case.
+UIDs (a configurable UID root) with the patient and study of the source (or a new study, :func:`.objects.new_study`).
+:mod:`.labels` reads a binary DICOM SEG as the label map of its series (the labels of ``evaluate``). :mod:`.sr` writes
+the Comprehensive 3D SR (TID 1500 measurement report) of a case.
 
 This package needs the ``dicom`` extra (``pip install 'monai-unc[dicom]'``: pydicom and highdicom); importing it
 without them raises an ``ImportError`` whose one line says so. The rest of :mod:`monai_unc.io` never imports it.
@@ -24,14 +25,18 @@ try:
 except ImportError as _error:  # pragma: no cover - exercised by a subprocess test without the packages
     raise ImportError(MISSING_EXTRA) from _error
 
+from .labels import DicomSegError, frame_slices, read_segmentation_labels  # noqa: E402
 from .objects import (  # noqa: E402 (after the check of the extra)
     DEFAULT_SEGMENTS,
     FRACTIONAL_MAX,
     MAP_UNITS,
+    STUDY_UID_MODES,
     AlgorithmInfo,
     SegmentSpec,
+    apply_study,
     check_uid_root,
     default_segment,
+    new_study,
     new_uid,
     read_segment_specs,
     save_dataset,
@@ -70,10 +75,16 @@ __all__ = [
     "default_segment",
     "volume_frames",
     "new_uid",
+    "new_study",
+    "apply_study",
+    "STUDY_UID_MODES",
     "read_segment_specs",
     "write_segmentation",
     "write_fractional_segmentation",
     "write_parametric_map",
+    "DicomSegError",
+    "frame_slices",
+    "read_segmentation_labels",
     "SCHEME",
     "report_numbers",
     "segment_volume_ml",

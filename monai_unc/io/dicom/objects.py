@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,9 @@ __all__ = [
     "write_fractional_segmentation",
     "write_parametric_map",
     "save_dataset",
+    "STUDY_UID_MODES",
+    "new_study",
+    "apply_study",
 ]
 
 
@@ -184,6 +188,71 @@ def new_uid(root: str | None = None) -> str:
     return str(generate_uid(prefix=check_uid_root(root)))
 
 
+#: where the derived objects go: ``source`` (the source series' study, the IHE AI Results model) or ``new``
+STUDY_UID_MODES = ("source", "new")
+#: the study attributes :func:`new_study` sets (the rest of the patient and study module is the source's)
+_STUDY_KEYS = ("StudyInstanceUID", "StudyID", "AccessionNumber", "StudyDate", "StudyTime")
+
+
+def new_study(mode: str, uid_root: str | None = None, when: datetime | None = None) -> dict[str, str] | None:
+    """The study of a case's derived objects: None (the source's) or a new one, shared by all of them.
+
+    ``"source"`` keeps the objects in the study of their source series, as the IHE AI Results profile does (a PACS
+    then shows them with their images). ``"new"`` gives them a new StudyInstanceUID under ``uid_root``, the date and
+    time of ``when`` (now) and an empty StudyID and AccessionNumber (those identify the source's order); patient
+    identification stays the source's.
+
+    Args:
+        mode: one of :data:`STUDY_UID_MODES`.
+        uid_root: root of the new UID.
+        when: the study date and time (default: now, UTC).
+
+    Returns:
+        None for ``"source"``; for ``"new"`` the attributes for :func:`apply_study`.
+
+    Raises:
+        ValueError: naming ``study_uid`` for another mode.
+
+    Example:
+        >>> new_study("source") is None
+        True
+        >>> new_study("new", "1.2.3.", datetime(2024, 5, 1, 8, 30))["StudyDate"]
+        '20240501'
+    """
+    if mode not in STUDY_UID_MODES:
+        raise ValueError(f"study_uid must be one of {STUDY_UID_MODES}, got {mode!r}")
+    if mode == "source":
+        return None
+    when = when or datetime.now(timezone.utc)
+    return {"StudyInstanceUID": new_uid(uid_root), "StudyID": "", "AccessionNumber": "",
+            "StudyDate": when.strftime("%Y%m%d"), "StudyTime": when.strftime("%H%M%S")}
+
+
+def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
+    """Put a derived object into the study of :func:`new_study` (None: leave it in the source's); returns it.
+
+    Raises:
+        ValueError: ``study`` without a StudyInstanceUID or with other keys.
+
+    Example:
+        >>> from pydicom import Dataset
+        >>> ds = Dataset()
+        >>> ds.StudyInstanceUID, ds.AccessionNumber = "1.2.3.4", "A0001"
+        >>> moved = apply_study(ds, new_study("new", "1.2.5."))
+        >>> moved.StudyInstanceUID.startswith("1.2.5."), moved.AccessionNumber
+        (True, '')
+    """
+    if study is None:
+        return dataset
+    if set(study) - set(_STUDY_KEYS) or not study.get("StudyInstanceUID"):
+        raise ValueError(f"study must hold a StudyInstanceUID and only {_STUDY_KEYS}, got {sorted(study)}")
+    for key, value in study.items():
+        if key in dataset:  # a new element: highdicom may share the source's elements, which must stay as they are
+            delattr(dataset, key)
+        setattr(dataset, key, value)
+    return dataset
+
+
 def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     """The segment of class ``label``: a known ``name`` gets its SNOMED-CT codes, any other Tissue / Tissue.
 
@@ -294,7 +363,8 @@ def _segment_descriptions(segments: Sequence[SegmentSpec], algorithm: AlgorithmI
 
 def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.PathLike,
                        segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
-                       uid_root: str | None = None, series_number: int = 901) -> Path:
+                       uid_root: str | None = None, series_number: int = 901,
+                       study: Mapping[str, str] | None = None) -> Path:
     """Write a label map as a binary DICOM SEG on the series' grid.
 
     Args:
@@ -308,6 +378,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         algorithm: who made it (default :class:`AlgorithmInfo`).
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber of the SEG.
+        study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
 
     Returns:
         ``path``.
@@ -343,12 +414,13 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         segment_descriptions=descriptions, content_label="SEGMENTATION",
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
-    return save_dataset(seg, path)
+    return save_dataset(apply_study(seg, study), path)
 
 
 def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: str | os.PathLike,
                                   segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
-                                  uid_root: str | None = None, series_number: int = 902) -> Path:
+                                  uid_root: str | None = None, series_number: int = 902,
+                                  study: Mapping[str, str] | None = None) -> Path:
     """Write class probabilities as a FRACTIONAL SEG (type PROBABILITY) on the series' grid.
 
     Stored as ``round(255 p)`` (:data:`FRACTIONAL_MAX`): the values read back are within ``1 / 510`` of ``p``.
@@ -361,6 +433,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         algorithm: who made it.
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber.
+        study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
 
     Returns:
         ``path``.
@@ -386,12 +459,12 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         segment_descriptions=descriptions, content_label="PROBABILITY",
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
-    return save_dataset(seg, path)
+    return save_dataset(apply_study(seg, study), path)
 
 
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
                          algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
-                         series_number: int = 903) -> Path:
+                         series_number: int = 903, study: Mapping[str, str] | None = None) -> Path:
     """Write one uncertainty map as a Parametric Map with 32-bit float pixels on the series' grid.
 
     The real-world value mapping is the identity (slope 1, intercept 0) with the map's unit (:data:`MAP_UNITS`:
@@ -406,6 +479,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         algorithm: who made it.
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber.
+        study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
 
     Returns:
         ``path``.
@@ -435,5 +509,5 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     )
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
-    return save_dataset(pm, path)
+    return save_dataset(apply_study(pm, study), path)
 

@@ -30,7 +30,7 @@ from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 
-from .objects import AlgorithmInfo, new_uid, save_dataset
+from .objects import AlgorithmInfo, apply_study, new_uid, save_dataset
 from .series import DicomSeries
 
 __all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volume_ml"]
@@ -86,7 +86,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
                              numbers: Mapping[str, float], triage: Mapping[str, Any] | None = None,
                              extra_groups: Mapping[str, Mapping[str, float]] | None = None,
                              algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
-                             series_number: int = 999) -> Path:
+                             series_number: int = 999, study: Mapping[str, str] | None = None) -> Path:
     """Write the Comprehensive 3D SR (TID 1500) of one case.
 
     Args:
@@ -103,6 +103,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
             ``reason``, ``rule_digest``, ``statement`` (the guarantee).
         algorithm: who made the predictions.
         uid_root: root of the new UIDs.
+        study: the study of the case's derived objects (:func:`~monai_unc.io.dicom.objects.new_study`; None: the
+            source's), so the report goes with the objects it references.
         series_number: the SeriesNumber of the SR.
 
     Returns:
@@ -190,7 +192,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     )
     if "SpecificCharacterSet" in src and "SpecificCharacterSet" not in sr:
         sr.SpecificCharacterSet = src.SpecificCharacterSet
-    return save_dataset(sr, path)
+    return save_dataset(apply_study(sr, study), path)
 
 
 def segment_volume_ml(mask: np.ndarray, spacing: Sequence[float]) -> float:

@@ -1,0 +1,193 @@
+"""A binary DICOM SEG as a label map on the grid of its source series (the labels of ``monai-unc evaluate``).
+
+:func:`read_segmentation_labels` reads a SEG written by any tool (highdicom, dcmqi, 3D Slicer, ``dicom-export``) and
+puts its frames on the ``(columns, rows, slices)`` grid of the case's series (:func:`~.series.read_series`): a frame
+goes to the slice it references (``DerivationImageSequence``), or, without a reference, to the slice at its
+position; a voxel of segment ``s`` gets the label ``s`` (the SegmentNumber), every other voxel 0. Frames that a
+writer left out (empty frames) are background. The SEG must belong to the series: the same frame of reference, the
+series among its referenced series, the same pixel grid; a SEG that references an image the series lacks, a frame
+off the series' slices, a FRACTIONAL SEG or segments that overlap (a voxel in two segments is no label map) are
+refused with one line naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pydicom
+
+from .series import ORIENTATION_ATOL, SPACING_ATOL, DicomSeries
+
+__all__ = ["SEGMENTATION_STORAGE", "DicomSegError", "frame_slices", "read_segmentation_labels"]
+
+#: the SOP class of a DICOM SEG
+SEGMENTATION_STORAGE = "1.2.840.10008.5.1.4.1.1.66.4"
+
+
+class DicomSegError(ValueError):
+    """A SEG that cannot be the label map of its series (a ``ValueError``; its text is one line)."""
+
+
+def _first(ds: pydicom.Dataset, sequence: str) -> pydicom.Dataset | None:
+    seq = ds.get(sequence)
+    return seq[0] if seq else None
+
+
+def _frame_item(ds: pydicom.Dataset, i: int, sequence: str) -> pydicom.Dataset | None:
+    """``sequence`` of frame ``i``: per-frame first, then shared (PS3.3 C.7.6.16)."""
+    for groups in ("PerFrameFunctionalGroupsSequence", "SharedFunctionalGroupsSequence"):
+        seq = ds.get(groups)
+        if not seq:
+            continue
+        item = seq[i] if groups.startswith("PerFrame") and i < len(seq) else seq[0]
+        if sequence in item:
+            return _first(item, sequence)
+    return None
+
+
+def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[int]:
+    """The slice of the series each frame of a multi-frame derived object (SEG, Parametric Map) lies on.
+
+    A frame that references a source image (``DerivationImageSequence`` / ``SourceImageSequence``) lies on that
+    image's slice, and its ``ImagePositionPatient`` must be the slice's; a frame without a reference lies on the slice
+    at its position.
+
+    Args:
+        ds: the object (with its per-frame functional groups).
+        series: the source series (:func:`~.series.read_series`, headers are enough).
+        what: how errors name the object.
+
+    Returns:
+        One slice index (into ``series.datasets``) per frame.
+
+    Raises:
+        DicomSegError: a frame that references an image the series lacks, or whose position is on no slice.
+    """
+    uids = {str(d.SOPInstanceUID): k for k, d in enumerate(series.datasets)}
+    positions = np.array([[float(v) for v in d.ImagePositionPatient] for d in series.datasets])
+    n = int(ds.get("NumberOfFrames", 1) or 1)
+    out = []
+    for i in range(n):
+        plane = _frame_item(ds, i, "PlanePositionSequence")
+        if plane is None or "ImagePositionPatient" not in plane:
+            raise DicomSegError(f"{what}: frame {i + 1} has no ImagePositionPatient")
+        pos = np.array([float(v) for v in plane.ImagePositionPatient])
+        derivation = _frame_item(ds, i, "DerivationImageSequence")
+        refs = [str(s.ReferencedSOPInstanceUID) for s in (derivation.get("SourceImageSequence") or [])
+                if "ReferencedSOPInstanceUID" in s] if derivation is not None else []
+        if refs:
+            missing = [u for u in refs if u not in uids]
+            if missing:
+                raise DicomSegError(f"{what}: frame {i + 1} references the image {missing[0]}, which is not in the "
+                                    f"series {series.series_uid} (a missing slice?)")
+            k = uids[refs[0]]
+            if np.abs(positions[k] - pos).max() > SPACING_ATOL:
+                raise DicomSegError(f"{what}: frame {i + 1} lies at {pos.round(3).tolist()}, not at the position of "
+                                    f"the image it references ({positions[k].round(3).tolist()})")
+        else:
+            dist = np.abs(positions - pos).max(axis=1)
+            k = int(dist.argmin())
+            if dist[k] > SPACING_ATOL:
+                raise DicomSegError(f"{what}: frame {i + 1} at {pos.round(3).tolist()} lies on no slice of the "
+                                    f"series {series.series_uid}")
+        out.append(k)
+    return out
+
+
+def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np.ndarray:
+    """Read a binary DICOM SEG as a label map on the grid of its source series.
+
+    Args:
+        path: the SEG file.
+        series: the case's series (:func:`~.series.read_series`; ``pixels=False`` is enough).
+
+    Returns:
+        ``(columns, rows, slices)`` int64 labels: the SegmentNumber of the segment a voxel is in, 0 elsewhere.
+
+    Raises:
+        DicomSegError: one line naming the file: not a readable DICOM SEG, a FRACTIONAL SEG, another frame of
+            reference, series or pixel grid, an image referenced that the series lacks (a missing frame), a frame
+            on no slice, an unknown segment number, segments that overlap.
+
+    Example:
+        >>> import tempfile
+        >>> from monai_unc.io.dicom import AlgorithmInfo, default_segment, read_series, write_segmentation
+        >>> from monai_unc.io.dicom import write_series
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((4, 3, 2)), np.eye(4), f"{d}/s", modality="MR")
+        ...     s = read_series(f"{d}/s", pixels=False)
+        ...     labels = np.zeros((4, 3, 2), np.uint8)
+        ...     labels[1:3, 1, 1] = 2
+        ...     _ = write_segmentation(labels, s, f"{d}/seg.dcm", [default_segment(1), default_segment(2)])
+        ...     bool((read_segmentation_labels(f"{d}/seg.dcm", s) == labels).all())
+        True
+    """
+    path = Path(path)
+    what = f"DICOM SEG {path.name}"
+    try:
+        ds = pydicom.dcmread(path)
+    except Exception as e:  # InvalidDicomError and others on a file that is not DICOM
+        raise DicomSegError(f"{path} is not a readable DICOM file ({type(e).__name__})") from None
+    sop = str(ds.get("SOPClassUID", ""))
+    if sop != SEGMENTATION_STORAGE:
+        name = getattr(pydicom.uid.UID(sop), "name", sop) if sop else "no SOP class"
+        raise DicomSegError(f"{what} is not a DICOM SEG ({name})")
+    if str(ds.get("SegmentationType", "")) != "BINARY":
+        raise DicomSegError(f"{what} is a {ds.get('SegmentationType', 'untyped')} segmentation; labels must be a "
+                            "BINARY SEG (a FRACTIONAL SEG holds probabilities, not a label map)")
+    src = series.datasets[0]
+    if str(ds.get("FrameOfReferenceUID", "")) != str(src.get("FrameOfReferenceUID", "")):
+        raise DicomSegError(f"{what} has the frame of reference {ds.get('FrameOfReferenceUID', '(none)')}, the "
+                            f"series {series.series_uid} {src.get('FrameOfReferenceUID', '(none)')}")
+    referenced = [str(r.SeriesInstanceUID) for r in ds.get("ReferencedSeriesSequence", []) if
+                  "SeriesInstanceUID" in r]
+    if series.series_uid not in referenced:
+        raise DicomSegError(f"{what} references the series {', '.join(referenced) or '(none)'}, not the case's "
+                            f"series {series.series_uid}")
+    in_series = {str(d.SOPInstanceUID) for d in series.datasets}
+    for r in ds.ReferencedSeriesSequence:
+        if str(r.SeriesInstanceUID) != series.series_uid:
+            continue
+        absent = [str(i.ReferencedSOPInstanceUID) for i in r.get("ReferencedInstanceSequence", [])
+                  if str(i.get("ReferencedSOPInstanceUID", "")) not in in_series]
+        if absent:
+            raise DicomSegError(f"{what} references {len(absent)} image(s) that the series {series.series_uid} "
+                                f"lacks (e.g. {absent[0]}): a missing slice?")
+    cols, rows, n = series.shape
+    if (int(ds.get("Rows", 0)), int(ds.get("Columns", 0))) != (rows, cols):
+        raise DicomSegError(f"{what} has frames of {ds.get('Rows')} x {ds.get('Columns')} pixels, the series "
+                            f"{rows} x {cols}")
+    orientation = _frame_item(ds, 0, "PlaneOrientationSequence")
+    want = np.array([float(v) for v in src.ImageOrientationPatient])
+    if orientation is None or np.abs(np.array([float(v) for v in orientation.ImageOrientationPatient]) - want).max() \
+            > ORIENTATION_ATOL:
+        raise DicomSegError(f"{what}: its frames are not oriented as the series' slices")
+    measures = _frame_item(ds, 0, "PixelMeasuresSequence")
+    spacing = [float(v) for v in src.PixelSpacing]
+    if measures is None or np.abs(np.array([float(v) for v in measures.PixelSpacing]) - spacing).max() > 1e-3:
+        raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm)")
+    numbers = {int(s.SegmentNumber) for s in ds.get("SegmentSequence", [])}
+    slices = frame_slices(ds, series, what)
+    try:
+        pixels = np.asarray(ds.pixel_array)
+    except Exception as e:
+        raise DicomSegError(f"{what}: pixel data unreadable ({type(e).__name__})") from None
+    if pixels.ndim == 2:
+        pixels = pixels[None]
+    labels = np.zeros((cols, rows, n), dtype=np.int64)
+    for i, k in enumerate(slices):
+        ident = _frame_item(ds, i, "SegmentIdentificationSequence")
+        number = int(ident.ReferencedSegmentNumber) if ident is not None else -1
+        if number not in numbers:
+            raise DicomSegError(f"{what}: frame {i + 1} names segment {number}, the SEG has {sorted(numbers)}")
+        mask = pixels[i].T > 0
+        plane = labels[:, :, k]
+        clash = mask & (plane != 0) & (plane != number)
+        if clash.any():
+            other = int(plane[clash][0])
+            raise DicomSegError(f"{what}: segments {min(other, number)} and {max(other, number)} overlap (e.g. "
+                                f"{int(clash.sum())} voxel(s) of slice {k + 1}); a label map needs disjoint segments")
+        plane[mask] = number
+    return labels

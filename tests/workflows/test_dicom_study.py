@@ -1,0 +1,85 @@
+"""``--study-uid source|new``: the derived objects in the source series' study (default) or in a new one per case.
+
+Both are dciodvfy-clean; in a new study every object of the case (SEG, FRACTIONAL SEG, Parametric Map, SR) shares the
+one new StudyInstanceUID, the patient stays the source's, the order identification (StudyID, AccessionNumber) is
+left empty, and the SR still references the source images in their own study.
+"""
+
+from __future__ import annotations
+
+import json
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
+pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from monai_unc.cli import main  # noqa: E402
+from monai_unc.io.dicom import new_study, read_series  # noqa: E402
+from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    make_series(root / "series" / "c1", "anisotropic_ct", patient_name="Doe^Jane")
+    _, label, probs = mni_small()
+    affine = GEOMETRIES["anisotropic_ct"][1]
+    pred = root / "pred"
+    pred.mkdir()
+    nib.save(nib.Nifti1Image(label.astype(np.uint8), affine), pred / "c1_seg.nii.gz")
+    nib.save(nib.Nifti1Image(np.moveaxis(probs, 0, -1), affine), pred / "c1_probs.nii.gz")
+    nib.save(nib.Nifti1Image(probs[0].astype(np.float32), affine), pred / "c1_variance.nii.gz")
+    return root
+
+
+def _headers(folder):
+    return {p.name: pydicom.dcmread(p, stop_before_pixels=True) for p in sorted(folder.iterdir())}
+
+
+def _evidence_studies(sr):
+    out = {}
+    for name in ("CurrentRequestedProcedureEvidenceSequence", "PertinentOtherEvidenceSequence"):
+        for study in sr.get(name, []):
+            out.setdefault(str(study.StudyInstanceUID), set()).update(
+                str(s.SeriesInstanceUID) for s in study.ReferencedSeriesSequence)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["source", "new"])
+def test_study_uid_modes(source, mode):
+    out = source / f"out_{mode}"
+    assert main(["dicom-export", "-p", str(source / "pred"), "-s", str(source / "series"), "-o", str(out),
+                 "--study-uid", mode, "-q"]) == 0
+    series = read_series(source / "series" / "c1", pixels=False)
+    src = series.datasets[0]
+    headers = _headers(out / "c1")
+    assert sorted(headers) == ["probabilities.dcm", "seg.dcm", "sr.dcm", "variance.dcm"]
+    for name in headers:
+        assert dciodvfy_errors(out / "c1" / name) == [], name
+    studies = {str(ds.StudyInstanceUID) for ds in headers.values()}
+    assert len(studies) == 1  # every object of the case in one study
+    study = studies.pop()
+    for ds in headers.values():
+        assert (str(ds.PatientName), ds.PatientID, ds.PatientBirthDate) == (str(src.PatientName), src.PatientID,
+                                                                            src.PatientBirthDate)
+        if mode == "source":
+            assert (ds.StudyID, ds.AccessionNumber) == (src.StudyID, src.AccessionNumber)
+        else:
+            assert (ds.StudyID, ds.AccessionNumber) == ("", "") and len(ds.StudyDate) == 8
+    assert (study == str(src.StudyInstanceUID)) == (mode == "source")
+    evidence = _evidence_studies(headers["sr.dcm"])
+    assert series.series_uid in evidence[str(src.StudyInstanceUID)]  # the source images, in their own study
+    assert str(headers["seg.dcm"].SeriesInstanceUID) in evidence[study]
+    manifest = json.loads((out / "dicom_export.json").read_text())
+    assert manifest["study_uid"] == mode and manifest["cases"]["c1"]["study_instance_uid"] == study
+    assert {o["study_instance_uid"] for o in manifest["cases"]["c1"]["objects"]} == {study}
+
+
+def test_new_study_checks_the_mode_and_gives_each_call_its_own_uid():
+    with pytest.raises(ValueError, match="study_uid must be one of"):
+        new_study("same")
+    a, b = new_study("new", "1.2.3."), new_study("new", "1.2.3.")
+    assert a["StudyInstanceUID"] != b["StudyInstanceUID"] and a["StudyInstanceUID"].startswith("1.2.3.")
