@@ -436,7 +436,9 @@ class ConformalMasks(CohortProduct):
 
     @classmethod
     def artifact_fingerprint(cls, path: Path) -> tuple[str, dict[str, Any]]:
-        """The fingerprint ``conformal_rule.json`` recorded (:meth:`~monai_unc.evaluation.conformal.ConformalRuleFile.load`).
+        """The prediction fingerprint ``conformal_rule.json`` recorded, read with its checks.
+
+        :meth:`~monai_unc.evaluation.conformal.ConformalRuleFile.load`.
 
         Args:
             path: the rule file.
