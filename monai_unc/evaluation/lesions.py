@@ -343,7 +343,8 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
     of 1 - Dice (lower is better); ``best_fp_score`` names the score that finds false positives best; ``retention``
     the lesion-level retention curve of the ranking score (:func:`lesion_retention`). ``lesions`` lists the ``top``
     most uncertain predicted lesions (by ``rank_by``, else the first ``<measure>_mean`` score) with their case,
-    centre (voxels, and world coordinates in mm), volume, score, whether they are false positives and, with samples, their existence probability.
+    centre (voxels, and world coordinates in mm), volume, score, whether they are false positives and, with
+    samples, their existence probability.
     ``samples`` says how many per-sample masks the cases had (``null``: none given, so no existence probability or
     volume spread) and ``notes`` says what could not be computed.
 

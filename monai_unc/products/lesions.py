@@ -31,9 +31,8 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
 
@@ -251,8 +250,11 @@ class LesionMetrics(CohortProduct):
     # -- presentation ------------------------------------------------------------------------------------------
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
-        """Per task the mean lesion-wise Dice and HD95, the pooled counts, the best false-positive detector and the
-        retention of lesions; then, once, what could not be computed (no per-sample masks).
+        """Per task the lesion-wise scores, the best false-positive detector and the retention; then the notes.
+
+        Per task the mean lesion-wise Dice and HD95, the pooled counts, the score that finds false positives best and
+        the mean Dice of the lesions kept at 0 % and 20 % referred; then, once, what could not be computed (no
+        per-sample masks).
 
         Args:
             block: the ``lesions`` block of ``summary.json``.

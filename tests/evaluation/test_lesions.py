@@ -185,7 +185,7 @@ def test_summary_says_once_that_samples_are_missing():
 
 
 def test_retention_leaves_out_shares_that_refer_every_lesion():
-    curve = lesion_retention([0.3, 0.1], [0.5, 0.9], [0, 0])  # two lesions: up to 50 % referred one is kept, beyond none
+    curve = lesion_retention([0.3, 0.1], [0.5, 0.9], [0, 0])  # two lesions: one kept up to 50 % referred, then none
     assert curve["referred"] == [round(0.05 * k, 2) for k in range(11)] and curve["kept"][-1] == 1
     assert curve["dice"][-1] == pytest.approx(0.9)
     with pytest.raises(ValueError, match="referred"):
