@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..io import read_volume
 from ..metrics.discrimination import error_auroc
 from ..metrics.lesions import (
     brats_lesion_metrics,
@@ -171,8 +172,6 @@ def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence
         ...     read_lesion_samples(d, "a", (4, 4, 4)).shape
         (3, 4, 4, 4)
     """
-    from ..io import read_volume
-
     path = Path(folder) / f"{case_id}{SAMPLES_SUFFIX}"
     if not path.is_file():
         raise FileNotFoundError(f"lesion_samples: case {case_id!r} has no per-sample masks {path}")
