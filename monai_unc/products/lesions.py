@@ -164,6 +164,25 @@ class LesionMetrics(CohortProduct):
                 "iou": self.iou, "failure_dice": self.failure_dice, "hd_penalty": self.hd_penalty, "r": self.r,
                 "samples": self.samples}
 
+    def case_input_files(self, case_id: str) -> dict[str, Path]:
+        """The case's per-sample masks with ``samples`` (their signature enters the case's resume fingerprint).
+
+        Args:
+            case_id: the case.
+
+        Returns:
+            ``{"samples": path}``, or ``{}`` without ``samples``.
+
+        Example:
+            >>> LesionMetrics().case_input_files("case1")
+            {}
+        """
+        if self.samples is None:
+            return {}
+        from ..evaluation.lesions import SAMPLES_SUFFIX
+
+        return {"samples": Path(self.samples) / f"{case_id}{SAMPLES_SUFFIX}"}
+
     def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
         """With ``samples``: the folder exists and holds a file for every case (refused before any work).
 

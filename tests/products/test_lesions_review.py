@@ -108,6 +108,26 @@ def test_samples_end_to_end_and_the_report(tmp_path, capsys):
         (d["case"], ",".join(str(int(np.floor(x + 0.5))) for x in d["center"])) for d in listed]
 
 
+@pytest.mark.slow
+def test_a_changed_sample_file_is_evaluated_again(tmp_path):
+    """The sample file's signature is part of the case's resume fingerprint: rewritten, the case is recomputed (its
+    lesions' existence follows the new file); untouched, the rerun resumes with the same numbers."""
+    labels, preds, samples = _write(tmp_path)
+    out = tmp_path / "ev"
+    assert _evaluate(labels, preds, out, "--lesion-samples", str(samples)) == 0
+    first = json.loads((out / "summary.json").read_text())["lesions"]["lesions"]
+    assert _evaluate(labels, preds, out, "--lesion-samples", str(samples)) == 0
+    assert json.loads((out / "summary.json").read_text())["lesions"]["lesions"] == first
+    pred, _, spacing, _ = make_case(0)
+    save_region_maps(np.zeros((3, *pred.shape), np.float32), np.diag([*spacing, 1.0]),
+                     samples / f"{CASES[0]}_samples.nii.gz")  # no lesion in any sample now
+    assert _evaluate(labels, preds, out, "--lesion-samples", str(samples)) == 0
+    block = json.loads((out / "summary.json").read_text())["lesions"]
+    assert block["samples"] == {"min": 3, "max": 4}
+    changed = [d for d in block["lesions"] if d["case"] == CASES[0]]
+    assert changed and all(d["existence"] == 0.0 for d in changed)
+
+
 def test_missing_sample_files_are_refused_before_any_work(tmp_path):
     labels, preds, samples = _write(tmp_path, with_samples=False)
     out = tmp_path / "ev"
