@@ -2,6 +2,7 @@
 
     python benchmarks/bench_lesions.py --brats /path/to/BraTS-2023-Metrics --shifts /path/to/shifts/mswml
     python benchmarks/bench_lesions.py --small            # 120 x 120 x 78, 20 lesions; ours and the limit only
+    python benchmarks/bench_lesions.py --samples 10 --samples-only   # existence probability from 10 samples
 
 Workload: one BraTS-sized case (240 x 240 x 155, 1 mm, label map 1/2/3) with ``--lesions`` (default 50) tumours, each
 a nested edema / enhancing / necrosis ball (so about that many lesions in each of WT, TC and ET), and a prediction
@@ -19,6 +20,11 @@ written as NIfTI once (not timed); every timing below reads them.
 - **limit**: what any exact implementation must do: read the files, one labelling pass of each region's prediction
   and of its dilated reference, and one Euclidean distance transform per lesion bounding box (the box of the
   lesion and its matched components, the transform of each surface).
+
+With ``--samples S``: the per-lesion existence probability and volume spread of the whole tumour from ``S`` sample
+masks (each the prediction moved by up to a voxel along each axis),
+:func:`~monai_unc.metrics.lesions.lesion_uncertainty` with ``samples``, against its limit: one labelling pass of the
+prediction and of each sample (any count of the samples' components that overlap a lesion needs them).
 
 Printed: seconds of each (best of ``--repeat``), the ratios, and the peak traced memory (``tracemalloc``) of ours.
 """
@@ -42,6 +48,7 @@ from scipy import ndimage
 from monai_unc.metrics.lesions import (
     brats_lesion_metrics,
     lesion_detection,
+    lesion_uncertainty,
     ndsc_retention_area,
     normalized_dice,
 )
@@ -114,6 +121,20 @@ def limit(pred_file: Path, gt_file: Path, u: np.ndarray) -> None:
     np.sort(u.ravel())  # the R-AAC needs the order statistics of the uncertainty (one value sort)
 
 
+def make_samples(pred: np.ndarray, n: int, seed: int = 1) -> np.ndarray:
+    """``n`` binary sample masks of the whole tumour: the prediction moved by -1, 0 or 1 voxel along each axis."""
+    rng = np.random.default_rng(seed)
+    fg = pred > 0
+    return np.stack([np.roll(fg, tuple(int(v) for v in rng.integers(-1, 2, 3)), axis=(0, 1, 2)) for _ in range(n)])
+
+
+def samples_limit(pred: np.ndarray, samples: np.ndarray) -> None:
+    full = ndimage.generate_binary_structure(3, 3)
+    ndimage.label(pred > 0, structure=full)
+    for s in samples:
+        ndimage.label(s, structure=full)
+
+
 def _load(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -149,6 +170,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--brats", type=Path, default=None, help="checkout of the BraTS 2023 metrics repository")
     ap.add_argument("--shifts", type=Path, default=None, help="the mswml folder of the Shifts repository")
+    ap.add_argument("--samples", type=int, default=0, help="also time the existence probability from S samples")
+    ap.add_argument("--samples-only", action="store_true", help="only the existence probability (with --samples)")
     args = ap.parse_args()
     shape = (120, 120, 78) if args.small else (240, 240, 155)
     n = args.lesions or (20 if args.small else 50)
@@ -156,6 +179,19 @@ def main() -> None:
     print(f"{platform.machine()} {platform.python_version()}; case {shape}, {n} tumours; lesions per region "
           + ", ".join(f"{k} {ndimage.label(np.isin(truth, v), structure=np.ones((3, 3, 3)))[1]}"
                       for k, v in REGIONS.items()))
+    if args.samples > 0:
+        samples = make_samples(pred, args.samples)
+        t_lim, _ = _best(lambda: samples_limit(pred, samples), args.repeat)
+        t_ours, per = _best(lambda: lesion_uncertainty(pred > 0, samples=samples), args.repeat)
+        tracemalloc.start()
+        lesion_uncertainty(pred > 0, samples=samples)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"existence from {args.samples} samples, {per['lesion'].size} lesions: limit {t_lim:.2f} s, ours "
+              f"{t_ours:.2f} s ({t_ours / t_lim:.2f}x the limit); peak traced memory {peak / 2**20:.0f} MiB "
+              f"(the samples themselves {samples.nbytes / 2**20:.0f} MiB)")
+        if args.samples_only:
+            return
     with tempfile.TemporaryDirectory() as tmp:
         pf, gf = Path(tmp) / "pred.nii.gz", Path(tmp) / "gt.nii.gz"
         nib.save(nib.Nifti1Image(pred, np.eye(4)), pf)

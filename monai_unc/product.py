@@ -299,6 +299,20 @@ class CohortProduct:
         """
         return self.options()
 
+    def case_input_files(self, case_id: str) -> dict[str, Path]:
+        """Files of a case that the product reads itself, beyond the evaluation's inputs (default none).
+
+        Their signatures (path, size, times, inode) enter the case's resume fingerprint, so that a case whose file
+        changed is evaluated again instead of resumed (e.g. the per-sample masks of ``--lesion-samples``).
+
+        Args:
+            case_id: the case.
+
+        Returns:
+            ``{role: path}`` (each must exist when the case is evaluated).
+        """
+        return {}
+
     def check(self, case_ids: Sequence[str], config: Any) -> None:
         """Refuse, before any work, a cohort the product cannot handle (``ValueError`` naming the option).
 

@@ -4,21 +4,26 @@ Per case and per task (each foreground class of the class task, or each region),
 :mod:`monai_unc.metrics.lesions` (BraTS 2023 lesion-wise Dice and HD95 with their counts, the Shifts lesion F1, nDSC
 and, with an uncertainty map, its retention area) and one record per predicted lesion: its volume, centre, whether it
 is a false positive (it matches no ground-truth lesion under the BraTS rule), the Dice of the lesion it matched and
-its uncertainty scores (mean, max, boundary and core of every map). The state of a case is a
+its uncertainty scores (mean, max, boundary and core of every map) and, with per-sample masks
+(:func:`read_lesion_samples`), its existence probability and volume spread. The state of a case is a
 :class:`LesionState` (arrays that concatenate across cases); the cohort summary is :func:`summarize_lesions`: the
-means of the case scores, pooled counts and F1, and lesion-level failure detection (AUROC of each per-lesion score
-for "this predicted lesion is a false positive" and for "its Dice is below ``failure_dice``", AURC of 1 - Dice), with
-the most uncertain lesions listed first.
+means of the case scores, pooled counts and F1, lesion-level failure detection (AUROC of each per-lesion score for
+"this predicted lesion is a false positive" and for "its Dice is below ``failure_dice``", AURC of 1 - Dice), the
+lesion-level retention curve of the ranking score (:func:`lesion_retention`), and the most uncertain lesions listed
+first.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..io import read_volume
 from ..metrics.discrimination import error_auroc
 from ..metrics.lesions import (
     brats_lesion_metrics,
@@ -27,17 +32,22 @@ from ..metrics.lesions import (
     ndsc_retention_area,
     normalized_dice,
 )
-from ..metrics.selective import aurc
+from ..metrics.selective import aurc, referral_curve
 from ..state import register_state_type
 from .config import region_suffix, slug
 
-__all__ = ["LESION_FIELDS", "LesionState", "lesion_case_state", "lesion_columns", "summarize_lesions",
-           "task_masks"]
+__all__ = ["LESION_FIELDS", "RETENTION_REFERRED", "SAMPLES_SUFFIX", "LesionState", "lesion_case_state",
+           "lesion_columns", "lesion_retention", "read_lesion_samples", "summarize_lesions", "task_masks"]
 
 #: the per-case values of a task (``case.<task>.<field>``), in column order
 CASE_FIELDS = ("lesion_dice", "lesion_hd95", "lesion_tp", "lesion_fp", "lesion_fn", "lesion_f1", "ndsc", "ndsc_raac")
 #: the fixed per-lesion fields (``lesion.<task>.<field>``); uncertainty scores are added per map
-LESION_FIELDS = ("case_index", "lesion", "volume_mm3", "center_0", "center_1", "center_2", "false_positive", "dice")
+LESION_FIELDS = ("case_index", "lesion", "volume_mm3", "center_0", "center_1", "center_2", "center_mm_0",
+                 "center_mm_1", "center_mm_2", "false_positive", "dice")
+#: the shares of predicted lesions referred (most uncertain first) at which the retention curve is reported
+RETENTION_REFERRED = tuple(round(0.05 * k, 2) for k in range(20))
+#: the name of a case's per-sample masks in the folder of ``--lesion-samples``: ``<case><SAMPLES_SUFFIX>``
+SAMPLES_SUFFIX = "_samples.nii.gz"
 
 
 @register_state_type("lesions")
@@ -133,26 +143,85 @@ def task_masks(task: Any, class_names: Sequence[str] | None) -> list[tuple[str, 
             for c in range(1, task.num_classes)]
 
 
+def read_lesion_samples(folder: str | os.PathLike, case_id: str, shape: Sequence[int]) -> np.ndarray:
+    """A case's per-sample label maps: ``<folder>/<case><SAMPLES_SUFFIX>``, one label map per stochastic pass.
+
+    The file is a 4-D NIfTI ``(X, Y, Z, S)``: along the fourth axis the hard segmentation of each sample (the argmax
+    of each MC-dropout pass, or its thresholded regions written as labels), on the grid of the case's prediction.
+
+    Args:
+        folder: the folder of ``--lesion-samples``.
+        case_id: the case.
+        shape: the case's spatial shape ``(X, Y, Z)``.
+
+    Returns:
+        ``(S, X, Y, Z)`` int64 label maps.
+
+    Raises:
+        FileNotFoundError: the case has no file there.
+        ValueError: a file of another grid, or values that are not non-negative integers (probabilities are not
+            samples).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from monai_unc.io import save_region_maps
+        >>> samples = np.zeros((3, 4, 4, 4), np.float32)  # (S, X, Y, Z) label maps, written (X, Y, Z, S)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = save_region_maps(samples, np.eye(4), Path(d) / "a_samples.nii.gz")
+        ...     read_lesion_samples(d, "a", (4, 4, 4)).shape
+        (3, 4, 4, 4)
+    """
+    path = Path(folder) / f"{case_id}{SAMPLES_SUFFIX}"
+    if not path.is_file():
+        raise FileNotFoundError(f"lesion_samples: case {case_id!r} has no per-sample masks {path}")
+    data, _ = read_volume(path)
+    data = np.asarray(data)
+    if tuple(data.shape[1:]) != tuple(shape):
+        raise ValueError(f"lesion_samples: {path} holds (S, *spatial) {data.shape}, the case's grid is {tuple(shape)}")
+    if not np.isfinite(data).all() or (data < 0).any() or (data != np.round(data)).any():
+        raise ValueError(f"lesion_samples: {path} must hold integer label maps (one hard segmentation per sample), "
+                         "not probabilities")
+    return data.astype(np.int64)
+
+
+def _sample_masks(samples: np.ndarray, task: Any, class_index: int | None,
+                  regions: Mapping[str, Sequence[int]] | None) -> np.ndarray:
+    """The binary ``(S, *spatial)`` masks of one class (``samples == c``) or one region (its labels) of the samples."""
+    if class_index is not None:
+        return samples == class_index
+    if regions is None or task.name not in regions:
+        raise ValueError(f"lesion_samples: the region {task.name!r} is not in the region spec")
+    return np.isin(samples, np.asarray(list(regions[task.name]), np.int64))
+
+
 def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any],
-                      class_names: Sequence[str] | None, measure: str | None) -> LesionState:
+                      class_names: Sequence[str] | None, measure: str | None, samples: np.ndarray | None = None,
+                      regions: Mapping[str, Sequence[int]] | None = None) -> LesionState:
     """The lesion-wise state of one case.
 
     Args:
-        case: the loaded case (its ``spacing``).
+        case: the loaded case (its ``spacing``, and its ``affine``: the lesions' centres in world coordinates).
         tasks: its tasks.
         options: the product's options: ``dilation``, ``min_volume``, ``iou``, ``hd_penalty``, ``r``.
         class_names: the evaluation's class names.
         measure: the map for nDSC R-AAC (None: no R-AAC); every map of a task gives per-lesion scores.
+        samples: optional ``(S, *spatial)`` label maps of the stochastic passes (:func:`read_lesion_samples`): each
+            predicted lesion then gets its ``existence`` probability and ``volume_cv``
+            (:func:`~monai_unc.metrics.lesions.lesion_uncertainty`), and the score ``existence_uncertainty``
+            (1 - existence).
+        regions: the region spec ``{region: [labels]}`` of region tasks (to take the regions of the samples).
 
     Returns:
         A :class:`LesionState` of one case.
     """
-    arrays: dict[str, Any] = {"n_cases": np.array([1], np.int64)}
+    arrays: dict[str, Any] = {"n_cases": np.array([1], np.int64),
+                              "samples": np.array([0 if samples is None else samples.shape[0]], np.int64)}
     for task in tasks:
         spacing = tuple(task.spacing) if task.spacing is not None else tuple(case.spacing)
         if len(spacing) != 3:
             raise ValueError(f"lesion-wise metrics need 3-D volumes, got {len(spacing)}-D spacing {spacing}")
-        for name, pred, target in task_masks(task, class_names):
+        for c, (name, pred, target) in enumerate(task_masks(task, class_names), 1):
             r = brats_lesion_metrics(pred, target, spacing, int(options["dilation"]), float(options["min_volume"]),
                                      float(options["hd_penalty"]))
             det = lesion_detection(pred, target, float(options["iou"]))
@@ -164,7 +233,10 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
             for f in CASE_FIELDS:
                 arrays[f"case.{name}.{f}"] = np.array([values[f]], float)
             maps = {m: np.asarray(v, float) for m, v in sorted(task.maps.items())}
-            per = lesion_uncertainty(pred, maps, connectivity=None, spacing=spacing)
+            s_masks = None if samples is None else _sample_masks(samples, task, None if task.name else c, regions)
+            per = lesion_uncertainty(pred, maps, samples=s_masks, connectivity=None, spacing=spacing)
+            if "existence" in per:
+                per["existence_uncertainty"] = 1.0 - per["existence"]
             n = per["lesion"].size
             fp = np.zeros(n, bool)
             fp[np.asarray(r.fp_components, np.int64) - 1] = True
@@ -174,13 +246,19 @@ def lesion_case_state(case: Any, tasks: Sequence[Any], options: Mapping[str, Any
                 for j in les.matched:
                     dice[j - 1] = max(dice[j - 1], les.dice)
             center = per["center"]
+            affine = np.asarray(getattr(case, "affine", None) if getattr(case, "affine", None) is not None
+                                else np.diag([*spacing, 1.0]), float)
+            center_mm = center @ affine[:3, :3].T + affine[:3, 3]  # voxel -> world (mm)
             fields = {"case_index": np.zeros(n), "lesion": per["lesion"], "volume_mm3": per["volume_mm3"],
                       "center_0": center[:, 0], "center_1": center[:, 1], "center_2": center[:, 2],
+                      "center_mm_0": center_mm[:, 0], "center_mm_1": center_mm[:, 1], "center_mm_2": center_mm[:, 2],
                       "false_positive": fp.astype(float), "dice": dice}
             for f in LESION_FIELDS:
                 arrays[f"lesion.{name}.{f}"] = np.asarray(fields[f], float)
             for k, v in per.items():
-                if k not in ("lesion", "volume_mm3", "center"):
+                if k in ("existence",):  # a probability of being right, kept beside the scores
+                    arrays[f"lesion.{name}.{k}"] = np.asarray(v, float)
+                elif k not in ("lesion", "volume_mm3", "center"):
                     arrays[f"lesion.{name}.score.{k}"] = np.asarray(v, float)
     return LesionState(arrays)
 
@@ -210,16 +288,64 @@ def _auroc(score: np.ndarray, event: np.ndarray) -> float | None:
     return float(error_auroc(s, e, per_case=False))
 
 
+def lesion_retention(score: Any, dice: Any, false_positive: Any,
+                     referred: Sequence[float] = RETENTION_REFERRED) -> dict[str, Any] | None:
+    """The lesion-level retention curve: the predicted lesions kept after referring the most uncertain for review.
+
+    At each referred share ``tau`` the ``ceil(tau * n)`` lesions with the largest ``score`` are referred; the curve
+    gives the mean Dice and the share of false positives of the lesions kept (ties at the cut averaged over a random
+    order: :func:`~monai_unc.metrics.selective.referral_curve`), beside the oracle that refers the lowest Dice first.
+    Lesions with a non-finite score are left out, and so are the shares that would refer every lesion.
+
+    Args:
+        score: ``(n,)`` per-lesion uncertainty (larger: referred first).
+        dice: ``(n,)`` per-lesion Dice (0 for a false positive).
+        false_positive: ``(n,)`` 1 for a false-positive lesion.
+        referred: the referred shares in [0, 1).
+
+    Returns:
+        ``{"referred", "kept", "dice", "false_positive_share", "oracle_dice"}`` (lists), or None without a finite
+        score.
+
+    Example:
+        >>> curve = lesion_retention([0.9, 0.1, 0.5, 0.2], [0.0, 0.9, 0.4, 0.8], [1, 0, 0, 0], referred=(0.0, 0.25))
+        >>> curve["dice"], curve["false_positive_share"], curve["kept"]
+        ([0.525, 0.7], [0.25, 0.0], [4, 3])
+    """
+    u = np.asarray(score, float).ravel()
+    d = np.asarray(dice, float).ravel()
+    fp = np.asarray(false_positive, float).ravel()
+    if not (u.shape == d.shape == fp.shape):
+        raise ValueError(f"score, dice and false_positive must have one length, got {u.size}, {d.size}, {fp.size}")
+    ok = np.isfinite(u)
+    if not ok.any():
+        return None
+    u, d, fp = u[ok], d[ok], fp[ok]
+    taus = np.asarray(referred, float).ravel()
+    if taus.size == 0 or not np.isfinite(taus).all() or (taus < 0).any() or (taus >= 1).any():
+        raise ValueError(f"referred must be shares in [0, 1), got {referred!r}")
+    taus = taus[np.ceil(np.round(taus * u.size, 9)) < u.size]  # shares that keep at least one lesion
+    curve = referral_curve(u, d, taus)
+    return {"referred": [float(t) for t in taus], "kept": [int(k) for k in curve.n_retained],
+            "dice": [float(v) for v in curve.value],
+            "false_positive_share": [float(v) for v in referral_curve(u, fp, taus).value],
+            "oracle_dice": [float(v) for v in referral_curve(-d, d, taus).value]}
+
+
 def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], options: Mapping[str, Any],
                       top: int = 20) -> dict[str, Any]:
     """The ``lesions`` block of ``summary.json``.
 
     Per task: the mean over cases of each case value (NaN-aware), the pooled TP / FP / FN of the BraTS matching and
-    the pooled lesion F1 (Shifts counts summed over cases), the number of predicted lesions, and lesion-level failure
+    the pooled lesion F1 (Shifts counts summed over cases), the number of predicted lesions, lesion-level failure
     detection: per per-lesion score the AUROC for "false positive" and for "Dice below ``failure_dice``" and the AURC
-    of 1 - Dice (lower is better); ``best_fp_score`` names the score that finds false positives best. ``lesions``
-    lists the ``top`` most uncertain predicted lesions (by the first ``<measure>_mean`` score) with their case,
-    centre (voxels), volume, score and whether they are false positives.
+    of 1 - Dice (lower is better); ``best_fp_score`` names the score that finds false positives best; ``retention``
+    the lesion-level retention curve of the ranking score (:func:`lesion_retention`). ``lesions`` lists the ``top``
+    most uncertain predicted lesions (by ``rank_by``, else the first ``<measure>_mean`` score) with their case,
+    centre (voxels, and world coordinates in mm), volume, score, whether they are false positives and, with
+    samples, their existence probability.
+    ``samples`` says how many per-sample masks the cases had (``null``: none given, so no existence probability or
+    volume spread) and ``notes`` says what could not be computed.
 
     Args:
         state: the merged state of the cases (in case-id order), or None without cases.
@@ -230,9 +356,16 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
     Returns:
         JSON data (NaN stays NaN; the summary writer turns it into ``null``).
     """
-    block: dict[str, Any] = {"options": dict(options), "n_cases": len(case_ids), "per_task": {}}
+    block: dict[str, Any] = {"options": dict(options), "n_cases": len(case_ids), "per_task": {}, "samples": None,
+                             "notes": []}
     if state is None:
         return block
+    n_samples = state.arrays.get("samples")
+    if n_samples is not None and n_samples.size and int(n_samples.min()) > 0:
+        block["samples"] = {"min": int(n_samples.min()), "max": int(n_samples.max())}
+    else:
+        block["notes"].append("no per-sample masks (--lesion-samples): the lesions' existence probability and volume "
+                              "spread are not computed")
     failure_dice = float(options["failure_dice"])
     listed: list[dict[str, Any]] = []
     for task in state.tasks():
@@ -256,6 +389,13 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
             }
         fp_ranked = [(v["auroc_false_positive"], s) for s, v in detection.items()
                      if v["auroc_false_positive"] is not None]
+        rank_by = options.get("rank_by")
+        key = f"lesion.{task}.score.{rank_by}" if rank_by else None
+        if key is None or key not in a:
+            key = next((f"lesion.{task}.score.{s}" for s in scores if s.endswith("_mean")), None)
+        retention = None if key is None else lesion_retention(a[key], dice, fp_mask)
+        if retention is not None:
+            retention = {"score": key.split(".score.", 1)[1], **retention}
         block["per_task"][task] = {
             "mean": means,
             "lesion_tp": tp, "lesion_fp": fp, "lesion_fn": fn,
@@ -263,21 +403,22 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
             "n_false_positive_lesions": int(fp_mask.sum()),
             "failure_detection": detection,
             "best_fp_score": max(fp_ranked)[1] if fp_ranked else None,
+            "retention": retention,
         }
-        rank_by = options.get("rank_by")
-        key = f"lesion.{task}.score.{rank_by}" if rank_by else None
-        if key is None or key not in a:
-            key = next((f"lesion.{task}.score.{s}" for s in scores if s.endswith("_mean")), None)
         if key is not None:
             u = a[key]
             case_index = a[f"lesion.{task}.case_index"].astype(np.int64)
+            exist = a.get(f"lesion.{task}.existence")
             for i in np.argsort(-np.nan_to_num(u, nan=-np.inf), kind="stable")[:top]:
                 listed.append({"case": str(case_ids[case_index[i]]), "task": task,
                                "lesion": int(a[f"lesion.{task}.lesion"][i]),
                                "center": [round(float(a[f"lesion.{task}.center_{d}"][i]), 1) for d in range(3)],
+                               "center_mm": [round(float(a[f"lesion.{task}.center_mm_{d}"][i]), 2)
+                                             for d in range(3)],
                                "volume_mm3": float(a[f"lesion.{task}.volume_mm3"][i]),
                                "score": key.split(".score.", 1)[1], "value": float(u[i]),
-                               "false_positive": bool(fp_mask[i]), "dice": float(dice[i])})
+                               "false_positive": bool(fp_mask[i]), "dice": float(dice[i]),
+                               "existence": None if exist is None else float(exist[i])})
     listed.sort(key=lambda d: -d["value"] if math.isfinite(d["value"]) else math.inf)
     block["lesions"] = listed[:top]
     return block

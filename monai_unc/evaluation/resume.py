@@ -75,7 +75,8 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
 
     That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec and the
     products' case options when set), the case's shift label and the :func:`file_signature` of
-    its label, segmentation, probabilities and maps, and with regions of its image too (the QU-BraTS brain mask).
+    its label, segmentation, probabilities and maps, and with regions of its image too (the QU-BraTS brain mask), and
+    of the files the products read themselves (:meth:`~monai_unc.product.CohortProduct.case_input_files`).
 
     Args:
         files: the case's files.
@@ -104,6 +105,10 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
         # same name is another product
         fp["config"]["products"] = [[p.name, f"{type(p).__module__}.{type(p).__qualname__}", p.case_options()]
                                     for p in config.products]
+        own = {p.name: {k: file_signature(Path(v)) for k, v in sorted(p.case_input_files(files.case_id).items())}
+               for p in config.products}  # files a product reads itself (CohortProduct.case_input_files)
+        if any(own.values()):
+            fp["inputs"]["products"] = {k: v for k, v in own.items() if v}
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
         fp["inputs"]["image"] = file_signature(files.image)

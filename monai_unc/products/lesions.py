@@ -8,14 +8,18 @@ area. The formulas are in :mod:`monai_unc.metrics.lesions`, the per-case state a
 ==========================  ==========================================================================================
 per case                    a :class:`~monai_unc.evaluation.lesions.LesionState`: per foreground class or region the
                             case's lesion-wise scores, and one record per predicted lesion (volume, centre, false
-                            positive or not, Dice, uncertainty scores of every map)
+                            positive or not, Dice, uncertainty scores of every map; with ``--lesion-samples`` its
+                            existence probability and volume spread over the samples)
 columns                     ``lesion_dice_<T>``, ``lesion_hd95_<T>``, ``lesion_tp_<T>``, ``lesion_fp_<T>``,
                             ``lesion_fn_<T>``, ``lesion_f1_<T>``, ``ndsc_<T>``, ``ndsc_raac_<T>``
 summary                     the ``lesions`` block of ``summary.json``: per task the means, pooled counts, lesion-level
-                            failure detection of every per-lesion score, and the most uncertain lesions
+                            failure detection of every per-lesion score, the lesion-level retention curve, and the
+                            most uncertain lesions
 command line                ``--lesions``, ``--lesion-settings``, ``--lesion-dilation``, ``--lesion-min-volume``,
-                            ``--lesion-iou``, ``--lesion-failure-dice``
-report                      the "Lesions" section: scores per task and the most uncertain lesions
+                            ``--lesion-iou``, ``--lesion-failure-dice``, ``--lesion-samples``
+report                      the "Lesions" section: scores per task, the retention curves, and the most uncertain
+                            lesions, each row carrying its case and centre so that the page's 3D viewer of that
+                            case centres on it (a click, or ``report.html#lesion=<case>:<x>,<y>,<z>``)
 ==========================  ==========================================================================================
 
 The module is light (standard library and :mod:`monai_unc.product`): the command line reads its options before
@@ -27,9 +31,10 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from ..product import CohortProduct, ReportSection, register_product
+from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
 
 __all__ = ["LesionMetrics", "SETTINGS"]
 
@@ -59,6 +64,9 @@ class LesionMetrics(CohortProduct):
         failure_dice: a predicted lesion with a Dice below this counts as failed (lesion-level failure detection).
         hd_penalty: the HD95 of a missed or false-positive lesion (mm; BraTS: 374).
         r: the reference lesion load of the nDSC (Shifts: 0.001).
+        samples: a folder of per-sample label maps, ``<case>_samples.nii.gz`` (4-D, samples along the fourth axis;
+            :func:`~monai_unc.evaluation.lesions.read_lesion_samples`): each predicted lesion then gets its existence
+            probability and volume spread. None: neither is computed (the summary says so).
 
     Example:
         >>> product = LesionMetrics("met")
@@ -73,7 +81,8 @@ class LesionMetrics(CohortProduct):
                    "(docs/lesions.md). Needs 3-D volumes.")
 
     def __init__(self, settings: str = "gli", dilation: int | None = None, min_volume: float | None = None,
-                 iou: float = 0.25, failure_dice: float = 0.5, hd_penalty: float = 374.0, r: float = 0.001) -> None:
+                 iou: float = 0.25, failure_dice: float = 0.5, hd_penalty: float = 374.0, r: float = 0.001,
+                 samples: str | Path | None = None) -> None:
         key = str(settings).lower().removeprefix("brats-")
         if key not in SETTINGS:
             raise ValueError(f"lesion_settings must be one of {sorted(SETTINGS)}, got {settings!r}")
@@ -89,6 +98,9 @@ class LesionMetrics(CohortProduct):
         self.r = _number(r, "lesion_r", 0.0, 1.0)
         if not 0.0 < self.r < 1.0:
             raise ValueError(f"lesion_r must be in (0, 1), got {r!r}")
+        if samples is not None and not isinstance(samples, (str, Path)):
+            raise TypeError(f"lesion_samples must be a folder path, got {type(samples).__name__}")
+        self.samples = None if samples is None else str(Path(samples).resolve())
 
     # -- command line ------------------------------------------------------------------------------------------
     @classmethod
@@ -115,6 +127,9 @@ class LesionMetrics(CohortProduct):
                            help="IoU threshold of the lesion F1 (default 0.25, Shifts)")
         group.add_argument("--lesion-failure-dice", type=float, default=0.5, metavar="D",
                            help="a predicted lesion with a Dice below D counts as failed (default 0.5)")
+        group.add_argument("--lesion-samples", default=None, metavar="DIR",
+                           help="folder of per-sample label maps <case>_samples.nii.gz (4-D, one hard segmentation "
+                                "per stochastic pass): adds each lesion's existence probability and volume spread")
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> LesionMetrics | None:
@@ -130,20 +145,67 @@ class LesionMetrics(CohortProduct):
             ValueError: naming the option.
         """
         if not getattr(args, "lesions", False):
-            if args.lesion_dilation is not None or args.lesion_min_volume is not None:
-                raise ValueError("lesion_dilation / lesion_min_volume need lesion-wise metrics (lesions)")
+            if (args.lesion_dilation is not None or args.lesion_min_volume is not None
+                    or getattr(args, "lesion_samples", None) is not None):
+                raise ValueError("lesion_dilation / lesion_min_volume / lesion_samples need lesion-wise metrics "
+                                 "(lesions)")
             return None
         return cls(args.lesion_settings, args.lesion_dilation, args.lesion_min_volume, args.lesion_iou,
-                   args.lesion_failure_dice)
+                   args.lesion_failure_dice, samples=getattr(args, "lesion_samples", None))
 
     def options(self) -> dict[str, Any]:
         """The product's options (recorded in ``summary.json`` and in each case's fingerprint).
 
         Returns:
-            ``settings``, ``dilation``, ``min_volume``, ``iou``, ``failure_dice``, ``hd_penalty``, ``r``.
+            ``settings``, ``dilation``, ``min_volume``, ``iou``, ``failure_dice``, ``hd_penalty``, ``r``,
+            ``samples`` (the absolute folder, or None).
         """
         return {"settings": self.settings, "dilation": self.dilation, "min_volume": self.min_volume,
-                "iou": self.iou, "failure_dice": self.failure_dice, "hd_penalty": self.hd_penalty, "r": self.r}
+                "iou": self.iou, "failure_dice": self.failure_dice, "hd_penalty": self.hd_penalty, "r": self.r,
+                "samples": self.samples}
+
+    def case_input_files(self, case_id: str) -> dict[str, Path]:
+        """The case's per-sample masks with ``samples`` (their signature enters the case's resume fingerprint).
+
+        Args:
+            case_id: the case.
+
+        Returns:
+            ``{"samples": path}``, or ``{}`` without ``samples``.
+
+        Example:
+            >>> LesionMetrics().case_input_files("case1")
+            {}
+        """
+        if self.samples is None:
+            return {}
+        from ..evaluation.lesions import SAMPLES_SUFFIX
+
+        return {"samples": Path(self.samples) / f"{case_id}{SAMPLES_SUFFIX}"}
+
+    def check_inputs(self, cases: Sequence[Any], inputs: Mapping[str, Any], config: Any) -> None:
+        """With ``samples``: the folder exists and holds a file for every case (refused before any work).
+
+        Args:
+            cases: the matched cases (:class:`~monai_unc.io.CaseFiles`).
+            inputs: unused.
+            config: unused.
+
+        Returns:
+            None; ``ValueError`` naming ``lesion_samples`` and the cases without a file.
+        """
+        if self.samples is None:
+            return
+        from ..evaluation.lesions import SAMPLES_SUFFIX
+
+        folder = Path(self.samples)
+        if not folder.is_dir():
+            raise ValueError(f"lesion_samples: {folder} is not a folder")
+        missing = [c.case_id for c in cases if not (folder / f"{c.case_id}{SAMPLES_SUFFIX}").is_file()]
+        if missing:
+            raise ValueError(f"lesion_samples: {len(missing)} case(s) have no per-sample masks "
+                             f"<case>{SAMPLES_SUFFIX} in {folder}: {', '.join(missing[:5])}"
+                             + (" ..." if len(missing) > 5 else ""))
 
     # -- per case ----------------------------------------------------------------------------------------------
     def case_state(self, case: Any, tasks: Sequence[Any], config: Any) -> Any:
@@ -157,12 +219,16 @@ class LesionMetrics(CohortProduct):
         Returns:
             The state.
         """
-        from ..evaluation.lesions import lesion_case_state
+        from ..evaluation.lesions import lesion_case_state, read_lesion_samples
 
         maps = tasks[0].maps if tasks else {}
         measure = config.measure if config.measure in maps else (
             "predictive_entropy" if "predictive_entropy" in maps else next(iter(sorted(maps)), None))
-        return lesion_case_state(case, tasks, self.options(), config.class_names, measure)
+        samples = None
+        if self.samples is not None and tasks:
+            samples = read_lesion_samples(self.samples, case.case_id, tasks[0].pred.shape)
+        return lesion_case_state(case, tasks, self.options(), config.class_names, measure, samples,
+                                 getattr(config, "regions", None))
 
     def case_columns(self, state: Any, config: Any) -> dict[str, float]:
         """The case's lesion-wise columns of ``metrics.csv``.
@@ -203,7 +269,11 @@ class LesionMetrics(CohortProduct):
     # -- presentation ------------------------------------------------------------------------------------------
     @classmethod
     def summary_lines(cls, block: Mapping[str, Any]) -> list[str]:
-        """Per task the mean lesion-wise Dice and HD95, the pooled counts and the best false-positive detector.
+        """Per task the lesion-wise scores, the best false-positive detector and the retention; then the notes.
+
+        Per task the mean lesion-wise Dice and HD95, the pooled counts, the score that finds false positives best and
+        the mean Dice of the lesions kept at 0 % and 20 % referred; then, once, what could not be computed (no
+        per-sample masks).
 
         Args:
             block: the ``lesions`` block of ``summary.json``.
@@ -213,46 +283,94 @@ class LesionMetrics(CohortProduct):
 
         Example:
             >>> task = {"mean": {"lesion_dice": 0.8, "lesion_hd95": 12.0, "lesion_f1": 0.7, "ndsc": 0.75},
-            ...         "lesion_tp": 9, "lesion_fp": 2, "lesion_fn": 1, "best_fp_score": "pe_max"}
-            >>> print(LesionMetrics.summary_lines({"per_task": {"WT": task}})[0])  # doctest: +NORMALIZE_WHITESPACE
+            ...         "lesion_tp": 9, "lesion_fp": 2, "lesion_fn": 1, "best_fp_score": "pe_max",
+            ...         "retention": {"score": "pe_mean", "referred": [0.0, 0.2], "dice": [0.61, 0.74]}}
+            >>> for line in LesionMetrics.summary_lines({"per_task": {"WT": task}, "notes": ["no samples"]}):
+            ...     print(line)  # doctest: +NORMALIZE_WHITESPACE
             lesions WT: lesion-wise Dice 0.8000, HD95 12.00 mm, F1 0.7000, nDSC 0.7500; TP 9 FP 2 FN 1;
-            false positives found best by pe_max
+            false positives found best by pe_max; mean Dice of the predicted lesions kept 0.610, 0.740 with 20% of
+            them referred by pe_mean
+            lesions: no samples
         """
         lines = []
         for task, b in (block.get("per_task") or {}).items():
             m = b.get("mean", {})
             best = b.get("best_fp_score")
-            lines.append(f"lesions {task}: lesion-wise Dice {_fmt(m.get('lesion_dice'))}, HD95 "
-                         f"{_fmt(m.get('lesion_hd95'), 2)} mm, F1 {_fmt(m.get('lesion_f1'))}, nDSC "
-                         f"{_fmt(m.get('ndsc'))}; TP {b.get('lesion_tp')} FP {b.get('lesion_fp')} FN "
-                         f"{b.get('lesion_fn')}" + (f"; false positives found best by {best}" if best else ""))
+            line = (f"lesions {task}: lesion-wise Dice {_fmt(m.get('lesion_dice'))}, HD95 "
+                    f"{_fmt(m.get('lesion_hd95'), 2)} mm, F1 {_fmt(m.get('lesion_f1'))}, nDSC "
+                    f"{_fmt(m.get('ndsc'))}; TP {b.get('lesion_tp')} FP {b.get('lesion_fp')} FN "
+                    f"{b.get('lesion_fn')}" + (f"; false positives found best by {best}" if best else ""))
+            ret = b.get("retention")
+            if ret and 0.2 in ret.get("referred", ()):
+                at = ret["referred"].index(0.2)
+                line += (f"; mean Dice of the predicted lesions kept {_fmt(ret['dice'][0], 3)}, "
+                         f"{_fmt(ret['dice'][at], 3)} with 20% of them referred by {ret['score']}")
+            lines.append(line)
+        lines += [f"lesions: {note}" for note in block.get("notes") or ()]
         return lines
 
     @classmethod
     def report_section(cls, block: Mapping[str, Any]) -> ReportSection | None:
-        """The "Lesions" section: the scores per task, then the most uncertain lesions.
+        """The "Lesions" section: the scores per task, the most uncertain lesions, the retention curves.
+
+        Each row of the lesion list carries its case and centre (``data-lesion-case``, ``data-lesion-voxel``, and
+        ``data-lesion-mm`` in world coordinates): where the page embeds that case's 3D viewer, the viewer's script
+        makes the row a link that centres the viewer on the lesion (``report.html#lesion=<case>:<x>,<y>,<z>``, in
+        mm, opens the page there).
 
         Args:
             block: the ``lesions`` block.
 
         Returns:
             The section.
+
+        Example:
+            >>> lesion = {"case": "c1", "task": "WT", "lesion": 2, "center": [10.0, 4.5, 7.0], "volume_mm3": 30.0,
+            ...           "center_mm": [10.0, 4.5, 14.0], "score": "pe_mean", "value": 0.4, "false_positive": True,
+            ...           "dice": 0.0}
+            >>> section = LesionMetrics.report_section({"per_task": {}, "lesions": [lesion]})
+            >>> section.tables[0].row_data[0]
+            {'lesion_case': 'c1', 'lesion_voxel': '10,5,7', 'lesion_mm': '10,4.5,14'}
         """
         cards = []
+        tables = []
         for task, b in (block.get("per_task") or {}).items():
             m = b.get("mean", {})
             cards.append((f"{task} lesion-wise Dice", _fmt(m.get("lesion_dice"))))
             cards.append((f"{task} lesion F1", _fmt(m.get("lesion_f1"))))
+        listed = list(block.get("lesions") or [])
+        samples = any(d.get("existence") is not None for d in listed)
+        head = ["case", "task", "lesion", "centre (voxels)", "volume mm^3", "score", "value", "false positive",
+                "Dice"] + (["existence"] if samples else [])
         rows = [[d["case"], d["task"], d["lesion"], ", ".join(f"{c:g}" for c in d["center"]),
                  round(d["volume_mm3"], 1), d["score"], round(d["value"], 4), "yes" if d["false_positive"] else "no",
-                 round(d["dice"], 3)] for d in block.get("lesions") or []]
+                 round(d["dice"], 3)] + ([d.get("existence")] if samples else []) for d in listed]
+        data = [{"lesion_case": str(d["case"]), "lesion_voxel": ",".join(str(_voxel(c)) for c in d["center"]),
+                 **({"lesion_mm": ",".join(f"{float(c):g}" for c in d["center_mm"])} if d.get("center_mm") else {})}
+                for d in listed]
+        tables.append(ReportTable(head, rows, title="Most uncertain predicted lesions", key="list", row_data=data,
+                                  note="Where the page has the case's 3D viewer, a row centres it on the lesion."))
+        for task, b in (block.get("per_task") or {}).items():
+            ret = b.get("retention")
+            if not ret:
+                continue
+            keep = [i for i, t in enumerate(ret["referred"]) if round(10 * t, 6) == round(10 * t)]  # every 10 %
+            rows = [[f"{100 * ret['referred'][i]:.0f}%", ret["kept"][i], format_cell(ret["dice"][i]),
+                     format_cell(ret["oracle_dice"][i]), format_cell(ret["false_positive_share"][i])] for i in keep]
+            tables.append(ReportTable(
+                ["lesions referred", "kept", "mean Dice kept", "oracle", "false positives kept"], rows,
+                title=f"Lesion-level retention, {task} (referred by {ret['score']})", key=f"retention-{task}",
+                note="The most uncertain predicted lesions referred for review first: the mean Dice and the share of "
+                     "false positives of the lesions kept; the oracle refers the lowest Dice first."))
         text = [f"Lesion-wise scores over {block.get('n_cases', 0)} cases (BraTS 2023 matching: "
                 f"{(block.get('options') or {}).get('settings', '?')}); the most uncertain predicted lesions first, "
                 "with their centre in voxels for review. A lesion-level uncertainty ranking, not a guarantee: lesions "
-                "of one case are not exchangeable (docs/lesions.md)."]
-        return ReportSection(cls.title, text, cards=cards,
-                             table_head=["case", "task", "lesion", "centre (voxels)", "volume mm^3", "score", "value",
-                                         "false positive", "Dice"], table_rows=rows)
+                "of one case are not exchangeable (docs/lesions.md)."] + [str(n) for n in block.get("notes") or ()]
+        return ReportSection(cls.title, text, cards=cards, tables=tables)
+
+
+def _voxel(c: Any) -> int:
+    return int(math.floor(float(c) + 0.5))
 
 
 def _fmt(v: Any, digits: int = 4) -> str:

@@ -7,6 +7,10 @@
 // controls are HTML (titles, units and class names written by viewer.py); this file paints their colour ramps from
 // NiiVue's own colormaps, so they match the overlays. The prediction is drawn with a label lookup table (one colour
 // per class, background transparent) and the uncertainty is transparent below its threshold (the slider).
+// Lesions: rows of a table with data-lesion-case and data-lesion-mm (the report's lesion list) become links to
+// "#lesion=<case>:<x>,<y>,<z>" (world coordinates in mm) when the page has that case's viewer; such a fragment, on
+// load or when it changes, centres the case's viewer on the point and scrolls to it (<body data-viewer-centre>
+// then names the case and the voxel of the viewer's volume the crosshair is on, in the case's own grid).
 (function () {
   "use strict";
   var SLICE_TYPES = { multiplanar: 3, axial: 0, coronal: 1, sagittal: 2, render: 4 };
@@ -47,6 +51,7 @@
       nv.setSliceType(SLICE_TYPES.multiplanar);
       wire(box, nv, data);
       box.niivue = nv;  // for the browser console and the tests (which tile is where: nv.screenSlices)
+      box.muData = data;
       nv.drawScene();
       return nv;
     });
@@ -98,6 +103,52 @@
     });
   }
 
+  function viewerOf(caseId) {
+    var boxes = document.querySelectorAll("div.mu-viewer");
+    for (var i = 0; i < boxes.length; i++) {
+      if (boxes[i].getAttribute("data-case") === caseId) { return boxes[i]; }
+    }
+    return null;
+  }
+
+  function parseLesion(hash) {  // "#lesion=<case>:<x>,<y>,<z>" -> {case, mm}, or null
+    var m = /^#lesion=(.*):(-?[\d.]+(?:e-?\d+)?),(-?[\d.]+(?:e-?\d+)?),(-?[\d.]+(?:e-?\d+)?)$/.exec(hash || "");
+    if (!m) { return null; }
+    var caseId;
+    try { caseId = decodeURIComponent(m[1]); } catch (err) { return null; }
+    return { caseId: caseId, mm: [Number(m[2]), Number(m[3]), Number(m[4])] };
+  }
+
+  function centre(target) {  // centre the case's viewer on a point in mm; false when the page has no such viewer
+    var box = target && viewerOf(target.caseId);
+    if (!box || !box.niivue) { return false; }
+    var nv = box.niivue, data = box.muData;
+    nv.scene.crosshairPos = nv.mm2frac(target.mm);
+    nv.setSliceType(SLICE_TYPES.multiplanar);
+    nv.drawScene();
+    var vox = nv.frac2vox(nv.scene.crosshairPos);  // the voxel of the (cropped, subsampled) volume
+    var grid = [0, 1, 2].map(function (a) { return data.crop[a][0] + data.step * vox[a]; });
+    box.setAttribute("data-centre", grid.join(","));
+    document.body.setAttribute("data-viewer-centre", target.caseId + ":" + grid.join(","));
+    box.scrollIntoView();
+    return true;
+  }
+
+  function linkLesions() {  // the rows of lesions whose case has a viewer here become links to the fragment
+    document.querySelectorAll("tr[data-lesion-case][data-lesion-mm]").forEach(function (row) {
+      var caseId = row.getAttribute("data-lesion-case");
+      if (!viewerOf(caseId)) { return; }
+      var hash = "#lesion=" + encodeURIComponent(caseId) + ":" + row.getAttribute("data-lesion-mm");
+      if (!parseLesion(hash)) { return; }
+      var cell = row.cells[0], a = document.createElement("a");
+      a.href = hash;
+      a.title = "centre the 3D viewer of this case on the lesion";
+      a.textContent = cell.textContent;
+      cell.textContent = "";
+      cell.appendChild(a);
+    });
+  }
+
   function main() {
     var boxes = Array.prototype.slice.call(document.querySelectorAll("div.mu-viewer"));
     if (typeof niivue === "undefined") {
@@ -116,6 +167,11 @@
               r.width, r.height].map(Math.round).join(","));
           }
           document.body.setAttribute("data-viewer-ready", String(ready));
+          if (ready === boxes.length) {
+            linkLesions();
+            centre(parseLesion(window.location.hash));
+            window.addEventListener("hashchange", function () { centre(parseLesion(window.location.hash)); });
+          }
         }, function (err) { showError(box, err); });
       } catch (err) {
         showError(box, err);
