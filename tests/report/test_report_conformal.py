@@ -12,8 +12,8 @@ import pytest
 
 from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.evaluation import EvaluationConfig, run_evaluate
-from monai_unc.products import ConformalMasks
 from monai_unc.product import Overlay
+from monai_unc.products import ConformalMasks
 from monai_unc.report.html import build_report, format_value, product_section
 
 
