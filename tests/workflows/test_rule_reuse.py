@@ -128,7 +128,8 @@ def test_an_edited_or_foreign_rule_file_is_refused(certified, tmp_path, capsys):
     edited.write_text(json.dumps(doc))
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"format": "something else"}))
-    for path, msg in ((edited, "digest"), (other, "not a rule file that monai-unc evaluate certifies"), (tmp_path / "none.json", "no rule file")):
+    for path, msg in ((edited, "digest"), (other, "not a rule file that monai-unc evaluate certifies"),
+                      (tmp_path / "none.json", "no rule file")):
         argv = ["infer", "-i", str(certified["new"]["images"]), "-o", str(tmp_path / "p"), *certified["model"],
                 "--settings-from", str(path)]
         assert cli.main(argv) == 2
