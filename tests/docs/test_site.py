@@ -46,10 +46,27 @@ def api_pages():
 
 
 def documented_names(page):
-    """The names ``page`` renders from its own package: ``::: monai_unc.<pkg>.<name>`` directives."""
+    """The names ``page`` renders from its own package: ``::: monai_unc.<pkg>.<name>`` directives.
+
+    A name rendered from the submodule that defines it (``::: monai_unc.<pkg>.<module>.<name>``) counts as the
+    package's ``<name>`` when the package exports that very object (a package that gathers its modules' names at
+    import, such as ``monai_unc.products``, which static documentation tools cannot follow).
+    """
     package = f"monai_unc.{page.stem}"
     paths = DIRECTIVE.findall(page.read_text())
-    return [p[len(package) + 1:] for p in paths if p.startswith(package + ".")]
+    out = []
+    for path in (p[len(package) + 1:] for p in paths if p.startswith(package + ".")):
+        head, _, name = path.rpartition(".")
+        if head and not head.startswith("_"):
+            try:
+                same = getattr(importlib.import_module(f"{package}.{head}"), name) is getattr(
+                    importlib.import_module(package), name, object())
+            except (ImportError, AttributeError):
+                same = False
+            if same:
+                path = name
+        out.append(path)
+    return out
 
 
 def public_names(page):
