@@ -154,3 +154,16 @@ def test_region_evaluation_with_seg_labels_equals_nifti_labels(tmp_path, capsys)
     lines = [line for line in capsys.readouterr().err.splitlines() if "overlap" in line]
     assert status != 0 and len(lines) == 1, lines
     assert "segments 1 and 2 overlap" in lines[0] and "nested region masks" in lines[0], lines
+
+
+def test_region_names_of_the_map_files():
+    from monai_unc.workflows.dicom import _file_part, _map_regions
+
+    specs = [default_segment(r, f"region {r}") for r in (1, 2, 3)]
+    assert _map_regions(["TC", "WT", "ET"], specs) == ["TC", "WT", "ET"]  # the prediction folder's record
+    assert _map_regions(None, specs) == ["region 1", "region 2", "region 3"]  # no record: the segments' names
+    assert _map_regions(["TC", "WT"], specs) == ["region 1", "region 2", "region 3"]  # a record of another count
+    names = _map_regions(["a/b", "a b", "ET"], specs)  # names that would share a file get their channel number
+    assert names == ["a/b", "a b 2", "ET"]
+    assert [_file_part(n) for n in names] == ["a_b", "a_b_2", "ET"]
+    assert _file_part("../../x") == "______x" and _file_part("  ") == "region"
