@@ -195,18 +195,24 @@ def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]],
 
     Raises:
         ValueError: naming the labels, the number of cases and the likely fix
-            (:func:`monai_unc.regions.unclaimed_labels_message`).
+            (:func:`monai_unc.regions.unclaimed_labels_message`); for labels read from a DICOM SEG, that they are
+            its segment numbers.
     """
     found: dict[int, list[str]] = {}
-    for result, _, _ in results:
+    from_seg = False  # labels read from a DICOM SEG are its segment numbers
+    for result, files, _ in results:
         for label in result.unclaimed_labels:
             found.setdefault(int(label), []).append(str(result.row["case"]))
+        from_seg |= bool(result.unclaimed_labels) and files.label.name.lower().endswith(".dcm")
     if not found or config.regions is None:
         return
     if not config.ignore_unclaimed_labels:
+        hint = (" (the labels of a DICOM SEG are its segment numbers, which DICOM numbers 1, 2, 3, ...: e.g. the BraTS "
+                "labels 1, 2, 4 stored as segments 1, 2, 3 need a spec in segment numbers, such as 'brats2023')"
+                if from_seg else "")
         raise ValueError("--regions: " + unclaimed_labels_message(
             {k: sorted(v) for k, v in found.items()}, config.regions,
-            "--ignore-unclaimed-labels / ignore_unclaimed_labels=True"))
+            "--ignore-unclaimed-labels / ignore_unclaimed_labels=True") + hint)
     n = len({c for ids in found.values() for c in ids})
     warnings.warn(f"--regions: label(s) {sorted(found)} of {n} case(s) are in no region and count as background "
                   "(--ignore-unclaimed-labels)", UserWarning, stacklevel=2)

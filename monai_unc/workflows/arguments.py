@@ -206,7 +206,8 @@ def _add_evaluate(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--labels", "-l", required=True,
                    help="folder of reference label maps <case>.nii.gz, or binary DICOM SEG objects <case>.dcm (with "
-                        "--images of the cases' DICOM series; docs/dicom.md)")
+                        "--images of the cases' DICOM series; the segment numbers are the labels, also for --regions; "
+                        "docs/dicom.md)")
     p.add_argument("--predictions", "-p", required=True, help="folder written by 'monai-unc infer' (or nnU-Net)")
     p.add_argument("--output", "-o", required=True, help="output folder (metrics.csv, summary.json, state/)")
     p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS),
@@ -441,7 +442,8 @@ def _add_dicom_export(sub: Any) -> None:
         "dicom-export", help="write the outputs of infer / nnunet-predict as DICOM SEG, Parametric Maps (dicom extra)",
         description="For each case of a prediction folder and its source series (<series>/<case>/: one folder of "
         "single-frame CT or MR slices), write <output>/<case>/seg.dcm (binary DICOM SEG, one segment per class), "
-        "probabilities.dcm (FRACTIONAL SEG, 8-bit probabilities), <measure>.dcm (Parametric Map, 32-bit float) "
+        "probabilities.dcm (FRACTIONAL SEG, 8-bit probabilities), <measure>.dcm (Parametric Map, 32-bit float; "
+        "<measure>_<region>.dcm per region of a region-based model) "
         "and sr.dcm (Comprehensive 3D SR, TID 1500: volumes, case scores, triage decision), "
         "with new UIDs under --uid-root and the patient and study of the source, and dicom_export.json. Needs "
         "pip install 'monai-unc[dicom]'. See docs/dicom.md.",

@@ -9,7 +9,9 @@ For every case of a prediction folder (``--layout monai-unc`` or ``nnunet``) and
   identification (model, method, weight digests from the prediction folder's records);
 - ``probabilities.dcm``: the mean probabilities as a FRACTIONAL SEG (PROBABILITY; 8-bit: within 1/510), unless
   ``--no-probabilities``;
-- ``<measure>.dcm``: each uncertainty map as a Parametric Map (32-bit float: the values exactly);
+- ``<measure>.dcm``: each uncertainty map as a Parametric Map (32-bit float: the values exactly); a region-based
+  model's map (one channel per region) as one Parametric Map per region, ``<measure>_<region>.dcm``, the region
+  named (from the prediction folder's record, else the segment names) in its descriptions and value mapping;
 - ``sr.dcm``: the Comprehensive 3D SR (TID 1500) of the case: each segment's volume (referencing the SEG), the case's
   row of ``metrics.csv`` (``--evaluation``: case scores, Dice, QU-BraTS), the triage decision with the rule's digest
   and guarantee (``--triage``), the row of a cohort product command's table (``--<command>``, e.g. the volumes of
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -152,6 +155,24 @@ def _region_names(predictions: Path) -> list[str] | None:
     return None
 
 
+def _map_regions(region_names: list[str] | None, specs: list[SegmentSpec]) -> list[str]:
+    """The region names of a region map's channels: the prediction folder's record, else the segments' names.
+
+    Distinct after :func:`_file_part` (a repeated name gets its channel number), so no map file replaces another.
+    """
+    names = list(region_names) if region_names and len(region_names) == len(specs) else [s.name for s in specs]
+    out: list[str] = []
+    for r, n in enumerate(names):
+        taken = {_file_part(o) for o in out}
+        out.append(n if _file_part(n) not in taken else f"{n} {r + 1}")
+    return out
+
+
+def _file_part(name: str) -> str:
+    """A region name as a part of a file name: letters, digits, ``-`` and ``_`` (others become ``_``)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name.strip())[:64] or "region"
+
+
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
                  numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
@@ -194,15 +215,22 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
         path = write_fractional_segmentation(np.clip(probs, 0, 1), series, folder / "probabilities.dcm", fspecs,
                                              algorithm, uid_root, _PROBS_NUMBER, study)
         record("probabilities", path, pydicom.dcmread(path, stop_before_pixels=True))
-    for i, (measure, map_path) in enumerate(sorted(files.maps.items())):
+    number = _MAP_NUMBER
+    for measure, map_path in sorted(files.maps.items()):
         u, u_affine = read_volume(map_path)
         u = to_series_grid(u, u_affine, series, f"case {files.case_id}: map {map_path.name}")
-        if u.shape[0] != 1:
+        if u.shape[0] != 1 and not (regions and u.shape[0] == count):
             raise CaseError(f"case {files.case_id}: map {map_path.name} has {u.shape[0]} channels; the Parametric "
-                            "Map export takes one map per case (region maps are not exported yet)")
-        path = write_parametric_map(u[0], series, folder / f"{measure}.dcm", measure, algorithm, uid_root,
-                                    _MAP_NUMBER + i, study)
-        record(f"map:{measure}", path, pydicom.dcmread(path, stop_before_pixels=True))
+                            "Map export takes one map per case, or one per region of a region-based segmentation "
+                            f"({count if regions else 'this one is class-based'})")
+        names = _map_regions(region_names, specs) if u.shape[0] > 1 else [None]
+        for r, region in enumerate(names):  # a region map: one Parametric Map per region channel
+            name = measure if region is None else f"{measure}_{_file_part(region)}"
+            path = write_parametric_map(u[r], series, folder / f"{name}.dcm", measure, algorithm, uid_root, number,
+                                        study, region=region)
+            record(f"map:{measure}" if region is None else f"map:{measure}:{region}", path,
+                   pydicom.dcmread(path, stop_before_pixels=True))
+            number += 1
     # the measurement report: segment volumes, the case's numbers, the triage decision; it references the objects
     headers = {o["kind"]: pydicom.dcmread(folder / Path(o["file"]).name, stop_before_pixels=True) for o in objects}
     masks = seg > 0 if regions else [seg[0] == s.label for s in specs]

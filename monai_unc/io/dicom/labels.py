@@ -6,8 +6,10 @@ goes to the slice it references (``DerivationImageSequence``), or, without a ref
 position; a voxel of segment ``s`` gets the label ``s`` (the SegmentNumber), every other voxel 0. Frames that a
 writer left out (empty frames) are background. The SEG must belong to the series: the same frame of reference, the
 series among its referenced series, the same pixel grid; a SEG that references an image the series lacks, a frame
-off the series' slices, a FRACTIONAL SEG or segments that overlap (a voxel in two segments is no label map) are
-refused with one line naming the file and the problem.
+off the series' slices, a FRACTIONAL SEG or segments that overlap (a voxel in two segments is no label map; so is a
+SEG of nested region masks such as BraTS WT, TC, ET: a region evaluation reads the SEG of the disjoint labels and
+makes its regions through the region spec, the labels being the segment numbers) are refused with one line naming
+the file and the problem.
 """
 
 from __future__ import annotations
@@ -188,6 +190,8 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
         if clash.any():
             other = int(plane[clash][0])
             raise DicomSegError(f"{what}: segments {min(other, number)} and {max(other, number)} overlap (e.g. "
-                                f"{int(clash.sum())} voxel(s) of slice {k + 1}); a label map needs disjoint segments")
+                                f"{int(clash.sum())} voxel(s) of slice {k + 1}); a label map needs disjoint segments "
+                                    "(a SEG of nested region masks such as WT, TC, ET is no label map: give the SEG "
+                                    "of the disjoint labels, and --regions makes the regions from them)")
         plane[mask] = number
     return labels

@@ -464,12 +464,14 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
 
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
                          algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
-                         series_number: int = 903, study: Mapping[str, str] | None = None) -> Path:
+                         series_number: int = 903, study: Mapping[str, str] | None = None, *,
+                         region: str | None = None) -> Path:
     """Write one uncertainty map as a Parametric Map with 32-bit float pixels on the series' grid.
 
     The real-world value mapping is the identity (slope 1, intercept 0) with the map's unit (:data:`MAP_UNITS`:
     UCUM ``{nat}`` for entropies and mutual information, ``1`` otherwise) and its float range; the float32 values
-    are stored as they are (Float Pixel Data), so they read back exactly.
+    are stored as they are (Float Pixel Data), so they read back exactly. The map of one region of a region-based
+    model names its region in the series and content descriptions and in the mapping's label and explanation.
 
     Args:
         values: ``(columns, rows, slices)`` finite map values.
@@ -480,21 +482,41 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber.
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
+        region: the region the map belongs to (one channel of a region-based model's map, e.g. ``"WT"``); None: a
+            map of the whole case.
 
     Returns:
         ``path``.
 
     Raises:
         ValueError: non-finite values, a shape other than the series'.
+
+    Example:
+        >>> import tempfile
+        >>> import pydicom
+        >>> from monai_unc.io.dicom import read_series, write_series
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = write_series(np.zeros((4, 3, 2)), np.eye(4), f"{d}/s", modality="MR")
+        ...     s = read_series(f"{d}/s", pixels=False)
+        ...     u = np.linspace(0, 0.5, 24, dtype=np.float32).reshape(4, 3, 2)
+        ...     ds = pydicom.dcmread(write_parametric_map(u, s, f"{d}/pe.dcm", "predictive_entropy", region="WT"))
+        ...     rwv = ds.SharedFunctionalGroupsSequence[0].RealWorldValueMappingSequence[0]
+        ...     ds.SeriesDescription, rwv.LUTLabel, rwv.LUTExplanation
+        ('predictive_entropy of WT by monai-unc', 'PE WT', 'WT: predictive entropy H(mean p), nats')
     """
     values = np.asarray(values, dtype=np.float32)
     if not np.isfinite(values).all():
         raise ValueError(f"the {measure} map has NaN or infinite values")
     frames = volume_frames(values, series, measure)
     unit, explanation = MAP_UNITS.get(measure, (_UNITY, measure))
+    label, description = measure, f"{measure} by monai-unc"
+    if region is not None:  # LUTLabel holds 16 characters: the measure's initials and the region
+        initials = "".join(w[0] for w in measure.split("_") if w).upper() or "MAP"
+        label, explanation = f"{initials} {region}", f"{region}: {explanation}"
+        description = f"{measure} of {region} by monai-unc"
     low, high = float(frames.min()), float(frames.max())
     mapping = hd.pm.RealWorldValueMapping(
-        lut_label=measure[:16], lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
+        lut_label=label[:16], lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
         slope=1.0, intercept=0.0,
     )
     width = high - low if high > low else 1.0
@@ -505,8 +527,9 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         pixel_array=frames, contains_recognizable_visual_features=False, real_world_value_mappings=[mapping],
         voi_lut_transformations=[window],
         content_label=re.sub(r"[^A-Z0-9_ ]", "_", measure.upper())[:16] or "MAP",
-        **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), f"{measure} by monai-unc"),
+        **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), description),
     )
+    pm.SeriesDescription = description[:64]
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
     return save_dataset(apply_study(pm, study), path)

@@ -1,0 +1,169 @@
+"""DICOM for a region-based (sigmoid) model: one Parametric Map per region, and SEG labels of a region evaluation.
+
+``dicom-export`` writes a map with one channel per region (TC, WT, ET) as one Parametric Map per region; each frame
+is checked against the NIfTI map's region channel at the source slice, found independently of the export's geometry
+code (the test helpers of ``test_dicom_export``). ``evaluate --regions`` reads a SEG of the disjoint labels (the
+labels are the segment numbers) and gives the ``metrics.csv`` of the NIfTI labels; a SEG of nested region masks
+is refused in one line that says why.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
+hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from monai_unc.cli import main  # noqa: E402
+from monai_unc.io import read_csv, write_csv  # noqa: E402
+from monai_unc.io.dicom import default_segment, read_series, write_segmentation  # noqa: E402
+from tests.io.dicom._series import GEOMETRIES, dciodvfy_errors, make_series, mni_small  # noqa: E402
+from tests.workflows.test_dicom_export import _nifti_at, _source_world, _sources, _sr_items  # noqa: E402
+
+#: BraTS 2023 labels (1 necrosis, 2 oedema, 3 enhancing) and their regions, channel order TC, WT, ET
+SPEC = {"TC": [1, 3], "WT": [1, 2, 3], "ET": [3]}
+GEOMETRY = "oblique_mr"
+
+
+def _brats_labels() -> np.ndarray:
+    """The MNI152 box's tissue labels as tumour labels: grey matter oedema (2), white matter necrosis (1) or ET (3)."""
+    tissue = mni_small()[1].astype(int)
+    out = np.where(tissue == 1, 2, 0)
+    white = tissue == 2
+    out[white] = np.where(np.arange(white.sum()) % 3 == 0, 1, 3)
+    return out.astype(np.uint8)
+
+
+def _regions(labels: np.ndarray) -> np.ndarray:
+    """``(R, X, Y, Z)`` region masks, brute force over the spec."""
+    return np.stack([np.isin(labels, v) for v in SPEC.values()]).astype(np.uint8)
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(a, 0, -1))
+
+
+@pytest.mark.slow
+def test_region_maps_are_one_parametric_map_per_region(tmp_path):
+    affine = GEOMETRIES[GEOMETRY][1]
+    pred, series, evaluation = tmp_path / "pred", tmp_path / "series", tmp_path / "evaluation"
+    pred.mkdir()
+    evaluation.mkdir()
+    make_series(series / "c0", GEOMETRY)
+    regions = _regions(_brats_labels())
+    rng = np.random.default_rng(5)
+    pe = (rng.random(regions.shape) * np.log(2)).astype(np.float32)
+    pe[2] = 0.125  # a constant region map keeps its value
+    nib.save(nib.Nifti1Image(_channels_last(regions), affine), pred / "c0_seg.nii.gz")
+    nib.save(nib.Nifti1Image(_channels_last(pe), affine), pred / "c0_predictive_entropy.nii.gz")
+    (pred / "infer.json").write_text(json.dumps({"settings": {"model": "brats"}, "multilabel": True,
+                                                 "regions": SPEC}))
+    write_csv(evaluation / "metrics.csv", [{"case": "c0", "dice": 0.75}])
+    out = tmp_path / "out"
+    assert main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(out), "--evaluation",
+                 str(evaluation), "-q"]) == 0
+    names = [f"predictive_entropy_{r}.dcm" for r in SPEC]
+    assert sorted(p.name for p in (out / "c0").iterdir()) == sorted([*names, "seg.dcm", "sr.dcm"])
+    sources = _sources(series / "c0")
+    numbers = set()
+    for r, (region, name) in enumerate(zip(SPEC, names)):
+        assert dciodvfy_errors(out / "c0" / name) == []
+        ds = pydicom.dcmread(out / "c0" / name)
+        pm = hd.pm.ParametricMap.from_dataset(ds)
+        assert region in ds.SeriesDescription and region in ds.ContentDescription
+        mapping = ds.SharedFunctionalGroupsSequence[0].RealWorldValueMappingSequence[0]
+        assert mapping.LUTLabel == f"PE {region}" and mapping.LUTExplanation.startswith(f"{region}: ")
+        numbers.add(int(ds.SeriesNumber))
+        assert len(pm.PerFrameFunctionalGroupsSequence) == len(sources)
+        for item, frame in zip(pm.PerFrameFunctionalGroupsSequence, pm.pixel_array):
+            ref = str(item.DerivationImageSequence[0].SourceImageSequence[0].ReferencedSOPInstanceUID)
+            np.testing.assert_array_equal(frame, _nifti_at(pe[r], affine, _source_world(sources[ref])))
+            np.testing.assert_allclose(item.PlanePositionSequence[0].ImagePositionPatient,
+                                       sources[ref].ImagePositionPatient, atol=1e-4)
+    assert len(numbers) == len(SPEC)
+    # the manifest lists each region map; the SR references each as a source image of the case scores
+    objects = json.loads((out / "dicom_export.json").read_text())["cases"]["c0"]["objects"]
+    maps = {o["kind"]: o for o in objects if o["kind"].startswith("map:")}
+    assert sorted(maps) == sorted(f"map:predictive_entropy:{r}" for r in SPEC)
+    assert [maps[f"map:predictive_entropy:{r}"]["file"] for r in SPEC] == [f"c0/{n}" for n in names]
+    sr = pydicom.dcmread(out / "c0" / "sr.dcm")
+    refs = {v for g, name, v in _sr_items(sr) if g == "case scores" and name == "ref"}
+    assert refs == {o["sop_instance_uid"] for o in maps.values()}
+
+
+def test_a_region_map_with_another_channel_count_is_refused(tmp_path, capsys):
+    affine = GEOMETRIES[GEOMETRY][1]
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    make_series(tmp_path / "series" / "c0", GEOMETRY)
+    regions = _regions(_brats_labels())
+    nib.save(nib.Nifti1Image(_channels_last(regions), affine), pred / "c0_seg.nii.gz")
+    nib.save(nib.Nifti1Image(_channels_last(np.zeros((2, *regions.shape[1:]), np.float32)), affine),
+             pred / "c0_variance.nii.gz")
+    assert main(["dicom-export", "-p", str(pred), "-s", str(tmp_path / "series"), "-o", str(tmp_path / "out"),
+                 "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has 2 channels" in err and "one per region" in err, err
+
+
+@pytest.mark.slow
+def test_region_evaluation_with_seg_labels_equals_nifti_labels(tmp_path, capsys):
+    """evaluate --regions -l <SEG folder>: the metrics.csv of the NIfTI labels; nested region masks are refused."""
+    images, nifti, segs, pred = (tmp_path / n for n in ("images", "nifti", "segs", "pred"))
+    for d in (nifti, segs, pred):
+        d.mkdir()
+    labels = _brats_labels()
+    make_series(images / "c0", GEOMETRY)
+    series = read_series(images / "c0", pixels=False)
+    nib.save(nib.Nifti1Image(labels, series.affine), nifti / "c0.nii.gz")
+    write_segmentation(labels, series, segs / "c0.dcm", [default_segment(v, n) for v, n in
+                                                          ((1, "Necrosis"), (2, "Edema"), (3, "Enhancing"))])
+    rng = np.random.default_rng(7)
+    probs = np.clip(_regions(labels) * 0.4 + rng.random((len(SPEC), *labels.shape)) * 0.6, 0, 1).astype(np.float32)
+    nib.save(nib.Nifti1Image(_channels_last((probs >= 0.5).astype(np.uint8)), series.affine), pred / "c0_seg.nii.gz")
+    nib.save(nib.Nifti1Image(_channels_last(probs), series.affine), pred / "c0_probs.nii.gz")
+    argv = ["-p", str(pred), "--images", str(images), "--regions", json.dumps(SPEC), "--no-spatial", "-q"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for folder, out in ((nifti, "ev_nifti"), (segs, "ev_seg")):
+            assert main(["evaluate", "-l", str(folder), "-o", str(tmp_path / out), *argv]) == 0
+    ref, got = read_csv(tmp_path / "ev_nifti" / "metrics.csv"), read_csv(tmp_path / "ev_seg" / "metrics.csv")
+    assert ref == got and {"dice_TC", "dice_WT", "dice_ET"} <= set(got[0])
+    assert 0 < float(got[0]["dice_ET"]) < 1
+    capsys.readouterr()
+    # BraTS labels 1, 2, 4 in a SEG are the segments 1, 2, 3: a spec in label values is refused, saying so
+    old = np.where(labels == 3, 4, labels).astype(np.uint8)
+    write_segmentation(old, series, segs / "c0.dcm", [default_segment(v) for v in (1, 2, 4)])
+    old_spec = json.dumps({"TC": [1, 4], "WT": [1, 2, 4], "ET": [4]})
+    argv[argv.index("--regions") + 1] = old_spec
+    assert main(["evaluate", "-l", str(segs), "-o", str(tmp_path / "ev_old"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "label 3" in err and "segment numbers" in err, err
+    # a SEG of the nested region masks WT, TC, ET is no label map: refused in one line that says why
+    write_segmentation(_regions(labels), series, segs / "c0.dcm", [default_segment(r + 1, n)
+                                                                   for r, n in enumerate(SPEC)])
+    argv[argv.index("--regions") + 1] = json.dumps(SPEC)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        status = main(["evaluate", "-l", str(segs), "-o", str(tmp_path / "ev_nested"), *argv])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "overlap" in line]
+    assert status != 0 and len(lines) == 1, lines
+    assert "segments 1 and 2 overlap" in lines[0] and "nested region masks" in lines[0], lines
+
+
+def test_region_names_of_the_map_files():
+    from monai_unc.workflows.dicom import _file_part, _map_regions
+
+    specs = [default_segment(r, f"region {r}") for r in (1, 2, 3)]
+    assert _map_regions(["TC", "WT", "ET"], specs) == ["TC", "WT", "ET"]  # the prediction folder's record
+    assert _map_regions(None, specs) == ["region 1", "region 2", "region 3"]  # no record: the segments' names
+    assert _map_regions(["TC", "WT"], specs) == ["region 1", "region 2", "region 3"]  # a record of another count
+    names = _map_regions(["a/b", "a b", "ET"], specs)  # names that would share a file get their channel number
+    assert names == ["a/b", "a b 2", "ET"]
+    assert [_file_part(n) for n in names] == ["a_b", "a_b_2", "ET"]
+    assert _file_part("../../x") == "______x" and _file_part("  ") == "region"
