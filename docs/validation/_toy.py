@@ -55,6 +55,7 @@ __all__ = [
     "PresenceConfig",
     "annotator_ensemble",
     "atomic_write_json",
+    "binary_dice",
     "build_network",
     "default_cache_dir",
     "ensemble_for",
@@ -389,6 +390,12 @@ def make_inferers(
         ),
         "ensemble": (EnsembleInferer(list(nets), **kw), None),
     }
+
+
+def binary_dice(a: np.ndarray, b: np.ndarray) -> float:
+    """Dice of two binary masks (1 when both are empty)."""
+    s = int(a.sum()) + int(b.sum())
+    return 2.0 * float(np.logical_and(a, b).sum()) / s if s else 1.0
 
 
 def predict_case(inferer: Any, network: torch.nn.Module | None, image: np.ndarray) -> dict[str, np.ndarray]:

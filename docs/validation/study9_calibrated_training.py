@@ -1,11 +1,14 @@
 """Validation study 9 (issue #39): what calibration losses buy and cost against Dice + CE and temperature scaling.
 
-Protocol (MNI152 tissue task, docs/data.md; the other studies' splits):
+Two tasks (``--task mni152 | toy | all``, default all), the same protocol on each: every loss of docs/training.md
+as its paper trains it (``dice_svls``, ``dice_ce_mbls``, ``dice_ce_hard_l1ace``, ``dice_ce_soft_l1ace``,
+``dice_nacl``) against Dice + CE (MONAI's ``DiceCELoss``, the baseline), the same network, data, augmentation,
+iterations and batches for every loss, one network per loss and seed.
+
+MNI152 tissue task (docs/data.md; the other studies' splits):
 
 - training: :func:`monai_unc.data.training.train_tissue_model` (the example UNet with its own dropout p = 0.1,
-  patches of the left hemisphere, the same augmentation, Adam, cosine schedule, the same iterations and batches)
-  once per loss and seed: Dice + CE (MONAI's ``DiceCELoss``, the baseline) and each loss of docs/training.md as its
-  paper trains it (``dice_svls``, ``dice_ce_mbls``, ``dice_ce_hard_l1ace``, ``dice_ce_soft_l1ace``, ``dice_nacl``);
+  patches of the left hemisphere, Adam, cosine schedule; ``--iterations``, ``--batch-size``);
 - segmentation: the Dice of grey and white matter on the held-out right hemisphere (deterministic);
 - calibration (study 2's split): the right hemisphere cut into axial slabs of 8 slices; a scalar temperature is
   fitted (NLL, :class:`~monai_unc.temperature.TemperatureScaler`) on the even slabs, and NLL, top-label ECE (20
@@ -15,14 +18,29 @@ Protocol (MNI152 tissue task, docs/data.md; the other studies' splits):
   ``--cases``), MC dropout with the network's own dropout (``--samples``), the case score the mean predictive
   entropy inside the predicted foreground, the risk ``1 - Dice``; AURC (:func:`monai_unc.metrics.aurc`).
 
-Every number is averaged over the seeds (mean and standard deviation in the table). Outputs (atomic, in
-``--output``): ``study9_runs/<loss>_seed<k>.json`` (one per network: a rerun resumes and recomputes only the
-missing ones, and a file recorded with other settings is computed again), ``study9.json`` and ``study9.md``.
+Toy task (study 3's synthetic set, ValUES Appendix B: 32^3 volumes, one object, three raters who disagree on
+blurred borders; the cohorts of study 3's seed 0, :func:`toy_cohorts`):
 
-Run (one thread; a network is ~0.35 s per iteration on an idle core)::
+- training: study 3's toy U-Net (dropout 0.5, flips and noise, Adam, cosine schedule, batch 4;
+  ``--toy-iterations``) on 80 cases, half of them blurred, one random rater per case drawn with the network's seed;
+- segmentation: the foreground Dice on 60 i.i.d. test cases (30 sharp, 30 blurred; majority-vote labels);
+- calibration: a scalar temperature fitted on the voxels of 20 validation cases; NLL and ECE (as above) on the
+  voxels of the test cases before and after scaling; BA-ECE per test case (mean over the cases);
+- failure detection: MC dropout (``--samples``) on the test cases and 30 shifted ones (intensity, shape, position),
+  the case score the mean predictive entropy inside the predicted foreground (1, the largest score, when nothing is
+  predicted), the risk ``1 - Dice``; AURC.
+
+Every number is averaged over the seeds (mean and standard deviation in the tables). Outputs (atomic, in
+``--output``): ``study9_runs/<task>/<loss>_seed<k>.json`` (one per network: a rerun resumes and recomputes only the
+missing ones, and a file recorded with other settings is computed again; the networks run seed-major, so an
+interrupted run already holds every loss of its first seeds), ``study9.json`` (MNI152), ``study9_toy.json`` and
+``study9.md`` (the tables of every task with results in the folder).
+
+Run (one thread; an MNI152 network is ~0.35-0.5 s per iteration on an idle core, a toy network ~0.2 s)::
 
     OMP_NUM_THREADS=1 python docs/validation/study9_calibrated_training.py [--iterations 400] [--seeds 0 1 2]
-    python docs/validation/study9_calibrated_training.py --tiny --output /tmp/s9   # smoke test
+    OMP_NUM_THREADS=1 python docs/validation/study9_calibrated_training.py --task toy [--toy-iterations 300]
+    python docs/validation/study9_calibrated_training.py --tiny --output /tmp/s9   # smoke test, both tasks
 """
 
 from __future__ import annotations
@@ -145,11 +163,6 @@ def _pooled(logits: torch.Tensor, cases: Sequence[dict]) -> tuple[torch.Tensor, 
     return logits.movedim(1, 0).reshape(logits.shape[1], -1)[None], labels.reshape(1, -1)
 
 
-def _toy_dice(seg: np.ndarray, label: np.ndarray) -> float:
-    s = int(seg.sum()) + int(label.sum())
-    return 2.0 * float(np.logical_and(seg, label).sum()) / s if s else 1.0
-
-
 def evaluate_toy_network(net: torch.nn.Module, cohorts: dict[str, list[dict]], args: argparse.Namespace,
                          seed: int) -> dict[str, Any]:
     """The study's numbers of one toy network: Dice, ECE and NLL before and after a temperature fitted on the
@@ -167,7 +180,7 @@ def evaluate_toy_network(net: torch.nn.Module, cohorts: dict[str, list[dict]], a
     pred = probs.argmax(1, keepdim=True)
     label = torch.stack([torch.from_numpy(np.asarray(c["label"], dtype=np.int64)) for c in cohorts["test"]])[:, None]
     ba = boundary_aware_ece(entropy, pred, label, spacing=(1.0, 1.0, 1.0))
-    dice = [_toy_dice(p[0].numpy() > 0, y[0].numpy() > 0) for p, y in zip(pred, label)]
+    dice = [T.binary_dice(p[0].numpy() > 0, y[0].numpy() > 0) for p, y in zip(pred, label)]
     inferer = MCDropoutInferer(num_samples=args.samples, normalize=True, seed=seed)
     scores, risks = [], []
     for case in cohorts["test"] + cohorts["shifted"]:
@@ -175,7 +188,7 @@ def evaluate_toy_network(net: torch.nn.Module, cohorts: dict[str, list[dict]], a
         seg = out["pred"].argmax(0) > 0
         # the mean predictive entropy inside the predicted foreground; nothing predicted: the largest score, 1
         scores.append(M.case_score(out["predictive_entropy"][0], seg) if seg.any() else 1.0)
-        risks.append(1.0 - _toy_dice(seg, np.asarray(case["label"]) > 0))
+        risks.append(1.0 - T.binary_dice(seg, np.asarray(case["label"]) > 0))
     return {
         "dice": float(np.mean(dice)),
         "ece": before["ece"],
