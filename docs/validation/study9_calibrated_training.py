@@ -272,14 +272,15 @@ def _intro(task: str, cfg: dict[str, Any]) -> list[str]:
             f"temperature fitted on {size['n_val']} validation cases; Dice (foreground), ECE, NLL and BA-ECE on "
             f"{size['n_test_clean'] + size['n_test_blur']} i.i.d. test cases (half blurred, majority-vote labels); "
             f"AURC of MC dropout ({cfg['samples']} samples) over those and {size['n_shift']} shifted cases "
-            "(intensity / shape / position). Mean ± standard deviation over the seeds.",
+            "(intensity / shape / position). Mean ± standard deviation over the seeds when there are several.",
         ]
     return [
         "## Calibrated training",
         "",
         f"MNI152 tissue task, the example UNet, {cfg['iterations']} iterations of batch {cfg['batch_size']} per "
         f"network, seeds {cfg['seeds']}; MC dropout with {cfg['samples']} samples on {cfg['cases']} cases "
-        "(mean ± standard deviation over the seeds; ECE and NLL on the odd slabs of the held-out hemisphere, "
+        "(mean ± standard deviation over the seeds when there are several; ECE and NLL on the odd slabs of the "
+        "held-out hemisphere, "
         "before and after a temperature fitted on the even slabs).",
     ]
 
@@ -300,9 +301,10 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
             "| loss | Dice ↑ | ECE ↓ | ECE after TS ↓ | NLL ↓ | NLL after TS ↓ | t | BA-ECE ↓ | AURC ↓ |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
+        spread = len(res["config"]["seeds"]) > 1  # one seed: the means alone, no spread to show
         for loss, row in table.items():
-            cells = " | ".join(f"{row[m][0]:.4f} ± {row[m][1]:.4f}" if m != "t" else f"{row[m][0]:.2f}"
-                               for m in METRICS)
+            cells = " | ".join(f"{row[m][0]:.2f}" if m == "t" else f"{row[m][0]:.4f} ± {row[m][1]:.4f}" if spread
+                               else f"{row[m][0]:.4f}" for m in METRICS)
             lines.append(f"| {LOSSES[loss]} | {cells} |")
         base = table.get("dice_ce")
         if base is None:
@@ -372,9 +374,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for seed in args.seeds:  # seed-major: an interrupted run already holds every loss of its first seeds
                 for loss in args.losses:
                     runs[loss].append(run_one(args, task, loss, seed, cohorts))
+            other = ("iterations", "batch_size", "cases", "subsample") if task == "toy" else ("toy_iterations",)
             results[task] = {
                 "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                           if k not in ("output", "render_only", "quiet", "seed")} | {"task": task},
+                           if k not in ("output", "render_only", "quiet", "seed", *other)} | {"task": task},
                 "table": summarize(runs),
                 "seconds": round(time.perf_counter() - start, 1),
             }
