@@ -1,14 +1,20 @@
 """Forward + backward of each calibration loss against MONAI's ``DiceCELoss`` in the same run, with peak memory.
 
-    python benchmarks/bench_losses.py [--size 128] [--classes 4] [--repeats 3] [--threads 1] [--inline]
+    python benchmarks/bench_losses.py [--size 128] [--classes 4] [--repeats 3] [--threads 1] [--logit-scale 1]
+                                      [--inline]
 
-Logits ``(1, C, S, S, S)`` (float32, ``requires_grad``) and a label map ``(1, 1, S, S, S)``; each contender computes
+Logits ``(1, C, S, S, S)`` (float32, ``requires_grad``; standard normal times ``--logit-scale``) and a label map
+``(1, 1, S, S, S)``; each contender computes
 its loss and the gradient of the logits. The peer is ``DiceCELoss(to_onehot_y=True, softmax=True)``: the loss a
 MONAI training replaces by a calibrated one; every time is printed as a ratio to it (target: at most 1.5x for SVLS
 and MbLS). Each contender runs in its own subprocess with ``--threads`` torch threads (best of ``--repeats`` after
 one warm-up; CPU time of the process, and wall time); peak working memory is the peak RSS (``VmHWM``, reset through
 ``/proc/self/clear_refs`` after the inputs exist) minus the RSS just before the first call. ``--inline`` runs
 everything in this process without the memory figures (a quick check).
+
+The logit scale matters for MbLS: standard normal logits (scale 1, an untrained network) never exceed the margin
+of 10, so its penalty costs only its forward pass; at ``--logit-scale 8`` about half of the non-maximal entries pay
+(a confident network), the case the fused gradient is for.
 """
 
 from __future__ import annotations
@@ -66,12 +72,12 @@ def build(name: str, classes: int, dims: int) -> Callable:
 
 
 
-def measure(name: str, size: int, classes: int, repeats: int, memory: bool = True) -> dict:
+def measure(name: str, size: int, classes: int, repeats: int, memory: bool = True, logit_scale: float = 1.0) -> dict:
     """Time (best CPU and wall of ``repeats``) and peak memory of one contender's forward + backward."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(1, classes, size, size, size, generator=gen).requires_grad_(True)
+    logits = (torch.randn(1, classes, size, size, size, generator=gen) * logit_scale).requires_grad_(True)
     labels = torch.randint(0, classes, (1, 1, size, size, size), generator=gen)
     loss = build(name, classes, 3)
     base = reset_peak() if memory else float("nan")
@@ -97,30 +103,32 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--classes", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--logit-scale", type=float, default=1.0, help="logits = N(0, 1) x this (default 1)")
     parser.add_argument("--inline", action="store_true", help="one process, no memory figures")
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # the worker of one contender
     args = parser.parse_args(argv)
-    if args.size < 4 or args.classes < 2 or args.repeats < 1 or args.threads < 1:
-        parser.error("--size >= 4, --classes >= 2, --repeats >= 1 and --threads >= 1 are required")
+    if args.size < 4 or args.classes < 2 or args.repeats < 1 or args.threads < 1 or not 0 < args.logit_scale < 1e6:
+        parser.error("--size >= 4, --classes >= 2, --repeats >= 1, --threads >= 1 and a positive --logit-scale "
+                     "are required")
     import torch
 
     torch.set_num_threads(args.threads)
     if args.only:
-        print(json.dumps(measure(args.only, args.size, args.classes, args.repeats)))
+        print(json.dumps(measure(args.only, args.size, args.classes, args.repeats, logit_scale=args.logit_scale)))
         return []
     rows = []
     for name in CONTENDERS:
         if args.inline:
-            rows.append(measure(name, args.size, args.classes, args.repeats, memory=False))
+            rows.append(measure(name, args.size, args.classes, args.repeats, False, args.logit_scale))
             continue
         cmd = [sys.executable, __file__, "--only", name, "--size", str(args.size), "--classes", str(args.classes),
-               "--repeats", str(args.repeats), "--threads", str(args.threads)]
+               "--repeats", str(args.repeats), "--threads", str(args.threads), "--logit-scale", str(args.logit_scale)]
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     peer = rows[0]
-    print(f"forward + backward, logits (1, {args.classes}, {args.size}, {args.size}, {args.size}), "
-          f"{args.threads} thread(s), best of {args.repeats}")
+    print(f"forward + backward, logits (1, {args.classes}, {args.size}, {args.size}, {args.size}) x "
+          f"{args.logit_scale:g}, {args.threads} thread(s), best of {args.repeats}")
     print(f"{'loss':24s} {'CPU s':>8s} {'ratio':>7s} {'wall s':>8s} {'ratio':>7s} {'peak MiB':>9s} {'ratio':>7s}")
     for r in rows:
         r["cpu_ratio"] = r["cpu_s"] / peer["cpu_s"]

@@ -16,7 +16,8 @@ Training protocol (ValUES, Appendix C.1/C.2, scaled down to run on one CPU threa
   one rater file per case with ``random.choice`` when the loader is built, so runs with different seeds draw
   differently), so the network sees the raters' disagreement across cases and can learn it as aleatoric
   uncertainty.
-- DiceCE loss, Adam (lr 3e-3, weight decay 1e-5, cosine decay; ValUES: 3e-4 for 150 epochs), batch 4,
+- DiceCE loss (``TrainConfig.extra["loss"]`` names another training loss, study 9), Adam (lr 3e-3, weight
+  decay 1e-5, cosine decay; ValUES: 3e-4 for 150 epochs), batch 4,
   augmentation by random flips and Gaussian noise (ValUES C.1); TTA uses the same augmentations (all 8 flips,
   each with and without noise: 16 passes, ValUES C.2).
 """
@@ -39,11 +40,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from monai.losses import DiceCELoss
 from monai.networks.nets import UNet
 from monai.transforms import Compose, RandFlipd, RandGaussianNoised
 
 from monai_unc.data import make_toy_case, make_toy_dataset
+from monai_unc.data.training import make_training_loss
 from monai_unc.inferers import EnsembleInferer, MCDropoutInferer, SoftmaxInferer, TTAInferer
 from monai_unc.io import atomic_torch_save, atomic_write_text, json_safe
 
@@ -54,6 +55,7 @@ __all__ = [
     "PresenceConfig",
     "annotator_ensemble",
     "atomic_write_json",
+    "binary_dice",
     "build_network",
     "default_cache_dir",
     "ensemble_for",
@@ -301,7 +303,8 @@ def train_network(
     aug.set_random_state(seed)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.iterations)
-    loss_fn = DiceCELoss(to_onehot_y=True, softmax=True)
+    # the training loss: Dice + CE, or a calibration loss named by ``extra["loss"]`` (study 9)
+    loss_fn = make_training_loss(cfg.extra.get("loss", "dice_ce"), classes=2)
     t0 = time.perf_counter()
     net.train()
     losses = []
@@ -387,6 +390,12 @@ def make_inferers(
         ),
         "ensemble": (EnsembleInferer(list(nets), **kw), None),
     }
+
+
+def binary_dice(a: np.ndarray, b: np.ndarray) -> float:
+    """Dice of two binary masks (1 when both are empty)."""
+    s = int(a.sum()) + int(b.sum())
+    return 2.0 * float(np.logical_and(a, b).sum()) / s if s else 1.0
 
 
 def predict_case(inferer: Any, network: torch.nn.Module | None, image: np.ndarray) -> dict[str, np.ndarray]:

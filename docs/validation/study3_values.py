@@ -163,11 +163,6 @@ def _case_scores(u: np.ndarray, pred_fg: np.ndarray, threshold: float, patch_siz
     }
 
 
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    s = int(a.sum()) + int(b.sum())
-    return 2.0 * float(np.logical_and(a, b).sum()) / s if s else 1.0
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     t_start, cpu_start = time.perf_counter(), time.process_time()
     T.set_threads(args.threads)
@@ -220,7 +215,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for method, (inferer, net) in inferers.items():
                 o = T.predict_case(inferer, net, c["image"])
                 pred_fg = o["pred"].argmax(0) > 0
-                row[f"{method}/dice"] = _dice(pred_fg, c["label"] > 0)
+                row[f"{method}/dice"] = T.binary_dice(pred_fg, c["label"] > 0)
                 row[f"{method}/pred_volume"] = int(pred_fg.sum())
                 for key, _ in MEASURES[method]:
                     scores = _case_scores(o[key], pred_fg, thresholds[method][key], cfg["patch_size"])

@@ -211,11 +211,6 @@ def train(kind: str, images: np.ndarray, raters: np.ndarray, cfg: dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    s = int(a.sum()) + int(b.sum())
-    return 2.0 * float(np.logical_and(a, b).sum()) / s if s else 1.0
-
-
 def _scores(u: np.ndarray, threshold: float, patch_size: int) -> dict[str, float]:
     m = u[None]  # (1, 1, H, W)
     return {
@@ -248,7 +243,7 @@ def evaluate_case(c: dict[str, Any], inferers: dict[str, Any], thresholds: dict[
     for model, (inferer, net) in inferers.items():
         o = T.predict_case(inferer, net, c["image"])
         pred_fg = o["pred"].argmax(0) > 0
-        row[f"{model}/dice"] = _dice(pred_fg, c["label"] > 0)
+        row[f"{model}/dice"] = T.binary_dice(pred_fg, c["label"] > 0)
         samples = o["samples"].argmax(1)  # (S, H, W)
         g = ged(c["raters"], samples, distance="iou", num_classes=2)
         for term in GED_TERMS:

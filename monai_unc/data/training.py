@@ -33,7 +33,7 @@ from ..metrics.overlap import dice
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
 from .model import EXAMPLE_NETWORK, build_example_network, save_trained_network
 
-__all__ = ["train_tissue_model", "hemisphere_dice", "dice_per_class"]
+__all__ = ["train_tissue_model", "hemisphere_dice", "dice_per_class", "make_training_loss"]
 
 PATCH = (48, 64, 64)
 ROI = (64, 64, 64)
@@ -56,7 +56,32 @@ def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits, target[:, 0])
 
 
-def _make_loss(loss: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def make_training_loss(
+    loss: str, classes: int = 3, spatial_dims: int = 3
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The training loss ``f(logits, labels)`` of a name of :data:`TRAINING_LOSSES` or :data:`CALIBRATION_LOSSES`.
+
+    Every loss takes logits ``(B, C, *spatial)`` and a label map ``(B, 1, *spatial)`` (softmax, one-hot targets made
+    inside); the calibration losses are composed with Dice as their papers train them (docs/training.md).
+
+    Args:
+        loss: the name (``"dice_ce"``, ``"dice"``, ``"ce"``, ``"dice_svls"``, ``"dice_ce_mbls"``,
+            ``"dice_ce_hard_l1ace"``, ``"dice_ce_soft_l1ace"``, ``"dice_nacl"``).
+        classes: the number of classes ``C`` (only MONAI's ``NACLLoss`` needs it).
+        spatial_dims: 2 or 3 (only ``NACLLoss`` needs it).
+
+    Returns:
+        The loss: a callable of ``(logits, labels)`` giving a scalar tensor.
+
+    Raises:
+        ValueError: an unknown ``loss``.
+
+    Example:
+        >>> z = torch.randn(1, 2, 8, 8, 8); y = torch.randint(0, 2, (1, 1, 8, 8, 8))
+        >>> loss = make_training_loss("dice_ce_mbls", classes=2)
+        >>> loss(z, y).ndim
+        0
+    """
     if loss == "dice_ce":
         return DiceCELoss(to_onehot_y=True, softmax=True)
     if loss == "dice":
@@ -70,7 +95,7 @@ def _make_loss(loss: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     if loss in ("dice_ce_hard_l1ace", "dice_ce_soft_l1ace"):
         return DiceCEL1ACELoss(loss.split("_")[2], to_onehot_y=True)
     if loss == "dice_nacl":
-        dice_loss, nacl = DiceLoss(to_onehot_y=True, softmax=True), NACLLoss(classes=3, dim=3)
+        dice_loss, nacl = DiceLoss(to_onehot_y=True, softmax=True), NACLLoss(classes=classes, dim=spatial_dims)
         return lambda z, y: dice_loss(z, y) + nacl(z, y[:, 0])
     raise ValueError(f"loss must be one of {TRAINING_LOSSES + tuple(CALIBRATION_LOSSES)}, got {loss!r}")
 
@@ -159,7 +184,7 @@ def train_tissue_model(
     Raises:
         ValueError: an unknown ``loss``.
     """
-    loss_fn = _make_loss(loss)
+    loss_fn = make_training_loss(loss, classes=len(TISSUE_CLASSES))
     loss_name = {"dice_ce": "DiceCE", "dice": "Dice", "ce": "CE", **CALIBRATION_LOSSES}[loss]
     torch.manual_seed(seed)
     np.random.seed(seed)

@@ -238,30 +238,55 @@ def margin_penalty(logits: torch.Tensor, margin: float = 10.0) -> torch.Tensor:
 
 
 class _MeanMarginPenalty(torch.autograd.Function):
-    """``mean(margin_penalty(z, margin))`` over ``weight``-selected channels with a hand-written gradient.
+    """``mean(margin_penalty(z, margin))`` over the channels from ``first`` on, with a hand-written gradient.
 
-    Forward keeps one boolean mask and the argmax; backward is ``-1/n`` at every penalised entry and the count of
-    penalised entries of the voxel ``/ n`` at its argmax (the gradient autograd gives for a unique maximum; ties
-    send it to the first maximum, a subgradient).
+    No ``(B, C, *spatial)`` tensor is made in the forward pass: the per-voxel maximum ``top`` is kept (``(B, 1,
+    *spatial)``) and the penalty is summed one channel at a time into one reused voxel buffer. Entry ``(c, v)`` pays
+    iff ``z_c < top - margin`` (then it is not the maximum). Backward: ``-1/n`` at every paying entry and the count
+    of paying entries of the voxel ``/ n`` at its maximum (the gradient autograd gives for a unique maximum; ties
+    send it to the first maximum, a subgradient), written channel by channel into the gradient; when no entry pays
+    the gradient is autograd's zero (``None``) and nothing is allocated.
     """
 
     @staticmethod
     def forward(ctx: object, logits: torch.Tensor, margin: float, first: int) -> torch.Tensor:
-        top, arg = logits.max(dim=1, keepdim=True)
-        excess = (top - margin) - logits[:, first:]
-        active = excess > 0
-        n = excess.numel()
-        ctx.save_for_backward(active, arg)
-        ctx.n, ctx.first, ctx.shape = n, first, logits.shape
-        return excess.clamp_min_(0).sum() / n
+        top = logits.amax(dim=1)  # (B, *spatial)
+        threshold = top - margin
+        buf = torch.empty_like(top)
+        total = logits.new_zeros(())
+        for c in range(first, logits.shape[1]):
+            total += torch.sub(threshold, logits[:, c], out=buf).clamp_min_(0).sum()
+        n = logits.shape[0] * (logits.shape[1] - first) * top[0].numel()
+        ctx.active = bool(total > 0)  # a sum of non-negative terms: > 0 iff some entry pays
+        if ctx.active:
+            ctx.save_for_backward(logits, top)
+        ctx.n, ctx.first, ctx.margin = n, first, margin
+        return total / n
 
     @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        active, arg = ctx.saved_tensors
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        if not ctx.active:
+            return None, None, None
+        logits, top = ctx.saved_tensors
         scale = grad / ctx.n
-        g = torch.zeros(ctx.shape, dtype=grad.dtype, device=grad.device)
-        g[:, ctx.first:] = active.to(grad.dtype) * -scale
-        g.scatter_add_(1, arg, active.sum(1, keepdim=True).to(grad.dtype) * scale)
+        threshold = top - ctx.margin
+        g = torch.empty_like(logits, memory_format=torch.contiguous_format)
+        count = torch.zeros_like(top)
+        for c in range(logits.shape[1]):
+            if c < ctx.first:
+                g[:, c].zero_()
+                continue
+            paying = logits[:, c] < threshold
+            torch.mul(paying, -scale, out=g[:, c])
+            count += paying
+        count.mul_(scale)
+        taken = None  # the voxels whose (first) maximum was already found
+        for c in range(logits.shape[1]):
+            at_max = logits[:, c] == top
+            if taken is not None:
+                at_max &= ~taken
+            g[:, c].addcmul_(at_max, count)
+            taken = at_max if taken is None else taken.logical_or_(at_max)
         return g, None, None
 
 
@@ -274,7 +299,9 @@ def mean_margin_penalty(logits: torch.Tensor, margin: float = 10.0, include_back
         include_background: ``False`` leaves channel 0 out of the mean (its logit still counts for the maximum).
 
     Returns:
-        A scalar: ``margin_penalty(logits, margin)[:, first:].mean()``.
+        A scalar: ``margin_penalty(logits, margin)[:, first:].mean()``. When no entry pays (every logit distance
+        within the margin) its gradient is zero and handed to autograd as ``None``: nothing is allocated, and
+        ``logits.grad`` stays ``None`` if nothing else uses the logits.
 
     Example:
         >>> z = torch.tensor([[[12.0], [0.0], [1.0]]], requires_grad=True)

@@ -107,3 +107,24 @@ def test_training_function_runs(tmp_path):
     assert (tmp_path / "w.pt").is_file() and (tmp_path / "w.json").is_file()
     assert set(record["dice_right_heldout"]) == {"grey matter", "white matter"}
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("spatial", [(6, 5), (4, 5, 6)], ids=["2d", "3d"])
+@pytest.mark.parametrize("classes", [2, 3])
+def test_make_training_loss_builds_every_named_loss(spatial, classes):
+    from monai.losses import DiceCELoss
+
+    from monai_unc.data.training import CALIBRATION_LOSSES, TRAINING_LOSSES, make_training_loss
+
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(2, classes, *spatial, generator=gen).requires_grad_(True)
+    y = torch.randint(0, classes, (2, 1, *spatial), generator=gen)
+    for name in TRAINING_LOSSES + tuple(CALIBRATION_LOSSES):
+        z.grad = None
+        value = make_training_loss(name, classes=classes, spatial_dims=len(spatial))(z, y)
+        value.backward()
+        assert value.ndim == 0 and torch.isfinite(value) and torch.isfinite(z.grad).all(), name
+    stock = DiceCELoss(to_onehot_y=True, softmax=True)(z, y)
+    assert torch.equal(make_training_loss("dice_ce")(z, y), stock)
+    with pytest.raises(ValueError, match="loss must be one of"):
+        make_training_loss("focal")

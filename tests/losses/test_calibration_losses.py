@@ -24,6 +24,7 @@ from monai_unc.losses import (
     binned_calibration,
     l1_average_calibration_error,
     margin_penalty,
+    mean_margin_penalty,
     svls_kernel,
     svls_targets,
 )
@@ -328,6 +329,41 @@ def test_margin_penalty_vanishes_within_the_margin_and_the_loss_reduces_to_cross
     assert float(margin_penalty(z, 10.0).abs().max()) == 0
     assert float(MarginLoss(to_onehot_y=True)(z, y)) == pytest.approx(float(F.cross_entropy(z, y[:, 0])), rel=1e-12)
     assert float(MarginLoss(margin=0.0, alpha=1.0, to_onehot_y=True)(z, y)) > float(F.cross_entropy(z, y[:, 0]))
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 7), (2, 3, 5, 4), (1, 4, 6, 5, 4)], ids=["1d", "2d", "3d"])
+@pytest.mark.parametrize("include_background", [True, False])
+def test_fused_margin_penalty_equals_autograd_of_the_plain_formula(shape, include_background):
+    """The hand-written gradient against autograd of margin_penalty (no ties: continuous random logits)."""
+    gen = torch.Generator().manual_seed(11)
+    first = 0 if include_background else 1
+    for scale in (1.0, 4.0, 20.0):  # from few to most entries paying the margin 3
+        z = (torch.randn(*shape, dtype=torch.float64, generator=gen) * scale).requires_grad_(True)
+        fused = mean_margin_penalty(z, 3.0, include_background)
+        fused.backward()
+        ref_z = z.detach().clone().requires_grad_(True)
+        plain = margin_penalty(ref_z, 3.0)[:, first:].mean()
+        plain.backward()
+        torch.testing.assert_close(fused, plain, rtol=1e-12, atol=1e-12)
+        if float(plain.detach()) == 0:  # nothing pays: autograd's zero gradient, None
+            assert z.grad is None and float(ref_z.grad.abs().max()) == 0
+        else:
+            torch.testing.assert_close(z.grad, ref_z.grad, rtol=0, atol=1e-15)
+
+
+def test_fused_margin_penalty_ties_and_nothing_paying():
+    # two maxima: the gradient of the paying class goes to the first one
+    z = torch.tensor([[[12.0], [12.0], [0.0]]], requires_grad=True)
+    mean_margin_penalty(z, 10.0).backward()
+    torch.testing.assert_close(z.grad.flatten(), torch.tensor([2 / 3, 0.0, -2 / 3]) / 2)
+    # nothing pays: value 0 and a zero gradient (autograd's None), also inside a sum with another loss
+    z = torch.randn(2, 3, 4, 4, requires_grad=True)
+    value = mean_margin_penalty(z, 10.0)
+    assert float(value.detach()) == 0.0
+    (value + z.sum()).backward()
+    torch.testing.assert_close(z.grad, torch.ones_like(z))
+    # NaN logits give a NaN value (the loss classes then raise)
+    assert math.isnan(float(mean_margin_penalty(torch.full((1, 2, 3), float("nan")), 1.0)))
 
 
 def test_l1_ace_is_zero_when_calibrated_in_every_bin():
