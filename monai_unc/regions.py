@@ -41,6 +41,7 @@ __all__ = [
     "unclaimed_labels_message",
     "label_to_regions",
     "region_masks",
+    "regions_to_labels",
     "binary_probabilities",
     "per_region",
 ]
@@ -292,6 +293,69 @@ def region_masks(labels: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -
     spec = parse_regions(regions)
     t = _labels(labels)
     return {name: like_input(_isin(t, values), labels) for name, values in spec.items()}
+
+
+def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGIONS) -> tuple[Any, int]:
+    """A label map whose regions (:func:`label_to_regions`) are the given region masks: the inverse of that function.
+
+    Each voxel gets the label whose set of regions is the voxel's set of regions; where no label of the spec has
+    exactly that set (e.g. an enhancing tumour outside the tumour core under the BraTS spec), the label whose set is
+    the largest subset of it (so only regions the masks hold are kept; 0, the background, when none). Labels of the
+    same set of regions are interchangeable for the regions; the smallest is taken.
+
+    Args:
+        masks: binary region masks ``(R, *spatial)`` in the spec's order (bool or 0/1 values).
+        regions: region spec (see :func:`parse_regions`); default :data:`BRATS_REGIONS`.
+
+    Returns:
+        ``(labels, n_unrepresented)``: the label map ``(*spatial)`` (uint8 up to label 255, else int32; numpy in,
+        numpy out) and the number of voxels whose set of regions no label has exactly (0: ``label_to_regions`` of
+        the labels gives the masks back).
+
+    Raises:
+        ValueError: ``masks`` without one channel per region of the spec, or values other than 0/1.
+
+    Example:
+        >>> import numpy as np
+        >>> from monai_unc.regions import label_to_regions, regions_to_labels
+        >>> labels = np.array([[0, 1], [2, 4]])
+        >>> back, missed = regions_to_labels(label_to_regions(labels))  # TC, WT, ET
+        >>> back.tolist(), missed
+        ([[0, 1], [2, 4]], 0)
+        >>> regions_to_labels(np.array([[0], [0], [1]]))  # ET alone: no BraTS label is in ET only
+        (array([0], dtype=uint8), 1)
+    """
+    spec = parse_regions(regions) if not isinstance(regions, Mapping) else check_regions(regions)
+    t = to_tensor(masks, "masks")
+    if t.ndim < 2 or t.shape[0] != len(spec):
+        raise ValueError(f"masks must be (R, *spatial) with one mask per region of the spec ({len(spec)}: "
+                         f"{', '.join(spec)}), got shape {tuple(t.shape)}")
+    if t.dtype != torch.bool:
+        if bool(((t != 0) & (t != 1)).any()):
+            raise ValueError("masks must hold 0/1 region masks")
+        t = t != 0
+    names = list(spec)
+    # each label's set of regions as a bit code; the best label of every one of the 2^R codes a voxel may have
+    label_codes: dict[int, int] = {}
+    for label in sorted({v for values in spec.values() for v in values}):
+        code = sum(1 << r for r, name in enumerate(names) if label in spec[name])
+        label_codes.setdefault(code, label)
+    table = torch.zeros(1 << len(names), dtype=torch.int64)
+    exact = torch.zeros(1 << len(names), dtype=torch.bool)
+    for code in range(1 << len(names)):
+        subsets = [c for c in label_codes if c & code == c]
+        if code == 0 or code in label_codes:
+            exact[code] = True
+        if subsets:
+            best = max(subsets, key=lambda c: (bin(c).count("1"), -label_codes[c]))
+            table[code] = label_codes[best]
+    code_map = torch.zeros(t.shape[1:], dtype=torch.int64, device=t.device)
+    for r in range(len(names)):
+        code_map |= t[r].to(torch.int64) << r
+    labels = table.to(t.device)[code_map]
+    missed = int((~exact.to(t.device)[code_map]).sum())
+    labels = labels.to(torch.uint8 if int(table.max()) <= 255 else torch.int32)
+    return like_input(labels, masks), missed
 
 
 def _labels(labels: ArrayLike) -> torch.Tensor:

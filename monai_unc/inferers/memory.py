@@ -20,6 +20,12 @@ of two phases:
   converted to ``pred_dtype`` (nothing for ``"input"``) or the ``argmax`` label map, and the temporaries of one
   chunk of the final measures (:data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`).
 
+With ``keep_samples=True`` (``kept_samples=S``) the samples' probabilities add ``S C b`` bytes per voxel: a
+stitching buffer ``b V S C`` (and its count map) while windows are stitched, and in the final phase that buffer and the
+returned concatenation ``samples`` ``(S, B, C, *spatial)``, ``2 b V S C``; one window holds ``2 b V_w S C``. This is
+the only term that grows with ``S``; ``monai-unc infer --save-samples`` turns each sample into a label map once the
+inferer returns (``S`` bytes per voxel on disk before compression).
+
 Stock MONAI (``softmax(SlidingWindowInferer(x, net))``) needs ``b V (C + 1)`` for its buffer and count map, the
 window's network and logits, and ``b V C`` for the softmax: about ``8 C`` bytes per voxel for float32 against about
 ``4 C + 28`` for the defaults here. Multi-label outputs have ``C`` channels in every map. The model is checked
@@ -89,12 +95,14 @@ def estimate_memory(
     sample_batch: int = 1,
     shared_bytes_per_voxel: float = 0.0,
     stochastic_bytes_per_voxel: float = 0.0,
+    kept_samples: int = 0,
 ) -> MemoryEstimate:
     """Peak working memory of one case's inference (the model of the module docstring).
 
     Working memory: what the call allocates beyond the input and the network's weights; the same on the CPU (RSS)
     and on a GPU (when ``sw_device`` and ``device`` are both the GPU; with ``device="cpu"`` the buffers and the final
-    phase are on the CPU and only the window's work on the GPU). The number of samples does not enter.
+    phase are on the CPU and only the window's work on the GPU). The number of samples enters only through
+    ``kept_samples``.
 
     Args:
         shape: spatial shape of the case, e.g. ``(128, 128, 128)``.
@@ -116,6 +124,9 @@ def estimate_memory(
             (``SharedPasses.shared_bytes`` over the window's voxels, measured on one window); 0 for full passes.
         stochastic_bytes_per_voxel: with shared passes, the tensors of one sample's stochastic part per window voxel
             (``SharedPasses.stochastic_bytes`` over the window's voxels); 0 for full passes.
+        kept_samples: the samples ``S`` kept with ``keep_samples=True`` (0: none kept). They are kept as
+            probabilities in the input's dtype, ``S C`` channels per voxel (module docstring): the one term that grows
+            with the number of samples.
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
@@ -139,6 +150,8 @@ def estimate_memory(
         raise ValueError(f"network_bytes_per_voxel must be >= 0, got {network_bytes_per_voxel!r}")
     if isinstance(sample_batch, bool) or not isinstance(sample_batch, int) or sample_batch < 1:
         raise ValueError(f"sample_batch must be an integer >= 1, got {sample_batch!r}")
+    if isinstance(kept_samples, bool) or not isinstance(kept_samples, int) or kept_samples < 0:
+        raise ValueError(f"kept_samples must be an integer >= 0, got {kept_samples!r}")
     if not shared_bytes_per_voxel >= 0 or not stochastic_bytes_per_voxel >= 0:
         raise ValueError(
             "shared_bytes_per_voxel and stochastic_bytes_per_voxel must be >= 0, got "
@@ -173,6 +186,8 @@ def estimate_memory(
     shared = int(vw * shared_bytes_per_voxel + k * vw * (stochastic_bytes_per_voxel + shared_bytes_per_voxel))
     shared += (k - 1) * vw * c * b
     window += shared
+    kept = kept_samples * c * b  # bytes per voxel of the kept samples' probabilities
+    window += 2 * vw * kept  # one window's kept probabilities and their concatenation
     n_maps = 3 + (1 if track_variance else 0) + (1 if w else 0)  # PE, MI, 1 - max p, variance, WD (EE is a buffer)
     if pred_dtype is None:
         pred_out = 0 if multilabel else v * (1 if c <= 256 else 2)
@@ -184,13 +199,19 @@ def estimate_memory(
     if roi_size is not None:
         held = vw * a * channels  # the previous window's means, held by MONAI while the next one runs
         n_buffers = 2 + (1 if q else 0) + (1 if w else 0)  # MONAI keeps one count map per stitched output
+        n_buffers += 1 if kept_samples else 0
         stitch = {"stitching buffers": b * v * channels, "count maps": b * v * n_buffers, "window": window + held}
         final = {"stitching buffers": b * v * channels, "maps": b * v * e * n_maps, "pred": pred_out,
                  "chunk temporaries": chunk}
+        if kept_samples:
+            stitch["kept samples"] = v * kept  # their stitching buffer
+            final["kept samples"] = 2 * v * kept  # the buffer and the returned concatenation
         return _larger(stitch, "stitching", final, "final")
     # one pass: the window is the volume; its means (accumulation dtype) are the final phase's input
     final = {"window": window_net + v * a * channels, "maps": b * v * e * n_maps,
              "pred": pred_out if pred_out or a == b else v * c * b, "chunk temporaries": chunk}
+    if kept_samples:
+        final["kept samples"] = 2 * v * kept  # the window's concatenation and the returned one
     stitch = {"window": window}
     return _larger(stitch, "stitching", final, "final")
 

@@ -560,6 +560,41 @@ def save_region_maps(
     return _save_channels(arr, affine, path, dtype, "data must be (R, X, Y, Z)")
 
 
+def save_label_maps(labels: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
+    """Write integer label maps ``(S, X, Y, Z)`` as a 4D NIfTI ``(X, Y, Z, S)``, uint8 (uint16 above 255), atomically.
+
+    One hard segmentation per volume, e.g. the label map of each stochastic pass of ``monai-unc infer
+    --save-samples`` (``<case>_samples.nii.gz``, read back by
+    :func:`~monai_unc.evaluation.lesions.read_lesion_samples`).
+
+    Args:
+        labels: ``(S, X, Y, Z)`` non-negative integer labels (leading singleton axes dropped), NumPy or torch.
+        affine: ``(4, 4)`` voxel -> world matrix (mm).
+        path: the file, ending in ``.nii`` or ``.nii.gz``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: labels that are not integers in ``[0, 65535]``, not 4D, or ``path`` not a NIfTI name.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     img = nib.load(save_label_maps(np.full((3, 4, 4, 4), 2), np.eye(4), Path(d) / "s.nii.gz"))
+        ...     img.shape, img.get_data_dtype().name
+        ((4, 4, 4, 3), 'uint8')
+    """
+    arr = _to_numpy(labels)
+    if arr.dtype.kind not in "biu" and not (np.isfinite(arr).all() and (arr == np.round(arr)).all()):
+        raise ValueError("labels must hold integer label maps")
+    if arr.size and (arr.min() < 0 or arr.max() > 65535):
+        raise ValueError(f"labels must lie in [0, 65535], got [{arr.min()}, {arr.max()}]")
+    dtype = "uint8" if not arr.size or arr.max() <= 255 else "uint16"
+    return _save_channels(arr, affine, path, dtype, "labels must be (S, X, Y, Z)")
+
+
 def read_json_or_none(path: str | os.PathLike) -> Any:
     """The JSON document at ``path``, or None when the file is missing, unreadable or not JSON.
 

@@ -160,6 +160,9 @@ def _add_infer(sub: Any) -> None:
                    help="maps to write (default: predictive_entropy expected_entropy mutual_information "
                         "one_minus_max_prob)")
     s.add_argument("--no-probs", action="store_true", help="do not write <case>_probs (evaluate then has no ECE)")
+    s.add_argument("--save-samples", action="store_true",
+                   help="also write <case>_samples: one label map per sample (4D), for evaluate --lesions "
+                        "--lesion-samples (memory grows with the samples; docs/lesions.md)")
     r = p.add_argument_group("inference")
     r.add_argument("--roi", nargs="+", type=_positive_int, default=None, metavar="N",
                    help="sliding-window size (one value or one per axis); default: the whole image at once")

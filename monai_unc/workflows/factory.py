@@ -147,6 +147,7 @@ def build_inferer(
     ratein_target: float = 0.1,
     activation: str | None = "softmax",
     measures: Sequence[str] = DEFAULT_MEASURES,
+    keep_samples: bool = False,
 ) -> Any:
     """An :class:`~monai_unc.inferers.UncertaintyInferer` for a ``+``-joined method string (module docstring).
 
@@ -172,6 +173,8 @@ def build_inferer(
             network outputs probabilities.
         measures: the uncertainty maps to compute (:class:`~monai_unc.keys.UncertaintyKeys` values); the
             baseline keeps only those a single prediction defines.
+        keep_samples: the inferer also returns each sample's probabilities (``samples``, for ``--save-samples``;
+            not with ``"softmax"``, which has no samples).
 
     Returns:
         A :class:`~monai_unc.inferers.SoftmaxInferer` for ``"softmax"``, else an
@@ -218,6 +221,9 @@ def build_inferer(
     else:
         base = SimpleInferer()
     keys = [K.PRED.value, *measures]
+    if keep_samples and "softmax" in tokens:
+        raise ValueError("--save-samples needs a --method that samples (mcdropout, ratein, tta, ensemble, ssn); "
+                         "softmax makes one prediction")
     if "softmax" in tokens:
         keys = [k for k in keys if k in (K.PRED.value, K.PREDICTIVE_ENTROPY.value, K.ONE_MINUS_MAX_PROB.value)]
         return SoftmaxInferer(base_inferer=base, activation=activation, keys=keys, seed=seed)
@@ -244,5 +250,6 @@ def build_inferer(
             sources.append(SSNSource(samples, marginalize=len(tokens) > 1))
     track_variance = K.VARIANCE.value in keys
     return UncertaintyInferer(
-        sources, base_inferer=base, activation=activation, keys=keys, seed=seed, track_variance=track_variance
+        sources, base_inferer=base, activation=activation, keys=keys, seed=seed, track_variance=track_variance,
+        keep_samples=keep_samples,
     )

@@ -50,6 +50,7 @@ from ..engine import (
     run_cases,
     settings_changes,
 )
+from ..evaluation.lesions import SAMPLES_SUFFIX
 from ..inferers import available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
@@ -60,12 +61,14 @@ from ..io import (
     json_safe,
     read_json_or_none,
     read_volume,
+    save_label_maps,
     save_nifti,
     save_probabilities,
     save_region_maps,
 )
 from ..keys import MEASURES
 from ..keys import UncertaintyKeys as K
+from ..regions import regions_to_labels
 from .models import LoadedModel
 
 __all__ = [
@@ -74,6 +77,7 @@ __all__ = [
     "InferSettings",
     "normalize_intensity",
     "case_outputs",
+    "sample_label_maps",
     "is_finished",
     "case_fingerprint",
     "load_image_case",
@@ -162,6 +166,8 @@ class InferSettings:
         regions: the region spec of a region-based sigmoid network ``{name: [label, ...]}`` in channel order.
         temperature: the temperature of a calibrated checkpoint at full precision (a float or one per class).
         weights: the sha256 digests of the model's files ``[{"file", "sha256"}]``.
+        save_samples: whether ``<case>_samples.nii.gz`` (one label map per sample, :func:`sample_label_maps`) is
+            written (``--save-samples``).
     """
 
     model: str
@@ -188,26 +194,35 @@ class InferSettings:
     #: model's identity in a prediction fingerprint (the paths in ``checkpoints`` are for display). :func:`run_infer`
     #: fills it from the model when left None; records written before this field have none.
     weights: list[dict[str, str]] | None = None
+    #: write ``<case>_samples.nii.gz`` (``--save-samples``); stored only when True, so that the records of runs made
+    #: before this field existed (or without the option) keep matching
+    save_samples: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The settings as ``infer.json`` stores them.
 
         Returns:
-            A dict with one entry per field.
+            A dict with one entry per field (``save_samples`` only when True).
         """
-        return asdict(self)
+        d = asdict(self)
+        if not d["save_samples"]:
+            del d["save_samples"]
+        return d
 
 
-def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True) -> list[str]:
+def case_outputs(
+    case_id: str, measures: Sequence[str], write_probs: bool = True, save_samples: bool = False
+) -> list[str]:
     """File names :func:`predict_case` writes for a case (the record ``<case>.json`` comes last).
 
     Args:
         case_id: the case id.
         measures: the uncertainty maps written, in order.
         write_probs: whether the probabilities are written.
+        save_samples: whether the samples' label maps are written (``<case>_samples.nii.gz``, last).
 
     Returns:
-        The file names (in ``output``): segmentation, probabilities, then one per measure.
+        The file names (in ``output``): segmentation, probabilities, one per measure, then the samples.
 
     Example:
         >>> case_outputs("c1", ["predictive_entropy"])
@@ -217,7 +232,57 @@ def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True
     if write_probs:
         names.append(f"{case_id}_probs.nii.gz")
     names += [f"{case_id}_{m}.nii.gz" for m in measures]
+    if save_samples:
+        names.append(f"{case_id}{SAMPLES_SUFFIX}")
     return names
+
+
+def sample_label_maps(
+    samples: torch.Tensor, multilabel: bool = False, regions: Mapping[str, Sequence[int]] | None = None
+) -> tuple[np.ndarray, int]:
+    """The hard segmentation of each sample: what ``<case>_samples.nii.gz`` holds (``infer --save-samples``).
+
+    Classes: the argmax of each sample's probabilities (as ``<case>_seg`` is the argmax of their mean). Regions
+    (multi-label sigmoid outputs): each sample's region masks ``p_r >= 0.5`` (as ``<case>_seg``) written as one label
+    map by the region spec (:func:`monai_unc.regions.regions_to_labels`), so that
+    :func:`~monai_unc.evaluation.lesions.read_lesion_samples` gives each region back with ``isin(labels,
+    regions[r])``. One sample at a time: no second float copy of the samples.
+
+    Args:
+        samples: ``(S, C, *spatial)`` per-sample probabilities (an inferer's ``samples`` with ``keep_samples=True``,
+            ``(S, B, C, *spatial)``, of one case ``[:, 0]``; under a sliding window each sample's probabilities are
+            stitched before its argmax).
+        multilabel: per-region probabilities.
+        regions: the region spec ``{name: [label, ...]}`` in channel order (needed with ``multilabel``).
+
+    Returns:
+        ``((S, *spatial) labels, n_unrepresented)``: uint8 (uint16 above 255 classes or labels) and, for regions, the
+        voxels (over all samples) whose set of regions no label of the spec has exactly (0 for classes).
+
+    Raises:
+        ValueError: ``multilabel`` without a region spec, or a spec with another number of regions.
+
+    Example:
+        >>> p = torch.tensor([[[0.9, 0.2]], [[0.1, 0.8]]]).permute(1, 0, 2)  # (S=1, C=2, 2 voxels)
+        >>> labels, _ = sample_label_maps(p)
+        >>> labels.tolist(), labels.dtype.name
+        ([[0, 1]], 'uint8')
+    """
+    if multilabel and regions is None:
+        raise ValueError("the samples of a region-based network need the region spec (--regions) to be label maps")
+    if multilabel and len(regions) != int(samples.shape[1]):
+        raise ValueError(f"the region spec names {len(regions)} regions but the samples have {samples.shape[1]}")
+    top = max((v for vals in regions.values() for v in vals), default=0) if multilabel else int(samples.shape[1]) - 1
+    out = np.empty((int(samples.shape[0]), *samples.shape[2:]), np.uint8 if top <= 255 else np.uint16)
+    missed = 0
+    for i in range(int(samples.shape[0])):
+        if multilabel:
+            labels, n = regions_to_labels(samples[i] >= 0.5, regions)
+            out[i] = labels.cpu().numpy()
+            missed += n
+        else:
+            out[i] = samples[i].argmax(0).cpu().numpy()
+    return out, missed
 
 
 def is_finished(case_id: str, output: Path, settings: InferSettings | None = None) -> bool:
@@ -413,7 +478,7 @@ def network_out_channels(network: Any) -> int | None:
 
 def memory_warning(
     case_id: str, spatial_shape: Sequence[int], num_classes: int | None, settings: InferSettings,
-    device: torch.device | str, available: int | None = None,
+    device: torch.device | str, available: int | None = None, kept_samples: int = 0,
 ) -> str | None:
     """A one-line warning when the inference of a case will not fit in the memory of ``device``, else None.
 
@@ -427,6 +492,7 @@ def memory_warning(
         settings: the run's settings (window size, measures).
         device: where the stitched outputs live.
         available: bytes available (default: measured now).
+        kept_samples: the samples kept for ``--save-samples`` (0: none).
 
     Returns:
         The warning, or None when the case fits or the memory is unknown.
@@ -439,7 +505,7 @@ def memory_warning(
         roi = list(roi) * len(shape) if len(roi) == 1 else list(roi)
     est = estimate_memory(shape, int(num_classes), roi_size=roi, track_variance=K.VARIANCE.value in settings.measures,
                           window_disagreement=K.WINDOW_DISAGREEMENT.value in settings.measures,
-                          multilabel=settings.activation == "sigmoid" and num_classes > 1)
+                          multilabel=settings.activation == "sigmoid" and num_classes > 1, kept_samples=kept_samples)
     free = available if available is not None else available_memory(device)
     if free is None or est.total <= free:
         return None
@@ -447,6 +513,14 @@ def memory_warning(
             f"{est.total / 2**30:.1f} GiB for its inference beyond the network (estimate_memory) but "
             f"{free / 2**30:.1f} GiB are available on {device}; it may run out of memory (a smaller --roi or "
             "device memory helps; docs/inferers.md#memory)")
+
+
+def _num_samples(inferer: Any, x: torch.Tensor) -> int:
+    """The samples an inferer draws for the input ``x`` (the product of its sources' variants)."""
+    n = 1
+    for src in getattr(inferer, "sources", ()):
+        n *= len(src) if src.level == "network" else src.num_variants(x)
+    return n
 
 
 def _run_with_preprocessing(
@@ -547,10 +621,12 @@ def predict_case(
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
         image = normalize_intensity(image, settings.intensity)
-        warning = memory_warning(case.case_id, image.shape[1:], network_out_channels(model.network), settings, device)
+        x = torch.from_numpy(image)[None].to(device)
+        kept = _num_samples(inferer, x) if settings.save_samples else 0
+        warning = memory_warning(case.case_id, image.shape[1:], network_out_channels(model.network), settings, device,
+                                 kept_samples=kept)
         if warning is not None:
             warnings.warn(warning, UserWarning, stacklevel=2)
-        x = torch.from_numpy(image)[None].to(device)
         try:
             raw = inferer(x, model.network)
         except (RuntimeError, ValueError, IndexError) as e:  # shape errors deep inside the network / inferer
@@ -564,6 +640,9 @@ def predict_case(
                          f"activation {settings.activation!r}) is not region-based: regions need --activation "
                          "sigmoid and at least 2 output channels")
     regions = region_names(settings, int(pred.shape[1])) if multilabel else None
+    if settings.save_samples and multilabel and settings.regions is None:
+        raise ValueError(f"case {case.case_id!r}: --save-samples of a region-based network needs --regions (the "
+                         "labels that the samples' label maps hold)")
     if multilabel:  # region masks, as MONAI's AsDiscrete(threshold=0.5)
         seg = (pred[0] >= 0.5).to(torch.uint8).cpu().numpy()
     else:
@@ -571,11 +650,14 @@ def predict_case(
     spatial = seg.shape[1:] if multilabel else seg.shape
     if len(spatial) != 3:
         raise ValueError(f"case {case.case_id!r}: only 3D volumes are written as NIfTI, got spatial shape {spatial}")
-    names = case_outputs(case.case_id, [m for m in settings.measures if m in maps], settings.write_probs)
+    names = case_outputs(case.case_id, [m for m in settings.measures if m in maps], settings.write_probs,
+                         settings.save_samples)
     # an earlier record (--overwrite) must not mark a case finished whose new files are only partly written
     (output / f"{case.case_id}.json").unlink(missing_ok=True)
-    for stale in set(case_outputs(case.case_id, MEASURES)) - set(names):  # an earlier run's maps this one does not
-        (output / stale).unlink(missing_ok=True)  # write (--overwrite with other measures or --no-probs): never mixed
+    # an earlier run's files this one does not write (--overwrite with other measures, --no-probs, without
+    # --save-samples): never mixed
+    for stale in set(case_outputs(case.case_id, MEASURES, save_samples=True)) - set(names):
+        (output / stale).unlink(missing_ok=True)
     if multilabel:
         save_region_maps(seg, affine, output / names[0], dtype="uint8")
     else:
@@ -591,6 +673,14 @@ def predict_case(
             else:
                 save_nifti(maps[m][0, 0].float(), affine, output / names[i])
             i += 1
+    missed = None
+    if settings.save_samples:  # one label map per sample, on the grid and affine of <case>_seg
+        labels, missed = sample_label_maps(raw[K.SAMPLES.value][:, 0], multilabel, regions if multilabel else None)
+        save_label_maps(labels, affine, output / names[-1])
+        del labels
+        if missed:
+            warnings.warn(f"case {case.case_id!r}: {missed} sample voxel(s) hold a set of regions that no label of "
+                          "--regions has; each got the label of the largest subset of them", UserWarning, stacklevel=2)
     record = {
         "case": case.case_id,
         "inputs": [str(p) for p in case.channels],
@@ -606,6 +696,8 @@ def predict_case(
     }
     if multilabel:
         record["regions"] = regions
+    if missed is not None and multilabel:
+        record["samples_unrepresented_voxels"] = missed
     extras = getattr(raw, "extras", {}) or {}
     rates = extras.get("rate_in_rates")
     if rates:

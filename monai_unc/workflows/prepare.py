@@ -381,6 +381,7 @@ def prepare_infer(
     ratein_target: float = 0.1,
     measures: Sequence[str] | None = None,
     write_probs: bool = True,
+    save_samples: bool = False,
     roi: int | Sequence[int] | None = None,
     overlap: float = 0.25,
     sw_batch_size: int = 1,
@@ -413,6 +414,8 @@ def prepare_infer(
         ratein_target: Rate-In information-loss target in [0, 1].
         measures: maps to write (default :data:`~monai_unc.keys.DEFAULT_MEASURES`; see :func:`infer_measures`).
         write_probs: write ``<case>_probs`` (``--no-probs``: False).
+        save_samples: write ``<case>_samples``, one label map per sample (``--save-samples``; a sampling
+            ``method``, not with the bundle's preprocessing).
         roi: sliding-window size (one size, or one per axis); None: the whole image at once.
         overlap: sliding-window overlap in [0, 1).
         sw_batch_size: windows per forward pass.
@@ -450,6 +453,8 @@ def prepare_infer(
         raise ValueError(f"--dropout must be a rate in (0, 1), got {dropout!r}")
     if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, (int, np.integer)) or sw_batch_size < 1:
         raise ValueError(f"--sw-batch-size must be a positive integer, got {sw_batch_size!r}")
+    if not isinstance(save_samples, bool):
+        raise TypeError(f"--save-samples must be True or False, got {save_samples!r}")
     if regions is not None and activation != "sigmoid":
         raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
                          "sigmoid")
@@ -474,13 +479,16 @@ def prepare_infer(
     if "mcdropout" in method_tokens(method):
         enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
     check_method_network(method, net)  # ssn: an SSN head, one error now
+    if save_samples and loaded.preprocessing is not None:
+        raise ValueError("--save-samples with the bundle's preprocessing: the samples are not inverted onto the "
+                         "input grid; add --no-bundle-preprocessing")
     if spec is not None:
         check_region_channels(loaded, spec, cases[0] if cases else None, roi, device)  # once, not once per case
     members = loaded.checkpoints if "ensemble" in method_tokens(method) else loaded.checkpoints[:1]
     inferer = build_inferer(
         method, samples=samples, roi=roi, overlap=overlap, sw_batch_size=sw_batch_size, checkpoints=members,
         unsafe_load=unsafe_load, seed=seed, tta_noise=tta_noise, ratein_target=ratein_target, activation=activation,
-        measures=names,
+        measures=names, keep_samples=save_samples,
     )  # fmt: skip
     settings = InferSettings(
         model=loaded.description, method=method, samples=samples,
@@ -488,7 +496,7 @@ def prepare_infer(
         intensity=loaded.default_intensity if intensity == "auto" else intensity, measures=names, seed=seed,
         activation=activation, checkpoints=[str(Path(c).resolve()) for c in loaded.checkpoints],
         tta_noise=tta_noise, ratein_target=ratein_target, dropout=dropout, write_probs=write_probs,
-        regions=None if spec is None else {k: list(v) for k, v in spec.items()},
+        regions=None if spec is None else {k: list(v) for k, v in spec.items()}, save_samples=save_samples,
     )  # fmt: skip
     return InferPlan(cases, loaded, inferer, settings)
 
@@ -583,7 +591,8 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
         allow_code=getattr(args, "allow_code_target", ()),
-        write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule, **options,
+        write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule,
+        save_samples=getattr(args, "save_samples", False), **options,
     )  # fmt: skip
     if dicom and res.is_main:  # the DICOM objects of every case, from its NIfTI outputs and its source series
         from .dicom import dicom_export

@@ -129,13 +129,13 @@ torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Conv3d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Dropout3d(0.1),
                           torch.nn.Conv3d(8, c, 1)).eval()
 opts = {"defaults": {}, "legacy": {"accum_dtype": torch.float64, "class_variance": True}, "stock": {},
-        "shared": {"sample_batch_size": 4}}[mode]
+        "shared": {"sample_batch_size": 4}, "kept": {"keep_samples": True}}[mode]
 def run(x, r):
     base = SlidingWindowInferer((r,) * 3, overlap=0.25)
     if mode == "stock":
         return torch.softmax(base(x, net), 1)
     return MCDropoutInferer(num_samples=9 if mode == "shared" else 3, base_inferer=base, seed=0, **opts)(x, net)
-terms = {}
+terms = {"kept_samples": 3} if mode == "kept" else {}
 if mode == "shared":  # the shared-pass terms, measured on one window
     from monai_unc.inferers import SharedPasses, enable_mc_dropout
     with torch.no_grad(), enable_mc_dropout(net):
@@ -151,14 +151,15 @@ with torch.no_grad():
     r0 = rss()
     out = run(x, roi)
     top = peak()
-inferer_opts = {k: v for k, v in opts.items() if k != "sample_batch_size"}
+inferer_opts = {k: v for k, v in opts.items() if k not in ("sample_batch_size", "keep_samples")}
 est = estimate_memory((size,) * 3, c, roi_size=(roi,) * 3, network_bytes_per_voxel=100, stock=mode == "stock",
                       **inferer_opts, **terms)
 print(json.dumps({"measured": top - r0, "estimate": est.total}))
 """
 
 
-@pytest.mark.parametrize("mode", ["defaults", "legacy", "stock", pytest.param("shared", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("mode", ["defaults", "legacy", "stock", pytest.param("shared", marks=pytest.mark.slow),
+                                  pytest.param("kept", marks=pytest.mark.slow)])
 def test_estimate_memory_within_15_percent_of_measured_peak(mode):
     """Peak RSS of the call in a fresh process (RSS is the process's own: other processes on the machine do not
     change it, unlike free memory; tracemalloc would not see torch's allocations); the network's activations are
