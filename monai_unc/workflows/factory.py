@@ -38,6 +38,7 @@ from .models import checkpoint_temperature
 
 __all__ = [
     "METHOD_TOKENS",
+    "SHARED_PASS_TOKENS",
     "DEFAULT_MEASURES",
     "build_inferer",
     "check_roi",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble", "ssn")
+#: the sources whose samples share passes (``share_passes``, ``--no-share-passes``, ``--sample-batch-size``)
+SHARED_PASS_TOKENS = frozenset({"mcdropout", "ratein"})
 
 
 def method_tokens(method: str) -> list[str]:
@@ -147,6 +150,8 @@ def build_inferer(
     ratein_target: float = 0.1,
     activation: str | None = "softmax",
     measures: Sequence[str] = DEFAULT_MEASURES,
+    share_passes: bool = True,
+    sample_batch_size: int | str = "auto",
 ) -> Any:
     """An :class:`~monai_unc.inferers.UncertaintyInferer` for a ``+``-joined method string (module docstring).
 
@@ -172,6 +177,10 @@ def build_inferer(
             network outputs probabilities.
         measures: the uncertainty maps to compute (:class:`~monai_unc.keys.UncertaintyKeys` values); the
             baseline keeps only those a single prediction defines.
+        share_passes: compute once per window what the MC dropout / Rate-In samples share (exact; the inferer's
+            ``share_passes``); False: one full pass per sample (``--no-share-passes``).
+        sample_batch_size: with shared passes, the samples run at once: ``"auto"`` or a positive integer
+            (``--sample-batch-size``; the inferer's ``sample_batch_size``).
 
     Returns:
         A :class:`~monai_unc.inferers.SoftmaxInferer` for ``"softmax"``, else an
@@ -208,6 +217,20 @@ def build_inferer(
     if (isinstance(ratein_target, bool) or not isinstance(ratein_target, (int, float, np.integer, np.floating))
             or not 0.0 <= ratein_target <= 1.0):  # NaN fails the comparison
         raise ValueError(f"--ratein-target must be an information-loss fraction in [0, 1], got {ratein_target!r}")
+    if not isinstance(share_passes, bool):
+        raise ValueError(f"--no-share-passes: share_passes must be True or False, got {share_passes!r}")
+    batch_ok = sample_batch_size == "auto" or (isinstance(sample_batch_size, (int, np.integer))
+                                              and not isinstance(sample_batch_size, bool) and sample_batch_size >= 1)
+    if not batch_ok:
+        raise ValueError(f"--sample-batch-size must be 'auto' or a positive integer, got {sample_batch_size!r}")
+    if sample_batch_size != "auto" and not share_passes:
+        raise ValueError(f"--sample-batch-size {sample_batch_size} batches the samples of shared passes: drop it or "
+                         "drop --no-share-passes")
+    if not share_passes and not SHARED_PASS_TOKENS & set(tokens):
+        raise ValueError(f"--no-share-passes concerns MC dropout / Rate-In samples, got --method {method!r}")
+    if sample_batch_size != "auto" and not SHARED_PASS_TOKENS & set(tokens):
+        raise ValueError(f"--sample-batch-size {sample_batch_size} batches MC dropout / Rate-In samples: add "
+                         f"mcdropout or ratein to --method {method!r}, or drop it")
     if roi is not None:
         roi = int(roi) if isinstance(roi, (int, np.integer)) else tuple(int(r) for r in roi)
         if min(roi if isinstance(roi, tuple) else (roi,)) < 1:
@@ -244,5 +267,7 @@ def build_inferer(
             sources.append(SSNSource(samples, marginalize=len(tokens) > 1))
     track_variance = K.VARIANCE.value in keys
     return UncertaintyInferer(
-        sources, base_inferer=base, activation=activation, keys=keys, seed=seed, track_variance=track_variance
+        sources, base_inferer=base, activation=activation, keys=keys, seed=seed, track_variance=track_variance,
+        share_passes=share_passes,
+        sample_batch_size=sample_batch_size if sample_batch_size == "auto" else int(sample_batch_size),
     )

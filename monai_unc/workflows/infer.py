@@ -66,6 +66,7 @@ from ..io import (
 )
 from ..keys import MEASURES
 from ..keys import UncertaintyKeys as K
+from .factory import SHARED_PASS_TOKENS, method_tokens
 from .models import LoadedModel
 
 __all__ = [
@@ -162,6 +163,10 @@ class InferSettings:
         regions: the region spec of a region-based sigmoid network ``{name: [label, ...]}`` in channel order.
         temperature: the temperature of a calibrated checkpoint at full precision (a float or one per class).
         weights: the sha256 digests of the model's files ``[{"file", "sha256"}]``.
+        share_passes: whether the samples shared what does not depend on a random draw (``--no-share-passes``:
+            False). The maps follow the same distribution either way, but seeded draws differ, so a resume compares
+            it (as it compares the seed); a rule's prediction fingerprint leaves it out, as it leaves out the seed.
+        sample_batch_size: the samples of one shared-pass batch (``"auto"`` or an integer; it orders the draws).
     """
 
     model: str
@@ -188,14 +193,20 @@ class InferSettings:
     #: model's identity in a prediction fingerprint (the paths in ``checkpoints`` are for display). :func:`run_infer`
     #: fills it from the model when left None; records written before this field have none.
     weights: list[dict[str, str]] | None = None
+    share_passes: bool = True
+    sample_batch_size: int | str = "auto"
 
     def to_json(self) -> dict[str, Any]:
         """The settings as ``infer.json`` stores them.
 
         Returns:
-            A dict with one entry per field.
+            A dict with one entry per field; ``share_passes`` and ``sample_batch_size`` only for a method with MC
+            dropout or Rate-In samples (:data:`~monai_unc.workflows.factory.SHARED_PASS_TOKENS`).
         """
-        return asdict(self)
+        out = asdict(self)
+        if not SHARED_PASS_TOKENS & set(method_tokens(self.method)):  # nothing to share: recorded as before
+            del out["share_passes"], out["sample_batch_size"]
+        return out
 
 
 def case_outputs(case_id: str, measures: Sequence[str], write_probs: bool = True) -> list[str]:
