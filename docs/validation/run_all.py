@@ -1,11 +1,11 @@
 """Regenerate every validation study and the page ``docs/validation.md`` (``make validate``).
 
-    python docs/validation/run_all.py                  # all nine studies at full size, then the page
+    python docs/validation/run_all.py                  # all ten studies at full size, then the page
     python docs/validation/run_all.py --render-only    # re-write the tables, figures and page from the saved JSON
     python docs/validation/run_all.py --tiny --output /tmp/v --page /tmp/v/validation.md   # smoke test
 
 Each study is a standalone script in this folder (``study1_spatial_metrics.py`` ...
-``study9_calibrated_training.py``) with its own ``--seed``, ``--tiny`` and ``--render-only``; this runner calls
+``study10_shared_passes.py``) with its own ``--seed``, ``--tiny`` and ``--render-only``; this runner calls
 their ``main`` in order (study 5 reuses the predictions study 1 saved in the same output folder) and then fills
 ``page_template.md``: every
 ``<!-- study:N -->`` marker is replaced by that study's results fragment (``results/studyN.md``) and figure links
@@ -36,9 +36,10 @@ STUDIES = {
     7: "study7_conformal.py",
     8: "study8_monitoring.py",
     9: "study9_calibrated_training.py",
+    10: "study10_shared_passes.py",
 }
 TEMPLATE = HERE / "page_template.md"
-MARKER = re.compile(r"<!-- study:(\d) -->")
+MARKER = re.compile(r"<!-- study:(\d+) -->")
 FIGURE = re.compile(r"(!\[[^\]]*\]\()([^)/]+\.png)(\))")
 
 
