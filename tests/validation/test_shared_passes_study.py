@@ -3,20 +3,23 @@ and the page fragment is re-rendered from the JSON unchanged."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.validation._studies import finite_number, load_study
 
 
+@pytest.mark.slow
 def test_study10_tiny(tmp_path):
     study = load_study("study10_shared_passes")
     r = study.main(["--tiny", "--output", str(tmp_path)])
     assert (tmp_path / "study10.md").read_text().startswith("## Study 10")
     assert (r["runs"], r["samples"]) == (4, 3) and set(r["placements"]) == set(study.PLACEMENTS)
-    for placement in r["placements"].values():
+    for name, placement in r["placements"].items():
         assert set(placement["tests"]) == set(study.STATISTICS)
         for t in placement["tests"].values():
             assert finite_number(t["p"]) and 0 <= t["p"] <= 1 and 0 <= t["ks"] <= 1
-        # batched replays draw other masks than full passes: the statistics differ run by run (the test is not empty)
-        assert placement["tests"]["mean MI"]["mean_a"] != placement["tests"]["mean MI"]["mean_b"]
+        if name != "last":  # several dropout layers: batched replays draw other masks than full passes (not empty)
+            assert placement["tests"]["mean MI"]["mean_a"] != placement["tests"]["mean MI"]["mean_b"]
         assert finite_number(placement["shared_ratio"]) and placement["shared_ratio"] > 0
     assert r["control"]["mean MI"]["mean_a"] > r["control"]["mean MI"]["mean_b"]  # a higher rate: more MI
     again = study.main(["--render-only", "--output", str(tmp_path)])
