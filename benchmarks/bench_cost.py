@@ -2,6 +2,7 @@
 
     python benchmarks/bench_cost.py [--size 64] [--roi 48] [--features 8 8 16 32 64 8] [--samples 30]
                                     [--sw-batch 2] [--device cpu] [--memory]
+    python benchmarks/bench_cost.py --nnunet [--nnunet-config width32] [--samples 30] [--memory]
 
 One network (MONAI ``BasicUNet`` with ``--features``, 3 classes), one input ``1x1xSxSxS``, one
 ``SlidingWindowInferer(roi, sw_batch_size, overlap=0.25)``. For each dropout placement (``add_dropout(after=...)``:
@@ -14,6 +15,17 @@ stage next to the output), in the same process and interleaved:
 - ``limit``: the stochastic part of one pass, measured window by window as a replay of one sample
   (``SharedPasses.replay(k=1)``) after a trace: ``limit = stock + (N - 1) x stochastic part`` (the shared part once
   plus N times the stochastic part), the least any implementation that runs each sample's stochastic part can do.
+
+``--nnunet``: the same for the nnU-Net predictor against stock ``nnUNetPredictor`` (``--nnunet-config`` names a case
+of ``benchmarks/bench_nnunet.py``: its PlainConvUNet with random weights, one fold, its preprocessed image; post-hoc
+dropout ``add_posthoc_dropout(p=0.1, after=...)``; no mirroring, step 0.5, Gaussian blending):
+
+- ``stock``: one pass of ``nnUNetPredictor.predict_logits_from_preprocessed_data``, dropout off: the unit;
+- ``stock_n``: what stock nnU-Net offers for MC dropout: the same call N times with the dropout switched on
+  (``enable_mc_dropout``), the logits of each pass kept as a sum;
+- ``shared``: ``UncertaintyPredictor(("dropout",), num_samples=N)`` with its defaults (shared passes, automatic
+  batches; the maps of every pass streamed into the statistics, and stock's fp16 logit buffer);
+- ``full``: the same with ``share_passes=False``.
 
 Times are the best of ``--repeats`` (wall and, on the CPU, process CPU time: on a shared machine CPU time of one
 thread is the robust measure). ``--memory`` also runs every mode with N and with 2 samples in its own subprocess
@@ -143,6 +155,141 @@ def memory(args: argparse.Namespace, mode: str, placement: str, n: int) -> dict:
     return {"peak_mib": peak}
 
 
+def nnunet_case(args: argparse.Namespace, placement: str) -> dict:
+    """The case of ``bench_nnunet.py`` (``--nnunet-config``) with post-hoc dropout after ``placement``."""
+    from bench_nnunet import setup_case
+
+    from monai_unc.nnunet import add_posthoc_dropout
+
+    env = setup_case(args.nnunet_config, args.threads)
+    add_posthoc_dropout(env["net"], p=0.1, after=placement)
+    return env
+
+
+def nnunet_predictor(mode: str, env: dict, n: int):
+    """The predictor of one contender (see the module docstring), on ``env``'s network."""
+    import torch
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
+    from monai_unc.nnunet import UncertaintyPredictor
+
+    cpu = torch.device("cpu")
+    if mode in ("stock", "stock_n"):
+        pred = nnUNetPredictor(use_mirroring=False, perform_everything_on_device=False, device=cpu, allow_tqdm=False)
+    else:
+        pred = UncertaintyPredictor(("dropout",), num_samples=n, seed=0, share_passes=mode == "shared",
+                                    use_mirroring=False, perform_everything_on_device=False, device=cpu,
+                                    allow_tqdm=False)
+    pred.manual_initialization(env["net"], env["pm"], env["cm"], env["params"], env["dataset_json"], "nnUNetTrainer",
+                               (0, 1, 2))
+    return pred
+
+
+def nnunet_run(mode: str, pred, env: dict, n: int) -> None:
+    """One prediction of the case by one contender."""
+    import torch
+
+    from monai_unc.inferers import enable_mc_dropout
+
+    if mode == "stock":
+        pred.predict_logits_from_preprocessed_data(env["data"])
+    elif mode == "stock_n":
+        with enable_mc_dropout(env["net"]), torch.inference_mode():  # stock's logits are inference tensors
+            total = None
+            for _ in range(n):
+                logits = pred.predict_logits_from_preprocessed_data(env["data"])
+                total = logits if total is None else total.add_(logits)
+            del total
+    else:
+        with torch.no_grad():
+            pred.predict_uncertainty_from_preprocessed_data(env["data"])
+
+
+NNUNET_MODES = ("stock", "shared", "full", "stock_n")
+
+
+def nnunet_timing(args: argparse.Namespace) -> dict:
+    """Every contender and placement in this process, interleaved; best CPU and wall time of ``--repeats``."""
+    out: dict = {"placements": {}}
+    for placement in PLACEMENTS:
+        env = nnunet_case(args, placement)
+        preds = {m: nnunet_predictor(m, env, args.samples) for m in NNUNET_MODES}
+        nnunet_run("stock", preds["stock"], env, 1)  # warm-up
+        wall = {m: [] for m in NNUNET_MODES}
+        cpu = {m: [] for m in NNUNET_MODES}
+        for _ in range(args.repeats):
+            for m in NNUNET_MODES:
+                if m in ("full", "stock_n") and args.skip_full and placement != "auto":
+                    continue
+                t0, c0 = time.perf_counter(), time.process_time()
+                nnunet_run(m, preds[m], env, args.samples)
+                wall[m].append(time.perf_counter() - t0)
+                cpu[m].append(time.process_time() - c0)
+        out["placements"][placement] = {"wall": {m: min(v) for m, v in wall.items() if v},
+                                        "cpu": {m: min(v) for m, v in cpu.items() if v}}
+    return out
+
+
+def nnunet_memory(args: argparse.Namespace, mode: str, placement: str, n: int) -> dict:
+    """Peak working memory of one contender's prediction (its own process), after a warm-up on a small input."""
+    env = nnunet_case(args, placement)
+    pred = nnunet_predictor(mode, env, n)
+    small = dict(env, data=env["data"][:, : env["cm"].patch_size[0]])
+    nnunet_run(mode, pred, small, 2)  # every code path loaded first
+    rss0 = reset_peak()
+    nnunet_run(mode, pred, env, n)
+    return {"peak_mib": peak_mib() - rss0}
+
+
+def nnunet_main(args: argparse.Namespace) -> None:
+    """``--nnunet``: print the ratios to one stock ``nnUNetPredictor`` pass and, with ``--memory``, the peaks."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    n = args.samples
+    from bench_nnunet import CONFIGS
+
+    cfg = CONFIGS[args.nnunet_config]
+    print(f"nnU-Net PlainConvUNet features {cfg['features']}, patch {cfg['patch']}^3, image {cfg['image']}, no "
+          f"mirroring, step 0.5, N = {n}, CPU, torch threads {torch.get_num_threads()}")
+    if not args.memory_only:
+        res = nnunet_timing(args)
+        print("ratios to one stock nnUNetPredictor pass (same network, same case), process CPU time (wall)")
+        print(f"{'dropout':10s} {'shared (ours)':>16s} {'full (ours)':>16s} {'stock, N passes':>16s} {'stock s':>8s}")
+        for placement, r in res["placements"].items():
+            t, w = r["cpu"], r["wall"]
+
+            def cell(m: str, t: dict = t, w: dict = w) -> str:
+                if m not in t:
+                    return f"{'-':>16s}"
+                return f"{t[m] / t['stock']:7.2f}x ({w[m] / w['stock']:5.2f}x)"
+
+            print(f"{placement:10s} {cell('shared')} {cell('full')} {cell('stock_n')} {t['stock']:8.3f}")
+    if not args.memory:
+        return
+    print()
+    for placement in PLACEMENTS:
+        for mode in ("shared", "stock_n"):
+            if mode == "stock_n" and placement != "auto":
+                continue
+            hi, lo = _launch(args, mode, placement, n), _launch(args, mode, placement, 2)
+            print(f"peak working memory {placement:8s} {mode:8s}: N={n} {hi:8.1f} MiB, N=2 {lo:8.1f} MiB, "
+                  f"ratio {hi / lo:.2f} (target <= 1.1)")
+    print(f"peak working memory of one stock pass: {_launch(args, 'stock', 'auto', 1):.1f} MiB")
+
+
+def _launch(args: argparse.Namespace, mode: str, placement: str, k: int) -> float:
+    """Peak working memory (MiB) of one contender and N = ``k`` in its own process (``--worker``)."""
+    cmd = [sys.executable, __file__, "--size", str(args.size), "--roi", str(args.roi), "--sw-batch",
+           str(args.sw_batch), "--threads", str(args.threads), "--device", args.device, "--features",
+           *map(str, args.features), "--nnunet-config", args.nnunet_config, *(["--nnunet"] if args.nnunet else []),
+           "--worker", mode, placement, str(k)]
+    # a fixed mmap threshold: RSS follows the live tensors (glibc otherwise keeps freed blocks in the heap)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])["peak_mib"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=64)
@@ -156,17 +303,23 @@ def main() -> None:
     ap.add_argument("--skip-full", action="store_true", help="time the 30 full passes for 'auto' only")
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--memory-only", action="store_true", help="the memory part of --memory alone")
+    ap.add_argument("--nnunet", action="store_true", help="the nnU-Net predictor against stock nnUNetPredictor")
+    ap.add_argument("--nnunet-config", default="width32", help="a case of bench_nnunet.py (default width32)")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.memory_only:
+        args.memory = True
     if args.worker:
         mode, placement, n = args.worker
-        print(json.dumps(memory(args, mode, placement, int(n))))
+        measure = nnunet_memory if args.nnunet else memory
+        print(json.dumps(measure(args, mode, placement, int(n))))
+        return
+    if args.nnunet:
+        nnunet_main(args)
         return
     import torch
 
     name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "CPU"
-    if args.memory_only:
-        args.memory = True
     res = timing(args) if not args.memory_only else {"threads": torch.get_num_threads(), "placements": {}}
     n = args.samples
     print(f"BasicUNet features {tuple(args.features)}, input 1x1x{args.size}^3, roi {args.roi}^3, sw_batch_size "
@@ -188,19 +341,9 @@ def main() -> None:
     if not args.memory:
         return
     print()
-
-    def launch(mode: str, placement: str, k: int) -> float:
-        cmd = [sys.executable, __file__, "--size", str(args.size), "--roi", str(args.roi), "--sw-batch",
-               str(args.sw_batch), "--threads", str(args.threads), "--device", args.device, "--features",
-               *map(str, args.features), "--worker", mode, placement, str(k)]
-        # a fixed mmap threshold: RSS follows the live tensors (glibc otherwise keeps freed blocks in the heap)
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-        return json.loads(out.strip().splitlines()[-1])["peak_mib"]
-
     for placement in PLACEMENTS:
         for mode in ("shared", "full"):
-            hi, lo = launch(mode, placement, n), launch(mode, placement, 2)
+            hi, lo = _launch(args, mode, placement, n), _launch(args, mode, placement, 2)
             print(f"peak working memory {placement:8s} {mode:6s}: N={n} {hi:8.1f} MiB, N=2 {lo:8.1f} MiB, "
                   f"ratio {hi / lo:.2f} (target <= 1.1)")
 

@@ -109,7 +109,12 @@ def _plans(features: list[int], patch: int) -> dict:
     }
 
 
-def _setup(config: str, threads: int) -> dict:
+def setup_case(config: str, threads: int) -> dict:
+    """One preprocessed case and the PlainConvUNet of ``CONFIGS[config]`` (random weights, seed 0), as a dict.
+
+    Keys: ``pm`` / ``cm`` (plans and configuration managers), ``net``, ``params`` (one fold), ``data`` ``(1, *image)``,
+    ``props``, ``dataset_json``, ``threads`` (the torch threads set). ``benchmarks/bench_cost.py --nnunet`` uses it.
+    """
     import torch
     from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
     from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
@@ -179,7 +184,7 @@ def time_worker(config: str, out_dir: str, threads: int, repeats: int) -> dict:
     import SimpleITK as sitk
     import torch
 
-    env = _setup(config, threads)
+    env = setup_case(config, threads)
     preds = {c: _predictor(c, env) for c in CONTENDERS}
     out: dict[str, dict] = {c: {"predict_wall": [], "predict_cpu": [], "export_wall": [], "export_cpu": []}
                             for c in CONTENDERS}
@@ -217,7 +222,7 @@ def time_worker(config: str, out_dir: str, threads: int, repeats: int) -> dict:
 
 def memory_worker(contender: str, config: str, out_dir: str, threads: int) -> dict:
     """One contender, one run: peak RSS above the RSS just before the measured work."""
-    env = _setup(config, threads)
+    env = setup_case(config, threads)
     pred = _predictor(contender, env)
     rss0 = _rss_kib()
     result = _predict(pred, contender, env)
@@ -248,7 +253,7 @@ def _write_e2e_dataset(root: str, name: str, n_cases: int) -> tuple[dict, str]:
     import torch
 
     net_name = E2E_CONFIGS[name][0]
-    env = _setup(net_name, 1)
+    env = setup_case(net_name, 1)
     results = os.path.join(root, "results")
     model = os.path.join(results, "Dataset998_Bench", "nnUNetTrainer__nnUNetPlans__3d_fullres")
     os.makedirs(os.path.join(model, "fold_0"))

@@ -12,10 +12,10 @@ of two phases:
   output), logits, probabilities, entropy temporaries and the running sums, and the previous window's means that
   MONAI still holds;
 - **shared passes** (``share_passes=True`` with a replay batch of ``k`` samples) add to the window's work the kept
-  shared activations ``V_w s`` and ``k V_w (r + s) + (k - 1) V_w C b``: each sample's stochastic tensors ``r`` (its
-  logits among them), its copy of the shared activations ``s`` (bytes per window voxel, measured on one window with
-  :class:`~monai_unc.inferers.SharedPasses`; an upper bound: only the kept activations that the stochastic rest reads
-  are copied, ``SharedPasses.copied_bytes``), its probabilities;
+  shared activations ``V_w s`` and ``V_w (k r - C b) + k V_w s_c + (k - 1) V_w C b``: each sample's stochastic
+  tensors ``r`` (its logits among them; one sample's logits are in the window's work already), its copy of the kept
+  activations that the stochastic rest reads ``s_c`` (``SharedPasses.copied_bytes``; at most ``s``), its
+  probabilities (bytes per window voxel, measured on one window with :class:`~monai_unc.inferers.SharedPasses`);
 - **final**: the buffers again (they become the means in place), the new scalar maps (``b V`` each), ``pred``
   converted to ``pred_dtype`` (nothing for ``"input"``) or the ``argmax`` label map, and the temporaries of one
   chunk of the final measures (:data:`~monai_unc.stats.DEFAULT_CHUNK_ELEMENTS`).
@@ -96,6 +96,7 @@ def estimate_memory(
     shared_bytes_per_voxel: float = 0.0,
     stochastic_bytes_per_voxel: float = 0.0,
     kept_samples: int = 0,
+    copied_bytes_per_voxel: float | None = None,
 ) -> MemoryEstimate:
     """Peak working memory of one case's inference (the model of the module docstring).
 
@@ -127,6 +128,9 @@ def estimate_memory(
         kept_samples: the samples ``S`` kept with ``keep_samples=True`` (0: none kept). They are kept as
             probabilities in the input's dtype, ``S C`` channels per voxel (module docstring): the one term that grows
             with the number of samples.
+        copied_bytes_per_voxel: with shared passes, the kept activations that the stochastic rest reads, copied
+            once per replayed sample (``SharedPasses.copied_bytes`` over the window's voxels); None: all of
+            ``shared_bytes_per_voxel`` (an upper bound).
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
@@ -152,10 +156,11 @@ def estimate_memory(
         raise ValueError(f"sample_batch must be an integer >= 1, got {sample_batch!r}")
     if isinstance(kept_samples, bool) or not isinstance(kept_samples, int) or kept_samples < 0:
         raise ValueError(f"kept_samples must be an integer >= 0, got {kept_samples!r}")
-    if not shared_bytes_per_voxel >= 0 or not stochastic_bytes_per_voxel >= 0:
+    copied = shared_bytes_per_voxel if copied_bytes_per_voxel is None else copied_bytes_per_voxel
+    if not shared_bytes_per_voxel >= 0 or not stochastic_bytes_per_voxel >= 0 or not copied >= 0:
         raise ValueError(
-            "shared_bytes_per_voxel and stochastic_bytes_per_voxel must be >= 0, got "
-            f"{shared_bytes_per_voxel!r}, {stochastic_bytes_per_voxel!r}"
+            "shared_bytes_per_voxel, stochastic_bytes_per_voxel and copied_bytes_per_voxel must be >= 0, got "
+            f"{shared_bytes_per_voxel!r}, {stochastic_bytes_per_voxel!r}, {copied_bytes_per_voxel!r}"
         )
     c = num_classes
     v = math.prod(spatial)
@@ -181,10 +186,13 @@ def estimate_memory(
     # one window: probabilities, three temporaries (entropy, squares), the running sums (and the accumulation copy)
     window = window_net + vw * c * (4 * b + a + (a if a != b else 0)) + vw * a * (e + q)
     # shared passes: the kept shared activations, and a replay batch of k samples: each sample's stochastic tensors
-    # (its logits among them), its copy of the shared activations, its probabilities (k - 1 beyond the one above)
+    # (its logits among them: one sample's logits are counted above), its copy of the kept activations that the
+    # stochastic rest reads, its probabilities (k - 1 beyond the one above)
     k = sample_batch
-    shared = int(vw * shared_bytes_per_voxel + k * vw * (stochastic_bytes_per_voxel + shared_bytes_per_voxel))
-    shared += (k - 1) * vw * c * b
+    shared = 0
+    if shared_bytes_per_voxel or stochastic_bytes_per_voxel:
+        shared = int(vw * shared_bytes_per_voxel + k * vw * copied
+                     + max(k * vw * stochastic_bytes_per_voxel - vw * c * b, 0)) + (k - 1) * vw * c * b
     window += shared
     kept = kept_samples * c * b  # bytes per voxel of the kept samples' probabilities
     window += 2 * vw * kept  # one window's kept probabilities and their concatenation

@@ -423,6 +423,13 @@ class SharedPasses:
             if any(c.output is not None for c in run):
                 self._plan[m] = run
         del roots
+        # no reference cycles (a call's parent holds it in ``kept_below``): dropping this object frees the kept
+        # outputs at once, not at the next garbage collection (a window's kept outputs would otherwise linger into
+        # the next window's, more often the more samples, since each replay allocates Python objects)
+        for cs in calls.values():
+            for c in cs:
+                c.parent = None
+                c.kept_below = []
         for t in _tensors(out):
             if getattr(t, _FLAG, False):
                 delattr(t, _FLAG)

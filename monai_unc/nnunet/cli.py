@@ -40,6 +40,19 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+def _sample_batch_size(text: str) -> int | str:
+    """A value of ``--sample_batch_size``: ``auto`` or a positive integer."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {text!r}")
+    return value
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``nnunet-predict``, ``nnunet-dropout-plans`` and ``nnunet-calibrate`` on ``subparsers``.
 
@@ -122,6 +135,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     d.add_argument("--study-uid", default="source", choices=("source", "new"),
                    help="the study of the DICOM objects: source (default: the source series' study, as the IHE AI "
                    "Results profile keeps them) or new (a new study per case)")
+    u.add_argument("--no_share_passes", action="store_true",
+                   help="dropout / rate_in: one full network pass per sample, instead of computing once per window, "
+                   "mirror and fold what the passes share (shared passes give the same distribution of maps; with "
+                   "--seed, other draws)")
+    u.add_argument("--sample_batch_size", type=_sample_batch_size, default="auto", metavar="K",
+                   help="dropout / rate_in with shared passes: passes run at once along the batch axis, a positive "
+                   "integer or auto (default: no more memory than the first pass or a tenth of the case's buffers)")
 
     q = subparsers.add_parser(
         PLANS_COMMAND,
@@ -238,6 +258,12 @@ def check_predict_flags(args: argparse.Namespace) -> None:
     if "window_disagreement" in args.measures and args.window_disagreement != "separate":
         raise ValueError("--measures window_disagreement needs --window_disagreement separate (with "
                          "mutual_information it is counted in the mutual information map)")
+    shared = [s for s in ("dropout", "rate_in") if s in sources]
+    if args.no_share_passes and not shared:
+        raise ValueError(f"--no_share_passes concerns the passes of dropout or rate_in, got --sources {given}")
+    if args.sample_batch_size != "auto" and (args.no_share_passes or not shared):
+        why = "drop it or drop --no_share_passes" if shared else f"add dropout or rate_in to --sources {given}"
+        raise ValueError(f"--sample_batch_size batches the shared passes of dropout or rate_in: {why}")
     if args.num_samples < 1:
         raise ValueError(f"--num_samples must be >= 1, got {args.num_samples}")
     if args.dropout_p is not None and not 0.0 < args.dropout_p < 1.0:
@@ -292,6 +318,8 @@ def _predict(args: argparse.Namespace) -> int:
             verbose=args.verbose,
             verbose_preprocessing=args.verbose,
             allow_tqdm=not args.disable_progress_bar,
+            share_passes=not args.no_share_passes,
+            sample_batch_size=args.sample_batch_size,
         )
         # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
         check_output_folder(args.o, args.i, model, args.prev_stage_predictions)

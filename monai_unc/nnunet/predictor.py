@@ -484,15 +484,17 @@ class UncertaintyPredictor(nnUNetPredictor):
 
     def _share(self, nets: Sequence[nn.Module], passes: int) -> list[nn.Module] | None:
         """The fold networks whose passes share their deterministic part, or None (full passes)."""
-        if not self.share_passes or passes < 2 or not any(
-            s in self.uncertainty_sources for s in ("dropout", "rate_in")
-        ):
+        if not self.share_passes or passes < 2 or not self._shares_passes():
             return None
         plain = [getattr(n, "_orig_mod", n) for n in nets]  # a compiled network: its Python module
         if any(not isinstance(n, nn.Module) or isinstance(n, torch.jit.ScriptModule) for n in plain):
             self._note_full_passes("the network is not a torch.nn.Module whose calls can be followed")
             return None
         return plain
+
+    def _shares_passes(self) -> bool:
+        """Whether the sources have passes that ``share_passes`` concerns (dropout or Rate-In, several passes)."""
+        return self.num_samples > 1 and any(s in self.uncertainty_sources for s in ("dropout", "rate_in"))
 
     def _note_full_passes(self, why: str) -> None:
         if self._share_note is None:
@@ -906,7 +908,8 @@ class UncertaintyPredictor(nnUNetPredictor):
         """The content of ``uncertainty_config.json``: how the folder's files were made.
 
         Returns:
-            Sources, samples, dropout and Rate-In values, measures, segmentation, window disagreement, seed, folds,
+            Sources, samples, dropout and Rate-In values (and, with several dropout / Rate-In passes, ``share_passes``
+            and ``sample_batch_size``), measures, segmentation, window disagreement, seed, folds,
             mirror axes, trainer, step size, MI meaning, model identity (folder, checkpoint, folds, weight digests,
             temperatures) and, for a region-based model, ``regions`` and ``regions_class_order``; as it reads back
             from the file (plain JSON types).
@@ -930,6 +933,11 @@ class UncertaintyPredictor(nnUNetPredictor):
             "mi_meaning": self.mi_meaning.value,
             **getattr(self, "_model_identity", {}),
         }
+        if self._shares_passes():
+            # how the dropout / Rate-In passes ran: the same distribution either way, but other seeded draws (a
+            # resume compares them; other sources' folders record neither, as before)
+            cfg["share_passes"] = self.share_passes
+            cfg["sample_batch_size"] = self.sample_batch_size if self.share_passes else None
         if self._multilabel:
             # region-based model: the maps' fourth axis and the scores' suffixes follow this channel order
             cfg["regions"] = region_definitions(self.dataset_json)

@@ -62,6 +62,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _sample_batch_size(text: str) -> int | str:
+    """A value of ``--sample-batch-size``: ``auto`` or a positive integer."""
+    if text == "auto":
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {text!r}") from None
+
+
 def _measure_name(text: str) -> str:
     """A value of ``--measures`` / ``--measure``.
 
@@ -181,6 +191,13 @@ def _add_infer(sub: Any) -> None:
     r.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     r.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     r.add_argument("--seed", type=int, default=0, help="random seed of the sampling (default 0)")
+    r.add_argument("--no-share-passes", action="store_true",
+                   help="one full network pass per MC dropout / Rate-In sample, instead of computing once per "
+                        "window what the samples share (shared passes give the same distribution of maps; with a "
+                        "seed, other draws)")
+    r.add_argument("--sample-batch-size", type=_sample_batch_size, default="auto", metavar="K",
+                   help="with shared passes, samples run at once along the batch axis: a positive integer or auto "
+                        "(default: no more memory than the first sample or a tenth of the case's buffers)")
     p.add_argument("--settings-from", default=None, metavar="RULE",
                    help="predict with the settings a rule file of 'evaluate' (e.g. referral_rule.json) was "
                         "certified with (method, samples, roi, overlap, intensity, measures, activation, regions, "

@@ -38,6 +38,7 @@ from .models import checkpoint_temperature
 
 __all__ = [
     "METHOD_TOKENS",
+    "SHARED_PASS_TOKENS",
     "DEFAULT_MEASURES",
     "build_inferer",
     "check_roi",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble", "ssn")
+#: the sources whose samples share passes (``share_passes``, ``--no-share-passes``, ``--sample-batch-size``)
+SHARED_PASS_TOKENS = frozenset({"mcdropout", "ratein"})
 
 
 def method_tokens(method: str) -> list[str]:
@@ -148,6 +151,8 @@ def build_inferer(
     activation: str | None = "softmax",
     measures: Sequence[str] = DEFAULT_MEASURES,
     keep_samples: bool = False,
+    share_passes: bool = True,
+    sample_batch_size: int | str = "auto",
 ) -> Any:
     """An :class:`~monai_unc.inferers.UncertaintyInferer` for a ``+``-joined method string (module docstring).
 
@@ -175,6 +180,10 @@ def build_inferer(
             baseline keeps only those a single prediction defines.
         keep_samples: the inferer also returns each sample's probabilities (``samples``, for ``--save-samples``;
             not with ``"softmax"``, which has no samples).
+        share_passes: compute once per window what the MC dropout / Rate-In samples share (exact; the inferer's
+            ``share_passes``); False: one full pass per sample (``--no-share-passes``).
+        sample_batch_size: with shared passes, the samples run at once: ``"auto"`` or a positive integer
+            (``--sample-batch-size``; the inferer's ``sample_batch_size``).
 
     Returns:
         A :class:`~monai_unc.inferers.SoftmaxInferer` for ``"softmax"``, else an
@@ -211,6 +220,20 @@ def build_inferer(
     if (isinstance(ratein_target, bool) or not isinstance(ratein_target, (int, float, np.integer, np.floating))
             or not 0.0 <= ratein_target <= 1.0):  # NaN fails the comparison
         raise ValueError(f"--ratein-target must be an information-loss fraction in [0, 1], got {ratein_target!r}")
+    if not isinstance(share_passes, bool):
+        raise ValueError(f"--no-share-passes: share_passes must be True or False, got {share_passes!r}")
+    batch_ok = sample_batch_size == "auto" or (isinstance(sample_batch_size, (int, np.integer))
+                                              and not isinstance(sample_batch_size, bool) and sample_batch_size >= 1)
+    if not batch_ok:
+        raise ValueError(f"--sample-batch-size must be 'auto' or a positive integer, got {sample_batch_size!r}")
+    if sample_batch_size != "auto" and not share_passes:
+        raise ValueError(f"--sample-batch-size {sample_batch_size} batches the samples of shared passes: drop it or "
+                         "drop --no-share-passes")
+    if not share_passes and not SHARED_PASS_TOKENS & set(tokens):
+        raise ValueError(f"--no-share-passes concerns MC dropout / Rate-In samples, got --method {method!r}")
+    if sample_batch_size != "auto" and not SHARED_PASS_TOKENS & set(tokens):
+        raise ValueError(f"--sample-batch-size {sample_batch_size} batches MC dropout / Rate-In samples: add "
+                         f"mcdropout or ratein to --method {method!r}, or drop it")
     if roi is not None:
         roi = int(roi) if isinstance(roi, (int, np.integer)) else tuple(int(r) for r in roi)
         if min(roi if isinstance(roi, tuple) else (roi,)) < 1:
@@ -252,4 +275,6 @@ def build_inferer(
     return UncertaintyInferer(
         sources, base_inferer=base, activation=activation, keys=keys, seed=seed, track_variance=track_variance,
         keep_samples=keep_samples,
+        share_passes=share_passes,
+        sample_batch_size=sample_batch_size if sample_batch_size == "auto" else int(sample_batch_size),
     )

@@ -69,6 +69,7 @@ from ..io import (
 from ..keys import MEASURES
 from ..keys import UncertaintyKeys as K
 from ..regions import regions_to_labels
+from .factory import SHARED_PASS_TOKENS, method_tokens
 from .models import LoadedModel
 
 __all__ = [
@@ -168,6 +169,10 @@ class InferSettings:
         weights: the sha256 digests of the model's files ``[{"file", "sha256"}]``.
         save_samples: whether ``<case>_samples.nii.gz`` (one label map per sample, :func:`sample_label_maps`) is
             written (``--save-samples``).
+        share_passes: whether the samples shared what does not depend on a random draw (``--no-share-passes``:
+            False). The maps follow the same distribution either way, but seeded draws differ, so a resume compares
+            it (as it compares the seed); a rule's prediction fingerprint leaves it out, as it leaves out the seed.
+        sample_batch_size: the samples of one shared-pass batch (``"auto"`` or an integer; it orders the draws).
     """
 
     model: str
@@ -197,17 +202,24 @@ class InferSettings:
     #: write ``<case>_samples.nii.gz`` (``--save-samples``); stored only when True, so that the records of runs made
     #: before this field existed (or without the option) keep matching
     save_samples: bool = False
+    share_passes: bool = True
+    sample_batch_size: int | str = "auto"
 
     def to_json(self) -> dict[str, Any]:
         """The settings as ``infer.json`` stores them.
 
         Returns:
-            A dict with one entry per field (``save_samples`` only when True).
+            A dict with one entry per field; ``save_samples`` only when True, ``share_passes`` and
+            ``sample_batch_size`` only for a method with MC dropout or Rate-In samples
+            (:data:`~monai_unc.workflows.factory.SHARED_PASS_TOKENS`): the records of runs made before these fields
+            existed keep matching.
         """
-        d = asdict(self)
-        if not d["save_samples"]:
-            del d["save_samples"]
-        return d
+        out = asdict(self)
+        if not out["save_samples"]:
+            del out["save_samples"]
+        if not SHARED_PASS_TOKENS & set(method_tokens(self.method)):  # nothing to share: recorded as before
+            del out["share_passes"], out["sample_batch_size"]
+        return out
 
 
 def case_outputs(

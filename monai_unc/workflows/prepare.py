@@ -391,6 +391,8 @@ def prepare_infer(
     device: str | torch.device = "cpu",
     seed: int | None = 0,
     rule: RuleSettings | None = None,
+    share_passes: bool = True,
+    sample_batch_size: int | str = "auto",
 ) -> InferPlan:
     """Load the model, check every option against it and build the inferer and the settings of an ``infer`` run.
 
@@ -429,6 +431,9 @@ def prepare_infer(
             already merged into the options: the model's files must be those the rule recorded
             (:func:`~monai_unc.workflows.reuse.check_rule_model`) and ``samples`` is derived from the rule's samples
             per case (:func:`~monai_unc.workflows.reuse.rule_samples`; a given ``samples`` must agree).
+        share_passes: compute once per window what the MC dropout / Rate-In samples share (``--no-share-passes``:
+            False, one full pass per sample).
+        sample_batch_size: with shared passes, the samples run at once: ``"auto"`` or a positive integer.
 
     Returns:
         The :class:`InferPlan`. Every refusal is a ``ValueError`` naming the option (``FileNotFoundError`` for a
@@ -488,7 +493,7 @@ def prepare_infer(
     inferer = build_inferer(
         method, samples=samples, roi=roi, overlap=overlap, sw_batch_size=sw_batch_size, checkpoints=members,
         unsafe_load=unsafe_load, seed=seed, tta_noise=tta_noise, ratein_target=ratein_target, activation=activation,
-        measures=names, keep_samples=save_samples,
+        measures=names, keep_samples=save_samples, share_passes=share_passes, sample_batch_size=sample_batch_size,
     )  # fmt: skip
     settings = InferSettings(
         model=loaded.description, method=method, samples=samples,
@@ -497,6 +502,8 @@ def prepare_infer(
         activation=activation, checkpoints=[str(Path(c).resolve()) for c in loaded.checkpoints],
         tta_noise=tta_noise, ratein_target=ratein_target, dropout=dropout, write_probs=write_probs,
         regions=None if spec is None else {k: list(v) for k, v in spec.items()}, save_samples=save_samples,
+        share_passes=share_passes,
+        sample_batch_size=sample_batch_size if sample_batch_size == "auto" else int(sample_batch_size),
     )  # fmt: skip
     return InferPlan(cases, loaded, inferer, settings)
 
@@ -592,7 +599,8 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
         allow_code=getattr(args, "allow_code_target", ()),
         write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule,
-        save_samples=getattr(args, "save_samples", False), **options,
+        save_samples=getattr(args, "save_samples", False), share_passes=not getattr(args, "no_share_passes", False),
+        sample_batch_size=getattr(args, "sample_batch_size", "auto"), **options,
     )  # fmt: skip
     if dicom and res.is_main:  # the DICOM objects of every case, from its NIfTI outputs and its source series
         from .dicom import dicom_export

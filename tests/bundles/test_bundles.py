@@ -137,11 +137,25 @@ def test_configs_parse_and_weights_load(name, config):
     if config != "train.json":
         from monai_unc.engines import UncertaintyEvaluator  # noqa: F401 (the evaluator target must resolve)
 
-        assert parser.get_parsed_content("inferer").num_samples == parser["num_samples"]
+        inferer = parser.get_parsed_content("inferer")
+        assert inferer.num_samples == parser["num_samples"]
+        assert (inferer.share_passes, inferer.sample_batch_size) == (True, "auto")  # shared passes by default
         parser.get_parsed_content("postprocessing")
         assert parser["evaluator"]["_target_"] == "monai_unc.engines.UncertaintyEvaluator"
     else:
         parser.get_parsed_content("train_transforms")
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLES))
+@pytest.mark.parametrize("config", ["inference.json", "evaluate.json"])
+def test_share_passes_is_a_bundle_override(name, config):
+    """``python -m monai.bundle run --share_passes false --sample_batch_size 4`` reaches the inferer."""
+    parser = ConfigParser()
+    parser.read_config(str(BUNDLES[name] / "configs" / config))
+    parser["bundle_root"] = str(BUNDLES[name])
+    parser.update({"share_passes": False, "sample_batch_size": 4})
+    inferer = parser.get_parsed_content("inferer")
+    assert (inferer.share_passes, inferer.sample_batch_size) == (False, 4)
 
 
 def test_brain_bundle_ships_the_example_weights():

@@ -143,7 +143,8 @@ if mode == "shared":  # the shared-pass terms, measured on one window
         w = torch.randn(1, 1, 12, 12, 12)
         passes.trace(net, w)
     terms = {"sample_batch": 4, "shared_bytes_per_voxel": passes.shared_bytes / w.numel(),
-             "stochastic_bytes_per_voxel": passes.stochastic_bytes / w.numel()}
+             "stochastic_bytes_per_voxel": passes.stochastic_bytes / w.numel(),
+             "copied_bytes_per_voxel": passes.copied_bytes / w.numel()}
 with torch.no_grad():
     run(torch.randn(1, 1, 12, 12, 12), 6)  # load every code path first: the peak below is the case's own
     x = torch.randn(1, 1, size, size, size)

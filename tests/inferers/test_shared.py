@@ -388,3 +388,30 @@ def test_is_random_op_and_auto_batch():
     assert auto_sample_batch(100, 10**6, 3) == 3
     assert auto_sample_batch(10**9, 10, 29) == 1
     assert auto_sample_batch(1, 10**12, 100) == 32
+
+
+def test_kept_outputs_are_freed_with_the_passes_without_garbage_collection():
+    """Dropping a window's :class:`SharedPasses` frees its kept activations at once (no reference cycles between the
+    traced calls); they used to linger until a garbage collection, into the next window, more often the more
+    samples (the peak memory of 30 samples grew 14 % over that of 2)."""
+    import gc
+    import weakref
+
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU()),
+                        nn.Dropout2d(0.5), nn.Conv2d(4, 2, 1)).eval()
+    kept = []
+    net[1].register_forward_hook(lambda m, a, out: kept.append(weakref.ref(out)))
+    x = torch.rand(1, 1, 8, 8)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.no_grad(), enable_mc_dropout(net):
+            passes = SharedPasses(net)
+            passes.trace(net, x)
+            passes.replay(net, x, 3)
+        assert passes.shared_calls == 2 and kept[0]() is not None  # the two first blocks are kept
+        del passes
+        assert kept[0]() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -30,6 +30,11 @@ BASE = ["nnunet-predict", "-i", "in", "-o", "out", "-m", "no_model_needed", "-de
          ["--measures window_disagreement needs --window_disagreement separate"]),
         (["--sources", "folds", "dropout", "--num_samples", "0"], ["--num_samples must be >= 1"]),
         (["--sources", "folds", "dropout", "--dropout_p", "1.5"], ["--dropout_p must be in (0, 1)"]),
+        (["--no_share_passes"], ["--no_share_passes concerns the passes of dropout or rate_in",
+                                 "--sources folds mirroring"]),
+        (["--sources", "folds", "dropout", "--no_share_passes", "--sample_batch_size", "4"],
+         ["--sample_batch_size batches the shared passes", "drop it or drop --no_share_passes"]),
+        (["--sample_batch_size", "4"], ["add dropout or rate_in to --sources folds mirroring"]),
     ],
 )
 def test_conflicting_flags_are_named(flags, expected, capsys):
@@ -48,7 +53,9 @@ def test_consistent_flags_pass_the_check():
     parser, nnunet_cli = cli.build_parser("nnunet-predict")
     for flags in ([], ["--disable_tta", "--sources", "folds"],
                   ["--sources", "folds", "rate_in", "--rate_in_target", "0.2"],
-                  ["--sources", "dropout", "--dropout_p", "0.1"]):
+                  ["--sources", "dropout", "--dropout_p", "0.1"],
+                  ["--sources", "dropout", "--sample_batch_size", "4"],
+                  ["--sources", "folds", "rate_in", "--no_share_passes"]):
         nnunet_cli.check_predict_flags(parser.parse_args([*BASE, *flags]))
 
 
@@ -102,3 +109,32 @@ def test_dicom_input_is_staged_as_nifti_with_the_series_geometry(tmp_path):
     files.mkdir()
     nib.save(nib.Nifti1Image(values.astype(np.float32), affine), files / "c1_0000.nii.gz")
     assert stage_dicom_input(str(files), str(staged), model) == str(files)  # nnU-Net's own files: as they are
+@pytest.mark.parametrize(("flags", "share", "batch"), [([], True, "auto"), (["--sample_batch_size", "3"], True, 3),
+                                                       (["--no_share_passes"], False, "auto")])
+def test_share_flags_reach_the_predictor(flags, share, batch, monkeypatch, tmp_path):
+    """``--no_share_passes`` / ``--sample_batch_size``: the predictor's ``share_passes`` / ``sample_batch_size``."""
+    import monai_unc.nnunet.predictor as predictor_module
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def record(**kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(predictor_module, "UncertaintyPredictor", record)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "in").mkdir()
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-m", str(tmp_path / "model"),
+            "-device", "cpu", "--sources", "dropout", *flags]
+    with pytest.raises(Stop):
+        cli.main(argv)
+    assert seen["share_passes"] is share and seen["sample_batch_size"] == batch
+
+
+def test_bad_sample_batch_size_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([*BASE, "--sources", "dropout", "--sample_batch_size", "0"])
+    assert e.value.code == 2 and "expected 'auto' or a positive integer, got '0'" in capsys.readouterr().err

@@ -50,3 +50,19 @@ def test_predictor_options_are_checked():
         mun.UncertaintyPredictor(("dropout",), share_passes=1, device=torch.device("cpu"))
     with pytest.raises(ValueError, match="sample_batch_size"):
         mun.UncertaintyPredictor(("dropout",), sample_batch_size=0, device=torch.device("cpu"))
+
+
+def test_run_config_records_how_the_passes_ran():
+    """A resume (``--continue_prediction``) compares ``share_passes`` / ``sample_batch_size`` (other seeded draws);
+    sources without dropout / Rate-In passes record neither (their folders resume as before)."""
+    shared = make_predictor(n_folds=1, uncertainty_sources=("dropout",), num_samples=4, dropout_p=0.2,
+                            sample_batch_size=2)
+    full = make_predictor(n_folds=1, uncertainty_sources=("dropout",), num_samples=4, dropout_p=0.2,
+                          share_passes=False)
+    assert (shared.run_config()["share_passes"], shared.run_config()["sample_batch_size"]) == (True, 2)
+    assert (full.run_config()["share_passes"], full.run_config()["sample_batch_size"]) == (False, None)
+    assert shared.case_settings() != full.case_settings()
+    for kw in ({"uncertainty_sources": ("folds", "mirroring")}, {"uncertainty_sources": ("dropout",), "num_samples": 1,
+                                                                     "dropout_p": 0.2}):
+        cfg = make_predictor(n_folds=2, **kw).run_config()
+        assert "share_passes" not in cfg and "sample_batch_size" not in cfg

@@ -84,6 +84,8 @@ def _describe(inferer: Any) -> dict[str, Any]:
         "roi": getattr(base, "roi_size", None),
         "overlap": getattr(base, "overlap", None),
         "sw_batch_size": getattr(base, "sw_batch_size", None),
+        "share_passes": getattr(inferer, "share_passes", None),
+        "sample_batch_size": getattr(inferer, "sample_batch_size", None),
     }
 
 
@@ -100,6 +102,9 @@ CASES = [
     ("tta noise, intensity, no activation", ["--method", "tta", "--tta-noise", "0.1", "--intensity", "zscore",
                                              "--activation", "none"],
      {"method": "tta", "tta_noise": 0.1, "intensity": "zscore", "activation": "none"}),
+    ("full passes", ["--no-share-passes"], {"share_passes": False}),
+    ("samples batched by 4", ["--method", "ratein+tta", "--sample-batch-size", "4"],
+     {"method": "ratein+tta", "sample_batch_size": 4}),
 ]
 
 
@@ -153,6 +158,12 @@ def _refusals(s: dict[str, Path]) -> list[tuple[str, list[str], dict[str, Any], 
          "--method must be '+'-joined names"),
         ("noise without tta", ["--tta-noise", "0.1"], {"tta_noise": 0.1}, "is used by the tta source only"),
         ("two models", ["--model", "example"], {"model": "example"}, "exactly one of --model example"),
+        ("batches without shared passes", ["--no-share-passes", "--sample-batch-size", "3"],
+         {"share_passes": False, "sample_batch_size": 3}, "drop it or drop --no-share-passes"),
+        ("batches without samples to share", ["--method", "tta", "--sample-batch-size", "3"],
+         {"method": "tta", "sample_batch_size": 3}, "add mcdropout or ratein to --method 'tta'"),
+        ("full passes without samples to share", ["--method", "tta", "--no-share-passes"],
+         {"method": "tta", "share_passes": False}, "--no-share-passes concerns MC dropout / Rate-In samples"),
     ]
 
 
@@ -181,6 +192,9 @@ def test_python_caller_gets_the_refusals_of_the_cli(s, tmp_path, monkeypatch, ca
     ({"sw_batch_size": 0}, "--sw-batch-size must be a positive integer"),
     ({"measures": ["entropy"]}, "--measures: unknown measure(s) 'entropy'"),
     ({"samples": 0}, "--samples must be a positive integer"),
+    ({"sample_batch_size": 0}, "--sample-batch-size must be 'auto' or a positive integer"),
+    ({"sample_batch_size": "4"}, "--sample-batch-size must be 'auto' or a positive integer"),
+    ({"share_passes": "no"}, "--no-share-passes: share_passes must be True or False"),
     ({"device": "gpu7"}, "--device: unknown device 'gpu7'"),
 ])
 def test_python_caller_gets_the_argparse_checks_too(s, kwargs, message):

@@ -1,0 +1,79 @@
+"""``monai-unc infer --no-share-passes / --sample-batch-size``: the options reach the inferer, are recorded in the
+run's settings and in every case's fingerprint, and a resume with other values is refused (seeded draws differ),
+while a rule's prediction fingerprint leaves them out (the maps follow the same distribution either way)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.io.provenance import prediction_fingerprint
+from monai_unc.workflows.infer import InferSettings
+from tests._cases import TOY_NET
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    from monai.networks.nets import UNet
+
+    root = tmp_path_factory.mktemp("share")
+    paths = write_toy_cohort(root / "data", n_cases=1, shape=(12, 12, 12))
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), root / "ckpt.pt")
+    (root / "net.json").write_text(json.dumps(TOY_NET))
+    return {"images": paths["images"], "ckpt": root / "ckpt.pt", "spec": root / "net.json"}
+
+
+def _infer(toy, out, *flags):
+    return cli.main(["infer", "-i", str(toy["images"]), "-o", str(out), "--network", str(toy["spec"]),
+                     "--checkpoint", str(toy["ckpt"]), "--samples", "3", "--device", "cpu", "--quiet", *flags])
+
+
+def _settings(out):
+    return json.loads((out / "infer.json").read_text())["settings"]
+
+
+def test_options_are_recorded_and_a_resume_with_others_is_refused(toy, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _infer(toy, out, "--sample-batch-size", "2") == 0
+    assert _settings(out)["share_passes"] is True and _settings(out)["sample_batch_size"] == 2
+    record = json.loads((out / "toy000.json").read_text())
+    assert record["fingerprint"]["share_passes"] is True and record["fingerprint"]["sample_batch_size"] == 2
+    fp = prediction_fingerprint(out)
+    assert "share_passes" not in fp and "sample_batch_size" not in fp  # the rule's fingerprint: as with the seed
+
+    capsys.readouterr()
+    assert _infer(toy, out, "--no-share-passes") == 2  # other draws: not mixed into this folder
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "different settings" in err and "share_passes" in err
+    assert _infer(toy, out, "--sample-batch-size", "2") == 0  # the same settings resume
+    assert _infer(toy, out, "--no-share-passes", "--overwrite") == 0
+    assert _settings(out)["share_passes"] is False and _settings(out)["sample_batch_size"] == "auto"
+    assert json.loads((out / "toy000.json").read_text())["fingerprint"]["share_passes"] is False
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many", "2.5"])
+def test_bad_sample_batch_size_is_one_line(toy, tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as e:  # argparse's exit status 2, before any work
+        _infer(toy, tmp_path / "out", "--sample-batch-size", value)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") <= 2 and "--sample-batch-size" in err and "expected 'auto' or a positive integer" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_methods_without_shared_samples_record_neither_option():
+    """A run of TTA or an ensemble records its settings as before the options existed (its resume is unchanged)."""
+    base = dict(model="m", samples=2, roi=None, overlap=0.25, intensity="none", measures=["predictive_entropy"],
+                seed=0, activation="softmax", checkpoints=[])
+    for method in ("tta", "ensemble", "softmax", "ssn"):
+        assert not {"share_passes", "sample_batch_size"} & set(InferSettings(method=method, **base).to_json())
+    for method in ("mcdropout", "RateIn+tta", "tta + mcdropout"):
+        recorded = InferSettings(method=method, share_passes=False, **base).to_json()
+        assert recorded["share_passes"] is False and recorded["sample_batch_size"] == "auto"
