@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .product import command_products
+from .product import command_product, command_products
 from .workflows.arguments import add_command_parsers
 
 if TYPE_CHECKING:  # imported after parsing, by _import_commands: --help and argument errors answer at once
@@ -133,14 +133,15 @@ def _import_commands() -> None:
     _WORKFLOWS.update(infer=infer_from_arguments, evaluate=evaluate_from_arguments, report=report_from_arguments,
                       calibrate=calibrate_from_arguments, demo=demo_from_arguments, triage=triage_from_arguments,
                       monitor=monitor_from_arguments, keys=keys_from_arguments,
-                      **{"dicom-export": _dicom_export},
-                      **dict.fromkeys((str(cls.command) for cls in command_products()), apply_from_arguments))
+                      **{"dicom-export": _dicom_export, _PRODUCT_COMMAND: apply_from_arguments})
     #: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
     _read_case_list = read_case_list
     _commands_imported = True
 
 
 _commands_imported = False
+#: the key of the workflow of every product's command (a product registered after the first run has one too)
+_PRODUCT_COMMAND = "<product command>"
 #: command -> its workflow on the parsed arguments, returning a CommandResult (filled by :func:`_import_commands`)
 _WORKFLOWS: dict[str, Callable[[argparse.Namespace], CommandResult]] = {}
 #: the names :func:`_import_commands` sets (module attributes imported on first access)
@@ -170,7 +171,8 @@ def _run(args: argparse.Namespace) -> int:
 
     The status is 0 unless the workflow says otherwise (``monitor status``: 1 when an alarm is raised).
     """
-    result = _WORKFLOWS[args.command](args)
+    command = _PRODUCT_COMMAND if command_product(args.command) is not None else args.command
+    result = _WORKFLOWS[command](args)
     if result.is_main:
         for line in result.lines:
             print(line)

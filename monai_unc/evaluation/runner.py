@@ -203,7 +203,8 @@ def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]],
     for result, files, _ in results:
         for label in result.unclaimed_labels:
             found.setdefault(int(label), []).append(str(result.row["case"]))
-        from_seg |= bool(result.unclaimed_labels) and files.label.name.lower().endswith(".dcm")
+        label = getattr(files, "label", None)
+        from_seg |= bool(result.unclaimed_labels) and label is not None and label.name.lower().endswith(".dcm")
     if not found or config.regions is None:
         return
     if not config.ignore_unclaimed_labels:

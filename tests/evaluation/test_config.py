@@ -171,7 +171,7 @@ def test_parse_score_column_every_measure_and_score():
     ("_fg_mean", None),
 ])
 def test_parse_score_column_refusals(column, regions):
-    with pytest.raises(ValueError, match="conformal_stratify_by"):
+    with pytest.raises(ValueError, match="score: "):
         parse_score_column(column, regions)
 
 
