@@ -7,6 +7,7 @@ file layouts, the command line and the nnU-Net predictor all take their lists fr
 
 from __future__ import annotations
 
+import argparse
 import warnings
 from enum import Enum, EnumMeta
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "DEPRECATED_MEASURES",
     "canonical_measure",
     "LAYOUTS",
+    "sample_batch_size_value",
 ]
 
 #: deprecated measure names (one release) -> current names; files and options with the old name are still read
@@ -143,3 +145,33 @@ LAYOUTS: dict[str, dict[str, str]] = {
     "monai-unc": {"seg_suffix": "_seg", "probs_suffix": "_probs", "uncertainty_subdir": ""},
     "nnunet": {"seg_suffix": "", "probs_suffix": "", "uncertainty_subdir": "uncertainty"},
 }
+
+
+def sample_batch_size_value(text: str) -> int | str:
+    """A value of the sample batch size options: ``auto`` or a positive integer.
+
+    An ``argparse`` type, light for the command lines: ``infer --sample-batch-size`` and ``nnunet-predict
+    --sample_batch_size``.
+
+    Args:
+        text: the value given.
+
+    Returns:
+        ``"auto"`` or the integer.
+
+    Raises:
+        argparse.ArgumentTypeError: another value (argparse prints it as the option's error).
+
+    Example:
+        >>> sample_batch_size_value("auto"), sample_batch_size_value("4")
+        ('auto', 4)
+    """
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {text!r}")
+    return value

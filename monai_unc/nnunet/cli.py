@@ -22,7 +22,7 @@ import os
 import sys
 import tempfile
 
-from monai_unc.keys import DEFAULT_MEASURES
+from monai_unc.keys import DEFAULT_MEASURES, sample_batch_size_value
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES
 
 __all__ = ["add_parser", "run", "check_predict_flags", "stage_dicom_input", "PREDICT_COMMAND", "PLANS_COMMAND",
@@ -38,19 +38,6 @@ def _env_int(name: str, default: int) -> int:
         return int(os.environ.get(name) or default)
     except ValueError:
         return default
-
-
-def _sample_batch_size(text: str) -> int | str:
-    """A value of ``--sample_batch_size``: ``auto`` or a positive integer."""
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {text!r}")
-    return value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -139,7 +126,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="dropout / rate_in: one full network pass per sample, instead of computing once per window, "
                    "mirror and fold what the passes share (shared passes give the same distribution of maps; with "
                    "--seed, other draws)")
-    u.add_argument("--sample_batch_size", type=_sample_batch_size, default="auto", metavar="K",
+    u.add_argument("--sample_batch_size", type=sample_batch_size_value, default="auto", metavar="K",
                    help="dropout / rate_in with shared passes: passes run at once along the batch axis, a positive "
                    "integer or auto (default: no more memory than the first pass or a tenth of the case's buffers)")
 

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..keys import LAYOUTS, MEASURES, canonical_measure
+from ..keys import LAYOUTS, MEASURES, canonical_measure, sample_batch_size_value
 from ..product import command_products, registered_products
 
 __all__ = ["COMMANDS", "EXPLICIT_OPTIONS", "add_command_parsers"]
@@ -60,16 +60,6 @@ def _positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
     return v
-
-
-def _sample_batch_size(text: str) -> int | str:
-    """A value of ``--sample-batch-size``: ``auto`` or a positive integer."""
-    if text == "auto":
-        return text
-    try:
-        return _positive_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive integer, got {text!r}") from None
 
 
 def _measure_name(text: str) -> str:
@@ -195,7 +185,7 @@ def _add_infer(sub: Any) -> None:
                    help="one full network pass per MC dropout / Rate-In sample, instead of computing once per "
                         "window what the samples share (shared passes give the same distribution of maps; with a "
                         "seed, other draws)")
-    r.add_argument("--sample-batch-size", type=_sample_batch_size, default="auto", metavar="K",
+    r.add_argument("--sample-batch-size", type=sample_batch_size_value, default="auto", metavar="K",
                    help="with shared passes, samples run at once along the batch axis: a positive integer or auto "
                         "(default: no more memory than the first sample or a tenth of the case's buffers)")
     p.add_argument("--settings-from", default=None, metavar="RULE",
