@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..activation import TaskView
-from ..io import CaseFiles, LoadedCase, load_case
+from ..io import CaseFiles, LoadedCase, load_case, segment_label_values
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
 from ..metrics.qu_brats import measure_max, qu_brats_regions, to_qu_brats_range
@@ -104,15 +104,20 @@ def load_evaluation_case(files: CaseFiles, config: EvaluationConfig) -> LoadedCa
         files: the case's files.
         config: the evaluation options. With ``config.regions`` the case is read as region masks (one per region of
             the spec) with its image (the QU-BraTS brain mask); otherwise as a class prediction with
-            ``config.num_classes`` (None: taken from the probabilities or the label maps).
+            ``config.num_classes`` (None: taken from the probabilities or the label maps); labels of a DICOM SEG
+            get the values of ``config.seg_label_values`` (:func:`~monai_unc.io.segment_label_values`).
 
     Returns:
         The loaded case (:class:`~monai_unc.io.LoadedCase`).
     """
     if config.regions is not None:
         config.validate()  # parses the spec
-        return load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True)
-    return load_case(files, config.num_classes)
+        case = load_case(files, len(parse_regions(config.regions)), load_image=True, multilabel=True)
+    else:
+        case = load_case(files, config.num_classes)
+    if config.seg_label_values is not None and files.label is not None and files.label.name.lower().endswith(".dcm"):
+        case.label = segment_label_values(case.label, config.seg_label_values, files.case_id)
+    return case
 
 
 def evaluate_case(files: CaseFiles | LoadedCase, config: EvaluationConfig) -> CaseResult:

@@ -126,6 +126,10 @@ class EvaluationConfig:
             labels and cases (another spec, e.g. ``brats2023``, is likely meant), unless ``ignore_unclaimed_labels``.
         ignore_unclaimed_labels: with ``regions``, count label values that no region holds as background (one
             warning) instead of refusing the cohort (``--ignore-unclaimed-labels``).
+        seg_label_values: the label value of each segment of reference labels given as DICOM SEG
+            (``--seg-label-values``): segment ``s`` becomes label ``seg_label_values[s - 1]`` (DICOM numbers the
+            segments 1, 2, 3, ..., so e.g. the BraTS labels 1, 2, 4 are ``[1, 2, 4]``); None: segment ``s`` is label
+            ``s``. Distinct non-negative integers; NIfTI labels are read as they are.
         case_metrics: user-defined per-case metrics ``{name: fn}``: ``fn`` receives the case's
             :class:`~monai_unc.activation.TaskView` of one task (the class task, or one region) and returns a
             float, written into the column ``<name>`` (classes) or ``<name>_<region>`` (regions) of ``metrics.csv``
@@ -167,6 +171,7 @@ class EvaluationConfig:
     regions: dict[str, list[int]] | str | None = None
     case_metrics: Mapping[str, Callable[[Any], float]] | None = None
     ignore_unclaimed_labels: bool = False
+    seg_label_values: list[int] | None = None
     products: Sequence[CohortProduct] = ()
 
     @property
@@ -217,6 +222,14 @@ class EvaluationConfig:
             raise ValueError("risk_method='sgr' needs the 0/1 risk (risk='failure'); use 'ltt' for risk='1-dice'")
         if not isinstance(self.ignore_unclaimed_labels, bool):
             raise TypeError(f"ignore_unclaimed_labels must be True or False, got {self.ignore_unclaimed_labels!r}")
+        if self.seg_label_values is not None:
+            values = self.seg_label_values
+            if (isinstance(values, (str, bytes)) or not values
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+                    or len(set(values)) != len(values)):
+                raise ValueError(f"seg_label_values must be distinct non-negative integers, one per segment, got "
+                                 f"{values!r}")
+            self.seg_label_values = [int(v) for v in values]
         if self.calibration_cases is not None and not self.calibration_cases:
             raise ValueError("calibration_cases must name at least one case (or be None for every case)")
         if self.regions is not None:
@@ -348,6 +361,8 @@ class EvaluationConfig:
         d.pop("shifts", None)
         d.pop("case_metrics", None)  # functions; their names instead, when there are any
         d.pop("products", None)  # objects; their options instead, when there are any
+        if self.seg_label_values is None:  # recorded only when given (summaries of earlier runs stay as they were)
+            d.pop("seg_label_values", None)
         if self.case_metrics is not None:
             d["case_metric_names"] = self.case_metric_names
         if self.products:

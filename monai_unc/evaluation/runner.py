@@ -209,7 +209,8 @@ def check_unclaimed_labels(results: Iterable[tuple[CaseResult, CaseFiles, int]],
         return
     if not config.ignore_unclaimed_labels:
         hint = (" (the labels of a DICOM SEG are its segment numbers, which DICOM numbers 1, 2, 3, ...: e.g. the BraTS "
-                "labels 1, 2, 4 stored as segments 1, 2, 3 need a spec in segment numbers, such as 'brats2023')"
+                "labels 1, 2, 4 stored as segments 1, 2, 3 need --seg-label-values 1,2,4, or a spec in segment "
+                "numbers such as 'brats2023')"
                 if from_seg else "")
         raise ValueError("--regions: " + unclaimed_labels_message(
             {k: sorted(v) for k, v in found.items()}, config.regions,

@@ -27,6 +27,7 @@ from .cases import (
     read_prediction_regions,
     read_probabilities,
     read_volume,
+    segment_label_values,
     spacing_from_affine,
     split_extension,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "match_cases",
     "read_volume",
     "read_label",
+    "segment_label_values",
     "REFERENCE_EXTENSIONS",
     "read_probabilities",
     "check_label_map",

@@ -58,6 +58,7 @@ __all__ = [
     "match_cases",
     "read_volume",
     "read_label",
+    "segment_label_values",
     "REFERENCE_EXTENSIONS",
     "read_probabilities",
     "check_label_map",
@@ -631,6 +632,36 @@ def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:
         return read_segmentation_labels(files.label, series)[None], series.affine
     except ValueError as e:
         raise CaseError(f"case {files.case_id!r}: {e}") from None
+
+
+def segment_label_values(labels: np.ndarray, values: Sequence[int], case_id: str = "") -> np.ndarray:
+    """The label values of the segments of a DICOM SEG: segment ``s`` becomes ``values[s - 1]``, 0 stays 0.
+
+    DICOM numbers a SEG's segments 1, 2, 3, ... whatever label values they were made from; a label map with the
+    values 1, 2, 4 (BraTS) reads back as 1, 2, 3 (:func:`read_label`). This gives the values back.
+
+    Args:
+        labels: the segment numbers (any shape, integers; 0 is background).
+        values: the label value of each segment, in segment order.
+        case_id: the case, for the message.
+
+    Returns:
+        The labels (int64, the shape of ``labels``).
+
+    Raises:
+        CaseError: a segment number without a value (one line naming the case).
+
+    Example:
+        >>> segment_label_values(np.array([0, 1, 2, 3]), [1, 2, 4]).tolist()
+        [0, 1, 2, 4]
+    """
+    seg = np.asarray(labels).astype(np.int64)
+    top = int(seg.max()) if seg.size else 0
+    if top > len(values) or (seg.size and int(seg.min()) < 0):
+        raise CaseError(f"case {case_id!r}: the DICOM SEG labels have segment {top}, but --seg-label-values gives "
+                        f"{len(values)} value(s) {list(values)}")
+    lut = np.array([0, *[int(v) for v in values]], dtype=np.int64)
+    return lut[seg]
 
 
 @functools.lru_cache(maxsize=1)

@@ -62,6 +62,17 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _label_values(text: str) -> list[int]:
+    """A value of ``--seg-label-values``: comma-separated distinct non-negative integers."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 0 or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct non-negative integers such as 1,2,4, got {text!r}")
+    return values
+
+
 def _measure_name(text: str) -> str:
     """A value of ``--measures`` / ``--measure``.
 
@@ -251,6 +262,9 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--ignore-unclaimed-labels", action="store_true",
                    help="with --regions: count label values that no region holds as background instead of refusing "
                         "them (e.g. label 3 under 'brats' is refused: BraTS 2023 labels need 'brats2023')")
+    p.add_argument("--seg-label-values", type=_label_values, default=None, metavar="V1,V2,...",
+                   help="labels given as DICOM SEG: the label value of each segment in segment order (DICOM numbers "
+                        "segments 1, 2, 3, ...: the BraTS labels 1, 2, 4 are 1,2,4; default: segment s is label s)")
     _add_risk_control(p, defaults=True)
     for product in registered_products():  # the options of every cohort product (monai_unc.product)
         _add_product_options(p, product)

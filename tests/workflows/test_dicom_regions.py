@@ -144,6 +144,23 @@ def test_region_evaluation_with_seg_labels_equals_nifti_labels(tmp_path, capsys)
     assert main(["evaluate", "-l", str(segs), "-o", str(tmp_path / "ev_old"), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "label 3" in err and "segment numbers" in err, err
+    # ... and --seg-label-values 1,2,4 gives the segments their label values: the metrics of the NIfTI labels 1, 2, 4
+    nib.save(nib.Nifti1Image(old, series.affine), nifti / "c0.nii.gz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(nifti), "-o", str(tmp_path / "ev_old_nifti"), *argv]) == 0
+        assert main(["evaluate", "-l", str(segs), "-o", str(tmp_path / "ev_old_seg"), *argv,
+                     "--seg-label-values", "1,2,4"]) == 0
+    assert read_csv(tmp_path / "ev_old_seg" / "metrics.csv") == read_csv(tmp_path / "ev_old_nifti" / "metrics.csv")
+    summary = json.loads((tmp_path / "ev_old_seg" / "summary.json").read_text())
+    assert summary["config"]["seg_label_values"] == [1, 2, 4]
+    assert "seg_label_values" not in json.loads((tmp_path / "ev_old_nifti" / "summary.json").read_text())["config"]
+    assert main(["evaluate", "-l", str(segs), "-o", str(tmp_path / "ev_short"), *argv, "--seg-label-values",
+                 "1,2"]) == 1  # segment 3 has no value: the case fails, naming it
+    assert "segment 3" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", "-l", str(segs), "-o", str(tmp_path / "ev_bad"), *argv, "--seg-label-values", "1,1"])
+    assert e.value.code == 2 and "distinct non-negative integers" in capsys.readouterr().err
     # a SEG of the nested region masks WT, TC, ET is no label map: refused in one line that says why
     write_segmentation(_regions(labels), series, segs / "c0.dcm", [default_segment(r + 1, n)
                                                                    for r, n in enumerate(SPEC)])
