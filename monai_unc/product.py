@@ -41,6 +41,7 @@ import importlib
 import math
 import numbers
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,7 @@ __all__ = [
     "products_from_arguments",
     "RESERVED_NAMES",
     "RESERVED_FILES",
+    "RESERVED_COMMANDS",
 ]
 
 _REGISTRY: dict[str, type[CohortProduct]] = {}
@@ -672,6 +674,12 @@ RESERVED_NAMES = ("n_cases", "num_classes", "class_names", "measure", "score", "
                   "regions", "qu_brats", "warnings", "config", "histogram",
                   "region_histograms", "products", "summary", "metrics", "referral_rule", "state",
                   "report", "infer", "rows")
+#: the package's own commands (and ``help``), and the options of ``dicom-export`` that a command's ``--<command>``
+#: option there would clash with: no product's :attr:`~CohortProduct.command` may take these names
+RESERVED_COMMANDS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "dicom-export", "monitor", "keys",
+                     "nnunet-predict", "nnunet-dropout-plans", "nnunet-calibrate", "help", "predictions", "series",
+                     "output", "layout", "measures", "segments", "uid-root", "algorithm-name", "evaluation",
+                     "study-uid", "quiet", "no-probabilities")
 #: files of an evaluation folder (and of the folders of infer and triage) that no artifact may replace; nor may it
 #: replace another registered product's artifact
 RESERVED_FILES = ("summary.json", "metrics.csv", "failures.json", "triage.json", "triage.csv",
@@ -705,8 +713,26 @@ def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
              and (other.artifact_file or f"{other.name}.json") == artifact]
     if taken:
         raise ValueError(f"{cls.__name__}.artifact_file {artifact!r} is the artifact file of product {taken[0]}")
+    if cls.command is not None:
+        _check_command(cls)
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def _check_command(cls: type[CohortProduct]) -> None:
+    """A product's command: a lower-case name of its own, and a plain CSV file name for its table."""
+    command = cls.command
+    if not isinstance(command, str) or re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", command) is None:
+        raise ValueError(f"{cls.__name__}.command must be a lower-case command name such as 'apply-masks', "
+                         f"got {command!r}")
+    if command in RESERVED_COMMANDS:
+        raise ValueError(f"{cls.__name__}.command {command!r} is a command of the package itself")
+    taken = [other.__name__ for other in _REGISTRY.values() if other.name != cls.name and other.command == command]
+    if taken:
+        raise ValueError(f"{cls.__name__}.command {command!r} is the command of product {taken[0]}")
+    table = cls.applied_table
+    if table is not None and (not isinstance(table, str) or re.fullmatch(r"[A-Za-z0-9][\w.-]*\.csv", table) is None):
+        raise ValueError(f"{cls.__name__}.applied_table must be a '<name>.csv' file name, got {table!r}")
 
 
 def unregister_product(name: str) -> None:

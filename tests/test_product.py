@@ -35,6 +35,7 @@ from monai_unc.product import (
     RESERVED_NAMES,
     CohortProduct,
     ReportSection,
+    command_product,
     product_type,
     products_from_arguments,
     register_product,
@@ -191,6 +192,26 @@ def test_a_second_product_may_not_take_another_ones_artifact_file(file, owner):
     with pytest.raises(ValueError, match=f"artifact file of product {owner}"):
         register_product(cls)
     assert product_type("thief") is None
+
+
+@pytest.mark.parametrize(("command", "table", "words"), [
+    ("evaluate", None, "command of the package itself"), ("evaluation", None, "command of the package itself"),
+    ("conformal", None, "command of product ConformalMasks"), ("Apply", None, "lower-case command name"),
+    ("apply masks", None, "lower-case command name"), ("-x", None, "lower-case command name"),
+    (3, None, "lower-case command name"), ("apply-masks", "../x.csv", "applied_table"),
+    ("apply-masks", "x.json", "applied_table"), ("apply-masks", 7, "applied_table")])
+def test_a_products_command_must_be_a_name_of_its_own(command, table, words):
+    cls = type("Cmd", (CohortProduct,), {"name": "cmd", "title": "Cmd", "command": command, "applied_table": table})
+    with pytest.raises(ValueError, match=words):
+        register_product(cls)
+    assert product_type("cmd") is None
+    ok = type("Cmd", (CohortProduct,), {"name": "cmd", "title": "Cmd", "command": "apply-masks",
+                                         "applied_table": "masks.csv"})
+    try:
+        assert register_product(ok) is ok and command_product("apply-masks") is ok
+    finally:
+        unregister_product("cmd")
+    assert command_product("apply-masks") is None
 
 
 @pytest.mark.parametrize("name", ["", "volume-error", "1st", "_private", "a b", "x.y", None, 3])
