@@ -104,7 +104,7 @@ __all__ = ["CONFORMAL_RULE_FILE", "CONFORMAL_RULE_FORMAT", "CONFORMAL_WRITES", "
            "conformal_state", "ConformalRuleFile", "ConformalStrata", "conformal_strata",
            "check_conformal_probabilities", "check_rule_fields",
            "fit_conformal_rules", "fit_product", "write_rule_file", "nest_masks",
-           "conformal_masks", "save_masks", "remove_stale_masks",
+           "conformal_masks", "mask_file", "save_masks", "remove_stale_masks",
            "calibration_case_masks", "conformal_case", "check_conformal_inputs",
            "run_conformal"]
 
@@ -863,6 +863,24 @@ def conformal_masks(doc: ConformalRuleFile, case: Any, *, score: float | None = 
     return masks, pred[keep].astype(bool), list(rule.names[keep])
 
 
+def mask_file(folder: str | os.PathLike, case_id: str, side: str) -> Path:
+    """The file of a case's mask of one side: ``<folder>/<case>_<side>.nii.gz`` (written by :func:`save_masks`).
+
+    Args:
+        folder: the folder of the masks.
+        case_id: the case.
+        side: ``"outer"`` or ``"inner"``.
+
+    Returns:
+        The path.
+
+    Example:
+        >>> mask_file("masks", "a", "outer").as_posix()
+        'masks/a_outer.nii.gz'
+    """
+    return Path(folder) / f"{case_id}_{side}.nii.gz"
+
+
 def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid: bool) -> list[Path]:
     """Write a case's masks as ``<folder>/<case>_<side>.nii.gz`` (uint8, the case's geometry).
 
@@ -880,7 +898,7 @@ def save_masks(masks: Mapping[str, np.ndarray], case: Any, folder: Path, sigmoid
     """
     out = []
     for side, m in masks.items():
-        path = folder / f"{case.case_id}_{side}.nii.gz"
+        path = mask_file(folder, case.case_id, side)
         if sigmoid or m.shape[0] > 1:
             save_region_maps(m.astype(np.uint8), case.affine, path, dtype="uint8")
         else:
@@ -1112,7 +1130,7 @@ def remove_stale_masks(output: str | os.PathLike, cases: Sequence[str], sides: S
         >>> sorted(p.name for p in remove_stale_masks(d, ["a"], ["outer"]))
         ['a_inner.nii.gz', 'b_outer.nii.gz']
     """
-    keep = {f"{c}_{s}.nii.gz" for c in cases for s in sides}
+    keep = {mask_file(output, c, s).name for c in cases for s in sides}
     removed = []
     for side in CONFORMAL_LOSSES:
         for p in sorted(Path(output).glob(f"*_{side}.nii.gz")):

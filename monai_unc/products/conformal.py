@@ -638,11 +638,12 @@ class ConformalMasks(CohortProduct):
         """
         import numpy as np
 
+        from ..evaluation.conformal import mask_file
         from ..io import read_volume
 
         out = []
         for side, (color, style) in STYLES.items():
-            path = Path(folder) / f"{case_id}_{side}.nii.gz"
+            path = mask_file(folder, case_id, side)
             if path.is_file():
                 data, _ = read_volume(path)
                 out.append(Overlay(f"{side} mask (conformal)", np.asarray(data).astype(bool).any(axis=0), color, style))

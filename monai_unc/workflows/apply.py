@@ -24,7 +24,7 @@ from ..product import CohortProduct, command_product, command_products
 from .session import CommandResult, run_command
 
 __all__ = ["trust_from_arguments", "apply_command", "apply_from_arguments", "product_of_command", "rules_from_options",
-           "product_rule_options", "check_beside_triage", "apply_beside_triage"]
+           "product_rule_options", "beside_triage_folder", "check_beside_triage", "apply_beside_triage"]
 
 
 def product_of_command(command: str | type[CohortProduct]) -> type[CohortProduct]:
@@ -163,6 +163,23 @@ def product_rule_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k, None) for k in keys}
 
 
+def beside_triage_folder(output: str | os.PathLike, command: str) -> Path:
+    """Where ``monai-unc triage --<command>-rule`` writes the outputs of a product's command: ``<output>/<command>``.
+
+    Args:
+        output: the triage folder.
+        command: the product's command.
+
+    Returns:
+        The folder.
+
+    Example:
+        >>> beside_triage_folder("triage", "masks").as_posix()
+        'triage/masks'
+    """
+    return Path(output) / command
+
+
 def check_beside_triage(rules: Mapping[str, Any], predictions: str | os.PathLike, output: Path,
                         **options: Any) -> dict[str, Path]:
     """Check the artifacts of :func:`rules_from_options` before the triage writes anything.
@@ -178,7 +195,7 @@ def check_beside_triage(rules: Mapping[str, Any], predictions: str | os.PathLike
     """
     folders = {}
     for command, artifact in rules.items():
-        folder = output / command
+        folder = beside_triage_folder(output, command)
         product_of_command(command).check_apply(predictions, artifact, folder, **options)
         folders[command] = folder
     return folders

@@ -29,7 +29,13 @@ from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
 from ..report.triage import build_triage_page
-from .apply import product_of_command, product_rule_options, rules_from_options, trust_from_arguments
+from .apply import (
+    beside_triage_folder,
+    product_of_command,
+    product_rule_options,
+    rules_from_options,
+    trust_from_arguments,
+)
 from .monitor import record_triage
 from .report import triage_with_page
 from .session import CommandResult, run_command
@@ -64,7 +70,7 @@ def triage_command(
         has printed which).
     """
     out = Path(output).resolve()
-    applied = {command: out / command for command in rules_from_options(options)}
+    applied = {command: beside_triage_folder(out, command) for command in rules_from_options(options)}
     return run_command("triage", out, lambda ctx: triage_with_page(predictions, rule, out, dist=ctx, **options),
                        dist=dist, summary=lambda value: triage_summary(value[0], value[1], out, applied))
 
