@@ -9,7 +9,8 @@ its loss and the gradient of the logits. The peer is ``DiceCELoss(to_onehot_y=Tr
 MONAI training replaces by a calibrated one; every time is printed as a ratio to it (target: at most 1.5x for SVLS
 and MbLS). Each contender runs in its own subprocess with ``--threads`` torch threads (best of ``--repeats`` after
 one warm-up; CPU time of the process, and wall time); peak working memory is the peak RSS (``VmHWM``, reset through
-``/proc/self/clear_refs`` after the inputs exist) minus the RSS just before the first call. ``--inline`` runs
+``/proc/self/clear_refs`` after the warm-up step, so one-time imports such as numba's are not counted) minus the RSS
+just before the measured step. ``--inline`` runs
 everything in this process without the memory figures (a quick check).
 
 The logit scale matters for MbLS: standard normal logits (scale 1, an untrained network) never exceed the margin
@@ -80,13 +81,15 @@ def measure(name: str, size: int, classes: int, repeats: int, memory: bool = Tru
     logits = (torch.randn(1, classes, size, size, size, generator=gen) * logit_scale).requires_grad_(True)
     labels = torch.randint(0, classes, (1, 1, size, size, size), generator=gen)
     loss = build(name, classes, 3)
-    base = reset_peak() if memory else float("nan")
 
     def step() -> None:
         logits.grad = None
         loss(logits, labels).backward()
 
-    step()  # warm-up (and the memory peak of one step)
+    step()  # warm-up: one-time imports and compiled kernels (numba) are not a step's working memory
+    logits.grad = None
+    base = reset_peak() if memory else float("nan")
+    step()  # the memory peak of one step
     peak = peak_mib() - base if memory else float("nan")
     cpu, wall = float("inf"), float("inf")
     for _ in range(repeats):

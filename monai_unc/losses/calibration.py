@@ -244,18 +244,20 @@ class SVLSLoss(_Loss):
 
     def loss_of_onehot(self, z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
+        if not self.include_background and z.shape[1] == 1:
+            raise ValueError("include_background=False leaves no channel: the logits have one channel")
         with torch.no_grad():
             q = self.soft_targets(onehot)
         if self.use_sigmoid:
             terms = F.binary_cross_entropy_with_logits(z, q, reduction="none")
-        else:
-            terms = -q * F.log_softmax(z, dim=1)
-        if not self.include_background:
-            terms = terms[:, 1:]
-        if terms.shape[1] == 0:
-            raise ValueError("include_background=False leaves no channel: the logits have one channel")
-        per_voxel = terms.mean(1, keepdim=True) if self.use_sigmoid else terms.sum(1, keepdim=True)
-        return _reduce(per_voxel, self.reduction)
+            if not self.include_background:
+                terms = terms[:, 1:]
+            return _reduce(terms.mean(1, keepdim=True), self.reduction)
+        if not self.include_background:  # a zero target drops the background's term from -sum_c q_c log p_c
+            q[:, 0] = 0
+        # torch's cross-entropy with probability targets: -sum_c q_c log softmax(z)_c per voxel in one fused op
+        ce = F.cross_entropy(z, q, reduction="none" if self.reduction == "none" else self.reduction)
+        return ce.unsqueeze(1) if self.reduction == "none" else ce
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss.

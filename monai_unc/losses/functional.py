@@ -21,8 +21,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from . import _cpu_kernel as _svls_cpu
 
 __all__ = [
     "binned_calibration",
@@ -157,7 +160,9 @@ def svls_targets_separable(
     The SVLS kernel is a separable Gaussian ``G`` (centre weight ``g_c``) with its centre raised to ``1 - g_c`` and
     renormalised, so ``q = (G * y + (1 - 2 g_c) y) / (2 (1 - g_c))``: ``spatial_dims`` 1-D convolutions of ``k``
     taps (shifted views of the replicate-padded target) instead of one of ``k^spatial_dims``. Equal to
-    :func:`svls_targets` to rounding.
+    :func:`svls_targets` to rounding. On the CPU, for float32 / float64 targets of at least
+    :data:`CPU_KERNEL_MIN_ELEMENTS` elements that need no gradient, a compiled form makes one pass per axis
+    (numba, the optional ``fast`` extra; the same values up to rounding); elsewhere torch operations.
 
     Args:
         onehot: ``(B, C, *spatial)`` one-hot (or soft) targets, 1 to 3 spatial dimensions.
@@ -183,14 +188,41 @@ def svls_targets_separable(
     weights = [[float(v) for v in _gaussian_1d(kernel_size, sigma, step)] for step in steps]
     centre = math.prod(w[half] for w in weights)
     scale = 1.0 / (2.0 * (1.0 - centre))  # folded into the last axis' taps
+    weights[-1] = [v * scale for v in weights[-1]]
+    coef = (1.0 - 2.0 * centre) * scale  # the raised centre, added after the last axis
+    if _use_cpu_kernel(onehot):
+        x = onehot.detach().contiguous()
+        flat = x.reshape(-1, *x.shape[2:]).numpy()
+        out = _svls_cpu.smooth_axes(flat, [np.asarray(w) for w in weights], coef, torch.get_num_threads())
+        return torch.from_numpy(out).reshape(onehot.shape)
+    return _separable_torch(onehot, weights, coef)
+
+
+#: the compiled CPU form of :func:`svls_targets_separable` runs from this many target elements on (below it a
+#: first call's compilation would cost more than it saves)
+CPU_KERNEL_MIN_ELEMENTS = 1 << 16
+
+
+def _use_cpu_kernel(onehot: torch.Tensor) -> bool:
+    """Whether :func:`svls_targets_separable` takes the compiled CPU form (:mod:`._cpu_kernel`)."""
+    return (onehot.device.type == "cpu" and onehot.dtype in (torch.float32, torch.float64)
+            and onehot.numel() >= CPU_KERNEL_MIN_ELEMENTS
+            and not (onehot.requires_grad and torch.is_grad_enabled()) and _svls_cpu.available())
+
+
+def _separable_torch(onehot: torch.Tensor, weights: list[list[float]], coef: float) -> torch.Tensor:
+    """The torch form of :func:`svls_targets_separable`: any device and dtype, differentiable.
+
+    Per axis the centre tap, then one in-place add per other tap on shifted views; the reference of the compiled
+    CPU form in the tests.
+    """
     out = onehot
     for axis, w in enumerate(weights):
-        if axis == dims - 1:
-            w = [v * scale for v in w]
+        half = len(w) // 2
         dim = 2 + axis
         n = out.shape[dim]
         acc = out * w[half]
-        for j in range(kernel_size):  # tap j reads the voxel at offset j - half, the border replicated
+        for j in range(len(w)):  # tap j reads the voxel at offset j - half, the border replicated
             off = j - half
             if off == 0:
                 continue
@@ -205,7 +237,7 @@ def svls_targets_separable(
                 acc.narrow(dim, n - m, m).add_(out.narrow(dim, n - 1, 1).expand_as(acc.narrow(dim, 0, m)),
                                                alpha=w[j])
         out = acc
-    return out.add_(onehot, alpha=(1.0 - 2.0 * centre) * scale)
+    return out.add_(onehot, alpha=coef)
 
 
 def margin_penalty(logits: torch.Tensor, margin: float = 10.0) -> torch.Tensor:

@@ -27,6 +27,7 @@ from monai_unc.losses import (
     mean_margin_penalty,
     svls_kernel,
     svls_targets,
+    svls_targets_separable,
 )
 
 REFERENCE = json.loads((Path(__file__).parent / "authors_reference" / "reference.json").read_text())
@@ -124,6 +125,94 @@ def test_svls_kernel_and_targets_match_numpy(dims, k, sigma, spacing):
     q = svls_targets(torch.from_numpy(onehot), kernel).numpy()
     np.testing.assert_allclose(q, _np_svls_targets(onehot, ref), rtol=1e-12)
     np.testing.assert_allclose(q.sum(1), 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape,k,sigma,spacing,dtype", [
+    ((2, 3, 9, 7, 6), 3, 1.0, None, torch.float64),
+    ((1, 2, 5, 1, 8), 5, 1.5, (1.0, 1.0, 3.0), torch.float64),  # an axis of length 1, one shorter than the taps
+    ((3, 2, 6, 4), 7, 2.0, (0.7, 2.0), torch.float64),
+    ((2, 4, 11), 3, 0.8, (1.0,), torch.float32),
+    ((1, 3, 4, 5, 6), 3, 1.0, (1.0, 2.0, 0.5), torch.float32),
+])
+def test_svls_compiled_cpu_targets_equal_numpy_and_the_torch_form(monkeypatch, shape, k, sigma, spacing, dtype):
+    pytest.importorskip("numba")
+    from monai_unc.losses import functional as fn
+
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, shape[1], size=(shape[0], *shape[2:]))
+    onehot = np.ascontiguousarray(np.moveaxis(np.eye(shape[1])[labels], -1, 1))
+    y = torch.from_numpy(onehot).to(dtype)
+    dims = len(shape) - 2
+    monkeypatch.setattr(fn, "CPU_KERNEL_MIN_ELEMENTS", 0)
+    assert fn._use_cpu_kernel(y)
+    compiled = svls_targets_separable(y, k, sigma, spacing)
+    monkeypatch.setattr(fn, "CPU_KERNEL_MIN_ELEMENTS", 10**12)
+    assert not fn._use_cpu_kernel(y)
+    torch_form = svls_targets_separable(y, k, sigma, spacing)
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    assert compiled.dtype == dtype and compiled.shape == y.shape
+    torch.testing.assert_close(compiled, torch_form, atol=tol, rtol=0)
+    ref = _np_svls_targets(onehot, _np_svls_kernel(dims, k, sigma, spacing or (1.0,) * dims))
+    np.testing.assert_allclose(compiled.double().numpy(), ref, atol=tol)
+    np.testing.assert_allclose(compiled.double().sum(1).numpy(), 1.0, atol=tol)
+
+
+def test_svls_compiled_cpu_targets_in_threads_and_views(monkeypatch):
+    pytest.importorskip("numba")
+    from monai_unc.losses import _cpu_kernel
+    from monai_unc.losses import functional as fn
+
+    monkeypatch.setattr(fn, "CPU_KERNEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(_cpu_kernel, "MIN_ROWS_PER_THREAD", 2)
+    y = torch.randint(0, 3, (2, 1, 12, 10, 9))
+    onehot = torch.zeros(2, 3, 12, 10, 9, dtype=torch.float64).scatter_(1, y, 1.0)
+    view = onehot.permute(0, 1, 4, 3, 2)  # not contiguous: made contiguous first
+    ref = fn._separable_torch(view.contiguous(), [[float(v) for v in fn._gaussian_1d(3, 1.0, 1.0)]] * 3, 0.0)
+    x = view.contiguous().reshape(6, 9, 10, 12).numpy()
+    weights = [fn._gaussian_1d(3, 1.0, 1.0).numpy()] * 3
+    for threads in (1, 3):
+        out = _cpu_kernel.smooth_axes(x, weights, 0.0, n_threads=threads)
+        torch.testing.assert_close(torch.from_numpy(out).reshape(view.shape), ref, atol=1e-12, rtol=0)
+    with torch.no_grad():
+        a = svls_targets_separable(view, 3, 1.0)
+    monkeypatch.setattr(fn, "CPU_KERNEL_MIN_ELEMENTS", 10**12)
+    torch.testing.assert_close(a, svls_targets_separable(view, 3, 1.0), atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="weights"):
+        _cpu_kernel.smooth_axes(x, weights[:2], 0.0)
+
+
+def test_svls_targets_keep_their_gradient_with_the_compiled_form_on(monkeypatch):
+    from monai_unc.losses import functional as fn
+
+    monkeypatch.setattr(fn, "CPU_KERNEL_MIN_ELEMENTS", 0)
+    soft = torch.rand(1, 2, 4, 5, dtype=torch.float64, requires_grad=True)
+    assert not fn._use_cpu_kernel(soft)  # a target that needs a gradient takes the torch form
+    torch.autograd.gradcheck(lambda t: svls_targets_separable(t, 3, 1.0), (soft,))
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("include_background", [True, False])
+def test_svls_loss_reductions_match_numpy(reduction, include_background):
+    rng = np.random.default_rng(11)
+    z = rng.normal(scale=2, size=(2, 4, 5, 3, 4))
+    y = rng.integers(0, 4, size=(2, 1, 5, 3, 4))
+    onehot = np.moveaxis(np.eye(4)[y[:, 0]], -1, 1)
+    q = _np_svls_targets(onehot, _np_svls_kernel(3, 3, 1.0, (1.0, 1.0, 1.0)))
+    terms = -q * _np_log_softmax(z)
+    per_voxel = (terms if include_background else terms[:, 1:]).sum(1, keepdims=True)
+    ref = {"none": per_voxel, "sum": per_voxel.sum(), "mean": per_voxel.mean()}[reduction]
+    zt = torch.from_numpy(z).requires_grad_(True)
+    loss = SVLSLoss(include_background=include_background, to_onehot_y=True, reduction=reduction)
+    ours = loss(zt, torch.from_numpy(y))
+    np.testing.assert_allclose(ours.detach().numpy(), ref, rtol=1e-12)
+    # the gradient of the fused cross-entropy: (softmax(z) * sum_c q_c - q) per voxel, scaled by the reduction
+    ours.sum().backward()
+    qq = q if include_background else np.concatenate([np.zeros_like(q[:, :1]), q[:, 1:]], 1)
+    p = np.exp(_np_log_softmax(z))
+    grad = p * qq.sum(1, keepdims=True) - qq
+    if reduction == "mean":
+        grad = grad / per_voxel.size
+    np.testing.assert_allclose(zt.grad.numpy(), grad, rtol=1e-10, atol=1e-14)
 
 
 def test_anisotropic_spacing_spreads_less_along_the_coarse_axis():
