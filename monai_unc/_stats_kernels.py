@@ -191,6 +191,12 @@ def backend(p: torch.Tensor, accum_dtype: torch.dtype) -> str | None:
     return None
 
 
+def _kind(p: torch.Tensor) -> str:
+    """Which kernel runs on ``p``: ``"triton"`` for CUDA tensors, ``"numba"`` otherwise (a test points the Triton
+    kernel at CPU tensors under ``TRITON_INTERPRET=1`` by replacing this function)."""
+    return "triton" if p.device.type == "cuda" else "numba"
+
+
 def _chunk_voxels(rows: int, n_cls: int) -> int:
     return max(CPU_MIN_CHUNK_VOXELS, CPU_CHUNK_ELEMENTS // max(rows * n_cls, 1))
 
@@ -207,7 +213,7 @@ def value_flags(p3: torch.Tensor, classes: bool) -> tuple[int, float, float, flo
         ``min <= 0 <= max`` on CUDA (only the comparisons with the range's bounds are meant); the deviation is 0 when
         ``classes`` is False and is not meaningful where values are not finite. One device synchronisation on CUDA.
     """
-    if p3.device.type == "cuda":
+    if _kind(p3) == "triton":
         return _cuda_kernels().value_flags(p3, classes)
     _, flags = _cpu_kernels()
     n_rows, n_cls, n_vox = p3.shape
@@ -250,7 +256,7 @@ def accumulate(
     n_rows, n_cls, n_vox = p3.shape
     n_batch = sum_p.shape[0]
     sq_mode = 0 if sum_p2 is None else (1 if per_class_squares else 2)
-    if p3.device.type == "cuda":
+    if _kind(p3) == "triton":
         _cuda_kernels().accumulate(p3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel)
         return
     add_chunk, _ = _cpu_kernels()

@@ -143,8 +143,11 @@ def estimate_memory(
 
     Example:
         >>> from monai_unc.inferers import estimate_memory
-        >>> est = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64))
+        >>> est = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), fused_update=True)
         >>> round(est.bytes_per_voxel((128, 128, 128)))
+        660
+        >>> ref = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), fused_update=False)
+        >>> round(ref.bytes_per_voxel((128, 128, 128)))  # the reference torch update's temporaries
         818
         >>> round(estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), stock=True).bytes_per_voxel((128,) * 3))
         840
