@@ -97,26 +97,27 @@ def _build_cpu() -> Any:
                     sp2[b, 0, v] += wk * scratch[v - v0]
 
     @numba.njit(cache=True, nogil=True)
-    def flags(p, out, scratch):  # pragma: no cover - compiled
-        # p: (N, C, T); out += [non-finite values, min, max, max |sum_c p - 1|] (min / max over finite values)
-        n_rows, n_cls, n_vox = p.shape
+    def flags(p, p_off, v0, v1, out, scratch):  # pragma: no cover - compiled
+        # p: (N, C, *), voxels [v0, v1) at p[:, :, v - p_off]; out: [non-finite values (added), min, max,
+        # max |sum_c p - 1|] (min / max over finite values)
+        n_rows, n_cls = p.shape[0], p.shape[1]
         bad = 0
         lo = out[1]
         hi = out[2]
         dev = out[3]
         for n in range(n_rows):
-            for v in range(n_vox):
-                scratch[v] = 0.0
+            for v in range(v0, v1):
+                scratch[v - v0] = 0.0
             for c in range(n_cls):
-                for v in range(n_vox):
-                    x = np.float64(p[n, c, v])
+                for v in range(v0, v1):
+                    x = np.float64(p[n, c, v - p_off])
                     finite = x - x == 0.0  # NaN - NaN and inf - inf are NaN
                     bad += 0 if finite else 1
                     lo = x if finite and x < lo else lo
                     hi = x if finite and x > hi else hi
-                    scratch[v] += x
-            for v in range(n_vox):
-                d = abs(scratch[v] - 1.0)
+                    scratch[v - v0] += x
+            for v in range(v0, v1):
+                d = abs(scratch[v - v0] - 1.0)
                 dev = d if d > dev else dev
         out[0] += bad
         out[1] = lo
@@ -218,13 +219,15 @@ def value_flags(p3: torch.Tensor, classes: bool) -> tuple[int, float, float, flo
     _, flags = _cpu_kernels()
     n_rows, n_cls, n_vox = p3.shape
     out = np.array([0.0, math.inf, -math.inf, 0.0])
-    if p3.dtype in _HALF:  # converted chunk by chunk (numba reads float32 / float64)
-        step = _chunk_voxels(n_rows, n_cls)
-        scratch = np.empty(min(step, n_vox))
-        for v0 in range(0, n_vox, step):
-            flags(p3[:, :, v0 : v0 + step].float().numpy(), out, scratch)
-    else:
-        flags(p3.numpy(), out, np.empty(n_vox))
+    step = _chunk_voxels(n_rows, n_cls)
+    scratch = np.empty(min(step, n_vox))  # cache-sized: the sums over classes of one chunk
+    whole = None if p3.dtype in _HALF else p3.numpy()
+    for v0 in range(0, n_vox, step):
+        v1 = min(v0 + step, n_vox)
+        if whole is None:  # converted chunk by chunk (numba reads float32 / float64)
+            flags(p3[:, :, v0:v1].float().numpy(), v0, v0, v1, out, scratch)
+        else:
+            flags(whole, 0, v0, v1, out, scratch)
     dev = float(out[3]) if classes else 0.0
     return int(out[0]), float(out[1]), float(out[2]), dev
 

@@ -103,8 +103,12 @@ def test_fused_update_equals_reference_and_brute_force(
         pytest.skip("float64 samples with float32 sums keep the reference path")
     ps = samples(5, shape, multilabel, dtype)
     ws = [0.75, 2.0, 1.0, 0.3, 1.5] if weighted else [1.0] * 5
-    opts = {"multilabel": multilabel, "class_variance": class_variance, "track_variance": track_variance,
-            "accum_dtype": accum}
+    opts = {
+        "multilabel": multilabel,
+        "class_variance": class_variance,
+        "track_variance": track_variance,
+        "accum_dtype": accum,
+    }
     fused = SampleStats(**opts)
     for p, w in zip(ps, ws):
         fused.update(p, w)
@@ -187,8 +191,12 @@ def _bad_inputs():
     g = torch.Generator().manual_seed(5)
     good = torch.softmax(torch.randn(2, 3, 4, 5, 6, generator=g), 1)
     out = {}
-    for name, (c, value) in {"nan": (1, float("nan")), "inf": (2, float("inf")), "neg": (0, -0.2),
-                             "above": (1, 1.3)}.items():
+    for name, (c, value) in {
+        "nan": (1, float("nan")),
+        "inf": (2, float("inf")),
+        "neg": (0, -0.2),
+        "above": (1, 1.3),
+    }.items():
         p = good.clone()
         p[1, c, 3, 4, 5] = value
         out[name] = (p, False)
@@ -384,8 +392,9 @@ print("interpreter check passed")
 @pytest.mark.slow
 def test_triton_kernels_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    r = subprocess.run([sys.executable, "-c", INTERPRETER_CHECK], env=env, capture_output=True, text=True,
-                       timeout=900, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-c", INTERPRETER_CHECK], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "interpreter check passed" in r.stdout
 
