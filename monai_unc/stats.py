@@ -25,6 +25,15 @@ and breaks exact identities (MI ~ 0 for identical ensemble members). Float64 sum
 float32 sums for the statistics only (never for the samples); pass ``accum_dtype=torch.float32`` on
 memory-bound GPUs. Measures are returned in the dtype of the probabilities that were fed in.
 
+The update is fused where a kernel applies (:mod:`monai_unc._stats_kernels`: numba on the CPU, Triton on CUDA; the
+torch ops are the reference path and the fallback): one pass over each sample (over ``k`` samples at once with
+:meth:`SampleStats.update_many`) updates every sum. It adds the samples in the reference's order, so each sum is the
+reference's within the bounds below (with unit weights the same bits on the CPU). The CPU kernel takes the entropy
+from the reference's torch formula; the CUDA kernel evaluates it in float32 (float64 for float64 samples), so for
+float16 / bfloat16 samples on a GPU the entropy is more accurate than the reference's half-precision evaluation, and
+for float32 samples it is within a few float32 roundings of it. With ``validate`` the checks read the sample once and
+raise the reference checks' errors.
+
 ``accum_dtype=None`` chooses per input (:func:`auto_accum_dtype`): float64 up to ``FLOAT64_MAX_CLASSES`` classes
 (where the sums are a small part of the memory), float32 above (many-class models, where C float64 channels per voxel
 dominate it). Float32 error bound (recursive summation of ``N`` non-negative terms, unit roundoff ``u = 2^-24``,
