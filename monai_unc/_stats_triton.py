@@ -123,10 +123,33 @@ if triton is not None:
         tl.store(out_ptr + slot + 3, dev)
 
 
+#: ``[tiny, 1]`` per (device, dtype), and a float64 vector of ones per device (unit weights): made once, so that an
+#: update copies nothing from the host (a blocking host-to-device copy would synchronise the device)
+_CONSTS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+_ONES: dict[torch.device, torch.Tensor] = {}
+
+
 def _eval_consts(p: torch.Tensor) -> torch.Tensor:
     """``[tiny, 1]`` in the entropy's precision (read from memory: a float argument would be passed as float32)."""
     dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
-    return torch.tensor([torch.finfo(dtype).tiny, 1.0], dtype=dtype, device=p.device)
+    key = (p.device, dtype)
+    if key not in _CONSTS:
+        _CONSTS[key] = torch.tensor([torch.finfo(dtype).tiny, 1.0], dtype=dtype, device=p.device)
+    return _CONSTS[key]
+
+
+def _weights(weights: Sequence[float], device: torch.device) -> torch.Tensor:
+    """The samples' weights as float64 on ``device``, without a synchronisation (cached ones, or an async copy)."""
+    ws = [float(v) for v in weights]
+    if all(v == 1.0 for v in ws):
+        ones = _ONES.get(device)
+        if ones is None or ones.numel() < len(ws):
+            ones = _ONES[device] = torch.ones(max(len(ws), 64), dtype=torch.float64, device=device)
+        return ones
+    host = torch.tensor(ws, dtype=torch.float64)
+    if device.type == "cuda":  # pinned: the copy is queued on the stream (the caching host allocator keeps it alive)
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
 
 
 def accumulate(
@@ -144,7 +167,7 @@ def accumulate(
     """
     n_rows, n_cls, n_vox = p3.shape
     n_batch = sum_p.shape[0]
-    w = torch.tensor([float(v) for v in weights], dtype=torch.float64, device=p3.device)
+    w = _weights(weights, p3.device)
     sp2 = sum_p2 if sum_p2 is not None else sum_p
     grid = (triton.cdiv(n_vox, BLOCK), n_batch)
     _stats_kernel[grid](

@@ -503,7 +503,8 @@ class SampleStats:
                 for t in (self.sum_p, self.sum_h, self.sum_p2)]
         fused_accumulate(_as_rows(p), weights, flat[0], flat[1], flat[2], self._per_class_squares(), multilabel,
                             entropy)
-        self.sum_w += float(sum(weights))
+        for w in weights:  # one at a time, as the reference adds them
+            self.sum_w += w
         self.num_updates += num_samples
 
     def _add_reference(self, p: torch.Tensor, w: float) -> None:
