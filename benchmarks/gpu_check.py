@@ -18,7 +18,9 @@ and the end of its traceback), and the exit status says whether all passed. ``DI
   regions, ``SlidingWindowInferer`` ROI 128^3, overlap 0.5) and on a 3-class UNet at 96^3 (whole volume):
   time of ``MCDropoutInferer`` against the same number of bare forward passes with dropout on (the floor:
   target <= 5 % overhead) and against stack-then-reduce (N probability maps stacked, then the measures), and
-  peak CUDA memory of N = 30 over N = 2 (target <= 1.1); with AMP (``torch.autocast`` fp16) on and off.
+  peak CUDA memory of N = 30 over N = 2 (target <= 1.1); with AMP (``torch.autocast`` fp16) on and off. The UNet
+  part also times the inferer with ``SampleStats``' reference torch update (the fused Triton update off): the
+  overhead of each over the bare passes.
 - ``sw_stitch``: the BraTS case with windows on the device and stitching on the CPU (``sw_device=cuda,
   device=cpu``) against stitching on the device: time and peak CUDA memory.
 - ``calibration``: ``ConfidenceHistogram`` (+ ECE) on CUDA tensors: GB/s of probabilities and labels read,
@@ -181,8 +183,14 @@ def _segresnet(dev: torch.device, cfg: dict) -> torch.nn.Module:
 
 
 def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_time: int, n_mem: tuple[int, int],
-                dev: torch.device, repeats: int, amp: bool, memory: bool = True) -> dict:
-    """MC dropout (streaming) against bare forward passes and stack-then-reduce, time and peak memory."""
+                dev: torch.device, repeats: int, amp: bool, memory: bool = True, reference: bool = False) -> dict:
+    """MC dropout (streaming) against bare forward passes and stack-then-reduce, time and peak memory.
+
+    ``reference``: also time the streaming inferer with the reference torch update of ``SampleStats`` (the fused
+    kernels off), ``stream_reference_s`` and ``overhead_vs_bare_reference``; ``fused_update`` says whether the
+    fused kernel runs on this device (``stream_s`` is then the fused update's).
+    """
+    import monai_unc._stats_kernels as stats_kernels
     from monai_unc import measures
     from monai_unc.inferers import MCDropoutInferer, enable_mc_dropout
 
@@ -215,10 +223,19 @@ def _mc_compare(net: torch.nn.Module, x: torch.Tensor, base, activation: str, n_
     res: dict[str, Any] = {"n_time": n_time}
     # one warm-up (the first contender's) for all three: the network and its kernels are the same
     res["bare_s"] = best_time(lambda: bare(n_time), dev, repeats)
+    stream(2)  # loads (numba) or compiles (Triton) the fused update's kernels outside the timed calls
     res["stream_s"] = best_time(lambda: stream(n_time), dev, repeats, warmup=False)
     res["stack_s"] = best_time(lambda: stack(n_time), dev, repeats, warmup=False)
     res["overhead_vs_bare"] = res["stream_s"] / res["bare_s"] - 1
     res["stack_over_stream"] = res["stack_s"] / res["stream_s"]
+    res["fused_update"] = stats_kernels.available(dev.type)
+    if reference:
+        stats_kernels.FUSED_KERNELS = False
+        try:
+            res["stream_reference_s"] = best_time(lambda: stream(n_time), dev, repeats)
+        finally:
+            stats_kernels.FUSED_KERNELS = True
+        res["overhead_vs_bare_reference"] = res["stream_reference_s"] / res["bare_s"] - 1
     lo, hi = n_mem
     if memory:
         res[f"peak_mib_n{lo}"] = peak_mib(lambda: stream(lo), dev)
@@ -263,7 +280,7 @@ def part_mc_unet(dev: torch.device, cfg: dict, out: Path) -> dict:
     res: dict[str, Any] = {"shape": [1, s, s, s], "classes": 3}
     for amp in (False, True):
         res["amp" if amp else "fp32"] = _mc_compare(net, x, SimpleInferer(), "softmax", cfg["unet_n_time"],
-                                                   cfg["n_mem"], dev, cfg["repeats"], amp)
+                                                   cfg["n_mem"], dev, cfg["repeats"], amp, reference=True)
     ok = res["fp32"]["finite"] and res["amp"]["finite"]
     return {"ok": ok, **res}
 
@@ -500,7 +517,10 @@ def _md_table(results: dict) -> str:
             for k in ("fp32", "amp"):
                 m = d.get(k, {})
                 lo, hi = results["_meta"]["n_mem"]
-                parts.append(f"{k}: overhead {100 * m.get('overhead_vs_bare', float('nan')):.1f} % over "
+                ref = m.get("overhead_vs_bare_reference")
+                ref = "" if ref is None else f" (reference update {100 * ref:.1f} %)"
+                fused = {True: "fused update", False: "reference update"}.get(m.get("fused_update"), "")
+                parts.append(f"{k}: overhead {100 * m.get('overhead_vs_bare', float('nan')):.1f} % ({fused}){ref} over "
                              f"{m.get('n_time')} bare passes, stack-then-reduce {m.get('stack_over_stream', 0):.2f}x "
                              f"slower, peak N={hi}/N={lo} {_fmt(m.get('memory_ratio'))} "
                              f"({_fmt(m.get(f'peak_mib_n{hi}'), 0)} MiB; stack N={m.get('n_time')}: "

@@ -25,6 +25,15 @@ and breaks exact identities (MI ~ 0 for identical ensemble members). Float64 sum
 float32 sums for the statistics only (never for the samples); pass ``accum_dtype=torch.float32`` on
 memory-bound GPUs. Measures are returned in the dtype of the probabilities that were fed in.
 
+The update is fused where a kernel applies (:mod:`monai_unc._stats_kernels`: numba on the CPU, Triton on CUDA; the
+torch ops are the reference path and the fallback): one pass over each sample (over ``k`` samples at once with
+:meth:`SampleStats.update_many`) updates every sum. It adds the samples in the reference's order, so each sum is the
+reference's within the bounds below (with unit weights the same bits on the CPU). The CPU kernel takes the entropy
+from the reference's torch formula; the CUDA kernel evaluates it in float32 (float64 for float64 samples), so for
+float16 / bfloat16 samples on a GPU the entropy is more accurate than the reference's half-precision evaluation, and
+for float32 samples it is within a few float32 roundings of it. With ``validate`` the checks read the sample once and
+raise the reference checks' errors.
+
 ``accum_dtype=None`` chooses per input (:func:`auto_accum_dtype`): float64 up to ``FLOAT64_MAX_CLASSES`` classes
 (where the sums are a small part of the memory), float32 above (many-class models, where C float64 channels per voxel
 dominate it). Float32 error bound (recursive summation of ``N`` non-negative terms, unit roundoff ``u = 2^-24``,
@@ -49,12 +58,22 @@ unchunked ones.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from ._utils import check_finite, check_probabilities, check_unit_interval, to_tensor
+from ._stats_kernels import accumulate as fused_accumulate
+from ._stats_kernels import backend as fused_backend
+from ._stats_kernels import value_flags as fused_value_flags
+from ._utils import (
+    PROB_TOL,
+    check_finite,
+    check_probabilities,
+    check_unit_interval,
+    probability_tolerance,
+    to_tensor,
+)
 from .keys import UncertaintyKeys
 from .measures import (
     entropy_map_t,
@@ -71,6 +90,8 @@ __all__ = [
     "FLOAT64_MAX_CLASSES",
     "MEAN_SQ_SUM",
     "DEFAULT_CHUNK_ELEMENTS",
+    "CUDA_CHUNK_ELEMENTS",
+    "default_chunk_elements",
     "auto_accum_dtype",
     "check_accum_dtype",
     "accumulation_error_bound",
@@ -98,6 +119,25 @@ FLOAT64_MAX_CLASSES = 16
 MEAN_SQ_SUM = "mean_sq_sum"
 #: elements (classes x voxels) of one chunk of :func:`derive_measures`: 8 MiB per float64 temporary
 DEFAULT_CHUNK_ELEMENTS = 2**20
+#: the chunks of :func:`derive_measures` on a CUDA device (``chunk_elements="auto"``): 128 MiB per float64 temporary,
+#: so that a volume of a few million elements takes one chunk (each chunk costs a few kernel launches)
+CUDA_CHUNK_ELEMENTS = 2**24
+
+
+def default_chunk_elements(t: torch.Tensor) -> int:
+    """The chunk size ``chunk_elements="auto"`` chooses for maps of ``t``'s device.
+
+    Args:
+        t: a tensor of the maps (its device decides).
+
+    Returns:
+        :data:`CUDA_CHUNK_ELEMENTS` on a CUDA device, :data:`DEFAULT_CHUNK_ELEMENTS` elsewhere.
+
+    Example:
+        >>> default_chunk_elements(torch.zeros(1)) == DEFAULT_CHUNK_ELEMENTS
+        True
+    """
+    return CUDA_CHUNK_ELEMENTS if t.device.type == "cuda" else DEFAULT_CHUNK_ELEMENTS
 
 
 def auto_accum_dtype(num_classes: int) -> torch.dtype:
@@ -202,22 +242,45 @@ def spatial_chunks(shape: tuple[int, ...], chunk_elements: int | None = DEFAULT_
 
 
 def _check_finite_in_chunks(x: torch.Tensor, name: str) -> None:
-    """:func:`~monai_unc._utils.check_finite` of ``(B, C, *spatial)`` in spatial chunks, with one device sync.
+    """:func:`~monai_unc._utils.check_finite` of ``(B, C, *spatial)`` with one reduction and one device sync.
 
-    ``isfinite`` makes a temporary of its input's size, hence the chunks; their results are combined on the device
-    and read once (a read per chunk would stall a GPU once per chunk). Only on a failure are the chunks checked
-    again one by one, for the message.
+    The sum of ``x`` (in its own dtype: a sum in another dtype would convert ``x`` first) is finite exactly when
+    every value is finite and the sum does not overflow (NaN and infinities propagate through a sum): one reduction
+    without a temporary of ``x``'s size, read once. Only when it is not finite are the spatial chunks checked one by
+    one, for the message (finite values whose sum overflows pass).
     """
     if not x.is_floating_point():
         return
-    chunks = spatial_chunks(tuple(x.shape)) if x.ndim >= 3 else [slice(None)]
     x = x.detach()
-    ok = torch.isfinite(x[:, :, chunks[0]] if x.ndim >= 3 else x).all()
-    for sl in chunks[1:]:
-        ok &= torch.isfinite(x[:, :, sl]).all()
-    if not bool(ok):
-        for sl in chunks:
-            check_finite(x[:, :, sl] if x.ndim >= 3 else x, name)
+    if bool(torch.isfinite(x.sum())):
+        return
+    for sl in spatial_chunks(tuple(x.shape)) if x.ndim >= 3 else [slice(None)]:
+        check_finite(x[:, :, sl] if x.ndim >= 3 else x, name)
+
+
+def _check_weight(weight: Any, name: str = "weight") -> float:
+    """A sample's weight as a float: ``TypeError`` for a non-number, ``ValueError`` unless positive and finite."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise TypeError(f"{name} must be a positive number, got {type(weight).__name__}")
+    if not (weight > 0 and weight < float("inf")):
+        raise ValueError(f"{name} must be positive and finite, got {weight}")
+    return float(weight)
+
+
+def _check_weights(weights: Sequence[float] | None, num_samples: int) -> list[float]:
+    """The weights of ``num_samples`` samples (None: 1 each), each checked by :func:`_check_weight`."""
+    if weights is None:
+        return [1.0] * num_samples
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise TypeError(f"weights must be a sequence of {num_samples} positive numbers, got {type(weights).__name__}")
+    if len(weights) != num_samples:
+        raise ValueError(f"weights must hold one weight per sample ({num_samples}), got {len(weights)}")
+    return [_check_weight(w, "weights") for w in weights]
+
+
+def _as_rows(p: torch.Tensor) -> torch.Tensor:
+    """``(N, C, *spatial)`` as a contiguous ``(N, C, V)`` (a view where ``p`` is contiguous, else a copy)."""
+    return p.detach().contiguous().view(p.shape[0], p.shape[1], -1)
 
 
 @register_state_type("sample_stats")
@@ -277,6 +340,10 @@ class SampleStats:
     def update(self, probs: torch.Tensor, weight: float = 1.0) -> SampleStats:
         """Add one sample ``(B, C, *spatial)`` of probabilities with a positive scalar ``weight``.
 
+        Where a fused kernel applies (:mod:`monai_unc._stats_kernels`: numba on the CPU, Triton on CUDA) every sum is
+        updated in one pass over the sample, with the reference's values (module docstring); elsewhere the reference
+        torch path runs.
+
         Args:
             probs: one sample of probabilities ``(B, C, *spatial)`` (numpy or torch), the same shape as earlier
                 samples; softmax probabilities summing to 1 over ``C`` (per-channel values in [0, 1] for
@@ -292,26 +359,160 @@ class SampleStats:
                 or its shape differs from the earlier samples'.
         """
         p = to_tensor(probs, "probs")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise TypeError(f"weight must be a positive number, got {type(weight).__name__}")
-        if not (weight > 0 and weight < float("inf")):
-            raise ValueError(f"weight must be positive and finite, got {weight}")
+        w = _check_weight(weight)
+        self._check_sample(p)
+        self._add(p, [w], 1)
+        return self
+
+    def update_many(
+        self, probs: torch.Tensor | Sequence[torch.Tensor], num_samples: int | None = None,
+        weights: Sequence[float] | None = None,
+    ) -> SampleStats:
+        """Add ``k`` samples at once: the sums of ``k`` calls of :meth:`update` in order, the samples read in one pass.
+
+        A batch ``(k * B, C, *spatial)`` (sample ``j`` in rows ``j * B`` to ``(j + 1) * B``, as a network returns
+        ``k`` stacked passes) is added with the sums read and written once for the ``k`` samples where a fused
+        kernel applies. Every sample is checked before any is added: one that fails raises the error :meth:`update`
+        raises for it and leaves the statistics unchanged.
+
+        Args:
+            probs: a tensor ``(k * B, C, *spatial)`` with ``num_samples=k``, or a sequence of ``k`` samples
+                ``(B, C, *spatial)`` (added one by one after all are checked).
+            num_samples: ``k`` for a batch tensor (required then: a positive divisor of its first dimension); for a
+                sequence, None or its length.
+            weights: the ``k`` samples' weights (default 1 each), positive and finite.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            TypeError: ``num_samples`` or a weight is not a number.
+            ValueError: ``num_samples`` does not divide the batch, the number of ``weights`` is not ``k``, or a
+                sample fails the checks of :meth:`update`.
+
+        Example:
+            >>> p = torch.tensor([[[0.9], [0.1]], [[0.5], [0.5]]])  # two samples of one voxel, (2 * B, C=2, 1)
+            >>> a = SampleStats().update_many(p, num_samples=2)
+            >>> b = SampleStats().update(p[:1]).update(p[1:])
+            >>> torch.equal(a.sum_p, b.sum_p), torch.equal(a.sum_h, b.sum_h), a.count
+            (True, True, 2.0)
+        """
+        if isinstance(probs, (list, tuple)):
+            if num_samples is not None and num_samples != len(probs):
+                raise ValueError(f"num_samples={num_samples!r} differs from the {len(probs)} samples given")
+            ws = _check_weights(weights, len(probs))
+            samples = [to_tensor(q, "probs") for q in probs]
+            for q in samples:
+                self._check_sample(q, samples[0].shape)
+            for q, w in zip(samples, ws):
+                self._add(q, [w], 1)
+            return self
+        p = to_tensor(probs, "probs")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+            raise TypeError(f"num_samples must be a positive integer for a batch tensor, got {num_samples!r}")
+        if num_samples < 1 or p.ndim < 1 or p.shape[0] % num_samples:
+            raise ValueError(
+                f"num_samples must be a positive divisor of the batch dimension of probs {tuple(p.shape)}, "
+                f"got {num_samples}"
+            )
+        ws = _check_weights(weights, num_samples)
+        b = p.shape[0] // num_samples
+        parts = [p[j * b:(j + 1) * b] for j in range(num_samples)]
+        if self.validate and self._flags_apply(p) and not self._flags_fail(p):
+            self._check_sample(parts[0], values=False)  # every value passes: the shape checks remain
+        else:
+            for q in parts:  # the first sample that fails raises the error update() raises
+                self._check_sample(q)
+        self._add(p, ws, num_samples)
+        return self
+
+    def _check_sample(self, p: torch.Tensor, shape: torch.Size | None = None, values: bool = True) -> None:
+        """The checks of :meth:`update` in its order; the values by one fused read-only pass where it applies.
+
+        Where :meth:`_flags_apply` holds, every check of the layout passes, and the reference checks run only on a
+        sample :func:`monai_unc._stats_kernels.value_flags` flags (they raise with their own message, or pass a
+        borderline sum). ``shape``: the shape expected when no sample was added yet.
+        """
         if self.validate:
-            (check_unit_interval if self.multilabel else check_probabilities)(p, "probs")
+            if not values:
+                pass
+            elif self._flags_apply(p):
+                if self._flags_fail(p):
+                    (check_unit_interval if self.multilabel else check_probabilities)(p, "probs")
+            else:
+                (check_unit_interval if self.multilabel else check_probabilities)(p, "probs")
         elif p.ndim < 3 or p.shape[1] < (1 if self.multilabel else 2):
             c = "C>=1" if self.multilabel else "C>=2"
             raise ValueError(f"probs must have shape (B, {c}, *spatial), got {tuple(p.shape)}")
-        if self.sum_p is not None and p.shape != self.sum_p.shape:
+        earlier = self.sum_p.shape if self.sum_p is not None else shape
+        if earlier is not None and p.shape != earlier:
             raise ValueError(
-                f"probs shape {tuple(p.shape)} does not match the shape of earlier samples {tuple(self.sum_p.shape)}"
+                f"probs shape {tuple(p.shape)} does not match the shape of earlier samples {tuple(earlier)}"
             )
+
+    def _fused_for(self, p: torch.Tensor) -> bool:
+        """Whether the fused kernel adds samples like ``p`` (a non-empty float map ``(B, C, *spatial)``)."""
+        if p.ndim < 3 or p.numel() == 0 or not p.is_floating_point():
+            return False
+        accum = self.accum_dtype if self.accum_dtype is not None else auto_accum_dtype(int(p.shape[1]))
+        return fused_backend(p, accum) is not None
+
+    def _flags_apply(self, p: torch.Tensor) -> bool:
+        """Whether the fused read-only pass checks ``p``'s values: then every check of its layout passes."""
+        return self._fused_for(p) and (self.multilabel or p.shape[1] >= 2)
+
+    def _flags_fail(self, p: torch.Tensor) -> bool:
+        """Whether the fused read-only pass finds a value the reference checks could reject (then they run)."""
+        classes = not self.multilabel
+        bad, lo, hi, dev = fused_value_flags(_as_rows(p), classes)
+        tol = probability_tolerance(p.dtype) if classes else PROB_TOL
+        # the deviation is summed in float64 in another order than the reference's (a few roundings): a margin
+        return bool(bad) or lo < -tol or hi > 1 + tol or (classes and dev > tol - 1e-9)
+
+    def _add(self, p: torch.Tensor, weights: list[float], num_samples: int) -> None:
+        """Add ``num_samples`` checked samples ``(k * B, C, *spatial)`` with their weights."""
         if self.accum_dtype is None:
             self.accum_dtype = auto_accum_dtype(int(p.shape[1]))
+        sums = (self.sum_p, self.sum_h, self.sum_p2)
+        if not self._fused_for(p) or any(t is not None and (t.device != p.device or t.dtype != self.accum_dtype)
+                                         for t in sums):
+            b = p.shape[0] // num_samples
+            for j, w in enumerate(weights):
+                self._add_reference(p if num_samples == 1 else p[j * b:(j + 1) * b], w)
+            return
+        b = p.shape[0] // num_samples
+        shape = (b, *p.shape[1:])
+        if self.sum_p is None:
+            self.out_dtype = p.dtype
+            n_h = p.shape[1] if self.multilabel else 1
+            n_2 = p.shape[1] if self._per_class_squares() else 1
+            opts = {"dtype": self.accum_dtype, "device": p.device}
+            self.sum_p = torch.zeros(shape, **opts)
+            self.sum_h = torch.zeros((b, n_h, *p.shape[2:]), **opts)
+            self.sum_p2 = torch.zeros((b, n_2, *p.shape[2:]), **opts) if self.track_variance else None
+        multilabel = self.multilabel
+
+        def entropy(chunk: torch.Tensor) -> torch.Tensor:
+            return entropy_map_t(chunk, 1, False, multilabel)
+
+        if not all(t is None or t.is_contiguous() for t in (self.sum_p, self.sum_h, self.sum_p2)):
+            # e.g. sums of from_moments over stitched buffers: the kernels write them in place
+            self.sum_p, self.sum_h = self.sum_p.contiguous(), self.sum_h.contiguous()
+            self.sum_p2 = self.sum_p2.contiguous() if self.sum_p2 is not None else None
+        flat = [t.view(t.shape[0], t.shape[1], -1) if t is not None else None
+                for t in (self.sum_p, self.sum_h, self.sum_p2)]
+        fused_accumulate(_as_rows(p), weights, flat[0], flat[1], flat[2], self._per_class_squares(), multilabel,
+                            entropy)
+        for w in weights:  # one at a time, as the reference adds them
+            self.sum_w += w
+        self.num_updates += num_samples
+
+    def _add_reference(self, p: torch.Tensor, w: float) -> None:
+        """The reference torch update of one checked sample (torch ops; the fused kernels' reference)."""
         pa = p.to(self.accum_dtype)
         # the per-sample entropy is evaluated in the input's precision (relative error ~1e-7 in float32, the
         # precision of the probabilities themselves) and summed in accum_dtype: the log is the costliest step
         h = entropy_map_t(p if p.is_floating_point() else pa, 1, False, self.multilabel)
-        w = float(weight)
         if self.sum_p is None:
             self.out_dtype = p.dtype
             self.sum_p = pa * w if w != 1.0 else pa.clone()
@@ -328,7 +529,6 @@ class SampleStats:
                     self.sum_p2.add_(self._square(pa), alpha=w)
         self.sum_w += w
         self.num_updates += 1
-        return self
 
     def _per_class_squares(self) -> bool:
         """Whether ``sum_p2`` has one channel per class (else one channel ``sum_c p_c^2``)."""
@@ -654,7 +854,7 @@ def derive_measures(
     normalize: bool = False,
     out_dtype: torch.dtype | None = None,
     multilabel: bool = False,
-    chunk_elements: int | None = DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements: int | None | str = "auto",
 ) -> dict[str, torch.Tensor]:
     """Measures from per-voxel means (see :meth:`SampleStats.moments`).
 
@@ -676,7 +876,9 @@ def derive_measures(
         multilabel: per-channel Bernoulli measures.
         chunk_elements: evaluate the maps in chunks of about this many ``C x voxels`` elements along the first
             spatial axis (:func:`spatial_chunks`), so the temporaries of the entropy and the variance never have the
-            full ``C x V`` size; ``None``: one chunk. The values do not depend on it (every voxel on its own).
+            full ``C x V`` size; ``None``: one chunk; ``"auto"``: :func:`default_chunk_elements` of the moments'
+            device (larger chunks on a GPU: fewer launches). The values do not depend on it (every voxel on its
+            own).
 
     Returns:
         ``{key: map}`` in the order of ``keys``; ``pred`` is ``moments["pred"]`` itself when no conversion is
@@ -684,6 +886,10 @@ def derive_measures(
     """
     keys = [K(k).value for k in keys]
     mean = moments[K.PRED.value]
+    if isinstance(chunk_elements, str):
+        if chunk_elements != "auto":
+            raise ValueError(f"chunk_elements must be a positive integer, None or 'auto', got {chunk_elements!r}")
+        chunk_elements = default_chunk_elements(mean)
     chunks = spatial_chunks(tuple(mean.shape), chunk_elements) if mean.ndim >= 3 else [slice(None)]
     if len(chunks) == 1:
         return _derive(moments, keys, normalize, out_dtype, multilabel)
@@ -791,7 +997,8 @@ def window_disagreement_from_stitched(
     """
     # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V
     pe = torch.empty(window_entropy.shape, dtype=pred.dtype, device=pred.device)
-    for sl in spatial_chunks(tuple(pred.shape)) if pred.ndim >= 3 else [slice(None)]:
+    chunks = spatial_chunks(tuple(pred.shape), default_chunk_elements(pred)) if pred.ndim >= 3 else [slice(None)]
+    for sl in chunks:
         pe[:, :, sl] = entropy_map_t(pred[:, :, sl].contiguous(), 1, False, multilabel)
     wd = pe - window_entropy.to(pe.dtype)
     tol = WD_RTOL * torch.finfo(pe.dtype).eps * (1 + pe)

@@ -40,8 +40,8 @@ PACKAGE = "monai_unc"
 
 #: layer -> components; a component may import itself and the components of lower layers only
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_utils", "_deprecation", "_compat", "_lazy", "keys", "state"),
-    1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation", "product"),
+    0: ("_utils", "_deprecation", "_compat", "_lazy", "keys", "state", "_stats_triton"),
+    1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation", "product", "_stats_kernels"),
     2: ("stats", "metrics", "scores"),
     3: ("temperature", "networks", "losses"),
     4: ("inferers",),
@@ -90,6 +90,8 @@ SHARED_PRIVATE_MODULES = ("monai_unc._utils", "monai_unc._deprecation", "monai_u
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("monai_unc.metrics.calibration._cuda_kernel", "monai_unc.metrics.calibration._triton_histogram"):
         "Triton is optional and slow to import: the histogram's GPU kernel loads it on its first CUDA update",
+    ("monai_unc._stats_kernels", "monai_unc._stats_triton"):
+        "Triton is optional and slow to import: SampleStats loads its GPU kernel on its first CUDA update",
     ("monai_unc.cli", "monai_unc.nnunet.cli"): "nnunetv2 is optional: the nnU-Net sub-commands load it only when run",
     # parse first: `monai-unc --help` and argument errors answer at once, without torch, MONAI or nnU-Net's predictor
     **dict.fromkeys(

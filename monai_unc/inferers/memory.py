@@ -8,9 +8,10 @@ of two phases:
 - **stitching**: MONAI's output buffers, ``b V (C + 1 + q + w)`` (mean probabilities, mean entropy, second moment:
   ``q = 1`` by default, ``C`` with ``class_variance``, 0 without ``track_variance``; window entropy ``w = 1`` with
   ``window_disagreement="separate"``), one ``b V`` count map per buffer, and one window's work
-  ``V_w (n + C (3 b + a + [a != b] a) + 2 a (C + 3))``: the network (``n`` bytes per window voxel besides its
-  output), logits, probabilities, entropy temporaries and the running sums, and the previous window's means that
-  MONAI still holds;
+  ``V_w (n + C (b + a + t) + 2 a (C + 3))``: the network (``n`` bytes per window voxel besides its
+  output), logits, probabilities, the running sums and the temporaries of the update (``t = 0`` for the fused update
+  of :mod:`monai_unc.stats`, ``t = 3 b + [a != b] a`` for the reference torch update: entropy and squares, the copy
+  in the accumulation dtype), and the previous window's means that MONAI still holds;
 - **shared passes** (``share_passes=True`` with a replay batch of ``k`` samples) add to the window's work the kept
   shared activations ``V_w s`` and ``V_w (k r - C b) + k V_w s_c + (k - 1) V_w C b``: each sample's stochastic
   tensors ``r`` (its logits among them; one sample's logits are in the window's work already), its copy of the kept
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .._stats_kernels import available as fused_kernels_available
 from .._utils import check_bool
 from ..stats import DEFAULT_CHUNK_ELEMENTS, auto_accum_dtype, check_accum_dtype
 
@@ -97,6 +99,7 @@ def estimate_memory(
     stochastic_bytes_per_voxel: float = 0.0,
     kept_samples: int = 0,
     copied_bytes_per_voxel: float | None = None,
+    fused_update: bool | None = None,
 ) -> MemoryEstimate:
     """Peak working memory of one case's inference (the model of the module docstring).
 
@@ -131,14 +134,20 @@ def estimate_memory(
         copied_bytes_per_voxel: with shared passes, the kept activations that the stochastic rest reads, copied
             once per replayed sample (``SharedPasses.copied_bytes`` over the window's voxels); None: all of
             ``shared_bytes_per_voxel`` (an upper bound).
+        fused_update: the statistics are updated by the fused kernel (:mod:`monai_unc.stats`: no temporaries of a
+            sample's size); False: the reference torch update (three temporaries of the probabilities and a copy in
+            the accumulation dtype); None: whether the fused kernel of the CPU is installed (numba).
 
     Returns:
         A :class:`MemoryEstimate` (bytes).
 
     Example:
         >>> from monai_unc.inferers import estimate_memory
-        >>> est = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64))
+        >>> est = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), fused_update=True)
         >>> round(est.bytes_per_voxel((128, 128, 128)))
+        660
+        >>> ref = estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), fused_update=False)
+        >>> round(ref.bytes_per_voxel((128, 128, 128)))  # the reference torch update's temporaries
         818
         >>> round(estimate_memory((128, 128, 128), 105, roi_size=(64, 64, 64), stock=True).bytes_per_voxel((128,) * 3))
         840
@@ -183,8 +192,13 @@ def estimate_memory(
     q = (c if (class_variance or multilabel) else 1) if track_variance else 0
     w = e if (window_disagreement and roi_size is not None) else 0
     channels = c + e + q + w
-    # one window: probabilities, three temporaries (entropy, squares), the running sums (and the accumulation copy)
-    window = window_net + vw * c * (4 * b + a + (a if a != b else 0)) + vw * a * (e + q)
+    # one window: probabilities, the running sums and, with the reference update, three temporaries (entropy,
+    # squares) and the accumulation copy (the fused update's temporaries are cache-sized chunks)
+    if fused_update is not None:
+        check_bool(fused_update, "fused_update")
+    fused = fused_kernels_available("cpu") if fused_update is None else fused_update
+    temporaries = 0 if fused else 3 * b + (a if a != b else 0)
+    window = window_net + vw * c * (b + a + temporaries) + vw * a * (e + q)
     # shared passes: the kept shared activations, and a replay batch of k samples: each sample's stochastic tensors
     # (its logits among them: one sample's logits are counted above), its copy of the kept activations that the
     # stochastic rest reads, its probabilities (k - 1 beyond the one above)

@@ -66,6 +66,7 @@ from ..stats import (
     WINDOW_DISAGREEMENT_MODES,
     SampleStats,
     check_accum_dtype,
+    default_chunk_elements,
     derive_measures,
     spatial_chunks,
     window_disagreement_from_stitched,
@@ -685,10 +686,13 @@ class UncertaintyInferer(Inferer):
                     probs_dtype = probs.dtype
                 info["classes"] = int(probs.shape[1])
                 b = x.shape[0]
-                for j, index in enumerate(indices):
-                    p = probs if len(indices) == 1 else probs[j * b:(j + 1) * b]
-                    stats.update(p)
-                    if self.keep_samples:
+                if len(indices) == 1:
+                    stats.update(probs)
+                else:  # k replayed samples stacked on the batch axis: the sums are read once for the k
+                    stats.update_many(probs, num_samples=len(indices))
+                if self.keep_samples:
+                    for j, index in enumerate(indices):
+                        p = probs if len(indices) == 1 else probs[j * b:(j + 1) * b]
                         kept[index] = p.to(x.dtype)
 
             shared = self._shared_source(network, window_sources, x, info)
@@ -937,7 +941,7 @@ def _combine_meanings(sources: Sequence[SampleSource], x: torch.Tensor) -> MIMea
 def _argmax(pred: torch.Tensor) -> torch.Tensor:
     """``argmax_c pred`` ``(B, 1, *spatial)`` in the smallest integer dtype, computed in spatial chunks."""
     out = torch.empty((pred.shape[0], 1, *pred.shape[2:]), dtype=_label_dtype(int(pred.shape[1])), device=pred.device)
-    for sl in spatial_chunks(tuple(pred.shape)):
+    for sl in spatial_chunks(tuple(pred.shape), default_chunk_elements(pred)):
         out[:, :, sl] = pred[:, :, sl].argmax(dim=1, keepdim=True).to(out.dtype)
     return out
 

@@ -1,0 +1,297 @@
+"""The fused update of :class:`~monai_unc.stats.SampleStats`: every running sum of a sample in one pass over it.
+
+The reference update (``SampleStats`` with :data:`FUSED_KERNELS` off) makes about ten torch passes over each sample,
+with temporaries of its size: the copy to the accumulation dtype, the entropy map (clamp, log, product, sum), the
+squares, one sum per statistic. The fused update reads each sample once and adds it to ``sum_p``, ``sum_h`` and
+``sum_p2`` (per class, or ``sum_c p_c^2`` in one channel) where they lie; ``k`` samples of one batch
+(:meth:`~monai_unc.stats.SampleStats.update_many`) are added voxel block by voxel block, so the sums are read and
+written once per batch instead of once per sample.
+
+- CPU (numba, the optional ``fast`` extra): the voxels are taken in cache-sized chunks along the last axis; per chunk
+  the entropy of every sample is computed by the caller's torch formula (the reference's own values: a vectorised
+  log is several times faster than a scalar one per class and voxel) and one compiled loop adds the chunk of every
+  sample to the sums while it is in cache. Chunks are shared among ``torch.get_num_threads()`` threads (each thread
+  owns its voxels: no two threads write one sum).
+- CUDA (Triton): one launch per update; each program holds a block of voxels of the sums in registers, adds the
+  ``k`` samples (entropy evaluated in float32, float64 for float64 samples, with the reference's formula
+  ``-sum_c p_c log max(p_c, tiny)``) and writes the block back.
+
+Per voxel the samples are added in the reference's order (sample by sample), so the float sums equal the reference's
+up to the rounding of each addition: unit weights give the same ``sum_p`` bit for bit (``s + p`` is one correctly
+rounded addition either way); weighted samples, float32 sums and the one-channel square sum differ by at most one
+rounding per addition, well inside :func:`~monai_unc.stats.accumulation_error_bound`. The entropy equals the
+reference's on the CPU (the same torch formula; float16 / bfloat16 samples included) and is within a few float32
+roundings of it on CUDA.
+
+:func:`value_flags` is the read-only pass of the checks (non-finite values, range, sums over classes): the caller
+raises with the reference checks' own messages when it flags a sample.
+
+Without numba (CPU) or Triton (CUDA), for half-precision sums or float64 samples with float32 sums, :func:`backend`
+is None and ``SampleStats`` keeps the reference path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._lazy import lazy_optional
+
+__all__ = ["FUSED_KERNELS", "available", "backend", "value_flags", "accumulate", "CPU_CHUNK_ELEMENTS"]
+
+#: switch of the fused update (False: the reference torch path everywhere; the benchmarks and tests compare both)
+FUSED_KERNELS = True
+#: sample elements (samples x classes x voxels) per chunk of the CPU path: the chunk, its entropy temporaries and
+#: its sums stay in the cores' caches
+CPU_CHUNK_ELEMENTS = 1 << 17
+#: the fewest voxels of a chunk (many samples of many classes: one chunk still amortises its calls)
+CPU_MIN_CHUNK_VOXELS = 512
+#: voxels per thread below which the CPU update runs on one thread
+CPU_MIN_VOXELS_PER_THREAD = 1 << 16
+#: voxels per program of the Triton kernels
+CUDA_BLOCK = 512
+
+_HALF = (torch.float16, torch.bfloat16)
+_FUSED_SUMS = (torch.float32, torch.float64)
+
+
+def _build_cpu() -> Any:
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def add_chunk(p, p_off, h, w, n_batch, sp, sh, sp2, sq_mode, v0, v1, scratch):  # pragma: no cover - compiled
+        # p: (N, C, *) samples (sample k, batch item b at row k * n_batch + b), voxel v at p[:, :, v - p_off];
+        # h: (N, Ch, v1 - v0) their entropies; sums (B, C | Ch | C or 1, V); voxels [v0, v1). Voxel loops innermost
+        # (vectorised); the samples in order, so every voxel gets them in the reference's order.
+        n_rows, n_cls = p.shape[0], p.shape[1]
+        n_h = h.shape[1]
+        for n in range(n_rows):
+            k = n // n_batch
+            b = n - k * n_batch
+            wk = w[k]
+            for c in range(n_cls):
+                for v in range(v0, v1):
+                    x = np.float64(p[n, c, v - p_off])
+                    sp[b, c, v] += wk * x
+            for c in range(n_h):
+                for v in range(v0, v1):
+                    sh[b, c, v] += wk * np.float64(h[n, c, v - v0])
+            if sq_mode == 1:
+                for c in range(n_cls):
+                    for v in range(v0, v1):
+                        x = np.float64(p[n, c, v - p_off])
+                        sp2[b, c, v] += wk * (x * x)
+            elif sq_mode == 2:
+                for v in range(v0, v1):
+                    scratch[v - v0] = 0.0
+                for c in range(n_cls):
+                    for v in range(v0, v1):
+                        x = np.float64(p[n, c, v - p_off])
+                        scratch[v - v0] += x * x
+                for v in range(v0, v1):
+                    sp2[b, 0, v] += wk * scratch[v - v0]
+
+    @numba.njit(cache=True, nogil=True)
+    def flags(p, p_off, v0, v1, out, scratch):  # pragma: no cover - compiled
+        # p: (N, C, *), voxels [v0, v1) at p[:, :, v - p_off]; out: [non-finite values (added), min, max,
+        # max |sum_c p - 1|] (min / max over finite values)
+        n_rows, n_cls = p.shape[0], p.shape[1]
+        bad = 0
+        lo = out[1]
+        hi = out[2]
+        dev = out[3]
+        for n in range(n_rows):
+            for v in range(v0, v1):
+                scratch[v - v0] = 0.0
+            for c in range(n_cls):
+                for v in range(v0, v1):
+                    x = np.float64(p[n, c, v - p_off])
+                    finite = x - x == 0.0  # NaN - NaN and inf - inf are NaN
+                    bad += 0 if finite else 1
+                    lo = x if finite and x < lo else lo
+                    hi = x if finite and x > hi else hi
+                    scratch[v - v0] += x
+            for v in range(v0, v1):
+                d = abs(scratch[v - v0] - 1.0)
+                dev = d if d > dev else dev
+        out[0] += bad
+        out[1] = lo
+        out[2] = hi
+        out[3] = dev
+
+    return add_chunk, flags
+
+
+#: the compiled CPU kernels ``(add_chunk, flags)``, or None without numba (built on first use)
+_cpu_kernels = lazy_optional(_build_cpu)
+
+
+def _build_cuda() -> Any:
+    import triton  # noqa: F401  (the ImportError of a torch without Triton means "not installed")
+
+    from . import _stats_triton
+
+    return _stats_triton
+
+
+#: the Triton module, or None without Triton (imported on the first CUDA update)
+_cuda_kernels = lazy_optional(_build_cuda)
+
+
+def available(device_type: str = "cpu") -> bool:
+    """Whether the fused update runs on devices of ``device_type`` (numba for ``"cpu"``, Triton for ``"cuda"``).
+
+    Args:
+        device_type: ``"cpu"`` or ``"cuda"`` (any other: False).
+
+    Returns:
+        Whether :data:`FUSED_KERNELS` is on and the kernel's optional dependency imports.
+
+    Example:
+        >>> available("mps")
+        False
+    """
+    if not FUSED_KERNELS:
+        return False
+    if device_type == "cpu":
+        return _cpu_kernels() is not None
+    if device_type == "cuda":
+        return _cuda_kernels() is not None
+    return False
+
+
+def backend(p: torch.Tensor, accum_dtype: torch.dtype) -> str | None:
+    """The fused kernel for samples like ``p`` summed in ``accum_dtype``, or None (the reference torch path).
+
+    Args:
+        p: a sample (its device and dtype decide).
+        accum_dtype: the dtype of the running sums.
+
+    Returns:
+        ``"numba"`` on the CPU with numba installed, ``"triton"`` on CUDA with Triton installed, None otherwise
+        (and for half-precision sums, float64 samples with float32 sums, integer samples, or :data:`FUSED_KERNELS`
+        off).
+
+    Example:
+        >>> backend(torch.zeros(1, 2, 3), torch.float16) is None  # half-precision sums: the reference path
+        True
+    """
+    if not FUSED_KERNELS or not p.is_floating_point() or accum_dtype not in _FUSED_SUMS:
+        return None
+    if p.dtype == torch.float64 and accum_dtype != torch.float64:
+        return None  # the reference rounds such samples to float32 before squaring them
+    if p.device.type == "cpu":
+        return "numba" if _cpu_kernels() is not None else None
+    if p.device.type == "cuda":
+        return "triton" if _cuda_kernels() is not None else None
+    return None
+
+
+def _kind(p: torch.Tensor) -> str:
+    """Which kernel runs on ``p``: ``"triton"`` for CUDA tensors, ``"numba"`` otherwise (a test points the Triton
+    kernel at CPU tensors under ``TRITON_INTERPRET=1`` by replacing this function)."""
+    return "triton" if p.device.type == "cuda" else "numba"
+
+
+def _chunk_voxels(rows: int, n_cls: int) -> int:
+    return max(CPU_MIN_CHUNK_VOXELS, CPU_CHUNK_ELEMENTS // max(rows * n_cls, 1))
+
+
+def value_flags(p3: torch.Tensor, classes: bool) -> tuple[int, float, float, float]:
+    """The quantities the probability checks test, from one read-only pass over ``p3``.
+
+    Args:
+        p3: samples ``(N, C, V)``, contiguous, on the CPU or a CUDA device (a fused :func:`backend` for its dtype).
+        classes: also the largest deviation of the sums over ``C`` from 1 (softmax probabilities).
+
+    Returns:
+        ``(non-finite values, min, max, max |sum_c p - 1|)``: min and max over the finite values, clipped to
+        ``min <= 0 <= max`` on CUDA (only the comparisons with the range's bounds are meant); the deviation is 0 when
+        ``classes`` is False and is not meaningful where values are not finite. One device synchronisation on CUDA.
+    """
+    if _kind(p3) == "triton":
+        return _cuda_kernels().value_flags(p3, classes)
+    _, flags = _cpu_kernels()
+    n_rows, n_cls, n_vox = p3.shape
+    out = np.array([0.0, math.inf, -math.inf, 0.0])
+    step = _chunk_voxels(n_rows, n_cls)
+    scratch = np.empty(min(step, n_vox))  # cache-sized: the sums over classes of one chunk
+    whole = None if p3.dtype in _HALF else p3.numpy()
+    for v0 in range(0, n_vox, step):
+        v1 = min(v0 + step, n_vox)
+        if whole is None:  # converted chunk by chunk (numba reads float32 / float64)
+            flags(p3[:, :, v0:v1].float().numpy(), v0, v0, v1, out, scratch)
+        else:
+            flags(whole, 0, v0, v1, out, scratch)
+    dev = float(out[3]) if classes else 0.0
+    return int(out[0]), float(out[1]), float(out[2]), dev
+
+
+def accumulate(
+    p3: torch.Tensor,
+    weights: Sequence[float],
+    sum_p: torch.Tensor,
+    sum_h: torch.Tensor,
+    sum_p2: torch.Tensor | None,
+    per_class_squares: bool,
+    multilabel: bool,
+    entropy: Callable[[torch.Tensor], torch.Tensor],
+) -> None:
+    """Add ``k`` samples to the running sums in place, in one pass over the samples.
+
+    Args:
+        p3: the samples ``(k * B, C, V)`` (sample ``j`` in rows ``j * B`` to ``(j + 1) * B``), contiguous, on the
+            sums' device.
+        weights: the ``k`` weights.
+        sum_p: ``(B, C, V)`` the running ``sum_s w_s p_s``, contiguous.
+        sum_h: ``(B, 1, V)`` (``(B, C, V)`` for ``multilabel``) the running ``sum_s w_s H(p_s)``, contiguous.
+        sum_p2: ``(B, C, V)`` (``per_class_squares``) or ``(B, 1, V)`` the running second moment, or None.
+        per_class_squares: ``sum_p2`` holds ``p_c^2`` per class (else ``sum_c p_c^2``).
+        multilabel: per-channel binary entropies.
+        entropy: the entropy map of a ``(rows, C, T)`` chunk in the samples' precision (the reference's formula),
+            used by the CPU path.
+    """
+    n_rows, n_cls, n_vox = p3.shape
+    n_batch = sum_p.shape[0]
+    sq_mode = 0 if sum_p2 is None else (1 if per_class_squares else 2)
+    if _kind(p3) == "triton":
+        _cuda_kernels().accumulate(p3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel)
+        return
+    add_chunk, _ = _cpu_kernels()
+    w = np.asarray(weights, dtype=np.float64)
+    sp, sh = sum_p.numpy(), sum_h.numpy()
+    sp2 = sum_p2.numpy() if sum_p2 is not None else np.zeros((1, 1, 1), dtype=sp.dtype)
+    half = p3.dtype in _HALF
+    whole = None if half else p3.numpy()
+    step = _chunk_voxels(n_rows, n_cls)
+    starts = list(range(0, n_vox, step))
+
+    def run(v0: int, scratch: np.ndarray) -> None:
+        v1 = min(v0 + step, n_vox)
+        chunk = p3[:, :, v0:v1]
+        h = entropy(chunk)
+        if half:  # numba reads float32: the conversion is exact, the entropy is the half-precision one
+            arr, off, h = chunk.float().numpy(), v0, h.float()
+        else:
+            arr, off = whole, 0
+        add_chunk(arr, off, h.numpy(), w, n_batch, sp, sh, sp2, sq_mode, v0, v1, scratch)
+
+    n_threads = max(1, min(torch.get_num_threads(), n_vox // CPU_MIN_VOXELS_PER_THREAD, len(starts)))
+    if n_threads == 1:
+        scratch = np.empty(step)
+        for v0 in starts:
+            run(v0, scratch)
+        return
+
+    def block(t: int) -> None:
+        scratch = np.empty(step)
+        for v0 in starts[t::n_threads]:
+            run(v0, scratch)
+
+    with ThreadPoolExecutor(n_threads) as pool:
+        list(pool.map(block, range(n_threads)))
