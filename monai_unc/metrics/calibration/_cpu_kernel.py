@@ -45,7 +45,7 @@ def _build() -> Any:
     import numba
 
     jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-    BLOCK = 512  # voxels per block: its buffers (about 8 (3 C + 8) bytes a voxel) stay in the L1 / L2 cache
+    BLOCK = 512  # voxels per block: its buffers (8 (2 C + 8) bytes a voxel) stay in the L1 / L2 cache
 
     # The loops below are written so that LLVM vectorises them: each reads and writes a few one-dimensional
     # contiguous slices (a slice, not ``a[c, start + i]``, whose index could be negative as far as the compiler knows;
@@ -276,8 +276,8 @@ def histogram_tables(
         tol: tolerance of the range and sum checks.
         nll_eps: the probability of the true label is clipped to at least this inside ``-log p`` (at least
             ``1e-19``: the product of 16 such factors must stay a normal float64).
-        n_threads: the most threads (one private set of tables each beyond the first; at least
-            :data:`MIN_VOXELS_PER_THREAD` voxels each).
+        n_threads: the most threads (each with its own packed counts, and its own sums, weights and scalars beyond the
+            first; at least :data:`MIN_VOXELS_PER_THREAD` voxels each).
         chunk: voxels per call of ``entropy`` (its temporaries stay small).
         out: the tables added to, C-contiguous: ``total``, ``hits`` ``(C + 2, F + 1)`` int64, ``sums`` float64,
             ``wtotal`` / ``whits`` (float64, used with weights only) and ``scalars`` ``(3,)`` (weight, NLL sum, Brier
