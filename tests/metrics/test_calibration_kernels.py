@@ -81,8 +81,9 @@ def test_values_at_bin_edges_ties_and_one(monkeypatch):
     p0 = k / f
     p1 = (1 - p0) / 2
     probs = torch.stack([p0, p1, 1 - p0 - p1])  # ties between classes 1 and 2 everywhere
-    extra = torch.tensor([[1.0, 0.0, 0.0, 0.5, 1 / 3], [0.0, 1.0, 0.0, 0.5, 1 / 3], [0.0, 0.0, 1.0, 0.0, 1 / 3]],
-                         dtype=torch.float64)
+    extra = torch.tensor(
+        [[1.0, 0.0, 0.0, 0.5, 1 / 3], [0.0, 1.0, 0.0, 0.5, 1 / 3], [0.0, 0.0, 1.0, 0.0, 1 / 3]], dtype=torch.float64
+    )
     probs = torch.cat([probs, extra], 1)[None, :, :, None]
     labels = (torch.arange(probs.shape[2]) % 3)[None, :, None]
     fused = ConfidenceHistogram(3).update(probs, labels)
@@ -151,3 +152,104 @@ def test_requires_grad_input(monkeypatch):
     fused = ConfidenceHistogram(3).update(probs.requires_grad_(), labels)
     ref = reference(monkeypatch, probs.detach(), labels)
     assert torch.equal(fused.counts, ref.counts)
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 63, 65, 511, 512, 513, 1100])
+def test_block_and_lane_remainders(monkeypatch, n):
+    """Voxel counts around the kernel's block (512) and its NLL / Brier lanes (4, renormalised every 64 voxels)."""
+    probs, labels = softmax_case((1, n, 1, 1), 3, seed=n, scale=8.0)
+    fused = ConfidenceHistogram(3).update(probs, labels)
+    ref = reference(monkeypatch, probs, labels)
+    assert_equal_histograms(fused, ref, n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_all_voxels_in_one_bin(monkeypatch, dtype):
+    """One voxel value repeated (the tables' worst case: every update hits the same bin), in two fixed cases."""
+    f = ConfidenceHistogram(3).n_fine_bins
+    n = 3000
+    for column in ([1.0, 0.0, 0.0], [0.25, 0.5, 0.25]):
+        probs = torch.tensor(column, dtype=dtype)[None, :, None].expand(1, 3, n).contiguous()
+        labels = torch.zeros(1, n, dtype=torch.int64)
+        labels[0, ::3] = 1
+        fused = ConfidenceHistogram(3).update(probs, labels)
+        ref = reference(monkeypatch, probs, labels)
+        assert_equal_histograms(fused, ref, n)
+        # brute force: every voxel in bin floor(v * F) of each class row (v = 1 folded into the last bin)
+        counts = fused.counts[0]  # (rows, 2, F): misses (r = 0) and hits (r = 1)
+        for c, v in enumerate(column):
+            b = min(int(np.float64(torch.tensor(v, dtype=dtype)) * f), f - 1)
+            assert int(counts[c, :, b].sum()) == int(counts[c].sum()) == n
+            assert int(counts[c, 1, b]) == int((labels == c).sum())
+        top = min(int(max(column) * f), f - 1)
+        assert int(counts[3, :, top].sum()) == n
+        assert int(counts[3, 1, top]) == int((labels == int(np.argmax(column))).sum())
+
+
+def test_nan_outside_the_mask_is_never_read(monkeypatch):
+    """NaN where the mask is False: the fused kernel runs on the masked voxels only, as the reference does."""
+    probs, labels = softmax_case((1, 10, 10, 10), 3, seed=9)
+    mask = torch.rand(labels.shape, generator=torch.Generator().manual_seed(3)) > 0.5
+    probs = probs.masked_fill(~mask[:, None], float("nan"))
+    fused = ConfidenceHistogram(3).update(probs, labels, mask=mask)
+    ref = reference(monkeypatch, probs, labels, mask=mask)
+    assert int(fused.counts[0, 0].sum()) == int(mask.sum())
+    assert_equal_histograms(fused, ref, int(mask.sum()))
+
+
+def test_packed_counts_unpacked_between_chunks(monkeypatch):
+    """Counts and hits share one int64 (32 bits each); a small unpacking interval gives the same tables."""
+    probs, labels = softmax_case((1, 30, 20, 10), 3, seed=10)
+    g = torch.Generator().manual_seed(4)
+    weights = torch.rand(labels.shape, generator=g, dtype=torch.float64) + 0.1
+    for uncertainty, w in ((False, None), (True, None), (True, weights)):
+        ref = reference(monkeypatch, probs, labels, uncertainty=uncertainty, weights=w)
+        with monkeypatch.context() as m:
+            m.setattr(_cpu_kernel, "PACKED_VOXELS", 700)
+            m.setattr(hist_module, "_CPU_CHUNK", 500)
+            fused = ConfidenceHistogram(3, uncertainty=uncertainty).update(probs, labels, weights=w)
+        assert_equal_histograms(fused, ref, labels.numel())
+
+
+def test_threads_with_weights_and_entropy_equal_the_reference(monkeypatch):
+    probs, labels = softmax_case((1, 40, 30, 20), 4, seed=11)
+    weights = torch.rand(labels.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    monkeypatch.setattr(_cpu_kernel, "MIN_VOXELS_PER_THREAD", 1024)
+    ref = reference(monkeypatch, probs, labels, num_classes=4, weights=weights)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        fused = ConfidenceHistogram(4).update(probs, labels, weights=weights)
+    finally:
+        torch.set_num_threads(old)
+    assert_equal_histograms(fused, ref, labels.numel())
+
+
+def test_kernel_tables_equal_numpy(monkeypatch):
+    """The kernel's tables against a brute-force numpy computation (not the torch reference): counts, hits, sums."""
+    probs, labels = softmax_case((1, 37, 29, 1), 3, seed=12, scale=6.0)
+    p = probs[0].reshape(3, -1).numpy()
+    y = labels.reshape(-1).numpy()
+    f = 64
+    out = {
+        "total": np.zeros((5, f + 1), np.int64),
+        "hits": np.zeros((5, f + 1), np.int64),
+        "sums": np.zeros((5, f + 1)),
+        "scalars": np.zeros(3),
+    }
+    invalid, nan = _cpu_kernel.histogram_tables(p, y, None, f, None, 1e-3, 1e-15, 1, out)
+    assert (invalid, nan) == (0, 0)
+    v = np.clip(p.astype(np.float64), 0.0, 1.0)
+    pred = np.argmax(v, 0)
+    conf = v[pred, np.arange(y.size)]
+    rows = [*v, conf]
+    hit_rows = [y == c for c in range(3)] + [pred == y]
+    for r, (vals, hit) in enumerate(zip(rows, hit_rows)):
+        b = np.floor(vals * f).astype(np.int64)
+        np.testing.assert_array_equal(out["total"][r], np.bincount(b, minlength=f + 1))
+        np.testing.assert_array_equal(out["hits"][r], np.bincount(b[hit], minlength=f + 1))
+        np.testing.assert_allclose(out["sums"][r], np.bincount(b, vals, minlength=f + 1), rtol=4 * y.size * EPS)
+    p_true = v[y, np.arange(y.size)]
+    np.testing.assert_allclose(out["scalars"][0], y.size)
+    np.testing.assert_allclose(out["scalars"][1], -np.log(np.maximum(p_true, 1e-15)).sum(), rtol=1e-12)
+    np.testing.assert_allclose(out["scalars"][2], ((v**2).sum(0) - 2 * p_true + 1).sum(), rtol=1e-12)
