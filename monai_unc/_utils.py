@@ -202,12 +202,11 @@ def check_labels(labels: torch.Tensor, name: str = "labels", num_classes: int | 
     if labels.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(labels.shape)})")
     labels = labels.to(torch.int64)
-    if int(labels.min()) < 0:
-        raise ValueError(f"{name} must be non-negative class indices, got minimum {int(labels.min())}")
-    if num_classes is not None and int(labels.max()) >= num_classes:
-        raise ValueError(
-            f"{name} holds class {int(labels.max())} but only {num_classes} classes are present"
-        )
+    lo, hi = (int(v) for v in torch.aminmax(labels))  # one read of the labels for both bounds
+    if lo < 0:
+        raise ValueError(f"{name} must be non-negative class indices, got minimum {lo}")
+    if num_classes is not None and hi >= num_classes:
+        raise ValueError(f"{name} holds class {hi} but only {num_classes} classes are present")
     return labels
 
 
