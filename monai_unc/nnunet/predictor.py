@@ -226,9 +226,10 @@ class UncertaintyPredictor(nnUNetPredictor):
         share_passes: with ``"dropout"`` / ``"rate_in"``, compute once per window, mirror and fold network what the
             stochastic passes share and run only the part downstream of the random draws for every pass, several at
             a time (:class:`~monai_unc.inferers.SharedPasses`; exact; on by default). ``False``: full passes.
-        sample_batch_size: passes per batch with ``share_passes``: ``"auto"`` (no more memory than the traced pass
+        sample_batch_size: passes per chunk with ``share_passes``: ``"auto"`` (no more memory than the traced pass
             or a tenth of the case's stitched buffers, see :func:`~monai_unc.networks.shared.auto_sample_batch`) or an
-            integer.
+            integer ``k``. A window's first chunk is its traced pass and ``k - 1`` passes replayed at once; every later
+            chunk replays ``k - 1`` passes from the same trace (each replay batch holds ``k - 1`` samples).
 
     The remaining arguments are ``nnUNetPredictor``'s.
 
@@ -507,8 +508,9 @@ class UncertaintyPredictor(nnUNetPredictor):
 
         ``traces`` holds the window's :class:`SharedPasses` per ``key`` (mirror, fold network): the first chunk
         traces (its first pass) and replays ``k - 1`` passes; every later chunk replays its ``k`` passes from the
-        same trace (the window's shared activations are computed once). ``k`` None: the chunk's size is chosen
-        after the trace (``sample_batch_size`` or the automatic size). Returns the outputs ``(k, C, *patch)`` and
+        same trace (the window's shared activations are computed once; the caller makes later chunks ``k - 1``
+        passes long, so that every replay batch has the size of the first chunk's). ``k`` None: the chunk's size is
+        chosen after the trace (``sample_batch_size`` or the automatic size). Returns the outputs ``(k, C, *patch)`` and
         ``k``. A replay that cannot reproduce full passes falls back to them for the rest of the window (one
         printed line); ``traces[key]`` is then None.
         """
@@ -575,7 +577,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         done = 0
         while done < passes:
             group = None
-            k = 1 if chunk is None else min(chunk, passes - done)
+            # later chunks: as many passes as the first chunk replayed, so every replay batch holds the same number
+            # of samples and the peak memory does not grow with num_samples
+            k = 1 if chunk is None else min(max(chunk - 1, 1), passes - done)
             for i, axes in enumerate(combos):
                 xx = torch.flip(x, axes) if axes else x
                 outs = []

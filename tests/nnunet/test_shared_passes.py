@@ -127,8 +127,8 @@ def test_shared_equals_full_passes_nnunet_architectures(arch, placement, sources
     data = torch.randn(1, 20, 16, 16)  # two overlapping windows along the first axis
     results = []
     for share in (False, True):
-        pred = make_predictor(plans=_plans(arch), n_folds=2, uncertainty_sources=sources, num_samples=5,
-                              dropout_p=0.3, seed=0, mirror_axes=(0, 1), share_passes=share, sample_batch_size=2)
+        pred = make_predictor(plans=_plans(arch), n_folds=2, uncertainty_sources=sources, num_samples=7,
+                              dropout_p=0.3, seed=0, mirror_axes=(0, 1), share_passes=share, sample_batch_size=3)
         assert type(pred.network).__name__ == arch
         remove_dropout(pred.network)
         sites = add_posthoc_dropout(pred.network, p=0.3, after=placement)
@@ -137,8 +137,8 @@ def test_shared_equals_full_passes_nnunet_architectures(arch, placement, sources
         traces.clear()
         results.append(pred.predict_uncertainty_from_preprocessed_data(data))
         assert pred._share_note is None  # no fallback to full passes
-    assert len(traces) == 2 * 4 * 2  # windows x mirrors x fold networks: one trace each, for all 3 chunks
-    assert len(once) == 3 * len(traces)  # chunks of 1 + 1, 2, 2 passes: every chunk replayed from the trace
+    assert len(traces) == 2 * 4 * 2  # windows x mirrors x fold networks: one trace each, for all chunks
+    assert len(once) == 3 * len(traces)  # chunks of 1 + 2, 2, 2 passes: every chunk replayed from the one trace
     if placement == "last":  # the decoder's concatenations of shared values: once on batch 1 in every replay
         assert min(once) >= 2
     full, shared = results
