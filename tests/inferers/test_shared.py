@@ -164,13 +164,14 @@ def assert_maps_close(full, shared):
         torch.testing.assert_close(shared[k], full[k], rtol=1e-4, atol=2e-5, msg=f"map {k}")
 
 
+@pytest.mark.parametrize("sw_batch", [1, 2])  # 1: shared values handed on at batch 1 (operations on them run once)
 @pytest.mark.parametrize("dims", [2, 3])
 @pytest.mark.parametrize("name", list(NETWORKS))
-def test_shared_equals_full_sliding_window_injected_masks(name, dims):
+def test_shared_equals_full_sliding_window_injected_masks(name, dims, sw_batch):
     bank = MaskBank()
     net = banked(name, dims, bank)
     x = torch.rand(1, 1, 24, *([16] * (dims - 1)))  # two overlapping windows along the first axis
-    sw = SlidingWindowInferer([16] * dims, sw_batch_size=2, overlap=0.25)
+    sw = SlidingWindowInferer([16] * dims, sw_batch_size=sw_batch, overlap=0.25)
 
     def make(share):
         return MCDropoutInferer(num_samples=5, base_inferer=sw, share_passes=share, sample_batch_size=3,
