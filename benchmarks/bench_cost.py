@@ -25,7 +25,12 @@ dropout ``add_posthoc_dropout(p=0.1, after=...)``; no mirroring, step 0.5, Gauss
   (``enable_mc_dropout``), the logits of each pass kept as a sum;
 - ``shared``: ``UncertaintyPredictor(("dropout",), num_samples=N)`` with its defaults (shared passes, automatic
   batches; the maps of every pass streamed into the statistics, and stock's fp16 logit buffer);
-- ``full``: the same with ``share_passes=False``.
+- ``full``: the same with ``share_passes=False``;
+- ``limit``: one stock pass plus ``N - 1`` times the stochastic part of a pass (each window traced, then a one-sample
+  ``SharedPasses.replay`` timed), the least any implementation that runs each sample's stochastic part can do.
+
+It also prints where the time of one ``shared`` prediction goes: its traces, its replays, ``SampleStats.update``
+(the statistics of every sample) and the rest (stitching, the probabilities of the samples, export buffers).
 
 Times are the best of ``--repeats`` (wall and, on the CPU, process CPU time: on a shared machine CPU time of one
 thread is the robust measure). ``--memory`` also runs every mode with N and with 2 samples in its own subprocess
@@ -205,7 +210,66 @@ def nnunet_run(mode: str, pred, env: dict, n: int) -> None:
             pred.predict_uncertainty_from_preprocessed_data(env["data"])
 
 
-NNUNET_MODES = ("stock", "shared", "full", "stock_n")
+NNUNET_MODES = ("stock", "shared", "full", "stock_n", "limit")
+
+
+def nnunet_stochastic(pred, env: dict) -> float:
+    """CPU seconds of the stochastic part of one pass: each window traced, then replayed for one sample (timed)."""
+    import torch
+    from acvl_utils.cropping_and_padding.padding import pad_nd_image
+
+    from monai_unc.inferers import enable_mc_dropout
+    from monai_unc.networks.shared import SharedPasses
+
+    net = env["net"]
+    padded, _ = pad_nd_image(env["data"], env["cm"].patch_size, "constant", {"value": 0}, True, None)
+    spent = 0.0
+    with enable_mc_dropout(net), torch.no_grad():
+        for sl in pred._internal_get_sliding_window_slicers(padded.shape[1:]):
+            x = padded[sl][None]
+            passes = SharedPasses(net)
+            passes.trace(net, x)
+            c0 = time.process_time()
+            passes.replay(net, x, 1)
+            spent += time.process_time() - c0
+    return spent
+
+
+def nnunet_profile(pred, env: dict) -> dict:
+    """CPU seconds of one prediction by ``pred`` spent in traces, replays, ``SampleStats.update`` and in all."""
+    import torch
+
+    from monai_unc.networks.shared import SharedPasses
+    from monai_unc.stats import SampleStats
+
+    spent = {"trace": 0.0, "replay": 0.0, "SampleStats.update": 0.0}
+    saved = {}
+
+    def timed(cls, name, key):
+        fn = getattr(cls, name)
+        saved[(cls, name)] = fn
+
+        def wrapper(*a, **kw):
+            c0 = time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[key] += time.process_time() - c0
+
+        setattr(cls, name, wrapper)
+
+    timed(SharedPasses, "trace", "trace")
+    timed(SharedPasses, "replay", "replay")
+    timed(SampleStats, "update", "SampleStats.update")
+    try:
+        c0 = time.process_time()
+        with torch.no_grad():
+            pred.predict_uncertainty_from_preprocessed_data(env["data"])
+        spent["total"] = time.process_time() - c0
+    finally:
+        for (cls, name), fn in saved.items():
+            setattr(cls, name, fn)
+    return spent
 
 
 def nnunet_timing(args: argparse.Namespace) -> dict:
@@ -213,7 +277,7 @@ def nnunet_timing(args: argparse.Namespace) -> dict:
     out: dict = {"placements": {}}
     for placement in PLACEMENTS:
         env = nnunet_case(args, placement)
-        preds = {m: nnunet_predictor(m, env, args.samples) for m in NNUNET_MODES}
+        preds = {m: nnunet_predictor(m, env, args.samples) for m in NNUNET_MODES if m != "limit"}
         nnunet_run("stock", preds["stock"], env, 1)  # warm-up
         wall = {m: [] for m in NNUNET_MODES}
         cpu = {m: [] for m in NNUNET_MODES}
@@ -221,12 +285,16 @@ def nnunet_timing(args: argparse.Namespace) -> dict:
             for m in NNUNET_MODES:
                 if m in ("full", "stock_n") and args.skip_full and placement != "auto":
                     continue
+                if m == "limit":  # one stock pass plus N - 1 times the stochastic part (CPU time only)
+                    cpu[m].append(min(cpu["stock"]) + (args.samples - 1) * nnunet_stochastic(preds["stock"], env))
+                    continue
                 t0, c0 = time.perf_counter(), time.process_time()
                 nnunet_run(m, preds[m], env, args.samples)
                 wall[m].append(time.perf_counter() - t0)
                 cpu[m].append(time.process_time() - c0)
         out["placements"][placement] = {"wall": {m: min(v) for m, v in wall.items() if v},
-                                        "cpu": {m: min(v) for m, v in cpu.items() if v}}
+                                        "cpu": {m: min(v) for m, v in cpu.items() if v},
+                                        "profile": nnunet_profile(preds["shared"], env)}
     return out
 
 
@@ -255,16 +323,26 @@ def nnunet_main(args: argparse.Namespace) -> None:
     if not args.memory_only:
         res = nnunet_timing(args)
         print("ratios to one stock nnUNetPredictor pass (same network, same case), process CPU time (wall)")
-        print(f"{'dropout':10s} {'shared (ours)':>16s} {'full (ours)':>16s} {'stock, N passes':>16s} {'stock s':>8s}")
+        print(f"{'dropout':10s} {'shared (ours)':>16s} {'limit':>16s} {'full (ours)':>16s} {'stock, N passes':>16s} "
+              f"{'stock s':>8s}")
         for placement, r in res["placements"].items():
             t, w = r["cpu"], r["wall"]
 
             def cell(m: str, t: dict = t, w: dict = w) -> str:
                 if m not in t:
                     return f"{'-':>16s}"
+                if m not in w:
+                    return f"{t[m] / t['stock']:7.2f}x{'':8s}"
                 return f"{t[m] / t['stock']:7.2f}x ({w[m] / w['stock']:5.2f}x)"
 
-            print(f"{placement:10s} {cell('shared')} {cell('full')} {cell('stock_n')} {t['stock']:8.3f}")
+            print(f"{placement:10s} {cell('shared')} {cell('limit')} {cell('full')} {cell('stock_n')} "
+                  f"{t['stock']:8.3f}")
+        print("where the time of one shared-pass prediction goes (CPU seconds, in units of one stock pass)")
+        for placement, r in res["placements"].items():
+            prof, unit = r["profile"], r["cpu"]["stock"]
+            rest = prof["total"] - prof["trace"] - prof["replay"] - prof["SampleStats.update"]
+            print(f"{placement:10s} " + ", ".join(f"{k} {v:.2f} s ({v / unit:.2f}x)" for k, v in prof.items())
+                  + f", rest {rest:.2f} s ({rest / unit:.2f}x)")
     if not args.memory:
         return
     print()

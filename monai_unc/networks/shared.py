@@ -16,19 +16,26 @@ of it, every activation that does not depend on a random draw is the same for al
 2. **Replay** (the other samples, ``k`` at a time): the network runs on the input repeated ``k`` times along the
    batch axis; each shared call returns its kept output repeated ``k`` times instead of computing it, everything
    else (the stochastic remainder) runs batched, and every random operation draws independent values for each of
-   the ``k`` copies (the masks are per batch element).
+   the ``k`` copies (the masks are per batch element). With a batch of one input (the traced pass wrote no
+   stochastic value into a non-stochastic tensor), shared values are handed on as views of their batch-1 values
+   expanded to ``k`` (no copy), and an operation outside module calls whose tensor arguments are all shared values
+   or the network's parameters (a decoder's ``torch.cat`` of an upsampled map and its encoder skip) runs once on the
+   batch-1 values when its result keeps the batch axis (checked on the ``meta`` device); see :class:`_Share`.
+   A replay object can replay any number of batches from one trace (the kept outputs are never written).
 
 Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its
 traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the traced
 one (e.g. a test-time augmentation that draws noise on every call), when the module calls do not follow the traced
 order, or when a kept output was changed in place after it was kept; the inferers then fall back to full passes
 and say why in one log line. Sharing assumes that every random operation of the network is a PyTorch one (a random
-number drawn in NumPy or Python inside ``forward`` is not seen), and that a shared call's output is batched along
-its first axis like the input (otherwise the call is not shared).
+number drawn in NumPy or Python inside ``forward`` is not seen), and that a shared call's output, or a shared
+operation's result, is batched along its first axis like the input and computes each batch row from the same rows
+of its inputs (a softmax or cumulative sum across the batch axis of shared values would break it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from collections.abc import Callable, Iterator
@@ -39,7 +46,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "AUTO_BATCH_FRACTION",
            "MAX_SAMPLE_BATCH"]
@@ -177,6 +184,8 @@ class _Follow(TorchFunctionMode):
         self.uses: list[tuple[int, _Call | None]] = []
         #: > 0 while the trace's own bookkeeping reads shapes (not a use by the network)
         self.paused = 0
+        #: an operation with a random draw or a stochastic input wrote into a tensor that was not stochastic
+        self.stochastic_write = False
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -186,10 +195,14 @@ class _Follow(TorchFunctionMode):
         self.step += 1
         top = self.stack[-1] if self.stack else None
         self.uses.extend((id(t), top) for t in _tensors((args, kwargs)))
-        for t in _mutated(func, args, kwargs):
+        mutated = _mutated(func, args, kwargs)
+        for t in mutated:
             self.written[_storage(t)] = self.step
         if is_random_op(func, args, kwargs) or _stochastic((args, kwargs)):
-            for t in _tensors(out):
+            if any(not getattr(t, _FLAG, False) for t in mutated):
+                self.stochastic_write = True
+            # the tensors written in place too: ``__setitem__`` returns None, ``out=`` may differ from the result
+            for t in [*_tensors(out), *mutated]:
                 if not getattr(t, _FLAG, False):
                     self.stochastic_bytes += t.numel() * t.element_size()
                 setattr(t, _FLAG, True)
@@ -248,6 +261,124 @@ def _placeholder(out: Any, k: int) -> Any:
         return t
 
     return tree_map(view, out)
+
+
+#: attribute of a tensor that a replay hands out for a shared value: ``(the replay's _Share, the batch-1 value)``
+_SHARED = "_monai_unc_shared"
+
+
+def _meta(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    return t
+
+
+class _Share(TorchFunctionMode):
+    """The replay of a batch-1 trace: an operation on shared values only runs once, on their batch-1 values.
+
+    A shared value (a kept output, the input, or the result of an operation on shared values only) is handed to the
+    network as a view of its batch-1 value expanded to the ``k`` samples (no copy; its values and shape are those of
+    ``k`` repeated copies). An operation whose tensor arguments are all shared values or the network's parameters and
+    buffers runs on the batch-1 values, and its result is handed on expanded, when its result keeps the batch axis:
+    every result batched with batch 1, and the same call on the expanded arguments (evaluated on the ``meta``
+    device, shapes only) gives batch ``k`` and the same other sizes. Every other operation runs as usual on the
+    expanded views (a stochastic operation broadcasts a shared operand; ``torch.cat`` copies it); one that fails on
+    an expanded view (``view`` of an expanded axis) runs again on materialised copies. An operation that writes into
+    a shared value is only allowed when all its arguments are shared (it writes into the batch-1 value, which the
+    expanded view shows); the trace makes the replay fall back to plain copies when the traced pass wrote a
+    stochastic value into a non-stochastic tensor.
+    """
+
+    def __init__(self, k: int, constants: set[int]) -> None:
+        super().__init__()
+        self.k = k
+        self.constants = constants
+        #: > 0 while the replay's own bookkeeping runs (handing out kept outputs, reading shapes)
+        self.paused = 0
+        #: operations computed once on batch-1 values (for tests and benchmarks)
+        self.shared_ops = 0
+
+    def hand_out(self, tree: Any) -> Any:
+        """``tree``'s batch-1 tensors as shared values: expanded to ``k`` samples, no copy."""
+
+        def one(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor):
+                return t
+            view = t.expand(self.k, *t.shape[1:])
+            setattr(view, _SHARED, (self, t))
+            return view
+
+        self.paused += 1
+        try:
+            return tree_map(one, tree)
+        finally:
+            self.paused -= 1
+
+    def base(self, t: Any) -> torch.Tensor | None:
+        """The batch-1 value of a shared value handed out by this replay, else None."""
+        ref = getattr(t, _SHARED, None) if isinstance(t, torch.Tensor) else None
+        return ref[1] if ref is not None and ref[0] is self else None
+
+    def _constant(self, t: torch.Tensor) -> bool:
+        return id(t) in self.constants or t.ndim == 0
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
+        flat, spec = tree_flatten((args, kwargs))
+        bases = [self.base(a) for a in flat]
+        if all(b is None for b in bases):
+            return func(*args, **kwargs)
+        mutated = _mutated(func, args, kwargs)
+        if not is_random_op(func, args, kwargs) and all(
+            b is not None or not isinstance(a, torch.Tensor) or self._constant(a) for a, b in zip(flat, bases)
+        ):
+            done, out = self._once(func, flat, spec, bases, mutated)
+            if done:
+                return out
+        if any(self.base(t) is not None for t in mutated):
+            raise SharingUnavailable(
+                f"{getattr(func, '__name__', func)} writes a per-sample value into a value shared by the samples"
+            )
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError:  # e.g. ``view`` across the expanded batch axis: on plain copies
+            a, kw = tree_unflatten([a if b is None else _repeat(b, self.k) for a, b in zip(flat, bases)], spec)
+            return func(*a, **kw)
+
+    def _once(self, func: Callable, flat: list, spec: Any, bases: list, mutated: list) -> tuple[bool, Any]:
+        """Run ``func`` on the batch-1 values; ``(False, None)`` when its result is not a shared value."""
+        a1, kw1 = tree_unflatten([a if b is None else b for a, b in zip(flat, bases)], spec)
+        if mutated:  # in place into shared values: the batch-1 values change, the expanded views show it
+            if any(self.base(t) is None for t in mutated):
+                return False, None
+            try:
+                out = func(*a1, **kw1)
+            except Exception as err:  # noqa: BLE001
+                name = getattr(func, "__name__", func)
+                raise SharingUnavailable(f"{name} fails on the shared values: {err}") from err
+            self.shared_ops += 1
+            by_base = {id(b): a for a, b in zip(flat, bases) if b is not None}
+            return True, tree_map(lambda t: by_base.get(id(t), t) if isinstance(t, torch.Tensor) else t, out)
+        try:
+            out = func(*a1, **kw1)
+        except Exception:  # noqa: BLE001 - an operation that fails on batch 1 runs as usual on the expanded views
+            return False, None
+        got = tree_flatten(out)[0]
+        if not got or not all(isinstance(t, torch.Tensor) and t.ndim >= 1 and t.shape[0] == 1 for t in got):
+            return False, None
+        try:  # the result of the same call on the expanded arguments: shapes only
+            am, kwm = tree_unflatten([_meta(a) for a in flat], spec)
+            logical = tree_flatten(func(*am, **kwm))[0]
+        except Exception:  # noqa: BLE001 - no meta kernel: not shared
+            return False, None
+        if len(logical) != len(got) or not all(
+            isinstance(s, torch.Tensor) and tuple(s.shape) == (self.k, *t.shape[1:]) for t, s in zip(got, logical)
+        ):
+            return False, None
+        self.shared_ops += 1
+        return True, self.hand_out(out)
 
 
 @contextmanager
@@ -330,6 +461,10 @@ class SharedPasses:
         self._kept: list[_Call] = []
         self._input: torch.Tensor | None = None
         self._batch = 0
+        self._once = False
+        self._constants: set[int] = set()
+        #: operations that the last replay computed once on batch-1 values (besides the kept module calls)
+        self.shared_ops = 0
         #: bytes of the tensors that depend on a random draw in the traced sample (an upper bound of one sample's
         #: stochastic working memory)
         self.stochastic_bytes = 0
@@ -434,9 +569,13 @@ class SharedPasses:
             if getattr(t, _FLAG, False):
                 delattr(t, _FLAG)
         self.stochastic_bytes = follow.stochastic_bytes
+        # operations on shared values run once per replay on batch-1 values (a batch of one input; the traced pass
+        # wrote no stochastic value into a non-stochastic tensor, nor into its input)
+        self._constants = {id(t) for t in (*self.network.parameters(), *self.network.buffers())}
+        self._once = batch == 1 and not follow.stochastic_write and follow.written.get(_storage(x), 0) == 0
         self.shared_bytes = sum(t.numel() * t.element_size() for c in self._kept for t in _tensors(c.output))
-        self.copied_bytes = sum(t.numel() * t.element_size() for c in self._kept if c.needed
-                                for t in _tensors(c.output))
+        self.copied_bytes = 0 if self._once else sum(t.numel() * t.element_size() for c in self._kept if c.needed
+                                                      for t in _tensors(c.output))
         self._input = x
         return out
 
@@ -476,7 +615,13 @@ class SharedPasses:
                 call = run[i]
                 if call.output is None:
                     return fwd(*args, **kwargs)
-                shape = _first_shape((args, kwargs))
+                if share is not None:
+                    share.paused += 1
+                try:
+                    shape = _first_shape((args, kwargs))
+                finally:
+                    if share is not None:
+                        share.paused -= 1
                 want = call.input_shape
                 if (shape is None) != (want is None) or (
                     shape is not None and (shape[1:] != want[1:] or shape[0] != k * batch)
@@ -484,11 +629,24 @@ class SharedPasses:
                     raise SharingUnavailable(
                         f"{type(m).__name__} gets input of shape {shape}, traced with {want} (k = {k})"
                     )
+                if share is not None:
+                    return share.hand_out(call.output)
                 return _repeat(call.output, k) if call.needed else _placeholder(call.output, k)
             return forward
 
-        with _wrapped_forwards(list(self._plan), make), _repeat_rates(self.network, batch, k):
-            out = predictor(_repeat(x, k))
+        share = _Share(k, self._constants) if self._once else None
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_wrapped_forwards(list(self._plan), make))
+            stack.enter_context(_repeat_rates(self.network, batch, k))
+            if share is None:
+                out = predictor(_repeat(x, k))
+            else:
+                xs = share.hand_out(x)
+                stack.enter_context(share)
+                out = predictor(xs)
+        if share is not None:  # a shared value in the output: plain copies, the caller's own
+            self.shared_ops = share.shared_ops
+            out = tree_map(lambda t: t if share.base(t) is None else _repeat(share.base(t), k), out)
         missing = [type(m).__name__ for m, i in counters.items() if i != len(self._plan[m])]
         if missing:
             raise SharingUnavailable(f"the module calls differ from the traced pass ({', '.join(missing[:3])})")

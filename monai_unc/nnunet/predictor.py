@@ -226,9 +226,10 @@ class UncertaintyPredictor(nnUNetPredictor):
         share_passes: with ``"dropout"`` / ``"rate_in"``, compute once per window, mirror and fold network what the
             stochastic passes share and run only the part downstream of the random draws for every pass, several at
             a time (:class:`~monai_unc.inferers.SharedPasses`; exact; on by default). ``False``: full passes.
-        sample_batch_size: passes per batch with ``share_passes``: ``"auto"`` (no more memory than the traced pass
+        sample_batch_size: passes per chunk with ``share_passes``: ``"auto"`` (no more memory than the traced pass
             or a tenth of the case's stitched buffers, see :func:`~monai_unc.networks.shared.auto_sample_batch`) or an
-            integer.
+            integer ``k``. A window's first chunk is its traced pass and ``k - 1`` passes replayed at once; every later
+            chunk replays ``k - 1`` passes from the same trace (each replay batch holds ``k - 1`` samples).
 
     The remaining arguments are ``nnUNetPredictor``'s.
 
@@ -501,31 +502,47 @@ class UncertaintyPredictor(nnUNetPredictor):
             self._share_note = why
             print(f"shared passes off, full passes instead: {why}")
 
-    def _shared_chunk(self, net: nn.Module, x: torch.Tensor, remaining: int, k: int | None) -> tuple[Any, int]:
-        """One chunk of passes on one mirror and network: a trace (1 pass) and a replay of ``k - 1`` passes.
+    def _shared_chunk(self, traces: dict[Any, SharedPasses | None], key: Any, net: nn.Module, x: torch.Tensor,
+                      remaining: int, k: int | None) -> tuple[Any, int]:
+        """One chunk of ``k`` passes on one mirror and fold network of a window, from the window's one trace.
 
-        ``k`` None: the chunk's size is chosen after the trace (``sample_batch_size`` or the automatic size);
-        returns the outputs ``(k, C, *patch)`` and ``k``. A replay that cannot reproduce full passes falls back to
-        them (one printed line).
+        ``traces`` holds the window's :class:`SharedPasses` per ``key`` (mirror, fold network): the first chunk
+        traces (its first pass) and replays ``k - 1`` passes; every later chunk replays its ``k`` passes from the
+        same trace (the window's shared activations are computed once; the caller makes later chunks ``k - 1``
+        passes long, so that every replay batch has the size of the first chunk's). ``k`` None: the chunk's size is
+        chosen after the trace (``sample_batch_size`` or the automatic size). Returns the outputs ``(k, C, *patch)`` and
+        ``k``. A replay that cannot reproduce full passes falls back to them for the rest of the window (one
+        printed line); ``traces[key]`` is then None.
         """
-        passes = SharedPasses(net)
-        first = passes.trace(net, x)
+        if key in traces:
+            passes = traces[key]
+            first = None
+        else:
+            passes = traces[key] = SharedPasses(net)
+            first = passes.trace(net, x)
+            if k is None:
+                if self.sample_batch_size != "auto":
+                    k = min(int(self.sample_batch_size), remaining)
+                else:
+                    n_out = int(first.shape[1])
+                    k = auto_sample_batch(passes.per_sample_bytes(), self._case_voxels * 4 * (n_out + 4), remaining,
+                                          passes.shared_bytes + passes.stochastic_bytes)
+                    k = max(k, min(2, remaining))
+            if k == 1:
+                return first, 1
         if k is None:
-            if self.sample_batch_size != "auto":
-                k = min(int(self.sample_batch_size), remaining)
-            else:
-                n_out = int(first.shape[1])
-                k = auto_sample_batch(passes.per_sample_bytes(), self._case_voxels * 4 * (n_out + 4), remaining,
-                                      passes.shared_bytes + passes.stochastic_bytes)
-                k = max(k, min(2, remaining))
-        if k == 1:
-            return first, 1
-        try:
-            rest = passes.replay(net, x, k - 1)
-        except SharingUnavailable as err:
-            self._note_full_passes(str(err))
-            rest = torch.cat([net(x) for _ in range(k - 1)], 0)
-        return torch.cat([first, rest], 0), k
+            raise ValueError("the chunk size is chosen at a window's first trace")
+        more = k if first is None else k - 1
+        rest = None
+        if passes is not None:
+            try:
+                rest = passes.replay(net, x, more)
+            except SharingUnavailable as err:
+                self._note_full_passes(str(err))
+                traces[key] = None
+        if rest is None:
+            rest = torch.cat([net(x) for _ in range(more)], 0)
+        return (rest if first is None else torch.cat([first, rest], 0)), k
 
     # ------------------------------------------------------------------ one window
     @torch.inference_mode()
@@ -554,18 +571,24 @@ class UncertaintyPredictor(nnUNetPredictor):
         ssn_mean = self._want_logits and "ssn" in self.uncertainty_sources and not any(
             s in self.uncertainty_sources for s in ("dropout", "rate_in"))
         shared = self._share(nets, passes)
+        # one trace per mirror and fold network, kept for every chunk of this window's passes, freed with the window
+        traces: dict[tuple[int, int], SharedPasses | None] = {}
+        chunk = None  # passes per chunk, chosen at the window's first trace
         done = 0
         while done < passes:
             group = None
-            k = 1
+            # later chunks: as many passes as the first chunk replayed, so every replay batch holds the same number
+            # of samples and the peak memory does not grow with num_samples
+            k = 1 if chunk is None else min(max(chunk - 1, 1), passes - done)
             for i, axes in enumerate(combos):
                 xx = torch.flip(x, axes) if axes else x
                 outs = []
                 for f, net in enumerate(nets):
                     if shared is None:
                         o = net(xx)
-                    else:  # this chunk's passes: a traced one, then k - 1 replayed with the shared part reused
-                        o, k = self._shared_chunk(shared[f], xx, passes - done, k if i or f else None)
+                    else:  # this chunk's k passes, replayed from the window's trace of this mirror and network
+                        first = chunk is None and not (i or f)
+                        o, k = self._shared_chunk(traces, (i, f), shared[f], xx, passes - done, None if first else k)
                     outs.append(torch.flip(o, axes) if axes else o)
                 # the samples of this chunk and mirror: the mean logit over the fold networks (folds not a source)
                 out = outs[0].float() if len(outs) == 1 else sum(o.float() for o in outs) / len(outs)
@@ -582,7 +605,10 @@ class UncertaintyPredictor(nnUNetPredictor):
                 g = group / len(combos) if len(combos) > 1 else group
                 for j in range(k):
                     stats.update(self._probabilities(g if k == 1 else g[j:j + 1]))
+            if shared is not None and chunk is None:
+                chunk = k
             done += k
+        traces.clear()
         if ssn_mean:
             with _ssn_mean_logits(nets):
                 for axes in combos:

@@ -164,13 +164,14 @@ def assert_maps_close(full, shared):
         torch.testing.assert_close(shared[k], full[k], rtol=1e-4, atol=2e-5, msg=f"map {k}")
 
 
+@pytest.mark.parametrize("sw_batch", [1, 2])  # 1: shared values handed on at batch 1 (operations on them run once)
 @pytest.mark.parametrize("dims", [2, 3])
 @pytest.mark.parametrize("name", list(NETWORKS))
-def test_shared_equals_full_sliding_window_injected_masks(name, dims):
+def test_shared_equals_full_sliding_window_injected_masks(name, dims, sw_batch):
     bank = MaskBank()
     net = banked(name, dims, bank)
     x = torch.rand(1, 1, 24, *([16] * (dims - 1)))  # two overlapping windows along the first axis
-    sw = SlidingWindowInferer([16] * dims, sw_batch_size=2, overlap=0.25)
+    sw = SlidingWindowInferer([16] * dims, sw_batch_size=sw_batch, overlap=0.25)
 
     def make(share):
         return MCDropoutInferer(num_samples=5, base_inferer=sw, share_passes=share, sample_batch_size=3,
@@ -255,8 +256,15 @@ def test_post_hoc_add_dropout_shares_the_encoder():
     assert passes.shared_calls == 9
     assert first.shape == (1, 3, 16, 16, 16) and more.shape == (3, 3, 16, 16, 16)
     assert not torch.allclose(more[0], more[1])  # independent masks per sample of a batch
-    # only upcat_1's output is read by the stochastic rest (its dropout hook): the one kept output copied per sample
-    assert passes.copied_bytes == 1 * 4 * 16**3 * 4 < passes.shared_bytes
+    # a batch of one input: kept outputs are handed to the samples as expanded views, none is copied per sample
+    assert passes.copied_bytes == 0 < passes.shared_bytes
+    assert passes.per_sample_bytes() == passes.stochastic_bytes
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x.repeat(2, 1, 1, 1, 1))
+    # a batch of two inputs: only upcat_1's output is read by the stochastic rest (its dropout hook), the one kept
+    # output copied per sample
+    assert passes.copied_bytes == 2 * 4 * 16**3 * 4 < passes.shared_bytes
     assert passes.per_sample_bytes() == passes.stochastic_bytes + passes.copied_bytes
 
 
@@ -415,3 +423,75 @@ def test_kept_outputs_are_freed_with_the_passes_without_garbage_collection():
     finally:
         if enabled:
             gc.enable()
+
+
+class _SharedOps(nn.Module):
+    """Operations outside module calls on shared values: concatenation, arithmetic, in place, views built from the
+    (expanded) shape, reductions and slices along the batch axis, then dropout and a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(1, 4, 3, padding=1)
+        self.b = nn.Conv2d(1, 4, 1)
+        self.drop = nn.Dropout2d(0.5)
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.cat([self.a(x), self.b(x)], 1) * 2.0 + 1.0
+        s.relu_()
+        flat = s.view(s.shape[0], -1)  # the batch size of the replay, not of the batch-1 value
+        batch_mean = s.mean(0, keepdim=True) + s[:1] + s.sum(0, keepdim=True) / s.shape[0]
+        y = self.head(self.drop(flat.view_as(s)) + batch_mean)
+        return y + s.sum() / s.numel()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_operations_on_shared_values_run_once_and_match_a_batched_pass(k):
+    """A replay of ``k`` samples equals the network on the input repeated ``k`` times with the same random draws
+    (the semantics of a batched pass), also where operations reduce or slice along the batch axis; operations whose
+    arguments are all shared run once, on batch 1."""
+    torch.manual_seed(0)
+    net = _SharedOps().eval()
+    net.drop.train()
+    x = torch.rand(1, 1, 6, 6)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        torch.manual_seed(1)
+        out = passes.replay(net, x, k)
+        torch.manual_seed(1)
+        ref = net(x.repeat(k, 1, 1, 1))
+    torch.testing.assert_close(out, ref)
+    assert passes.shared_calls == 2 and passes.shared_ops >= 4  # cat, *, +, relu_ (at least) on batch 1
+    if k > 1:
+        assert not torch.allclose(out[0], out[1])  # per-sample masks
+
+
+def test_stochastic_write_into_a_shared_value_replays_plain_copies():
+    """A traced pass that writes a stochastic value into a non-stochastic tensor: the replay hands out plain copies
+    (no operation runs on batch-1 values), and still equals a batched pass with the same draws."""
+
+    class Writes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+            self.drop = nn.Dropout2d(0.5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.conv(x) + 1.0
+            h[:, :2] = self.drop(h)[:, :2]
+            return h * 2.0
+
+    torch.manual_seed(0)
+    net = Writes().eval()
+    net.drop.train()
+    x = torch.rand(1, 1, 5, 5)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        torch.manual_seed(3)
+        out = passes.replay(net, x, 3)
+        torch.manual_seed(3)
+        ref = net(x.repeat(3, 1, 1, 1))
+    torch.testing.assert_close(out, ref)
+    assert passes.shared_ops == 0 and passes.copied_bytes > 0
