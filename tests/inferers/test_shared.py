@@ -495,3 +495,44 @@ def test_stochastic_write_into_a_shared_value_replays_plain_copies():
         ref = net(x.repeat(3, 1, 1, 1))
     torch.testing.assert_close(out, ref)
     assert passes.shared_ops == 0 and passes.copied_bytes > 0
+
+
+def test_mc_dropout_traces_each_window_of_a_batch_on_its_own(monkeypatch):
+    """sw_batch_size > 1: every window traced and replayed at batch 1 (operations on shared values run once), the
+    outputs joined back in the batch's layout; equal to full passes with the same masks."""
+    bank = MaskBank()
+    net = banked("PlainConvUNet" if _has_dna() else "BasicUNet", 3, bank)
+    traced, replayed = [], []
+    trace, replay = SharedPasses.trace, SharedPasses.replay
+
+    def spy_trace(self, predictor, x):
+        traced.append(x.shape[0])
+        return trace(self, predictor, x)
+
+    def spy_replay(self, predictor, x, k):
+        replayed.append((x.shape[0], k))
+        out = replay(self, predictor, x, k)
+        assert self.shared_ops > 0 or not self._once  # batch-1 replays compute shared operations once
+        return out
+
+    monkeypatch.setattr(SharedPasses, "trace", spy_trace)
+    monkeypatch.setattr(SharedPasses, "replay", spy_replay)
+    x = torch.rand(1, 1, 40, 16, 16)  # three overlapping windows (at 0, 12, 24): a batch of two, then one
+    sw = SlidingWindowInferer([16] * 3, sw_batch_size=2, overlap=0.25)
+
+    def make(share):
+        return MCDropoutInferer(num_samples=5, base_inferer=sw, share_passes=share, sample_batch_size=2,
+                                keep_samples=True)
+
+    full, shared = run_both(make, x, net, bank)
+    assert_maps_close(full, shared)
+    assert traced == [1, 1, 1]  # one trace per window, never a batch of two
+    assert {b for b, _ in replayed} == {1} and sum(k for _, k in replayed) == 3 * 4
+
+
+def _has_dna() -> bool:
+    try:
+        import dynamic_network_architectures  # noqa: F401
+    except ImportError:
+        return False
+    return True
