@@ -76,7 +76,6 @@ class MCDropoutSource(SampleSource):
 
     mi_meaning = MIMeaning.EPISTEMIC
     shareable = True
-    per_window = True
 
     def __init__(self, num_samples: int) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:

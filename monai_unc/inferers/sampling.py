@@ -55,7 +55,6 @@ from typing import Any
 import torch
 from monai.inferers import Inferer, SimpleInferer
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .._utils import check_bool, check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
@@ -129,9 +128,6 @@ class SampleSource:
         innermost: put the source last in the product.
         shareable: the samples differ only through random draws inside the network (its variants are all ``None``),
             so the inferer may compute what they share once (``share_passes``).
-        per_window: the source prepares nothing for a batch of windows, so the windows of a batch may be sampled
-            one at a time (shared passes then run each window of a ``sw_batch_size`` batch on its own; MC
-            dropout, not Rate-In, whose rates are prepared per batch).
 
     Example:
         >>> import torch
@@ -151,7 +147,6 @@ class SampleSource:
     level: str = "window"
     innermost: bool = False
     shareable: bool = False
-    per_window: bool = False
 
     def variants(self, x: torch.Tensor) -> Sequence[Wrapper | None]:
         """The wrappers of one call: ``None`` (the predictor as is) or ``predictor -> predictor``.
@@ -777,9 +772,6 @@ class UncertaintyInferer(Inferer):
 
         for rest, combo in zip(itertools.product(*(range(len(v)) for v in other_variants)),
                                itertools.product(*other_variants)):
-            if x.shape[0] > 1 and src.per_window:
-                self._shared_windows_apart(x, network, base, combo, n, lambda d, rest=rest: index(rest, d), add, info)
-                continue
             passes = SharedPasses(network)  # one per input: never shared across TTA variants
             add(_wrapped(lambda t, passes=passes: passes.trace(base, t), combo)(x), [index(rest, 0)])
             done = 1
@@ -794,40 +786,6 @@ class UncertaintyInferer(Inferer):
                     break
                 add(raw, [index(rest, done + j) for j in range(k)])
                 done += k
-
-    def _shared_windows_apart(
-        self,
-        x: torch.Tensor,
-        network: nn.Module,
-        base: Predictor,
-        combo: Sequence[Wrapper | None],
-        n: int,
-        index: Callable[[int], int],
-        add: Callable[[Any, Sequence[int]], None],
-        info: dict[str, Any],
-    ) -> None:
-        """The ``n`` samples of one variant of a batch of windows, each window traced and replayed on its own.
-
-        A replay of a one-window trace computes the operations on shared values once and hands them on without
-        per-sample copies (:class:`~monai_unc.networks.shared.SharedPasses`), which a batch of windows cannot; the
-        windows' outputs are joined back into the batch's layout (sample ``s`` of window ``b`` at ``s B + b``).
-        """
-        parts = [x[b:b + 1] for b in range(x.shape[0])]
-        passes = [SharedPasses(network) for _ in parts]  # one per window: never shared across windows or variants
-        add(_join_windows([_wrapped(lambda t, p=p: p.trace(base, t), combo)(xb) for p, xb in zip(passes, parts)], 1),
-            [index(0)])
-        done = 1
-        while done < n:
-            k = self._sample_batch(passes[0], n - done, info)
-            try:
-                raws = [_wrapped(lambda t, p=p, k=k: p.replay(base, t, k), combo)(xb) for p, xb in zip(passes, parts)]
-            except SharingUnavailable as err:
-                info.setdefault("fallback", str(err))
-                for d in range(done, n):
-                    add(_wrapped(base, combo)(x), [index(d)])
-                break
-            add(_join_windows(raws, k), [index(done + j) for j in range(k)])
-            done += k
 
     def _stitches(self) -> bool:
         """Whether the base inferer may blend overlapping windows (anything but a ``SimpleInferer``)."""
@@ -995,25 +953,6 @@ def _wrapped(base: Predictor, combo: Sequence[Wrapper | None]) -> Predictor:
         if wrap is not None:
             predictor = wrap(predictor)
     return predictor
-
-
-def _join_windows(outputs: Sequence[Any], k: int) -> Any:
-    """The outputs of ``B`` windows, each ``(k, ...)``, as one batch ``(k B, ...)``.
-
-    Sample ``s`` of window ``b`` lands at row ``s B + b`` (the layout of a replay of the whole batch); any nesting of
-    tensors, each leaf joined.
-    """
-    leaves = [tree_flatten(o) for o in outputs]
-    spec = leaves[0][1]
-    joined = []
-    for parts in zip(*(flat for flat, _ in leaves)):
-        if not isinstance(parts[0], torch.Tensor):
-            joined.append(parts[0])
-        elif k == 1:
-            joined.append(torch.cat(parts, 0))
-        else:
-            joined.append(torch.stack(parts, 1).reshape(k * len(parts), *parts[0].shape[1:]))
-    return tree_unflatten(joined, spec)
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
