@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -21,3 +22,23 @@ def no_tf32() -> Iterator[None]:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+@contextlib.contextmanager
+def count_synchronisations() -> Iterator[list[str]]:
+    """The CUDA synchronisations of the block, as the messages of torch's sync debug mode (set to warn, restored).
+
+    The list yielded is filled when the block ends: ``with count_synchronisations() as syncs: ...``, then
+    ``len(syncs)``.
+    """
+    torch.cuda.synchronize()
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    syncs: list[str] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield syncs
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+    syncs.extend(str(w.message) for w in caught if "synchroniz" in str(w.message).lower())

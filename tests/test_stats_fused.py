@@ -428,23 +428,15 @@ def test_fused_update_on_the_device_equals_the_reference(cuda_device, monkeypatc
 def test_fused_update_synchronises_only_for_the_checks(cuda_device):
     if cuda_device.type != "cuda" or not kernels.available("cuda"):
         pytest.skip("counts CUDA synchronisations of the Triton update")
-    import warnings
+    from tests._device import count_synchronisations
 
     ps = [p.to(cuda_device) for p in samples(3, (1, 3, 24, 24, 24), False, torch.float32, seed=12)]
     batch = torch.cat(ps)
     for validate, expected in ((False, 0), (True, 1)):
         s = SampleStats(validate=validate).update(ps[0])  # compiles and caches the kernel and its constants
         s.update_many(batch, num_samples=3, weights=[0.5, 1.0, 2.0])
-        torch.cuda.synchronize()
-        old = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                s.update(ps[1])
-                s.update_many(batch, num_samples=3, weights=[0.5, 1.0, 2.0])
-        finally:
-            torch.cuda.set_sync_debug_mode(old)
-        syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
+        with count_synchronisations() as syncs:
+            s.update(ps[1])
+            s.update_many(batch, num_samples=3, weights=[0.5, 1.0, 2.0])
         # validate=True: one read of the checks' flags per call (two calls)
-        assert len(syncs) == 2 * expected, (validate, [str(w.message) for w in syncs])
+        assert len(syncs) == 2 * expected, (validate, syncs)

@@ -3,12 +3,11 @@ of MC dropout on a GPU)."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 from monai_unc.stats import DEFAULT_CHUNK_ELEMENTS, SampleStats, spatial_chunks
+from tests._device import count_synchronisations
 
 
 def moments(device: torch.device | str = "cpu", depth: int = 80):
@@ -42,14 +41,6 @@ def test_from_moments_synchronises_once(cuda_device):
         pytest.skip("counts CUDA synchronisations")
     mean, ee = moments(cuda_device)
     assert len(spatial_chunks(tuple(mean.shape), DEFAULT_CHUNK_ELEMENTS)) > 2
-    torch.cuda.synchronize()
-    old = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            SampleStats.from_moments(mean, ee, count=2.0)
-    finally:
-        torch.cuda.set_sync_debug_mode(old)
-    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
-    assert len(syncs) == 1, [str(w.message) for w in syncs]
+    with count_synchronisations() as syncs:
+        SampleStats.from_moments(mean, ee, count=2.0)
+    assert len(syncs) == 1, syncs
