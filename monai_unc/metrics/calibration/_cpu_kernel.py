@@ -45,10 +45,13 @@ def _build() -> Any:
     import numba
 
     jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-    # voxels per block: its buffers (values and the top value in the input's dtype, int32 bins and top label, five
+    # voxels per block: its buffers (values and the top value in the input's dtype, uint32 bins and top label, five
     # float64 arrays: (s + 4) (C + 1) + 44 bytes a voxel for an input of s bytes) stay in the L1 / L2 cache
     BLOCK = 512
 
+    # Bins and top labels are uint32: an unsigned index needs no wraparound of negative indices (a sign test and an
+    # add per table update in the scatters; 7 % of the kernel's time measured), and the bins of values in [0, 1]
+    # times F < 2^31 fit.
     # The loops below are written so that LLVM vectorises them: each reads and writes a few one-dimensional
     # contiguous slices (a slice, not ``a[c, start + i]``, whose index could be negative as far as the compiler knows;
     # few arrays, so that the runtime alias checks stay within LLVM's budget). The scatters into the tables run one
@@ -69,7 +72,7 @@ def _build() -> Any:
             v = raw if raw > 0.0 else 0.0
             v = v if v < 1.0 else 1.0
             vc[i] = v
-            bc[i] = np.int32(v * n_fine)
+            bc[i] = np.uint32(v * n_fine)
         return out
 
     @jit
@@ -105,7 +108,7 @@ def _build() -> Any:
     @jit
     def values_to_bins(v, b, n_fine):
         for i in range(b.shape[0]):
-            b[i] = np.int32(np.float64(v[i]) * n_fine)
+            b[i] = np.uint32(np.float64(v[i]) * n_fine)
 
     @jit
     def entropy_values(e, v):
@@ -181,15 +184,15 @@ def _build() -> Any:
         n_cls = p.shape[0]
         block = BLOCK
         vals = np.empty((n_cls, block), dtype=p.dtype)
-        bins = np.empty((n_cls, block), dtype=np.int32)
+        bins = np.empty((n_cls, block), dtype=np.uint32)
         conf = np.empty(block, dtype=p.dtype)
-        pred = np.empty(block, dtype=np.int32)
+        pred = np.empty(block, dtype=np.uint32)
         p_true = np.empty(block)
         sq = np.empty(block)
         s = np.empty(block)
         ev = np.empty(block)
-        eb = np.empty(block, dtype=np.int32)
-        top_bins = np.empty(block, dtype=np.int32)
+        eb = np.empty(block, dtype=np.uint32)
+        top_bins = np.empty(block, dtype=np.uint32)
         invalid = 0
         nan = 0
         # unweighted NLL: the sum of -log p_y as the log of running products (nll_brier): four logs per call
@@ -313,7 +316,7 @@ def histogram_tables(
     if kernel is None:
         raise RuntimeError("the fused CPU kernel needs numba (pip install 'monai-unc[fast]')")
     if n_fine >= 1 << 31:
-        raise ValueError(f"n_fine must be below 2**31 (the kernel's bins are int32), got {n_fine}")
+        raise ValueError(f"n_fine must be below 2**31 (the kernel's bins are uint32), got {n_fine}")
     n = p.shape[1]
     n_blocks = max(1, min(int(n_threads), n // MIN_VOXELS_PER_THREAD))
     weighted = w is not None
