@@ -253,3 +253,76 @@ def test_kernel_tables_equal_numpy(monkeypatch):
     np.testing.assert_allclose(out["scalars"][0], y.size)
     np.testing.assert_allclose(out["scalars"][1], -np.log(np.maximum(p_true, 1e-15)).sum(), rtol=1e-12)
     np.testing.assert_allclose(out["scalars"][2], ((v**2).sum(0) - 2 * p_true + 1).sum(), rtol=1e-12)
+
+
+def _empty_tables(f: int) -> dict[str, np.ndarray]:
+    return {
+        "total": np.zeros((5, f + 1), np.int64),
+        "hits": np.zeros((5, f + 1), np.int64),
+        "sums": np.zeros((5, f + 1)),
+        "scalars": np.zeros(3),
+    }
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_invalid_and_nan_counts_equal_numpy(dtype):
+    """Values out of range, NaNs and sums off 1 in a few blocks (and the last, partial one): the returned counts equal
+    a numpy count of them (the kernel counts them only in the blocks that fail a check)."""
+    rng = np.random.default_rng(5)
+    n, tol = 3 * 512 + 77, 1e-3
+    p = rng.dirichlet(np.ones(3), n).T.astype(dtype).copy()
+    y = rng.integers(0, 3, n)
+    p[0, 3], p[1, 3] = np.nan, np.nan  # two NaNs in one voxel
+    p[2, 700] = -0.5  # out of range (and its sum off)
+    p[1, 1000] = 1.0 + 10 * tol
+    p[0, 1500], p[1, 1500] = 0.6, 0.6  # in range, sum off
+    p[2, n - 2] = np.inf
+    p[:, 900] = [-tol / 2, 0.5 + tol / 2, 0.5]  # within the tolerance (its sum too): valid
+    for lo, hi in ((0, n), (0, 512), (512, 1024), (1024, n)):  # blocks that fail and blocks that do not
+        q = np.ascontiguousarray(p[:, lo:hi])
+        x = q.astype(np.float64)
+        nan = int(np.isnan(x).sum())
+        out_of_range = int(((x < -tol) | (x > 1 + tol) | np.isnan(x)).sum())
+        with np.errstate(invalid="ignore"):
+            d = np.abs(x.sum(0) - 1.0)
+        sums_off = int(((d > tol) | np.isnan(d)).sum())
+        got = _cpu_kernel.histogram_tables(q, y[lo:hi].copy(), None, 64, None, tol, 1e-15, 1, _empty_tables(64))
+        assert got == (out_of_range + sums_off, nan)
+    assert _cpu_kernel.histogram_tables(
+        np.ascontiguousarray(p[:, 800:1000]), y[800:1000].copy(), None, 64, None, tol, 1e-15, 1, _empty_tables(64)
+    ) == (0, 0)
+
+
+@pytest.mark.parametrize("f", [15 * 2**10, 10, 1000, 3])
+def test_kernel_bins_of_edge_values_equal_float64_floor(f):
+    """Float32 values at and next to every bin edge k / F, 0, 1 and just below 1: each bin (class rows and the top
+    row) equals ``floor(v * F)`` computed in float64 on the float32 value."""
+    edges = np.arange(f + 1, dtype=np.float64) / f
+    e32 = edges.astype(np.float32)
+    vals = np.concatenate(
+        [
+            e32,
+            np.nextafter(e32, np.float32(0)),
+            np.nextafter(e32, np.float32(2)),
+            np.array([0.0, 1.0, np.nextafter(np.float32(1), np.float32(0)), 1e-45], np.float32),
+        ]
+    )
+    vals = np.clip(vals, 0, 1).astype(np.float32)
+    p = np.stack([vals, np.zeros_like(vals), np.zeros_like(vals)])  # class 0 always the top label
+    p[1] = (np.float64(1.0) - vals.astype(np.float64)).astype(np.float32)  # sums within the float32 tolerance
+    p[1] = np.where(p[1] > vals, 0, p[1])  # class 0 stays the first maximum
+    p[2] = 0
+    y = np.zeros(vals.size, np.int64)
+    out = _empty_tables(f)
+    _cpu_kernel.histogram_tables(p, y, None, f, None, 1.0, 1e-15, 1, out)  # a loose tolerance: every sum passes
+    for r in (0, 1, 3):
+        v = p[r if r < 3 else 0].astype(np.float64)
+        expect = np.bincount(np.floor(v * f).astype(np.int64), minlength=f + 1)
+        np.testing.assert_array_equal(out["total"][r], expect)
+        np.testing.assert_array_equal(out["sums"][r], np.bincount(np.floor(v * f).astype(np.int64), v, minlength=f + 1))
+
+
+def test_kernel_rejects_too_many_bins():
+    p = np.full((3, 4), 1 / 3)
+    with pytest.raises(ValueError, match="n_fine"):
+        _cpu_kernel.histogram_tables(p, np.zeros(4, np.int64), None, 1 << 31, None, 1e-3, 1e-15, 1, {})

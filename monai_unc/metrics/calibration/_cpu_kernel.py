@@ -45,8 +45,13 @@ def _build() -> Any:
     import numba
 
     jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-    BLOCK = 512  # voxels per block: its buffers (8 (2 C + 8) bytes a voxel) stay in the L1 / L2 cache
+    # voxels per block: its buffers (values and the top value in the input's dtype, uint32 bins and top label, five
+    # float64 arrays: (s + 4) (C + 1) + 44 bytes a voxel for an input of s bytes) stay in the L1 / L2 cache
+    BLOCK = 512
 
+    # Bins and top labels are uint32: an unsigned index needs no wraparound of negative indices (a sign test and an
+    # add per table update in the scatters; 7 % of the kernel's time measured), and the bins of values in [0, 1]
+    # times F < 2^31 fit.
     # The loops below are written so that LLVM vectorises them: each reads and writes a few one-dimensional
     # contiguous slices (a slice, not ``a[c, start + i]``, whose index could be negative as far as the compiler knows;
     # few arrays, so that the runtime alias checks stay within LLVM's budget). The scatters into the tables run one
@@ -55,18 +60,30 @@ def _build() -> Any:
     @jit
     def class_values(pc, vc, bc, s, n_fine, tol):
         # one class of a block: the value clipped to [0, 1] (NaN to 0: binned, never used) and its bin, the value as
-        # given added to the voxel's sum s; returns the values outside [-tol, 1 + tol] (NaN included) and the NaNs
-        out = 0
-        nan = 0
+        # given added to the voxel's sum s; returns whether a value is outside [-tol, 1 + tol] (a NaN is not seen
+        # here: it makes the voxel's sum NaN, which sum_off counts). One boolean or-reduction, not two int64 counts
+        # (a widening per lane); the exact counts are taken by count_values, only for a block that fails
+        out = False
+        lo, hi = -tol, 1.0 + tol
         for i in range(vc.shape[0]):
             raw = np.float64(pc[i])
-            out += (raw < -tol) | (raw > 1.0 + tol) | (raw != raw)  # | not or: no branch
-            nan += raw != raw
+            out |= (raw < lo) | (raw > hi)  # | not or: no branch
             s[i] += raw
             v = raw if raw > 0.0 else 0.0
             v = v if v < 1.0 else 1.0
             vc[i] = v
-            bc[i] = np.int64(v * n_fine)
+            bc[i] = np.uint32(v * n_fine)
+        return out
+
+    @jit
+    def count_values(pc, tol):
+        # the values of one class of a block outside [-tol, 1 + tol] (NaN included) and the NaNs (a failing block)
+        out = 0
+        nan = 0
+        for i in range(pc.shape[0]):
+            raw = np.float64(pc[i])
+            out += (raw < -tol) | (raw > 1.0 + tol) | (raw != raw)
+            nan += raw != raw
         return out, nan
 
     @jit
@@ -82,14 +99,16 @@ def _build() -> Any:
     @jit
     def true_label(vc, c, y, p_true, sq):
         for i in range(vc.shape[0]):
-            v, cur = vc[i], p_true[i]
-            p_true[i] = v if y[i] == c else cur
+            v = np.float64(vc[i])
+            # an addition of v or 0.0 (exact: one class matches, the others add +0.0 to a value >= 0), stored
+            # unconditionally: ``v if y[i] == c else p_true[i]`` becomes a masked store, slow on some CPUs
+            p_true[i] += v if y[i] == c else 0.0
             sq[i] += v * v
 
     @jit
     def values_to_bins(v, b, n_fine):
         for i in range(b.shape[0]):
-            b[i] = np.int64(v[i] * n_fine)
+            b[i] = np.uint32(np.float64(v[i]) * n_fine)
 
     @jit
     def entropy_values(e, v):
@@ -149,11 +168,11 @@ def _build() -> Any:
             packed[j] += 1 + (np.int64(hit) << 32)
             if w is not None:
                 wi = w[i]
-                sums[j] += v[i] * wi
+                sums[j] += np.float64(v[i]) * wi
                 wtotal[j] += wi
                 whits[j] += wi if hit else 0.0
             else:
-                sums[j] += v[i]
+                sums[j] += np.float64(v[i])
 
     # one thread's share, [start, stop), into its own tables; not numba's parallel mode (its OpenMP threading layer
     # kills a process that forks after using it): the caller runs the blocks in Python threads (nogil)
@@ -164,16 +183,16 @@ def _build() -> Any:
         # are resolved at compile time); wtotal and whits have C + 2 rows (of one unused bin without weights)
         n_cls = p.shape[0]
         block = BLOCK
-        vals = np.empty((n_cls, block))
-        bins = np.empty((n_cls, block), dtype=np.int64)
-        conf = np.empty(block)
-        pred = np.empty(block, dtype=np.int64)
+        vals = np.empty((n_cls, block), dtype=p.dtype)
+        bins = np.empty((n_cls, block), dtype=np.uint32)
+        conf = np.empty(block, dtype=p.dtype)
+        pred = np.empty(block, dtype=np.uint32)
         p_true = np.empty(block)
         sq = np.empty(block)
         s = np.empty(block)
         ev = np.empty(block)
-        eb = np.empty(block, dtype=np.int64)
-        top_bins = np.empty(block, dtype=np.int64)
+        eb = np.empty(block, dtype=np.uint32)
+        top_bins = np.empty(block, dtype=np.uint32)
         invalid = 0
         nan = 0
         # unweighted NLL: the sum of -log p_y as the log of running products (nll_brier): four logs per call
@@ -189,14 +208,13 @@ def _build() -> Any:
             yb = y[b0 : b0 + m]
             wb = w[b0 : b0 + m] if w is not None else None
             cf, pr, pt, sqb, sb = conf[:m], pred[:m], p_true[:m], sq[:m], s[:m]
+            bad = False
             for c in range(n_cls):
                 pc = p[c, b0 : b0 + m]
                 vc, bc = vals[c, :m], bins[c, :m]
                 if c == 0:
                     sb[:] = 0.0
-                out, nn = class_values(pc, vc, bc, sb, n_fine, tol)
-                invalid += out  # the tables of this call are not used (the caller raises or falls back)
-                nan += nn
+                bad |= class_values(pc, vc, bc, sb, n_fine, tol)
                 if c == 0:
                     cf[:] = vc
                     pr[:] = 0
@@ -206,7 +224,13 @@ def _build() -> Any:
                     top_label(vc, c, cf, pr)
                 true_label(vc, c, yb, pt, sqb)
                 scatter(bc, vc, yb, c, None, wb, packed[c], sums[c], wtotal[c], whits[c])
-            invalid += sum_off(sb, tol)
+            off = sum_off(sb, tol)
+            if bad or off:  # the tables of this call are not used (the caller raises or falls back)
+                invalid += off
+                for c in range(n_cls):
+                    out, nn = count_values(p[c, b0 : b0 + m], tol)
+                    invalid += out
+                    nan += nn
             tb = top_bins[:m]
             values_to_bins(cf, tb, n_fine)
             scatter(tb, cf, yb, 0, pr, wb, packed[n_cls], sums[n_cls], wtotal[n_cls], whits[n_cls])
@@ -269,7 +293,7 @@ def histogram_tables(
         p: probabilities ``(C, n)``, float32 or float64, C-contiguous (values as given: checked, then clipped).
         y: reference labels ``(n,)`` int64 in ``[0, C)`` (checked by the caller).
         w: voxel weights ``(n,)`` float64 or None.
-        n_fine: fine bins ``F``; tables have ``F + 1`` bins (a value of 1 lands in the extra one).
+        n_fine: fine bins ``F`` (below ``2^31``); tables have ``F + 1`` bins (a value of 1 lands in the extra one).
         entropy: fills the normalised-entropy row ``C + 1``: ``entropy(start, stop)`` returns the normalised
             entropy (float64, clipped to [0, 1]) of voxels ``start:stop`` (the caller's formula, so that the row
             equals the reference's); None leaves the row empty.
@@ -291,6 +315,8 @@ def histogram_tables(
     kernel = _kernel()
     if kernel is None:
         raise RuntimeError("the fused CPU kernel needs numba (pip install 'monai-unc[fast]')")
+    if n_fine >= 1 << 31:
+        raise ValueError(f"n_fine must be below 2**31 (the kernel's bins are uint32), got {n_fine}")
     n = p.shape[1]
     n_blocks = max(1, min(int(n_threads), n // MIN_VOXELS_PER_THREAD))
     weighted = w is not None
