@@ -127,9 +127,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    "mirror and fold what the passes share (shared passes give the same distribution of maps; with "
                    "--seed, other draws)")
     u.add_argument("--sample_batch_size", type=sample_batch_size_value, default="auto", metavar="K",
-                   help="dropout / rate_in with shared passes: a window's passes per chunk (one traced pass per window, "
-                   "the others replayed K - 1 at a time along the batch axis), a positive integer or auto (default: "
-                   "no more memory than the first pass or a tenth of the case's buffers)")
+                   help="dropout / rate_in with shared passes: a window's passes per chunk (one traced pass per "
+                   "window, the others replayed K - 1 at a time along the batch axis), a positive integer or auto "
+                   "(default: no more memory than the first pass or a tenth of the case's buffers)")
 
     q = subparsers.add_parser(
         PLANS_COMMAND,
