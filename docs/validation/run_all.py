@@ -1,11 +1,11 @@
 """Regenerate every validation study and the page ``docs/validation.md`` (``make validate``).
 
-    python docs/validation/run_all.py                  # all ten studies at full size, then the page
+    python docs/validation/run_all.py                  # all twelve studies at full size, then the page
     python docs/validation/run_all.py --render-only    # re-write the tables, figures and page from the saved JSON
     python docs/validation/run_all.py --tiny --output /tmp/v --page /tmp/v/validation.md   # smoke test
 
 Each study is a standalone script in this folder (``study1_spatial_metrics.py`` ...
-``study11_shared_passes.py``) with its own ``--seed``, ``--tiny`` and ``--render-only``; this runner calls
+``study12_placements.py``) with its own ``--seed``, ``--tiny`` and ``--render-only``; this runner calls
 their ``main`` in order (study 5 reuses the predictions study 1 saved in the same output folder) and then fills
 ``page_template.md``: every
 ``<!-- study:N -->`` marker is replaced by that study's results fragment (``results/studyN.md``) and figure links
@@ -38,6 +38,7 @@ STUDIES = {
     9: "study9_calibrated_training.py",
     10: "study10_lesions.py",
     11: "study11_shared_passes.py",
+    12: "study12_placements.py",
 }
 TEMPLATE = HERE / "page_template.md"
 MARKER = re.compile(r"<!-- study:(\d+) -->")
