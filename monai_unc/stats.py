@@ -434,12 +434,7 @@ class SampleStats:
         borderline sum). ``shape``: the shape expected when no sample was added yet.
         """
         if self.validate:
-            if not values:
-                pass
-            elif self._flags_apply(p):
-                if self._flags_fail(p):
-                    (check_unit_interval if self.multilabel else check_probabilities)(p, "probs")
-            else:
+            if values and (not self._flags_apply(p) or self._flags_fail(p)):
                 (check_unit_interval if self.multilabel else check_probabilities)(p, "probs")
         elif p.ndim < 3 or p.shape[1] < (1 if self.multilabel else 2):
             c = "C>=1" if self.multilabel else "C>=2"
@@ -474,13 +469,12 @@ class SampleStats:
         if self.accum_dtype is None:
             self.accum_dtype = auto_accum_dtype(int(p.shape[1]))
         sums = (self.sum_p, self.sum_h, self.sum_p2)
+        b = p.shape[0] // num_samples
         if not self._fused_for(p) or any(t is not None and (t.device != p.device or t.dtype != self.accum_dtype)
                                          for t in sums):
-            b = p.shape[0] // num_samples
             for j, w in enumerate(weights):
                 self._add_reference(p if num_samples == 1 else p[j * b:(j + 1) * b], w)
             return
-        b = p.shape[0] // num_samples
         shape = (b, *p.shape[1:])
         if self.sum_p is None:
             self.out_dtype = p.dtype
