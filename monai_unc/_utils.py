@@ -188,10 +188,14 @@ def check_unit_interval(
     _check_probability_map(p.detach(), name, channel_dim, min_ndim, tol, classes=False)
 
 
-def check_labels(labels: torch.Tensor, name: str = "labels", num_classes: int | None = None) -> torch.Tensor:
+def check_labels(
+    labels: torch.Tensor, name: str = "labels", num_classes: int | None = None, bounds: bool = True
+) -> torch.Tensor:
     """Validate an integer label map and return it as int64.
 
-    Float arrays are accepted when every value is integral (label maps read from NIfTI are often float).
+    Float arrays are accepted when every value is integral (label maps read from NIfTI are often float). With
+    ``bounds=False`` the range (non-negative, below ``num_classes``) is left to the caller, which must check it where
+    it reads the labels (a fused kernel that counts the labels outside the range).
     """
     if labels.is_floating_point():
         check_finite(labels, name)
@@ -202,6 +206,8 @@ def check_labels(labels: torch.Tensor, name: str = "labels", num_classes: int | 
     if labels.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(labels.shape)})")
     labels = labels.to(torch.int64)
+    if not bounds:
+        return labels
     lo, hi = (int(v) for v in torch.aminmax(labels))  # one read of the labels for both bounds
     if lo < 0:
         raise ValueError(f"{name} must be non-negative class indices, got minimum {lo}")

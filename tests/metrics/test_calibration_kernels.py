@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from monai_unc._utils import probability_tolerance
 from monai_unc.metrics.calibration import ConfidenceHistogram, _cpu_kernel, calibration_metrics
 from monai_unc.metrics.calibration import histogram as hist_module
 from monai_unc.metrics.calibration._cpu_kernel import available
@@ -48,7 +49,15 @@ def softmax_case(shape, num_classes, seed, scale=3.0, dtype=torch.float32):
 
 @pytest.mark.parametrize(
     "dtype, num_classes, uncertainty",
-    [(torch.float32, 3, True), (torch.float64, 2, False), (torch.float32, 5, False), (torch.float64, 4, True)],
+    [
+        (torch.float32, 3, True),
+        (torch.float64, 2, False),
+        (torch.float32, 5, False),
+        (torch.float64, 4, True),
+        (torch.float32, 8, False),
+        (torch.float32, 9, True),
+        (torch.float64, 12, False),
+    ],
 )
 def test_fused_equals_reference(monkeypatch, dtype, num_classes, uncertainty):
     probs, labels = softmax_case((2, 24, 20, 18), num_classes, seed=num_classes, dtype=dtype)
@@ -237,8 +246,7 @@ def test_kernel_tables_equal_numpy(monkeypatch):
         "sums": np.zeros((5, f + 1)),
         "scalars": np.zeros(3),
     }
-    invalid, nan = _cpu_kernel.histogram_tables(p, y, None, f, None, 1e-3, 1e-15, 1, out)
-    assert (invalid, nan) == (0, 0)
+    assert _cpu_kernel.histogram_tables(p, y, None, f, None, 1e-3, 1e-15, 1, out) == (0, 0, 0)
     v = np.clip(p.astype(np.float64), 0.0, 1.0)
     pred = np.argmax(v, 0)
     conf = v[pred, np.arange(y.size)]
@@ -287,10 +295,10 @@ def test_kernel_invalid_and_nan_counts_equal_numpy(dtype):
             d = np.abs(x.sum(0) - 1.0)
         sums_off = int(((d > tol) | np.isnan(d)).sum())
         got = _cpu_kernel.histogram_tables(q, y[lo:hi].copy(), None, 64, None, tol, 1e-15, 1, _empty_tables(64))
-        assert got == (out_of_range + sums_off, nan)
+        assert got == (out_of_range + sums_off, nan, 0)
     assert _cpu_kernel.histogram_tables(
         np.ascontiguousarray(p[:, 800:1000]), y[800:1000].copy(), None, 64, None, tol, 1e-15, 1, _empty_tables(64)
-    ) == (0, 0)
+    ) == (0, 0, 0)
 
 
 @pytest.mark.parametrize("f", [15 * 2**10, 10, 1000, 3])
@@ -326,3 +334,145 @@ def test_kernel_rejects_too_many_bins():
     p = np.full((3, 4), 1 / 3)
     with pytest.raises(ValueError, match="n_fine"):
         _cpu_kernel.histogram_tables(p, np.zeros(4, np.int64), None, 1 << 31, None, 1e-3, 1e-15, 1, {})
+
+
+@pytest.mark.parametrize("num_classes", [2, 3, 4, 9])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_top_label_row_at_the_class_row_threshold(monkeypatch, num_classes, dtype):
+    """The top-label row is taken from the class rows from ``top_label_limit`` on: voxels whose top value sits just
+    below, at and above that bin's edge, two classes above 1/2 (sums and values off by up to the tolerance), ties, and
+    a top value of 1: counts equal the reference's, the top row's sums within their bound, with and without weights."""
+    tol = probability_tolerance(dtype)
+    f = ConfidenceHistogram(num_classes).n_fine_bins
+    limit = _cpu_kernel.top_label_limit(num_classes, f, tol)
+    assert limit <= f
+    rng = np.random.default_rng(num_classes)
+    tops = np.concatenate(
+        [
+            (limit + np.array([-2, -1, 0, 1, 2])) / f,
+            np.nextafter((limit + np.arange(-2, 3)) / f, 0),
+            np.array([0.5 + tol / 2, 0.5, 1.0, (1 + (num_classes - 1) * tol) / 2]),
+            rng.uniform(0.3, 1.0, 200),
+        ]
+    )
+    voxels = []
+    for t in tops:
+        rest = np.full(num_classes - 1, (1.0 - t) / (num_classes - 1))
+        voxels.append(np.concatenate([[t], rest]))
+        # the others as high as the checks allow: the sum at 1 + tol (a hair below: summed in another order, a sum
+        # at exactly 1 + tol can round either way), the others at -tol
+        high = np.full(num_classes - 1, 0.0)
+        high[0] = min(1.0 + tol, 1.0 + 0.999 * tol - t + (num_classes - 2) * tol)
+        high[1:] = -tol
+        voxels.append(np.concatenate([[t], high]))
+        voxels.append(np.concatenate([rest[:1], [t], rest[1:]]))  # the top class not the first
+    probs = torch.tensor(np.stack(voxels, 1), dtype=torch.float64).to(dtype)
+    probs = probs[:, rng.permutation(probs.shape[1])]
+    # keep only voxels that pass the checks as the reference computes them
+    x = probs.to(torch.float64)
+    ok = ((x >= -tol) & (x <= 1 + tol)).all(0) & ((x.sum(0) - 1).abs() <= tol)
+    probs = probs[:, ok][None, :, :, None]
+    n = probs.shape[2]
+    labels = torch.from_numpy(rng.integers(0, num_classes, (1, n, 1)))
+    weights = torch.from_numpy(rng.uniform(0.1, 2.0, (1, n, 1)))
+    for w in (None, weights):
+        fused = ConfidenceHistogram(num_classes).update(probs, labels, weights=w)
+        ref = reference(monkeypatch, probs, labels, num_classes=num_classes, weights=w)
+        assert_equal_histograms(fused, ref, n)
+        assert int(fused.counts[0, num_classes, 0, limit:].sum()) > 0  # the derived part of the row is exercised
+        assert int(fused.counts[0, num_classes, 0, :limit].sum()) > 0
+
+
+@pytest.mark.parametrize("num_classes", [1, 2, 3, 5, 8, 40])
+@pytest.mark.parametrize("n_fine", [1, 2, 7, 64, 15 * 2**10, 2**24])
+@pytest.mark.parametrize("tol", [1e-3, 3.9e-3, 0.031])
+def test_top_label_limit_leaves_one_class_above(num_classes, n_fine, tol):
+    """Property of ``top_label_limit`` (brute force): a voxel that passes the checks (values in [-tol, 1 + tol], sum
+    within tol of 1) and has a class value whose bin is at or above the limit has no other class value as large
+    (the class is the unique maximum); adversarial voxels push the other values to the most the checks allow."""
+    limit = _cpu_kernel.top_label_limit(num_classes, n_fine, tol)
+    assert limit <= n_fine + 1
+    if limit > n_fine:
+        return  # nothing taken from the class rows
+    rng = np.random.default_rng(n_fine + num_classes)
+    v = np.concatenate([np.nextafter(limit / n_fine, 2.0) + np.zeros(4), rng.uniform(limit / n_fine, 1.0, 400)])
+    rows = []
+    for t in v:  # the second class as high as the checks allow: sum 1 + tol, every other class at -tol
+        second = 1.0 + tol - t + (num_classes - 2) * tol
+        rows.append(np.array([t, second] + [-tol] * (num_classes - 2))[:num_classes])
+    p = np.stack(rows)
+    assert (np.floor(np.clip(p[:, 0], 0, 1) * n_fine) >= limit).all()
+    ok = ((p >= -tol) & (p <= 1 + tol)).all(1) & (np.abs(p.sum(1) - 1) <= tol)
+    clipped = np.clip(p[ok], 0.0, 1.0)
+    if num_classes > 1:
+        assert (clipped[:, 0] > clipped[:, 1:].max(1)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_update_leaves_the_input_unchanged(dtype):
+    """Values within the tolerance outside [0, 1] are clipped for the tables and the entropy row, never in the
+    caller's array (a float64 input once was clipped in place by the entropy row's chunk)."""
+    tol = probability_tolerance(dtype)
+    probs = torch.tensor(
+        [[0.5 + tol, -tol / 2, 1.0], [0.5, 1.0 + tol / 2, -tol / 2], [-tol / 2, -tol / 2, 0.0]], dtype=dtype
+    )[None, :, :, None]
+    before = probs.clone()
+    labels = torch.tensor([[0, 1, 2]])[..., None]
+    ConfidenceHistogram(3, uncertainty=True).update(probs, labels)
+    assert torch.equal(probs, before)
+
+
+@pytest.mark.parametrize("num_classes", [3, 10])  # the unrolled and the per-class kernel
+@pytest.mark.parametrize("bad", [-1, 3, 10, 2**40])
+def test_kernel_counts_labels_out_of_range(num_classes, bad):
+    """Labels outside [0, C) in some blocks (and the last, partial one): counted, never used as an index."""
+    rng = np.random.default_rng(7)
+    n = 3 * 1024 + 5
+    p = rng.dirichlet(np.ones(num_classes), n).T.copy()
+    y = rng.integers(0, num_classes, n)
+    wrong = [5, 1500, n - 1] if bad < 0 or bad >= num_classes else []
+    y[wrong] = bad
+    out = {
+        k: np.zeros((num_classes + 2, 65), np.int64 if k in ("total", "hits") else np.float64)
+        for k in ("total", "hits", "sums")
+    }
+    out["scalars"] = np.zeros(3)
+    got = _cpu_kernel.histogram_tables(p, y, None, 64, None, 1e-3, 1e-15, 1, out)
+    assert got == (0, 0, len(wrong))
+
+
+@pytest.mark.parametrize("num_classes", [3, 10])
+@pytest.mark.parametrize("bad, message", [(-2, "non-negative"), (None, "holds class")])
+@pytest.mark.parametrize("masked", [False, True])
+def test_labels_out_of_range_raise_as_the_reference(monkeypatch, num_classes, bad, message, masked):
+    """The range of int64 labels without a mask is checked inside the kernel (no separate read): the same error as
+    the reference path's, naming ``target``, and nothing added; with a mask the labels are checked before."""
+    probs, labels = softmax_case((2, 12, 10, 8), num_classes, seed=3)
+    labels[1, 3, 4, 5] = num_classes if bad is None else bad
+    mask = torch.ones(labels.shape, dtype=torch.bool) if masked else None
+    hist = ConfidenceHistogram(num_classes)
+    with pytest.raises(ValueError, match=message) as fused_err:
+        hist.update(probs, labels, mask=mask)
+    assert "target" in str(fused_err.value)
+    assert len(hist) == 0
+    with monkeypatch.context() as m:
+        m.setattr(hist_module, "FUSED_KERNELS", False)
+        with pytest.raises(ValueError, match=message):
+            ConfidenceHistogram(num_classes).update(probs, labels, mask=mask)
+
+
+def test_labels_read_once_without_a_mask(monkeypatch):
+    """Without a mask the fused CPU path does not read the labels for their range before the kernel does."""
+    probs, labels = softmax_case((1, 8, 8, 8), 3, seed=2)
+    calls = []
+    real = torch.aminmax
+
+    def counting(t, *args, **kwargs):
+        calls.append(t.dtype)
+        return real(t, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "aminmax", counting)
+    ConfidenceHistogram(3).update(probs, labels)
+    assert torch.int64 not in calls
+    ConfidenceHistogram(3).update(probs, labels, mask=torch.ones(labels.shape, dtype=torch.bool))
+    assert torch.int64 in calls

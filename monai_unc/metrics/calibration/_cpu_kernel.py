@@ -2,21 +2,35 @@
 
 The reference update (``histogram.py``) makes about 25 torch passes over each chunk of voxels (copy, checks, top
 label, bin indices, one ``scatter_add_`` per table and row, NLL, Brier). This module does the same work in one
-compiled pass (numba, the optional ``fast`` extra) over blocks of 512 voxels that stay in the cache: per block and
-class, vectorised loops read the probabilities once, check them, clip them and compute their bins, the running top
-label, the probability of the reference label and the sum of squares; then one scalar loop per table row adds the
-block's voxels to that row's counts and value sums (one row and one index array at a time: about twice as fast as
-all rows voxel by voxel). A count and a hit share one int64 update (the count in the low 32 bits, the hit in the
-high ones, unpacked before 2^32 voxels reach one table). Each thread fills private tables over its own contiguous
-range of voxels (privatised histograms: no two threads write one counter), merged once at the end.
+compiled pass (numba, the optional ``fast`` extra) over blocks of voxels that stay in the cache. Per block:
+
+- one vectorised loop over the voxels reads every class's probability once (the loop over the classes unrolled: one
+  kernel is compiled per number of classes up to :data:`MAX_UNROLLED_CLASSES`; more classes take one vectorised loop
+  per class instead), checks it, clips it, computes its bin, and keeps the voxel's top label and value, the value of
+  its reference label and its sum of squares;
+- one scalar loop per class row adds the block's voxels to that row's counts and value sums, which sit side by side
+  (one cache line per update); a count and a hit share one int64 update (the count in the low 32 bits, the hit in
+  the high ones, unpacked before 2^32 voxels reach one table);
+- the top-label row is left to the class rows wherever they hold it: a voxel whose top value ``v`` exceeds
+  ``(1 + (C - 1) tol) / 2`` (every voxel passed the checks: values in ``[-tol, 1 + tol]`` summing to 1 within
+  ``tol``) has no other class value as large, so its top-label entry (bin, value, hit) is its top class's entry.
+  The kernel adds to the top-label row only the voxels whose top value's bin is below the first bin that holds only
+  such values; unpacking the tables adds the class rows' bins from there on to the top-label row. Confident
+  segmentations have few voxels below it (two of a class row's three scatters a voxel remain);
+- the NLL and Brier sums: the NLL as the logarithm of a product (each probability of the reference label split into
+  its binary exponent, summed as an integer, and its mantissa in [1, 2), multiplied: no logarithm per voxel), the
+  Brier sum as one sum a block.
+
+Each thread fills private tables over its own contiguous range of voxels (privatised histograms: no two threads write
+one counter), merged once at the end.
 
 Results equal the reference's: the same float64 values, bin ``floor(v * F)`` computed the same way, first maximum
-wins; counts are exact int64. Float sums differ only by the order of the additions (per thread, then merged), i.e.
-within the recursive-summation bound ``n * 2^-53`` relative of the reference's sums; the unweighted NLL sum is the
-log of four renormalised products (four logs per thread), and the unweighted Brier sum four partial sums, within
-``n * 2^-52`` absolute. The normalised entropy (the UCE row) is computed by the caller with the reference's own torch
-formula, chunk by chunk (a vectorised log is several times faster than a scalar one per class and voxel), and binned
-here.
+wins; counts are exact int64. Float sums differ only by the order of the additions (per thread, per row, then merged;
+the top-label row's sums above the threshold as the sum of the class rows' sums), i.e. within the recursive-summation
+bound ``n * 2^-53`` relative of the reference's sums; the unweighted NLL and Brier sums are reassociated within a
+block (a product and a sum the compiler vectorises) and summed over blocks, within ``n * 2^-52`` relative. The
+normalised entropy (the UCE row) is computed by the caller with the reference's own torch formula, chunk by chunk (a
+vectorised log is several times faster than a scalar one per class and voxel), and binned here.
 
 Without numba (or for other dtypes than float32 / float64) :func:`available` is False and the histogram keeps the
 reference path.
@@ -33,47 +47,150 @@ import numpy as np
 
 from ..._lazy import lazy_optional
 
-__all__ = ["available", "histogram_tables"]
+__all__ = ["MAX_UNROLLED_CLASSES", "available", "histogram_tables", "top_label_limit"]
+
+#: the most classes for which the kernel's loop over the classes is unrolled (one compiled kernel per count)
+MAX_UNROLLED_CLASSES = 8
 
 
 def available() -> bool:
-    """Whether numba imports (the kernel is compiled on first use and cached on disk)."""
-    return _kernel() is not None
+    """Whether numba imports (the kernels are compiled on first use and cached on disk)."""
+    return _kernels() is not None
 
 
-def _build() -> Any:
+def top_label_limit(n_classes: int, n_fine: int, tol: float) -> int:
+    """The first fine bin whose values only a voxel's top class can have: its top-label entry is a class row's there.
+
+    A voxel that passed the checks has values in ``[-tol, 1 + tol]`` summing to 1 within ``tol``; a class value above
+    ``(1 + (C - 1) tol) / 2`` leaves less than that to every other class. Bins from the returned one on hold only
+    values above it (two bins of margin over the threshold's own bin: the bin of ``v`` is ``floor(v * F)`` in float64).
+
+    Args:
+        n_classes: ``C``.
+        n_fine: fine bins ``F``.
+        tol: the tolerance of the range and sum checks.
+
+    Returns:
+        The bin (at most ``F + 1``, i.e. no bin, when the threshold is too close to 1).
+
+    Example:
+        >>> top_label_limit(3, 15360, 1e-3), top_label_limit(2, 1, 1e-3)
+        (7697, 2)
+    """
+    return min(n_fine + 1, int(math.floor((1.0 + (n_classes - 1) * tol) / 2.0 * n_fine)) + 2)
+
+
+def _build(n_cls: int) -> Any:
+    """The kernel for ``n_cls`` classes (a compile-time constant of its loops)."""
     import numba
 
     jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-    # voxels per block: its buffers (values and the top value in the input's dtype, uint32 bins and top label, five
-    # float64 arrays: (s + 4) (C + 1) + 44 bytes a voxel for an input of s bytes) stay in the L1 / L2 cache
-    BLOCK = 512
+    # the NLL / Brier sums of a block: reassociated (vectorised products and sums), within their stated bound
+    reassoc = numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc"})
+    NC = n_cls
+    UNROLLED = n_cls <= MAX_UNROLLED_CLASSES
+    # voxels per block: its buffers (C float64 values and uint32 bins, and eight arrays of a voxel) stay in the L1 /
+    # L2 cache; the per-class loops of many classes take smaller blocks
+    BLOCK = 1024 if UNROLLED else 512
+    # the NLL's mantissa products: at most 512 factors in [1, 2) (below 2^512: no overflow)
+    PROD_CHUNK = 512
+    MANTISSA = np.int64(0x000FFFFFFFFFFFFF)
+    ONE_BITS = np.int64(0x3FF0000000000000)
 
     # Bins and top labels are uint32: an unsigned index needs no wraparound of negative indices (a sign test and an
-    # add per table update in the scatters; 7 % of the kernel's time measured), and the bins of values in [0, 1]
-    # times F < 2^31 fit.
-    # The loops below are written so that LLVM vectorises them: each reads and writes a few one-dimensional
-    # contiguous slices (a slice, not ``a[c, start + i]``, whose index could be negative as far as the compiler knows;
-    # few arrays, so that the runtime alias checks stay within LLVM's budget). The scatters into the tables run one
-    # row at a time (one table row and one index array per loop: measured 2x faster than all rows per voxel).
+    # add per table update in the scatters), and the bins of values in [0, 1] times F < 2^31 fit.
+    # The loops below are written so that LLVM vectorises them: unsigned or ``range`` indices (a signed ``start + i``
+    # could be negative as far as the compiler knows: numba's wraparound test would stop the vectoriser), few arrays
+    # (the runtime alias checks stay within LLVM's budget). The scatters into the tables run one row at a time (one
+    # table row and one index array per loop: measured 2x faster than all rows per voxel).
 
     @jit
-    def class_values(pc, vc, bc, s, n_fine, tol):
-        # one class of a block: the value clipped to [0, 1] (NaN to 0: binned, never used) and its bin, the value as
-        # given added to the voxel's sum s; returns whether a value is outside [-tol, 1 + tol] (a NaN is not seen
-        # here: it makes the voxel's sum NaN, which sum_off counts). One boolean or-reduction, not two int64 counts
-        # (a widening per lane); the exact counts are taken by count_values, only for a block that fails
+    def voxels(p, b0, yb, vals, bins, conf, pred, top_bins, p_true, sq, n_fine, tol):
+        # every class of the voxels b0, b0 + 1, ... of a block, for NC <= MAX_UNROLLED_CLASSES: the value clipped to
+        # [0, 1] (NaN to 0: binned, never used) and its bin; the top value and label (the first maximum wins), the
+        # value of the reference label, the top value's bin and the sum of squares; returns whether a voxel fails the
+        # checks (a value outside [-tol, 1 + tol] or a sum off 1 by more than tol, NaN included) and whether a label
+        # is outside [0, C); the exact counts are taken by count_values and count_labels, only for a block that fails
+        lo, hi = -tol, 1.0 + tol
+        bad = False
+        bad_labels = False
+        for i in range(yb.shape[0]):
+            k = np.uint64(b0 + i)
+            yi = yb[i]
+            s = 0.0
+            q = 0.0
+            best = -1.0
+            lab = np.uint32(0)
+            pt = 0.0
+            out = False
+            for c in range(NC):
+                raw = np.float64(p[c, k])
+                out |= (raw < lo) | (raw > hi)  # | not or: no branch
+                s += raw
+                v = raw if raw > 0.0 else 0.0
+                v = v if v < 1.0 else 1.0
+                vals[c, i] = v
+                bins[c, i] = np.uint32(v * n_fine)
+                q += v * v
+                better = v > best
+                best = v if better else best
+                lab = np.uint32(c) if better else lab
+                pt += v if yi == c else 0.0
+            d = abs(s - 1.0)
+            bad |= out | (d > tol) | (d != d)
+            bad_labels |= np.uint64(yi) >= np.uint64(NC)  # a negative label too: one compare
+            conf[i] = best
+            pred[i] = lab
+            top_bins[i] = np.uint32(best * n_fine)
+            p_true[i] = pt
+            sq[i] = q
+        return bad, bad_labels
+
+    @jit
+    def class_values(pc, vc, bc, s, sq, conf, pred, c, n_fine, tol):
+        # one class of a block, for NC > MAX_UNROLLED_CLASSES: as voxels, class by class (class 0 starts the sums, the
+        # squares and the running top label); returns whether a value is outside [-tol, 1 + tol] (a NaN makes the
+        # voxel's sum NaN, which sum_off counts)
         out = False
         lo, hi = -tol, 1.0 + tol
+        first = c == 0
         for i in range(vc.shape[0]):
             raw = np.float64(pc[i])
-            out |= (raw < lo) | (raw > hi)  # | not or: no branch
-            s[i] += raw
+            out |= (raw < lo) | (raw > hi)
             v = raw if raw > 0.0 else 0.0
             v = v if v < 1.0 else 1.0
             vc[i] = v
             bc[i] = np.uint32(v * n_fine)
+            s0, q0, cur, lab = s[i], sq[i], conf[i], pred[i]  # loaded before the choice: selects, not branches
+            s[i] = raw if first else s0 + raw
+            sq[i] = v * v if first else q0 + v * v
+            better = first | (v > cur)
+            conf[i] = v if better else cur
+            pred[i] = np.uint32(c) if better else lab
         return out
+
+    @jit
+    def true_values(vals, y, p_true):
+        # the clipped value of each voxel's reference label (in [0, C): count_labels is 0): one gather
+        for i in range(p_true.shape[0]):
+            p_true[i] = vals[y[i], i]
+
+    @jit
+    def count_labels(y):
+        # the labels outside [0, C)
+        bad = 0
+        for i in range(y.shape[0]):
+            yi = y[i]
+            bad += (yi < 0) | (yi >= NC)
+        return bad
+
+    @jit
+    def sum_off(s, tol):
+        bad = 0
+        for i in range(s.shape[0]):
+            d = abs(s[i] - 1.0)
+            bad += (d > tol) | (d != d)
+        return bad
 
     @jit
     def count_values(pc, tol):
@@ -87,28 +204,21 @@ def _build() -> Any:
         return out, nan
 
     @jit
-    def top_label(vc, c, conf, pred):
-        # the first maximum wins: a later class replaces it only when strictly greater
-        for i in range(vc.shape[0]):
-            # both values loaded before the choice: a select, not a conditional store (which does not vectorise)
-            v, cur, lab = vc[i], conf[i], pred[i]
-            better = v > cur
-            conf[i] = v if better else cur
-            pred[i] = c if better else lab
-
-    @jit
-    def true_label(vc, c, y, p_true, sq):
-        for i in range(vc.shape[0]):
-            v = np.float64(vc[i])
-            # an addition of v or 0.0 (exact: one class matches, the others add +0.0 to a value >= 0), stored
-            # unconditionally: ``v if y[i] == c else p_true[i]`` becomes a masked store, slow on some CPUs
-            p_true[i] += v if y[i] == c else 0.0
-            sq[i] += v * v
+    def count_sums(p, b0, m, tol):
+        # the voxels of a failing block whose sum is off 1 by more than tol (NaN included)
+        bad = 0
+        for i in range(m):
+            s = 0.0
+            for c in range(NC):
+                s += np.float64(p[c, b0 + i])
+            d = abs(s - 1.0)
+            bad += (d > tol) | (d != d)
+        return bad
 
     @jit
     def values_to_bins(v, b, n_fine):
         for i in range(b.shape[0]):
-            b[i] = np.uint32(np.float64(v[i]) * n_fine)
+            b[i] = np.uint32(v[i] * n_fine)
 
     @jit
     def entropy_values(e, v):
@@ -116,90 +226,100 @@ def _build() -> Any:
             x = e[i]
             v[i] = x if x == x else 0.0  # NaN (an invalid voxel): binned as 0, never used
 
-    @jit
-    def sum_off(s, tol):
-        bad = 0
-        for i in range(s.shape[0]):
-            d = abs(s[i] - 1.0)
-            bad += (d > tol) | (d != d)
-        return bad
+    @reassoc
+    def product(f):
+        # one vectorised product (at most PROD_CHUNK factors in [1, 2): no overflow)
+        r = 1.0
+        for i in range(f.shape[0]):
+            r *= f[i]
+        return r
 
-    @jit
-    def nll_brier(pt, sq, nll_eps, prod, brier):
-        # four independent chains (in registers) of the products of max(p_y, nll_eps), renormalised by frexp every
-        # 16 factors each (>= nll_eps = 1e-15, so 16 of them stay normal), and of the Brier terms; returns the
-        # exponents taken out. A remainder of fewer than 4 voxels goes to the first chain.
-        q0, q1, q2, q3 = prod[0], prod[1], prod[2], prod[3]
-        b0, b1, b2, b3 = brier[0], brier[1], brier[2], brier[3]
+    @reassoc
+    def nll_brier(pt, sq, nll_eps, f):
+        # the unweighted NLL and Brier terms of a block: returns (E, M, brier) with -sum log max(p_y, eps) =
+        # -(E log 2 + log M): each factor max(p_y, eps) (a normal float64 in [eps, 1]) split into its binary exponent
+        # (summed as an integer) and its mantissa in [1, 2) (multiplied, PROD_CHUNK at a time, renormalised by frexp)
         n = pt.shape[0]
-        n4 = n - n % 4
-        ex = 0
-        for k in range(0, n4, 64):
-            for i in range(k, min(k + 64, n4), 4):
-                q0 *= max(pt[i], nll_eps)
-                q1 *= max(pt[i + 1], nll_eps)
-                q2 *= max(pt[i + 2], nll_eps)
-                q3 *= max(pt[i + 3], nll_eps)
-                b0 += sq[i] - 2.0 * pt[i] + 1.0
-                b1 += sq[i + 1] - 2.0 * pt[i + 1] + 1.0
-                b2 += sq[i + 2] - 2.0 * pt[i + 2] + 1.0
-                b3 += sq[i + 3] - 2.0 * pt[i + 3] + 1.0
-            q0, e0 = math.frexp(q0)
-            q1, e1 = math.frexp(q1)
-            q2, e2 = math.frexp(q2)
-            q3, e3 = math.frexp(q3)
-            ex += e0 + e1 + e2 + e3
-        for i in range(n4, n):
-            q0, e0 = math.frexp(q0 * max(pt[i], nll_eps))
-            ex += e0
-            b0 += sq[i] - 2.0 * pt[i] + 1.0
-        prod[0], prod[1], prod[2], prod[3] = q0, q1, q2, q3
-        brier[0], brier[1], brier[2], brier[3] = b0, b1, b2, b3
-        return ex
+        fi = f.view(np.int64)
+        for i in range(n):
+            f[i] = max(pt[i], nll_eps)
+        e = 0
+        for i in range(n):
+            bits = fi[i]
+            e += (bits >> 52) - 1023
+            fi[i] = (bits & MANTISSA) | ONE_BITS
+        m = 1.0
+        for k in range(0, n, PROD_CHUNK):
+            r, er = math.frexp(product(f[k : k + PROD_CHUNK]))
+            m, em = math.frexp(m * r)
+            e += er + em
+        b = 0.0
+        for i in range(n):
+            b += sq[i] - 2.0 * pt[i] + 1.0
+        return e, m, b
 
     @jit
-    def scatter(b, v, y, c, pred, w, packed, sums, wtotal, whits):
-        # one row of a block: the voxels' counts and hits (packed: a count in the low 32 bits, a hit in the high ones,
-        # one table update instead of two; the caller unpacks before 2^32 voxels reach one table) and value sums;
-        # a hit is y == c in a class row (pred None), y == pred in the top-label and entropy rows
+    def scatter(b, v, y, c, w, it, ft):
+        # one class row of a block into its slots (S values a bin side by side: one cache line per update): the
+        # voxels' counts and hits (y == c) packed in one int64 at it[S j], the value sums at ft[S j + 1] and with
+        # weights the weighted counts and hits at ft[S j + 2], ft[S j + 3] (it and ft: two views of one buffer)
         for i in range(b.shape[0]):
-            j = b[i]
-            hit = y[i] == c if pred is None else y[i] == pred[i]
-            packed[j] += 1 + (np.int64(hit) << 32)
+            hit = y[i] == c
             if w is not None:
+                j = np.intp(b[i]) * 4
+                it[j] += 1 + (np.int64(hit) << 32)
                 wi = w[i]
-                sums[j] += np.float64(v[i]) * wi
-                wtotal[j] += wi
-                whits[j] += wi if hit else 0.0
+                ft[j + 1] += v[i] * wi
+                ft[j + 2] += wi
+                ft[j + 3] += wi if hit else 0.0
             else:
-                sums[j] += np.float64(v[i])
+                j = np.intp(b[i]) * 2
+                it[j] += 1 + (np.int64(hit) << 32)
+                ft[j + 1] += v[i]
+
+    @jit
+    def scatter_below(b, v, y, pred, w, it, ft, limit):
+        # the top-label (or entropy) row: as scatter, with hits y == pred, for the voxels whose bin is below limit
+        for i in range(b.shape[0]):
+            if b[i] < limit:
+                hit = y[i] == pred[i]
+                if w is not None:
+                    j = np.intp(b[i]) * 4
+                    it[j] += 1 + (np.int64(hit) << 32)
+                    wi = w[i]
+                    ft[j + 1] += v[i] * wi
+                    ft[j + 2] += wi
+                    ft[j + 3] += wi if hit else 0.0
+                else:
+                    j = np.intp(b[i]) * 2
+                    it[j] += 1 + (np.int64(hit) << 32)
+                    ft[j + 1] += v[i]
 
     # one thread's share, [start, stop), into its own tables; not numba's parallel mode (its OpenMP threading layer
     # kills a process that forks after using it): the caller runs the blocks in Python threads (nogil)
     @jit
-    def tables(p, y, w, ent, ent_off, n_fine, tol, nll_eps, start, stop, packed, sums, wtotal, whits, scal, flags):
+    def tables(p, y, w, ent, ent_off, n_fine, top_limit, tol, nll_eps, start, stop, it, ft, scal, flags):
         # w (weights) and ent (the normalised entropy of voxels ent_off, ent_off + 1, ...) are None or an array: numba
         # compiles one kernel per combination and prunes the branches of the other (``is None`` tests on arguments
-        # are resolved at compile time); wtotal and whits have C + 2 rows (of one unused bin without weights)
-        n_cls = p.shape[0]
+        # are resolved at compile time); it / ft: the slots of C + 2 rows (int64 and float64 views of one buffer)
         block = BLOCK
-        vals = np.empty((n_cls, block), dtype=p.dtype)
-        bins = np.empty((n_cls, block), dtype=np.uint32)
-        conf = np.empty(block, dtype=p.dtype)
+        vals = np.empty((NC, block))
+        bins = np.empty((NC, block), dtype=np.uint32)
+        conf = np.empty(block)
         pred = np.empty(block, dtype=np.uint32)
         p_true = np.empty(block)
         sq = np.empty(block)
         s = np.empty(block)
+        f = np.empty(block)
         ev = np.empty(block)
         eb = np.empty(block, dtype=np.uint32)
         top_bins = np.empty(block, dtype=np.uint32)
         invalid = 0
         nan = 0
-        # unweighted NLL: the sum of -log p_y as the log of running products (nll_brier): four logs per call
-        # instead of one per voxel
-        prod = np.ones(4)
-        brier = np.zeros(4)
-        prod_exp = 0
+        labels = 0
+        # unweighted NLL: the log of a product of mantissas times 2 ** the summed exponents (nll_brier)
+        mant = 1.0
+        exps = 0
         nll_sum = 0.0
         brier_sum = 0.0
         w_sum = 0.0
@@ -207,38 +327,38 @@ def _build() -> Any:
             m = min(block, stop - b0)
             yb = y[b0 : b0 + m]
             wb = w[b0 : b0 + m] if w is not None else None
-            cf, pr, pt, sqb, sb = conf[:m], pred[:m], p_true[:m], sq[:m], s[:m]
-            bad = False
-            for c in range(n_cls):
-                pc = p[c, b0 : b0 + m]
-                vc, bc = vals[c, :m], bins[c, :m]
-                if c == 0:
-                    sb[:] = 0.0
-                bad |= class_values(pc, vc, bc, sb, n_fine, tol)
-                if c == 0:
-                    cf[:] = vc
-                    pr[:] = 0
-                    pt[:] = 0.0
-                    sqb[:] = 0.0
-                else:
-                    top_label(vc, c, cf, pr)
-                true_label(vc, c, yb, pt, sqb)
-                scatter(bc, vc, yb, c, None, wb, packed[c], sums[c], wtotal[c], whits[c])
-            off = sum_off(sb, tol)
+            cf, pr, pt, sqb = conf[:m], pred[:m], p_true[:m], sq[:m]
+            tb = top_bins[:m]
+            if UNROLLED:
+                bad, bad_labels = voxels(p, b0, yb, vals, bins, conf, pred, top_bins, p_true, sq, n_fine, tol)
+                off = 0
+                if bad_labels:
+                    labels += count_labels(yb)
+            else:
+                bad = False
+                for c in range(NC):
+                    pc = p[c, b0 : b0 + m]
+                    bad |= class_values(pc, vals[c, :m], bins[c, :m], s[:m], sqb, cf, pr, c, n_fine, tol)
+                off = sum_off(s[:m], tol)
+                nl = count_labels(yb)
+                labels += nl
+                if nl == 0:  # the gather reads vals[y]: only with labels in range (else the tables are not used)
+                    true_values(vals[:, :m], yb, pt)
+                values_to_bins(cf, tb, n_fine)
+            for c in range(NC):
+                scatter(bins[c, :m], vals[c, :m], yb, c, wb, it[c], ft[c])
             if bad or off:  # the tables of this call are not used (the caller raises or falls back)
-                invalid += off
-                for c in range(n_cls):
+                invalid += count_sums(p, b0, m, tol)
+                for c in range(NC):
                     out, nn = count_values(p[c, b0 : b0 + m], tol)
                     invalid += out
                     nan += nn
-            tb = top_bins[:m]
-            values_to_bins(cf, tb, n_fine)
-            scatter(tb, cf, yb, 0, pr, wb, packed[n_cls], sums[n_cls], wtotal[n_cls], whits[n_cls])
+            scatter_below(tb, cf, yb, pr, wb, it[NC], ft[NC], top_limit)
             if ent is not None:
                 e, eo = ev[:m], eb[:m]
                 entropy_values(ent[b0 - ent_off : b0 - ent_off + m], e)
                 values_to_bins(e, eo, n_fine)
-                scatter(eo, e, yb, 0, pr, wb, packed[n_cls + 1], sums[n_cls + 1], wtotal[n_cls + 1], whits[n_cls + 1])
+                scatter_below(eo, e, yb, pr, wb, it[NC + 1], ft[NC + 1], n_fine + 1)
             if w is not None:
                 for i in range(m):
                     wi = wb[i]
@@ -246,20 +366,34 @@ def _build() -> Any:
                     nll_sum += -math.log(max(pt[i], nll_eps)) * wi
                     brier_sum += (sqb[i] - 2.0 * pt[i] + 1.0) * wi
             else:
-                prod_exp += nll_brier(pt, sqb, nll_eps, prod, brier)
+                be, bm, bb = nll_brier(pt, sqb, nll_eps, f[:m])
+                mant, em = math.frexp(mant * bm)
+                exps += be + em
+                brier_sum += bb
         if w is None:
             w_sum = np.float64(stop - start)
-            for lane in range(4):
-                nll_sum -= math.log(prod[lane])
-            nll_sum -= prod_exp * math.log(2.0)
-            brier_sum = brier.sum()
+            nll_sum = -(math.log(mant) + exps * math.log(2.0))
         scal[0] += w_sum
         scal[1] += nll_sum
         scal[2] += brier_sum
         flags[0] += invalid
         flags[1] += nan
+        flags[2] += labels
 
     return tables
+
+
+def _factory() -> Callable[[int], Any]:
+    import numba  # noqa: F401  (the getter is None without it)
+
+    built: dict[int, Any] = {}
+
+    def kernel(n_cls: int) -> Any:
+        if n_cls not in built:
+            built[n_cls] = _build(n_cls)
+        return built[n_cls]
+
+    return kernel
 
 
 #: voxels per thread below which the update runs on one thread (a thread and its tables cost more than they save)
@@ -271,8 +405,8 @@ PACKED_VOXELS = (1 << 31) - 1
 
 _COUNT_MASK = np.int64((1 << 32) - 1)
 
-#: the compiled kernel, or None without its optional dependency (built on first use)
-_kernel = lazy_optional(_build)
+#: the kernel of a number of classes (built on first use), or None without the optional dependency
+_kernels = lazy_optional(_factory)
 
 
 def histogram_tables(
@@ -286,12 +420,12 @@ def histogram_tables(
     n_threads: int,
     out: dict[str, np.ndarray],
     chunk: int = 1 << 17,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Add one case's voxels to histogram tables in one fused pass.
 
     Args:
         p: probabilities ``(C, n)``, float32 or float64, C-contiguous (values as given: checked, then clipped).
-        y: reference labels ``(n,)`` int64 in ``[0, C)`` (checked by the caller).
+        y: reference labels ``(n,)`` int64, checked here: labels outside ``[0, C)`` are counted, never used as an index.
         w: voxel weights ``(n,)`` float64 or None.
         n_fine: fine bins ``F`` (below ``2^31``); tables have ``F + 1`` bins (a value of 1 lands in the extra one).
         entropy: fills the normalised-entropy row ``C + 1``: ``entropy(start, stop)`` returns the normalised
@@ -308,43 +442,51 @@ def histogram_tables(
             sum).
 
     Returns:
-        ``(invalid, nan)``: ``invalid`` is positive if and only if a voxel fails the checks (it counts the values
-        out of range or NaN and the voxels whose sum is off 1 by more than ``tol``), ``nan`` the NaN values. After a
-        call with ``invalid > 0`` the tables hold garbage.
+        ``(invalid, nan, labels)``: ``invalid`` is positive if and only if a voxel fails the checks (it counts the
+        values out of range or NaN and the voxels whose sum is off 1 by more than ``tol``), ``nan`` the NaN values,
+        ``labels`` the labels outside ``[0, C)``. After a call with ``invalid > 0`` or ``labels > 0`` the tables hold
+        garbage.
     """
-    kernel = _kernel()
-    if kernel is None:
+    kernels = _kernels()
+    if kernels is None:
         raise RuntimeError("the fused CPU kernel needs numba (pip install 'monai-unc[fast]')")
     if n_fine >= 1 << 31:
         raise ValueError(f"n_fine must be below 2**31 (the kernel's bins are uint32), got {n_fine}")
-    n = p.shape[1]
+    n_cls, n = p.shape
+    kernel = kernels(int(n_cls))
     n_blocks = max(1, min(int(n_threads), n // MIN_VOXELS_PER_THREAD))
     weighted = w is not None
     total, hits = out["total"], out["hits"]
-    dummy = np.zeros((total.shape[0], 1), dtype=np.float64)
-    # per thread: packed counts (count + hits << 32; unpacked into total and hits after at most PACKED_VOXELS
-    # voxels), sums, weighted counts and scalars; the first thread adds into the caller's sums directly
-    tables = [
-        (
-            np.zeros_like(total),
-            out["sums"],
-            out["wtotal"] if weighted else dummy,
-            out["whits"] if weighted else dummy,
-            out["scalars"],
-        )
-    ]
-    for _ in range(1, n_blocks):  # private tables of the other threads, added at the end
-        tables.append(
-            (np.zeros_like(total), np.zeros_like(out["sums"]))
-            + tuple(np.zeros_like(t) if weighted else dummy for t in tables[0][2:4])
-            + (np.zeros(3),)
-        )
-    flags = np.zeros((n_blocks, 2), dtype=np.int64)
+    rows, bins = total.shape
+    width = 4 if weighted else 2  # values a bin: packed count and hit, value sum (, weighted count and hit)
+    # per thread: private slots (counts packed with hits, and the float sums) unpacked into the caller's tables after
+    # at most PACKED_VOXELS voxels, and scalars (the first thread's are the caller's); an int64 buffer and its
+    # float64 view
+    slots = [np.zeros((rows, bins * width), dtype=np.int64) for _ in range(n_blocks)]
+    scalars = [out["scalars"]] + [np.zeros(3) for _ in range(1, n_blocks)]
+    flags = np.zeros((n_blocks, 3), dtype=np.int64)
+    top_limit = top_label_limit(n_cls, n_fine, tol)
 
     def run(start: int, stop: int, ent: np.ndarray | None) -> None:
         def block(b: int) -> None:
             lo, hi = start + b * (stop - start) // n_blocks, start + (b + 1) * (stop - start) // n_blocks
-            kernel(p, y, w, ent, start, n_fine, tol, nll_eps, lo, hi, *tables[b], flags[b])
+            kernel(
+                p,
+                y,
+                w,
+                ent,
+                start,
+                n_fine,
+                top_limit,
+                tol,
+                nll_eps,
+                lo,
+                hi,
+                slots[b],
+                slots[b].view(np.float64),
+                scalars[b],
+                flags[b],
+            )
 
         if pool is None:
             block(0)
@@ -352,10 +494,17 @@ def histogram_tables(
             list(pool.map(block, range(n_blocks)))
 
     def unpack() -> None:
-        for packed in (t[0] for t in tables):
+        for slot in slots:
+            packed, values = slot[:, 0::width], slot.view(np.float64)
+            # the top-label row from top_limit on: the class rows' entries there (see top_label_limit)
+            packed[n_cls, top_limit:] += packed[:n_cls, top_limit:].sum(axis=0)
             np.add(total, packed & _COUNT_MASK, out=total)
             np.add(hits, packed >> 32, out=hits)
-            packed[...] = 0
+            for k, name in enumerate(("sums", "wtotal", "whits")[: width - 1], start=1):
+                col = values[:, k::width]
+                col[n_cls, top_limit:] += col[:n_cls, top_limit:].sum(axis=0)
+                np.add(out[name], col, out=out[name])
+            slot[...] = 0
 
     step = PACKED_VOXELS if entropy is None else max(1, min(chunk, PACKED_VOXELS))
     pool = ThreadPoolExecutor(n_blocks) if n_blocks > 1 else None
@@ -373,8 +522,6 @@ def histogram_tables(
         if pool is not None:
             pool.shutdown()
     unpack()
-    for extra in tables[1:]:
-        for k in range(1, 5):
-            if weighted or k not in (2, 3):
-                np.add(tables[0][k], extra[k], out=tables[0][k])
-    return int(flags[:, 0].sum()), int(flags[:, 1].sum())
+    for extra in scalars[1:]:
+        np.add(scalars[0], extra, out=scalars[0])
+    return int(flags[:, 0].sum()), int(flags[:, 1].sum()), int(flags[:, 2].sum())

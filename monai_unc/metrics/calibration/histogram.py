@@ -55,6 +55,7 @@ def _default_chunk(device: torch.device, num_classes: int) -> int:
         return _CPU_CHUNK
     return max(1 << 20, _CUDA_WORKSPACE_BYTES // (50 * (num_classes + 2)))
 
+
 _SCALAR_WEIGHT, _SCALAR_NLL, _SCALAR_BRIER = 0, 1, 2
 
 
@@ -390,18 +391,34 @@ def _accumulate_fused(
 
         def entropy_of(start: int, stop: int) -> np.ndarray:
             # the reference's values: the float64 copy clipped to [0, 1], normalised entropy clipped to [0, 1]
-            q = p[:, start:stop].detach().to(torch.float64).clamp_(0.0, 1.0)
+            # a copy also for float64 input (``to`` would return the input itself, and clamp_ would change it)
+            q = p[:, start:stop].detach().to(torch.float64, copy=True).clamp_(0.0, 1.0)
             return entropy(q.unsqueeze(0), normalize=True, validate=False).view(-1).clamp_(0.0, 1.0).numpy()
 
-        out = {"total": stage.total.numpy(), "hits": stage.hits.numpy(), "sums": stage.sums.numpy(),
-               "scalars": stage.scalars.numpy()}
+        out = {
+            "total": stage.total.numpy(),
+            "hits": stage.hits.numpy(),
+            "sums": stage.sums.numpy(),
+            "scalars": stage.scalars.numpy(),
+        }
         if stage.wtotal is not None and stage.whits is not None:
             out["wtotal"], out["whits"] = stage.wtotal.numpy(), stage.whits.numpy()
         # the kernel adds into the staging tables (fresh for this case) directly
-        invalid, _ = cpu_histogram_tables(
-            pn, yn, wn, stage.n_fine, entropy_of if uncertainty else None, tol, NLL_EPS, torch.get_num_threads(),
-            out, chunk=_CPU_CHUNK,
+        invalid, _, bad_labels = cpu_histogram_tables(
+            pn,
+            yn,
+            wn,
+            stage.n_fine,
+            entropy_of if uncertainty else None,
+            tol,
+            NLL_EPS,
+            torch.get_num_threads(),
+            out,
+            chunk=_CPU_CHUNK,
         )
+        if bad_labels:  # labels the caller left to the kernel (ConfidenceHistogram.update): the reference's error
+            check_labels(y, "target", p.shape[0])
+            raise ValueError(f"target must hold class labels in [0, {p.shape[0]})")
         if invalid:
             for t in (stage.total, stage.hits, stage.sums, stage.wtotal, stage.whits, stage.scalars):
                 if t is not None:
@@ -724,7 +741,17 @@ class ConfidenceHistogram:
         if p.numel() == 0:
             raise ValueError(f"probs is empty (shape {tuple(p.shape)})")
         batch, spatial = p.shape[0], tuple(p.shape[2:])
-        y = check_labels(_voxel_map(target, "target", batch, spatial), "target", self.num_classes)
+        yt = _voxel_map(target, "target", batch, spatial)
+        # the fused CPU kernel checks the labels' range as it reads them (one read of the labels less) where it sees
+        # all of them: int64 labels on the CPU, no mask, no weights; check_labels reads them elsewhere
+        in_kernel = (
+            mask is None
+            and weights is None
+            and _fused_backend(p) == "numba"
+            and yt.dtype == torch.int64
+            and yt.device.type == "cpu"
+        )
+        y = check_labels(yt, "target", self.num_classes, bounds=not in_kernel)
         w = None if weights is None else _check_weights(_voxel_map(weights, "weights", batch, spatial))
         m = None if mask is None else _check_mask(_voxel_map(mask, "mask", batch, spatial))
         if w is not None:
@@ -947,8 +974,11 @@ class ConfidenceHistogram:
 
         from ...io import save_state  # deprecated path: the core imports no writer at module level
 
-        warnings.warn("ConfidenceHistogram.save is deprecated; use monai_unc.io.save_state(path, histogram)",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "ConfidenceHistogram.save is deprecated; use monai_unc.io.save_state(path, histogram)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return save_state(path, self)
 
     #: the keys :meth:`load` needs in a file
