@@ -7,9 +7,11 @@ sample sources such as ``"mcdropout+tta"``).
 Per case, :func:`predict_case` writes (atomically: temporary name, then rename) ``<case>_seg.nii.gz`` (argmax of
 the mean probabilities), ``<case>_probs.nii.gz`` (4D ``(X, Y, Z, C)``), ``<case>_<measure>.nii.gz`` for each
 uncertainty map, and last ``<case>.json`` (the record that marks the case finished; its ``fingerprint`` holds the
-settings the case was made with, :func:`case_fingerprint`). A resume reuses a case only when its record names the
-current settings: a case made with others (an interrupted ``--overwrite`` run, a record of an earlier version) is
-predicted again, with a warning that names the difference.
+settings the case was made with, :func:`case_fingerprint`, and ``monai_unc_version``, the package version that made
+it). A resume reuses a case only when its record names the current settings: a case made with others (an interrupted
+``--overwrite`` run, a record of an earlier version) is predicted again, with a warning that names the difference. A
+resume with another package version keeps the cases made with the same settings and says so in a warning (seeded
+draws may differ between versions; ``--overwrite`` predicts every case with this one).
 
 Region-based (multi-label sigmoid) networks, ``activation="sigmoid"`` with ``R >= 2`` output channels (e.g. the
 BraTS regions TC, WT, ET): every file is 4D with one volume per region, ``(X, Y, Z, R)``: ``<case>_seg`` uint8
@@ -41,6 +43,7 @@ import numpy as np
 import torch
 from monai.transforms import Invertd
 
+from .. import __version__
 from ..engine import (
     CaseCache,
     CohortRun,
@@ -74,6 +77,7 @@ from .models import LoadedModel
 
 __all__ = [
     "INTENSITY_MODES",
+    "VERSION_KEY",
     "FAILURES_FILE",
     "InferSettings",
     "normalize_intensity",
@@ -318,6 +322,10 @@ def is_finished(case_id: str, output: Path, settings: InferSettings | None = Non
     """
     cache = _record_cache(Path(output), settings=settings)
     return cache.load(case_id, cache.fingerprint_of(case_id)) is not None
+
+
+#: the key of the package version in ``infer.json`` and in each case's record
+VERSION_KEY = "monai_unc_version"
 
 
 def case_fingerprint(settings: InferSettings) -> dict[str, Any]:
@@ -704,6 +712,7 @@ def predict_case(
         "shape": list(spatial),
         "multilabel": multilabel,
         "fingerprint": case_fingerprint(settings),  # the settings a resume compares (_record_cache)
+        VERSION_KEY: __version__,  # provenance: seeded draws may differ between versions (check_run_settings)
         "file_digests": output_digests(output, names),  # a resume redoes a case whose files changed since
     }
     if multilabel:
@@ -719,10 +728,11 @@ def predict_case(
 
 
 def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = False) -> None:
-    """Write ``infer.json``, refusing to resume a run made with other settings.
+    """Write ``infer.json`` (the settings and the package version), refusing to resume a run made with other settings.
 
     A run whose settings differ is refused (unless ``overwrite``) once it has finished a case (a run that finished
-    nothing may be restarted with other settings).
+    nothing may be restarted with other settings); one that another version of the package made resumes with a warning
+    (its finished cases are kept: seeded draws may differ between versions).
 
     Args:
         output: the output folder.
@@ -737,9 +747,12 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
     if path.is_file() and started and not overwrite:
         try:
-            old = json.loads(path.read_text()).get("settings", {})
+            doc = json.loads(path.read_text())
         except ValueError:
-            old = {}
+            doc = {}
+        doc = doc if isinstance(doc, dict) else {}
+        old = doc.get("settings", {})
+        made_by = doc.get(VERSION_KEY)
         # a record older than the temperature field holds it in ``model`` only (compared there); one older than
         # the weight digests has none (its checkpoints are compared by path)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
@@ -749,7 +762,16 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 f"{output} holds a run with different settings ({', '.join(diff)}); resume with the same settings, "
                 "choose another --output, or pass --overwrite"
             )
-    atomic_write_json(path, {"settings": new})
+        if made_by != __version__:  # the same settings: the finished cases are kept, and the user told
+            who = f"monai-unc {made_by}" if isinstance(made_by, str) else "an earlier monai-unc (no version recorded)"
+            warnings.warn(
+                f"{output} holds cases made by {who}: they are kept (the same settings) and this run, monai-unc "
+                f"{__version__}, predicts the others; seeded maps of two versions may differ (each case record names "
+                f"its version); pass --overwrite to predict every case with this version",
+                UserWarning,
+                stacklevel=2,
+            )
+    atomic_write_json(path, {"settings": new, VERSION_KEY: __version__})
 
 
 def record_outputs(output: Path, records: Sequence[dict[str, Any]]) -> None:

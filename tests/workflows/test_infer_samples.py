@@ -152,7 +152,8 @@ def test_old_records_without_the_field_still_match(tmp_path):
     assert "save_samples" not in s.to_json()
     (tmp_path / "infer.json").write_text(json.dumps({"settings": s.to_json()}))
     (tmp_path / "c.json").write_text("{}")  # a finished case: the settings are compared
-    check_run_settings(tmp_path, s)
+    with pytest.warns(UserWarning, match="no version recorded"):  # resumed, with a word on the version
+        check_run_settings(tmp_path, s)
     with pytest.raises(ValueError, match="save_samples"):
         check_run_settings(tmp_path, InferSettings(**{**s.__dict__, "save_samples": True}))
 

@@ -1,0 +1,89 @@
+"""Which package version made each case: ``infer.json`` and every case record name it; a resume with another version
+keeps the finished cases made with the same settings and says so in one warning line (seeded draws may differ between
+versions), and ``--overwrite`` predicts every case again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import monai_unc
+from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.workflows.infer import VERSION_KEY, check_run_settings
+from tests._cases import TOY_NET
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    from monai.networks.nets import UNet
+
+    root = tmp_path_factory.mktemp("version")
+    paths = write_toy_cohort(root / "data", n_cases=2, shape=(12, 12, 12))
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), root / "ckpt.pt")
+    (root / "net.json").write_text(json.dumps(TOY_NET))
+    return {"images": paths["images"], "ckpt": root / "ckpt.pt", "spec": root / "net.json"}
+
+
+def _infer(toy, out, *flags):
+    return cli.main(["infer", "-i", str(toy["images"]), "-o", str(out), "--network", str(toy["spec"]),
+                     "--checkpoint", str(toy["ckpt"]), "--samples", "3", "--device", "cpu", "--quiet", *flags])
+
+
+def _rewrite(path, change):
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def _mtimes(out):
+    return {p.name: p.stat().st_mtime_ns for p in sorted(out.glob("toy00*_seg.nii.gz"))}
+
+
+def test_a_resume_with_another_version_keeps_the_cases_and_says_so(toy, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _infer(toy, out) == 0
+    assert json.loads((out / "infer.json").read_text())[VERSION_KEY] == monai_unc.__version__
+    for case in ("toy000", "toy001"):
+        record = json.loads((out / f"{case}.json").read_text())
+        assert record[VERSION_KEY] == monai_unc.__version__
+        assert VERSION_KEY not in record["fingerprint"]  # not a setting: a resume compares the settings
+    before = _mtimes(out)
+
+    capsys.readouterr()
+    assert _infer(toy, out) == 0  # the same version: silent
+    assert "monai-unc infer: warning" not in capsys.readouterr().err
+
+    _rewrite(out / "infer.json", lambda d: d.update({VERSION_KEY: "0.0.1"}))
+    assert _infer(toy, out) == 0
+    err = capsys.readouterr().err
+    assert err.count("monai-unc 0.0.1") == 1 and "--overwrite" in err and "kept" in err
+    assert _mtimes(out) == before  # kept
+    assert json.loads((out / "infer.json").read_text())[VERSION_KEY] == monai_unc.__version__
+
+    _rewrite(out / "infer.json", lambda d: d.pop(VERSION_KEY))  # a run of a version that recorded none
+    assert _infer(toy, out) == 0
+    assert "no version recorded" in capsys.readouterr().err
+    assert _infer(toy, out, "--overwrite") == 0
+    assert all(after != before[name] for name, after in _mtimes(out).items())  # every case predicted again
+
+
+def test_settings_still_decide_before_the_version(tmp_path):
+    """Other settings are refused whatever the version; a folder that finished nothing takes any version silently."""
+    from monai_unc.workflows.infer import InferSettings
+
+    s = InferSettings(model="m", method="mcdropout", samples=2, roi=None, overlap=0.25, intensity="none",
+                      measures=["predictive_entropy"], seed=0, activation="softmax", checkpoints=[])
+    (tmp_path / "infer.json").write_text(json.dumps({"settings": s.to_json(), VERSION_KEY: "0.0.1"}))
+    check_run_settings(tmp_path, s)  # nothing finished: no warning, no refusal
+    (tmp_path / "infer.json").write_text(json.dumps({"settings": s.to_json(), VERSION_KEY: "0.0.1"}))
+    (tmp_path / "c.json").write_text("{}")
+    with pytest.raises(ValueError, match="samples"):
+        check_run_settings(tmp_path, InferSettings(**{**s.__dict__, "samples": 3}))
+    with pytest.warns(UserWarning, match="0.0.1"):
+        check_run_settings(tmp_path, s)
