@@ -59,7 +59,7 @@ from torch import nn
 from .._utils import check_bool, check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..measures import entropy_map_t
-from ..networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch
+from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
 from ..stats import (
     MEAN_SQ_SUM,
     WD_RTOL,
@@ -738,11 +738,8 @@ class UncertaintyInferer(Inferer):
 
     def _sample_batch(self, passes: SharedPasses, remaining: int, info: dict[str, Any]) -> int:
         """Samples of the next replay batch: the fixed ``sample_batch_size`` or the automatic choice."""
-        if self.sample_batch_size != "auto":
-            return max(1, min(int(self.sample_batch_size), remaining))
-        case_bytes = int(info.get("case_voxels", 0)) * 4 * (int(info.get("classes", 1)) + 4)
-        return auto_sample_batch(passes.per_sample_bytes(), case_bytes, remaining,
-                                 passes.shared_bytes + passes.stochastic_bytes)
+        return sample_batch(passes, self.sample_batch_size, int(info.get("case_voxels", 0)),
+                            int(info.get("classes", 1)), remaining)
 
     def _shared_window(
         self,

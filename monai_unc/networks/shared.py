@@ -16,11 +16,17 @@ of it, every activation that does not depend on a random draw is the same for al
 2. **Replay** (the other samples, ``k`` at a time): the network runs on the input repeated ``k`` times along the
    batch axis; each shared call returns its kept output repeated ``k`` times instead of computing it, everything
    else (the stochastic remainder) runs batched, and every random operation draws independent values for each of
-   the ``k`` copies (the masks are per batch element). With a batch of one input (the traced pass wrote no
-   stochastic value into a non-stochastic tensor), shared values are handed on as views of their batch-1 values
-   expanded to ``k`` (no copy), and an operation outside module calls whose tensor arguments are all shared values
-   or the network's parameters (a decoder's ``torch.cat`` of an upsampled map and its encoder skip) runs once on the
-   batch-1 values when its result keeps the batch axis (checked on the ``meta`` device); see :class:`_Share`.
+   the ``k`` copies (the masks are per batch element). Unless the traced pass wrote a stochastic value into a
+   non-stochastic tensor, shared values are handed on as views of their batch-1 values expanded to ``k`` (no copy),
+   and an operation outside module calls whose tensor arguments are all shared values or the network's parameters
+   (a decoder's ``torch.cat`` of an upsampled map and its encoder skip) runs once on the batch-1 values when its
+   result keeps the batch axis (checked on the ``meta`` device); see :class:`_Share`. A batch of ``B > 1`` inputs
+   (sliding windows with ``sw_batch_size >= 2``) is traced as one batch (one pass of ``B`` inputs costs less than
+   ``B`` passes of one) and replayed one input at a time, its batch-1 values being rows of the kept outputs (an
+   expanded ``(k, B, ...)`` view cannot be a ``(k B, ...)`` tensor without a copy); the ``B`` outputs are
+   interleaved as a replay of the whole batch gives them. A one-sample replay (``k = 1``) of such a batch runs the
+   whole batch with the kept values copied instead: one input and one sample would run the stochastic rest at batch
+   1, where PyTorch's CPU convolution takes a much slower kernel for small inputs.
    A replay object can replay any number of batches from one trace (the kept outputs are never written).
 
 Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its
@@ -48,8 +54,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-__all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "AUTO_BATCH_FRACTION",
-           "MAX_SAMPLE_BATCH"]
+__all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "sample_batch",
+           "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH"]
 
 #: attribute set on a tensor whose value depends on a random draw (during a trace only)
 _FLAG = "_monai_unc_stochastic"
@@ -111,8 +117,29 @@ def is_random_op(func: Callable, args: tuple = (), kwargs: dict | None = None) -
         return True
 
 
+#: argument types that hold no tensor (read without ``tree_flatten``, which costs more than most operations here)
+_LEAVES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Size, torch.layout,
+           torch.memory_format, slice, type(Ellipsis))
+
+
+def _collect(tree: Any, out: list[torch.Tensor]) -> None:
+    if isinstance(tree, torch.Tensor):
+        out.append(tree)
+    elif type(tree) is tuple or type(tree) is list:
+        for t in tree:
+            _collect(t, out)
+    elif type(tree) is dict:
+        for t in tree.values():
+            _collect(t, out)
+    elif not isinstance(tree, _LEAVES):  # namedtuples, OrderedDicts, registered containers: as PyTorch sees them
+        out.extend(t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor))
+
+
 def _tensors(tree: Any) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+    """The tensors of a nested argument structure, in ``tree_flatten`` order (plain containers read directly)."""
+    out: list[torch.Tensor] = []
+    _collect(tree, out)
+    return out
 
 
 def _stochastic(tree: Any) -> bool:
@@ -324,12 +351,10 @@ class _Share(TorchFunctionMode):
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if self.paused:
+        if self.paused or all(self.base(t) is None for t in _tensors((args, kwargs))):
             return func(*args, **kwargs)
         flat, spec = tree_flatten((args, kwargs))
         bases = [self.base(a) for a in flat]
-        if all(b is None for b in bases):
-            return func(*args, **kwargs)
         mutated = _mutated(func, args, kwargs)
         if not is_random_op(func, args, kwargs) and all(
             b is not None or not isinstance(a, torch.Tensor) or self._constant(a) for a, b in zip(flat, bases)
@@ -399,27 +424,62 @@ def _wrapped_forwards(modules: list[nn.Module], make: Callable[[nn.Module, Calla
 
 
 def _rate_in_layers(network: nn.Module) -> list[Any]:
-    """Layers holding one dropout rate per input (Rate-In: ``mode`` and ``rates``), as modules or hooks' ``layer``."""
+    """Layers that may hold one dropout rate per input (Rate-In: ``mode`` and ``rates``).
+
+    Modules, and the ``layer`` of forward hooks.
+    """
     found = []
     for m in network.modules():
         found.append(m)
         found += [getattr(h, "layer", None) for h in m._forward_hooks.values()]
-    return [m for m in found if isinstance(getattr(m, "rates", None), torch.Tensor) and hasattr(m, "mode")]
+    return [m for m in found if hasattr(m, "rates") and hasattr(m, "mode")]
 
 
 @contextmanager
-def _repeat_rates(network: nn.Module, batch: int, k: int) -> Iterator[None]:
-    """Rate-In layers in ``"fixed"`` mode hold one rate per input: repeat them for ``k`` copies of the batch."""
+def _repeat_rates(layers: list[Any], batch: int, k: int, row: int | None = None) -> Iterator[None]:
+    """Rate-In layers in ``"fixed"`` mode hold one rate per input: repeat them for ``k`` copies of the batch.
+
+    With ``row``, the replay runs input ``row`` of the batch alone: its rate is repeated ``k`` times.
+    """
     saved = []
     try:
-        for layer in _rate_in_layers(network):
-            if layer.mode == "fixed" and layer.rates is not None and layer.rates.numel() == batch and k > 1:
-                saved.append((layer, layer.rates))
-                layer.rates = layer.rates.repeat(k)
+        for layer in layers:
+            rates = getattr(layer, "rates", None)
+            if layer.mode != "fixed" or not isinstance(rates, torch.Tensor) or rates.numel() != batch:
+                continue
+            mine = rates if row is None or batch == 1 else rates.reshape(-1)[row:row + 1]
+            mine = mine.repeat(k) if k > 1 else mine
+            if mine is not rates:
+                saved.append((layer, rates))
+                layer.rates = mine
         yield
     finally:
         for layer, rates in saved:
             layer.rates = rates
+
+
+def _interleave(outs: list[Any], k: int) -> Any:
+    """The outputs of the inputs of a batch replayed one by one, ``k`` samples each, as one batch.
+
+    Sample ``s`` of input ``b`` is at ``s B + b`` (``B = len(outs)``), as in a replay of the whole batch.
+
+    Raises:
+        SharingUnavailable: when the outputs do not have ``k`` rows each and the same structure.
+    """
+    flat, spec = tree_flatten(outs[0])
+    rest = [tree_flatten(o) for o in outs[1:]]
+    if any(s != spec or len(f) != len(flat) for f, s in rest):
+        raise SharingUnavailable("the network's outputs differ in structure between the inputs of a batch")
+    merged = []
+    for i, leaf in enumerate(flat):
+        if not isinstance(leaf, torch.Tensor):
+            merged.append(leaf)
+            continue
+        rows = [leaf, *(f[i] for f, _ in rest)]
+        if any(t.ndim < 1 or t.shape[0] != k or t.shape != leaf.shape for t in rows):
+            raise SharingUnavailable("an output of the network is not batched like its input")
+        merged.append(torch.stack(rows, dim=1).flatten(0, 1))
+    return tree_unflatten(merged, spec)
 
 
 class SharedPasses:
@@ -463,6 +523,7 @@ class SharedPasses:
         self._batch = 0
         self._once = False
         self._constants: set[int] = set()
+        self._rate_layers: list[Any] = []
         #: operations that the last replay computed once on batch-1 values (besides the kept module calls)
         self.shared_ops = 0
         #: bytes of the tensors that depend on a random draw in the traced sample (an upper bound of one sample's
@@ -569,10 +630,13 @@ class SharedPasses:
             if getattr(t, _FLAG, False):
                 delattr(t, _FLAG)
         self.stochastic_bytes = follow.stochastic_bytes
-        # operations on shared values run once per replay on batch-1 values (a batch of one input; the traced pass
-        # wrote no stochastic value into a non-stochastic tensor, nor into its input)
+        # shared values handed on as expanded batch-1 values, operations on them run once per replay (the traced pass
+        # wrote no stochastic value into a non-stochastic tensor, nor into its input); a batch of several inputs is
+        # replayed one input at a time (its outputs batched like the input, so that they can be interleaved)
         self._constants = {id(t) for t in (*self.network.parameters(), *self.network.buffers())}
-        self._once = batch == 1 and not follow.stochastic_write and follow.written.get(_storage(x), 0) == 0
+        self._rate_layers = _rate_in_layers(self.network)
+        self._once = (not follow.stochastic_write and follow.written.get(_storage(x), 0) == 0
+                      and (batch == 1 or _batched(out, batch)))
         self.shared_bytes = sum(t.numel() * t.element_size() for c in self._kept for t in _tensors(c.output))
         self.copied_bytes = 0 if self._once else sum(t.numel() * t.element_size() for c in self._kept if c.needed
                                                       for t in _tensors(c.output))
@@ -601,8 +665,38 @@ class SharedPasses:
             raise SharingUnavailable(
                 "the input differs between the samples' calls (a test-time augmentation that draws on every call)"
             )
+        if not self._once:
+            return self._replay(predictor, x, k, None)
+        if self._batch == 1:
+            return self._replay(predictor, x, k, 0)
+        if k == 1:
+            return self._replay(predictor, x, k, None)
+        # one input of the batch at a time: its shared values are batch-1 views of the batch's (no copy per sample,
+        # operations on them run once), where a replay of the whole batch would copy them for every sample (an
+        # expanded (k, B, ...) view is no (k B, ...) tensor); the trace stays batched (one pass of B inputs costs
+        # less than B passes of one on the CPU)
+        outs = []
+        ops = 0
+        for row in range(self._batch):
+            outs.append(self._replay(predictor, x[row:row + 1], k, row))
+            ops += self.shared_ops
+        self.shared_ops = ops
+        return _interleave(outs, k)
+
+    def _replay(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int, row: int | None) -> Any:
+        """:meth:`replay` of the whole traced batch or of one of its inputs.
+
+        ``row`` None: the whole batch, the kept outputs repeated per sample. Else input ``row`` alone (``x`` that
+        input): the kept outputs' rows handed on as expanded views (see :class:`_Share`).
+        """
         counters = dict.fromkeys(self._plan, 0)
         batch = self._batch
+        rows = batch if row is None else 1
+
+        def kept(out: Any) -> Any:
+            if batch == 1:
+                return out
+            return tree_map(lambda t: t[row:row + 1] if isinstance(t, torch.Tensor) else t, out)
 
         def make(m: nn.Module, fwd: Callable) -> Callable:
             run = self._plan[m]
@@ -624,20 +718,20 @@ class SharedPasses:
                         share.paused -= 1
                 want = call.input_shape
                 if (shape is None) != (want is None) or (
-                    shape is not None and (shape[1:] != want[1:] or shape[0] != k * batch)
+                    shape is not None and (shape[1:] != want[1:] or shape[0] != k * rows)
                 ):
                     raise SharingUnavailable(
                         f"{type(m).__name__} gets input of shape {shape}, traced with {want} (k = {k})"
                     )
                 if share is not None:
-                    return share.hand_out(call.output)
+                    return share.hand_out(kept(call.output))
                 return _repeat(call.output, k) if call.needed else _placeholder(call.output, k)
             return forward
 
-        share = _Share(k, self._constants) if self._once else None
+        share = _Share(k, self._constants) if row is not None else None
         with contextlib.ExitStack() as stack:
             stack.enter_context(_wrapped_forwards(list(self._plan), make))
-            stack.enter_context(_repeat_rates(self.network, batch, k))
+            stack.enter_context(_repeat_rates(self._rate_layers, batch, k, row))
             if share is None:
                 out = predictor(_repeat(x, k))
             else:
@@ -683,3 +777,44 @@ def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, tr
     budget = max(AUTO_BATCH_FRACTION * max(int(case_bytes), 0), max(int(traced_bytes), 0))
     k = max(1, math.floor(budget / per))
     return int(max(1, min(k, MAX_SAMPLE_BATCH, remaining)))
+
+
+def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, classes: int, remaining: int) -> int:
+    """Samples of the next replay batch of a traced window: the inferers' ``sample_batch_size`` setting applied.
+
+    A fixed ``setting`` is used as is (at most the samples left); ``"auto"`` is :func:`auto_sample_batch` with the
+    traced window's bytes and the case's stitched buffers: ``case_voxels * 4 * (classes + 4)`` bytes (float32 mean
+    probabilities and the entropy, second-moment, window-entropy and weight maps).
+
+    Args:
+        passes: the traced window (:meth:`SharedPasses.trace` ran).
+        setting: ``"auto"`` or an integer ``>= 1``.
+        case_voxels: voxels of the case (spatial size, one channel).
+        classes: output channels of the network.
+        remaining: samples still to draw.
+
+    Returns:
+        The batch size, ``>= 1``.
+
+    Raises:
+        ValueError: when ``setting`` is neither ``"auto"`` nor an integer ``>= 1``.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.networks.shared import SharedPasses, sample_batch
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.Dropout2d(0.5),
+        ...                           torch.nn.Conv2d(4, 2, 1))
+        >>> passes = SharedPasses(net)
+        >>> _ = passes.trace(net, torch.rand(1, 1, 8, 8))
+        >>> sample_batch(passes, 4, 64, 2, 29), sample_batch(passes, 4, 64, 2, 3)
+        (4, 3)
+        >>> sample_batch(passes, "auto", 64, 2, 29) >= 1
+        True
+    """
+    if setting != "auto" and (isinstance(setting, bool) or not isinstance(setting, int) or setting < 1):
+        raise ValueError(f"setting (sample_batch_size) must be 'auto' or an integer >= 1, got {setting!r}")
+    if setting != "auto":
+        return max(1, min(int(setting), remaining))
+    case_bytes = max(int(case_voxels), 0) * 4 * (max(int(classes), 1) + 4)
+    return auto_sample_batch(passes.per_sample_bytes(), case_bytes, remaining,
+                             passes.shared_bytes + passes.stochastic_bytes)

@@ -112,7 +112,7 @@ from monai_unc.io.cases import settings_changes
 from monai_unc.keys import MIMeaning, UncertaintyKeys
 from monai_unc.measures import entropy_map_t
 from monai_unc.networks.dropout import enable_mc_dropout, find_dropout_layers
-from monai_unc.networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch
+from monai_unc.networks.shared import SharedPasses, SharingUnavailable, sample_batch
 from monai_unc.networks.ssn import find_ssn_heads, ssn_sampling
 from monai_unc.nnunet.dropout import add_posthoc_dropout
 from monai_unc.nnunet.environment import ext_trainer_path, trainer_dir
@@ -521,12 +521,8 @@ class UncertaintyPredictor(nnUNetPredictor):
             passes = traces[key] = SharedPasses(net)
             first = passes.trace(net, x)
             if k is None:
-                if self.sample_batch_size != "auto":
-                    k = min(int(self.sample_batch_size), remaining)
-                else:
-                    n_out = int(first.shape[1])
-                    k = auto_sample_batch(passes.per_sample_bytes(), self._case_voxels * 4 * (n_out + 4), remaining,
-                                          passes.shared_bytes + passes.stochastic_bytes)
+                k = sample_batch(passes, self.sample_batch_size, self._case_voxels, int(first.shape[1]), remaining)
+                if self.sample_batch_size == "auto":
                     k = max(k, min(2, remaining))
             if k == 1:
                 return first, 1
@@ -592,9 +588,8 @@ class UncertaintyPredictor(nnUNetPredictor):
                     outs.append(torch.flip(o, axes) if axes else o)
                 # the samples of this chunk and mirror: the mean logit over the fold networks (folds not a source)
                 out = outs[0].float() if len(outs) == 1 else sum(o.float() for o in outs) / len(outs)
-                if mirror_samples:
-                    for j in range(k):
-                        stats.update(self._probabilities(out if k == 1 else out[j:j + 1]))
+                if mirror_samples:  # the k samples of the chunk at once: the sums read once for the k
+                    stats.update_many(self._probabilities(out), num_samples=k)
                 else:
                     group = out.clone() if group is None else group.add_(out)
                 if self._want_logits and not ssn_mean:  # after the statistics: the sums reuse outs[f]'s memory
@@ -603,8 +598,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                         logit_sums[f] = o if logit_sums[f] is None else logit_sums[f].add_(o)
             if not mirror_samples:
                 g = group / len(combos) if len(combos) > 1 else group
-                for j in range(k):
-                    stats.update(self._probabilities(g if k == 1 else g[j:j + 1]))
+                stats.update_many(self._probabilities(g), num_samples=k)
             if shared is not None and chunk is None:
                 chunk = k
             done += k

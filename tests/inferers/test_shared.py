@@ -32,7 +32,14 @@ from monai_unc.inferers import (
     enable_mc_dropout,
 )
 from monai_unc.inferers import rate_in as rate_in_module
-from monai_unc.networks.shared import SharedPasses, SharingUnavailable, auto_sample_batch, is_random_op
+from monai_unc.networks import shared as shared_module
+from monai_unc.networks.shared import (
+    SharedPasses,
+    SharingUnavailable,
+    auto_sample_batch,
+    is_random_op,
+    sample_batch,
+)
 
 
 class MaskBank:
@@ -183,6 +190,79 @@ def test_shared_equals_full_sliding_window_injected_masks(name, dims, sw_batch):
     assert (samples[0] - samples[1]).abs().max() > 1e-6  # the masks differ between samples: the test can fail
 
 
+@pytest.mark.parametrize("sample_batch", [1, 3])  # 3: one input of a window batch at a time; 1: the whole batch
+@pytest.mark.parametrize("sw_batch", [2, 3])
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("name", ["BasicUNet", "UNet", "PlainConvUNet"])
+def test_window_batches_equal_full_passes_injected_masks(name, dims, sw_batch, sample_batch, monkeypatch):
+    """Batches of several overlapping windows (4 windows: batches of 2 + 2, or 3 + 1) with injected masks: the
+    replay of a window batch one window at a time (its outputs interleaved) equals full passes."""
+    calls = []
+    interleave = shared_module._interleave
+
+    def spy(outs, k):
+        calls.append((len(outs), k))
+        return interleave(outs, k)
+
+    monkeypatch.setattr(shared_module, "_interleave", spy)
+    bank = MaskBank()
+    net = banked(name, dims, bank)
+    x = torch.rand(1, 1, 24, 24, *([16] * (dims - 2)))  # 2 x 2 overlapping windows
+    sw = SlidingWindowInferer([16] * dims, sw_batch_size=sw_batch, overlap=0.25)
+
+    def make(share):
+        return MCDropoutInferer(num_samples=7, base_inferer=sw, share_passes=share, sample_batch_size=sample_batch,
+                                keep_samples=True)
+
+    full, shared = run_both(make, x, net, bank)
+    assert_maps_close(full, shared)
+    samples = full["samples"]
+    assert (samples[0] - samples[1]).abs().max() > 1e-6  # the masks differ between samples: the test can fail
+    if sample_batch == 1:
+        assert not calls  # one sample per replay: the whole window batch at once
+    else:  # every window batch of several windows was replayed one window at a time (k = 3, then 3)
+        assert set(calls) == {(sw_batch, 3)}
+
+
+def test_window_batches_equal_full_passes_rate_in(monkeypatch):
+    """Rate-In's fixed rates (one per window of a batch) follow each window of a batch replayed on its own."""
+    bank = MaskBank()
+    torch.manual_seed(0)
+    net = basic_unet(3).eval()
+    bank.watch(net)
+    original = rate_in_module._draw_keep
+
+    def draw_keep(x, rates, channelwise):
+        if x.shape[0] != len(bank.rows):  # the rate search draws on subsets of rows: ordinary draws
+            return original(x, rates, channelwise)
+        return bank.keep(f"rate_in{tuple(x.shape[1:])}", x, 1 - rates.float(), channelwise)
+
+    monkeypatch.setattr(rate_in_module, "_draw_keep", draw_keep)
+    x = torch.rand(1, 1, 24, 24, 16)
+    sw = SlidingWindowInferer([16] * 3, sw_batch_size=2, overlap=0.25)
+
+    def make(share):
+        source = RateInSource(num_samples=5, placement="insert", after=["upcat_2", "upcat_1"], target_loss=0.1,
+                              loss="mse", max_iter=5)
+        return UncertaintyInferer(source, base_inferer=sw, seed=0, share_passes=share, sample_batch_size=2)
+
+    full, shared = run_both(make, x, net, bank)
+    assert_maps_close(full, shared)
+    assert full["mutual_information"].max() > 1e-5
+
+
+def test_interleave_orders_samples_as_a_batch_replay():
+    """Sample ``s`` of input ``b`` at row ``s B + b``; outputs that are not batched per input are refused."""
+    outs = [torch.arange(3.0).reshape(3, 1) + 10 * b for b in range(2)]  # input b, samples 0..2
+    got = shared_module._interleave([{"y": o, "n": 1} for o in outs], 3)
+    torch.testing.assert_close(got["y"][:, 0], torch.tensor([0.0, 10, 1, 11, 2, 12]))
+    assert got["n"] == 1
+    with pytest.raises(SharingUnavailable, match="not batched"):
+        shared_module._interleave([torch.zeros(3, 1), torch.zeros(2, 1)], 3)
+    with pytest.raises(SharingUnavailable, match="structure"):
+        shared_module._interleave([(torch.zeros(3),), [torch.zeros(3)]], 3)
+
+
 @pytest.mark.parametrize("name", ["BasicUNet", "DynUNet"])
 def test_shared_equals_full_regions_and_flips(name):
     """Sigmoid regions, dropout x flip products: sharing within each flip, never across."""
@@ -262,10 +342,9 @@ def test_post_hoc_add_dropout_shares_the_encoder():
     with torch.no_grad(), enable_mc_dropout(net):
         passes = SharedPasses(net)
         passes.trace(net, x.repeat(2, 1, 1, 1, 1))
-    # a batch of two inputs: only upcat_1's output is read by the stochastic rest (its dropout hook), the one kept
-    # output copied per sample
-    assert passes.copied_bytes == 2 * 4 * 16**3 * 4 < passes.shared_bytes
-    assert passes.per_sample_bytes() == passes.stochastic_bytes + passes.copied_bytes
+    # a batch of two inputs is replayed one input at a time, each with the batch-1 replay: nothing copied per sample
+    assert passes.copied_bytes == 0 < passes.shared_bytes
+    assert passes.per_sample_bytes() == passes.stochastic_bytes
 
 
 def test_deterministic_network_is_shared_whole():
@@ -397,6 +476,26 @@ def test_is_random_op_and_auto_batch():
     assert auto_sample_batch(10**9, 10, 29) == 1
     assert auto_sample_batch(1, 10**12, 100) == 32
 
+
+
+def test_sample_batch_applies_the_setting():
+    """One rule for both inferers: a fixed setting capped by the samples left; "auto" from the trace's bytes and the
+    case's stitched buffers (voxels x 4 bytes x (classes + 4)), by hand here."""
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.Dropout2d(0.5), nn.Conv2d(8, 2, 1)).eval()
+    net[1].train()
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, torch.rand(1, 1, 16, 16))
+    per = passes.stochastic_bytes + passes.copied_bytes  # dropout output and head output: (8 + 2) x 256 x 4 bytes
+    assert per == (8 + 2) * 256 * 4 and passes.shared_bytes == 8 * 256 * 4
+    assert sample_batch(passes, 5, 10**6, 2, 29) == 5 and sample_batch(passes, 5, 10**6, 2, 3) == 3
+    for voxels, remaining in ((256, 29), (10**5, 29), (10**5, 4), (10**8, 100)):
+        budget = max(0.1 * voxels * 4 * (2 + 4), passes.shared_bytes + passes.stochastic_bytes)
+        want = max(1, min(int(budget // per), 32, remaining))
+        assert sample_batch(passes, "auto", voxels, 2, remaining) == want
+    for bad in (0, -1, True, 2.0, "4"):
+        with pytest.raises(ValueError, match="sample_batch_size"):
+            sample_batch(passes, bad, 256, 2, 29)
 
 def test_kept_outputs_are_freed_with_the_passes_without_garbage_collection():
     """Dropping a window's :class:`SharedPasses` frees its kept activations at once (no reference cycles between the
