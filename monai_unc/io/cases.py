@@ -65,11 +65,15 @@ __all__ = [
     "spacing_from_affine",
     "load_case",
     "INFER_RECORD",
+    "VERSION_KEY",
     "read_prediction_regions",
 ]
 
 #: the run record that ``monai-unc infer`` writes into its output folder
 INFER_RECORD = "infer.json"
+#: the key of the package version that made a run or a case, in ``infer.json`` and in each case record (``infer``,
+#: ``nnunet-predict``): seeded draws may differ between versions
+VERSION_KEY = "monai_unc_version"
 
 #: file endings read as volumes (longest first so that ``.nii.gz`` wins over ``.gz``)
 VOLUME_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".npy")

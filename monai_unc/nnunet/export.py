@@ -43,8 +43,10 @@ from nnunetv2.inference.export_prediction import convert_predicted_logits_to_seg
 from nnunetv2.utilities.label_handling.label_handling import LabelManager
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
+from monai_unc import __version__
 from monai_unc._deprecation import REMOVAL
 from monai_unc.io import (
+    VERSION_KEY,
     atomic_gzip,
     atomic_path,
     atomic_save_npz,
@@ -655,6 +657,7 @@ def export_uncertainty(
         **({"regions": regions} if regions else {}),
         **result.extras,
         **({"settings": json_safe(settings)} if settings is not None else {}),
+        VERSION_KEY: __version__,  # provenance: seeded draws may differ between versions
     }
     atomic_write_json(_record_path(base), record)
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist

@@ -57,6 +57,7 @@ from ..evaluation.lesions import SAMPLES_SUFFIX
 from ..inferers import available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
+    VERSION_KEY,
     CaseError,
     ImageCase,
     atomic_write_json,
@@ -322,10 +323,6 @@ def is_finished(case_id: str, output: Path, settings: InferSettings | None = Non
     """
     cache = _record_cache(Path(output), settings=settings)
     return cache.load(case_id, cache.fingerprint_of(case_id)) is not None
-
-
-#: the key of the package version in ``infer.json`` and in each case's record
-VERSION_KEY = "monai_unc_version"
 
 
 def case_fingerprint(settings: InferSettings) -> dict[str, Any]:

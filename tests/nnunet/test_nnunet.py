@@ -29,6 +29,7 @@ from nnunetv2.inference.sliding_window_prediction import compute_gaussian  # noq
 from nnunetv2.utilities.get_network_from_plans import get_network_from_plans  # noqa: E402
 from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa: E402
 
+import monai_unc  # noqa: E402
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.inferers import enable_mc_dropout, find_dropout_layers  # noqa: E402
 from monai_unc.inferers.rate_in import RateInSource, find_rate_in_layers  # noqa: E402
@@ -714,6 +715,7 @@ def test_continue_prediction_redoes_cases_made_with_other_settings(predicted_fol
     for case in cases:
         rec = json.loads((cont / "uncertainty" / f"{case}.json").read_text())
         assert rec["settings"] == ours.case_settings() and rec["num_samples"] == 16
+        assert rec["monai_unc_version"] == monai_unc.__version__  # provenance, not a setting
         assert {k: v for k, v in cfg.items() if k not in ("measures", "model_folder")} == rec["settings"]
         assert mun.case_exported(cont / case, ".nii.gz", mun.DEFAULT_MEASURES, settings=ours.case_settings())
         assert not mun.case_exported(cont / case, ".nii.gz", mun.DEFAULT_MEASURES, settings=old["settings"])
