@@ -90,3 +90,29 @@ def volume_state_type(name):
     finally:
         state_mod._REGISTRY.clear()
         state_mod._REGISTRY.update(saved)
+
+
+def toy_infer_files(root, n_cases=1):
+    """A toy cohort (12^3 images) and :data:`TOY_NET` as a network spec with a seeded checkpoint, under ``root``.
+
+    Returns ``{"images", "ckpt", "spec"}`` for :func:`run_toy_infer`.
+    """
+    import json
+
+    from monai.networks.nets import UNet
+
+    from monai_unc.data.cohorts import write_toy_cohort
+
+    paths = write_toy_cohort(root / "data", n_cases=n_cases, shape=(12, 12, 12))
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), root / "ckpt.pt")
+    (root / "net.json").write_text(json.dumps(TOY_NET))
+    return {"images": paths["images"], "ckpt": root / "ckpt.pt", "spec": root / "net.json"}
+
+
+def run_toy_infer(toy, out, *flags):
+    """``monai-unc infer`` of :func:`toy_infer_files`' cohort into ``out`` (3 samples, CPU, quiet); its exit status."""
+    from monai_unc import cli
+
+    return cli.main(["infer", "-i", str(toy["images"]), "-o", str(out), "--network", str(toy["spec"]),
+                     "--checkpoint", str(toy["ckpt"]), "--samples", "3", "--device", "cpu", "--quiet", *flags])

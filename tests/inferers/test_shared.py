@@ -224,33 +224,6 @@ def test_window_batches_equal_full_passes_injected_masks(name, dims, sw_batch, s
         assert set(calls) == {(sw_batch, 3)}
 
 
-def test_window_batches_equal_full_passes_rate_in(monkeypatch):
-    """Rate-In's fixed rates (one per window of a batch) follow each window of a batch replayed on its own."""
-    bank = MaskBank()
-    torch.manual_seed(0)
-    net = basic_unet(3).eval()
-    bank.watch(net)
-    original = rate_in_module._draw_keep
-
-    def draw_keep(x, rates, channelwise):
-        if x.shape[0] != len(bank.rows):  # the rate search draws on subsets of rows: ordinary draws
-            return original(x, rates, channelwise)
-        return bank.keep(f"rate_in{tuple(x.shape[1:])}", x, 1 - rates.float(), channelwise)
-
-    monkeypatch.setattr(rate_in_module, "_draw_keep", draw_keep)
-    x = torch.rand(1, 1, 24, 24, 16)
-    sw = SlidingWindowInferer([16] * 3, sw_batch_size=2, overlap=0.25)
-
-    def make(share):
-        source = RateInSource(num_samples=5, placement="insert", after=["upcat_2", "upcat_1"], target_loss=0.1,
-                              loss="mse", max_iter=5)
-        return UncertaintyInferer(source, base_inferer=sw, seed=0, share_passes=share, sample_batch_size=2)
-
-    full, shared = run_both(make, x, net, bank)
-    assert_maps_close(full, shared)
-    assert full["mutual_information"].max() > 1e-5
-
-
 def test_interleave_orders_samples_as_a_batch_replay():
     """Sample ``s`` of input ``b`` at row ``s B + b``; outputs that are not batched per input are refused."""
     outs = [torch.arange(3.0).reshape(3, 1) + 10 * b for b in range(2)]  # input b, samples 0..2
@@ -296,8 +269,13 @@ def test_shared_equals_full_torch_dropout_modules():
     assert_maps_close(full, shared)
 
 
-def test_shared_equals_full_rate_in(monkeypatch):
-    """Rate-In (searched per window, then fixed rates repeated over a replay batch) with injected masks."""
+@pytest.mark.parametrize(
+    "shape, sw_batch, samples, sample_batch",
+    [((24, 24, 24), 1, 4, 3), ((24, 24, 16), 2, 5, 2)],  # one window at a time; window batches window by window
+)
+def test_shared_equals_full_rate_in(monkeypatch, shape, sw_batch, samples, sample_batch):
+    """Rate-In (searched per window, then fixed rates repeated over a replay batch) with injected masks; with window
+    batches, the fixed rates (one per window) follow each window of a batch replayed on its own."""
     bank = MaskBank()
     torch.manual_seed(0)
     net = basic_unet(3).eval()
@@ -310,13 +288,13 @@ def test_shared_equals_full_rate_in(monkeypatch):
         return bank.keep(f"rate_in{tuple(x.shape[1:])}", x, 1 - rates.float(), channelwise)
 
     monkeypatch.setattr(rate_in_module, "_draw_keep", draw_keep)
-    x = torch.rand(1, 1, 24, 24, 24)
-    sw = SlidingWindowInferer([16] * 3, sw_batch_size=1, overlap=0.25)
+    x = torch.rand(1, 1, *shape)
+    sw = SlidingWindowInferer([16] * 3, sw_batch_size=sw_batch, overlap=0.25)
 
     def make(share):
-        source = RateInSource(num_samples=4, placement="insert", after=["upcat_2", "upcat_1"], target_loss=0.1,
+        source = RateInSource(num_samples=samples, placement="insert", after=["upcat_2", "upcat_1"], target_loss=0.1,
                               loss="mse", max_iter=5)
-        return UncertaintyInferer(source, base_inferer=sw, seed=0, share_passes=share, sample_batch_size=3)
+        return UncertaintyInferer(source, base_inferer=sw, seed=0, share_passes=share, sample_batch_size=sample_batch)
 
     full, shared = run_both(make, x, net, bank)
     assert_maps_close(full, shared)

@@ -7,32 +7,20 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 import monai_unc
-from monai_unc import cli
-from monai_unc.data.cohorts import write_toy_cohort
 from monai_unc.workflows.infer import VERSION_KEY, check_run_settings
-from tests._cases import TOY_NET
+from tests._cases import run_toy_infer, toy_infer_files
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    from monai.networks.nets import UNet
-
-    root = tmp_path_factory.mktemp("version")
-    paths = write_toy_cohort(root / "data", n_cases=2, shape=(12, 12, 12))
-    torch.manual_seed(0)
-    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), root / "ckpt.pt")
-    (root / "net.json").write_text(json.dumps(TOY_NET))
-    return {"images": paths["images"], "ckpt": root / "ckpt.pt", "spec": root / "net.json"}
+    return toy_infer_files(tmp_path_factory.mktemp("version"), n_cases=2)
 
 
-def _infer(toy, out, *flags):
-    return cli.main(["infer", "-i", str(toy["images"]), "-o", str(out), "--network", str(toy["spec"]),
-                     "--checkpoint", str(toy["ckpt"]), "--samples", "3", "--device", "cpu", "--quiet", *flags])
+_infer = run_toy_infer
 
 
 def _rewrite(path, change):

@@ -259,41 +259,34 @@ def _build(n_cls: int) -> Any:
         return e, m, b
 
     @jit
+    def add(it, ft, bin_, v, hit, w, i):
+        # one voxel into a row's slots (S values a bin side by side: one cache line per update): its count and hit
+        # packed in one int64 at it[S j], its value at ft[S j + 1] and with weights its weighted count and hit at
+        # ft[S j + 2], ft[S j + 3] (it and ft: two views of one buffer)
+        if w is not None:
+            j = np.intp(bin_) * 4
+            it[j] += 1 + (np.int64(hit) << 32)
+            wi = w[i]
+            ft[j + 1] += v * wi
+            ft[j + 2] += wi
+            ft[j + 3] += wi if hit else 0.0
+        else:
+            j = np.intp(bin_) * 2
+            it[j] += 1 + (np.int64(hit) << 32)
+            ft[j + 1] += v
+
+    @jit
     def scatter(b, v, y, c, w, it, ft):
-        # one class row of a block into its slots (S values a bin side by side: one cache line per update): the
-        # voxels' counts and hits (y == c) packed in one int64 at it[S j], the value sums at ft[S j + 1] and with
-        # weights the weighted counts and hits at ft[S j + 2], ft[S j + 3] (it and ft: two views of one buffer)
+        # one class row of a block: a hit is y == c
         for i in range(b.shape[0]):
-            hit = y[i] == c
-            if w is not None:
-                j = np.intp(b[i]) * 4
-                it[j] += 1 + (np.int64(hit) << 32)
-                wi = w[i]
-                ft[j + 1] += v[i] * wi
-                ft[j + 2] += wi
-                ft[j + 3] += wi if hit else 0.0
-            else:
-                j = np.intp(b[i]) * 2
-                it[j] += 1 + (np.int64(hit) << 32)
-                ft[j + 1] += v[i]
+            add(it, ft, b[i], v[i], y[i] == c, w, i)
 
     @jit
     def scatter_below(b, v, y, pred, w, it, ft, limit):
-        # the top-label (or entropy) row: as scatter, with hits y == pred, for the voxels whose bin is below limit
+        # the top-label (or entropy) row: a hit is y == pred; only the voxels whose bin is below limit
         for i in range(b.shape[0]):
             if b[i] < limit:
-                hit = y[i] == pred[i]
-                if w is not None:
-                    j = np.intp(b[i]) * 4
-                    it[j] += 1 + (np.int64(hit) << 32)
-                    wi = w[i]
-                    ft[j + 1] += v[i] * wi
-                    ft[j + 2] += wi
-                    ft[j + 3] += wi if hit else 0.0
-                else:
-                    j = np.intp(b[i]) * 2
-                    it[j] += 1 + (np.int64(hit) << 32)
-                    ft[j + 1] += v[i]
+                add(it, ft, b[i], v[i], y[i] == pred[i], w, i)
 
     # one thread's share, [start, stop), into its own tables; not numba's parallel mode (its OpenMP threading layer
     # kills a process that forks after using it): the caller runs the blocks in Python threads (nogil)
