@@ -444,11 +444,13 @@ def test_kernel_counts_labels_out_of_range(num_classes, bad):
 @pytest.mark.parametrize("num_classes", [3, 10])
 @pytest.mark.parametrize("bad, message", [(-2, "non-negative"), (None, "holds class")])
 @pytest.mark.parametrize("masked", [False, True])
-def test_labels_out_of_range_raise_as_the_reference(monkeypatch, num_classes, bad, message, masked):
-    """The range of int64 labels without a mask is checked inside the kernel (no separate read): the same error as
-    the reference path's, naming ``target``, and nothing added; with a mask the labels are checked before."""
-    probs, labels = softmax_case((2, 12, 10, 8), num_classes, seed=3)
-    labels[1, 3, 4, 5] = num_classes if bad is None else bad
+@pytest.mark.parametrize("batch", [1, 2])
+def test_labels_out_of_range_raise_as_the_reference(monkeypatch, num_classes, bad, message, masked, batch):
+    """The range of int64 labels of one case without a mask is checked inside the kernel (no separate read): the same
+    error as the reference path's, naming ``target``, and nothing added; with a mask or several cases the labels are
+    checked before."""
+    probs, labels = softmax_case((batch, 12, 10, 8), num_classes, seed=3)
+    labels[-1, 3, 4, 5] = num_classes if bad is None else bad
     mask = torch.ones(labels.shape, dtype=torch.bool) if masked else None
     hist = ConfidenceHistogram(num_classes)
     with pytest.raises(ValueError, match=message) as fused_err:
@@ -476,3 +478,44 @@ def test_labels_read_once_without_a_mask(monkeypatch):
     assert torch.int64 not in calls
     ConfidenceHistogram(3).update(probs, labels, mask=torch.ones(labels.shape, dtype=torch.bool))
     assert torch.int64 in calls
+    calls.clear()
+    two, two_labels = softmax_case((2, 8, 8, 8), 3, seed=2)
+    ConfidenceHistogram(3).update(two, two_labels)  # several cases: every case's labels checked first
+    assert torch.int64 in calls
+
+
+@pytest.mark.parametrize("dtype, e", [(torch.float32, 2.0**-24), (torch.float64, 1e-12), (torch.float64, 1e-9)])
+def test_nll_of_confident_voxels_within_the_absolute_bound(monkeypatch, dtype, e):
+    """Confident, correct voxels (``-log p_y`` near 0): the fused NLL sum is within ``n 2^-52`` nats of the reference
+    (absolute, as documented: the product of mantissas rounds away what ``-log p`` keeps, so not relative), and the
+    reference within ``n 2^-53`` relative of an exact sum (``math.fsum`` of float64 logs). From a hostile review."""
+    import math
+
+    n = 5000
+    p_true = torch.full((n,), 1.0 - e, dtype=torch.float64)
+    probs = torch.stack([p_true, 1.0 - p_true])[None, :, :, None].to(dtype)
+    target = torch.zeros(1, n, 1, dtype=torch.int64)
+    fused = ConfidenceHistogram(2, uncertainty=False).update(probs, target).scalars[0, 1].item()
+    ref = reference(monkeypatch, probs, target, num_classes=2, uncertainty=False).scalars[0, 1].item()
+    exact = math.fsum((-np.log(probs[0, 0, :, 0].double().numpy())).tolist())
+    assert ref == pytest.approx(exact, rel=n * 2.0**-53, abs=0)
+    assert abs(fused - ref) <= n * 2.0**-52
+    assert fused > 0
+
+
+@pytest.mark.parametrize("bad_case", [0, 1])
+def test_label_error_takes_precedence_across_the_batch(monkeypatch, bad_case):
+    """Invalid probabilities in one case and a label out of range in another: the ``target`` error of the reference
+    (which checks every case's labels first), with and without ``validate``. From a hostile review."""
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(2, 3, 50, generator=g), 1)
+    probs[1 - bad_case, 0, 0] = float("nan")
+    target = torch.randint(0, 3, (2, 50), generator=g)
+    target[bad_case, 0] = 3
+    target[bad_case, 1] = -5
+    for validate in (True, False):
+        with pytest.raises(ValueError) as ref_err:
+            reference(monkeypatch, probs, target, uncertainty=False, validate=validate)
+        with pytest.raises(ValueError) as fused_err:
+            ConfidenceHistogram(3, uncertainty=False).update(probs, target, validate=validate)
+        assert "target" in str(ref_err.value) and str(fused_err.value) == str(ref_err.value)

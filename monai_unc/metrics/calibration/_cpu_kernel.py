@@ -28,7 +28,9 @@ Results equal the reference's: the same float64 values, bin ``floor(v * F)`` com
 wins; counts are exact int64. Float sums differ only by the order of the additions (per thread, per row, then merged;
 the top-label row's sums above the threshold as the sum of the class rows' sums), i.e. within the recursive-summation
 bound ``n * 2^-53`` relative of the reference's sums; the unweighted NLL and Brier sums are reassociated within a
-block (a product and a sum the compiler vectorises) and summed over blocks, within ``n * 2^-52`` relative. The
+block (a product and a sum the compiler vectorises) and summed over blocks, within ``n * 2^-52`` *absolute* (nats for
+the NLL): for confident, correct voxels, whose terms are near 0, that can be a large relative difference (the product
+of mantissas rounds away what ``-log p`` of a ``p`` near 1 keeps). The
 normalised entropy (the UCE row) is computed by the caller with the reference's own torch formula, chunk by chunk (a
 vectorised log is several times faster than a scalar one per class and voxel), and binned here.
 

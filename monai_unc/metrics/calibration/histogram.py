@@ -743,9 +743,11 @@ class ConfidenceHistogram:
         batch, spatial = p.shape[0], tuple(p.shape[2:])
         yt = _voxel_map(target, "target", batch, spatial)
         # the fused CPU kernel checks the labels' range as it reads them (one read of the labels less) where it sees
-        # all of them: int64 labels on the CPU, no mask, no weights; check_labels reads them elsewhere
+        # all of them before any other check could fail: one case, int64 labels on the CPU, no mask, no weights
+        # (with several cases the labels of all are checked first, as the reference does); check_labels elsewhere
         in_kernel = (
-            mask is None
+            batch == 1
+            and mask is None
             and weights is None
             and _fused_backend(p) == "numba"
             and yt.dtype == torch.int64
