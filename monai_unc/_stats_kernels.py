@@ -63,61 +63,74 @@ _FUSED_SUMS = (torch.float32, torch.float64)
 def _build_cpu() -> Any:
     import numba
 
-    @numba.njit(cache=True, nogil=True)
+    # The voxel loops run over slices with ``range`` indices: a signed ``v - p_off`` index could be negative as far as
+    # the compiler knows, and numba's wraparound test then keeps LLVM from vectorising the loop (2.3x slower)
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
     def add_chunk(p, p_off, h, w, n_batch, sp, sh, sp2, sq_mode, v0, v1, scratch):  # pragma: no cover - compiled
         # p: (N, C, *) samples (sample k, batch item b at row k * n_batch + b), voxel v at p[:, :, v - p_off];
         # h: (N, Ch, v1 - v0) their entropies; sums (B, C | Ch | C or 1, V); voxels [v0, v1). Voxel loops innermost
         # (vectorised); the samples in order, so every voxel gets them in the reference's order.
         n_rows, n_cls = p.shape[0], p.shape[1]
         n_h = h.shape[1]
+        m = v1 - v0
+        a = v0 - p_off
+        sc = scratch[:m]
         for n in range(n_rows):
             k = n // n_batch
             b = n - k * n_batch
             wk = w[k]
             for c in range(n_cls):
-                for v in range(v0, v1):
-                    x = np.float64(p[n, c, v - p_off])
-                    sp[b, c, v] += wk * x
+                pr, sr = p[n, c, a : a + m], sp[b, c, v0:v1]
+                for i in range(m):
+                    sr[i] += wk * np.float64(pr[i])
             for c in range(n_h):
-                for v in range(v0, v1):
-                    sh[b, c, v] += wk * np.float64(h[n, c, v - v0])
+                hr, sr = h[n, c, :m], sh[b, c, v0:v1]
+                for i in range(m):
+                    sr[i] += wk * np.float64(hr[i])
             if sq_mode == 1:
                 for c in range(n_cls):
-                    for v in range(v0, v1):
-                        x = np.float64(p[n, c, v - p_off])
-                        sp2[b, c, v] += wk * (x * x)
+                    pr, sr = p[n, c, a : a + m], sp2[b, c, v0:v1]
+                    for i in range(m):
+                        x = np.float64(pr[i])
+                        sr[i] += wk * (x * x)
             elif sq_mode == 2:
-                for v in range(v0, v1):
-                    scratch[v - v0] = 0.0
+                for i in range(m):
+                    sc[i] = 0.0
                 for c in range(n_cls):
-                    for v in range(v0, v1):
-                        x = np.float64(p[n, c, v - p_off])
-                        scratch[v - v0] += x * x
-                for v in range(v0, v1):
-                    sp2[b, 0, v] += wk * scratch[v - v0]
+                    pr = p[n, c, a : a + m]
+                    for i in range(m):
+                        x = np.float64(pr[i])
+                        sc[i] += x * x
+                sr = sp2[b, 0, v0:v1]
+                for i in range(m):
+                    sr[i] += wk * sc[i]
 
-    @numba.njit(cache=True, nogil=True)
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
     def flags(p, p_off, v0, v1, out, scratch):  # pragma: no cover - compiled
         # p: (N, C, *), voxels [v0, v1) at p[:, :, v - p_off]; out: [non-finite values (added), min, max,
         # max |sum_c p - 1|] (min / max over finite values)
         n_rows, n_cls = p.shape[0], p.shape[1]
+        m = v1 - v0
+        a = v0 - p_off
+        sc = scratch[:m]
         bad = 0
         lo = out[1]
         hi = out[2]
         dev = out[3]
         for n in range(n_rows):
-            for v in range(v0, v1):
-                scratch[v - v0] = 0.0
+            for i in range(m):
+                sc[i] = 0.0
             for c in range(n_cls):
-                for v in range(v0, v1):
-                    x = np.float64(p[n, c, v - p_off])
+                pr = p[n, c, a : a + m]
+                for i in range(m):
+                    x = np.float64(pr[i])
                     finite = x - x == 0.0  # NaN - NaN and inf - inf are NaN
                     bad += 0 if finite else 1
                     lo = x if finite and x < lo else lo
                     hi = x if finite and x > hi else hi
-                    scratch[v - v0] += x
-            for v in range(v0, v1):
-                d = abs(scratch[v - v0] - 1.0)
+                    sc[i] += x
+            for i in range(m):
+                d = abs(sc[i] - 1.0)
                 dev = d if d > dev else dev
         out[0] += bad
         out[1] = lo

@@ -440,3 +440,32 @@ def test_fused_update_synchronises_only_for_the_checks(cuda_device):
             s.update_many(batch, num_samples=3, weights=[0.5, 1.0, 2.0])
         # validate=True: one read of the checks' flags per call (two calls)
         assert len(syncs) == 2 * expected, (validate, syncs)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("class_variance", [False, True])
+def test_many_chunks_and_threads_equal_the_reference(reference, monkeypatch, dtype, class_variance):
+    # chunks of 512 voxels that do not divide the volume, shared between two threads: every chunk's offsets (and
+    # the half-precision path's chunk-local copies) reach the right voxels; unit weights: bit for bit
+    monkeypatch.setattr(kernels, "CPU_CHUNK_ELEMENTS", 1024)
+    monkeypatch.setattr(kernels, "CPU_MIN_VOXELS_PER_THREAD", 512)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    shape = (2, 3, 17, 13, 11)  # 2431 voxels: four full chunks and a part
+    ps = samples(3, shape, False, dtype, seed=4)
+    opts = {"class_variance": class_variance, "accum_dtype": torch.float64}
+    fused = SampleStats(**opts).update_many(torch.cat(ps), 3)
+    with reference:
+        ref = SampleStats(**opts)
+        for p in ps:
+            ref.update(p)
+    for name in ("sum_p", "sum_h", "sum_p2"):
+        assert torch.equal(getattr(fused, name), getattr(ref, name)), name
+    # the read-only check pass over the same chunks: a value out of range in the last, partial chunk
+    bad = ps[1].clone()
+    bad[1, 2, 16, 12, 10] = 1.5
+    with pytest.raises(ValueError) as fused_err:
+        SampleStats(**opts).update(bad)
+    with reference, pytest.raises(ValueError) as ref_err:
+        SampleStats(**opts).update(bad)
+    assert str(fused_err.value) == str(ref_err.value)
