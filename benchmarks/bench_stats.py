@@ -14,8 +14,10 @@ the same run (``benchmarks/_floor.py``).
   path (``monai_unc._stats_kernels.FUSED_KERNELS = False``). Floor: one contiguous read of the sample
   (:func:`_floor.one_read`); also printed: one read of the sample and of the float64 sums, which an update must
   read and write (``C + 2`` float64 channels against ``C`` float32 ones: most of its memory traffic). Peak memory:
-  the peak RSS of one update above the RSS before it (the sums already allocated), with glibc's mmap threshold
-  fixed so that RSS follows the live tensors.
+  the peak RSS of one update above the RSS before it (the sums already allocated), measured in a child process
+  started with glibc's mmap threshold fixed so that RSS follows the live tensors; the times are taken in this
+  process with glibc's defaults (under a fixed threshold every temporary above it is mapped and faulted in again on
+  each call, which tripled the fused update's time at 128^3 and is not what a user's process pays).
 - **MC overhead**: ``MCDropoutInferer`` with ``--mc-samples`` samples on the example UNet (16-32-64-128, 3 classes)
   at ``--mc-size``^3 against the same number of bare forward passes with dropout on (the floor), with the fused
   update and with the reference one.
@@ -24,7 +26,9 @@ the same run (``benchmarks/_floor.py``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from typing import Any
@@ -45,19 +49,21 @@ def bench_update(args: argparse.Namespace) -> None:
 
     import monai_unc._stats_kernels as kernels
 
-    g = torch.Generator().manual_seed(0)
     print(f"numba kernel available: {kernels.available('cpu')}; torch threads {torch.get_num_threads()}")
+    peaks = _peaks_in_subprocess(args)
     for size, c in _cases(args):
-        _update_case(size, c, args, g)
+        _update_case(size, c, args, peaks[f"{size},{c}"])
 
 
-def _update_case(size: int, c: int, args: argparse.Namespace, g: Any) -> None:
+def _contenders(size: int, c: int, args: argparse.Namespace) -> tuple[dict, Any, Any, Any]:
+    """The timed calls of one case, and the floors: ``(contenders, floor, floor_sums, one sample)``."""
     import torch
 
     import monai_unc._stats_kernels as kernels
     from monai_unc.stats import SampleStats
 
     k = args.batch
+    g = torch.Generator().manual_seed(size * 10 + c)
     ps = torch.softmax(torch.randn(k, c, size, size, size, generator=g), 1)
     one = ps[:1]
     contenders = {}
@@ -86,21 +92,52 @@ def _update_case(size: int, c: int, args: argparse.Namespace, g: Any) -> None:
         contenders[label] = plain
         contenders[f"{label}+checks"] = checked
         contenders[f"{label} batch {k}"] = batch
+    kernels.FUSED_KERNELS = True
     floor = one_read(one)
     ref_sums = stats(False)  # the unavoidable traffic of an update: the sample and the sums read once
     floor_sums = one_read(one, ref_sums.sum_p, ref_sums.sum_h, ref_sums.sum_p2)
     for fn in (*contenders.values(), floor, floor_sums):
         fn()  # warm-up (the kernel's first call loads or compiles it)
+    return contenders, floor, floor_sums, one
+
+
+def _peaks(args: argparse.Namespace) -> dict:
+    """Peak working memory of every contender of every case (run under the fixed mmap threshold)."""
+    import monai_unc._stats_kernels as kernels
+
+    out = {}
+    for size, c in _cases(args):
+        contenders, *_ = _contenders(size, c, args)
+        mem = {}
+        for name, fn in contenders.items():
+            r0 = reset_peak()
+            fn()
+            mem[name] = peak_mib() - r0
+        kernels.FUSED_KERNELS = True
+        out[f"{size},{c}"] = mem
+    return out
+
+
+def _peaks_in_subprocess(args: argparse.Namespace) -> dict:
+    """:func:`_peaks` in a child process started with glibc's mmap threshold fixed (``MALLOC_MMAP_THRESHOLD_``): RSS
+    then follows the live tensors. Timing runs in this process, with glibc's defaults (a fixed threshold maps and
+    faults in every temporary above it on each call: 3x the fused update's time at 128^3, not what a user's process
+    pays)."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD, "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, __file__, "--peak-worker", "--batch", str(args.batch), "--sizes",
+            *map(str, args.sizes), "--classes", *map(str, args.classes)]
+    res = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+    return json.loads(res.stdout.splitlines()[-1])
+
+
+def _update_case(size: int, c: int, args: argparse.Namespace, mem: dict) -> None:
+    k = args.batch
+    contenders, floor, floor_sums, one = _contenders(size, c, args)
     cpu = {name: float("inf") for name in (*contenders, "floor", "floor_sums")}
     for _ in range(args.repeats):
         for name, fn in (*contenders.items(), ("floor", floor), ("floor_sums", floor_sums)):
             _, t = time_best(fn, 1)
             cpu[name] = min(cpu[name], t / (k if "batch" in name else 1))
-    mem = {}
-    for name, fn in contenders.items():
-        r0 = reset_peak()
-        fn()
-        mem[name] = peak_mib() - r0
     sample_mib = one.numel() * 4 / 2**20
     print(
         f"\nupdate of one sample (1, {c}, {size}^3) float32 ({sample_mib:.1f} MiB), float64 sums, "
@@ -122,7 +159,6 @@ def _update_case(size: int, c: int, args: argparse.Namespace, g: Any) -> None:
             f"fused (c={c}, {size}^3)", cpu["fused"], cpu["floor_sums"], "one read of the sample and the float64 sums"
         )
     )
-    kernels.FUSED_KERNELS = True
 
 
 def bench_mc(args: argparse.Namespace) -> None:
@@ -181,13 +217,14 @@ def main() -> None:
     ap.add_argument("--mc-samples", type=int, default=30)
     ap.add_argument("--skip-mc", action="store_true")
     ap.add_argument("--skip-update", action="store_true")
+    ap.add_argument("--peak-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_") != MMAP_THRESHOLD:  # glibc reads it at start: run again with it
-        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD, "OMP_NUM_THREADS": "1"}
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     import torch
 
     torch.set_num_threads(1)
+    if args.peak_worker:
+        print(json.dumps(_peaks(args)))
+        return
     t0 = time.perf_counter()
     if not args.skip_update:
         bench_update(args)
