@@ -1,7 +1,7 @@
 """What N MC-dropout samples cost next to one stock MONAI pass: shared passes vs full passes vs their limit.
 
     python benchmarks/bench_cost.py [--size 64] [--roi 48] [--features 8 8 16 32 64 8] [--samples 30]
-                                    [--sw-batch 2] [--device cpu] [--memory]
+                                    [--sw-batch 2] [--device cpu] [--memory] [--placements auto decoder last]
     python benchmarks/bench_cost.py --nnunet [--nnunet-config width32] [--samples 30] [--memory]
 
 One network (MONAI ``BasicUNet`` with ``--features``, 3 classes), one input ``1x1xSxSxS``, one
@@ -112,7 +112,7 @@ def timing(args: argparse.Namespace) -> dict:
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
     out: dict = {"threads": torch.get_num_threads(), "placements": {}}
-    for placement in PLACEMENTS:
+    for placement in args.placements:
         net, x, sw = _setup(args, placement)
         run_mode("stock", net, x, sw, args.samples, args.device)  # warm-up
         wall = {m: [] for m in ("stock", "shared", "full", "limit")}
@@ -378,6 +378,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--placements", nargs="+", choices=PLACEMENTS, default=list(PLACEMENTS),
+                    help="the dropout placements to time (default: all three)")
     ap.add_argument("--skip-full", action="store_true", help="time the 30 full passes for 'auto' only")
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--memory-only", action="store_true", help="the memory part of --memory alone")
@@ -419,7 +421,7 @@ def main() -> None:
     if not args.memory:
         return
     print()
-    for placement in PLACEMENTS:
+    for placement in args.placements:
         for mode in ("shared", "full"):
             hi, lo = _launch(args, mode, placement, n), _launch(args, mode, placement, 2)
             print(f"peak working memory {placement:8s} {mode:6s}: N={n} {hi:8.1f} MiB, N=2 {lo:8.1f} MiB, "

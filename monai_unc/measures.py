@@ -55,7 +55,11 @@ __all__ = [
 def _entropy_t(p: torch.Tensor, dim: int, normalize: bool) -> torch.Tensor:
     """H(p) = -sum_c p_c log p_c along ``dim`` (kept), 0 log 0 = 0; the single entropy formula."""
     # p * log(max(p, tiny)) is xlogy (0 log 0 = 0) at about half the cost of torch.special.xlogy on CPU
-    h = -(p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny))).sum(dim=dim, keepdim=True)
+    t = p.clamp_min(torch.finfo(p.dtype).tiny)
+    if torch.is_grad_enabled() and p.requires_grad:
+        h = -(p * torch.log(t)).sum(dim=dim, keepdim=True)
+    else:  # the same values, computed in the one temporary (no autograd graph to keep it for)
+        h = t.log_().mul_(p).sum(dim=dim, keepdim=True).neg_()
     if normalize:
         h = h / math.log(p.shape[dim])
     return h
