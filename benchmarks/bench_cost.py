@@ -45,6 +45,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from _floor import peak_mib, reset_peak
 
@@ -171,20 +172,21 @@ def nnunet_case(args: argparse.Namespace, placement: str) -> dict:
     return env
 
 
-def nnunet_predictor(mode: str, env: dict, n: int):
-    """The predictor of one contender (see the module docstring), on ``env``'s network."""
+def nnunet_predictor(mode: str, env: dict, n: int, device: str = "cpu"):
+    """The predictor of one contender (see the module docstring), on ``env``'s network, on ``device`` (on a GPU
+    everything stays on the device, as stock's default)."""
     import torch
     from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
 
     from monai_unc.nnunet import UncertaintyPredictor
 
-    cpu = torch.device("cpu")
+    dev = torch.device(device)
+    kw = {"use_mirroring": False, "perform_everything_on_device": dev.type == "cuda", "device": dev,
+          "allow_tqdm": False}
     if mode in ("stock", "stock_n"):
-        pred = nnUNetPredictor(use_mirroring=False, perform_everything_on_device=False, device=cpu, allow_tqdm=False)
+        pred = nnUNetPredictor(**kw)
     else:
-        pred = UncertaintyPredictor(("dropout",), num_samples=n, seed=0, share_passes=mode == "shared",
-                                    use_mirroring=False, perform_everything_on_device=False, device=cpu,
-                                    allow_tqdm=False)
+        pred = UncertaintyPredictor(("dropout",), num_samples=n, seed=0, share_passes=mode == "shared", **kw)
     pred.manual_initialization(env["net"], env["pm"], env["cm"], env["params"], env["dataset_json"], "nnUNetTrainer",
                                (0, 1, 2))
     return pred
@@ -213,8 +215,9 @@ def nnunet_run(mode: str, pred, env: dict, n: int) -> None:
 NNUNET_MODES = ("stock", "shared", "full", "stock_n", "limit")
 
 
-def nnunet_stochastic(pred, env: dict) -> float:
-    """CPU seconds of the stochastic part of one pass: each window traced, then replayed for one sample (timed)."""
+def nnunet_stochastic(pred, env: dict, device: str = "cpu") -> float:
+    """Seconds of the stochastic part of one pass: each window traced, then replayed for one sample (timed; process
+    CPU time on the CPU, wall time with the device synchronised on a GPU)."""
     import torch
     from acvl_utils.cropping_and_padding.padding import pad_nd_image
 
@@ -222,16 +225,20 @@ def nnunet_stochastic(pred, env: dict) -> float:
     from monai_unc.networks.shared import SharedPasses
 
     net = env["net"]
+    clock = time.process_time if device == "cpu" else time.perf_counter
     padded, _ = pad_nd_image(env["data"], env["cm"].patch_size, "constant", {"value": 0}, True, None)
+    padded = padded.to(device)
     spent = 0.0
     with enable_mc_dropout(net), torch.no_grad():
         for sl in pred._internal_get_sliding_window_slicers(padded.shape[1:]):
             x = padded[sl][None]
             passes = SharedPasses(net)
             passes.trace(net, x)
-            c0 = time.process_time()
+            _sync(device)
+            c0 = clock()
             passes.replay(net, x, 1)
-            spent += time.process_time() - c0
+            _sync(device)
+            spent += clock() - c0
     return spent
 
 
@@ -272,12 +279,22 @@ def nnunet_profile(pred, env: dict) -> dict:
     return spent
 
 
-def nnunet_timing(args: argparse.Namespace) -> dict:
-    """Every contender and placement in this process, interleaved; best CPU and wall time of ``--repeats``."""
+def nnunet_timing(args: argparse.Namespace, case: Callable[[str], dict] | None = None) -> dict:
+    """Every contender and placement in this process, interleaved; best CPU and wall time of ``--repeats``.
+
+    ``case(placement)`` gives the case (default :func:`nnunet_case`: ``--nnunet-config`` with post-hoc dropout); on
+    a GPU (``args.device``) the network and the data go to the device, times are wall times with the device
+    synchronised (the limit from them) and no CPU profile is taken.
+    """
+    import torch
+
+    device = getattr(args, "device", "cpu")
     out: dict = {"placements": {}}
-    for placement in PLACEMENTS:
-        env = nnunet_case(args, placement)
-        preds = {m: nnunet_predictor(m, env, args.samples) for m in NNUNET_MODES if m != "limit"}
+    for placement in getattr(args, "placements", PLACEMENTS):
+        env = (case or (lambda pl: nnunet_case(args, pl)))(placement)
+        env["net"].to(device)
+        preds = {m: nnunet_predictor(m, env, args.samples, device) for m in NNUNET_MODES if m != "limit"}
+        torch.set_num_threads(args.threads)  # nnU-Net's predictor changes the thread count
         nnunet_run("stock", preds["stock"], env, 1)  # warm-up
         wall = {m: [] for m in NNUNET_MODES}
         cpu = {m: [] for m in NNUNET_MODES}
@@ -285,16 +302,21 @@ def nnunet_timing(args: argparse.Namespace) -> dict:
             for m in NNUNET_MODES:
                 if m in ("full", "stock_n") and args.skip_full and placement != "auto":
                     continue
-                if m == "limit":  # one stock pass plus N - 1 times the stochastic part (CPU time only)
-                    cpu[m].append(min(cpu["stock"]) + (args.samples - 1) * nnunet_stochastic(preds["stock"], env))
+                if m == "limit":  # one stock pass plus N - 1 times the stochastic part
+                    stoch = nnunet_stochastic(preds["stock"], env, device)
+                    (cpu if device == "cpu" else wall)[m].append(
+                        min((cpu if device == "cpu" else wall)["stock"]) + (args.samples - 1) * stoch)
                     continue
+                _sync(device)
                 t0, c0 = time.perf_counter(), time.process_time()
                 nnunet_run(m, preds[m], env, args.samples)
+                _sync(device)
                 wall[m].append(time.perf_counter() - t0)
                 cpu[m].append(time.process_time() - c0)
         out["placements"][placement] = {"wall": {m: min(v) for m, v in wall.items() if v},
-                                        "cpu": {m: min(v) for m, v in cpu.items() if v},
-                                        "profile": nnunet_profile(preds["shared"], env)}
+                                        "cpu": {m: min(v) for m, v in cpu.items() if v}}
+        if device == "cpu":
+            out["placements"][placement]["profile"] = nnunet_profile(preds["shared"], env)
     return out
 
 
@@ -318,15 +340,18 @@ def nnunet_main(args: argparse.Namespace) -> None:
     from bench_nnunet import CONFIGS
 
     cfg = CONFIGS[args.nnunet_config]
+    on_cpu = args.device == "cpu"
+    name = "CPU" if on_cpu else torch.cuda.get_device_name(args.device)
     print(f"nnU-Net PlainConvUNet features {cfg['features']}, patch {cfg['patch']}^3, image {cfg['image']}, no "
-          f"mirroring, step 0.5, N = {n}, CPU, torch threads {torch.get_num_threads()}")
+          f"mirroring, step 0.5, N = {n}, {name}, torch threads {torch.get_num_threads()}")
     if not args.memory_only:
         res = nnunet_timing(args)
-        print("ratios to one stock nnUNetPredictor pass (same network, same case), process CPU time (wall)")
+        print("ratios to one stock nnUNetPredictor pass (same network, same case), "
+              + ("process CPU time (wall)" if on_cpu else "wall time"))
         print(f"{'dropout':10s} {'shared (ours)':>16s} {'limit':>16s} {'full (ours)':>16s} {'stock, N passes':>16s} "
               f"{'stock s':>8s}")
         for placement, r in res["placements"].items():
-            t, w = r["cpu"], r["wall"]
+            t, w = (r["cpu"], r["wall"]) if on_cpu else (r["wall"], {})
 
             def cell(m: str, t: dict = t, w: dict = w) -> str:
                 if m not in t:
@@ -337,8 +362,9 @@ def nnunet_main(args: argparse.Namespace) -> None:
 
             print(f"{placement:10s} {cell('shared')} {cell('limit')} {cell('full')} {cell('stock_n')} "
                   f"{t['stock']:8.3f}")
-        print("where the time of one shared-pass prediction goes (CPU seconds, in units of one stock pass)")
-        for placement, r in res["placements"].items():
+        if on_cpu:
+            print("where the time of one shared-pass prediction goes (CPU seconds, in units of one stock pass)")
+        for placement, r in res["placements"].items() if on_cpu else ():
             prof, unit = r["profile"], r["cpu"]["stock"]
             rest = prof["total"] - prof["trace"] - prof["replay"] - prof["SampleStats.update"]
             print(f"{placement:10s} " + ", ".join(f"{k} {v:.2f} s ({v / unit:.2f}x)" for k, v in prof.items())

@@ -32,6 +32,12 @@ and the end of its traceback), and the exit status says whether all passed. ``DI
 - ``nnunet``: ``UncertaintyPredictor`` with dropout (``dropout_p``, N samples, ``perform_everything_on_device``)
   against stock ``nnUNetPredictor`` on the same device and network: time per forward pass ratio; and with
   mirroring as the only source (the same passes as stock): time ratio.
+- ``cost``: shared passes (``benchmarks/bench_cost.py`` on the device): N = 30 MC-dropout samples against one
+  stock pass for dropout in every stage, in the decoder and in the last decoder stage, beside the limit (one stock
+  pass plus 29 times the stochastic part) and, for every stage, 30 full passes; on MONAI's BasicUNet 32-256 (a
+  160^3 volume, 96^3 windows, ``sw_batch_size`` 4: the configuration of the issue) and on nnU-Net's PlainConvUNet
+  (the ``nnunet`` part's network and case, post-hoc dropout) against stock ``nnUNetPredictor``. Targets: decoder
+  only <= 4x, last stage <= 2x (where the limit allows it).
 
 Times are the best of a few runs after a warm-up, with the device synchronised; peak memory is
 ``torch.cuda.max_memory_allocated`` above what was allocated before the measured call (CPU runs report
@@ -67,14 +73,19 @@ FULL = {
     "unet_size": 96, "unet_n_time": 30, "n_mem": (2, 30), "repeats": 2,
     "cal_shape": (3, 256, 256, 256), "spatial_shape": (128, 256, 256),
     "nn_features": [32, 64, 128, 256, 320], "nn_patch": 128, "nn_image": (160, 160, 160), "nn_samples": 5,
+    "cost_size": 160, "cost_roi": 96, "cost_sw_batch": 4, "cost_features": (32, 32, 64, 128, 256, 32),
+    "cost_samples": 30, "cost_repeats": 2,
 }
 QUICK = {
     "brats_shape": (4, 40, 40, 24), "brats_roi": 24, "brats_filters": 8, "brats_n_time": 2, "brats_repeats": 1,
     "unet_size": 24, "unet_n_time": 3, "n_mem": (2, 4), "repeats": 1,
     "cal_shape": (3, 32, 32, 32), "spatial_shape": (16, 32, 32),
     "nn_features": [4, 8, 16], "nn_patch": 16, "nn_image": (24, 24, 24), "nn_samples": 2,
+    "cost_size": 40, "cost_roi": 32, "cost_sw_batch": 2, "cost_features": (4, 4, 8, 16, 32, 4),
+    "cost_samples": 3, "cost_repeats": 1,
 }
-PARTS = ("cuda_tests", "device", "mc_unet", "calibration", "spatial", "nnunet", "mc_brats", "sw_stitch")  # cheap first
+PARTS = ("cuda_tests", "device", "mc_unet", "calibration", "spatial", "nnunet", "mc_brats", "sw_stitch",
+         "cost")  # cheap first
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -492,9 +503,59 @@ def part_nnunet(dev: torch.device, cfg: dict, out: Path) -> dict:
     return {"ok": res["segmentation_equal_stock"], **res}
 
 
+def part_cost(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """Shared passes: N samples against one stock pass (``bench_cost.py``), MONAI BasicUNet and nnU-Net."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_cost
+
+    from monai_unc.nnunet import add_posthoc_dropout
+
+    n = cfg["cost_samples"]
+    on_cpu = dev.type == "cpu"
+    threads = torch.get_num_threads()
+    common = {"device": str(dev), "samples": n, "repeats": cfg["cost_repeats"], "threads": threads,
+              "skip_full": True, "placements": list(bench_cost.PLACEMENTS)}
+    args = argparse.Namespace(size=cfg["cost_size"], roi=cfg["cost_roi"], sw_batch=cfg["cost_sw_batch"],
+                              features=list(cfg["cost_features"]), **common)
+    res: dict[str, Any] = {"samples": n, "monai": {"size": cfg["cost_size"], "roi": cfg["cost_roi"],
+                                                   "sw_batch_size": cfg["cost_sw_batch"],
+                                                   "features": list(cfg["cost_features"])},
+                           "nnunet": {"image": list(cfg["nn_image"]), "patch": cfg["nn_patch"],
+                                      "features": cfg["nn_features"]}}
+
+    def ratios(times: dict, limit: float | None) -> dict:
+        stock = times["stock"]
+        r = {"stock_s": stock, "shared_over_stock": times["shared"] / stock}
+        if limit is not None:
+            r["limit_over_stock"] = limit / stock
+        for k in ("full", "stock_n"):
+            if k in times:
+                r[f"{k}_over_stock"] = times[k] / stock
+        return r
+
+    for placement, r in bench_cost.timing(args)["placements"].items():
+        t = r["cpu"] if on_cpu else r["wall"]
+        limit = t["stock"] + (n - 1) * (r["stochastic_cpu"] if on_cpu else r["stochastic_wall"])
+        res["monai"][placement] = ratios(t, limit)
+
+    def case(placement: str) -> dict:
+        env = _nn_env(dev, cfg)
+        add_posthoc_dropout(env["net"], p=0.1, after=placement)
+        return env
+
+    nn_args = argparse.Namespace(**common)
+    for placement, r in bench_cost.nnunet_timing(nn_args, case)["placements"].items():
+        t = r["cpu"] if on_cpu else r["wall"]
+        res["nnunet"][placement] = ratios(t, t.get("limit"))
+    torch.set_num_threads(threads)
+    values = [v for k in ("monai", "nnunet") for pl in bench_cost.PLACEMENTS for v in res[k][pl].values()]
+    return {"ok": all(v == v and v > 0 for v in values), **res}
+
+
 FUNCS: dict[str, Callable[[torch.device, dict, Path], dict]] = {
     "cuda_tests": part_cuda_tests, "device": part_device, "mc_brats": part_mc_brats, "mc_unet": part_mc_unet,
     "sw_stitch": part_sw_stitch, "calibration": part_calibration, "spatial": part_spatial, "nnunet": part_nnunet,
+    "cost": part_cost,
 }
 
 
@@ -541,6 +602,17 @@ def _md_table(results: dict) -> str:
         if name == "spatial":
             return (f"{d.get('metrics_s', 0):.2f} s, {d.get('metrics_over_floor', 0):.2f}x the transforms + Gaussian "
                     f"(distance transforms: {d.get('edt_backend', '?')})")
+        if name == "cost":
+            cells = []
+            for net in ("monai", "nnunet"):
+                rows = []
+                for pl in ("auto", "decoder", "last"):
+                    c = d.get(net, {}).get(pl, {})
+                    full = c.get("full_over_stock")
+                    rows.append(f"{pl} {_fmt(c.get('shared_over_stock'))}x (limit {_fmt(c.get('limit_over_stock'))}x"
+                                + (f", full {_fmt(full)}x" if full is not None else "") + ")")
+                cells.append(("BasicUNet" if net == "monai" else "nnU-Net") + ": " + ", ".join(rows))
+            return f"{d.get('samples')} samples / one stock pass: " + "; ".join(cells)
         if name == "nnunet":
             return (f"dropout {_fmt(d.get('dropout_per_pass_over_stock'))}x stock per pass; mirroring "
                     f"{_fmt(d.get('mirror_over_stock'))}x stock; segmentation equal: "

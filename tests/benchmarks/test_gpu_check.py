@@ -19,7 +19,7 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
          "--quick"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((tmp_path / "gpu_check.json").read_text())
-    parts = {"cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet"}
+    parts = {"cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet", "cost"}
     assert parts <= set(res), sorted(res)
     assert all(res[p]["ok"] for p in parts), {p: res[p] for p in parts if not res[p]["ok"]}
     # the device tests were rehearsed on the CPU, not skipped
@@ -28,6 +28,15 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
     assert "CPU" in table and "| cuda_tests | ok |" in table
     # same seed, same windows: stitching on the CPU gives the device's result
     assert res["sw_stitch"]["max_abs_pred_diff"] < 1e-5
+    # shared passes: every placement of both networks, the limit beside it, full passes for every stage
+    cost = res["cost"]
+    for net in ("monai", "nnunet"):
+        for placement in ("auto", "decoder", "last"):
+            r = cost[net][placement]
+            assert r["stock_s"] > 0 and r["shared_over_stock"] > 0 and r["limit_over_stock"] > 0, (net, placement)
+        assert cost[net]["auto"]["full_over_stock"] > 0 and "full_over_stock" not in cost[net]["last"]
+    assert cost["nnunet"]["auto"]["stock_n_over_stock"] > 0
+    assert "BasicUNet: auto" in table
 
 
 def test_refuses_cuda_without_a_gpu(tmp_path):
@@ -40,3 +49,4 @@ def test_refuses_cuda_without_a_gpu(tmp_path):
     assert proc.returncode == 2
     assert "CUDA is not available" in proc.stderr
     assert not (tmp_path / "gpu_check.json").exists()
+
