@@ -243,7 +243,8 @@ def nnunet_stochastic(pred, env: dict, device: str = "cpu") -> float:
 
 
 def nnunet_profile(pred, env: dict) -> dict:
-    """CPU seconds of one prediction by ``pred`` spent in traces, replays, ``SampleStats.update`` and in all."""
+    """CPU seconds of one prediction by ``pred`` spent in traces, replays, ``SampleStats.update`` /
+    ``update_many`` and in all."""
     import torch
 
     from monai_unc.networks.shared import SharedPasses
@@ -267,7 +268,8 @@ def nnunet_profile(pred, env: dict) -> dict:
 
     timed(SharedPasses, "trace", "trace")
     timed(SharedPasses, "replay", "replay")
-    timed(SampleStats, "update", "SampleStats.update")
+    timed(SampleStats, "update", "SampleStats.update")  # the key counts update_many too (neither calls the other)
+    timed(SampleStats, "update_many", "SampleStats.update")
     try:
         c0 = time.process_time()
         with torch.no_grad():
