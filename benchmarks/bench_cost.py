@@ -2,9 +2,12 @@
 
     python benchmarks/bench_cost.py [--size 64] [--roi 48] [--features 8 8 16 32 64 8] [--samples 30]
                                     [--sw-batch 2] [--device cpu] [--memory] [--placements auto decoder last]
+                                    [--network basicunet|segresnet|dynunet]
     python benchmarks/bench_cost.py --nnunet [--nnunet-config width32] [--samples 30] [--memory]
 
-One network (MONAI ``BasicUNet`` with ``--features``, 3 classes), one input ``1x1xSxSxS``, one
+One network (MONAI ``BasicUNet`` with ``--features``, 3 classes; ``--network segresnet``: ``SegResNet`` with
+``init_filters`` the first feature, blocks down 1-2-2-4 and up 1-1-1; ``--network dynunet``: a residual ``DynUNet``
+with the first five features as filters, five levels), one input ``1x1xSxSxS``, one
 ``SlidingWindowInferer(roi, sw_batch_size, overlap=0.25)``. For each dropout placement (``add_dropout(after=...)``:
 ``auto`` = after every encoder and decoder stage, ``decoder`` = the decoder stages only, ``last`` = the decoder
 stage next to the output), in the same process and interleaved:
@@ -55,13 +58,23 @@ PLACEMENTS = ("auto", "decoder", "last")
 def _setup(args: argparse.Namespace, placement: str):
     import torch
     from monai.inferers import SlidingWindowInferer
-    from monai.networks.nets import BasicUNet
+    from monai.networks.nets import BasicUNet, DynUNet, SegResNet
 
     from monai_unc.inferers import add_dropout
 
     torch.manual_seed(0)
     dev = torch.device(args.device)
-    net = BasicUNet(3, 1, 3, features=tuple(args.features)).eval().to(dev)
+    f = tuple(args.features)
+    kind = getattr(args, "network", "basicunet")
+    if kind == "segresnet":
+        net = SegResNet(3, init_filters=f[0], in_channels=1, out_channels=3, blocks_down=(1, 2, 2, 4),
+                        blocks_up=(1, 1, 1))
+    elif kind == "dynunet":
+        net = DynUNet(3, 1, 3, kernel_size=[3] * 5, strides=[1, 2, 2, 2, 2], upsample_kernel_size=[2] * 4,
+                      filters=list(f[:5]), res_block=True)
+    else:
+        net = BasicUNet(3, 1, 3, features=f)
+    net = net.eval().to(dev)
     add_dropout(net, p=0.1, after=placement)
     x = torch.randn(1, 1, args.size, args.size, args.size, device=dev)
     sw = SlidingWindowInferer([args.roi] * 3, sw_batch_size=args.sw_batch, overlap=0.25)
@@ -388,8 +401,8 @@ def _launch(args: argparse.Namespace, mode: str, placement: str, k: int) -> floa
     """Peak working memory (MiB) of one contender and N = ``k`` in its own process (``--worker``)."""
     cmd = [sys.executable, __file__, "--size", str(args.size), "--roi", str(args.roi), "--sw-batch",
            str(args.sw_batch), "--threads", str(args.threads), "--device", args.device, "--features",
-           *map(str, args.features), "--nnunet-config", args.nnunet_config, *(["--nnunet"] if args.nnunet else []),
-           "--worker", mode, placement, str(k)]
+           *map(str, args.features), "--nnunet-config", args.nnunet_config, "--network", args.network,
+           *(["--nnunet"] if args.nnunet else []), "--worker", mode, placement, str(k)]
     # a fixed mmap threshold: RSS follows the live tensors (glibc otherwise keeps freed blocks in the heap)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
@@ -406,6 +419,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--network", choices=("basicunet", "segresnet", "dynunet"), default="basicunet",
+                    help="the MONAI network (default BasicUNet, the issue's)")
     ap.add_argument("--placements", nargs="+", choices=PLACEMENTS, default=list(PLACEMENTS),
                     help="the dropout placements to time (default: all three)")
     ap.add_argument("--skip-full", action="store_true", help="time the 30 full passes for 'auto' only")
@@ -430,7 +445,11 @@ def main() -> None:
     name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "CPU"
     res = timing(args) if not args.memory_only else {"threads": torch.get_num_threads(), "placements": {}}
     n = args.samples
-    print(f"BasicUNet features {tuple(args.features)}, input 1x1x{args.size}^3, roi {args.roi}^3, sw_batch_size "
+    label = {"basicunet": "BasicUNet features", "segresnet": "SegResNet init_filters",
+             "dynunet": "DynUNet filters"}[args.network]
+    shown = {"basicunet": tuple(args.features), "segresnet": args.features[0],
+             "dynunet": tuple(args.features[:5])}[args.network]
+    print(f"{label} {shown}, input 1x1x{args.size}^3, roi {args.roi}^3, sw_batch_size "
           f"{args.sw_batch}, overlap 0.25, N = {n}, device {name}, torch threads {res['threads']}")
     print("ratios to one stock MONAI pass (same network, same sliding window), "
           + ("process CPU time" if args.device == "cpu" else "wall time"))
