@@ -30,19 +30,22 @@ of it, every activation that does not depend on a random draw is the same for al
    A replay object can replay any number of batches from one trace (the kept outputs are never written).
 
 Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its
-traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the traced
-one (e.g. a test-time augmentation that draws noise on every call), when the module calls do not follow the traced
-order, or when a kept output was changed in place after it was kept; the inferers then fall back to full passes
-and say why in one log line. A replay of ``k`` samples runs them one at a time (each replay still skips the kept
-calls) when the traced pass turned a random draw into a Python value (``if d.mean() > 0``: a batch of samples would
-take one branch), or when its draws are not ``k`` times the traced ones per input (a draw not made per batch
-element, such as dropout on a weight or ``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see
-:class:`_Draws`). Sharing assumes that every random operation of the network is a PyTorch one (a random
-number drawn in NumPy or Python inside ``forward`` is not seen), that what a call computes does not depend on Python
-state that its calls change (a call counter: a replay calls the stochastic rest once for ``k`` samples, and the
-kept calls not at all), and that a shared call's output, or a shared
-operation's result, is batched along its first axis like the input and computes each batch row from the same rows
-of its inputs (a softmax or cumulative sum across the batch axis of shared values would break it).
+traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the
+traced one (e.g. a test-time augmentation that draws noise on every call), when the module calls do not follow the
+traced order, or when a kept output was changed in place after it was kept; the inferers then fall back to full
+passes and say why in one log line. A replay of ``k`` samples runs them one at a time (each replay still skips the
+kept calls) when the traced pass turned a random draw into a Python value (``if d.mean() > 0``: a batch of samples
+would take one branch) or reduced it to a scalar (``d / d.max()``: over the batch of samples), or when its draws are
+not ``k`` times the traced ones per input (a draw not made per batch element, such as dropout on a weight or
+``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`). Sharing assumes that
+every random operation of the network is a PyTorch one (a random number drawn in NumPy or Python inside ``forward``
+is not seen), that what a call computes does not depend on Python state that its calls change (a call counter: a
+replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic rest
+computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
+batch axis, ``d.amax(0)``, or a batch-norm layer in training mode would mix the samples of a replay), and that a
+shared call's output, or a shared operation's result, is batched along its first axis like the input and computes
+each batch row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values
+would break it).
 """
 
 from __future__ import annotations
@@ -274,9 +277,10 @@ class _Follow(TorchFunctionMode):
         self.stochastic_write = False
         #: (elements drawn by a random operation, the innermost module call that drew them; see :class:`_Draws`)
         self.draws: list[tuple[int, _Call | None]] = []
-        #: a stochastic tensor was turned into a Python value (``if x.mean() > 0``, ``.item()``): the network's
-        #: control flow may differ between samples
-        self.python_value = False
+        #: a stochastic tensor was turned into a Python value (``if x.mean() > 0``, ``.item()``: the network's control
+        #: flow may differ between samples) or reduced to a scalar across its batch axis (``d / d.max()``): a batch of
+        #: samples would share what each sample computes on its own
+        self.per_sample = False
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -293,8 +297,11 @@ class _Follow(TorchFunctionMode):
         if random:
             self.draws.append((_numel(out, mutated), top))
         if random or _stochastic((args, kwargs)):
-            if getattr(func, "__name__", "") in _PYTHON_VALUES:
-                self.python_value = True
+            if getattr(func, "__name__", "") in _PYTHON_VALUES or (
+                any(t.ndim == 0 for t in _tensors(out))
+                and any(t.ndim > 0 and getattr(t, _FLAG, False) for t in _tensors((args, kwargs)))
+            ):
+                self.per_sample = True
             if any(not getattr(t, _FLAG, False) for t in mutated):
                 self.stochastic_write = True
             # the tensors written in place too: ``__setitem__`` returns None, ``out=`` may differ from the result
@@ -715,7 +722,7 @@ class SharedPasses:
             if getattr(t, _FLAG, False):
                 delattr(t, _FLAG)
         self.stochastic_bytes = follow.stochastic_bytes
-        self._per_sample = follow.python_value
+        self._per_sample = follow.per_sample
         # shared values handed on as expanded batch-1 values, operations on them run once per replay (the traced pass
         # wrote no stochastic value into a non-stochastic tensor, nor into its input); a batch of several inputs is
         # replayed one input at a time (its outputs batched like the input, so that they can be interleaved)

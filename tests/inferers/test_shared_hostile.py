@@ -96,10 +96,12 @@ def test_random_ops_that_draw_inside_one_function():
 
 
 class _Branches(nn.Module):
-    """Python control flow on a random draw: each sample takes its own branch in a full pass."""
+    """Python control flow on a random draw (each sample takes its own branch in a full pass), or a draw reduced to a
+    scalar (each sample's own maximum in a full pass)."""
 
-    def __init__(self, bank: MaskBank) -> None:
+    def __init__(self, bank: MaskBank, scalar: bool = False) -> None:
         super().__init__()
+        self.scalar = scalar
         self.a = nn.Conv2d(1, 4, 3, padding=1)
         self.drop = BankDropout(bank, "drop", p=0.5)
         self.head = nn.Conv2d(4, 2, 1)
@@ -107,6 +109,8 @@ class _Branches(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.a(x)
         d = self.drop(h)
+        if self.scalar:  # a batch of k samples was divided by the maximum over all of them
+            return self.head(d / (d.abs().max() + 0.1))
         bonus = torch.tensor([10.0, 0.0]).view(1, 2, 1, 1)
         if d.sum() > h.sum():  # a batch of k samples took one branch for all of them
             return self.head(d) + bonus
@@ -230,3 +234,14 @@ def test_a_draw_inside_a_kept_call_does_not_stop_batched_replays():
         out = passes.replay(net, x, 3)
     assert passes.shared_calls == 1 and not passes._per_sample
     assert (out[0] - out[1]).abs().max() > 1e-6
+
+
+def test_a_draw_reduced_to_a_scalar_equals_full_passes_injected_masks():
+    bank = MaskBank()
+    torch.manual_seed(0)
+    net = _Branches(bank, scalar=True).eval()
+    bank.watch(net)
+    x = torch.rand(1, 1, 8, 8)
+    full, shared = run_both(lambda s: MCDropoutInferer(num_samples=8, share_passes=s, sample_batch_size=4), x, net,
+                            bank)
+    assert_maps_close(full, shared)
