@@ -615,6 +615,8 @@ class SharedPasses:
         self._drawn = 0
         #: replay one sample at a time (a sample's control flow or draws would otherwise mix with the others')
         self._per_sample = False
+        #: a replay's draws were counted with k samples of r inputs, k r != B: every draw is made per batch element
+        self._draws_checked = False
         #: operations that the last replay computed once on batch-1 values (besides the kept module calls)
         self.shared_ops = 0
         #: bytes of the tensors that depend on a random draw in the traced sample (an upper bound of one sample's
@@ -723,6 +725,7 @@ class SharedPasses:
                 delattr(t, _FLAG)
         self.stochastic_bytes = follow.stochastic_bytes
         self._per_sample = follow.per_sample
+        self._draws_checked = False
         # shared values handed on as expanded batch-1 values, operations on them run once per replay (the traced pass
         # wrote no stochastic value into a non-stochastic tensor, nor into its input); a batch of several inputs is
         # replayed one input at a time (its outputs batched like the input, so that they can be interleaved)
@@ -766,15 +769,16 @@ class SharedPasses:
                 ops += self.shared_ops
             self.shared_ops = ops
             return _concat(outs)
-        if k > 1 and self._once and self._batch == k:
-            # k samples of one input draw as much as the trace's B = k inputs, with or without a draw shared by the
-            # samples: two replays whose draws tell it
-            first = self.replay(predictor, x, k - 1)
-            ops = self.shared_ops
-            out = _concat([first, self.replay(predictor, x, 1)])
-            self.shared_ops += ops
-            return out
         try:
+            if k > 1 and self._once and self._batch == k and not self._draws_checked:
+                # k samples of one input draw as much as the trace's B = k inputs, with or without a draw shared by
+                # the samples, so the draws cannot tell: the first such replay takes k - 1 samples input by input (a
+                # count that tells) and the last sample with the whole batch (exact by itself); later ones are batched
+                first = self._replay_rows(predictor, x, k - 1)
+                ops = self.shared_ops
+                out = _concat([first, self._replay_batches(predictor, x, 1)])
+                self.shared_ops += ops
+                return out
             return self._replay_batches(predictor, x, k)
         except _Unbatched:
             if k == 1:
@@ -791,6 +795,10 @@ class SharedPasses:
             return self._replay(predictor, x, k, 0)
         if k == 1:
             return self._replay(predictor, x, k, None)
+        return self._replay_rows(predictor, x, k)
+
+    def _replay_rows(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
+        """:meth:`replay` of ``k`` samples of a traced batch of several inputs, one input at a time."""
         # one input of the batch at a time: its shared values are batch-1 views of the batch's (no copy per sample,
         # operations on them run once), where a replay of the whole batch would copy them for every sample (an
         # expanded (k, B, ...) view is no (k B, ...) tensor); the trace stays batched (one pass of B inputs costs
@@ -865,6 +873,8 @@ class SharedPasses:
                 f"the random draws of {k} samples of {rows} input(s) ({draws.drawn} values) are not {k * rows} / "
                 f"{batch} times those of the traced pass ({self._drawn}): a draw not made per batch element"
             )
+        if k * rows != batch:  # a count that would have told a draw shared by the samples (see replay)
+            self._draws_checked = True
         if share is not None:  # a shared value in the output: plain copies, the caller's own
             self.shared_ops = share.shared_ops
             out = tree_map(lambda t: t if share.base(t) is None else _repeat(share.base(t), k), out)
