@@ -30,13 +30,22 @@ of it, every activation that does not depend on a random draw is the same for al
    A replay object can replay any number of batches from one trace (the kept outputs are never written).
 
 Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its
-traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the traced
-one (e.g. a test-time augmentation that draws noise on every call), when the module calls do not follow the traced
-order, or when a kept output was changed in place after it was kept; the inferers then fall back to full passes
-and say why in one log line. Sharing assumes that every random operation of the network is a PyTorch one (a random
-number drawn in NumPy or Python inside ``forward`` is not seen), and that a shared call's output, or a shared
-operation's result, is batched along its first axis like the input and computes each batch row from the same rows
-of its inputs (a softmax or cumulative sum across the batch axis of shared values would break it).
+traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the
+traced one (e.g. a test-time augmentation that draws noise on every call), when the module calls do not follow the
+traced order, or when a kept output was changed in place after it was kept; the inferers then fall back to full
+passes and say why in one log line. A replay of ``k`` samples runs them one at a time (each replay still skips the
+kept calls) when the traced pass turned a random draw into a Python value (``if d.mean() > 0``: a batch of samples
+would take one branch) or reduced it to a scalar (``d / d.max()``: over the batch of samples), or when its draws are
+not ``k`` times the traced ones per input (a draw not made per batch element, such as dropout on a weight or
+``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`). Sharing assumes that
+every random operation of the network is a PyTorch one (a random number drawn in NumPy or Python inside ``forward``
+is not seen), that what a call computes does not depend on Python state that its calls change (a call counter: a
+replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic rest
+computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
+batch axis, ``d.amax(0)``, or a batch-norm layer in training mode would mix the samples of a replay), and that a
+shared call's output, or a shared operation's result, is batched along its first axis like the input and computes
+each batch row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values
+would break it).
 """
 
 from __future__ import annotations
@@ -63,13 +72,22 @@ _FLAG = "_monai_unc_stochastic"
 _RANDOM_NAMES = frozenset({
     "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "bernoulli", "bernoulli_",
     "multinomial", "normal", "normal_", "uniform_", "exponential_", "geometric_", "cauchy_", "log_normal_",
-    "random_", "poisson", "rrelu", "rrelu_", "rrelu_with_noise",
+    "random_", "poisson", "rrelu", "rrelu_", "rrelu_with_noise", "binomial", "_standard_gamma", "_sample_dirichlet",
+    "gumbel_softmax",
 })
 #: dropout functions: random when ``training`` (or ``train``) is true and ``p > 0``
 _DROPOUT_NAMES = frozenset({
     "dropout", "dropout_", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "alpha_dropout_",
     "feature_alpha_dropout", "feature_alpha_dropout_", "feature_dropout", "feature_dropout_", "native_dropout",
 })
+#: functions that draw inside one operation (``__torch_function__`` sees only the outer call): name -> (position and
+#: name of the dropout probability, position and name of the training flag, or None where there is none)
+_DRAWING_NAMES: dict[str, tuple[int, str, int | None, str | None]] = {
+    "scaled_dot_product_attention": (4, "dropout_p", None, None),
+    "multi_head_attention_forward": (10, "dropout_p", 13, "training"),
+}
+#: conversions of a tensor to a Python value: on a stochastic tensor, the network's control flow may depend on it
+_PYTHON_VALUES = frozenset({"__bool__", "item", "__float__", "__int__", "__index__", "__complex__", "tolist", "numpy"})
 #: the automatic sample batch uses at most this fraction of the case's stitched buffers (besides one sample)
 AUTO_BATCH_FRACTION = 0.1
 #: the largest automatic sample batch
@@ -80,11 +98,18 @@ class SharingUnavailable(RuntimeError):
     """The shared computation cannot reproduce a full pass for this call; the message says why."""
 
 
+class _Unbatched(SharingUnavailable):
+    """A replay drew other than ``k`` times the traced draws per input: a draw the ``k`` samples would share."""
+
+
 def is_random_op(func: Callable, args: tuple = (), kwargs: dict | None = None) -> bool:
     """Whether calling ``func(*args, **kwargs)`` draws random numbers.
 
     Dropout functions count only when they are active (``training`` / ``train`` true and ``p > 0``), so that a
-    network built with ``Dropout(p=0)`` or with dropout in eval mode shares everything.
+    network built with ``Dropout(p=0)`` or with dropout in eval mode shares everything; so do functions that drop
+    inside one operation (``scaled_dot_product_attention`` with ``dropout_p > 0``, ``multi_head_attention_forward``
+    in training). Fractional max pooling draws its regions unless ``_random_samples`` is given; Gumbel softmax and
+    the samplers of ``torch.distributions`` always draw.
 
     Args:
         func: a PyTorch function or tensor method (as seen by ``__torch_function__``).
@@ -102,15 +127,26 @@ def is_random_op(func: Callable, args: tuple = (), kwargs: dict | None = None) -
         (True, False)
         >>> is_random_op(torch.rand_like, (x,)), is_random_op(torch.add, (x, x))
         (True, False)
+        >>> attention = torch.nn.functional.scaled_dot_product_attention
+        >>> is_random_op(attention, (x, x, x), {"dropout_p": 0.1}), is_random_op(attention, (x, x, x))
+        (True, False)
     """
     name = getattr(func, "__name__", "")
     if name in _RANDOM_NAMES:
         return True
-    if name not in _DROPOUT_NAMES:
-        return False
     kwargs = kwargs or {}
-    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-    training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+    if "fractional_max_pool" in name:  # draws its pooling regions unless they are given
+        return kwargs.get("_random_samples", args[5] if len(args) > 5 else None) is None
+    if name in _DRAWING_NAMES:
+        p_at, p_name, train_at, train_name = _DRAWING_NAMES[name]
+        p = kwargs.get(p_name, args[p_at] if len(args) > p_at else 0.0)
+        training = True if train_at is None else kwargs.get(train_name, args[train_at] if len(args) > train_at
+                                                            else True)
+    elif name in _DROPOUT_NAMES:
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+    else:
+        return False
     try:
         return bool(training) and float(p) > 0.0
     except (TypeError, ValueError):
@@ -194,6 +230,32 @@ def _storage(t: torch.Tensor) -> int:
         return id(t)
 
 
+def _numel(out: Any, mutated: list[torch.Tensor]) -> int:
+    """Elements of the tensors that an operation returned or wrote into (each tensor once)."""
+    ts = {id(t): t for t in [*_tensors(out), *mutated]}
+    return sum(t.numel() for t in ts.values())
+
+
+class _Draws(TorchFunctionMode):
+    """Counts the elements that the random operations of a replay draw.
+
+    A replay of ``k`` samples of ``r`` inputs draws ``k r / B`` times what the trace of ``B`` inputs drew when every
+    draw is made per batch element; a draw that is not (one mask for a weight, noise of a fixed shape such as
+    ``torch.randn(C, H, W)`` or ``(1, C, 1, 1)``) would be shared by the ``k`` samples of the replay.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drawn = 0
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if is_random_op(func, args, kwargs):
+            self.drawn += _numel(out, _mutated(func, args, kwargs))
+        return out
+
+
 class _Follow(TorchFunctionMode):
     """Follows the random draws of one pass.
 
@@ -213,6 +275,12 @@ class _Follow(TorchFunctionMode):
         self.paused = 0
         #: an operation with a random draw or a stochastic input wrote into a tensor that was not stochastic
         self.stochastic_write = False
+        #: (elements drawn by a random operation, the innermost module call that drew them; see :class:`_Draws`)
+        self.draws: list[tuple[int, _Call | None]] = []
+        #: a stochastic tensor was turned into a Python value (``if x.mean() > 0``, ``.item()``: the network's control
+        #: flow may differ between samples) or reduced to a scalar across its batch axis (``d / d.max()``): a batch of
+        #: samples would share what each sample computes on its own
+        self.per_sample = False
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -225,7 +293,15 @@ class _Follow(TorchFunctionMode):
         mutated = _mutated(func, args, kwargs)
         for t in mutated:
             self.written[_storage(t)] = self.step
-        if is_random_op(func, args, kwargs) or _stochastic((args, kwargs)):
+        random = is_random_op(func, args, kwargs)
+        if random:
+            self.draws.append((_numel(out, mutated), top))
+        if random or _stochastic((args, kwargs)):
+            if getattr(func, "__name__", "") in _PYTHON_VALUES or (
+                any(t.ndim == 0 for t in _tensors(out))
+                and any(t.ndim > 0 and getattr(t, _FLAG, False) for t in _tensors((args, kwargs)))
+            ):
+                self.per_sample = True
             if any(not getattr(t, _FLAG, False) for t in mutated):
                 self.stochastic_write = True
             # the tensors written in place too: ``__setitem__`` returns None, ``out=`` may differ from the result
@@ -458,6 +534,17 @@ def _repeat_rates(layers: list[Any], batch: int, k: int, row: int | None = None)
             layer.rates = rates
 
 
+def _concat(outs: list[Any]) -> Any:
+    """Outputs of one-sample replays as the output of one replay: sample ``s`` of input ``b`` at ``s B + b``."""
+    flat, spec = tree_flatten(outs[0])
+    rest = [tree_flatten(o) for o in outs[1:]]
+    if any(s != spec or len(f) != len(flat) for f, s in rest):
+        raise SharingUnavailable("the network's outputs differ in structure between samples")
+    merged = [torch.cat([leaf, *(f[i] for f, _ in rest)]) if isinstance(leaf, torch.Tensor) else leaf
+              for i, leaf in enumerate(flat)]
+    return tree_unflatten(merged, spec)
+
+
 def _interleave(outs: list[Any], k: int) -> Any:
     """The outputs of the inputs of a batch replayed one by one, ``k`` samples each, as one batch.
 
@@ -524,6 +611,12 @@ class SharedPasses:
         self._once = False
         self._constants: set[int] = set()
         self._rate_layers: list[Any] = []
+        #: elements drawn by the traced pass's random operations
+        self._drawn = 0
+        #: replay one sample at a time (a sample's control flow or draws would otherwise mix with the others')
+        self._per_sample = False
+        #: a replay's draws were counted with k samples of r inputs, k r != B: every draw is made per batch element
+        self._draws_checked = False
         #: operations that the last replay computed once on batch-1 values (besides the kept module calls)
         self.shared_ops = 0
         #: bytes of the tensors that depend on a random draw in the traced sample (an upper bound of one sample's
@@ -619,6 +712,7 @@ class SharedPasses:
             if any(c.output is not None for c in run):
                 self._plan[m] = run
         del roots
+        self._drawn = sum(n for n, c in follow.draws if c is None or not c.skipped())  # what a replay draws
         # no reference cycles (a call's parent holds it in ``kept_below``): dropping this object frees the kept
         # outputs at once, not at the next garbage collection (a window's kept outputs would otherwise linger into
         # the next window's, more often the more samples, since each replay allocates Python objects)
@@ -630,6 +724,8 @@ class SharedPasses:
             if getattr(t, _FLAG, False):
                 delattr(t, _FLAG)
         self.stochastic_bytes = follow.stochastic_bytes
+        self._per_sample = follow.per_sample
+        self._draws_checked = False
         # shared values handed on as expanded batch-1 values, operations on them run once per replay (the traced pass
         # wrote no stochastic value into a non-stochastic tensor, nor into its input); a batch of several inputs is
         # replayed one input at a time (its outputs batched like the input, so that they can be interleaved)
@@ -665,12 +761,44 @@ class SharedPasses:
             raise SharingUnavailable(
                 "the input differs between the samples' calls (a test-time augmentation that draws on every call)"
             )
+        if self._per_sample and k > 1:  # one sample at a time: sample s of input b at s B + b
+            outs = []
+            ops = 0
+            for _ in range(k):
+                outs.append(self.replay(predictor, x, 1))
+                ops += self.shared_ops
+            self.shared_ops = ops
+            return _concat(outs)
+        try:
+            if k > 1 and self._once and self._batch == k and not self._draws_checked:
+                # k samples of one input draw as much as the trace's B = k inputs, with or without a draw shared by
+                # the samples, so the draws cannot tell: the first such replay takes k - 1 samples input by input (a
+                # count that tells) and the last sample with the whole batch (exact by itself); later ones are batched
+                first = self._replay_rows(predictor, x, k - 1)
+                ops = self.shared_ops
+                out = _concat([first, self._replay_batches(predictor, x, 1)])
+                self.shared_ops += ops
+                return out
+            return self._replay_batches(predictor, x, k)
+        except _Unbatched:
+            if k == 1:
+                raise
+        # a draw not made per batch element: the k samples would share it; one sample at a time from now on
+        self._per_sample = True
+        return self.replay(predictor, x, k)
+
+    def _replay_batches(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
+        """:meth:`replay` of ``k`` samples at once."""
         if not self._once:
             return self._replay(predictor, x, k, None)
         if self._batch == 1:
             return self._replay(predictor, x, k, 0)
         if k == 1:
             return self._replay(predictor, x, k, None)
+        return self._replay_rows(predictor, x, k)
+
+    def _replay_rows(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
+        """:meth:`replay` of ``k`` samples of a traced batch of several inputs, one input at a time."""
         # one input of the batch at a time: its shared values are batch-1 views of the batch's (no copy per sample,
         # operations on them run once), where a replay of the whole batch would copy them for every sample (an
         # expanded (k, B, ...) view is no (k B, ...) tensor); the trace stays batched (one pass of B inputs costs
@@ -729,15 +857,24 @@ class SharedPasses:
             return forward
 
         share = _Share(k, self._constants) if row is not None else None
+        draws = _Draws()
         with contextlib.ExitStack() as stack:
             stack.enter_context(_wrapped_forwards(list(self._plan), make))
             stack.enter_context(_repeat_rates(self._rate_layers, batch, k, row))
             if share is None:
-                out = predictor(_repeat(x, k))
+                xs = _repeat(x, k)
             else:
                 xs = share.hand_out(x)
                 stack.enter_context(share)
-                out = predictor(xs)
+            stack.enter_context(draws)
+            out = predictor(xs)
+        if draws.drawn * batch != self._drawn * k * rows:
+            raise _Unbatched(
+                f"the random draws of {k} samples of {rows} input(s) ({draws.drawn} values) are not {k * rows} / "
+                f"{batch} times those of the traced pass ({self._drawn}): a draw not made per batch element"
+            )
+        if k * rows != batch:  # a count that would have told a draw shared by the samples (see replay)
+            self._draws_checked = True
         if share is not None:  # a shared value in the output: plain copies, the caller's own
             self.shared_ops = share.shared_ops
             out = tree_map(lambda t: t if share.base(t) is None else _repeat(share.base(t), k), out)

@@ -1,0 +1,247 @@
+"""Hostile networks for shared passes (monai_unc.networks.shared): random draws that are not made per batch element,
+control flow on a random draw, random operations that draw inside one PyTorch function, in-place operations around
+a dropout, and the grad / inference / autocast modes. Injected masks and the helpers come from ``test_shared``."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from monai_unc.inferers import MCDropoutInferer, UncertaintyInferer
+from monai_unc.networks.shared import SharedPasses, is_random_op
+
+from .test_shared import BankDropout, CallableDropout, MaskBank, assert_maps_close, run_both
+
+
+class _Drawing(nn.Module):
+    """A convolution, a random operation written in ``forward`` (``how``), a head."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.a = nn.Conv2d(1, 4, 3, padding=1)
+        self.b = nn.Conv2d(4, 4, 3, padding=1)
+        self.head = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        if self.how == "channel_mask":  # a hand-written (continuous) channel mask for batch-1 windows
+            h = h * (torch.rand(1, h.shape[1], 1, 1) + 0.5)
+        elif self.how == "noise_chw":  # noise of the shape of one input, broadcast over the batch
+            h = h + torch.randn(h.shape[1:])
+        elif self.how == "dropconnect":  # MC DropConnect: dropout on the weights
+            h = F.conv2d(h, F.dropout(self.b.weight, 0.5, training=True), self.b.bias, padding=1)
+        elif self.how == "gumbel_softmax":
+            h = F.gumbel_softmax(h, tau=1.0, dim=1)
+        elif self.how == "fractional_max_pool":
+            h = F.interpolate(F.fractional_max_pool2d(h, 2, output_size=(4, 4)), size=h.shape[2:])
+        elif self.how == "attention_dropout":
+            q = h.flatten(2).transpose(1, 2)
+            h = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5).transpose(1, 2).reshape(h.shape)
+        return self.head(h)
+
+
+@pytest.mark.parametrize("how", ["channel_mask", "noise_chw", "dropconnect", "gumbel_softmax", "fractional_max_pool",
+                                 "attention_dropout"])
+@pytest.mark.parametrize("batch, sample_batch", [(1, 4), (2, 4), (2, 2)])  # (2, 2): as many samples as inputs
+def test_every_sample_gets_its_own_draw(how, batch, sample_batch):
+    """Draws that a replay of k samples would share (not made per batch element: a (1, C, 1, 1) mask, (C, H, W)
+    noise, dropout on a weight) or that were not seen as draws (inside gumbel_softmax, fractional max pooling,
+    attention dropout): every sample used to be a copy of another (of the replay batch's first, or of the traced
+    sample for the whole network); every pair of samples must differ, as with full passes."""
+    torch.manual_seed(0)
+    net = _Drawing(how).eval()
+    x = torch.rand(batch, 1, 6, 6)
+    out = UncertaintyInferer(CallableDropout(6), seed=0, sample_batch_size=sample_batch, keep_samples=True)(x, net)
+    samples = out["samples"]
+    assert samples.shape[0] == 6
+    for i, j in itertools.combinations(range(6), 2):
+        assert (samples[i] - samples[j]).abs().max() > 1e-6, (i, j)
+
+
+@pytest.mark.parametrize("how", ["channel_mask", "dropconnect"])
+def test_unbatched_draws_replay_one_sample_at_a_time(how):
+    """The first replay finds the draws not scaling with the batch and replays one sample at a time from then on."""
+    torch.manual_seed(0)
+    net = _Drawing(how).eval()
+    x = torch.rand(1, 1, 6, 6)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        out = passes.replay(net, x, 3)
+    assert passes._per_sample and out.shape == (3, 2, 6, 6)
+    assert (out[0] - out[1]).abs().max() > 1e-6 and (out[1] - out[2]).abs().max() > 1e-6
+
+
+def test_random_ops_that_draw_inside_one_function():
+    q = torch.rand(1, 3, 4)
+    attention = F.scaled_dot_product_attention
+    assert is_random_op(attention, (q, q, q), {"dropout_p": 0.2})
+    assert is_random_op(attention, (q, q, q, None, 0.2))
+    assert not is_random_op(attention, (q, q, q), {"dropout_p": 0.0}) and not is_random_op(attention, (q, q, q))
+    mha = F.multi_head_attention_forward
+    assert is_random_op(mha, (q,) * 10 + (0.1,), {"training": True})
+    assert not is_random_op(mha, (q,) * 10 + (0.1,), {"training": False})
+    assert not is_random_op(mha, (q,) * 10 + (0.0,), {"training": True})
+    x = torch.rand(1, 2, 6, 6)
+    assert is_random_op(F.fractional_max_pool2d, (x, 2), {"output_size": 4})
+    assert not is_random_op(F.fractional_max_pool2d, (x, 2), {"output_size": 4, "_random_samples": torch.rand(1, 2, 2)})
+    for f in (F.gumbel_softmax, torch.binomial, torch._standard_gamma, torch._sample_dirichlet):
+        assert is_random_op(f, (x,))
+
+
+class _Branches(nn.Module):
+    """Python control flow on a random draw (each sample takes its own branch in a full pass), or a draw reduced to a
+    scalar (each sample's own maximum in a full pass)."""
+
+    def __init__(self, bank: MaskBank, scalar: bool = False) -> None:
+        super().__init__()
+        self.scalar = scalar
+        self.a = nn.Conv2d(1, 4, 3, padding=1)
+        self.drop = BankDropout(bank, "drop", p=0.5)
+        self.head = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        d = self.drop(h)
+        if self.scalar:  # a batch of k samples was divided by the maximum over all of them
+            return self.head(d / (d.abs().max() + 0.1))
+        bonus = torch.tensor([10.0, 0.0]).view(1, 2, 1, 1)
+        if d.sum() > h.sum():  # a batch of k samples took one branch for all of them
+            return self.head(d) + bonus
+        return self.head(d) - bonus
+
+
+def test_control_flow_on_a_random_draw_equals_full_passes_injected_masks():
+    bank = MaskBank()
+    torch.manual_seed(0)
+    net = _Branches(bank).eval()
+    bank.watch(net)
+    x = torch.rand(1, 1, 8, 8)
+    full, shared = run_both(lambda s: MCDropoutInferer(num_samples=8, share_passes=s, sample_batch_size=4,
+                                                       keep_samples=True), x, net, bank)
+    assert_maps_close(full, shared)
+    signs = {bool(s[:, 0].mean() > 0.5) for s in full["samples"]}
+    assert len(signs) == 2  # the samples took both branches: the test can fail
+
+
+class _InPlace(nn.Module):
+    """In-place operations around a dropout, a convolution called three times (shared weights), a dropout twice."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.a = nn.Conv2d(1, 4, 3, padding=1)
+        self.b = nn.Conv2d(4, 4, 3, padding=1)
+        self.drop = nn.Dropout2d(0.5)
+        self.head = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        if self.how == "relu_inplace":
+            return self.head(F.relu(self.drop(h), inplace=True))
+        if self.how == "iadd_kept":
+            d = self.drop(h)
+            d += h
+            return self.head(d)
+        if self.how == "kept_iadd":  # a stochastic value added into a kept output: plain copies
+            h += self.drop(h)
+            return self.head(h)
+        if self.how == "add_":
+            return self.head(self.drop(h).add_(self.b(h)))
+        if self.how == "weight_sharing":
+            g = self.b(h)
+            return self.head(self.b(self.drop(g)) + self.b(g))
+        return self.head(self.drop(h) - self.drop(h))  # one dropout module, two masks
+
+
+@pytest.mark.parametrize("how", ["relu_inplace", "iadd_kept", "kept_iadd", "add_", "weight_sharing", "twice"])
+@pytest.mark.parametrize("mode", ["no_grad", "grad", "inference_mode"])
+def test_in_place_and_reused_modules_match_a_batched_pass(how, mode):
+    """A replay of k samples equals the network on the input repeated k times with the same draws, the network's
+    parameters untouched, in each grad mode."""
+    torch.manual_seed(0)
+    net = _InPlace(how).eval()
+    net.drop.train()
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    x = torch.rand(1, 1, 6, 6)
+    ctx = {"no_grad": torch.no_grad, "grad": contextlib.nullcontext, "inference_mode": torch.inference_mode}[mode]
+    with ctx():
+        passes = SharedPasses(net)
+        torch.manual_seed(1)
+        first = passes.trace(net, x)
+        torch.manual_seed(1)
+        ref1 = net(x)
+        torch.manual_seed(2)
+        out = passes.replay(net, x, 3)
+        torch.manual_seed(2)
+        ref = net(x.repeat(3, 1, 1, 1))
+    torch.testing.assert_close(first, ref1)
+    torch.testing.assert_close(out, ref)
+    assert (out[0] - out[1]).abs().max() > 1e-6
+    assert all(torch.equal(v, net.state_dict()[k]) for k, v in state.items())
+
+
+def test_batch_norm_in_eval_and_autocast():
+    """BatchNorm in eval mode on both sides of the dropout under bfloat16 autocast: the replay equals a batched pass,
+    the running statistics and the modes stay as they were."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Dropout2d(0.5), nn.BatchNorm2d(4),
+                        nn.Conv2d(4, 2, 1)).eval()
+    for bn in (net[1], net[3]):
+        bn.running_mean.uniform_(-1, 1)
+    net[2].train()
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    x = torch.rand(1, 1, 6, 6)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        torch.manual_seed(2)
+        out = passes.replay(net, x, 3)
+        torch.manual_seed(2)
+        ref = net(x.repeat(3, 1, 1, 1))
+    assert out.dtype == torch.bfloat16 and passes.shared_calls == 2
+    torch.testing.assert_close(out, ref)
+    assert all(torch.equal(v, net.state_dict()[k]) for k, v in state.items())
+    assert [m.training for m in net] == [False, False, True, False, False]
+
+
+def test_a_draw_inside_a_kept_call_does_not_stop_batched_replays():
+    """A draw whose value a shared call does not use (here a dropout of an unused tensor) is not redrawn by the
+    replay: the count of the replay's draws leaves it out, and the replay stays batched."""
+
+    class Dead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            F.dropout(x, 0.5, training=True)  # drawn, never used
+            return self.conv(x)
+
+    torch.manual_seed(0)
+    net = nn.Sequential(Dead(), nn.Dropout2d(0.5), nn.Conv2d(4, 2, 1)).eval()
+    net[1].train()
+    x = torch.rand(1, 1, 6, 6)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        out = passes.replay(net, x, 3)
+    assert passes.shared_calls == 1 and not passes._per_sample
+    assert (out[0] - out[1]).abs().max() > 1e-6
+
+
+def test_a_draw_reduced_to_a_scalar_equals_full_passes_injected_masks():
+    bank = MaskBank()
+    torch.manual_seed(0)
+    net = _Branches(bank, scalar=True).eval()
+    bank.watch(net)
+    x = torch.rand(1, 1, 8, 8)
+    full, shared = run_both(lambda s: MCDropoutInferer(num_samples=8, share_passes=s, sample_batch_size=4), x, net,
+                            bank)
+    assert_maps_close(full, shared)
