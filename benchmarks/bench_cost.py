@@ -43,6 +43,7 @@ and prints the ratio of the peak working memories (RSS on the CPU, ``torch.cuda.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -242,7 +243,9 @@ def nnunet_stochastic(pred, env: dict, device: str = "cpu") -> float:
     padded, _ = pad_nd_image(env["data"], env["cm"].patch_size, "constant", {"value": 0}, True, None)
     padded = padded.to(device)
     spent = 0.0
-    with enable_mc_dropout(net), torch.no_grad():
+    # as the predictors run their windows: fp16 autocast on a GPU (nnU-Net's own), no autograd
+    amp = torch.autocast("cuda") if device != "cpu" else contextlib.nullcontext()
+    with enable_mc_dropout(net), torch.inference_mode(), amp:
         for sl in pred._internal_get_sliding_window_slicers(padded.shape[1:]):
             x = padded[sl][None]
             passes = SharedPasses(net)
@@ -336,7 +339,8 @@ def nnunet_timing(args: argparse.Namespace, case: Callable[[str], dict] | None =
 
 
 def nnunet_memory(args: argparse.Namespace, mode: str, placement: str, n: int) -> dict:
-    """Peak working memory of one contender's prediction (its own process), after a warm-up on a small input."""
+    """Peak working memory of one contender's prediction (its own process), after a warm-up on a small input; on the
+    CPU (peak RSS) whatever ``--device`` says."""
     env = nnunet_case(args, placement)
     pred = nnunet_predictor(mode, env, n)
     small = dict(env, data=env["data"][:, : env["cm"].patch_size[0]])
@@ -387,7 +391,7 @@ def nnunet_main(args: argparse.Namespace) -> None:
     if not args.memory:
         return
     print()
-    for placement in PLACEMENTS:
+    for placement in args.placements:
         for mode in ("shared", "stock_n"):
             if mode == "stock_n" and placement != "auto":
                 continue
@@ -416,7 +420,9 @@ def main() -> None:
     ap.add_argument("--features", type=int, nargs=6, default=(8, 8, 16, 32, 64, 8))
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--sw-batch", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="best of this many runs (default 1 on the CPU, 2 on a GPU: the first run there compiles the "
+                         "statistics kernels and tunes cuDNN for the replays' batch shapes)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--network", choices=("basicunet", "segresnet", "dynunet"), default="basicunet",
@@ -430,6 +436,8 @@ def main() -> None:
     ap.add_argument("--nnunet-config", default="width32", help="a case of bench_nnunet.py (default width32)")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.repeats is None:
+        args.repeats = 1 if args.device == "cpu" else 2
     if args.memory_only:
         args.memory = True
     if args.worker:

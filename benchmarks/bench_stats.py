@@ -126,7 +126,9 @@ def _peaks_in_subprocess(args: argparse.Namespace) -> dict:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD, "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, __file__, "--peak-worker", "--batch", str(args.batch), "--sizes",
             *map(str, args.sizes), "--classes", *map(str, args.classes)]
-    res = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+    res = subprocess.run(argv, env=env, check=False, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"the peak-memory child failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.splitlines()[-1])
 
 

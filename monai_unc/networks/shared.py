@@ -87,7 +87,8 @@ _DRAWING_NAMES: dict[str, tuple[int, str, int | None, str | None]] = {
     "multi_head_attention_forward": (10, "dropout_p", 13, "training"),
 }
 #: conversions of a tensor to a Python value: on a stochastic tensor, the network's control flow may depend on it
-_PYTHON_VALUES = frozenset({"__bool__", "item", "__float__", "__int__", "__index__", "__complex__", "tolist", "numpy"})
+_PYTHON_VALUES = frozenset({"__bool__", "item", "__float__", "__int__", "__index__", "__complex__", "tolist", "numpy",
+                            "__array__", "__format__"})
 #: the automatic sample batch uses at most this fraction of the case's stitched buffers (besides one sample)
 AUTO_BATCH_FRACTION = 0.1
 #: the largest automatic sample batch
@@ -144,7 +145,9 @@ def is_random_op(func: Callable, args: tuple = (), kwargs: dict | None = None) -
                                                             else True)
     elif name in _DROPOUT_NAMES:
         p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+        # F.alpha_dropout and F.feature_alpha_dropout default to training=False, the other dropouts to True
+        default = "alpha" not in name
+        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else default))
     else:
         return False
     try:
@@ -302,6 +305,11 @@ class _Follow(TorchFunctionMode):
                 and any(t.ndim > 0 and getattr(t, _FLAG, False) for t in _tensors((args, kwargs)))
             ):
                 self.per_sample = True
+                # the calls under way branched on (or scaled by) a draw: their outputs may differ between samples
+                # even where no stochastic tensor reaches them (a layer-drop ``if torch.rand(()) < p: return x``),
+                # so none of them is kept
+                for c in self.stack:
+                    c.branched = True
             if any(not getattr(t, _FLAG, False) for t in mutated):
                 self.stochastic_write = True
             # the tensors written in place too: ``__setitem__`` returns None, ``out=`` may differ from the result
@@ -323,6 +331,8 @@ class _Call:
     kept_below: list[_Call] = field(default_factory=list)
     input_shape: tuple[int, ...] | None = None
     needed: bool = True
+    #: a Python value or a scalar was taken from a random draw during this call (see ``_Follow.per_sample``)
+    branched: bool = False
 
     def skipped(self) -> bool:
         """Whether a replay skips this call (it is kept, or inside a kept call)."""
@@ -674,7 +684,7 @@ class SharedPasses:
                 below = call.kept_below
                 follow.paused += 1
                 try:
-                    keep = quiet_in and not _stochastic(out) and _batched(out, batch)
+                    keep = quiet_in and not call.branched and not _stochastic(out) and _batched(out, batch)
                 finally:
                     follow.paused -= 1
                 if keep:
@@ -772,13 +782,9 @@ class SharedPasses:
         try:
             if k > 1 and self._once and self._batch == k and not self._draws_checked:
                 # k samples of one input draw as much as the trace's B = k inputs, with or without a draw shared by
-                # the samples, so the draws cannot tell: the first such replay takes k - 1 samples input by input (a
-                # count that tells) and the last sample with the whole batch (exact by itself); later ones are batched
-                first = self._replay_rows(predictor, x, k - 1)
-                ops = self.shared_ops
-                out = _concat([first, self._replay_batches(predictor, x, 1)])
-                self.shared_ops += ops
-                return out
+                # the samples, so their count cannot tell: the first such replay of a trace runs the whole batch
+                # (k B rows: a count that tells, the kept values copied); later ones go input by input
+                return self._replay(predictor, x, k, None)
             return self._replay_batches(predictor, x, k)
         except _Unbatched:
             if k == 1:
@@ -868,6 +874,9 @@ class SharedPasses:
                 stack.enter_context(share)
             stack.enter_context(draws)
             out = predictor(xs)
+        missing = [type(m).__name__ for m, i in counters.items() if i != len(self._plan[m])]
+        if missing:
+            raise SharingUnavailable(f"the module calls differ from the traced pass ({', '.join(missing[:3])})")
         if draws.drawn * batch != self._drawn * k * rows:
             raise _Unbatched(
                 f"the random draws of {k} samples of {rows} input(s) ({draws.drawn} values) are not {k * rows} / "
@@ -875,12 +884,9 @@ class SharedPasses:
             )
         if k * rows != batch:  # a count that would have told a draw shared by the samples (see replay)
             self._draws_checked = True
+        self.shared_ops = 0 if share is None else share.shared_ops
         if share is not None:  # a shared value in the output: plain copies, the caller's own
-            self.shared_ops = share.shared_ops
             out = tree_map(lambda t: t if share.base(t) is None else _repeat(share.base(t), k), out)
-        missing = [type(m).__name__ for m, i in counters.items() if i != len(self._plan[m])]
-        if missing:
-            raise SharingUnavailable(f"the module calls differ from the traced pass ({', '.join(missing[:3])})")
         return out
 
 

@@ -221,9 +221,9 @@ def test_window_batches_equal_full_passes_injected_masks(name, dims, sw_batch, s
     if sample_batch == 1:
         assert not calls  # one sample per replay: the whole window batch at once
     else:  # every window batch of several windows was replayed one window at a time (k = 3, then 3; with 3 windows
-        # the first replay of a trace takes 2 + 1: 3 samples of one window draw as much as the 3 traced windows,
-        # whether or not a draw is shared; the 2 tell, and the next replay of 3 is batched)
-        assert set(calls) == ({(2, 3)} if sw_batch == 2 else {(3, 2), (3, 3)})
+        # the first replay of a trace runs the whole batch: 3 samples of one window draw as much as the 3 traced
+        # windows whether or not a draw is shared, 3 samples of the 3 windows tell)
+        assert set(calls) == {(sw_batch, 3)}
 
 
 def test_interleave_orders_samples_as_a_batch_replay():

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from monai_unc.inferers import MCDropoutInferer, UncertaintyInferer
-from monai_unc.networks.shared import SharedPasses, is_random_op
+from monai_unc.networks.shared import SharedPasses, SharingUnavailable, is_random_op
 
 from .test_shared import BankDropout, CallableDropout, MaskBank, assert_maps_close, run_both
 
@@ -93,6 +93,11 @@ def test_random_ops_that_draw_inside_one_function():
     assert not is_random_op(F.fractional_max_pool2d, (x, 2), {"output_size": 4, "_random_samples": torch.rand(1, 2, 2)})
     for f in (F.gumbel_softmax, torch.binomial, torch._standard_gamma, torch._sample_dirichlet):
         assert is_random_op(f, (x,))
+    # the alpha dropouts default to training=False (the other dropouts to True)
+    for f in (F.alpha_dropout, F.feature_alpha_dropout):
+        assert not is_random_op(f, (x, 0.5)) and is_random_op(f, (x, 0.5, True))
+        assert is_random_op(f, (x,), {"training": True})
+    assert is_random_op(F.dropout, (x, 0.5)) and is_random_op(F.dropout2d, (x,))
 
 
 class _Branches(nn.Module):
@@ -245,3 +250,71 @@ def test_a_draw_reduced_to_a_scalar_equals_full_passes_injected_masks():
     full, shared = run_both(lambda s: MCDropoutInferer(num_samples=8, share_passes=s, sample_batch_size=4), x, net,
                             bank)
     assert_maps_close(full, shared)
+
+
+class _LayerDrop(nn.Module):
+    """Skips its block on a PyTorch draw (stochastic depth written as control flow): its output carries no stochastic
+    tensor, but differs between samples."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Conv2d(4, 4, 3, padding=1)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if torch.rand(()) < 0.5:
+            return x
+        return self.block(x)
+
+
+def test_a_call_that_branches_on_a_draw_is_not_kept():
+    """A call that took a branch on a draw is never replaced by its traced output: every replayed sample runs it
+    (its own draw), or the replay refuses when the sample's branch calls other modules than the trace's."""
+    drop = _LayerDrop()
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), drop, nn.Dropout2d(0.5), nn.Conv2d(4, 2, 1)).eval()
+    net[2].train()
+    x = torch.rand(1, 1, 6, 6)
+    refused = ran = 0
+    with torch.no_grad():
+        for seed in range(12):
+            torch.manual_seed(seed)
+            passes = SharedPasses(net)
+            passes.trace(net, x)
+            assert passes._per_sample
+            before = drop.calls
+            try:
+                passes.replay(net, x, 4)
+            except SharingUnavailable:
+                refused += 1
+            else:
+                assert drop.calls - before == 4  # one call per sample, none skipped
+                ran += 1
+    assert refused and ran  # both ways were taken: the test can fail either way
+
+
+def test_shared_ops_counts_the_last_replay_only():
+    """``shared_ops`` is the count of the last replay: whole-batch replays run no operation once, a replay input by
+    input runs the concatenation of two shared maps once per input."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Conv2d(1, 4, 3, padding=1), nn.Conv2d(1, 4, 3, padding=1)
+            self.drop, self.head = nn.Dropout2d(0.5), nn.Conv2d(8, 2, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.drop(torch.cat([self.a(x), self.b(x)], 1)))
+
+    net = Net().eval()
+    net.drop.train()
+    x = torch.rand(2, 1, 6, 6)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        counts = []
+        for k in (2, 2, 3, 1):
+            passes.replay(net, x, k)
+            counts.append(passes.shared_ops)
+    # k = 2 first: the whole batch (k = B: the draw count must tell); then input by input (one cat per input)
+    assert counts == [0, 2, 2, 0]
