@@ -35,7 +35,8 @@ traced one (e.g. a test-time augmentation that draws noise on every call), when 
 traced order, or when a kept output was changed in place after it was kept; the inferers then fall back to full
 passes and say why in one log line. A replay of ``k`` samples runs them one at a time (each replay still skips the
 kept calls) when the traced pass turned a random draw into a Python value (``if d.mean() > 0``: a batch of samples
-would take one branch) or reduced it to a scalar (``d / d.max()``: over the batch of samples), or when its draws are
+would take one branch; the module calls under way then are never kept, so each sample takes its own branch or the
+replay refuses) or reduced it to a scalar (``d / d.max()``: over the batch of samples), or when its draws are
 not ``k`` times the traced ones per input (a draw not made per batch element, such as dropout on a weight or
 ``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`). Sharing assumes that
 every random operation of the network is a PyTorch one (a random number drawn in NumPy or Python inside ``forward``
