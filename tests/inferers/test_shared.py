@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+from typing import Any
 
 import numpy as np
 import pytest
@@ -169,6 +170,17 @@ def assert_maps_close(full, shared):
     assert full.num_samples == shared.num_samples
     for k in full:
         torch.testing.assert_close(shared[k], full[k], rtol=1e-4, atol=2e-5, msg=f"map {k}")
+
+
+def replay_and_batched_pass(net: nn.Module, x: torch.Tensor, k: int, seed: int) -> tuple[SharedPasses, Any, Any]:
+    """A trace of ``x``; then ``k`` replayed samples and the network on ``x`` repeated ``k`` times, each after
+    ``torch.manual_seed(seed)`` (the same draws): ``(passes, replay, batched pass)``, which must be equal."""
+    passes = SharedPasses(net)
+    passes.trace(net, x)
+    torch.manual_seed(seed)
+    out = passes.replay(net, x, k)
+    torch.manual_seed(seed)
+    return passes, out, net(x.repeat(k, *([1] * (x.ndim - 1))))
 
 
 @pytest.mark.parametrize("sw_batch", [1, 2])  # 1: shared values handed on at batch 1 (operations on them run once)
@@ -534,12 +546,7 @@ def test_operations_on_shared_values_run_once_and_match_a_batched_pass(k):
     net.drop.train()
     x = torch.rand(1, 1, 6, 6)
     with torch.no_grad():
-        passes = SharedPasses(net)
-        passes.trace(net, x)
-        torch.manual_seed(1)
-        out = passes.replay(net, x, k)
-        torch.manual_seed(1)
-        ref = net(x.repeat(k, 1, 1, 1))
+        passes, out, ref = replay_and_batched_pass(net, x, k, seed=1)
     torch.testing.assert_close(out, ref)
     assert passes.shared_calls == 2 and passes.shared_ops >= 4  # cat, *, +, relu_ (at least) on batch 1
     if k > 1:
@@ -566,11 +573,6 @@ def test_stochastic_write_into_a_shared_value_replays_plain_copies():
     net.drop.train()
     x = torch.rand(1, 1, 5, 5)
     with torch.no_grad():
-        passes = SharedPasses(net)
-        passes.trace(net, x)
-        torch.manual_seed(3)
-        out = passes.replay(net, x, 3)
-        torch.manual_seed(3)
-        ref = net(x.repeat(3, 1, 1, 1))
+        passes, out, ref = replay_and_batched_pass(net, x, 3, seed=3)
     torch.testing.assert_close(out, ref)
     assert passes.shared_ops == 0 and passes.copied_bytes > 0

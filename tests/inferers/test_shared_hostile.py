@@ -15,7 +15,7 @@ from torch import nn
 from monai_unc.inferers import MCDropoutInferer, UncertaintyInferer
 from monai_unc.networks.shared import SharedPasses, SharingUnavailable, is_random_op
 
-from .test_shared import BankDropout, CallableDropout, MaskBank, assert_maps_close, run_both
+from .test_shared import BankDropout, CallableDropout, MaskBank, assert_maps_close, replay_and_batched_pass, run_both
 
 
 class _Drawing(nn.Module):
@@ -204,12 +204,7 @@ def test_batch_norm_in_eval_and_autocast():
     state = {k: v.clone() for k, v in net.state_dict().items()}
     x = torch.rand(1, 1, 6, 6)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        passes = SharedPasses(net)
-        passes.trace(net, x)
-        torch.manual_seed(2)
-        out = passes.replay(net, x, 3)
-        torch.manual_seed(2)
-        ref = net(x.repeat(3, 1, 1, 1))
+        passes, out, ref = replay_and_batched_pass(net, x, 3, seed=2)
     assert out.dtype == torch.bfloat16 and passes.shared_calls == 2
     torch.testing.assert_close(out, ref)
     assert all(torch.equal(v, net.state_dict()[k]) for k, v in state.items())
