@@ -545,15 +545,24 @@ def _repeat_rates(layers: list[Any], batch: int, k: int, row: int | None = None)
             layer.rates = rates
 
 
-def _concat(outs: list[Any]) -> Any:
-    """Outputs of one-sample replays as the output of one replay: sample ``s`` of input ``b`` at ``s B + b``."""
+def _merge(outs: list[Any], join: Callable[[list[torch.Tensor]], torch.Tensor], between: str) -> Any:
+    """The outputs of several replays as one output: each tensor leaf ``join``-ed across ``outs``.
+
+    Raises:
+        SharingUnavailable: when the outputs differ in structure (``between``: whose outputs, for the message).
+    """
     flat, spec = tree_flatten(outs[0])
     rest = [tree_flatten(o) for o in outs[1:]]
     if any(s != spec or len(f) != len(flat) for f, s in rest):
-        raise SharingUnavailable("the network's outputs differ in structure between samples")
-    merged = [torch.cat([leaf, *(f[i] for f, _ in rest)]) if isinstance(leaf, torch.Tensor) else leaf
+        raise SharingUnavailable(f"the network's outputs differ in structure between {between}")
+    merged = [join([leaf, *(f[i] for f, _ in rest)]) if isinstance(leaf, torch.Tensor) else leaf
               for i, leaf in enumerate(flat)]
     return tree_unflatten(merged, spec)
+
+
+def _concat(outs: list[Any]) -> Any:
+    """Outputs of one-sample replays as the output of one replay: sample ``s`` of input ``b`` at ``s B + b``."""
+    return _merge(outs, torch.cat, "samples")
 
 
 def _interleave(outs: list[Any], k: int) -> Any:
@@ -564,20 +573,12 @@ def _interleave(outs: list[Any], k: int) -> Any:
     Raises:
         SharingUnavailable: when the outputs do not have ``k`` rows each and the same structure.
     """
-    flat, spec = tree_flatten(outs[0])
-    rest = [tree_flatten(o) for o in outs[1:]]
-    if any(s != spec or len(f) != len(flat) for f, s in rest):
-        raise SharingUnavailable("the network's outputs differ in structure between the inputs of a batch")
-    merged = []
-    for i, leaf in enumerate(flat):
-        if not isinstance(leaf, torch.Tensor):
-            merged.append(leaf)
-            continue
-        rows = [leaf, *(f[i] for f, _ in rest)]
-        if any(t.ndim < 1 or t.shape[0] != k or t.shape != leaf.shape for t in rows):
+    def join(rows: list[torch.Tensor]) -> torch.Tensor:
+        if any(t.ndim < 1 or t.shape[0] != k or t.shape != rows[0].shape for t in rows):
             raise SharingUnavailable("an output of the network is not batched like its input")
-        merged.append(torch.stack(rows, dim=1).flatten(0, 1))
-    return tree_unflatten(merged, spec)
+        return torch.stack(rows, dim=1).flatten(0, 1)
+
+    return _merge(outs, join, "the inputs of a batch")
 
 
 class SharedPasses:
