@@ -40,6 +40,7 @@ __all__ = [
     "to_series_grid",
     "SUPPORTED_SOP_CLASSES",
     "DICOM_GEOMETRY_ATOL",
+    "DICOM_GRID_VOXEL_RTOL",
 ]
 
 #: the single-frame image storage classes the reader takes (CT, MR)
@@ -91,8 +92,34 @@ class DicomSeries:
 
     @property
     def spacing(self) -> tuple[float, float, float]:
-        """Voxel size in mm along ``(c, r, k)``."""
+        """Distance in mm between neighbouring voxel centres along ``(c, r, k)``.
+
+        Along ``k`` this is the length of the step from one slice's position to the next, which is longer than the
+        distance between the slice planes when the slices are offset in-plane (a gantry-tilted CT): volumes use
+        :attr:`voxel_volume`.
+        """
         return tuple(float(s) for s in np.sqrt((self.affine[:3, :3] ** 2).sum(axis=0)))
+
+    @property
+    def slice_spacing(self) -> float:
+        """Distance in mm between the planes of neighbouring slices, along the slice normal.
+
+        Equal to ``spacing[2]`` when the slices are stacked along their normal; smaller for a gantry-tilted series
+        (slice positions offset in-plane from one slice to the next).
+        """
+        return _plane_distance(self.affine)
+
+    @property
+    def voxel_volume(self) -> float:
+        """The volume of one voxel in mm^3: ``|det|`` of the affine's ``3 x 3`` part (a sheared voxel included)."""
+        return float(abs(np.linalg.det(self.affine[:3, :3])))
+
+
+def _plane_distance(affine: np.ndarray) -> float:
+    """The distance in mm between neighbouring slice planes of an affine whose first two axes are in-plane."""
+    m = np.asarray(affine, dtype=float)[:3, :3]
+    in_plane = float(np.linalg.norm(np.cross(m[:, 0], m[:, 1])))
+    return float(abs(np.linalg.det(m)) / in_plane) if in_plane > 0 else 0.0
 
 
 def _fail(folder: Path, series: str | None, problem: str) -> DicomSeriesError:
@@ -364,7 +391,7 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         ds.ImagePositionPatient = [float(v) for v in lps[:3, 3] + k * step]
         ds.ImageOrientationPatient = [float(v) for v in orientation]
         ds.PixelSpacing = [float(v) for v in pixel_spacing]
-        ds.SliceThickness = float(np.linalg.norm(step))
+        ds.SliceThickness = _plane_distance(lps)  # along the normal (a tilted stack's step is longer)
         ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
         ds.Rows, ds.Columns = rows, cols
         ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, 16, 15
@@ -392,6 +419,10 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
 #: largest difference of affine entries (mm) between a NIfTI output and its source series (DICOM stores positions
 #: as decimal strings of at most 16 characters)
 DICOM_GEOMETRY_ATOL = 1e-2
+#: largest distance of a voxel centre of a NIfTI output from the series' voxel centre, as a fraction of the smallest
+#: voxel spacing (or :data:`DICOM_GEOMETRY_ATOL` mm, when larger): small differences of the affine's columns add up
+#: over hundreds of voxels
+DICOM_GRID_VOXEL_RTOL = 0.1
 
 
 def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, what: str) -> np.ndarray:
@@ -399,7 +430,9 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
 
     The NIfTI file may store the same grid with its axes permuted or flipped (a converter's choice, e.g. dcm2niix);
     the array is reoriented (no interpolation) to the series' ``(columns, rows, slices)`` order and its affine must
-    then equal the series' (within :data:`DICOM_GEOMETRY_ATOL` mm).
+    then equal the series' (within :data:`DICOM_GEOMETRY_ATOL` mm per entry), and no voxel centre may lie further
+    from the series' than :data:`DICOM_GRID_VOXEL_RTOL` of the smallest voxel spacing (checked at the corners of the
+    grid, where differences of spacing or direction add up).
 
     Args:
         data: ``(C, X, Y, Z)`` channel-first volume.
@@ -439,4 +472,9 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
         diff = float(np.abs(new_affine - series.affine).max())
         raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (affines differ by "
                          f"{diff:.3g} mm); it must come from that series")
+    corners = np.array([[*c, 1.0] for c in np.ndindex(2, 2, 2)]) * np.array([*(np.array(series.shape) - 1), 1.0])
+    off = float(np.linalg.norm((corners @ (new_affine - series.affine).T)[:, :3], axis=1).max())
+    if off > max(DICOM_GEOMETRY_ATOL, DICOM_GRID_VOXEL_RTOL * min(series.spacing)):
+        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (a corner voxel lies "
+                         f"{off:.3g} mm from the series'); it must come from that series")
     return moved
