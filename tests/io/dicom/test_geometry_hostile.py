@@ -10,6 +10,8 @@ label values that no segment takes.
 
 from __future__ import annotations
 
+import copy
+
 import nibabel as nib
 import numpy as np
 import pytest
@@ -242,3 +244,34 @@ def test_sparse_label_values_keep_segment_number_equal_to_label(tmp_path):
     series = read_series(tmp_path / "series" / "c0", pixels=False)
     np.testing.assert_array_equal(read_segmentation_labels(path, series), labels)
     assert dciodvfy_errors(path) == []
+
+
+def test_a_seg_frame_oriented_otherwise_than_the_series_is_refused(tmp_path):
+    """Orientation and pixel spacing per frame: only frame 1's were checked, so a later frame with rows and columns
+    swapped (its pixels transposed on a square grid) was read onto its slice as if it were the series'."""
+    from monai_unc.io.dicom import DicomSegError
+
+    shape = (4, 4, 3)
+    write_series(np.zeros(shape), np.diag([0.8, 0.8, 2.0, 1.0]), tmp_path / "s", modality="MR")
+    series = read_series(tmp_path / "s", pixels=False)
+    labels = np.zeros(shape, np.uint8)
+    labels[0, 1:, :] = 1  # a column of every slice: transposed it is a row
+    ds = pydicom.dcmread(write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(1)]))
+    shared = ds.SharedFunctionalGroupsSequence[0]
+    for key in ("PlaneOrientationSequence", "PixelMeasuresSequence"):
+        for frame in ds.PerFrameFunctionalGroupsSequence:  # per frame, as other writers may put them
+            frame[key] = pydicom.dataset.DataElement(shared[key].tag, "SQ", [copy.deepcopy(shared[key][0])])
+        del shared[key]
+    ds.save_as(tmp_path / "per_frame.dcm")
+    np.testing.assert_array_equal(read_segmentation_labels(tmp_path / "per_frame.dcm", series), labels)
+    swapped = ds.PerFrameFunctionalGroupsSequence[1].PlaneOrientationSequence[0]
+    swapped.ImageOrientationPatient = [*swapped.ImageOrientationPatient[3:], *swapped.ImageOrientationPatient[:3]]
+    ds.save_as(tmp_path / "swapped.dcm")
+    with pytest.raises(DicomSegError, match=r"its frames are not oriented as the series' slices \(frame 2\)"):
+        read_segmentation_labels(tmp_path / "swapped.dcm", series)
+    ds.PerFrameFunctionalGroupsSequence[1].PlaneOrientationSequence[0].ImageOrientationPatient = \
+        ds.PerFrameFunctionalGroupsSequence[0].PlaneOrientationSequence[0].ImageOrientationPatient
+    ds.PerFrameFunctionalGroupsSequence[2].PixelMeasuresSequence[0].PixelSpacing = [0.8, 1.6]
+    ds.save_as(tmp_path / "spacing.dcm")
+    with pytest.raises(DicomSegError, match=r"its pixel spacing is not the series' \(.* mm; frame 3\)"):
+        read_segmentation_labels(tmp_path / "spacing.dcm", series)
