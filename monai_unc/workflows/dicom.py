@@ -189,7 +189,7 @@ def _check_labels(labels: np.ndarray, count: int, what: str, probs_name: str | N
     raise CaseError(f"{what} holds the label(s) {shown}, but the probabilities {probs_name} have {count + 1} "
                     f"channels (background and classes 1..{count}); a region-based model's probabilities (one "
                     "channel per region, e.g. nnU-Net's) do not describe a label map: export without the "
-                    "probabilities (--no-probabilities)")
+                    "probabilities (dicom-export --no-probabilities, nnunet-predict without --save_probabilities)")
 
 
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,

@@ -52,6 +52,10 @@ ORIENTATION_ATOL = 1e-4
 #: largest deviation of a slice step from the median step (mm, and relative to the step)
 SPACING_ATOL = 1e-2
 SPACING_RTOL = 1e-2
+#: largest distance of a voxel centre from where it should lie, as a fraction of the smallest voxel spacing (or
+#: :data:`DICOM_GEOMETRY_ATOL` / :data:`SPACING_ATOL` mm, when larger): a NIfTI output against its series, a slice's
+#: pixel spacing against the first slice's (small differences of spacing add up over hundreds of voxels)
+DICOM_GRID_VOXEL_RTOL = 0.1
 #: the LPS -> RAS flip of the first two axes
 _LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 
@@ -242,6 +246,10 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
         raise _fail(folder, uid, "mixed orientations (ImageOrientationPatient differs between slices)")
     if np.abs(spacings - spacings[0]).max() > SPACING_ATOL or (spacings[0] <= 0).any():
         raise _fail(folder, uid, "PixelSpacing differs between slices or is not positive")
+    drift = float((np.abs(spacings - spacings[0]) * [rows - 1, cols - 1]).max())  # at a slice's far pixel
+    if drift > max(SPACING_ATOL, DICOM_GRID_VOXEL_RTOL * float(spacings[0].min())):
+        raise _fail(folder, uid, f"PixelSpacing differs between slices (by {np.abs(spacings - spacings[0]).max():.3g} "
+                                 f"mm: the far pixel of a slice lies {drift:.3g} mm off the first slice's grid)")
     x, y = orients[0, :3], orients[0, 3:]
     if abs(np.linalg.norm(x) - 1) > 1e-3 or abs(np.linalg.norm(y) - 1) > 1e-3 or abs(x @ y) > 1e-3:
         raise _fail(folder, uid, "ImageOrientationPatient is not two orthogonal unit vectors")
@@ -419,10 +427,6 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
 #: largest difference of affine entries (mm) between a NIfTI output and its source series (DICOM stores positions
 #: as decimal strings of at most 16 characters)
 DICOM_GEOMETRY_ATOL = 1e-2
-#: largest distance of a voxel centre of a NIfTI output from the series' voxel centre, as a fraction of the smallest
-#: voxel spacing (or :data:`DICOM_GEOMETRY_ATOL` mm, when larger): small differences of the affine's columns add up
-#: over hundreds of voxels
-DICOM_GRID_VOXEL_RTOL = 0.1
 
 
 def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, what: str) -> np.ndarray:

@@ -275,3 +275,19 @@ def test_a_seg_frame_oriented_otherwise_than_the_series_is_refused(tmp_path):
     ds.save_as(tmp_path / "spacing.dcm")
     with pytest.raises(DicomSegError, match=r"its pixel spacing is not the series' \(.* mm; frame 3\)"):
         read_segmentation_labels(tmp_path / "spacing.dcm", series)
+
+
+def test_a_slice_whose_pixel_spacing_drifts_is_refused(tmp_path):
+    """PixelSpacing 0.709 against 0.7 mm passed the 0.01 mm check: that slice's far column lay 5.4 mm off the grid."""
+    from monai_unc.io.dicom import DicomSeriesError
+
+    files = write_series(np.zeros((600, 2, 3)), np.diag([0.7, 0.7, 3.0, 1.0]), tmp_path / "s", modality="MR")
+    ds = pydicom.dcmread(files[1])
+    ds.PixelSpacing = [0.7, 0.709]  # (rows, columns): the column spacing
+    ds.save_as(files[1])
+    with pytest.raises(DicomSeriesError, match=r"PixelSpacing differs between slices \(by 0\.009 mm: the far pixel "
+                                               r"of a slice lies 5\.39 mm off the first slice's grid\)"):
+        read_series(tmp_path / "s", pixels=False)
+    ds.PixelSpacing = [0.7, 0.70001]  # decimal rounding of a header: 6 micrometres at the far column
+    ds.save_as(files[1])
+    assert read_series(tmp_path / "s", pixels=False).shape == (600, 2, 3)
