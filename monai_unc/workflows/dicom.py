@@ -387,7 +387,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     region_names = _region_names(pred)
     result = DicomExport(out)
     for files in tqdm(cases, desc="dicom-export", unit="case", disable=not progress):
-        case_series = read_series(src / files.case_id)
+        case_series = read_series(src / files.case_id, pixels=False)  # the geometry, not the pixels
         folder = out / files.case_id
         folder.mkdir(parents=True, exist_ok=True)
         clean_partial_files(folder)

@@ -56,6 +56,8 @@ SPACING_RTOL = 1e-2
 #: :data:`DICOM_GEOMETRY_ATOL` / :data:`SPACING_ATOL` mm, when larger): a NIfTI output against its series, a slice's
 #: pixel spacing against the first slice's (small differences of spacing add up over hundreds of voxels)
 DICOM_GRID_VOXEL_RTOL = 0.1
+#: the Hounsfield units :func:`write_series` stores (int16 with RescaleSlope 0.5 and RescaleIntercept -1024)
+_CT_RANGE = (-32768 * 0.5 - 1024, 32767 * 0.5 - 1024)
 #: the LPS -> RAS flip of the first two axes
 _LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 
@@ -349,8 +351,8 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         The written files, in slice order.
 
     Raises:
-        ValueError: a volume that is not 3D or not finite, an unknown modality, a non-orthogonal affine, a folder
-            that holds files.
+        ValueError: a volume that is not 3D or not finite, CT values outside -17408 .. 15359.5 HU (what int16 with
+            slope 0.5 holds), an unknown modality, a non-orthogonal affine, a folder that holds files.
 
     Example:
         >>> import tempfile
@@ -363,6 +365,9 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         raise ValueError(f"volume must be a finite 3D array, got shape {volume.shape}")
     if modality not in ("CT", "MR"):
         raise ValueError(f"modality must be 'CT' or 'MR', got {modality!r}")
+    if modality == "CT" and (volume.min() < _CT_RANGE[0] or volume.max() > _CT_RANGE[1]):
+        raise ValueError(f"volume: CT values must lie in {_CT_RANGE} HU (int16 with slope 0.5, intercept -1024), got "
+                         f"{volume.min():.6g} .. {volume.max():.6g}")
     folder = Path(folder)
     if folder.is_dir() and any(folder.iterdir()):
         raise ValueError(f"folder {folder} already holds files")

@@ -291,3 +291,30 @@ def test_a_slice_whose_pixel_spacing_drifts_is_refused(tmp_path):
     ds.PixelSpacing = [0.7, 0.70001]  # decimal rounding of a header: 6 micrometres at the far column
     ds.save_as(files[1])
     assert read_series(tmp_path / "s", pixels=False).shape == (600, 2, 3)
+
+
+def test_ct_values_are_kept_to_half_a_hounsfield_unit_or_refused(tmp_path):
+    """int16 with slope 0.5 holds -17408 .. 15359.5 HU: values beyond were silently clipped (20000 HU read 15359.5)."""
+    values = np.array([-17408.0, -1000.3, 0.0, 0.24, 15359.5, 3071.76]).reshape(3, 2, 1)
+    write_series(values, np.eye(4), tmp_path / "ok", modality="CT")
+    assert np.abs(read_series(tmp_path / "ok").volume - values).max() <= 0.25
+    with pytest.raises(ValueError, match=r"volume: CT values must lie in \(-17408\.0, 15359\.5\) HU .* got -1000 \.\. "
+                                         r"20000"):
+        write_series(np.array([-1000.0, 20000.0]).reshape(2, 1, 1), np.eye(4), tmp_path / "over", modality="CT")
+
+
+def test_the_export_reads_the_series_headers_only(tmp_path, monkeypatch):
+    """dicom-export needs the geometry, not the source pixels (docs/dicom.md); it read every slice's pixels."""
+    import monai_unc.io.dicom.series as series_module
+
+    shape, affine = (4, 3, 2), np.diag([1.0, 1.0, 2.0, 1.0])
+    write_series(np.zeros(shape), affine, tmp_path / "series" / "c0", modality="MR")
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    nib.save(nib.Nifti1Image(np.ones(shape, np.uint8), affine), pred / "c0_seg.nii.gz")
+
+    def no_pixels(series):
+        raise AssertionError(f"the pixels of {series.folder} were read")
+
+    monkeypatch.setattr(series_module, "_read_pixels", no_pixels)
+    assert dicom_export(pred, tmp_path / "series", tmp_path / "out", progress=False).n_objects == 2
