@@ -7,10 +7,10 @@ is a false positive (it matches no ground-truth lesion under the BraTS rule), th
 its uncertainty scores (mean, max, boundary and core of every map) and, with per-sample masks
 (:func:`read_lesion_samples`), its existence probability and volume spread. The state of a case is a
 :class:`LesionState` (arrays that concatenate across cases); the cohort summary is :func:`summarize_lesions`: the
-means of the case scores, pooled counts and F1, lesion-level failure detection (AUROC of each per-lesion score for
-"this predicted lesion is a false positive" and for "its Dice is below ``failure_dice``", AURC of 1 - Dice), the
-lesion-level retention curve of the ranking score (:func:`lesion_retention`), and the most uncertain lesions listed
-first.
+means of the case scores (the lesion F1 among them), pooled BraTS counts, lesion-level failure detection (AUROC of
+each per-lesion score for "this predicted lesion is a false positive" and for "its Dice is below ``failure_dice``",
+AURC of 1 - Dice), the lesion-level retention curve of the ranking score (:func:`lesion_retention`), and the most
+uncertain lesions listed first.
 """
 
 from __future__ import annotations
@@ -336,8 +336,8 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
                       top: int = 20) -> dict[str, Any]:
     """The ``lesions`` block of ``summary.json``.
 
-    Per task: the mean over cases of each case value (NaN-aware), the pooled TP / FP / FN of the BraTS matching and
-    the pooled lesion F1 (Shifts counts summed over cases), the number of predicted lesions, lesion-level failure
+    Per task: the mean over cases of each case value (NaN-aware; the lesion F1 is a mean of the cases' F1, not a
+    pooled F1), the pooled TP / FP / FN of the BraTS matching, the number of predicted lesions, lesion-level failure
     detection: per per-lesion score the AUROC for "false positive" and for "Dice below ``failure_dice``" and the AURC
     of 1 - Dice (lower is better); ``best_fp_score`` names the score that finds false positives best; ``retention``
     the lesion-level retention curve of the ranking score (:func:`lesion_retention`). ``lesions`` lists the ``top``

@@ -44,7 +44,8 @@ SETTINGS: dict[str, tuple[int, float]] = {"gli": (3, 50.0), "ssa": (3, 50.0), "m
 
 
 def _number(value: Any, name: str, low: float, high: float = math.inf, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and int(value) != value):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (integer and not (math.isfinite(value) and int(value) == value))):
         raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
     if not (math.isfinite(float(value)) and low <= float(value) <= high):
         raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value!r}")
