@@ -787,13 +787,13 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
 
     For each connected component of ``pred`` (numbered as :func:`label_lesions` numbers them) and each map ``M``:
     ``<M>_mean`` and ``<M>_max`` over the lesion, ``<M>_boundary`` and ``<M>_core`` (mean over the lesion's voxels
-    with / without a face neighbour outside it; the core of a lesion without inner voxels is NaN), and with
-    ``threshold`` ``<M>_share`` (share of the lesion's voxels above it). With ``samples`` (binary masks ``(S,
-    *spatial)``, one per stochastic pass): ``existence``, the share of samples with a component that overlaps the
-    lesion (with ``iou_threshold`` > 0: whose IoU with it reaches that), and ``volume_cv``, the coefficient of
-    variation over the samples of the total volume of those components (each counted once; 0 in a sample without
-    one; NaN when it is 0 in every sample) (Molchanova et al., "Structural-based uncertainty in deep learning across
-    anatomical scales", 2023).
+    with / without a face neighbour outside it, neighbours outside the volume not counting; the core of a lesion
+    without inner voxels is NaN), and with ``threshold`` ``<M>_share`` (share of the lesion's voxels above it). With
+    ``samples`` (binary masks ``(S, *spatial)``, one per stochastic pass): ``existence``, the share of samples with a
+    component that overlaps the lesion (with ``iou_threshold`` > 0: whose IoU with it reaches that), and
+    ``volume_cv``, the coefficient of variation over the samples of the total volume of those components (each
+    counted once; 0 in a sample without one; NaN when it is 0 in every sample) (Molchanova et al.,
+    "Structural-based uncertainty in deep learning across anatomical scales", 2023).
 
     Args:
         pred: predicted binary mask ``(*spatial)``.
@@ -840,9 +840,9 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
         "center": _centers(p, lab[p], n),
     }
     inner = ndimage.binary_erosion(p, structure=ndimage.generate_binary_structure(p.ndim, 1), border_value=1)
-    # erosion by the lesion mask: a voxel is "core" when all its face neighbours are in the same (any) lesion; lesions
-    # do not touch within their own connectivity, so this equals the per-lesion definition for face connectivity
-    # and is conservative (more boundary) for fuller connectivity
+    # erosion by the lesion mask: a voxel is "core" when all its face neighbours (inside the volume) are in a lesion;
+    # face neighbours are connected under every connectivity, so they are in the voxel's own lesion and this is the
+    # per-lesion definition for every connectivity
     for name, m in (maps or {}).items():
         u = to_numpy(m, f"maps[{name!r}]")
         if not (u.dtype == bool or np.issubdtype(u.dtype, np.integer) or np.issubdtype(u.dtype, np.floating)):
