@@ -359,3 +359,37 @@ def test_product_options_refuse_non_finite_integers_by_name(kwargs, match):
 
     with pytest.raises(ValueError, match=match):
         LesionMetrics("gli", **kwargs)
+
+
+def test_product_ranks_lesions_by_the_primary_measure():
+    """The summary's retention curve and list of the most uncertain lesions use the evaluation's primary measure
+    (the map of the nDSC R-AAC: ``--measure``, else predictive entropy), not the alphabetically first map: with the
+    default maps, expected entropy ranked the lesions while predictive entropy gave the R-AAC."""
+    from types import SimpleNamespace
+
+    from monai_unc.evaluation.lesions import lesion_case_state
+    from monai_unc.products.lesions import LesionMetrics
+
+    gt = np.zeros((16, 16, 16), bool)
+    pred = np.zeros_like(gt)
+    for i, c in enumerate((2, 6, 10, 14)):
+        pred[c - 1:c + 1, 2:4, 2:4] = True  # four predicted lesions; the first two are right
+        gt[c - 1:c + 1, 2:4, 2:4] = i < 2
+    pe = np.zeros(gt.shape)  # predictive entropy puts the two false positives first
+    ee = np.zeros(gt.shape)  # expected entropy puts the two true positives first
+    for i, c in enumerate((2, 6, 10, 14)):
+        pe[c - 1:c + 1] = 0.1 + 0.2 * i
+        ee[c - 1:c + 1] = 0.9 - 0.2 * i
+    task = SimpleNamespace(name="WT", pred=pred, target=gt, spacing=(1.0, 1.0, 1.0), num_classes=2,
+                           maps={"expected_entropy": ee, "predictive_entropy": pe})
+    case = SimpleNamespace(case_id="a", spacing=(1.0, 1.0, 1.0), affine=np.eye(4))
+    product = LesionMetrics("gli", min_volume=0.0)
+    for measure, want in ((None, "predictive_entropy_mean"), ("predictive_entropy", "predictive_entropy_mean"),
+                          ("expected_entropy", "expected_entropy_mean")):
+        config = SimpleNamespace(measure=measure, class_names=None, regions=None)
+        state = lesion_case_state(case, [task], product.options(), None, measure or "predictive_entropy")
+        block = product.summarize({"a": state}, [], None, config)
+        assert block["per_task"]["WT"]["retention"]["score"] == want
+        assert {d["score"] for d in block["lesions"]} == {want}
+        first = block["lesions"][0]
+        assert first["false_positive"] == (want == "predictive_entropy_mean")
