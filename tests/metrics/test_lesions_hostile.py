@@ -393,3 +393,25 @@ def test_product_ranks_lesions_by_the_primary_measure():
         assert {d["score"] for d in block["lesions"]} == {want}
         first = block["lesions"][0]
         assert first["false_positive"] == (want == "predictive_entropy_mean")
+
+
+def test_best_false_positive_score_is_not_chosen_on_a_subset_of_the_lesions():
+    """``pe_core`` is NaN for lesions without inner voxels (the small ones, most false positives); its AUROC over the
+    few lesions with a core must not make it the "best" false-positive detector over a score defined for every
+    lesion, and each AUROC says how many lesions it covers."""
+    from monai_unc.evaluation.lesions import CASE_FIELDS, LESION_FIELDS, LesionState, summarize_lesions
+
+    fp = np.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 0], float)
+    pe_mean = np.array([0.9, 0.8, 0.7, 0.2, 0.6, 0.3, 0.1, 0.05, 0.65, 0.75])  # AUROC 0.84 over all ten
+    pe_core = np.array([np.nan, np.nan, np.nan, np.nan, 0.1, 0.2, 0.3, np.nan, 0.9, np.nan])  # 1.0 over four
+    arrays = {f"case.WT.{f}": np.array([0.5]) for f in CASE_FIELDS}
+    arrays.update({f"lesion.WT.{f}": np.zeros(10) for f in LESION_FIELDS})
+    arrays.update({"lesion.WT.false_positive": fp, "lesion.WT.dice": np.where(fp > 0, 0.0, 0.8),
+                   "lesion.WT.lesion": np.arange(1.0, 11.0), "lesion.WT.score.pe_mean": pe_mean,
+                   "lesion.WT.score.pe_core": pe_core, "n_cases": np.array([1]), "samples": np.array([0])})
+    block = summarize_lesions(LesionState(arrays), ["a"], {"failure_dice": 0.5})
+    task = block["per_task"]["WT"]
+    det = task["failure_detection"]
+    assert det["pe_core"]["auroc_false_positive"] == 1.0 > det["pe_mean"]["auroc_false_positive"]
+    assert task["best_fp_score"] == "pe_mean"
+    assert (det["pe_core"]["n_lesions"], det["pe_mean"]["n_lesions"]) == (4, 10)
