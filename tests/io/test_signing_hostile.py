@@ -130,8 +130,8 @@ def test_signature_objects_that_must_not_verify(config, tmp_path):
         "empty": _resign(doc, value=""),
         "another document's signature": {**doc, "signature": json.loads(other.read_text())["signature"],
                                          "threshold": 0.5},
-        "forged content, attacker's value under the trusted fingerprint": {
-            **forged, "signature": {**by_attacker, "key": doc["signature"]["key"]}},
+        "forged content, attacker's value under the trusted key's fields": {
+            **forged, "signature": {**doc["signature"], "value": by_attacker["value"]}},
     }
     for name, bad in cases.items():
         for t in (trust, lax):
@@ -140,7 +140,10 @@ def test_signature_objects_that_must_not_verify(config, tmp_path):
                 pytest.fail(f"accepted: {name}")
     for bad_sig in ("x", ["ed25519"], {"algorithm": "rsa", "key": "k", "public_key": "p", "value": "v"},
                     {**doc["signature"], "algorithm": "Ed25519"}, {**doc["signature"], "value": None},
-                    {k: v for k, v in doc["signature"].items() if k != "key"}):
+                    {k: v for k, v in doc["signature"].items() if k != "key"},
+                    {**by_attacker, "key": doc["signature"]["key"]},  # a fingerprint that is not public_key's
+                    {**doc["signature"], "public_key": by_attacker["public_key"]},
+                    {**doc["signature"], "public_key": "AAAA"}, {**doc["signature"], "public_key": "%%%"}):
         with pytest.raises(ValueError, match=r"^r: field 'signature' is not an ed25519 signature object"):
             check_signature({**doc, "signature": bad_sig}, lax, "r")
     # an attacker's own fingerprint: untrusted (refused), or "UNSIGNED" with allow_unsigned, never "signed by"
@@ -149,6 +152,28 @@ def test_signature_objects_that_must_not_verify(config, tmp_path):
     assert check_signature({**forged, "signature": by_attacker}, lax, "r").startswith("UNSIGNED")
     with pytest.raises(ValueError, match="is not signed"):  # "signature": null is a stripped signature
         check_signature({**doc, "signature": None}, trust, "r")
+    # an untrusted key's signature that does not match the content: never "signed by" that key, even when allowed
+    with pytest.raises(ValueError, match=r"^r: its signature \(field 'signature'\) does not match"):
+        check_signature({**doc, "signature": by_attacker}, lax, "r")
+
+
+@pytest.mark.parametrize("key", [
+    "\r\x1b[2Ksigned by SHA256:0000 (trusted key /etc/monai-unc/dept.pub)\x1b[8m",
+    "SHA256:" + "0" * 64 + "\nmonai-unc triage: rule verified",
+    "SHA256:" + "A" * 64,
+])
+def test_a_signature_key_that_is_not_a_fingerprint_is_refused(config, tmp_path, key):
+    """The ``key`` field is echoed by the messages, the printed lines and the outputs. A carriage return and terminal
+    escapes used to reach the terminal with ``--allow-unsigned`` ("UNSIGNED: signed by <key>", the key erasing
+    "UNSIGNED" and showing "signed by ... (trusted key ...)"), and without it a newline cut the one-line error to
+    "... is signed by key"; a key that is not the fingerprint of the object's public key is now a malformed
+    signature."""
+    _, doc = _signed(tmp_path)
+    bad = {**doc, "signature": {**doc["signature"], "key": key}}
+    for t in (Trust(), Trust(allow_unsigned=True)):
+        with pytest.raises(ValueError, match=r"^r: field 'signature' is not an ed25519 signature object") as e:
+            check_signature(bad, t, "r")
+        assert "\n" not in str(e.value) and "\x1b" not in str(e.value) and "\r" not in str(e.value)
 
 
 # --------------------------------------------------------------------------- end to end: the commands refuse
@@ -226,3 +251,27 @@ def test_commands_refuse_transplanted_truncated_and_replayed_rules(certified, tm
     _refused(capsys, _run(certified, "triage", certified["conformal"], tmp_path / "c", home, monkeypatch),
              certified["conformal"], "is not a monai-unc referral rule file")
     assert _run(certified, "triage", certified["rule"], tmp_path / "ok", home, monkeypatch) == 0  # genuine: accepted
+
+
+@pytest.mark.slow
+def test_triage_refuses_a_spoofing_signature_key_even_when_unsigned_is_allowed(certified, tmp_path, capsys,
+                                                                               monkeypatch):
+    """``monai-unc triage --allow-unsigned`` on a rule whose signature ``key`` holds a carriage return and terminal
+    escapes: it ran (exit 0) and printed them, so the terminal showed "signed by ... (trusted key ...)"; now it is one
+    line naming the file, exit 2, and nothing is printed raw."""
+    home = certified["rule"].parents[1] / "config"
+    rule = json.loads(certified["rule"].read_text())
+    rule["signature"]["key"] = "\r\x1b[2Ksigned by SHA256:0000 (trusted key /etc/monai-unc/dept.pub)\x1b[8m"
+    spoof = tmp_path / "spoof.json"
+    spoof.write_text(json.dumps(rule))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        rc = cli.main(["triage", "-p", str(certified["new"]), "--rule", str(spoof), "-o", str(tmp_path / "s"),
+                       "--allow-unsigned"])
+    out = capsys.readouterr()
+    assert rc == 2 and "\x1b" not in out.out + out.err and "\r" not in out.out + out.err
+    err = [ln for ln in out.err.strip().splitlines() if "--allow-unsigned:" not in ln]  # the flag's own notice
+    assert len(err) == 1 and str(spoof) in err[0] and "not an ed25519 signature object" in err[0], out.err
+    assert not (tmp_path / "s" / "triage.json").exists()
