@@ -188,15 +188,21 @@ class RiskControlledThreshold:
     def accept(self, uncertainty: ArrayLike) -> ArrayLike:
         """Boolean mask of the cases to accept (``uncertainty <= threshold``), in the library of the input.
 
+        The comparison is made in float64 whatever the input's dtype: ``threshold`` is the largest float64 below the
+        first refused calibration value, and rounding it to float32 (what a float32 array or tensor compared with a
+        Python float does) would give that refused value back and accept it, and with it every new case tied with
+        it (a discrete score, e.g. a voxel count, ties often).
+
         Args:
-            uncertainty: case uncertainties, any shape.
+            uncertainty: case uncertainties, any shape (NaN is referred).
 
         Returns:
             A boolean mask of the same shape.
         """
         if isinstance(uncertainty, torch.Tensor):
-            return uncertainty <= self.threshold
-        return np.asarray(uncertainty) <= self.threshold
+            u = uncertainty if uncertainty.dtype == torch.float64 else uncertainty.to(torch.float64)
+            return u <= self.threshold
+        return np.asarray(uncertainty).astype(np.float64, copy=False) <= self.threshold
 
 
 def _min_certifiable(alpha: float, delta: float) -> int:
