@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from monai_unc.evaluation.conformal import ConformalRuleFile, ConformalStrata
 from monai_unc.io.provenance import rule_digest
-from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+from monai_unc.metrics.conformal import (
+    conformal_case_state,
+    crc_lambda,
+    fit_conformal_rule,
+    high_probability_lambda,
+    min_calibration_cases,
+)
 
 SOURCE = "conformal rule R.json"
 
@@ -92,3 +101,77 @@ def test_strata_constructor_refuses_out_of_range_fields(kwargs, field):
             "patch_size": 32, **kwargs}
     with pytest.raises(ValueError, match=field):
         ConformalStrata(**args)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the quantile rank and the guarantees at the smallest calibration sets, where an off-by-one shows
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _step_losses(s: np.ndarray, width: int) -> np.ndarray:
+    """Losses ``L_i(j) = 1`` for ``j < s_i``, else 0: the case-wise score of the high-probability rule is ``s_i``."""
+    return (np.arange(width)[None, :] < s[:, None]).astype(np.float64)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.3, 0.25, 0.2, 0.1, 0.05, 1 / 3])
+def test_high_probability_rank_against_exact_enumeration(alpha):
+    """``lambda_hat`` is the ``ceil((n + 1)(1 - alpha))``-th smallest ``s_i`` (exact rational arithmetic), refused
+    (never a finite mask) when that rank exceeds ``n``; the fewest cases is the first ``n`` with a finite rank."""
+    a = Fraction(1, 3) if alpha == 1 / 3 else Fraction(str(alpha))
+    for n in range(1, 60):
+        s = np.random.default_rng(n).permutation(n) + 1  # distinct scores 1 .. n, shuffled
+        k = math.ceil((n + 1) * (1 - a))
+        losses = _step_losses(s, n + 2)
+        if k > n:
+            with pytest.raises(ValueError, match="too few"):
+                high_probability_lambda(losses, tol=0.5, alpha=alpha)
+            assert n < min_calibration_cases(alpha, high_probability=True)
+        else:
+            assert high_probability_lambda(losses, tol=0.5, alpha=alpha) == float(np.sort(s)[k - 1])
+            assert n >= min_calibration_cases(alpha, high_probability=True)
+    # ties: the k-th smallest of the multiset, however the ties fall
+    s = np.array([3, 3, 3, 1, 1, 5, 5, 5, 5])  # n = 9, alpha = 0.1: k = 9, the largest
+    assert high_probability_lambda(_step_losses(s, 7), tol=0.5, alpha=0.1) == 5.0
+    assert high_probability_lambda(_step_losses(s, 7), tol=0.5, alpha=0.3) == 5.0  # k = 7: sorted[6] = 5
+    assert high_probability_lambda(_step_losses(s, 7), tol=0.5, alpha=0.5) == 3.0  # k = 5: sorted[4] = 3
+
+
+def test_high_probability_refuses_when_too_many_cases_never_reach_tol():
+    s = np.array([1, 2, 3, 4, 5, 6, 7, 8, 99])  # the 9th case never gets below tol on a grid of 10 points
+    with pytest.raises(ValueError, match="stay above tol"):
+        high_probability_lambda(_step_losses(np.minimum(s, 10), 10), tol=0.5, alpha=0.1)
+
+
+@pytest.mark.parametrize(("n", "alpha"), [(9, 0.1), (19, 0.1), (19, 0.05), (4, 0.2)])
+def test_high_probability_coverage_at_the_smallest_n(n, alpha):
+    """``P(L_new(lambda_hat) <= tol) >= 1 - alpha`` over fresh i.i.d. calibration sets and new cases, and no more
+    than ``k / (n + 1)`` plus ties: at these ``n`` the rank is ``n`` or ``n - 1``, where an off-by-one moves the
+    coverage by ``1 / (n + 1)``. One-sided binomial tests at level 1e-4 with a fixed seed (deterministic)."""
+    rng = np.random.default_rng(2026)
+    trials, width = 4000, 2000
+    k = math.ceil((n + 1) * (1 - Fraction(str(alpha))))
+    covered = 0
+    for _ in range(trials):
+        s = rng.integers(0, width, n + 1)  # i.i.d. case scores on a fine grid (ties rare)
+        j = int(high_probability_lambda(_step_losses(s[:n], width), tol=0.5, alpha=alpha))
+        covered += int(s[n] <= j)  # the new case's loss at lambda_hat is <= tol iff its score is <= lambda_hat
+    assert stats.binom.cdf(covered, trials, 1 - alpha) > 1e-4, (covered, trials)  # not below 1 - alpha
+    assert stats.binom.sf(covered - 1, trials, k / (n + 1) + 0.005) > 1e-4, (covered, trials)  # the rank is k
+
+
+@pytest.mark.parametrize(("n", "alpha"), [(9, 0.1), (19, 0.1), (4, 0.3)])
+def test_crc_expected_loss_at_the_smallest_n(n, alpha):
+    """``E[L_new(lambda_hat)] <= alpha`` for non-increasing losses, at the fewest cases CRC allows; a z-test of the
+    mean over fresh i.i.d. draws (fixed seed)."""
+    rng = np.random.default_rng(7)
+    trials, width = 4000, 400
+    grid = np.arange(width) / (width - 1)
+    got = np.empty(trials)
+    for t in range(trials):
+        c = rng.uniform(1.0, 6.0, n + 1)  # L_i(lambda) = max(0, 1 - c_i lambda): non-increasing, 0 at lambda = 1
+        losses = np.maximum(0.0, 1.0 - c[:, None] * grid[None, :])
+        j = int(crc_lambda(losses[:n], alpha))
+        got[t] = losses[n, j]
+    se = got.std(ddof=1) / math.sqrt(trials)
+    assert got.mean() <= alpha + 3.72 * se, (got.mean(), se)  # one-sided, level 1e-4
+    assert got.mean() >= alpha - 2 / (n + 1) - 3.72 * se  # and CRC is tight up to about 2 B / (n + 1)
