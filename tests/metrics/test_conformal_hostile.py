@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -18,6 +19,7 @@ from scipy import stats
 from monai_unc.evaluation.conformal import ConformalRuleFile, ConformalStrata
 from monai_unc.io.provenance import rule_digest
 from monai_unc.metrics.conformal import (
+    ConformalRule,
     conformal_case_state,
     crc_lambda,
     fit_conformal_rule,
@@ -175,3 +177,53 @@ def test_crc_expected_loss_at_the_smallest_n(n, alpha):
     se = got.std(ddof=1) / math.sqrt(trials)
     assert got.mean() <= alpha + 3.72 * se, (got.mean(), se)  # one-sided, level 1e-4
     assert got.mean() >= alpha - 2 / (n + 1) - 3.72 * se  # and CRC is tight up to about 2 B / (n + 1)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ConformalRule.from_dict on its own (the Python API reads a rule's JSON with it)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rule_dict() -> dict:
+    rng = np.random.default_rng(3)
+    states = []
+    for _ in range(12):
+        truth = rng.random((1, 40)) < 0.5
+        p = np.clip(truth * 0.5 + rng.random((1, 40)) * 0.5, 0, 1)
+        states.append(conformal_case_state(p, truth, activation="sigmoid", grid=16))
+    return json.loads(json.dumps(fit_conformal_rule(states, alpha=0.2).to_dict()))
+
+
+RULE_EDITS = {
+    "index off the grid (empty outer masks)": (lambda d: d["tasks"][0].update(index=-1, lambda_hat=-0.0625),
+                                               "tasks[0].index"),
+    "index past the grid": (lambda d: d["tasks"][0].update(index=99, lambda_hat=99 / 16), "tasks[0].index"),
+    "lambda_hat not its index's": (lambda d: d["tasks"][0].update(lambda_hat=0.9), "tasks[0].lambda_hat"),
+    "side unknown (applied as inner)": (lambda d: d.update(side="outside"), "side"),
+    "family unknown": (lambda d: d.update(family="distance"), "family"),
+    "step off the threshold grid": (lambda d: d.update(step=0.5), "step"),
+    "alpha out of range": (lambda d: d.update(alpha=1.5), "alpha"),
+    "alpha NaN": (lambda d: d.update(alpha=float("nan")), "alpha"),
+    "tol with expectation": (lambda d: d.update(tol=0.2), "tol"),
+    "method unknown": (lambda d: d.update(method="bootstrap"), "method"),
+    "task missing": (lambda d: d["tasks"].pop(), "tasks"),
+    "task renamed": (lambda d: d["tasks"][0].update(name="7"), "tasks[0]"),
+    "n zero": (lambda d: d["tasks"][0].update(n=0), "tasks[0].n"),
+    "edges decreasing": (lambda d: d.update(edges=[0.5, 0.2]), "edges"),
+    "names repeated": (lambda d: d.update(names=["0", "0"]), "names"),
+}
+
+
+def test_genuine_rule_dict_round_trips(rule_dict):
+    rule = ConformalRule.from_dict(copy.deepcopy(rule_dict))
+    assert rule.to_dict() == rule_dict
+
+
+@pytest.mark.parametrize("name", list(RULE_EDITS))
+def test_rule_from_dict_refuses_an_edited_field_naming_it(rule_dict, name):
+    edit, field = RULE_EDITS[name]
+    d = copy.deepcopy(rule_dict)
+    edit(d)
+    with pytest.raises(ValueError, match=re.escape(field)):
+        ConformalRule.from_dict(d)
