@@ -739,9 +739,10 @@ class ConformalRuleFile:
                        source=source)
         check_digest(d, source=source, written_by="monai-unc evaluate --conformal")
         try:
+            if not isinstance(d["targets"], dict) or not all(_is_number(v) and 0 < v < 1
+                                                             for v in d["targets"].values()):
+                raise ValueError(f"field 'targets' must be an object of levels in (0, 1), got {_shown(d['targets'])}")
             targets = {str(k): float(v) for k, v in d["targets"].items()}
-            if any(not (0 < v < 1) or isinstance(v, bool) for v in d["targets"].values()):
-                raise ValueError("field 'targets' must hold levels in (0, 1)")
             delta = d["delta"]
             if delta is not None and (not _is_number(delta) or not 0 < delta < 1):
                 raise ValueError(f"field 'delta' must be null or a number in (0, 1), got {_shown(delta)}")

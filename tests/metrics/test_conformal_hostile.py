@@ -93,6 +93,17 @@ def test_edited_strata_field_is_refused_naming_it(stratified, name):
     assert msg.startswith(SOURCE) and field in msg and "\n" not in msg, msg
 
 
+@pytest.mark.parametrize("targets", [{"outer": "0.3"}, {"outer": None}, [0.3], {"outer": True}, {"outer": 1.0}])
+def test_edited_targets_are_refused_naming_the_field(stratified, targets):
+    d = copy.deepcopy(stratified)
+    d["targets"] = targets
+    d["digest"] = rule_digest(d)
+    with pytest.raises(ValueError) as e:
+        ConformalRuleFile.from_json(d, SOURCE)
+    msg = str(e.value)
+    assert msg.startswith(SOURCE) and "'targets'" in msg and "\n" not in msg, msg
+
+
 @pytest.mark.parametrize("kwargs,field", [({"edges": (0.5, 0.2), "counts": (1, 1, 1)}, "edges"),
                                           ({"edges": (float("inf"),)}, "edges"),
                                           ({"counts": (-1, 21)}, "counts"),
