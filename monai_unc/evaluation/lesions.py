@@ -7,10 +7,10 @@ is a false positive (it matches no ground-truth lesion under the BraTS rule), th
 its uncertainty scores (mean, max, boundary and core of every map) and, with per-sample masks
 (:func:`read_lesion_samples`), its existence probability and volume spread. The state of a case is a
 :class:`LesionState` (arrays that concatenate across cases); the cohort summary is :func:`summarize_lesions`: the
-means of the case scores, pooled counts and F1, lesion-level failure detection (AUROC of each per-lesion score for
-"this predicted lesion is a false positive" and for "its Dice is below ``failure_dice``", AURC of 1 - Dice), the
-lesion-level retention curve of the ranking score (:func:`lesion_retention`), and the most uncertain lesions listed
-first.
+means of the case scores (the lesion F1 among them), pooled BraTS counts, lesion-level failure detection (AUROC of
+each per-lesion score for "this predicted lesion is a false positive" and for "its Dice is below ``failure_dice``",
+AURC of 1 - Dice), the lesion-level retention curve of the ranking score (:func:`lesion_retention`), and the most
+uncertain lesions listed first.
 """
 
 from __future__ import annotations
@@ -336,10 +336,11 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
                       top: int = 20) -> dict[str, Any]:
     """The ``lesions`` block of ``summary.json``.
 
-    Per task: the mean over cases of each case value (NaN-aware), the pooled TP / FP / FN of the BraTS matching and
-    the pooled lesion F1 (Shifts counts summed over cases), the number of predicted lesions, lesion-level failure
+    Per task: the mean over cases of each case value (NaN-aware; the lesion F1 is a mean of the cases' F1, not a
+    pooled F1), the pooled TP / FP / FN of the BraTS matching, the number of predicted lesions, lesion-level failure
     detection: per per-lesion score the AUROC for "false positive" and for "Dice below ``failure_dice``" and the AURC
-    of 1 - Dice (lower is better); ``best_fp_score`` names the score that finds false positives best; ``retention``
+    of 1 - Dice (lower is better), over the ``n_lesions`` lesions the score is defined for; ``best_fp_score`` names
+    the score that finds false positives best among those defined for every lesion; ``retention``
     the lesion-level retention curve of the ranking score (:func:`lesion_retention`). ``lesions`` lists the ``top``
     most uncertain predicted lesions (by ``rank_by``, else the first ``<measure>_mean`` score) with their case,
     centre (voxels, and world coordinates in mm), volume, score, whether they are false positives and, with
@@ -386,9 +387,12 @@ def summarize_lesions(state: LesionState | None, case_ids: Sequence[str], option
                 "auroc_false_positive": _auroc(u, fp_mask),
                 "auroc_low_dice": _auroc(u, dice < failure_dice),
                 "aurc_1_minus_dice": float(aurc(u[ok], 1.0 - dice[ok])) if ok.sum() > 1 else None,
+                "n_lesions": int(ok.sum()),  # the lesions the score is defined for (a core mean needs a core)
             }
+        # the best false-positive detector among the scores defined for every lesion: an AUROC over the lesions with
+        # a core (say) leaves out the small lesions, the false positives most of all, and is not comparable
         fp_ranked = [(v["auroc_false_positive"], s) for s, v in detection.items()
-                     if v["auroc_false_positive"] is not None]
+                     if v["auroc_false_positive"] is not None and v["n_lesions"] == fp_mask.size]
         rank_by = options.get("rank_by")
         key = f"lesion.{task}.score.{rank_by}" if rank_by else None
         if key is None or key not in a:

@@ -109,6 +109,24 @@ def binary_mask(x: Any, name: str) -> np.ndarray:
     return a.astype(bool)
 
 
+def _real(value: Any, name: str) -> float:
+    """``value`` as a float when it is a real number (Python or numpy; not a bool, a string or None).
+
+    Args:
+        value: the option's value.
+        name: the option's name in the error message.
+
+    Returns:
+        ``float(value)`` (range checks are the caller's).
+
+    Raises:
+        TypeError: anything else (a string such as ``"0.5"`` is not converted).
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
 def _structure(ndim: int, connectivity: int | str | None, name: str = "connectivity") -> np.ndarray:
     """The structuring element of a neighbour count (3-D: 6, 18, 26; 2-D: 4, 8), ``"face"`` or ``"full"`` (None)."""
     allowed = {1: {2: 1}, 2: {4: 1, 8: 2}, 3: {6: 1, 18: 2, 26: 3}}.get(ndim)
@@ -250,6 +268,7 @@ def surface_hd95(target: Any, pred: Any, spacing: float | Sequence[float] = 1.0,
 
     Raises:
         ValueError: masks that are not binary, not 3-D, of different shapes, a bad spacing or percentile.
+        TypeError: a percentile that is not a number.
 
     Example:
         >>> import numpy as np
@@ -263,7 +282,7 @@ def surface_hd95(target: Any, pred: Any, spacing: float | Sequence[float] = 1.0,
         raise ValueError(f"target and pred must have the same shape, got {t.shape} and {p.shape}")
     if t.ndim != 3:
         raise ValueError(f"surface_hd95 needs 3-D masks, got {t.ndim}-D")
-    if not 0.0 <= float(percentile) <= 100.0:
+    if not 0.0 <= _real(percentile, "percentile") <= 100.0:
         raise ValueError(f"percentile must be in [0, 100], got {percentile}")
     sp = normalize_spacing(spacing, 3)
     box = _bbox(t | p)
@@ -385,9 +404,11 @@ def brats_lesion_metrics(pred: Any, target: Any, spacing: float | Sequence[float
     sp = normalize_spacing(spacing, 3)
     if isinstance(dilation, bool) or not isinstance(dilation, (int, np.integer)) or dilation < 0:
         raise ValueError(f"dilation must be an integer >= 0 (iterations), got {dilation!r}")
-    if not (isinstance(min_volume, (int, float, np.number)) and math.isfinite(min_volume) and min_volume >= 0):
+    if isinstance(min_volume, (bool, np.bool_)) or not (
+            isinstance(min_volume, (int, float, np.number)) and math.isfinite(min_volume) and min_volume >= 0):
         raise ValueError(f"min_volume must be a finite volume >= 0 (mm^3), got {min_volume!r}")
-    if not (isinstance(hd_penalty, (int, float, np.number)) and math.isfinite(hd_penalty) and hd_penalty >= 0):
+    if isinstance(hd_penalty, (bool, np.bool_)) or not (
+            isinstance(hd_penalty, (int, float, np.number)) and math.isfinite(hd_penalty) and hd_penalty >= 0):
         raise ValueError(f"hd_penalty must be a finite distance >= 0 (mm), got {hd_penalty!r}")
     full = ndimage.generate_binary_structure(3, 3)
     pred_cc, n_pred = ndimage.label(p, structure=full)
@@ -526,7 +547,8 @@ def lesion_detection(pred: Any, target: Any, iou_threshold: float = 0.25, connec
         (1, 1, 1, 0.5)
     """
     p, t = _check_pair(pred, target)
-    if not (isinstance(iou_threshold, (int, float, np.number)) and 0.0 < float(iou_threshold) <= 1.0):
+    if isinstance(iou_threshold, (bool, np.bool_)) or not (
+            isinstance(iou_threshold, (int, float, np.number)) and 0.0 < float(iou_threshold) <= 1.0):
         raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold!r}")
     structure = _structure(p.ndim, connectivity)
     p_lab, n_p = ndimage.label(p, structure=structure)
@@ -542,8 +564,12 @@ def lesion_detection(pred: Any, target: Any, iou_threshold: float = 0.25, connec
 
 
 def _ndsc(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, n_true: float, n: int, r: float) -> np.ndarray:
-    """The normalised Dice from counts (arrays broadcast); 1 where prediction and truth are both empty."""
-    k = 1.0 if n_true == 0 else (1.0 - r) * n_true / (r * (n - n_true))
+    """The normalised Dice from counts (arrays broadcast); 1 where prediction and truth are both empty.
+
+    ``k = 1`` when the truth is empty, and when every voxel is in the truth: no false positive is possible there
+    (``fp = 0``), so the nDSC is the Dice, where the formula of ``k`` divides by zero.
+    """
+    k = 1.0 if n_true == 0 or n_true >= n else (1.0 - r) * n_true / (r * (n - n_true))
     num = 2.0 * tp
     den = k * fp + 2.0 * tp + fn
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -560,9 +586,9 @@ def _check_r(r: float) -> float:
 def normalized_dice(pred: Any, target: Any, r: float = 0.001, mask: Any | None = None) -> float:
     """Normalised Dice (nDSC): Dice with the false positives rescaled to a reference lesion load ``r``.
 
-    ``k = (1 - r) |T| / (r (N - |T|))`` (``k = 1`` when the truth is empty), ``nDSC = 2 TP / (k FP + 2 TP + FN)``;
-    1 when truth and prediction are both empty (Raina et al., "Tackling bias in the Dice similarity coefficient";
-    the metric of the Shifts MS-lesion task).
+    ``k = (1 - r) |T| / (r (N - |T|))`` (``k = 1`` when the truth is empty or holds every voxel, where no false
+    positive is possible), ``nDSC = 2 TP / (k FP + 2 TP + FN)``; 1 when truth and prediction are both empty
+    (Raina et al., "Tackling bias in the Dice similarity coefficient"; the metric of the Shifts MS-lesion task).
 
     Args:
         pred: predicted binary mask.
@@ -572,6 +598,9 @@ def normalized_dice(pred: Any, target: Any, r: float = 0.001, mask: Any | None =
 
     Returns:
         nDSC in [0, 1].
+
+    Raises:
+        ValueError: masks that are not binary or of different shapes, a bad ``r``, a ``mask`` without voxels.
 
     Example:
         >>> import numpy as np
@@ -583,9 +612,7 @@ def normalized_dice(pred: Any, target: Any, r: float = 0.001, mask: Any | None =
     p, t = _check_pair(pred, target)
     r = _check_r(r)
     if mask is not None:
-        m = binary_mask(mask, "mask")
-        if m.shape != p.shape:
-            raise ValueError(f"mask must have the shape of pred, got {m.shape} and {p.shape}")
+        m = _voxel_mask(mask, p.shape)
         p, t = p[m], t[m]
     tp = np.count_nonzero(p & t)
     fp = np.count_nonzero(p & ~t)
@@ -613,18 +640,28 @@ def shifts_retention_fractions(n_points: int = 200) -> np.ndarray:
     return f / np.amax(f)
 
 
+def _voxel_mask(mask: Any, shape: tuple) -> np.ndarray:
+    """The binary ``mask`` of the voxels to score: of ``shape``, with at least one voxel (ValueError otherwise)."""
+    m = binary_mask(mask, "mask")
+    if m.shape != shape:
+        raise ValueError(f"mask must have the shape of pred, got {m.shape} and {shape}")
+    if not m.any():
+        raise ValueError("mask selects no voxel: there is nothing to score")
+    return m
+
+
 def _retention_inputs(pred: Any, target: Any, uncertainty: Any, mask: Any | None
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     p, t = _check_pair(pred, target)
     u = to_numpy(uncertainty, "uncertainty")
+    if not (u.dtype == bool or np.issubdtype(u.dtype, np.integer) or np.issubdtype(u.dtype, np.floating)):
+        raise TypeError(f"uncertainty must be a real-valued map, got dtype {u.dtype}")
     if u.shape != p.shape:
         raise ValueError(f"uncertainty must have the shape of pred, got {u.shape} and {p.shape}")
     if not np.isfinite(u).all():
         raise ValueError("uncertainty must be finite (no NaN or inf)")
     if mask is not None:
-        m = binary_mask(mask, "mask")
-        if m.shape != p.shape:
-            raise ValueError(f"mask must have the shape of pred, got {m.shape} and {p.shape}")
+        m = _voxel_mask(mask, p.shape)
         p, t, u = p[m], t[m], u[m]
     else:
         p, t, u = p.ravel(), t.ravel(), u.ravel()
@@ -649,6 +686,11 @@ def ndsc_retention_curve(pred: Any, target: Any, uncertainty: Any, fractions: An
 
     Returns:
         ``(fractions, ndsc)``, both ``(K,)``.
+
+    Raises:
+        ValueError: masks that are not binary or of different shapes, a non-finite uncertainty, bad fractions or
+            ``r``, a ``mask`` without voxels.
+        TypeError: an uncertainty map that is not real-valued.
 
     Example:
         >>> import numpy as np
@@ -745,24 +787,31 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
 
     For each connected component of ``pred`` (numbered as :func:`label_lesions` numbers them) and each map ``M``:
     ``<M>_mean`` and ``<M>_max`` over the lesion, ``<M>_boundary`` and ``<M>_core`` (mean over the lesion's voxels
-    with / without a face neighbour outside it; the core of a lesion without inner voxels is NaN), and with
-    ``threshold`` ``<M>_share`` (share of the lesion's voxels above it). With ``samples`` (binary masks ``(S,
-    *spatial)``, one per stochastic pass): ``existence``, the share of samples with a component that overlaps the
-    lesion (with ``iou_threshold`` > 0: whose IoU with it reaches that), and ``volume_cv``, the coefficient of
-    variation over the samples of the volume those components have inside the lesion's neighbourhood (Molchanova et
-    al., "Structural-based uncertainty in deep learning across anatomical scales", 2023).
+    with / without a face neighbour outside it, neighbours outside the volume not counting; the core of a lesion
+    without inner voxels is NaN), and with ``threshold`` ``<M>_share`` (share of the lesion's voxels above it). With
+    ``samples`` (binary masks ``(S, *spatial)``, one per stochastic pass): ``existence``, the share of samples with a
+    component that overlaps the lesion (with ``iou_threshold`` > 0: whose IoU with it reaches that), and
+    ``volume_cv``, the coefficient of variation over the samples of the total volume of those components (each
+    counted once; 0 in a sample without one; NaN when it is 0 in every sample) (Molchanova et al.,
+    "Structural-based uncertainty in deep learning across anatomical scales", 2023).
 
     Args:
         pred: predicted binary mask ``(*spatial)``.
         maps: ``{name: map}`` voxel uncertainty maps of the shape of ``pred`` (PE, MI, EE, ...).
         samples: optional binary sample masks ``(S, *spatial)``.
         connectivity: lesion connectivity (:func:`label_lesions`).
-        threshold: optional level for ``<M>_share``.
+        threshold: optional level for ``<M>_share`` (a finite number).
         spacing: voxel size in mm (``volume_mm3``).
-        iou_threshold: minimum IoU for a sample's component to count as the lesion (0: any overlap).
+        iou_threshold: minimum IoU in [0, 1] for a sample's component to count as the lesion (0: any overlap).
 
     Returns:
         ``{"lesion": (n,), "volume_mm3": (n,), "center": (n, ndim), <score>: (n,) ...}``.
+
+    Raises:
+        ValueError: masks that are not binary, maps or samples of another shape, maps with NaN or inf, a NaN or
+            infinite ``threshold``, an ``iou_threshold`` outside [0, 1].
+        TypeError: ``maps`` that is not a mapping, a map that is not real-valued, a non-numeric ``threshold`` or
+            ``iou_threshold``.
 
     Example:
         >>> import numpy as np
@@ -776,6 +825,12 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
     p = binary_mask(pred, "pred")
     sp = normalize_spacing(spacing, p.ndim)
     structure = _structure(p.ndim, connectivity)
+    if maps is not None and not isinstance(maps, Mapping):
+        raise TypeError(f"maps must be a mapping {{name: map}}, got {type(maps).__name__}")
+    if threshold is not None and not math.isfinite(_real(threshold, "threshold")):
+        raise ValueError(f"threshold must be finite, got {threshold!r}")
+    if not 0.0 <= _real(iou_threshold, "iou_threshold") <= 1.0:
+        raise ValueError(f"iou_threshold must be in [0, 1], got {iou_threshold!r}")
     lab, n = ndimage.label(p, structure=structure)
     ids = np.arange(1, n + 1)
     counts = np.bincount(lab.ravel(), minlength=n + 1)[1:]
@@ -785,11 +840,14 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
         "center": _centers(p, lab[p], n),
     }
     inner = ndimage.binary_erosion(p, structure=ndimage.generate_binary_structure(p.ndim, 1), border_value=1)
-    # erosion by the lesion mask: a voxel is "core" when all its face neighbours are in the same (any) lesion; lesions
-    # do not touch within their own connectivity, so this equals the per-lesion definition for face connectivity
-    # and is conservative (more boundary) for fuller connectivity
+    # erosion by the lesion mask: a voxel is "core" when all its face neighbours (inside the volume) are in a lesion;
+    # face neighbours are connected under every connectivity, so they are in the voxel's own lesion and this is the
+    # per-lesion definition for every connectivity
     for name, m in (maps or {}).items():
-        u = to_numpy(m, f"maps[{name!r}]").astype(float)
+        u = to_numpy(m, f"maps[{name!r}]")
+        if not (u.dtype == bool or np.issubdtype(u.dtype, np.integer) or np.issubdtype(u.dtype, np.floating)):
+            raise TypeError(f"maps[{name!r}] must be a real-valued map, got dtype {u.dtype}")
+        u = u.astype(float)
         if u.shape != p.shape:
             raise ValueError(f"maps[{name!r}] must have the shape of pred, got {u.shape} and {p.shape}")
         if not np.isfinite(u).all():
@@ -816,11 +874,16 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
             s_lab, ns = ndimage.label(si, structure=structure)
             best, _ = _max_iou(lab, n, s_lab, ns)
             exist += best > 0 if iou_threshold <= 0 else best >= iou_threshold
-            # volume of the sample's components that overlap the lesion, counted once each
+            # volume of the sample's components that are the lesion (overlap it; with iou_threshold > 0, reach that
+            # IoU with it), counted once each
             both = (lab > 0) & (s_lab > 0)
-            pairs = np.unique(lab[both].astype(np.int64) * (ns + 1) + s_lab[both])
+            pairs, inter = np.unique(lab[both].astype(np.int64) * (ns + 1) + s_lab[both], return_counts=True)
             s_size = np.bincount(s_lab.ravel(), minlength=ns + 1)
-            np.add.at(vols[i], pairs // (ns + 1) - 1, s_size[pairs % (ns + 1)])
+            pl, ps = pairs // (ns + 1), pairs % (ns + 1)
+            if iou_threshold > 0:
+                keep = inter / (counts[pl - 1] + s_size[ps] - inter) >= iou_threshold
+                pl, ps = pl[keep], ps[keep]
+            np.add.at(vols[i], pl - 1, s_size[ps])
         out["existence"] = exist / s.shape[0]
         mean = vols.mean(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):

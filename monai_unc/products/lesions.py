@@ -36,7 +36,7 @@ from typing import Any
 
 from ..product import CohortProduct, ReportSection, ReportTable, format_cell, register_product
 
-__all__ = ["LesionMetrics", "SETTINGS"]
+__all__ = ["LesionMetrics", "SETTINGS", "primary_measure"]
 
 #: BraTS 2023 challenge -> (dilation iterations, minimum lesion volume in mm^3) of its lesion-wise metrics
 SETTINGS: dict[str, tuple[int, float]] = {"gli": (3, 50.0), "ssa": (3, 50.0), "men": (1, 50.0), "ped": (3, 50.0),
@@ -44,11 +44,35 @@ SETTINGS: dict[str, tuple[int, float]] = {"gli": (3, 50.0), "ssa": (3, 50.0), "m
 
 
 def _number(value: Any, name: str, low: float, high: float = math.inf, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and int(value) != value):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (integer and not (math.isfinite(value) and int(value) == value))):
         raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
     if not (math.isfinite(float(value)) and low <= float(value) <= high):
         raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value!r}")
     return float(value)
+
+
+def primary_measure(measure: str | None, available: Sequence[str]) -> str | None:
+    """The map the product ranks lesions by and computes the nDSC R-AAC with: the evaluation's primary measure.
+
+    Args:
+        measure: the evaluation's ``measure`` (``--measure``), or None.
+        available: the names of the case's (or the cohort's) uncertainty maps.
+
+    Returns:
+        ``measure`` when it is available, else ``predictive_entropy`` when available, else the first name in sorted
+        order; None without maps.
+
+    Example:
+        >>> primary_measure(None, ["mutual_information", "expected_entropy", "predictive_entropy"])
+        'predictive_entropy'
+        >>> primary_measure("mutual_information", ["expected_entropy", "mutual_information"])
+        'mutual_information'
+    """
+    names = sorted(available)
+    if measure in names:
+        return measure
+    return "predictive_entropy" if "predictive_entropy" in names else next(iter(names), None)
 
 
 @register_product
@@ -221,9 +245,7 @@ class LesionMetrics(CohortProduct):
         """
         from ..evaluation.lesions import lesion_case_state, read_lesion_samples
 
-        maps = tasks[0].maps if tasks else {}
-        measure = config.measure if config.measure in maps else (
-            "predictive_entropy" if "predictive_entropy" in maps else next(iter(sorted(maps)), None))
+        measure = primary_measure(config.measure, list(tasks[0].maps) if tasks else [])
         samples = None
         if self.samples is not None and tasks:
             samples = read_lesion_samples(self.samples, case.case_id, tasks[0].pred.shape)
@@ -248,11 +270,14 @@ class LesionMetrics(CohortProduct):
                   config: Any) -> Any:
         """The ``lesions`` block of ``summary.json`` (:func:`~monai_unc.evaluation.lesions.summarize_lesions`).
 
+        Lesions are ranked (the retention curve, the list of the most uncertain) by ``<measure>_mean`` of the
+        evaluation's primary measure (:func:`primary_measure`), the map of the nDSC R-AAC.
+
         Args:
             states: ``{case id: state}`` of every case.
             rows: unused.
             artifact: unused.
-            config: unused.
+            config: the evaluation options (its primary ``measure``).
 
         Returns:
             The block.
@@ -264,7 +289,14 @@ class LesionMetrics(CohortProduct):
         for cid in ids:
             s = states[cid]
             merged = LesionState(dict(s.arrays)) if merged is None else merged.merge(s)
-        return summarize_lesions(merged, ids, self.options())
+        options = self.options()
+        if merged is not None:
+            maps = {k.rsplit(".score.", 1)[1][: -len("_mean")] for k in merged.arrays
+                    if k.startswith("lesion.") and ".score." in k and k.endswith("_mean")}
+            primary = primary_measure(getattr(config, "measure", None), sorted(maps))
+            if primary is not None:
+                options["rank_by"] = f"{primary}_mean"
+        return summarize_lesions(merged, ids, options)
 
     # -- presentation ------------------------------------------------------------------------------------------
     @classmethod

@@ -173,6 +173,25 @@ def _file_part(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name.strip())[:64] or "region"
 
 
+def _check_labels(labels: np.ndarray, count: int, what: str, probs_name: str | None) -> None:
+    """Refuse a label map with a value that no segment takes (negative, or a class the probabilities lack).
+
+    Segment ``i`` of the SEG is class ``i`` for ``i`` in ``1..count``: a voxel of another value would silently be in
+    no segment (and out of the SR's volumes).
+    """
+    values = np.unique(labels)
+    stray = values[(values < 0) | (values > count)]
+    if stray.size == 0:
+        return
+    shown = ", ".join(str(int(v)) for v in stray[:5]) + (" ..." if stray.size > 5 else "")
+    if probs_name is None:
+        raise CaseError(f"{what} holds the label(s) {shown}: class values must be 0 (background) or positive")
+    raise CaseError(f"{what} holds the label(s) {shown}, but the probabilities {probs_name} have {count + 1} "
+                    f"channels (background and classes 1..{count}); a region-based model's probabilities (one "
+                    "channel per region, e.g. nnU-Net's) do not describe a label map: export without the "
+                    "probabilities (dicom-export --no-probabilities, nnunet-predict without --save_probabilities)")
+
+
 def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities: bool, segments_file: Any,
                  uid_root: str | None, algorithm: AlgorithmInfo, region_names: list[str] | None,
                  numbers: dict[str, float] | None, triage: dict[str, Any] | None, study: dict[str, str] | None = None,
@@ -191,6 +210,9 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
         count = probs.shape[0] - 1
     else:
         count = max(int(seg.max()), 1)
+    if not regions:
+        _check_labels(seg[0], count, f"case {files.case_id}: segmentation {files.seg.name}",
+                      None if probs is None else files.probs.name)
     specs = _segments(count, regions, segments_file)
     if regions and segments_file is None and region_names and len(region_names) == count:
         specs = [default_segment(s.label, n) for s, n in zip(specs, region_names)]
@@ -234,7 +256,8 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
     # the measurement report: segment volumes, the case's numbers, the triage decision; it references the objects
     headers = {o["kind"]: pydicom.dcmread(folder / Path(o["file"]).name, stop_before_pixels=True) for o in objects}
     masks = seg > 0 if regions else [seg[0] == s.label for s in specs]
-    volumes = {i + 1: {"volume": segment_volume_ml(m, series.spacing)} for i, m in enumerate(masks)}
+    spacing = (*series.spacing[:2], series.slice_spacing)  # a tilted series' voxels: the planes' distance
+    volumes = {i + 1: {"volume": segment_volume_ml(m, spacing)} for i, m in enumerate(masks)}
     path = write_measurement_report(
         folder / "sr.dcm", series, headers["segmentation"], [d for k, d in headers.items() if k != "segmentation"],
         segment_volumes=volumes, numbers=numbers or {}, triage=triage, extra_groups=extra_groups, algorithm=algorithm,
@@ -364,7 +387,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     region_names = _region_names(pred)
     result = DicomExport(out)
     for files in tqdm(cases, desc="dicom-export", unit="case", disable=not progress):
-        case_series = read_series(src / files.case_id)
+        case_series = read_series(src / files.case_id, pixels=False)  # the geometry, not the pixels
         folder = out / files.case_id
         folder.mkdir(parents=True, exist_ok=True)
         clean_partial_files(folder)

@@ -161,15 +161,16 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
     if (int(ds.get("Rows", 0)), int(ds.get("Columns", 0))) != (rows, cols):
         raise DicomSegError(f"{what} has frames of {ds.get('Rows')} x {ds.get('Columns')} pixels, the series "
                             f"{rows} x {cols}")
-    orientation = _frame_item(ds, 0, "PlaneOrientationSequence")
     want = np.array([float(v) for v in src.ImageOrientationPatient])
-    if orientation is None or np.abs(np.array([float(v) for v in orientation.ImageOrientationPatient]) - want).max() \
-            > ORIENTATION_ATOL:
-        raise DicomSegError(f"{what}: its frames are not oriented as the series' slices")
-    measures = _frame_item(ds, 0, "PixelMeasuresSequence")
     spacing = [float(v) for v in src.PixelSpacing]
-    if measures is None or np.abs(np.array([float(v) for v in measures.PixelSpacing]) - spacing).max() > 1e-3:
-        raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm)")
+    for i in range(int(ds.get("NumberOfFrames", 1) or 1)):  # every frame: a writer may put them per frame
+        orientation = _frame_item(ds, i, "PlaneOrientationSequence")
+        if orientation is None or np.abs(np.array([float(v) for v in orientation.ImageOrientationPatient]) -
+                                         want).max() > ORIENTATION_ATOL:
+            raise DicomSegError(f"{what}: its frames are not oriented as the series' slices (frame {i + 1})")
+        measures = _frame_item(ds, i, "PixelMeasuresSequence")
+        if measures is None or np.abs(np.array([float(v) for v in measures.PixelSpacing]) - spacing).max() > 1e-3:
+            raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm; frame {i + 1})")
     numbers = {int(s.SegmentNumber) for s in ds.get("SegmentSequence", [])}
     slices = frame_slices(ds, series, what)
     try:

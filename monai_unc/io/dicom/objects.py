@@ -33,6 +33,7 @@ import numpy as np
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 from pydicom.uid import generate_uid
+from pydicom.valuerep import DSfloat
 
 from ..files import atomic_path
 from .series import DicomSeries
@@ -348,6 +349,21 @@ def _common(series: DicomSeries, uid_root: str | None, series_number: int, algor
     )
 
 
+def _single_slice_spacing(dataset: Any, series: DicomSeries) -> Any:
+    """Give the derived object of a one-slice series the series' slice spacing (highdicom writes 1 mm); returns it.
+
+    highdicom computes ``SpacingBetweenSlices`` from the frames' positions, and one position gives its default of
+    1 mm, which a reader would take as the thickness of the slab; the series' own spacing (its
+    ``SpacingBetweenSlices``, else ``SliceThickness``: :func:`~.series.read_series`) is what the frame covers.
+    """
+    if series.shape[2] != 1:
+        return dataset
+    measures = dataset.SharedFunctionalGroupsSequence[0].get("PixelMeasuresSequence")
+    if measures:
+        measures[0].SpacingBetweenSlices = DSfloat(series.slice_spacing, auto_format=True)
+    return dataset
+
+
 def _segment_descriptions(segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo, uid_root: str | None,
                           tracking: str) -> list:
     """One automatic ``SegmentDescription`` per segment, numbered from 1, tracked as ``f"{tracking} {label}"``."""
@@ -414,7 +430,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         segment_descriptions=descriptions, content_label="SEGMENTATION",
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
-    return save_dataset(apply_study(seg, study), path)
+    return save_dataset(apply_study(_single_slice_spacing(seg, series), study), path)
 
 
 def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: str | os.PathLike,
@@ -459,7 +475,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         segment_descriptions=descriptions, content_label="PROBABILITY",
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
-    return save_dataset(apply_study(seg, study), path)
+    return save_dataset(apply_study(_single_slice_spacing(seg, series), study), path)
 
 
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
@@ -532,5 +548,5 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     pm.SeriesDescription = description[:64]
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
-    return save_dataset(apply_study(pm, study), path)
+    return save_dataset(apply_study(_single_slice_spacing(pm, series), study), path)
 

@@ -40,6 +40,7 @@ __all__ = [
     "to_series_grid",
     "SUPPORTED_SOP_CLASSES",
     "DICOM_GEOMETRY_ATOL",
+    "DICOM_GRID_VOXEL_RTOL",
 ]
 
 #: the single-frame image storage classes the reader takes (CT, MR)
@@ -51,6 +52,12 @@ ORIENTATION_ATOL = 1e-4
 #: largest deviation of a slice step from the median step (mm, and relative to the step)
 SPACING_ATOL = 1e-2
 SPACING_RTOL = 1e-2
+#: largest distance of a voxel centre from where it should lie, as a fraction of the smallest voxel spacing (or
+#: :data:`DICOM_GEOMETRY_ATOL` / :data:`SPACING_ATOL` mm, when larger): a NIfTI output against its series, a slice's
+#: pixel spacing against the first slice's (small differences of spacing add up over hundreds of voxels)
+DICOM_GRID_VOXEL_RTOL = 0.1
+#: the Hounsfield units :func:`write_series` stores (int16 with RescaleSlope 0.5 and RescaleIntercept -1024)
+_CT_RANGE = (-32768 * 0.5 - 1024, 32767 * 0.5 - 1024)
 #: the LPS -> RAS flip of the first two axes
 _LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 
@@ -91,8 +98,34 @@ class DicomSeries:
 
     @property
     def spacing(self) -> tuple[float, float, float]:
-        """Voxel size in mm along ``(c, r, k)``."""
+        """Distance in mm between neighbouring voxel centres along ``(c, r, k)``.
+
+        Along ``k`` this is the length of the step from one slice's position to the next, which is longer than the
+        distance between the slice planes when the slices are offset in-plane (a gantry-tilted CT): volumes use
+        :attr:`voxel_volume`.
+        """
         return tuple(float(s) for s in np.sqrt((self.affine[:3, :3] ** 2).sum(axis=0)))
+
+    @property
+    def slice_spacing(self) -> float:
+        """Distance in mm between the planes of neighbouring slices, along the slice normal.
+
+        Equal to ``spacing[2]`` when the slices are stacked along their normal; smaller for a gantry-tilted series
+        (slice positions offset in-plane from one slice to the next).
+        """
+        return _plane_distance(self.affine)
+
+    @property
+    def voxel_volume(self) -> float:
+        """The volume of one voxel in mm^3: ``|det|`` of the affine's ``3 x 3`` part (a sheared voxel included)."""
+        return float(abs(np.linalg.det(self.affine[:3, :3])))
+
+
+def _plane_distance(affine: np.ndarray) -> float:
+    """The distance in mm between neighbouring slice planes of an affine whose first two axes are in-plane."""
+    m = np.asarray(affine, dtype=float)[:3, :3]
+    in_plane = float(np.linalg.norm(np.cross(m[:, 0], m[:, 1])))
+    return float(abs(np.linalg.det(m)) / in_plane) if in_plane > 0 else 0.0
 
 
 def _fail(folder: Path, series: str | None, problem: str) -> DicomSeriesError:
@@ -215,6 +248,10 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
         raise _fail(folder, uid, "mixed orientations (ImageOrientationPatient differs between slices)")
     if np.abs(spacings - spacings[0]).max() > SPACING_ATOL or (spacings[0] <= 0).any():
         raise _fail(folder, uid, "PixelSpacing differs between slices or is not positive")
+    drift = float((np.abs(spacings - spacings[0]) * [rows - 1, cols - 1]).max())  # at a slice's far pixel
+    if drift > max(SPACING_ATOL, DICOM_GRID_VOXEL_RTOL * float(spacings[0].min())):
+        raise _fail(folder, uid, f"PixelSpacing differs between slices (by {np.abs(spacings - spacings[0]).max():.3g} "
+                                 f"mm: the far pixel of a slice lies {drift:.3g} mm off the first slice's grid)")
     x, y = orients[0, :3], orients[0, 3:]
     if abs(np.linalg.norm(x) - 1) > 1e-3 or abs(np.linalg.norm(y) - 1) > 1e-3 or abs(x @ y) > 1e-3:
         raise _fail(folder, uid, "ImageOrientationPatient is not two orthogonal unit vectors")
@@ -314,8 +351,8 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         The written files, in slice order.
 
     Raises:
-        ValueError: a volume that is not 3D or not finite, an unknown modality, a non-orthogonal affine, a folder
-            that holds files.
+        ValueError: a volume that is not 3D or not finite, CT values outside -17408 .. 15359.5 HU (what int16 with
+            slope 0.5 holds), an unknown modality, a non-orthogonal affine, a folder that holds files.
 
     Example:
         >>> import tempfile
@@ -328,6 +365,9 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         raise ValueError(f"volume must be a finite 3D array, got shape {volume.shape}")
     if modality not in ("CT", "MR"):
         raise ValueError(f"modality must be 'CT' or 'MR', got {modality!r}")
+    if modality == "CT" and (volume.min() < _CT_RANGE[0] or volume.max() > _CT_RANGE[1]):
+        raise ValueError(f"volume: CT values must lie in {_CT_RANGE} HU (int16 with slope 0.5, intercept -1024), got "
+                         f"{volume.min():.6g} .. {volume.max():.6g}")
     folder = Path(folder)
     if folder.is_dir() and any(folder.iterdir()):
         raise ValueError(f"folder {folder} already holds files")
@@ -364,7 +404,7 @@ def write_series(volume: np.ndarray, affine: np.ndarray, folder: str | os.PathLi
         ds.ImagePositionPatient = [float(v) for v in lps[:3, 3] + k * step]
         ds.ImageOrientationPatient = [float(v) for v in orientation]
         ds.PixelSpacing = [float(v) for v in pixel_spacing]
-        ds.SliceThickness = float(np.linalg.norm(step))
+        ds.SliceThickness = _plane_distance(lps)  # along the normal (a tilted stack's step is longer)
         ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
         ds.Rows, ds.Columns = rows, cols
         ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, 16, 15
@@ -399,7 +439,9 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
 
     The NIfTI file may store the same grid with its axes permuted or flipped (a converter's choice, e.g. dcm2niix);
     the array is reoriented (no interpolation) to the series' ``(columns, rows, slices)`` order and its affine must
-    then equal the series' (within :data:`DICOM_GEOMETRY_ATOL` mm).
+    then equal the series' (within :data:`DICOM_GEOMETRY_ATOL` mm per entry), and no voxel centre may lie further
+    from the series' than :data:`DICOM_GRID_VOXEL_RTOL` of the smallest voxel spacing (checked at the corners of the
+    grid, where differences of spacing or direction add up).
 
     Args:
         data: ``(C, X, Y, Z)`` channel-first volume.
@@ -439,4 +481,9 @@ def to_series_grid(data: np.ndarray, affine: np.ndarray, series: DicomSeries, wh
         diff = float(np.abs(new_affine - series.affine).max())
         raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (affines differ by "
                          f"{diff:.3g} mm); it must come from that series")
+    corners = np.array([[*c, 1.0] for c in np.ndindex(2, 2, 2)]) * np.array([*(np.array(series.shape) - 1), 1.0])
+    off = float(np.linalg.norm((corners @ (new_affine - series.affine).T)[:, :3], axis=1).max())
+    if off > max(DICOM_GEOMETRY_ATOL, DICOM_GRID_VOXEL_RTOL * min(series.spacing)):
+        raise ValueError(f"{what} is not on the grid of the series {series.series_uid} (a corner voxel lies "
+                         f"{off:.3g} mm from the series'); it must come from that series")
     return moved
