@@ -221,6 +221,15 @@ def seed003_metrics(
     return uncertainty_map_metrics(threshold, sigma, n_bands, include_uce)
 
 
+def _sample_variance(x: np.ndarray) -> float:
+    """Sample variance (ddof = 1), exactly 0 for a constant sample.
+
+    ``numpy.var`` of identical values is not always 0 (the mean of three copies of 0.1 is not 0.1 in floating point),
+    and a pooled deviation of 1e-17 turned two constant samples into an effect size of 1e15 instead of undefined.
+    """
+    return 0.0 if x.max() == x.min() else float(x.var(ddof=1))
+
+
 def cohens_d(a: Any, b: Any) -> float:
     """Cohen's d of two samples: ``(mean a - mean b) / sqrt((var_a + var_b) / 2)`` (ddof = 1).
 
@@ -244,7 +253,7 @@ def cohens_d(a: Any, b: Any) -> float:
     if x.size < 2 or y.size < 2:
         warnings.warn("cohens_d: fewer than two values; undefined", UserWarning, stacklevel=2)
         return float("nan")
-    s = math.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2.0)
+    s = math.sqrt((_sample_variance(x) + _sample_variance(y)) / 2.0)
     if s == 0:
         warnings.warn("cohens_d: zero variance in both samples; undefined", UserWarning, stacklevel=2)
         return float("nan")

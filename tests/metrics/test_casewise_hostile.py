@@ -25,6 +25,7 @@ from monai_unc.metrics import (
     failure_detection,
     holm_correction,
     mcnemar_test,
+    ncc,
     ood_auroc,
     qu_brats,
     referral_curve,
@@ -226,3 +227,28 @@ def test_holm_refuses_p_values_outside_the_unit_interval():
         warnings.simplefilter("error")
         out = holm_correction([0.01, np.nan, 1.0])  # NaN stays allowed (a metric without valid cases)
     assert np.isnan(out[1]) and out[0] == pytest.approx(0.02) and out[2] == 1.0
+
+
+@pytest.mark.parametrize("n", [3, 7, 100])
+def test_cohens_d_of_constant_samples_is_undefined_not_huge(n):
+    # var(ddof=1) of three copies of 0.1 is 2.9e-34, not 0: d came out as -4.2e15 instead of NaN
+    with pytest.warns(UserWarning, match="zero variance"):
+        assert np.isnan(cohens_d(np.full(n, 0.1), np.full(n, 0.15)))
+    # one constant sample: its variance is exactly 0, the other's carries the pooled deviation
+    b = np.linspace(0.0, 1.0, n)
+    assert cohens_d(np.full(n, 0.7), b) == pytest.approx((0.7 - b.mean()) / np.sqrt(b.var(ddof=1) / 2), rel=1e-12)
+
+
+@pytest.mark.parametrize("value", [0.1, 0.3, 0.7])
+def test_ncc_of_a_large_constant_map_is_nan_with_a_warning(value):
+    # the mean of 10^6 copies of 0.1 is not 0.1: the map's deviation was 7e-17, the NCC a silent ~1e-18
+    gen = torch.Generator().manual_seed(0)
+    other = torch.rand(10**6, generator=gen, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="uncertainty is constant"):
+        assert np.isnan(ncc(torch.full((10**6,), value, dtype=torch.float64), other))
+    with pytest.warns(UserWarning, match="target is constant"):
+        assert np.isnan(ncc(other, torch.full((10**6,), value, dtype=torch.float64)))
+    # not constant: Pearson's correlation as numpy computes it
+    x = other.clone()
+    x[::2] = value
+    assert ncc(x, other) == pytest.approx(float(np.corrcoef(x.numpy(), other.numpy())[0, 1]), abs=1e-12)
