@@ -35,12 +35,11 @@ import numpy as np
 
 from ..evaluation.triage.rule import ImageReference
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
+from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable",
            "stream_seed", "image_reference_scores"]
 
-#: the site name of the pooled stream
-ALL_SITES = "(all sites)"
 #: the number of latest cases of the recent rates
 RECENT = 50
 
@@ -61,6 +60,7 @@ class GroupStatus:
         image_against_calibration: whether the image martingale ranked the cases against the rule's calibration
             images (:func:`image_reference_scores`) as well as the stream's earlier cases; False when the rule
             records no statistics of its calibration images (the stream's earlier cases only).
+        pooled: whether this is the pooled stream of all the rule's sites (its ``site`` is :data:`ALL_SITES`).
     """
 
     rule_digest: str
@@ -72,6 +72,7 @@ class GroupStatus:
     target_risk: float
     alpha: float
     image_against_calibration: bool = False
+    pooled: bool = False
 
     @property
     def image_note(self) -> str | None:
@@ -82,6 +83,20 @@ class GroupStatus:
                 "statistics of its calibration images (certified before monai-unc recorded them), so it detects a "
                 "change within the stream, not a stream whose images differ from the calibration images from its "
                 "start; certify the rule again (monai-unc evaluate --target-risk --images) to test against them")
+
+    @property
+    def n_undefined_scores(self) -> int:
+        """The number of cases without a defined score (NaN): the score martingale skips them."""
+        return sum(1 for c in self.cases if math.isnan(c["score"]))
+
+    @property
+    def score_note(self) -> str | None:
+        """What the score alarm did not see: the cases without a defined score (None when every score is defined)."""
+        k = self.n_undefined_scores
+        if not k:
+            return None
+        return (f"{k} of {self.n_cases} case(s) have no defined score: the score martingale skips them (the score "
+                "alarm cannot see them; an undefined score usually means an empty or failed prediction)")
 
     @property
     def n_cases(self) -> int:
@@ -170,7 +185,7 @@ def image_reference_scores(rule: Mapping[str, Any], source: str = "rule") -> np.
 
 
 def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule: Mapping[str, Any],
-           alpha: float, image_reference: np.ndarray | None) -> GroupStatus:
+           alpha: float, image_reference: np.ndarray | None, pooled: bool = False) -> GroupStatus:
     scores = np.array([c["score"] for c in cases], dtype=np.float64)
     defined = scores[~np.isnan(scores)]
     score = (score_martingale(defined, rule["calibration_scores"], alpha=alpha,
@@ -184,7 +199,7 @@ def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule
     losses = [c["loss"] for c in cases if c["decision"] == "accept" and c.get("loss") is not None]
     risk = risk_test(losses, target, alpha) if losses and target is not None else None
     return GroupStatus(rule_digest, site, tuple(cases), score, image, risk,
-                       math.nan if target is None else float(target), alpha, image_reference is not None)
+                       math.nan if target is None else float(target), alpha, image_reference is not None, pooled)
 
 
 def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mapping[str, Any]],
@@ -216,7 +231,7 @@ def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mappi
         for site in sites:
             out.append(_group(digest, site, [c for c in rows if c["site"] == site], rule, alpha, ref))
         if len(sites) > 1:
-            out.append(_group(digest, ALL_SITES, rows, rule, alpha, ref))
+            out.append(_group(digest, ALL_SITES, rows, rule, alpha, ref, pooled=True))
     return out
 
 
@@ -250,7 +265,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
 
     Returns:
         The table's lines (fixed-width columns), one note per rule whose image alarm has no calibration images to
-        rank against (:attr:`GroupStatus.image_note`), and one line per alarm.
+        rank against (:attr:`GroupStatus.image_note`), one warning per stream with cases without a defined score
+        (:attr:`GroupStatus.score_note`), and one line per alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")
@@ -270,6 +286,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     notes = {g.rule_digest: g.image_note for g in groups if g.image_note is not None}
     lines += [f"note: rule {d.removeprefix('sha256:')[:12]}: {n}" for d, n in notes.items()]
+    lines += [printable(f"warning: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.score_note}")
+              for g in groups if g.score_note is not None]
     alarms = [printable(f"ALARM [{g.site}] {a}") for g in groups for a in g.alarms()]
     lines += alarms or [f"no alarm (each alarm: false-alarm probability <= {groups[0].alpha:g} over the whole "
                         "stream)" if groups else "no cases recorded"]

@@ -38,6 +38,7 @@ __all__ = [
     "MIGRATIONS",
     "GENESIS",
     "UNKNOWN_SITE",
+    "ALL_SITES",
     "MonitorStore",
     "CaseRecord",
     "AuditEntry",
@@ -51,6 +52,8 @@ __all__ = [
 GENESIS = "0" * 64
 #: the site of a case whose site nobody gave
 UNKNOWN_SITE = "unknown"
+#: the name of the pooled stream of all sites (reserved: no case's site may have it)
+ALL_SITES = "(all sites)"
 #: ``(version, statements)`` of each schema migration, in order; ``{id}`` is the dialect's auto-increment key
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, (
@@ -82,6 +85,9 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
+#: the columns that make a recorded case the same decision when its triage folder is recorded again
+_DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code")
+_DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
 _MAX_TEXT = 1000
 
@@ -114,6 +120,12 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes a recorded case the same decision (NaN and None alike, floats as stored)."""
+    return tuple(None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
+                 for c in _DECISION_COLUMNS)
 
 
 def rows_digest(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -245,7 +257,8 @@ class MonitorStore:
 
     Args:
         url: a file path or ``sqlite:///PATH`` (SQLite), or ``postgresql://...`` (PostgreSQL, needs psycopg 3).
-        create: create a missing SQLite file (False: a missing file is an error, for the read-only commands).
+        create: create a missing SQLite file and the store's tables (False, for the read-only commands: a missing
+            file, or a database that is not a monitoring store, is an error and nothing is written into it).
         timeout: seconds a writer waits for another writer's transaction.
 
     Raises:
@@ -278,11 +291,17 @@ class MonitorStore:
             try:
                 self._conn: Any = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
                 self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+                if not create:  # before WAL mode, which would write into a file that is no store
+                    self._refuse_if_no_store(str(path))
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 self._conn.execute("PRAGMA foreign_keys = ON")
                 self._conn.execute("PRAGMA synchronous = NORMAL")
             except sqlite3.Error as e:
+                self.close()
                 raise ValueError(f"cannot open the database {str(path)!r}: {e}") from None
+            except ValueError:
+                self.close()
+                raise
             self.path: Path | None = path
         else:
             try:
@@ -297,6 +316,12 @@ class MonitorStore:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ValueError(f"cannot connect to the database {redact_url(text)!r}: {first}") from None
             self.path = None
+            if not create:
+                try:
+                    self._refuse_if_no_store(redact_url(text))
+                except BaseException:
+                    self.close()
+                    raise
         try:
             self._migrate()
         except BaseException:
@@ -342,6 +367,16 @@ class MonitorStore:
             with self._conn.transaction():
                 self._conn.execute("SELECT pg_advisory_xact_lock(7263418)")  # the writers' lock
                 yield
+
+    def _refuse_if_no_store(self, name: str) -> None:
+        """Refuse a database without the store's ``monitor_meta`` table (the read-only commands: ``create=False``).
+
+        A wrong ``--db`` (another application's database, an empty file, a server's other database) must neither
+        receive the store's tables from ``status`` nor read as a store with "no cases recorded".
+        """
+        if not self._table_exists("monitor_meta"):
+            raise ValueError(f"database {name!r} is not a monitoring store (it has no monitor_meta table; "
+                             "monai-unc monitor record creates a store)")
 
     def _table_exists(self, name: str) -> bool:
         if self.dialect == "sqlite":
@@ -454,6 +489,12 @@ class MonitorStore:
     ) -> tuple[int, bool]:
         """Record one triage run (its rule and its cases) and its audit entry, in one transaction.
 
+        A run is recorded once (its ``source_digest``), and so is a decision: a case that a run of the same
+        ``folder`` already recorded with the same rule, site, case id, score, image z-score, expected Dice, decision
+        and code (triage run again on a folder of predictions that gained cases rewrites ``triage.json`` with the
+        earlier decisions in it) is skipped, so that it does not weigh twice in the alarms. A case id of that folder
+        with another decision, or at another site, is another case and is recorded.
+
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.
             cases: the run's decisions.
@@ -464,9 +505,14 @@ class MonitorStore:
             command: the command line of the audit entry (default ``sys.argv``).
 
         Returns:
-            ``(run id, new)``: ``new`` False when the run was already in the store (nothing written).
+            ``(run id, new)``: ``new`` False when the run was already in the store (nothing written). The run's
+            ``n_cases`` (:meth:`runs`) counts the cases written, without those skipped.
         """
         digest = _check_text(rule.get("digest"), "the rule's digest")
+        for c in cases:
+            if _check_text(c.site, f"the site of case {c.case_id!r}") == ALL_SITES:
+                raise ValueError(f"case {c.case_id!r}: the site name {ALL_SITES!r} is reserved for the pooled stream "
+                                 "of all sites: give the site another name (--site, --sites)")
         with self._transaction():
             found = self._all("SELECT id FROM runs WHERE source_digest = ?", (source_digest,))
             if found:
@@ -480,10 +526,12 @@ class MonitorStore:
                               "body) VALUES (?, ?, ?, ?, ?, ?, ?)",
                               (digest, str(column), rule.get("target_risk"), str(rule.get("risk", "failure")),
                                rule.get("failure_dice"), _canonical(cal_scores), _in_order(rule)))
-            rows = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
+            known = self._decisions_of_folder(folder, digest)
+            every = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
+            rows = [r for r in every if _decision_key(r) not in known]
             details = {"triage": folder, "source_digest": source_digest, "rule_digest": digest,
                        "model_digest": model_digest, "n_cases": len(rows),
-                       "rows_digest": rows_digest(rows, _CASE_COLUMNS)}
+                       "n_already_recorded": len(every) - len(rows), "rows_digest": rows_digest(rows, _CASE_COLUMNS)}
             seq = self._append_audit("record", details, command)
             run_id = self._insert_id(
                 "INSERT INTO runs (audit_seq, source_digest, recorded_at, triaged_at, folder, rule_digest, "
@@ -494,6 +542,13 @@ class MonitorStore:
             self._executemany(f"INSERT INTO cases (run_id, {cols}) VALUES ({marks})",
                               [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS)) for r in rows])
         return run_id, True
+
+    def _decisions_of_folder(self, folder: str, digest: str) -> set[tuple[Any, ...]]:
+        """The decisions (:func:`_decision_key`) the runs of a triage folder recorded under a rule."""
+        cols = ", ".join(f"c.{c}" for c in _DECISION_COLUMNS)
+        rows = self._all(f"SELECT {cols} FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.folder = ? AND "
+                         "c.rule_digest = ?", (folder, digest))
+        return {_decision_key(dict(zip(_DECISION_COLUMNS, r))) for r in rows}
 
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
         if self.dialect == "sqlite":

@@ -68,8 +68,11 @@ def record_triage(
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                                        triaged_at=run.triaged_at, model_digest=run.model_digest, command=command)
+        written = next((int(r["n_cases"]) for r in store.runs() if r["id"] == run_id), len(run.cases))
     n_sites = len({c.site for c in run.cases})
-    line = (f"recorded {len(run.cases)} case(s) from {len(run.cases) and n_sites} site(s) as run {run_id}"
+    skipped = len(run.cases) - written
+    line = (f"recorded {written} case(s) from {written and n_sites} site(s) as run {run_id}"
+            + (f"; {skipped} already recorded from this folder (skipped)" if skipped else "")
             if new else f"{run.folder} is already recorded (run {run_id}): nothing written")
     return CommandResult(run_id, True, run.folder, (line,))
 

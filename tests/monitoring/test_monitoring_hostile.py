@@ -1,0 +1,193 @@
+"""A hostile review of the monitoring: each test failed before its fix, or checks against an independent computation.
+
+- the risk alarm's lower confidence bound is reported as the largest bound so far (checked against a brute-force
+  product over the grid), so an alarm never comes with a bound under the target;
+- a site named like the pooled stream is refused, and the dashboard counts the cases of sites whose name starts
+  with "(";
+- cases without a defined score are said in ``monitor status``, not skipped in silence;
+- the read-only commands refuse a database that is not a monitoring store (they neither write into it nor report
+  "no cases recorded" on it);
+- a triage folder recorded again after it grew (triage run again on a folder of predictions that gained cases)
+  records its new cases only.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+from monai_unc import cli
+from monai_unc.metrics.monitoring import risk_bets, risk_test
+from monai_unc.monitoring import ALL_SITES, MonitorStore, monitor_status, read_triage_run, status_table
+from monai_unc.workflows.monitor import record_triage, store_status, write_dashboard
+
+from ._stream import make_rule, write_triage
+
+
+def _tables(url: str) -> set[str]:
+    """The tables of a database, read outside the store."""
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows = conn.execute("SELECT table_name FROM information_schema.tables "
+                                "WHERE table_schema = current_schema()").fetchall()
+        return {r[0] if isinstance(r[0], str) else bytes(r[0]).decode() for r in rows}
+    conn = sqlite3.connect(url)
+    try:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+
+
+def _raw(url: str, sql: str) -> None:
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql)
+    else:
+        conn = sqlite3.connect(url)
+        conn.execute(sql)
+        conn.commit()
+        conn.close()
+
+
+# ------------------------------------------------------------------------------------------ the risk lower bound
+def _brute_lower_bound(x: np.ndarray, target: float, alpha: float, resolution: int) -> np.ndarray:
+    """Per n, the largest grid risk m with prod_{i <= n} (1 + lam_i (x_i - m)) >= 1 / alpha (0 when none)."""
+    lam = risk_bets(x, target)
+    grid = sorted(set(np.linspace(0, 1, resolution + 1).tolist()) | {target})
+    out = []
+    for n in range(len(x)):
+        rejected = [m for m in grid if math.prod(1 + lam[i] * (x[i] - m) for i in range(n + 1))
+                    >= (1 / alpha) * (1 - 1e-12)]
+        out.append(max(rejected) if rejected else 0.0)
+    return np.array(out)
+
+
+def test_the_risk_bound_after_an_alarm_stays_at_or_above_the_target():
+    """A burst of 7 failures raises the alarm; 30 successes after it pull the pointwise bound back under the target.
+
+    Before the fix the result (and ``monitor status``: "the accepted cases' risk exceeds the target 0.1 (lower
+    confidence bound 0.032)") reported the last pointwise bound, under the target although the alarm stands; the
+    largest bound so far is as valid (every bound holds at once) and is the one reported.
+    """
+    x = np.array([1.0] * 7 + [0.0] * 30)
+    r = risk_test(x, target=0.1, alpha=0.05)
+    pointwise = _brute_lower_bound(x, 0.1, 0.05, 2000)
+    assert r.alarm == 6 and pointwise[-1] < 0.1  # the situation: the pointwise bound fell back
+    np.testing.assert_allclose(r.lower_bound, np.maximum.accumulate(pointwise), atol=1e-12)
+    assert (r.lower_bound[r.alarm:] >= 0.1).all()
+    rows = [{"case_id": f"c{i:02d}", "site": "A", "triaged_at": "t", "score": 0.0, "image_z_max": math.nan,
+             "decision": "accept", "rule_digest": "r", "loss": float(v)} for i, v in enumerate(x)]
+    groups = monitor_status(rows, {"r": {"calibration_scores": [0.0, 1.0], "target_risk": 0.1}}, 0.05)
+    (alarm,) = [line for line in status_table(groups) if "harmful shift" in line]
+    bound = float(alarm.split("lower confidence bound ")[1].split(")")[0])
+    assert bound >= 0.1
+
+
+# ------------------------------------------------------------------------------------------------ site names
+def test_a_site_named_like_the_pooled_stream_is_refused(tmp_path):
+    rule = make_rule([0.1, 0.2, 0.3])
+    folder = write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.2}, {"case": "b", "score": 0.1}])
+    db = str(tmp_path / "m.db")
+    with pytest.raises(ValueError, match="reserved"):
+        record_triage(db, folder, site=ALL_SITES)
+    run = read_triage_run(folder, site="B")
+    with MonitorStore(db) as store:  # the store refuses it too (the API, not only the command)
+        cases = [run.cases[0].__class__(**{**run.cases[0].__dict__, "site": ALL_SITES})]
+        with pytest.raises(ValueError, match="reserved"):
+            store.record_run(run.rule, cases, source_digest="x", folder="f", triaged_at="t", model_digest=None)
+        assert store.cases() == []
+
+
+def test_the_dashboard_counts_sites_whose_name_starts_with_a_parenthesis(tmp_path):
+    rule = make_rule([0.1, 0.2, 0.3])
+    db = str(tmp_path / "m.db")
+    record_triage(db, write_triage(tmp_path / "t1", rule, [{"case": f"a{i}", "score": 0.2} for i in range(30)]),
+                  site="(pilot) Centre A")
+    record_triage(db, write_triage(tmp_path / "t2", rule, [{"case": f"b{i}", "score": 0.2} for i in range(5)]),
+                  site="Centre B")
+    page = write_dashboard(db, tmp_path / "m.html").value.read_text()
+    assert '<div class="v">35</div><div class="k">cases</div>' in page  # 30 + 5 (the pooled stream not again)
+    groups = store_status(db).value
+    assert [g.pooled for g in groups] == [False, False, True]
+
+
+# ------------------------------------------------------------------------------------------ undefined scores
+def test_status_says_how_many_cases_have_no_defined_score(tmp_path):
+    """30 cases without a score (NaN in triage.json) and 5 with one: "no alarm" must not hide the 30."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    db = str(tmp_path / "m.db")
+    record_triage(db, write_triage(tmp_path / "t1", rule, [{"case": f"a{i}", "score": None, "decision": "review"}
+                                                           for i in range(30)]), site="A")
+    record_triage(db, write_triage(tmp_path / "t2", rule, [{"case": f"b{i}", "score": 0.2} for i in range(5)]),
+                  site="B")
+    res = store_status(db)
+    notes = [line for line in res.lines if "no defined score" in line]
+    assert any("[A]" in n and "30 of 30" in n for n in notes), res.lines
+    assert any(f"[{ALL_SITES}]" in n and "30 of 35" in n for n in notes), res.lines
+    assert not any("[B]" in n for n in notes)
+    groups = res.value
+    assert [g.n_undefined_scores for g in groups] == [30, 0, 30]
+    page = write_dashboard(db, tmp_path / "m.html").value.read_text()
+    assert "30 of 30 case(s) have no defined score" in page
+
+
+# ------------------------------------------------------------------------------- a database that is no store
+def test_read_only_commands_refuse_a_database_that_is_not_a_monitoring_store(store_url, tmp_path, capsys):
+    """``status`` on another application's database (a wrong --db) wrote the store's tables into it and reported
+    "no cases recorded" with exit status 0: a false all-clear."""
+    _raw(store_url, "CREATE TABLE patients (id TEXT)")
+    with pytest.raises(ValueError, match="not a monitoring store"):
+        MonitorStore(store_url, create=False)
+    assert _tables(store_url) == {"patients"}
+    if not store_url.startswith("postgresql://"):
+        capsys.readouterr()
+        assert cli.main(["monitor", "status", "--db", store_url]) == 2
+        err = capsys.readouterr().err
+        assert "not a monitoring store" in err and len(err.strip().splitlines()) == 1
+        assert _tables(store_url) == {"patients"}
+        empty = tmp_path / "empty.db"
+        empty.touch()  # an empty file is no store either
+        with pytest.raises(ValueError, match="not a monitoring store"):
+            MonitorStore(empty, create=False)
+        assert empty.stat().st_size == 0
+    with MonitorStore(store_url) as store:  # record (create=True) still makes a store of it
+        assert store.schema_version() >= 1
+    with MonitorStore(store_url, create=False) as store:
+        assert store.cases() == []
+
+
+# ----------------------------------------------------------------------------------- a folder recorded again
+def test_a_triage_folder_recorded_again_after_it_grew_records_its_new_cases_only(store_url, tmp_path):
+    """Triage run again on a folder of predictions that gained a case rewrites triage.json (a new digest): the ten
+    decisions already recorded must not enter the stream twice (they would weigh double in every alarm)."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    folder = tmp_path / "triage"
+    ten = [{"case": f"c{i}", "score": 0.1 + i / 100, "decision": "accept"} for i in range(10)]
+    write_triage(folder, rule, ten)
+    first = record_triage(store_url, folder, site="A")
+    write_triage(folder, rule, [*ten, {"case": "c10", "score": 0.5, "decision": "review"}])
+    second = record_triage(store_url, folder, site="A")
+    assert second.value != first.value
+    assert "1 case(s)" in second.lines[0] and "10 already recorded" in second.lines[0], second.lines
+    with MonitorStore(store_url, create=False) as store:
+        ids = [c["case_id"] for c in store.cases()]
+        assert sorted(ids) == sorted(f"c{i}" for i in range(11)) and len(ids) == 11
+        assert store.verify().ok
+        assert [r["n_cases"] for r in store.runs()] == [10, 1]
+    # the same case ids with other decisions are other cases (a folder reused, ids restarting): all recorded
+    other = tmp_path / "next_month"
+    write_triage(other, rule, [{"case": f"c{i}", "score": 0.9 - i / 100, "decision": "review"} for i in range(10)])
+    assert record_triage(store_url, other, site="A").lines[0].startswith("recorded 10 case(s)")
+    write_triage(folder, rule, [{"case": "c0", "score": 0.77, "decision": "review"}])  # same folder, a new decision
+    assert record_triage(store_url, folder, site="A").lines[0].startswith("recorded 1 case(s)")
+    write_triage(folder, rule, [{"case": "c1", "score": 0.11, "decision": "accept"}])  # at another site: another
+    assert record_triage(store_url, folder, site="B").lines[0].startswith("recorded 1 case(s)")
+    with MonitorStore(store_url, create=False) as store:
+        assert len(store.cases()) == 23 and store.verify().ok
