@@ -295,25 +295,31 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
 def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Audited labels from a CSV: a ``case`` column and ``dice`` (in ``[0, 1]``) and/or ``failure`` (0 or 1).
 
+    An optional ``site`` column names the site of each case, for case ids that more than one site uses (the store
+    refuses a label of such a case without its site).
+
     Args:
         path: the CSV file.
 
     Returns:
-        ``{"case", "dice", "failure"}`` per row (None for an empty cell).
+        ``{"case", "dice", "failure"}`` per row (None for an empty cell), with ``"site"`` (None when empty) when the
+        table has a ``site`` column.
 
     Raises:
-        ValueError: a missing column, a value out of range, a case listed twice.
+        ValueError: a missing column, a value out of range, a case (at a site) listed twice.
     """
     name = os.fspath(path)
     rows = read_csv(path)
     if not rows or "case" not in rows[0] or not ({"dice", "failure"} & set(rows[0])):
         raise ValueError(f"labels table {name!r} needs a 'case' column and a 'dice' or 'failure' column")
+    with_site = "site" in rows[0]
     out, seen = [], set()
     for i, r in enumerate(rows, start=2):
         cid = _text(r.get("case"), f"{name}: line {i}: 'case'")
-        if cid in seen:
-            raise ValueError(f"{name}: case {cid!r} is listed twice")
-        seen.add(cid)
+        site = ((r.get("site") or "").strip() or None) if with_site else None
+        if (cid, site) in seen:
+            raise ValueError(f"{name}: case {cid!r}{'' if site is None else f' at site {site!r}'} is listed twice")
+        seen.add((cid, site))
         dice = fail = None
         if (r.get("dice") or "").strip():
             try:
@@ -328,7 +334,7 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
             fail = int(r["failure"])
         if dice is None and fail is None:
             raise ValueError(f"{name}: line {i}: case {cid!r} has neither 'dice' nor 'failure'")
-        out.append({"case": cid, "dice": dice, "failure": fail})
+        out.append({"case": cid, "dice": dice, "failure": fail, **({"site": site} if with_site else {})})
     return out
 
 

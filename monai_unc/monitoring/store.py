@@ -568,11 +568,13 @@ class MonitorStore:
                    command: Sequence[str] | None = None) -> int:
         """Record audited labels of recorded cases, with their audit entry, in one transaction.
 
-        Each label goes to the latest record of its case id.
+        Each label goes to the latest record of its case id (at its ``site`` when the label names one). A case id
+        recorded at more than one site is ambiguous without the site (sites that number their cases alike): the
+        label of one site's case must not go to another site's, so such a label is refused.
 
         Args:
-            labels: ``{"case", "dice", "failure", "loss"}`` per case (``dice`` / ``failure`` may be None; ``loss``
-                in ``[0, 1]`` is what the risk statistics use).
+            labels: ``{"case", "dice", "failure", "loss"}`` per case, optionally ``"site"`` (``dice`` / ``failure``
+                / ``site`` may be None; ``loss`` in ``[0, 1]`` is what the risk statistics use).
             source: where the labels came from (a CSV or a folder; for the audit trail).
             command: the command line of the audit entry.
 
@@ -580,16 +582,24 @@ class MonitorStore:
             The number of labels recorded.
 
         Raises:
-            ValueError: a case id that is not in the store, or a loss outside ``[0, 1]``.
+            ValueError: a case id that is not in the store (at the label's site), a case id of several sites without
+                the site, or a loss outside ``[0, 1]``.
         """
         with self._transaction():
             rows = []
-            missing = []
+            missing, ambiguous = [], []
             for lab in labels:
                 cid = _check_text(lab.get("case"), "case")
-                found = self._all("SELECT id FROM cases WHERE case_id = ? ORDER BY id DESC LIMIT 1", (cid,))
+                site = _check_text(lab.get("site"), "site", allow_none=True)
+                records = self._all("SELECT id, site FROM cases WHERE case_id = ? ORDER BY id DESC", (cid,))
+                if site is not None:
+                    records = [r for r in records if r[1] == site]
+                elif len({r[1] for r in records}) > 1:
+                    ambiguous.append(f"{cid!r} ({', '.join(sorted({str(r[1]) for r in records})[:5])})")
+                    continue
+                found = records[:1]
                 if not found:
-                    missing.append(cid)
+                    missing.append(cid if site is None else f"{cid} at {site}")
                     continue
                 loss = float(lab["loss"])
                 if not 0 <= loss <= 1:
@@ -599,6 +609,11 @@ class MonitorStore:
                 rows.append({"case_row": int(found[0][0]), "dice": None if dice is None else float(dice),
                              "failure": None if fail is None else int(fail), "loss": loss,
                              "source": _check_text(source, "source")})
+            if ambiguous:
+                more = " ..." if len(ambiguous) > 5 else ""
+                raise ValueError(f"{len(ambiguous)} labelled case id(s) recorded at more than one site "
+                                 f"({'; '.join(ambiguous[:5])}{more}): add a 'site' column to the labels table to say "
+                                 "whose case each label is")
             if missing:
                 more = " ..." if len(missing) > 5 else ""
                 raise ValueError(f"{len(missing)} labelled case(s) not in the monitoring store ({missing[:5]}{more}): "

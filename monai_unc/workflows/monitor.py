@@ -121,7 +121,8 @@ def record_labels(
 ) -> CommandResult[int]:
     """``monai-unc monitor label``: audited labels, from a CSV or a folder of label maps.
 
-    The CSV has a ``case`` column and ``dice`` and/or ``failure``; a label map ``<case>.nii.gz`` is compared with the
+    The CSV has a ``case`` column and ``dice`` and/or ``failure`` (and a ``site`` column for case ids that more
+    than one site uses: such a label without its site is refused); a label map ``<case>.nii.gz`` is compared with the
     prediction triage read, as ``evaluate`` computes the Dice (for a region-based rule the mean over the rule's
     regions: :func:`~monai_unc.monitoring.records.label_map_dice`).
 
@@ -140,11 +141,14 @@ def record_labels(
     path = Path(labels)
     with MonitorStore(url, create=False) as store:
         rules = store.rules()
-        latest = {c["case_id"]: c for c in store.cases()}
+        cases = store.cases()
+        latest = {c["case_id"]: c for c in cases}
+        at_site = {(c["case_id"], c["site"]): c for c in cases}  # the latest record of a case id at each site
         table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
         rows = []
         for lab in table:
-            case = latest.get(lab["case"])
+            # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site
+            case = latest.get(lab["case"]) if lab.get("site") is None else at_site.get((lab["case"], lab["site"]))
             if case is None:
                 rows.append({**lab, "loss": 0.0})  # add_labels names every case that is not in the store
                 continue

@@ -8,13 +8,17 @@
 - the read-only commands refuse a database that is not a monitoring store (they neither write into it nor report
   "no cases recorded" on it);
 - a triage folder recorded again after it grew (triage run again on a folder of predictions that gained cases)
-  records its new cases only.
+  records its new cases only;
+- an audited label of a case id that several sites use goes to the site it names, never to another site's case.
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +26,7 @@ import pytest
 from monai_unc import cli
 from monai_unc.metrics.monitoring import risk_bets, risk_test
 from monai_unc.monitoring import ALL_SITES, MonitorStore, monitor_status, read_triage_run, status_table
-from monai_unc.workflows.monitor import record_triage, store_status, write_dashboard
+from monai_unc.workflows.monitor import record_labels, record_triage, store_status, write_dashboard
 
 from ._stream import make_rule, write_triage
 
@@ -191,3 +195,57 @@ def test_a_triage_folder_recorded_again_after_it_grew_records_its_new_cases_only
     assert record_triage(store_url, folder, site="B").lines[0].startswith("recorded 1 case(s)")
     with MonitorStore(store_url, create=False) as store:
         assert len(store.cases()) == 23 and store.verify().ok
+
+
+# --------------------------------------------------------------------------- labels of sites that share case ids
+def test_a_label_never_goes_to_another_sites_case(store_url, tmp_path):
+    """Two sites number their cases alike ("001"): before the fix site A's audited label went to site B's case
+    (recorded later), so A's risk stream missed it and B's counted a loss that is not B's."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    record_triage(store_url, write_triage(tmp_path / "a", rule, [{"case": "001", "score": 0.2},
+                                                                 {"case": "002", "score": 0.2}]), site="A")
+    record_triage(store_url, write_triage(tmp_path / "b", rule, [{"case": "001", "score": 0.25}]), site="B")
+    table = tmp_path / "audit.csv"
+    table.write_text("case,dice\n001,0.5\n")
+    with pytest.raises(ValueError, match=r"more than one site .*'001' \(A, B\).*'site' column"):
+        record_labels(store_url, table)
+    with MonitorStore(store_url, create=False) as store:
+        assert all(c["loss"] is None for c in store.cases())  # nothing written
+    table.write_text("case,site,dice\n001,A,0.5\n002,,0.9\n")  # the site given (or not needed: 002 is only A's)
+    assert record_labels(store_url, table).value == 2
+    with MonitorStore(store_url, create=False) as store:
+        got = {(c["site"], c["case_id"]): c["loss"] for c in store.cases()}
+        assert store.verify().ok
+    assert got == {("A", "001"): 1.0, ("A", "002"): 0.0, ("B", "001"): None}
+    table.write_text("case,site,dice\n001,C,0.5\n")
+    with pytest.raises(ValueError, match="not in the monitoring store"):
+        record_labels(store_url, table)
+
+
+# ------------------------------------------------------------------------------- guards (verified, not broken)
+def test_hostile_site_and_case_names_are_stored_as_data(store_url, tmp_path):
+    """Quotes and SQL in a site name or case id are values (parameters), on both backends: nothing is executed."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    evil_site = "A'); DROP TABLE cases; --"
+    evil_case = "x' OR '1'='1"
+    folder = write_triage(tmp_path / "t", rule, [{"case": evil_case, "score": 0.2}, {"case": "plain", "score": 0.1}])
+    record_triage(store_url, folder, site=evil_site)
+    table = tmp_path / "audit.csv"
+    table.write_text(f'case,failure\n"{evil_case}",1\n')
+    assert record_labels(store_url, table).value == 1
+    with MonitorStore(store_url, create=False) as store:
+        cases = {c["case_id"]: (c["site"], c["loss"]) for c in store.cases()}
+        assert store.verify().ok
+    assert cases == {evil_case: (evil_site, 1.0), "plain": (evil_site, None)}
+    assert {"cases", "runs", "labels", "audit", "rules"} <= _tables(store_url)
+
+
+def test_the_time_of_a_run_is_stored_in_utc():
+    """``--time`` with an offset is converted to UTC; a naive time is taken as UTC (datetime, independently)."""
+    with tempfile.TemporaryDirectory() as d:
+        folder = write_triage(Path(d) / "t", make_rule([0.1]), [{"case": "a", "score": 0.1}])
+        for given, want in [("2026-03-01T10:00:00+05:00", datetime(2026, 3, 1, 5, tzinfo=timezone.utc)),
+                            ("2026-03-01T10:00:00", datetime(2026, 3, 1, 10, tzinfo=timezone.utc)),
+                            ("2026-03-01T00:30:00-01:00", datetime(2026, 3, 1, 1, 30, tzinfo=timezone.utc))]:
+            got = datetime.fromisoformat(read_triage_run(folder, triaged_at=given).triaged_at)
+            assert got == want and got.utcoffset() == timedelta(0)
