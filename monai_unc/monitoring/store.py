@@ -25,7 +25,7 @@ import socket
 import sqlite3
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -279,6 +279,8 @@ class MonitorStore:
             raise ValueError(f"database must be a file path or a database URL, got {url!r}")
         self.url = text
         self.dialect = "postgresql" if re.match(r"^postgres(ql)?://", text) else "sqlite"
+        self._name = redact_url(text)  # how errors name the store
+        self._driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
         if self.dialect == "sqlite":
             if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text) and not text.startswith("sqlite:///"):
                 raise ValueError(f"database {redact_url(text)!r}: unsupported URL (a file path, sqlite:///PATH or "
@@ -310,6 +312,7 @@ class MonitorStore:
                 raise ImportError("a PostgreSQL monitoring store needs psycopg 3: pip install 'monai-unc[monitor]'"
                                   ) from None
             try:
+                self._driver_errors = (psycopg.Error,)
                 self._conn = psycopg.connect(text, autocommit=True, connect_timeout=10)
                 self._conn.execute("SET client_encoding TO 'UTF8'")  # text as str, whatever the server's encoding
             except psycopg.Error as e:
@@ -346,25 +349,47 @@ class MonitorStore:
             return sql.replace("?", "%s").replace("{id}", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
         return sql.replace("{id}", "INTEGER PRIMARY KEY AUTOINCREMENT")
 
+    @contextmanager
+    def _db_errors(self) -> Iterator[None]:
+        """The driver's errors as one ``ValueError`` naming the store.
+
+        A damaged file, a table dropped outside the store, a lock held past the timeout or a server that went away
+        is an error of the input (one line, exit status 2 on the command line), not a traceback whose exit status 1
+        would read as "alarm raised" (``status``) or "tampered" (``verify``).
+        """
+        try:
+            yield
+        except self._driver_errors as e:
+            text = str(e).strip()
+            first = text.splitlines()[0] if text else type(e).__name__
+            raise ValueError(f"the monitoring database {self._name!r}: {first}") from None
+
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(self._sql(sql), tuple(params))
+        with self._db_errors():
+            return self._conn.execute(self._sql(sql), tuple(params))
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return list(self._execute(sql, params).fetchall())
+        cursor = self._execute(sql, params)
+        with self._db_errors():  # SQLite reads the rows lazily: a damaged page fails here
+            return list(cursor.fetchall())
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """One write transaction holding the writers' lock (the audit chain needs one writer at a time)."""
         if self.dialect == "sqlite":
-            self._conn.execute("BEGIN IMMEDIATE")
+            with self._db_errors():
+                self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
+                with self._db_errors():
+                    self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    with suppress(sqlite3.Error):  # the error that brought us here is the one to report
+                        self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
         else:
-            with self._conn.transaction():
+            with self._db_errors(), self._conn.transaction():
                 self._conn.execute("SELECT pg_advisory_xact_lock(7263418)")  # the writers' lock
                 yield
 
@@ -558,11 +583,12 @@ class MonitorStore:
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
             return
-        if self.dialect == "sqlite":
-            self._conn.executemany(self._sql(sql), rows)
-        else:
-            with self._conn.cursor() as cur:
-                cur.executemany(self._sql(sql), rows)
+        with self._db_errors():
+            if self.dialect == "sqlite":
+                self._conn.executemany(self._sql(sql), rows)
+            else:
+                with self._conn.cursor() as cur:
+                    cur.executemany(self._sql(sql), rows)
 
     def add_labels(self, labels: Sequence[Mapping[str, Any]], *, source: str,
                    command: Sequence[str] | None = None) -> int:

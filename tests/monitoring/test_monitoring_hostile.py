@@ -249,3 +249,34 @@ def test_the_time_of_a_run_is_stored_in_utc():
                             ("2026-03-01T00:30:00-01:00", datetime(2026, 3, 1, 1, 30, tzinfo=timezone.utc))]:
             got = datetime.fromisoformat(read_triage_run(folder, triaged_at=given).triaged_at)
             assert got == want and got.utcoffset() == timedelta(0)
+
+
+# ----------------------------------------------------------------------------- a damaged database: exit status 2
+def _status_and_verify(url: str, capsys) -> list[tuple[int, str]]:
+    out = []
+    for sub in ("status", "verify"):
+        capsys.readouterr()
+        rc = cli.main(["monitor", sub, "--db", url])
+        out.append((rc, capsys.readouterr().err))
+    return out
+
+
+def test_a_damaged_store_is_one_error_line_with_exit_status_2(store_url, tmp_path, capsys):
+    """A table dropped outside the store: before the fix a traceback and exit status 1, which ``monitor status``
+    uses for "alarm raised" (and ``verify`` for "tampered"): an error must read as an error (2, one line)."""
+    record_triage(store_url, write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}]))
+    _raw(store_url, "DROP TABLE labels")
+    for rc, err in _status_and_verify(store_url, capsys):
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "labels" in err, err
+
+
+def test_a_corrupt_sqlite_file_is_one_error_line_with_exit_status_2(tmp_path, capsys):
+    db = tmp_path / "m.db"
+    record_triage(str(db), write_triage(tmp_path / "t", make_rule([0.1, 0.2]),
+                                        [{"case": f"c{i}", "score": 0.1} for i in range(300)]))
+    data = bytearray(db.read_bytes())
+    for page in range(4096, len(data), 4096):  # every page after the first overwritten in part (a bad disk)
+        data[page + 100:page + 400] = b"\xff" * 300
+    db.write_bytes(bytes(data))
+    for rc, err in _status_and_verify(str(db), capsys):
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "malformed" in err, err
