@@ -435,7 +435,8 @@ def risk_test(losses: object, target: float, alpha: float = 0.05) -> RiskTestRes
     """The harmful-shift alarm on audited losses of accepted cases (Podkopaev and Ramdas 2022).
 
     Args:
-        losses: ``(N,)`` losses in ``[0, 1]`` in the order the cases were triaged (NaN: not audited).
+        losses: ``(N,)`` losses in ``[0, 1]`` in the order they became known (a sequence that only grows, so that
+            every look continues the same e-process; NaN: not audited).
         target: the certified target risk.
         alpha: the false-alarm probability over the whole stream, while every case's risk is at most ``target``.
 

@@ -14,9 +14,9 @@ recording order):
   against: the alarm then tests that the images stay exchangeable over time, not that they match the calibration
   images (:attr:`GroupStatus.image_note` says so);
 - the **risk alarm** (audited labels): the betting e-process of the losses of the *accepted* cases that were
-  audited, against the rule's target risk (:func:`monai_unc.metrics.monitoring.risk_test`). Referred cases are
-  left out: the guarantee is about accepted cases, and the referred ones that are audited are not a sample of
-  them;
+  audited, in the order their labels were recorded (:func:`labelled_in_order`), against the rule's target risk
+  (:func:`monai_unc.metrics.monitoring.risk_test`). Referred cases are left out: the guarantee is about accepted
+  cases, and the referred ones that are audited are not a sample of them;
 - the acceptance and referral rates, overall and over the last :data:`RECENT` cases.
 
 Each alarm has a false-alarm probability of at most ``alpha`` over the whole stream on its own; with several sites
@@ -38,7 +38,7 @@ from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, sc
 from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable",
-           "stream_seed", "image_reference_scores"]
+           "stream_seed", "image_reference_scores", "labelled_in_order"]
 
 #: the number of latest cases of the recent rates
 RECENT = 50
@@ -116,8 +116,8 @@ class GroupStatus:
 
     @property
     def labelled_accepted(self) -> list[Mapping[str, Any]]:
-        """The accepted cases with an audited label, in order."""
-        return [c for c in self.cases if c["decision"] == "accept" and c.get("loss") is not None]
+        """The accepted cases with an audited label, in the risk test's order (:func:`labelled_in_order`)."""
+        return labelled_in_order(self.cases)
 
     def alarms(self) -> list[str]:
         """One line per alarm raised (empty when none)."""
@@ -135,6 +135,33 @@ class GroupStatus:
                        f"confidence bound {self.risk.lower_bound[-1]:.3f}), alarm at audited case "
                        f"{lab[self.risk.alarm]['case_id']!r}")
         return out
+
+
+def labelled_in_order(cases: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The accepted cases with an audited label, in the order their labels were recorded (then in case order).
+
+    Audits lag: a batch of labels often covers cases triaged before those of an earlier batch. In triage order a
+    later batch would be inserted *before* losses already seen, so each ``status`` would test another sequence: an
+    alarm raised yesterday could vanish today (a false all-clear), and the looks together would no longer be one
+    e-process under Ville's inequality. In the order the labels arrived (``label_seq``: the audit entry of a case's
+    first label) the sequence only grows, and every check continues the same e-process.
+
+    Args:
+        cases: the stream's case rows in recording order; ``label_seq`` (from
+            :meth:`~monai_unc.monitoring.store.MonitorStore.cases`) may be absent: then triage order.
+
+    Returns:
+        The accepted cases with a ``loss``, ordered by ``label_seq`` (stable: triage order within a batch).
+
+    Example:
+        >>> rows = [{"case_id": "a", "decision": "accept", "loss": 0.0, "label_seq": 3},
+        ...         {"case_id": "b", "decision": "accept", "loss": 1.0, "label_seq": 2},
+        ...         {"case_id": "c", "decision": "review", "loss": 1.0, "label_seq": 1}]
+        >>> [c["case_id"] for c in labelled_in_order(rows)]
+        ['b', 'a']
+    """
+    lab = [c for c in cases if c["decision"] == "accept" and c.get("loss") is not None]
+    return sorted(lab, key=lambda c: c.get("label_seq") or 0)
 
 
 def stream_seed(*parts: str) -> int:
@@ -196,7 +223,7 @@ def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule
     image = (score_martingale(z, against, alpha=alpha, seed=stream_seed(rule_digest, site, "image"))
              if z.size else None)
     target = rule["target_risk"]
-    losses = [c["loss"] for c in cases if c["decision"] == "accept" and c.get("loss") is not None]
+    losses = [c["loss"] for c in labelled_in_order(cases)]
     risk = risk_test(losses, target, alpha) if losses and target is not None else None
     return GroupStatus(rule_digest, site, tuple(cases), score, image, risk,
                        math.nan if target is None else float(target), alpha, image_reference is not None, pooled)

@@ -685,17 +685,20 @@ class MonitorStore:
 
         Returns:
             One dict per case row: the :class:`CaseRecord` fields, ``row`` (its id), ``run`` and ``loss``,
-            ``dice``, ``failure`` of its latest label.
+            ``dice``, ``failure`` of its latest label, and ``label_seq``: the audit entry of its first label (when
+            its label arrived: the order of the risk test), None without a label.
         """
         cols = ", ".join(f"c.{c}" for c in _CASE_COLUMNS)
-        sql = (f"SELECT c.id, c.run_id, {cols}, l.loss, l.dice, l.failure FROM cases c LEFT JOIN labels l ON l.id = "
-               "(SELECT MAX(l2.id) FROM labels l2 WHERE l2.case_row = c.id) ORDER BY c.id")
+        sql = (f"SELECT c.id, c.run_id, {cols}, l.loss, l.dice, l.failure, "
+               "(SELECT MIN(l3.audit_seq) FROM labels l3 WHERE l3.case_row = c.id) FROM cases c LEFT JOIN labels l "
+               "ON l.id = (SELECT MAX(l2.id) FROM labels l2 WHERE l2.case_row = c.id) ORDER BY c.id")
         out = []
         for r in self._all(sql):
             d = {"row": int(r[0]), "run": int(r[1]), **dict(zip(_CASE_COLUMNS, r[2:2 + len(_CASE_COLUMNS)]))}
             for k in ("score", "image_z_max", "expected_dice"):
                 d[k] = math.nan if d[k] is None else float(d[k])
-            loss, dice, fail = r[2 + len(_CASE_COLUMNS):]
+            loss, dice, fail, label_seq = r[2 + len(_CASE_COLUMNS):]
+            d["label_seq"] = None if label_seq is None else int(label_seq)
             d["loss"] = None if loss is None else float(loss)
             d["dice"] = None if dice is None else float(dice)
             d["failure"] = None if fail is None else int(fail)

@@ -280,3 +280,27 @@ def test_a_corrupt_sqlite_file_is_one_error_line_with_exit_status_2(tmp_path, ca
     db.write_bytes(bytes(data))
     for rc, err in _status_and_verify(str(db), capsys):
         assert rc == 2 and len(err.strip().splitlines()) == 1 and "malformed" in err, err
+
+
+# ------------------------------------------------------------------------- the order of late-arriving labels
+def test_a_risk_alarm_stays_raised_when_labels_of_earlier_cases_arrive_later(store_url, tmp_path):
+    """Day 1: the audit of cases 50-56 finds 7 failures, the risk alarm is raised. Day 2: the audit of cases 0-49
+    (triaged before them) finds none. Before the fix the losses were taken in triage order, day 2's inserted before
+    day 1's: the e-process of day 2 was another sequence and the alarm vanished (status exit 0, "no alarm").
+    In the order the labels arrived the sequence only grows; the reference is risk_test on that sequence."""
+    rule = make_rule([0.1, 0.2, 0.3], target=0.1)
+    record_triage(store_url, write_triage(tmp_path / "t", rule, [{"case": f"c{i:03d}", "score": 0.2}
+                                                                 for i in range(60)]), site="A")
+    day1, day2 = tmp_path / "day1.csv", tmp_path / "day2.csv"
+    day1.write_text("case,failure\n" + "".join(f"c{i:03d},1\n" for i in range(50, 57)))
+    day2.write_text("case,failure\n" + "".join(f"c{i:03d},0\n" for i in range(50)))
+    record_labels(store_url, day1)
+    assert store_status(store_url).exit_status == 1
+    record_labels(store_url, day2)
+    res = store_status(store_url)
+    assert res.exit_status == 1, res.lines
+    (g,) = res.value
+    want = risk_test([1.0] * 7 + [0.0] * 50, target=0.1, alpha=0.05)
+    assert g.risk.alarm == want.alarm == 6
+    np.testing.assert_allclose(g.risk.log_eprocess, want.log_eprocess, atol=1e-12)
+    assert [c["case_id"] for c in g.labelled_accepted][:8] == [*(f"c{i:03d}" for i in range(50, 57)), "c000"]
