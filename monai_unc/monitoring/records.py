@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -208,6 +209,9 @@ def read_triage_run(
     rule = doc.get("rule")
     if not isinstance(rule, dict) or not isinstance(rule.get("digest"), str):
         raise ValueError(f"{path}: field 'rule' must hold the referral rule with its digest")
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", rule["digest"]):
+        raise ValueError(f"{path}: field 'rule.digest' must be 'sha256:' and 64 hex digits, got "
+                         f"{rule['digest'][:80]!r}")
     target = rule.get("target_risk")
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
         raise ValueError(f"{path}: field 'rule.target_risk' must be a number in (0, 1), got {target!r}")

@@ -306,13 +306,13 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
                     f"{g.target_risk:g}")
         else:
             risk = "-"
-        rows.append((g.rule_digest.removeprefix("sha256:")[:12], printable(g.site[:40]), str(g.n_cases),
+        rows.append((printable(g.rule_digest.removeprefix("sha256:")[:12]), printable(g.site[:40]), str(g.n_cases),
                      f"{g.acceptance_rate:.0%}", f"{g.recent_acceptance_rate:.0%}", _fmt_m(g.score),
                      _fmt_m(g.image), str(len(lab)), risk))
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     notes = {g.rule_digest: g.image_note for g in groups if g.image_note is not None}
-    lines += [f"note: rule {d.removeprefix('sha256:')[:12]}: {n}" for d, n in notes.items()]
+    lines += [printable(f"note: rule {d.removeprefix('sha256:')[:12]}: {n}") for d, n in notes.items()]
     lines += [printable(f"warning: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.score_note}")
               for g in groups if g.score_note is not None]
     alarms = [printable(f"ALARM [{g.site}] {a}") for g in groups for a in g.alarms()]

@@ -304,3 +304,20 @@ def test_a_risk_alarm_stays_raised_when_labels_of_earlier_cases_arrive_later(sto
     assert g.risk.alarm == want.alarm == 6
     np.testing.assert_allclose(g.risk.log_eprocess, want.log_eprocess, atol=1e-12)
     assert [c["case_id"] for c in g.labelled_accepted][:8] == [*(f"c{i:03d}" for i in range(50, 57)), "c000"]
+
+
+# ------------------------------------------------------------------------------ terminal escapes in a rule digest
+def test_a_rule_digest_is_checked_and_never_reaches_the_terminal_raw(tmp_path):
+    """triage.json is editable: a rule "digest" with terminal escapes went into the store and raw onto the terminal
+    of ``monitor status`` (its column and notes were not passed through printable, unlike the site)."""
+    rule = make_rule([0.1, 0.2])
+    rule["digest"] = "\x1b]0;pwned\x07\x1b[2J"
+    folder = write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.1}])
+    with pytest.raises(ValueError, match=r"rule\.digest"):
+        read_triage_run(folder)
+    rows = [{"case_id": "a", "site": "A", "triaged_at": "t", "score": math.nan, "image_z_max": 1.0,
+             "decision": "accept", "rule_digest": rule["digest"], "loss": None}]
+    groups = monitor_status(rows, {rule["digest"]: {"calibration_scores": [0.1], "target_risk": 0.1,
+                                                    "image_reference": None}})
+    text = "\n".join(status_table(groups))
+    assert "\x1b" not in text and "\x07" not in text
