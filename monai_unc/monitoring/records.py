@@ -196,6 +196,7 @@ def read_triage_run(
             ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`).
     """
     root = Path(folder)
+    site = (site.strip() or None) if isinstance(site, str) else site  # as the sites table and the sidecars
     path = root / "triage.json"
     if not path.is_file():
         raise ValueError(f"{os.fspath(folder)!r} is not a triage output folder (no triage.json)")

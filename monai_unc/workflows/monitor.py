@@ -83,6 +83,10 @@ def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(LABEL_EXTENSIONS))
     if not files:
         raise ValueError(f"no label maps (<case>.nii.gz or .nii) in {str(folder)!r}")
+    ids = [next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e)) for p in files]
+    twice = sorted({c for c in ids if ids.count(c) > 1})
+    if twice:
+        raise ValueError(f"{str(folder)!r} holds two label maps of case(s) {twice[:5]} (.nii and .nii.gz): keep one")
     for p in files:
         cid = next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e))
         case = latest.get(cid)
@@ -200,7 +204,7 @@ def verify_store(db: str | os.PathLike | None, *, expect_head: str | None = None
     url = _db(db)
     with MonitorStore(url, create=False) as store:
         res = store.verify(expect_head)
-    lines = [f"audit log: {res.n_entries} entries, head {res.head}"]
+    lines = [f"audit log: {res.n_entries} entries, head {printable(res.head)}"]
     lines += [f"PROBLEM: {printable(p)}" for p in res.problems] or ["the chain and the rows it covers are intact"]
     return CommandResult(res, True, Path.cwd(), tuple(lines), exit_status=0 if res.ok else 1)
 

@@ -321,3 +321,35 @@ def test_a_rule_digest_is_checked_and_never_reaches_the_terminal_raw(tmp_path):
                                                     "image_reference": None}})
     text = "\n".join(status_table(groups))
     assert "\x1b" not in text and "\x07" not in text
+
+
+# ------------------------------------------------------------------------------------------- small input gaps
+def test_the_site_option_is_stripped_like_the_sites_table_and_the_sidecars(tmp_path):
+    """``--site "Centre A "`` made a stream of its own beside "Centre A" (the table and the sidecars are stripped)."""
+    rule = make_rule([0.1, 0.2])
+    folder = write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.1}])
+    assert read_triage_run(folder, site=" Centre A ").cases[0].site == "Centre A"
+    assert read_triage_run(folder, site="   ").cases[0].site == "unknown"
+
+
+def test_two_label_maps_of_one_case_are_refused(tmp_path):
+    """``a.nii`` and ``a.nii.gz`` in the label folder: one of them was taken in silence (the CSV refuses a case
+    listed twice)."""
+    rule = make_rule([0.1, 0.2])
+    db = str(tmp_path / "m.db")
+    record_triage(db, write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.1}]))
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / "a.nii").write_bytes(b"")
+    (labels / "a.nii.gz").write_bytes(b"")
+    with pytest.raises(ValueError, match="two label maps"):
+        record_labels(db, labels)
+
+
+def test_verify_prints_a_tampered_head_hash_through_printable(tmp_path, capsys):
+    db = tmp_path / "m.db"
+    record_triage(str(db), write_triage(tmp_path / "t", make_rule([0.1]), [{"case": "a", "score": 0.1}]))
+    _raw(str(db), "UPDATE audit SET hash = 'ab' || char(27) || '[2J' WHERE seq = (SELECT MAX(seq) FROM audit)")
+    capsys.readouterr()
+    assert cli.main(["monitor", "verify", "--db", str(db)]) == 1
+    assert "\x1b" not in capsys.readouterr().out
