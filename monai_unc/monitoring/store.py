@@ -500,9 +500,11 @@ class MonitorStore:
     def _rows_digest_of(self, action: str, seq: int) -> str:
         if action == "record":
             cols = ", ".join(f"c.{c}" for c in _CASE_COLUMNS)
-            rows = self._all(f"SELECT {cols} FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.audit_seq = ? "
-                             "ORDER BY c.case_id", (seq,))
-            return rows_digest([dict(zip(_CASE_COLUMNS, r)) for r in rows], _CASE_COLUMNS)
+            rows = self._all(f"SELECT {cols} FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.audit_seq = ?",
+                             (seq,))
+            # in Python's (code point) order, as record_run hashed them: a server's collation (en-US) sorts otherwise
+            found = sorted((dict(zip(_CASE_COLUMNS, r)) for r in rows), key=lambda d: d["case_id"])
+            return rows_digest(found, _CASE_COLUMNS)
         rows = self._all("SELECT l.case_row, l.dice, l.failure, l.loss, l.source FROM labels l WHERE l.audit_seq = ? "
                          "ORDER BY l.id", (seq,))
         return rows_digest([dict(zip(_LABEL_COLUMNS, r)) for r in rows], _LABEL_COLUMNS)

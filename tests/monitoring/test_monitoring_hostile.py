@@ -353,3 +353,32 @@ def test_verify_prints_a_tampered_head_hash_through_printable(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["monitor", "verify", "--db", str(db)]) == 1
     assert "\x1b" not in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------- a PostgreSQL server's natural collation
+def test_verify_on_a_postgresql_database_whose_collation_is_not_code_point_order(postgres_url, tmp_path):
+    """A department's server sorts text by its locale (en-US: case and punctuation ignored first), not by code
+    point. ``verify`` re-read a run's rows ``ORDER BY case_id`` in the server's order, while their digest was
+    computed in Python's order: every run whose case ids the two orders sort differently read as "edited or
+    deleted" (a false tamper alarm, exit status 1). The test server runs with LC_ALL=C, which hid it."""
+    import uuid
+
+    import psycopg
+
+    name = "icu" + uuid.uuid4().hex[:10]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu "
+                     "ICU_LOCALE 'en-US' LOCALE 'C'")
+    try:
+        url = postgres_url.rsplit("/", 1)[0] + "/" + name
+        ids = ["a_2", "A1", "b", "a-1", "B0", "z", "Zb"]
+        with psycopg.connect(url, autocommit=True) as conn:  # the situation: this server sorts otherwise
+            server = [r[0] for r in conn.execute("SELECT x FROM unnest(%s::text[]) x ORDER BY x", (ids,))]
+        assert server != sorted(ids)
+        record_triage(url, write_triage(tmp_path / "t", make_rule([0.1]), [{"case": c, "score": 0.1} for c in ids]))
+        with MonitorStore(url, create=False) as store:
+            res = store.verify()
+        assert res.ok, res.problems
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
