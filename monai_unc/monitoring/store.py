@@ -553,8 +553,8 @@ class MonitorStore:
                               "body) VALUES (?, ?, ?, ?, ?, ?, ?)",
                               (digest, str(column), rule.get("target_risk"), str(rule.get("risk", "failure")),
                                rule.get("failure_dice"), _canonical(cal_scores), _in_order(rule)))
-            known = self._decisions_of_folder(folder, digest)
             every = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
+            known = self._decisions_of_folder(folder, digest, [r["case_id"] for r in every])
             rows = [r for r in every if _decision_key(r) not in known]
             details = {"triage": folder, "source_digest": source_digest, "rule_digest": digest,
                        "model_digest": model_digest, "n_cases": len(rows),
@@ -570,12 +570,26 @@ class MonitorStore:
                               [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS)) for r in rows])
         return run_id, True
 
-    def _decisions_of_folder(self, folder: str, digest: str) -> set[tuple[Any, ...]]:
-        """The decisions (:func:`_decision_key`) the runs of a triage folder recorded under a rule."""
-        cols = ", ".join(f"c.{c}" for c in _DECISION_COLUMNS)
-        rows = self._all(f"SELECT {cols} FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.folder = ? AND "
-                         "c.rule_digest = ?", (folder, digest))
-        return {_decision_key(dict(zip(_DECISION_COLUMNS, r))) for r in rows}
+    def _decisions_of_folder(self, folder: str, digest: str, case_ids: Sequence[str]) -> set[tuple[Any, ...]]:
+        """The decisions (:func:`_decision_key`) of these case ids that the runs of a folder recorded under a rule.
+
+        The folder's runs first (usually none: a new folder), then the cases by id (index ``cases_by_case_id``), so
+        the cost follows the run's size, not the history of the folder or of the rule.
+        """
+        runs = {int(r[0]) for r in self._all("SELECT id FROM runs WHERE folder = ? AND rule_digest = ?",
+                                             (folder, digest))}
+        out: set[tuple[Any, ...]] = set()
+        if not runs:
+            return out
+        ids = sorted(set(case_ids))
+        cols = ", ".join(_DECISION_COLUMNS)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            for r in self._all(f"SELECT run_id, {cols} FROM cases WHERE case_id IN ({', '.join('?' * len(chunk))})",
+                               chunk):
+                if int(r[0]) in runs:
+                    out.add(_decision_key(dict(zip(_DECISION_COLUMNS, r[1:]))))
+        return out
 
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
         if self.dialect == "sqlite":
