@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +45,25 @@ def _db(db: str | os.PathLike | None) -> str:
     if not url:
         raise ValueError(f"--db is required (or set {MONITOR_DB_ENV}): a file path for SQLite or postgresql://...")
     return os.fspath(url)
+
+
+def _refuse_output_onto_store(url: str, output: str | os.PathLike, option: str) -> None:
+    """Refuse an output file that is the SQLite store itself (or its WAL, shared-memory or journal file).
+
+    ``monitor report -o monitor.db`` would replace every record and the audit chain by the page.
+    """
+    if re.match(r"^postgres(ql)?://", url):
+        return
+    db = Path(url[len("sqlite:///"):] if url.startswith("sqlite:///") else url)
+    out = Path(output)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        store_file = db.with_name(db.name + suffix)
+        same = out.resolve() == store_file.resolve()
+        if not same and out.exists() and store_file.exists():
+            same = os.path.samefile(out, store_file)
+        if same:
+            raise ValueError(f"{option} {os.fspath(output)!r} is the monitoring store itself ({store_file}): writing "
+                             "there would replace every record and the audit log; choose another file")
 
 
 def record_triage(
@@ -177,6 +197,8 @@ def store_status(
         (:class:`~monai_unc.monitoring.GroupStatus`), ``exit_status`` 1 when some alarm is raised.
     """
     url = _db(db)
+    if output is not None:
+        _refuse_output_onto_store(url, output, "--json")
     with MonitorStore(url, create=False) as store:
         groups = monitor_status(store.cases(), store.rules(), alpha)
     lines = status_table(groups)
@@ -223,6 +245,7 @@ def write_dashboard(
         The :class:`~monai_unc.workflows.session.CommandResult` of the page's path.
     """
     url = _db(db)
+    _refuse_output_onto_store(url, output, "--output")
     with MonitorStore(url, create=False) as store:
         rules = store.rules()
         groups = monitor_status(store.cases(), rules, alpha)

@@ -382,3 +382,22 @@ def test_verify_on_a_postgresql_database_whose_collation_is_not_code_point_order
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+# ------------------------------------------------------------------------------- an output onto the store itself
+@pytest.mark.parametrize("argv", [["report", "-o", "{db}"], ["status", "--json", "{db}"],
+                                  ["report", "-o", "{db}-wal"], ["status", "--json", "{link}"]])
+def test_an_output_onto_the_store_is_refused(tmp_path, capsys, argv):
+    """``monitor report -o monitor.db`` (a slip of the keyboard) replaced the whole store, every record and the audit
+    chain, by the HTML page, with exit status 0."""
+    db = tmp_path / "monitor.db"
+    record_triage(str(db), write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}]))
+    (tmp_path / "link.db").symlink_to(db)
+    before = db.read_bytes()
+    capsys.readouterr()
+    rc = cli.main(["monitor", *[a.format(db=db, link=tmp_path / "link.db") for a in argv], "--db", str(db)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the monitoring store itself" in err and len(err.strip().splitlines()) == 1, err
+    assert db.read_bytes() == before
+    with MonitorStore(db, create=False) as store:
+        assert [c["case_id"] for c in store.cases()] == ["a"] and store.verify().ok
