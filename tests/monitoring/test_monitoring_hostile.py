@@ -9,12 +9,17 @@
   "no cases recorded" on it);
 - a triage folder recorded again after it grew (triage run again on a folder of predictions that gained cases)
   records its new cases only;
-- an audited label of a case id that several sites use goes to the site it names, never to another site's case.
+- an audited label of a case id that several sites use goes to the site it names, never to another site's case;
+- a damaged store is one error line with exit status 2 (never 1, which means "alarm" or "tampered");
+- the risk alarm takes the labels in the order they arrived, so an alarm once raised stays raised;
+- verify re-hashes a run's rows in code point order whatever the server's collation;
+- an output file that is the store itself is refused.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import sqlite3
 import tempfile
 from datetime import datetime, timedelta, timezone
@@ -29,6 +34,7 @@ from monai_unc.monitoring import ALL_SITES, MonitorStore, monitor_status, read_t
 from monai_unc.workflows.monitor import record_labels, record_triage, store_status, write_dashboard
 
 from ._stream import make_rule, write_triage
+from ._writer import record_runs
 
 
 def _tables(url: str) -> set[str]:
@@ -401,3 +407,29 @@ def test_an_output_onto_the_store_is_refused(tmp_path, capsys, argv):
     assert db.read_bytes() == before
     with MonitorStore(db, create=False) as store:
         assert [c["case_id"] for c in store.cases()] == ["a"] and store.verify().ok
+
+
+# ----------------------------------------------------------------- the same decisions from two writers at once
+def test_two_writers_recording_the_same_decisions_at_once_record_each_once(store_url, tmp_path):
+    """Two processes record the same folder's decisions (20 runs of 50 cases, each under two digests: triage.json
+    rewritten) at the same time: the check for decisions already recorded runs under the writers' lock, so every
+    decision is there exactly once."""
+    rule = make_rule([0.1, 0.2])
+    runs = []
+    for k in range(20):
+        run = read_triage_run(write_triage(tmp_path / f"r{k}", rule, [{"case": f"k{k}-{i}", "score": 0.1 + i / 1000}
+                                                                      for i in range(50)]))
+        runs.append((run.rule, run.cases, run.source_digest))
+    work = {"p": runs, "q": [(r, c, d + "-rewritten") for r, c, d in runs]}  # folder "f" for both (_writer)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=record_runs, args=(store_url, work[tag], tag, q)) for tag in ("p", "q")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert sorted(q.get(timeout=10) for _ in procs) == ["ok", "ok"]
+    with MonitorStore(store_url, create=False) as store:
+        ids = [c["case_id"] for c in store.cases()]
+        assert store.verify().ok and len(store.runs()) == 40
+    assert len(ids) == len(set(ids)) == 1000
