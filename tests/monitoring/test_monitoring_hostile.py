@@ -31,6 +31,7 @@ import pytest
 from monai_unc import cli
 from monai_unc.metrics.monitoring import risk_bets, risk_test
 from monai_unc.monitoring import ALL_SITES, MonitorStore, monitor_status, read_triage_run, status_table
+from monai_unc.monitoring.status import stream_seed
 from monai_unc.workflows.monitor import record_labels, record_triage, store_status, write_dashboard
 
 from ._stream import make_rule, write_triage
@@ -433,3 +434,47 @@ def test_two_writers_recording_the_same_decisions_at_once_record_each_once(store
         ids = [c["case_id"] for c in store.cases()]
         assert store.verify().ok and len(store.runs()) == 40
     assert len(ids) == len(set(ids)) == 1000
+
+
+# ---------------------------------------------------- the status of interleaved sites against a hand-rolled reference
+def _jumper_by_hand(p: list[float], jump: float = 0.01) -> list[float]:
+    """Simple Jumper with unnormalised capitals per bet e in {-1, 0, 1} (Vovk et al. 2021, Algorithm 1), log S_n."""
+    capital = {-1: 1 / 3, 0: 1 / 3, 1: 1 / 3}
+    out = []
+    for pn in p:
+        if not math.isnan(pn):
+            total = sum(capital.values())
+            capital = {e: ((1 - jump) * k + jump * total / 3) * (1 + e * (pn - 0.5)) for e, k in capital.items()}
+        out.append(math.log(sum(capital.values())))
+    return out
+
+
+def test_each_site_stream_matches_counting_and_a_hand_rolled_jumper():
+    """Three sites interleaved, with ties, undefined scores and a shift at one site only: each stream's p-values by
+    direct counting over the calibration scores and that site's earlier defined scores (never another site's), its
+    martingale by the unnormalised recursion, its alarm as the first crossing of 1 / alpha."""
+    rng = np.random.default_rng(3)
+    cal = [float(v) for v in np.round(rng.normal(size=60), 1)]  # rounded: ties with the stream
+    rows = []
+    for i in range(240):
+        site = ("A", "B", "C")[i % 3]
+        s = float(np.round(rng.normal() + (1.5 if site == "B" and i >= 120 else 0.0), 1))
+        rows.append({"case_id": f"{site}{i}", "site": site, "triaged_at": "t", "score": math.nan if i % 17 == 0
+                     else s, "image_z_max": math.nan, "decision": "accept", "rule_digest": "r", "loss": None})
+    groups = {g.site: g for g in monitor_status(rows, {"r": {"calibration_scores": cal, "target_risk": 0.1,
+                                                               "image_reference": None}}, 0.05)}
+    for site in ("A", "B", "C"):
+        scores = [r["score"] for r in rows if r["site"] == site and not math.isnan(r["score"])]
+        tau = np.random.default_rng(stream_seed("r", site, "score")).uniform(size=len(scores))
+        p = []
+        for n, s in enumerate(scores):
+            bag = cal + scores[:n]
+            p.append((sum(b > s for b in bag) + tau[n] * (sum(b == s for b in bag) + 1)) / (len(bag) + 1))
+        g = groups[site]
+        np.testing.assert_allclose(g.score.pvalues, p, rtol=0, atol=1e-12)
+        log_s = _jumper_by_hand(p)
+        np.testing.assert_allclose(g.score.log_martingale, log_s, rtol=1e-9, atol=1e-9)
+        crossing = next((n for n, v in enumerate(log_s) if v >= math.log(20) - 1e-12), None)
+        assert g.score.alarm == crossing
+        assert g.n_undefined_scores == sum(1 for r in rows if r["site"] == site and math.isnan(r["score"]))
+    assert groups["B"].score.alarm is not None and groups["B"].score.alarm >= 40 - 3  # after the shift at B only
