@@ -478,3 +478,46 @@ def test_each_site_stream_matches_counting_and_a_hand_rolled_jumper():
         assert g.score.alarm == crossing
         assert g.n_undefined_scores == sum(1 for r in rows if r["site"] == site and math.isnan(r["score"]))
     assert groups["B"].score.alarm is not None and groups["B"].score.alarm >= 40 - 3  # after the shift at B only
+
+
+# ------------------------------------------------------------------------------- SQLite and PostgreSQL alike
+def test_sqlite_and_postgresql_give_the_same_rows_and_the_same_status(postgres_url, tmp_path):
+    """The same runs and labels into both backends: the same case rows (floats bit for bit, NaN as NaN, the order),
+    the same label order and the same ``monitor status`` lines (guard)."""
+    import uuid
+
+    import psycopg
+
+    schema = "t" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    urls = [str(tmp_path / "m.db"), f"{postgres_url}?options=-csearch_path%3D{schema}"]
+    rng = np.random.default_rng(11)
+    rule = make_rule([float(v) for v in rng.normal(size=50)], target=0.1)
+    folders = []
+    for k in range(3):
+        cases = [{"case": f"{c}{k}", "score": None if c == "n" else float(rng.normal() + k),
+                  "decision": "accept" if c != "Z" else "review", "image_z_max": float(abs(rng.normal()))}
+                 for c in ("a-1", "A1", "a_2", "B0", "n", "Z", "é")]
+        folders.append(write_triage(tmp_path / f"run{k}", rule, cases))
+    (tmp_path / "l1.csv").write_text("case,failure\na-12,1\nA12,1\n")
+    (tmp_path / "l2.csv").write_text("case,dice\na-10,0.5\né0,0.95\n")
+    got = []
+    for url in urls:
+        for k, folder in enumerate(folders):
+            record_triage(url, folder, site="A" if k < 2 else "B", time=f"2026-01-0{k + 1}T00:00:00+02:00")
+        record_labels(url, tmp_path / "l1.csv")
+        record_labels(url, tmp_path / "l2.csv")
+        with MonitorStore(url, create=False) as store:
+            rows = [{k: v for k, v in c.items() if k not in ("row", "run")} for c in store.cases()]
+            assert store.verify().ok
+        got.append((rows, store_status(url).lines))
+    (rows_s, lines_s), (rows_p, lines_p) = got
+    assert len(rows_s) == 21 and lines_s == lines_p
+    for a, b in zip(rows_s, rows_p):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], float) and math.isnan(a[key]):
+                assert math.isnan(b[key]), key
+            else:
+                assert a[key] == b[key], (key, a[key], b[key])
