@@ -256,7 +256,9 @@ class MonitorStore:
     Open it with :meth:`open` (creates or migrates the schema), use it as a context manager or call :meth:`close`.
 
     Args:
-        url: a file path or ``sqlite:///PATH`` (SQLite), or ``postgresql://...`` (PostgreSQL, needs psycopg 3).
+        url: a file path or ``sqlite:///PATH`` (SQLite; SQLAlchemy's convention: ``PATH`` is what follows the third
+            slash, so ``sqlite:///m.db`` is relative to the working directory and ``sqlite:////var/m.db`` absolute),
+            or ``postgresql://...`` (PostgreSQL, needs psycopg 3).
         create: create a missing SQLite file and the store's tables (False, for the read-only commands: a missing
             file, or a database that is not a monitoring store, is an error and nothing is written into it).
         timeout: seconds a writer waits for another writer's transaction.
