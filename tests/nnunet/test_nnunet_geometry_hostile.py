@@ -1,0 +1,199 @@
+"""Hostile geometry review of the nnU-Net outputs: every file UncertaintyPredictor writes for a case must lie on the
+voxel grid of the segmentation stock ``nnUNetPredictor`` writes for the same case and model.
+
+The reference is nnU-Net itself: its own exported segmentation and ``.npz`` (same network, same folds, same
+mirroring), its own readers to read our files back, SimpleITK / nibabel geometry of the written files and numpy.
+With one fold and no mirroring, every sample is the same network pass, so the mean probabilities are the softmax of
+stock's logits up to stock's fp16 logit buffer: the ``one_minus_max_prob`` map read back with nnU-Net's reader must
+equal ``1 - max_c`` of stock's ``.npz`` voxel for voxel (no resampling), whatever the axis transposition, cropping,
+reader/writer, orientation or configuration. A transposed, flipped or shifted map fails that comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("nnunetv2")
+
+import nibabel as nib  # noqa: E402
+import SimpleITK as sitk  # noqa: E402
+from nnunetv2.imageio.reader_writer_registry import recursive_find_reader_writer_by_name  # noqa: E402
+from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor  # noqa: E402
+
+import monai_unc.nnunet as mun  # noqa: E402
+from monai_unc.nnunet.export import UNCERTAINTY_FOLDER  # noqa: E402
+from tests.nnunet.test_nnunet import DATASET_JSON, make_plans, make_predictor  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+#: image shape (nibabel / file order x, y, z); small enough for one 16^3 window after any transposition
+SHAPE = (13, 11, 9)
+
+
+def _image() -> np.ndarray:
+    """A smooth, asymmetric image with a zero border on two faces (nnU-Net crops it away and puts it back)."""
+    g = np.meshgrid(*[np.linspace(-1.0, 1.0, n) for n in SHAPE], indexing="ij")
+    img = (3.0 + 2.0 * g[0] + g[1] ** 2 - 1.5 * g[2] + np.sin(2.0 * g[0] * g[2])).astype(np.float32)
+    img[:2] = 0.0
+    img[..., -1] = 0.0
+    return img
+
+
+def _oblique_flipped_affine() -> np.ndarray:
+    """An oblique affine (20 degrees about z) with permuted and flipped axes and anisotropic voxels."""
+    t = np.deg2rad(20.0)
+    rot = np.array([[np.cos(t), -np.sin(t), 0.0], [np.sin(t), np.cos(t), 0.0], [0.0, 0.0, 1.0]])
+    perm = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, 1.0], [-1.0, 0.0, 0.0]])
+    affine = np.eye(4)
+    affine[:3, :3] = rot @ perm @ np.diag([0.8, 1.1, 2.0])
+    affine[:3, 3] = (10.0, -4.0, 3.5)
+    return affine
+
+
+def _axis_aligned_affine() -> np.ndarray:
+    affine = np.diag([0.8, 1.1, 2.0, 1.0])
+    affine[:3, 3] = (3.0, -2.0, 1.5)
+    return affine
+
+
+def _write_input(folder: Path, ending: str, affine: np.ndarray) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    img = _image()
+    if ending == ".tif":
+        import tifffile
+
+        tifffile.imwrite(str(folder / "case0_0000.tif"), img)
+        (folder / "case0.json").write_text(json.dumps({"spacing": [2.0, 1.1, 0.8]}))
+        return folder / "case0_0000.tif"
+    nib.save(nib.Nifti1Image(img, affine), str(folder / f"case0_0000{ending}"))
+    return folder / f"case0_0000{ending}"
+
+
+def _predict_both(root: Path, io_name: str, ending: str = ".nii.gz", affine: np.ndarray | None = None,
+                  transpose: tuple[int, ...] = (2, 0, 1), ndim: int = 3, spacing: tuple[float, ...] | None = None,
+                  **kw) -> dict:
+    """Predict one case from files with stock nnU-Net and with UncertaintyPredictor (same single network).
+
+    ``spacing=None``: the configuration's target spacing is the image's own (after the reader and the plans'
+    transposition), so nothing is resampled and stock's ``.npz`` is an exact reference for the maps.
+    """
+    inp = root / "in"
+    image = _write_input(inp, ending, _axis_aligned_affine() if affine is None else affine)
+    rw = recursive_find_reader_writer_by_name(io_name)()
+    _, props = rw.read_images([str(image)])
+    if spacing is None:
+        spacing = tuple(float(props["spacing"][i]) for i in transpose)
+    if ndim == 2:
+        plans = make_plans(ndim=2, patch=(16, 16), spacing=spacing[1:], transpose=transpose)
+    else:
+        plans = make_plans(transpose=transpose, spacing=spacing)
+    plans["image_reader_writer"] = io_name
+    dataset_json = dict(DATASET_JSON, file_ending=ending)
+    stock = make_predictor(cls=nnUNetPredictor, plans=plans, n_folds=1, mirror_axes=None)
+    stock.dataset_json = dataset_json
+    (root / "stock").mkdir()
+    stock.predict_from_files_sequential(str(inp), str(root / "stock"), save_probabilities=True)
+    kw = {"uncertainty_sources": ("folds",), "measures": mun.MAP_MEASURES, **kw}
+    with pytest.warns(UserWarning, match="single fold"):
+        ours = make_predictor(plans=plans, n_folds=1, mirror_axes=None, **kw)
+    ours.dataset_json = dataset_json
+    ours.predict_from_files(str(inp), str(root / "ours"), save_probabilities=True, num_processes_preprocessing=0,
+                            num_processes_segmentation_export=0)
+    return {"rw": rw, "stock": root / "stock", "ours": root / "ours", "ending": ending, "plans": plans,
+            "image": image}
+
+
+def _sitk_geometry(path: Path) -> tuple:
+    img = sitk.ReadImage(str(path))
+    return img.GetSize(), img.GetOrigin(), img.GetSpacing(), img.GetDirection()
+
+
+def _assert_same_grid(a: Path, b: Path) -> None:
+    size_a, origin_a, spacing_a, dir_a = _sitk_geometry(a)
+    size_b, origin_b, spacing_b, dir_b = _sitk_geometry(b)
+    assert size_a == size_b
+    np.testing.assert_allclose(origin_a, origin_b, atol=1e-5)
+    np.testing.assert_allclose(spacing_a, spacing_b, atol=1e-6)
+    np.testing.assert_allclose(dir_a, dir_b, atol=1e-6)
+    na, nb = nib.load(str(a)), nib.load(str(b))
+    assert na.shape == nb.shape
+    np.testing.assert_allclose(na.affine, nb.affine, atol=1e-5)
+
+
+def _check_against_stock(run: dict) -> None:
+    rw, stock, ours, ending = run["rw"], run["stock"], run["ours"], run["ending"]
+    seg_stock, _ = rw.read_seg(str(stock / f"case0{ending}"))
+    seg_ours, _ = rw.read_seg(str(ours / f"case0{ending}"))
+    np.testing.assert_array_equal(seg_ours, seg_stock)
+    probs_stock = np.load(stock / "case0.npz")["probabilities"]
+    probs_ours = np.load(ours / "case0.npz")["probabilities"]
+    np.testing.assert_array_equal(probs_ours, probs_stock)  # class axis first, classes in order, reader's order
+    np.testing.assert_array_equal(probs_stock.argmax(0), seg_stock[0])
+    assert (seg_stock > 0).any() and (seg_stock == 0).any()
+    for measure in mun.MAP_MEASURES:
+        path = ours / UNCERTAINTY_FOLDER / f"case0_{measure}{ending}"
+        if ending != ".tif":
+            _assert_same_grid(path, stock / f"case0{ending}")
+    # alignment: the map read back by nnU-Net's own reader is 1 - max_c of stock's probabilities, voxel for voxel
+    one_minus, _ = rw.read_images([str(ours / UNCERTAINTY_FOLDER / f"case0_one_minus_max_prob{ending}")])
+    assert one_minus.shape == seg_stock.shape
+    np.testing.assert_allclose(one_minus[0], 1.0 - probs_stock.max(0), atol=2e-3)
+    # and the predictive entropy is the entropy of those probabilities
+    pe, _ = rw.read_images([str(ours / UNCERTAINTY_FOLDER / f"case0_predictive_entropy{ending}")])
+    p = probs_stock.astype(np.float64)
+    np.testing.assert_allclose(pe[0], -(p * np.log(np.where(p > 0, p, 1.0))).sum(0), atol=5e-3)
+
+
+# ------------------------------------------------------------------------------------------ guards (verified right)
+@pytest.mark.parametrize(("io_name", "oblique"), [
+    ("SimpleITKIO", False),
+    ("NibabelIO", False),
+    ("NibabelIOWithReorient", True),
+    ("SimpleITKIOWithReorient", True),
+])
+def test_maps_lie_on_stock_segmentation_grid_for_every_reader_writer(io_name, oblique, tmp_path):
+    """Transposed plans (2, 0, 1), a cropped zero border, each NIfTI reader/writer (oblique flipped affine for the
+    reorienting ones): segmentation and ``.npz`` are stock's, every map has the segmentation's grid, and the maps
+    read back with nnU-Net's reader are 1 - max p and H(p) of stock's ``.npz`` voxel for voxel."""
+    run = _predict_both(tmp_path, io_name, affine=_oblique_flipped_affine() if oblique else None)
+    _check_against_stock(run)
+
+
+def test_2d_configuration_maps_lie_on_stock_segmentation_grid(tmp_path):
+    """A 2D configuration (slices along the plans' first axis after the transposition) from files."""
+    run = _predict_both(tmp_path, "SimpleITKIO", ndim=2)
+    _check_against_stock(run)
+
+
+def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(tmp_path):
+    """Target spacing different from the image's (resampling) with transposed plans and a cropped border: the
+    ``.npz`` of ``segmentation_from="probabilities"`` (the mean probabilities) is nnU-Net's own chain for
+    probabilities (``resampling_fn_probabilities``, ``revert_cropping_on_probabilities``, ``transpose_backward``)
+    applied to the network-resolution mean, its argmax is the written segmentation, and 1 - max of it is the map."""
+    run = _predict_both(tmp_path, "SimpleITKIO", spacing=(1.5, 1.0, 1.25), segmentation_from="probabilities")
+    rw, ours = run["rw"], run["ours"]
+    pred = make_predictor(cls=nnUNetPredictor, plans=run["plans"], n_folds=1, mirror_axes=None)  # the same network
+    pp = pred.configuration_manager.preprocessor_class(verbose=False)
+    data, _, props = pp.run_case([str(run["image"])], None, pred.plans_manager, pred.configuration_manager,
+                                 pred.dataset_json)
+    pm, cm, lm = pred.plans_manager, pred.configuration_manager, pred.label_manager
+    assert tuple(data.shape[1:]) != tuple(props["shape_after_cropping_and_before_resampling"])  # resampled
+    net = torch.softmax(pred.predict_logits_from_preprocessed_data(torch.from_numpy(data)).float(), 0).numpy()
+    spacing_t = [props["spacing"][i] for i in pm.transpose_forward]
+    resampled = cm.resampling_fn_probabilities(net, props["shape_after_cropping_and_before_resampling"],
+                                               cm.spacing, spacing_t)
+    full = lm.revert_cropping_on_probabilities(torch.as_tensor(np.asarray(resampled)),
+                                               props["bbox_used_for_cropping"], props["shape_before_cropping"])
+    expected = full.numpy().transpose([0] + [i + 1 for i in pm.transpose_backward])
+    probs = np.load(ours / "case0.npz")["probabilities"]
+    np.testing.assert_allclose(probs, expected, atol=2e-3)
+    seg, _ = rw.read_seg(str(ours / "case0.nii.gz"))
+    np.testing.assert_array_equal(probs.argmax(0), seg[0])
+    one_minus, _ = rw.read_images([str(ours / UNCERTAINTY_FOLDER / "case0_one_minus_max_prob.nii.gz")])
+    np.testing.assert_allclose(one_minus[0], 1.0 - probs.max(0), atol=1e-6)
+    _assert_same_grid(ours / UNCERTAINTY_FOLDER / "case0_one_minus_max_prob.nii.gz", run["stock"] / "case0.nii.gz")
