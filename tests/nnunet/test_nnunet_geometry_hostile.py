@@ -197,3 +197,40 @@ def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(tmp_path)
     one_minus, _ = rw.read_images([str(ours / UNCERTAINTY_FOLDER / "case0_one_minus_max_prob.nii.gz")])
     np.testing.assert_allclose(one_minus[0], 1.0 - probs.max(0), atol=1e-6)
     _assert_same_grid(ours / UNCERTAINTY_FOLDER / "case0_one_minus_max_prob.nii.gz", run["stock"] / "case0.nii.gz")
+
+
+# ------------------------------------------------------------------------------------------ defects
+def test_tiff_segmentation_and_maps_keep_their_spacing_sidecar(tmp_path):
+    """Tiff3DIO stores the spacing in a ``<name>.json`` sidecar that ``write_seg`` names after the file it writes.
+
+    Writing under a temporary name and renaming left the sidecar under the temporary name (a hidden
+    ``.case0.partial.json``): the segmentation and every map read back with spacing (1, 1, 1) instead of the
+    image's, unlike stock's ``case0.json``.
+    """
+    run = _predict_both(tmp_path, "Tiff3DIO", ending=".tif")
+    rw, stock, ours = run["rw"], run["stock"], run["ours"]
+    assert json.loads((stock / "case0.json").read_text()) == {"spacing": [2.0, 1.1, 0.8]}  # stock's sidecar
+    assert (ours / "case0.json").read_text() == (stock / "case0.json").read_text()
+    seg_stock, props_stock = rw.read_seg(str(stock / "case0.tif"))
+    seg_ours, props_ours = rw.read_seg(str(ours / "case0.tif"))
+    np.testing.assert_array_equal(seg_ours, seg_stock)
+    assert list(props_ours["spacing"]) == list(props_stock["spacing"]) == [2.0, 1.1, 0.8]
+    unc = ours / UNCERTAINTY_FOLDER
+    for measure in mun.MAP_MEASURES:
+        _, props = rw.read_seg(str(unc / f"case0_{measure}.tif"))
+        assert list(props["spacing"]) == [2.0, 1.1, 0.8], measure
+    assert not list(ours.rglob(".*")), "temporary files left behind"
+    _check_against_stock(run)
+
+
+def test_tiff_float_map_writes_its_sidecar_under_the_final_name(tmp_path):
+    """:func:`write_float_map` with Tiff3DIO: the map and its spacing sidecar, nothing under a temporary name."""
+    from nnunetv2.imageio.tif_reader_writer import Tiff3DIO
+
+    arr = np.random.default_rng(0).random((4, 5, 6)).astype(np.float32)
+    path = mun.write_float_map(Tiff3DIO(), arr, tmp_path / "u" / "case_predictive_entropy.tif", {"spacing": [3, 2, 1]})
+    assert sorted(p.name for p in (tmp_path / "u").iterdir()) == ["case_predictive_entropy.json",
+                                                                 "case_predictive_entropy.tif"]
+    back, props = Tiff3DIO().read_seg(str(path))
+    np.testing.assert_array_equal(back[0], arr)
+    assert list(props["spacing"]) == [3, 2, 1]
