@@ -436,7 +436,9 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     out = Path(output_fname)
     arr = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
     if type(reader_writer).__name__ == "NaturalImage2DIO":
-        return atomic_save_npz(out.with_name(out.name.split(".")[0] + ".npz"), {"map": arr}, compressed=True)
+        # only the file ending goes: case identifiers may hold dots (``case.v1``)
+        stem = out.name[: -len(_ending(out.name))] if _ending(out.name) else out.name
+        return atomic_save_npz(out.with_name(stem + ".npz"), {"map": arr}, compressed=True)
     if _ending(out.name) == ".nii.gz":
         # the reader/writer writes the uncompressed .nii (the same header and voxels it would compress), gzipped at
         # MAP_COMPRESSLEVEL: a float map shrinks by under 20 % at any level, and SimpleITK's default level made the

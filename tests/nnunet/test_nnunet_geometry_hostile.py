@@ -234,3 +234,21 @@ def test_tiff_float_map_writes_its_sidecar_under_the_final_name(tmp_path):
     back, props = Tiff3DIO().read_seg(str(path))
     np.testing.assert_array_equal(back[0], arr)
     assert list(props["spacing"]) == [3, 2, 1]
+
+
+def test_natural_image_maps_of_a_dotted_case_name_do_not_overwrite_each_other(tmp_path):
+    """NaturalImage2DIO (png, ...) maps go to ``.npz``; nnU-Net case identifiers may hold dots (``case.v1``).
+
+    The ``.npz`` name was cut at the first dot, so every map of case ``case.v1`` went to ``case.npz``: each measure
+    overwrote the one before and the record named that one file for every measure.
+    """
+    from nnunetv2.imageio.natural_image_reader_writer import NaturalImage2DIO
+
+    rw = NaturalImage2DIO()
+    pe = np.full((1, 4, 5), 0.25, np.float32)
+    mi = np.full((1, 4, 5), 0.75, np.float32)
+    p_pe = mun.write_float_map(rw, pe, tmp_path / "case.v1_predictive_entropy.png", {"spacing": (999, 1, 1)})
+    p_mi = mun.write_float_map(rw, mi, tmp_path / "case.v1_mutual_information.png", {"spacing": (999, 1, 1)})
+    assert p_pe.name == "case.v1_predictive_entropy.npz" and p_mi.name == "case.v1_mutual_information.npz"
+    np.testing.assert_array_equal(np.load(p_pe)["map"], pe)
+    np.testing.assert_array_equal(np.load(p_mi)["map"], mi)
