@@ -76,7 +76,7 @@ def _write_input(folder: Path, ending: str, affine: np.ndarray) -> Path:
 
 def _predict_both(root: Path, io_name: str, ending: str = ".nii.gz", affine: np.ndarray | None = None,
                   transpose: tuple[int, ...] = (2, 0, 1), ndim: int = 3, spacing: tuple[float, ...] | None = None,
-                  **kw) -> dict:
+                  mirror_axes: tuple[int, ...] | None = None, **kw) -> dict:
     """Predict one case from files with stock nnU-Net and with UncertaintyPredictor (same single network).
 
     ``spacing=None``: the configuration's target spacing is the image's own (after the reader and the plans'
@@ -94,13 +94,16 @@ def _predict_both(root: Path, io_name: str, ending: str = ".nii.gz", affine: np.
         plans = make_plans(transpose=transpose, spacing=spacing)
     plans["image_reader_writer"] = io_name
     dataset_json = dict(DATASET_JSON, file_ending=ending)
-    stock = make_predictor(cls=nnUNetPredictor, plans=plans, n_folds=1, mirror_axes=None)
+    stock = make_predictor(cls=nnUNetPredictor, plans=plans, n_folds=1, mirror_axes=mirror_axes)
     stock.dataset_json = dataset_json
     (root / "stock").mkdir()
     stock.predict_from_files_sequential(str(inp), str(root / "stock"), save_probabilities=True)
     kw = {"uncertainty_sources": ("folds",), "measures": mun.MAP_MEASURES, **kw}
-    with pytest.warns(UserWarning, match="single fold"):
-        ours = make_predictor(plans=plans, n_folds=1, mirror_axes=None, **kw)
+    if mirror_axes is None:
+        with pytest.warns(UserWarning, match="single fold"):
+            ours = make_predictor(plans=plans, n_folds=1, mirror_axes=None, **kw)
+    else:
+        ours = make_predictor(plans=plans, n_folds=1, mirror_axes=mirror_axes, **kw)
     ours.dataset_json = dataset_json
     ours.predict_from_files(str(inp), str(root / "ours"), save_probabilities=True, num_processes_preprocessing=0,
                             num_processes_segmentation_export=0)
@@ -197,6 +200,24 @@ def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(tmp_path)
     one_minus, _ = rw.read_images([str(ours / UNCERTAINTY_FOLDER / "case0_one_minus_max_prob.nii.gz")])
     np.testing.assert_allclose(one_minus[0], 1.0 - probs.max(0), atol=1e-6)
     _assert_same_grid(ours / UNCERTAINTY_FOLDER / "case0_one_minus_max_prob.nii.gz", run["stock"] / "case0.nii.gz")
+
+
+@pytest.mark.parametrize("mirror_axes", [(1, 2), (0,)])
+def test_mirroring_uses_the_models_allowed_axes_only(mirror_axes, tmp_path):
+    """A model whose trainer allows mirroring along a subset of the axes (transposed plans): mirroring as the
+    uncertainty source samples exactly stock's 2^k mirrors, so the segmentation and ``.npz`` are stock's (which sums
+    the same mirrors), and the config records those axes and 2^k samples."""
+    run = _predict_both(tmp_path, "SimpleITKIO", mirror_axes=mirror_axes, uncertainty_sources=("mirroring",))
+    rw, stock, ours = run["rw"], run["stock"], run["ours"]
+    np.testing.assert_array_equal(rw.read_seg(str(ours / "case0.nii.gz"))[0],
+                                  rw.read_seg(str(stock / "case0.nii.gz"))[0])
+    np.testing.assert_array_equal(np.load(ours / "case0.npz")["probabilities"],
+                                  np.load(stock / "case0.npz")["probabilities"])
+    cfg = json.loads((ours / "uncertainty_config.json").read_text())
+    assert cfg["mirror_axes"] == list(mirror_axes) and cfg["samples_per_voxel"] == 2 ** len(mirror_axes)
+    mi, _ = rw.read_images([str(ours / UNCERTAINTY_FOLDER / "case0_mutual_information.nii.gz")])
+    assert mi.max() > 0  # the mirrors disagree somewhere
+    _assert_same_grid(ours / UNCERTAINTY_FOLDER / "case0_mutual_information.nii.gz", stock / "case0.nii.gz")
 
 
 # ------------------------------------------------------------------------------------------ defects
