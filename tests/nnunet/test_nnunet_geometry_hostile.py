@@ -273,3 +273,31 @@ def test_natural_image_maps_of_a_dotted_case_name_do_not_overwrite_each_other(tm
     assert p_pe.name == "case.v1_predictive_entropy.npz" and p_mi.name == "case.v1_mutual_information.npz"
     np.testing.assert_array_equal(np.load(p_pe)["map"], pe)
     np.testing.assert_array_equal(np.load(p_mi)["map"], mi)
+
+
+def _flipped_affine() -> np.ndarray:
+    """Axis-aligned, x and y flipped (LPS-like, not RAS): a reorienting reader flips them, the shape stays."""
+    affine = np.diag([-0.8, -1.1, 2.0, 1.0])
+    affine[:3, 3] = (3.0, -2.0, 1.5)
+    return affine
+
+
+@pytest.mark.parametrize("io_name", ["NibabelIOWithReorient", "SimpleITKIOWithReorient"])
+@pytest.mark.parametrize("affine", [_flipped_affine, _oblique_flipped_affine], ids=["flipped", "oblique"])
+def test_evaluate_reads_the_npz_of_a_reorienting_reader_on_the_segmentation_grid(io_name, affine, tmp_path):
+    """The reorienting reader/writers predict in the RAS frame, and the ``.npz`` (stock's and ours) is in that
+    frame, not in the file's; ``monai-unc evaluate --layout nnunet`` reversed its axes as for SimpleITKIO, so the
+    probabilities of a non-RAS image lay flipped on the label map (silently: the shape matches when only axes are
+    flipped). Read back, ``argmax(npz)`` must be the segmentation file voxel for voxel."""
+    from monai_unc.io.cases import CaseFiles, load_case, read_probabilities, read_volume
+
+    run = _predict_both(tmp_path, io_name, affine=affine())
+    for side in ("stock", "ours"):
+        probs, _ = read_probabilities(run[side] / "case0.npz")
+        seg, _ = read_volume(run[side] / "case0.nii.gz")
+        assert probs.shape[1:] == seg.shape[1:]
+        np.testing.assert_array_equal(probs.argmax(0), seg[0])
+    case = load_case(CaseFiles("case0", run["ours"] / "case0.nii.gz", probs=run["ours"] / "case0.npz",
+                               maps={"one_minus_max_prob": run["ours"] / UNCERTAINTY_FOLDER
+                                     / "case0_one_minus_max_prob.nii.gz"}))
+    np.testing.assert_allclose(case.maps["one_minus_max_prob"], 1.0 - case.probs.max(0), atol=2e-3)
