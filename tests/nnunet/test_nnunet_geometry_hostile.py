@@ -173,12 +173,14 @@ def test_2d_configuration_maps_lie_on_stock_segmentation_grid(tmp_path):
     _check_against_stock(run)
 
 
-def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(tmp_path):
+@pytest.mark.parametrize("spacing", [(1.5, 1.0, 1.25), (4.0, 1.0, 1.25)], ids=["isotropic-ish", "separate-z"])
+def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(spacing, tmp_path):
     """Target spacing different from the image's (resampling) with transposed plans and a cropped border: the
     ``.npz`` of ``segmentation_from="probabilities"`` (the mean probabilities) is nnU-Net's own chain for
     probabilities (``resampling_fn_probabilities``, ``revert_cropping_on_probabilities``, ``transpose_backward``)
-    applied to the network-resolution mean, its argmax is the written segmentation, and 1 - max of it is the map."""
-    run = _predict_both(tmp_path, "SimpleITKIO", spacing=(1.5, 1.0, 1.25), segmentation_from="probabilities")
+    applied to the network-resolution mean, its argmax is the written segmentation, and 1 - max of it is the map.
+    A target spacing anisotropic beyond nnU-Net's threshold (3) resamples the out-of-plane axis separately."""
+    run = _predict_both(tmp_path, "SimpleITKIO", spacing=spacing, segmentation_from="probabilities")
     rw, ours = run["rw"], run["ours"]
     pred = make_predictor(cls=nnUNetPredictor, plans=run["plans"], n_folds=1, mirror_axes=None)  # the same network
     pp = pred.configuration_manager.preprocessor_class(verbose=False)
