@@ -173,14 +173,16 @@ def test_2d_configuration_maps_lie_on_stock_segmentation_grid(tmp_path):
     _check_against_stock(run)
 
 
-@pytest.mark.parametrize("spacing", [(1.5, 1.0, 1.25), (4.0, 1.0, 1.25)], ids=["isotropic-ish", "separate-z"])
-def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(spacing, tmp_path):
+@pytest.mark.parametrize(("spacing", "ndim"), [((1.5, 1.0, 1.25), 3), ((4.0, 1.0, 1.25), 3), ((1.5, 1.6, 1.0), 2)],
+                         ids=["3d", "3d-separate-z", "2d"])
+def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(spacing, ndim, tmp_path):
     """Target spacing different from the image's (resampling) with transposed plans and a cropped border: the
     ``.npz`` of ``segmentation_from="probabilities"`` (the mean probabilities) is nnU-Net's own chain for
     probabilities (``resampling_fn_probabilities``, ``revert_cropping_on_probabilities``, ``transpose_backward``)
     applied to the network-resolution mean, its argmax is the written segmentation, and 1 - max of it is the map.
-    A target spacing anisotropic beyond nnU-Net's threshold (3) resamples the out-of-plane axis separately."""
-    run = _predict_both(tmp_path, "SimpleITKIO", spacing=spacing, segmentation_from="probabilities")
+    A target spacing anisotropic beyond nnU-Net's threshold (3) resamples the out-of-plane axis separately; a 2D
+    configuration resamples in-plane only (the first axis keeps the image's spacing)."""
+    run = _predict_both(tmp_path, "SimpleITKIO", spacing=spacing, ndim=ndim, segmentation_from="probabilities")
     rw, ours = run["rw"], run["ours"]
     pred = make_predictor(cls=nnUNetPredictor, plans=run["plans"], n_folds=1, mirror_axes=None)  # the same network
     pp = pred.configuration_manager.preprocessor_class(verbose=False)
@@ -190,8 +192,9 @@ def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(spacing, 
     assert tuple(data.shape[1:]) != tuple(props["shape_after_cropping_and_before_resampling"])  # resampled
     net = torch.softmax(pred.predict_logits_from_preprocessed_data(torch.from_numpy(data)).float(), 0).numpy()
     spacing_t = [props["spacing"][i] for i in pm.transpose_forward]
-    resampled = cm.resampling_fn_probabilities(net, props["shape_after_cropping_and_before_resampling"],
-                                               cm.spacing, spacing_t)
+    current = list(cm.spacing) if ndim == 3 else [spacing_t[0], *cm.spacing]
+    resampled = cm.resampling_fn_probabilities(net, props["shape_after_cropping_and_before_resampling"], current,
+                                               spacing_t)
     full = lm.revert_cropping_on_probabilities(torch.as_tensor(np.asarray(resampled)),
                                                props["bbox_used_for_cropping"], props["shape_before_cropping"])
     expected = full.numpy().transpose([0] + [i + 1 for i in pm.transpose_backward])
