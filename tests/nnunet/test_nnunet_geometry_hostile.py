@@ -306,3 +306,58 @@ def test_evaluate_reads_the_npz_of_a_reorienting_reader_on_the_segmentation_grid
                                maps={"one_minus_max_prob": run["ours"] / UNCERTAINTY_FOLDER
                                      / "case0_one_minus_max_prob.nii.gz"}))
     np.testing.assert_allclose(case.maps["one_minus_max_prob"], 1.0 - case.probs.max(0), atol=2e-3)
+
+
+def test_region_model_maps_lie_on_stock_segmentation_grid_with_a_reorienting_reader(tmp_path):
+    """A region-based (sigmoid) model, transposed plans, NibabelIOWithReorient and an oblique flipped affine: the
+    segmentation and ``.npz`` are stock's, the 4D maps ``(X, Y, Z, R)`` have the segmentation's grid, and channel
+    ``r`` is ``1 - max(p_r, 1 - p_r)`` of stock's probabilities in the file's voxel order (where their 0.5
+    thresholds, painted in ``regions_class_order``, are the segmentation)."""
+    import copy
+
+    from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
+    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+
+    from monai_unc.io.cases import read_probabilities
+
+    regions_json = {"channel_names": {"0": "MRI"}, "labels": {"background": 0, "whole": [1, 2], "core": 2},
+                    "regions_class_order": [1, 2], "numTraining": 2, "file_ending": ".nii.gz"}
+    io_name = "NibabelIOWithReorient"
+    inp = tmp_path / "in"
+    image = _write_input(inp, ".nii.gz", _oblique_flipped_affine())
+    _, props = recursive_find_reader_writer_by_name(io_name)().read_images([str(image)])
+    transpose = (2, 0, 1)
+    plans = make_plans(transpose=transpose, spacing=tuple(float(props["spacing"][i]) for i in transpose))
+    plans["image_reader_writer"] = io_name
+    pm = PlansManager(plans)
+    cm = pm.get_configuration("cfg")
+    torch.manual_seed(200)
+    net = get_network_from_plans(cm.network_arch_class_name, cm.network_arch_init_kwargs,
+                                 cm.network_arch_init_kwargs_req_import, 1, 2, allow_init=True, deep_supervision=False)
+    with torch.no_grad():
+        net.decoder.seg_layers[-1].weight.mul_(4.0)
+    params = [copy.deepcopy(net.state_dict())]
+    stock = nnUNetPredictor(device=torch.device("cpu"), allow_tqdm=False)
+    stock.manual_initialization(net, pm, cm, params, copy.deepcopy(regions_json), "nnUNetTrainer", None)
+    (tmp_path / "stock").mkdir()
+    stock.predict_from_files_sequential(str(inp), str(tmp_path / "stock"), save_probabilities=True)
+    with pytest.warns(UserWarning, match="single fold"):
+        ours = mun.UncertaintyPredictor(device=torch.device("cpu"), allow_tqdm=False, uncertainty_sources=("folds",),
+                                        measures=("one_minus_max_prob", "predictive_entropy"))
+        ours.manual_initialization(net, pm, cm, params, copy.deepcopy(regions_json), "nnUNetTrainer", None)
+    ours.predict_from_files(str(inp), str(tmp_path / "ours"), save_probabilities=True, num_processes_preprocessing=0,
+                            num_processes_segmentation_export=0)
+    seg_img = nib.load(str(tmp_path / "stock" / "case0.nii.gz"))
+    seg = np.asarray(seg_img.dataobj)
+    np.testing.assert_array_equal(np.asarray(nib.load(str(tmp_path / "ours" / "case0.nii.gz")).dataobj), seg)
+    np.testing.assert_array_equal(np.load(tmp_path / "ours" / "case0.npz")["probabilities"],
+                                  np.load(tmp_path / "stock" / "case0.npz")["probabilities"])
+    probs, _ = read_probabilities(tmp_path / "stock" / "case0.npz")  # (R, X, Y, Z) in the file's voxel order
+    np.testing.assert_array_equal((probs[0] > 0.5) | (probs[1] > 0.5), seg > 0)  # regions painted in order
+    np.testing.assert_array_equal(probs[1] > 0.5, seg == 2)
+    assert (seg > 0).any() and (seg == 0).any()
+    img = nib.load(str(tmp_path / "ours" / UNCERTAINTY_FOLDER / "case0_one_minus_max_prob.nii.gz"))
+    assert img.shape == (*seg.shape, 2)
+    np.testing.assert_allclose(img.affine, seg_img.affine, atol=1e-5)
+    expected = 1.0 - np.maximum(probs, 1.0 - probs)
+    np.testing.assert_allclose(np.moveaxis(np.asarray(img.dataobj), -1, 0), expected, atol=2e-3)
