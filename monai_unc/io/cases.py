@@ -761,15 +761,16 @@ REORIENTING_NNUNET_READERS = ("NibabelIOWithReorient", "SimpleITKIOWithReorient"
 def _nnunet_reader_writer(folder: Path) -> tuple[str | None, str | None]:
     """The image reader/writer and file ending nnU-Net used for the predictions of ``folder``.
 
-    From the ``dataset.json`` (``overwrite_image_reader_writer``, ``file_ending``) and ``plans.json``
-    (``image_reader_writer``) that ``nnUNetv2_predict`` and ``monai-unc nnunet-predict`` copy into their output
-    folder; ``(None, None)`` without them.
+    From the ``plans.json`` (``image_reader_writer``, what nnU-Net's prediction reads and writes with) and
+    ``dataset.json`` (``file_ending``; ``overwrite_image_reader_writer`` when the plans name none) that
+    ``nnUNetv2_predict`` and ``monai-unc nnunet-predict`` copy into their output folder; ``(None, None)`` without
+    them.
     """
     dataset = read_json_or_none(folder / "dataset.json")
     plans = read_json_or_none(folder / "plans.json")
     dataset = dataset if isinstance(dataset, dict) else {}
     plans = plans if isinstance(plans, dict) else {}
-    name = dataset.get("overwrite_image_reader_writer") or plans.get("image_reader_writer")
+    name = plans.get("image_reader_writer") or dataset.get("overwrite_image_reader_writer")
     ending = dataset.get("file_ending")
     return (name if isinstance(name, str) else None), (ending if isinstance(ending, str) else None)
 
