@@ -76,7 +76,7 @@ def _write_input(folder: Path, ending: str, affine: np.ndarray) -> Path:
 
 def _predict_both(root: Path, io_name: str, ending: str = ".nii.gz", affine: np.ndarray | None = None,
                   transpose: tuple[int, ...] = (2, 0, 1), ndim: int = 3, spacing: tuple[float, ...] | None = None,
-                  mirror_axes: tuple[int, ...] | None = None, **kw) -> dict:
+                  mirror_axes: tuple[int, ...] | None = None, torch_resampling: bool = False, **kw) -> dict:
     """Predict one case from files with stock nnU-Net and with UncertaintyPredictor (same single network).
 
     ``spacing=None``: the configuration's target spacing is the image's own (after the reader and the plans'
@@ -93,6 +93,10 @@ def _predict_both(root: Path, io_name: str, ending: str = ".nii.gz", affine: np.
     else:
         plans = make_plans(transpose=transpose, spacing=spacing)
     plans["image_reader_writer"] = io_name
+    if torch_resampling:  # nnU-Net's torch resampling (ResamplingWithTorch planners) for the probabilities
+        plans["configurations"]["cfg"]["resampling_fn_probabilities"] = "resample_torch_fornnunet"
+        plans["configurations"]["cfg"]["resampling_fn_probabilities_kwargs"] = {
+            "is_seg": False, "force_separate_z": None, "memefficient_seg_resampling": False}
     dataset_json = dict(DATASET_JSON, file_ending=ending)
     stock = make_predictor(cls=nnUNetPredictor, plans=plans, n_folds=1, mirror_axes=mirror_axes)
     stock.dataset_json = dataset_json
@@ -173,16 +177,18 @@ def test_2d_configuration_maps_lie_on_stock_segmentation_grid(tmp_path):
     _check_against_stock(run)
 
 
-@pytest.mark.parametrize(("spacing", "ndim"), [((1.5, 1.0, 1.25), 3), ((4.0, 1.0, 1.25), 3), ((1.5, 1.6, 1.0), 2)],
-                         ids=["3d", "3d-separate-z", "2d"])
-def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(spacing, ndim, tmp_path):
+@pytest.mark.parametrize(("spacing", "ndim", "torch_resampling"), [
+    ((1.5, 1.0, 1.25), 3, False), ((4.0, 1.0, 1.25), 3, False), ((1.5, 1.6, 1.0), 2, False),
+    ((1.5, 1.0, 1.25), 3, True)], ids=["3d", "3d-separate-z", "2d", "3d-torch"])
+def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(spacing, ndim, torch_resampling, tmp_path):
     """Target spacing different from the image's (resampling) with transposed plans and a cropped border: the
     ``.npz`` of ``segmentation_from="probabilities"`` (the mean probabilities) is nnU-Net's own chain for
     probabilities (``resampling_fn_probabilities``, ``revert_cropping_on_probabilities``, ``transpose_backward``)
     applied to the network-resolution mean, its argmax is the written segmentation, and 1 - max of it is the map.
     A target spacing anisotropic beyond nnU-Net's threshold (3) resamples the out-of-plane axis separately; a 2D
     configuration resamples in-plane only (the first axis keeps the image's spacing)."""
-    run = _predict_both(tmp_path, "SimpleITKIO", spacing=spacing, ndim=ndim, segmentation_from="probabilities")
+    run = _predict_both(tmp_path, "SimpleITKIO", spacing=spacing, ndim=ndim, torch_resampling=torch_resampling,
+                        segmentation_from="probabilities")
     rw, ours = run["rw"], run["ours"]
     pred = make_predictor(cls=nnUNetPredictor, plans=run["plans"], n_folds=1, mirror_axes=None)  # the same network
     pp = pred.configuration_manager.preprocessor_class(verbose=False)
@@ -195,9 +201,9 @@ def test_resampled_maps_are_nnunets_probability_resampling_of_the_mean(spacing, 
     current = list(cm.spacing) if ndim == 3 else [spacing_t[0], *cm.spacing]
     resampled = cm.resampling_fn_probabilities(net, props["shape_after_cropping_and_before_resampling"], current,
                                                spacing_t)
-    full = lm.revert_cropping_on_probabilities(torch.as_tensor(np.asarray(resampled)),
+    full = lm.revert_cropping_on_probabilities(torch.as_tensor(np.asarray(resampled, dtype=np.float32)),
                                                props["bbox_used_for_cropping"], props["shape_before_cropping"])
-    expected = full.numpy().transpose([0] + [i + 1 for i in pm.transpose_backward])
+    expected = np.asarray(full).transpose([0] + [i + 1 for i in pm.transpose_backward])
     probs = np.load(ours / "case0.npz")["probabilities"]
     np.testing.assert_allclose(probs, expected, atol=2e-3)
     seg, _ = rw.read_seg(str(ours / "case0.nii.gz"))
