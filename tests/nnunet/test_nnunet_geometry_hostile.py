@@ -367,3 +367,40 @@ def test_region_model_maps_lie_on_stock_segmentation_grid_with_a_reorienting_rea
     np.testing.assert_allclose(img.affine, seg_img.affine, atol=1e-5)
     expected = 1.0 - np.maximum(probs, 1.0 - probs)
     np.testing.assert_allclose(np.moveaxis(np.asarray(img.dataobj), -1, 0), expected, atol=2e-3)
+
+
+def test_natural_image_2d_maps_line_up_with_stock_png_segmentation(tmp_path):
+    """NaturalImage2DIO (png) with a 2D configuration and a dotted case id: the png segmentation and ``.npz`` are
+    stock's, and every map is its own ``uncertainty/<case>_<measure>.npz`` ``(1, H, W)`` (key ``map``), aligned
+    with the png: ``one_minus_max_prob`` is 1 - max of stock's probabilities ``(C, 1, H, W)``."""
+    from skimage import io
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    g = np.meshgrid(np.linspace(-1.0, 1.0, 13), np.linspace(-1.0, 1.0, 11), indexing="ij")
+    img = (100 + 60 * g[0] + 40 * g[1] ** 2).astype(np.uint8)
+    img[:2] = 0
+    io.imsave(str(inp / "case.v1_0000.png"), img, check_contrast=False)
+    plans = make_plans(ndim=2, patch=(16, 16), spacing=(1.0, 1.0))
+    plans["image_reader_writer"] = "NaturalImage2DIO"
+    dataset_json = dict(DATASET_JSON, file_ending=".png")
+    stock = make_predictor(cls=nnUNetPredictor, plans=plans, n_folds=1, mirror_axes=None)
+    stock.dataset_json = dataset_json
+    (tmp_path / "stock").mkdir()
+    stock.predict_from_files_sequential(str(inp), str(tmp_path / "stock"), save_probabilities=True)
+    with pytest.warns(UserWarning, match="single fold"):
+        ours = make_predictor(plans=plans, n_folds=1, mirror_axes=None, uncertainty_sources=("folds",),
+                              measures=mun.MAP_MEASURES)
+    ours.dataset_json = dataset_json
+    ours.predict_from_files(str(inp), str(tmp_path / "ours"), save_probabilities=True, num_processes_preprocessing=0,
+                            num_processes_segmentation_export=0)
+    seg = io.imread(str(tmp_path / "stock" / "case.v1.png"))
+    np.testing.assert_array_equal(io.imread(str(tmp_path / "ours" / "case.v1.png")), seg)
+    probs = np.load(tmp_path / "stock" / "case.v1.npz")["probabilities"]
+    np.testing.assert_array_equal(np.load(tmp_path / "ours" / "case.v1.npz")["probabilities"], probs)
+    np.testing.assert_array_equal(probs.argmax(0)[0], seg)
+    record = json.loads((tmp_path / "ours" / UNCERTAINTY_FOLDER / "case.v1.json").read_text())
+    assert record["maps"] == {m: f"case.v1_{m}.npz" for m in mun.MAP_MEASURES}
+    one_minus = np.load(tmp_path / "ours" / UNCERTAINTY_FOLDER / "case.v1_one_minus_max_prob.npz")["map"]
+    assert one_minus.shape == (1, *seg.shape)
+    np.testing.assert_allclose(one_minus, 1.0 - probs.max(0), atol=2e-3)
