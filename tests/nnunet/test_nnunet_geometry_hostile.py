@@ -259,7 +259,7 @@ def test_tiff_float_map_writes_its_sidecar_under_the_final_name(tmp_path):
     """:func:`write_float_map` with Tiff3DIO: the map and its spacing sidecar, nothing under a temporary name."""
     from nnunetv2.imageio.tif_reader_writer import Tiff3DIO
 
-    arr = np.random.default_rng(0).random((4, 5, 6)).astype(np.float32)
+    arr = np.random.default_rng(0).random((5, 6, 7)).astype(np.float32)
     path = mun.write_float_map(Tiff3DIO(), arr, tmp_path / "u" / "case_predictive_entropy.tif", {"spacing": [3, 2, 1]})
     assert sorted(p.name for p in (tmp_path / "u").iterdir()) == ["case_predictive_entropy.json",
                                                                  "case_predictive_entropy.tif"]
