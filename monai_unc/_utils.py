@@ -110,10 +110,17 @@ def like_input(result: ArrayLike, reference: Any) -> ArrayLike:
 
 
 def to_numpy(x: Any, name: str) -> np.ndarray:
-    """Return ``x`` as a numpy array (copying from the GPU when needed)."""
+    """Return ``x`` as a numpy array (copying from the GPU when needed).
+
+    numpy has no bfloat16: such tensors (autocast inference) come back as float32, which holds every bfloat16 value
+    exactly.
+    """
     if isinstance(x, torch.Tensor):
         t = x.as_tensor() if hasattr(x, "as_tensor") else x
-        return t.detach().cpu().numpy()
+        t = t.detach()
+        if t.dtype == torch.bfloat16:
+            t = t.to(torch.float32)
+        return t.cpu().numpy()
     if isinstance(x, np.ndarray):
         return x
     if isinstance(x, (list, tuple, float, int, np.generic)):

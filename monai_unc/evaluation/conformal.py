@@ -89,7 +89,7 @@ from ..metrics.conformal import (
     task_guarantee,
 )
 from ..product import CohortProduct
-from ..scores import case_score_columns, resolve_score_column
+from ..scores import CASE_SCORES, case_score_columns, resolve_score_column
 from ..state import StateGroup, register_state_type
 from .cohort import score_column
 from .config import STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
@@ -270,8 +270,16 @@ class ConformalStrata:
             raise ValueError(f"method must be one of {_STRATA_METHODS}, got {self.method!r}")
         if self.map_source not in ("file", "probabilities"):
             raise ValueError(f"map_source must be 'file' or 'probabilities', got {self.map_source!r}")
+        e = np.asarray(self.edges, dtype=np.float64).reshape(-1)
+        if e.size < 1 or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
+            raise ValueError(f"edges must be one or more finite, strictly increasing values, got {self.edges!r}")
         if len(self.counts) != len(self.edges) + 1:
             raise ValueError(f"counts must have one entry per stratum ({len(self.edges) + 1}), got {len(self.counts)}")
+        if any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0 for c in self.counts):
+            raise ValueError(f"counts must be non-negative integers, got {self.counts!r}")
+        if isinstance(self.patch_size, bool) or not isinstance(self.patch_size, (int, np.integer)) \
+                or self.patch_size < 1:
+            raise ValueError(f"patch_size must be a positive integer, got {self.patch_size!r}")
 
     def stratum(self, score: float) -> int:
         """The stratum of a case score (NaN: the last).
@@ -329,19 +337,57 @@ class ConformalStrata:
     def from_dict(cls, d: Mapping[str, Any]) -> ConformalStrata:
         """The strata of :meth:`to_dict`.
 
+        Every field is checked as read from an untrusted file: no coercion (``"inf"`` is no edge, ``20.9`` no count,
+        ``null`` no score), edges finite and strictly increasing, counts non-negative integers, a positive patch
+        size, and a score column made of the recorded measure, aggregation and region.
+
         Args:
             d: the dict.
 
         Returns:
-            The strata; ``ValueError`` when a field is missing or wrong.
+            The strata; ``ValueError`` naming the field (``strata.<field>``) when one is missing or wrong.
         """
+        if not isinstance(d, Mapping):
+            raise ValueError(f"field 'strata' must be an object or null, got {_shown(d)}")
+        keys = ("score", "measure", "aggregation", "region", "edges", "method", "counts", "map_source", "patch_size")
+        missing = [k for k in keys if k not in d]
+        if missing:
+            raise ValueError(f"field 'strata' lacks {missing}")
+
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"field 'strata.{name}' {why}, got {_shown(d[name])}")
+
+        for k in ("score", "measure", "aggregation", "method", "map_source"):
+            if not isinstance(d[k], str):
+                raise bad(k, "must be a string")
+        if d["region"] is not None and not isinstance(d["region"], str):
+            raise bad("region", "must be a string or null")
+        edges, counts = d["edges"], d["counts"]
+        if (not isinstance(edges, (list, tuple)) or not edges or not all(_is_number(e) for e in edges)
+                or any(b <= a for a, b in zip(edges, edges[1:]))):
+            raise bad("edges", "must be one or more finite, strictly increasing numbers")
+        if not isinstance(counts, (list, tuple)) or not all(_is_int(c) and c >= 0 for c in counts):
+            raise bad("counts", "must be a list of non-negative integers")
+        if len(counts) != len(edges) + 1:
+            raise bad("counts", f"must have one entry per stratum ({len(edges) + 1})")
+        if not _is_int(d["patch_size"]) or d["patch_size"] < 1:
+            raise bad("patch_size", "must be a positive integer")
+        if d["aggregation"] not in CASE_SCORES:
+            raise bad("aggregation", f"must be one of {CASE_SCORES}")
+        if d["method"] not in _STRATA_METHODS:
+            raise bad("method", f"must be one of {_STRATA_METHODS}")
+        if d["map_source"] not in ("file", "probabilities"):
+            raise bad("map_source", "must be 'file' or 'probabilities'")
+        region = d["region"]
         try:
-            return cls(str(d["score"]), str(d["measure"]), str(d["aggregation"]),
-                       None if d["region"] is None else str(d["region"]), tuple(float(e) for e in d["edges"]),
-                       str(d["method"]), tuple(int(c) for c in d["counts"]), str(d["map_source"]),
-                       int(d["patch_size"]))
-        except (KeyError, TypeError) as err:
-            raise ValueError(f"'strata' is not a strata block: {err}") from None
+            parsed = parse_score_column(d["score"], None if region is None else [region], "strata.score")
+        except ValueError:
+            parsed = None
+        if parsed != (d["measure"], d["aggregation"], region):
+            raise bad("score", f"must be the column of the recorded measure {d['measure']!r}, aggregation "
+                      f"{d['aggregation']!r} and region {region!r}")
+        return cls(d["score"], d["measure"], d["aggregation"], region, tuple(float(e) for e in edges), d["method"],
+                   tuple(int(c) for c in counts), d["map_source"], int(d["patch_size"]))
 
 
 def _as_score(v: Any) -> float:
@@ -693,9 +739,10 @@ class ConformalRuleFile:
                        source=source)
         check_digest(d, source=source, written_by="monai-unc evaluate --conformal")
         try:
+            if not isinstance(d["targets"], dict) or not all(_is_number(v) and 0 < v < 1
+                                                             for v in d["targets"].values()):
+                raise ValueError(f"field 'targets' must be an object of levels in (0, 1), got {_shown(d['targets'])}")
             targets = {str(k): float(v) for k, v in d["targets"].items()}
-            if any(not (0 < v < 1) or isinstance(v, bool) for v in d["targets"].values()):
-                raise ValueError("field 'targets' must hold levels in (0, 1)")
             delta = d["delta"]
             if delta is not None and (not _is_number(delta) or not 0 < delta < 1):
                 raise ValueError(f"field 'delta' must be null or a number in (0, 1), got {_shown(delta)}")

@@ -12,7 +12,10 @@ Layouts read by ``monai-unc evaluate`` (:data:`LAYOUTS`):
   probabilities as a 4D NIfTI ``(X, Y, Z, C)``, ``<case>_<measure>.nii.gz`` uncertainty maps, all in one folder;
 - ``nnunet`` (what ``monai-unc nnunet-predict`` writes): ``<case>.nii.gz`` segmentation,
   ``<case>.npz`` probabilities (key ``probabilities``, ``(C, z, y, x)``: nnU-Net stores the array axes in
-  reverse order of the NIfTI array, which this module undoes), ``uncertainty/<case>_<measure>.nii.gz`` maps.
+  reverse order of the NIfTI array, which this module undoes; with a reorienting reader/writer, nnU-Net's
+  ``NibabelIOWithReorient`` or ``SimpleITKIOWithReorient`` named in the folder's ``plans.json`` / ``dataset.json``,
+  in the RAS frame, which this module reorients to the segmentation's axes),
+  ``uncertainty/<case>_<measure>.nii.gz`` maps.
 
 Volumes are read with MONAI's ``LoadImage`` (so any format MONAI reads), channel first, with their affine
 (voxel -> world, mm). :func:`load_case` checks that every volume of a case has the geometry of its label map
@@ -701,7 +704,10 @@ def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray 
     """Read probabilities ``(C, *spatial)`` and their affine.
 
     nnU-Net ``.npz`` files (key ``probabilities``) hold ``(C, z, y, x)``: the spatial axes are reversed here so
-    that they line up with the NIfTI arrays of the same case. Other files are read with :func:`read_volume`.
+    that they line up with the NIfTI arrays of the same case. When the folder's ``plans.json`` / ``dataset.json``
+    name a reorienting reader/writer (:data:`REORIENTING_NNUNET_READERS`), the ``.npz`` is in the RAS frame nnU-Net
+    predicted in; it is then reoriented to the axes of the case's segmentation next to it, as that reader/writer
+    reorients the segmentation it writes. Other files are read with :func:`read_volume`.
 
     Args:
         path: a 4D volume file ``(X, Y, Z, C)`` or an nnU-Net ``.npz`` file.
@@ -712,7 +718,8 @@ def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray 
 
     Raises:
         FileNotFoundError: the file does not exist.
-        CaseError: the file cannot be read, an ``.npz`` lacks ``probabilities`` or holds fewer than 3 axes.
+        CaseError: the file cannot be read, an ``.npz`` lacks ``probabilities`` or holds fewer than 3 axes, or a
+            reorienting reader's ``.npz`` has no readable segmentation next to it.
 
     Example:
         >>> import tempfile
@@ -740,8 +747,61 @@ def read_probabilities(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray 
         if arr.ndim < 3:
             raise CaseError(f"{path}: probabilities must be (C, *spatial), got shape {arr.shape}")
         axes = (0, *range(arr.ndim - 1, 0, -1))
-        return np.ascontiguousarray(arr.transpose(axes)), None
+        arr = arr.transpose(axes)
+        if arr.ndim == 4:
+            arr = _undo_nnunet_reorientation(path, arr)
+        return np.ascontiguousarray(arr), None
     return read_volume(path)
+
+
+#: nnU-Net reader/writers that reorient every image to RAS before prediction (their ``.npz`` is in that frame)
+REORIENTING_NNUNET_READERS = ("NibabelIOWithReorient", "SimpleITKIOWithReorient")
+
+
+def _nnunet_reader_writer(folder: Path) -> tuple[str | None, str | None]:
+    """The image reader/writer and file ending nnU-Net used for the predictions of ``folder``.
+
+    From the ``plans.json`` (``image_reader_writer``, what nnU-Net's prediction reads and writes with) and
+    ``dataset.json`` (``file_ending``; ``overwrite_image_reader_writer`` when the plans name none) that
+    ``nnUNetv2_predict`` and ``monai-unc nnunet-predict`` copy into their output folder; ``(None, None)`` without
+    them.
+    """
+    dataset = read_json_or_none(folder / "dataset.json")
+    plans = read_json_or_none(folder / "plans.json")
+    dataset = dataset if isinstance(dataset, dict) else {}
+    plans = plans if isinstance(plans, dict) else {}
+    name = plans.get("image_reader_writer") or dataset.get("overwrite_image_reader_writer")
+    ending = dataset.get("file_ending")
+    return (name if isinstance(name, str) else None), (ending if isinstance(ending, str) else None)
+
+
+def _undo_nnunet_reorientation(path: Path, probs: np.ndarray) -> np.ndarray:
+    """Probabilities ``(C, x, y, z)`` of a reorienting nnU-Net reader put back into the voxel order of the files.
+
+    ``NibabelIOWithReorient`` and ``SimpleITKIOWithReorient`` predict in the RAS frame (x towards Right, y Anterior,
+    z Superior, the closest axes of an oblique image), so their ``.npz`` holds that frame, not the file's; their
+    ``write_seg`` reorients the segmentation back to the image's own axes. This does the same for the
+    probabilities, with the orientation of the case's segmentation ``<case><file_ending>`` next to the ``.npz``
+    (which has the image's affine). Other readers (SimpleITKIO, NibabelIO, ...) keep the file's axes: unchanged.
+
+    Raises:
+        CaseError: a reorienting reader, but the segmentation next to the ``.npz`` is missing or unreadable.
+    """
+    reader, ending = _nnunet_reader_writer(path.parent)
+    if reader not in REORIENTING_NNUNET_READERS:
+        return probs
+    import nibabel as nib
+    from nibabel.orientations import apply_orientation, axcodes2ornt, io_orientation, ornt_transform
+
+    case = path.name[: -len(".npz")]
+    seg = path.parent / f"{case}{ending or '.nii.gz'}"
+    try:
+        affine = nib.load(str(seg)).affine
+    except Exception as e:
+        raise CaseError(f"{path}: written with {reader}, which predicts in the RAS frame; its segmentation {seg.name} "
+                        f"is needed to put the probabilities back into the image's axes: {_reason(e)}") from None
+    to_file = ornt_transform(axcodes2ornt("RAS"), io_orientation(affine))
+    return np.stack([apply_orientation(c, to_file) for c in probs])
 
 
 def spacing_from_affine(affine: np.ndarray) -> tuple[float, ...]:

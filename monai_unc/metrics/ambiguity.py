@@ -120,14 +120,17 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
     b = b.to(device=a.device, dtype=torch.float64).reshape(-1)
     check_finite(a, "uncertainty")
     check_finite(b, "target")
+    # constant maps by an exact test on the values: the mean of a million copies of 0.1 is not exactly 0.1, so
+    # the standard deviation of a constant map can come out as 1e-17 (and the NCC as a silent ~0, not NaN)
+    const_a, const_b = bool(a.max() == a.min()), bool(b.max() == b.min())
+    if const_a or const_b:
+        which = "uncertainty" if const_a else "target"
+        # stacklevel 4: the caller of ncc, past the deprecated-argument wrapper
+        return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
     da = a - a.mean()
     db = b - b.mean()
     sa = torch.sqrt((da * da).mean())
     sb = torch.sqrt((db * db).mean())
-    if float(sa) == 0.0 or float(sb) == 0.0:
-        which = "uncertainty" if float(sa) == 0.0 else "target"
-        # stacklevel 4: the caller of ncc, past the deprecated-argument wrapper
-        return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
     return float((da * db).mean() / (sa * sb))
 
 

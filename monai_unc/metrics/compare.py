@@ -59,6 +59,32 @@ __all__ = [
 MetricFn = Callable[..., float]
 
 
+def _outcomes(x: Any, name: str) -> np.ndarray:
+    """``x`` as a bool array of paired 0/1 outcomes (bool, or numbers that are all 0 or 1; ValueError otherwise).
+
+    A cast to bool or int would read NaN and 0.3 as True, or truncate 0.5 to 0, and test other data silently.
+    """
+    a = np.asarray(x)
+    if a.dtype == bool:
+        return a
+    if not np.issubdtype(a.dtype, np.number):
+        raise TypeError(f"{name} must hold 0/1 outcomes (bool or numbers), got dtype {a.dtype}")
+    b = a != 0
+    if not np.array_equal(a, b):  # NaN compares unequal, so it lands here too
+        raise ValueError(f"{name} must hold 0/1 outcomes only (bool, or numbers 0 and 1; no NaN)")
+    return b
+
+
+def _sample(x: Any, name: str) -> np.ndarray:
+    """``x`` as a 1-D float64 sample of finite values (ValueError naming ``name`` otherwise)."""
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sample, got shape {a.shape}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} contains {int((~np.isfinite(a)).sum())} non-finite value(s) (NaN or inf)")
+    return a
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """A per-case metric ``fn(uncertainty, pred, target, spacing=...) -> float`` and its direction.
@@ -195,6 +221,15 @@ def seed003_metrics(
     return uncertainty_map_metrics(threshold, sigma, n_bands, include_uce)
 
 
+def _sample_variance(x: np.ndarray) -> float:
+    """Sample variance (ddof = 1), exactly 0 for a constant sample.
+
+    ``numpy.var`` of identical values is not always 0 (the mean of three copies of 0.1 is not 0.1 in floating point),
+    and a pooled deviation of 1e-17 turned two constant samples into an effect size of 1e15 instead of undefined.
+    """
+    return 0.0 if x.max() == x.min() else float(x.var(ddof=1))
+
+
 def cohens_d(a: Any, b: Any) -> float:
     """Cohen's d of two samples: ``(mean a - mean b) / sqrt((var_a + var_b) / 2)`` (ddof = 1).
 
@@ -205,17 +240,20 @@ def cohens_d(a: Any, b: Any) -> float:
     Returns:
         The effect size as a float; NaN with a warning for fewer than two values per sample or zero pooled variance.
 
+    Raises:
+        ValueError: ``a`` or ``b`` is not 1-D or holds NaN / inf (leave such cases out first).
+
     Example:
         >>> from monai_unc.metrics import cohens_d
         >>> round(cohens_d([1.0, 2.0, 3.0], [0.0, 1.0, 2.0]), 4)
         1.0
     """
-    x = np.asarray(a, dtype=np.float64)
-    y = np.asarray(b, dtype=np.float64)
+    x = _sample(a, "a")
+    y = _sample(b, "b")
     if x.size < 2 or y.size < 2:
         warnings.warn("cohens_d: fewer than two values; undefined", UserWarning, stacklevel=2)
         return float("nan")
-    s = math.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2.0)
+    s = math.sqrt((_sample_variance(x) + _sample_variance(y)) / 2.0)
     if s == 0:
         warnings.warn("cohens_d: zero variance in both samples; undefined", UserWarning, stacklevel=2)
         return float("nan")
@@ -236,6 +274,9 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
     Returns:
         The p-value as a float; 1.0 when there is no discordant pair.
 
+    Raises:
+        ValueError: ``x`` or ``y`` holds values other than 0 and 1 (NaN included), or their shapes differ.
+
     Example:
         >>> from monai_unc.metrics import mcnemar_test
         >>> x = [1, 1, 1, 1, 1, 1, 0, 1]
@@ -243,8 +284,8 @@ def mcnemar_test(x: Any, y: Any, exact: bool = True) -> float:
         >>> round(mcnemar_test(x, y), 4), round(mcnemar_test(x, y, exact=False), 4)
         (0.0625, 0.0736)
     """
-    x = np.asarray(x, dtype=bool)
-    y = np.asarray(y, dtype=bool)
+    x = _outcomes(x, "x")
+    y = _outcomes(y, "y")
     if x.shape != y.shape:
         raise ValueError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
     b = int(np.count_nonzero(x & ~y))
@@ -266,12 +307,17 @@ def holm_correction(p_values: Any) -> np.ndarray:
     Returns:
         Adjusted p-values, float64 numpy array of the same length.
 
+    Raises:
+        ValueError: a p-value outside [0, 1] (NaN is allowed).
+
     Example:
         >>> from monai_unc.metrics import holm_correction
         >>> holm_correction([0.01, 0.04, float("nan"), 0.03])
         array([0.03, 0.06,  nan, 0.06])
     """
     p = np.asarray(p_values, dtype=np.float64)
+    if bool(((p < 0) | (p > 1)).any()):  # NaN compares False: allowed
+        raise ValueError(f"p_values must lie in [0, 1] (or be NaN), got values in [{np.nanmin(p)}, {np.nanmax(p)}]")
     out = np.full(p.shape, np.nan)
     ok = np.flatnonzero(np.isfinite(p))
     m = ok.size
@@ -296,13 +342,16 @@ def cochrans_q(outcomes: Any) -> tuple[float, float, int]:
         ``(Q, p, k - 1)``; NaN with a warning when every case has the same outcome under all metrics (zero
         denominator) or ``k < 2``.
 
+    Raises:
+        ValueError: ``outcomes`` is not 2-D or holds values other than 0 and 1 (NaN included).
+
     Example:
         >>> from monai_unc.metrics import cochrans_q
         >>> q, p, df = cochrans_q([[1, 1, 0], [1, 0, 0], [1, 1, 0], [1, 0, 1], [0, 1, 0]])
         >>> round(q, 4), round(p, 4), df
         (2.8, 0.2466, 2)
     """
-    x = np.asarray(outcomes, dtype=np.int64)
+    x = _outcomes(outcomes, "outcomes").astype(np.int64)
     if x.ndim != 2:
         raise ValueError(f"outcomes must be (n_cases, k), got shape {x.shape}")
     k = x.shape[1]

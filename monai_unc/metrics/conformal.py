@@ -832,6 +832,62 @@ class ConformalRule:
     edges: tuple[float, ...] | None
     tasks: tuple[ConformalTaskRule, ...]
 
+    def __post_init__(self) -> None:
+        """Check the fields, as :meth:`from_dict` reads them from an untrusted file (``ValueError`` naming the field).
+
+        Membership in a mask is decided by each task's grid ``index`` alone (:meth:`apply`), so an index off the grid
+        or a side, family or grid that differs from the fitted one would silently give empty or whole-volume masks
+        under the recorded guarantee.
+        """
+        get_activation(self.activation)
+        _check_choice(self.family, "family", CONFORMAL_FAMILIES)
+        _check_choice(self.side, "side", CONFORMAL_SIDES)
+        _check_choice(self.method, "method", _METHODS)
+        _check_level(self.alpha, "alpha")
+        if (self.tol is None) != (self.method == "expectation"):
+            raise ValueError(f"tol must be None for method 'expectation' and a level for 'high_probability', got "
+                             f"tol={self.tol!r} with method {self.method!r}")
+        if self.tol is not None:
+            _check_level(self.tol, "tol")
+        size = self.size
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"size must be a positive integer, got {size!r}")
+        step = self.step
+        if isinstance(step, bool) or not isinstance(step, (int, float, np.floating)) or not (
+                math.isfinite(step) and step > 0):
+            raise ValueError(f"step must be a positive finite number, got {step!r}")
+        if self.family == "threshold" and conformal_grid("threshold", int(size)) != (step, size):
+            raise ValueError(f"step must be 1 / size for the threshold family, got step={step!r}, size={size!r}")
+        if self.family == "margin" and size > 100_000:
+            raise ValueError(f"size must be at most 100000 margin steps, got {size!r}")
+        if (not isinstance(self.names, tuple) or not self.names or not all(isinstance(n, str) for n in self.names)
+                or len(set(self.names)) != len(self.names)):
+            raise ValueError(f"names must be a non-empty tuple of distinct strings, got {self.names!r}")
+        if self.edges is not None:
+            _check_edges(self.edges)
+        expected = self.num_strata * len(self.names)
+        if not isinstance(self.tasks, tuple) or len(self.tasks) != expected:
+            got = len(self.tasks) if isinstance(self.tasks, tuple) else type(self.tasks).__name__
+            raise ValueError(f"tasks must hold {expected} ConformalTaskRule ({self.num_strata} strata x "
+                             f"{len(self.names)} names), got {got}")
+        for k, t in enumerate(self.tasks):
+            st, pos = divmod(k, len(self.names))
+            if not isinstance(t, ConformalTaskRule):
+                raise ValueError(f"tasks[{k}] must be a ConformalTaskRule, got {type(t).__name__}")
+            if t.name != self.names[pos] or t.stratum != st:
+                raise ValueError(f"tasks[{k}] must be {self.names[pos]!r} in stratum {st} (stratum-major, in the "
+                                 f"order of names), got {t.name!r} in stratum {t.stratum!r}")
+            j = t.index
+            if isinstance(j, bool) or not isinstance(j, (int, np.integer)) or not 0 <= j <= size:
+                raise ValueError(f"tasks[{k}].index must be a grid index in [0, {size}], got {j!r}")
+            lam = t.lambda_hat
+            if (isinstance(lam, bool) or not isinstance(lam, (int, float, np.floating))
+                    or not math.isclose(lam, j * step, rel_tol=1e-9, abs_tol=1e-12)):
+                raise ValueError(f"tasks[{k}].lambda_hat must be the grid value {j * step!r} of its index {j}, got "
+                                 f"{lam!r}")
+            if isinstance(t.n, bool) or not isinstance(t.n, (int, np.integer)) or t.n < 1:
+                raise ValueError(f"tasks[{k}].n must be a positive number of calibration cases, got {t.n!r}")
+
     @property
     def num_strata(self) -> int:
         """The number of strata (1 without stratification)."""

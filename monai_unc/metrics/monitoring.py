@@ -415,8 +415,9 @@ class RiskTestResult:
 
     Attributes:
         log_eprocess: ``(N,)`` ``log K_n(target)``.
-        lower_bound: ``(N,)`` the lower confidence sequence (:func:`risk_lower_bound`; at least ``target`` from the
-            alarm on).
+        lower_bound: ``(N,)`` the running maximum of the lower confidence sequence (:func:`risk_lower_bound`):
+            ``max_{k <= n} L_k``, as valid a lower bound on the largest risk of the cases so far as ``L_n`` (every
+            ``L_k`` holds at once) and at least ``target`` from the alarm on.
         target: the certified target risk.
         alpha: the false-alarm probability.
         alarm: index of the first loss at which ``K_n(target) >= 1 / alpha`` (lower bound at or above the
@@ -434,7 +435,8 @@ def risk_test(losses: object, target: float, alpha: float = 0.05) -> RiskTestRes
     """The harmful-shift alarm on audited losses of accepted cases (Podkopaev and Ramdas 2022).
 
     Args:
-        losses: ``(N,)`` losses in ``[0, 1]`` in the order the cases were triaged (NaN: not audited).
+        losses: ``(N,)`` losses in ``[0, 1]`` in the order they became known (a sequence that only grows, so that
+            every look continues the same e-process; NaN: not audited).
         target: the certified target risk.
         alpha: the false-alarm probability over the whole stream, while every case's risk is at most ``target``.
 
@@ -450,4 +452,6 @@ def risk_test(losses: object, target: float, alpha: float = 0.05) -> RiskTestRes
     """
     a = _check_alpha(alpha)
     log_k = risk_eprocess(losses, target)
-    return RiskTestResult(log_k, risk_lower_bound(losses, target, a), float(target), a, first_alarm(log_k, a))
+    # the largest bound so far: once an alarm is raised, later cases cannot report a bound under the target
+    bound = np.maximum.accumulate(risk_lower_bound(losses, target, a)) if len(log_k) else np.zeros(0)
+    return RiskTestResult(log_k, bound, float(target), a, first_alarm(log_k, a))

@@ -217,6 +217,8 @@ def _uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tenso
         raise ValueError(f"{name} is empty (shape {tuple(u.shape)})")
     if not u.is_floating_point():
         u = u.to(torch.float64)
+    elif u.dtype == torch.bfloat16:  # no numpy counterpart for the one-pass counting; float32 is exact
+        u = u.to(torch.float32)
     lo_t, hi_t = torch.aminmax(u)  # NaN propagates into both
     lo, hi = float(lo_t), float(hi_t)
     if not (math.isfinite(lo) and math.isfinite(hi)):

@@ -45,7 +45,8 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
         delta: allowed probability in (0, 1) that the bound fails.
 
     Returns:
-        The bound, vectorised over ``errors`` and ``n``; a float for scalar input.
+        The bound, vectorised over ``errors`` and ``n``; a float for scalar input. ``ValueError`` when ``n`` is not
+        a non-negative integer (NaN or 10.5 trials bound nothing) or ``errors`` is not an integer in ``[0, n]``.
 
     Example:
         >>> from monai_unc.metrics import clopper_pearson_upper
@@ -55,7 +56,7 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
         array([0.2057, 0.7327])
     """
     e = np.asarray(errors, dtype=np.float64)
-    nn = np.asarray(n, dtype=np.float64)
+    nn = _check_counts(n, "n")
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     if np.any(e < 0) or np.any(e > nn) or np.any(e != np.round(e)):
@@ -65,6 +66,22 @@ def clopper_pearson_upper(errors: ArrayLike | float, n: ArrayLike | float, delta
         ub = stats.beta.ppf(1.0 - delta, e + 1.0, np.where(full, 1.0, nn - e))
     ub = np.where(full, 1.0, ub)
     return float(ub) if ub.ndim == 0 else ub
+
+
+def _check_counts(n: ArrayLike | float, name: str) -> np.ndarray:
+    """``n`` as float64, ``ValueError`` naming ``name`` unless every entry is a finite integer ``>= 0``."""
+    nn = np.asarray(n, dtype=np.float64)
+    if not np.isfinite(nn).all() or np.any(nn < 0) or np.any(nn != np.round(nn)):
+        raise ValueError(f"{name} must be non-negative integers (numbers of cases), got {n!r}")
+    return nn
+
+
+def _check_unit(x: ArrayLike | float, name: str) -> np.ndarray:
+    """``x`` as float64, ``ValueError`` naming ``name`` unless every entry is finite and in [0, 1]."""
+    a = np.asarray(x, dtype=np.float64)
+    if not np.isfinite(a).all() or np.any(a < 0) or np.any(a > 1):
+        raise ValueError(f"{name} must lie in [0, 1], got {x!r}")
+    return a
 
 
 def _bernoulli_kl(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -88,21 +105,25 @@ def hoeffding_bentkus_pvalue(
         alpha: the risk level of the null hypothesis.
 
     Returns:
-        The p-value, vectorised; a float for scalar input.
+        The p-value, vectorised; a float for scalar input. ``ValueError`` naming the argument when ``risk_hat`` or
+        ``alpha`` is outside [0, 1] or ``n`` is not a non-negative integer (a mean loss outside [0, 1] would give a
+        p-value of 0, a certificate from nothing).
 
     Example:
         >>> from monai_unc.metrics import hoeffding_bentkus_pvalue
         >>> round(hoeffding_bentkus_pvalue(0.02, 100, 0.1), 4)
         0.0053
     """
-    r = np.asarray(risk_hat, dtype=np.float64)
-    nn = np.asarray(n, dtype=np.float64)
-    a = np.asarray(alpha, dtype=np.float64)
+    p = _hb_pvalue(_check_unit(risk_hat, "risk_hat"), _check_counts(n, "n"), _check_unit(alpha, "alpha"))
+    return float(p) if p.ndim == 0 else p
+
+
+def _hb_pvalue(r: np.ndarray, nn: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """:func:`hoeffding_bentkus_pvalue` on checked float64 arrays (the root-finding and the batch core)."""
     hoeffding = np.exp(-nn * _bernoulli_kl(np.minimum(r, a), a))
     k = np.ceil(np.round(nn * r, 9))  # n * mean can land a few ulps above an integer
     bentkus = math.e * stats.binom.cdf(k, nn, a)
-    p = np.where(nn > 0, np.minimum(np.minimum(hoeffding, bentkus), 1.0), 1.0)
-    return float(p) if p.ndim == 0 else p
+    return np.where(nn > 0, np.minimum(np.minimum(hoeffding, bentkus), 1.0), 1.0)
 
 
 def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
@@ -117,7 +138,8 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
         delta: allowed probability in (0, 1) that the bound fails.
 
     Returns:
-        The bound as a float; 1 when ``risk_hat == 1`` or ``n == 0``.
+        The bound as a float; 1 when ``risk_hat == 1`` or ``n == 0``. ``ValueError`` naming the argument when
+        ``risk_hat`` is outside [0, 1] or ``n`` is not a non-negative integer.
 
     Example:
         >>> from monai_unc.metrics import hoeffding_bentkus_upper
@@ -126,12 +148,15 @@ def hoeffding_bentkus_upper(risk_hat: float, n: int, delta: float) -> float:
     """
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
-    r = float(risk_hat)
-    if n <= 0 or r >= 1.0:
+    r = float(_check_unit(risk_hat, "risk_hat"))
+    nn = _check_counts(n, "n")
+    if nn.ndim:
+        raise ValueError(f"n must be one number of cases, got {n!r}")
+    if nn == 0 or r >= 1.0:
         return 1.0
 
     def f(a: float) -> float:
-        return hoeffding_bentkus_pvalue(r, n, a) - delta
+        return float(_hb_pvalue(np.float64(r), nn, np.float64(a))) - delta
 
     lo, hi = r, 1.0 - 1e-15
     if f(hi) > 0:
@@ -188,15 +213,21 @@ class RiskControlledThreshold:
     def accept(self, uncertainty: ArrayLike) -> ArrayLike:
         """Boolean mask of the cases to accept (``uncertainty <= threshold``), in the library of the input.
 
+        The comparison is made in float64 whatever the input's dtype: ``threshold`` is the largest float64 below the
+        first refused calibration value, and rounding it to float32 (what a float32 array or tensor compared with a
+        Python float does) would give that refused value back and accept it, and with it every new case tied with
+        it (a discrete score, e.g. a voxel count, ties often).
+
         Args:
-            uncertainty: case uncertainties, any shape.
+            uncertainty: case uncertainties, any shape (NaN is referred).
 
         Returns:
             A boolean mask of the same shape.
         """
         if isinstance(uncertainty, torch.Tensor):
-            return uncertainty <= self.threshold
-        return np.asarray(uncertainty) <= self.threshold
+            u = uncertainty if uncertainty.dtype == torch.float64 else uncertainty.to(torch.float64)
+            return u <= self.threshold
+        return np.asarray(uncertainty).astype(np.float64, copy=False) <= self.threshold
 
 
 def _min_certifiable(alpha: float, delta: float) -> int:
@@ -271,7 +302,7 @@ def _risk_control_batch(
         pick = np.where(any_ok, last, np.argmin(ub, axis=1))
         bound = ub[np.arange(n_rows), pick]
     else:
-        pv = hoeffding_bentkus_pvalue(loss / n_acc, n_acc, alpha)
+        pv = _hb_pvalue(loss / n_acc, n_acc.astype(np.float64), np.float64(alpha))
         # Wiens' fallback procedure over increasing k: candidate j is tested at w_j delta plus the level of
         # candidate j - 1 if that one was rejected. Fixed-sequence testing is w = (1, 0, ..., 0).
         w = np.r_[1.0, np.zeros(n_cand - 1)] if sequence == "fixed" else np.full(n_cand, 1.0 / n_cand)

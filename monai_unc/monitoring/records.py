@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -195,6 +196,7 @@ def read_triage_run(
             ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`).
     """
     root = Path(folder)
+    site = (site.strip() or None) if isinstance(site, str) else site  # as the sites table and the sidecars
     path = root / "triage.json"
     if not path.is_file():
         raise ValueError(f"{os.fspath(folder)!r} is not a triage output folder (no triage.json)")
@@ -208,6 +210,9 @@ def read_triage_run(
     rule = doc.get("rule")
     if not isinstance(rule, dict) or not isinstance(rule.get("digest"), str):
         raise ValueError(f"{path}: field 'rule' must hold the referral rule with its digest")
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", rule["digest"]):
+        raise ValueError(f"{path}: field 'rule.digest' must be 'sha256:' and 64 hex digits, got "
+                         f"{rule['digest'][:80]!r}")
     target = rule.get("target_risk")
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
         raise ValueError(f"{path}: field 'rule.target_risk' must be a number in (0, 1), got {target!r}")
@@ -295,25 +300,31 @@ def loss_of(dice: float | None, failure: int | None, risk: str, failure_dice: fl
 def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Audited labels from a CSV: a ``case`` column and ``dice`` (in ``[0, 1]``) and/or ``failure`` (0 or 1).
 
+    An optional ``site`` column names the site of each case, for case ids that more than one site uses (the store
+    refuses a label of such a case without its site).
+
     Args:
         path: the CSV file.
 
     Returns:
-        ``{"case", "dice", "failure"}`` per row (None for an empty cell).
+        ``{"case", "dice", "failure"}`` per row (None for an empty cell), with ``"site"`` (None when empty) when the
+        table has a ``site`` column.
 
     Raises:
-        ValueError: a missing column, a value out of range, a case listed twice.
+        ValueError: a missing column, a value out of range, a case (at a site) listed twice.
     """
     name = os.fspath(path)
     rows = read_csv(path)
     if not rows or "case" not in rows[0] or not ({"dice", "failure"} & set(rows[0])):
         raise ValueError(f"labels table {name!r} needs a 'case' column and a 'dice' or 'failure' column")
+    with_site = "site" in rows[0]
     out, seen = [], set()
     for i, r in enumerate(rows, start=2):
         cid = _text(r.get("case"), f"{name}: line {i}: 'case'")
-        if cid in seen:
-            raise ValueError(f"{name}: case {cid!r} is listed twice")
-        seen.add(cid)
+        site = ((r.get("site") or "").strip() or None) if with_site else None
+        if (cid, site) in seen:
+            raise ValueError(f"{name}: case {cid!r}{'' if site is None else f' at site {site!r}'} is listed twice")
+        seen.add((cid, site))
         dice = fail = None
         if (r.get("dice") or "").strip():
             try:
@@ -328,7 +339,7 @@ def read_label_table(path: str | os.PathLike) -> list[dict[str, Any]]:
             fail = int(r["failure"])
         if dice is None and fail is None:
             raise ValueError(f"{name}: line {i}: case {cid!r} has neither 'dice' nor 'failure'")
-        out.append({"case": cid, "dice": dice, "failure": fail})
+        out.append({"case": cid, "dice": dice, "failure": fail, **({"site": site} if with_site else {})})
     return out
 
 

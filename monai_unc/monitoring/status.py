@@ -14,9 +14,9 @@ recording order):
   against: the alarm then tests that the images stay exchangeable over time, not that they match the calibration
   images (:attr:`GroupStatus.image_note` says so);
 - the **risk alarm** (audited labels): the betting e-process of the losses of the *accepted* cases that were
-  audited, against the rule's target risk (:func:`monai_unc.metrics.monitoring.risk_test`). Referred cases are
-  left out: the guarantee is about accepted cases, and the referred ones that are audited are not a sample of
-  them;
+  audited, in the order their labels were recorded (:func:`labelled_in_order`), against the rule's target risk
+  (:func:`monai_unc.metrics.monitoring.risk_test`). Referred cases are left out: the guarantee is about accepted
+  cases, and the referred ones that are audited are not a sample of them;
 - the acceptance and referral rates, overall and over the last :data:`RECENT` cases.
 
 Each alarm has a false-alarm probability of at most ``alpha`` over the whole stream on its own; with several sites
@@ -35,12 +35,11 @@ import numpy as np
 
 from ..evaluation.triage.rule import ImageReference
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
+from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable",
-           "stream_seed", "image_reference_scores"]
+           "stream_seed", "image_reference_scores", "labelled_in_order"]
 
-#: the site name of the pooled stream
-ALL_SITES = "(all sites)"
 #: the number of latest cases of the recent rates
 RECENT = 50
 
@@ -61,6 +60,7 @@ class GroupStatus:
         image_against_calibration: whether the image martingale ranked the cases against the rule's calibration
             images (:func:`image_reference_scores`) as well as the stream's earlier cases; False when the rule
             records no statistics of its calibration images (the stream's earlier cases only).
+        pooled: whether this is the pooled stream of all the rule's sites (its ``site`` is :data:`ALL_SITES`).
     """
 
     rule_digest: str
@@ -72,6 +72,7 @@ class GroupStatus:
     target_risk: float
     alpha: float
     image_against_calibration: bool = False
+    pooled: bool = False
 
     @property
     def image_note(self) -> str | None:
@@ -82,6 +83,20 @@ class GroupStatus:
                 "statistics of its calibration images (certified before monai-unc recorded them), so it detects a "
                 "change within the stream, not a stream whose images differ from the calibration images from its "
                 "start; certify the rule again (monai-unc evaluate --target-risk --images) to test against them")
+
+    @property
+    def n_undefined_scores(self) -> int:
+        """The number of cases without a defined score (NaN): the score martingale skips them."""
+        return sum(1 for c in self.cases if math.isnan(c["score"]))
+
+    @property
+    def score_note(self) -> str | None:
+        """What the score alarm did not see: the cases without a defined score (None when every score is defined)."""
+        k = self.n_undefined_scores
+        if not k:
+            return None
+        return (f"{k} of {self.n_cases} case(s) have no defined score: the score martingale skips them (the score "
+                "alarm cannot see them; an undefined score usually means an empty or failed prediction)")
 
     @property
     def n_cases(self) -> int:
@@ -101,8 +116,8 @@ class GroupStatus:
 
     @property
     def labelled_accepted(self) -> list[Mapping[str, Any]]:
-        """The accepted cases with an audited label, in order."""
-        return [c for c in self.cases if c["decision"] == "accept" and c.get("loss") is not None]
+        """The accepted cases with an audited label, in the risk test's order (:func:`labelled_in_order`)."""
+        return labelled_in_order(self.cases)
 
     def alarms(self) -> list[str]:
         """One line per alarm raised (empty when none)."""
@@ -120,6 +135,33 @@ class GroupStatus:
                        f"confidence bound {self.risk.lower_bound[-1]:.3f}), alarm at audited case "
                        f"{lab[self.risk.alarm]['case_id']!r}")
         return out
+
+
+def labelled_in_order(cases: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The accepted cases with an audited label, in the order their labels were recorded (then in case order).
+
+    Audits lag: a batch of labels often covers cases triaged before those of an earlier batch. In triage order a
+    later batch would be inserted *before* losses already seen, so each ``status`` would test another sequence: an
+    alarm raised yesterday could vanish today (a false all-clear), and the looks together would no longer be one
+    e-process under Ville's inequality. In the order the labels arrived (``label_seq``: the audit entry of a case's
+    first label) the sequence only grows, and every check continues the same e-process.
+
+    Args:
+        cases: the stream's case rows in recording order; ``label_seq`` (from
+            :meth:`~monai_unc.monitoring.store.MonitorStore.cases`) may be absent: then triage order.
+
+    Returns:
+        The accepted cases with a ``loss``, ordered by ``label_seq`` (stable: triage order within a batch).
+
+    Example:
+        >>> rows = [{"case_id": "a", "decision": "accept", "loss": 0.0, "label_seq": 3},
+        ...         {"case_id": "b", "decision": "accept", "loss": 1.0, "label_seq": 2},
+        ...         {"case_id": "c", "decision": "review", "loss": 1.0, "label_seq": 1}]
+        >>> [c["case_id"] for c in labelled_in_order(rows)]
+        ['b', 'a']
+    """
+    lab = [c for c in cases if c["decision"] == "accept" and c.get("loss") is not None]
+    return sorted(lab, key=lambda c: c.get("label_seq") or 0)
 
 
 def stream_seed(*parts: str) -> int:
@@ -170,7 +212,7 @@ def image_reference_scores(rule: Mapping[str, Any], source: str = "rule") -> np.
 
 
 def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule: Mapping[str, Any],
-           alpha: float, image_reference: np.ndarray | None) -> GroupStatus:
+           alpha: float, image_reference: np.ndarray | None, pooled: bool = False) -> GroupStatus:
     scores = np.array([c["score"] for c in cases], dtype=np.float64)
     defined = scores[~np.isnan(scores)]
     score = (score_martingale(defined, rule["calibration_scores"], alpha=alpha,
@@ -181,10 +223,10 @@ def _group(rule_digest: str, site: str, cases: Sequence[Mapping[str, Any]], rule
     image = (score_martingale(z, against, alpha=alpha, seed=stream_seed(rule_digest, site, "image"))
              if z.size else None)
     target = rule["target_risk"]
-    losses = [c["loss"] for c in cases if c["decision"] == "accept" and c.get("loss") is not None]
+    losses = [c["loss"] for c in labelled_in_order(cases)]
     risk = risk_test(losses, target, alpha) if losses and target is not None else None
     return GroupStatus(rule_digest, site, tuple(cases), score, image, risk,
-                       math.nan if target is None else float(target), alpha, image_reference is not None)
+                       math.nan if target is None else float(target), alpha, image_reference is not None, pooled)
 
 
 def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mapping[str, Any]],
@@ -216,7 +258,7 @@ def monitor_status(cases: Sequence[Mapping[str, Any]], rules: Mapping[str, Mappi
         for site in sites:
             out.append(_group(digest, site, [c for c in rows if c["site"] == site], rule, alpha, ref))
         if len(sites) > 1:
-            out.append(_group(digest, ALL_SITES, rows, rule, alpha, ref))
+            out.append(_group(digest, ALL_SITES, rows, rule, alpha, ref, pooled=True))
     return out
 
 
@@ -250,7 +292,8 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
 
     Returns:
         The table's lines (fixed-width columns), one note per rule whose image alarm has no calibration images to
-        rank against (:attr:`GroupStatus.image_note`), and one line per alarm.
+        rank against (:attr:`GroupStatus.image_note`), one warning per stream with cases without a defined score
+        (:attr:`GroupStatus.score_note`), and one line per alarm.
     """
     head = ("rule", "site", "cases", "accepted", "recent", "score martingale", "image martingale", "audited",
             "risk (observed / lower bound / target)")
@@ -263,13 +306,15 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
                     f"{g.target_risk:g}")
         else:
             risk = "-"
-        rows.append((g.rule_digest.removeprefix("sha256:")[:12], printable(g.site[:40]), str(g.n_cases),
+        rows.append((printable(g.rule_digest.removeprefix("sha256:")[:12]), printable(g.site[:40]), str(g.n_cases),
                      f"{g.acceptance_rate:.0%}", f"{g.recent_acceptance_rate:.0%}", _fmt_m(g.score),
                      _fmt_m(g.image), str(len(lab)), risk))
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     notes = {g.rule_digest: g.image_note for g in groups if g.image_note is not None}
-    lines += [f"note: rule {d.removeprefix('sha256:')[:12]}: {n}" for d, n in notes.items()]
+    lines += [printable(f"note: rule {d.removeprefix('sha256:')[:12]}: {n}") for d, n in notes.items()]
+    lines += [printable(f"warning: rule {g.rule_digest.removeprefix('sha256:')[:12]} [{g.site}]: {g.score_note}")
+              for g in groups if g.score_note is not None]
     alarms = [printable(f"ALARM [{g.site}] {a}") for g in groups for a in g.alarms()]
     lines += alarms or [f"no alarm (each alarm: false-alarm probability <= {groups[0].alpha:g} over the whole "
                         "stream)" if groups else "no cases recorded"]

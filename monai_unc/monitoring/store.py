@@ -25,7 +25,7 @@ import socket
 import sqlite3
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,6 +38,7 @@ __all__ = [
     "MIGRATIONS",
     "GENESIS",
     "UNKNOWN_SITE",
+    "ALL_SITES",
     "MonitorStore",
     "CaseRecord",
     "AuditEntry",
@@ -51,6 +52,8 @@ __all__ = [
 GENESIS = "0" * 64
 #: the site of a case whose site nobody gave
 UNKNOWN_SITE = "unknown"
+#: the name of the pooled stream of all sites (reserved: no case's site may have it)
+ALL_SITES = "(all sites)"
 #: ``(version, statements)`` of each schema migration, in order; ``{id}`` is the dialect's auto-increment key
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, (
@@ -82,6 +85,9 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_max", "expected_dice", "decision",
                  "code", "reason", "rule_digest", "model_digest", "prediction")
+#: the columns that make a recorded case the same decision when its triage folder is recorded again
+_DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code")
+_DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
 _MAX_TEXT = 1000
 
@@ -114,6 +120,12 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes a recorded case the same decision (NaN and None alike, floats as stored)."""
+    return tuple(None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
+                 for c in _DECISION_COLUMNS)
 
 
 def rows_digest(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -244,8 +256,11 @@ class MonitorStore:
     Open it with :meth:`open` (creates or migrates the schema), use it as a context manager or call :meth:`close`.
 
     Args:
-        url: a file path or ``sqlite:///PATH`` (SQLite), or ``postgresql://...`` (PostgreSQL, needs psycopg 3).
-        create: create a missing SQLite file (False: a missing file is an error, for the read-only commands).
+        url: a file path or ``sqlite:///PATH`` (SQLite; SQLAlchemy's convention: ``PATH`` is what follows the third
+            slash, so ``sqlite:///m.db`` is relative to the working directory and ``sqlite:////var/m.db`` absolute),
+            or ``postgresql://...`` (PostgreSQL, needs psycopg 3).
+        create: create a missing SQLite file and the store's tables (False, for the read-only commands: a missing
+            file, or a database that is not a monitoring store, is an error and nothing is written into it).
         timeout: seconds a writer waits for another writer's transaction.
 
     Raises:
@@ -266,6 +281,8 @@ class MonitorStore:
             raise ValueError(f"database must be a file path or a database URL, got {url!r}")
         self.url = text
         self.dialect = "postgresql" if re.match(r"^postgres(ql)?://", text) else "sqlite"
+        self._name = redact_url(text)  # how errors name the store
+        self._driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
         if self.dialect == "sqlite":
             if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text) and not text.startswith("sqlite:///"):
                 raise ValueError(f"database {redact_url(text)!r}: unsupported URL (a file path, sqlite:///PATH or "
@@ -278,11 +295,17 @@ class MonitorStore:
             try:
                 self._conn: Any = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
                 self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+                if not create:  # before WAL mode, which would write into a file that is no store
+                    self._refuse_if_no_store(str(path))
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 self._conn.execute("PRAGMA foreign_keys = ON")
                 self._conn.execute("PRAGMA synchronous = NORMAL")
             except sqlite3.Error as e:
+                self.close()
                 raise ValueError(f"cannot open the database {str(path)!r}: {e}") from None
+            except ValueError:
+                self.close()
+                raise
             self.path: Path | None = path
         else:
             try:
@@ -291,12 +314,19 @@ class MonitorStore:
                 raise ImportError("a PostgreSQL monitoring store needs psycopg 3: pip install 'monai-unc[monitor]'"
                                   ) from None
             try:
+                self._driver_errors = (psycopg.Error,)
                 self._conn = psycopg.connect(text, autocommit=True, connect_timeout=10)
                 self._conn.execute("SET client_encoding TO 'UTF8'")  # text as str, whatever the server's encoding
             except psycopg.Error as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ValueError(f"cannot connect to the database {redact_url(text)!r}: {first}") from None
             self.path = None
+            if not create:
+                try:
+                    self._refuse_if_no_store(redact_url(text))
+                except BaseException:
+                    self.close()
+                    raise
         try:
             self._migrate()
         except BaseException:
@@ -321,27 +351,59 @@ class MonitorStore:
             return sql.replace("?", "%s").replace("{id}", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
         return sql.replace("{id}", "INTEGER PRIMARY KEY AUTOINCREMENT")
 
+    @contextmanager
+    def _db_errors(self) -> Iterator[None]:
+        """The driver's errors as one ``ValueError`` naming the store.
+
+        A damaged file, a table dropped outside the store, a lock held past the timeout or a server that went away
+        is an error of the input (one line, exit status 2 on the command line), not a traceback whose exit status 1
+        would read as "alarm raised" (``status``) or "tampered" (``verify``).
+        """
+        try:
+            yield
+        except self._driver_errors as e:
+            text = str(e).strip()
+            first = text.splitlines()[0] if text else type(e).__name__
+            raise ValueError(f"the monitoring database {self._name!r}: {first}") from None
+
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(self._sql(sql), tuple(params))
+        with self._db_errors():
+            return self._conn.execute(self._sql(sql), tuple(params))
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return list(self._execute(sql, params).fetchall())
+        cursor = self._execute(sql, params)
+        with self._db_errors():  # SQLite reads the rows lazily: a damaged page fails here
+            return list(cursor.fetchall())
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """One write transaction holding the writers' lock (the audit chain needs one writer at a time)."""
         if self.dialect == "sqlite":
-            self._conn.execute("BEGIN IMMEDIATE")
+            with self._db_errors():
+                self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
+                with self._db_errors():
+                    self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    with suppress(sqlite3.Error):  # the error that brought us here is the one to report
+                        self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
         else:
-            with self._conn.transaction():
+            with self._db_errors(), self._conn.transaction():
                 self._conn.execute("SELECT pg_advisory_xact_lock(7263418)")  # the writers' lock
                 yield
+
+    def _refuse_if_no_store(self, name: str) -> None:
+        """Refuse a database without the store's ``monitor_meta`` table (the read-only commands: ``create=False``).
+
+        A wrong ``--db`` (another application's database, an empty file, a server's other database) must neither
+        receive the store's tables from ``status`` nor read as a store with "no cases recorded".
+        """
+        if not self._table_exists("monitor_meta"):
+            raise ValueError(f"database {name!r} is not a monitoring store (it has no monitor_meta table; "
+                             "monai-unc monitor record creates a store)")
 
     def _table_exists(self, name: str) -> bool:
         if self.dialect == "sqlite":
@@ -440,9 +502,11 @@ class MonitorStore:
     def _rows_digest_of(self, action: str, seq: int) -> str:
         if action == "record":
             cols = ", ".join(f"c.{c}" for c in _CASE_COLUMNS)
-            rows = self._all(f"SELECT {cols} FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.audit_seq = ? "
-                             "ORDER BY c.case_id", (seq,))
-            return rows_digest([dict(zip(_CASE_COLUMNS, r)) for r in rows], _CASE_COLUMNS)
+            rows = self._all(f"SELECT {cols} FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.audit_seq = ?",
+                             (seq,))
+            # in Python's (code point) order, as record_run hashed them: a server's collation (en-US) sorts otherwise
+            found = sorted((dict(zip(_CASE_COLUMNS, r)) for r in rows), key=lambda d: d["case_id"])
+            return rows_digest(found, _CASE_COLUMNS)
         rows = self._all("SELECT l.case_row, l.dice, l.failure, l.loss, l.source FROM labels l WHERE l.audit_seq = ? "
                          "ORDER BY l.id", (seq,))
         return rows_digest([dict(zip(_LABEL_COLUMNS, r)) for r in rows], _LABEL_COLUMNS)
@@ -454,6 +518,12 @@ class MonitorStore:
     ) -> tuple[int, bool]:
         """Record one triage run (its rule and its cases) and its audit entry, in one transaction.
 
+        A run is recorded once (its ``source_digest``), and so is a decision: a case that a run of the same
+        ``folder`` already recorded with the same rule, site, case id, score, image z-score, expected Dice, decision
+        and code (triage run again on a folder of predictions that gained cases rewrites ``triage.json`` with the
+        earlier decisions in it) is skipped, so that it does not weigh twice in the alarms. A case id of that folder
+        with another decision, or at another site, is another case and is recorded.
+
         Args:
             rule: the rule's JSON (``referral_rule.json`` as triage recorded it), with its ``digest``.
             cases: the run's decisions.
@@ -464,9 +534,14 @@ class MonitorStore:
             command: the command line of the audit entry (default ``sys.argv``).
 
         Returns:
-            ``(run id, new)``: ``new`` False when the run was already in the store (nothing written).
+            ``(run id, new)``: ``new`` False when the run was already in the store (nothing written). The run's
+            ``n_cases`` (:meth:`runs`) counts the cases written, without those skipped.
         """
         digest = _check_text(rule.get("digest"), "the rule's digest")
+        for c in cases:
+            if _check_text(c.site, f"the site of case {c.case_id!r}") == ALL_SITES:
+                raise ValueError(f"case {c.case_id!r}: the site name {ALL_SITES!r} is reserved for the pooled stream "
+                                 "of all sites: give the site another name (--site, --sites)")
         with self._transaction():
             found = self._all("SELECT id FROM runs WHERE source_digest = ?", (source_digest,))
             if found:
@@ -480,10 +555,12 @@ class MonitorStore:
                               "body) VALUES (?, ?, ?, ?, ?, ?, ?)",
                               (digest, str(column), rule.get("target_risk"), str(rule.get("risk", "failure")),
                                rule.get("failure_dice"), _canonical(cal_scores), _in_order(rule)))
-            rows = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
+            every = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
+            known = self._decisions_of_folder(folder, digest, [r["case_id"] for r in every])
+            rows = [r for r in every if _decision_key(r) not in known]
             details = {"triage": folder, "source_digest": source_digest, "rule_digest": digest,
                        "model_digest": model_digest, "n_cases": len(rows),
-                       "rows_digest": rows_digest(rows, _CASE_COLUMNS)}
+                       "n_already_recorded": len(every) - len(rows), "rows_digest": rows_digest(rows, _CASE_COLUMNS)}
             seq = self._append_audit("record", details, command)
             run_id = self._insert_id(
                 "INSERT INTO runs (audit_seq, source_digest, recorded_at, triaged_at, folder, rule_digest, "
@@ -495,6 +572,27 @@ class MonitorStore:
                               [(run_id, *(_clean(r[c]) for c in _CASE_COLUMNS)) for r in rows])
         return run_id, True
 
+    def _decisions_of_folder(self, folder: str, digest: str, case_ids: Sequence[str]) -> set[tuple[Any, ...]]:
+        """The decisions (:func:`_decision_key`) of these case ids that the runs of a folder recorded under a rule.
+
+        The folder's runs first (usually none: a new folder), then the cases by id (index ``cases_by_case_id``), so
+        the cost follows the run's size, not the history of the folder or of the rule.
+        """
+        runs = {int(r[0]) for r in self._all("SELECT id FROM runs WHERE folder = ? AND rule_digest = ?",
+                                             (folder, digest))}
+        out: set[tuple[Any, ...]] = set()
+        if not runs:
+            return out
+        ids = sorted(set(case_ids))
+        cols = ", ".join(_DECISION_COLUMNS)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            for r in self._all(f"SELECT run_id, {cols} FROM cases WHERE case_id IN ({', '.join('?' * len(chunk))})",
+                               chunk):
+                if int(r[0]) in runs:
+                    out.add(_decision_key(dict(zip(_DECISION_COLUMNS, r[1:]))))
+        return out
+
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
         if self.dialect == "sqlite":
             return int(self._execute(sql, params).lastrowid)
@@ -503,21 +601,24 @@ class MonitorStore:
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
             return
-        if self.dialect == "sqlite":
-            self._conn.executemany(self._sql(sql), rows)
-        else:
-            with self._conn.cursor() as cur:
-                cur.executemany(self._sql(sql), rows)
+        with self._db_errors():
+            if self.dialect == "sqlite":
+                self._conn.executemany(self._sql(sql), rows)
+            else:
+                with self._conn.cursor() as cur:
+                    cur.executemany(self._sql(sql), rows)
 
     def add_labels(self, labels: Sequence[Mapping[str, Any]], *, source: str,
                    command: Sequence[str] | None = None) -> int:
         """Record audited labels of recorded cases, with their audit entry, in one transaction.
 
-        Each label goes to the latest record of its case id.
+        Each label goes to the latest record of its case id (at its ``site`` when the label names one). A case id
+        recorded at more than one site is ambiguous without the site (sites that number their cases alike): the
+        label of one site's case must not go to another site's, so such a label is refused.
 
         Args:
-            labels: ``{"case", "dice", "failure", "loss"}`` per case (``dice`` / ``failure`` may be None; ``loss``
-                in ``[0, 1]`` is what the risk statistics use).
+            labels: ``{"case", "dice", "failure", "loss"}`` per case, optionally ``"site"`` (``dice`` / ``failure``
+                / ``site`` may be None; ``loss`` in ``[0, 1]`` is what the risk statistics use).
             source: where the labels came from (a CSV or a folder; for the audit trail).
             command: the command line of the audit entry.
 
@@ -525,16 +626,24 @@ class MonitorStore:
             The number of labels recorded.
 
         Raises:
-            ValueError: a case id that is not in the store, or a loss outside ``[0, 1]``.
+            ValueError: a case id that is not in the store (at the label's site), a case id of several sites without
+                the site, or a loss outside ``[0, 1]``.
         """
         with self._transaction():
             rows = []
-            missing = []
+            missing, ambiguous = [], []
             for lab in labels:
                 cid = _check_text(lab.get("case"), "case")
-                found = self._all("SELECT id FROM cases WHERE case_id = ? ORDER BY id DESC LIMIT 1", (cid,))
+                site = _check_text(lab.get("site"), "site", allow_none=True)
+                records = self._all("SELECT id, site FROM cases WHERE case_id = ? ORDER BY id DESC", (cid,))
+                if site is not None:
+                    records = [r for r in records if r[1] == site]
+                elif len({r[1] for r in records}) > 1:
+                    ambiguous.append(f"{cid!r} ({', '.join(sorted({str(r[1]) for r in records})[:5])})")
+                    continue
+                found = records[:1]
                 if not found:
-                    missing.append(cid)
+                    missing.append(cid if site is None else f"{cid} at {site}")
                     continue
                 loss = float(lab["loss"])
                 if not 0 <= loss <= 1:
@@ -544,6 +653,11 @@ class MonitorStore:
                 rows.append({"case_row": int(found[0][0]), "dice": None if dice is None else float(dice),
                              "failure": None if fail is None else int(fail), "loss": loss,
                              "source": _check_text(source, "source")})
+            if ambiguous:
+                more = " ..." if len(ambiguous) > 5 else ""
+                raise ValueError(f"{len(ambiguous)} labelled case id(s) recorded at more than one site "
+                                 f"({'; '.join(ambiguous[:5])}{more}): add a 'site' column to the labels table to say "
+                                 "whose case each label is")
             if missing:
                 more = " ..." if len(missing) > 5 else ""
                 raise ValueError(f"{len(missing)} labelled case(s) not in the monitoring store ({missing[:5]}{more}): "
@@ -589,17 +703,20 @@ class MonitorStore:
 
         Returns:
             One dict per case row: the :class:`CaseRecord` fields, ``row`` (its id), ``run`` and ``loss``,
-            ``dice``, ``failure`` of its latest label.
+            ``dice``, ``failure`` of its latest label, and ``label_seq``: the audit entry of its first label (when
+            its label arrived: the order of the risk test), None without a label.
         """
         cols = ", ".join(f"c.{c}" for c in _CASE_COLUMNS)
-        sql = (f"SELECT c.id, c.run_id, {cols}, l.loss, l.dice, l.failure FROM cases c LEFT JOIN labels l ON l.id = "
-               "(SELECT MAX(l2.id) FROM labels l2 WHERE l2.case_row = c.id) ORDER BY c.id")
+        sql = (f"SELECT c.id, c.run_id, {cols}, l.loss, l.dice, l.failure, "
+               "(SELECT MIN(l3.audit_seq) FROM labels l3 WHERE l3.case_row = c.id) FROM cases c LEFT JOIN labels l "
+               "ON l.id = (SELECT MAX(l2.id) FROM labels l2 WHERE l2.case_row = c.id) ORDER BY c.id")
         out = []
         for r in self._all(sql):
             d = {"row": int(r[0]), "run": int(r[1]), **dict(zip(_CASE_COLUMNS, r[2:2 + len(_CASE_COLUMNS)]))}
             for k in ("score", "image_z_max", "expected_dice"):
                 d[k] = math.nan if d[k] is None else float(d[k])
-            loss, dice, fail = r[2 + len(_CASE_COLUMNS):]
+            loss, dice, fail, label_seq = r[2 + len(_CASE_COLUMNS):]
+            d["label_seq"] = None if label_seq is None else int(label_seq)
             d["loss"] = None if loss is None else float(loss)
             d["dice"] = None if dice is None else float(dice)
             d["failure"] = None if fail is None else int(fail)

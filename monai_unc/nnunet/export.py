@@ -379,6 +379,34 @@ def _ending(name: str) -> str:
     return Path(name).suffix
 
 
+def _write_with_reader_writer(reader_writer: Any, data: np.ndarray, out: Path, properties: dict) -> Path:
+    """``reader_writer.write_seg(data, out, properties)`` with every file it writes renamed into place, ``out`` last.
+
+    ``write_seg`` runs in a private temporary folder next to ``out`` under the final file name, so that files the
+    reader/writer names after it land under their final names too: Tiff3DIO writes the spacing into a
+    ``<name>.json`` sidecar next to the ``.tif``, and writing under a temporary name left that sidecar under the
+    temporary name (the image then reads back with spacing 1). The sidecars are renamed first, the image last.
+
+    Args:
+        reader_writer: the dataset's nnU-Net image reader/writer.
+        data: the array ``write_seg`` receives.
+        out: the file to write.
+        properties: the image properties the reader/writer returned for the case.
+
+    Returns:
+        ``out``.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".write_") as tmpdir:
+        tmp = Path(tmpdir) / out.name
+        reader_writer.write_seg(data, str(tmp), properties)
+        for f in sorted(Path(tmpdir).iterdir()):
+            if f.name != out.name:
+                os.replace(f, out.parent / f.name)
+        os.replace(tmp, out)
+    return out
+
+
 def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict) -> Path:
     """Write a float map with the geometry ``reader_writer.write_seg`` gives segmentations (atomic rename).
 
@@ -408,7 +436,9 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     out = Path(output_fname)
     arr = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
     if type(reader_writer).__name__ == "NaturalImage2DIO":
-        return atomic_save_npz(out.with_name(out.name.split(".")[0] + ".npz"), {"map": arr}, compressed=True)
+        # only the file ending goes: case identifiers may hold dots (``case.v1``)
+        stem = out.name[: -len(_ending(out.name))] if _ending(out.name) else out.name
+        return atomic_save_npz(out.with_name(stem + ".npz"), {"map": arr}, compressed=True)
     if _ending(out.name) == ".nii.gz":
         # the reader/writer writes the uncompressed .nii (the same header and voxels it would compress), gzipped at
         # MAP_COMPRESSLEVEL: a float map shrinks by under 20 % at any level, and SimpleITK's default level made the
@@ -418,9 +448,7 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
             nii = Path(tmpdir) / f"{out.name[: -len('.gz')]}"
             reader_writer.write_seg(arr.view(_FloatMap), str(nii), properties)
             return atomic_gzip(nii, out, compresslevel=MAP_COMPRESSLEVEL)
-    with atomic_path(out, _ending(out.name)) as tmp:
-        reader_writer.write_seg(arr.view(_FloatMap), str(tmp), properties)
-    return out
+    return _write_with_reader_writer(reader_writer, arr.view(_FloatMap), out, properties)
 
 
 def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict,
@@ -661,8 +689,7 @@ def export_uncertainty(
     }
     atomic_write_json(_record_path(base), record)
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist
-    with atomic_path(base.with_name(f"{case}{ending}"), ending) as tmp:
-        rw.write_seg(out["segmentation"], str(tmp), properties)
+    _write_with_reader_writer(rw, out["segmentation"], base.with_name(f"{case}{ending}"), properties)
     return record
 
 

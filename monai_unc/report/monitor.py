@@ -203,8 +203,9 @@ def _stream_section(g: GroupStatus, calibration: Sequence[float]) -> Markup:
     charts = [c for c in (_martingale_chart(g), _risk_chart(g), _acceptance_chart(g), _score_chart(g, calibration))
               if c is not None]
     note = None if g.image_note is None else el("p", f"Note: {g.image_note}.")
+    score_note = None if g.score_note is None else el("p", f"Warning: {g.score_note}.", class_="alarm")
     return el("section", el("h2", f"{g.site} (rule {g.rule_digest.removeprefix('sha256:')[:12]})"), status, note,
-              el("div", *charts, class_="plots"), class_="stream")
+              score_note, el("div", *charts, class_="plots"), class_="stream")
 
 
 def _overview(groups: Sequence[GroupStatus]) -> Markup:
@@ -265,8 +266,7 @@ def build_monitor_page(
     header = el("header", el("h1", "Monitoring of the deployed model"),
                 el("p", f"generated {now}; each alarm's false-alarm probability is at most {alpha:g} over the whole "
                         "stream (Ville's inequality); see docs/monitoring.md"))
-    summary = cards([("streams", str(len(groups))), ("cases", str(sum(g.n_cases for g in groups
-                                                                        if not g.site.startswith("(")))),
+    summary = cards([("streams", str(len(groups))), ("cases", str(sum(g.n_cases for g in groups if not g.pooled))),
                      ("alarms", str(len(alarms))), ("audit entries", str(verified.n_entries)),
                      ("audit chain", "intact" if verified.ok else "TAMPERED")])
     alarm_section = el("section", el("h2", "Alarms"),

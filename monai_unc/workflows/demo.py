@@ -17,7 +17,7 @@ The full demo (default) has two parts:
 
 The referral rule is certified on the calibration cases with SGR (:func:`~monai_unc.metrics.risk_controlled_threshold`)
 for this guarantee: with probability at least 1 - delta = 0.9 over the draw of the calibration cases, at most a
-fraction 0.2 of the accepted new cases fail, a failure being Dice < 0.8. Why these numbers:
+fraction 0.2 of the new cases its threshold accepts fail, a failure being Dice < 0.8. Why these numbers:
 
 - Dice < 0.8: the evaluation's failure Dice; the example network reaches ~0.845 on the clean held-out hemisphere, so
   a failure is a loss of about 5 Dice points, visible as wrong tissue boundaries over whole regions.
@@ -75,7 +75,7 @@ from .triage import certify_and_triage, format_outcome, format_triage, triage_ou
 
 __all__ = ["run_demo", "demo_from_arguments", "TARGET_RISK", "DELTA", "FAILURE_DICE"]
 
-#: the full demo's guarantee (module docstring): at most this fraction of accepted new cases fail ...
+#: the full demo's guarantee (module docstring): at most this fraction of the new cases the threshold accepts fail ...
 TARGET_RISK = 0.2
 #: ... with probability at least 1 - DELTA over the draw of the calibration cases
 DELTA = 0.1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +47,25 @@ def _db(db: str | os.PathLike | None) -> str:
     return os.fspath(url)
 
 
+def _refuse_output_onto_store(url: str, output: str | os.PathLike, option: str) -> None:
+    """Refuse an output file that is the SQLite store itself (or its WAL, shared-memory or journal file).
+
+    ``monitor report -o monitor.db`` would replace every record and the audit chain by the page.
+    """
+    if re.match(r"^postgres(ql)?://", url):
+        return
+    db = Path(url[len("sqlite:///"):] if url.startswith("sqlite:///") else url)
+    out = Path(output)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        store_file = db.with_name(db.name + suffix)
+        same = out.resolve() == store_file.resolve()
+        if not same and out.exists() and store_file.exists():
+            same = os.path.samefile(out, store_file)
+        if same:
+            raise ValueError(f"{option} {os.fspath(output)!r} is the monitoring store itself ({store_file}): writing "
+                             "there would replace every record and the audit log; choose another file")
+
+
 def record_triage(
     db: str | os.PathLike | None, triage: str | os.PathLike, *, site: str | None = None,
     sites: str | os.PathLike | None = None, time: str | None = None, command: Sequence[str] | None = None,
@@ -68,8 +88,11 @@ def record_triage(
     with MonitorStore(url) as store:
         run_id, new = store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                                        triaged_at=run.triaged_at, model_digest=run.model_digest, command=command)
+        written = next((int(r["n_cases"]) for r in store.runs() if r["id"] == run_id), len(run.cases))
     n_sites = len({c.site for c in run.cases})
-    line = (f"recorded {len(run.cases)} case(s) from {len(run.cases) and n_sites} site(s) as run {run_id}"
+    skipped = len(run.cases) - written
+    line = (f"recorded {written} case(s) from {written and n_sites} site(s) as run {run_id}"
+            + (f"; {skipped} already recorded from this folder (skipped)" if skipped else "")
             if new else f"{run.folder} is already recorded (run {run_id}): nothing written")
     return CommandResult(run_id, True, run.folder, (line,))
 
@@ -80,6 +103,10 @@ def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(LABEL_EXTENSIONS))
     if not files:
         raise ValueError(f"no label maps (<case>.nii.gz or .nii) in {str(folder)!r}")
+    ids = [next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e)) for p in files]
+    twice = sorted({c for c in ids if ids.count(c) > 1})
+    if twice:
+        raise ValueError(f"{str(folder)!r} holds two label maps of case(s) {twice[:5]} (.nii and .nii.gz): keep one")
     for p in files:
         cid = next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e))
         case = latest.get(cid)
@@ -118,7 +145,8 @@ def record_labels(
 ) -> CommandResult[int]:
     """``monai-unc monitor label``: audited labels, from a CSV or a folder of label maps.
 
-    The CSV has a ``case`` column and ``dice`` and/or ``failure``; a label map ``<case>.nii.gz`` is compared with the
+    The CSV has a ``case`` column and ``dice`` and/or ``failure`` (and a ``site`` column for case ids that more
+    than one site uses: such a label without its site is refused); a label map ``<case>.nii.gz`` is compared with the
     prediction triage read, as ``evaluate`` computes the Dice (for a region-based rule the mean over the rule's
     regions: :func:`~monai_unc.monitoring.records.label_map_dice`).
 
@@ -137,11 +165,14 @@ def record_labels(
     path = Path(labels)
     with MonitorStore(url, create=False) as store:
         rules = store.rules()
-        latest = {c["case_id"]: c for c in store.cases()}
+        cases = store.cases()
+        latest = {c["case_id"]: c for c in cases}
+        at_site = {(c["case_id"], c["site"]): c for c in cases}  # the latest record of a case id at each site
         table = _label_folder(path, latest, rules) if path.is_dir() else read_label_table(path)
         rows = []
         for lab in table:
-            case = latest.get(lab["case"])
+            # the case whose rule gives the loss; add_labels refuses a case id of several sites without its site
+            case = latest.get(lab["case"]) if lab.get("site") is None else at_site.get((lab["case"], lab["site"]))
             if case is None:
                 rows.append({**lab, "loss": 0.0})  # add_labels names every case that is not in the store
                 continue
@@ -166,6 +197,8 @@ def store_status(
         (:class:`~monai_unc.monitoring.GroupStatus`), ``exit_status`` 1 when some alarm is raised.
     """
     url = _db(db)
+    if output is not None:
+        _refuse_output_onto_store(url, output, "--json")
     with MonitorStore(url, create=False) as store:
         groups = monitor_status(store.cases(), store.rules(), alpha)
     lines = status_table(groups)
@@ -193,7 +226,7 @@ def verify_store(db: str | os.PathLike | None, *, expect_head: str | None = None
     url = _db(db)
     with MonitorStore(url, create=False) as store:
         res = store.verify(expect_head)
-    lines = [f"audit log: {res.n_entries} entries, head {res.head}"]
+    lines = [f"audit log: {res.n_entries} entries, head {printable(res.head)}"]
     lines += [f"PROBLEM: {printable(p)}" for p in res.problems] or ["the chain and the rows it covers are intact"]
     return CommandResult(res, True, Path.cwd(), tuple(lines), exit_status=0 if res.ok else 1)
 
@@ -212,6 +245,7 @@ def write_dashboard(
         The :class:`~monai_unc.workflows.session.CommandResult` of the page's path.
     """
     url = _db(db)
+    _refuse_output_onto_store(url, output, "--output")
     with MonitorStore(url, create=False) as store:
         rules = store.rules()
         groups = monitor_status(store.cases(), rules, alpha)

@@ -293,10 +293,11 @@ def format_outcome(rule: ReferralRule, outcome: Mapping[str, Any]) -> list[str]:
         The lines (no trailing newlines).
     """
     if rule.feasible:
-        lines = [f"guaranteed: at most {rule.target_risk:g} of the accepted new cases fail ({rule.risk_definition}) "
-                 f"on average, with probability >= {1 - rule.delta:g} over the {rule.n_calibration} calibration "
-                 f"cases ({rule.method.upper()}; calibration: {rule.coverage:.0%} accepted, observed risk "
-                 f"{rule.observed_risk:.3f}, bound {rule.bound:.3f})"]
+        lines = [f"guaranteed: at most {rule.target_risk:g} of the new cases the threshold accepts fail "
+                 f"({rule.risk_definition}) on average, with probability >= {1 - rule.delta:g} over the "
+                 f"{rule.n_calibration} calibration cases ({rule.method.upper()}; calibration: {rule.coverage:.0%} "
+                 f"accepted, observed risk {rule.observed_risk:.3f}, bound {rule.bound:.3f}); the range and image "
+                 "checks refer some of them too (docs/triage.md: what the certificate covers)"]
     else:
         lines = [f"guaranteed: nothing; no threshold certifies {rule.risk_definition} <= {rule.target_risk:g} with "
                  f"probability {1 - rule.delta:g} on {rule.n_calibration} calibration cases (best bound "

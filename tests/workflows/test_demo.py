@@ -34,7 +34,7 @@ def test_triage_outcome_counts_the_realised_risk_of_accepted_cases_and_the_reaso
     assert out["n_failed_accepted"] == 1 and out["risk_accepted"] == pytest.approx(1 / 3)
     assert out["n_failed_referred"] == 2 and out["reasons"] == {"above_threshold": 2, "image_statistics": 1}
     lines = format_outcome(_rule(), out)
-    assert lines[0].startswith("guaranteed: at most 0.2 of the accepted new cases fail (dice < 0.8)")
+    assert lines[0].startswith("guaranteed: at most 0.2 of the new cases the threshold accepts fail (dice < 0.8)")
     assert "3 accepted, 3 referred (2 score above the threshold, 1 image far from the calibration images)" in lines[1]
     assert "1 of 3 accepted new case(s) failed (dice < 0.8): risk 0.333 vs the target 0.2" in lines[2]
     # a continuous risk: the mean 1 - Dice of the accepted cases; failures still counted at the failure Dice
@@ -113,7 +113,7 @@ def check_full_demo(out, printed):
     assert new["risk_accepted"] == pytest.approx(len(failed) / new["n_accepted"])
     triage = json.loads((out / "triage" / "triage.json").read_text())
     assert sorted(triage["accepted"]) == sorted(new["accepted"])
-    assert "guaranteed: at most 0.2 of the accepted new cases fail (dice < 0.8)" in printed
+    assert "guaranteed: at most 0.2 of the new cases the threshold accepts fail (dice < 0.8)" in printed
     assert (f"{new['n_accepted']} accepted, {new['n_referred']} referred (" in printed
             and f"{len(failed)} of {new['n_accepted']} accepted new case(s) failed (dice < 0.8): risk "
             f"{new['risk_accepted']:.3f} vs the target 0.2" in printed)

@@ -21,9 +21,10 @@ Region-based (multi-label sigmoid) models: ``evaluate --regions`` certifies a ru
 case score is the mean over the regions of the per-region scores), and refuses predictions whose recorded regions
 differ from the rule's (:func:`prediction_regions`, :func:`region_differences`).
 
-The guarantee (with probability at least ``1 - delta`` over the calibration draw, the mean risk of the accepted
-new cases is at most ``target_risk``) holds only for new cases exchangeable with the calibration cases: the same
-model and prediction settings, the same kind of scans. Two cheap guards catch the most common ways to break it:
+The guarantee (with probability at least ``1 - delta`` over the calibration draw, the mean risk of the new cases
+the threshold accepts is at most ``target_risk``; the range and image checks below refer some of those too, see
+docs/triage.md for what that does to the bound) holds only for new cases exchangeable with the calibration cases:
+the same model and prediction settings, the same kind of scans. Two cheap guards catch the most common ways to break it:
 
 - **prediction fingerprint** (:func:`prediction_fingerprint`): how the predictions were made, read from the
   records ``infer`` writes (``infer.json``, ``<case>.json``) or ``nnunet-predict`` writes

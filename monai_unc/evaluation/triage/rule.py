@@ -462,8 +462,11 @@ class ReferralRule:
     Accept a new case when its triage score is at most ``threshold`` *and* lies inside the calibration score range
     *and* (with an image reference and images) its image statistics are within ``z_max`` robust standard deviations
     of the calibration images'; refer it for review otherwise (:meth:`apply`). With probability at least
-    ``1 - delta`` over the draw of the calibration cases, the mean ``risk`` of the accepted new cases is at most
-    ``target_risk``, for new cases exchangeable with the calibration cases (docs/triage.md, docs/referral_threshold.md).
+    ``1 - delta`` over the draw of the calibration cases, the mean ``risk`` of the new cases the threshold accepts is
+    at most ``target_risk``, for new cases exchangeable with the calibration cases (docs/triage.md,
+    docs/referral_threshold.md); the range and image checks refer some of those too, which can raise the mean risk of
+    the rest to at most ``target_risk * c / (c - eps)`` (``c``: the share the threshold accepts, ``eps``: the share
+    of all cases the checks refer among them).
     The bound is that of :func:`~monai_unc.metrics.risk_control.risk_controlled_threshold` (SGR: Geifman and El-Yaniv,
     "Selective Classification for Deep Neural Networks"; LTT: Angelopoulos, Bates, Candes, Jordan, Lei, "Learn then
     Test: Calibrating Predictive Algorithms to Achieve Risk Control").
@@ -587,8 +590,10 @@ class ReferralRule:
                     f"probability {1 - self.delta:g} on these {self.n_calibration} calibration cases (best bound "
                     f"{_fmt(self.bound)}): every case is referred")
         return (f"with probability at least {1 - self.delta:g} over the draw of the {self.n_calibration} "
-                f"calibration cases, the mean risk ({self.risk_definition}) of the accepted new cases is at most "
-                f"{self.target_risk:g}, provided the new cases are exchangeable with the calibration cases "
+                f"calibration cases, the mean risk ({self.risk_definition}) of the new cases its threshold accepts "
+                f"is at most {self.target_risk:g} (at most {self.target_risk:g} c / (c - eps) for those the range and "
+                "image checks accept as well, when they refer a share eps of the share c the threshold accepts), "
+                "provided the new cases are exchangeable with the calibration cases "
                 f"({self.method.upper()}; calibration: coverage {self.coverage:.3f}, observed risk "
                 f"{_fmt(self.observed_risk)}, bound {_fmt(self.bound)})")
 

@@ -1,0 +1,111 @@
+"""Hostile checks of the risk-controlled referral threshold: what the returned rule does on the calibration cases
+themselves, against an independent float64 computation, and the public bounds against scipy.
+
+:func:`~monai_unc.metrics.risk_control.risk_controlled_threshold` certifies the set of calibration cases it accepts;
+:meth:`~monai_unc.metrics.risk_control.RiskControlledThreshold.accept` must accept exactly that set again, whatever
+the dtype and library of the scores it is given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from monai_unc.metrics.risk_control import (
+    clopper_pearson_upper,
+    hoeffding_bentkus_pvalue,
+    hoeffding_bentkus_upper,
+    risk_controlled_threshold,
+)
+
+
+def _discrete_cohort(seed: int = 0, m: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """float32 scores on 20 levels (many ties, as a voxel count or a rounded score has) and 0/1 failures."""
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 20, m).astype(np.float32) / np.float32(7)
+    failed = (rng.random(m) < 0.02 + 0.5 * (u / 3) ** 3).astype(np.float64)
+    return u, failed
+
+
+@pytest.mark.parametrize("method", ["sgr", "ltt"])
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_accept_on_low_precision_scores_is_the_certified_set(method, library, dtype):
+    u32, failed = _discrete_cohort()
+    u = u32.astype(dtype)
+    res = risk_controlled_threshold(u, failed, target_risk=0.1, delta=0.1, method=method)
+    assert res.feasible and 0 < res.n_accepted < u.size  # a finite threshold between two tie groups
+    reference = u.astype(np.float64) <= res.threshold  # the set that was certified (independent, float64)
+    assert int(reference.sum()) == res.n_accepted
+    first_refused = float(np.min(u.astype(np.float64)[~reference]))
+    x = torch.from_numpy(u) if library == "torch" else u
+    got = res.accept(x)
+    got = got.numpy() if library == "torch" else got
+    # before the fix the threshold was rounded to the input's dtype, i.e. up to the first refused value, and the
+    # whole tie group at that value (cases the certificate never covered) was accepted
+    np.testing.assert_array_equal(got, reference)
+    assert not bool(res.accept(np.array([first_refused], dtype=dtype))[0])
+    assert isinstance(res.accept(torch.tensor([first_refused])), torch.Tensor)
+
+
+def test_accept_integer_scores_and_nan():
+    rng = np.random.default_rng(1)
+    u = rng.integers(0, 30, 300)
+    failed = (rng.random(300) < 0.01 + 0.4 * (u / 29) ** 4).astype(np.float64)
+    res = risk_controlled_threshold(u, failed, target_risk=0.1, delta=0.1)
+    assert res.feasible and 0 < res.n_accepted < u.size
+    np.testing.assert_array_equal(res.accept(u), u.astype(np.float64) <= res.threshold)
+    np.testing.assert_array_equal(res.accept(torch.from_numpy(u)).numpy(), u <= res.threshold)
+    assert int(res.accept(u).sum()) == res.n_accepted
+    assert not res.accept(np.array([np.nan]))[0] and not bool(res.accept(torch.tensor([float("nan")]))[0])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the public bounds: out-of-contract input is refused, never turned into a certificate
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "name"), [
+    ((-0.1, 10, 0.2), "risk_hat"),  # gave p = 0: H0 "risk > 0.2" rejected at every level from a negative mean loss
+    ((float("nan"), 10, 0.2), "risk_hat"),
+    ((1.5, 10, 0.2), "risk_hat"),
+    ((0.1, 10.5, 0.2), "n"),
+    ((0.1, -3, 0.2), "n"),
+    ((0.1, float("nan"), 0.2), "n"),
+    ((0.1, 10, 1.5), "alpha"),
+    ((0.1, 10, float("nan")), "alpha"),
+    ((np.array([0.1, -0.2]), 10, 0.2), "risk_hat"),
+])
+def test_hb_pvalue_refuses_out_of_contract_input(args, name):
+    with pytest.raises(ValueError, match=rf"^{name} must"):
+        hoeffding_bentkus_pvalue(*args)
+
+
+@pytest.mark.parametrize(("args", "name"), [((-0.5, 10, 0.1), "risk_hat"), ((float("nan"), 10, 0.1), "risk_hat"),
+                                            ((0.1, -5, 0.1), "n"), ((0.1, 2.5, 0.1), "n"),
+                                            ((1.5, 10, 0.1), "risk_hat")])
+def test_hb_upper_refuses_out_of_contract_input(args, name):
+    with pytest.raises(ValueError, match=rf"^{name} must"):
+        hoeffding_bentkus_upper(*args)
+
+
+@pytest.mark.parametrize("n", [10.5, float("nan"), -1, [10, 10.5]])
+def test_clopper_pearson_refuses_a_non_integer_number_of_trials(n):
+    with pytest.raises(ValueError, match="n must be"):
+        clopper_pearson_upper(0, n, 0.1)
+
+
+def test_bounds_on_valid_input_match_scipy():
+    """Independent references: the binomial tail root (Clopper-Pearson) and the written-out HB p-value."""
+    for e, n, d in [(0, 1, 0.1), (0, 30, 0.05), (3, 30, 0.1), (29, 30, 0.2), (7, 200, 0.01)]:
+        ub = clopper_pearson_upper(e, n, d)
+        assert stats.binom.cdf(e, n, ub) == pytest.approx(d, rel=1e-8)
+        assert stats.binom.cdf(e, n, ub - 1e-6) > d  # the smallest such b: the tail is still above delta below it
+    assert clopper_pearson_upper(30, 30, 0.1) == 1.0 and clopper_pearson_upper(0, 0, 0.1) == 1.0
+    for r, n, a in [(0.0, 40, 0.1), (0.05, 100, 0.1), (0.3, 20, 0.2)]:
+        kl = (r * np.log(r / a) if r > 0 else 0.0) + (1 - r) * np.log((1 - r) / (1 - a))
+        hoeffding = np.exp(-n * kl) if r < a else 1.0
+        bentkus = np.e * stats.binom.cdf(np.ceil(n * r), n, a)
+        assert hoeffding_bentkus_pvalue(r, n, a) == pytest.approx(min(hoeffding, bentkus, 1.0), rel=1e-10)

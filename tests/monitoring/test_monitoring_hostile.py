@@ -1,0 +1,523 @@
+"""A hostile review of the monitoring: each test failed before its fix, or checks against an independent computation.
+
+- the risk alarm's lower confidence bound is reported as the largest bound so far (checked against a brute-force
+  product over the grid), so an alarm never comes with a bound under the target;
+- a site named like the pooled stream is refused, and the dashboard counts the cases of sites whose name starts
+  with "(";
+- cases without a defined score are said in ``monitor status``, not skipped in silence;
+- the read-only commands refuse a database that is not a monitoring store (they neither write into it nor report
+  "no cases recorded" on it);
+- a triage folder recorded again after it grew (triage run again on a folder of predictions that gained cases)
+  records its new cases only;
+- an audited label of a case id that several sites use goes to the site it names, never to another site's case;
+- a damaged store is one error line with exit status 2 (never 1, which means "alarm" or "tampered");
+- the risk alarm takes the labels in the order they arrived, so an alarm once raised stays raised;
+- verify re-hashes a run's rows in code point order whatever the server's collation;
+- an output file that is the store itself is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import sqlite3
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monai_unc import cli
+from monai_unc.metrics.monitoring import risk_bets, risk_test
+from monai_unc.monitoring import ALL_SITES, MonitorStore, monitor_status, read_triage_run, status_table
+from monai_unc.monitoring.status import stream_seed
+from monai_unc.workflows.monitor import record_labels, record_triage, store_status, write_dashboard
+
+from ._stream import make_rule, write_triage
+from ._writer import record_runs
+
+
+def _tables(url: str) -> set[str]:
+    """The tables of a database, read outside the store."""
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows = conn.execute("SELECT table_name FROM information_schema.tables "
+                                "WHERE table_schema = current_schema()").fetchall()
+        return {r[0] if isinstance(r[0], str) else bytes(r[0]).decode() for r in rows}
+    conn = sqlite3.connect(url)
+    try:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+
+
+def _raw(url: str, sql: str) -> None:
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql)
+    else:
+        conn = sqlite3.connect(url)
+        conn.execute(sql)
+        conn.commit()
+        conn.close()
+
+
+# ------------------------------------------------------------------------------------------ the risk lower bound
+def _brute_lower_bound(x: np.ndarray, target: float, alpha: float, resolution: int) -> np.ndarray:
+    """Per n, the largest grid risk m with prod_{i <= n} (1 + lam_i (x_i - m)) >= 1 / alpha (0 when none)."""
+    lam = risk_bets(x, target)
+    grid = sorted(set(np.linspace(0, 1, resolution + 1).tolist()) | {target})
+    out = []
+    for n in range(len(x)):
+        rejected = [m for m in grid if math.prod(1 + lam[i] * (x[i] - m) for i in range(n + 1))
+                    >= (1 / alpha) * (1 - 1e-12)]
+        out.append(max(rejected) if rejected else 0.0)
+    return np.array(out)
+
+
+def test_the_risk_bound_after_an_alarm_stays_at_or_above_the_target():
+    """A burst of 7 failures raises the alarm; 30 successes after it pull the pointwise bound back under the target.
+
+    Before the fix the result (and ``monitor status``: "the accepted cases' risk exceeds the target 0.1 (lower
+    confidence bound 0.032)") reported the last pointwise bound, under the target although the alarm stands; the
+    largest bound so far is as valid (every bound holds at once) and is the one reported.
+    """
+    x = np.array([1.0] * 7 + [0.0] * 30)
+    r = risk_test(x, target=0.1, alpha=0.05)
+    pointwise = _brute_lower_bound(x, 0.1, 0.05, 2000)
+    assert r.alarm == 6 and pointwise[-1] < 0.1  # the situation: the pointwise bound fell back
+    np.testing.assert_allclose(r.lower_bound, np.maximum.accumulate(pointwise), atol=1e-12)
+    assert (r.lower_bound[r.alarm:] >= 0.1).all()
+    rows = [{"case_id": f"c{i:02d}", "site": "A", "triaged_at": "t", "score": 0.0, "image_z_max": math.nan,
+             "decision": "accept", "rule_digest": "r", "loss": float(v)} for i, v in enumerate(x)]
+    groups = monitor_status(rows, {"r": {"calibration_scores": [0.0, 1.0], "target_risk": 0.1}}, 0.05)
+    (alarm,) = [line for line in status_table(groups) if "harmful shift" in line]
+    bound = float(alarm.split("lower confidence bound ")[1].split(")")[0])
+    assert bound >= 0.1
+
+
+# ------------------------------------------------------------------------------------------------ site names
+def test_a_site_named_like_the_pooled_stream_is_refused(tmp_path):
+    rule = make_rule([0.1, 0.2, 0.3])
+    folder = write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.2}, {"case": "b", "score": 0.1}])
+    db = str(tmp_path / "m.db")
+    with pytest.raises(ValueError, match="reserved"):
+        record_triage(db, folder, site=ALL_SITES)
+    run = read_triage_run(folder, site="B")
+    with MonitorStore(db) as store:  # the store refuses it too (the API, not only the command)
+        cases = [run.cases[0].__class__(**{**run.cases[0].__dict__, "site": ALL_SITES})]
+        with pytest.raises(ValueError, match="reserved"):
+            store.record_run(run.rule, cases, source_digest="x", folder="f", triaged_at="t", model_digest=None)
+        assert store.cases() == []
+
+
+def test_the_dashboard_counts_sites_whose_name_starts_with_a_parenthesis(tmp_path):
+    rule = make_rule([0.1, 0.2, 0.3])
+    db = str(tmp_path / "m.db")
+    record_triage(db, write_triage(tmp_path / "t1", rule, [{"case": f"a{i}", "score": 0.2} for i in range(30)]),
+                  site="(pilot) Centre A")
+    record_triage(db, write_triage(tmp_path / "t2", rule, [{"case": f"b{i}", "score": 0.2} for i in range(5)]),
+                  site="Centre B")
+    page = write_dashboard(db, tmp_path / "m.html").value.read_text()
+    assert '<div class="v">35</div><div class="k">cases</div>' in page  # 30 + 5 (the pooled stream not again)
+    groups = store_status(db).value
+    assert [g.pooled for g in groups] == [False, False, True]
+
+
+# ------------------------------------------------------------------------------------------ undefined scores
+def test_status_says_how_many_cases_have_no_defined_score(tmp_path):
+    """30 cases without a score (NaN in triage.json) and 5 with one: "no alarm" must not hide the 30."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    db = str(tmp_path / "m.db")
+    record_triage(db, write_triage(tmp_path / "t1", rule, [{"case": f"a{i}", "score": None, "decision": "review"}
+                                                           for i in range(30)]), site="A")
+    record_triage(db, write_triage(tmp_path / "t2", rule, [{"case": f"b{i}", "score": 0.2} for i in range(5)]),
+                  site="B")
+    res = store_status(db)
+    notes = [line for line in res.lines if "no defined score" in line]
+    assert any("[A]" in n and "30 of 30" in n for n in notes), res.lines
+    assert any(f"[{ALL_SITES}]" in n and "30 of 35" in n for n in notes), res.lines
+    assert not any("[B]" in n for n in notes)
+    groups = res.value
+    assert [g.n_undefined_scores for g in groups] == [30, 0, 30]
+    page = write_dashboard(db, tmp_path / "m.html").value.read_text()
+    assert "30 of 30 case(s) have no defined score" in page
+
+
+# ------------------------------------------------------------------------------- a database that is no store
+def test_read_only_commands_refuse_a_database_that_is_not_a_monitoring_store(store_url, tmp_path, capsys):
+    """``status`` on another application's database (a wrong --db) wrote the store's tables into it and reported
+    "no cases recorded" with exit status 0: a false all-clear."""
+    _raw(store_url, "CREATE TABLE patients (id TEXT)")
+    with pytest.raises(ValueError, match="not a monitoring store"):
+        MonitorStore(store_url, create=False)
+    assert _tables(store_url) == {"patients"}
+    if not store_url.startswith("postgresql://"):
+        capsys.readouterr()
+        assert cli.main(["monitor", "status", "--db", store_url]) == 2
+        err = capsys.readouterr().err
+        assert "not a monitoring store" in err and len(err.strip().splitlines()) == 1
+        assert _tables(store_url) == {"patients"}
+        empty = tmp_path / "empty.db"
+        empty.touch()  # an empty file is no store either
+        with pytest.raises(ValueError, match="not a monitoring store"):
+            MonitorStore(empty, create=False)
+        assert empty.stat().st_size == 0
+    with MonitorStore(store_url) as store:  # record (create=True) still makes a store of it
+        assert store.schema_version() >= 1
+    with MonitorStore(store_url, create=False) as store:
+        assert store.cases() == []
+
+
+# ----------------------------------------------------------------------------------- a folder recorded again
+def test_a_triage_folder_recorded_again_after_it_grew_records_its_new_cases_only(store_url, tmp_path):
+    """Triage run again on a folder of predictions that gained a case rewrites triage.json (a new digest): the ten
+    decisions already recorded must not enter the stream twice (they would weigh double in every alarm)."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    folder = tmp_path / "triage"
+    ten = [{"case": f"c{i}", "score": 0.1 + i / 100, "decision": "accept"} for i in range(10)]
+    write_triage(folder, rule, ten)
+    first = record_triage(store_url, folder, site="A")
+    write_triage(folder, rule, [*ten, {"case": "c10", "score": 0.5, "decision": "review"}])
+    second = record_triage(store_url, folder, site="A")
+    assert second.value != first.value
+    assert "1 case(s)" in second.lines[0] and "10 already recorded" in second.lines[0], second.lines
+    with MonitorStore(store_url, create=False) as store:
+        ids = [c["case_id"] for c in store.cases()]
+        assert sorted(ids) == sorted(f"c{i}" for i in range(11)) and len(ids) == 11
+        assert store.verify().ok
+        assert [r["n_cases"] for r in store.runs()] == [10, 1]
+    # the same case ids with other decisions are other cases (a folder reused, ids restarting): all recorded
+    other = tmp_path / "next_month"
+    write_triage(other, rule, [{"case": f"c{i}", "score": 0.9 - i / 100, "decision": "review"} for i in range(10)])
+    assert record_triage(store_url, other, site="A").lines[0].startswith("recorded 10 case(s)")
+    write_triage(folder, rule, [{"case": "c0", "score": 0.77, "decision": "review"}])  # same folder, a new decision
+    assert record_triage(store_url, folder, site="A").lines[0].startswith("recorded 1 case(s)")
+    write_triage(folder, rule, [{"case": "c1", "score": 0.11, "decision": "accept"}])  # at another site: another
+    assert record_triage(store_url, folder, site="B").lines[0].startswith("recorded 1 case(s)")
+    with MonitorStore(store_url, create=False) as store:
+        assert len(store.cases()) == 23 and store.verify().ok
+
+
+# --------------------------------------------------------------------------- labels of sites that share case ids
+def test_a_label_never_goes_to_another_sites_case(store_url, tmp_path):
+    """Two sites number their cases alike ("001"): before the fix site A's audited label went to site B's case
+    (recorded later), so A's risk stream missed it and B's counted a loss that is not B's."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    record_triage(store_url, write_triage(tmp_path / "a", rule, [{"case": "001", "score": 0.2},
+                                                                 {"case": "002", "score": 0.2}]), site="A")
+    record_triage(store_url, write_triage(tmp_path / "b", rule, [{"case": "001", "score": 0.25}]), site="B")
+    table = tmp_path / "audit.csv"
+    table.write_text("case,dice\n001,0.5\n")
+    with pytest.raises(ValueError, match=r"more than one site .*'001' \(A, B\).*'site' column"):
+        record_labels(store_url, table)
+    with MonitorStore(store_url, create=False) as store:
+        assert all(c["loss"] is None for c in store.cases())  # nothing written
+    table.write_text("case,site,dice\n001,A,0.5\n002,,0.9\n")  # the site given (or not needed: 002 is only A's)
+    assert record_labels(store_url, table).value == 2
+    with MonitorStore(store_url, create=False) as store:
+        got = {(c["site"], c["case_id"]): c["loss"] for c in store.cases()}
+        assert store.verify().ok
+    assert got == {("A", "001"): 1.0, ("A", "002"): 0.0, ("B", "001"): None}
+    table.write_text("case,site,dice\n001,C,0.5\n")
+    with pytest.raises(ValueError, match="not in the monitoring store"):
+        record_labels(store_url, table)
+
+
+# ------------------------------------------------------------------------------- guards (verified, not broken)
+def test_hostile_site_and_case_names_are_stored_as_data(store_url, tmp_path):
+    """Quotes and SQL in a site name or case id are values (parameters), on both backends: nothing is executed."""
+    rule = make_rule([0.1, 0.2, 0.3])
+    evil_site = "A'); DROP TABLE cases; --"
+    evil_case = "x' OR '1'='1"
+    folder = write_triage(tmp_path / "t", rule, [{"case": evil_case, "score": 0.2}, {"case": "plain", "score": 0.1}])
+    record_triage(store_url, folder, site=evil_site)
+    table = tmp_path / "audit.csv"
+    table.write_text(f'case,failure\n"{evil_case}",1\n')
+    assert record_labels(store_url, table).value == 1
+    with MonitorStore(store_url, create=False) as store:
+        cases = {c["case_id"]: (c["site"], c["loss"]) for c in store.cases()}
+        assert store.verify().ok
+    assert cases == {evil_case: (evil_site, 1.0), "plain": (evil_site, None)}
+    assert {"cases", "runs", "labels", "audit", "rules"} <= _tables(store_url)
+
+
+def test_the_time_of_a_run_is_stored_in_utc():
+    """``--time`` with an offset is converted to UTC; a naive time is taken as UTC (datetime, independently)."""
+    with tempfile.TemporaryDirectory() as d:
+        folder = write_triage(Path(d) / "t", make_rule([0.1]), [{"case": "a", "score": 0.1}])
+        for given, want in [("2026-03-01T10:00:00+05:00", datetime(2026, 3, 1, 5, tzinfo=timezone.utc)),
+                            ("2026-03-01T10:00:00", datetime(2026, 3, 1, 10, tzinfo=timezone.utc)),
+                            ("2026-03-01T00:30:00-01:00", datetime(2026, 3, 1, 1, 30, tzinfo=timezone.utc))]:
+            got = datetime.fromisoformat(read_triage_run(folder, triaged_at=given).triaged_at)
+            assert got == want and got.utcoffset() == timedelta(0)
+
+
+# ----------------------------------------------------------------------------- a damaged database: exit status 2
+def _status_and_verify(url: str, capsys) -> list[tuple[int, str]]:
+    out = []
+    for sub in ("status", "verify"):
+        capsys.readouterr()
+        rc = cli.main(["monitor", sub, "--db", url])
+        out.append((rc, capsys.readouterr().err))
+    return out
+
+
+def test_a_damaged_store_is_one_error_line_with_exit_status_2(store_url, tmp_path, capsys):
+    """A table dropped outside the store: before the fix a traceback and exit status 1, which ``monitor status``
+    uses for "alarm raised" (and ``verify`` for "tampered"): an error must read as an error (2, one line)."""
+    record_triage(store_url, write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}]))
+    _raw(store_url, "DROP TABLE labels")
+    for rc, err in _status_and_verify(store_url, capsys):
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "labels" in err, err
+
+
+def test_a_corrupt_sqlite_file_is_one_error_line_with_exit_status_2(tmp_path, capsys):
+    db = tmp_path / "m.db"
+    record_triage(str(db), write_triage(tmp_path / "t", make_rule([0.1, 0.2]),
+                                        [{"case": f"c{i}", "score": 0.1} for i in range(300)]))
+    data = bytearray(db.read_bytes())
+    for page in range(4096, len(data), 4096):  # every page after the first overwritten in part (a bad disk)
+        data[page + 100:page + 400] = b"\xff" * 300
+    db.write_bytes(bytes(data))
+    for rc, err in _status_and_verify(str(db), capsys):
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "malformed" in err, err
+
+
+# ------------------------------------------------------------------------- the order of late-arriving labels
+def test_a_risk_alarm_stays_raised_when_labels_of_earlier_cases_arrive_later(store_url, tmp_path):
+    """Day 1: the audit of cases 50-56 finds 7 failures, the risk alarm is raised. Day 2: the audit of cases 0-49
+    (triaged before them) finds none. Before the fix the losses were taken in triage order, day 2's inserted before
+    day 1's: the e-process of day 2 was another sequence and the alarm vanished (status exit 0, "no alarm").
+    In the order the labels arrived the sequence only grows; the reference is risk_test on that sequence."""
+    rule = make_rule([0.1, 0.2, 0.3], target=0.1)
+    record_triage(store_url, write_triage(tmp_path / "t", rule, [{"case": f"c{i:03d}", "score": 0.2}
+                                                                 for i in range(60)]), site="A")
+    day1, day2 = tmp_path / "day1.csv", tmp_path / "day2.csv"
+    day1.write_text("case,failure\n" + "".join(f"c{i:03d},1\n" for i in range(50, 57)))
+    day2.write_text("case,failure\n" + "".join(f"c{i:03d},0\n" for i in range(50)))
+    record_labels(store_url, day1)
+    assert store_status(store_url).exit_status == 1
+    record_labels(store_url, day2)
+    res = store_status(store_url)
+    assert res.exit_status == 1, res.lines
+    (g,) = res.value
+    want = risk_test([1.0] * 7 + [0.0] * 50, target=0.1, alpha=0.05)
+    assert g.risk.alarm == want.alarm == 6
+    np.testing.assert_allclose(g.risk.log_eprocess, want.log_eprocess, atol=1e-12)
+    assert [c["case_id"] for c in g.labelled_accepted][:8] == [*(f"c{i:03d}" for i in range(50, 57)), "c000"]
+
+
+# ------------------------------------------------------------------------------ terminal escapes in a rule digest
+def test_a_rule_digest_is_checked_and_never_reaches_the_terminal_raw(tmp_path):
+    """triage.json is editable: a rule "digest" with terminal escapes went into the store and raw onto the terminal
+    of ``monitor status`` (its column and notes were not passed through printable, unlike the site)."""
+    rule = make_rule([0.1, 0.2])
+    rule["digest"] = "\x1b]0;pwned\x07\x1b[2J"
+    folder = write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.1}])
+    with pytest.raises(ValueError, match=r"rule\.digest"):
+        read_triage_run(folder)
+    rows = [{"case_id": "a", "site": "A", "triaged_at": "t", "score": math.nan, "image_z_max": 1.0,
+             "decision": "accept", "rule_digest": rule["digest"], "loss": None}]
+    groups = monitor_status(rows, {rule["digest"]: {"calibration_scores": [0.1], "target_risk": 0.1,
+                                                    "image_reference": None}})
+    text = "\n".join(status_table(groups))
+    assert "\x1b" not in text and "\x07" not in text
+
+
+# ------------------------------------------------------------------------------------------- small input gaps
+def test_the_site_option_is_stripped_like_the_sites_table_and_the_sidecars(tmp_path):
+    """``--site "Centre A "`` made a stream of its own beside "Centre A" (the table and the sidecars are stripped)."""
+    rule = make_rule([0.1, 0.2])
+    folder = write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.1}])
+    assert read_triage_run(folder, site=" Centre A ").cases[0].site == "Centre A"
+    assert read_triage_run(folder, site="   ").cases[0].site == "unknown"
+
+
+def test_two_label_maps_of_one_case_are_refused(tmp_path):
+    """``a.nii`` and ``a.nii.gz`` in the label folder: one of them was taken in silence (the CSV refuses a case
+    listed twice)."""
+    rule = make_rule([0.1, 0.2])
+    db = str(tmp_path / "m.db")
+    record_triage(db, write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.1}]))
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / "a.nii").write_bytes(b"")
+    (labels / "a.nii.gz").write_bytes(b"")
+    with pytest.raises(ValueError, match="two label maps"):
+        record_labels(db, labels)
+
+
+def test_verify_prints_a_tampered_head_hash_through_printable(tmp_path, capsys):
+    db = tmp_path / "m.db"
+    record_triage(str(db), write_triage(tmp_path / "t", make_rule([0.1]), [{"case": "a", "score": 0.1}]))
+    _raw(str(db), "UPDATE audit SET hash = 'ab' || char(27) || '[2J' WHERE seq = (SELECT MAX(seq) FROM audit)")
+    capsys.readouterr()
+    assert cli.main(["monitor", "verify", "--db", str(db)]) == 1
+    assert "\x1b" not in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------- a PostgreSQL server's natural collation
+def test_verify_on_a_postgresql_database_whose_collation_is_not_code_point_order(postgres_url, tmp_path):
+    """A department's server sorts text by its locale (en-US: case and punctuation ignored first), not by code
+    point. ``verify`` re-read a run's rows ``ORDER BY case_id`` in the server's order, while their digest was
+    computed in Python's order: every run whose case ids the two orders sort differently read as "edited or
+    deleted" (a false tamper alarm, exit status 1). The test server runs with LC_ALL=C, which hid it."""
+    import uuid
+
+    import psycopg
+
+    name = "icu" + uuid.uuid4().hex[:10]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu "
+                     "ICU_LOCALE 'en-US' LOCALE 'C'")
+    try:
+        url = postgres_url.rsplit("/", 1)[0] + "/" + name
+        ids = ["a_2", "A1", "b", "a-1", "B0", "z", "Zb"]
+        with psycopg.connect(url, autocommit=True) as conn:  # the situation: this server sorts otherwise
+            server = [r[0] for r in conn.execute("SELECT x FROM unnest(%s::text[]) x ORDER BY x", (ids,))]
+        assert server != sorted(ids)
+        record_triage(url, write_triage(tmp_path / "t", make_rule([0.1]), [{"case": c, "score": 0.1} for c in ids]))
+        with MonitorStore(url, create=False) as store:
+            res = store.verify()
+        assert res.ok, res.problems
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+# ------------------------------------------------------------------------------- an output onto the store itself
+@pytest.mark.parametrize("argv", [["report", "-o", "{db}"], ["status", "--json", "{db}"],
+                                  ["report", "-o", "{db}-wal"], ["status", "--json", "{link}"]])
+def test_an_output_onto_the_store_is_refused(tmp_path, capsys, argv):
+    """``monitor report -o monitor.db`` (a slip of the keyboard) replaced the whole store, every record and the audit
+    chain, by the HTML page, with exit status 0."""
+    db = tmp_path / "monitor.db"
+    record_triage(str(db), write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}]))
+    (tmp_path / "link.db").symlink_to(db)
+    before = db.read_bytes()
+    capsys.readouterr()
+    rc = cli.main(["monitor", *[a.format(db=db, link=tmp_path / "link.db") for a in argv], "--db", str(db)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the monitoring store itself" in err and len(err.strip().splitlines()) == 1, err
+    assert db.read_bytes() == before
+    with MonitorStore(db, create=False) as store:
+        assert [c["case_id"] for c in store.cases()] == ["a"] and store.verify().ok
+
+
+# ----------------------------------------------------------------- the same decisions from two writers at once
+def test_two_writers_recording_the_same_decisions_at_once_record_each_once(store_url, tmp_path):
+    """Two processes record the same folder's decisions (20 runs of 50 cases, each under two digests: triage.json
+    rewritten) at the same time: the check for decisions already recorded runs under the writers' lock, so every
+    decision is there exactly once."""
+    rule = make_rule([0.1, 0.2])
+    runs = []
+    for k in range(20):
+        run = read_triage_run(write_triage(tmp_path / f"r{k}", rule, [{"case": f"k{k}-{i}", "score": 0.1 + i / 1000}
+                                                                      for i in range(50)]))
+        runs.append((run.rule, run.cases, run.source_digest))
+    work = {"p": runs, "q": [(r, c, d + "-rewritten") for r, c, d in runs]}  # folder "f" for both (_writer)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=record_runs, args=(store_url, work[tag], tag, q)) for tag in ("p", "q")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert sorted(q.get(timeout=10) for _ in procs) == ["ok", "ok"]
+    with MonitorStore(store_url, create=False) as store:
+        ids = [c["case_id"] for c in store.cases()]
+        assert store.verify().ok and len(store.runs()) == 40
+    assert len(ids) == len(set(ids)) == 1000
+
+
+# ---------------------------------------------------- the status of interleaved sites against a hand-rolled reference
+def _jumper_by_hand(p: list[float], jump: float = 0.01) -> list[float]:
+    """Simple Jumper with unnormalised capitals per bet e in {-1, 0, 1} (Vovk et al. 2021, Algorithm 1), log S_n."""
+    capital = {-1: 1 / 3, 0: 1 / 3, 1: 1 / 3}
+    out = []
+    for pn in p:
+        if not math.isnan(pn):
+            total = sum(capital.values())
+            capital = {e: ((1 - jump) * k + jump * total / 3) * (1 + e * (pn - 0.5)) for e, k in capital.items()}
+        out.append(math.log(sum(capital.values())))
+    return out
+
+
+def test_each_site_stream_matches_counting_and_a_hand_rolled_jumper():
+    """Three sites interleaved, with ties, undefined scores and a shift at one site only: each stream's p-values by
+    direct counting over the calibration scores and that site's earlier defined scores (never another site's), its
+    martingale by the unnormalised recursion, its alarm as the first crossing of 1 / alpha."""
+    rng = np.random.default_rng(3)
+    cal = [float(v) for v in np.round(rng.normal(size=60), 1)]  # rounded: ties with the stream
+    rows = []
+    for i in range(240):
+        site = ("A", "B", "C")[i % 3]
+        s = float(np.round(rng.normal() + (1.5 if site == "B" and i >= 120 else 0.0), 1))
+        rows.append({"case_id": f"{site}{i}", "site": site, "triaged_at": "t", "score": math.nan if i % 17 == 0
+                     else s, "image_z_max": math.nan, "decision": "accept", "rule_digest": "r", "loss": None})
+    groups = {g.site: g for g in monitor_status(rows, {"r": {"calibration_scores": cal, "target_risk": 0.1,
+                                                               "image_reference": None}}, 0.05)}
+    for site in ("A", "B", "C"):
+        scores = [r["score"] for r in rows if r["site"] == site and not math.isnan(r["score"])]
+        tau = np.random.default_rng(stream_seed("r", site, "score")).uniform(size=len(scores))
+        p = []
+        for n, s in enumerate(scores):
+            bag = cal + scores[:n]
+            p.append((sum(b > s for b in bag) + tau[n] * (sum(b == s for b in bag) + 1)) / (len(bag) + 1))
+        g = groups[site]
+        np.testing.assert_allclose(g.score.pvalues, p, rtol=0, atol=1e-12)
+        log_s = _jumper_by_hand(p)
+        np.testing.assert_allclose(g.score.log_martingale, log_s, rtol=1e-9, atol=1e-9)
+        crossing = next((n for n, v in enumerate(log_s) if v >= math.log(20) - 1e-12), None)
+        assert g.score.alarm == crossing
+        assert g.n_undefined_scores == sum(1 for r in rows if r["site"] == site and math.isnan(r["score"]))
+    assert groups["B"].score.alarm is not None and groups["B"].score.alarm >= 40 - 3  # after the shift at B only
+
+
+# ------------------------------------------------------------------------------- SQLite and PostgreSQL alike
+def test_sqlite_and_postgresql_give_the_same_rows_and_the_same_status(postgres_url, tmp_path):
+    """The same runs and labels into both backends: the same case rows (floats bit for bit, NaN as NaN, the order),
+    the same label order and the same ``monitor status`` lines (guard)."""
+    import uuid
+
+    import psycopg
+
+    schema = "t" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    urls = [str(tmp_path / "m.db"), f"{postgres_url}?options=-csearch_path%3D{schema}"]
+    rng = np.random.default_rng(11)
+    rule = make_rule([float(v) for v in rng.normal(size=50)], target=0.1)
+    folders = []
+    for k in range(3):
+        cases = [{"case": f"{c}{k}", "score": None if c == "n" else float(rng.normal() + k),
+                  "decision": "accept" if c != "Z" else "review", "image_z_max": float(abs(rng.normal()))}
+                 for c in ("a-1", "A1", "a_2", "B0", "n", "Z", "é")]
+        folders.append(write_triage(tmp_path / f"run{k}", rule, cases))
+    (tmp_path / "l1.csv").write_text("case,failure\na-12,1\nA12,1\n")
+    (tmp_path / "l2.csv").write_text("case,dice\na-10,0.5\né0,0.95\n")
+    got = []
+    for url in urls:
+        for k, folder in enumerate(folders):
+            record_triage(url, folder, site="A" if k < 2 else "B", time=f"2026-01-0{k + 1}T00:00:00+02:00")
+        record_labels(url, tmp_path / "l1.csv")
+        record_labels(url, tmp_path / "l2.csv")
+        with MonitorStore(url, create=False) as store:
+            rows = [{k: v for k, v in c.items() if k not in ("row", "run")} for c in store.cases()]
+            assert store.verify().ok
+        got.append((rows, store_status(url).lines))
+    (rows_s, lines_s), (rows_p, lines_p) = got
+    assert len(rows_s) == 21 and lines_s == lines_p
+    for a, b in zip(rows_s, rows_p):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], float) and math.isnan(a[key]):
+                assert math.isnan(b[key]), key
+            else:
+                assert a[key] == b[key], (key, a[key], b[key])
