@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import warnings
@@ -643,7 +644,20 @@ def _parse_int(text: str) -> int:
 def _parse_float(text: str) -> float:
     if len(text) > MAX_NUMBER_DIGITS:
         raise ValueError(f"a number has {len(text)} characters (at most {MAX_NUMBER_DIGITS})")
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 reads as inf: the constant Infinity by another name
+        raise ValueError(f"the number {text} is out of range (it reads as {value})")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of :func:`parse_untrusted_json`: the object as a dict, refusing a key given twice."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice in one object")
+        out[key] = value
+    return out
 
 
 def json_depth(text: str) -> int:
@@ -669,9 +683,12 @@ def json_depth(text: str) -> int:
 def parse_untrusted_json(text: str, source: str) -> Any:
     """Strict JSON of an untrusted file, with limits.
 
-    No ``NaN`` / ``Infinity``, at most :data:`MAX_DOCUMENT_DEPTH` levels of nesting and :data:`MAX_NUMBER_DIGITS`
-    characters per number, so that a hostile file is one error line, never a ``RecursionError`` or Python's
-    integer-limit message.
+    No ``NaN`` / ``Infinity`` (nor a number beyond a float's range such as ``1e400``, which would read as
+    infinity), no key given twice in one object, at most :data:`MAX_DOCUMENT_DEPTH` levels of nesting and
+    :data:`MAX_NUMBER_DIGITS` characters per number, so that a hostile file is one error line, never a
+    ``RecursionError`` or Python's integer-limit message. The first two keep a signature honest: the signed digest is
+    that of the parsed content, and an infinity (written as ``null``) or a key given twice (Python keeps the last one,
+    a reader may show the first) would let a file be edited without changing it.
 
     Args:
         text: the file's text.
@@ -696,7 +713,8 @@ def parse_untrusted_json(text: str, source: str) -> Any:
         raise ValueError(f"{source} is not readable JSON: it is nested {depth} levels deep (at most "
                          f"{MAX_DOCUMENT_DEPTH})")
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_int=_parse_int, parse_float=_parse_float)
+        return json.loads(text, parse_constant=_no_constant, parse_int=_parse_int, parse_float=_parse_float,
+                          object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as e:
         raise ValueError(f"{source} is not readable JSON: it is not valid JSON ({type(e).__name__}: {e})") from None
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,8 +297,9 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
         ``"UNSIGNED: ..."``.
 
     Raises:
-        ValueError: one line starting with ``source``: unsigned (and not allowed), a signature that does not
-            verify, or a key that is not trusted.
+        ValueError: one line starting with ``source``: unsigned (and not allowed), a malformed signature object, a
+            signature that does not verify (also, with ``allow_unsigned``, one by a key that is not trusted: the
+            outputs never name a key that did not sign the content), or a key that is not trusted.
     """
     sig = doc.get(SIGNATURE_FIELD)
     allow = "pass --allow-unsigned to use it anyway (recorded in the outputs)"
@@ -306,20 +308,44 @@ def verify_signature(doc: Mapping[str, Any], digest: str, trust: Trust, source: 
             return "UNSIGNED: the rule carries no signature; used because --allow-unsigned was given"
         raise ValueError(f"{source} is not signed (field 'signature'), so who certified it and that it is unchanged "
                          f"cannot be checked: certify it again with this monai-unc, or {allow}")
-    if (not isinstance(sig, Mapping) or sig.get("algorithm") != "ed25519"
-            or not all(isinstance(sig.get(k), str) for k in ("key", "public_key", "value"))):
-        raise ValueError(f"{source}: field 'signature' is not an ed25519 signature object")
+    own_key = _signature_key(sig)
+    if own_key is None:
+        raise ValueError(f"{source}: field 'signature' is not an ed25519 signature object (algorithm 'ed25519', key "
+                         "'SHA256:' and 64 hex digits, the fingerprint of public_key, 32 bytes in base64; value)")
     keys = trusted_public_keys(trust.keys)
-    if sig["key"] not in keys:
-        if trust.allow_unsigned:
-            return (f"UNSIGNED: signed by {sig['key']}, a key that is not trusted here; used because "
-                    "--allow-unsigned was given")
+    trusted = keys.get(sig["key"])
+    if trusted is None and not trust.allow_unsigned:
         raise ValueError(f"{source} is signed by key {sig['key']}, which is not a trusted key (trust its public key "
                          f"with --trusted-keys or MONAI_UNC_TRUSTED_KEYS, or {allow})")
-    key, file = keys[sig["key"]]
-    try:
-        key.verify(base64.b64decode(sig["value"], validate=True), _DOMAIN + digest.encode("ascii"))
+    try:  # an untrusted key's signature is checked too: the outputs then name a key that did sign this content
+        (own_key if trusted is None else trusted[0]).verify(base64.b64decode(sig["value"], validate=True),
+                                                            _DOMAIN + digest.encode("ascii"))
     except (InvalidSignature, ValueError):
         raise ValueError(f"{source}: its signature (field 'signature') does not match its content: the file was "
                          "edited after it was certified") from None
-    return f"signed by {sig['key']} (trusted key {file})"
+    if trusted is None:
+        return (f"UNSIGNED: signed by {sig['key']}, a key that is not trusted here; used because "
+                "--allow-unsigned was given")
+    return f"signed by {sig['key']} (trusted key {trusted[1]})"
+
+
+_FINGERPRINT = re.compile(r"SHA256:[0-9a-f]{64}\Z")
+
+
+def _signature_key(sig: Any) -> Ed25519PublicKey | None:
+    """The public key of a well-formed signature object, else None.
+
+    Well-formed: ``algorithm`` ``"ed25519"``, ``public_key`` 32 bytes in base64, ``key`` its fingerprint
+    (:func:`key_fingerprint`) and ``value`` a string. The fields are then safe to echo: a ``key`` of any other text
+    (a newline, a terminal escape sequence) would reach the messages and the outputs as written.
+    """
+    if not isinstance(sig, Mapping) or sig.get("algorithm") != "ed25519":
+        return None
+    fields = [sig.get(k) for k in ("key", "public_key", "value")]
+    if not all(isinstance(f, str) for f in fields) or not _FINGERPRINT.match(fields[0]):
+        return None
+    try:
+        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(fields[1], validate=True))
+    except ValueError:
+        return None
+    return key if key_fingerprint(key) == fields[0] else None

@@ -61,11 +61,16 @@ class Markup(str):
         return Markup(str.join(self, (escape(p) for p in parts)))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def escape(value: Any) -> Markup:
-    """``value`` as HTML text.
+    r"""``value`` as HTML text.
 
     :class:`Markup` is returned unchanged, anything else as ``str(value)`` escaped with :func:`html.escape`
-    (``&``, ``<``, ``>``, ``"`` and ``'``).
+    (``&``, ``<``, ``>``, ``"`` and ``'``). A lone surrogate (how Python reads bytes that are not UTF-8 in a command
+    line argument or a file name, e.g. a Latin-1 ``é``) becomes U+FFFD, the replacement character a browser shows
+    for such bytes: a page is UTF-8, which cannot hold it.
 
     Args:
         value: any value.
@@ -76,10 +81,12 @@ def escape(value: Any) -> Markup:
     Example:
         >>> escape('x<img src=x onerror="alert(1)">')
         'x&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'
+        >>> escape("Caf\udce9") == "Caf\ufffd"
+        True
     """
     if isinstance(value, Markup):
         return value
-    return Markup(html.escape(str(value), quote=True))
+    return Markup(html.escape(_SURROGATE.sub("\ufffd", str(value)), quote=True))
 
 
 def frag(*parts: Any) -> Markup:

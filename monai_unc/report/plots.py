@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ _GOOD, _BAD, _ACCENT, _RC = "#1f77b4", "#d62728", "#2ca02c", "#9467bd"
 _VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), dpi=110, layout="constrained")
 
@@ -51,7 +55,8 @@ def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
     r"""PNG bytes of ``fig``; also written to ``path`` (through a temporary file and a rename) when given.
 
     Every text is drawn as it is: a ``$`` in a case id, a class, region or shift name is not read as mathtext (an
-    unbalanced ``$\frac`` would fail the whole page). The figure is drawn at its own dpi on a white background.
+    unbalanced ``$\frac`` would fail the whole page), and a lone surrogate (bytes that were not UTF-8, which the
+    fonts cannot draw) is drawn as U+FFFD, as on the pages. The figure is drawn at its own dpi on a white background.
 
     Args:
         fig: a matplotlib ``Figure``.
@@ -70,6 +75,8 @@ def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
     with rc_context({"text.parse_math": False}):  # also the tick labels made while drawing
         for text in fig.findobj(Text):
             text.set_parse_math(False)
+            if _SURROGATE.search(text.get_text()):
+                text.set_text(_SURROGATE.sub("\ufffd", text.get_text()))
         fig.savefig(buf, format="png", dpi=fig.dpi, facecolor="white")
     data = buf.getvalue()
     if path is not None:
