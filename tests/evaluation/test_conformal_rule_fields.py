@@ -73,16 +73,20 @@ def test_genuine_rule_loads(genuine):
     assert f.rules["outer"].alpha == 0.3 and f.rules["inner"].alpha == 0.4
 
 
-@pytest.mark.parametrize("name", list(EDITS))
-def test_edited_field_is_refused_naming_it(genuine, name):
-    edit, field = EDITS[name]
-    d = copy.deepcopy(genuine)
+def assert_edit_refused(rule: dict, edit, field: str) -> None:
+    """``edit`` a copy of a rule file's JSON, recompute its digest, and expect one line naming ``field``."""
+    d = copy.deepcopy(rule)
     edit(d)
     d["digest"] = rule_digest(d)  # an unkeyed digest: whoever edits the file recomputes it
     with pytest.raises(ValueError) as e:
         ConformalRuleFile.from_json(d, SOURCE)
     msg = str(e.value)
     assert msg.startswith(SOURCE) and field in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_edited_field_is_refused_naming_it(genuine, name):
+    assert_edit_refused(genuine, *EDITS[name])
 
 
 def test_high_probability_rule_fields(genuine):

@@ -26,9 +26,7 @@ from monai_unc.metrics.conformal import (
     high_probability_lambda,
     min_calibration_cases,
 )
-
-SOURCE = "conformal rule R.json"
-
+from tests.evaluation.test_conformal_rule_fields import SOURCE, assert_edit_refused
 
 # --------------------------------------------------------------------------------------------------------------
 # the strata block of conformal_rule.json is untrusted input
@@ -83,14 +81,7 @@ def test_genuine_stratified_rule_loads(stratified):
 
 @pytest.mark.parametrize("name", list(STRATA_EDITS))
 def test_edited_strata_field_is_refused_naming_it(stratified, name):
-    edit, field = STRATA_EDITS[name]
-    d = copy.deepcopy(stratified)
-    edit(d)
-    d["digest"] = rule_digest(d)  # an unkeyed digest: whoever edits the file recomputes it
-    with pytest.raises(ValueError) as e:
-        ConformalRuleFile.from_json(d, SOURCE)
-    msg = str(e.value)
-    assert msg.startswith(SOURCE) and field in msg and "\n" not in msg, msg
+    assert_edit_refused(stratified, *STRATA_EDITS[name])
 
 
 @pytest.mark.parametrize("targets", [{"outer": "0.3"}, {"outer": None}, [0.3], {"outer": True}, {"outer": 1.0}])

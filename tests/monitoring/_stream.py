@@ -93,3 +93,19 @@ def postgres_server() -> Iterator[str]:
         subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, env=env, timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def raw_sql(url: str, sql: str) -> None:
+    """Run SQL outside the store (what someone tampering with the database, or another program, would do)."""
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql)
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(url)
+        conn.execute(sql)
+        conn.commit()
+        conn.close()

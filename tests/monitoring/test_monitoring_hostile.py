@@ -34,7 +34,7 @@ from monai_unc.monitoring import ALL_SITES, MonitorStore, monitor_status, read_t
 from monai_unc.monitoring.status import stream_seed
 from monai_unc.workflows.monitor import record_labels, record_triage, store_status, write_dashboard
 
-from ._stream import make_rule, write_triage
+from ._stream import make_rule, raw_sql, write_triage
 from ._writer import record_runs
 
 
@@ -51,19 +51,6 @@ def _tables(url: str) -> set[str]:
     try:
         return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:
-        conn.close()
-
-
-def _raw(url: str, sql: str) -> None:
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql)
-    else:
-        conn = sqlite3.connect(url)
-        conn.execute(sql)
-        conn.commit()
         conn.close()
 
 
@@ -153,7 +140,7 @@ def test_status_says_how_many_cases_have_no_defined_score(tmp_path):
 def test_read_only_commands_refuse_a_database_that_is_not_a_monitoring_store(store_url, tmp_path, capsys):
     """``status`` on another application's database (a wrong --db) wrote the store's tables into it and reported
     "no cases recorded" with exit status 0: a false all-clear."""
-    _raw(store_url, "CREATE TABLE patients (id TEXT)")
+    raw_sql(store_url, "CREATE TABLE patients (id TEXT)")
     with pytest.raises(ValueError, match="not a monitoring store"):
         MonitorStore(store_url, create=False)
     assert _tables(store_url) == {"patients"}
@@ -272,7 +259,7 @@ def test_a_damaged_store_is_one_error_line_with_exit_status_2(store_url, tmp_pat
     """A table dropped outside the store: before the fix a traceback and exit status 1, which ``monitor status``
     uses for "alarm raised" (and ``verify`` for "tampered"): an error must read as an error (2, one line)."""
     record_triage(store_url, write_triage(tmp_path / "t", make_rule([0.1, 0.2]), [{"case": "a", "score": 0.1}]))
-    _raw(store_url, "DROP TABLE labels")
+    raw_sql(store_url, "DROP TABLE labels")
     for rc, err in _status_and_verify(store_url, capsys):
         assert rc == 2 and len(err.strip().splitlines()) == 1 and "labels" in err, err
 
@@ -314,7 +301,7 @@ def test_a_risk_alarm_stays_raised_when_labels_of_earlier_cases_arrive_later(sto
 
 
 # ------------------------------------------------------------------------------ terminal escapes in a rule digest
-def test_a_rule_digest_is_checked_and_never_reaches_the_terminal_raw(tmp_path):
+def test_a_rule_digest_is_checked_and_never_reaches_the_terminalraw_sql(tmp_path):
     """triage.json is editable: a rule "digest" with terminal escapes went into the store and raw onto the terminal
     of ``monitor status`` (its column and notes were not passed through printable, unlike the site)."""
     rule = make_rule([0.1, 0.2])
@@ -356,7 +343,7 @@ def test_two_label_maps_of_one_case_are_refused(tmp_path):
 def test_verify_prints_a_tampered_head_hash_through_printable(tmp_path, capsys):
     db = tmp_path / "m.db"
     record_triage(str(db), write_triage(tmp_path / "t", make_rule([0.1]), [{"case": "a", "score": 0.1}]))
-    _raw(str(db), "UPDATE audit SET hash = 'ab' || char(27) || '[2J' WHERE seq = (SELECT MAX(seq) FROM audit)")
+    raw_sql(str(db), "UPDATE audit SET hash = 'ab' || char(27) || '[2J' WHERE seq = (SELECT MAX(seq) FROM audit)")
     capsys.readouterr()
     assert cli.main(["monitor", "verify", "--db", str(db)]) == 1
     assert "\x1b" not in capsys.readouterr().out

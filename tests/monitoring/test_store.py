@@ -7,7 +7,6 @@ import math
 import multiprocessing as mp
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ import pytest
 from monai_unc.monitoring import GENESIS, MonitorStore, read_triage_run
 from monai_unc.monitoring.store import SCHEMA_VERSION, entry_hash, redact_url
 
-from ._stream import make_rule, write_triage
+from ._stream import make_rule, raw_sql, write_triage
 from ._writer import record_runs
 
 
@@ -25,20 +24,6 @@ def _record(store, folder, **kw):
     run = read_triage_run(folder, **kw)
     return store.record_run(run.rule, run.cases, source_digest=run.source_digest, folder=str(run.folder),
                             triaged_at=run.triaged_at, model_digest=run.model_digest, command=["test"])
-
-
-def _raw(url, sql):
-    """Run SQL outside the store (what someone tampering with the database would do)."""
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql)
-    else:
-        conn = sqlite3.connect(url)
-        conn.execute(sql)
-        conn.commit()
-        conn.close()
 
 
 def test_record_label_read_and_verify(store_url, tmp_path):
@@ -82,7 +67,7 @@ def test_a_tampered_row_is_detected(store_url, tmp_path, tamper, message):
         _record(store, folder)
         store.add_labels([{"case": "a", "dice": 0.9, "failure": None, "loss": 0.0}], source="x")
         assert store.verify().ok
-    _raw(store_url, tamper)
+    raw_sql(store_url, tamper)
     with MonitorStore(store_url, create=False) as store:
         res = store.verify()
     assert not res.ok and any(message in p for p in res.problems), res.problems
@@ -93,9 +78,9 @@ def test_removing_the_last_entry_is_caught_by_the_kept_head(store_url, tmp_path)
     with MonitorStore(store_url) as store:
         _record(store, folder)
         head = store.verify().head
-    _raw(store_url, "DELETE FROM cases")
-    _raw(store_url, "DELETE FROM runs")
-    _raw(store_url, "DELETE FROM audit WHERE seq = 2")
+    raw_sql(store_url, "DELETE FROM cases")
+    raw_sql(store_url, "DELETE FROM runs")
+    raw_sql(store_url, "DELETE FROM audit WHERE seq = 2")
     with MonitorStore(store_url, create=False) as store:
         assert store.verify().ok  # the chain alone cannot tell the end was cut off
         res = store.verify(expect_head=head)
@@ -104,7 +89,7 @@ def test_removing_the_last_entry_is_caught_by_the_kept_head(store_url, tmp_path)
 
 def test_a_newer_schema_is_refused(store_url):
     MonitorStore(store_url).close()
-    _raw(store_url, "UPDATE monitor_meta SET value = '99' WHERE key = 'schema_version'")
+    raw_sql(store_url, "UPDATE monitor_meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(ValueError, match="newer than this monai-unc"):
         MonitorStore(store_url)
 
