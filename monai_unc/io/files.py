@@ -33,6 +33,7 @@ __all__ = [
     "partial_path",
     "atomic_path",
     "atomic_write",
+    "atomic_write_files",
     "atomic_write_text",
     "atomic_write_bytes",
     "atomic_write_json",
@@ -149,6 +150,51 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
     with atomic_path(path) as tmp:
         write(tmp)
     return Path(path)
+
+
+def atomic_write_files(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
+    """Call ``write(tmp)``, ``tmp`` named as ``path`` in a private folder beside it; rename what it wrote into place.
+
+    For writers that put sidecar files next to the file they write, named after it (nnU-Net's ``Tiff3DIO`` writes
+    the spacing into ``<name>.json``): under :func:`atomic_write`'s temporary name such a sidecar would keep that
+    name. Every other file the writer made is renamed into ``path``'s folder first, ``path`` itself last, so a
+    reader that waits for ``path`` finds its sidecars. The private folder (``.<name>.partial...dir``) is removed
+    afterwards, and by :func:`clean_partial_files` when a run was killed in between.
+
+    Args:
+        path: the file to write.
+        write: a function that writes the file (and any sidecars) to the path it is given.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> def with_sidecar(tmp):
+        ...     tmp.write_text("image")
+        ...     tmp.with_suffix(".json").write_text("{}")
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = atomic_write_files(Path(d) / "case.tif", with_sidecar)
+        ...     sorted(p.name for p in Path(d).iterdir())
+        ['case.json', 'case.tif']
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = partial_path(path)
+    folder = scratch.with_name(scratch.name + ".dir")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    try:
+        tmp = folder / path.name
+        write(tmp)
+        for f in sorted(folder.iterdir()):
+            if f.name != path.name:
+                os.replace(f, path.parent / f.name)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return path
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
@@ -965,13 +1011,15 @@ def check_inputs_not_written(
 
 
 def clean_partial_files(folder: str | os.PathLike) -> int:
-    """Remove the ``.*.partial*`` files an interrupted run left in ``folder`` (not recursive).
+    """Remove the ``.*.partial*`` files (and :func:`atomic_write_files`' folders) an interrupted run left in ``folder``.
+
+    Not recursive: only the entries of ``folder`` itself.
 
     Args:
         folder: the folder; a missing folder holds nothing to remove.
 
     Returns:
-        How many files were removed.
+        How many files (and folders) were removed.
 
     Example:
         >>> import tempfile
@@ -988,5 +1036,9 @@ def clean_partial_files(folder: str | os.PathLike) -> int:
     for p in folder.iterdir():
         if p.is_file() and p.name.startswith(".") and ".partial" in p.name:
             p.unlink()
+            n += 1
+        elif p.is_dir() and not p.is_symlink() and p.name.startswith(".") and ".partial" in p.name \
+                and p.name.endswith(".dir"):
+            shutil.rmtree(p, ignore_errors=True)
             n += 1
     return n

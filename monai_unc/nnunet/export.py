@@ -50,6 +50,7 @@ from monai_unc.io import (
     atomic_gzip,
     atomic_path,
     atomic_save_npz,
+    atomic_write_files,
     atomic_write_json,
     json_safe,
     read_json_or_none,
@@ -380,12 +381,12 @@ def _ending(name: str) -> str:
 
 
 def _write_with_reader_writer(reader_writer: Any, data: np.ndarray, out: Path, properties: dict) -> Path:
-    """``reader_writer.write_seg(data, out, properties)`` with every file it writes renamed into place, ``out`` last.
+    """``reader_writer.write_seg(data, out, properties)`` under the final file name, sidecars included.
 
-    ``write_seg`` runs in a private temporary folder next to ``out`` under the final file name, so that files the
-    reader/writer names after it land under their final names too: Tiff3DIO writes the spacing into a
-    ``<name>.json`` sidecar next to the ``.tif``, and writing under a temporary name left that sidecar under the
-    temporary name (the image then reads back with spacing 1). The sidecars are renamed first, the image last.
+    Tiff3DIO writes the spacing into a ``<name>.json`` sidecar next to the ``.tif``; written under a temporary name,
+    that sidecar kept the temporary name (the image then read back with spacing 1).
+    :func:`~monai_unc.io.atomic_write_files` writes under the final name in a private folder and renames the
+    sidecars, then the image, into place.
 
     Args:
         reader_writer: the dataset's nnU-Net image reader/writer.
@@ -396,15 +397,7 @@ def _write_with_reader_writer(reader_writer: Any, data: np.ndarray, out: Path, p
     Returns:
         ``out``.
     """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".write_") as tmpdir:
-        tmp = Path(tmpdir) / out.name
-        reader_writer.write_seg(data, str(tmp), properties)
-        for f in sorted(Path(tmpdir).iterdir()):
-            if f.name != out.name:
-                os.replace(f, out.parent / f.name)
-        os.replace(tmp, out)
-    return out
+    return atomic_write_files(out, lambda tmp: reader_writer.write_seg(data, str(tmp), properties))
 
 
 def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict) -> Path:
