@@ -268,9 +268,26 @@ def accumulate(
         multilabel: per-channel binary entropies.
         entropy: the entropy map of a ``(rows, C, T)`` chunk in the samples' precision (the reference's formula),
             used by the CPU path.
+
+    Raises:
+        ValueError: the sums are not contiguous tensors of the shapes above, or the weights are not one per sample
+            (the kernels write the sums without bounds checks).
     """
     n_rows, n_cls, n_vox = p3.shape
     n_batch = sum_p.shape[0]
+    # the kernels write the sums without bounds checks: sums of another shape would be written outside them
+    expected = {
+        "sum_p": (sum_p, n_cls),
+        "sum_h": (sum_h, n_cls if multilabel else 1),
+        "sum_p2": (sum_p2, n_cls if per_class_squares else 1),
+    }
+    if n_batch < 1 or n_rows % n_batch or len(weights) != n_rows // n_batch:
+        raise ValueError(f"{n_rows} sample rows do not hold {len(weights)} samples of {n_batch} batch items")
+    for name, (t, channels) in expected.items():
+        if t is not None and (tuple(t.shape) != (n_batch, channels, n_vox) or not t.is_contiguous()):
+            raise ValueError(
+                f"{name} must be a contiguous ({n_batch}, {channels}, {n_vox}) tensor, got {tuple(t.shape)}"
+            )
     sq_mode = 0 if sum_p2 is None else (1 if per_class_squares else 2)
     if _kind(p3) == "triton":
         _cuda_kernels().accumulate(p3, weights, sum_p, sum_h, sum_p2, sq_mode, multilabel)

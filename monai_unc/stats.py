@@ -470,8 +470,9 @@ class SampleStats:
             self.accum_dtype = auto_accum_dtype(int(p.shape[1]))
         sums = (self.sum_p, self.sum_h, self.sum_p2)
         b = p.shape[0] // num_samples
-        if not self._fused_for(p) or any(t is not None and (t.device != p.device or t.dtype != self.accum_dtype)
-                                         for t in sums):
+        if not self._fused_for(p) or not self._fused_sums(p, b) or any(
+            t is not None and (t.device != p.device or t.dtype != self.accum_dtype) for t in sums
+        ):
             for j, w in enumerate(weights):
                 self._add_reference(p if num_samples == 1 else p[j * b:(j + 1) * b], w)
             return
@@ -500,6 +501,25 @@ class SampleStats:
         for w in weights:  # one at a time, as the reference adds them
             self.sum_w += w
         self.num_updates += num_samples
+
+    def _fused_sums(self, p: torch.Tensor, b: int) -> bool:
+        """Whether the sums (if any) have the shapes the fused kernel writes for samples ``(b, C, *spatial)``.
+
+        Sums of :meth:`from_moments` are taken as given: a ``mean_entropy`` of ``C`` channels, or of a shape that
+        broadcasts, or a second moment of the other layout are left to the reference path, which broadcasts or
+        raises as it always has (the kernel would write outside them).
+        """
+        if self.sum_p is None:
+            return True
+        spatial = tuple(p.shape[2:])
+        n_cls = int(p.shape[1])
+        n_h = n_cls if self.multilabel else 1
+        n_2 = n_cls if self._per_class_squares() else 1
+        if tuple(self.sum_p.shape) != (b, n_cls, *spatial) or tuple(self.sum_h.shape) != (b, n_h, *spatial):
+            return False
+        if self.track_variance:
+            return self.sum_p2 is not None and tuple(self.sum_p2.shape) == (b, n_2, *spatial)
+        return self.sum_p2 is None
 
     def _add_reference(self, p: torch.Tensor, w: float) -> None:
         """The reference torch update of one checked sample (torch ops; the fused kernels' reference)."""

@@ -3,7 +3,8 @@
 The reference is the chunked torch update (``histogram.FUSED_KERNELS = False``), itself tested against float64
 numpy, netcal and scikit-learn in ``test_calibration.py``. Counts must be equal (int64, exact); float sums within
 their stated bound: the recursive-summation bound ``n * 2^-53`` relative of the reference's sums (``n`` voxels in a
-bin), the NLL sum within ``n * 2^-52`` absolute (the fused kernel sums the logs as the log of a product).
+bin), the NLL and Brier sums within ``n * 2^-52`` absolute plus ``n * 2^-52`` relative (the fused kernel sums the logs
+as the log of a product; the relative part is the reference's own rounding of large terms).
 """
 
 from __future__ import annotations

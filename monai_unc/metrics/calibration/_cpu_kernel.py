@@ -28,9 +28,13 @@ Results equal the reference's: the same float64 values, bin ``floor(v * F)`` com
 wins; counts are exact int64. Float sums differ only by the order of the additions (per thread, per row, then merged;
 the top-label row's sums above the threshold as the sum of the class rows' sums), i.e. within the recursive-summation
 bound ``n * 2^-53`` relative of the reference's sums; the unweighted NLL and Brier sums are reassociated within a
-block (a product and a sum the compiler vectorises) and summed over blocks, within ``n * 2^-52`` *absolute* (nats for
-the NLL): for confident, correct voxels, whose terms are near 0, that can be a large relative difference (the product
-of mantissas rounds away what ``-log p`` of a ``p`` near 1 keeps). The
+block (a product and a sum the compiler vectorises) and summed over blocks, within ``n * 2^-52 * (1 + |S|)`` of the
+reference's sum ``S``: ``n * 2^-52`` *absolute* (nats for the NLL) plus ``n * 2^-52`` relative. The relative part is
+the reference's own rounding (each ``-log p`` and each addition round by up to ``2^-53`` relative: ``n`` voxels whose
+reference label has probability 0 add ``-log 1e-15 = 34.5`` nats each, and the reference's sum is then off the exact
+one by more than ``n * 2^-52``); for confident, correct voxels, whose terms are near 0, the absolute part dominates
+and can be a large relative difference (the product of mantissas rounds away what ``-log p`` of a ``p`` near 1
+keeps). The
 normalised entropy (the UCE row) is computed by the caller with the reference's own torch formula, chunk by chunk (a
 vectorised log is several times faster than a scalar one per class and voxel), and binned here.
 

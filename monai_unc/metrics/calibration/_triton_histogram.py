@@ -18,11 +18,13 @@ if triton is not None:
         """Add ``val`` at bins ``b`` of the row at ``row_base`` where ``m``.
 
         Bins 0, F - 1 and F (probabilities near 0 and 1, where a segmentation's values concentrate) get one atomic per
-        program with the block's sum; the other bins one atomic per voxel.
+        program with the block's sum; the other bins one atomic per voxel. With ``F == 1`` bin ``F - 1`` is bin 0,
+        added once.
         """
         zero = tl.zeros_like(val)
         tl.atomic_add(table_ptr + row_base, tl.sum(tl.where(m & (b == 0), val, zero), axis=0))
-        tl.atomic_add(table_ptr + row_base + (F - 1), tl.sum(tl.where(m & (b == F - 1), val, zero), axis=0))
+        if F > 1:
+            tl.atomic_add(table_ptr + row_base + (F - 1), tl.sum(tl.where(m & (b == F - 1), val, zero), axis=0))
         tl.atomic_add(table_ptr + row_base + F, tl.sum(tl.where(m & (b == F), val, zero), axis=0))
         tl.atomic_add(table_ptr + row_base + b, val, mask=m & (b > 0) & (b < F - 1))
 
