@@ -623,8 +623,33 @@ def _run_with_preprocessing(
     d[_COVERAGE_KEY] = torch.ones_like(d[K.PRED.value][:1], dtype=torch.float32)
     d = Invertd(keys=[*keys, _COVERAGE_KEY], transform=model.preprocessing, orig_keys="image", nearest_interp=False)(d)
     affine = np.asarray(d[keys[0]].affine, dtype=np.float64)
-    maps = restore_uncovered({k: d[k] for k in keys}, d[_COVERAGE_KEY], multilabel=is_multilabel(out, activation))
+    multilabel = is_multilabel(out, activation)
+    maps = restore_uncovered({k: d[k] for k in keys}, d[_COVERAGE_KEY], multilabel=multilabel)
+    samples = out.get(K.SAMPLES.value) if isinstance(out, Mapping) else None
+    if isinstance(samples, torch.Tensor):  # kept for --save-samples: on the input grid like <case>_seg
+        out[K.SAMPLES.value] = _invert_samples(samples, image, model.preprocessing, d[_COVERAGE_KEY], multilabel)
     return {k: maps[k][None] for k in keys}, (out, affine)
+
+
+def _invert_samples(
+    samples: torch.Tensor, image: Any, preprocessing: Callable, coverage: torch.Tensor, multilabel: bool
+) -> torch.Tensor:
+    """Each sample's probabilities ``(S, 1, C, *spatial)`` inverted onto the input grid as ``pred`` is.
+
+    ``Invertd``, then :func:`restore_uncovered`, one sample at a time; returns ``(S, 1, C, *input spatial)`` float32.
+    """
+    from monai.data import MetaTensor
+
+    invert = Invertd(keys=K.PRED.value, transform=preprocessing, orig_keys="image", nearest_interp=False)
+    back = []
+    for i in range(int(samples.shape[0])):
+        p = samples[i, 0].detach().cpu()
+        if not isinstance(p, MetaTensor):
+            p = MetaTensor(p, meta=dict(image.meta))
+        p = invert({"image": image, K.PRED.value: p})[K.PRED.value]
+        p = restore_uncovered({K.PRED.value: p}, coverage, multilabel=multilabel)[K.PRED.value]
+        back.append((p.as_tensor() if isinstance(p, MetaTensor) else p).float())
+    return torch.stack(back)[:, None]
 
 
 def is_multilabel(maps: dict[str, Any], activation: str | None) -> bool:

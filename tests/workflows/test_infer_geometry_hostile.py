@@ -159,3 +159,29 @@ def test_uncertainty_maps_follow_the_probabilities(predicted):
     np.testing.assert_allclose(pe[partial], predicted["stock_pe"][partial] / weight[partial], atol=1e-4)
     omp = nib.load(out / "c_one_minus_max_prob.nii.gz").get_fdata()
     np.testing.assert_allclose(omp[outside], 0.0, atol=1e-6)
+
+
+def test_saved_samples_are_inverted_onto_the_input_grid(tmp_path):
+    """``save_samples`` with a bundle's preprocessing wrote the samples' label maps on the preprocessed grid (another
+    shape) under the input's affine. The intensity network commutes with TTA's flips, so every sample is the
+    segmentation: each saved label map must equal the stock MONAI segmentation voxel for voxel."""
+    path, img, affine = _write_image(tmp_path)
+    model = LoadedModel(_IntensityNet(), "intensity net", preprocessing=_preprocessing(), spatial_dims=3)
+    settings = InferSettings(model="intensity net", method="tta", samples=1, roi=None, overlap=0.25,
+                             intensity="none", measures=MEASURES, seed=0, activation="softmax", checkpoints=[],
+                             save_samples=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        record = predict_case(ImageCase("c", (path,)), model,
+                              build_inferer("tta", measures=MEASURES, keep_samples=True), settings, out,
+                              torch.device("cpu"))
+    assert record["num_samples"] == 8
+    saved = nib.load(out / "c_samples.nii.gz")
+    assert saved.shape == (*img.shape, 8)
+    np.testing.assert_allclose(saved.affine, affine, atol=1e-5)
+    seg = nib.load(out / "c_seg.nii.gz").get_fdata()
+    labels = np.asarray(saved.dataobj)
+    for s in range(8):
+        np.testing.assert_array_equal(labels[..., s], seg, err_msg=f"sample {s}")
