@@ -185,3 +185,47 @@ def test_saved_samples_are_inverted_onto_the_input_grid(tmp_path):
     labels = np.asarray(saved.dataobj)
     for s in range(8):
         np.testing.assert_array_equal(labels[..., s], seg, err_msg=f"sample {s}")
+
+
+class _RegionNet(torch.nn.Module):
+    """Two sigmoid regions: logits ``4 x - 2`` and ``4 x - 3`` of the voxel's intensity."""
+
+    out_channels = 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([4 * x[:, :1] - 2, 4 * x[:, :1] - 3], 1)
+
+
+def test_region_maps_with_a_cropping_preprocessing_match_the_stock_inversion(tmp_path):
+    """Region-based (sigmoid) outputs: where the crop covers a voxel the per-region probabilities are the stock
+    inversion of the network's sigmoids, outside it no region (0); the masks are ``p >= 0.5`` of them."""
+    path, img, affine = _write_image(tmp_path)
+    model = LoadedModel(_RegionNet(), "region net", preprocessing=_preprocessing(), spatial_dims=3)
+    settings = InferSettings(model="region net", method="softmax", samples=1, roi=None, overlap=0.25,
+                             intensity="none", measures=MEASURES, seed=0, activation="sigmoid", checkpoints=[])
+    out = tmp_path / "out"
+    out.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        record = predict_case(ImageCase("c", (path,)), model,
+                              build_inferer("softmax", measures=MEASURES, activation="sigmoid"), settings, out,
+                              torch.device("cpu"))
+    assert record["multilabel"] is True
+    pre = _preprocessing()
+    data = pre({"image": str(path)})
+    with torch.no_grad():
+        probs = torch.sigmoid(_RegionNet()(data["image"][None]))[0]
+    stock = np.asarray(Invertd("pred", transform=pre, orig_keys="image", nearest_interp=False)(
+        {"image": data["image"], "pred": probs})["pred"])
+    ones = torch.ones_like(probs[:1])
+    weight = np.asarray(Invertd("pred", transform=pre, orig_keys="image", nearest_interp=False)(
+        {"image": data["image"], "pred": ones})["pred"])[0]
+    saved = nib.load(out / "c_probs.nii.gz")
+    np.testing.assert_allclose(saved.affine, affine, atol=1e-5)
+    p = np.moveaxis(saved.get_fdata(), -1, 0)
+    assert p.shape == (2, *img.shape)
+    covered = np.abs(weight - 1) < 1e-6
+    np.testing.assert_allclose(p[:, covered], stock[:, covered], atol=1e-5)
+    np.testing.assert_allclose(p[:, weight == 0], 0.0)
+    seg = np.moveaxis(nib.load(out / "c_seg.nii.gz").get_fdata(), -1, 0)
+    np.testing.assert_array_equal(seg[:, covered], stock[:, covered] >= 0.5)
