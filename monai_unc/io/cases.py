@@ -561,9 +561,9 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     A 3D file gives ``C = 1``; a 4D NIfTI ``(X, Y, Z, C)`` gives ``C`` channels first. ``.npy`` files have no
     geometry: their affine is the identity. ``.mha`` / ``.mhd`` / ``.nrrd`` files, which MONAI reads only with
     ``itk`` / ``pynrrd`` installed, are otherwise read with SimpleITK in MONAI's ITK convention (index order ``x, y,
-    z``, the LPS geometry as a RAS affine: :func:`lps_image_affine`). A folder is read as one DICOM series of single-frame CT or MR slices
-    (:func:`monai_unc.io.dicom.read_series`, the ``dicom`` extra): ``C = 1``, real-world values (Hounsfield units
-    for CT), the affine from the slices' positions.
+    z``, the LPS geometry as a RAS affine: :func:`lps_image_affine`). A folder is read as one DICOM series of
+    single-frame CT or MR slices (:func:`monai_unc.io.dicom.read_series`, the ``dicom`` extra): ``C = 1``, real-world
+    values (Hounsfield units for CT), the affine from the slices' positions.
 
     Args:
         path: the volume file (any format MONAI reads) or a DICOM series folder.
