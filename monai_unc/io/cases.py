@@ -658,7 +658,12 @@ def _read_simpleitk(path: Path, error: BaseException) -> tuple[np.ndarray, np.nd
     else:
         arr = arr[None]
     data = np.ascontiguousarray(np.transpose(arr, (0, *range(d, 0, -1))))  # (C, x, y, z)
-    return data, lps_image_affine(img.GetDirection(), img.GetSpacing(), img.GetOrigin())
+    affine = lps_image_affine(img.GetDirection(), img.GetSpacing(), img.GetOrigin())
+    if d < 3:  # a 2D image: the (4, 4) affine MONAI gives it
+        full = np.eye(4)
+        full[:d, :d], full[:d, 3] = affine[:d, :d], affine[:d, d]
+        affine = full
+    return data, affine
 
 
 def read_label(files: CaseFiles) -> tuple[np.ndarray, np.ndarray]:

@@ -285,3 +285,19 @@ def test_maps_of_a_metaimage_case_overlay_the_input_in_simpleitk(tmp_path):
     np.testing.assert_allclose(probs[1], expected, atol=1e-5)
     seg = sitk.GetArrayFromImage(sitk.ReadImage(str(out / "c_seg.nii.gz")))
     np.testing.assert_array_equal(seg, (expected > 0.5).astype(seg.dtype))
+
+
+def test_2d_metaimage_gets_a_4x4_affine(tmp_path):
+    """A 2D ``.mha`` is read as MONAI reads 2D images: ``(C, x, y)`` and a ``(4, 4)`` RAS affine."""
+    sitk = pytest.importorskip("SimpleITK")
+    from monai_unc.io.cases import read_volume
+
+    arr = np.random.default_rng(1).random((5, 6)).astype(np.float32)
+    image = sitk.GetImageFromArray(arr)
+    image.SetSpacing((0.5, 2.0))
+    image.SetOrigin((3.0, 4.0))
+    sitk.WriteImage(image, str(tmp_path / "a.mha"))
+    data, affine = read_volume(tmp_path / "a.mha")
+    assert data.shape == (1, 6, 5) and affine.shape == (4, 4)
+    assert data[0, 4, 2] == arr[2, 4]
+    np.testing.assert_allclose((affine @ [4, 2, 0, 1])[:2], np.array(image.TransformIndexToPhysicalPoint((4, 2))) * -1)
