@@ -60,6 +60,8 @@ __all__ = [
     "dicom_series_folders",
     "match_cases",
     "read_volume",
+    "SIMPLEITK_EXTENSIONS",
+    "lps_image_affine",
     "read_label",
     "segment_label_values",
     "REFERENCE_EXTENSIONS",
@@ -557,9 +559,11 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """Read a volume with MONAI's ``LoadImage``, channel first, with its affine.
 
     A 3D file gives ``C = 1``; a 4D NIfTI ``(X, Y, Z, C)`` gives ``C`` channels first. ``.npy`` files have no
-    geometry: their affine is the identity. A folder is read as one DICOM series of single-frame CT or MR slices
-    (:func:`monai_unc.io.dicom.read_series`, the ``dicom`` extra): ``C = 1``, real-world values (Hounsfield units
-    for CT), the affine from the slices' positions.
+    geometry: their affine is the identity. ``.mha`` / ``.mhd`` / ``.nrrd`` files, which MONAI reads only with
+    ``itk`` / ``pynrrd`` installed, are otherwise read with SimpleITK in MONAI's ITK convention (index order ``x, y,
+    z``, the LPS geometry as a RAS affine: :func:`lps_image_affine`). A folder is read as one DICOM series of
+    single-frame CT or MR slices (:func:`monai_unc.io.dicom.read_series`, the ``dicom`` extra): ``C = 1``, real-world
+    values (Hounsfield units for CT), the affine from the slices' positions.
 
     Args:
         path: the volume file (any format MONAI reads) or a DICOM series folder.
@@ -596,8 +600,69 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         img = _image_loader()(str(path))
         data = img.as_tensor().numpy() if hasattr(img, "as_tensor") else np.asarray(img)
     except Exception as e:  # truncated / corrupt files raise EOFError, OSError, zlib errors, ... from the readers
+        if path.name.lower().endswith(SIMPLEITK_EXTENSIONS):  # MONAI reads them only with itk / pynrrd installed
+            return _read_simpleitk(path, e)
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
+    return data, affine
+
+
+#: the volume formats that MONAI reads only with ``itk`` (``.mha``, ``.mhd``) or ``pynrrd`` (``.nrrd``) installed;
+#: :func:`read_volume` falls back on SimpleITK for them
+SIMPLEITK_EXTENSIONS = (".mha", ".mhd", ".nrrd")
+
+
+def lps_image_affine(direction: Sequence[float], spacing: Sequence[float], origin: Sequence[float]) -> np.ndarray:
+    """The RAS voxel -> world affine of an ITK image (LPS direction, spacing and origin), as MONAI's ITK reader gives.
+
+    ITK's physical point of index ``i`` is ``origin + direction @ (spacing * i)`` in LPS; NIfTI (and MONAI's
+    ``affine_lps_to_ras=True``) wants RAS, so the first two world axes are negated.
+
+    Args:
+        direction: the ``d * d`` direction cosines, row-major (``GetDirection()``).
+        spacing: the ``d`` voxel sizes (mm).
+        origin: the ``d`` coordinates of voxel 0 (mm, LPS).
+
+    Returns:
+        The ``(d + 1, d + 1)`` affine (``(4, 4)`` for a volume) in RAS.
+
+    Example:
+        >>> lps_image_affine([1, 0, 0, 0, 1, 0, 0, 0, 1], [2.0, 2.0, 3.0], [10.0, 20.0, 30.0]).tolist()[0]
+        [-2.0, -0.0, -0.0, -10.0]
+    """
+    d = len(spacing)
+    affine = np.eye(d + 1)
+    affine[:d, :d] = np.asarray(direction, dtype=np.float64).reshape(d, d) * np.asarray(spacing, dtype=np.float64)
+    affine[:d, d] = np.asarray(origin, dtype=np.float64)
+    flip = np.ones(d + 1)
+    flip[: min(d, 2)] = -1.0
+    return flip[:, None] * affine
+
+
+def _read_simpleitk(path: Path, error: BaseException) -> tuple[np.ndarray, np.ndarray]:
+    """``read_volume`` of a MetaImage / NRRD file with SimpleITK: ``(C, x, y, z)`` and the RAS affine."""
+    try:
+        import SimpleITK as sitk
+    except ImportError:
+        raise CaseError(f"cannot read {path}: MONAI reads {path.suffix} files with itk (or pynrrd for .nrrd), and "
+                        f"neither it nor SimpleITK is installed ({_reason(error)}); pip install SimpleITK or itk, "
+                        "or convert the images to NIfTI") from None
+    try:
+        img = sitk.ReadImage(str(path))
+        arr = sitk.GetArrayFromImage(img)  # (z, y, x) or (z, y, x, C): the index order reversed
+    except Exception as e:
+        raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
+    d = img.GetDimension()
+    if img.GetNumberOfComponentsPerPixel() > 1:
+        arr = np.moveaxis(arr, -1, 0)
+    else:
+        arr = arr[None]
+    data = np.ascontiguousarray(np.transpose(arr, (0, *range(d, 0, -1))))  # (C, x, y, z)
+    affine = lps_image_affine(img.GetDirection(), img.GetSpacing(), img.GetOrigin())
+    if d < 3:  # a 2D image: the (4, 4) affine MONAI gives it
+        full = np.eye(4)
+        full[:d, :d], full[:d, 3] = affine[:d, :d], affine[:d, d]
+        affine = full
     return data, affine
 
 

@@ -92,6 +92,7 @@ __all__ = [
     "network_out_channels",
     "is_multilabel",
     "region_names",
+    "restore_uncovered",
     "predict_case",
     "predict_cases",
     "check_run_settings",
@@ -540,10 +541,76 @@ def _num_samples(inferer: Any, x: torch.Tensor) -> int:
     return n
 
 
+#: the inverted map of ones that says how much of each input voxel the preprocessed grid covered
+_COVERAGE_KEY = "_monai_unc_coverage"
+
+
+def restore_uncovered(
+    maps: Mapping[str, torch.Tensor], coverage: torch.Tensor, multilabel: bool = False, eps: float = 0.0
+) -> dict[str, torch.Tensor]:
+    """Maps inverted onto the input grid, with the voxels that the network's grid did not cover filled in.
+
+    ``Invertd`` undoes a crop (``CropForegroundd``, ``SpatialCropd``, ...) or a zero-padded resampling by padding
+    with zeros, so the inverted probabilities of a voxel outside the crop sum to 0 (and, blended with that padding by
+    a linear interpolation, to less than 1 near its edge): not probabilities, and ``monai-unc evaluate`` refuses them.
+    ``coverage`` is a map of ones inverted the same way (the covered fraction ``w`` of each voxel). The result is
+    what the covered part says: every map divided by ``w`` (class probabilities divided by their sum, which is ``w``
+    up to rounding, so that they sum to 1); where nothing is covered (``w <= eps``, or class probabilities summing to
+    at most ``eps``) the network saw nothing: class probabilities are background (class 0) with probability 1, as
+    nnU-Net exports outside its crop, region probabilities 0 and every uncertainty map 0 (certain). Dividing by
+    ``w > 0`` keeps the argmax, so with the default ``eps = 0`` the segmentation is the stock MONAI one (``Invertd``
+    then ``AsDiscreted(argmax=True)``).
+
+    Args:
+        maps: ``{"pred": (C, *spatial), <measure>: (M, *spatial), ...}`` after ``Invertd``.
+        coverage: the inverted map of ones ``(1, *spatial)``.
+        multilabel: ``pred`` holds per-region sigmoid probabilities (no sum constraint).
+        eps: the covered fraction at or below which a voxel counts as not covered.
+
+    Returns:
+        The maps, same keys, shapes and containers (a MetaTensor keeps its meta).
+
+    Example:
+        >>> pred = torch.tensor([[0.5, 0.0, 0.3], [0.5, 0.0, 0.1]])  # 2 classes, 3 voxels: covered, outside, edge
+        >>> out = restore_uncovered({"pred": pred, "u": torch.tensor([[0.7, 0.0, 0.2]])}, torch.tensor([[1, 0, 0.4]]))
+        >>> out["pred"].tolist(), [round(v, 4) for v in out["u"][0].tolist()]
+        ([[0.5, 1.0, 0.75], [0.5, 0.0, 0.25]], [0.7, 0.0, 0.5])
+    """
+    from monai.data import MetaTensor
+
+    def plain(t: torch.Tensor) -> torch.Tensor:
+        return t.as_tensor() if isinstance(t, MetaTensor) else t
+
+    w = plain(coverage).to(torch.float64)
+    inside = w > eps
+    out: dict[str, torch.Tensor] = {}
+    for key, value in maps.items():
+        m = plain(value)
+        x = m.to(torch.float64)
+        if key == K.PRED.value and not multilabel:
+            total = x.sum(0, keepdim=True)
+            inside_p = total > eps
+            background = torch.zeros_like(x)
+            background[0] = 1.0
+            res = torch.where(inside_p, x / torch.where(inside_p, total, 1.0), background)
+        else:
+            res = torch.where(inside, x / torch.where(inside, w, 1.0), torch.zeros_like(x))
+            if key == K.PRED.value:
+                res = res.clamp(0.0, 1.0)
+        res = res.to(m.dtype)
+        if isinstance(value, MetaTensor):
+            res = MetaTensor(res, meta=dict(value.meta), applied_operations=list(value.applied_operations))
+        out[key] = res
+    return out
+
+
 def _run_with_preprocessing(
-    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device
+    case: ImageCase, model: LoadedModel, inferer: Any, device: torch.device, activation: str | None = "softmax"
 ) -> tuple[dict, Any]:
-    """Bundle preprocessing: transform, infer, and invert every map back onto the input grid."""
+    """Bundle preprocessing: transform, infer and invert every map back onto the input grid.
+
+    The voxels that the network's grid did not cover (outside a crop) are filled by :func:`restore_uncovered`.
+    """
     src = [str(p) for p in case.channels]
     data = model.preprocessing({"image": src[0] if len(src) == 1 else src})  # type: ignore[misc]
     image = data["image"]
@@ -551,9 +618,38 @@ def _run_with_preprocessing(
     out = inferer(x, model.network)
     keys = [k for k in out if k != K.SAMPLES.value]
     d = {"image": image, **{k: out[k][0].detach().cpu() for k in keys}}
-    d = Invertd(keys=keys, transform=model.preprocessing, orig_keys="image", nearest_interp=False)(d)
+    # a map of ones inverted with the others: how much of each input voxel the network's grid covered (the inverse of
+    # a crop or of a zero-padded resampling pads with zeros)
+    d[_COVERAGE_KEY] = torch.ones_like(d[K.PRED.value][:1], dtype=torch.float32)
+    d = Invertd(keys=[*keys, _COVERAGE_KEY], transform=model.preprocessing, orig_keys="image", nearest_interp=False)(d)
     affine = np.asarray(d[keys[0]].affine, dtype=np.float64)
-    return {k: d[k][None] for k in keys}, (out, affine)
+    multilabel = is_multilabel(out, activation)
+    maps = restore_uncovered({k: d[k] for k in keys}, d[_COVERAGE_KEY], multilabel=multilabel)
+    samples = out.get(K.SAMPLES.value) if isinstance(out, Mapping) else None
+    if isinstance(samples, torch.Tensor):  # kept for --save-samples: on the input grid like <case>_seg
+        out[K.SAMPLES.value] = _invert_samples(samples, image, model.preprocessing, d[_COVERAGE_KEY], multilabel)
+    return {k: maps[k][None] for k in keys}, (out, affine)
+
+
+def _invert_samples(
+    samples: torch.Tensor, image: Any, preprocessing: Callable, coverage: torch.Tensor, multilabel: bool
+) -> torch.Tensor:
+    """Each sample's probabilities ``(S, 1, C, *spatial)`` inverted onto the input grid as ``pred`` is.
+
+    ``Invertd``, then :func:`restore_uncovered`, one sample at a time; returns ``(S, 1, C, *input spatial)`` float32.
+    """
+    from monai.data import MetaTensor
+
+    invert = Invertd(keys=K.PRED.value, transform=preprocessing, orig_keys="image", nearest_interp=False)
+    back = []
+    for i in range(int(samples.shape[0])):
+        p = samples[i, 0].detach().cpu()
+        if not isinstance(p, MetaTensor):
+            p = MetaTensor(p, meta=dict(image.meta))
+        p = invert({"image": image, K.PRED.value: p})[K.PRED.value]
+        p = restore_uncovered({K.PRED.value: p}, coverage, multilabel=multilabel)[K.PRED.value]
+        back.append((p.as_tensor() if isinstance(p, MetaTensor) else p).float())
+    return torch.stack(back)[:, None]
 
 
 def is_multilabel(maps: dict[str, Any], activation: str | None) -> bool:
@@ -633,7 +729,7 @@ def predict_case(
     """
     t0 = time.time()
     if model.preprocessing is not None:
-        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device)
+        maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings.activation)
     else:
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)

@@ -417,7 +417,7 @@ def prepare_infer(
         measures: maps to write (default :data:`~monai_unc.keys.DEFAULT_MEASURES`; see :func:`infer_measures`).
         write_probs: write ``<case>_probs`` (``--no-probs``: False).
         save_samples: write ``<case>_samples``, one label map per sample (``--save-samples``; a sampling
-            ``method``, not with the bundle's preprocessing).
+            ``method``; with the bundle's preprocessing each sample is inverted onto the input grid).
         roi: sliding-window size (one size, or one per axis); None: the whole image at once.
         overlap: sliding-window overlap in [0, 1).
         sw_batch_size: windows per forward pass.
@@ -484,9 +484,6 @@ def prepare_infer(
     if "mcdropout" in method_tokens(method):
         enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
     check_method_network(method, net)  # ssn: an SSN head, one error now
-    if save_samples and loaded.preprocessing is not None:
-        raise ValueError("--save-samples with the bundle's preprocessing: the samples are not inverted onto the "
-                         "input grid; add --no-bundle-preprocessing")
     if spec is not None:
         check_region_channels(loaded, spec, cases[0] if cases else None, roi, device)  # once, not once per case
     members = loaded.checkpoints if "ensemble" in method_tokens(method) else loaded.checkpoints[:1]
