@@ -29,7 +29,15 @@ from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, check_finite, check_labels, like_input, to_tensor, warn_nan
+from .._utils import (
+    ArrayLike,
+    check_finite,
+    check_labels,
+    like_input,
+    sync_case_buffers,
+    to_tensor,
+    warn_nan,
+)
 from .overlap import dice_matrix, iou_matrix, label_gram
 
 __all__ = [
@@ -353,6 +361,10 @@ class _CaseMetric(CumulativeIterationMetric):
         super().__init__()
         self.reduction = reduction
         self.get_not_nans = get_not_nans
+
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
 
     def aggregate(
         self, reduction: MetricReduction | str | None = None

@@ -44,7 +44,7 @@ from monai.metrics import CumulativeIterationMetric
 from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import ArrayLike, check_finite, like_input, to_tensor
+from .._utils import ArrayLike, check_finite, like_input, sync_case_buffers, to_tensor
 from ..keys import DEPRECATED_MEASURES, UncertaintyKeys, canonical_measure
 from ..regions import BRATS_REGIONS, RegionSpec, label_to_regions, parse_regions, region_masks
 
@@ -707,6 +707,10 @@ class QUBraTSMetric(CumulativeIterationMetric):
                                num_points=self.num_points, max_uncertainty=self.max_uncertainty)
                 out[i, j] = getattr(res, self.component)
         return out.to(y_pred.device)
+
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
 
     def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
         """Reduce the buffered ``(N, R)`` values (NaN ignored); ``"none"`` returns them all.

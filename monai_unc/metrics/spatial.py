@@ -67,6 +67,7 @@ from .._utils import (
     num_threads,
     per_axis_mm,
     reduce_case_values,
+    sync_case_buffers,
     to_tensor,
     warn_nan,
 )
@@ -709,6 +710,10 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         target = y.as_tensor() if hasattr(y, "as_tensor") else y
         values = self._evaluate(plain[:, :1], plain[:, 1:], target, spacing)
         return torch.as_tensor(values, dtype=torch.float64, device=plain.device).reshape(-1, 1)
+
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
 
     def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
         """Reduce the buffered per-case values (``(N, 1)``), ignoring NaN; ``"none"`` returns them all.
