@@ -101,16 +101,19 @@ def _cases(n: int, num_classes: int = 3, seed: int = 3) -> list[tuple[torch.Tens
 
 
 def _metric_values(cases: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Any]:
-    """CalibrationMetric (pooled and per-case mean, classes from the data) and BUC over this rank's cases."""
+    """CalibrationMetric (pooled and per-case mean, classes from the data), BUC and NCC over this rank's cases."""
     from monai_unc.measures import entropy
+    from monai_unc.metrics import NCCMetric
     from monai_unc.metrics.calibration import CalibrationMetric
     from monai_unc.metrics.spatial import BoundaryUncertaintyConcentrationMetric
 
     calib = CalibrationMetric(metrics=("ece", "nll", "brier"), n_fine_bins=N_FINE)  # num_classes: from the data
     buc = BoundaryUncertaintyConcentrationMetric()
+    ncc = NCCMetric()
     for p, y in cases:
         calib(p, y)
         buc(y_pred=p.argmax(1, keepdim=True), y=y, uncertainty=entropy(p))
+        ncc(y_pred=entropy(p), y=p[:, 1:2])
     pooled = {k: float(v) for k, v in calib.aggregate().items()}
     return {
         "pooled": pooled,
@@ -118,6 +121,7 @@ def _metric_values(cases: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, 
         "mean": {k: float(v) for k, v in calib.aggregate("mean").items()},
         "per_case": sorted(calib.get_buffer().tolist()),
         "buc": sorted(buc.aggregate("none").reshape(-1).tolist()),
+        "ncc": float(ncc.aggregate()),
     }
 
 
@@ -140,6 +144,7 @@ def test_metric_classes_on_a_rank_without_cases_equal_one_process(tmp_path, worl
         for k, v in single["pooled"].items():
             assert math.isclose(res["pooled"][k], v, rel_tol=1e-12, abs_tol=1e-15), (rank, k)
         assert res["per_case"] == single["per_case"] and res["buc"] == single["buc"]
+        assert math.isclose(res["ncc"], single["ncc"], rel_tol=1e-6)  # MONAI averages in float32
         for k, v in single["mean"].items():
             assert math.isclose(res["mean"][k], v, rel_tol=1e-12, abs_tol=1e-15), (rank, k)
 
