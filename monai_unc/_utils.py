@@ -7,9 +7,10 @@ input's library (numpy in, numpy out; torch in, torch out on the same device).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +39,7 @@ __all__ = [
     "num_threads",
     "reduce_case_values",
     "sync_case_buffers",
+    "main_rank_warnings",
     "buffer_device",
     "warn_nan",
 ]
@@ -339,6 +341,24 @@ def buffer_device() -> torch.device:
     if dist.is_available() and dist.is_initialized() and "nccl" in str(dist.get_backend()):
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def main_rank_warnings() -> Iterator[None]:
+    """A block every rank runs on the same gathered data: its ``UserWarning`` s are issued by rank 0 only.
+
+    Without a process group (or with one rank) nothing changes. Use it where each rank reduces the values of all
+    ranks (a metric's ``aggregate`` after the gather), not where a rank computes its own cases.
+
+    Yields:
+        None.
+    """
+    import torch.distributed as dist
+
+    with warnings.catch_warnings():
+        if _distributed_world() > 1 and dist.get_rank() != 0:
+            warnings.simplefilter("ignore", UserWarning)
+        yield
 
 
 def sync_case_buffers(metric: Any) -> None:

@@ -34,6 +34,7 @@ from .._utils import (
     check_finite,
     check_labels,
     like_input,
+    main_rank_warnings,
     sync_case_buffers,
     to_tensor,
     warn_nan,
@@ -374,17 +375,18 @@ class _CaseMetric(CumulativeIterationMetric):
         if not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
         red = reduction or self.reduction
-        f, not_nans = do_metric_reduction(data.clone(), red)
-        if MetricReduction(red) != MetricReduction.NONE:
-            none_valid = not_nans == 0
-            if bool(none_valid.any()):
-                warnings.warn(
-                    f"{type(self).__name__}: every case is NaN (undefined) for {int(none_valid.sum())} of "
-                    f"{none_valid.numel()} reduced value(s); they are NaN, not MONAI's 0",
-                    UserWarning,
-                    stacklevel=2,
-                )
-                f = torch.where(none_valid, torch.full_like(f, float("nan")), f)
+        with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+            f, not_nans = do_metric_reduction(data.clone(), red)
+            if MetricReduction(red) != MetricReduction.NONE:
+                none_valid = not_nans == 0
+                if bool(none_valid.any()):
+                    warnings.warn(
+                        f"{type(self).__name__}: every case is NaN (undefined) for {int(none_valid.sum())} of "
+                        f"{none_valid.numel()} reduced value(s); they are NaN, not MONAI's 0",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+                    f = torch.where(none_valid, torch.full_like(f, float("nan")), f)
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -64,6 +64,7 @@ from .._utils import (
     check_finite,
     check_labels,
     like_input,
+    main_rank_warnings,
     num_threads,
     per_axis_mm,
     reduce_case_values,
@@ -724,7 +725,8 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         data = self.get_buffer()
         if not isinstance(data, torch.Tensor):
             raise ValueError("the data to aggregate must be a PyTorch Tensor")
-        f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
+        with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+            f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -165,6 +165,37 @@ def test_ranks_with_different_class_counts_fail_on_every_rank_with_one_message(t
         assert "different numbers of classes" in res.get("error", ""), (res, logs)
 
 
+def _nan_metric_warnings(cases: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Any]:
+    """NCC of constant uncertainty maps (NaN for every case): the warnings of the cases and of the reduction."""
+    from monai_unc.metrics import NCCMetric
+
+    metric = NCCMetric()
+    with warnings.catch_warnings(record=True) as per_case:
+        warnings.simplefilter("always")
+        for p, _ in cases:
+            metric(y_pred=torch.ones_like(p[:, :1]), y=p[:, 1:2])
+    with warnings.catch_warnings(record=True) as reduced:
+        warnings.simplefilter("always")
+        value = float(metric.aggregate())
+    return {"value": value, "per_case": len(per_case), "reduced": [str(w.message) for w in reduced]}
+
+
+def _nan_worker(rank: int, world: int, spec: dict) -> dict[str, Any]:
+    return _nan_metric_warnings(_cases(3)[rank::world])
+
+
+def test_metric_reduction_warnings_are_issued_once_not_once_per_rank(tmp_path):
+    """Each case's warning comes from the rank that computed it (as many in all as on one process); the warning of
+    the reduction, which every rank computes from the same gathered values, comes from rank 0 only."""
+    single = _nan_metric_warnings(_cases(3))
+    assert math.isnan(single["value"]) and single["per_case"] == 3 and len(single["reduced"]) == 1
+    results, logs = run_ranks(_nan_worker, 2, {"out": str(tmp_path)})
+    assert "error" not in results[0] and "error" not in results[1], logs
+    assert all(math.isnan(r["value"]) for r in results)
+    assert [r["per_case"] for r in results] == [2, 1]
+    assert results[0]["reduced"] == single["reduced"] and results[1]["reduced"] == []
+
+
 # --------------------------------------------------------------------------------------- CaseScoresHandler
 def _handler_rows(items: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """Run a CaseScoresHandler over ``items`` (one per iteration) without a network: metrics, warnings, CSV rows."""

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
-from ..._utils import check_integer, sync_case_buffers, warn_nan
+from ..._utils import check_integer, main_rank_warnings, sync_case_buffers, warn_nan
 from .functional import CALIBRATION_METRICS, calibration_metrics, check_metric_names
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
 
@@ -194,16 +194,18 @@ class CalibrationMetric(CumulativeIterationMetric):
             data = self.get_buffer()
             if not isinstance(data, torch.Tensor):
                 raise ValueError("CalibrationMetric.aggregate() called before any update")
-            out = {}
-            for j, k in enumerate(self.metrics):
-                col = data[:, j]
-                ok = ~torch.isnan(col)
-                out[k] = (col[ok].mean() if bool(ok.any())
-                          else torch.tensor(warn_nan(f"{k}: every case is NaN"), dtype=col.dtype, device=col.device))
+            with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+                out = {}
+                for j, k in enumerate(self.metrics):
+                    col = data[:, j]
+                    ok = ~torch.isnan(col)
+                    out[k] = (col[ok].mean() if bool(ok.any()) else
+                              torch.tensor(warn_nan(f"{k}: every case is NaN"), dtype=col.dtype, device=col.device))
             return out
         self.histogram = self._synced_histogram()
-        vals = calibration_metrics(
-            self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
-        )
+        with main_rank_warnings():  # the same pooled histogram on every rank: rank 0 warns
+            vals = calibration_metrics(
+                self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
+            )
         device = self._table_device()  # the device of the inputs, as with reduction="mean"
         return {k: torch.tensor(v, dtype=torch.float64, device=device) for k, v in vals.items()}
