@@ -308,3 +308,33 @@ def test_failed_rank_then_resume_on_another_world_size_equals_one_process(cohort
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert results[1]["warnings"] == []  # rank 1 warns about nothing rank 0 reports
     shutil.rmtree(out)
+
+
+def test_region_evaluation_with_more_ranks_than_cases_equals_one_process(tmp_path):
+    """3 ranks, 2 BraTS-like cases (one rank without a case): region histograms, QU-BraTS curves and lesions
+    gathered to rank 0 give the single-process files byte for byte."""
+    from tests._cases import write_brats_like_cohort
+
+    (tmp_path / "cohort").mkdir()
+    paths = write_brats_like_cohort(tmp_path / "cohort", n_cases=2)
+
+    def argv(out: Path) -> list[str]:
+        return ["evaluate", "-l", str(paths["labels"]), "-p", str(paths["predictions"]), "-o", str(out),
+                "--regions", "brats", "--lesions", "-q"]
+
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(argv(tmp_path / "single")) == 0
+    results, logs = run_ranks(_cli_worker, 3, {"out": str(tmp_path / "w"), "argv": argv(tmp_path / "dist")})
+    assert [r["rc"] for r in results] == [0, 0, 0], logs
+    for name in ("metrics.csv", "summary.json"):
+        assert (tmp_path / "dist" / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
+    for name in ("histogram.npz", "region_histograms.npz", "products.npz"):
+        a, b = tmp_path / "dist" / "state" / name, tmp_path / "single" / "state" / name
+        assert a.exists() == b.exists(), name
+        if a.exists():
+            with np.load(a) as za, np.load(b) as zb:
+                assert sorted(za.files) == sorted(zb.files), name
+                for k in za.files:
+                    np.testing.assert_array_equal(za[k], zb[k], err_msg=f"{name}:{k}")
