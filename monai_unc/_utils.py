@@ -7,9 +7,10 @@ input's library (numpy in, numpy out; torch in, torch out on the same device).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +38,9 @@ __all__ = [
     "check_integer",
     "num_threads",
     "reduce_case_values",
+    "sync_case_buffers",
+    "main_rank_warnings",
+    "buffer_device",
     "warn_nan",
 ]
 
@@ -321,6 +325,86 @@ def reduce_case_values(
         warn_nan(f"{metric}: no valid (non-NaN) case for {where} reduced value(s); returning NaN instead of 0")
         f = torch.where(empty.to(f.device), torch.full_like(f, math.nan), f)
     return f, not_nans
+
+
+def _distributed_world() -> int:
+    """The number of ranks of torch's default process group (1 without one)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def buffer_device() -> torch.device:
+    """The device of a rank's empty tables in a reduction: the current CUDA device under NCCL, else the CPU."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and "nccl" in str(dist.get_backend()):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def main_rank_warnings() -> Iterator[None]:
+    """A block every rank runs on the same gathered data: its ``UserWarning`` s are issued by rank 0 only.
+
+    Without a process group (or with one rank) nothing changes. Use it where each rank reduces the values of all
+    ranks (a metric's ``aggregate`` after the gather), not where a rank computes its own cases.
+
+    Yields:
+        None.
+    """
+    import torch.distributed as dist
+
+    with warnings.catch_warnings():
+        if _distributed_world() > 1 and dist.get_rank() != 0:
+            warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+def sync_case_buffers(metric: Any) -> None:
+    """Gather the per-case buffers of a MONAI ``Cumulative`` metric across ranks, also where a rank has none.
+
+    MONAI's ``Cumulative._sync`` skips the all-gather on a rank whose buffers are empty (no case: more ranks than
+    cases, or an uneven split), so that rank's ``aggregate`` fails and the other ranks wait for it in the gather. Here
+    every rank first learns each rank's buffer layout (trailing shape and dtype); a rank without cases then joins the
+    gather with empty buffers of that layout, so every rank gets the buffers of all cases, in rank order, as MONAI
+    gathers them. Without any case on any rank nothing is gathered (``get_buffer`` is None on every rank, as for one
+    process); layouts that differ across ranks raise the same ``ValueError`` on every rank. One process: MONAI's own
+    ``_sync``.
+
+    Args:
+        metric: a ``monai.metrics.Cumulative`` (e.g. a ``CumulativeIterationMetric``); its ``_synced_tensors`` and
+            ``_synced`` are set as MONAI's ``_sync`` sets them.
+
+    Raises:
+        ValueError: the ranks' buffers have different layouts.
+    """
+    import torch.distributed as dist
+    from monai.metrics.metric import Cumulative
+    from monai.utils import evenly_divisible_all_gather
+
+    if metric._synced:
+        return
+    world = _distributed_world()
+    if world < 2:
+        Cumulative._sync(metric)
+        return
+    local = None if metric._buffers is None else [torch.stack(b, dim=0) for b in metric._buffers]
+    layout = None if local is None else [(tuple(t.shape[1:]), str(t.dtype).replace("torch.", "")) for t in local]
+    layouts: list[Any] = [None] * world
+    dist.all_gather_object(layouts, layout)
+    known = [(r, lay) for r, lay in enumerate(layouts) if lay is not None]
+    if not known:
+        return  # no case on any rank: nothing to gather, as for one process
+    bad = [r for r, lay in known if lay != known[0][1]]
+    if bad:
+        raise ValueError(f"{type(metric).__name__}: the ranks' per-case buffers differ: rank {bad[0]} has "
+                         f"{layouts[bad[0]]}, rank {known[0][0]} {known[0][1]}")
+    if local is None:  # this rank has no case: empty buffers of the others' layout
+        local = [torch.empty((0, *shape), dtype=getattr(torch, dtype), device=buffer_device())
+                 for shape, dtype in known[0][1]]
+    metric._synced_tensors = [evenly_divisible_all_gather(t.contiguous(), concat=True) for t in local]
+    metric._synced = True
 
 
 def warn_nan(message: str, stacklevel: int = 3) -> float:

@@ -277,9 +277,10 @@ class CaseScoresHandler:
     Each iteration it reads the case scores (e.g. ``mutual_information_mean`` from
     :class:`~monai_unc.transforms.AggregateUncertaintyd`) from the decollated ``engine.state.output`` and the
     group label (e.g. ``"shift"``, a string of the datalist) from ``engine.state.batch``. At the end of the epoch
-    the rows of every rank are gathered (``torch.distributed.all_gather_object``), rank 0 writes
+    the rows of every rank are gathered (``torch.distributed.all_gather_object``) and sorted by case id (stable), so
+    the table does not depend on the number of ranks or on which rank saw which case; rank 0 writes
     ``<output_dir>/<filename>`` (columns ``case, <group_key>, <scores...>``; :func:`monai_unc.io.write_csv`, scores at
-    full precision), and every rank stores
+    full precision) and alone issues the warnings (non-finite scores, a NaN AUROC), and every rank stores
     ``engine.state.metrics["ood_auroc_<score>"]``: :func:`monai_unc.metrics.casewise.ood_auroc` of the scores
     of cases outside ``iid_groups`` against those inside (NaN with a warning when either side is empty), so
     ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it.
@@ -342,10 +343,13 @@ class CaseScoresHandler:
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-            return list(self._rows)
-        parts: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(parts, self._rows)  # rank order, so every rank builds the same table
-        return [row for part in parts for row in part]
+            rows = list(self._rows)
+        else:
+            parts: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(parts, self._rows)  # rank order, so every rank builds the same table
+            rows = [row for part in parts for row in part]
+        # case-id order (stable): the same table as one process, whichever rank saw which case
+        return sorted(rows, key=lambda row: row[0])
 
     def _complete(self, engine: Any) -> None:
         import ignite.distributed as idist  # pytorch-ignite is optional (engines need it, the package does not)
@@ -353,6 +357,17 @@ class CaseScoresHandler:
         rows = self._gathered()
         iid = np.array([g in self.iid_groups for _, g, _ in rows], dtype=bool)
         scores = np.array([s for _, _, s in rows], dtype=np.float64).reshape(len(rows), len(self.score_keys))
+        with warnings.catch_warnings():
+            if idist.get_rank() != 0:  # every rank has the same rows: rank 0 alone reports them
+                warnings.simplefilter("ignore", UserWarning)
+            self._ood_aurocs(engine, iid, scores)
+        if self.output_dir is not None and idist.get_rank() == 0:
+            columns = ["case", self.group_key, *self.score_keys]
+            write_csv(self.output_dir / self.filename,
+                      [dict(zip(columns, (case, group, *s))) for case, group, s in rows], columns)
+
+    def _ood_aurocs(self, engine: Any, iid: np.ndarray, scores: np.ndarray) -> None:
+        """``engine.state.metrics["ood_auroc_<score>"]`` of each score (non-finite scores left out, with a warning)."""
         for j, key in enumerate(self.score_keys):
             ok = np.isfinite(scores[:, j])
             if not ok.all():
@@ -366,8 +381,4 @@ class CaseScoresHandler:
             else:
                 value = float(ood_auroc(a, b))
             engine.state.metrics[f"ood_auroc_{key}"] = value
-        if self.output_dir is not None and idist.get_rank() == 0:
-            columns = ["case", self.group_key, *self.score_keys]
-            write_csv(self.output_dir / self.filename,
-                      [dict(zip(columns, (case, group, *s))) for case, group, s in rows], columns)
 

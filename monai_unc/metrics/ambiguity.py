@@ -29,7 +29,16 @@ from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, check_finite, check_labels, like_input, to_tensor, warn_nan
+from .._utils import (
+    ArrayLike,
+    check_finite,
+    check_labels,
+    like_input,
+    main_rank_warnings,
+    sync_case_buffers,
+    to_tensor,
+    warn_nan,
+)
 from .overlap import dice_matrix, iou_matrix, label_gram
 
 __all__ = [
@@ -354,6 +363,10 @@ class _CaseMetric(CumulativeIterationMetric):
         self.reduction = reduction
         self.get_not_nans = get_not_nans
 
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
+
     def aggregate(
         self, reduction: MetricReduction | str | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -362,17 +375,18 @@ class _CaseMetric(CumulativeIterationMetric):
         if not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
         red = reduction or self.reduction
-        f, not_nans = do_metric_reduction(data.clone(), red)
-        if MetricReduction(red) != MetricReduction.NONE:
-            none_valid = not_nans == 0
-            if bool(none_valid.any()):
-                warnings.warn(
-                    f"{type(self).__name__}: every case is NaN (undefined) for {int(none_valid.sum())} of "
-                    f"{none_valid.numel()} reduced value(s); they are NaN, not MONAI's 0",
-                    UserWarning,
-                    stacklevel=2,
-                )
-                f = torch.where(none_valid, torch.full_like(f, float("nan")), f)
+        with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+            f, not_nans = do_metric_reduction(data.clone(), red)
+            if MetricReduction(red) != MetricReduction.NONE:
+                none_valid = not_nans == 0
+                if bool(none_valid.any()):
+                    warnings.warn(
+                        f"{type(self).__name__}: every case is NaN (undefined) for {int(none_valid.sum())} of "
+                        f"{none_valid.numel()} reduced value(s); they are NaN, not MONAI's 0",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+                    f = torch.where(none_valid, torch.full_like(f, float("nan")), f)
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -44,7 +44,7 @@ from monai.metrics import CumulativeIterationMetric
 from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import ArrayLike, check_finite, like_input, to_tensor
+from .._utils import ArrayLike, check_finite, like_input, main_rank_warnings, sync_case_buffers, to_tensor
 from ..keys import DEPRECATED_MEASURES, UncertaintyKeys, canonical_measure
 from ..regions import BRATS_REGIONS, RegionSpec, label_to_regions, parse_regions, region_masks
 
@@ -708,6 +708,10 @@ class QUBraTSMetric(CumulativeIterationMetric):
                 out[i, j] = getattr(res, self.component)
         return out.to(y_pred.device)
 
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
+
     def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
         """Reduce the buffered ``(N, R)`` values (NaN ignored); ``"none"`` returns them all.
 
@@ -720,8 +724,9 @@ class QUBraTSMetric(CumulativeIterationMetric):
         """
         data = self.get_buffer()
         if not isinstance(data, torch.Tensor) or data.numel() == 0:
-            warnings.warn("QUBraTSMetric: no case was evaluated; the score is undefined (NaN)", UserWarning,
-                          stacklevel=2)
+            with main_rank_warnings():  # no case on any rank (every rank sees it): rank 0 warns
+                warnings.warn("QUBraTSMetric: no case was evaluated; the score is undefined (NaN)", UserWarning,
+                              stacklevel=2)
             nan = torch.tensor(float("nan"), dtype=torch.float64)
             return (nan, torch.tensor(0.0)) if self.get_not_nans else nan
         f, not_nans = do_metric_reduction(data, reduction or self.reduction)

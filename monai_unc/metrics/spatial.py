@@ -64,9 +64,11 @@ from .._utils import (
     check_finite,
     check_labels,
     like_input,
+    main_rank_warnings,
     num_threads,
     per_axis_mm,
     reduce_case_values,
+    sync_case_buffers,
     to_tensor,
     warn_nan,
 )
@@ -710,6 +712,10 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         values = self._evaluate(plain[:, :1], plain[:, 1:], target, spacing)
         return torch.as_tensor(values, dtype=torch.float64, device=plain.device).reshape(-1, 1)
 
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
+
     def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
         """Reduce the buffered per-case values (``(N, 1)``), ignoring NaN; ``"none"`` returns them all.
 
@@ -719,7 +725,8 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         data = self.get_buffer()
         if not isinstance(data, torch.Tensor):
             raise ValueError("the data to aggregate must be a PyTorch Tensor")
-        f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
+        with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+            f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
         return (f, not_nans) if self.get_not_nans else f
 
 

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
-from ..._utils import check_integer, warn_nan
+from ..._utils import check_integer, main_rank_warnings, sync_case_buffers, warn_nan
 from .functional import CALIBRATION_METRICS, calibration_metrics, check_metric_names
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
 
@@ -129,13 +129,27 @@ class CalibrationMetric(CumulativeIterationMetric):
     def _synced_histogram(self) -> ConfidenceHistogram:
         """The pooled histogram of every rank, its tables on :meth:`_table_device`.
 
-        Each table all-gathered (MONAI's ``evenly_divisible_all_gather``) and summed; a rank without data adds zeros.
+        Each table all-gathered (MONAI's ``evenly_divisible_all_gather``) and summed; a rank without data adds zeros
+        (of the number of classes of the other ranks' cases when ``num_classes`` is not given). Ranks whose cases
+        have different numbers of classes raise the same ``ValueError`` on every rank.
         """
         device = self._table_device()
-        if self._hist is None or not len(self._hist):
-            if self.num_classes is None:
+        has_data = self._hist is not None and len(self._hist) > 0
+        n_classes = self._hist.num_classes if self._hist is not None and has_data else self.num_classes
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        if world > 1:  # every rank learns the number of classes of the others' cases, before any table is gathered
+            found: list[Any] = [None] * world
+            dist.all_gather_object(found, n_classes if has_data else None)
+            known = sorted({int(n) for n in found if n is not None})
+            if len(known) > 1:
+                raise ValueError(f"CalibrationMetric: the ranks' cases have different numbers of classes (by rank: "
+                                 f"{found})")
+            if not has_data and known:
+                n_classes = known[0]
+        if not has_data:
+            if n_classes is None:
                 raise ValueError("CalibrationMetric.aggregate() called before any update (and num_classes unknown)")
-            n_rows, f = self.num_classes + 2, self.n_fine_bins
+            n_rows, f = n_classes + 2, self.n_fine_bins
             counts = torch.zeros(1, n_rows, 2, f, dtype=torch.int64, device=device)
             sums = torch.zeros(1, n_rows, f, dtype=torch.float64, device=device)
             scalars = torch.zeros(1, 3, dtype=torch.float64, device=device)
@@ -160,6 +174,10 @@ class CalibrationMetric(CumulativeIterationMetric):
         )
         return hist.load_state_dict(state)
 
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
+
     def aggregate(self, reduction: str | None = None) -> dict[str, torch.Tensor]:
         """``{name: value}`` pooled over all cases and ranks, or the mean of per-case values.
 
@@ -176,16 +194,18 @@ class CalibrationMetric(CumulativeIterationMetric):
             data = self.get_buffer()
             if not isinstance(data, torch.Tensor):
                 raise ValueError("CalibrationMetric.aggregate() called before any update")
-            out = {}
-            for j, k in enumerate(self.metrics):
-                col = data[:, j]
-                ok = ~torch.isnan(col)
-                out[k] = (col[ok].mean() if bool(ok.any())
-                          else torch.tensor(warn_nan(f"{k}: every case is NaN"), dtype=col.dtype, device=col.device))
+            with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+                out = {}
+                for j, k in enumerate(self.metrics):
+                    col = data[:, j]
+                    ok = ~torch.isnan(col)
+                    out[k] = (col[ok].mean() if bool(ok.any()) else
+                              torch.tensor(warn_nan(f"{k}: every case is NaN"), dtype=col.dtype, device=col.device))
             return out
         self.histogram = self._synced_histogram()
-        vals = calibration_metrics(
-            self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
-        )
+        with main_rank_warnings():  # the same pooled histogram on every rank: rank 0 warns
+            vals = calibration_metrics(
+                self.histogram, self.metrics, n_bins=self.n_bins, min_bin_count=self.min_bin_count, per_case=False
+            )
         device = self._table_device()  # the device of the inputs, as with reduction="mean"
         return {k: torch.tensor(v, dtype=torch.float64, device=device) for k, v in vals.items()}
