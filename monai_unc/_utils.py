@@ -438,3 +438,32 @@ def case_pair(scores: Any, other: Any, other_name: str) -> tuple[np.ndarray, np.
     if s.shape != o.shape:
         raise ValueError(f"scores and {other_name} must have the same length, got {s.size} and {o.size}")
     return s, o
+
+
+def unique_json_keys(pairs: list[tuple[str, Any]], message: str) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (an ``object_pairs_hook`` of :func:`json.loads`).
+
+    Plain ``json.loads`` keeps the last of two equal keys: a reader (or a person) that keeps the first sees other
+    content, and a signed file could be edited without changing its parsed, signed content.
+
+    Args:
+        pairs: the object's ``(key, value)`` pairs in file order.
+        message: the error, formatted with ``key`` (e.g. ``"the key {key!r} is given twice"``).
+
+    Returns:
+        The object.
+
+    Raises:
+        ValueError: a key given twice.
+
+    Example:
+        >>> import json
+        >>> json.loads('{"a": 1}', object_pairs_hook=lambda p: unique_json_keys(p, "{key!r} twice"))
+        {'a': 1}
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(message.format(key=key))
+        out[key] = value
+    return out

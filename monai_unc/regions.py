@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._utils import ArrayLike, check_labels, like_input, to_tensor
+from ._utils import ArrayLike, check_labels, like_input, to_tensor, unique_json_keys
 
 __all__ = [
     "BRATS_REGIONS",
@@ -139,25 +139,14 @@ def parse_regions(spec: RegionSpec | str) -> dict[str, tuple[int, ...]]:
         if key.lower() in _NAMED:
             return dict(_NAMED[key.lower()])
         try:
-            spec = json.loads(key, object_pairs_hook=_unique_keys)
+            spec = json.loads(key, object_pairs_hook=lambda pairs: unique_json_keys(
+                pairs, "regions: the region {key!r} is given twice"))
         except json.JSONDecodeError as e:
             raise ValueError(
                 f"regions must be one of {sorted(_NAMED)} or a JSON object of region -> labels, got {key!r}"
             ) from e
     return check_regions(spec)
 
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads``' ``object_pairs_hook``: the object as a dict, refusing a key given twice.
-
-    Plain ``json.loads`` would keep only the last one, silently dropping a region: ``ValueError`` instead.
-    """
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"regions: the region {key!r} is given twice")
-        out[key] = value
-    return out
 
 
 def unclaimed_labels(labels: ArrayLike, regions: RegionSpec | str) -> list[int]:

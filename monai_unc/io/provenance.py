@@ -26,6 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._utils import unique_json_keys
 from ..keys import LAYOUTS
 from .cases import CaseError, CaseFiles, match_cases, read_prediction_regions
 from .files import atomic_write_json, json_safe, read_json_or_none
@@ -650,16 +651,6 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` of :func:`parse_untrusted_json`: the object as a dict, refusing a key given twice."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"the key {key!r} is given twice in one object")
-        out[key] = value
-    return out
-
-
 def json_depth(text: str) -> int:
     """The deepest nesting of arrays and objects in JSON text, counted without parsing (strings skipped).
 
@@ -714,7 +705,8 @@ def parse_untrusted_json(text: str, source: str) -> Any:
                          f"{MAX_DOCUMENT_DEPTH})")
     try:
         return json.loads(text, parse_constant=_no_constant, parse_int=_parse_int, parse_float=_parse_float,
-                          object_pairs_hook=_unique_keys)
+                          object_pairs_hook=lambda pairs: unique_json_keys(
+                              pairs, "the key {key!r} is given twice in one object"))
     except (ValueError, RecursionError) as e:
         raise ValueError(f"{source} is not readable JSON: it is not valid JSON ({type(e).__name__}: {e})") from None
 

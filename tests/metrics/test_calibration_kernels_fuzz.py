@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from monai_unc.metrics.calibration import ConfidenceHistogram, _cpu_kernel
 from monai_unc.metrics.calibration import histogram as hist_module
 from tests._paths import ROOT
+from tests.metrics.test_calibration_kernels import assert_equal_histograms
 
 pytestmark = pytest.mark.skipif(not _cpu_kernel.available(), reason="numba is not installed (the 'fast' extra)")
 
@@ -64,19 +65,11 @@ def outcome(fused: bool, num_classes: int, n_fine: int, uncertainty: bool, *args
 
 
 def assert_same(fused: Any, ref: Any, n_voxels: int) -> None:
-    """Equal counts and errors; float sums within the stated bounds."""
+    """Equal counts and errors; float sums within the stated bounds (:func:`assert_equal_histograms`)."""
     if isinstance(ref, tuple) or isinstance(fused, tuple):
         assert fused == ref
         return
-    assert fused.case_ids == ref.case_ids
-    assert torch.equal(fused.counts, ref.counts)
-    bound = 4 * n_voxels * EPS
-    np.testing.assert_allclose(fused.sums.numpy(), ref.sums.numpy(), rtol=bound, atol=1e-300)
-    np.testing.assert_allclose(fused.weighted_counts.numpy(), ref.weighted_counts.numpy(), rtol=bound, atol=1e-300)
-    fs, rs = fused.scalars.numpy(), ref.scalars.numpy()
-    np.testing.assert_allclose(fs[:, 0], rs[:, 0], rtol=bound)
-    # NLL and Brier: n 2^-52 absolute plus n 2^-52 relative (with the margin of the module's other tests)
-    np.testing.assert_allclose(fs[:, 1:], rs[:, 1:], rtol=2 * bound, atol=2 * bound)
+    assert_equal_histograms(fused, ref, n_voxels)
 
 
 #: values on and next to fine-bin edges (for ``F = 15360``), at 0 and 1 and at the top-label row's threshold
