@@ -326,32 +326,45 @@ def test_link_page_escapes_and_quotes_the_link(tmp_path):
     assert page.read_text() == text
 
 
-def test_pages_build_html_through_the_builder_only():
-    """The page modules make markup only with the builder: ``Markup(...)`` on string literals, no ``html.escape``,
-    and no f-string or string literal that writes a tag (``<x`` or ``</x``) outside :mod:`monai_unc.report.markup`."""
-    tag = re.compile(r"</?[a-zA-Z!]")
+_TAG = re.compile(r"</?[a-zA-Z!]")
+
+
+def markup_outside_the_builder(path: Path) -> list[str]:
+    """Where a page module makes markup without the builder: ``Markup(...)`` on a non-literal, ``html.escape``, or
+    an f-string / string literal that writes a tag (``<x`` or ``</x``); docstrings, error messages, ``Markup("...")``
+    literals and ``.replace`` / ``in`` probes of a page aside.
+
+    Returns:
+        One ``"file:line: what"`` per finding.
+    """
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    errors = {id(n) for r in ast.walk(tree) if isinstance(r, ast.Raise) for n in ast.walk(r)}  # messages
     bad = []
-    for name in ("html.py", "triage.py", "monitor.py"):
-        path = ROOT / "monai_unc" / "report" / name
-        tree = ast.parse(path.read_text())
-        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
-                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-        errors = {id(n) for r in ast.walk(tree) if isinstance(r, ast.Raise) for n in ast.walk(r)}  # messages
-        for node in ast.walk(tree):
-            if id(node) in errors:
-                continue
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Markup":
-                if not (len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
-                    bad.append(f"{name}:{node.lineno}: Markup() on a non-literal")
-            elif isinstance(node, ast.Attribute) and node.attr == "escape" and getattr(node.value, "id", "") == "html":
-                bad.append(f"{name}:{node.lineno}: html.escape (use the builder)")
-            elif isinstance(node, ast.JoinedStr) and any(
-                    isinstance(v, ast.Constant) and tag.search(str(v.value)) for v in node.values):
-                bad.append(f"{name}:{node.lineno}: an f-string writes markup")
-            elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                  and tag.search(node.value) and not _markup_literal(tree, node)):
-                bad.append(f"{name}:{node.lineno}: a string literal writes markup: {node.value[:40]!r}")
+    for node in ast.walk(tree):
+        if id(node) in errors:
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Markup":
+            if not (len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
+                bad.append(f"{path.name}:{node.lineno}: Markup() on a non-literal")
+        elif isinstance(node, ast.Attribute) and node.attr == "escape" and getattr(node.value, "id", "") == "html":
+            bad.append(f"{path.name}:{node.lineno}: html.escape (use the builder)")
+        elif isinstance(node, ast.JoinedStr) and any(
+                isinstance(v, ast.Constant) and _TAG.search(str(v.value)) for v in node.values):
+            bad.append(f"{path.name}:{node.lineno}: an f-string writes markup")
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+              and _TAG.search(node.value) and not _markup_literal(tree, node)):
+            bad.append(f"{path.name}:{node.lineno}: a string literal writes markup: {node.value[:40]!r}")
+    return bad
+
+
+def test_pages_build_html_through_the_builder_only():
+    """The page modules make markup only with the builder (:func:`markup_outside_the_builder`) outside
+    :mod:`monai_unc.report.markup`."""
+    bad = [b for name in ("html.py", "triage.py", "monitor.py")
+           for b in markup_outside_the_builder(ROOT / "monai_unc" / "report" / name)]
     assert not bad, "\n".join(bad)
 
 

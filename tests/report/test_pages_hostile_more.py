@@ -12,7 +12,6 @@ reliability figures, the notebook viewer).
 
 from __future__ import annotations
 
-import ast
 import html
 import json
 import os
@@ -21,13 +20,13 @@ import shutil
 import subprocess
 import warnings
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from monai_unc.report.markup import document, el, json_script
 from tests._paths import ROOT
+from tests.report.test_pages_hostile import markup_outside_the_builder
 
 HOSTILE = [
     "</script><script id=pwn1>document.title='PWNED'</script>",
@@ -184,41 +183,11 @@ def test_report_title_in_latin1_on_the_command_line(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------------- builder only, other modules
-_TAG = re.compile(r"</?[a-zA-Z!]")
-
-
-def _markup_outside_the_builder(path: Path) -> list[str]:
-    """``Markup(...)`` on a non-literal, ``html.escape``, or an f-string / string literal writing a tag (docstrings,
-    error messages and ``Markup("...")`` literals aside)."""
-    tree = ast.parse(path.read_text())
-    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
-                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    errors = {id(n) for r in ast.walk(tree) if isinstance(r, ast.Raise) for n in ast.walk(r)}
-    literal_args = {id(a) for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
-                    and c.func.id == "Markup" for a in c.args if isinstance(a, ast.Constant)}
-    bad = []
-    for node in ast.walk(tree):
-        if id(node) in errors or id(node) in docstrings or id(node) in literal_args:
-            continue
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Markup":
-            if not (len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
-                bad.append(f"{path.name}:{node.lineno}: Markup() on a non-literal")
-        elif isinstance(node, ast.Attribute) and node.attr == "escape" and getattr(node.value, "id", "") == "html":
-            bad.append(f"{path.name}:{node.lineno}: html.escape (use the builder)")
-        elif isinstance(node, ast.JoinedStr) and any(
-                isinstance(v, ast.Constant) and _TAG.search(str(v.value)) for v in node.values):
-            bad.append(f"{path.name}:{node.lineno}: an f-string writes markup")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _TAG.search(node.value):
-            bad.append(f"{path.name}:{node.lineno}: a string literal writes markup: {node.value[:40]!r}")
-    return bad
-
-
 @pytest.mark.parametrize("name", ["viewer.py", "plots.py", "reliability.py", "notebook.py"])
 def test_other_page_modules_build_html_through_the_builder_only(name):
     """The viewer (its legend, controls and data block), the figures and the notebook viewer write no markup of
     their own: a string reaches a page only through :mod:`monai_unc.report.markup`."""
-    assert not _markup_outside_the_builder(ROOT / "monai_unc" / "report" / name)
+    assert not markup_outside_the_builder(ROOT / "monai_unc" / "report" / name)
 
 
 def test_the_checker_sees_markup_written_by_hand(tmp_path):
@@ -227,5 +196,5 @@ def test_the_checker_sees_markup_written_by_hand(tmp_path):
     bad.write_text('import html\nfrom x import Markup\nname = "n"\n'
                    'a = Markup(f"<b>{name}</b>")\nb = html.escape(name)\nc = f"<i>{name}</i>"\nd = "<u>"\n'
                    'e = Markup("<br>")\n')
-    found = _markup_outside_the_builder(bad)
+    found = markup_outside_the_builder(bad)
     assert {int(f.split(":")[1]) for f in found} == {4, 5, 6, 7}, found  # not line 8: Markup on a literal
