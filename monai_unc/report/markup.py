@@ -24,7 +24,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Markup", "check_url", "document", "el", "escape", "frag", "json_script", "raw_text_element", "script_file"]
+__all__ = [
+    "Markup", "check_url", "document", "el", "escape", "frag", "json_script", "raw_text_element", "replace_surrogates",
+    "script_file",
+]
 
 
 class Markup(str):
@@ -64,6 +67,26 @@ class Markup(str):
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def replace_surrogates(text: str) -> str:
+    r"""``text`` with every lone surrogate replaced by U+FFFD.
+
+    Python reads bytes that are not UTF-8 (in a command line argument or a file name, e.g. a Latin-1 ``é``) as lone
+    surrogates, which UTF-8 cannot hold and fonts cannot draw; U+FFFD is the replacement character a browser shows
+    for such bytes.
+
+    Args:
+        text: any string.
+
+    Returns:
+        The string, ``text`` itself when it holds no surrogate.
+
+    Example:
+        >>> replace_surrogates("Caf\udce9") == "Caf\ufffd"
+        True
+    """
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
 def escape(value: Any) -> Markup:
     r"""``value`` as HTML text.
 
@@ -86,7 +109,7 @@ def escape(value: Any) -> Markup:
     """
     if isinstance(value, Markup):
         return value
-    return Markup(html.escape(_SURROGATE.sub("\ufffd", str(value)), quote=True))
+    return Markup(html.escape(replace_surrogates(str(value)), quote=True))
 
 
 def frag(*parts: Any) -> Markup:

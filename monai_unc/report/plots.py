@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from ..io import atomic_write_bytes
 from ..metrics.casewise import uncertainty_histograms
 from ..metrics.selective import referral_curve
 from ..product import Overlay
+from .markup import replace_surrogates
 
 __all__ = [
     "save_png",
@@ -42,9 +42,6 @@ __all__ = [
 
 _GOOD, _BAD, _ACCENT, _RC = "#1f77b4", "#d62728", "#2ca02c", "#9467bd"
 _VIEWS = {2: "axial", 1: "coronal", 0: "sagittal"}
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _figure(width: float, height: float) -> Any:
@@ -75,8 +72,9 @@ def save_png(fig: Any, path: str | os.PathLike | None = None) -> bytes:
     with rc_context({"text.parse_math": False}):  # also the tick labels made while drawing
         for text in fig.findobj(Text):
             text.set_parse_math(False)
-            if _SURROGATE.search(text.get_text()):
-                text.set_text(_SURROGATE.sub("\ufffd", text.get_text()))
+            shown = replace_surrogates(text.get_text())
+            if shown != text.get_text():
+                text.set_text(shown)
         fig.savefig(buf, format="png", dpi=fig.dpi, facecolor="white")
     data = buf.getvalue()
     if path is not None:
