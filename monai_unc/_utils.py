@@ -38,6 +38,7 @@ __all__ = [
     "check_integer",
     "num_threads",
     "reduce_case_values",
+    "distributed_world",
     "sync_case_buffers",
     "main_rank_warnings",
     "buffer_device",
@@ -327,8 +328,16 @@ def reduce_case_values(
     return f, not_nans
 
 
-def _distributed_world() -> int:
-    """The number of ranks of torch's default process group (1 without one)."""
+def distributed_world() -> int:
+    """The number of ranks of torch's default process group (1 without one).
+
+    Returns:
+        The world size.
+
+    Example:
+        >>> distributed_world()
+        1
+    """
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
@@ -356,7 +365,7 @@ def main_rank_warnings() -> Iterator[None]:
     import torch.distributed as dist
 
     with warnings.catch_warnings():
-        if _distributed_world() > 1 and dist.get_rank() != 0:
+        if distributed_world() > 1 and dist.get_rank() != 0:
             warnings.simplefilter("ignore", UserWarning)
         yield
 
@@ -385,7 +394,7 @@ def sync_case_buffers(metric: Any) -> None:
 
     if metric._synced:
         return
-    world = _distributed_world()
+    world = distributed_world()
     if world < 2:
         Cumulative._sync(metric)
         return

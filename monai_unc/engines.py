@@ -49,7 +49,7 @@ from monai.engines import SupervisedEvaluator
 from monai.engines.utils import IterationEvents
 from monai.utils import CommonKeys as Keys
 
-from ._utils import warn_nan
+from ._utils import distributed_world, main_rank_warnings, warn_nan
 from .io import write_csv
 from .keys import UncertaintyKeys
 from .metrics.casewise import ood_auroc
@@ -342,7 +342,7 @@ class CaseScoresHandler:
     def _gathered(self) -> list[tuple[str, str, list[float]]]:
         import torch.distributed as dist
 
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        if distributed_world() < 2:
             rows = list(self._rows)
         else:
             parts: list[Any] = [None] * dist.get_world_size()
@@ -357,9 +357,7 @@ class CaseScoresHandler:
         rows = self._gathered()
         iid = np.array([g in self.iid_groups for _, g, _ in rows], dtype=bool)
         scores = np.array([s for _, _, s in rows], dtype=np.float64).reshape(len(rows), len(self.score_keys))
-        with warnings.catch_warnings():
-            if idist.get_rank() != 0:  # every rank has the same rows: rank 0 alone reports them
-                warnings.simplefilter("ignore", UserWarning)
+        with main_rank_warnings():  # every rank has the same rows: rank 0 alone reports them
             self._ood_aurocs(engine, iid, scores)
         if self.output_dir is not None and idist.get_rank() == 0:
             columns = ["case", self.group_key, *self.score_keys]

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from monai.metrics import CumulativeIterationMetric
 from monai.utils import evenly_divisible_all_gather
 
-from ..._utils import check_integer, main_rank_warnings, sync_case_buffers, warn_nan
+from ..._utils import check_integer, distributed_world, main_rank_warnings, sync_case_buffers, warn_nan
 from .functional import CALIBRATION_METRICS, calibration_metrics, check_metric_names
 from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
 
@@ -136,7 +136,7 @@ class CalibrationMetric(CumulativeIterationMetric):
         device = self._table_device()
         has_data = self._hist is not None and len(self._hist) > 0
         n_classes = self._hist.num_classes if self._hist is not None and has_data else self.num_classes
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        world = distributed_world()
         if world > 1:  # every rank learns the number of classes of the others' cases, before any table is gathered
             found: list[Any] = [None] * world
             dist.all_gather_object(found, n_classes if has_data else None)
