@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import normalize_spacing, probability_tolerance, to_numpy
+from .._utils import check_integer, normalize_spacing, probability_tolerance, to_numpy
 from ..activation import Activation, get_activation
 from ..state import register_state_type
 from .boundary import distance_to_mask
@@ -849,9 +849,7 @@ class ConformalRule:
                              f"tol={self.tol!r} with method {self.method!r}")
         if self.tol is not None:
             _check_level(self.tol, "tol")
-        size = self.size
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise ValueError(f"size must be a positive integer, got {size!r}")
+        size = check_integer(self.size, "size")
         step = self.step
         if isinstance(step, bool) or not isinstance(step, (int, float, np.floating)) or not (
                 math.isfinite(step) and step > 0):
@@ -877,16 +875,15 @@ class ConformalRule:
             if t.name != self.names[pos] or t.stratum != st:
                 raise ValueError(f"tasks[{k}] must be {self.names[pos]!r} in stratum {st} (stratum-major, in the "
                                  f"order of names), got {t.name!r} in stratum {t.stratum!r}")
-            j = t.index
-            if isinstance(j, bool) or not isinstance(j, (int, np.integer)) or not 0 <= j <= size:
+            j = check_integer(t.index, f"tasks[{k}].index", 0)
+            if j > size:
                 raise ValueError(f"tasks[{k}].index must be a grid index in [0, {size}], got {j!r}")
             lam = t.lambda_hat
             if (isinstance(lam, bool) or not isinstance(lam, (int, float, np.floating))
                     or not math.isclose(lam, j * step, rel_tol=1e-9, abs_tol=1e-12)):
                 raise ValueError(f"tasks[{k}].lambda_hat must be the grid value {j * step!r} of its index {j}, got "
                                  f"{lam!r}")
-            if isinstance(t.n, bool) or not isinstance(t.n, (int, np.integer)) or t.n < 1:
-                raise ValueError(f"tasks[{k}].n must be a positive number of calibration cases, got {t.n!r}")
+            check_integer(t.n, f"tasks[{k}].n")  # a positive number of calibration cases
 
     @property
     def num_strata(self) -> int:
