@@ -46,6 +46,7 @@ __all__ = [
     "entry_hash",
     "rows_digest",
     "redact_url",
+    "sqlite_file",
 ]
 
 #: the hash the first audit entry chains to
@@ -126,6 +127,24 @@ def _decision_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes a recorded case the same decision (NaN and None alike, floats as stored)."""
     return tuple(None if (v := _clean(row[c])) is None else (float(v) if c in _DECISION_FLOATS else v)
                  for c in _DECISION_COLUMNS)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The SQLite file a store URL names (a file path or ``sqlite:///PATH``); None for a PostgreSQL URL.
+
+    Args:
+        url: the ``--db`` value.
+
+    Returns:
+        The file's path (not checked), or None.
+
+    Example:
+        >>> str(sqlite_file("sqlite:///m.db")), sqlite_file("postgresql://host/db")
+        ('m.db', None)
+    """
+    if re.match(r"^postgres(ql)?://", url):
+        return None
+    return Path(url[len("sqlite:///"):] if url.startswith("sqlite:///") else url)
 
 
 def rows_digest(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -280,14 +299,15 @@ class MonitorStore:
         if not isinstance(text, str) or not text:
             raise ValueError(f"database must be a file path or a database URL, got {url!r}")
         self.url = text
-        self.dialect = "postgresql" if re.match(r"^postgres(ql)?://", text) else "sqlite"
+        db_file = sqlite_file(text)
+        self.dialect = "sqlite" if db_file is not None else "postgresql"
         self._name = redact_url(text)  # how errors name the store
         self._driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
         if self.dialect == "sqlite":
             if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text) and not text.startswith("sqlite:///"):
                 raise ValueError(f"database {redact_url(text)!r}: unsupported URL (a file path, sqlite:///PATH or "
                                  "postgresql://...)")
-            path = Path(text[len("sqlite:///"):] if text.startswith("sqlite:///") else text)
+            path = db_file
             if path.is_dir():
                 raise ValueError(f"database {str(path)!r} is a folder, not a database file")
             if not create and not path.is_file():

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from ..monitoring import (
 )
 from ..monitoring.records import LABEL_EXTENSIONS, label_map_dice
 from ..monitoring.status import printable
+from ..monitoring.store import sqlite_file
 from ..regions import check_regions
 from ..report.monitor import build_monitor_page
 from .session import CommandResult
@@ -52,9 +52,9 @@ def _refuse_output_onto_store(url: str, output: str | os.PathLike, option: str) 
 
     ``monitor report -o monitor.db`` would replace every record and the audit chain by the page.
     """
-    if re.match(r"^postgres(ql)?://", url):
+    db = sqlite_file(url)
+    if db is None:
         return
-    db = Path(url[len("sqlite:///"):] if url.startswith("sqlite:///") else url)
     out = Path(output)
     for suffix in ("", "-wal", "-shm", "-journal"):
         store_file = db.with_name(db.name + suffix)
@@ -107,8 +107,7 @@ def _label_folder(folder: Path, latest: dict[str, Any], rules: dict[str, Any]) -
     twice = sorted({c for c in ids if ids.count(c) > 1})
     if twice:
         raise ValueError(f"{str(folder)!r} holds two label maps of case(s) {twice[:5]} (.nii and .nii.gz): keep one")
-    for p in files:
-        cid = next(p.name[: -len(e)] for e in LABEL_EXTENSIONS if p.name.endswith(e))
+    for p, cid in zip(files, ids):
         case = latest.get(cid)
         if case is None:
             out.append({"case": cid, "dice": None, "failure": None})  # add_labels names the cases not in the store
