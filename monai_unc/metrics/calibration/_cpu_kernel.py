@@ -24,19 +24,26 @@ compiled pass (numba, the optional ``fast`` extra) over blocks of voxels that st
 Each thread fills private tables over its own contiguous range of voxels (privatised histograms: no two threads write
 one counter), merged once at the end.
 
-Results equal the reference's: the same float64 values, bin ``floor(v * F)`` computed the same way, first maximum
-wins; counts are exact int64. Float sums differ only by the order of the additions (per thread, per row, then merged;
-the top-label row's sums above the threshold as the sum of the class rows' sums), i.e. within the recursive-summation
-bound ``n * 2^-53`` relative of the reference's sums; the unweighted NLL and Brier sums are reassociated within a
-block (a product and a sum the compiler vectorises) and summed over blocks, within ``n * 2^-52 * (1 + |S|)`` of the
-reference's sum ``S``: ``n * 2^-52`` *absolute* (nats for the NLL) plus ``n * 2^-52`` relative. The relative part is
-the reference's own rounding (each ``-log p`` and each addition round by up to ``2^-53`` relative: ``n`` voxels whose
-reference label has probability 0 add ``-log 1e-15 = 34.5`` nats each, and the reference's sum is then off the exact
-one by more than ``n * 2^-52``); for confident, correct voxels, whose terms are near 0, the absolute part dominates
-and can be a large relative difference (the product of mantissas rounds away what ``-log p`` of a ``p`` near 1
-keeps). The
-normalised entropy (the UCE row) is computed by the caller with the reference's own torch formula, chunk by chunk (a
-vectorised log is several times faster than a scalar one per class and voxel), and binned here.
+Results equal the reference's: the same float64 values (the entropy row's within a few ulps: below), bins
+``floor(v * F)`` computed the same way, first maximum wins; counts are exact int64. Float sums differ only by the
+order of the additions (per thread, per row, then merged; the top-label row's sums above the threshold as the sum of
+the class rows' sums), i.e. within the recursive-summation bound ``n * 2^-53`` relative of the reference's sums; the
+unweighted NLL and Brier sums are reassociated within a block (a product and a sum the compiler vectorises) and
+summed over blocks, within ``n * 2^-52 * (1 + |S|)`` of the reference's sum ``S``: ``n * 2^-52`` *absolute* (nats
+for the NLL) plus ``n * 2^-52`` relative. The relative part is the reference's own rounding (each ``-log p`` and
+each addition round by up to ``2^-53`` relative: ``n`` voxels whose reference label has probability 0 add
+``-log 1e-15 = 34.5`` nats each, and the reference's sum is then off the exact one by more than ``n * 2^-52``); for
+confident, correct voxels, whose terms are near 0, the absolute part dominates and can be a large relative
+difference (the product of mantissas rounds away what ``-log p`` of a ``p`` near 1 keeps).
+
+The normalised entropy (the UCE row) is computed here, chunk by chunk, with a vectorised logarithm of the kernel's
+own (``log_unit``: the bits of ``p`` give its binary exponent, the rest is ``atanh``'s series; within 3 ulps, where
+torch's float64 ``log`` costs several times more). Its value can differ from the reference's (torch's ``log``) by a
+few ulps, which moves a voxel to another bin only if its entropy lies that close to a bin edge: a chunk in which a
+voxel lies within :func:`entropy_margin` of an edge (128 times the two values' largest difference) takes the caller's
+values instead, computed with the reference's own formula over the same chunk. The UCE row's counts are therefore
+exactly the reference's; its value sums differ by the per-voxel differences, at most ``(2 C + 8) 2^-53`` relative
+each, on top of the order of the additions.
 
 Without numba (or for other dtypes than float32 / float64) :func:`available` is False and the histogram keeps the
 reference path.
@@ -47,13 +54,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..._lazy import lazy_optional
 
-__all__ = ["MAX_UNROLLED_CLASSES", "available", "histogram_tables", "top_label_limit"]
+__all__ = ["MAX_UNROLLED_CLASSES", "available", "entropy_margin", "histogram_tables", "top_label_limit"]
 
 #: the most classes for which the kernel's loop over the classes is unrolled (one compiled kernel per count)
 MAX_UNROLLED_CLASSES = 8
@@ -86,13 +93,69 @@ def top_label_limit(n_classes: int, n_fine: int, tol: float) -> int:
     return min(n_fine + 1, int(math.floor((1.0 + (n_classes - 1) * tol) / 2.0 * n_fine)) + 2)
 
 
-def _build(n_cls: int) -> Any:
-    """The kernel for ``n_cls`` classes (a compile-time constant of its loops)."""
+def _log_constants() -> tuple[float, float, tuple[float, ...]]:
+    """The logarithm's constants, from exact arithmetic.
+
+    ``log 2`` split in two (``hi`` with 20 significant bits: ``k * hi`` is exact for every binary exponent ``k`` of a
+    float64) and the coefficients ``1 / (2 j + 1)``, ``j = 1 .. 10``, of ``atanh``'s odd series.
+    """
+    import decimal
+    import struct
+
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        ln2 = decimal.Decimal(2).ln()
+        bits = struct.unpack("<q", struct.pack("<d", float(ln2)))[0] & ~((1 << 32) - 1)
+        hi = struct.unpack("<d", struct.pack("<q", bits))[0]
+        lo = float(ln2 - decimal.Decimal(hi))
+    return hi, lo, tuple(1.0 / (2 * j + 1) for j in range(1, 11))
+
+
+_LN2_HI, _LN2_LO, _ATANH_COEFFS = _log_constants()
+#: the bits of sqrt(2) / 2: subtracted from a float64's bits, the exponent field of the difference is the power of two
+#: that brings the float into [sqrt(2) / 2, sqrt(2))
+_LOG_OFFSET = np.int64(0x3FE6A09E667F3BCD)
+_EXPONENT_BITS = np.int64(-(1 << 52))  # 0xFFF0000000000000: sign and exponent fields
+
+
+def entropy_margin(n_classes: int) -> float:
+    """The distance to a bin edge (in units of the normalised entropy) within which the kernel's entropy is not used.
+
+    The kernel's logarithm is within 3 ulps of the exact one and torch's (the reference's) within 1 ulp; the ``C``
+    terms ``p log p`` have one sign, so both normalised entropies are within ``(2 C + 8) 2^-53`` relative (``h <=
+    1``) of the exact value and of each other. The margin, ``(C + 8) 2^-45``, is 128 times that: a voxel farther than
+    it from every edge lands in the same bin either way.
+
+    Args:
+        n_classes: ``C``.
+
+    Returns:
+        The margin.
+
+    Example:
+        >>> entropy_margin(3) == 11 * 2.0**-45
+        True
+    """
+    return (n_classes + 8) * 2.0**-45
+
+
+class _Kernels(NamedTuple):
+    """The compiled kernels of one number of classes."""
+
+    tables: Any  #: the fused update of a share of voxels (histogram_tables' work)
+    entropy: Any  #: the normalised entropy of a range of voxels, and whether one lies near a bin edge
+    logs: Any  #: the kernels' logarithm of float64 values in (0, 1], elementwise (``logs(t, out)``)
+
+
+def _build(n_cls: int) -> _Kernels:
+    """The kernels for ``n_cls`` classes (a compile-time constant of their loops): the tables and the entropy."""
     import numba
 
     jit = numba.njit(cache=True, nogil=True, boundscheck=False)
     # the NLL / Brier sums of a block: reassociated (vectorised products and sums), within their stated bound
     reassoc = numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc"})
+    # the normalised entropy: no division-by-zero checks (numpy's error model), so that LLVM vectorises the divisions
+    vec = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
     NC = n_cls
     UNROLLED = n_cls <= MAX_UNROLLED_CLASSES
     # voxels per block: its buffers (C float64 values and uint32 bins, and eight arrays of a voxel) stay in the L1 /
@@ -379,7 +442,85 @@ def _build(n_cls: int) -> Any:
         flags[1] += nan
         flags[2] += labels
 
-    return tables
+    TINY = float(np.finfo(np.float64).tiny)
+    C1, C2, C3, C4, C5, C6, C7, C8, C9, C10 = _ATANH_COEFFS
+
+    @vec
+    def log_unit(t):
+        # the natural logarithm of a normal float64 t in (0, 1], within 3 ulps (see _log_constants): t = z 2^k with z in
+        # [sqrt(2) / 2, sqrt(2)) taken from t's bits (branch-free), log z = 2 atanh(s), s = (z - 1) / (z + 1), |s| <=
+        # 0.1716, as its odd series to s^21 (the next term is below 2^-60 of log z)
+        ix = np.float64(t).view(np.int64)
+        tmp = ix - _LOG_OFFSET
+        k = np.float64(tmp >> 52)
+        z = np.int64(ix - (tmp & _EXPONENT_BITS)).view(np.float64)
+        f = z - 1.0
+        s = f / (2.0 + f)
+        q = s * s
+        r = ((((((((C10 * q + C9) * q + C8) * q + C7) * q + C6) * q + C5) * q + C4) * q + C3) * q + C2) * q + C1
+        two_s = 2.0 * s
+        return k * _LN2_HI + ((two_s + two_s * (q * r)) + k * _LN2_LO)
+
+    @vec
+    def normalised_entropy(acc, log_c, n_fine, margin):
+        # -acc / log C clipped to [0, 1] (the reference's operations), and whether its scaled value h F lies within
+        # margin of a bin edge (edge 0 excluded: values below margin are in bin 0 whichever way they round)
+        h = -acc / log_c
+        h = h if h > 0.0 else 0.0
+        h = h if h < 1.0 else 1.0
+        x = h * n_fine
+        fr = x - np.floor(x)
+        return h, (x >= margin) & ((fr < margin) | (fr > 1.0 - margin))
+
+    @vec
+    def entropy_voxels(p, start, stop, out, log_c, n_fine, margin):
+        # the normalised entropy of voxels start:stop into out[0:stop - start], NC <= MAX_UNROLLED_CLASSES (the class
+        # loop unrolled); returns whether one lies within margin of a bin edge
+        near = False
+        for i in range(stop - start):
+            k = np.uint64(start + i)
+            acc = 0.0
+            for c in range(NC):
+                raw = np.float64(p[c, k])
+                v = raw if raw > 0.0 else 0.0  # NaN to 0 (an invalid voxel: its tables are not used)
+                v = v if v < 1.0 else 1.0
+                t = v if v > TINY else TINY
+                acc += v * log_unit(t)
+            h, nr = normalised_entropy(acc, log_c, n_fine, margin)
+            out[i] = h
+            near |= nr
+        return near
+
+    @vec
+    def entropy_classes(p, start, stop, out, log_c, n_fine, margin):
+        # as entropy_voxels, for NC > MAX_UNROLLED_CLASSES: class by class over blocks of voxels (out accumulates)
+        near = False
+        for b0 in range(start, stop, BLOCK):
+            m = min(BLOCK, stop - b0)
+            o = out[b0 - start : b0 - start + m]
+            for i in range(m):
+                o[i] = 0.0
+            for c in range(NC):
+                pc = p[c, b0 : b0 + m]
+                for i in range(m):
+                    raw = np.float64(pc[i])
+                    v = raw if raw > 0.0 else 0.0
+                    v = v if v < 1.0 else 1.0
+                    t = v if v > TINY else TINY
+                    o[i] += v * log_unit(t)
+            for i in range(m):
+                h, nr = normalised_entropy(o[i], log_c, n_fine, margin)
+                o[i] = h
+                near |= nr
+        return near
+
+    @vec
+    def logs(t, out):
+        # log_unit over an array (for the tests)
+        for i in range(t.shape[0]):
+            out[i] = log_unit(t[i])
+
+    return _Kernels(tables, entropy_voxels if UNROLLED else entropy_classes, logs)
 
 
 def _factory() -> Callable[[int], Any]:
@@ -428,14 +569,16 @@ def histogram_tables(
         w: voxel weights ``(n,)`` float64 or None.
         n_fine: fine bins ``F`` (below ``2^31``); tables have ``F + 1`` bins (a value of 1 lands in the extra one).
         entropy: fills the normalised-entropy row ``C + 1``: ``entropy(start, stop)`` returns the normalised
-            entropy (float64, clipped to [0, 1]) of voxels ``start:stop`` (the caller's formula, so that the row
-            equals the reference's); None leaves the row empty.
+            entropy (float64, clipped to [0, 1]) of voxels ``start:stop`` with the reference's formula; the kernel
+            computes the row's values itself and calls it only for a chunk with a voxel near a bin edge (see the
+            module docstring), so that the row's counts equal the reference's; None leaves the row empty.
         tol: tolerance of the range and sum checks.
         nll_eps: the probability of the true label is clipped to at least this inside ``-log p`` (at least
             ``1e-19``: the product of 16 such factors must stay a normal float64).
         n_threads: the most threads (each with its own packed counts, and its own sums, weights and scalars beyond the
             first; at least :data:`MIN_VOXELS_PER_THREAD` voxels each).
-        chunk: voxels per call of ``entropy`` (its temporaries stay small).
+        chunk: voxels per chunk of the entropy row (``entropy``'s temporaries stay small); the same chunks as the
+            reference's, whose torch reduction is then the same computation.
         out: the tables added to, C-contiguous: ``total``, ``hits`` ``(C + 2, F + 1)`` int64, ``sums`` float64,
             ``wtotal`` / ``whits`` (float64, used with weights only) and ``scalars`` ``(3,)`` (weight, NLL sum, Brier
             sum).
@@ -452,7 +595,7 @@ def histogram_tables(
     if n_fine >= 1 << 31:
         raise ValueError(f"n_fine must be below 2**31 (the kernel's bins are uint32), got {n_fine}")
     n_cls, n = p.shape
-    kernel = kernels(int(n_cls))
+    kernel, entropy_kernel, _ = kernels(int(n_cls))
     n_blocks = max(1, min(int(n_threads), n // MIN_VOXELS_PER_THREAD))
     weighted = w is not None
     total, hits = out["total"], out["hits"]
@@ -506,6 +649,24 @@ def histogram_tables(
             slot[...] = 0
 
     step = PACKED_VOXELS if entropy is None else max(1, min(chunk, PACKED_VOXELS))
+    margin = entropy_margin(n_cls) * n_fine  # in units of a bin
+    ent_buf = np.empty(min(step, n)) if entropy is not None and margin < 0.25 else None
+    log_c = math.log(n_cls)
+
+    def fast_entropy(start: int, stop: int) -> np.ndarray | None:
+        # the kernel's normalised entropy of voxels start:stop (each thread a share), None if one is near a bin edge
+        assert ent_buf is not None
+        out = ent_buf[: stop - start]
+
+        parts = n_blocks if pool is not None and stop - start >= 2 * n_blocks else 1
+
+        def share(b: int) -> bool:
+            lo, hi = start + b * (stop - start) // parts, start + (b + 1) * (stop - start) // parts
+            return bool(entropy_kernel(p, lo, hi, out[lo - start : hi - start], log_c, float(n_fine), margin))
+
+        near = share(0) if parts == 1 or pool is None else any(list(pool.map(share, range(parts))))
+        return None if near else out
+
     pool = ThreadPoolExecutor(n_blocks) if n_blocks > 1 else None
     try:
         done = 0  # voxels in the packed tables
@@ -514,7 +675,13 @@ def histogram_tables(
             if done + stop - start > PACKED_VOXELS:
                 unpack()
                 done = 0
-            ent = None if entropy is None else np.ascontiguousarray(entropy(start, stop), dtype=np.float64)
+            ent = None
+            if entropy is not None:
+                # the kernel's entropy where every voxel lies farther than the margin from a bin edge: the same bins as
+                # the caller's formula (the reference's); else the caller's values for the whole chunk
+                ent = None if ent_buf is None else fast_entropy(start, stop)
+                if ent is None:
+                    ent = np.ascontiguousarray(entropy(start, stop), dtype=np.float64)
             run(start, stop, ent)
             done += stop - start
     finally:
