@@ -52,6 +52,7 @@ __all__ = [
     "load_public_key",
     "key_fingerprint",
     "trusted_public_keys",
+    "check_owner_only_writable",
     "sign_digest",
     "verify_signature",
 ]
@@ -234,6 +235,58 @@ def _key_files(entries: Iterable[str | os.PathLike], what: str) -> list[Path]:
     return out
 
 
+def _private_group(gid: int, uid: int) -> bool:
+    """Whether group ``gid`` is user ``uid``'s private group: named after the user, no other member.
+
+    The umask 002 convention of many distributions makes new folders group-writable by that group, which lets nobody
+    else write.
+    """
+    import grp
+    import pwd
+
+    try:
+        user, group = pwd.getpwuid(uid).pw_name, grp.getgrgid(gid)
+    except KeyError:  # an id without a name: not known to be private
+        return False
+    return group.gr_name == user and set(group.gr_mem) <= {user}
+
+
+def check_owner_only_writable(path: str | os.PathLike) -> None:
+    """Refuse a file or folder that another user could change (POSIX; nothing is checked on Windows).
+
+    The configuration folder's keys are trusted without being named on the command line, so, as OpenSSH does for
+    ``authorized_keys``, they count only while no other user can change them: the path must belong to the current
+    user (or root) and be writable by no other user: not by others, and by its group only where that is the owner's
+    private group (named after the user, no other member: the umask 002 convention). A key anyone could add would let
+    anyone certify a rule.
+
+    Args:
+        path: the file or folder (links are followed).
+
+    Raises:
+        ValueError: naming the path, its owner or mode, and the command that fixes it.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     check_owner_only_writable(d)  # a fresh temporary folder: the user's own, mode 0o700
+    """
+    if os.name != "posix":
+        return
+    p = Path(path)
+    st = p.stat()
+    if st.st_uid not in (os.getuid(), 0):
+        raise ValueError(
+            f"trusted key location {p} belongs to another user (uid {st.st_uid}): its keys are not trusted; "
+            f"move the keys to a folder of your own or name them with --trusted-keys"
+        )
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and not _private_group(st.st_gid, st.st_uid)):
+        raise ValueError(
+            f"trusted key location {p} is writable by other users (mode {oct(st.st_mode & 0o777)}): anyone could add "
+            f"a key; run: chmod go-w '{p}'"
+        )
+
+
 def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tuple[Ed25519PublicKey, Path]]:
     """The public keys a reader trusts, by fingerprint.
 
@@ -251,10 +304,15 @@ def trusted_public_keys(extra: Sequence[str | os.PathLike] = ()) -> dict[str, tu
     if env:
         files += _key_files([p for p in env.split(os.pathsep) if p], "MONAI_UNC_TRUSTED_KEYS")
     cfg = config_dir()
+    implicit: list[Path] = []
     if (cfg / TRUSTED_KEYS_DIR).is_dir():
-        files += sorted((cfg / TRUSTED_KEYS_DIR).glob("*.pub"))
+        implicit += [cfg / TRUSTED_KEYS_DIR, *sorted((cfg / TRUSTED_KEYS_DIR).glob("*.pub"))]
     if (cfg / PUBLIC_KEY_FILE).is_file():
-        files.append(cfg / PUBLIC_KEY_FILE)
+        implicit.append(cfg / PUBLIC_KEY_FILE)
+    if implicit:  # trusted without being named: only while nobody else can change them
+        for p in (cfg, *implicit):
+            check_owner_only_writable(p)
+        files += [p for p in implicit if p.is_file()]
     keys: dict[str, tuple[Ed25519PublicKey, Path]] = {}
     for f in files:
         key = load_public_key(f)

@@ -1,0 +1,97 @@
+"""The configuration folder's keys are trusted without being named: only while no other user can change them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+import pytest
+
+from monai_unc.io import signing
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    cfg = tmp_path / "cfg"
+    cfg.mkdir(mode=0o700)
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(cfg))
+    monkeypatch.delenv("MONAI_UNC_TRUSTED_KEYS", raising=False)
+    keys = tmp_path / "made"
+    signing.generate_key_pair(keys)
+    (cfg / signing.TRUSTED_KEYS_DIR).mkdir(mode=0o755)
+    shutil.copy(keys / signing.PUBLIC_KEY_FILE, cfg / signing.TRUSTED_KEYS_DIR / "dept.pub")
+    os.chmod(cfg / signing.TRUSTED_KEYS_DIR / "dept.pub", 0o644)
+    return cfg
+
+
+def test_private_folder_is_trusted(config):
+    keys = signing.trusted_public_keys()
+    assert [f.name for _, f in keys.values()] == ["dept.pub"]
+
+
+@pytest.mark.parametrize("where", ["folder", "trusted_keys", "key"])
+@pytest.mark.parametrize("mode_bits", [stat.S_IWGRP, stat.S_IWOTH])
+def test_writable_by_others_refused(config, monkeypatch, where, mode_bits):
+    path = {"folder": config, "trusted_keys": config / signing.TRUSTED_KEYS_DIR,
+            "key": config / signing.TRUSTED_KEYS_DIR / "dept.pub"}[where]
+    os.chmod(path, stat.S_IMODE(path.stat().st_mode) | mode_bits)
+    if mode_bits == stat.S_IWGRP:  # a group other users belong to (root can hand the path to a group without name)
+        if os.getuid() == 0:
+            os.chown(path, -1, 4243)
+        else:
+            monkeypatch.setattr(signing, "_private_group", lambda gid, uid: False)
+    with pytest.raises(ValueError, match="writable by other users") as err:
+        signing.trusted_public_keys()
+    assert str(path) in str(err.value) and "chmod go-w" in str(err.value)
+
+
+def test_group_writable_by_the_owners_private_group_accepted(config, monkeypatch):
+    """umask 002 (user private groups): new folders are group-writable by a group only the user is in."""
+    monkeypatch.setattr(signing, "_private_group", lambda gid, uid: True)
+    os.chmod(config / signing.TRUSTED_KEYS_DIR, 0o775)
+    assert len(signing.trusted_public_keys()) == 1
+
+
+def test_private_group_of_the_current_user():
+    import grp
+    import pwd
+
+    uid, gid = os.getuid(), os.getgid()
+    group, user = grp.getgrgid(gid), pwd.getpwuid(uid).pw_name
+    assert signing._private_group(gid, uid) == (group.gr_name == user and set(group.gr_mem) <= {user})
+    assert not signing._private_group(4243, uid)  # no such group
+
+
+def test_own_public_key_checked_too(tmp_path, monkeypatch):
+    cfg = tmp_path / "cfg"
+    monkeypatch.setenv("MONAI_UNC_CONFIG_DIR", str(cfg))
+    monkeypatch.delenv("MONAI_UNC_TRUSTED_KEYS", raising=False)
+    signing.generate_key_pair(cfg)
+    assert len(signing.trusted_public_keys()) == 1
+    os.chmod(cfg / signing.PUBLIC_KEY_FILE, 0o666)
+    with pytest.raises(ValueError, match="writable by other users"):
+        signing.trusted_public_keys()
+
+
+def test_named_keys_are_not_checked(config, tmp_path):
+    """A key named with --trusted-keys is the user's explicit choice (a shared department folder): not refused."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shutil.copy(config / signing.TRUSTED_KEYS_DIR / "dept.pub", shared / "other.pub")
+    os.chmod(shared, 0o777)
+    shutil.rmtree(config / signing.TRUSTED_KEYS_DIR)
+    assert [f.name for _, f in signing.trusted_public_keys([shared]).values()] == ["other.pub"]
+
+
+def test_another_owner_refused(config, monkeypatch):
+    key = config / signing.TRUSTED_KEYS_DIR / "dept.pub"
+    if os.getuid() == 0:  # root may give the file away
+        os.chown(key, 4242, -1)
+    else:  # a user may not: pretend to be another one
+        monkeypatch.setattr(os, "getuid", lambda: os.stat(key).st_uid + 1)
+    with pytest.raises(ValueError, match="belongs to another user") as err:
+        signing.trusted_public_keys()
+    assert str(key) in str(err.value) or str(config) in str(err.value)
