@@ -187,7 +187,8 @@ def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
     if x.size < 2:
         return 0.0
     area = float(np.sum(np.diff(x) * (y[1:] + y[:-1]) * 0.5))
-    return area if x[-1] >= x[0] else -area
+    # + 0.0: a zero area over a descending x is -0.0, which reports print as "-0.0"
+    return (area if x[-1] >= x[0] else -area) + 0.0
 
 
 @deprecated_arg_names({"scores": "uncertainty"})
