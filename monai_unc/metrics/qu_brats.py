@@ -9,8 +9,9 @@ uncertainty map ``u`` in ``[0, max_u]`` (``max_u = 100`` in the challenge):
 - thresholds ``numpy.arange(0, max_u + eps, max_u / K)`` in descending order, ``eps`` the float32 machine epsilon
   and ``K = num_points`` (40). ``max_u + eps`` is evaluated in float32 as in the script (numpy >= 2 keeps a Python
   float plus a float32 scalar in float32), where ``100 + eps`` rounds to 100: for ``max_u = 100`` the thresholds are
-  the 40 values ``97.5, 95, ..., 2.5, 0`` and **100 itself is not a threshold** (for ``max_u < 4``, e.g. 1, the
-  epsilon survives and ``max_u`` is included: ``K + 1`` thresholds);
+  the 40 values ``97.5, 95, ..., 2.5, 0`` and **100 itself is not a threshold**. For other scales the count follows
+  float32 and ``numpy.arange`` rounding, not a simple rule: ``K = 40`` gives ``K + 1`` thresholds (``max_u``
+  included) for ``max_u`` = 1 or 3.9 but ``K`` for 1.5, 2, 3 or 4; :func:`qu_brats_thresholds` gives the grid;
 - at threshold ``t`` the voxels with ``u > t`` are filtered out (``K_t = {u <= t}`` are kept);
 - filtered Dice ``Dice(t) = 2 |P & G & K_t| / (|P & K_t| + |G & K_t|)``, 1 when both are empty (on all voxels, not
   only the brain);
@@ -199,7 +200,7 @@ def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0) ->
 
 
 def _binary(x: Any, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-    t = to_tensor(x, name)
+    t = to_tensor(x, name).detach()
     if shape is not None and tuple(t.shape) != shape:
         raise ValueError(f"{name} must have the shape of uncertainty {shape}, got {tuple(t.shape)}")
     if t.dtype == torch.bool:
@@ -212,7 +213,7 @@ def _binary(x: Any, name: str, shape: tuple[int, ...] | None = None) -> torch.Te
 
 
 def _uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tensor:
-    u = to_tensor(x, name)
+    u = to_tensor(x, name).detach()  # a map that requires grad (a validation step without no_grad) counts as well
     if u.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(u.shape)})")
     if not u.is_floating_point():
@@ -353,7 +354,7 @@ def qu_brats(
     if brain_mask is None:
         b = torch.ones(shape, dtype=torch.bool, device=u.device)
     else:
-        bm = to_tensor(brain_mask, "brain_mask")
+        bm = to_tensor(brain_mask, "brain_mask").detach()
         if tuple(bm.shape) != shape:
             raise ValueError(f"brain_mask must have the shape of uncertainty {shape}, got {tuple(bm.shape)}")
         if bm.is_floating_point():
