@@ -138,9 +138,12 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
         return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
     da = a - a.mean()
     db = b - b.mean()
-    sa = torch.sqrt((da * da).mean())
-    sb = torch.sqrt((db * db).mean())
-    return float((da * db).mean() / (sa * sb))
+    # Pearson's r does not change with the scale of either map: dividing each by its largest deviation keeps the
+    # products away from underflow (maps of 1e-170: r was inf) and overflow (1e170: r was 0)
+    da = da / da.abs().max()
+    db = db / db.abs().max()
+    r = (da * db).sum() / torch.sqrt((da * da).sum() * (db * db).sum())
+    return float(r.clamp(-1.0, 1.0))  # rounding put r = 1.0000000000000004 outside [-1, 1] for a linear map
 
 
 def rater_variance(raters: ArrayLike, rater_dim: int = 0, keepdim: bool = False) -> ArrayLike:
