@@ -31,7 +31,9 @@ from monai.utils import MetricReduction
 from .._deprecation import deprecated_arg_names
 from .._utils import (
     ArrayLike,
+    check_bool,
     check_finite,
+    check_integer,
     check_labels,
     like_input,
     main_rank_warnings,
@@ -225,8 +227,7 @@ def _n_classes(a: torch.Tensor, b: torch.Tensor, num_classes: int | None) -> int
     found = max(int(a.max()), int(b.max())) + 1
     if num_classes is None:
         return max(found, 2)
-    if num_classes < 2:
-        raise ValueError(f"num_classes must be >= 2 (background plus at least one class), got {num_classes}")
+    num_classes = check_integer(num_classes, "num_classes (background plus at least one class)", minimum=2)
     if found > num_classes:
         raise ValueError(f"the label maps hold class {found - 1} but num_classes is {num_classes}")
     return num_classes
@@ -426,7 +427,7 @@ class NCCMetric(_CaseMetric):
         get_not_nans: bool = False,
     ) -> None:
         super().__init__(reduction=reduction, get_not_nans=get_not_nans)
-        self.y_is_raters = y_is_raters
+        self.y_is_raters = check_bool(y_is_raters, "y_is_raters")
 
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
@@ -485,8 +486,10 @@ class GEDMetric(_CaseMetric):
             raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
         self.variant = variant
         self.distance = distance
+        if num_classes is not None:
+            num_classes = check_integer(num_classes, "num_classes (background plus at least one class)", minimum=2)
         self.num_classes = num_classes
-        self.return_terms = return_terms
+        self.return_terms = check_bool(return_terms, "return_terms")
 
     def _one(self, refs: torch.Tensor, smp: torch.Tensor) -> GEDResult:
         if self.variant == "ged":

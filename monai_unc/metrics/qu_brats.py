@@ -162,15 +162,20 @@ class QUBraTSRegionsResult:
 
 
 # ------------------------------------------------------------------------------------------------------------ core
+def _check_scale(value: Any, name: str) -> float:
+    """``value`` as a positive finite float; ``TypeError`` for a non-number (a bool, a string), ``ValueError`` else."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return v
+
+
 def _check_grid_args(num_points: Any, max_uncertainty: Any) -> tuple[int, float]:
     if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 2:
         raise ValueError(f"num_points must be an integer >= 2 (an area needs two thresholds), got {num_points!r}")
-    if isinstance(max_uncertainty, bool) or not isinstance(max_uncertainty, (int, float, np.integer, np.floating)):
-        raise TypeError(f"max_uncertainty must be a number, got {type(max_uncertainty).__name__}")
-    max_u = float(max_uncertainty)
-    if not (math.isfinite(max_u) and max_u > 0):
-        raise ValueError(f"max_uncertainty must be positive and finite, got {max_uncertainty}")
-    return int(num_points), max_u
+    return int(num_points), _check_scale(max_uncertainty, "max_uncertainty")
 
 
 def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0) -> np.ndarray:
@@ -518,7 +523,8 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
 
     Raises:
         ValueError: for values outside ``[0, max_value]`` by more than ``RANGE_RTOL * max_value`` (closer ones, float
-            rounding, are clipped).
+            rounding, are clipped), or a ``max_value`` / ``max_uncertainty`` that is not positive and finite.
+        TypeError: for a ``max_value`` / ``max_uncertainty`` that is not a number (a bool, a string).
 
     Example:
         >>> import math
@@ -527,9 +533,7 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
         >>> to_qu_brats_range(np.array([0.0, 0.5 * math.log(2), math.log(2)]), max_value=math.log(2))
         array([  0.,  50., 100.])
     """
-    if not (isinstance(max_value, (int, float, np.integer, np.floating)) and math.isfinite(max_value)
-            and max_value > 0):
-        raise ValueError(f"max_value must be positive and finite, got {max_value!r}")
+    max_value = _check_scale(max_value, "max_value")
     _, max_u = _check_grid_args(2, max_uncertainty)
     u = to_tensor(uncertainty, "uncertainty").to(torch.float64)
     check_finite(u, "uncertainty")
@@ -597,8 +601,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
     ) -> None:
         super().__init__()
         self.num_points, self.max_uncertainty = _check_grid_args(num_points, max_uncertainty)
-        if uncertainty_max is not None and not (math.isfinite(uncertainty_max) and uncertainty_max > 0):
-            raise ValueError(f"uncertainty_max must be positive and finite, got {uncertainty_max!r}")
+        if uncertainty_max is not None:
+            uncertainty_max = _check_scale(uncertainty_max, "uncertainty_max")
         if component not in _COMPONENTS:
             raise ValueError(f"component must be one of {_COMPONENTS}, got {component!r}")
         self.uncertainty_max = uncertainty_max

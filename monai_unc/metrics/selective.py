@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_vector, to_numpy, warn_nan
+from .._utils import ArrayLike, case_vector, check_bool, to_numpy, warn_nan
 
 __all__ = [
     "RiskCoverageCurve",
@@ -454,6 +454,7 @@ def area_under_referral_curve(
         >>> round(area_under_referral_curve([0.1, 0.4, 0.2, 0.8], dice, normalize=True), 4)
         0.7972
     """
+    normalize = check_bool(normalize, "normalize")  # a truthy string ("no") must not switch it on
     curve = referral_curve(uncertainty, values, taus=taus, ties=ties)
     t = to_numpy(curve.tau, "tau")
     v = to_numpy(curve.value, "value")

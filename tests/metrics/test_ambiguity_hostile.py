@@ -157,3 +157,23 @@ def test_metrics_accumulate_reset_aggregate_twice():
         warnings.simplefilter("always")
         assert math.isnan(float(metric.aggregate()))
     assert any("NaN" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("num_classes", [2.5, True, "3", 1])
+def test_num_classes_must_be_an_integer_of_at_least_two(num_classes):
+    refs = np.zeros((2, 4, 4), int)
+    refs[0, 1, 1] = 1
+    with pytest.raises(ValueError, match="num_classes"):
+        ged(refs, refs, num_classes=num_classes)
+    with pytest.raises(ValueError, match="num_classes"):
+        ged_nonempty_iou(refs, refs, num_classes=num_classes)
+    with pytest.raises(ValueError, match="num_classes"):
+        GEDMetric(num_classes=num_classes)
+
+
+def test_metric_flags_must_be_bools():
+    """A truthy string must not switch an option on (``y_is_raters="no"`` read rater maps as reference maps)."""
+    with pytest.raises(TypeError, match="y_is_raters"):
+        NCCMetric(y_is_raters="no")
+    with pytest.raises(TypeError, match="return_terms"):
+        GEDMetric(return_terms="yes")

@@ -111,3 +111,20 @@ def test_metric_matches_function_and_accumulates():
         assert math.isnan(float(metric.aggregate()))
     metric(y_pred=p[:1], y=g[:1], uncertainty=u[:1].requires_grad_())
     torch.testing.assert_close(metric.aggregate(), ref[0], **close)
+
+
+@pytest.mark.parametrize("value", [True, "1", None])
+def test_scale_arguments_must_be_numbers(value):
+    """``uncertainty_max=True`` was read as 1 and ``"1"`` raised a TypeError that named nothing."""
+    from monai_unc.metrics import to_qu_brats_range
+
+    with pytest.raises(TypeError, match="max_value"):
+        to_qu_brats_range(np.array([0.0, 0.5]), max_value=value)
+    if value is not None:  # None is the default: no rescaling
+        with pytest.raises(TypeError, match="uncertainty_max"):
+            QUBraTSMetric(uncertainty_max=value)
+    with pytest.raises(TypeError, match="max_uncertainty"):
+        qu_brats(np.zeros((2, 2)), np.zeros((2, 2)), np.zeros((2, 2)), max_uncertainty=value)
+    for bad in (0.0, -1.0, math.inf):
+        with pytest.raises(ValueError, match="uncertainty_max"):
+            QUBraTSMetric(uncertainty_max=bad)

@@ -152,3 +152,10 @@ def test_referral_torch_in_torch_out():
 def test_bad_input_raises(u, r, exc):
     with pytest.raises(exc):
         aurc(u, r)
+
+
+def test_normalize_must_be_a_bool():
+    """``normalize="no"`` (truthy) divided the area by the tau range."""
+    with pytest.raises(TypeError, match="normalize"):
+        area_under_referral_curve([0.3, 0.1], [1.0, 0.5], normalize="no")
+    assert area_under_referral_curve([0.3, 0.1], [1.0, 0.5], normalize=np.bool_(True)) == 0.625
