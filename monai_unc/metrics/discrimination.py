@@ -10,14 +10,15 @@ et al., Table 1) compares its spatial metrics with; they ignore where the voxels
   :func:`monai_unc.metrics.casewise.ood_auroc`).
 - ``error_auprc``: average precision of ``u`` for ``e`` (the step-wise area of scikit-learn's
   ``average_precision_score``): ``AP = sum_t (R_t - R_{t+}) P_t`` over the distinct uncertainty values ``t``.
-- Thresholded counts with ``uncertain = u > threshold`` and ``certain = u <= threshold``:
+- Thresholded counts with ``uncertain = u > threshold`` and ``certain = u <= threshold``, compared on the stored
+  value in every dtype (a float32 map's 0.30000001, float32 0.3, is above ``threshold=0.3``, as in float64):
   ``n_ac`` (accurate & certain), ``n_au``, ``n_ic``, ``n_iu`` (inaccurate & uncertain);
   ``avu = (n_ac + n_iu) / n`` (Krishnan & Tickoo 2020), ``correct_certain_ratio = n_ac / (n_ac + n_ic)``
   = p(accurate | certain) and ``uncertain_incorrect_ratio = n_iu / (n_ic + n_iu)`` = p(uncertain | inaccurate)
   (Mukhoti & Gal 2018, used by Mobiny et al. 2021 under these names).
 - ``pavpu``: the same on non-overlapping ``window``-sized patches (Mukhoti & Gal 2018): a patch is accurate
-  when its accuracy is ``>= accuracy_threshold`` (0.5) and uncertain when its mean uncertainty is
-  ``> threshold``; incomplete patches at the far end of an axis are dropped (as in the reference code).
+  when its accuracy (the fraction of correct voxels) is ``>= accuracy_threshold`` (0.5) and uncertain when its mean
+  uncertainty is ``> threshold``; incomplete patches at the far end of an axis are dropped (as in the reference code).
 - ``voxel_accuracy``: ``1 - mean |u - e|``, the expected accuracy of a detector that flags each voxel as an
   error with probability ``u(x)`` (Zeevi et al. lists "VOXEL_ACC" without a formula; this is our reading, and it
   needs ``u`` in [0, 1]). ``avu`` is its thresholded counterpart.
