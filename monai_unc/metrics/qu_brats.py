@@ -9,8 +9,9 @@ uncertainty map ``u`` in ``[0, max_u]`` (``max_u = 100`` in the challenge):
 - thresholds ``numpy.arange(0, max_u + eps, max_u / K)`` in descending order, ``eps`` the float32 machine epsilon
   and ``K = num_points`` (40). ``max_u + eps`` is evaluated in float32 as in the script (numpy >= 2 keeps a Python
   float plus a float32 scalar in float32), where ``100 + eps`` rounds to 100: for ``max_u = 100`` the thresholds are
-  the 40 values ``97.5, 95, ..., 2.5, 0`` and **100 itself is not a threshold** (for ``max_u < 4``, e.g. 1, the
-  epsilon survives and ``max_u`` is included: ``K + 1`` thresholds);
+  the 40 values ``97.5, 95, ..., 2.5, 0`` and **100 itself is not a threshold**. For other scales the count follows
+  float32 and ``numpy.arange`` rounding, not a simple rule: ``K = 40`` gives ``K + 1`` thresholds (``max_u``
+  included) for ``max_u`` = 1 or 3.9 but ``K`` for 1.5, 2, 3 or 4; :func:`qu_brats_thresholds` gives the grid;
 - at threshold ``t`` the voxels with ``u > t`` are filtered out (``K_t = {u <= t}`` are kept);
 - filtered Dice ``Dice(t) = 2 |P & G & K_t| / (|P & K_t| + |G & K_t|)``, 1 when both are empty (on all voxels, not
   only the brain);
@@ -161,15 +162,20 @@ class QUBraTSRegionsResult:
 
 
 # ------------------------------------------------------------------------------------------------------------ core
+def _check_scale(value: Any, name: str) -> float:
+    """``value`` as a positive finite float; ``TypeError`` for a non-number (a bool, a string), ``ValueError`` else."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return v
+
+
 def _check_grid_args(num_points: Any, max_uncertainty: Any) -> tuple[int, float]:
     if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 2:
         raise ValueError(f"num_points must be an integer >= 2 (an area needs two thresholds), got {num_points!r}")
-    if isinstance(max_uncertainty, bool) or not isinstance(max_uncertainty, (int, float, np.integer, np.floating)):
-        raise TypeError(f"max_uncertainty must be a number, got {type(max_uncertainty).__name__}")
-    max_u = float(max_uncertainty)
-    if not (math.isfinite(max_u) and max_u > 0):
-        raise ValueError(f"max_uncertainty must be positive and finite, got {max_uncertainty}")
-    return int(num_points), max_u
+    return int(num_points), _check_scale(max_uncertainty, "max_uncertainty")
 
 
 def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0) -> np.ndarray:
@@ -199,7 +205,7 @@ def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0) ->
 
 
 def _binary(x: Any, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-    t = to_tensor(x, name)
+    t = to_tensor(x, name).detach()
     if shape is not None and tuple(t.shape) != shape:
         raise ValueError(f"{name} must have the shape of uncertainty {shape}, got {tuple(t.shape)}")
     if t.dtype == torch.bool:
@@ -212,7 +218,7 @@ def _binary(x: Any, name: str, shape: tuple[int, ...] | None = None) -> torch.Te
 
 
 def _uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tensor:
-    u = to_tensor(x, name)
+    u = to_tensor(x, name).detach()  # a map that requires grad (a validation step without no_grad) counts as well
     if u.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(u.shape)})")
     if not u.is_floating_point():
@@ -353,7 +359,7 @@ def qu_brats(
     if brain_mask is None:
         b = torch.ones(shape, dtype=torch.bool, device=u.device)
     else:
-        bm = to_tensor(brain_mask, "brain_mask")
+        bm = to_tensor(brain_mask, "brain_mask").detach()
         if tuple(bm.shape) != shape:
             raise ValueError(f"brain_mask must have the shape of uncertainty {shape}, got {tuple(bm.shape)}")
         if bm.is_floating_point():
@@ -517,7 +523,8 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
 
     Raises:
         ValueError: for values outside ``[0, max_value]`` by more than ``RANGE_RTOL * max_value`` (closer ones, float
-            rounding, are clipped).
+            rounding, are clipped), or a ``max_value`` / ``max_uncertainty`` that is not positive and finite.
+        TypeError: for a ``max_value`` / ``max_uncertainty`` that is not a number (a bool, a string).
 
     Example:
         >>> import math
@@ -526,9 +533,7 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
         >>> to_qu_brats_range(np.array([0.0, 0.5 * math.log(2), math.log(2)]), max_value=math.log(2))
         array([  0.,  50., 100.])
     """
-    if not (isinstance(max_value, (int, float, np.integer, np.floating)) and math.isfinite(max_value)
-            and max_value > 0):
-        raise ValueError(f"max_value must be positive and finite, got {max_value!r}")
+    max_value = _check_scale(max_value, "max_value")
     _, max_u = _check_grid_args(2, max_uncertainty)
     u = to_tensor(uncertainty, "uncertainty").to(torch.float64)
     check_finite(u, "uncertainty")
@@ -596,8 +601,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
     ) -> None:
         super().__init__()
         self.num_points, self.max_uncertainty = _check_grid_args(num_points, max_uncertainty)
-        if uncertainty_max is not None and not (math.isfinite(uncertainty_max) and uncertainty_max > 0):
-            raise ValueError(f"uncertainty_max must be positive and finite, got {uncertainty_max!r}")
+        if uncertainty_max is not None:
+            uncertainty_max = _check_scale(uncertainty_max, "uncertainty_max")
         if component not in _COMPONENTS:
             raise ValueError(f"component must be one of {_COMPONENTS}, got {component!r}")
         self.uncertainty_max = uncertainty_max
