@@ -4,7 +4,9 @@ Every class takes ``(B, C, *spatial)`` logits (1 to 3 spatial dimensions) and a 
 ``(B, C, *spatial)`` or, with ``to_onehot_y=True``, a label map ``(B, 1, *spatial)``, like
 :class:`monai.losses.DiceCELoss`; ``include_background=False`` leaves channel 0 out of the loss (after the softmax
 over all channels); ``reduction`` is ``"mean"``, ``"sum"`` or ``"none"``. The formulas are the functions of
-:mod:`monai_unc.losses.functional`.
+:mod:`monai_unc.losses.functional`. Float16 and bfloat16 logits (a network run without autocast) are computed in
+float32 and give a float32 loss: a sum over a volume in float16 overflows at 65504, and in either dtype a count stops
+growing at 2048 or 256; the gradient reaches the logits in their own dtype.
 
 - :class:`SVLSLoss` / :class:`DiceSVLSLoss`: cross-entropy against spatially varying smoothed labels (Islam,
   Glocker, IPMI 2021), alone or with Dice.
@@ -173,6 +175,15 @@ def check_finite_loss(value: torch.Tensor, logits: torch.Tensor) -> torch.Tensor
     return value
 
 
+def _upcast(z: torch.Tensor, target: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Float16 / bfloat16 logits (and a floating target) as float32; other dtypes unchanged (module docstring)."""
+    if z.dtype not in (torch.float16, torch.bfloat16):
+        return z, target
+    if target is not None and target.is_floating_point():
+        target = target.float()
+    return z.float(), target
+
+
 def _activation(softmax: bool, sigmoid: bool, name: str) -> bool:
     """``True`` for sigmoid; checks that exactly one activation is chosen."""
     if bool(softmax) == bool(sigmoid):
@@ -246,6 +257,7 @@ class SVLSLoss(_Loss):
         """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
         if not self.include_background and z.shape[1] == 1:
             raise ValueError("include_background=False leaves no channel: the logits have one channel")
+        z, onehot = _upcast(z, onehot)
         with torch.no_grad():
             q = self.soft_targets(onehot)
         if self.use_sigmoid:
@@ -330,7 +342,7 @@ class MarginLoss(_Loss):
         Returns:
             A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
         """
-        z, t = check_target(input, target, self.to_onehot_y)
+        z, t = _upcast(*check_target(input, target, self.to_onehot_y))
         if self.reduction != "none" and self.to_onehot_y:  # the fast path: no one-hot, a fused penalty
             if z.shape[1] == 1 and not self.include_background:
                 raise ValueError("include_background=False leaves no channel: the logits have one channel")
@@ -417,6 +429,7 @@ class L1ACELoss(_Loss):
 
     def loss_of_onehot(self, z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
+        z, onehot = _upcast(z, onehot)
         probs = torch.sigmoid(z) if self.use_sigmoid else torch.softmax(z, dim=1)
         if not self.include_background:
             probs, onehot = probs[:, 1:], onehot[:, 1:]
@@ -508,7 +521,7 @@ class DiceSVLSLoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
+        z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
         value = self.lambda_dice * self.dice(z, onehot) + self.lambda_svls * self.svls.loss_of_onehot(z, onehot)
         return check_finite_loss(value, z)
 
@@ -564,7 +577,7 @@ class DiceCEMarginLoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, t = check_target(input, target, self.to_onehot_y)
+        z, t = _upcast(*check_target(input, target, self.to_onehot_y))
         value = self.dicece(z, t) + self.margin.alpha * mean_margin_penalty(z, self.margin.margin)
         return check_finite_loss(value, z)
 
@@ -641,7 +654,7 @@ class DiceCEL1ACELoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
+        z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
         if self.use_sigmoid:
             ce = F.binary_cross_entropy_with_logits(z, onehot)
         else:
