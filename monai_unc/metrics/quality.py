@@ -70,6 +70,7 @@ or torch following the input. Counts accumulate in int64 / float64.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -353,6 +354,8 @@ def sample_iou(
 
 def _cv(volumes: torch.Tensor, ddof: int, what: str) -> torch.Tensor:
     """CV over dim 0 of ``volumes`` ``(S, ...)``: ``std / mean``; NaN with a warning where undefined."""
+    if isinstance(ddof, (bool, np.bool_)) or not isinstance(ddof, (int, np.integer)) or ddof < 0:
+        raise ValueError(f"ddof must be an integer >= 0, got {ddof!r}")
     n_s = volumes.shape[0]
     v = volumes.to(torch.float64)
     mean = v.mean(dim=0)
@@ -382,12 +385,15 @@ def volume_cv(
         include_background: also report class 0 in ``per_class``.
         soft: use the summed probabilities as volumes instead of the argmax masks.
         ddof: ``0`` (default) the population standard deviation, as for the ``variance`` key; ``1`` the sample
-            standard deviation.
+            standard deviation; an integer ``>= 0``.
         validate: check that ``samples`` are probabilities.
 
     Returns:
         :class:`QualityScores` (lower is better); 0 when every sample has the same volume; a class absent from
         every sample gives NaN with a ``UserWarning``.
+
+    Raises:
+        ValueError: ``samples`` are not probabilities (with ``validate``), or ``ddof`` is not an integer ``>= 0``.
 
     Example:
         >>> from monai_unc.metrics import volume_cv
@@ -455,11 +461,17 @@ def expected_dice(
     f64 = torch.float64
     num = torch.empty((b, c + 1), dtype=f64, device=p.device)
     den = torch.empty((b, c + 1), dtype=f64, device=p.device)
-    for j in range(c + 1):  # one class at a time (memory of one map), sums in float64
-        pj = p[:, j] if j < c else 1.0 - p[:, 0]
-        mask = seg == j if j < c else seg > 0
+    for j in range(c):  # one class at a time (memory of one map), sums in float64
+        pj = p[:, j]
+        mask = seg == j
         num[:, j] = torch.where(mask, pj, torch.zeros_like(pj)).sum(dim=-1, dtype=f64)
         den[:, j] = pj.sum(dim=-1, dtype=f64) + mask.sum(dim=-1)
+    # foreground, pbar_fg = 1 - pbar_0: sums of 1 - p_0 as counts minus float64 sums of p_0 (a voxel-wise 1 - p_0
+    # in float16 / bfloat16 would round every voxel)
+    p0, mask = p[:, 0], seg > 0
+    size = mask.sum(dim=-1)
+    num[:, c] = size - torch.where(mask, p0, torch.zeros_like(p0)).sum(dim=-1, dtype=f64)
+    den[:, c] = (p.shape[-1] - p0.sum(dim=-1, dtype=f64)) + size
     q = overlap_ratio(2 * num, den, empty_score, caller="expected_dice")
     return _split(q, _classes(c, include_background), probs)
 
@@ -674,10 +686,13 @@ class StreamingQuality:
 
         Args:
             soft: use the summed probabilities as volumes.
-            ddof: delta degrees of freedom of the standard deviation.
+            ddof: delta degrees of freedom of the standard deviation, an integer ``>= 0``.
 
         Returns:
             :class:`QualityScores`.
+
+        Raises:
+            ValueError: ``ddof`` is not an integer ``>= 0``.
         """
         self._require()
         vol = torch.stack(self._soft if soft else self._volumes)
@@ -751,6 +766,19 @@ def _check_alpha(alpha: Any) -> float:
     return float(alpha)
 
 
+def _check_bounds(bounds: Any) -> tuple[float, float]:
+    """``bounds`` as two finite floats ``lower < upper`` (ValueError naming it otherwise)."""
+    try:
+        if isinstance(bounds, (str, bytes)):
+            raise TypeError
+        lo, hi = (float(v) for v in bounds)
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds must be two numbers (lower, upper), got {bounds!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"bounds must be finite with lower < upper, got {bounds!r}")
+    return lo, hi
+
+
 def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = CONFORMAL_ALPHA) -> tuple[float, int]:
     """The split-conformal quantile of the absolute residuals ``|truth - estimate|`` of calibration cases.
 
@@ -817,7 +845,8 @@ def conformal_interval(
         :class:`ConformalInterval` (``low`` / ``high`` float64 arrays of the shape of ``estimate``).
 
     Raises:
-        ValueError: as :func:`conformal_quantile`.
+        ValueError: as :func:`conformal_quantile`; ``bounds`` not two finite numbers ``lower < upper``; an infinite
+            ``estimate``.
 
     Example:
         >>> rng = np.random.default_rng(0)
@@ -827,12 +856,15 @@ def conformal_interval(
         >>> round(iv.quantile, 3), iv.low.round(3).tolist(), iv.high.round(3).tolist()
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
+    lo, hi = _check_bounds(bounds)
     q, n = conformal_quantile(calibration_estimates, calibration_truths, alpha)
     e = np.asarray(estimate, dtype=np.float64)
+    if np.isinf(e).any():
+        raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
+                         "(undefined)")
     if np.isnan(e).any():
         warnings.warn(f"{int(np.isnan(e).sum())} undefined estimate(s): their conformal interval is undefined (NaN)",
                       UserWarning, stacklevel=2)
-    lo, hi = float(bounds[0]), float(bounds[1])
     with np.errstate(invalid="ignore"):
         low = np.where(np.isnan(e), np.nan, np.clip(e - q, lo, hi))
         high = np.where(np.isnan(e), np.nan, np.clip(e + q, lo, hi))
