@@ -87,7 +87,7 @@ def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Ten
 
     Raises:
         TypeError: not tensors, or integer logits.
-        ValueError: wrong shapes, labels out of range or not integers.
+        ValueError: wrong shapes, empty logits, labels out of range or not integers.
 
     Example:
         >>> z = torch.zeros(1, 3, 2, 2)
@@ -102,6 +102,8 @@ def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Ten
         raise TypeError(f"logits must be a floating-point tensor, got {z.dtype}")
     if not 3 <= z.ndim <= 5:
         raise ValueError(f"logits must be (B, C, *spatial) with 1 to 3 spatial dimensions, got {tuple(z.shape)}")
+    if z.numel() == 0:  # a mean over no voxel is NaN (0 for the ACE), which would reach the optimiser unnoticed
+        raise ValueError(f"logits must not be empty, got shape {tuple(z.shape)}")
     if to_onehot_y:
         expected = (z.shape[0], 1, *z.shape[2:])
         if tuple(t.shape) != expected:
@@ -135,7 +137,7 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
 
     Raises:
         TypeError: not tensors, or integer logits.
-        ValueError: wrong shapes, labels out of range.
+        ValueError: wrong shapes, empty logits, labels out of range.
 
     Example:
         >>> z = torch.zeros(1, 3, 2, 2); y = torch.tensor([[[[0, 1], [2, 1]]]])

@@ -313,3 +313,25 @@ def test_nan_probabilities_give_a_nan_ace_not_an_index_error():
     for soft in (False, True):
         ace = l1_average_calibration_error(p, y, num_bins=4, soft=soft)
         assert math.isnan(float(ace[0, 0])) and math.isfinite(float(ace[0, 1]))
+
+
+# ---------------------------------------------------------------- empty input, label dtypes
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 4, 4), (1, 3, 0, 4), (2, 3, 4, 0, 2)])
+@pytest.mark.parametrize("make", [SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss])
+def test_empty_logits_raise_instead_of_a_nan_or_zero_loss(shape, make):
+    """A mean over no voxel was NaN (SVLS, MbLS) or 0 (L1-ACE), silently."""
+    z = torch.randn(*shape)
+    y = torch.zeros(shape[0], 1, *shape[2:], dtype=torch.long)
+    with pytest.raises(ValueError, match="logits must not be empty"):
+        make(to_onehot_y=True)(z, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.float16])
+def test_label_maps_of_any_integer_like_dtype_give_the_same_loss(dtype):
+    gen = torch.Generator().manual_seed(8)
+    z = torch.randn(2, 2, 5, 6, generator=gen)
+    y = torch.randint(0, 2, (2, 1, 5, 6), generator=gen)
+    for make in (SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss):
+        torch.testing.assert_close(make(to_onehot_y=True)(z, y.to(dtype)), make(to_onehot_y=True)(z, y))
