@@ -797,7 +797,7 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
         ``(q, n)``: the quantile (``inf`` with too few pairs) and the number of pairs used.
 
     Raises:
-        ValueError: ``alpha`` outside (0, 1), or the arrays differ in length.
+        ValueError: ``alpha`` outside (0, 1), the arrays differ in length, or hold an infinite value.
 
     Example:
         >>> conformal_quantile([0.9, 0.8, 0.7, 0.9], [0.8, 0.8, 0.5, 0.95], alpha=0.4)
@@ -808,6 +808,9 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
     t = np.asarray(truths, dtype=np.float64).reshape(-1)
     if e.shape != t.shape:
         raise ValueError(f"estimates and truths must have one entry per case, got {e.size} and {t.size}")
+    for name, v in (("estimates", e), ("truths", t)):
+        if np.isinf(v).any():  # not undefined (NaN) but broken: leaving the pair out would hide it
+            raise ValueError(f"{name} hold {int(np.isinf(v).sum())} infinite value(s); use NaN for an undefined one")
     r = np.sort(np.abs(t - e)[np.isfinite(e) & np.isfinite(t)])
     n = int(r.size)
     k = int(np.ceil((n + 1) * (1 - a) - 1e-9))  # the tolerance keeps (n + 1)(1 - alpha) = 9.000000000000002 at 9

@@ -104,3 +104,12 @@ def test_nan_samples_are_refused_naming_the_argument():
             fn(x)
     with pytest.raises(ValueError, match="probs"):
         expected_dice(x[1])
+
+
+@pytest.mark.parametrize("which", ["estimates", "truths"])
+def test_an_infinite_calibration_value_is_refused_not_dropped(which):
+    """NaN means undefined and is left out; inf is a broken value, and dropping it silently shrank n."""
+    est, truth = [0.5] * 20, [0.4] * 20
+    (est if which == "estimates" else truth)[3] = float("inf")
+    with pytest.raises(ValueError, match=which):
+        conformal_quantile(est, truth)
