@@ -151,29 +151,38 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
     return z, t.to(z.dtype)
 
 
-def check_finite_loss(value: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """Return the loss ``value``; raise if it is not finite because the logits are not.
+def check_finite_loss(value: torch.Tensor, logits: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+    """Return the loss ``value``; raise if it is not finite because the logits (or the target) are not.
 
-    One check of the value per step instead of a pass over the logits.
+    One check of the value per step instead of a pass over the logits; the inputs are looked at only when the
+    value is not finite.
 
     Args:
         value: the loss (any shape).
         logits: the logits it was computed from.
+        target: the target it was computed from (a soft or one-hot target may hold NaN), or ``None``.
 
     Returns:
         ``value``.
 
     Raises:
-        ValueError: ``value`` has a non-finite entry and so have the logits.
+        ValueError: ``value`` has a non-finite entry and so have the logits or the target.
 
     Example:
         >>> check_finite_loss(torch.tensor(float("nan")), torch.tensor([float("inf")]))
         Traceback (most recent call last):
         ...
         ValueError: logits must be finite
+        >>> check_finite_loss(torch.tensor(float("nan")), torch.zeros(1), torch.tensor([float("nan")]))
+        Traceback (most recent call last):
+        ...
+        ValueError: target must be finite
     """
-    if not bool(torch.isfinite(value).all()) and not bool(torch.isfinite(logits).all()):
-        raise ValueError("logits must be finite")
+    if not bool(torch.isfinite(value).all()):
+        if not bool(torch.isfinite(logits).all()):
+            raise ValueError("logits must be finite")
+        if target is not None and target.is_floating_point() and not bool(torch.isfinite(target).all()):
+            raise ValueError("target must be finite")
     return value
 
 
@@ -284,7 +293,7 @@ class SVLSLoss(_Loss):
             A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
         """
         z, onehot = prepare_target(input, target, self.to_onehot_y)
-        return check_finite_loss(self.loss_of_onehot(z, onehot), z)
+        return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot)
 
 
 class MarginLoss(_Loss):
@@ -354,13 +363,13 @@ class MarginLoss(_Loss):
                 ce = (ce * (labels != 0)).sum()
             n = labels.numel()
             value = ce / n + self.alpha * mean_margin_penalty(z, self.margin, self.include_background)
-            return check_finite_loss(value if self.reduction == "mean" else value * n, z)
+            return check_finite_loss(value if self.reduction == "mean" else value * n, z, t)
         onehot = prepare_target(z, t, self.to_onehot_y)[1]
         ce = -onehot * F.log_softmax(z, dim=1)
         if not self.include_background:
             ce = ce[:, 1:]
         per_voxel = ce.sum(1, keepdim=True) + self.alpha * self.penalty(z)
-        return check_finite_loss(_reduce(per_voxel, self.reduction), z)
+        return check_finite_loss(_reduce(per_voxel, self.reduction), z, onehot)
 
 
 class L1ACELoss(_Loss):
@@ -427,7 +436,7 @@ class L1ACELoss(_Loss):
             A scalar, or ``(B, C', 1, ...)`` with ``reduction="none"`` (``C' = C - 1`` without background).
         """
         z, onehot = prepare_target(input, target, self.to_onehot_y)
-        return check_finite_loss(self.loss_of_onehot(z, onehot), z)
+        return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot)
 
     def loss_of_onehot(self, z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
@@ -525,7 +534,7 @@ class DiceSVLSLoss(_Loss):
         """
         z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
         value = self.lambda_dice * self.dice(z, onehot) + self.lambda_svls * self.svls.loss_of_onehot(z, onehot)
-        return check_finite_loss(value, z)
+        return check_finite_loss(value, z, onehot)
 
 
 class DiceCEMarginLoss(_Loss):
@@ -581,7 +590,7 @@ class DiceCEMarginLoss(_Loss):
         """
         z, t = _upcast(*check_target(input, target, self.to_onehot_y))
         value = self.dicece(z, t) + self.margin.alpha * mean_margin_penalty(z, self.margin.margin)
-        return check_finite_loss(value, z)
+        return check_finite_loss(value, z, t)
 
 
 class DiceCEL1ACELoss(_Loss):
@@ -662,4 +671,4 @@ class DiceCEL1ACELoss(_Loss):
         else:
             ce = F.cross_entropy(z, onehot)  # over every channel, as MONAI's DiceCELoss and the authors
         value = self.dice_weight * self.dice(z, onehot) + self.ce_weight * ce
-        return check_finite_loss(value + self.ace_weight * self.ace.loss_of_onehot(z, onehot), z)
+        return check_finite_loss(value + self.ace_weight * self.ace.loss_of_onehot(z, onehot), z, onehot)

@@ -335,3 +335,13 @@ def test_label_maps_of_any_integer_like_dtype_give_the_same_loss(dtype):
     y = torch.randint(0, 2, (2, 1, 5, 6), generator=gen)
     for make in (SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss):
         torch.testing.assert_close(make(to_onehot_y=True)(z, y.to(dtype)), make(to_onehot_y=True)(z, y))
+
+
+@pytest.mark.parametrize("make", [SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss])
+def test_a_nan_in_a_one_hot_target_raises_naming_the_target(make):
+    """The loss was NaN without a word (only non-finite logits were reported)."""
+    z = torch.randn(1, 3, 6, 6)
+    y = _onehot(torch.randint(0, 3, (1, 1, 6, 6)), 3).float()
+    y[0, 1, 2, 2] = float("nan")
+    with pytest.raises(ValueError, match="target must be finite"):
+        make()(z, y)
