@@ -657,6 +657,14 @@ def compare_metric_values(
         for j in range(i + 1, k):
             mi, mj = metrics[names[i]], metrics[names[j]]
             both = mi.valid & mj.valid
+            if not both.any():  # no case to compare on: undefined, not "no difference" (p = 1)
+                warnings.warn(
+                    f"compare: metrics {names[i]!r} and {names[j]!r} share no valid case; their McNemar p-value is "
+                    "undefined (NaN)",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                continue
             p_raw[i, j] = p_raw[j, i] = mcnemar_test(mi.prefers_a[both], mj.prefers_a[both], exact=exact)
     iu = np.triu_indices(k, 1)
     p_holm = np.full((k, k), np.nan)
@@ -669,6 +677,9 @@ def compare_metric_values(
     if k >= 2 and outcomes.shape[0] > 0:
         q, qp, df = cochrans_q(outcomes)
     else:
+        if k >= 2:
+            warnings.warn("compare: no case is valid for every metric; Cochran's Q is undefined (NaN)", UserWarning,
+                          stacklevel=2)
         q, qp, df = float("nan"), float("nan"), max(k - 1, 0)
     return UncertaintyComparison(names, metrics, p_raw, p_holm, q, qp, df, alpha)
 

@@ -196,3 +196,14 @@ def test_compare_uncertainty_maps_checks_alpha_before_computing_metrics():
     with pytest.raises(ValueError, match="alpha"):
         compare_uncertainty_maps({"m": metric}, maps, maps, True, pred=labels, target=labels, alpha=1.5)
     assert not calls
+
+
+def test_metrics_without_a_common_valid_case_get_an_undefined_p_value_not_1():
+    nan = float("nan")
+    a = {"m": [0.9, 0.8, nan, nan], "n": [nan, nan, 0.9, 0.7]}
+    b = {"m": [0.1, 0.2, 0.3, 0.4], "n": [0.1, 0.2, 0.3, 0.4]}
+    with pytest.warns(UserWarning, match="share no valid case"):
+        res = compare_metric_values(a, b, True)
+    assert np.isnan(res.mcnemar_p[0, 1]) and np.isnan(res.mcnemar_p_holm[0, 1])
+    assert math.isnan(res.cochran_q)
+    assert res.significantly_better("m") == [] and res.metrics["m"].accuracy == 1.0
