@@ -199,6 +199,13 @@ def _masks(seg: torch.Tensor, num_classes: int) -> list[torch.Tensor]:
     return [seg == c for c in range(num_classes)] + [seg > 0]
 
 
+def _warn_single_sample(n_s: int, what: str) -> None:
+    """Warn that one sample's agreement with itself (Dice / IoU 1, CV 0) carries no information."""
+    if n_s == 1:
+        warnings.warn(f"{what}: a single sample agrees with itself; the estimate carries no information about the "
+                      "segmentation's quality", UserWarning, stacklevel=3)
+
+
 # ---------------------------------------------------------------------------------------------- batch estimates
 
 
@@ -304,6 +311,7 @@ def dice_to_mean(
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
     if reference is None:
+        _warn_single_sample(n_s, "dice_to_mean")
         ref = _argmax(s.sum(dim=0, dtype=torch.float64), 1)  # argmax of the mean
     else:
         ref = _reference(reference, (b, *s.shape[3:]), c, s.device)
@@ -344,6 +352,7 @@ def sample_iou(
     """
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
+    _warn_single_sample(n_s, "sample_iou")
     seg = _argmax(s, 2).reshape(n_s, b, -1)
     masks = _masks(seg, c)
     inter = torch.stack([m.all(dim=0).sum(dim=-1) for m in masks], dim=-1)
@@ -410,6 +419,8 @@ def volume_cv(
     """
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
+    if ddof == 0:  # with ddof >= 1 one sample already gives NaN, with its own warning
+        _warn_single_sample(n_s, "volume_cv")
     vol = _volumes(s.reshape(n_s * b, c, -1), soft).reshape(n_s, b, c + 1)
     return _split(_cv(vol, ddof, "volume_cv"), _classes(c, include_background), samples)
 
@@ -484,8 +495,9 @@ def quality_estimates(
 ) -> dict[str, QualityScores]:
     """Every available estimate from an inferer's output dict (keyed by :class:`~monai_unc.keys.UncertaintyKeys`).
 
-    ``expected_dice`` comes from ``pred``; ``pairwise_dice`` (at least two samples), ``dice_to_mean``,
-    ``sample_iou`` and ``volume_cv`` need ``samples`` (``keep_samples=True``) and are left out without them.
+    ``expected_dice`` comes from ``pred``; ``pairwise_dice``, ``dice_to_mean``, ``sample_iou`` and ``volume_cv``
+    need at least two ``samples`` (``keep_samples=True``) and are left out without them (with a ``UserWarning`` for
+    a single sample, whose agreement with itself would read as a perfect case).
     The values follow the library of ``pred``. For referral use an uncertainty: ``1 - q`` for the Dice / IoU
     estimates, ``volume_cv`` as is.
 
@@ -532,8 +544,12 @@ def quality_estimates(
     samples = output.get(K.SAMPLES.value)
     if samples is not None:
         check_probabilities(to_tensor(samples, "samples"), "samples", channel_dim=2, min_ndim=4)
-        if samples.shape[0] >= 2:
-            res["pairwise_dice"] = pairwise_dice(samples, empty_score=empty_score, validate=False, **kw)
+    if samples is not None and samples.shape[0] < 2:
+        warnings.warn("quality_estimates: a single sample agrees with itself; the sample-agreement estimates "
+                      "(pairwise_dice, dice_to_mean, sample_iou, volume_cv) carry no information and are left out",
+                      UserWarning, stacklevel=2)
+    elif samples is not None:
+        res["pairwise_dice"] = pairwise_dice(samples, empty_score=empty_score, validate=False, **kw)
         res["dice_to_mean"] = dice_to_mean(samples, empty_score=empty_score, validate=False, **kw)
         res["sample_iou"] = sample_iou(samples, empty_score=empty_score, validate=False, **kw)
         res["volume_cv"] = volume_cv(samples, validate=False, **kw)
@@ -695,6 +711,8 @@ class StreamingQuality:
             ValueError: ``ddof`` is not an integer ``>= 0``.
         """
         self._require()
+        if ddof == 0:
+            _warn_single_sample(self.num_samples, "StreamingQuality.volume_cv")
         vol = torch.stack(self._soft if soft else self._volumes)
         return self._out(_cv(vol, ddof, "StreamingQuality.volume_cv"))
 
@@ -705,6 +723,7 @@ class StreamingQuality:
             :class:`QualityScores`.
         """
         self._require()
+        _warn_single_sample(self.num_samples, "StreamingQuality.sample_iou")
         c = self.num_classes
         inter = torch.stack([((self._and >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_and.sum(-1)], -1)
         union = torch.stack([((self._or >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_or.sum(-1)], -1)

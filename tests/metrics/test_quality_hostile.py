@@ -113,3 +113,33 @@ def test_an_infinite_calibration_value_is_refused_not_dropped(which):
     (est if which == "estimates" else truth)[3] = float("inf")
     with pytest.raises(ValueError, match=which):
         conformal_quantile(est, truth)
+
+
+# ---------------------------------------------------------------- one sample
+
+
+def test_one_sample_agreement_estimates_warn_that_they_carry_no_information():
+    """One sample agrees with itself: Dice 1, IoU 1, CV 0 (the pinned values) -- "perfect" with no evidence, so a
+    warning says so; against an external reference one sample is informative and gives none."""
+    x = random_samples(1, 2, 3, (6, 5), seed=6)
+    for fn in (dice_to_mean, sample_iou, volume_cv):
+        with pytest.warns(UserWarning, match="single sample"):
+            fn(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dice_to_mean(x, reference=np.zeros((2, 6, 5), np.int64))
+    acc = StreamingQuality()
+    acc.update(x[0])
+    for method in (acc.sample_iou, acc.volume_cv):
+        with pytest.warns(UserWarning, match="single sample"):
+            method()
+
+
+def test_quality_estimates_of_one_sample_leave_the_agreement_estimates_out():
+    """A deterministic model with keep_samples: every case was reported as perfectly certain (Dice / IoU 1, CV 0)."""
+    from monai_unc.metrics.quality import quality_estimates
+
+    x = torch.from_numpy(random_samples(1, 2, 3, (6, 5), seed=7))
+    with pytest.warns(UserWarning, match="single sample"):
+        est = quality_estimates({"pred": x[0], "samples": x})
+    assert set(est) == {"expected_dice"}
