@@ -441,7 +441,7 @@ def l1_average_calibration_error(
     """The marginal L1 average calibration error (L1-ACE) of every image and channel, differentiable in ``probs``.
 
     ``ACE = mean over non-empty bins k of |mean_p_k - mean_y_k|`` with the bins of :func:`binned_calibration`;
-    a bin is empty when its weight is 0 (hard) or below ``empty_weight`` (soft). Each channel is a binary task:
+    a bin is empty when its weight is 0, or (soft) below ``empty_weight``. Each channel is a binary task:
     its probability against its target (Barfoot et al., *Average Calibration Error: A Differentiable Loss for
     Improved Reliability in Image Segmentation*, MICCAI 2024: hard bins; *Average Calibration Losses for Reliable
     Uncertainty in Medical Image Segmentation*, 2025: soft bins).
@@ -468,8 +468,9 @@ def l1_average_calibration_error(
     if not (isinstance(empty_weight, (int, float)) and 0 <= float(empty_weight) < float("inf")):
         raise ValueError(f"empty_weight must be a finite number >= 0, got {empty_weight!r}")
     sum_p, sum_y, weight = binned_calibration(probs, target, num_bins=num_bins, soft=soft)
-    # a NaN weight (a NaN probability) is kept, so that the error is NaN, not that of the other voxels
-    valid = ~(weight < float(empty_weight)) if soft else weight > 0
+    # a bin of weight 0 is empty whatever empty_weight (0 / 0 otherwise); a NaN weight (a NaN probability) is kept,
+    # so that the error is NaN, not that of the other voxels
+    valid = (weight != 0) & ~(weight < float(empty_weight)) if soft else weight > 0
     safe = torch.where(valid, weight, torch.ones_like(weight))
     gaps = torch.where(valid, (sum_p / safe - sum_y / safe).abs(), torch.zeros_like(weight))
     ace = gaps.sum(-1) / valid.sum(-1).clamp(min=1).to(gaps.dtype)

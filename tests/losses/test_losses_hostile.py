@@ -96,7 +96,7 @@ def _ref_ace(p, y, num_bins, soft, empty_weight=0.01, ignore_empty=True):
                 inside = (pp >= lo) & ((pp < hi) if k < num_bins - 1 else (pp <= hi))
                 w = inside.double()
             total = w.sum()
-            if (soft and total >= empty_weight) or (not soft and total > 0):
+            if total > 0 and (not soft or total >= empty_weight):
                 gaps.append(((w * pp).sum() / total - (w * yy).sum() / total).abs())
         val = torch.stack(gaps).mean() if gaps else torch.zeros((), dtype=torch.float64)
         if ignore_empty and float(yy.sum()) == 0:
@@ -345,3 +345,18 @@ def test_a_nan_in_a_one_hot_target_raises_naming_the_target(make):
     y[0, 1, 2, 2] = float("nan")
     with pytest.raises(ValueError, match="target must be finite"):
         make()(z, y)
+
+
+@pytest.mark.parametrize("empty_weight", [0.0, 1e-3, 0.5])
+def test_soft_ace_with_any_empty_weight_leaves_weightless_bins_out(empty_weight):
+    """``empty_weight=0`` (allowed) kept the bins of weight 0 and made every error 0 / 0 = NaN."""
+    gen = torch.Generator().manual_seed(4)
+    z = (torch.randn(2, 3, 8, 8, dtype=torch.float64, generator=gen) * 10).requires_grad_(True)
+    labels = torch.randint(0, 3, (2, 1, 8, 8), generator=gen)
+    got = L1ACELoss("soft", empty_weight=empty_weight, to_onehot_y=True, reduction="none")(z, labels)
+    zr = z.detach().clone().requires_grad_(True)
+    want = _ref_ace(torch.softmax(zr, 1), _onehot(labels, 3), 20, True, empty_weight)
+    torch.testing.assert_close(got.reshape(2, 3), want, rtol=1e-10, atol=1e-12)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(z.grad, zr.grad, rtol=1e-9, atol=1e-12)
