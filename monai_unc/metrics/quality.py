@@ -780,7 +780,9 @@ class ConformalInterval(NamedTuple):
 
 
 def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)) or not (
+        0 < alpha < 1
+    ):  # numpy scalars (np.float32(0.1) from an array) are numbers too
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
     return float(alpha)
 

@@ -143,3 +143,9 @@ def test_quality_estimates_of_one_sample_leave_the_agreement_estimates_out():
     with pytest.warns(UserWarning, match="single sample"):
         est = quality_estimates({"pred": x[0], "samples": x})
     assert set(est) == {"expected_dice"}
+
+
+def test_a_numpy_alpha_is_a_number():
+    est, truth = np.linspace(0.5, 1, 30), np.linspace(0.45, 0.95, 30)
+    assert conformal_quantile(est, truth, np.float32(0.1)) == conformal_quantile(est, truth, 0.1)
+    assert conformal_interval(0.8, est, truth, np.float64(0.2)).alpha == 0.2
