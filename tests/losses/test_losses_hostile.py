@@ -60,8 +60,7 @@ def _ref_svls(z, onehot, include_background, sigmoid, reduction, spacing=None):
     q = _ref_svls_targets(onehot, spacing=spacing)
     first = 0 if include_background else 1
     if sigmoid:
-        p = torch.sigmoid(z)
-        terms = -(q * torch.log(p) + (1 - q) * torch.log(1 - p))
+        terms = -(q * F.logsigmoid(z) + (1 - q) * F.logsigmoid(-z))  # log sigmoid, stable for large |z|
         per_voxel = terms[:, first:].mean(1, keepdim=True)
     else:
         per_voxel = -(q * torch.log_softmax(z, 1))[:, first:].sum(1, keepdim=True)
