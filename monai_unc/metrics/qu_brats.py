@@ -89,7 +89,7 @@ class QUBraTSResult:
         ftp_auc: area under the filtered-true-positive curve (lower is better).
         ftn_auc: area under the filtered-true-negative curve (lower is better).
         score: ``(dice_auc + (1 - ftp_auc) + (1 - ftn_auc)) / 3`` (higher is better).
-        thresholds: the thresholds, descending (``97.5 ... 0`` for the defaults).
+        thresholds: the thresholds, descending (``97.5 ... 0`` for the defaults; ``100 ... 0`` with ``grid="numpy1"``).
         dice: the filtered Dice at each threshold (float64).
         ftp: the fraction of filtered true positives at each threshold.
         ftn: the fraction of filtered true negatives at each threshold.
