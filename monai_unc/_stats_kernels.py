@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._jit import cached_kernel
 from ._lazy import lazy_optional
 
 __all__ = ["FUSED_KERNELS", "available", "backend", "value_flags", "accumulate", "CPU_CHUNK_ELEMENTS"]
@@ -137,7 +138,8 @@ def _build_cpu() -> Any:
         out[2] = hi
         out[3] = dev
 
-    return add_chunk, flags
+    # processes that compile at once never save into one cache index together (monai_unc._jit)
+    return cached_kernel(add_chunk), cached_kernel(flags)
 
 
 #: the compiled CPU kernels ``(add_chunk, flags)``, or None without numba (built on first use)

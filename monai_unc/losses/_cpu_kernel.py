@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._jit import cached_kernel
 from .._lazy import lazy_optional
 
 __all__ = ["available", "smooth_axes"]
@@ -84,7 +85,8 @@ def _build() -> Any:
                     acc += c0 * orig[i, j]
                 d[j] = acc
 
-    return inner_axis, last_axis
+    # processes that compile at once never save into one cache index together (monai_unc._jit)
+    return cached_kernel(inner_axis), cached_kernel(last_axis)
 
 
 _kernels = lazy_optional(_build)

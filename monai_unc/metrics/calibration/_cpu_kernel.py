@@ -58,6 +58,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..._jit import cached_kernel
 from ..._lazy import lazy_optional
 
 __all__ = ["MAX_UNROLLED_CLASSES", "available", "entropy_margin", "histogram_tables", "top_label_limit"]
@@ -520,7 +521,10 @@ def _build(n_cls: int) -> _Kernels:
         for i in range(t.shape[0]):
             out[i] = log_unit(t[i])
 
-    return _Kernels(tables, entropy_voxels if UNROLLED else entropy_classes, logs)
+    # processes that compile at once never save into one cache index together (monai_unc._jit): the kernels of
+    # every class count are closures of one function, which share one index file
+    return _Kernels(cached_kernel(tables), cached_kernel(entropy_voxels if UNROLLED else entropy_classes),
+                    cached_kernel(logs))
 
 
 def _factory() -> Callable[[int], Any]:

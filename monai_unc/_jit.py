@@ -1,0 +1,147 @@
+"""Compiled kernels cached on disk that several processes may compile at the same time.
+
+numba's disk cache (``cache=True``) keeps one index file per function (``<module>.<function>-<line>.pyXY.nbi``) that
+maps each compiled specialisation (argument types, and the values a closure captured) to a data file
+``...<n>.nbc``. Saving a new specialisation reads the index, takes the first free ``n``, writes the index, then the
+data: two processes that compile *different* specialisations of one function at the same time can both take ``n =
+1``, and the index can end up naming one process's key for the other's data. A later process then loads, for its
+argument types, the machine code compiled for other types or for another closure (the calibration kernels are
+closures over the number of classes, one index file for all of them): out-of-bounds reads and writes, wrong sums or
+a crash. Two ``torch.distributed`` ranks or two jobs on one machine that use the kernels for the first time, with
+different class counts or dtypes, are enough; the test suite's parallel workers hit it.
+
+:func:`cached_kernel` wraps a dispatcher so that the first call of each argument signature in a process, the only
+call that may load, compile or save, holds an exclusive lock on a file in the cache's own folder (a POSIX record
+lock, ``fcntl.lockf``, which also works on NFS; ``msvcrt.locking`` on Windows): the loads, compilations and saves of
+all processes sharing that cache happen one at a time. Later calls with seen signatures go straight to the
+dispatcher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LOCK_FILE", "cached_kernel", "signature_key"]
+
+#: the lock file's name in a numba cache folder
+LOCK_FILE = "monai_unc.lock"
+
+# one first call at a time in this process (the kernels run in several Python threads)
+_THREADS = threading.Lock()
+
+
+def signature_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What numba's specialisation of a call depends on, per argument, as a hashable key.
+
+    Arrays: dtype, dimensions, memory layout and whether they are writable (numba types a read-only array apart);
+    other values: their Python type (numba types every ``int`` as int64, every ``float`` as float64). A key that
+    differs where numba's types do not only costs an extra lock.
+
+    Args:
+        args: the call's arguments.
+
+    Returns:
+        One entry per argument.
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.zeros((2, 3), np.float32)
+        >>> signature_key((a, 1, None)) == signature_key((np.ones((5, 4), np.float32), 7, None))
+        True
+        >>> signature_key((a,)) == signature_key((a.T,))  # another memory layout
+        False
+    """
+    key = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            layout = "C" if a.flags.c_contiguous else ("F" if a.flags.f_contiguous else "A")
+            key.append((a.dtype.str, a.ndim, layout, bool(a.flags.writeable)))
+        else:
+            key.append(type(a))
+    return tuple(key)
+
+
+def _lock_folder(dispatcher: Any) -> Path:
+    """The folder of the dispatcher's cache files (numba's own choice), else the temporary folder."""
+    cache = getattr(dispatcher, "_cache", None)
+    path = getattr(cache, "_cache_path", None)
+    if path:
+        return Path(path)
+    return Path(tempfile.gettempdir())
+
+
+@contextlib.contextmanager
+def _file_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder / LOCK_FILE`` for the block (no lock where the folder cannot hold the file)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # a read-only cache folder: numba does not write there either
+        yield
+        return
+    try:
+        if os.name == "nt":  # pragma: no cover - Windows
+            import msvcrt
+
+            msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+        else:
+            import fcntl
+
+            # a POSIX record lock, not flock: a process forked while it is held (a DataLoader worker) does not
+            # inherit it, where it would share a flock and keep it after this process lets go
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+class _CachedKernel:
+    """A numba dispatcher whose first call of each signature holds the cache folder's lock (module docstring)."""
+
+    __slots__ = ("dispatcher", "folder", "_seen")
+
+    def __init__(self, dispatcher: Any, folder: Path | None) -> None:
+        self.dispatcher = dispatcher
+        self.folder = _lock_folder(dispatcher) if folder is None else Path(folder)
+        self._seen: set[tuple[Any, ...]] = set()
+
+    def __call__(self, *args: Any) -> Any:
+        key = signature_key(args)
+        if key in self._seen:
+            return self.dispatcher(*args)
+        with _THREADS:
+            if key not in self._seen:
+                with _file_lock(self.folder):
+                    out = self.dispatcher(*args)
+                self._seen.add(key)
+                return out
+        return self.dispatcher(*args)
+
+
+def cached_kernel(dispatcher: Callable[..., Any], folder: str | os.PathLike | None = None) -> Callable[..., Any]:
+    """Wrap a numba dispatcher (``cache=True``) so that processes never save into its disk cache at the same time.
+
+    Args:
+        dispatcher: the compiled function (any callable: the tests wrap plain functions).
+        folder: where the lock file lies; default the dispatcher's cache folder (numba's ``__pycache__`` next to the
+            source, ``$NUMBA_CACHE_DIR`` or the user's cache), the temporary folder for a callable without one.
+
+    Returns:
+        A callable with the dispatcher's arguments and result.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     add = cached_kernel(lambda a, b: a + b, folder=d)
+        ...     add(1, 2), add(3, 4)
+        (3, 7)
+    """
+    return _CachedKernel(dispatcher, None if folder is None else Path(folder))

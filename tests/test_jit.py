@@ -1,0 +1,149 @@
+"""Compiled kernels cached on disk: the first call of each signature holds the cache folder's lock, across processes.
+
+numba's cache index of one function is read, extended and written back by every process that saves a new
+specialisation; two processes doing so at once can leave an index that names one process's argument types (or
+closure) for the other's machine code (``monai_unc._jit``). The lock makes those first calls happen one at a time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monai_unc._jit import LOCK_FILE, cached_kernel, signature_key
+
+_KIND = type(cached_kernel(lambda: 0))
+
+
+def test_signature_key_tells_numba_types_apart():
+    a = np.zeros((4, 5), np.float32)
+    assert signature_key((a, 3, 2.0, None)) == signature_key((np.ones((2, 2), np.float32), 9, -1.0, None))
+    assert signature_key((a,)) != signature_key((a.astype(np.float64),))  # dtype
+    assert signature_key((a,)) != signature_key((a[None],))  # dimensions
+    assert signature_key((a,)) != signature_key((a[:, ::2],))  # layout
+    ro = a.copy()
+    ro.flags.writeable = False
+    assert signature_key((a,)) != signature_key((ro,))  # numba types a read-only array apart
+    assert signature_key((a, None)) != signature_key((a, a))  # an optional argument given or not
+    assert signature_key((1,)) != signature_key((1.0,))
+
+
+def _slow(tag: str, log: str, seconds: float) -> int:
+    with open(log, "a") as f:
+        f.write(f"{tag} start {time.monotonic()}\n")
+    time.sleep(seconds)
+    with open(log, "a") as f:
+        f.write(f"{tag} end {time.monotonic()}\n")
+    return 1
+
+
+def _first_call(folder: str, log: str, tag: str) -> None:
+    kernel = cached_kernel(_slow, folder=folder)
+    kernel(tag, log, 0.4)
+
+
+def _intervals(log: Path) -> list[tuple[float, float]]:
+    events: dict[str, dict[str, float]] = {}
+    for line in log.read_text().splitlines():
+        tag, what, t = line.split()
+        events.setdefault(tag, {})[what] = float(t)
+    return sorted((e["start"], e["end"]) for e in events.values())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_first_calls_of_several_processes_run_one_at_a_time(tmp_path):
+    log = tmp_path / "log.txt"
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_first_call, args=(str(tmp_path), str(log), f"p{i}")) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    spans = _intervals(log)
+    assert len(spans) == 3
+    assert all(spans[i][1] <= spans[i + 1][0] for i in range(2)), spans  # no two first calls overlap
+    assert (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl")
+def test_only_first_calls_wait_for_the_lock(tmp_path):
+    import fcntl
+
+    calls = []
+    kernel = cached_kernel(lambda *a: calls.append(a) or len(calls), folder=tmp_path)
+    kernel(np.zeros(3), 1)  # the first call of this signature: takes the lock (free now)
+    fd = os.open(tmp_path / LOCK_FILE, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)  # another process compiling now
+        assert kernel(np.ones(5), 2) == 2  # a seen signature: does not wait
+        ctx = mp.get_context("fork")
+        p = ctx.Process(target=lambda: kernel(np.zeros(3, np.float32), 1))  # a new signature: waits
+        p.start()
+        p.join(1.0)
+        assert p.is_alive()
+    finally:
+        os.close(fd)
+    p.join(10)
+    assert p.exitcode == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_a_process_forked_during_a_first_call_does_not_keep_the_lock(tmp_path):
+    """A DataLoader worker forked while a kernel compiles must not hold the lock after the compiling process let go
+    (a flock would be shared with the child)."""
+    ctx = mp.get_context("fork")
+    children = []
+
+    def fork_inside(*a):
+        p = ctx.Process(target=time.sleep, args=(5,))  # a long-lived child forked while the lock is held
+        p.start()
+        children.append(p)
+        return 1
+
+    cached_kernel(fork_inside, folder=tmp_path)(1)
+    try:
+        t0 = time.monotonic()
+        assert cached_kernel(lambda x: x, folder=tmp_path)(2) == 2  # a new first call: the lock is free
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        for p in children:
+            p.kill()
+            p.join()
+
+
+def test_unwritable_lock_folder_still_runs(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the folder would be: the lock file cannot be made
+    assert cached_kernel(lambda x: x + 1, folder=blocked / "sub")(1) == 2
+
+
+def test_the_package_kernels_are_wrapped():
+    pytest.importorskip("numba")
+    from monai_unc import _stats_kernels
+    from monai_unc.losses import _cpu_kernel as losses_kernel
+    from monai_unc.metrics.calibration import _cpu_kernel as calibration_kernel
+
+    kernels = calibration_kernel._kernels()(3)
+    assert isinstance(kernels.tables, _KIND) and isinstance(kernels.entropy, _KIND)
+    assert all(isinstance(k, _KIND) for k in _stats_kernels._cpu_kernels())
+    assert all(isinstance(k, _KIND) for k in losses_kernel._kernels())
+
+
+def test_a_numba_kernel_locks_in_its_cache_folder():
+    pytest.importorskip("numba")
+    from monai_unc.metrics.calibration import _cpu_kernel as calibration_kernel
+
+    logs = calibration_kernel._kernels()(3).logs
+    folder = Path(logs.folder)
+    assert folder.is_dir() and folder != Path(os.path.realpath("/tmp"))  # numba's cache folder, not the fallback
+    out = np.empty(2)
+    logs(np.array([0.5, 1.0]), out)
+    assert out[1] == 0.0 and abs(out[0] + np.log(2)) < 1e-15
+    assert (folder / LOCK_FILE).exists()
