@@ -35,6 +35,7 @@ of a multi-label output is refused (it would renormalise the regions against eac
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import warnings
@@ -162,7 +163,9 @@ class UncertaintyEvaluator(SupervisedEvaluator):
                 raise ValueError(f"uncertainty_keys must not contain 'image', 'label' or 'pred', got {clash}")
         super().__init__(*args, **kwargs)
         if pred_format == "auto":
-            activation = find_pred_activation(kwargs.get("postprocessing"))
+            # SupervisedEvaluator's arguments may come by position: bind them to find the postprocessing
+            given = inspect.signature(SupervisedEvaluator.__init__).bind_partial(self, *args, **kwargs).arguments
+            activation = find_pred_activation(given.get("postprocessing"))
             pred_format = {"softmax": "log_probabilities", "sigmoid": "binary_logit"}.get(activation, "probabilities")
             if pred_format != "probabilities":
                 self.logger.info(
@@ -271,6 +274,17 @@ def _case_id(item: Mapping, batch_item: Mapping, image_key: str) -> str:
     return ""
 
 
+def _case_score(value: Any, key: str) -> float:
+    """The one number of a per-case score; ``ValueError`` naming ``key`` for anything else (e.g. a whole map)."""
+    t = torch.as_tensor(value.as_tensor() if isinstance(value, MetaTensor) else value)
+    if t.numel() != 1:
+        raise ValueError(
+            f"CaseScoresHandler: score_keys entry {key!r} must be one number per case, got shape {tuple(t.shape)}; "
+            f"name a case score such as '{key}_mean' (AggregateUncertaintyd), not a map"
+        )
+    return float(t.reshape(()))
+
+
 class CaseScoresHandler:
     """Ignite handler: per-case uncertainty scores, grouped by a shift label, into a CSV and OoD AUROC metrics.
 
@@ -286,7 +300,8 @@ class CaseScoresHandler:
     ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it.
 
     Args:
-        score_keys: keys of per-case scalars in ``engine.state.output``.
+        score_keys: keys of per-case scalars in ``engine.state.output`` (one number each; a key holding more, such
+            as a map, raises ``ValueError``).
         group_key: key of the group label in ``engine.state.batch``.
         iid_groups: labels of in-distribution cases.
         output_dir: the folder of the CSV (``None``: no file).
@@ -336,7 +351,7 @@ class CaseScoresHandler:
                 raise KeyError(f"CaseScoresHandler: engine.state.output has no {missing} (add AggregateUncertaintyd)")
             if self.group_key not in b:
                 raise KeyError(f"CaseScoresHandler: the batch has no group key {self.group_key!r}")
-            scores = [float(torch.as_tensor(item[k]).reshape(-1)[0]) for k in self.score_keys]
+            scores = [_case_score(item[k], k) for k in self.score_keys]
             self._rows.append((_case_id(item, b, self.image_key), str(b[self.group_key]), scores))
 
     def _gathered(self) -> list[tuple[str, str, list[float]]]:

@@ -637,6 +637,13 @@ def _pack(uncertainty: Any, pred: Any) -> Any:
 
 
 def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
+    """``cat([uncertainty, pred])`` along the channel axis; a MetaTensor result when either input is one.
+
+    The packed tensor keeps the metadata (affine, batch flag) of the first MetaTensor among ``uncertainty`` and
+    ``pred``, so that the metric can still read the voxel spacing from it when ``y`` is a plain tensor.
+    """
+    from monai.data import MetaTensor
+
     u = to_tensor(uncertainty, "uncertainty")
     p = to_tensor(pred, "y_pred")
     ch = 1 if batched else 0
@@ -646,7 +653,13 @@ def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
         u = u.to(torch.float32)
     if u.shape[ch] != 1:
         raise ValueError(f"uncertainty must have one channel, got shape {tuple(u.shape)}")
-    return torch.cat([u, p.to(device=u.device, dtype=u.dtype)], dim=ch)
+    packed = torch.cat([u, p.to(device=u.device, dtype=u.dtype)], dim=ch)
+    source = next((x for x in (uncertainty, pred) if isinstance(x, MetaTensor)), None)
+    if source is None:
+        return packed
+    out = MetaTensor(packed)
+    out.copy_meta_from(source)  # affine and batch flag: the spacing of the maps' grid
+    return out
 
 
 def _spacing_from_meta(*tensors: Any) -> Any:
