@@ -320,8 +320,9 @@ class AggregateUncertainty(Transform):
             reduction).
 
     ``__call__(img, mask=None)``: ``img`` a one-channel map ``(1, *spatial)`` (2 or 3 spatial axes), ``mask`` an
-    optional ``(1, *spatial)`` mask restricting the voxels (non-zero = inside; a probability / one-hot
-    ``(C, *spatial)`` mask with ``C >= 2`` means "argmax > 0"). Returns the score as a 0-dim float64 tensor (NaN
+    optional ``(1, *spatial)`` binary mask or label map restricting the voxels (non-zero = inside; one-channel
+    probabilities raise ``ValueError``, threshold them first; a probability / one-hot ``(C, *spatial)`` mask with
+    ``C >= 2`` means "argmax > 0"). Returns the score as a 0-dim float64 tensor (NaN
     with a ``UserWarning`` for an empty mask).
     """
 
@@ -343,9 +344,22 @@ class AggregateUncertainty(Transform):
 
     @staticmethod
     def _mask(mask: Any, name: str) -> torch.Tensor:
+        """Boolean ``(1, *spatial)`` mask: ``C >= 2`` channels by argmax > 0, one channel by non-zero.
+
+        A one-channel mask must be binary or a label map: probabilities (non-integral values) are non-zero almost
+        everywhere and would select the whole volume, so they raise ``ValueError``.
+        """
         m = to_tensor(mask, name)
         if m.ndim >= 2 and m.shape[0] > 1:
             return _labels_from(m, name) > 0
+        if m.is_floating_point():
+            check_finite(m, name)
+            if not bool((m == m.round()).all()):
+                raise ValueError(
+                    f"mask {name!r} must be binary or a label map (non-zero = inside), got non-integral values (e.g. "
+                    "probabilities, which are non-zero almost everywhere): threshold it first, e.g. "
+                    "AsDiscreted(threshold=0.5)"
+                )
         return m != 0
 
     def _score(self, img: Any, mask: torch.Tensor | None, name: str, mask_name: str) -> torch.Tensor:
@@ -553,8 +567,9 @@ class AggregateUncertaintyd(MapTransform):
         keys: uncertainty map keys, each ``(1, *spatial)``.
         method: ``"mean"``, ``"sum"``, ``"patch_sum"``, ``"patch_mean"`` or ``"threshold"`` (see
             :func:`~monai_unc.aggregation.aggregate`); ``"patch"`` is deprecated (above).
-        mask_key: optional key of a mask ``(1, *spatial)`` restricting the voxels (non-zero = inside), e.g. the
-            predicted foreground; a probability / one-hot ``(C, *spatial)`` mask with ``C >= 2`` means "argmax > 0".
+        mask_key: optional key of a binary mask or label map ``(1, *spatial)`` restricting the voxels (non-zero =
+            inside), e.g. the predicted foreground; a probability / one-hot ``(C, *spatial)`` mask with ``C >= 2``
+            means "argmax > 0"; one-channel probabilities raise ``ValueError`` (threshold them first).
         patch_size: as in :func:`~monai_unc.aggregation.aggregate`.
         threshold: as in :func:`~monai_unc.aggregation.aggregate`.
         empty_value: as in :func:`~monai_unc.aggregation.aggregate`.
