@@ -333,8 +333,15 @@ class CaseScoresHandler:
         self._rows: list[tuple[str, str, list[float]]] = []
 
     def attach(self, engine: Any) -> None:
+        """Collect the cases of ``engine``'s epochs; attaching again to the same engine changes nothing.
+
+        Args:
+            engine: the evaluator.
+        """
         from ignite.engine import Events
 
+        if engine.has_event_handler(self._collect, Events.ITERATION_COMPLETED):
+            return  # attached already (e.g. in val_handlers and by hand): every case once
         engine.add_event_handler(Events.EPOCH_STARTED, self._reset)
         engine.add_event_handler(Events.ITERATION_COMPLETED, self._collect)
         engine.add_event_handler(Events.EPOCH_COMPLETED, self._complete)

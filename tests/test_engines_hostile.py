@@ -202,3 +202,19 @@ def test_pred_format_auto_sees_a_positional_postprocessing():
     for i, o in enumerate(outs):
         torch.testing.assert_close(o["pred"].as_tensor(), expected[i], rtol=0, atol=2e-6)
     assert math.isclose(float(outs[0]["pred"].sum(0).mean()), 1.0, abs_tol=1e-5)
+
+
+def test_case_scores_handler_attached_twice_counts_each_case_once(tmp_path):
+    """A handler in ``val_handlers`` and attached again by hand (as ignite metrics allow) wrote every case twice."""
+    import csv
+
+    items = _items(4)
+    handler = CaseScoresHandler("mutual_information_mean", output_dir=tmp_path)
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=_net(),
+                              inferer=MCDropoutInferer(3, seed=0),
+                              postprocessing=AggregateUncertaintyd("mutual_information"), val_handlers=[handler])
+    handler.attach(ev)
+    ev.run()
+    with open(tmp_path / "case_scores.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["case"] for r in rows] == [f"case{i}.nii.gz" for i in range(4)]
