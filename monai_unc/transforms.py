@@ -46,7 +46,14 @@ from monai.data import MetaTensor
 from monai.transforms import MapTransform, Transform
 from monai.utils import TransformBackends
 
-from ._utils import check_finite, check_labels, check_probabilities, check_unit_interval, to_tensor
+from ._utils import (
+    check_finite,
+    check_labels,
+    check_probabilities,
+    check_unit_interval,
+    probability_tolerance,
+    to_tensor,
+)
 from .aggregation import aggregate, canonical_method
 from .keys import UncertaintyKeys, canonical_measure
 from .stats import SampleStats, derive_measures
@@ -101,13 +108,26 @@ def _check_template(template: str, keys: Sequence[Hashable]) -> None:
 
 
 def _labels_from(x: torch.Tensor, name: str) -> torch.Tensor:
-    """Channel-first label map ``(1, *spatial)``: one channel is a label map, ``C >= 2`` channels (probabilities or
-    one-hot) are reduced by argmax."""
+    """Channel-first label map ``(1, *spatial)``: one channel is a label map, ``C >= 2`` channels (probabilities,
+    their logarithm, logits or one-hot) are reduced by argmax.
+
+    Overlapping channels, values in ``[0, 1]`` that sum to more than 1 at some voxel (the per-region sigmoid
+    probabilities or multi-hot masks of a region-based model), have no class to take the argmax of: ``ValueError``.
+    """
     if x.ndim < 2:
         raise ValueError(f"{name} must be channel first (C, *spatial), got shape {tuple(x.shape)}")
     if x.shape[0] == 1:
         return check_labels(x, name)
     check_finite(x, name)
+    if x.is_floating_point() or x.dtype == torch.bool:
+        tol = probability_tolerance(x.dtype if x.is_floating_point() else torch.float32)
+        v = x.to(torch.float64)
+        if bool(((v >= 0) & (v <= 1)).all()) and bool((v.sum(0) > 1 + tol).any()):
+            raise ValueError(
+                f"{name} has channels that overlap (values in [0, 1] summing to more than 1, e.g. the per-region "
+                "sigmoid probabilities of a region-based model): it must hold class probabilities, one-hot or a "
+                "label map; turn region masks into labels first (monai_unc.regions.regions_to_labels)"
+            )
     return x.argmax(dim=0, keepdim=True)
 
 

@@ -43,3 +43,53 @@ def test_aggregate_binary_float_and_label_masks_still_work():
     assert float(AggregateUncertainty("mean")(u, onehot)) == pytest.approx(ref, rel=1e-12)
     np.testing.assert_allclose(float(AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": binary})["u_mean"]), ref,
                                rtol=1e-12)
+
+
+def _regions(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """BraTS-like nested regions (TC inside WT, ET inside TC) as sigmoid probabilities, and the BraTS label map."""
+    g = torch.Generator().manual_seed(seed)
+    label = torch.zeros(1, 10, 10, 10, dtype=torch.long)
+    label[:, 2:8, 2:8, 2:8] = 2
+    label[:, 3:7, 3:7, 3:7] = 1
+    label[:, 4:6, 4:6, 4:6] = 4
+    wt, tc, et = label > 0, (label == 1) | (label == 4), label == 4
+    masks = torch.cat([tc, wt, et]).float()
+    probs = (0.9 * masks + 0.1 * torch.rand(masks.shape, generator=g)).clamp(0, 1)
+    return probs, label
+
+
+def test_error_map_refuses_overlapping_region_probabilities():
+    """Region-based (sigmoid) probabilities ``(C, *spatial)`` overlap (TC inside WT): their argmax is no class, so the
+    error map of them against a label map was silently meaningless."""
+    from monai_unc.transforms import ErrorMap, ErrorMapd, error_map
+
+    probs, label = _regions()
+    with pytest.raises(ValueError, match="pred.*overlap"):
+        error_map(probs, label)
+    with pytest.raises(ValueError, match="pred.*overlap"):
+        ErrorMap()(probs.numpy(), label.numpy())
+    with pytest.raises(ValueError, match="pred.*overlap"):
+        ErrorMapd("pred", "label")({"pred": MetaTensor(probs), "label": label})
+    with pytest.raises(ValueError, match="seg.*overlap"):
+        AggregateUncertaintyd("u", mask_key="seg")({"u": torch.rand(1, 10, 10, 10), "seg": probs})
+
+
+def test_error_map_still_takes_softmax_log_probabilities_logits_and_padded_one_hot():
+    """Class probabilities, their logarithm (``UncertaintyEvaluator``'s ``pred`` before the bundle's softmax), logits
+    and a one-hot map zero-padded by ``Invertd`` all reduce by argmax as before; compared with a brute-force loop."""
+    from monai_unc.transforms import error_map
+
+    g = torch.Generator().manual_seed(3)
+    logits = 3 * torch.randn(3, 6, 5, 4, generator=g)
+    probs = torch.softmax(logits, 0)
+    label = torch.randint(0, 3, (1, 6, 5, 4), generator=g)
+    onehot = torch.nn.functional.one_hot(probs.argmax(0), 3).permute(3, 0, 1, 2).float()
+    onehot[:, :2] = 0  # the zero padding of an inverted crop
+    expected = np.zeros((1, 6, 5, 4), dtype=np.float32)
+    for idx in np.ndindex(6, 5, 4):
+        expected[(0, *idx)] = float(int(np.argmax(probs.numpy()[(slice(None), *idx)])) != int(label[(0, *idx)]))
+    for pred in (probs, torch.log(probs), logits):
+        np.testing.assert_array_equal(error_map(pred, label).numpy(), expected)
+    expected_padded = expected.copy()
+    expected_padded[:, :2] = (label[:, :2] != 0).numpy()
+    np.testing.assert_array_equal(error_map(onehot, label).numpy(), expected_padded)
