@@ -119,16 +119,23 @@ def _labels_from(x: torch.Tensor, name: str) -> torch.Tensor:
     if x.shape[0] == 1:
         return check_labels(x, name)
     check_finite(x, name)
-    if x.is_floating_point() or x.dtype == torch.bool:
-        tol = probability_tolerance(x.dtype if x.is_floating_point() else torch.float32)
-        v = x.to(torch.float64)
-        if bool(((v >= 0) & (v <= 1)).all()) and bool((v.sum(0) > 1 + tol).any()):
-            raise ValueError(
-                f"{name} has channels that overlap (values in [0, 1] summing to more than 1, e.g. the per-region "
-                "sigmoid probabilities of a region-based model): it must hold class probabilities, one-hot or a "
-                "label map; turn region masks into labels first (monai_unc.regions.regions_to_labels)"
-            )
+    _check_no_overlap(x, name, channel_dim=0)
     return x.argmax(dim=0, keepdim=True)
+
+
+def _check_no_overlap(x: torch.Tensor, name: str, channel_dim: int) -> None:
+    """``ValueError`` when the channels of ``x`` overlap: values in ``[0, 1]`` summing to more than 1 at some voxel
+    (per-region sigmoid probabilities or multi-hot masks), which have no class to take the argmax of."""
+    if not (x.is_floating_point() or x.dtype == torch.bool):
+        return
+    tol = probability_tolerance(x.dtype if x.is_floating_point() else torch.float32)
+    v = x.to(torch.float64)
+    if bool(((v >= 0) & (v <= 1)).all()) and bool((v.sum(channel_dim) > 1 + tol).any()):
+        raise ValueError(
+            f"{name} has channels that overlap (values in [0, 1] summing to more than 1, e.g. the per-region "
+            "sigmoid probabilities of a region-based model): it must hold class probabilities, one-hot or a "
+            "label map; turn region masks into labels first (monai_unc.regions.regions_to_labels)"
+        )
 
 
 def error_map(pred: Any, label: Any) -> Any:
@@ -436,7 +443,8 @@ class UncertaintyToDiscrete(Transform):
 class SamplesToLabels(Transform):
     """Sampled label maps ``(S, *spatial)`` int64 from sample probabilities ``(S, C, *spatial)`` (argmax over ``C``
     per sample): the ``y_pred`` of :class:`~monai_unc.metrics.ambiguity.GEDMetric` after collation. The result is in
-    the container of the samples."""
+    the container of the samples. Overlapping channels (per-region sigmoid samples of a region-based model, values in
+    ``[0, 1]`` summing to more than 1) have no argmax class and raise ``ValueError``."""
 
     backend = _BACKENDS
 
@@ -445,6 +453,7 @@ class SamplesToLabels(Transform):
         if s.ndim < 3 or s.shape[1] < 2:
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
+        _check_no_overlap(s, name, channel_dim=1)
         return _like_source(s.argmax(dim=1), img)
 
     def __call__(self, img: Any) -> Any:

@@ -93,3 +93,16 @@ def test_error_map_still_takes_softmax_log_probabilities_logits_and_padded_one_h
     expected_padded = expected.copy()
     expected_padded[:, :2] = (label[:, :2] != 0).numpy()
     np.testing.assert_array_equal(error_map(onehot, label).numpy(), expected_padded)
+
+
+def test_samples_to_labels_refuses_region_samples_and_keeps_softmax_samples():
+    from monai_unc.transforms import SamplesToLabels, SamplesToLabelsd
+
+    probs, _ = _regions()
+    samples = torch.stack([probs, probs.flip(1)])  # two multi-label (sigmoid) samples (S, C, *spatial)
+    with pytest.raises(ValueError, match="samples.*overlap"):
+        SamplesToLabelsd("samples")({"samples": samples})
+    g = torch.Generator().manual_seed(4)
+    soft = torch.softmax(torch.randn(4, 3, 5, 6, 7, generator=g), 1)
+    got = SamplesToLabels()(soft.numpy())
+    np.testing.assert_array_equal(got, np.argmax(soft.numpy(), axis=1))
