@@ -129,8 +129,8 @@ def _check_no_overlap(x: torch.Tensor, name: str, channel_dim: int) -> None:
     if not (x.is_floating_point() or x.dtype == torch.bool):
         return
     tol = probability_tolerance(x.dtype if x.is_floating_point() else torch.float32)
-    v = x.to(torch.float64)
-    if bool(((v >= 0) & (v <= 1)).all()) and bool((v.sum(channel_dim) > 1 + tol).any()):
+    in_unit = x.dtype == torch.bool or bool(((x >= 0) & (x <= 1)).all())
+    if in_unit and bool((x.sum(channel_dim, dtype=torch.float64) > 1 + tol).any()):
         raise ValueError(
             f"{name} has channels that overlap (values in [0, 1] summing to more than 1, e.g. the per-region "
             "sigmoid probabilities of a region-based model): it must hold class probabilities, one-hot or a "

@@ -57,10 +57,11 @@ def _check_packed(y_pred: Any) -> None:
         if not t.is_floating_point() or t.ndim <= ch + 1 or t.shape[ch] < 2 or t.numel() == 0:
             continue
         tol = probability_tolerance(t.dtype)
-        t = t.detach().to(torch.float64)
+        t = t.detach()
         in_unit = bool(((t >= -tol) & (t <= 1 + tol)).all())
-        sums_to_one = bool(((t.sum(ch) - 1).abs() <= tol).all())
-        rest_sums_to_one = bool(((t.narrow(ch, 1, t.shape[ch] - 1).sum(ch) - 1).abs() <= tol).all())
+        sums_to_one = in_unit and bool(((t.sum(ch, dtype=torch.float64) - 1).abs() <= tol).all())
+        rest = t.narrow(ch, 1, t.shape[ch] - 1)
+        rest_sums_to_one = sums_to_one and bool(((rest.sum(ch, dtype=torch.float64) - 1).abs() <= tol).all())
         if in_unit and sums_to_one and not rest_sums_to_one:
             raise ValueError(
                 f"y_pred of shape {tuple(t.shape)} holds class probabilities (its channels sum to 1), not a packed "
