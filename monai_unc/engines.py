@@ -39,7 +39,7 @@ import inspect
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,19 @@ def format_pred(probs: torch.Tensor, pred_format: str, multilabel: bool = False)
     raise ValueError(f"pred_format must be one of {PRED_FORMATS}, got {pred_format!r}")
 
 
+def _names(value: Any, name: str) -> list[str]:
+    """One name or a sequence of names (numbers allowed, as group labels of a datalist) as a list of strings.
+
+    Raises:
+        TypeError: ``value`` is neither a string nor an iterable of names (naming ``name``).
+    """
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (Mapping, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a string or a sequence of strings, got {type(value).__name__}")
+    return [str(v) for v in value]
+
+
 def _plain(x: Any) -> Any:
     return x.as_tensor() if isinstance(x, MetaTensor) else x
 
@@ -154,10 +167,8 @@ class UncertaintyEvaluator(SupervisedEvaluator):
     ) -> None:
         if pred_format not in PRED_FORMATS:
             raise ValueError(f"pred_format must be one of {PRED_FORMATS}, got {pred_format!r}")
-        if isinstance(uncertainty_keys, str):
-            uncertainty_keys = [uncertainty_keys]
         if uncertainty_keys is not None:
-            uncertainty_keys = [str(k) for k in uncertainty_keys]
+            uncertainty_keys = _names(uncertainty_keys, "uncertainty_keys")
             clash = [k for k in uncertainty_keys if k in (Keys.IMAGE, Keys.LABEL, Keys.PRED)]
             if clash:
                 raise ValueError(f"uncertainty_keys must not contain 'image', 'label' or 'pred', got {clash}")
@@ -318,7 +329,7 @@ class CaseScoresHandler:
         filename: str = "case_scores.csv",
         image_key: str = Keys.IMAGE,
     ) -> None:
-        self.score_keys = [score_keys] if isinstance(score_keys, str) else [str(k) for k in score_keys]
+        self.score_keys = _names(score_keys, "score_keys")
         if not self.score_keys:
             raise ValueError("score_keys must name at least one per-case score")
         self.group_key = group_key
@@ -326,7 +337,10 @@ class CaseScoresHandler:
         if len(set(columns)) != len(columns):
             raise ValueError(f"score_keys and group_key must be distinct and not 'case' (the CSV's columns), got "
                              f"{columns}")
-        self.iid_groups = {iid_groups} if isinstance(iid_groups, str) else {str(g) for g in iid_groups}
+        self.iid_groups = set(_names(iid_groups, "iid_groups"))
+        if not self.iid_groups:
+            raise ValueError("iid_groups must name at least one in-distribution group (the OoD AUROC compares the "
+                             "cases outside them with the cases inside)")
         self.output_dir = None if output_dir is None else Path(output_dir)
         self.filename = filename
         self.image_key = image_key

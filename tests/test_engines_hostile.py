@@ -218,3 +218,15 @@ def test_case_scores_handler_attached_twice_counts_each_case_once(tmp_path):
     with open(tmp_path / "case_scores.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["case"] for r in rows] == [f"case{i}.nii.gz" for i in range(4)]
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(TypeError, match="score_keys"):
+        CaseScoresHandler(5)
+    with pytest.raises(TypeError, match="iid_groups"):
+        CaseScoresHandler("a", iid_groups=None)
+    with pytest.raises(ValueError, match="iid_groups"):
+        CaseScoresHandler("a", iid_groups=[])
+    with pytest.raises(TypeError, match="uncertainty_keys"):
+        UncertaintyEvaluator(device=CPU, val_data_loader=[], network=_net(), uncertainty_keys=5)
+    assert CaseScoresHandler("a", iid_groups=[0, 1]).iid_groups == {"0", "1"}  # numeric labels of a datalist
