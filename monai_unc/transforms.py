@@ -47,6 +47,7 @@ from monai.transforms import MapTransform, Transform
 from monai.utils import TransformBackends
 
 from ._utils import (
+    check_bool,
     check_finite,
     check_labels,
     check_probabilities,
@@ -246,7 +247,7 @@ class UncertaintyMeasures(Transform):
             if not measures:
                 raise ValueError("measures selects nothing")
         self.measures: list[str] | None = measures
-        self.normalize = bool(normalize)
+        self.normalize = check_bool(normalize, "normalize")  # a bundle override "false" is a truthy string
         if not isinstance(multilabel, (bool, np.bool_)):
             raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
         self.multilabel = bool(multilabel)

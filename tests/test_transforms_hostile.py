@@ -106,3 +106,16 @@ def test_samples_to_labels_refuses_region_samples_and_keeps_softmax_samples():
     soft = torch.softmax(torch.randn(4, 3, 5, 6, 7, generator=g), 1)
     got = SamplesToLabels()(soft.numpy())
     np.testing.assert_array_equal(got, np.argmax(soft.numpy(), axis=1))
+
+
+def test_measures_normalize_must_be_a_bool():
+    """``--...#normalize false`` on a bundle command line arrives as the string "false", which bool() turns into True:
+    the entropies were divided by log C although the user switched it off. The inferers refuse it; so does this."""
+    from monai_unc.transforms import UncertaintyMeasures, UncertaintyMeasuresd
+
+    for bad in ("false", 0, None):
+        with pytest.raises(TypeError, match="normalize"):
+            UncertaintyMeasures(normalize=bad)
+        with pytest.raises(TypeError, match="normalize"):
+            UncertaintyMeasuresd("samples", normalize=bad)
+    assert UncertaintyMeasures(normalize=np.bool_(True)).normalize is True
