@@ -230,3 +230,14 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(TypeError, match="uncertainty_keys"):
         UncertaintyEvaluator(device=CPU, val_data_loader=[], network=_net(), uncertainty_keys=5)
     assert CaseScoresHandler("a", iid_groups=[0, 1]).iid_groups == {"0", "1"}  # numeric labels of a datalist
+
+
+def test_boundary_aware_ece_normalize_must_be_a_bool():
+    """``"normalize": "false"`` (a string from a bundle override) min-max rescaled the uncertainty."""
+    with pytest.raises(TypeError, match="normalize"):
+        BoundaryAwareECE(normalize="false")
+    y = torch.zeros(1, 1, 8, 8, 8, dtype=torch.long)
+    y[:, :, 2:6, 2:6, 2:6] = 1
+    p = torch.cat([1 - y, y], 1).float()
+    with pytest.raises(TypeError, match="normalize"):
+        boundary_aware_ece(torch.rand(1, 1, 8, 8, 8), p, y, normalize="false")

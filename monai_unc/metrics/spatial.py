@@ -61,6 +61,7 @@ from scipy import ndimage
 from .._utils import (
     ArrayLike,
     case_spacings,
+    check_bool,
     check_finite,
     check_labels,
     like_input,
@@ -547,6 +548,7 @@ def boundary_aware_ece(
         math.isfinite(_real(max_distance, "max_distance")) and float(max_distance) >= 0
     ):
         raise ValueError(f"max_distance must be a non-negative number of mm, got {max_distance}")
+    normalize = check_bool(normalize, "normalize")  # a string "false" (bundle override) is truthy
     u, p, t, _ = _prepare(uncertainty, pred, target)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [
@@ -842,7 +844,7 @@ class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
         super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
         self.n_bands = n_bands
         self.max_distance = max_distance
-        self.normalize = normalize
+        self.normalize = check_bool(normalize, "normalize")
         self.backend = backend
 
     def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
