@@ -35,6 +35,7 @@ is to drop the key); put them after ``Invertd`` or invert their outputs through 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from copy import deepcopy
 from typing import Any
@@ -410,8 +411,9 @@ class UncertaintyToDiscrete(Transform):
 
     Exactly one of ``threshold`` (a fixed ``t``; for a cohort-level choice see
     :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case quantile of the map, e.g.
-    0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged) is given. The mask is in the container of
-    the map.
+    0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged, so when the quantile falls on the map's
+    minimum, shared by most voxels, every voxel is flagged, with a ``UserWarning``) is given. The mask is in the
+    container of the map.
     """
 
     backend = _BACKENDS
@@ -434,7 +436,16 @@ class UncertaintyToDiscrete(Transform):
         if self.threshold is not None:
             t = float(self.threshold)
         else:
-            t = float(torch.quantile(u.reshape(-1).to(torch.float64), float(self.quantile)))
+            flat = u.reshape(-1).to(torch.float64)
+            t = float(torch.quantile(flat, float(self.quantile)))
+            if float(self.quantile) > 0 and t <= float(flat.min()):
+                warnings.warn(
+                    f"{name}: quantile={self.quantile} falls on the map's minimum {t:.6g}, which at least "
+                    f"{float(self.quantile):.0%} of the voxels share (e.g. a mutual information clamped at 0): every "
+                    "voxel is flagged; use threshold= instead",
+                    UserWarning,
+                    stacklevel=3,
+                )
         return _like_source((u >= t).to(torch.uint8), img)
 
     def __call__(self, img: Any) -> Any:

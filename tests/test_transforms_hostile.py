@@ -3,6 +3,8 @@ references computed here."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -119,3 +121,21 @@ def test_measures_normalize_must_be_a_bool():
         with pytest.raises(TypeError, match="normalize"):
             UncertaintyMeasuresd("samples", normalize=bad)
     assert UncertaintyMeasures(normalize=np.bool_(True)).normalize is True
+
+
+def test_quantile_flags_that_cover_everything_warn():
+    """A mutual information map is exactly 0 on most voxels (clamped at 0); its 0.95 quantile is 0 and ``u >= 0`` flags
+    every voxel, not the 5 % asked for. The documented tie rule stays; it warns."""
+    from monai_unc.transforms import UncertaintyToDiscrete, UncertaintyToDiscreted
+
+    g = torch.Generator().manual_seed(0)
+    mi = torch.zeros(1, 20, 20, 10)
+    mi[:, 8:12, 8:12, 4:6] = torch.rand(1, 4, 4, 2, generator=g) + 0.1  # 32 uncertain voxels of 4000
+    with pytest.warns(UserWarning, match="every voxel is flagged"):
+        flags = UncertaintyToDiscreted("mi", quantile=0.95, output_key="flag")({"mi": mi})["flag"]
+    assert int(flags.sum()) == mi.numel()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        top = UncertaintyToDiscrete(quantile=0.995)(mi)  # falls inside the uncertain voxels: no warning
+        assert 0 < int(top.sum()) <= 32
+        UncertaintyToDiscrete(quantile=0.0)(mi)  # q = 0 asks for every voxel
