@@ -92,3 +92,27 @@ def test_documented_override_builds_the_evaluator(fixture, block, pred_format, t
     assert evaluator.pred_format == pred_format
     invert = parser.get_parsed_content("postprocessing").transforms[1]
     assert set(invert.keys) >= {"pred", "predictive_entropy", "mutual_information"}
+
+
+def test_fewer_maps_need_fewer_inverted_keys(tmp_path):
+    """The "more or fewer outputs" variant on top of the override: with ``inferer#keys`` restricted, the ``Invertd`` of
+    the override asks for a map the inferer no longer returns (the doc says to drop it). Checked on the transforms the
+    config builds, with the inferer's outputs."""
+    import torch
+    from monai.data import MetaTensor
+
+    override = dict(_doc_blocks()[0], **{"inferer#keys": ["pred", "mutual_information"]})
+    path = tmp_path / "uncertainty.json"
+    path.write_text(json.dumps(override))
+    parser = ConfigParser()
+    parser.read_config([str(FIXTURES["spleen"]), str(path)])
+    inferer = parser.get_parsed_content("inferer")
+    net = torch.nn.Sequential(torch.nn.Conv3d(1, 2, 1), torch.nn.Dropout(0.1))
+    out = inferer(torch.rand(1, 1, 8, 8, 8), net)
+    assert set(map(str, out)) == {"pred", "mutual_information"}
+    invert = parser.get_parsed_content("postprocessing").transforms[1]
+    item = {k: MetaTensor(v[0]) for k, v in out.items()}
+    with pytest.raises(KeyError, match="predictive_entropy"):
+        list(invert.key_iterator(item))
+    text = (ROOT / "docs" / "add_uncertainty_to_bundle.md").read_text()
+    assert "name only those\nmaps in the `Invertd` keys" in text
