@@ -18,7 +18,8 @@ the original grid. In an existing bundle, swapping ``inferer`` and ``evaluator#_
 ``Activationsd(keys="pred", softmax=True)`` because a plain inferer returns logits. Softmax applied to
 probabilities would flatten them (argmax, and so the label map, is unchanged, but the saved probabilities and any
 calibration metric would be wrong). With ``pred_format="auto"`` (default) the evaluator looks at its
-postprocessing: if an ``Activationsd`` applies softmax to ``pred`` it stores ``log(mean p)`` (clamped at the
+postprocessing (the ``postprocessing`` argument, then MONAI ``PostProcessing`` handlers given in
+``val_handlers``): if an ``Activationsd`` applies softmax to ``pred`` it stores ``log(mean p)`` (clamped at the
 smallest normal float), so that the bundle's softmax returns exactly the mean probabilities (``softmax(log p) =
 p / sum p = p``); a sigmoid gets ``log(p_1 / p_0)`` (two-class outputs), so that sigmoid returns ``p_1``;
 otherwise ``pred`` is the mean probabilities.
@@ -81,6 +82,19 @@ def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | Non
 
     found = walk(postprocessing) if postprocessing is not None else False
     return None if found is False else found
+
+
+def _postprocessing_chain(arguments: Mapping[str, Any]) -> Any:
+    """The transforms that run on ``engine.state.output`` in order: the evaluator's ``postprocessing``, then those of
+    MONAI ``PostProcessing`` handlers among its ``val_handlers`` (attached after it), as one ``transforms`` holder
+    for :func:`find_pred_activation`."""
+    from types import SimpleNamespace
+
+    from monai.handlers import PostProcessing
+
+    handlers = arguments.get("val_handlers") or ()
+    extra = [h.transform for h in handlers if isinstance(h, PostProcessing)]
+    return SimpleNamespace(transforms=[arguments.get("postprocessing"), *extra])
 
 
 def format_pred(probs: torch.Tensor, pred_format: str, multilabel: bool = False) -> torch.Tensor:
@@ -176,7 +190,7 @@ class UncertaintyEvaluator(SupervisedEvaluator):
         if pred_format == "auto":
             # SupervisedEvaluator's arguments may come by position: bind them to find the postprocessing
             given = inspect.signature(SupervisedEvaluator.__init__).bind_partial(self, *args, **kwargs).arguments
-            activation = find_pred_activation(given.get("postprocessing"))
+            activation = find_pred_activation(_postprocessing_chain(given))
             pred_format = {"softmax": "log_probabilities", "sigmoid": "binary_logit"}.get(activation, "probabilities")
             if pred_format != "probabilities":
                 self.logger.info(

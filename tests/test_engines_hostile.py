@@ -241,3 +241,25 @@ def test_boundary_aware_ece_normalize_must_be_a_bool():
     p = torch.cat([1 - y, y], 1).float()
     with pytest.raises(TypeError, match="normalize"):
         boundary_aware_ece(torch.rand(1, 1, 8, 8, 8), p, y, normalize="false")
+
+
+def test_pred_format_auto_sees_a_post_processing_handler():
+    """MONAI's ``PostProcessing`` handler in ``val_handlers`` runs its transforms on ``engine.state.output`` like the
+    ``postprocessing`` argument: its softmax flattened the stored mean probabilities (wrong ECE / NLL)."""
+    from monai.handlers import PostProcessing
+
+    from monai_unc.handlers import CalibrationHandler
+    from monai_unc.metrics.calibration import nll
+
+    items = _items(2)
+    post = PostProcessing(Compose([Activationsd("pred", softmax=True)]))
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=_net(),
+                              inferer=MCDropoutInferer(3, seed=0), val_handlers=[post],
+                              key_val_metric={"calib": CalibrationHandler(num_classes=3, metrics=["nll"],
+                                                                          output_transform=from_engine(["pred",
+                                                                                                        "label"]))})
+    assert ev.pred_format == "log_probabilities"
+    ev.run()
+    expected = MCDropoutInferer(3, seed=0)(torch.stack([it["image"].as_tensor() for it in items]), _net().eval())
+    labels = torch.stack([it["label"] for it in items])
+    assert ev.state.metrics["calib_nll"] == pytest.approx(float(nll(expected["pred"], labels)), rel=1e-5)
