@@ -83,13 +83,15 @@ def _qu_brats(case: LoadedCase, tasks: list[TaskView], primary: str,
     top = measure_max(primary, multilabel=True)
     u100 = {n: to_qu_brats_range(t.maps[primary], top) for n, t in zip(names, tasks)}  # float64, one region at a time
     qb = qu_brats_regions(u100, {n: t.pred.astype(bool) for n, t in zip(names, tasks)},
-                          {n: t.target.astype(bool) for n, t in zip(names, tasks)}, regions=spec, brain_mask=brain)
+                          {n: t.target.astype(bool) for n, t in zip(names, tasks)}, regions=spec, brain_mask=brain,
+                          grid=config.qu_brats_grid)
     cols: dict[str, float] = {}
     for c in QU_BRATS_COLUMNS:
         cols.update({f"qu_brats_{c}_{region_suffix(n)}": float(getattr(qb.regions[n], c)) for n in names})
         cols[f"qu_brats_{c}"] = float(getattr(qb, c))
     curves = {
         "thresholds": qb.regions[names[0]].thresholds.tolist(),
+        "grid": config.qu_brats_grid,
         "brain_mask": "image > 0" if brain is not None else "all voxels",
         "regions": {n: {"dice": qb.regions[n].dice.tolist(), "ftp": qb.regions[n].ftp.tolist(),
                         "ftn": qb.regions[n].ftn.tolist()} for n in names},

@@ -626,6 +626,11 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
     }}
     if "qu_brats_score" in rows[0] and state.curves:
         first = next(iter(state.curves.values()))
+        # curves saved before the grid was recorded are of the default grid
+        grids = sorted({str(state.curves[c].get("grid", "numpy2")) for c in ids if c in state.curves})
+        if len(grids) > 1:  # curves of different lengths: no mean curve, no comparable scores
+            raise ValueError(f"the cases' QU-BraTS scores were computed on different threshold grids {grids}: "
+                             "evaluate them again with one qu_brats_grid")
         mean_curves = {}
         for name in names:
             mean_curves[name] = {k: np.mean([state.curves[c]["regions"][name][k] for c in ids if c in state.curves],
@@ -637,6 +642,7 @@ def _region_summary(state: CohortState, rows: Sequence[Mapping[str, Any]], ids: 
             "mean_over": "cases (the per-case score is the mean over the regions)",
             "measure": measure,
             "scale": "u / measure_max * 100 (to_qu_brats_range)",
+            "grid": grids[0] if grids else "numpy2",
             "brain_mask": sorted({str(state.curves[c]["brain_mask"]) for c in ids if c in state.curves}),
             "curves": {"thresholds": first["thresholds"], "mean_over_cases": mean_curves},
         }

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
+from ..metrics.qu_brats import QU_BRATS_GRIDS
 from ..product import CohortProduct
 from ..regions import parse_regions
 from ..scores import CASE_SCORES
@@ -141,6 +142,11 @@ class EvaluationConfig:
             instances of registered :class:`~monai_unc.product.CohortProduct` subclasses, with distinct names. Each
             one's per-case state is computed and resumed with the case, its artifact fitted on the calibration cases
             and its summary written under its name in ``summary.json``.
+        qu_brats_grid: the QU-BraTS threshold grid of a region evaluation (``--qu-brats-grid``;
+            :func:`monai_unc.metrics.qu_brats_thresholds`): ``"numpy2"`` (default: 40 thresholds ``97.5 ... 0``) or
+            ``"numpy1"`` (the grid of the 2020 challenge, run under numpy 1.x: 41 thresholds ``100 ... 0``; use it to
+            compare with the published 2020 challenge scores). Only with ``regions`` (QU-BraTS is computed per
+            region); part of the resume fingerprint and recorded in ``summary.json`` when not the default.
 
     Example:
         >>> from monai_unc.evaluation import EvaluationConfig
@@ -173,6 +179,7 @@ class EvaluationConfig:
     ignore_unclaimed_labels: bool = False
     seg_label_values: list[int] | None = None
     products: Sequence[CohortProduct] = ()
+    qu_brats_grid: str = "numpy2"
 
     @property
     def n_fine_bins(self) -> int:
@@ -187,7 +194,8 @@ class EvaluationConfig:
 
         Raises:
             ValueError: an option is out of range or inconsistent with another (the message names it).
-            TypeError: ``case_metrics``, ``products`` or ``ignore_unclaimed_labels`` has the wrong type.
+            TypeError: ``case_metrics``, ``products``, ``ignore_unclaimed_labels`` or ``qu_brats_grid`` has the
+                wrong type.
 
         Example:
             >>> config = EvaluationConfig(measure="max_softmax", regions="brats")
@@ -230,6 +238,15 @@ class EvaluationConfig:
                 raise ValueError(f"seg_label_values must be distinct non-negative integers, one per segment, got "
                                  f"{values!r}")
             self.seg_label_values = [int(v) for v in values]
+        if not isinstance(self.qu_brats_grid, str):
+            raise TypeError(f"qu_brats_grid must be a string, one of {QU_BRATS_GRIDS}, got "
+                            f"{type(self.qu_brats_grid).__name__} {self.qu_brats_grid!r}")
+        if self.qu_brats_grid not in QU_BRATS_GRIDS:
+            raise ValueError(f"qu_brats_grid must be one of {QU_BRATS_GRIDS}, got {self.qu_brats_grid!r}")
+        self.qu_brats_grid = str(self.qu_brats_grid)
+        if self.qu_brats_grid != "numpy2" and self.regions is None:
+            raise ValueError(f"qu_brats_grid={self.qu_brats_grid!r} applies only with regions: QU-BraTS is computed "
+                             "per region of a region evaluation")
         if self.calibration_cases is not None and not self.calibration_cases:
             raise ValueError("calibration_cases must name at least one case (or be None for every case)")
         if self.regions is not None:
@@ -363,6 +380,8 @@ class EvaluationConfig:
         d.pop("products", None)  # objects; their options instead, when there are any
         if self.seg_label_values is None:  # recorded only when given (summaries of earlier runs stay as they were)
             d.pop("seg_label_values", None)
+        if self.qu_brats_grid == "numpy2":  # recorded only when not the default, likewise
+            d.pop("qu_brats_grid", None)
         if self.case_metrics is not None:
             d["case_metric_names"] = self.case_metric_names
         if self.products:

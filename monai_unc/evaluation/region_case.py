@@ -37,7 +37,9 @@ e.g. ``WT``):
   put on the challenge's ``[0, 100]`` scale by :func:`~monai_unc.metrics.to_qu_brats_range` with its largest value
   :func:`~monai_unc.metrics.measure_max` (``log 2`` for the binary entropies, 0.5 for ``one_minus_max_prob``, 0.25
   for ``variance``); the brain mask (voxels counted by FTP and FTN) is ``image > 0`` on any channel of the case's
-  image when ``--images`` is given (the ``_0000`` file for nnU-Net channel files), else every voxel.
+  image when ``--images`` is given (the ``_0000`` file for nnU-Net channel files), else every voxel. The threshold
+  grid is ``EvaluationConfig.qu_brats_grid`` (``--qu-brats-grid``): ``"numpy2"`` by default, ``"numpy1"`` for the
+  2020 challenge's grid (to compare with its published scores).
 - the user metrics of ``EvaluationConfig.case_metrics`` per region, ``<name>_<R>``.
   Columns ``qu_brats_score_<R>``, ``qu_brats_dice_auc_<R>``,
   ``qu_brats_ftp_auc_<R>``, ``qu_brats_ftn_auc_<R>`` and their means over the regions ``qu_brats_score`` (the

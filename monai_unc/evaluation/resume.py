@@ -73,10 +73,11 @@ def file_signature(path: Path | None) -> list[Any] | None:
 def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:
     """What a case's metric row depends on, as JSON data.
 
-    That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec and the
-    products' case options when set), the case's shift label and the :func:`file_signature` of
-    its label, segmentation, probabilities and maps, and with regions of its image too (the QU-BraTS brain mask), and
-    of the files the products read themselves (:meth:`~monai_unc.product.CohortProduct.case_input_files`).
+    That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec, the
+    products' case options, the QU-BraTS grid and the DICOM SEG segments' label values when set), the case's shift
+    label and the :func:`file_signature` of its label, segmentation, probabilities and maps, and with regions of its
+    image too (the QU-BraTS brain mask), and of the files the products read themselves
+    (:meth:`~monai_unc.product.CohortProduct.case_input_files`).
 
     Args:
         files: the case's files.
@@ -109,6 +110,10 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
                for p in config.products}  # files a product reads itself (CohortProduct.case_input_files)
         if any(own.values()):
             fp["inputs"]["products"] = {k: v for k, v in own.items() if v}
+    if config.qu_brats_grid != "numpy2":  # only when not the default: earlier fingerprints stay valid
+        fp["config"]["qu_brats_grid"] = config.qu_brats_grid
+    if config.seg_label_values is not None:  # DICOM SEG references: which label each segment becomes (when given)
+        fp["config"]["seg_label_values"] = list(config.seg_label_values)
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
         fp["inputs"]["image"] = file_signature(files.image)

@@ -46,6 +46,8 @@ class QUBraTS(IgniteMetricHandler):
             FTN).
         output_transform: returns ``(uncertainty, pred, label[, brain_mask])``.
         save_details: keep per-case values in ``engine.state.metric_details``.
+        grid: as in :class:`~monai_unc.metrics.QUBraTSMetric`: ``"numpy2"`` (default) or ``"numpy1"`` (the 2020
+            challenge's threshold grid, to compare with its published scores).
     """
 
     def __init__(
@@ -63,10 +65,11 @@ class QUBraTS(IgniteMetricHandler):
         brain_mask_key: str | None = None,
         output_transform: Callable | None = None,
         save_details: bool = True,
+        grid: str = "numpy2",
     ) -> None:
         metric_fn = QUBraTSMetric(
             num_points=num_points, max_uncertainty=max_uncertainty, uncertainty_max=uncertainty_max, regions=regions,
-            threshold=threshold, component=component, reduction=reduction,
+            threshold=threshold, component=component, reduction=reduction, grid=grid,
         )  # fmt: skip
         if output_transform is None:
             keys = [str(uncertainty_key), str(pred_key), str(label_key)]

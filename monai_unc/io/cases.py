@@ -55,6 +55,7 @@ __all__ = [
     "LoadedCase",
     "split_extension",
     "list_files",
+    "check_utf8_name",
     "list_image_cases",
     "image_channel_files",
     "dicom_series_folders",
@@ -129,6 +130,31 @@ def split_extension(name: str, extensions: Sequence[str] = PROBABILITY_EXTENSION
     return None
 
 
+def check_utf8_name(path: str | os.PathLike) -> None:
+    r"""Refuse a file whose name is not valid UTF-8 (a case id must be writable to the UTF-8 tables and pages).
+
+    Python gives such a name (bytes from another encoding, e.g. Latin-1 ``\xe9``) as a string with lone surrogates,
+    which no UTF-8 output can hold: the error names the file (its bytes escaped) instead of failing in a later write.
+
+    Args:
+        path: the file or folder whose name becomes a case id.
+
+    Raises:
+        CaseError: naming the file and what to do.
+
+    Example:
+        >>> check_utf8_name("brain01_probs.nii.gz")
+        >>> check_utf8_name("h\u00f4pital.nii.gz")  # a non-ASCII name is fine when it is UTF-8
+    """
+    name = Path(path).name
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(Path(path)).decode("utf-8", "backslashreplace")
+        raise CaseError(f"file name {shown} is not valid UTF-8 (it becomes a case id in the UTF-8 outputs): rename it, "
+                        "e.g. with convmv -f latin1 -t utf8") from None
+
+
 def list_files(
     folder: str | os.PathLike, suffix: str = "", extensions: Sequence[str] = VOLUME_EXTENSIONS
 ) -> dict[str, Path]:
@@ -171,6 +197,7 @@ def list_files(
             if not stem.endswith(suffix) or len(stem) == len(suffix):
                 continue
             stem = stem[: -len(suffix)]
+        check_utf8_name(path)
         if stem in out:
             raise CaseError(f"case {stem!r}: two files in {folder}: {out[stem].name} and {path.name}")
         out[stem] = path
@@ -275,8 +302,11 @@ def dicom_series_folders(folder: str | os.PathLike) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
-                  and any(f.is_file() and not f.name.startswith(".") for f in p.iterdir()))
+    out = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+                 and any(f.is_file() and not f.name.startswith(".") for f in p.iterdir()))
+    for p in out:  # the folder's name is the case id
+        check_utf8_name(p)
+    return out
 
 
 def image_channel_files(path: str | os.PathLike) -> tuple[Path, ...]:

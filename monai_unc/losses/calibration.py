@@ -4,7 +4,9 @@ Every class takes ``(B, C, *spatial)`` logits (1 to 3 spatial dimensions) and a 
 ``(B, C, *spatial)`` or, with ``to_onehot_y=True``, a label map ``(B, 1, *spatial)``, like
 :class:`monai.losses.DiceCELoss`; ``include_background=False`` leaves channel 0 out of the loss (after the softmax
 over all channels); ``reduction`` is ``"mean"``, ``"sum"`` or ``"none"``. The formulas are the functions of
-:mod:`monai_unc.losses.functional`.
+:mod:`monai_unc.losses.functional`. Float16 and bfloat16 logits (a network run without autocast) are computed in
+float32 and give a float32 loss: a sum over a volume in float16 overflows at 65504, and in either dtype a count stops
+growing at 2048 or 256; the gradient reaches the logits in their own dtype.
 
 - :class:`SVLSLoss` / :class:`DiceSVLSLoss`: cross-entropy against spatially varying smoothed labels (Islam,
   Glocker, IPMI 2021), alone or with Dice.
@@ -85,7 +87,7 @@ def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Ten
 
     Raises:
         TypeError: not tensors, or integer logits.
-        ValueError: wrong shapes, labels out of range or not integers.
+        ValueError: wrong shapes, empty logits, labels out of range or not integers.
 
     Example:
         >>> z = torch.zeros(1, 3, 2, 2)
@@ -100,6 +102,8 @@ def check_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.Ten
         raise TypeError(f"logits must be a floating-point tensor, got {z.dtype}")
     if not 3 <= z.ndim <= 5:
         raise ValueError(f"logits must be (B, C, *spatial) with 1 to 3 spatial dimensions, got {tuple(z.shape)}")
+    if z.numel() == 0:  # a mean over no voxel is NaN (0 for the ACE), which would reach the optimiser unnoticed
+        raise ValueError(f"logits must not be empty, got shape {tuple(z.shape)}")
     if to_onehot_y:
         expected = (z.shape[0], 1, *z.shape[2:])
         if tuple(t.shape) != expected:
@@ -133,7 +137,7 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
 
     Raises:
         TypeError: not tensors, or integer logits.
-        ValueError: wrong shapes, labels out of range.
+        ValueError: wrong shapes, empty logits, labels out of range.
 
     Example:
         >>> z = torch.zeros(1, 3, 2, 2); y = torch.tensor([[[[0, 1], [2, 1]]]])
@@ -147,30 +151,48 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
     return z, t.to(z.dtype)
 
 
-def check_finite_loss(value: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """Return the loss ``value``; raise if it is not finite because the logits are not.
+def check_finite_loss(value: torch.Tensor, logits: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+    """Return the loss ``value``; raise if it is not finite because the logits (or the target) are not.
 
-    One check of the value per step instead of a pass over the logits.
+    One check of the value per step instead of a pass over the logits; the inputs are looked at only when the
+    value is not finite.
 
     Args:
         value: the loss (any shape).
         logits: the logits it was computed from.
+        target: the target it was computed from (a soft or one-hot target may hold NaN), or ``None``.
 
     Returns:
         ``value``.
 
     Raises:
-        ValueError: ``value`` has a non-finite entry and so have the logits.
+        ValueError: ``value`` has a non-finite entry and so have the logits or the target.
 
     Example:
         >>> check_finite_loss(torch.tensor(float("nan")), torch.tensor([float("inf")]))
         Traceback (most recent call last):
         ...
         ValueError: logits must be finite
+        >>> check_finite_loss(torch.tensor(float("nan")), torch.zeros(1), torch.tensor([float("nan")]))
+        Traceback (most recent call last):
+        ...
+        ValueError: target must be finite
     """
-    if not bool(torch.isfinite(value).all()) and not bool(torch.isfinite(logits).all()):
-        raise ValueError("logits must be finite")
+    if not bool(torch.isfinite(value).all()):
+        if not bool(torch.isfinite(logits).all()):
+            raise ValueError("logits must be finite")
+        if target is not None and target.is_floating_point() and not bool(torch.isfinite(target).all()):
+            raise ValueError("target must be finite")
     return value
+
+
+def _upcast(z: torch.Tensor, target: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Float16 / bfloat16 logits (and a floating target) as float32; other dtypes unchanged (module docstring)."""
+    if z.dtype not in (torch.float16, torch.bfloat16):
+        return z, target
+    if target is not None and target.is_floating_point():
+        target = target.float()
+    return z.float(), target
 
 
 def _activation(softmax: bool, sigmoid: bool, name: str) -> bool:
@@ -246,6 +268,7 @@ class SVLSLoss(_Loss):
         """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
         if not self.include_background and z.shape[1] == 1:
             raise ValueError("include_background=False leaves no channel: the logits have one channel")
+        z, onehot = _upcast(z, onehot)
         with torch.no_grad():
             q = self.soft_targets(onehot)
         if self.use_sigmoid:
@@ -270,7 +293,7 @@ class SVLSLoss(_Loss):
             A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
         """
         z, onehot = prepare_target(input, target, self.to_onehot_y)
-        return check_finite_loss(self.loss_of_onehot(z, onehot), z)
+        return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot)
 
 
 class MarginLoss(_Loss):
@@ -330,7 +353,7 @@ class MarginLoss(_Loss):
         Returns:
             A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
         """
-        z, t = check_target(input, target, self.to_onehot_y)
+        z, t = _upcast(*check_target(input, target, self.to_onehot_y))
         if self.reduction != "none" and self.to_onehot_y:  # the fast path: no one-hot, a fused penalty
             if z.shape[1] == 1 and not self.include_background:
                 raise ValueError("include_background=False leaves no channel: the logits have one channel")
@@ -340,13 +363,13 @@ class MarginLoss(_Loss):
                 ce = (ce * (labels != 0)).sum()
             n = labels.numel()
             value = ce / n + self.alpha * mean_margin_penalty(z, self.margin, self.include_background)
-            return check_finite_loss(value if self.reduction == "mean" else value * n, z)
+            return check_finite_loss(value if self.reduction == "mean" else value * n, z, t)
         onehot = prepare_target(z, t, self.to_onehot_y)[1]
         ce = -onehot * F.log_softmax(z, dim=1)
         if not self.include_background:
             ce = ce[:, 1:]
         per_voxel = ce.sum(1, keepdim=True) + self.alpha * self.penalty(z)
-        return check_finite_loss(_reduce(per_voxel, self.reduction), z)
+        return check_finite_loss(_reduce(per_voxel, self.reduction), z, onehot)
 
 
 class L1ACELoss(_Loss):
@@ -413,10 +436,11 @@ class L1ACELoss(_Loss):
             A scalar, or ``(B, C', 1, ...)`` with ``reduction="none"`` (``C' = C - 1`` without background).
         """
         z, onehot = prepare_target(input, target, self.to_onehot_y)
-        return check_finite_loss(self.loss_of_onehot(z, onehot), z)
+        return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot)
 
     def loss_of_onehot(self, z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
         """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
+        z, onehot = _upcast(z, onehot)
         probs = torch.sigmoid(z) if self.use_sigmoid else torch.softmax(z, dim=1)
         if not self.include_background:
             probs, onehot = probs[:, 1:], onehot[:, 1:]
@@ -508,9 +532,9 @@ class DiceSVLSLoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
+        z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
         value = self.lambda_dice * self.dice(z, onehot) + self.lambda_svls * self.svls.loss_of_onehot(z, onehot)
-        return check_finite_loss(value, z)
+        return check_finite_loss(value, z, onehot)
 
 
 class DiceCEMarginLoss(_Loss):
@@ -564,9 +588,9 @@ class DiceCEMarginLoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, t = check_target(input, target, self.to_onehot_y)
+        z, t = _upcast(*check_target(input, target, self.to_onehot_y))
         value = self.dicece(z, t) + self.margin.alpha * mean_margin_penalty(z, self.margin.margin)
-        return check_finite_loss(value, z)
+        return check_finite_loss(value, z, t)
 
 
 class DiceCEL1ACELoss(_Loss):
@@ -641,10 +665,10 @@ class DiceCEL1ACELoss(_Loss):
         Returns:
             A scalar tensor.
         """
-        z, onehot = prepare_target(input, target, self.to_onehot_y)
+        z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
         if self.use_sigmoid:
             ce = F.binary_cross_entropy_with_logits(z, onehot)
         else:
             ce = F.cross_entropy(z, onehot)  # over every channel, as MONAI's DiceCELoss and the authors
         value = self.dice_weight * self.dice(z, onehot) + self.ce_weight * ce
-        return check_finite_loss(value + self.ace_weight * self.ace.loss_of_onehot(z, onehot), z)
+        return check_finite_loss(value + self.ace_weight * self.ace.loss_of_onehot(z, onehot), z, onehot)

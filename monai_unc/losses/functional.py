@@ -39,6 +39,22 @@ __all__ = [
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
+# the dtypes whose sums are accumulated in float32 (an 8- or 11-bit mantissa stops a count at 256 or 2048, and
+# float16 overflows above 65504)
+_REDUCED_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype in which sums over voxels of ``dtype`` values are accumulated: float32 for float16 / bfloat16.
+
+    Args:
+        dtype: the dtype of the values.
+
+    Returns:
+        ``torch.float32`` for float16 and bfloat16, else ``dtype``.
+    """
+    return torch.float32 if dtype in _REDUCED_PRECISION else dtype
+
 
 def _check_channel_first(x: torch.Tensor, name: str) -> None:
     if not isinstance(x, torch.Tensor):
@@ -285,15 +301,16 @@ class _MeanMarginPenalty(torch.autograd.Function):
         top = logits.amax(dim=1)  # (B, *spatial)
         threshold = top - margin
         buf = torch.empty_like(top)
-        total = logits.new_zeros(())
+        acc = _accumulation_dtype(logits.dtype)  # a float16 sum overflows at 65504
+        total = logits.new_zeros((), dtype=acc)
         for c in range(first, logits.shape[1]):
-            total += torch.sub(threshold, logits[:, c], out=buf).clamp_min_(0).sum()
+            total += torch.sub(threshold, logits[:, c], out=buf).clamp_min_(0).sum(dtype=acc)
         n = logits.shape[0] * (logits.shape[1] - first) * top[0].numel()
         ctx.active = bool(total > 0)  # a sum of non-negative terms: > 0 iff some entry pays
         if ctx.active:
             ctx.save_for_backward(logits, top)
         ctx.n, ctx.first, ctx.margin = n, first, margin
-        return total / n
+        return (total / n).to(logits.dtype)
 
     @staticmethod
     def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
@@ -331,9 +348,10 @@ def mean_margin_penalty(logits: torch.Tensor, margin: float = 10.0, include_back
         include_background: ``False`` leaves channel 0 out of the mean (its logit still counts for the maximum).
 
     Returns:
-        A scalar: ``margin_penalty(logits, margin)[:, first:].mean()``. When no entry pays (every logit distance
-        within the margin) its gradient is zero and handed to autograd as ``None``: nothing is allocated, and
-        ``logits.grad`` stays ``None`` if nothing else uses the logits.
+        A scalar of the logits' dtype: ``margin_penalty(logits, margin)[:, first:].mean()`` (summed in float32 for
+        float16 / bfloat16 logits, so that the sum does not overflow or stop growing). When no entry pays (every
+        logit distance within the margin) its gradient is zero and handed to autograd as ``None``: nothing is
+        allocated, and ``logits.grad`` stays ``None`` if nothing else uses the logits.
 
     Example:
         >>> z = torch.tensor([[[12.0], [0.0], [1.0]]], requires_grad=True)
@@ -359,7 +377,10 @@ def binned_calibration(
     :mod:`monai_unc.metrics.calibration`. Soft binning (Barfoot et al. 2025): bin ``k`` has its centre at
     ``(k + 1/2) / num_bins`` and ``p`` is shared between the two nearest centres by linear interpolation (a
     triangular kernel of width ``2 / num_bins``); below the first or above the last centre all of it goes to the end
-    bin. The soft weights depend on ``p``, so the gradient flows through the bin memberships too.
+    bin. The soft weights depend on ``p``, so the gradient flows through the bin memberships too. The sums are
+    accumulated in float32 for float16 / bfloat16 input (in the input's 11- or 8-bit mantissa a bin's count stops
+    growing at 2048 or 256 voxels), else in the input's dtype. A NaN probability makes the sums of its image and
+    channel NaN.
 
     Args:
         probs: ``(B, C, *spatial)`` probabilities in ``[0, 1]``.
@@ -368,8 +389,9 @@ def binned_calibration(
         soft: soft instead of hard binning.
 
     Returns:
-        ``(sum_p, sum_y, weight)``, each ``(B, C, num_bins)``: ``sum_p / weight`` is the mean probability and
-        ``sum_y / weight`` the mean target (the accuracy) of a bin.
+        ``(sum_p, sum_y, weight)``, each ``(B, C, num_bins)``, float32 for float16 / bfloat16 ``probs``, else
+        their dtype: ``sum_p / weight`` is the mean probability and ``sum_y / weight`` the mean target (the
+        accuracy) of a bin.
 
     Raises:
         ValueError: shapes differ or ``num_bins < 1``.
@@ -386,15 +408,15 @@ def binned_calibration(
     if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
         raise ValueError(f"num_bins must be an integer >= 1, got {num_bins!r}")
     b, c = probs.shape[:2]
-    p = probs.reshape(b * c, -1)
+    p = probs.reshape(b * c, -1).to(_accumulation_dtype(probs.dtype))
     y = target.reshape(b * c, -1).to(p.dtype)
     row = (torch.arange(b * c, device=p.device) * num_bins)[:, None]
-    if not soft:
-        idx = torch.clamp(torch.floor(p.detach() * num_bins), 0, num_bins - 1).to(torch.int64) + row
+    if not soft:  # a NaN goes to bin 0 (an index must be valid), where it makes the sums NaN
+        idx = torch.clamp(torch.floor(p.detach() * num_bins).nan_to_num_(0.0), 0, num_bins - 1).to(torch.int64) + row
         parts = [(idx, torch.ones_like(p))]
     else:
         t = p * num_bins - 0.5  # position in units of bins, 0 at the first centre
-        lower = torch.floor(t.detach())
+        lower = torch.floor(t.detach()).nan_to_num_(0.0)
         frac = t - lower  # in [0, 1): the weight of the upper centre
         lo = torch.clamp(lower, 0, num_bins - 1).to(torch.int64) + row
         hi = torch.clamp(lower + 1, 0, num_bins - 1).to(torch.int64) + row
@@ -419,7 +441,7 @@ def l1_average_calibration_error(
     """The marginal L1 average calibration error (L1-ACE) of every image and channel, differentiable in ``probs``.
 
     ``ACE = mean over non-empty bins k of |mean_p_k - mean_y_k|`` with the bins of :func:`binned_calibration`;
-    a bin is empty when its weight is 0 (hard) or below ``empty_weight`` (soft). Each channel is a binary task:
+    a bin is empty when its weight is 0, or (soft) below ``empty_weight``. Each channel is a binary task:
     its probability against its target (Barfoot et al., *Average Calibration Error: A Differentiable Loss for
     Improved Reliability in Image Segmentation*, MICCAI 2024: hard bins; *Average Calibration Losses for Reliable
     Uncertainty in Medical Image Segmentation*, 2025: soft bins).
@@ -434,7 +456,8 @@ def l1_average_calibration_error(
             it still counts in a mean over channels).
 
     Returns:
-        ``(B, C)`` errors in ``[0, 1]``.
+        ``(B, C)`` errors in ``[0, 1]``, the dtype of ``probs`` (computed in float32 for float16 / bfloat16, see
+        :func:`binned_calibration`); NaN for an image and channel with a NaN probability.
 
     Example:
         >>> p = torch.tensor([[[0.1, 0.15, 0.9]]]); y = torch.tensor([[[0.0, 1.0, 1.0]]])
@@ -445,11 +468,13 @@ def l1_average_calibration_error(
     if not (isinstance(empty_weight, (int, float)) and 0 <= float(empty_weight) < float("inf")):
         raise ValueError(f"empty_weight must be a finite number >= 0, got {empty_weight!r}")
     sum_p, sum_y, weight = binned_calibration(probs, target, num_bins=num_bins, soft=soft)
-    valid = weight >= float(empty_weight) if soft else weight > 0
+    # a bin of weight 0 is empty whatever empty_weight (0 / 0 otherwise); a NaN weight (a NaN probability) is kept,
+    # so that the error is NaN, not that of the other voxels
+    valid = (weight != 0) & ~(weight < float(empty_weight)) if soft else weight > 0
     safe = torch.where(valid, weight, torch.ones_like(weight))
     gaps = torch.where(valid, (sum_p / safe - sum_y / safe).abs(), torch.zeros_like(weight))
     ace = gaps.sum(-1) / valid.sum(-1).clamp(min=1).to(gaps.dtype)
     if ignore_empty_classes:
         present = target.reshape(*target.shape[:2], -1).sum(-1) > 0
         ace = ace * present.to(ace.dtype)
-    return ace
+    return ace.to(probs.dtype)

@@ -127,6 +127,7 @@ from .overlap import (
 )
 from .qu_brats import (
     QU_BRATS_EPS,
+    QU_BRATS_GRIDS,
     QUBraTSMetric,
     QUBraTSRegionsResult,
     QUBraTSResult,
@@ -194,6 +195,7 @@ __all__ = [
     "shifts_retention_fractions",
     "surface_hd95",
     "QU_BRATS_EPS",
+    "QU_BRATS_GRIDS",
     "QUBraTSMetric",
     "QUBraTSRegionsResult",
     "QUBraTSResult",

@@ -31,7 +31,9 @@ from monai.utils import MetricReduction
 from .._deprecation import deprecated_arg_names
 from .._utils import (
     ArrayLike,
+    check_bool,
     check_finite,
+    check_integer,
     check_labels,
     like_input,
     main_rank_warnings,
@@ -138,9 +140,12 @@ def ncc(uncertainty: ArrayLike, target: ArrayLike) -> float:
         return warn_nan(f"ncc: {which} is constant, the correlation is undefined", stacklevel=4)
     da = a - a.mean()
     db = b - b.mean()
-    sa = torch.sqrt((da * da).mean())
-    sb = torch.sqrt((db * db).mean())
-    return float((da * db).mean() / (sa * sb))
+    # Pearson's r does not change with the scale of either map: dividing each by its largest deviation keeps the
+    # products away from underflow (maps of 1e-170: r was inf) and overflow (1e170: r was 0)
+    da = da / da.abs().max()
+    db = db / db.abs().max()
+    r = (da * db).sum() / torch.sqrt((da * da).sum() * (db * db).sum())
+    return float(r.clamp(-1.0, 1.0))  # rounding put r = 1.0000000000000004 outside [-1, 1] for a linear map
 
 
 def rater_variance(raters: ArrayLike, rater_dim: int = 0, keepdim: bool = False) -> ArrayLike:
@@ -222,8 +227,7 @@ def _n_classes(a: torch.Tensor, b: torch.Tensor, num_classes: int | None) -> int
     found = max(int(a.max()), int(b.max())) + 1
     if num_classes is None:
         return max(found, 2)
-    if num_classes < 2:
-        raise ValueError(f"num_classes must be >= 2 (background plus at least one class), got {num_classes}")
+    num_classes = check_integer(num_classes, "num_classes (background plus at least one class)", minimum=2)
     if found > num_classes:
         raise ValueError(f"the label maps hold class {found - 1} but num_classes is {num_classes}")
     return num_classes
@@ -423,7 +427,7 @@ class NCCMetric(_CaseMetric):
         get_not_nans: bool = False,
     ) -> None:
         super().__init__(reduction=reduction, get_not_nans=get_not_nans)
-        self.y_is_raters = y_is_raters
+        self.y_is_raters = check_bool(y_is_raters, "y_is_raters")
 
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
         if y is None:
@@ -482,8 +486,10 @@ class GEDMetric(_CaseMetric):
             raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
         self.variant = variant
         self.distance = distance
+        if num_classes is not None:
+            num_classes = check_integer(num_classes, "num_classes (background plus at least one class)", minimum=2)
         self.num_classes = num_classes
-        self.return_terms = return_terms
+        self.return_terms = check_bool(return_terms, "return_terms")
 
     def _one(self, refs: torch.Tensor, smp: torch.Tensor) -> GEDResult:
         if self.variant == "ged":

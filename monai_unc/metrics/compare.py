@@ -85,6 +85,25 @@ def _sample(x: Any, name: str) -> np.ndarray:
     return a
 
 
+def _check_alpha(alpha: Any) -> float:
+    """``alpha`` as a float in (0, 1) (ValueError naming it otherwise)."""
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)) or not (
+        0 < float(alpha) < 1
+    ):
+        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    return float(alpha)
+
+
+def _direction(value: Any, name: str) -> bool:
+    """A metric's direction: a bool (numpy's too); TypeError naming ``higher_is_better`` otherwise.
+
+    ``bool("False")`` is True, so a string (e.g. from a configuration file) would silently flip a metric.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"higher_is_better for metric {name!r} must be a bool, got {value!r}")
+    return bool(value)
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """A per-case metric ``fn(uncertainty, pred, target, spacing=...) -> float`` and its direction.
@@ -308,7 +327,7 @@ def holm_correction(p_values: Any) -> np.ndarray:
         Adjusted p-values, float64 numpy array of the same length.
 
     Raises:
-        ValueError: a p-value outside [0, 1] (NaN is allowed).
+        ValueError: ``p_values`` is not 1-D, or a p-value lies outside [0, 1] (NaN is allowed).
 
     Example:
         >>> from monai_unc.metrics import holm_correction
@@ -316,6 +335,8 @@ def holm_correction(p_values: Any) -> np.ndarray:
         array([0.03, 0.06,  nan, 0.06])
     """
     p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"p_values must be 1-D, got shape {p.shape}")
     if bool(((p < 0) | (p > 1)).any()):  # NaN compares False: allowed
         raise ValueError(f"p_values must lie in [0, 1] (or be NaN), got values in [{np.nanmin(p)}, {np.nanmax(p)}]")
     out = np.full(p.shape, np.nan)
@@ -544,6 +565,13 @@ def _one_metric(name: str, a: np.ndarray, b: np.ndarray, higher: bool) -> Metric
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         d = cohens_d(av, bv) if av.size else float("nan")
+    if valid.any() and math.isnan(d):
+        warnings.warn(
+            f"compare: Cohen's d of metric {name!r} is undefined (NaN): fewer than two valid cases or no variance "
+            "in either map's values",
+            UserWarning,
+            stacklevel=3,
+        )
     d = sign * d
     nz = bv != 0
     if valid.any() and not nz.all():
@@ -576,7 +604,13 @@ def compare_metric_values(
         exact: exact binomial McNemar test (default) or the chi-square approximation.
 
     Returns:
-        :class:`UncertaintyComparison`.
+        :class:`UncertaintyComparison`; a metric whose Cohen's d is undefined (fewer than two valid cases, or
+        constant values) has ``cohens_d`` NaN, with a ``UserWarning``.
+
+    Raises:
+        ValueError: the two mappings hold different metrics or lengths, a value array is not 1-D, ``alpha`` is not
+            in (0, 1), or a metric has no direction.
+        TypeError: a direction is not a bool.
 
     Example:
         >>> import numpy as np
@@ -597,12 +631,15 @@ def compare_metric_values(
         )
     if not names:
         raise ValueError("no metric to compare")
+    alpha = _check_alpha(alpha)
     directions = {}
     for n in names:
-        if isinstance(higher_is_better, bool):
-            directions[n] = higher_is_better
+        if isinstance(higher_is_better, (bool, np.bool_)):
+            directions[n] = bool(higher_is_better)
+        elif not isinstance(higher_is_better, Mapping):
+            raise TypeError(f"higher_is_better must be a bool or a mapping name -> bool, got {higher_is_better!r}")
         elif n in higher_is_better:
-            directions[n] = bool(higher_is_better[n])
+            directions[n] = _direction(higher_is_better[n], n)
         else:
             raise ValueError(f"higher_is_better has no entry for metric {n!r}")
     metrics = {
@@ -620,6 +657,14 @@ def compare_metric_values(
         for j in range(i + 1, k):
             mi, mj = metrics[names[i]], metrics[names[j]]
             both = mi.valid & mj.valid
+            if not both.any():  # no case to compare on: undefined, not "no difference" (p = 1)
+                warnings.warn(
+                    f"compare: metrics {names[i]!r} and {names[j]!r} share no valid case; their McNemar p-value is "
+                    "undefined (NaN)",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                continue
             p_raw[i, j] = p_raw[j, i] = mcnemar_test(mi.prefers_a[both], mj.prefers_a[both], exact=exact)
     iu = np.triu_indices(k, 1)
     p_holm = np.full((k, k), np.nan)
@@ -632,6 +677,9 @@ def compare_metric_values(
     if k >= 2 and outcomes.shape[0] > 0:
         q, qp, df = cochrans_q(outcomes)
     else:
+        if k >= 2:
+            warnings.warn("compare: no case is valid for every metric; Cochran's Q is undefined (NaN)", UserWarning,
+                          stacklevel=2)
         q, qp, df = float("nan"), float("nan"), max(k - 1, 0)
     return UncertaintyComparison(names, metrics, p_raw, p_holm, q, qp, df, alpha)
 
@@ -713,6 +761,7 @@ def compare_uncertainty_maps(
         >>> round(res.cochran_p, 4)
         0.3679
     """
+    _check_alpha(alpha)  # before the metrics are computed
     registry = uncertainty_map_metrics(
         include_uce=metric_fns is None or (not isinstance(metric_fns, Mapping) and "UCE" in list(metric_fns))
     )
@@ -740,10 +789,10 @@ def compare_uncertainty_maps(
             default = registry[n].higher_is_better if n in registry else None
         else:
             raise TypeError(f"metric_fns[{n!r}] must be callable or a MetricSpec, got {type(spec).__name__}")
-        if isinstance(higher_is_better, bool):
-            directions[n] = higher_is_better
+        if isinstance(higher_is_better, (bool, np.bool_)):
+            directions[n] = bool(higher_is_better)
         elif isinstance(higher_is_better, Mapping) and n in higher_is_better:
-            directions[n] = bool(higher_is_better[n])
+            directions[n] = _direction(higher_is_better[n], n)
         elif default is not None:
             directions[n] = default
         else:

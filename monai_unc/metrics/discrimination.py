@@ -10,14 +10,15 @@ et al., Table 1) compares its spatial metrics with; they ignore where the voxels
   :func:`monai_unc.metrics.casewise.ood_auroc`).
 - ``error_auprc``: average precision of ``u`` for ``e`` (the step-wise area of scikit-learn's
   ``average_precision_score``): ``AP = sum_t (R_t - R_{t+}) P_t`` over the distinct uncertainty values ``t``.
-- Thresholded counts with ``uncertain = u > threshold`` and ``certain = u <= threshold``:
+- Thresholded counts with ``uncertain = u > threshold`` and ``certain = u <= threshold``, compared on the stored
+  value in every dtype (a float32 map's 0.30000001, float32 0.3, is above ``threshold=0.3``, as in float64):
   ``n_ac`` (accurate & certain), ``n_au``, ``n_ic``, ``n_iu`` (inaccurate & uncertain);
   ``avu = (n_ac + n_iu) / n`` (Krishnan & Tickoo 2020), ``correct_certain_ratio = n_ac / (n_ac + n_ic)``
   = p(accurate | certain) and ``uncertain_incorrect_ratio = n_iu / (n_ic + n_iu)`` = p(uncertain | inaccurate)
   (Mukhoti & Gal 2018, used by Mobiny et al. 2021 under these names).
 - ``pavpu``: the same on non-overlapping ``window``-sized patches (Mukhoti & Gal 2018): a patch is accurate
-  when its accuracy is ``>= accuracy_threshold`` (0.5) and uncertain when its mean uncertainty is
-  ``> threshold``; incomplete patches at the far end of an axis are dropped (as in the reference code).
+  when its accuracy (the fraction of correct voxels) is ``>= accuracy_threshold`` (0.5) and uncertain when its mean
+  uncertainty is ``> threshold``; incomplete patches at the far end of an axis are dropped (as in the reference code).
 - ``voxel_accuracy``: ``1 - mean |u - e|``, the expected accuracy of a detector that flags each voxel as an
   error with probability ``u(x)`` (Zeevi et al. lists "VOXEL_ACC" without a formula; this is our reading, and it
   needs ``u`` in [0, 1]). ``avu`` is its thresholded counterpart.
@@ -165,7 +166,13 @@ def _per_case(
 
 
 def _check_threshold(threshold: float, name: str = "threshold") -> float:
-    t = float(threshold)
+    """``threshold`` as a finite float; ``TypeError`` naming ``name`` for a non-number (a string, bool, None)."""
+    if isinstance(threshold, (str, bytes, bool, np.bool_)) or threshold is None:
+        raise TypeError(f"{name} must be a number, got {type(threshold).__name__} {threshold!r}")
+    try:
+        t = float(threshold)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(threshold).__name__}") from None
     if not math.isfinite(t):
         raise ValueError(f"{name} must be a finite number, got {threshold}")
     return t
@@ -312,9 +319,27 @@ def error_auprc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None 
 # --------------------------------------------------------------------------------------------------------
 
 
+def _above(u: np.ndarray, threshold: float) -> np.ndarray:
+    """``u > threshold`` on the stored values, exactly as in float64, for a float16 / float32 / float64 ``u``.
+
+    NumPy (and torch) compare a float32 array with a Python float after rounding the threshold to float32, so
+    ``float32(0.3) > 0.3`` (0.30000001 > 0.3) comes out False. Comparing with the largest value of ``u``'s dtype that
+    is ``<= threshold`` instead is the exact test for every ``u`` of that dtype, without a float64 copy of ``u``.
+    """
+    info = np.finfo(u.dtype)
+    if threshold >= float(info.max):
+        return np.zeros(u.shape, dtype=bool)
+    if threshold < float(info.min):
+        return np.ones(u.shape, dtype=bool)
+    t = np.asarray(threshold, dtype=u.dtype)
+    if float(t) > threshold:  # rounded up: step down to the largest value <= threshold
+        t = np.nextafter(t, u.dtype.type(-np.inf))
+    return u > t
+
+
 def _counts(u: np.ndarray, e: np.ndarray, threshold: float) -> tuple[int, int, int, int]:
-    """(n_ac, n_au, n_ic, n_iu) with uncertain = u > threshold."""
-    unc = u > threshold
+    """(n_ac, n_au, n_ic, n_iu) with uncertain = u > threshold (compared exactly, :func:`_above`)."""
+    unc = _above(u, threshold)
     n_iu = int(np.count_nonzero(unc & e))
     n_unc = int(np.count_nonzero(unc))
     n_err = int(np.count_nonzero(e))
@@ -455,10 +480,18 @@ def uncertain_incorrect_ratio(
     )  # fmt: skip
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
 def _window(window: int | Sequence[int], ndim: int) -> tuple[int, ...]:
-    if isinstance(window, (int, np.integer)):
+    """The patch size per axis; ``TypeError`` for anything but integers (a float, a bool, a string)."""
+    if _is_int(window):
         w = (int(window),) * ndim
     else:
+        if not isinstance(window, (Sequence, np.ndarray)) or isinstance(window, (str, bytes)) \
+                or not all(map(_is_int, window)):
+            raise TypeError(f"window must be an integer or a sequence of integers (voxels per axis), got {window!r}")
         w = tuple(int(v) for v in window)
         if len(w) != ndim:
             raise ValueError(f"window must have {ndim} values (one per spatial axis), got {len(w)}")
@@ -520,7 +553,8 @@ def pavpu(
             hits.append(0)
             totals.append(0)
             continue
-        accurate = (1.0 - _patch_means(e, w)) >= acc_thr
+        # the fraction of correct voxels, one rounding of an exact count: 1 - mean(e) rounds twice (1 - 9/10 < 0.1)
+        accurate = _patch_means(~e, w) >= acc_thr
         uncertain = _patch_means(u, w) > thr
         hits.append(np.count_nonzero(accurate & ~uncertain) + np.count_nonzero(~accurate & uncertain))
         totals.append(accurate.size)

@@ -9,15 +9,22 @@ uncertainty map ``u`` in ``[0, max_u]`` (``max_u = 100`` in the challenge):
 - thresholds ``numpy.arange(0, max_u + eps, max_u / K)`` in descending order, ``eps`` the float32 machine epsilon
   and ``K = num_points`` (40). ``max_u + eps`` is evaluated in float32 as in the script (numpy >= 2 keeps a Python
   float plus a float32 scalar in float32), where ``100 + eps`` rounds to 100: for ``max_u = 100`` the thresholds are
-  the 40 values ``97.5, 95, ..., 2.5, 0`` and **100 itself is not a threshold** (for ``max_u < 4``, e.g. 1, the
-  epsilon survives and ``max_u`` is included: ``K + 1`` thresholds);
+  the 40 values ``97.5, 95, ..., 2.5, 0`` and **100 itself is not a threshold**. For other scales the count follows
+  float32 and ``numpy.arange`` rounding, not a simple rule: ``K = 40`` gives ``K + 1`` thresholds (``max_u``
+  included) for ``max_u`` = 1 or 3.9 but ``K`` for 1.5, 2, 3 or 4; :func:`qu_brats_thresholds` gives the grid.
+  This is the default, ``grid="numpy2"``. The 2020 challenge ran the script under numpy 1.x (numpy 2 appeared in
+  2024), where the sum was float64 (``100.00000011920929``): its grid had the ``K + 1`` thresholds
+  ``100, 97.5, ..., 0``, 100 included. ``grid="numpy1"`` gives that grid (``max_u + eps`` and the range in float64),
+  the one to use for comparing with the published 2020 challenge scores: a perfect uncertainty map scores 1.0
+  under it and 0.9917 under the default (see below);
 - at threshold ``t`` the voxels with ``u > t`` are filtered out (``K_t = {u <= t}`` are kept);
 - filtered Dice ``Dice(t) = 2 |P & G & K_t| / (|P & K_t| + |G & K_t|)``, 1 when both are empty (on all voxels, not
   only the brain);
 - filtered true positives ``FTP(t) = (TP - TP_t) / (TP + eps)`` with ``TP = |P & G & B|``, ``TP_t = |P & G & B &
   K_t|``; filtered true negatives ``FTN(t) = (TN - TN_t) / (TN + eps)`` with ``TN = |~P & ~G & B|``;
 - each AUC is the trapezoid area under the curve over the threshold axis (sklearn's ``auc``) divided by
-  ``max_u``; because the largest threshold is 97.5, a curve equal to 1 everywhere has area 0.975;
+  ``max_u``; because the largest threshold is 97.5, a curve equal to 1 everywhere has area 0.975 (1 with
+  ``grid="numpy1"``, whose largest threshold is 100);
 - ``score = (AUC_Dice + (1 - AUC_FTP) + (1 - AUC_FTN)) / 3`` (higher is better).
 
 One pass for all thresholds: each voxel's index in the ascending threshold grid (the smallest threshold at which it
@@ -50,6 +57,7 @@ from ..regions import BRATS_REGIONS, RegionSpec, label_to_regions, parse_regions
 
 __all__ = [
     "QU_BRATS_EPS",
+    "QU_BRATS_GRIDS",
     "QUBraTSResult",
     "QUBraTSRegionsResult",
     "QUBraTSMetric",
@@ -62,6 +70,10 @@ __all__ = [
 
 #: the float32 machine epsilon the challenge script uses (threshold grid end, FTP / FTN denominators)
 QU_BRATS_EPS = float(np.finfo(np.float32).eps)
+#: the threshold grids of :func:`qu_brats_thresholds`: ``"numpy2"`` (the default: the script under numpy >= 2, 40
+#: thresholds ``97.5 ... 0`` for the defaults) and ``"numpy1"`` (the script under numpy 1.x, as run in the 2020
+#: challenge: 41 thresholds ``100 ... 0``)
+QU_BRATS_GRIDS = ("numpy2", "numpy1")
 #: relative tolerance of :func:`to_qu_brats_range` for values just outside ``[0, max_value]`` (float rounding)
 RANGE_RTOL = 1e-5
 _COMPONENTS = ("score", "dice_auc", "ftp_auc", "ftn_auc")
@@ -77,7 +89,7 @@ class QUBraTSResult:
         ftp_auc: area under the filtered-true-positive curve (lower is better).
         ftn_auc: area under the filtered-true-negative curve (lower is better).
         score: ``(dice_auc + (1 - ftp_auc) + (1 - ftn_auc)) / 3`` (higher is better).
-        thresholds: the thresholds, descending (``97.5 ... 0`` for the defaults).
+        thresholds: the thresholds, descending (``97.5 ... 0`` for the defaults; ``100 ... 0`` with ``grid="numpy1"``).
         dice: the filtered Dice at each threshold (float64).
         ftp: the fraction of filtered true positives at each threshold.
         ftn: the fraction of filtered true negatives at each threshold.
@@ -161,45 +173,77 @@ class QUBraTSRegionsResult:
 
 
 # ------------------------------------------------------------------------------------------------------------ core
+def _check_scale(value: Any, name: str) -> float:
+    """``value`` as a positive finite float; ``TypeError`` for a non-number (a bool, a string), ``ValueError`` else."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return v
+
+
 def _check_grid_args(num_points: Any, max_uncertainty: Any) -> tuple[int, float]:
     if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 2:
         raise ValueError(f"num_points must be an integer >= 2 (an area needs two thresholds), got {num_points!r}")
-    if isinstance(max_uncertainty, bool) or not isinstance(max_uncertainty, (int, float, np.integer, np.floating)):
-        raise TypeError(f"max_uncertainty must be a number, got {type(max_uncertainty).__name__}")
-    max_u = float(max_uncertainty)
-    if not (math.isfinite(max_u) and max_u > 0):
-        raise ValueError(f"max_uncertainty must be positive and finite, got {max_uncertainty}")
-    return int(num_points), max_u
+    return int(num_points), _check_scale(max_uncertainty, "max_uncertainty")
 
 
-def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0) -> np.ndarray:
+def _check_grid(grid: Any, name: str = "grid") -> str:
+    """``grid`` if it is one of :data:`QU_BRATS_GRIDS`; ``TypeError`` for a non-string, ``ValueError`` else."""
+    if not isinstance(grid, str):
+        raise TypeError(f"{name} must be a string, one of {QU_BRATS_GRIDS}, got {type(grid).__name__} {grid!r}")
+    if grid not in QU_BRATS_GRIDS:
+        raise ValueError(f"{name} must be one of {QU_BRATS_GRIDS}, got {grid!r}")
+    return str(grid)
+
+
+def qu_brats_thresholds(num_points: int = 40, max_uncertainty: float = 100.0, grid: str = "numpy2") -> np.ndarray:
     """The challenge's threshold grid, descending.
 
-    ``numpy.arange(0, max_u + eps, max_u / num_points)[::-1]`` with ``max_u + eps`` in float32 (module docstring).
-    For the defaults: ``97.5, 95, ..., 2.5, 0`` (40 values; 100 is not a threshold).
+    ``numpy.arange(0, max_u + eps, max_u / num_points)[::-1]`` (module docstring), with ``max_u + eps`` evaluated as
+    the challenge's script evaluates it under
+
+    - ``grid="numpy2"`` (default): numpy >= 2, in float32, where ``100 + eps`` rounds to 100. For the defaults:
+      ``97.5, 95, ..., 2.5, 0`` (40 values; 100 is not a threshold);
+    - ``grid="numpy1"``: numpy 1.x, as in the 2020 challenge, in float64 (``100.00000011920929``), the range in
+      float64 too. For the defaults: ``100, 97.5, ..., 2.5, 0`` (41 values). Use it to compare with the published
+      2020 challenge scores.
 
     Args:
         num_points: number of thresholds ``K``.
         max_uncertainty: top of the uncertainty scale ``max_u``.
+        grid: ``"numpy2"`` or ``"numpy1"`` (:data:`QU_BRATS_GRIDS`).
 
     Returns:
         The thresholds as float64, descending.
+
+    Raises:
+        ValueError: ``num_points`` below 2, a ``max_uncertainty`` that is not positive and finite, or a ``grid``
+            other than ``"numpy2"`` / ``"numpy1"``.
+        TypeError: a ``grid`` that is not a string, or a ``max_uncertainty`` that is not a number.
 
     Example:
         >>> from monai_unc.metrics import qu_brats_thresholds
         >>> t = qu_brats_thresholds()
         >>> len(t), t[:3], float(t[-1])
         (40, array([97.5, 95. , 92.5]), 0.0)
+        >>> t1 = qu_brats_thresholds(grid="numpy1")  # the 2020 challenge's grid
+        >>> len(t1), t1[:3], float(t1[-1])
+        (41, array([100. ,  97.5,  95. ]), 0.0)
         >>> qu_brats_thresholds(num_points=4, max_uncertainty=1.0)
         array([1.  , 0.75, 0.5 , 0.25, 0.  ])
     """
     k, max_u = _check_grid_args(num_points, max_uncertainty)
-    stop = np.float32(max_u) + np.float32(QU_BRATS_EPS)  # float32, as `100.0 + np.finfo(np.float32).eps` in numpy 2
+    if _check_grid(grid) == "numpy1":  # `100.0 + np.finfo(np.float32).eps` in numpy 1.x: float64
+        stop = np.float64(max_u) + np.float64(QU_BRATS_EPS)
+    else:  # float32, as `100.0 + np.finfo(np.float32).eps` in numpy 2
+        stop = np.float32(max_u) + np.float32(QU_BRATS_EPS)
     return np.arange(0.0, stop, max_u / k, dtype=np.float64)[::-1].copy()
 
 
 def _binary(x: Any, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-    t = to_tensor(x, name)
+    t = to_tensor(x, name).detach()
     if shape is not None and tuple(t.shape) != shape:
         raise ValueError(f"{name} must have the shape of uncertainty {shape}, got {tuple(t.shape)}")
     if t.dtype == torch.bool:
@@ -212,7 +256,7 @@ def _binary(x: Any, name: str, shape: tuple[int, ...] | None = None) -> torch.Te
 
 
 def _uncertainty(x: Any, max_u: float, name: str = "uncertainty") -> torch.Tensor:
-    u = to_tensor(x, name)
+    u = to_tensor(x, name).detach()  # a map that requires grad (a validation step without no_grad) counts as well
     if u.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(u.shape)})")
     if not u.is_floating_point():
@@ -308,6 +352,7 @@ def qu_brats(
     brain_mask: ArrayLike | None = None,
     num_points: int = 40,
     max_uncertainty: float = 100.0,
+    grid: str = "numpy2",
 ) -> QUBraTSResult:
     """QU-BraTS score of one binary region (module docstring; Mehta et al., MELBA 2022).
 
@@ -325,13 +370,17 @@ def qu_brats(
         brain_mask: voxels counted for FTP / FTN (values > 0 are brain, e.g. a T1 image); ``None``: every voxel.
         num_points: number of thresholds ``K`` (40 in the challenge).
         max_uncertainty: top of the uncertainty scale (100 in the challenge).
+        grid: the threshold grid (:func:`qu_brats_thresholds`): ``"numpy2"`` (default, 40 thresholds ``97.5 ... 0``
+            for the defaults) or ``"numpy1"`` (the grid of the 2020 challenge, run under numpy 1.x: 41 thresholds
+            ``100 ... 0``); use ``"numpy1"`` to compare with the published 2020 challenge scores.
 
     Returns:
         A :class:`QUBraTSResult`.
 
     Raises:
         ValueError: for shape mismatches, non-binary masks, uncertainty outside ``[0, max_uncertainty]`` or
-            non-finite, and a brain mask without any voxel.
+            non-finite, a brain mask without any voxel, and a ``grid`` other than ``"numpy2"`` / ``"numpy1"``.
+        TypeError: a ``grid`` that is not a string.
 
     Example:
         >>> import torch
@@ -344,8 +393,18 @@ def qu_brats(
         >>> res = qu_brats(uncertainty, pred, target)
         >>> round(res.score, 4), round(res.dice_auc, 4), round(res.ftp_auc, 4), round(res.ftn_auc, 4)
         (0.9917, 0.975, 0.0, 0.0)
+
+        A perfect segmentation, certain everywhere, under the default grid and under the 2020 challenge's grid:
+
+        >>> certain = torch.zeros(8, 8, 8)
+        >>> round(qu_brats(certain, target, target).score, 4)
+        0.9917
+        >>> res1 = qu_brats(certain, target, target, grid="numpy1")
+        >>> len(res1.thresholds), res1.score
+        (41, 1.0)
     """
     k, max_u = _check_grid_args(num_points, max_uncertainty)
+    grid = _check_grid(grid)
     u = _uncertainty(uncertainty, max_u)
     shape = tuple(u.shape)
     p = _binary(pred, "pred", shape).to(u.device)
@@ -353,13 +412,13 @@ def qu_brats(
     if brain_mask is None:
         b = torch.ones(shape, dtype=torch.bool, device=u.device)
     else:
-        bm = to_tensor(brain_mask, "brain_mask")
+        bm = to_tensor(brain_mask, "brain_mask").detach()
         if tuple(bm.shape) != shape:
             raise ValueError(f"brain_mask must have the shape of uncertainty {shape}, got {tuple(bm.shape)}")
         if bm.is_floating_point():
             check_finite(bm, "brain_mask")
         b = (bm if bm.dtype == torch.bool else bm > 0).to(u.device)
-    desc = qu_brats_thresholds(k, max_u)
+    desc = qu_brats_thresholds(k, max_u, grid)
     asc = desc[::-1].copy()
     counts = _curve_counts(u, p, g, b, asc)
     if counts[-1, 4:].sum() == 0:  # categories with the brain bit
@@ -395,6 +454,7 @@ def qu_brats_regions(
     brain_mask: ArrayLike | None = None,
     num_points: int = 40,
     max_uncertainty: float = 100.0,
+    grid: str = "numpy2",
 ) -> QUBraTSRegionsResult:
     """QU-BraTS of every region of ``regions`` and their mean (the challenge reports WT, TC, ET and ranks the mean).
 
@@ -409,9 +469,15 @@ def qu_brats_regions(
         brain_mask: as in :func:`qu_brats`.
         num_points: as in :func:`qu_brats`.
         max_uncertainty: as in :func:`qu_brats`.
+        grid: as in :func:`qu_brats` (``"numpy1"``: the grid of the 2020 challenge, to compare with its published
+            scores).
 
     Returns:
         A :class:`QUBraTSRegionsResult`.
+
+    Raises:
+        ValueError: as :func:`qu_brats`, and for a map or mask missing for a region.
+        TypeError: a ``grid`` that is not a string.
 
     Example:
         >>> import numpy as np
@@ -425,7 +491,13 @@ def qu_brats_regions(
         >>> res = qu_brats_regions({"TC": np.zeros(pred.shape), "WT": u_wt, "ET": np.zeros(pred.shape)}, pred, target)
         >>> {name: round(r.score, 4) for name, r in res.regions.items()}, round(res.score, 4)
         ({'TC': 0.9917, 'WT': 0.9685, 'ET': 0.9917}, 0.9839)
+        >>> res1 = qu_brats_regions({"TC": np.zeros(pred.shape), "WT": u_wt, "ET": np.zeros(pred.shape)}, pred, target,
+        ...                         grid="numpy1")
+        >>> {name: round(r.score, 4) for name, r in res1.regions.items()}
+        {'TC': 1.0, 'WT': 0.9756, 'ET': 1.0}
     """
+    _check_grid_args(num_points, max_uncertainty)
+    grid = _check_grid(grid)  # before any region is scored
     spec = parse_regions(regions)
     names = list(spec)
     if isinstance(uncertainty, Mapping):
@@ -453,7 +525,7 @@ def qu_brats_regions(
     pm, tm = masks(pred, "pred"), masks(target, "target")
     results = {
         n: qu_brats(maps[n], pm[n], tm[n], brain_mask=brain_mask, num_points=num_points,
-                    max_uncertainty=max_uncertainty)
+                    max_uncertainty=max_uncertainty, grid=grid)
         for n in names
     }  # fmt: skip
     mean = {c: float(np.mean([getattr(r, c) for r in results.values()])) for c in _COMPONENTS}
@@ -517,7 +589,8 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
 
     Raises:
         ValueError: for values outside ``[0, max_value]`` by more than ``RANGE_RTOL * max_value`` (closer ones, float
-            rounding, are clipped).
+            rounding, are clipped), or a ``max_value`` / ``max_uncertainty`` that is not positive and finite.
+        TypeError: for a ``max_value`` / ``max_uncertainty`` that is not a number (a bool, a string).
 
     Example:
         >>> import math
@@ -526,9 +599,7 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
         >>> to_qu_brats_range(np.array([0.0, 0.5 * math.log(2), math.log(2)]), max_value=math.log(2))
         array([  0.,  50., 100.])
     """
-    if not (isinstance(max_value, (int, float, np.integer, np.floating)) and math.isfinite(max_value)
-            and max_value > 0):
-        raise ValueError(f"max_value must be positive and finite, got {max_value!r}")
+    max_value = _check_scale(max_value, "max_value")
     _, max_u = _check_grid_args(2, max_uncertainty)
     u = to_tensor(uncertainty, "uncertainty").to(torch.float64)
     check_finite(u, "uncertainty")
@@ -570,6 +641,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
         component: the buffered value.
         reduction: as in MONAI's metrics.
         get_not_nans: also return the number of non-NaN values from :meth:`aggregate`.
+        grid: the threshold grid, as in :func:`qu_brats`: ``"numpy2"`` (default) or ``"numpy1"`` (the 2020
+            challenge's grid, to compare with its published scores).
 
     Example:
         >>> import torch
@@ -582,6 +655,10 @@ class QUBraTSMetric(CumulativeIterationMetric):
         torch.Size([1, 3])
         >>> metric.aggregate().round(decimals=4)  # TC, WT, ET
         tensor([0.9917, 0.9917, 0.9917])
+        >>> metric1 = QUBraTSMetric(regions="brats", reduction="mean_batch", grid="numpy1")  # the 2020 grid
+        >>> _ = metric1(y_pred=label, y=label, uncertainty=torch.zeros(1, 3, 6, 6, 6))
+        >>> metric1.aggregate()
+        tensor([1., 1., 1.])
     """
 
     def __init__(
@@ -594,11 +671,13 @@ class QUBraTSMetric(CumulativeIterationMetric):
         component: str = "score",
         reduction: MetricReduction | str = MetricReduction.MEAN,
         get_not_nans: bool = False,
+        grid: str = "numpy2",
     ) -> None:
         super().__init__()
         self.num_points, self.max_uncertainty = _check_grid_args(num_points, max_uncertainty)
-        if uncertainty_max is not None and not (math.isfinite(uncertainty_max) and uncertainty_max > 0):
-            raise ValueError(f"uncertainty_max must be positive and finite, got {uncertainty_max!r}")
+        self.grid = _check_grid(grid)
+        if uncertainty_max is not None:
+            uncertainty_max = _check_scale(uncertainty_max, "uncertainty_max")
         if component not in _COMPONENTS:
             raise ValueError(f"component must be one of {_COMPONENTS}, got {component!r}")
         self.uncertainty_max = uncertainty_max
@@ -710,7 +789,7 @@ class QUBraTSMetric(CumulativeIterationMetric):
             mask = y_pred[i, 3 * r] if has_mask else None
             for j in range(r):
                 res = qu_brats(y_pred[i, j], y_pred[i, r + j] > 0.5, y_pred[i, 2 * r + j] > 0.5, brain_mask=mask,
-                               num_points=self.num_points, max_uncertainty=self.max_uncertainty)
+                               num_points=self.num_points, max_uncertainty=self.max_uncertainty, grid=self.grid)
                 out[i, j] = getattr(res, self.component)
         return out.to(y_pred.device)
 

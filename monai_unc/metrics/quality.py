@@ -70,6 +70,7 @@ or torch following the input. Counts accumulate in int64 / float64.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -198,6 +199,13 @@ def _masks(seg: torch.Tensor, num_classes: int) -> list[torch.Tensor]:
     return [seg == c for c in range(num_classes)] + [seg > 0]
 
 
+def _warn_single_sample(n_s: int, what: str) -> None:
+    """Warn that one sample's agreement with itself (Dice / IoU 1, CV 0) carries no information."""
+    if n_s == 1:
+        warnings.warn(f"{what}: a single sample agrees with itself; the estimate carries no information about the "
+                      "segmentation's quality", UserWarning, stacklevel=3)
+
+
 # ---------------------------------------------------------------------------------------------- batch estimates
 
 
@@ -303,6 +311,7 @@ def dice_to_mean(
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
     if reference is None:
+        _warn_single_sample(n_s, "dice_to_mean")
         ref = _argmax(s.sum(dim=0, dtype=torch.float64), 1)  # argmax of the mean
     else:
         ref = _reference(reference, (b, *s.shape[3:]), c, s.device)
@@ -343,6 +352,7 @@ def sample_iou(
     """
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
+    _warn_single_sample(n_s, "sample_iou")
     seg = _argmax(s, 2).reshape(n_s, b, -1)
     masks = _masks(seg, c)
     inter = torch.stack([m.all(dim=0).sum(dim=-1) for m in masks], dim=-1)
@@ -353,6 +363,8 @@ def sample_iou(
 
 def _cv(volumes: torch.Tensor, ddof: int, what: str) -> torch.Tensor:
     """CV over dim 0 of ``volumes`` ``(S, ...)``: ``std / mean``; NaN with a warning where undefined."""
+    if isinstance(ddof, (bool, np.bool_)) or not isinstance(ddof, (int, np.integer)) or ddof < 0:
+        raise ValueError(f"ddof must be an integer >= 0, got {ddof!r}")
     n_s = volumes.shape[0]
     v = volumes.to(torch.float64)
     mean = v.mean(dim=0)
@@ -382,12 +394,15 @@ def volume_cv(
         include_background: also report class 0 in ``per_class``.
         soft: use the summed probabilities as volumes instead of the argmax masks.
         ddof: ``0`` (default) the population standard deviation, as for the ``variance`` key; ``1`` the sample
-            standard deviation.
+            standard deviation; an integer ``>= 0``.
         validate: check that ``samples`` are probabilities.
 
     Returns:
         :class:`QualityScores` (lower is better); 0 when every sample has the same volume; a class absent from
         every sample gives NaN with a ``UserWarning``.
+
+    Raises:
+        ValueError: ``samples`` are not probabilities (with ``validate``), or ``ddof`` is not an integer ``>= 0``.
 
     Example:
         >>> from monai_unc.metrics import volume_cv
@@ -404,6 +419,8 @@ def volume_cv(
     """
     s = _probs_samples(samples, validate)
     n_s, b, c = s.shape[:3]
+    if ddof == 0:  # with ddof >= 1 one sample already gives NaN, with its own warning
+        _warn_single_sample(n_s, "volume_cv")
     vol = _volumes(s.reshape(n_s * b, c, -1), soft).reshape(n_s, b, c + 1)
     return _split(_cv(vol, ddof, "volume_cv"), _classes(c, include_background), samples)
 
@@ -455,11 +472,17 @@ def expected_dice(
     f64 = torch.float64
     num = torch.empty((b, c + 1), dtype=f64, device=p.device)
     den = torch.empty((b, c + 1), dtype=f64, device=p.device)
-    for j in range(c + 1):  # one class at a time (memory of one map), sums in float64
-        pj = p[:, j] if j < c else 1.0 - p[:, 0]
-        mask = seg == j if j < c else seg > 0
+    for j in range(c):  # one class at a time (memory of one map), sums in float64
+        pj = p[:, j]
+        mask = seg == j
         num[:, j] = torch.where(mask, pj, torch.zeros_like(pj)).sum(dim=-1, dtype=f64)
         den[:, j] = pj.sum(dim=-1, dtype=f64) + mask.sum(dim=-1)
+    # foreground, pbar_fg = 1 - pbar_0: sums of 1 - p_0 as counts minus float64 sums of p_0 (a voxel-wise 1 - p_0
+    # in float16 / bfloat16 would round every voxel)
+    p0, mask = p[:, 0], seg > 0
+    size = mask.sum(dim=-1)
+    num[:, c] = size - torch.where(mask, p0, torch.zeros_like(p0)).sum(dim=-1, dtype=f64)
+    den[:, c] = (p.shape[-1] - p0.sum(dim=-1, dtype=f64)) + size
     q = overlap_ratio(2 * num, den, empty_score, caller="expected_dice")
     return _split(q, _classes(c, include_background), probs)
 
@@ -472,8 +495,9 @@ def quality_estimates(
 ) -> dict[str, QualityScores]:
     """Every available estimate from an inferer's output dict (keyed by :class:`~monai_unc.keys.UncertaintyKeys`).
 
-    ``expected_dice`` comes from ``pred``; ``pairwise_dice`` (at least two samples), ``dice_to_mean``,
-    ``sample_iou`` and ``volume_cv`` need ``samples`` (``keep_samples=True``) and are left out without them.
+    ``expected_dice`` comes from ``pred``; ``pairwise_dice``, ``dice_to_mean``, ``sample_iou`` and ``volume_cv``
+    need at least two ``samples`` (``keep_samples=True``) and are left out without them (with a ``UserWarning`` for
+    a single sample, whose agreement with itself would read as a perfect case).
     The values follow the library of ``pred``. For referral use an uncertainty: ``1 - q`` for the Dice / IoU
     estimates, ``volume_cv`` as is.
 
@@ -520,8 +544,12 @@ def quality_estimates(
     samples = output.get(K.SAMPLES.value)
     if samples is not None:
         check_probabilities(to_tensor(samples, "samples"), "samples", channel_dim=2, min_ndim=4)
-        if samples.shape[0] >= 2:
-            res["pairwise_dice"] = pairwise_dice(samples, empty_score=empty_score, validate=False, **kw)
+    if samples is not None and samples.shape[0] < 2:
+        warnings.warn("quality_estimates: a single sample agrees with itself; the sample-agreement estimates "
+                      "(pairwise_dice, dice_to_mean, sample_iou, volume_cv) carry no information and are left out",
+                      UserWarning, stacklevel=2)
+    elif samples is not None:
+        res["pairwise_dice"] = pairwise_dice(samples, empty_score=empty_score, validate=False, **kw)
         res["dice_to_mean"] = dice_to_mean(samples, empty_score=empty_score, validate=False, **kw)
         res["sample_iou"] = sample_iou(samples, empty_score=empty_score, validate=False, **kw)
         res["volume_cv"] = volume_cv(samples, validate=False, **kw)
@@ -674,12 +702,17 @@ class StreamingQuality:
 
         Args:
             soft: use the summed probabilities as volumes.
-            ddof: delta degrees of freedom of the standard deviation.
+            ddof: delta degrees of freedom of the standard deviation, an integer ``>= 0``.
 
         Returns:
             :class:`QualityScores`.
+
+        Raises:
+            ValueError: ``ddof`` is not an integer ``>= 0``.
         """
         self._require()
+        if ddof == 0:
+            _warn_single_sample(self.num_samples, "StreamingQuality.volume_cv")
         vol = torch.stack(self._soft if soft else self._volumes)
         return self._out(_cv(vol, ddof, "StreamingQuality.volume_cv"))
 
@@ -690,6 +723,7 @@ class StreamingQuality:
             :class:`QualityScores`.
         """
         self._require()
+        _warn_single_sample(self.num_samples, "StreamingQuality.sample_iou")
         c = self.num_classes
         inter = torch.stack([((self._and >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_and.sum(-1)], -1)
         union = torch.stack([((self._or >> k) & 1).sum(dim=-1) for k in range(c)] + [self._fg_or.sum(-1)], -1)
@@ -746,9 +780,24 @@ class ConformalInterval(NamedTuple):
 
 
 def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)) or not (
+        0 < alpha < 1
+    ):  # numpy scalars (np.float32(0.1) from an array) are numbers too
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
     return float(alpha)
+
+
+def _check_bounds(bounds: Any) -> tuple[float, float]:
+    """``bounds`` as two finite floats ``lower < upper`` (ValueError naming it otherwise)."""
+    try:
+        if isinstance(bounds, (str, bytes)):
+            raise TypeError
+        lo, hi = (float(v) for v in bounds)
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds must be two numbers (lower, upper), got {bounds!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"bounds must be finite with lower < upper, got {bounds!r}")
+    return lo, hi
 
 
 def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = CONFORMAL_ALPHA) -> tuple[float, int]:
@@ -769,7 +818,7 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
         ``(q, n)``: the quantile (``inf`` with too few pairs) and the number of pairs used.
 
     Raises:
-        ValueError: ``alpha`` outside (0, 1), or the arrays differ in length.
+        ValueError: ``alpha`` outside (0, 1), the arrays differ in length, or hold an infinite value.
 
     Example:
         >>> conformal_quantile([0.9, 0.8, 0.7, 0.9], [0.8, 0.8, 0.5, 0.95], alpha=0.4)
@@ -780,6 +829,9 @@ def conformal_quantile(estimates: ArrayLike, truths: ArrayLike, alpha: float = C
     t = np.asarray(truths, dtype=np.float64).reshape(-1)
     if e.shape != t.shape:
         raise ValueError(f"estimates and truths must have one entry per case, got {e.size} and {t.size}")
+    for name, v in (("estimates", e), ("truths", t)):
+        if np.isinf(v).any():  # not undefined (NaN) but broken: leaving the pair out would hide it
+            raise ValueError(f"{name} hold {int(np.isinf(v).sum())} infinite value(s); use NaN for an undefined one")
     r = np.sort(np.abs(t - e)[np.isfinite(e) & np.isfinite(t)])
     n = int(r.size)
     k = int(np.ceil((n + 1) * (1 - a) - 1e-9))  # the tolerance keeps (n + 1)(1 - alpha) = 9.000000000000002 at 9
@@ -817,7 +869,8 @@ def conformal_interval(
         :class:`ConformalInterval` (``low`` / ``high`` float64 arrays of the shape of ``estimate``).
 
     Raises:
-        ValueError: as :func:`conformal_quantile`.
+        ValueError: as :func:`conformal_quantile`; ``bounds`` not two finite numbers ``lower < upper``; an infinite
+            ``estimate``.
 
     Example:
         >>> rng = np.random.default_rng(0)
@@ -827,12 +880,15 @@ def conformal_interval(
         >>> round(iv.quantile, 3), iv.low.round(3).tolist(), iv.high.round(3).tolist()
         (0.084, [0.846, 0.516], [1.0, 0.684])
     """
+    lo, hi = _check_bounds(bounds)
     q, n = conformal_quantile(calibration_estimates, calibration_truths, alpha)
     e = np.asarray(estimate, dtype=np.float64)
+    if np.isinf(e).any():
+        raise ValueError(f"estimate holds {int(np.isinf(e).sum())} infinite value(s); an estimate is a number or NaN "
+                         "(undefined)")
     if np.isnan(e).any():
         warnings.warn(f"{int(np.isnan(e).sum())} undefined estimate(s): their conformal interval is undefined (NaN)",
                       UserWarning, stacklevel=2)
-    lo, hi = float(bounds[0]), float(bounds[1])
     with np.errstate(invalid="ignore"):
         low = np.where(np.isnan(e), np.nan, np.clip(e - q, lo, hi))
         high = np.where(np.isnan(e), np.nan, np.clip(e + q, lo, hi))

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .._deprecation import deprecated_arg_names
-from .._utils import ArrayLike, case_vector, to_numpy, warn_nan
+from .._utils import ArrayLike, case_vector, check_bool, to_numpy, warn_nan
 
 __all__ = [
     "RiskCoverageCurve",
@@ -187,7 +187,8 @@ def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
     if x.size < 2:
         return 0.0
     area = float(np.sum(np.diff(x) * (y[1:] + y[:-1]) * 0.5))
-    return area if x[-1] >= x[0] else -area
+    # + 0.0: a zero area over a descending x is -0.0, which reports print as "-0.0"
+    return (area if x[-1] >= x[0] else -area) + 0.0
 
 
 @deprecated_arg_names({"scores": "uncertainty"})
@@ -453,6 +454,7 @@ def area_under_referral_curve(
         >>> round(area_under_referral_curve([0.1, 0.4, 0.2, 0.8], dice, normalize=True), 4)
         0.7972
     """
+    normalize = check_bool(normalize, "normalize")  # a truthy string ("no") must not switch it on
     curve = referral_curve(uncertainty, values, taus=taus, ties=ties)
     t = to_numpy(curve.tau, "tau")
     v = to_numpy(curve.value, "value")

@@ -638,7 +638,10 @@ class MonitorStore:
 
         Args:
             labels: ``{"case", "dice", "failure", "loss"}`` per case, optionally ``"site"`` (``dice`` / ``failure``
-                / ``site`` may be None; ``loss`` in ``[0, 1]`` is what the risk statistics use).
+                / ``site`` may be None; ``loss`` in ``[0, 1]`` is what the risk statistics use) and ``"case_row"``:
+                the record (``row`` of :meth:`cases`) whose rule gave the loss. A label whose case was recorded again
+                since (a newer record, perhaps under another rule) is then refused instead of going to the newer
+                record with a loss of the older rule.
             source: where the labels came from (a CSV or a folder; for the audit trail).
             command: the command line of the audit entry.
 
@@ -647,11 +650,11 @@ class MonitorStore:
 
         Raises:
             ValueError: a case id that is not in the store (at the label's site), a case id of several sites without
-                the site, or a loss outside ``[0, 1]``.
+                the site, a case recorded again after its ``case_row``, or a loss outside ``[0, 1]``.
         """
         with self._transaction():
             rows = []
-            missing, ambiguous = [], []
+            missing, ambiguous, moved = [], [], []
             for lab in labels:
                 cid = _check_text(lab.get("case"), "case")
                 site = _check_text(lab.get("site"), "site", allow_none=True)
@@ -664,6 +667,10 @@ class MonitorStore:
                 found = records[:1]
                 if not found:
                     missing.append(cid if site is None else f"{cid} at {site}")
+                    continue
+                expected = lab.get("case_row")
+                if expected is not None and int(found[0][0]) != int(expected):
+                    moved.append(cid if site is None else f"{cid} at {site}")
                     continue
                 loss = float(lab["loss"])
                 if not 0 <= loss <= 1:
@@ -678,6 +685,11 @@ class MonitorStore:
                 raise ValueError(f"{len(ambiguous)} labelled case id(s) recorded at more than one site "
                                  f"({'; '.join(ambiguous[:5])}{more}): add a 'site' column to the labels table to say "
                                  "whose case each label is")
+            if moved:
+                more = " ..." if len(moved) > 5 else ""
+                raise ValueError(f"{len(moved)} labelled case(s) were recorded again while the labels were read "
+                                 f"({moved[:5]}{more}): their losses followed the earlier record's rule; run the "
+                                 "command again")
             if missing:
                 more = " ..." if len(missing) > 5 else ""
                 raise ValueError(f"{len(missing)} labelled case(s) not in the monitoring store ({missing[:5]}{more}): "

@@ -262,6 +262,11 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--ignore-unclaimed-labels", action="store_true",
                    help="with --regions: count label values that no region holds as background instead of refusing "
                         "them (e.g. label 3 under 'brats' is refused: BraTS 2023 labels need 'brats2023')")
+    p.add_argument("--qu-brats-grid", default="numpy2", choices=("numpy2", "numpy1"),  # metrics.QU_BRATS_GRIDS
+                   help="with --regions: the QU-BraTS threshold grid. numpy2 (default): the challenge script under "
+                        "numpy >= 2, 40 thresholds 97.5 ... 0; numpy1: the script as run in the 2020 challenge "
+                        "(numpy 1.x), 41 thresholds 100 ... 0, to compare with the published 2020 scores "
+                        "(docs/regions.md)")
     p.add_argument("--seg-label-values", type=_label_values, default=None, metavar="V1,V2,...",
                    help="labels given as DICOM SEG: the label value of each segment in segment order (DICOM numbers "
                         "segments 1, 2, 3, ...: the BraTS labels 1, 2, 4 are 1,2,4; default: segment s is label s)")

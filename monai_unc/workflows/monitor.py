@@ -176,7 +176,9 @@ def record_labels(
                 rows.append({**lab, "loss": 0.0})  # add_labels names every case that is not in the store
                 continue
             rule = rules[case["rule_digest"]]
-            rows.append({**lab, "loss": loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])})
+            # case_row: add_labels refuses the label if the case was recorded again (another rule) since this read
+            rows.append({**lab, "case_row": case["row"],
+                         "loss": loss_of(lab["dice"], lab["failure"], rule["risk"], rule["failure_dice"])})
         n = store.add_labels(rows, source=str(path.resolve()), command=command)
     return CommandResult(n, True, path.resolve().parent, (f"recorded {n} audited label(s)",))
 

@@ -280,3 +280,14 @@ def test_a_side_file_with_a_damaged_deflate_stream_is_unusable(files, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert load_case_state(tmp_path, f.case_id, fp) is None
+
+
+def test_seg_label_values_enter_the_fingerprint(files):
+    """DICOM SEG references: the segments' label values decide the label map, so a rerun with other values must not
+    reuse the rows of the earlier ones (they were not part of the fingerprint)."""
+    f = files[0]
+    plain = case_fingerprint(f, _config())
+    assert "seg_label_values" not in plain["config"]  # earlier fingerprints stay valid
+    a = case_fingerprint(f, _config(seg_label_values=[1, 2]))
+    assert a != plain and a != case_fingerprint(f, _config(seg_label_values=[2, 1]))
+    assert a == case_fingerprint(f, _config(seg_label_values=[1, 2]))

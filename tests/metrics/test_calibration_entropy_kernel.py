@@ -189,3 +189,14 @@ def test_a_voxel_the_two_logarithms_put_in_neighbouring_bins(monkeypatch):
         calls, out = _calls(p, y, n_fine, chunk=1024)
         assert calls == []
         assert not np.array_equal(out["total"][4], np.bincount(ref_bins, minlength=n_fine + 1))  # ... a wrong count
+
+
+def test_very_many_fine_bins_take_the_reference_values():
+    """With n_fine = 2^20 a chunk of 2^20 voxels would likely hold a voxel near an edge: the caller's values
+    throughout, without computing the kernel's first; with the default n_fine the kernel's."""
+    n = 1 << 20
+    g = torch.Generator().manual_seed(7)
+    p = np.ascontiguousarray(torch.softmax(torch.randn(3, n, generator=g, dtype=torch.float64), 0).numpy())
+    y = np.zeros(n, np.int64)
+    assert _calls(p, y, 1 << 20, chunk=n)[0] == [(0, n)]
+    assert _calls(p, y, 15 * 2**10, chunk=n)[0] == []

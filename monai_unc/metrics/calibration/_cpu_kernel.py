@@ -650,7 +650,9 @@ def histogram_tables(
 
     step = PACKED_VOXELS if entropy is None else max(1, min(chunk, PACKED_VOXELS))
     margin = entropy_margin(n_cls) * n_fine  # in units of a bin
-    ent_buf = np.empty(min(step, n)) if entropy is not None and margin < 0.25 else None
+    # the kernel's entropy only where few chunks are expected to fall back (about 2 margin step voxels of a chunk lie
+    # within the margin of an edge when the entropies spread over many bins; a very large n_fine takes the caller's)
+    ent_buf = np.empty(min(step, n)) if entropy is not None and 2.0 * margin * min(step, n) < 0.5 else None
     log_c = math.log(n_cls)
 
     def fast_entropy(start: int, stop: int) -> np.ndarray | None:

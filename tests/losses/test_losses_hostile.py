@@ -1,0 +1,361 @@
+"""Hostile review of the calibration losses: brute-force torch re-implementations (values and autograd gradients),
+float64 gradchecks over every option, reduced precision, huge logits, NaN logits, degenerate shapes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from monai_unc.losses import (
+    DiceCEL1ACELoss,
+    DiceCEMarginLoss,
+    DiceSVLSLoss,
+    L1ACELoss,
+    MarginLoss,
+    SVLSLoss,
+    binned_calibration,
+    l1_average_calibration_error,
+    mean_margin_penalty,
+)
+
+# ---------------------------------------------------------------- brute-force references (float64, loops)
+
+
+def _ref_kernel(dims: int, k: int, sigma: float, spacing) -> torch.Tensor:
+    half = k // 2
+    w = torch.zeros((k,) * dims, dtype=torch.float64)
+    for idx in itertools.product(range(k), repeat=dims):
+        w[idx] = math.exp(-sum(((i - half) * s) ** 2 for i, s in zip(idx, spacing)) / (2 * sigma**2))
+    w = w / w.sum()
+    c = (half,) * dims
+    w[c] = 1 - w[c]
+    return w / w.sum()
+
+
+def _ref_svls_targets(onehot: torch.Tensor, k: int = 3, sigma: float = 1.0, spacing=None) -> torch.Tensor:
+    dims = onehot.ndim - 2
+    spacing = spacing or (1.0,) * dims
+    kern = _ref_kernel(dims, k, sigma, spacing)
+    half = k // 2
+    shape = onehot.shape[2:]
+    out = torch.zeros_like(onehot, dtype=torch.float64)
+    for off in itertools.product(range(k), repeat=dims):  # out[x] += w[off] * y[clamp(x + off - half)]
+        idx = [torch.clamp(torch.arange(n) + o - half, 0, n - 1) for n, o in zip(shape, off)]
+        shifted = onehot.double()
+        for d, ix in enumerate(idx):
+            shifted = shifted.index_select(2 + d, ix)
+        out = out + kern[off] * shifted
+    return out
+
+
+def _ref_reduce(per_voxel: torch.Tensor, reduction: str) -> torch.Tensor:
+    return {"mean": per_voxel.mean(), "sum": per_voxel.sum(), "none": per_voxel}[reduction]
+
+
+def _ref_svls(z, onehot, include_background, sigmoid, reduction, spacing=None):
+    q = _ref_svls_targets(onehot, spacing=spacing)
+    first = 0 if include_background else 1
+    if sigmoid:
+        terms = -(q * F.logsigmoid(z) + (1 - q) * F.logsigmoid(-z))  # log sigmoid, stable for large |z|
+        per_voxel = terms[:, first:].mean(1, keepdim=True)
+    else:
+        per_voxel = -(q * torch.log_softmax(z, 1))[:, first:].sum(1, keepdim=True)
+    return _ref_reduce(per_voxel, reduction)
+
+
+def _ref_margin(z, onehot, margin, alpha, include_background, reduction):
+    first = 0 if include_background else 1
+    ce = -(onehot * torch.log_softmax(z, 1))[:, first:].sum(1, keepdim=True)
+    d = z.max(1, keepdim=True).values - z
+    pen = torch.clamp(d - margin, min=0)[:, first:].mean(1, keepdim=True)
+    return _ref_reduce(ce + alpha * pen, reduction)
+
+
+def _ref_ace(p, y, num_bins, soft, empty_weight=0.01, ignore_empty=True):
+    """Per image and channel, one bin at a time: memberships, weighted means, mean gap over non-empty bins."""
+    b, c = p.shape[:2]
+    out = torch.zeros(b, c, dtype=torch.float64)
+    centres = (torch.arange(num_bins, dtype=torch.float64) + 0.5) / num_bins
+    for i, j in itertools.product(range(b), range(c)):
+        pp, yy = p[i, j].reshape(-1).double(), y[i, j].reshape(-1).double()
+        gaps = []
+        for k in range(num_bins):
+            if soft:  # triangular membership around centre k, the ends saturated
+                w = torch.clamp(1 - (pp - centres[k]).abs() * num_bins, min=0)
+                if k == 0:
+                    w = torch.where(pp <= centres[0], torch.ones_like(pp), w)
+                if k == num_bins - 1:
+                    w = torch.where(pp >= centres[-1], torch.ones_like(pp), w)
+            else:
+                lo, hi = k / num_bins, (k + 1) / num_bins
+                inside = (pp >= lo) & ((pp < hi) if k < num_bins - 1 else (pp <= hi))
+                w = inside.double()
+            total = w.sum()
+            if total > 0 and (not soft or total >= empty_weight):
+                gaps.append(((w * pp).sum() / total - (w * yy).sum() / total).abs())
+        val = torch.stack(gaps).mean() if gaps else torch.zeros((), dtype=torch.float64)
+        if ignore_empty and float(yy.sum()) == 0:
+            val = val * 0
+        out = out.index_put((torch.tensor([i]), torch.tensor([j])), val.reshape(1))
+    return out
+
+
+def _onehot(labels: torch.Tensor, c: int) -> torch.Tensor:
+    return F.one_hot(labels[:, 0], c).movedim(-1, 1).double()
+
+
+SHAPES = [(1, 3, 7), (2, 4, 5, 4), (1, 2, 3, 4, 3)]  # 1D, 2D, 3D; batch of one
+
+
+# ---------------------------------------------------------------- values and gradients against the references
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["1d", "2d", "3d"])
+@pytest.mark.parametrize("include_background", [True, False])
+@pytest.mark.parametrize("sigmoid", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_svls_values_and_gradients_equal_a_brute_force_reference(shape, include_background, sigmoid, reduction):
+    gen = torch.Generator().manual_seed(sum(shape))
+    z = (torch.randn(*shape, dtype=torch.float64, generator=gen) * 3).requires_grad_(True)
+    labels = torch.randint(0, shape[1], (shape[0], 1, *shape[2:]), generator=gen)
+    loss = SVLSLoss(include_background=include_background, to_onehot_y=True, softmax=not sigmoid, sigmoid=sigmoid,
+                    reduction=reduction)
+    got = loss(z, labels)
+    zr = z.detach().clone().requires_grad_(True)
+    want = _ref_svls(zr, _onehot(labels, shape[1]), include_background, sigmoid, reduction)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(z.grad, zr.grad, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["1d", "2d", "3d"])
+@pytest.mark.parametrize("include_background", [True, False])
+@pytest.mark.parametrize("to_onehot_y", [True, False])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_margin_values_and_gradients_equal_a_brute_force_reference(shape, include_background, to_onehot_y,
+                                                                    reduction):
+    gen = torch.Generator().manual_seed(3 + sum(shape))
+    z = (torch.randn(*shape, dtype=torch.float64, generator=gen) * 4).requires_grad_(True)
+    labels = torch.randint(0, shape[1], (shape[0], 1, *shape[2:]), generator=gen)
+    onehot = _onehot(labels, shape[1])
+    loss = MarginLoss(margin=2.5, alpha=0.3, include_background=include_background, to_onehot_y=to_onehot_y,
+                      reduction=reduction)
+    got = loss(z, labels if to_onehot_y else onehot)
+    zr = z.detach().clone().requires_grad_(True)
+    want = _ref_margin(zr, onehot, 2.5, 0.3, include_background, reduction)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(z.grad, zr.grad, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("soft", [False, True])
+@pytest.mark.parametrize("num_bins", [1, 3, 20])
+@pytest.mark.parametrize("sigmoid", [False, True])
+def test_l1_ace_values_and_gradients_equal_a_brute_force_reference(soft, num_bins, sigmoid):
+    gen = torch.Generator().manual_seed(num_bins)
+    z = (torch.randn(2, 3, 6, 5, dtype=torch.float64, generator=gen) * 3).requires_grad_(True)
+    labels = torch.randint(0, 3, (2, 1, 6, 5), generator=gen)
+    labels[1] = 0  # classes 1, 2 absent from the second image
+    onehot = _onehot(labels, 3)
+    loss = L1ACELoss("soft" if soft else "hard", num_bins, to_onehot_y=True, softmax=not sigmoid, sigmoid=sigmoid,
+                     reduction="none")
+    got = loss(z, labels)
+    zr = z.detach().clone().requires_grad_(True)
+    p = torch.sigmoid(zr) if sigmoid else torch.softmax(zr, 1)
+    want = _ref_ace(p, onehot, num_bins, soft)
+    torch.testing.assert_close(got.reshape(2, 3), want, rtol=1e-10, atol=1e-12)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(z.grad, zr.grad, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make,to_onehot",
+    [
+        (lambda: SVLSLoss(include_background=False, sigmoid=True, softmax=False, reduction="none"), False),
+        (lambda: SVLSLoss(spacing=(1.0, 3.0, 0.5), reduction="sum"), False),
+        (lambda: MarginLoss(margin=1.0, alpha=1.0, include_background=False, to_onehot_y=True), True),
+        (lambda: MarginLoss(margin=1.0, alpha=1.0, include_background=False, reduction="sum", to_onehot_y=True),
+         True),
+        (lambda: L1ACELoss("soft", 6, include_background=False, reduction="sum", to_onehot_y=True), True),
+        (lambda: L1ACELoss("hard", 6, sigmoid=True, softmax=False, reduction="none"), False),
+        (lambda: DiceSVLSLoss(include_background=False, sigmoid=True, softmax=False, batch=True), False),
+        (lambda: DiceCEMarginLoss(margin=1.0, alpha=0.5, include_background=False, to_onehot_y=True), True),
+        (lambda: DiceCEL1ACELoss("soft", 6, sigmoid=True, softmax=False), False),
+    ],
+)
+def test_gradcheck_float64_3d_and_every_option(make, to_onehot):
+    gen = torch.Generator().manual_seed(5)
+    z = (torch.randn(1, 3, 3, 4, 3, dtype=torch.float64, generator=gen) * 3).requires_grad_(True)
+    labels = torch.randint(0, 3, (1, 1, 3, 4, 3), generator=gen)
+    target = labels if to_onehot else _onehot(labels, 3)
+    loss = make()
+    assert torch.autograd.gradcheck(lambda x: loss(x, target), (z,), eps=1e-6, atol=1e-5)
+
+
+# ---------------------------------------------------------------- huge logits, one class, empty masks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_huge_logits_give_finite_values_equal_to_the_reference(dtype):
+    gen = torch.Generator().manual_seed(2)
+    z = torch.randn(2, 3, 6, 6, generator=gen).sign() * 1e4
+    z[:, 0] += 1.0  # no exact ties
+    labels = torch.randint(0, 3, (2, 1, 6, 6), generator=gen)
+    onehot = _onehot(labels, 3)
+    for loss, want in [
+        (SVLSLoss(to_onehot_y=True), _ref_svls(z.double(), onehot, True, False, "mean")),
+        (MarginLoss(to_onehot_y=True), _ref_margin(z.double(), onehot, 10.0, 0.1, True, "mean")),
+    ]:
+        zz = z.to(dtype).requires_grad_(True)
+        got = loss(zz, labels)
+        got.backward()
+        assert torch.isfinite(zz.grad).all()
+        assert float(got.detach()) == pytest.approx(float(want), rel=1e-6)
+    ace = L1ACELoss("hard", to_onehot_y=True, reduction="none")(z.to(dtype), labels)
+    want = _ref_ace(torch.softmax(z.double(), 1), onehot, 20, False)
+    torch.testing.assert_close(ace.reshape(2, 3).double(), want, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- reduced precision
+
+
+def _half_cases():
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 3, 96, 96, generator=gen) * 4
+    labels = torch.randint(0, 3, (2, 1, 96, 96), generator=gen)
+    return z, labels
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("soft", [False, True])
+def test_l1_ace_of_half_precision_probabilities_equals_float64_on_the_same_values(dtype, soft):
+    """The bin sums must not accumulate in the input's 8- or 11-bit mantissa (a count stops growing at 256 / 2048)."""
+    z, labels = _half_cases()
+    p = torch.softmax(z, 1).to(dtype)
+    y = _onehot(labels, 3).to(dtype)
+    got = l1_average_calibration_error(p, y, num_bins=20, soft=soft)
+    assert got.dtype == dtype
+    want = l1_average_calibration_error(p.double(), y.double(), num_bins=20, soft=soft)
+    torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=2e-3)
+    _, _, weight = binned_calibration(p, y, num_bins=20, soft=soft)
+    torch.testing.assert_close(weight.sum(-1), torch.full((2, 3), 96.0 * 96), rtol=1e-5, atol=0)  # each voxel once
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SVLSLoss(to_onehot_y=True),
+        lambda: SVLSLoss(to_onehot_y=True, sigmoid=True, softmax=False),
+        lambda: MarginLoss(margin=2.0, to_onehot_y=True),
+        lambda: MarginLoss(margin=2.0, to_onehot_y=True, include_background=False, reduction="sum"),
+        lambda: L1ACELoss("hard", to_onehot_y=True),
+        lambda: L1ACELoss("soft", to_onehot_y=True),
+        lambda: DiceSVLSLoss(to_onehot_y=True),
+        lambda: DiceCEMarginLoss(margin=2.0, to_onehot_y=True),
+        lambda: DiceCEL1ACELoss("soft", to_onehot_y=True),
+    ],
+)
+def test_half_precision_logits_give_the_float64_loss_of_the_same_values(dtype, make):
+    z, labels = _half_cases()
+    zh = z.to(dtype).requires_grad_(True)
+    got = make()(zh, labels)
+    want = make()(zh.detach().double(), labels)
+    assert float(got) == pytest.approx(float(want), rel=2e-3)
+    got.backward()
+    assert zh.grad.dtype == dtype and torch.isfinite(zh.grad).all()
+
+
+@pytest.mark.parametrize("make", [lambda: SVLSLoss(to_onehot_y=True), lambda: MarginLoss(margin=2.0, to_onehot_y=True),
+                                  lambda: DiceCEL1ACELoss("hard", to_onehot_y=True)])
+def test_float16_mean_loss_of_a_large_volume_does_not_overflow(make):
+    """A mean of per-voxel values near 3 is near 3; a float16 sum of 2^18 of them is inf."""
+    gen = torch.Generator().manual_seed(1)
+    z = torch.randn(1, 3, 64, 64, 64, generator=gen) * 4
+    labels = torch.randint(0, 3, (1, 1, 64, 64, 64), generator=gen)
+    got = make()(z.half(), labels)
+    want = make()(z.half().double(), labels)
+    assert math.isfinite(float(got)) and float(got) == pytest.approx(float(want), rel=2e-3)
+
+
+def test_fused_margin_penalty_of_float16_logits_does_not_overflow():
+    z = torch.zeros(1, 2, 200, 200, dtype=torch.float16)
+    z[:, 0] = 20.0  # every class-1 entry pays 10: the mean is 5, the sum 200 000 > float16's 65 504
+    assert float(mean_margin_penalty(z, 10.0)) == pytest.approx(5.0)
+
+
+# ---------------------------------------------------------------- non-finite logits
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])  # -inf is a probability 0: a finite loss
+@pytest.mark.parametrize("binning", ["hard", "soft"])
+def test_non_finite_logits_raise_value_error_in_the_ace_losses(bad, binning):
+    z = torch.randn(1, 3, 5, 5)
+    z[0, 1, 2, 2] = bad
+    y = torch.randint(0, 3, (1, 1, 5, 5))
+    for loss in (L1ACELoss(binning, to_onehot_y=True), DiceCEL1ACELoss(binning, to_onehot_y=True)):
+        with pytest.raises(ValueError, match="logits must be finite"):
+            loss(z, y)
+
+
+def test_nan_probabilities_give_a_nan_ace_not_an_index_error():
+    p = torch.rand(1, 2, 9, dtype=torch.float64)
+    p[0, 0, 3] = float("nan")
+    y = (torch.rand(1, 2, 9) > 0.5).double()
+    for soft in (False, True):
+        ace = l1_average_calibration_error(p, y, num_bins=4, soft=soft)
+        assert math.isnan(float(ace[0, 0])) and math.isfinite(float(ace[0, 1]))
+
+
+# ---------------------------------------------------------------- empty input, label dtypes
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 4, 4), (1, 3, 0, 4), (2, 3, 4, 0, 2)])
+@pytest.mark.parametrize("make", [SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss])
+def test_empty_logits_raise_instead_of_a_nan_or_zero_loss(shape, make):
+    """A mean over no voxel was NaN (SVLS, MbLS) or 0 (L1-ACE), silently."""
+    z = torch.randn(*shape)
+    y = torch.zeros(shape[0], 1, *shape[2:], dtype=torch.long)
+    with pytest.raises(ValueError, match="logits must not be empty"):
+        make(to_onehot_y=True)(z, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.float16])
+def test_label_maps_of_any_integer_like_dtype_give_the_same_loss(dtype):
+    gen = torch.Generator().manual_seed(8)
+    z = torch.randn(2, 2, 5, 6, generator=gen)
+    y = torch.randint(0, 2, (2, 1, 5, 6), generator=gen)
+    for make in (SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss):
+        torch.testing.assert_close(make(to_onehot_y=True)(z, y.to(dtype)), make(to_onehot_y=True)(z, y))
+
+
+@pytest.mark.parametrize("make", [SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss])
+def test_a_nan_in_a_one_hot_target_raises_naming_the_target(make):
+    """The loss was NaN without a word (only non-finite logits were reported)."""
+    z = torch.randn(1, 3, 6, 6)
+    y = _onehot(torch.randint(0, 3, (1, 1, 6, 6)), 3).float()
+    y[0, 1, 2, 2] = float("nan")
+    with pytest.raises(ValueError, match="target must be finite"):
+        make()(z, y)
+
+
+@pytest.mark.parametrize("empty_weight", [0.0, 1e-3, 0.5])
+def test_soft_ace_with_any_empty_weight_leaves_weightless_bins_out(empty_weight):
+    """``empty_weight=0`` (allowed) kept the bins of weight 0 and made every error 0 / 0 = NaN."""
+    gen = torch.Generator().manual_seed(4)
+    z = (torch.randn(2, 3, 8, 8, dtype=torch.float64, generator=gen) * 10).requires_grad_(True)
+    labels = torch.randint(0, 3, (2, 1, 8, 8), generator=gen)
+    got = L1ACELoss("soft", empty_weight=empty_weight, to_onehot_y=True, reduction="none")(z, labels)
+    zr = z.detach().clone().requires_grad_(True)
+    want = _ref_ace(torch.softmax(zr, 1), _onehot(labels, 3), 20, True, empty_weight)
+    torch.testing.assert_close(got.reshape(2, 3), want, rtol=1e-10, atol=1e-12)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(z.grad, zr.grad, rtol=1e-9, atol=1e-12)

@@ -1,0 +1,179 @@
+"""Hostile review of NCC, rater variance and the GED family against brute-force loops and numpy / scipy.
+
+GED by a loop over every ordered pair of masks and every foreground class; D_Det by its closed form
+``2 (p_A - p_Y)^2``; NCC against ``numpy.corrcoef``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from monai_unc.metrics import GEDMetric, NCCMetric, ged, ged_detection, ged_nonempty_iou, ncc, rater_variance
+
+
+def distance_loop(x, y, k, distance):
+    per_class = []
+    for c in range(1, k):
+        a, b = x == c, y == c
+        if not (a.any() or b.any()):
+            continue
+        inter = (a & b).sum()
+        sim = inter / (a | b).sum() if distance == "iou" else 2 * inter / (a.sum() + b.sum())
+        per_class.append(1.0 - sim)
+    return float(np.mean(per_class)) if per_class else 0.0
+
+
+def ged_loop(refs, samples, k, distance="iou"):
+    def mean_d(xs, ys):
+        return np.mean([distance_loop(x, y, k, distance) for x in xs for y in ys])
+
+    cross, ref, smp = mean_d(refs, samples), mean_d(refs, refs), mean_d(samples, samples)
+    return 2 * cross - ref - smp, cross, ref, smp
+
+
+# ------------------------------------------------------------------------------------------------ NCC
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.7, 1e-3, 1e5, 1e-170, 1e170])
+@pytest.mark.parametrize("offset", [0.0, 0.1, -2.0])
+def test_ncc_of_a_linear_map_is_exactly_one_in_bounds(scale, offset):
+    """r of ``s x + c`` against ``x`` is +-1 and never outside [-1, 1]; tiny and huge maps do not under/overflow."""
+    x = np.random.default_rng(0).random(1000)
+    assert ncc(x * scale + offset * scale, x) == pytest.approx(1.0, abs=1e-12)
+    assert ncc(x * scale + offset * scale, -x) == pytest.approx(-1.0, abs=1e-12)
+    assert -1.0 <= ncc(x * scale + offset * scale, x) <= 1.0
+    assert -1.0 <= ncc(x * scale + offset * scale, -x) <= 1.0
+
+
+def test_ncc_bounds_property_and_corrcoef():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n = int(rng.integers(2, 50))
+        a = rng.random(n) if rng.random() < 0.5 else rng.integers(0, 3, n).astype(float)
+        b = a * rng.normal() + rng.normal() * rng.random(n) * rng.random()
+        if np.ptp(a) == 0 or np.ptp(b) == 0:
+            continue
+        r = ncc(a, b)
+        assert -1.0 <= r <= 1.0
+        assert r == pytest.approx(float(np.corrcoef(a, b)[0, 1]), abs=1e-12)
+        assert ncc(torch.from_numpy(a).float(), torch.from_numpy(b)) == pytest.approx(
+            float(np.corrcoef(a.astype(np.float32).astype(np.float64), b)[0, 1]), abs=1e-12
+        )
+
+
+def test_ncc_bool_and_float16_maps():
+    assert ncc(np.array([True, False, True, True]), np.array([1.0, 0.0, 1.0, 1.0])) == 1.0
+    a16 = np.array([0.1, 0.2, 0.3, 0.7], dtype=np.float16)
+    assert ncc(a16, np.arange(4.0)) == pytest.approx(float(np.corrcoef(a16.astype(np.float64), np.arange(4.0))[0, 1]))
+
+
+def test_ncc_constant_and_single_voxel_nan():
+    with pytest.warns(UserWarning, match="constant"):
+        assert math.isnan(ncc(np.full(10, 0.1), np.arange(10.0)))
+    with pytest.warns(UserWarning, match="constant"):
+        assert math.isnan(ncc(np.ones(1), np.ones(1)))
+
+
+# ------------------------------------------------------------------------------------------------ rater variance
+
+
+def test_rater_variance_matches_loop():
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        r, k = int(rng.integers(1, 6)), int(rng.integers(2, 5))
+        raters = rng.integers(0, k, (r, 3, 4))
+        expected = np.zeros((3, 4))
+        for c in range(1, max(int(raters.max()) + 1, 2)):
+            p = (raters == c).mean(axis=0)
+            expected += p * (1 - p)
+        np.testing.assert_allclose(rater_variance(raters), expected, atol=1e-15)
+        if k == 2:  # binary: eq. 13 exactly, the population variance of the labels
+            np.testing.assert_allclose(rater_variance(raters), raters.var(axis=0), atol=1e-15)
+
+
+# ------------------------------------------------------------------------------------------------ GED
+
+
+@pytest.mark.parametrize("distance", ["iou", "dice"])
+def test_ged_matches_pair_loop(distance):
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        k = int(rng.integers(2, 5))
+        shape = tuple(int(v) for v in rng.integers(1, 5, int(rng.integers(1, 4))))
+        dens = rng.random()
+        refs = np.where(rng.random((int(rng.integers(1, 4)), *shape)) < dens, rng.integers(1, k, shape), 0)
+        smp = np.where(rng.random((int(rng.integers(1, 5)), *shape)) < dens, rng.integers(1, k, shape), 0)
+        got = ged(refs, smp, distance=distance, num_classes=k)
+        np.testing.assert_allclose(got, ged_loop(refs, smp, k, distance), atol=1e-12)
+        assert got.ged >= -1e-12  # 1 - IoU and 1 - Dice on masks: a non-negative energy here
+        assert ged(smp, refs, distance=distance, num_classes=k).ged == pytest.approx(got.ged, abs=1e-12)
+        np.testing.assert_allclose(
+            GEDMetric(distance=distance, num_classes=k, return_terms=True)(
+                y_pred=torch.from_numpy(smp)[None], y=torch.from_numpy(refs)[None]
+            )[0].numpy(),
+            ged_loop(refs, smp, k, distance),
+            atol=1e-12,
+        )
+        nonempty = lambda xs: [x for x in xs if (x > 0).any()]  # noqa: E731
+        if nonempty(refs) and nonempty(smp):
+            np.testing.assert_allclose(
+                ged_nonempty_iou(refs, smp, num_classes=k), ged_loop(nonempty(refs), nonempty(smp), k), atol=1e-12
+            )
+        pa, py = np.mean([not (x > 0).any() for x in refs]), np.mean([not (x > 0).any() for x in smp])
+        assert ged_detection(refs, smp).ged == pytest.approx(2 * (pa - py) ** 2, abs=1e-12)
+
+
+def test_ged_identical_sets_zero_and_empty_masks():
+    m = np.zeros((2, 4, 4), int)
+    m[0, 1:3, 1:3] = 1
+    assert ged(m, m).ged == 0.0
+    assert ged(np.zeros((3, 4, 4), int), np.zeros((2, 4, 4), int)) == (0.0, 0.0, 0.0, 0.0)
+    with pytest.warns(UserWarning, match="empty"):
+        assert all(math.isnan(v) for v in ged_nonempty_iou(np.zeros((2, 4, 4), int), m))
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+def test_metrics_accumulate_reset_aggregate_twice():
+    torch.manual_seed(4)
+    u = torch.rand(3, 1, 4, 4)
+    ref = u + 0.3 * torch.rand(3, 1, 4, 4)
+    expected = np.mean([np.corrcoef(u[i].ravel().numpy(), ref[i].ravel().numpy())[0, 1] for i in range(3)])
+    metric = NCCMetric()
+    metric(y_pred=u[:2], y=ref[:2])
+    metric(y_pred=u[2:], y=ref[2:])
+    assert float(metric.aggregate()) == pytest.approx(expected, abs=1e-6)
+    assert float(metric.aggregate()) == pytest.approx(expected, abs=1e-6)
+    metric.reset()
+    with pytest.warns(UserWarning, match="constant"):
+        metric(y_pred=torch.ones(1, 1, 4, 4), y=ref[:1])  # constant: NaN, skipped, NaN overall with a warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert math.isnan(float(metric.aggregate()))
+    assert any("NaN" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("num_classes", [2.5, True, "3", 1])
+def test_num_classes_must_be_an_integer_of_at_least_two(num_classes):
+    refs = np.zeros((2, 4, 4), int)
+    refs[0, 1, 1] = 1
+    with pytest.raises(ValueError, match="num_classes"):
+        ged(refs, refs, num_classes=num_classes)
+    with pytest.raises(ValueError, match="num_classes"):
+        ged_nonempty_iou(refs, refs, num_classes=num_classes)
+    with pytest.raises(ValueError, match="num_classes"):
+        GEDMetric(num_classes=num_classes)
+
+
+def test_metric_flags_must_be_bools():
+    """A truthy string must not switch an option on (``y_is_raters="no"`` read rater maps as reference maps)."""
+    with pytest.raises(TypeError, match="y_is_raters"):
+        NCCMetric(y_is_raters="no")
+    with pytest.raises(TypeError, match="return_terms"):
+        GEDMetric(return_terms="yes")

@@ -1,0 +1,209 @@
+"""Hostile review of the comparison statistics: brute-force references, Monte Carlo error rates, degenerate and bad
+input."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from monai_unc.metrics.compare import (
+    cochrans_q,
+    cohens_d,
+    compare_metric_values,
+    holm_correction,
+    mcnemar_test,
+)
+
+# ---------------------------------------------------------------- brute-force references
+
+
+def _ref_mcnemar_exact(x, y):
+    b = sum(1 for u, v in zip(x, y) if u and not v)
+    c = sum(1 for u, v in zip(x, y) if v and not u)
+    n = b + c
+    if n == 0:
+        return 1.0
+    probs = [math.comb(n, i) / 2**n for i in range(n + 1)]  # the two-sided p: outcomes no likelier than b
+    return min(1.0, sum(q for q in probs if q <= probs[b] * (1 + 1e-12)))
+
+
+def _ref_cochran(x):
+    x = np.asarray(x, dtype=float)
+    n, k = x.shape
+    col, row = x.sum(0), x.sum(1)
+    total = x.sum()
+    num = k * (k - 1) * ((col - total / k) ** 2).sum()
+    den = (row * (k - row)).sum()
+    return num / den
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_mcnemar_and_cochran_equal_brute_force_references(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    x = rng.random(n) < rng.random()
+    y = rng.random(n) < rng.random()
+    assert mcnemar_test(x, y) == pytest.approx(_ref_mcnemar_exact(x, y), rel=1e-12)
+    k = int(rng.integers(2, 6))
+    out = rng.random((n, k)) < rng.random(k)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        q, p, df = cochrans_q(out)
+    row = out.sum(1)
+    if ((row == 0) | (row == k)).all():
+        assert math.isnan(q)
+    else:
+        assert q == pytest.approx(_ref_cochran(out), rel=1e-12) and df == k - 1
+        assert p == pytest.approx(stats.chi2.sf(_ref_cochran(out), k - 1), rel=1e-9)
+
+
+def test_exact_mcnemar_keeps_its_level_by_simulation():
+    """Under the null (b and c equally likely) the exact test rejects at most alpha of the time (it is
+    conservative); 4000 draws of 25 pairs: the rejection rate + 3 standard errors stays below 0.05."""
+    rng = np.random.default_rng(0)
+    reps, n = 4000, 25
+    rejected = 0
+    for _ in range(reps):
+        u = rng.random(n)
+        x = u < 0.4  # x-only 0.2, y-only 0.2, both 0.2, neither 0.4
+        y = (u >= 0.2) & (u < 0.6)
+        rejected += mcnemar_test(x, y) <= 0.05
+    rate = rejected / reps
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps), rate
+    assert rate > 0.01  # not vacuous: the test does reject sometimes
+
+
+def test_cohens_d_equals_numpy_and_is_antisymmetric():
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        a, b = rng.normal(0, 1, rng.integers(2, 20)), rng.normal(0.5, 2, rng.integers(2, 20))
+        ref = (a.mean() - b.mean()) / math.sqrt((np.var(a, ddof=1) + np.var(b, ddof=1)) / 2)
+        assert cohens_d(a, b) == pytest.approx(ref, rel=1e-12)
+        assert cohens_d(b, a) == pytest.approx(-ref, rel=1e-12)
+
+
+def test_holm_with_ties_and_ones_equals_the_definition():
+    p = np.array([0.01, 0.01, 0.5, 1.0, 0.02])
+    m = 5  # sorted 0.01, 0.01, 0.02, 0.5, 1: 0.05, 0.04 -> 0.05, 0.06, 1, 1
+    np.testing.assert_allclose(holm_correction(p), [0.05, 0.05, 1.0, 1.0, 0.06])
+    assert holm_correction(np.full(m, 1.0)).tolist() == [1.0] * m
+
+
+# ---------------------------------------------------------------- compare_metric_values
+
+
+def test_identical_methods_prefer_neither_and_report_ties():
+    v = {"m": [0.3, 0.5, 0.7], "n": [1.0, 2.0, 3.0]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        res = compare_metric_values(v, v, True)
+    for m in res.metrics.values():
+        assert m.accuracy == 0.0 and m.n_ties == 3 and m.cohens_d == 0.0 and m.mean_relative_difference == 0.0
+    assert res.mcnemar_p[0, 1] == 1.0 and math.isnan(res.cochran_q)
+
+
+@pytest.mark.parametrize("values_a,values_b", [([0.5], [0.4]), ([0.5, 0.5], [0.4, 0.4])])
+def test_an_undefined_cohens_d_comes_with_a_warning(values_a, values_b):
+    """One case, or constant values: Cohen's d is NaN, and the caller is told (as cohens_d itself does)."""
+    with pytest.warns(UserWarning, match="Cohen's d"):
+        res = compare_metric_values({"m": values_a}, {"m": values_b}, True)
+    assert math.isnan(res.metrics["m"].cohens_d) and res.metrics["m"].accuracy == 1.0
+
+
+def test_direction_flips_every_signed_statistic():
+    a, b = np.array([0.2, 0.4, 0.3, 0.5]), np.array([0.3, 0.1, 0.2, 0.6])
+    up = compare_metric_values({"m": a}, {"m": b}, True).metrics["m"]
+    down = compare_metric_values({"m": a}, {"m": b}, False).metrics["m"]
+    assert up.accuracy == 0.5 and down.accuracy == 0.5
+    assert down.cohens_d == pytest.approx(-up.cohens_d) and up.cohens_d == pytest.approx(cohens_d(a, b))
+    ref = np.mean(100 * (a - b) / np.abs(b))
+    assert up.mean_relative_difference == pytest.approx(ref) and down.mean_relative_difference == pytest.approx(-ref)
+
+
+@pytest.mark.parametrize("alpha", [0, 1, -0.1, 5, float("nan"), True, "0.05"])
+def test_alpha_is_checked(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        compare_metric_values({"m": [1.0, 2.0]}, {"m": [0.0, 1.0]}, True, alpha=alpha)
+
+
+def test_numpy_bool_direction_is_a_direction():
+    for flag in (np.True_, np.False_):
+        res = compare_metric_values({"m": [1.0, 2.0]}, {"m": [0.0, 1.0]}, flag)
+        assert res.metrics["m"].higher_is_better is bool(flag)
+
+
+def test_a_direction_that_is_not_a_bool_is_refused():
+    with pytest.raises(TypeError, match="higher_is_better"):
+        compare_metric_values({"m": [1.0, 2.0]}, {"m": [0.0, 1.0]}, {"m": "False"})
+    with pytest.raises(TypeError, match="higher_is_better"):
+        compare_metric_values({"m": [1.0, 2.0]}, {"m": [0.0, 1.0]}, "yes")
+
+
+def test_holm_of_a_2d_array_is_refused_naming_the_argument():
+    with pytest.raises(ValueError, match="p_values"):
+        holm_correction([[0.1, 0.2], [0.3, 0.4]])
+
+
+def test_significance_across_metrics_by_simulation_keeps_the_familywise_level():
+    """Three metrics with the same preference rate (null): the Holm-corrected McNemar tests declare a metric
+    significantly better than another in at most alpha of 1000 simulated studies (+ 3 standard errors)."""
+    rng = np.random.default_rng(3)
+    reps, n, hits = 1000, 30, 0
+    for _ in range(reps):
+        base = rng.normal(size=n)
+        vals_a = {f"m{j}": base + rng.normal(size=n) for j in range(3)}
+        vals_b = {f"m{j}": base + rng.normal(size=n) for j in range(3)}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            res = compare_metric_values(vals_a, vals_b, True)
+        hits += any(res.significantly_better(name) for name in res.names)
+    rate = hits / reps
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps), rate
+
+
+def test_same_cases_for_every_metric_and_2d_values_are_refused():
+    with pytest.raises(ValueError, match="same cases"):
+        compare_metric_values({"m": [1.0, 2.0], "n": [1.0]}, {"m": [0.0, 1.0], "n": [1.0]}, True)
+    with pytest.raises(ValueError, match="1-D"):
+        compare_metric_values({"m": [[1.0, 2.0]]}, {"m": [[0.0, 1.0]]}, True)
+
+
+def test_all_pairs_of_a_tiny_study_are_tested():
+    vals = {name: np.array(v) for name, v in zip("abc", ([1, 0, 1], [0, 1, 1], [1, 1, 0]))}
+    zeros = {name: np.zeros(3) + 0.5 for name in "abc"}
+    res = compare_metric_values(vals, zeros, True)
+    for i, j in itertools.combinations(range(3), 2):
+        x, y = res.metrics["abc"[i]].prefers_a, res.metrics["abc"[j]].prefers_a
+        assert res.mcnemar_p[i, j] == pytest.approx(_ref_mcnemar_exact(x, y))
+
+
+def test_compare_uncertainty_maps_checks_alpha_before_computing_metrics():
+    from monai_unc.metrics.compare import compare_uncertainty_maps
+
+    calls = []
+
+    def metric(u, p, t, spacing=1.0):
+        calls.append(1)
+        return float(u.mean())
+
+    maps = np.random.default_rng(0).random((3, 4, 4))
+    labels = np.zeros((3, 4, 4), np.int64)
+    with pytest.raises(ValueError, match="alpha"):
+        compare_uncertainty_maps({"m": metric}, maps, maps, True, pred=labels, target=labels, alpha=1.5)
+    assert not calls
+
+
+def test_metrics_without_a_common_valid_case_get_an_undefined_p_value_not_1():
+    nan = float("nan")
+    a = {"m": [0.9, 0.8, nan, nan], "n": [nan, nan, 0.9, 0.7]}
+    b = {"m": [0.1, 0.2, 0.3, 0.4], "n": [0.1, 0.2, 0.3, 0.4]}
+    with pytest.warns(UserWarning, match="share no valid case"):
+        res = compare_metric_values(a, b, True)
+    assert np.isnan(res.mcnemar_p[0, 1]) and np.isnan(res.mcnemar_p_holm[0, 1])
+    assert math.isnan(res.cochran_q)
+    assert res.significantly_better("m") == [] and res.metrics["m"].accuracy == 1.0
