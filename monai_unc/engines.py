@@ -18,7 +18,8 @@ the original grid. In an existing bundle, swapping ``inferer`` and ``evaluator#_
 ``Activationsd(keys="pred", softmax=True)`` because a plain inferer returns logits. Softmax applied to
 probabilities would flatten them (argmax, and so the label map, is unchanged, but the saved probabilities and any
 calibration metric would be wrong). With ``pred_format="auto"`` (default) the evaluator looks at its
-postprocessing: if an ``Activationsd`` applies softmax to ``pred`` it stores ``log(mean p)`` (clamped at the
+postprocessing (the ``postprocessing`` argument, then MONAI ``PostProcessing`` handlers given in
+``val_handlers``): if an ``Activationsd`` applies softmax to ``pred`` it stores ``log(mean p)`` (clamped at the
 smallest normal float), so that the bundle's softmax returns exactly the mean probabilities (``softmax(log p) =
 p / sum p = p``); a sigmoid gets ``log(p_1 / p_0)`` (two-class outputs), so that sigmoid returns ``p_1``;
 otherwise ``pred`` is the mean probabilities.
@@ -35,10 +36,11 @@ of a multi-label output is refused (it would renormalise the regions against eac
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,19 @@ def find_pred_activation(postprocessing: Any, key: str = Keys.PRED) -> str | Non
     return None if found is False else found
 
 
+def _postprocessing_chain(arguments: Mapping[str, Any]) -> Any:
+    """The transforms that run on ``engine.state.output`` in order: the evaluator's ``postprocessing``, then those of
+    MONAI ``PostProcessing`` handlers among its ``val_handlers`` (attached after it), as one ``transforms`` holder
+    for :func:`find_pred_activation`."""
+    from types import SimpleNamespace
+
+    from monai.handlers import PostProcessing
+
+    handlers = arguments.get("val_handlers") or ()
+    extra = [h.transform for h in handlers if isinstance(h, PostProcessing)]
+    return SimpleNamespace(transforms=[arguments.get("postprocessing"), *extra])
+
+
 def format_pred(probs: torch.Tensor, pred_format: str, multilabel: bool = False) -> torch.Tensor:
     """Mean probabilities ``(B, C, *spatial)`` in the form a bundle's postprocessing expects.
 
@@ -116,6 +131,19 @@ def format_pred(probs: torch.Tensor, pred_format: str, multilabel: bool = False)
         logp = torch.log(probs.clamp_min(tiny))
         return logp[:, 1:2] - logp[:, 0:1]
     raise ValueError(f"pred_format must be one of {PRED_FORMATS}, got {pred_format!r}")
+
+
+def _names(value: Any, name: str) -> list[str]:
+    """One name or a sequence of names (numbers allowed, as group labels of a datalist) as a list of strings.
+
+    Raises:
+        TypeError: ``value`` is neither a string nor an iterable of names (naming ``name``).
+    """
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (Mapping, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a string or a sequence of strings, got {type(value).__name__}")
+    return [str(v) for v in value]
 
 
 def _plain(x: Any) -> Any:
@@ -153,16 +181,16 @@ class UncertaintyEvaluator(SupervisedEvaluator):
     ) -> None:
         if pred_format not in PRED_FORMATS:
             raise ValueError(f"pred_format must be one of {PRED_FORMATS}, got {pred_format!r}")
-        if isinstance(uncertainty_keys, str):
-            uncertainty_keys = [uncertainty_keys]
         if uncertainty_keys is not None:
-            uncertainty_keys = [str(k) for k in uncertainty_keys]
+            uncertainty_keys = _names(uncertainty_keys, "uncertainty_keys")
             clash = [k for k in uncertainty_keys if k in (Keys.IMAGE, Keys.LABEL, Keys.PRED)]
             if clash:
                 raise ValueError(f"uncertainty_keys must not contain 'image', 'label' or 'pred', got {clash}")
         super().__init__(*args, **kwargs)
         if pred_format == "auto":
-            activation = find_pred_activation(kwargs.get("postprocessing"))
+            # SupervisedEvaluator's arguments may come by position: bind them to find the postprocessing
+            given = inspect.signature(SupervisedEvaluator.__init__).bind_partial(self, *args, **kwargs).arguments
+            activation = find_pred_activation(_postprocessing_chain(given))
             pred_format = {"softmax": "log_probabilities", "sigmoid": "binary_logit"}.get(activation, "probabilities")
             if pred_format != "probabilities":
                 self.logger.info(
@@ -271,6 +299,17 @@ def _case_id(item: Mapping, batch_item: Mapping, image_key: str) -> str:
     return ""
 
 
+def _case_score(value: Any, key: str) -> float:
+    """The one number of a per-case score; ``ValueError`` naming ``key`` for anything else (e.g. a whole map)."""
+    t = torch.as_tensor(value.as_tensor() if isinstance(value, MetaTensor) else value)
+    if t.numel() != 1:
+        raise ValueError(
+            f"CaseScoresHandler: score_keys entry {key!r} must be one number per case, got shape {tuple(t.shape)}; "
+            f"name a case score such as '{key}_mean' (AggregateUncertaintyd), not a map"
+        )
+    return float(t.reshape(()))
+
+
 class CaseScoresHandler:
     """Ignite handler: per-case uncertainty scores, grouped by a shift label, into a CSV and OoD AUROC metrics.
 
@@ -286,7 +325,8 @@ class CaseScoresHandler:
     ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it.
 
     Args:
-        score_keys: keys of per-case scalars in ``engine.state.output``.
+        score_keys: keys of per-case scalars in ``engine.state.output`` (one number each; a key holding more, such
+            as a map, raises ``ValueError``).
         group_key: key of the group label in ``engine.state.batch``.
         iid_groups: labels of in-distribution cases.
         output_dir: the folder of the CSV (``None``: no file).
@@ -303,7 +343,7 @@ class CaseScoresHandler:
         filename: str = "case_scores.csv",
         image_key: str = Keys.IMAGE,
     ) -> None:
-        self.score_keys = [score_keys] if isinstance(score_keys, str) else [str(k) for k in score_keys]
+        self.score_keys = _names(score_keys, "score_keys")
         if not self.score_keys:
             raise ValueError("score_keys must name at least one per-case score")
         self.group_key = group_key
@@ -311,15 +351,25 @@ class CaseScoresHandler:
         if len(set(columns)) != len(columns):
             raise ValueError(f"score_keys and group_key must be distinct and not 'case' (the CSV's columns), got "
                              f"{columns}")
-        self.iid_groups = {iid_groups} if isinstance(iid_groups, str) else {str(g) for g in iid_groups}
+        self.iid_groups = set(_names(iid_groups, "iid_groups"))
+        if not self.iid_groups:
+            raise ValueError("iid_groups must name at least one in-distribution group (the OoD AUROC compares the "
+                             "cases outside them with the cases inside)")
         self.output_dir = None if output_dir is None else Path(output_dir)
         self.filename = filename
         self.image_key = image_key
         self._rows: list[tuple[str, str, list[float]]] = []
 
     def attach(self, engine: Any) -> None:
+        """Collect the cases of ``engine``'s epochs; attaching again to the same engine changes nothing.
+
+        Args:
+            engine: the evaluator.
+        """
         from ignite.engine import Events
 
+        if engine.has_event_handler(self._collect, Events.ITERATION_COMPLETED):
+            return  # attached already (e.g. in val_handlers and by hand): every case once
         engine.add_event_handler(Events.EPOCH_STARTED, self._reset)
         engine.add_event_handler(Events.ITERATION_COMPLETED, self._collect)
         engine.add_event_handler(Events.EPOCH_COMPLETED, self._complete)
@@ -336,7 +386,7 @@ class CaseScoresHandler:
                 raise KeyError(f"CaseScoresHandler: engine.state.output has no {missing} (add AggregateUncertaintyd)")
             if self.group_key not in b:
                 raise KeyError(f"CaseScoresHandler: the batch has no group key {self.group_key!r}")
-            scores = [float(torch.as_tensor(item[k]).reshape(-1)[0]) for k in self.score_keys]
+            scores = [_case_score(item[k], k) for k in self.score_keys]
             self._rows.append((_case_id(item, b, self.image_key), str(b[self.group_key]), scores))
 
     def _gathered(self) -> list[tuple[str, str, list[float]]]:

@@ -35,6 +35,7 @@ is to drop the key); put them after ``Invertd`` or invert their outputs through 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from copy import deepcopy
 from typing import Any
@@ -46,7 +47,15 @@ from monai.data import MetaTensor
 from monai.transforms import MapTransform, Transform
 from monai.utils import TransformBackends
 
-from ._utils import check_finite, check_labels, check_probabilities, check_unit_interval, to_tensor
+from ._utils import (
+    check_bool,
+    check_finite,
+    check_labels,
+    check_probabilities,
+    check_unit_interval,
+    probability_tolerance,
+    to_tensor,
+)
 from .aggregation import aggregate, canonical_method
 from .keys import UncertaintyKeys, canonical_measure
 from .stats import SampleStats, derive_measures
@@ -101,14 +110,34 @@ def _check_template(template: str, keys: Sequence[Hashable]) -> None:
 
 
 def _labels_from(x: torch.Tensor, name: str) -> torch.Tensor:
-    """Channel-first label map ``(1, *spatial)``: one channel is a label map, ``C >= 2`` channels (probabilities or
-    one-hot) are reduced by argmax."""
+    """Channel-first label map ``(1, *spatial)``: one channel is a label map, ``C >= 2`` channels (probabilities,
+    their logarithm, logits or one-hot) are reduced by argmax.
+
+    Overlapping channels, values in ``[0, 1]`` that sum to more than 1 at some voxel (the per-region sigmoid
+    probabilities or multi-hot masks of a region-based model), have no class to take the argmax of: ``ValueError``.
+    """
     if x.ndim < 2:
         raise ValueError(f"{name} must be channel first (C, *spatial), got shape {tuple(x.shape)}")
     if x.shape[0] == 1:
         return check_labels(x, name)
     check_finite(x, name)
+    _check_no_overlap(x, name, channel_dim=0)
     return x.argmax(dim=0, keepdim=True)
+
+
+def _check_no_overlap(x: torch.Tensor, name: str, channel_dim: int) -> None:
+    """``ValueError`` when the channels of ``x`` overlap: values in ``[0, 1]`` summing to more than 1 at some voxel
+    (per-region sigmoid probabilities or multi-hot masks), which have no class to take the argmax of."""
+    if not (x.is_floating_point() or x.dtype == torch.bool):
+        return
+    tol = probability_tolerance(x.dtype if x.is_floating_point() else torch.float32)
+    in_unit = x.dtype == torch.bool or bool(((x >= 0) & (x <= 1)).all())
+    if in_unit and bool((x.sum(channel_dim, dtype=torch.float64) > 1 + tol).any()):
+        raise ValueError(
+            f"{name} has channels that overlap (values in [0, 1] summing to more than 1, e.g. the per-region "
+            "sigmoid probabilities of a region-based model): it must hold class probabilities, one-hot or a "
+            "label map; turn region masks into labels first (monai_unc.regions.regions_to_labels)"
+        )
 
 
 def error_map(pred: Any, label: Any) -> Any:
@@ -219,7 +248,7 @@ class UncertaintyMeasures(Transform):
             if not measures:
                 raise ValueError("measures selects nothing")
         self.measures: list[str] | None = measures
-        self.normalize = bool(normalize)
+        self.normalize = check_bool(normalize, "normalize")  # a bundle override "false" is a truthy string
         if not isinstance(multilabel, (bool, np.bool_)):
             raise TypeError(f"multilabel must be a bool, got {type(multilabel).__name__}")
         self.multilabel = bool(multilabel)
@@ -320,8 +349,9 @@ class AggregateUncertainty(Transform):
             reduction).
 
     ``__call__(img, mask=None)``: ``img`` a one-channel map ``(1, *spatial)`` (2 or 3 spatial axes), ``mask`` an
-    optional ``(1, *spatial)`` mask restricting the voxels (non-zero = inside; a probability / one-hot
-    ``(C, *spatial)`` mask with ``C >= 2`` means "argmax > 0"). Returns the score as a 0-dim float64 tensor (NaN
+    optional ``(1, *spatial)`` binary mask or label map restricting the voxels (non-zero = inside; one-channel
+    probabilities raise ``ValueError``, threshold them first; a probability / one-hot ``(C, *spatial)`` mask with
+    ``C >= 2`` means "argmax > 0"). Returns the score as a 0-dim float64 tensor (NaN
     with a ``UserWarning`` for an empty mask).
     """
 
@@ -343,9 +373,22 @@ class AggregateUncertainty(Transform):
 
     @staticmethod
     def _mask(mask: Any, name: str) -> torch.Tensor:
+        """Boolean ``(1, *spatial)`` mask: ``C >= 2`` channels by argmax > 0, one channel by non-zero.
+
+        A one-channel mask must be binary or a label map: probabilities (non-integral values) are non-zero almost
+        everywhere and would select the whole volume, so they raise ``ValueError``.
+        """
         m = to_tensor(mask, name)
         if m.ndim >= 2 and m.shape[0] > 1:
             return _labels_from(m, name) > 0
+        if m.is_floating_point():
+            check_finite(m, name)
+            if not bool((m == m.round()).all()):
+                raise ValueError(
+                    f"mask {name!r} must be binary or a label map (non-zero = inside), got non-integral values (e.g. "
+                    "probabilities, which are non-zero almost everywhere): threshold it first, e.g. "
+                    "AsDiscreted(threshold=0.5)"
+                )
         return m != 0
 
     def _score(self, img: Any, mask: torch.Tensor | None, name: str, mask_name: str) -> torch.Tensor:
@@ -368,8 +411,9 @@ class UncertaintyToDiscrete(Transform):
 
     Exactly one of ``threshold`` (a fixed ``t``; for a cohort-level choice see
     :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case quantile of the map, e.g.
-    0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged) is given. The mask is in the container of
-    the map.
+    0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged, so when the quantile falls on the map's
+    minimum, shared by most voxels, every voxel is flagged, with a ``UserWarning``) is given. The mask is in the
+    container of the map.
     """
 
     backend = _BACKENDS
@@ -392,7 +436,16 @@ class UncertaintyToDiscrete(Transform):
         if self.threshold is not None:
             t = float(self.threshold)
         else:
-            t = float(torch.quantile(u.reshape(-1).to(torch.float64), float(self.quantile)))
+            flat = u.reshape(-1).to(torch.float64)
+            t = float(torch.quantile(flat, float(self.quantile)))
+            if float(self.quantile) > 0 and t <= float(flat.min()):
+                warnings.warn(
+                    f"{name}: quantile={self.quantile} falls on the map's minimum {t:.6g}, which at least "
+                    f"{float(self.quantile):.0%} of the voxels share (e.g. a mutual information clamped at 0): every "
+                    "voxel is flagged; use threshold= instead",
+                    UserWarning,
+                    stacklevel=3,
+                )
         return _like_source((u >= t).to(torch.uint8), img)
 
     def __call__(self, img: Any) -> Any:
@@ -402,7 +455,8 @@ class UncertaintyToDiscrete(Transform):
 class SamplesToLabels(Transform):
     """Sampled label maps ``(S, *spatial)`` int64 from sample probabilities ``(S, C, *spatial)`` (argmax over ``C``
     per sample): the ``y_pred`` of :class:`~monai_unc.metrics.ambiguity.GEDMetric` after collation. The result is in
-    the container of the samples."""
+    the container of the samples. Overlapping channels (per-region sigmoid samples of a region-based model, values in
+    ``[0, 1]`` summing to more than 1) have no argmax class and raise ``ValueError``."""
 
     backend = _BACKENDS
 
@@ -411,6 +465,7 @@ class SamplesToLabels(Transform):
         if s.ndim < 3 or s.shape[1] < 2:
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
+        _check_no_overlap(s, name, channel_dim=1)
         return _like_source(s.argmax(dim=1), img)
 
     def __call__(self, img: Any) -> Any:
@@ -553,8 +608,9 @@ class AggregateUncertaintyd(MapTransform):
         keys: uncertainty map keys, each ``(1, *spatial)``.
         method: ``"mean"``, ``"sum"``, ``"patch_sum"``, ``"patch_mean"`` or ``"threshold"`` (see
             :func:`~monai_unc.aggregation.aggregate`); ``"patch"`` is deprecated (above).
-        mask_key: optional key of a mask ``(1, *spatial)`` restricting the voxels (non-zero = inside), e.g. the
-            predicted foreground; a probability / one-hot ``(C, *spatial)`` mask with ``C >= 2`` means "argmax > 0".
+        mask_key: optional key of a binary mask or label map ``(1, *spatial)`` restricting the voxels (non-zero =
+            inside), e.g. the predicted foreground; a probability / one-hot ``(C, *spatial)`` mask with ``C >= 2``
+            means "argmax > 0"; one-channel probabilities raise ``ValueError`` (threshold them first).
         patch_size: as in :func:`~monai_unc.aggregation.aggregate`.
         threshold: as in :func:`~monai_unc.aggregation.aggregate`.
         empty_value: as in :func:`~monai_unc.aggregation.aggregate`.

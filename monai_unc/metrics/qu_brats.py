@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -619,7 +619,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
     """MONAI metric for :func:`qu_brats` per region and case (QU-BraTS, Mehta et al., MELBA 2022).
 
     Call as ``metric(y_pred=pred, y=label, uncertainty=u, brain_mask=mask)`` with batch tensors
-    ``(B, R, *spatial)`` (or decollated lists of ``(R, *spatial)``): ``y_pred`` the binary region masks (or
+    ``(B, R, *spatial)`` (or decollated lists of ``(R, *spatial)``, whose cases may differ in shape, e.g. after
+    ``Invertd``): ``y_pred`` the binary region masks (or
     probabilities, binarised with ``>= threshold`` like MONAI's ``AsDiscrete(threshold=0.5)``), ``y`` the binary
     reference regions, ``uncertainty`` ``R`` maps in ``[0, max_uncertainty]`` (or in ``[0, uncertainty_max]`` when
     that is given, rescaled with :func:`to_qu_brats_range`), ``brain_mask`` ``(B, 1, *spatial)`` (values > 0, e.g.
@@ -735,11 +736,16 @@ class QUBraTSMetric(CumulativeIterationMetric):
             if brain_mask is not None and (not isinstance(brain_mask, (list, tuple)) or len(brain_mask) != n):
                 raise ValueError(f"brain_mask must be a list of {n} items like y_pred (decollated)")
 
-            def batch(items: Sequence[Any], name: str) -> torch.Tensor:
-                return torch.stack([_plain(to_tensor(i, name)) for i in items])
+            def case(item: Any, name: str) -> torch.Tensor:
+                return _plain(to_tensor(item, name))[None]
 
-            y_pred, y, uncertainty = batch(y_pred, "y_pred"), batch(y, "y"), batch(uncertainty, "uncertainty")
-            brain_mask = None if brain_mask is None else batch(brain_mask, "brain_mask")
+            # one case at a time: decollated cases may differ in shape (each inverted to its own original grid)
+            cases = [
+                self._pack(case(y_pred[i], "y_pred"), case(y[i], "y"), case(uncertainty[i], "uncertainty"),
+                           None if brain_mask is None else case(brain_mask[i], "brain_mask"))[0]
+                for i in range(n)
+            ]
+            return super().__call__(cases, None, **kwargs)
         packed = self._pack(y_pred, y, uncertainty, brain_mask)
         return super().__call__(packed, None, **kwargs)
 

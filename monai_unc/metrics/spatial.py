@@ -61,6 +61,7 @@ from scipy import ndimage
 from .._utils import (
     ArrayLike,
     case_spacings,
+    check_bool,
     check_finite,
     check_labels,
     like_input,
@@ -547,6 +548,7 @@ def boundary_aware_ece(
         math.isfinite(_real(max_distance, "max_distance")) and float(max_distance) >= 0
     ):
         raise ValueError(f"max_distance must be a non-negative number of mm, got {max_distance}")
+    normalize = check_bool(normalize, "normalize")  # a string "false" (bundle override) is truthy
     u, p, t, _ = _prepare(uncertainty, pred, target)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [
@@ -637,6 +639,13 @@ def _pack(uncertainty: Any, pred: Any) -> Any:
 
 
 def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
+    """``cat([uncertainty, pred])`` along the channel axis; a MetaTensor result when either input is one.
+
+    The packed tensor keeps the metadata (affine, batch flag) of the first MetaTensor among ``uncertainty`` and
+    ``pred``, so that the metric can still read the voxel spacing from it when ``y`` is a plain tensor.
+    """
+    from monai.data import MetaTensor
+
     u = to_tensor(uncertainty, "uncertainty")
     p = to_tensor(pred, "y_pred")
     ch = 1 if batched else 0
@@ -646,7 +655,13 @@ def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
         u = u.to(torch.float32)
     if u.shape[ch] != 1:
         raise ValueError(f"uncertainty must have one channel, got shape {tuple(u.shape)}")
-    return torch.cat([u, p.to(device=u.device, dtype=u.dtype)], dim=ch)
+    packed = torch.cat([u, p.to(device=u.device, dtype=u.dtype)], dim=ch)
+    source = next((x for x in (uncertainty, pred) if isinstance(x, MetaTensor)), None)
+    if source is None:
+        return packed
+    out = MetaTensor(packed)
+    out.copy_meta_from(source)  # affine and batch flag: the spacing of the maps' grid
+    return out
 
 
 def _spacing_from_meta(*tensors: Any) -> Any:
@@ -829,7 +844,7 @@ class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
         super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
         self.n_bands = n_bands
         self.max_distance = max_distance
-        self.normalize = normalize
+        self.normalize = check_bool(normalize, "normalize")
         self.backend = backend
 
     def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:

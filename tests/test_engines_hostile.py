@@ -1,0 +1,265 @@
+"""Hostile review of the MONAI integration: UncertaintyEvaluator, CaseScoresHandler and the ignite metric handlers,
+driven the way MONAI users drive them (decollated batches, plain-tensor labels, MeanDice-style output transforms,
+inverted cases of different sizes). Every number is compared with the functional core called directly."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from ignite.engine import Events
+from monai.data import DataLoader, Dataset, MetaTensor
+from monai.engines.utils import default_prepare_batch
+from monai.handlers import from_engine
+from monai.networks.nets import UNet
+from monai.transforms import Activationsd, Compose
+
+from monai_unc.engines import CaseScoresHandler, UncertaintyEvaluator
+from monai_unc.handlers import BoundaryAwareECE, BoundaryUncertaintyConcentration, QUBraTS, SpatialCalibrationError
+from monai_unc.inferers import MCDropoutInferer
+from monai_unc.metrics import BoundaryAwareECEMetric, QUBraTSMetric, qu_brats
+from monai_unc.metrics.spatial import (
+    boundary_aware_ece,
+    boundary_uncertainty_concentration,
+    spatial_calibration_error,
+)
+from monai_unc.transforms import AggregateUncertaintyd
+
+CPU = torch.device("cpu")
+SPACING = (0.6, 1.7, 3.2)  # anisotropic, as CT and MR volumes are
+
+
+def _net(out_channels: int = 3) -> UNet:
+    torch.manual_seed(0)
+    return UNet(3, 1, out_channels, (4, 8), (2,), dropout=0.3)
+
+
+def _items(n: int = 2, plain_label: bool = True) -> list[dict]:
+    """Cubes with an inner core (3 classes); the image carries an anisotropic affine, the label may be a plain
+    tensor (a label built in memory, or ``EnsureTyped(track_meta=False)``)."""
+    g = torch.Generator().manual_seed(0)
+    affine = torch.diag(torch.tensor([*SPACING, 1.0]))
+    items = []
+    for i in range(n):
+        lab = torch.zeros(1, 12, 12, 12)
+        lab[:, 3:9, 3:9, 3:9] = 1
+        lab[:, 5:7, 5:7, 5:7] = 2
+        image = MetaTensor(lab + 0.3 * torch.rand(lab.shape, generator=g),
+                           meta={"affine": affine, "filename_or_obj": f"case{i}.nii.gz"})
+        label = lab.long() if plain_label else MetaTensor(lab.long(), meta={"affine": affine})
+        items.append({"image": image, "label": label, "shift": "none" if i % 2 == 0 else "noise"})
+    return items
+
+
+def _run(handlers: dict, items: list[dict], postprocessing=None, batch_size: int = 2) -> tuple:
+    outs: list = []
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=batch_size),
+                              network=_net(), inferer=MCDropoutInferer(3, seed=0), postprocessing=postprocessing,
+                              key_val_metric=handlers)
+    ev.add_event_handler(Events.ITERATION_COMPLETED, lambda e: outs.extend(e.state.output))
+    ev.run()
+    return ev, outs
+
+
+# ---------------------------------------------------------------------------------------------- spacing
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_spatial_handlers_read_the_spacing_of_the_maps_when_the_label_is_a_plain_tensor():
+    """The maps carry the image affine (0.6 x 1.7 x 3.2 mm); a plain-tensor label has none. The metrics promise the
+    affine of ``y`` or of ``y_pred``: the distances must be in mm of the maps' grid, not 1 mm voxels."""
+    handlers = {"baece": BoundaryAwareECE(), "space": SpatialCalibrationError(sigma=3.0),
+                "buc": BoundaryUncertaintyConcentration(width=3.5)}
+    ev, outs = _run(handlers, _items(plain_label=True))
+    u = torch.stack([o["predictive_entropy"].as_tensor() for o in outs])
+    p = torch.stack([o["pred"].as_tensor() for o in outs])
+    y = torch.stack([o["label"] for o in outs])
+    assert not isinstance(outs[0]["label"], MetaTensor)
+    ref = {
+        "baece": boundary_aware_ece(u, p, y, spacing=SPACING),
+        "space": spatial_calibration_error(u, p, y, spacing=SPACING, sigma=3.0),
+        "buc": boundary_uncertainty_concentration(u, p, y, spacing=SPACING, width=3.5),
+    }
+    for name, values in ref.items():
+        np.testing.assert_allclose(ev.state.metric_details[name].reshape(-1).numpy(), np.asarray(values),
+                                   rtol=1e-6, err_msg=name)
+    # the same numbers as with a MetaTensor label (the usual LoadImaged case)
+    ev2, _ = _run({"baece": BoundaryAwareECE()}, _items(plain_label=False))
+    torch.testing.assert_close(ev2.state.metric_details["baece"], ev.state.metric_details["baece"])
+
+
+def test_spatial_metric_packed_batch_keeps_the_per_case_affine():
+    """A batch MetaTensor uncertainty (decollate=False) with a plain label: one spacing row per case."""
+    g = torch.Generator().manual_seed(1)
+    y = torch.zeros(2, 1, 10, 10, 10, dtype=torch.long)
+    y[:, :, 2:8, 3:7, 2:8] = 1
+    p = torch.cat([1 - y, y], 1).float()
+    p[:, :, 5] = torch.softmax(torch.randn(2, 2, 10, 10, generator=g), 1)
+    u = torch.rand(2, 1, 10, 10, 10, generator=g)
+    spacings = [(0.5, 1.0, 2.0), (1.5, 1.5, 0.8)]
+    batch = MetaTensor(u, meta={"affine": torch.stack([torch.diag(torch.tensor([*s, 1.0], dtype=torch.float64))
+                                                    for s in spacings])})
+    batch.is_batch = True
+    metric = BoundaryAwareECEMetric()
+    got = metric(y_pred=p, y=y, uncertainty=batch).reshape(-1)
+    for i, s in enumerate(spacings):
+        assert float(got[i]) == pytest.approx(float(boundary_aware_ece(u[i:i + 1], p[i:i + 1], y[i:i + 1],
+                                                                       spacing=s)[0]), rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- (pred, label)
+@pytest.mark.parametrize("handler", [BoundaryAwareECE, SpatialCalibrationError, BoundaryUncertaintyConcentration])
+def test_spatial_handlers_refuse_plain_probabilities_as_a_packed_pair(handler):
+    """``output_transform=from_engine(["pred", "label"])`` (the MeanDice / CalibrationHandler habit) hands the
+    handler class probabilities, whose channel 0 would be read as the uncertainty map: refuse, do not score it."""
+    h = handler(output_transform=from_engine(["pred", "label"]))
+    with pytest.raises(ValueError, match="uncertainty"):
+        _run({"m": h}, _items())
+
+
+def test_spatial_handlers_still_take_a_packed_pair():
+    """A genuinely packed ``(cat([u, pred]), label)`` keeps working and equals the functional core."""
+    def packed(output):
+        return ([torch.cat([o["predictive_entropy"], o["pred"]]) for o in output], [o["label"] for o in output])
+
+    ev, outs = _run({"baece": BoundaryAwareECE(output_transform=packed)}, _items(plain_label=False))
+    u = torch.stack([o["predictive_entropy"].as_tensor() for o in outs])
+    p = torch.stack([o["pred"].as_tensor() for o in outs])
+    y = torch.stack([o["label"].as_tensor() for o in outs])
+    np.testing.assert_allclose(ev.state.metric_details["baece"].reshape(-1).numpy(),
+                               np.asarray(boundary_aware_ece(u, p, y, spacing=SPACING)), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- case scores
+def test_case_scores_handler_refuses_a_map_as_a_case_score():
+    """``CaseScoresHandler("mutual_information")`` (the map, not its ``_mean``) used to take the first voxel of each
+    map as the case score and report an OoD AUROC of it."""
+    items = _items(4)
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=_net(),
+                              inferer=MCDropoutInferer(3, seed=0),
+                              val_handlers=[CaseScoresHandler("mutual_information")])
+    with pytest.raises(ValueError, match="mutual_information.*one number per case"):
+        ev.run()
+
+
+def test_case_scores_handler_accepts_one_element_scores():
+    items = _items(4)
+    post = AggregateUncertaintyd("mutual_information")
+    handler = CaseScoresHandler("mutual_information_mean")
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=_net(),
+                              inferer=MCDropoutInferer(3, seed=0), postprocessing=post, val_handlers=[handler])
+    ev.run()
+    assert 0.0 <= ev.state.metrics["ood_auroc_mutual_information_mean"] <= 1.0
+
+
+# ---------------------------------------------------------------------------------------------- QU-BraTS
+def test_qu_brats_handler_takes_decollated_cases_of_different_sizes():
+    """After ``Invertd`` each decollated case has its own original shape; the handler must score each case, not
+    stack them (which raised a RuntimeError)."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(8, 8, 8), (6, 9, 7)]
+    cases = []
+    for s in shapes:
+        target = torch.rand(3, *s, generator=g) > 0.6
+        probs = (target.float() * 0.7 + 0.3 * torch.rand(3, *s, generator=g)).clamp(0, 1)
+        unc = 100 * torch.rand(3, *s, generator=g)
+        cases.append({"predictive_entropy": unc, "pred": probs, "label": target.float()})
+    metric = QUBraTSMetric(reduction="none")
+    got = metric([c["pred"] for c in cases], [c["label"] for c in cases],
+                 uncertainty=[c["predictive_entropy"] for c in cases])
+    assert tuple(got.shape) == (2, 3)
+    for i, c in enumerate(cases):
+        for r in range(3):
+            ref = qu_brats(c["predictive_entropy"][r], c["pred"][r] >= 0.5, c["label"][r] > 0.5).score
+            assert float(got[i, r]) == pytest.approx(ref, abs=1e-12)
+    handler = QUBraTS()
+
+    class _Engine:
+        class state:  # noqa: N801 (an ignite-like state)
+            output = cases
+
+    handler.update(handler._output_transform(_Engine.state.output))
+    assert tuple(handler.metric_fn.get_buffer().shape) == (2, 3)
+
+
+# ---------------------------------------------------------------------------------------------- pred format
+def test_pred_format_auto_sees_a_positional_postprocessing():
+    """``SupervisedEvaluator``'s arguments may be given by position; the softmax in a positional postprocessing must
+    still make ``pred`` ``log(mean p)``, or the softmax flattens the mean probabilities."""
+    items = _items(2)
+    post = Compose([Activationsd("pred", softmax=True)])
+    loader = DataLoader(Dataset(items), batch_size=2)
+    inferer = MCDropoutInferer(3, seed=0)
+    ev = UncertaintyEvaluator(CPU, loader, _net(), None, False, default_prepare_batch,
+                              None, inferer, post)
+    assert ev.pred_format == "log_probabilities"
+    outs: list = []
+    ev.add_event_handler(Events.ITERATION_COMPLETED, lambda e: outs.extend(e.state.output))
+    ev.run()
+    net = _net()
+    net.load_state_dict(ev.network.state_dict())
+    expected = MCDropoutInferer(3, seed=0)(torch.stack([it["image"].as_tensor() for it in items]), net.eval())["pred"]
+    for i, o in enumerate(outs):
+        torch.testing.assert_close(o["pred"].as_tensor(), expected[i], rtol=0, atol=2e-6)
+    assert math.isclose(float(outs[0]["pred"].sum(0).mean()), 1.0, abs_tol=1e-5)
+
+
+def test_case_scores_handler_attached_twice_counts_each_case_once(tmp_path):
+    """A handler in ``val_handlers`` and attached again by hand (as ignite metrics allow) wrote every case twice."""
+    import csv
+
+    items = _items(4)
+    handler = CaseScoresHandler("mutual_information_mean", output_dir=tmp_path)
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=_net(),
+                              inferer=MCDropoutInferer(3, seed=0),
+                              postprocessing=AggregateUncertaintyd("mutual_information"), val_handlers=[handler])
+    handler.attach(ev)
+    ev.run()
+    with open(tmp_path / "case_scores.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["case"] for r in rows] == [f"case{i}.nii.gz" for i in range(4)]
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(TypeError, match="score_keys"):
+        CaseScoresHandler(5)
+    with pytest.raises(TypeError, match="iid_groups"):
+        CaseScoresHandler("a", iid_groups=None)
+    with pytest.raises(ValueError, match="iid_groups"):
+        CaseScoresHandler("a", iid_groups=[])
+    with pytest.raises(TypeError, match="uncertainty_keys"):
+        UncertaintyEvaluator(device=CPU, val_data_loader=[], network=_net(), uncertainty_keys=5)
+    assert CaseScoresHandler("a", iid_groups=[0, 1]).iid_groups == {"0", "1"}  # numeric labels of a datalist
+
+
+def test_boundary_aware_ece_normalize_must_be_a_bool():
+    """``"normalize": "false"`` (a string from a bundle override) min-max rescaled the uncertainty."""
+    with pytest.raises(TypeError, match="normalize"):
+        BoundaryAwareECE(normalize="false")
+    y = torch.zeros(1, 1, 8, 8, 8, dtype=torch.long)
+    y[:, :, 2:6, 2:6, 2:6] = 1
+    p = torch.cat([1 - y, y], 1).float()
+    with pytest.raises(TypeError, match="normalize"):
+        boundary_aware_ece(torch.rand(1, 1, 8, 8, 8), p, y, normalize="false")
+
+
+def test_pred_format_auto_sees_a_post_processing_handler():
+    """MONAI's ``PostProcessing`` handler in ``val_handlers`` runs its transforms on ``engine.state.output`` like the
+    ``postprocessing`` argument: its softmax flattened the stored mean probabilities (wrong ECE / NLL)."""
+    from monai.handlers import PostProcessing
+
+    from monai_unc.handlers import CalibrationHandler
+    from monai_unc.metrics.calibration import nll
+
+    items = _items(2)
+    post = PostProcessing(Compose([Activationsd("pred", softmax=True)]))
+    ev = UncertaintyEvaluator(device=CPU, val_data_loader=DataLoader(Dataset(items), batch_size=2), network=_net(),
+                              inferer=MCDropoutInferer(3, seed=0), val_handlers=[post],
+                              key_val_metric={"calib": CalibrationHandler(num_classes=3, metrics=["nll"],
+                                                                          output_transform=from_engine(["pred",
+                                                                                                        "label"]))})
+    assert ev.pred_format == "log_probabilities"
+    ev.run()
+    expected = MCDropoutInferer(3, seed=0)(torch.stack([it["image"].as_tensor() for it in items]), _net().eval())
+    labels = torch.stack([it["label"] for it in items])
+    assert ev.state.metrics["calib_nll"] == pytest.approx(float(nll(expected["pred"], labels)), rel=1e-5)

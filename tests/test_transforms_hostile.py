@@ -1,0 +1,141 @@
+"""Hostile review of monai_unc.transforms: inputs MONAI users plausibly hand the transforms, compared with brute-force
+references computed here."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from monai.data import MetaTensor
+
+from monai_unc.transforms import AggregateUncertainty, AggregateUncertaintyd
+
+
+def _map_and_probability_mask(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(1, 8, 9, 7, generator=g)
+    p1 = torch.full((1, 8, 9, 7), 0.02)  # a sigmoid bundle's foreground probability after Activationsd(sigmoid)
+    p1[:, 2:5, 3:7, 1:4] = 0.97
+    return u, p1
+
+
+@pytest.mark.parametrize("container", ["tensor", "numpy", "meta"])
+def test_aggregate_refuses_a_probability_map_as_mask(container):
+    """A one-channel probability map (a binary sigmoid bundle's ``pred``) is "non-zero" everywhere: used as a mask it
+    silently selected the whole volume. It must be thresholded first."""
+    u, p1 = _map_and_probability_mask()
+    mask = {"tensor": p1, "numpy": p1.numpy(), "meta": MetaTensor(p1)}[container]
+    with pytest.raises(ValueError, match="mask.*threshold"):
+        AggregateUncertainty("mean")(u, mask)
+    with pytest.raises(ValueError, match="'pred'.*threshold"):
+        AggregateUncertaintyd("u", mask_key="pred")({"u": u, "pred": mask})
+
+
+def test_aggregate_binary_float_and_label_masks_still_work():
+    u, p1 = _map_and_probability_mask()
+    binary = (p1 >= 0.5).float()  # AsDiscreted(threshold=0.5) gives floats in {0, 1}
+    ref = float(u[binary > 0].double().mean())
+    assert float(AggregateUncertainty("mean")(u, binary)) == pytest.approx(ref, rel=1e-12)
+    labels = binary * 2.0  # a float label map read from NIfTI: non-zero = inside
+    assert float(AggregateUncertainty("mean")(u, labels)) == pytest.approx(ref, rel=1e-12)
+    assert float(AggregateUncertainty("mean")(u, binary.bool().numpy())) == pytest.approx(ref, rel=1e-12)
+    onehot = torch.cat([1 - binary, binary])  # C >= 2: argmax > 0
+    assert float(AggregateUncertainty("mean")(u, onehot)) == pytest.approx(ref, rel=1e-12)
+    np.testing.assert_allclose(float(AggregateUncertaintyd("u", mask_key="m")({"u": u, "m": binary})["u_mean"]), ref,
+                               rtol=1e-12)
+
+
+def _regions(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """BraTS-like nested regions (TC inside WT, ET inside TC) as sigmoid probabilities, and the BraTS label map."""
+    g = torch.Generator().manual_seed(seed)
+    label = torch.zeros(1, 10, 10, 10, dtype=torch.long)
+    label[:, 2:8, 2:8, 2:8] = 2
+    label[:, 3:7, 3:7, 3:7] = 1
+    label[:, 4:6, 4:6, 4:6] = 4
+    wt, tc, et = label > 0, (label == 1) | (label == 4), label == 4
+    masks = torch.cat([tc, wt, et]).float()
+    probs = (0.9 * masks + 0.1 * torch.rand(masks.shape, generator=g)).clamp(0, 1)
+    return probs, label
+
+
+def test_error_map_refuses_overlapping_region_probabilities():
+    """Region-based (sigmoid) probabilities ``(C, *spatial)`` overlap (TC inside WT): their argmax is no class, so the
+    error map of them against a label map was silently meaningless."""
+    from monai_unc.transforms import ErrorMap, ErrorMapd, error_map
+
+    probs, label = _regions()
+    with pytest.raises(ValueError, match="pred.*overlap"):
+        error_map(probs, label)
+    with pytest.raises(ValueError, match="pred.*overlap"):
+        ErrorMap()(probs.numpy(), label.numpy())
+    with pytest.raises(ValueError, match="pred.*overlap"):
+        ErrorMapd("pred", "label")({"pred": MetaTensor(probs), "label": label})
+    with pytest.raises(ValueError, match="seg.*overlap"):
+        AggregateUncertaintyd("u", mask_key="seg")({"u": torch.rand(1, 10, 10, 10), "seg": probs})
+
+
+def test_error_map_still_takes_softmax_log_probabilities_logits_and_padded_one_hot():
+    """Class probabilities, their logarithm (``UncertaintyEvaluator``'s ``pred`` before the bundle's softmax), logits
+    and a one-hot map zero-padded by ``Invertd`` all reduce by argmax as before; compared with a brute-force loop."""
+    from monai_unc.transforms import error_map
+
+    g = torch.Generator().manual_seed(3)
+    logits = 3 * torch.randn(3, 6, 5, 4, generator=g)
+    probs = torch.softmax(logits, 0)
+    label = torch.randint(0, 3, (1, 6, 5, 4), generator=g)
+    onehot = torch.nn.functional.one_hot(probs.argmax(0), 3).permute(3, 0, 1, 2).float()
+    onehot[:, :2] = 0  # the zero padding of an inverted crop
+    expected = np.zeros((1, 6, 5, 4), dtype=np.float32)
+    for idx in np.ndindex(6, 5, 4):
+        expected[(0, *idx)] = float(int(np.argmax(probs.numpy()[(slice(None), *idx)])) != int(label[(0, *idx)]))
+    for pred in (probs, torch.log(probs), logits):
+        np.testing.assert_array_equal(error_map(pred, label).numpy(), expected)
+    expected_padded = expected.copy()
+    expected_padded[:, :2] = (label[:, :2] != 0).numpy()
+    np.testing.assert_array_equal(error_map(onehot, label).numpy(), expected_padded)
+
+
+def test_samples_to_labels_refuses_region_samples_and_keeps_softmax_samples():
+    from monai_unc.transforms import SamplesToLabels, SamplesToLabelsd
+
+    probs, _ = _regions()
+    samples = torch.stack([probs, probs.flip(1)])  # two multi-label (sigmoid) samples (S, C, *spatial)
+    with pytest.raises(ValueError, match="samples.*overlap"):
+        SamplesToLabelsd("samples")({"samples": samples})
+    g = torch.Generator().manual_seed(4)
+    soft = torch.softmax(torch.randn(4, 3, 5, 6, 7, generator=g), 1)
+    got = SamplesToLabels()(soft.numpy())
+    np.testing.assert_array_equal(got, np.argmax(soft.numpy(), axis=1))
+
+
+def test_measures_normalize_must_be_a_bool():
+    """``--...#normalize false`` on a bundle command line arrives as the string "false", which bool() turns into True:
+    the entropies were divided by log C although the user switched it off. The inferers refuse it; so does this."""
+    from monai_unc.transforms import UncertaintyMeasures, UncertaintyMeasuresd
+
+    for bad in ("false", 0, None):
+        with pytest.raises(TypeError, match="normalize"):
+            UncertaintyMeasures(normalize=bad)
+        with pytest.raises(TypeError, match="normalize"):
+            UncertaintyMeasuresd("samples", normalize=bad)
+    assert UncertaintyMeasures(normalize=np.bool_(True)).normalize is True
+
+
+def test_quantile_flags_that_cover_everything_warn():
+    """A mutual information map is exactly 0 on most voxels (clamped at 0); its 0.95 quantile is 0 and ``u >= 0`` flags
+    every voxel, not the 5 % asked for. The documented tie rule stays; it warns."""
+    from monai_unc.transforms import UncertaintyToDiscrete, UncertaintyToDiscreted
+
+    g = torch.Generator().manual_seed(0)
+    mi = torch.zeros(1, 20, 20, 10)
+    mi[:, 8:12, 8:12, 4:6] = torch.rand(1, 4, 4, 2, generator=g) + 0.1  # 32 uncertain voxels of 4000
+    with pytest.warns(UserWarning, match="every voxel is flagged"):
+        flags = UncertaintyToDiscreted("mi", quantile=0.95, output_key="flag")({"mi": mi})["flag"]
+    assert int(flags.sum()) == mi.numel()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        top = UncertaintyToDiscrete(quantile=0.995)(mi)  # falls inside the uncertain voxels: no warning
+        assert 0 < int(top.sum()) <= 32
+        UncertaintyToDiscrete(quantile=0.0)(mi)  # q = 0 asks for every voxel
