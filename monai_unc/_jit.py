@@ -34,8 +34,9 @@ __all__ = ["LOCK_FILE", "cached_kernel", "signature_key"]
 #: the lock file's name in a numba cache folder
 LOCK_FILE = "monai_unc.lock"
 
-# one first call at a time in this process (the kernels run in several Python threads)
-_THREADS = threading.Lock()
+# one first call at a time in this process (the kernels run in several Python threads); reentrant, so that a first
+# call that led to another kernel's first call in the same thread would not wait for itself
+_THREADS = threading.RLock()
 
 
 def signature_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
