@@ -73,8 +73,9 @@ def file_signature(path: Path | None) -> list[Any] | None:
 def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, Any]:
     """What a case's metric row depends on, as JSON data.
 
-    That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec and the
-    products' case options when set), the case's shift label and the :func:`file_signature` of
+    That is the package version, the per-case options (:data:`CASE_FIELDS`, fine bins, the region spec, the label
+    values of DICOM SEG segments (``seg_label_values``) and the products' case options when set), the case's shift
+    label and the :func:`file_signature` of
     its label, segmentation, probabilities and maps, and with regions of its image too (the QU-BraTS brain mask), and
     of the files the products read themselves (:meth:`~monai_unc.product.CohortProduct.case_input_files`).
 
@@ -100,6 +101,9 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
         },
     }
+    if config.seg_label_values is not None:  # read into the label map (load_evaluation_case); only when given, so
+        # that the fingerprint of an evaluation without it is unchanged
+        fp["config"]["seg_label_values"] = [int(v) for v in config.seg_label_values]
     if config.products:  # only when asked: the fingerprint of an evaluation without products is unchanged
         # in order (it is the order of the columns), with each product's class: another implementation under the
         # same name is another product
