@@ -56,6 +56,7 @@ from ..io import (
     check_inputs_not_written,
     check_output_folder,
     clean_partial_files,
+    file_sha256,
     json_safe,
     load_case,
     read_probabilities,
@@ -1187,6 +1188,50 @@ def remove_stale_masks(output: str | os.PathLike, cases: Sequence[str], sides: S
     return removed
 
 
+def _dump_conformal_row(output: str | os.PathLike, case_id: str, row: Mapping[str, Any],
+                       sides: Sequence[str]) -> dict[str, Any]:
+    """The resume state of a case of ``monai-unc conformal``: its row and the digests of the masks written with it.
+
+    Args:
+        output: the output folder (holding the masks, :func:`mask_file`).
+        case_id: the case.
+        row: the case's row (:func:`conformal_case`).
+        sides: the sides of the rule (one mask file each).
+
+    Returns:
+        ``{"row": row, "masks": {file name: {"size", "sha256"}}}``, the JSON fields of ``<case>.json``.
+
+    Raises:
+        FileNotFoundError: a mask of the case is missing.
+    """
+    paths = [mask_file(output, case_id, side) for side in sides]
+    return {"row": dict(row), "masks": {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in paths}}
+
+
+def _restore_conformal_row(output: str | os.PathLike, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved row of ``monai-unc conformal``, if the masks it describes are still the files written with it.
+
+    Args:
+        output: the output folder.
+        doc: the case's saved state (:func:`_dump_conformal_row`, with ``case`` and ``fingerprint``).
+
+    Returns:
+        The row.
+
+    Raises:
+        KeyError: the state records no masks (written by an earlier version): the case is processed again.
+        FileNotFoundError: a mask is missing or differs (size, sha256) from the one written: processed again.
+    """
+    masks = doc["masks"]
+    if not isinstance(masks, Mapping) or not masks:
+        raise KeyError(f"the saved state of case {doc.get('case')!r} records no masks")
+    for name, want in masks.items():
+        p = Path(output) / str(name)
+        if not p.is_file() or p.stat().st_size != want.get("size") or file_sha256(p) != want.get("sha256"):
+            raise FileNotFoundError(f"{p} is missing or changed since it was written")
+    return dict(doc["row"])
+
+
 def run_conformal(
     predictions: str | os.PathLike,
     rule: ConformalRuleFile | str | os.PathLike,
@@ -1278,10 +1323,14 @@ def run_conformal(
         return json.loads(json.dumps({"format": _STATE_FORMAT, "version": __version__,
                                       "rule": got["doc"].to_json()["digest"], "inputs": inputs}))
 
+    def sides() -> list[str]:
+        return list(got["doc"].rules)
+
     cache = None
-    if resume:
-        cache = CaseCache(output / STATE_DIR / CASES_DIR, fingerprint, dump=lambda folder, cid, row: {"row": row},
-                          restore=lambda folder, doc, files: dict(doc["row"]))
+    if resume:  # a saved row is reused only while the masks it describes are the files written with it
+        cache = CaseCache(output / STATE_DIR / CASES_DIR, fingerprint,
+                          dump=lambda folder, cid, row: _dump_conformal_row(output, cid, row, sides()),
+                          restore=lambda folder, doc, files: _restore_conformal_row(output, doc))
     run = run_cases(listing, lambda f: conformal_case(f, got["doc"], output), command="monai-unc conformal",
                     ctx=ctx, cache=cache, setup=setup, summarize=finish, on_failed=stale,
                     failures_file=output / "failures.json", progress=progress, desc="conformal",
