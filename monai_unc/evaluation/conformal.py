@@ -1334,5 +1334,5 @@ def run_conformal(
     run = run_cases(listing, lambda f: conformal_case(f, got["doc"], output), command="monai-unc conformal",
                     ctx=ctx, cache=cache, setup=setup, summarize=finish, on_failed=stale,
                     failures_file=output / "failures.json", progress=progress, desc="conformal",
-                    on_failure=on_failure)
+                    on_failure=on_failure, lock=output)
     return ConformalResult(*run.summary)

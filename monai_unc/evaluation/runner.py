@@ -455,5 +455,5 @@ def _run_evaluate(
     run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
                     summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=pack,
-                    unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure)
+                    unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure, lock=output)
     return cohort.get("state"), run.summary[0], run.summary[1]

@@ -34,6 +34,7 @@ from .cases import (
     split_extension,
 )
 from .files import (
+    OUTPUT_LOCK_FILE,
     atomic_copy,
     atomic_gzip,
     atomic_path,
@@ -52,6 +53,7 @@ from .files import (
     clean_partial_files,
     file_sha256,
     json_safe,
+    output_lock,
     partial_path,
     read_json_or_none,
     save_label_maps,
@@ -105,6 +107,8 @@ __all__ = [
     "check_inputs_not_written",
     "check_writable_folder",
     "clean_partial_files",
+    "OUTPUT_LOCK_FILE",
+    "output_lock",
     "partial_path",
     "atomic_path",
     "atomic_write",

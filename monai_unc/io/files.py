@@ -13,6 +13,7 @@ writable or creatable), :func:`check_output_file` (not an input file, not even t
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import fnmatch
 import gzip
 import hashlib
@@ -56,6 +57,8 @@ __all__ = [
     "check_output_folder",
     "check_output_file",
     "clean_partial_files",
+    "OUTPUT_LOCK_FILE",
+    "output_lock",
 ]
 
 #: multi-part extensions kept whole in temporary names (longest first)
@@ -1042,3 +1045,83 @@ def clean_partial_files(folder: str | os.PathLike) -> int:
             shutil.rmtree(p, ignore_errors=True)
             n += 1
     return n
+
+
+#: the file of :func:`output_lock` in an output folder while a run writes there
+OUTPUT_LOCK_FILE = ".monai-unc.lock"
+
+
+def _lock_holder(path: Path) -> str:
+    """What the lock file says about the run that holds it (empty when unreadable)."""
+    try:
+        return path.read_text(errors="replace").strip()[:200]
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterator[Path]:
+    """Hold an output folder for one run: a second run into the same folder is refused while this one writes.
+
+    Two runs writing into one folder at the same time would corrupt each other's files: both write the same
+    temporary names (:func:`partial_path`) and each removes the other's at start (:func:`clean_partial_files`).
+    The lock is an exclusive :func:`fcntl.flock` on ``<folder>/.monai-unc.lock`` (which names the holder: pid,
+    command, start time); the operating system releases it when the process ends, however it ends (a run killed
+    with SIGKILL leaves the file, not the lock, and the next run takes it). The file is removed when the block ends.
+    Without ``fcntl`` (Windows) nothing is locked. The folder is created when missing.
+
+    Args:
+        folder: the output folder.
+        command: the command's name, recorded in the lock file for the message of a refused run.
+
+    Yields:
+        The lock file.
+
+    Raises:
+        ValueError: another process holds the folder (one line naming the folder and the holder).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with output_lock(d, "toy") as lock:
+        ...         try:
+        ...             with output_lock(d, "toy"):
+        ...                 pass
+        ...         except ValueError as e:
+        ...             refused = "is being written by another run" in str(e)
+        ...     refused, lock.exists()
+        (True, False)
+    """
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): nothing is locked
+        yield Path(folder) / OUTPUT_LOCK_FILE
+        return
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / OUTPUT_LOCK_FILE
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            holder = _lock_holder(path)
+            raise ValueError(f"{folder} is being written by another run ({holder or 'holder unknown'}; lock "
+                             f"{path}): wait until it ends, or choose another output folder") from None
+        try:  # the holder that just ended removed the file we opened: lock the one at the path
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, {command}, since {started}\n".encode())
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still held: a run waiting on this file locks the next one (the inode check)
+        os.close(fd)

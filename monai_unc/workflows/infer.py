@@ -1115,5 +1115,5 @@ def _run_infer(
                     setup=lambda: check_run_settings(output, settings, overwrite=overwrite), summarize=statuses,
                     on_failed=statuses, failures_file=output / FAILURES_FILE,
                     pack=lambda r: {"case": r["case"], "status": r["status"]}, progress=progress, desc="infer",
-                    on_failure=on_failure)
+                    on_failure=on_failure, lock=output)
     return run.summary

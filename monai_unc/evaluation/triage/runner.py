@@ -486,5 +486,6 @@ def run_triage(
                           dump=_dump_row, restore=lambda folder, doc, f: _restore_row(folder, doc, f, maps))
     run = run_cases(listing, lambda f: triage_case(f, got["rule"], maps=maps), command="monai-unc triage", ctx=ctx,
                     cache=cache, setup=setup, summarize=finish, on_failed=lambda run: remove_triage_files(output),
-                    failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure)
+                    failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure,
+                    lock=output)
     return TriageResult(*run.summary)

@@ -1,0 +1,96 @@
+"""Two runs into one output folder at the same time (review D): the second is refused before it writes anything.
+
+Both would write the same temporary names and each removes the other's at its start (``clean_partial_files``), so
+the first run's files could be corrupted or lost. A run holds its output folder (:func:`monai_unc.io.output_lock`)
+from the listing of its cases to its last cohort file; a second ``monai-unc evaluate`` / ``infer`` into the folder
+meanwhile exits 2 with one line, and the first run's outputs equal those of a run alone. A run killed with SIGKILL
+leaves no lock behind.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from monai_unc.cli import main
+from monai_unc.data.cohorts import write_toy_cohort
+from monai_unc.io import OUTPUT_LOCK_FILE, output_lock
+from tests._cases import run_toy_infer, toy_infer_files
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    return write_toy_cohort(tmp_path_factory.mktemp("concurrent"), n_cases=3, shape=(8, 8, 8))
+
+
+def _evaluate(cohort, out):
+    return main(["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", str(out),
+                 "--no-spatial", "-q"])
+
+
+@pytest.mark.slow
+def test_a_second_evaluate_into_a_busy_folder_is_refused(cohort, tmp_path, monkeypatch, capsys):
+    from monai_unc.evaluation import runner
+
+    out, alone = tmp_path / "eval", tmp_path / "alone"
+    real = runner._evaluate_record
+    second: list[tuple[int, str]] = []
+
+    def case_then_second_run(files, config, maps=None):
+        if not second:  # while the first run is inside its cases: the same command into the same folder
+            capsys.readouterr()
+            second.append((_evaluate(cohort, out), capsys.readouterr().err))
+        return real(files, config, maps)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        monkeypatch.setattr(runner, "_evaluate_record", case_then_second_run)
+        assert _evaluate(cohort, out) == 0
+        monkeypatch.setattr(runner, "_evaluate_record", real)
+        assert _evaluate(cohort, alone) == 0
+    status, err = second[0]
+    assert status == 2, err
+    assert len(err.strip().splitlines()) == 1 and "another run" in err and str(out) in err, err
+    assert (out / "metrics.csv").read_bytes() == (alone / "metrics.csv").read_bytes()
+    assert sorted(p.name for p in (out / "state" / "cases").iterdir()) == \
+        sorted(p.name for p in (alone / "state" / "cases").iterdir())
+    assert not (out / OUTPUT_LOCK_FILE).exists()  # released at the end
+
+
+@pytest.mark.slow
+def test_a_second_infer_into_a_busy_folder_is_refused(tmp_path, monkeypatch, capsys):
+    from monai_unc.workflows import infer
+
+    toy = toy_infer_files(tmp_path / "toy", n_cases=2)
+    out, alone = tmp_path / "pred", tmp_path / "alone"
+    real = infer.predict_case
+    second: list[tuple[int, str]] = []
+
+    def case_then_second_run(*args, **kwargs):
+        if not second:
+            capsys.readouterr()
+            second.append((run_toy_infer(toy, out, "--seed", "0"), capsys.readouterr().err))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(infer, "predict_case", case_then_second_run)
+    assert run_toy_infer(toy, out, "--seed", "0") == 0
+    monkeypatch.setattr(infer, "predict_case", real)
+    assert run_toy_infer(toy, alone, "--seed", "0") == 0
+    status, err = second[0]
+    assert status == 2 and "another run" in err, err
+    got = {p.name: p.read_bytes() for p in out.glob("*.nii.gz")}
+    assert got == {p.name: p.read_bytes() for p in alone.glob("*.nii.gz")} and len(got) >= 2
+
+
+def test_a_killed_holder_leaves_no_lock(tmp_path):
+    code = ("import os, signal, sys; from monai_unc.io import output_lock\n"
+            "with output_lock(sys.argv[1], 'killed'):\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=120)
+    assert done.returncode == -9
+    assert (tmp_path / OUTPUT_LOCK_FILE).exists()  # the file stays, the lock does not
+    with output_lock(tmp_path, "next"):
+        pass
+    assert not (tmp_path / OUTPUT_LOCK_FILE).exists()
