@@ -55,6 +55,7 @@ from ..io import (
     atomic_write_json,
     check_inputs_not_written,
     check_output_folder,
+    check_output_kind,
     clean_partial_files,
     file_sha256,
     json_safe,
@@ -1135,6 +1136,7 @@ def check_conformal_inputs(
     """
     rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
     check_output_folder(output, predictions, images, uncertainty)
+    check_output_kind(output, "conformal")  # not another command's folder (its state/cases/)
     check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty, what="--output")
     doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)

@@ -25,7 +25,7 @@ from ..engine import (
     run_cases,
 )
 from ..engine.records import record_gather_hooks
-from ..io import CaseError, CaseFiles, load_case, match_cases
+from ..io import CaseError, CaseFiles, check_output_kind, load_case, match_cases
 from ..product import registered_products
 from ..regions import unclaimed_labels_message
 from .case import CaseResult, derived_maps, evaluate_case, load_evaluation_case
@@ -381,6 +381,7 @@ def _run_evaluate(
 ) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
     def listing() -> list[CaseFiles]:
         config.validate()
+        check_output_kind(output, "evaluate")  # not a triage's or conformal's folder (state/, maps/)
         with warnings.catch_warnings():
             if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
                 warnings.simplefilter("ignore", UserWarning)
@@ -452,6 +453,7 @@ def _run_evaluate(
 
     pack, unpack = record_gather_hooks(CaseResult)
     maps = output / DERIVED_MAPS_DIR
+
     run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
                     summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=pack,

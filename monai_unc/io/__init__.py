@@ -35,6 +35,7 @@ from .cases import (
 )
 from .files import (
     OUTPUT_LOCK_FILE,
+    OUTPUT_MARKERS,
     atomic_copy,
     atomic_gzip,
     atomic_path,
@@ -49,6 +50,7 @@ from .files import (
     check_inputs_not_written,
     check_output_file,
     check_output_folder,
+    check_output_kind,
     check_writable_folder,
     clean_partial_files,
     file_sha256,
@@ -109,6 +111,8 @@ __all__ = [
     "clean_partial_files",
     "OUTPUT_LOCK_FILE",
     "output_lock",
+    "OUTPUT_MARKERS",
+    "check_output_kind",
     "partial_path",
     "atomic_path",
     "atomic_write",

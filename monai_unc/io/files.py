@@ -59,6 +59,8 @@ __all__ = [
     "clean_partial_files",
     "OUTPUT_LOCK_FILE",
     "output_lock",
+    "OUTPUT_MARKERS",
+    "check_output_kind",
 ]
 
 #: multi-part extensions kept whole in temporary names (longest first)
@@ -1125,3 +1127,53 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
         with contextlib.suppress(OSError):
             path.unlink()  # while still held: a run waiting on this file locks the next one (the inode check)
         os.close(fd)
+
+
+#: the files that mark a folder as the output folder of a cohort command (:func:`check_output_kind`)
+OUTPUT_MARKERS: dict[str, tuple[str, ...]] = {
+    "infer": ("infer.json",),
+    "evaluate": ("metrics.csv", "summary.json"),
+    "triage": ("triage.json", "triage.csv"),
+    "conformal": ("conformal.json", "conformal.csv"),
+}
+
+
+def check_output_kind(folder: str | os.PathLike, command: str) -> None:
+    """Refuse an output folder that holds the outputs of another cohort command.
+
+    ``evaluate``, ``triage`` and ``conformal`` keep their per-case state in the same place (``state/cases/``) and
+    ``evaluate`` and ``triage`` their derived maps too (``maps/``): a triage into an evaluation's folder would
+    replace the maps that the evaluation's report draws with those of other predictions. Each command's folder holds
+    that command's outputs only (:data:`OUTPUT_MARKERS`); a folder without them (new, empty, or holding anything
+    else) is accepted.
+
+    Args:
+        folder: the output folder (a missing one is accepted).
+        command: the command about to write there: a key of :data:`OUTPUT_MARKERS`.
+
+    Raises:
+        ValueError: ``folder`` holds another command's marker files (one line naming them and the command).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "summary.json").write_text("{}")
+        ...     check_output_kind(d, "evaluate")
+        ...     try:
+        ...         check_output_kind(d, "triage")
+        ...     except ValueError as e:
+        ...         print(str(e).split(":")[0])
+        --output
+    """
+    if command not in OUTPUT_MARKERS:
+        raise ValueError(f"unknown command {command!r}: one of {sorted(OUTPUT_MARKERS)}")
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for other, names in OUTPUT_MARKERS.items():
+        found = [n for n in names if other != command and (folder / n).is_file()]
+        if found:
+            raise ValueError(f"--output: {folder} holds the outputs of monai-unc {other} ({', '.join(found)}); "
+                             f"monai-unc {command} would mix its files with them (state/, maps/): choose another "
+                             f"folder, e.g. {folder / command}")
+

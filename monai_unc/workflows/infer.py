@@ -62,6 +62,7 @@ from ..io import (
     CaseError,
     ImageCase,
     atomic_write_json,
+    check_output_kind,
     file_sha256,
     json_safe,
     read_json_or_none,
@@ -886,8 +887,10 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         overwrite: replace the settings of an earlier run.
 
     Raises:
-        ValueError: naming the settings that differ.
+        ValueError: naming the settings that differ, or an output folder holding another command's outputs
+            (:func:`monai_unc.io.check_output_kind`).
     """
+    check_output_kind(output, "infer")  # not an evaluation's, triage's or conformal's folder
     path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))

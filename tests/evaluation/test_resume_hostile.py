@@ -60,3 +60,4 @@ def test_seg_label_values_change_is_not_resumed(files, tmp_path, monkeypatch):
     evaluate_shard(files, _config(seg_label_values=[1, 2, 3]), cache=cache)
     assert len(calls) == 2  # evaluated again with the other values
     shutil.rmtree(Path(cache))
+

@@ -94,3 +94,38 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
     with output_lock(tmp_path, "next"):
         pass
     assert not (tmp_path / OUTPUT_LOCK_FILE).exists()
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_triage_into_an_evaluation_folder_is_refused(cohort, tmp_path, capsys):
+    """The triage would replace the evaluation's derived maps (``maps/``, drawn by its report) and ``state/cases/``."""
+    import shutil
+
+    preds = tmp_path / "preds"
+    shutil.copytree(cohort["predictions"], preds)
+    for p in preds.glob("*.nii.gz"):  # no map files: evaluate (and triage) derive the maps from the probabilities
+        if not p.name.endswith(("_probs.nii.gz", "_seg.nii.gz")):
+            p.unlink()
+    ev = tmp_path / "ev"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(cohort["labels"]), "-p", str(preds), "-o", str(ev), "--no-spatial", "-q",
+                     "--target-risk", "0.5"]) == 0
+        before = _tree(ev)
+        assert any(k.startswith("maps/") for k in before)
+        capsys.readouterr()
+        assert main(["triage", "-p", str(preds), "--rule", str(ev / "referral_rule.json"), "-o", str(ev),
+                     "-q"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "monai-unc evaluate" in err, err
+        assert _tree(ev) == before  # nothing written
+        assert main(["triage", "-p", str(preds), "--rule", str(ev / "referral_rule.json"), "-o", str(ev / "triage"),
+                     "-q"]) == 0  # a folder of its own (inside the evaluation) is fine
+        capsys.readouterr()
+        assert main(["evaluate", "-l", str(cohort["labels"]), "-p", str(preds), "-o", str(ev / "triage"),
+                     "--no-spatial", "-q"]) == 2  # and the other way round
+        assert "monai-unc triage" in capsys.readouterr().err

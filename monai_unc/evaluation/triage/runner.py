@@ -25,6 +25,7 @@ from ...io import (
     atomic_write_json,
     check_inputs_not_written,
     check_output_folder,
+    check_output_kind,
     clean_partial_files,
     image_channel_files,
     json_safe,
@@ -455,6 +456,7 @@ def run_triage(
 
     def listing() -> list[CaseFiles]:
         check_output_folder(output, predictions, images, uncertainty)
+        check_output_kind(output, "triage")  # e.g. not an evaluation's folder: its maps/ would be replaced
         check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
                                  what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
         the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule, trust)
