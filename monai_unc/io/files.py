@@ -1061,16 +1061,22 @@ def _lock_holder(path: Path) -> str:
         return ""
 
 
+#: the output folders this process holds (:func:`output_lock`), resolved path -> depth
+_HELD_FOLDERS: dict[str, int] = {}
+
+
 @contextlib.contextmanager
 def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterator[Path]:
-    """Hold an output folder for one run: a second run into the same folder is refused while this one writes.
+    """Hold an output folder for one run: another process's run into the same folder is refused meanwhile.
 
     Two runs writing into one folder at the same time would corrupt each other's files: both write the same
     temporary names (:func:`partial_path`) and each removes the other's at start (:func:`clean_partial_files`).
     The lock is an exclusive :func:`fcntl.flock` on ``<folder>/.monai-unc.lock`` (which names the holder: pid,
     command, start time); the operating system releases it when the process ends, however it ends (a run killed
     with SIGKILL leaves the file, not the lock, and the next run takes it). The file is removed when the block ends.
-    Without ``fcntl`` (Windows) nothing is locked. The folder is created when missing.
+    It is reentrant within a process (a command that holds its folder calls the engine, which holds it again).
+    Without ``fcntl`` (Windows) or on a file system without ``flock`` nothing is locked. The folder is created when
+    missing, and removed again at the end when the run left it empty (a run refused before it wrote anything).
 
     Args:
         folder: the output folder.
@@ -1086,31 +1092,43 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d:
         ...     with output_lock(d, "toy") as lock:
-        ...         try:
-        ...             with output_lock(d, "toy"):
-        ...                 pass
-        ...         except ValueError as e:
-        ...             refused = "is being written by another run" in str(e)
-        ...     refused, lock.exists()
-        (True, False)
+        ...         with output_lock(d, "toy"):  # the same process: reentrant
+        ...             held = lock.read_text().split(",")[1].strip()
+        ...     held, lock.exists()
+        ('toy', False)
     """
+    folder = Path(folder)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / OUTPUT_LOCK_FILE
+    key = str(folder.resolve())
+    if key in _HELD_FOLDERS:  # this process holds it already
+        _HELD_FOLDERS[key] += 1
+        try:
+            yield path
+        finally:
+            _HELD_FOLDERS[key] -= 1
+        return
     try:
         import fcntl
     except ImportError:  # no flock (Windows): nothing is locked
-        yield Path(folder) / OUTPUT_LOCK_FILE
+        yield path
         return
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / OUTPUT_LOCK_FILE
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             os.close(fd)
             holder = _lock_holder(path)
             raise ValueError(f"{folder} is being written by another run ({holder or 'holder unknown'}; lock "
                              f"{path}): wait until it ends, or choose another output folder") from None
+        except OSError:  # a file system without flock (some network or parallel file systems): not locked
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            yield path
+            return
         try:  # the holder that just ended removed the file we opened: lock the one at the path
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -1118,15 +1136,20 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
         if same:
             break
         os.close(fd)
+    _HELD_FOLDERS[key] = 1
     try:
         started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}, {command}, since {started}\n".encode())
         yield path
     finally:
+        del _HELD_FOLDERS[key]
         with contextlib.suppress(OSError):
             path.unlink()  # while still held: a run waiting on this file locks the next one (the inode check)
         os.close(fd)
+        if created:  # a folder made here for a run refused before it wrote anything is not left behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
 
 
 #: the files that mark a folder as the output folder of a cohort command (:func:`check_output_kind`)
