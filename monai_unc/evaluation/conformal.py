@@ -1293,6 +1293,7 @@ def run_conformal(
         clean_partial_files(output)
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
+        stale(run)  # first: a run stopped while writing leaves none of an earlier run's files
         rows = sorted(run.results, key=lambda r: str(r["case"]))
         doc: ConformalRuleFile = got["doc"]
         remove_stale_masks(output, [str(r["case"]) for r in rows], list(doc.rules))

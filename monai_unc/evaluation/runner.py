@@ -414,6 +414,8 @@ def _run_evaluate(
         cohort["state"] = state
 
         def outputs() -> tuple[dict[str, Any], dict[str, Path]]:
+            stale(run)  # first: a run stopped while writing leaves this run's files or none, never an earlier run's
+            # beside this one's (report and triage would read them as one evaluation)
             # the products: fitted on the calibration cases, one summary block each
             with warnings.catch_warnings(record=True) as caught:  # listed in the summary, as summarize lists its own
                 warnings.simplefilter("always")

@@ -57,3 +57,22 @@ def test_a_damaged_mask_is_written_again_on_resume(setup, tmp_path, damage):
     assert got.summary["n_cases"] == 3
     assert _masks(out) == _masks(clean)
     assert (out / "conformal.csv").read_bytes() == (clean / "conformal.csv").read_bytes()
+
+
+def test_a_rerun_killed_while_writing_leaves_no_earlier_summary(setup, tmp_path, monkeypatch):
+    """Stopped after ``conformal.csv`` is written: no earlier ``conformal.json`` beside it."""
+    from monai_unc.evaluation import conformal
+
+    predictions, doc, _ = setup
+    out = tmp_path / "masks"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_conformal(predictions, doc, out)
+        monkeypatch.setattr(conformal, "atomic_write_json", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run_conformal(predictions, doc, out)
+    assert (out / "conformal.csv").is_file() and not (out / "conformal.json").exists()

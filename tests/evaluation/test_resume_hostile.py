@@ -7,6 +7,7 @@ another value list must evaluate the case again.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -61,3 +62,37 @@ def test_seg_label_values_change_is_not_resumed(files, tmp_path, monkeypatch):
     assert len(calls) == 2  # evaluated again with the other values
     shutil.rmtree(Path(cache))
 
+
+
+@pytest.mark.slow
+def test_a_rerun_killed_while_writing_leaves_no_earlier_cohort_file(tmp_path, monkeypatch):
+    """A rerun with another option killed while it writes its cohort files (after ``state/``, before ``metrics.csv``)
+    must not leave the earlier run's ``metrics.csv`` / ``summary.json`` / ``referral_rule.json`` beside its state:
+    ``report`` and ``triage`` would read two runs as one. What is left is either this run's or nothing."""
+    import warnings
+
+    from monai_unc.cli import main
+    from monai_unc.evaluation import cohort as cohort_mod
+
+    paths = write_toy_cohort(tmp_path / "cohort", n_cases=3, shape=(8, 8, 8))
+    out = tmp_path / "out"
+    argv = ["evaluate", "-l", str(paths["labels"]), "-p", str(paths["predictions"]), "--no-spatial", "-q",
+            "--target-risk", "0.5", "-o", str(out)]
+    real = cohort_mod.write_csv
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(argv) == 0
+        earlier = {n: (out / n).read_bytes() for n in ("metrics.csv", "summary.json", "referral_rule.json")}
+        monkeypatch.setattr(cohort_mod, "write_csv", killed)
+        assert main([*argv, "--n-bins", "7"]) == 130  # interrupted while writing
+        monkeypatch.setattr(cohort_mod, "write_csv", real)
+    left = {n: (out / n).read_bytes() for n in earlier if (out / n).is_file()}
+    assert not [n for n in left if left[n] == earlier[n]], sorted(left)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main([*argv, "--n-bins", "7"]) == 0  # the same command again: complete
+    assert json.loads((out / "summary.json").read_text())["config"]["n_bins"] == 7

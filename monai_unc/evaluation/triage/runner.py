@@ -475,6 +475,7 @@ def run_triage(
         clean_partial_files(maps)
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
+        remove_triage_files(output)  # first: a run stopped while writing leaves none of an earlier run's files
         remove_stale_maps(maps, run.results)  # maps/ holds the maps of this run's cases only
         summary, csv_rows = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
         paths = {"csv": write_csv(output / "triage.csv", csv_rows),
