@@ -95,6 +95,7 @@ from ..scores import CASE_SCORES, case_score_columns, resolve_score_column
 from ..state import StateGroup, register_state_type
 from .cohort import score_column
 from .config import STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
+from .products import command_output_markers
 from .region_case import predicted_regions, region_score_columns
 from .resume import CASES_DIR, file_signature
 from .rows import derived_maps
@@ -1136,7 +1137,7 @@ def check_conformal_inputs(
     """
     rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
     check_output_folder(output, predictions, images, uncertainty)
-    check_output_kind(output, "conformal")  # not another command's folder (its state/cases/)
+    check_output_kind(output, "conformal", command_output_markers())  # not another command's folder (its state/cases/)
     check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty, what="--output")
     doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)

@@ -34,6 +34,7 @@ from .config import DERIVED_MAPS_DIR, STATE_DIR, EvaluationConfig
 from .products import (
     artifact_paths,
     check_products,
+    command_output_markers,
     fit_products,
     remove_case_files,
     write_artifacts,
@@ -381,7 +382,7 @@ def _run_evaluate(
 ) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
     def listing() -> list[CaseFiles]:
         config.validate()
-        check_output_kind(output, "evaluate")  # not a triage's or conformal's folder (state/, maps/)
+        check_output_kind(output, "evaluate", command_output_markers())  # not another command's folder
         with warnings.catch_warnings():
             if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
                 warnings.simplefilter("ignore", UserWarning)

@@ -1157,22 +1157,24 @@ OUTPUT_MARKERS: dict[str, tuple[str, ...]] = {
     "infer": ("infer.json",),
     "evaluate": ("metrics.csv", "summary.json"),
     "triage": ("triage.json", "triage.csv"),
-    "conformal": ("conformal.json", "conformal.csv"),
 }
 
 
-def check_output_kind(folder: str | os.PathLike, command: str) -> None:
+def check_output_kind(folder: str | os.PathLike, command: str,
+                      markers: Mapping[str, Sequence[str]] | None = None) -> None:
     """Refuse an output folder that holds the outputs of another cohort command.
 
-    ``evaluate``, ``triage`` and ``conformal`` keep their per-case state in the same place (``state/cases/``) and
-    ``evaluate`` and ``triage`` their derived maps too (``maps/``): a triage into an evaluation's folder would
+    ``evaluate``, ``triage`` and a product's command keep their per-case state in the same place (``state/cases/``)
+    and ``evaluate`` and ``triage`` their derived maps too (``maps/``): a triage into an evaluation's folder would
     replace the maps that the evaluation's report draws with those of other predictions. Each command's folder holds
-    that command's outputs only (:data:`OUTPUT_MARKERS`); a folder without them (new, empty, or holding anything
-    else) is accepted.
+    that command's outputs only (``markers``); a folder without them (new, empty, or holding anything else) is
+    accepted.
 
     Args:
         folder: the output folder (a missing one is accepted).
-        command: the command about to write there: a key of :data:`OUTPUT_MARKERS`.
+        command: the command about to write there: a key of ``markers``.
+        markers: ``{command: marker file names}``; default :data:`OUTPUT_MARKERS` (the commands of the package's
+            core; :func:`monai_unc.product.command_output_markers` adds the products' commands).
 
     Raises:
         ValueError: ``folder`` holds another command's marker files (one line naming them and the command).
@@ -1188,12 +1190,13 @@ def check_output_kind(folder: str | os.PathLike, command: str) -> None:
         ...         print(str(e).split(":")[0])
         --output
     """
-    if command not in OUTPUT_MARKERS:
-        raise ValueError(f"unknown command {command!r}: one of {sorted(OUTPUT_MARKERS)}")
+    markers = OUTPUT_MARKERS if markers is None else markers
+    if command not in markers:
+        raise ValueError(f"unknown command {command!r}: one of {sorted(markers)}")
     folder = Path(folder)
     if not folder.is_dir():
         return
-    for other, names in OUTPUT_MARKERS.items():
+    for other, names in markers.items():
         found = [n for n in names if other != command and (folder / n).is_file()]
         if found:
             raise ValueError(f"--output: {folder} holds the outputs of monai-unc {other} ({', '.join(found)}); "

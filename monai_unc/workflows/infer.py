@@ -55,6 +55,7 @@ from ..engine import (
     settings_changes,
 )
 from ..evaluation.lesions import SAMPLES_SUFFIX
+from ..evaluation.products import command_output_markers
 from ..inferers import available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
@@ -890,7 +891,7 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         ValueError: naming the settings that differ, or an output folder holding another command's outputs
             (:func:`monai_unc.io.check_output_kind`).
     """
-    check_output_kind(output, "infer")  # not an evaluation's, triage's or conformal's folder
+    check_output_kind(output, "infer", command_output_markers())  # not another command's folder
     path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))

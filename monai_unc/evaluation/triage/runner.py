@@ -37,6 +37,7 @@ from ...io.signing import Trust
 from ...scores import case_score_columns
 from ..cohort import triage_order
 from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
+from ..products import command_output_markers
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, file_signature
 from ..rows import case_expected_dice, derived_maps, write_derived_maps
@@ -456,7 +457,7 @@ def run_triage(
 
     def listing() -> list[CaseFiles]:
         check_output_folder(output, predictions, images, uncertainty)
-        check_output_kind(output, "triage")  # e.g. not an evaluation's folder: its maps/ would be replaced
+        check_output_kind(output, "triage", command_output_markers())  # not an evaluation's folder (maps/)
         check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
                                  what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
         the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule, trust)
