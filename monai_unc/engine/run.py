@@ -21,6 +21,7 @@ every collective is the identity and the same code runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Hashable, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..io import output_lock
 from ..io.cases import settings_changes
 from .cache import CaseCache
 from .collectives import (
@@ -158,6 +160,7 @@ def run_cases(
     desc: str | None = None,
     on_failure: Callable[[CaseFailure], None] | None = None,
     stop_on_error: bool = False,
+    lock: str | os.PathLike | None = None,
 ) -> CohortRun:
     """Run ``process`` on every case of a cohort, on one process or on every rank of a process group.
 
@@ -187,6 +190,10 @@ def run_cases(
         stop_on_error: the first case that raises stops the run and its exception propagates (the other ranks
             raise :class:`~monai_unc.engine.RankFailed`); no failure is collected, reported or written. For the
             Python functions that evaluate or predict a list of cases in one process and raise the first error.
+        lock: the output folder, held by rank 0 from after the listing (its checks come first, so that a refused
+            folder is not created) until the summary step is done (:func:`monai_unc.io.output_lock`): a second run
+            into the same folder meanwhile is refused (``ValueError`` on every rank) before it writes anything.
+            None: not held.
 
     Returns:
         The :class:`CohortRun`: ``summary`` on every rank; ``cases``, ``results``, ``ranks`` on rank 0.
@@ -203,64 +210,67 @@ def run_cases(
     """
     ctx = ctx if ctx is not None else get_dist_context()
     report = failure_reporter(ctx, command, on_failure)
-    listed: list[Any] = []
-    err: BaseException | None = None
-    try:
-        listed = list(items() if callable(items) else items)
-        if ctx.is_main:
-            if cache is not None:
-                cache.prepare()
-            if setup is not None:
-                setup()
-    except Exception as e:
-        err = e
-    sync_errors(err, ctx)
-    ids = [str(key(c)) for c in listed]
-    check_same_cases(ids, ctx)
-    mine = shard(listed, ctx.rank, ctx.world_size, key=key)
-
-    local_failures: list[tuple[str, BaseException]] = []
-    done: list[tuple[str, Any]] = []
-    payload: list[tuple[str, Any]] = []
-    err = None
-    try:
-        label = desc or command.split()[-1]
-        done = process_cases(mine, process, key=key, cache=cache,
-                             failures=None if stop_on_error else local_failures, on_failure=report,
-                             progress=progress and ctx.is_main,
-                             desc=f"{label} ({ctx.describe()})" if ctx.distributed else label)
-        if ctx.distributed:
-            payload = [(c, pack(r) if pack is not None else r) for c, r in done]
-    except Exception as e:  # not a per-case error (those are collected)
-        err = e
-    sync_errors(err, ctx)
-    mine_failed = [CaseFailure(c, ctx.rank, error_line(e)) for c, e in local_failures]
-    gathered = gather_objects((payload, mine_failed), ctx)
-
-    run = CohortRun(ctx)
-    outcome: Any = None
-    err = None
-    if ctx.is_main:
+    with contextlib.ExitStack() as held:  # the output folder's lock (rank 0), released at the end
+        listed: list[Any] = []
+        err: BaseException | None = None
         try:
-            assert gathered is not None
-            if ctx.distributed:
-                got = [(c, unpack(d) if unpack is not None else d, r)
-                       for r, (part, _) in enumerate(gathered) for c, d in part]
-            else:
-                got = [(c, res, ctx.rank) for c, res in done]
-            failures = [f for _, fs in gathered for f in fs]
-            check_each_case_once([c for c, _, _ in got] + [f.case for f in failures], ids)
-            got.sort(key=lambda t: t[0])
-            run = CohortRun(ctx, [c for c, _, _ in got], [r for _, r, _ in got], [k for _, _, k in got], failures)
-            outcome = _finish(run, command, summarize, on_failed, failures_file, on_failure)
+            listed = list(items() if callable(items) else items)
+            if ctx.is_main:
+                if lock is not None:  # before the first write: a second run into the folder is refused here
+                    held.enter_context(output_lock(lock, command))
+                if cache is not None:
+                    cache.prepare()
+                if setup is not None:
+                    setup()
         except Exception as e:
             err = e
-    sync_errors(err, ctx)
-    outcome = broadcast_object(outcome, ctx)
-    if outcome[0] == "failed":
-        raise CasesFailed(outcome[1], results=outcome[2])
-    run.summary = outcome[1]
-    return run
+        sync_errors(err, ctx)
+        ids = [str(key(c)) for c in listed]
+        check_same_cases(ids, ctx)
+        mine = shard(listed, ctx.rank, ctx.world_size, key=key)
+
+        local_failures: list[tuple[str, BaseException]] = []
+        done: list[tuple[str, Any]] = []
+        payload: list[tuple[str, Any]] = []
+        err = None
+        try:
+            label = desc or command.split()[-1]
+            done = process_cases(mine, process, key=key, cache=cache,
+                                 failures=None if stop_on_error else local_failures, on_failure=report,
+                                 progress=progress and ctx.is_main,
+                                 desc=f"{label} ({ctx.describe()})" if ctx.distributed else label)
+            if ctx.distributed:
+                payload = [(c, pack(r) if pack is not None else r) for c, r in done]
+        except Exception as e:  # not a per-case error (those are collected)
+            err = e
+        sync_errors(err, ctx)
+        mine_failed = [CaseFailure(c, ctx.rank, error_line(e)) for c, e in local_failures]
+        gathered = gather_objects((payload, mine_failed), ctx)
+
+        run = CohortRun(ctx)
+        outcome: Any = None
+        err = None
+        if ctx.is_main:
+            try:
+                assert gathered is not None
+                if ctx.distributed:
+                    got = [(c, unpack(d) if unpack is not None else d, r)
+                           for r, (part, _) in enumerate(gathered) for c, d in part]
+                else:
+                    got = [(c, res, ctx.rank) for c, res in done]
+                failures = [f for _, fs in gathered for f in fs]
+                check_each_case_once([c for c, _, _ in got] + [f.case for f in failures], ids)
+                got.sort(key=lambda t: t[0])
+                run = CohortRun(ctx, [c for c, _, _ in got], [r for _, r, _ in got], [k for _, _, k in got], failures)
+                outcome = _finish(run, command, summarize, on_failed, failures_file, on_failure)
+            except Exception as e:
+                err = e
+        sync_errors(err, ctx)
+        outcome = broadcast_object(outcome, ctx)
+        if outcome[0] == "failed":
+            raise CasesFailed(outcome[1], results=outcome[2])
+        run.summary = outcome[1]
+        return run
 
 
 def _finish(

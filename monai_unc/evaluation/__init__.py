@@ -83,7 +83,7 @@ from .config import (
     unit_scale,
 )
 from .conformal import CONFORMAL_RULE_FILE, ConformalRuleFile, fit_conformal_rules, run_conformal
-from .products import read_artifact, write_artifact
+from .products import command_output_markers, read_artifact, write_artifact
 from .region_case import QU_BRATS_COLUMNS, combined_score, evaluate_region_case, region_score_columns
 from .resume import case_cache, case_fingerprint, load_case_state, save_case_state
 from .runner import assemble_state, evaluate_cases, evaluate_files, evaluate_shard, run_evaluate
@@ -95,6 +95,7 @@ __all__ = [
     "fit_conformal_rules",
     "run_conformal",
     "read_artifact",
+    "command_output_markers",
     "write_artifact",
     "CALIBRATION_COLUMNS",
     "SPATIAL_COLUMNS",

@@ -55,7 +55,9 @@ from ..io import (
     atomic_write_json,
     check_inputs_not_written,
     check_output_folder,
+    check_output_kind,
     clean_partial_files,
+    file_sha256,
     json_safe,
     load_case,
     read_probabilities,
@@ -93,6 +95,7 @@ from ..scores import CASE_SCORES, case_score_columns, resolve_score_column
 from ..state import StateGroup, register_state_type
 from .cohort import score_column
 from .config import STATE_DIR, EvaluationConfig, parse_score_column, region_suffix, slug
+from .products import command_output_markers
 from .region_case import predicted_regions, region_score_columns
 from .resume import CASES_DIR, file_signature
 from .rows import derived_maps
@@ -1134,6 +1137,7 @@ def check_conformal_inputs(
     """
     rule_path = None if isinstance(rule, ConformalRuleFile) else str(Path(rule).resolve())
     check_output_folder(output, predictions, images, uncertainty)
+    check_output_kind(output, "conformal", command_output_markers())  # not another command's folder (its state/cases/)
     check_inputs_not_written(output, CONFORMAL_WRITES, rule_path, predictions, images, uncertainty, what="--output")
     doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
@@ -1185,6 +1189,50 @@ def remove_stale_masks(output: str | os.PathLike, cases: Sequence[str], sides: S
                 p.unlink()
                 removed.append(p)
     return removed
+
+
+def _dump_conformal_row(output: str | os.PathLike, case_id: str, row: Mapping[str, Any],
+                       sides: Sequence[str]) -> dict[str, Any]:
+    """The resume state of a case of ``monai-unc conformal``: its row and the digests of the masks written with it.
+
+    Args:
+        output: the output folder (holding the masks, :func:`mask_file`).
+        case_id: the case.
+        row: the case's row (:func:`conformal_case`).
+        sides: the sides of the rule (one mask file each).
+
+    Returns:
+        ``{"row": row, "masks": {file name: {"size", "sha256"}}}``, the JSON fields of ``<case>.json``.
+
+    Raises:
+        FileNotFoundError: a mask of the case is missing.
+    """
+    paths = [mask_file(output, case_id, side) for side in sides]
+    return {"row": dict(row), "masks": {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in paths}}
+
+
+def _restore_conformal_row(output: str | os.PathLike, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved row of ``monai-unc conformal``, if the masks it describes are still the files written with it.
+
+    Args:
+        output: the output folder.
+        doc: the case's saved state (:func:`_dump_conformal_row`, with ``case`` and ``fingerprint``).
+
+    Returns:
+        The row.
+
+    Raises:
+        KeyError: the state records no masks (written by an earlier version): the case is processed again.
+        FileNotFoundError: a mask is missing or differs (size, sha256) from the one written: processed again.
+    """
+    masks = doc["masks"]
+    if not isinstance(masks, Mapping) or not masks:
+        raise KeyError(f"the saved state of case {doc.get('case')!r} records no masks")
+    for name, want in masks.items():
+        p = Path(output) / str(name)
+        if not p.is_file() or p.stat().st_size != want.get("size") or file_sha256(p) != want.get("sha256"):
+            raise FileNotFoundError(f"{p} is missing or changed since it was written")
+    return dict(doc["row"])
 
 
 def run_conformal(
@@ -1246,6 +1294,7 @@ def run_conformal(
         clean_partial_files(output)
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
+        stale(run)  # first: a run stopped while writing leaves none of an earlier run's files
         rows = sorted(run.results, key=lambda r: str(r["case"]))
         doc: ConformalRuleFile = got["doc"]
         remove_stale_masks(output, [str(r["case"]) for r in rows], list(doc.rules))
@@ -1278,12 +1327,16 @@ def run_conformal(
         return json.loads(json.dumps({"format": _STATE_FORMAT, "version": __version__,
                                       "rule": got["doc"].to_json()["digest"], "inputs": inputs}))
 
+    def sides() -> list[str]:
+        return list(got["doc"].rules)
+
     cache = None
-    if resume:
-        cache = CaseCache(output / STATE_DIR / CASES_DIR, fingerprint, dump=lambda folder, cid, row: {"row": row},
-                          restore=lambda folder, doc, files: dict(doc["row"]))
+    if resume:  # a saved row is reused only while the masks it describes are the files written with it
+        cache = CaseCache(output / STATE_DIR / CASES_DIR, fingerprint,
+                          dump=lambda folder, cid, row: _dump_conformal_row(output, cid, row, sides()),
+                          restore=lambda folder, doc, files: _restore_conformal_row(output, doc))
     run = run_cases(listing, lambda f: conformal_case(f, got["doc"], output), command="monai-unc conformal",
                     ctx=ctx, cache=cache, setup=setup, summarize=finish, on_failed=stale,
                     failures_file=output / "failures.json", progress=progress, desc="conformal",
-                    on_failure=on_failure)
+                    on_failure=on_failure, lock=output)
     return ConformalResult(*run.summary)

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..io import json_safe
+from ..io import OUTPUT_MARKERS, json_safe
 from ..io.provenance import read_checked_json, rule_digest, write_signed_json
 from ..product import CohortProduct, registered_products
 from .config import EvaluationConfig
 
 __all__ = [
+    "command_output_markers",
     "cohort_products",
     "implicit_products",
     "check_products",
@@ -399,4 +400,21 @@ def write_artifacts(output: str | os.PathLike, config: EvaluationConfig, fitted:
             continue
         written = p.write_artifact(path, fitted[p.name], cal, dict(inputs or {}), config)
         out[p.name] = written if written is not None else write_artifact(path, p, fitted[p.name], cal)
+    return out
+
+
+def command_output_markers() -> dict[str, tuple[str, ...]]:
+    """The files that mark an output folder as a command's: the core commands' and each product command's table.
+
+    For :func:`monai_unc.io.check_output_kind`: a product with a command
+    (:attr:`~monai_unc.product.CohortProduct.command`) marks its folder with the per-case table it writes there
+    (:attr:`~monai_unc.product.CohortProduct.applied_table`).
+
+    Returns:
+        ``{command: file names}``: :data:`monai_unc.io.OUTPUT_MARKERS` and one entry per product command.
+    """
+    out = dict(OUTPUT_MARKERS)
+    for cls in registered_products():
+        if cls.command and cls.applied_table:
+            out.setdefault(str(cls.command), (str(cls.applied_table),))
     return out

@@ -101,6 +101,9 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             "maps": {m: file_signature(p) for m, p in sorted(files.maps.items())},
         },
     }
+    if config.seg_label_values is not None:  # read into the label map (load_evaluation_case); only when given, so
+        # that the fingerprint of an evaluation without it is unchanged
+        fp["config"]["seg_label_values"] = [int(v) for v in config.seg_label_values]
     if config.products:  # only when asked: the fingerprint of an evaluation without products is unchanged
         # in order (it is the order of the columns), with each product's class: another implementation under the
         # same name is another product
@@ -112,8 +115,6 @@ def case_fingerprint(files: CaseFiles, config: EvaluationConfig) -> dict[str, An
             fp["inputs"]["products"] = {k: v for k, v in own.items() if v}
     if config.qu_brats_grid != "numpy2":  # only when not the default: earlier fingerprints stay valid
         fp["config"]["qu_brats_grid"] = config.qu_brats_grid
-    if config.seg_label_values is not None:  # DICOM SEG references: which label each segment becomes (when given)
-        fp["config"]["seg_label_values"] = list(config.seg_label_values)
     if config.regions is not None:  # as [name, labels] pairs: the channel order matters (dicts compare unordered)
         fp["config"]["regions"] = [[k, list(v)] for k, v in dict(config.regions).items()]
         fp["inputs"]["image"] = file_signature(files.image)

@@ -25,7 +25,7 @@ from ..engine import (
     run_cases,
 )
 from ..engine.records import record_gather_hooks
-from ..io import CaseError, CaseFiles, load_case, match_cases
+from ..io import CaseError, CaseFiles, check_output_kind, load_case, match_cases
 from ..product import registered_products
 from ..regions import unclaimed_labels_message
 from .case import CaseResult, derived_maps, evaluate_case, load_evaluation_case
@@ -34,6 +34,7 @@ from .config import DERIVED_MAPS_DIR, STATE_DIR, EvaluationConfig
 from .products import (
     artifact_paths,
     check_products,
+    command_output_markers,
     fit_products,
     remove_case_files,
     write_artifacts,
@@ -381,6 +382,7 @@ def _run_evaluate(
 ) -> tuple[CohortState | None, dict[str, Any], dict[str, Path]]:
     def listing() -> list[CaseFiles]:
         config.validate()
+        check_output_kind(output, "evaluate", command_output_markers())  # not another command's folder
         with warnings.catch_warnings():
             if not ctx.is_main:  # every rank matches the same files: rank 0 alone reports the cases left out
                 warnings.simplefilter("ignore", UserWarning)
@@ -413,6 +415,8 @@ def _run_evaluate(
         cohort["state"] = state
 
         def outputs() -> tuple[dict[str, Any], dict[str, Path]]:
+            stale(run)  # first: a run stopped while writing leaves this run's files or none, never an earlier run's
+            # beside this one's (report and triage would read them as one evaluation)
             # the products: fitted on the calibration cases, one summary block each
             with warnings.catch_warnings(record=True) as caught:  # listed in the summary, as summarize lists its own
                 warnings.simplefilter("always")
@@ -452,8 +456,9 @@ def _run_evaluate(
 
     pack, unpack = record_gather_hooks(CaseResult)
     maps = output / DERIVED_MAPS_DIR
+
     run = run_cases(listing, lambda f: _evaluate_record(f, config, maps), command="monai-unc evaluate", ctx=ctx,
                     cache=case_cache(output / STATE_DIR / CASES_DIR, config) if resume else None,
                     summarize=finish, on_failed=stale, failures_file=output / "failures.json", pack=pack,
-                    unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure)
+                    unpack=unpack, progress=progress, desc="evaluate", on_failure=on_failure, lock=output)
     return cohort.get("state"), run.summary[0], run.summary[1]

@@ -13,6 +13,7 @@ writable or creatable), :func:`check_output_file` (not an input file, not even t
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import fnmatch
 import gzip
 import hashlib
@@ -56,6 +57,10 @@ __all__ = [
     "check_output_folder",
     "check_output_file",
     "clean_partial_files",
+    "OUTPUT_LOCK_FILE",
+    "output_lock",
+    "OUTPUT_MARKERS",
+    "check_output_kind",
 ]
 
 #: multi-part extensions kept whole in temporary names (longest first)
@@ -1042,3 +1047,159 @@ def clean_partial_files(folder: str | os.PathLike) -> int:
             shutil.rmtree(p, ignore_errors=True)
             n += 1
     return n
+
+
+#: the file of :func:`output_lock` in an output folder while a run writes there
+OUTPUT_LOCK_FILE = ".monai-unc.lock"
+
+
+def _lock_holder(path: Path) -> str:
+    """What the lock file says about the run that holds it (empty when unreadable)."""
+    try:
+        return path.read_text(errors="replace").strip()[:200]
+    except OSError:
+        return ""
+
+
+#: the output folders this process holds (:func:`output_lock`), resolved path -> depth
+_HELD_FOLDERS: dict[str, int] = {}
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterator[Path]:
+    """Hold an output folder for one run: another process's run into the same folder is refused meanwhile.
+
+    Two runs writing into one folder at the same time would corrupt each other's files: both write the same
+    temporary names (:func:`partial_path`) and each removes the other's at start (:func:`clean_partial_files`).
+    The lock is an exclusive :func:`fcntl.flock` on ``<folder>/.monai-unc.lock`` (which names the holder: pid,
+    command, start time); the operating system releases it when the process ends, however it ends (a run killed
+    with SIGKILL leaves the file, not the lock, and the next run takes it). The file is removed when the block ends.
+    It is reentrant within a process (a command that holds its folder calls the engine, which holds it again).
+    Without ``fcntl`` (Windows) or on a file system without ``flock`` nothing is locked. The folder is created when
+    missing, and removed again at the end when the run left it empty (a run refused before it wrote anything).
+
+    Args:
+        folder: the output folder.
+        command: the command's name, recorded in the lock file for the message of a refused run.
+
+    Yields:
+        The lock file.
+
+    Raises:
+        ValueError: another process holds the folder (one line naming the folder and the holder).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with output_lock(d, "toy") as lock:
+        ...         with output_lock(d, "toy"):  # the same process: reentrant
+        ...             held = lock.read_text().split(",")[1].strip()
+        ...     held, lock.exists()
+        ('toy', False)
+    """
+    folder = Path(folder)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / OUTPUT_LOCK_FILE
+    key = str(folder.resolve())
+    if key in _HELD_FOLDERS:  # this process holds it already
+        _HELD_FOLDERS[key] += 1
+        try:
+            yield path
+        finally:
+            _HELD_FOLDERS[key] -= 1
+        return
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): nothing is locked
+        yield path
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = _lock_holder(path)
+            raise ValueError(f"{folder} is being written by another run ({holder or 'holder unknown'}; lock "
+                             f"{path}): wait until it ends, or choose another output folder") from None
+        except OSError:  # a file system without flock (some network or parallel file systems): not locked
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            yield path
+            return
+        try:  # the holder that just ended removed the file we opened: lock the one at the path
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    _HELD_FOLDERS[key] = 1
+    try:
+        started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, {command}, since {started}\n".encode())
+        yield path
+    finally:
+        del _HELD_FOLDERS[key]
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still held: a run waiting on this file locks the next one (the inode check)
+        os.close(fd)
+        if created:  # a folder made here for a run refused before it wrote anything is not left behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+
+
+#: the files that mark a folder as the output folder of a cohort command (:func:`check_output_kind`)
+OUTPUT_MARKERS: dict[str, tuple[str, ...]] = {
+    "infer": ("infer.json",),
+    "evaluate": ("metrics.csv", "summary.json"),
+    "triage": ("triage.json", "triage.csv"),
+}
+
+
+def check_output_kind(folder: str | os.PathLike, command: str,
+                      markers: Mapping[str, Sequence[str]] | None = None) -> None:
+    """Refuse an output folder that holds the outputs of another cohort command.
+
+    ``evaluate``, ``triage`` and a product's command keep their per-case state in the same place (``state/cases/``)
+    and ``evaluate`` and ``triage`` their derived maps too (``maps/``): a triage into an evaluation's folder would
+    replace the maps that the evaluation's report draws with those of other predictions. Each command's folder holds
+    that command's outputs only (``markers``); a folder without them (new, empty, or holding anything else) is
+    accepted.
+
+    Args:
+        folder: the output folder (a missing one is accepted).
+        command: the command about to write there: a key of ``markers``.
+        markers: ``{command: marker file names}``; default :data:`OUTPUT_MARKERS` (the commands of the package's
+            core; :func:`monai_unc.product.command_output_markers` adds the products' commands).
+
+    Raises:
+        ValueError: ``folder`` holds another command's marker files (one line naming them and the command).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = (Path(d) / "summary.json").write_text("{}")
+        ...     check_output_kind(d, "evaluate")
+        ...     try:
+        ...         check_output_kind(d, "triage")
+        ...     except ValueError as e:
+        ...         print(str(e).split(":")[0])
+        --output
+    """
+    markers = OUTPUT_MARKERS if markers is None else markers
+    if command not in markers:
+        raise ValueError(f"unknown command {command!r}: one of {sorted(markers)}")
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for other, names in markers.items():
+        found = [n for n in names if other != command and (folder / n).is_file()]
+        if found:
+            raise ValueError(f"--output: {folder} holds the outputs of monai-unc {other} ({', '.join(found)}); "
+                             f"monai-unc {command} would mix its files with them (state/, maps/): choose another "
+                             f"folder, e.g. {folder / command}")
+

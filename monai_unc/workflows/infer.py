@@ -30,6 +30,7 @@ reported with its id and the others go on, and rank 0 writes ``failures.json``. 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -54,6 +55,7 @@ from ..engine import (
     settings_changes,
 )
 from ..evaluation.lesions import SAMPLES_SUFFIX
+from ..evaluation.products import command_output_markers
 from ..inferers import available_memory, estimate_memory
 from ..io import (
     INFER_RECORD,
@@ -61,6 +63,7 @@ from ..io import (
     CaseError,
     ImageCase,
     atomic_write_json,
+    check_output_kind,
     file_sha256,
     json_safe,
     read_json_or_none,
@@ -395,12 +398,62 @@ def changed_outputs(output: Path, record: Mapping[str, Any]) -> list[str]:
     return bad
 
 
+def _input_stat(path: Path) -> list[Any]:
+    """What a resume compares first of an input (a file, or a DICOM series folder): size and mtime of its files."""
+    if path.is_dir():
+        return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(path.iterdir()) if f.is_file()]
+    st = path.stat()
+    return [int(st.st_size), int(st.st_mtime_ns)]
+
+
+def _input_sha256(path: Path) -> str:
+    """The sha256 of an input file, or of a DICOM series folder's file names and contents."""
+    if path.is_dir():
+        inner = [[f.name, file_sha256(f)] for f in sorted(path.iterdir()) if f.is_file()]
+        return hashlib.sha256(json.dumps(inner).encode()).hexdigest()
+    return file_sha256(path)
+
+
+def _input_digests(case: ImageCase) -> list[dict[str, Any]]:
+    """The case record's ``input_digests``: per input channel its name, :func:`_input_stat` and sha256."""
+    return [{"file": p.name, "stat": _input_stat(Path(p)), "sha256": _input_sha256(Path(p))} for p in case.channels]
+
+
+def _changed_inputs(case: ImageCase, record: Mapping[str, Any]) -> list[str]:
+    """The input channels of ``case`` whose content differs from what the record says was predicted.
+
+    A channel whose size and mtime are the recorded ones is taken as unchanged; otherwise its sha256 decides (a file
+    copied or moved with the same content is unchanged). A record written before ``input_digests`` existed is not
+    checked.
+    """
+    saved = record.get("input_digests")
+    if not isinstance(saved, list):
+        return []
+    if len(saved) != len(case.channels):
+        return [f"{len(case.channels)} input channel(s), predicted from {len(saved)}"]
+    bad = []
+    for p, want in zip(case.channels, saved):
+        p = Path(p)
+        if not isinstance(want, Mapping) or not p.exists():
+            bad.append(p.name)
+        elif json.loads(json.dumps(_input_stat(p))) != want.get("stat") and _input_sha256(p) != want.get("sha256"):
+            bad.append(p.name)
+    return bad
+
+
 def _restore_record(output: Path, record: dict[str, Any], case: ImageCase | None) -> dict[str, Any]:
     """The status of a finished case, from its record.
 
-    ``FileNotFoundError`` when a file it lists is missing or differs from what was written (:func:`changed_outputs`;
+    ``FileNotFoundError`` when an input image changed since the case was predicted (``input_digests``, with a
+    warning), or when a file it lists is missing or differs from what was written (:func:`changed_outputs`;
     the case is predicted again, with a warning for a changed file).
     """
+    if case is not None:  # an input edited since the case was predicted: its outputs are stale
+        edited = _changed_inputs(case, record)
+        if edited:
+            warnings.warn(f"case {case.case_id!r}: its input changed since it was predicted ({', '.join(edited[:3])}):"
+                          " predicting it again", UserWarning, stacklevel=2)
+            raise FileNotFoundError(f"the input of case {case.case_id!r} changed since it was predicted")
     bad = changed_outputs(output, record)
     if bad:
         if any(not b.endswith("(missing)") for b in bad):
@@ -728,6 +781,7 @@ def predict_case(
         ValueError: unreadable channels, ``--regions`` without region-based outputs, or a non-3D output.
     """
     t0 = time.time()
+    inputs = _input_digests(case)  # before reading: an input edited during the prediction makes a resume redo it
     if model.preprocessing is not None:
         maps, (raw, affine) = _run_with_preprocessing(case, model, inferer, device, settings.activation)
     else:
@@ -797,6 +851,7 @@ def predict_case(
     record = {
         "case": case.case_id,
         "inputs": [str(p) for p in case.channels],
+        "input_digests": inputs,  # a resume predicts the case again when an input's content changed
         "files": names,
         "method": settings.method,
         "num_samples": int(getattr(raw, "num_samples", 1)),
@@ -833,8 +888,10 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         overwrite: replace the settings of an earlier run.
 
     Raises:
-        ValueError: naming the settings that differ.
+        ValueError: naming the settings that differ, or an output folder holding another command's outputs
+            (:func:`monai_unc.io.check_output_kind`).
     """
+    check_output_kind(output, "infer", command_output_markers())  # not another command's folder
     path = output / INFER_RECORD
     new = json_safe(settings.to_json())  # as it reads back from the file (strict JSON)
     started = any(p.name not in ("infer.json", FAILURES_FILE) for p in output.glob("*.json"))
@@ -1062,5 +1119,5 @@ def _run_infer(
                     setup=lambda: check_run_settings(output, settings, overwrite=overwrite), summarize=statuses,
                     on_failed=statuses, failures_file=output / FAILURES_FILE,
                     pack=lambda r: {"case": r["case"], "status": r["status"]}, progress=progress, desc="infer",
-                    on_failure=on_failure)
+                    on_failure=on_failure, lock=output)
     return run.summary

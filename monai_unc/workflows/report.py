@@ -8,15 +8,16 @@ The checks before any work, then the report layer (:func:`monai_unc.report.html.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..engine import get_dist_context
+from ..engine import get_dist_context, sync_errors
 from ..evaluation import load_evaluation, resummarize, run_triage
 from ..evaluation.triage import TriageResult
-from ..io import check_inputs_not_written, check_output_file, check_output_folder
+from ..io import check_inputs_not_written, check_output_file, check_output_folder, output_lock
 from ..io.signing import Trust
 from ..report.html import build_report
 from ..report.triage import build_triage_page
@@ -187,10 +188,18 @@ def triage_with_page(
     common = {"images": images, "layout": layout, "allow_mismatch": allow_mismatch, "trust": trust}
     folders = check_beside_triage(rules, predictions, output, **common)  # refused here, before the triage writes
     ctx = dist if dist is not None else get_dist_context()
-    result = run_triage(predictions, rule, output, images=images, allow_mismatch=allow_mismatch, layout=layout,
-                        uncertainty=uncertainty, progress=progress, dist=ctx, trust=trust)
-    apply_beside_triage(rules, folders, predictions, dist=ctx, progress=progress, **common)
-    page = build_triage_page(output, n_cases=cases, **folders) if ctx.is_main else None
+    with contextlib.ExitStack() as held:  # the folder is this run's until its page is written (rank 0)
+        err = None
+        if ctx.is_main:
+            try:
+                held.enter_context(output_lock(output, "monai-unc triage"))
+            except Exception as e:
+                err = e
+        sync_errors(err, ctx)
+        result = run_triage(predictions, rule, output, images=images, allow_mismatch=allow_mismatch, layout=layout,
+                            uncertainty=uncertainty, progress=progress, dist=ctx, trust=trust)
+        apply_beside_triage(rules, folders, predictions, dist=ctx, progress=progress, **common)
+        page = build_triage_page(output, n_cases=cases, **folders) if ctx.is_main else None
     return result, page
 
 

@@ -25,6 +25,7 @@ from ...io import (
     atomic_write_json,
     check_inputs_not_written,
     check_output_folder,
+    check_output_kind,
     clean_partial_files,
     image_channel_files,
     json_safe,
@@ -36,6 +37,7 @@ from ...io.signing import Trust
 from ...scores import case_score_columns
 from ..cohort import triage_order
 from ..config import DERIVED_MAPS_DIR, STATE_DIR, region_suffix, slug
+from ..products import command_output_markers
 from ..region_case import predicted_regions, region_score_columns
 from ..resume import CASES_DIR, file_signature
 from ..rows import case_expected_dice, derived_maps, write_derived_maps
@@ -455,6 +457,7 @@ def run_triage(
 
     def listing() -> list[CaseFiles]:
         check_output_folder(output, predictions, images, uncertainty)
+        check_output_kind(output, "triage", command_output_markers())  # not an evaluation's folder (maps/)
         check_inputs_not_written(output, TRIAGE_WRITES, rule_path, predictions, images, uncertainty,
                                  what="--output")  # e.g. --rule OUT/triage.json: never replaced by the output
         the_rule = rule if isinstance(rule, ReferralRule) else ReferralRule.load(rule, trust)
@@ -473,6 +476,7 @@ def run_triage(
         clean_partial_files(maps)
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
+        remove_triage_files(output)  # first: a run stopped while writing leaves none of an earlier run's files
         remove_stale_maps(maps, run.results)  # maps/ holds the maps of this run's cases only
         summary, csv_rows = _assemble(run.results, got["rule"], got["check"], images is not None, rule_path)
         paths = {"csv": write_csv(output / "triage.csv", csv_rows),
@@ -486,5 +490,6 @@ def run_triage(
                           dump=_dump_row, restore=lambda folder, doc, f: _restore_row(folder, doc, f, maps))
     run = run_cases(listing, lambda f: triage_case(f, got["rule"], maps=maps), command="monai-unc triage", ctx=ctx,
                     cache=cache, setup=setup, summarize=finish, on_failed=lambda run: remove_triage_files(output),
-                    failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure)
+                    failures_file=output / "failures.json", progress=progress, desc="triage", on_failure=on_failure,
+                    lock=output)
     return TriageResult(*run.summary)

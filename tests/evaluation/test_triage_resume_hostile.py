@@ -1,0 +1,34 @@
+"""Hostile rerun checks of ``monai-unc triage`` (review D): a run stopped while it writes its cohort files leaves
+none of an earlier run's beside its own (``triage.json`` and the page of an earlier run would pass for this one's)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from monai_unc.cli import main
+from monai_unc.data.cohorts import write_toy_cohort
+
+
+@pytest.mark.slow
+def test_a_rerun_killed_while_writing_leaves_no_earlier_triage_file(tmp_path, monkeypatch):
+    from monai_unc.evaluation.triage import runner
+
+    c = write_toy_cohort(tmp_path / "c", n_cases=3, shape=(8, 8, 8))
+    ev, out = tmp_path / "ev", tmp_path / "tri"
+    argv = ["triage", "-p", str(c["predictions"]), "--rule", str(ev / "referral_rule.json"), "-o", str(out), "-q"]
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["evaluate", "-l", str(c["labels"]), "-p", str(c["predictions"]), "-o", str(ev), "-q",
+                     "--no-spatial", "--target-risk", "0.5"]) == 0
+        assert main(argv) == 0
+        assert (out / "triage.json").is_file() and (out / "triage.html").is_file()
+        monkeypatch.setattr(runner, "atomic_write_json", killed)  # stopped after triage.csv
+        assert main(argv) == 130
+    assert (out / "triage.csv").is_file()
+    assert not (out / "triage.json").exists() and not (out / "triage.html").exists()
