@@ -74,6 +74,7 @@ from .._utils import (
     warn_nan,
 )
 from .boundary import (
+    BACKENDS,
     available_backends,
     distance_to_boundary,
     distance_to_mask,
@@ -211,6 +212,42 @@ def _real(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a real number, got {value!r}")
     return float(value)
+
+
+def _check_width(width: Any) -> None:
+    if width is not None and not (math.isfinite(_real(width, "width")) and float(width) >= 0):
+        raise ValueError(f"width must be a non-negative number of mm, got {width}")
+
+
+def _check_bands(n_bands: Any, max_distance: Any) -> None:
+    if not math.isfinite(_real(n_bands, "n_bands")) or int(n_bands) != n_bands or n_bands < 1:
+        raise ValueError(f"n_bands must be a positive integer, got {n_bands}")
+    if max_distance is not None and not (
+        math.isfinite(_real(max_distance, "max_distance")) and float(max_distance) >= 0
+    ):
+        raise ValueError(f"max_distance must be a non-negative number of mm, got {max_distance}")
+
+
+def _check_truncate(truncate: Any) -> None:
+    if not (math.isfinite(_real(truncate, "truncate")) and float(truncate) > 0):
+        raise ValueError(f"truncate must be a positive number of standard deviations, got {truncate}")
+
+
+def _check_sigma_values(sigma: Any) -> None:
+    """Each value of ``sigma`` must be a finite non-negative number of mm.
+
+    One number, or one per axis (their count is checked against the image's axes where it is used).
+    """
+    if isinstance(sigma, (torch.Tensor, np.ndarray)):
+        sigma = sigma.tolist()
+    values = list(sigma) if isinstance(sigma, (list, tuple)) else [sigma]
+    if not values or not all(math.isfinite(_real(v, "sigma")) and float(v) >= 0 for v in values):
+        raise ValueError(f"sigma must be non-negative and finite (mm), got {sigma!r}")
+
+
+def _check_backend_name(backend: Any) -> None:
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
 def _sigma_mm(sigma: float | Sequence[float], ndim: int) -> tuple[float, ...]:
@@ -474,8 +511,7 @@ def boundary_uncertainty_concentration(
     u, p, t, _ = _prepare(uncertainty, pred, target)
     if bool((u < 0).any()):
         raise ValueError("uncertainty must be non-negative for BUC (a ratio of mean uncertainties)")
-    if width is not None and not (math.isfinite(_real(width, "width")) and float(width) >= 0):
-        raise ValueError(f"width must be a non-negative number of mm, got {width}")
+    _check_width(width)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     vals = [_buc_case(u[i], p[i], t[i], sps[i], width, backend) for i in range(u.shape[0])]
     return _finish(vals, uncertainty)
@@ -542,12 +578,7 @@ def boundary_aware_ece(
         tensor([[0.0000, 0.0000, 0.0000],
                 [0.1429, 0.0000, 0.0000]], dtype=torch.float64)
     """
-    if not math.isfinite(_real(n_bands, "n_bands")) or int(n_bands) != n_bands or n_bands < 1:
-        raise ValueError(f"n_bands must be a positive integer, got {n_bands}")
-    if max_distance is not None and not (
-        math.isfinite(_real(max_distance, "max_distance")) and float(max_distance) >= 0
-    ):
-        raise ValueError(f"max_distance must be a non-negative number of mm, got {max_distance}")
+    _check_bands(n_bands, max_distance)
     normalize = check_bool(normalize, "normalize")  # a string "false" (bundle override) is truthy
     u, p, t, _ = _prepare(uncertainty, pred, target)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
@@ -610,8 +641,7 @@ def spatial_calibration_error(
         >>> round(float(spatial_calibration_error(uncertainty, pred, target, spacing=0.5, sigma=1.0)), 4)
         0.0118
     """
-    if not (math.isfinite(_real(truncate, "truncate")) and float(truncate) > 0):
-        raise ValueError(f"truncate must be a positive number of standard deviations, got {truncate}")
+    _check_truncate(truncate)
     u, p, t, _ = _prepare(uncertainty, pred, target)
     sig = _sigma_mm(sigma, u.ndim - 1)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
@@ -788,6 +818,8 @@ class BoundaryUncertaintyConcentrationMetric(_SpatialUncertaintyMetric):
         get_not_nans: bool = False,
     ) -> None:
         super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        _check_width(width)  # here, not at the first case (after a batch of inference)
+        _check_backend_name(backend)
         self.width = width
         self.backend = backend
 
@@ -842,6 +874,8 @@ class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
         get_not_nans: bool = False,
     ) -> None:
         super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        _check_bands(n_bands, max_distance)  # here, not at the first case (after a batch of inference)
+        _check_backend_name(backend)
         self.n_bands = n_bands
         self.max_distance = max_distance
         self.normalize = check_bool(normalize, "normalize")
@@ -903,6 +937,8 @@ class SpatialCalibrationErrorMetric(_SpatialUncertaintyMetric):
         get_not_nans: bool = False,
     ) -> None:
         super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        _check_sigma_values(sigma)  # here, not at the first case (after a batch of inference)
+        _check_truncate(truncate)
         self.sigma = sigma
         self.truncate = truncate
 

@@ -1,0 +1,51 @@
+"""The spatial metrics (and so their ignite handlers) check their options when they are built, not at the first case
+after a batch of inference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from monai_unc.handlers import BoundaryAwareECE, BoundaryUncertaintyConcentration, SpatialCalibrationError
+from monai_unc.metrics import (
+    BoundaryAwareECEMetric,
+    BoundaryUncertaintyConcentrationMetric,
+    SpatialCalibrationErrorMetric,
+    spatial_calibration_error,
+)
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: BoundaryUncertaintyConcentrationMetric(width=-1.0), "width must be a non-negative number"),
+    (lambda: BoundaryUncertaintyConcentrationMetric(width="2"), "width must be a real number"),
+    (lambda: BoundaryUncertaintyConcentrationMetric(backend="fast"), "backend must be one of"),
+    (lambda: BoundaryAwareECEMetric(n_bands=0), "n_bands must be a positive integer"),
+    (lambda: BoundaryAwareECEMetric(n_bands=2.5), "n_bands must be a positive integer"),
+    (lambda: BoundaryAwareECEMetric(max_distance=float("nan")), "max_distance must be"),
+    (lambda: BoundaryAwareECEMetric(backend=None), "backend must be one of"),
+    (lambda: SpatialCalibrationErrorMetric(sigma=-2.0), "sigma must be non-negative"),
+    (lambda: SpatialCalibrationErrorMetric(sigma=[1.0, float("inf")]), "sigma must be non-negative"),
+    (lambda: SpatialCalibrationErrorMetric(sigma="2"), "sigma must be a real number"),
+    (lambda: SpatialCalibrationErrorMetric(truncate=0), "truncate must be a positive number"),
+    (lambda: BoundaryUncertaintyConcentration(width=-1.0), "width must be a non-negative number"),
+    (lambda: BoundaryAwareECE(n_bands=0), "n_bands must be a positive integer"),
+    (lambda: SpatialCalibrationError(sigma=-1.0), "sigma must be non-negative"),
+])
+def test_bad_options_refused_when_built(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_good_options_still_accepted_and_used():
+    g = torch.Generator().manual_seed(0)
+    target = torch.zeros(1, 1, 12, 12, dtype=torch.long)
+    target[:, :, 3:9, 3:9] = 1
+    u = torch.rand(1, 1, 12, 12, generator=g)
+    for sigma in (1.5, [1.0, 2.0], np.array([1.0, 2.0]), torch.tensor([1.0, 2.0]), 0):
+        metric = SpatialCalibrationErrorMetric(sigma=sigma)
+        got = metric(y_pred=target, y=target, uncertainty=u)
+        want = spatial_calibration_error(u, target, target, sigma=sigma)
+        assert torch.allclose(got.view(-1), torch.as_tensor(want).view(-1))
+    BoundaryUncertaintyConcentrationMetric(width=None, backend="scipy")
+    BoundaryAwareECEMetric(n_bands=np.int64(4), max_distance=10)
