@@ -322,7 +322,8 @@ class CaseScoresHandler:
     full precision) and alone issues the warnings (non-finite scores, a NaN AUROC), and every rank stores
     ``engine.state.metrics["ood_auroc_<score>"]``: :func:`monai_unc.metrics.casewise.ood_auroc` of the scores
     of cases outside ``iid_groups`` against those inside (NaN with a warning when either side is empty), so
-    ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it.
+    ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it when it is listed after this handler (ignite runs an
+    event's handlers in the order they were attached).
 
     Args:
         score_keys: keys of per-case scalars in ``engine.state.output`` (one number each; a key holding more, such
