@@ -58,7 +58,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._jit import cached_kernel
 from ..._lazy import lazy_optional
 
 __all__ = ["MAX_UNROLLED_CLASSES", "available", "entropy_margin", "histogram_tables", "top_label_limit"]
@@ -68,7 +67,7 @@ MAX_UNROLLED_CLASSES = 8
 
 
 def available() -> bool:
-    """Whether numba imports (the kernels are compiled on first use and cached on disk)."""
+    """Whether numba imports (the kernels are compiled on first use in each process, not cached on disk)."""
     return _kernels() is not None
 
 
@@ -152,11 +151,16 @@ def _build(n_cls: int) -> _Kernels:
     """The kernels for ``n_cls`` classes (a compile-time constant of their loops): the tables and the entropy."""
     import numba
 
-    jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+    # Not cached on disk (cache=False): numba keys a closure's cache entry by the pickled values it captures, and the
+    # kernels below capture other compiled functions, whose pickles hold a per-process id, so every process compiled
+    # them again and added entries (the cache folder grew with each run); the kernels of every class count also share
+    # one cache index per function, and a CI run that filled that cache from parallel processes left entries a later
+    # process ran with "double free or corruption". Compiling takes a few seconds per class count and process.
+    jit = numba.njit(cache=False, nogil=True, boundscheck=False)
     # the NLL / Brier sums of a block: reassociated (vectorised products and sums), within their stated bound
-    reassoc = numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc"})
+    reassoc = numba.njit(cache=False, nogil=True, boundscheck=False, fastmath={"reassoc"})
     # the normalised entropy: no division-by-zero checks (numpy's error model), so that LLVM vectorises the divisions
-    vec = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+    vec = numba.njit(cache=False, nogil=True, boundscheck=False, error_model="numpy")
     NC = n_cls
     UNROLLED = n_cls <= MAX_UNROLLED_CLASSES
     # voxels per block: its buffers (C float64 values and uint32 bins, and eight arrays of a voxel) stay in the L1 /
@@ -521,10 +525,7 @@ def _build(n_cls: int) -> _Kernels:
         for i in range(t.shape[0]):
             out[i] = log_unit(t[i])
 
-    # processes that compile at once never save into one cache index together (monai_unc._jit): the kernels of
-    # every class count are closures of one function, which share one index file
-    return _Kernels(cached_kernel(tables), cached_kernel(entropy_voxels if UNROLLED else entropy_classes),
-                    cached_kernel(logs))
+    return _Kernels(tables, entropy_voxels if UNROLLED else entropy_classes, logs)
 
 
 def _factory() -> Callable[[int], Any]:
