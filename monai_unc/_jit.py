@@ -5,10 +5,11 @@ maps each compiled specialisation (argument types, and the values a closure capt
 ``...<n>.nbc``. Saving a new specialisation reads the index, takes the first free ``n``, writes the index, then the
 data: two processes that compile *different* specialisations of one function at the same time can both take ``n =
 1``, and the index can end up naming one process's key for the other's data. A later process then loads, for its
-argument types, the machine code compiled for other types or for another closure (the calibration kernels are
-closures over the number of classes, one index file for all of them): out-of-bounds reads and writes, wrong sums or
-a crash. Two ``torch.distributed`` ranks or two jobs on one machine that use the kernels for the first time, with
-different class counts or dtypes, are enough; the test suite's parallel workers hit it.
+argument types, the machine code compiled for other types: out-of-bounds reads and writes, wrong sums or a crash.
+Two ``torch.distributed`` ranks or two jobs on one machine that use a kernel for the first time with different
+dtypes are enough. (The calibration kernels, closures over the number of classes that call other compiled functions,
+are not cached on disk at all: numba keyed them by a per-process id, and a cache the test suite's parallel workers
+filled was run with "double free or corruption".)
 
 :func:`cached_kernel` wraps a dispatcher so that the first call of each argument signature in a process, the only
 call that may load, compile or save, holds an exclusive lock on a file in the cache's own folder (a POSIX record

@@ -252,8 +252,7 @@ def _check_backend_name(backend: Any) -> None:
 
 def _sigma_mm(sigma: float | Sequence[float], ndim: int) -> tuple[float, ...]:
     sig = per_axis_mm(sigma, ndim, "sigma", count_note=", mm")
-    if not all(math.isfinite(s) and s >= 0 for s in sig):
-        raise ValueError(f"sigma must be non-negative and finite (mm), got {sig}")
+    _check_sigma_values(sig)
     return sig
 
 

@@ -259,6 +259,12 @@ def _actor() -> str:
         return f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
 
 
+def _first_five(items: list[str], sep: str | None = None) -> str:
+    """The first five of ``items`` for a message (joined with ``sep``, else as a list), `` ...`` when there are more."""
+    shown = sep.join(items[:5]) if sep is not None else str(items[:5])
+    return shown + (" ..." if len(items) > 5 else "")
+
+
 def _check_text(value: Any, name: str, allow_none: bool = False) -> str | None:
     if value is None and allow_none:
         return None
@@ -681,19 +687,16 @@ class MonitorStore:
                              "failure": None if fail is None else int(fail), "loss": loss,
                              "source": _check_text(source, "source")})
             if ambiguous:
-                more = " ..." if len(ambiguous) > 5 else ""
                 raise ValueError(f"{len(ambiguous)} labelled case id(s) recorded at more than one site "
-                                 f"({'; '.join(ambiguous[:5])}{more}): add a 'site' column to the labels table to say "
+                                 f"({_first_five(ambiguous, '; ')}): add a 'site' column to the labels table to say "
                                  "whose case each label is")
             if moved:
-                more = " ..." if len(moved) > 5 else ""
                 raise ValueError(f"{len(moved)} labelled case(s) were recorded again while the labels were read "
-                                 f"({moved[:5]}{more}): their losses followed the earlier record's rule; run the "
+                                 f"({_first_five(moved)}): their losses followed the earlier record's rule; run the "
                                  "command again")
             if missing:
-                more = " ..." if len(missing) > 5 else ""
-                raise ValueError(f"{len(missing)} labelled case(s) not in the monitoring store ({missing[:5]}{more}): "
-                                 "record their triage run first (monai-unc monitor record)")
+                raise ValueError(f"{len(missing)} labelled case(s) not in the monitoring store "
+                                 f"({_first_five(missing)}): record their triage run first (monai-unc monitor record)")
             details = {"source": source, "n_labels": len(rows), "rows_digest": rows_digest(rows, _LABEL_COLUMNS)}
             seq = self._append_audit("label", details, command)
             now = _now()

@@ -671,7 +671,7 @@ def histogram_tables(
             lo, hi = start + b * (stop - start) // parts, start + (b + 1) * (stop - start) // parts
             return bool(entropy_kernel(p, lo, hi, out[lo - start : hi - start], log_c, float(n_fine), margin))
 
-        near = share(0) if parts == 1 or pool is None else any(list(pool.map(share, range(parts))))
+        near = share(0) if parts == 1 else any(list(pool.map(share, range(parts))))
         return None if near else out
 
     pool = ThreadPoolExecutor(n_blocks) if n_blocks > 1 else None
