@@ -8,9 +8,11 @@ input's library (numpy in, numpy out; torch in, torch out on the same device).
 from __future__ import annotations
 
 import contextlib
+import decimal
 import math
 import warnings
 from collections.abc import Iterator, Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +38,10 @@ __all__ = [
     "normalize_spacing",
     "case_spacings",
     "check_integer",
+    "is_int",
+    "real_number",
+    "exceeds",
+    "below",
     "num_threads",
     "reduce_case_values",
     "distributed_world",
@@ -298,6 +304,208 @@ def check_integer(value: Any, name: str, minimum: int = 1) -> int:
         kind = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
     return int(value)
+
+
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is an integer, Python or numpy, and not a bool (``True`` is an ``int`` to Python).
+
+    Example:
+        >>> is_int(3), is_int(np.int64(3)), is_int(True), is_int(3.0)
+        (True, True, False, False)
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def real_number(value: Any, name: str, error: type[Exception] = TypeError) -> float:
+    """``float(value)`` when ``value`` is a real number (Python or numpy; not a bool, a string or ``None``).
+
+    Args:
+        value: the option's value.
+        name: the option's name in the error message.
+        error: the exception raised for anything else (``TypeError``, or ``ValueError`` where a module's checks
+            raise that for every bad option).
+
+    Returns:
+        ``float(value)`` (range checks are the caller's).
+
+    Raises:
+        TypeError: (or ``error``) anything else; a string such as ``"0.5"`` is not converted.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise error(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# exact comparison of a map with a threshold
+# --------------------------------------------------------------------------------------------------------------
+def _exact_threshold(threshold: Any) -> int | float | Fraction:
+    """``threshold`` as a Python number holding its exact value (a ``Fraction`` for a numpy ``longdouble``)."""
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+        raise TypeError(f"threshold must be a real number, got {threshold!r}")
+    if isinstance(threshold, (int, np.integer)):
+        return int(threshold)
+    if isinstance(threshold, np.floating) and np.finfo(threshold.dtype).nmant > np.finfo(np.float64).nmant \
+            and np.isfinite(threshold):
+        return Fraction(*threshold.as_integer_ratio())  # a longdouble: float() would round it
+    t = float(threshold)
+    if math.isnan(t):
+        raise ValueError("threshold must not be NaN (no value compares with it)")
+    return t
+
+
+def _exact(r: Any) -> float | Fraction:
+    """The exact value of a floating-point scalar (numpy or torch) as a Python number."""
+    if isinstance(r, np.floating) and np.finfo(r.dtype).nmant > np.finfo(np.float64).nmant and np.isfinite(r):
+        return Fraction(*r.as_integer_ratio())
+    return float(r)
+
+
+def _decimal_text(t: int | Fraction) -> str:
+    """``t`` in decimal to 40 digits: once parsed, within a unit in the last place of a longdouble of it whatever
+    its exponent, where ``float(t)`` overflows or rounds to float64 (``str`` refuses ints of over 4300 digits)."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        if isinstance(t, int):
+            return str(+decimal.Decimal(t))
+        return str(decimal.Decimal(t.numerator) / decimal.Decimal(t.denominator))
+
+
+def _bound_in(dtype: Any, t: int | float | Fraction, up: bool) -> Any:
+    """The value of the float ``dtype`` (numpy dtype or torch dtype) next to ``t``: the largest ``<= t``
+    (``up=False``) or the smallest ``>= t`` (``up=True``); ``-inf`` / ``+inf`` where no finite one is.
+
+    For any ``u`` of that dtype, ``u > t`` iff ``u > floor(t)``, ``u <= t`` iff ``u <= floor(t)``, ``u >= t`` iff
+    ``u >= ceil(t)`` and ``u < t`` iff ``u < ceil(t)``: one comparison in the map's own dtype, no float64 copy.
+    """
+    try:
+        t64 = float(t)
+    except OverflowError:  # an integer beyond float64
+        t64 = math.inf if t > 0 else -math.inf
+    if isinstance(dtype, torch.dtype):
+        inf = torch.tensor(math.inf, dtype=dtype)
+        r = torch.tensor(t64, dtype=torch.float64).to(dtype)  # rounds to a neighbour of t (or overflows to inf)
+        down, upward = (lambda x: torch.nextafter(x, -inf)), (lambda x: torch.nextafter(x, inf))
+        value = float  # every float16 / bfloat16 / float32 / float64 value is a Python float
+    else:
+        inf = np.array(np.inf, dtype=dtype)
+        with np.errstate(over="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # overflow to inf: the loops below handle it
+            if np.finfo(dtype).nmant > np.finfo(np.float64).nmant and not isinstance(t, float):
+                r = np.array(_decimal_text(t)).astype(dtype)[()]  # a longdouble holds more than float64's range
+            else:
+                r = np.array(t64).astype(dtype)[()]
+        down, upward = (lambda x: np.nextafter(x, -inf)[()]), (lambda x: np.nextafter(x, inf)[()])
+        value = _exact
+    # each loop runs at most once, except for a longdouble next to a threshold that float64 rounds; stepping past
+    # the largest finite value gives inf, which is the bound wanted there
+    with np.errstate(over="ignore"):
+        if up:
+            while value(r) < t:
+                r = upward(r)
+            while value(r) > -math.inf and value(down(r)) >= t:
+                r = down(r)
+        else:
+            while value(r) > t:
+                r = down(r)
+            while value(r) < math.inf and value(upward(r)) <= t:
+                r = upward(r)
+    return value(r) if isinstance(dtype, torch.dtype) else r
+
+
+def _compare(u: Any, threshold: Any, op: str) -> ArrayLike:
+    """``u <op> threshold`` (``op`` one of ``">" ">=" "<" "<="``) on the exact values; see :func:`exceeds`."""
+    t = _exact_threshold(threshold)
+    if isinstance(u, torch.Tensor):
+        dtype, is_float = u.dtype, u.dtype.is_floating_point
+        if u.is_complex():
+            raise TypeError(f"u must be a real array, got dtype {u.dtype}")
+        int_range = None if is_float else (
+            (0, 1) if u.dtype == torch.bool else (int(torch.iinfo(u.dtype).min), int(torch.iinfo(u.dtype).max))
+        )
+    elif isinstance(u, (np.ndarray, np.generic)):
+        u = np.asarray(u)
+        if u.dtype.kind not in "biuf":
+            raise TypeError(f"u must be a real numeric array, got dtype {u.dtype}")
+        dtype, is_float = u.dtype, u.dtype.kind == "f"
+        int_range = None if is_float else (
+            (0, 1) if u.dtype.kind == "b" else (int(np.iinfo(u.dtype).min), int(np.iinfo(u.dtype).max))
+        )
+    else:
+        raise TypeError(f"u must be a numpy array or a torch tensor, got {type(u).__name__}")
+    up = op in (">=", "<")  # ceil(t) for >= and <, floor(t) for > and <=
+    if is_float:
+        bound: Any = _bound_in(dtype, t, up)
+    else:  # the integer next to t, then whole-array answers beyond the dtype's range
+        if isinstance(t, float) and math.isinf(t):
+            bound = t
+        else:
+            bound = math.ceil(t) if up else math.floor(t)
+        lo, hi = int_range  # type: ignore[misc]
+        if bound > hi or bound < lo:
+            answer = (bound < lo) == (op in (">", ">="))
+            if isinstance(u, torch.Tensor):
+                return torch.full_like(u, answer, dtype=torch.bool)
+            return np.full(u.shape, answer, dtype=bool)
+        bound = int(bound)
+        if isinstance(u, np.ndarray) and u.dtype.kind != "b":
+            bound = u.dtype.type(bound)
+    if op == ">":
+        return u > bound
+    if op == ">=":
+        return u >= bound
+    if op == "<":
+        return u < bound
+    return u <= bound
+
+
+def exceeds(u: ArrayLike, threshold: float, *, inclusive: bool) -> ArrayLike:
+    """``u >= threshold`` (``inclusive=True``) or ``u > threshold``, on the exact values of both.
+
+    NumPy and torch round a Python float threshold to the array's dtype before comparing, so a float32 map's
+    ``0.30000001`` (``float32(0.3)``) is not ``> 0.3`` and its ``0.69999999`` (``float32(0.7)``) is ``>= 0.7``.
+    Here the threshold is replaced by its neighbour in the map's dtype on the right side (the largest value
+    ``<= threshold`` for ``>``, the smallest ``>= threshold`` for ``>=``), so the comparison, made in the map's own
+    dtype without a float64 copy and on the map's device, gives what comparing the real numbers gives.
+
+    Args:
+        u: a numpy array or a torch tensor of any real dtype: float16, bfloat16, float32, float64 (numpy's
+            longdouble too), an integer type or bool (0 / 1).
+        threshold: a real number (Python, numpy, any size; ``+-inf`` allowed: ``u > inf`` is never true, ``u >
+            -inf`` is true for every value but ``-inf`` and NaN). Thresholds beyond the dtype's range compare as
+            the real numbers do (nothing of an int8 map exceeds 1000; a float16 ``inf`` exceeds 1e6).
+        inclusive: ``True`` for ``>=``, ``False`` for ``>``.
+
+    Returns:
+        A boolean array or tensor of ``u``'s shape, in ``u``'s library and on its device. NaN never compares true
+        (a NaN voxel neither exceeds nor is :func:`below` any threshold).
+
+    Raises:
+        TypeError: ``u`` is not a real numpy array or torch tensor, or ``threshold`` is not a real number.
+        ValueError: ``threshold`` is NaN.
+
+    Example:
+        >>> u = np.array([0.3, 0.7], dtype=np.float32)
+        >>> (u > 0.3).tolist(), exceeds(u, 0.3, inclusive=False).tolist()  # float32(0.3) = 0.30000001 > 0.3
+        ([False, True], [True, True])
+        >>> (u >= 0.7).tolist(), exceeds(u, 0.7, inclusive=True).tolist()  # float32(0.7) = 0.69999999 < 0.7
+        ([False, True], [False, False])
+    """
+    return _compare(u, threshold, ">=" if inclusive else ">")
+
+
+def below(u: ArrayLike, threshold: float, *, inclusive: bool) -> ArrayLike:
+    """``u <= threshold`` (``inclusive=True``) or ``u < threshold``, on the exact values of both (see :func:`exceeds`).
+
+    Apart from NaN (never true) it is the complement of :func:`exceeds` with the other ``inclusive``:
+    ``below(u, t, inclusive=True) == ~exceeds(u, t, inclusive=False)`` for every non-NaN ``u``.
+
+    Example:
+        >>> u = np.array([0.3, 0.7], dtype=np.float32)
+        >>> (u <= 0.3).tolist(), below(u, 0.3, inclusive=True).tolist()  # 0.30000001 is not <= 0.3
+        ([True, False], [False, False])
+    """
+    return _compare(u, threshold, "<=" if inclusive else "<")
 
 
 def num_threads() -> int:

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ._deprecation import REMOVAL, deprecated_arg_names
-from ._utils import ArrayLike, check_finite, like_input, to_numpy, to_tensor
+from ._utils import ArrayLike, check_finite, is_int, like_input, to_numpy, to_tensor
 
 __all__ = ["PatchMax", "aggregate", "canonical_method", "max_patch", "fit_threshold", "METHODS"]
 
@@ -107,17 +107,13 @@ def _mask(mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor | 
     return m != 0
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
 def _patch_size(patch_size: int | Sequence[int], spatial: Sequence[int]) -> tuple[int, ...]:
-    if _is_int(patch_size):
+    if is_int(patch_size):
         size = (int(patch_size),) * len(spatial)
     else:
         is_sequence = isinstance(patch_size, (Sequence, np.ndarray)) and not isinstance(patch_size, str)
         items = list(patch_size) if is_sequence else None
-        if items is None or not all(_is_int(s) for s in items):
+        if items is None or not all(is_int(s) for s in items):
             raise ValueError(
                 f"patch_size must be an integer number of voxels or one integer per spatial axis, got {patch_size!r}"
             )

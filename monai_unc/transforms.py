@@ -53,6 +53,7 @@ from ._utils import (
     check_labels,
     check_probabilities,
     check_unit_interval,
+    exceeds,
     probability_tolerance,
     to_tensor,
 )
@@ -413,7 +414,8 @@ class UncertaintyToDiscrete(Transform):
     :func:`monai_unc.aggregation.fit_threshold`) or ``quantile`` (``t`` = that per-case quantile of the map, e.g.
     0.95 flags the 5 % most uncertain voxels; ties at ``t`` are flagged, so when the quantile falls on the map's
     minimum, shared by most voxels, every voxel is flagged, with a ``UserWarning``) is given. The mask is in the
-    container of the map.
+    container of the map. ``u >= t`` compares the exact values (``_utils.exceeds``): a float32 map's
+    0.69999999 (float32 0.7) is not flagged at ``threshold=0.7``, as it would be after rounding ``t`` to float32.
     """
 
     backend = _BACKENDS
@@ -446,7 +448,7 @@ class UncertaintyToDiscrete(Transform):
                     UserWarning,
                     stacklevel=3,
                 )
-        return _like_source((u >= t).to(torch.uint8), img)
+        return _like_source(exceeds(u, t, inclusive=True).to(torch.uint8), img)
 
     def __call__(self, img: Any) -> Any:
         return self._discretize(img, "img")

@@ -301,7 +301,9 @@ def test_aggregate_empty_mask_is_nan_with_warning_and_bad_input():
 def test_uncertainty_to_discrete_threshold_and_quantile():
     u = np.arange(100, dtype=np.float32).reshape(1, 10, 10) / 100
     fixed = UncertaintyToDiscreted("u", threshold=0.9, output_key="flag")({"u": u})
-    np.testing.assert_array_equal(fixed["flag"], (u >= 0.9).astype(np.uint8))
+    # compared exactly: u[90] = float32(0.9) = 0.89999998 is below 0.9 (numpy's u >= 0.9 rounds 0.9 to float32)
+    np.testing.assert_array_equal(fixed["flag"], (u.astype(np.float64) >= 0.9).astype(np.uint8))
+    assert int(fixed["flag"].sum()) == 9
     assert fixed["u"] is u  # the map itself is kept with a separate output key
     q = UncertaintyToDiscreted("u", quantile=0.95)({"u": torch.from_numpy(u)})
     assert int(q["u"].sum()) == 5  # the 5 % most uncertain voxels
@@ -315,6 +317,19 @@ def test_uncertainty_to_discrete_threshold_and_quantile():
         UncertaintyToDiscreted("u", quantile=1.5)
     with pytest.raises(ValueError, match="non-finite"):
         UncertaintyToDiscreted("u", threshold=0.1)({"u": np.full((1, 2, 2), np.nan, dtype=np.float32)})
+
+
+@pytest.mark.parametrize("container", [np.asarray, torch.from_numpy])
+def test_uncertainty_to_discrete_compares_the_exact_values(container):
+    """``u >= 0.7`` on the stored values: float32(0.7) is 0.69999999, below 0.7, so it is not flagged; rounding the
+    threshold to float32 first (numpy's and torch's ``u >= 0.7``) flagged it."""
+    f32 = np.float32(0.7)
+    assert float(f32) < 0.7
+    u = np.array([[[np.nextafter(f32, np.float32(0)), f32, np.nextafter(f32, np.float32(1)), 0.9]]], np.float32)
+    got = UncertaintyToDiscrete(threshold=0.7)(container(u))
+    np.testing.assert_array_equal(np.asarray(got), [[[0, 0, 1, 1]]])
+    d = UncertaintyToDiscreted("u", threshold=0.7)({"u": container(u)})
+    np.testing.assert_array_equal(np.asarray(d["u"]), [[[0, 0, 1, 1]]])
 
 
 def test_samples_to_labels():

@@ -1,18 +1,27 @@
 """The shared input checks and reductions of ``monai_unc._utils``: per-case reduction when no value is valid, the
-probability tolerance of low-precision dtypes, the errors of the probability and per-axis checks."""
+probability tolerance of low-precision dtypes, the errors of the probability and per-axis checks, the exact
+comparison of a map with a threshold (``exceeds`` / ``below``) against a brute-force reference, and the small number
+checks (``is_int``, ``real_number``)."""
 
+import math
+import operator
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
 
 from monai_unc._utils import (
+    below,
     check_probabilities,
     check_unit_interval,
+    exceeds,
+    is_int,
     normalize_spacing,
     per_axis_mm,
     probability_tolerance,
+    real_number,
     reduce_case_values,
 )
 from monai_unc.measures import entropy
@@ -117,3 +126,199 @@ def test_per_axis_lengths_of_spacing_and_sigma():
         normalize_spacing("a", 2)
     with pytest.raises(ValueError, match="spacing must be positive and finite"):
         normalize_spacing(0, 2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# exact comparison of a map with a threshold: exceeds / below against Python's exact comparisons
+# ---------------------------------------------------------------------------------------------------------------
+OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+F32_MAX = float(np.finfo(np.float32).max)
+#: thresholds next to the values the dtypes hold, between them, at and beyond their ranges, subnormal, infinite,
+#: integers float64 cannot hold and a longdouble third (exact only as a Fraction)
+THRESHOLDS = [
+    0.3, 0.7, 0.5, 0.1, -0.3, 0.0, -0.0, 1, 3, -2, 127.5, 255.5, -128.5, 2**24 + 1, 2**53 + 1, -(2**63) - 0.5,
+    1e-45, 1.4e-45, 5e-324, 6e-8, 1e-310, 65504.0, 65504.5, 65520.0, 70000.0, F32_MAX, 3.5e38, 1e300,
+    1.7976931348623157e308, -65520.0, -F32_MAX, -1e300, math.inf, -math.inf, 10**400, -(10**400),
+    np.float32(0.3), np.float16(0.7), np.longdouble(1) / 3,
+]
+
+
+def _exact(v):
+    """The exact value of one element as a Python number (None for NaN, which compares false)."""
+    if isinstance(v, torch.Tensor):
+        v = v.item()
+    if isinstance(v, (bool, np.bool_)):
+        return int(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, np.floating) and np.finfo(v.dtype).nmant > 52 and np.isfinite(v):
+        return Fraction(*v.as_integer_ratio())
+    v = float(v)  # exact for float16 / bfloat16 / float32 / float64
+    return None if math.isnan(v) else v
+
+
+def _exact_threshold(t):
+    if isinstance(t, np.floating) and np.finfo(t.dtype).nmant > 52:
+        return Fraction(*t.as_integer_ratio())
+    return int(t) if isinstance(t, (int, np.integer)) else float(t)
+
+
+def _reference(values, t, op):
+    """``values <op> t`` compared one by one in Python, exactly (float, int and Fraction compare exactly)."""
+    te = _exact_threshold(t)
+    return np.array([v is not None and OPS[op](v, te) for v in map(_exact, values)], dtype=bool)
+
+
+def compare(u, t, op):
+    if op in (">", ">="):
+        return exceeds(u, t, inclusive=op == ">=")
+    return below(u, t, inclusive=op == "<=")
+
+
+def _near_thresholds_np(dtype):
+    """Each threshold rounded to ``dtype`` and its two neighbours on either side (np.nextafter)."""
+    out = []
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in THRESHOLDS:
+            try:
+                t64 = float(t)
+            except OverflowError:
+                t64 = math.inf if t > 0 else -math.inf
+            r = np.array(t64).astype(dtype)
+            out.append(r)
+            for direction in (-np.inf, np.inf):
+                x = r
+                for _ in range(2):
+                    x = np.nextafter(x, np.array(direction, dtype=dtype))
+                    out.append(x)
+    return np.array(out, dtype=dtype)
+
+
+def numpy_values(dtype, rng):
+    if np.dtype(dtype).kind == "f":
+        info = np.finfo(dtype)
+        special = np.array([0.0, -0.0, info.tiny, info.smallest_subnormal, -info.smallest_subnormal, info.max,
+                            -info.max, np.inf, -np.inf, np.nan, 1.0], dtype=dtype)
+        with np.errstate(over="ignore"):
+            noise = np.concatenate([rng.standard_normal(64), rng.standard_normal(32) * 1e4]).astype(dtype)
+        return np.concatenate([special, noise, _near_thresholds_np(dtype)])
+    if np.dtype(dtype).kind == "b":
+        return np.array([False, True, True, False])
+    info = np.iinfo(dtype)
+    near = [v + d for t in map(_exact_threshold, THRESHOLDS) if -(2**70) < t < 2**70
+            for v in (math.floor(t), math.ceil(t)) for d in (-1, 0, 1)]
+    near = [v for v in near if info.min <= v <= info.max]
+    return np.concatenate([np.array([info.min, info.max, 0], dtype=dtype), np.array(near, dtype=dtype),
+                           rng.integers(info.min, info.max, 64, dtype=dtype, endpoint=True)])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.longdouble, np.int8, np.uint8, np.int32,
+                                   np.int64, np.uint64, np.bool_])
+def test_exceeds_and_below_equal_the_exact_comparison_numpy(dtype):
+    u = numpy_values(dtype, np.random.default_rng(0))
+    for t in THRESHOLDS:
+        for op in OPS:
+            got = compare(u, t, op)
+            assert isinstance(got, np.ndarray) and got.dtype == bool and got.shape == u.shape
+            np.testing.assert_array_equal(got, _reference(u, t, op), err_msg=f"{np.dtype(dtype)} {op} {t!r}")
+    grid = u.reshape(-1, 1) if u.size % 2 else u.reshape(-1, 2)  # any shape
+    assert exceeds(grid, 0.3, inclusive=False).shape == grid.shape
+
+
+def torch_values(dtype):
+    g = torch.Generator().manual_seed(0)
+    if dtype == torch.bool:
+        return torch.tensor([False, True, True, False])
+    if not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        near = [v + d for t in map(_exact_threshold, THRESHOLDS) if -(2**70) < t < 2**70
+                for v in (math.floor(t), math.ceil(t)) for d in (-1, 0, 1)]
+        near = [v for v in near if info.min <= v <= info.max]
+        rand = torch.randint(info.min, info.max, (64,), generator=g, dtype=dtype)
+        return torch.cat([torch.tensor([info.min, info.max, 0] + near, dtype=dtype), rand])
+    info = torch.finfo(dtype)
+    inf = torch.tensor(math.inf, dtype=dtype)
+    special = torch.tensor([0.0, -0.0, info.tiny, info.max, -info.max, math.inf, -math.inf, math.nan, 1.0],
+                           dtype=dtype)
+    subnormal = torch.nextafter(torch.zeros((), dtype=dtype), inf).reshape(1)  # the smallest positive value
+    noise = torch.cat([torch.randn(64, generator=g, dtype=torch.float64),
+                       torch.randn(32, generator=g, dtype=torch.float64) * 1e4]).to(dtype)
+    near = []
+    for t in THRESHOLDS:
+        try:
+            t64 = float(t)
+        except OverflowError:
+            t64 = math.inf if t > 0 else -math.inf
+        r = torch.tensor(t64, dtype=torch.float64).to(dtype)
+        near.append(r)
+        for direction in (-inf, inf):
+            x = r
+            for _ in range(2):
+                x = torch.nextafter(x, direction)
+                near.append(x)
+    return torch.cat([special, subnormal, -subnormal, noise, torch.stack(near)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+                                   torch.uint8, torch.int32, torch.int64, torch.bool])
+def test_exceeds_and_below_equal_the_exact_comparison_torch(dtype):
+    u = torch_values(dtype)
+    for t in THRESHOLDS:
+        for op in OPS:
+            got = compare(u, t, op)
+            assert isinstance(got, torch.Tensor) and got.dtype == torch.bool and got.shape == u.shape
+            np.testing.assert_array_equal(got.numpy(), _reference(u, t, op), err_msg=f"{dtype} {op} {t!r}")
+
+
+def test_exceeds_is_what_naive_comparisons_get_wrong():
+    """NumPy and torch round the threshold to the map's dtype first: float32(0.3) = 0.30000001 is not ``> 0.3``
+    to them, float32(0.7) = 0.69999999 is ``>= 0.7``; the exact comparison says the opposite, as in float64."""
+    u = np.array([0.3, 0.7], dtype=np.float32)
+    assert (u > 0.3).tolist() == [False, True] and exceeds(u, 0.3, inclusive=False).tolist() == [True, True]
+    assert (u >= 0.7).tolist() == [False, True] and exceeds(u, 0.7, inclusive=True).tolist() == [False, False]
+    assert (u <= 0.3).tolist() == [True, False] and below(u, 0.3, inclusive=True).tolist() == [False, False]
+    assert (u < 0.7).tolist() == [True, False] and below(u, 0.7, inclusive=False).tolist() == [True, True]
+    ut = torch.from_numpy(u)
+    assert exceeds(ut, 0.3, inclusive=False).tolist() == [True, True]
+    assert exceeds(ut, 0.7, inclusive=True).tolist() == [False, False]
+    # beyond the range: a float16 inf exceeds 1e6, nothing of an int8 map reaches 1000, everything exceeds -1000
+    assert exceeds(np.array([np.inf, 65504], np.float16), 1e6, inclusive=False).tolist() == [True, False]
+    assert not exceeds(np.array([127], np.int8), 1000, inclusive=True).any()
+    assert exceeds(torch.tensor([-128], dtype=torch.int8), -1000, inclusive=False).all()
+
+
+def test_exceeds_and_below_complement_each_other_but_for_nan():
+    u = numpy_values(np.float32, np.random.default_rng(1))
+    nan = np.isnan(u)
+    for t in (0.3, 0.7, -1e300, math.inf):
+        for inclusive in (False, True):
+            above = exceeds(u, t, inclusive=inclusive)
+            np.testing.assert_array_equal(below(u, t, inclusive=not inclusive)[~nan], ~above[~nan])
+            assert not above[nan].any() and not below(u, t, inclusive=not inclusive)[nan].any()
+
+
+def test_exceeds_refuses_what_it_cannot_compare():
+    u = np.zeros(3, dtype=np.float32)
+    for nan in (math.nan, np.float32("nan"), np.longdouble("nan")):
+        with pytest.raises(ValueError, match="threshold must not be NaN"):
+            exceeds(u, nan, inclusive=False)
+    for bad in ("0.5", None, True, np.bool_(False), 0.5j):
+        with pytest.raises(TypeError, match="threshold must be a real number"):
+            exceeds(u, bad, inclusive=False)
+    with pytest.raises(TypeError, match="u must be a numpy array or a torch tensor"):
+        exceeds([0.1, 0.2], 0.5, inclusive=False)
+    with pytest.raises(TypeError, match="u must be a real"):
+        exceeds(np.zeros(2, dtype=complex), 0.5, inclusive=False)
+    with pytest.raises(TypeError, match="u must be a real"):
+        below(torch.zeros(2, dtype=torch.complex64), 0.5, inclusive=False)
+
+
+def test_is_int_and_real_number():
+    assert is_int(3) and is_int(np.int64(3)) and is_int(np.uint8(0))
+    assert not any(is_int(v) for v in (True, np.bool_(True), 3.0, np.float32(3), "3", None))
+    assert real_number(np.float32(0.5), "x") == 0.5 and real_number(2, "x") == 2.0
+    for bad in (True, np.bool_(True), "0.5", None, [1.0]):
+        with pytest.raises(TypeError, match=r"x must be a real number, got"):
+            real_number(bad, "x")
+        with pytest.raises(ValueError, match=r"y must be a real number, got"):
+            real_number(bad, "y", ValueError)

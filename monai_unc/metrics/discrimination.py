@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import ArrayLike, to_numpy, warn_nan
+from .._utils import ArrayLike, exceeds, is_int, to_numpy, warn_nan
 from .selective import aurc
 
 __all__ = [
@@ -319,27 +319,9 @@ def error_auprc(uncertainty: ArrayLike, error: ArrayLike, per_case: bool | None 
 # --------------------------------------------------------------------------------------------------------
 
 
-def _above(u: np.ndarray, threshold: float) -> np.ndarray:
-    """``u > threshold`` on the stored values, exactly as in float64, for a float16 / float32 / float64 ``u``.
-
-    NumPy (and torch) compare a float32 array with a Python float after rounding the threshold to float32, so
-    ``float32(0.3) > 0.3`` (0.30000001 > 0.3) comes out False. Comparing with the largest value of ``u``'s dtype that
-    is ``<= threshold`` instead is the exact test for every ``u`` of that dtype, without a float64 copy of ``u``.
-    """
-    info = np.finfo(u.dtype)
-    if threshold >= float(info.max):
-        return np.zeros(u.shape, dtype=bool)
-    if threshold < float(info.min):
-        return np.ones(u.shape, dtype=bool)
-    t = np.asarray(threshold, dtype=u.dtype)
-    if float(t) > threshold:  # rounded up: step down to the largest value <= threshold
-        t = np.nextafter(t, u.dtype.type(-np.inf))
-    return u > t
-
-
 def _counts(u: np.ndarray, e: np.ndarray, threshold: float) -> tuple[int, int, int, int]:
-    """(n_ac, n_au, n_ic, n_iu) with uncertain = u > threshold (compared exactly, :func:`_above`)."""
-    unc = _above(u, threshold)
+    """(n_ac, n_au, n_ic, n_iu) with uncertain = u > threshold, compared exactly (``_utils.exceeds``)."""
+    unc = exceeds(u, threshold, inclusive=False)
     n_iu = int(np.count_nonzero(unc & e))
     n_unc = int(np.count_nonzero(unc))
     n_err = int(np.count_nonzero(e))
@@ -480,17 +462,13 @@ def uncertain_incorrect_ratio(
     )  # fmt: skip
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def _window(window: int | Sequence[int], ndim: int) -> tuple[int, ...]:
     """The patch size per axis; ``TypeError`` for anything but integers (a float, a bool, a string)."""
-    if _is_int(window):
+    if is_int(window):
         w = (int(window),) * ndim
     else:
         if not isinstance(window, (Sequence, np.ndarray)) or isinstance(window, (str, bytes)) \
-                or not all(map(_is_int, window)):
+                or not all(map(is_int, window)):
             raise TypeError(f"window must be an integer or a sequence of integers (voxels per axis), got {window!r}")
         w = tuple(int(v) for v in window)
         if len(w) != ndim:

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-from .._utils import normalize_spacing, to_numpy, warn_nan
+from .._utils import normalize_spacing, real_number, to_numpy, warn_nan
 
 __all__ = [
     "BRATS_2023_SETTINGS",
@@ -107,24 +107,6 @@ def binary_mask(x: Any, name: str) -> np.ndarray:
         raise ValueError(f"{name} must be a binary mask (0/1); it has the value {bad!r}: lesion metrics need a hard "
                          f"segmentation (threshold the probabilities, or select one class or region first)")
     return a.astype(bool)
-
-
-def _real(value: Any, name: str) -> float:
-    """``value`` as a float when it is a real number (Python or numpy; not a bool, a string or None).
-
-    Args:
-        value: the option's value.
-        name: the option's name in the error message.
-
-    Returns:
-        ``float(value)`` (range checks are the caller's).
-
-    Raises:
-        TypeError: anything else (a string such as ``"0.5"`` is not converted).
-    """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    return float(value)
 
 
 def _structure(ndim: int, connectivity: int | str | None, name: str = "connectivity") -> np.ndarray:
@@ -282,7 +264,7 @@ def surface_hd95(target: Any, pred: Any, spacing: float | Sequence[float] = 1.0,
         raise ValueError(f"target and pred must have the same shape, got {t.shape} and {p.shape}")
     if t.ndim != 3:
         raise ValueError(f"surface_hd95 needs 3-D masks, got {t.ndim}-D")
-    if not 0.0 <= _real(percentile, "percentile") <= 100.0:
+    if not 0.0 <= real_number(percentile, "percentile") <= 100.0:
         raise ValueError(f"percentile must be in [0, 100], got {percentile}")
     sp = normalize_spacing(spacing, 3)
     box = _bbox(t | p)
@@ -827,9 +809,9 @@ def lesion_uncertainty(pred: Any, maps: Mapping[str, Any] | None = None, samples
     structure = _structure(p.ndim, connectivity)
     if maps is not None and not isinstance(maps, Mapping):
         raise TypeError(f"maps must be a mapping {{name: map}}, got {type(maps).__name__}")
-    if threshold is not None and not math.isfinite(_real(threshold, "threshold")):
+    if threshold is not None and not math.isfinite(real_number(threshold, "threshold")):
         raise ValueError(f"threshold must be finite, got {threshold!r}")
-    if not 0.0 <= _real(iou_threshold, "iou_threshold") <= 1.0:
+    if not 0.0 <= real_number(iou_threshold, "iou_threshold") <= 1.0:
         raise ValueError(f"iou_threshold must be in [0, 1], got {iou_threshold!r}")
     lab, n = ndimage.label(p, structure=structure)
     ids = np.arange(1, n + 1)

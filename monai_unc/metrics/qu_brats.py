@@ -51,7 +51,15 @@ from monai.metrics import CumulativeIterationMetric
 from monai.metrics.utils import do_metric_reduction
 from monai.utils import MetricReduction
 
-from .._utils import ArrayLike, check_finite, like_input, main_rank_warnings, sync_case_buffers, to_tensor
+from .._utils import (
+    ArrayLike,
+    check_finite,
+    exceeds,
+    like_input,
+    main_rank_warnings,
+    sync_case_buffers,
+    to_tensor,
+)
 from ..keys import DEPRECATED_MEASURES, UncertaintyKeys, canonical_measure
 from ..regions import BRATS_REGIONS, RegionSpec, label_to_regions, parse_regions, region_masks
 
@@ -637,7 +645,8 @@ class QUBraTSMetric(CumulativeIterationMetric):
         uncertainty_max: the largest value of the given maps, when they are not on the challenge's scale (e.g.
             ``measure_max("predictive_entropy", multilabel=True)``).
         regions: region spec for label-map inputs (see :func:`~monai_unc.regions.parse_regions`).
-        threshold: binarisation threshold of probabilities in ``y_pred``.
+        threshold: binarisation threshold of probabilities in ``y_pred`` (``p >= threshold`` on the exact values: a
+            float32 0.69999999 is below 0.7).
         component: the buffered value.
         reduction: as in MONAI's metrics.
         get_not_nans: also return the number of non-NaN values from :meth:`aggregate`.
@@ -705,7 +714,7 @@ class QUBraTSMetric(CumulativeIterationMetric):
             if not bool(((x == 0) | (x == 1)).all()):
                 if bool(((x < 0) | (x > 1)).any()):
                     raise ValueError(f"{name} must hold binary masks or probabilities in [0, 1]")
-                return x >= self.threshold
+                return exceeds(x, self.threshold, inclusive=True)
         return _binary(x, name)
 
     def __call__(  # type: ignore[override]

@@ -68,6 +68,7 @@ from .._utils import (
     main_rank_warnings,
     num_threads,
     per_axis_mm,
+    real_number,
     reduce_case_values,
     sync_case_buffers,
     to_tensor,
@@ -207,29 +208,22 @@ def _f64(x: Array) -> Array:
     return x.to(torch.float64) if isinstance(x, torch.Tensor) else x.astype(np.float64)
 
 
-def _real(value: Any, name: str) -> float:
-    """``float(value)``, or ``ValueError`` naming ``name`` when it is not a real number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    return float(value)
-
-
 def _check_width(width: Any) -> None:
-    if width is not None and not (math.isfinite(_real(width, "width")) and float(width) >= 0):
+    if width is not None and not (math.isfinite(real_number(width, "width", ValueError)) and float(width) >= 0):
         raise ValueError(f"width must be a non-negative number of mm, got {width}")
 
 
 def _check_bands(n_bands: Any, max_distance: Any) -> None:
-    if not math.isfinite(_real(n_bands, "n_bands")) or int(n_bands) != n_bands or n_bands < 1:
+    if not math.isfinite(real_number(n_bands, "n_bands", ValueError)) or int(n_bands) != n_bands or n_bands < 1:
         raise ValueError(f"n_bands must be a positive integer, got {n_bands}")
     if max_distance is not None and not (
-        math.isfinite(_real(max_distance, "max_distance")) and float(max_distance) >= 0
+        math.isfinite(real_number(max_distance, "max_distance", ValueError)) and float(max_distance) >= 0
     ):
         raise ValueError(f"max_distance must be a non-negative number of mm, got {max_distance}")
 
 
 def _check_truncate(truncate: Any) -> None:
-    if not (math.isfinite(_real(truncate, "truncate")) and float(truncate) > 0):
+    if not (math.isfinite(real_number(truncate, "truncate", ValueError)) and float(truncate) > 0):
         raise ValueError(f"truncate must be a positive number of standard deviations, got {truncate}")
 
 
@@ -241,7 +235,7 @@ def _check_sigma_values(sigma: Any) -> None:
     if isinstance(sigma, (torch.Tensor, np.ndarray)):
         sigma = sigma.tolist()
     values = list(sigma) if isinstance(sigma, (list, tuple)) else [sigma]
-    if not values or not all(math.isfinite(_real(v, "sigma")) and float(v) >= 0 for v in values):
+    if not values or not all(math.isfinite(real_number(v, "sigma", ValueError)) and float(v) >= 0 for v in values):
         raise ValueError(f"sigma must be non-negative and finite (mm), got {sigma!r}")
 
 

@@ -47,6 +47,8 @@ from torch import nn
 from torch.distributions import Distribution, LowRankMultivariateNormal
 from torch.distributions.utils import _standard_normal, lazy_property
 
+from .._utils import exceeds
+
 __all__ = [
     "IntensityMask",
     "SSNParams",
@@ -708,7 +710,7 @@ class IntensityMask:
         mx = torch.nn.functional.max_pool3d if x.ndim == 5 else torch.nn.functional.max_pool2d
         if self.smooth > 1:
             img = avg(img, self.smooth, stride=1, padding=self.smooth // 2, count_include_pad=False)
-        m = (img > self.threshold).float()
+        m = exceeds(img, self.threshold, inclusive=False).float()  # exact: float32(0.3) = 0.30000001 > 0.3
         if self.dilate > 1:
             m = mx(m, self.dilate, stride=1, padding=self.dilate // 2)
         return m > 0

@@ -549,6 +549,18 @@ def test_intensity_mask_equals_a_windowed_mean_and_box_dilation(shape):
         IntensityMask(channel=3)(torch.from_numpy(x))
 
 
+def test_intensity_mask_compares_the_exact_values():
+    """``box_mean(x) > threshold`` on the stored values: float32(0.3) is 0.30000001, above 0.3 (torch's ``x > 0.3``
+    rounds 0.3 to float32 first and left it out)."""
+    from monai_unc.networks import IntensityMask
+
+    f32 = np.float32(0.3)
+    assert float(f32) > 0.3
+    x = torch.tensor([np.nextafter(f32, np.float32(0)), f32, 0.9], dtype=torch.float32).reshape(1, 1, 1, 3)
+    assert IntensityMask(threshold=0.3, smooth=1, dilate=1)(x).reshape(-1).tolist() == [False, True, True]
+    assert IntensityMask(threshold=0.3, smooth=1, dilate=1)(x.double()).reshape(-1).tolist() == [False, True, True]
+
+
 def test_network_mask_fn_and_reload():
     torch.manual_seed(0)
     net = SSNNetwork(UNet(2, 1, 4, channels=(4, 8), strides=(2,)), SSNHead(4, 2, 2, 2), mask_fn=lambda x: x[:, 0] > 0)
