@@ -127,7 +127,7 @@ def check_unit_target(target: torch.Tensor) -> None:
         lo, hi = (float(v) for v in torch.aminmax(t[~torch.isnan(t)]))
         raise ValueError(
             f"target must be one-hot or soft with values in [0, 1], got values in [{lo:g}, {hi:g}] "
-            "(a label map needs to_onehot_y=True)"
+            "(a label map: one-hot it first, or pass to_onehot_y=True to a loss)"
         )
 
 
