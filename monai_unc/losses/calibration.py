@@ -30,8 +30,9 @@ import torch.nn.functional as F
 from monai.losses import DiceCELoss, DiceLoss
 from torch.nn.modules.loss import _Loss
 
+from ._common import ace_of_bins, check_unit_target, int_option, nonnegative_option, outside_unit_interval, spacing_dims
 from .functional import (
-    l1_average_calibration_error,
+    binned_calibration,
     margin_penalty,
     mean_margin_penalty,
     svls_kernel,
@@ -61,9 +62,7 @@ def _check_reduction(reduction: Any) -> str:
 
 
 def _check_weight(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= float(value) < float("inf"):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
+    return nonnegative_option(value, name)
 
 
 def _plain(x: Any, name: str) -> torch.Tensor:
@@ -151,22 +150,27 @@ def prepare_target(logits: Any, target: Any, to_onehot_y: bool) -> tuple[torch.T
     return z, t.to(z.dtype)
 
 
-def check_finite_loss(value: torch.Tensor, logits: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+def check_finite_loss(
+    value: torch.Tensor, logits: torch.Tensor, target: torch.Tensor | None = None, unit_target: bool = False
+) -> torch.Tensor:
     """Return the loss ``value``; raise if it is not finite because the logits (or the target) are not.
 
     One check of the value per step instead of a pass over the logits; the inputs are looked at only when the
-    value is not finite.
+    value is not finite. With ``unit_target`` the range of the target is checked in the same device
+    synchronisation (one elementwise pass over the target, no second synchronisation).
 
     Args:
         value: the loss (any shape).
         logits: the logits it was computed from.
         target: the target it was computed from (a soft or one-hot target may hold NaN), or ``None``.
+        unit_target: ``target`` is a one-hot or soft target whose values must lie in ``[0, 1]``.
 
     Returns:
         ``value``.
 
     Raises:
-        ValueError: ``value`` has a non-finite entry and so have the logits or the target.
+        ValueError: ``value`` has a non-finite entry and so have the logits or the target, or (``unit_target``) the
+            target has a value outside ``[0, 1]``.
 
     Example:
         >>> check_finite_loss(torch.tensor(float("nan")), torch.tensor([float("inf")]))
@@ -178,11 +182,16 @@ def check_finite_loss(value: torch.Tensor, logits: torch.Tensor, target: torch.T
         ...
         ValueError: target must be finite
     """
-    if not bool(torch.isfinite(value).all()):
+    ok = torch.isfinite(value).all()
+    if unit_target and target is not None:
+        ok = ok & ~outside_unit_interval(target)
+    if not bool(ok):
         if not bool(torch.isfinite(logits).all()):
             raise ValueError("logits must be finite")
         if target is not None and target.is_floating_point() and not bool(torch.isfinite(target).all()):
             raise ValueError("target must be finite")
+        if unit_target and target is not None:
+            check_unit_target(target)
     return value
 
 
@@ -252,9 +261,9 @@ class SVLSLoss(_Loss):
         super().__init__()
         self.reduction = _check_reduction(reduction)
         self.use_sigmoid = _activation(softmax, sigmoid, "SVLSLoss")
-        svls_kernel(1 if spacing is None or isinstance(spacing, (int, float)) else len(spacing), kernel_size, sigma,
-                    spacing)  # check the arguments now, not at the first batch
-        self.kernel_size = kernel_size
+        # check the arguments now, not at the first batch
+        svls_kernel(spacing_dims(spacing), kernel_size, sigma, spacing)
+        self.kernel_size = int(kernel_size)
         self.sigma = float(sigma)
         self.spacing = spacing
         self.include_background = bool(include_background)
@@ -414,7 +423,8 @@ class L1ACELoss(_Loss):
         super().__init__()
         if binning not in ("hard", "soft"):
             raise ValueError(f"binning must be 'hard' or 'soft', got {binning!r}")
-        if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
+        num_bins = int_option(num_bins, "num_bins", "an integer >= 1")
+        if num_bins < 1:
             raise ValueError(f"num_bins must be an integer >= 1, got {num_bins!r}")
         self.reduction = _check_reduction(reduction)
         self.use_sigmoid = _activation(softmax, sigmoid, "L1ACELoss")
@@ -430,29 +440,37 @@ class L1ACELoss(_Loss):
 
         Args:
             input: ``(B, C, *spatial)`` logits.
-            target: one-hot ``(B, C, *spatial)``, or a label map ``(B, 1, *spatial)`` with ``to_onehot_y``.
+            target: one-hot (or soft, values in ``[0, 1]``) ``(B, C, *spatial)``, or a label map ``(B, 1, *spatial)``
+                with ``to_onehot_y``.
 
         Returns:
             A scalar, or ``(B, C', 1, ...)`` with ``reduction="none"`` (``C' = C - 1`` without background).
+
+        Raises:
+            ValueError: a one-hot target with a value outside ``[0, 1]``, non-finite logits or target, and the
+                checks of :func:`check_target`.
         """
         z, onehot = prepare_target(input, target, self.to_onehot_y)
-        return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot)
+        return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot, unit_target=not self.to_onehot_y)
 
     def loss_of_onehot(self, z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-        """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks)."""
+        """The loss of checked logits and a one-hot target (what :meth:`forward` computes after its checks).
+
+        The range of ``onehot`` (``[0, 1]``) is not checked here: :meth:`forward` checks it with
+        :func:`check_finite_loss` (``unit_target=True``), in the one synchronisation of a step.
+        """
         z, onehot = _upcast(z, onehot)
         probs = torch.sigmoid(z) if self.use_sigmoid else torch.softmax(z, dim=1)
         if not self.include_background:
             probs, onehot = probs[:, 1:], onehot[:, 1:]
         if probs.shape[1] == 0:
             raise ValueError("include_background=False leaves no channel: the logits have one channel")
-        ace = l1_average_calibration_error(
-            probs,
-            onehot,
-            num_bins=self.num_bins,
-            soft=self.binning == "soft",
-            empty_weight=self.empty_weight,
-            ignore_empty_classes=self.ignore_empty_classes,
+        # l1_average_calibration_error without its range check of the target: forward checks it in the
+        # synchronisation of check_finite_loss
+        soft = self.binning == "soft"
+        sum_p, sum_y, weight = binned_calibration(probs, onehot, num_bins=self.num_bins, soft=soft)
+        ace = ace_of_bins(sum_p, sum_y, weight, onehot, soft, self.empty_weight, self.ignore_empty_classes).to(
+            probs.dtype
         )
         if self.reduction == "mean":
             return ace.mean()
@@ -671,4 +689,5 @@ class DiceCEL1ACELoss(_Loss):
         else:
             ce = F.cross_entropy(z, onehot)  # over every channel, as MONAI's DiceCELoss and the authors
         value = self.dice_weight * self.dice(z, onehot) + self.ce_weight * ce
-        return check_finite_loss(value + self.ace_weight * self.ace.loss_of_onehot(z, onehot), z, onehot)
+        return check_finite_loss(value + self.ace_weight * self.ace.loss_of_onehot(z, onehot), z, onehot,
+                                 unit_target=not self.to_onehot_y)

@@ -26,6 +26,14 @@ import torch
 import torch.nn.functional as F
 
 from . import _cpu_kernel as _svls_cpu
+from ._common import (
+    ace_of_bins,
+    check_unit_target,
+    int_option,
+    nonnegative_option,
+    real_option,
+    spacing_steps,
+)
 
 __all__ = [
     "binned_calibration",
@@ -104,16 +112,13 @@ def svls_kernel(
     """
     if spatial_dims not in (1, 2, 3):
         raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims}")
-    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 3 or kernel_size % 2 == 0:
+    kernel_size = int_option(kernel_size, "kernel_size", "an odd integer >= 3")
+    if kernel_size < 3 or kernel_size % 2 == 0:
         raise ValueError(f"kernel_size must be an odd integer >= 3, got {kernel_size!r}")
-    if not (isinstance(sigma, (int, float)) and float(sigma) > 0 and float(sigma) < float("inf")):
+    sigma = real_option(sigma, "sigma", "a positive finite number")
+    if not 0 < sigma < math.inf:
         raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")
-    if spacing is None:
-        steps = [1.0] * spatial_dims
-    else:
-        steps = [float(spacing)] * spatial_dims if isinstance(spacing, (int, float)) else [float(s) for s in spacing]
-        if len(steps) != spatial_dims or not all(0 < s < float("inf") for s in steps):
-            raise ValueError(f"spacing must be {spatial_dims} positive finite numbers, got {spacing!r}")
+    steps = spacing_steps(spacing, spatial_dims)
     half = kernel_size // 2
     offsets = torch.arange(-half, half + 1, dtype=torch.float64)
     grids = torch.meshgrid(*[offsets * s for s in steps], indexing="ij")
@@ -198,8 +203,8 @@ def svls_targets_separable(
     _check_channel_first(onehot, "onehot")
     dims = onehot.ndim - 2
     svls_kernel(dims, kernel_size, sigma, spacing, dtype=torch.float64)  # checks the arguments
-    steps = [1.0] * dims if spacing is None else (
-        [float(spacing)] * dims if isinstance(spacing, (int, float)) else [float(v) for v in spacing])
+    steps = spacing_steps(spacing, dims)
+    kernel_size, sigma = int(kernel_size), float(sigma)
     half = kernel_size // 2
     weights = [[float(v) for v in _gaussian_1d(kernel_size, sigma, step)] for step in steps]
     centre = math.prod(w[half] for w in weights)
@@ -279,10 +284,9 @@ def margin_penalty(logits: torch.Tensor, margin: float = 10.0) -> torch.Tensor:
         [0.0, 2.0, 1.0]
     """
     _check_channel_first(logits, "logits")
-    if not (isinstance(margin, (int, float)) and 0 <= float(margin) < float("inf")):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    margin = nonnegative_option(margin, "margin")
     distances = logits.amax(dim=1, keepdim=True) - logits
-    return F.relu(distances - float(margin))
+    return F.relu(distances - margin)
 
 
 class _MeanMarginPenalty(torch.autograd.Function):
@@ -360,12 +364,11 @@ def mean_margin_penalty(logits: torch.Tensor, margin: float = 10.0, include_back
         (1.0, [0.6667, -0.3333, -0.3333])
     """
     _check_channel_first(logits, "logits")
-    if not (isinstance(margin, (int, float)) and 0 <= float(margin) < float("inf")):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    margin = nonnegative_option(margin, "margin")
     first = 0 if include_background else 1
     if logits.shape[1] <= first:
         raise ValueError("include_background=False leaves no channel: the logits have one channel")
-    return _MeanMarginPenalty.apply(logits, float(margin), first)
+    return _MeanMarginPenalty.apply(logits, margin, first)
 
 
 def binned_calibration(
@@ -405,7 +408,8 @@ def binned_calibration(
     _check_channel_first(probs, "probs")
     if target.shape != probs.shape:
         raise ValueError(f"target {tuple(target.shape)} and probs {tuple(probs.shape)} must have the same shape")
-    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
+    num_bins = int_option(num_bins, "num_bins", "an integer >= 1")
+    if num_bins < 1:
         raise ValueError(f"num_bins must be an integer >= 1, got {num_bins!r}")
     b, c = probs.shape[:2]
     p = probs.reshape(b * c, -1).to(_accumulation_dtype(probs.dtype))
@@ -448,7 +452,8 @@ def l1_average_calibration_error(
 
     Args:
         probs: ``(B, C, *spatial)`` probabilities.
-        target: ``(B, C, *spatial)`` one-hot (or soft) targets.
+        target: ``(B, C, *spatial)`` one-hot (or soft) targets, values in ``[0, 1]`` (checked: one device
+            synchronisation).
         num_bins: bins (the papers use 20).
         soft: soft instead of hard binning.
         empty_weight: the weight below which a soft bin counts as empty (the authors' default 0.01; unused for hard).
@@ -459,22 +464,17 @@ def l1_average_calibration_error(
         ``(B, C)`` errors in ``[0, 1]``, the dtype of ``probs`` (computed in float32 for float16 / bfloat16, see
         :func:`binned_calibration`); NaN for an image and channel with a NaN probability.
 
+    Raises:
+        ValueError: ``target`` has a value outside ``[0, 1]``, shapes differ, ``num_bins < 1`` or ``empty_weight``
+            is not a finite number ``>= 0``.
+
     Example:
         >>> p = torch.tensor([[[0.1, 0.15, 0.9]]]); y = torch.tensor([[[0.0, 1.0, 1.0]]])
         >>> # bin 0: mean p 0.125 vs accuracy 0.5; bin 1: 0.9 vs 1 -> (0.375 + 0.1) / 2
         >>> [round(v, 4) for v in l1_average_calibration_error(p, y, num_bins=2).flatten().tolist()]
         [0.2375]
     """
-    if not (isinstance(empty_weight, (int, float)) and 0 <= float(empty_weight) < float("inf")):
-        raise ValueError(f"empty_weight must be a finite number >= 0, got {empty_weight!r}")
-    sum_p, sum_y, weight = binned_calibration(probs, target, num_bins=num_bins, soft=soft)
-    # a bin of weight 0 is empty whatever empty_weight (0 / 0 otherwise); a NaN weight (a NaN probability) is kept,
-    # so that the error is NaN, not that of the other voxels
-    valid = (weight != 0) & ~(weight < float(empty_weight)) if soft else weight > 0
-    safe = torch.where(valid, weight, torch.ones_like(weight))
-    gaps = torch.where(valid, (sum_p / safe - sum_y / safe).abs(), torch.zeros_like(weight))
-    ace = gaps.sum(-1) / valid.sum(-1).clamp(min=1).to(gaps.dtype)
-    if ignore_empty_classes:
-        present = target.reshape(*target.shape[:2], -1).sum(-1) > 0
-        ace = ace * present.to(ace.dtype)
-    return ace.to(probs.dtype)
+    empty_weight = nonnegative_option(empty_weight, "empty_weight")
+    sum_p, sum_y, weight = binned_calibration(probs, target, num_bins=num_bins, soft=soft)  # checks the shapes
+    check_unit_target(target)
+    return ace_of_bins(sum_p, sum_y, weight, target, soft, empty_weight, ignore_empty_classes).to(probs.dtype)

@@ -16,6 +16,17 @@ GED (Zepf et al., eq. 3; ValUES eq. 14; Kohl et al. 2018)
     mask. ``D^2_IoU``: the same with IoU over non-empty masks only; ``D^2_Det``: the same with
     ``d = k(x, y) = [empty(x) xor empty(y)]`` (Zepf et al. eq. 4), which equals ``2 (p_A - p_Y)^2`` for the
     fractions ``p`` of empty masks. The three terms are returned alongside the value.
+
+Cases without data, and the cohort
+    A case whose value is undefined is NaN with a ``UserWarning``: NCC of a constant map (e.g. an empty
+    annotation's zero rater variance), ``D^2_IoU`` of a set whose masks are all empty. ``D^2_GED`` and ``D^2_Det``
+    of empty masks are defined (two empty masks are at distance 0: empty references and empty samples give 0).
+    :class:`NCCMetric` and :class:`GEDMetric` reduce over the defined cases only (MONAI's NaN-skipping mean;
+    ``get_not_nans=True`` gives their number), and a reduced value without any defined case, or a cohort without
+    any case, is NaN with a ``UserWarning`` (never MONAI's 0). QU-BraTS (:mod:`.qu_brats`) differs on purpose, as
+    the BraTS challenge scores it: an empty reference with an empty prediction has Dice 1 at every threshold, so
+    the case has a score (that of a perfect map) and counts in the cohort's mean; its cohort without any case is NaN
+    with a ``UserWarning`` too.
 """
 
 from __future__ import annotations
@@ -358,8 +369,9 @@ class _CaseMetric(CumulativeIterationMetric):
 
     Cases whose value is NaN (undefined) are skipped by the reduction. Where no case is left (every value NaN, or
     nothing buffered for a channel), MONAI's reduction returns 0, which would read as a perfect score; here the
-    reduced value is NaN with a ``UserWarning`` instead. ``get_not_nans=True`` also returns the number of cases
-    that entered each value (0 there).
+    reduced value is NaN with a ``UserWarning`` instead. A metric that has seen no case at all aggregates to NaN with
+    a ``UserWarning`` too (as :class:`~monai_unc.metrics.QUBraTSMetric`), not an error. ``get_not_nans=True`` also
+    returns the number of cases that entered each value (0 there).
     """
 
     def __init__(self, reduction: MetricReduction | str = MetricReduction.MEAN, get_not_nans: bool = False) -> None:
@@ -374,8 +386,22 @@ class _CaseMetric(CumulativeIterationMetric):
     def aggregate(
         self, reduction: MetricReduction | str | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Reduce the buffered per-case values; NaN (with a warning) where every case is NaN."""
+        """Reduce the buffered per-case values; NaN (with a warning) where every case is NaN, or without any case.
+
+        Args:
+            reduction: as in MONAI's metrics; default the constructor's.
+
+        Returns:
+            The reduced values (and the number of non-NaN cases in each with ``get_not_nans``). No case buffered (on
+            any rank): a NaN scalar (and 0) with a ``UserWarning``.
+        """
         data = self.get_buffer()
+        if data is None or (isinstance(data, torch.Tensor) and data.numel() == 0):
+            with main_rank_warnings():  # no case on any rank (every rank sees it): rank 0 warns
+                warnings.warn(f"{type(self).__name__}: no case was evaluated; the value is undefined (NaN)",
+                              UserWarning, stacklevel=2)
+            nan = torch.tensor(float("nan"), dtype=torch.float64)
+            return (nan, torch.tensor(0.0)) if self.get_not_nans else nan
         if not isinstance(data, torch.Tensor):
             raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
         red = reduction or self.reduction

@@ -35,6 +35,12 @@ below 1e-6).
 
 ``qu_brats_regions`` evaluates several regions (WT/TC/ET) and their mean; :class:`QUBraTSMetric` is the MONAI
 metric; :func:`to_qu_brats_range` maps monai-unc maps (nats, probabilities) to the challenge's ``[0, 100]``.
+
+A region with an empty reference and an empty prediction is scored as the challenge scores it (filtered Dice 1 at
+every threshold, no true positive to filter): the case has a score and counts in the cohort's mean, never NaN. This
+differs on purpose from the ambiguity metrics (:mod:`.ambiguity`), whose undefined cases (NCC of a constant map,
+``D^2_IoU`` of all-empty masks) are NaN with a warning and left out of the cohort's mean. Without any case, both
+aggregate to NaN with a ``UserWarning``.
 """
 
 from __future__ import annotations

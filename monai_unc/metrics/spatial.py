@@ -239,6 +239,33 @@ def _check_sigma_values(sigma: Any) -> None:
         raise ValueError(f"sigma must be non-negative and finite (mm), got {sigma!r}")
 
 
+def _check_spacing_option(spacing: Any) -> None:
+    """The ``spacing`` of a metric's constructor: ``None``, one number, one per spatial axis, or one row per case.
+
+    What :func:`~monai_unc._utils.case_spacings` takes at every case, checked before the first one (only the
+    count of axes, 2 or 3, and of rows wait for the image and the batch).
+
+    Raises:
+        ValueError: not numbers, numbers that are not positive and finite, or not 2 or 3 per row.
+    """
+    if spacing is None:
+        return
+    shape_error = (
+        f"spacing must be a number, one number per spatial axis (2 or 3) or one row of those per case (mm), "
+        f"got {spacing!r}"
+    )
+    if isinstance(spacing, (bool, np.bool_, str, bytes)):
+        raise ValueError(shape_error)
+    try:
+        arr = np.asarray(spacing.detach().cpu() if isinstance(spacing, torch.Tensor) else spacing, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(shape_error) from None
+    if arr.size == 0 or arr.ndim > 2 or (arr.ndim >= 1 and arr.shape[-1] not in (2, 3)):
+        raise ValueError(shape_error)
+    if not bool(np.all(np.isfinite(arr) & (arr > 0))):
+        raise ValueError(f"spacing must be positive and finite (mm per axis), got {spacing!r}")
+
+
 def _check_backend_name(backend: Any) -> None:
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -722,6 +749,7 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         get_not_nans: bool = False,
     ) -> None:
         super().__init__()
+        _check_spacing_option(spacing)  # here, not at the first case (after a batch of inference)
         self.spacing = spacing
         self.reduction = reduction
         self.get_not_nans = get_not_nans

@@ -322,6 +322,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
                  algorithm_name: str | None = None, evaluation: str | os.PathLike | None = None,
                  triage: str | os.PathLike | None = None, progress: bool = True,
                  inside_predictions: bool = False, study_uid: str = "source",
+                 cases: Sequence[str] | None = None,
                  **product_outputs: str | os.PathLike | None) -> DicomExport:
     """Write the DICOM objects of every case of a prediction folder on its source series.
 
@@ -345,6 +346,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         study_uid: ``"source"``: the objects join the study of their source series (the IHE AI Results model: a
             PACS shows them with their images); ``"new"``: each case's objects form a new study
             (:func:`monai_unc.io.dicom.new_study`).
+        cases: export only these case ids of the prediction folder (``infer --output-format both``: the cases of the
+            run, so that the outputs of a case since removed from the input are neither exported nor listed in
+            :data:`EXPORT_RECORD`); default every case of the folder.
         **product_outputs: ``<command>=FOLDER``: the output folder of a cohort product's command
             (:attr:`monai_unc.product.CohortProduct.command`, e.g. the masks with a guarantee): the case's row of
             its table (:attr:`~monai_unc.product.CohortProduct.applied_table`) goes into the SR as a measurement group
@@ -355,7 +359,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
 
     Raises:
         ValueError: a bad ``uid_root``, an output inside an input folder, a segments file with bad fields, a case
-            without its series folder, a series refused by the reader, outputs off the series' grid.
+            without its series folder, a case of ``cases`` without outputs, a series refused by the reader, outputs
+            off the series' grid.
         FileNotFoundError: a missing folder.
     """
     pred, src = Path(predictions), Path(series)
@@ -374,19 +379,25 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     extra = {title: _table_rows(folder, table, command) for command, (folder, table, title) in tables.items()}
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
     try:
-        cases = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures)
+        found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures)
     except CaseError as e:
         if "no label volume" in str(e):
             raise CaseError(f"no segmentation found in {pred}: is it the output folder of 'monai-unc infer' "
                             "(--layout monai-unc) or 'nnunet-predict' (--layout nnunet)?") from None
         raise
-    missing = [c.case_id for c in cases if not (src / c.case_id).is_dir()]
+    if cases is not None:  # the run's cases only: a removed input's outputs are left alone, not exported
+        wanted = {str(c) for c in cases}
+        absent = sorted(wanted - {c.case_id for c in found})
+        if absent:
+            raise CaseError(f"no outputs in {pred} for {len(absent)} case(s) ({', '.join(absent[:5])})")
+        found = [c for c in found if c.case_id in wanted]
+    missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
                         f"folder {src}/<case> for each case")
     region_names = _region_names(pred)
     result = DicomExport(out)
-    for files in tqdm(cases, desc="dicom-export", unit="case", disable=not progress):
+    for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
         case_series = read_series(src / files.case_id, pixels=False)  # the geometry, not the pixels
         folder = out / files.case_id
         folder.mkdir(parents=True, exist_ok=True)

@@ -1031,6 +1031,7 @@ def run_infer(
     progress: bool = True,
     dist: Any = None,
     on_failure: Callable[[Any], None] | None = None,
+    finish: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """The ``monai-unc infer`` loop on one process or on every rank of a process group.
 
@@ -1046,6 +1047,10 @@ def run_infer(
     calibrated checkpoint (``model.temperature``) is recorded, at full precision, as ``settings.temperature`` when
     the settings leave it None.
 
+    The statuses, the summary and ``infer.json`` name this run's cases only: the outputs of a case since removed from
+    the input (an earlier run's, into the same folder) are left in the folder, as nnU-Net's predictor leaves them,
+    but are neither counted nor listed (nor exported by ``finish``, which gets this run's statuses).
+
     Args:
         cases: all cases of the cohort (the same list on every rank).
         model: the loaded network.
@@ -1058,6 +1063,10 @@ def run_infer(
         dist: a :class:`~monai_unc.engine.DistContext` (default :func:`~monai_unc.engine.get_dist_context`,
             which joins or initialises the process group described by torchrun's environment variables).
         on_failure: called with the :class:`~monai_unc.engine.CaseFailure` of a failed case, on its rank.
+        finish: ``finish(statuses)`` on rank 0 when no case failed, the last work of the run, while the output folder
+            is still held (:func:`monai_unc.io.output_lock`): e.g. the DICOM objects of ``--output-format both``,
+            which a second run into the folder could otherwise interleave with; an error it raises is raised on
+            every rank.
 
     Returns:
         The statuses of all cases ``{"case", "status", "rank", ["error"]}``, sorted by case id, on every rank.
@@ -1067,7 +1076,8 @@ def run_infer(
     """
     ctx = dist if dist is not None else get_dist_context(device)
     settings = complete_settings(settings, model)
-    return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure)
+    return _run_infer(ctx, cases, model, inferer, settings, Path(output), device, overwrite, progress, on_failure,
+                      finish)
 
 
 def complete_settings(settings: InferSettings, model: LoadedModel) -> InferSettings:
@@ -1101,6 +1111,7 @@ def _run_infer(
     overwrite: bool,
     progress: bool,
     on_failure: Callable[[Any], None] | None,
+    finish: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     def statuses(run: CohortRun) -> list[dict[str, Any]]:
         """The summary step of the run (rank 0).
@@ -1114,9 +1125,16 @@ def _run_infer(
         record_outputs(output, [r for r in records if isinstance(r, dict)])
         return every
 
+    def summary(run: CohortRun) -> list[dict[str, Any]]:
+        """:func:`statuses`, then ``finish`` (no case failed), both before the folder's lock is released."""
+        every = statuses(run)
+        if finish is not None:
+            finish(every)
+        return every
+
     run = run_cases(list(cases), _predictor(model, inferer, settings, output, device), command="monai-unc infer",
                     ctx=ctx, cache=_record_cache(output, overwrite, settings),
-                    setup=lambda: check_run_settings(output, settings, overwrite=overwrite), summarize=statuses,
+                    setup=lambda: check_run_settings(output, settings, overwrite=overwrite), summarize=summary,
                     on_failed=statuses, failures_file=output / FAILURES_FILE,
                     pack=lambda r: {"case": r["case"], "status": r["status"]}, progress=progress, desc="infer",
                     on_failure=on_failure, lock=output)

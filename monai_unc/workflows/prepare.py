@@ -23,7 +23,7 @@ import argparse
 import csv
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from glob import escape as glob_escape
 from pathlib import Path
@@ -514,6 +514,7 @@ def infer_command(
     overwrite: bool = False,
     progress: bool = True,
     dist: DistContext | None = None,
+    finish: Callable[[list[dict[str, Any]]], None] | None = None,
     **options: Any,
 ) -> CommandResult[list[dict[str, Any]]]:
     """The whole of ``monai-unc infer`` on one process or on every rank of a ``torchrun`` job.
@@ -533,6 +534,8 @@ def infer_command(
         progress: a progress bar on rank 0.
         dist: a rank context the caller holds (its group is left alone), or None: join the process group or
             create one from torchrun's environment, and destroy one created here at the end.
+        finish: ``finish(statuses)`` on rank 0 after the last case, while the output folder is still held
+            (:func:`~monai_unc.workflows.infer.run_infer`).
         **options: the keyword arguments of :func:`prepare_infer` (``model``, ``bundle``, ``network``,
             ``checkpoint``, ``method``, ``samples``, ``roi``, ``regions``, ...).
 
@@ -557,7 +560,7 @@ def infer_command(
         sync_errors(err, ctx)
         assert plan is not None
         return run_infer(plan.cases, plan.model, plan.inferer, plan.settings, out, device=dev, overwrite=overwrite,
-                         progress=progress, dist=ctx)
+                         progress=progress, dist=ctx, finish=finish)
 
     return run_command("infer", out, run, dist=dist, device=dev, summary=lambda results: infer_summary(results, out))
 
@@ -590,6 +593,21 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         explicit = set(getattr(args, EXPLICIT_OPTIONS, ()))
         options = merge_rule_settings(rule, options, explicit)
         options["samples"] = args.samples if "samples" in explicit else None  # from the rule, once the model is known
+    exported: list[Any] = []
+
+    def export(statuses: list[dict[str, Any]]) -> None:
+        """The DICOM objects of this run's cases, from their NIfTI outputs and source series.
+
+        Not those of a case since removed from the input; under the output folder's lock, so that a second run into
+        the folder cannot interleave with the writes.
+        """
+        from .dicom import dicom_export
+
+        exported.append(dicom_export(args.output, args.input, Path(args.output) / DICOM_FOLDER,
+                                     uid_root=args.uid_root, segments=args.segments, progress=not args.quiet,
+                                     inside_predictions=True, study_uid=getattr(args, "study_uid", "source"),
+                                     cases=[r["case"] for r in statuses]))
+
     res = infer_command(
         args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
         progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
@@ -597,15 +615,11 @@ def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[st
         allow_code=getattr(args, "allow_code_target", ()),
         write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule,
         save_samples=getattr(args, "save_samples", False), share_passes=not getattr(args, "no_share_passes", False),
-        sample_batch_size=getattr(args, "sample_batch_size", "auto"), **options,
+        sample_batch_size=getattr(args, "sample_batch_size", "auto"), finish=export if dicom else None, **options,
     )  # fmt: skip
-    if dicom and res.is_main:  # the DICOM objects of every case, from its NIfTI outputs and its source series
-        from .dicom import dicom_export
-
-        exported = dicom_export(res.output, args.input, res.output / DICOM_FOLDER, uid_root=args.uid_root,
-                                segments=args.segments, progress=not args.quiet, inside_predictions=True,
-                                study_uid=getattr(args, "study_uid", "source"))
-        line = f"dicom: {exported.n_objects} DICOM object(s) for {len(exported.cases)} case(s) in {exported.output}"
+    if exported and res.is_main:
+        done = exported[0]
+        line = f"dicom: {done.n_objects} DICOM object(s) for {len(done.cases)} case(s) in {done.output}"
         res = dataclasses.replace(res, lines=(*res.lines, line))
     return dataclasses.replace(res, lines=()) if args.quiet else res
 

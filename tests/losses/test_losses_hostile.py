@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,7 +20,9 @@ from monai_unc.losses import (
     SVLSLoss,
     binned_calibration,
     l1_average_calibration_error,
+    margin_penalty,
     mean_margin_penalty,
+    svls_kernel,
 )
 
 # ---------------------------------------------------------------- brute-force references (float64, loops)
@@ -359,3 +362,94 @@ def test_soft_ace_with_any_empty_weight_leaves_weightless_bins_out(empty_weight)
     got.sum().backward()
     want.sum().backward()
     torch.testing.assert_close(z.grad, zr.grad, rtol=1e-9, atol=1e-12)
+
+
+# ---------------------------------------------------------------- one-hot targets outside [0, 1]
+
+
+@pytest.mark.parametrize("bad", [2.0, -1.0, 1.5])
+@pytest.mark.parametrize("binning", ["hard", "soft"])
+def test_an_ace_target_outside_0_1_raises_naming_the_target(bad, binning):
+    """A one-hot target holding 2 or -1 (a label map or an ignore label passed as one-hot) gave a number silently."""
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(1, 2, 6, 6, generator=gen)
+    y = _onehot(torch.randint(0, 2, (1, 1, 6, 6), generator=gen), 2).float()
+    y[0, 1, 2, 2] = bad
+    for loss in (L1ACELoss(binning), DiceCEL1ACELoss(binning)):
+        with pytest.raises(ValueError, match=r"target must be one-hot or soft with values in \[0, 1\]"):
+            loss(z, y)
+    with pytest.raises(ValueError, match=r"target must be one-hot or soft with values in \[0, 1\]"):
+        l1_average_calibration_error(torch.softmax(z, 1), y, soft=binning == "soft")
+
+
+def test_an_integer_one_hot_target_outside_0_1_raises_and_soft_targets_stay_accepted():
+    gen = torch.Generator().manual_seed(4)
+    z = torch.randn(1, 2, 6, 6, generator=gen)
+    labels = torch.randint(0, 2, (1, 1, 6, 6), generator=gen)
+    with pytest.raises(ValueError, match=r"got values in \[0, 2\]"):
+        L1ACELoss()(z, _onehot(labels, 2).long() * 2)
+    soft = _onehot(labels, 2).float() * 0.8 + 0.1  # soft labels in [0, 1] are documented and accepted
+    assert math.isfinite(float(L1ACELoss()(z, soft))) and math.isfinite(float(DiceCEL1ACELoss()(z, soft)))
+    assert torch.isfinite(l1_average_calibration_error(torch.softmax(z, 1), soft)).all()
+
+
+# ---------------------------------------------------------------- numpy scalar and bool settings
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: L1ACELoss(num_bins=np.int64(15), empty_weight=np.float32(0.1), to_onehot_y=True),
+        lambda: DiceCEL1ACELoss(num_bins=np.int32(15), ace_weight=np.float32(0.3), dice_weight=np.int64(1),
+                                to_onehot_y=True),
+        lambda: MarginLoss(margin=np.float32(5.0), alpha=np.float32(0.1), to_onehot_y=True),
+        lambda: DiceCEMarginLoss(margin=np.int64(5), alpha=np.float64(0.1), to_onehot_y=True),
+        lambda: SVLSLoss(kernel_size=np.int64(3), sigma=np.float32(1.0), spacing=(np.float32(1.0), np.int64(2)),
+                         to_onehot_y=True),
+        lambda: DiceSVLSLoss(kernel_size=np.int32(5), sigma=np.float64(1.0), spacing=np.float32(1.0),
+                             to_onehot_y=True),
+    ],
+)
+def test_numpy_scalar_settings_give_the_loss_of_the_python_numbers(make):
+    """A numpy integer or float32 setting was refused with 'must be an integer >= 1, got np.int64(15)'."""
+    gen = torch.Generator().manual_seed(5)
+    z = torch.randn(1, 3, 6, 6, generator=gen)
+    y = torch.randint(0, 3, (1, 1, 6, 6), generator=gen)
+    loss = make()
+    assert math.isfinite(float(loss(z, y)))
+
+
+def test_numpy_scalar_settings_equal_python_numbers_in_the_functional_core():
+    gen = torch.Generator().manual_seed(6)
+    z = torch.randn(1, 3, 6, 6, generator=gen)
+    p, y = torch.softmax(z, 1), _onehot(torch.randint(0, 3, (1, 1, 6, 6), generator=gen), 3).float()
+    torch.testing.assert_close(L1ACELoss(num_bins=np.int64(15))(z, y), L1ACELoss(num_bins=15)(z, y))
+    torch.testing.assert_close(l1_average_calibration_error(p, y, np.int64(7), True, np.float32(0.5)),
+                               l1_average_calibration_error(p, y, 7, True, 0.5))
+    torch.testing.assert_close(mean_margin_penalty(z, np.float32(1.5)), mean_margin_penalty(z, 1.5))
+    torch.testing.assert_close(svls_kernel(2, np.int64(5), np.float32(1.5), (np.float32(1.0), 2)),
+                               svls_kernel(2, 5, 1.5, (1.0, 2.0)))
+
+
+@pytest.mark.parametrize(
+    "make,name",
+    [
+        (lambda: L1ACELoss(num_bins=True), "num_bins"),
+        (lambda: L1ACELoss(num_bins=np.float64(15.0)), "num_bins"),
+        (lambda: L1ACELoss(empty_weight=np.bool_(False)), "empty_weight"),
+        (lambda: MarginLoss(margin=True), "margin"),
+        (lambda: MarginLoss(alpha="0.1"), "alpha"),
+        (lambda: DiceCEL1ACELoss(ace_weight=True), "ace_weight"),
+        (lambda: SVLSLoss(sigma=True), "sigma"),
+        (lambda: SVLSLoss(kernel_size=np.bool_(True)), "kernel_size"),
+        (lambda: SVLSLoss(spacing=(True, 1.0)), "spacing"),
+        (lambda: svls_kernel(2, spacing="ab"), "spacing"),
+        (lambda: margin_penalty(torch.zeros(1, 2, 3), True), "margin"),
+        (lambda: mean_margin_penalty(torch.zeros(1, 2, 3), np.bool_(True)), "margin"),
+        (lambda: binned_calibration(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), True), "num_bins"),
+    ],
+)
+def test_bool_or_non_number_settings_raise_type_error_naming_argument_and_type(make, name):
+    """A bool was taken as 1 (sigma=True, margin=True in the functional core); others got a value-error message."""
+    with pytest.raises(TypeError, match=rf"^{name} must be .*, got (bool|float64|str)"):
+        make()

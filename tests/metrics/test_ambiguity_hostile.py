@@ -177,3 +177,43 @@ def test_metric_flags_must_be_bools():
         NCCMetric(y_is_raters="no")
     with pytest.raises(TypeError, match="return_terms"):
         GEDMetric(return_terms="yes")
+
+
+# ---------------------------------------------------------------- cases without data, the cohort
+
+
+@pytest.mark.parametrize("make", [NCCMetric, GEDMetric, lambda **kw: GEDMetric(variant="nonempty_iou", **kw)])
+@pytest.mark.parametrize("get_not_nans", [False, True])
+def test_a_metric_without_any_case_is_nan_with_a_warning_as_qu_brats(make, get_not_nans):
+    """NCCMetric / GEDMetric raised 'the data to aggregate must be a torch.Tensor, got NoneType' where QUBraTSMetric
+    (and the project's convention for degenerate input) gives NaN with a warning."""
+    from monai_unc.metrics import QUBraTSMetric
+
+    for metric in (make(get_not_nans=get_not_nans), QUBraTSMetric(get_not_nans=get_not_nans)):
+        with pytest.warns(UserWarning, match="no case was evaluated"):
+            got = metric.aggregate()
+        value, count = got if get_not_nans else (got, None)
+        assert math.isnan(float(value)) and (count is None or float(count) == 0)
+
+
+def test_undefined_cases_are_left_out_of_the_cohort_mean_and_counted():
+    """The stated convention: NaN with a warning per undefined case, mean over the defined ones, their number."""
+    g = torch.Generator().manual_seed(2)
+    metric = NCCMetric(get_not_nans=True)
+    u1, r1 = torch.rand(1, 1, 5, 5, generator=g), torch.rand(1, 1, 5, 5, generator=g)
+    metric(y_pred=u1, y=r1)
+    with pytest.warns(UserWarning, match="constant"):
+        metric(y_pred=torch.rand(1, 1, 5, 5, generator=g), y=torch.zeros(1, 1, 5, 5))  # empty annotations
+    value, count = metric.aggregate()
+    assert float(count) == 1 and float(value) == pytest.approx(ncc(u1[0], r1[0]))
+    empty, full = torch.zeros(1, 2, 4, 4, dtype=torch.long), torch.zeros(1, 2, 4, 4, dtype=torch.long)
+    full[:, 0, 1:3, 1:3] = 1
+    metric = GEDMetric(variant="nonempty_iou", get_not_nans=True)
+    metric(y_pred=full, y=full)
+    with pytest.warns(UserWarning, match="empty"):
+        metric(y_pred=empty, y=empty)
+    value, count = metric.aggregate()
+    assert float(count) == 1 and float(value) == pytest.approx(float(ged_nonempty_iou(full[0], full[0]).ged))
+    metric = GEDMetric(get_not_nans=True)  # GED of empty masks is defined (0) and counts
+    metric(y_pred=empty, y=empty)
+    assert [float(v) for v in metric.aggregate()] == [0.0, 1.0]

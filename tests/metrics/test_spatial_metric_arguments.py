@@ -49,3 +49,35 @@ def test_good_options_still_accepted_and_used():
         assert torch.allclose(got.view(-1), torch.as_tensor(want).view(-1))
     BoundaryUncertaintyConcentrationMetric(width=None, backend="scipy")
     BoundaryAwareECEMetric(n_bands=np.int64(4), max_distance=10)
+
+
+@pytest.mark.parametrize("spacing, match", [
+    (-1.0, "spacing must be positive and finite"),
+    (0, "spacing must be positive and finite"),
+    ((1.0, float("nan")), "spacing must be positive and finite"),
+    ([[1.0, 1.0], [0.0, 1.0]], "spacing must be positive and finite"),
+    ("1.0", "spacing must be a number, one number per spatial axis"),
+    ((1.0, 2.0, 3.0, 4.0), "spacing must be a number, one number per spatial axis"),
+    (True, "spacing must be a number, one number per spatial axis"),
+])
+@pytest.mark.parametrize("build", [
+    BoundaryUncertaintyConcentration, BoundaryAwareECE, SpatialCalibrationError,
+    BoundaryUncertaintyConcentrationMetric, BoundaryAwareECEMetric, SpatialCalibrationErrorMetric,
+])
+def test_bad_spacing_refused_when_built(build, spacing, match):
+    """A bad spacing was taken and refused at the first case, after a batch of inference."""
+    with pytest.raises(ValueError, match=match):
+        build(spacing=spacing)
+
+
+@pytest.mark.parametrize("spacing", [0.5, (1.0, 2.0), np.float32(2.0), np.array([1.0, 2.0]), torch.tensor([1.0, 2.0]),
+                                     [[1.0, 2.0]]])
+def test_good_spacings_still_accepted_and_used(spacing):
+    g = torch.Generator().manual_seed(1)
+    target = torch.zeros(1, 1, 12, 12, dtype=torch.long)
+    target[:, :, 3:9, 2:7] = 1
+    u = torch.rand(1, 1, 12, 12, generator=g)
+    got = SpatialCalibrationErrorMetric(spacing=spacing, sigma=1.0)(y_pred=target, y=target, uncertainty=u)
+    want = spatial_calibration_error(u, target, target, spacing=np.asarray(spacing, dtype=float).reshape(-1).tolist()
+                                     if np.ndim(spacing) else float(spacing), sigma=1.0)
+    assert torch.allclose(got.view(-1), torch.as_tensor(want).view(-1))

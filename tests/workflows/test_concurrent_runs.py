@@ -106,6 +106,48 @@ def test_a_second_infer_into_a_busy_folder_is_refused(tmp_path, monkeypatch, cap
     assert got == {p.name: p.read_bytes() for p in alone.glob("*.nii.gz")} and len(got) >= 2
 
 
+@pytest.mark.slow
+def test_a_second_infer_while_the_first_writes_its_dicom_objects_is_refused(tmp_path, monkeypatch):
+    """``infer --output-format both`` wrote its DICOM objects after the folder's lock was released: a second run into
+    the folder could then rewrite the NIfTI outputs the export was reading, or its objects. The folder stays the first
+    run's until its last DICOM object (and ``dicom_export.json``) is written."""
+    pytest.importorskip("highdicom", reason="needs the dicom extra")
+    import json
+
+    import torch
+    from monai.networks.nets import UNet
+
+    from monai_unc.workflows import dicom
+    from tests._cases import TOY_NET
+    from tests.io.dicom._series import make_series
+
+    images, out = tmp_path / "images", tmp_path / "pred"
+    make_series(images / "ct01", "anisotropic_ct")
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    argv = ["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
+            str(tmp_path / "net.pt"), "--samples", "2", "--device", "cpu", "-q", "--seed", "0",
+            "--output-format", "both", "--uid-root", "1.2.826.0.1.3680043.10.778."]
+    real = dicom._export_case
+    second: list[tuple[int, str]] = []
+
+    def export_then_second_run(*args, **kwargs):
+        if not second:  # while the first run writes its DICOM objects: the same command into the same folder
+            second.append(_other_process(argv))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dicom, "_export_case", export_then_second_run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(argv) == 0
+    status, err = second[0]
+    assert status == 2 and "another run" in err, err
+    manifest = json.loads((out / "dicom" / "dicom_export.json").read_text())
+    assert sorted(manifest["cases"]) == ["ct01"]
+    assert not (out / OUTPUT_LOCK_FILE).exists()  # released at the end
+
+
 def test_a_killed_holder_leaves_no_lock(tmp_path):
     code = ("import os, signal, sys; from monai_unc.io import output_lock\n"
             "with output_lock(sys.argv[1], 'killed'):\n    os.kill(os.getpid(), signal.SIGKILL)\n")

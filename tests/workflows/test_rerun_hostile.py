@@ -76,3 +76,45 @@ def test_a_touched_or_copied_input_is_not_predicted_again(toy, tmp_path, capsys)
     assert run_toy_infer({**toy, "images": moved}, out, *FLAGS) == 0
     assert "input changed" not in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.glob("toy*.json")} == records  # nothing predicted again
+
+
+@pytest.mark.slow
+def test_a_case_removed_from_the_input_is_left_alone_not_exported_or_counted(tmp_path, capsys):
+    """A case removed from the input between two runs into one folder: its outputs stay (as nnU-Net's predictor leaves
+    them), but the run's summary, its DICOM objects and ``dicom_export.json`` name this run's cases only. The DICOM
+    step of ``--output-format both`` exported every case of the folder: it looked for the removed case's series and
+    the rerun failed."""
+    pytest.importorskip("highdicom", reason="needs the dicom extra")
+    import torch
+    from monai.networks.nets import UNet
+
+    from monai_unc.cli import main
+    from tests._cases import TOY_NET
+    from tests.io.dicom._series import make_series
+
+    images, out = tmp_path / "images", tmp_path / "pred"
+    for case in ("ct01", "ct02"):
+        make_series(images / case, "anisotropic_ct")
+    torch.manual_seed(0)
+    torch.save(UNet(**{k: v for k, v in TOY_NET.items() if k != "_target_"}).state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(TOY_NET))
+    argv = ["infer", "-i", str(images), "-o", str(out), "--network", str(tmp_path / "net.json"), "--checkpoint",
+            str(tmp_path / "net.pt"), "--samples", "2", "--device", "cpu", "--seed", "0", "--output-format", "both",
+            "--uid-root", "1.2.826.0.1.3680043.10.778."]
+    assert main(argv) == 0
+    stale = _files_of(out, "ct02")
+    assert len(stale) >= 14 and "dicom/ct02/seg.dcm" in stale  # its NIfTI outputs, its record, its DICOM objects
+    shutil.rmtree(images / "ct02")
+    capsys.readouterr()
+    assert main(argv) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.strip()]
+    assert lines[0].startswith("1 case(s): 0 written, 1 already finished"), lines
+    assert lines[1].startswith("dicom: 7 DICOM object(s) for 1 case(s)"), lines
+    manifest = json.loads((out / "dicom" / "dicom_export.json").read_text())
+    assert sorted(manifest["cases"]) == ["ct01"]
+    assert _files_of(out, "ct02") == stale  # left, untouched
+
+
+def _files_of(folder, case):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and case in str(p.relative_to(folder))}
