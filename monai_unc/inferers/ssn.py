@@ -12,13 +12,13 @@ an :class:`~monai_unc.networks.SSNNetwork`, the backbone runs once per window an
 distribution (the source is placed innermost in the product so that its draws run back to back for each
 combination of the other sources); a head elsewhere (e.g. inside nnU-Net's decoder) costs one full pass per draw.
 
-Composing with MC dropout in the backbone, ``UncertaintyInferer([MCDropoutSource(n), SSNSource(m)])``: each
-dropout mask gets its own backbone pass and ``m`` latent draws from it (n x m samples; the dropout samples run as
-full passes, not as the inferer's shared passes, which would run the latent draws outside the dropout samples). Pooled over all samples,
-MI = I(Y; theta, Z | x) = I(Y; theta | x) + I(Y; Z | theta, x) mixes epistemic and aleatoric parts (the output
-says ``mi_meaning == "mixed"``). ``SSNSource(m, marginalize=True)`` instead returns, per dropout mask, the
-latent-averaged prediction E_z p(y | x, theta, z) as a single sample: then the dropout axis alone varies, and
-MI = I(Y; theta | x) is the epistemic part (``mi_meaning == "epistemic"``), with EE = E_theta H(E_z p).
+Composing with MC dropout in the backbone, ``UncertaintyInferer([MCDropoutSource(n), SSNSource(m)])``: each dropout mask
+gets its own backbone pass and ``m`` latent draws from it (n x m samples; the dropout samples run as full passes, not as
+the inferer's shared passes, which would run the latent draws outside the dropout samples). Pooled over all samples, MI
+= I(Y; theta, Z | x) = I(Y; theta | x) + I(Y; Z | theta, x) mixes epistemic and aleatoric parts (the output says
+``mi_meaning == "mixed"``). ``SSNSource(m, marginalize=True)`` instead returns, per dropout mask, the latent-averaged
+prediction E_z p(y | x, theta, z) as a single sample: then the dropout axis alone varies, and MI = I(Y; theta | x) is
+the epistemic part (``mi_meaning == "epistemic"``), with EE = E_theta H(E_z p).
 """
 
 from __future__ import annotations
