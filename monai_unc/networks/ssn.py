@@ -705,7 +705,7 @@ class IntensityMask:
     """
 
     def __init__(self, threshold: float = 0.03, smooth: int = 5, dilate: int = 5, channel: int = 0) -> None:
-        if not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
+        if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a finite number, got {threshold!r}")
         for name, v in (("smooth", smooth), ("dilate", dilate)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v % 2 == 0:

@@ -112,3 +112,11 @@ def test_sampling_flags_are_restored_after_an_exception():
             net(torch.rand(1, 1, 3, 3))
     assert not net.head.sampling and not net._cache_enabled and not net._reuse and net._cache is None
     assert not net.training
+
+
+def test_intensity_mask_threshold_is_not_a_bool():
+    # True was read as threshold 1.0
+    from monai_unc.networks import IntensityMask
+
+    with pytest.raises(ValueError, match="threshold"):
+        IntensityMask(threshold=True)
