@@ -397,6 +397,7 @@ def mutual_information_loss(
     if estimator == "gaussian":
         if not eps > 0:
             raise ValueError(f"eps must be positive, got {eps}")
+        _check_voxels(a, "pre")
         loss = _gaussian_mi(a, b, float(eps))
     elif estimator == "binned":
         if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
@@ -405,6 +406,15 @@ def mutual_information_loss(
     else:
         raise ValueError(f"estimator must be 'gaussian' or 'binned', got {estimator!r}")
     return _finish(loss, pre, "mutual_information_loss")
+
+
+def _check_voxels(x: torch.Tensor, name: str) -> None:
+    """The Gaussian estimate takes the voxels of a map as its samples: it needs at least two."""
+    if x.ndim < 3 or x[0, 0].numel() < 2:
+        raise ValueError(
+            f"the Gaussian mutual information estimates a covariance over the voxels of each map, and {name} of shape "
+            f"{tuple(x.shape)} has fewer than 2 voxels per map; use the binned estimate (\"mi\" does on such maps)"
+        )
 
 
 # unvalidated torch versions used inside the search loop (pre is checked once per search)
@@ -614,7 +624,7 @@ def search_dropout_rate(
         target_loss: information loss to reach, in ``[0, 1]``.
         p_init: initial rate.
         channelwise: drop whole channels or single elements (always elements on a map without spatial axes,
-            ``(B, C)``, where ``"mi"`` then means the binned estimate).
+            ``(B, C)``, or with one voxel, where ``"mi"`` then means the binned estimate).
         lr: controller step size (see :func:`search_dropout_rate`).
         lr_decay: factor applied to ``lr`` after every update.
         tol: stop when ``|loss - target_loss| < tol``.
@@ -645,13 +655,16 @@ def search_dropout_rate(
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
         raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
     # a map without spatial axes ((B, C): a linear layer's output) gets element-wise masks whatever ``channelwise``
-    # says (``_mask_shape``), so "mi" means the element-wise estimator there: the Gaussian one would estimate a
-    # covariance from one "voxel" per input and return NaN, and the rate would never move from ``p_init``
-    channelwise = bool(channelwise) and x.ndim >= 3
+    # says (``_mask_shape``), and on one voxel per channel ((B, C, 1, 1)) a channel mask is an element mask; so "mi"
+    # means the element-wise estimator there: the Gaussian one would estimate a covariance from one voxel per input
+    # and return NaN, and the rate would never move from ``p_init``
+    channelwise = bool(channelwise) and x.ndim >= 3 and x[0, 0].numel() >= 2
     if isinstance(loss, str) and loss == "ssim" and x.ndim not in (4, 5):
         raise ValueError(f"loss 'ssim' needs 2D or 3D feature maps x (B, C, H, W[, D]), got shape {tuple(x.shape)}; "
                          "use 'mi' or 'mse' on other maps")
     fn = get_information_loss(loss, channelwise)
+    if isinstance(loss, str) and _resolve_name(loss, channelwise) == "mi_gaussian":
+        _check_voxels(x, "x")
     if validate:
         check_finite(x, "x")
     if hasattr(x, "as_tensor"):

@@ -131,3 +131,20 @@ def test_network_is_restored_after_an_exception_in_the_forward_pass():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert remove_rate_in(net) == 0
+
+
+@pytest.mark.parametrize("shape", [(4, 8), (4, 8, 1, 1)])
+def test_gaussian_information_loss_needs_voxels(shape):
+    # a covariance over one voxel is 0: NaN with the warning "the feature map is constant", which it is not
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    with pytest.raises(ValueError, match="fewer than 2 voxels"):
+        mutual_information_loss(x, x * (torch.rand(*shape) > 0.5))
+    with pytest.raises(ValueError, match="fewer than 2 voxels"):
+        search_dropout_rate(x, "mi_gaussian")
+
+
+def test_default_mi_adapts_on_one_voxel_maps():
+    torch.manual_seed(0)
+    res = search_dropout_rate(torch.randn(4, 64, 1, 1), "mi", target_loss=0.3, p_init=0.05, tol=0.05, max_iter=30)
+    assert bool(torch.isfinite(res.losses).all()) and bool((res.rates > 0.05).all())
