@@ -71,7 +71,8 @@ class EnsembleSource(SampleSource):
     at the end.
 
     Args:
-        networks: the members, modules or checkpoint paths.
+        networks: the members, modules or checkpoint paths: a list, tuple or ``nn.ModuleList`` (one path or one
+            network is refused with a ``TypeError``).
         weights_only: load checkpoints with ``torch.load(weights_only=True)``.
 
     Example:
@@ -89,6 +90,15 @@ class EnsembleSource(SampleSource):
     level = "network"
 
     def __init__(self, networks: Sequence[nn.Module | str | os.PathLike], weights_only: bool = True) -> None:
+        # one path or one network is not a list of members: a string was read as its characters ("checkpoint file
+        # not found: f") and an nn.Sequential as its layers, each run on the input as a member
+        if isinstance(networks, (str, bytes, os.PathLike)) or (
+            isinstance(networks, nn.Module) and not isinstance(networks, nn.ModuleList)
+        ):
+            raise TypeError(
+                f"networks must be a sequence of ensemble members (modules or checkpoint paths), got one "
+                f"{type(networks).__name__}; wrap a single member in a list"
+            )
         networks = list(networks)
         if not networks:
             raise ValueError("networks must hold at least one ensemble member")

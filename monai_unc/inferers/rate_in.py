@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -396,6 +397,7 @@ def mutual_information_loss(
     if estimator == "gaussian":
         if not eps > 0:
             raise ValueError(f"eps must be positive, got {eps}")
+        _check_voxels(a, "pre")
         loss = _gaussian_mi(a, b, float(eps))
     elif estimator == "binned":
         if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
@@ -404,6 +406,15 @@ def mutual_information_loss(
     else:
         raise ValueError(f"estimator must be 'gaussian' or 'binned', got {estimator!r}")
     return _finish(loss, pre, "mutual_information_loss")
+
+
+def _check_voxels(x: torch.Tensor, name: str) -> None:
+    """The Gaussian estimate takes the voxels of a map as its samples: it needs at least two."""
+    if x.ndim < 3 or x[0, 0].numel() < 2:
+        raise ValueError(
+            f"the Gaussian mutual information estimates a covariance over the voxels of each map, and {name} of shape "
+            f"{tuple(x.shape)} has fewer than 2 voxels per map; use the binned estimate (\"mi\" does on such maps)"
+        )
 
 
 # unvalidated torch versions used inside the search loop (pre is checked once per search)
@@ -544,22 +555,31 @@ def _losses(loss_fn: LossFn, pre: torch.Tensor, post: torch.Tensor) -> torch.Ten
     return out
 
 
+def _check_real(value: Any, name: str) -> None:
+    """``TypeError`` unless ``value`` is a real number (``True`` / ``"0.1"`` are not rates or step sizes)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+
+
 def _check_controller(
     target_loss: float, p_init: float, lr: float, lr_decay: float, tol: float, max_iter: int, p_min: float,
     p_max: float,
 ) -> None:
+    for name, value in (("target_loss", target_loss), ("p_init", p_init), ("lr", lr), ("lr_decay", lr_decay),
+                        ("tol", tol), ("p_min", p_min), ("p_max", p_max)):
+        _check_real(value, name)
     if not 0.0 <= float(target_loss) <= 1.0:
         raise ValueError(f"target_loss must be in [0, 1], got {target_loss}")
     if not 0.0 <= float(p_min) <= float(p_max) < 1.0:
         raise ValueError(f"need 0 <= p_min <= p_max < 1, got p_min={p_min}, p_max={p_max}")
     if not float(p_min) <= float(p_init) <= float(p_max):
         raise ValueError(f"p_init must be in [p_min, p_max] = [{p_min}, {p_max}], got {p_init}")
-    if not float(lr) > 0:
-        raise ValueError(f"lr must be positive, got {lr}")
+    if not 0 < float(lr) < float("inf"):
+        raise ValueError(f"lr must be positive and finite, got {lr}")
     if not 0.0 < float(lr_decay) <= 1.0:
         raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}")
-    if not float(tol) > 0:
-        raise ValueError(f"tol must be positive, got {tol}")
+    if not 0 < float(tol) < float("inf"):
+        raise ValueError(f"tol must be positive and finite, got {tol}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
 
@@ -603,7 +623,8 @@ def search_dropout_rate(
         loss: a loss name or callable (see :func:`get_information_loss`).
         target_loss: information loss to reach, in ``[0, 1]``.
         p_init: initial rate.
-        channelwise: drop whole channels or single elements.
+        channelwise: drop whole channels or single elements (always elements on a map without spatial axes,
+            ``(B, C)``, or with one voxel, where ``"mi"`` then means the binned estimate).
         lr: controller step size (see :func:`search_dropout_rate`).
         lr_decay: factor applied to ``lr`` after every update.
         tol: stop when ``|loss - target_loss| < tol``.
@@ -633,7 +654,17 @@ def search_dropout_rate(
     _check_controller(target_loss, p_init, lr, lr_decay, tol, max_iter, p_min, p_max)
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
         raise ValueError(f"draws must be an integer >= 1, got {draws!r}")
+    # a map without spatial axes ((B, C): a linear layer's output) gets element-wise masks whatever ``channelwise``
+    # says (``_mask_shape``), and on one voxel per channel ((B, C, 1, 1)) a channel mask is an element mask; so "mi"
+    # means the element-wise estimator there: the Gaussian one would estimate a covariance from one voxel per input
+    # and return NaN, and the rate would never move from ``p_init``
+    channelwise = bool(channelwise) and x.ndim >= 3 and x[0, 0].numel() >= 2
+    if isinstance(loss, str) and loss == "ssim" and x.ndim not in (4, 5):
+        raise ValueError(f"loss 'ssim' needs 2D or 3D feature maps x (B, C, H, W[, D]), got shape {tuple(x.shape)}; "
+                         "use 'mi' or 'mse' on other maps")
     fn = get_information_loss(loss, channelwise)
+    if isinstance(loss, str) and _resolve_name(loss, channelwise) == "mi_gaussian":
+        _check_voxels(x, "x")
     if validate:
         check_finite(x, "x")
     if hasattr(x, "as_tensor"):
@@ -641,7 +672,7 @@ def search_dropout_rate(
     b, c, dev = x.shape[0], x.shape[1], x.device
     fast = None
     small_linalg: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if isinstance(loss, str) and _resolve_name(loss, channelwise) == "mi_gaussian" and channelwise and x.ndim >= 3:
+    if isinstance(loss, str) and _resolve_name(loss, channelwise) == "mi_gaussian" and channelwise:
         sxx = _covariance(x)  # the only pass over the voxels
         small_linalg = _small_linalg(dev)
         with _small_linalg(dev):
@@ -738,6 +769,7 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
         p_max: float = DEFAULT_P_MAX,
         draws: int = DEFAULT_DRAWS,
     ) -> None:
+        _check_real(p, "p")
         super().__init__(p=float(p))
         if not float(p) > 0:
             raise ValueError(f"p (the initial rate) must be > 0, got {p}")
@@ -951,15 +983,28 @@ def add_rate_in(
 
 
 def _with_default_p(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Inserted layers start the search at the target loss, at least 0.05 and at most ``p_max``.
+    """Inserted layers start the search at the target loss, at least 0.05, clipped to ``[p_min, p_max]``.
 
     The target loss is the rate at which a content-blind loss would hit it.
     """
     out = dict(kwargs)
     if "p" not in out:
         target = float(out.get("target_loss", DEFAULT_TARGET))
-        out["p"] = min(max(target, 0.05), float(out.get("p_max", DEFAULT_P_MAX)))
+        out["p"] = _clip_rate(max(target, 0.05), out)
     return out
+
+
+def _clip_rate(p: float, kwargs: dict[str, Any]) -> float:
+    """A default initial rate clipped to the ``[p_min, p_max]`` of the layer settings (the caller did not choose it).
+
+    Left alone when the bounds are not numbers: the layer's own checks name them.
+    """
+    lo, hi = kwargs.get("p_min", 0.0), kwargs.get("p_max", DEFAULT_P_MAX)
+    if isinstance(lo, bool) or isinstance(hi, bool) or not isinstance(lo, numbers.Real) or (
+        not isinstance(hi, numbers.Real)
+    ):
+        return p
+    return min(max(float(p), float(lo)), float(hi))
 
 
 def _rate_of(m: nn.Module) -> float:
@@ -975,9 +1020,9 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
 
     Converted are ``torch.nn`` dropout modules with a rate above 0 and post-hoc
     :class:`~monai_unc.inferers.dropout.DropoutHook` s. The initial rate ``p`` of each Rate-In layer is the rate it
-    replaces unless ``p`` is given; ``Dropout1d/2d/3d`` and channel-wise hooks become channel-wise, ``nn.Dropout``
-    element-wise, unless ``channelwise`` is given. ``AlphaDropout`` and ``DropPath`` (stochastic depth) are left
-    alone. :func:`remove_rate_in` undoes the conversion.
+    replaces (clipped to ``[p_min, p_max]``) unless ``p`` is given; ``Dropout1d/2d/3d`` and channel-wise hooks become
+    channel-wise, ``nn.Dropout`` element-wise, unless ``channelwise`` is given. ``AlphaDropout`` and ``DropPath``
+    (stochastic depth) are left alone. :func:`remove_rate_in` undoes the conversion.
 
     Args:
         model: the network, modified in place.
@@ -1020,7 +1065,7 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
             if type(child) in _CONVERTIBLE:
                 if _rate_of(child) <= 0:
                     continue
-                kw = {"p": min(_rate_of(child), kwargs.get("p_max", DEFAULT_P_MAX)),
+                kw = {"p": _clip_rate(_rate_of(child), kwargs),
                       "channelwise": isinstance(child, (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)), **kwargs}
                 layer = RateInDropout(**kw)
                 layer.train(child.training)
@@ -1030,7 +1075,7 @@ def convert_dropout_to_rate_in(model: nn.Module, **layer_kwargs: Any) -> list[st
                 converted.append(f"{name}.{child_name}" if name else child_name)
         for key, h in list(parent._forward_hooks.items()):
             if isinstance(h, DropoutHook) and not isinstance(h, RateInHook) and h.p > 0:
-                kw = {"p": min(h.p, kwargs.get("p_max", DEFAULT_P_MAX)), "channelwise": h.channelwise, **kwargs}
+                kw = {"p": _clip_rate(h.p, kwargs), "channelwise": h.channelwise, **kwargs}
                 new = RateInHook(RateInDropout(**kw))
                 new.mc_enabled = h.mc_enabled
                 new.replaced = h
@@ -1301,7 +1346,8 @@ class RateInInferer(UncertaintyInferer):
         after: where ``"insert"`` places the layers (as in :func:`~monai_unc.inferers.dropout.add_dropout`).
         channelwise: drop channels (default) or elements in inserted layers (converted layers keep their kind
             unless given).
-        p_init: initial rate of the search (default: the target loss, at least 0.05).
+        p_init: initial rate of the search (default: the target loss, at least 0.05, for inserted layers; the rate
+            it replaces for converted ones; either clipped to ``[p_min, p_max]``).
         lr: controller step size (see :func:`search_dropout_rate`).
         lr_decay: factor applied to ``lr`` after every update.
         tol: stop when ``|loss - target_loss| < tol``.

@@ -127,7 +127,8 @@ class SampleSource:
         level: ``"window"`` (sampled inside every window of the inner inferer) or ``"network"`` (looped outside it).
         innermost: put the source last in the product.
         shareable: the samples differ only through random draws inside the network (its variants are all ``None``),
-            so the inferer may compute what they share once (``share_passes``).
+            so the inferer may compute what they share once (``share_passes``; not beside an innermost source of
+            several variants, whose variants must run back to back).
 
     Example:
         >>> import torch
@@ -730,6 +731,11 @@ class UncertaintyInferer(Inferer):
             return None
         src = shareable[0]
         if any(v is not None for v in src.variants(x)):
+            return None
+        # the shared path runs the shareable source's samples inside each variant of the others, so an innermost
+        # source (SSN draws reusing one backbone pass) would run outside them: its later draws reused the backbone
+        # pass of the last replayed dropout sample for every dropout sample
+        if any(getattr(s, "innermost", False) and s.num_variants(x) > 1 for s in window_sources if s is not src):
             return None
         if not isinstance(network, nn.Module) or isinstance(network, torch.jit.ScriptModule):
             info.setdefault("fallback", "the network is not a torch.nn.Module whose calls can be followed")

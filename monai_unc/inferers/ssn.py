@@ -12,12 +12,13 @@ an :class:`~monai_unc.networks.SSNNetwork`, the backbone runs once per window an
 distribution (the source is placed innermost in the product so that its draws run back to back for each
 combination of the other sources); a head elsewhere (e.g. inside nnU-Net's decoder) costs one full pass per draw.
 
-Composing with MC dropout in the backbone, ``UncertaintyInferer([MCDropoutSource(n), SSNSource(m)])``: each
-dropout mask gets its own backbone pass and ``m`` latent draws from it (n x m samples). Pooled over all samples,
-MI = I(Y; theta, Z | x) = I(Y; theta | x) + I(Y; Z | theta, x) mixes epistemic and aleatoric parts (the output
-says ``mi_meaning == "mixed"``). ``SSNSource(m, marginalize=True)`` instead returns, per dropout mask, the
-latent-averaged prediction E_z p(y | x, theta, z) as a single sample: then the dropout axis alone varies, and
-MI = I(Y; theta | x) is the epistemic part (``mi_meaning == "epistemic"``), with EE = E_theta H(E_z p).
+Composing with MC dropout in the backbone, ``UncertaintyInferer([MCDropoutSource(n), SSNSource(m)])``: each dropout mask
+gets its own backbone pass and ``m`` latent draws from it (n x m samples; the dropout samples run as full passes, not as
+the inferer's shared passes, which would run the latent draws outside the dropout samples). Pooled over all samples, MI
+= I(Y; theta, Z | x) = I(Y; theta | x) + I(Y; Z | theta, x) mixes epistemic and aleatoric parts (the output says
+``mi_meaning == "mixed"``). ``SSNSource(m, marginalize=True)`` instead returns, per dropout mask, the latent-averaged
+prediction E_z p(y | x, theta, z) as a single sample: then the dropout axis alone varies, and MI = I(Y; theta | x) is
+the epistemic part (``mi_meaning == "epistemic"``), with EE = E_theta H(E_z p).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 
 from ..keys import MIMeaning
+from ..networks.dropout import DropoutHook, find_dropout_layers
 from ..networks.ssn import SSNNetwork, ssn_sampling
 from .sampling import StochasticSource, UncertaintyInferer, network_output_tensor
 
@@ -47,7 +49,10 @@ class SSNSource(StochasticSource):
         num_samples: draws per window (ValUES uses 10).
         marginalize: return one sample per call, the mean probability over the ``num_samples`` draws (as
             log-probabilities, which the inferer's ``activation="softmax"`` maps back to exactly that mean). Use it
-            in a product with MC dropout or an ensemble to make their MI the epistemic part alone.
+            in a product with MC dropout or an ensemble to make their MI the epistemic part alone. With dropout
+            switched on it needs the draws to reuse one backbone pass (``reuse_features=True``, every head in an
+            :class:`~monai_unc.networks.SSNNetwork`): ``ValueError`` otherwise, where each draw would get its own
+            dropout mask.
         reuse_features: run the backbone of an :class:`~monai_unc.networks.SSNNetwork` once per window and draw
             all latent samples from its distribution (default). ``False`` runs the full network per draw.
 
@@ -89,8 +94,17 @@ class SSNSource(StochasticSource):
         """Put the network's SSN heads into sampling mode for the call (:func:`~monai_unc.networks.ssn_sampling`)."""
         if network is None:
             raise ValueError("SSNSource needs the network (a module with an SSNHead)")
-        with ssn_sampling(network, cache=self.reuse_features):
+        with ssn_sampling(network, cache=self.reuse_features) as heads:
             self._nets = [m for m in network.modules() if isinstance(m, SSNNetwork)]
+            if self.marginalize and self.num_samples > 1 and _dropout_active(network):
+                reused = {id(n.head) for n in self._nets} if self.reuse_features else set()
+                if any(id(h) not in reused for h in heads):
+                    raise ValueError(
+                        "SSNSource(marginalize=True) averages the latent draws of one dropout sample, but here every "
+                        "draw runs the network again with a new dropout mask (reuse_features=False, or an SSNHead "
+                        "outside an SSNNetwork), so the average would mix dropout masks and the MI would not be the "
+                        "epistemic part; use reuse_features=True with the head in an SSNNetwork, or marginalize=False"
+                    )
             try:
                 yield
             finally:
@@ -136,6 +150,15 @@ class SSNSource(StochasticSource):
     def num_variants(self, x: torch.Tensor) -> int:
         """Samples per window: ``num_samples``, or 1 with ``marginalize``."""
         return len(self)
+
+
+def _dropout_active(network: nn.Module) -> bool:
+    """Whether a dropout layer of ``network`` samples in its forward pass (switched on by an outer source)."""
+    modules, hooks = find_dropout_layers(network)
+    if any(m.training for m in modules) or any(h.mc_enabled for h in hooks):
+        return True
+    return any(m.training and isinstance(h, DropoutHook) and h.p > 0
+               for m in network.modules() for h in m._forward_hooks.values())
 
 
 class SSNInferer(UncertaintyInferer):

@@ -16,6 +16,7 @@ inferer that samples them.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,6 +37,14 @@ __all__ = [
     "stage_sites",
     "PLACEMENTS",
 ]
+
+
+def _check_rate(p: Any) -> None:
+    """A dropout rate: a real number in ``[0, 1)``; ``TypeError`` for a bool or a string."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"p must be a real number in [0, 1), got {type(p).__name__} {p!r}")
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"p must be in [0, 1), got {p}")
 
 
 class DropoutHook:
@@ -62,8 +71,7 @@ class DropoutHook:
     """
 
     def __init__(self, p: float, channelwise: bool = True) -> None:
-        if not 0.0 <= float(p) < 1.0:
-            raise ValueError(f"p must be in [0, 1), got {p}")
+        _check_rate(p)
         self.p = float(p)
         self.channelwise = bool(channelwise)
         self.mc_enabled = False
@@ -394,8 +402,7 @@ def add_dropout(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not 0.0 <= float(p) < 1.0:
-        raise ValueError(f"p must be in [0, 1), got {p}")
+    _check_rate(p)
     names = resolve_dropout_sites(model, after)
     modules = dict(model.named_modules())
     for n in names:
@@ -441,6 +448,11 @@ def resolve_dropout_sites(
     elif callable(after):
         names = [n for n, m in modules.items() if n and after(n, m)]
     else:
+        if not isinstance(after, Sequence) or not all(isinstance(n, str) for n in after):
+            raise TypeError(
+                "after must be a placement name, a list of module names (strings) or a callable (name, module) -> "
+                f"bool, got {after!r}"
+            )
         names = list(after)
     missing = [n for n in names if n not in modules]
     if missing:

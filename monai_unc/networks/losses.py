@@ -66,11 +66,15 @@ def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normal
 
     Args:
         logit_samples: ``(M, B, C, *spatial)`` logits (M samples, C >= 2 classes).
-        target: int64 labels ``(B, *spatial)`` in ``[0, C)``.
+        target: labels ``(B, *spatial)`` in ``[0, C)`` (integer, bool or integral float values); every voxel counts,
+            there is no ignore label.
         normalize: divide by the number of voxels ``N = prod(spatial)``.
 
     Returns:
         ``(B,)`` in the samples' precision (float32 at least); the voxel sums are accumulated in float64.
+
+    Raises:
+        ValueError: for labels outside ``[0, C)``, no samples, fewer than 2 classes or mismatched shapes.
 
     Example:
         >>> import torch
@@ -79,9 +83,15 @@ def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normal
         >>> ssn_log_likelihood(logits, torch.zeros(1, 3, 3, dtype=torch.long)).round(decimals=4)  # log(1/2)
         tensor([-0.6931])
     """
+    if not isinstance(logit_samples, torch.Tensor):
+        raise TypeError(f"logit_samples must be a torch.Tensor, got {type(logit_samples).__name__}")
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"target must be a torch.Tensor label map, got {type(target).__name__}")
     if logit_samples.ndim < 4:
         raise ValueError(f"logit_samples must be (M, B, C, *spatial), got shape {tuple(logit_samples.shape)}")
     m, b, c = logit_samples.shape[:3]
+    if m < 1:
+        raise ValueError(f"logit_samples holds no sample (M = 0, shape {tuple(logit_samples.shape)})")
     if c < 2:
         raise ValueError(f"logit_samples need at least 2 classes (softmax), got C = {c}")
     if target.shape != (b, *logit_samples.shape[3:]):
@@ -89,6 +99,9 @@ def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normal
             f"target must be (B, *spatial) = {(b, *logit_samples.shape[3:])} to match logit_samples, got "
             f"{tuple(target.shape)}"
         )
+    # every voxel counts: a negative label (cross_entropy's ignore_index -100) would drop out of the sum as if it
+    # were predicted with probability 1, and a label >= C is no class of the samples
+    target = check_labels(target.as_tensor() if hasattr(target, "as_tensor") else target, "target", num_classes=c)
     dtype = torch.promote_types(logit_samples.dtype, torch.float32)
     n = target[0].numel()
     with no_autocast(logit_samples.device):
@@ -176,8 +189,7 @@ class SSNLoss(nn.Module):
             y = _labels(target, logits.shape[0])
             if y.shape[1:] != logits.shape[2:]:
                 raise ValueError(f"target spatial shape {tuple(y.shape[1:])} != logits' {tuple(logits.shape[2:])}")
-            check_labels(y, "target", num_classes=logits.shape[1])
-            return -ssn_log_likelihood(logits.unsqueeze(0), y, self.normalize).mean()
+            return -ssn_log_likelihood(logits.unsqueeze(0), y, self.normalize).mean()  # checks the labels' range
         if not isinstance(distribution, Distribution) or not distribution.has_rsample:
             raise TypeError(
                 "distribution must be a torch.distributions object with rsample (e.g. SSNHead.distribution), got "

@@ -278,6 +278,9 @@ def lowrank_distribution(
     Returns:
         :class:`SSNDistribution` with batch shape ``(B,)`` and event size ``C * N``.
 
+    Raises:
+        ValueError: for mismatched shapes, or a negative or NaN variance in ``cov_diag`` (every draw would be NaN).
+
     Example:
         >>> from monai_unc.networks import lowrank_distribution
         >>> import torch
@@ -288,6 +291,16 @@ def lowrank_distribution(
         >>> dist.event_shape, round(float(dist.entropy()), 2)
         (torch.Size([32]), 48.8)
     """
+    _check_params(mean, cov_diag, cov_factor)
+    if not bool((cov_diag >= 0).all()):  # also NaN: sqrt(D) would make every draw NaN, and log_prob / entropy too
+        raise ValueError("cov_diag must hold variances >= 0 (no negative or NaN values)")
+    return _distribution(mean, cov_diag, cov_factor, validate_args)
+
+
+def _distribution(
+    mean: torch.Tensor, cov_diag: torch.Tensor, cov_factor: torch.Tensor, validate_args: bool | None = False
+) -> SSNDistribution:
+    """:func:`lowrank_distribution` without the checks, for a head's own parameters (``D >= epsilon`` by design)."""
     _check_params(mean, cov_diag, cov_factor)
     dtype = torch.promote_types(mean.dtype, torch.float32)
     b, r = cov_factor.shape[:2]
@@ -309,6 +322,9 @@ def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Te
     Returns:
         ``(B, C, *spatial)`` when ``num_samples`` is None, else ``(num_samples, B, C, *spatial)``.
 
+    Raises:
+        ValueError: for ``num_samples`` other than None or an integer >= 1, and as :func:`lowrank_distribution`.
+
     Example:
         >>> from monai_unc.networks import sample_logits
         >>> import torch
@@ -318,8 +334,13 @@ def sample_logits(params: SSNParams, num_samples: int | None = None) -> torch.Te
         >>> sample_logits(params).shape, sample_logits(params, num_samples=4).shape
         (torch.Size([1, 2, 4, 4]), torch.Size([4, 1, 2, 4, 4]))
     """
-    d = lowrank_distribution(*params)
-    return d.logits(() if num_samples is None else (int(num_samples),))
+    if num_samples is not None:
+        num_samples = _positive_int(num_samples, "num_samples")
+    return _sample(lowrank_distribution(*params), num_samples)
+
+
+def _sample(d: SSNDistribution, num_samples: int | None = None) -> torch.Tensor:
+    return d.logits(() if num_samples is None else (num_samples,))
 
 
 def _conv(spatial_dims: int) -> type[nn.Module]:
@@ -428,9 +449,13 @@ class SSNHead(nn.Module):
         self.in_channels = _positive_int(in_channels, "in_channels")
         self.num_classes = _positive_int(num_classes, "num_classes", 2)
         self.rank = _positive_int(rank, "rank")
+        if isinstance(spatial_dims, bool) or not isinstance(spatial_dims, int):
+            raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
         conv = _conv(spatial_dims)
         self.spatial_dims = int(spatial_dims)
-        if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        if isinstance(epsilon, bool) or not (
+            isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0
+        ):
             raise ValueError(f"epsilon must be a positive float (variance floor), got {epsilon!r}")
         self.epsilon = float(epsilon)
         if input_activation not in ("relu", None):
@@ -443,7 +468,9 @@ class SSNHead(nn.Module):
         self.log_cov_diag_conv = conv(in_channels, num_classes, kernel_size=1)
         self.cov_factor_conv = conv(in_channels, num_classes * rank, kernel_size=1)
         if init_variance is not None:
-            if not (isinstance(init_variance, (int, float)) and math.isfinite(init_variance) and init_variance > 0):
+            if isinstance(init_variance, bool) or not (
+                isinstance(init_variance, (int, float)) and math.isfinite(init_variance) and init_variance > 0
+            ):
                 raise ValueError(f"init_variance must be a positive float or None, got {init_variance!r}")
             with torch.no_grad():
                 self.cov_factor_conv.weight.zero_()
@@ -615,7 +642,7 @@ class SSNHead(nn.Module):
         Returns:
             :class:`SSNDistribution`.
         """
-        return lowrank_distribution(*self.params_from_raw(raw, mask))
+        return _distribution(*self.params_from_raw(raw, mask))
 
     def distribution(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> SSNDistribution:
         """``LowRankMultivariateNormal`` (:class:`SSNDistribution`) over the flattened logits.
@@ -629,7 +656,7 @@ class SSNHead(nn.Module):
         Returns:
             :class:`SSNDistribution`.
         """
-        return lowrank_distribution(*self.params(features, mask))
+        return _distribution(*self.params(features, mask))
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
         """Mean logits (eval), the training output (train) or one logit sample (inside :func:`ssn_sampling`).
@@ -642,7 +669,7 @@ class SSNHead(nn.Module):
             ``(B, C, *spatial)`` logits, or the training output (see ``train_output``).
         """
         if self.sampling:
-            return sample_logits(self.params(features, mask))
+            return _sample(_distribution(*self.params(features, mask)))
         if self.training:
             if self.train_output == "raw":
                 return self.raw(features)
@@ -680,7 +707,7 @@ class IntensityMask:
     """
 
     def __init__(self, threshold: float = 0.03, smooth: int = 5, dilate: int = 5, channel: int = 0) -> None:
-        if not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
+        if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a finite number, got {threshold!r}")
         for name, v in (("smooth", smooth), ("dilate", dilate)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v % 2 == 0:
@@ -897,5 +924,5 @@ class SSNNetwork(nn.Module):
             else:
                 params = self.head.params(self.features(x), self._mask(x, mask))
                 self._cache = (key, params) if self._cache_enabled else None
-            return sample_logits(params)
+            return _sample(_distribution(*params))
         return self.head(self.features(x), self._mask(x, mask))

@@ -1,0 +1,63 @@
+"""Hostile input for ensembles: how members are given, members that disagree on classes, checkpoint templates."""
+
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from monai_unc.inferers import EnsembleInferer, EnsembleSource
+
+
+def test_one_path_is_not_a_list_of_its_characters(tmp_path):
+    # was "networks[0]: checkpoint file not found: f"
+    path = tmp_path / "fold0.pt"
+    torch.save(nn.Conv2d(1, 2, 1).state_dict(), path)
+    for one in (str(path), path, os.fsencode(path)):
+        with pytest.raises(TypeError, match="sequence of ensemble members"):
+            EnsembleInferer(one)
+
+
+def test_one_sequential_is_not_a_list_of_its_layers():
+    # nn.Sequential is iterable: its layers became the members, each run on the input
+    net = nn.Sequential(nn.Conv2d(1, 2, 1), nn.Conv2d(2, 2, 1))
+    with pytest.raises(TypeError, match="got one Sequential"):
+        EnsembleSource(net)
+
+
+def test_module_list_tuple_and_generator_are_lists_of_members():
+    torch.manual_seed(0)
+    a, b = nn.Conv2d(1, 2, 1), nn.Conv2d(1, 2, 1)
+    x = torch.rand(1, 1, 4, 4)
+    ref = EnsembleInferer([a, b])(x)["pred"]
+    for members in (nn.ModuleList([a, b]), (a, b), iter([a, b])):
+        assert torch.equal(EnsembleInferer(members)(x)["pred"], ref)
+
+
+def test_mutual_information_of_two_members_matches_direct_evaluation():
+    torch.manual_seed(0)
+    a, b = nn.Conv2d(1, 3, 1), nn.Conv2d(1, 3, 1)
+    x = torch.rand(1, 1, 5, 5)
+    out = EnsembleInferer([a, b])(x)
+    pa, pb = torch.softmax(a(x), 1), torch.softmax(b(x), 1)
+
+    def h(p):
+        return -(p * p.log()).sum(1, keepdim=True)
+
+    assert torch.allclose(out["mutual_information"], h((pa + pb) / 2) - (h(pa) + h(pb)) / 2, atol=1e-6)
+
+
+def test_members_with_different_class_counts_are_refused():
+    with pytest.raises(ValueError, match="cannot merge"):
+        EnsembleInferer([nn.Conv2d(1, 2, 1), nn.Conv2d(1, 3, 1)])(torch.rand(1, 1, 4, 4))
+
+
+def test_template_weights_are_restored_after_a_failing_member(tmp_path):
+    template = nn.Conv2d(1, 2, 1)
+    before = {k: v.clone() for k, v in template.state_dict().items()}
+    good, bad = tmp_path / "good.pt", tmp_path / "bad.pt"
+    torch.save(nn.Conv2d(1, 2, 1).state_dict(), good)
+    torch.save(nn.Conv2d(1, 3, 1).state_dict(), bad)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        EnsembleInferer([good, bad])(torch.rand(1, 1, 4, 4), template)
+    assert all(torch.equal(before[k], v) for k, v in template.state_dict().items())

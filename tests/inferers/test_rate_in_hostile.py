@@ -1,0 +1,150 @@
+"""Hostile input for Rate-In: controller arguments, vector and constant feature maps, rate bounds vs default rates."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from monai_unc.inferers import (
+    RateInDropout,
+    RateInInferer,
+    add_rate_in,
+    convert_dropout_to_rate_in,
+    mutual_information_loss,
+    remove_rate_in,
+    search_dropout_rate,
+)
+
+
+def _net(p: float) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Dropout2d(p), nn.Conv2d(8, 3, 1)).eval()
+
+
+@pytest.mark.parametrize("name", ["target_loss", "p_init", "lr", "lr_decay", "tol", "p_min", "p_max"])
+@pytest.mark.parametrize("bad", [True, "0.1", None])
+def test_controller_numbers_must_be_real_numbers(name, bad):
+    # True was read as 1.0 (target_loss=True drove every rate to p_max) and "0.1" as 0.1
+    with pytest.raises(TypeError, match=name):
+        search_dropout_rate(torch.randn(1, 4, 5, 5), "mse", **{name: bad})
+
+
+@pytest.mark.parametrize("name", ["lr", "tol"])
+def test_infinite_step_or_tolerance_is_refused(name):
+    # lr=inf jumped every rate to p_min or p_max; tol=inf stopped at p_init: neither is a search
+    with pytest.raises(ValueError, match=name):
+        search_dropout_rate(torch.randn(1, 4, 5, 5), "mse", **{name: float("inf")})
+
+
+def test_layer_rate_must_be_a_number_named_p():
+    with pytest.raises(TypeError, match="p must be"):
+        RateInDropout(p=True)
+    with pytest.raises(TypeError, match="p must be"):
+        RateInDropout(p="0.2")
+
+
+def test_default_mi_adapts_on_vector_features():
+    # (B, C) features (a linear layer) get element-wise masks; "mi" meant the Gaussian estimate there, whose covariance
+    # over one "voxel" is 0: every loss NaN, and the rate never left p_init
+    torch.manual_seed(0)
+    x = torch.randn(4, 64)
+    res = search_dropout_rate(x, "mi", target_loss=0.3, p_init=0.05, tol=0.05, max_iter=30)
+    assert bool(torch.isfinite(res.losses).all())
+    assert bool((res.rates > 0.05).all())
+    assert bool(res.converged.all())
+
+
+def test_rate_in_layer_after_a_linear_layer_adapts():
+    torch.manual_seed(0)
+    layer = RateInDropout(p=0.05, target_loss=0.3, tol=0.05, max_iter=30).train()
+    layer(torch.randn(3, 64))
+    assert bool(torch.isfinite(layer.last_search.losses).all())
+    assert bool((layer.rates > 0.05).all())
+
+
+@pytest.mark.parametrize("shape", [(2, 8), (2, 4, 8)])
+def test_ssim_loss_on_maps_without_two_or_three_spatial_axes_is_refused_by_name(shape):
+    # was an IndexError from inside MONAI's SSIM
+    with pytest.raises(ValueError, match="ssim"):
+        search_dropout_rate(torch.randn(*shape), "ssim")
+    with pytest.raises(ValueError, match="ssim"):
+        RateInDropout(loss="ssim").train()(torch.randn(*shape))
+
+
+def test_converted_rate_below_p_min_starts_at_p_min():
+    # a network's Dropout2d(0.05) with p_min=0.1: ValueError "p_init must be in [0.1, 0.9], got 0.05" although the
+    # caller never chose p_init
+    net = _net(0.05)
+    assert convert_dropout_to_rate_in(net, p_min=0.1) == ["2"]
+    assert net[2].p == pytest.approx(0.1)
+    remove_rate_in(net)
+    torch.manual_seed(0)
+    out = RateInInferer(num_samples=2, p_min=0.1, seed=0)(torch.rand(1, 1, 8, 8), _net(0.05))
+    assert float(out.extras["rate_in_rates"]["2"].min()) >= 0.1
+
+
+def test_inserted_default_rate_respects_p_min():
+    # the default initial rate (the target, 0.1) below p_min=0.5 made RateInInferer(p_min=0.5) fail when built
+    inferer = RateInInferer(num_samples=2, p_min=0.5, placement="insert", after=["1"], seed=0)
+    out = inferer(torch.rand(1, 1, 8, 8), _net(0.0))
+    assert float(out.extras["rate_in_rates"]["1"].min()) >= 0.5
+    net = _net(0.0)
+    add_rate_in(net, after=["1"], p_min=0.5)
+    assert remove_rate_in(net) == 1
+
+
+def test_explicit_initial_rate_outside_the_bounds_is_still_refused():
+    with pytest.raises(ValueError, match="p_init"):
+        RateInInferer(num_samples=2, p_min=0.5, p_init=0.1)
+    with pytest.raises(ValueError, match="p_init"):
+        convert_dropout_to_rate_in(_net(0.2), p=0.05, p_min=0.1)
+
+
+def test_constant_and_zero_maps_keep_the_initial_rate_with_undefined_loss():
+    # zero information: the loss is undefined (NaN), the rate stays, nothing "converges"
+    for x in (torch.zeros(2, 8, 6, 6), torch.ones(2, 8, 6, 6)):
+        res = search_dropout_rate(x, "mi", p_init=0.2)
+        assert torch.equal(res.rates, torch.full((2,), 0.2, dtype=torch.float64))
+        assert bool(torch.isnan(res.losses).all()) and not bool(res.converged.any())
+        assert res.iterations.tolist() == [1, 1]
+    with pytest.warns(UserWarning, match="constant"):
+        mutual_information_loss(torch.ones(1, 4, 5, 5), torch.ones(1, 4, 5, 5))
+
+
+@pytest.mark.parametrize("max_iter", [1, 3])
+def test_the_loop_stops_at_max_iter(max_iter):
+    torch.manual_seed(0)
+    res = search_dropout_rate(torch.randn(2, 8, 6, 6), "mse", target_loss=0.8, tol=1e-9, max_iter=max_iter)
+    assert res.iterations.tolist() == [max_iter, max_iter]
+    assert not bool(res.converged.any())
+
+
+def test_network_is_restored_after_an_exception_in_the_forward_pass():
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("boom")
+
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.Dropout2d(0.2), Boom()).eval()
+    with pytest.raises(RuntimeError, match="boom"):
+        RateInInferer(num_samples=2, seed=0)(torch.rand(1, 1, 6, 6), net)
+    assert type(net[1]) is nn.Dropout2d and not net[1].training
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert remove_rate_in(net) == 0
+
+
+@pytest.mark.parametrize("shape", [(4, 8), (4, 8, 1, 1)])
+def test_gaussian_information_loss_needs_voxels(shape):
+    # a covariance over one voxel is 0: NaN with the warning "the feature map is constant", which it is not
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    with pytest.raises(ValueError, match="fewer than 2 voxels"):
+        mutual_information_loss(x, x * (torch.rand(*shape) > 0.5))
+    with pytest.raises(ValueError, match="fewer than 2 voxels"):
+        search_dropout_rate(x, "mi_gaussian")
+
+
+def test_default_mi_adapts_on_one_voxel_maps():
+    torch.manual_seed(0)
+    res = search_dropout_rate(torch.randn(4, 64, 1, 1), "mi", target_loss=0.3, p_init=0.05, tol=0.05, max_iter=30)
+    assert bool(torch.isfinite(res.losses).all()) and bool((res.rates > 0.05).all())

@@ -1,0 +1,102 @@
+"""Hostile input for the dropout layer functions: rates, placements, modes, kinds of dropout."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from monai_unc.networks.dropout import DropoutHook, add_dropout, enable_mc_dropout, find_dropout_layers, remove_dropout
+
+
+def _net() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 3, 1)).eval()
+
+
+@pytest.mark.parametrize("bad", [False, True, "0.1", None])
+def test_rate_must_be_a_real_number(bad):
+    # "0.1" was read as 0.1 and False as rate 0
+    with pytest.raises(TypeError, match="p must be"):
+        add_dropout(_net(), p=bad, after=["2"])
+    with pytest.raises(TypeError, match="p must be"):
+        DropoutHook(bad)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, float("nan"), float("inf")])
+def test_rate_outside_zero_one_is_refused(bad):
+    with pytest.raises(ValueError, match=r"p must be in \[0, 1\)"):
+        add_dropout(_net(), p=bad, after=["2"])
+
+
+def test_numpy_rates_are_rates():
+    assert DropoutHook(np.float32(0.25)).p == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("bad", [5, [0], ["2", 3]])
+def test_after_that_is_no_list_of_names_is_a_type_error_naming_it(bad):
+    # 5 was "TypeError: 'int' object is not iterable"
+    with pytest.raises(TypeError, match="after must be"):
+        add_dropout(_net(), p=0.1, after=bad)
+
+
+def test_mc_dropout_switches_dropout_only_and_restores_it():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Dropout2d(0.5), nn.AlphaDropout(0.2),
+                        nn.Conv2d(4, 3, 1)).eval()
+    running = net[1].running_mean.clone()
+    x = torch.rand(2, 1, 5, 5)
+    with enable_mc_dropout(net) as ctx:
+        assert ctx.num_layers == 2
+        assert not net[1].training and net[2].training and net[3].training
+        a, b = net(x), net(x)
+    assert not torch.equal(a, b)
+    assert torch.equal(net[1].running_mean, running)  # BatchNorm stayed in eval: no running statistics updated
+    assert not any(m.training for m in net.modules())
+
+
+def test_mode_is_restored_after_an_exception():
+    net = nn.Sequential(nn.Conv2d(1, 4, 1), nn.Dropout(0.2)).eval()
+    with pytest.raises(RuntimeError, match="boom"):
+        with enable_mc_dropout(net):
+            raise RuntimeError("boom")
+    assert not net[1].training
+    net.train()
+    with pytest.raises(RuntimeError, match="boom"):
+        with enable_mc_dropout(net):
+            raise RuntimeError("boom")
+    assert net[1].training  # a layer that was in training mode stays so
+
+
+def test_zero_rate_layers_do_not_count_as_dropout():
+    net = nn.Sequential(nn.Conv2d(1, 4, 1), nn.Dropout(0.0), nn.Conv2d(4, 2, 1)).eval()
+    assert find_dropout_layers(net) == ([], [])
+    with pytest.raises(ValueError, match="no dropout layer"):
+        enable_mc_dropout(net)
+    add_dropout(net, p=0.0, after=["0"])
+    assert find_dropout_layers(net) == ([], [])
+
+
+def test_existing_dropout_is_kept_and_post_hoc_dropout_added_beside_it():
+    net = nn.Sequential(nn.Conv2d(1, 4, 1), nn.Dropout(0.3), nn.Conv2d(4, 2, 1)).eval()
+    add_dropout(net, p=0.2, after=["0"])
+    modules, hooks = find_dropout_layers(net)
+    assert [m.p for m in modules] == [0.3] and [h.p for h in hooks] == [0.2]
+    assert remove_dropout(net) == 1 and net[1].p == 0.3
+
+
+@pytest.mark.parametrize("shape", [(2, 6), (2, 6, 5), (2, 6, 5, 5), (2, 6, 3, 3, 3)])
+def test_channelwise_hook_drops_whole_channels_of_any_dimensionality(shape):
+    torch.manual_seed(0)
+    x = torch.rand(*shape) + 1.0
+    y = DropoutHook(0.5, channelwise=True)._drop(x)
+    if len(shape) >= 3:  # a channel is all dropped or all kept (and scaled by 2)
+        flat = y.reshape(*shape[:2], -1)
+        assert bool(((flat == 0).all(-1) | (flat != 0).all(-1)).all())
+    assert torch.allclose(y[y != 0], 2 * x[y != 0])
+
+
+def test_inplace_dropout_in_mc_mode_does_not_touch_the_eval_output():
+    net = nn.Sequential(nn.Conv2d(1, 4, 1), nn.ReLU(), nn.Dropout(0.5, inplace=True), nn.Conv2d(4, 2, 1)).eval()
+    x = torch.rand(1, 1, 4, 4)
+    ref = net(x)
+    with enable_mc_dropout(net):
+        net(x)
+    assert torch.equal(net(x), ref)

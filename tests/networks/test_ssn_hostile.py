@@ -1,0 +1,122 @@
+"""Hostile input for the SSN head and its distribution: bad arguments, degenerate covariances, modes, references."""
+
+import pytest
+import torch
+from torch import nn
+
+from monai_unc.networks import SSNHead, SSNNetwork, SSNParams, lowrank_distribution, sample_logits, ssn_sampling
+
+
+def _params(seed: int = 0, dtype=torch.float64) -> SSNParams:
+    g = torch.Generator().manual_seed(seed)
+    return SSNParams(
+        torch.randn(1, 2, 3, 2, generator=g, dtype=dtype),
+        torch.rand(1, 2, 3, 2, generator=g, dtype=dtype) + 0.1,
+        torch.randn(1, 3, 2, 3, 2, generator=g, dtype=dtype),
+    )
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "3"])
+def test_sample_logits_counts_are_integers_from_one(bad):
+    # 0 and -1 crashed in a reshape, True drew one sample, 2.5 drew two and "3" three
+    with pytest.raises(ValueError, match="num_samples"):
+        sample_logits(_params(), bad)
+
+
+@pytest.mark.parametrize("name", ["epsilon", "init_variance"])
+def test_head_variances_are_not_bools(name):
+    # True was read as a variance of 1.0
+    with pytest.raises(ValueError, match=name):
+        SSNHead(4, 2, **{name: True})
+
+
+@pytest.mark.parametrize("bad", [True, 2.0])
+def test_head_spatial_dims_is_an_integer(bad):
+    # True built 1D convolutions, 2.0 2D ones
+    with pytest.raises(ValueError, match="spatial_dims"):
+        SSNHead(4, 2, spatial_dims=bad)
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan")])
+def test_negative_or_nan_variance_is_refused(bad):
+    # every draw, log_prob and entropy came out NaN, silently
+    mean, diag, factor = _params()
+    diag = diag.clone()
+    diag[0, 1, 2, 0] = bad
+    with pytest.raises(ValueError, match="cov_diag"):
+        lowrank_distribution(mean, diag, factor)
+    with pytest.raises(ValueError, match="cov_diag"):
+        sample_logits(SSNParams(mean, diag, factor))
+
+
+def test_zero_variance_samples_but_has_no_density():
+    mean, diag, factor = _params()
+    d = lowrank_distribution(mean, torch.zeros_like(diag), factor)
+    assert bool(torch.isfinite(d.rsample((3,))).all())
+    with pytest.raises(RuntimeError):  # the covariance P P^T of rank 3 < 12 is singular
+        d.log_prob(d.rsample((1,)))
+
+
+def test_sample_covariance_is_the_low_rank_plus_diagonal_formula():
+    # brute force: the empirical covariance of many draws against P P^T + diag(D), flattened class-major
+    mean, diag, factor = _params()
+    d = lowrank_distribution(mean, diag, factor)
+    torch.manual_seed(0)
+    s = d.rsample((40000,))[:, 0]
+    p = factor.reshape(3, -1).T
+    ref = p @ p.T + torch.diag(diag.reshape(-1))
+    # sd of a sample covariance entry <= sqrt(2) max_i S_ii / sqrt(n): 5 sd
+    top = float(ref.diagonal().max())
+    assert torch.allclose(torch.cov(s.T), ref, rtol=0, atol=5 * 2**0.5 * top / 40000**0.5)
+    assert torch.allclose(s.mean(0), mean.reshape(-1), rtol=0, atol=5 * (top / 40000) ** 0.5)
+    assert torch.allclose(d.covariance_matrix[0], ref)
+    full = torch.distributions.MultivariateNormal(mean.reshape(-1), ref)
+    assert torch.allclose(d.log_prob(s[:5].unsqueeze(1))[:, 0], full.log_prob(s[:5]))
+    assert torch.allclose(d.entropy(), full.entropy())
+
+
+def test_near_singular_covariance_keeps_a_finite_density():
+    # diagonal at the floor 1e-5 under a large factor: the capacitance I + P^T D^-1 P is ill-conditioned but SPD
+    mean, _, factor = _params()
+    d = lowrank_distribution(mean, torch.full_like(mean, 1e-5), 100 * factor)
+    x = d.rsample((2,))
+    assert bool(torch.isfinite(d.log_prob(x)).all()) and bool(torch.isfinite(d.entropy()).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_parameters_sample_in_float32(dtype):
+    mean, diag, factor = (t.to(dtype) for t in _params())
+    s = sample_logits(SSNParams(mean, diag, factor), 4)
+    assert s.dtype == torch.float32 and s.shape == (4, 1, 2, 3, 2) and bool(torch.isfinite(s).all())
+
+
+def test_same_seed_same_draws_and_successive_draws_differ():
+    net = SSNNetwork(nn.Conv2d(1, 4, 3, padding=1), SSNHead(4, 2, rank=2, spatial_dims=2, init_variance=1.0)).eval()
+    x = torch.rand(1, 1, 5, 5)
+    with ssn_sampling(net):
+        torch.manual_seed(3)
+        a, b = net(x), net(x)
+        torch.manual_seed(3)
+        c = net(x)
+    assert torch.equal(a, c) and not torch.equal(a, b)
+
+
+def test_sampling_flags_are_restored_after_an_exception():
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("boom")
+
+    net = SSNNetwork(nn.Sequential(nn.Conv2d(1, 4, 1), Boom()), SSNHead(4, 2, rank=1, spatial_dims=2)).eval()
+    with pytest.raises(RuntimeError, match="boom"):
+        with ssn_sampling(net, cache=True):
+            net(torch.rand(1, 1, 3, 3))
+    assert not net.head.sampling and not net._cache_enabled and not net._reuse and net._cache is None
+    assert not net.training
+
+
+def test_intensity_mask_threshold_is_not_a_bool():
+    # True was read as threshold 1.0
+    from monai_unc.networks import IntensityMask
+
+    with pytest.raises(ValueError, match="threshold"):
+        IntensityMask(threshold=True)
