@@ -83,6 +83,8 @@ def _check_temperature(t: Any, name: str, sizes: tuple[int, ...]) -> torch.Tenso
     """``t`` as a flat tensor after checking it holds ``sizes`` values (1 or one per channel), finite and > 0."""
     try:
         flat = torch.as_tensor(t).detach().reshape(-1)
+        if not isinstance(t, torch.Tensor) and flat.is_floating_point():  # Python floats: not rounded to float32
+            flat = torch.as_tensor(t, dtype=torch.float64).reshape(-1)
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"{name} must be a number or a tensor of numbers, got {type(t).__name__}") from None
     if flat.dtype == torch.bool or flat.is_complex():
@@ -323,26 +325,40 @@ class Activation:
 
         Returns:
             A tensor of the shape and dtype of ``logits``: class probabilities (softmax over dim 1) or one
-            probability per channel (sigmoid).
+            probability per channel (sigmoid). Half-precision logits are divided by the temperature in float32;
+            a temperature so small that ``logits / temperature`` leaves the floating-point range gives the limit
+            (0 or 1 for a sigmoid; for a softmax, the classes of the largest scaled logit share the probability).
 
         Raises:
             TypeError: naming ``logits`` when it is not a floating-point tensor, ``temperature`` when it is not
                 a number or tensor of numbers.
             ValueError: naming ``logits`` for fewer than 2 dimensions or NaN / infinite values, ``temperature``
-                for another count than 1 or ``C`` or a value that is not positive and finite.
+                for another count than 1 or ``C``, a value that is not positive and finite, one that rounds to 0
+                in the logits' precision (float32 for half precision), or (a vector temperature of a softmax) one
+                so small that ``logits / temperature`` overflows float64.
         """
         z = _tensor(logits, "logits", floating=True)
         if z.ndim < 2:
             raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
         check_finite(z, "logits")
-        if temperature is not None:
-            _check_temperature(temperature, "temperature", (1, int(z.shape[1])))
-            t = torch.as_tensor(temperature, dtype=z.dtype, device=z.device).reshape(-1)
-            z = z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
-        return self._activate(z)
+        if temperature is None:
+            return self._activate(z)
+        flat = _check_temperature(temperature, "temperature", (1, int(z.shape[1])))
+        # half-precision logits are divided in float32 (z / t leaves the float16 range already for z = 100 and
+        # t = 1e-3) and the probabilities rounded back to the logits' dtype
+        dtype = torch.float32 if z.dtype in (torch.float16, torch.bfloat16) else z.dtype
+        t = torch.as_tensor(temperature, device=z.device).to(dtype).reshape(-1)
+        if not bool((t > 0).all()):
+            raise ValueError(f"temperature {flat.tolist()} is too small for {z.dtype} logits: it rounds to 0 in "
+                             f"{dtype}")
+        return self._scaled(z.to(dtype), t).to(z.dtype)
 
     def _activate(self, z: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def _scaled(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The activation of ``z / t`` for finite ``z`` and ``t > 0`` (one value or one per channel) of one dtype."""
+        return self._activate(z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t))
 
     def num_tasks(self, channels: int) -> int:
         """How many tasks logits with ``channels`` channels hold: 1 (categorical) or one per channel.
@@ -620,6 +636,20 @@ class Categorical(Activation):
 
     def _activate(self, z: torch.Tensor) -> torch.Tensor:
         return torch.softmax(z, 1)
+
+    def _scaled(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        # z / t may overflow to +inf for a small t, and a softmax over +inf is NaN. A scalar t: shift first, so that
+        # every scaled logit is <= 0 (the softmax is shift-invariant; -inf gives an exact 0). A vector t: float64.
+        if t.numel() == 1:
+            return torch.softmax((z - z.amax(dim=1, keepdim=True)) / t, 1)
+        a = z / t.view(1, -1, *([1] * (z.ndim - 2)))
+        if not bool(torch.isposinf(a).any()):
+            return torch.softmax(a, 1)
+        a = z.double() / t.double().view(1, -1, *([1] * (z.ndim - 2)))
+        if bool(torch.isposinf(a).any()):
+            raise ValueError(f"logits / temperature overflows float64 (largest |logit| {float(z.abs().max()):.4g}, "
+                             f"smallest temperature {float(t.min()):.4g}): the temperature is too small")
+        return torch.softmax(a, 1).to(z.dtype)
 
     def num_tasks(self, channels: int) -> int:  # noqa: D102 (documented in Activation)
         check_integer(channels, "channels", self.min_channels)
