@@ -332,7 +332,8 @@ class Activation:
         Raises:
             TypeError: naming ``logits`` when it is not a floating-point tensor, ``temperature`` when it is not
                 a number or tensor of numbers.
-            ValueError: naming ``logits`` for fewer than 2 dimensions or NaN / infinite values, ``temperature``
+            ValueError: naming ``logits`` for fewer than 2 dimensions, fewer channels than :attr:`min_channels`
+                (a softmax over one channel) or NaN / infinite values, ``temperature``
                 for another count than 1 or ``C``, a value that is not positive and finite, one that rounds to 0
                 in the logits' precision (float32 for half precision), or (a vector temperature of a softmax) one
                 so small that ``logits / temperature`` overflows float64.
@@ -340,6 +341,9 @@ class Activation:
         z = _tensor(logits, "logits", floating=True)
         if z.ndim < 2:
             raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
+        if z.shape[1] < self.min_channels:  # a softmax over one channel is 1 everywhere, whatever the network says
+            raise ValueError(f"logits of a {self.name} need at least {self.min_channels} {self.channel_word} along "
+                             f"dim 1, got shape {tuple(z.shape)}; for a single-channel binary network use 'sigmoid'")
         check_finite(z, "logits")
         if temperature is None:
             return self._activate(z)

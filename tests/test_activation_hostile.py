@@ -95,3 +95,14 @@ def test_temperature_on_half_logits_stays_differentiable():
     t = torch.tensor(1.5, requires_grad=True)
     CATEGORICAL.probabilities(z, temperature=t)[:, 0].sum().backward()
     assert t.grad is not None and bool(torch.isfinite(t.grad))
+
+
+def test_a_softmax_over_one_channel_is_refused():
+    """A single-channel network read with softmax gave probability 1 everywhere (no uncertainty at all), silently;
+    the inferers already refuse it. A sigmoid over one channel is the binary case and stays."""
+    z = torch.tensor([[[2.0, -1.0, 0.0]]])
+    with pytest.raises(ValueError, match="logits of a softmax need at least 2 classes.*use 'sigmoid'"):
+        CATEGORICAL.probabilities(z)
+    with pytest.raises(ValueError, match="logits of a softmax"):
+        CATEGORICAL.probabilities(z, temperature=2.0)
+    np.testing.assert_allclose(BERNOULLI.probabilities(z).numpy(), special.expit(z.double().numpy()), rtol=1e-6)
