@@ -369,15 +369,24 @@ def _labels(labels: ArrayLike) -> torch.Tensor:
         raise ValueError(f"labels is empty (shape {tuple(t.shape)})")
     if t.dtype == torch.bool:
         return t.to(torch.uint8)
-    if t.is_floating_point() or (t.is_signed() and int(t.min()) < 0):
-        return check_labels(t, "labels")  # raises for non-integral, non-finite or negative labels
     if t.is_complex():
         raise TypeError(f"labels must be integer class labels, got dtype {t.dtype}")
+    if t.is_floating_point() or (t.is_signed() and int(t.min()) < 0):
+        return check_labels(t, "labels")  # raises for non-integral, non-finite or negative labels
     return t
 
 
 def _isin(t: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
-    """``isin`` for a few labels: an OR of equalities in the label map's own dtype (faster than ``torch.isin``)."""
+    """``isin`` for a few labels: an OR of equalities in the label map's own dtype (faster than ``torch.isin``).
+
+    A label that the dtype cannot hold is in no voxel: compared as it is, it would wrap around (300 is 44 as a uint8,
+    256 is the background 0).
+    """
+    if not t.is_floating_point():
+        info = torch.iinfo(t.dtype)
+        values = [v for v in values if info.min <= v <= info.max]
+    if not values:
+        return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
     out = t == values[0]
     for v in values[1:]:
         out |= t == v

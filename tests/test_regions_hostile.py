@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.regions import label_to_regions, regions_to_labels
+from monai_unc.regions import label_to_regions, region_masks, regions_to_labels
 from tests.test_regions_to_labels import _brute
 
 #: the regions of nnU-Net's BraTS example (dataset.json ``labels`` with ``regions_class_order`` [1, 2, 3])
@@ -96,3 +96,22 @@ def test_the_label_dtype_follows_the_labels_the_spec_can_give():
     assert empty.dtype == np.int32
     small, _ = regions_to_labels(np.zeros((11, 2, 2), bool), {f"s{i}": (i + 1,) for i in range(11)})
     assert small.dtype == np.uint8
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16])
+def test_a_label_the_label_maps_dtype_cannot_hold_is_in_no_voxel(dtype):
+    """Label 300 compared with a uint8 map wrapped to 44, and 256 to the background 0: region masks of labels that
+    the map cannot hold were true on other labels' voxels."""
+    labels = np.array([[0, 44], [4, 1]], dtype=dtype)
+    spec = {"A": (300,), "B": (256, 4), "C": (1, 65536 + 1)}
+    want = {"A": np.zeros((2, 2), bool), "B": labels == 4, "C": labels == 1}
+    masks = label_to_regions(labels, spec)
+    for r, name in enumerate(spec):
+        np.testing.assert_array_equal(masks[r], want[name])
+    for name, m in region_masks(torch.from_numpy(labels), spec).items():
+        np.testing.assert_array_equal(m.numpy(), want[name])
+
+
+def test_complex_labels_are_a_type_error():
+    with pytest.raises(TypeError, match="labels must be integer class labels"):
+        label_to_regions(torch.tensor([1 + 0j, 2 + 0j]))
