@@ -444,7 +444,8 @@ class Activation:
             ValueError: naming the argument whose shape does not fit ``pred`` (``target``, ``probs``, ``maps``),
                 ``names`` of another count than the regions, ``num_classes`` that disagrees with ``probs``,
                 ``spacing`` that is not one positive value per spatial axis, ``pred`` empty without
-                ``num_classes``, or Bernoulli ``probs`` outside ``[0, 1]``.
+                ``num_classes``, or Bernoulli ``probs`` outside ``[0, 1]`` or ``pred`` / ``target`` that are not
+                binary masks (values other than 0 and 1).
         """
         raise NotImplementedError
 
@@ -837,6 +838,10 @@ class Bernoulli(Activation):
         if probs is not None and tuple(probs.shape) != tuple(pred.shape):
             raise ValueError(f"probs must have the shape of pred {tuple(pred.shape)} (one probability per region "
                              f"and voxel), got {tuple(probs.shape)}")
+        for name, x in (("pred", pred), ("target", target)):
+            if x.dtype != np.bool_ and x.size and not bool(((x == 0) | (x == 1)).all()):  # astype(uint8) would wrap
+                raise ValueError(f"{name} must hold binary region masks (0 or 1), got values such as "
+                                 f"{np.unique(x[(x != 0) & (x != 1)])[:5].tolist()}")
         task_probs = [None] * n if probs is None else self.task_probabilities(probs, axis=0)
         sp = spacing
         return [TaskView(names[r], pred[r].astype(np.uint8), target[r].astype(np.uint8), 2, task_probs[r],

@@ -106,3 +106,22 @@ def test_a_softmax_over_one_channel_is_refused():
     with pytest.raises(ValueError, match="logits of a softmax"):
         CATEGORICAL.probabilities(z, temperature=2.0)
     np.testing.assert_allclose(BERNOULLI.probabilities(z).numpy(), special.expit(z.double().numpy()), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name, value", [("pred", 0.7), ("pred", -1), ("pred", 2), ("target", 256), ("target", np.nan)])
+def test_region_split_refuses_masks_that_are_not_binary(name, value):
+    """Region masks became uint8 label maps unchecked: a target of 256 became 0, a pred of -1 became 255 and one of
+    0.7 (a probability passed as the mask) became 0, each a wrong task silently."""
+    pred, target = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 0.0], [1.0, 1.0]])
+    arrays = {"pred": pred, "target": target}
+    arrays[name] = arrays[name].copy()
+    arrays[name][0, 1] = value
+    with pytest.raises(ValueError, match=f"{name} must hold binary region masks"):
+        BERNOULLI.split(arrays["pred"], arrays["target"])
+
+
+def test_region_split_of_binary_masks_of_any_dtype():
+    for dtype in (bool, np.uint8, np.int64, np.float32):
+        views = BERNOULLI.split(np.array([[1, 0], [0, 1]], dtype), np.array([[1, 1], [0, 0]], dtype), names=["A", "B"])
+        assert [v.pred.tolist() for v in views] == [[1, 0], [0, 1]]
+        assert [v.target.tolist() for v in views] == [[1, 1], [0, 0]]
