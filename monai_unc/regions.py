@@ -159,6 +159,9 @@ def unclaimed_labels(labels: ArrayLike, regions: RegionSpec | str) -> list[int]:
     Returns:
         The unclaimed label values, sorted (empty when every non-zero label lies in some region).
 
+    Raises:
+        ValueError: naming ``labels`` when they are empty, negative, non-integral or not finite.
+
     Example:
         >>> import numpy as np
         >>> from monai_unc.regions import unclaimed_labels
@@ -167,8 +170,8 @@ def unclaimed_labels(labels: ArrayLike, regions: RegionSpec | str) -> list[int]:
     """
     spec = parse_regions(regions) if not isinstance(regions, Mapping) else check_regions(regions)
     claimed = {v for values in spec.values() for v in values}
-    arr = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
-    return [int(v) for v in np.unique(arr) if v != 0 and int(v) not in claimed]
+    values = torch.unique(_labels(labels)).cpu().tolist()  # validated: 1.5 was read as label 1, NaN crashed in int()
+    return [int(v) for v in values if v != 0 and int(v) not in claimed]
 
 
 def unclaimed_labels_message(

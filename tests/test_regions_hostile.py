@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.regions import label_to_regions, region_masks, regions_to_labels
+from monai_unc.regions import label_to_regions, region_masks, regions_to_labels, unclaimed_labels
 from tests.test_regions_to_labels import _brute
 
 #: the regions of nnU-Net's BraTS example (dataset.json ``labels`` with ``regions_class_order`` [1, 2, 3])
@@ -115,3 +115,13 @@ def test_a_label_the_label_maps_dtype_cannot_hold_is_in_no_voxel(dtype):
 def test_complex_labels_are_a_type_error():
     with pytest.raises(TypeError, match="labels must be integer class labels"):
         label_to_regions(torch.tensor([1 + 0j, 2 + 0j]))
+
+
+@pytest.mark.parametrize("value, match", [(1.5, "non-integral"), (np.nan, "non-finite|NaN"), (-2.0, "non-negative")])
+def test_unclaimed_labels_refuses_values_that_are_no_labels(value, match):
+    """1.5 was read as label 1 (claimed, so not reported) and NaN crashed in ``int()``."""
+    labels = np.array([0.0, 1.0, 2.0, value])
+    with pytest.raises(ValueError, match=match):
+        unclaimed_labels(labels, "brats")
+    assert unclaimed_labels(np.array([0.0, 1.0, 3.0, 7.0]), "brats") == [3, 7]
+    assert unclaimed_labels(torch.tensor([[0, 4], [2, 9]], dtype=torch.uint8), "brats") == [9]
