@@ -83,6 +83,8 @@ def _check_temperature(t: Any, name: str, sizes: tuple[int, ...]) -> torch.Tenso
     """``t`` as a flat tensor after checking it holds ``sizes`` values (1 or one per channel), finite and > 0."""
     try:
         flat = torch.as_tensor(t).detach().reshape(-1)
+        if not isinstance(t, torch.Tensor) and flat.is_floating_point():  # Python floats: not rounded to float32
+            flat = torch.as_tensor(t, dtype=torch.float64).reshape(-1)
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"{name} must be a number or a tensor of numbers, got {type(t).__name__}") from None
     if flat.dtype == torch.bool or flat.is_complex():
@@ -323,26 +325,44 @@ class Activation:
 
         Returns:
             A tensor of the shape and dtype of ``logits``: class probabilities (softmax over dim 1) or one
-            probability per channel (sigmoid).
+            probability per channel (sigmoid). Half-precision logits are divided by the temperature in float32;
+            a temperature so small that ``logits / temperature`` leaves the floating-point range gives the limit
+            (0 or 1 for a sigmoid; for a softmax, the classes of the largest scaled logit share the probability).
 
         Raises:
             TypeError: naming ``logits`` when it is not a floating-point tensor, ``temperature`` when it is not
                 a number or tensor of numbers.
-            ValueError: naming ``logits`` for fewer than 2 dimensions or NaN / infinite values, ``temperature``
-                for another count than 1 or ``C`` or a value that is not positive and finite.
+            ValueError: naming ``logits`` for fewer than 2 dimensions, fewer channels than :attr:`min_channels`
+                (a softmax over one channel) or NaN / infinite values, ``temperature``
+                for another count than 1 or ``C``, a value that is not positive and finite, one that rounds to 0
+                in the logits' precision (float32 for half precision), or (a vector temperature of a softmax) one
+                so small that ``logits / temperature`` overflows float64.
         """
         z = _tensor(logits, "logits", floating=True)
         if z.ndim < 2:
             raise ValueError(f"logits must have shape (B, C, *spatial), got {tuple(z.shape)}")
+        if z.shape[1] < self.min_channels:  # a softmax over one channel is 1 everywhere, whatever the network says
+            raise ValueError(f"logits of a {self.name} need at least {self.min_channels} {self.channel_word} along "
+                             f"dim 1, got shape {tuple(z.shape)}; for a single-channel binary network use 'sigmoid'")
         check_finite(z, "logits")
-        if temperature is not None:
-            _check_temperature(temperature, "temperature", (1, int(z.shape[1])))
-            t = torch.as_tensor(temperature, dtype=z.dtype, device=z.device).reshape(-1)
-            z = z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t)
-        return self._activate(z)
+        if temperature is None:
+            return self._activate(z)
+        flat = _check_temperature(temperature, "temperature", (1, int(z.shape[1])))
+        # half-precision logits are divided in float32 (z / t leaves the float16 range already for z = 100 and
+        # t = 1e-3) and the probabilities rounded back to the logits' dtype
+        dtype = torch.float32 if z.dtype in (torch.float16, torch.bfloat16) else z.dtype
+        t = torch.as_tensor(temperature, device=z.device).to(dtype).reshape(-1)
+        if not bool((t > 0).all()):
+            raise ValueError(f"temperature {flat.tolist()} is too small for {z.dtype} logits: it rounds to 0 in "
+                             f"{dtype}")
+        return self._scaled(z.to(dtype), t).to(z.dtype)
 
     def _activate(self, z: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def _scaled(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The activation of ``z / t`` for finite ``z`` and ``t > 0`` (one value or one per channel) of one dtype."""
+        return self._activate(z / (t.view(1, -1, *([1] * (z.ndim - 2))) if t.numel() > 1 else t))
 
     def num_tasks(self, channels: int) -> int:
         """How many tasks logits with ``channels`` channels hold: 1 (categorical) or one per channel.
@@ -424,7 +444,8 @@ class Activation:
             ValueError: naming the argument whose shape does not fit ``pred`` (``target``, ``probs``, ``maps``),
                 ``names`` of another count than the regions, ``num_classes`` that disagrees with ``probs``,
                 ``spacing`` that is not one positive value per spatial axis, ``pred`` empty without
-                ``num_classes``, or Bernoulli ``probs`` outside ``[0, 1]``.
+                ``num_classes``, or Bernoulli ``probs`` outside ``[0, 1]`` or ``pred`` / ``target`` that are not
+                binary masks (values other than 0 and 1).
         """
         raise NotImplementedError
 
@@ -621,6 +642,20 @@ class Categorical(Activation):
     def _activate(self, z: torch.Tensor) -> torch.Tensor:
         return torch.softmax(z, 1)
 
+    def _scaled(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        # z / t may overflow to +inf for a small t, and a softmax over +inf is NaN. A scalar t: shift first, so that
+        # every scaled logit is <= 0 (the softmax is shift-invariant; -inf gives an exact 0). A vector t: float64.
+        if t.numel() == 1:
+            return torch.softmax((z - z.amax(dim=1, keepdim=True)) / t, 1)
+        a = z / t.view(1, -1, *([1] * (z.ndim - 2)))
+        if not bool(torch.isposinf(a).any()):
+            return torch.softmax(a, 1)
+        a = z.double() / t.double().view(1, -1, *([1] * (z.ndim - 2)))
+        if bool(torch.isposinf(a).any()):
+            raise ValueError(f"logits / temperature overflows float64 (largest |logit| {float(z.abs().max()):.4g}, "
+                             f"smallest temperature {float(t.min()):.4g}): the temperature is too small")
+        return torch.softmax(a, 1).to(z.dtype)
+
     def num_tasks(self, channels: int) -> int:  # noqa: D102 (documented in Activation)
         check_integer(channels, "channels", self.min_channels)
         return 1
@@ -803,6 +838,10 @@ class Bernoulli(Activation):
         if probs is not None and tuple(probs.shape) != tuple(pred.shape):
             raise ValueError(f"probs must have the shape of pred {tuple(pred.shape)} (one probability per region "
                              f"and voxel), got {tuple(probs.shape)}")
+        for name, x in (("pred", pred), ("target", target)):
+            if x.dtype != np.bool_ and x.size and not bool(((x == 0) | (x == 1)).all()):  # astype(uint8) would wrap
+                raise ValueError(f"{name} must hold binary region masks (0 or 1), got values such as "
+                                 f"{np.unique(x[(x != 0) & (x != 1)])[:5].tolist()}")
         task_probs = [None] * n if probs is None else self.task_probabilities(probs, axis=0)
         sp = spacing
         return [TaskView(names[r], pred[r].astype(np.uint8), target[r].astype(np.uint8), 2, task_probs[r],

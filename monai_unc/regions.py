@@ -159,6 +159,9 @@ def unclaimed_labels(labels: ArrayLike, regions: RegionSpec | str) -> list[int]:
     Returns:
         The unclaimed label values, sorted (empty when every non-zero label lies in some region).
 
+    Raises:
+        ValueError: naming ``labels`` when they are empty, negative, non-integral or not finite.
+
     Example:
         >>> import numpy as np
         >>> from monai_unc.regions import unclaimed_labels
@@ -167,8 +170,8 @@ def unclaimed_labels(labels: ArrayLike, regions: RegionSpec | str) -> list[int]:
     """
     spec = parse_regions(regions) if not isinstance(regions, Mapping) else check_regions(regions)
     claimed = {v for values in spec.values() for v in values}
-    arr = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
-    return [int(v) for v in np.unique(arr) if v != 0 and int(v) not in claimed]
+    values = torch.unique(_labels(labels)).cpu().tolist()  # validated: 1.5 was read as label 1, NaN crashed in int()
+    return [int(v) for v in values if v != 0 and int(v) not in claimed]
 
 
 def unclaimed_labels_message(
@@ -324,26 +327,38 @@ def regions_to_labels(masks: ArrayLike, regions: RegionSpec | str = BRATS_REGION
             raise ValueError("masks must hold 0/1 region masks")
         t = t != 0
     names = list(spec)
-    # each label's set of regions as a bit code; the best label of every one of the 2^R codes a voxel may have
-    label_codes: dict[int, int] = {}
-    for label in sorted({v for values in spec.values() for v in values}):
-        code = sum(1 << r for r, name in enumerate(names) if label in spec[name])
-        label_codes.setdefault(code, label)
-    table = torch.zeros(1 << len(names), dtype=torch.int64)
-    exact = torch.zeros(1 << len(names), dtype=torch.bool)
-    for code in range(1 << len(names)):
-        subsets = [c for c in label_codes if c & code == c]
-        if code == 0 or code in label_codes:
-            exact[code] = True
-        if subsets:
-            best = max(subsets, key=lambda c: (bin(c).count("1"), -label_codes[c]))
-            table[code] = label_codes[best]
-    code_map = torch.zeros(t.shape[1:], dtype=torch.int64, device=t.device)
-    for r in range(len(names)):
-        code_map |= t[r].to(torch.int64) << r
-    labels = table.to(t.device)[code_map]
-    missed = int((~exact.to(t.device)[code_map]).sum())
-    labels = labels.to(torch.uint8 if int(table.max()) <= 255 else torch.int32)
+    n_reg = len(names)
+    # the distinct sets of regions the voxels have, as columns of ``present`` (R, K), and each voxel's column:
+    # every set of few regions (a bit code indexes a table of 2^R columns), the sets that occur otherwise (a table
+    # over all 2^R sets grows exponentially: 20 regions took a minute, 63 overflowed the int64 code)
+    if n_reg <= 62:
+        code_map = torch.zeros(t.shape[1:], dtype=torch.int64, device=t.device)
+        for r in range(n_reg):
+            code_map |= t[r].to(torch.int64) << r
+        if n_reg <= 10:
+            codes, index = torch.arange(1 << n_reg, device=t.device), code_map
+        else:
+            codes, index = torch.unique(code_map, return_inverse=True)
+        present = (codes.unsqueeze(0) >> torch.arange(n_reg, device=t.device).unsqueeze(1)) & 1 == 1
+    else:
+        present, index = torch.unique(t.reshape(n_reg, -1), dim=1, return_inverse=True)
+        index = index.reshape(t.shape[1:])
+    # each set's label: that of the label with the most regions all inside the set (the smallest label of a tie);
+    # exact where a label has the set itself (or the set is empty: the background)
+    members = {label: torch.tensor([label in spec[n] for n in names], device=t.device)
+               for label in sorted({v for values in spec.values() for v in values})}
+    table = torch.zeros(present.shape[1], dtype=torch.int64, device=t.device)
+    taken = torch.zeros(present.shape[1], dtype=torch.bool, device=t.device)
+    exact = ~present.any(0)
+    for label, member in sorted(members.items(), key=lambda kv: (-int(kv[1].sum()), kv[0])):
+        inside = (present | ~member.unsqueeze(1)).all(0)
+        exact |= (present == member.unsqueeze(1)).all(0)
+        table[inside & ~taken] = label
+        taken |= inside
+    labels = table[index]
+    missed = int((~exact[index]).sum())
+    top = max({tuple(m.tolist()): label for label, m in sorted(members.items(), reverse=True)}.values())  # labels used
+    labels = labels.to(torch.uint8 if top <= 255 else torch.int32)
     return like_input(labels, masks), missed
 
 
@@ -357,15 +372,24 @@ def _labels(labels: ArrayLike) -> torch.Tensor:
         raise ValueError(f"labels is empty (shape {tuple(t.shape)})")
     if t.dtype == torch.bool:
         return t.to(torch.uint8)
-    if t.is_floating_point() or (t.is_signed() and int(t.min()) < 0):
-        return check_labels(t, "labels")  # raises for non-integral, non-finite or negative labels
     if t.is_complex():
         raise TypeError(f"labels must be integer class labels, got dtype {t.dtype}")
+    if t.is_floating_point() or (t.is_signed() and int(t.min()) < 0):
+        return check_labels(t, "labels")  # raises for non-integral, non-finite or negative labels
     return t
 
 
 def _isin(t: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
-    """``isin`` for a few labels: an OR of equalities in the label map's own dtype (faster than ``torch.isin``)."""
+    """``isin`` for a few labels: an OR of equalities in the label map's own dtype (faster than ``torch.isin``).
+
+    A label that the dtype cannot hold is in no voxel: compared as it is, it would wrap around (300 is 44 as a uint8,
+    256 is the background 0).
+    """
+    if not t.is_floating_point():
+        info = torch.iinfo(t.dtype)
+        values = [v for v in values if info.min <= v <= info.max]
+    if not values:
+        return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
     out = t == values[0]
     for v in values[1:]:
         out |= t == v

@@ -55,6 +55,25 @@ def _map(uncertainty: Any) -> np.ndarray:
     return u
 
 
+def _seg(seg: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """The predicted label map of :func:`case_scores`: the map's shape, finite non-negative integral labels."""
+    s = to_numpy(seg, "seg")
+    if s.shape != shape:
+        raise ValueError(f"seg must have the shape of uncertainty {shape}, got {s.shape}")
+    if s.dtype == np.bool_:
+        return s
+    if not np.issubdtype(s.dtype, np.number) or np.issubdtype(s.dtype, np.complexfloating):
+        raise TypeError(f"seg must be a label map of integers, got dtype {s.dtype}")
+    if np.issubdtype(s.dtype, np.floating):  # a NaN or 0.5 is no label (NaN > 0 would count it as background)
+        if not bool(np.isfinite(s).all()):
+            raise ValueError(f"seg contains {int((~np.isfinite(s)).sum())} non-finite value(s) (NaN or inf)")
+        if not bool((s == np.round(s)).all()):
+            raise ValueError("seg must hold integer labels, got non-integral values")
+    if s.size and s.dtype.kind in "if" and s.min() < 0:
+        raise ValueError(f"seg must hold non-negative labels, got minimum {s.min()}")
+    return s
+
+
 def case_scores(
     uncertainty: ArrayLike, seg: ArrayLike, patch_size: int | tuple[int, ...] = PATCH_SIZE
 ) -> dict[str, float]:
@@ -67,11 +86,14 @@ def case_scores(
 
     Returns:
         float64 Python floats; ``fg_mean`` is NaN with a ``UserWarning`` for an empty prediction.
+
+    Raises:
+        ValueError: naming ``uncertainty`` for a map that is not 2D or 3D, empty or not finite; naming ``seg`` for
+            another shape, or labels that are negative, non-integral or not finite.
+        TypeError: naming ``seg`` for a label map that is not numeric (bool masks are accepted).
     """
     u = _map(uncertainty)
-    s = to_numpy(seg, "seg")
-    if s.shape != u.shape:
-        raise ValueError(f"seg must have the shape of uncertainty {u.shape}, got {s.shape}")
+    s = _seg(seg, u.shape)
     u5 = u[None, None]
     fg = (s > 0)[None, None]
     return {

@@ -32,6 +32,7 @@ import numpy as np
 __all__ = [
     "MergeableState",
     "StateGroup",
+    "UnknownStateTypeError",
     "register_state_type",
     "state_type_name",
     "state_type",
@@ -46,6 +47,15 @@ T = TypeVar("T")
 TYPE_KEY = "__type__"
 _SEP = "/"
 _REGISTRY: dict[str, type] = {}
+
+
+class UnknownStateTypeError(ValueError):
+    """A packed state names a type that no class registered (:func:`state_type`).
+
+    A state of a module this process has not imported, or a file that is not one of this package's. It is a
+    ``ValueError``; the damage of a file of known types (a missing entry, a repeated name) is a plain ``ValueError``,
+    so that a reader may skip the one and refuse the other.
+    """
 
 
 @runtime_checkable
@@ -171,7 +181,7 @@ def state_type(name: str) -> type:
         The class.
 
     Raises:
-        ValueError: no class is registered under ``name`` (the message names the registered types).
+        UnknownStateTypeError: no class is registered under ``name`` (the message names the registered types).
 
     Example:
         >>> state_type("group").__name__
@@ -179,7 +189,7 @@ def state_type(name: str) -> type:
     """
     cls = _REGISTRY.get(str(name))
     if cls is None:
-        raise ValueError(f"unknown state type {name!r} (registered: {sorted(_REGISTRY)})")
+        raise UnknownStateTypeError(f"unknown state type {name!r} (registered: {sorted(_REGISTRY)})")
     return cls
 
 
@@ -251,7 +261,8 @@ def unpack_states(arrays: Mapping[str, Any]) -> dict[str, Any]:
         arrays: the flat arrays; keys without ``/`` are ignored.
 
     Returns:
-        ``{name: state}``. ``ValueError`` for a state without its type or of an unregistered type.
+        ``{name: state}``. ``ValueError`` for a state without its type, :class:`UnknownStateTypeError` (a
+        ``ValueError``) for one of an unregistered type.
     """
     parts: dict[str, dict[str, Any]] = {}
     for key in arrays.keys():
@@ -372,18 +383,33 @@ class StateGroup(MutableMapping[str, Any]):
             The new group.
 
         Raises:
-            ValueError: a member's type is not registered.
-            KeyError: an array is missing.
+            UnknownStateTypeError: a member's type is not registered.
+            ValueError: a damaged state: no ``__names__``, a name given twice, a member without its type, or the
+                arrays of a member that no name has.
 
         Example:
             >>> StateGroup.from_state_dict(StateGroup().state_dict()) == StateGroup()
             True
         """
+        if "__names__" not in state:
+            raise ValueError(f"a state group needs its '__names__' entry, got the keys {sorted(state)[:5]}")
         names = [str(n) for n in np.asarray(state["__names__"]).reshape(-1).tolist()]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:  # the last member of a name would replace the others silently
+            raise ValueError(f"a state group names {repeated} more than once: a damaged state")
+        parts: dict[int, dict[str, Any]] = {}
+        for key, value in state.items():
+            head, dot, sub = key.partition(".")
+            if key != "__names__" and dot and head.isdigit():
+                parts.setdefault(int(head), {})[sub] = value
+        stray = sorted(set(parts) - set(range(len(names))))
+        if stray:  # members that no name has would be dropped silently
+            raise ValueError(f"a state group holds member(s) {stray[:5]} but names only {len(names)}: a damaged state")
         out = cls()
         for i, name in enumerate(names):
-            prefix = f"{i}."
-            part = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            part = parts.get(i, {})
+            if TYPE_KEY not in part:
+                raise ValueError(f"member {i} ({name!r}) of a state group has no {TYPE_KEY!r} entry: a damaged state")
             member = state_type(str(np.asarray(part.pop(TYPE_KEY))))
             out[name] = member.from_state_dict(part)
         return out

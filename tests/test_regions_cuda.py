@@ -15,6 +15,7 @@ from monai_unc.regions import (
     binary_probabilities,
     label_to_regions,
     region_masks,
+    regions_to_labels,
     unclaimed_labels,
 )
 
@@ -55,3 +56,16 @@ def test_binary_probabilities_and_unclaimed_labels_on_the_device(cuda_device):
     assert unclaimed_labels(labels.to(cuda_device), BRATS_REGIONS) == [7]
     with pytest.raises(ValueError, match="labels"):
         label_to_regions((labels - 9).to(cuda_device))  # negative labels
+
+
+@pytest.mark.parametrize("n_regions", [3, 12, 70], ids=["table", "occurring-sets", "columns"])
+def test_regions_to_labels_of_device_masks_equal_the_cpu(cuda_device, n_regions):
+    """Every path of ``regions_to_labels`` (a table of all sets, the occurring sets, unique columns) stays on the
+    device and gives the CPU's labels and count."""
+    gen = torch.Generator().manual_seed(n_regions)
+    spec = {f"r{i}": (i + 1, (i + 2) % (n_regions + 1) + 1) for i in range(n_regions)}  # overlapping regions
+    masks = torch.rand(n_regions, 6, 5, 4, generator=gen) < 0.2
+    got, missed = regions_to_labels(masks.to(cuda_device), spec)
+    want, want_missed = regions_to_labels(masks, spec)
+    assert got.device.type == cuda_device.type and got.dtype == want.dtype
+    assert torch.equal(got.cpu(), want) and missed == want_missed

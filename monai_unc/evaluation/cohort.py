@@ -27,7 +27,7 @@ from ..metrics.casewise import failure_detection, ood_auroc
 from ..metrics.selective import area_under_referral_curve, referral_curve
 from ..product import product_type
 from ..scores import CASE_SCORES, resolve_score_column, upgrade_row
-from ..state import StateGroup
+from ..state import StateGroup, UnknownStateTypeError
 from .case import CaseResult
 from .config import CALIBRATION_COLUMNS, IID_SHIFTS, SPATIAL_COLUMNS, STATE_DIR, EvaluationConfig, region_suffix
 from .products import cohort_products, fit_products, implicit_products, product_summaries
@@ -278,7 +278,8 @@ class CohortState:
                 arrays = {k: z[k] for k in z.files}
             try:
                 group = StateGroup.from_state_dict(arrays)
-            except ValueError:  # a product not imported in this process: its blocks of summary.json stay readable
+            except UnknownStateTypeError:  # a product not imported in this process: its blocks of summary.json
+                # stay readable (a damaged file of known types is refused)
                 group = StateGroup()
             state.product_states = {c: dict(g) for c, g in group.items()}
         return state
