@@ -347,17 +347,26 @@ def risk_eprocess(losses: object, target: float, m: float | None = None) -> np.n
     Args:
         losses: ``(N,)`` losses in ``[0, 1]`` (NaN skipped).
         target: the certified target risk (it sizes the bets).
-        m: the risk tested against (default ``target``).
+        m: the risk tested against, in ``[0, 1]`` (default ``target``).
 
     Returns:
         ``(N,)`` ``log K_n(m)``.
+
+    Raises:
+        ValueError: losses outside ``[0, 1]``, ``target`` outside ``(0, 1)`` or ``m`` outside ``[0, 1]`` (or NaN).
 
     Example:
         >>> np.exp(risk_eprocess([0, 1, 1, 1], target=0.1)).round(2)
         array([1.  , 1.  , 1.81, 3.28])
     """
     x = _losses(losses, target)
-    mm = target if m is None else float(m)
+    if m is None:
+        mm = float(target)
+    elif isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
+        # a risk outside [0, 1] makes a factor 1 + lam (x - m) negative (a NaN e-process) or the test meaningless
+        raise ValueError(f"m must be a risk in [0, 1], got {m!r}")
+    else:
+        mm = float(m)
     lam = risk_bets(x, target)
     terms = np.where(np.isnan(x), 0.0, np.log1p(lam * (np.nan_to_num(x) - mm)))
     return np.cumsum(terms)
