@@ -213,3 +213,28 @@ def test_bad_score_streams():
     with pytest.raises(TypeError, match="scores must be a sequence of numbers"):
         conformal_pvalues("0.5")
     assert conformal_pvalues([]).shape == (0,)
+
+
+def test_numpy_scalar_settings_are_accepted_like_python_numbers():
+    """Regression: ``jump=np.float32(0.1)``, ``alpha=np.float32(0.05)``, ``resolution=np.int64(100)`` were refused
+    with "must be a number in [0, 1]" (or "a positive integer") although they are."""
+    p = np.random.default_rng(8).uniform(size=20)
+    np.testing.assert_allclose(simple_jumper(p, jump=np.float32(0.25)), simple_jumper(p, jump=float(np.float32(0.25))))
+    assert first_alarm([0.0, 4.0], alpha=np.float32(0.05)) == 1
+    x = [1.0] * 10
+    np.testing.assert_array_equal(risk_lower_bound(x, np.float64(0.1), np.float32(0.05), resolution=np.int64(100)),
+                                  risk_lower_bound(x, 0.1, float(np.float32(0.05)), resolution=100))
+    np.testing.assert_array_equal(risk_bets(x, np.float32(0.5), cap=np.float32(0.5)),
+                                  risk_bets(x, float(np.float32(0.5)), cap=0.5))
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "1", True])
+def test_bad_seed_is_refused_by_name(seed):
+    """Regression: a negative seed raised numpy's "expected non-negative integer", 1.5 a SeedSequence TypeError."""
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        conformal_pvalues([0.1, 0.2], seed=seed)
+
+
+def test_cap_of_another_type_is_refused_by_name():
+    with pytest.raises(ValueError, match="cap must be in"):
+        risk_bets([0.5], 0.1, cap="0.5")
