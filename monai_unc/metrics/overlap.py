@@ -156,9 +156,28 @@ def overlap_ratio(
 
 def _count_tensors(intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``|A & B|``, ``|A|`` and ``|B|`` as tensors on the intersection's device."""
+    """``|A & B|``, ``|A|`` and ``|B|`` as tensors on the intersection's device, checked to be possible counts.
+
+    Counts may be expected (soft) counts: a relative tolerance of 1e-9 covers their rounding.
+    """
     inter = to_tensor(intersection, "intersection")
-    return inter, to_tensor(size_a, "size_a").to(inter.device), to_tensor(size_b, "size_b").to(inter.device)
+    a, b = to_tensor(size_a, "size_a").to(inter.device), to_tensor(size_b, "size_b").to(inter.device)
+    for name, x in (("intersection", inter), ("size_a", a), ("size_b", b)):
+        x = x.detach()
+        if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} must be finite counts, got NaN or infinity")
+        if bool((x < 0).any()):
+            raise ValueError(f"{name} must be non-negative counts, got {float(x.min())}")
+    try:
+        smaller = torch.minimum(a.detach().to(torch.float64), b.detach().to(torch.float64))
+        over = inter.detach().to(torch.float64) - smaller > 1e-9 * torch.clamp(smaller, min=1.0)
+    except RuntimeError as err:
+        raise ValueError(f"intersection, size_a and size_b must broadcast, got {tuple(inter.shape)}, "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}") from err
+    if bool(over.any()):  # |A & B| <= min(|A|, |B|): anything else is not an overlap (Dice would exceed 1)
+        raise ValueError(f"intersection exceeds the smaller of size_a and size_b in {int(over.sum())} place(s): "
+                         "not the counts of two masks")
+    return inter, a, b
 
 
 def dice_from_counts(
@@ -176,6 +195,10 @@ def dice_from_counts(
 
     Returns:
         float64 torch tensor of the broadcast shape.
+
+    Raises:
+        ValueError: counts that no two masks have: negative, NaN or infinite, an intersection larger than the
+            smaller size (beyond a relative 1e-9 for expected counts), or shapes that do not broadcast.
 
     Example:
         >>> from monai_unc.metrics.overlap import dice_from_counts
@@ -201,6 +224,10 @@ def iou_from_counts(
 
     Returns:
         float64 torch tensor of the broadcast shape.
+
+    Raises:
+        ValueError: counts that no two masks have: negative, NaN or infinite, an intersection larger than the
+            smaller size (beyond a relative 1e-9 for expected counts), or shapes that do not broadcast.
 
     Example:
         >>> from monai_unc.metrics.overlap import iou_from_counts

@@ -16,8 +16,10 @@ from monai.networks.utils import one_hot
 from monai_unc.metrics.overlap import (
     class_counts,
     dice,
+    dice_from_counts,
     dice_matrix,
     iou,
+    iou_from_counts,
     iou_matrix,
     label_gram,
     mask_gram,
@@ -209,3 +211,29 @@ def test_mask_gram_refuses_non_binary_masks():
         mask_gram(np.array([[0.0, 0.5, 1.0]]))
     with pytest.raises(ValueError, match="masks must hold only 0 and 1"):
         mask_gram(np.array([[0.0, np.nan, 1.0]]))
+
+
+@pytest.mark.parametrize("fn", [dice_from_counts, iou_from_counts])
+@pytest.mark.parametrize("counts, match", [
+    (([5], [2], [2]), "intersection exceeds the smaller"),
+    (([3], [2], [9]), "intersection exceeds the smaller"),
+    (([-1], [0], [2]), "intersection must be non-negative"),
+    (([0], [-1], [2]), "size_a must be non-negative"),
+    (([0], [1], [-2]), "size_b must be non-negative"),
+    (([np.nan], [1], [1]), "intersection must be finite"),
+    (([1], [np.inf], [1]), "size_a must be finite"),
+    (([1, 2], [3, 3, 3], [3]), "must broadcast"),
+])
+def test_impossible_counts_are_refused(fn, counts, match):
+    """Regression: ``dice_from_counts(5, 2, 2)`` gave 2.5 and a negative intersection a negative Dice, silently."""
+    with pytest.raises(ValueError, match=match):
+        fn(*counts)
+
+
+def test_counts_at_their_limits_and_soft_counts_are_accepted():
+    np.testing.assert_array_equal(dice_from_counts([2, 0, 0], [2, 0, 3], [2, 0, 0]).numpy(), [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(dice_from_counts([1.5], [2.0], [1.5]).numpy(), [3 / 3.5])
+    # expected counts rounded a hair above the smaller size (sum of products vs sum of probabilities)
+    assert float(iou_from_counts([1.0 + 1e-12], [1.0], [4.0])) == pytest.approx(1 / 4)
+    with pytest.raises(ValueError, match="intersection exceeds"):
+        dice_matrix(np.array([[2.0, 3.0], [3.0, 2.0]]))  # no Gram matrix of masks
