@@ -34,7 +34,7 @@ import nibabel as nib
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
-from ..io import atomic_write_text, save_nifti, save_nifti_image, write_csv
+from ..io import atomic_write_json, atomic_write_text, read_json_or_none, save_nifti, save_nifti_image, write_csv
 from ..measures import entropy
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
 from .perturb import MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort
@@ -324,6 +324,9 @@ _DEMO_KINDS: dict[str, tuple[str, float | tuple[float, float] | None]] = {
 }
 
 
+#: the record in a demo cohort's folder of what each case was made with: ``{case: [seed, perturbation, parameter]}``
+_DEMO_MADE = "demo_cases.json"
+
 _DEMO_TAGS = {"gamma_noise": "gn", "noise": "noise", "bias": "bias", "gamma": "gamma", "blur": "blur",
               "lowres": "lowres"}
 
@@ -385,7 +388,9 @@ def make_demo_cohort(
 ) -> dict[str, Path]:
     """Write the demo cohort of ``monai-unc demo`` (:mod:`monai_unc.workflows.demo`) as NIfTI.
 
-    The files are ``images/<case>.nii.gz``, ``labels/<case>.nii.gz`` and ``shifts.csv``; existing files are kept.
+    The files are ``images/<case>.nii.gz``, ``labels/<case>.nii.gz``, ``shifts.csv`` and ``demo_cases.json`` (the
+    seed, perturbation and parameter each image was made with); an existing case is kept when it was made with the
+    same ones, and made again otherwise (another ``seed``, perturbation or parameter under the same case id).
     Every case is the held-out right hemisphere of the MNI152 example with one
     :func:`~monai_unc.data.perturb.fixed_perturbation`; its random parts come from ``seed`` and the case
     (:func:`_demo_case_seed`), so a case is the same in any subset. Needs ``nilearn``.
@@ -406,8 +411,22 @@ def make_demo_cohort(
     folder = Path(folder)
     images, labels = folder / "images", folder / "labels"
     shifts_csv = folder / "shifts.csv"
-    todo = [c for c in shifts if not all((d / f"{c[0]}.nii.gz").is_file() for d in (images, labels))]
+    made_path = folder / _DEMO_MADE
+    made = read_json_or_none(made_path)
+    made = dict(made) if isinstance(made, dict) else {}  # no record (an older folder): every case is made again
+
+    def recipe(case: tuple) -> list:
+        """What a case's image is made from, as it reads back from JSON."""
+        return [int(seed), str(case[2]), float(case[3])]
+
+    todo = [c for c in shifts if made.get(str(c[0])) != recipe(c)
+            or not all((d / f"{c[0]}.nii.gz").is_file() for d in (images, labels))]
     if todo:
+        # forget the cases to make before their files change: an interrupted run must not leave a new image under
+        # the record of an older one
+        for case in todo:
+            made.pop(str(case[0]), None)
+        atomic_write_json(made_path, made)
         data = load_mni152_tissue(resolution=2)
         right = data["right"]
         xs = np.flatnonzero(right.any(axis=(1, 2)))
@@ -421,6 +440,8 @@ def make_demo_cohort(
             rng = np.random.default_rng(_demo_case_seed(seed, case))
             save_nifti(fixed_perturbation(image, kind, value, rng), affine, images / f"{cid}.nii.gz")
             save_nifti(label, affine, labels / f"{cid}.nii.gz")
+            made[str(cid)] = recipe(case)
+            atomic_write_json(made_path, made)
     columns = ["case", "shift", "perturbation", "parameter"]
     write_csv(shifts_csv, [dict(zip(columns, row)) for row in shifts], columns)
     return {"images": images, "labels": labels, "shifts": shifts_csv}

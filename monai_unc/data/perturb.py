@@ -27,6 +27,7 @@ larger severity scale the same draw, so severity is monotone for a fixed seed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,7 +77,8 @@ def perturb(image: ArrayLike, kind: str, severity: float, seed: int = 0) -> Arra
         The perturbed image, same shape, library, device and float dtype as ``image`` (float32 for integer input).
 
     Raises:
-        ValueError: unknown ``kind``, ``severity`` outside [0, 5], non-finite or empty ``image``, wrong shape.
+        ValueError: unknown ``kind``, ``severity`` outside [0, 5], non-finite or empty ``image``, wrong shape, a
+            negative or non-integer ``seed``.
         TypeError: ``severity`` is not a number, or ``image`` is bool or complex.
 
     Example:
@@ -101,11 +103,16 @@ def perturb(image: ArrayLike, kind: str, severity: float, seed: int = 0) -> Arra
         raise ValueError(f"image is empty (shape {tuple(x.shape)})")
     if x.dtype == torch.bool or x.is_complex():
         raise TypeError(f"image must be real-valued, got dtype {x.dtype}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     out_dtype = x.dtype if x.is_floating_point() else torch.float32
-    x = x.detach().to(torch.float32)
-    check_finite(x, "image")
-    y = _apply(x.cpu(), kind, s, np.random.default_rng(seed)) if s > 0 else x.clone()
-    y = y.to(device=x.device, dtype=out_dtype)
+    check_finite(x.detach(), "image")
+    if s == 0:  # the unchanged image in its own precision (a float32 round trip would change float64 values)
+        y = x.detach().to(out_dtype, copy=True)
+    else:
+        x32 = x.detach().to(torch.float32)
+        check_finite(x32, "image")  # float64 values beyond the float32 range
+        y = _apply(x32.cpu(), kind, s, np.random.default_rng(seed)).to(device=x.device, dtype=out_dtype)
     return y.numpy() if isinstance(image, np.ndarray) else y
 
 
@@ -237,14 +244,34 @@ def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.rando
         The perturbed image ``(X, Y, Z)`` float32, clipped to [0, 1].
 
     Raises:
-        ValueError: an unknown ``kind``.
+        ValueError: an unknown ``kind``; an ``image`` that is not a finite ``(X, Y, Z)`` array; a ``value`` that is not
+            a finite number, or out of its kind's range (negative for ``noise`` and ``blur``, not positive for
+            ``gamma`` and ``gamma_noise``, not an integer >= 1 for ``lowres``).
+        TypeError: ``rng`` is not a :class:`numpy.random.Generator`.
 
     Example:
         >>> out = fixed_perturbation(np.full((4, 4, 4), 0.5), "gamma", 2.0, np.random.default_rng(0))
         >>> out.dtype, float(out[0, 0, 0])
         (dtype('float32'), 0.25)
     """
-    x = image.astype(np.float64)
+    if kind not in FIXED_PERTURBATIONS:
+        raise ValueError(f"kind must be one of {FIXED_PERTURBATIONS}, got {kind!r}")
+    x = np.asarray(image, dtype=np.float64) if isinstance(image, np.ndarray) else None
+    if x is None or x.ndim != 3 or x.size == 0 or not np.isfinite(x).all():
+        got = f"shape {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
+        raise ValueError(f"image must be a finite, non-empty (X, Y, Z) numpy array, got {got}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value):
+        raise ValueError(f"value must be a finite number, got {value!r}")
+    if kind in ("noise", "blur") and value < 0:
+        raise ValueError(f"value of {kind!r} must be >= 0 (a standard deviation), got {value!r}")
+    if kind in ("gamma", "gamma_noise") and value <= 0:
+        raise ValueError(f"value of {kind!r} must be a positive exponent, got {value!r}")
+    if kind == "lowres" and (value < 1 or value != int(value)):
+        # int(value) would truncate 2.7 to 2, and a negative step would reverse the slices (a mirrored image)
+        raise ValueError(f"value of 'lowres' must be an integer >= 1 (keep every value-th slice), got {value!r}")
     if kind == "identity":
         out = x
     elif kind == "gamma_noise":
@@ -265,6 +292,4 @@ def fixed_perturbation(image: np.ndarray, kind: str, value: float, rng: np.rando
         out = zoom(kept, (1, 1, x.shape[2] / kept.shape[2]), order=1)[:, :, : x.shape[2]]
         if out.shape[2] < x.shape[2]:
             out = np.concatenate([out, out[:, :, -1:].repeat(x.shape[2] - out.shape[2], axis=2)], axis=2)
-    else:
-        raise ValueError(f"unknown perturbation {kind!r}")
     return np.clip(out, 0.0, 1.0).astype(np.float32)

@@ -19,6 +19,7 @@ stable), then the SSN loss with ``num_mc_samples`` draws.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -178,8 +179,8 @@ def train_ssn(
         mean_only_iterations = iterations // 10
     if not 0 <= mean_only_iterations < iterations:
         raise ValueError(f"mean_only_iterations must be in [0, iterations), got {mean_only_iterations}")
-    if not (isinstance(lr, (int, float)) and lr > 0):
-        raise ValueError(f"lr must be positive, got {lr!r}")
+    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     arch = dict(SSN_TOY_NETWORK)
     arch.update(network or {})
     arch["spatial_dims"] = len(shape)

@@ -8,6 +8,7 @@ soft Dice or cross-entropy alone, for the calibration study of Kock et al.), Ada
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -182,8 +183,14 @@ def train_tissue_model(
         Dice (:func:`hemisphere_dice`).
 
     Raises:
-        ValueError: an unknown ``loss``.
+        ValueError: an unknown ``loss``; ``iterations`` or ``batch_size`` not a positive integer; ``lr`` not a
+            positive finite number.
     """
+    for name, value in (("iterations", iterations), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     loss_fn = make_training_loss(loss, classes=len(TISSUE_CLASSES))
     loss_name = {"dice_ce": "DiceCE", "dice": "Dice", "ce": "CE", **CALIBRATION_LOSSES}[loss]
     torch.manual_seed(seed)

@@ -37,7 +37,8 @@ class CaseCache:
     A saved state is reused while the case's fingerprint (everything its result depends on: input files, options,
     package version) is unchanged; a stale fingerprint, a missing side file or an unreadable file means the case is
     computed again. ``<case>.json`` is written last and atomically, after any side file (``dump`` writes those, e.g.
-    histograms as ``.npz``), so an interrupted case is never taken for a finished one; partial files of an
+    histograms as ``.npz``), and an earlier ``<case>.json`` is removed before them, so an interrupted case is never
+    taken for a finished one (nor its new side files for those of the earlier state); partial files of an
     interrupted write are removed by :meth:`prepare`.
 
     Args:
@@ -139,7 +140,7 @@ class CaseCache:
             return None
 
     def save(self, case_id: str, result: Any, fingerprint: Any = None) -> Path | None:
-        """Write a case's result: side files first, then ``<case>.json``, atomically.
+        """Write a case's result: the old ``<case>.json`` removed, side files, then the new one, atomically.
 
         Args:
             case_id: the case id.
@@ -152,6 +153,9 @@ class CaseCache:
         if not self.store:
             return None
         self.folder.mkdir(parents=True, exist_ok=True)
+        # the saved state goes first: ``dump`` may replace its side files, and an interruption before the new
+        # ``<case>.json`` is written must not leave the old one (and its fingerprint) beside the new side files
+        self.path(case_id).unlink(missing_ok=True)
         doc = {"case": case_id, "fingerprint": fingerprint, **self.dump(self.folder, case_id, result)}
         # internal resume state, read back only by load: Python's NaN literal (json_default, not strict JSON) keeps
         # undefined metrics NaN bit for bit, so a resumed cohort equals a fresh one

@@ -583,9 +583,13 @@ def check_same_cases(case_ids: Sequence[str], ctx: DistContext) -> None:
         ValueError: on every rank, when the case lists differ.
     """
     import hashlib
+    import json
 
     ids = sorted(case_ids)
-    check_same((len(ids), hashlib.sha256("\n".join(ids).encode()).hexdigest()), ctx, "the case list")
+    # the ids JSON-encoded, not joined with "\n": a case id may hold a line break, and ["a\nb", "c"] and ["a", "b\nc"]
+    # joined the same way
+    digest = hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+    check_same((len(ids), digest), ctx, "the case list")
 
 
 def check_each_case_once(done: Sequence[str], case_ids: Sequence[str]) -> None:

@@ -634,6 +634,7 @@ MAX_DOCUMENT_DEPTH = 64
 MAX_NUMBER_DIGITS = 100
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _parse_int(text: str) -> int:
@@ -672,11 +673,12 @@ def json_depth(text: str) -> int:
 
 
 def parse_untrusted_json(text: str, source: str) -> Any:
-    """Strict JSON of an untrusted file, with limits.
+    r"""Strict JSON of an untrusted file, with limits.
 
     No ``NaN`` / ``Infinity`` (nor a number beyond a float's range such as ``1e400``, which would read as
-    infinity), no key given twice in one object, at most :data:`MAX_DOCUMENT_DEPTH` levels of nesting and
-    :data:`MAX_NUMBER_DIGITS` characters per number, so that a hostile file is one error line, never a
+    infinity), no key given twice in one object, no lone surrogate escape (``"\ud800"``: no UTF-8 text, so no
+    digest, holds it), at most :data:`MAX_DOCUMENT_DEPTH` levels of nesting and :data:`MAX_NUMBER_DIGITS`
+    characters per number, so that a hostile file is one error line, never a
     ``RecursionError`` or Python's integer-limit message. The first two keep a signature honest: the signed digest is
     that of the parsed content, and an infinity (written as ``null``) or a key given twice (Python keeps the last one,
     a reader may show the first) would let a file be edited without changing it.
@@ -704,11 +706,17 @@ def parse_untrusted_json(text: str, source: str) -> Any:
         raise ValueError(f"{source} is not readable JSON: it is nested {depth} levels deep (at most "
                          f"{MAX_DOCUMENT_DEPTH})")
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_int=_parse_int, parse_float=_parse_float,
-                          object_pairs_hook=lambda pairs: unique_json_keys(
-                              pairs, "the key {key!r} is given twice in one object"))
+        doc = json.loads(text, parse_constant=_no_constant, parse_int=_parse_int, parse_float=_parse_float,
+                         object_pairs_hook=lambda pairs: unique_json_keys(
+                             pairs, "the key {key!r} is given twice in one object"))
+        if _SURROGATE_ESCAPE.search(text):  # "\ud800" alone parses to a string that no UTF-8 text (the digest) holds
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{source} is not readable JSON: it holds a lone surrogate escape (\\ud800-\\udfff), "
+                         "which is not Unicode text") from None
     except (ValueError, RecursionError) as e:
         raise ValueError(f"{source} is not readable JSON: it is not valid JSON ({type(e).__name__}: {e})") from None
+    return doc
 
 
 def read_checked_json(

@@ -136,10 +136,17 @@ def write_csv(
     path = Path(path)
     with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
+        # the csv module quotes a cell with the line terminator "\n" but not one with a lone "\r", which every CSV
+        # reader takes for a line end: a row holding one is written with every cell quoted
+        quoted = csv.writer(f, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+        def write(cells: list[str]) -> None:
+            (quoted if any("\r" in c for c in cells) else writer).writerow(cells)
+
         if header:  # no columns: an empty file
-            writer.writerow(header)
+            write(header)
         for row in rows:
-            writer.writerow([format_cell(row.get(c)) for c in header])
+            write([format_cell(row.get(c)) for c in header])
     return path
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
 
@@ -57,7 +58,7 @@ _BET_HALF_LIFE = 25.0
 
 
 def _check_alpha(alpha: float) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, Real) or not 0 < alpha < 1:
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
     return float(alpha)
 
@@ -107,6 +108,9 @@ def conformal_pvalues(
     """
     s = _vector(scores, "scores")
     ref = _vector(reference, "reference", allow_nan=False)
+    if not (seed is None or isinstance(seed, np.random.Generator)
+            or isinstance(seed, Integral) and not isinstance(seed, (bool, np.bool_)) and seed >= 0):
+        raise ValueError(f"seed must be a non-negative integer, a numpy Generator or None, got {seed!r}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     tau = rng.uniform(size=len(s)).tolist()
     defined = ~np.isnan(s)
@@ -168,7 +172,7 @@ def simple_jumper(pvalues: object, jump: float = JUMPER_RATE) -> np.ndarray:
     p = _vector(pvalues, "pvalues")
     if ((p < 0) | (p > 1)).any():
         raise ValueError("pvalues must lie in [0, 1]")
-    if isinstance(jump, bool) or not isinstance(jump, (int, float)) or not 0 <= jump <= 1:
+    if isinstance(jump, (bool, np.bool_)) or not isinstance(jump, Real) or not 0 <= jump <= 1:
         raise ValueError(f"jump must be a number in [0, 1], got {jump!r}")
     j = float(jump)
     wd, w0, wu = 1 / 3, 1 / 3, 1 / 3  # the capital's split over e = -1, 0, 1, normalised; log_s carries its total
@@ -296,7 +300,7 @@ def _losses(losses: object, target: float) -> np.ndarray:
     x = _vector(losses, "losses")
     if ((x < 0) | (x > 1)).any():
         raise ValueError("losses must lie in [0, 1] (failure 0/1, or 1 - Dice)")
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
+    if isinstance(target, (bool, np.bool_)) or not isinstance(target, Real) or not 0 < target < 1:
         raise ValueError(f"target must be a number in (0, 1), got {target!r}")
     return x
 
@@ -324,7 +328,7 @@ def risk_bets(losses: object, target: float, cap: float = RISK_BET_CAP) -> np.nd
         array([0. , 0.9, 0.9, 0.9])
     """
     x = _losses(losses, target)
-    if not 0 < cap < 1:
+    if isinstance(cap, (bool, np.bool_)) or not isinstance(cap, Real) or not 0 < cap < 1:
         raise ValueError(f"cap must be in (0, 1), got {cap!r}")
     decay = 0.5 ** (1 / _BET_HALF_LIFE)
     w, s1 = 1.0, target  # one pseudo-case at the target
@@ -347,17 +351,26 @@ def risk_eprocess(losses: object, target: float, m: float | None = None) -> np.n
     Args:
         losses: ``(N,)`` losses in ``[0, 1]`` (NaN skipped).
         target: the certified target risk (it sizes the bets).
-        m: the risk tested against (default ``target``).
+        m: the risk tested against, in ``[0, 1]`` (default ``target``).
 
     Returns:
         ``(N,)`` ``log K_n(m)``.
+
+    Raises:
+        ValueError: losses outside ``[0, 1]``, ``target`` outside ``(0, 1)`` or ``m`` outside ``[0, 1]`` (or NaN).
 
     Example:
         >>> np.exp(risk_eprocess([0, 1, 1, 1], target=0.1)).round(2)
         array([1.  , 1.  , 1.81, 3.28])
     """
     x = _losses(losses, target)
-    mm = target if m is None else float(m)
+    if m is None:
+        mm = float(target)
+    elif isinstance(m, (bool, np.bool_)) or not isinstance(m, Real) or not 0 <= m <= 1:
+        # a risk outside [0, 1] makes a factor 1 + lam (x - m) negative (a NaN e-process) or the test meaningless
+        raise ValueError(f"m must be a risk in [0, 1], got {m!r}")
+    else:
+        mm = float(m)
     lam = risk_bets(x, target)
     terms = np.where(np.isnan(x), 0.0, np.log1p(lam * (np.nan_to_num(x) - mm)))
     return np.cumsum(terms)
@@ -388,7 +401,7 @@ def risk_lower_bound(losses: object, target: float, alpha: float, resolution: in
     """
     a = _check_alpha(alpha)
     x = _losses(losses, target)
-    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 1:
+    if isinstance(resolution, (bool, np.bool_)) or not isinstance(resolution, Integral) or resolution < 1:
         raise ValueError(f"resolution must be a positive integer, got {resolution!r}")
     keep = ~np.isnan(x)
     xs, lam = x[keep], risk_bets(x, target)[keep]

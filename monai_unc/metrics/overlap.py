@@ -156,9 +156,28 @@ def overlap_ratio(
 
 def _count_tensors(intersection: ArrayLike, size_a: ArrayLike, size_b: ArrayLike
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``|A & B|``, ``|A|`` and ``|B|`` as tensors on the intersection's device."""
+    """``|A & B|``, ``|A|`` and ``|B|`` as tensors on the intersection's device, checked to be possible counts.
+
+    Counts may be expected (soft) counts: a relative tolerance of 1e-9 covers their rounding.
+    """
     inter = to_tensor(intersection, "intersection")
-    return inter, to_tensor(size_a, "size_a").to(inter.device), to_tensor(size_b, "size_b").to(inter.device)
+    a, b = to_tensor(size_a, "size_a").to(inter.device), to_tensor(size_b, "size_b").to(inter.device)
+    for name, x in (("intersection", inter), ("size_a", a), ("size_b", b)):
+        x = x.detach()
+        if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} must be finite counts, got NaN or infinity")
+        if bool((x < 0).any()):
+            raise ValueError(f"{name} must be non-negative counts, got {float(x.min())}")
+    try:
+        smaller = torch.minimum(a.detach().to(torch.float64), b.detach().to(torch.float64))
+        over = inter.detach().to(torch.float64) - smaller > 1e-9 * torch.clamp(smaller, min=1.0)
+    except RuntimeError as err:
+        raise ValueError(f"intersection, size_a and size_b must broadcast, got {tuple(inter.shape)}, "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}") from err
+    if bool(over.any()):  # |A & B| <= min(|A|, |B|): anything else is not an overlap (Dice would exceed 1)
+        raise ValueError(f"intersection exceeds the smaller of size_a and size_b in {int(over.sum())} place(s): "
+                         "not the counts of two masks")
+    return inter, a, b
 
 
 def dice_from_counts(
@@ -176,6 +195,10 @@ def dice_from_counts(
 
     Returns:
         float64 torch tensor of the broadcast shape.
+
+    Raises:
+        ValueError: counts that no two masks have: negative, NaN or infinite, an intersection larger than the
+            smaller size (beyond a relative 1e-9 for expected counts), or shapes that do not broadcast.
 
     Example:
         >>> from monai_unc.metrics.overlap import dice_from_counts
@@ -201,6 +224,10 @@ def iou_from_counts(
 
     Returns:
         float64 torch tensor of the broadcast shape.
+
+    Raises:
+        ValueError: counts that no two masks have: negative, NaN or infinite, an intersection larger than the
+            smaller size (beyond a relative 1e-9 for expected counts), or shapes that do not broadcast.
 
     Example:
         >>> from monai_unc.metrics.overlap import iou_from_counts
@@ -236,6 +263,7 @@ def _confusion(p: torch.Tensor, t: torch.Tensor, c: int, lead: torch.Size) -> to
 
 
 def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) -> torch.Tensor:
+    num_classes = _check_num_classes(num_classes)
     t = to_tensor(x, name)
     if t.ndim < 1 or t.shape[-1] == 0:
         raise ValueError(f"{name} must be label maps (..., V) with V > 0 voxels on the last axis, got {tuple(t.shape)}")
@@ -246,12 +274,27 @@ def _voxel_labels(x: Any, name: str, num_classes: int | None, validate: bool) ->
     return t
 
 
+def _check_num_classes(num_classes: Any) -> int | None:
+    """``num_classes`` as an int >= 2, or None; checked before the labels are compared with it."""
+    if num_classes is None:
+        return None
+    if not isinstance(num_classes, (int, float)) and not (
+        hasattr(num_classes, "__index__") or getattr(num_classes, "ndim", None) == 0
+    ):
+        raise TypeError(f"num_classes must be an integer >= 2 (background and a class), got {num_classes!r}")
+    try:
+        ok = not isinstance(num_classes, bool) and int(num_classes) == num_classes and num_classes >= 2
+    except (TypeError, ValueError, OverflowError):  # NaN, infinity
+        ok = False
+    if not ok:
+        raise ValueError(f"num_classes must be an integer >= 2 (background and a class), got {num_classes!r}")
+    return int(num_classes)
+
+
 def _num_classes(num_classes: int | None, *maps: torch.Tensor) -> int:
     if num_classes is None:
         return max(max(int(m.max()) for m in maps), 1) + 1
-    if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 2:
-        raise ValueError(f"num_classes must be an integer >= 2 (background and a class), got {num_classes!r}")
-    return int(num_classes)
+    return int(_check_num_classes(num_classes))  # type: ignore[arg-type]
 
 
 def class_counts(labels: ArrayLike, num_classes: int | None = None, validate: bool = True) -> ArrayLike:
@@ -335,7 +378,10 @@ def _label_pair(pred: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"pred must be label maps of shape (B, *spatial) or (B, 1, *spatial), got {tuple(p.shape)}")
     if tuple(p.shape) != tuple(t.shape):
         raise ValueError(f"pred and target must have the same shape, got {tuple(p.shape)} and {tuple(t.shape)}")
-    return p.reshape(p.shape[0], -1), t.reshape(t.shape[0], -1)
+    # the voxel count spelled out: reshape(B, -1) fails on an empty batch (B = 0) with a torch error instead of
+    # reaching the check that names the empty argument
+    n_vox = math.prod(p.shape[1:])
+    return p.reshape(p.shape[0], n_vox), t.reshape(t.shape[0], n_vox)
 
 
 def _per_class(
@@ -523,8 +569,12 @@ def label_gram(
         if label != "foreground":
             raise ValueError(f"label must be a class index or 'foreground', got {label!r}")
         return _gram(parts, lambda x: x > 0, b)
-    if isinstance(label, bool) or int(label) != label:
-        raise ValueError(f"label must be a class index or 'foreground', got {label!r}")
+    try:
+        ok = not isinstance(label, bool) and int(label) == label and label >= 0
+    except (TypeError, ValueError, OverflowError):  # NaN, infinity, another type
+        ok = False
+    if not ok:  # a negative or fractional class would give an all-zero Gram matrix, as if every mask were empty
+        raise ValueError(f"label must be a class index (an integer >= 0) or 'foreground', got {label!r}")
     c = int(label)
     return _gram(parts, lambda x: x == c, b)
 

@@ -1,0 +1,81 @@
+"""Hostile reruns of the demo cohort writer (data/cohorts.py): a folder written with another seed, perturbation or
+parameter, a missing record, an interrupted run. A small fake template keeps every test fast."""
+
+from __future__ import annotations
+
+import csv
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+import monai_unc.data.cohorts as cohorts
+from monai_unc.data.cohorts import make_demo_cohort
+
+
+@pytest.fixture
+def small_template(monkeypatch):
+    rng = np.random.default_rng(0)
+    image = rng.uniform(0.1, 0.9, size=(1, 8, 6, 10)).astype(np.float32)
+    right = np.zeros((8, 6, 10), bool)
+    right[4:] = True
+    data = {"image": image, "label": rng.integers(0, 3, (1, 8, 6, 10)), "right": right, "affine": np.eye(4)}
+    monkeypatch.setattr(cohorts, "load_mni152_tissue", lambda resolution=2: data)
+    return data
+
+
+def image_of(folder, case):
+    return nib.load(folder / "images" / f"{case}.nii.gz").get_fdata()
+
+
+def test_a_rerun_with_another_parameter_or_seed_remakes_the_case(tmp_path, small_template):
+    """Regression: existing images were kept whatever they were made with, so a rerun with another parameter (or
+    seed) under the same case id left the old image while ``shifts.csv`` recorded the new parameter."""
+    first = make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
+    a = image_of(tmp_path, "x")
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "noise", "noise", 0.3)])
+    b = image_of(tmp_path, "x")
+    assert np.std(b - small_template["image"][0, 4:]) > 3 * np.std(a - small_template["image"][0, 4:])
+    with open(first["shifts"]) as f:
+        assert [r["parameter"] for r in csv.DictReader(f)] == ["0.3"]
+    make_demo_cohort(tmp_path, seed=1, shifts=[("x", "noise", "noise", 0.3)])
+    assert not np.array_equal(image_of(tmp_path, "x"), b)
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
+    np.testing.assert_array_equal(image_of(tmp_path, "x"), a)  # reproducible from (seed, kind, value)
+
+
+def test_an_unchanged_rerun_keeps_the_files(tmp_path, small_template):
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
+    path = tmp_path / "images" / "x.nii.gz"
+    before = path.stat().st_mtime_ns, path.stat().st_ino
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
+    assert (path.stat().st_mtime_ns, path.stat().st_ino) == before
+
+
+def test_a_folder_without_its_record_is_made_again(tmp_path, small_template):
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
+    a = image_of(tmp_path, "x")
+    nib.save(nib.Nifti1Image(np.zeros_like(a, dtype=np.float32), np.eye(4)), tmp_path / "images" / "x.nii.gz")
+    (tmp_path / "demo_cases.json").write_text("{broken")
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
+    np.testing.assert_array_equal(image_of(tmp_path, "x"), a)
+
+
+def test_an_interrupted_remake_is_never_taken_for_the_old_case(tmp_path, small_template, monkeypatch):
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
+    a = image_of(tmp_path, "x")
+    real = cohorts.save_nifti
+    calls = []
+
+    def interrupted(arr, affine, path):
+        calls.append(path)
+        if len(calls) == 2:  # after the new image, before its label and record
+            raise KeyboardInterrupt
+        return real(arr, affine, path)
+
+    monkeypatch.setattr(cohorts, "save_nifti", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        make_demo_cohort(tmp_path, seed=0, shifts=[("x", "noise", "noise", 0.3)])
+    monkeypatch.setattr(cohorts, "save_nifti", real)
+    make_demo_cohort(tmp_path, seed=0, shifts=[("x", "none", "noise", 0.05)])
+    np.testing.assert_array_equal(image_of(tmp_path, "x"), a)

@@ -1,0 +1,138 @@
+"""Hostile input for the image perturbations (data/perturb.py): inputs never modified in place, reproducibility
+from the seed, severity monotone as documented, exact copies at severity 0, and bad arguments refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from monai_unc.data.perturb import FIXED_PERTURBATIONS, PERTURBATIONS, fixed_perturbation, perturb
+
+
+def image(shape=(1, 10, 12, 9), seed=0, dtype=np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0.1, 1.0, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("kind", PERTURBATIONS)
+def test_input_is_never_modified_numpy_and_torch(kind):
+    x = image()
+    keep = x.copy()
+    perturb(x, kind, 3.0, seed=1)
+    np.testing.assert_array_equal(x, keep)
+    t = torch.from_numpy(x.copy())
+    perturb(t, kind, 3.0, seed=1)
+    np.testing.assert_array_equal(t.numpy(), keep)
+
+
+@pytest.mark.parametrize("kind", PERTURBATIONS)
+def test_severity_is_monotone_for_a_fixed_seed(kind):
+    x = image(shape=(1, 14, 14, 14))
+    change = [float(np.abs(perturb(x, kind, s, seed=5) - x).mean()) for s in (0.0, 0.5, 1.5, 2.5, 3.5, 5.0)]
+    assert change[0] == 0.0
+    assert all(b >= a for a, b in zip(change, change[1:])), change
+
+
+@pytest.mark.parametrize("kind", ["noise", "bias_field", "contrast"])
+def test_reproducible_from_the_seed_and_different_across_seeds(kind):
+    x = image()
+    np.testing.assert_array_equal(perturb(x, kind, 2.0, seed=7), perturb(x, kind, 2.0, seed=np.int64(7)))
+    if kind != "contrast":  # contrast draws one coin (the gamma's direction): two seeds may agree
+        assert not np.array_equal(perturb(x, kind, 2.0, seed=7), perturb(x, kind, 2.0, seed=8))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("kind", PERTURBATIONS)
+def test_severity_zero_is_an_exact_copy_in_the_input_precision(kind, dtype):
+    """Regression: a float64 image came back from severity 0 rounded to float32 (errors ~3e-8), not unchanged."""
+    x = image(dtype=dtype)
+    y = perturb(x, kind, 0.0, seed=1)
+    assert y.dtype == dtype and y is not x and not np.shares_memory(x, y)
+    np.testing.assert_array_equal(y, x)
+    t = torch.from_numpy(x)
+    yt = perturb(t, kind, 0, seed=1)
+    assert yt.dtype == t.dtype and yt.data_ptr() != t.data_ptr()
+    assert torch.equal(yt, t)
+
+
+def test_integer_image_gives_float32():
+    x = (image() * 100).astype(np.int16)
+    assert perturb(x, "noise", 0.0).dtype == np.float32
+    assert perturb(x, "noise", 1.0).dtype == np.float32
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "1", None, True])
+def test_bad_seed_is_refused_by_name(seed):
+    """Regression: a negative seed raised numpy's "expected non-negative integer", 1.5 a SeedSequence TypeError."""
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        perturb(image(), "noise", 1.0, seed=seed)
+
+
+def test_float64_beyond_float32_range_is_refused():
+    x = image(dtype=np.float64)
+    x[0, 0, 0, 0] = 1e300
+    with pytest.raises(ValueError, match="image contains 1 non-finite"):
+        perturb(x, "blur", 1.0)
+
+
+@pytest.mark.parametrize("severity", [-0.1, 5.01, float("nan"), float("inf")])
+def test_severity_out_of_range(severity):
+    with pytest.raises(ValueError, match="severity must be in"):
+        perturb(image(), "noise", severity)
+
+
+def test_bad_images():
+    with pytest.raises(ValueError, match="image contains 1 non-finite"):
+        x = image()
+        x[0, 1, 1, 1] = np.nan
+        perturb(x, "noise", 1.0)
+    with pytest.raises(ValueError, match="channel-first"):
+        perturb(image()[0, 0], "noise", 1.0)
+    with pytest.raises(ValueError, match="image is empty"):
+        perturb(np.zeros((1, 0, 3, 3), np.float32), "noise", 1.0)
+    with pytest.raises(TypeError, match="real-valued"):
+        perturb(np.zeros((1, 3, 3, 3), bool), "noise", 1.0)
+
+
+# ------------------------------------------------------------------------------------------- fixed perturbations
+
+
+@pytest.mark.parametrize("kind", FIXED_PERTURBATIONS)
+def test_fixed_perturbation_keeps_the_input_and_is_reproducible(kind):
+    x = image()[0].astype(np.float64)
+    keep = x.copy()
+    value = {"identity": 0.0, "gamma_noise": 0.9, "noise": 0.05, "gamma": 1.3, "bias": 0.5, "blur": 1.0,
+             "lowres": 2}[kind]
+    a = fixed_perturbation(x, kind, value, np.random.default_rng(3))
+    b = fixed_perturbation(x, kind, value, np.random.default_rng(3))
+    np.testing.assert_array_equal(x, keep)
+    np.testing.assert_array_equal(a, b)
+    assert a.dtype == np.float32 and a.shape == x.shape and 0.0 <= a.min() and a.max() <= 1.0
+
+
+@pytest.mark.parametrize("kind, value", [
+    ("lowres", -2), ("lowres", 0), ("lowres", 2.7), ("lowres", 0.5),
+    ("blur", -1.0), ("noise", -0.1), ("gamma", 0.0), ("gamma", -1.0), ("gamma_noise", -0.5),
+    ("noise", float("nan")), ("bias", float("inf")), ("gamma", True),
+])
+def test_fixed_perturbation_refuses_a_value_out_of_range(kind, value):
+    """Regression: ``lowres`` with -2 reversed the slices (a mirrored image, silently), 2.7 was truncated to 2,
+    0 raised a bare "slice step cannot be zero"; negative noise / blur and non-positive gamma were accepted."""
+    with pytest.raises(ValueError, match="value"):
+        fixed_perturbation(image()[0], kind, value, np.random.default_rng(0))
+
+
+def test_fixed_perturbation_refuses_bad_image_kind_and_rng():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"image must be a finite, non-empty \(X, Y, Z\)"):
+        fixed_perturbation(image()[0, 0], "bias", 0.5, rng)
+    with pytest.raises(ValueError, match="image must be"):
+        fixed_perturbation(torch.zeros(3, 3, 3), "gamma", 2.0, rng)
+    bad = image()[0]
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="image must be"):
+        fixed_perturbation(bad, "noise", 0.1, rng)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        fixed_perturbation(image()[0], "warp", 1.0, rng)
+    with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
+        fixed_perturbation(image()[0], "noise", 0.1, 0)

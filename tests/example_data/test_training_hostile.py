@@ -1,0 +1,54 @@
+"""Hostile input for the example trainers (data/training.py, data/ssn_training.py): bad settings refused by name
+before any data is loaded or any step is taken, and ``dice_per_class`` against a brute force."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from monai_unc.data.ssn_training import train_ssn
+from monai_unc.data.training import dice_per_class, train_tissue_model
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"iterations": 0}, "iterations must be a positive integer"),
+    ({"iterations": 2.5}, "iterations must be a positive integer"),
+    ({"batch_size": 0}, "batch_size must be a positive integer"),
+    ({"batch_size": True}, "batch_size must be a positive integer"),
+    ({"lr": 0.0}, "lr must be a positive finite number"),
+    ({"lr": float("nan")}, "lr must be a positive finite number"),
+    ({"lr": float("inf")}, "lr must be a positive finite number"),
+    ({"lr": "0.01"}, "lr must be a positive finite number"),
+])
+def test_train_tissue_model_refuses_bad_settings_at_once(kwargs, match):
+    """Regression: ``iterations=0`` loaded the template and returned an untrained network with a record, as if
+    trained; ``batch_size=0`` failed in ``torch.stack`` after loading; an infinite ``lr`` trained to NaN."""
+    with pytest.raises(ValueError, match=match):
+        train_tissue_model(progress=False, **kwargs)
+
+
+@pytest.mark.parametrize("lr", [float("inf"), float("nan"), -1.0, 0, True])
+def test_train_ssn_refuses_a_non_finite_or_non_positive_lr(lr):
+    """Regression: ``lr=inf`` was accepted (it trains to NaN weights)."""
+    with pytest.raises(ValueError, match="lr must be a positive finite number"):
+        train_ssn(lr=lr, iterations=2, n_cases=1, progress=False)
+
+
+def test_dice_per_class_brute_force_and_nan_for_absent_classes():
+    rng = np.random.default_rng(0)
+    pred, label = rng.integers(0, 3, 60), rng.integers(0, 3, 60)
+    pred[pred == 2], label[label == 2] = 1, 1  # class 2 absent from both
+    with pytest.warns(UserWarning, match="two empty masks"):
+        got = dice_per_class(pred, label, 4)
+    ref = []
+    for c in range(1, 4):
+        a, b = pred == c, label == c
+        ref.append(math.nan if not a.any() and not b.any() else 2 * (a & b).sum() / (a.sum() + b.sum()))
+    np.testing.assert_allclose(got, ref, equal_nan=True)
+    mask = rng.uniform(size=60) < 0.5
+    with pytest.warns(UserWarning):
+        masked = dice_per_class(pred, label, 4, mask=mask)
+    a, b = pred[mask] == 1, label[mask] == 1
+    assert masked[0] == pytest.approx(2 * (a & b).sum() / (a.sum() + b.sum()))

@@ -1,0 +1,97 @@
+"""Hostile cells for the one CSV writer (io/tables.py): case ids with line breaks, carriage returns, quotes, commas,
+unicode and leading formula characters; non-finite and extreme floats; every table read back equal to what was
+written (by :func:`read_csv` and by the standard library's own reader)."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from monai_unc.io import format_cell, parse_float, read_csv, write_csv
+
+NASTY_IDS = [
+    "a,b", 'say "hi"', "line\nbreak", "carriage\rreturn", "crlf\r\nend", "\r", "\n", "tab\tx", " padded ",
+    "ünïcødé", "😀", "line\u2028sep", "nul\x00", "=1+1", "+cmd", "-2", "@SUM(A1)", "'quoted", '"', "", "nan",
+    "\ufeffbom",
+]
+
+
+def test_every_nasty_case_id_reads_back_as_written(tmp_path):
+    """Regression: a cell holding a lone ``\\r`` was written unquoted; every reader takes it for a line end, so the
+    row split in two and the cells after it moved to another case."""
+    rows = [{"case": cid, "dice": 0.5, "i": i} for i, cid in enumerate(NASTY_IDS)]
+    path = write_csv(tmp_path / "t.csv", rows)
+    back = read_csv(path)
+    assert [r["case"] for r in back] == NASTY_IDS
+    assert [int(r["i"]) for r in back] == list(range(len(NASTY_IDS)))
+    with open(path, newline="", encoding="utf-8") as f:
+        plain = list(csv.reader(f))
+    assert [r[0] for r in plain[1:]] == NASTY_IDS
+
+
+def test_a_carriage_return_in_a_column_name_reads_back(tmp_path):
+    rows = [{"case": "a", "x\ry": 1.0}]
+    back = read_csv(write_csv(tmp_path / "t.csv", rows))
+    assert back == [{"case": "a", "x\ry": "1.0"}]
+
+
+def test_rows_without_a_carriage_return_are_quoted_minimally(tmp_path):
+    """Only a row that needs it is quoted in full; the others keep the plain format."""
+    path = write_csv(tmp_path / "t.csv", [{"case": "a", "v": 1}, {"case": "b\rc", "v": 2}])
+    assert path.read_bytes().decode("utf-8") == 'case,v\na,1\n"b\rc","2"\n'
+    assert [parse_float(r["v"]) for r in read_csv(path)] == [1.0, 2.0]
+
+
+FLOATS = [0.1, 1 / 3, 5e-324, 2.0**-1022, 1.7976931348623157e308, -0.0, 1e16, 123456789.12345678,
+          float(np.float32(0.3)), float(np.float16(0.1)), math.pi * 1e-300]
+
+
+def test_floats_round_trip_bit_for_bit(tmp_path):
+    vals = FLOATS + [float(np.float32(v)) for v in np.random.default_rng(0).normal(size=50)]
+    small = [v if abs(v) < 3e38 else 1.0 for v in vals]  # float32 holds them
+    rows = [{"v": v, "np64": np.float64(v), "np32": np.float32(w)} for v, w in zip(vals, small)]
+    back = read_csv(write_csv(tmp_path / "t.csv", rows))
+    for v, w, r in zip(vals, small, back):
+        assert parse_float(r["v"]).hex() == float(v).hex()
+        assert parse_float(r["np64"]).hex() == float(v).hex()
+        assert parse_float(r["np32"]) == float(np.float32(w))
+
+
+def test_non_finite_and_missing_cells(tmp_path):
+    rows = [{"case": "a", "v": float("nan")}, {"case": "b", "v": float("inf")}, {"case": "c", "v": -np.inf},
+            {"case": "d", "v": None}, {"case": "e"}, {"case": "f", "v": np.float32("nan")}]
+    back = read_csv(write_csv(tmp_path / "t.csv", rows))
+    got = [parse_float(r["v"]) for r in back]
+    assert math.isnan(got[0]) and got[1] == math.inf and got[2] == -math.inf
+    assert math.isnan(got[3]) and math.isnan(got[4]) and math.isnan(got[5])
+    assert [r["v"] for r in back] == ["nan", "inf", "-inf", "", "", "nan"]
+
+
+@pytest.mark.parametrize("bad", [[1, 2], np.zeros(2), {"a": 1}, b"bytes", 1 + 2j, object()])
+def test_a_cell_of_another_type_is_refused_and_keeps_the_old_file(tmp_path, bad):
+    path = write_csv(tmp_path / "t.csv", [{"case": "old"}])
+    with pytest.raises(TypeError, match="table cell"):
+        write_csv(path, [{"case": "new"}, {"case": bad}])
+    assert read_csv(path) == [{"case": "old"}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_bad_rows_and_columns(tmp_path):
+    with pytest.raises(TypeError, match=r"rows\[1\] must be a mapping"):
+        write_csv(tmp_path / "t.csv", [{"a": 1}, [("a", 1)]])
+    with pytest.raises(ValueError, match="columns must be unique"):
+        write_csv(tmp_path / "t.csv", [{"a": 1}], columns=["a", "a"])
+    with pytest.raises(ValueError, match=r"rows\[0\] has keys \['b'\]"):
+        write_csv(tmp_path / "t.csv", [{"a": 1, "b": 2}], columns=["a"])
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_numpy_scalars_and_bools_format_like_python_ones():
+    assert format_cell(np.int8(-3)) == "-3" and format_cell(np.uint64(2**64 - 1)) == str(2**64 - 1)
+    assert format_cell(np.bool_(True)) == "True" and format_cell(False) == "False"
+    assert format_cell(np.str_("x,y")) == "x,y"
+    with pytest.raises(ValueError, match="cell must be a number"):
+        parse_float("True")

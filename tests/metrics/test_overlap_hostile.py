@@ -1,0 +1,239 @@
+"""Hostile input for Dice / IoU / Gram matrices (metrics/overlap.py): empty masks on one or both sides, the NaN
+rule against MONAI's ``ignore_empty``, one-hot against labels, bool and float masks, empty batches, bad
+``num_classes`` and ``label``; every number checked against an independent numpy brute force."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from monai.metrics import DiceMetric, compute_dice, compute_iou
+from monai.networks.utils import one_hot
+
+from monai_unc.metrics.overlap import (
+    class_counts,
+    dice,
+    dice_from_counts,
+    dice_matrix,
+    iou,
+    iou_from_counts,
+    iou_matrix,
+    label_gram,
+    mask_gram,
+    overlap_counts,
+)
+
+
+def brute(pred: np.ndarray, target: np.ndarray, c: int, kind: str, empty: float) -> np.ndarray:
+    """Dice / IoU per case and class by loops over sets of voxel indices (no counting trick)."""
+    out = np.empty((pred.shape[0], c))
+    for b in range(pred.shape[0]):
+        p, t = pred[b].ravel(), target[b].ravel()
+        for k in range(c):
+            a, r = set(np.flatnonzero(p == k)), set(np.flatnonzero(t == k))
+            if not a and not r:
+                out[b, k] = empty
+            elif kind == "dice":
+                out[b, k] = 2 * len(a & r) / (len(a) + len(r))
+            else:
+                out[b, k] = len(a & r) / len(a | r)
+    return out
+
+
+def hostile_pair(seed: int, c: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Label maps (3, 5, 6, 3) with a class absent from both (case 0), from the target only (case 1) and from the
+    prediction only (case 2)."""
+    rng = np.random.default_rng(seed)
+    p = rng.integers(0, c, (3, 5, 6, 3))
+    t = rng.integers(0, c, (3, 5, 6, 3))
+    p[0][p[0] == 2], t[0][t[0] == 2] = 0, 0
+    t[1][t[1] == 3] = 1
+    p[2][p[2] == 1] = 0
+    return p, t
+
+
+@pytest.mark.parametrize("kind", ["dice", "iou"])
+@pytest.mark.parametrize("empty", [1.0, 0.0, 0.25])
+def test_matches_brute_force_with_every_empty_rule(kind, empty):
+    fn = dice if kind == "dice" else iou
+    for seed in range(5):
+        p, t = hostile_pair(seed)
+        got = fn(p, t, num_classes=4, include_background=True, empty_score=empty)
+        np.testing.assert_allclose(got, brute(p, t, 4, kind, empty), rtol=0, atol=1e-15)
+
+
+def test_one_side_empty_is_zero_never_the_empty_score():
+    p = np.zeros((1, 8), int)
+    t = np.zeros((1, 8), int)
+    t[0, :3] = 1
+    for empty in (1.0, 0.5, float("nan")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no NaN warning: the pair is not an empty pair
+            assert dice(p, t, num_classes=2, empty_score=empty)[0, 0] == 0.0
+            assert dice(t, p, num_classes=2, empty_score=empty)[0, 0] == 0.0
+            assert iou(p, t, num_classes=2, empty_score=empty)[0, 0] == 0.0
+
+
+def test_nan_rule_warns_and_counts_only_pairs_of_empty_masks():
+    p, t = hostile_pair(0)
+    with pytest.warns(UserWarning, match=r"dice: 1 comparison\(s\) of two empty masks"):
+        d = dice(p, t, num_classes=4, empty_score=float("nan"))
+    assert math.isnan(d[0, 1]) and np.isfinite(np.delete(d.ravel(), 1)).all()
+
+
+def test_monai_ignore_empty_false_equals_the_default_rule():
+    for seed in range(5):
+        p, t = hostile_pair(seed)
+        pt, tt = (one_hot(torch.as_tensor(x)[:, None], 4) for x in (p, t))
+        for inc in (False, True):
+            ref = compute_dice(pt, tt, include_background=inc, ignore_empty=False).numpy()
+            np.testing.assert_allclose(dice(p, t, num_classes=4, include_background=inc), ref, atol=1e-6)
+            ref = compute_iou(pt, tt, include_background=inc, ignore_empty=False).numpy()
+            np.testing.assert_allclose(iou(p, t, num_classes=4, include_background=inc), ref, atol=1e-6)
+
+
+def test_monai_ignore_empty_true_is_nan_where_the_reference_is_empty_and_differs_only_there():
+    p, t = hostile_pair(1)
+    pt, tt = (one_hot(torch.as_tensor(x)[:, None], 4) for x in (p, t))
+    metric = DiceMetric(include_background=False, ignore_empty=True, reduction="none")
+    ref = metric(pt, tt).numpy()
+    ours = dice(p, t, num_classes=4)
+    ref_empty = np.stack([(t == k).reshape(3, -1).sum(1) == 0 for k in range(1, 4)], axis=1)
+    assert np.isnan(ref[ref_empty]).all() and np.isfinite(ref[~ref_empty]).all()
+    np.testing.assert_allclose(ours[~ref_empty], ref[~ref_empty], atol=1e-6)
+    # where only the reference is empty (case 1, class 3) ours is the formula's 0, MONAI's NaN: a different rule
+    assert ours[1, 2] == 0.0 and math.isnan(ref[1, 2])
+
+
+def test_spacing_does_not_enter_and_layouts_agree():
+    """Overlap counts voxels: the same labels as (B, *spatial), (B, 1, *spatial) and (B, V) give the same Dice,
+    and any axis order (as after a resampling to another anisotropic grid's axis order) too."""
+    p, t = hostile_pair(2)
+    base = dice(p, t, num_classes=4)
+    np.testing.assert_array_equal(dice(p[:, None], t[:, None], num_classes=4), base)
+    np.testing.assert_array_equal(dice(p.reshape(3, -1), t.reshape(3, -1), num_classes=4), base)
+    np.testing.assert_array_equal(dice(p.transpose(0, 3, 1, 2), t.transpose(0, 3, 1, 2), num_classes=4), base)
+
+
+def test_bool_float_and_integer_dtypes_agree():
+    p, t = hostile_pair(3, c=2)
+    base = dice(p, t)
+    for dt in (bool, np.uint8, np.int16, np.float32, np.float64):
+        np.testing.assert_array_equal(dice(p.astype(dt), t.astype(dt)), base)
+    np.testing.assert_array_equal(dice(torch.as_tensor(p), torch.as_tensor(t)).numpy(), base)
+
+
+def test_fractional_nan_and_negative_labels_are_refused():
+    p, t = hostile_pair(4)
+    with pytest.raises(ValueError, match="pred must hold integer class labels"):
+        dice(p + 0.5, t)
+    bad = p.astype(float)
+    bad[0, 0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="pred contains 1 non-finite"):
+        dice(bad, t)
+    with pytest.raises(ValueError, match="target must be non-negative"):
+        dice(p, t - 1)
+    with pytest.raises(ValueError, match="pred holds class 3 but only 3 classes"):
+        dice(p, t, num_classes=3)
+
+
+def test_empty_batch_is_refused_by_name():
+    """Regression: a batch of 0 cases crashed in torch's reshape ("cannot reshape tensor of 0 elements")."""
+    z = torch.zeros(0, 4, 4, dtype=torch.long)
+    for fn in (dice, iou):
+        with pytest.raises(ValueError, match="pred is empty"):
+            fn(z, z)
+        with pytest.raises(ValueError, match="pred is empty"):
+            fn(np.zeros((0, 2, 3), int), np.zeros((0, 2, 3), int), num_classes=2)
+    with pytest.raises(ValueError, match="V > 0 voxels"):
+        dice(np.zeros((2, 0), int), np.zeros((2, 0), int))
+
+
+@pytest.mark.parametrize("bad", ["3", [3], {}])
+def test_num_classes_of_another_type_is_a_type_error_naming_it(bad):
+    """Regression: ``num_classes="3"`` failed inside the label check ("'>=' not supported between ... 'str'")."""
+    p, t = hostile_pair(0)
+    with pytest.raises(TypeError, match="num_classes"):
+        dice(p, t, num_classes=bad)
+    with pytest.raises(TypeError, match="num_classes"):
+        class_counts(p.reshape(3, -1), num_classes=bad)
+
+
+@pytest.mark.parametrize("bad", [2.5, float("nan"), float("inf"), 1, 0, -3, True])
+def test_num_classes_out_of_range_is_a_value_error_naming_it(bad):
+    p, t = hostile_pair(0)
+    with pytest.raises(ValueError, match="num_classes must be an integer >= 2"):
+        overlap_counts(p.reshape(3, -1), t.reshape(3, -1), num_classes=bad)
+
+
+def test_num_classes_may_be_a_numpy_integer_or_an_integral_float():
+    p, t = hostile_pair(0)
+    base = dice(p, t, num_classes=4)
+    np.testing.assert_array_equal(dice(p, t, num_classes=np.int64(4)), base)
+    np.testing.assert_array_equal(dice(p, t, num_classes=4.0), base)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, float("nan"), float("inf"), True, "2"])
+def test_label_gram_refuses_a_label_that_is_no_class(bad):
+    """Regression: ``label=-1`` gave an all-zero Gram matrix (every mask 'empty'), NaN a bare int() error."""
+    with pytest.raises(ValueError, match="label must be a class index"):
+        label_gram(np.array([[0, 1, 2], [1, 1, 0]]), bad)
+
+
+def test_gram_matrices_match_brute_force_with_empty_masks():
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 3, (6, 40))
+    labels[2] = 0  # no foreground at all
+    labels[4] = labels[3]  # identical maps
+    for label in (1, 2, "foreground"):
+        masks = labels > 0 if label == "foreground" else labels == label
+        g = label_gram(labels, label, block=7).numpy()
+        ref = masks.astype(np.int64) @ masks.T.astype(np.int64)
+        np.testing.assert_array_equal(g, ref)
+        np.testing.assert_array_equal(mask_gram(masks, block=3).numpy(), ref)
+        np.testing.assert_array_equal(mask_gram(masks.astype(np.float32)).numpy(), ref)
+        d, j = dice_matrix(g).numpy(), iou_matrix(g).numpy()
+        for a in range(6):
+            for b in range(6):
+                x, y = set(np.flatnonzero(masks[a])), set(np.flatnonzero(masks[b]))
+                if not x and not y:
+                    assert d[a, b] == 1.0 and j[a, b] == 1.0
+                else:
+                    assert d[a, b] == pytest.approx(2 * len(x & y) / (len(x) + len(y)), abs=1e-15)
+                    assert j[a, b] == pytest.approx(len(x & y) / len(x | y), abs=1e-15)
+
+
+def test_mask_gram_refuses_non_binary_masks():
+    with pytest.raises(ValueError, match="masks must hold only 0 and 1"):
+        mask_gram(np.array([[0.0, 0.5, 1.0]]))
+    with pytest.raises(ValueError, match="masks must hold only 0 and 1"):
+        mask_gram(np.array([[0.0, np.nan, 1.0]]))
+
+
+@pytest.mark.parametrize("fn", [dice_from_counts, iou_from_counts])
+@pytest.mark.parametrize("counts, match", [
+    (([5], [2], [2]), "intersection exceeds the smaller"),
+    (([3], [2], [9]), "intersection exceeds the smaller"),
+    (([-1], [0], [2]), "intersection must be non-negative"),
+    (([0], [-1], [2]), "size_a must be non-negative"),
+    (([0], [1], [-2]), "size_b must be non-negative"),
+    (([np.nan], [1], [1]), "intersection must be finite"),
+    (([1], [np.inf], [1]), "size_a must be finite"),
+    (([1, 2], [3, 3, 3], [3]), "must broadcast"),
+])
+def test_impossible_counts_are_refused(fn, counts, match):
+    """Regression: ``dice_from_counts(5, 2, 2)`` gave 2.5 and a negative intersection a negative Dice, silently."""
+    with pytest.raises(ValueError, match=match):
+        fn(*counts)
+
+
+def test_counts_at_their_limits_and_soft_counts_are_accepted():
+    np.testing.assert_array_equal(dice_from_counts([2, 0, 0], [2, 0, 3], [2, 0, 0]).numpy(), [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(dice_from_counts([1.5], [2.0], [1.5]).numpy(), [3 / 3.5])
+    # expected counts rounded a hair above the smaller size (sum of products vs sum of probabilities)
+    assert float(iou_from_counts([1.0 + 1e-12], [1.0], [4.0])) == pytest.approx(1 / 4)
+    with pytest.raises(ValueError, match="intersection exceeds"):
+        dice_matrix(np.array([[2.0, 3.0], [3.0, 2.0]]))  # no Gram matrix of masks
