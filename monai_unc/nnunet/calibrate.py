@@ -120,9 +120,10 @@ def calibrate_model_folder(
 
     Raises:
         ValueError: ``output_dir`` is the model folder or inside it, no preprocessed folder is known, ``use_folds`` is
-            empty or repeats a fold, a fold is ``"all"``, negative or not in the splits, ``checkpoint_name`` holds a
-            folder, ``mode`` / ``loss`` / ``scaler_kwargs`` are refused by the scaler, the configuration is a cascade
-            stage, or the model is a Stochastic Segmentation Network.
+            empty or repeats a fold, a fold is ``"all"``, negative or not in the splits (or its split has no list of
+            validation cases), ``checkpoint_name`` holds a folder, ``mode`` / ``loss`` / ``scaler_kwargs`` are
+            refused by the scaler, the configuration is a cascade stage, or the model is a Stochastic Segmentation
+            Network.
         FileNotFoundError: ``splits_final.json`` is missing.
     """
     src, dst = Path(model_training_output_dir), Path(output_dir)
@@ -148,9 +149,17 @@ def calibrate_model_folder(
     if not splits_file.is_file():
         raise FileNotFoundError(f"{splits_file} not found: the validation split of the folds is needed")
     splits = json.loads(splits_file.read_text())
+    if not isinstance(splits, list):
+        raise ValueError(f"{splits_file} must hold a list of splits (one {{'train': [...], 'val': [...]}} per fold), "
+                         f"got a {type(splits).__name__}")
     missing = [f for f in folds if f >= len(splits)]
     if missing:
         raise ValueError(f"folds {missing} are not in {splits_file} ({len(splits)} splits)")
+    for f in folds:  # a file users edit for custom splits: its validation cases are read as they are
+        val = splits[f].get("val") if isinstance(splits[f], dict) else None
+        if not isinstance(val, list) or not val or not all(isinstance(k, str) for k in val):
+            raise ValueError(f"{splits_file}: split {f} must have 'val', a non-empty list of case identifiers (the "
+                             f"cases the temperature is fitted on), got {val!r}")
     report: dict[str, dict] = {}
     for fold_key in folds:
         predictor = nnUNetPredictor(use_mirroring=use_mirroring, device=device, allow_tqdm=False)

@@ -310,6 +310,10 @@ class UncertaintyPredictor(nnUNetPredictor):
                              "counts it in the mutual information")
         if not isinstance(device, torch.device):
             raise TypeError(f"device must be a torch.device, got {type(device).__name__}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            # a float was truncated by int() (1.5 drew seed 1's masks while the record said 1.5), a string failed at
+            # the first case
+            raise TypeError(f"seed must be an integer or None, got {seed!r}")
         if isinstance(tile_step_size, bool) or not isinstance(tile_step_size, (int, float)) or not (
                 0.0 < float(tile_step_size) <= 1.0):
             # stock nnU-Net asserts this only when the first case reaches the sliding window

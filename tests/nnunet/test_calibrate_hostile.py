@@ -105,3 +105,18 @@ def test_valid_call_still_writes_the_copy(setup):
     ckpt = torch.load(out / "fold_0" / "checkpoint_final.pth", weights_only=False)
     assert ckpt["monai_unc_temperature"] == report["0"]["temperature"]
     assert report["0"]["num_cases"] == 2
+
+
+@pytest.mark.parametrize("splits, match", [
+    ({"0": {"val": ["a"]}}, "must hold a list of splits"),  # was KeyError 0
+    ([{"train": ["a"]}], "split 0 must have 'val'"),  # was KeyError 'val'
+    ([{"val": []}], "split 0 must have 'val'"),  # was the scaler's "no logits to fit on", after the copy began
+    ([{"val": "a"}], "split 0 must have 'val'"),  # was an AttributeError in nnU-Net's dataset class
+    (["a"], "split 0 must have 'val'"),
+])
+def test_malformed_splits_file_is_named_before_the_copy(splits, match, setup):
+    """``splits_final.json`` is edited for custom splits: a malformed one is a ValueError naming the file and split."""
+    (setup["pre"] / "Dataset999_Unit" / "splits_final.json").write_text(json.dumps(splits))
+    with pytest.raises(ValueError, match=match):
+        _calibrate(setup)
+    assert not setup["out"].exists()

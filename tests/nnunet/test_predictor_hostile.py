@@ -173,3 +173,17 @@ def test_part_id_outside_the_parts_is_refused(part_id, num_parts, tmp_path):
     with pytest.raises(ValueError, match="part_id"):
         pred.predict_from_files(str(tmp_path / "in"), str(tmp_path / "out"), num_processes_preprocessing=0,
                                 num_processes_segmentation_export=0, num_parts=num_parts, part_id=part_id)
+
+
+@pytest.mark.parametrize("seed", [1.5, "0", True])
+def test_seed_that_is_no_integer_is_refused(seed):
+    """``seed=1.5`` drew the masks of seed 1 while uncertainty_config.json recorded 1.5 (two runs recorded with
+    different seeds had the same draws); ``seed="0"`` failed at the first case, after the model loaded."""
+    with pytest.raises(TypeError, match="seed must be an integer"):
+        _predictor(uncertainty_sources=("folds", "dropout"), dropout_p=0.1, seed=seed)
+
+
+def test_integer_seeds_are_accepted():
+    import numpy as np
+
+    assert _predictor(uncertainty_sources=("folds", "dropout"), dropout_p=0.1, seed=np.int64(3)).seed == 3
