@@ -69,7 +69,8 @@ Extension points. nnU-Net offers no hook for per-sample outputs, so four *privat
 The public methods ``predict_sliding_window_return_logits`` (a dict instead of a tensor; dropout switched on
 after nnU-Net's ``network.eval()``), ``predict_logits_from_preprocessed_data`` (the folds' order),
 ``predict_from_data_iterator`` and ``predict_from_files_sequential`` (export through
-:func:`~monai_unc.nnunet.export.export_uncertainty`) are overridden as well; initialisation only adds checks.
+:func:`~monai_unc.nnunet.export.export_uncertainty`) are overridden as well; initialisation and ``predict_from_files``
+only add checks (folds, cascade inputs).
 
 This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
 top-level modules.
