@@ -30,6 +30,7 @@ from monai_unc.io import atomic_copy, atomic_torch_save, atomic_write_json, chec
 from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
 from monai_unc.nnunet.export import region_definitions
+from monai_unc.nnunet.predictor import _check_folds
 from monai_unc.temperature import TemperatureScaler
 
 __all__ = ["calibrate_model_folder", "segmentation_layer_name", "region_targets"]
@@ -118,11 +119,24 @@ def calibrate_model_folder(
         also written to ``temperature.json``.
 
     Raises:
-        ValueError: ``output_dir`` is the model folder or inside it, no preprocessed folder is known, a fold is
-            ``"all"`` or not in the splits, or the model is a Stochastic Segmentation Network.
+        ValueError: ``output_dir`` is the model folder or inside it, no preprocessed folder is known, ``use_folds`` is
+            empty or repeats a fold, a fold is ``"all"``, negative or not in the splits (or its split has no list of
+            validation cases), ``checkpoint_name`` holds a folder, ``mode`` / ``loss`` / ``scaler_kwargs`` are
+            refused by the scaler, the configuration is a cascade stage, or the model is a Stochastic Segmentation
+            Network.
         FileNotFoundError: ``splits_final.json`` is missing.
     """
     src, dst = Path(model_training_output_dir), Path(output_dir)
+    # every argument checked before the first file is written (an error after the first fold's prediction left a
+    # copy with plans but no checkpoint; no fold at all ended in an UnboundLocalError)
+    folds = _check_folds(use_folds)
+    if "all" in folds:
+        raise ValueError("fold 'all' has no held-out validation cases to fit a temperature on")
+    if not isinstance(checkpoint_name, str) or checkpoint_name in ("", ".", "..") or \
+            Path(checkpoint_name).name != checkpoint_name or "\\" in checkpoint_name:
+        # the calibrated checkpoint is written to output_dir/fold_<f>/<checkpoint_name>: a path would leave it
+        raise ValueError(f"checkpoint_name must be a file name without folders, got {checkpoint_name!r}")
+    TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, **scaler_kwargs)  # refuses a bad mode / loss / kwarg
     if src.resolve() == dst.resolve():
         raise ValueError("output_dir must differ from the model folder: the calibrated checkpoints are a copy")
     check_output_folder(dst, src)  # not inside the model folder (never written to), writable, not a file
@@ -135,17 +149,19 @@ def calibrate_model_folder(
     if not splits_file.is_file():
         raise FileNotFoundError(f"{splits_file} not found: the validation split of the folds is needed")
     splits = json.loads(splits_file.read_text())
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in ("plans.json", "dataset.json", "dataset_fingerprint.json"):
-        if (src / name).is_file():
-            atomic_copy(src / name, dst / name)
+    if not isinstance(splits, list):
+        raise ValueError(f"{splits_file} must hold a list of splits (one {{'train': [...], 'val': [...]}} per fold), "
+                         f"got a {type(splits).__name__}")
+    missing = [f for f in folds if f >= len(splits)]
+    if missing:
+        raise ValueError(f"folds {missing} are not in {splits_file} ({len(splits)} splits)")
+    for f in folds:  # a file users edit for custom splits: its validation cases are read as they are
+        val = splits[f].get("val") if isinstance(splits[f], dict) else None
+        if not isinstance(val, list) or not val or not all(isinstance(k, str) for k in val):
+            raise ValueError(f"{splits_file}: split {f} must have 'val', a non-empty list of case identifiers (the "
+                             f"cases the temperature is fitted on), got {val!r}")
     report: dict[str, dict] = {}
-    for fold in use_folds:
-        fold_key = "all" if fold == "all" else int(fold)
-        if fold_key == "all":
-            raise ValueError("fold 'all' has no held-out validation cases to fit a temperature on")
-        if fold_key >= len(splits):
-            raise ValueError(f"fold {fold_key} is not in {splits_file} ({len(splits)} splits)")
+    for fold_key in folds:
         predictor = nnUNetPredictor(use_mirroring=use_mirroring, device=device, allow_tqdm=False)
         with ext_trainer_path():
             predictor.initialize_from_trained_model_folder(str(src), (fold_key,), checkpoint_name)
@@ -156,6 +172,18 @@ def calibrate_model_folder(
                 "diagonal D = exp(log_var) + epsilon has a fixed floor epsilon (a trainer setting, not a weight), "
                 "so no change of the checkpoint's weights scales it exactly"
             )
+        if predictor.configuration_manager.previous_stage_name is not None:
+            # its network reads the previous stage's one-hot segmentation too, which the preprocessed cases lack
+            raise ValueError(
+                f"the model's configuration is a cascade stage (previous stage "
+                f"{predictor.configuration_manager.previous_stage_name!r}): temperature scaling of cascades is not "
+                "supported"
+            )
+        if not report:  # the first fold passed every check: the copy begins
+            dst.mkdir(parents=True, exist_ok=True)
+            for name in ("plans.json", "dataset.json", "dataset_fingerprint.json"):
+                if (src / name).is_file():
+                    atomic_copy(src / name, dst / name)
         lm = predictor.label_manager
         activation = "sigmoid" if lm.has_regions else "softmax"
         regions = [tuple(r) if isinstance(r, (tuple, list)) else (r,) for r in lm.foreground_regions] \

@@ -198,6 +198,25 @@ def _model_folder(args: argparse.Namespace) -> str:
                          "variables, or give the model folder with -m") from None
 
 
+def _folds(values: list[str]) -> list[int | str]:
+    """``-f``: fold numbers >= 0 or ``all``, each once (a repeated fold would count as two ensemble members)."""
+    folds: list[int | str] = []
+    for v in values:
+        if v == "all":
+            folds.append(v)
+            continue
+        try:
+            k = int(v)
+        except ValueError:
+            k = -1
+        if k < 0:
+            raise ValueError(f"-f takes fold numbers (0, 1, ...) or all, got {v!r}")
+        folds.append(k)
+    if len(set(folds)) != len(folds):
+        raise ValueError(f"-f names a fold more than once (-f {' '.join(values)}): each fold counts once")
+    return folds
+
+
 def check_predict_flags(args: argparse.Namespace) -> None:
     """Refuse combinations of ``nnunet-predict`` flags that contradict each other.
 
@@ -254,6 +273,8 @@ def check_predict_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--sample_batch_size batches the shared passes of dropout or rate_in: {why}")
     if args.num_samples < 1:
         raise ValueError(f"--num_samples must be >= 1, got {args.num_samples}")
+    if not 0.0 < args.step_size <= 1.0:
+        raise ValueError(f"-step_size must be in (0, 1] (a fraction of the patch), got {args.step_size}")
     if args.dropout_p is not None and not 0.0 < args.dropout_p < 1.0:
         raise ValueError(f"--dropout_p must be in (0, 1), got {args.dropout_p}")
 
@@ -274,7 +295,7 @@ def _predict(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"trained model folder not found: {model}")
     if not os.path.isdir(args.i):
         raise FileNotFoundError(f"input folder not found: {args.i}")
-    folds = [f if f == "all" else int(f) for f in args.f]
+    folds = _folds(args.f)
     # stock nnUNetv2_predict's thread settings for the prediction; the caller's intra-op thread count is restored
     # afterwards (run() is also called in-process: nnU-Net's CPU logits depend on the thread count, so a leaked
     # setting would change every later prediction of the process)
@@ -399,7 +420,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     model = _model_folder(args)
     if not os.path.isdir(model):
         raise FileNotFoundError(f"trained model folder not found: {model}")
-    report = calibrate_model_folder(model, args.o, use_folds=[f if f == "all" else int(f) for f in args.f],
+    report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
                                     checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
                                     use_mirroring=not args.disable_tta, device=torch.device(args.device))
     print(json.dumps(report, indent=2))

@@ -131,14 +131,17 @@ def dropout_plans(
         plans: the plans dict (``nnUNetPlans.json``).
         p: the dropout rate after every convolution, in (0, 1).
         plans_name: the new plans identifier (a file stem).
-        configurations: restrict the change to these configurations (default: all with an architecture).
+        configurations: restrict the change to these configurations (a name or names; default: all with an
+            architecture).
 
     Returns:
         The new plans dict (the input is not changed).
 
     Raises:
         ValueError: not a plans dict, a bad ``plans_name`` or ``p``, an unknown configuration, a named
-            configuration that inherits its architecture, or no configuration with an architecture.
+            configuration that inherits its architecture, no configuration with an architecture, or a malformed
+            field of the plans (configurations, ``architecture``, ``arch_kwargs``, ``conv_op``,
+            ``_kw_requires_import``; the message names it).
 
     Example:
         >>> arch = {"network_class_name": "PlainConvUNet", "arch_kwargs": {"conv_op": "torch.nn.modules.conv.Conv3d"},
@@ -149,12 +152,16 @@ def dropout_plans(
         >>> out["plans_name"], out["configurations"]["3d_fullres"]["architecture"]["_kw_requires_import"]
         ('nnUNetPlansDropout', ['conv_op', 'dropout_op'])
     """
-    if "configurations" not in plans:
+    if not isinstance(plans, Mapping) or "configurations" not in plans:
         raise ValueError("plans has no 'configurations': not an nnU-Net plans dict")
     if not isinstance(plans_name, str) or not plans_name or os.sep in plans_name:
         raise ValueError(f"plans_name must be a file stem without path separators, got {plans_name!r}")
     out = copy.deepcopy(dict(plans))
     confs = out["configurations"]
+    if not isinstance(confs, Mapping) or not all(isinstance(c, Mapping) for c in confs.values()):
+        raise ValueError("plans 'configurations' must map each configuration name to its settings (a JSON object)")
+    if isinstance(configurations, str):  # one name, not its characters
+        configurations = [configurations]
     wanted = list(confs) if configurations is None else list(configurations)
     unknown = [c for c in wanted if c not in confs]
     if unknown:
@@ -169,6 +176,14 @@ def dropout_plans(
                     "change that one instead"
                 )
             continue
+        where = f"plans configurations.{name}.architecture"
+        if not isinstance(arch, Mapping) or not isinstance(arch.get("arch_kwargs"), Mapping):
+            raise ValueError(f"{where} must be a JSON object with an 'arch_kwargs' object")
+        if not isinstance(arch.get("_kw_requires_import", []), list):
+            raise ValueError(f"{where}._kw_requires_import must be a list of argument names")
+        if not isinstance(arch["arch_kwargs"].get("conv_op"), (str, type)):
+            raise ValueError(f"{where}.arch_kwargs.conv_op must name a convolution class (e.g. "
+                             f"'torch.nn.modules.conv.Conv3d'), got {arch['arch_kwargs'].get('conv_op')!r}")
         arch["arch_kwargs"] = dropout_arch_kwargs(arch["arch_kwargs"], p)
         req = arch.setdefault("_kw_requires_import", [])
         if "dropout_op" not in req:

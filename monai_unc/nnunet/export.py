@@ -444,6 +444,33 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     return _write_with_reader_writer(reader_writer, arr.view(_FloatMap), out, properties)
 
 
+def _check_region_file_names(region_names: Iterable[str]) -> None:
+    """Refuse region names that cannot be part of a file name (formats without 4D images write one file per region).
+
+    The names come from ``dataset.json`` (``labels``), a file users edit; each becomes part of the map file
+    ``<case>_<measure>_<region><ending>``. A name holding a path separator failed only at the first case's export,
+    after its prediction, with pathlib's ``Invalid name`` that names neither the region nor ``dataset.json``.
+
+    Args:
+        region_names: the region names (the keys of :func:`region_definitions`).
+
+    Raises:
+        ValueError: a name holds a path separator (a slash or a backslash) or a NUL character.
+
+    Example:
+        >>> _check_region_file_names(["whole tumor", "TC", "ET"])
+        >>> _check_region_file_names(["TC/ET"])
+        Traceback (most recent call last):
+            ...
+        ValueError: dataset.json labels: region name 'TC/ET' cannot be part of a file name ...
+    """
+    for name in region_names:
+        text = str(name)
+        if any(c in text for c in ("/", "\\", "\0")):
+            raise ValueError(f"dataset.json labels: region name {text!r} cannot be part of a file name (it names the "
+                             "region's map files in formats without 4D images); rename the region")
+
+
 def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | os.PathLike, properties: dict,
                       region_names: Sequence[str]) -> list[Path]:
     """Write per-region maps ``(R, *shape)`` of one measure with the geometry of :func:`write_float_map`.
@@ -465,7 +492,8 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
         The paths written (one 4D NIfTI, or one file per region).
 
     Raises:
-        ValueError: ``data`` is not ``(R, *shape)`` with ``R = len(region_names)``.
+        ValueError: ``data`` is not ``(R, *shape)`` with ``R = len(region_names)``, or (one file per region) a region
+            name holds a path separator (:func:`_check_region_file_names`).
 
     Example:
         >>> import tempfile
@@ -486,6 +514,7 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     ending = _ending(out.name)
     stem = out.name[: -len(ending)] if ending else out.name
     if ending not in (".nii.gz", ".nii") or arr.ndim != 4:
+        _check_region_file_names(region_names)
         return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties)
                 for r, name in enumerate(region_names)]
     out.parent.mkdir(parents=True, exist_ok=True)

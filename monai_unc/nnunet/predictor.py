@@ -69,7 +69,8 @@ Extension points. nnU-Net offers no hook for per-sample outputs, so four *privat
 The public methods ``predict_sliding_window_return_logits`` (a dict instead of a tensor; dropout switched on
 after nnU-Net's ``network.eval()``), ``predict_logits_from_preprocessed_data`` (the folds' order),
 ``predict_from_data_iterator`` and ``predict_from_files_sequential`` (export through
-:func:`~monai_unc.nnunet.export.export_uncertainty`) are overridden as well; initialisation only adds checks.
+:func:`~monai_unc.nnunet.export.export_uncertainty`) are overridden as well; initialisation and ``predict_from_files``
+only add checks (folds, cascade inputs).
 
 This module uses absolute imports only: nnU-Net imports the modules of the ``nnUNet_extTrainer`` folder as
 top-level modules.
@@ -121,6 +122,7 @@ from monai_unc.nnunet.export import (
     MEAN_SQ,
     WINDOW_ENTROPY,
     CaseUncertainty,
+    _check_region_file_names,
     case_exported,
     case_scores,
     convert_uncertainty_to_original_geometry,
@@ -309,6 +311,14 @@ class UncertaintyPredictor(nnUNetPredictor):
                              "counts it in the mutual information")
         if not isinstance(device, torch.device):
             raise TypeError(f"device must be a torch.device, got {type(device).__name__}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            # a float was truncated by int() (1.5 drew seed 1's masks while the record said 1.5), a string failed at
+            # the first case
+            raise TypeError(f"seed must be an integer or None, got {seed!r}")
+        if isinstance(tile_step_size, bool) or not isinstance(tile_step_size, (int, float)) or not (
+                0.0 < float(tile_step_size) <= 1.0):
+            # stock nnU-Net asserts this only when the first case reaches the sliding window
+            raise ValueError(f"tile_step_size must be in (0, 1] (a fraction of the patch), got {tile_step_size!r}")
         super().__init__(tile_step_size, use_gaussian, use_mirroring, perform_everything_on_device, device, verbose,
                          verbose_preprocessing, allow_tqdm)
         self.uncertainty_sources = sources
@@ -353,10 +363,16 @@ class UncertaintyPredictor(nnUNetPredictor):
             checkpoint_name: the checkpoint file of each fold.
 
         Raises:
-            ValueError: ``"ssn"`` without an SSN head, ``"mirroring"`` for a model trained without mirroring,
-                ``"dropout"`` without dropout in the network and no ``dropout_p``, or ``"rate_in"`` with several folds
-                but without ``"folds"``.
+            ValueError: ``use_folds`` is empty or names a fold twice (a repeated fold would count as two ensemble
+                members), a fold is neither ``"all"`` nor an integer >= 0, the folds' checkpoints disagree on the
+                trainer, configuration, mirroring axes or plans they were trained with (nnU-Net would build every fold's
+                network from the first fold's), ``"ssn"`` without an SSN head, ``"mirroring"`` for a model trained
+                without mirroring, ``"dropout"`` without dropout in the network and no ``dropout_p``, or ``"rate_in"``
+                with several folds but without ``"folds"``.
         """
+        if use_folds is not None:
+            use_folds = _check_folds(use_folds)
+        _check_fold_checkpoints(model_training_output_dir, use_folds, checkpoint_name)
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
         self._model_identity = _model_identity(model_training_output_dir, use_folds, checkpoint_name)
@@ -389,6 +405,10 @@ class UncertaintyPredictor(nnUNetPredictor):
     def _after_initialization(self) -> None:
         # region-based models: sigmoid per region, each region an independent Bernoulli variable
         self._multilabel = bool(self.label_manager.has_regions)
+        if self._multilabel and self.dataset_json.get("file_ending") not in (".nii.gz", ".nii"):
+            # one map file per region (no 4D image in this format): the names must be file-name parts, refused here
+            # rather than after the first case's prediction
+            _check_region_file_names(region_definitions(self.dataset_json))
         if "ssn" in self.uncertainty_sources and not find_ssn_heads(self._net()):
             raise ValueError(
                 "uncertainty source 'ssn' needs a Stochastic Segmentation Network: train with nnUNetTrainerSSN "
@@ -997,6 +1017,13 @@ class UncertaintyPredictor(nnUNetPredictor):
         lists, outputs, prevs = super()._manage_input_and_output_lists(
             list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
             folder_with_segs_from_prev_stage, True, part_id, num_parts, save_probabilities)
+        missing = [os.path.basename(f) for f in prevs if f is not None and not os.path.isfile(f)]
+        if missing:  # stock fails in a preprocessing worker, or in the reader after the cases before it
+            raise ValueError(
+                f"folder_with_segs_from_prev_stage {folder_with_segs_from_prev_stage} lacks the previous stage's "
+                f"segmentation of {len(missing)} of {len(prevs)} cases ({', '.join(missing[:5])}"
+                f"{', ...' if len(missing) > 5 else ''}): predict them with the previous stage first"
+            )
         if overwrite or outputs is None:
             return lists, outputs, prevs
         ending = self.dataset_json["file_ending"]
@@ -1017,6 +1044,57 @@ class UncertaintyPredictor(nnUNetPredictor):
                   f"were predicted with other settings (e.g. {first}: {'; '.join(diff[:4])}"
                   f"{'; ...' if len(diff) > 4 else ''}): predicting them again with the current settings")
         return [lists[i] for i in todo], [outputs[i] for i in todo], [prevs[i] for i in todo]
+
+    def predict_from_files(
+        self,
+        list_of_lists_or_source_folder: str | list[list[str]],
+        output_folder_or_list_of_truncated_output_files: str | None | list[str],
+        save_probabilities: bool = False,
+        overwrite: bool = True,
+        num_processes_preprocessing: int = default_num_processes,
+        num_processes_segmentation_export: int = default_num_processes,
+        folder_with_segs_from_prev_stage: str | None = None,
+        num_parts: int = 1,
+        part_id: int = 0,
+    ) -> list | None:
+        """As nnU-Net's, after checking the previous stage against the configuration (before anything is written).
+
+        Args:
+            list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
+            output_folder_or_list_of_truncated_output_files: the output folder, or one output path without ending per
+                case (None: return the results instead of writing them).
+            save_probabilities: also write ``<case>.npz`` and ``<case>.pkl``.
+            overwrite: False skips the cases already exported with the current settings (``--continue_prediction``).
+            num_processes_preprocessing: preprocessing worker processes (0: in this process).
+            num_processes_segmentation_export: export worker processes (0: in this process).
+            folder_with_segs_from_prev_stage: the previous stage's segmentations (a cascade's second stage).
+            num_parts: split the cases over this many calls.
+            part_id: the part this call predicts, in ``[0, num_parts)``.
+
+        Returns:
+            One entry per predicted case, as :meth:`predict_from_data_iterator` (None when no case is left).
+
+        Raises:
+            ValueError: a cascade configuration without ``folder_with_segs_from_prev_stage`` (stock: an assertion),
+                one given for a configuration that is no cascade stage (stock: the network fails on the extra one-hot
+                channels), a previous-stage segmentation missing for a case, or ``part_id`` outside
+                ``[0, num_parts)``.
+        """
+        previous = self.configuration_manager.previous_stage_name
+        if previous is not None and folder_with_segs_from_prev_stage is None:
+            raise ValueError(f"this configuration is a cascade stage: it needs the segmentations of the previous stage "
+                             f"({previous}) in folder_with_segs_from_prev_stage (-prev_stage_predictions)")
+        if previous is None and folder_with_segs_from_prev_stage is not None:
+            raise ValueError(f"folder_with_segs_from_prev_stage ({folder_with_segs_from_prev_stage}) is given, but "
+                             "this configuration is no cascade stage (its plans name no previous_stage): leave it out")
+        if not 0 <= part_id < num_parts:
+            raise ValueError(f"part_id must be in [0, num_parts), got {part_id} with num_parts {num_parts}")
+        return super().predict_from_files(
+            list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
+            save_probabilities=save_probabilities, overwrite=overwrite,
+            num_processes_preprocessing=num_processes_preprocessing,
+            num_processes_segmentation_export=num_processes_segmentation_export,
+            folder_with_segs_from_prev_stage=folder_with_segs_from_prev_stage, num_parts=num_parts, part_id=part_id)
 
     def predict_from_data_iterator(
         self,
@@ -1166,6 +1244,88 @@ class UncertaintyPredictor(nnUNetPredictor):
                                        self.configuration_manager, num_threads_in_multithreaded=1,
                                        verbose=self.verbose)
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
+
+
+def _check_folds(use_folds: Any) -> tuple[int | str, ...]:
+    """``use_folds`` as nnU-Net reads it (integers and ``"all"``), refused when empty, malformed or repeated."""
+    folds = [use_folds] if isinstance(use_folds, (str, int)) else list(use_folds)
+    if not folds:
+        raise ValueError("use_folds must name at least one fold")
+    out: list[int | str] = []
+    for f in folds:
+        if f == "all":
+            out.append("all")
+            continue
+        try:
+            k = int(f) if not isinstance(f, (bool, float)) else None
+        except (TypeError, ValueError):
+            k = None
+        if k is None or k < 0:
+            raise ValueError(f"use_folds must hold fold numbers >= 0 or 'all', got {f!r}")
+        out.append(k)
+    repeated = sorted({str(f) for f in out if out.count(f) > 1})
+    if repeated:
+        raise ValueError(f"use_folds names fold {', '.join(repeated)} more than once ({[str(f) for f in folds]}): a "
+                         "repeated fold would count as several ensemble members")
+    return tuple(out)
+
+
+def _check_fold_checkpoints(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
+                            checkpoint_name: str) -> None:
+    """Refuse folds whose checkpoints were trained differently (trainer, configuration, mirror axes, plans).
+
+    nnU-Net builds the network of every fold from the *first* fold's trainer, configuration and mirror axes and loads
+    the other folds' weights into it: folds trained with another trainer, configuration or plans (e.g. a fold
+    retrained after re-planning with another spacing or patch size) would be predicted with the wrong network or
+    preprocessing, silently when their weights fit. The checkpoints are read memory-mapped (the weights are not
+    copied); a missing checkpoint is left to nnU-Net's own error.
+    """
+    if use_folds is None:  # the folds nnU-Net detects: every fold_<k> with the checkpoint but fold_all
+        folder = Path(model_folder)
+        use_folds = sorted(p.name[len("fold_"):] for p in folder.glob("fold_*")
+                           if p.name != "fold_all" and (p / checkpoint_name).is_file())
+    if len(use_folds) < 2:
+        return
+    seen: dict[str, tuple[Any, str]] = {}
+    for f in use_folds:
+        path = Path(model_folder) / f"fold_{f}" / checkpoint_name
+        if not path.is_file():
+            return  # nnU-Net names the missing file
+        try:  # nnU-Net loads the same file right after (weights_only=False, as here)
+            ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        except RuntimeError:  # a checkpoint in torch's legacy format cannot be memory-mapped
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        init_args = ckpt.get("init_args", {}) if isinstance(ckpt, dict) else {}
+        axes = ckpt.get("inference_allowed_mirroring_axes") if isinstance(ckpt, dict) else None
+        fields = {
+            "trainer_name": ckpt.get("trainer_name") if isinstance(ckpt, dict) else None,
+            "configuration": init_args.get("configuration") if isinstance(init_args, dict) else None,
+            "inference_allowed_mirroring_axes": None if axes is None else [int(a) for a in axes],
+            "plans": json_safe(init_args.get("plans")) if isinstance(init_args, dict) else None,
+        }
+        del ckpt
+        for key, value in fields.items():
+            if key not in seen:
+                seen[key] = (value, str(f))
+            elif value != seen[key][0]:
+                first, first_fold = seen[key]
+                shown = f"{_first_difference(first, value)}" if key == "plans" else f"{first!r} vs {value!r}"
+                raise ValueError(
+                    f"the checkpoints of fold {first_fold} and fold {f} ({checkpoint_name}) were trained with "
+                    f"different {key} ({shown}); nnU-Net would predict every fold with fold {use_folds[0]}'s: use "
+                    "folds of one training run (use_folds / -f)"
+                )
+
+
+def _first_difference(a: Any, b: Any, path: str = "plans") -> str:
+    """Where two JSON-like values first differ, e.g. ``plans.configurations.3d_fullres.spacing: [1, 1, 1] vs ...``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if a.get(k, ...) != b.get(k, ...):
+                if k in a and k in b:
+                    return _first_difference(a[k], b[k], f"{path}.{k}")
+                return f"{path}.{k} only in one of them"
+    return f"{path}: {a!r} vs {b!r}"[:300]
 
 
 @contextlib.contextmanager

@@ -85,9 +85,12 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
     """nnU-Net's default trainer with dropout (rate :attr:`dropout_p`) after every encoder and decoder convolution.
 
     The network is built from the plans with ``dropout_op`` (``Dropout2d``/``Dropout3d`` matching the
-    convolutions) and ``dropout_op_kwargs={"p": dropout_p}``. Dropout modules hold no parameters, so the
-    checkpoint's ``state_dict`` keys equal those of the stock network. Subclass and set ``dropout_p`` for another
-    rate; the class name is stored in the checkpoint and used again at inference. Monte-Carlo dropout: Gal,
+    convolutions) and ``dropout_op_kwargs={"p": dropout_p}``. The dropout module sits between convolution and norm
+    in each block's ``all_modules``, so the norms' ``state_dict`` keys are shifted by one (``all_modules.2`` instead
+    of ``all_modules.1``): its checkpoints load only into this network, never into the stock one (nor stock
+    checkpoints into it; post-hoc dropout, :func:`~monai_unc.nnunet.dropout.add_posthoc_dropout`, keeps the keys).
+    Subclass and set ``dropout_p`` for another rate; the class name is stored in the checkpoint and used again at
+    inference. Monte-Carlo dropout: Gal,
     Ghahramani, *Dropout as a Bayesian Approximation: Representing Model Uncertainty in Deep Learning*, ICML 2016.
 
     The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).

@@ -1,0 +1,56 @@
+"""Hostile review of ``monai-unc nnunet-predict`` / ``nnunet-calibrate`` arguments: folds and the sliding-window step
+are refused in one line naming the flag, before a model is loaded."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+pytest.importorskip("nnunetv2")
+
+from monai_unc.nnunet.cli import add_parser, run  # noqa: E402
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="monai-unc")
+    add_parser(parser.add_subparsers())
+    return run(parser.parse_args(argv))
+
+
+@pytest.fixture
+def folders(tmp_path):
+    """An (empty) model folder and input folder: the flags below are refused before either is read."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "in").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("folds, match", [
+    (["x"], "-f takes fold numbers"),
+    (["0", "one"], "-f takes fold numbers"),
+    (["-1"], "-f takes fold numbers"),
+    (["0", "0"], "-f names a fold more than once"),
+    (["1", "all", "1"], "-f names a fold more than once"),
+])
+@pytest.mark.parametrize("command", ["nnunet-predict", "nnunet-calibrate"])
+def test_bad_folds_are_one_line_naming_f(command, folds, match, folders, capsys):
+    """``-f x`` printed ``invalid literal for int() with base 10: 'x'`` (no flag named); ``-f 0 0`` loaded fold 0
+    twice and counted it as two ensemble members."""
+    argv = [command, "-o", str(folders / "out"), "-m", str(folders / "model"), "-device", "cpu", "-f", *folds]
+    if command == "nnunet-predict":
+        argv += ["-i", str(folders / "in")]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "invalid literal" not in err and "\n" not in err
+
+
+@pytest.mark.parametrize("step", ["0", "-0.5", "1.5", "nan"])
+def test_step_size_outside_0_1_is_refused_before_the_model_loads(step, folders, capsys):
+    """Stock asserts ``0 < step <= 1`` when the first case reaches the sliding window: an AssertionError traceback
+    after loading the model and preprocessing."""
+    argv = ["nnunet-predict", "-i", str(folders / "in"), "-o", str(folders / "out"), "-m", str(folders / "model"),
+            "-device", "cpu", "-f", "0", "-step_size", step]
+    assert _run(argv) == 2
+    assert "-step_size must be in (0, 1]" in capsys.readouterr().err
+    assert not (folders / "out").exists()

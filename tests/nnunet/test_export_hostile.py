@@ -1,0 +1,61 @@
+"""Hostile review of the nnU-Net export beyond geometry: region names from ``dataset.json`` (a file users edit) become
+parts of file names for formats without 4D images; a name that cannot be one is refused naming the region and
+``dataset.json``, when the model is set up."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+pytest.importorskip("nnunetv2")
+
+import SimpleITK as sitk  # noqa: E402
+from nnunetv2.imageio.simpleitk_reader_writer import SimpleITKIO  # noqa: E402
+
+import monai_unc.nnunet as mun  # noqa: E402
+from tests.nnunet.test_nnunet_regions import REGIONS_JSON, region_predictor  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _props(tmp_path):
+    img = sitk.GetImageFromArray(np.zeros((4, 5, 6), np.float32))
+    sitk.WriteImage(img, str(tmp_path / "img.mha"))
+    _, props = SimpleITKIO().read_images([str(tmp_path / "img.mha")])
+    return props
+
+
+@pytest.mark.parametrize("bad", ["../../escaped", "TC/ET", "back\\slash", "nul\0"])
+def test_region_name_with_a_path_is_refused_for_per_region_files(bad, tmp_path):
+    """A ``.mha`` region model writes ``<case>_<measure>_<region>.mha`` per region: a region named ``TC/ET`` failed
+    with pathlib's ``Invalid name 'c_mi_TC/ET.mha'`` (naming neither the region nor dataset.json), a backslash made a
+    file that is a path on Windows."""
+    out = tmp_path / "run" / "out" / "uncertainty"
+    with pytest.raises(ValueError, match="region name .* cannot be part of a file name"):
+        mun.write_region_maps(SimpleITKIO(), np.zeros((2, 6, 5, 4), np.float32), out / "c_mi.mha", _props(tmp_path),
+                              ["whole", bad])
+    assert not list((tmp_path / "run").rglob("*.mha"))
+
+
+def test_plain_region_names_still_write_one_file_each(tmp_path):
+    out = tmp_path / "out"
+    paths = mun.write_region_maps(SimpleITKIO(), np.zeros((3, 6, 5, 4), np.float32), out / "c_mi.mha",
+                                  _props(tmp_path), ["whole tumor", "core-2", ".."])
+    assert [p.name for p in paths] == ["c_mi_whole tumor.mha", "c_mi_core-2.mha", "c_mi_...mha"]
+    assert all(p.parent == out for p in paths)
+
+
+def test_predictor_refuses_such_a_region_model_before_predicting(monkeypatch):
+    """The same check when the model is set up, instead of after the first case's prediction."""
+    import tests.nnunet.test_nnunet_regions as regions
+
+    bad = copy.deepcopy(REGIONS_JSON)
+    bad["file_ending"] = ".mha"
+    bad["labels"] = {"background": 0, "../whole": [1, 2], "core": 2}
+    monkeypatch.setattr(regions, "REGIONS_JSON", bad)
+    with pytest.raises(ValueError, match="'../whole' cannot be part of a file name"):
+        region_predictor(n_folds=1, uncertainty_sources=("mirroring",))
+    bad["file_ending"] = ".nii.gz"  # one 4D NIfTI: the names are no file names, nothing to refuse
+    assert region_predictor(n_folds=1, uncertainty_sources=("mirroring",)).label_manager.has_regions

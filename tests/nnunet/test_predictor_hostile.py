@@ -1,0 +1,189 @@
+"""Hostile review of UncertaintyPredictor beyond geometry: folds that are repeated, malformed or trained differently,
+out-of-range sliding-window steps, and cascades (previous-stage segmentations missing, superfluous or incomplete).
+
+Model folders are written by hand (``plans.json``, ``dataset.json``, ``fold_<k>/checkpoint_final.pth`` holding what
+nnU-Net reads from a checkpoint) with the tiny network of :func:`tests.nnunet.test_nnunet.make_plans`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("nnunetv2")
+
+from nnunetv2.utilities.get_network_from_plans import get_network_from_plans  # noqa: E402
+from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa: E402
+
+import monai_unc.nnunet as mun  # noqa: E402
+from tests.nnunet.test_nnunet import DATASET_JSON, make_plans, make_predictor, write_inputs  # noqa: E402
+
+CPU = torch.device("cpu")
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def write_model_folder(root: Path, folds=(0, 1), plans: dict | None = None, in_channels: int = 1,
+                       trainer: dict | None = None, mirror: dict | None = None, configuration: dict | None = None,
+                       fold_plans: dict | None = None, dataset_json: dict | None = None) -> Path:
+    """A trained-model folder as nnU-Net writes it; per-fold overrides of the checkpoint's trainer, mirror axes,
+    configuration and plans (``{fold: value}``)."""
+    plans = plans or make_plans()
+    dataset_json = dataset_json or DATASET_JSON
+    cm = PlansManager(plans).get_configuration("cfg")
+    heads = PlansManager(plans).get_label_manager(dataset_json).num_segmentation_heads
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "plans.json").write_text(json.dumps(plans))
+    (root / "dataset.json").write_text(json.dumps(dataset_json))
+    for i, f in enumerate(folds):
+        torch.manual_seed(i)
+        net = get_network_from_plans(cm.network_arch_class_name, cm.network_arch_init_kwargs,
+                                     cm.network_arch_init_kwargs_req_import, in_channels, heads, allow_init=True,
+                                     deep_supervision=False)
+        (root / f"fold_{f}").mkdir()
+        torch.save({"trainer_name": (trainer or {}).get(f, "nnUNetTrainer"),
+                    "init_args": {"configuration": (configuration or {}).get(f, "cfg"),
+                                  "plans": (fold_plans or {}).get(f, plans), "fold": f},
+                    "inference_allowed_mirroring_axes": (mirror or {}).get(f, (0, 1, 2)),
+                    "network_weights": net.state_dict()}, root / f"fold_{f}" / "checkpoint_final.pth")
+    return root
+
+
+def _predictor(**kw) -> mun.UncertaintyPredictor:
+    return mun.UncertaintyPredictor(device=CPU, allow_tqdm=False, **kw)
+
+
+# ------------------------------------------------------------------------------------------ folds
+@pytest.mark.parametrize("folds, match", [
+    ((0, 0), "more than once"),
+    (("1", 1), "more than once"),
+    ((), "at least one fold"),
+    (("x",), "fold numbers"),
+    ((-1,), "fold numbers"),
+    ((True,), "fold numbers"),
+])
+def test_repeated_or_malformed_folds_are_refused(folds, match, tmp_path):
+    """A fold named twice was loaded twice and counted as two ensemble members (the folds' disagreement, MI, shrank
+    and the record claimed more folds); an empty, negative or non-numeric fold failed deep in nnU-Net."""
+    model = write_model_folder(tmp_path / "model")
+    with pytest.raises(ValueError, match=match):
+        _predictor(uncertainty_sources=("folds",)).initialize_from_trained_model_folder(str(model), folds)
+
+
+@pytest.mark.parametrize("field", ["mirror", "plans", "configuration"])
+@pytest.mark.parametrize("order", [(0, 1), (1, 0), None])
+def test_folds_trained_differently_are_refused(field, order, tmp_path):
+    """nnU-Net builds every fold's network with the first fold's trainer, configuration and mirror axes: a fold trained
+    with other plans (here another target spacing) or mirror axes was predicted with the first fold's, silently (the
+    weights fit), and which one won depended on the order of -f."""
+    plans = make_plans()
+    other = copy.deepcopy(plans)
+    other["configurations"]["cfg"]["spacing"] = [0.8, 1.0, 1.0]
+    kw = {"mirror": {"mirror": {1: (0,)}}, "plans": {"fold_plans": {1: other}},
+          "configuration": {"configuration": {1: "3d_lowres"}}}[field]
+    model = write_model_folder(tmp_path / "model", plans=plans, **kw)
+    key = {"mirror": "inference_allowed_mirroring_axes", "plans": r"plans \(plans.configurations.cfg.spacing",
+           "configuration": "configuration"}[field]
+    with pytest.raises(ValueError, match=f"different {key}"):
+        _predictor(uncertainty_sources=("folds",)).initialize_from_trained_model_folder(str(model), order)
+
+
+def test_folds_of_one_training_run_load(tmp_path):
+    """The check refuses nothing that belongs together: same trainer, configuration, mirror axes and plans."""
+    model = write_model_folder(tmp_path / "model", folds=(0, 1, 2))
+    for folds in [(0, 1, 2), None, ("2", 0)]:
+        pred = _predictor(uncertainty_sources=("folds", "mirroring"))
+        pred.initialize_from_trained_model_folder(str(model), folds)
+        assert len(pred.list_of_parameters) == (3 if folds is None else len(folds))
+
+
+# ------------------------------------------------------------------------------------------ sliding window
+@pytest.mark.parametrize("step", [0, 0.0, -0.5, 1.5, float("nan"), True, "0.5"])
+def test_tile_step_size_out_of_range_is_refused_at_construction(step):
+    """Stock nnU-Net asserts 0 < step <= 1 only when the first case reaches the sliding window (an AssertionError
+    after loading the model and preprocessing); refused at once, naming the argument."""
+    with pytest.raises(ValueError, match="tile_step_size"):
+        _predictor(tile_step_size=step)
+
+
+def test_full_patch_step_is_accepted():
+    assert _predictor(tile_step_size=1).tile_step_size == 1
+
+
+# ------------------------------------------------------------------------------------------ cascades
+def _cascade_predictor(**kw) -> mun.UncertaintyPredictor:
+    """A second cascade stage: its network reads the image and the previous stage's one-hot foreground (1 + 2)."""
+    plans = make_plans()
+    plans["configurations"]["cfg"]["previous_stage"] = "lowres"
+    pm = PlansManager(plans)
+    cm = pm.get_configuration("cfg")
+    net = get_network_from_plans(cm.network_arch_class_name, cm.network_arch_init_kwargs,
+                                 cm.network_arch_init_kwargs_req_import, 3, 3, allow_init=True,
+                                 deep_supervision=False)
+    pred = _predictor(uncertainty_sources=("mirroring",), **kw)
+    pred.manual_initialization(net, pm, cm, [copy.deepcopy(net.state_dict())], DATASET_JSON, "nnUNetTrainer",
+                               (0, 1, 2))
+    return pred
+
+
+def _predict(pred, inp, out, prev=None):
+    return pred.predict_from_files(str(inp), str(out), num_processes_preprocessing=0,
+                                   num_processes_segmentation_export=0, folder_with_segs_from_prev_stage=prev)
+
+
+def test_cascade_stage_without_previous_stage_is_refused_before_writing(tmp_path):
+    """Stock raised an AssertionError (a traceback from nnunet-predict), after writing plans.json, dataset.json and
+    its arguments into the output folder."""
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    with pytest.raises(ValueError, match="cascade stage.*lowres"):
+        _predict(_cascade_predictor(), tmp_path / "in", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_previous_stage_for_a_plain_configuration_is_refused(tmp_path):
+    """The previous stage's one-hot channels were stacked onto the image of a network that does not read them: the
+    first convolution failed with a channel-count RuntimeError."""
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    (tmp_path / "prev").mkdir()
+    pred = make_predictor(uncertainty_sources=("mirroring",), n_folds=1)
+    with pytest.raises(ValueError, match="no cascade stage"):
+        _predict(pred, tmp_path / "in", tmp_path / "out", prev=str(tmp_path / "prev"))
+
+
+def test_missing_previous_stage_segmentation_is_named(tmp_path):
+    """A case without its previous-stage segmentation failed in the reader (or killed a preprocessing worker) after
+    the cases before it were predicted."""
+    cases = write_inputs(tmp_path / "in", shapes=((16, 16, 16), (16, 16, 16)))
+    (tmp_path / "prev").mkdir()
+    shutil.copy(tmp_path / "in" / f"{cases[0]}_0000.nii.gz", tmp_path / "prev" / f"{cases[0]}.nii.gz")
+    with pytest.raises(ValueError, match=f"1 of 2 cases \\({cases[1]}.nii.gz\\)"):
+        _predict(_cascade_predictor(), tmp_path / "in", tmp_path / "out", prev=str(tmp_path / "prev"))
+
+
+@pytest.mark.parametrize("part_id, num_parts", [(2, 2), (-1, 2), (0, 0)])
+def test_part_id_outside_the_parts_is_refused(part_id, num_parts, tmp_path):
+    """Stock asserts ``part_id <= num_parts`` (so part_id == num_parts passed and predicted nothing)."""
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    pred = make_predictor(uncertainty_sources=("mirroring",), n_folds=1)
+    with pytest.raises(ValueError, match="part_id"):
+        pred.predict_from_files(str(tmp_path / "in"), str(tmp_path / "out"), num_processes_preprocessing=0,
+                                num_processes_segmentation_export=0, num_parts=num_parts, part_id=part_id)
+
+
+@pytest.mark.parametrize("seed", [1.5, "0", True])
+def test_seed_that_is_no_integer_is_refused(seed):
+    """``seed=1.5`` drew the masks of seed 1 while uncertainty_config.json recorded 1.5 (two runs recorded with
+    different seeds had the same draws); ``seed="0"`` failed at the first case, after the model loaded."""
+    with pytest.raises(TypeError, match="seed must be an integer"):
+        _predictor(uncertainty_sources=("folds", "dropout"), dropout_p=0.1, seed=seed)
+
+
+def test_integer_seeds_are_accepted():
+    import numpy as np
+
+    assert _predictor(uncertainty_sources=("folds", "dropout"), dropout_p=0.1, seed=np.int64(3)).seed == 3
