@@ -329,6 +329,9 @@ def run_calibrate(
     state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
                                       example_input=example[None], activation=activation,
                                       region_names=None if spec is None else list(spec))
+    # the record of an earlier run goes first: interrupted between the two writes, the new checkpoint is then never
+    # left beside a record of another temperature
+    out.with_suffix(".json").unlink(missing_ok=True)
     atomic_torch_save(out, state)
     record.update({"source": loaded.description,
                    "checkpoint": loaded.checkpoints[0] if loaded.checkpoints else None})

@@ -89,3 +89,30 @@ def test_check_fit_is_defined_for_regions():
     one_off = right.clone()
     one_off[0, 1, 0, 0] = 1
     assert check_fit_is_defined([z], [one_off], "sigmoid") == 1
+
+
+def test_an_interrupted_rerun_leaves_no_record_of_another_temperature(toy, tmp_path, monkeypatch):
+    """Issue: a rerun into the same ``--output`` with other settings, interrupted after the checkpoint was written,
+    left the new checkpoint beside the previous run's ``.json`` record (another temperature, mode and metrics)."""
+    from monai_unc.workflows import calibrate as module
+
+    out = tmp_path / "cal.pt"
+    kw = dict(network=str(toy["root"] / "net.json"), checkpoint=str(toy["root"] / "net.pt"), progress=False)
+    fits = iter([1.5, 0.75])
+
+    def fit(*args, **kwargs):  # the fit itself is tested elsewhere: here only the order of the writes
+        t = next(fits)
+        return {"temperature": torch.tensor([t])}, {"temperature": [t]}
+
+    monkeypatch.setattr(module, "calibrate_network", fit)
+    module.run_calibrate(toy["images"], toy["labels"], out, **kw)
+    assert json.loads(out.with_suffix(".json").read_text())["temperature"] == [1.5]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "atomic_write_json", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        module.run_calibrate(toy["images"], toy["labels"], out, **kw)
+    assert torch.load(out)["temperature"].tolist() == [0.75]  # the new checkpoint ...
+    assert not out.with_suffix(".json").exists()  # ... and no record of the old temperature beside it
