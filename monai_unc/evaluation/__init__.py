@@ -75,6 +75,7 @@ from .cohort import (
 from .config import (
     CALIBRATION_COLUMNS,
     IID_SHIFTS,
+    MAX_BINS,
     RISKS,
     SPATIAL_COLUMNS,
     EvaluationConfig,
@@ -101,6 +102,7 @@ __all__ = [
     "SPATIAL_COLUMNS",
     "IID_SHIFTS",
     "RISKS",
+    "MAX_BINS",
     "EvaluationConfig",
     "CaseResult",
     "CohortState",

@@ -665,7 +665,8 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
             ``calibration_cases``, ...); None values keep the recorded ones.
 
     Returns:
-        The validated configuration. ``TypeError`` for a name that is not a field.
+        The validated configuration. ``TypeError`` for a name that is not a field; ``ValueError`` for recorded
+        options that are not valid (a ``summary.json`` edited by hand).
 
     Example:
         >>> config = config_from_summary({"config": {"budget": 0.2, "n_bins": 10}}, [], budget=0.3)
@@ -673,7 +674,11 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
         (0.3, 10)
     """
     known = {f.name for f in dataclasses.fields(EvaluationConfig)} - {"products"}
-    cfg = EvaluationConfig(**{k: v for k, v in (summary.get("config") or {}).items() if k in known})
+    recorded = summary.get("config") or {}
+    if not isinstance(recorded, Mapping):
+        raise ValueError(f"summary.json: 'config' must be an object of evaluation options, got "
+                         f"{type(recorded).__name__}")
+    cfg = EvaluationConfig(**{k: v for k, v in recorded.items() if k in known})
     if budget is not None:
         cfg.budget = float(budget)
     for k, v in overrides.items():
@@ -683,7 +688,10 @@ def config_from_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, 
             setattr(cfg, k, v)
     if any("shift" in r for r in rows):
         cfg.shifts = {str(r["case"]): str(r.get("shift", "")) for r in rows}
-    cfg.validate()
+    try:
+        cfg.validate()
+    except TypeError as e:  # a summary.json edited by hand: one error naming the file, not a traceback
+        raise ValueError(f"summary.json: the recorded evaluation options are invalid: {e}") from None
     return cfg
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._utils import check_integer
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.qu_brats import QU_BRATS_GRIDS
 from ..product import CohortProduct
@@ -29,6 +30,7 @@ __all__ = [
     "IID_SHIFTS",
     "RISKS",
     "STATE_DIR",
+    "MAX_BINS",
     "DERIVED_MAPS_DIR",
     "EvaluationConfig",
     "unit_scale",
@@ -47,6 +49,8 @@ IID_SHIFTS = ("", "none", "iid", "id", "clean", "in-distribution")
 
 #: per-case risks for the risk-controlled threshold: ``[dice < failure_dice]`` or ``1 - dice``
 RISKS = ("failure", "1-dice")
+#: the most ECE bins of an evaluation (``n_bins``): every case keeps fine histograms of ``16 * n_bins`` bins per class
+MAX_BINS = 4096
 #: sub-folder of an evaluation output holding the cohort state (and the per-case resume states)
 STATE_DIR = "state"
 #: sub-folder of an evaluation output holding the maps derived from the probabilities of cases without map files
@@ -101,14 +105,16 @@ class EvaluationConfig:
         measure: primary uncertainty measure for the spatial / discrimination metrics (default:
             ``predictive_entropy`` when present, else the first measure available).
         score: the triage score column, e.g. ``"predictive_entropy_fg_mean"`` (default ``<measure>_fg_mean``).
-        n_bins: number of bins of the ECE family.
+        n_bins: number of bins of the ECE family (1 to :data:`MAX_BINS`).
         min_bin_count: fewest voxels of a counted bin (Kock et al. uses ``min_bin_count=50``).
         failure_dice: a case with Dice below this counts as failed (histograms, failure list).
         budget: referral budget: fraction of the cases referred for review (most uncertain first).
         patch_size: box size (voxels per axis) of the ``_patch`` scores.
         spatial: compute BUC, BA-ECE and SPACE (distance transforms and a Gaussian filter per case).
         num_classes: number of classes (default: from the probabilities).
-        class_names: names of the classes for the ``dice_<class>`` columns (default ``1``, ``2``, ...).
+        class_names: names of the classes, background first, for the ``dice_<class>`` columns (default ``1``,
+            ``2``, ...): one per class, of distinct columns (:func:`slug`: ``"Left Atrium"`` and ``"left-atrium"``
+            would both be ``dice_left_atrium``).
         shifts: ``{case: shift label}`` for OoD detection; in-distribution labels are :data:`IID_SHIFTS`.
         target_risk: when set, the referral threshold with a guarantee
             (:func:`monai_unc.metrics.selective.risk_controlled_threshold`): with probability at least
@@ -193,7 +199,8 @@ class EvaluationConfig:
         tuple.
 
         Raises:
-            ValueError: an option is out of range or inconsistent with another (the message names it).
+            ValueError: an option is out of range, of the wrong type (a string where a number or a list is meant, a
+                float where an integer is) or inconsistent with another (the message names it).
             TypeError: ``case_metrics``, ``products``, ``ignore_unclaimed_labels`` or ``qu_brats_grid`` has the
                 wrong type.
 
@@ -206,10 +213,33 @@ class EvaluationConfig:
             >>> config.measure, config.regions["WT"]
             ('one_minus_max_prob', [1, 2, 4])
         """
+        for name in ("budget", "failure_dice", "delta", "target_risk"):
+            value = getattr(self, name)
+            if not (value is None and name == "target_risk") and (
+                    isinstance(value, (str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating))):
+                raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
         if not 0.0 <= self.budget < 1.0:
             raise ValueError(f"budget must be a referral fraction in [0, 1), got {self.budget}")
         if not 0.0 <= self.failure_dice <= 1.0:
             raise ValueError(f"failure_dice must be in [0, 1], got {self.failure_dice}")
+        for name, minimum in (("n_bins", 1), ("min_bin_count", 0), ("patch_size", 1)):
+            check_integer(getattr(self, name), name, minimum)
+        if self.n_bins > MAX_BINS:
+            raise ValueError(f"n_bins must be at most {MAX_BINS} (the cases' fine histograms hold 16 * n_bins bins "
+                             f"per class), got {self.n_bins}")
+        if not isinstance(self.spatial, (bool, np.bool_)):
+            raise ValueError(f"spatial must be True or False, got {self.spatial!r}")
+        if self.num_classes is not None:
+            check_integer(self.num_classes, "num_classes", 1 if self.regions is not None else 2)
+        if self.shifts is not None and not isinstance(self.shifts, Mapping):
+            raise ValueError(f"shifts must be a mapping {{case: shift label}}, got {type(self.shifts).__name__}")
+        self._validate_class_names()
+        if self.calibration_cases is not None and (isinstance(self.calibration_cases, (str, bytes))
+                                                   or not isinstance(self.calibration_cases, (Sequence, set))):
+            # a bare string would be read as one case id per character
+            raise ValueError(f"calibration_cases must be a list of case ids, got {self.calibration_cases!r}")
+        if self.score is not None and not isinstance(self.score, str):
+            raise ValueError(f"score must be a column name, got {type(self.score).__name__} {self.score!r}")
         if self.measure is not None:
             self.measure = canonical_measure(self.measure, stacklevel=3)  # "max_softmax" of older versions
         if self.measure is not None and self.measure not in MEASURES:
@@ -272,6 +302,21 @@ class EvaluationConfig:
                     raise TypeError(f"case_metrics: {name!r} must be a function of a task, got {type(fn).__name__}")
 
         self._validate_products()
+
+    def _validate_class_names(self) -> None:
+        """``class_names``: names (made strings), one per class when ``num_classes`` is given, of distinct columns."""
+        names = self.class_names
+        if names is None:
+            return
+        if isinstance(names, (str, bytes)) or not isinstance(names, Sequence) or not names:
+            raise ValueError(f"class_names must be a list of names, one per class, got {names!r}")
+        names = [str(n) for n in names]
+        if self.num_classes is not None and len(names) != self.num_classes:
+            raise ValueError(f"class_names has {len(names)} names for num_classes={self.num_classes}")
+        slugs = [slug(n) for n in names]
+        if len(set(slugs)) != len(slugs):  # one column (dice_<class>, ...) would overwrite another's
+            raise ValueError(f"class_names: the names {names} give the same column names {slugs}")
+        self.class_names = names
 
     def _validate_products(self) -> None:
         if isinstance(self.products, CohortProduct) or not isinstance(self.products, Sequence):

@@ -25,7 +25,7 @@ from ..keys import DEFAULT_MEASURES
 
 if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference (griffe)
     from .apply import apply_command
-    from .calibrate import collect_logits
+    from .calibrate import check_fit_is_defined, collect_logits
     from .evaluate import evaluate_command
     from .factory import METHOD_TOKENS, build_inferer, normalize_roi
     from .infer import (
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
 #: public name -> the submodule defining it, imported on first access (PEP 562): importing this package (e.g. for
 #: ``monai-unc --help``, which parses with :mod:`.arguments`) loads neither torch nor MONAI
 _LAZY: dict[str, str] = {
-    "collect_logits": "calibrate",
+    **dict.fromkeys(("collect_logits", "check_fit_is_defined"), "calibrate"),
     "apply_command": "apply",
     "evaluate_command": "evaluate",
     **dict.fromkeys(("METHOD_TOKENS", "build_inferer", "normalize_roi"), "factory"),
@@ -102,6 +102,7 @@ __all__ = [
     "check_run_settings",
     "run_infer",
     "collect_logits",
+    "check_fit_is_defined",
     "normalize_roi",
     "InferPlan",
     "prepare_infer",

@@ -48,7 +48,7 @@ from .models import LoadedModel, load_network
 from .prepare import read_region_spec, resolve_device
 from .session import CommandResult
 
-__all__ = ["collect_logits", "run_calibrate", "calibrate_summary", "calibrate_from_arguments"]
+__all__ = ["collect_logits", "check_fit_is_defined", "run_calibrate", "calibrate_summary", "calibrate_from_arguments"]
 
 
 def collect_logits(
@@ -171,6 +171,49 @@ def _region_target(lab: np.ndarray, num_regions: int, spec: dict[str, tuple[int,
     return torch.from_numpy(y.astype(np.uint8))[None]
 
 
+def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
+                         activation: str = "softmax") -> int:
+    """Refuse calibration cases on which the network is never wrong, or always wrong.
+
+    Temperature scaling needs both: when every voxel is predicted right (the predicted class, or each region's
+    ``logit > 0``, is the reference) the NLL keeps falling as the temperature goes to 0, and when every voxel is
+    predicted wrong it keeps falling as the temperature grows without end; the "fitted" temperature is then only where
+    the optimiser stopped (0.2 after 192 steps, say), and a checkpoint scaled by it makes the network as over- or
+    under-confident as that number happens to be on new cases.
+
+    Args:
+        logits: per case ``(1, C, *spatial)`` (:func:`collect_logits`).
+        targets: per case a label map ``(1, *spatial)`` (softmax) or region masks ``(1, R, *spatial)`` (sigmoid).
+        activation: ``"softmax"`` or ``"sigmoid"``.
+
+    Returns:
+        The number of voxels (region voxels for sigmoid) predicted wrong.
+
+    Raises:
+        ValueError: naming ``--labels``, when no voxel or every voxel is predicted wrong.
+
+    Example:
+        >>> z = torch.tensor([[[2.0, -1.0], [0.0, 1.0]]])  # (1, C=2, 2 voxels)
+        >>> check_fit_is_defined([z], [torch.tensor([[0, 0]])])
+        1
+    """
+    wrong = total = 0
+    for z, y in zip(logits, targets):
+        z, y = torch.as_tensor(z), torch.as_tensor(y)
+        hit = (z > 0) == (y > 0) if activation == "sigmoid" else z.argmax(1) == y.reshape(z.shape[0], *z.shape[2:])
+        wrong += int(hit.numel() - hit.sum())
+        total += int(hit.numel())
+    n = len(logits)
+    if wrong == 0:
+        raise ValueError(f"--labels: the network predicts every voxel of the {n} calibration case(s) right, so no "
+                         "temperature fits them (the NLL keeps falling as it goes to 0); calibrate on cases where the "
+                         "network makes errors")
+    if wrong == total:
+        raise ValueError(f"--labels: the network predicts every voxel of the {n} calibration case(s) wrong, so no "
+                         "temperature fits them (the NLL keeps falling as it grows); are these the network's labels?")
+    return wrong
+
+
 def run_calibrate(
     images: str | os.PathLike,
     labels: str | os.PathLike,
@@ -244,7 +287,8 @@ def run_calibrate(
         model's description and checkpoint (also written to ``output.with_suffix(".json")``).
 
     Raises:
-        ValueError: an invalid option, an output over an input, or labels that do not fit.
+        ValueError: an invalid option, an output over an input, labels that do not fit, or cases on which the
+            network is never (or always) wrong (:func:`check_fit_is_defined`).
         FileNotFoundError: a missing input folder.
     """
     spec = _region_spec(activation, regions)
@@ -276,6 +320,7 @@ def run_calibrate(
     logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
                                      overlap, device, progress=progress, activation=activation, regions=spec,
                                      ignore_unclaimed_labels=ignore_unclaimed_labels)
+    check_fit_is_defined(logits, targets, activation)
     example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
     if roi is not None:  # one window, a size the network accepts
         size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
@@ -284,6 +329,9 @@ def run_calibrate(
     state, record = calibrate_network(logits, targets, net, mode=mode, loss=loss, max_steps=max_steps,
                                       example_input=example[None], activation=activation,
                                       region_names=None if spec is None else list(spec))
+    # the record of an earlier run goes first: interrupted between the two writes, the new checkpoint is then never
+    # left beside a record of another temperature
+    out.with_suffix(".json").unlink(missing_ok=True)
     atomic_torch_save(out, state)
     record.update({"source": loaded.description,
                    "checkpoint": loaded.checkpoints[0] if loaded.checkpoints else None})

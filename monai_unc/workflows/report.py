@@ -17,7 +17,7 @@ from typing import Any
 from ..engine import get_dist_context, sync_errors
 from ..evaluation import load_evaluation, resummarize, run_triage
 from ..evaluation.triage import TriageResult
-from ..io import check_inputs_not_written, check_output_file, check_output_folder, output_lock
+from ..io import CaseFiles, check_inputs_not_written, check_output_file, check_output_folder, output_lock
 from ..io.signing import Trust
 from ..report.html import build_report
 from ..report.triage import build_triage_page
@@ -77,6 +77,27 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
     return folder
 
 
+def _evaluation_case_folders(folder: str | os.PathLike) -> list[Path]:
+    """The folders of the case files an evaluation read (labels, predictions, maps, images), as its state records them.
+
+    The report's overlays read these files again, so its output may not lie inside one of them.
+
+    Args:
+        folder: the ``--output`` folder of ``monai-unc evaluate`` (:func:`check_evaluation_folder` first).
+
+    Returns:
+        The distinct folders, sorted.
+    """
+    state, _ = load_evaluation(folder)
+    folders: set[Path] = set()
+    for record in state.files.values():
+        files = CaseFiles.from_json(record)
+        for path in (files.label, files.seg, files.probs, files.image, *files.maps.values()):
+            if path is not None:
+                folders.add(Path(path).parent)
+    return sorted(folders)
+
+
 def run_report(
     evaluation: str | os.PathLike,
     output: str | os.PathLike | None = None,
@@ -95,7 +116,8 @@ def run_report(
 
     Args:
         evaluation: the ``--output`` folder of ``monai-unc evaluate``.
-        output: report folder (default ``<evaluation>/report``): writable, outside ``images``.
+        output: report folder (default ``<evaluation>/report``): writable, outside ``images`` and the folders of the
+            evaluation's case files (labels, predictions, maps: the overlays read them).
         budget: referral fraction of the triage (default: the evaluation's).
         images: folder of the input images for the overlays.
         cases: overlays of this many of the most uncertain cases (``--cases``, >= 0).
@@ -119,6 +141,7 @@ def run_report(
     check_output_file(out / "report.html", cases_file, what="output")
     check_inputs_not_written(out, REPORT_WRITES, cases_file, images, what="--output")
     check_evaluation_folder(evaluation)
+    check_output_folder(out, *_evaluation_case_folders(evaluation), writable=False)  # the overlays read them
     ids = read_case_list(cases_file) if cases_file is not None else (
         None if calibration_cases is None else [str(c) for c in calibration_cases])
     overrides = {"target_risk": target_risk, "delta": delta, "risk": risk, "risk_method": risk_method,

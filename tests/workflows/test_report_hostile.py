@@ -1,0 +1,65 @@
+"""Hostile outputs of ``monai-unc report`` (:mod:`monai_unc.workflows.report`): the report's overlays read the case
+files the evaluation recorded (labels, predictions, maps), so its output may not lie inside their folders; an edited
+``summary.json`` is one line naming the field."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from monai_unc import cli
+from monai_unc.data.cohorts import write_toy_cohort
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    paths = write_toy_cohort(root / "data", n_cases=2, shape=(8, 8, 8))
+    assert cli.main(["evaluate", "-l", str(paths["labels"]), "-p", str(paths["predictions"]), "-o",
+                     str(root / "ev"), "--no-spatial", "-q"]) == 0
+    return {"root": root, "ev": root / "ev", **paths}
+
+
+def _run(argv, capsys):
+    rc = cli.main(argv)
+    return rc, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+
+
+@pytest.mark.parametrize("folder, sub", [("labels", ""), ("predictions", ""), ("labels", "qc/report")])
+def test_report_refuses_an_output_inside_the_folders_of_the_evaluated_cases(ev, capsys, folder, sub):
+    """Issue: ``monai-unc report -o <the evaluation's labels folder>`` wrote report.html, figures/ and assets/ among
+    the label files that its own overlays read (only ``--images`` was checked)."""
+    out = ev[folder] / sub if sub else ev[folder]
+    before = _hashes(ev["root"] / "data")
+    rc, err = _run(["report", "-e", str(ev["ev"]), "-o", str(out), "-q"], capsys)
+    assert rc == 2 and len(err) == 1 and err[0].startswith("monai-unc report: error: "), (rc, err)
+    assert "lies inside the input folder" in err[0] and str(ev[folder]) in err[0]
+    assert _hashes(ev["root"] / "data") == before
+    assert not (ev[folder] / "report.html").exists() and not (ev[folder] / "figures").exists()
+
+
+def test_report_beside_the_case_folders_still_works(ev, capsys):
+    assert _run(["report", "-e", str(ev["ev"]), "-o", str(ev["root"] / "data"), "--cases", "0", "-q"],
+                capsys)[0] == 0
+    assert (ev["root"] / "data" / "report.html").is_file()
+
+
+@pytest.mark.parametrize("field, value", [("n_bins", "15"), ("patch_size", None), ("min_bin_count", float("nan"))])
+def test_report_with_an_edited_summary_is_one_line(ev, tmp_path, capsys, field, value):
+    """Issue: ``"n_bins": "15"`` or ``"patch_size": null`` in ``summary.json`` made ``report --budget`` a traceback."""
+    copy = tmp_path / "ev"
+    shutil.copytree(ev["ev"], copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["config"][field] = value
+    (copy / "summary.json").write_text(json.dumps(summary))
+    rc, err = _run(["report", "-e", str(copy), "-o", str(tmp_path / "r"), "--budget", "0.3", "-q"], capsys)
+    assert rc == 2 and len(err) == 1 and err[0].startswith("monai-unc report: error: "), (rc, err)
+    assert field in err[0]
