@@ -30,7 +30,7 @@ from monai_unc.io import atomic_copy, atomic_torch_save, atomic_write_json, chec
 from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
 from monai_unc.nnunet.export import region_definitions
-from monai_unc.nnunet.predictor import _check_folds
+from monai_unc.nnunet.predictor import check_folds
 from monai_unc.temperature import TemperatureScaler
 
 __all__ = ["calibrate_model_folder", "segmentation_layer_name", "region_targets"]
@@ -129,7 +129,7 @@ def calibrate_model_folder(
     src, dst = Path(model_training_output_dir), Path(output_dir)
     # every argument checked before the first file is written (an error after the first fold's prediction left a
     # copy with plans but no checkpoint; no fold at all ended in an UnboundLocalError)
-    folds = _check_folds(use_folds)
+    folds = check_folds(use_folds)
     if "all" in folds:
         raise ValueError("fold 'all' has no held-out validation cases to fit a temperature on")
     if not isinstance(checkpoint_name, str) or checkpoint_name in ("", ".", "..") or \

@@ -444,7 +444,7 @@ def write_float_map(reader_writer: Any, data: np.ndarray, output_fname: str | os
     return _write_with_reader_writer(reader_writer, arr.view(_FloatMap), out, properties)
 
 
-def _check_region_file_names(region_names: Iterable[str]) -> None:
+def check_region_file_names(region_names: Iterable[str]) -> None:
     """Refuse region names that cannot be part of a file name (formats without 4D images write one file per region).
 
     The names come from ``dataset.json`` (``labels``), a file users edit; each becomes part of the map file
@@ -458,8 +458,8 @@ def _check_region_file_names(region_names: Iterable[str]) -> None:
         ValueError: a name holds a path separator (a slash or a backslash) or a NUL character.
 
     Example:
-        >>> _check_region_file_names(["whole tumor", "TC", "ET"])
-        >>> _check_region_file_names(["TC/ET"])
+        >>> check_region_file_names(["whole tumor", "TC", "ET"])
+        >>> check_region_file_names(["TC/ET"])
         Traceback (most recent call last):
             ...
         ValueError: dataset.json labels: region name 'TC/ET' cannot be part of a file name ...
@@ -493,7 +493,7 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
 
     Raises:
         ValueError: ``data`` is not ``(R, *shape)`` with ``R = len(region_names)``, or (one file per region) a region
-            name holds a path separator (:func:`_check_region_file_names`).
+            name holds a path separator (:func:`check_region_file_names`).
 
     Example:
         >>> import tempfile
@@ -514,7 +514,7 @@ def write_region_maps(reader_writer: Any, data: np.ndarray, output_fname: str | 
     ending = _ending(out.name)
     stem = out.name[: -len(ending)] if ending else out.name
     if ending not in (".nii.gz", ".nii") or arr.ndim != 4:
-        _check_region_file_names(region_names)
+        check_region_file_names(region_names)
         return [write_float_map(reader_writer, arr[r], out.with_name(f"{stem}_{name}{ending}"), properties)
                 for r, name in enumerate(region_names)]
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,7 @@ from monai_unc.nnunet.export import (
     MEAN_SQ,
     WINDOW_ENTROPY,
     CaseUncertainty,
-    _check_region_file_names,
+    check_region_file_names,
     case_exported,
     case_scores,
     convert_uncertainty_to_original_geometry,
@@ -371,7 +371,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                 with several folds but without ``"folds"``.
         """
         if use_folds is not None:
-            use_folds = _check_folds(use_folds)
+            use_folds = check_folds(use_folds)
         _check_fold_checkpoints(model_training_output_dir, use_folds, checkpoint_name)
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
@@ -408,7 +408,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         if self._multilabel and self.dataset_json.get("file_ending") not in (".nii.gz", ".nii"):
             # one map file per region (no 4D image in this format): the names must be file-name parts, refused here
             # rather than after the first case's prediction
-            _check_region_file_names(region_definitions(self.dataset_json))
+            check_region_file_names(region_definitions(self.dataset_json))
         if "ssn" in self.uncertainty_sources and not find_ssn_heads(self._net()):
             raise ValueError(
                 "uncertainty source 'ssn' needs a Stochastic Segmentation Network: train with nnUNetTrainerSSN "
@@ -1246,7 +1246,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
 
 
-def _check_folds(use_folds: Any) -> tuple[int | str, ...]:
+def check_folds(use_folds: Any) -> tuple[int | str, ...]:
     """``use_folds`` as nnU-Net reads it (integers and ``"all"``), refused when empty, malformed or repeated."""
     folds = [use_folds] if isinstance(use_folds, (str, int)) else list(use_folds)
     if not folds:
