@@ -302,7 +302,7 @@ class SVLSLoss(_Loss):
             A scalar, or ``(B, 1, *spatial)`` with ``reduction="none"``.
         """
         z, onehot = prepare_target(input, target, self.to_onehot_y)
-        return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot)
+        return check_finite_loss(self.loss_of_onehot(z, onehot), z, onehot, unit_target=not self.to_onehot_y)
 
 
 class MarginLoss(_Loss):
@@ -378,7 +378,7 @@ class MarginLoss(_Loss):
         if not self.include_background:
             ce = ce[:, 1:]
         per_voxel = ce.sum(1, keepdim=True) + self.alpha * self.penalty(z)
-        return check_finite_loss(_reduce(per_voxel, self.reduction), z, onehot)
+        return check_finite_loss(_reduce(per_voxel, self.reduction), z, onehot, unit_target=not self.to_onehot_y)
 
 
 class L1ACELoss(_Loss):
@@ -552,7 +552,7 @@ class DiceSVLSLoss(_Loss):
         """
         z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
         value = self.lambda_dice * self.dice(z, onehot) + self.lambda_svls * self.svls.loss_of_onehot(z, onehot)
-        return check_finite_loss(value, z, onehot)
+        return check_finite_loss(value, z, onehot, unit_target=not self.to_onehot_y)
 
 
 class DiceCEMarginLoss(_Loss):
@@ -608,7 +608,7 @@ class DiceCEMarginLoss(_Loss):
         """
         z, t = _upcast(*check_target(input, target, self.to_onehot_y))
         value = self.dicece(z, t) + self.margin.alpha * mean_margin_penalty(z, self.margin.margin)
-        return check_finite_loss(value, z, t)
+        return check_finite_loss(value, z, t, unit_target=not self.to_onehot_y)
 
 
 class DiceCEL1ACELoss(_Loss):

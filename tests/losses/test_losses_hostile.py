@@ -393,6 +393,23 @@ def test_an_integer_one_hot_target_outside_0_1_raises_and_soft_targets_stay_acce
     assert torch.isfinite(l1_average_calibration_error(torch.softmax(z, 1), soft)).all()
 
 
+@pytest.mark.parametrize("bad", [2.0, -1.0, 1.5])
+@pytest.mark.parametrize("make", [SVLSLoss, MarginLoss, DiceSVLSLoss, DiceCEMarginLoss,
+                                  lambda: MarginLoss(reduction="none"), lambda: SVLSLoss(reduction="sum")])
+def test_an_svls_or_margin_target_outside_0_1_raises_naming_the_target(bad, make):
+    """SVLS, MbLS and their Dice variants took a one-hot target holding 2 or -1 and returned a number."""
+    gen = torch.Generator().manual_seed(7)
+    z = torch.randn(1, 3, 6, 6, generator=gen)
+    y = _onehot(torch.randint(0, 3, (1, 1, 6, 6), generator=gen), 3).float()
+    y[0, 1, 2, 2] = bad
+    with pytest.raises(ValueError, match=r"target must be one-hot or soft with values in \[0, 1\]"):
+        make()(z, y)
+    with pytest.raises(ValueError, match=r"got values in \[0, 2\]"):
+        make()(z, _onehot(torch.randint(0, 3, (1, 1, 6, 6), generator=gen), 3).long() * 2)
+    soft = _onehot(torch.randint(0, 3, (1, 1, 6, 6), generator=gen), 3).float() * 0.8 + 0.05  # in [0, 1]: accepted
+    assert torch.isfinite(make()(z, soft)).all()
+
+
 # ---------------------------------------------------------------- numpy scalar and bool settings
 
 
