@@ -66,6 +66,27 @@ def int_option(value: object, name: str, what: str) -> int:
     return int(value)
 
 
+def bool_option(value: object, name: str) -> bool:
+    """``value`` as a bool when it is one (Python or numpy ``bool_``); ``TypeError`` naming ``name`` otherwise.
+
+    A flag given as a string (``"no"``, ``"false"`` from a config file) or a number is truthy: taken as ``True`` it
+    would switch an option on without a word.
+
+    Args:
+        value: the flag's value.
+        name: the flag's name in the error.
+
+    Returns:
+        ``bool(value)``.
+
+    Raises:
+        TypeError: ``value`` is not a bool, naming ``name`` and the value.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def nonnegative_option(value: object, name: str) -> float:
     """A finite number ``>= 0`` (a margin, a weight) as a float; ``TypeError`` / ``ValueError`` naming ``name``."""
     v = real_option(value, name, "a finite number >= 0")

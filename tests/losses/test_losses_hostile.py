@@ -470,3 +470,47 @@ def test_bool_or_non_number_settings_raise_type_error_naming_argument_and_type(m
     """A bool was taken as 1 (sigma=True, margin=True in the functional core); others got a value-error message."""
     with pytest.raises(TypeError, match=rf"^{name} must be .*, got (bool|float64|str)"):
         make()
+
+
+@pytest.mark.parametrize("bad", ["no", "false", 0, 1, None])
+@pytest.mark.parametrize(
+    "make,name",
+    [
+        (lambda b: SVLSLoss(include_background=b), "include_background"),
+        (lambda b: SVLSLoss(to_onehot_y=b), "to_onehot_y"),
+        (lambda b: SVLSLoss(softmax=b, sigmoid=False), "softmax"),
+        (lambda b: SVLSLoss(softmax=False, sigmoid=b), "sigmoid"),
+        (lambda b: MarginLoss(include_background=b), "include_background"),
+        (lambda b: MarginLoss(to_onehot_y=b), "to_onehot_y"),
+        (lambda b: L1ACELoss(ignore_empty_classes=b), "ignore_empty_classes"),
+        (lambda b: L1ACELoss(include_background=b), "include_background"),
+        (lambda b: DiceSVLSLoss(squared_pred=b), "squared_pred"),
+        (lambda b: DiceSVLSLoss(batch=b), "batch"),
+        (lambda b: DiceSVLSLoss(include_background=b), "include_background"),
+        (lambda b: DiceCEMarginLoss(to_onehot_y=b), "to_onehot_y"),
+        (lambda b: DiceCEMarginLoss(include_background=b), "include_background"),
+        (lambda b: DiceCEMarginLoss(softmax=b), "softmax"),
+        (lambda b: DiceCEMarginLoss(squared_pred=b), "squared_pred"),
+        (lambda b: DiceCEL1ACELoss(squared_pred=b), "squared_pred"),
+        (lambda b: DiceCEL1ACELoss(include_background=b), "include_background"),
+        (lambda b: DiceCEL1ACELoss(to_onehot_y=b), "to_onehot_y"),
+        (lambda b: mean_margin_penalty(torch.zeros(1, 2, 3), 1.0, b), "include_background"),
+        (lambda b: binned_calibration(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), 5, b), "soft"),
+        (lambda b: l1_average_calibration_error(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), 5,
+                                                ignore_empty_classes=b), "ignore_empty_classes"),
+    ],
+)
+def test_non_bool_flags_raise_type_error_naming_them(make, name, bad):
+    """A flag given as a string ("no", "false": truthy) or a number was taken as its truth value without a word."""
+    with pytest.raises(TypeError, match=rf"^{name} must be True or False"):
+        make(bad)
+
+
+def test_numpy_bool_flags_are_bools():
+    gen = torch.Generator().manual_seed(8)
+    z = torch.randn(1, 3, 6, 6, generator=gen)
+    y = torch.randint(0, 3, (1, 1, 6, 6), generator=gen)
+    for make in (SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss):
+        a = make(include_background=np.bool_(False), to_onehot_y=np.bool_(True))(z, y)
+        b = make(include_background=False, to_onehot_y=True)(z, y)
+        torch.testing.assert_close(a, b)
