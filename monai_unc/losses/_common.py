@@ -15,6 +15,7 @@ import torch
 __all__ = [
     "REAL_TYPES",
     "ace_of_bins",
+    "bool_option",
     "check_unit_target",
     "int_option",
     "nonnegative_option",
