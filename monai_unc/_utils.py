@@ -234,6 +234,22 @@ def check_labels(
     return labels
 
 
+def holds_bool(value: Any) -> bool:
+    """Whether ``value`` is a bool or holds one (a bool array or tensor, a sequence with a bool in it).
+
+    ``True`` converts to 1.0: a spacing or a length given as ``True`` would be read as 1 mm without a word.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.bool
+    if isinstance(value, np.ndarray):
+        return value.dtype == np.bool_ or (value.dtype == object and any(holds_bool(v) for v in value.ravel()))
+    if isinstance(value, (list, tuple)):
+        return any(holds_bool(v) for v in value)
+    return False
+
+
 def per_axis_mm(
     value: float | Sequence[float] | np.ndarray, ndim: int, name: str, count_note: str = ""
 ) -> tuple[float, ...]:
@@ -249,8 +265,10 @@ def per_axis_mm(
         ``ndim`` floats; their range is the caller's to check.
 
     Raises:
-        ValueError: when ``value`` is neither a number nor ``ndim`` numbers.
+        ValueError: when ``value`` is neither a number nor ``ndim`` numbers (a bool is not a number here).
     """
+    if holds_bool(value):
+        raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {value!r}")
     if isinstance(value, (int, float, np.floating, np.integer)):
         return (float(value),) * ndim
     try:
@@ -274,6 +292,8 @@ def case_spacings(spacing: Any, n_cases: int, ndim: int, name: str = "spacing") 
     """Spacing (mm per axis) of each of ``n_cases`` cases: a scalar or per-axis value shared by all, or one row per
     case (``(n_cases, ndim)``); each as :func:`normalize_spacing` returns it."""
     arr = None
+    if holds_bool(spacing):
+        raise ValueError(f"{name} must be a number, one number per axis or one row per case (mm), got {spacing!r}")
     if not isinstance(spacing, (int, float)):
         try:
             arr = np.asarray(spacing, dtype=float)

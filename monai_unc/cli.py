@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import pickle
 import sys
+import traceback
 import warnings
 import zipfile
 from collections.abc import Callable, Sequence
@@ -184,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Torch, MONAI and the workflows are imported only after the arguments are parsed. Errors of bad arguments or
     inputs are one stderr line (module docstring), not a traceback; so is a package that the command needs and that
-    is not installed (the line names what to ``pip install``; exit status 2).
+    is not installed (the line names what to ``pip install``; exit status 2). A ``TypeError`` is one line (exit 2)
+    when one of the package's checks raised it (a value of the wrong type in an option or a file, named); any other
+    ``TypeError`` is a bug and keeps its traceback (:func:`_raised_by_a_check`).
 
     Args:
         argv: the arguments without the program name (default ``sys.argv[1:]``).
@@ -229,12 +232,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _INPUT_ERRORS as e:
         print(f"monai-unc {args.command}: error: {error_text(e)}", file=sys.stderr, flush=True)
         return 2
+    except TypeError as e:  # a check of ours refusing a value of the wrong type: bad input; any other: a bug
+        if not _raised_by_a_check(e):
+            raise
+        text = str(e).strip()  # names the argument
+        print(f"monai-unc {args.command}: error: {text.splitlines()[0] if text else 'TypeError'}", file=sys.stderr,
+              flush=True)
+        return 2
 
 
 #: errors that bad arguments, inputs or outputs raise (exit status 2, one stderr line): our own ValueErrors (which
 #: name the argument), file-system errors (missing, unwritable, a file where a folder is needed) and readers' errors
 #: on truncated or corrupt files that no layer below turned into a ValueError
 _INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError)
+
+
+def _raised_by_a_check(error: BaseException) -> bool:
+    """Whether an error was raised by an explicit ``raise`` statement of this package (one of its checks).
+
+    Our checks raise ``TypeError`` naming the argument for a value of the wrong type (``"x must be True or False,
+    got 'yes'"``): bad input, one line like a ``ValueError``. A ``TypeError`` that Python or a library raised
+    (``'int' object is not iterable``) is a bug to fix and keeps its traceback.
+
+    Args:
+        error: the error caught.
+
+    Returns:
+        True when the innermost frame of its traceback is a ``raise`` statement in a module of this package.
+    """
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return False
+    last = frames[-1]
+    package = Path(__file__).resolve().parent
+    try:
+        inside = Path(last.filename).resolve().is_relative_to(package)
+    except (OSError, ValueError):
+        return False
+    return inside and (last.line or "").lstrip().startswith("raise ")
 
 
 #: importable module -> what ``pip install`` takes to provide it, where the two names differ

@@ -216,6 +216,9 @@ def read_triage_run(
     target = rule.get("target_risk")
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
         raise ValueError(f"{path}: field 'rule.target_risk' must be a number in (0, 1), got {target!r}")
+    cal = rule.get("calibration")
+    if cal is not None and (not isinstance(cal, dict) or not isinstance(cal.get("case_scores", []), list)):
+        raise ValueError(f"{path}: field 'rule.calibration' must be an object whose 'case_scores' is a list")
     if rule.get("image_reference") is not None:  # what the image alarm ranks new cases against: checked here
         try:
             ImageReference.from_json(rule["image_reference"], "rule.image_reference")

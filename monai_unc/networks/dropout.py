@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._utils import check_bool
+
 __all__ = [
     "DropoutHook",
     "MCDropoutContext",
@@ -73,7 +75,7 @@ class DropoutHook:
     def __init__(self, p: float, channelwise: bool = True) -> None:
         _check_rate(p)
         self.p = float(p)
-        self.channelwise = bool(channelwise)
+        self.channelwise = check_bool(channelwise, "channelwise")  # a string "no" is truthy
         self.mc_enabled = False
 
     def _drop(self, x: Any) -> Any:
@@ -132,6 +134,7 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
         >>> modules, hooks
         ([Dropout3d(p=0.3, inplace=False)], [])
     """
+    include_zero = check_bool(include_zero, "include_zero")
     modules, hooks = [], []
     for m in model.modules():
         if isinstance(m, nn.modules.dropout._DropoutNd) or _is_droppath(m):
@@ -166,6 +169,7 @@ class MCDropoutContext:
     """
 
     def __init__(self, model: nn.Module, strict: bool = True) -> None:
+        strict = check_bool(strict, "strict")
         modules, hooks = find_dropout_layers(model)
         if strict and not modules and not hooks:
             raise ValueError(
@@ -403,6 +407,7 @@ def add_dropout(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _check_rate(p)
+    check_bool(channelwise, "channelwise")  # before any hook is added
     names = resolve_dropout_sites(model, after)
     modules = dict(model.named_modules())
     for n in names:

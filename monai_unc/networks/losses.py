@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Distribution
 
-from .._utils import check_labels
+from .._utils import check_bool, check_labels
 from .ssn import SSNDistribution, no_autocast
 
 __all__ = ["SSNLoss", "ssn_log_likelihood"]
@@ -87,6 +87,7 @@ def ssn_log_likelihood(logit_samples: torch.Tensor, target: torch.Tensor, normal
         raise TypeError(f"logit_samples must be a torch.Tensor, got {type(logit_samples).__name__}")
     if not isinstance(target, torch.Tensor):
         raise TypeError(f"target must be a torch.Tensor label map, got {type(target).__name__}")
+    normalize = check_bool(normalize, "normalize")
     if logit_samples.ndim < 4:
         raise ValueError(f"logit_samples must be (M, B, C, *spatial), got shape {tuple(logit_samples.shape)}")
     m, b, c = logit_samples.shape[:3]
@@ -149,11 +150,11 @@ class SSNLoss(nn.Module):
         super().__init__()
         if isinstance(num_mc_samples, bool) or not isinstance(num_mc_samples, int) or num_mc_samples < 1:
             raise ValueError(f"num_mc_samples must be an integer >= 1, got {num_mc_samples!r}")
-        if antithetic and num_mc_samples % 2:
+        self.normalize = check_bool(normalize, "normalize")  # a string "no" is truthy: never taken as True
+        self.antithetic = check_bool(antithetic, "antithetic")
+        if self.antithetic and num_mc_samples % 2:
             raise ValueError(f"antithetic sampling needs an even num_mc_samples, got {num_mc_samples}")
         self.num_mc_samples = num_mc_samples
-        self.normalize = bool(normalize)
-        self.antithetic = bool(antithetic)
 
     def extra_repr(self) -> str:
         """The settings shown in ``repr``."""

@@ -42,12 +42,13 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 from torch.distributions import Distribution, LowRankMultivariateNormal
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .._utils import exceeds
+from .._utils import check_bool, exceeds
 
 __all__ = [
     "IntensityMask",
@@ -235,6 +236,7 @@ class SSNDistribution(LowRankMultivariateNormal):
         ``mu - dz`` (the order of ``cat([mu + d, mu - d])``).
         """
         n = int(num_samples)
+        antithetic = check_bool(antithetic, "antithetic")
         if antithetic and n % 2:
             raise ValueError(f"antithetic sampling needs an even number of samples, got {n}")
         m = n // 2 if antithetic else n
@@ -478,7 +480,7 @@ class SSNHead(nn.Module):
                 self.log_cov_diag_conv.weight.zero_()
                 self.log_cov_diag_conv.bias.fill_(math.log(float(init_variance)))
         self.init_variance = init_variance
-        if identity_mean:
+        if check_bool(identity_mean, "identity_mean"):
             if in_channels != num_classes:
                 raise ValueError(
                     f"identity_mean needs in_channels == num_classes, got {in_channels} and {num_classes}"
@@ -509,7 +511,17 @@ class SSNHead(nn.Module):
         Args:
             temperature: ``t`` (positive), a number or a tensor of 1 or ``num_classes`` values.
             rescale_floor: also divide the variance floor by ``t^2`` (see above).
+
+        Raises:
+            TypeError: ``temperature`` is a bool (``True`` would be ``t = 1``: nothing folded, without a word), or
+                ``rescale_floor`` is not a bool.
+            ValueError: ``t`` not positive and finite, of the wrong size, or not foldable exactly (see above).
         """
+        rescale_floor = check_bool(rescale_floor, "rescale_floor")  # a string "no" is truthy
+        if isinstance(temperature, (bool, np.bool_)) or (
+            isinstance(temperature, torch.Tensor) and temperature.dtype == torch.bool
+        ) or (isinstance(temperature, np.ndarray) and temperature.dtype == np.bool_):
+            raise TypeError(f"temperature must be a positive number or a tensor of numbers, got {temperature!r}")
         t = torch.as_tensor(temperature, dtype=torch.float64).detach().reshape(-1).cpu()
         if t.numel() not in (1, self.num_classes):
             raise ValueError(
@@ -796,6 +808,7 @@ def ssn_sampling(network: nn.Module, cache: bool = False) -> Iterator[list[SSNHe
         >>> bool((a != b).any()), bool(torch.equal(net(x), net(x)))  # outside: the mean
         (True, True)
     """
+    cache = check_bool(cache, "cache")
     heads = find_ssn_heads(network)
     if not heads:
         raise ValueError(
@@ -808,7 +821,7 @@ def ssn_sampling(network: nn.Module, cache: bool = False) -> Iterator[list[SSNHe
     for h in heads:
         h.sampling = True
     for n in nets:
-        n._cache_enabled = bool(cache)
+        n._cache_enabled = cache
         n._reuse = False
     try:
         yield heads

@@ -23,6 +23,7 @@ import argparse
 import csv
 import dataclasses
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from glob import escape as glob_escape
@@ -185,7 +186,9 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
 
     Returns:
         The ids in file order, or None for None. ``FileNotFoundError`` for a missing file, ``ValueError`` naming
-        ``--calibration-cases`` for a CSV without a ``case`` column or a file that lists no case.
+        ``--calibration-cases`` and the file for a CSV without a ``case`` column, a file that lists no case, or one
+        that lists a case twice (a typo for another case: the run would fit on fewer cases than the file lists, and
+        record the file's list).
     """
     if path is None:
         return None
@@ -202,6 +205,10 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         lines = [row[key].strip() for row in reader if (row.get(key) or "").strip()]
     if not lines:
         raise ValueError(f"--calibration-cases: {f} lists no case")
+    twice = [c for c, n in Counter(lines).items() if n > 1]  # in file order
+    if twice:
+        shown = ", ".join(map(repr, twice[:5])) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
+        raise ValueError(f"--calibration-cases: {f} lists {len(twice)} case(s) more than once: {shown}")
     return lines
 
 

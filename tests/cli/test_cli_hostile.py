@@ -673,5 +673,25 @@ def test_two_ranks_refuse_bad_inputs_with_one_line_each_and_no_hang(d, tmp_path)
     assert not any((tmp_path / f"o{i}").exists() for i in range(1, 5)) and not (tmp_path / "e1").exists()
 
 
+# ------------------------------------------------------------------------------------------- TypeError
+def test_a_type_error_of_our_checks_is_one_line_and_another_keeps_its_traceback(d, tmp_path, capsys, monkeypatch):
+    """A ``TypeError`` that one of the package's checks raises (a value of the wrong type, named) is bad input: one
+    line, exit 2, like a ``ValueError`` (it ended in a traceback); a ``TypeError`` that Python raises is a bug and
+    keeps its traceback."""
+    from monai_unc._utils import check_bool
+
+    argv = ["report", "--evaluation", str(d["ev"]), "-o", str(tmp_path / "r")]
+    monkeypatch.setattr(cli, "_run", lambda args: check_bool("yes", "--flag"))
+    rc, lines = _run(argv, capsys)
+    _assert_one_line(rc, lines, "report", "--flag must be True or False, got 'yes'", argv)
+
+    def bug(args):
+        return len(5)  # a TypeError of Python's, not of a check
+
+    monkeypatch.setattr(cli, "_run", bug)
+    with pytest.raises(TypeError, match="has no len"):
+        cli.main(argv)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

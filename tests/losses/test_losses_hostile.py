@@ -393,6 +393,23 @@ def test_an_integer_one_hot_target_outside_0_1_raises_and_soft_targets_stay_acce
     assert torch.isfinite(l1_average_calibration_error(torch.softmax(z, 1), soft)).all()
 
 
+@pytest.mark.parametrize("bad", [2.0, -1.0, 1.5])
+@pytest.mark.parametrize("make", [SVLSLoss, MarginLoss, DiceSVLSLoss, DiceCEMarginLoss,
+                                  lambda: MarginLoss(reduction="none"), lambda: SVLSLoss(reduction="sum")])
+def test_an_svls_or_margin_target_outside_0_1_raises_naming_the_target(bad, make):
+    """SVLS, MbLS and their Dice variants took a one-hot target holding 2 or -1 and returned a number."""
+    gen = torch.Generator().manual_seed(7)
+    z = torch.randn(1, 3, 6, 6, generator=gen)
+    y = _onehot(torch.randint(0, 3, (1, 1, 6, 6), generator=gen), 3).float()
+    y[0, 1, 2, 2] = bad
+    with pytest.raises(ValueError, match=r"target must be one-hot or soft with values in \[0, 1\]"):
+        make()(z, y)
+    with pytest.raises(ValueError, match=r"got values in \[0, 2\]"):
+        make()(z, _onehot(torch.randint(0, 3, (1, 1, 6, 6), generator=gen), 3).long() * 2)
+    soft = _onehot(torch.randint(0, 3, (1, 1, 6, 6), generator=gen), 3).float() * 0.8 + 0.05  # in [0, 1]: accepted
+    assert torch.isfinite(make()(z, soft)).all()
+
+
 # ---------------------------------------------------------------- numpy scalar and bool settings
 
 
@@ -453,3 +470,47 @@ def test_bool_or_non_number_settings_raise_type_error_naming_argument_and_type(m
     """A bool was taken as 1 (sigma=True, margin=True in the functional core); others got a value-error message."""
     with pytest.raises(TypeError, match=rf"^{name} must be .*, got (bool|float64|str)"):
         make()
+
+
+@pytest.mark.parametrize("bad", ["no", "false", 0, 1, None])
+@pytest.mark.parametrize(
+    "make,name",
+    [
+        (lambda b: SVLSLoss(include_background=b), "include_background"),
+        (lambda b: SVLSLoss(to_onehot_y=b), "to_onehot_y"),
+        (lambda b: SVLSLoss(softmax=b, sigmoid=False), "softmax"),
+        (lambda b: SVLSLoss(softmax=False, sigmoid=b), "sigmoid"),
+        (lambda b: MarginLoss(include_background=b), "include_background"),
+        (lambda b: MarginLoss(to_onehot_y=b), "to_onehot_y"),
+        (lambda b: L1ACELoss(ignore_empty_classes=b), "ignore_empty_classes"),
+        (lambda b: L1ACELoss(include_background=b), "include_background"),
+        (lambda b: DiceSVLSLoss(squared_pred=b), "squared_pred"),
+        (lambda b: DiceSVLSLoss(batch=b), "batch"),
+        (lambda b: DiceSVLSLoss(include_background=b), "include_background"),
+        (lambda b: DiceCEMarginLoss(to_onehot_y=b), "to_onehot_y"),
+        (lambda b: DiceCEMarginLoss(include_background=b), "include_background"),
+        (lambda b: DiceCEMarginLoss(softmax=b), "softmax"),
+        (lambda b: DiceCEMarginLoss(squared_pred=b), "squared_pred"),
+        (lambda b: DiceCEL1ACELoss(squared_pred=b), "squared_pred"),
+        (lambda b: DiceCEL1ACELoss(include_background=b), "include_background"),
+        (lambda b: DiceCEL1ACELoss(to_onehot_y=b), "to_onehot_y"),
+        (lambda b: mean_margin_penalty(torch.zeros(1, 2, 3), 1.0, b), "include_background"),
+        (lambda b: binned_calibration(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), 5, b), "soft"),
+        (lambda b: l1_average_calibration_error(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), 5,
+                                                ignore_empty_classes=b), "ignore_empty_classes"),
+    ],
+)
+def test_non_bool_flags_raise_type_error_naming_them(make, name, bad):
+    """A flag given as a string ("no", "false": truthy) or a number was taken as its truth value without a word."""
+    with pytest.raises(TypeError, match=rf"^{name} must be True or False"):
+        make(bad)
+
+
+def test_numpy_bool_flags_are_bools():
+    gen = torch.Generator().manual_seed(8)
+    z = torch.randn(1, 3, 6, 6, generator=gen)
+    y = torch.randint(0, 3, (1, 1, 6, 6), generator=gen)
+    for make in (SVLSLoss, MarginLoss, L1ACELoss, DiceSVLSLoss, DiceCEMarginLoss, DiceCEL1ACELoss):
+        a = make(include_background=np.bool_(False), to_onehot_y=np.bool_(True))(z, y)
+        b = make(include_background=False, to_onehot_y=True)(z, y)
+        torch.testing.assert_close(a, b)

@@ -99,3 +99,13 @@ def test_spatial_extras_follow_the_case_axis():
     assert bands["uncertainty"].shape == (1, 4) and bands["edges"].shape == (1, 5)
     _, smoothed = spatial_calibration_error(u, p, t, return_map=True)
     assert smoothed.shape == (1, 1, *u.shape)
+
+
+@pytest.mark.parametrize("spacing", [True, np.bool_(True), (True, 1.0), [1.0, False], np.array([True, True]),
+                                     torch.tensor([True, True]), [[True, 1.0]]])
+@pytest.mark.parametrize("fn", [boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error])
+def test_the_functions_refuse_a_bool_spacing_as_the_metric_classes_do(fn, spacing):
+    """``spacing=True`` was read as 1 mm by the plain functions (the metric classes refuse it)."""
+    u, p, t = _blob_case()
+    with pytest.raises(ValueError, match="spacing must be a number"):
+        fn(u[None], p[None], t[None], spacing=spacing)

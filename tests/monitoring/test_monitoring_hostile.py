@@ -318,6 +318,18 @@ def test_a_rule_digest_is_checked_and_never_reaches_the_terminalraw_sql(tmp_path
 
 
 # ------------------------------------------------------------------------------------------- small input gaps
+@pytest.mark.parametrize("calibration", [7, {"case_scores": 7}, {"case_scores": "0.1"}, [0.1]])
+def test_calibration_scores_of_the_wrong_type_are_one_error_line(tmp_path, capsys, calibration):
+    """An edited triage.json whose ``rule.calibration.case_scores`` was not a list: ``monitor record`` ended in a
+    traceback (``TypeError: 'int' object is not iterable``) instead of one line naming the field."""
+    rule = make_rule([0.1, 0.2])
+    rule["calibration"] = calibration
+    folder = write_triage(tmp_path / "t", rule, [{"case": "a", "score": 0.1}])
+    assert cli.main(["monitor", "record", str(folder), "--db", str(tmp_path / "m.db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rule.calibration" in err[0], err
+
+
 def test_the_site_option_is_stripped_like_the_sites_table_and_the_sidecars(tmp_path):
     """``--site "Centre A "`` made a stream of its own beside "Centre A" (the table and the sidecars are stripped)."""
     rule = make_rule([0.1, 0.2])

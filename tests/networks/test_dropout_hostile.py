@@ -100,3 +100,19 @@ def test_inplace_dropout_in_mc_mode_does_not_touch_the_eval_output():
     with enable_mc_dropout(net):
         net(x)
     assert torch.equal(net(x), ref)
+
+
+@pytest.mark.parametrize("bad", ["no", "false", 0, None])
+def test_non_bool_flags_are_a_type_error_naming_them(bad):
+    """``channelwise="no"`` (and the other flags) were taken as True without a word."""
+    net = nn.Sequential(nn.Conv3d(1, 2, 1), nn.ReLU())
+    with pytest.raises(TypeError, match=r"^channelwise must be True or False"):
+        DropoutHook(0.2, channelwise=bad)
+    with pytest.raises(TypeError, match=r"^channelwise must be True or False"):
+        add_dropout(net, p=0.2, after=["0"], channelwise=bad)
+    assert find_dropout_layers(net) == ([], [])  # refused before any hook was added
+    with pytest.raises(TypeError, match=r"^include_zero must be True or False"):
+        find_dropout_layers(net, include_zero=bad)
+    with pytest.raises(TypeError, match=r"^strict must be True or False"):
+        enable_mc_dropout(net, strict=bad)
+    assert DropoutHook(0.2, channelwise=np.bool_(False)).channelwise is False

@@ -114,3 +114,19 @@ def test_point_mass_loss_is_cross_entropy_and_refuses_out_of_range_labels():
 def test_single_class_is_refused():
     with pytest.raises(ValueError, match="2 classes"):
         SSNLoss(2)(torch.randn(2, 1, 5, 5), torch.zeros(2, 5, 5, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", ["normalize", "antithetic"])
+@pytest.mark.parametrize("bad", ["no", "false", 0, 1, None])
+def test_non_bool_flags_are_a_type_error_naming_them(name, bad):
+    """``SSNLoss(normalize="no")`` was taken as True (a truthy string) without a word."""
+    with pytest.raises(TypeError, match=rf"^{name} must be True or False"):
+        SSNLoss(num_mc_samples=2, **{name: bad})
+    if name == "normalize":
+        with pytest.raises(TypeError, match=r"^normalize must be True or False"):
+            ssn_log_likelihood(torch.zeros(1, 1, 2, 3), torch.zeros(1, 3, dtype=torch.long), normalize=bad)
+
+
+def test_numpy_bool_flags_are_bools():
+    loss = SSNLoss(num_mc_samples=2, normalize=np.bool_(False), antithetic=np.bool_(True))
+    assert loss.normalize is False and loss.antithetic is True

@@ -120,3 +120,29 @@ def test_intensity_mask_threshold_is_not_a_bool():
 
     with pytest.raises(ValueError, match="threshold"):
         IntensityMask(threshold=True)
+
+
+@pytest.mark.parametrize("bad", [True, False, torch.tensor(True), torch.tensor([True, True])])
+def test_fold_temperature_of_a_bool_is_a_type_error(bad):
+    """``fold_temperature(True)`` was t = 1: nothing folded, without a word."""
+    head = SSNHead(4, 2, rank=2, spatial_dims=2)
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    with pytest.raises(TypeError, match="^temperature must be a positive number"):
+        head.fold_temperature(bad)
+    assert all(torch.equal(v, head.state_dict()[k]) for k, v in before.items())
+
+
+@pytest.mark.parametrize("bad", ["no", 0, None])
+def test_non_bool_flags_of_the_head_and_the_sampling_are_type_errors(bad):
+    head = SSNHead(2, 2, rank=2, spatial_dims=2)
+    with pytest.raises(TypeError, match="^rescale_floor must be True or False"):
+        head.fold_temperature(2.0, rescale_floor=bad)
+    with pytest.raises(TypeError, match="^identity_mean must be True or False"):
+        SSNHead(2, 2, rank=2, spatial_dims=2, identity_mean=bad)
+    net = SSNNetwork(nn.Conv2d(1, 2, 1), head)
+    with pytest.raises(TypeError, match="^cache must be True or False"):
+        with ssn_sampling(net, cache=bad):
+            pass
+    assert not head.sampling
+    with pytest.raises(TypeError, match="^antithetic must be True or False"):
+        next(lowrank_distribution(*_params()).iter_rsample(2, antithetic=bad))
