@@ -172,7 +172,8 @@ def _region_target(lab: np.ndarray, num_regions: int, spec: dict[str, tuple[int,
 
 
 def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
-                         activation: str = "softmax") -> int:
+                         activation: str = "softmax", mode: str = "scalar",
+                         region_names: Sequence[str] | None = None) -> int:
     """Refuse calibration cases on which the network is never wrong, or always wrong.
 
     Temperature scaling needs both: when every voxel is predicted right (the predicted class, or each region's
@@ -181,37 +182,60 @@ def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch
     the optimiser stopped (0.2 after 192 steps, say), and a checkpoint scaled by it makes the network as over- or
     under-confident as that number happens to be on new cases.
 
+    A region-based network calibrated per region (``activation="sigmoid"``, ``mode="vector"``) fits each region's
+    temperature on that region's voxels alone, so each region needs both: a region never (or always) predicted wrong
+    is refused by name (``mode="scalar"`` fits one temperature shared by the regions, defined when the pooled voxels
+    hold both).
+
     Args:
         logits: per case ``(1, C, *spatial)`` (:func:`collect_logits`).
         targets: per case a label map ``(1, *spatial)`` (softmax) or region masks ``(1, R, *spatial)`` (sigmoid).
         activation: ``"softmax"`` or ``"sigmoid"``.
+        mode: ``"scalar"`` (one temperature) or ``"vector"`` (one per class or region).
+        region_names: the regions' names in the messages (sigmoid; default: the channel indices ``0, 1, ...``).
 
     Returns:
         The number of voxels (region voxels for sigmoid) predicted wrong.
 
     Raises:
-        ValueError: naming ``--labels``, when no voxel or every voxel is predicted wrong.
+        ValueError: naming ``--labels``, when no voxel or every voxel is predicted wrong (for ``"sigmoid"`` with
+            ``mode="vector"``: of one region, named).
 
     Example:
         >>> z = torch.tensor([[[2.0, -1.0], [0.0, 1.0]]])  # (1, C=2, 2 voxels)
         >>> check_fit_is_defined([z], [torch.tensor([[0, 0]])])
         1
     """
-    wrong = total = 0
+    per_region = activation == "sigmoid" and mode == "vector"
+    wrong_r: torch.Tensor | None = None
+    total_r: torch.Tensor | None = None
     for z, y in zip(logits, targets):
         z, y = torch.as_tensor(z), torch.as_tensor(y)
         hit = (z > 0) == (y > 0) if activation == "sigmoid" else z.argmax(1) == y.reshape(z.shape[0], *z.shape[2:])
-        wrong += int(hit.numel() - hit.sum())
-        total += int(hit.numel())
-    n = len(logits)
-    if wrong == 0:
-        raise ValueError(f"--labels: the network predicts every voxel of the {n} calibration case(s) right, so no "
-                         "temperature fits them (the NLL keeps falling as it goes to 0); calibrate on cases where the "
-                         "network makes errors")
-    if wrong == total:
-        raise ValueError(f"--labels: the network predicts every voxel of the {n} calibration case(s) wrong, so no "
-                         "temperature fits them (the NLL keeps falling as it grows); are these the network's labels?")
-    return wrong
+        if per_region:  # (B, R, *spatial): one count per region
+            w = (~hit).transpose(0, 1).reshape(hit.shape[1], -1).sum(1)
+            n = torch.full_like(w, hit.numel() // hit.shape[1])
+        else:
+            w, n = (~hit).sum().reshape(1), torch.tensor([hit.numel()])
+        wrong_r = w if wrong_r is None else wrong_r + w
+        total_r = n if total_r is None else total_r + n
+    n_cases = len(logits)
+    if wrong_r is None or total_r is None:  # no case: refused as a cohort without an error
+        wrong_r = total_r = torch.zeros(1, dtype=torch.long)
+        per_region = False
+    names = [str(r) for r in range(len(wrong_r))] if region_names is None else [str(r) for r in region_names]
+    for r, (wrong, total) in enumerate(zip(wrong_r.tolist(), total_r.tolist())):
+        what = f"region {names[r]!r} of " if per_region else ""
+        fallback = ("; --mode scalar fits one temperature shared by the regions" if per_region else "")
+        if wrong == 0:
+            raise ValueError(f"--labels: the network predicts every voxel of {what}the {n_cases} calibration case(s) "
+                             "right, so no temperature fits them (the NLL keeps falling as it goes to 0); calibrate "
+                             f"on cases where the network makes errors{fallback}")
+        if wrong == total:
+            raise ValueError(f"--labels: the network predicts every voxel of {what}the {n_cases} calibration case(s) "
+                             "wrong, so no temperature fits them (the NLL keeps falling as it grows); are these the "
+                             f"network's labels?{fallback}")
+    return int(wrong_r.sum())
 
 
 def run_calibrate(
@@ -320,7 +344,8 @@ def run_calibrate(
     logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
                                      overlap, device, progress=progress, activation=activation, regions=spec,
                                      ignore_unclaimed_labels=ignore_unclaimed_labels)
-    check_fit_is_defined(logits, targets, activation)
+    names = list(spec) if spec is not None else None
+    check_fit_is_defined(logits, targets, activation, mode=mode, region_names=names)
     example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
     if roi is not None:  # one window, a size the network accepts
         size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
