@@ -374,7 +374,9 @@ def calibrate_summary(out: Path, record: dict[str, Any]) -> list[str]:
         record: the record :func:`run_calibrate` returns.
 
     Returns:
-        The lines: the temperature and where it went, NLL / ECE before and after (and per region), the files.
+        The lines: the temperature and where it went, NLL / ECE before and after (and per region), the files; first
+        a ``warning:`` line when the fit did not converge (``record["converged"]`` false: the temperature was still
+        moving at the step limit, see :func:`_non_convergence_lines`).
     """
     b, a = record["before"], record["after"]
     where = "folded into the last layer" if record["folded_into_last_layer"] else "stored beside the weights"
@@ -386,7 +388,33 @@ def calibrate_summary(out: Path, record: dict[str, Any]) -> list[str]:
         after = a["regions"][name]
         lines.append(f"  region {name}: NLL {before['nll']:.4f} -> {after['nll']:.4f}, "
                      f"ECE {before['ece']:.4f} -> {after['ece']:.4f}")
-    return [*lines, f"wrote {out} and {out.with_suffix('.json')}"]
+    return [*_non_convergence_lines(record), *lines, f"wrote {out} and {out.with_suffix('.json')}"]
+
+
+def _non_convergence_lines(record: dict[str, Any]) -> list[str]:
+    """A ``warning:`` line when the temperature fit of a :func:`run_calibrate` record did not converge.
+
+    The fit stops when the temperature moves by less than its tolerance; ``record["converged"]`` false means it was
+    still moving after ``record["steps"]`` steps (``--max-steps``), so the temperature written is only the best seen
+    so far, not the NLL (or ECE) minimum.
+
+    Args:
+        record: the record :func:`run_calibrate` returns (or its ``.json`` file holds).
+
+    Returns:
+        One line, or none when the fit converged (or the record does not say).
+
+    Example:
+        >>> _non_convergence_lines({"converged": False, "steps": 50})[0][:60]
+        'warning: the temperature fit did not converge in 50 steps (t'
+        >>> _non_convergence_lines({"converged": True, "steps": 12})
+        []
+    """
+    if record.get("converged", True):
+        return []
+    return [f"warning: the temperature fit did not converge in {record.get('steps')} steps (the temperature was "
+            "still moving): the one written is the best seen so far, not the fitted minimum; rerun with a larger "
+            "--max-steps"]
 
 
 def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Path, dict[str, Any]]]:
@@ -397,7 +425,8 @@ def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Pa
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`run_calibrate`'s ``(checkpoint, record)``,
-        with the lines of :func:`calibrate_summary` (none with ``--quiet``).
+        with the lines of :func:`calibrate_summary` (with ``--quiet`` only its warning that the fit did not
+        converge, :func:`_non_convergence_lines`).
     """
     out, record = run_calibrate(
         args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
@@ -407,5 +436,6 @@ def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Pa
         progress=not args.quiet, activation=args.activation, regions=args.regions,
         ignore_unclaimed_labels=args.ignore_unclaimed_labels,
     )  # fmt: skip
-    lines = () if args.quiet else tuple(calibrate_summary(out, record))
+    # --quiet drops the summary, not the warning that the temperature written is not a fitted one
+    lines = tuple(_non_convergence_lines(record)) if args.quiet else tuple(calibrate_summary(out, record))
     return CommandResult((out, record), True, Path(out).resolve().parent, lines)

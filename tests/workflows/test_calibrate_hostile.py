@@ -173,3 +173,30 @@ def test_calibrate_vector_refuses_a_region_the_network_never_gets_wrong(tmp_path
     err = capsys.readouterr().err
     assert "region '2' of the 2 calibration case(s) right" in err and not out.exists()
     assert cli.main([*argv, "--mode", "scalar"]) == 0 and out.exists()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_calibrate_warns_when_the_fit_did_not_converge(toy, tmp_path, capsys, quiet):
+    """Issue: ``--max-steps 3`` stopped the fit while the temperature was still moving (``"converged": false`` in
+    the record), and the summary printed "temperature [...] after 3 steps" like any fitted one."""
+    out = tmp_path / "cal.pt"
+    argv = [a for a in _argv(toy, toy["labels"], out) if a != "-q"]
+    argv[argv.index("--max-steps") + 1] = "3"
+    assert cli.main(argv + (["-q"] if quiet else [])) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["converged"] is False
+    lines = capsys.readouterr().out.splitlines()
+    warned = [ln for ln in lines if ln.startswith("warning: the temperature fit did not converge in 3 steps")]
+    assert len(warned) == 1 and "--max-steps" in warned[0], lines
+    assert quiet == (len(lines) == 1)
+
+
+def test_calibrate_summary_is_silent_about_a_converged_fit():
+    from monai_unc.workflows.calibrate import calibrate_summary
+
+    m = {"nll": 0.5, "ece": 0.1, "all_label_ece": 0.1}
+    record = {"before": m, "after": m, "temperature": [1.2], "steps": 40, "folded_into_last_layer": True,
+              "converged": True}
+    from pathlib import Path
+
+    assert not any("warning" in ln for ln in calibrate_summary(Path("c.pt"), record))
+    assert calibrate_summary(Path("c.pt"), {**record, "converged": False})[0].startswith("warning: ")
