@@ -25,6 +25,7 @@ case's objects; nothing is written into the prediction or series folders. Needs 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -44,7 +45,9 @@ from ..io import (
     atomic_write_json,
     check_output_folder,
     clean_partial_files,
+    dicom_series_folders,
     match_cases,
+    output_lock,
     read_csv,
     read_json_or_none,
     read_probabilities,
@@ -451,6 +454,9 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
     NIfTI with their geometry, so every output lies on the source series' grid) and :func:`dicom_export`
     (``layout="nnunet"``) writes the objects: with ``both`` to ``<output>/dicom/<case>/`` beside nnU-Net's files,
     with ``dicom`` to ``<output>/<case>/`` from nnU-Net's files made in a temporary folder (removed afterwards).
+    Only the cases of this run are exported (those of its ``-part_id``; not the outputs of a case since removed from
+    the input), and the output folder is held (:func:`monai_unc.io.output_lock`) from the prediction to the end of
+    the export: a second run into it is refused meanwhile.
 
     Args:
         args: the parsed ``nnunet-predict`` arguments (``i``, ``o``, ``output_format``, ``uid_root``, ``segments``,
@@ -473,17 +479,24 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
     except (ValueError, OSError) as e:
         print(f"{command}: error: {e}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="monai-unc-nnunet-") as work:
-        nifti = Path(args.o) if both else Path(work) / "predictions"
-        status = predict(argparse.Namespace(**{**vars(args), "o": str(nifti)}))
-        if status != 0:
-            return status
-        try:
+    try:
+        with contextlib.ExitStack() as held:
+            # the output folder is held for the prediction and the export (monai_unc.io.output_lock), so that a
+            # second run into it cannot interleave with the writes; nnU-Net's worker processes write under it
+            held.enter_context(output_lock(args.o, command))
+            work = held.enter_context(tempfile.TemporaryDirectory(prefix="monai-unc-nnunet-"))
+            nifti = Path(args.o) if both else Path(work) / "predictions"
+            status = predict(argparse.Namespace(**{**vars(args), "o": str(nifti)}))
+            if status != 0:
+                return status
+            # the cases of this run (of its part, split as nnU-Net splits the sorted case ids): not those of a series
+            # since removed from the input, whose outputs an earlier run left in the folder
+            cases = [p.name for p in dicom_series_folders(args.i)][args.part_id::args.num_parts]
             result = dicom_export(nifti, args.i, nifti / DICOM_FOLDER if both else args.o, layout="nnunet",
                                   segments=args.segments, uid_root=args.uid_root, inside_predictions=both,
-                                  progress=not args.disable_progress_bar, study_uid=args.study_uid)
-        except (ValueError, OSError) as e:
-            print(f"{command}: error: {e}", file=sys.stderr)
-            return 2
+                                  progress=not args.disable_progress_bar, study_uid=args.study_uid, cases=cases)
+    except (ValueError, OSError) as e:
+        print(f"{command}: error: {e}", file=sys.stderr)
+        return 2
     print(f"dicom: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}")
     return 0
