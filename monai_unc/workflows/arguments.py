@@ -483,7 +483,8 @@ def _add_dicom_export(sub: Any) -> None:
     p.add_argument("--output", "-o", required=True, help="export folder (<case>/*.dcm, dicom_export.json)")
     p.add_argument("--layout", default="monai-unc", choices=tuple(LAYOUTS), help="file naming of --predictions")
     p.add_argument("--measures", nargs="+", type=_measure_name, default=None, choices=MEASURES,
-                   help="maps to export as Parametric Maps (default: every map found)")
+                   help="maps to export as Parametric Maps (default: those the cases' records list, the same for "
+                        "every case)")
     p.add_argument("--no-probabilities", action="store_true", help="no FRACTIONAL SEG of the probabilities")
     p.add_argument("--segments", default=None,
                    help='JSON segment descriptions {"<class>": {"name": ..., "category": [scheme, code, meaning], '

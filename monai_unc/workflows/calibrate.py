@@ -172,7 +172,8 @@ def _region_target(lab: np.ndarray, num_regions: int, spec: dict[str, tuple[int,
 
 
 def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
-                         activation: str = "softmax") -> int:
+                         activation: str = "softmax", mode: str = "scalar",
+                         region_names: Sequence[str] | None = None) -> int:
     """Refuse calibration cases on which the network is never wrong, or always wrong.
 
     Temperature scaling needs both: when every voxel is predicted right (the predicted class, or each region's
@@ -181,37 +182,60 @@ def check_fit_is_defined(logits: Sequence[torch.Tensor], targets: Sequence[torch
     the optimiser stopped (0.2 after 192 steps, say), and a checkpoint scaled by it makes the network as over- or
     under-confident as that number happens to be on new cases.
 
+    A region-based network calibrated per region (``activation="sigmoid"``, ``mode="vector"``) fits each region's
+    temperature on that region's voxels alone, so each region needs both: a region never (or always) predicted wrong
+    is refused by name (``mode="scalar"`` fits one temperature shared by the regions, defined when the pooled voxels
+    hold both).
+
     Args:
         logits: per case ``(1, C, *spatial)`` (:func:`collect_logits`).
         targets: per case a label map ``(1, *spatial)`` (softmax) or region masks ``(1, R, *spatial)`` (sigmoid).
         activation: ``"softmax"`` or ``"sigmoid"``.
+        mode: ``"scalar"`` (one temperature) or ``"vector"`` (one per class or region).
+        region_names: the regions' names in the messages (sigmoid; default: the channel indices ``0, 1, ...``).
 
     Returns:
         The number of voxels (region voxels for sigmoid) predicted wrong.
 
     Raises:
-        ValueError: naming ``--labels``, when no voxel or every voxel is predicted wrong.
+        ValueError: naming ``--labels``, when no voxel or every voxel is predicted wrong (for ``"sigmoid"`` with
+            ``mode="vector"``: of one region, named).
 
     Example:
         >>> z = torch.tensor([[[2.0, -1.0], [0.0, 1.0]]])  # (1, C=2, 2 voxels)
         >>> check_fit_is_defined([z], [torch.tensor([[0, 0]])])
         1
     """
-    wrong = total = 0
+    per_region = activation == "sigmoid" and mode == "vector"
+    wrong_r: torch.Tensor | None = None
+    total_r: torch.Tensor | None = None
     for z, y in zip(logits, targets):
         z, y = torch.as_tensor(z), torch.as_tensor(y)
         hit = (z > 0) == (y > 0) if activation == "sigmoid" else z.argmax(1) == y.reshape(z.shape[0], *z.shape[2:])
-        wrong += int(hit.numel() - hit.sum())
-        total += int(hit.numel())
-    n = len(logits)
-    if wrong == 0:
-        raise ValueError(f"--labels: the network predicts every voxel of the {n} calibration case(s) right, so no "
-                         "temperature fits them (the NLL keeps falling as it goes to 0); calibrate on cases where the "
-                         "network makes errors")
-    if wrong == total:
-        raise ValueError(f"--labels: the network predicts every voxel of the {n} calibration case(s) wrong, so no "
-                         "temperature fits them (the NLL keeps falling as it grows); are these the network's labels?")
-    return wrong
+        if per_region:  # (B, R, *spatial): one count per region
+            w = (~hit).transpose(0, 1).reshape(hit.shape[1], -1).sum(1)
+            n = torch.full_like(w, hit.numel() // hit.shape[1])
+        else:
+            w, n = (~hit).sum().reshape(1), torch.tensor([hit.numel()])
+        wrong_r = w if wrong_r is None else wrong_r + w
+        total_r = n if total_r is None else total_r + n
+    n_cases = len(logits)
+    if wrong_r is None or total_r is None:  # no case: refused as a cohort without an error
+        wrong_r = total_r = torch.zeros(1, dtype=torch.long)
+        per_region = False
+    names = [str(r) for r in range(len(wrong_r))] if region_names is None else [str(r) for r in region_names]
+    for r, (wrong, total) in enumerate(zip(wrong_r.tolist(), total_r.tolist())):
+        what = f"region {names[r]!r} of " if per_region else ""
+        fallback = ("; --mode scalar fits one temperature shared by the regions" if per_region else "")
+        if wrong == 0:
+            raise ValueError(f"--labels: the network predicts every voxel of {what}the {n_cases} calibration case(s) "
+                             "right, so no temperature fits them (the NLL keeps falling as it goes to 0); calibrate "
+                             f"on cases where the network makes errors{fallback}")
+        if wrong == total:
+            raise ValueError(f"--labels: the network predicts every voxel of {what}the {n_cases} calibration case(s) "
+                             "wrong, so no temperature fits them (the NLL keeps falling as it grows); are these the "
+                             f"network's labels?{fallback}")
+    return int(wrong_r.sum())
 
 
 def run_calibrate(
@@ -320,7 +344,8 @@ def run_calibrate(
     logits, targets = collect_logits(cases, [label_files[c.case_id] for c in cases], loaded, intensity, roi,
                                      overlap, device, progress=progress, activation=activation, regions=spec,
                                      ignore_unclaimed_labels=ignore_unclaimed_labels)
-    check_fit_is_defined(logits, targets, activation)
+    names = list(spec) if spec is not None else None
+    check_fit_is_defined(logits, targets, activation, mode=mode, region_names=names)
     example = torch.from_numpy(normalize_intensity(load_image_case(cases[0])[0], intensity))
     if roi is not None:  # one window, a size the network accepts
         size = [roi] * (example.ndim - 1) if isinstance(roi, int) else roi
@@ -349,7 +374,9 @@ def calibrate_summary(out: Path, record: dict[str, Any]) -> list[str]:
         record: the record :func:`run_calibrate` returns.
 
     Returns:
-        The lines: the temperature and where it went, NLL / ECE before and after (and per region), the files.
+        The lines: the temperature and where it went, NLL / ECE before and after (and per region), the files; first
+        a ``warning:`` line when the fit did not converge (``record["converged"]`` false: the temperature was still
+        moving at the step limit, see :func:`_non_convergence_lines`).
     """
     b, a = record["before"], record["after"]
     where = "folded into the last layer" if record["folded_into_last_layer"] else "stored beside the weights"
@@ -361,7 +388,33 @@ def calibrate_summary(out: Path, record: dict[str, Any]) -> list[str]:
         after = a["regions"][name]
         lines.append(f"  region {name}: NLL {before['nll']:.4f} -> {after['nll']:.4f}, "
                      f"ECE {before['ece']:.4f} -> {after['ece']:.4f}")
-    return [*lines, f"wrote {out} and {out.with_suffix('.json')}"]
+    return [*_non_convergence_lines(record), *lines, f"wrote {out} and {out.with_suffix('.json')}"]
+
+
+def _non_convergence_lines(record: dict[str, Any]) -> list[str]:
+    """A ``warning:`` line when the temperature fit of a :func:`run_calibrate` record did not converge.
+
+    The fit stops when the temperature moves by less than its tolerance; ``record["converged"]`` false means it was
+    still moving after ``record["steps"]`` steps (``--max-steps``), so the temperature written is only the best seen
+    so far, not the NLL (or ECE) minimum.
+
+    Args:
+        record: the record :func:`run_calibrate` returns (or its ``.json`` file holds).
+
+    Returns:
+        One line, or none when the fit converged (or the record does not say).
+
+    Example:
+        >>> _non_convergence_lines({"converged": False, "steps": 50})[0][:60]
+        'warning: the temperature fit did not converge in 50 steps (t'
+        >>> _non_convergence_lines({"converged": True, "steps": 12})
+        []
+    """
+    if record.get("converged", True):
+        return []
+    return [f"warning: the temperature fit did not converge in {record.get('steps')} steps (the temperature was "
+            "still moving): the one written is the best seen so far, not the fitted minimum; rerun with a larger "
+            "--max-steps"]
 
 
 def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Path, dict[str, Any]]]:
@@ -372,7 +425,8 @@ def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Pa
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of :func:`run_calibrate`'s ``(checkpoint, record)``,
-        with the lines of :func:`calibrate_summary` (none with ``--quiet``).
+        with the lines of :func:`calibrate_summary` (with ``--quiet`` only its warning that the fit did not
+        converge, :func:`_non_convergence_lines`).
     """
     out, record = run_calibrate(
         args.input, args.labels, args.output, model=args.model, bundle=args.bundle, network=args.network,
@@ -382,5 +436,6 @@ def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Pa
         progress=not args.quiet, activation=args.activation, regions=args.regions,
         ignore_unclaimed_labels=args.ignore_unclaimed_labels,
     )  # fmt: skip
-    lines = () if args.quiet else tuple(calibrate_summary(out, record))
+    # --quiet drops the summary, not the warning that the temperature written is not a fitted one
+    lines = tuple(_non_convergence_lines(record)) if args.quiet else tuple(calibrate_summary(out, record))
     return CommandResult((out, record), True, Path(out).resolve().parent, lines)

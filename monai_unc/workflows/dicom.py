@@ -25,10 +25,12 @@ case's objects; nothing is written into the prediction or series folders. Needs 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +42,16 @@ from tqdm.auto import tqdm
 from ..io import (
     INFER_RECORD,
     LAYOUTS,
+    MEASURES,
+    VOLUME_EXTENSIONS,
     CaseError,
     atomic_write_json,
     check_output_folder,
     clean_partial_files,
+    dicom_series_folders,
+    list_files,
     match_cases,
+    output_lock,
     read_csv,
     read_json_or_none,
     read_probabilities,
@@ -67,6 +74,7 @@ from ..io.dicom import (
     write_parametric_map,
     write_segmentation,
 )
+from ..keys import DEPRECATED_MEASURES
 from ..product import command_product, command_products
 from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
@@ -167,6 +175,83 @@ def _map_regions(region_names: list[str] | None, specs: list[SegmentSpec]) -> li
         out.append(n if _file_part(n) not in taken else f"{n} {r + 1}")
     return out
 
+
+def _recorded_maps(pred: Path, case: str, layout: str) -> list[str] | None:
+    """The measures whose maps a case's record lists (untrusted: a field of the wrong type is ignored).
+
+    ``monai-unc infer``: ``<case>.json`` lists the files it wrote (``files``); ``nnunet-predict``:
+    ``uncertainty/<case>.json`` the maps (``maps``). None when the case has no such record (stock nnU-Net, older
+    folders) or it names no map.
+    """
+    if layout == "nnunet":
+        record = read_json_or_none(pred / LAYOUTS[layout]["uncertainty_subdir"] / f"{case}.json")
+        maps = record.get("maps") if isinstance(record, dict) else None
+        names = set(maps) if isinstance(maps, dict) else set()
+    else:
+        record = read_json_or_none(pred / f"{case}.json")
+        files = record.get("files") if isinstance(record, dict) else None
+        written = {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+        names = {m for m in (*MEASURES, *DEPRECATED_MEASURES) if f"{case}_{m}.nii.gz" in written}
+    names = {DEPRECATED_MEASURES.get(n, n) for n in names}  # maps of older versions, read under their new names
+    found = [m for m in MEASURES if m in names]
+    return found or None
+
+
+def _run_measures(pred: Path, layout: str) -> list[str] | None:
+    """The measures of the run that made a prediction folder, from its run record.
+
+    ``infer.json``'s ``settings.measures`` (``monai-unc``) or ``uncertainty_config.json``'s ``measures``
+    (``nnunet``); None without such a record (untrusted: a field of the wrong type or an unknown name is ignored).
+    """
+    if layout == "nnunet":
+        doc = read_json_or_none(pred / "uncertainty_config.json")
+        listed = doc.get("measures") if isinstance(doc, dict) else None
+    else:
+        doc = read_json_or_none(pred / INFER_RECORD)
+        settings = doc.get("settings") if isinstance(doc, dict) else None
+        listed = settings.get("measures") if isinstance(settings, dict) else None
+    if not isinstance(listed, list) or not listed or not all(isinstance(m, str) for m in listed):
+        return None
+    names = {DEPRECATED_MEASURES.get(m, m) for m in listed}
+    return [m for m in MEASURES if m in names] if names <= set(MEASURES) else None
+
+
+def _export_measures(pred: Path, layout: str, cases: Sequence[str]) -> list[str] | None:
+    """The measures to export by default: those of the folder's run, which every exported case's record lists.
+
+    A folder may hold maps that no exported case's prediction made: an earlier run's maps of other measures that
+    ``nnunet-predict`` leaves beside a case it predicted again, or the outputs of a case since removed from the input.
+    The run record (``infer.json``, ``uncertainty_config.json``) says which maps the run wrote, each case's record
+    which maps its prediction wrote. Without a run record the cases' records must list the same measures; None when
+    there is no record at all (every map found is exported).
+
+    Raises:
+        ValueError: a case whose record lacks a measure of the run, or (without a run record) cases whose records
+            list different measures; naming the cases and their measures.
+    """
+    recorded = {c: m for c in cases if (m := _recorded_maps(pred, c, layout)) is not None}
+    run = _run_measures(pred, layout)
+    if run is not None:
+        short = {c: m for c, m in recorded.items() if not set(run) <= set(m)}
+        if short:
+            case, has = next(iter(short.items()))
+            record = "uncertainty_config.json" if layout == "nnunet" else INFER_RECORD
+            raise ValueError(f"{len(short)} case(s) of {pred} ({', '.join(list(short)[:5])}) were predicted with "
+                             f"other measures than its run ({record}: {', '.join(run)}; case {case!r}: "
+                             f"{', '.join(has)}): outputs of an earlier run? give --measures to export maps that "
+                             "every case has, or predict the cases again")
+        return run
+    if not recorded:
+        return None
+    kinds: dict[tuple[str, ...], list[str]] = {}
+    for case, measures in recorded.items():
+        kinds.setdefault(tuple(measures), []).append(case)
+    if len(kinds) > 1:
+        (m1, c1), (m2, c2) = sorted(kinds.items(), key=lambda kv: -len(kv[1]))[:2]
+        raise ValueError(f"the cases of {pred} were predicted with different measures (e.g. case {c1[0]!r}: "
+                         f"{', '.join(m1)}; case {c2[0]!r}: {', '.join(m2)}): outputs of earlier runs? give --measures "
+                         "to export the same maps for every case, or predict the cases again with the same settings")
+    return list(next(iter(kinds)))
 
 def _file_part(name: str) -> str:
     """A region name as a part of a file name: letters, digits, ``-`` and ``_`` (others become ``_``)."""
@@ -331,7 +416,11 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         series: a folder holding one series folder per case, named by case id.
         output: the export folder (``<case>/*.dcm`` and :data:`EXPORT_RECORD`); not inside an input folder.
         layout: ``"monai-unc"`` or ``"nnunet"``.
-        measures: the maps to export (default: every measure found for the first case).
+        measures: the maps to export (default: those of the folder's run, ``infer.json`` or nnU-Net's
+            ``uncertainty_config.json``, refusing an exported case whose record (``<case>.json``,
+            ``uncertainty/<case>.json``) lacks one; without a run record those the cases' records list, the same for
+            every case; maps that no record lists, e.g. an earlier run's, are not exported; without any record every
+            measure found).
         probabilities: write the FRACTIONAL SEG of the probabilities when the folder has them.
         segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`).
         uid_root: the root of the new UIDs (:func:`monai_unc.io.dicom.check_uid_root`).
@@ -358,7 +447,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         The :class:`DicomExport`.
 
     Raises:
-        ValueError: a bad ``uid_root``, an output inside an input folder, a segments file with bad fields, a case
+        ValueError: a bad ``uid_root``, an output inside an input folder, a segments file with bad fields, cases
+            predicted with other measures than the folder's run or than each other (without ``measures``), a case
             without its series folder, a case of ``cases`` without outputs, a series refused by the reader, outputs
             off the series' grid.
         FileNotFoundError: a missing folder.
@@ -378,8 +468,14 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     rows, decisions = _table_rows(evaluation, "metrics.csv", "evaluate"), _triage_entries(triage)
     extra = {title: _table_rows(folder, table, command) for command, (folder, table, title) in tables.items()}
     seg_suffix = LAYOUTS[layout]["seg_suffix"]
+    if measures is None and pred.is_dir():  # the maps the cases' predictions wrote, not whatever the folder holds
+        listed = list_files(pred, seg_suffix, VOLUME_EXTENSIONS)
+        measures = _export_measures(pred, layout, sorted(listed) if cases is None else [str(c) for c in cases])
     try:
-        found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures)
+        with warnings.catch_warnings():  # the cases left out are those of other runs (``cases``): no warning
+            warnings.simplefilter("ignore", UserWarning)
+            found = match_cases(pred, pred, layout=layout, label_suffix=seg_suffix, measures=measures,
+                                allow_missing=cases is not None)
     except CaseError as e:
         if "no label volume" in str(e):
             raise CaseError(f"no segmentation found in {pred}: is it the output folder of 'monai-unc infer' "
@@ -389,7 +485,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         wanted = {str(c) for c in cases}
         absent = sorted(wanted - {c.case_id for c in found})
         if absent:
-            raise CaseError(f"no outputs in {pred} for {len(absent)} case(s) ({', '.join(absent[:5])})")
+            maps = f" and the maps of {', '.join(measures)}" if measures else ""
+            raise CaseError(f"no outputs (segmentation{maps}) in {pred} for {len(absent)} case(s) "
+                            f"({', '.join(absent[:5])})")
         found = [c for c in found if c.case_id in wanted]
     missing = [c.case_id for c in found if not (src / c.case_id).is_dir()]
     if missing:
@@ -451,6 +549,9 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
     NIfTI with their geometry, so every output lies on the source series' grid) and :func:`dicom_export`
     (``layout="nnunet"``) writes the objects: with ``both`` to ``<output>/dicom/<case>/`` beside nnU-Net's files,
     with ``dicom`` to ``<output>/<case>/`` from nnU-Net's files made in a temporary folder (removed afterwards).
+    Only the cases of this run are exported (those of its ``-part_id``; not the outputs of a case since removed from
+    the input), and the output folder is held (:func:`monai_unc.io.output_lock`) from the prediction to the end of
+    the export: a second run into it is refused meanwhile.
 
     Args:
         args: the parsed ``nnunet-predict`` arguments (``i``, ``o``, ``output_format``, ``uid_root``, ``segments``,
@@ -473,17 +574,24 @@ def nnunet_predict_dicom(args: argparse.Namespace, predict: Callable[[argparse.N
     except (ValueError, OSError) as e:
         print(f"{command}: error: {e}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="monai-unc-nnunet-") as work:
-        nifti = Path(args.o) if both else Path(work) / "predictions"
-        status = predict(argparse.Namespace(**{**vars(args), "o": str(nifti)}))
-        if status != 0:
-            return status
-        try:
+    try:
+        with contextlib.ExitStack() as held:
+            # the output folder is held for the prediction and the export (monai_unc.io.output_lock), so that a
+            # second run into it cannot interleave with the writes; nnU-Net's worker processes write under it
+            held.enter_context(output_lock(args.o, command))
+            work = held.enter_context(tempfile.TemporaryDirectory(prefix="monai-unc-nnunet-"))
+            nifti = Path(args.o) if both else Path(work) / "predictions"
+            status = predict(argparse.Namespace(**{**vars(args), "o": str(nifti)}))
+            if status != 0:
+                return status
+            # the cases of this run (of its part, split as nnU-Net splits the sorted case ids): not those of a series
+            # since removed from the input, whose outputs an earlier run left in the folder
+            cases = [p.name for p in dicom_series_folders(args.i)][args.part_id::args.num_parts]
             result = dicom_export(nifti, args.i, nifti / DICOM_FOLDER if both else args.o, layout="nnunet",
                                   segments=args.segments, uid_root=args.uid_root, inside_predictions=both,
-                                  progress=not args.disable_progress_bar, study_uid=args.study_uid)
-        except (ValueError, OSError) as e:
-            print(f"{command}: error: {e}", file=sys.stderr)
-            return 2
+                                  progress=not args.disable_progress_bar, study_uid=args.study_uid, cases=cases)
+    except (ValueError, OSError) as e:
+        print(f"{command}: error: {e}", file=sys.stderr)
+        return 2
     print(f"dicom: {result.n_objects} DICOM object(s) for {len(result.cases)} case(s) in {result.output}")
     return 0

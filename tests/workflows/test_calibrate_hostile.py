@@ -116,3 +116,87 @@ def test_an_interrupted_rerun_leaves_no_record_of_another_temperature(toy, tmp_p
         module.run_calibrate(toy["images"], toy["labels"], out, **kw)
     assert torch.load(out)["temperature"].tolist() == [0.75]  # the new checkpoint ...
     assert not out.with_suffix(".json").exists()  # ... and no record of the old temperature beside it
+
+
+def test_check_fit_is_defined_per_region_names_the_region_without_errors():
+    """Issue: a per-region (``--mode vector``) sigmoid fit of cases on which one region is never (or always) predicted
+    wrong was accepted: that region's temperature ran to the clamp 0.01 (or to 29 at the step limit), while the
+    pooled voxels held both errors and right voxels."""
+    from monai_unc.temperature import TemperatureScaler
+
+    torch.manual_seed(0)
+    masks = (torch.rand(2, 3, 8, 8) > 0.5).float()
+    z = 4.0 * (2 * masks - 1) + 2.0 * torch.randn(2, 3, 8, 8)
+    masks[:, 1] = (z[:, 1] > 0).float()  # region 1: never wrong
+    # the demonstration: region 1's own temperature runs to the lower clamp (where it stops moving)
+    scaler = TemperatureScaler(mode="vector", activation="sigmoid", max_steps=300).fit(z, masks)
+    assert float(scaler.temperature[1]) == pytest.approx(scaler.min_temperature)
+    assert check_fit_is_defined([z], [masks], "sigmoid") > 0  # one shared temperature is defined
+    with pytest.raises(ValueError, match=r"every voxel of region 'WT' of the 1 calibration case\(s\) right.*--mode "
+                                         "scalar"):
+        check_fit_is_defined([z], [masks], "sigmoid", mode="vector", region_names=["TC", "WT", "ET"])
+    masks[:, 1] = (z[:, 1] <= 0).float()  # region 1: always wrong
+    with pytest.raises(ValueError, match=r"every voxel of region '1' of .* wrong"):
+        check_fit_is_defined([z], [masks], "sigmoid", mode="vector")
+    masks[0, 1, 0, 0] = 1 - masks[0, 1, 0, 0]  # one right voxel is enough
+    assert check_fit_is_defined([z], [masks], "sigmoid", mode="vector") == int(((z > 0) != (masks > 0)).sum())
+
+
+def test_calibrate_vector_refuses_a_region_the_network_never_gets_wrong(tmp_path, capsys):
+    """``monai-unc calibrate --activation sigmoid --mode vector`` on masks whose region 2 is the network's own
+    prediction: exit 2 naming the region, no checkpoint; ``--mode scalar`` (one shared temperature) still fits."""
+    from monai.networks.nets import UNet
+
+    spec = {"_target_": "monai.networks.nets.UNet", "spatial_dims": 3, "in_channels": 1, "out_channels": 3,
+            "channels": [4, 8], "strides": [2], "num_res_units": 0}
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    images.mkdir()
+    masks.mkdir()
+    torch.manual_seed(0)
+    net = UNet(**{k: v for k, v in spec.items() if k != "_target_"}).eval()
+    torch.save(net.state_dict(), tmp_path / "net.pt")
+    (tmp_path / "net.json").write_text(json.dumps(spec))
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        img = rng.standard_normal((8, 8, 8)).astype(np.float32)
+        nib.save(nib.Nifti1Image(img, np.eye(4)), str(images / f"case{i}.nii.gz"))
+        with torch.no_grad():
+            z = net(torch.from_numpy(img)[None, None])[0].numpy()
+        reg = (rng.random(z.shape) > 0.5).astype(np.uint8)
+        reg[2] = z[2] > 0
+        nib.save(nib.Nifti1Image(np.moveaxis(reg, 0, -1), np.eye(4)), str(masks / f"case{i}.nii.gz"))
+    out = tmp_path / "cal.pt"
+    argv = ["calibrate", "-i", str(images), "-l", str(masks), "-o", str(out), "--network", str(tmp_path / "net.json"),
+            "--checkpoint", str(tmp_path / "net.pt"), "--activation", "sigmoid", "--intensity", "none",
+            "--max-steps", "50", "-q"]
+    assert cli.main([*argv, "--mode", "vector"]) == 2
+    err = capsys.readouterr().err
+    assert "region '2' of the 2 calibration case(s) right" in err and not out.exists()
+    assert cli.main([*argv, "--mode", "scalar"]) == 0 and out.exists()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_calibrate_warns_when_the_fit_did_not_converge(toy, tmp_path, capsys, quiet):
+    """Issue: ``--max-steps 3`` stopped the fit while the temperature was still moving (``"converged": false`` in
+    the record), and the summary printed "temperature [...] after 3 steps" like any fitted one."""
+    out = tmp_path / "cal.pt"
+    argv = [a for a in _argv(toy, toy["labels"], out) if a != "-q"]
+    argv[argv.index("--max-steps") + 1] = "3"
+    assert cli.main(argv + (["-q"] if quiet else [])) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["converged"] is False
+    lines = capsys.readouterr().out.splitlines()
+    warned = [ln for ln in lines if ln.startswith("warning: the temperature fit did not converge in 3 steps")]
+    assert len(warned) == 1 and "--max-steps" in warned[0], lines
+    assert quiet == (len(lines) == 1)
+
+
+def test_calibrate_summary_is_silent_about_a_converged_fit():
+    from monai_unc.workflows.calibrate import calibrate_summary
+
+    m = {"nll": 0.5, "ece": 0.1, "all_label_ece": 0.1}
+    record = {"before": m, "after": m, "temperature": [1.2], "steps": 40, "folded_into_last_layer": True,
+              "converged": True}
+    from pathlib import Path
+
+    assert not any("warning" in ln for ln in calibrate_summary(Path("c.pt"), record))
+    assert calibrate_summary(Path("c.pt"), {**record, "converged": False})[0].startswith("warning: ")

@@ -1,0 +1,235 @@
+"""Hostile runs of the DICOM export (:mod:`monai_unc.workflows.dicom`): prediction folders that hold the outputs of
+an earlier run (a case since removed from the input), two runs into one output folder.
+
+``nnunet-predict --output-format dicom|both`` is run with a stand-in for nnU-Net's prediction (it writes the
+segmentations nnU-Net would write, on the series' grid), so that the tests are fast; the prediction itself is
+tested in ``test_dicom_nnunet.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pydicom", reason="needs the dicom extra")
+pytest.importorskip("highdicom", reason="needs the dicom extra")
+pytest.importorskip("nnunetv2")
+
+from monai_unc.cli import build_parser  # noqa: E402
+from monai_unc.io import OUTPUT_LOCK_FILE, save_nifti  # noqa: E402
+from monai_unc.io.dicom import read_series, write_series  # noqa: E402
+from monai_unc.workflows.dicom import EXPORT_RECORD, nnunet_predict_dicom  # noqa: E402
+
+ROOT_UID = "1.2.826.0.1.3680043.10.779."
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory) -> Path:
+    """Three small CT series, one folder per case."""
+    root = tmp_path_factory.mktemp("series") / "images"
+    rng = np.random.default_rng(0)
+    for case in ("ct01", "ct02", "ct03"):
+        write_series(np.round(rng.uniform(-1000, 1000, (8, 7, 4))), np.diag([1.0, 1.0, 2.0, 1.0]), root / case,
+                     modality="CT")
+    return root
+
+
+def _args(images: Path, out: Path, *extra: str) -> argparse.Namespace:
+    parser, _ = build_parser("nnunet-predict")
+    return parser.parse_args(["nnunet-predict", "-i", str(images), "-o", str(out), "-m", "model", "-f", "0",
+                              "--disable_progress_bar", "--uid-root", ROOT_UID, *extra])
+
+
+def _seg(images: Path, case: str, out: Path) -> None:
+    grid = read_series(images / case, pixels=False)
+    seg = np.zeros(grid.shape, np.uint8)
+    seg[2:5, 2:5, 1:3] = 1
+    save_nifti(seg, grid.affine, out / f"{case}.nii.gz")
+
+
+class FakePredict:
+    """nnU-Net's prediction of the part's cases into ``args.o``; records whether the output folder was held."""
+
+    def __init__(self, images: Path, held: Path) -> None:
+        self.images, self.held, self.locked = images, held, []
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        out = Path(args.o)
+        out.mkdir(parents=True, exist_ok=True)
+        lock = self.held / OUTPUT_LOCK_FILE
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)  # another open file: flock refuses it while held
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.locked.append(False)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            self.locked.append(True)
+        finally:
+            os.close(fd)
+        ids = sorted(p.name for p in self.images.iterdir())[args.part_id::args.num_parts]
+        for case in ids:
+            _seg(self.images, case, out)
+        return 0
+
+
+def test_nnunet_both_exports_only_the_runs_cases(series, tmp_path, capsys):
+    """Issue: ``nnunet-predict --output-format both`` exported every case of ``-o``: after an earlier run on a series
+    since removed from the input (its ``old01.nii.gz`` still in ``-o``), the run failed at the export after the whole
+    prediction (exit 2, "no source series for 1 case(s) (old01)"); it now exports the cases it predicted."""
+    out = tmp_path / "pred"
+    out.mkdir()
+    old = tmp_path / "old_images"
+    write_series(np.zeros((8, 7, 4)), np.diag([1.0, 1.0, 2.0, 1.0]), old / "old01", modality="CT")
+    _seg(old, "old01", out)  # the earlier run's outputs
+    fake = FakePredict(series, out)
+    assert nnunet_predict_dicom(_args(series, out, "--output-format", "both"), fake) == 0, capsys.readouterr().err
+    manifest = json.loads((out / "dicom" / EXPORT_RECORD).read_text())
+    assert sorted(manifest["cases"]) == ["ct01", "ct02", "ct03"]
+    assert not (out / "dicom" / "old01").exists()
+    assert fake.locked == [True]  # the output folder was held while predicting
+    assert not (out / OUTPUT_LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("fmt", ["both", "dicom"])
+def test_nnunet_dicom_exports_the_part_and_holds_the_output(series, tmp_path, capsys, fmt):
+    """``-num_parts 2 -part_id 1``: the cases of the part (nnU-Net's split of the sorted case ids) are exported,
+    under the output folder's lock; a second run into the held folder is refused in one line."""
+    from monai_unc.io import output_lock
+
+    out = tmp_path / "pred"
+    fake = FakePredict(series, out)
+    args = _args(series, out, "--output-format", fmt, "-num_parts", "2", "-part_id", "1")
+    assert nnunet_predict_dicom(args, fake) == 0, capsys.readouterr().err
+    record = out / "dicom" / EXPORT_RECORD if fmt == "both" else out / EXPORT_RECORD
+    assert sorted(json.loads(record.read_text())["cases"]) == ["ct02"]
+    assert fake.locked == [True]
+    # another process holds the folder: refused before the prediction
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom monai_unc.io import output_lock\n"
+                               f"with output_lock({str(out)!r}, 'other'):\n    print('held', flush=True)\n"
+                               "    time.sleep(60)"], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        second = FakePredict(series, out)
+        assert nnunet_predict_dicom(args, second) == 2 and second.locked == []
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is being written by another run" in err[0], err
+    finally:
+        holder.kill()
+        holder.wait()
+    with output_lock(out, "check"):  # released
+        pass
+
+
+def _maps(pred: Path, images: Path, case: str, measures, layout: str, record=None) -> None:
+    """A case's segmentation and maps as ``infer`` (``monai-unc``) or ``nnunet-predict`` writes them, with its record
+    listing the maps ``record`` (default ``measures``)."""
+    grid = read_series(images / case, pixels=False)
+    seg = np.zeros(grid.shape, np.uint8)
+    seg[2:5, 2:5, 1:3] = 1
+    unc = pred / "uncertainty" if layout == "nnunet" else pred
+    unc.mkdir(parents=True, exist_ok=True)
+    save_nifti(seg, grid.affine, pred / (f"{case}.nii.gz" if layout == "nnunet" else f"{case}_seg.nii.gz"))
+    for m in measures:
+        save_nifti(np.full(grid.shape, 0.25, np.float32), grid.affine, unc / f"{case}_{m}.nii.gz")
+    listed = measures if record is None else record
+    if layout == "nnunet":
+        doc = {"case": case, "maps": {m: f"{case}_{m}.nii.gz" for m in listed}}
+        (unc / f"{case}.json").write_text(json.dumps(doc))
+    else:
+        doc = {"case": case, "files": [f"{case}_seg.nii.gz", *(f"{case}_{m}.nii.gz" for m in listed)]}
+        (pred / f"{case}.json").write_text(json.dumps(doc))
+
+
+def _exported_maps(out: Path, case: str) -> list[str]:
+    return sorted(p.stem for p in (out / case).glob("*.dcm") if p.stem not in ("seg", "sr"))
+
+
+def test_nnunet_export_leaves_out_an_earlier_runs_maps(series, tmp_path):
+    """Issue: ``nnunet-predict`` run again with fewer ``--measures`` leaves the earlier run's other maps beside each
+    case it predicted again (its record lists the new maps only); the export took every map found, so the DICOM
+    objects held a mutual-information map of another prediction, labelled as this one's algorithm."""
+    from monai_unc.workflows.dicom import dicom_export
+
+    pred = tmp_path / "pred"
+    for case in ("ct01", "ct02"):
+        _maps(pred, series, case, ["predictive_entropy", "mutual_information"], "nnunet",
+              record=["predictive_entropy"])
+    result = dicom_export(pred, series, tmp_path / "out", layout="nnunet", uid_root=ROOT_UID, progress=False)
+    assert sorted(result.cases) == ["ct01", "ct02"]
+    for case in ("ct01", "ct02"):
+        assert _exported_maps(tmp_path / "out", case) == ["predictive_entropy"]
+
+
+def test_export_of_the_runs_cases_ignores_a_stale_case_with_other_measures(series, tmp_path):
+    """Issue: ``infer --output-format both`` (``dicom_export(cases=...)``) after an earlier run with other measures on
+    a case since removed from the input: the stale case's maps made the export demand them of every case, and the
+    run failed at the export after the prediction ("3 of 3 case(s) lack files ... e.g. case 'ct00' has no
+    predictive_entropy map ... (use --allow-missing to skip them)", an option dicom-export does not have)."""
+    from monai_unc.workflows.dicom import dicom_export
+
+    pred = tmp_path / "pred"
+    _maps(pred, series, "ct01", ["predictive_entropy"], "monai-unc")
+    _maps(pred, series, "ct02", ["predictive_entropy"], "monai-unc")
+    stale = tmp_path / "old_images"
+    write_series(np.zeros((8, 7, 4)), np.diag([1.0, 1.0, 2.0, 1.0]), stale / "ct00", modality="CT")
+    _maps(pred, stale, "ct00", ["variance"], "monai-unc")  # sorts first: an earlier run's case
+    result = dicom_export(pred, series, pred / "dicom", uid_root=ROOT_UID, progress=False, inside_predictions=True,
+                          cases=["ct01", "ct02"])
+    assert sorted(result.cases) == ["ct01", "ct02"]
+    assert _exported_maps(pred / "dicom", "ct01") == ["predictive_entropy"]
+
+
+def test_export_refuses_cases_predicted_with_other_measures(series, tmp_path):
+    """Without ``cases`` (``monai-unc dicom-export``), a folder whose cases' records list different measures is
+    refused in one message naming two cases and their measures, before anything is written (it was "1 of 3 case(s)
+    lack files ... (use --allow-missing to skip them)", an option dicom-export does not have); ``measures`` given
+    exports those maps of every case."""
+    from monai_unc.workflows.dicom import dicom_export
+
+    pred = tmp_path / "pred"
+    _maps(pred, series, "ct01", ["predictive_entropy", "variance"], "monai-unc")
+    _maps(pred, series, "ct02", ["predictive_entropy", "variance"], "monai-unc")
+    _maps(pred, series, "ct03", ["predictive_entropy"], "monai-unc")
+    with pytest.raises(ValueError, match=r"predicted with different measures \(e\.g\. case 'ct01': "
+                                         r"predictive_entropy, variance; case 'ct03': predictive_entropy\)"):
+        dicom_export(pred, series, tmp_path / "out", uid_root=ROOT_UID, progress=False)
+    assert not (tmp_path / "out" / "ct01").exists()
+    result = dicom_export(pred, series, tmp_path / "out", uid_root=ROOT_UID, progress=False,
+                          measures=["predictive_entropy"])
+    assert sorted(result.cases) == ["ct01", "ct02", "ct03"]
+    assert _exported_maps(tmp_path / "out", "ct02") == ["predictive_entropy"]
+
+
+def test_export_takes_the_measures_of_the_folders_run(series, tmp_path):
+    """The run record (``uncertainty_config.json``, ``infer.json``) names the measures: a case kept from an earlier run
+    with more maps (``--continue_prediction``) gives the run's maps only; a case whose record lacks one of them (made
+    by an earlier run with other measures) is refused, naming it and both sets of measures."""
+    from monai_unc.workflows.dicom import dicom_export
+
+    pred = tmp_path / "pred"
+    _maps(pred, series, "ct01", ["predictive_entropy", "mutual_information"], "nnunet")
+    _maps(pred, series, "ct02", ["predictive_entropy"], "nnunet")
+    (pred / "uncertainty_config.json").write_text(json.dumps({"measures": ["predictive_entropy"]}))
+    result = dicom_export(pred, series, tmp_path / "out", layout="nnunet", uid_root=ROOT_UID, progress=False)
+    assert sorted(result.cases) == ["ct01", "ct02"]
+    assert _exported_maps(tmp_path / "out", "ct01") == ["predictive_entropy"]
+
+    pred2 = tmp_path / "pred2"
+    _maps(pred2, series, "ct01", ["predictive_entropy", "variance"], "monai-unc")
+    _maps(pred2, series, "ct02", ["variance"], "monai-unc")
+    (pred2 / "infer.json").write_text(json.dumps({"settings": {"measures": ["predictive_entropy", "variance"]}}))
+    with pytest.raises(ValueError, match=r"1 case\(s\) of .* \(ct02\) were predicted with other measures than its "
+                                         r"run \(infer\.json: predictive_entropy, variance; case 'ct02': variance\)"):
+        dicom_export(pred2, series, tmp_path / "out2", uid_root=ROOT_UID, progress=False)
+    assert not (tmp_path / "out2" / "ct01").exists()
