@@ -765,7 +765,7 @@ def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str
 
 #: top-level blocks of ``summary.json`` that are objects (or null) when present
 _SUMMARY_BLOCKS = ("dice", "calibration", "reliability", "spatial", "failure_detection", "referral", "triage",
-                   "failures", "qu_brats", "ood", "risk_control", "regions", "lesions", "config")
+                   "failures", "qu_brats", "ood", "risk_control", "regions", "config")
 
 
 def _is_number(value: Any) -> bool:
@@ -868,7 +868,9 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
         ``DeprecationWarning``), as :func:`~monai_unc.scores.upgrade_row` renames the rows.
 
     Raises:
-        ValueError: the last evaluation in ``folder`` has failed cases (``failures.json``).
+        ValueError: the last evaluation in ``folder`` has failed cases (``failures.json``), or its ``summary.json``
+            is not strict JSON or has a field of the wrong type or range (an edited file; the line names the file
+            and the field; keys it does not know are accepted).
         FileNotFoundError: ``folder`` has no ``summary.json`` (or its state no ``rows.json``).
     """
     folder = Path(folder)
