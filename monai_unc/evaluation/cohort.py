@@ -22,6 +22,7 @@ import numpy as np
 
 from ..io import CaseFiles, atomic_write_text, json_safe, save_state, write_csv
 from ..io.files import json_default
+from ..io.provenance import parse_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
 from ..metrics.casewise import failure_detection, ood_auroc
 from ..metrics.selective import area_under_referral_curve, referral_curve
@@ -762,6 +763,99 @@ def write_evaluation(state: CohortState, summary: Mapping[str, Any], output: str
     return paths
 
 
+#: top-level blocks of ``summary.json`` that are objects (or null) when present
+_SUMMARY_BLOCKS = ("dice", "calibration", "reliability", "spatial", "failure_detection", "referral", "triage",
+                   "failures", "qu_brats", "ood", "risk_control", "regions", "config")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**53
+
+
+def _is_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source: str = "summary.json") -> None:
+    """Check the fields of a ``summary.json`` read back from a file that a user may have edited.
+
+    The fields that ``monai-unc report`` reads (the case count, the triage, the failures, the score column, the class
+    names, the blocks it draws) must have the types :func:`summarize` writes; the recorded options (``config``) must
+    be valid evaluation options (:func:`config_from_summary`). Keys it does not know are accepted.
+
+    Args:
+        summary: the parsed file.
+        rows: the cases' rows (for the shift labels of the options).
+        source: how the message names the file.
+
+    Raises:
+        ValueError: one line naming ``source`` and the field.
+
+    Example:
+        >>> _check_summary({"n_cases": [1]}, source="ev/summary.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: ev/summary.json: 'n_cases' must be a count of cases, got list [1]
+    """
+    def bad(name: str, want: str, value: Any) -> ValueError:
+        return ValueError(f"{source}: {name!r} must be {want}, got {type(value).__name__} {value!r}"[:400])
+
+    if not isinstance(summary, dict):
+        raise ValueError(f"{source}: the summary must be a JSON object, got {type(summary).__name__}")
+    if "n_cases" not in summary:
+        raise ValueError(f"{source}: 'n_cases' is missing")
+    n = summary["n_cases"]
+    if not _is_count(n):
+        raise bad("n_cases", "a count of cases", n)
+    for name in _SUMMARY_BLOCKS:
+        if summary.get(name) is not None and not isinstance(summary[name], dict):
+            raise bad(name, "an object", summary[name])
+    if summary.get("num_classes") is not None and not (_is_count(summary["num_classes"]) and summary["num_classes"]):
+        raise bad("num_classes", "a positive number of classes", summary["num_classes"])
+    if summary.get("class_names") is not None and not _is_ids(summary["class_names"]):
+        raise bad("class_names", "a list of names or null", summary["class_names"])
+    if summary.get("measure") is not None and not isinstance(summary["measure"], str):
+        raise bad("measure", "a measure name or null", summary["measure"])
+    if summary.get("warnings") is not None and not _is_ids(summary["warnings"]):
+        raise bad("warnings", "a list of lines", summary["warnings"])
+    score = summary.get("score")
+    if not isinstance(score, dict) or not isinstance(score.get("column"), str):
+        raise bad("score", 'an object with a "column" name', score)
+    if score.get("undefined") is not None and not _is_ids(score["undefined"]):
+        raise bad("score.undefined", "a list of case ids", score["undefined"])
+    triage = summary.get("triage")
+    if not isinstance(triage, dict):
+        raise bad("triage", "an object", triage)
+    if not _is_number(triage.get("budget")) or not 0.0 <= triage["budget"] < 1.0:
+        raise bad("triage.budget", "a referral fraction in [0, 1)", triage.get("budget"))
+    if not _is_count(triage.get("n_referred")) or triage["n_referred"] > n:
+        raise bad("triage.n_referred", f"a count of cases at most n_cases ({n})", triage.get("n_referred"))
+    for key in ("referred", "order"):
+        if not _is_ids(triage.get(key)):
+            raise bad(f"triage.{key}", "a list of case ids", triage.get(key))
+    failures = summary.get("failures")
+    if not isinstance(failures, dict):
+        raise bad("failures", "an object", failures)
+    if not _is_number(failures.get("dice_threshold")) or not 0.0 <= failures["dice_threshold"] <= 1.0:
+        raise bad("failures.dice_threshold", "a Dice in [0, 1]", failures.get("dice_threshold"))
+    dice = summary.get("dice")
+    if not isinstance(dice, dict) or not (dice.get("mean") is None or _is_number(dice["mean"])):
+        raise bad("dice", 'an object with a numeric "mean"', dice)
+    referral = summary.get("referral")
+    if isinstance(referral, dict) and not (referral.get("area_normalized") is None
+                                           or _is_number(referral["area_normalized"])):
+        raise bad("referral.area_normalized", "a number or null", referral["area_normalized"])
+    try:
+        config_from_summary(summary, rows)
+    except (TypeError, ValueError) as e:
+        message = str(e).removeprefix("summary.json: ")
+        raise ValueError(f"{source}: 'config': {message}") from None
+
+
 def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, Any]]:
     """The state and summary written by :func:`write_evaluation`.
 
@@ -774,7 +868,9 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
         ``DeprecationWarning``), as :func:`~monai_unc.scores.upgrade_row` renames the rows.
 
     Raises:
-        ValueError: the last evaluation in ``folder`` has failed cases (``failures.json``).
+        ValueError: the last evaluation in ``folder`` has failed cases (``failures.json``), or its ``summary.json``
+            is not strict JSON or has a field of the wrong type or range (an edited file; the line names the file
+            and the field; keys it does not know are accepted).
         FileNotFoundError: ``folder`` has no ``summary.json`` (or its state no ``rows.json``).
     """
     folder = Path(folder)
@@ -784,8 +880,10 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
     path = folder / "summary.json"
     if not path.is_file():
         raise FileNotFoundError(f"no summary.json in {folder}: run monai-unc evaluate --output {folder} first")
-    state, summary = CohortState.load(folder / STATE_DIR), json.loads(path.read_text())
-    score = summary.get("score") if isinstance(summary, dict) else None
+    state = CohortState.load(folder / STATE_DIR)
+    summary = parse_untrusted_json(path.read_text(encoding="utf-8"), str(path))
+    _check_summary(summary, state.rows, str(path))
+    score = summary.get("score")
     if isinstance(score, dict) and state.rows and score.get("column") not in state.rows[0]:
         summary["score"] = {**score, "column": resolve_score_column(str(score.get("column")), state.rows[0])}
     return state, summary

@@ -25,7 +25,7 @@ from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
 from ..io import CaseFiles, read_csv
-from ..io.provenance import has_weight_digests
+from ..io.provenance import has_weight_digests, parse_untrusted_json
 from .store import UNKNOWN_SITE, CaseRecord
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
@@ -172,6 +172,30 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
     return out
 
 
+def _check_rule_fields(rule: Mapping[str, Any], path: Path) -> None:
+    """The fields of a ``triage.json``'s rule that the store keeps and ``monitor label`` uses, checked (named)."""
+    scores = (rule.get("calibration") or {}).get("case_scores", [])
+    if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v))
+           for v in scores):
+        bad = next(v for v in scores if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))))
+        raise ValueError(f"{path}: field 'rule.calibration.case_scores' must hold numbers (or null), got "
+                         f"{bad!r}"[:300])
+    risk = rule.get("risk", "failure")
+    if risk not in ("failure", "1-dice"):
+        raise ValueError(f"{path}: field 'rule.risk' must be 'failure' or '1-dice', got {risk!r}"[:300])
+    fd = rule.get("failure_dice")
+    if fd is not None and (isinstance(fd, bool) or not isinstance(fd, (int, float)) or not 0 <= fd <= 1):
+        raise ValueError(f"{path}: field 'rule.failure_dice' must be a Dice in [0, 1] or null, got {fd!r}"[:300])
+    n = rule.get("num_classes")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 2**16):
+        raise ValueError(f"{path}: field 'rule.num_classes' must be a number of classes or null, got {n!r}"[:300])
+    score = rule.get("score")
+    column = score.get("column") if isinstance(score, dict) else score
+    if not isinstance(column, str) or not column or len(column) > 1000:
+        raise ValueError(f"{path}: field 'rule.score' must name the score column (text, or an object with "
+                         f"'column'), got {score!r}"[:300])
+
+
 def read_triage_run(
     folder: str | os.PathLike, *, site: str | None = None, sites: Mapping[str, tuple[str, str | None]] | None = None,
     triaged_at: str | None = None,
@@ -202,9 +226,10 @@ def read_triage_run(
         raise ValueError(f"{os.fspath(folder)!r} is not a triage output folder (no triage.json)")
     raw = path.read_bytes()
     try:
-        doc = json.loads(raw)
-    except ValueError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    doc = parse_untrusted_json(text, str(path))  # no NaN / Infinity / 1e400, no huge number, no key given twice
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a triage summary")
     rule = doc.get("rule")
@@ -219,6 +244,7 @@ def read_triage_run(
     cal = rule.get("calibration")
     if cal is not None and (not isinstance(cal, dict) or not isinstance(cal.get("case_scores", []), list)):
         raise ValueError(f"{path}: field 'rule.calibration' must be an object whose 'case_scores' is a list")
+    _check_rule_fields(rule, path)
     if rule.get("image_reference") is not None:  # what the image alarm ranks new cases against: checked here
         try:
             ImageReference.from_json(rule["image_reference"], "rule.image_reference")

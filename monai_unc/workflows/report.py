@@ -72,6 +72,8 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
     except Exception as e:
         if (folder / "failures.json").is_file():  # the loader's own message: the last evaluation had failed cases
             raise
+        if isinstance(e, ValueError) and str(e).startswith(f"{folder / 'summary.json'}: "):
+            raise  # a field of an edited summary.json: the loader's own line names the file and the field
         raise ValueError(f"cannot read the evaluation in {folder}: {error_text(e)} (a truncated or corrupt "
                          "file?); run monai-unc evaluate again") from None
     return folder

@@ -520,3 +520,61 @@ def test_sqlite_and_postgresql_give_the_same_rows_and_the_same_status(postgres_u
                 assert math.isnan(b[key]), key
             else:
                 assert a[key] == b[key], (key, a[key], b[key])
+
+
+# ----------------------------------------------------------------------------- triage.json read as untrusted JSON
+def _edited_triage(folder: Path, field: str, value) -> Path:
+    """A triage folder whose ``triage.json`` has ``field`` (dotted: ``rule.risk``, ``cases.0.score``) set to
+    ``value``, written as JSON text as it stands (a ``str`` value that starts with ``RAW:`` goes in unquoted)."""
+    import json
+
+    rule = make_rule([0.1, 0.2])
+    folder = write_triage(folder, rule, [{"case": "a", "score": 0.1}, {"case": "b", "score": 0.3}])
+    doc = json.loads((folder / "triage.json").read_text())
+    *parents, key = field.split(".")
+    node = doc
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    node[int(key) if isinstance(node, list) else key] = "@@RAW@@" if isinstance(value, str) and value.startswith(
+        "RAW:") else value
+    text = json.dumps(doc)
+    if isinstance(value, str) and value.startswith("RAW:"):
+        text = text.replace('"@@RAW@@"', value[4:])
+    (folder / "triage.json").write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("cases.0.score", "RAW:NaN", "NaN"),
+    ("cases.0.score", "RAW:Infinity", "Infinity"),
+    ("cases.0.score", "RAW:1e400", "1e400"),
+    ("cases.0.image_z_max", "RAW:-Infinity", "Infinity"),
+    ("cases.0.score", "RAW:" + "9" * 400, "digits"),
+    ("rule.calibration.case_scores", [0.1, "0.2"], "rule.calibration.case_scores"),
+    ("rule.calibration.case_scores", [0.1, True], "rule.calibration.case_scores"),
+    ("rule.calibration.case_scores", "RAW:[0.1, NaN]", "NaN"),
+    ("rule.failure_dice", "0.8", "rule.failure_dice"),
+    ("rule.failure_dice", 5, "rule.failure_dice"),
+    ("rule.risk", 7, "rule.risk"),
+    ("rule.risk", "accuracy", "rule.risk"),
+    ("rule.num_classes", "3", "rule.num_classes"),
+    ("rule.score", [1], "rule.score"),
+])
+def test_an_edited_triage_json_is_one_error_line(tmp_path, capsys, field, value, named):
+    """``triage.json`` was read with plain ``json.loads`` and the rule fields the store keeps were not checked: a
+    ``NaN`` / ``Infinity`` / ``1e400`` score was stored as "no score", a NaN calibration score was a line without the
+    file or field (``Out of range float values are not JSON compliant``), 400 digits a traceback
+    (``OverflowError``), a string or ``true`` calibration score was dropped or counted in silence, and
+    ``"failure_dice": "0.8"``, ``"risk": 7`` or ``"num_classes": "3"`` were stored for ``monitor label`` to use."""
+    folder = _edited_triage(tmp_path / "t", field, value)
+    db = tmp_path / "m.db"
+    assert cli.main(["monitor", "record", str(folder), "--db", str(db)]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "triage.json" in err[0] and named in err[0], err
+
+
+def test_an_unedited_triage_json_with_every_checked_field_is_still_recorded(tmp_path, capsys):
+    folder = _edited_triage(tmp_path / "t", "cases.1.score", None)  # an undefined score: null, as triage writes it
+    assert cli.main(["monitor", "record", str(folder), "--db", str(tmp_path / "m.db")]) == 0
+    run = read_triage_run(folder)
+    assert [c.case_id for c in run.cases] == ["a", "b"] and math.isnan(run.cases[1].score)

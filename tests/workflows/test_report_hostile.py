@@ -62,4 +62,50 @@ def test_report_with_an_edited_summary_is_one_line(ev, tmp_path, capsys, field, 
     (copy / "summary.json").write_text(json.dumps(summary))
     rc, err = _run(["report", "-e", str(copy), "-o", str(tmp_path / "r"), "--budget", "0.3", "-q"], capsys)
     assert rc == 2 and len(err) == 1 and err[0].startswith("monai-unc report: error: "), (rc, err)
-    assert field in err[0]
+    assert field in err[0] or (value != value and "NaN" in err[0])  # NaN: refused as not strict JSON
+
+
+def _edit(doc: dict, field: str, value) -> None:
+    *parents, key = field.split(".")
+    for p in parents:
+        doc = doc[p]
+    doc[key] = value
+
+
+@pytest.mark.parametrize("field, value", [
+    ("n_cases", [1]), ("n_cases", -1), ("n_cases", True), ("class_names", 7), ("class_names", [1, 2]),
+    ("config.budget", "0.2"), ("triage", "x"), ("triage.budget", "0.2"), ("triage.n_referred", 99),
+    ("triage.order", "toy000"), ("score", None), ("score.column", 3), ("failures.dice_threshold", "0.8"),
+    ("dice", [0.5]), ("measure", 5), ("warnings", "one"), ("referral.area_normalized", "x"),
+])
+def test_report_with_an_edited_top_level_field_is_one_line(ev, tmp_path, capsys, field, value):
+    """Issue: ``summary.json`` was read with plain ``json.loads`` and its fields not checked: ``"n_cases": [1]`` was a
+    traceback in the page, ``"class_names": 7`` one in the overlays, ``"config": {"budget": "0.2"}`` was accepted."""
+    copy = tmp_path / "ev"
+    shutil.copytree(ev["ev"], copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    _edit(summary, field, value)
+    (copy / "summary.json").write_text(json.dumps(summary))
+    rc, err = _run(["report", "-e", str(copy), "-o", str(tmp_path / "r"), "--cases", "1", "-q"], capsys)
+    assert rc == 2 and len(err) == 1 and err[0].startswith("monai-unc report: error: "), (rc, err)
+    assert str(copy / "summary.json") in err[0] and all(part in err[0] for part in field.split(".")), err[0]
+    assert not (tmp_path / "r" / "report.html").exists()
+
+
+@pytest.mark.parametrize("text", ['{"n_cases": NaN}', '{"n_cases": 1e400}', '[1, 2]'])
+def test_report_with_a_summary_that_is_not_strict_json_is_one_line(ev, tmp_path, capsys, text):
+    copy = tmp_path / "ev"
+    shutil.copytree(ev["ev"], copy)
+    (copy / "summary.json").write_text(text)
+    rc, err = _run(["report", "-e", str(copy), "-o", str(tmp_path / "r"), "-q"], capsys)
+    assert rc == 2 and len(err) == 1 and "summary.json" in err[0], (rc, err)
+
+
+def test_report_with_an_extra_key_in_the_summary_still_works(ev, tmp_path, capsys):
+    copy = tmp_path / "ev"
+    shutil.copytree(ev["ev"], copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["written_by_a_newer_version"] = {"anything": [1, "x"]}
+    (copy / "summary.json").write_text(json.dumps(summary))
+    assert _run(["report", "-e", str(copy), "-o", str(tmp_path / "r"), "--cases", "1", "-q"], capsys)[0] == 0
+    assert (tmp_path / "r" / "report.html").is_file()
