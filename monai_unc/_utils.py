@@ -39,6 +39,7 @@ __all__ = [
     "case_spacings",
     "check_integer",
     "is_int",
+    "is_real",
     "real_number",
     "exceeds",
     "below",
@@ -336,6 +337,16 @@ def is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def is_real(value: Any) -> bool:
+    """Whether ``value`` is a real number, Python or numpy, and not a bool (nor a string, ``None``, an array).
+
+    Example:
+        >>> is_real(0.5), is_real(np.float32(0.5)), is_real(2), is_real(True), is_real("0.5")
+        (True, True, True, False, False)
+    """
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
 def real_number(value: Any, name: str, error: type[Exception] = TypeError) -> float:
     """``float(value)`` when ``value`` is a real number (Python or numpy; not a bool, a string or ``None``).
 
@@ -351,7 +362,7 @@ def real_number(value: Any, name: str, error: type[Exception] = TypeError) -> fl
     Raises:
         TypeError: (or ``error``) anything else; a string such as ``"0.5"`` is not converted.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not is_real(value):
         raise error(f"{name} must be a real number, got {value!r}")
     return float(value)
 

@@ -12,10 +12,11 @@ import math
 import numpy as np
 import torch
 
+from .._utils import is_int, is_real
+
 __all__ = [
     "REAL_TYPES",
     "ace_of_bins",
-    "bool_option",
     "check_unit_target",
     "int_option",
     "nonnegative_option",
@@ -43,7 +44,7 @@ def real_option(value: object, name: str, what: str) -> float:
     Raises:
         TypeError: ``value`` is not a real number, naming ``name`` and the type of ``value``.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, REAL_TYPES):
+    if not is_real(value):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
     return float(value)
 
@@ -62,30 +63,9 @@ def int_option(value: object, name: str, what: str) -> int:
     Raises:
         TypeError: ``value`` is not an integer, naming ``name`` and the type of ``value``.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if not is_int(value):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
     return int(value)
-
-
-def bool_option(value: object, name: str) -> bool:
-    """``value`` as a bool when it is one (Python or numpy ``bool_``); ``TypeError`` naming ``name`` otherwise.
-
-    A flag given as a string (``"no"``, ``"false"`` from a config file) or a number is truthy: taken as ``True`` it
-    would switch an option on without a word.
-
-    Args:
-        value: the flag's value.
-        name: the flag's name in the error.
-
-    Returns:
-        ``bool(value)``.
-
-    Raises:
-        TypeError: ``value`` is not a bool, naming ``name`` and the value.
-    """
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def nonnegative_option(value: object, name: str) -> float:

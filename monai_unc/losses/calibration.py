@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from monai.losses import DiceCELoss, DiceLoss
 from torch.nn.modules.loss import _Loss
 
+from .._utils import check_bool
 from ._common import (
     ace_of_bins,
-    bool_option,
     check_unit_target,
     int_option,
     nonnegative_option,
@@ -214,7 +214,7 @@ def _upcast(z: torch.Tensor, target: torch.Tensor | None = None) -> tuple[torch.
 
 def _activation(softmax: bool, sigmoid: bool, name: str) -> bool:
     """``True`` for sigmoid; checks that exactly one activation is chosen."""
-    if bool_option(softmax, "softmax") == bool_option(sigmoid, "sigmoid"):
+    if check_bool(softmax, "softmax") == check_bool(sigmoid, "sigmoid"):
         raise ValueError(f"{name}: set exactly one of softmax=True or sigmoid=True")
     return bool(sigmoid)
 
@@ -274,8 +274,8 @@ class SVLSLoss(_Loss):
         self.kernel_size = int(kernel_size)
         self.sigma = float(sigma)
         self.spacing = spacing
-        self.include_background = bool_option(include_background, "include_background")
-        self.to_onehot_y = bool_option(to_onehot_y, "to_onehot_y")
+        self.include_background = check_bool(include_background, "include_background")
+        self.to_onehot_y = check_bool(to_onehot_y, "to_onehot_y")
 
     def soft_targets(self, onehot: torch.Tensor) -> torch.Tensor:
         """The smoothed labels of a one-hot target ``(B, C, *spatial)`` (same shape)."""
@@ -348,8 +348,8 @@ class MarginLoss(_Loss):
         self.reduction = _check_reduction(reduction)
         self.margin = _check_weight(margin, "margin")
         self.alpha = _check_weight(alpha, "alpha")
-        self.include_background = bool_option(include_background, "include_background")
-        self.to_onehot_y = bool_option(to_onehot_y, "to_onehot_y")
+        self.include_background = check_bool(include_background, "include_background")
+        self.to_onehot_y = check_bool(to_onehot_y, "to_onehot_y")
 
     def penalty(self, logits: torch.Tensor) -> torch.Tensor:
         """The mean penalty over the kept channels, per voxel ``(B, 1, *spatial)``."""
@@ -439,9 +439,9 @@ class L1ACELoss(_Loss):
         self.binning = binning
         self.num_bins = num_bins
         self.empty_weight = _check_weight(empty_weight, "empty_weight")
-        self.ignore_empty_classes = bool_option(ignore_empty_classes, "ignore_empty_classes")
-        self.include_background = bool_option(include_background, "include_background")
-        self.to_onehot_y = bool_option(to_onehot_y, "to_onehot_y")
+        self.ignore_empty_classes = check_bool(ignore_empty_classes, "ignore_empty_classes")
+        self.include_background = check_bool(include_background, "include_background")
+        self.to_onehot_y = check_bool(to_onehot_y, "to_onehot_y")
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss.
@@ -534,17 +534,17 @@ class DiceSVLSLoss(_Loss):
         super().__init__()
         use_sigmoid = _activation(softmax, sigmoid, "DiceSVLSLoss")
         self.dice = DiceLoss(
-            include_background=bool_option(include_background, "include_background"),
+            include_background=check_bool(include_background, "include_background"),
             to_onehot_y=False,
             sigmoid=use_sigmoid,
             softmax=not use_sigmoid,
-            squared_pred=bool_option(squared_pred, "squared_pred"),
+            squared_pred=check_bool(squared_pred, "squared_pred"),
             smooth_nr=smooth_nr,
             smooth_dr=smooth_dr,
-            batch=bool_option(batch, "batch"),
+            batch=check_bool(batch, "batch"),
         )
         self.svls = SVLSLoss(kernel_size, sigma, spacing, include_background, False, not use_sigmoid, use_sigmoid)
-        self.to_onehot_y = bool_option(to_onehot_y, "to_onehot_y")
+        self.to_onehot_y = check_bool(to_onehot_y, "to_onehot_y")
         self.lambda_dice = _check_weight(lambda_dice, "lambda_dice")
         self.lambda_svls = _check_weight(lambda_svls, "lambda_svls")
 
@@ -599,14 +599,14 @@ class DiceCEMarginLoss(_Loss):
         super().__init__()
         for flag in ("sigmoid", "squared_pred", "jaccard", "batch"):  # MONAI takes a truthy string as True
             if flag in dice_kwargs:
-                bool_option(dice_kwargs[flag], flag)
-        if not bool_option(softmax, "softmax") or dice_kwargs.get("sigmoid"):
+                check_bool(dice_kwargs[flag], flag)
+        if not check_bool(softmax, "softmax") or dice_kwargs.get("sigmoid"):
             raise ValueError("DiceCEMarginLoss: the margin penalty is defined for softmax logits only (softmax=True)")
-        self.dicece = DiceCELoss(include_background=bool_option(include_background, "include_background"),
-                                 to_onehot_y=bool_option(to_onehot_y, "to_onehot_y"), softmax=True,
+        self.dicece = DiceCELoss(include_background=check_bool(include_background, "include_background"),
+                                 to_onehot_y=check_bool(to_onehot_y, "to_onehot_y"), softmax=True,
                                  **dice_kwargs)
         self.margin = MarginLoss(margin, alpha)
-        self.to_onehot_y = bool_option(to_onehot_y, "to_onehot_y")
+        self.to_onehot_y = check_bool(to_onehot_y, "to_onehot_y")
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The scalar loss.
@@ -670,10 +670,10 @@ class DiceCEL1ACELoss(_Loss):
         super().__init__()
         use_sigmoid = _activation(softmax, sigmoid, "DiceCEL1ACELoss")
         self.dice = DiceLoss(
-            include_background=bool_option(include_background, "include_background"),
+            include_background=check_bool(include_background, "include_background"),
             sigmoid=use_sigmoid,
             softmax=not use_sigmoid,
-            squared_pred=bool_option(squared_pred, "squared_pred"),
+            squared_pred=check_bool(squared_pred, "squared_pred"),
             smooth_nr=smooth_nr,
             smooth_dr=smooth_dr,
         )
@@ -683,7 +683,7 @@ class DiceCEL1ACELoss(_Loss):
         self.ace_weight = _check_weight(ace_weight, "ace_weight")
         self.dice_weight = _check_weight(dice_weight, "dice_weight")
         self.ce_weight = _check_weight(ce_weight, "ce_weight")
-        self.to_onehot_y = bool_option(to_onehot_y, "to_onehot_y")
+        self.to_onehot_y = check_bool(to_onehot_y, "to_onehot_y")
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The scalar loss.

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._utils import check_bool
 from . import _cpu_kernel as _svls_cpu
 from ._common import (
     ace_of_bins,
-    bool_option,
     check_unit_target,
     int_option,
     nonnegative_option,
@@ -366,7 +366,7 @@ def mean_margin_penalty(logits: torch.Tensor, margin: float = 10.0, include_back
     """
     _check_channel_first(logits, "logits")
     margin = nonnegative_option(margin, "margin")
-    first = 0 if bool_option(include_background, "include_background") else 1
+    first = 0 if check_bool(include_background, "include_background") else 1
     if logits.shape[1] <= first:
         raise ValueError("include_background=False leaves no channel: the logits have one channel")
     return _MeanMarginPenalty.apply(logits, margin, first)
@@ -412,7 +412,7 @@ def binned_calibration(
     num_bins = int_option(num_bins, "num_bins", "an integer >= 1")
     if num_bins < 1:
         raise ValueError(f"num_bins must be an integer >= 1, got {num_bins!r}")
-    soft = bool_option(soft, "soft")
+    soft = check_bool(soft, "soft")
     b, c = probs.shape[:2]
     p = probs.reshape(b * c, -1).to(_accumulation_dtype(probs.dtype))
     y = target.reshape(b * c, -1).to(p.dtype)
@@ -477,7 +477,7 @@ def l1_average_calibration_error(
         [0.2375]
     """
     empty_weight = nonnegative_option(empty_weight, "empty_weight")
-    ignore_empty_classes = bool_option(ignore_empty_classes, "ignore_empty_classes")
+    ignore_empty_classes = check_bool(ignore_empty_classes, "ignore_empty_classes")
     sum_p, sum_y, weight = binned_calibration(probs, target, num_bins=num_bins, soft=soft)  # checks the shapes
     check_unit_target(target)
     return ace_of_bins(sum_p, sum_y, weight, target, soft, empty_weight, ignore_empty_classes).to(probs.dtype)
