@@ -146,3 +146,19 @@ def test_a_source_without_its_study_or_frame_of_reference_is_refused(tmp_path, e
     with pytest.raises(DicomSeriesError, match=message):
         write_segmentation(_labels(), series, tmp_path / "seg.dcm", [default_segment(1), default_segment(2)])
     assert not list(tmp_path.glob("*.dcm"))
+
+
+@pytest.mark.parametrize("what, message", [("duplicate", "have the same SOPInstanceUID"),
+                                           ("missing", "has no SOPInstanceUID")])
+def test_slices_without_their_own_sop_instance_uid_are_refused(tmp_path, what, message):
+    # two slices sharing a SOPInstanceUID (a copied file): a SEG frame of one slice would name the other
+    files = _series(tmp_path / "s")
+    first = str(pydicom.dcmread(files[0]).SOPInstanceUID)
+    ds = pydicom.dcmread(files[1])
+    if what == "duplicate":
+        ds.SOPInstanceUID = ds.file_meta.MediaStorageSOPInstanceUID = first
+    else:
+        del ds.SOPInstanceUID
+    ds.save_as(files[1], enforce_file_format=False)
+    with pytest.raises(DicomSeriesError, match=message):
+        read_series(tmp_path / "s", pixels=False)
