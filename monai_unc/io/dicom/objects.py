@@ -35,6 +35,7 @@ from typing import Any
 import highdicom as hd
 import numpy as np
 from pydicom.charset import python_encoding
+from pydicom.dataset import Dataset
 from pydicom.multival import MultiValue
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
@@ -386,13 +387,29 @@ _TEXT_VRS = frozenset({"SH", "LO", "ST", "LT", "UT", "UC", "PN"})
 _DEFAULT_REPERTOIRE = ("", "ISO_IR 6", "ISO 2022 IR 6")
 
 
-def _declare_character_set(dataset: Any) -> Any:
-    """Declare UTF-8 (``ISO_IR 192``) when a text of ``dataset`` is not in its declared character set; returns it.
+def _texts(dataset: Any, source: Any) -> list[str]:
+    """The texts of ``dataset`` (recursively) but its top-level elements equal to the ``source``'s (copied)."""
+    out = []
+    for elem in dataset:
+        if elem.tag in source and source[elem.tag].value == elem.value:
+            continue
+        if elem.VR == "SQ":
+            out.extend(text for item in elem.value for text in _texts(item, Dataset()))
+        elif elem.VR in _TEXT_VRS and elem.value is not None:
+            values = elem.value if isinstance(elem.value, (list, tuple, MultiValue)) else [elem.value]
+            out.extend(str(v) for v in values)
+    return out
+
+
+def _declare_character_set(dataset: Any, source: Any) -> Any:
+    """Declare UTF-8 (``ISO_IR 192``) when a text of the object is not in its character set; returns it.
 
     The derived objects take the source's SpecificCharacterSet (highdicom), but their own texts (segment names,
     algorithm names, regions) need not be in it: without a declaration only ASCII is allowed (pydicom would write
     Latin-1 bytes no reader may assume) and a Latin-1 source cannot hold ``李`` (pydicom would write ``?``). UTF-8
-    holds every text; the source's texts (the patient's name) are the same characters re-encoded.
+    holds every text; the source's texts (the patient's name) are then the same characters re-encoded. The
+    elements copied from ``source`` (the first slice) do not decide: a source with non-ASCII text and no declaration
+    keeps its bytes, as they are, when the object's own texts fit.
     """
     declared = dataset.get("SpecificCharacterSet")
     terms = [declared] if isinstance(declared, str) else [str(t) for t in (declared or [])]
@@ -412,13 +429,8 @@ def _declare_character_set(dataset: Any) -> Any:
                 continue
         return False
 
-    for elem in dataset.iterall():
-        if elem.VR not in _TEXT_VRS or elem.value is None:
-            continue
-        values = elem.value if isinstance(elem.value, (list, tuple, MultiValue)) else [elem.value]
-        if any(not str(v).isascii() and not encodable(str(v)) for v in values):
-            dataset.SpecificCharacterSet = "ISO_IR 192"
-            break
+    if any(not text.isascii() and not encodable(text) for text in _texts(dataset, source)):
+        dataset.SpecificCharacterSet = "ISO_IR 192"
     return dataset
 
 
@@ -448,12 +460,7 @@ def _source_images(series: DicomSeries) -> list[Any]:
 
 
 def save_dataset(dataset: Any, path: str | os.PathLike) -> Path:
-    """Write a DICOM dataset as a Part 10 file, atomically (temporary name, rename).
-
-    A text the dataset's SpecificCharacterSet cannot hold (none declared: ASCII) makes it declare UTF-8
-    (``ISO_IR 192``) instead of being written as bytes a reader decodes otherwise, or as ``?``.
-    """
-    _declare_character_set(dataset)
+    """Write a DICOM dataset as a Part 10 file, atomically (temporary name, rename)."""
     with atomic_path(path, ending=".dcm") as tmp:
         dataset.save_as(tmp, enforce_file_format=True)
     return Path(path)
@@ -550,7 +557,8 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         segment_descriptions=descriptions, content_label="SEGMENTATION",
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
-    return save_dataset(apply_study(_single_slice_spacing(seg, series), study), path)
+    return save_dataset(apply_study(_declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
+                                    study), path)
 
 
 def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: str | os.PathLike,
@@ -595,7 +603,8 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         segment_descriptions=descriptions, content_label="PROBABILITY",
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
-    return save_dataset(apply_study(_single_slice_spacing(seg, series), study), path)
+    return save_dataset(apply_study(_declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
+                                    study), path)
 
 
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
@@ -679,5 +688,6 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     pm.SeriesDescription = description[:64]
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
-    return save_dataset(apply_study(_single_slice_spacing(pm, series), study), path)
+    return save_dataset(apply_study(_declare_character_set(_single_slice_spacing(pm, series), series.datasets[0]),
+                                    study), path)
 

@@ -93,26 +93,37 @@ def test_a_windows_bundle_path_recorded_as_the_model_is_written(series, tmp_path
         "bundle: C:/models/spleen"
 
 
-@pytest.mark.parametrize("charset, patient, name", [
-    (None, "Muller^Anna", "Ödem"),  # no character set declared: ASCII only (pydicom wrote a Latin-1 byte)
-    ("ISO_IR 100", "Müller^Jörg", "李"),  # Latin-1 has no 李 (pydicom wrote "?")
-])
-def test_a_text_outside_the_source_character_set_is_written_in_utf8(tmp_path, charset, patient, name):
-    def edit(ds):
-        if charset is None:
-            del ds.SpecificCharacterSet
-        else:
-            ds.SpecificCharacterSet = charset
+def _raw_patient_name(path) -> bytes:
+    return pydicom.dcmread(path, stop_before_pixels=True).get_item("PatientName").value
 
-    _series(tmp_path / "s", edit, patient_name=patient)
+
+@pytest.mark.parametrize("charset, patient, name, declared", [
+    (None, "Muller^Anna", "Ödem", "ISO_IR 192"),  # no character set declared: ASCII only (pydicom wrote Latin-1)
+    ("ISO_IR 100", "Müller^Jörg", "李", "ISO_IR 192"),  # Latin-1 has no 李 (pydicom wrote "?")
+    ("ISO_IR 100", "Müller^Jörg", "Ödem", "ISO_IR 100"),  # it fits: the source's character set is kept
+    # a source with non-ASCII bytes and no declaration: its patient's name keeps its bytes when the object's own
+    # texts are ASCII (a PACS matches the patient on them)
+    (None, "Müller^Jörg", "Oedem", None),
+])
+def test_a_text_outside_the_source_character_set_is_written_in_utf8(tmp_path, charset, patient, name, declared):
+    def edit(ds):
+        del ds.SpecificCharacterSet
+        if charset is not None:
+            ds.SpecificCharacterSet = charset
+        ds.PatientName = patient  # encoded in the new character set (none: Latin-1, as pydicom does)
+
+    files = _series(tmp_path / "s", edit, patient_name=patient)
     series = read_series(tmp_path / "s", pixels=False)
     assert series.datasets[0].get("SpecificCharacterSet") == charset
     path = write_segmentation(_labels(), series, tmp_path / "seg.dcm", [default_segment(1, name), default_segment(2)])
-    assert dciodvfy_errors(path) == []
     seg = pydicom.dcmread(path)
-    assert seg.SpecificCharacterSet == "ISO_IR 192"
+    assert seg.get("SpecificCharacterSet") == declared
     assert seg.SegmentSequence[0].SegmentLabel == name
-    assert str(seg.PatientName) == patient  # the same characters, re-encoded
+    if declared is None:
+        assert _raw_patient_name(path) == _raw_patient_name(files[0])
+    else:
+        assert dciodvfy_errors(path) == []
+        assert str(seg.PatientName) == patient  # the same characters, re-encoded
 
 
 def test_a_source_without_type2_patient_and_study_attributes(tmp_path):
