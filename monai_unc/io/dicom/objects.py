@@ -60,6 +60,8 @@ __all__ = [
     "write_fractional_segmentation",
     "write_parametric_map",
     "save_dataset",
+    "source_images",
+    "declare_character_set",
     "STUDY_UID_MODES",
     "new_study",
     "apply_study",
@@ -401,7 +403,7 @@ def _texts(dataset: Any, source: Any) -> list[str]:
     return out
 
 
-def _declare_character_set(dataset: Any, source: Any) -> Any:
+def declare_character_set(dataset: Any, source: Any) -> Any:
     """Declare UTF-8 (``ISO_IR 192``) when a text of the object is not in its character set; returns it.
 
     The derived objects take the source's SpecificCharacterSet (highdicom), but their own texts (segment names,
@@ -410,6 +412,21 @@ def _declare_character_set(dataset: Any, source: Any) -> Any:
     holds every text; the source's texts (the patient's name) are then the same characters re-encoded. The
     elements copied from ``source`` (the first slice) do not decide: a source with non-ASCII text and no declaration
     keeps its bytes, as they are, when the object's own texts fit.
+
+    Args:
+        dataset: the derived object (its SpecificCharacterSet is the source's, or none).
+        source: the source slice its patient and study were copied from.
+
+    Returns:
+        ``dataset``, with ``SpecificCharacterSet`` ``ISO_IR 192`` when one of its own texts needs it.
+
+    Example:
+        >>> from pydicom import Dataset
+        >>> src, ds = Dataset(), Dataset()
+        >>> src.PatientName = ds.PatientName = "Doe^Jane"
+        >>> ds.ContentLabel, ds.SeriesDescription = "SEG", "Ödem"
+        >>> declare_character_set(ds, src).SpecificCharacterSet
+        'ISO_IR 192'
     """
     declared = dataset.get("SpecificCharacterSet")
     terms = [declared] if isinstance(declared, str) else [str(t) for t in (declared or [])]
@@ -434,12 +451,18 @@ def _declare_character_set(dataset: Any, source: Any) -> Any:
     return dataset
 
 
-def _source_images(series: DicomSeries) -> list[Any]:
+def source_images(series: DicomSeries) -> list[Any]:
     """The source slices a derived object is made from, its patient and study taken from the first.
 
     A Patient or General Study attribute of type 2 that the source lacks (an anonymiser that deleted the birth date
     instead of emptying it) is written empty, as DICOM says an unknown type 2 value is (nothing is invented); the
     first slice is copied for that, the series' headers stay as read.
+
+    Args:
+        series: the source series (headers are enough).
+
+    Returns:
+        The slices' headers for highdicom's ``source_images`` / ``evidence``.
 
     Raises:
         DicomSeriesError: the source lacks its StudyInstanceUID or FrameOfReferenceUID (type 1: a derived object
@@ -469,7 +492,7 @@ def save_dataset(dataset: Any, path: str | os.PathLike) -> Path:
 def _common(series: DicomSeries, uid_root: str | None, series_number: int, algorithm: AlgorithmInfo,
             description: str) -> dict[str, Any]:
     return dict(
-        source_images=_source_images(series), series_instance_uid=new_uid(uid_root), series_number=int(series_number),
+        source_images=source_images(series), series_instance_uid=new_uid(uid_root), series_number=int(series_number),
         sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc",
         manufacturer_model_name=(algorithm.name or "monai-unc")[:64], software_versions=f"monai-unc {__version__}",
         device_serial_number=(algorithm.weights[:16] or "none"), content_description=description[:64],
@@ -557,7 +580,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         segment_descriptions=descriptions, content_label="SEGMENTATION",
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
-    return save_dataset(apply_study(_declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
+    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
                                     study), path)
 
 
@@ -603,7 +626,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         segment_descriptions=descriptions, content_label="PROBABILITY",
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
-    return save_dataset(apply_study(_declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
+    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
                                     study), path)
 
 
@@ -688,6 +711,6 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     pm.SeriesDescription = description[:64]
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
-    return save_dataset(apply_study(_declare_character_set(_single_slice_spacing(pm, series), series.datasets[0]),
+    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(pm, series), series.datasets[0]),
                                     study), path)
 
