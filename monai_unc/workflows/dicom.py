@@ -141,7 +141,9 @@ def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: st
     weights = settings.get("weights")
     digests = [w["sha256"] for w in weights if isinstance(w, dict) and isinstance(w.get("sha256"), str)] \
         if isinstance(weights, list) else []
-    model = _text(settings.get("model")) or _text(settings.get("trainer")) or "monai-unc"
+    # a recorded model is a description that may hold a Windows path ("bundle: C:\\..."): DICOM text (LO) holds no
+    # backslash, the value separator
+    model = (_text(settings.get("model")) or _text(settings.get("trainer")) or "monai-unc").replace("\\", "/")
     return AlgorithmInfo(name=_text(name) or model, weights=",".join(d[:64] for d in digests)[:1024],
                          method=_text(settings.get("method")))
 

@@ -13,11 +13,15 @@
 Every object is written on the grid of the source series (one frame per source slice, the slice's position and
 orientation), gets a new SeriesInstanceUID and SOPInstanceUID under the UID root given (:func:`new_uid`), and copies
 the patient and study (name, ID, birth date, sex, StudyInstanceUID, accession number, ...) of the source: nothing is
-invented. Files are written atomically (:func:`monai_unc.io.atomic_path`).
+invented (a type 2 attribute the source lacks is written empty, as unknown). An object keeps the source's character
+set unless one of its texts is not in it (a segment name ``李`` beside a Latin-1 source): it then declares UTF-8.
+Names and codes that a DICOM string cannot hold as one value (a backslash, the value separator, or a control
+character) are refused. Files are written atomically (:func:`monai_unc.io.atomic_path`).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -30,13 +34,16 @@ from typing import Any
 
 import highdicom as hd
 import numpy as np
+from pydicom.charset import python_encoding
+from pydicom.dataset import Dataset
+from pydicom.multival import MultiValue
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 from pydicom.uid import generate_uid
 from pydicom.valuerep import DSfloat
 
 from ..files import atomic_path
-from .series import DicomSeries
+from .series import DicomSeries, DicomSeriesError
 
 __all__ = [
     "AlgorithmInfo",
@@ -53,6 +60,8 @@ __all__ = [
     "write_fractional_segmentation",
     "write_parametric_map",
     "save_dataset",
+    "source_images",
+    "declare_character_set",
     "STUDY_UID_MODES",
     "new_study",
     "apply_study",
@@ -73,6 +82,8 @@ __version__ = _package_version()
 #: MaximumFractionalValue of the FRACTIONAL SEG: probabilities are stored as round(255 p)
 FRACTIONAL_MAX = 255
 _UID_ROOT = re.compile(r"^(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*\.$")
+#: what a DICOM string value (SH, LO, CS) may not hold: the value separator ``\`` and control characters
+_NOT_IN_STRING = re.compile(r"[\\\x00-\x1f\x7f]")
 _SCT_TISSUE = codes.SCT.Tissue
 _SCT_ANATOMY = codes.SCT.AnatomicalStructure
 _SCT_ABNORMAL = codes.SCT.MorphologicallyAbnormalStructure
@@ -113,21 +124,42 @@ MAP_UNITS: dict[str, tuple[Code, str]] = {
 }
 
 
+def _check_string(value: Any, what: str, limit: int) -> str:
+    r"""Refuse a text a DICOM string element (SH 16, LO 64 characters) cannot hold as one value; returns it.
+
+    A backslash is the value separator (``a\b`` is read as the two values ``a`` and ``b``) and control characters
+    (tab, newline, ...) are not allowed in these VRs (PS3.5 6.2).
+
+    Raises:
+        ValueError: naming ``what``: not a string, empty, longer than ``limit``, a backslash or a control character.
+    """
+    if not isinstance(value, str) or not value.strip() or len(value) > limit or _NOT_IN_STRING.search(value):
+        raise ValueError(f"{what} must be 1 to {limit} characters without a backslash (the DICOM value separator) or "
+                         f"control characters, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class SegmentSpec:
     """The description of one segment of a SEG.
 
     Args:
         label: the class value of the label map (>= 1).
-        name: the SegmentLabel (at most 64 characters).
+        name: the SegmentLabel (1 to 64 characters, no backslash or control characters).
         category: the segmented property category (a coded concept, e.g. SNOMED-CT ``85756007`` Tissue).
         type: the segmented property type (e.g. SNOMED-CT ``389081007`` Gray Matter).
+
+    Raises:
+        ValueError: a name that a DICOM SegmentLabel (LO) cannot hold as one value.
     """
 
     label: int
     name: str
     category: Code
     type: Code
+
+    def __post_init__(self) -> None:
+        _check_string(self.name, f"segment name of class {self.label} (SegmentLabel)", 64)
 
 
 @dataclass(frozen=True)
@@ -139,12 +171,24 @@ class AlgorithmInfo:
         version: its version (default: the monai-unc version).
         weights: the sha256 digest(s) of the model's weight files, joined by ``,`` (``""`` when unknown).
         method: the uncertainty method (``mcdropout+tta``), recorded as a parameter.
+
+    Raises:
+        ValueError: a name or version with a backslash (the DICOM value separator) or a control character (they
+            are written as AlgorithmName / AlgorithmVersion and ManufacturerModelName, DICOM LO); an empty one is
+            written as ``monai-unc`` / the monai-unc version.
     """
 
     name: str = "monai-unc"
     version: str = __version__
     weights: str = ""
     method: str = ""
+
+    def __post_init__(self) -> None:
+        for field_name in ("name", "version"):
+            value = getattr(self, field_name)
+            if not isinstance(value, str) or _NOT_IN_STRING.search(value):
+                raise ValueError(f"algorithm {field_name} must be a string without a backslash (the DICOM value "
+                                 f"separator) or control characters, got {value!r}")
 
     def identification(self) -> hd.AlgorithmIdentificationSequence:
         """The AlgorithmIdentificationSequence (family: DCM 123110 Artificial Intelligence)."""
@@ -267,10 +311,15 @@ def default_segment(label: int, name: str | None = None) -> SegmentSpec:
 
 
 def _code(value: Any, where: str) -> Code:
+    """A coded concept from ``[scheme, code value, meaning]``, checked.
+
+    The scheme holds at most 16 characters (CodingSchemeDesignator, SH), the value and meaning at most 64 (a value
+    over 16 is written as LongCodeValue); none may hold a backslash or a control character.
+    """
     if (not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) and v.strip() for v in value)
-            or any(len(v) > 64 for v in value)):
-        raise ValueError(f"{where} must be [scheme, code value, meaning] (three non-empty strings of at most 64 "
-                         f"characters), got {value!r}")
+            or any(len(v) > n for v, n in zip(value, (16, 64, 64))) or any(_NOT_IN_STRING.search(v) for v in value)):
+        raise ValueError(f"{where} must be [scheme, code value, meaning] (three non-empty strings of at most 16, 64 "
+                         f"and 64 characters, without a backslash or control characters), got {value!r}")
     scheme, code_value, meaning = value
     return Code(code_value, scheme, meaning)
 
@@ -292,7 +341,8 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
 
     Raises:
         ValueError: naming the file and the field: not JSON, not an object, a key that is not one of ``labels``, a
-            name that is empty or longer than 64 characters, a malformed code.
+            name that is empty, longer than 64 characters or holds a backslash or a control character, a malformed
+            code.
     """
     path = Path(path)
     try:
@@ -309,9 +359,7 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
                              f"({sorted(wanted.values())})")
         if not isinstance(entry, dict) or set(entry) - {"name", "category", "type"}:
             raise ValueError(f"segments file {path}: entry {key} must be an object with name, category, type")
-        name = entry.get("name", f"class {key}")
-        if not isinstance(name, str) or not name.strip() or len(name) > 64:
-            raise ValueError(f"segments file {path}: entry {key}: name must be 1 to 64 characters, got {name!r}")
+        name = _check_string(entry.get("name", f"class {key}"), f"segments file {path}: entry {key}: name", 64)
         base = default_segment(wanted[key], name)
         category = _code(entry["category"], f"segments file {path}: entry {key}: category") \
             if "category" in entry else base.category
@@ -332,6 +380,108 @@ def volume_frames(volume: np.ndarray, series: DicomSeries, what: str) -> np.ndar
     return np.ascontiguousarray(np.swapaxes(np.moveaxis(volume, 2, 0), 1, 2))
 
 
+#: the Patient and General Study attributes of type 2 that the derived objects copy from the source (highdicom)
+_TYPE2_COPIED = ("PatientName", "PatientID", "PatientBirthDate", "PatientSex", "StudyDate", "StudyTime",
+                 "AccessionNumber", "StudyID", "ReferringPhysicianName")
+#: the VRs of text in a character set (SpecificCharacterSet applies to them)
+_TEXT_VRS = frozenset({"SH", "LO", "ST", "LT", "UT", "UC", "PN"})
+#: the Defined Terms of the default repertoire (ASCII)
+_DEFAULT_REPERTOIRE = ("", "ISO_IR 6", "ISO 2022 IR 6")
+
+
+def _texts(dataset: Any, source: Any) -> list[str]:
+    """The texts of ``dataset`` (recursively) but its top-level elements equal to the ``source``'s (copied)."""
+    out = []
+    for elem in dataset:
+        if elem.tag in source and source[elem.tag].value == elem.value:
+            continue
+        if elem.VR == "SQ":
+            out.extend(text for item in elem.value for text in _texts(item, Dataset()))
+        elif elem.VR in _TEXT_VRS and elem.value is not None:
+            values = elem.value if isinstance(elem.value, (list, tuple, MultiValue)) else [elem.value]
+            out.extend(str(v) for v in values)
+    return out
+
+
+def declare_character_set(dataset: Any, source: Any) -> Any:
+    """Declare UTF-8 (``ISO_IR 192``) when a text of the object is not in its character set; returns it.
+
+    The derived objects take the source's SpecificCharacterSet (highdicom), but their own texts (segment names,
+    algorithm names, regions) need not be in it: without a declaration only ASCII is allowed (pydicom would write
+    Latin-1 bytes no reader may assume) and a Latin-1 source cannot hold ``李`` (pydicom would write ``?``). UTF-8
+    holds every text; the source's texts (the patient's name) are then the same characters re-encoded. The
+    elements copied from ``source`` (the first slice) do not decide: a source with non-ASCII text and no declaration
+    keeps its bytes, as they are, when the object's own texts fit.
+
+    Args:
+        dataset: the derived object (its SpecificCharacterSet is the source's, or none).
+        source: the source slice its patient and study were copied from.
+
+    Returns:
+        ``dataset``, with ``SpecificCharacterSet`` ``ISO_IR 192`` when one of its own texts needs it.
+
+    Example:
+        >>> from pydicom import Dataset
+        >>> src, ds = Dataset(), Dataset()
+        >>> src.PatientName = ds.PatientName = "Doe^Jane"
+        >>> ds.ContentLabel, ds.SeriesDescription = "SEG", "Ödem"
+        >>> declare_character_set(ds, src).SpecificCharacterSet
+        'ISO_IR 192'
+    """
+    declared = dataset.get("SpecificCharacterSet")
+    terms = [declared] if isinstance(declared, str) else [str(t) for t in (declared or [])]
+    terms = terms or [""]
+    if "ISO_IR 192" in terms:
+        return dataset
+    codecs = ["ascii" if t.strip() in _DEFAULT_REPERTOIRE else python_encoding.get(t.strip()) for t in terms]
+    if None in codecs:  # a term pydicom does not know: left as the source has it
+        return dataset
+
+    def encodable(text: str) -> bool:
+        for codec in codecs:
+            try:
+                text.encode(codec)
+                return True
+            except UnicodeEncodeError:
+                continue
+        return False
+
+    if any(not text.isascii() and not encodable(text) for text in _texts(dataset, source)):
+        dataset.SpecificCharacterSet = "ISO_IR 192"
+    return dataset
+
+
+def source_images(series: DicomSeries) -> list[Any]:
+    """The source slices a derived object is made from, its patient and study taken from the first.
+
+    A Patient or General Study attribute of type 2 that the source lacks (an anonymiser that deleted the birth date
+    instead of emptying it) is written empty, as DICOM says an unknown type 2 value is (nothing is invented); the
+    first slice is copied for that, the series' headers stay as read.
+
+    Args:
+        series: the source series (headers are enough).
+
+    Returns:
+        The slices' headers for highdicom's ``source_images`` / ``evidence``.
+
+    Raises:
+        DicomSeriesError: the source lacks its StudyInstanceUID or FrameOfReferenceUID (type 1: a derived object
+            cannot say whose study or which space it belongs to).
+    """
+    first = series.datasets[0]
+    for key in ("StudyInstanceUID", "FrameOfReferenceUID"):
+        if not str(first.get(key, "") or "").strip():
+            raise DicomSeriesError(f"DICOM series {series.series_uid} in {series.folder}: its slices have no {key}; "
+                                   "the derived objects need the study and the frame of reference of their source")
+    missing = [key for key in _TYPE2_COPIED if key not in first]
+    if not missing:
+        return list(series.datasets)
+    first = copy.deepcopy(first)
+    for key in missing:
+        setattr(first, key, "")
+    return [first, *series.datasets[1:]]
+
+
 def save_dataset(dataset: Any, path: str | os.PathLike) -> Path:
     """Write a DICOM dataset as a Part 10 file, atomically (temporary name, rename)."""
     with atomic_path(path, ending=".dcm") as tmp:
@@ -342,7 +492,7 @@ def save_dataset(dataset: Any, path: str | os.PathLike) -> Path:
 def _common(series: DicomSeries, uid_root: str | None, series_number: int, algorithm: AlgorithmInfo,
             description: str) -> dict[str, Any]:
     return dict(
-        source_images=series.datasets, series_instance_uid=new_uid(uid_root), series_number=int(series_number),
+        source_images=source_images(series), series_instance_uid=new_uid(uid_root), series_number=int(series_number),
         sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc",
         manufacturer_model_name=(algorithm.name or "monai-unc")[:64], software_versions=f"monai-unc {__version__}",
         device_serial_number=(algorithm.weights[:16] or "none"), content_description=description[:64],
@@ -430,7 +580,8 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         segment_descriptions=descriptions, content_label="SEGMENTATION",
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
-    return save_dataset(apply_study(_single_slice_spacing(seg, series), study), path)
+    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
+                                    study), path)
 
 
 def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: str | os.PathLike,
@@ -475,7 +626,8 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         segment_descriptions=descriptions, content_label="PROBABILITY",
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
-    return save_dataset(apply_study(_single_slice_spacing(seg, series), study), path)
+    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
+                                    study), path)
 
 
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
@@ -505,7 +657,9 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         ``path``.
 
     Raises:
-        ValueError: non-finite values, a shape other than the series'.
+        TypeError: values that are not real numbers.
+        ValueError: non-finite values, values beyond the float32 range, a shape other than the series', a region
+            name with a backslash or a control character (DICOM LO / SH text).
 
     Example:
         >>> import tempfile
@@ -520,9 +674,18 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         ...     ds.SeriesDescription, rwv.LUTLabel, rwv.LUTExplanation
         ('predictive_entropy of WT by monai-unc', 'PE WT', 'WT: predictive entropy H(mean p), nats')
     """
-    values = np.asarray(values, dtype=np.float32)
+    values = np.asarray(values)
+    if values.dtype.kind not in "biuf":
+        raise TypeError(f"the {measure} map must hold real numbers, got dtype {values.dtype}")
     if not np.isfinite(values).all():
         raise ValueError(f"the {measure} map has NaN or infinite values")
+    big = float(np.abs(values).max()) if values.size else 0.0
+    if big > float(np.finfo(np.float32).max):
+        raise ValueError(f"the {measure} map has values beyond the float32 range of the Parametric Map (|value| up "
+                         f"to {big:.6g}, at most {float(np.finfo(np.float32).max):.6g})")
+    values = values.astype(np.float32)
+    if region is not None:
+        _check_string(region, "region", 64)
     frames = volume_frames(values, series, measure)
     unit, explanation = MAP_UNITS.get(measure, (_UNITY, measure))
     label, description = measure, f"{measure} by monai-unc"
@@ -548,5 +711,6 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     pm.SeriesDescription = description[:64]
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
-    return save_dataset(apply_study(_single_slice_spacing(pm, series), study), path)
+    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(pm, series), series.datasets[0]),
+                                    study), path)
 

@@ -196,9 +196,9 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
 
     Raises:
         DicomSeriesError: one line naming the series and the problem: no file, a file that is not DICOM, a
-            non-image object, an enhanced multi-frame image, several series, slices of different patients, mixed
-            orientations or sizes, duplicate or missing slices, uneven spacing, positions off one line, a volume
-            over ``max_bytes``.
+            non-image object, an enhanced multi-frame image, several series, slices of different patients, a slice
+            without a SOPInstanceUID or two with the same, mixed orientations or sizes, duplicate or missing
+            slices, uneven spacing, positions off one line, a volume over ``max_bytes``.
 
     Example:
         >>> import tempfile
@@ -233,6 +233,15 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             raise _fail(folder, uid, f"{p.name} has {ds.NumberOfFrames} frames; single-frame slices only")
     if uid is None:
         raise _fail(folder, None, "its slices have no SeriesInstanceUID")
+    seen: dict[str, Path] = {}
+    for p, ds in zip(paths, headers):  # a derived object's frame names its slice by this UID
+        sop_uid = str(ds.get("SOPInstanceUID", "") or "").strip()
+        if not sop_uid:
+            raise _fail(folder, uid, f"{p.name} has no SOPInstanceUID")
+        if sop_uid in seen:
+            raise _fail(folder, uid, f"{seen[sop_uid].name} and {p.name} have the same SOPInstanceUID {sop_uid}; "
+                                     "every slice must be its own image")
+        seen[sop_uid] = p
     for name in ("PatientID", "StudyInstanceUID", "FrameOfReferenceUID", "Modality"):
         values = sorted({str(ds.get(name, "")) for ds in headers})
         if len(values) > 1:

@@ -30,7 +30,7 @@ from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 
-from .objects import AlgorithmInfo, apply_study, new_uid, save_dataset
+from .objects import AlgorithmInfo, apply_study, declare_character_set, new_uid, save_dataset, source_images
 from .series import DicomSeries
 
 __all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volume_ml"]
@@ -183,7 +183,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     report = hd.sr.MeasurementReport(observation_context=context, procedure_reported=_IMAGING,
                                      imaging_measurements=groups or None,
                                      referenced_images=None)
-    evidence = [*series.datasets, *([seg] if seg is not None else []), *maps]
+    evidence = [*source_images(series), *([seg] if seg is not None else []), *maps]
     src = series.datasets[0]
     sr = hd.sr.Comprehensive3DSR(
         evidence=evidence, content=report, series_instance_uid=new_uid(uid_root), series_number=int(series_number),
@@ -192,7 +192,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     )
     if "SpecificCharacterSet" in src and "SpecificCharacterSet" not in sr:
         sr.SpecificCharacterSet = src.SpecificCharacterSet
-    return save_dataset(apply_study(sr, study), path)
+    return save_dataset(apply_study(declare_character_set(sr, src), study), path)
 
 
 def segment_volume_ml(mask: np.ndarray, spacing: Sequence[float]) -> float:

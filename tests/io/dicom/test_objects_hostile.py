@@ -1,0 +1,175 @@
+"""Hostile content checks of the derived DICOM objects: what a PACS receives from odd sources and odd names.
+
+Texts a DICOM string element cannot hold as one value (a backslash is the value separator), texts outside the source's
+character set, sources that lack type 2 patient / study attributes or share a SOPInstanceUID between slices. Each
+series is 8 x 8 x 4 voxels, headers only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
+hd = pytest.importorskip("highdicom", reason="needs the dicom extra")
+
+from monai_unc.io.dicom import (  # noqa: E402
+    AlgorithmInfo,
+    DicomSeriesError,
+    default_segment,
+    read_segment_specs,
+    read_series,
+    write_measurement_report,
+    write_parametric_map,
+    write_segmentation,
+    write_series,
+)
+from monai_unc.workflows.dicom import algorithm_from_records  # noqa: E402
+from tests.io.dicom._series import dciodvfy_errors  # noqa: E402
+
+SHAPE = (8, 8, 4)
+
+
+def _labels() -> np.ndarray:
+    labels = np.zeros(SHAPE, np.uint8)
+    labels[2:4, 2:4, 1], labels[5, 5, 2] = 1, 2
+    return labels
+
+
+def _series(folder, edit=None, **kwargs):
+    """An 8 x 8 x 4 MR series; ``edit(dataset)`` changes every slice before it is read (headers only)."""
+    files = write_series(np.zeros(SHAPE), np.eye(4), folder, modality="MR", **kwargs)
+    if edit is not None:
+        for f in files:
+            ds = pydicom.dcmread(f)
+            edit(ds)
+            ds.save_as(f)
+    return files
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hostile") / "s"
+    _series(folder)
+    return read_series(folder, pixels=False)
+
+
+def _spec_file(tmp_path, entry):
+    path = tmp_path / "segments.json"
+    path.write_text(json.dumps({"1": entry}))
+    return path
+
+
+@pytest.mark.parametrize("make, message", [
+    # a backslash splits a SegmentLabel in two values ("a", "b"): the PACS shows the segment as "a"
+    (lambda t, s: read_segment_specs(_spec_file(t, {"name": "left\\right"}), [1]), "entry 1: name"),
+    (lambda t, s: read_segment_specs(_spec_file(t, {"name": "tab\there"}), [1]), "entry 1: name"),
+    (lambda t, s: read_segment_specs(_spec_file(t, {"category": ["SCT", "85756007", "Tis\\sue"]}), [1]),
+     "entry 1: category"),
+    (lambda t, s: read_segment_specs(_spec_file(t, {"type": ["LONGERTHAN16CHARS", "1", "x"]}), [1]), "entry 1: type"),
+    (lambda t, s: default_segment(1, "W\\T"), "segment name of class 1"),  # a region name of a region spec
+    # highdicom refused these mid-write, naming no argument
+    (lambda t, s: AlgorithmInfo(name="C:\\models\\net"), "algorithm name"),
+    (lambda t, s: write_parametric_map(np.zeros(SHAPE), s, t / "pm.dcm", "variance", region="W\\T"), "region"),
+    # a float64 map beyond float32 was reported as holding NaN or infinite values
+    (lambda t, s: write_parametric_map(np.full(SHAPE, 1e39), s, t / "pm.dcm", "variance"), "float32 range"),
+], ids=["name_backslash", "name_tab", "meaning_backslash", "long_scheme", "default_segment", "algorithm", "region",
+        "float64_map"])
+def test_text_and_values_an_object_cannot_hold_are_refused_by_name(series, tmp_path, make, message):
+    with pytest.raises(ValueError, match=message):
+        make(tmp_path, series)
+    assert not list(tmp_path.glob("*.dcm"))
+
+
+def test_a_windows_bundle_path_recorded_as_the_model_is_written(series, tmp_path):
+    (tmp_path / "infer.json").write_text(json.dumps({"settings": {"model": "bundle: C:\\models\\spleen"}}))
+    algorithm = algorithm_from_records(tmp_path, "case", "monai-unc")
+    path = write_segmentation(_labels(), series, tmp_path / "seg.dcm", [default_segment(1), default_segment(2)],
+                              algorithm)
+    seg = pydicom.dcmread(path)
+    assert seg.SegmentSequence[0].SegmentationAlgorithmIdentificationSequence[0].AlgorithmName == \
+        "bundle: C:/models/spleen"
+
+
+def _raw_patient_name(path) -> bytes:
+    return pydicom.dcmread(path, stop_before_pixels=True).get_item("PatientName").value
+
+
+@pytest.mark.parametrize("charset, patient, name, declared", [
+    (None, "Muller^Anna", "Ödem", "ISO_IR 192"),  # no character set declared: ASCII only (pydicom wrote Latin-1)
+    ("ISO_IR 100", "Müller^Jörg", "李", "ISO_IR 192"),  # Latin-1 has no 李 (pydicom wrote "?")
+    ("ISO_IR 100", "Müller^Jörg", "Ödem", "ISO_IR 100"),  # it fits: the source's character set is kept
+    # a source with non-ASCII bytes and no declaration: its patient's name keeps its bytes when the object's own
+    # texts are ASCII (a PACS matches the patient on them)
+    (None, "Müller^Jörg", "Oedem", None),
+])
+def test_a_text_outside_the_source_character_set_is_written_in_utf8(tmp_path, charset, patient, name, declared):
+    def edit(ds):
+        del ds.SpecificCharacterSet
+        if charset is not None:
+            ds.SpecificCharacterSet = charset
+        ds.PatientName = patient  # encoded in the new character set (none: Latin-1, as pydicom does)
+
+    files = _series(tmp_path / "s", edit, patient_name=patient)
+    series = read_series(tmp_path / "s", pixels=False)
+    assert series.datasets[0].get("SpecificCharacterSet") == charset
+    path = write_segmentation(_labels(), series, tmp_path / "seg.dcm", [default_segment(1, name), default_segment(2)])
+    seg = pydicom.dcmread(path)
+    assert seg.get("SpecificCharacterSet") == declared
+    assert seg.SegmentSequence[0].SegmentLabel == name
+    if declared is None:
+        assert _raw_patient_name(path) == _raw_patient_name(files[0])
+    else:
+        assert dciodvfy_errors(path) == []
+        assert str(seg.PatientName) == patient  # the same characters, re-encoded
+
+
+def test_a_source_without_type2_patient_and_study_attributes(tmp_path):
+    absent = ("PatientName", "PatientID", "PatientBirthDate", "PatientSex", "StudyDate", "StudyTime",
+              "AccessionNumber", "StudyID")
+
+    def edit(ds):
+        for key in absent:
+            delattr(ds, key)
+
+    _series(tmp_path / "s", edit)
+    series = read_series(tmp_path / "s", pixels=False)
+    seg = write_segmentation(_labels(), series, tmp_path / "seg.dcm", [default_segment(1), default_segment(2)])
+    pm = write_parametric_map(np.ones(SHAPE), series, tmp_path / "pm.dcm", "variance")
+    sr = write_measurement_report(tmp_path / "sr.dcm", series, pydicom.dcmread(seg), [pydicom.dcmread(pm)],
+                                  segment_volumes={1: {"volume": 0.004}}, numbers={"score": 0.5})
+    for path in (seg, pm, sr):
+        ds = pydicom.dcmread(path)
+        assert all(key in ds and not str(ds[key].value or "") for key in absent), path.name  # empty: unknown
+    assert dciodvfy_errors(seg) == []
+    assert not any(key in series.datasets[0] for key in absent)  # the series' headers are left as read
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda ds: delattr(ds, "StudyInstanceUID"), "no StudyInstanceUID"),
+    (lambda ds: delattr(ds, "FrameOfReferenceUID"), "no FrameOfReferenceUID"),
+], ids=["study", "frame_of_reference"])
+def test_a_source_without_its_study_or_frame_of_reference_is_refused(tmp_path, edit, message):
+    _series(tmp_path / "s", edit)
+    series = read_series(tmp_path / "s", pixels=False)
+    with pytest.raises(DicomSeriesError, match=message):
+        write_segmentation(_labels(), series, tmp_path / "seg.dcm", [default_segment(1), default_segment(2)])
+    assert not list(tmp_path.glob("*.dcm"))
+
+
+@pytest.mark.parametrize("what, message", [("duplicate", "have the same SOPInstanceUID"),
+                                           ("missing", "has no SOPInstanceUID")])
+def test_slices_without_their_own_sop_instance_uid_are_refused(tmp_path, what, message):
+    # two slices sharing a SOPInstanceUID (a copied file): a SEG frame of one slice would name the other
+    files = _series(tmp_path / "s")
+    first = str(pydicom.dcmread(files[0]).SOPInstanceUID)
+    ds = pydicom.dcmread(files[1])
+    if what == "duplicate":
+        ds.SOPInstanceUID = ds.file_meta.MediaStorageSOPInstanceUID = first
+    else:
+        del ds.SOPInstanceUID
+    ds.save_as(files[1], enforce_file_format=False)
+    with pytest.raises(DicomSeriesError, match=message):
+        read_series(tmp_path / "s", pixels=False)
