@@ -323,7 +323,9 @@ class CaseScoresHandler:
     ``engine.state.metrics["ood_auroc_<score>"]``: :func:`monai_unc.metrics.casewise.ood_auroc` of the scores
     of cases outside ``iid_groups`` against those inside (NaN with a warning when either side is empty), so
     ``MetricsSaver(metrics=["ood_auroc_<score>"])`` can write it when it is listed after this handler (ignite runs an
-    event's handlers in the order they were attached).
+    event's handlers in the order they were attached). A case id met twice (after the gather) is a ``ValueError``
+    naming it: torch's ``DistributedSampler`` pads the data by repeating cases so that every rank gets as many, and a
+    repeated case would count twice; evaluate with ``monai.data.DistributedSampler(even_divisible=False)``.
 
     Args:
         score_keys: keys of per-case scalars in ``engine.state.output`` (one number each; a key holding more, such
@@ -400,7 +402,17 @@ class CaseScoresHandler:
             dist.all_gather_object(parts, self._rows)  # rank order, so every rank builds the same table
             rows = [row for part in parts for row in part]
         # case-id order (stable): the same table as one process, whichever rank saw which case
-        return sorted(rows, key=lambda row: row[0])
+        rows = sorted(rows, key=lambda row: row[0])
+        # a case scored twice would count twice in the cohort's AUROC: torch's DistributedSampler pads the data by
+        # repeating cases so that every rank gets as many (a case without a name, "", cannot be told apart)
+        twice = sorted({a[0] for a, b in zip(rows, rows[1:]) if a[0] and a[0] == b[0]})
+        if twice:
+            raise ValueError(
+                f"CaseScoresHandler: {len(twice)} case(s) were scored more than once, e.g. {twice[0]!r}, and would "
+                "count more than once in the cohort numbers: a DistributedSampler that pads the data so that every "
+                "rank gets as many cases repeats some; evaluate with monai.data.DistributedSampler(dataset, "
+                "even_divisible=False, shuffle=False), and list each case once"[:600])
+        return rows
 
     def _complete(self, engine: Any) -> None:
         import ignite.distributed as idist  # pytorch-ignite is optional (engines need it, the package does not)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,7 @@ from ._utils import ArrayLike, check_finite, check_integer, like_input, to_tenso
 from .activation import Activation, get_activation
 from .metrics.calibration import ConfidenceHistogram, calibration_metrics
 
-__all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network"]
+__all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "non_convergence_warning"]
 
 _MODES = ("scalar", "vector")
 _END = object()
@@ -855,3 +855,32 @@ def calibrate_network(
     if activation == "sigmoid":
         record["regions"] = names
     return state, record
+
+
+def non_convergence_warning(record: Any, *, what: str = "the temperature fit",
+                            option: str = "--max-steps") -> str | None:
+    """The ``warning:`` line a command prints when a temperature fit did not converge.
+
+    The fit stops when the temperature moves by less than its tolerance; ``record["converged"]`` false means it was
+    still moving after ``record["steps"]`` steps (the step limit), so the temperature written is only the best seen
+    so far, not the NLL (or ECE) minimum.
+
+    Args:
+        record: the fit's record: :func:`calibrate_network`'s (``monai-unc calibrate``) or a fold's entry of
+            :func:`monai_unc.nnunet.calibrate.calibrate_model_folder`'s report (``converged``, ``steps``).
+        what: how the line names the fit (e.g. ``"the temperature fit of fold 0"``).
+        option: the command's option of the step limit, named in the advice.
+
+    Returns:
+        One line, or None when the fit converged (or the record does not say).
+
+    Example:
+        >>> non_convergence_warning({"converged": False, "steps": 50})[:60]
+        'warning: the temperature fit did not converge in 50 steps (t'
+        >>> non_convergence_warning({"converged": True, "steps": 12}) is None
+        True
+    """
+    if not isinstance(record, Mapping) or record.get("converged", True):
+        return None
+    return (f"warning: {what} did not converge in {record.get('steps')} steps (the temperature was still moving): the "
+            f"one written is the best seen so far, not the fitted minimum; rerun with a larger {option}")

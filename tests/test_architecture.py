@@ -103,7 +103,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                         "monai_unc.workflows.session", "monai_unc.workflows.triage",
                                         "monai_unc.workflows.dicom")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
-                                                 "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate")],
+                                                 "monai_unc.nnunet.dropout", "monai_unc.nnunet.calibrate",
+                                                 "monai_unc.temperature")],
         "the command line parses its arguments before importing what the chosen command runs on (torch, MONAI)",
     ),
     # a product module is light (the command line reads its options before torch): its computations load when run

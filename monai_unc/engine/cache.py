@@ -31,6 +31,15 @@ def _restore_result(folder: Path, doc: dict[str, Any], item: Any) -> Any:
     return doc["result"]
 
 
+def _canonical(fingerprint: Any) -> str:
+    """A fingerprint as canonical JSON text, keys sorted.
+
+    ``true``, ``1`` and ``1.0`` are told apart (``==`` takes them for one setting); a float's text is its shortest
+    round-trip form, so an unchanged one still matches.
+    """
+    return json.dumps(fingerprint, sort_keys=True)
+
+
 class CaseCache:
     """Per-case resume state in a folder: ``<case>.json`` marks a case finished.
 
@@ -44,7 +53,8 @@ class CaseCache:
     Args:
         folder: the folder of the states.
         fingerprint: ``fingerprint(item)``: JSON data describing what a case's result depends on, compared after a
-            JSON round trip. None: no fingerprint (the JSON is reused whenever ``restore`` accepts it).
+            JSON round trip as canonical JSON text (so ``true``, ``1`` and ``1.0`` are different settings). None:
+            no fingerprint (the JSON is reused whenever ``restore`` accepts it).
         dump: ``dump(folder, case_id, result) -> dict``: the JSON fields of a result (written with ``case`` and
             ``fingerprint``); it may first write side files, atomically. Default ``{"result": result}``.
         restore: ``restore(folder, doc, item) -> result``: the result from the JSON document (and side files); it
@@ -94,7 +104,16 @@ class CaseCache:
 
         Returns:
             ``<folder>/<case_id>.json``.
+
+        Raises:
+            TypeError: ``case_id`` is not a string.
+            ValueError: ``case_id`` is empty, ``.`` or ``..``, or holds a path separator or a NUL character (its
+                file would lie outside the folder, or nowhere).
         """
+        if not isinstance(case_id, str):
+            raise TypeError(f"case_id must be a string, got {type(case_id).__name__}")
+        if case_id in ("", ".", "..") or any(c in case_id for c in ("/", "\\", "\0")):
+            raise ValueError(f"case_id must be a file name without folders, got {case_id!r}")
         return self.folder / f"{case_id}.json"
 
     def prepare(self) -> None:
@@ -131,7 +150,8 @@ class CaseCache:
             doc = json.loads(path.read_text())
             if not isinstance(doc, dict):
                 return None
-            if self.fingerprint is not None and (doc.get("fingerprint") != fingerprint or doc.get("case") != case_id):
+            if self.fingerprint is not None and (_canonical(doc.get("fingerprint")) != _canonical(fingerprint)
+                                                 or doc.get("case") != case_id):
                 if self.on_stale is not None and doc.get("case") == case_id:
                     self.on_stale(case_id, doc.get("fingerprint"), fingerprint)
                 return None

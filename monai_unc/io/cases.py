@@ -454,7 +454,8 @@ def match_cases(
         seg_suffix: overrides the layout's suffix of the segmentations.
         probs_suffix: overrides the layout's suffix of the probabilities.
         uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout).
-        measures: measures to read; default every one of :data:`MEASURES` found for the first case.
+        measures: measures to read, each a map every case must have; None (the default): every one of
+            :data:`MEASURES` whose maps are found; an empty list: no map.
         images: optional folder of the input images (for overlays), nnU-Net channel files allowed.
         label_suffix: the suffix of the label files' stems (e.g. ``"_label"``).
         allow_missing: drop labelled cases that lack a prediction or map (instead of an error) as long as one
@@ -516,7 +517,7 @@ def match_cases(
     if unknown:
         raise ValueError(f"measures must be among {MEASURES}, got {sorted(unknown)}")
     if unc_dir.is_dir():
-        for m in measures or MEASURES:
+        for m in MEASURES if measures is None else measures:
             found = list_files(unc_dir, f"_{m}", VOLUME_EXTENSIONS)
             if not found:  # files written by older versions under a deprecated name, e.g. <case>_max_softmax
                 for old in (o for o, n in DEPRECATED_MEASURES.items() if n == m):

@@ -115,8 +115,8 @@ def calibrate_model_folder(
         **scaler_kwargs: further arguments of :class:`~monai_unc.temperature.TemperatureScaler`.
 
     Returns:
-        ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ..., "converged": ...}}``,
-        also written to ``temperature.json``.
+        ``{fold: {"temperature": [...], "nll_t1": ..., "nll_fitted": ..., "num_cases": ..., "steps": ...,
+        "converged": ...}}``, also written to ``temperature.json``.
 
     Raises:
         ValueError: ``output_dir`` is the model folder or inside it, no preprocessed folder is known, ``use_folds`` is
@@ -222,7 +222,8 @@ def calibrate_model_folder(
         ckpt["monai_unc_temperature"] = scaler.temperature.tolist()
         atomic_torch_save(dst / f"fold_{fold_key}" / checkpoint_name, ckpt)
         report[str(fold_key)] = {"temperature": scaler.temperature.tolist(), "nll_t1": nll_t1,
-                                 "nll_fitted": nll_fit, "num_cases": len(keys), "converged": scaler.converged}
+                                 "nll_fitted": nll_fit, "num_cases": len(keys), "steps": len(scaler.history),
+                                 "converged": scaler.converged}
     doc: dict[str, Any] = {"mode": mode, "loss": loss, "activation": activation}
     if regions is not None:  # one temperature per region in this order with mode="vector"
         doc["regions"] = region_definitions(json.loads((src / "dataset.json").read_text()))

@@ -158,6 +158,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     c.add_argument("--mode", choices=("scalar", "vector"), default="scalar",
                    help="one t, or one per class (per region for a region-based model)")
     c.add_argument("--loss", choices=("nll", "ece"), default="nll", help="fitting objective (default nll)")
+    c.add_argument("--max_steps", type=int, default=1000,
+                   help="at most this many steps of the temperature fit (default 1000; a warning says when a fold's "
+                   "fit did not converge in them)")
     c.add_argument("--disable_tta", action="store_true", help="validation logits without mirroring")
     c.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
     return p
@@ -416,14 +419,20 @@ def _calibrate(args: argparse.Namespace) -> int:
     import torch
 
     from monai_unc.nnunet.calibrate import calibrate_model_folder
+    from monai_unc.temperature import non_convergence_warning
 
     model = _model_folder(args)
     if not os.path.isdir(model):
         raise FileNotFoundError(f"trained model folder not found: {model}")
     report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
                                     checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
-                                    use_mirroring=not args.disable_tta, device=torch.device(args.device))
+                                    use_mirroring=not args.disable_tta, device=torch.device(args.device),
+                                    max_steps=args.max_steps)
     print(json.dumps(report, indent=2))
+    for fold, record in report.items():  # as monai-unc calibrate says it: the temperature is not the fitted one
+        line = non_convergence_warning(record, what=f"the temperature fit of fold {fold}", option="--max_steps")
+        if line is not None:
+            print(line)
     print(f"calibrated model written to {args.o}; predict with: monai-unc {PREDICT_COMMAND} -m {args.o} ...")
     return 0
 

@@ -41,10 +41,12 @@ from urllib.parse import quote
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
+from .._utils import is_int, is_real
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
+from ..io.provenance import parse_untrusted_json
 from ..product import Overlay, command_product
 from .html import (
     PAGE_CSS,
@@ -286,7 +288,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
     cases = {c["case"]: c for c in summary["cases"]}
     out = []
     for cid in summary["order"][:n_cases]:
-        d = summary["files"].get(cid)
+        d = summary.get("files", {}).get(cid)
         if not d:
             continue
         files = CaseFiles.from_json(d)
@@ -320,6 +322,96 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
     return out
 
 
+_CASE_NUMBERS = ("score", "expected_dice", "expected_dice_low", "expected_dice_high", "image_z_max")
+
+
+def _check_summary(summary: Any, source: str) -> None:
+    """Check the fields of a ``triage.json`` that the page reads (a file a user may have edited).
+
+    Args:
+        summary: the parsed file.
+        source: how the message names the file.
+
+    Raises:
+        ValueError: one line naming ``source`` and the field.
+
+    Example:
+        >>> _check_summary({"n_cases": "3"}, "t/triage.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: t/triage.json: field 'n_cases' must be a count of cases, got str '3'
+    """
+    def bad(name: str, want: str, value: Any) -> ValueError:
+        return ValueError(f"{source}: field {name!r} must be {want}, got {type(value).__name__} {value!r}"[:400])
+
+    def count(value: Any) -> bool:
+        return is_int(value) and 0 <= value <= 2**53
+
+    def number(value: Any) -> bool:  # a finite number or null (strict JSON has no NaN: an undefined value is null)
+        return value is None or (is_real(value) and math.isfinite(value))
+
+    def text(value: Any) -> bool:
+        return isinstance(value, str)
+
+    def texts(value: Any) -> bool:
+        return isinstance(value, list) and all(map(text, value))
+
+    if not isinstance(summary, dict):
+        raise ValueError(f"{source}: the triage summary must be a JSON object, got {type(summary).__name__}")
+    for name in ("n_cases", "n_accepted", "n_review"):
+        if not count(summary.get(name)):
+            raise bad(name, "a count of cases", summary.get(name))
+    reasons = summary.get("reasons", {})
+    if not isinstance(reasons, dict) or not all(map(count, reasons.values())):
+        raise bad("reasons", "an object of counts", reasons)
+    if not isinstance(summary.get("rule"), dict):
+        raise bad("rule", "an object (the referral rule)", summary.get("rule"))
+    for name in ("rule_file", "rule_signature"):
+        if summary.get(name) is not None and not text(summary[name]):
+            raise bad(name, "text or null", summary[name])
+    for name in ("notes", "warnings"):
+        if summary.get(name) is not None and not texts(summary[name]):
+            raise bad(name, "a list of lines", summary[name])
+    fp = summary.get("fingerprint")
+    if not isinstance(fp, dict) or not (fp.get("status") is None or text(fp["status"])):
+        raise bad("fingerprint", 'an object with a text "status"', fp)
+    if fp.get("status") == "mismatch" and not (isinstance(fp.get("differences"), list) and all(
+            isinstance(d, dict) and {"field", "predictions", "rule"} <= d.keys() for d in fp["differences"])):
+        raise bad("fingerprint.differences", 'a list of objects with "field", "predictions" and "rule"',
+                  fp.get("differences"))
+    cases = summary.get("cases")
+    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+        raise bad("cases", "a list of objects", cases)
+    for i, c in enumerate(cases):
+        for name in ("case", "reason"):
+            if not text(c.get(name)):
+                raise bad(f"cases[{i}].{name}", "text", c.get(name))
+        if c.get("decision") not in ("accept", "review"):
+            raise bad(f"cases[{i}].decision", "'accept' or 'review'", c.get("decision"))
+        for name in _CASE_NUMBERS:
+            if not number(c.get(name)):
+                raise bad(f"cases[{i}].{name}", "a finite number or null", c.get(name))
+        regions = c.get("region_scores")
+        if regions is not None and not (isinstance(regions, dict) and all(map(number, regions.values()))):
+            raise bad(f"cases[{i}].region_scores", "an object of finite numbers or null", regions)
+    ids = [c["case"] for c in cases]
+    order = summary.get("order")
+    if len(set(ids)) != len(ids) or not texts(order) or sorted(order) != sorted(ids):
+        raise bad("order", "the case ids of 'cases', each once", order)
+    if summary["n_cases"] != len(cases):
+        raise bad("n_cases", f"the number of cases ({len(cases)})", summary["n_cases"])
+    files = summary.get("files", {})
+    if not isinstance(files, dict):
+        raise bad("files", "an object", files)
+    for cid, d in files.items():
+        if d is None:
+            continue
+        if not (isinstance(d, dict) and text(d.get("case")) and text(d.get("label"))
+                and all(d.get(k) is None or text(d[k]) for k in ("seg", "probs", "image"))
+                and isinstance(d.get("maps") or {}, dict) and all(map(text, (d.get("maps") or {}).values()))):
+            raise bad(f"files.{cid}", 'the files of a case (an object of paths with "case" and "label") or null', d)
+
+
 def build_triage_page(
     triage: str | os.PathLike,
     output: str | os.PathLike | None = None,
@@ -349,7 +441,8 @@ def build_triage_page(
         The path of ``triage.html``.
 
     Raises:
-        ValueError: ``n_cases`` is not a non-negative integer.
+        ValueError: ``n_cases`` is not a non-negative integer, or ``triage.json`` is not strict JSON or has a field
+            the page reads of the wrong type (an edited file; one line naming the file and the field).
         FileNotFoundError: the folder holds no ``triage.json``, or a product's folder lacks its outputs.
         TypeError: a keyword that is not a product's command.
     """
@@ -363,7 +456,13 @@ def build_triage_page(
     path = folder / "triage.json"
     if not path.is_file():
         raise FileNotFoundError(f"no triage.json in {folder}: run monai-unc triage --output {folder} first")
-    summary = json.loads(path.read_text())
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    summary = parse_untrusted_json(text, str(path))  # no NaN / Infinity / 1e400, no huge number, no key given twice
+    _check_summary(summary, str(path))
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}

@@ -41,7 +41,7 @@ from ..io import (
     read_volume,
 )
 from ..regions import RegionSpec, label_to_regions, unclaimed_labels, unclaimed_labels_message
-from ..temperature import calibrate_network
+from ..temperature import calibrate_network, non_convergence_warning
 from .factory import check_roi, normalize_roi
 from .infer import check_case_dims, load_image_case, normalize_intensity
 from .models import LoadedModel, load_network
@@ -394,9 +394,7 @@ def calibrate_summary(out: Path, record: dict[str, Any]) -> list[str]:
 def _non_convergence_lines(record: dict[str, Any]) -> list[str]:
     """A ``warning:`` line when the temperature fit of a :func:`run_calibrate` record did not converge.
 
-    The fit stops when the temperature moves by less than its tolerance; ``record["converged"]`` false means it was
-    still moving after ``record["steps"]`` steps (``--max-steps``), so the temperature written is only the best seen
-    so far, not the NLL (or ECE) minimum.
+    The line is :func:`monai_unc.temperature.non_convergence_warning`'s (``nnunet-calibrate`` prints the same).
 
     Args:
         record: the record :func:`run_calibrate` returns (or its ``.json`` file holds).
@@ -410,11 +408,8 @@ def _non_convergence_lines(record: dict[str, Any]) -> list[str]:
         >>> _non_convergence_lines({"converged": True, "steps": 12})
         []
     """
-    if record.get("converged", True):
-        return []
-    return [f"warning: the temperature fit did not converge in {record.get('steps')} steps (the temperature was "
-            "still moving): the one written is the best seen so far, not the fitted minimum; rerun with a larger "
-            "--max-steps"]
+    line = non_convergence_warning(record)
+    return [] if line is None else [line]
 
 
 def calibrate_from_arguments(args: argparse.Namespace) -> CommandResult[tuple[Path, dict[str, Any]]]:

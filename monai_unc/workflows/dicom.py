@@ -422,7 +422,7 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             ``uncertainty_config.json``, refusing an exported case whose record (``<case>.json``,
             ``uncertainty/<case>.json``) lacks one; without a run record those the cases' records list, the same for
             every case; maps that no record lists, e.g. an earlier run's, are not exported; without any record every
-            measure found).
+            measure found); an empty list: no map.
         probabilities: write the FRACTIONAL SEG of the probabilities when the folder has them.
         segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`).
         uid_root: the root of the new UIDs (:func:`monai_unc.io.dicom.check_uid_root`).

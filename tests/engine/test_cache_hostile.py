@@ -153,3 +153,27 @@ def test_process_cases_recomputes_only_the_changed_case(tmp_path):
     assert process_cases(["a", "b"], work, key=str, cache=cache) == [("a", {"out": 10}), ("b", {"out": 30})]
     assert calls == ["a", "b", "b"]
     assert json.loads(cache.path("b").read_text())["fingerprint"] == {"input": 3}
+
+
+@pytest.mark.parametrize("saved, current", [({"flag": True}, {"flag": 1}), ({"n": 1}, {"n": 1.0}),
+                                            ({"x": 0.0}, {"x": False}), ([1, True], [1.0, 1])])
+def test_fingerprint_compares_json_types(tmp_path, saved, current):
+    """Regression: ``==`` after the JSON round trip took ``true``, ``1`` and ``1.0`` for one setting, so a state
+    saved under ``{"flag": true}`` was reused for ``{"flag": 1}``; unchanged floats (and key order) still match."""
+    cache = CaseCache(tmp_path, lambda item: item)
+    cache.save("a", {"v": 1}, cache.fingerprint_of(saved))
+    assert cache.load("a", cache.fingerprint_of(current)) is None
+    same = {"b": 0.1 + 0.2, "a": [1e-320, -0.0, float("nan"), float("inf"), 2**70], "c": True}
+    cache.save("b", {"v": 2}, cache.fingerprint_of(same))
+    assert cache.load("b", cache.fingerprint_of(dict(reversed(list(same.items()))))) == {"v": 2}
+
+
+@pytest.mark.parametrize("case_id", ["", ".", "..", "../x", "a/b", "a\\b", "/abs", "a\x00b", 3])
+def test_case_id_that_leaves_the_folder_is_refused(tmp_path, case_id):
+    """Regression: ``path("../x")`` named ``<folder>/../x.json``, so save wrote outside the cache's folder."""
+    cache = CaseCache(tmp_path / "states", lambda item: item)
+    with pytest.raises((ValueError, TypeError), match="case_id"):
+        cache.path(case_id)
+    with pytest.raises((ValueError, TypeError), match="case_id"):
+        cache.save(case_id, {"v": 1}, None)
+    assert not any(tmp_path.rglob("*.json"))

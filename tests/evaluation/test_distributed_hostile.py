@@ -338,3 +338,13 @@ def test_region_evaluation_with_more_ranks_than_cases_equals_one_process(tmp_pat
                 assert sorted(za.files) == sorted(zb.files), name
                 for k in za.files:
                     np.testing.assert_array_equal(za[k], zb[k], err_msg=f"{name}:{k}")
+
+
+def test_case_scores_handler_refuses_a_case_repeated_by_a_padding_sampler(tmp_path):
+    """Regression: torch's DistributedSampler pads 5 cases on 2 ranks to 6 by repeating case0, and the gathered rows
+    counted it twice in the OoD AUROC (0.333 instead of 0.5); the rows are those of the gather, in one process."""
+    items = _score_items()
+    with pytest.raises(ValueError, match=r"'case0.nii.gz'.*even_divisible=False"):
+        _handler_rows(items + items[:1], tmp_path)
+    assert not (tmp_path / "case_scores.csv").exists()
+    assert _handler_rows(items, tmp_path)["rows"] == [it["case"] for it in items]

@@ -26,3 +26,15 @@ def test_unreadable_volumes_name_the_file(tmp_path):
         with pytest.raises(CaseError, match=f"cannot read .*{name}"):
             read_probabilities(tmp_path / name)
     assert read_probabilities(tmp_path / "p.npz")[0].shape == (2, 4, 4, 4)
+
+
+def test_match_cases_with_no_measures_reads_no_map(tmp_path):
+    """Regression: ``measures=[]`` read every map found, as ``None`` does (``dicom_export(measures=[])`` exported
+    maps it was told not to)."""
+    from monai_unc.io import match_cases
+
+    for name in ("labels/a.nii.gz", "pred/a_seg.nii.gz", "pred/a_predictive_entropy.nii.gz"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert [sorted(c.maps) for c in match_cases(tmp_path / "labels", tmp_path / "pred", measures=[])] == [[]]
+    assert [sorted(c.maps) for c in match_cases(tmp_path / "labels", tmp_path / "pred")] == [["predictive_entropy"]]

@@ -120,3 +120,24 @@ def test_malformed_splits_file_is_named_before_the_copy(splits, match, setup):
     with pytest.raises(ValueError, match=match):
         _calibrate(setup)
     assert not setup["out"].exists()
+
+
+def test_cli_warns_of_a_fold_whose_fit_did_not_converge(tmp_path, monkeypatch, capsys):
+    """Regression: nnunet-calibrate recorded ``converged`` in its report but printed no warning when a fold's fit
+    stopped at the step limit (monai-unc calibrate does); now the same line, naming the fold and ``--max_steps``."""
+    import monai_unc.nnunet.calibrate as calibrate_module
+    from monai_unc import cli
+
+    seen = {}
+
+    def fake(model, out, **kwargs):
+        seen.update(kwargs)
+        return {"0": {"temperature": [1.5], "steps": 40, "converged": False},
+                "1": {"temperature": [1.2], "steps": 12, "converged": True}}
+
+    monkeypatch.setattr(calibrate_module, "calibrate_model_folder", fake)
+    assert cli.main(["nnunet-calibrate", "-m", str(tmp_path), "-o", str(tmp_path / "out"), "-f", "0", "1",
+                     "-device", "cpu", "--max_steps", "40"]) == 0
+    warned = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert seen["max_steps"] == 40
+    assert len(warned) == 1 and "fold 0 did not converge in 40 steps" in warned[0] and "--max_steps" in warned[0]

@@ -7,7 +7,7 @@ character references, quotes of both kinds) go into element text, attribute valu
 parser (and, when installed, headless Chromium, which runs a constant page script that reads them back) must give
 back exactly those strings, with no element, attribute or script beyond those written. It also extends the
 "builder only" check of the page modules to the modules that test does not read (the viewer, the plots, the
-reliability figures, the notebook viewer).
+reliability figures, the notebook viewer), and reads a damaged ``triage.json`` into the triage page.
 """
 
 from __future__ import annotations
@@ -198,3 +198,44 @@ def test_the_checker_sees_markup_written_by_hand(tmp_path):
                    'e = Markup("<br>")\n')
     found = markup_outside_the_builder(bad)
     assert {int(f.split(":")[1]) for f in found} == {4, 5, 6, 7}, found  # not line 8: Markup on a literal
+
+
+def _triage_summary() -> dict[str, Any]:
+    """A ``triage.json`` of two cases (the fields :func:`~monai_unc.evaluation.triage.run_triage` writes)."""
+    from monai_unc.evaluation.triage import ReferralRule
+
+    rule = ReferralRule(score="predictive_entropy_fg_mean", threshold=0.5, feasible=True, target_risk=0.2, delta=0.1,
+                        method="sgr", risk="failure", failure_dice=0.8, calibration_scores=(0.1, 0.9),
+                        calibration_cases=("c0", "c1"), bound=0.1, coverage=1.0, observed_risk=0.0, n_candidates=1,
+                        num_classes=2)
+    cases = [{"case": "a", "score": 0.25, "decision": "accept", "reason": "ok", "code": "accepted", "rank": 2},
+             {"case": "b", "score": 0.75, "decision": "review", "reason": "above", "code": "above_threshold",
+              "rank": 1}]
+    return {"n_cases": 2, "n_accepted": 1, "n_review": 1, "reasons": {"above_threshold": 1}, "order": ["b", "a"],
+            "fingerprint": {"status": "unverified"}, "notes": [], "rule_file": None, "rule_signature": None,
+            "rule": rule.to_json(), "cases": cases, "files": {"a": None, "b": None}, "warnings": []}
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda t: t.replace('"score": 0.25', '"score": NaN'), "not valid JSON"),  # was drawn as an undefined score
+    (lambda t: t.replace('"n_cases": 2', '"n_cases": 1e400'), "not valid JSON"),  # was "inf new case(s)"
+    (lambda t: t.replace('"score": 0.25', '"score": "0.25"'), "cases[0].score"),  # was taken as 0.25
+    (lambda t: t.replace('"score": 0.25', '"score": "x"'), "cases[0].score"),  # was float()'s bare message
+    (lambda t: t.replace('"order": ["b", "a"]', '"order": ["b", "z"]'), "order"),  # was KeyError: 'z'
+    (lambda t: json.dumps({**json.loads(t), "cases": 5}), "'cases'"),  # was a TypeError traceback
+    (lambda t: t.replace('"n_cases": 2', '"n_cases": 2, "n_cases": 3'), "given twice"),
+    (lambda t: "[]", "JSON object"),  # was TypeError: list indices must be integers
+    (lambda t: "{", "not valid JSON"),  # was a JSONDecodeError naming no file
+])
+def test_triage_page_refuses_a_damaged_triage_json_naming_file_and_field(tmp_path, edit, field):
+    """Regression: build_triage_page read triage.json with plain json.loads and checked none of its fields."""
+    from monai_unc.report.triage import build_triage_page
+
+    text = json.dumps(_triage_summary())
+    if field == "'cases'":  # the first test: the file as triage writes it draws a page
+        (tmp_path / "triage.json").write_text(text)
+        assert "predictive_entropy_fg_mean" in build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    (tmp_path / "triage.json").write_text(edit(text))
+    with pytest.raises(ValueError, match="triage.json") as e:
+        build_triage_page(tmp_path, n_cases=0, viewer=False)
+    assert field in str(e.value) and "\n" not in str(e.value)
