@@ -1181,6 +1181,7 @@ class RateInSource(SampleSource):
 
     mi_meaning = MIMeaning.EPISTEMIC
     shareable = True
+    _samples_dropout = True
 
     def __init__(
         self,
