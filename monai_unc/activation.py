@@ -79,8 +79,14 @@ def _axis(axis: Any, ndim: int, what: str, name: str = "axis") -> int:
     return int(axis) % ndim
 
 
-def _check_temperature(t: Any, name: str, sizes: tuple[int, ...]) -> torch.Tensor:
-    """``t`` as a flat tensor after checking it holds ``sizes`` values (1 or one per channel), finite and > 0."""
+def _check_temperature(
+    t: Any, name: str, sizes: tuple[int, ...], dtype: torch.dtype | None = None, what: str = ""
+) -> torch.Tensor:
+    """``t`` as a flat tensor after checking it holds ``sizes`` values (1 or one per channel), finite and > 0.
+
+    With ``dtype``, the values are also checked to stay above 0 once converted to ``dtype`` (the precision the
+    division runs in, named by ``what`` in the message), in the same device synchronisation, and returned converted.
+    """
     try:
         flat = torch.as_tensor(t).detach().reshape(-1)
         if not isinstance(t, torch.Tensor) and flat.is_floating_point():  # Python floats: not rounded to float32
@@ -91,9 +97,15 @@ def _check_temperature(t: Any, name: str, sizes: tuple[int, ...]) -> torch.Tenso
         raise TypeError(f"{name} must hold real numbers, got dtype {flat.dtype}")
     if flat.numel() not in sizes:
         raise ValueError(f"{name} must hold {' or '.join(map(str, sorted(set(sizes))))} value(s), got {flat.numel()}")
-    if not bool(torch.isfinite(flat).all() & (flat > 0).all()):
-        raise ValueError(f"{name} must be positive and finite, got {flat.tolist()}")
-    return flat
+    ok = torch.isfinite(flat).all() & (flat > 0).all()
+    converted = flat if dtype is None else flat.to(dtype)
+    if dtype is not None:
+        ok = ok & (converted > 0).all()
+    if not bool(ok):  # the only synchronisation of a device tensor
+        if not bool(torch.isfinite(flat).all() & (flat > 0).all()):
+            raise ValueError(f"{name} must be positive and finite, got {flat.tolist()}")
+        raise ValueError(f"{name} {flat.tolist()} is too small for {what}: it rounds to 0 in {dtype}")
+    return converted
 
 
 def _check_unit_values(p: Any, name: str) -> None:
@@ -186,6 +198,14 @@ def _binary(p: Any, axis: int) -> Any:
 
 def binary_probabilities(p: Any, axis: int = 0) -> Any:
     """The two-class probabilities ``(1 - p, p)`` of Bernoulli probabilities, stacked along a new ``axis``.
+
+    Differs from :func:`monai_unc.regions.binary_probabilities` (on purpose) in its shape rule: this one *adds* a
+    class axis to a map of any shape (one region's ``(*spatial)`` map becomes ``(2, *spatial)`` with the default
+    ``axis=0``, the class-first layout of a case), while the regions one *replaces* an existing one-channel axis
+    (``(B, 1, *spatial)`` becomes ``(B, 2, *spatial)``, ``channel_dim=1``, the batch layout of the metrics). The
+    values are the same: ``regions.binary_probabilities(p, channel_dim=k)`` equals
+    ``binary_probabilities(p.squeeze(k), axis=k)`` for floating-point ``p`` (the regions one refuses integer input;
+    this one accepts 0 / 1 integers).
 
     Args:
         p: probabilities of the positive class, numpy array or torch tensor of any shape.
@@ -347,14 +367,14 @@ class Activation:
         check_finite(z, "logits")
         if temperature is None:
             return self._activate(z)
-        flat = _check_temperature(temperature, "temperature", (1, int(z.shape[1])))
         # half-precision logits are divided in float32 (z / t leaves the float16 range already for z = 100 and
-        # t = 1e-3) and the probabilities rounded back to the logits' dtype
+        # t = 1e-3) and the probabilities rounded back to the logits' dtype. The values are checked once, as
+        # converted (a Python float on the CPU: no device synchronisation), then moved to the logits' device
         dtype = torch.float32 if z.dtype in (torch.float16, torch.bfloat16) else z.dtype
-        t = torch.as_tensor(temperature, device=z.device).to(dtype).reshape(-1)
-        if not bool((t > 0).all()):
-            raise ValueError(f"temperature {flat.tolist()} is too small for {z.dtype} logits: it rounds to 0 in "
-                             f"{dtype}")
+        t = _check_temperature(temperature, "temperature", (1, int(z.shape[1])), dtype, f"{z.dtype} logits")
+        if isinstance(temperature, torch.Tensor):  # the tensor itself (not the checked copy): t keeps its gradient
+            t = temperature.reshape(-1).to(dtype)
+        t = t.to(z.device)
         return self._scaled(z.to(dtype), t).to(z.dtype)
 
     def _activate(self, z: torch.Tensor) -> torch.Tensor:

@@ -402,6 +402,13 @@ def binary_probabilities(probs: ArrayLike, channel_dim: int = 1) -> Any:
     The channel along ``channel_dim`` becomes two channels, so that a softmax-style metric (ECE, NLL, Brier, ...)
     scores the region as a binary task with class 1 = inside the region.
 
+    Differs from :func:`monai_unc.activation.binary_probabilities` (on purpose) in its shape rule: this one
+    *replaces* an existing one-channel axis (``(B, 1, *spatial)`` becomes ``(B, 2, *spatial)``, the batch layout of
+    the metrics and of :func:`per_region`), while the activation one *adds* a new class axis to a map of any shape
+    (``(*spatial)`` becomes ``(2, *spatial)`` with its default ``axis=0``). The values are the same: this equals
+    ``activation.binary_probabilities(probs.squeeze(channel_dim), axis=channel_dim)``; this one also refuses
+    non-floating-point input.
+
     Args:
         probs: sigmoid probabilities of one region, one channel along ``channel_dim``, e.g. ``(B, 1, *spatial)``.
         channel_dim: the channel axis.

@@ -125,3 +125,11 @@ def test_region_split_of_binary_masks_of_any_dtype():
         views = BERNOULLI.split(np.array([[1, 0], [0, 1]], dtype), np.array([[1, 1], [0, 0]], dtype), names=["A", "B"])
         assert [v.pred.tolist() for v in views] == [[1, 0], [0, 1]]
         assert [v.target.tolist() for v in views] == [[1, 1], [0, 0]]
+
+
+@pytest.mark.parametrize("t, scale", [(0.1, 1.0), (1e-50, 1e-52)])
+def test_a_python_float_temperature_keeps_its_float64_value_on_float64_logits(t, scale):
+    """A Python float was made a float32 tensor before the division: float64 logits were divided by float32(0.1)
+    (a wrong number, 1e-8 relative) and t = 1e-50 (a float64 number) was refused as 'rounds to 0 in float64'."""
+    z = torch.tensor([[[1.0, -3.0, 0.7], [0.3, 2.0, -0.2]]], dtype=torch.float64) * scale
+    assert torch.equal(BERNOULLI.probabilities(z, temperature=t), torch.sigmoid(z / t))

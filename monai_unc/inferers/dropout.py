@@ -76,6 +76,7 @@ class MCDropoutSource(SampleSource):
 
     mi_meaning = MIMeaning.EPISTEMIC
     shareable = True
+    _samples_dropout = True
 
     def __init__(self, num_samples: int) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:

@@ -166,6 +166,12 @@ class EnsembleInferer(UncertaintyInferer):
     Lakshminarayanan, Pritzel, Blundell: *Simple and Scalable Predictive Uncertainty Estimation using Deep
     Ensembles*. The mutual information over the members is epistemic.
 
+    The members' modes are left untouched (MONAI convention: call ``.eval()`` on them, or on the network that
+    checkpoint members are loaded into). A member in training mode with ``BatchNorm`` running statistics (it would
+    normalise with each batch's statistics and update its running ones) or active dropout (unless a source in
+    ``extra_sources`` samples dropout) gets a ``UserWarning`` naming the member's index and the kinds of layers,
+    once per inferer.
+
     Args:
         networks: members, as modules or checkpoint paths (paths are loaded into the ``network`` given at call
             time, with ``torch.load(weights_only=True)`` unless ``weights_only=False``).

@@ -107,7 +107,7 @@ def _finish(loss: torch.Tensor, reference: Any, what: str) -> ArrayLike:
 
 _WHY = {
     "relative_mse_loss": "the feature map is all zero",
-    "ssim_loss": "no spatial window",
+    "ssim_loss": "no spatial window, or the feature map is constant in every channel, e.g. all zero",
     "mutual_information_loss": "the feature map is constant",
 }
 
@@ -185,7 +185,11 @@ def _ssim(
             kernel_type=kernel_type,
         )
     ssim = ssim_map.reshape(ssim_map.shape[0], -1).double().mean(1)
-    return (1.0 - ssim).clamp(0.0, 1.0)
+    # a map constant in every channel (all zero: a dead layer) has no structure: its loss was 1 - SSIM = 0 whatever
+    # the mask (SSIM of two equal constant maps is 1 through the constants c1, c2), so the rate search raised the
+    # rate to p_max there; undefined instead, like the other losses on such maps
+    constant = (flat.amax(-1) == flat.amin(-1)).all(1)
+    return torch.where(constant, torch.nan, (1.0 - ssim).clamp(0.0, 1.0))
 
 
 def ssim_loss(
@@ -210,7 +214,10 @@ def ssim_loss(
         kernel_type: ``"gaussian"`` or ``"uniform"``.
 
     Returns:
-        ``(B,)`` losses in ``[0, 1]``.
+        ``(B,)`` losses in ``[0, 1]``. NaN with a ``UserWarning`` where ``pre`` is constant in every channel (e.g. all
+        zero): SSIM measures structure and such a map has none (SSIM of two equal constant maps is 1 through its
+        constants, a loss of 0 at every rate, which would drive Rate-In's search to ``p_max``), and where the map has
+        no spatial window. A channel that is constant beside others that are not counts as it is.
 
     Example:
         >>> from monai_unc.inferers import ssim_loss
@@ -606,7 +613,8 @@ def search_dropout_rate(
     channels, as ``Dropout2d/3d``; otherwise element-wise), measures the mean of ``loss(x, keep * x)`` over them and,
     where ``|err| = |loss - target_loss| >= tol``, updates ``p <- clip(p - lr * err / (1 + |err|), p_min, p_max)``
     (too much information lost lowers the rate) and ``lr <- lr * lr_decay``. An input stops at ``|err| < tol``,
-    after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map; the rate stays). The last
+    after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map; the rate stays where it is,
+    ``p_init`` on a map undefined from the start, with a ``UserWarning``). The last
     iteration is measured at the final rate; the mask of its last draw is returned so that the caller applies
     dropout whose loss was measured.
 
@@ -715,7 +723,19 @@ def search_dropout_rate(
             rates[idx] = torch.where(still, new, ra)
             active[idx] = still
             step *= float(lr_decay)
+    if bool(torch.isnan(losses).any()):
+        warnings.warn(
+            f"search_dropout_rate: the information loss ({_loss_name(loss)}) is undefined (NaN) for some input(s), "
+            f"e.g. a constant or all-zero feature map: the search stops there and keeps the rate it had (p_init="
+            f"{float(p_init)} where the loss is undefined from the start; see the result's losses)",
+            UserWarning,
+            stacklevel=2,
+        )
     return RateSearchResult(rates, losses, iterations, converged, keep)
+
+
+def _loss_name(loss: str | LossFn) -> str:
+    return loss if isinstance(loss, str) else getattr(loss, "__name__", "callable")
 
 
 # ============================================================================================ layer
@@ -1161,6 +1181,7 @@ class RateInSource(SampleSource):
 
     mi_meaning = MIMeaning.EPISTEMIC
     shareable = True
+    _samples_dropout = True
 
     def __init__(
         self,

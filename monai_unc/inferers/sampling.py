@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -59,6 +60,7 @@ from torch import nn
 from .._utils import check_bool, check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..measures import entropy_map_t
+from ..networks.dropout import find_dropout_layers
 from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
 from ..stats import (
     MEAN_SQ_SUM,
@@ -148,6 +150,9 @@ class SampleSource:
     level: str = "window"
     innermost: bool = False
     shareable: bool = False
+    #: the source switches the network's dropout on itself (MC dropout, Rate-In): dropout left in training mode is
+    #: then no surprise, and only normalisation layers in training mode are reported (see ``UncertaintyInferer``)
+    _samples_dropout: bool = False
 
     def variants(self, x: torch.Tensor) -> Sequence[Wrapper | None]:
         """The wrappers of one call: ``None`` (the predictor as is) or ``predictor -> predictor``.
@@ -258,6 +263,51 @@ class UncertaintyOutput(dict):
         if new is None or new not in self:
             raise KeyError(key)
         return self[canonical_measure(str(key), stacklevel=3)]
+
+
+def _training_mode_kinds(network: Any, dropout: bool) -> list[str]:
+    """The kinds of modules of ``network`` whose training mode changes what an inference pass computes.
+
+    Normalisation layers with running statistics (``BatchNorm*``, ``SyncBatchNorm``, ``InstanceNorm*`` with
+    ``track_running_stats=True``) in training mode normalise with each batch's statistics and update their running
+    statistics; with ``dropout``, also dropout layers and post-hoc dropout that are active (training mode). Layers
+    that behave alike in both modes (``InstanceNorm`` without running statistics, rate-0 dropout) are not listed.
+
+    Args:
+        network: the network (anything but an ``nn.Module`` has none).
+        dropout: also look for active dropout.
+
+    Returns:
+        Sorted, distinct class names (``"BatchNorm3d"``, ``"Dropout"``, ``"post-hoc dropout"``, ...).
+    """
+    if not isinstance(network, nn.Module):
+        return []
+    kinds = set()
+    for m in network.modules():
+        if m.training and isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats:
+            kinds.add(type(m).__name__)
+    if dropout:
+        modules, hooks = find_dropout_layers(network)
+        kinds.update(type(m).__name__ for m in modules if m.training)
+        active = {id(h) for h in hooks if h.mc_enabled}
+        active.update(id(h) for m in network.modules() if m.training for h in m._forward_hooks.values())
+        if any(id(h) in active for h in hooks):
+            kinds.add("post-hoc dropout")
+    return sorted(kinds)
+
+
+def _training_mode_warning(inferer: str, found: Sequence[tuple[int | None, list[str]]]) -> str:
+    """The message of :meth:`UncertaintyInferer.__call__`'s warning about networks left in training mode."""
+    parts = []
+    for index, kinds in found:
+        who = "the network" if index is None else f"ensemble member {index}"
+        parts.append(f"{who} is in training mode, with {', '.join(kinds)}")
+    return (
+        f"{inferer}: {'; '.join(parts)}. In training mode a normalisation layer with running statistics normalises "
+        "with the statistics of each batch (and updates its running statistics) and dropout is active (random "
+        "predictions). The inferer leaves modes as they are (MONAI convention): call .eval() on the network(s) "
+        "first. Warned once per inferer"
+    )
 
 
 def network_spatial_dims(network: Any) -> int | None:
@@ -528,6 +578,12 @@ class UncertaintyInferer(Inferer):
     Calling it returns an :class:`UncertaintyOutput` (a ``dict[str, Tensor]``, maps ``(B, 1, *spatial)``);
     MetaTensor inputs give MetaTensor maps carrying the input's metadata.
 
+    Network modes are left as they are (MONAI convention: call ``network.eval()`` first); a sample source switches
+    only what it samples (dropout for MC dropout and Rate-In). A network (or ensemble member) in training mode with
+    normalisation layers that keep running statistics (``BatchNorm``: they would normalise with each batch's
+    statistics and update the running ones) or, unless a source samples dropout, with active dropout gets a
+    ``UserWarning`` naming the member and the kinds of layers, once per inferer.
+
     Example:
         >>> from monai_unc.inferers import FlipSource, MCDropoutSource, UncertaintyInferer
         >>> import torch
@@ -578,6 +634,7 @@ class UncertaintyInferer(Inferer):
             raise ValueError(f"sample_batch_size must be 'auto' or an integer >= 1, got {sample_batch_size!r}")
         self.share_passes = share_passes
         self.sample_batch_size = sample_batch_size
+        self._warned_training_mode = False  # the warning about networks in training mode: once per inferer
         if pred_dtype is not None and not any(pred_dtype == d for d in PRED_DTYPES):
             raise ValueError(f"pred_dtype must be None or one of {PRED_DTYPES}, got {pred_dtype!r}")
         check_accum_dtype(accum_dtype)
@@ -843,12 +900,19 @@ class UncertaintyInferer(Inferer):
             src.reset()
         n_window = 1
         fallback_logged = False
+        check_modes = not getattr(self, "_warned_training_mode", False)
+        samples_dropout = any(getattr(s, "_samples_dropout", False) for s in window_sources)
+        in_training: list[tuple[int | None, list[str]]] = []
         with rng, grad:
             if self.seed is not None:
                 torch.manual_seed(self.seed)
             members = net_sources[0].members(network, device) if net_sources else [contextlib.nullcontext(network)]
-            for member in members:
+            for index, member in enumerate(members):
                 with member as net, contextlib.ExitStack() as stack:
+                    if check_modes:  # the modes the caller left, before a source switches dropout on
+                        kinds = _training_mode_kinds(net, dropout=not samples_dropout)
+                        if kinds:
+                            in_training.append((index if net_sources else None, kinds))
                     for src in window_sources:
                         stack.enter_context(src.activate(net))
                     window_fn, info = self._window_fn(net, window_sources)
@@ -896,6 +960,9 @@ class UncertaintyInferer(Inferer):
                 n_parts += 1
                 total = part if total is None else total.merge(part)
                 del part
+        if in_training:
+            warnings.warn(_training_mode_warning(type(self).__name__, in_training), UserWarning, stacklevel=2)
+            self._warned_training_mode = True
         keys = self.keys if self.keys is not None else self._default_keys(total)
         out_dtype = x.dtype if x.is_floating_point() else torch.float32
         n_total = int(round(total.count))
@@ -974,7 +1041,8 @@ class SoftmaxInferer(UncertaintyInferer):
     """Deterministic one-pass baseline: ``pred``, ``predictive_entropy`` (softmax entropy) and ``one_minus_max_prob``.
 
     Every study compares stochastic methods against this (ValUES; Zepf et al. uses softmax entropy as the
-    aleatoric baseline). Network modes are left untouched (call ``network.eval()`` as usual).
+    aleatoric baseline). Network modes are left untouched (call ``network.eval()`` as usual; a network left in
+    training mode with ``BatchNorm`` running statistics or active dropout gets a ``UserWarning``, once per inferer).
 
     Args:
         **kwargs: :class:`UncertaintyInferer` options except ``sources`` (e.g. ``base_inferer``, ``normalize``).

@@ -146,12 +146,41 @@ def find_dropout_layers(model: nn.Module, include_zero: bool = False) -> tuple[l
     return modules, hooks
 
 
+def _check_sampling_rates(model: nn.Module, modules: Sequence[nn.Module], hooks: Sequence[DropoutHook]) -> None:
+    """``ValueError`` naming the first dropout layer of ``model`` whose rate is 1 or more (before any pass).
+
+    Such a layer zeroes its whole output in every sample: all samples are the same constant prediction and the
+    uncertainty maps are 0, silently. ``torch.nn.Dropout(p=1.0)`` is allowed by torch, and a hook's or a layer's
+    rate can be changed after construction.
+    """
+    listed = {id(m) for m in modules}
+    hooked = {id(h) for h in hooks}
+    for name, m in model.named_modules():
+        label = repr(name) if name else "'' (the network itself)"
+        rate = getattr(m, "p", getattr(m, "drop_prob", None))  # None: a DropPath that names its rate otherwise
+        if id(m) in listed and isinstance(rate, numbers.Real) and rate >= 1.0:
+            raise ValueError(
+                f"dropout layer {label} ({type(m).__name__}) has p={rate}: under MC dropout it zeroes its whole "
+                "output in every sample, so every sample is the same constant prediction; use p in (0, 1)"
+            )
+        for h in m._forward_hooks.values():
+            if id(h) in hooked and h.p >= 1.0:
+                raise ValueError(
+                    f"post-hoc dropout after module {label} has p={h.p}: under MC dropout it zeroes that output in "
+                    "every sample, so every sample is the same constant prediction; use p in (0, 1)"
+                )
+
+
 class MCDropoutContext:
     """Handle returned by :func:`enable_mc_dropout`: ``restore()`` or use it as a context manager.
 
     Args:
         model: the network whose dropout layers are switched on.
         strict: raise ``ValueError`` when the model has no dropout.
+
+    Raises:
+        ValueError: when ``strict`` and the model has no dropout; naming the layer and its ``p`` when a dropout layer
+            has a rate of 1 or more (checked before any mode changes).
 
     Example:
         >>> from monai_unc.inferers.dropout import MCDropoutContext
@@ -177,6 +206,7 @@ class MCDropoutContext:
                 "dropout with a rate above 0); insert one with monai_unc.inferers.add_dropout(network, p=...) "
                 "or build the network with its dropout argument (e.g. UNet(dropout=0.1))"
             )
+        _check_sampling_rates(model, modules, hooks)
         self.num_layers = len(modules) + len(hooks)
         self._modes = [(m, m.training) for m in modules]
         self._hooks = [(h, h.mc_enabled) for h in hooks]
@@ -215,7 +245,8 @@ def enable_mc_dropout(model: nn.Module, strict: bool = True) -> MCDropoutContext
         block.
 
     Raises:
-        ValueError: when ``strict`` and the model has no dropout at all.
+        ValueError: when ``strict`` and the model has no dropout at all; naming the layer (its qualified name) and its
+            ``p`` when a dropout layer has a rate of 1 or more (every sample would zero its output).
 
     Example:
         >>> from monai_unc.inferers import enable_mc_dropout
@@ -432,7 +463,8 @@ def resolve_dropout_sites(
         The selected module names, in module order.
 
     Raises:
-        ValueError: for unknown names or an empty selection.
+        ValueError: naming ``after`` for unknown names, the root module ``""`` (dropout on the network's output) or an
+            empty selection.
 
     Example:
         >>> from monai_unc.inferers import resolve_dropout_sites
@@ -459,6 +491,12 @@ def resolve_dropout_sites(
                 f"bool, got {after!r}"
             )
         names = list(after)
+        if "" in names:
+            # "" is the name of the root module in model.named_modules(): a hook there drops the network's output
+            raise ValueError(
+                "after names the root module '' (the whole network): dropout there would drop the network's "
+                "output; name the stages it should follow (see model.named_modules())"
+            )
     missing = [n for n in names if n not in modules]
     if missing:
         raise ValueError(f"after names modules that {type(model).__name__} does not have: {missing}")

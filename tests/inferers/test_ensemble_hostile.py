@@ -61,3 +61,30 @@ def test_template_weights_are_restored_after_a_failing_member(tmp_path):
     with pytest.raises(RuntimeError, match="size mismatch"):
         EnsembleInferer([good, bad])(torch.rand(1, 1, 4, 4), template)
     assert all(torch.equal(before[k], v) for k, v in template.state_dict().items())
+
+
+@pytest.mark.parametrize("path", ["ensemble", "softmax"])
+def test_members_left_in_training_mode_warn_once_and_keep_their_modes(path):
+    # a member in train mode normalised with batch statistics (updating its running ones) and sampled dropout,
+    # silently; the inferer leaves modes as they are, so it warns, naming the member and the kind of layer
+    import warnings
+
+    from monai_unc.inferers import SoftmaxInferer
+
+    def net():
+        return nn.Sequential(nn.Conv2d(1, 3, 1), nn.BatchNorm2d(3), nn.Dropout(0.5), nn.Conv2d(3, 2, 1)).eval()
+
+    members = [net(), net().train(), net()]
+    members[2][2].train()  # dropout only
+    inferer = EnsembleInferer(members) if path == "ensemble" else SoftmaxInferer()
+    call = (lambda: inferer(torch.rand(1, 1, 4, 4))) if path == "ensemble" else (
+        lambda: inferer(torch.rand(1, 1, 4, 4), members[1]))
+    match = (r"ensemble member 1 is in training mode, with BatchNorm2d, Dropout; ensemble member 2 .* with Dropout\."
+             if path == "ensemble" else r"SoftmaxInferer: the network is in training mode, with BatchNorm2d, Dropout")
+    with pytest.warns(UserWarning, match=match):
+        call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        call()  # once per inferer
+        EnsembleInferer([net(), net()])(torch.rand(1, 1, 4, 4))  # members in eval mode: no warning
+    assert [m.training for m in members[1].modules()] == [True] * 5 and members[2][2].training

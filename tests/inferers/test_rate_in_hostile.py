@@ -14,6 +14,7 @@ from monai_unc.inferers import (
     mutual_information_loss,
     remove_rate_in,
     search_dropout_rate,
+    ssim_loss,
 )
 
 
@@ -100,15 +101,20 @@ def test_explicit_initial_rate_outside_the_bounds_is_still_refused():
         convert_dropout_to_rate_in(_net(0.2), p=0.05, p_min=0.1)
 
 
-def test_constant_and_zero_maps_keep_the_initial_rate_with_undefined_loss():
-    # zero information: the loss is undefined (NaN), the rate stays, nothing "converges"
+@pytest.mark.parametrize("loss", ["mi", "ssim"])
+def test_constant_and_zero_maps_keep_the_initial_rate_with_undefined_loss(loss):
+    # zero information: the loss is undefined (NaN), the rate stays (with a warning), nothing "converges". SSIM gave
+    # 1 - SSIM = 0 at every rate on such maps (SSIM of equal constant maps is 1 through its constants), silently, and
+    # the search raised the rate towards p_max
     for x in (torch.zeros(2, 8, 6, 6), torch.ones(2, 8, 6, 6)):
-        res = search_dropout_rate(x, "mi", p_init=0.2)
+        with pytest.warns(UserWarning, match=r"undefined \(NaN\).*keeps the rate it had \(p_init=0.2 "):
+            res = search_dropout_rate(x, loss, p_init=0.2)
         assert torch.equal(res.rates, torch.full((2,), 0.2, dtype=torch.float64))
         assert bool(torch.isnan(res.losses).all()) and not bool(res.converged.any())
         assert res.iterations.tolist() == [1, 1]
+    fn = mutual_information_loss if loss == "mi" else ssim_loss
     with pytest.warns(UserWarning, match="constant"):
-        mutual_information_loss(torch.ones(1, 4, 5, 5), torch.ones(1, 4, 5, 5))
+        assert bool(torch.isnan(fn(torch.zeros(1, 4, 5, 5), torch.zeros(1, 4, 5, 5))).all())
 
 
 @pytest.mark.parametrize("max_iter", [1, 3])

@@ -116,3 +116,27 @@ def test_non_bool_flags_are_a_type_error_naming_them(bad):
     with pytest.raises(TypeError, match=r"^strict must be True or False"):
         enable_mc_dropout(net, strict=bad)
     assert DropoutHook(0.2, channelwise=np.bool_(False)).channelwise is False
+
+
+@pytest.mark.parametrize("where", ["module", "hook"])
+def test_mc_dropout_refuses_a_rate_of_one_naming_the_layer(where):
+    # Dropout(p=1.0) zeroed that activation in every sample: constant predictions and zero uncertainty, silently
+    net = nn.Sequential(nn.Conv2d(1, 4, 1), nn.Sequential(nn.Conv2d(4, 4, 1)), nn.Conv2d(4, 3, 1)).eval()
+    if where == "module":
+        net[1].append(nn.Dropout(p=1.0).eval())
+        match = r"'1\.1' \(Dropout\) has p=1\.0"
+    else:
+        add_dropout(net, p=0.1, after=["1.0"])
+        find_dropout_layers(net)[1][0].p = 1.0  # a rate changed after construction
+        match = r"after module '1\.0' has p=1\.0"
+    with pytest.raises(ValueError, match=match):
+        enable_mc_dropout(net)
+    assert not any(m.training for m in net.modules())  # refused before any mode changed
+
+
+def test_dropout_after_the_root_module_is_refused_naming_after():
+    # after=[""] named the root module: a hook there dropped the network's output
+    net = _net()
+    with pytest.raises(ValueError, match="after names the root module"):
+        add_dropout(net, p=0.1, after=["", "2"])
+    assert find_dropout_layers(net) == ([], [])
