@@ -185,12 +185,18 @@ def _ssim(
             bn, an, spatial_dims=nsp, kernel_size=ks, kernel_sigma=[kernel_sigma] * nsp, data_range=1.0,
             kernel_type=kernel_type,
         )
-    ssim = ssim_map.reshape(ssim_map.shape[0], -1).double().mean(1)
-    # a map constant in every channel (all zero: a dead layer) has no structure: its loss was 1 - SSIM = 0 whatever
-    # the mask (SSIM of two equal constant maps is 1 through the constants c1, c2), so the rate search raised the
-    # rate to p_max there; undefined instead, like the other losses on such maps
-    constant = (flat.amax(-1) == flat.amin(-1)).all(1)
-    return torch.where(constant, torch.nan, (1.0 - ssim).clamp(0.0, 1.0))
+    # a channel constant in pre has no structure, and its SSIM came only from the constants c1, c2 and the clamped
+    # range: 1 (no loss) for an all-zero channel whatever the mask, about 0 (total loss) for a non-zero constant as
+    # soon as one element of a window is dropped (the difference divided by 1e-12). Such channels are left out of the
+    # average: one constant channel of 8 (at 5 or at 1e-3) set an element-wise loss of at least 1/8 at any rate and
+    # drove the searched rate from 0.17 to 0.005, and all-zero channels diluted the loss and raised the rate. The
+    # MSE and mutual-information losses give such channels no weight either. A map constant in every channel (all
+    # zero: a dead layer) has no structure at all: undefined (NaN), like the other losses on such maps
+    live = (flat.amax(-1) != flat.amin(-1)).to(torch.float64)  # (B, C)
+    per_channel = ssim_map.reshape(*ssim_map.shape[:2], -1).double().mean(-1)
+    count = live.sum(1)
+    ssim = (per_channel * live).sum(1) / count.clamp_min(1.0)
+    return torch.where(count > 0, (1.0 - ssim).clamp(0.0, 1.0), torch.nan)
 
 
 def ssim_loss(
@@ -218,7 +224,9 @@ def ssim_loss(
         ``(B,)`` losses in ``[0, 1]``. NaN with a ``UserWarning`` where ``pre`` is constant in every channel (e.g. all
         zero): SSIM measures structure and such a map has none (SSIM of two equal constant maps is 1 through its
         constants, a loss of 0 at every rate, which would drive Rate-In's search to ``p_max``), and where the map has
-        no spatial window. A channel that is constant beside others that are not counts as it is.
+        no spatial window. Channels constant in ``pre`` beside others that are not are left out of the average (their
+        SSIM depends only on the constants and the scaling: 1 for an all-zero channel, about 0 under element-wise
+        dropout for a non-zero constant), as the MSE and mutual-information losses give them no weight.
 
     Example:
         >>> from monai_unc.inferers import ssim_loss

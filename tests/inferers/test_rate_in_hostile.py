@@ -177,3 +177,17 @@ def test_search_pass_applies_a_representative_mask_not_the_last_draw(monkeypatch
     assert layer.last_search.losses.tolist() == pytest.approx([0.25])  # (0 + 0 + 0 + 1) / 4
     assert bool(layer.last_search.keep.eq(1).all())
     torch.testing.assert_close(y, x / 0.86)  # kept: the draw nearest the mean, not the erasing last one
+
+
+def test_ssim_leaves_constant_channels_out_of_the_average():
+    # a channel constant in pre had its range clamped to 1e-12: under element-wise dropout any dropped element made its
+    # windows' SSIM about 0, a loss of about 1 for that channel at any rate (one such channel of 8, at 5 or at 1e-3,
+    # drove the searched rate from 0.17 to 0.005), and an all-zero channel counted as no loss (a diluted loss, a
+    # higher rate); now such channels are left out, as the MSE and MI losses give them no weight
+    torch.manual_seed(0)
+    live = torch.randn(1, 3, 9, 9, 9)
+    keep = (torch.rand(1, 5, 9, 9, 9) >= 0.05).float()
+    expected = ssim_loss(live, live * keep[:, :3])
+    for constant in (5.0, 1e-3, 0.0):
+        x = torch.cat([live, torch.full((1, 2, 9, 9, 9), constant)], 1)
+        torch.testing.assert_close(ssim_loss(x, x * keep), expected, atol=1e-12, rtol=0)
