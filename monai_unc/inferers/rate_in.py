@@ -18,8 +18,9 @@ Pieces (functional core first):
   after each step, stopping when ``|err| < tol`` or after ``max_iter`` iterations; vectorised over the batch
   (one rate per input);
 - :class:`RateInDropout`: a dropout module with modes ``"adapt"`` (search on the current input, then apply the
-  last draw) and ``"fixed"`` (reuse the last rates with fresh masks); :class:`RateInHook` attaches one post hoc
-  as a forward hook (``state_dict`` unchanged, like :func:`~monai_unc.inferers.dropout.add_dropout`);
+  representative draw of its last iteration) and ``"fixed"`` (reuse the last rates with fresh masks);
+  :class:`RateInHook` attaches one post hoc as a forward hook (``state_dict`` unchanged, like
+  :func:`~monai_unc.inferers.dropout.add_dropout`);
   :func:`add_rate_in`, :func:`convert_dropout_to_rate_in`, :func:`remove_rate_in`, :func:`find_rate_in_layers`;
 - :class:`RateInSource` / :class:`RateInInferer`: for each input (each sliding window) one search pass runs the
   network with every layer in ``"adapt"`` mode, so the layers are tuned one after the other in network order
@@ -184,12 +185,18 @@ def _ssim(
             bn, an, spatial_dims=nsp, kernel_size=ks, kernel_sigma=[kernel_sigma] * nsp, data_range=1.0,
             kernel_type=kernel_type,
         )
-    ssim = ssim_map.reshape(ssim_map.shape[0], -1).double().mean(1)
-    # a map constant in every channel (all zero: a dead layer) has no structure: its loss was 1 - SSIM = 0 whatever
-    # the mask (SSIM of two equal constant maps is 1 through the constants c1, c2), so the rate search raised the
-    # rate to p_max there; undefined instead, like the other losses on such maps
-    constant = (flat.amax(-1) == flat.amin(-1)).all(1)
-    return torch.where(constant, torch.nan, (1.0 - ssim).clamp(0.0, 1.0))
+    # a channel constant in pre has no structure, and its SSIM came only from the constants c1, c2 and the clamped
+    # range: 1 (no loss) for an all-zero channel whatever the mask, about 0 (total loss) for a non-zero constant as
+    # soon as one element of a window is dropped (the difference divided by 1e-12). Such channels are left out of the
+    # average: one constant channel of 8 (at 5 or at 1e-3) set an element-wise loss of at least 1/8 at any rate and
+    # drove the searched rate from 0.17 to 0.005, and all-zero channels diluted the loss and raised the rate. The
+    # MSE and mutual-information losses give such channels no weight either. A map constant in every channel (all
+    # zero: a dead layer) has no structure at all: undefined (NaN), like the other losses on such maps
+    live = (flat.amax(-1) != flat.amin(-1)).to(torch.float64)  # (B, C)
+    per_channel = ssim_map.reshape(*ssim_map.shape[:2], -1).double().mean(-1)
+    count = live.sum(1)
+    ssim = (per_channel * live).sum(1) / count.clamp_min(1.0)
+    return torch.where(count > 0, (1.0 - ssim).clamp(0.0, 1.0), torch.nan)
 
 
 def ssim_loss(
@@ -217,7 +224,9 @@ def ssim_loss(
         ``(B,)`` losses in ``[0, 1]``. NaN with a ``UserWarning`` where ``pre`` is constant in every channel (e.g. all
         zero): SSIM measures structure and such a map has none (SSIM of two equal constant maps is 1 through its
         constants, a loss of 0 at every rate, which would drive Rate-In's search to ``p_max``), and where the map has
-        no spatial window. A channel that is constant beside others that are not counts as it is.
+        no spatial window. Channels constant in ``pre`` beside others that are not are left out of the average (their
+        SSIM depends only on the constants and the scaling: 1 for an all-zero channel, about 0 under element-wise
+        dropout for a non-zero constant), as the MSE and mutual-information losses give them no weight.
 
     Example:
         >>> from monai_unc.inferers import ssim_loss
@@ -295,6 +304,10 @@ class _ChannelMaskGaussianMI:
 
     def __call__(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         """``idx`` (n,) batch rows, ``keep`` (draws, n, C) 0/1 masks -> mean loss over draws (n,)."""
+        return self.per_draw(idx, keep).mean(0)
+
+    def per_draw(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """``idx`` (n,) batch rows, ``keep`` (draws, n, C) 0/1 masks -> the loss of every mask (draws, n)."""
         draws, n, c = keep.shape
         d = keep.to(self.sxx.dtype).reshape(draws * n, c)
         s = self.sxx[idx].repeat(draws, 1, 1)
@@ -307,7 +320,7 @@ class _ChannelMaskGaussianMI:
         mi = 0.5 * (self.logdet_a[idx].repeat(draws) - _logdet_spd(cond))
         loss = (1.0 - mi / self.mi_self[idx].repeat(draws).clamp_min(1e-300)).clamp(0.0, 1.0)
         loss = torch.where(self.ok[idx].repeat(draws), loss, torch.nan)
-        return loss.view(draws, n).mean(0)
+        return loss.view(draws, n)
 
 
 def _covariance(pre: torch.Tensor, post: torch.Tensor | None = None) -> torch.Tensor:
@@ -485,11 +498,11 @@ class RateSearchResult:
 
     Attributes:
         rates: ``(B,)`` float64 final rates.
-        losses: ``(B,)`` information loss of the last draw (measured at the final rate).
+        losses: ``(B,)`` information loss of the last iteration (the mean over its draws, at the final rate).
         iterations: ``(B,)`` number of loss evaluations.
         converged: ``(B,)`` whether ``|loss - target| < tol`` was reached.
-        keep: the keep-mask of the last draw (``(B, C, 1, ...)`` channel-wise or ``x.shape`` element-wise, in
-            ``x``'s dtype).
+        keep: the keep-mask, of the last iteration's draws, whose own loss is nearest ``losses`` (``(B, C, 1, ...)``
+            channel-wise or ``x.shape`` element-wise, in ``x``'s dtype).
 
     Example:
         >>> import torch
@@ -615,8 +628,10 @@ def search_dropout_rate(
     (too much information lost lowers the rate) and ``lr <- lr * lr_decay``. An input stops at ``|err| < tol``,
     after ``max_iter`` iterations, or when its loss is undefined (NaN: constant map; the rate stays where it is,
     ``p_init`` on a map undefined from the start, with a ``UserWarning``). The last
-    iteration is measured at the final rate; the mask of its last draw is returned so that the caller applies
-    dropout whose loss was measured.
+    iteration is measured at the final rate; of its draws, the mask whose own loss is nearest their mean is returned
+    (the last of equals), so that the caller applies dropout that removes what the rate typically removes. A single
+    draw can be far from that: with few channels a channel mask sometimes drops all of them, and the layers after
+    this one were then searched on a map that had lost everything.
 
     Zeevi, Shwartz-Ziv, LeCun, Staib, Onofrey: *Rate-In: Information-Driven Adaptive Dropout Rates for Improved
     Inference-Time Uncertainty Estimation*, CVPR 2025.
@@ -687,14 +702,24 @@ def search_dropout_rate(
             fast = _ChannelMaskGaussianMI(sxx, _GAUSSIAN_EPS)
 
     def measure(idx: torch.Tensor, xa: torch.Tensor, ra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # the mean loss over the draws, and the draw whose own loss is nearest that mean: the mask the search pass
+        # applies, so that the layers after this one are searched on a map that lost what this layer's dropout
+        # typically removes (the last draw could be any of them: a channel mask on few channels sometimes erases the
+        # whole map, and every later layer of that input was then searched on a map without the image)
         if fast is not None:
             ks = [_draw_keep(xa, ra, channelwise) for _ in range(draws)]
-            return fast(idx, torch.stack([k.reshape(k.shape[0], c) for k in ks])), ks[-1]
-        total = torch.zeros(xa.shape[0], dtype=torch.float64, device=dev)
-        for _ in range(draws):
-            k = _draw_keep(xa, ra, channelwise)
-            total += _losses(fn, xa, xa * k)
-        return total / draws, k
+            per = fast.per_draw(idx, torch.stack([k.reshape(k.shape[0], c) for k in ks]))
+        else:
+            ks, per_list = [], []
+            for _ in range(draws):
+                k = _draw_keep(xa, ra, channelwise)
+                per_list.append(_losses(fn, xa, xa * k))
+                ks.append(k.bool())  # 0/1 masks: one byte per element while the draws are compared
+            per = torch.stack(per_list)
+        mean = per.mean(0)
+        pick = _representative_draw(per, mean)
+        chosen = torch.stack(ks)[pick, torch.arange(pick.numel(), device=pick.device)]
+        return mean, chosen.to(xa.dtype)
 
     rates = torch.full((b,), float(p_init), dtype=torch.float64, device=dev)
     losses = torch.full((b,), float("nan"), dtype=torch.float64, device=dev)
@@ -734,6 +759,16 @@ def search_dropout_rate(
     return RateSearchResult(rates, losses, iterations, converged, keep)
 
 
+def _representative_draw(per: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """Per input, the index of the draw whose loss is nearest the mean over the draws (the last of equals).
+
+    ``per`` ``(draws, n)`` losses, ``mean`` ``(n,)``; where the loss is undefined (NaN) the last draw.
+    """
+    dist = (per - mean.unsqueeze(0)).abs()
+    dist = torch.where(torch.isnan(dist), torch.full_like(dist, float("inf")), dist)
+    return per.shape[0] - 1 - torch.argmin(dist.flip(0), dim=0)
+
+
 def _loss_name(loss: str | LossFn) -> str:
     return loss if isinstance(loss, str) else getattr(loss, "__name__", "callable")
 
@@ -754,8 +789,8 @@ class RateInDropout(nn.modules.dropout._DropoutNd):
             default), ``"mi_gaussian"``, ``"mi_binned"``, ``"ssim"``, ``"mse"`` or a callable ``(pre, post) -> (B,)``;
             see :func:`get_information_loss`.
         channelwise: drop whole channels (``Dropout2d/3d`` style) or single elements.
-        mode: ``"adapt"``: search the rates on every input, then apply the last draw of the search; ``"fixed"``:
-            reuse the last rates (``rates``) with a fresh mask.
+        mode: ``"adapt"``: search the rates on every input, then apply the search's mask (``last_search.keep``);
+            ``"fixed"``: reuse the last rates (``rates``) with a fresh mask.
         lr: controller step size (see :func:`search_dropout_rate`).
         lr_decay: factor applied to ``lr`` after every update.
         tol: stop when ``|loss - target_loss| < tol``.

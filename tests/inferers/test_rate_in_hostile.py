@@ -154,3 +154,40 @@ def test_default_mi_adapts_on_one_voxel_maps():
     torch.manual_seed(0)
     res = search_dropout_rate(torch.randn(4, 64, 1, 1), "mi", target_loss=0.3, p_init=0.05, tol=0.05, max_iter=30)
     assert bool(torch.isfinite(res.losses).all()) and bool((res.rates > 0.05).all())
+
+
+@pytest.mark.parametrize("loss", ["mi", "mse"])
+def test_search_pass_applies_a_representative_mask_not_the_last_draw(monkeypatch, loss):
+    # the search pass applied the last mask of the last iteration, whatever its own loss: with 4 channels at a rate
+    # of 0.14 one mask in 2,700 drops every channel (it happened in a RateInInferer call on a small UNet), and every
+    # later layer of that input was searched on a map without the image (the next one kept p_init with a NaN loss).
+    # Of the final draws the mask whose own loss is nearest their mean is applied
+    from monai_unc.inferers import rate_in as ri
+
+    scripted = iter([1.0, 1.0, 1.0, 0.0])  # three draws keep every channel, the last drops all four
+
+    def draw(x, rates, channelwise):
+        return torch.full(ri._mask_shape(x, channelwise), next(scripted), dtype=x.dtype)
+
+    monkeypatch.setattr(ri, "_draw_keep", draw)
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 6, 6, 6)
+    layer = RateInDropout(p=0.14, loss=loss, max_iter=1, draws=4).train()
+    y = layer(x)
+    assert layer.last_search.losses.tolist() == pytest.approx([0.25])  # (0 + 0 + 0 + 1) / 4
+    assert bool(layer.last_search.keep.eq(1).all())
+    torch.testing.assert_close(y, x / 0.86)  # kept: the draw nearest the mean, not the erasing last one
+
+
+def test_ssim_leaves_constant_channels_out_of_the_average():
+    # a channel constant in pre had its range clamped to 1e-12: under element-wise dropout any dropped element made its
+    # windows' SSIM about 0, a loss of about 1 for that channel at any rate (one such channel of 8, at 5 or at 1e-3,
+    # drove the searched rate from 0.17 to 0.005), and an all-zero channel counted as no loss (a diluted loss, a
+    # higher rate); now such channels are left out, as the MSE and MI losses give them no weight
+    torch.manual_seed(0)
+    live = torch.randn(1, 3, 9, 9, 9)
+    keep = (torch.rand(1, 5, 9, 9, 9) >= 0.05).float()
+    expected = ssim_loss(live, live * keep[:, :3])
+    for constant in (5.0, 1e-3, 0.0):
+        x = torch.cat([live, torch.full((1, 2, 9, 9, 9), constant)], 1)
+        torch.testing.assert_close(ssim_loss(x, x * keep), expected, atol=1e-12, rtol=0)
