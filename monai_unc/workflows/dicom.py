@@ -68,6 +68,7 @@ from ..io.dicom import (
     read_series,
     report_numbers,
     segment_volume_ml,
+    short_text,
     to_series_grid,
     write_fractional_segmentation,
     write_measurement_report,
@@ -161,7 +162,7 @@ def _region_names(predictions: Path) -> list[str] | None:
     if regions is None and isinstance(doc, dict) and isinstance(doc.get("settings"), dict):
         regions = doc["settings"].get("regions")
     if isinstance(regions, dict) and all(isinstance(k, str) and k.strip() for k in regions):
-        return [k.strip()[:64] for k in regions]
+        return [k.strip() for k in regions]  # whole: a long name is shortened to its start and end (short_text)
     return None
 
 
@@ -170,11 +171,12 @@ def _map_regions(region_names: list[str] | None, specs: list[SegmentSpec]) -> li
 
     Distinct after :func:`_file_part` (a repeated name gets its channel number), so no map file replaces another.
     """
-    names = list(region_names) if region_names and len(region_names) == len(specs) else [s.name for s in specs]
+    names = [short_text(n) for n in region_names] if region_names and len(region_names) == len(specs) \
+        else [s.name for s in specs]
     out: list[str] = []
     for r, n in enumerate(names):
         taken = {_file_part(o) for o in out}
-        out.append(n if _file_part(n) not in taken else f"{n} {r + 1}")
+        out.append(n if _file_part(n) not in taken else short_text(f"{n} {r + 1}"))
     return out
 
 

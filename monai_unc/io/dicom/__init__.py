@@ -34,6 +34,7 @@ from .objects import (  # noqa: E402 (after the check of the extra)
     AlgorithmInfo,
     SegmentSpec,
     apply_study,
+    check_series_description,
     check_uid_root,
     declare_character_set,
     default_segment,
@@ -41,6 +42,7 @@ from .objects import (  # noqa: E402 (after the check of the extra)
     new_uid,
     read_segment_specs,
     save_dataset,
+    short_text,
     source_images,
     volume_frames,
     write_fractional_segmentation,
@@ -56,7 +58,7 @@ from .series import (  # noqa: E402
     to_series_grid,
     write_series,
 )
-from .sr import SCHEME, report_numbers, segment_volume_ml, write_measurement_report  # noqa: E402
+from .sr import SCHEME, measurement_unit, report_numbers, segment_volume_ml, write_measurement_report  # noqa: E402
 
 __all__ = [
     "MISSING_EXTRA",
@@ -77,6 +79,8 @@ __all__ = [
     "MAP_UNITS",
     "check_uid_root",
     "default_segment",
+    "short_text",
+    "check_series_description",
     "volume_frames",
     "new_uid",
     "new_study",
@@ -92,5 +96,6 @@ __all__ = [
     "SCHEME",
     "report_numbers",
     "segment_volume_ml",
+    "measurement_unit",
     "write_measurement_report",
 ]

@@ -25,6 +25,7 @@ import copy
 import json
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -54,6 +55,8 @@ __all__ = [
     "check_uid_root",
     "new_uid",
     "default_segment",
+    "short_text",
+    "check_series_description",
     "read_segment_specs",
     "volume_frames",
     "write_segmentation",
@@ -298,8 +301,35 @@ def apply_study(dataset: Any, study: Mapping[str, str] | None) -> Any:
     return dataset
 
 
+def short_text(text: str, limit: int = 64) -> str:
+    """``text`` when it fits in ``limit`` characters, else its start and its end around ``...`` (``limit`` long).
+
+    DICOM LO values (a SegmentLabel, a CodeMeaning, a SeriesDescription) hold 64 characters. Long names of one set
+    (regions, classes, table columns) often share their start and differ at the end (``... (v1)`` / ``... (v2)``,
+    a class suffix), which a plain cut drops: the end is kept.
+
+    Args:
+        text: the text.
+        limit: the most characters (>= 8).
+
+    Returns:
+        ``text``, or its first ``limit - 3 - (limit - 3) // 3`` characters, ``...`` and its last ``(limit - 3) // 3``.
+
+    Example:
+        >>> short_text("whole tumour of the left hemisphere (v2)", 20)
+        'whole tumour... (v2)'
+    """
+    if len(text) <= limit:
+        return text
+    tail = (limit - 3) // 3
+    return f"{text[:limit - 3 - tail]}...{text[len(text) - tail:]}"
+
+
 def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     """The segment of class ``label``: a known ``name`` gets its SNOMED-CT codes, any other Tissue / Tissue.
+
+    A name longer than the 64 characters of a SegmentLabel is shortened to its start and end (:func:`short_text`)
+    with a ``UserWarning``; the SEG writers refuse two segments whose names are then the same.
 
     Example:
         >>> default_segment(1, "Grey matter").type.value
@@ -307,7 +337,50 @@ def default_segment(label: int, name: str | None = None) -> SegmentSpec:
     """
     name = name or f"class {label}"
     category, type_ = DEFAULT_SEGMENTS.get(name.strip().lower(), (_SCT_TISSUE, _SCT_TISSUE))
-    return SegmentSpec(int(label), name[:64], category, type_)
+    short = short_text(name, 64)
+    if short != name:
+        warnings.warn(f"the name of segment {label} has {len(name)} characters, a DICOM SegmentLabel holds 64: "
+                      f"written as {short!r}", UserWarning, stacklevel=2)
+    return SegmentSpec(int(label), short, category, type_)
+
+
+def _check_distinct_names(segments: Sequence[SegmentSpec]) -> None:
+    """Refuse two segments of one object with the same name: a viewer lists segments by their SegmentLabel."""
+    seen: dict[str, SegmentSpec] = {}
+    for s in segments:
+        key = " ".join(s.name.split()).casefold()
+        if key in seen:
+            first = seen[key]
+            raise ValueError(f"segments: class {first.label} ({first.name!r}) and class {s.label} ({s.name!r}) have "
+                             "the same segment name (SegmentLabel), so a viewer could not tell them apart; give "
+                             "them distinct names (a segments file; names over 64 characters are shortened to "
+                             "their start and end)")
+        seen[key] = s
+
+
+def check_series_description(description: str | None, default: str) -> str:
+    """The SeriesDescription of a derived object: ``description`` checked, else ``default`` cut to 64 characters.
+
+    A PACS lists a study's series by their description, so every object gets one (a DICOM LO: 1 to 64 characters,
+    no backslash or control characters).
+
+    Args:
+        description: the description a user set, or None.
+        default: the writer's description (cut to 61 characters and ``...`` when longer than 64).
+
+    Returns:
+        The description.
+
+    Raises:
+        ValueError: naming ``series_description`` when ``description`` is not such a text.
+
+    Example:
+        >>> check_series_description(None, "segmentation by monai-unc: grey matter, white matter, csf")
+        'segmentation by monai-unc: grey matter, white matter, csf'
+    """
+    if description is None:
+        return default if len(default) <= 64 else default[:61] + "..."
+    return _check_string(description, "series_description", 64)
 
 
 def _code(value: Any, where: str) -> Code:
@@ -530,7 +603,7 @@ def _segment_descriptions(segments: Sequence[SegmentSpec], algorithm: AlgorithmI
 def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.PathLike,
                        segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
                        uid_root: str | None = None, series_number: int = 901,
-                       study: Mapping[str, str] | None = None) -> Path:
+                       study: Mapping[str, str] | None = None, *, series_description: str | None = None) -> Path:
     """Write a label map as a binary DICOM SEG on the series' grid.
 
     Args:
@@ -545,12 +618,15 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber of the SEG.
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
+        series_description: the SeriesDescription a PACS lists the series by (1 to 64 characters); None:
+            ``segmentation by monai-unc: <segment names>`` (cut to 64 characters).
 
     Returns:
         ``path``.
 
     Raises:
-        ValueError: a shape other than the series', non-integer labels, no segment, duplicate classes.
+        ValueError: a shape other than the series', non-integer labels, no segment, duplicate classes, two segments
+            with the same name, a ``series_description`` a DICOM LO cannot hold.
     """
     labels = np.asarray(labels)
     if labels.dtype.kind not in "iub":
@@ -562,6 +638,9 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
     classes = [s.label for s in segments]
     if len(set(classes)) != len(classes) or min(classes) < 1:
         raise ValueError(f"segments must be distinct classes >= 1, got {classes}")
+    _check_distinct_names(segments)
+    description = check_series_description(
+        series_description, "segmentation by monai-unc: " + ", ".join(s.name for s in segments))
     if labels.ndim == 4:  # region masks (R, X, Y, Z): segment i is channel segments[i].label - 1, may overlap
         if max(classes) > labels.shape[0]:
             raise ValueError(f"segments name channel {max(classes)} of {labels.shape[0]} region masks")
@@ -580,6 +659,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         segment_descriptions=descriptions, content_label="SEGMENTATION",
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
+    seg.SeriesDescription = description
     return save_dataset(apply_study(declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
                                     study), path)
 
@@ -587,7 +667,8 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
 def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: str | os.PathLike,
                                   segments: Sequence[SegmentSpec], algorithm: AlgorithmInfo | None = None,
                                   uid_root: str | None = None, series_number: int = 902,
-                                  study: Mapping[str, str] | None = None) -> Path:
+                                  study: Mapping[str, str] | None = None, *,
+                                  series_description: str | None = None) -> Path:
     """Write class probabilities as a FRACTIONAL SEG (type PROBABILITY) on the series' grid.
 
     Stored as ``round(255 p)`` (:data:`FRACTIONAL_MAX`): the values read back are within ``1 / 510`` of ``p``.
@@ -601,13 +682,15 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber.
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
+        series_description: the SeriesDescription (1 to 64 characters); None: ``probabilities by monai-unc:
+            <segment names>`` (cut to 64 characters).
 
     Returns:
         ``path``.
 
     Raises:
         ValueError: probabilities outside [0, 1] or not finite, a channel out of range, a shape other than the
-            series'.
+            series', two segments with the same name, a ``series_description`` a DICOM LO cannot hold.
     """
     probs = np.asarray(probs, dtype=np.float32)
     if probs.ndim != 4:
@@ -617,6 +700,9 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
     channels = [s.label for s in segments]
     if not channels or min(channels) < 0 or max(channels) >= probs.shape[0]:
         raise ValueError(f"segments must name channels 0..{probs.shape[0] - 1}, got {channels}")
+    _check_distinct_names(segments)
+    description = check_series_description(
+        series_description, "probabilities by monai-unc: " + ", ".join(s.name for s in segments))
     frames = np.stack([volume_frames(probs[c], series, "probs") for c in channels], axis=-1)
     algorithm = algorithm or AlgorithmInfo()
     descriptions = _segment_descriptions(segments, algorithm, uid_root, "probability")
@@ -626,6 +712,7 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         segment_descriptions=descriptions, content_label="PROBABILITY",
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
+    seg.SeriesDescription = description
     return save_dataset(apply_study(declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
                                     study), path)
 
@@ -633,13 +720,18 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
                          algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
                          series_number: int = 903, study: Mapping[str, str] | None = None, *,
-                         region: str | None = None) -> Path:
+                         region: str | None = None, series_description: str | None = None) -> Path:
     """Write one uncertainty map as a Parametric Map with 32-bit float pixels on the series' grid.
 
     The real-world value mapping is the identity (slope 1, intercept 0) with the map's unit (:data:`MAP_UNITS`:
     UCUM ``{nat}`` for entropies and mutual information, ``1`` otherwise) and its float range; the float32 values
     are stored as they are (Float Pixel Data), so they read back exactly. The map of one region of a region-based
     model names its region in the series and content descriptions and in the mapping's label and explanation.
+
+    Precision: the pixels are float32 (24-bit significand, about 7 significant digits); float64 values are rounded
+    to it, and magnitudes below float32's smallest subnormal (about ``1.4e-45``) become 0. For uncertainty maps,
+    which lie in ``[0, log C]``, that changes no value by more than float32 rounding of the map's range, so it is
+    not warned about; values beyond the float32 range are refused.
 
     Args:
         values: ``(columns, rows, slices)`` finite map values.
@@ -652,6 +744,8 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         study: the study of a derived object outside the source study (:func:`new_study`); None: the source's.
         region: the region the map belongs to (one channel of a region-based model's map, e.g. ``"WT"``); None: a
             map of the whole case.
+        series_description: the SeriesDescription (1 to 64 characters); None: ``<measure> by monai-unc`` or
+            ``<measure> of <region> by monai-unc``.
 
     Returns:
         ``path``.
@@ -659,7 +753,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     Raises:
         TypeError: values that are not real numbers.
         ValueError: non-finite values, values beyond the float32 range, a shape other than the series', a region
-            name with a backslash or a control character (DICOM LO / SH text).
+            name or ``series_description`` with a backslash or a control character (DICOM LO / SH text).
 
     Example:
         >>> import tempfile
@@ -693,6 +787,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         initials = "".join(w[0] for w in measure.split("_") if w).upper() or "MAP"
         label, explanation = f"{initials} {region}", f"{region}: {explanation}"
         description = f"{measure} of {region} by monai-unc"
+    series_text = check_series_description(series_description, description)
     low, high = float(frames.min()), float(frames.max())
     mapping = hd.pm.RealWorldValueMapping(
         lut_label=label[:16], lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
@@ -708,7 +803,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         content_label=re.sub(r"[^A-Z0-9_ ]", "_", measure.upper())[:16] or "MAP",
         **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), description),
     )
-    pm.SeriesDescription = description[:64]
+    pm.SeriesDescription = series_text
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
     return save_dataset(apply_study(declare_character_set(_single_slice_spacing(pm, series), series.datasets[0]),

@@ -56,6 +56,10 @@ SPACING_RTOL = 1e-2
 #: :data:`DICOM_GEOMETRY_ATOL` / :data:`SPACING_ATOL` mm, when larger): a NIfTI output against its series, a slice's
 #: pixel spacing against the first slice's (small differences of spacing add up over hundreds of voxels)
 DICOM_GRID_VOXEL_RTOL = 0.1
+#: what every slice of a series must agree on: the patient (ID, name, birth date, sex), the study, the frame of
+#: reference and the modality (a slice of another patient in the folder is a mixed-up series)
+_SAME_IN_SERIES = ("PatientID", "PatientName", "PatientBirthDate", "PatientSex", "StudyInstanceUID",
+                   "FrameOfReferenceUID", "Modality")
 #: the Hounsfield units :func:`write_series` stores (int16 with RescaleSlope 0.5 and RescaleIntercept -1024)
 _CT_RANGE = (-32768 * 0.5 - 1024, 32767 * 0.5 - 1024)
 #: the LPS -> RAS flip of the first two axes
@@ -196,9 +200,11 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
 
     Raises:
         DicomSeriesError: one line naming the series and the problem: no file, a file that is not DICOM, a
-            non-image object, an enhanced multi-frame image, several series, slices of different patients, a slice
-            without a SOPInstanceUID or two with the same, mixed orientations or sizes, duplicate or missing
-            slices, uneven spacing, positions off one line, a volume over ``max_bytes``.
+            non-image object, an enhanced multi-frame image, several series, slices of different patients (their
+            PatientID, PatientName, PatientBirthDate or PatientSex differ: the message names two such files, not
+            the values), a slice without a SOPInstanceUID or two with the same, mixed orientations or sizes,
+            duplicate or missing slices, uneven spacing, positions off one line, a volume over ``max_bytes``, a
+            RescaleSlope of 0 or a non-finite slope or intercept (with ``pixels``).
 
     Example:
         >>> import tempfile
@@ -242,10 +248,12 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             raise _fail(folder, uid, f"{seen[sop_uid].name} and {p.name} have the same SOPInstanceUID {sop_uid}; "
                                      "every slice must be its own image")
         seen[sop_uid] = p
-    for name in ("PatientID", "StudyInstanceUID", "FrameOfReferenceUID", "Modality"):
-        values = sorted({str(ds.get(name, "")) for ds in headers})
-        if len(values) > 1:
-            raise _fail(folder, uid, f"its slices differ in {name} ({len(values)} values)")
+    for name in _SAME_IN_SERIES:  # the values are not shown: a log would carry the patient's name or birth date
+        values = [str(ds.get(name, "") or "").strip() for ds in headers]
+        other = next((i for i, v in enumerate(values) if v != values[0]), None)
+        if other is not None:
+            raise _fail(folder, uid, f"its slices differ in {name} ({len(set(values))} values, e.g. "
+                                     f"{paths[0].name} and {paths[other].name})")
     sizes = {(int(ds.Rows), int(ds.Columns)) for ds in headers}
     if len(sizes) > 1:
         raise _fail(folder, uid, f"its slices differ in size (rows x columns: {sorted(sizes)})")
@@ -316,8 +324,13 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")
-        slope = float(ds.get("RescaleSlope", 1) or 1)
-        intercept = float(ds.get("RescaleIntercept", 0) or 0)
+        slope, intercept = ds.get("RescaleSlope", None), ds.get("RescaleIntercept", None)
+        slope = 1.0 if slope is None or slope == "" else float(slope)  # absent: no Modality LUT
+        intercept = 0.0 if intercept is None or intercept == "" else float(intercept)
+        if slope == 0 or not np.isfinite(slope) or not np.isfinite(intercept):
+            raise _fail(series.folder, series.series_uid, f"{path.name}: RescaleSlope {slope:g} / RescaleIntercept "
+                                                          f"{intercept:g}: the slope must be finite and not 0 (0 "
+                                                          "maps every pixel to the intercept), the intercept finite")
         volume[:, :, k] = (stored.astype(np.float64) * slope + intercept).T
     return volume
 

@@ -30,23 +30,87 @@ from pydicom.dataset import Dataset
 from pydicom.sr.codedict import codes
 from pydicom.sr.coding import Code
 
-from .objects import AlgorithmInfo, apply_study, declare_character_set, new_uid, save_dataset, source_images
+from .objects import (
+    MAP_UNITS,
+    AlgorithmInfo,
+    apply_study,
+    check_series_description,
+    declare_character_set,
+    new_uid,
+    save_dataset,
+    short_text,
+    source_images,
+)
 from .series import DicomSeries
 
-__all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volume_ml"]
+__all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volume_ml", "measurement_unit"]
 
 #: the private coding scheme of monai-unc's measurement names and decisions
 SCHEME = "99MONAIUNC"
 _UNITY = Code("1", "UCUM", "no units")
 _ML = Code("ml", "UCUM", "milliliter")
 _MM = Code("mm", "UCUM", "millimeter")
+_MM3 = Code("mm3", "UCUM", "cubic millimeter")
+#: a ``_``-separated part of a column name that states its unit (``hd95``: a 95th percentile Hausdorff distance)
+_UNIT_TOKENS = {"ml": _ML, "mm3": _MM3, "mm": _MM, "hd95": _MM}
+#: the case scores of a map (:data:`monai_unc.scores.CASE_SCORES`): on the map's scale, in its unit
+_CASE_SCORES = ("mean", "fg_mean", "patch_mean")
 _IMAGING = Code("363679005", "SCT", "Imaging procedure")
 _SEG_CLASS = "1.2.840.10008.5.1.4.1.1.66.4"
 
 
 def _name(text: str) -> Code:
-    """The coded name of a measurement: its column name in :data:`SCHEME` (meaning: the name, 64 characters)."""
-    return Code(text[:64], SCHEME, text[:64])
+    """The coded name of a measurement: its column name in :data:`SCHEME`.
+
+    The code value is the whole name (over 16 characters a LongCodeValue); the meaning is the name, shortened to its
+    start and end when over 64 characters (:func:`~monai_unc.io.dicom.objects.short_text`).
+    """
+    return Code(text, SCHEME, short_text(text, 64))
+
+
+def measurement_unit(name: str) -> Code:
+    """The UCUM unit of a measurement named by its column (``metrics.csv``, a product's table).
+
+    A case score of a map (``<measure>_mean``, ``<measure>_fg_mean_<region>``, ...) has the map's unit
+    (:data:`~monai_unc.io.dicom.objects.MAP_UNITS`: ``{nat}`` for the entropies, the mutual information and the
+    window disagreement); another column the unit named by the first of its ``_``-separated parts that names one
+    (``ml``, ``mm3``, ``mm``; ``hd95``, a Hausdorff distance, mm): the tables name their volumes and lengths so
+    (``predicted_ml_<class>``, ``band_p95_mm_<class>``, ``lesion_hd95_<class>``); every other column ``1`` (Dice,
+    calibration errors, scores, counts).
+
+    Example:
+        >>> [measurement_unit(n).value for n in ("predicted_ml_2", "band_p95_mm_1", "lesion_hd95_WT", "volume_mm3",
+        ...                                      "dice", "mutual_information_fg_mean_TC")]
+        ['ml', 'mm', 'mm', 'mm3', '1', '{nat}']
+    """
+    for measure, (unit, _) in MAP_UNITS.items():
+        if any(name == f"{measure}_{score}" or name.startswith(f"{measure}_{score}_") for score in _CASE_SCORES):
+            return unit
+    for part in name.lower().split("_"):
+        if part in _UNIT_TOKENS:
+            return _UNIT_TOKENS[part]
+    return _UNITY
+
+
+def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any = None) -> list[Any]:
+    """The measurements of one group, ``{name: value}`` (non-finite values left out), in ``unit`` (None: by name).
+
+    Raises:
+        ValueError: naming ``where`` when two names have the same meaning (their first and last characters agree
+            past 64 characters): a viewer shows the meaning and could not tell them apart.
+    """
+    out, seen = [], {}
+    for key, v in values.items():
+        if _number(v) is None:
+            continue
+        name = codes.SCT.Volume if key == "volume" and unit is _ML else _name(key)
+        if name.meaning in seen:
+            raise ValueError(f"{where}: the measurements {seen[name.meaning]!r} and {key!r} would both be shown as "
+                             f"{name.meaning!r} (a DICOM code meaning holds 64 characters); shorten the names")
+        seen[name.meaning] = key
+        out.append(hd.sr.Measurement(name=name, value=float(v), unit=unit or measurement_unit(key),
+                                     algorithm_id=algo_id))
+    return out
 
 
 def _number(value: Any) -> float | None:
@@ -86,7 +150,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
                              numbers: Mapping[str, float], triage: Mapping[str, Any] | None = None,
                              extra_groups: Mapping[str, Mapping[str, float]] | None = None,
                              algorithm: AlgorithmInfo | None = None, uid_root: str | None = None,
-                             series_number: int = 999, study: Mapping[str, str] | None = None) -> Path:
+                             series_number: int = 999, study: Mapping[str, str] | None = None,
+                             series_description: str | None = None) -> Path:
     """Write the Comprehensive 3D SR (TID 1500) of one case.
 
     Args:
@@ -98,7 +163,8 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         numbers: ``{name: value}`` of the case (:func:`report_numbers` of its ``metrics.csv`` row, or the case
             scores).
         extra_groups: ``{tracking identifier: {name: value}}``: more measurement groups, e.g. the case's row of a
-            product command's table (names with ``_ml_`` are in ml, with ``_mm_`` in mm, others unitless), or None.
+            product command's table, or None. Every measurement's unit follows its name (:func:`measurement_unit`:
+            ml, mm, mm3, ``{nat}`` for a case score of an entropy map, else ``1``).
         triage: the case's triage, or None: ``decision`` (``accept`` / ``review``), ``score``, ``score_name``,
             ``reason``, ``rule_digest``, ``statement`` (the guarantee).
         algorithm: who made the predictions.
@@ -106,13 +172,18 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         study: the study of the case's derived objects (:func:`~monai_unc.io.dicom.objects.new_study`; None: the
             source's), so the report goes with the objects it references.
         series_number: the SeriesNumber of the SR.
+        series_description: the SeriesDescription a PACS lists the series by (1 to 64 characters); None:
+            ``measurement report by monai-unc``.
 
     Returns:
         ``path``.
 
     Raises:
-        ValueError: a segment volume for a segment the SEG does not have, a triage without a decision.
+        ValueError: a segment volume for a segment the SEG does not have, a triage without a decision, two
+            measurement names of one group that agree in their first and last characters past 64 (a viewer would
+            show the same name), a ``series_description`` a DICOM LO cannot hold.
     """
+    description = check_series_description(series_description, "measurement report by monai-unc")
     algorithm = algorithm or AlgorithmInfo()
     params = [p for p in (f"weights_sha256={algorithm.weights}" if algorithm.weights else "",
                           f"method={algorithm.method}" if algorithm.method else "") if p]
@@ -132,9 +203,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         for number, volumes in segment_volumes.items():
             if int(number) not in numbers_of_seg:
                 raise ValueError(f"segment_volumes names segment {number}, the SEG has {sorted(numbers_of_seg)}")
-            measurements = [hd.sr.Measurement(name=codes.SCT.Volume if key == "volume" else _name(key),
-                                              value=float(v), unit=_ML, algorithm_id=algo_id)
-                            for key, v in volumes.items() if _number(v) is not None]
+            measurements = _measurements(volumes, algo_id, f"segment_volumes of segment {number}", _ML)
             groups.append(hd.sr.VolumetricROIMeasurementsAndQualitativeEvaluations(
                 tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root),
                                                              identifier=f"segment {number}"[:64]),
@@ -144,18 +213,14 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
                 measurements=measurements or None, algorithm_id=algo_id,
             ))
     sources = [hd.sr.SourceImageForMeasurementGroup(str(m.SOPClassUID), str(m.SOPInstanceUID)) for m in maps]
-    case_measurements = [hd.sr.Measurement(name=_name(k), value=float(v), unit=_UNITY, algorithm_id=algo_id)
-                         for k, v in numbers.items() if _number(v) is not None]
+    case_measurements = _measurements(numbers, algo_id, "numbers")
     if case_measurements:
         groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
             tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="case scores"),
             measurements=case_measurements, algorithm_id=algo_id, source_images=sources or None,
         ))
     for identifier, values in (extra_groups or {}).items():
-        measurements = [
-            hd.sr.Measurement(name=_name(k), value=float(v), unit=_ML if "_ml_" in k else _MM if "_mm_" in k
-                              else _UNITY, algorithm_id=algo_id)
-            for k, v in values.items() if _number(v) is not None]
+        measurements = _measurements(values, algo_id, f"extra_groups[{identifier!r}]")
         if measurements:
             groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
                 tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier=str(identifier)[:64]),
@@ -170,13 +235,14 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         rule_id = hd.sr.AlgorithmIdentification(name="monai-unc referral rule", version=algorithm.version[:64] or "0",
                                                 parameters=rule_params or None)
         score = _number(triage.get("score"))
-        score_name = str(triage.get("score_name") or "triage score")[:64]
+        score_name = str(triage.get("score_name") or "triage score")
         groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
             tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="triage"),
             qualitative_evaluations=[hd.sr.QualitativeEvaluation(
                 name=Code("triage-decision", SCHEME, "Triage decision"),
                 value=Code(decision, SCHEME, "accept" if decision == "accept" else "refer for review"))],
-            measurements=[hd.sr.Measurement(name=_name(score_name), value=score, unit=_UNITY, algorithm_id=rule_id)]
+            measurements=[hd.sr.Measurement(name=_name(score_name), value=score, unit=measurement_unit(score_name),
+                                            algorithm_id=rule_id)]
             if score is not None else None,
             algorithm_id=rule_id,
         ))
@@ -190,6 +256,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc", is_complete=True,
         is_final=False, is_verified=False,
     )
+    sr.SeriesDescription = description
     if "SpecificCharacterSet" in src and "SpecificCharacterSet" not in sr:
         sr.SpecificCharacterSet = src.SpecificCharacterSet
     return save_dataset(apply_study(declare_character_set(sr, src), study), path)

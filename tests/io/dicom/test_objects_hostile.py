@@ -21,6 +21,7 @@ from monai_unc.io.dicom import (  # noqa: E402
     default_segment,
     read_segment_specs,
     read_series,
+    write_fractional_segmentation,
     write_measurement_report,
     write_parametric_map,
     write_segmentation,
@@ -173,3 +174,96 @@ def test_slices_without_their_own_sop_instance_uid_are_refused(tmp_path, what, m
     ds.save_as(files[1], enforce_file_format=False)
     with pytest.raises(DicomSeriesError, match=message):
         read_series(tmp_path / "s", pixels=False)
+
+
+def _edit_slice(folder, index, edit):
+    """An 8 x 8 x 4 MR series (values 5) whose slice ``index`` is changed by ``edit(dataset)``; returns the folder."""
+    files = write_series(np.full(SHAPE, 5.0), np.eye(4), folder, modality="MR")
+    ds = pydicom.dcmread(files[index])
+    edit(ds)
+    ds.save_as(files[index])
+    return folder
+
+
+def _sr(t, s, numbers):
+    (t / "in").mkdir(exist_ok=True)
+    seg = pydicom.dcmread(write_segmentation(_labels(), s, t / "in" / "seg.dcm", [default_segment(1),
+                                                                                   default_segment(2)]))
+    return write_measurement_report(t / "sr.dcm", s, seg, [], segment_volumes={}, numbers=numbers)
+
+
+#: two names of 100 characters that differ only in their middle (past the start and end a 64-character text keeps)
+_MIDDLE = ["x" * 45 + c + "x" * 54 for c in "AB"]
+
+
+@pytest.mark.parametrize("make, error, message", [
+    # two segments with one name: a viewer lists segments by SegmentLabel and could not tell them apart
+    (lambda t, s: write_segmentation(_labels(), s, t / "seg.dcm", [default_segment(1, "Tumour"),
+                                                                     default_segment(2, "tumour")]),
+     ValueError, "class 1 .'Tumour'. and class 2 .'tumour'. have the same segment name"),
+    (lambda t, s: _sr(t, s, dict.fromkeys(_MIDDLE, 1.0)), ValueError, "would both be shown as"),
+    (lambda t, s: write_segmentation(_labels(), s, t / "seg.dcm", [default_segment(1)], series_description="a\\b"),
+     ValueError, "series_description"),
+    # slices of one series that disagree on the patient: a mixed-up series (the files are named, not the values)
+    (lambda t, s: read_series(_edit_slice(t / "s", 2, lambda ds: setattr(ds, "PatientName", "Other^Person")),
+                              pixels=False), DicomSeriesError, r"differ in PatientName \(2 values, e.g. 00000.dcm and "
+                                                               r"00002.dcm\)"),
+    (lambda t, s: read_series(_edit_slice(t / "s", 1, lambda ds: setattr(ds, "PatientBirthDate", "19800101")),
+                              pixels=False), DicomSeriesError, "differ in PatientBirthDate"),
+    (lambda t, s: read_series(_edit_slice(t / "s", 3, lambda ds: setattr(ds, "PatientSex", "F")), pixels=False),
+     DicomSeriesError, "differ in PatientSex"),
+    # a RescaleSlope of 0 was read as 1: every value of the slice wrong
+    (lambda t, s: read_series(_edit_slice(t / "s", 1, lambda ds: setattr(ds, "RescaleSlope", 0))),
+     DicomSeriesError, "00001.dcm: RescaleSlope 0"),
+], ids=["seg_same_name", "sr_same_meaning", "description", "patient_name", "birth_date", "sex", "slope_0"])
+def test_ambiguous_objects_and_mixed_series_are_refused_by_name(series, tmp_path, make, error, message):
+    with pytest.raises(error, match=message) as refused:
+        make(tmp_path, series)
+    assert not any(v in str(refused.value) for v in ("Other", "1980", "Synthetic"))  # no patient data in logs
+    assert not list(tmp_path.glob("*.dcm"))
+
+
+def _units(path) -> dict[str, str]:
+    out = {}
+
+    def walk(ds):
+        for item in ds.get("ContentSequence", []):
+            if item.ValueType == "NUM":
+                concept = item.ConceptNameCodeSequence[0]
+                out[concept.get("LongCodeValue") or concept.CodeValue] = \
+                    item.MeasuredValueSequence[0].MeasurementUnitsCodeSequence[0].CodeValue
+            walk(item)
+
+    walk(pydicom.dcmread(path))
+    return out
+
+
+def _long_regions(t, s):
+    names = [f"whole tumour: necrosis, enhancing tumour and oedema of the BraTS labels ({v})" for v in ("v1", "v2")]
+    with pytest.warns(UserWarning, match="holds 64: written as"):
+        specs = [default_segment(r, n) for r, n in enumerate(names, 1)]
+    ds = pydicom.dcmread(write_segmentation(_labels(), s, t / "seg.dcm", specs))
+    return [ds.SegmentSequence[i].SegmentLabel[-5:] for i in range(2)]
+
+
+@pytest.mark.parametrize("make, expected", [
+    # two region names sharing their first 64 characters were cut to one segment label
+    (_long_regions, [" (v1)", " (v2)"]),
+    # a PACS lists series by SeriesDescription: the SEGs and the SR had none
+    (lambda t, s: [pydicom.dcmread(p).SeriesDescription for p in (
+        write_segmentation(_labels(), s, t / "seg.dcm", [default_segment(1, "Tumour"), default_segment(2, "Oedema")]),
+        write_fractional_segmentation(np.full((3, *SHAPE), 0.5), s, t / "p.dcm", [default_segment(1),
+                                                                                   default_segment(2)]),
+        write_parametric_map(np.ones(SHAPE), s, t / "pm.dcm", "variance", series_description="Unsicherheit"),
+        _sr(t, s, {"dice": 0.5}))] + [dciodvfy_errors(p) for p in (t / "seg.dcm", t / "p.dcm", t / "pm.dcm")],
+     ["segmentation by monai-unc: Tumour, Oedema", "probabilities by monai-unc: class 1, class 2", "Unsicherheit",
+      "measurement report by monai-unc", [], [], []]),
+    # every column but ml columns was written in unit 1: a Hausdorff distance in mm, entropies in nats; a name past
+    # 64 characters was cut in the code value too
+    (lambda t, s: _units(_sr(t, s, {"lesion_hd95_WT": 3.0, "predictive_entropy_mean": 0.2, "volume_mm3": 9.0,
+                                    "dice": 0.5, "predicted_ml_1": 2.0, "band_p95_mm_1": 1.0, _MIDDLE[0]: 1.0})),
+     {"lesion_hd95_WT": "mm", "predictive_entropy_mean": "{nat}", "volume_mm3": "mm3", "dice": "1",
+      "predicted_ml_1": "ml", "band_p95_mm_1": "mm", _MIDDLE[0]: "1"}),
+], ids=["long_region_names", "series_description", "sr_units"])
+def test_objects_name_their_content_distinctly_and_in_their_units(series, tmp_path, make, expected):
+    assert make(tmp_path, series) == expected
