@@ -348,7 +348,8 @@ def run_evaluate(
         layout: ``"monai-unc"`` or ``"nnunet"``: the file naming of ``predictions``.
         uncertainty: folder of ``<case>_<measure>.<ext>`` maps (default from the layout).
         images: folder of the input images (QU-BraTS brain mask, overlays), or None.
-        measures: the measures to read (default: every one found for the first case).
+        measures: the measures whose maps to read (default: every one found for the first case; an empty list reads
+            no map, as in :func:`monai_unc.io.match_cases`: the scores then come from the probabilities).
         seg_suffix: overrides the layout's suffix of the segmentations.
         probs_suffix: overrides the layout's suffix of the probabilities.
         allow_missing: leave out labelled cases without a prediction or map (a warning) instead of refusing.
@@ -371,7 +372,7 @@ def run_evaluate(
     ctx = dist if dist is not None else get_dist_context()
     return _run_evaluate(ctx, Path(output), config, resume, progress, on_failure, dict(
         labels=labels, predictions=predictions, layout=layout, uncertainty=uncertainty, images=images,
-        measures=list(measures) if measures else None, seg_suffix=seg_suffix, probs_suffix=probs_suffix,
+        measures=None if measures is None else list(measures), seg_suffix=seg_suffix, probs_suffix=probs_suffix,
         allow_missing=allow_missing, allow_missing_labels=allow_missing_labels,
     ))  # fmt: skip
 

@@ -130,3 +130,19 @@ def test_evaluate_refuses_bad_options_in_one_line_before_any_case(cohort, tmp_pa
     assert rc == 2 and len(err) == 1 and err[0].startswith("monai-unc evaluate: error: "), (rc, err)
     assert message in err[0], err
     assert not (out / "metrics.csv").exists() and not (out / "failures.json").exists()
+
+
+def test_run_evaluate_passes_an_empty_measure_list_on_as_no_map(monkeypatch, tmp_path):
+    """``measures=[]`` reads no map, as in ``match_cases`` (it was turned into None: every map found)."""
+    from monai_unc.evaluation import run_evaluate, runner
+
+    seen = {}
+
+    def match(**kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop after matching")
+
+    monkeypatch.setattr(runner, "match_cases", match)
+    with pytest.raises(RuntimeError, match="stop after matching"):
+        run_evaluate(tmp_path / "l", tmp_path / "p", tmp_path / "o", EvaluationConfig(), measures=[])
+    assert seen["measures"] == []
