@@ -1171,7 +1171,7 @@ def check_conformal_inputs(
     doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
     check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
-                                         [f.case_id for f in found], allow_mismatch=allow_mismatch)
+                                         [f.case_id for f in found], uncertainty, allow_mismatch=allow_mismatch)
     return doc, found, check
 
 
