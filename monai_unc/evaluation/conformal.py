@@ -800,6 +800,9 @@ class ConformalRuleFile:
             if any(r.edges != (None if strata is None else strata.edges) for r in rules.values()):
                 raise ValueError("the rules' strata edges differ from the 'strata' block")
             regions = _rule_regions(d.get("regions"), next(iter(rules.values())))
+            if strata is not None and strata.region is not None and strata.region not in (regions or {}):
+                raise ValueError(f"field 'strata.region' is {_shown(strata.region)}, not one of the rules' regions "
+                                 f"{_shown(list(regions or {}))}")
             if not isinstance(d["created"], str):
                 raise ValueError(f"field 'created' must be a date string, got {_shown(d['created'])}")
             return cls(rules, targets, None if d["delta"] is None else float(d["delta"]), dict(d["fingerprint"]),

@@ -145,3 +145,19 @@ def test_edited_regions_of_a_region_rule_are_refused(name):
 
 def test_regions_on_a_class_rule_are_refused(genuine):
     assert_edit_refused(genuine, lambda d: d.update(regions={"0": [0], "1": [1]}), "'regions'")
+
+
+def test_a_strata_region_that_is_not_a_rule_region_is_refused():
+    """A per-region strata score of a class rule: every case failed with a KeyError instead of a refusal on load."""
+    from monai_unc.evaluation.conformal import ConformalStrata
+
+    scores = [0.1 if i % 2 else 0.9 for i in range(30)]
+    rule = fit_conformal_rule(_states("outer"), 0.3, scores=scores, edges=(0.5,))
+    strata = ConformalStrata("predictive_entropy_fg_mean", "predictive_entropy", "fg_mean", None, (0.5,), "fixed",
+                             (15, 15), "probabilities", 8)
+    f = ConformalRuleFile({"outer": rule}, {"outer": 0.3}, None, {"activation": "softmax"},
+                          [f"c{i:02d}" for i in range(30)], strata=strata)
+    d = json.loads(json.dumps(f.to_json()))
+    assert ConformalRuleFile.from_json(copy.deepcopy(d), SOURCE).strata == strata
+    assert_edit_refused(d, lambda d: d["strata"].update(region="XX", score="predictive_entropy_fg_mean_XX"),
+                        "'strata.region'")
