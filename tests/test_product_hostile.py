@@ -26,3 +26,38 @@ def test_a_plugin_cannot_take_a_package_products_name_or_rule_format(attrs, word
         if product_type(attrs["name"]) is cls:
             unregister_product(attrs["name"])
     assert {n: product_type(n) for n in builtin} == builtin and command_product("conformal") is builtin["conformal"]
+
+
+@pytest.mark.parametrize("where", ["conformal", "evaluate", "predictions"])
+def test_a_plugin_command_cannot_write_into_another_commands_folder_or_its_inputs(tmp_path, where):
+    """``monai-unc <command>`` of a plug-in that does not check its output folder itself: the command's session
+    refuses a folder holding another command's outputs (it wrote its table beside the masks of ``monai-unc
+    conformal`` or into an evaluation) and a folder inside the predictions."""
+    from monai_unc.workflows.apply import apply_command
+
+    calls = []
+
+    class Stamp(CohortProduct):
+        name, title, command, applied_table = "stamp", "Stamp", "stamp-cases", "stamp.csv"
+
+        @classmethod
+        def apply_cases(cls, predictions, artifact, output, *, dist=None, **options):
+            calls.append(output)
+            return []
+
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    out = {"conformal": tmp_path / "masks", "evaluate": tmp_path / "ev", "predictions": pred / "out"}[where]
+    out.mkdir(parents=True)
+    marker = {"conformal": "conformal.csv", "evaluate": "summary.json", "predictions": None}[where]
+    if marker:
+        (out / marker).write_text("{}")
+    register_product(Stamp)
+    try:
+        with pytest.raises(ValueError, match="conformal|evaluate|inside the input folder"):
+            apply_command("stamp-cases", pred, tmp_path / "rule.json", out)
+        assert calls == []
+        apply_command("stamp-cases", pred, tmp_path / "rule.json", tmp_path / "fresh")
+        assert calls == [(tmp_path / "fresh").resolve()]
+    finally:
+        unregister_product("stamp")
