@@ -700,7 +700,8 @@ def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
     Raises:
         TypeError: ``cls`` is not a product class.
         ValueError: a malformed or reserved name, the name of a package product taken by another class, or the
-            artifact file, :attr:`~CohortProduct.artifact_format` or command of another product.
+            artifact file, :attr:`~CohortProduct.artifact_format`, command or :attr:`~CohortProduct.applied_table`
+            of another product (a table may not be a file of the package's own commands either).
     """
     _load_builtins()  # the package's own products first: no other product may take their names or files
     _check_product_class(cls)
@@ -749,6 +750,12 @@ def _check_command(cls: type[CohortProduct]) -> None:
     table = cls.applied_table
     if table is not None and (not isinstance(table, str) or re.fullmatch(r"[A-Za-z0-9][\w.-]*\.csv", table) is None):
         raise ValueError(f"{cls.__name__}.applied_table must be a '<name>.csv' file name, got {table!r}")
+    if table in RESERVED_FILES:  # the table marks the command's folder (monai_unc.io.check_output_kind)
+        raise ValueError(f"{cls.__name__}.applied_table {table!r} is a file of the package's own commands")
+    taken = [other.__name__ for other in _REGISTRY.values() if other.name != cls.name and other.command
+             and table is not None and other.applied_table == table]
+    if taken:
+        raise ValueError(f"{cls.__name__}.applied_table {table!r} is the table of product {taken[0]}'s command")
 
 
 def unregister_product(name: str) -> None:

@@ -15,8 +15,11 @@ from monai_unc.product import CohortProduct, command_product, product_type, regi
     ({"name": "fmt_thief", "artifact_format": "monai-unc referral rule"}, "format of product RiskControl"),
     ({"name": "fmt_thief", "artifact_format": ""}, "artifact_format must be"),
     ({"name": "fmt_thief", "artifact_format": 3}, "artifact_format must be"),
+    ({"name": "table_thief", "command": "thief", "applied_table": "conformal.csv"}, "table of product ConformalMasks"),
+    ({"name": "table_thief", "command": "thief", "applied_table": "metrics.csv"}, "package's own commands"),
+    ({"name": "table_thief", "command": "thief", "applied_table": "triage.csv"}, "package's own commands"),
 ])
-def test_a_plugin_cannot_take_a_package_products_name_or_rule_format(attrs, words):
+def test_a_plugin_cannot_take_a_package_products_name_rule_format_or_table(attrs, words):
     builtin = {n: product_type(n) for n in ("conformal", "risk_control")}
     cls = type("Impostor", (CohortProduct,), {"title": "Impostor", **attrs})
     try:
