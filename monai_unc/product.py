@@ -694,11 +694,14 @@ def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
             the evaluation's own ``summary.json`` keys (:data:`RESERVED_NAMES`).
 
     Returns:
-        ``cls``. Registering a class again under its name replaces the earlier one (a reloaded module).
+        ``cls``. Registering a class again under its name replaces the earlier one (a reloaded module); a
+        package product (:mod:`monai_unc.products`) is replaced only by its own class reloaded.
 
     Raises:
         TypeError: ``cls`` is not a product class.
-        ValueError: a malformed or reserved name.
+        ValueError: a malformed or reserved name, the name of a package product taken by another class, or the
+            artifact file, :attr:`~CohortProduct.artifact_format`, command or :attr:`~CohortProduct.applied_table`
+            of another product (a table may not be a file of the package's own commands either).
     """
     _load_builtins()  # the package's own products first: no other product may take their names or files
     _check_product_class(cls)
@@ -713,6 +716,20 @@ def register_product(cls: type[CohortProduct]) -> type[CohortProduct]:
              and (other.artifact_file or f"{other.name}.json") == artifact]
     if taken:
         raise ValueError(f"{cls.__name__}.artifact_file {artifact!r} is the artifact file of product {taken[0]}")
+    own = _REGISTRY.get(cls.name)
+    if (own is not None and own.__module__.startswith(_BUILTIN_MODULES)
+            and (own.__module__, own.__qualname__) != (cls.__module__, cls.__qualname__)):
+        raise ValueError(f"{cls.__name__}.name {cls.name!r} is the name of the package's product {own.__name__}: "
+                         "another class may not take its place (its options, rule files and command)")
+    fmt = cls.artifact_format
+    if fmt is not None:
+        if not isinstance(fmt, str) or not fmt.strip():
+            raise ValueError(f"{cls.__name__}.artifact_format must be None or a non-empty string, got {fmt!r}")
+        taken = [other.__name__ for other in _REGISTRY.values() if other.name != cls.name
+                 and other.artifact_format == fmt]
+        if taken:
+            raise ValueError(f"{cls.__name__}.artifact_format {fmt!r} is the format of product {taken[0]}'s rule "
+                             "files: their reader would be this product's")
     if cls.command is not None:
         _check_command(cls)
     _REGISTRY[cls.name] = cls
@@ -733,6 +750,12 @@ def _check_command(cls: type[CohortProduct]) -> None:
     table = cls.applied_table
     if table is not None and (not isinstance(table, str) or re.fullmatch(r"[A-Za-z0-9][\w.-]*\.csv", table) is None):
         raise ValueError(f"{cls.__name__}.applied_table must be a '<name>.csv' file name, got {table!r}")
+    if table in RESERVED_FILES:  # the table marks the command's folder (monai_unc.io.check_output_kind)
+        raise ValueError(f"{cls.__name__}.applied_table {table!r} is a file of the package's own commands")
+    taken = [other.__name__ for other in _REGISTRY.values() if other.name != cls.name and other.command
+             and table is not None and other.applied_table == table]
+    if taken:
+        raise ValueError(f"{cls.__name__}.applied_table {table!r} is the table of product {taken[0]}'s command")
 
 
 def unregister_product(name: str) -> None:

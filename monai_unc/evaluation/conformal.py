@@ -91,6 +91,7 @@ from ..metrics.conformal import (
     task_guarantee,
 )
 from ..product import CohortProduct
+from ..regions import check_regions
 from ..scores import CASE_SCORES, case_score_columns, resolve_score_column
 from ..state import StateGroup, register_state_type
 from .cohort import score_column
@@ -686,6 +687,31 @@ def check_rule_fields(raw: Mapping[str, Any], side: str, source: str, *, target:
             raise bad(f"{f}.guarantee", f"does not state the rule's guarantee ({text!r})")
 
 
+def _rule_regions(value: Any, rule: ConformalRule) -> dict[str, list[int]] | None:
+    """The ``regions`` field of ``conformal_rule.json``, checked against its rules (``ValueError`` naming it).
+
+    A class rule (softmax) has none; a region rule (sigmoid) has the region spec it was fitted with, whose names are
+    the rule's ``names`` in the same order (the predicted regions are computed from the labels with it).
+    """
+    if value is None:
+        if rule.activation == "sigmoid":
+            raise ValueError("field 'regions' is null but the rules are region rules (sigmoid): the region spec "
+                             "they were fitted with is missing")
+        return None
+    if rule.activation != "sigmoid":
+        raise ValueError(f"field 'regions' must be null for class rules (softmax), got {_shown(value)}")
+    if not isinstance(value, dict):
+        raise ValueError(f"field 'regions' must be an object {{region: [labels]}}, got {_shown(value)}")
+    try:
+        spec = check_regions(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"field 'regions' is not a region spec ({e})") from None
+    if list(spec) != list(rule.names):
+        raise ValueError(f"field 'regions' names {_shown(list(spec))}, not the rules' regions "
+                         f"{_shown(list(rule.names))} in their order")
+    return {k: [int(v) for v in labels] for k, labels in spec.items()}
+
+
 @dataclass
 class ConformalRuleFile:
     """The content of ``conformal_rule.json``.
@@ -773,8 +799,14 @@ class ConformalRuleFile:
                 raise ValueError("the rules differ in activation, family or names")
             if any(r.edges != (None if strata is None else strata.edges) for r in rules.values()):
                 raise ValueError("the rules' strata edges differ from the 'strata' block")
+            regions = _rule_regions(d.get("regions"), next(iter(rules.values())))
+            if strata is not None and strata.region is not None and strata.region not in (regions or {}):
+                raise ValueError(f"field 'strata.region' is {_shown(strata.region)}, not one of the rules' regions "
+                                 f"{_shown(list(regions or {}))}")
+            if not isinstance(d["created"], str):
+                raise ValueError(f"field 'created' must be a date string, got {_shown(d['created'])}")
             return cls(rules, targets, None if d["delta"] is None else float(d["delta"]), dict(d["fingerprint"]),
-                       [str(c) for c in d["calibration_cases"]], d.get("regions"), str(d["created"]), strata)
+                       [str(c) for c in d["calibration_cases"]], regions, d["created"], strata)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             msg = str(e)
             raise ValueError(msg if msg.startswith(source) else f"{source}: {msg}") from None
@@ -1142,7 +1174,7 @@ def check_conformal_inputs(
     doc = rule if isinstance(rule, ConformalRuleFile) else ConformalRuleFile.load(rule, trust)
     found = _find_cases(Path(predictions), layout, images, doc, uncertainty)
     check = check_prediction_fingerprint(doc.fingerprint, doc.regions, predictions, layout,
-                                         [f.case_id for f in found], allow_mismatch=allow_mismatch)
+                                         [f.case_id for f in found], uncertainty, allow_mismatch=allow_mismatch)
     return doc, found, check
 
 
@@ -1276,7 +1308,9 @@ def run_conformal(
 
     Returns:
         The :class:`ConformalResult`. Mask files of an earlier run in ``output`` that this run does not write (a side
-        the rule does not have, a case not in this run) are removed, so that the folder holds this rule's masks only.
+        the rule does not have, a case not in this run) are removed, so that the folder holds this rule's masks only;
+        the earlier run's ``conformal.csv`` and ``conformal.json`` are removed before the first case, so that a run
+        stopped midway leaves no summary of another rule beside its masks.
     """
     ctx = dist if dist is not None else get_dist_context()
     output = Path(output)
@@ -1292,6 +1326,9 @@ def run_conformal(
     def setup() -> None:
         output.mkdir(parents=True, exist_ok=True)
         clean_partial_files(output)
+        # the cases' masks are written as they are done: a run stopped midway must not leave an earlier run's
+        # summary (another rule, other predictions) describing the folder's masks
+        stale(None)
 
     def finish(run: CohortRun) -> tuple[dict[str, Any], dict[str, Path]]:
         stale(run)  # first: a run stopped while writing leaves none of an earlier run's files
@@ -1317,7 +1354,7 @@ def run_conformal(
                  "json": atomic_write_json(output / "conformal.json", summary)}
         return json_safe(summary), paths
 
-    def stale(run: CohortRun) -> None:
+    def stale(run: CohortRun | None) -> None:
         for name in ("conformal.csv", "conformal.json"):
             (output / name).unlink(missing_ok=True)
 

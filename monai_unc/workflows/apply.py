@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import DistContext
+from ..evaluation.products import command_output_markers
+from ..io import check_output_folder, check_output_kind
 from ..io.signing import Trust
 from ..product import CohortProduct, command_product, command_products
 from .session import CommandResult, run_command
 
-__all__ = ["trust_from_arguments", "apply_command", "apply_from_arguments", "product_of_command", "rules_from_options",
-           "product_rule_options", "beside_triage_folder", "check_beside_triage", "apply_beside_triage"]
+__all__ = ["trust_from_arguments", "apply_command", "check_command_folder", "apply_from_arguments",
+           "product_of_command", "rules_from_options", "product_rule_options", "beside_triage_folder",
+           "check_beside_triage", "apply_beside_triage"]
 
 
 def product_of_command(command: str | type[CohortProduct]) -> type[CohortProduct]:
@@ -77,14 +80,36 @@ def apply_command(
 
     Returns:
         The :class:`~monai_unc.workflows.session.CommandResult` of the product's result; its ``lines`` are the
-        product's :meth:`~monai_unc.product.CohortProduct.command_lines`. Raises
+        product's :meth:`~monai_unc.product.CohortProduct.command_lines`. Before the product runs, ``output`` must not
+        be or lie in ``predictions`` (nor ``images`` / ``uncertainty``) nor hold another command's outputs
+        (:func:`check_command_folder`): ``ValueError``. Raises
         :class:`~monai_unc.workflows.session.CohortFailed` on every rank when cases failed (rank 0 has printed which).
     """
     cls = product_of_command(command)
-    out = Path(output).resolve()
+    out = check_output_folder(output, predictions, options.get("images"), options.get("uncertainty"))
+    check_command_folder(cls, out)
     return run_command(str(cls.command), out,
                        lambda ctx: cls.apply_cases(predictions, artifact, out, dist=ctx, **options),
                        dist=dist, summary=cls.command_lines)
+
+
+def check_command_folder(cls: type[CohortProduct], output: str | os.PathLike) -> None:
+    """Refuse an output folder of a product's command that holds another command's outputs.
+
+    Every command marks its folder (:func:`monai_unc.evaluation.products.command_output_markers`: ``summary.json`` of
+    ``evaluate``, ``triage.json``, a product command's table, ...); the command of ``cls`` may not write where another
+    one wrote (:func:`monai_unc.io.check_output_kind`), whether or not the product checks its folder itself.
+
+    Args:
+        cls: the product class with a command.
+        output: the output folder (a missing one is accepted).
+
+    Returns:
+        None; ``ValueError`` naming the folder and the other command otherwise.
+    """
+    markers = command_output_markers()
+    markers.setdefault(str(cls.command), ())
+    check_output_kind(output, str(cls.command), markers)
 
 
 def apply_from_arguments(args: argparse.Namespace) -> CommandResult[Any]:

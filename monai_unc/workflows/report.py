@@ -210,7 +210,8 @@ def triage_with_page(
     if unknown:
         raise TypeError(f"triage_with_page() got unexpected keyword argument(s) {unknown}")
     output = check_output_folder(output, predictions, images, uncertainty)
-    common = {"images": images, "layout": layout, "allow_mismatch": allow_mismatch, "trust": trust}
+    common = {"images": images, "layout": layout, "uncertainty": uncertainty, "allow_mismatch": allow_mismatch,
+              "trust": trust}
     folders = check_beside_triage(rules, predictions, output, **common)  # refused here, before the triage writes
     ctx = dist if dist is not None else get_dist_context()
     with contextlib.ExitStack() as held:  # the folder is this run's until its page is written (rank 0)

@@ -76,3 +76,32 @@ def test_a_rerun_killed_while_writing_leaves_no_earlier_summary(setup, tmp_path,
         with pytest.raises(KeyboardInterrupt):
             run_conformal(predictions, doc, out)
     assert (out / "conformal.csv").is_file() and not (out / "conformal.json").exists()
+
+
+def test_a_rerun_with_another_rule_stopped_midway_leaves_no_summary_of_the_earlier_rule(setup, tmp_path,
+                                                                                       monkeypatch):
+    """Rule A done, then rule B stopped after its first case: no ``conformal.csv`` / ``conformal.json`` of rule A may
+    describe a folder whose first mask is rule B's."""
+    from monai_unc.evaluation import conformal
+
+    predictions, doc, _ = setup
+    other = ConformalRuleFile({"outer": conformal.replace(doc.rules["outer"], tasks=tuple(
+        conformal.replace(t, index=j, lambda_hat=j * doc.rules["outer"].step)
+        for t in doc.rules["outer"].tasks for j in [4 if t.index == 8 else 8]))}, doc.targets, None, {},
+        doc.calibration_cases)
+    out = tmp_path / "masks"
+    real, done = conformal.conformal_case, []
+
+    def stopped(files, rule, output):
+        if done:
+            raise KeyboardInterrupt
+        done.append(files.case_id)
+        return real(files, rule, output)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run_conformal(predictions, doc, out)
+        monkeypatch.setattr(conformal, "conformal_case", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            run_conformal(predictions, other, out)
+    assert done and not (out / "conformal.csv").exists() and not (out / "conformal.json").exists()

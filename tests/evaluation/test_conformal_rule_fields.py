@@ -110,3 +110,54 @@ def test_hostile_json_is_one_line_naming_the_file(tmp_path, text, words):
         read_checked_json(p, fmt="monai-unc conformal rule", versions=(1,), what="conformal rule", written_by="w")
     msg = str(e.value)
     assert msg.startswith(f"conformal rule {p}") and words in msg and "\n" not in msg, msg
+
+
+def _region_rule() -> dict:
+    rng = np.random.default_rng(1)
+    states = []
+    for _ in range(30):
+        truth = rng.random((2, 5, 5, 5)) < 0.4
+        p = np.clip(truth * 0.5 + rng.random((2, 5, 5, 5)) * 0.5, 0, 1)
+        states.append(conformal_case_state(p, truth.astype(int), activation="sigmoid", names=["WT", "TC"], grid=64))
+    f = ConformalRuleFile({"outer": fit_conformal_rule(states, 0.3)}, {"outer": 0.3}, None,
+                          {"activation": "sigmoid"}, [f"c{i:02d}" for i in range(30)],
+                          regions={"WT": [1, 2, 4], "TC": [1, 4]})
+    return json.loads(json.dumps(f.to_json()))
+
+
+REGION_EDITS = {
+    "regions dropped": lambda d: d.update(regions=None),
+    "regions a list": lambda d: d.update(regions=[1, 2]),
+    "labels a string": lambda d: d.update(regions={"WT": "124", "TC": [1, 4]}),
+    "regions reordered": lambda d: d.update(regions={"TC": [1, 4], "WT": [1, 2, 4]}),
+    "a region renamed": lambda d: d.update(regions={"WT": [1, 2, 4], "ET": [4]}),
+    "a region dropped": lambda d: d.update(regions={"WT": [1, 2, 4]}),
+    "created an object": lambda d: d.update(created={"x": 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(REGION_EDITS))
+def test_edited_regions_of_a_region_rule_are_refused(name):
+    d = _region_rule()
+    assert ConformalRuleFile.from_json(copy.deepcopy(d), SOURCE).regions == {"WT": [1, 2, 4], "TC": [1, 4]}
+    assert_edit_refused(d, REGION_EDITS[name], "'created'" if name.startswith("created") else "'regions'")
+
+
+def test_regions_on_a_class_rule_are_refused(genuine):
+    assert_edit_refused(genuine, lambda d: d.update(regions={"0": [0], "1": [1]}), "'regions'")
+
+
+def test_a_strata_region_that_is_not_a_rule_region_is_refused():
+    """A per-region strata score of a class rule: every case failed with a KeyError instead of a refusal on load."""
+    from monai_unc.evaluation.conformal import ConformalStrata
+
+    scores = [0.1 if i % 2 else 0.9 for i in range(30)]
+    rule = fit_conformal_rule(_states("outer"), 0.3, scores=scores, edges=(0.5,))
+    strata = ConformalStrata("predictive_entropy_fg_mean", "predictive_entropy", "fg_mean", None, (0.5,), "fixed",
+                             (15, 15), "probabilities", 8)
+    f = ConformalRuleFile({"outer": rule}, {"outer": 0.3}, None, {"activation": "softmax"},
+                          [f"c{i:02d}" for i in range(30)], strata=strata)
+    d = json.loads(json.dumps(f.to_json()))
+    assert ConformalRuleFile.from_json(copy.deepcopy(d), SOURCE).strata == strata
+    assert_edit_refused(d, lambda d: d["strata"].update(region="XX", score="predictive_entropy_fg_mean_XX"),
+                        "'strata.region'")

@@ -588,3 +588,48 @@ def test_the_report_reads_an_evaluation_whose_product_is_not_imported(cohort, tm
         warnings.simplefilter("ignore", UserWarning)
         html = run_report(tmp_path / "ev", cases=0)
     assert html.is_file()
+
+
+# --- the predictions' records in an --uncertainty folder ---------------------------------------------------------
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("entry", ["conformal", "triage --conformal-rule"])
+def test_conformal_compares_the_records_of_the_uncertainty_folder(tmp_path, monkeypatch, entry):
+    """nnU-Net layout, per-case records in ``--uncertainty``: the rule certified on these very predictions matches
+    (it was refused as made otherwise: the records were looked for in ``<predictions>/uncertainty/``)."""
+    import nibabel as nib
+
+    from monai_unc.evaluation.conformal import ConformalRuleFile, check_conformal_inputs
+    from monai_unc.io.provenance import prediction_fingerprint
+    from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+    from monai_unc.workflows import report
+
+    pred, unc = tmp_path / "pred", tmp_path / "unc"
+    pred.mkdir()
+    unc.mkdir()
+    seg = np.zeros((4, 4, 4), np.uint8)
+    seg[1:3, 1:3, 1:3] = 1
+    nib.save(nib.Nifti1Image(seg, np.eye(4)), pred / "c1.nii.gz")
+    p1 = seg.astype(np.float32) * 0.8 + 0.1
+    np.savez(pred / "c1.npz", probabilities=np.stack([1 - p1, p1]).transpose(0, 3, 2, 1))
+    (pred / "uncertainty_config.json").write_text(json.dumps(
+        {"trainer_name": "T", "folds": [0], "uncertainty_sources": ["mcdropout"], "num_samples": 4}))
+    (unc / "c1.json").write_text(json.dumps({"num_samples": 8, "mi_meaning": "epistemic"}))
+    probs = np.stack([1 - p1, p1])
+    states = [conformal_case_state(probs, seg.astype(int), activation="softmax", side="outer", grid=16)] * 5
+    doc = ConformalRuleFile({"outer": fit_conformal_rule(states, 0.3)}, {"outer": 0.3}, None,
+                            prediction_fingerprint(pred, "nnunet", ["c1"], unc), [f"k{i}" for i in range(5)])
+    if entry == "conformal":
+        assert check_conformal_inputs(pred, doc, tmp_path / "out", layout="nnunet",
+                                      uncertainty=unc)[2]["status"] == "match"
+        return
+
+    def stop(*args, **kwargs):
+        raise _Stop
+
+    monkeypatch.setattr(report, "run_triage", stop)  # the product's check ran before the triage
+    with pytest.raises(_Stop):
+        report.triage_with_page(pred, None, tmp_path / "out", layout="nnunet", uncertainty=unc, conformal_rule=doc,
+                                progress=False)
