@@ -107,12 +107,14 @@ class CaseCache:
 
         Raises:
             TypeError: ``case_id`` is not a string.
-            ValueError: ``case_id`` is empty, ``.`` or ``..``, or holds a path separator or a NUL character (its
-                file would lie outside the folder, or nowhere).
+            ValueError: ``case_id`` is empty, ``.`` or ``..``, or holds a path separator of the platform (``/``, also
+                the backslash on Windows) or a NUL character (its file would lie outside the folder, or nowhere).
         """
         if not isinstance(case_id, str):
             raise TypeError(f"case_id must be a string, got {type(case_id).__name__}")
-        if case_id in ("", ".", "..") or any(c in case_id for c in ("/", "\\", "\0")):
+        # the platform's separators only: a case id comes from a file name, and a backslash is a plain character of
+        # a POSIX file name (a case named so must keep working)
+        if case_id in ("", ".", "..") or any(c and c in case_id for c in (os.sep, os.altsep, "\0")):
             raise ValueError(f"case_id must be a file name without folders, got {case_id!r}")
         return self.folder / f"{case_id}.json"
 

@@ -4,6 +4,7 @@ case's file, corrupt and truncated files, missing and damaged side files, interr
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -168,7 +169,8 @@ def test_fingerprint_compares_json_types(tmp_path, saved, current):
     assert cache.load("b", cache.fingerprint_of(dict(reversed(list(same.items()))))) == {"v": 2}
 
 
-@pytest.mark.parametrize("case_id", ["", ".", "..", "../x", "a/b", "a\\b", "/abs", "a\x00b", 3])
+@pytest.mark.parametrize("case_id", ["", ".", "..", "../x", "a/b", "/abs", "a\x00b", 3]
+                         + (["a\\b"] if os.altsep else []))
 def test_case_id_that_leaves_the_folder_is_refused(tmp_path, case_id):
     """Regression: ``path("../x")`` named ``<folder>/../x.json``, so save wrote outside the cache's folder."""
     cache = CaseCache(tmp_path / "states", lambda item: item)
@@ -177,3 +179,11 @@ def test_case_id_that_leaves_the_folder_is_refused(tmp_path, case_id):
     with pytest.raises((ValueError, TypeError), match="case_id"):
         cache.save(case_id, {"v": 1}, None)
     assert not any(tmp_path.rglob("*.json"))
+
+
+@pytest.mark.skipif(os.altsep is not None, reason="a backslash separates folders on this platform")
+def test_a_backslash_in_a_posix_case_id_is_a_plain_character(tmp_path):
+    """A case id comes from a file name, and ``a\\b.nii.gz`` is one file on POSIX: it stays a case."""
+    cache = CaseCache(tmp_path / "states", lambda item: item)
+    assert cache.save("a\\b", {"v": 1}, None).parent == tmp_path / "states"
+    assert cache.load("a\\b", None) == {"v": 1}
