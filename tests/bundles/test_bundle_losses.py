@@ -9,7 +9,7 @@ import torch
 from monai.bundle import ConfigParser
 
 from monai_unc.losses import DiceCEL1ACELoss, DiceCEMarginLoss, DiceSVLSLoss
-from tests.bundles.test_bundles import BUNDLES, _run_bundle
+from tests.bundles.test_bundles import BUNDLES
 
 OVERRIDES = {
     "monai_unc.losses.DiceSVLSLoss": DiceSVLSLoss,
@@ -36,7 +36,7 @@ def test_loss_override_builds_the_calibration_loss_with_the_bundle_arguments(bun
 
 
 @pytest.mark.slow
-def test_toy_bundle_trains_with_the_svls_override(tmp_path):
-    _run_bundle(str(BUNDLES["toy_uncertainty"] / "configs" / "train.json"), "--ckpt_dir", str(tmp_path),
-                "--iterations", "2", "--n_train_cases", "2", "--loss#_target_", "monai_unc.losses.DiceSVLSLoss")
-    assert (tmp_path / "model.pt").is_file()
+def test_toy_bundle_trains_with_the_svls_override(toy_bundle_trainings):
+    """``train.json --loss#_target_ monai_unc.losses.DiceSVLSLoss`` for 2 iterations (the session fixture of
+    tests/conftest.py runs it)."""
+    assert (toy_bundle_trainings["svls"] / "model.pt").is_file()

@@ -7,11 +7,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nibabel as nib
@@ -21,23 +18,13 @@ import torch
 from monai.bundle import ConfigParser, verify_metadata, verify_net_in_out
 
 from monai_unc.data.cohorts import MANIFEST, export_mni152_cases, export_toy_cases, load_datalist
+from tests._bundle_runs import bundle_argv, run_bundles
+from tests._bundle_runs import run_bundle as _run_bundle
 from tests._paths import ROOT
 
 BUNDLES = {name: ROOT / "bundles" / name for name in ("brain_tissue_uncertainty", "toy_uncertainty")}
 SPLEEN = ROOT / "tests" / "data" / "spleen_like_bundle" / "configs"
 SCHEMA = "meta_schema_20240725.json"
-
-
-def _run_bundle(config: str | list[str], *overrides: str, meta_file: Path | None = None) -> subprocess.CompletedProcess:
-    """``python -m monai.bundle run`` from the repository root, as a user would."""
-    files = config if isinstance(config, str) else "[" + ",".join(f"'{c}'" for c in config) + "]"
-    cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", files, *overrides]
-    if meta_file is not None:
-        cmd += ["--meta_file", str(meta_file)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, f"bundle run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return proc
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
@@ -177,8 +164,11 @@ def test_toy_bundle_inference_and_evaluation(tmp_path):
     export_toy_cases(data, n_cases=4)
     before = _snapshot(data)
     cfg = BUNDLES["toy_uncertainty"] / "configs"
-    _run_bundle(str(cfg / "inference.json"), "--dataset_dir", str(data), "--output_dir", str(tmp_path / "inf"),
-                "--num_samples", "4")
+    # the inference and the evaluation runs in one process (one start-up)
+    run_bundles(bundle_argv(str(cfg / "inference.json"), "--dataset_dir", str(data), "--output_dir",
+                            str(tmp_path / "inf"), "--num_samples", "4"),
+                bundle_argv(str(cfg / "evaluate.json"), "--dataset_dir", str(data), "--output_dir",
+                            str(tmp_path / "ev"), "--num_samples", "4"))
     for item in load_datalist(data):
         stem = Path(item["image"]).name[: -len(".nii.gz")]
         ref = nib.load(item["image"])
@@ -190,8 +180,6 @@ def test_toy_bundle_inference_and_evaluation(tmp_path):
         lab = np.asarray(nib.load(item["label"]).dataobj)
         if item["shift"] == "none":
             assert 2 * (seg * lab).sum() / (seg.sum() + lab.sum()) > 0.9
-    _run_bundle(str(cfg / "evaluate.json"), "--dataset_dir", str(data), "--output_dir", str(tmp_path / "ev"),
-                "--num_samples", "4")
     summary = _summary(tmp_path / "ev" / "metrics.csv")
     for key in ("dice", "calib_ece", "ged", "ncc_ee", "buc", "ood_auroc_mutual_information_fg_mean"):
         assert np.isfinite(summary[key]), key
@@ -218,12 +206,12 @@ def test_toy_bundle_first_run_exports_its_example_data(tmp_path):
 
 
 @pytest.mark.slow
-def test_toy_bundle_train_config(tmp_path):
-    _run_bundle(str(BUNDLES["toy_uncertainty"] / "configs" / "train.json"), "--ckpt_dir", str(tmp_path),
-                "--iterations", "2", "--n_train_cases", "2")
+def test_toy_bundle_train_config(toy_bundle_trainings):
+    """``train.json --iterations 2 --n_train_cases 2`` (run by the session fixture of tests/conftest.py)."""
     parser = ConfigParser()
     parser.read_config(str(BUNDLES["toy_uncertainty"] / "configs" / "train.json"))
-    parser.get_parsed_content("network_def").load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
+    ckpt = toy_bundle_trainings["default"] / "model.pt"
+    parser.get_parsed_content("network_def").load_state_dict(torch.load(ckpt, weights_only=True))
 
 
 @pytest.mark.slow
@@ -309,27 +297,39 @@ def test_spleen_like_bundle_has_the_model_zoo_shape():
     assert net(torch.zeros(1, 1, 32, 32, 32)).shape == (1, 2, 32, 32, 32)
 
 
-def _spleen_run(tmp_path: Path, override: dict, extra: dict | None = None, num_samples: int | None = 2) -> Path:
+def _spleen_argv(tmp_path: Path, override: dict, extra: dict | None = None, num_samples: int | None = 2) -> list[str]:
+    """Writes the synthetic CT and the override files under ``tmp_path``: the arguments of the run."""
     data = tmp_path / "data"
-    _, affine = _synthetic_ct(data)
+    _synthetic_ct(data)
     files = [str(SPLEEN / "inference.json")]
     for i, content in enumerate([override] + ([extra] if extra else [])):
         path = tmp_path / f"override_{i}.json"
         path.write_text(json.dumps(content))
         files.append(str(path))
-    before = _snapshot(data)
     overrides = ["--dataset_dir", str(data), "--output_dir", str(tmp_path / "out"), "--load_pretrain", "False",
                  "--dataloader#num_workers", "0"]
     if num_samples is not None:
         overrides += ["--inferer#num_samples", str(num_samples)]
-    _run_bundle(files, *overrides, meta_file=SPLEEN / "metadata.json")
-    assert _snapshot(data) == before
+    return bundle_argv(files, *overrides, meta_file=SPLEEN / "metadata.json")
+
+
+def _spleen_check(tmp_path: Path, before: dict[str, str]) -> Path:
+    """The input folder is unchanged and the maps are on the original grid; the output folder."""
+    assert _snapshot(tmp_path / "data") == before
+    affine = nib.load(tmp_path / "data" / "imagesTs" / "spleen_synth.nii.gz").affine
     out = tmp_path / "out" / "spleen_synth"
     for suffix in ("trans", "predictive_entropy", "mutual_information"):
         img = nib.load(out / f"spleen_synth_{suffix}.nii.gz")
         assert img.shape[:3] == (64, 64, 24), suffix  # inverted to the original grid
         np.testing.assert_allclose(img.affine, affine, atol=1e-4, err_msg=suffix)
     return out
+
+
+def _spleen_run(tmp_path: Path, override: dict, extra: dict | None = None, num_samples: int | None = 2) -> Path:
+    argv = _spleen_argv(tmp_path, override, extra, num_samples)
+    before = _snapshot(tmp_path / "data")
+    _run_bundle(argv[2], *argv[3:])
+    return _spleen_check(tmp_path, before)
 
 
 @pytest.mark.slow
@@ -348,6 +348,10 @@ def test_spleen_bundle_with_the_documented_override(tmp_path):
 def test_spleen_bundle_posthoc_dropout_and_tta_variants(tmp_path):
     blocks = _doc_json_blocks()
     base = {k: v for k, v in blocks[0].items() if k != "network_def#dropout"}  # the network keeps no dropout
-    _spleen_run(tmp_path / "posthoc", base, extra=blocks[2])  # add_dropout inserts it post hoc
     tta = dict(base, inferer=dict(blocks[1]["inferer"], flip_axes=[0]))  # 2 flips instead of 8 keep it short
-    _spleen_run(tmp_path / "tta", tta, num_samples=None)
+    argvs = [_spleen_argv(tmp_path / "posthoc", base, extra=blocks[2]),  # add_dropout inserts it post hoc
+             _spleen_argv(tmp_path / "tta", tta, num_samples=None)]
+    before = {v: _snapshot(tmp_path / v / "data") for v in ("posthoc", "tta")}
+    run_bundles(*argvs)  # both variants in one process (one start-up)
+    for variant in ("posthoc", "tta"):
+        _spleen_check(tmp_path / variant, before[variant])

@@ -394,16 +394,10 @@ def test_console_script_entry_point():
 
 # ------------------------------------------------------------------------------------------------ demo
 @pytest.mark.slow
-def test_demo_end_to_end(tmp_path, capsys, monkeypatch):
-    """``monai-unc demo`` on four of its cases (three in distribution, one with noise), softmax only."""
-    pytest.importorskip("nilearn")
-    import monai_unc.workflows.demo as demo
-
-    monkeypatch.setattr(demo, "DEMO_SHIFTS", demo.DEMO_SHIFTS[:4])
-    out = tmp_path / "demo"
-    assert cli.main(["demo", "--quick", "--output", str(out), "--method", "softmax", "--samples", "1",
-                     "--quiet"]) == 0
-    printed = capsys.readouterr().out
+def test_demo_end_to_end(quick_softmax_demo):
+    """``monai-unc demo`` on four of its cases (three in distribution, one with noise), softmax only (the session
+    fixture ``quick_softmax_demo`` of tests/conftest.py runs it)."""
+    out, printed = quick_softmax_demo
     assert f"report: {(out / 'report' / 'report.html').resolve()}" in printed
     summary = json.loads((out / "evaluation" / "summary.json").read_text())
     assert summary["n_cases"] == 4 and summary["ood"]["n_iid"] == 3 and summary["ood"]["per_shift"]["noise"] == 1.0

@@ -189,14 +189,8 @@ def test_older_records_without_digests_compare_paths_with_a_note(toy_images, tmp
 
 # ------------------------------------------------------------------------------ item 8: the demo's rule on CLI output
 @pytest.mark.slow
-def test_demo_rule_applies_to_cli_predictions_of_the_same_model(tmp_path, monkeypatch):
-    pytest.importorskip("nilearn")
-    import monai_unc.workflows.demo as demo
-
-    monkeypatch.setattr(demo, "DEMO_SHIFTS", demo.DEMO_SHIFTS[:4])
-    out = tmp_path / "demo"
-    assert cli.main(["demo", "--quick", "--output", str(out), "--method", "softmax", "--samples", "1",
-                     "--quiet"]) == 0
+def test_demo_rule_applies_to_cli_predictions_of_the_same_model(tmp_path, quick_softmax_demo):
+    out, _ = quick_softmax_demo  # `monai-unc demo --quick --method softmax --samples 1` on 4 cases (tests/conftest.py)
     rule = ReferralRule.load(out / "triage" / RULE_FILE)
     assert rule.fingerprint["model"] == "example: MNI152 tissue UNet" and rule.fingerprint["weights"]
     pred = tmp_path / "cli"

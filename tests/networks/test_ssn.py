@@ -613,25 +613,16 @@ def test_training_on_the_toy_set_gives_boundary_concentrated_aleatoric_maps(tmp_
 
 # ------------------------------------------------------------------------------------------ bundle
 @pytest.mark.slow
-def test_toy_bundle_train_ssn_config(tmp_path):
-    import os
-    import subprocess
-    import sys
-
+def test_toy_bundle_train_ssn_config(toy_bundle_trainings):
+    """``train_ssn.json --iterations 2 --n_train_cases 2`` (run by the session fixture of tests/conftest.py)."""
     from monai.bundle import ConfigParser
 
-    root = ROOT
-    config = root / "bundles" / "toy_uncertainty" / "configs" / "train_ssn.json"
-    cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", str(config), "--ckpt_dir", str(tmp_path),
-           "--iterations", "2", "--n_train_cases", "2"]
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    config = ROOT / "bundles" / "toy_uncertainty" / "configs" / "train_ssn.json"
     parser = ConfigParser()
     parser.read_config(str(config))
     net = parser.get_parsed_content("network_def")
     assert isinstance(net, SSNNetwork) and net.head.rank == 5
-    net.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
+    net.load_state_dict(torch.load(toy_bundle_trainings["ssn"] / "model.pt", weights_only=True))
     assert len(parser.get_parsed_content("train_cases")) == 24 * 3  # one (image, rater label) pair per rater
     out = SSNInferer(num_samples=3, seed=0)(torch.randn(1, 1, 32, 32, 32), net.eval())
     assert out["pred"].shape == (1, 2, 32, 32, 32) and out.mi_meaning == MIMeaning.ALEATORIC
