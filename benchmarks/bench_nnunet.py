@@ -37,12 +37,13 @@ a lower bound of what a trained model gives).
 End to end (``--end-to-end``): the whole command, stock ``nnUNetv2_predict -d 998 -c 3d_fullres -f 0 -device cpu``
 against ``monai-unc nnunet-predict`` with the same flags plus ``--sources mirroring`` (the same forward passes; the
 default measures, maps and scores written), on ``--e2e-cases`` small NIfTI cases of a trained-model folder that the
-script writes (the ``width32`` network, random weights) into a temporary ``nnUNet_results``; stock's default
-``-npp 3 -nps 3`` for both. Each run is one fresh process (interleaved, best of ``--repeats``), timed from launch to
-exit by this script. The process runs the command's own entry point under a thin timer that splits the wall time
-into start-up (launch until the model is loaded: interpreter, imports, checkpoint), prediction (the sum of the
-per-case prediction calls) and the rest (preprocessing and export work not hidden behind prediction, waiting for
-the export workers, the scores table); the export work of one case is timed in the in-process table above.
+script writes (the ``width32`` network, random weights) into a temporary ``nnUNet_results``; stock's default ``-npp
+3 -nps 3`` for both (``--e2e-workers N``: ``-npp N -nps N``, e.g. 1 in CI, where the run is a smoke test). Each run
+is one fresh process (interleaved, best of ``--repeats``), timed from launch to exit by this script. The process
+runs the command's own entry point under a thin timer that splits the wall time into start-up (launch until the
+model is loaded: interpreter, imports, checkpoint), prediction (the sum of the per-case prediction calls) and the
+rest (preprocessing and export work not hidden behind prediction, waiting for the export workers, the scores
+table); the export work of one case is timed in the in-process table above.
 """
 
 from __future__ import annotations
@@ -331,7 +332,7 @@ def end_to_end(args: argparse.Namespace) -> None:
             for c in runs:
                 out = os.path.join(root, f"out_{c}_{r}")
                 argv = ["-i", images, "-o", out, "-d", "998", "-c", "3d_fullres", "-f", "0", "-device", "cpu",
-                        "--disable_progress_bar"]
+                        "--disable_progress_bar", "-npp", str(args.e2e_workers), "-nps", str(args.e2e_workers)]
                 env["BENCH_LAUNCH"] = repr(time.time())
                 t0 = time.perf_counter()
                 rec = _subprocess(["--worker", f"e2e-{c}", "--e2e-argv", json.dumps(argv)], env=env)
@@ -347,7 +348,8 @@ def end_to_end(args: argparse.Namespace) -> None:
         n_maps = len([f for f in os.listdir(os.path.join(root, "out_ours_0", "uncertainty")) if f.endswith(".nii.gz")])
         shapes = ", ".join("x".join(map(str, s)) for s in _e2e_shapes(args.e2e_config, args.e2e_cases))
         print(f"# bench_nnunet --end-to-end --e2e-config {args.e2e_config}: {args.e2e_cases} cases ({shapes}), "
-              f"{E2E_CONFIGS[args.e2e_config][0]} network, one fold, mirroring; -device cpu, -npp 3 -nps 3; "
+              f"{E2E_CONFIGS[args.e2e_config][0]} network, one fold, mirroring; -device cpu, "
+              f"-npp {args.e2e_workers} -nps {args.e2e_workers}; "
               f"best of {args.repeats} (by total wall time); ours wrote {n_maps} maps; "
               "segmentations identical to stock's")
         print("| contender | total s | ratio | start-up s | prediction s | ratio | rest s | all totals s |")
@@ -384,6 +386,8 @@ def main() -> None:
     ap.add_argument("--e2e-config", choices=list(E2E_CONFIGS), default="small",
                     help="end-to-end dataset: small (width32 network, 36-48 voxels a side; default) or tiny "
                     "(8-32 features, 18-24 voxels a side: start-up and export weigh most)")
+    ap.add_argument("--e2e-workers", type=int, default=3,
+                    help="-npp and -nps of both end-to-end commands (default 3, stock's default)")
     ap.add_argument("--e2e-argv", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker in ("e2e-stock", "e2e-ours"):

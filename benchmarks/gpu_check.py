@@ -77,10 +77,10 @@ FULL = {
     "cost_samples": 30, "cost_repeats": 2,
 }
 QUICK = {
-    "brats_shape": (4, 40, 40, 24), "brats_roi": 24, "brats_filters": 8, "brats_n_time": 2, "brats_repeats": 1,
+    "brats_shape": (4, 24, 24, 16), "brats_roi": 16, "brats_filters": 8, "brats_n_time": 2, "brats_repeats": 1,
     "unet_size": 24, "unet_n_time": 3, "n_mem": (2, 4), "repeats": 1,
     "cal_shape": (3, 32, 32, 32), "spatial_shape": (16, 32, 32),
-    "nn_features": [4, 8, 16], "nn_patch": 16, "nn_image": (24, 24, 24), "nn_samples": 2,
+    "nn_features": [4, 8, 16], "nn_patch": 16, "nn_image": (20, 16, 16), "nn_samples": 2,
     "cost_size": 40, "cost_roi": 32, "cost_sw_batch": 2, "cost_features": (4, 4, 8, 16, 32, 4),
     "cost_samples": 3, "cost_repeats": 1,
 }

@@ -19,8 +19,8 @@ def test_end_to_end_mode_runs_and_finds_the_segmentations_identical():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_nnunet.py"), "--end-to-end", "--e2e-config", "tiny",
-         "--e2e-cases", "1", "--repeats", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-        check=False)
+         "--e2e-cases", "1", "--repeats", "1", "--e2e-workers", "1"], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "segmentations identical to stock's" in proc.stdout
     rows = {m.group(1): [float(x) for x in m.group(2).split(" | ")[:6]]

@@ -1,7 +1,7 @@
 """The nnU-Net trainers with calibration losses: found by nnU-Net's name lookup, their loss is nnU-Net's Dice + CE
 with the calibration term at every deep-supervision output (nnU-Net's weights), the MC-dropout variants build the
 dropout network, bad set-ups are refused, and (slow) each trains two epochs on the toy task and its checkpoint
-predicts with stock nnU-Net and with ``monai-unc nnunet-predict``."""
+loads in stock nnU-Net (two of them predict with stock nnU-Net and with ``monai-unc nnunet-predict``)."""
 
 from __future__ import annotations
 
@@ -150,7 +150,8 @@ def test_spacing_aware_svls_uses_the_configuration_spacing(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
     """``nnUNetv2_train`` (the command for one trainer, its function for the others), then stock
-    ``nnUNetv2_predict`` and ``monai-unc nnunet-predict`` on the checkpoint."""
+    ``nnUNetv2_predict`` and ``monai-unc nnunet-predict`` on the checkpoint of the MC-dropout trainer and of one plain
+    trainer; stock nnU-Net loads every other checkpoint into its trainer's network."""
     env = {"nnUNet_raw": tmp_path / "raw", "nnUNet_preprocessed": tmp_path / "preprocessed",
            "nnUNet_results": tmp_path / "results"}
     for k, v in env.items():
@@ -198,13 +199,27 @@ def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
 
     import argparse
 
+    from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
+
     from monai_unc.nnunet.cli import add_parser, run
 
     images = tmp_path / "raw/Dataset992_UncToy/imagesTs"
+    # prediction does not depend on the training loss: the command-line MC-dropout trainer and one plain trainer
+    # go through both predictors; every other checkpoint is loaded into its trainer's network by stock nnU-Net
+    # (the name lookup and the weights, the step both predictors share)
+    predicted = trained[:2]
     for name in trained:
         model = tmp_path / "results" / "Dataset992_UncToy" / f"{name}__nnUNetPlans__3d_fullres"
         ckpt = torch.load(model / "fold_0" / "checkpoint_final.pth", map_location="cpu", weights_only=False)
         assert ckpt["trainer_name"] == name and ckpt["current_epoch"] == 2
+        if name not in predicted:
+            pred = nnUNetPredictor(device=CPU, allow_tqdm=False, use_mirroring=False)
+            pred.initialize_from_trained_model_folder(str(model), (0,), "checkpoint_final.pth")
+            assert pred.trainer_name == name and len(pred.list_of_parameters) == 1
+            with torch.no_grad():  # the loaded network runs on a patch
+                out = pred.network.eval()(torch.zeros(1, 1, *pred.configuration_manager.patch_size))
+            assert out.shape[1] == pred.label_manager.num_segmentation_heads and torch.isfinite(out).all()
+            continue
         stock = tmp_path / f"stock_{name}"
         predict = [sys.executable, "-c",
                    "from nnunetv2.inference.predict_from_raw_data import predict_entry_point; predict_entry_point()",
@@ -214,8 +229,6 @@ def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
             done = subprocess.run(predict, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
         else:
-            from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
-
             pred = nnUNetPredictor(device=CPU, allow_tqdm=False, use_mirroring=False)
             pred.initialize_from_trained_model_folder(str(model), (0,), "checkpoint_final.pth")
             stock.mkdir()
