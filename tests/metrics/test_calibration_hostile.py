@@ -32,14 +32,21 @@ def test_calibration_metric_with_every_case_nan_is_nan():
 # ---------------------------------------------------------------------------------------------------------------
 def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path):
     _, p, y = softmax_case()
-    path = tmp_path / "hist.npz"
+    out_dir, src_dir = tmp_path / "out", tmp_path / "src"
+    out_dir.mkdir()
+    src_dir.mkdir()
+    path = out_dir / "hist.npz"
     old = ConfidenceHistogram(3).update(p, y)
     old.save(path)
+    # the histogram the child saves: computed here and loaded there, so that the child (which dies mid-write) only
+    # imports and saves, and does not compile the kernels
+    g = torch.Generator().manual_seed(1)
+    p_new = torch.softmax(torch.randn(1, 3, 6, 6, generator=g), 1)
+    src = ConfidenceHistogram(3).update(p_new, torch.zeros(1, 6, 6, dtype=torch.long)).save(src_dir / "new.npz")
     child = textwrap.dedent(
         f"""
         import io, os, sys
         import numpy as np
-        import torch
         from monai_unc.metrics.calibration import ConfidenceHistogram
 
         real = np.savez_compressed
@@ -54,9 +61,7 @@ def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path):
             os._exit(9)
 
         np.savez_compressed = killed_mid_write
-        g = torch.Generator().manual_seed(1)
-        p = torch.softmax(torch.randn(1, 3, 6, 6, generator=g), 1)
-        ConfidenceHistogram(3).update(p, torch.zeros(1, 6, 6, dtype=torch.long)).save({str(path)!r})
+        ConfidenceHistogram.load({str(src)!r}).save({str(path)!r})
         """
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -64,7 +69,7 @@ def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path):
     assert res.returncode == 9, res.stderr
     loaded = ConfidenceHistogram.load(path)  # the previous file, complete
     assert torch.equal(loaded.counts, old.counts) and torch.equal(loaded.sums, old.sums)
-    assert sorted(q.name for q in tmp_path.iterdir() if not q.name.startswith(".")) == ["hist.npz"]
+    assert sorted(q.name for q in out_dir.iterdir() if not q.name.startswith(".")) == ["hist.npz"]
 
 
 def test_histogram_save_appends_npz_and_round_trips(tmp_path):
