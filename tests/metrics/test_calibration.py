@@ -448,7 +448,7 @@ def test_weighted_and_unweighted_histograms_merge():
 @given(
     seed=st.integers(0, 10_000),
     n_cases=st.integers(1, 4),
-    n_cls=st.integers(2, 5),
+    n_cls=st.integers(2, 4),
     side=st.integers(1, 7),
     n_bins=st.sampled_from([5, 10, 15, 20]),
     split=st.integers(0, 3),

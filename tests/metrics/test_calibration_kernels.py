@@ -53,11 +53,11 @@ def softmax_case(shape, num_classes, seed, scale=3.0, dtype=torch.float32):
     [
         (torch.float32, 3, True),
         (torch.float64, 2, False),
-        (torch.float32, 5, False),
+        (torch.float32, 2, True),
         (torch.float64, 4, True),
         (torch.float32, 8, False),
         (torch.float32, 9, True),
-        (torch.float64, 12, False),
+        (torch.float64, 9, False),
     ],
 )
 def test_fused_equals_reference(monkeypatch, dtype, num_classes, uncertainty):
@@ -423,8 +423,8 @@ def test_update_leaves_the_input_unchanged(dtype):
     assert torch.equal(probs, before)
 
 
-@pytest.mark.parametrize("num_classes", [3, 10])  # the unrolled and the per-class kernel
-@pytest.mark.parametrize("bad", [-1, 3, 10, 2**40])
+@pytest.mark.parametrize("num_classes", [3, 9])  # the unrolled and the per-class kernel
+@pytest.mark.parametrize("bad", [-1, 3, 9, 2**40])  # below 0, C (for 3 and 9), above
 def test_kernel_counts_labels_out_of_range(num_classes, bad):
     """Labels outside [0, C) in some blocks (and the last, partial one): counted, never used as an index."""
     rng = np.random.default_rng(7)
@@ -442,7 +442,7 @@ def test_kernel_counts_labels_out_of_range(num_classes, bad):
     assert got == (0, 0, len(wrong))
 
 
-@pytest.mark.parametrize("num_classes", [3, 10])
+@pytest.mark.parametrize("num_classes", [3, 9])
 @pytest.mark.parametrize("bad, message", [(-2, "non-negative"), (None, "holds class")])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("batch", [1, 2])
