@@ -117,7 +117,8 @@ def prediction_fingerprint(
       ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``,
       ``samples_per_source`` (the ``--samples`` setting, for a method with a source that draws it: ``mcdropout``,
       ``ratein``, ``ssn``; the latent draws of an SSN combined with other sources are averaged into one sample, so
-      ``num_samples`` alone does not show them), ``regions`` for a region-based run (``infer --regions``) and ``weights``, the sha256 digests of the model's files
+      ``num_samples`` alone does not show them), ``regions`` for a region-based run (``infer --regions``) and
+      ``weights``, the sha256 digests of the model's files
       (checkpoints, ensemble members, the bundle config or network spec), when the run recorded them.
     - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
       ``trainer``, ``folds``, ``method`` (the ``+``-joined sources), ``num_samples``, ``mi_meaning``, ``dropout_p``,
