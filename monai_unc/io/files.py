@@ -1175,7 +1175,8 @@ def check_output_kind(folder: str | os.PathLike, command: str,
     replace the maps that the evaluation's report draws with those of other predictions. Each command's folder holds
     that command's outputs only (``markers``); a folder without them (new, empty, or holding anything else) is
     accepted. Nor may the folder lie in a sub-folder that a command's output folder owns (``maps/``, ``products/``,
-    ``state/``, e.g. ``conformal -o EVAL/products/conformal``, which would replace the evaluation's per-rule masks).
+    ``state/``, e.g. a product's command writing into ``EVAL/products/<name>``, which would replace the evaluation's
+    case files there).
 
     Args:
         folder: the output folder (a missing one is accepted).

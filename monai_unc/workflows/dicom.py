@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..evaluation.resume import file_signature
 from ..io import (
     INFER_RECORD,
     LAYOUTS,
@@ -405,7 +406,7 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     return out
 
 
-#: where ``evaluate``, ``triage``, ``conformal`` (and a product's command) keep each case's resume record, whose
+#: where ``evaluate``, ``triage`` and a product's command keep each case's resume record, whose
 #: ``fingerprint.inputs.seg`` is the signature (:func:`~monai_unc.evaluation.resume.file_signature`) of the
 #: segmentation the case was computed from
 _CASE_RECORDS = Path("state") / "cases"
@@ -428,8 +429,6 @@ def check_made_from(folder: str | os.PathLike, option: str, segs: dict[str, Path
     Raises:
         ValueError: a case's record names another segmentation (one line naming ``option``, the folder and the case).
     """
-    from ..evaluation.resume import file_signature  # a command's own module (workflows may use evaluation)
-
     records = Path(folder) / _CASE_RECORDS
     unchecked = []
     for case, seg in sorted(segs.items()):
