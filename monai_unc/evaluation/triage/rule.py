@@ -940,8 +940,8 @@ class ReferralRule:
                     raise ValueError(f"{source}: a rule with regions must have format_version 2, got {ver}")
             n_cand = cal.get("n_candidates")  # absent or null in older rules: 0 (one threshold tested)
             if n_cand is not None and (isinstance(n_cand, bool) or not isinstance(n_cand, int) or n_cand < 0):
-                raise ValueError(f"{source}: calibration: field 'n_candidates' must be a non-negative int, got "
-                                 f"{n_cand!r}"[:60])
+                shown = repr(n_cand)[:40]
+                raise ValueError(f"{source}: calibration: field 'n_candidates' must be a non-negative int, got {shown}")
             record = None
             if ver >= 3:
                 record = CalibrationRecord.from_json(cal, "calibration")
