@@ -115,9 +115,9 @@ def prediction_fingerprint(
       of a calibrated checkpoint), ``checkpoints``, ``method``, ``num_samples`` (from the case records; the
       ``--samples`` setting when no record is found), ``mi_meaning``, ``measures``, ``roi``, ``overlap``,
       ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``,
-      ``samples_per_source`` (the ``--samples`` setting, for a method with a source that draws it: ``mcdropout``,
-      ``ratein``, ``ssn``; the latent draws of an SSN combined with other sources are averaged into one sample, so
-      ``num_samples`` alone does not show them), ``regions`` for a region-based run (``infer --regions``) and
+      ``samples_per_source`` (the ``--samples`` setting, for an SSN combined only with ``tta`` / ``ensemble``: its
+      latent draws are averaged into one sample, so ``num_samples`` does not show them; with ``mcdropout`` /
+      ``ratein`` or alone, ``num_samples`` pins them), ``regions`` for a region-based run (``infer --regions``) and
       ``weights``, the sha256 digests of the model's files
       (checkpoints, ensemble members, the bundle config or network spec), when the run recorded them.
     - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
@@ -168,8 +168,8 @@ def prediction_fingerprint(
         fp["temperature"] = temperature
         for k in ("intensity", "dropout", "tta_noise", "ratein_target"):
             fp[k] = settings.get(k)
-        if _DRAWS_SAMPLES & set(str(settings.get("method") or "").split("+")) and settings.get("samples") is not None:
-            fp["samples_per_source"] = settings["samples"]
+        if "ssn" in str(fp["method"] or "").split("+") and not _draws_pinned(fp) and settings.get("samples"):
+            fp["samples_per_source"] = settings["samples"]  # the SSN's draws, which num_samples does not show
         if settings.get("weights"):  # runs recorded before the weight digests have none (compared by path)
             fp["weights"] = settings["weights"]
         if settings.get("regions") is not None:  # region-based runs only, so older rules still match
@@ -280,10 +280,6 @@ def region_differences(
         if ours != theirs:
             return [("regions", rule_side, pred_side)]
     return []
-
-
-#: the ``infer`` sources that draw ``--samples`` (the other sources' counts follow from the image and the model)
-_DRAWS_SAMPLES = frozenset(("mcdropout", "ratein", "ssn"))
 
 
 def _draws_pinned(fp: Mapping[str, Any]) -> bool:
@@ -413,11 +409,11 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
     model moved elsewhere still matches. Otherwise (a record written before the digests) the paths are compared as
     they were (:func:`has_weight_digests` tells the caller to say so).
 
-    ``samples_per_source`` (recorded since 0.2.0: the ``--samples`` draws) is compared when both sides record it. A
-    rule written before it was recorded is compared without it when ``num_samples`` pins the draws (a method with
-    ``mcdropout``, ``ratein`` or ``ssn`` alone); for an SSN combined only with ``tta`` / ``ensemble`` nothing else
-    records the draws, so the missing field is a difference (re-certify, or ``--allow-mismatch`` when the draws
-    are known to be the same).
+    ``samples_per_source`` (recorded since 0.2.0: the SSN's draws of ``ssn+tta`` / ``ssn+ensemble``) is compared
+    when both sides record it. One side without it is compared without it when ``num_samples`` pins the draws (a
+    method with ``mcdropout``, ``ratein`` or ``ssn`` alone); for an SSN combined only with ``tta`` / ``ensemble``
+    nothing else records the draws, so a rule written before the field is a difference (re-certify, or
+    ``--allow-mismatch`` when the draws are known to be the same).
 
     Args:
         rule_fp: the rule's recorded fingerprint.

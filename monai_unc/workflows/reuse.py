@@ -56,8 +56,9 @@ class RuleSettings:
         num_samples: the samples per case of the calibration predictions (the product over the method's sources).
         weights: the sha256 digests of the model's files ``[{"file", "sha256"}]``, or None (a rule written before
             they were recorded).
-        samples_per_source: the ``--samples`` draws of the sources that draw them (``mcdropout``, ``ratein``,
-            ``ssn``), or None (a method without such a source, or a rule written before they were recorded).
+        samples_per_source: the SSN's ``--samples`` latent draws per sample of ``ssn+tta`` / ``ssn+ensemble``
+            (which ``num_samples`` does not show), or None (another method, or a rule written before they were
+            recorded).
     """
 
     source: str
