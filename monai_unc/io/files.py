@@ -1160,6 +1160,12 @@ OUTPUT_MARKERS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: the sub-folders a command's output folder holds and the command rewrites (``evaluate``'s ``products/<name>/`` case
+#: files, the per-case ``state/`` and derived ``maps/`` of ``evaluate`` and ``triage``): another command's output
+#: inside one would be overwritten by that command's next run, or overwrite its files
+_OWNED_SUBFOLDERS = ("maps", "products", "state")
+
+
 def check_output_kind(folder: str | os.PathLike, command: str,
                       markers: Mapping[str, Sequence[str]] | None = None) -> None:
     """Refuse an output folder that holds the outputs of another cohort command.
@@ -1168,7 +1174,9 @@ def check_output_kind(folder: str | os.PathLike, command: str,
     and ``evaluate`` and ``triage`` their derived maps too (``maps/``): a triage into an evaluation's folder would
     replace the maps that the evaluation's report draws with those of other predictions. Each command's folder holds
     that command's outputs only (``markers``); a folder without them (new, empty, or holding anything else) is
-    accepted.
+    accepted. Nor may the folder lie in a sub-folder that a command's output folder owns (``maps/``, ``products/``,
+    ``state/``, e.g. a product's command writing into ``EVAL/products/<name>``, which would replace the evaluation's
+    case files there).
 
     Args:
         folder: the output folder (a missing one is accepted).
@@ -1177,7 +1185,9 @@ def check_output_kind(folder: str | os.PathLike, command: str,
             core; :func:`monai_unc.product.command_output_markers` adds the products' commands).
 
     Raises:
-        ValueError: ``folder`` holds another command's marker files (one line naming them and the command).
+        ValueError: ``folder`` holds another command's marker files, or lies in a ``maps/``, ``products/`` or
+            ``state/`` sub-folder of a folder holding a command's marker files (one line naming them and the
+            command).
 
     Example:
         >>> import tempfile
@@ -1194,6 +1204,16 @@ def check_output_kind(folder: str | os.PathLike, command: str,
     if command not in markers:
         raise ValueError(f"unknown command {command!r}: one of {sorted(markers)}")
     folder = Path(folder)
+    resolved = Path(os.path.abspath(os.fspath(folder))).resolve()
+    for above, below in zip(resolved.parents, [resolved, *resolved.parents]):
+        if below.name not in _OWNED_SUBFOLDERS:
+            continue
+        for other, names in markers.items():
+            found = [n for n in names if (above / n).is_file()]
+            if found:
+                raise ValueError(f"--output: {folder} lies in {below.name}/ of the output folder of monai-unc {other} "
+                                 f"{above} ({', '.join(found)}), which that command writes: choose a folder outside "
+                                 f"{above / below.name}")
     if not folder.is_dir():
         return
     for other, names in markers.items():

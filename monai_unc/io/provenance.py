@@ -114,8 +114,11 @@ def prediction_fingerprint(
       ``<case>.json``: ``model`` (the model's description: example / bundle path / network class, and the temperature
       of a calibrated checkpoint), ``checkpoints``, ``method``, ``num_samples`` (from the case records; the
       ``--samples`` setting when no record is found), ``mi_meaning``, ``measures``, ``roi``, ``overlap``,
-      ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``, ``regions``
-      for a region-based run (``infer --regions``) and ``weights``, the sha256 digests of the model's files
+      ``activation``, ``temperature``, ``intensity``, ``dropout``, ``tta_noise``, ``ratein_target``,
+      ``samples_per_source`` (the ``--samples`` setting, for an SSN combined only with ``tta`` / ``ensemble``: its
+      latent draws are averaged into one sample, so ``num_samples`` does not show them; with ``mcdropout`` /
+      ``ratein`` or alone, ``num_samples`` pins them), ``regions`` for a region-based run (``infer --regions``) and
+      ``weights``, the sha256 digests of the model's files
       (checkpoints, ensemble members, the bundle config or network spec), when the run recorded them.
     - ``nnunet`` layout (``monai-unc nnunet-predict``): ``uncertainty_config.json`` and ``uncertainty/<case>.json``:
       ``trainer``, ``folds``, ``method`` (the ``+``-joined sources), ``num_samples``, ``mi_meaning``, ``dropout_p``,
@@ -165,6 +168,8 @@ def prediction_fingerprint(
         fp["temperature"] = temperature
         for k in ("intensity", "dropout", "tta_noise", "ratein_target"):
             fp[k] = settings.get(k)
+        if "ssn" in str(fp["method"] or "").split("+") and not _draws_pinned(fp) and settings.get("samples"):
+            fp["samples_per_source"] = settings["samples"]  # the SSN's draws, which num_samples does not show
         if settings.get("weights"):  # runs recorded before the weight digests have none (compared by path)
             fp["weights"] = settings["weights"]
         if settings.get("regions") is not None:  # region-based runs only, so older rules still match
@@ -275,6 +280,17 @@ def region_differences(
         if ours != theirs:
             return [("regions", rule_side, pred_side)]
     return []
+
+
+def _draws_pinned(fp: Mapping[str, Any]) -> bool:
+    """Whether ``num_samples`` pins the draws per source of a fingerprint without ``samples_per_source``.
+
+    It does when a source's draws multiply the samples per case (``mcdropout``, ``ratein``, ``ssn`` alone): the same
+    method, model and ``num_samples`` then mean the same draws. An SSN combined only with ``tta`` / ``ensemble`` is
+    one latent-averaged sample, so its draws are not in ``num_samples``.
+    """
+    tokens = str(fp.get("method") or "").split("+")
+    return "mcdropout" in tokens or "ratein" in tokens or tokens == ["ssn"]
 
 
 #: fields that name where a model's files were (display only) once both sides record the files' digests
@@ -393,6 +409,12 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
     model moved elsewhere still matches. Otherwise (a record written before the digests) the paths are compared as
     they were (:func:`has_weight_digests` tells the caller to say so).
 
+    ``samples_per_source`` (recorded since 0.2.0: the SSN's draws of ``ssn+tta`` / ``ssn+ensemble``) is compared
+    when both sides record it. One side without it is compared without it when ``num_samples`` pins the draws (a
+    method with ``mcdropout``, ``ratein`` or ``ssn`` alone); for an SSN combined only with ``tta`` / ``ensemble``
+    nothing else records the draws, so a rule written before the field is a difference (re-certify, or
+    ``--allow-mismatch`` when the draws are known to be the same).
+
     Args:
         rule_fp: the rule's recorded fingerprint.
         pred_fp: the predictions' :func:`prediction_fingerprint`.
@@ -413,6 +435,10 @@ def compare_fingerprints(rule_fp: Mapping[str, Any], pred_fp: Mapping[str, Any])
         return "unverified", []
     digests = has_weight_digests(rule_fp) and has_weight_digests(pred_fp)
     a, b = normalize_fingerprint(rule_fp, digests), normalize_fingerprint(pred_fp, digests)
+    key = "samples_per_source"
+    if (key in a) != (key in b) and _draws_pinned(a if key not in a else b):  # an older record: num_samples pins it
+        a.pop(key, None)
+        b.pop(key, None)
     # compared normalised, reported as recorded
     diffs = [(k, rule_fp.get(k), pred_fp.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     if digests:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..evaluation.resume import file_signature
 from ..io import (
     INFER_RECORD,
     LAYOUTS,
@@ -80,8 +81,8 @@ from ..product import command_product, command_products
 from .prepare import DICOM_FOLDER, check_dicom_input
 from .session import CommandResult
 
-__all__ = ["EXPORT_RECORD", "DicomExport", "algorithm_from_records", "dicom_export", "dicom_export_from_arguments",
-           "nnunet_predict_dicom"]
+__all__ = ["EXPORT_RECORD", "DicomExport", "algorithm_from_records", "check_made_from", "dicom_export",
+           "dicom_export_from_arguments", "nnunet_predict_dicom"]
 
 #: the manifest of an export folder (written last)
 EXPORT_RECORD = "dicom_export.json"
@@ -405,6 +406,50 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     return out
 
 
+#: where ``evaluate``, ``triage`` and a product's command keep each case's resume record, whose
+#: ``fingerprint.inputs.seg`` is the signature (:func:`~monai_unc.evaluation.resume.file_signature`) of the
+#: segmentation the case was computed from
+_CASE_RECORDS = Path("state") / "cases"
+
+
+def check_made_from(folder: str | os.PathLike, option: str, segs: dict[str, Path]) -> None:
+    """Refuse an output folder of ``evaluate`` / ``triage`` / a product's command made from other predictions.
+
+    Each case's resume record (``state/cases/<case>.json``) holds the signature of the segmentation it was computed
+    from (resolved path, size, modification and change times, inode): it must be that of the segmentation exported,
+    else the folder's numbers describe other predictions (another folder with the same case ids, or predictions
+    made again since). A folder without such records (written with ``resume=False``, or by another tool) cannot be
+    checked: a ``UserWarning`` says so.
+
+    Args:
+        folder: the folder given to the option.
+        option: the option, for messages (e.g. ``"--triage"``).
+        segs: ``{case: segmentation file}`` of the cases exported.
+
+    Raises:
+        ValueError: a case's record names another segmentation (one line naming ``option``, the folder and the case).
+    """
+    records = Path(folder) / _CASE_RECORDS
+    unchecked = []
+    for case, seg in sorted(segs.items()):
+        doc = read_json_or_none(records / f"{case}.json")
+        fp = doc.get("fingerprint") if isinstance(doc, dict) else None
+        inputs = fp.get("inputs") if isinstance(fp, dict) else None
+        recorded = inputs.get("seg") if isinstance(inputs, dict) else None
+        if not isinstance(recorded, list) or not recorded:
+            unchecked.append(case)
+            continue
+        if recorded != file_signature(seg):
+            made = recorded[0] if isinstance(recorded[0], str) else "unknown"
+            how = "another segmentation" if made != str(seg.resolve()) else "this segmentation before it was rewritten"
+            raise ValueError(f"{option} {folder} was made from other predictions: case {case!r} was computed from "
+                             f"{how} ({made}); give the folder made from {seg.parent}")
+    if unchecked:
+        warnings.warn(f"{option} {folder} records no inputs for {len(unchecked)} case(s) (e.g. "
+                      f"{', '.join(unchecked[:3])}; no state/cases/<case>.json): not checked that its numbers were "
+                      "made from these predictions", UserWarning, stacklevel=3)
+
+
 def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, output: str | os.PathLike, *,
                  layout: str = "monai-unc", measures: Sequence[str] | None = None, probabilities: bool = True,
                  segments: str | os.PathLike | None = None, uid_root: str | None = None,
@@ -497,6 +542,12 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     if missing:
         raise CaseError(f"no source series for {len(missing)} case(s) ({', '.join(missing[:5])}): expected the "
                         f"folder {src}/<case> for each case")
+    segs = {c.case_id: Path(c.seg if c.seg is not None else c.label) for c in found}
+    given = [("--evaluation", evaluation, rows), ("--triage", triage, decisions),
+             *((f"--{command}", folder, extra[title]) for command, (folder, _, title) in tables.items())]
+    for option, folder, numbers in given:  # before any object: the numbers must be those of these predictions
+        if folder is not None:
+            check_made_from(folder, option, {c: p for c, p in segs.items() if c in numbers})
     region_names = _region_names(pred)
     result = DicomExport(out)
     for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):

@@ -56,12 +56,16 @@ class RuleSettings:
         num_samples: the samples per case of the calibration predictions (the product over the method's sources).
         weights: the sha256 digests of the model's files ``[{"file", "sha256"}]``, or None (a rule written before
             they were recorded).
+        samples_per_source: the SSN's ``--samples`` latent draws per sample of ``ssn+tta`` / ``ssn+ensemble``
+            (which ``num_samples`` does not show), or None (another method, or a rule written before they were
+            recorded).
     """
 
     source: str
     options: dict[str, Any]
     num_samples: int
     weights: list[dict[str, str]] | None = field(default=None)
+    samples_per_source: int | None = None
 
 
 def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
@@ -177,6 +181,9 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
     if not _is_int(n) or not 1 <= n <= 1_000_000:
         raise _bad(source, "num_samples", n, "one positive number of samples per case (the calibration cases "
                    "must agree)")
+    per_source = fp.get("samples_per_source")
+    if per_source is not None and (not _is_int(per_source) or not 1 <= per_source <= 1_000_000):
+        raise _bad(source, "samples_per_source", per_source, "null or a positive number of draws per source")
     overlap, noise, target, dropout = (fp.get(k) for k in ("overlap", "tta_noise", "ratein_target", "dropout"))
     if not _is_number(overlap) or not 0 <= overlap < 1:
         raise _bad(source, "overlap", overlap, "a number in [0, 1)")
@@ -196,7 +203,7 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
                "activation": "none" if activation is None else activation,
                "regions": _regions(source, fp.get("regions")), "dropout": None if dropout is None else float(dropout),
                "tta_noise": float(noise), "ratein_target": float(target)}
-    return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")))
+    return RuleSettings(source, options, int(n), _weights(source, fp.get("weights")), per_source)
 
 
 def read_rule_settings(path: str | os.PathLike) -> RuleSettings:
@@ -274,6 +281,9 @@ def rule_samples(rule: RuleSettings, method: str, spatial_dims: int, members: in
 
     The samples per case are the product over the method's sources: ``--samples`` for each of ``mcdropout`` /
     ``ratein`` (and ``ssn`` alone), ``2 ** spatial_dims`` flips for ``tta`` and one per member for ``ensemble``.
+    An ``ssn`` combined with other sources is one latent-averaged sample of ``--samples`` draws, which only the
+    rule's ``samples_per_source`` records: with ``ssn+tta`` / ``ssn+ensemble`` a rule without it (written before it
+    was recorded) is refused, since its draws are unknown.
 
     Args:
         rule: the rule's settings.
@@ -283,8 +293,8 @@ def rule_samples(rule: RuleSettings, method: str, spatial_dims: int, members: in
         given: ``--samples`` when given on the command line (must agree), else None.
 
     Returns:
-        The number of samples per source; ``given`` (or 10, ``infer``'s default) for a method without a sampling
-        source.
+        The number of samples per source; ``given`` (or 10, ``infer``'s default) for a method without a source that
+        draws them.
 
     Raises:
         ValueError: the model and method cannot draw the rule's samples per case, or ``given`` disagrees.
@@ -297,18 +307,31 @@ def rule_samples(rule: RuleSettings, method: str, spatial_dims: int, members: in
     tokens = method_tokens(method)
     k = sum(t in _SAMPLING for t in tokens) + (tokens == ["ssn"])
     other = (2 ** spatial_dims if "tta" in tokens else 1) * (members if "ensemble" in tokens else 1)
-    n = rule.num_samples
-    samples: int | None = given if k == 0 else None
-    if k and n % other == 0:
-        root = round((n // other) ** (1 / k))
-        samples = next((s for s in (root - 1, root, root + 1) if s >= 1 and s**k * other == n), None)
-    if (k == 0 and n != other) or samples is None:
-        raise ValueError(f"--settings-from: {rule.source} records {n} samples per case, which --method {method} "
-                         f"cannot draw with this model ({members} checkpoint(s), {spatial_dims}D)")
-    if given is not None and given != samples:
+    n, recorded = rule.num_samples, rule.samples_per_source
+    cannot = ValueError(f"--settings-from: {rule.source} records {n} samples per case"
+                        f"{'' if recorded is None else f' and {recorded} draws per source'}, which --method {method} "
+                        f"cannot draw with this model ({members} checkpoint(s), {spatial_dims}D)")
+    samples: int | None = None
+    if k == 0:  # no source multiplies the samples per case by --samples
+        if n != other:
+            raise cannot
+        samples = recorded  # an SSN's latent draws (averaged into one sample), else None: --samples changes nothing
+        if "ssn" in tokens and recorded is None:
+            raise ValueError(f"--settings-from: {rule.source} records no SSN latent draws per sample (a rule certified "
+                             f"before they were recorded), which --method {method} needs; re-certify the rule on "
+                             "predictions of this version")
+    else:
+        if n % other == 0:
+            root = round((n // other) ** (1 / k))
+            samples = next((s for s in (root - 1, root, root + 1) if s >= 1 and s**k * other == n), None)
+        if samples is None or (recorded is not None and recorded != samples):
+            raise cannot
+    if given is not None and samples is not None and given != samples:
         raise ValueError(f"--samples {given} contradicts the settings of {rule.source} ({n} samples per case: "
                          f"--samples {samples}); leave the option out")
-    return 10 if samples is None else samples
+    if samples is None:  # the method draws no --samples: any value makes the same maps
+        return 10 if given is None else given
+    return samples
 
 
 def check_rule_model(rule: RuleSettings, weights: Sequence[Mapping[str, Any]] | None) -> None:

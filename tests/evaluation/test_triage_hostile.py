@@ -245,3 +245,17 @@ def test_nnunet_fold_checkpoint_retrained_in_place_is_a_mismatch_naming_the_file
     assert diffs[0][1].startswith("fold_1/checkpoint_final.pth") and diffs[0][2].startswith("fold_1/checkpoint")
     with pytest.raises(FingerprintMismatch, match="fold_1/checkpoint_final.pth"):
         raise FingerprintMismatch(diffs)
+
+
+@pytest.mark.parametrize("value", ["7", 2.9, True, -1, [3]])
+def test_old_format_rule_n_candidates_must_be_an_integer(tmp_path, value):
+    from tests.evaluation.test_triage import _rule
+
+    d = _rule([0.1, 0.2], 0.15).to_json()  # no calibration record: format_version 1, read without recomputation
+    assert d["format_version"] == 1
+    d.pop("digest", None)
+    d["calibration"]["n_candidates"] = value
+    path = tmp_path / "rule.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=r"n_candidates.*must be a non-negative int"):
+        ReferralRule.load(path)

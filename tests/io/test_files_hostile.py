@@ -39,3 +39,19 @@ def test_check_output_file_refuses_inputs_links_and_unwritable_folders(tmp_path)
     os.symlink(tmp_path / "gone", tmp_path / "dangling")
     with pytest.raises(ValueError, match="broken symbolic link"):
         check_writable_folder(tmp_path / "dangling" / "x")
+
+
+@pytest.mark.parametrize("sub, refused", [("products/conformal", True), ("products", True), ("state/cases/x", True),
+                                          ("maps", True), ("conformal", False), ("products_copy", False)])
+def test_an_output_inside_a_folder_a_command_owns_is_refused(tmp_path, sub, refused):
+    from monai_unc.evaluation.products import command_output_markers
+    from monai_unc.io.files import check_output_kind
+
+    evaluation = tmp_path / "evaluation"
+    (evaluation / "products" / "conformal").mkdir(parents=True)  # evaluate's per-rule masks
+    (evaluation / "summary.json").write_text("{}")
+    if refused:
+        with pytest.raises(ValueError, match=r"^--output: .* lies in .*monai-unc evaluate"):
+            check_output_kind(evaluation / sub, "conformal", command_output_markers())
+    else:
+        check_output_kind(evaluation / sub, "conformal", command_output_markers())

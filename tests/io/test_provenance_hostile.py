@@ -10,8 +10,10 @@ import pytest
 
 from monai_unc.io.provenance import (
     MAX_DOCUMENT_DEPTH,
+    compare_fingerprints,
     json_depth,
     parse_untrusted_json,
+    prediction_fingerprint,
     read_checked_json,
     rule_digest,
 )
@@ -81,3 +83,31 @@ def test_edited_truncated_and_foreign_rule_files(tmp_path):
         read_checked_json(path, fmt="f", versions=[2], what="rule", written_by="w")
     with pytest.raises(FileNotFoundError, match="rule not found"):
         read_checked_json(tmp_path / "none.json", fmt="f", versions=[1], what="rule", written_by="w")
+
+
+def _infer_folder(path, method, samples, num_samples):
+    """A prediction folder's records as monai-unc infer writes them (no images: the fingerprint reads records)."""
+    path.mkdir()
+    settings = {"model": "network: UNet", "method": method, "samples": samples, "roi": [8, 8, 8], "overlap": 0.25,
+                "intensity": "none", "measures": ["predictive_entropy"], "seed": 0, "activation": "softmax",
+                "checkpoints": ["m.pt"], "tta_noise": 0.0, "ratein_target": 0.1, "dropout": None}
+    (path / "infer.json").write_text(json.dumps({"settings": settings}))
+    (path / "c1.json").write_text(json.dumps({"method": method, "num_samples": num_samples, "mi_meaning": "x"}))
+    return prediction_fingerprint(path)
+
+
+@pytest.mark.parametrize("method, rule_draws, pred_draws, n, old_rule, status", [
+    ("ssn+tta", 50, 2, 8, False, "mismatch"),  # the SSN's draws are averaged into one sample: not in num_samples
+    ("ssn+ensemble", 50, 2, 2, False, "mismatch"),
+    ("ssn+tta", 10, 10, 8, False, "match"),
+    ("ssn+tta", 10, 10, 8, True, "mismatch"),  # a rule that did not record the draws: unknown, the safe side
+    ("mcdropout+ssn", 3, 3, 3, True, "match"),  # an older rule whose num_samples pins the draws still matches
+    ("ssn", 4, 4, 4, True, "match"),
+    ("tta", 2, 50, 8, False, "match"),  # --samples changes nothing without a source that draws it
+])
+def test_fingerprint_records_the_draws_per_source(tmp_path, method, rule_draws, pred_draws, n, old_rule, status):
+    rule = _infer_folder(tmp_path / "cal", method, rule_draws, n)
+    pred = _infer_folder(tmp_path / "new", method, pred_draws, n)
+    if old_rule:
+        rule.pop("samples_per_source", None)
+    assert compare_fingerprints(rule, pred)[0] == status

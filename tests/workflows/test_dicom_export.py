@@ -346,3 +346,34 @@ def test_triage_reads_dicom_series_as_its_images(tmp_path):
         doc = json.loads((tmp_path / f"triage_{name}" / "triage.json").read_text())
         out[name] = [{k: c.get(k) for k in ("case", "decision", "reason", "image_z_max")} for c in doc["cases"]]
     assert out["dicom"] == out["nifti"] and all(c["image_z_max"] is not None for c in out["dicom"])
+
+
+@pytest.mark.parametrize("option", ["--evaluation", "--triage", "--conformal"])
+def test_numbers_made_from_other_predictions_are_refused(exported, tmp_path, capsys, option):
+    import shutil
+    import warnings
+
+    from monai_unc.evaluation.resume import file_signature
+    from monai_unc.workflows.dicom import check_made_from
+
+    root, pred, series = exported[:3]
+    other = tmp_path / "other"  # other predictions with the same case ids
+    other.mkdir()
+    shutil.copy2(pred / "case0_seg.nii.gz", other / "case0_seg.nii.gz")
+    folder = tmp_path / option.strip("-")
+    shutil.copytree(root / option.strip("-"), folder)
+    (folder / "state" / "cases").mkdir(parents=True)
+    record = {"case": "case0", "fingerprint": {"inputs": {"seg": file_signature(other / "case0_seg.nii.gz")}}}
+    (folder / "state" / "cases" / "case0.json").write_text(json.dumps(record))
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), option, str(folder),
+               "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and option in err[0] and "other predictions" in err[0], err
+    assert not (tmp_path / "out" / "case0").exists()
+    with warnings.catch_warnings():  # the folder made from these predictions passes (case1: no record, a warning)
+        warnings.simplefilter("error")
+        check_made_from(folder, option, {})
+    record["fingerprint"]["inputs"]["seg"] = file_signature(pred / "case0_seg.nii.gz")
+    (folder / "state" / "cases" / "case0.json").write_text(json.dumps(record))
+    with pytest.warns(UserWarning, match="records no inputs for 1 case"):
+        check_made_from(folder, option, {"case0": pred / "case0_seg.nii.gz", "case1": pred / "case1_seg.nii.gz"})

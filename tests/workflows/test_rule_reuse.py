@@ -147,3 +147,22 @@ def test_every_field_taken_is_validated(certified, field, value, msg):
     fp[field] = value
     with pytest.raises(ValueError, match=msg):
         settings_of_fingerprint(fp, "referral rule r.json")
+
+
+@pytest.mark.parametrize("method, n, per_source, given, expected", [
+    ("ssn+tta", 8, 50, None, 50),  # the rule's SSN draws, not infer's default
+    ("ssn+ensemble", 2, 7, None, 7),
+    ("ssn+tta", 8, 50, 2, "--samples 2 contradicts"),
+    ("ssn+tta", 8, None, None, "records no SSN latent draws"),  # a rule certified before they were recorded
+    ("tta", 8, None, None, 10),  # --samples changes nothing: the default, not a refusal
+    ("mcdropout+tta", 24, 3, None, 3),
+])
+def test_settings_from_takes_the_rules_draws_per_source(method, n, per_source, given, expected):
+    from monai_unc.workflows.reuse import RuleSettings, rule_samples
+
+    rule = RuleSettings("rule r.json", {}, n, samples_per_source=per_source)
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=expected):
+            rule_samples(rule, method, 3, 2, given)
+    else:
+        assert rule_samples(rule, method, 3, 2, given) == expected

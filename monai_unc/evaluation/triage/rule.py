@@ -938,6 +938,10 @@ class ReferralRule:
                 regions = _field(d, "regions", source, dict)
                 if ver < 2:
                     raise ValueError(f"{source}: a rule with regions must have format_version 2, got {ver}")
+            n_cand = cal.get("n_candidates")  # absent or null in older rules: 0 (one threshold tested)
+            if n_cand is not None and (isinstance(n_cand, bool) or not isinstance(n_cand, int) or n_cand < 0):
+                shown = repr(n_cand)[:40]
+                raise ValueError(f"{source}: calibration: field 'n_candidates' must be a non-negative int, got {shown}")
             record = None
             if ver >= 3:
                 record = CalibrationRecord.from_json(cal, "calibration")
@@ -956,7 +960,7 @@ class ReferralRule:
                 bound=_number(cal.get("bound"), "calibration.bound", allow_null=True),
                 coverage=_number(cal.get("coverage"), "calibration.coverage", allow_null=True),
                 observed_risk=_number(cal.get("observed_risk"), "calibration.observed_risk", allow_null=True),
-                n_candidates=int(cal.get("n_candidates") or 0),
+                n_candidates=n_cand or 0,
                 n_undefined=_field(cal, "n_undefined", f"{source}: calibration", int),
                 patch_size=_field(sc, "patch_size", f"{source}: score", int),
                 map_source=_field(sc, "map_source", f"{source}: score", str),
