@@ -40,6 +40,9 @@ __all__ = [
     "check_integer",
     "is_int",
     "is_real",
+    "is_finite_real",
+    "is_count",
+    "is_text_list",
     "real_number",
     "exceeds",
     "below",
@@ -345,6 +348,36 @@ def is_real(value: Any) -> bool:
         (True, True, True, False, False)
     """
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_finite_real(value: Any) -> bool:
+    """Whether ``value`` is a finite real number (:func:`is_real`, not NaN or infinite).
+
+    Example:
+        >>> is_finite_real(0.5), is_finite_real(float("nan")), is_finite_real(True), is_finite_real(None)
+        (True, False, False, False)
+    """
+    return is_real(value) and math.isfinite(value)
+
+
+def is_count(value: Any) -> bool:
+    """Whether ``value`` is a count read from an untrusted file: an integer (:func:`is_int`) in ``[0, 2**53]``.
+
+    Example:
+        >>> is_count(3), is_count(-1), is_count(3.0), is_count(True), is_count(2**60)
+        (True, False, False, False, False)
+    """
+    return is_int(value) and 0 <= value <= 2**53
+
+
+def is_text_list(value: Any) -> bool:
+    """Whether ``value`` is a list of strings (case ids, names, lines read from an untrusted file).
+
+    Example:
+        >>> is_text_list(["a", "b"]), is_text_list([]), is_text_list(["a", 1]), is_text_list("ab")
+        (True, True, False, False)
+    """
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def real_number(value: Any, name: str, error: type[Exception] = TypeError) -> float:

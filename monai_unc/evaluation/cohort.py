@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from .._utils import is_count, is_finite_real, is_text_list
 from ..io import CaseFiles, atomic_write_text, json_safe, save_state, write_csv
 from ..io.files import json_default
-from ..io.provenance import parse_untrusted_json
+from ..io.provenance import decode_untrusted_json
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics, reliability_curve
 from ..metrics.casewise import failure_detection, ood_auroc
 from ..metrics.selective import area_under_referral_curve, referral_curve
@@ -768,18 +769,6 @@ _SUMMARY_BLOCKS = ("dice", "calibration", "reliability", "spatial", "failure_det
                    "failures", "qu_brats", "ood", "risk_control", "regions", "config")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**53
-
-
-def _is_ids(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
 def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source: str = "summary.json") -> None:
     """Check the fields of a ``summary.json`` read back from a file that a user may have edited.
 
@@ -809,45 +798,45 @@ def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source:
     if "n_cases" not in summary:
         raise ValueError(f"{source}: 'n_cases' is missing")
     n = summary["n_cases"]
-    if not _is_count(n):
+    if not is_count(n):
         raise bad("n_cases", "a count of cases", n)
     for name in _SUMMARY_BLOCKS:
         if summary.get(name) is not None and not isinstance(summary[name], dict):
             raise bad(name, "an object", summary[name])
-    if summary.get("num_classes") is not None and not (_is_count(summary["num_classes"]) and summary["num_classes"]):
+    if summary.get("num_classes") is not None and not (is_count(summary["num_classes"]) and summary["num_classes"]):
         raise bad("num_classes", "a positive number of classes", summary["num_classes"])
-    if summary.get("class_names") is not None and not _is_ids(summary["class_names"]):
+    if summary.get("class_names") is not None and not is_text_list(summary["class_names"]):
         raise bad("class_names", "a list of names or null", summary["class_names"])
     if summary.get("measure") is not None and not isinstance(summary["measure"], str):
         raise bad("measure", "a measure name or null", summary["measure"])
-    if summary.get("warnings") is not None and not _is_ids(summary["warnings"]):
+    if summary.get("warnings") is not None and not is_text_list(summary["warnings"]):
         raise bad("warnings", "a list of lines", summary["warnings"])
     score = summary.get("score")
     if not isinstance(score, dict) or not isinstance(score.get("column"), str):
         raise bad("score", 'an object with a "column" name', score)
-    if score.get("undefined") is not None and not _is_ids(score["undefined"]):
+    if score.get("undefined") is not None and not is_text_list(score["undefined"]):
         raise bad("score.undefined", "a list of case ids", score["undefined"])
     triage = summary.get("triage")
     if not isinstance(triage, dict):
         raise bad("triage", "an object", triage)
-    if not _is_number(triage.get("budget")) or not 0.0 <= triage["budget"] < 1.0:
+    if not is_finite_real(triage.get("budget")) or not 0.0 <= triage["budget"] < 1.0:
         raise bad("triage.budget", "a referral fraction in [0, 1)", triage.get("budget"))
-    if not _is_count(triage.get("n_referred")) or triage["n_referred"] > n:
+    if not is_count(triage.get("n_referred")) or triage["n_referred"] > n:
         raise bad("triage.n_referred", f"a count of cases at most n_cases ({n})", triage.get("n_referred"))
     for key in ("referred", "order"):
-        if not _is_ids(triage.get(key)):
+        if not is_text_list(triage.get(key)):
             raise bad(f"triage.{key}", "a list of case ids", triage.get(key))
     failures = summary.get("failures")
     if not isinstance(failures, dict):
         raise bad("failures", "an object", failures)
-    if not _is_number(failures.get("dice_threshold")) or not 0.0 <= failures["dice_threshold"] <= 1.0:
+    if not is_finite_real(failures.get("dice_threshold")) or not 0.0 <= failures["dice_threshold"] <= 1.0:
         raise bad("failures.dice_threshold", "a Dice in [0, 1]", failures.get("dice_threshold"))
     dice = summary.get("dice")
-    if not isinstance(dice, dict) or not (dice.get("mean") is None or _is_number(dice["mean"])):
+    if not isinstance(dice, dict) or not (dice.get("mean") is None or is_finite_real(dice["mean"])):
         raise bad("dice", 'an object with a numeric "mean"', dice)
     referral = summary.get("referral")
     if isinstance(referral, dict) and not (referral.get("area_normalized") is None
-                                           or _is_number(referral["area_normalized"])):
+                                           or is_finite_real(referral["area_normalized"])):
         raise bad("referral.area_normalized", "a number or null", referral["area_normalized"])
     try:
         config_from_summary(summary, rows)
@@ -881,7 +870,7 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
     if not path.is_file():
         raise FileNotFoundError(f"no summary.json in {folder}: run monai-unc evaluate --output {folder} first")
     state = CohortState.load(folder / STATE_DIR)
-    summary = parse_untrusted_json(path.read_text(encoding="utf-8"), str(path))
+    summary = decode_untrusted_json(path.read_bytes(), str(path))
     _check_summary(summary, state.rows, str(path))
     score = summary.get("score")
     if isinstance(score, dict) and state.rows and score.get("column") not in state.rows[0]:

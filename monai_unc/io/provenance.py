@@ -745,6 +745,34 @@ def parse_untrusted_json(text: str, source: str) -> Any:
     return doc
 
 
+def decode_untrusted_json(raw: bytes, source: str) -> Any:
+    """The strict JSON (:func:`parse_untrusted_json`) of an untrusted file's bytes, which must be UTF-8 text.
+
+    Args:
+        raw: the file's bytes (a caller that also digests them reads them once).
+        source: how the message names the file.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        ValueError: one line starting with ``source``: not UTF-8 text, or not strict JSON within the limits.
+
+    Example:
+        >>> decode_untrusted_json(b'{"a": 1}', "x")
+        {'a': 1}
+        >>> decode_untrusted_json(bytes([123, 255, 125]), "x")
+        Traceback (most recent call last):
+        ...
+        ValueError: x: not UTF-8 text (invalid start byte at byte 1)
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return parse_untrusted_json(text, source)
+
+
 def read_checked_json(
     path: str | os.PathLike,
     *,

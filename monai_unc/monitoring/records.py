@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from .._utils import is_finite_real
 from ..evaluation.case import load_evaluation_case
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
 from ..io import CaseFiles, read_csv
-from ..io.provenance import has_weight_digests, parse_untrusted_json
+from ..io.provenance import decode_untrusted_json, has_weight_digests
 from .store import UNKNOWN_SITE, CaseRecord
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
@@ -175,9 +176,8 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
 def _check_rule_fields(rule: Mapping[str, Any], path: Path) -> None:
     """The fields of a ``triage.json``'s rule that the store keeps and ``monitor label`` uses, checked (named)."""
     scores = (rule.get("calibration") or {}).get("case_scores", [])
-    if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v))
-           for v in scores):
-        bad = next(v for v in scores if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))))
+    if any(v is not None and not is_finite_real(v) for v in scores):
+        bad = next(v for v in scores if v is not None and not is_finite_real(v))
         raise ValueError(f"{path}: field 'rule.calibration.case_scores' must hold numbers (or null), got "
                          f"{bad!r}"[:300])
     risk = rule.get("risk", "failure")
@@ -224,12 +224,8 @@ def read_triage_run(
     path = root / "triage.json"
     if not path.is_file():
         raise ValueError(f"{os.fspath(folder)!r} is not a triage output folder (no triage.json)")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    doc = parse_untrusted_json(text, str(path))  # no NaN / Infinity / 1e400, no huge number, no key given twice
+    raw = path.read_bytes()  # parsed and digested (the run's identity in the store)
+    doc = decode_untrusted_json(raw, str(path))  # UTF-8; no NaN / Infinity / 1e400, no huge number, no key twice
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a triage summary")
     rule = doc.get("rule")

@@ -41,12 +41,12 @@ from urllib.parse import quote
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
-from .._utils import is_int, is_real
+from .._utils import is_count, is_finite_real, is_text_list
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text, load_case
-from ..io.provenance import parse_untrusted_json
+from ..io.provenance import decode_untrusted_json
 from ..product import Overlay, command_product
 from .html import (
     PAGE_CSS,
@@ -344,25 +344,19 @@ def _check_summary(summary: Any, source: str) -> None:
     def bad(name: str, want: str, value: Any) -> ValueError:
         return ValueError(f"{source}: field {name!r} must be {want}, got {type(value).__name__} {value!r}"[:400])
 
-    def count(value: Any) -> bool:
-        return is_int(value) and 0 <= value <= 2**53
-
     def number(value: Any) -> bool:  # a finite number or null (strict JSON has no NaN: an undefined value is null)
-        return value is None or (is_real(value) and math.isfinite(value))
+        return value is None or is_finite_real(value)
 
     def text(value: Any) -> bool:
         return isinstance(value, str)
 
-    def texts(value: Any) -> bool:
-        return isinstance(value, list) and all(map(text, value))
-
     if not isinstance(summary, dict):
         raise ValueError(f"{source}: the triage summary must be a JSON object, got {type(summary).__name__}")
     for name in ("n_cases", "n_accepted", "n_review"):
-        if not count(summary.get(name)):
+        if not is_count(summary.get(name)):
             raise bad(name, "a count of cases", summary.get(name))
     reasons = summary.get("reasons", {})
-    if not isinstance(reasons, dict) or not all(map(count, reasons.values())):
+    if not isinstance(reasons, dict) or not all(map(is_count, reasons.values())):
         raise bad("reasons", "an object of counts", reasons)
     if not isinstance(summary.get("rule"), dict):
         raise bad("rule", "an object (the referral rule)", summary.get("rule"))
@@ -370,7 +364,7 @@ def _check_summary(summary: Any, source: str) -> None:
         if summary.get(name) is not None and not text(summary[name]):
             raise bad(name, "text or null", summary[name])
     for name in ("notes", "warnings"):
-        if summary.get(name) is not None and not texts(summary[name]):
+        if summary.get(name) is not None and not is_text_list(summary[name]):
             raise bad(name, "a list of lines", summary[name])
     fp = summary.get("fingerprint")
     if not isinstance(fp, dict) or not (fp.get("status") is None or text(fp["status"])):
@@ -396,7 +390,7 @@ def _check_summary(summary: Any, source: str) -> None:
             raise bad(f"cases[{i}].region_scores", "an object of finite numbers or null", regions)
     ids = [c["case"] for c in cases]
     order = summary.get("order")
-    if len(set(ids)) != len(ids) or not texts(order) or sorted(order) != sorted(ids):
+    if len(set(ids)) != len(ids) or not is_text_list(order) or sorted(order) != sorted(ids):
         raise bad("order", "the case ids of 'cases', each once", order)
     if summary["n_cases"] != len(cases):
         raise bad("n_cases", f"the number of cases ({len(cases)})", summary["n_cases"])
@@ -456,12 +450,7 @@ def build_triage_page(
     path = folder / "triage.json"
     if not path.is_file():
         raise FileNotFoundError(f"no triage.json in {folder}: run monai-unc triage --output {folder} first")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    summary = parse_untrusted_json(text, str(path))  # no NaN / Infinity / 1e400, no huge number, no key given twice
+    summary = decode_untrusted_json(path.read_bytes(), str(path))  # UTF-8, strict JSON (no NaN, no key twice)
     _check_summary(summary, str(path))
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
     products = {command: command_product(command) for command in folders}

@@ -21,13 +21,13 @@ exchangeable): ``--seed`` stays the user's.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._utils import is_finite_real
 from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
 from ..keys import MEASURES
 from ..product import registered_products
@@ -76,10 +76,6 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
@@ -185,13 +181,13 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
     if per_source is not None and (not _is_int(per_source) or not 1 <= per_source <= 1_000_000):
         raise _bad(source, "samples_per_source", per_source, "null or a positive number of draws per source")
     overlap, noise, target, dropout = (fp.get(k) for k in ("overlap", "tta_noise", "ratein_target", "dropout"))
-    if not _is_number(overlap) or not 0 <= overlap < 1:
+    if not is_finite_real(overlap) or not 0 <= overlap < 1:
         raise _bad(source, "overlap", overlap, "a number in [0, 1)")
-    if not _is_number(noise) or noise < 0:
+    if not is_finite_real(noise) or noise < 0:
         raise _bad(source, "tta_noise", noise, "a number >= 0")
-    if not _is_number(target) or not 0 <= target <= 1:
+    if not is_finite_real(target) or not 0 <= target <= 1:
         raise _bad(source, "ratein_target", target, "a number in [0, 1]")
-    if dropout is not None and (not _is_number(dropout) or not 0 < dropout < 1):
+    if dropout is not None and (not is_finite_real(dropout) or not 0 < dropout < 1):
         raise _bad(source, "dropout", dropout, "null or a rate in (0, 1)")
     intensity, activation = fp.get("intensity"), fp.get("activation")
     if intensity not in _INTENSITIES:
@@ -235,7 +231,7 @@ def _same(name: str, given: Any, recorded: Any) -> bool:
         return given is not None and set(given) == set(recorded) and len(given) == len(recorded)
     if name == "regions":
         return isinstance(given, Mapping) and {k: list(v) for k, v in given.items()} == recorded
-    if isinstance(recorded, float) and _is_number(given):
+    if isinstance(recorded, float) and is_finite_real(given):
         return float(given) == recorded
     return given == recorded
 
