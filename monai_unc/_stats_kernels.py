@@ -21,7 +21,8 @@ up to the rounding of each addition: unit weights give the same ``sum_p`` bit fo
 rounded addition either way); weighted samples, float32 sums and the one-channel square sum differ by at most one
 rounding per addition, well inside :func:`~monai_unc.stats.accumulation_error_bound`. The entropy equals the
 reference's on the CPU (the same torch formula; float16 / bfloat16 samples included) and is within a few float32
-roundings of it on CUDA.
+roundings of it on CUDA (:meth:`~monai_unc.stats.SampleStats.sample_entropy` evaluates an entropy exactly as the
+update does, for comparisons that must hold bit for bit).
 
 :func:`value_flags` is the read-only pass of the checks (non-finite values, range, sums over classes): the caller
 raises with the reference checks' own messages when it flags a sample.

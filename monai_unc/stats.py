@@ -699,6 +699,34 @@ class SampleStats:
         """Total weight of the samples seen (equals the number of samples for unit weights)."""
         return self.sum_w
 
+    def sample_entropy(self, probs: torch.Tensor) -> torch.Tensor:
+        """The entropy of ``probs`` evaluated exactly as :meth:`update` evaluates each sample's entropy.
+
+        :meth:`update` adds ``H(p_s)`` computed by the fused kernel where one applies (Triton on CUDA evaluates its
+        own logarithm, within a few float32 roundings of torch's) and by the reference formula elsewhere. An inferer
+        that compares the entropy of the mean of a window's samples with their expected entropy needs both evaluated
+        the same way: identical samples then give ``H(m_w) == EE_w`` bit for bit, and a deterministic network MI = 0
+        exactly under overlapping sliding windows (:mod:`monai_unc.inferers.sampling`). The statistics themselves
+        are not changed.
+
+        Args:
+            probs: probabilities ``(B, C, *spatial)`` in the samples' dtype (the entropy is evaluated in it), on the
+                device of the samples.
+
+        Returns:
+            ``H(probs)`` in nats, ``(B, 1, *spatial)`` (``(B, C, *spatial)`` binary entropies for ``multilabel``), in
+            the accumulation dtype.
+
+        Example:
+            >>> p = torch.tensor([[[0.5], [0.5]]])
+            >>> stats = SampleStats(validate=False).update(p).update(p)
+            >>> bool(torch.equal(stats.sample_entropy(stats.mean.float()), stats.moments()["expected_entropy"]))
+            True
+        """
+        one = SampleStats(track_variance=False, accum_dtype=self.accum_dtype, validate=False,
+                          multilabel=self.multilabel)
+        return one.update(to_tensor(probs, "probs")).sum_h
+
     def _require(self) -> None:
         if self.sum_p is None:
             raise ValueError("SampleStats is empty: call update() with at least one sample first")

@@ -384,6 +384,32 @@ except ValueError as err:
     assert "sum to 1" in str(err)
 else:
     raise AssertionError("sums off 1 were accepted")
+# a window of identical samples: H(m_w) evaluated by the kernel that evaluated each H(p_s) (torch's log differs from
+# the kernel's by an ulp), so a deterministic network has MI = 0 exactly under overlapping windows
+from monai.inferers import SlidingWindowInferer
+from monai_unc.inferers import MCDropoutInferer
+
+
+class Inert(torch.nn.Module):
+    def __init__(self, out):
+        super().__init__()
+        self.conv, self.drop = torch.nn.Conv3d(1, out, 3, padding=1), torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return 4 * self.conv(x) + 0.0 * self.drop(torch.ones(1)).sum()
+
+
+x = torch.randn(1, 1, 12, 10, 14, generator=g)
+for act, out in (("softmax", 3), ("sigmoid", 3), ("sigmoid", 1)):
+    torch.manual_seed(0)
+    res = MCDropoutInferer(4, activation=act, base_inferer=SlidingWindowInferer(
+        (8, 8, 8), sw_batch_size=4, overlap=0.5, mode="gaussian"))(x, Inert(out))
+    assert float(res["mutual_information"].abs().max()) == 0, (act, out, float(res["mutual_information"].max()))
+    assert float(res["window_disagreement"].max()) > 1e-3, (act, out)
+    ps = torch.softmax(4 * torch.randn(2, out, 5, 6, 7, generator=g), 1) if act == "softmax" else torch.rand(
+        2, out, 5, 6, 7, generator=g)
+    s = SampleStats(validate=False, multilabel=act == "sigmoid", accum_dtype=torch.float32).update(ps)
+    assert torch.equal(s.sample_entropy(ps), s.sum_h), (act, out)
 print("interpreter check passed")
 """
 
@@ -397,6 +423,25 @@ def test_triton_kernels_under_the_interpreter():
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "interpreter check passed" in r.stdout
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("multilabel", [False, True])
+def test_sample_entropy_is_the_updates_own_on_the_device(cuda_device, multilabel):
+    """``sample_entropy`` evaluates H exactly as the update did (on a GPU: the Triton kernel's log, not torch's)."""
+    ps = samples(3, (2, 3, 20, 24, 16), multilabel, torch.float32, seed=5)
+    for accum in (torch.float64, torch.float32):
+        s = SampleStats(multilabel=multilabel, accum_dtype=accum)
+        for p in ps:
+            s.update(p.to(cuda_device))
+        one = SampleStats(multilabel=multilabel, accum_dtype=accum).update(ps[1].to(cuda_device))
+        assert torch.equal(s.sample_entropy(ps[1].to(cuda_device)), one.sum_h)
+        same = SampleStats(multilabel=multilabel, accum_dtype=accum)
+        for _ in range(4):  # identical samples: the entropy of their mean is their expected entropy, bit for bit
+            same.update(ps[2].to(cuda_device))
+        m = same.moments()
+        if accum == torch.float64:  # float64 sums of 4 equal float32 values: the mean is the value itself
+            assert torch.equal(same.sample_entropy(m["pred"].float()), m["expected_entropy"])
 
 
 @pytest.mark.cuda

@@ -59,7 +59,6 @@ from torch import nn
 
 from .._utils import check_bool, check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
-from ..measures import entropy_map_t
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
 from ..stats import (
@@ -766,10 +765,11 @@ class UncertaintyInferer(Inferer):
             # blends them into buffers of the input's dtype. In place: no second copy of the sums
             out = dict(stats.take_moments())
             if self.window_disagreement == "separate" and self._stitches():
-                # H(m_w) in the precision of the probabilities, as each sample's H(p_s) in EE: identical samples then
-                # give H(m_w) == EE_w bitwise, and a deterministic network MI = 0 exactly after stitching
+                # H(m_w) in the precision of the probabilities and by the kernel that evaluated each sample's H(p_s)
+                # in EE: identical samples then give H(m_w) == EE_w bitwise, and a deterministic network MI = 0
+                # exactly after stitching
                 m = out[K.PRED.value]
-                out[_WINDOW_PE] = entropy_map_t(m.to(probs_dtype), 1, False, stats.multilabel).to(m.dtype)
+                out[_WINDOW_PE] = stats.sample_entropy(m.to(probs_dtype)).to(m.dtype)
             if self.keep_samples:
                 # (B, S*C, *spatial): stitchable; in the order of the product of the sources
                 out[K.SAMPLES.value] = torch.cat([kept[i] for i in sorted(kept)], dim=1)

@@ -634,9 +634,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             passes = 1
         result = stats.moments()
         if self.window_disagreement == "separate":
-            # H(m_w) in the precision of the samples (float32), as each sample's H(p_s) in EE: a window of identical
-            # samples gives H(m_w) == EE_w bitwise, so a deterministic model has MI = 0 exactly after stitching
-            result[WINDOW_ENTROPY] = entropy_map_t(result[K.PRED.value], 1, False, self._multilabel)
+            # H(m_w) in the precision of the samples (float32) and by the kernel that evaluated each sample's H(p_s)
+            # in EE: a window of identical samples gives H(m_w) == EE_w bitwise, so a deterministic model has MI = 0
+            # exactly after stitching
+            result[WINDOW_ENTROPY] = stats.sample_entropy(result[K.PRED.value])
         if self._want_logits:
             n = passes * len(combos)
             sums = [s.div_(n) if n > 1 else s for s in logit_sums]
