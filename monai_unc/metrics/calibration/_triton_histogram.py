@@ -19,14 +19,16 @@ if triton is not None:
 
         Bins 0, F - 1 and F (probabilities near 0 and 1, where a segmentation's values concentrate) get one atomic per
         program with the block's sum; the other bins one atomic per voxel. With ``F == 1`` bin ``F - 1`` is bin 0,
-        added once.
+        added once. Every atomic is relaxed (``sem="relaxed"``): the counts need no ordering among the programs (the
+        launch's end makes them visible), and Triton's default acquire-release semantics fence each one.
         """
         zero = tl.zeros_like(val)
-        tl.atomic_add(table_ptr + row_base, tl.sum(tl.where(m & (b == 0), val, zero), axis=0))
+        tl.atomic_add(table_ptr + row_base, tl.sum(tl.where(m & (b == 0), val, zero), axis=0), sem="relaxed")
         if F > 1:
-            tl.atomic_add(table_ptr + row_base + (F - 1), tl.sum(tl.where(m & (b == F - 1), val, zero), axis=0))
-        tl.atomic_add(table_ptr + row_base + F, tl.sum(tl.where(m & (b == F), val, zero), axis=0))
-        tl.atomic_add(table_ptr + row_base + b, val, mask=m & (b > 0) & (b < F - 1))
+            last = tl.sum(tl.where(m & (b == F - 1), val, zero), axis=0)
+            tl.atomic_add(table_ptr + row_base + (F - 1), last, sem="relaxed")
+        tl.atomic_add(table_ptr + row_base + F, tl.sum(tl.where(m & (b == F), val, zero), axis=0), sem="relaxed")
+        tl.atomic_add(table_ptr + row_base + b, val, mask=m & (b > 0) & (b < F - 1), sem="relaxed")
 
 
     @triton.jit
@@ -102,7 +104,7 @@ if triton is not None:
                 total_ptr, hits_ptr, sums_ptr, wtotal_ptr, whits_ptr, row, b, v, wi, ones, m, m & is_lab, F, WEIGHTED
             )
         invalid = (bad | ((tl.abs(s - 1.0) <= tol) == 0)) & m
-        tl.atomic_add(flags_ptr, tl.sum(invalid.to(tl.int64), axis=0))
+        tl.atomic_add(flags_ptr, tl.sum(invalid.to(tl.int64), axis=0), sem="relaxed")
         correct = (pred == lab) & m
         b = (conf * F).to(tl.int64)
         row = base + C * stride
@@ -118,6 +120,6 @@ if triton is not None:
         brier = sq - 2.0 * p_true + 1.0
         zero = tl.zeros([BLOCK], tl.float64)
         sbase = (pid % REP).to(tl.int64) * 3
-        tl.atomic_add(scal_ptr + sbase, tl.sum(tl.where(m, wi, zero), axis=0))
-        tl.atomic_add(scal_ptr + sbase + 1, tl.sum(tl.where(m, nll * wi, zero), axis=0))
-        tl.atomic_add(scal_ptr + sbase + 2, tl.sum(tl.where(m, brier * wi, zero), axis=0))
+        tl.atomic_add(scal_ptr + sbase, tl.sum(tl.where(m, wi, zero), axis=0), sem="relaxed")
+        tl.atomic_add(scal_ptr + sbase + 1, tl.sum(tl.where(m, nll * wi, zero), axis=0), sem="relaxed")
+        tl.atomic_add(scal_ptr + sbase + 2, tl.sum(tl.where(m, brier * wi, zero), axis=0), sem="relaxed")
