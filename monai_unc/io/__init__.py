@@ -66,7 +66,7 @@ from .files import (
     save_state,
     weight_digests,
 )
-from .tables import CSV_NAN, format_cell, parse_float, read_csv, table_columns, write_csv
+from .tables import CSV_NAN, FORMULA_PREFIXES, format_cell, parse_float, read_csv, table_columns, write_csv
 
 __all__ = [
     "VOLUME_EXTENSIONS",
@@ -128,6 +128,7 @@ __all__ = [
     "atomic_gzip",
     "json_safe",
     "CSV_NAN",
+    "FORMULA_PREFIXES",
     "format_cell",
     "table_columns",
     "write_csv",

@@ -20,6 +20,13 @@ str, path                              the text (quoted by the ``csv`` module wh
 ``float(cell)``, :func:`numpy.genfromtxt` and ``pandas.read_csv`` read ``nan`` / ``inf`` / ``-inf`` back as
 NaN / infinity, and an empty cell as a missing value (NaN in a float column). Files are UTF-8 with ``\n`` line
 ends, written under a temporary name and renamed (:func:`~monai_unc.io.files.atomic_path`).
+
+Spreadsheets: a text cell (a case id, a region name, a path; the header too) that begins with ``=``, ``+``, ``-``,
+``@``, a tab or a carriage return is written with an apostrophe in front (``'=HYPERLINK(...)``), so that a
+spreadsheet shows it as text instead of evaluating it as a formula (CSV injection: case ids come from file names a
+hospital's systems chose); a text that begins with an apostrophe gets one more, so the rule can be undone.
+:func:`read_csv` removes the apostrophe (every table round-trips); other readers see it. Numbers are never
+escaped (``-0.5``, ``-inf`` stay numbers).
 """
 
 from __future__ import annotations
@@ -34,10 +41,22 @@ import numpy as np
 
 from .files import atomic_path
 
-__all__ = ["CSV_NAN", "format_cell", "table_columns", "write_csv", "read_csv", "parse_float"]
+__all__ = ["CSV_NAN", "FORMULA_PREFIXES", "format_cell", "table_columns", "write_csv", "read_csv", "parse_float"]
 
 #: how a NaN cell is written (``repr(float("nan"))``)
 CSV_NAN = "nan"
+#: first characters that make a spreadsheet read a text cell as a formula: such cells get an apostrophe in front
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _escape_text(text: str) -> str:
+    """``text`` as a cell no spreadsheet evaluates: an apostrophe in front of a formula prefix or an apostrophe."""
+    return "'" + text if text.startswith(FORMULA_PREFIXES) or text.startswith("'") else text
+
+
+def _unescape_text(cell: str) -> str:
+    """The text :func:`_escape_text` escaped (the apostrophe it added removed)."""
+    return cell[1:] if cell.startswith("'") else cell
 
 
 def format_cell(value: Any) -> str:
@@ -101,8 +120,10 @@ def write_csv(
     cell. Cells follow :func:`format_cell`: NaN is written ``nan``, floats at full precision (``repr``, so
     ``float(cell)`` gives the same float64 back), ``None`` as an empty cell, ints as ints, bools as
     ``True`` / ``False``. ``pandas.read_csv``, ``numpy.genfromtxt`` and :func:`read_csv` with :func:`parse_float`
-    read ``nan`` and empty cells back as NaN. The file (UTF-8, ``\n`` line ends) is written under a temporary
-    name and renamed: an error mid-write (e.g. a cell of another type) leaves no file and keeps an older one.
+    read ``nan`` and empty cells back as NaN. A text cell that a spreadsheet would evaluate as a formula (it begins
+    with one of :data:`FORMULA_PREFIXES`) gets an apostrophe in front (module docstring). The file (UTF-8, ``\n``
+    line ends) is written under a temporary name and renamed: an error mid-write (e.g. a cell of another type) leaves
+    no file and keeps an older one.
 
     Args:
         path: the CSV file.
@@ -143,10 +164,14 @@ def write_csv(
         def write(cells: list[str]) -> None:
             (quoted if any("\r" in c for c in cells) else writer).writerow(cells)
 
+        def cell(value: Any) -> str:
+            text = format_cell(value)
+            return _escape_text(text) if isinstance(value, (str, os.PathLike)) else text
+
         if header:  # no columns: an empty file
-            write(header)
+            write([_escape_text(c) for c in header])
         for row in rows:
-            write([format_cell(row.get(c)) for c in header])
+            write([cell(row.get(c)) for c in header])
     return path
 
 
@@ -157,7 +182,8 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         path: the CSV file (UTF-8).
 
     Returns:
-        One dict per row, the cells as written (strings; :func:`parse_float` turns a numeric cell into a float).
+        One dict per row, the cells as written (strings; :func:`parse_float` turns a numeric cell into a float),
+        without the apostrophe :func:`write_csv` puts in front of a text a spreadsheet would evaluate.
 
     Example:
         >>> import tempfile
@@ -169,7 +195,10 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         [0.5, nan]
     """
     with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    # the apostrophe write_csv puts in front of a text a spreadsheet would evaluate (module docstring)
+    return [{_unescape_text(k) if isinstance(k, str) else k: _unescape_text(v) if isinstance(v, str) else v
+             for k, v in row.items()} for row in rows]
 
 
 def parse_float(cell: str | None) -> float:

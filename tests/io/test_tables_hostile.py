@@ -29,7 +29,9 @@ def test_every_nasty_case_id_reads_back_as_written(tmp_path):
     assert [int(r["i"]) for r in back] == list(range(len(NASTY_IDS)))
     with open(path, newline="", encoding="utf-8") as f:
         plain = list(csv.reader(f))
-    assert [r[0] for r in plain[1:]] == NASTY_IDS
+    # other readers see the ids as written, an apostrophe in front of those a spreadsheet would evaluate
+    assert [r[0] for r in plain[1:]] == ["'" + c if c[:1] in ("=", "+", "-", "@", "\t", "\r", "'") else c
+                                         for c in NASTY_IDS]
 
 
 def test_a_carriage_return_in_a_column_name_reads_back(tmp_path):
@@ -95,3 +97,29 @@ def test_numpy_scalars_and_bools_format_like_python_ones():
     assert format_cell(np.str_("x,y")) == "x,y"
     with pytest.raises(ValueError, match="cell must be a number"):
         parse_float("True")
+
+
+def test_text_cells_a_spreadsheet_would_evaluate_are_escaped_and_read_back(tmp_path):
+    """CSV injection: a case id such as ``=HYPERLINK(...)`` (from a file name) was written as is, and a spreadsheet
+    opening metrics.csv evaluated it as a formula. Text cells beginning with a formula prefix (or an apostrophe) get an
+    apostrophe in front; numbers never; read_csv gives every text back unchanged."""
+    import csv as csv_module
+
+    texts = ['=HYPERLINK("http://x.example","open")', "+1", "-2+3", "@SUM(A1:A2)", "\tcase", "\rcase", "'quoted",
+             "''twice", "plain", "a=b", "", "-"]
+    rows = [{"case": t, "dice": v} for t, v in zip(texts, [-0.5, float("-inf"), -1, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0,
+                                                           6.0, 7.0, 8.0])]
+    rows.append({"case": "=x", "dice": None, "-region_dice": "@y"})
+    path = write_csv(tmp_path / "metrics.csv", rows)
+    with open(path, newline="", encoding="utf-8") as f:
+        raw = list(csv_module.reader(f))
+    assert raw[0] == ["case", "dice", "'-region_dice"]
+    written = {r[0] for r in raw[1:]}
+    for t in texts:
+        bad = t[:1] in ("=", "+", "-", "@", "\t", "\r", "'")
+        assert (("'" + t) in written) == bad and (t in written) == (not bad), t
+    assert [r[1] for r in raw[1:4]] == ["-0.5", "-inf", "-1"]  # numbers stay numbers
+    assert raw[-1][2] == "'@y"
+    back = read_csv(path)
+    assert [r["case"] for r in back] == [*texts, "=x"]
+    assert back[-1]["-region_dice"] == "@y" and back[0]["dice"] == "-0.5"
