@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._utils import check_integer
+from ..io import unescape_cell
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
 from ..metrics.qu_brats import QU_BRATS_GRIDS
 from ..product import CohortProduct
@@ -484,9 +485,11 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
     try:
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
+            if reader.fieldnames is not None:  # a table of ours: texts a spreadsheet would evaluate are escaped
+                reader.fieldnames = [unescape_cell(h) for h in reader.fieldnames]
             if reader.fieldnames is None or not {"case", "shift"} <= set(reader.fieldnames):
                 raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {reader.fieldnames}")
-            return {row["case"]: row["shift"] for row in reader}
+            return {unescape_cell(row["case"]): unescape_cell(row["shift"]) for row in reader}
     except (UnicodeDecodeError, csv.Error) as e:
         raise ValueError(f"cannot read the shift table {path} (not a UTF-8 CSV file): {e}") from None
 

@@ -66,7 +66,16 @@ from .files import (
     save_state,
     weight_digests,
 )
-from .tables import CSV_NAN, FORMULA_PREFIXES, format_cell, parse_float, read_csv, table_columns, write_csv
+from .tables import (
+    CSV_NAN,
+    FORMULA_PREFIXES,
+    format_cell,
+    parse_float,
+    read_csv,
+    table_columns,
+    unescape_cell,
+    write_csv,
+)
 
 __all__ = [
     "VOLUME_EXTENSIONS",
@@ -129,6 +138,7 @@ __all__ = [
     "json_safe",
     "CSV_NAN",
     "FORMULA_PREFIXES",
+    "unescape_cell",
     "format_cell",
     "table_columns",
     "write_csv",

@@ -41,7 +41,8 @@ import numpy as np
 
 from .files import atomic_path
 
-__all__ = ["CSV_NAN", "FORMULA_PREFIXES", "format_cell", "table_columns", "write_csv", "read_csv", "parse_float"]
+__all__ = ["CSV_NAN", "FORMULA_PREFIXES", "unescape_cell", "format_cell", "table_columns", "write_csv", "read_csv",
+           "parse_float"]
 
 #: how a NaN cell is written (``repr(float("nan"))``)
 CSV_NAN = "nan"
@@ -50,12 +51,27 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _escape_text(text: str) -> str:
-    """``text`` as a cell no spreadsheet evaluates: an apostrophe in front of a formula prefix or an apostrophe."""
+    """``text`` as a cell no spreadsheet evaluates (an apostrophe in front of a formula prefix or an apostrophe)."""
     return "'" + text if text.startswith(FORMULA_PREFIXES) or text.startswith("'") else text
 
 
-def _unescape_text(cell: str) -> str:
-    """The text :func:`_escape_text` escaped (the apostrophe it added removed)."""
+def unescape_cell(cell: str) -> str:
+    """The text of a cell that :func:`write_csv` wrote: the apostrophe it puts in front of a formula removed.
+
+    :func:`read_csv` applies it to every cell and column name; a reader of a table written by :func:`write_csv` that
+    parses the file by other means (``csv.DictReader`` on a user's file that may also be one of ours) applies it
+    itself.
+
+    Args:
+        cell: the cell text as in the file.
+
+    Returns:
+        ``cell`` without one leading apostrophe (unchanged when it has none).
+
+    Example:
+        >>> unescape_cell("'=SUM(A1:A2)"), unescape_cell("case01"), unescape_cell("''quoted")
+        ('=SUM(A1:A2)', 'case01', "'quoted")
+    """
     return cell[1:] if cell.startswith("'") else cell
 
 
@@ -197,7 +213,7 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     # the apostrophe write_csv puts in front of a text a spreadsheet would evaluate (module docstring)
-    return [{_unescape_text(k) if isinstance(k, str) else k: _unescape_text(v) if isinstance(v, str) else v
+    return [{unescape_cell(k) if isinstance(k, str) else k: unescape_cell(v) if isinstance(v, str) else v
              for k, v in row.items()} for row in rows]
 
 

@@ -37,7 +37,14 @@ from ..engine import DistContext, read_dist_env, sync_errors
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
 from ..inferers import add_dropout, enable_mc_dropout
-from ..io import ImageCase, check_inputs_not_written, check_output_file, check_output_folder, list_image_cases
+from ..io import (
+    ImageCase,
+    check_inputs_not_written,
+    check_output_file,
+    check_output_folder,
+    list_image_cases,
+    unescape_cell,
+)
 from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure
 from ..regions import RegionSpec, parse_regions
 from ..temperature import TemperatureScaled
@@ -202,7 +209,8 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
         if reader.fieldnames is None or "case" not in [h.strip() for h in reader.fieldnames]:
             raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column")
         key = next(h for h in reader.fieldnames if h.strip() == "case")
-        lines = [row[key].strip() for row in reader if (row.get(key) or "").strip()]
+        # a case list of ours (metrics.csv, case_scores.csv): ids a spreadsheet would evaluate are escaped
+        lines = [unescape_cell(row[key].strip()) for row in reader if (row.get(key) or "").strip()]
     if not lines:
         raise ValueError(f"--calibration-cases: {f} lists no case")
     twice = [c for c, n in Counter(lines).items() if n > 1]  # in file order

@@ -123,3 +123,17 @@ def test_text_cells_a_spreadsheet_would_evaluate_are_escaped_and_read_back(tmp_p
     back = read_csv(path)
     assert [r["case"] for r in back] == [*texts, "=x"]
     assert back[-1]["-region_dice"] == "@y" and back[0]["dice"] == "-0.5"
+
+
+def test_shift_and_case_lists_of_ours_read_back_escaped_ids(tmp_path):
+    """shifts.csv and a case list written by write_csv (escaped ids) read back as the ids, by the readers that parse
+    CSV themselves (read_shifts, --calibration-cases)."""
+    from monai_unc.evaluation import read_shifts
+    from monai_unc.io import unescape_cell
+    from monai_unc.workflows.prepare import read_case_list
+
+    path = write_csv(tmp_path / "shifts.csv", [{"case": "=cmd", "shift": "-noise"}, {"case": "b", "shift": "iid"}])
+    assert read_shifts(path) == {"=cmd": "-noise", "b": "iid"}
+    cases = write_csv(tmp_path / "cases.csv", [{"case": "@x", "dice": 0.5}, {"case": "y", "dice": 0.1}])
+    assert read_case_list(cases) == ["@x", "y"]
+    assert unescape_cell("'") == "" and unescape_cell("") == ""
