@@ -214,18 +214,33 @@ def test_toy_bundle_train_config(toy_bundle_trainings):
     parser.get_parsed_content("network_def").load_state_dict(torch.load(ckpt, weights_only=True))
 
 
+@pytest.fixture(scope="module")
+def brain_bundle_runs(tmp_path_factory) -> dict[str, Path]:
+    """The brain bundle's ``inference.json`` on one MNI152 case and ``evaluate.json`` on two, one after the other in
+    one process (one start-up instead of two; each run as ``python -m monai.bundle run`` parses it). Returns the
+    folders (``data``/``out`` of the inference, ``ev_data``/``ev`` of the evaluation) and ``before``, the snapshot of
+    the inference's input folder before the runs; the tests only read them."""
+    root = tmp_path_factory.mktemp("brain_bundle_runs")
+    data, ev_data = root / "data", root / "ev_data"
+    export_mni152_cases(data, n_cases=1)
+    export_mni152_cases(ev_data, n_cases=2)
+    before = _snapshot(data)
+    configs = BUNDLES["brain_tissue_uncertainty"] / "configs"
+    run_bundles(bundle_argv(str(configs / "inference.json"), "--dataset_dir", str(data), "--output_dir",
+                            str(root / "out"), "--num_samples", "3"),
+                bundle_argv(str(configs / "evaluate.json"), "--dataset_dir", str(ev_data), "--output_dir",
+                            str(root / "ev"), "--num_samples", "2"))
+    return {"data": data, "out": root / "out", "ev_data": ev_data, "ev": root / "ev", "before": before}
+
+
 @pytest.mark.slow
-def test_brain_bundle_inference_on_the_mni152_volume(tmp_path):
+def test_brain_bundle_inference_on_the_mni152_volume(brain_bundle_runs):
     from monai_unc.data.training import dice_per_class
 
-    data = tmp_path / "data"
-    export_mni152_cases(data, n_cases=1)
-    before = _snapshot(data)
-    _run_bundle(str(BUNDLES["brain_tissue_uncertainty"] / "configs" / "inference.json"), "--dataset_dir", str(data),
-                "--output_dir", str(tmp_path / "out"), "--num_samples", "3")
+    data, out = brain_bundle_runs["data"], brain_bundle_runs["out"]
     item = load_datalist(data)[0]
     ref = nib.load(item["image"])
-    maps = {s: nib.load(tmp_path / "out" / f"mni152_00_none_{s}.nii.gz")
+    maps = {s: nib.load(out / f"mni152_00_none_{s}.nii.gz")
             for s in ("prob", "seg", "predictive_entropy", "mutual_information")}
     for s, img in maps.items():
         np.testing.assert_allclose(img.affine, ref.affine, atol=1e-6, err_msg=s)
@@ -239,24 +254,21 @@ def test_brain_bundle_inference_on_the_mni152_volume(tmp_path):
     assert min(dice) > 0.8, dice  # held-out right hemisphere
     mi = np.asarray(maps["mutual_information"].dataobj)
     assert mi.min() >= 0 and mi.max() > 0
-    assert _snapshot(data) == before
+    assert _snapshot(data) == brain_bundle_runs["before"]
 
 
 @pytest.mark.slow
-def test_brain_bundle_evaluation_writes_metrics_csv(tmp_path):
-    data = tmp_path / "data"
-    export_mni152_cases(data, n_cases=2)
-    _run_bundle(str(BUNDLES["brain_tissue_uncertainty"] / "configs" / "evaluate.json"), "--dataset_dir", str(data),
-                "--output_dir", str(tmp_path / "ev"), "--num_samples", "2")
-    summary = _summary(tmp_path / "ev" / "metrics.csv")
+def test_brain_bundle_evaluation_writes_metrics_csv(brain_bundle_runs):
+    ev = brain_bundle_runs["ev"]
+    summary = _summary(ev / "metrics.csv")
     for key in ("dice", "calib_ece", "calib_classwise_ece", "calib_nll", "calib_brier", "buc", "baece", "space",
                 "ood_auroc_mutual_information_mean"):
         assert key in summary, key
     assert summary["dice"] > 0.8 and 0 < summary["calib_ece"] < 0.1 and 0.5 < summary["buc"] <= 1.0
-    dice_rows = _rows(tmp_path / "ev" / "dice_raw.csv")
+    dice_rows = _rows(ev / "dice_raw.csv")
     assert len(dice_rows) == 2 and set(dice_rows[0]) == {"filename", "class0", "class1", "mean"}
     assert float(dice_rows[0]["class0"]) > 0.8 and float(dice_rows[0]["class1"]) > 0.8
-    scores = _rows(tmp_path / "ev" / "case_scores.csv")
+    scores = _rows(ev / "case_scores.csv")
     assert [r["shift"] for r in scores] == ["none", "noise"]
 
 

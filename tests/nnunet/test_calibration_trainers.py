@@ -23,6 +23,7 @@ from nnunetv2.training.loss.dice import MemoryEfficientSoftDiceLoss  # noqa: E40
 
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.losses import L1ACELoss, SVLSLoss, margin_penalty  # noqa: E402
+from tests._nnunet_pools import plan_in_process  # noqa: E402
 from tests.nnunet.test_ssn_trainer import _plans  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -147,6 +148,20 @@ def test_spacing_aware_svls_uses_the_configuration_spacing(tmp_path, monkeypatch
 
 
 # ------------------------------------------------------------------------------------------ end to end (slow)
+#: the child of the end-to-end test: ``nnUNetv2_train`` and ``nnUNetv2_predict`` (argv as JSON in sys.argv[1:3]),
+#: each through its entry point with the command line a user types
+_COMMANDS = """
+import json, sys
+from nnunetv2.run.run_training import run_training_entry
+from nnunetv2.inference.predict_from_raw_data import predict_entry_point
+train, predict = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sys.argv = ["nnUNetv2_train", *train]
+run_training_entry()
+sys.argv = ["nnUNetv2_predict", *predict]
+predict_entry_point()
+"""
+
+
 @pytest.mark.slow
 def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
     """``nnUNetv2_train`` (the command for one trainer, its function for the others), then stock
@@ -167,6 +182,7 @@ def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
     )
     from nnunetv2.run.run_training import get_trainer_from_args
 
+    plan_in_process(monkeypatch)  # no worker process per planning step (tests/_nnunet_pools.py)
     mun.write_toy_dataset(tmp_path / "raw", dataset_id=992, num_training=4, num_test=1, shape=(20, 20, 20),
                           empty_slices=2)
     extract_fingerprints([992], num_processes=1)
@@ -182,13 +198,20 @@ def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
     (plans_file.parent / "splits_final.json").write_text(json.dumps([{"train": cases[1:], "val": cases[:1]}]))
     monkeypatch.setenv("nnUNet_n_proc_DA", "0")
 
-    # the command line, as a user runs it
-    cmd = [sys.executable, "-c", "from nnunetv2.run.run_training import run_training_entry; run_training_entry()",
-           "992", "3d_fullres", "0", "-tr", "nnUNetTrainerMCDropoutSVLS_2epochs", "-device", "cpu"]
+    # the command lines, as a user runs them: nnUNetv2_train, then nnUNetv2_predict on its checkpoint, through their
+    # entry points in one process (one start-up); nnU-Net's worker pools (validation export, metrics) get one
+    # process instead of the default eight, and stock prediction runs in the process (-npp 0 -nps 0)
+    images = tmp_path / "raw/Dataset992_UncToy/imagesTs"
+    first = "nnUNetTrainerMCDropoutSVLS_2epochs"
+    train_argv = ["992", "3d_fullres", "0", "-tr", first, "-device", "cpu"]
+    predict_argv = ["-i", str(images), "-o", str(tmp_path / f"stock_{first}"), "-d", "992", "-c", "3d_fullres",
+                    "-tr", first, "-f", "0", "-device", "cpu", "--disable_tta", "-npp", "0", "-nps", "0",
+                    "--disable_progress_bar"]
+    cmd = [sys.executable, "-c", _COMMANDS, json.dumps(train_argv), json.dumps(predict_argv)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "nnUNet_def_n_proc": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    trained = ["nnUNetTrainerMCDropoutSVLS_2epochs"]
+    trained = [first]
     for name in TRAINERS[1:]:
         trainer = get_trainer_from_args("992", "3d_fullres", 0, f"{name}_2epochs", device=CPU)
         trainer.run_training()
@@ -203,7 +226,6 @@ def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
 
     from monai_unc.nnunet.cli import add_parser, run
 
-    images = tmp_path / "raw/Dataset992_UncToy/imagesTs"
     # prediction does not depend on the training loss: the command-line MC-dropout trainer and one plain trainer
     # go through both predictors; every other checkpoint is loaded into its trainer's network by stock nnU-Net
     # (the name lookup and the weights, the step both predictors share)
@@ -221,14 +243,7 @@ def test_each_trainer_trains_two_epochs_and_predicts(tmp_path, monkeypatch):
             assert out.shape[1] == pred.label_manager.num_segmentation_heads and torch.isfinite(out).all()
             continue
         stock = tmp_path / f"stock_{name}"
-        predict = [sys.executable, "-c",
-                   "from nnunetv2.inference.predict_from_raw_data import predict_entry_point; predict_entry_point()",
-                   "-i", str(images), "-o", str(stock), "-d", "992", "-c", "3d_fullres", "-tr", name, "-f", "0",
-                   "-device", "cpu", "--disable_tta", "-npp", "1", "-nps", "1", "--disable_progress_bar"]
-        if name == trained[0]:  # the command once; the same function afterwards (saves start-up time)
-            done = subprocess.run(predict, capture_output=True, text=True, timeout=600)
-            assert done.returncode == 0, done.stderr[-3000:]
-        else:
+        if name != first:  # the first went through the command in the subprocess above
             pred = nnUNetPredictor(device=CPU, allow_tqdm=False, use_mirroring=False)
             pred.initialize_from_trained_model_folder(str(model), (0,), "checkpoint_final.pth")
             stock.mkdir()

@@ -34,7 +34,8 @@ import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.inferers import enable_mc_dropout, find_dropout_layers  # noqa: E402
 from monai_unc.inferers.rate_in import RateInSource, find_rate_in_layers  # noqa: E402
 from monai_unc.nnunet.cli import add_parser, run  # noqa: E402
-from tests._paths import ROOT
+from tests._nnunet_pools import plan_in_process  # noqa: E402
+from tests._paths import ROOT  # noqa: E402
 
 CPU = torch.device("cpu")
 DOCS = ROOT / "docs" / "nnunet.md"
@@ -978,6 +979,9 @@ def test_end_to_end_cpu_docs_example_and_stock_agreement(tmp_path, monkeypatch):
         monkeypatch.delenv(var)
     blocks = python_blocks()
     assert len(blocks) == 1, "docs/nnunet.md must hold one runnable python example"
+    # the example runs as written; only nnU-Net's planning steps analyse and preprocess the cases in this process
+    # instead of a spawned worker each (tests/_nnunet_pools.py: the same functions, one start-up less per step)
+    plan_in_process(monkeypatch)
     exec(compile(blocks[0], str(DOCS), "exec"), {"__name__": "__main__"})
     root = tmp_path / "nnunet_demo"
     assert os.environ["nnUNet_results"] == str(root / "results")  # everything stayed inside tmp_path

@@ -25,6 +25,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa
 
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.scores import case_scores  # noqa: E402
+from tests._nnunet_pools import plan_in_process  # noqa: E402
 from tests.nnunet.test_nnunet import cli_threads, combos, make_plans, make_predictor  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -285,6 +286,7 @@ def train_tiny_region_model(tmp_path, monkeypatch, dataset_id=992):
     monkeypatch.setenv("nnUNet_extTrainer", mun.trainer_dir())
     monkeypatch.setenv("nnUNet_n_proc_DA", "1")  # planning sets torch's thread count from it (0 is refused)
     monkeypatch.chdir(tmp_path)
+    plan_in_process(monkeypatch)  # no worker process per planning step (tests/_nnunet_pools.py)
     raw = mun.write_toy_dataset(tmp_path / "raw", dataset_id=dataset_id, name="UncRegions", num_training=4,
                                 num_test=1, shape=(24, 24, 24))
     meta = json.loads((raw / "dataset.json").read_text())

@@ -19,6 +19,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import PlansManager  # noqa
 
 import monai_unc.nnunet as mun  # noqa: E402
 from monai_unc.networks import SSNHead, SSNLoss, find_ssn_heads, ssn_sampling  # noqa: E402
+from tests._nnunet_pools import plan_in_process  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -133,6 +134,7 @@ def test_trainer_trains_a_tiny_toy_task_on_cpu(tmp_path, monkeypatch):
     from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
     from nnunetv2.run.run_training import get_trainer_from_args
 
+    plan_in_process(monkeypatch)  # no worker process per planning step (tests/_nnunet_pools.py)
     mun.write_toy_dataset(tmp_path / "raw", dataset_id=991, num_training=4, num_test=1, shape=(24, 24, 24))
     extract_fingerprints([991], num_processes=1)
     plan_experiments([991])

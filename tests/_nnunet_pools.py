@@ -1,0 +1,76 @@
+"""nnU-Net's planning steps without their worker processes, for the tests that plan and preprocess a toy task.
+
+``extract_fingerprints`` and ``preprocess`` hand every case to a ``multiprocessing.get_context("spawn").Pool``, even
+with ``num_processes=1``: each call starts a fresh Python that imports torch and nnU-Net (~10 s on the CI's two
+cores) to analyse a handful of tiny cases. :func:`plan_in_process` swaps the pool of those two nnU-Net modules for
+one that runs each case in the calling process, one after the other, when it is handed over: the same functions on
+the same arguments (``DatasetFingerprintExtractor.analyze_case``, ``DefaultPreprocessor.run_case_save``), so the
+fingerprint, the plans and the preprocessed files are those of the pool. Nothing of monai_unc runs in those workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+class _Done:
+    """The ``AsyncResult`` of a call that already ran (or raised: ``get`` re-raises, as the pool's does)."""
+
+    def __init__(self, fn: Callable, args: Iterable[tuple]):
+        try:
+            self._value, self._error = [fn(*a) for a in args], None
+        except Exception as e:  # noqa: BLE001 - re-raised by get(), where nnU-Net collects the results
+            self._value, self._error = None, e
+
+    def ready(self) -> bool:
+        return True
+
+    def get(self, timeout: float | None = None) -> list:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class _Worker:
+    def is_alive(self) -> bool:
+        return True
+
+
+class _Pool:
+    """What nnU-Net's planning uses of ``multiprocessing.Pool``: the context manager, ``starmap_async`` and the
+    ``_pool`` list it polls for dead workers."""
+
+    def __init__(self, processes: int | None = None, *args: Any, **kwargs: Any):
+        self._pool = [_Worker()]
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def starmap_async(self, fn: Callable, iterable: Iterable[tuple]) -> _Done:
+        return _Done(fn, iterable)
+
+
+class _Context:
+    Pool = _Pool
+
+
+class _Multiprocessing:
+    """Stands in for the ``multiprocessing`` module inside the two nnU-Net planning modules only."""
+
+    @staticmethod
+    def get_context(method: str | None = None) -> _Context:
+        return _Context()
+
+
+def plan_in_process(monkeypatch) -> None:
+    """nnU-Net's fingerprint extraction and preprocessing run their cases in this process (undone with
+    ``monkeypatch``)."""
+    from nnunetv2.experiment_planning.dataset_fingerprint import fingerprint_extractor
+    from nnunetv2.preprocessing.preprocessors import default_preprocessor
+
+    for module in (fingerprint_extractor, default_preprocessor):
+        monkeypatch.setattr(module, "multiprocessing", _Multiprocessing)
