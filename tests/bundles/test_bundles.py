@@ -158,6 +158,14 @@ def test_bundle_layout(name):
 
 
 # ----------------------------------------------------------------------------------------------- end to end
+def _infer_then_evaluate(configs: Path, inference: tuple, evaluation: tuple) -> None:
+    """A bundle's ``inference.json`` then its ``evaluate.json`` in one process; each run ``(dataset folder, output
+    folder, number of samples)``."""
+    run_bundles(*(bundle_argv(str(configs / cfg), "--dataset_dir", str(data), "--output_dir", str(out),
+                              "--num_samples", str(n))
+                  for cfg, (data, out, n) in (("inference.json", inference), ("evaluate.json", evaluation))))
+
+
 @pytest.mark.slow
 def test_toy_bundle_inference_and_evaluation(tmp_path):
     data = tmp_path / "data"
@@ -165,10 +173,7 @@ def test_toy_bundle_inference_and_evaluation(tmp_path):
     before = _snapshot(data)
     cfg = BUNDLES["toy_uncertainty"] / "configs"
     # the inference and the evaluation runs in one process (one start-up)
-    run_bundles(bundle_argv(str(cfg / "inference.json"), "--dataset_dir", str(data), "--output_dir",
-                            str(tmp_path / "inf"), "--num_samples", "4"),
-                bundle_argv(str(cfg / "evaluate.json"), "--dataset_dir", str(data), "--output_dir",
-                            str(tmp_path / "ev"), "--num_samples", "4"))
+    _infer_then_evaluate(cfg, (data, tmp_path / "inf", 4), (data, tmp_path / "ev", 4))
     for item in load_datalist(data):
         stem = Path(item["image"]).name[: -len(".nii.gz")]
         ref = nib.load(item["image"])
@@ -226,10 +231,7 @@ def brain_bundle_runs(tmp_path_factory) -> dict[str, Path]:
     export_mni152_cases(ev_data, n_cases=2)
     before = _snapshot(data)
     configs = BUNDLES["brain_tissue_uncertainty"] / "configs"
-    run_bundles(bundle_argv(str(configs / "inference.json"), "--dataset_dir", str(data), "--output_dir",
-                            str(root / "out"), "--num_samples", "3"),
-                bundle_argv(str(configs / "evaluate.json"), "--dataset_dir", str(ev_data), "--output_dir",
-                            str(root / "ev"), "--num_samples", "2"))
+    _infer_then_evaluate(configs, (data, root / "out", 3), (ev_data, root / "ev", 2))
     return {"data": data, "out": root / "out", "ev_data": ev_data, "ev": root / "ev", "before": before}
 
 
