@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import io
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -186,7 +187,8 @@ def read_region_spec(spec: RegionSpec | str | os.PathLike | None) -> dict[str, t
 def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
     """The case ids of ``--calibration-cases``.
 
-    A text file (one id per line, ``#`` comments) or a CSV with a ``case`` column.
+    A text file (one id per line, ``#`` comments) or a CSV with a ``case`` column (comment lines only before its
+    header; cells stripped of spaces, the formula escaping of :func:`monai_unc.io.write_csv` undone).
 
     Args:
         path: the file, or None.
@@ -202,15 +204,24 @@ def read_case_list(path: str | os.PathLike | None) -> list[str] | None:
     f = Path(path)
     if not f.is_file():
         raise FileNotFoundError(f"--calibration-cases: file not found: {f}")
-    lines = [ln.strip() for ln in f.read_text().splitlines()]
+    with open(f, newline="") as fh:  # as written: a quoted carriage return inside a CSV cell is part of the id
+        text = fh.read()
+    lines = [ln.strip() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln and not ln.startswith("#")]
     if lines and ("," in lines[0] or lines[0] == "case"):
-        reader = csv.DictReader(lines)
+        # a CSV (a table of ours: metrics.csv, case_scores.csv, triage.csv): parsed from its header on as the csv
+        # module reads it, so that ids keep a leading "#", quoted line breaks and characters that str.splitlines
+        # takes for line ends (cells are stripped, as in a hand-written list); only comment and blank lines before
+        # the header are skipped
+        raw = text.split("\n")
+        start = next(i for i, ln in enumerate(raw) if ln.strip() and not ln.strip().startswith("#"))
+        reader = csv.DictReader(io.StringIO("\n".join(raw[start:]), newline=""))
         if reader.fieldnames is None or "case" not in [h.strip() for h in reader.fieldnames]:
             raise ValueError(f"--calibration-cases: {f} is a CSV without a 'case' column")
         key = next(h for h in reader.fieldnames if h.strip() == "case")
-        # a case list of ours (metrics.csv, case_scores.csv): ids a spreadsheet would evaluate are escaped
-        lines = [unescape_cell(row[key].strip()) for row in reader if (row.get(key) or "").strip()]
+        # ids a spreadsheet would evaluate are written escaped (monai_unc.io.write_csv)
+        cells = (row.get(key) for row in reader)
+        lines = [unescape_cell(c.strip()) for c in cells if isinstance(c, str) and c.strip()]
     if not lines:
         raise ValueError(f"--calibration-cases: {f} lists no case")
     twice = [c for c, n in Counter(lines).items() if n > 1]  # in file order

@@ -137,3 +137,21 @@ def test_shift_and_case_lists_of_ours_read_back_escaped_ids(tmp_path):
     cases = write_csv(tmp_path / "cases.csv", [{"case": "@x", "dice": 0.5}, {"case": "y", "dice": 0.1}])
     assert read_case_list(cases) == ["@x", "y"]
     assert unescape_cell("'") == "" and unescape_cell("") == ""
+
+
+def test_case_and_shift_lists_keep_ids_as_written(tmp_path):
+    """read_case_list dropped ('#3') and split ('c\\x85d', quoted CR) ids of a table of ours before parsing it as CSV;
+    read_shifts crashed on a short row once it unescaped cells (None)."""
+    from monai_unc.evaluation import read_shifts
+    from monai_unc.workflows.prepare import read_case_list
+
+    ids = ["#3", "a", "c\x85d", "e\rf", "g\u2028h", "=x"]
+    path = write_csv(tmp_path / "metrics.csv", [{"case": c, "dice": 0.5} for c in ids])
+    assert read_case_list(path) == ids
+    assert read_case_list(write_csv(tmp_path / "spaced.csv", [{"case": " b "}])) == ["b"]  # cells stripped
+    lines = tmp_path / "commented.csv"
+    lines.write_bytes(b"# exported\n\n" + path.read_bytes())
+    assert read_case_list(lines) == ids
+    short = tmp_path / "shifts.csv"
+    short.write_text("case,shift\na,iid\nb\n", encoding="utf-8")
+    assert read_shifts(short) == {"a": "iid", "b": None}
