@@ -489,14 +489,9 @@ def read_shifts(path: str | os.PathLike) -> dict[str, str]:
                 reader.fieldnames = [unescape_cell(h) for h in reader.fieldnames]
             if reader.fieldnames is None or not {"case", "shift"} <= set(reader.fieldnames):
                 raise ValueError(f"{path} must be a CSV with columns 'case' and 'shift', got {reader.fieldnames}")
-            return {_cell(row["case"]): _cell(row["shift"]) for row in reader}
+            return {unescape_cell(row["case"]): unescape_cell(row["shift"]) for row in reader}
     except (UnicodeDecodeError, csv.Error) as e:
         raise ValueError(f"cannot read the shift table {path} (not a UTF-8 CSV file): {e}") from None
-
-
-def _cell(value: str | None) -> str | None:
-    """A cell of a table of ours as written (the formula escaping undone); None for a short row's missing cell."""
-    return unescape_cell(value) if isinstance(value, str) else value
 
 
 def parse_score_column(column: str, regions: Sequence[str] | None = None,

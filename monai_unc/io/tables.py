@@ -55,7 +55,7 @@ def _escape_text(text: str) -> str:
     return "'" + text if text.startswith(FORMULA_PREFIXES) or text.startswith("'") else text
 
 
-def unescape_cell(cell: str) -> str:
+def unescape_cell(cell: Any) -> Any:
     """The text of a cell that :func:`write_csv` wrote: the apostrophe it puts in front of a formula removed.
 
     :func:`read_csv` applies it to every cell and column name; a reader of a table written by :func:`write_csv` that
@@ -63,16 +63,17 @@ def unescape_cell(cell: str) -> str:
     itself.
 
     Args:
-        cell: the cell text as in the file.
+        cell: the cell text as in the file; anything else (``csv.DictReader``'s ``None`` for a short row's missing
+            cell, its list of a long row's extra cells) is returned unchanged.
 
     Returns:
         ``cell`` without one leading apostrophe (unchanged when it has none).
 
     Example:
-        >>> unescape_cell("'=SUM(A1:A2)"), unescape_cell("case01"), unescape_cell("''quoted")
-        ('=SUM(A1:A2)', 'case01', "'quoted")
+        >>> unescape_cell("'=SUM(A1:A2)"), unescape_cell("case01"), unescape_cell("''quoted"), unescape_cell(None)
+        ('=SUM(A1:A2)', 'case01', "'quoted", None)
     """
-    return cell[1:] if cell.startswith("'") else cell
+    return cell[1:] if isinstance(cell, str) and cell.startswith("'") else cell
 
 
 def format_cell(value: Any) -> str:
@@ -213,8 +214,7 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     # the apostrophe write_csv puts in front of a text a spreadsheet would evaluate (module docstring)
-    return [{unescape_cell(k) if isinstance(k, str) else k: unescape_cell(v) if isinstance(v, str) else v
-             for k, v in row.items()} for row in rows]
+    return [{unescape_cell(k): unescape_cell(v) for k, v in row.items()} for row in rows]
 
 
 def parse_float(cell: str | None) -> float:

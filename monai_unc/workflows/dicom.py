@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..evaluation.resume import file_signature
+from ..evaluation.config import STATE_DIR
+from ..evaluation.resume import CASES_DIR, file_signature
 from ..io import (
     INFER_RECORD,
     LAYOUTS,
@@ -406,12 +407,6 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     return out
 
 
-#: where ``evaluate``, ``triage`` and a product's command keep each case's resume record, whose
-#: ``fingerprint.inputs.seg`` is the signature (:func:`~monai_unc.evaluation.resume.file_signature`) of the
-#: segmentation the case was computed from
-_CASE_RECORDS = Path("state") / "cases"
-
-
 def check_made_from(folder: str | os.PathLike, option: str, segs: dict[str, Path]) -> None:
     """Refuse an output folder of ``evaluate`` / ``triage`` / a product's command made from other predictions.
 
@@ -429,7 +424,9 @@ def check_made_from(folder: str | os.PathLike, option: str, segs: dict[str, Path
     Raises:
         ValueError: a case's record names another segmentation (one line naming ``option``, the folder and the case).
     """
-    records = Path(folder) / _CASE_RECORDS
+    # where evaluate, triage and a product's command keep each case's resume record, whose fingerprint.inputs.seg
+    # is the signature (file_signature) of the segmentation the case was computed from
+    records = Path(folder) / STATE_DIR / CASES_DIR
     unchecked = []
     for case, seg in sorted(segs.items()):
         doc = read_json_or_none(records / f"{case}.json")

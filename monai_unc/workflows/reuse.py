@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._utils import is_finite_real
+from .._utils import is_finite_real, is_int
 from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
 from ..keys import MEASURES
 from ..product import registered_products
@@ -74,10 +74,6 @@ def _bad(source: str, name: str, value: Any, expected: str) -> ValueError:
     return ValueError(f"{source}: fingerprint field '{name}' must be {expected}, got {text}")
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _load_fingerprint(path: Path) -> tuple[str, dict[str, Any]]:
     """The source name and the prediction fingerprint of a product's rule file (its checked reader)."""
     if not path.is_file():
@@ -108,9 +104,9 @@ def _method(source: str, fp: Mapping[str, Any]) -> str:
 def _roi(source: str, v: Any) -> list[int] | None:
     if v is None:
         return None
-    if _is_int(v):
+    if is_int(v):
         v = [v]
-    if not isinstance(v, list) or not 1 <= len(v) <= 3 or not all(_is_int(r) and 1 <= r <= 100_000 for r in v):
+    if not isinstance(v, list) or not 1 <= len(v) <= 3 or not all(is_int(r) and 1 <= r <= 100_000 for r in v):
         raise _bad(source, "roi", v, "null or one to three positive window sizes")
     return list(v)
 
@@ -127,7 +123,7 @@ def _regions(source: str, v: Any) -> dict[str, list[int]] | None:
         return None
     if (not isinstance(v, dict) or not v or len(v) > 64
             or not all(isinstance(k, str) and 0 < len(k) <= 64 and isinstance(labels, list) and labels
-                       and all(_is_int(x) and 0 < x < 2**16 for x in labels) for k, labels in v.items())):
+                       and all(is_int(x) and 0 < x < 2**16 for x in labels) for k, labels in v.items())):
         raise _bad(source, "regions", v, "an object {name: [label, ...]}")
     return {k: list(labels) for k, labels in v.items()}
 
@@ -174,11 +170,11 @@ def settings_of_fingerprint(fp: Mapping[str, Any], source: str) -> RuleSettings:
         raise ValueError(f"{source} records no settings of monai-unc infer (its predictions had no infer.json, "
                          f"producer {json.dumps(producer)[:40]}): there are no settings to take")
     n = fp.get("num_samples")
-    if not _is_int(n) or not 1 <= n <= 1_000_000:
+    if not is_int(n) or not 1 <= n <= 1_000_000:
         raise _bad(source, "num_samples", n, "one positive number of samples per case (the calibration cases "
                    "must agree)")
     per_source = fp.get("samples_per_source")
-    if per_source is not None and (not _is_int(per_source) or not 1 <= per_source <= 1_000_000):
+    if per_source is not None and (not is_int(per_source) or not 1 <= per_source <= 1_000_000):
         raise _bad(source, "samples_per_source", per_source, "null or a positive number of draws per source")
     overlap, noise, target, dropout = (fp.get(k) for k in ("overlap", "tta_noise", "ratein_target", "dropout"))
     if not is_finite_real(overlap) or not 0 <= overlap < 1:
