@@ -7,7 +7,8 @@
 
 One network (MONAI ``BasicUNet`` with ``--features``, 3 classes; ``--network segresnet``: ``SegResNet`` with
 ``init_filters`` the first feature, blocks down 1-2-2-4 and up 1-1-1; ``--network dynunet``: a residual ``DynUNet``
-with the first five features as filters, five levels), one input ``1x1xSxSxS``, one
+with the first five features as filters, five levels; ``--network example``: the package's example UNet 16-128 with
+its own dropout (0.1) in every convolution block, whatever ``--placements`` says), one input ``1x1xSxSxS``, one
 ``SlidingWindowInferer(roi, sw_batch_size, overlap=0.25)``. For each dropout placement (``add_dropout(after=...)``:
 ``auto`` = after every encoder and decoder stage, ``decoder`` = the decoder stages only, ``last`` = the decoder
 stage next to the output), in the same process and interleaved:
@@ -15,6 +16,8 @@ stage next to the output), in the same process and interleaved:
 - ``stock``: one stock MONAI pass, ``softmax(SlidingWindowInferer(x, net))``, dropout off: the unit of every ratio;
 - ``shared``: ``MCDropoutInferer(num_samples=N)`` with its defaults (shared passes, automatic sample batches);
 - ``full``: the same with ``share_passes=False`` (one full pass per sample, what the inferer did before);
+- ``split`` (``--split``): shared passes that always split the network (``MIN_SHARED_WORK = 0``), where the default
+  replays a trace that keeps under a tenth of the work as plain batched passes (``SharedPasses.plain``);
 - ``limit``: the stochastic part of one pass, measured window by window as a replay of one sample
   (``SharedPasses.replay(k=1)``) after a trace: ``limit = stock + (N - 1) x stochastic part`` (the shared part once
   plus N times the stochastic part), the least any implementation that runs each sample's stochastic part can do.
@@ -29,6 +32,7 @@ dropout ``add_posthoc_dropout(p=0.1, after=...)``; no mirroring, step 0.5, Gauss
 - ``shared``: ``UncertaintyPredictor(("dropout",), num_samples=N)`` with its defaults (shared passes, automatic
   batches; the maps of every pass streamed into the statistics, and stock's fp16 logit buffer);
 - ``full``: the same with ``share_passes=False``;
+- ``split`` (``--split``): shared passes that always split the network (``MIN_SHARED_WORK = 0``);
 - ``limit``: one stock pass plus ``N - 1`` times the stochastic part of a pass (each window traced, then a one-sample
   ``SharedPasses.replay`` timed), the least any implementation that runs each sample's stochastic part can do.
 
@@ -50,6 +54,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from _floor import peak_mib, reset_peak
 
@@ -67,6 +72,11 @@ def _setup(args: argparse.Namespace, placement: str):
     dev = torch.device(args.device)
     f = tuple(args.features)
     kind = getattr(args, "network", "basicunet")
+    if kind == "example":  # the package's example UNet, its own dropout (0.1) in every convolution block
+        from monai_unc.data.model import build_example_network
+
+        return build_example_network().eval().to(dev), x_of(args, dev), SlidingWindowInferer(
+            [args.roi] * 3, sw_batch_size=args.sw_batch, overlap=0.25)
     if kind == "segresnet":
         net = SegResNet(3, init_filters=f[0], in_channels=1, out_channels=3, blocks_down=(1, 2, 2, 4),
                         blocks_up=(1, 1, 1))
@@ -77,9 +87,15 @@ def _setup(args: argparse.Namespace, placement: str):
         net = BasicUNet(3, 1, 3, features=f)
     net = net.eval().to(dev)
     add_dropout(net, p=0.1, after=placement)
-    x = torch.randn(1, 1, args.size, args.size, args.size, device=dev)
     sw = SlidingWindowInferer([args.roi] * 3, sw_batch_size=args.sw_batch, overlap=0.25)
-    return net, x, sw
+    return net, x_of(args, dev), sw
+
+
+def x_of(args: argparse.Namespace, dev) -> Any:
+    """The input ``1x1xSxSxS`` (seeded by the caller)."""
+    import torch
+
+    return torch.randn(1, 1, args.size, args.size, args.size, device=dev)
 
 
 def _sync(device: str) -> None:
@@ -87,6 +103,20 @@ def _sync(device: str) -> None:
 
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def _always_split(on: bool = True):
+    """Shared passes that split the network whatever share of the work the kept calls hold (``split``)."""
+    from monai_unc.networks import shared
+
+    saved = shared.MIN_SHARED_WORK
+    if on:
+        shared.MIN_SHARED_WORK = 0.0
+    try:
+        yield
+    finally:
+        shared.MIN_SHARED_WORK = saved
 
 
 def run_mode(mode: str, net, x, sw, n: int, device: str) -> tuple[float, float]:
@@ -100,13 +130,14 @@ def run_mode(mode: str, net, x, sw, n: int, device: str) -> tuple[float, float]:
         if mode == "stock":
             torch.softmax(sw(x, net), 1)
             return 0.0, 0.0
-        if mode in ("shared", "full"):
-            MCDropoutInferer(num_samples=n, base_inferer=sw, seed=0, share_passes=mode == "shared")(x, net)
+        if mode in ("shared", "full", "split"):
+            with _always_split(mode == "split"):
+                MCDropoutInferer(num_samples=n, base_inferer=sw, seed=0, share_passes=mode != "full")(x, net)
             return 0.0, 0.0
         spent = [0.0, 0.0]
 
         def window(t: torch.Tensor) -> torch.Tensor:
-            passes = SharedPasses(net)
+            passes = SharedPasses(net, min_shared_work=0)  # the limit of sharing: the shared part never recomputed
             out = passes.trace(net, t)
             _sync(device)
             t0, c0 = time.perf_counter(), time.process_time()
@@ -130,7 +161,8 @@ def timing(args: argparse.Namespace) -> dict:
     for placement in args.placements:
         net, x, sw = _setup(args, placement)
         run_mode("stock", net, x, sw, args.samples, args.device)  # warm-up
-        wall = {m: [] for m in ("stock", "shared", "full", "limit")}
+        split = ("split",) if getattr(args, "split", False) else ()
+        wall = {m: [] for m in ("stock", "shared", "full", "limit", *split)}
         cpu = {m: [] for m in wall}
         stoch = []
         for _ in range(args.repeats):
@@ -200,7 +232,7 @@ def nnunet_predictor(mode: str, env: dict, n: int, device: str = "cpu"):
     if mode in ("stock", "stock_n"):
         pred = nnUNetPredictor(**kw)
     else:
-        pred = UncertaintyPredictor(("dropout",), num_samples=n, seed=0, share_passes=mode == "shared", **kw)
+        pred = UncertaintyPredictor(("dropout",), num_samples=n, seed=0, share_passes=mode != "full", **kw)
     pred.manual_initialization(env["net"], env["pm"], env["cm"], env["params"], env["dataset_json"], "nnUNetTrainer",
                                (0, 1, 2))
     return pred
@@ -222,7 +254,7 @@ def nnunet_run(mode: str, pred, env: dict, n: int) -> None:
                 total = logits if total is None else total.add_(logits)
             del total
     else:
-        with torch.no_grad():
+        with torch.no_grad(), _always_split(mode == "split"):
             pred.predict_uncertainty_from_preprocessed_data(env["data"])
 
 
@@ -248,7 +280,7 @@ def nnunet_stochastic(pred, env: dict, device: str = "cpu") -> float:
     with enable_mc_dropout(net), torch.inference_mode(), amp:
         for sl in pred._internal_get_sliding_window_slicers(padded.shape[1:]):
             x = padded[sl][None]
-            passes = SharedPasses(net)
+            passes = SharedPasses(net, min_shared_work=0)  # the limit: the shared part never recomputed
             passes.trace(net, x)
             _sync(device)
             c0 = clock()
@@ -311,13 +343,14 @@ def nnunet_timing(args: argparse.Namespace, case: Callable[[str], dict] | None =
     for placement in getattr(args, "placements", PLACEMENTS):
         env = (case or (lambda pl: nnunet_case(args, pl)))(placement)
         env["net"].to(device)
-        preds = {m: nnunet_predictor(m, env, args.samples, device) for m in NNUNET_MODES if m != "limit"}
+        modes = (*NNUNET_MODES, *(("split",) if getattr(args, "split", False) else ()))
+        preds = {m: nnunet_predictor(m, env, args.samples, device) for m in modes if m != "limit"}
         torch.set_num_threads(args.threads)  # nnU-Net's predictor changes the thread count
         nnunet_run("stock", preds["stock"], env, 1)  # warm-up
-        wall = {m: [] for m in NNUNET_MODES}
-        cpu = {m: [] for m in NNUNET_MODES}
+        wall = {m: [] for m in modes}
+        cpu = {m: [] for m in modes}
         for _ in range(args.repeats):
-            for m in NNUNET_MODES:
+            for m in modes:
                 if m in ("full", "stock_n") and args.skip_full and placement != "auto":
                     continue
                 if m == "limit":  # one stock pass plus N - 1 times the stochastic part
@@ -380,7 +413,7 @@ def nnunet_main(args: argparse.Namespace) -> None:
                 return f"{t[m] / t['stock']:7.2f}x ({w[m] / w['stock']:5.2f}x)"
 
             print(f"{placement:10s} {cell('shared')} {cell('limit')} {cell('full')} {cell('stock_n')} "
-                  f"{t['stock']:8.3f}")
+                  f"{t['stock']:8.3f}" + (f"   split (always): {cell('split').strip()}" if "split" in t else ""))
         if on_cpu:
             print("where the time of one shared-pass prediction goes (CPU seconds, in units of one stock pass)")
         for placement, r in res["placements"].items() if on_cpu else ():
@@ -425,11 +458,13 @@ def main() -> None:
                          "statistics kernels and tunes cuDNN for the replays' batch shapes)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--network", choices=("basicunet", "segresnet", "dynunet"), default="basicunet",
+    ap.add_argument("--network", choices=("basicunet", "segresnet", "dynunet", "example"), default="basicunet",
                     help="the MONAI network (default BasicUNet, the issue's)")
     ap.add_argument("--placements", nargs="+", choices=PLACEMENTS, default=list(PLACEMENTS),
                     help="the dropout placements to time (default: all three)")
     ap.add_argument("--skip-full", action="store_true", help="time the 30 full passes for 'auto' only")
+    ap.add_argument("--split", action="store_true",
+                    help="also time shared passes that always split the network (MIN_SHARED_WORK = 0)")
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--memory-only", action="store_true", help="the memory part of --memory alone")
     ap.add_argument("--nnunet", action="store_true", help="the nnU-Net predictor against stock nnUNetPredictor")
@@ -454,9 +489,9 @@ def main() -> None:
     res = timing(args) if not args.memory_only else {"threads": torch.get_num_threads(), "placements": {}}
     n = args.samples
     label = {"basicunet": "BasicUNet features", "segresnet": "SegResNet init_filters",
-             "dynunet": "DynUNet filters"}[args.network]
+             "dynunet": "DynUNet filters", "example": "example UNet (its own dropout in every block)"}[args.network]
     shown = {"basicunet": tuple(args.features), "segresnet": args.features[0],
-             "dynunet": tuple(args.features[:5])}[args.network]
+             "dynunet": tuple(args.features[:5]), "example": "16-128"}[args.network]
     print(f"{label} {shown}, input 1x1x{args.size}^3, roi {args.roi}^3, sw_batch_size "
           f"{args.sw_batch}, overlap 0.25, N = {n}, device {name}, torch threads {res['threads']}")
     print("ratios to one stock MONAI pass (same network, same sliding window), "
@@ -469,7 +504,8 @@ def main() -> None:
         stoch = r["stochastic_wall"]  # seconds of one sample's stochastic part
         limit = stock + (n - 1) * (r["stochastic_cpu"] if args.device == "cpu" else stoch)
         full = f"{t['full'] / stock:13.2f}x" if "full" in t else f"{'-':>14s}"
-        print(f"{placement:10s} {t['shared'] / stock:13.2f}x {limit / stock:7.2f}x {full} {stock:9.3f}")
+        split = f"   split (always): {t['split'] / stock:.2f}x" if "split" in t else ""
+        print(f"{placement:10s} {t['shared'] / stock:13.2f}x {limit / stock:7.2f}x {full} {stock:9.3f}{split}")
         print(f"  (wall: shared {r['wall']['shared'] / r['wall']['stock']:.2f}x, limit "
               f"{(r['wall']['stock'] + (n - 1) * stoch) / r['wall']['stock']:.2f}x"
               + (f", full {r['wall']['full'] / r['wall']['stock']:.2f}x" if "full" in r["wall"] else "") + ")")

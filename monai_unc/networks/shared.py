@@ -28,6 +28,12 @@ of it, every activation that does not depend on a random draw is the same for al
    whole batch with the kept values copied instead: one input and one sample would run the stochastic rest at batch
    1, where PyTorch's CPU convolution takes a much slower kernel for small inputs.
    A replay object can replay any number of batches from one trace (the kept outputs are never written).
+3. **Plain replays** when sharing saves little: the trace also weighs each operation's arithmetic (multiply-adds of
+   convolutions and linear maps, the returned elements of anything else); when the kept calls hold less than
+   :data:`MIN_SHARED_WORK` of it (a U-Net with dropout after every stage keeps only its first block, a few percent),
+   the replays run the network on the input repeated ``k`` times with every call computed and only the draws counted.
+   Following every operation of a replay costs Python time per operation, more than such a split saves where
+   operations are fast (a small network on a GPU: 1.85 times the full passes at 96^3 on an H200).
 
 Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its
 traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the
@@ -65,7 +71,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["SharedPasses", "SharingUnavailable", "is_random_op", "auto_sample_batch", "sample_batch",
-           "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH"]
+           "AUTO_BATCH_FRACTION", "MAX_SAMPLE_BATCH", "MIN_SHARED_WORK"]
 
 #: attribute set on a tensor whose value depends on a random draw (during a trace only)
 _FLAG = "_monai_unc_stochastic"
@@ -94,6 +100,9 @@ _PYTHON_VALUES = frozenset({"__bool__", "item", "__float__", "__int__", "__index
 AUTO_BATCH_FRACTION = 0.1
 #: the largest automatic sample batch
 MAX_SAMPLE_BATCH = 32
+#: a trace whose kept calls hold less than this fraction of the pass's work (:func:`_work`) is replayed as plain
+#: batched passes: following every operation of a replay would cost more than recomputing what it skips
+MIN_SHARED_WORK = 0.1
 
 
 class SharingUnavailable(RuntimeError):
@@ -240,6 +249,38 @@ def _numel(out: Any, mutated: list[torch.Tensor]) -> int:
     return sum(t.numel() for t in ts.values())
 
 
+#: functions whose work is the multiply-adds of a weight per output element (convolutions, linear maps)
+_WEIGHTED = frozenset({"conv1d", "conv2d", "conv3d", "linear", "bilinear"})
+_TRANSPOSED = frozenset({"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
+_PRODUCTS = frozenset({"matmul", "mm", "bmm", "__matmul__", "__rmatmul__", "addmm", "baddbmm", "addbmm"})
+
+
+def _work(func: Callable, args: tuple, kwargs: dict, out: Any) -> int:
+    """A rough count of the arithmetic of one operation, to weigh what a replay skips against what it runs.
+
+    Convolutions and linear maps: multiply-adds (output elements times the weight's elements per output channel;
+    a transposed convolution: input elements times its weight's elements per input channel); matrix products:
+    output elements times the inner size; anything else: the elements it returns.
+    """
+    name = getattr(func, "__name__", "")
+    n = sum(t.numel() for t in _tensors(out))
+    try:
+        if name in _WEIGHTED:
+            w = kwargs.get("weight", args[1] if len(args) > 1 else None)
+            return n * max(int(w[0].numel()), 1) if isinstance(w, torch.Tensor) and w.ndim >= 2 else n
+        if name in _TRANSPOSED:
+            x, w = args[0], kwargs.get("weight", args[1] if len(args) > 1 else None)
+            if isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and w.ndim >= 2:
+                return int(x.numel()) * max(int(w[0].numel()), 1)
+        if name in _PRODUCTS:
+            a = args[-2] if name in ("addmm", "baddbmm", "addbmm") and len(args) >= 3 else args[0]
+            if isinstance(a, torch.Tensor) and a.ndim >= 1:
+                return n * max(int(a.shape[-1]), 1)
+    except (IndexError, TypeError, KeyError):
+        pass
+    return n
+
+
 class _Draws(TorchFunctionMode):
     """Counts the elements that the random operations of a replay draw.
 
@@ -285,6 +326,8 @@ class _Follow(TorchFunctionMode):
         #: flow may differ between samples) or reduced to a scalar across its batch axis (``d / d.max()``): a batch of
         #: samples would share what each sample computes on its own
         self.per_sample = False
+        #: (work of an operation, see :func:`_work`; the innermost module call that ran it)
+        self.work: list[tuple[int, _Call | None]] = []
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -293,6 +336,7 @@ class _Follow(TorchFunctionMode):
             return out
         self.step += 1
         top = self.stack[-1] if self.stack else None
+        self.work.append((_work(func, args, kwargs, out), top))
         self.uses.extend((id(t), top) for t in _tensors((args, kwargs)))
         mutated = _mutated(func, args, kwargs)
         for t in mutated:
@@ -588,11 +632,20 @@ class SharedPasses:
     sample and keeps the shared activations; :meth:`replay` runs ``k`` further samples at once. See the module
     docstring for what is shared and why the result is exact.
 
+    When the kept calls hold less than ``min_shared_work`` of the pass's arithmetic (convolutions and linear maps
+    counted as multiply-adds, other operations as the elements they return), e.g. a U-Net with dropout in every
+    stage, where only the first block is shared, the replays run as plain batched passes: the input repeated ``k``
+    times, every call computed, only the draws counted (:attr:`plain`). Following every operation of a replay costs
+    Python time per operation, which on a GPU with a small network is more than the skipped work saves.
+
     Args:
         network: the network (its ``forward`` and its submodules' are wrapped during each call, then restored).
+        min_shared_work: the least fraction of the work that the kept calls must hold for the replays to skip
+            them, in [0, 1]; None: :data:`MIN_SHARED_WORK` (0.1). 0 always shares what can be shared.
 
     Raises:
         TypeError: when ``network`` is not a ``torch.nn.Module``.
+        ValueError: when ``min_shared_work`` is not in [0, 1].
 
     Example:
         >>> import torch
@@ -609,12 +662,21 @@ class SharedPasses:
         (torch.Size([1, 2, 8, 8]), torch.Size([4, 2, 8, 8]), 1)
     """
 
-    def __init__(self, network: nn.Module) -> None:
+    def __init__(self, network: nn.Module, min_shared_work: float | None = None) -> None:
         if not isinstance(network, nn.Module):
             raise TypeError(f"network must be a torch.nn.Module to share its passes, got {type(network).__name__}")
         if isinstance(network, torch.jit.ScriptModule):
             raise TypeError("network is a TorchScript module: its calls cannot be followed")
+        if min_shared_work is not None and (isinstance(min_shared_work, bool)
+                                            or not isinstance(min_shared_work, (int, float))
+                                            or not 0.0 <= float(min_shared_work) <= 1.0):
+            raise ValueError(f"min_shared_work must be a number in [0, 1] or None, got {min_shared_work!r}")
         self.network = network
+        self._min_shared_work = min_shared_work
+        #: the fraction of the traced pass's work (:func:`_work`) inside the kept calls, which a replay skips
+        self.skipped_work = 0.0
+        #: the replays run as plain batched passes (the kept calls hold less than ``min_shared_work`` of the work)
+        self.plain = False
         self._modules = [m for m in network.modules() if not isinstance(m, torch.jit.ScriptModule)]
         self._plan: dict[nn.Module, list[_Call]] = {}
         self._kept: list[_Call] = []
@@ -625,6 +687,7 @@ class SharedPasses:
         self._rate_layers: list[Any] = []
         #: elements drawn by the traced pass's random operations
         self._drawn = 0
+        self._drawn_all = 0
         #: replay one sample at a time (a sample's control flow or draws would otherwise mix with the others')
         self._per_sample = False
         #: a replay's draws were counted with k samples of r inputs, k r != B: every draw is made per batch element
@@ -634,15 +697,18 @@ class SharedPasses:
         #: bytes of the tensors that depend on a random draw in the traced sample (an upper bound of one sample's
         #: stochastic working memory)
         self.stochastic_bytes = 0
-        #: bytes of the kept (shared) activations
+        #: bytes of the kept (shared) activations (0 for :attr:`plain` replays: nothing is kept)
         self.shared_bytes = 0
-        #: bytes of the kept activations that the stochastic rest reads (copied once per replayed sample)
+        #: bytes of the kept activations that the stochastic rest reads (copied once per replayed sample; all the
+        #: kept outputs for :attr:`plain` replays, which compute them again)
         self.copied_bytes = 0
+        #: bytes that the traced sample held: its kept activations and its stochastic tensors
+        self.traced_bytes = 0
 
     @property
     def shared_calls(self) -> int:
-        """How many module calls are computed once and reused (outermost ones only)."""
-        return len(self._kept)
+        """How many module calls are computed once and reused (outermost ones only; 0 for :attr:`plain` replays)."""
+        return 0 if self.plain else len(self._kept)
 
     @property
     def traced(self) -> bool:
@@ -725,6 +791,11 @@ class SharedPasses:
                 self._plan[m] = run
         del roots
         self._drawn = sum(n for n, c in follow.draws if c is None or not c.skipped())  # what a replay draws
+        self._drawn_all = sum(n for n, _ in follow.draws)  # what a plain replay draws
+        total = sum(w for w, _ in follow.work)
+        self.skipped_work = sum(w for w, c in follow.work if c is not None and c.skipped()) / max(total, 1)
+        least = MIN_SHARED_WORK if self._min_shared_work is None else float(self._min_shared_work)
+        self.plain = self.skipped_work < least
         # no reference cycles (a call's parent holds it in ``kept_below``): dropping this object frees the kept
         # outputs at once, not at the next garbage collection (a window's kept outputs would otherwise linger into
         # the next window's, more often the more samples, since each replay allocates Python objects)
@@ -748,6 +819,11 @@ class SharedPasses:
         self.shared_bytes = sum(t.numel() * t.element_size() for c in self._kept for t in _tensors(c.output))
         self.copied_bytes = 0 if self._once else sum(t.numel() * t.element_size() for c in self._kept if c.needed
                                                       for t in _tensors(c.output))
+        self.traced_bytes = self.shared_bytes + self.stochastic_bytes
+        if self.plain:  # every sample computes the kept outputs again (and nothing is kept for the replays)
+            self.copied_bytes = self.shared_bytes
+            self.shared_bytes = 0
+            self._plan, self._kept = {}, []
         self._input = x
         return out
 
@@ -782,6 +858,8 @@ class SharedPasses:
             self.shared_ops = ops
             return _concat(outs)
         try:
+            if self.plain:
+                return self._replay_plain(predictor, x, k)
             if k > 1 and self._once and self._batch == k and not self._draws_checked:
                 # k samples of one input draw as much as the trace's B = k inputs, with or without a draw shared by
                 # the samples, so their count cannot tell: the first such replay of a trace runs the whole batch
@@ -794,6 +872,30 @@ class SharedPasses:
         # a draw not made per batch element: the k samples would share it; one sample at a time from now on
         self._per_sample = True
         return self.replay(predictor, x, k)
+
+    def _replay_plain(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
+        """:meth:`replay` of ``k`` samples as one plain pass of the input repeated ``k`` times (:attr:`plain`).
+
+        Only the draws are counted (while unchecked: one checked replay of ``k >= 2`` samples tells whether every
+        draw is made per batch element; ``k = 1`` is one full pass, exact whatever the draws).
+        """
+        batch = self._batch
+        count = k > 1 and not self._draws_checked
+        draws = _Draws()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_repeat_rates(self._rate_layers, batch, k))
+            if count:
+                stack.enter_context(draws)
+            out = predictor(_repeat(x, k) if k > 1 else x)
+        if count:
+            if draws.drawn != self._drawn_all * k:
+                raise _Unbatched(
+                    f"the random draws of {k} samples of {batch} input(s) ({draws.drawn} values) are not {k} times "
+                    f"those of the traced pass ({self._drawn_all}): a draw not made per batch element"
+                )
+            self._draws_checked = True
+        self.shared_ops = 0
+        return out
 
     def _replay_batches(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
         """:meth:`replay` of ``k`` samples at once."""
@@ -904,7 +1006,7 @@ def auto_sample_batch(per_sample_bytes: int, case_bytes: int, remaining: int, tr
         per_sample_bytes: what one more sample adds (:meth:`SharedPasses.per_sample_bytes`).
         case_bytes: bytes of the case's stitched output buffers.
         remaining: samples still to draw.
-        traced_bytes: ``SharedPasses.shared_bytes + SharedPasses.stochastic_bytes`` of the trace.
+        traced_bytes: what the trace held (:attr:`SharedPasses.traced_bytes`: its kept and stochastic tensors).
 
     Returns:
         The batch size, ``>= 1``.
@@ -961,5 +1063,4 @@ def sample_batch(passes: SharedPasses, setting: int | str, case_voxels: int, cla
     if setting != "auto":
         return max(1, min(int(setting), remaining))
     case_bytes = max(int(case_voxels), 0) * 4 * (max(int(classes), 1) + 4)
-    return auto_sample_batch(passes.per_sample_bytes(), case_bytes, remaining,
-                             passes.shared_bytes + passes.stochastic_bytes)
+    return auto_sample_batch(passes.per_sample_bytes(), case_bytes, remaining, passes.traced_bytes)

@@ -1,0 +1,162 @@
+"""Shared passes whose kept calls hold little of the work replay as plain batched passes (``SharedPasses.plain``).
+
+The choice only changes how the replays run, never what they compute: with injected masks the maps equal full
+passes whichever way the replays run, and a replay equals the network on its input repeated ``k`` times with the
+same seed. The work model (:attr:`SharedPasses.skipped_work`) is checked against hand-counted multiply-adds.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from monai.inferers import SlidingWindowInferer
+from torch import nn
+
+from monai_unc.inferers import FlipSource, MCDropoutInferer, MCDropoutSource, UncertaintyInferer, enable_mc_dropout
+from monai_unc.networks import shared as shared_module
+from monai_unc.networks.shared import SharedPasses, sample_batch
+
+from .test_shared import MaskBank, assert_maps_close, banked, replay_and_batched_pass, run_both
+
+
+def light_then_heavy(dropout: nn.Module | None = None) -> nn.Sequential:
+    """A cheap shared first convolution, then dropout and an expensive stochastic rest."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), dropout or nn.Dropout3d(0.3), nn.Conv3d(2, 16, 3, padding=1),
+                         nn.ReLU(), nn.Conv3d(16, 3, 1)).eval()
+
+
+def test_skipped_work_counts_multiply_adds_by_hand():
+    """Conv3d(1, 2, 3) then Dropout3d, Conv3d(2, 16, 3), ReLU, Conv3d(16, 3, 1) on 6^3 (V = 216 voxels):
+    the kept first convolution does V * 2 * 27 multiply-adds (a weight of 1 * 27 per output element); the rest:
+    dropout 2 V elements, V * 16 * (2 * 27), ReLU 16 V, V * 3 * 16."""
+    net = light_then_heavy()
+    v = 6**3
+    kept = v * 2 * 27
+    rest = 2 * v + v * 16 * 54 + 16 * v + v * 3 * 16
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, torch.rand(1, 1, 6, 6, 6))
+    assert passes.skipped_work == pytest.approx(kept / (kept + rest), rel=1e-12)
+    assert passes.plain and passes.shared_calls == 0 and passes.shared_bytes == 0
+    # every replayed sample computes the kept output again: one copy per sample in the memory terms
+    assert passes.copied_bytes == 2 * v * 4
+    assert passes.traced_bytes == passes.copied_bytes + passes.stochastic_bytes
+
+
+def test_transposed_convolution_and_linear_work():
+    """A transposed convolution counts input elements times its weight per input channel; a linear map output
+    elements times its input features; ``min_shared_work=0`` keeps the split whatever it saves."""
+    torch.manual_seed(0)
+    up = nn.ConvTranspose2d(3, 4, 2, stride=2)
+    net = nn.Sequential(up, nn.Dropout(0.5), nn.Flatten(), nn.Linear(4 * 8 * 8, 5)).eval()
+    x = torch.rand(2, 3, 4, 4)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net, min_shared_work=0)
+        passes.trace(net, x)
+    kept = x.numel() * 4 * 2 * 2  # 96 input elements x (4 output channels x 2 x 2)
+    rest = 2 * 256 + 2 * 256 + 2 * 5 * 256  # dropout, flatten (a view: its elements), linear
+    assert passes.skipped_work == pytest.approx(kept / (kept + rest), rel=1e-12)
+    assert not passes.plain and passes.shared_calls == 1
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_plain_replay_equals_a_batched_pass_and_the_split_one(k):
+    net = light_then_heavy()
+    x = torch.rand(1, 1, 8, 8, 8)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes, out, batched = replay_and_batched_pass(net, x, k, seed=3)
+        assert passes.plain
+        torch.testing.assert_close(out, batched, rtol=0, atol=0)
+        split = SharedPasses(net, min_shared_work=0)
+        split.trace(net, x)
+        torch.manual_seed(3)
+        assert not split.plain and split.shared_calls == 1
+        torch.testing.assert_close(split.replay(net, x, k), batched, rtol=1e-6, atol=1e-6)
+
+
+def test_plain_replays_of_a_window_batch_keep_the_sample_order():
+    """A traced batch of two inputs: sample s of input b at row s B + b, as the split replays give it."""
+    net = light_then_heavy()
+    x = torch.rand(2, 1, 6, 6, 6)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes, out, batched = replay_and_batched_pass(net, x, 3, seed=1)
+    assert passes.plain and out.shape == (6, 3, 6, 6, 6)
+    torch.testing.assert_close(out, batched, rtol=0, atol=0)
+
+
+class DropConnect(nn.Conv3d):
+    """Dropout on the weight: one mask for the whole batch (not drawn per batch element)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = nn.functional.dropout(self.weight, 0.5, training=self.training)
+        return self._conv_forward(x, w, self.bias)
+
+
+def test_plain_replay_draws_each_sample_its_own_weight_mask():
+    """A batched plain pass would give the k samples one weight mask (identical rows); the draw count finds it and
+    the replays run one sample at a time."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), DropConnect(2, 16, 3, padding=1), nn.Conv3d(16, 2, 1)).eval()
+    net[1].train()
+    x = torch.rand(1, 1, 6, 6, 6)
+    with torch.no_grad():
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        assert passes.plain
+        out = passes.replay(net, x, 3)
+    assert passes._per_sample and out.shape[0] == 3
+    assert not torch.equal(out[0], out[1]) and not torch.equal(out[1], out[2])
+
+
+def test_plain_replays_equal_full_passes_with_injected_masks(monkeypatch):
+    """Every listed network forced into plain replays (``MIN_SHARED_WORK = 1``): the maps still equal full passes
+    with the same masks, sliding windows with overlap and window batches of two."""
+    monkeypatch.setattr(shared_module, "MIN_SHARED_WORK", 1.0)
+    for name in ("UNet", "BasicUNet", "SegResNet", "DynUNet"):
+        bank = MaskBank()
+        net = banked(name, 3, bank)
+        x = torch.rand(1, 1, 24, 16, 16)
+        sw = SlidingWindowInferer([16] * 3, sw_batch_size=2, overlap=0.25)
+
+        def make(share, sw=sw):
+            return MCDropoutInferer(num_samples=5, base_inferer=sw, share_passes=share, sample_batch_size=3,
+                                    keep_samples=True)
+
+        full, shared = run_both(make, x, net, bank)
+        assert_maps_close(full, shared)
+
+
+def test_plain_replays_with_flips_and_regions(monkeypatch):
+    monkeypatch.setattr(shared_module, "MIN_SHARED_WORK", 1.0)
+    bank = MaskBank()
+    net = banked("BasicUNet", 3, bank)
+    x = torch.rand(2, 1, 16, 16, 16)
+
+    def make(share):
+        return UncertaintyInferer([MCDropoutSource(4), FlipSource([0, 2])], activation="sigmoid",
+                                  share_passes=share, sample_batch_size=2, keep_samples=True)
+
+    full, shared = run_both(make, x, net, bank)
+    assert full.multilabel and full.num_samples == 16
+    assert_maps_close(full, shared)
+
+
+def test_plain_sample_batch_counts_the_recomputed_outputs():
+    """The automatic batch of plain replays budgets each sample's recomputed kept outputs as well."""
+    net = light_then_heavy()
+    x = torch.rand(1, 1, 8, 8, 8)
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+    per = passes.stochastic_bytes + passes.copied_bytes
+    assert passes.per_sample_bytes() == per
+    voxels = 10**6
+    k = sample_batch(passes, "auto", voxels, 3, 29)
+    assert k == max(1, min(29, int(max(0.1 * voxels * 4 * 7, passes.traced_bytes) // per)))
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, "0.1", True, float("nan")])
+def test_min_shared_work_is_checked(bad):
+    with pytest.raises(ValueError, match="min_shared_work"):
+        SharedPasses(nn.Conv2d(1, 1, 1), min_shared_work=bad)
