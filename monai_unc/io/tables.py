@@ -67,13 +67,20 @@ def unescape_cell(cell: Any) -> Any:
             cell, its list of a long row's extra cells) is returned unchanged.
 
     Returns:
-        ``cell`` without one leading apostrophe (unchanged when it has none).
+        ``cell`` without its leading apostrophe where :func:`write_csv` put one: before a formula prefix
+        (:data:`FORMULA_PREFIXES`) or another apostrophe. Any other text is returned unchanged, so an apostrophe that a
+        person typed in front of a plain id (``'case01``) stays; only a typed ``'=...`` or ``''...`` loses it.
 
     Example:
         >>> unescape_cell("'=SUM(A1:A2)"), unescape_cell("case01"), unescape_cell("''quoted"), unescape_cell(None)
         ('=SUM(A1:A2)', 'case01', "'quoted", None)
+        >>> unescape_cell("'case01")  # no apostrophe of write_csv: kept
+        "'case01"
     """
-    return cell[1:] if isinstance(cell, str) and cell.startswith("'") else cell
+    if isinstance(cell, str) and len(cell) > 1 and cell[0] == "'" and (cell[1] == "'"
+                                                                          or cell[1] in FORMULA_PREFIXES):
+        return cell[1:]
+    return cell
 
 
 def format_cell(value: Any) -> str:

@@ -136,7 +136,24 @@ def test_shift_and_case_lists_of_ours_read_back_escaped_ids(tmp_path):
     assert read_shifts(path) == {"=cmd": "-noise", "b": "iid"}
     cases = write_csv(tmp_path / "cases.csv", [{"case": "@x", "dice": 0.5}, {"case": "y", "dice": 0.1}])
     assert read_case_list(cases) == ["@x", "y"]
-    assert unescape_cell("'") == "" and unescape_cell("") == ""
+    assert unescape_cell("'") == "'" and unescape_cell("") == ""
+
+
+def test_an_apostrophe_typed_before_a_plain_id_stays(tmp_path):
+    """read_csv removed the first apostrophe of every cell, also of a hand-written table (monitoring sites, shifts.csv)
+    whose id truly begins with one: only the apostrophe write_csv puts in front of a formula prefix or an apostrophe
+    is removed now, and every text still round-trips."""
+    from monai_unc.evaluation import read_shifts
+    from monai_unc.io import unescape_cell
+
+    typed = tmp_path / "shifts.csv"
+    typed.write_text("case,shift\n'case01,'iid\n'=x,''y\n", encoding="utf-8")
+    assert read_csv(typed) == [{"case": "'case01", "shift": "'iid"}, {"case": "=x", "shift": "'y"}]
+    assert read_shifts(typed) == {"'case01": "'iid", "=x": "'y"}
+    texts = ["'", "''", "'a", "''a", "'=a", "=a", "-1", "@", "a'", "\t", "'\t", "", "x"]
+    back = read_csv(write_csv(tmp_path / "t.csv", [{"case": t} for t in texts]))
+    assert [r["case"] for r in back] == texts
+    assert [unescape_cell(t) for t in ("'a", "'", "'1")] == ["'a", "'", "'1"]
 
 
 def test_case_and_shift_lists_keep_ids_as_written(tmp_path):
