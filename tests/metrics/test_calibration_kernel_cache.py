@@ -23,13 +23,12 @@ import pytest
 import torch
 
 from monai_unc.metrics.calibration import ConfidenceHistogram, _cpu_kernel
+from tests._paths import ROOT
 
 pytestmark = [
     pytest.mark.skipif(not _cpu_kernel.available(), reason="numba is not installed (the 'fast' extra)"),
     pytest.mark.slow,
 ]
-
-ROOT = Path(__file__).resolve().parents[2]
 
 #: one histogram update of C classes (argv: C, the folder of the start signal or ""), then one JSON line: the
 #: digest of its state and numba's cache counters of the tables and entropy kernels
