@@ -7,9 +7,8 @@ data: two processes that compile *different* specialisations of one function at 
 1``, and the index can end up naming one process's key for the other's data. A later process then loads, for its
 argument types, the machine code compiled for other types: out-of-bounds reads and writes, wrong sums or a crash.
 Two ``torch.distributed`` ranks or two jobs on one machine that use a kernel for the first time with different
-dtypes are enough. (The calibration kernels, closures over the number of classes that call other compiled functions,
-are not cached on disk at all: numba keyed them by a per-process id, and a cache the test suite's parallel workers
-filled was run with "double free or corruption".)
+dtypes are enough (or, for the calibration kernels, different numbers of classes: a cache the test suite's parallel
+workers filled without the lock was run with "double free or corruption").
 
 :func:`cached_kernel` wraps a dispatcher so that the first call of each argument signature in a process, the only
 call that may load, compile or save, holds an exclusive lock on a file in the cache's own folder (a POSIX record
@@ -44,8 +43,9 @@ def signature_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """What numba's specialisation of a call depends on, per argument, as a hashable key.
 
     Arrays: dtype, dimensions, memory layout and whether they are writable (numba types a read-only array apart);
-    other values: their Python type (numba types every ``int`` as int64, every ``float`` as float64). A key that
-    differs where numba's types do not only costs an extra lock.
+    tuples: the key of their items (numba types a tuple by its length and its items' types: the calibration kernels
+    take the number of classes as a tuple's length); other values: their Python type (numba types every ``int`` as
+    int64, every ``float`` as float64). A key that differs where numba's types do not only costs an extra lock.
 
     Args:
         args: the call's arguments.
@@ -60,12 +60,16 @@ def signature_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
         True
         >>> signature_key((a,)) == signature_key((a.T,))  # another memory layout
         False
+        >>> signature_key(((0, 1, 2),)) == signature_key(((0, 1),))  # another tuple length: another specialisation
+        False
     """
     key = []
     for a in args:
         if isinstance(a, np.ndarray):
             layout = "C" if a.flags.c_contiguous else ("F" if a.flags.f_contiguous else "A")
             key.append((a.dtype.str, a.ndim, layout, bool(a.flags.writeable)))
+        elif isinstance(a, tuple):
+            key.append((tuple, signature_key(a)))
         else:
             key.append(type(a))
     return tuple(key)

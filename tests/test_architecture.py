@@ -90,6 +90,8 @@ SHARED_PRIVATE_MODULES = ("monai_unc._utils", "monai_unc._deprecation", "monai_u
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("monai_unc.metrics.calibration._cuda_kernel", "monai_unc.metrics.calibration._triton_histogram"):
         "Triton is optional and slow to import: the histogram's GPU kernel loads it on its first CUDA update",
+    ("monai_unc.metrics.calibration._cpu_kernel", "monai_unc.metrics.calibration._numba_histogram"):
+        "numba is optional and slow to import: the histogram's CPU kernels load it on their first update",
     ("monai_unc._stats_kernels", "monai_unc._stats_triton"):
         "Triton is optional and slow to import: SampleStats loads its GPU kernel on its first CUDA update",
     ("monai_unc.cli", "monai_unc.nnunet.cli"): "nnunetv2 is optional: the nnU-Net sub-commands load it only when run",

@@ -132,10 +132,11 @@ def test_the_package_kernels_are_wrapped():
 
     assert all(isinstance(k, _KIND) for k in _stats_kernels._cpu_kernels())
     assert all(isinstance(k, _KIND) for k in losses_kernel._kernels())
-    # the calibration kernels are closures that call other compiled functions: not cached on disk at all
+    # the calibration kernels: module-level functions bound to the class count (a tuple's length), cached on disk
     kernels = calibration_kernel._kernels()(3)
-    assert not isinstance(kernels.tables, _KIND)
-    assert type(kernels.tables._cache).__name__ == "NullCache" == type(kernels.entropy._cache).__name__
+    assert isinstance(kernels.tables.func, _KIND) and isinstance(kernels.entropy.func, _KIND)
+    assert isinstance(kernels.logs, _KIND)
+    assert type(kernels.tables.func.dispatcher._cache).__name__ == "FunctionCache"
 
 
 def test_a_numba_kernel_locks_in_its_cache_folder():

@@ -1,0 +1,147 @@
+"""The fused CPU histogram kernels are kept in numba's disk cache and loaded by later processes.
+
+Each test gives its subprocesses a fresh ``NUMBA_CACHE_DIR``. The first process that updates a histogram of ``C``
+classes compiles the kernels for ``C`` and saves them; a later process loads them (numba's own counters: the
+dispatcher's ``stats.cache_hits`` and ``stats.cache_misses``, per signature), and its tables equal the first's and an
+in-process reference bit for bit. Two processes that start on an empty cache at the same time with different class
+counts (the case that once left a cache a later process ran with "double free or corruption") compile one after the
+other (``monai_unc._jit.cached_kernel``'s lock), and each then loads the other's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from monai_unc.metrics.calibration import ConfidenceHistogram, _cpu_kernel
+from tests._paths import ROOT
+
+pytestmark = [
+    pytest.mark.skipif(not _cpu_kernel.available(), reason="numba is not installed (the 'fast' extra)"),
+    pytest.mark.slow,
+]
+
+#: one histogram update of C classes (argv: C, the folder of the start signal or ""), then one JSON line: the
+#: digest of its state and numba's cache counters of the tables and entropy kernels
+CHILD = r"""
+import hashlib, json, sys, time
+from pathlib import Path
+import numpy as np, torch
+from monai_unc.metrics.calibration import ConfidenceHistogram
+from monai_unc.metrics.calibration import _numba_histogram as nh
+
+C, sync = int(sys.argv[1]), sys.argv[2]
+g = torch.Generator().manual_seed(C)
+p = torch.softmax(3.0 * torch.randn(1, C, 24, 24, 24, generator=g), 1)
+y = torch.randint(0, C, (1, 1, 24, 24, 24), generator=g)
+if sync:  # wait until every process is ready, so that they compile at the same time
+    Path(sync, f"ready-{C}").touch()
+    deadline = time.monotonic() + 120
+    while not Path(sync, "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+state = ConfidenceHistogram(num_classes=C).update(p, y).state_dict()
+digest = hashlib.sha256(b"".join(np.ascontiguousarray(state[k]).tobytes() for k in ("counts", "sums", "scalars")))
+stats = {name: {"hits": sum(getattr(nh, name).stats.cache_hits.values()),
+                "misses": sum(getattr(nh, name).stats.cache_misses.values())}
+         for name in ("tables", "entropy_voxels")}
+print(json.dumps({"digest": digest.hexdigest(), "stats": stats}))
+"""
+
+
+def _env(cache: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["NUMBA_CACHE_DIR"] = str(cache)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _start(n_cls: int, cache: Path, sync: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(n_cls), "" if sync is None else str(sync)],
+        env=_env(cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _result(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _run_together(classes: tuple[int, ...], cache: Path, sync: Path) -> list[dict]:
+    """One process per class count, released at the same moment once all have imported."""
+    sync.mkdir()
+    procs = [_start(c, cache, sync) for c in classes]
+    try:
+        while not all((sync / f"ready-{c}").exists() for c in classes):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs if p.poll() is not None]
+            time.sleep(0.01)
+        (sync / "go").touch()
+        return [_result(p) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+def _reference_digest(n_cls: int) -> str:
+    """The child's digest computed in this process."""
+    g = torch.Generator().manual_seed(n_cls)
+    p = torch.softmax(3.0 * torch.randn(1, n_cls, 24, 24, 24, generator=g), 1)
+    y = torch.randint(0, n_cls, (1, 1, 24, 24, 24), generator=g)
+    state = ConfidenceHistogram(num_classes=n_cls).update(p, y).state_dict()
+    return hashlib.sha256(
+        b"".join(np.ascontiguousarray(state[k]).tobytes() for k in ("counts", "sums", "scalars"))
+    ).hexdigest()
+
+
+def compiled(result: dict) -> bool:
+    return all(s["misses"] >= 1 and s["hits"] == 0 for s in result["stats"].values())
+
+
+def loaded(result: dict) -> bool:
+    return all(s["hits"] >= 1 and s["misses"] == 0 for s in result["stats"].values())
+
+
+def test_a_second_process_loads_the_kernels_from_the_disk_cache(tmp_path):
+    cache = tmp_path / "numba_cache"
+    first = _result(_start(3, cache))
+    assert compiled(first), first
+    assert any(cache.rglob("*_numba_histogram.tables-*.nbi"))
+    second = _result(_start(3, cache))
+    assert loaded(second), second
+    assert second["digest"] == first["digest"] == _reference_digest(3)
+
+
+def test_processes_compiling_different_class_counts_at_once_share_one_cache(tmp_path):
+    cache = tmp_path / "numba_cache"
+    a, b = _run_together((3, 5), cache, tmp_path / "sync1")
+    assert compiled(a) and compiled(b), (a, b)
+    assert (a["digest"], b["digest"]) == (_reference_digest(3), _reference_digest(5))
+    # each class count now loads what the other process saved, both at once again
+    b2, a2 = _run_together((5, 3), cache, tmp_path / "sync2")
+    assert loaded(a2) and loaded(b2), (a2, b2)
+    assert (a2["digest"], b2["digest"]) == (a["digest"], b["digest"])
+
+
+def test_the_class_count_is_the_length_of_the_kernels_tuple():
+    # the entry points are cached and locked (monai_unc._jit); one specialisation per class count
+    from monai_unc._jit import signature_key
+
+    kernels = _cpu_kernel._kernels()(4)
+    assert kernels.tables.args == ((0, 1, 2, 3),)
+    assert type(kernels.tables.func.dispatcher._cache).__name__ == "FunctionCache"
+    assert signature_key(((0, 1, 2, 3),)) != signature_key(((0, 1, 2),))
