@@ -34,9 +34,14 @@ lint: $(STAMP)
 # the same for the suite)
 # the suite includes the strict build of the documentation site (tests/docs/test_site.py); MONAI_UNC_REQUIRE_DOCS=1
 # makes that test fail, not skip, when mkdocs is missing, so a broken link or reference fails `make test` and CI
+# the device tests (@pytest.mark.cuda, tests/conftest.py) run in the same session: on the GPU where `nvidia-smi` finds
+# one, else on the CPU (MONAI_UNC_TEST_DEVICE=cpu), so they are checked on every machine; a MONAI_UNC_TEST_DEVICE set
+# by the caller wins. `make gpu-check` runs them on a GPU with the benchmarks
 test: $(STAMP)
 	$(PY) -m ruff check .
-	MONAI_UNC_REQUIRE_DOCS=1 $(PY) -m pytest -n 2 --durations=15 -q
+	MONAI_UNC_REQUIRE_DOCS=1 \
+	MONAI_UNC_TEST_DEVICE="$${MONAI_UNC_TEST_DEVICE:-$$(nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)}" \
+	$(PY) -m pytest -n 2 --durations=15 -q
 	MONAI_UNC_CONFIG_DIR="$$(mktemp -d)" $(PY) -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTEST_PATHS)
 
 demo: $(STAMP)
@@ -47,8 +52,9 @@ demo: $(STAMP)
 validate: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) docs/validation/run_all.py
 
-# on a machine with a GPU: the CUDA tests and the GPU benchmarks in one command (at most 8 minutes), written to
-# gpu_check_output/gpu_check.json and .md (benchmarks/gpu_check.py; `--device cpu --quick` rehearses it on the CPU)
+# on a machine with a GPU: ALL the CUDA tests and the GPU benchmarks in one command (at most 8 minutes), written to
+# gpu_check_output/gpu_check.json and .md (benchmarks/gpu_check.py; `--device cpu --quick` rehearses it on the CPU,
+# `--tests PATH ...` limits its device tests to those paths, as the rehearsal in CI does)
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py --out gpu_check_output
 

@@ -1,8 +1,10 @@
 """The GPU check: the CUDA tests and the GPU benchmarks in one command, one JSON and one Markdown table.
 
     make gpu-check                                   # python benchmarks/gpu_check.py --out gpu_check_output
-    python benchmarks/gpu_check.py --out DIR [--device cuda] [--quick] [--skip-tests] [--only NAME ...]
-    python benchmarks/gpu_check.py --out DIR --device cpu --quick     # the rehearsal CI runs (under a minute)
+    python benchmarks/gpu_check.py --out DIR [--device cuda] [--quick] [--skip-tests] [--tests PATH ...]
+                                   [--only NAME ...]
+    python benchmarks/gpu_check.py --out DIR --device cpu --quick --tests tests/metrics/test_overlap_cuda.py
+                                   # the rehearsal CI runs (about a minute)
 
 A GPU is lent to this project now and then, for minutes at a time, so everything a device run needs is in this
 one script and it never stops at the first failure: each part is tried, timed and recorded (ok, or the error
@@ -10,8 +12,11 @@ and the end of its traceback), and the exit status says whether all passed. ``DI
 ``gpu_check.md`` (the table ``benchmarks/README.md`` records, with the card's name), ``cuda_tests.xml``
 (JUnit) and ``cuda_tests.log``. Parts:
 
-- ``cuda_tests``: ``pytest -m cuda`` on the whole suite with ``MONAI_UNC_TEST_DEVICE`` set to ``--device``
-  (the device tests beside the CPU tests they mirror; ``tests/conftest.py``).
+- ``cuda_tests``: ``pytest -m cuda`` on the whole suite (or on the ``--tests`` paths) with
+  ``MONAI_UNC_TEST_DEVICE`` set to ``--device`` (the device tests beside the CPU tests they mirror;
+  ``tests/conftest.py``). ``make test`` runs the same tests on the CPU on a machine without a GPU, so the CI
+  rehearsal passes one small file: it checks this part's mechanics (the run, the counts read from the JUnit XML,
+  the table row), not the device tests again.
 - ``device``: the card, torch/CUDA versions and the device's copy bandwidth (bytes read + written per second
   of a device-to-device copy of 1 GiB: the limit for memory-bound metrics).
 - ``mc_brats`` and ``mc_unet``: MC dropout on a BraTS-sized case (SegResNet, 4 x 240 x 240 x 155, 3 sigmoid
@@ -136,12 +141,14 @@ def _r(x: Any, nd: int = 4) -> Any:
 
 # ------------------------------------------------------------------------------------------------------- parts
 def part_cuda_tests(dev: torch.device, cfg: dict, out: Path) -> dict:
-    """``pytest -m cuda`` with ``MONAI_UNC_TEST_DEVICE``; counts, failures and the slowest tests."""
+    """``pytest -m cuda`` on ``cfg["tests"]`` (paths; default the ``tests`` folder) with ``MONAI_UNC_TEST_DEVICE``;
+    counts, failures and the slowest tests."""
     xml = out / "cuda_tests.xml"
+    paths = [str(p) for p in cfg.get("tests") or ["tests"]]
     env = {**os.environ, "MONAI_UNC_TEST_DEVICE": str(dev), "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rfE",
-           f"--junitxml={xml}", "--durations=5", "tests"]
+           f"--junitxml={xml}", "--durations=5", *paths]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False,
                           timeout=cfg.get("tests_timeout", 420))
@@ -165,7 +172,7 @@ def part_cuda_tests(dev: torch.device, cfg: dict, out: Path) -> dict:
     if not ok and not failed:
         failed.append({"test": "pytest", "message": (proc.stdout + proc.stderr)[-600:]})
     return {"ok": ok, "passed": passed, **counts, "seconds": seconds, "failed": failed,
-            "returncode": proc.returncode}
+            "returncode": proc.returncode, "paths": paths}
 
 
 def part_device(dev: torch.device, cfg: dict, out: Path) -> dict:
@@ -575,6 +582,8 @@ def _md_table(results: dict) -> str:
         if name == "cuda_tests":
             s = f"{d.get('passed')} passed, {d.get('failures', 0) + d.get('errors', 0)} failed, " \
                 f"{d.get('skipped')} skipped in {d.get('seconds', 0):.0f} s"
+            if d.get("paths") not in (None, ["tests"]):
+                s += f" (only {', '.join(d['paths'])})"
             return s + "".join(f"; FAILED {f['test']}" for f in d.get("failed", [])[:5])
         if name == "device":
             return f"copy bandwidth {d.get('copy_gb_s', 0):.0f} GB/s (read + write)"
@@ -651,6 +660,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (the CPU rehearsal CI runs)")
     ap.add_argument("--skip-tests", action="store_true", help="benchmarks only (no pytest -m cuda)")
+    ap.add_argument("--tests", nargs="+", metavar="PATH", default=["tests"],
+                    help="test files or folders (relative to the checkout) of the cuda_tests part (default: tests,"
+                         " i.e. every device test)")
     ap.add_argument("--only", nargs="+", choices=PARTS, help="run these parts only")
     ap.add_argument("--budget-s", type=float, default=480.0,
                     help="skip the parts not started once this many seconds have passed (default 480)")
@@ -661,6 +673,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     cfg = dict(QUICK if args.quick else FULL)
+    missing = [p for p in args.tests if not (ROOT / p).exists()]
+    if missing:
+        print(f"--tests: no such path in {ROOT}: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    cfg["tests"] = list(args.tests)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     parts = list(args.only or PARTS)

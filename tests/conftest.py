@@ -19,8 +19,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-#: the device of the tests marked ``cuda``; ``MONAI_UNC_TEST_DEVICE=cpu`` rehearses them on the CPU (the quick mode of
-#: ``benchmarks/gpu_check.py`` does, in CI, so the CUDA tests cannot rot on machines without a GPU)
+#: the device of the tests marked ``cuda``; ``MONAI_UNC_TEST_DEVICE=cpu`` rehearses them on the CPU (``make test`` sets
+#: it where ``nvidia-smi`` finds no GPU, so CI runs them and the CUDA tests cannot rot on machines without one)
 TEST_DEVICE_ENV = "MONAI_UNC_TEST_DEVICE"
 
 

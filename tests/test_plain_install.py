@@ -7,15 +7,30 @@ needs a torchvision built for the installed torch; pip takes them from the same 
 no ``dev``, ``examples``, ``nnunet``, ...), and runs ``<venv>/bin/monai-unc demo --quick`` to completion from a
 folder outside the checkout, with ``PYTHONPATH`` unset so that only the installed package is imported.
 
-It takes a few minutes (the torch wheel is large; pip's cache makes the download part fast) and runs in CI with
-the rest of the slow tests. Without access to the package index pip fails and so does the test, with pip's last
-lines in the message: a plain install that cannot be checked is a failure, not a skip. Set
-``MONAI_UNC_SKIP_INSTALL_TEST=1`` to skip it (a machine without the index, or a quick local run).
+Shortcut for the pins: when the interpreter running the tests has ``torch`` and ``torchvision`` at exactly the
+pinned versions (the project's ``.venv``: installing the pins from the index is ``make install``'s first step, which
+CI runs before the suite), the pins and their dependency closure (from their metadata, markers and extras evaluated)
+are put into the fresh venv's ``site-packages`` as hard links of the installed files, ``*.dist-info`` folders
+included, before the same ``pip install`` of the pins runs: pip finds them installed (it still installs what the
+closure lacks or upgrades what the fresh venv's own ``setuptools`` does not satisfy) instead of unzipping ~5 GB of
+torch and CUDA wheels again (linking and pip's check: ~10 s instead of ~70 s on a loaded 2-core machine). Hard
+links, never symbolic links: pip removing a linked file in the fresh venv (an uninstall, an upgrade) unlinks its
+name there and leaves the project's file alone, and nothing writes into an installed file in place. Without that
+interpreter (other versions, a ``--user`` install) or where a link cannot be made (another filesystem), the pins are
+installed from the index as before. The wheel and its default dependencies are always installed by pip from the
+index, onto those pins, and the demo runs from the fresh venv only.
+
+It takes a few minutes and runs in CI with the rest of the slow tests. Without access to the package index pip
+fails and so does the test, with pip's last lines in the message: a plain install that cannot be checked is a
+failure, not a skip. Set ``MONAI_UNC_SKIP_INSTALL_TEST=1`` to skip it (a machine without the index, or a quick
+local run).
 """
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,12 +122,90 @@ def _remove_without_waiting(folder: Path) -> None:
                    timeout=60)
 
 
+def _closure(pins: tuple[str, ...]) -> list[md.Distribution] | None:
+    """The installed distributions of ``pins`` (``name==version``) and of their dependencies, in this interpreter's
+    environment (markers evaluated, extras followed); ``None`` when a pin is missing or at another version, or when
+    a dependency is not installed here."""
+    from packaging.requirements import Requirement
+
+    def key(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    found: dict[str, md.Distribution] = {}
+    done: set[tuple[str, str]] = set()
+    todo: list[tuple[str, str]] = []
+    for pin in pins:
+        name, version = pin.split("==")
+        try:
+            if md.version(name) != version:
+                return None
+        except md.PackageNotFoundError:
+            return None
+        todo.append((name, ""))
+    while todo:
+        name, extra = todo.pop()
+        if (key(name), extra) in done:
+            continue
+        done.add((key(name), extra))
+        try:
+            dist = found.setdefault(key(name), md.distribution(name))
+        except md.PackageNotFoundError:
+            return None
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": extra}):
+                todo += [(req.name, "")] + [(req.name, e) for e in sorted(req.extras)]
+    return list(found.values())
+
+
+def _link_installed_pins(venv_py: Path, tmp_path: Path) -> int:
+    """Hard-link the pins' closure (:func:`_closure`) from this interpreter's environment into the fresh venv of
+    ``venv_py`` (module docstring); the number of files linked, 0 when the shortcut does not apply (nothing linked).
+
+    Distributions the fresh venv already has (its own ``pip``, ``setuptools``) are left to pip. Files outside
+    ``site-packages`` (console scripts in ``bin/``, whose first line names this interpreter) are not linked: the
+    test runs none of them. An ``OSError`` while linking propagates; the caller starts over with a fresh venv.
+    """
+    dists = _closure(TORCH_PINS)
+    if dists is None:
+        return 0
+    r = _run([str(venv_py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib']); "
+              "print(sysconfig.get_paths()['platlib'])"], "reading the venv's site-packages", tmp_path)
+    purelib, platlib = (Path(p) for p in r.stdout.split())
+    if purelib != platlib:  # a layout this shortcut does not handle: pip installs the pins
+        return 0
+    present = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in md.distributions(path=[str(purelib)])}
+    plan: dict[Path, Path] = {}  # destination -> source (a file two distributions list is linked once)
+    for dist in dists:
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() in present:
+            continue
+        base = Path(dist.locate_file(""))
+        for f in dist.files or []:
+            if f.parts and f.parts[0] == "..":
+                continue
+            src = base / f
+            if src.is_file():
+                plan.setdefault(purelib / f, src)
+    if not plan or os.stat(next(iter(plan.values()))).st_dev != os.stat(purelib).st_dev:
+        return 0
+    for dst, src in plan.items():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.link(src, dst)
+    return len(plan)
+
+
 def _install_and_run_the_demo(venv: Path, wheel: Callable[[], Path], tmp_path: Path) -> None:
-    """Create ``venv``, install the pins then the wheel (``wheel()``: its path, once built) into it, and run the
+    """Create ``venv``, install the pins (hard-linked from this interpreter's environment where they are installed
+    there, :func:`_link_installed_pins`) then the wheel (``wheel()``: its path, once built) into it, and run the
     demo (the body of the test)."""
     _run([sys.executable, "-m", "venv", str(venv)], "creating the virtual environment", tmp_path)
     bindir = venv / ("Scripts" if os.name == "nt" else "bin")
     py = bindir / "python"
+    try:
+        _link_installed_pins(py, tmp_path)
+    except OSError:  # a link failed part-way: a fresh venv, and pip installs the pins
+        shutil.rmtree(venv)
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the virtual environment", tmp_path)
     # --no-compile: no byte-compiling of every module of torch (most are never imported); pip's output is kept short
     pip = [str(py), "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check"]
     _run(pip + list(TORCH_PINS), "installing " + " ".join(TORCH_PINS), tmp_path)

@@ -1,13 +1,22 @@
-"""The GPU check's quick CPU mode runs in CI, so the command prepared for the moment a GPU is lent cannot rot."""
+"""The GPU check's quick CPU mode runs in CI, so the command prepared for the moment a GPU is lent cannot rot.
+
+Its ``cuda_tests`` part runs one small device-test file (``--tests``): ``make test`` already runs every device test
+on the CPU (``MONAI_UNC_TEST_DEVICE=cpu``), so this test checks the part's mechanics (the pytest run, the counts read
+from the JUnit XML, the table row), not the device tests a second time.
+"""
 
 import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
 from tests._paths import ROOT
+
+#: the device tests the rehearsal's ``cuda_tests`` part runs: one small file (its 4 tests take well under a second)
+CUDA_TESTS = "tests/metrics/test_overlap_cuda.py"
 
 
 @pytest.mark.slow
@@ -16,7 +25,7 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
     env.pop("MONAI_UNC_TEST_DEVICE", None)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path), "--device", "cpu",
-         "--quick"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+         "--quick", "--tests", CUDA_TESTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((tmp_path / "gpu_check.json").read_text())
     parts = {"cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet", "cost"}
@@ -24,8 +33,12 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
     assert all(res[p]["ok"] for p in parts), {p: res[p] for p in parts if not res[p]["ok"]}
     # the device tests were rehearsed on the CPU, not skipped
     assert res["cuda_tests"]["passed"] > 0 and res["cuda_tests"]["failures"] == 0
+    assert res["cuda_tests"]["errors"] == 0 and res["cuda_tests"]["paths"] == [CUDA_TESTS]
+    # only the given file ran
+    cases = ET.parse(tmp_path / "cuda_tests.xml").getroot().iter("testcase")
+    assert {c.get("classname") for c in cases} == {CUDA_TESTS.removesuffix(".py").replace("/", ".")}
     table = (tmp_path / "gpu_check.md").read_text()
-    assert "CPU" in table and "| cuda_tests | ok |" in table
+    assert "CPU" in table and "| cuda_tests | ok |" in table and f"(only {CUDA_TESTS})" in table
     # same seed, same windows: stitching on the CPU gives the device's result
     assert res["sw_stitch"]["max_abs_pred_diff"] < 1e-5
     # shared passes: every placement of both networks, the limit beside it, full passes for every stage
