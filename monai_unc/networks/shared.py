@@ -795,7 +795,9 @@ class SharedPasses:
         total = sum(w for w, _ in follow.work)
         self.skipped_work = sum(w for w, c in follow.work if c is not None and c.skipped()) / max(total, 1)
         least = MIN_SHARED_WORK if self._min_shared_work is None else float(self._min_shared_work)
-        self.plain = self.skipped_work < least
+        # a network that writes into its input (``x.sub_(mean)``) left the traced input changed: a plain replay would
+        # run on the changed input, while a split replay takes the kept calls' outputs from the traced pass
+        self.plain = self.skipped_work < least and follow.written.get(_storage(x), 0) == 0
         # no reference cycles (a call's parent holds it in ``kept_below``): dropping this object frees the kept
         # outputs at once, not at the next garbage collection (a window's kept outputs would otherwise linger into
         # the next window's, more often the more samples, since each replay allocates Python objects)
