@@ -251,6 +251,8 @@ def _numel(out: Any, mutated: list[torch.Tensor]) -> int:
 
 #: functions whose work is the multiply-adds of a weight per output element (convolutions, linear maps)
 _WEIGHTED = frozenset({"conv1d", "conv2d", "conv3d", "linear", "bilinear"})
+#: where a weighted function takes its weight (``bilinear(input1, input2, weight)``; the others ``(input, weight)``)
+_WEIGHT_AT = {"bilinear": 2}
 _TRANSPOSED = frozenset({"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
 _PRODUCTS = frozenset({"matmul", "mm", "bmm", "__matmul__", "__rmatmul__", "addmm", "baddbmm", "addbmm"})
 
@@ -266,7 +268,8 @@ def _work(func: Callable, args: tuple, kwargs: dict, out: Any) -> int:
     n = sum(t.numel() for t in _tensors(out))
     try:
         if name in _WEIGHTED:
-            w = kwargs.get("weight", args[1] if len(args) > 1 else None)
+            at = _WEIGHT_AT.get(name, 1)
+            w = kwargs.get("weight", args[at] if len(args) > at else None)
             return n * max(int(w[0].numel()), 1) if isinstance(w, torch.Tensor) and w.ndim >= 2 else n
         if name in _TRANSPOSED:
             x, w = args[0], kwargs.get("weight", args[1] if len(args) > 1 else None)

@@ -342,3 +342,14 @@ def test_a_network_that_writes_its_input_is_not_replayed_plain():
         torch.manual_seed(3)
         ref = net(x0.repeat(3, 1, 1, 1, 1))
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_bilinear_work_counts_its_weight():
+    """``F.bilinear(x1, x2, weight)`` takes its weight third: output elements times ``in1 * in2`` multiply-adds (the
+    second input's features were taken for the weight, a third of the work here)."""
+    from monai_unc.networks.shared import _work
+
+    x1, x2, w = torch.rand(4, 3), torch.rand(4, 5), torch.rand(7, 3, 5)
+    out = F.bilinear(x1, x2, w)
+    assert _work(F.bilinear, (x1, x2, w), {}, out) == 4 * 7 * 3 * 5
+    assert _work(F.bilinear, (x1, x2), {"weight": w}, out) == 4 * 7 * 3 * 5
