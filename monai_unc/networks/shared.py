@@ -35,24 +35,24 @@ of it, every activation that does not depend on a random draw is the same for al
    Following every operation of a replay costs Python time per operation, more than such a split saves where
    operations are fast (a small network on a GPU: 1.85 times the full passes at 96^3 on an H200).
 
-Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its
-traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the
-traced one (e.g. a test-time augmentation that draws noise on every call), when the module calls do not follow the
-traced order, or when a kept output was changed in place after it was kept; the inferers then fall back to full
-passes and say why in one log line. A replay of ``k`` samples runs them one at a time (each replay still skips the
-kept calls) when the traced pass turned a random draw into a Python value (``if d.mean() > 0``: a batch of samples
-would take one branch; the module calls under way then are never kept, so each sample takes its own branch or the
-replay refuses) or reduced it to a scalar (``d / d.max()``: over the batch of samples), or when its draws are
-not ``k`` times the traced ones per input (a draw not made per batch element, such as dropout on a weight or
-``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`). Sharing assumes that
-every random operation of the network is a PyTorch one (a random number drawn in NumPy or Python inside ``forward``
-is not seen), that what a call computes does not depend on Python state that its calls change (a call counter: a
-replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic rest
-computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
-batch axis, ``d.amax(0)``, or a batch-norm layer in training mode would mix the samples of a replay), and that a
-shared call's output, or a shared operation's result, is batched along its first axis like the input and computes
-each batch row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values
-would break it).
+Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its traced
+value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the traced one (e.g.
+a test-time augmentation that draws noise on every call), when the module calls do not follow the traced order, or when
+a kept output was changed in place after it was kept; the inferers then fall back to full passes and say why in one log
+line (plain replays compute every call: they refuse only another input). A replay of ``k`` samples runs them one at a
+time (each replay still skips the kept calls, unless plain) when the traced pass turned a random draw into a Python
+value (``if d.mean() > 0``: a batch of samples would take one branch; the module calls under way then are never kept, so
+each sample takes its own branch or the replay refuses) or reduced it to a scalar (``d / d.max()``: over the batch of
+samples), or when its draws are not ``k`` times the traced ones per input (a draw not made per batch element, such as
+dropout on a weight or ``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`).
+Sharing assumes that every random operation of the network is a PyTorch one (a random number drawn in NumPy or Python
+inside ``forward`` is not seen), that what a call computes does not depend on Python state that its calls change (a call
+counter: a replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic
+rest computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
+batch axis, ``d.amax(0)``, or a batch-norm layer in training mode would mix the samples of a replay), and that a shared
+call's output, or a shared operation's result, is batched along its first axis like the input and computes each batch
+row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values would break
+it).
 """
 
 from __future__ import annotations
