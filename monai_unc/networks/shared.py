@@ -684,6 +684,8 @@ class SharedPasses:
         self._plan: dict[nn.Module, list[_Call]] = {}
         self._kept: list[_Call] = []
         self._input: torch.Tensor | None = None
+        #: the traced input as it was before the traced pass wrote into it (None: the pass did not write into it)
+        self._pristine: torch.Tensor | None = None
         self._batch = 0
         self._once = False
         self._constants: set[int] = set()
@@ -772,6 +774,7 @@ class SharedPasses:
                 return out
             return forward
 
+        pristine = x.clone()  # a network may write into its input (``x.sub_(mean)``): the replays start from this
         with _wrapped_forwards(self._modules, make), follow:
             out = predictor(x)
         roots = [c for cs in calls.values() for c in cs if c.parent is None]
@@ -830,6 +833,9 @@ class SharedPasses:
             self.shared_bytes = 0
             self._plan, self._kept = {}, []
         self._input = x
+        # the replays of a pass that wrote into its input repeat the input as the trace got it, not as it left it
+        self._pristine = pristine if follow.written.get(_storage(x), 0) else None
+        del pristine
         return out
 
     def replay(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
@@ -977,7 +983,7 @@ class SharedPasses:
             stack.enter_context(_wrapped_forwards(list(self._plan), make))
             stack.enter_context(_repeat_rates(self._rate_layers, batch, k, row))
             if share is None:
-                xs = _repeat(x, k)
+                xs = _repeat(x if self._pristine is None else self._pristine, k)
             else:
                 xs = share.hand_out(x)
                 stack.enter_context(share)

@@ -353,3 +353,36 @@ def test_bilinear_work_counts_its_weight():
     out = F.bilinear(x1, x2, w)
     assert _work(F.bilinear, (x1, x2, w), {}, out) == 4 * 7 * 3 * 5
     assert _work(F.bilinear, (x1, x2), {"weight": w}, out) == 4 * 7 * 3 * 5
+
+
+class _ResidualOnNormalizedInput(nn.Module):
+    """Normalises its input in place outside any module call, then adds it back after the stochastic rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.drop, self.b = nn.Conv3d(1, 8, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(8, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.sub_(0.5)
+        return self.b(self.drop(self.a(x))) + x
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_replays_start_from_the_input_before_the_trace_wrote_into_it(k):
+    """The traced pass changed its input in place; the replays repeated the changed input, so the forward normalised it
+    a second time and every replayed sample was off by the 0.5 it subtracts: they start from the input as the trace
+    got it and equal the network on the original input repeated ``k`` times."""
+    torch.manual_seed(0)
+    net = _ResidualOnNormalizedInput().eval()
+    x0 = torch.rand(1, 1, 6, 6, 6)
+    x = x0.clone()
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        assert passes.shared_calls == 1
+        for _ in range(2):  # a replay object replays any number of batches from one trace
+            torch.manual_seed(3)
+            out = passes.replay(net, x, k)
+            torch.manual_seed(3)
+            ref = net(x0.repeat(k, 1, 1, 1, 1))
+            torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
