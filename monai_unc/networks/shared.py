@@ -35,24 +35,24 @@ of it, every activation that does not depend on a random draw is the same for al
    Following every operation of a replay costs Python time per operation, more than such a split saves where
    operations are fast (a small network on a GPU: 1.85 times the full passes at 96^3 on an H200).
 
-Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its
-traced value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the
-traced one (e.g. a test-time augmentation that draws noise on every call), when the module calls do not follow the
-traced order, or when a kept output was changed in place after it was kept; the inferers then fall back to full
-passes and say why in one log line. A replay of ``k`` samples runs them one at a time (each replay still skips the
-kept calls) when the traced pass turned a random draw into a Python value (``if d.mean() > 0``: a batch of samples
-would take one branch; the module calls under way then are never kept, so each sample takes its own branch or the
-replay refuses) or reduced it to a scalar (``d / d.max()``: over the batch of samples), or when its draws are
-not ``k`` times the traced ones per input (a draw not made per batch element, such as dropout on a weight or
-``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`). Sharing assumes that
-every random operation of the network is a PyTorch one (a random number drawn in NumPy or Python inside ``forward``
-is not seen), that what a call computes does not depend on Python state that its calls change (a call counter: a
-replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic rest
-computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
-batch axis, ``d.amax(0)``, or a batch-norm layer in training mode would mix the samples of a replay), and that a
-shared call's output, or a shared operation's result, is batched along its first axis like the input and computes
-each batch row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values
-would break it).
+Exactness: a shared call computes a deterministic function of its (non-stochastic) inputs, so replacing it by its traced
+value changes nothing. The replay refuses (:class:`SharingUnavailable`) when the input differs from the traced one (e.g.
+a test-time augmentation that draws noise on every call), when the module calls do not follow the traced order, or when
+a kept output was changed in place after it was kept; the inferers then fall back to full passes and say why in one log
+line (plain replays compute every call: they refuse only another input). A replay of ``k`` samples runs them one at a
+time (each replay still skips the kept calls, unless plain) when the traced pass turned a random draw into a Python
+value (``if d.mean() > 0``: a batch of samples would take one branch; the module calls under way then are never kept, so
+each sample takes its own branch or the replay refuses) or reduced it to a scalar (``d / d.max()``: over the batch of
+samples), or when its draws are not ``k`` times the traced ones per input (a draw not made per batch element, such as
+dropout on a weight or ``torch.randn(C, H, W)`` noise, which the ``k`` samples would share; see :class:`_Draws`).
+Sharing assumes that every random operation of the network is a PyTorch one (a random number drawn in NumPy or Python
+inside ``forward`` is not seen), that what a call computes does not depend on Python state that its calls change (a call
+counter: a replay calls the stochastic rest once for ``k`` samples, and the kept calls not at all), that the stochastic
+rest computes each batch row from the same rows of its inputs apart from the full reductions above (a maximum over the
+batch axis, ``d.amax(0)``, or a batch-norm layer in training mode would mix the samples of a replay), and that a shared
+call's output, or a shared operation's result, is batched along its first axis like the input and computes each batch
+row from the same rows of its inputs (a softmax or cumulative sum across the batch axis of shared values would break
+it).
 """
 
 from __future__ import annotations
@@ -251,6 +251,8 @@ def _numel(out: Any, mutated: list[torch.Tensor]) -> int:
 
 #: functions whose work is the multiply-adds of a weight per output element (convolutions, linear maps)
 _WEIGHTED = frozenset({"conv1d", "conv2d", "conv3d", "linear", "bilinear"})
+#: where a weighted function takes its weight (``bilinear(input1, input2, weight)``; the others ``(input, weight)``)
+_WEIGHT_AT = {"bilinear": 2}
 _TRANSPOSED = frozenset({"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
 _PRODUCTS = frozenset({"matmul", "mm", "bmm", "__matmul__", "__rmatmul__", "addmm", "baddbmm", "addbmm"})
 
@@ -266,7 +268,8 @@ def _work(func: Callable, args: tuple, kwargs: dict, out: Any) -> int:
     n = sum(t.numel() for t in _tensors(out))
     try:
         if name in _WEIGHTED:
-            w = kwargs.get("weight", args[1] if len(args) > 1 else None)
+            at = _WEIGHT_AT.get(name, 1)
+            w = kwargs.get("weight", args[at] if len(args) > at else None)
             return n * max(int(w[0].numel()), 1) if isinstance(w, torch.Tensor) and w.ndim >= 2 else n
         if name in _TRANSPOSED:
             x, w = args[0], kwargs.get("weight", args[1] if len(args) > 1 else None)
@@ -681,6 +684,8 @@ class SharedPasses:
         self._plan: dict[nn.Module, list[_Call]] = {}
         self._kept: list[_Call] = []
         self._input: torch.Tensor | None = None
+        #: the traced input as it was before the traced pass wrote into it (None: the pass did not write into it)
+        self._pristine: torch.Tensor | None = None
         self._batch = 0
         self._once = False
         self._constants: set[int] = set()
@@ -769,6 +774,7 @@ class SharedPasses:
                 return out
             return forward
 
+        pristine = x.clone()  # a network may write into its input (``x.sub_(mean)``): the replays start from this
         with _wrapped_forwards(self._modules, make), follow:
             out = predictor(x)
         roots = [c for cs in calls.values() for c in cs if c.parent is None]
@@ -795,7 +801,9 @@ class SharedPasses:
         total = sum(w for w, _ in follow.work)
         self.skipped_work = sum(w for w, c in follow.work if c is not None and c.skipped()) / max(total, 1)
         least = MIN_SHARED_WORK if self._min_shared_work is None else float(self._min_shared_work)
-        self.plain = self.skipped_work < least
+        # a network that writes into its input (``x.sub_(mean)``) left the traced input changed: a plain replay would
+        # run on the changed input, while a split replay takes the kept calls' outputs from the traced pass
+        self.plain = self.skipped_work < least and follow.written.get(_storage(x), 0) == 0
         # no reference cycles (a call's parent holds it in ``kept_below``): dropping this object frees the kept
         # outputs at once, not at the next garbage collection (a window's kept outputs would otherwise linger into
         # the next window's, more often the more samples, since each replay allocates Python objects)
@@ -825,6 +833,9 @@ class SharedPasses:
             self.shared_bytes = 0
             self._plan, self._kept = {}, []
         self._input = x
+        # the replays of a pass that wrote into its input repeat the input as the trace got it, not as it left it
+        self._pristine = pristine if follow.written.get(_storage(x), 0) else None
+        del pristine
         return out
 
     def replay(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
@@ -972,7 +983,7 @@ class SharedPasses:
             stack.enter_context(_wrapped_forwards(list(self._plan), make))
             stack.enter_context(_repeat_rates(self._rate_layers, batch, k, row))
             if share is None:
-                xs = _repeat(x, k)
+                xs = _repeat(x if self._pristine is None else self._pristine, k)
             else:
                 xs = share.hand_out(x)
                 stack.enter_context(share)

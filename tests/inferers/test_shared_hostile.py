@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from monai_unc.inferers import MCDropoutInferer, UncertaintyInferer
+from monai_unc.inferers import MCDropoutInferer, UncertaintyInferer, enable_mc_dropout
 from monai_unc.networks.shared import SharedPasses, SharingUnavailable, is_random_op
 
 from .test_shared import BankDropout, CallableDropout, MaskBank, assert_maps_close, replay_and_batched_pass, run_both
@@ -313,3 +313,76 @@ def test_shared_ops_counts_the_last_replay_only():
             counts.append(passes.shared_ops)
     # k = 2 first: the whole batch (k = B: the draw count must tell); then input by input (one cat per input)
     assert counts == [0, 2, 2, 0]
+
+
+class _NormalizeInPlace(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sub_(0.5)  # a network that normalises its input in place
+
+
+def _light_then_heavy_in_place() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(_NormalizeInPlace(), nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3),
+                         nn.Conv3d(2, 16, 3, padding=1), nn.ReLU(), nn.Conv3d(16, 3, 1)).eval()
+
+
+def test_a_network_that_writes_its_input_is_not_replayed_plain():
+    """Its kept calls hold little of the work, but the trace changed its input in place: plain replays ran the network
+    on the already normalised input (normalised twice, every replayed sample wrong); the split replay takes the kept
+    calls' outputs from the trace and equals the network on the original input repeated ``k`` times."""
+    net = _light_then_heavy_in_place()
+    x0 = torch.rand(1, 1, 6, 6, 6)
+    x = x0.clone()
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        assert passes.skipped_work < 0.1 and not passes.plain
+        torch.manual_seed(3)
+        out = passes.replay(net, x, 3)
+        torch.manual_seed(3)
+        ref = net(x0.repeat(3, 1, 1, 1, 1))
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_bilinear_work_counts_its_weight():
+    """``F.bilinear(x1, x2, weight)`` takes its weight third: output elements times ``in1 * in2`` multiply-adds (the
+    second input's features were taken for the weight, a third of the work here)."""
+    from monai_unc.networks.shared import _work
+
+    x1, x2, w = torch.rand(4, 3), torch.rand(4, 5), torch.rand(7, 3, 5)
+    out = F.bilinear(x1, x2, w)
+    assert _work(F.bilinear, (x1, x2, w), {}, out) == 4 * 7 * 3 * 5
+    assert _work(F.bilinear, (x1, x2), {"weight": w}, out) == 4 * 7 * 3 * 5
+
+
+class _ResidualOnNormalizedInput(nn.Module):
+    """Normalises its input in place outside any module call, then adds it back after the stochastic rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.drop, self.b = nn.Conv3d(1, 8, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(8, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.sub_(0.5)
+        return self.b(self.drop(self.a(x))) + x
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_replays_start_from_the_input_before_the_trace_wrote_into_it(k):
+    """The traced pass changed its input in place; the replays repeated the changed input, so the forward normalised it
+    a second time and every replayed sample was off by the 0.5 it subtracts: they start from the input as the trace
+    got it and equal the network on the original input repeated ``k`` times."""
+    torch.manual_seed(0)
+    net = _ResidualOnNormalizedInput().eval()
+    x0 = torch.rand(1, 1, 6, 6, 6)
+    x = x0.clone()
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net)
+        passes.trace(net, x)
+        assert passes.shared_calls == 1
+        for _ in range(2):  # a replay object replays any number of batches from one trace
+            torch.manual_seed(3)
+            out = passes.replay(net, x, k)
+            torch.manual_seed(3)
+            ref = net(x0.repeat(k, 1, 1, 1, 1))
+            torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
