@@ -250,9 +250,12 @@ def test_interleave_orders_samples_as_a_batch_replay():
         shared_module._interleave([(torch.zeros(3),), [torch.zeros(3)]], 3)
 
 
-@pytest.mark.parametrize("name", ["BasicUNet", "DynUNet"])
-def test_shared_equals_full_regions_and_flips(name):
-    """Sigmoid regions, dropout x flip products: sharing within each flip, never across."""
+@pytest.mark.parametrize("name, plain", [("BasicUNet", False), ("DynUNet", False), ("BasicUNet", True)])
+def test_shared_equals_full_regions_and_flips(name, plain, monkeypatch):
+    """Sigmoid regions, dropout x flip products: sharing within each flip, never across; ``plain``: every replay a
+    plain batched pass (``MIN_SHARED_WORK = 1``)."""
+    if plain:
+        monkeypatch.setattr(shared_module, "MIN_SHARED_WORK", 1.0)
     bank = MaskBank()
     net = banked(name, 3, bank)
     x = torch.rand(2, 1, 16, 16, 16) if name == "BasicUNet" else torch.rand(2, 1, 16, 8, 8)

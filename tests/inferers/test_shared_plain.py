@@ -12,7 +12,7 @@ import torch
 from monai.inferers import SlidingWindowInferer
 from torch import nn
 
-from monai_unc.inferers import FlipSource, MCDropoutInferer, MCDropoutSource, UncertaintyInferer, enable_mc_dropout
+from monai_unc.inferers import MCDropoutInferer, enable_mc_dropout
 from monai_unc.networks import shared as shared_module
 from monai_unc.networks.shared import SharedPasses, sample_batch
 
@@ -125,21 +125,6 @@ def test_plain_replays_equal_full_passes_with_injected_masks(monkeypatch):
 
         full, shared = run_both(make, x, net, bank)
         assert_maps_close(full, shared)
-
-
-def test_plain_replays_with_flips_and_regions(monkeypatch):
-    monkeypatch.setattr(shared_module, "MIN_SHARED_WORK", 1.0)
-    bank = MaskBank()
-    net = banked("BasicUNet", 3, bank)
-    x = torch.rand(2, 1, 16, 16, 16)
-
-    def make(share):
-        return UncertaintyInferer([MCDropoutSource(4), FlipSource([0, 2])], activation="sigmoid",
-                                  share_passes=share, sample_batch_size=2, keep_samples=True)
-
-    full, shared = run_both(make, x, net, bank)
-    assert full.multilabel and full.num_samples == 16
-    assert_maps_close(full, shared)
 
 
 def test_plain_sample_batch_counts_the_recomputed_outputs():
