@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests._paths import ROOT
 
@@ -126,11 +127,6 @@ def _closure(pins: tuple[str, ...]) -> list[md.Distribution] | None:
     """The installed distributions of ``pins`` (``name==version``) and of their dependencies, in this interpreter's
     environment (markers evaluated, extras followed); ``None`` when a pin is missing or at another version, or when
     a dependency is not installed here."""
-    from packaging.requirements import Requirement
-
-    def key(name: str) -> str:
-        return re.sub(r"[-_.]+", "-", name).lower()
-
     found: dict[str, md.Distribution] = {}
     done: set[tuple[str, str]] = set()
     todo: list[tuple[str, str]] = []
@@ -144,11 +140,11 @@ def _closure(pins: tuple[str, ...]) -> list[md.Distribution] | None:
         todo.append((name, ""))
     while todo:
         name, extra = todo.pop()
-        if (key(name), extra) in done:
+        if (canonicalize_name(name), extra) in done:
             continue
-        done.add((key(name), extra))
+        done.add((canonicalize_name(name), extra))
         try:
-            dist = found.setdefault(key(name), md.distribution(name))
+            dist = found.setdefault(canonicalize_name(name), md.distribution(name))
         except md.PackageNotFoundError:
             return None
         for text in dist.requires or []:
@@ -174,10 +170,10 @@ def _link_installed_pins(venv_py: Path, tmp_path: Path) -> int:
     purelib, platlib = (Path(p) for p in r.stdout.split())
     if purelib != platlib:  # a layout this shortcut does not handle: pip installs the pins
         return 0
-    present = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in md.distributions(path=[str(purelib)])}
+    present = {canonicalize_name(d.metadata["Name"]) for d in md.distributions(path=[str(purelib)])}
     plan: dict[Path, Path] = {}  # destination -> source (a file two distributions list is linked once)
     for dist in dists:
-        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() in present:
+        if canonicalize_name(dist.metadata["Name"]) in present:
             continue
         base = Path(dist.locate_file(""))
         for f in dist.files or []:

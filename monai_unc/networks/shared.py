@@ -311,8 +311,13 @@ class _Follow(TorchFunctionMode):
     last step at which each storage was written in place.
     """
 
-    def __init__(self, stack: list[_Call]) -> None:
+    def __init__(self, stack: list[_Call], watch: torch.Tensor | None = None) -> None:
         super().__init__()
+        #: the pass's input: copied into :attr:`pristine` just before an operation first writes into its storage
+        self.watch = watch
+        self._watched = None if watch is None else _storage(watch)
+        #: the input as the pass got it, when the pass wrote into it (``x.sub_(mean)``), else None
+        self.pristine: torch.Tensor | None = None
         self.stochastic_bytes = 0
         self.step = 0
         self.written: dict[int, int] = {}
@@ -334,14 +339,16 @@ class _Follow(TorchFunctionMode):
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         if self.paused:
-            return out
+            return func(*args, **kwargs)
+        mutated = _mutated(func, args, kwargs)
+        if self.watch is not None and self.pristine is None and any(_storage(t) == self._watched for t in mutated):
+            self.pristine = self.watch.clone()  # (this mode is off inside its own handler: the copy is not followed)
+        out = func(*args, **kwargs)
         self.step += 1
         top = self.stack[-1] if self.stack else None
         self.work.append((_work(func, args, kwargs, out), top))
         self.uses.extend((id(t), top) for t in _tensors((args, kwargs)))
-        mutated = _mutated(func, args, kwargs)
         for t in mutated:
             self.written[_storage(t)] = self.step
         random = is_random_op(func, args, kwargs)
@@ -738,7 +745,7 @@ class SharedPasses:
         calls: dict[nn.Module, list[_Call]] = {m: [] for m in self._modules}
         stack: list[_Call] = []
         batch = self._batch
-        follow = _Follow(stack)
+        follow = _Follow(stack, watch=x)
 
         def make(m: nn.Module, fwd: Callable) -> Callable:
             def forward(*args: Any, **kwargs: Any) -> Any:
@@ -774,7 +781,6 @@ class SharedPasses:
                 return out
             return forward
 
-        pristine = x.clone()  # a network may write into its input (``x.sub_(mean)``): the replays start from this
         with _wrapped_forwards(self._modules, make), follow:
             out = predictor(x)
         roots = [c for cs in calls.values() for c in cs if c.parent is None]
@@ -801,9 +807,11 @@ class SharedPasses:
         total = sum(w for w, _ in follow.work)
         self.skipped_work = sum(w for w, c in follow.work if c is not None and c.skipped()) / max(total, 1)
         least = MIN_SHARED_WORK if self._min_shared_work is None else float(self._min_shared_work)
-        # a network that writes into its input (``x.sub_(mean)``) left the traced input changed: a plain replay would
-        # run on the changed input, while a split replay takes the kept calls' outputs from the traced pass
-        self.plain = self.skipped_work < least and follow.written.get(_storage(x), 0) == 0
+        self.plain = self.skipped_work < least
+        # a network that writes into its input (``x.sub_(mean)``) left the traced input changed: the replays repeat the
+        # input as the trace got it (copied just before the first write), not as it left it
+        self._pristine = follow.pristine
+        wrote_input = follow.pristine is not None
         # no reference cycles (a call's parent holds it in ``kept_below``): dropping this object frees the kept
         # outputs at once, not at the next garbage collection (a window's kept outputs would otherwise linger into
         # the next window's, more often the more samples, since each replay allocates Python objects)
@@ -822,7 +830,7 @@ class SharedPasses:
         # replayed one input at a time (its outputs batched like the input, so that they can be interleaved)
         self._constants = {id(t) for t in (*self.network.parameters(), *self.network.buffers())}
         self._rate_layers = _rate_in_layers(self.network)
-        self._once = (not follow.stochastic_write and follow.written.get(_storage(x), 0) == 0
+        self._once = (not follow.stochastic_write and not wrote_input
                       and (batch == 1 or _batched(out, batch)))
         self.shared_bytes = sum(t.numel() * t.element_size() for c in self._kept for t in _tensors(c.output))
         self.copied_bytes = 0 if self._once else sum(t.numel() * t.element_size() for c in self._kept if c.needed
@@ -833,9 +841,6 @@ class SharedPasses:
             self.shared_bytes = 0
             self._plan, self._kept = {}, []
         self._input = x
-        # the replays of a pass that wrote into its input repeat the input as the trace got it, not as it left it
-        self._pristine = pristine if follow.written.get(_storage(x), 0) else None
-        del pristine
         return out
 
     def replay(self, predictor: Callable[[torch.Tensor], Any], x: torch.Tensor, k: int) -> Any:
@@ -897,7 +902,10 @@ class SharedPasses:
             stack.enter_context(_repeat_rates(self._rate_layers, batch, k))
             if count:
                 stack.enter_context(draws)
-            out = predictor(_repeat(x, k) if k > 1 else x)
+            if self._pristine is not None:  # a fresh copy: the pass writes into it again
+                out = predictor(_repeat(self._pristine, k))
+            else:
+                out = predictor(_repeat(x, k) if k > 1 else x)
         if count:
             if draws.drawn != self._drawn_all * k:
                 raise _Unbatched(

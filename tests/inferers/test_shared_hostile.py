@@ -326,22 +326,48 @@ def _light_then_heavy_in_place() -> nn.Sequential:
                          nn.Conv3d(2, 16, 3, padding=1), nn.ReLU(), nn.Conv3d(16, 3, 1)).eval()
 
 
-def test_a_network_that_writes_its_input_is_not_replayed_plain():
+@pytest.mark.parametrize("min_shared_work", [None, 0.0])
+def test_a_network_that_writes_its_input_replays_from_the_input_the_trace_got(min_shared_work):
     """Its kept calls hold little of the work, but the trace changed its input in place: plain replays ran the network
-    on the already normalised input (normalised twice, every replayed sample wrong); the split replay takes the kept
-    calls' outputs from the trace and equals the network on the original input repeated ``k`` times."""
+    on the already normalised input (normalised twice, every replayed sample wrong). Plain (default) and split
+    (``min_shared_work=0``) replays, of one sample and of several, again and again, equal the network on the original
+    input repeated ``k`` times."""
     net = _light_then_heavy_in_place()
     x0 = torch.rand(1, 1, 6, 6, 6)
     x = x0.clone()
     with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net, min_shared_work=min_shared_work)
+        passes.trace(net, x)
+        assert passes.skipped_work < 0.1 and passes.plain == (min_shared_work is None)
+        for k in (3, 1, 3):
+            torch.manual_seed(3)
+            out = passes.replay(net, x, k)
+            torch.manual_seed(3)
+            ref = net(x0.repeat(k, 1, 1, 1, 1))
+            torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_the_input_is_copied_only_when_the_traced_pass_writes_into_it():
+    """The trace copies its input just before the first write into its storage (a view of it written counts), and not
+    at all for a network that leaves it alone."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(2, 1, 1)).eval()
+    x = torch.rand(1, 1, 6, 6, 6)
+    with torch.no_grad(), enable_mc_dropout(net):
         passes = SharedPasses(net)
         passes.trace(net, x)
-        assert passes.skipped_work < 0.1 and not passes.plain
-        torch.manual_seed(3)
-        out = passes.replay(net, x, 3)
-        torch.manual_seed(3)
-        ref = net(x0.repeat(3, 1, 1, 1, 1))
-    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+        assert passes._pristine is None
+
+        def writes_a_view(t: torch.Tensor) -> torch.Tensor:
+            t[:, :, 0].mul_(2.0)  # a view of the input, written after a first read
+            return net(t)
+
+        x0 = torch.rand(1, 1, 6, 6, 6)
+        x = x0.clone()
+        passes = SharedPasses(net)
+        passes.trace(writes_a_view, x)
+        torch.testing.assert_close(passes._pristine, x0, rtol=0, atol=0)
+        assert not torch.equal(x, x0)
 
 
 def test_bilinear_work_counts_its_weight():
