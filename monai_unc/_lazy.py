@@ -14,8 +14,8 @@ from typing import Any
 __all__ = ["lazy_attributes", "lazy_optional"]
 
 
-def lazy_attributes(package: str, names: Mapping[str, str], submodules: Sequence[str], namespace: dict[str, Any]
-                    ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_attributes(package: str, names: Mapping[str, str], submodules: Sequence[str], namespace: dict[str, Any],
+                    owner: str | None = None) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module ``__getattr__`` and ``__dir__`` of a package with lazily loaded names.
 
     Args:
@@ -23,6 +23,8 @@ def lazy_attributes(package: str, names: Mapping[str, str], submodules: Sequence
         names: ``{public name: submodule that defines it}``.
         submodules: the submodules reachable as attributes (imported on first access).
         namespace: the package's ``globals()`` (a loaded name is cached there).
+        owner: the module whose attributes these are, when it is not ``package`` itself (a module of ``package``
+            whose names live in a sibling module); named in the ``AttributeError``.
 
     Returns:
         ``(__getattr__, __dir__)`` to assign in the package.
@@ -40,7 +42,7 @@ def lazy_attributes(package: str, names: Mapping[str, str], submodules: Sequence
             return importlib.import_module(f"{package}.{name}")
         sub = names.get(name)
         if sub is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            raise AttributeError(f"module {owner or package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(f"{package}.{sub}"), name)
         namespace[name] = value
         return value

@@ -10,7 +10,8 @@
   :data:`SHARED_PRIVATE_MODULES`.
 - Package modules are imported at module level; an import inside a function needs an entry in :data:`LAZY_IMPORTS`
   saying why (an optional dependency).
-- Optional third-party packages are imported at module level only where they belong (:data:`OPTIONAL_DEPENDENCIES`).
+- Optional third-party packages are imported at module level only where they belong (:data:`OPTIONAL_DEPENDENCIES`);
+  MONAI, in the functional core, only by its adapter modules (:data:`MONAI_IN_CORE`).
 - The deprecated modules of old paths (:data:`DEPRECATED_MODULES`) have no file: each is an entry of
   ``MOVED_MODULES`` in ``monai_unc/_compat.py`` naming modules of the package, and nothing in the package imports it.
 - Some components may not import a lower one all the same (:data:`FORBIDDEN_IMPORTS`): the command line imports
@@ -157,6 +158,14 @@ OPTIONAL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "highdicom": ("monai_unc.io.dicom",),
     "psycopg": (),  # the monitor extra: monai_unc.monitoring.store loads it only for a postgresql:// store
 }
+
+#: the modules of the functional core (:data:`CORE`) that may import MONAI at module level: its adapters (the MONAI
+#: metric and loss classes), each beside the functions it wraps. Everything else in the core imports without MONAI,
+#: whose import takes seconds (``monai/__init__`` loads every submodule): ``monai-unc evaluate`` and the other commands
+#: that only read and compute start without it
+MONAI_IN_CORE = ("monai_unc.metrics.ambiguity_metric", "monai_unc.metrics.calibration.metric",
+                 "monai_unc.metrics.qu_brats_metric", "monai_unc.metrics.spatial_metric",
+                 "monai_unc.losses.calibration")
 
 #: (module, forbidden call) -> why that module may write a file directly (a third-party API that forces it)
 WRITE_ALLOWED: dict[tuple[str, str], str] = {
@@ -614,6 +623,29 @@ def test_optional_dependencies_are_imported_where_they_belong():
         if not any(i.importer == a or i.importer.startswith(a + ".") for a in allowed):
             bad.append(f"{_where(i)}: {i.importer} imports the optional {top} at module level")
     assert not bad, "\n".join(bad)
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    """The lines of the ``if TYPE_CHECKING:`` blocks of a module (imports there never run)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for stmt in node.body:
+                lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return lines
+
+
+def test_the_functional_core_imports_monai_only_in_its_adapter_modules():
+    bad = []
+    for i in IMPORTS:
+        if i.internal or not i.module_level or i.target.split(".")[0] != "monai":
+            continue
+        if i.lineno in _type_checking_lines(TREES[i.importer]):
+            continue
+        if component(i.importer) in CORE and i.importer not in MONAI_IN_CORE:
+            bad.append(f"{_where(i)}: {i.importer} imports {i.target} at module level")
+    assert not bad, "MONAI in the core outside MONAI_IN_CORE (move the MONAI class apart):\n" + "\n".join(bad)
+    assert all(m in TREES for m in MONAI_IN_CORE), [m for m in MONAI_IN_CORE if m not in TREES]
 
 
 def _moved_modules() -> dict[str, list[str]]:

@@ -11,10 +11,13 @@ test martingales, the harmful-shift test on audited risk), :mod:`.lesions` (lesi
 per-lesion uncertainty).
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
 from .ambiguity import (
-    GEDMetric,
+    GED_DISTANCES,
+    GED_VARIANTS,
     GEDResult,
-    NCCMetric,
     ged,
     ged_detection,
     ged_nonempty_iou,
@@ -34,7 +37,6 @@ from .calibration import (
     CALIBRATION_METRICS,
     DEFAULT_FINE_BINS,
     NLL_EPS,
-    CalibrationMetric,
     ConfidenceHistogram,
     ReliabilityCurve,
     ace,
@@ -126,9 +128,9 @@ from .overlap import (
     overlap_counts,
 )
 from .qu_brats import (
+    QU_BRATS_COMPONENTS,
     QU_BRATS_EPS,
     QU_BRATS_GRIDS,
-    QUBraTSMetric,
     QUBraTSRegionsResult,
     QUBraTSResult,
     measure_max,
@@ -171,15 +173,37 @@ from .selective import (
 )
 from .spatial import (
     TIE_RTOL,
-    BoundaryAwareECEMetric,
-    BoundaryUncertaintyConcentrationMetric,
-    SpatialCalibrationErrorMetric,
     boundary_aware_ece,
     boundary_uncertainty_concentration,
     spatial_calibration_error,
 )
 
+if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the API reference
+    from .ambiguity_metric import GEDMetric, NCCMetric
+    from .calibration.metric import CalibrationMetric
+    from .qu_brats_metric import QUBraTSMetric
+    from .spatial_metric import (
+        BoundaryAwareECEMetric,
+        BoundaryUncertaintyConcentrationMetric,
+        SpatialCalibrationErrorMetric,
+    )
+
+#: the MONAI metric classes -> the module defining them, imported on first access (those modules import MONAI, whose
+#: import takes seconds; the functions and every other name above need only torch, numpy and scipy)
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("GEDMetric", "NCCMetric"), "ambiguity_metric"),
+    "CalibrationMetric": "calibration.metric",
+    "QUBraTSMetric": "qu_brats_metric",
+    **dict.fromkeys(("BoundaryAwareECEMetric", "BoundaryUncertaintyConcentrationMetric",
+                     "SpatialCalibrationErrorMetric"), "spatial_metric"),
+}
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, ("ambiguity_metric", "qu_brats_metric", "spatial_metric"),
+                                       globals())
+
 __all__ = [
+    "GED_DISTANCES",
+    "GED_VARIANTS",
+    "QU_BRATS_COMPONENTS",
     "BRATS_2023_SETTINGS",
     "BratsLesion",
     "BratsLesionResult",

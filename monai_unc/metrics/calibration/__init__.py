@@ -50,9 +50,12 @@ histogram, torch for torch input. Degenerate input (no voxel, no bin left) gives
 
 Layout: :mod:`.histogram` (the binning core and :class:`ConfidenceHistogram`), :mod:`.functional` (the metrics
 above, :func:`reliability_curve`, :func:`calibration_metrics`), :mod:`.metric` (:class:`CalibrationMetric`, the
-MONAI adapter). Every public name is importable from this package.
+MONAI adapter, imported on first access: it imports MONAI). Every public name is importable from this package.
 """
 
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_attributes
 from .functional import (
     CALIBRATION_METRICS,
     ReliabilityCurve,
@@ -69,7 +72,11 @@ from .functional import (
     uce,
 )
 from .histogram import DEFAULT_FINE_BINS, NLL_EPS, ConfidenceHistogram, top_label
-from .metric import CalibrationMetric
+
+if TYPE_CHECKING:  # imported on first access (it imports MONAI), for type checkers and the API reference
+    from .metric import CalibrationMetric
+
+__getattr__, __dir__ = lazy_attributes(__name__, {"CalibrationMetric": "metric"}, ("metric",), globals())
 
 __all__ = [
     "DEFAULT_FINE_BINS",

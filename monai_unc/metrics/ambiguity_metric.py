@@ -1,0 +1,193 @@
+"""MONAI metric classes of the ambiguity metrics (:mod:`.ambiguity`): per-case NCC and GED across iterations and ranks.
+
+The per-case values are buffered and reduced with MONAI's helpers; undefined cases (NaN) are skipped, and a reduced
+value without any case is NaN with a ``UserWarning`` (never MONAI's 0).
+
+The formulas are :func:`~monai_unc.metrics.ncc` and :func:`~monai_unc.metrics.ged` (and its variants); this module is
+their thin MONAI adapter, apart so that the functional core imports without MONAI.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from monai.metrics import CumulativeIterationMetric
+from monai.metrics.utils import do_metric_reduction
+from monai.utils import MetricReduction
+
+from .._utils import check_bool, check_integer, main_rank_warnings, sync_case_buffers
+from .ambiguity import GED_DISTANCES, GED_VARIANTS, GEDResult, ged, ged_detection, ged_nonempty_iou, ncc, rater_variance
+
+__all__ = ["NCCMetric", "GEDMetric"]
+
+
+class _CaseMetric(CumulativeIterationMetric):
+    """Per-case values ``(B, K)`` buffered across iterations and ranks, reduced with MONAI's helper.
+
+    Cases whose value is NaN (undefined) are skipped by the reduction. Where no case is left (every value NaN, or
+    nothing buffered for a channel), MONAI's reduction returns 0, which would read as a perfect score; here the
+    reduced value is NaN with a ``UserWarning`` instead. A metric that has seen no case at all aggregates to NaN with
+    a ``UserWarning`` too (as :class:`~monai_unc.metrics.QUBraTSMetric`), not an error. ``get_not_nans=True`` also
+    returns the number of cases that entered each value (0 there).
+    """
+
+    def __init__(self, reduction: MetricReduction | str = MetricReduction.MEAN, get_not_nans: bool = False) -> None:
+        super().__init__()
+        self.reduction = reduction
+        self.get_not_nans = get_not_nans
+
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
+
+    def aggregate(
+        self, reduction: MetricReduction | str | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Reduce the buffered per-case values; NaN (with a warning) where every case is NaN, or without any case.
+
+        Args:
+            reduction: as in MONAI's metrics; default the constructor's.
+
+        Returns:
+            The reduced values (and the number of non-NaN cases in each with ``get_not_nans``). No case buffered (on
+            any rank): a NaN scalar (and 0) with a ``UserWarning``.
+        """
+        data = self.get_buffer()
+        if data is None or (isinstance(data, torch.Tensor) and data.numel() == 0):
+            with main_rank_warnings():  # no case on any rank (every rank sees it): rank 0 warns
+                warnings.warn(f"{type(self).__name__}: no case was evaluated; the value is undefined (NaN)",
+                              UserWarning, stacklevel=2)
+            nan = torch.tensor(float("nan"), dtype=torch.float64)
+            return (nan, torch.tensor(0.0)) if self.get_not_nans else nan
+        if not isinstance(data, torch.Tensor):
+            raise ValueError(f"the data to aggregate must be a torch.Tensor, got {type(data)}")
+        red = reduction or self.reduction
+        with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+            f, not_nans = do_metric_reduction(data.clone(), red)
+            if MetricReduction(red) != MetricReduction.NONE:
+                none_valid = not_nans == 0
+                if bool(none_valid.any()):
+                    warnings.warn(
+                        f"{type(self).__name__}: every case is NaN (undefined) for {int(none_valid.sum())} of "
+                        f"{none_valid.numel()} reduced value(s); they are NaN, not MONAI's 0",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+                    f = torch.where(none_valid, torch.full_like(f, float("nan")), f)
+        return (f, not_nans) if self.get_not_nans else f
+
+
+class NCCMetric(_CaseMetric):
+    """Per-case NCC between predicted uncertainty and a reference map (ValUES eq. 12), a thin wrapper of :func:`ncc`.
+
+    Call with ``y_pred`` the uncertainty maps ``(B, 1, *spatial)`` and ``y`` either the reference maps
+    ``(B, 1, *spatial)`` or, with ``y_is_raters=True``, the rater label maps ``(B, R, *spatial)`` whose
+    :func:`rater_variance` is the reference (eq. 13). Per-case values are ``(B, 1)``; constant maps give NaN
+    (with a warning) and are skipped by the reduction.
+
+    Args:
+        y_is_raters: ``y`` holds rater label maps instead of reference maps.
+        reduction: as in MONAI's metrics (``"mean"``, ``"none"``, ...); NaN cases are skipped.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> import torch
+        >>> from monai_unc.metrics import NCCMetric
+        >>> _ = torch.manual_seed(0)
+        >>> raters = (torch.rand(2, 3, 4, 4, 4) > 0.5).long()  # 2 cases, 3 raters
+        >>> uncertainty = torch.rand(2, 1, 4, 4, 4)
+        >>> metric = NCCMetric(y_is_raters=True)
+        >>> metric(y_pred=uncertainty, y=raters).shape
+        torch.Size([2, 1])
+        >>> round(float(metric.aggregate()), 4)
+        -0.0805
+    """
+
+    def __init__(
+        self,
+        y_is_raters: bool = False,
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(reduction=reduction, get_not_nans=get_not_nans)
+        self.y_is_raters = check_bool(y_is_raters, "y_is_raters")
+
+    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        if y is None:
+            raise ValueError("NCCMetric needs y (reference maps or rater label maps)")
+        vals = []
+        for i in range(y_pred.shape[0]):
+            ref = rater_variance(y[i], rater_dim=0, keepdim=True) if self.y_is_raters else y[i]
+            vals.append(ncc(y_pred[i], ref))
+        return torch.tensor(vals, dtype=torch.float64, device=y_pred.device).unsqueeze(1)
+
+
+class GEDMetric(_CaseMetric):
+    """Per-case GED (or ``D^2_IoU`` / ``D^2_Det``) of model samples against rater labels; wraps :func:`ged`.
+
+    Call with ``y_pred`` the sampled label maps ``(B, S, *spatial)`` and ``y`` the rater label maps
+    ``(B, R, *spatial)`` (or lists of ``(S, *spatial)`` / ``(R, *spatial)`` tensors). Per-case values are
+    ``(B, 1)``, or ``(B, 4)`` = (ged, cross, reference diversity, sample diversity) with
+    ``return_terms=True``.
+
+    Args:
+        variant: ``"ged"`` (:func:`ged`), ``"nonempty_iou"`` (:func:`ged_nonempty_iou`) or ``"detection"``
+            (:func:`ged_detection`).
+        distance: ``"iou"`` or ``"dice"`` for ``variant="ged"``.
+        num_classes: classes including background (default from the data).
+        return_terms: keep the three terms next to the value.
+        reduction: as in MONAI's metrics; NaN cases are skipped.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> from monai_unc.metrics import GEDMetric
+        >>> import torch
+        >>> raters = torch.zeros(3, 4, 4, dtype=torch.long)  # 3 raters, one 4x4 case
+        >>> raters[:, 1:3, 1:3] = 1
+        >>> raters[0, 0, 1] = 1  # rater 0 adds a voxel
+        >>> samples = torch.zeros(2, 4, 4, dtype=torch.long)
+        >>> samples[:, 1:3, 1:3] = 1
+        >>> samples[1, 1:3, 0] = 1  # sample 1 adds two voxels
+        >>> metric = GEDMetric(return_terms=True)
+        >>> metric(y_pred=samples[None], y=raters[None]).round(decimals=4)
+        tensor([[0.1762, 0.2159, 0.0889, 0.1667]], dtype=torch.float64)
+    """
+
+    def __init__(
+        self,
+        variant: str = "ged",
+        distance: str = "iou",
+        num_classes: int | None = None,
+        return_terms: bool = False,
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(reduction=reduction, get_not_nans=get_not_nans)
+        if variant not in GED_VARIANTS:
+            raise ValueError(f"variant must be one of {GED_VARIANTS}, got {variant!r}")
+        if distance not in GED_DISTANCES:
+            raise ValueError(f"distance must be one of {GED_DISTANCES}, got {distance!r}")
+        self.variant = variant
+        self.distance = distance
+        if num_classes is not None:
+            num_classes = check_integer(num_classes, "num_classes (background plus at least one class)", minimum=2)
+        self.num_classes = num_classes
+        self.return_terms = check_bool(return_terms, "return_terms")
+
+    def _one(self, refs: torch.Tensor, smp: torch.Tensor) -> GEDResult:
+        if self.variant == "ged":
+            return ged(refs, smp, distance=self.distance, num_classes=self.num_classes)
+        if self.variant == "nonempty_iou":
+            return ged_nonempty_iou(refs, smp, num_classes=self.num_classes)
+        return ged_detection(refs, smp)
+
+    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+        if y is None:
+            raise ValueError("GEDMetric needs y (the rater label maps)")
+        if y_pred.shape[0] != y.shape[0]:
+            raise ValueError(f"y_pred and y must have the same batch size, got {y_pred.shape[0]} and {y.shape[0]}")
+        rows = [list(self._one(y[i], y_pred[i])) for i in range(y_pred.shape[0])]
+        out = torch.tensor(rows, dtype=torch.float64, device=y_pred.device)
+        return out if self.return_terms else out[:, :1]

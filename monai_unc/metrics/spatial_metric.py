@@ -1,0 +1,325 @@
+"""MONAI metric classes of the spatial uncertainty metrics (:mod:`.spatial`): BUC, BA-ECE and SPACE per case.
+
+Each class packs ``cat([uncertainty, pred], channel)`` into the single ``y_pred`` MONAI's metric machinery carries,
+reads the voxel spacing from a MetaTensor's affine when none is given, buffers one float64 value per case across
+iterations and ranks, and reduces them ignoring NaN (a reduced value without any valid case is NaN with a
+``UserWarning``, not MONAI's 0). The formulas are :func:`~monai_unc.metrics.boundary_uncertainty_concentration`,
+:func:`~monai_unc.metrics.boundary_aware_ece` and :func:`~monai_unc.metrics.spatial_calibration_error` (Zeevi et al.);
+this module is their thin MONAI adapter, apart so that the functional core imports without MONAI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from monai.metrics import CumulativeIterationMetric
+from monai.utils import MetricReduction
+
+from .._utils import check_bool, main_rank_warnings, reduce_case_values, sync_case_buffers, to_tensor
+from .spatial import (
+    SpacingLike,
+    boundary_aware_ece,
+    boundary_uncertainty_concentration,
+    check_backend_name,
+    check_bands,
+    check_sigma_values,
+    check_spacing_option,
+    check_truncate,
+    check_width,
+    spatial_calibration_error,
+)
+
+__all__ = ["BoundaryUncertaintyConcentrationMetric", "BoundaryAwareECEMetric", "SpatialCalibrationErrorMetric"]
+
+
+def _pack(uncertainty: Any, pred: Any) -> Any:
+    """``cat([uncertainty, pred], channel)``: the single ``y_pred`` MONAI's metric machinery carries."""
+    if isinstance(uncertainty, (list, tuple)) or isinstance(pred, (list, tuple)):
+        if not (isinstance(uncertainty, (list, tuple)) and isinstance(pred, (list, tuple))):
+            raise ValueError("uncertainty and y_pred must both be lists (decollated) or both batch tensors")
+        if len(uncertainty) != len(pred):
+            raise ValueError(f"uncertainty has {len(uncertainty)} items but y_pred has {len(pred)}")
+        return [_pack_one(u, p, batched=False) for u, p in zip(uncertainty, pred)]
+    return _pack_one(uncertainty, pred, batched=True)
+
+
+def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
+    """``cat([uncertainty, pred])`` along the channel axis; a MetaTensor result when either input is one.
+
+    The packed tensor keeps the metadata (affine, batch flag) of the first MetaTensor among ``uncertainty`` and
+    ``pred``, so that the metric can still read the voxel spacing from it when ``y`` is a plain tensor.
+    """
+    from monai.data import MetaTensor
+
+    u = to_tensor(uncertainty, "uncertainty")
+    p = to_tensor(pred, "y_pred")
+    ch = 1 if batched else 0
+    if p.ndim == u.ndim - 1:
+        p = p.unsqueeze(ch)
+    if not u.is_floating_point():
+        u = u.to(torch.float32)
+    if u.shape[ch] != 1:
+        raise ValueError(f"uncertainty must have one channel, got shape {tuple(u.shape)}")
+    packed = torch.cat([u, p.to(device=u.device, dtype=u.dtype)], dim=ch)
+    source = next((x for x in (uncertainty, pred) if isinstance(x, MetaTensor)), None)
+    if source is None:
+        return packed
+    out = MetaTensor(packed)
+    out.copy_meta_from(source)  # affine and batch flag: the spacing of the maps' grid
+    return out
+
+
+def _spacing_from_meta(*tensors: Any) -> Any:
+    """Voxel spacing from the affine of the first MetaTensor among ``tensors`` (per case for a batch)."""
+    from monai.data import MetaTensor
+
+    for x in tensors:
+        if isinstance(x, MetaTensor):
+            nsp = x.ndim - 2
+            pix = x.pixdim
+            if isinstance(pix, (list, tuple)):
+                return np.stack([np.asarray(torch.as_tensor(q).cpu(), dtype=float)[:nsp] for q in pix])
+            return np.asarray(torch.as_tensor(pix).cpu(), dtype=float)[:nsp]
+    return 1.0
+
+
+class _SpatialUncertaintyMetric(CumulativeIterationMetric):
+    """Shared adapter: ``y_pred = cat([uncertainty, pred], dim=1)``, ``y`` = reference labels.
+
+    Call as ``metric(y_pred=pred, y=label, uncertainty=unc)`` (batch tensors or decollated lists) or with an
+    already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction: one label channel, or C
+    probability / one-hot channels reduced by argmax). ``y`` is a label map ``(B, 1, *spatial)`` or one-hot.
+    Per-case values (float64, NaN for degenerate cases) are buffered as ``(B, 1)``; MONAI gathers the buffers
+    across ranks in ``get_buffer`` and ``aggregate`` reduces them ignoring NaN with MONAI's
+    ``do_metric_reduction`` (which averages in float32; ``aggregate("none")`` returns the float64 values).
+
+    Spacing: the ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` /
+    ``y_pred`` (``pixdim``), else 1 mm.
+    """
+
+    def __init__(
+        self,
+        spacing: SpacingLike | None = None,
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__()
+        check_spacing_option(spacing)  # here, not at the first case (after a batch of inference)
+        self.spacing = spacing
+        self.reduction = reduction
+        self.get_not_nans = get_not_nans
+
+    def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, y_pred: Any, y: Any = None, uncertainty: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        if uncertainty is not None:
+            y_pred = _pack(uncertainty, y_pred)
+        return super().__call__(y_pred, y, **kwargs)
+
+    def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        if y is None:
+            raise ValueError(f"{type(self).__name__} needs the reference labels y")
+        if y_pred.ndim < 4 or y_pred.shape[1] < 2:
+            raise ValueError(
+                "y_pred must be (B, 1 + C, *spatial): the uncertainty in channel 0 and the prediction after it "
+                f"(or pass uncertainty=...), got shape {tuple(y_pred.shape)}"
+            )
+        spacing = kwargs.get("spacing")
+        if spacing is None:
+            spacing = self.spacing if self.spacing is not None else _spacing_from_meta(y, y_pred)
+        plain = y_pred.as_tensor() if hasattr(y_pred, "as_tensor") else y_pred
+        target = y.as_tensor() if hasattr(y, "as_tensor") else y
+        values = self._evaluate(plain[:, :1], plain[:, 1:], target, spacing)
+        return torch.as_tensor(values, dtype=torch.float64, device=plain.device).reshape(-1, 1)
+
+    def _sync(self) -> None:
+        """Gather the per-case buffers across ranks, a rank without cases included (:func:`sync_case_buffers`)."""
+        sync_case_buffers(self)
+
+    def aggregate(self, reduction: MetricReduction | str | None = None) -> Any:
+        """Reduce the buffered per-case values (``(N, 1)``), ignoring NaN; ``"none"`` returns them all.
+
+        When no case is valid (every value NaN, e.g. no boundary in any case) the result is NaN with a
+        ``UserWarning``, not MONAI's 0 (which reads as a perfect BA-ECE / SPACE); ``not_nans`` is then 0.
+        """
+        data = self.get_buffer()
+        if not isinstance(data, torch.Tensor):
+            raise ValueError("the data to aggregate must be a PyTorch Tensor")
+        with main_rank_warnings():  # the same gathered values on every rank: rank 0 warns
+            f, not_nans = reduce_case_values(data, reduction or self.reduction, type(self).__name__)
+        return (f, not_nans) if self.get_not_nans else f
+
+
+class BoundaryUncertaintyConcentrationMetric(_SpatialUncertaintyMetric):
+    """MONAI metric for :func:`boundary_uncertainty_concentration` (BUC, Zeevi et al. Sec. 3.1; higher is better).
+
+    Call as ``metric(y_pred=pred, y=label, uncertainty=unc)`` with batch tensors ``(B, 1, *spatial)`` (or
+    decollated lists), or with an already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction).
+    Per-case values ``(B, 1)`` float64 are buffered; :meth:`aggregate` reduces them ignoring NaN. Spacing: the
+    ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` / ``y_pred``
+    (``pixdim``), else 1 mm.
+
+    Args:
+        spacing: voxel size in mm per axis (see above for the default).
+        width: band width in mm (default from HD95, see :func:`boundary_uncertainty_concentration`).
+        backend: distance-transform backend.
+        reduction: as in MONAI's metrics; NaN cases are ignored.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> from monai_unc.metrics import BoundaryUncertaintyConcentrationMetric
+        >>> import torch
+        >>> from monai_unc.metrics import label_boundary
+        >>> target = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+        >>> target[:, :, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[1, :, 2:6, 6] = 1  # case 1: a wrong column
+        >>> _ = torch.manual_seed(0)
+        >>> uncertainty = 0.5 * label_boundary(pred, spatial_dims=2).float() + 0.1 * torch.rand(2, 1, 8, 8)
+        >>> metric = BoundaryUncertaintyConcentrationMetric(spacing=(1.0, 1.0), width=1.0)
+        >>> metric(y_pred=pred, y=target, uncertainty=uncertainty)
+        tensor([[0.8700],
+                [0.8728]], dtype=torch.float64)
+        >>> round(float(metric.aggregate()), 4)
+        0.8714
+    """
+
+    def __init__(
+        self,
+        spacing: SpacingLike | None = None,
+        width: float | None = None,
+        backend: str = "auto",
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        check_width(width)  # here, not at the first case (after a batch of inference)
+        check_backend_name(backend)
+        self.width = width
+        self.backend = backend
+
+    def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
+        return boundary_uncertainty_concentration(u, pred, y, spacing=spacing, width=self.width, backend=self.backend)
+
+
+class BoundaryAwareECEMetric(_SpatialUncertaintyMetric):
+    """MONAI metric for :func:`boundary_aware_ece` (BA-ECE, Zeevi et al. Sec. 3.2; lower is better).
+
+    Call as ``metric(y_pred=pred, y=label, uncertainty=unc)`` with batch tensors ``(B, 1, *spatial)`` (or
+    decollated lists), or with an already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction).
+    Per-case values ``(B, 1)`` float64 are buffered; :meth:`aggregate` reduces them ignoring NaN. Spacing: the
+    ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` / ``y_pred``
+    (``pixdim``), else 1 mm.
+
+    Args:
+        spacing: voxel size in mm per axis (see above for the default).
+        n_bands: number of distance bands.
+        max_distance: upper end of the bands in mm (default the largest distance in the case).
+        normalize: min-max rescale each case's uncertainty to [0, 1] first.
+        backend: distance-transform backend.
+        reduction: as in MONAI's metrics; NaN cases are ignored.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> from monai_unc.metrics import BoundaryAwareECEMetric
+        >>> import torch
+        >>> from monai_unc.metrics import label_boundary
+        >>> target = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+        >>> target[:, :, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[1, :, 2:6, 6] = 1  # case 1: a wrong column
+        >>> _ = torch.manual_seed(0)
+        >>> uncertainty = 0.5 * label_boundary(pred, spatial_dims=2).float() + 0.1 * torch.rand(2, 1, 8, 8)
+        >>> metric = BoundaryAwareECEMetric(n_bands=3)
+        >>> metric(y_pred=pred, y=target, uncertainty=uncertainty)
+        tensor([[0.3841],
+                [0.2827]], dtype=torch.float64)
+        >>> round(float(metric.aggregate()), 4)
+        0.3334
+    """
+
+    def __init__(
+        self,
+        spacing: SpacingLike | None = None,
+        n_bands: int = 10,
+        max_distance: float | None = None,
+        normalize: bool = False,
+        backend: str = "auto",
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        check_bands(n_bands, max_distance)  # here, not at the first case (after a batch of inference)
+        check_backend_name(backend)
+        self.n_bands = n_bands
+        self.max_distance = max_distance
+        self.normalize = check_bool(normalize, "normalize")
+        self.backend = backend
+
+    def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
+        return boundary_aware_ece(
+            u,
+            pred,
+            y,
+            spacing=spacing,
+            n_bands=self.n_bands,
+            max_distance=self.max_distance,
+            normalize=self.normalize,
+            backend=self.backend,
+        )
+
+
+class SpatialCalibrationErrorMetric(_SpatialUncertaintyMetric):
+    """MONAI metric for :func:`spatial_calibration_error` (SPACE, Zeevi et al. Sec. 3.3; lower is better).
+
+    Call as ``metric(y_pred=pred, y=label, uncertainty=unc)`` with batch tensors ``(B, 1, *spatial)`` (or
+    decollated lists), or with an already packed ``y_pred`` (channel 0 the uncertainty, the rest the prediction).
+    Per-case values ``(B, 1)`` float64 are buffered; :meth:`aggregate` reduces them ignoring NaN. Spacing: the
+    ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` / ``y_pred``
+    (``pixdim``), else 1 mm.
+
+    Args:
+        spacing: voxel size in mm per axis (see above for the default).
+        sigma: standard deviation of the Gaussian in mm, scalar or per axis.
+        truncate: kernel radius in standard deviations.
+        reduction: as in MONAI's metrics; NaN cases are ignored.
+        get_not_nans: also return the number of non-NaN cases from :meth:`aggregate`.
+
+    Example:
+        >>> from monai_unc.metrics import SpatialCalibrationErrorMetric
+        >>> import torch
+        >>> from monai_unc.metrics import label_boundary
+        >>> target = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+        >>> target[:, :, 2:6, 2:6] = 1
+        >>> pred = target.clone()
+        >>> pred[1, :, 2:6, 6] = 1  # case 1: a wrong column
+        >>> _ = torch.manual_seed(0)
+        >>> uncertainty = 0.5 * label_boundary(pred, spatial_dims=2).float() + 0.1 * torch.rand(2, 1, 8, 8)
+        >>> metric = SpatialCalibrationErrorMetric(sigma=1.0)
+        >>> metric(y_pred=pred, y=target, uncertainty=uncertainty)
+        tensor([[0.2658],
+                [0.2365]], dtype=torch.float64)
+        >>> round(float(metric.aggregate()), 4)
+        0.2511
+    """
+
+    def __init__(
+        self,
+        spacing: SpacingLike | None = None,
+        sigma: float | Sequence[float] = 2.0,
+        truncate: float = 4.0,
+        reduction: MetricReduction | str = MetricReduction.MEAN,
+        get_not_nans: bool = False,
+    ) -> None:
+        super().__init__(spacing=spacing, reduction=reduction, get_not_nans=get_not_nans)
+        check_sigma_values(sigma)  # here, not at the first case (after a batch of inference)
+        check_truncate(truncate)
+        self.sigma = sigma
+        self.truncate = truncate
+
+    def _evaluate(self, u: torch.Tensor, pred: torch.Tensor, y: torch.Tensor, spacing: Any) -> torch.Tensor:
+        return spatial_calibration_error(u, pred, y, spacing=spacing, sigma=self.sigma, truncate=self.truncate)
