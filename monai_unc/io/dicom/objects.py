@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_SEGMENTS",
     "MAP_UNITS",
     "FRACTIONAL_MAX",
+    "MAX_WINDOW_WIDTH",
     "check_uid_root",
     "new_uid",
     "default_segment",
@@ -84,6 +85,10 @@ __version__ = _package_version()
 
 #: MaximumFractionalValue of the FRACTIONAL SEG: probabilities are stored as round(255 p)
 FRACTIONAL_MAX = 255
+#: the widest display window (WindowWidth) of a Parametric Map: validators (dciodvfy) check that a WindowWidth is
+#: not negative by reading it as a signed 64-bit integer, so a width of 2**63 (9.2e18) or more wraps and is rejected;
+#: a map whose range is wider (values near float32's limits, 3e38) gets a window of this width about its middle
+MAX_WINDOW_WIDTH = 1e18
 _UID_ROOT = re.compile(r"^(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*\.$")
 #: what a DICOM string value (SH, LO, CS) may not hold: the value separator ``\`` and control characters
 _NOT_IN_STRING = re.compile(r"[\\\x00-\x1f\x7f]")
@@ -733,6 +738,10 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     which lie in ``[0, log C]``, that changes no value by more than float32 rounding of the map's range, so it is
     not warned about; values beyond the float32 range are refused.
 
+    The display window (VOI LUT, LINEAR_EXACT) spans the map's range (width 1 for a constant map); a range wider
+    than :data:`MAX_WINDOW_WIDTH` gets a window of that width about its middle (a WindowWidth of ``6e38`` is refused
+    by ``dciodvfy``), so the object is valid for any finite map.
+
     Args:
         values: ``(columns, rows, slices)`` finite map values.
         series: the source series.
@@ -793,7 +802,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         lut_label=label[:16], lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
         slope=1.0, intercept=0.0,
     )
-    width = high - low if high > low else 1.0
+    width = min(high - low, MAX_WINDOW_WIDTH) if high > low else 1.0  # a display default, valid for any range
     window = hd.VOILUTTransformation(window_center=(low + high) / 2, window_width=width,
                                      window_explanation="full range",
                                      voi_lut_function=hd.VOILUTFunctionValues.LINEAR_EXACT)
