@@ -305,3 +305,34 @@ def test_parametric_map_refuses_nan_inf_and_values_beyond_float32(series, tmp_pa
     with pytest.raises(ValueError, match="NaN or infinite|beyond the float32 range"):
         write_parametric_map(values, series, tmp_path / "pm.dcm", "variance")
     assert not list(tmp_path.iterdir())
+
+
+def _map_names(path) -> tuple[str, str, str, str]:
+    ds = pydicom.dcmread(path)
+    rwv = ds.SharedFunctionalGroupsSequence[0].RealWorldValueMappingSequence[0]
+    return str(rwv.LUTLabel), str(rwv.LUTExplanation), str(ds.SeriesDescription), str(ds.ContentDescription)
+
+
+@pytest.mark.parametrize("regions", [
+    # "PE necrotic tumour core" and "PE necrotic tumour rim" were both labelled "PE necrotic tumo"
+    ["necrotic tumour core", "necrotic tumour rim"],
+    # 64-character names that differ at their end (as short_text keeps them): every text of the two maps was the same
+    [f"whole tumour: necrosis, enhancing tumour and oedema of the ({v})" for v in ("v1", "v2")],
+], ids=["shared_16", "shared_60"])
+def test_region_maps_whose_names_share_their_start_are_named_apart(series, tmp_path, regions):
+    names = [_map_names(write_parametric_map(np.ones(SHAPE), series, tmp_path / f"pm{i}.dcm", "predictive_entropy",
+                                             region=r)) for i, r in enumerate(regions)]
+    for field in range(4):  # LUTLabel, LUTExplanation, SeriesDescription, ContentDescription: all distinct
+        assert names[0][field] != names[1][field], names
+    assert all(len(n[0]) <= 16 and max(len(t) for t in n[1:]) <= 64 for n in names)
+    again = _map_names(write_parametric_map(np.ones(SHAPE), series, tmp_path / "again.dcm", "predictive_entropy",
+                                            region=regions[0]))
+    assert again == names[0]  # deterministic
+    assert dciodvfy_errors(tmp_path / "pm0.dcm") == []
+
+
+def test_whole_case_map_labels_are_unchanged():
+    """The six measures' own labels (no region) are distinct in 16 characters and keep their plain start."""
+    from monai_unc.io.dicom import MAP_UNITS
+
+    assert len({m[:16] for m in MAP_UNITS}) == len(MAP_UNITS)
