@@ -817,16 +817,14 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         label = _lut_label(f"{initials} {region}")
         # the region shortened to its start and end (short_text) so that the text fits 64 characters: names that
         # differ at their end (v1, v2) stay apart, where a plain cut made every text of two such maps the same
-        room = 64 - len(explanation) - 2
-        explanation = (f"{short_text(region, room)}: {explanation}" if room >= 16
-                       else short_text(f"{region}: {explanation}", 64))
-        room = 64 - len(f"{measure} of  by monai-unc")
-        description = (f"{measure} of {short_text(region, room)} by monai-unc" if room >= 16
-                       else short_text(f"{measure} of {region} by monai-unc", 64))
+        # (at least 24 characters of it, which the start that short_text keeps of the whole text holds)
+        explanation = short_text(f"{short_text(region, max(64 - len(explanation) - 2, 24))}: {explanation}", 64)
+        room = max(64 - len(f"{measure} of  by monai-unc"), 24)
+        description = short_text(f"{measure} of {short_text(region, room)} by monai-unc", 64)
     series_text = check_series_description(series_description, description)
     low, high = float(frames.min()), float(frames.max())
     mapping = hd.pm.RealWorldValueMapping(
-        lut_label=label, lut_explanation=short_text(explanation, 64), unit=unit, value_range=(low, high),
+        lut_label=label, lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
         slope=1.0, intercept=0.0,
     )
     width = min(high - low, MAX_WINDOW_WIDTH) if high > low else 1.0  # a display default, valid for any range

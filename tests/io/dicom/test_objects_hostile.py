@@ -319,13 +319,14 @@ def _map_names(path) -> tuple[str, str, str, str]:
     # 64-character names that differ at their end (as short_text keeps them): every text of the two maps was the same
     [f"whole tumour: necrosis, enhancing tumour and oedema of the ({v})" for v in ("v1", "v2")],
 ], ids=["shared_16", "shared_60"])
-def test_region_maps_whose_names_share_their_start_are_named_apart(series, tmp_path, regions):
-    names = [_map_names(write_parametric_map(np.ones(SHAPE), series, tmp_path / f"pm{i}.dcm", "predictive_entropy",
-                                             region=r)) for i, r in enumerate(regions)]
+@pytest.mark.parametrize("measure", ["predictive_entropy", "variance", "a_measure_of_another_tool_with_a_long_name"])
+def test_region_maps_whose_names_share_their_start_are_named_apart(series, tmp_path, regions, measure):
+    names = [_map_names(write_parametric_map(np.ones(SHAPE), series, tmp_path / f"pm{i}.dcm", measure, region=r))
+             for i, r in enumerate(regions)]
     for field in range(4):  # LUTLabel, LUTExplanation, SeriesDescription, ContentDescription: all distinct
         assert names[0][field] != names[1][field], names
     assert all(len(n[0]) <= 16 and max(len(t) for t in n[1:]) <= 64 for n in names)
-    again = _map_names(write_parametric_map(np.ones(SHAPE), series, tmp_path / "again.dcm", "predictive_entropy",
+    again = _map_names(write_parametric_map(np.ones(SHAPE), series, tmp_path / "again.dcm", measure,
                                             region=regions[0]))
     assert again == names[0]  # deterministic
     assert dciodvfy_errors(tmp_path / "pm0.dcm") == []
