@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._utils import PROB_TOL
 from ..evaluation.config import STATE_DIR
 from ..evaluation.resume import CASES_DIR, file_signature
 from ..io import (
@@ -264,6 +265,28 @@ def _file_part(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name.strip())[:64] or "region"
 
 
+def _check_values(values: np.ndarray, what: str, unit_interval: bool) -> None:
+    """Refuse NaN or infinite values, and with ``unit_interval`` values outside [0, 1] beyond float rounding.
+
+    The FRACTIONAL SEG clips probabilities into [0, 1] (float noise such as ``1 + 1e-7``, within ``PROB_TOL``): a
+    file of other values (a map stored as 0..255, logits) would otherwise become a SEG of ones and zeros without a
+    word; a Parametric Map holds finite values only.
+
+    Raises:
+        CaseError: one line naming ``what`` (the case and its file), how many values and one of them.
+    """
+    values = np.asarray(values)
+    bad = ~np.isfinite(values)
+    if unit_interval:
+        with np.errstate(invalid="ignore"):
+            bad |= (values < -PROB_TOL) | (values > 1 + PROB_TOL)
+    count = int(np.count_nonzero(bad))
+    if count:
+        kind = "NaN, infinite or outside [0, 1]" if unit_interval else "NaN or infinite"
+        raise CaseError(f"{what} has {count} value(s) that are {kind} (e.g. {float(values[bad].flat[0]):.6g}); "
+                        f"{'probabilities' if unit_interval else 'a Parametric Map'} cannot hold them")
+
+
 def _check_labels(labels: np.ndarray, count: int, what: str, probs_name: str | None) -> None:
     """Refuse a label map with a value that no segment takes (negative, or a class the probabilities lack).
 
@@ -295,6 +318,7 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
         p, p_affine = read_probabilities(files.probs)
         probs = to_series_grid(p, seg_affine if p_affine is None else p_affine, series,
                                f"case {files.case_id}: probabilities {files.probs.name}")
+        _check_values(probs, f"case {files.case_id!r}: probabilities {files.probs.name}", unit_interval=True)
     if regions:
         count = seg.shape[0]
     elif probs is not None:
@@ -319,41 +343,50 @@ def _export_case(files: Any, series: DicomSeries, folder: Path, *, probabilities
 
     import pydicom  # the dicom extra, imported by monai_unc.io.dicom above
 
-    path = write_segmentation(seg if regions else seg[0], series, folder / "seg.dcm", specs, algorithm, uid_root,
-                              _SEG_NUMBER, study)
-    record("segmentation", path, pydicom.dcmread(path, stop_before_pixels=True))
-    if probs is not None:
-        # the FRACTIONAL SEG's segments name channels: class c is channel c, region r (segment r) channel r - 1
-        fspecs = [SegmentSpec(s.label - 1 if regions else s.label, s.name, s.category, s.type) for s in specs]
-        path = write_fractional_segmentation(np.clip(probs, 0, 1), series, folder / "probabilities.dcm", fspecs,
-                                             algorithm, uid_root, _PROBS_NUMBER, study)
-        record("probabilities", path, pydicom.dcmread(path, stop_before_pixels=True))
-    number = _MAP_NUMBER
-    for measure, map_path in sorted(files.maps.items()):
-        u, u_affine = read_volume(map_path)
-        u = to_series_grid(u, u_affine, series, f"case {files.case_id}: map {map_path.name}")
-        if u.shape[0] != 1 and not (regions and u.shape[0] == count):
-            raise CaseError(f"case {files.case_id}: map {map_path.name} has {u.shape[0]} channels; the Parametric "
-                            "Map export takes one map per case, or one per region of a region-based segmentation "
-                            f"({count if regions else 'this one is class-based'})")
-        names = _map_regions(region_names, specs) if u.shape[0] > 1 else [None]
-        for r, region in enumerate(names):  # a region map: one Parametric Map per region channel
-            name = measure if region is None else f"{measure}_{_file_part(region)}"
-            path = write_parametric_map(u[r], series, folder / f"{name}.dcm", measure, algorithm, uid_root, number,
-                                        study, region=region)
-            record(f"map:{measure}" if region is None else f"map:{measure}:{region}", path,
-                   pydicom.dcmread(path, stop_before_pixels=True))
-            number += 1
-    # the measurement report: segment volumes, the case's numbers, the triage decision; it references the objects
-    headers = {o["kind"]: pydicom.dcmread(folder / Path(o["file"]).name, stop_before_pixels=True) for o in objects}
-    masks = seg > 0 if regions else [seg[0] == s.label for s in specs]
-    spacing = (*series.spacing[:2], series.slice_spacing)  # a tilted series' voxels: the planes' distance
-    volumes = {i + 1: {"volume": segment_volume_ml(m, spacing)} for i, m in enumerate(masks)}
-    path = write_measurement_report(
-        folder / "sr.dcm", series, headers["segmentation"], [d for k, d in headers.items() if k != "segmentation"],
-        segment_volumes=volumes, numbers=numbers or {}, triage=triage, extra_groups=extra_groups, algorithm=algorithm,
-        uid_root=uid_root, series_number=_SR_NUMBER, study=study)
-    record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
+    try:  # a case is exported whole or not at all: a failure (a map that cannot be written) removes its objects
+        path = write_segmentation(seg if regions else seg[0], series, folder / "seg.dcm", specs, algorithm,
+                                  uid_root, _SEG_NUMBER, study)
+        record("segmentation", path, pydicom.dcmread(path, stop_before_pixels=True))
+        if probs is not None:
+            # the FRACTIONAL SEG's segments name channels: class c is channel c, region r (segment r) channel r - 1
+            fspecs = [SegmentSpec(s.label - 1 if regions else s.label, s.name, s.category, s.type) for s in specs]
+            path = write_fractional_segmentation(np.clip(probs, 0, 1), series, folder / "probabilities.dcm",
+                                                 fspecs, algorithm, uid_root, _PROBS_NUMBER, study)
+            record("probabilities", path, pydicom.dcmread(path, stop_before_pixels=True))
+        number = _MAP_NUMBER
+        for measure, map_path in sorted(files.maps.items()):
+            u, u_affine = read_volume(map_path)
+            u = to_series_grid(u, u_affine, series, f"case {files.case_id}: map {map_path.name}")
+            _check_values(u, f"case {files.case_id!r}: map {map_path.name}", unit_interval=False)
+            if u.shape[0] != 1 and not (regions and u.shape[0] == count):
+                raise CaseError(f"case {files.case_id}: map {map_path.name} has {u.shape[0]} channels; the "
+                                "Parametric Map export takes one map per case, or one per region of a region-based "
+                                f"segmentation ({count if regions else 'this one is class-based'})")
+            names = _map_regions(region_names, specs) if u.shape[0] > 1 else [None]
+            for r, region in enumerate(names):  # a region map: one Parametric Map per region channel
+                name = measure if region is None else f"{measure}_{_file_part(region)}"
+                path = write_parametric_map(u[r], series, folder / f"{name}.dcm", measure, algorithm, uid_root,
+                                            number, study, region=region)
+                record(f"map:{measure}" if region is None else f"map:{measure}:{region}", path,
+                       pydicom.dcmread(path, stop_before_pixels=True))
+                number += 1
+        # the measurement report: segment volumes, the case's numbers, the triage decision; it references the
+        # objects
+        headers = {o["kind"]: pydicom.dcmread(folder / Path(o["file"]).name, stop_before_pixels=True)
+                   for o in objects}
+        masks = seg > 0 if regions else [seg[0] == s.label for s in specs]
+        spacing = (*series.spacing[:2], series.slice_spacing)  # a tilted series' voxels: the planes' distance
+        volumes = {i + 1: {"volume": segment_volume_ml(m, spacing)} for i, m in enumerate(masks)}
+        path = write_measurement_report(
+            folder / "sr.dcm", series, headers["segmentation"],
+            [d for k, d in headers.items() if k != "segmentation"], segment_volumes=volumes, numbers=numbers or {},
+            triage=triage, extra_groups=extra_groups, algorithm=algorithm, uid_root=uid_root,
+            series_number=_SR_NUMBER, study=study)
+        record("report", path, pydicom.dcmread(path, stop_before_pixels=True))
+    except BaseException:
+        for o in objects:
+            (folder / Path(o["file"]).name).unlink(missing_ok=True)
+        raise
     return objects
 
 

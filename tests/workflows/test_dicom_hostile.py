@@ -22,7 +22,7 @@ pytest.importorskip("highdicom", reason="needs the dicom extra")
 pytest.importorskip("nnunetv2")
 
 from monai_unc.cli import build_parser  # noqa: E402
-from monai_unc.io import OUTPUT_LOCK_FILE, save_nifti  # noqa: E402
+from monai_unc.io import OUTPUT_LOCK_FILE, save_nifti, save_probabilities  # noqa: E402
 from monai_unc.io.dicom import read_series, write_series  # noqa: E402
 from monai_unc.workflows.dicom import EXPORT_RECORD, nnunet_predict_dicom  # noqa: E402
 
@@ -233,3 +233,109 @@ def test_export_takes_the_measures_of_the_folders_run(series, tmp_path):
                                          r"run \(infer\.json: predictive_entropy, variance; case 'ct02': variance\)"):
         dicom_export(pred2, series, tmp_path / "out2", uid_root=ROOT_UID, progress=False)
     assert not (tmp_path / "out2" / "ct01").exists()
+
+
+def test_export_of_a_series_with_a_multi_valued_attribute_is_one_line(series, tmp_path, capsys):
+    """Issue: a slice whose NumberOfFrames (an attribute read with ``int()``) holds two values (invalid DICOM, seen in
+    the wild) stopped ``dicom-export`` with a ``TypeError`` traceback; it is now one line naming the file and the
+    attribute, exit status 2, and nothing is written."""
+    import shutil
+
+    import pydicom
+
+    from monai_unc.cli import main
+
+    images = tmp_path / "images"
+    shutil.copytree(series / "ct01", images / "ct01")
+    _maps(tmp_path / "pred", images, "ct01", ["predictive_entropy"], "monai-unc")
+    first = sorted((images / "ct01").iterdir())[1]
+    ds = pydicom.dcmread(first)
+    ds.NumberOfFrames = [1, 1]
+    ds.save_as(first)
+    capsys.readouterr()
+    assert main(["dicom-export", "-p", str(tmp_path / "pred"), "-s", str(images), "-o", str(tmp_path / "out"),
+                 "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{first.name}: NumberOfFrames has 2 values" in err[0], err
+    assert not list((tmp_path / "out").rglob("*.dcm"))
+
+
+@pytest.mark.slow
+def test_infer_on_a_series_with_a_multi_valued_rescale_slope_names_file_and_attribute(series, tmp_path, capsys):
+    """Issue: ``monai-unc infer`` on a series whose slice has two RescaleSlope values failed the case with
+    ``TypeError: float() argument must be ... not 'MultiValue'``, naming neither the file nor the attribute; the
+    case's failure line (infer's way with a bad case: the other cases go on, exit status 1) now names both."""
+    import shutil
+
+    import pydicom
+
+    from monai_unc.cli import main
+
+    images = tmp_path / "images"
+    shutil.copytree(series / "ct01", images / "ct01")
+    first = sorted((images / "ct01").iterdir())[2]
+    ds = pydicom.dcmread(first)
+    ds.RescaleSlope = [0.5, 1]
+    ds.save_as(first)
+    capsys.readouterr()
+    assert main(["infer", "-i", str(images), "-o", str(tmp_path / "out"), "--model", "example", "--samples", "2",
+                 "--device", "cpu", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "TypeError" not in err and f"{first.name}: RescaleSlope has 2 values (0.5\\1.0), it must have one" in err
+    failures = json.loads((tmp_path / "out" / "failures.json").read_text())
+    assert "RescaleSlope has 2 values" in json.dumps(failures)
+
+
+def _probs_case(pred: Path, images: Path, case: str, probs: np.ndarray) -> None:
+    """A case as ``infer`` writes it, with its probabilities ``(2, X, Y, Z)`` as ``<case>_probs.nii.gz``."""
+    _maps(pred, images, case, ["predictive_entropy"], "monai-unc")
+    grid = read_series(images / case, pixels=False)
+    save_probabilities(probs, grid.affine, pred / f"{case}_probs.nii.gz")
+
+
+@pytest.mark.parametrize("bad, what", [
+    (255.0, "probabilities"),  # a probability file stored as 0..255: every voxel was clipped to 1, silently
+    (np.nan, "probabilities"),  # "probs must be finite and in [0, 1]": no case, no file
+    (np.nan, "map"),  # "the predictive_entropy map has NaN or infinite values": no case, no file
+    (np.inf, "map"),
+], ids=["probs_255", "probs_nan", "map_nan", "map_inf"])
+def test_export_refuses_non_probabilities_and_non_finite_maps_naming_case_and_file(series, tmp_path, bad, what):
+    """Issue: probabilities outside [0, 1] were clipped into it without a word (a FRACTIONAL SEG of ones from a file of
+    0..255 values), and a NaN in the probabilities or a map was refused in a line naming neither the case nor the
+    file, leaving the case's SEG written before; both are now refused in one line naming the case and the file, and
+    no object of the case is left."""
+    from monai_unc.workflows.dicom import dicom_export
+
+    pred = tmp_path / "pred"
+    grid = read_series(series / "ct02", pixels=False)
+    probs = np.stack([np.full(grid.shape, 0.75), np.full(grid.shape, 0.25)])
+    _probs_case(pred, series, "ct01", probs)
+    if what == "probabilities":
+        probs[1, 3, 3, 1] = bad
+        _probs_case(pred, series, "ct02", probs)
+        file = "ct02_probs.nii.gz"
+    else:
+        _probs_case(pred, series, "ct02", probs)
+        values = np.full(grid.shape, 0.25, np.float32)
+        values[3, 3, 1] = bad
+        save_nifti(values, grid.affine, pred / "ct02_predictive_entropy.nii.gz")
+        file = "ct02_predictive_entropy.nii.gz"
+    with pytest.raises(ValueError, match=rf"case 'ct02': .*{file}.*1 value") as refused:
+        dicom_export(pred, series, tmp_path / "out", uid_root=ROOT_UID, progress=False, cases=["ct01", "ct02"])
+    assert "\n" not in str(refused.value)
+    # no object of the refused case is left (its SEG was written before its map was read, and stayed); ct01 is whole
+    assert not list((tmp_path / "out" / "ct02").glob("*.dcm"))
+    assert sorted(p.name for p in (tmp_path / "out" / "ct01").glob("*.dcm")) == [
+        "predictive_entropy.dcm", "probabilities.dcm", "seg.dcm", "sr.dcm"]
+
+
+def test_export_keeps_float_noise_of_probabilities(series, tmp_path):
+    """Probabilities a rounding step outside [0, 1] (1 + 1e-7, -1e-7) are still written, clipped into it."""
+    from monai_unc.workflows.dicom import dicom_export
+
+    grid = read_series(series / "ct01", pixels=False)
+    probs = np.stack([np.full(grid.shape, 1 + 1e-7), np.full(grid.shape, -1e-7)])
+    _probs_case(tmp_path / "pred", series, "ct01", probs)
+    result = dicom_export(tmp_path / "pred", series, tmp_path / "out", uid_root=ROOT_UID, progress=False,
+                          cases=["ct01"])
+    assert (tmp_path / "out" / "ct01" / "probabilities.dcm").is_file() and list(result.cases) == ["ct01"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pydicom
+from pydicom.multival import MultiValue
 
 from .series import ORIENTATION_ATOL, SPACING_ATOL, DicomSeries
 
@@ -30,6 +31,44 @@ SEGMENTATION_STORAGE = "1.2.840.10008.5.1.4.1.1.66.4"
 
 class DicomSegError(ValueError):
     """A SEG that cannot be the label map of its series (a ``ValueError``; its text is one line)."""
+
+
+def _number(ds: pydicom.Dataset, name: str, what: str, default: int | None = None) -> int:
+    """The one integer value of ``name`` (``default`` when absent or empty).
+
+    Raises:
+        DicomSegError: ``what`` and ``name``: absent without a default, several values (invalid DICOM), no integer.
+    """
+    try:
+        value = ds.get(name, None)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            if default is None:
+                raise DicomSegError(f"{what} has no {name}")
+            return default
+        if isinstance(value, (MultiValue, list, tuple)):
+            raise DicomSegError(f"{what}: {name} has {len(value)} values, it must have one")
+        return int(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        if isinstance(e, DicomSegError):
+            raise
+        raise DicomSegError(f"{what}: {name} is not an integer") from None
+
+
+def _numbers(ds: pydicom.Dataset | None, name: str, n: int, what: str) -> np.ndarray:
+    """The ``n`` finite numbers of ``name`` (a position, orientation or pixel spacing).
+
+    Raises:
+        DicomSegError: ``what`` and ``name``: absent, another number of values, not numbers or not finite.
+    """
+    try:
+        value = None if ds is None else ds.get(name, None)
+        arr = np.asarray([float(v) for v in value], dtype=float) if isinstance(value, (MultiValue, list, tuple)) \
+            else np.zeros(0)
+    except (TypeError, ValueError, OverflowError):
+        arr = np.zeros(0)
+    if arr.shape != (n,) or not np.isfinite(arr).all():
+        raise DicomSegError(f"{what} has no valid {name} ({n} numbers)")
+    return arr
 
 
 def _first(ds: pydicom.Dataset, sequence: str) -> pydicom.Dataset | None:
@@ -69,13 +108,13 @@ def frame_slices(ds: pydicom.Dataset, series: DicomSeries, what: str) -> list[in
     """
     uids = {str(d.SOPInstanceUID): k for k, d in enumerate(series.datasets)}
     positions = np.array([[float(v) for v in d.ImagePositionPatient] for d in series.datasets])
-    n = int(ds.get("NumberOfFrames", 1) or 1)
+    n = _number(ds, "NumberOfFrames", what, 1) or 1
     out = []
     for i in range(n):
         plane = _frame_item(ds, i, "PlanePositionSequence")
         if plane is None or "ImagePositionPatient" not in plane:
             raise DicomSegError(f"{what}: frame {i + 1} has no ImagePositionPatient")
-        pos = np.array([float(v) for v in plane.ImagePositionPatient])
+        pos = _numbers(plane, "ImagePositionPatient", 3, f"{what}: frame {i + 1}")
         derivation = _frame_item(ds, i, "DerivationImageSequence")
         refs = [str(s.ReferencedSOPInstanceUID) for s in (derivation.get("SourceImageSequence") or [])
                 if "ReferencedSOPInstanceUID" in s] if derivation is not None else []
@@ -111,7 +150,8 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
     Raises:
         DicomSegError: one line naming the file: not a readable DICOM SEG, a FRACTIONAL SEG, another frame of
             reference, series or pixel grid, an image referenced that the series lacks (a missing frame), a frame
-            on no slice, an unknown segment number, segments that overlap.
+            on no slice, an unknown segment number, segments that overlap, a malformed header (a number with
+            several values, a frame's position, orientation or pixel spacing absent or of the wrong length).
 
     Example:
         >>> import tempfile
@@ -158,20 +198,20 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
             raise DicomSegError(f"{what} references {len(absent)} image(s) that the series {series.series_uid} "
                                 f"lacks (e.g. {absent[0]}): a missing slice?")
     cols, rows, n = series.shape
-    if (int(ds.get("Rows", 0)), int(ds.get("Columns", 0))) != (rows, cols):
+    if (_number(ds, "Rows", what, 0), _number(ds, "Columns", what, 0)) != (rows, cols):
         raise DicomSegError(f"{what} has frames of {ds.get('Rows')} x {ds.get('Columns')} pixels, the series "
                             f"{rows} x {cols}")
     want = np.array([float(v) for v in src.ImageOrientationPatient])
     spacing = [float(v) for v in src.PixelSpacing]
-    for i in range(int(ds.get("NumberOfFrames", 1) or 1)):  # every frame: a writer may put them per frame
-        orientation = _frame_item(ds, i, "PlaneOrientationSequence")
-        if orientation is None or np.abs(np.array([float(v) for v in orientation.ImageOrientationPatient]) -
-                                         want).max() > ORIENTATION_ATOL:
+    for i in range(_number(ds, "NumberOfFrames", what, 1) or 1):  # every frame: a writer may put them per frame
+        orientation = _numbers(_frame_item(ds, i, "PlaneOrientationSequence"), "ImageOrientationPatient", 6,
+                               f"{what}: frame {i + 1}")
+        if np.abs(orientation - want).max() > ORIENTATION_ATOL:
             raise DicomSegError(f"{what}: its frames are not oriented as the series' slices (frame {i + 1})")
-        measures = _frame_item(ds, i, "PixelMeasuresSequence")
-        if measures is None or np.abs(np.array([float(v) for v in measures.PixelSpacing]) - spacing).max() > 1e-3:
+        measures = _numbers(_frame_item(ds, i, "PixelMeasuresSequence"), "PixelSpacing", 2, f"{what}: frame {i + 1}")
+        if np.abs(measures - spacing).max() > 1e-3:
             raise DicomSegError(f"{what}: its pixel spacing is not the series' ({spacing} mm; frame {i + 1})")
-    numbers = {int(s.SegmentNumber) for s in ds.get("SegmentSequence", [])}
+    numbers = {_number(s, "SegmentNumber", f"{what}: a segment") for s in ds.get("SegmentSequence", [])}
     slices = frame_slices(ds, series, what)
     try:
         pixels = np.asarray(ds.pixel_array)
@@ -182,7 +222,7 @@ def read_segmentation_labels(path: str | os.PathLike, series: DicomSeries) -> np
     labels = np.zeros((cols, rows, n), dtype=np.int64)
     for i, k in enumerate(slices):
         ident = _frame_item(ds, i, "SegmentIdentificationSequence")
-        number = int(ident.ReferencedSegmentNumber) if ident is not None else -1
+        number = _number(ident, "ReferencedSegmentNumber", f"{what}: frame {i + 1}") if ident is not None else -1
         if number not in numbers:
             raise DicomSegError(f"{what}: frame {i + 1} names segment {number}, the SEG has {sorted(numbers)}")
         mask = pixels[i].T > 0

@@ -22,6 +22,7 @@ character) are refused. Files are written atomically (:func:`monai_unc.io.atomic
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import re
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_SEGMENTS",
     "MAP_UNITS",
     "FRACTIONAL_MAX",
+    "MAX_WINDOW_WIDTH",
     "check_uid_root",
     "new_uid",
     "default_segment",
@@ -84,6 +86,10 @@ __version__ = _package_version()
 
 #: MaximumFractionalValue of the FRACTIONAL SEG: probabilities are stored as round(255 p)
 FRACTIONAL_MAX = 255
+#: the widest display window (WindowWidth) of a Parametric Map: validators (dciodvfy) check that a WindowWidth is
+#: not negative by reading it as a signed 64-bit integer, so a width of 2**63 (9.2e18) or more wraps and is rejected;
+#: a map whose range is wider (values near float32's limits, 3e38) gets a window of this width about its middle
+MAX_WINDOW_WIDTH = 1e18
 _UID_ROOT = re.compile(r"^(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*\.$")
 #: what a DICOM string value (SH, LO, CS) may not hold: the value separator ``\`` and control characters
 _NOT_IN_STRING = re.compile(r"[\\\x00-\x1f\x7f]")
@@ -323,6 +329,23 @@ def short_text(text: str, limit: int = 64) -> str:
         return text
     tail = (limit - 3) // 3
     return f"{text[:limit - 3 - tail]}...{text[len(text) - tail:]}"
+
+
+def _lut_label(text: str) -> str:
+    """A LUTLabel (DICOM SH, 16 characters): ``text``, or its first 10 characters, ``~`` and 5 hex digits of a digest.
+
+    The digest is the start of the SHA-256 of ``text`` (UTF-8), used when ``text`` is longer than 16 characters.
+    A plain cut gave the maps of two regions whose names share their start one label (``PE necrotic tumo`` for
+    ``necrotic tumour core`` and ``necrotic tumour rim``); the digest keeps them apart, and the same text always
+    gets the same label.
+
+    Example:
+        >>> _lut_label("PE WT"), len(_lut_label("PE necrotic tumour core"))
+        ('PE WT', 16)
+    """
+    if len(text) <= 16:
+        return text
+    return f"{text[:10]}~{hashlib.sha256(text.encode('utf-8')).hexdigest()[:5]}"
 
 
 def default_segment(label: int, name: str | None = None) -> SegmentSpec:
@@ -733,6 +756,10 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     which lie in ``[0, log C]``, that changes no value by more than float32 rounding of the map's range, so it is
     not warned about; values beyond the float32 range are refused.
 
+    The display window (VOI LUT, LINEAR_EXACT) spans the map's range (width 1 for a constant map); a range wider
+    than :data:`MAX_WINDOW_WIDTH` gets a window of that width about its middle (a WindowWidth of ``6e38`` is refused
+    by ``dciodvfy``), so the object is valid for any finite map.
+
     Args:
         values: ``(columns, rows, slices)`` finite map values.
         series: the source series.
@@ -782,18 +809,25 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         _check_string(region, "region", 64)
     frames = volume_frames(values, series, measure)
     unit, explanation = MAP_UNITS.get(measure, (_UNITY, measure))
-    label, description = measure, f"{measure} by monai-unc"
+    label, description = measure[:16], f"{measure} by monai-unc"  # the measures' own labels differ in 16
+    if measure not in MAP_UNITS:
+        label = _lut_label(measure)
     if region is not None:  # LUTLabel holds 16 characters: the measure's initials and the region
         initials = "".join(w[0] for w in measure.split("_") if w).upper() or "MAP"
-        label, explanation = f"{initials} {region}", f"{region}: {explanation}"
-        description = f"{measure} of {region} by monai-unc"
+        label = _lut_label(f"{initials} {region}")
+        # the region shortened to its start and end (short_text) so that the text fits 64 characters: names that
+        # differ at their end (v1, v2) stay apart, where a plain cut made every text of two such maps the same
+        # (at least 24 characters of it, which the start that short_text keeps of the whole text holds)
+        explanation = short_text(f"{short_text(region, max(64 - len(explanation) - 2, 24))}: {explanation}", 64)
+        room = max(64 - len(f"{measure} of  by monai-unc"), 24)
+        description = short_text(f"{measure} of {short_text(region, room)} by monai-unc", 64)
     series_text = check_series_description(series_description, description)
     low, high = float(frames.min()), float(frames.max())
     mapping = hd.pm.RealWorldValueMapping(
-        lut_label=label[:16], lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
+        lut_label=label, lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
         slope=1.0, intercept=0.0,
     )
-    width = high - low if high > low else 1.0
+    width = min(high - low, MAX_WINDOW_WIDTH) if high > low else 1.0  # a display default, valid for any range
     window = hd.VOILUTTransformation(window_center=(low + high) / 2, window_width=width,
                                      window_explanation="full range",
                                      voi_lut_function=hd.VOILUTFunctionValues.LINEAR_EXACT)

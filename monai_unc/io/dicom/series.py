@@ -22,6 +22,7 @@ import nibabel as nib
 import numpy as np
 import pydicom
 from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.multival import MultiValue
 from pydicom.uid import (
     CTImageStorage,
     ExplicitVRLittleEndian,
@@ -137,6 +138,38 @@ def _fail(folder: Path, series: str | None, problem: str) -> DicomSeriesError:
     return DicomSeriesError(f"{where}: {problem}")
 
 
+def _number(ds: Dataset, name: str, folder: Path, path: Path, kind: type = float, default: Any = None,
+            finite: bool = True) -> Any:
+    r"""The one value of the numeric attribute ``name`` of a header, as ``kind``; ``default`` when absent or empty.
+
+    Headers are untrusted: an attribute with several values (``RescaleSlope`` ``1\2``: invalid DICOM, seen in the
+    wild) or a text that is no number is refused in one line naming the file and the attribute, never passed on as
+    a ``TypeError`` of ``float()``.
+
+    Raises:
+        DicomSeriesError: naming ``path`` and ``name``: several values, not a number, not finite (with ``finite``).
+    """
+    uid = str(ds.get("SeriesInstanceUID", "") or "") or None
+    try:  # pydicom converts a raw value when it is first accessed: an invalid decimal string raises here
+        value = ds.get(name, None)
+    except (TypeError, ValueError, OverflowError):
+        raise _fail(folder, uid, f"{path.name}: {name} is not a number") from None
+    if isinstance(value, (MultiValue, list, tuple)):
+        if len(value) == 0:
+            return default
+        shown = "\\".join(str(v) for v in list(value)[:4]) + ("\\..." if len(value) > 4 else "")
+        raise _fail(folder, uid, f"{path.name}: {name} has {len(value)} values ({shown[:64]}), it must have one")
+    if value is None or (isinstance(value, (str, bytes)) and not value.strip()):
+        return default
+    try:
+        number = kind(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _fail(folder, uid, f"{path.name}: {name} {str(value)[:32]!r} is not a number") from None
+    if finite and not np.isfinite(number):
+        raise _fail(folder, uid, f"{path.name}: {name} {number} is not finite")
+    return number
+
+
 def _floats(ds: Dataset, name: str, n: int, folder: Path, path: Path) -> np.ndarray:
     value = getattr(ds, name, None)
     try:
@@ -204,7 +237,9 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             PatientID, PatientName, PatientBirthDate or PatientSex differ: the message names two such files, not
             the values), a slice without a SOPInstanceUID or two with the same, mixed orientations or sizes,
             duplicate or missing slices, uneven spacing, positions off one line, a volume over ``max_bytes``, a
-            RescaleSlope of 0 or a non-finite slope or intercept (with ``pixels``).
+            RescaleSlope of 0 or a non-finite slope or intercept (with ``pixels``), a numeric attribute read as one
+            number (RescaleSlope, RescaleIntercept, NumberOfFrames, Rows, Columns, a one-slice series' slice
+            spacing) with several values or a value that is no number (the message names the file and attribute).
 
     Example:
         >>> import tempfile
@@ -235,7 +270,7 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
             name = getattr(pydicom.uid.UID(sop), "name", sop) if sop else "no SOP class"
             raise _fail(folder, uid, f"{p.name} is not a CT or MR image ({name}); the folder may hold image "
                                      "slices only")
-        if int(ds.get("NumberOfFrames", 1) or 1) != 1:
+        if (_number(ds, "NumberOfFrames", folder, p, int, 1) or 1) != 1:
             raise _fail(folder, uid, f"{p.name} has {ds.NumberOfFrames} frames; single-frame slices only")
     if uid is None:
         raise _fail(folder, None, "its slices have no SeriesInstanceUID")
@@ -254,7 +289,12 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
         if other is not None:
             raise _fail(folder, uid, f"its slices differ in {name} ({len(set(values))} values, e.g. "
                                      f"{paths[0].name} and {paths[other].name})")
-    sizes = {(int(ds.Rows), int(ds.Columns)) for ds in headers}
+    sizes = set()
+    for p, ds in zip(paths, headers):
+        size = (_number(ds, "Rows", folder, p, int), _number(ds, "Columns", folder, p, int))
+        if None in size or min(size) < 1:
+            raise _fail(folder, uid, f"{p.name} has no Rows or Columns")
+        sizes.add(size)
     if len(sizes) > 1:
         raise _fail(folder, uid, f"its slices differ in size (rows x columns: {sorted(sizes)})")
     rows, cols = sizes.pop()
@@ -297,7 +337,8 @@ def read_series(folder: str | os.PathLike, pixels: bool = True, max_bytes: int |
         if off_line > tol:
             raise _fail(folder, uid, f"slice positions are not on one line ({off_line:.3g} mm off)")
     else:
-        thickness = float(headers[0].get("SpacingBetweenSlices", None) or headers[0].get("SliceThickness", 1) or 1)
+        thickness = (_number(headers[0], "SpacingBetweenSlices", folder, paths[0])
+                     or _number(headers[0], "SliceThickness", folder, paths[0]) or 1.0)
         step = normal * thickness
     affine = series_affine(orients[0], spacings[0], positions[0], step)
     shape = (cols, rows, n)
@@ -324,9 +365,9 @@ def _read_pixels(series: DicomSeries) -> np.ndarray:
         if stored.shape != (rows, cols):
             raise _fail(series.folder, series.series_uid, f"{path.name}: pixel data of shape {stored.shape}, "
                                                           f"expected {(rows, cols)}")
-        slope, intercept = ds.get("RescaleSlope", None), ds.get("RescaleIntercept", None)
-        slope = 1.0 if slope is None or slope == "" else float(slope)  # absent: no Modality LUT
-        intercept = 0.0 if intercept is None or intercept == "" else float(intercept)
+        # absent: no Modality LUT; a non-finite value is refused below, with both values
+        slope = _number(ds, "RescaleSlope", series.folder, path, float, 1.0, finite=False)
+        intercept = _number(ds, "RescaleIntercept", series.folder, path, float, 0.0, finite=False)
         if slope == 0 or not np.isfinite(slope) or not np.isfinite(intercept):
             raise _fail(series.folder, series.series_uid, f"{path.name}: RescaleSlope {slope:g} / RescaleIntercept "
                                                           f"{intercept:g}: the slope must be finite and not 0 (0 "

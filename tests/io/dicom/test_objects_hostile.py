@@ -267,3 +267,73 @@ def _long_regions(t, s):
 ], ids=["long_region_names", "series_description", "sr_units"])
 def test_objects_name_their_content_distinctly_and_in_their_units(series, tmp_path, make, expected):
     assert make(tmp_path, series) == expected
+
+
+_F32 = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize("low, high", [
+    (-3e38, 3e38),  # WindowWidth 6.0e+38 was written: dciodvfy refused it (read as a 64-bit integer, it wraps)
+    (-_F32, _F32), (0.0, _F32), (-1e30, -1e29), (-1.2345678e-30, 3.3333333e20),
+    (1.0, float(np.nextafter(np.float32(1), np.float32(2)))),  # one float32 step wide
+    (0.0, 1e-45), (3e38, 3e38),  # subnormal; constant
+], ids=["3e38", "float32_max", "zero_to_max", "negative_1e30", "mixed", "one_ulp", "subnormal", "constant"])
+def test_parametric_map_of_extreme_values_is_valid_and_exact(series, tmp_path, low, high):
+    from monai_unc.io.dicom import MAX_WINDOW_WIDTH
+
+    values = np.linspace(low, high, int(np.prod(SHAPE))).astype(np.float32).reshape(SHAPE)
+    path = write_parametric_map(values, series, tmp_path / "pm.dcm", "variance")
+    assert dciodvfy_errors(path) == []
+    ds = pydicom.dcmread(path)
+    window = ds.SharedFunctionalGroupsSequence[0].FrameVOILUTSequence[0]
+    lo, hi = float(values.min()), float(values.max())
+    assert 0 < float(window.WindowWidth) <= MAX_WINDOW_WIDTH
+    assert len(window.WindowWidth.original_string or str(window.WindowWidth)) <= 16
+    assert float(window.WindowCenter) == pytest.approx((lo + hi) / 2, rel=1e-9, abs=1e-300)
+    if hi - lo <= MAX_WINDOW_WIDTH and hi > lo:  # the window covers the map's range
+        assert float(window.WindowWidth) == pytest.approx(hi - lo, rel=1e-9)
+    slices = {str(d.SOPInstanceUID): k for k, d in enumerate(series.datasets)}
+    for frame, group in zip(ds.pixel_array, ds.PerFrameFunctionalGroupsSequence):  # each frame: its slice's values
+        uid = str(group.DerivationImageSequence[0].SourceImageSequence[0].ReferencedSOPInstanceUID)
+        np.testing.assert_array_equal(frame, values[:, :, slices[uid]].T)  # float32, bit for bit
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e39])
+def test_parametric_map_refuses_nan_inf_and_values_beyond_float32(series, tmp_path, bad):
+    values = np.zeros(SHAPE)
+    values[1, 2, 3] = bad
+    with pytest.raises(ValueError, match="NaN or infinite|beyond the float32 range"):
+        write_parametric_map(values, series, tmp_path / "pm.dcm", "variance")
+    assert not list(tmp_path.iterdir())
+
+
+def _map_names(path) -> tuple[str, str, str, str]:
+    ds = pydicom.dcmread(path)
+    rwv = ds.SharedFunctionalGroupsSequence[0].RealWorldValueMappingSequence[0]
+    return str(rwv.LUTLabel), str(rwv.LUTExplanation), str(ds.SeriesDescription), str(ds.ContentDescription)
+
+
+@pytest.mark.parametrize("regions", [
+    # "PE necrotic tumour core" and "PE necrotic tumour rim" were both labelled "PE necrotic tumo"
+    ["necrotic tumour core", "necrotic tumour rim"],
+    # 64-character names that differ at their end (as short_text keeps them): every text of the two maps was the same
+    [f"whole tumour: necrosis, enhancing tumour and oedema of the ({v})" for v in ("v1", "v2")],
+], ids=["shared_16", "shared_60"])
+@pytest.mark.parametrize("measure", ["predictive_entropy", "variance", "a_measure_of_another_tool_with_a_long_name"])
+def test_region_maps_whose_names_share_their_start_are_named_apart(series, tmp_path, regions, measure):
+    names = [_map_names(write_parametric_map(np.ones(SHAPE), series, tmp_path / f"pm{i}.dcm", measure, region=r))
+             for i, r in enumerate(regions)]
+    for field in range(4):  # LUTLabel, LUTExplanation, SeriesDescription, ContentDescription: all distinct
+        assert names[0][field] != names[1][field], names
+    assert all(len(n[0]) <= 16 and max(len(t) for t in n[1:]) <= 64 for n in names)
+    again = _map_names(write_parametric_map(np.ones(SHAPE), series, tmp_path / "again.dcm", measure,
+                                            region=regions[0]))
+    assert again == names[0]  # deterministic
+    assert dciodvfy_errors(tmp_path / "pm0.dcm") == []
+
+
+def test_whole_case_map_labels_are_unchanged():
+    """The six measures' own labels (no region) are distinct in 16 characters and keep their plain start."""
+    from monai_unc.io.dicom import MAP_UNITS
+
+    assert len({m[:16] for m in MAP_UNITS}) == len(MAP_UNITS)

@@ -1,0 +1,78 @@
+"""Hostile headers of the DICOM input series (:func:`monai_unc.io.dicom.read_series`): what arrives from the wild.
+
+Numeric attributes the reader converts with ``float()`` / ``int()`` holding several values (``RescaleSlope``
+``0.5\\1``: invalid DICOM, but written by some exporters), or a text that is no number, or absent. Each must be
+refused in one line naming the file and the attribute (a ``DicomSeriesError``, a ``ValueError``), never raised as a
+``TypeError`` of ``float()`` with a traceback.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pydicom = pytest.importorskip("pydicom", reason="needs the dicom extra")
+
+from pydicom.dataelem import RawDataElement  # noqa: E402
+from pydicom.tag import Tag  # noqa: E402
+
+from monai_unc.io.dicom import DicomSeriesError, read_series, write_series  # noqa: E402
+
+
+def _raw(keyword: str, vr: str, text: bytes):
+    """Set ``keyword`` to the raw bytes ``text`` as stored in a file (no conversion or check by pydicom)."""
+    def edit(ds):
+        value = text + b" " * (len(text) % 2)
+        tag = Tag(pydicom.datadict.tag_for_keyword(keyword))
+        ds[tag] = RawDataElement(tag, vr, len(value), value, 0, False, True)
+    return edit
+
+
+def _series(folder, slices: int, edit) -> None:
+    """A 4 x 3 CT series of ``slices`` slices whose last slice is changed by ``edit(dataset)``."""
+    files = write_series(np.zeros((4, 3, slices)), np.eye(4), folder, modality="CT")
+    ds = pydicom.dcmread(files[-1])
+    edit(ds)
+    with warnings.catch_warnings():  # pydicom warns of the invalid values written on purpose
+        warnings.simplefilter("ignore")
+        ds.save_as(files[-1])
+
+
+@pytest.mark.parametrize("slices, edit, pixels, message", [
+    # float() of a MultiValue: a TypeError traceback, naming neither the file nor the attribute
+    (3, lambda ds: setattr(ds, "RescaleSlope", [0.5, 1]), True, r"00002.dcm: RescaleSlope has 2 values \(0.5\\1.0\)"),
+    (3, lambda ds: setattr(ds, "RescaleIntercept", [-1024, 0]), True, "00002.dcm: RescaleIntercept has 2 values"),
+    (3, _raw("RescaleSlope", "DS", b"0.5\\1"), True, "00002.dcm: RescaleSlope has 2 values"),
+    # a ValueError of float() without the file or the attribute
+    (3, _raw("RescaleSlope", "DS", b"abc"), True, "00002.dcm: RescaleSlope 'abc' is not a number"),
+    # headers only (dicom-export): int() of a MultiValue, a missing Columns (AttributeError)
+    (3, lambda ds: setattr(ds, "NumberOfFrames", [1, 1]), False, "00002.dcm: NumberOfFrames has 2 values"),
+    (3, _raw("NumberOfFrames", "IS", b"x"), False, "00002.dcm: NumberOfFrames 'x' is not a number"),
+    (3, lambda ds: setattr(ds, "Rows", [3, 3]), False, "00002.dcm: Rows has 2 values"),
+    (3, lambda ds: delattr(ds, "Columns"), False, "00002.dcm has no Rows or Columns"),
+    # the slice spacing of a one-slice series
+    (1, lambda ds: setattr(ds, "SpacingBetweenSlices", [1, 2]), False, "00000.dcm: SpacingBetweenSlices has 2 values"),
+    (1, _raw("SliceThickness", "DS", b"abc"), False, "00000.dcm: SliceThickness 'abc' is not a number"),
+    (1, _raw("SliceThickness", "DS", b"nan"), False, "00000.dcm: SliceThickness nan is not finite"),
+], ids=["slope_2", "intercept_2", "slope_raw_2", "slope_text", "frames_2", "frames_text", "rows_2", "no_columns",
+        "spacing_2", "thickness_text", "thickness_nan"])
+def test_malformed_numeric_attributes_are_one_line_naming_file_and_attribute(tmp_path, slices, edit, pixels,
+                                                                            message):
+    _series(tmp_path / "s", slices, edit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(DicomSeriesError, match=message) as refused:
+            read_series(tmp_path / "s", pixels=pixels)
+    assert "\n" not in str(refused.value) and str(tmp_path / "s") in str(refused.value)
+
+
+def test_empty_rescale_attributes_are_still_no_modality_lut(tmp_path):
+    """An empty (type 2 style) RescaleSlope / RescaleIntercept means none, as before."""
+    def empty(ds):
+        ds.RescaleSlope, ds.RescaleIntercept = "", ""
+    _series(tmp_path / "s", 2, empty)
+    volume = read_series(tmp_path / "s").volume
+    # slice 0 keeps slope 0.5 and intercept -1024 (0 HU); the last slice's stored values read as they are
+    assert volume[0, 0, 0] == 0.0 and volume[0, 0, 1] == 2048.0
