@@ -48,6 +48,7 @@ from monai.transforms import MapTransform, Transform
 from monai.utils import TransformBackends
 
 from ._utils import (
+    argmax,
     check_bool,
     check_finite,
     check_labels,
@@ -123,7 +124,7 @@ def _labels_from(x: torch.Tensor, name: str) -> torch.Tensor:
         return check_labels(x, name)
     check_finite(x, name)
     _check_no_overlap(x, name, channel_dim=0)
-    return x.argmax(dim=0, keepdim=True)
+    return argmax(x, dim=0, keepdim=True)
 
 
 def _check_no_overlap(x: torch.Tensor, name: str, channel_dim: int) -> None:
@@ -468,7 +469,7 @@ class SamplesToLabels(Transform):
             raise ValueError(f"{name} must be samples (S, C>=2, *spatial), got shape {tuple(s.shape)}")
         check_finite(s, name)
         _check_no_overlap(s, name, channel_dim=1)
-        return _like_source(s.argmax(dim=1), img)
+        return _like_source(argmax(s, dim=1), img)
 
     def __call__(self, img: Any) -> Any:
         return self._labels(img, "img")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from monai_unc._utils import (
+    argmax,
     below,
     check_probabilities,
     check_unit_interval,
@@ -322,3 +323,42 @@ def test_is_int_and_real_number():
             real_number(bad, "x")
         with pytest.raises(ValueError, match=r"y must be a real number, got"):
             real_number(bad, "y", ValueError)
+
+
+def _argmax_reference(x: np.ndarray, axis: int) -> np.ndarray:
+    """The first index of the largest value along ``axis``, a NaN counting as larger than any number (the first NaN
+    wins): a plain loop over the other axes."""
+    moved = np.moveaxis(x, axis, -1)
+    out = np.empty(moved.shape[:-1], dtype=np.int64)
+    for idx in np.ndindex(*moved.shape[:-1]):
+        row = moved[idx]
+        nan = np.flatnonzero(np.isnan(row))
+        out[idx] = nan[0] if nan.size else int(np.flatnonzero(row == row.max())[0])
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int64])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_argmax_is_torch_argmax_with_ties_and_nan(dtype, dim):
+    """The class-axis argmax (``x.max(dim).indices``, faster than ``torch.argmax`` on the CPU) equals a brute-force
+    reference and ``torch.argmax``: ties go to the first index, a NaN beats every number and the first NaN wins."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 3, (4, 5, 6), generator=g).to(dtype)  # many ties
+    if dtype.is_floating_point:
+        x[1, 2, :] = float("nan")
+        x[2, :, 4] = float("nan")
+        x[0, 0, 0] = float("nan")
+    ref = torch.from_numpy(_argmax_reference(x.double().numpy(), dim))
+    assert torch.equal(argmax(x, dim), ref)
+    assert torch.equal(argmax(x, dim), torch.argmax(x, dim))
+    kept = argmax(x, dim, keepdim=True)
+    assert kept.shape == torch.argmax(x, dim, keepdim=True).shape and torch.equal(kept.squeeze(dim), ref)
+
+
+@pytest.mark.cuda
+def test_argmax_on_the_device_equals_the_cpu(cuda_device):
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randint(0, 4, (2, 5, 33, 17, 9), generator=g) / 3.0).to(torch.float32)
+    x[0, 3, ::5] = float("nan")
+    assert torch.equal(argmax(x.to(cuda_device), 1).cpu(), argmax(x, 1))
+    assert torch.equal(argmax(x.to(cuda_device), 1).cpu(), torch.argmax(x, 1))

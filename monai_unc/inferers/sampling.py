@@ -57,7 +57,7 @@ import torch
 from monai.inferers import Inferer, SimpleInferer
 from torch import nn
 
-from .._utils import check_bool, check_finite, check_probabilities
+from .._utils import argmax, check_bool, check_finite, check_probabilities
 from ..keys import DEPRECATED_MEASURES, MIMeaning, UncertaintyKeys, canonical_measure
 from ..networks.dropout import find_dropout_layers
 from ..networks.shared import SharedPasses, SharingUnavailable, sample_batch
@@ -1012,7 +1012,7 @@ def _argmax(pred: torch.Tensor) -> torch.Tensor:
     """``argmax_c pred`` ``(B, 1, *spatial)`` in the smallest integer dtype, computed in spatial chunks."""
     out = torch.empty((pred.shape[0], 1, *pred.shape[2:]), dtype=_label_dtype(int(pred.shape[1])), device=pred.device)
     for sl in spatial_chunks(tuple(pred.shape), default_chunk_elements(pred)):
-        out[:, :, sl] = pred[:, :, sl].argmax(dim=1, keepdim=True).to(out.dtype)
+        out[:, :, sl] = argmax(pred[:, :, sl], dim=1, keepdim=True).to(out.dtype)
     return out
 
 

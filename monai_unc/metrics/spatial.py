@@ -60,6 +60,7 @@ from scipy import ndimage
 from .._lazy import lazy_attributes
 from .._utils import (
     ArrayLike,
+    argmax,
     case_spacings,
     check_bool,
     check_finite,
@@ -152,7 +153,7 @@ def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool
         else:
             if t.is_floating_point():
                 check_finite(t, name)
-            out = t.argmax(dim=ch)
+            out = argmax(t, dim=ch)
     else:
         want = f"({n_cases}, *{spatial}) or ({n_cases}, C, *{spatial})" if batched else f"{spatial} or (C, *{spatial})"
         raise ValueError(f"{name} must be a label map of shape {want} matching uncertainty, got {shape}")

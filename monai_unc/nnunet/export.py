@@ -45,6 +45,7 @@ from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager
 
 from monai_unc import __version__
 from monai_unc._deprecation import REMOVAL
+from monai_unc._utils import argmax
 from monai_unc.io import (
     VERSION_KEY,
     atomic_gzip,
@@ -343,7 +344,7 @@ def convert_uncertainty_to_original_geometry(
             if multilabel:
                 seg = np.asarray(label_manager.convert_probabilities_to_segmentation(moments[K.PRED.value]))
             else:
-                seg = moments[K.PRED.value].argmax(0)
+                seg = argmax(moments[K.PRED.value], 0)
             out["segmentation"] = _revert_crop(seg.astype(seg_dtype)[None], properties)[0].transpose(
                 plans_manager.transpose_backward)
         if return_probabilities:

@@ -45,6 +45,7 @@ import torch
 from monai.transforms import Invertd
 
 from .. import __version__
+from .._utils import argmax
 from ..engine import (
     CaseCache,
     CohortRun,
@@ -302,7 +303,7 @@ def sample_label_maps(
             out[i] = labels.cpu().numpy()
             missed += n
         else:
-            out[i] = samples[i].argmax(0).cpu().numpy()
+            out[i] = argmax(samples[i], 0).cpu().numpy()
     return out, missed
 
 
@@ -813,7 +814,7 @@ def predict_case(
     if multilabel:  # region masks, as MONAI's AsDiscrete(threshold=0.5)
         seg = (pred[0] >= 0.5).to(torch.uint8).cpu().numpy()
     else:
-        seg = pred.argmax(1)[0].to(torch.int16).cpu().numpy()
+        seg = argmax(pred, 1)[0].to(torch.int16).cpu().numpy()
     spatial = seg.shape[1:] if multilabel else seg.shape
     if len(spatial) != 3:
         raise ValueError(f"case {case.case_id!r}: only 3D volumes are written as NIfTI, got spatial shape {spatial}")
