@@ -257,12 +257,47 @@ _TRANSPOSED = frozenset({"conv_transpose1d", "conv_transpose2d", "conv_transpose
 _PRODUCTS = frozenset({"matmul", "mm", "bmm", "__matmul__", "__rmatmul__", "addmm", "baddbmm", "addbmm"})
 
 
+def _einsum_work(args: tuple, n_out: int) -> int:
+    """Multiply-adds of ``torch.einsum(equation, *operands)``.
+
+    The output's elements times the sizes of the indices that are summed over (those of the operands missing from the
+    output); ``n_out`` when the equation does not parse.
+    """
+    eq = args[0] if args and isinstance(args[0], str) else None
+    ops = args[1:]
+    if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
+        ops = tuple(ops[0])
+    if eq is None or not ops or not all(isinstance(t, torch.Tensor) for t in ops):
+        return n_out
+    eq = eq.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ops):
+        return n_out
+    sizes: dict[str, int] = {}
+    for term, t in zip(terms, ops):
+        head, dots, tail = term.partition("...")
+        for k, c in enumerate(head):
+            sizes[c] = int(t.shape[k])
+        for k, c in enumerate(reversed(tail)):
+            sizes[c] = int(t.shape[t.ndim - 1 - k])
+    if not arrow:  # implicit output: the indices that appear once, in order
+        rhs = "".join(c for c in sorted(sizes) if lhs.count(c) == 1)
+    summed = 1
+    for c, size in sizes.items():
+        if c not in rhs:
+            summed *= max(size, 1)
+    return n_out * summed
+
+
 def _work(func: Callable, args: tuple, kwargs: dict, out: Any) -> int:
     """A rough count of the arithmetic of one operation, to weigh what a replay skips against what it runs.
 
     Convolutions and linear maps: multiply-adds (output elements times the weight's elements per output channel;
     a transposed convolution: input elements times its weight's elements per input channel); matrix products:
-    output elements times the inner size; anything else: the elements it returns.
+    output elements times the inner size (times the batch that ``addbmm`` sums over); ``einsum``: output elements
+    times the sizes summed over; ``scaled_dot_product_attention``: both products, ``L S (E + Ev)`` per batch entry;
+    anything else: the elements it returns.
     """
     name = getattr(func, "__name__", "")
     n = sum(t.numel() for t in _tensors(out))
@@ -276,9 +311,23 @@ def _work(func: Callable, args: tuple, kwargs: dict, out: Any) -> int:
             if isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and w.ndim >= 2:
                 return int(x.numel()) * max(int(w[0].numel()), 1)
         if name in _PRODUCTS:
+            if name == "__rmatmul__":  # ``other @ self``: the inner size is the first axis of a matrix ``self``
+                b = args[0]
+                if isinstance(b, torch.Tensor) and b.ndim >= 1:
+                    return n * max(int(b.shape[-2] if b.ndim >= 2 else b.shape[0]), 1)
+                return n
             a = args[-2] if name in ("addmm", "baddbmm", "addbmm") and len(args) >= 3 else args[0]
             if isinstance(a, torch.Tensor) and a.ndim >= 1:
-                return n * max(int(a.shape[-1]), 1)
+                batch = int(a.shape[0]) if name == "addbmm" and a.ndim == 3 else 1  # the batch it sums over
+                return n * max(int(a.shape[-1]), 1) * max(batch, 1)
+        if name == "einsum":
+            return _einsum_work(args, n)
+        if name == "scaled_dot_product_attention":
+            q, k, v = (kwargs.get(key, args[i] if len(args) > i else None) for i, key in enumerate(("query", "key",
+                                                                                                      "value")))
+            if all(isinstance(t, torch.Tensor) and t.ndim >= 2 for t in (q, k, v)):
+                rows = n // max(int(v.shape[-1]), 1)  # batch entries times L
+                return rows * int(k.shape[-2]) * (int(q.shape[-1]) + int(v.shape[-1]))
     except (IndexError, TypeError, KeyError):
         pass
     return n

@@ -412,3 +412,60 @@ def test_replays_start_from_the_input_before_the_trace_wrote_into_it(k):
             torch.manual_seed(3)
             ref = net(x0.repeat(k, 1, 1, 1, 1))
             torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+
+
+def _einsum_brute_force(eq: str, *ops: torch.Tensor) -> int:
+    """Multiply-adds of an explicit ``einsum`` without ellipsis: one per combination of every index's values."""
+    lhs, rhs = eq.replace(" ", "").split("->")
+    sizes = {c: t.shape[k] for term, t in zip(lhs.split(","), ops) for k, c in enumerate(term)}
+    n = 1
+    for size in sizes.values():
+        n *= size
+    return n
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 7), (2, 3, 6, 7)]),
+    ("ii->i", [(4, 4)]),
+    ("ij->", [(3, 4)]),
+    ("bcxyz,oc->boxyz", [(2, 3, 4, 2, 2), (5, 3)]),
+])
+def test_einsum_work_counts_every_summed_index(eq, shapes):
+    """``einsum``'s work was its output's elements (a matrix product counted as if it cost one multiply-add per output
+    element): it is the output times the sizes of the indices summed over, as counting every combination gives."""
+    from monai_unc.networks.shared import _work
+
+    ops = [torch.rand(*s) for s in shapes]
+    out = torch.einsum(eq, *ops)
+    assert _work(torch.einsum, (eq, *ops), {}, out) == _einsum_brute_force(eq, *ops)
+    assert _work(torch.einsum, (eq, ops), {}, out) == _einsum_brute_force(eq, *ops)  # operands as one list
+
+
+def test_einsum_work_with_ellipsis_and_implicit_output():
+    from monai_unc.networks.shared import _work
+
+    a, b = torch.rand(2, 3, 4, 5), torch.rand(2, 3, 5, 6)
+    out = torch.einsum("...ij,...jk->...ik", a, b)
+    assert _work(torch.einsum, ("...ij,...jk->...ik", a, b), {}, out) == 2 * 3 * 4 * 5 * 6
+    a, b = torch.rand(3, 4), torch.rand(4, 5)
+    out = torch.einsum("ij,jk", a, b)  # implicit output "ik"
+    assert _work(torch.einsum, ("ij,jk", a, b), {}, out) == 3 * 4 * 5
+
+
+def test_attention_rmatmul_and_addbmm_work():
+    """``scaled_dot_product_attention``: ``Q K^T`` and ``softmax(.) V``, ``L S (E + Ev)`` multiply-adds per batch entry
+    (was its output's elements); ``addbmm`` sums ``b`` products (its batch was left out); ``a @ b`` reached as
+    ``b.__rmatmul__(a)`` takes its inner size from ``b``'s rows (was ``b``'s columns)."""
+    from monai_unc.networks.shared import _work
+
+    q, k, v = torch.rand(2, 3, 5, 8), torch.rand(2, 3, 7, 8), torch.rand(2, 3, 7, 4)
+    out = F.scaled_dot_product_attention(q, k, v)
+    assert _work(F.scaled_dot_product_attention, (q, k, v), {}, out) == 2 * 3 * 5 * 7 * (8 + 4)
+    assert _work(F.scaled_dot_product_attention, (), {"query": q, "key": k, "value": v}, out) == 2 * 3 * 5 * 7 * 12
+    m, b1, b2 = torch.rand(3, 6), torch.rand(4, 3, 5), torch.rand(4, 5, 6)
+    out = torch.addbmm(m, b1, b2)
+    assert _work(torch.addbmm, (m, b1, b2), {}, out) == 4 * 3 * 5 * 6
+    a, b = torch.rand(3, 5), torch.rand(5, 2)
+    assert _work(torch.Tensor.__rmatmul__, (b, a), {}, a @ b) == 3 * 5 * 2
