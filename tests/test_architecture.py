@@ -120,7 +120,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                             "monai_unc.evaluation.triage")],
         "the product's options are read by the command line before torch; its computations are imported when run",
     ),
-    ("monai_unc.workflows.prepare", "monai_unc.workflows.dicom"): "infer --output-format both: the DICOM writers "
+    ("monai_unc.workflows.infer_plan", "monai_unc.workflows.dicom"): "infer --output-format both: the DICOM writers "
     "(the dicom extra) load only when asked for",
     ("monai_unc.workflows.prepare", "monai_unc.io.dicom"): "infer --output-format both: the DICOM writers "
     "(the dicom extra) load only when asked for",
