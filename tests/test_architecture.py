@@ -102,7 +102,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                         "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
                                         "monai_unc.workflows.monitor",
                                         "monai_unc.workflows.keys",
-                                        "monai_unc.workflows.prepare", "monai_unc.workflows.report",
+                                        "monai_unc.workflows.prepare", "monai_unc.workflows.infer_plan",
+                                        "monai_unc.workflows.report",
                                         "monai_unc.workflows.session", "monai_unc.workflows.triage",
                                         "monai_unc.workflows.dicom")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
