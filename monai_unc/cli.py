@@ -110,40 +110,79 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, A
     return parser, nnunet_cli
 
 
-def _import_commands() -> None:
-    """Import the workflows of the commands (torch, MONAI and the package's workflows) into this module, once.
+def _import_commands(command: str | None = None) -> None:
+    """Import the workflow of ``command`` (of every command when None) and the names the command line runs on.
 
     :func:`main` calls it once the arguments are parsed, so that ``monai-unc --help``, ``monai-unc COMMAND --help``
-    and an argument error answer at once (importing MONAI and torch takes seconds); the first access to one of
-    :data:`_COMMAND_NAMES` as an attribute of this module (``monai_unc.cli.run_demo``) calls it too.
+    and an argument error answer at once. It imports only the workflow of the command being run: MONAI (whose
+    ``import monai`` loads every submodule: seconds) only for the commands that run networks (``infer``,
+    ``calibrate``, ``demo``); ``evaluate``, ``report``, ``triage`` and the other commands that read and compute start
+    without it. The first access to one of :data:`_COMMAND_NAMES` as an attribute of this module
+    (``monai_unc.cli.run_demo``) imports what that name needs.
+
+    A name or workflow already set (a test's ``monkeypatch``) is kept.
+
+    Args:
+        command: the parsed command (a product's command included), or None: every command's workflow (but
+            ``dicom-export``'s, which needs the ``dicom`` extra and is imported when it runs).
     """
-    global _commands_imported, _read_case_list, CohortFailed, error_text, run_demo
-    if _commands_imported:  # names set since (a test's monkeypatch) are kept
-        return
-    from .workflows.apply import apply_from_arguments
-    from .workflows.calibrate import calibrate_from_arguments
-    from .workflows.demo import demo_from_arguments, run_demo
-    from .workflows.evaluate import evaluate_from_arguments
-    from .workflows.keys import keys_from_arguments
-    from .workflows.monitor import monitor_from_arguments
-    from .workflows.prepare import error_text, infer_from_arguments, read_case_list
-    from .workflows.report import report_from_arguments
+    _import_names(demo=command in (None, "demo"))
+    key = None if command is None else (_PRODUCT_COMMAND if command_product(command) is not None else command)
+    for name in _WORKFLOW_KEYS if key is None else (key,):
+        if name not in _WORKFLOWS:
+            _WORKFLOWS[name] = _import_workflow(name)
+
+
+def _import_names(demo: bool = False) -> None:
+    """Set the names of :data:`_COMMAND_NAMES` in this module (``run_demo`` only with ``demo``), keeping any set."""
+    from .workflows.prepare import error_text, read_case_list
     from .workflows.session import CohortFailed
-    from .workflows.triage import triage_from_arguments
 
-    _WORKFLOWS.update(infer=infer_from_arguments, evaluate=evaluate_from_arguments, report=report_from_arguments,
-                      calibrate=calibrate_from_arguments, demo=demo_from_arguments, triage=triage_from_arguments,
-                      monitor=monitor_from_arguments, keys=keys_from_arguments,
-                      **{"dicom-export": _dicom_export, _PRODUCT_COMMAND: apply_from_arguments})
+    names = globals()
+    names.setdefault("error_text", error_text)
+    names.setdefault("CohortFailed", CohortFailed)
     #: kept for callers of the former private helper; :func:`monai_unc.workflows.prepare.read_case_list`
-    _read_case_list = read_case_list
-    _commands_imported = True
+    names.setdefault("_read_case_list", read_case_list)
+    if demo:  # the demo's workflow imports MONAI
+        from .workflows.demo import run_demo
+
+        names.setdefault("run_demo", run_demo)
 
 
-_commands_imported = False
+def _import_workflow(command: str) -> Callable[[argparse.Namespace], CommandResult]:
+    """Import the workflow of one command (its module only), or raise ``KeyError`` for an unknown command."""
+    if command == "infer":
+        from .workflows.infer_plan import infer_from_arguments as workflow
+    elif command == "evaluate":
+        from .workflows.evaluate import evaluate_from_arguments as workflow
+    elif command == "report":
+        from .workflows.report import report_from_arguments as workflow
+    elif command == "calibrate":
+        from .workflows.calibrate import calibrate_from_arguments as workflow
+    elif command == "demo":
+        from .workflows.demo import demo_from_arguments as workflow
+    elif command == "triage":
+        from .workflows.triage import triage_from_arguments as workflow
+    elif command == "monitor":
+        from .workflows.monitor import monitor_from_arguments as workflow
+    elif command == "keys":
+        from .workflows.keys import keys_from_arguments as workflow
+    elif command == "dicom-export":
+        workflow = _dicom_export
+    elif command == _PRODUCT_COMMAND:
+        from .workflows.apply import apply_from_arguments as workflow
+    else:
+        raise KeyError(command)
+    return workflow
+
+
 #: the key of the workflow of every product's command (a product registered after the first run has one too)
 _PRODUCT_COMMAND = "<product command>"
-#: command -> its workflow on the parsed arguments, returning a CommandResult (filled by :func:`_import_commands`)
+#: the keys of :data:`_WORKFLOWS`: the commands of :func:`_import_workflow`
+_WORKFLOW_KEYS = ("infer", "evaluate", "report", "calibrate", "demo", "triage", "monitor", "keys", "dicom-export",
+                  _PRODUCT_COMMAND)
+#: command -> its workflow on the parsed arguments, returning a CommandResult (filled by :func:`_import_commands`,
+#: with the workflow of the command being run only)
 _WORKFLOWS: dict[str, Callable[[argparse.Namespace], CommandResult]] = {}
 #: the names :func:`_import_commands` sets (module attributes imported on first access)
 _COMMAND_NAMES = frozenset({"CohortFailed", "error_text", "run_demo", "_read_case_list"})
@@ -162,7 +201,7 @@ def _dicom_export(args: argparse.Namespace) -> CommandResult:
 def __getattr__(name: str) -> Any:
     """``monai_unc.cli.run_demo`` and the other names of :func:`_import_commands`, imported on first access."""
     if name in _COMMAND_NAMES:
-        _import_commands()
+        _import_names(demo=name == "run_demo")
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -173,6 +212,8 @@ def _run(args: argparse.Namespace) -> int:
     The status is 0 unless the workflow says otherwise (``monitor status``: 1 when an alarm is raised).
     """
     command = _PRODUCT_COMMAND if command_product(args.command) is not None else args.command
+    if command not in _WORKFLOWS:  # a product registered after the arguments were parsed
+        _import_commands(args.command)
     result = _WORKFLOWS[command](args)
     if result.is_main:
         for line in result.lines:
@@ -183,7 +224,8 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``monai-unc`` console script.
 
-    Torch, MONAI and the workflows are imported only after the arguments are parsed. Errors of bad arguments or
+    Torch and the command's workflow are imported only after the arguments are parsed, MONAI only for a command that
+    runs a network (``infer``, ``calibrate``, ``demo``). Errors of bad arguments or
     inputs are one stderr line (module docstring), not a traceback; so is a package that the command needs and that
     is not installed (the line names what to ``pip install``; exit status 2). A ``TypeError`` is one line (exit 2)
     when one of the package's checks raised it (a value of the wrong type in an option or a file, named); any other
@@ -213,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _missing_dependency(args.command, e)
         return nnunet_predict_dicom(args, nnunet_cli.run)
     try:
-        _import_commands()  # after parsing: --help and argument errors need neither torch nor MONAI
+        _import_commands(args.command)  # after parsing, and that command's workflow only (module docstring)
     except ImportError as e:
         return _missing_dependency(args.command, e)
     try:

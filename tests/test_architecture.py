@@ -102,7 +102,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                         "monai_unc.workflows.demo", "monai_unc.workflows.evaluate",
                                         "monai_unc.workflows.monitor",
                                         "monai_unc.workflows.keys",
-                                        "monai_unc.workflows.prepare", "monai_unc.workflows.report",
+                                        "monai_unc.workflows.prepare", "monai_unc.workflows.infer_plan",
+                                        "monai_unc.workflows.report",
                                         "monai_unc.workflows.session", "monai_unc.workflows.triage",
                                         "monai_unc.workflows.dicom")]
         + [("monai_unc.nnunet.cli", m) for m in ("monai_unc.io", "monai_unc.nnunet.predictor",
@@ -120,7 +121,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
                                                             "monai_unc.evaluation.triage")],
         "the product's options are read by the command line before torch; its computations are imported when run",
     ),
-    ("monai_unc.workflows.prepare", "monai_unc.workflows.dicom"): "infer --output-format both: the DICOM writers "
+    ("monai_unc.workflows.infer_plan", "monai_unc.workflows.dicom"): "infer --output-format both: the DICOM writers "
     "(the dicom extra) load only when asked for",
     ("monai_unc.workflows.prepare", "monai_unc.io.dicom"): "infer --output-format both: the DICOM writers "
     "(the dicom extra) load only when asked for",

@@ -1,12 +1,13 @@
 """Workflows behind the command line.
 
-Loading a model (:mod:`.models`), building the inferer of a method string (:mod:`.factory`), the checks and plan of a
-run before its first case (:mod:`.prepare`: :func:`prepare_infer`, :func:`prepare_evaluate`; :mod:`.report`:
+Loading a model (:mod:`.models`), building the inferer of a method string (:mod:`.factory`; the values of its options
+checked without MONAI in :mod:`.options`), the checks and plan of a run before its first case (:mod:`.prepare`:
+:func:`prepare_evaluate`, without MONAI; :mod:`.infer_plan`: :func:`prepare_infer`; :mod:`.report`:
 :func:`run_report`, :func:`triage_with_page`), batch prediction with resume and ``torchrun`` (:mod:`.infer`), the logits
 for temperature calibration (:mod:`.calibrate`) and the demo (:mod:`.demo`).
 
 Each cohort command is one call here, inside its session (:mod:`.session`: the process group of a ``torchrun`` job
-and the failed-cases step): :func:`infer_command`, :func:`evaluate_command` (:mod:`.evaluate`),
+and the failed-cases step): :func:`infer_command` (:mod:`.infer_plan`), :func:`evaluate_command` (:mod:`.evaluate`),
 :func:`triage_command` (:mod:`.triage`) and, for the command of a cohort product, :func:`apply_command`
 (:mod:`.apply`); they return a
 :class:`CommandResult` or raise :class:`CohortFailed`. The command line parses with :mod:`.arguments` (light: no
@@ -27,10 +28,8 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
     from .apply import apply_command
     from .calibrate import check_fit_is_defined, collect_logits
     from .evaluate import evaluate_command
-    from .factory import METHOD_TOKENS, build_inferer, normalize_roi
+    from .factory import build_inferer
     from .infer import (
-        FAILURES_FILE,
-        INTENSITY_MODES,
         InferSettings,
         case_outputs,
         check_run_settings,
@@ -41,14 +40,13 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
         predict_cases,
         run_infer,
     )
+    from .infer_plan import InferPlan, infer_command, prepare_infer
     from .models import LoadedModel, checkpoint_temperature, load_checkpoint, load_network
+    from .options import FAILURES_FILE, INTENSITY_MODES, METHOD_TOKENS, normalize_roi
     from .prepare import (
-        InferPlan,
         check_infer_output,
-        infer_command,
         infer_measures,
         prepare_evaluate,
-        prepare_infer,
         read_case_list,
         read_region_spec,
         resolve_device,
@@ -63,20 +61,21 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("collect_logits", "check_fit_is_defined"), "calibrate"),
     "apply_command": "apply",
     "evaluate_command": "evaluate",
-    **dict.fromkeys(("METHOD_TOKENS", "build_inferer", "normalize_roi"), "factory"),
-    **dict.fromkeys(("FAILURES_FILE", "INTENSITY_MODES", "InferSettings", "case_outputs", "check_run_settings",
-                     "is_finished", "load_image_case", "normalize_intensity", "predict_case", "predict_cases",
-                     "run_infer"), "infer"),
+    "build_inferer": "factory",
+    **dict.fromkeys(("InferSettings", "case_outputs", "check_run_settings", "is_finished", "load_image_case",
+                     "normalize_intensity", "predict_case", "predict_cases", "run_infer"), "infer"),
+    **dict.fromkeys(("InferPlan", "infer_command", "prepare_infer"), "infer_plan"),
     **dict.fromkeys(("LoadedModel", "checkpoint_temperature", "load_checkpoint", "load_network"), "models"),
-    **dict.fromkeys(("InferPlan", "check_infer_output", "infer_command", "infer_measures", "prepare_evaluate",
-                     "prepare_infer", "read_case_list", "read_region_spec", "resolve_device"), "prepare"),
+    **dict.fromkeys(("FAILURES_FILE", "INTENSITY_MODES", "METHOD_TOKENS", "normalize_roi"), "options"),
+    **dict.fromkeys(("check_infer_output", "infer_measures", "prepare_evaluate", "read_case_list", "read_region_spec",
+                     "resolve_device"), "prepare"),
     **dict.fromkeys(("run_report", "triage_with_page"), "report"),
     **dict.fromkeys(("CohortFailed", "CommandResult", "command_session", "run_command"), "session"),
     "triage_command": "triage",
 }
 #: submodules reachable as attributes (``monai_unc.workflows.infer``) without an import statement, as before
-_SUBMODULES = ("apply", "arguments", "calibrate", "demo", "evaluate", "factory", "infer", "models", "prepare",
-               "report", "session", "triage")
+_SUBMODULES = ("apply", "arguments", "calibrate", "demo", "evaluate", "factory", "infer", "infer_plan", "models",
+               "options", "prepare", "report", "session", "triage")
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES, globals())

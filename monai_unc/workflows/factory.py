@@ -9,6 +9,9 @@ Appendix D). Combined with other sources (``ssn+mcdropout``: dropout in the SSN'
 is the SSN's latent-averaged prediction over ``samples`` draws (:class:`~monai_unc.inferers.SSNSource` with
 ``marginalize=True``), so the other sources' axis alone varies: MI is their (epistemic) part and the expected
 entropy holds the aleatoric part.
+
+:data:`METHOD_TOKENS`, :func:`method_tokens`, :func:`check_roi` and :func:`normalize_roi` are defined in
+:mod:`monai_unc.workflows.options` (without MONAI, for the commands that only read and compute) and re-exported here.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ..keys import DEFAULT_MEASURES
 from ..keys import UncertaintyKeys as K
 from ..networks import find_ssn_heads
 from .models import checkpoint_temperature
+from .options import METHOD_TOKENS, SHARED_PASS_TOKENS, check_roi, method_tokens, normalize_roi
 
 __all__ = [
     "METHOD_TOKENS",
@@ -46,26 +50,6 @@ __all__ = [
     "method_tokens",
     "check_method_network",
 ]
-
-METHOD_TOKENS = ("softmax", "mcdropout", "ratein", "tta", "ensemble", "ssn")
-#: the sources whose samples share passes (``share_passes``, ``--no-share-passes``, ``--sample-batch-size``)
-SHARED_PASS_TOKENS = frozenset({"mcdropout", "ratein"})
-
-
-def method_tokens(method: str) -> list[str]:
-    """The lower-cased source names of a ``+``-joined ``--method`` string (not checked).
-
-    Args:
-        method: e.g. ``"MCDropout+tta"``.
-
-    Returns:
-        The names in order, e.g. ``["mcdropout", "tta"]`` (empty parts dropped).
-
-    Example:
-        >>> method_tokens("MCDropout + tta")
-        ['mcdropout', 'tta']
-    """
-    return [t.strip().lower() for t in method.split("+") if t.strip()]
 
 
 def check_method_network(method: str, network: nn.Module) -> None:
@@ -87,54 +71,6 @@ def check_method_network(method: str, network: nn.Module) -> None:
             "has no SSNHead); give an SSN, e.g. --network configs/train_ssn.json --checkpoint model.pt, or choose "
             "another method"
         )
-
-
-def check_roi(roi: int | Sequence[int] | None, spatial_dims: int | None, what: str = "the network") -> None:
-    """Check that a per-axis window size has as many axes as the input.
-
-    One size (an int or a one-element sequence) fits any dimensionality.
-
-    Args:
-        roi: the ``--roi`` value: None, one size or one size per axis.
-        spatial_dims: the number of spatial axes of the network or of the images (None: not known, nothing
-            checked).
-        what: what ``spatial_dims`` belongs to, for the message.
-
-    Raises:
-        ValueError: naming ``--roi``, when the number of sizes is neither 1 nor ``spatial_dims``.
-
-    Example:
-        >>> check_roi([64, 64, 32], 3), check_roi(64, 2)
-        (None, None)
-    """
-    if roi is None or spatial_dims is None or isinstance(roi, (int, np.integer)):
-        return
-    sizes = tuple(int(r) for r in roi)
-    if len(sizes) not in (1, spatial_dims):
-        raise ValueError(f"--roi gives {len(sizes)} sizes {sizes} but {what} takes {spatial_dims}D input: give one "
-                         f"size for every axis or {spatial_dims} sizes")
-
-
-def normalize_roi(roi: int | Sequence[int] | None) -> int | list[int] | None:
-    """A ``--roi`` value as the workflows take it.
-
-    One size (an int, or a one-element sequence as ``--roi 64`` gives) becomes an int, which fits any
-    dimensionality; several sizes become a list of ints, one per axis.
-
-    Args:
-        roi: None, one size, or a sequence of sizes.
-
-    Returns:
-        None, an int or a list of ints (not checked: :func:`check_roi` and :func:`build_inferer` do that).
-
-    Example:
-        >>> normalize_roi([64]), normalize_roi((64, 64, 32)), normalize_roi(None)
-        (64, [64, 64, 32], None)
-    """
-    if roi is None or isinstance(roi, (int, np.integer)):
-        return None if roi is None else int(roi)
-    sizes = [int(r) for r in roi]
-    return sizes[0] if len(sizes) == 1 else sizes
 
 
 def build_inferer(

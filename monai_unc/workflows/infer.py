@@ -26,6 +26,9 @@ callers can shard a cohort. :func:`run_infer` is the whole ``monai-unc infer`` l
 ``torchrun``: rank 0 prepares the output folder, every rank predicts its shard (:func:`monai_unc.engine.shard`,
 sorted case ids round-robin; outputs are per-case files, so no two ranks write the same file), a case that fails is
 reported with its id and the others go on, and rank 0 writes ``failures.json``. See docs/distributed.md.
+
+:data:`INTENSITY_MODES` and :data:`FAILURES_FILE` are defined in :mod:`monai_unc.workflows.options` (without MONAI)
+and re-exported here.
 """
 
 from __future__ import annotations
@@ -77,8 +80,8 @@ from ..io import (
 from ..keys import MEASURES
 from ..keys import UncertaintyKeys as K
 from ..regions import regions_to_labels
-from .factory import SHARED_PASS_TOKENS, method_tokens
 from .models import LoadedModel
+from .options import FAILURES_FILE, INTENSITY_MODES, SHARED_PASS_TOKENS, method_tokens
 
 __all__ = [
     "INTENSITY_MODES",
@@ -106,12 +109,6 @@ __all__ = [
     "complete_settings",
     "run_infer",
 ]
-
-
-INTENSITY_MODES = ("none", "max", "minmax", "zscore")
-
-#: written by rank 0 of :func:`run_infer` when cases failed (removed by a run without failures)
-FAILURES_FILE = "failures.json"
 
 
 def normalize_intensity(image: np.ndarray, mode: str) -> np.ndarray:

@@ -1,45 +1,36 @@
-"""What a command checks and builds before its first case, for the command line and for Python callers alike.
+"""What a command checks before its first case, for the command line and for Python callers alike.
 
-``monai-unc infer`` is :func:`prepare_infer` (cases, network, inferer and the settings recorded in ``infer.json``,
-as an :class:`InferPlan`) followed by :func:`monai_unc.workflows.infer.run_infer`; the command line only parses the
-flags and prints. A Python caller therefore gets the same refusals, each a ``ValueError`` (or a
-``FileNotFoundError`` for a missing input) naming the option, before any case is predicted: a method the network
-cannot serve (MC dropout without a dropout layer, ``ssn`` without an SSN head), measures a deterministic pass does
-not give, a window size of another dimensionality, regions without ``activation="sigmoid"``, and so on. The keyword
-arguments are named like the flags (``--tta-noise`` is ``tta_noise``; the negated flags ``--no-probs`` and
-``--no-bundle-preprocessing`` are ``write_probs=False`` and ``bundle_preprocessing=False``).
+:func:`check_infer_output` and :func:`prepare_evaluate` do the checks of ``infer`` and ``evaluate`` that come before
+any work; the helpers :func:`resolve_device`, :func:`read_region_spec` and :func:`read_case_list` turn the values of
+``--device``, ``--regions`` and ``--calibration-cases`` into what the workflows take, and :func:`error_text` makes an
+error the one line the command line prints.
 
-:func:`infer_command` is the whole command: the output check, :func:`prepare_infer` on every rank and
-:func:`~monai_unc.workflows.infer.run_infer`, inside the command's session (process group and failed-cases step).
-
-The helpers :func:`resolve_device`, :func:`read_region_spec` and :func:`read_case_list` turn the values of
-``--device``, ``--regions`` and ``--calibration-cases`` into what the workflows take; :func:`check_infer_output` and
-:func:`prepare_evaluate` do the checks of ``infer`` and ``evaluate`` that come before any work.
+This module imports no MONAI, so that the commands that only read and compute (``evaluate``, ``report``, ``triage``,
+``dicom-export``, ...) start without it. The plan of an ``infer`` run and the whole ``infer`` command
+(:class:`~monai_unc.workflows.infer_plan.InferPlan`, :func:`~monai_unc.workflows.infer_plan.prepare_infer`,
+:func:`~monai_unc.workflows.infer_plan.infer_command`, :func:`~monai_unc.workflows.infer_plan.check_region_channels`,
+:func:`~monai_unc.workflows.infer_plan.infer_from_arguments`), which load the model and MONAI's inferers, are in
+:mod:`monai_unc.workflows.infer_plan`; they are still names of this module, imported on first access
+(``from monai_unc.workflows.prepare import prepare_infer`` works as before).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
-import dataclasses
 import io
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..engine import DistContext, read_dist_env, sync_errors
+from .._lazy import lazy_attributes
 from ..evaluation import EvaluationConfig, read_shifts
 from ..evaluation.triage import RULE_FILE
-from ..inferers import add_dropout, enable_mc_dropout
 from ..io import (
-    ImageCase,
     check_inputs_not_written,
     check_output_file,
     check_output_folder,
@@ -48,29 +39,21 @@ from ..io import (
 )
 from ..keys import DEFAULT_MEASURES, MEASURES, canonical_measure
 from ..regions import RegionSpec, parse_regions
-from ..temperature import TemperatureScaled
-from .arguments import EXPLICIT_OPTIONS
-from .factory import build_inferer, check_method_network, check_roi, method_tokens, normalize_roi
-from .infer import FAILURES_FILE, INTENSITY_MODES, InferSettings, load_image_case, run_infer
-from .models import LoadedModel, load_network
-from .reuse import RuleSettings, check_rule_model, merge_rule_settings, read_rule_settings, rule_samples
-from .session import CommandResult, run_command
+from .options import FAILURES_FILE
 
 __all__ = [
     "ACTIVATIONS",
     "SOFTMAX_MEASURES",
-    "InferPlan",
     "resolve_device",
     "read_region_spec",
     "read_case_list",
     "infer_measures",
+    "checkpoint_list",
     "infer_written_files",
     "check_infer_output",
     "EVALUATE_WRITES",
-    "check_region_channels",
-    "prepare_infer",
-    "infer_command",
-    "infer_from_arguments",
+    "DICOM_FOLDER",
+    "check_dicom_input",
     "infer_summary",
     "prepare_evaluate",
     "error_text",
@@ -87,23 +70,6 @@ _EVALUATE_FILES = EVALUATE_WRITES[:4]
 
 #: the maps of one deterministic pass (``--method softmax``): no expected entropy, mutual information or variance
 SOFTMAX_MEASURES = ("predictive_entropy", "one_minus_max_prob")
-
-
-@dataclass
-class InferPlan:
-    """Everything :func:`~monai_unc.workflows.infer.run_infer` needs, built and checked by :func:`prepare_infer`.
-
-    Args:
-        cases: the image cases of the input folder, sorted by case id.
-        model: the loaded network (eval mode, on its device; post-hoc dropout inserted when asked for).
-        inferer: the :class:`~monai_unc.inferers.UncertaintyInferer` (or ``SoftmaxInferer``) of the method.
-        settings: what determines the outputs, recorded in ``infer.json`` (a resumed run must match).
-    """
-
-    cases: list[ImageCase]
-    model: LoadedModel
-    inferer: Any
-    settings: InferSettings
 
 
 def error_text(e: BaseException) -> str:
@@ -270,7 +236,19 @@ def _spec_file(network: str | os.PathLike | Mapping | None) -> str | None:
     return text
 
 
-def _checkpoint_list(checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None) -> list[str]:
+def checkpoint_list(checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None) -> list[str]:
+    """The ``--checkpoint`` file(s) as a list of paths.
+
+    Args:
+        checkpoint: one file, several, or None.
+
+    Returns:
+        The paths as strings, in the given order (empty for None).
+
+    Example:
+        >>> checkpoint_list("a.pt"), checkpoint_list(["a.pt", Path("b.pt")]), checkpoint_list(None)
+        (['a.pt'], ['a.pt', 'b.pt'], [])
+    """
     if checkpoint is None:
         return []
     if isinstance(checkpoint, (str, os.PathLike)):
@@ -333,7 +311,7 @@ def check_infer_output(
     if not Path(input).is_dir():
         raise FileNotFoundError(f"--input folder not found: {input}")
     out = check_output_folder(output, input, bundle)  # not inside the input or the bundle, writable
-    inputs = [*_checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]
+    inputs = [*checkpoint_list(checkpoint), _spec_file(network), _regions_file(regions)]
     for name in ("infer.json", FAILURES_FILE):  # the run's own files never replace an input file (hard links too)
         check_output_file(out / name, *inputs, what="output")
     try:
@@ -342,312 +320,6 @@ def check_infer_output(
         ids = []
     check_inputs_not_written(out, infer_written_files(ids), *inputs, what="--output")
     return out
-
-
-def check_region_channels(
-    model: LoadedModel,
-    regions: Mapping[str, Sequence[int]],
-    case: ImageCase | None,
-    roi: int | Sequence[int] | None = None,
-    device: str | torch.device = "cpu",
-) -> None:
-    """Check that a region-based network outputs one sigmoid channel per region of ``regions``.
-
-    The check runs once, before any case is predicted: one deterministic pass on a blank input of the first case's
-    size (one window of ``roi`` when given). Skipped for a bundle with preprocessing (its output size is known only
-    after the transforms) and when the blank pass itself fails (the case then reports it).
-
-    Args:
-        model: the loaded network.
-        regions: the parsed ``--regions`` spec.
-        case: the first image case (None: nothing to check).
-        roi: the sliding-window size, if any.
-        device: where the network runs.
-
-    Raises:
-        ValueError: naming ``--regions`` and both counts on a mismatch (regions need at least 2 channels).
-    """
-    if case is None or model.preprocessing is not None:
-        return
-    image, _ = load_image_case(case)
-    size = list(image.shape[1:])
-    if roi is not None:
-        size = [roi] * len(size) if isinstance(roi, int) else list(roi)
-    x = torch.zeros((1, image.shape[0], *size), dtype=torch.float32, device=device)
-    try:
-        with torch.no_grad():
-            out = model.network(x)
-    except Exception:  # a shape the network refuses: the cases report it with their ids
-        return
-    if isinstance(out, (tuple, list)) and out:
-        out = out[0]
-    if not isinstance(out, torch.Tensor) or out.ndim < 2:
-        return
-    channels = int(out.shape[1])
-    if channels != len(regions) or channels < 2:
-        raise ValueError(f"--regions names {len(regions)} region(s) ({', '.join(regions)}) but the network outputs "
-                         f"{channels} channel(s): a region-based network needs one sigmoid channel per region (and at "
-                         "least 2)")
-
-
-def prepare_infer(
-    input: str | os.PathLike,
-    *,
-    model: str | None = None,
-    bundle: str | os.PathLike | None = None,
-    network: str | os.PathLike | dict | None = None,
-    checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = (),
-    unsafe_load: bool = False,
-    bundle_preprocessing: bool = True,
-    allow_code: Sequence[str] = (),
-    method: str = "mcdropout",
-    samples: int | None = 10,
-    dropout: float | None = None,
-    tta_noise: float = 0.0,
-    ratein_target: float = 0.1,
-    measures: Sequence[str] | None = None,
-    write_probs: bool = True,
-    save_samples: bool = False,
-    roi: int | Sequence[int] | None = None,
-    overlap: float = 0.25,
-    sw_batch_size: int = 1,
-    intensity: str = "auto",
-    activation: str | None = "softmax",
-    regions: RegionSpec | str | os.PathLike | None = None,
-    device: str | torch.device = "cpu",
-    seed: int | None = 0,
-    rule: RuleSettings | None = None,
-    share_passes: bool = True,
-    sample_batch_size: int | str = "auto",
-) -> InferPlan:
-    """Load the model, check every option against it and build the inferer and the settings of an ``infer`` run.
-
-    The run is ``monai-unc infer`` on the images of ``input`` (module docstring); nothing is written.
-
-    Args:
-        input: folder of images (``<case>.nii.gz``, or nnU-Net's ``<case>_0000.nii.gz`` channels).
-        model: ``"example"``, the shipped MNI152 tissue UNet (exactly one of ``model``, ``bundle``, ``network``).
-        bundle: a MONAI bundle folder (``configs/inference.json`` with ``network_def``, ``models/model.pt``).
-        network: a network as a MONAI config: a dict, inline JSON or a ``.json``/``.yaml`` file with ``_target_``.
-        checkpoint: weights (state dict); several files are the members of ``method="ensemble"`` (otherwise only the
-            first is used).
-        unsafe_load: read checkpoints with ``torch.load(weights_only=False)`` (only for files you trust).
-        allow_code: names a ``network`` spec may build besides the allowed networks (they run code: trusted specs
-            only; :func:`~monai_unc.workflows.models.check_network_spec`).
-        bundle_preprocessing: apply the bundle's ``preprocessing`` (and invert it on the outputs).
-        method: ``+``-joined sources: ``mcdropout``, ``ratein``, ``tta``, ``ensemble``, ``ssn``, or ``softmax``.
-        samples: MC dropout / Rate-In / SSN latent samples (None with ``rule``: the rule's).
-        dropout: insert post-hoc dropout with this rate in (0, 1) after every encoder/decoder stage.
-        tta_noise: std of the Gaussian noise of TTA (> 0 only with ``tta`` in ``method``).
-        ratein_target: Rate-In information-loss target in [0, 1].
-        measures: maps to write (default :data:`~monai_unc.keys.DEFAULT_MEASURES`; see :func:`infer_measures`).
-        write_probs: write ``<case>_probs`` (``--no-probs``: False).
-        save_samples: write ``<case>_samples``, one label map per sample (``--save-samples``; a sampling
-            ``method``; with the bundle's preprocessing each sample is inverted onto the input grid).
-        roi: sliding-window size (one size, or one per axis); None: the whole image at once.
-        overlap: sliding-window overlap in [0, 1).
-        sw_batch_size: windows per forward pass.
-        intensity: ``"auto"`` (the model's default: ``max`` for the example), ``none``, ``max``, ``minmax``,
-            ``zscore``.
-        activation: ``"softmax"``, ``"sigmoid"`` (region-based with several output channels) or ``"none"`` / None.
-        regions: names and labels of the sigmoid channels (see :func:`read_region_spec`; needs ``"sigmoid"``).
-        device: where the network runs (``"auto"``: see :func:`resolve_device`).
-        seed: random seed of the sampling.
-        rule: the settings of a rule (``--settings-from``, :func:`~monai_unc.workflows.reuse.read_rule_settings`),
-            already merged into the options: the model's files must be those the rule recorded
-            (:func:`~monai_unc.workflows.reuse.check_rule_model`) and ``samples`` is derived from the rule's samples
-            per case (:func:`~monai_unc.workflows.reuse.rule_samples`; a given ``samples`` must agree).
-        share_passes: compute once per window what the MC dropout / Rate-In samples share (``--no-share-passes``:
-            False, one full pass per sample).
-        sample_batch_size: with shared passes, the samples run at once: ``"auto"`` or a positive integer.
-
-    Returns:
-        The :class:`InferPlan`. Every refusal is a ``ValueError`` naming the option (``FileNotFoundError`` for a
-        missing ``input`` or regions file), raised before any case is predicted; with ``regions`` the network's
-        channel count is checked by one blank pass (:func:`check_region_channels`).
-
-    Example:
-        >>> plan = prepare_infer("images", model="example", method="mcdropout+tta", samples=4)  # doctest: +SKIP
-        >>> run_infer(plan.cases, plan.model, plan.inferer, plan.settings, "predictions")  # doctest: +SKIP
-    """
-    if not Path(input).is_dir():
-        raise FileNotFoundError(f"--input folder not found: {input}")
-    if not isinstance(method, str):
-        raise TypeError(f"--method must be a string such as 'mcdropout+tta', got {type(method).__name__}")
-    if activation is not None and activation not in ACTIVATIONS:
-        raise ValueError(f"--activation must be one of {ACTIVATIONS}, got {activation!r}")
-    activation = None if activation == "none" else activation
-    if intensity != "auto" and intensity not in INTENSITY_MODES:
-        raise ValueError(f"--intensity must be 'auto' or one of {INTENSITY_MODES}, got {intensity!r}")
-    if dropout is not None and (isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating))
-                                or not 0.0 < dropout < 1.0):  # NaN fails the comparison
-        raise ValueError(f"--dropout must be a rate in (0, 1), got {dropout!r}")
-    if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, (int, np.integer)) or sw_batch_size < 1:
-        raise ValueError(f"--sw-batch-size must be a positive integer, got {sw_batch_size!r}")
-    if not isinstance(save_samples, bool):
-        raise TypeError(f"--save-samples must be True or False, got {save_samples!r}")
-    if regions is not None and activation != "sigmoid":
-        raise ValueError("--regions describes the sigmoid channels of a region-based network: add --activation "
-                         "sigmoid")
-    spec = read_region_spec(regions)
-    roi = normalize_roi(roi)
-    names = infer_measures(method, measures)
-    device = resolve_device(device)
-    cases = list_image_cases(input)
-    loaded = load_network(
-        model=model, bundle=bundle, network=network, checkpoints=_checkpoint_list(checkpoint),
-        unsafe_load=unsafe_load, device=device, bundle_preprocessing=bundle_preprocessing, allow_code=allow_code,
-    )  # fmt: skip
-    net = loaded.network.network if isinstance(loaded.network, TemperatureScaled) else loaded.network
-    if rule is not None:  # the model the rule was certified with, and its samples per case
-        check_rule_model(rule, loaded.weights)
-        samples = rule_samples(rule, method, loaded.spatial_dims, len(loaded.checkpoints), samples)
-    elif samples is None:
-        samples = 10
-    check_roi(roi, loaded.spatial_dims)  # once, before any case
-    if dropout is not None:
-        add_dropout(net, p=dropout)
-    if "mcdropout" in method_tokens(method):
-        enable_mc_dropout(net).restore()  # no dropout layer: one error now, not one per case
-    check_method_network(method, net)  # ssn: an SSN head, one error now
-    if spec is not None:
-        check_region_channels(loaded, spec, cases[0] if cases else None, roi, device)  # once, not once per case
-    members = loaded.checkpoints if "ensemble" in method_tokens(method) else loaded.checkpoints[:1]
-    inferer = build_inferer(
-        method, samples=samples, roi=roi, overlap=overlap, sw_batch_size=sw_batch_size, checkpoints=members,
-        unsafe_load=unsafe_load, seed=seed, tta_noise=tta_noise, ratein_target=ratein_target, activation=activation,
-        measures=names, keep_samples=save_samples, share_passes=share_passes, sample_batch_size=sample_batch_size,
-    )  # fmt: skip
-    settings = InferSettings(
-        model=loaded.description, method=method, samples=samples,
-        roi=None if roi is None else ([roi] if isinstance(roi, int) else list(roi)), overlap=overlap,
-        intensity=loaded.default_intensity if intensity == "auto" else intensity, measures=names, seed=seed,
-        activation=activation, checkpoints=[str(Path(c).resolve()) for c in loaded.checkpoints],
-        tta_noise=tta_noise, ratein_target=ratein_target, dropout=dropout, write_probs=write_probs,
-        regions=None if spec is None else {k: list(v) for k, v in spec.items()}, save_samples=save_samples,
-        share_passes=share_passes,
-        sample_batch_size=sample_batch_size if sample_batch_size == "auto" else int(sample_batch_size),
-    )  # fmt: skip
-    return InferPlan(cases, loaded, inferer, settings)
-
-
-def infer_command(
-    input: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    device: str | torch.device = "auto",
-    threads: int | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-    dist: DistContext | None = None,
-    finish: Callable[[list[dict[str, Any]]], None] | None = None,
-    **options: Any,
-) -> CommandResult[list[dict[str, Any]]]:
-    """The whole of ``monai-unc infer`` on one process or on every rank of a ``torchrun`` job.
-
-    The output folder is checked first (:func:`check_infer_output`), the device chosen for this rank
-    (:func:`resolve_device` with torchrun's local rank), then inside the command's session every rank builds the
-    plan (:func:`prepare_infer`; a refusal on one rank raises on every rank) and predicts its shard
-    (:func:`~monai_unc.workflows.infer.run_infer`).
-
-    Args:
-        input: folder of images.
-        output: output folder (must not lie inside ``input``).
-        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ... (under torchrun ``"auto"`` takes the local
-            rank's GPU).
-        threads: torch CPU threads (None: torch's default).
-        overwrite: recompute finished cases (and accept new settings).
-        progress: a progress bar on rank 0.
-        dist: a rank context the caller holds (its group is left alone), or None: join the process group or
-            create one from torchrun's environment, and destroy one created here at the end.
-        finish: ``finish(statuses)`` on rank 0 after the last case, while the output folder is still held
-            (:func:`~monai_unc.workflows.infer.run_infer`).
-        **options: the keyword arguments of :func:`prepare_infer` (``model``, ``bundle``, ``network``,
-            ``checkpoint``, ``method``, ``samples``, ``roi``, ``regions``, ...).
-
-    Returns:
-        The :class:`~monai_unc.workflows.session.CommandResult` of the per-case statuses
-        (:func:`~monai_unc.workflows.infer.run_infer`). Raises :class:`~monai_unc.workflows.session.CohortFailed`
-        on every rank when cases failed (rank 0 has printed which).
-    """
-    out = check_infer_output(output, input, checkpoint=options.get("checkpoint"), network=options.get("network"),
-                             bundle=options.get("bundle"), regions=options.get("regions"))
-    if threads:
-        torch.set_num_threads(threads)
-    _, world, local_rank = read_dist_env()
-    dev = resolve_device(device, world_size=world, local_rank=local_rank)
-
-    def run(ctx: DistContext) -> list[dict[str, Any]]:
-        err = plan = None
-        try:  # a setup error on one rank must not leave the others waiting
-            plan = prepare_infer(input, device=dev, **options)
-        except Exception as e:
-            err = e
-        sync_errors(err, ctx)
-        assert plan is not None
-        return run_infer(plan.cases, plan.model, plan.inferer, plan.settings, out, device=dev, overwrite=overwrite,
-                         progress=progress, dist=ctx, finish=finish)
-
-    return run_command("infer", out, run, dist=dist, device=dev, summary=lambda results: infer_summary(results, out))
-
-
-def infer_from_arguments(args: argparse.Namespace) -> CommandResult[list[dict[str, Any]]]:
-    """``monai-unc infer`` on its parsed arguments (:func:`monai_unc.workflows.arguments.add_command_parsers`).
-
-    With ``--settings-from RULE`` the options of the rule's prediction fingerprint
-    (:data:`~monai_unc.workflows.reuse.RULE_OPTIONS` and the samples) are taken from the rule; one given on the
-    command line must agree with it (:func:`~monai_unc.workflows.reuse.merge_rule_settings`).
-
-    Args:
-        args: the parsed arguments of ``monai-unc infer``.
-
-    Returns:
-        The :class:`~monai_unc.workflows.session.CommandResult` of :func:`infer_command`; its ``lines`` (what the
-        command prints on rank 0) are empty with ``--quiet``. Raises as :func:`infer_command`.
-    """
-    options: dict[str, Any] = {
-        "method": args.method, "samples": args.samples, "dropout": args.dropout, "tta_noise": args.tta_noise,
-        "ratein_target": args.ratein_target, "measures": args.measures, "roi": args.roi, "overlap": args.overlap,
-        "intensity": args.intensity, "activation": args.activation, "regions": args.regions,
-    }  # fmt: skip
-    dicom = getattr(args, "output_format", "nifti") == "both"
-    if dicom:  # before any work: the extra, the UID root and DICOM series as the input
-        check_dicom_input(args.input, getattr(args, "uid_root", None))
-    rule = None
-    if getattr(args, "settings_from", None) is not None:  # the rule's settings where no option was given
-        rule = read_rule_settings(args.settings_from)
-        explicit = set(getattr(args, EXPLICIT_OPTIONS, ()))
-        options = merge_rule_settings(rule, options, explicit)
-        options["samples"] = args.samples if "samples" in explicit else None  # from the rule, once the model is known
-    exported: list[Any] = []
-
-    def export(statuses: list[dict[str, Any]]) -> None:
-        """The DICOM objects of this run's cases, from their NIfTI outputs and source series.
-
-        Not those of a case since removed from the input; under the output folder's lock, so that a second run into
-        the folder cannot interleave with the writes.
-        """
-        from .dicom import dicom_export
-
-        exported.append(dicom_export(args.output, args.input, Path(args.output) / DICOM_FOLDER,
-                                     uid_root=args.uid_root, segments=args.segments, progress=not args.quiet,
-                                     inside_predictions=True, study_uid=getattr(args, "study_uid", "source"),
-                                     cases=[r["case"] for r in statuses]))
-
-    res = infer_command(
-        args.input, args.output, device=args.device, threads=args.threads, overwrite=args.overwrite,
-        progress=not args.quiet, model=args.model, bundle=args.bundle, network=args.network,
-        checkpoint=args.checkpoint, unsafe_load=args.unsafe_load, bundle_preprocessing=not args.no_bundle_preprocessing,
-        allow_code=getattr(args, "allow_code_target", ()),
-        write_probs=not args.no_probs, sw_batch_size=args.sw_batch_size, seed=args.seed, rule=rule,
-        save_samples=getattr(args, "save_samples", False), share_passes=not getattr(args, "no_share_passes", False),
-        sample_batch_size=getattr(args, "sample_batch_size", "auto"), finish=export if dicom else None, **options,
-    )  # fmt: skip
-    if exported and res.is_main:
-        done = exported[0]
-        line = f"dicom: {done.n_objects} DICOM object(s) for {len(done.cases)} case(s) in {done.output}"
-        res = dataclasses.replace(res, lines=(*res.lines, line))
-    return dataclasses.replace(res, lines=()) if args.quiet else res
 
 
 #: the sub-folder of ``infer --output-format both`` that holds the DICOM objects (``<output>/dicom/<case>/``)
@@ -747,3 +419,10 @@ def prepare_evaluate(
     for product in config.products:  # a product's artifact file must not replace an input either
         check_output_file(product.artifact_path(out), *files, what="output")
     return config
+
+
+#: the plan and the whole of ``monai-unc infer`` (:mod:`monai_unc.workflows.infer_plan`, which loads MONAI): names of
+#: this module as before, imported on first access
+__getattr__, __dir__ = lazy_attributes(
+    __package__, dict.fromkeys(("InferPlan", "check_region_channels", "prepare_infer", "infer_command",
+                                "infer_from_arguments"), "infer_plan"), (), globals(), owner=__name__)

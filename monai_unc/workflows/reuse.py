@@ -31,7 +31,7 @@ from .._utils import is_finite_real, is_int
 from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
 from ..keys import MEASURES
 from ..product import registered_products
-from .factory import METHOD_TOKENS, method_tokens
+from .options import METHOD_TOKENS, method_tokens
 
 __all__ = ["RULE_OPTIONS", "RuleSettings", "check_rule_model", "merge_rule_settings", "read_rule_settings",
            "rule_samples"]

@@ -1,4 +1,5 @@
-"""``monai-unc`` answers ``--help`` and argument errors at once: parsing imports neither torch nor MONAI (nor numpy).
+"""``monai-unc`` answers ``--help`` and argument errors at once: parsing imports neither torch nor MONAI (nor numpy);
+the commands that only read and compute run without MONAI.
 
 Every invocation runs in a fresh interpreter with ``python -X importtime``, whose stderr lists every module the
 process imported; the test asserts on that list rather than on a wall-clock bound (the seconds are shown in the
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from monai_unc import cli
+from monai_unc.product import command_products
 from tests._paths import ROOT
 
 #: modules whose import takes seconds: none of them may be loaded to print help or refuse an argument
@@ -108,3 +110,51 @@ def test_nnunet_package_names_load_on_first_access():
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["True", "[]", "monai_unc.nnunet.predictor", "monai_unc.nnunet.export"]
+
+
+#: command -> the workflow module it runs on: the commands that only read and compute, which start without MONAI
+#: (``import monai`` loads every MONAI submodule: seconds); a product's command runs on ``workflows.apply``
+READ_AND_COMPUTE = {"evaluate": "evaluate", "report": "report", "triage": "triage", "dicom-export": "dicom",
+                    "monitor": "monitor", "keys": "keys",
+                    **{str(cls.command): "apply" for cls in command_products()}}
+
+
+def _failing_argv(command: str, tmp: Path) -> list[str]:
+    """Arguments that parse, then make ``command`` fail on its input once its workflow runs (exit status 2)."""
+    empty = tmp / "empty"
+    empty.mkdir(exist_ok=True)
+    out = str(tmp / "out")
+    if command == "evaluate":
+        return [command, "--labels", str(empty), "--predictions", str(empty), "--output", out]
+    if command == "report":
+        return [command, "--evaluation", str(empty), "--output", out]
+    if command == "dicom-export":
+        return [command, "--predictions", str(empty), "--series", str(empty), "--output", out]
+    if command == "monitor":
+        return [command, "status", "--db", str(tmp / "missing.sqlite")]
+    if command == "keys":
+        return [command, "--show", str(tmp / "missing.pub")]
+    return [command, "--predictions", str(empty), "--rule", str(tmp / "missing.json"), "--output", out]  # triage, ...
+
+
+@pytest.mark.parametrize("command", sorted(READ_AND_COMPUTE))
+def test_read_and_compute_commands_run_without_monai(command, tmp_path):
+    """The command's workflow is imported and runs (it refuses the input: exit 2, one line) without importing MONAI:
+    the command line imports the workflow of the command being run only, and those workflows import no MONAI."""
+    proc, modules, seconds = _run(_failing_argv(command, tmp_path))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(errors) == 1 and errors[0].startswith(f"monai-unc {command}: error: "), errors
+    assert f"monai_unc.workflows.{READ_AND_COMPUTE[command]}" in modules  # the workflow ran
+    monai = sorted(m for m in modules if m.split(".")[0] == "monai")
+    assert not monai, f"monai-unc {command} ({seconds:.2f} s) imported MONAI: {monai[:5]}"
+
+
+def test_infer_imports_its_workflow_and_monai(tmp_path):
+    """``infer`` runs networks: its workflow (and MONAI) is imported as before, and its refusal is one line (the check
+    above sees MONAI where it is imported)."""
+    argv = ["infer", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "out"), "--model", "example"]
+    proc, modules, _ = _run(argv)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--input folder not found" in proc.stderr
+    assert {"monai", "monai_unc.workflows.infer_plan"} <= modules

@@ -31,7 +31,7 @@ from monai_unc.workflows import (
     resolve_device,
 )
 from monai_unc.workflows import evaluate as evaluate_workflow
-from monai_unc.workflows import prepare as prepare_workflow
+from monai_unc.workflows import infer_plan as infer_plan_workflow
 from monai_unc.workflows.calibrate import run_calibrate
 from monai_unc.workflows.demo import run_demo
 from tests._cases import TOY_NET
@@ -66,7 +66,7 @@ def _cli_plan(monkeypatch, argv: list[str]) -> InferPlan:
         seen.append(InferPlan(list(cases), model, inferer, settings))
         return []
 
-    monkeypatch.setattr(prepare_workflow, "run_infer", record)
+    monkeypatch.setattr(infer_plan_workflow, "run_infer", record)
     assert cli.main(argv) == 0
     assert len(seen) == 1
     return seen[0]
@@ -168,7 +168,7 @@ def _refusals(s: dict[str, Path]) -> list[tuple[str, list[str], dict[str, Any], 
 
 
 def test_python_caller_gets_the_refusals_of_the_cli(s, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(prepare_workflow, "run_infer",
+    monkeypatch.setattr(infer_plan_workflow, "run_infer",
                         lambda *a, **k: pytest.fail("a refused run reached the inference loop"))
     for name, flags, kwargs, message in _refusals(s):
         network = json.dumps(kwargs["network"]) if "network" in kwargs else str(s["spec"])
@@ -318,3 +318,26 @@ def test_report_and_triage_check_their_options_in_the_workflow(s, tmp_path):
     with pytest.raises(ValueError, match="lies inside the input folder"):
         triage_with_page(s["predictions"], tmp_path / "rule.json", s["predictions"] / "t")
     assert not (tmp_path / "t").exists() and not (broken / "report").exists()
+
+
+def test_names_keep_their_old_paths():
+    """The plan of ``infer`` moved to ``workflows.infer_plan`` and the option values to ``workflows.options`` (so that
+    ``workflows.prepare`` imports no MONAI): every name is still reachable, as the same object, where it was."""
+    import importlib
+
+    from monai_unc import workflows
+    from monai_unc.workflows import factory, infer, infer_plan, options, prepare
+
+    moved = ("InferPlan", "check_region_channels", "prepare_infer", "infer_command", "infer_from_arguments")
+    for name in moved:
+        assert getattr(prepare, name) is getattr(infer_plan, name), name
+        assert name in dir(prepare)
+    assert importlib.import_module("monai_unc.workflows.prepare").prepare_infer is workflows.prepare_infer
+    for name in ("METHOD_TOKENS", "SHARED_PASS_TOKENS", "method_tokens", "check_roi", "normalize_roi"):
+        assert getattr(factory, name) is getattr(options, name), name
+    for name in ("FAILURES_FILE", "INTENSITY_MODES"):
+        assert getattr(infer, name) is getattr(options, name) is getattr(workflows, name), name
+    assert workflows.METHOD_TOKENS is options.METHOD_TOKENS and workflows.normalize_roi is options.normalize_roi
+    assert prepare.FAILURES_FILE in prepare.EVALUATE_WRITES
+    with pytest.raises(AttributeError, match="monai_unc.workflows.prepare"):
+        prepare.no_such_name  # noqa: B018
