@@ -348,8 +348,8 @@ def test_a_network_that_writes_its_input_replays_from_the_input_the_trace_got(mi
 
 
 def test_the_input_is_copied_only_when_the_traced_pass_writes_into_it():
-    """The trace copies its input just before the first write into its storage (a view of it written counts), and not
-    at all for a network that leaves it alone."""
+    """The trace keeps the copy of its input taken before the pass when the pass wrote into its storage (a view of it
+    written counts), and none for a network that leaves it alone."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(2, 1, 1)).eval()
     x = torch.rand(1, 1, 6, 6, 6)
