@@ -355,6 +355,17 @@ def test_argmax_is_torch_argmax_with_ties_and_nan(dtype, dim):
     assert kept.shape == torch.argmax(x, dim, keepdim=True).shape and torch.equal(kept.squeeze(dim), ref)
 
 
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_of_a_numpy_array_is_np_argmax(keepdim):
+    """The nnU-Net export takes the argmax of its resampled mean probabilities, a numpy array: ``ndarray.max`` has no
+    ``dim`` (TypeError, every ``segmentation_from="probabilities"`` export failed); numpy gets ``np.argmax``."""
+    x = np.array([[[0.2, 0.5], [0.5, np.nan]], [[0.9, 0.5], [0.1, 1.0]]], dtype=np.float32)
+    out = argmax(x, 0, keepdim=keepdim)
+    assert isinstance(out, np.ndarray) and out.dtype == np.int64
+    np.testing.assert_array_equal(out, np.argmax(x, axis=0, keepdims=keepdim))
+    np.testing.assert_array_equal(out, argmax(torch.from_numpy(x), 0, keepdim=keepdim).numpy())
+
+
 @pytest.mark.cuda
 def test_argmax_on_the_device_equals_the_cpu(cuda_device):
     g = torch.Generator().manual_seed(4)

@@ -32,7 +32,7 @@ Cases without data, and the cohort
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -49,6 +49,9 @@ from .._utils import (
 )
 from .overlap import dice_matrix, iou_matrix, label_gram
 
+if TYPE_CHECKING:  # loaded on first access (module ``__getattr__`` below; it imports MONAI)
+    from .ambiguity_metric import GEDMetric, NCCMetric
+
 __all__ = [
     "GEDResult",
     "ncc",
@@ -58,6 +61,9 @@ __all__ = [
     "ged_detection",
     "GED_VARIANTS",
     "GED_DISTANCES",
+    # the MONAI metric class(es), loaded on first access (``from ... import *`` gets them as before the move)
+    "NCCMetric",
+    "GEDMetric",
 ]
 
 #: the distances of :func:`ged` (``d = 1 - IoU`` or ``1 - Dice``)

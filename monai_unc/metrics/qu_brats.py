@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -64,6 +64,9 @@ from .._utils import (
 from ..keys import DEPRECATED_MEASURES, UncertaintyKeys, canonical_measure
 from ..regions import BRATS_REGIONS, RegionSpec, parse_regions, region_masks
 
+if TYPE_CHECKING:  # loaded on first access (module ``__getattr__`` below; it imports MONAI)
+    from .qu_brats_metric import QUBraTSMetric
+
 __all__ = [
     "QU_BRATS_EPS",
     "QU_BRATS_GRIDS",
@@ -75,6 +78,8 @@ __all__ = [
     "qu_brats_thresholds",
     "measure_max",
     "to_qu_brats_range",
+    # the MONAI metric class(es), loaded on first access (``from ... import *`` gets them as before the move)
+    "QUBraTSMetric",
 ]
 
 #: the float32 machine epsilon the challenge script uses (threshold grid end, FTP / FTN denominators)

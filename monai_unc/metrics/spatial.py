@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -83,11 +83,22 @@ from .boundary import (
     label_boundary,
 )
 
+if TYPE_CHECKING:  # loaded on first access (module ``__getattr__`` below; it imports MONAI)
+    from .spatial_metric import (
+        BoundaryAwareECEMetric,
+        BoundaryUncertaintyConcentrationMetric,
+        SpatialCalibrationErrorMetric,
+    )
+
 __all__ = [
     "boundary_uncertainty_concentration",
     "boundary_aware_ece",
     "spatial_calibration_error",
     "TIE_RTOL",
+    # the MONAI metric class(es), loaded on first access (``from ... import *`` gets them as before the move)
+    "BoundaryUncertaintyConcentrationMetric",
+    "BoundaryAwareECEMetric",
+    "SpatialCalibrationErrorMetric",
     # re-exported boundary helpers
     "label_boundary",
     "foreground_edges",

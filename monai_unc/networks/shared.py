@@ -243,6 +243,14 @@ def _storage(t: torch.Tensor) -> int:
         return id(t)
 
 
+def _version(t: torch.Tensor) -> int | None:
+    """The version counter of ``t`` (bumped by every in-place write), None for an inference tensor (it has none)."""
+    try:
+        return int(t._version)
+    except RuntimeError:
+        return None
+
+
 def _numel(out: Any, mutated: list[torch.Tensor]) -> int:
     """Elements of the tensors that an operation returned or wrote into (each tensor once)."""
     ts = {id(t): t for t in [*_tensors(out), *mutated]}
@@ -360,13 +368,8 @@ class _Follow(TorchFunctionMode):
     last step at which each storage was written in place.
     """
 
-    def __init__(self, stack: list[_Call], watch: torch.Tensor | None = None) -> None:
+    def __init__(self, stack: list[_Call]) -> None:
         super().__init__()
-        #: the pass's input: copied into :attr:`pristine` just before an operation first writes into its storage
-        self.watch = watch
-        self._watched = None if watch is None else _storage(watch)
-        #: the input as the pass got it, when the pass wrote into it (``x.sub_(mean)``), else None
-        self.pristine: torch.Tensor | None = None
         self.stochastic_bytes = 0
         self.step = 0
         self.written: dict[int, int] = {}
@@ -391,8 +394,6 @@ class _Follow(TorchFunctionMode):
         if self.paused:
             return func(*args, **kwargs)
         mutated = _mutated(func, args, kwargs)
-        if self.watch is not None and self.pristine is None and any(_storage(t) == self._watched for t in mutated):
-            self.pristine = self.watch.clone()  # (this mode is off inside its own handler: the copy is not followed)
         out = func(*args, **kwargs)
         self.step += 1
         top = self.stack[-1] if self.stack else None
@@ -794,7 +795,7 @@ class SharedPasses:
         calls: dict[nn.Module, list[_Call]] = {m: [] for m in self._modules}
         stack: list[_Call] = []
         batch = self._batch
-        follow = _Follow(stack, watch=x)
+        follow = _Follow(stack)
 
         def make(m: nn.Module, fwd: Callable) -> Callable:
             def forward(*args: Any, **kwargs: Any) -> Any:
@@ -830,6 +831,11 @@ class SharedPasses:
                 return out
             return forward
 
+        # a network may write into its input (``x.sub_(mean)``): the replays start from this copy. It is taken before
+        # the pass, not just before the first write the pass is seen to make: a write no operation shows (through
+        # ``x.numpy()``, ``x.data = ...``, ``x.set_(...)``, a scripted module) may come first
+        pristine = x.clone()
+        storage, version = _storage(x), _version(x)
         with _wrapped_forwards(self._modules, make), follow:
             out = predictor(x)
         roots = [c for cs in calls.values() for c in cs if c.parent is None]
@@ -858,9 +864,13 @@ class SharedPasses:
         least = MIN_SHARED_WORK if self._min_shared_work is None else float(self._min_shared_work)
         self.plain = self.skipped_work < least
         # a network that writes into its input (``x.sub_(mean)``) left the traced input changed: the replays repeat the
-        # input as the trace got it (copied just before the first write), not as it left it
-        self._pristine = follow.pristine
-        wrote_input = follow.pristine is not None
+        # input as the trace got it, not as it left it. A write is an operation seen writing into the input's storage
+        # (before or after the pass: ``x.set_`` replaces it), or a changed version counter (an ATen overload such as
+        # ``torch.ops.aten.sub_.Tensor`` writes without a name the trace recognises)
+        wrote_input = (any(follow.written.get(s, 0) for s in {storage, _storage(x)})
+                       or _version(x) != version)
+        self._pristine = pristine if wrote_input else None
+        del pristine
         # no reference cycles (a call's parent holds it in ``kept_below``): dropping this object frees the kept
         # outputs at once, not at the next garbage collection (a window's kept outputs would otherwise linger into
         # the next window's, more often the more samples, since each replay allocates Python objects)

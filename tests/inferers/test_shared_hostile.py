@@ -348,8 +348,8 @@ def test_a_network_that_writes_its_input_replays_from_the_input_the_trace_got(mi
 
 
 def test_the_input_is_copied_only_when_the_traced_pass_writes_into_it():
-    """The trace copies its input just before the first write into its storage (a view of it written counts), and not
-    at all for a network that leaves it alone."""
+    """The trace keeps the copy of its input taken before the pass when the pass wrote into its storage (a view of it
+    written counts), and none for a network that leaves it alone."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(2, 1, 1)).eval()
     x = torch.rand(1, 1, 6, 6, 6)
@@ -469,3 +469,45 @@ def test_attention_rmatmul_and_addbmm_work():
     assert _work(torch.addbmm, (m, b1, b2), {}, out) == 4 * 3 * 5 * 6
     a, b = torch.rand(3, 5), torch.rand(5, 2)
     assert _work(torch.Tensor.__rmatmul__, (b, a), {}, a @ b) == 3 * 5 * 2
+
+
+class _WritesInputUnseenFirst(nn.Module):
+    """Writes into its input first in a way no traced operation shows, then (for some) with an operation it sees."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.a, self.drop, self.b = nn.Conv3d(1, 2, 3, padding=1), nn.Dropout3d(0.3), nn.Conv3d(2, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.how == "numpy_then_sub":  # a write through numpy, then one the trace sees
+            x.numpy()[...] *= 2.0
+            x.sub_(0.5)
+        elif self.how == "data_then_sub":  # the input's storage replaced, then written
+            x.data = x.data * 2.0
+            x.sub_(0.5)
+        elif self.how == "aten_overload":  # an ATen overload: its name (``sub_.Tensor``) does not end in "_"
+            torch.ops.aten.sub_.Tensor(x, torch.tensor(0.5))
+        return self.b(self.drop(self.a(x))) + x.mean()
+
+
+@pytest.mark.parametrize("how", ["numpy_then_sub", "data_then_sub", "aten_overload"])
+@pytest.mark.parametrize("min_shared_work", [None, 0.0])
+def test_replays_start_from_the_input_before_a_write_the_trace_did_not_see(how, min_shared_work):
+    """The input was copied just before the first write the trace saw; a write it did not see (through ``x.numpy()``,
+    ``x.data = ...``) came first, so the copy was already changed and every replayed sample ran on an input doubled
+    twice; a write it never saw (``torch.ops.aten.sub_.Tensor``) left the replays on the normalised input. Plain and
+    split replays equal the network on the original input repeated ``k`` times."""
+    torch.manual_seed(0)
+    net = _WritesInputUnseenFirst(how).eval()
+    x0 = torch.rand(1, 1, 6, 6, 6)
+    x = x0.clone()
+    with torch.no_grad(), enable_mc_dropout(net):
+        passes = SharedPasses(net, min_shared_work=min_shared_work)
+        passes.trace(net, x)
+        for k in (3, 1, 3):
+            torch.manual_seed(3)
+            out = passes.replay(net, x, k)
+            torch.manual_seed(3)
+            ref = net(x0.repeat(k, 1, 1, 1, 1))
+            torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
