@@ -41,7 +41,7 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	MONAI_UNC_REQUIRE_DOCS=1 \
 	MONAI_UNC_TEST_DEVICE="$${MONAI_UNC_TEST_DEVICE:-$$(nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)}" \
-	$(PY) -m pytest -n 2 --durations=15 -q
+	$(PY) -m pytest -n 2 --dist worksteal --durations=15 -q
 	MONAI_UNC_CONFIG_DIR="$$(mktemp -d)" $(PY) -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTEST_PATHS)
 
 demo: $(STAMP)
