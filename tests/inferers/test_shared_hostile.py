@@ -332,19 +332,25 @@ def test_a_network_that_writes_its_input_replays_from_the_input_the_trace_got(mi
     on the already normalised input (normalised twice, every replayed sample wrong). Plain (default) and split
     (``min_shared_work=0``) replays, of one sample and of several, again and again, equal the network on the original
     input repeated ``k`` times."""
-    net = _light_then_heavy_in_place()
+    passes = _assert_replays_equal_the_original_input_repeated(_light_then_heavy_in_place(), min_shared_work)
+    assert passes.skipped_work < 0.1 and passes.plain == (min_shared_work is None)
+
+
+def _assert_replays_equal_the_original_input_repeated(net: nn.Module, min_shared_work: float | None) -> SharedPasses:
+    """Trace ``net`` (which writes into its input) on a copy of a random input, then replay ``k`` = 3, 1, 3 samples:
+    each replay equals the network on the original input repeated ``k`` times (the same seed). Returns the passes."""
     x0 = torch.rand(1, 1, 6, 6, 6)
     x = x0.clone()
     with torch.no_grad(), enable_mc_dropout(net):
         passes = SharedPasses(net, min_shared_work=min_shared_work)
         passes.trace(net, x)
-        assert passes.skipped_work < 0.1 and passes.plain == (min_shared_work is None)
         for k in (3, 1, 3):
             torch.manual_seed(3)
             out = passes.replay(net, x, k)
             torch.manual_seed(3)
             ref = net(x0.repeat(k, 1, 1, 1, 1))
             torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    return passes
 
 
 def test_the_input_is_copied_only_when_the_traced_pass_writes_into_it():
@@ -499,15 +505,4 @@ def test_replays_start_from_the_input_before_a_write_the_trace_did_not_see(how, 
     twice; a write it never saw (``torch.ops.aten.sub_.Tensor``) left the replays on the normalised input. Plain and
     split replays equal the network on the original input repeated ``k`` times."""
     torch.manual_seed(0)
-    net = _WritesInputUnseenFirst(how).eval()
-    x0 = torch.rand(1, 1, 6, 6, 6)
-    x = x0.clone()
-    with torch.no_grad(), enable_mc_dropout(net):
-        passes = SharedPasses(net, min_shared_work=min_shared_work)
-        passes.trace(net, x)
-        for k in (3, 1, 3):
-            torch.manual_seed(3)
-            out = passes.replay(net, x, k)
-            torch.manual_seed(3)
-            ref = net(x0.repeat(k, 1, 1, 1, 1))
-            torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    _assert_replays_equal_the_original_input_repeated(_WritesInputUnseenFirst(how).eval(), min_shared_work)
