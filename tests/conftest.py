@@ -111,12 +111,15 @@ def toy_bundle_trainings(tmp_path_factory):
 #: order, and the full demo (tests/workflows/, collected last) started about 23 minutes into a 26-minute run, leaving
 #: the other worker idle for its last 2.5 minutes. ``make test`` runs ``--dist worksteal``: each worker starts on half
 #: of the collection and an idle worker takes half of the other's remaining queue from its end, so with these at the
-#: front no long test is left for the end. Only the order changes; a name missing here (renamed, deselected) is
+#: front no long test is left for the end. A test that shares a module-scoped fixture with another must come with it
+#: (else the fixture is set up once more). Only the order changes; a name missing here (renamed, deselected) is
 #: ignored.
 RUN_FIRST = (
     "tests/workflows/test_demo.py::test_full_demo_certifies_a_rule_and_accepts_and_refers_new_cases",
     "tests/test_plain_install.py::test_plain_install_runs_the_demo",
     "tests/bundles/test_bundles.py::test_brain_bundle_inference_on_the_mni152_volume",
+    # the other user of the brain bundle's module fixture, beside it: apart, the fixture would run twice (70 s)
+    "tests/bundles/test_bundles.py::test_brain_bundle_evaluation_writes_metrics_csv",
     "tests/nnunet/test_nnunet.py::test_end_to_end_cpu_docs_example_and_stock_agreement",
     "tests/nnunet/test_calibration_trainers.py::test_each_trainer_trains_two_epochs_and_predicts",
 )
