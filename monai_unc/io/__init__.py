@@ -34,8 +34,10 @@ from .cases import (
     split_extension,
 )
 from .files import (
+    GZIP_BLOCK_BYTES,
     OUTPUT_LOCK_FILE,
     OUTPUT_MARKERS,
+    GzipBlockWriter,
     atomic_copy,
     atomic_gzip,
     atomic_path,
@@ -135,6 +137,8 @@ __all__ = [
     "atomic_savefig",
     "atomic_copy",
     "atomic_gzip",
+    "GZIP_BLOCK_BYTES",
+    "GzipBlockWriter",
     "json_safe",
     "CSV_NAN",
     "FORMULA_PREFIXES",
