@@ -85,6 +85,21 @@ def _child(kind: str, threads: int, arrays: str, repeat: int) -> None:
     print(json.dumps({"s": min(times), "peak_mib": peak / 1024, "mib": size / 2**20, "raw_mib": raw / 2**20}))
 
 
+def measure(shape: tuple[int, int, int], classes: int, threads: int, repeat: int) -> dict[str, dict]:
+    """Time the three contenders, each in its own child process: ``{"nib_1", "ours_1", "ours_<threads>"}`` ->
+    ``{"s", "peak_mib", "mib", "raw_mib"}``."""
+    rows = {}
+    with tempfile.TemporaryDirectory() as d:
+        for name, arr in _case(tuple(shape), classes).items():
+            np.save(Path(d) / f"{name}.npy", arr)
+        for kind, n in (("nib", 1), ("ours", 1), ("ours", threads)):
+            cmd = [sys.executable, __file__, "--repeat", str(repeat), "--child", kind, str(n), d]
+            env = {**os.environ, "OMP_NUM_THREADS": str(n)}
+            run = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+            rows[f"{kind}_{n}"] = json.loads(run.stdout.strip().splitlines()[-1])
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", nargs=3, type=int, default=[240, 240, 155])
@@ -96,24 +111,15 @@ def main() -> None:
     if a.child:
         _child(a.child[0], int(a.child[1]), a.child[2], a.repeat)
         return
-    rows = {}
-    with tempfile.TemporaryDirectory() as d:
-        arrays = d
-        for name, arr in _case(tuple(a.shape), a.classes).items():
-            np.save(Path(d) / f"{name}.npy", arr)
-        for kind, threads in (("nib", 1), ("ours", 1), ("ours", a.threads)):
-            cmd = [sys.executable, __file__, "--repeat", str(a.repeat), "--child", kind, str(threads), arrays]
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-            rows[(kind, threads)] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
-                                                              env=env).stdout.strip().splitlines()[-1])
-    ref = rows[("nib", 1)]
+    rows = measure(tuple(a.shape), a.classes, a.threads, a.repeat)
+    ref = rows["nib_1"]
     print(f"case {tuple(a.shape)}: seg, {a.classes}-class probabilities, 6 maps; {ref['raw_mib']:.0f} MiB raw")
     print("| contender | wall (s) | ratio to nib.save | written (MiB) | peak (MiB) |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for (kind, threads), r in rows.items():
+    for key, r in rows.items():
+        kind, threads = key.split("_")
         name = "nib.save, one zlib stream" if kind == "nib" else f"ours, {threads} thread(s)"
         print(f"| {name} | {r['s']:.3f} | {r['s'] / ref['s']:.2f}x | {r['mib']:.1f} | {r['peak_mib']:.0f} |")
-
 
 if __name__ == "__main__":
     main()

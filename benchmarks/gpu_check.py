@@ -80,7 +80,7 @@ FULL = {
     "cal_shape": (3, 256, 256, 256), "spatial_shape": (128, 256, 256),
     "nn_features": [32, 64, 128, 256, 320], "nn_patch": 128, "nn_image": (160, 160, 160), "nn_samples": 5,
     "cost_size": 160, "cost_roi": 96, "cost_sw_batch": 4, "cost_features": (32, 32, 64, 128, 256, 32),
-    "cost_samples": 30, "cost_repeats": 2,
+    "cost_samples": 30, "cost_repeats": 2, "writes_shape": (160, 160, 100),
 }
 QUICK = {
     "brats_shape": (4, 24, 24, 16), "brats_roi": 16, "brats_filters": 8, "brats_n_time": 2, "brats_repeats": 1,
@@ -88,10 +88,10 @@ QUICK = {
     "cal_shape": (3, 32, 32, 32), "spatial_shape": (16, 32, 32),
     "nn_features": [4, 8, 16], "nn_patch": 16, "nn_image": (20, 16, 16), "nn_samples": 2,
     "cost_size": 40, "cost_roi": 32, "cost_sw_batch": 2, "cost_features": (4, 4, 8, 16, 32, 4),
-    "cost_samples": 3, "cost_repeats": 1,
+    "cost_samples": 3, "cost_repeats": 1, "writes_shape": (32, 32, 24),
 }
 PARTS = ("cuda_tests", "device", "mc_unet", "calibration", "spatial", "nnunet", "mc_brats", "sw_stitch",
-         "cost")  # cheap first
+         "cost", "writes")  # cheap first
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -564,10 +564,24 @@ def part_cost(dev: torch.device, cfg: dict, out: Path) -> dict:
     return {"ok": all(v == v and v > 0 for v in values), **res}
 
 
+def part_writes(dev: torch.device, cfg: dict, out: Path) -> dict:
+    """A case's ``.nii.gz`` outputs written on the host's cores against ``nib.save`` (``bench_writes.py``)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_writes
+
+    threads = os.cpu_count() or 1
+    rows = bench_writes.measure(tuple(cfg["writes_shape"]), 4, threads, 1)
+    ref = rows["nib_1"]["s"]
+    return {"ok": all(r["s"] > 0 for r in rows.values()), "shape": list(cfg["writes_shape"]), "threads": threads,
+            "raw_mib": rows["nib_1"]["raw_mib"], "nib_save_s": ref,
+            "ours_1_over_nib": rows["ours_1"]["s"] / ref, "ours_all_over_nib": rows[f"ours_{threads}"]["s"] / ref,
+            "peak_mib_ours_all": rows[f"ours_{threads}"]["peak_mib"]}
+
+
 FUNCS: dict[str, Callable[[torch.device, dict, Path], dict]] = {
     "cuda_tests": part_cuda_tests, "device": part_device, "mc_brats": part_mc_brats, "mc_unet": part_mc_unet,
     "sw_stitch": part_sw_stitch, "calibration": part_calibration, "spatial": part_spatial, "nnunet": part_nnunet,
-    "cost": part_cost,
+    "cost": part_cost, "writes": part_writes,
 }
 
 
@@ -631,6 +645,10 @@ def _md_table(results: dict) -> str:
                                 + (f", full {_fmt(full)}x" if full is not None else "") + ")")
                 cells.append(("BasicUNet" if net == "monai" else "nnU-Net") + ": " + ", ".join(rows))
             return f"{d.get('samples')} samples / one stock pass: " + "; ".join(cells)
+        if name == "writes":
+            return (f"a case's .nii.gz outputs ({d.get('raw_mib', 0):.0f} MiB raw): nib.save "
+                    f"{d.get('nib_save_s', 0):.2f} s; ours {_fmt(d.get('ours_1_over_nib'))}x its time on 1 thread, "
+                    f"{_fmt(d.get('ours_all_over_nib'))}x on {d.get('threads')}")
         if name == "nnunet":
             return (f"dropout {_fmt(d.get('dropout_per_pass_over_stock'))}x stock per pass; mirroring "
                     f"{_fmt(d.get('mirror_over_stock'))}x stock; segmentation equal: "

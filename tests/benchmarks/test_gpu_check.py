@@ -28,7 +28,8 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
          "--quick", "--tests", CUDA_TESTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((tmp_path / "gpu_check.json").read_text())
-    parts = {"cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet", "cost"}
+    parts = {"cuda_tests", "device", "mc_brats", "mc_unet", "sw_stitch", "calibration", "spatial", "nnunet", "cost",
+             "writes"}
     assert parts <= set(res), sorted(res)
     assert all(res[p]["ok"] for p in parts), {p: res[p] for p in parts if not res[p]["ok"]}
     # the device tests were rehearsed on the CPU, not skipped
@@ -50,6 +51,8 @@ def test_quick_cpu_mode_runs_every_part(tmp_path):
         assert cost[net]["auto"]["full_over_stock"] > 0 and "full_over_stock" not in cost[net]["last"]
     assert cost["nnunet"]["auto"]["stock_n_over_stock"] > 0
     assert "BasicUNet: auto" in table
+    # the writers against nib.save on the host's cores
+    assert res["writes"]["nib_save_s"] > 0 and res["writes"]["ours_all_over_nib"] > 0 and "| writes | ok |" in table
 
 
 def test_refuses_cuda_without_a_gpu(tmp_path):
