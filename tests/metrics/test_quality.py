@@ -328,3 +328,27 @@ def test_referral_threshold_doc_example_runs(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="refer every case"):
         for code in blocks:
             exec(compile(code, "docs/referral_threshold.md", "exec"), {"__name__": "__docs__"})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_expected_dice_cpu_sums_equal_the_torch_sums(dtype):
+    """The CPU's NumPy path (one weighted count of the segmentation) and the torch path (every device) give the same
+    sums: ties (first class wins), a permuted (non-contiguous) input, several cases, an all-background case and NaN
+    with ``validate=False``."""
+    from monai_unc.metrics.quality import _expected_dice_sums, _expected_dice_sums_cpu
+
+    g = torch.Generator().manual_seed(3)
+    p = torch.softmax(3 * torch.randn(3, 10, 12, 4, generator=g, dtype=torch.float64), -1).to(dtype)
+    p[0, :3] = torch.tensor([0.4, 0.4, 0.1, 0.1], dtype=dtype)  # ties between classes 0 and 1
+    p[1, 5:] = torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=dtype)  # four-way ties
+    p[2] = torch.tensor([0.9, 0.05, 0.03, 0.02], dtype=dtype)  # all background
+    x = p.permute(0, 3, 1, 2)  # (B, C, X, Y), not contiguous
+    for probs in (x, x.clone().index_put_((torch.tensor([1]), torch.tensor([2]), torch.tensor([4]),
+                                           torch.tensor([7])), torch.tensor(float("nan"), dtype=dtype))):
+        flat = probs.reshape(3, 4, -1)
+        num, den = _expected_dice_sums_cpu(flat)
+        ref_num, ref_den = _expected_dice_sums(flat)
+        torch.testing.assert_close(num, ref_num, rtol=1e-12, atol=1e-9, equal_nan=True)
+        torch.testing.assert_close(den, ref_den, rtol=1e-12, atol=1e-9, equal_nan=True)
+    scores = expected_dice(x)  # the public function takes the CPU path and agrees with the brute-force loops
+    check(scores, bf_expected_dice(x.double().numpy()), atol=1e-6 if dtype == torch.float32 else 1e-12)
