@@ -225,6 +225,8 @@ GEOMETRIES = {
     "neither_agrees_codes_0": {"sform_code": 0, "qform_code": 0, "fields": {"pixdim": [1, 5.0, 0.0, 5.0, 1, 1, 1, 1]}},
     "zero_pixdim": {"sform_code": 0, "qform_code": 0, "fields": {"pixdim": [1, 0.0, 0.0, 0.0, 0, 0, 0, 0]}},
     "pixdim4_translation": {"fields": {"pixdim": [-1, 1.5, 2.0, 3.0, 0.0, 1, 1, 1]}},
+    "nan_in_sform": {"fields": {"srow_x": [np.nan, 0.0, 0.0, 1.0]}},
+    "huge_translation": {"fields": {"srow_y": [0.0, 0.0, 2.0, 1e30], "qoffset_z": -1e30}},
 }
 
 
