@@ -17,8 +17,10 @@ Layouts read by ``monai-unc evaluate`` (:data:`LAYOUTS`):
   in the RAS frame, which this module reorients to the segmentation's axes),
   ``uncertainty/<case>_<measure>.nii.gz`` maps.
 
-Volumes are read with MONAI's ``LoadImage`` (so any format MONAI reads), channel first, with their affine
-(voxel -> world, mm). :func:`load_case` checks that every volume of a case has the geometry of its label map
+Volumes are read as MONAI's ``LoadImage`` reads them (so any format MONAI reads), channel first, float32, with their
+affine (voxel -> world, mm): NIfTI files (``.nii``, ``.nii.gz``) with nibabel directly, the same array and affine bit
+for bit without importing MONAI (seconds per process), other files (and NIfTI files that path does not take) with
+``LoadImage`` itself. :func:`load_case` checks that every volume of a case has the geometry of its label map
 (shape and affine within ``GEOMETRY_ATOL`` mm), that label maps hold integer classes in ``[0, C)`` and that
 probabilities are probabilities; every error names the case and the file.
 """
@@ -587,20 +589,27 @@ def _is_map_name(stem: str) -> bool:
 # reading
 # ----------------------------------------------------------------------------------------------------------------
 def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """Read a volume with MONAI's ``LoadImage``, channel first, with its affine.
+    """Read a volume as MONAI's ``LoadImage`` reads it, channel first, float32, with its affine.
 
-    A 3D file gives ``C = 1``; a 4D NIfTI ``(X, Y, Z, C)`` gives ``C`` channels first. ``.npy`` files have no
-    geometry: their affine is the identity. ``.mha`` / ``.mhd`` / ``.nrrd`` files, which MONAI reads only with
-    ``itk`` / ``pynrrd`` installed, are otherwise read with SimpleITK in MONAI's ITK convention (index order ``x, y,
-    z``, the LPS geometry as a RAS affine: :func:`lps_image_affine`). A folder is read as one DICOM series of
-    single-frame CT or MR slices (:func:`monai_unc.io.dicom.read_series`, the ``dicom`` extra): ``C = 1``, real-world
-    values (Hounsfield units for CT), the affine from the slices' positions.
+    NIfTI files (``.nii``, ``.nii.gz``; NIfTI-1 and NIfTI-2) are read with nibabel directly, without importing MONAI
+    (seconds per process): the same array (float32, ``scl_slope`` / ``scl_inter`` applied, the values bit for bit) and
+    affine (MONAI's choice between sform and qform) as ``LoadImage(image_only=True, ensure_channel_first=True)``, and
+    the same error for an unreadable file; a NIfTI file this path is not sure to read as ``LoadImage`` does (complex
+    or RGB data, 1 or more than 5 dimensions, ``MONAI_DICOM_READER`` set) and every other format go to ``LoadImage``.
+    A 2D or 3D file gives ``C = 1``; a 4D NIfTI ``(X, Y, Z, C)`` gives ``C`` channels first (a 5D one ``(X, Y, Z, 1,
+    C)`` gives ``(C, X, Y, Z, 1)``, as ``LoadImage``). ``.npy`` files have no geometry: their affine is the identity.
+    ``.mha`` / ``.mhd`` / ``.nrrd`` files, which MONAI reads only with ``itk`` / ``pynrrd`` installed, are otherwise
+    read with SimpleITK in MONAI's ITK convention (index order ``x, y, z``, the LPS geometry as a RAS affine:
+    :func:`lps_image_affine`; the values as stored). A folder is read as one DICOM series of single-frame CT or MR
+    slices (:func:`monai_unc.io.dicom.read_series`, the ``dicom`` extra): ``C = 1``, real-world values (Hounsfield
+    units for CT), the affine from the slices' positions.
 
     Args:
         path: the volume file (any format MONAI reads) or a DICOM series folder.
 
     Returns:
-        ``(data, affine)``: ``data`` ``(C, *spatial)`` as stored, ``affine`` ``(4, 4)`` float64 voxel -> world (mm).
+        ``(data, affine)``: ``data`` ``(C, *spatial)`` (float32, ``LoadImage``'s type, but for the SimpleITK
+        fallback), ``affine`` ``(4, 4)`` float64 voxel -> world (mm).
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -627,6 +636,17 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         raise FileNotFoundError(f"file not found: {path}")
     if path.stat().st_size == 0:
         raise CaseError(f"cannot read {path}: the file is empty (0 bytes)")
+    fast = _read_nifti(path)
+    if fast is not None:
+        return fast
+    return _read_with_loader(path)
+
+
+def _read_with_loader(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`read_volume` of an existing, non-empty file with MONAI's ``LoadImage``.
+
+    SimpleITK reads the formats that MONAI reads only with ``itk`` / ``pynrrd`` when MONAI cannot.
+    """
     try:
         img = _image_loader()(str(path))
         data = img.as_tensor().numpy() if hasattr(img, "as_tensor") else np.asarray(img)
@@ -636,6 +656,107 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     affine = np.asarray(img.affine, dtype=np.float64) if hasattr(img, "affine") else np.eye(4)
     return data, affine
+
+
+def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`read_volume` of a NIfTI file with nibabel alone, as ``LoadImage`` reads it; ``None`` leaves it to MONAI.
+
+    Importing MONAI takes seconds; the commands that only read and compute (``evaluate``, ``report``, ``triage``,
+    ``monitor``) need not pay it for NIfTI volumes. ``LoadImage(image_only=True, ensure_channel_first=True)`` reads a
+    ``.nii`` / ``.nii.gz`` file with its ``NibabelReader``: ``nibabel.load``, MONAI's header correction
+    (``correct_nifti_header_if_necessary``: the sform or qform whose voxel sizes disagree with ``pixdim`` is replaced
+    by the other), ``np.asanyarray(img.dataobj)`` (nibabel's ``scl_slope`` / ``scl_inter`` scaling), a cast to
+    float32, the channel put first (1 to 3 dimensions: a new channel axis; 4 and 5: the last axis) and
+    ``img.affine``. This does the same steps with the same nibabel calls, so the array (dtype, values, shape, strides)
+    and the affine are the same bit for bit (``tests/io/test_read_volume_fast.py`` compares both on a matrix of
+    files), and so are the warnings and the error of an unreadable file (the same call raises it, and it is worded
+    as ``LoadImage``'s). Whatever this is not sure to reproduce goes to ``LoadImage``: another file ending, a name
+    starting with ``~`` (``LoadImage`` expands it), ``MONAI_DICOM_READER`` set (it can put another reader before
+    MONAI's NIfTI reader), nibabel not installed, an image nibabel loads as another class than ``Nifti1Image`` /
+    ``Nifti2Image``, other than 2 to 5 dimensions, an empty axis, a data type other than real integers and floats of
+    at most 64 bits (complex, RGB, float128).
+    """
+    name = str(path)
+    suffixes = "".join(s.lower() for s in path.suffixes)  # MONAI's is_supported_format: ".nii" in the suffixes
+    if (not name.lower().endswith((".nii", ".nii.gz")) or ".nii" not in suffixes or name.startswith("~")
+            or os.environ.get("MONAI_DICOM_READER")):
+        return None
+    try:
+        import nibabel as nib
+    except ImportError:
+        return None
+    try:  # every step LoadImage takes too, so every error (a warning made one included) is LoadImage's
+        img = nib.load(name)
+        if not _nifti_fast_path_reads(img, nib):
+            return None
+        _correct_nifti_header(img)
+        raw = np.asanyarray(img.dataobj)  # nibabel's scaling, as NibabelReader._get_array_data
+        if raw.dtype.kind not in "iuf" or raw.dtype.itemsize > 8 or raw.ndim != img.header["dim"][0]:
+            return None
+        # LoadImage(dtype=np.float32): np.asarray(raw, dtype=np.float32) made C-contiguous (a copy here, so that the
+        # array never maps the file)
+        data = np.array(raw, dtype=np.float32, order="C")
+    except Exception as e:  # truncated / corrupt files: EOFError, OSError, zlib errors, ... from nibabel
+        raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
+    data = data[None] if data.ndim <= 3 else np.moveaxis(data, -1, 0)  # EnsureChannelFirst
+    return data, np.array(img.affine, dtype=np.float64)
+
+
+def _nifti_fast_path_reads(img: Any, nib: Any) -> bool:
+    """Whether :func:`_read_nifti` reads this nibabel image, else ``LoadImage`` does.
+
+    NIfTI-1 / NIfTI-2 images of 2 to 5 dimensions, none empty, holding real integers or floats of at most 64 bits.
+    """
+    if type(img) not in (nib.Nifti1Image, nib.Nifti2Image):
+        return False
+    try:
+        ndim = int(img.header["dim"][0])
+        stored = img.header.get_data_dtype()
+        return bool(2 <= ndim <= 5 and len(img.shape) == ndim and min(img.shape) >= 1 and stored.kind in "iuf"
+                    and stored.itemsize <= 8 and stored.fields is None and stored.subdtype is None)
+    except Exception:  # a header this does not understand: LoadImage reads it
+        return False
+
+
+def _correct_nifti_header(img: Any) -> None:
+    """MONAI's ``correct_nifti_header_if_necessary`` (and ``rectify_header_sform_qform``), in place on a nibabel image.
+
+    When the voxel sizes of the affine disagree with ``pixdim``, the sform or qform that agrees replaces the one that
+    does not (``img.affine`` follows) or, when neither agrees, ``pixdim`` takes the affine's voxel sizes. Below 5
+    dimensions only, as MONAI; the comparisons are MONAI's, argument order included (``np.allclose`` is not
+    symmetric).
+    """
+    header = img.header
+    d = header["dim"][0]
+    if d >= 5:
+        return
+    pixdim = np.asarray(header.get_zooms())[:d]
+    if np.allclose(pixdim, _affine_spacing(img.affine, d)):
+        return
+    sform, qform = img.get_sform(), img.get_qform()
+    sform_mismatch = not np.allclose(_affine_spacing(sform, d), pixdim)
+    qform_mismatch = not np.allclose(_affine_spacing(qform, d), pixdim)
+    if header["sform_code"] != 0:
+        if not sform_mismatch:
+            return
+        if not qform_mismatch:
+            img.set_sform(img.get_qform())
+            return
+    if header["qform_code"] != 0:
+        if not qform_mismatch:
+            return
+        if not sform_mismatch:
+            img.set_qform(img.get_sform())
+            return
+    header.set_zooms(_affine_spacing(img.affine, d))
+
+
+def _affine_spacing(affine: np.ndarray, r: int) -> np.ndarray:
+    """MONAI's ``affine_to_spacing(affine, r)``: the norms of the first ``r`` columns of ``affine[:r, :r]`` (0 -> 1)."""
+    a = np.ascontiguousarray(np.asarray(affine[:r, :r], dtype=np.float64))
+    spacing = np.sqrt(np.sum(a * a, axis=0))
+    spacing[spacing == 0] = 1.0
+    return spacing
 
 
 #: the volume formats that MONAI reads only with ``itk`` (``.mha``, ``.mhd``) or ``pynrrd`` (``.nrrd``) installed;

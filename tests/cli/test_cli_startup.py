@@ -158,3 +158,20 @@ def test_infer_imports_its_workflow_and_monai(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "--input folder not found" in proc.stderr
     assert {"monai", "monai_unc.workflows.infer_plan"} <= modules
+
+
+def test_evaluate_on_nifti_runs_without_monai(tmp_path):
+    """A real ``evaluate`` on a NIfTI cohort (labels, probabilities, segmentations, maps and images, all read by
+    ``read_volume``'s NIfTI path, which uses nibabel alone) runs to the end without importing MONAI."""
+    from monai_unc.data.cohorts import write_toy_cohort
+
+    paths = write_toy_cohort(tmp_path / "data", n_cases=3, shape=(10, 10, 10))
+    out = tmp_path / "evaluation"
+    proc, modules, seconds = _run(["evaluate", "--labels", str(paths["labels"]), "--predictions",
+                                   str(paths["predictions"]), "--images", str(paths["images"]), "--output", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "metrics.csv").is_file() and (out / "summary.json").is_file()
+    assert "3 case(s)" in proc.stdout
+    assert {"monai_unc.workflows.evaluate", "nibabel"} <= modules  # the workflow ran and read NIfTI files
+    monai = sorted(m for m in modules if m.split(".")[0] == "monai")
+    assert not monai, f"monai-unc evaluate ({seconds:.2f} s) imported MONAI: {monai[:5]}"
