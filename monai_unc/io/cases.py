@@ -1199,13 +1199,15 @@ def load_case(
         _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
         if num_classes is not None and p.shape[0] != num_classes:
             raise CaseError(f"case {cid!r}: {files.probs.name} has {p.shape[0]} classes, the cohort {num_classes}")
+        # one C-contiguous float32 copy, checked and kept (a 4D NIfTI reads as a channel-first view, which every
+        # metric would otherwise copy again)
+        probs = np.ascontiguousarray(p, dtype=np.float32)
         try:
-            check_probabilities(torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[None], "probabilities")
+            check_probabilities(torch.from_numpy(probs)[None], "probabilities")
         except (ValueError, TypeError) as e:
             hint = ("; per-region probabilities of a region-based (sigmoid) network are read with multilabel=True "
                     "(evaluate --regions)" if "sum to 1" in str(e) else "")
             raise CaseError(f"case {cid!r}: {files.probs.name}: {e}{hint}") from None
-        probs = p.astype(np.float32, copy=False)
         num_classes = p.shape[0]
     if num_classes is None:
         raise CaseError(f"case {cid!r}: the number of classes is unknown: give probabilities or num_classes")
@@ -1277,12 +1279,12 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
     if files.probs is not None:
         p, p_aff = read_probabilities(files.probs)
         _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
+        probs = np.ascontiguousarray(p, dtype=np.float32)  # checked and kept (see load_case)
         try:
-            check_unit_interval(torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[None], "probabilities")
+            check_unit_interval(torch.from_numpy(probs)[None], "probabilities")
         except (ValueError, TypeError) as e:
             raise CaseError(f"case {cid!r}: {files.probs.name}: {e}") from None
         regions_of(p.shape[0], files.probs.name)
-        probs = p.astype(np.float32, copy=False)
     if files.seg is not None:
         s, s_aff = read_volume(files.seg)
         _check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
