@@ -33,6 +33,7 @@ import os
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1184,10 +1185,54 @@ def load_case(
         ...     case.probs.shape, case.seg.dtype, case.spacing
         ((2, 4, 4, 4), dtype('int64'), (1.0, 1.0, 1.0))
     """
-    if multilabel:
-        return _load_multilabel_case(files, num_classes, load_image)
+    with _CaseReads(files, load_image) as reads:
+        if multilabel:
+            return _load_multilabel_case(files, num_classes, load_image, reads)
+        return _load_class_case(files, num_classes, load_image, reads)
+
+
+class _CaseReads:
+    """The files of one case, read on several threads and taken in the checks' order (``reads(key)``).
+
+    zlib and NumPy release the GIL while a NIfTI file is inflated and converted, so the label, probabilities,
+    segmentation, maps and image of a case are read at once on up to ``torch.get_num_threads()`` threads (one: read
+    when asked, as before). A read's exception is raised where its result is asked for, so the errors and their
+    order are those of reading one file after the other; reads not asked for when a check fails are cancelled or
+    waited for, their errors dropped.
+    """
+
+    def __init__(self, files: CaseFiles, load_image: bool) -> None:
+        calls: dict[Any, Any] = {"label": functools.partial(read_label, files)}
+        if files.probs is not None:
+            calls["probs"] = functools.partial(read_probabilities, files.probs)
+        if files.seg is not None:
+            calls["seg"] = functools.partial(read_volume, files.seg)
+        for m, path in files.maps.items():
+            calls[("map", m)] = functools.partial(read_volume, path)
+        if load_image and files.image is not None:
+            calls["image"] = functools.partial(read_volume, files.image)
+        self._calls = calls
+        threads = min(len(calls), max(1, int(torch.get_num_threads())))
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="read") if threads > 1 else None
+        self._futures = {k: self._pool.submit(f) for k, f in calls.items()} if self._pool is not None else {}
+
+    def __call__(self, key: Any) -> Any:
+        if self._pool is None:
+            return self._calls[key]()
+        return self._futures[key].result()
+
+    def __enter__(self) -> _CaseReads:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool, reads: _CaseReads) -> LoadedCase:
+    """:func:`load_case` of a class (softmax) prediction, its files from ``reads``."""
     cid = files.case_id
-    label_data, affine = read_label(files)
+    label_data, affine = reads("label")
     if label_data.shape[0] != 1:
         raise CaseError(f"case {cid!r}: label {files.label.name} must be a single-channel label map, "
                         f"got {label_data.shape[0]} channels")
@@ -1195,7 +1240,7 @@ def load_case(
     ref = (spatial, affine, files.label)
     probs = None
     if files.probs is not None:
-        p, p_aff = read_probabilities(files.probs)
+        p, p_aff = reads("probs")
         _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
         if num_classes is not None and p.shape[0] != num_classes:
             raise CaseError(f"case {cid!r}: {files.probs.name} has {p.shape[0]} classes, the cohort {num_classes}")
@@ -1213,7 +1258,7 @@ def load_case(
         raise CaseError(f"case {cid!r}: the number of classes is unknown: give probabilities or num_classes")
     label = check_label_map(label_data[0], f"case {cid!r}: label {files.label.name}", num_classes)
     if files.seg is not None:
-        s, s_aff = read_volume(files.seg)
+        s, s_aff = reads("seg")
         if s.shape[0] != 1:
             raise CaseError(f"case {cid!r}: segmentation {files.seg.name} must be a label map, got {s.shape[0]} "
                             "channels")
@@ -1224,12 +1269,12 @@ def load_case(
         seg = probs.argmax(axis=0).astype(np.int64)
     maps = {}
     for m, path in files.maps.items():
-        u, u_aff = read_volume(path)
+        u, u_aff = reads(("map", m))
         if u.shape[0] != 1:
             raise CaseError(f"case {cid!r}: uncertainty map {path.name} must have one channel, got {u.shape[0]}")
         _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
         maps[m] = _checked_map(cid, path, u[0])
-    image = _read_image(files, cid, ref) if load_image else None
+    image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image)
 
 
@@ -1243,19 +1288,19 @@ def _checked_map(cid: str, path: Path, u: np.ndarray) -> np.ndarray:
     return u
 
 
-def _read_image(files: CaseFiles, cid: str, ref: tuple[Any, np.ndarray, Path]) -> np.ndarray | None:
+def _read_image(files: CaseFiles, cid: str, ref: tuple[Any, np.ndarray, Path], reads: _CaseReads) -> np.ndarray | None:
     """The case's image ``(C_in, *spatial)`` float32 on the label's grid, or None without an image file."""
     if files.image is None:
         return None
-    img, i_aff = read_volume(files.image)
+    img, i_aff = reads("image")
     _check_geometry(cid, ref, (img.shape[1:], i_aff, files.image))
     return img.astype(np.float32, copy=False)
 
 
-def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool) -> LoadedCase:
-    """:func:`load_case` with ``multilabel=True``."""
+def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image: bool, reads: _CaseReads) -> LoadedCase:
+    """:func:`load_case` with ``multilabel=True``, its files from ``reads``."""
     cid = files.case_id
-    label_data, affine = read_label(files)
+    label_data, affine = reads("label")
     spatial = label_data.shape[1:]
     ref = (spatial, affine, files.label)
     sources: list[str] = [] if num_regions is None else ["the region spec"]
@@ -1277,7 +1322,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
 
     probs = None
     if files.probs is not None:
-        p, p_aff = read_probabilities(files.probs)
+        p, p_aff = reads("probs")
         _check_geometry(cid, ref, (p.shape[1:], p_aff, files.probs))
         probs = np.ascontiguousarray(p, dtype=np.float32)  # checked and kept (see load_case)
         try:
@@ -1286,7 +1331,7 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
             raise CaseError(f"case {cid!r}: {files.probs.name}: {e}") from None
         regions_of(p.shape[0], files.probs.name)
     if files.seg is not None:
-        s, s_aff = read_volume(files.seg)
+        s, s_aff = reads("seg")
         _check_geometry(cid, ref, (s.shape[1:], s_aff, files.seg))
         what = f"case {cid!r}: segmentation {files.seg.name}"
         if s.shape[0] == 1:  # a label map (nnU-Net converts regions back to labels), regions from the spec
@@ -1300,11 +1345,11 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         raise CaseError(f"case {cid!r}: no segmentation and no probabilities")
     maps = {}
     for m, path in files.maps.items():
-        u, u_aff = read_volume(path)
+        u, u_aff = reads(("map", m))
         _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
         regions_of(u.shape[0], path.name)
         maps[m] = _checked_map(cid, path, u)
-    image = _read_image(files, cid, ref) if load_image else None
+    image = _read_image(files, cid, ref, reads) if load_image else None
     return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image, multilabel=True)
 
 
