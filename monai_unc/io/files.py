@@ -715,9 +715,9 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
     if affine.shape != (4, 4):
         raise ValueError(f"affine must be 4x4, got {affine.shape}")
     if np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool:
-        arr = arr.astype(np.int16 if arr.max(initial=0) < 2**15 else np.int32)
+        arr = arr.astype(np.int16 if arr.max(initial=0) < 2**15 else np.int32, copy=False)
     else:
-        arr = arr.astype(np.float32)
+        arr = arr.astype(np.float32, copy=False)
     path = Path(path)
     _check_nifti_name(path)
     return atomic_write(path, lambda tmp: _write_nifti(nib.Nifti1Image(arr, affine), tmp))
@@ -731,7 +731,7 @@ def _save_channels(arr: np.ndarray, affine: np.ndarray, path: str | os.PathLike,
         raise ValueError(f"{what}, got shape {arr.shape}")
     path = Path(path)
     _check_nifti_name(path)
-    image = nib.Nifti1Image(np.moveaxis(arr.astype(dtype), 0, -1), np.asarray(affine, dtype=np.float64))
+    image = nib.Nifti1Image(np.moveaxis(arr.astype(dtype, copy=False), 0, -1), np.asarray(affine, dtype=np.float64))
     return atomic_write(path, lambda tmp: _write_nifti(image, tmp))
 
 
