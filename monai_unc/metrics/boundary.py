@@ -394,8 +394,11 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
     scale = np.asarray(spacing, dtype=np.float64)
     cp = np.argwhere(ep).astype(np.float64) * scale
     ct = np.argwhere(et).astype(np.float64) * scale
-    d_pt = KDTree(ct, leafsize=32).query(cp, k=1, workers=num_threads())[0]
-    d_tp = KDTree(cp, leafsize=32).query(ct, k=1, workers=num_threads())[0]
+    # sliding-midpoint trees (balanced_tree=False): built in half the time of median splits, queried as fast on
+    # border points; the nearest distance, hence every value, is the same whatever the tree
+    kw = {"leafsize": 32, "balanced_tree": False, "compact_nodes": False}
+    d_pt = KDTree(ct, **kw).query(cp, k=1, workers=num_threads())[0]
+    d_tp = KDTree(cp, **kw).query(ct, k=1, workers=num_threads())[0]
     return float(max(np.percentile(d_pt, percentile), np.percentile(d_tp, percentile)))
 
 
