@@ -657,11 +657,17 @@ def _case_figures(
                           for m, p in state.derived_maps[cid].items()}
         if cid in image_files:
             files.image = image_files[cid]
-        case = load_case(files, state.num_classes, load_image=True, multilabel=state.regions is not None)
-        maps = case.maps  # the prediction's map files, or those evaluate derived from the probabilities (maps/)
-        measure = by_id[cid].get("measure") or next(iter(maps), None)
-        if measure is None or measure not in maps:  # an evaluation of an older version, which kept no derived map
+        # the prediction's map files, or those evaluate derived from the probabilities (maps/)
+        measure = by_id[cid].get("measure") or next(iter(files.maps), None)
+        if measure is None or measure not in files.maps:  # an evaluation of an older version, which kept no derived map
             continue
+        # the figure draws the segmentation, the label, the measure's map and the image: the probabilities (the
+        # largest file) and the other maps are not read again, unless the segmentation is to come from them
+        files.maps = {measure: files.maps[measure]}
+        if files.seg is not None and state.num_classes is not None:
+            files.probs = None
+        case = load_case(files, state.num_classes, load_image=True, multilabel=state.regions is not None)
+        maps = case.maps
         seg, label, u, class_names = case.seg, case.label, maps[measure], summary.get("class_names")
         if state.regions is not None:
             seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions)

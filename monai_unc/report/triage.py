@@ -300,7 +300,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         # the figure draws the segmentation, the rule's map and the image: the probabilities (the largest file) and
         # the other maps are not read again, unless the segmentation is to come from the probabilities
         files.maps = {rule.measure: files.maps[rule.measure]}
-        if files.seg is not None:
+        if files.seg is not None and rule.num_classes is not None:
             files.probs = None
         regions = rule.regions
         case = load_case(files, rule.num_classes, load_image=files.image is not None, multilabel=regions is not None)
