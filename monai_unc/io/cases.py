@@ -1068,15 +1068,28 @@ def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None)
     arr = np.asarray(data)
     if arr.dtype == bool:
         arr = arr.astype(np.int64)
+    ints = None
     if np.issubdtype(arr.dtype, np.floating):
-        if not np.isfinite(arr).all():
+        lo, hi = (arr.min(), arr.max()) if arr.size else (0.0, 0.0)  # NaN propagates: one pass each
+        if not (np.isfinite(lo) and np.isfinite(hi)):
             raise CaseError(f"{what}: label map contains NaN or inf")
-        frac = arr != np.round(arr)
+        if -(2.0**62) < lo and hi < 2.0**62:  # exact in int64: a value is integral when it converts back equal
+            ints = arr.astype(np.int64)
+            frac = ints != arr
+        else:
+            frac = arr != np.round(arr)
         if frac.any():
             raise CaseError(f"{what}: label map must hold integer classes, found values such as {arr[frac][:3]}")
+        if ints is None:  # integral values beyond int64's exact range: no class
+            allowed = "non-negative classes" if num_classes is None else f"classes 0..{num_classes - 1}"
+            huge = np.unique(arr[np.abs(arr) >= 2.0**62])
+            raise CaseError(f"{what}: label map holds values {huge[:6].tolist()} outside {allowed}")
     elif not np.issubdtype(arr.dtype, np.integer):
         raise CaseError(f"{what}: label map must be numeric, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
+    arr = arr.astype(np.int64) if ints is None else ints
+    lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
+    if lo >= 0 and (num_classes is None or hi < num_classes):
+        return arr
     bad = (arr < 0) if num_classes is None else ((arr < 0) | (arr >= num_classes))
     if bad.any():
         values = np.unique(arr[bad])

@@ -38,3 +38,50 @@ def test_match_cases_with_no_measures_reads_no_map(tmp_path):
         (tmp_path / name).write_bytes(b"")
     assert [sorted(c.maps) for c in match_cases(tmp_path / "labels", tmp_path / "pred", measures=[])] == [[]]
     assert [sorted(c.maps) for c in match_cases(tmp_path / "labels", tmp_path / "pred")] == [["predictive_entropy"]]
+
+
+@pytest.mark.parametrize("values", [[0, 1e30], [-1e30, 0], [0, 2.0**63], [3, 2.0**62]])
+def test_label_values_beyond_int64_are_named_as_they_are(values):
+    """Integral float labels too large for int64 were converted first and reported as -9223372036854775808."""
+    from monai_unc.io.cases import CaseError, check_label_map
+
+    with pytest.raises(CaseError, match=r"outside classes 0\.\.3") as e:
+        check_label_map(np.array(values, dtype=np.float64), "case 'a'", num_classes=4)
+    assert "-9223372036854775808" not in str(e.value) and "e+" in str(e.value)
+
+
+def test_label_checks_against_a_brute_force_reference():
+    """The one-pass checks (min / max, a round trip through int64) accept and refuse what a value-by-value check
+    does, with the same messages' kind, on float and integer maps."""
+    from monai_unc.io.cases import CaseError, check_label_map
+
+    rng = np.random.default_rng(5)
+
+    def reference(a, c):
+        for v in a.ravel().tolist():
+            if not np.isfinite(v):
+                return "NaN or inf"
+        for v in a.ravel().tolist():
+            if v != round(v):
+                return "integer classes"
+        for v in a.ravel().tolist():
+            if v < 0 or (c is not None and v >= c) or v >= 2**62:  # beyond int64's exact range: no class
+                return "outside"
+        return None
+
+    specials = [np.nan, np.inf, -np.inf, 0.5, -0.25, 2.0, 1e20, 4.0, -1.0]
+    cases = 0
+    for trial in range(270):
+        dtype = [np.float32, np.float64, np.int16][trial % 3]
+        a = rng.integers(0, 3, size=rng.integers(1, 40)).astype(dtype)
+        if a.dtype.kind == "f":
+            a[rng.integers(a.size)] = specials[(trial // 3) % len(specials)]
+            cases += 1
+        c = [None, 3, 5][(trial // 27) % 3]
+        want = reference(a, c)
+        if want is None:
+            np.testing.assert_array_equal(check_label_map(a, "x", c), a.astype(np.int64))
+        else:
+            with pytest.raises(CaseError, match=want):
+                check_label_map(a, "x", c)
+    assert cases == 180
