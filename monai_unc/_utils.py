@@ -227,15 +227,18 @@ def _check_probability_map(p: torch.Tensor, name: str, channel_dim: int, min_ndi
         )
     if p.shape[channel_dim] < 1 or p.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(p.shape)})")
-    check_finite(p, name)
-    lo, hi = float(p.min()), float(p.max())
+    lo_t, hi_t = torch.aminmax(p.detach())  # NaN propagates: both finite only when every value is
+    lo, hi = float(lo_t), float(hi_t)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        check_finite(p, name)  # raises, counting the non-finite values
     if lo < -tol or hi > 1 + tol:
         # the hint about logits goes with the sum check when there is one
         hint = "" if classes else "; pass probabilities, not logits"
         raise ValueError(f"{name} must lie in [0, 1], got values in [{lo:.4g}, {hi:.4g}]{hint}")
     if not classes:
         return
-    dev = float((sum_f64(p, channel_dim) - 1).abs().max())
+    s_lo, s_hi = torch.aminmax(sum_f64(p.detach(), channel_dim))
+    dev = max(float(s_hi) - 1.0, 1.0 - float(s_lo))  # the largest |sum - 1|, without a map of the deviations
     if dev > tol:
         raise ValueError(
             f"{name} must sum to 1 over the class dimension {channel_dim} (tolerance {tol}), "
