@@ -810,7 +810,7 @@ def save_region_maps(
     if dtype not in ("float32", "uint8"):
         raise ValueError(f"dtype must be 'float32' or 'uint8', got {dtype!r}")
     arr = _to_numpy(data)
-    if dtype == "uint8" and arr.size and (arr.min() < 0 or arr.max() > 1):
+    if dtype == "uint8" and arr.size and not ((arr == 0) | (arr == 1)).all():  # 0.5, NaN: no mask (cast to 0)
         raise ValueError("data must hold 0/1 region masks for dtype='uint8'")
     return _save_channels(arr, affine, path, dtype, "data must be (R, X, Y, Z)")
 

@@ -119,3 +119,20 @@ def test_save_nifti_integers_out_of_int16_are_not_wrapped(tmp_path):
     assert not (tmp_path / "big.nii.gz").exists()
     img = nib.load(save_nifti(np.zeros((2, 3, 4), bool), np.eye(4), tmp_path / "mask.nii.gz"))
     assert img.get_data_dtype() == np.int16
+
+
+@pytest.mark.parametrize("value", [0.5, 0.999, float("nan")])
+def test_save_region_maps_uint8_refuses_values_that_are_not_0_or_1(tmp_path, value):
+    """Regression: ``dtype="uint8"`` checked only the range [0, 1], so 0.5 and 0.999 were written as 0 (and NaN as 0
+    with a cast warning): a fractional map silently saved as an empty mask."""
+    import numpy as np
+
+    from monai_unc.io import save_region_maps
+
+    a = np.zeros((2, 3, 3, 3))
+    a[0, 0, 0, 0] = value
+    with pytest.raises(ValueError, match="0/1 region masks"):
+        save_region_maps(a, np.eye(4), tmp_path / "m.nii.gz", dtype="uint8")
+    assert not (tmp_path / "m.nii.gz").exists()
+    a[0, 0, 0, 0] = 1
+    assert save_region_maps(a.astype(bool), np.eye(4), tmp_path / "m.nii.gz", dtype="uint8").exists()
