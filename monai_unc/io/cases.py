@@ -31,6 +31,7 @@ import functools
 import json
 import os
 import re
+import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -889,6 +890,10 @@ def segment_label_values(labels: np.ndarray, values: Sequence[int], case_id: str
     return lut[seg]
 
 
+#: one construction of :func:`_image_loader`'s ``LoadImage`` at a time (its warning filter is process-wide)
+_IMAGE_LOADER_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=1)
 def _image_loader() -> Any:
     """MONAI's ``LoadImage`` (channel first, image only), built once per process.
@@ -902,14 +907,18 @@ def _image_loader() -> Any:
     from monai.transforms import LoadImage
 
     plugin_log = logging.getLogger("monai.data.nvimgcodec_pydicom_plugin")  # logs the same at construction
-    level = plugin_log.level
-    plugin_log.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
-            return LoadImage(image_only=True, ensure_channel_first=True)
-    finally:
-        plugin_log.setLevel(level)
+    # load_case's reading threads can get here at once: warnings.catch_warnings and the log level are process-wide,
+    # so one thread's exit would restore the filters under another's construction (its warning escapes, then the
+    # other's exit leaves this filter in place); one construction at a time
+    with _IMAGE_LOADER_LOCK:
+        level = plugin_log.level
+        plugin_log.setLevel(logging.ERROR)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
+                return LoadImage(image_only=True, ensure_channel_first=True)
+        finally:
+            plugin_log.setLevel(level)
 
 
 def _reason(e: BaseException) -> str:

@@ -467,12 +467,19 @@ class GzipBlockWriter(io.RawIOBase):
     """
 
     def __init__(self, fileobj: Any, compresslevel: int = 1, threads: int | None = None) -> None:
-        if isinstance(compresslevel, bool) or not isinstance(compresslevel, int) or not 0 <= compresslevel <= 9:
-            raise ValueError(f"compresslevel must be an integer in 0-9, got {compresslevel!r}")
-        if threads is None:
-            threads = _writer_threads()
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        self._pool: ThreadPoolExecutor | None = None
+        try:
+            if isinstance(compresslevel, bool) or not isinstance(compresslevel, int) or not 0 <= compresslevel <= 9:
+                raise ValueError(f"compresslevel must be an integer in 0-9, got {compresslevel!r}")
+            if threads is None:
+                threads = _writer_threads()
+            if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+                raise ValueError(f"threads must be a positive integer, got {threads!r}")
+            xfl = b"\x02" if compresslevel == 9 else b"\x04" if compresslevel == 1 else b"\x00"
+            fileobj.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00" + xfl + b"\xff")  # no name, mtime 0, OS unknown
+        except BaseException:  # closed as it is: the finalizer's close() must not write a stream's end to fileobj
+            super().close()
+            raise
         self._raw = fileobj
         self._level = compresslevel
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gzip") if threads > 1 else None
@@ -482,8 +489,6 @@ class GzipBlockWriter(io.RawIOBase):
         self._window = b""
         self._pos = 0
         self._crc = 0
-        xfl = b"\x02" if compresslevel == 9 else b"\x04" if compresslevel == 1 else b"\x00"
-        fileobj.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00" + xfl + b"\xff")  # no name, mtime 0, OS unknown
 
     def writable(self) -> bool:
         """True: the object is written to."""
@@ -679,11 +684,23 @@ def _to_numpy(data: np.ndarray | torch.Tensor) -> np.ndarray:
     return np.asarray(data)
 
 
+def _label_dtype(arr: np.ndarray) -> type:
+    """int16 when every value of the integer or bool ``arr`` fits it, else int32; ``ValueError`` beyond int32."""
+    if arr.size == 0 or arr.dtype == bool:
+        return np.int16
+    lo, hi = int(arr.min()), int(arr.max())
+    for dtype in (np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return dtype
+    raise ValueError(f"data holds integers in [{lo}, {hi}], beyond the int32 range a NIfTI map is written in")
+
+
 def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | os.PathLike) -> Path:
     """Write a 3D map (or ``(1, X, Y, Z)`` / ``(1, 1, X, Y, Z)``) with ``affine`` as a NIfTI file, atomically.
 
     The file is written under a temporary name in the same folder and renamed into place. Integer and bool arrays
-    are stored as int16 (int32 when the largest value needs it), floating arrays as float32.
+    are stored as int16 (int32 when a value needs it), floating arrays as float32.
 
     Args:
         data: the volume ``(X, Y, Z)``; leading singleton axes are dropped. NumPy array or torch tensor (a MONAI
@@ -695,8 +712,8 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: ``data`` is not 3D once leading singleton axes are dropped, ``affine`` is not 4x4, or ``path``
-            does not end in ``.nii`` / ``.nii.gz``.
+        ValueError: ``data`` is not 3D once leading singleton axes are dropped, holds integers beyond int32,
+            ``affine`` is not 4x4, or ``path`` does not end in ``.nii`` / ``.nii.gz``.
 
     Example:
         >>> import tempfile
@@ -715,7 +732,7 @@ def save_nifti(data: np.ndarray | torch.Tensor, affine: np.ndarray, path: str | 
     if affine.shape != (4, 4):
         raise ValueError(f"affine must be 4x4, got {affine.shape}")
     if np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool:
-        arr = arr.astype(np.int16 if arr.max(initial=0) < 2**15 else np.int32, copy=False)
+        arr = arr.astype(_label_dtype(arr), copy=False)
     else:
         arr = arr.astype(np.float32, copy=False)
     path = Path(path)
@@ -793,7 +810,7 @@ def save_region_maps(
     if dtype not in ("float32", "uint8"):
         raise ValueError(f"dtype must be 'float32' or 'uint8', got {dtype!r}")
     arr = _to_numpy(data)
-    if dtype == "uint8" and arr.size and (arr.min() < 0 or arr.max() > 1):
+    if dtype == "uint8" and arr.size and not ((arr == 0) | (arr == 1)).all():  # 0.5, NaN: no mask (cast to 0)
         raise ValueError("data must hold 0/1 region masks for dtype='uint8'")
     return _save_channels(arr, affine, path, dtype, "data must be (R, X, Y, Z)")
 

@@ -85,3 +85,48 @@ def test_label_checks_against_a_brute_force_reference():
             with pytest.raises(CaseError, match=want):
                 check_label_map(a, "x", c)
     assert cases == 180
+
+
+def test_image_loader_built_on_two_reading_threads_at_once(monkeypatch):
+    """Regression: ``load_case``'s reading threads may build ``LoadImage`` at once; ``_image_loader`` silenced its
+    construction warning with a process-wide ``warnings.catch_warnings``, so one thread's exit restored the filters
+    under the other's construction (the warning escaped, an error where warnings are errors) and the other's exit
+    left the filter in place."""
+    import threading
+    import time
+    import warnings
+
+    pytest.importorskip("monai")
+    import monai.transforms
+
+    from monai_unc.io import cases
+
+    class SlowLoader:  # the construction takes a while and warns as MONAI's does without nvImageCodec
+        def __init__(self, **kwargs) -> None:
+            time.sleep(0.3)
+            warnings.warn("NvImgCodecPydicomReader: nvImageCodec decoder plugin did not register", UserWarning)
+
+    monkeypatch.setattr(monai.transforms, "LoadImage", SlowLoader)
+    cases._image_loader.cache_clear()
+    errors = []
+
+    def build() -> None:
+        try:
+            cases._image_loader()
+        except Exception as e:  # the warning made an error
+            errors.append(e)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            before = list(warnings.filters)
+            threads = [threading.Thread(target=build) for _ in range(2)]
+            threads[0].start()
+            time.sleep(0.1)
+            threads[1].start()
+            for t in threads:
+                t.join()
+            assert warnings.filters == before
+        assert errors == []
+    finally:
+        cases._image_loader.cache_clear()

@@ -55,3 +55,84 @@ def test_an_output_inside_a_folder_a_command_owns_is_refused(tmp_path, sub, refu
             check_output_kind(evaluation / sub, "conformal", command_output_markers())
     else:
         check_output_kind(evaluation / sub, "conformal", command_output_markers())
+
+
+def test_a_gzip_writer_whose_construction_failed_writes_nothing_later():
+    """Regression: a ``GzipBlockWriter`` whose header write failed (a full disk) was still finished by ``IOBase``'s
+    finalizer, which wrote a deflate end and a gzip trailer to the caller's file when the object was collected; a
+    bad argument left a half-built object whose finalizer raised."""
+    import gc
+    import io
+
+    from monai_unc.io import GzipBlockWriter
+
+    class Full(io.RawIOBase):
+        def __init__(self) -> None:
+            self.writes = 0
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b) -> int:
+            self.writes += 1
+            raise OSError(28, "No space left on device")
+
+    raw = Full()
+    for threads in (1, 2):
+        with pytest.raises(OSError, match="No space"):
+            GzipBlockWriter(raw, threads=threads)
+        gc.collect()
+        assert raw.writes == threads  # the header only, nothing from the finalizer
+    unraisable = []
+    hook, sys_hook = None, __import__("sys")
+    hook, sys_hook.unraisablehook = sys_hook.unraisablehook, lambda u: unraisable.append(u)
+    try:
+        for bad in ({"compresslevel": 10}, {"threads": 0}):
+            with pytest.raises(ValueError):
+                GzipBlockWriter(io.BytesIO(), **bad)
+            gc.collect()
+    finally:
+        sys_hook.unraisablehook = hook
+    assert raw.writes == 2 and not unraisable
+
+
+def test_save_nifti_integers_out_of_int16_are_not_wrapped(tmp_path):
+    """Regression: ``save_nifti`` chose int16 from the largest value only, so a value below -32768 wrapped
+    (-40000 read back as 25536), and values beyond int32 wrapped as int32."""
+    import nibabel as nib
+    import numpy as np
+
+    from monai_unc.io import save_nifti
+
+    a = np.zeros((2, 3, 4), np.int64)
+    a[0, 0, 0] = -40_000
+    img = nib.load(save_nifti(a, np.eye(4), tmp_path / "neg.nii.gz"))
+    assert img.get_data_dtype() == np.int32 and np.array_equal(np.asanyarray(img.dataobj), a)
+    a[0, 0, 0] = -32_768
+    img = nib.load(save_nifti(a, np.eye(4), tmp_path / "min16.nii.gz"))
+    assert img.get_data_dtype() == np.int16 and np.array_equal(np.asanyarray(img.dataobj), a)
+    for value, dtype in ((2**31, np.int64), (2**63 + 5, np.uint64), (-(2**31) - 1, np.int64)):
+        b = np.zeros((2, 3, 4), dtype)
+        b[1, 2, 3] = value
+        with pytest.raises(ValueError, match="data holds integers .* beyond the int32 range"):
+            save_nifti(b, np.eye(4), tmp_path / "big.nii.gz")
+    assert not (tmp_path / "big.nii.gz").exists()
+    img = nib.load(save_nifti(np.zeros((2, 3, 4), bool), np.eye(4), tmp_path / "mask.nii.gz"))
+    assert img.get_data_dtype() == np.int16
+
+
+@pytest.mark.parametrize("value", [0.5, 0.999, float("nan")])
+def test_save_region_maps_uint8_refuses_values_that_are_not_0_or_1(tmp_path, value):
+    """Regression: ``dtype="uint8"`` checked only the range [0, 1], so 0.5 and 0.999 were written as 0 (and NaN as 0
+    with a cast warning): a fractional map silently saved as an empty mask."""
+    import numpy as np
+
+    from monai_unc.io import save_region_maps
+
+    a = np.zeros((2, 3, 3, 3))
+    a[0, 0, 0, 0] = value
+    with pytest.raises(ValueError, match="0/1 region masks"):
+        save_region_maps(a, np.eye(4), tmp_path / "m.nii.gz", dtype="uint8")
+    assert not (tmp_path / "m.nii.gz").exists()
+    a[0, 0, 0, 0] = 1
+    assert save_region_maps(a.astype(bool), np.eye(4), tmp_path / "m.nii.gz", dtype="uint8").exists()
