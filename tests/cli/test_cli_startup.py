@@ -8,6 +8,7 @@ failure message).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -137,17 +138,48 @@ def _failing_argv(command: str, tmp: Path) -> list[str]:
     return [command, "--predictions", str(empty), "--rule", str(tmp / "missing.json"), "--output", out]  # triage, ...
 
 
-@pytest.mark.parametrize("command", sorted(READ_AND_COMPUTE))
-def test_read_and_compute_commands_run_without_monai(command, tmp_path):
-    """The command's workflow is imported and runs (it refuses the input: exit 2, one line) without importing MONAI:
-    the command line imports the workflow of the command being run only, and those workflows import no MONAI."""
-    proc, modules, seconds = _run(_failing_argv(command, tmp_path))
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
-    assert len(errors) == 1 and errors[0].startswith(f"monai-unc {command}: error: "), errors
-    assert f"monai_unc.workflows.{READ_AND_COMPUTE[command]}" in modules  # the workflow ran
-    monai = sorted(m for m in modules if m.split(".")[0] == "monai")
-    assert not monai, f"monai-unc {command} ({seconds:.2f} s) imported MONAI: {monai[:5]}"
+#: runs each command given as a JSON list of argv lists in this one interpreter, one after the other, and prints
+#: per command a JSON line: its exit status, its stderr, the workflow modules and the MONAI modules loaded so far
+_SEQUENCE = """
+import contextlib, io, json, sys
+from monai_unc import cli
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+    print(json.dumps({"argv": argv, "code": code, "stderr": err.getvalue(),
+                      "workflows": sorted(m for m in sys.modules if m.startswith("monai_unc.workflows.")),
+                      "monai": sorted(m for m in sys.modules if m.split(".")[0] == "monai")}))
+"""
+
+
+def test_read_and_compute_commands_run_without_monai(tmp_path):
+    """Each command's workflow is imported and runs (it refuses the input: exit 2, one line) without importing MONAI:
+    the command line imports the workflow of the command being run only, and those workflows import no MONAI.
+
+    The commands run one after the other in one fresh interpreter (one start instead of one per command): modules
+    only accumulate, so no MONAI module after the last command means none of them imported it, and the first command
+    after which one appears is named.
+    """
+    commands = sorted(READ_AND_COMPUTE)
+    for c in commands:
+        (tmp_path / c).mkdir()
+    argvs = [_failing_argv(c, tmp_path / c) for c in commands]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _SEQUENCE, json.dumps(argvs)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [r["argv"] for r in results] == argvs
+    for command, r in zip(commands, results):
+        assert r["code"] == 2, (command, r["stderr"][-2000:])
+        errors = r["stderr"].splitlines()
+        assert len(errors) == 1 and errors[0].startswith(f"monai-unc {command}: error: "), (command, errors)
+        assert f"monai_unc.workflows.{READ_AND_COMPUTE[command]}" in r["workflows"], command  # the workflow ran
+        assert not r["monai"], f"monai-unc {command} imported MONAI: {r['monai'][:5]}"
 
 
 def test_infer_imports_its_workflow_and_monai(tmp_path):
