@@ -56,43 +56,59 @@ def _reset_peak() -> int:
     return _status_kib("VmRSS")
 
 
-def _child(kind: str, threads: int, arrays: str, repeat: int) -> None:
+def _time_case(kind: str, threads: int, case: dict[str, np.ndarray], repeat: int) -> dict[str, float]:
+    """Write ``case`` ``repeat`` times with ``kind`` (``nib`` or ``ours``) on ``threads`` torch threads: the best wall
+    time and the MiB written (and raw)."""
     import torch
 
-    torch.set_num_threads(threads)
     from monai_unc.io import save_nifti, save_probabilities
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    times = []
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d)
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                for name, arr in case.items():
+                    path = out / f"case_{name}.nii.gz"
+                    if kind == "nib":
+                        data = np.moveaxis(arr, 0, -1) if arr.ndim == 4 else arr
+                        nib.save(nib.Nifti1Image(data, np.eye(4)), str(path))
+                    elif arr.ndim == 4:
+                        save_probabilities(arr, np.eye(4), path)
+                    else:
+                        save_nifti(arr, np.eye(4), path)
+                times.append(time.perf_counter() - t0)
+            size = sum(p.stat().st_size for p in out.iterdir())
+    finally:
+        torch.set_num_threads(before)
+    return {"s": min(times), "mib": size / 2**20, "raw_mib": sum(a.nbytes for a in case.values()) / 2**20}
+
+
+def _child(kind: str, threads: int, arrays: str, repeat: int) -> None:
+    import monai_unc.io  # noqa: F401 (imported before the peak is reset)
 
     case = {f.stem: np.load(f) for f in sorted(Path(arrays).glob("*.npy"))}  # read straight into each array
     base = _reset_peak()
-    times = []
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d)
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for name, arr in case.items():
-                path = out / f"case_{name}.nii.gz"
-                if kind == "nib":
-                    data = np.moveaxis(arr, 0, -1) if arr.ndim == 4 else arr
-                    nib.save(nib.Nifti1Image(data, np.eye(4)), str(path))
-                elif arr.ndim == 4:
-                    save_probabilities(arr, np.eye(4), path)
-                else:
-                    save_nifti(arr, np.eye(4), path)
-            times.append(time.perf_counter() - t0)
-        size = sum(p.stat().st_size for p in out.iterdir())
-        raw = sum(a.nbytes for a in case.values())
-    peak = _status_kib("VmHWM") - base
-    print(json.dumps({"s": min(times), "peak_mib": peak / 1024, "mib": size / 2**20, "raw_mib": raw / 2**20}))
+    row = _time_case(kind, threads, case, repeat)
+    print(json.dumps({**row, "peak_mib": (_status_kib("VmHWM") - base) / 1024}))
 
 
-def measure(shape: tuple[int, int, int], classes: int, threads: int, repeat: int) -> dict[str, dict]:
-    """Time the three contenders, each in its own child process: ``{"nib_1", "ours_1", "ours_<threads>"}`` ->
-    ``{"s", "peak_mib", "mib", "raw_mib"}``."""
+def measure(shape: tuple[int, int, int], classes: int, threads: int, repeat: int,
+            isolate: bool = True) -> dict[str, dict]:
+    """Time the three contenders: ``{"nib_1", "ours_1", "ours_<threads>"}`` -> ``{"s", "mib", "raw_mib"[,
+    "peak_mib"]}``. ``isolate``: each in its own child process, with its peak RSS; else in this process (no peak)."""
     rows = {}
+    contenders = (("nib", 1), ("ours", 1), ("ours", threads))
+    if not isolate:
+        case = _case(tuple(shape), classes)
+        return {f"{kind}_{n}": _time_case(kind, n, case, repeat) for kind, n in contenders}
     with tempfile.TemporaryDirectory() as d:
         for name, arr in _case(tuple(shape), classes).items():
             np.save(Path(d) / f"{name}.npy", arr)
-        for kind, n in (("nib", 1), ("ours", 1), ("ours", threads)):
+        for kind, n in contenders:
             cmd = [sys.executable, __file__, "--repeat", str(repeat), "--child", kind, str(n), d]
             env = {**os.environ, "OMP_NUM_THREADS": str(n)}
             run = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
