@@ -96,7 +96,8 @@ def _build_wheel(tmp_path: Path) -> Path:
 
 
 def test_plain_install_runs_the_demo(tmp_path):
-    """Wheel with default dependencies only, in a fresh venv: ``monai-unc demo --quick`` runs to completion."""
+    """Wheel with default dependencies only, in a fresh venv: ``monai-unc demo --quick`` (two samples) runs to
+    completion."""
     venv = tmp_path / "venv"
     # the wheel is built (~8 s, mostly waiting for pip's build environment) while the venv is made and torch
     # installed: neither needs the other; a failed build fails the test when the wheel is needed
@@ -216,7 +217,10 @@ def _install_and_run_the_demo(venv: Path, wheel: Callable[[], Path], tmp_path: P
     assert no_extras == "True True", "an extra was installed with the default dependencies"
 
     out = tmp_path / "demo_output"
-    r = _run([str(bindir / "monai-unc"), "demo", "--quick", "--output", str(out)], "monai-unc demo --quick", tmp_path)
+    # two samples instead of --quick's eight: every code path of the demo with a quarter of its forward passes (the
+    # demo's own figures are checked by tests/workflows/test_demo.py; this test is about the default dependencies)
+    r = _run([str(bindir / "monai-unc"), "demo", "--quick", "--samples", "2", "--output", str(out)],
+             "monai-unc demo --quick --samples 2", tmp_path)
     assert "Traceback" not in r.stderr, r.stderr
     lines = r.stdout.strip().splitlines()
     report = out / "report" / "report.html"
