@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_probabilities, check_unit_interval
+from .._utils import check_probabilities, check_unit_interval, num_threads
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import read_json_or_none
 
@@ -1077,6 +1077,7 @@ def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None)
     arr = np.asarray(data)
     if arr.dtype == bool:
         arr = arr.astype(np.int64)
+    allowed = "non-negative classes" if num_classes is None else f"classes 0..{num_classes - 1}"
     ints = None
     if np.issubdtype(arr.dtype, np.floating):
         lo, hi = (arr.min(), arr.max()) if arr.size else (0.0, 0.0)  # NaN propagates: one pass each
@@ -1090,7 +1091,6 @@ def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None)
         if frac.any():
             raise CaseError(f"{what}: label map must hold integer classes, found values such as {arr[frac][:3]}")
         if ints is None:  # integral values beyond int64's exact range: no class
-            allowed = "non-negative classes" if num_classes is None else f"classes 0..{num_classes - 1}"
             huge = np.unique(arr[np.abs(arr) >= 2.0**62])
             raise CaseError(f"{what}: label map holds values {huge[:6].tolist()} outside {allowed}")
     elif not np.issubdtype(arr.dtype, np.integer):
@@ -1100,11 +1100,7 @@ def check_label_map(data: np.ndarray, what: str, num_classes: int | None = None)
     if lo >= 0 and (num_classes is None or hi < num_classes):
         return arr
     bad = (arr < 0) if num_classes is None else ((arr < 0) | (arr >= num_classes))
-    if bad.any():
-        values = np.unique(arr[bad])
-        allowed = "non-negative classes" if num_classes is None else f"classes 0..{num_classes - 1}"
-        raise CaseError(f"{what}: label map holds values {values[:6].tolist()} outside {allowed}")
-    return arr
+    raise CaseError(f"{what}: label map holds values {np.unique(arr[bad])[:6].tolist()} outside {allowed}")
 
 
 @dataclass
@@ -1234,7 +1230,7 @@ class _CaseReads:
         if load_image and files.image is not None:
             calls["image"] = functools.partial(read_volume, files.image)
         self._calls = calls
-        threads = min(len(calls), max(1, int(torch.get_num_threads())))
+        threads = min(len(calls), num_threads())
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="read") if threads > 1 else None
         self._futures = {k: self._pool.submit(f) for k, f in calls.items()} if self._pool is not None else {}
 

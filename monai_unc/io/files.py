@@ -33,6 +33,8 @@ import nibabel as nib
 import numpy as np
 import torch
 
+from .._utils import num_threads
+
 __all__ = [
     "KNOWN_EXTENSIONS",
     "partial_path",
@@ -430,11 +432,6 @@ def _deflate_block(data: bytes, zdict: bytes, level: int, last: bool) -> bytes:
     return c.compress(data) + c.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
-def _writer_threads() -> int:
-    """Threads for compression: torch's intra-op thread count (``OMP_NUM_THREADS``, ``torch.set_num_threads``)."""
-    return max(1, int(torch.get_num_threads()))
-
-
 class GzipBlockWriter(io.RawIOBase):
     """A write-only file object that gzips what is written to it, compressing blocks of it on several threads.
 
@@ -472,7 +469,7 @@ class GzipBlockWriter(io.RawIOBase):
             if isinstance(compresslevel, bool) or not isinstance(compresslevel, int) or not 0 <= compresslevel <= 9:
                 raise ValueError(f"compresslevel must be an integer in 0-9, got {compresslevel!r}")
             if threads is None:
-                threads = _writer_threads()
+                threads = num_threads()
             if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
                 raise ValueError(f"threads must be a positive integer, got {threads!r}")
             xfl = b"\x02" if compresslevel == 9 else b"\x04" if compresslevel == 1 else b"\x00"
