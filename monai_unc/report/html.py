@@ -53,7 +53,7 @@ from ..evaluation import (
 )
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.products import PRODUCTS_DIR
-from ..io import CaseFiles, atomic_write_text, list_image_cases, load_case, read_csv
+from ..io import CaseFiles, LoadedCase, atomic_write_text, list_image_cases, load_case, read_csv
 from ..product import Overlay, ReportSection, ReportTable, format_cell, product_type
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
@@ -601,6 +601,20 @@ def region_display(
     return out[0], out[1], u, ["background"] + [names[r] for r in order]
 
 
+def load_figure_case(files: CaseFiles, measure: str, num_classes: int | None, load_image: bool,
+                     multilabel: bool) -> LoadedCase:
+    """:func:`~monai_unc.io.load_case` of what a case figure draws: segmentation, label, ``measure``'s map, image.
+
+    The probabilities (the largest file) and the other maps are not read again, unless the segmentation is to come
+    from the probabilities (no segmentation file) or the class count from them (``num_classes`` None). ``files`` is
+    changed in place to the files read.
+    """
+    files.maps = {measure: files.maps[measure]}
+    if files.seg is not None and num_classes is not None:
+        files.probs = None
+    return load_case(files, num_classes, load_image=load_image, multilabel=multilabel)
+
+
 def case_overlays(folders: Mapping[str, Path | None], case_id: str) -> tuple[list[Overlay], list[str]]:
     """The contours of a case's files that products wrote, for its figure; read, never computed.
 
@@ -661,14 +675,8 @@ def _case_figures(
         measure = by_id[cid].get("measure") or next(iter(files.maps), None)
         if measure is None or measure not in files.maps:  # an evaluation of an older version, which kept no derived map
             continue
-        # the figure draws the segmentation, the label, the measure's map and the image: the probabilities (the
-        # largest file) and the other maps are not read again, unless the segmentation is to come from them
-        files.maps = {measure: files.maps[measure]}
-        if files.seg is not None and state.num_classes is not None:
-            files.probs = None
-        case = load_case(files, state.num_classes, load_image=True, multilabel=state.regions is not None)
-        maps = case.maps
-        seg, label, u, class_names = case.seg, case.label, maps[measure], summary.get("class_names")
+        case = load_figure_case(files, measure, state.num_classes, True, state.regions is not None)
+        seg, label, u, class_names = case.seg, case.label, case.maps[measure], summary.get("class_names")
         if state.regions is not None:
             seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions)
         r = by_id[cid]

@@ -45,7 +45,7 @@ from .._utils import is_count, is_finite_real, is_text_list
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule
-from ..io import CaseFiles, atomic_write_text, load_case
+from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
 from ..product import Overlay, command_product
 from .html import (
@@ -56,6 +56,7 @@ from .html import (
     decision_tag,
     format_value,
     img_tag,
+    load_figure_case,
     product_section,
     region_display,
     table,
@@ -297,13 +298,8 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
             files.maps = {rule.measure: derived} if derived.is_file() else {}
         if rule.measure not in files.maps:
             continue
-        # the figure draws the segmentation, the rule's map and the image: the probabilities (the largest file) and
-        # the other maps are not read again, unless the segmentation is to come from the probabilities
-        files.maps = {rule.measure: files.maps[rule.measure]}
-        if files.seg is not None and rule.num_classes is not None:
-            files.probs = None
         regions = rule.regions
-        case = load_case(files, rule.num_classes, load_image=files.image is not None, multilabel=regions is not None)
+        case = load_figure_case(files, rule.measure, rule.num_classes, files.image is not None, regions is not None)
         c = cases[cid]
         info = {"score": format_value(c.get("score"), 4), "decision": c["decision"]}
         if "expected_dice" in c:
