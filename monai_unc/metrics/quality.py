@@ -474,7 +474,6 @@ def _expected_dice_sums_cpu(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     segmentation is ``c``, ``pbar_c`` is the voxel's largest probability, so the overlaps are one weighted count of
     the segmentation (``bincount`` of the labels weighted by the maxima, summed in float64).
     """
-    f64 = torch.float64
     b, c, n = p.shape
     top, seg = p.max(dim=1)  # the values and indices of _argmax (ties: the lower class)
     a, top_np, seg_np = p.numpy(), top.numpy(), seg.numpy()
@@ -488,7 +487,7 @@ def _expected_dice_sums_cpu(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         p0 = a[i, 0]
         num[i, c] = size - np.add.reduce(np.where(seg_np[i] > 0, p0, 0), dtype=np.float64)
         den[i, c] = (n - np.add.reduce(p0, dtype=np.float64)) + size
-    return torch.from_numpy(num).to(f64), torch.from_numpy(den).to(f64)
+    return torch.from_numpy(num), torch.from_numpy(den)  # float64
 
 
 def _expected_dice_sums(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
