@@ -1,11 +1,14 @@
 """Writing a case's ``.nii.gz`` outputs: the package's writers (gzip in blocks on several threads,
 :class:`monai_unc.io.GzipBlockWriter`) against ``nib.save`` (one zlib stream on one thread), in the same run.
 
+The package's writers deflate with ISA-L where python-isal is installed (the ``fast`` extra); ``zlib`` rows are the
+same writers as without it.
+
 The case is what ``monai-unc infer`` writes for a BraTS-sized volume by default: the segmentation (int16), the class
 probabilities (4 channels, float32) and six uncertainty maps (float32), from a smooth synthetic probability field.
 Each contender writes the whole case ``--repeat`` times in a child process that loads the arrays (wall time, best of
-the repeats; peak RSS of the child minus its RSS once the arrays are loaded: what writing adds); ``ours`` runs at 1
-thread and at ``--threads`` threads.
+the repeats; peak RSS of the child minus its RSS once the arrays are loaded: what writing adds); ``ours`` (and
+``zlib``) run at 1 thread and at ``--threads`` threads.
 
     python benchmarks/bench_writes.py --shape 240 240 155 --threads 2 --repeat 3
 """
@@ -57,11 +60,15 @@ def _reset_peak() -> int:
 
 
 def _time_case(kind: str, threads: int, case: dict[str, np.ndarray], repeat: int) -> dict[str, float]:
-    """Write ``case`` ``repeat`` times with ``kind`` (``nib`` or ``ours``) on ``threads`` torch threads: the best wall
-    time and the MiB written (and raw)."""
+    """Write ``case`` ``repeat`` times with ``kind`` (``nib``, ``ours`` or ``zlib``: ours without ISA-L) on
+    ``threads`` torch threads: the best wall time and the MiB written (and raw)."""
     import torch
 
+    import monai_unc.io.files as files
     from monai_unc.io import save_nifti, save_probabilities
+
+    if kind == "zlib":  # the writers as they are without python-isal
+        files._isal_zlib = None
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -98,13 +105,21 @@ def _child(kind: str, threads: int, arrays: str, repeat: int) -> None:
 
 def measure(shape: tuple[int, int, int], classes: int, threads: int, repeat: int,
             isolate: bool = True) -> dict[str, dict]:
-    """Time the three contenders: ``{"nib_1", "ours_1", "ours_<threads>"}`` -> ``{"s", "mib", "raw_mib"[,
-    "peak_mib"]}``. ``isolate``: each in its own child process, with its peak RSS; else in this process (no peak)."""
+    """Time the contenders: ``{"nib_1", "zlib_1", "zlib_<threads>", "ours_1", "ours_<threads>"}`` -> ``{"s", "mib",
+    "raw_mib"[, "peak_mib"]}`` (the ``zlib`` rows only where python-isal is installed, else they are ``ours``).
+    ``isolate``: each in its own child process, with its peak RSS; else in this process (no peak)."""
+    import monai_unc.io.files as files
+
     rows = {}
-    contenders = (("nib", 1), ("ours", 1), ("ours", threads))
+    kinds = ("zlib", "ours") if files._isal_zlib is not None else ("ours",)
+    contenders = (("nib", 1), *((k, n) for k in kinds for n in dict.fromkeys((1, threads))))
     if not isolate:
         case = _case(tuple(shape), classes)
-        return {f"{kind}_{n}": _time_case(kind, n, case, repeat) for kind, n in contenders}
+        isal = files._isal_zlib
+        try:
+            return {f"{kind}_{n}": _time_case(kind, n, case, repeat) for kind, n in contenders}
+        finally:
+            files._isal_zlib = isal
     with tempfile.TemporaryDirectory() as d:
         for name, arr in _case(tuple(shape), classes).items():
             np.save(Path(d) / f"{name}.npy", arr)
@@ -134,7 +149,8 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: | ---: |")
     for key, r in rows.items():
         kind, threads = key.split("_")
-        name = "nib.save, one zlib stream" if kind == "nib" else f"ours, {threads} thread(s)"
+        name = {"nib": "nib.save, one zlib stream", "zlib": f"ours with zlib, {threads} thread(s)",
+                "ours": f"ours, {threads} thread(s)"}[kind]
         print(f"| {name} | {r['s']:.3f} | {r['s'] / ref['s']:.2f}x | {r['mib']:.1f} | {r['peak_mib']:.0f} |")
 
 if __name__ == "__main__":

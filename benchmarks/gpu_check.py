@@ -576,7 +576,10 @@ def part_writes(dev: torch.device, cfg: dict, out: Path) -> dict:
     return {"ok": all(r["s"] > 0 for r in rows.values()), "shape": list(cfg["writes_shape"]), "threads": threads,
             "raw_mib": rows["nib_1"]["raw_mib"], "nib_save_s": ref,
             "ours_1_over_nib": rows["ours_1"]["s"] / ref, "ours_all_over_nib": rows[f"ours_{threads}"]["s"] / ref,
-            "peak_mib_ours_all": rows[f"ours_{threads}"].get("peak_mib")}
+            "peak_mib_ours_all": rows[f"ours_{threads}"].get("peak_mib"),
+            # the same writers with zlib (python-isal absent), and the sizes written: ISA-L's level 1 against zlib's
+            "zlib_all_over_nib": rows[f"zlib_{threads}"]["s"] / ref if f"zlib_{threads}" in rows else None,
+            "written_mib_nib": rows["nib_1"]["mib"], "written_mib_ours": rows[f"ours_{threads}"]["mib"]}
 
 
 FUNCS: dict[str, Callable[[torch.device, dict, Path], dict]] = {

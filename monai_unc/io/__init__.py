@@ -35,6 +35,7 @@ from .cases import (
 )
 from .files import (
     GZIP_BLOCK_BYTES,
+    GZIP_ENGINES,
     OUTPUT_LOCK_FILE,
     OUTPUT_MARKERS,
     GzipBlockWriter,
@@ -138,6 +139,7 @@ __all__ = [
     "atomic_copy",
     "atomic_gzip",
     "GZIP_BLOCK_BYTES",
+    "GZIP_ENGINES",
     "GzipBlockWriter",
     "json_safe",
     "CSV_NAN",

@@ -35,6 +35,11 @@ import torch
 
 from .._utils import num_threads
 
+try:  # Intel ISA-L's deflate (python-isal, the ``fast`` extra): level 1 about 10x zlib's speed at the same ratio
+    from isal import isal_zlib as _isal_zlib
+except ImportError:  # zlib alone
+    _isal_zlib = None
+
 __all__ = [
     "KNOWN_EXTENSIONS",
     "partial_path",
@@ -51,6 +56,7 @@ __all__ = [
     "atomic_copy",
     "atomic_gzip",
     "GZIP_BLOCK_BYTES",
+    "GZIP_ENGINES",
     "GzipBlockWriter",
     "save_nifti",
     "save_nifti_image",
@@ -423,13 +429,35 @@ GZIP_BLOCK_BYTES = 1 << 20
 _DEFLATE_WINDOW = 1 << 15
 
 
-def _deflate_block(data: bytes, zdict: bytes, level: int, last: bool) -> bytes:
-    """One raw deflate block of a :class:`GzipBlockWriter` stream, primed with the previous block's window."""
+#: :class:`GzipBlockWriter`'s deflate engines ("auto": ISA-L at level 1 where python-isal is installed, else zlib)
+GZIP_ENGINES = ("auto", "zlib", "isal")
+
+
+def _deflate_block(engine: Any, data: bytes, zdict: bytes, level: int, last: bool) -> bytes:
+    """One raw deflate block of a :class:`GzipBlockWriter` stream, primed with the previous block's window.
+
+    ``engine``: the ``zlib`` module or ``isal.isal_zlib`` (the same ``compressobj`` interface; ISA-L's levels 0-3).
+    """
     if zdict:
-        c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, zlib.DEF_MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, zdict)
+        c = engine.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, zlib.DEF_MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY,
+                               zdict)
     else:
-        c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        c = engine.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
     return c.compress(data) + c.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+
+
+def _gzip_engine(engine: str, compresslevel: int) -> tuple[Any, int]:
+    """The deflate module and its level for :class:`GzipBlockWriter`'s ``engine`` and zlib ``compresslevel``."""
+    if not isinstance(engine, str) or engine not in GZIP_ENGINES:
+        raise ValueError(f"engine must be one of {GZIP_ENGINES}, got {engine!r}")
+    if engine == "isal":
+        if _isal_zlib is None:
+            raise ValueError("engine 'isal' needs python-isal (pip install 'monai-unc[fast]' or 'isal')")
+        if compresslevel != 1:
+            raise ValueError(f"engine 'isal' writes at compresslevel 1 only, got {compresslevel!r}")
+    if compresslevel == 1 and engine != "zlib" and _isal_zlib is not None:
+        return _isal_zlib, 1
+    return zlib, compresslevel
 
 
 class GzipBlockWriter(io.RawIOBase):
@@ -438,11 +466,18 @@ class GzipBlockWriter(io.RawIOBase):
     The data is cut into blocks of :data:`GZIP_BLOCK_BYTES` uncompressed bytes; each is deflated on its own, primed
     with the last 32 KiB of the block before it, and ended with a sync flush (the last block: the end of the stream),
     so the blocks join into one ordinary deflate stream. The file is one standard gzip member (RFC 1952), read by
-    any gzip reader (``gzip``, zlib, nibabel, ITK, FSL); this is the method of Mark Adler's ``pigz``. zlib releases
-    the GIL while it compresses, so ``threads`` blocks are compressed at once. The block size is fixed and the
-    header holds no name and no time: the bytes written do not depend on ``threads`` or on how the data was split
-    into ``write`` calls. Sync flushes cost about 5 bytes per block, and each block loses the matches it could have
-    found before the previous block's window (negligible for volumes).
+    any gzip reader (``gzip``, zlib, nibabel, ITK, FSL); this is the method of Mark Adler's ``pigz``. The deflate
+    engines release the GIL while they compress, so ``threads`` blocks are compressed at once. The block size is
+    fixed and the header holds no name and no time: the bytes written do not depend on ``threads`` or on how the
+    data was split into ``write`` calls. Sync flushes cost about 5 bytes per block, and each block loses the matches
+    it could have found before the previous block's window (negligible for volumes).
+
+    At level 1 (the default) the blocks are deflated by Intel's ISA-L (the ``isal`` package, in the ``fast`` extra)
+    where it is installed: on the probability and uncertainty maps of segmentation networks about 10 times zlib's
+    level-1 speed (zlib takes them at about 30 MB/s) for the same file size; on smooth synthetic data ISA-L's level
+    1 finds fewer repeats than zlib's (larger files). The decompressed bytes are the same with either engine; the
+    compressed bytes differ, so ``engine="zlib"`` gives files whose bytes do not depend on whether ISA-L is
+    installed.
 
     At most ``2 * threads`` compressed blocks wait in memory before they are written in order.
 
@@ -450,9 +485,13 @@ class GzipBlockWriter(io.RawIOBase):
         fileobj: the binary file to write the gzip stream to (opened ``"wb"``); not closed by :meth:`close`.
         compresslevel: zlib level 0-9 (1: fastest).
         threads: compression threads; default: torch's intra-op thread count (``torch.get_num_threads()``).
+        engine: ``"auto"`` (ISA-L at level 1 when installed, else zlib), ``"zlib"`` or ``"isal"`` (level 1 only;
+            python-isal must be installed).
 
     Raises:
-        ValueError: ``compresslevel`` is not an integer in 0-9, or ``threads`` is not a positive integer.
+        ValueError: ``compresslevel`` is not an integer in 0-9, ``threads`` is not a positive integer, or
+            ``engine`` is not one of :data:`GZIP_ENGINES` or is ``"isal"`` without python-isal or at another
+            level than 1.
 
     Example:
         >>> import gzip, io
@@ -463,7 +502,8 @@ class GzipBlockWriter(io.RawIOBase):
         True
     """
 
-    def __init__(self, fileobj: Any, compresslevel: int = 1, threads: int | None = None) -> None:
+    def __init__(self, fileobj: Any, compresslevel: int = 1, threads: int | None = None,
+                 engine: str = "auto") -> None:
         self._pool: ThreadPoolExecutor | None = None
         try:
             if isinstance(compresslevel, bool) or not isinstance(compresslevel, int) or not 0 <= compresslevel <= 9:
@@ -472,13 +512,13 @@ class GzipBlockWriter(io.RawIOBase):
                 threads = num_threads()
             if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
                 raise ValueError(f"threads must be a positive integer, got {threads!r}")
+            self._engine, self._engine_level = _gzip_engine(engine, compresslevel)
             xfl = b"\x02" if compresslevel == 9 else b"\x04" if compresslevel == 1 else b"\x00"
             fileobj.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00" + xfl + b"\xff")  # no name, mtime 0, OS unknown
         except BaseException:  # closed as it is: the finalizer's close() must not write a stream's end to fileobj
             super().close()
             raise
         self._raw = fileobj
-        self._level = compresslevel
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gzip") if threads > 1 else None
         self._limit = 2 * threads
         self._pending: deque[Future[bytes]] = deque()
@@ -542,13 +582,14 @@ class GzipBlockWriter(io.RawIOBase):
         """Nothing to do: blocks are written once they are whole (and at :meth:`close`)."""
 
     def _submit(self, block: bytes, last: bool) -> None:
-        self._crc = zlib.crc32(block, self._crc)
+        self._crc = self._engine.crc32(block, self._crc)  # the same CRC-32 with either engine
         window = self._window
         self._window = block[-_DEFLATE_WINDOW:]
+        args = (self._engine, block, window, self._engine_level, last)
         if self._pool is None:
-            self._raw.write(_deflate_block(block, window, self._level, last))
+            self._raw.write(_deflate_block(*args))
             return
-        self._pending.append(self._pool.submit(_deflate_block, block, window, self._level, last))
+        self._pending.append(self._pool.submit(_deflate_block, *args))
         while len(self._pending) > (0 if last else self._limit):
             self._raw.write(self._pending.popleft().result())
 
