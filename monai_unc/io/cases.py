@@ -43,6 +43,11 @@ import numpy as np
 import torch
 
 from .._utils import check_probabilities, check_unit_interval, num_threads
+
+try:  # Intel ISA-L's gzip reader (python-isal, the ``fast`` extra): .nii.gz inflated ~1.5x faster than by ``gzip``
+    from isal import igzip as _igzip
+except ImportError:  # the standard library's gzip, through nibabel
+    _igzip = None
 from ..keys import DEPRECATED_MEASURES, LAYOUTS, MEASURES, canonical_measure
 from .files import read_json_or_none
 
@@ -692,7 +697,7 @@ def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
         if not _nifti_fast_path_reads(img, nib):
             return None
         _correct_nifti_header(img)
-        raw = np.asanyarray(img.dataobj)  # nibabel's scaling, as NibabelReader._get_array_data
+        raw = _nifti_data(img, name)  # nibabel's scaling, as NibabelReader._get_array_data
         if raw.dtype.kind not in "iuf" or raw.dtype.itemsize > 8 or raw.ndim != img.header["dim"][0]:
             return None
         # LoadImage(dtype=np.float32): np.asarray(raw, dtype=np.float32) made C-contiguous (a copy here, so that the
@@ -702,6 +707,24 @@ def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
         raise CaseError(f"cannot read {path}: {_reason(e)} (a truncated or corrupt file?)") from None
     data = data[None] if data.ndim <= 3 else np.moveaxis(data, -1, 0)  # EnsureChannelFirst
     return data, np.array(img.affine, dtype=np.float64)
+
+
+def _nifti_data(img: Any, name: str) -> Any:
+    """``np.asanyarray(img.dataobj)``, a ``.gz`` file's bytes inflated by ISA-L where python-isal is installed.
+
+    The same nibabel array proxy (shape, data type, offset, ``scl_slope`` / ``scl_inter``, order) reads from ISA-L's
+    gzip reader instead of the file nibabel opens, so the array is the same bit for bit. Anything that goes wrong
+    there reads the file again nibabel's way, which raises (and warns) what ``LoadImage`` does.
+    """
+    proxy = img.dataobj
+    if _igzip is not None and name.lower().endswith(".gz") and type(proxy).__name__ == "ArrayProxy":
+        try:
+            spec = (proxy.shape, proxy.dtype, proxy.offset, proxy.slope, proxy.inter)
+            with _igzip.open(name, "rb") as f:
+                return np.asanyarray(type(proxy)(f, spec, order=proxy.order))
+        except Exception:  # the read below reports it as LoadImage does
+            pass
+    return np.asanyarray(proxy)
 
 
 def _nifti_fast_path_reads(img: Any, nib: Any) -> bool:

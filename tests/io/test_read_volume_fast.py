@@ -333,3 +333,56 @@ def test_warnings_made_errors_give_the_same_error(tmp_path, case, no_loader):
         message = _message(read_volume, path)
         assert "RuntimeWarning: overflow" in message
         assert message == _message(_ORIGINAL_LOADER, path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# .nii.gz inflated by ISA-L (python-isal) where installed, else by the standard library's gzip through nibabel
+# ----------------------------------------------------------------------------------------------------------------
+class _SpyGzip:
+    """Stands for ``isal.igzip``: counts the files it opens (through ``real``) or fails each open."""
+
+    def __init__(self, real, fail: bool = False):
+        self.real, self.fail, self.opened = real, fail, []
+
+    def open(self, name, mode):
+        self.opened.append(name)
+        if self.fail:
+            raise OSError("the fast reader failed")
+        return self.real.open(name, mode)
+
+
+@pytest.mark.parametrize("kind", ["float32_3d", "int16_scaled_4d", "float64_nifti2_big_endian", "uint8_2d"])
+def test_gz_inflated_by_isal_equals_the_standard_read(tmp_path, kind, monkeypatch, no_loader):
+    igzip = pytest.importorskip("isal.igzip")
+    data, opts = {"float32_3d": (_values("float32", (37, 41, 29)), {}),
+                  "int16_scaled_4d": (_values("int16", (20, 21, 22, 3)), {"fields": {"scl_slope": 0.37,
+                                                                                   "scl_inter": -12.5}}),
+                  "float64_nifti2_big_endian": (_values("float64", (17, 19, 23)), {"nifti2": True, "endian": ">"}),
+                  "uint8_2d": (_values("uint8", (64, 48)), {})}[kind]
+    path = _write(tmp_path / "a.nii.gz", data, **opts)
+    spy = _SpyGzip(igzip)
+    monkeypatch.setattr(cases, "_igzip", spy)
+    (fast, aff), warned = _fast(path)
+    assert spy.opened == [str(path)]  # ISA-L's reader read the data
+    monkeypatch.setattr(cases, "_igzip", None)
+    (plain, plain_aff), plain_warned = _fast(path)
+    assert np.array_equal(fast.view(np.uint32), plain.view(np.uint32)) and fast.strides == plain.strides
+    assert np.array_equal(aff, plain_aff) and warned == plain_warned
+    monkeypatch.setattr(cases, "_igzip", igzip)
+    _assert_same(path)  # and both are LoadImage's
+
+
+def test_a_failing_isal_read_falls_back_to_the_standard_read(tmp_path, monkeypatch, no_loader):
+    """ISA-L's reader failing (here on every open) costs a second read, never a different result or error."""
+    path = _write(tmp_path / "a.nii.gz", _values("float32", (9, 10, 11)))
+    monkeypatch.setattr(cases, "_igzip", None)
+    (ref, _), _ = _fast(path)
+    spy = _SpyGzip(None, fail=True)
+    monkeypatch.setattr(cases, "_igzip", spy)
+    (got, _), warned = _fast(path)
+    assert spy.opened == [str(path)] and warned == []
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+    (tmp_path / "cut.nii.gz").write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    message = _message(read_volume, tmp_path / "cut.nii.gz")
+    monkeypatch.setattr(cases, "_igzip", None)
+    assert message == _message(read_volume, tmp_path / "cut.nii.gz")
