@@ -601,8 +601,10 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     NIfTI files (``.nii``, ``.nii.gz``; NIfTI-1 and NIfTI-2) are read with nibabel directly, without importing MONAI
     (seconds per process): the same array (float32, ``scl_slope`` / ``scl_inter`` applied, the values bit for bit) and
     affine (MONAI's choice between sform and qform) as ``LoadImage(image_only=True, ensure_channel_first=True)``, and
-    the same error for an unreadable file; a NIfTI file this path is not sure to read as ``LoadImage`` does (complex
-    or RGB data, 1 or more than 5 dimensions, ``MONAI_DICOM_READER`` set) and every other format go to ``LoadImage``.
+    the same error for an unreadable file (one exception where python-isal is installed: a corrupted ``.nii.gz``
+    whose deflate stream declares an incomplete Huffman code, which zlib refuses and ISA-L's inflate decodes, is read,
+    its CRC-32 checked); a NIfTI file this path is not sure to read as ``LoadImage`` does (complex or RGB data, 1 or
+    more than 5 dimensions, ``MONAI_DICOM_READER`` set) and every other format go to ``LoadImage``.
     A 2D or 3D file gives ``C = 1``; a 4D NIfTI ``(X, Y, Z, C)`` gives ``C`` channels first (a 5D one ``(X, Y, Z, 1,
     C)`` gives ``(C, X, Y, Z, 1)``, as ``LoadImage``). ``.npy`` files have no geometry: their affine is the identity.
     ``.mha`` / ``.mhd`` / ``.nrrd`` files, which MONAI reads only with ``itk`` / ``pynrrd`` installed, are otherwise
@@ -677,11 +679,12 @@ def _read_nifti(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     ``img.affine``. This does the same steps with the same nibabel calls, so the array (dtype, values, shape, strides)
     and the affine are the same bit for bit (``tests/io/test_read_volume_fast.py`` compares both on a matrix of
     files), and so are the warnings and the error of an unreadable file (the same call raises it, and it is worded
-    as ``LoadImage``'s). Whatever this is not sure to reproduce goes to ``LoadImage``: another file ending, a name
-    starting with ``~`` (``LoadImage`` expands it), ``MONAI_DICOM_READER`` set (it can put another reader before
-    MONAI's NIfTI reader), nibabel not installed, an image nibabel loads as another class than ``Nifti1Image`` /
-    ``Nifti2Image``, other than 2 to 5 dimensions, an empty axis, a data type other than real integers and floats of
-    at most 64 bits (complex, RGB, float128).
+    as ``LoadImage``'s; the one exception, a stream only ISA-L's inflate accepts: :func:`_nifti_data`). Whatever
+    this is not sure to reproduce goes to ``LoadImage``: another file ending, a name starting with ``~``
+    (``LoadImage`` expands it), ``MONAI_DICOM_READER`` set (it can put another reader before MONAI's NIfTI reader),
+    nibabel not installed, an image nibabel loads as another class than ``Nifti1Image`` / ``Nifti2Image``, other
+    than 2 to 5 dimensions, an empty axis, a data type other than real integers and floats of at most 64 bits
+    (complex, RGB, float128).
     """
     name = str(path)
     suffixes = "".join(s.lower() for s in path.suffixes)  # MONAI's is_supported_format: ".nii" in the suffixes
@@ -715,6 +718,12 @@ def _nifti_data(img: Any, name: str) -> Any:
     The same nibabel array proxy (shape, data type, offset, ``scl_slope`` / ``scl_inter``, order) reads from ISA-L's
     gzip reader instead of the file nibabel opens, so the array is the same bit for bit. Anything that goes wrong
     there reads the file again nibabel's way, which raises (and warns) what ``LoadImage`` does.
+
+    One difference: ISA-L's inflate accepts deflate streams that zlib (hence nibabel, ``LoadImage``, ITK and the
+    ``gzip`` program) refuses, those declaring an incomplete Huffman code (``invalid distances set``); zlib's and
+    ISA-L's deflate do not write them, a corrupted file can hold one. Such a file is read here, with the content
+    the gzip trailer's CRC-32 vouches for (ISA-L checks it once the data reaches the end of the stream, as in the
+    files nibabel and the NIfTI writers write), where ``LoadImage`` raises (``tests/io/test_cases_hostile.py``).
     """
     proxy = img.dataobj
     if _igzip is not None and name.lower().endswith(".gz") and type(proxy).__name__ == "ArrayProxy":

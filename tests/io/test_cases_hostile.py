@@ -130,3 +130,103 @@ def test_image_loader_built_on_two_reading_threads_at_once(monkeypatch):
         assert errors == []
     finally:
         cases._image_loader.cache_clear()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# .nii.gz through ISA-L's gzip reader: a deflate stream zlib refuses but ISA-L's inflate decodes
+# ----------------------------------------------------------------------------------------------------------------
+def _deflate_literals(data: bytes, dist_lengths: tuple[int, ...]) -> bytes:
+    """One final dynamic-Huffman deflate block of ``data`` as literals only, declaring the distance code lengths
+    ``dist_lengths`` (no distance is used). Literal/length code: bytes 0-254 on 8 bits, 255 and end-of-block on 9
+    (a complete code). ``(1, 1)`` is a valid block; ``(2, 2)`` declares an incomplete distance code, which zlib
+    refuses ("invalid distances set") and ISA-L's inflate accepts."""
+    bits = {"acc": 0, "n": 0, "out": bytearray()}
+
+    def put(value: int, n: int) -> None:  # least significant bit first
+        bits["acc"] |= value << bits["n"]
+        bits["n"] += n
+        while bits["n"] >= 8:
+            bits["out"].append(bits["acc"] & 0xFF)
+            bits["acc"] >>= 8
+            bits["n"] -= 8
+
+    def huff(code: int, n: int) -> None:  # Huffman codes: most significant bit first
+        put(int(format(code, f"0{n}b")[::-1], 2), n)
+
+    def canonical(lengths: list[int]) -> list[int]:
+        codes, code = [0] * len(lengths), 0
+        for length in range(1, max(lengths) + 1):
+            for i, n in enumerate(lengths):
+                if n == length:
+                    codes[i], code = code, code + 1
+            code <<= 1
+        return codes
+
+    lit = [8] * 255 + [9, 9]
+    used = sorted({8, 9, *dist_lengths})
+    cl = [0] * 19
+    for sym, n in zip(used, [1, 1] if len(used) == 2 else [1, 2, 2] if len(used) == 3 else [2, 2, 2, 2]):
+        cl[sym] = n
+    order = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15]
+    hclen = max(4, max(order.index(s) for s in used) + 1)
+    cl_codes, lit_codes = canonical(cl), canonical(lit)
+    put(1, 1), put(2, 2), put(0, 5), put(len(dist_lengths) - 1, 5), put(hclen - 4, 4)  # final, dynamic, sizes
+    for sym in order[:hclen]:
+        put(cl[sym], 3)
+    for n in lit + list(dist_lengths):
+        huff(cl_codes[n], cl[n])
+    for byte in data:
+        huff(lit_codes[byte], lit[byte])
+    huff(lit_codes[256], lit[256])
+    if bits["n"]:
+        bits["out"].append(bits["acc"] & 0xFF)
+    return bytes(bits["out"])
+
+
+def _gzip_with_second_block(raw: bytes, dist_lengths: tuple[int, ...], crc_xor: int = 0) -> bytes:
+    """``raw`` gzipped: its first 64 KiB by zlib (which ``nib.load`` reads the header from), the rest as
+    :func:`_deflate_literals`."""
+    import struct
+    import zlib
+
+    c = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = c.compress(raw[:65536]) + c.flush(zlib.Z_SYNC_FLUSH) + _deflate_literals(raw[65536:], dist_lengths)
+    trailer = struct.pack("<II", zlib.crc32(raw) ^ crc_xor, len(raw) & 0xFFFFFFFF)
+    return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + body + trailer
+
+
+def test_a_stream_only_isal_inflates_gives_its_crc_checked_content(tmp_path, monkeypatch):
+    """ISA-L's inflate accepts incomplete Huffman codes, which zlib refuses: a ``.nii.gz`` whose deflate stream
+    declares one (here in its second block, after the header ``nib.load`` reads) is refused by nibabel, MONAI's
+    ``LoadImage`` and the ``gzip`` program ("invalid distances set"), while ``read_volume`` with python-isal installed
+    reads it. What it reads is the content the gzip trailer's CRC-32 vouches for (ISA-L checks it); a wrong CRC-32
+    gives ``LoadImage``'s error with either reader. The one known difference between the two readers (documented in
+    ``read_volume``); this pins it, so that a change of either shows here."""
+    import gzip
+    import zlib
+
+    nib = pytest.importorskip("nibabel")
+    from monai_unc.io import CaseError, cases, read_volume
+
+    x = np.arange(40 * 50 * 30, dtype=np.float32).reshape(40, 50, 30) / 7
+    nib.save(nib.Nifti1Image(x, np.eye(4)), tmp_path / "plain.nii")
+    raw = (tmp_path / "plain.nii").read_bytes()
+    assert gzip.decompress(_gzip_with_second_block(raw, (1, 1))) == raw  # the encoder writes valid streams
+    odd, bad_crc = tmp_path / "odd.nii.gz", tmp_path / "odd_crc.nii.gz"
+    odd.write_bytes(_gzip_with_second_block(raw, (2, 2)))
+    bad_crc.write_bytes(_gzip_with_second_block(raw, (2, 2), crc_xor=1))
+    with pytest.raises(zlib.error, match="invalid distances set"):
+        gzip.decompress(odd.read_bytes())
+    monkeypatch.setattr(cases, "_igzip", None)  # the standard library's gzip: LoadImage's error
+    for path in (odd, bad_crc):
+        with pytest.raises(CaseError, match=f"cannot read .*{path.name}: error: .*invalid distances set"):
+            read_volume(path)
+    pytest.importorskip("monai")
+    with pytest.raises(CaseError, match=f"cannot read .*{odd.name}: error: .*invalid distances set"):
+        cases._read_with_loader(odd)  # MONAI's LoadImage
+    igzip = pytest.importorskip("isal.igzip")
+    monkeypatch.setattr(cases, "_igzip", igzip)
+    data, affine = read_volume(odd)
+    assert np.array_equal(data, x[None]) and np.array_equal(affine, np.eye(4))
+    with pytest.raises(CaseError, match=f"cannot read .*{bad_crc.name}: error: .*invalid distances set"):
+        read_volume(bad_crc)
