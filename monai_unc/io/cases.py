@@ -722,15 +722,18 @@ def _nifti_data(img: Any, name: str) -> Any:
     One difference: ISA-L's inflate accepts deflate streams that zlib (hence nibabel, ``LoadImage``, ITK and the
     ``gzip`` program) refuses, those declaring an incomplete Huffman code (``invalid distances set``); zlib's and
     ISA-L's deflate do not write them, a corrupted file can hold one. Such a file is read here, with the content
-    the gzip trailer's CRC-32 vouches for (ISA-L checks it once the data reaches the end of the stream, as in the
-    files nibabel and the NIfTI writers write), where ``LoadImage`` raises (``tests/io/test_cases_hostile.py``).
+    the gzip trailer's CRC-32 vouches for (the stream is read to its end after the data, so ISA-L checks the CRC-32
+    and the length even when bytes follow the data), where ``LoadImage`` raises (``tests/io/test_cases_hostile.py``).
     """
     proxy = img.dataobj
     if _igzip is not None and name.lower().endswith(".gz") and type(proxy).__name__ == "ArrayProxy":
         try:
             spec = (proxy.shape, proxy.dtype, proxy.offset, proxy.slope, proxy.inter)
             with _igzip.open(name, "rb") as f:
-                return np.asanyarray(type(proxy)(f, spec, order=proxy.order))
+                data = np.asanyarray(type(proxy)(f, spec, order=proxy.order))
+                while f.read(1 << 20):  # to the end of the stream, whatever follows the data: its CRC-32 checked
+                    pass
+            return data
         except Exception:  # the read below reports it as LoadImage does
             pass
     return np.asanyarray(proxy)

@@ -230,3 +230,24 @@ def test_a_stream_only_isal_inflates_gives_its_crc_checked_content(tmp_path, mon
     assert np.array_equal(data, x[None]) and np.array_equal(affine, np.eye(4))
     with pytest.raises(CaseError, match=f"cannot read .*{bad_crc.name}: error: .*invalid distances set"):
         read_volume(bad_crc)
+
+
+def test_the_isal_read_checks_the_crc_even_when_bytes_follow_the_data(tmp_path, monkeypatch):
+    """A stream only ISA-L inflates, holding 300 kB after the image's data and a wrong CRC-32: the ISA-L read goes on
+    to the end of the stream, so the CRC-32 is checked (else the data would be returned on ISA-L's word alone: the
+    trailer lies past what the array needs) and the file gets ``LoadImage``'s error."""
+    nib = pytest.importorskip("nibabel")
+    igzip = pytest.importorskip("isal.igzip")
+    from monai_unc.io import CaseError, cases, read_volume
+
+    x = np.arange(40 * 50 * 30, dtype=np.float32).reshape(40, 50, 30) / 7
+    nib.save(nib.Nifti1Image(x, np.eye(4)), tmp_path / "plain.nii")
+    raw = (tmp_path / "plain.nii").read_bytes() + bytes(range(256)) * 1200  # nibabel reads up to the data's end
+    good, bad_crc = tmp_path / "tail.nii.gz", tmp_path / "tail_crc.nii.gz"
+    good.write_bytes(_gzip_with_second_block(raw, (2, 2)))
+    bad_crc.write_bytes(_gzip_with_second_block(raw, (2, 2), crc_xor=1))
+    monkeypatch.setattr(cases, "_igzip", igzip)
+    data, _ = read_volume(good)
+    assert np.array_equal(data, x[None])
+    with pytest.raises(CaseError, match=f"cannot read .*{bad_crc.name}: error: .*invalid distances set"):
+        read_volume(bad_crc)
