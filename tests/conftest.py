@@ -70,41 +70,52 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def quick_softmax_demo(tmp_path_factory):
     """``monai-unc demo --quick --method softmax --samples 1 --quiet`` on four of its cases (three in distribution,
-    one with noise), run once per session and shared by the tests that read its outputs (they must not modify the
-    folder): ``(output folder, what it printed)``."""
+    one with noise), run once per session (once for all pytest-xdist workers: :mod:`tests._shared`) and shared by the
+    tests that read its outputs (they must not modify the folder): ``(output folder, what it printed)``."""
     import contextlib
     import io
+
+    from tests._shared import once_per_session
 
     pytest.importorskip("nilearn")
     import monai_unc.workflows.demo as demo
     from monai_unc import cli
 
-    out = tmp_path_factory.mktemp("quick_softmax_demo") / "demo"
-    printed = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
-        mp.setattr(demo, "DEMO_SHIFTS", demo.DEMO_SHIFTS[:4])
-        code = cli.main(["demo", "--quick", "--output", str(out), "--method", "softmax", "--samples", "1",
-                         "--quiet"])
-    assert code == 0, printed.getvalue()[-3000:]
-    return out, printed.getvalue()
+    def run(folder):
+        printed = io.StringIO()
+        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+            mp.setattr(demo, "DEMO_SHIFTS", demo.DEMO_SHIFTS[:4])
+            code = cli.main(["demo", "--quick", "--output", str(folder / "demo"), "--method", "softmax",
+                             "--samples", "1", "--quiet"])
+        assert code == 0, printed.getvalue()[-3000:]
+        return printed.getvalue()
+
+    folder, printed = once_per_session(tmp_path_factory, "quick_softmax_demo", run)
+    return folder / "demo", printed
 
 
 @pytest.fixture(scope="session")
 def toy_bundle_trainings(tmp_path_factory):
     """The toy bundle's train configs for 2 iterations on 2 cases, in one process (one start-up instead of three):
     ``train.json`` as shipped (``"default"``), with ``--loss#_target_ monai_unc.losses.DiceSVLSLoss`` (``"svls"``),
-    and ``train_ssn.json`` (``"ssn"``); each key maps to the run's ``--ckpt_dir`` (tests only read them)."""
+    and ``train_ssn.json`` (``"ssn"``); each key maps to the run's ``--ckpt_dir`` (tests only read them). Once for all
+    pytest-xdist workers (:mod:`tests._shared`)."""
     from tests._bundle_runs import bundle_argv, run_bundles
     from tests._paths import ROOT
+    from tests._shared import once_per_session
 
     configs = ROOT / "bundles" / "toy_uncertainty" / "configs"
-    root = tmp_path_factory.mktemp("toy_bundle_trainings")
     runs = {"default": (configs / "train.json", ()),
             "svls": (configs / "train.json", ("--loss#_target_", "monai_unc.losses.DiceSVLSLoss")),
             "ssn": (configs / "train_ssn.json", ())}
-    run_bundles(*[bundle_argv(str(cfg), "--ckpt_dir", str(root / name), "--iterations", "2", "--n_train_cases", "2",
-                              *extra) for name, (cfg, extra) in runs.items()])
-    return {name: root / name for name in runs}
+
+    def train(root):
+        run_bundles(*[bundle_argv(str(cfg), "--ckpt_dir", str(root / name), "--iterations", "2", "--n_train_cases",
+                                  "2", *extra) for name, (cfg, extra) in runs.items()])
+        return sorted(runs)
+
+    root, names = once_per_session(tmp_path_factory, "toy_bundle_trainings", train)
+    return {name: root / name for name in names}
 
 
 #: the longest tests (about 1-3 minutes each on a 2-core machine), run first: pytest-xdist hands tests out in collection

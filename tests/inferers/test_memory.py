@@ -166,12 +166,20 @@ MODES = ("defaults", "legacy", "stock", "shared", "kept")
 
 
 @pytest.fixture(scope="module")
-def measured_peaks() -> dict:
+def measured_peaks(tmp_path_factory) -> dict:
     """Every mode measured in one fresh process (one import instead of five), one after another: the peak is reset
     to the current RSS before each call (``/proc/self/clear_refs``), and every mode's tensors are freed (and, above
-    the fixed mmap threshold, unmapped) before the next one starts, so each peak is the call's own."""
+    the fixed mmap threshold, unmapped) before the next one starts, so each peak is the call's own. Once per test
+    session, whichever pytest-xdist workers the modes' tests go to (:mod:`tests._shared`)."""
     if not os.path.exists("/proc/self/statm"):
         pytest.skip("needs /proc (Linux) to read RSS")
+    from tests._shared import once_per_session
+
+    return once_per_session(tmp_path_factory, "memory_peaks", lambda folder: _measure_peaks())[1]
+
+
+def _measure_peaks() -> dict:
+    """The peaks of :data:`MODES` (``{mode: {"measured", "estimate"}}``), measured as :func:`measured_peaks` says."""
     # a fixed mmap threshold: every tensor above 128 KiB is mapped and unmapped, so RSS follows the live tensors
     # (glibc's dynamic threshold otherwise keeps freed blocks of up to 32 MiB in the heap, slack that depends on the
     # order of allocations)
