@@ -67,11 +67,10 @@ def _time_case(kind: str, threads: int, case: dict[str, np.ndarray], repeat: int
     import monai_unc.io.files as files
     from monai_unc.io import save_nifti, save_probabilities
 
+    before, isal = torch.get_num_threads(), files._isal_zlib
+    torch.set_num_threads(threads)
     if kind == "zlib":  # the writers as they are without python-isal
         files._isal_zlib = None
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
     times = []
     try:
         with tempfile.TemporaryDirectory() as d:
@@ -91,6 +90,7 @@ def _time_case(kind: str, threads: int, case: dict[str, np.ndarray], repeat: int
             size = sum(p.stat().st_size for p in out.iterdir())
     finally:
         torch.set_num_threads(before)
+        files._isal_zlib = isal
     return {"s": min(times), "mib": size / 2**20, "raw_mib": sum(a.nbytes for a in case.values()) / 2**20}
 
 
@@ -115,11 +115,7 @@ def measure(shape: tuple[int, int, int], classes: int, threads: int, repeat: int
     contenders = (("nib", 1), *((k, n) for k in kinds for n in dict.fromkeys((1, threads))))
     if not isolate:
         case = _case(tuple(shape), classes)
-        isal = files._isal_zlib
-        try:
-            return {f"{kind}_{n}": _time_case(kind, n, case, repeat) for kind, n in contenders}
-        finally:
-            files._isal_zlib = isal
+        return {f"{kind}_{n}": _time_case(kind, n, case, repeat) for kind, n in contenders}
     with tempfile.TemporaryDirectory() as d:
         for name, arr in _case(tuple(shape), classes).items():
             np.save(Path(d) / f"{name}.npy", arr)
