@@ -138,7 +138,7 @@ def spearman_mni(n_cases: int, samples: int, seed: int = 0) -> dict:
     import torch
 
     from monai_unc.data import load_example_model
-    from monai_unc.data.perturb import make_mni152_cohort
+    from monai_unc.data.perturbations import make_mni152_cohort
     from monai_unc.inferers import MCDropoutInferer
 
     cohort = make_mni152_cohort(n_cases, seed=seed, roi=MNI_ROI)

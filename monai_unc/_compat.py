@@ -131,6 +131,16 @@ MOVED_MODULES: dict[str, MovedModule] = {
         )},
         "import from monai_unc.engine",
     ),
+    # modules named like a function of their package: the function hid the module from attribute lookups, so that
+    # dotted paths through them (a bundle's "_target_", pydoc.locate) did not resolve; the package-level names stay
+    "monai_unc.metrics.qu_brats": MovedModule(
+        {"monai_unc.metrics.qu_brats_score": None},
+        "import from monai_unc.metrics (or monai_unc.metrics.qu_brats_score)",
+    ),
+    "monai_unc.data.perturb": MovedModule(
+        {"monai_unc.data.perturbations": None},
+        "import from monai_unc.data (or monai_unc.data.perturbations)",
+    ),
 }
 
 
@@ -186,8 +196,35 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 names.append(name)
         module.__all__ = names
         module.__doc__ = f"Deprecated module path: {moved.message(old)}."
+        _keep_package_name(old)
         # stacklevel 2 skips the import machinery's frames: the warning points at the importing line
         warnings.warn(moved.message(old), DeprecationWarning, stacklevel=2)
+
+
+class _KeepsItsNames(ModuleType):
+    """The class of a package whose name (a function) is also the old path of a moved module below it.
+
+    Python binds a submodule on its package as it imports it (``setattr(package, "qu_brats", module)``): the first
+    import of ``monai_unc.metrics.qu_brats`` would replace the function ``monai_unc.metrics.qu_brats`` with the
+    deprecated module. This class skips that one binding (the name keeps its object; the module stays importable
+    through ``sys.modules``); every other attribute is set as usual.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        spec = getattr(value, "__spec__", None)
+        if (isinstance(value, ModuleType) and spec is not None and isinstance(spec.loader, MovedModuleFinder)
+                and not isinstance(self.__dict__.get(name, value), ModuleType)):
+            return
+        super().__setattr__(name, value)
+
+
+def _keep_package_name(old: str) -> None:
+    """Keep the package's own object of the name ``old`` ends with (a function) when ``old`` is imported."""
+    package, _, name = old.rpartition(".")
+    module = sys.modules.get(package)
+    if module is not None and type(module) is ModuleType and not isinstance(module.__dict__.get(name, module),
+                                                                            ModuleType):
+        module.__class__ = _KeepsItsNames
 
 
 #: the finder of :data:`MOVED_MODULES` that the package root installs

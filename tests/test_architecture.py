@@ -75,6 +75,8 @@ DEPRECATED_MODULES = (
     "monai_unc.distributed",
     "monai_unc.distributed.cases",
     "monai_unc.distributed.collectives",
+    "monai_unc.metrics.qu_brats",
+    "monai_unc.data.perturb",
 )
 
 #: component -> components it may not import although the layers would allow it (the deprecated modules of the old

@@ -23,7 +23,9 @@ import pytest
 import torch
 
 import monai_unc._compat
+import monai_unc.data
 import monai_unc.data.cohorts
+import monai_unc.data.perturbations
 import monai_unc.engine
 import monai_unc.evaluation
 import monai_unc.io
@@ -31,6 +33,7 @@ import monai_unc.io.files
 import monai_unc.io.provenance
 import monai_unc.keys
 import monai_unc.metrics
+import monai_unc.metrics.qu_brats_score
 import monai_unc.metrics.quality
 import monai_unc.temperature
 import monai_unc.workflows
@@ -52,6 +55,8 @@ MODULE_ALIASES: dict[str, tuple[object, ...]] = {
     "monai_unc.distributed": (monai_unc.engine,),
     "monai_unc.distributed.cases": (monai_unc.engine,),
     "monai_unc.distributed.collectives": (monai_unc.engine,),
+    "monai_unc.metrics.qu_brats": (monai_unc.metrics.qu_brats_score,),
+    "monai_unc.data.perturb": (monai_unc.data.perturbations,),
 }
 
 
@@ -289,3 +294,59 @@ def test_histogram_save_warns_and_writes_what_save_state_writes(tmp_path):
     for k, v in a.state_dict().items():
         np.testing.assert_array_equal(v, b.state_dict()[k])
     np.testing.assert_array_equal(a.counts.numpy(), hist.counts.numpy())
+
+
+@pytest.mark.parametrize("old, package, new", [("monai_unc.metrics.qu_brats", monai_unc.metrics, "qu_brats_score"),
+                                               ("monai_unc.data.perturb", monai_unc.data, "perturbations")])
+def test_a_module_path_named_like_its_packages_function_imports_and_leaves_the_function(old, package, new):
+    """The old module paths ``monai_unc.metrics.qu_brats`` and ``monai_unc.data.perturb`` were hidden by the package
+    functions of the same names; a first import of the old path (which binds a module on its package in Python's
+    import machinery) leaves the package's function in place, and the names come from the new module."""
+    name = old.rpartition(".")[2]
+    function = getattr(package, name)
+    assert callable(function) and not isinstance(function, type(sys))
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{old} is deprecated")):
+        module = importlib.import_module(old)
+    assert getattr(package, name) is function  # not replaced by the module
+    assert getattr(module, name) is function is getattr(getattr(package, new), name)
+    package.some_attribute_set_later = 1  # other attributes are set as usual
+    assert package.some_attribute_set_later == 1
+    del package.some_attribute_set_later
+
+
+def test_every_public_module_is_its_packages_attribute():
+    """Every public module of the package is the attribute of its package of its name, so that a dotted path
+    through it resolves by attribute lookups as MONAI's bundle configs (``"_target_"``, through ``pydoc.locate``)
+    and other tools resolve them; the two module paths that failed this (a function of the package had their name)
+    moved (``monai_unc.metrics.qu_brats_score``, ``monai_unc.data.perturbations``)."""
+    import pkgutil
+    import pydoc
+
+    import monai_unc
+
+    hidden = []
+    for info in pkgutil.walk_packages(monai_unc.__path__, "monai_unc."):
+        if any(part.startswith("_") for part in info.name.split(".")):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional dependency this environment lacks
+            continue
+        package, _, leaf = info.name.rpartition(".")
+        if getattr(sys.modules[package], leaf, None) is not module:
+            hidden.append(info.name)
+    assert hidden == []
+    assert pydoc.locate("monai_unc.metrics.qu_brats_score.qu_brats_regions") is monai_unc.metrics.qu_brats_regions
+    assert pydoc.locate("monai_unc.data.perturbations.perturb") is monai_unc.data.perturb
+
+
+def test_bundle_target_through_the_moved_modules():
+    """A MONAI bundle config names the functions through their modules (``"_target_"``) and gets them."""
+    from monai.bundle import ConfigParser
+
+    parser = ConfigParser({"score": {"_target_": "monai_unc.metrics.qu_brats_score.qu_brats_regions",
+                                     "_mode_": "callable"},
+                           "shift": {"_target_": "monai_unc.data.perturbations.perturb", "_mode_": "callable"}})
+    assert parser.get_parsed_content("score") is monai_unc.metrics.qu_brats_regions
+    assert parser.get_parsed_content("shift") is monai_unc.data.perturb

@@ -3,7 +3,14 @@
 from .cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS, make_demo_cohort, write_toy_cohort
 from .mni152 import TISSUE_CLASSES, hemisphere_masks, load_mni152_tissue, tissue_ambiguity
 from .model import EXAMPLE_NETWORK, build_example_network, example_weights_path, load_example_model
-from .perturb import FIXED_PERTURBATIONS, MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort, perturb
+from .perturbations import (
+    FIXED_PERTURBATIONS,
+    MAX_SEVERITY,
+    PERTURBATIONS,
+    fixed_perturbation,
+    make_mni152_cohort,
+    perturb,
+)
 from .ssn_training import SSN_TOY_NETWORK, build_ssn_network, train_ssn
 from .synthetic import SHIFTS, make_toy_case, make_toy_dataset
 

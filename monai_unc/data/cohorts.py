@@ -37,7 +37,7 @@ from scipy.ndimage import gaussian_filter
 from ..io import atomic_write_json, atomic_write_text, read_json_or_none, save_nifti, save_nifti_image, write_csv
 from ..measures import entropy
 from .mni152 import TISSUE_CLASSES, load_mni152_tissue
-from .perturb import MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort
+from .perturbations import MAX_SEVERITY, PERTURBATIONS, fixed_perturbation, make_mni152_cohort
 from .synthetic import SHIFTS, make_toy_dataset
 
 __all__ = [
@@ -105,7 +105,7 @@ def export_mni152_cases(
     """Export the MNI152 tissue example (docs/data.md) to NIfTI in the layout of the module docstring.
 
     Case 0 is the template itself (shift ``"none"``); cases 1.. are perturbed copies from
-    :func:`~monai_unc.data.perturb.make_mni152_cohort` (noise, bias field, contrast, blur, resolution loss, cycled,
+    :func:`~monai_unc.data.make_mni152_cohort` (noise, bias field, contrast, blur, resolution loss, cycled,
     severity drawn from ``severity_range``), with the shift and severity recorded in the manifest. Images are the
     T1 scaled to [0, 1] (perturbed copies may leave that range), labels the 3-class tissue map (0 background + CSF,
     1 grey matter, 2 white matter), masks the right hemisphere (world x >= 0): the half never seen in training,
@@ -392,7 +392,7 @@ def make_demo_cohort(
     seed, perturbation and parameter each image was made with); an existing case is kept when it was made with the
     same ones, and made again otherwise (another ``seed``, perturbation or parameter under the same case id).
     Every case is the held-out right hemisphere of the MNI152 example with one
-    :func:`~monai_unc.data.perturb.fixed_perturbation`; its random parts come from ``seed`` and the case
+    :func:`~monai_unc.data.perturbations.fixed_perturbation`; its random parts come from ``seed`` and the case
     (:func:`_demo_case_seed`), so a case is the same in any subset. Needs ``nilearn``.
 
     Args:

@@ -32,7 +32,7 @@ from ..activation import TaskView
 from ..io import CaseFiles, LoadedCase, load_case, segment_label_values
 from ..metrics.calibration import ConfidenceHistogram, calibration_metrics
 from ..metrics.discrimination import error_auprc, error_auroc
-from ..metrics.qu_brats import measure_max, qu_brats_regions, to_qu_brats_range
+from ..metrics.qu_brats_score import measure_max, qu_brats_regions, to_qu_brats_range
 from ..metrics.spatial import boundary_aware_ece, boundary_uncertainty_concentration, spatial_calibration_error
 from ..regions import parse_regions
 from ..scores import case_score_columns

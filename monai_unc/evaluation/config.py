@@ -20,7 +20,7 @@ import numpy as np
 from .._utils import check_integer
 from ..io import unescape_cell
 from ..keys import ENTROPY_MEASURES, MEASURES, canonical_measure
-from ..metrics.qu_brats import QU_BRATS_GRIDS
+from ..metrics.qu_brats_score import QU_BRATS_GRIDS
 from ..product import CohortProduct
 from ..regions import parse_regions
 from ..scores import CASE_SCORES

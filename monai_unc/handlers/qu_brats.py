@@ -22,7 +22,7 @@ from monai.handlers.utils import from_engine
 from monai.utils import MetricReduction
 
 from ..keys import UncertaintyKeys
-from ..metrics.qu_brats import QUBraTSMetric
+from ..metrics.qu_brats_metric import QUBraTSMetric
 from ..regions import RegionSpec
 
 __all__ = ["QUBraTS"]

@@ -127,7 +127,7 @@ from .overlap import (
     mask_gram,
     overlap_counts,
 )
-from .qu_brats import (
+from .qu_brats_score import (
     QU_BRATS_COMPONENTS,
     QU_BRATS_EPS,
     QU_BRATS_GRIDS,

@@ -17,7 +17,7 @@ from monai.utils import MetricReduction
 
 from .._utils import check_finite, exceeds, main_rank_warnings, sync_case_buffers, to_tensor
 from ..regions import RegionSpec, label_to_regions, parse_regions
-from .qu_brats import (
+from .qu_brats_score import (
     QU_BRATS_COMPONENTS,
     binary_mask_of,
     check_grid,

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from scipy.ndimage import gaussian_filter
 
-from monai_unc.data.perturb import MAX_SEVERITY, PERTURBATIONS, make_mni152_cohort, perturb
+from monai_unc.data.perturbations import MAX_SEVERITY, PERTURBATIONS, make_mni152_cohort, perturb
 
 
 def phantom(shape=(24, 28, 20), seed=0) -> np.ndarray:

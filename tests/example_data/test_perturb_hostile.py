@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.data.perturb import FIXED_PERTURBATIONS, PERTURBATIONS, fixed_perturbation, perturb
+from monai_unc.data.perturbations import FIXED_PERTURBATIONS, PERTURBATIONS, fixed_perturbation, perturb
 
 
 def image(shape=(1, 10, 12, 9), seed=0, dtype=np.float32) -> np.ndarray:

@@ -133,7 +133,7 @@ def test_hand_worked_2x2x2():
 def test_one_pass_binning_is_exact_at_and_next_to_every_threshold():
     """The O(1) bin index (estimate + one comparison) equals a binary search, and torch's bucketize path, for values
     on, just below and just above every threshold, in float32 and float64, on uniform and other grids."""
-    q = sys.modules["monai_unc.metrics.qu_brats"]
+    q = sys.modules["monai_unc.metrics.qu_brats_score"]
     for num_points, max_u in ((40, 100.0), (30, 100.0), (7, 1.0), (13, 3.7)):
         asc = q.qu_brats_thresholds(num_points, max_u)[::-1].copy()
         for dtype in (np.float32, np.float64):

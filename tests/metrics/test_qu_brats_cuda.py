@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.metrics.qu_brats import QUBraTSMetric, qu_brats, qu_brats_regions
+from monai_unc.metrics.qu_brats_score import QUBraTSMetric, qu_brats, qu_brats_regions
 from tests.metrics.test_qu_brats import _batch
 
 pytestmark = pytest.mark.cuda

@@ -160,7 +160,7 @@ def test_both_counting_backends_agree_on_the_numpy1_grid():
     u, pred, target, brain = random_case((15, 13, 9), 7)
     asc = qu_brats_thresholds(grid="numpy1")[::-1].copy()
     flags = [torch.from_numpy(x) for x in (pred, target, brain)]
-    module = sys.modules["monai_unc.metrics.qu_brats"]  # the module (the package's name is the function)
+    module = sys.modules["monai_unc.metrics.qu_brats_score"]  # the module (the package's name is the function)
     counts = [module._curve_counts(torch.from_numpy(u), *flags, asc, backend=bk) for bk in ("numpy", "torch")]
     np.testing.assert_array_equal(counts[0], counts[1])
 

@@ -115,7 +115,7 @@ def test_the_functions_refuse_a_bool_spacing_as_the_metric_classes_do(fn, spacin
     ("monai_unc.metrics.spatial", ("BoundaryUncertaintyConcentrationMetric", "BoundaryAwareECEMetric",
                                    "SpatialCalibrationErrorMetric")),
     ("monai_unc.metrics.ambiguity", ("NCCMetric", "GEDMetric")),
-    ("monai_unc.metrics.qu_brats", ("QUBraTSMetric",)),
+    ("monai_unc.metrics.qu_brats_score", ("QUBraTSMetric",)),
 ])
 def test_the_metric_classes_keep_their_old_module_paths(module, names):
     """The MONAI classes moved to ``*_metric`` modules: ``from monai_unc.metrics.spatial import *`` (and of the other

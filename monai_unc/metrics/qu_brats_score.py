@@ -630,6 +630,6 @@ def to_qu_brats_range(uncertainty: ArrayLike, max_value: float, max_uncertainty:
 
 
 #: the MONAI metric class of this module's functions lives in :mod:`.qu_brats_metric` (it imports MONAI): imported on
-#: first access, so that ``monai_unc.metrics.qu_brats.QUBraTSMetric`` still works
+#: first access, so that ``monai_unc.metrics.qu_brats_score.QUBraTSMetric`` works too
 __getattr__, __dir__ = lazy_attributes(__package__, {"QUBraTSMetric": "qu_brats_metric"}, (), globals(),
                                        owner=__name__)
