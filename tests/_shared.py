@@ -1,11 +1,14 @@
 """A session fixture's work done once per test session, not once per pytest-xdist worker.
 
 A session- or module-scoped fixture runs in every worker that runs one of its tests, and ``--dist worksteal`` can send
-its tests to both workers: an expensive fixture (a demo run, bundle trainings, memory measurements in a fresh
-process) then runs twice. :func:`once_per_session` runs it once in a folder of the session's temporary root (shared by
-its workers), under a file lock: the first worker to need it does the work, a later one reads the result (waiting
-for the first if it is still working). Without xdist it runs in a folder of its own, as ``tmp_path_factory.mktemp``
-does. A failed attempt leaves no result, so the next worker that needs it tries again.
+its tests to both workers: an expensive fixture (a demo run, bundle trainings) then runs twice. :func:`once_per_session`
+runs it once in a folder of the session's temporary root (shared by its workers), under a file lock: the first worker to
+need it does the work, a later one reads the result (waiting for the first if it is still working). Without xdist it
+runs in a folder of its own, as ``tmp_path_factory.mktemp`` does. A failed attempt leaves no result, so the next worker
+that needs it tries again.
+
+A worker that needs the result while another computes it waits, idle: work that only one test reads belongs in
+that test (the memory measurements of ``tests/inferers/test_memory.py`` are one test for that reason).
 """
 
 from __future__ import annotations
