@@ -133,6 +133,11 @@ RUN_FIRST = (
     "tests/bundles/test_bundles.py::test_brain_bundle_evaluation_writes_metrics_csv",
     "tests/nnunet/test_nnunet.py::test_end_to_end_cpu_docs_example_and_stock_agreement",
     "tests/nnunet/test_calibration_trainers.py::test_each_trainer_trains_two_epochs_and_predicts",
+    # 35-60 s each; the memory-model test (one fresh-process measurement) was the last test of a CI run, 35 s after
+    # the other worker had finished
+    "tests/benchmarks/test_bench_nnunet.py::test_end_to_end_mode_runs_and_finds_the_segmentations_identical",
+    "tests/benchmarks/test_gpu_check.py::test_quick_cpu_mode_runs_every_part",
+    "tests/inferers/test_memory.py::test_estimate_memory_within_15_percent_of_measured_peak",
 )
 
 
