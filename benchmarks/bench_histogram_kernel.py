@@ -3,8 +3,10 @@
     python benchmarks/bench_histogram_kernel.py                 # 3 x 128 x 256 x 256 float32, 2 and 1 threads
     python benchmarks/bench_histogram_kernel.py --quick         # 3 x 32 x 64 x 64
 
-One phantom volume (3 classes, overconfident softmax probabilities, float32, int64 labels: the calibration
-benchmark's volume), ``ConfidenceHistogram(3, per_case=False).update(probs, labels)`` timed with:
+Two volumes (3 classes, float32 probabilities, int64 labels): ``phantom``, the calibration benchmark's volume (noisy,
+overconfident softmax probabilities that spread over all bins), and ``confident``, the same labels with the
+probabilities of a confident network (logits ``10 * onehot + N(0, 1)``: most class values in the first and last few
+fine bins). ``ConfidenceHistogram(3, per_case=False).update(probs, labels)`` timed with:
 
 - ``fused``: the one-pass numba kernel (the default path on the CPU when numba is installed), without and with the
   normalised-entropy (UCE) row;
@@ -34,15 +36,25 @@ from _floor import floor_line, one_read, peak_mib, reset_peak, time_best  # noqa
 from bench_calibration import phantom as make_volume  # noqa: E402  (the calibration benchmark's volume)
 
 
-def worker(shape: tuple[int, int, int], threads: int, repeat: int) -> dict:
+def confident_volume(shape: tuple[int, int, int]):
+    """The phantom's labels with a confident network's probabilities: ``softmax(10 * onehot(labels) + N(0, 1))``."""
+    import torch
+
+    _, labels = make_volume(shape)
+    g = torch.Generator().manual_seed(1)
+    onehot = torch.nn.functional.one_hot(labels[0], 3).movedim(-1, 0).float()
+    return torch.softmax(10.0 * onehot + torch.randn(onehot.shape, generator=g), 0)[None], labels
+
+
+def worker(shape: tuple[int, int, int], threads: int, repeat: int, volume: str) -> dict:
     import torch
 
     from monai_unc.metrics.calibration import ConfidenceHistogram
     from monai_unc.metrics.calibration import histogram as hist_module
 
     torch.set_num_threads(threads)
-    probs, labels = make_volume(shape)
-    out: dict = {"threads": threads}
+    probs, labels = make_volume(shape) if volume == "phantom" else confident_volume(shape)
+    out: dict = {"threads": threads, "volume": volume}
 
     def update(unc: bool) -> ConfidenceHistogram:
         return ConfidenceHistogram(3, per_case=False, uncertainty=unc).update(probs, labels)
@@ -88,29 +100,31 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="3 x 32 x 64 x 64")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+    ap.add_argument("--volumes", nargs="+", default=["phantom", "confident"], choices=["phantom", "confident"])
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     shape = (32, 64, 64) if args.quick else (128, 256, 256)
     if args.worker is not None:
-        print(json.dumps(worker(shape, args.worker, args.repeat)))
+        print(json.dumps(worker(shape, args.worker, args.repeat, args.volumes[0])))
         return
     print(f"# histogram update: 1 x 3 x {shape} float32, load average at start {os.getloadavg()[0]:.1f}")
-    print("| threads | contender | wall (s) | CPU (s) | peak (MiB) | ratio to one read (wall / CPU) |")
-    print("|---|---|---|---|---|---|")
+    print("| volume | threads | contender | wall (s) | CPU (s) | peak (MiB) | ratio to one read (wall / CPU) |")
+    print("|---|---|---|---|---|---|---|")
     lines = []
-    for threads in args.threads:
-        cmd = [sys.executable, __file__, "--worker", str(threads), "--repeat", str(args.repeat)]
+    for volume, threads in ((v, t) for v in args.volumes for t in args.threads):
+        cmd = [sys.executable, __file__, "--worker", str(threads), "--repeat", str(args.repeat), "--volumes", volume]
         cmd += ["--quick"] if args.quick else []
         res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
         fl = res["floor"]
         for name in ("fused", "fused_uce", "reference", "reference_uce"):
             r = res[name]
-            print(f"| {threads} | {name} | {r['wall']:.4f} | {r['cpu']:.4f} | {r['peak_mib']:.1f} | "
+            print(f"| {volume} | {threads} | {name} | {r['wall']:.4f} | {r['cpu']:.4f} | {r['peak_mib']:.1f} | "
                   f"{r['wall'] / fl['wall']:.1f}x / {r['cpu'] / fl['cpu']:.1f}x |")
-            lines.append(floor_line(f"{name}, {threads} thread(s), wall", r["wall"], fl["wall"],
+            lines.append(floor_line(f"{name}, {volume}, {threads} thread(s), wall", r["wall"], fl["wall"],
                                     "one contiguous sum of the probabilities"))
-        print(f"| {threads} | one read (floor) | {fl['wall']:.4f} | {fl['cpu']:.4f} | | 1x |")
-        lines.append(f"fused kernel used: {res['fused_kernel_used']}; counts equal (label and top rows, and all rows "
+        print(f"| {volume} | {threads} | one read (floor) | {fl['wall']:.4f} | {fl['cpu']:.4f} | | 1x |")
+        lines.append(f"{volume}, {threads} thread(s): fused kernel used: {res['fused_kernel_used']}; counts equal "
+                     f"(label and top rows, and all rows "
                      f"without UCE): {res['counts_equal']}; UCE-row count differences: {res['uce_row_count_diff']}; "
                      f"largest relative difference of a bin's value sum: {res['max_sum_rel_diff']:.2e}")
     print()

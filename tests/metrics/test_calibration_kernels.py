@@ -264,6 +264,50 @@ def test_kernel_tables_equal_numpy(monkeypatch):
     np.testing.assert_allclose(out["scalars"][2], ((v**2).sum(0) - 2 * p_true + 1).sum(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("f", [15 * 2**10, 64, 7, 3, 1])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_edge_bin_copies_fold_into_their_bins(f, weighted):
+    """A confident network's volume: most class values in the first and last ``EDGE_BINS`` bins, which the kernel
+    spreads over ``EDGE_COPIES`` slots each (consecutive voxels in turn) and folds back; every edge bin and every lane
+    of its copies is used, on two threads: counts, hits, sums (and weighted ones) equal a numpy brute force."""
+    rng = np.random.default_rng(f)
+    n, edge = 40_000, _cpu_kernel.EDGE_BINS
+    lab = rng.integers(0, 3, n)
+    # the top class's value 1 - d and one other class's d for d F = 0 .. EDGE_BINS (plus a fraction of a bin),
+    # so the class rows' values sit in every edge bin, and a tenth of the voxels spread over all bins
+    frac = np.where(rng.random(n) < 0.2, 0.0, rng.uniform(0, 0.999, n))  # d = 0: values 0 and 1 exactly
+    d = (rng.integers(0, edge + 1, n) + frac) / max(f, 1)
+    d = np.minimum(d, 0.5)
+    p = np.zeros((3, n))
+    p[lab, np.arange(n)] = 1.0 - d
+    p[(lab + 1) % 3, np.arange(n)] = d
+    spread = rng.random(n) < 0.1
+    p[:, spread] = rng.dirichlet(np.ones(3), int(spread.sum())).T
+    y = np.where(rng.random(n) < 0.9, lab, rng.integers(0, 3, n))
+    w = rng.uniform(0.1, 2.0, n) if weighted else None
+    out = _empty_tables(f)
+    if weighted:
+        out.update(wtotal=np.zeros((5, f + 1)), whits=np.zeros((5, f + 1)))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_cpu_kernel, "MIN_VOXELS_PER_THREAD", 1024)
+        assert _cpu_kernel.histogram_tables(p, y, w, f, None, 1e-3, 1e-15, 2, out) == (0, 0, 0)
+    pred = np.argmax(p, 0)
+    conf = p[pred, np.arange(n)]
+    rows, hit_rows = [*p, conf], [y == c for c in range(3)] + [pred == y]
+    ones = np.ones(n) if w is None else w
+    for r, (vals, hit) in enumerate(zip(rows, hit_rows)):
+        b = np.floor(vals * f).astype(np.int64)
+        if r < 3 and f > 2 * edge:
+            assert (np.bincount(b, minlength=f + 1)[np.r_[:edge, f + 1 - edge : f + 1]] > 0).all()
+        np.testing.assert_array_equal(out["total"][r], np.bincount(b, minlength=f + 1))
+        np.testing.assert_array_equal(out["hits"][r], np.bincount(b[hit], minlength=f + 1))
+        np.testing.assert_allclose(out["sums"][r], np.bincount(b, vals * ones, minlength=f + 1), rtol=4 * n * EPS)
+        if weighted:
+            np.testing.assert_allclose(out["wtotal"][r], np.bincount(b, ones, minlength=f + 1), rtol=4 * n * EPS)
+            np.testing.assert_allclose(out["whits"][r], np.bincount(b[hit], ones[hit], minlength=f + 1),
+                                       rtol=4 * n * EPS)
+
+
 def _empty_tables(f: int) -> dict[str, np.ndarray]:
     return {
         "total": np.zeros((5, f + 1), np.int64),

@@ -27,6 +27,8 @@ import numba
 import numpy as np
 
 from ..._jit import cached_kernel
+from ._cpu_kernel import EDGE_BINS as _PUBLIC_EDGE_BINS
+from ._cpu_kernel import EDGE_COPIES as _PUBLIC_EDGE_COPIES
 from ._cpu_kernel import MAX_UNROLLED_CLASSES as _PUBLIC_MAX_UNROLLED
 
 __all__ = ["entry_points"]
@@ -36,6 +38,12 @@ __all__ = ["entry_points"]
 MAX_UNROLLED_CLASSES = 8
 if MAX_UNROLLED_CLASSES != _PUBLIC_MAX_UNROLLED:  # pragma: no cover - a guard against editing one of the two
     raise RuntimeError("_numba_histogram.MAX_UNROLLED_CLASSES must equal _cpu_kernel.MAX_UNROLLED_CLASSES")
+#: the class rows' edge bins (the first and the last EDGE_BINS) each have EDGE_COPIES slots, taken by consecutive
+#: voxels in turn (:data:`._cpu_kernel.EDGE_BINS`, :data:`._cpu_kernel.EDGE_COPIES`, repeated here as above)
+EDGE_BINS = 4
+EDGE_COPIES = 16
+if (EDGE_BINS, EDGE_COPIES) != (_PUBLIC_EDGE_BINS, _PUBLIC_EDGE_COPIES):  # pragma: no cover - as above
+    raise RuntimeError("_numba_histogram.EDGE_BINS / EDGE_COPIES must equal _cpu_kernel's")
 # voxels per block: its buffers (C float64 values and uint32 bins, and eight arrays of a voxel) stay in the L1 / L2
 # cache; the per-class loops of many classes take smaller blocks
 UNROLLED_BLOCK = 1024
@@ -83,6 +91,17 @@ _vec = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy"
 # table row and one index array per loop: measured 2x faster than all rows per voxel).
 
 @_jit
+def class_slot(b, i, n_fine):
+    # the slot of a class row that takes bin b of voxel i of a block: b itself, except in the EDGE_BINS first and
+    # last bins, which have EDGE_COPIES slots each past the table's F + 1 bins (lane i mod EDGE_COPIES); branch-free
+    # selects (the vectorised loops stay vectorised); the caller folds the copies into their bins (_cpu_kernel)
+    lane = np.uint32(i & (EDGE_COPIES - 1))
+    low = np.uint32(n_fine + 1) + b * np.uint32(EDGE_COPIES) + lane
+    high = np.uint32(n_fine + 1 + EDGE_BINS * EDGE_COPIES) + (np.uint32(n_fine) - b) * np.uint32(EDGE_COPIES) + lane
+    r = low if b < np.uint32(EDGE_BINS) else b
+    return high if np.int64(b) > np.int64(n_fine) - EDGE_BINS else r
+
+@_jit
 def voxels(cls, p, b0, yb, vals, bins, conf, pred, top_bins, p_true, sq, n_fine, tol):
     # every class of the voxels b0, b0 + 1, ... of a block, for NC <= MAX_UNROLLED_CLASSES: the value clipped to
     # [0, 1] (NaN to 0: binned, never used) and its bin; the top value and label (the first maximum wins), the
@@ -109,7 +128,7 @@ def voxels(cls, p, b0, yb, vals, bins, conf, pred, top_bins, p_true, sq, n_fine,
             v = raw if raw > 0.0 else 0.0
             v = v if v < 1.0 else 1.0
             vals[c, i] = v
-            bins[c, i] = np.uint32(v * n_fine)
+            bins[c, i] = class_slot(np.uint32(v * n_fine), i, n_fine)
             q += v * v
             better = v > best
             best = v if better else best
@@ -139,7 +158,7 @@ def class_values(pc, vc, bc, s, sq, conf, pred, c, n_fine, tol):
         v = raw if raw > 0.0 else 0.0
         v = v if v < 1.0 else 1.0
         vc[i] = v
-        bc[i] = np.uint32(v * n_fine)
+        bc[i] = class_slot(np.uint32(v * n_fine), i, n_fine)
         s0, q0, cur, lab = s[i], sq[i], conf[i], pred[i]  # loaded before the choice: selects, not branches
         s[i] = raw if first else s0 + raw
         sq[i] = v * v if first else q0 + v * v
