@@ -1330,7 +1330,7 @@ def _load_class_case(files: CaseFiles, num_classes: int | None, load_image: bool
         _check_geometry(cid, ref, (u.shape[1:], u_aff, path))
         maps[m] = _checked_map(cid, path, u[0])
     image = _read_image(files, cid, ref, reads) if load_image else None
-    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image)
+    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image)
 
 
 def _checked_map(cid: str, path: Path, u: np.ndarray) -> np.ndarray:
@@ -1405,7 +1405,8 @@ def _load_multilabel_case(files: CaseFiles, num_regions: int | None, load_image:
         regions_of(u.shape[0], path.name)
         maps[m] = _checked_map(cid, path, u)
     image = _read_image(files, cid, ref, reads) if load_image else None
-    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine), image, multilabel=True)
+    return LoadedCase(cid, label, seg, probs, maps, affine, spacing_from_affine(affine)[: len(spatial)], image,
+                      multilabel=True)
 
 
 def _region_masks(data: np.ndarray, what: str) -> np.ndarray:

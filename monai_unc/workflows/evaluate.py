@@ -110,11 +110,12 @@ def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path]
         (e.g. the masks with a guarantee).
     """
     t, fd = summary["triage"], summary["failure_detection"]
-    line = (f"{summary['n_cases']} case(s); mean Dice {summary['dice']['mean']:.4f}; "
-            f"AURC {fd['aurc']:.4f}, E-AURC {fd['eaurc']:.4f}")
+    # a value the summary holds as null (NaN: e.g. no case retained at the budget) prints as n/a
+    line = (f"{summary['n_cases']} case(s); mean Dice {_fmt(summary['dice']['mean'])}; "
+            f"AURC {_fmt(fd['aurc'])}, E-AURC {_fmt(fd['eaurc'])}")
     cal = summary.get("calibration")
     if cal:
-        line += f"; pooled ECE {cal['ece']:.4f}, all-label ECE {cal['all_label_ece']:.4f}"
+        line += f"; pooled ECE {_fmt(cal['ece'])}, all-label ECE {_fmt(cal['all_label_ece'])}"
     lines = [line]
     if summary.get("regions"):
         per = summary["regions"]["per_region"]
@@ -125,7 +126,7 @@ def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path]
     if summary.get("qu_brats"):
         lines.append(f"QU-BraTS score (mean over regions and cases) {_fmt(summary['qu_brats']['score'])}")
     lines.append(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
-                 f"mean Dice of the retained cases {t['dice_retained']:.4f}")
+                 f"mean Dice of the retained cases {_fmt(t['dice_retained'])}")
     implicit = implicit_products(config)  # each product prints its own lines; these are turned on by --target-risk
     for product in implicit:
         if product.name in summary:
