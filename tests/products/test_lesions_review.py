@@ -143,6 +143,35 @@ def test_missing_sample_files_are_refused_before_any_work(tmp_path):
     assert not out.exists() or not (out / "summary.json").exists()
 
 
+def test_sample_files_of_another_grid_are_refused_before_any_work(tmp_path, capsys):
+    """Found by hostile testing: a sample file on another grid failed its case after the other cases' work (exit 1);
+    the grids are read from the NIfTI headers and refused up front (exit 2, one line naming the case)."""
+    labels, preds, samples = _write(tmp_path)
+    path = samples / f"{CASES[1]}_samples.nii.gz"
+    img = nib.load(str(path))
+    data = np.asarray(img.dataobj)
+    nib.save(nib.Nifti1Image(data[:, :, :-1], img.affine), path)  # one slice fewer
+    out = tmp_path / "ev"
+    capsys.readouterr()
+    assert _evaluate(labels, preds, out, "--lesion-samples", str(samples)) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "another grid" in err[0] and CASES[1] in err[0] and CASES[0] not in err[0], err
+    assert not (out / "summary.json").exists() and not (out / "state").exists()
+
+
+def test_sample_files_of_probabilities_fail_their_case(tmp_path):
+    """A file of non-integer values (probabilities are not samples) fails its case when the case is read, named in
+    failures.json; the other case is evaluated (docs/lesions.md)."""
+    labels, preds, samples = _write(tmp_path)
+    path = samples / f"{CASES[1]}_samples.nii.gz"
+    img = nib.load(str(path))
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj, dtype=np.float32) * 0.5, img.affine), path)
+    out = tmp_path / "ev"
+    assert _evaluate(labels, preds, out, "--lesion-samples", str(samples)) == 1
+    failures = json.loads((out / "failures.json").read_text())["failures"]
+    assert [f["case"] for f in failures] == [CASES[1]] and "integer label maps" in failures[0]["error"]
+
+
 def test_report_section_escapes_and_tables():
     hostile = '<img src=x onerror="alert(1)">'
     lesion = {"case": hostile, "task": hostile, "lesion": 1, "center": [1.0, 2.0, 3.0], "center_mm": [1, 2, 3],
