@@ -283,6 +283,7 @@ def test_edge_bin_copies_fold_into_their_bins(f, weighted):
     p[(lab + 1) % 3, np.arange(n)] = d
     spread = rng.random(n) < 0.1
     p[:, spread] = rng.dirichlet(np.ones(3), int(spread.sum())).T
+    p = p.astype(np.float32)  # (float32: the kernel specialisations other tests compile too)
     y = np.where(rng.random(n) < 0.9, lab, rng.integers(0, 3, n))
     w = rng.uniform(0.1, 2.0, n) if weighted else None
     out = _empty_tables(f)
@@ -291,6 +292,7 @@ def test_edge_bin_copies_fold_into_their_bins(f, weighted):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(_cpu_kernel, "MIN_VOXELS_PER_THREAD", 1024)
         assert _cpu_kernel.histogram_tables(p, y, w, f, None, 1e-3, 1e-15, 2, out) == (0, 0, 0)
+    p = p.astype(np.float64)
     pred = np.argmax(p, 0)
     conf = p[pred, np.arange(n)]
     rows, hit_rows = [*p, conf], [y == c for c in range(3)] + [pred == y]
