@@ -18,8 +18,9 @@ For every case of a prediction folder (``--layout monai-unc`` or ``nnunet``) and
   the masks with a guarantee), referencing the source series, the SEG and the maps.
 
 The NIfTI outputs must be on the series' grid (axes may be permuted or flipped: they are reoriented, never
-resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs. A rerun replaces a
-case's objects; nothing is written into the prediction or series folders. Needs the ``dicom`` extra.
+resampled). ``<output>/dicom_export.json`` (written last) lists the objects with their UIDs; a rerun removes the
+earlier run's before its first object, so a run that fails leaves none (never one listing replaced objects). A rerun
+replaces a case's objects; nothing is written into the prediction or series folders. Needs the ``dicom`` extra.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ from ..io.dicom import (
     AlgorithmInfo,
     DicomSeries,
     SegmentSpec,
+    check_measurement_name,
+    check_text,
     check_uid_root,
     default_segment,
     new_study,
@@ -115,7 +118,8 @@ class DicomExport:
 
 
 def _text(value: Any) -> str:
-    return value.strip()[:64] if isinstance(value, str) else ""
+    """A recorded text (untrusted) as a DICOM LO: stripped, shortened to its start and end past 64 characters."""
+    return short_text(value.strip(), 64) if isinstance(value, str) else ""
 
 
 def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: str,
@@ -123,17 +127,25 @@ def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: st
     """Who made a case's predictions, from the records of the prediction folder (untrusted: every field checked).
 
     ``infer.json`` (``monai-unc infer``) or the case record (``<case>.json``, or ``uncertainty/<case>.json`` for
-    nnU-Net) gives the model, the method and the sha256 digests of the weights; a field of the wrong type is ignored.
+    nnU-Net) gives the model, the method and the sha256 digests of the weights; a field of the wrong type is ignored,
+    a recorded model over 64 characters (a DICOM LO) is shortened to its start and end
+    (:func:`~monai_unc.io.dicom.short_text`).
 
     Args:
         predictions: the prediction folder.
         case: the case id.
         layout: ``"monai-unc"`` or ``"nnunet"``.
-        name: the algorithm name to use instead of the recorded model.
+        name: the algorithm name to use instead of the recorded model: 1 to 64 characters without a backslash or
+            control characters (:func:`~monai_unc.io.dicom.check_text`), written whole.
 
     Returns:
         The :class:`~monai_unc.io.dicom.AlgorithmInfo` (name ``monai-unc`` when nothing is recorded).
+
+    Raises:
+        ValueError: naming ``algorithm_name`` when ``name`` is not such a text.
     """
+    if name is not None:
+        name = check_text(name, "algorithm_name", 64).strip()
     pred = Path(predictions)
     sub = LAYOUTS[layout]["uncertainty_subdir"]
     settings: dict[str, Any] = {}
@@ -148,7 +160,7 @@ def algorithm_from_records(predictions: str | os.PathLike, case: str, layout: st
     # a recorded model is a description that may hold a Windows path ("bundle: C:\\..."): DICOM text (LO) holds no
     # backslash, the value separator
     model = (_text(settings.get("model")) or _text(settings.get("trainer")) or "monai-unc").replace("\\", "/")
-    return AlgorithmInfo(name=_text(name) or model, weights=",".join(d[:64] for d in digests)[:1024],
+    return AlgorithmInfo(name=name or model, weights=",".join(d[:64] for d in digests)[:1024],
                          method=_text(settings.get("method")))
 
 
@@ -406,13 +418,22 @@ def _product_tables(outputs: dict[str, Any]) -> dict[str, tuple[Path, str, str]]
 
 
 def _table_rows(folder: str | os.PathLike | None, name: str, command: str) -> dict[str, dict[str, float]]:
-    """``{case: finite numeric cells}`` of ``<folder>/<name>`` (``metrics.csv``, a product command's table)."""
+    """``{case: finite numeric cells}`` of ``<folder>/<name>`` (``metrics.csv``, a product command's table).
+
+    Raises:
+        FileNotFoundError: the folder has no such table.
+        ValueError: a column of numbers whose name the SR cannot hold (a backslash or a control character:
+            :func:`~monai_unc.io.dicom.check_measurement_name`), naming the table and the column.
+    """
     if folder is None:
         return {}
     path = Path(folder) / name
     if not path.is_file():
         raise FileNotFoundError(f"no {name} in {folder}: is it the output folder of 'monai-unc {command}'?")
-    return {str(r.get("case", "")): report_numbers(r) for r in read_csv(path)}
+    rows = {str(r.get("case", "")): report_numbers(r) for r in read_csv(path)}
+    for column in dict.fromkeys(k for numbers in rows.values() for k in numbers):  # before any object is written
+        check_measurement_name(column, str(path))
+    return rows
 
 
 def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
@@ -428,6 +449,7 @@ def _triage_entries(triage: str | os.PathLike | None) -> dict[str, dict[str, Any
     shared = {"rule_digest": rule.get("digest") if isinstance(rule.get("digest"), str) else "",
               "statement": risk.get("statement") if isinstance(risk.get("statement"), str) else "",
               "score_name": doc.get("score") if isinstance(doc.get("score"), str) else "triage score"}
+    check_measurement_name(shared["score_name"], f"{path}: score")  # the SR's name of the score
     out = {}
     for entry in doc["cases"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("case"), str):
@@ -503,7 +525,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         probabilities: write the FRACTIONAL SEG of the probabilities when the folder has them.
         segments: a JSON file of segment descriptions (:func:`monai_unc.io.dicom.read_segment_specs`).
         uid_root: the root of the new UIDs (:func:`monai_unc.io.dicom.check_uid_root`).
-        algorithm_name: the algorithm name (default: the model recorded in the prediction folder).
+        algorithm_name: the algorithm name (default: the model recorded in the prediction folder): 1 to 64
+            characters without a backslash or control characters, written whole (AlgorithmName,
+            ManufacturerModelName: DICOM LO).
         evaluation: the output folder of ``monai-unc evaluate``: the case's row of ``metrics.csv`` goes into the SR.
         triage: the output folder of ``monai-unc triage``: the case's decision, score, the rule's digest and
             guarantee (``triage.json``) go into the SR.
@@ -526,7 +550,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
         The :class:`DicomExport`.
 
     Raises:
-        ValueError: a bad ``uid_root``, an output inside an input folder, a segments file with bad fields, cases
+        ValueError: a bad ``uid_root`` or ``algorithm_name``, a column of ``metrics.csv`` (or of a product's
+            table) or a triage score name with a backslash or a control character (the SR's code value and
+            meaning), an output inside an input folder, a segments file with bad fields, cases
             predicted with other measures than the folder's run or than each other (without ``measures``), a case
             without its series folder, a case of ``cases`` without outputs, a series refused by the reader, outputs
             off the series' grid.
@@ -535,6 +561,8 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
     pred, src = Path(predictions), Path(series)
     check_uid_root(uid_root)
     new_study(study_uid)  # checks the mode before any work
+    if algorithm_name is not None:
+        check_text(algorithm_name, "algorithm_name", 64)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     if not src.is_dir():
@@ -580,6 +608,9 @@ def dicom_export(predictions: str | os.PathLike, series: str | os.PathLike, outp
             check_made_from(folder, option, {c: p for c, p in segs.items() if c in numbers})
     region_names = _region_names(pred)
     result = DicomExport(out)
+    # the manifest of an earlier run goes before this run's first object: a rerun that fails leaves no manifest
+    # listing objects it replaced or removed (the new one is written, atomically, after the last case)
+    (out / EXPORT_RECORD).unlink(missing_ok=True)
     for files in tqdm(found, desc="dicom-export", unit="case", disable=not progress):
         case_series = read_series(src / files.case_id, pixels=False)  # the geometry, not the pixels
         folder = out / files.case_id

@@ -377,3 +377,92 @@ def test_numbers_made_from_other_predictions_are_refused(exported, tmp_path, cap
     (folder / "state" / "cases" / "case0.json").write_text(json.dumps(record))
     with pytest.warns(UserWarning, match="records no inputs for 1 case"):
         check_made_from(folder, option, {"case0": pred / "case0_seg.nii.gz", "case1": pred / "case1_seg.nii.gz"})
+
+
+def _small_cases(root, cases=("c0", "c1")):
+    """Small CT series (8 x 7 x 3) and the predictions of ``infer`` on them (a segmentation and a variance map)."""
+    from monai_unc.io.dicom import read_series, write_series
+
+    pred = root / "pred"
+    pred.mkdir(parents=True, exist_ok=True)
+    for case in cases:
+        write_series(np.zeros((8, 7, 3)), np.diag([0.9, 1.1, 2.0, 1.0]), root / "series" / case, modality="CT")
+        grid = read_series(root / "series" / case, pixels=False)
+        label = np.zeros(grid.shape, np.uint8)
+        label[2:5, 2:5, 1] = 1
+        nib.save(nib.Nifti1Image(label, grid.affine), pred / f"{case}_seg.nii.gz")
+        nib.save(nib.Nifti1Image(np.full(grid.shape, 0.25, np.float32), grid.affine),
+                 pred / f"{case}_variance.nii.gz")
+    return pred, root / "series"
+
+
+def _manifest_matches_the_objects(out):
+    doc = json.loads((out / "dicom_export.json").read_text())
+    listed = {obj["file"]: obj["sop_instance_uid"] for entry in doc["cases"].values() for obj in entry["objects"]}
+    found = {p.relative_to(out).as_posix(): str(pydicom.dcmread(p, stop_before_pixels=True).SOPInstanceUID)
+             for p in out.rglob("*.dcm")}
+    return listed == found
+
+
+def test_a_failed_rerun_leaves_no_manifest_of_the_earlier_run(tmp_path):
+    """Issue: a rerun that failed on its second case (a NaN in its map) left the first run's dicom_export.json, which
+    listed UIDs of objects the rerun had replaced (c0) or removed (c1); the manifest is removed before the rerun's
+    first object and written again at its end."""
+    from monai_unc.workflows.dicom import dicom_export
+
+    pred, series = _small_cases(tmp_path)
+    out = tmp_path / "out"
+    dicom_export(pred, series, out, progress=False)
+    assert _manifest_matches_the_objects(out)
+    bad = np.full((8, 7, 3), 0.25, np.float32)
+    bad[1, 1, 1] = np.nan
+    nib.save(nib.Nifti1Image(bad, nib.load(pred / "c1_variance.nii.gz").affine), pred / "c1_variance.nii.gz")
+    with pytest.raises(ValueError, match="case 'c1'"):
+        dicom_export(pred, series, out, progress=False)
+    assert not (out / "dicom_export.json").exists()  # no record of objects that are not there
+    assert sorted(p.name for p in (out / "c0").glob("*.dcm")) == ["seg.dcm", "sr.dcm", "variance.dcm"]
+    assert not list((out / "c1").glob("*.dcm"))
+    # a run refused before any object (a bad option) leaves the folder and its manifest as they are
+    nib.save(nib.Nifti1Image(np.full((8, 7, 3), 0.5, np.float32), nib.load(pred / "c1_variance.nii.gz").affine),
+             pred / "c1_variance.nii.gz")
+    dicom_export(pred, series, out, progress=False)
+    assert _manifest_matches_the_objects(out)
+    before = (out / "dicom_export.json").read_bytes()
+    with pytest.raises(ValueError, match="uid_root"):
+        dicom_export(pred, series, out, progress=False, uid_root="1.2.x.")
+    assert (out / "dicom_export.json").read_bytes() == before and _manifest_matches_the_objects(out)
+
+
+@pytest.mark.parametrize("column", ["dice\tleft", "dice\\left", "dice\nleft"], ids=["tab", "backslash", "newline"])
+def test_metric_columns_a_dicom_text_cannot_hold_are_refused(tmp_path, capsys, column):
+    """Issue: a metrics.csv column with a tab went into the SR's CodeValue / CodeMeaning (invalid SH / LO) and one
+    with a backslash failed with pydicom's TypeError; both are refused in one line naming the column and the file,
+    before any object."""
+    pred, series = _small_cases(tmp_path, ("c0",))
+    evaluation = tmp_path / "evaluation"
+    evaluation.mkdir()
+    write_csv(evaluation / "metrics.csv", [{"case": "c0", column: 0.5, "dice": 0.75}])
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"), "--evaluation",
+               str(evaluation), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "metrics.csv" in err[0] and repr(column) in err[0], err
+    assert not list(tmp_path.glob("out/**/*.dcm"))
+
+
+@pytest.mark.parametrize("name, message", [
+    ("Model " + "x" * 70 + " v2", "1 to 64 characters"),  # was cut to its first 64 characters without a word
+    ("", "1 to 64 characters"), ("   ", "1 to 64 characters"), ("a\\b", "backslash"),
+], ids=["79_chars", "empty", "blank", "backslash"])
+def test_an_algorithm_name_a_dicom_text_cannot_hold_is_refused(tmp_path, capsys, name, message):
+    pred, series = _small_cases(tmp_path, ("c0",))
+    rc = main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"),
+               "--algorithm-name", name, "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "algorithm_name" in err[0] and message in err[0], err
+    assert not list(tmp_path.glob("out/**/*.dcm"))
+    long = "Model " + "x" * 52 + " v2"  # 64 characters: written whole
+    assert main(["dicom-export", "-p", str(pred), "-s", str(series), "-o", str(tmp_path / "out"),
+                 "--algorithm-name", long, "-q"]) == 0
+    seg = pydicom.dcmread(tmp_path / "out" / "c0" / "seg.dcm")
+    assert seg.SegmentSequence[0].SegmentationAlgorithmIdentificationSequence[0].AlgorithmName == long
+    assert seg.ManufacturerModelName == long

@@ -30,12 +30,16 @@ from .objects import (  # noqa: E402 (after the check of the extra)
     DEFAULT_SEGMENTS,
     FRACTIONAL_MAX,
     MAP_UNITS,
+    MAX_SERIES_NUMBER,
     MAX_WINDOW_WIDTH,
     STUDY_UID_MODES,
     AlgorithmInfo,
     SegmentSpec,
     apply_study,
+    check_series,
     check_series_description,
+    check_series_number,
+    check_text,
     check_uid_root,
     declare_character_set,
     default_segment,
@@ -59,7 +63,14 @@ from .series import (  # noqa: E402
     to_series_grid,
     write_series,
 )
-from .sr import SCHEME, measurement_unit, report_numbers, segment_volume_ml, write_measurement_report  # noqa: E402
+from .sr import (  # noqa: E402
+    SCHEME,
+    check_measurement_name,
+    measurement_unit,
+    report_numbers,
+    segment_volume_ml,
+    write_measurement_report,
+)
 
 __all__ = [
     "MISSING_EXTRA",
@@ -83,6 +94,10 @@ __all__ = [
     "default_segment",
     "short_text",
     "check_series_description",
+    "check_series_number",
+    "check_series",
+    "MAX_SERIES_NUMBER",
+    "check_text",
     "volume_frames",
     "new_uid",
     "new_study",
@@ -99,5 +114,6 @@ __all__ = [
     "report_numbers",
     "segment_volume_ml",
     "measurement_unit",
+    "check_measurement_name",
     "write_measurement_report",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import re
 import warnings
@@ -58,6 +59,11 @@ __all__ = [
     "new_uid",
     "default_segment",
     "short_text",
+    "check_text",
+    "check_series_number",
+    "check_series",
+    "MAX_SERIES_NUMBER",
+    "NOT_IN_STRING",
     "check_series_description",
     "read_segment_specs",
     "volume_frames",
@@ -90,9 +96,11 @@ FRACTIONAL_MAX = 255
 #: not negative by reading it as a signed 64-bit integer, so a width of 2**63 (9.2e18) or more wraps and is rejected;
 #: a map whose range is wider (values near float32's limits, 3e38) gets a window of this width about its middle
 MAX_WINDOW_WIDTH = 1e18
+#: the largest SeriesNumber: a DICOM IS holds -(2**31 - 1) .. 2**31 - 1, and highdicom takes positive numbers only
+MAX_SERIES_NUMBER = 2**31 - 1
 _UID_ROOT = re.compile(r"^(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*\.$")
 #: what a DICOM string value (SH, LO, CS) may not hold: the value separator ``\`` and control characters
-_NOT_IN_STRING = re.compile(r"[\\\x00-\x1f\x7f]")
+NOT_IN_STRING = re.compile(r"[\\\x00-\x1f\x7f]")
 _SCT_TISSUE = codes.SCT.Tissue
 _SCT_ANATOMY = codes.SCT.AnatomicalStructure
 _SCT_ABNORMAL = codes.SCT.MorphologicallyAbnormalStructure
@@ -133,16 +141,30 @@ MAP_UNITS: dict[str, tuple[Code, str]] = {
 }
 
 
-def _check_string(value: Any, what: str, limit: int) -> str:
+def check_text(value: Any, what: str, limit: int = 64) -> str:
     r"""Refuse a text a DICOM string element (SH 16, LO 64 characters) cannot hold as one value; returns it.
 
     A backslash is the value separator (``a\b`` is read as the two values ``a`` and ``b``) and control characters
-    (tab, newline, ...) are not allowed in these VRs (PS3.5 6.2).
+    (tab, newline, ...) are not allowed in these VRs (PS3.5 6.2). The rule of segment names, region names, a
+    Parametric Map's measure and ``--algorithm-name``.
+
+    Args:
+        value: the text.
+        what: what it is, for the message (``"measure"``, ``"algorithm_name"``).
+        limit: the most characters (16 for SH, 64 for LO).
+
+    Returns:
+        ``value`` unchanged.
 
     Raises:
-        ValueError: naming ``what``: not a string, empty, longer than ``limit``, a backslash or a control character.
+        ValueError: naming ``what``: not a string, empty or blank, longer than ``limit``, a backslash or a control
+            character.
+
+    Example:
+        >>> check_text("predictive_entropy", "measure")
+        'predictive_entropy'
     """
-    if not isinstance(value, str) or not value.strip() or len(value) > limit or _NOT_IN_STRING.search(value):
+    if not isinstance(value, str) or not value.strip() or len(value) > limit or NOT_IN_STRING.search(value):
         raise ValueError(f"{what} must be 1 to {limit} characters without a backslash (the DICOM value separator) or "
                          f"control characters, got {value!r}")
     return value
@@ -168,7 +190,7 @@ class SegmentSpec:
     type: Code
 
     def __post_init__(self) -> None:
-        _check_string(self.name, f"segment name of class {self.label} (SegmentLabel)", 64)
+        check_text(self.name, f"segment name of class {self.label} (SegmentLabel)", 64)
 
 
 @dataclass(frozen=True)
@@ -182,9 +204,9 @@ class AlgorithmInfo:
         method: the uncertainty method (``mcdropout+tta``), recorded as a parameter.
 
     Raises:
-        ValueError: a name or version with a backslash (the DICOM value separator) or a control character (they
-            are written as AlgorithmName / AlgorithmVersion and ManufacturerModelName, DICOM LO); an empty one is
-            written as ``monai-unc`` / the monai-unc version.
+        ValueError: a name or version over 64 characters or with a backslash (the DICOM value separator) or a
+            control character (they are written as AlgorithmName / AlgorithmVersion and ManufacturerModelName, DICOM
+            LO, whole); an empty one is written as ``monai-unc`` / the monai-unc version.
     """
 
     name: str = "monai-unc"
@@ -195,17 +217,65 @@ class AlgorithmInfo:
     def __post_init__(self) -> None:
         for field_name in ("name", "version"):
             value = getattr(self, field_name)
-            if not isinstance(value, str) or _NOT_IN_STRING.search(value):
-                raise ValueError(f"algorithm {field_name} must be a string without a backslash (the DICOM value "
-                                 f"separator) or control characters, got {value!r}")
+            if not isinstance(value, str) or len(value) > 64 or NOT_IN_STRING.search(value):
+                raise ValueError(f"algorithm {field_name} must be a string of at most 64 characters without a "
+                                 f"backslash (the DICOM value separator) or control characters, got {value!r}")
 
     def identification(self) -> hd.AlgorithmIdentificationSequence:
         """The AlgorithmIdentificationSequence (family: DCM 123110 Artificial Intelligence)."""
         parameters = {k: v for k, v in (("weights_sha256", self.weights), ("method", self.method)) if v}
         return hd.AlgorithmIdentificationSequence(
-            name=self.name[:64] or "monai-unc", family=codes.cid7162.ArtificialIntelligence,
-            version=self.version[:64] or __version__, source="monai-unc", parameters=parameters or None,
+            name=self.name or "monai-unc", family=codes.cid7162.ArtificialIntelligence,
+            version=self.version or __version__, source="monai-unc", parameters=parameters or None,
         )
+
+
+def check_series_number(number: Any) -> int:
+    """Check the SeriesNumber of a derived object: an integer from 1 to :data:`MAX_SERIES_NUMBER`.
+
+    Args:
+        number: the number (a Python or numpy integer; not a bool, float or text).
+
+    Returns:
+        ``number`` as an ``int``.
+
+    Raises:
+        TypeError: naming ``series_number`` when it is not an integer.
+        ValueError: naming ``series_number`` when it is outside ``1 .. 2**31 - 1``.
+
+    Example:
+        >>> check_series_number(901)
+        901
+    """
+    if isinstance(number, (bool, np.bool_)) or not isinstance(number, (int, np.integer)):
+        raise TypeError(f"series_number must be an integer, got {type(number).__name__} {number!r}")
+    if not 1 <= int(number) <= MAX_SERIES_NUMBER:
+        raise ValueError(f"series_number must be 1 to {MAX_SERIES_NUMBER} (a DICOM IS, positive), got {int(number)}")
+    return int(number)
+
+
+def check_series(series: Any) -> DicomSeries:
+    """Refuse a ``series`` that is not a :class:`~.series.DicomSeries` (a folder name: read it first); returns it.
+
+    Raises:
+        TypeError: naming ``series`` and what it got.
+    """
+    if not isinstance(series, DicomSeries):
+        raise TypeError(f"series must be a DicomSeries (monai_unc.io.dicom.read_series(folder, pixels=False)), got "
+                        f"{type(series).__name__} {str(series)[:80]!r}")
+    return series
+
+
+def _check_segments(segments: Any) -> list[SegmentSpec]:
+    """Refuse ``segments`` that are not a sequence of :class:`SegmentSpec` (class values, one spec alone)."""
+    if isinstance(segments, (str, bytes, SegmentSpec)) or not isinstance(segments, Sequence):
+        raise TypeError(f"segments must be a sequence of SegmentSpec (default_segment, read_segment_specs), got "
+                        f"{type(segments).__name__}")
+    bad = [s for s in segments if not isinstance(s, SegmentSpec)]
+    if bad:
+        raise TypeError(f"segments must hold SegmentSpec items (default_segment(label, name), read_segment_specs), "
+                        f"got {type(bad[0]).__name__} {bad[0]!r}")
+    return list(segments)
 
 
 def check_uid_root(root: str | None) -> str | None:
@@ -403,7 +473,7 @@ def check_series_description(description: str | None, default: str) -> str:
     """
     if description is None:
         return default if len(default) <= 64 else default[:61] + "..."
-    return _check_string(description, "series_description", 64)
+    return check_text(description, "series_description", 64)
 
 
 def _code(value: Any, where: str) -> Code:
@@ -413,7 +483,7 @@ def _code(value: Any, where: str) -> Code:
     over 16 is written as LongCodeValue); none may hold a backslash or a control character.
     """
     if (not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) and v.strip() for v in value)
-            or any(len(v) > n for v, n in zip(value, (16, 64, 64))) or any(_NOT_IN_STRING.search(v) for v in value)):
+            or any(len(v) > n for v, n in zip(value, (16, 64, 64))) or any(NOT_IN_STRING.search(v) for v in value)):
         raise ValueError(f"{where} must be [scheme, code value, meaning] (three non-empty strings of at most 16, 64 "
                          f"and 64 characters, without a backslash or control characters), got {value!r}")
     scheme, code_value, meaning = value
@@ -455,7 +525,7 @@ def read_segment_specs(path: str | os.PathLike, labels: Sequence[int]) -> list[S
                              f"({sorted(wanted.values())})")
         if not isinstance(entry, dict) or set(entry) - {"name", "category", "type"}:
             raise ValueError(f"segments file {path}: entry {key} must be an object with name, category, type")
-        name = _check_string(entry.get("name", f"class {key}"), f"segments file {path}: entry {key}: name", 64)
+        name = check_text(entry.get("name", f"class {key}"), f"segments file {path}: entry {key}: name", 64)
         base = default_segment(wanted[key], name)
         category = _code(entry["category"], f"segments file {path}: entry {key}: category") \
             if "category" in entry else base.category
@@ -552,7 +622,8 @@ def source_images(series: DicomSeries) -> list[Any]:
 
     A Patient or General Study attribute of type 2 that the source lacks (an anonymiser that deleted the birth date
     instead of emptying it) is written empty, as DICOM says an unknown type 2 value is (nothing is invented); the
-    first slice is copied for that, the series' headers stay as read.
+    first slice is copied for that, the series' headers stay as read. So is a SliceThickness that is absent, 0 or
+    has several values: it is written empty there, and the objects state the distance between the slice planes.
 
     Args:
         series: the source series (headers are enough).
@@ -570,11 +641,17 @@ def source_images(series: DicomSeries) -> list[Any]:
             raise DicomSeriesError(f"DICOM series {series.series_uid} in {series.folder}: its slices have no {key}; "
                                    "the derived objects need the study and the frame of reference of their source")
     missing = [key for key in _TYPE2_COPIED if key not in first]
-    if not missing:
+    # absent, 0 or several values (type 2 in the CT / MR image: highdicom copies it, or fails on an absent one): empty
+    # here, the object's own thickness is then the planes' distance (_pixel_measures)
+    unstated = _stated_thickness(first) is None and ("SliceThickness" not in first
+                                                     or first.SliceThickness not in (None, ""))
+    if not missing and not unstated:
         return list(series.datasets)
     first = copy.deepcopy(first)
     for key in missing:
         setattr(first, key, "")
+    if unstated:
+        first.SliceThickness = None
     return [first, *series.datasets[1:]]
 
 
@@ -588,25 +665,48 @@ def save_dataset(dataset: Any, path: str | os.PathLike) -> Path:
 def _common(series: DicomSeries, uid_root: str | None, series_number: int, algorithm: AlgorithmInfo,
             description: str) -> dict[str, Any]:
     return dict(
-        source_images=source_images(series), series_instance_uid=new_uid(uid_root), series_number=int(series_number),
+        source_images=source_images(series), series_instance_uid=new_uid(uid_root),
+        series_number=check_series_number(series_number),
         sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc",
-        manufacturer_model_name=(algorithm.name or "monai-unc")[:64], software_versions=f"monai-unc {__version__}",
+        manufacturer_model_name=algorithm.name or "monai-unc", software_versions=f"monai-unc {__version__}",
         device_serial_number=(algorithm.weights[:16] or "none"), content_description=description[:64],
     )
 
 
-def _single_slice_spacing(dataset: Any, series: DicomSeries) -> Any:
-    """Give the derived object of a one-slice series the series' slice spacing (highdicom writes 1 mm); returns it.
+def _stated_thickness(dataset: Any) -> float | None:
+    """A slice's SliceThickness as one positive finite number, else None (empty, absent, 0, several values)."""
+    value = dataset.get("SliceThickness")
+    try:
+        thickness = float(value)
+    except (TypeError, ValueError):
+        return None
+    return thickness if math.isfinite(thickness) and thickness > 0 else None
 
-    highdicom computes ``SpacingBetweenSlices`` from the frames' positions, and one position gives its default of
-    1 mm, which a reader would take as the thickness of the slab; the series' own spacing (its
-    ``SpacingBetweenSlices``, else ``SliceThickness``: :func:`~.series.read_series`) is what the frame covers.
+
+def _pixel_measures(dataset: Any, series: DicomSeries) -> Any:
+    """Give a derived object the slice thickness and spacing its frames cover (PixelMeasuresSequence); returns it.
+
+    ``SliceThickness`` is type 1C in the derived objects' Pixel Measures and must not be 0, but type 2 in the CT and
+    MR image modules: a source may leave it empty (or write 0), and highdicom copies what the source has. The
+    source's thickness is kept when it states one (a positive number); otherwise it is the distance between the
+    series' slice planes (:attr:`~.series.DicomSeries.slice_spacing`, what each frame of the object covers and what
+    highdicom writes for a volume it is given), which for a one-slice series is its ``SpacingBetweenSlices``, else
+    1 mm (:func:`~.series.read_series`).
+
+    One frame position gives highdicom's default ``SpacingBetweenSlices`` of 1 mm, which a reader would take as the
+    thickness of the slab: a one-slice series' object gets the series' own spacing (its ``SpacingBetweenSlices``,
+    else ``SliceThickness``) instead.
     """
-    if series.shape[2] != 1:
-        return dataset
-    measures = dataset.SharedFunctionalGroupsSequence[0].get("PixelMeasuresSequence")
-    if measures:
-        measures[0].SpacingBetweenSlices = DSfloat(series.slice_spacing, auto_format=True)
+    shared = dataset.SharedFunctionalGroupsSequence[0].get("PixelMeasuresSequence")
+    items = list(shared) if shared else [m for group in dataset.get("PerFrameFunctionalGroupsSequence", [])
+                                         for m in group.get("PixelMeasuresSequence", [])]
+    spacing = DSfloat(series.slice_spacing, auto_format=True)
+    thickness = _stated_thickness(series.datasets[0])
+    for measures in items:
+        if series.shape[2] == 1:
+            measures.SpacingBetweenSlices = spacing
+        if thickness is None:
+            measures.SliceThickness = spacing
     return dataset
 
 
@@ -648,10 +748,19 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         ``path``.
 
     Raises:
+        TypeError: a ``series`` that is not a :class:`~.series.DicomSeries`, ``segments`` that are not
+            :class:`SegmentSpec` items, a ``series_number`` that is not an integer.
         ValueError: a shape other than the series', non-integer labels, no segment, duplicate classes, two segments
-            with the same name, a ``series_description`` a DICOM LO cannot hold.
+            with the same name, a ``series_description`` a DICOM LO cannot hold, a ``series_number`` outside
+            ``1 .. 2**31 - 1`` (:func:`check_series_number`).
     """
+    check_series(series)
+    series_number = check_series_number(series_number)
+    segments = _check_segments(segments)
     labels = np.asarray(labels)
+    if labels.ndim not in (3, 4):
+        raise ValueError(f"labels must be (columns, rows, slices) class values or (R, columns, rows, slices) region "
+                         f"masks, got shape {labels.shape}")
     if labels.dtype.kind not in "iub":
         if not np.array_equal(labels, np.round(labels)):
             raise ValueError("labels must hold integer class values")
@@ -683,7 +792,7 @@ def write_segmentation(labels: np.ndarray, series: DicomSeries, path: str | os.P
         **_common(series, uid_root, series_number, algorithm, "segmentation by monai-unc"),
     )
     seg.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
+    return save_dataset(apply_study(declare_character_set(_pixel_measures(seg, series), series.datasets[0]),
                                     study), path)
 
 
@@ -712,9 +821,15 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         ``path``.
 
     Raises:
+        TypeError: a ``series`` that is not a :class:`~.series.DicomSeries`, ``segments`` that are not
+            :class:`SegmentSpec` items, a ``series_number`` that is not an integer.
         ValueError: probabilities outside [0, 1] or not finite, a channel out of range, a shape other than the
-            series', two segments with the same name, a ``series_description`` a DICOM LO cannot hold.
+            series', two segments with the same name, a ``series_description`` a DICOM LO cannot hold, a
+            ``series_number`` outside ``1 .. 2**31 - 1``.
     """
+    check_series(series)
+    series_number = check_series_number(series_number)
+    segments = _check_segments(segments)
     probs = np.asarray(probs, dtype=np.float32)
     if probs.ndim != 4:
         raise ValueError(f"probs must be (C, columns, rows, slices), got shape {probs.shape}")
@@ -736,8 +851,23 @@ def write_fractional_segmentation(probs: np.ndarray, series: DicomSeries, path: 
         **_common(series, uid_root, series_number, algorithm, "class probabilities by monai-unc"),
     )
     seg.SeriesDescription = description
-    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(seg, series), series.datasets[0]),
+    return save_dataset(apply_study(declare_character_set(_pixel_measures(seg, series), series.datasets[0]),
                                     study), path)
+
+
+def _content_label(measure: str) -> str:
+    """The ContentLabel of a measure's Parametric Map: a DICOM CS that highdicom takes.
+
+    The measure in upper case with every character but ``A-Z``, ``0-9``, space and ``_`` replaced by ``_``, without
+    leading digits, spaces and underscores, cut to 16 characters and without trailing spaces and underscores;
+    ``MAP`` when nothing is left.
+
+    Example:
+        >>> _content_label("predictive_entropy"), _content_label("entropy (nats)"), _content_label("pe_")
+        ('PREDICTIVE_ENTRO', 'ENTROPY _NATS', 'PE')
+    """
+    label = re.sub(r"[^A-Z0-9_ ]", "_", measure.upper()).lstrip("0123456789 _")
+    return label[:16].rstrip(" _") or "MAP"
 
 
 def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os.PathLike, measure: str,
@@ -764,7 +894,9 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         values: ``(columns, rows, slices)`` finite map values.
         series: the source series.
         path: the ``.dcm`` file to write.
-        measure: the map's name (``predictive_entropy``, ...; others get unit ``1``).
+        measure: the map's name (``predictive_entropy``, ...; others get unit ``1``): 1 to 64 characters without a
+            backslash or control characters (:func:`check_text`), written whole as the LUTExplanation of another
+            name; its ContentLabel (DICOM CS) is derived from it (:func:`_content_label`).
         algorithm: who made it.
         uid_root: root of the new UIDs.
         series_number: the SeriesNumber.
@@ -778,9 +910,12 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         ``path``.
 
     Raises:
-        TypeError: values that are not real numbers.
-        ValueError: non-finite values, values beyond the float32 range, a shape other than the series', a region
-            name or ``series_description`` with a backslash or a control character (DICOM LO / SH text).
+        TypeError: values that are not real numbers, a ``series`` that is not a :class:`~.series.DicomSeries`, a
+            ``series_number`` that is not an integer.
+        ValueError: values that are not ``(columns, rows, slices)`` or not the series' shape, non-finite values,
+            values beyond the float32 range, a ``measure``, region name or ``series_description`` a DICOM LO cannot
+            hold (empty, over 64 characters, a backslash or a control character), a ``series_number`` outside
+            ``1 .. 2**31 - 1``.
 
     Example:
         >>> import tempfile
@@ -795,9 +930,15 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
         ...     ds.SeriesDescription, rwv.LUTLabel, rwv.LUTExplanation
         ('predictive_entropy of WT by monai-unc', 'PE WT', 'WT: predictive entropy H(mean p), nats')
     """
+    check_series(series)
+    series_number = check_series_number(series_number)
+    check_text(measure, "measure", 64)
     values = np.asarray(values)
     if values.dtype.kind not in "biuf":
-        raise TypeError(f"the {measure} map must hold real numbers, got dtype {values.dtype}")
+        raise TypeError(f"values (the {measure} map) must hold real numbers, got dtype {values.dtype}")
+    if values.ndim != 3:
+        raise ValueError(f"values must be (columns, rows, slices), the series' {tuple(series.shape)}, got shape "
+                         f"{values.shape}")
     if not np.isfinite(values).all():
         raise ValueError(f"the {measure} map has NaN or infinite values")
     big = float(np.abs(values).max()) if values.size else 0.0
@@ -806,7 +947,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
                          f"to {big:.6g}, at most {float(np.finfo(np.float32).max):.6g})")
     values = values.astype(np.float32)
     if region is not None:
-        _check_string(region, "region", 64)
+        check_text(region, "region", 64)
     frames = volume_frames(values, series, measure)
     unit, explanation = MAP_UNITS.get(measure, (_UNITY, measure))
     label, description = measure[:16], f"{measure} by monai-unc"  # the measures' own labels differ in 16
@@ -824,7 +965,7 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     series_text = check_series_description(series_description, description)
     low, high = float(frames.min()), float(frames.max())
     mapping = hd.pm.RealWorldValueMapping(
-        lut_label=label, lut_explanation=explanation[:64], unit=unit, value_range=(low, high),
+        lut_label=label, lut_explanation=explanation, unit=unit, value_range=(low, high),
         slope=1.0, intercept=0.0,
     )
     width = min(high - low, MAX_WINDOW_WIDTH) if high > low else 1.0  # a display default, valid for any range
@@ -834,12 +975,12 @@ def write_parametric_map(values: np.ndarray, series: DicomSeries, path: str | os
     pm = hd.pm.ParametricMap(
         pixel_array=frames, contains_recognizable_visual_features=False, real_world_value_mappings=[mapping],
         voi_lut_transformations=[window],
-        content_label=re.sub(r"[^A-Z0-9_ ]", "_", measure.upper())[:16] or "MAP",
+        content_label=_content_label(measure),
         **_common(series, uid_root, series_number, algorithm or AlgorithmInfo(), description),
     )
     pm.SeriesDescription = series_text
     if "Laterality" not in pm:  # General Series, type 2C: empty for an unpaired or unknown body part
         pm.Laterality = series.datasets[0].get("Laterality", "")
-    return save_dataset(apply_study(declare_character_set(_single_slice_spacing(pm, series), series.datasets[0]),
+    return save_dataset(apply_study(declare_character_set(_pixel_measures(pm, series), series.datasets[0]),
                                     study), path)
 

@@ -32,9 +32,12 @@ from pydicom.sr.coding import Code
 
 from .objects import (
     MAP_UNITS,
+    NOT_IN_STRING,
     AlgorithmInfo,
     apply_study,
+    check_series,
     check_series_description,
+    check_series_number,
     declare_character_set,
     new_uid,
     save_dataset,
@@ -43,7 +46,8 @@ from .objects import (
 )
 from .series import DicomSeries
 
-__all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volume_ml", "measurement_unit"]
+__all__ = ["SCHEME", "write_measurement_report", "report_numbers", "segment_volume_ml", "measurement_unit",
+           "check_measurement_name"]
 
 #: the private coding scheme of monai-unc's measurement names and decisions
 SCHEME = "99MONAIUNC"
@@ -57,6 +61,36 @@ _UNIT_TOKENS = {"ml": _ML, "mm3": _MM3, "mm": _MM, "hd95": _MM}
 _CASE_SCORES = ("mean", "fg_mean", "patch_mean")
 _IMAGING = Code("363679005", "SCT", "Imaging procedure")
 _SEG_CLASS = "1.2.840.10008.5.1.4.1.1.66.4"
+
+
+def check_measurement_name(name: Any, where: str) -> str:
+    r"""Refuse a measurement name (a table's column) that the SR's code value and meaning cannot hold as one value.
+
+    The name is the code value (SH, or UC as a LongCodeValue) and the meaning (LO) of the measurement's concept: a
+    backslash is DICOM's value separator (``dice\left`` would be the two values ``dice`` and ``left``) and control
+    characters (tab, newline) are not allowed in these VRs, as in segment and region names
+    (:func:`~monai_unc.io.dicom.objects.check_text`). A name over 64 characters is shown shortened (its meaning), its
+    code value stays whole.
+
+    Args:
+        name: the name.
+        where: where it comes from, for the message (``"numbers"``, ``"metrics.csv of EVAL"``).
+
+    Returns:
+        ``name`` unchanged.
+
+    Raises:
+        ValueError: naming ``where`` and the name: not a string, blank, a backslash or a control character.
+
+    Example:
+        >>> check_measurement_name("dice_WT", "numbers")
+        'dice_WT'
+    """
+    if not isinstance(name, str) or not name.strip() or NOT_IN_STRING.search(name):
+        raise ValueError(f"{where}: the measurement name {name!r} must be a non-blank text without a backslash (the "
+                         "DICOM value separator) or control characters (tab, newline), as it becomes the SR's code "
+                         "value and meaning; rename the column")
+    return name
 
 
 def _name(text: str) -> Code:
@@ -97,12 +131,14 @@ def _measurements(values: Mapping[str, Any], algo_id: Any, where: str, unit: Any
 
     Raises:
         ValueError: naming ``where`` when two names have the same meaning (their first and last characters agree
-            past 64 characters): a viewer shows the meaning and could not tell them apart.
+            past 64 characters): a viewer shows the meaning and could not tell them apart; a name with a backslash
+            or a control character (:func:`check_measurement_name`).
     """
     out, seen = [], {}
     for key, v in values.items():
         if _number(v) is None:
             continue
+        check_measurement_name(key, where)
         name = codes.SCT.Volume if key == "volume" and unit is _ML else _name(key)
         if name.meaning in seen:
             raise ValueError(f"{where}: the measurements {seen[name.meaning]!r} and {key!r} would both be shown as "
@@ -179,21 +215,27 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
         ``path``.
 
     Raises:
+        TypeError: a ``series`` that is not a :class:`~monai_unc.io.dicom.series.DicomSeries`, a ``series_number``
+            that is not an integer.
         ValueError: a segment volume for a segment the SEG does not have, a triage without a decision, two
             measurement names of one group that agree in their first and last characters past 64 (a viewer would
-            show the same name), a ``series_description`` a DICOM LO cannot hold.
+            show the same name), a measurement name (a key of ``numbers`` or ``extra_groups``, or the triage's
+            ``score_name``) with a backslash or a control character (:func:`check_measurement_name`), a
+            ``series_description`` a DICOM LO cannot hold, a ``series_number`` outside ``1 .. 2**31 - 1``.
     """
+    check_series(series)
+    series_number = check_series_number(series_number)
     description = check_series_description(series_description, "measurement report by monai-unc")
     algorithm = algorithm or AlgorithmInfo()
     params = [p for p in (f"weights_sha256={algorithm.weights}" if algorithm.weights else "",
                           f"method={algorithm.method}" if algorithm.method else "") if p]
-    algo_id = hd.sr.AlgorithmIdentification(name=algorithm.name[:64] or "monai-unc",
-                                            version=algorithm.version[:64] or "unknown", parameters=params or None)
+    algo_id = hd.sr.AlgorithmIdentification(name=algorithm.name or "monai-unc",
+                                            version=algorithm.version or "unknown", parameters=params or None)
     observer = hd.sr.ObserverContext(
         observer_type=codes.cid270.Device,
         observer_identifying_attributes=hd.sr.DeviceObserverIdentifyingAttributes(
             uid=new_uid(uid_root), name="monai-unc", manufacturer_name="monai-unc",
-            model_name=algorithm.name[:64] or "monai-unc"),
+            model_name=algorithm.name or "monai-unc"),
     )
     context = hd.sr.ObservationContext(observer_device_context=observer)
     groups: list[Any] = []
@@ -232,10 +274,10 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
             raise ValueError(f"triage decision must be 'accept' or 'review', got {decision!r}")
         rule_params = [f"{k}={triage[k]}" for k in ("rule_digest", "statement", "reason")
                        if isinstance(triage.get(k), str) and triage[k]]
-        rule_id = hd.sr.AlgorithmIdentification(name="monai-unc referral rule", version=algorithm.version[:64] or "0",
+        rule_id = hd.sr.AlgorithmIdentification(name="monai-unc referral rule", version=algorithm.version or "0",
                                                 parameters=rule_params or None)
         score = _number(triage.get("score"))
-        score_name = str(triage.get("score_name") or "triage score")
+        score_name = check_measurement_name(triage.get("score_name") or "triage score", "triage score_name")
         groups.append(hd.sr.MeasurementsAndQualitativeEvaluations(
             tracking_identifier=hd.sr.TrackingIdentifier(uid=new_uid(uid_root), identifier="triage"),
             qualitative_evaluations=[hd.sr.QualitativeEvaluation(
@@ -252,7 +294,7 @@ def write_measurement_report(path: str | os.PathLike, series: DicomSeries, seg: 
     evidence = [*source_images(series), *([seg] if seg is not None else []), *maps]
     src = series.datasets[0]
     sr = hd.sr.Comprehensive3DSR(
-        evidence=evidence, content=report, series_instance_uid=new_uid(uid_root), series_number=int(series_number),
+        evidence=evidence, content=report, series_instance_uid=new_uid(uid_root), series_number=series_number,
         sop_instance_uid=new_uid(uid_root), instance_number=1, manufacturer="monai-unc", is_complete=True,
         is_final=False, is_verified=False,
     )

@@ -159,6 +159,55 @@ def test_single_slice_objects_state_the_series_slice_spacing(tmp_path):
     assert sorted(volume.spacing) == pytest.approx([0.7, 0.8, 5.0])
 
 
+def _without_thickness(folder, shape, affine, thickness, spacing=None):
+    """A CT series whose slices' SliceThickness is ``thickness`` (None: empty, ``"absent"``: deleted)."""
+    files = write_series(np.zeros(shape), affine, folder, modality="CT")
+    for f in files:
+        ds = pydicom.dcmread(f)
+        if thickness == "absent":
+            del ds.SliceThickness
+        else:
+            ds.SliceThickness = thickness
+        if spacing is not None:
+            ds.SpacingBetweenSlices = spacing
+        ds.save_as(f)
+    return read_series(folder, pixels=False)
+
+
+@pytest.mark.parametrize("thickness", [None, 0.0, "absent"], ids=["empty", "zero", "absent"])
+@pytest.mark.parametrize("slices, spacing, expected", [
+    (3, None, 2.5),  # the distance between the slice planes
+    (1, 3.0, 3.0),  # one slice: its SpacingBetweenSlices
+    (1, None, 1.0),  # one slice stating no spacing at all: read_series' 1 mm
+], ids=["3_slices", "1_slice_spacing", "1_slice_nothing"])
+def test_objects_of_a_series_without_a_slice_thickness_state_one(tmp_path, thickness, slices, spacing, expected):
+    """SliceThickness is type 2 in the CT / MR image: an empty or zero one made SEGs that dciodvfy refused."""
+    shape, affine = (6, 4, slices), _affine(rotation(0, 10) @ np.diag([0.7, 0.8, 2.5]), [3, -4, 12])
+    series = _without_thickness(tmp_path / "s", shape, affine, thickness, spacing)
+    labels = np.zeros(shape, np.uint8)
+    labels[:3, 1:, 0] = 1
+    written = [
+        write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(1)]),
+        write_fractional_segmentation(np.stack([1 - labels, labels]).astype(np.float32), series,
+                                      tmp_path / "probs.dcm", [default_segment(1)]),
+        write_parametric_map(np.full(shape, 0.25, np.float32), series, tmp_path / "pm.dcm", "variance"),
+    ]
+    for path in written:
+        measures = pydicom.dcmread(path).SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
+        assert float(measures.SliceThickness) == pytest.approx(expected), path.name
+        assert float(measures.SpacingBetweenSlices) == pytest.approx(expected), path.name
+        assert dciodvfy_errors(path) == [], path.name
+
+
+def test_a_source_slice_thickness_is_kept(tmp_path):
+    """A source stating its thickness (2 mm slices 2.5 mm apart) keeps it: only a missing or zero one is filled."""
+    shape, affine = (6, 4, 3), _affine(np.diag([0.7, 0.8, 2.5]), [0, 0, 0])
+    series = _without_thickness(tmp_path / "s", shape, affine, 2.0)
+    path = write_segmentation(np.ones(shape, np.uint8), series, tmp_path / "seg.dcm", [default_segment(1)])
+    measures = pydicom.dcmread(path).SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
+    assert (float(measures.SliceThickness), float(measures.SpacingBetweenSlices)) == pytest.approx((2.0, 2.5))
+
+
 def _tilted(tmp_path, shape=(6, 4, 5)):
     """A gantry-tilted CT: each 5 mm slice 2 mm further posterior; its stack is sheared, voxels 0.7 x 0.8 x 5 mm."""
     affine = _affine([[0.7, 0, 0], [0, 0.8, -2.0], [0, 0, 5.0]], [0, 0, 0])

@@ -339,3 +339,127 @@ def test_whole_case_map_labels_are_unchanged():
     from monai_unc.io.dicom import MAP_UNITS
 
     assert len({m[:16] for m in MAP_UNITS}) == len(MAP_UNITS)
+
+
+def _four_writers(t, s, **kwargs):
+    """The SEG, FRACTIONAL SEG, Parametric Map and SR writers of one series, called with ``kwargs``."""
+    specs = [default_segment(1), default_segment(2)]
+    return [
+        lambda: write_segmentation(_labels(), s, t / "seg.dcm", specs, **kwargs),
+        lambda: write_fractional_segmentation(np.full((3, *SHAPE), 0.5), s, t / "p.dcm", specs, **kwargs),
+        lambda: write_parametric_map(np.ones(SHAPE), s, t / "pm.dcm", "variance", **kwargs),
+        lambda: write_measurement_report(t / "sr.dcm", s, None, [], segment_volumes={}, numbers={"dice": 0.5},
+                                         **kwargs),
+    ]
+
+
+@pytest.mark.parametrize("number, error", [
+    # an IS holds -(2**31 - 1) .. 2**31 - 1: 10**12 was written (dciodvfy: "Range invalid for this VR")
+    (10**12, ValueError), (2**31, ValueError),
+    # highdicom refused these, naming its own argument ("should be a positive integer")
+    (0, ValueError), (-3, ValueError),
+    # a float or text was turned into a number (901.7 -> 901)
+    (901.7, TypeError), ("901", TypeError), (True, TypeError),
+], ids=["1e12", "2**31", "zero", "negative", "float", "text", "bool"])
+def test_series_numbers_outside_1_to_2_31_are_refused_by_name(series, tmp_path, number, error):
+    for write in _four_writers(tmp_path, series, series_number=number):
+        with pytest.raises(error, match="series_number"):
+            write()
+    assert not list(tmp_path.glob("*.dcm"))
+
+
+def test_the_largest_series_number_is_written(series, tmp_path):
+    for write in _four_writers(tmp_path, series, series_number=np.int64(2**31 - 1)):
+        path = write()
+        assert pydicom.dcmread(path, stop_before_pixels=True).SeriesNumber == 2**31 - 1
+        assert dciodvfy_errors(path) == [], path.name
+
+
+@pytest.mark.parametrize("measure, message", [
+    ("", "1 to 64 characters"),  # was written with an empty LUTLabel and LUTExplanation (type 1)
+    ("   ", "1 to 64 characters"),
+    ("pe\\x", "backslash"),  # refused by highdicom, naming LO, not the argument
+    ("pe\tx", "control characters"),
+    ("m" * 65, "1 to 64 characters"),  # its LUTExplanation was cut to 64 characters
+    (5, "1 to 64 characters"),
+], ids=["empty", "blank", "backslash", "tab", "65_chars", "int"])
+def test_a_measure_a_dicom_text_cannot_hold_is_refused_by_name(series, tmp_path, measure, message):
+    with pytest.raises(ValueError, match=f"measure .*{message}"):
+        write_parametric_map(np.ones(SHAPE), series, tmp_path / "pm.dcm", measure)
+    assert not list(tmp_path.glob("*.dcm"))
+
+
+@pytest.mark.parametrize("measure, label", [
+    # highdicom refused these ContentLabels ("Code string must not end with a space or underscore")
+    ("pe_", "PE"), ("entropy (nats)", "ENTROPY _NATS"), ("entropía_ü", "ENTROP_A"),
+    ("entropy_of_mean_x", "ENTROPY_OF_MEAN"), ("m" * 64, "M" * 16), ("__", "MAP"), ("李", "MAP"),
+    ("predictive_entropy", "PREDICTIVE_ENTRO"),
+])
+def test_any_measure_name_gets_a_valid_content_label(series, tmp_path, measure, label):
+    path = write_parametric_map(np.ones(SHAPE), series, tmp_path / "pm.dcm", measure)
+    ds = pydicom.dcmread(path)
+    from monai_unc.io.dicom import MAP_UNITS
+
+    assert ds.ContentLabel == label
+    explanation = MAP_UNITS[measure][1] if measure in MAP_UNITS else measure  # the whole name, not cut
+    assert ds.SharedFunctionalGroupsSequence[0].RealWorldValueMappingSequence[0].LUTExplanation == explanation
+    assert dciodvfy_errors(path) == []
+
+
+@pytest.mark.parametrize("numbers, message", [
+    # a tab was written into the CodeValue (SH) and CodeMeaning (LO): invalid; a backslash failed with pydicom's
+    # TypeError "can only concatenate str (not "MultiValue") to str"
+    ({"dice\tleft": 0.5}, "'dice\\\\tleft'"), ({"dice\\left": 0.5}, "'dice\\\\\\\\left'"),
+    ({"dice": 0.5, "a\x7fb": 1.0}, "'a\\\\x7fb'"),
+], ids=["tab", "backslash", "delete"])
+def test_measurement_names_a_dicom_text_cannot_hold_are_refused_by_name(series, tmp_path, numbers, message):
+    with pytest.raises(ValueError, match=f"numbers: the measurement name {message}"):
+        write_measurement_report(tmp_path / "sr.dcm", series, None, [], segment_volumes={}, numbers=numbers)
+    with pytest.raises(ValueError, match=f"extra_groups\\['masks'\\]: the measurement name {message}"):
+        write_measurement_report(tmp_path / "sr.dcm", series, None, [], segment_volumes={}, numbers={},
+                                 extra_groups={"masks": numbers})
+    with pytest.raises(ValueError, match=f"triage score_name: the measurement name {message}"):
+        write_measurement_report(tmp_path / "sr.dcm", series, None, [], segment_volumes={}, numbers={},
+                                 triage={"decision": "accept", "score": 0.5, "score_name": list(numbers)[-1]})
+    assert not list(tmp_path.glob("*.dcm"))
+
+
+@pytest.mark.parametrize("field", ["name", "version"])
+def test_an_algorithm_name_or_version_over_64_characters_is_refused(field):
+    """They were cut to their first 64 characters (AlgorithmName, AlgorithmVersion, ManufacturerModelName: LO)."""
+    with pytest.raises(ValueError, match=f"algorithm {field} .*at most 64 characters"):
+        AlgorithmInfo(**{field: "x" * 65})
+    assert getattr(AlgorithmInfo(**{field: "x" * 64}), field) == "x" * 64
+
+
+@pytest.mark.parametrize("make, error, message", [
+    # AttributeError: 'str' object has no attribute 'shape'
+    (lambda t, s: write_segmentation(_labels(), str(s.folder), t / "seg.dcm", [default_segment(1)]), TypeError,
+     "series must be a DicomSeries"),
+    (lambda t, s: write_parametric_map(np.ones(SHAPE), str(s.folder), t / "pm.dcm", "variance"), TypeError,
+     "series must be a DicomSeries"),
+    (lambda t, s: write_fractional_segmentation(np.full((3, *SHAPE), 0.5), s.folder, t / "p.dcm",
+                                                [default_segment(1)]), TypeError, "series must be a DicomSeries"),
+    (lambda t, s: write_measurement_report(t / "sr.dcm", str(s.folder), None, [], segment_volumes={}, numbers={}),
+     TypeError, "series must be a DicomSeries"),
+    # AttributeError: 'int' object has no attribute 'label'
+    (lambda t, s: write_segmentation(_labels(), s, t / "seg.dcm", [1, 2]), TypeError, "segments must hold SegmentSpec"),
+    (lambda t, s: write_fractional_segmentation(np.full((3, *SHAPE), 0.5), s, t / "p.dcm", [1]), TypeError,
+     "segments must hold SegmentSpec"),
+    (lambda t, s: write_segmentation(_labels(), s, t / "seg.dcm", default_segment(1)), TypeError,
+     "segments must be a sequence"),
+    # highdicom's TypeError about real_world_value_mappings
+    (lambda t, s: write_parametric_map(np.ones((*SHAPE, 2)), s, t / "pm.dcm", "variance"), ValueError,
+     r"values must be \(columns, rows, slices\)"),
+    (lambda t, s: write_parametric_map(np.ones(SHAPE[:2]), s, t / "pm.dcm", "variance"), ValueError,
+     r"values must be \(columns, rows, slices\)"),
+    (lambda t, s: write_parametric_map(np.array([[["a"]]]), s, t / "pm.dcm", "variance"), TypeError,
+     "values .*must hold real numbers"),
+    (lambda t, s: write_segmentation(np.ones((*SHAPE, 1, 1), np.uint8), s, t / "seg.dcm", [default_segment(1)]),
+     ValueError, "labels must be"),
+], ids=["seg_series_str", "pm_series_str", "probs_series_path", "sr_series_str", "segments_ints", "probs_segments_ints",
+        "segments_one_spec", "map_4d", "map_2d", "map_text", "labels_5d"])
+def test_arguments_of_the_wrong_type_are_refused_by_name(series, tmp_path, make, error, message):
+    with pytest.raises(error, match=message):
+        make(tmp_path, series)
+    assert not list(tmp_path.glob("*.dcm"))
