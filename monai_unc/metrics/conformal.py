@@ -78,6 +78,7 @@ __all__ = [
     "entry_index",
     "conformal_case_state",
     "crc_lambda",
+    "crc_tolerance",
     "high_probability_lambda",
     "min_calibration_cases",
     "quantile_edges",
@@ -97,6 +98,8 @@ DEFAULT_MAX_MARGIN_MM = 20.0
 DEFAULT_MARGIN_STEP_MM = 0.25
 #: a distance this much (relative to the step) above a grid point counts as on it (toward the safe side)
 _ROUNDING_SLACK = 1e-9
+#: the float64 machine epsilon, 2**-52 (the rounding allowance of conformal risk control: :func:`crc_tolerance`)
+_EPS = float(np.finfo(np.float64).eps)
 _METHODS = ("expectation", "high_probability")
 
 
@@ -591,6 +594,17 @@ def _check_level(value: Any, name: str) -> float:
     return v
 
 
+def _check_bound(value: Any) -> float:
+    """The loss bound ``B`` of conformal risk control: a positive finite number (``ValueError`` naming ``B``)."""
+    try:
+        bound = math.nan if isinstance(value, (str, bytes, bool)) else float(value)
+    except (TypeError, ValueError):
+        bound = math.nan
+    if not (math.isfinite(bound) and bound > 0):
+        raise ValueError(f"B must be a positive finite loss bound, got {value!r}")
+    return bound
+
+
 def _check_losses(losses: Any, bound: float) -> np.ndarray:
     a = np.asarray(to_numpy(losses, "losses"), dtype=np.float64)
     if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
@@ -616,11 +630,48 @@ def _hp_rank(n: int, alpha: float) -> int:
     return math.ceil(round((n + 1) * (1.0 - alpha), 9))
 
 
+def crc_tolerance(n: int, alpha: float) -> float:
+    """The rounding allowance ``tau`` of the conformal risk control condition ``sum_i L_i + B <= alpha (n + 1)``.
+
+    A grid point passes when the computed ``sum_i L_i + B`` is at most the computed ``alpha (n + 1)`` plus ``tau =
+    (n + 3) eps alpha (n + 1)``, ``eps = 2**-52``. Near equality the float sum of ``n`` losses, the addition of ``B``,
+    the product ``alpha (n + 1)`` and the losses and ``alpha`` themselves (ratios and decimals rounded to binary) err
+    by at most ``(n + 3) eps / 2`` times ``alpha (n + 1)``; ``tau`` is twice that, so a condition that holds with
+    equality in exact arithmetic (e.g. nine losses in tenths summing to 6.9 with ``alpha = 0.79``: ``6.9 + 1 = 7.9 =
+    0.79 * 10``, computed as ``7.900000000000001 > 7.9``) is not lost to rounding. In exchange ``alpha`` is loosened
+    by at most ``tau / (n + 1) = (n + 3) eps alpha``: below ``1e-12 alpha`` for ``n < 4500``.
+
+    Args:
+        n: the number of calibration cases.
+        alpha: the level.
+
+    Returns:
+        ``tau``.
+
+    Example:
+        >>> crc_tolerance(9, 0.79) < 1e-13
+        True
+    """
+    n = check_integer(n, "n")
+    a = _check_level(alpha, "alpha")
+    return _crc_tau(n, a)
+
+
+def _crc_tau(n: int, alpha: float) -> float:
+    return (n + 3) * _EPS * alpha * (n + 1)
+
+
+def _crc_passes(total: Any, n: int, alpha: float, bound: float) -> Any:
+    """Whether ``total + B <= alpha (n + 1)`` up to the allowance of :func:`crc_tolerance` (elementwise)."""
+    return total + bound <= alpha * (n + 1) + _crc_tau(n, alpha)
+
+
 def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: float = 1.0) -> int:  # noqa: N803
     """The fewest calibration cases for which a rule at level ``alpha`` can exist.
 
-    Expectation (CRC): ``B / (n + 1) <= alpha`` (even zero losses must pass); high probability: ``ceil((n + 1)(1 -
-    alpha)) <= n``.
+    Expectation (CRC): ``B <= alpha (n + 1)`` (even zero losses must pass), decided by the arithmetic of
+    :func:`crc_lambda` (with its rounding allowance, :func:`crc_tolerance`), so ``n`` cases with zero losses always
+    fit; high probability: ``ceil((n + 1)(1 - alpha)) <= n``, as :func:`high_probability_lambda` computes it.
 
     Args:
         alpha: the level in (0, 1).
@@ -633,8 +684,8 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
     Example:
         >>> min_calibration_cases(0.1), min_calibration_cases(0.1, high_probability=True)
         (9, 9)
-        >>> min_calibration_cases(0.05, high_probability=True)
-        19
+        >>> min_calibration_cases(0.05, high_probability=True), min_calibration_cases(1 / 49)
+        (19, 48)
     """
     a = _check_level(alpha, "alpha")
     if high_probability:
@@ -642,9 +693,14 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
         while _hp_rank(n, a) > n:
             n += 1
         return n
-    if not (math.isfinite(float(B)) and B > 0):
-        raise ValueError(f"B must be a positive finite loss bound, got {B!r}")
-    return max(1, math.ceil(round(B / a - 1.0, 9)))
+    bound = _check_bound(B)
+    estimate = bound / a - 1.0
+    if not estimate < 2.0**53:
+        raise ValueError(f"alpha={a} with B={bound} needs more than 2**53 calibration cases")
+    n = max(1, math.floor(estimate) - 2)  # at or below the answer; the condition holds for every n above it
+    while not _crc_passes(0.0, n, a, bound):
+        n += 1
+    return n
 
 
 def _crc_index(losses: np.ndarray, alpha: float, bound: float) -> int:
@@ -652,7 +708,7 @@ def _crc_index(losses: np.ndarray, alpha: float, bound: float) -> int:
     if np.any(np.diff(losses, axis=1) > 0):
         raise ValueError("losses must be non-increasing in lambda along axis 1 for conformal risk control "
                          "(use the monotone upper envelope sup_{lambda' >= lambda} L(lambda'))")
-    ok = losses.sum(axis=0) + bound <= alpha * (n + 1)
+    ok = _crc_passes(losses.sum(axis=0), n, alpha, bound)
     if not ok.any():
         need = min_calibration_cases(alpha, B=bound)
         worst = (losses[:, -1].sum() + bound) / (n + 1)
@@ -668,7 +724,10 @@ def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -
 
     For losses non-increasing in ``lambda`` and bounded by ``B``, ``E[L_new(lambda_hat)] <= alpha`` for a new
     case exchangeable with the ``n`` calibration cases (Angelopoulos, Bates, Fisch, Lei, Schuster, "Conformal Risk
-    Control", ICLR 2024, Theorem 1). On a grid the infimum is the first grid point that satisfies the condition.
+    Control", ICLR 2024, Theorem 1). On a grid the infimum is the first grid point that satisfies the condition,
+    ``sum_i L_i + B <= alpha (n + 1)``, evaluated in floating point with the rounding allowance ``tau = (n + 3) eps
+    alpha (n + 1)`` (:func:`crc_tolerance`; ``eps = 2**-52``, twice the rounding error of the sum and the product):
+    an equality is not lost to rounding, and ``alpha`` is loosened by at most ``(n + 3) eps alpha``.
 
     Args:
         losses: ``(n, G)`` losses of ``n`` cases at ``G`` increasing grid points, in ``[0, B]``, non-increasing
@@ -687,12 +746,7 @@ def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -
         0.5
     """
     a = _check_level(alpha, "alpha")
-    try:
-        bound = float(B)
-    except (TypeError, ValueError):
-        raise ValueError(f"B must be a positive finite loss bound, got {B!r}") from None
-    if not (math.isfinite(bound) and bound > 0):
-        raise ValueError(f"B must be a positive finite loss bound, got {B!r}")
+    bound = _check_bound(B)
     arr = _check_losses(losses, bound)
     j = _crc_index(arr, a, bound)
     return _lambda_at(lambdas, j, arr.shape[1])

@@ -6,6 +6,7 @@ import io
 import json
 import math
 import pickle
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from monai_unc.metrics import (
     conformal_case_state,
     conformal_grid,
     crc_lambda,
+    crc_tolerance,
     entry_index,
     fit_conformal_rule,
     high_probability_lambda,
@@ -314,6 +316,65 @@ def test_min_calibration_cases():
         assert math.ceil((n + 1) * (1 - alpha) - 1e-9) <= n and math.ceil(n * (1 - alpha) - 1e-9) > n - 1
         m = min_calibration_cases(alpha)
         assert 1 / (m + 1) <= alpha + 1e-12 and (m == 1 or 1 / m > alpha)
+
+
+def crc_reference(losses, alpha, B=1):
+    """CRC's first grid index in exact rational arithmetic on the decimals the losses and alpha name; None if none."""
+    n = losses.shape[0]
+    a = Fraction(repr(float(alpha)))
+    for j in range(losses.shape[1]):
+        if sum(Fraction(repr(float(v))) for v in losses[:, j]) + B <= a * (n + 1):
+            return j
+    return None
+
+
+def test_crc_equality_is_not_lost_to_rounding():
+    # (n / (n + 1)) mean L + 1 / (n + 1) = alpha exactly: 6.9 + 1 = 0.79 * 10, but the float sum gives
+    # 7.900000000000001 > 7.9, and crc_lambda skipped to the next grid point (a whole step larger)
+    first = [0.8, 1.0, 0.4, 0.7, 1.0, 0.7, 0.9, 0.7, 0.7]
+    losses = np.stack([first, np.zeros(9)], axis=1)
+    assert losses.sum(axis=0)[0] + 1 > 0.79 * 10  # the rounding the allowance absorbs
+    assert crc_lambda(losses, 0.79) == 0.0
+    assert crc_tolerance(9, 0.79) < 1e-13
+    # against the exact decimals: losses in tenths (ties), alpha on the equality and one ulp-scale step around it
+    rng = np.random.default_rng(21)
+    checked = 0
+    for _ in range(3000):
+        n = int(rng.integers(1, 40))
+        tenths = rng.integers(0, 11, size=n)
+        alpha = (int(tenths.sum()) + 10) / (10 * (n + 1))  # sum + 1 = alpha (n + 1) in exact decimals
+        if not 0 < alpha < 1 or Fraction(repr(alpha)) != Fraction(int(tenths.sum()) + 10, 10 * (n + 1)):
+            continue  # alpha must be a decimal float names exactly, as 0.79 is
+        col = tenths / 10
+        losses = np.stack([col, np.minimum(col, 0.5), np.zeros(n)], axis=1)
+        for a in (alpha, alpha - 1e-9):
+            want = crc_reference(losses, a)
+            if want is None:
+                with pytest.raises(ValueError, match="no lambda on the grid"):
+                    crc_lambda(losses, a)
+            else:
+                assert crc_lambda(losses, a) == want, (n, tenths.tolist(), a)
+        checked += 1
+    assert checked > 300
+
+
+def test_min_calibration_cases_agrees_with_the_fit():
+    # alpha = 1 / 49 gave 48, but the fit refused 48 perfect cases (1 <= (1/49) * 49 = 0.9999999999999999 failed),
+    # blaming the data ("the mean loss at the largest lambda is 0")
+    alphas = [1 / k for k in range(2, 200)] + [k / 1000 for k in range(1, 1000)]
+    for a in alphas:
+        need = min_calibration_cases(a)
+        # the exact answer for the fraction alpha names (1/k, or k/1000): the smallest n with 1 <= alpha (n + 1)
+        assert need == max(1, math.ceil(1 / Fraction(a).limit_denominator(1000) - 1)), a
+        assert crc_lambda(np.zeros((need, 1)), a) == 0.0
+        if need > 1:
+            with pytest.raises(ValueError, match=rf"{need - 1} case\(s\) are too few \(at least {need} needed"):
+                crc_lambda(np.zeros((need - 1, 1)), a)
+    perfect = conformal_case_state(np.array([[0.0, 1.0]]), np.array([[0, 1]]), activation="sigmoid", grid=4)
+    assert min_calibration_cases(1 / 49) == 48
+    assert fit_conformal_rule([perfect] * 48, 1 / 49).lambda_hat("0") == 0.0
+    with pytest.raises(ValueError, match="47 calibration case.*too few.*at least 48"):
+        fit_conformal_rule([perfect] * 47, 1 / 49)
 
 
 def test_crc_refuses_non_monotone_and_bad_arguments():
