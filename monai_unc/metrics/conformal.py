@@ -186,6 +186,28 @@ def entry_index(values: np.ndarray, family: str, side: str, step: float, size: i
     """
     _check_choice(family, "family", CONFORMAL_FAMILIES)
     _check_choice(side, "side", CONFORMAL_SIDES)
+    size = check_integer(size, "size")
+    if family == "threshold":
+        if size & (size - 1) or not 2 <= size <= 2**16 or step != 1.0 / size:
+            raise ValueError(f"step must be 1 / size and size a power of two in [2, 65536] for the threshold family, "
+                             f"got step={step!r}, size={size!r}")
+    elif isinstance(step, bool) or not isinstance(step, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(step) and step > 0):
+        raise ValueError(f"step must be a positive finite number of mm, got {step!r}")
+    v = to_numpy(values, "values") if isinstance(values, torch.Tensor) else np.asarray(values)
+    if v.dtype.kind not in "iuf":
+        raise TypeError(f"values must be numbers (probabilities or distances in mm), got dtype {v.dtype}")
+    if v.size:
+        lo, hi = float(v.min()), float(v.max())  # NaN propagates through both
+        top = 1.0 if family == "threshold" else math.inf
+        if not (0.0 <= lo and hi <= top):
+            what = "probabilities in [0, 1]" if family == "threshold" else "distances in mm (>= 0, inf allowed)"
+            raise ValueError(f"values must be {what}, without NaN, got values in [{lo:.6g}, {hi:.6g}]")
+    return _entry_index(v, family, side, float(step), size)
+
+
+def _entry_index(values: np.ndarray, family: str, side: str, step: float, size: int) -> np.ndarray:
+    """:func:`entry_index` without the checks: ``values`` are checked probabilities or distances (the hot path)."""
     if family == "threshold":
         scaled = values * size  # exact for a power-of-two size
         if side == "inner":
@@ -585,6 +607,8 @@ def conformal_case_state(
 
 
 def _check_level(value: Any, name: str) -> float:
+    if isinstance(value, (str, bytes)):  # float("0.1") would pass a string from a config file through unnoticed
+        raise ValueError(f"{name} must be a number in (0, 1), got the string {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -1091,8 +1115,21 @@ def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: 
                    "not conditional on one case")
 
 
+def _float_array(values: Any, name: str, what: str) -> np.ndarray:
+    """``values`` as a flat float64 array; ``ValueError`` naming ``name`` when they are not numbers."""
+    shown = repr(values)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    try:
+        a = to_numpy(values, name) if isinstance(values, torch.Tensor) else np.asarray(values)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be {what}, got {shown}") from None
+    if a.dtype.kind not in "biuf":  # strings and objects: float("0.5") would pass a string through
+        raise ValueError(f"{name} must be {what}, got {shown}")
+    return a.astype(np.float64).reshape(-1)
+
+
 def _check_edges(edges: Any) -> np.ndarray:
-    e = np.asarray(edges, dtype=np.float64).reshape(-1)
+    e = _float_array(edges, "edges", "one or more finite, strictly increasing numbers")
     if e.size < 1 or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
         raise ValueError(f"edges must be one or more finite, strictly increasing values, got {edges!r}")
     return e
@@ -1116,10 +1153,7 @@ def stratum_of(scores: Any, edges: Sequence[float]) -> np.ndarray:
         [0, 1, 2, 2]
     """
     e = _check_edges(edges)
-    try:
-        s = np.asarray(scores, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"scores must be numbers, got {scores!r}") from None
+    s = _float_array(scores, "scores", "case scores (numbers, NaN for undefined)").reshape(np.shape(scores))
     if np.isinf(s).any():
         raise ValueError("scores must be finite case scores or NaN (undefined), got an infinite value")
     return np.where(np.isnan(s), e.size, np.searchsorted(e, np.nan_to_num(s), side="right")).astype(np.int64)
@@ -1147,7 +1181,7 @@ def quantile_edges(scores: Any, strata: int) -> tuple[float, ...]:
     """
     if isinstance(strata, bool) or not isinstance(strata, (int, np.integer)) or strata < 2:
         raise ValueError(f"strata must be an integer >= 2, got {strata!r}")
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    s = _float_array(scores, "scores", "case scores (numbers, NaN for undefined)")
     if np.isinf(s).any():
         raise ValueError("scores must be finite case scores or NaN (undefined), got an infinite value")
     s = np.sort(s[~np.isnan(s)])
@@ -1170,7 +1204,7 @@ def _strata(scores: Any, edges: Any, n: int) -> tuple[np.ndarray, tuple[float, .
     e = _check_edges(edges)
     if scores is None:
         raise ValueError("scores must be given with edges (one case score per state)")
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    s = _float_array(scores, "scores", f"{n} case scores (numbers, NaN for undefined; one per state)")
     if s.shape[0] != n or np.isinf(s).any():
         raise ValueError(f"scores must be {n} finite values or NaN (one per state), got {s.shape[0]}")
     return stratum_of(s, e), tuple(float(v) for v in e)
@@ -1193,8 +1227,8 @@ def fit_conformal_rule(
     calibration draw and the new case for exchangeable cases (within a stratum when stratified).
 
     Args:
-        states: one :class:`ConformalCaseState` per calibration case, all of one activation, family, side, grid
-            and names.
+        states: a sequence of one :class:`ConformalCaseState` per calibration case, all of one activation, family,
+            side, grid and names (a single state: ``TypeError``; pass ``[state]``).
         alpha: the level in (0, 1).
         tol: the per-case tolerance in (0, 1) of the high-probability rule, or None for expectation control.
         scores: one case score per state (stratification; with ``edges``); NaN (undefined) is the last stratum.
@@ -1214,7 +1248,14 @@ def fit_conformal_rule(
         >>> rule.lambda_hat("0"), rule.method
         (0.625, 'high_probability')
     """
-    states = list(states)
+    if isinstance(states, ConformalCaseState):
+        raise TypeError("states must be a sequence of ConformalCaseState, one per calibration case, got a single "
+                        "ConformalCaseState (pass [state] for one case)")
+    try:
+        states = list(states)
+    except TypeError:
+        raise TypeError(f"states must be a sequence of ConformalCaseState (one per calibration case), got "
+                        f"{type(states).__name__}") from None
     if not states:
         raise ValueError("states must hold at least one case's ConformalCaseState")
     if not all(isinstance(s, ConformalCaseState) for s in states):

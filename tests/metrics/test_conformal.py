@@ -426,6 +426,61 @@ def test_bad_inputs_name_the_argument():
         conformal_case_state(probs, target, activation="relu")
 
 
+def test_bad_arguments_of_the_fit_and_its_helpers_name_the_argument():
+    # entry_index is public: NaN gave index -2147483644, p = 1.5 an index beyond the grid, negative distances 0
+    with pytest.raises(ValueError, match="values"):
+        entry_index(np.array([np.nan, 0.5]), "threshold", "outer", 0.25, 4)
+    with pytest.raises(ValueError, match="values"):
+        entry_index(np.array([1.5]), "threshold", "inner", 0.25, 4)
+    with pytest.raises(ValueError, match="values"):
+        entry_index(np.array([-1.0]), "margin", "outer", 0.25, 4)
+    with pytest.raises(ValueError, match="values"):
+        entry_index(np.array([np.nan]), "margin", "inner", 0.25, 4)
+    with pytest.raises(TypeError, match="values"):
+        entry_index(np.array(["0.5"]), "threshold", "outer", 0.25, 4)
+    with pytest.raises(ValueError, match="step"):
+        entry_index(np.array([0.5]), "threshold", "outer", 0.3, 4)
+    with pytest.raises(ValueError, match="step"):
+        entry_index(np.array([0.5]), "margin", "outer", -1.0, 4)
+    with pytest.raises(ValueError, match="size"):
+        entry_index(np.array([0.5]), "margin", "outer", 0.5, 0)
+    assert entry_index(np.array([0.0, np.inf]), "margin", "outer", 0.5, 4).tolist() == [0, 5]
+    assert entry_index(torch.tensor([0.25, 1.0]), "threshold", "outer", 0.25, 4).tolist() == [3, 0]
+    probs = np.array([[0.8, 0.3, 0.6], [0.2, 0.7, 0.4]])
+    state = conformal_case_state(probs, np.array([0, 1, 1]), grid=8)
+    states = [state] * 20
+    with pytest.raises(TypeError, match="states.*single ConformalCaseState"):
+        fit_conformal_rule(state, 0.1)  # was "'ConformalCaseState' object is not iterable"
+    with pytest.raises(TypeError, match="states"):
+        fit_conformal_rule(3, 0.1)
+    for bad in ("0.1", b"0.1"):  # a string was accepted as its number
+        with pytest.raises(ValueError, match="alpha"):
+            fit_conformal_rule(states, bad)
+        with pytest.raises(ValueError, match="tol"):
+            fit_conformal_rule(states, 0.1, tol=bad)
+        with pytest.raises(ValueError, match="alpha"):
+            min_calibration_cases(bad)
+    with pytest.raises(ValueError, match="scores"):  # was "could not convert string to float"
+        fit_conformal_rule(states, 0.1, scores=["a"] * 20, edges=[0.5])
+    with pytest.raises(ValueError, match="scores"):
+        fit_conformal_rule(states, 0.1, scores=["0.3"] * 20, edges=[0.5])
+    with pytest.raises(ValueError, match="edges"):
+        fit_conformal_rule(states, 0.1, scores=np.arange(20.0), edges=["x"])
+    with pytest.raises(ValueError, match="scores"):
+        quantile_edges(["a", "b"], 2)
+    with pytest.raises(ValueError, match="scores"):
+        stratum_of(["a"], [0.5])
+    with pytest.raises(ValueError, match="edges"):
+        stratum_of([0.1], "0.5")
+    for bad in ("x", "1", None, True, 0, float("inf")):
+        with pytest.raises(ValueError, match="B"):
+            min_calibration_cases(0.1, B=bad)
+        with pytest.raises(ValueError, match="B"):
+            crc_lambda(FIVE, 0.5, B=bad)
+    with pytest.raises(ValueError, match="n"):
+        crc_tolerance(0, 0.1)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the rule: apply, strata, refusals
 # ---------------------------------------------------------------------------------------------------------------
