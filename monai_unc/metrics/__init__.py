@@ -32,6 +32,7 @@ from .boundary import (
     foreground_edges,
     hd95,
     label_boundary,
+    lattice_unit,
 )
 from .calibration import (
     CALIBRATION_METRICS,
@@ -296,6 +297,7 @@ __all__ = [
     "hoeffding_bentkus_upper",
     "holm_correction",
     "label_boundary",
+    "lattice_unit",
     "mce",
     "mcnemar_test",
     "ncc",

@@ -29,7 +29,9 @@ every grid point at once (:class:`ConformalCaseState`, a few kB to a few 100 kB 
 rounds toward the safe side: a distance is divided by the step and rounded up after subtracting ``1e-9`` (a
 distance a rounding error above a grid point counts as on it: the outer mask can only grow, the inner only shrink),
 and the fitted ``lambda_hat`` is a grid point at or above the continuous infimum (a larger outer, smaller inner
-mask).
+mask). The slack covers float64 rounding only, so the margin family's distances are exact to float64 rounding up
+to the end of the grid whatever the backend (:func:`~monai_unc.metrics.boundary.distance_to_mask` with
+``exact_within``: the edt package's float32 runs on an exact integer lattice, or scipy's float64 transform runs).
 
 **Fitting.** From ``n`` calibration cases (:func:`fit_conformal_rule`):
 
@@ -161,13 +163,17 @@ def entry_index(values: np.ndarray, family: str, side: str, step: float, size: i
 
     - threshold, outer: ``e = G - floor(p G)`` (``p >= 1 - j / G``); inner: ``e = ceil(p G)`` (``p > j / G``);
     - margin, outer: ``d`` = distance in mm to the predicted mask; inner: ``d`` = distance to its complement;
-      ``e = ceil(d / step - 1e-9)``, and ``G + 1`` (beyond the grid) for ``d > G * step`` or ``inf``.
+      ``e = ceil(d / step - 1e-9)``, and ``G + 1`` (beyond the grid) for ``d > G * step`` or ``inf``. The index is
+      only as exact as ``d``: :func:`conformal_case_state` and :meth:`ConformalRule.apply` compute distances exact
+      to float64 rounding up to the grid's end (:func:`~monai_unc.metrics.boundary.distance_to_mask` with
+      ``exact_within``), so that a voxel exactly ``lambda`` mm away is on the grid point ``lambda``.
 
     Args:
-        values: probabilities in [0, 1] (threshold) or distances in mm, ``>= 0`` (margin), any shape (numpy).
+        values: probabilities in [0, 1] (threshold) or distances in mm, ``>= 0`` or ``inf`` (margin), any shape
+            (numpy); ``ValueError`` naming ``values`` for NaN or a value out of range.
         family: ``"threshold"`` or ``"margin"``.
         side: ``"outer"`` or ``"inner"``.
-        step: the grid step of :func:`conformal_grid`.
+        step: the grid step of :func:`conformal_grid` (``1 / size`` for the threshold family).
         size: the grid size of :func:`conformal_grid`.
 
     Returns:
@@ -519,10 +525,11 @@ def _task_index(p: np.ndarray, pred: np.ndarray | None, family: str, side: str, 
                 spacing: tuple, backend: str) -> np.ndarray:
     """The :func:`entry_index` of one task's voxels: from its probabilities, or from distances to its prediction."""
     if family == "threshold":
-        return entry_index(p, family, side, step, size)
+        return _entry_index(p, family, side, step, size)
     assert pred is not None
-    d = distance_to_mask(pred if side == "outer" else ~pred, spacing, backend)
-    return entry_index(d, family, side, step, size)
+    # exact up to one step beyond the grid: the index of every distance that can land on the grid is exact
+    d = distance_to_mask(pred if side == "outer" else ~pred, spacing, backend, exact_within=(size + 1) * step)
+    return _entry_index(d, family, side, step, size)
 
 
 def _names(names: Sequence[str] | None, count: int) -> tuple[str, ...]:
@@ -566,7 +573,10 @@ def conformal_case_state(
             argmax, or ``p > 0.5`` per region, of ``probs``). Ignored by the threshold family.
         grid: the grid of :func:`conformal_grid`.
         names: one name per class or region (default ``"0", "1", ...``).
-        backend: the distance-transform backend of :func:`~monai_unc.metrics.boundary.distance_to_mask`.
+        backend: the distance-transform backend of :func:`~monai_unc.metrics.boundary.distance_to_mask`; it
+            changes the speed, not the result: distances are exact to float64 rounding up to the end of the grid
+            (``exact_within``), with the edt package on an integer lattice where the spacings have one
+            (:func:`~monai_unc.metrics.boundary.lattice_unit`) and scipy's float64 transform otherwise.
 
     Returns:
         The state with ``C`` (softmax) or ``R`` (sigmoid) tasks.
@@ -1024,7 +1034,8 @@ class ConformalRule:
             pred: the predicted label map or region masks (margin family; default from ``probs``).
             spacing: voxel size in mm per spatial axis.
             score: the case score (stratified rules).
-            backend: the distance-transform backend.
+            backend: the distance-transform backend, as in :func:`conformal_case_state` (the same exact distances
+                whatever the backend).
 
         Returns:
             bool ``(T, *spatial)``: one mask per name of :attr:`names`.

@@ -18,6 +18,7 @@ from scipy import ndimage
 from monai_unc.metrics import (
     ConformalCaseState,
     ConformalRule,
+    ConformalTaskRule,
     conformal_case_state,
     conformal_grid,
     crc_lambda,
@@ -150,6 +151,64 @@ def test_margin_sigmoid_prediction_is_p_above_half():
     masks[0, 0, 1:5] = 1
     state = conformal_case_state(p, masks, activation="sigmoid", family="margin", grid=(3.0, 1.0))
     assert state.losses()[0].tolist() == [0.75, 0.25, 0.0, 0.0]
+
+
+def exact_margin_entry(features, spacing, step, size):
+    """The margin family's entry index in rational arithmetic, independent of any distance transform.
+
+    The spacings and the step are the fractions their decimal forms name (0.8 is 4/5), the squared distance to every
+    feature voxel is summed exactly, and the index is the smallest ``j`` with ``d <= (j + 1e-9) step`` (the documented
+    slack; ``size + 1`` beyond the grid). Also returns how many voxels lie exactly on a grid point (``d = j step``).
+    """
+    fs = [Fraction(repr(float(v))) for v in spacing]
+    st_ = Fraction(repr(float(step)))
+    slack = Fraction(1, 10**9)
+    pts = [tuple(int(c) for c in q) for q in np.argwhere(features)]
+    out = np.full(features.shape, size + 1, dtype=np.int64)
+    on_grid = 0
+    for x in np.ndindex(features.shape):
+        d2 = min(sum(((a - b) * f) ** 2 for a, b, f in zip(x, q, fs)) for q in pts)
+        j = max(0, math.floor(math.sqrt(d2) / step) - 2)
+        while j <= size and ((j + slack) * st_) ** 2 < d2:
+            j += 1
+        out[x] = min(j, size + 1)
+        on_grid += j <= size and (j * st_) ** 2 == d2 and d2 > 0
+    return out, on_grid
+
+
+@pytest.mark.parametrize("side", ["outer", "inner"])
+@pytest.mark.parametrize("spacing", [(0.8, 0.8, 0.8), (0.6, 0.6, 0.6), (1.2, 1.2, 1.2), (0.8, 0.6, 2.5),
+                                     (0.7, 0.7, 3.0), (float(np.float32(0.8)), float(np.float32(0.8)), 3.0),
+                                     (0.8, 0.6)])
+def test_margin_voxels_exactly_lambda_away_with_the_auto_backend(side, spacing):
+    # A voxel exactly lambda mm from the prediction is in the dilated mask at lambda and out of the eroded one (the
+    # edt package's float32 squared distances had put 20.0 mm at 20.00000076 mm with 0.8 mm spacing: one step late
+    # into the outer mask, one step late out of the inner one). Default grid (0.25 mm steps up to 20 mm), against
+    # rational arithmetic; the last spacing is a float32 header value with 3 mm (no common lattice unit: scipy).
+    shape = (8, 31, 6) if len(spacing) == 3 else (19, 31)
+    rng = np.random.default_rng(11)
+    seeds = np.zeros(shape, bool)
+    seeds[(0,) * len(shape)] = True
+    seeds[tuple(n - 1 for n in shape)] = True
+    pred = seeds if side == "outer" else ~seeds  # the features: the prediction (outer) or its complement (inner)
+    truth = rng.random(shape) < 0.5
+    step, size = conformal_grid("margin")
+    ref, on_grid = exact_margin_entry(seeds, spacing, step, size)
+    assert on_grid > (0 if spacing[0] != float(np.float32(0.8)) else -1)  # voxels pinned exactly on grid points
+    probs = np.stack([pred.astype(float)])
+    state = conformal_case_state(probs, truth[None], family="margin", side=side, activation="sigmoid",
+                                 spacing=spacing, pred=pred[None], backend="auto")
+    np.testing.assert_array_equal(state.true_counts[0], np.bincount(ref[truth], minlength=size + 2))
+    np.testing.assert_array_equal(state.false_counts[0], np.bincount(ref[~truth], minlength=size + 2))
+    scipy_state = conformal_case_state(probs, truth[None], family="margin", side=side, activation="sigmoid",
+                                       spacing=spacing, pred=pred[None], backend="scipy")
+    assert scipy_state == state  # the same indices whatever the backend
+    # the rule's masks at a grid index are the voxels counted there: the same computation
+    for j in (0, 16, 40, size):
+        task = ConformalTaskRule("0", 0, j * step, j, 10, 0.0, None, "x")
+        rule = ConformalRule("sigmoid", "margin", side, step, size, "expectation", 0.1, None, ("0",), None, (task,))
+        mask = rule.apply(probs, pred=pred[None], spacing=spacing)[0]
+        np.testing.assert_array_equal(mask, ref <= j if side == "outer" else ref > j)
 
 
 # ---------------------------------------------------------------------------------------------------------------
