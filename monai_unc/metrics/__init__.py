@@ -32,6 +32,7 @@ from .boundary import (
     foreground_edges,
     hd95,
     label_boundary,
+    lattice_unit,
 )
 from .calibration import (
     CALIBRATION_METRICS,
@@ -83,6 +84,7 @@ from .conformal import (
     conformal_case_state,
     conformal_grid,
     crc_lambda,
+    crc_tolerance,
     entry_index,
     fit_conformal_rule,
     high_probability_lambda,
@@ -295,6 +297,7 @@ __all__ = [
     "hoeffding_bentkus_upper",
     "holm_correction",
     "label_boundary",
+    "lattice_unit",
     "mce",
     "mcnemar_test",
     "ncc",
@@ -337,6 +340,7 @@ __all__ = [
     "conformal_case_state",
     "conformal_grid",
     "crc_lambda",
+    "crc_tolerance",
     "entry_index",
     "fit_conformal_rule",
     "high_probability_lambda",

@@ -29,7 +29,9 @@ every grid point at once (:class:`ConformalCaseState`, a few kB to a few 100 kB 
 rounds toward the safe side: a distance is divided by the step and rounded up after subtracting ``1e-9`` (a
 distance a rounding error above a grid point counts as on it: the outer mask can only grow, the inner only shrink),
 and the fitted ``lambda_hat`` is a grid point at or above the continuous infimum (a larger outer, smaller inner
-mask).
+mask). The slack covers float64 rounding only, so the margin family's distances are exact to float64 rounding up
+to the end of the grid whatever the backend (:func:`~monai_unc.metrics.boundary.distance_to_mask` with
+``exact_within``: the edt package's float32 runs on an exact integer lattice, or scipy's float64 transform runs).
 
 **Fitting.** From ``n`` calibration cases (:func:`fit_conformal_rule`):
 
@@ -78,6 +80,7 @@ __all__ = [
     "entry_index",
     "conformal_case_state",
     "crc_lambda",
+    "crc_tolerance",
     "high_probability_lambda",
     "min_calibration_cases",
     "quantile_edges",
@@ -97,6 +100,8 @@ DEFAULT_MAX_MARGIN_MM = 20.0
 DEFAULT_MARGIN_STEP_MM = 0.25
 #: a distance this much (relative to the step) above a grid point counts as on it (toward the safe side)
 _ROUNDING_SLACK = 1e-9
+#: the float64 machine epsilon, 2**-52 (the rounding allowance of conformal risk control: :func:`crc_tolerance`)
+_EPS = float(np.finfo(np.float64).eps)
 _METHODS = ("expectation", "high_probability")
 
 
@@ -158,13 +163,17 @@ def entry_index(values: np.ndarray, family: str, side: str, step: float, size: i
 
     - threshold, outer: ``e = G - floor(p G)`` (``p >= 1 - j / G``); inner: ``e = ceil(p G)`` (``p > j / G``);
     - margin, outer: ``d`` = distance in mm to the predicted mask; inner: ``d`` = distance to its complement;
-      ``e = ceil(d / step - 1e-9)``, and ``G + 1`` (beyond the grid) for ``d > G * step`` or ``inf``.
+      ``e = ceil(d / step - 1e-9)``, and ``G + 1`` (beyond the grid) for ``d > G * step`` or ``inf``. The index is
+      only as exact as ``d``: :func:`conformal_case_state` and :meth:`ConformalRule.apply` compute distances exact
+      to float64 rounding up to the grid's end (:func:`~monai_unc.metrics.boundary.distance_to_mask` with
+      ``exact_within``), so that a voxel exactly ``lambda`` mm away is on the grid point ``lambda``.
 
     Args:
-        values: probabilities in [0, 1] (threshold) or distances in mm, ``>= 0`` (margin), any shape (numpy).
+        values: probabilities in [0, 1] (threshold) or distances in mm, ``>= 0`` or ``inf`` (margin), any shape
+            (numpy); ``ValueError`` naming ``values`` for NaN or a value out of range.
         family: ``"threshold"`` or ``"margin"``.
         side: ``"outer"`` or ``"inner"``.
-        step: the grid step of :func:`conformal_grid`.
+        step: the grid step of :func:`conformal_grid` (``1 / size`` for the threshold family).
         size: the grid size of :func:`conformal_grid`.
 
     Returns:
@@ -183,6 +192,28 @@ def entry_index(values: np.ndarray, family: str, side: str, step: float, size: i
     """
     _check_choice(family, "family", CONFORMAL_FAMILIES)
     _check_choice(side, "side", CONFORMAL_SIDES)
+    size = check_integer(size, "size")
+    if family == "threshold":
+        if size & (size - 1) or not 2 <= size <= 2**16 or step != 1.0 / size:
+            raise ValueError(f"step must be 1 / size and size a power of two in [2, 65536] for the threshold family, "
+                             f"got step={step!r}, size={size!r}")
+    elif isinstance(step, bool) or not isinstance(step, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(step) and step > 0):
+        raise ValueError(f"step must be a positive finite number of mm, got {step!r}")
+    v = to_numpy(values, "values") if isinstance(values, torch.Tensor) else np.asarray(values)
+    if v.dtype.kind not in "iuf":
+        raise TypeError(f"values must be numbers (probabilities or distances in mm), got dtype {v.dtype}")
+    if v.size:
+        lo, hi = float(v.min()), float(v.max())  # NaN propagates through both
+        top = 1.0 if family == "threshold" else math.inf
+        if not (0.0 <= lo and hi <= top):
+            what = "probabilities in [0, 1]" if family == "threshold" else "distances in mm (>= 0, inf allowed)"
+            raise ValueError(f"values must be {what}, without NaN, got values in [{lo:.6g}, {hi:.6g}]")
+    return _entry_index(v, family, side, float(step), size)
+
+
+def _entry_index(values: np.ndarray, family: str, side: str, step: float, size: int) -> np.ndarray:
+    """:func:`entry_index` without the checks: ``values`` are checked probabilities or distances (the hot path)."""
     if family == "threshold":
         scaled = values * size  # exact for a power-of-two size
         if side == "inner":
@@ -494,10 +525,11 @@ def _task_index(p: np.ndarray, pred: np.ndarray | None, family: str, side: str, 
                 spacing: tuple, backend: str) -> np.ndarray:
     """The :func:`entry_index` of one task's voxels: from its probabilities, or from distances to its prediction."""
     if family == "threshold":
-        return entry_index(p, family, side, step, size)
+        return _entry_index(p, family, side, step, size)
     assert pred is not None
-    d = distance_to_mask(pred if side == "outer" else ~pred, spacing, backend)
-    return entry_index(d, family, side, step, size)
+    # exact up to one step beyond the grid: the index of every distance that can land on the grid is exact
+    d = distance_to_mask(pred if side == "outer" else ~pred, spacing, backend, exact_within=(size + 1) * step)
+    return _entry_index(d, family, side, step, size)
 
 
 def _names(names: Sequence[str] | None, count: int) -> tuple[str, ...]:
@@ -541,7 +573,10 @@ def conformal_case_state(
             argmax, or ``p > 0.5`` per region, of ``probs``). Ignored by the threshold family.
         grid: the grid of :func:`conformal_grid`.
         names: one name per class or region (default ``"0", "1", ...``).
-        backend: the distance-transform backend of :func:`~monai_unc.metrics.boundary.distance_to_mask`.
+        backend: the distance-transform backend of :func:`~monai_unc.metrics.boundary.distance_to_mask`; it
+            changes the speed, not the result: distances are exact to float64 rounding up to the end of the grid
+            (``exact_within``), with the edt package on an integer lattice where the spacings have one
+            (:func:`~monai_unc.metrics.boundary.lattice_unit`) and scipy's float64 transform otherwise.
 
     Returns:
         The state with ``C`` (softmax) or ``R`` (sigmoid) tasks.
@@ -582,6 +617,8 @@ def conformal_case_state(
 
 
 def _check_level(value: Any, name: str) -> float:
+    if isinstance(value, (str, bytes)):  # float("0.1") would pass a string from a config file through unnoticed
+        raise ValueError(f"{name} must be a number in (0, 1), got the string {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -589,6 +626,17 @@ def _check_level(value: Any, name: str) -> float:
     if isinstance(value, bool) or not 0 < v < 1:
         raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
     return v
+
+
+def _check_bound(value: Any) -> float:
+    """The loss bound ``B`` of conformal risk control: a positive finite number (``ValueError`` naming ``B``)."""
+    try:
+        bound = math.nan if isinstance(value, (str, bytes, bool)) else float(value)
+    except (TypeError, ValueError):
+        bound = math.nan
+    if not (math.isfinite(bound) and bound > 0):
+        raise ValueError(f"B must be a positive finite loss bound, got {value!r}")
+    return bound
 
 
 def _check_losses(losses: Any, bound: float) -> np.ndarray:
@@ -616,11 +664,48 @@ def _hp_rank(n: int, alpha: float) -> int:
     return math.ceil(round((n + 1) * (1.0 - alpha), 9))
 
 
+def crc_tolerance(n: int, alpha: float) -> float:
+    """The rounding allowance ``tau`` of the conformal risk control condition ``sum_i L_i + B <= alpha (n + 1)``.
+
+    A grid point passes when the computed ``sum_i L_i + B`` is at most the computed ``alpha (n + 1)`` plus ``tau =
+    (n + 3) eps alpha (n + 1)``, ``eps = 2**-52``. Near equality the float sum of ``n`` losses, the addition of ``B``,
+    the product ``alpha (n + 1)`` and the losses and ``alpha`` themselves (ratios and decimals rounded to binary) err
+    by at most ``(n + 3) eps / 2`` times ``alpha (n + 1)``; ``tau`` is twice that, so a condition that holds with
+    equality in exact arithmetic (e.g. nine losses in tenths summing to 6.9 with ``alpha = 0.79``: ``6.9 + 1 = 7.9 =
+    0.79 * 10``, computed as ``7.900000000000001 > 7.9``) is not lost to rounding. In exchange ``alpha`` is loosened
+    by at most ``tau / (n + 1) = (n + 3) eps alpha``: below ``1e-12 alpha`` for ``n < 4500``.
+
+    Args:
+        n: the number of calibration cases.
+        alpha: the level.
+
+    Returns:
+        ``tau``.
+
+    Example:
+        >>> crc_tolerance(9, 0.79) < 1e-13
+        True
+    """
+    n = check_integer(n, "n")
+    a = _check_level(alpha, "alpha")
+    return _crc_tau(n, a)
+
+
+def _crc_tau(n: int, alpha: float) -> float:
+    return (n + 3) * _EPS * alpha * (n + 1)
+
+
+def _crc_passes(total: Any, n: int, alpha: float, bound: float) -> Any:
+    """Whether ``total + B <= alpha (n + 1)`` up to the allowance of :func:`crc_tolerance` (elementwise)."""
+    return total + bound <= alpha * (n + 1) + _crc_tau(n, alpha)
+
+
 def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: float = 1.0) -> int:  # noqa: N803
     """The fewest calibration cases for which a rule at level ``alpha`` can exist.
 
-    Expectation (CRC): ``B / (n + 1) <= alpha`` (even zero losses must pass); high probability: ``ceil((n + 1)(1 -
-    alpha)) <= n``.
+    Expectation (CRC): ``B <= alpha (n + 1)`` (even zero losses must pass), decided by the arithmetic of
+    :func:`crc_lambda` (with its rounding allowance, :func:`crc_tolerance`), so ``n`` cases with zero losses always
+    fit; high probability: ``ceil((n + 1)(1 - alpha)) <= n``, as :func:`high_probability_lambda` computes it.
 
     Args:
         alpha: the level in (0, 1).
@@ -633,8 +718,8 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
     Example:
         >>> min_calibration_cases(0.1), min_calibration_cases(0.1, high_probability=True)
         (9, 9)
-        >>> min_calibration_cases(0.05, high_probability=True)
-        19
+        >>> min_calibration_cases(0.05, high_probability=True), min_calibration_cases(1 / 49)
+        (19, 48)
     """
     a = _check_level(alpha, "alpha")
     if high_probability:
@@ -642,9 +727,14 @@ def min_calibration_cases(alpha: float, *, high_probability: bool = False, B: fl
         while _hp_rank(n, a) > n:
             n += 1
         return n
-    if not (math.isfinite(float(B)) and B > 0):
-        raise ValueError(f"B must be a positive finite loss bound, got {B!r}")
-    return max(1, math.ceil(round(B / a - 1.0, 9)))
+    bound = _check_bound(B)
+    estimate = bound / a - 1.0
+    if not estimate < 2.0**53:
+        raise ValueError(f"alpha={a} with B={bound} needs more than 2**53 calibration cases")
+    n = max(1, math.floor(estimate) - 2)  # at or below the answer; the condition holds for every n above it
+    while not _crc_passes(0.0, n, a, bound):
+        n += 1
+    return n
 
 
 def _crc_index(losses: np.ndarray, alpha: float, bound: float) -> int:
@@ -652,7 +742,7 @@ def _crc_index(losses: np.ndarray, alpha: float, bound: float) -> int:
     if np.any(np.diff(losses, axis=1) > 0):
         raise ValueError("losses must be non-increasing in lambda along axis 1 for conformal risk control "
                          "(use the monotone upper envelope sup_{lambda' >= lambda} L(lambda'))")
-    ok = losses.sum(axis=0) + bound <= alpha * (n + 1)
+    ok = _crc_passes(losses.sum(axis=0), n, alpha, bound)
     if not ok.any():
         need = min_calibration_cases(alpha, B=bound)
         worst = (losses[:, -1].sum() + bound) / (n + 1)
@@ -668,7 +758,10 @@ def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -
 
     For losses non-increasing in ``lambda`` and bounded by ``B``, ``E[L_new(lambda_hat)] <= alpha`` for a new
     case exchangeable with the ``n`` calibration cases (Angelopoulos, Bates, Fisch, Lei, Schuster, "Conformal Risk
-    Control", ICLR 2024, Theorem 1). On a grid the infimum is the first grid point that satisfies the condition.
+    Control", ICLR 2024, Theorem 1). On a grid the infimum is the first grid point that satisfies the condition,
+    ``sum_i L_i + B <= alpha (n + 1)``, evaluated in floating point with the rounding allowance ``tau = (n + 3) eps
+    alpha (n + 1)`` (:func:`crc_tolerance`; ``eps = 2**-52``, twice the rounding error of the sum and the product):
+    an equality is not lost to rounding, and ``alpha`` is loosened by at most ``(n + 3) eps alpha``.
 
     Args:
         losses: ``(n, G)`` losses of ``n`` cases at ``G`` increasing grid points, in ``[0, B]``, non-increasing
@@ -687,12 +780,7 @@ def crc_lambda(losses: Any, alpha: float, B: float = 1.0, lambdas: Any = None) -
         0.5
     """
     a = _check_level(alpha, "alpha")
-    try:
-        bound = float(B)
-    except (TypeError, ValueError):
-        raise ValueError(f"B must be a positive finite loss bound, got {B!r}") from None
-    if not (math.isfinite(bound) and bound > 0):
-        raise ValueError(f"B must be a positive finite loss bound, got {B!r}")
+    bound = _check_bound(B)
     arr = _check_losses(losses, bound)
     j = _crc_index(arr, a, bound)
     return _lambda_at(lambdas, j, arr.shape[1])
@@ -946,7 +1034,8 @@ class ConformalRule:
             pred: the predicted label map or region masks (margin family; default from ``probs``).
             spacing: voxel size in mm per spatial axis.
             score: the case score (stratified rules).
-            backend: the distance-transform backend.
+            backend: the distance-transform backend, as in :func:`conformal_case_state` (the same exact distances
+                whatever the backend).
 
         Returns:
             bool ``(T, *spatial)``: one mask per name of :attr:`names`.
@@ -1037,8 +1126,21 @@ def task_guarantee(side: str, alpha: float, tol: float | None, n: int, stratum: 
                    "not conditional on one case")
 
 
+def _float_array(values: Any, name: str, what: str) -> np.ndarray:
+    """``values`` as a flat float64 array; ``ValueError`` naming ``name`` when they are not numbers."""
+    shown = repr(values)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    try:
+        a = to_numpy(values, name) if isinstance(values, torch.Tensor) else np.asarray(values)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be {what}, got {shown}") from None
+    if a.dtype.kind not in "biuf":  # strings and objects: float("0.5") would pass a string through
+        raise ValueError(f"{name} must be {what}, got {shown}")
+    return a.astype(np.float64).reshape(-1)
+
+
 def _check_edges(edges: Any) -> np.ndarray:
-    e = np.asarray(edges, dtype=np.float64).reshape(-1)
+    e = _float_array(edges, "edges", "one or more finite, strictly increasing numbers")
     if e.size < 1 or not np.isfinite(e).all() or np.any(np.diff(e) <= 0):
         raise ValueError(f"edges must be one or more finite, strictly increasing values, got {edges!r}")
     return e
@@ -1062,10 +1164,7 @@ def stratum_of(scores: Any, edges: Sequence[float]) -> np.ndarray:
         [0, 1, 2, 2]
     """
     e = _check_edges(edges)
-    try:
-        s = np.asarray(scores, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"scores must be numbers, got {scores!r}") from None
+    s = _float_array(scores, "scores", "case scores (numbers, NaN for undefined)").reshape(np.shape(scores))
     if np.isinf(s).any():
         raise ValueError("scores must be finite case scores or NaN (undefined), got an infinite value")
     return np.where(np.isnan(s), e.size, np.searchsorted(e, np.nan_to_num(s), side="right")).astype(np.int64)
@@ -1093,7 +1192,7 @@ def quantile_edges(scores: Any, strata: int) -> tuple[float, ...]:
     """
     if isinstance(strata, bool) or not isinstance(strata, (int, np.integer)) or strata < 2:
         raise ValueError(f"strata must be an integer >= 2, got {strata!r}")
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    s = _float_array(scores, "scores", "case scores (numbers, NaN for undefined)")
     if np.isinf(s).any():
         raise ValueError("scores must be finite case scores or NaN (undefined), got an infinite value")
     s = np.sort(s[~np.isnan(s)])
@@ -1116,7 +1215,7 @@ def _strata(scores: Any, edges: Any, n: int) -> tuple[np.ndarray, tuple[float, .
     e = _check_edges(edges)
     if scores is None:
         raise ValueError("scores must be given with edges (one case score per state)")
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    s = _float_array(scores, "scores", f"{n} case scores (numbers, NaN for undefined; one per state)")
     if s.shape[0] != n or np.isinf(s).any():
         raise ValueError(f"scores must be {n} finite values or NaN (one per state), got {s.shape[0]}")
     return stratum_of(s, e), tuple(float(v) for v in e)
@@ -1139,8 +1238,8 @@ def fit_conformal_rule(
     calibration draw and the new case for exchangeable cases (within a stratum when stratified).
 
     Args:
-        states: one :class:`ConformalCaseState` per calibration case, all of one activation, family, side, grid
-            and names.
+        states: a sequence of one :class:`ConformalCaseState` per calibration case, all of one activation, family,
+            side, grid and names (a single state: ``TypeError``; pass ``[state]``).
         alpha: the level in (0, 1).
         tol: the per-case tolerance in (0, 1) of the high-probability rule, or None for expectation control.
         scores: one case score per state (stratification; with ``edges``); NaN (undefined) is the last stratum.
@@ -1160,7 +1259,14 @@ def fit_conformal_rule(
         >>> rule.lambda_hat("0"), rule.method
         (0.625, 'high_probability')
     """
-    states = list(states)
+    if isinstance(states, ConformalCaseState):
+        raise TypeError("states must be a sequence of ConformalCaseState, one per calibration case, got a single "
+                        "ConformalCaseState (pass [state] for one case)")
+    try:
+        states = list(states)
+    except TypeError:
+        raise TypeError(f"states must be a sequence of ConformalCaseState (one per calibration case), got "
+                        f"{type(states).__name__}") from None
     if not states:
         raise ValueError("states must hold at least one case's ConformalCaseState")
     if not all(isinstance(s, ConformalCaseState) for s in states):

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from monai_unc.evaluation.conformal import ConformalRuleFile
+from monai_unc.evaluation.conformal import ConformalRuleFile, check_rule_fields
 from monai_unc.io.provenance import read_checked_json, rule_digest
-from monai_unc.metrics.conformal import conformal_case_state, fit_conformal_rule
+from monai_unc.metrics.conformal import conformal_case_state, crc_tolerance, fit_conformal_rule, task_guarantee
 
 SOURCE = "conformal rule R.json"
 
@@ -161,3 +161,23 @@ def test_a_strata_region_that_is_not_a_rule_region_is_refused():
     assert ConformalRuleFile.from_json(copy.deepcopy(d), SOURCE).strata == strata
     assert_edit_refused(d, lambda d: d["strata"].update(region="XX", score="predictive_entropy_fg_mean_XX"),
                         "'strata.region'")
+
+
+def test_calibration_loss_check_allows_the_fits_rounding_allowance(genuine):
+    # fit_conformal_rule accepts sum L + 1 <= alpha (n + 1) up to crc_tolerance(n, alpha) (float sums of many
+    # losses); the file check must accept what the fit accepted. With n = 10**5 the allowance (about 7e-7 here) is
+    # far above the 1e-9 the check allowed before, which refused such a genuine rule as edited.
+    n = 10**5
+    raw = copy.deepcopy(genuine["rules"]["outer"])
+    allowance = crc_tolerance(n, 0.3)
+    assert allowance > 1e-7
+    for t in raw["tasks"]:
+        t.update(n=n, calibration_loss=(0.3 * (n + 1) + allowance / 2 - 1) / n,
+                 guarantee=task_guarantee("outer", 0.3, None, n))
+    check_rule_fields(raw, "outer", SOURCE, target=0.3, delta=None, n_calibration=n, strata=None,
+                      activation="softmax")
+    for t in raw["tasks"]:  # beyond twice the allowance: refused, naming the field
+        t.update(calibration_loss=(0.3 * (n + 1) + 3 * allowance - 1) / n)
+    with pytest.raises(ValueError, match=r"tasks\[0\]\.calibration_loss"):
+        check_rule_fields(raw, "outer", SOURCE, target=0.3, delta=None, n_calibration=n, strata=None,
+                          activation="softmax")

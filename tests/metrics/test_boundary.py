@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from monai_unc.metrics.boundary import (
     foreground_edges,
     hd95,
     label_boundary,
+    lattice_unit,
 )
 
 BACKENDS = [b for b in ("edt", "scipy") if b in available_backends()]
@@ -222,6 +225,61 @@ def test_distance_to_mask_matches_scipy_and_brute_force(backend, shape, spacing)
     d = distance_to_mask(mask, spacing=spacing, backend=backend)
     np.testing.assert_allclose(d, ndimage.distance_transform_edt(~mask, sampling=sp), rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(d, brute_distance(mask, sp), rtol=1e-6, atol=1e-9)
+
+
+F32_08 = float(np.float32(0.8))  # a float32 header value: 0.800000011920929
+
+
+def exact_distance(features, spacing):
+    """Distance to the nearest feature voxel from the exact squared distances of the decimal spacings (big ints)."""
+    fs = [Fraction(repr(float(v))) for v in np.broadcast_to(np.asarray(spacing, float), (features.ndim,))]
+    scale = math.lcm(*(f.denominator for f in fs))
+    steps = [int(f * scale) for f in fs]
+    pts = np.argwhere(features)
+    out = np.empty(features.shape)
+    for x in np.ndindex(features.shape):
+        sq = min(sum((int(a - b) * m) ** 2 for a, b, m in zip(x, q, steps)) for q in pts)
+        out[x] = math.sqrt(Fraction(sq, scale * scale))  # sqrt of the exact rational: rounded twice at most
+    return out
+
+
+@pytest.mark.parametrize("backend", ["auto", *BACKENDS])
+@pytest.mark.parametrize("shape,spacing", [((40,), 0.8), ((23, 19), (0.6, 2.5)), ((9, 31, 7), (0.8, 0.8, 0.8)),
+                                           ((9, 31, 7), (1.2, 0.6, 2.5)), ((9, 31, 7), (0.7, 0.7, 3.0)),
+                                           ((9, 31, 7), (F32_08, F32_08, 3.0))])
+def test_distance_to_mask_exact_within_is_exact_for_every_backend(backend, shape, spacing):
+    # the edt package's float32 put 25 voxels of 0.8 mm at 20.00000076 mm; with exact_within, every distance up to
+    # it is exact to float64 rounding (the integer lattice of lattice_unit, or scipy where the spacings have none)
+    rng = np.random.default_rng(len(shape))
+    mask = rng.random(shape) < 0.01
+    mask.flat[0] = True
+    ref = exact_distance(mask, spacing)
+    d = distance_to_mask(mask, spacing=spacing, backend=backend, exact_within=15.0)
+    assert isinstance(d, np.ndarray) and d.dtype == np.float64
+    near = ref <= 15.0
+    np.testing.assert_allclose(d[near], ref[near], rtol=1e-15, atol=0)
+    assert (d[~near] > 15.0).all()
+    np.testing.assert_allclose(d, ref, rtol=1e-6)
+    t = distance_to_mask(torch.from_numpy(mask), spacing=spacing, backend=backend, exact_within=15.0)
+    assert isinstance(t, torch.Tensor) and t.dtype == torch.float64 and torch.equal(t, torch.from_numpy(d))
+
+
+def test_lattice_unit():
+    assert lattice_unit(0.8, 20.0) == (0.8, (1,))
+    assert lattice_unit((0.7, 0.7, 3.0), 20.0) == (0.1, (7, 7, 30))
+    assert lattice_unit((0.48828125, 0.48828125, 2.5), 20.0) == (5 / 256, (25, 25, 128))
+    assert lattice_unit((2, 1, 3), 100.0) == (1.0, (2, 1, 3))
+    assert lattice_unit((F32_08, F32_08, 3.0), 20.0) is None  # no common unit: scipy
+    assert lattice_unit((F32_08, F32_08), 20.0) == (F32_08, (1, 1))  # isotropic: always
+    assert lattice_unit(0.001, 20.0) is None  # 20000 voxels: beyond float32's exact integers
+    assert lattice_unit(0.001, 4.0) == (0.001, (1,))
+    for bad in (-1.0, float("nan"), "x", True):
+        with pytest.raises(ValueError, match="spacing"):
+            lattice_unit((1.0, bad), 20.0)
+        with pytest.raises(ValueError, match="exact_within"):
+            lattice_unit(1.0, bad)
+    with pytest.raises(ValueError, match="exact_within"):
+        distance_to_mask(np.eye(3), exact_within=-1.0)
 
 
 @pytest.mark.parametrize("backend", ["auto", *BACKENDS])

@@ -6,6 +6,7 @@ import io
 import json
 import math
 import pickle
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -17,9 +18,11 @@ from scipy import ndimage
 from monai_unc.metrics import (
     ConformalCaseState,
     ConformalRule,
+    ConformalTaskRule,
     conformal_case_state,
     conformal_grid,
     crc_lambda,
+    crc_tolerance,
     entry_index,
     fit_conformal_rule,
     high_probability_lambda,
@@ -148,6 +151,64 @@ def test_margin_sigmoid_prediction_is_p_above_half():
     masks[0, 0, 1:5] = 1
     state = conformal_case_state(p, masks, activation="sigmoid", family="margin", grid=(3.0, 1.0))
     assert state.losses()[0].tolist() == [0.75, 0.25, 0.0, 0.0]
+
+
+def exact_margin_entry(features, spacing, step, size):
+    """The margin family's entry index in rational arithmetic, independent of any distance transform.
+
+    The spacings and the step are the fractions their decimal forms name (0.8 is 4/5), the squared distance to every
+    feature voxel is summed exactly, and the index is the smallest ``j`` with ``d <= (j + 1e-9) step`` (the documented
+    slack; ``size + 1`` beyond the grid). Also returns how many voxels lie exactly on a grid point (``d = j step``).
+    """
+    fs = [Fraction(repr(float(v))) for v in spacing]
+    st_ = Fraction(repr(float(step)))
+    slack = Fraction(1, 10**9)
+    pts = [tuple(int(c) for c in q) for q in np.argwhere(features)]
+    out = np.full(features.shape, size + 1, dtype=np.int64)
+    on_grid = 0
+    for x in np.ndindex(features.shape):
+        d2 = min(sum(((a - b) * f) ** 2 for a, b, f in zip(x, q, fs)) for q in pts)
+        j = max(0, math.floor(math.sqrt(d2) / step) - 2)
+        while j <= size and ((j + slack) * st_) ** 2 < d2:
+            j += 1
+        out[x] = min(j, size + 1)
+        on_grid += j <= size and (j * st_) ** 2 == d2 and d2 > 0
+    return out, on_grid
+
+
+@pytest.mark.parametrize("side", ["outer", "inner"])
+@pytest.mark.parametrize("spacing", [(0.8, 0.8, 0.8), (0.6, 0.6, 0.6), (1.2, 1.2, 1.2), (0.8, 0.6, 2.5),
+                                     (0.7, 0.7, 3.0), (float(np.float32(0.8)), float(np.float32(0.8)), 3.0),
+                                     (0.8, 0.6)])
+def test_margin_voxels_exactly_lambda_away_with_the_auto_backend(side, spacing):
+    # A voxel exactly lambda mm from the prediction is in the dilated mask at lambda and out of the eroded one (the
+    # edt package's float32 squared distances had put 20.0 mm at 20.00000076 mm with 0.8 mm spacing: one step late
+    # into the outer mask, one step late out of the inner one). Default grid (0.25 mm steps up to 20 mm), against
+    # rational arithmetic; the last spacing is a float32 header value with 3 mm (no common lattice unit: scipy).
+    shape = (8, 31, 6) if len(spacing) == 3 else (19, 31)
+    rng = np.random.default_rng(11)
+    seeds = np.zeros(shape, bool)
+    seeds[(0,) * len(shape)] = True
+    seeds[tuple(n - 1 for n in shape)] = True
+    pred = seeds if side == "outer" else ~seeds  # the features: the prediction (outer) or its complement (inner)
+    truth = rng.random(shape) < 0.5
+    step, size = conformal_grid("margin")
+    ref, on_grid = exact_margin_entry(seeds, spacing, step, size)
+    assert on_grid > (0 if spacing[0] != float(np.float32(0.8)) else -1)  # voxels pinned exactly on grid points
+    probs = np.stack([pred.astype(float)])
+    state = conformal_case_state(probs, truth[None], family="margin", side=side, activation="sigmoid",
+                                 spacing=spacing, pred=pred[None], backend="auto")
+    np.testing.assert_array_equal(state.true_counts[0], np.bincount(ref[truth], minlength=size + 2))
+    np.testing.assert_array_equal(state.false_counts[0], np.bincount(ref[~truth], minlength=size + 2))
+    scipy_state = conformal_case_state(probs, truth[None], family="margin", side=side, activation="sigmoid",
+                                       spacing=spacing, pred=pred[None], backend="scipy")
+    assert scipy_state == state  # the same indices whatever the backend
+    # the rule's masks at a grid index are the voxels counted there: the same computation
+    for j in (0, 16, 40, size):
+        task = ConformalTaskRule("0", 0, j * step, j, 10, 0.0, None, "x")
+        rule = ConformalRule("sigmoid", "margin", side, step, size, "expectation", 0.1, None, ("0",), None, (task,))
+        mask = rule.apply(probs, pred=pred[None], spacing=spacing)[0]
+        np.testing.assert_array_equal(mask, ref <= j if side == "outer" else ref > j)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -316,6 +377,65 @@ def test_min_calibration_cases():
         assert 1 / (m + 1) <= alpha + 1e-12 and (m == 1 or 1 / m > alpha)
 
 
+def crc_reference(losses, alpha, B=1):
+    """CRC's first grid index in exact rational arithmetic on the decimals the losses and alpha name; None if none."""
+    n = losses.shape[0]
+    a = Fraction(repr(float(alpha)))
+    for j in range(losses.shape[1]):
+        if sum(Fraction(repr(float(v))) for v in losses[:, j]) + B <= a * (n + 1):
+            return j
+    return None
+
+
+def test_crc_equality_is_not_lost_to_rounding():
+    # (n / (n + 1)) mean L + 1 / (n + 1) = alpha exactly: 6.9 + 1 = 0.79 * 10, but the float sum gives
+    # 7.900000000000001 > 7.9, and crc_lambda skipped to the next grid point (a whole step larger)
+    first = [0.8, 1.0, 0.4, 0.7, 1.0, 0.7, 0.9, 0.7, 0.7]
+    losses = np.stack([first, np.zeros(9)], axis=1)
+    assert losses.sum(axis=0)[0] + 1 > 0.79 * 10  # the rounding the allowance absorbs
+    assert crc_lambda(losses, 0.79) == 0.0
+    assert crc_tolerance(9, 0.79) < 1e-13
+    # against the exact decimals: losses in tenths (ties), alpha on the equality and one ulp-scale step around it
+    rng = np.random.default_rng(21)
+    checked = 0
+    for _ in range(3000):
+        n = int(rng.integers(1, 40))
+        tenths = rng.integers(0, 11, size=n)
+        alpha = (int(tenths.sum()) + 10) / (10 * (n + 1))  # sum + 1 = alpha (n + 1) in exact decimals
+        if not 0 < alpha < 1 or Fraction(repr(alpha)) != Fraction(int(tenths.sum()) + 10, 10 * (n + 1)):
+            continue  # alpha must be a decimal float names exactly, as 0.79 is
+        col = tenths / 10
+        losses = np.stack([col, np.minimum(col, 0.5), np.zeros(n)], axis=1)
+        for a in (alpha, alpha - 1e-9):
+            want = crc_reference(losses, a)
+            if want is None:
+                with pytest.raises(ValueError, match="no lambda on the grid"):
+                    crc_lambda(losses, a)
+            else:
+                assert crc_lambda(losses, a) == want, (n, tenths.tolist(), a)
+        checked += 1
+    assert checked > 300
+
+
+def test_min_calibration_cases_agrees_with_the_fit():
+    # alpha = 1 / 49 gave 48, but the fit refused 48 perfect cases (1 <= (1/49) * 49 = 0.9999999999999999 failed),
+    # blaming the data ("the mean loss at the largest lambda is 0")
+    alphas = [1 / k for k in range(2, 200)] + [k / 1000 for k in range(1, 1000)]
+    for a in alphas:
+        need = min_calibration_cases(a)
+        # the exact answer for the fraction alpha names (1/k, or k/1000): the smallest n with 1 <= alpha (n + 1)
+        assert need == max(1, math.ceil(1 / Fraction(a).limit_denominator(1000) - 1)), a
+        assert crc_lambda(np.zeros((need, 1)), a) == 0.0
+        if need > 1:
+            with pytest.raises(ValueError, match=rf"{need - 1} case\(s\) are too few \(at least {need} needed"):
+                crc_lambda(np.zeros((need - 1, 1)), a)
+    perfect = conformal_case_state(np.array([[0.0, 1.0]]), np.array([[0, 1]]), activation="sigmoid", grid=4)
+    assert min_calibration_cases(1 / 49) == 48
+    assert fit_conformal_rule([perfect] * 48, 1 / 49).lambda_hat("0") == 0.0
+    with pytest.raises(ValueError, match="47 calibration case.*too few.*at least 48"):
+        fit_conformal_rule([perfect] * 47, 1 / 49)
+
+
 def test_crc_refuses_non_monotone_and_bad_arguments():
     with pytest.raises(ValueError, match="non-increasing"):
         crc_lambda(np.array([[0.5, 0.6]] * 10), alpha=0.5)
@@ -363,6 +483,61 @@ def test_bad_inputs_name_the_argument():
         conformal_case_state(probs, target, names=["a"])
     with pytest.raises(ValueError, match="activation"):
         conformal_case_state(probs, target, activation="relu")
+
+
+def test_bad_arguments_of_the_fit_and_its_helpers_name_the_argument():
+    # entry_index is public: NaN gave index -2147483644, p = 1.5 an index beyond the grid, negative distances 0
+    with pytest.raises(ValueError, match="values"):
+        entry_index(np.array([np.nan, 0.5]), "threshold", "outer", 0.25, 4)
+    with pytest.raises(ValueError, match="values"):
+        entry_index(np.array([1.5]), "threshold", "inner", 0.25, 4)
+    with pytest.raises(ValueError, match="values"):
+        entry_index(np.array([-1.0]), "margin", "outer", 0.25, 4)
+    with pytest.raises(ValueError, match="values"):
+        entry_index(np.array([np.nan]), "margin", "inner", 0.25, 4)
+    with pytest.raises(TypeError, match="values"):
+        entry_index(np.array(["0.5"]), "threshold", "outer", 0.25, 4)
+    with pytest.raises(ValueError, match="step"):
+        entry_index(np.array([0.5]), "threshold", "outer", 0.3, 4)
+    with pytest.raises(ValueError, match="step"):
+        entry_index(np.array([0.5]), "margin", "outer", -1.0, 4)
+    with pytest.raises(ValueError, match="size"):
+        entry_index(np.array([0.5]), "margin", "outer", 0.5, 0)
+    assert entry_index(np.array([0.0, np.inf]), "margin", "outer", 0.5, 4).tolist() == [0, 5]
+    assert entry_index(torch.tensor([0.25, 1.0]), "threshold", "outer", 0.25, 4).tolist() == [3, 0]
+    probs = np.array([[0.8, 0.3, 0.6], [0.2, 0.7, 0.4]])
+    state = conformal_case_state(probs, np.array([0, 1, 1]), grid=8)
+    states = [state] * 20
+    with pytest.raises(TypeError, match="states.*single ConformalCaseState"):
+        fit_conformal_rule(state, 0.1)  # was "'ConformalCaseState' object is not iterable"
+    with pytest.raises(TypeError, match="states"):
+        fit_conformal_rule(3, 0.1)
+    for bad in ("0.1", b"0.1"):  # a string was accepted as its number
+        with pytest.raises(ValueError, match="alpha"):
+            fit_conformal_rule(states, bad)
+        with pytest.raises(ValueError, match="tol"):
+            fit_conformal_rule(states, 0.1, tol=bad)
+        with pytest.raises(ValueError, match="alpha"):
+            min_calibration_cases(bad)
+    with pytest.raises(ValueError, match="scores"):  # was "could not convert string to float"
+        fit_conformal_rule(states, 0.1, scores=["a"] * 20, edges=[0.5])
+    with pytest.raises(ValueError, match="scores"):
+        fit_conformal_rule(states, 0.1, scores=["0.3"] * 20, edges=[0.5])
+    with pytest.raises(ValueError, match="edges"):
+        fit_conformal_rule(states, 0.1, scores=np.arange(20.0), edges=["x"])
+    with pytest.raises(ValueError, match="scores"):
+        quantile_edges(["a", "b"], 2)
+    with pytest.raises(ValueError, match="scores"):
+        stratum_of(["a"], [0.5])
+    with pytest.raises(ValueError, match="edges"):
+        stratum_of([0.1], "0.5")
+    for bad in ("x", "1", None, True, 0, float("inf")):
+        with pytest.raises(ValueError, match="B"):
+            min_calibration_cases(0.1, B=bad)
+        with pytest.raises(ValueError, match="B"):
+            crc_lambda(FIVE, 0.5, B=bad)
+    with pytest.raises(ValueError, match="n"):
+        crc_tolerance(0, 0.1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
