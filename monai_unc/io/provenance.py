@@ -23,6 +23,7 @@ import os
 import re
 import warnings
 from collections.abc import Collection, Mapping, Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -654,12 +655,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"the constant {name} is not JSON")
 
 
-#: the limits of a fitted file read by :func:`read_checked_json`: bytes, nesting depth, digits of one number
+#: the limits of an untrusted JSON file (:func:`read_checked_json`, :func:`decode_untrusted_json`,
+#: :func:`parse_untrusted_json`): bytes, nesting depth, digits of one number
 MAX_DOCUMENT_BYTES = 256 * 2**20
 MAX_DOCUMENT_DEPTH = 64
 MAX_NUMBER_DIGITS = 100
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKETS = re.compile(r"[\[\]{}]")
+#: a string, or an unclosed one to the end of the text: one pass that never rescans (an attempt that fails at each of
+#: many unclosed quotes, each scanning to the end, made the depth check quadratic on ``\"\"\"...``)
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -691,11 +696,10 @@ def json_depth(text: str) -> int:
         >>> json_depth('{"a": [1, {"b": "]]]"}]}')
         3
     """
-    depth = deepest = 0
-    for ch in _BRACKETS.findall(_STRING.sub("", text)):
-        depth += 1 if ch in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
+    # linear: each character is read once by the string pass and once by the bracket pass (an unclosed string runs
+    # to the end of the text: such text is not JSON, and json.loads says so)
+    brackets = _NOT_BRACKETS.sub("", _STRING.sub("", text))
+    return max(0, max(accumulate(map(_STEP.__getitem__, brackets)), default=0))
 
 
 def parse_untrusted_json(text: str, source: str) -> Any:
@@ -703,9 +707,10 @@ def parse_untrusted_json(text: str, source: str) -> Any:
 
     No ``NaN`` / ``Infinity`` (nor a number beyond a float's range such as ``1e400``, which would read as
     infinity), no key given twice in one object, no lone surrogate escape (``"\ud800"``: no UTF-8 text, so no
-    digest, holds it), at most :data:`MAX_DOCUMENT_DEPTH` levels of nesting and :data:`MAX_NUMBER_DIGITS`
-    characters per number, so that a hostile file is one error line, never a
-    ``RecursionError`` or Python's integer-limit message. The first two keep a signature honest: the signed digest is
+    digest, holds it), at most :data:`MAX_DOCUMENT_BYTES` characters, :data:`MAX_DOCUMENT_DEPTH` levels of nesting
+    and :data:`MAX_NUMBER_DIGITS` characters per number, so that a hostile file is one error line, never a
+    ``RecursionError`` or Python's integer-limit message. The checks take time linear in the text's length (the depth
+    is counted in one pass, before parsing). The first two keep a signature honest: the signed digest is
     that of the parsed content, and an infinity (written as ``null``) or a key given twice (Python keeps the last one,
     a reader may show the first) would let a file be edited without changing it.
 
@@ -727,6 +732,9 @@ def parse_untrusted_json(text: str, source: str) -> Any:
         ...
         ValueError: x is not readable JSON: it is nested 100 levels deep (at most 64)
     """
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise ValueError(f"{source} is not readable JSON: it has {len(text)} characters (at most "
+                         f"{MAX_DOCUMENT_BYTES})")
     depth = json_depth(text)
     if depth > MAX_DOCUMENT_DEPTH:
         raise ValueError(f"{source} is not readable JSON: it is nested {depth} levels deep (at most "
@@ -756,7 +764,8 @@ def decode_untrusted_json(raw: bytes, source: str) -> Any:
         The parsed value.
 
     Raises:
-        ValueError: one line starting with ``source``: not UTF-8 text, or not strict JSON within the limits.
+        ValueError: one line starting with ``source``: more than :data:`MAX_DOCUMENT_BYTES` bytes, not UTF-8 text,
+            or not strict JSON within the limits.
 
     Example:
         >>> decode_untrusted_json(b'{"a": 1}', "x")
@@ -766,6 +775,8 @@ def decode_untrusted_json(raw: bytes, source: str) -> Any:
         ...
         ValueError: x: not UTF-8 text (invalid start byte at byte 1)
     """
+    if len(raw) > MAX_DOCUMENT_BYTES:  # before decoding: a huge file is refused, not copied into a string first
+        raise ValueError(f"{source} is not readable JSON: it has {len(raw)} bytes (at most {MAX_DOCUMENT_BYTES})")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

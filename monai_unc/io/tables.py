@@ -209,6 +209,9 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         One dict per row, the cells as written (strings; :func:`parse_float` turns a numeric cell into a float),
         without the apostrophe :func:`write_csv` puts in front of a text a spreadsheet would evaluate.
 
+    Raises:
+        ValueError: the file is not UTF-8 text (the message names it).
+
     Example:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d:
@@ -218,8 +221,12 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         >>> [parse_float(r["dice"]) for r in rows]
         [0.5, nan]
     """
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except UnicodeDecodeError as e:  # the codec's message names no file
+        raise ValueError(f"{os.fspath(path)}: not UTF-8 text ({e.reason} at byte {e.start}): save the table as "
+                         "UTF-8 CSV") from None
     # the apostrophe write_csv puts in front of a text a spreadsheet would evaluate (module docstring)
     return [{unescape_cell(k): unescape_cell(v) for k, v in row.items()} for row in rows]
 

@@ -7,10 +7,8 @@ Every file read here is untrusted input (a user may edit it): each field is chec
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -19,15 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from .._utils import is_finite_real
 from ..evaluation.case import load_evaluation_case
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
 from ..io import CaseFiles, read_csv
-from ..io.provenance import decode_untrusted_json, has_weight_digests
-from .store import UNKNOWN_SITE, CaseRecord
+from ..io.provenance import MAX_DOCUMENT_BYTES, decode_untrusted_json, has_weight_digests
+from .store import _MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
            "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
@@ -91,9 +88,25 @@ def _number(v: Any, where: str) -> float:
 
 
 def _text(v: Any, where: str) -> str:
-    if not isinstance(v, str) or not v or "\x00" in v or len(v) > 1000:
-        raise ValueError(f"{where} must be non-empty text (at most 1000 characters), got {v!r}")
+    if not isinstance(v, str) or not v or "\x00" in v or len(v) > _MAX_TEXT:
+        raise ValueError(f"{where} must be non-empty text (at most {_MAX_TEXT} characters, no NUL), got "
+                         f"{v!r}"[:300])
     return v
+
+
+def _read_json_file(path: Path, what: str) -> tuple[bytes, Any]:
+    """An untrusted JSON file (a sidecar, ``triage.json``): its bytes and its strict JSON, or a ``ValueError`` line
+    naming it (too large, unreadable, not UTF-8, not strict JSON within the limits of
+    :func:`~monai_unc.io.provenance.parse_untrusted_json`)."""
+    source = f"{what} {path}"
+    try:
+        size = path.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"{source} is not readable JSON: it has {size} bytes (at most {MAX_DOCUMENT_BYTES})")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{source} is not readable: {type(e).__name__}: {e.strerror or e}") from None
+    return raw, decode_untrusted_json(raw, source)
 
 
 def _series_header(folder: Path) -> dict[str, Any] | None:
@@ -116,28 +129,43 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
     For an image file the sidecar is ``<image name without .nii.gz / .nii>.json`` beside the image. For an image that
     is a DICOM series folder (``monai-unc`` reads those with the ``dicom`` extra) the attributes are those of its
     slices' header. The site is ``site``, ``InstitutionName`` or ``StationName``; the scanner ``scanner``, or
-    ``Manufacturer`` and ``ManufacturerModelName``.
+    ``Manufacturer`` and ``ManufacturerModelName`` (each cut to 200 characters).
+
+    A sidecar is untrusted input: it is read as strict JSON
+    (:func:`~monai_unc.io.provenance.decode_untrusted_json`: UTF-8, at most 64 levels of nesting, no ``NaN``, ...),
+    and a sidecar that is there but cannot be read, or whose site or scanner holds a NUL character, is an error
+    naming it, not a case recorded without its site.
 
     Args:
         image: the image's path (or None).
 
     Returns:
-        ``(site, scanner)``, each None when not recorded (or no readable sidecar or header).
+        ``(site, scanner)``, each None when not recorded (no sidecar or readable DICOM header).
+
+    Raises:
+        ValueError: naming the sidecar: unreadable, not strict JSON, or a site or scanner with a NUL.
     """
     if not isinstance(image, str) or not image:
         return None, None
     p = Path(image)
-    if p.is_dir():
-        doc: Any = _series_header(p)
-    else:
-        stem = p.name[:-7] if p.name.endswith(".nii.gz") else p.stem
-        side = p.with_name(stem + ".json")
-        try:
-            doc = json.loads(side.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None, None
+    side = None
+    try:
+        if p.is_dir():
+            doc: Any = _series_header(p)
+        else:
+            stem = p.name[:-7] if p.name.endswith(".nii.gz") else p.stem
+            side = p.with_name(stem + ".json")
+            if not side.is_file():
+                return None, None
+            doc = _read_json_file(side, "image sidecar")[1]
+    except OSError as e:  # a path the file system refuses (too long)
+        raise ValueError(f"image {image[:200]!r}: {e.strerror or type(e).__name__}") from None
     if not isinstance(doc, dict):
         return None, None
+    where = "DICOM header of" if side is None else "image sidecar"
+    for k in _SITE_KEYS + _SCANNER_KEYS[0] + _SCANNER_KEYS[1]:
+        if isinstance(doc.get(k), str) and "\x00" in doc[k]:
+            raise ValueError(f"{where} {side or p}: field {k!r} holds a NUL character, got {doc[k][:80]!r}")
     site = next((doc[k].strip() for k in _SITE_KEYS if isinstance(doc.get(k), str) and doc[k].strip()), None)
     scanner = None
     for keys in _SCANNER_KEYS:
@@ -158,7 +186,8 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
         ``{case: (site, scanner or None)}``.
 
     Raises:
-        ValueError: a missing column, an empty site, a case listed twice.
+        ValueError: a file that is not UTF-8 text, a missing column, an empty site, a case listed twice, a case,
+            site or scanner that is longer than 1000 characters or holds a NUL (each named with the file and line).
     """
     rows = read_csv(path)
     if not rows or "case" not in rows[0] or "site" not in rows[0]:
@@ -169,31 +198,9 @@ def read_sites(path: str | os.PathLike) -> dict[str, tuple[str, str | None]]:
         site = _text((r.get("site") or "").strip(), f"{os.fspath(path)}: line {i}: 'site'")
         if cid in out:
             raise ValueError(f"{os.fspath(path)}: case {cid!r} is listed twice")
-        out[cid] = (site, (r.get("scanner") or "").strip() or None)
+        scanner = (r.get("scanner") or "").strip() or None
+        out[cid] = (site, None if scanner is None else _text(scanner, f"{os.fspath(path)}: line {i}: 'scanner'"))
     return out
-
-
-def _check_rule_fields(rule: Mapping[str, Any], path: Path) -> None:
-    """The fields of a ``triage.json``'s rule that the store keeps and ``monitor label`` uses, checked (named)."""
-    scores = (rule.get("calibration") or {}).get("case_scores", [])
-    if any(v is not None and not is_finite_real(v) for v in scores):
-        bad = next(v for v in scores if v is not None and not is_finite_real(v))
-        raise ValueError(f"{path}: field 'rule.calibration.case_scores' must hold numbers (or null), got "
-                         f"{bad!r}"[:300])
-    risk = rule.get("risk", "failure")
-    if risk not in ("failure", "1-dice"):
-        raise ValueError(f"{path}: field 'rule.risk' must be 'failure' or '1-dice', got {risk!r}"[:300])
-    fd = rule.get("failure_dice")
-    if fd is not None and (isinstance(fd, bool) or not isinstance(fd, (int, float)) or not 0 <= fd <= 1):
-        raise ValueError(f"{path}: field 'rule.failure_dice' must be a Dice in [0, 1] or null, got {fd!r}"[:300])
-    n = rule.get("num_classes")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 2**16):
-        raise ValueError(f"{path}: field 'rule.num_classes' must be a number of classes or null, got {n!r}"[:300])
-    score = rule.get("score")
-    column = score.get("column") if isinstance(score, dict) else score
-    if not isinstance(column, str) or not column or len(column) > 1000:
-        raise ValueError(f"{path}: field 'rule.score' must name the score column (text, or an object with "
-                         f"'column'), got {score!r}"[:300])
 
 
 def read_triage_run(
@@ -217,35 +224,28 @@ def read_triage_run(
 
     Raises:
         ValueError: no ``triage.json``, or a field of it that is missing or wrong (named; the rule's
-            ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`).
+            ``image_reference`` with every check of :meth:`~monai_unc.evaluation.triage.ImageReference.from_json`),
+            a rule that does not match its digest (:func:`~monai_unc.monitoring.store.check_rule`: edited after
+            triage wrote it), a ``triaged_at`` out of range, an image sidecar that cannot be read
+            (:func:`sidecar_site`).
     """
     root = Path(folder)
     site = (site.strip() or None) if isinstance(site, str) else site  # as the sites table and the sidecars
     path = root / "triage.json"
     if not path.is_file():
         raise ValueError(f"{os.fspath(folder)!r} is not a triage output folder (no triage.json)")
-    raw = path.read_bytes()  # parsed and digested (the run's identity in the store)
-    doc = decode_untrusted_json(raw, str(path))  # UTF-8; no NaN / Infinity / 1e400, no huge number, no key twice
+    # parsed and digested (the run's identity in the store); UTF-8, no NaN / Infinity / 1e400, no huge number, no key
+    # twice, at most 64 levels of nesting, at most MAX_DOCUMENT_BYTES
+    raw, doc = _read_json_file(path, "triage summary")
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a triage summary")
     rule = doc.get("rule")
-    if not isinstance(rule, dict) or not isinstance(rule.get("digest"), str):
-        raise ValueError(f"{path}: field 'rule' must hold the referral rule with its digest")
-    if not re.fullmatch(r"sha256:[0-9a-f]{64}", rule["digest"]):
-        raise ValueError(f"{path}: field 'rule.digest' must be 'sha256:' and 64 hex digits, got "
-                         f"{rule['digest'][:80]!r}")
-    target = rule.get("target_risk")
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 1:
-        raise ValueError(f"{path}: field 'rule.target_risk' must be a number in (0, 1), got {target!r}")
-    cal = rule.get("calibration")
-    if cal is not None and (not isinstance(cal, dict) or not isinstance(cal.get("case_scores", []), list)):
-        raise ValueError(f"{path}: field 'rule.calibration' must be an object whose 'case_scores' is a list")
-    _check_rule_fields(rule, path)
-    if rule.get("image_reference") is not None:  # what the image alarm ranks new cases against: checked here
+    if isinstance(rule, dict) and rule.get("image_reference") is not None:  # what the image alarm ranks against
         try:
             ImageReference.from_json(rule["image_reference"], "rule.image_reference")
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
+    check_rule(rule, str(path))  # the fields the store reads, then the rule against its digest
     cases = doc.get("cases")
     if not isinstance(cases, list):
         raise ValueError(f"{path}: field 'cases' must be a list")
@@ -253,13 +253,18 @@ def read_triage_run(
     fp = doc.get("fingerprint") if isinstance(doc.get("fingerprint"), dict) else {}
     model = model_digest(fp.get("predictions")) or model_digest(rule.get("fingerprint"))
     if triaged_at is None:
-        triaged_at = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+        try:
+            triaged_at = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+        except (OverflowError, OSError, ValueError):  # a modification time out of datetime's range
+            raise ValueError(f"{path}: its modification time is out of range: give the time with --time") from None
     else:
         try:
             t = datetime.fromisoformat(triaged_at)
-        except (TypeError, ValueError):
-            raise ValueError(f"time must be ISO 8601 (2026-01-31T12:00:00+00:00), got {triaged_at!r}") from None
-        triaged_at = (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).isoformat()
+            # a time within a day of year 1 or 9999 leaves datetime's range in UTC
+            triaged_at = (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).isoformat()
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"time (--time) must be ISO 8601 (2026-01-31T12:00:00+00:00) between the years 1 and "
+                             f"9999 in UTC, got {triaged_at!r}"[:300]) from None
     records, seen = [], set()
     for i, c in enumerate(cases):
         where = f"{path}: cases[{i}]"

@@ -9,8 +9,10 @@ Every change is one transaction that also appends its audit entry, so two triage
 nothing (SQLite: ``BEGIN IMMEDIATE``, a writer waits for the other; PostgreSQL: an exclusive lock on the audit
 table) and a writer killed in the middle leaves no half record (the transaction is rolled back). The audit log is
 append-only and hash-chained: each entry holds the SHA-256 of the previous one and a digest of the rows it wrote,
-so :meth:`MonitorStore.verify` detects an entry or a row that was edited or deleted (docs/monitoring.md says what
-it cannot detect).
+so :meth:`MonitorStore.verify` detects an entry or a row that was edited or deleted, and a stored rule whose body
+no longer matches its digest (docs/monitoring.md says what it covers and what it cannot detect). What is read back
+is checked too: a row edited outside the store is one ``ValueError`` line naming the store, never a wrong statistic
+or a traceback.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ __all__ = [
     "VerifyResult",
     "entry_hash",
     "rows_digest",
+    "rule_body_digest",
+    "check_rule",
     "redact_url",
     "sqlite_file",
 ]
@@ -275,6 +279,145 @@ def _check_text(value: Any, name: str, allow_none: bool = False) -> str | None:
     return value
 
 
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+#: the fields of a rule's JSON that its digest leaves out (its own and the signature: io.provenance.rule_digest)
+_UNDIGESTED = ("digest", "signature")
+_RISKS = ("failure", "1-dice")
+
+
+def _real(v: Any) -> bool:
+    """A finite real number (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def rule_body_digest(rule: Mapping[str, Any]) -> str:
+    """The content digest of a referral rule's JSON, as :func:`monai_unc.io.provenance.rule_digest` computes it.
+
+    ``"sha256:"`` and the SHA-256 of its canonical JSON (sorted keys, no spaces) without ``digest`` and
+    ``signature``; here with the standard library only (a process that only writes to the store starts without
+    torch).
+
+    Args:
+        rule: the rule's JSON object.
+
+    Returns:
+        ``"sha256:"`` and 64 hex digits.
+
+    Raises:
+        ValueError: the rule holds a value that is not JSON text (NaN, a lone surrogate).
+        TypeError: the rule holds a value that is not JSON data.
+
+    Example:
+        >>> rule_body_digest({"a": 1, "digest": "x"}) == rule_body_digest({"a": 1})
+        True
+    """
+    doc = {k: v for k, v in rule.items() if k not in _UNDIGESTED}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check_rule_fields(rule: Any, source: str) -> None:
+    """The fields of a rule's JSON that the store keeps and ``monitor status`` / ``monitor label`` use, checked."""
+    if not isinstance(rule, Mapping) or not isinstance(rule.get("digest"), str):
+        raise ValueError(f"{source}: field 'rule' must hold the referral rule with its digest")
+    if not _DIGEST.fullmatch(rule["digest"]):
+        raise ValueError(f"{source}: field 'rule.digest' must be 'sha256:' and 64 hex digits, got "
+                         f"{rule['digest'][:80]!r}")
+    target = rule.get("target_risk")
+    if not _real(target) or not 0 < target < 1:
+        raise ValueError(f"{source}: field 'rule.target_risk' must be a number in (0, 1), got {target!r}"[:300])
+    cal = rule.get("calibration")
+    if cal is not None and (not isinstance(cal, Mapping) or not isinstance(cal.get("case_scores", []), list)):
+        raise ValueError(f"{source}: field 'rule.calibration' must be an object whose 'case_scores' is a list")
+    bad = [v for v in (cal or {}).get("case_scores", []) if v is not None and not _real(v)]
+    if bad:
+        raise ValueError(f"{source}: field 'rule.calibration.case_scores' must hold numbers (or null), got "
+                         f"{bad[0]!r}"[:300])
+    risk = rule.get("risk", "failure")
+    if risk not in _RISKS:
+        raise ValueError(f"{source}: field 'rule.risk' must be 'failure' or '1-dice', got {risk!r}"[:300])
+    fd = rule.get("failure_dice")
+    if fd is not None and (not _real(fd) or not 0 <= fd <= 1):
+        raise ValueError(f"{source}: field 'rule.failure_dice' must be a Dice in [0, 1] or null, got {fd!r}"[:300])
+    n = rule.get("num_classes")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 2**16):
+        raise ValueError(f"{source}: field 'rule.num_classes' must be a number of classes or null, got {n!r}"[:300])
+    score = rule.get("score")
+    column = score.get("column") if isinstance(score, Mapping) else score
+    if not isinstance(column, str) or not column or "\x00" in column or len(column) > _MAX_TEXT:
+        raise ValueError(f"{source}: field 'rule.score' must name the score column (text, or an object with "
+                         f"'column'), got {score!r}"[:300])
+
+
+def check_rule(rule: Any, source: str) -> str:
+    """Check a referral rule's JSON before the store keeps it: the fields it reads, then its content digest.
+
+    The store keeps a rule under its digest and reads its target risk, risk, Dice threshold and calibration scores
+    from it: a rule edited in ``triage.json`` with its old digest kept would silence the alarms of every stream of
+    the genuine rule. The digest is recomputed (:func:`rule_body_digest`) and must match. A digest is no signature:
+    whoever edits a rule can recompute it, and the edited rule is then another rule (another digest, streams of its
+    own), which the audit log records.
+
+    Args:
+        rule: the rule's JSON (untrusted: ``triage.json``'s ``rule``).
+        source: how the messages name where it came from (e.g. the ``triage.json`` path).
+
+    Returns:
+        The rule's digest.
+
+    Raises:
+        ValueError: starting with ``source``: a missing or wrong field (named), or a rule that does not match its
+            digest.
+
+    Example:
+        >>> rule = {"score": "s", "target_risk": 0.1, "risk": "failure", "failure_dice": 0.8}
+        >>> rule["digest"] = rule_body_digest(rule)
+        >>> check_rule(rule, "t.json") == rule["digest"]
+        True
+        >>> try:
+        ...     check_rule({**rule, "target_risk": 0.9}, "t.json")  # edited, the digest kept
+        ... except ValueError as e:
+        ...     print(str(e)[:56])
+        t.json: field 'rule' does not match its digest (field 'r
+    """
+    _check_rule_fields(rule, source)
+    try:
+        digest = rule_body_digest(rule)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source}: field 'rule' is not JSON data ({type(e).__name__}: {e})"[:300]) from None
+    if digest != rule["digest"]:
+        raise ValueError(f"{source}: field 'rule' does not match its digest (field 'rule.digest'): the rule was "
+                         "edited after triage wrote it; triage the cases again with the rule file")
+    return digest
+
+
+def _rule_columns(rule: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns of the table ``rules`` that a (checked) rule's JSON gives, but its digest and body."""
+    score = rule.get("score")
+    cal = rule.get("calibration") if isinstance(rule.get("calibration"), Mapping) else {}
+    return {"score": str(score.get("column") if isinstance(score, Mapping) else score),
+            "target_risk": rule.get("target_risk"), "risk": str(rule.get("risk", "failure")),
+            "failure_dice": rule.get("failure_dice"),
+            "calibration_scores": [v for v in cal.get("case_scores", []) if _real(v)]}
+
+
+def _same_value(stored: Any, expected: Any) -> bool:
+    """Whether a value read from the store is the one expected (numbers as floats, text as text)."""
+    if stored is None or expected is None:
+        return stored is None and expected is None
+    if isinstance(expected, str):
+        return isinstance(stored, str) and stored == expected
+    if isinstance(expected, list):
+        return (isinstance(stored, list) and len(stored) == len(expected)
+                and all(_same_value(a, b) for a, b in zip(stored, expected)))
+    return _real(stored) and float(stored) == float(expected)
+
+
+def _as_int(v: Any) -> int | None:
+    """An integer read from the store, or None when it is not one (a row edited outside the store)."""
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 class MonitorStore:
     """A connection to the monitoring store (SQLite file or PostgreSQL database).
 
@@ -476,15 +619,32 @@ class MonitorStore:
         return seq
 
     def audit_log(self) -> list[AuditEntry]:
-        """Every audit entry, in order."""
+        """Every audit entry, in order.
+
+        Raises:
+            ValueError: one line naming the store: an entry whose ``seq`` is not an integer (edited outside the store).
+        """
         cols = ", ".join(AuditEntry.__dataclass_fields__)
-        return [AuditEntry(int(r[0]), *map(str, r[1:])) for r in self._all(f"SELECT {cols} FROM audit ORDER BY seq")]
+        out = []
+        for r in self._all(f"SELECT {cols} FROM audit ORDER BY seq"):
+            if _as_int(r[0]) is None:
+                raise ValueError(f"the monitoring database {self._name!r}: an audit entry's seq is {r[0]!r:.40}, not "
+                                 "an integer: the table audit was edited")
+            out.append(AuditEntry(int(r[0]), *map(str, r[1:])))
+        return out
 
     def verify(self, expect_head: str | None = None) -> VerifyResult:
-        """Check the audit chain and the rows each entry wrote.
+        """Check the audit chain, the rows each entry wrote and the rules they name.
 
         Every entry must follow the previous one (``seq`` 1, 2, ...), hold the previous entry's hash and its own
-        (recomputed); each ``record`` / ``label`` entry's digest of its rows must match the rows in the tables.
+        (recomputed); each ``record`` / ``label`` entry's digest of its rows must match the rows in the tables
+        (``cases``: every column; ``labels``: all but ``recorded_at``). Each ``record`` entry's run (the table
+        ``runs``) must hold the entry's triage folder, ``triage.json`` digest, rule digest, model digest and number
+        of cases, and every case row must have a run. Every row of ``rules`` must match its digest (its body
+        recomputed) and its columns its body, and the rule each ``record`` entry names must be in ``rules``. Not
+        covered: a run's ``recorded_at`` and ``triaged_at`` (each case row's ``triaged_at`` is), a label's
+        ``recorded_at`` (its entry's ``at`` is), the order of one run's case rows, the table ``monitor_meta``,
+        entries cut off at the end (``expect_head``) and a consistent forgery of the whole database.
 
         Args:
             expect_head: the head hash kept elsewhere after an earlier check (detects entries removed from the
@@ -495,6 +655,7 @@ class MonitorStore:
         """
         problems: list[str] = []
         prev, entries = GENESIS, self.audit_log()
+        records: dict[int, dict[str, Any]] = {}
         for i, e in enumerate(entries, start=1):
             if e.seq != i:
                 problems.append(f"audit entry {i} is missing (found entry {e.seq} in its place)")
@@ -506,24 +667,67 @@ class MonitorStore:
             prev = e.hash
             try:
                 details = json.loads(e.details)
-            except ValueError:
+            except (ValueError, RecursionError):
                 problems.append(f"audit entry {e.seq}: its details are not JSON")
                 continue
-            expected = details.get("rows_digest") if isinstance(details, dict) else None
+            if not isinstance(details, dict):
+                problems.append(f"audit entry {e.seq}: its details are not a JSON object")
+                continue
+            if e.action == "record":
+                records[e.seq] = details
+            expected = details.get("rows_digest")
             if expected is not None and e.action in ("record", "label"):
                 got = self._rows_digest_of(e.action, e.seq)
                 if got != expected:
                     problems.append(f"the rows written by audit entry {e.seq} ({e.action}) were edited or deleted")
+        problems += self._check_runs(records)
+        rules: set[str] = set()
+        for row in self._rule_rows():
+            try:
+                rules.add(self._read_rule_row(row)[0])
+            except ValueError as err:
+                problems.append(str(err))
+                if isinstance(row[0], str):
+                    rules.add(row[0])  # reported once, as edited
+        for seq, details in records.items():
+            digest = details.get("rule_digest")
+            if digest is not None and digest not in rules:
+                problems.append(f"the rule {str(digest)[:80]!r} of audit entry {seq} (record) is not in the table "
+                                "rules (its row was deleted)")
         for table, col in (("runs", "audit_seq"), ("labels", "audit_seq")):
             seqs = {e.seq for e in entries if e.action == ("record" if table == "runs" else "label")}
-            orphans = [int(r[0]) for r in self._all(f"SELECT DISTINCT {col} FROM {table}") if int(r[0]) not in seqs]
+            orphans = [r[0] for r in self._all(f"SELECT DISTINCT {col} FROM {table}") if r[0] not in seqs]
             if orphans:
-                problems.append(f"{table} rows without their audit entry (audit seq {orphans[:5]})")
+                problems.append(f"{table} rows without their audit entry (audit seq {orphans[:5]!r:.120})")
+        strays = self._all("SELECT COUNT(*) FROM cases WHERE run_id NOT IN (SELECT id FROM runs)")[0][0]
+        if strays:
+            problems.append(f"{strays} cases rows without their run (added, or their run deleted)")
         head = entries[-1].hash if entries else GENESIS
         if expect_head is not None and expect_head != head:
             problems.append(f"the head of the audit chain is {head[:16]}..., not the expected {expect_head[:16]}... "
                             "(entries were removed from the end, or the database was replaced)")
         return VerifyResult(not problems, len(entries), head, tuple(problems))
+
+    def _check_runs(self, records: Mapping[int, Mapping[str, Any]]) -> list[str]:
+        """The problems of the table ``runs``: each ``record`` entry's run must hold what the entry says it wrote."""
+        problems = []
+        runs: dict[Any, list[tuple[Any, ...]]] = {}
+        for r in self._all("SELECT audit_seq, folder, source_digest, rule_digest, model_digest, n_cases FROM runs "
+                           "ORDER BY id"):
+            runs.setdefault(r[0], []).append(r[1:])
+        keys = ("triage", "source_digest", "rule_digest", "model_digest", "n_cases")
+        for seq, details in records.items():
+            found = runs.get(seq, [])
+            if len(found) != 1:
+                problems.append(f"audit entry {seq} (record) has {len(found)} runs in the table runs, not 1 (a run "
+                                "was deleted or added)")
+                continue
+            changed = [("folder" if k == "triage" else k) for k, v in zip(keys, found[0])
+                       if k in details and not _same_value(v, details[k])]
+            if changed:
+                problems.append(f"the run of audit entry {seq} (record) was edited: its {', '.join(changed)} "
+                                "do(es) not match the entry")
+        return problems
 
     def _rows_digest_of(self, action: str, seq: int) -> str:
         if action == "record":
@@ -531,11 +735,16 @@ class MonitorStore:
             rows = self._all(f"SELECT {cols} FROM cases c JOIN runs r ON c.run_id = r.id WHERE r.audit_seq = ?",
                              (seq,))
             # in Python's (code point) order, as record_run hashed them: a server's collation (en-US) sorts otherwise
-            found = sorted((dict(zip(_CASE_COLUMNS, r)) for r in rows), key=lambda d: d["case_id"])
-            return rows_digest(found, _CASE_COLUMNS)
-        rows = self._all("SELECT l.case_row, l.dice, l.failure, l.loss, l.source FROM labels l WHERE l.audit_seq = ? "
-                         "ORDER BY l.id", (seq,))
-        return rows_digest([dict(zip(_LABEL_COLUMNS, r)) for r in rows], _LABEL_COLUMNS)
+            found = sorted((dict(zip(_CASE_COLUMNS, r)) for r in rows), key=lambda d: str(d["case_id"]))
+            columns = _CASE_COLUMNS
+        else:
+            rows = self._all("SELECT l.case_row, l.dice, l.failure, l.loss, l.source FROM labels l "
+                             "WHERE l.audit_seq = ? ORDER BY l.id", (seq,))
+            found, columns = [dict(zip(_LABEL_COLUMNS, r)) for r in rows], _LABEL_COLUMNS
+        try:
+            return rows_digest(found, columns)
+        except (TypeError, ValueError):  # a value that no row of ours holds (bytes, a NaN): edited
+            return "(rows that are not JSON data)"
 
     # ------------------------------------------------------------------------------------------------- the writes
     def record_run(
@@ -562,25 +771,40 @@ class MonitorStore:
         Returns:
             ``(run id, new)``: ``new`` False when the run was already in the store (nothing written). The run's
             ``n_cases`` (:meth:`runs`) counts the cases written, without those skipped.
+
+        Raises:
+            ValueError: before anything is written: a rule with a missing or wrong field, or that does not match its
+                digest (:func:`check_rule`); a text field of the run or of a case (its id, site, scanner, ...) that is
+                not text of at most 1000 characters without NUL; the reserved site name; a case of another rule.
         """
-        digest = _check_text(rule.get("digest"), "the rule's digest")
+        digest = check_rule(rule, "the rule to record")  # its fields, and its body against its digest
+        for name, value in (("source_digest", source_digest), ("triaged_at", triaged_at),
+                            ("model_digest", model_digest)):
+            _check_text(value, f"the run's {name}", allow_none=name == "model_digest")
+        if not isinstance(folder, str) or "\x00" in folder:  # a path: any length
+            raise ValueError(f"the run's folder must be text without NUL, got {folder!r:.80}")
         for c in cases:
-            if _check_text(c.site, f"the site of case {c.case_id!r}") == ALL_SITES:
+            _check_text(c.case_id, "a case's id")
+            for name in ("site", "scanner", "triaged_at", "decision", "code", "reason", "rule_digest", "model_digest",
+                         "prediction"):
+                _check_text(getattr(c, name), f"the {name} of case {c.case_id!r}",
+                            allow_none=name in ("scanner", "model_digest", "prediction"))
+            if c.site == ALL_SITES:
                 raise ValueError(f"case {c.case_id!r}: the site name {ALL_SITES!r} is reserved for the pooled stream "
                                  "of all sites: give the site another name (--site, --sites)")
+            if c.rule_digest != digest:
+                raise ValueError(f"case {c.case_id!r}: its rule digest {c.rule_digest[:80]!r} is not that of the run's "
+                                 f"rule ({digest})")
         with self._transaction():
             found = self._all("SELECT id FROM runs WHERE source_digest = ?", (source_digest,))
             if found:
                 return int(found[0][0]), False
             if not self._all("SELECT 1 FROM rules WHERE digest = ?", (digest,)):
-                score = rule.get("score")
-                column = score.get("column") if isinstance(score, Mapping) else score
-                cal = rule.get("calibration") if isinstance(rule.get("calibration"), Mapping) else {}
-                cal_scores = [v for v in cal.get("case_scores", []) if isinstance(v, (int, float))]
+                col = _rule_columns(rule)
                 self._execute("INSERT INTO rules (digest, score, target_risk, risk, failure_dice, calibration_scores, "
                               "body) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                              (digest, str(column), rule.get("target_risk"), str(rule.get("risk", "failure")),
-                               rule.get("failure_dice"), _canonical(cal_scores), _in_order(rule)))
+                              (digest, col["score"], col["target_risk"], col["risk"], col["failure_dice"],
+                               _canonical(col["calibration_scores"]), _in_order(rule)))
             every = sorted((c.__dict__ for c in cases), key=lambda r: r["case_id"])
             known = self._decisions_of_folder(folder, digest, [r["case_id"] for r in every])
             rows = [r for r in every if _decision_key(r) not in known]
@@ -717,21 +941,65 @@ class MonitorStore:
             :func:`~monai_unc.monitoring.status.image_reference_scores` reads it). ``regions_in_order`` is False
             for a rule recorded by a monai-unc that kept its JSON with sorted keys, where the order of the regions
             (the channels of region masks) is lost.
+
+        Raises:
+            ValueError: one line naming the store: a row whose body does not match its digest, whose columns do not
+                match its body, or that is not a rule (a row edited outside the store: :meth:`verify` reports it).
         """
         out = {}
-        for d, score, target, risk, fd, cal, body in self._all(
-                "SELECT digest, score, target_risk, risk, failure_dice, calibration_scores, body FROM rules "
-                "ORDER BY digest"):
-            doc = json.loads(body)
-            nc = doc.get("num_classes") if isinstance(doc, dict) else None
-            out[str(d)] = {"score": str(score), "target_risk": None if target is None else float(target),
-                           "risk": str(risk), "failure_dice": None if fd is None else float(fd),
-                           "calibration_scores": [float(v) for v in json.loads(cal)],
-                           "num_classes": nc if isinstance(nc, int) and not isinstance(nc, bool) else None,
-                           "regions": doc.get("regions") if isinstance(doc, dict) else None,
-                           "regions_in_order": body != _canonical(doc),  # a rule's JSON never has sorted keys
-                           "image_reference": doc.get("image_reference") if isinstance(doc, dict) else None}
+        for row in self._rule_rows():
+            try:
+                d, rule = self._read_rule_row(row)
+            except ValueError as e:
+                raise ValueError(f"the monitoring database {self._name!r}: {e}; monai-unc monitor verify lists what "
+                                 "was changed") from None
+            out[d] = rule
         return out
+
+    def _rule_rows(self) -> list[tuple[Any, ...]]:
+        return self._all("SELECT digest, score, target_risk, risk, failure_dice, calibration_scores, body FROM rules "
+                         "ORDER BY digest")
+
+    @staticmethod
+    def _read_rule_row(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+        """One row of the table ``rules``, checked: its body matches its digest, its columns match its body.
+
+        Raises:
+            ValueError: what does not match (the row was edited outside the store).
+        """
+        d, score, target, risk, fd, cal, body = row
+        if not isinstance(d, str):
+            raise ValueError(f"a row of the table rules has the digest {d!r:.80} (not text): the row was edited")
+        name = f"the stored rule {d[:80]!r}"
+        if not isinstance(body, str) or not isinstance(cal, str):
+            raise ValueError(f"{name}: its body or its calibration scores are not text: the row was edited")
+        try:
+            doc = json.loads(body)
+            scores = json.loads(cal)
+        except (ValueError, RecursionError):
+            raise ValueError(f"{name}: its body or its calibration scores are not JSON: the row was edited") from None
+        try:
+            _check_rule_fields(doc, name)
+            same = doc["digest"] == d and rule_body_digest(doc) == d
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{str(e)[:300]} (its body in the table rules was edited)") from None
+        if not same:
+            raise ValueError(f"{name}: its body in the table rules does not match its digest: the row was edited")
+        expected = _rule_columns(doc)
+        stored = {"score": score, "target_risk": target, "risk": risk, "failure_dice": fd, "calibration_scores": scores}
+        changed = [k for k, v in expected.items() if not _same_value(stored[k], v)]
+        if changed:
+            raise ValueError(f"{name}: its column(s) {', '.join(changed)} in the table rules do not match its body: "
+                             "the row was edited")
+        nc = doc.get("num_classes")
+        return d, {"score": expected["score"], "target_risk": float(expected["target_risk"]),
+                   "risk": expected["risk"],
+                   "failure_dice": None if expected["failure_dice"] is None else float(expected["failure_dice"]),
+                   "calibration_scores": [float(v) for v in expected["calibration_scores"]],
+                   "num_classes": nc if isinstance(nc, int) and not isinstance(nc, bool) else None,
+                   "regions": doc.get("regions"),
+                   "regions_in_order": body != _canonical(doc),  # a rule's JSON never has sorted keys
+                   "image_reference": doc.get("image_reference")}
 
     def cases(self) -> list[dict[str, Any]]:
         """Every recorded case in recording order, with its latest label's ``loss`` / ``dice`` (None when none).
@@ -740,6 +1008,10 @@ class MonitorStore:
             One dict per case row: the :class:`CaseRecord` fields, ``row`` (its id), ``run`` and ``loss``,
             ``dice``, ``failure`` of its latest label, and ``label_seq``: the audit entry of its first label (when
             its label arrived: the order of the risk test), None without a label.
+
+        Raises:
+            ValueError: one line naming the store: a value of the wrong type or out of range, or a case whose rule
+                is not in the table ``rules`` (rows edited or deleted outside the store: :meth:`verify` reports them).
         """
         cols = ", ".join(f"c.{c}" for c in _CASE_COLUMNS)
         sql = (f"SELECT c.id, c.run_id, {cols}, l.loss, l.dice, l.failure, "
@@ -747,16 +1019,45 @@ class MonitorStore:
                "ON l.id = (SELECT MAX(l2.id) FROM labels l2 WHERE l2.case_row = c.id) ORDER BY c.id")
         out = []
         for r in self._all(sql):
-            d = {"row": int(r[0]), "run": int(r[1]), **dict(zip(_CASE_COLUMNS, r[2:2 + len(_CASE_COLUMNS)]))}
-            for k in ("score", "image_z_max", "expected_dice"):
-                d[k] = math.nan if d[k] is None else float(d[k])
-            loss, dice, fail, label_seq = r[2 + len(_CASE_COLUMNS):]
-            d["label_seq"] = None if label_seq is None else int(label_seq)
-            d["loss"] = None if loss is None else float(loss)
-            d["dice"] = None if dice is None else float(dice)
-            d["failure"] = None if fail is None else int(fail)
-            out.append(d)
+            d = {"row": r[0], "run": r[1], **dict(zip(_CASE_COLUMNS, r[2:2 + len(_CASE_COLUMNS)]))}
+            d["loss"], d["dice"], d["failure"], d["label_seq"] = r[2 + len(_CASE_COLUMNS):]
+            out.append(self._checked_case(d))
+        known = {r[0] for r in self._all("SELECT digest FROM rules")}
+        orphans = sorted({c["rule_digest"] for c in out} - known)
+        if orphans:
+            raise ValueError(f"the monitoring database {self._name!r}: recorded cases name rule(s) that are not in "
+                             f"the table rules ({_first_five(orphans)}): rows were deleted; monai-unc monitor verify "
+                             "lists what was changed")
         return out
+
+    def _checked_case(self, d: dict[str, Any]) -> dict[str, Any]:
+        """A row of :meth:`cases`, each value of the type its column holds (a row edited outside the store: one line
+        naming the store, the row and the column, not a ``TypeError`` deep in the statistics)."""
+        def bad(column: str, what: str) -> ValueError:
+            return ValueError(f"the monitoring database {self._name!r}: case row {d['row']!r:.20}: column {column} "
+                              f"must be {what}, got {d[column]!r:.60}; monai-unc monitor verify lists what was changed")
+
+        for k in ("row", "run"):
+            if _as_int(d[k]) is None:
+                raise bad(k, "an integer")
+        for k in _CASE_COLUMNS:
+            optional = k in ("scanner", "model_digest", "prediction")
+            if k in ("score", "image_z_max", "expected_dice"):
+                if d[k] is not None and (isinstance(d[k], bool) or not isinstance(d[k], (int, float))):
+                    raise bad(k, "a number or null")
+                d[k] = math.nan if d[k] is None else float(d[k])
+            elif not (isinstance(d[k], str) or (optional and d[k] is None)):
+                raise bad(k, "text" + (" or null" if optional else ""))
+        for k in ("loss", "dice"):
+            if d[k] is not None and (not _real(d[k]) or not 0 <= d[k] <= 1):
+                raise bad(k, "a number in [0, 1] or null")
+            d[k] = None if d[k] is None else float(d[k])
+        if d["failure"] not in (None, 0, 1) or isinstance(d["failure"], bool):
+            raise bad("failure", "0, 1 or null")
+        if d["label_seq"] is not None and _as_int(d["label_seq"]) is None:
+            raise bad("label_seq", "an audit entry's number or null")
+        d["failure"] = None if d["failure"] is None else int(d["failure"])
+        return d
 
     def runs(self) -> list[dict[str, Any]]:
         """The recorded runs in order: ``id``, ``recorded_at``, ``triaged_at``, ``folder``, digests, ``n_cases``."""

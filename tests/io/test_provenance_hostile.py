@@ -1,13 +1,16 @@
 """Hostile fitted files for the strict JSON reader (io/provenance.py): constants, out-of-range and overlong numbers,
 keys given twice, deep nesting, byte-order marks, lone surrogate escapes; every refusal one ``ValueError`` line
-that names the file."""
+that names the file. The depth check takes time linear in the text (it was quadratic on unclosed escaped quotes) and
+every entry to the reader is size-capped."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from monai_unc.io import provenance
 from monai_unc.io.provenance import (
     MAX_DOCUMENT_DEPTH,
     compare_fingerprints,
@@ -111,3 +114,40 @@ def test_fingerprint_records_the_draws_per_source(tmp_path, method, rule_draws, 
     if old_rule:
         rule.pop("samples_per_source", None)
     assert compare_fingerprints(rule, pred)[0] == status
+
+
+# ------------------------------------------------------------------ the depth check is linear, the size capped
+def _depth(value) -> int:
+    """The nesting depth of parsed JSON (the reference)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": "[[[[", "b": [["\\"]"]]}', '["\\\\", ["\\\\\\"[", {"k\\"{": [[]]}]]', '"\\\\"', "[[1], [[2]], 3]",
+    '{"a\\\\": "\\\\\\\\", "b": [{}]}', "0", "[]", '"]]]["',
+])
+def test_json_depth_is_the_depth_of_the_parsed_value(text):
+    assert json_depth(text) == _depth(json.loads(text))
+
+
+def test_the_depth_check_is_linear_on_unclosed_escaped_quotes():
+    """``\\"`` repeated took 0.58 s for 16 KB and 2.6 s for 32 KB (4x per doubling: a few MB ran for hours) before
+    json.loads ever saw it. 4 MB now take well under a second; the bound is generous for a loaded machine."""
+    for text in ('\\"' * 2_000_000, '"\\' * 2_000_000, '"' * 4_000_000, '"a\\"[' * 800_000):
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match="^x is not readable JSON"):
+            parse_untrusted_json(text, "x")
+        assert time.perf_counter() - start < 20
+
+
+def test_every_entry_to_the_strict_reader_is_size_capped(monkeypatch, tmp_path):
+    monkeypatch.setattr(provenance, "MAX_DOCUMENT_BYTES", 100)
+    with pytest.raises(ValueError, match=r"^x is not readable JSON: it has 101 bytes \(at most 100\)"):
+        provenance.decode_untrusted_json(b" " * 100 + b"1", "x")
+    with pytest.raises(ValueError, match=r"^x is not readable JSON: it has 101 characters \(at most 100\)"):
+        parse_untrusted_json(" " * 100 + "1", "x")
+    assert provenance.decode_untrusted_json(b" " * 99 + b"1", "x") == 1

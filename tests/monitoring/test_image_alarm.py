@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from monai_unc.evaluation.triage import ImageReference
+from monai_unc.io.provenance import rule_digest
 from monai_unc.metrics.monitoring import score_martingale
 from monai_unc.monitoring import MonitorStore, monitor_status, read_triage_run, status_table
 from monai_unc.monitoring.status import image_reference_scores, stream_seed
@@ -114,6 +115,7 @@ def test_record_checks_the_reference_and_status_uses_it(tmp_path):
     ref = ImageReference.fit(_images(rng, 30))
     rule = make_rule([0.1, 0.2, 0.3])
     rule["image_reference"] = json.loads(json.dumps(ref.to_json()))
+    rule["digest"] = rule_digest(rule)  # a rule's digest is of its content, the image reference included
     z = ref.z_scores(_images(rng, 20, gain=1.3)).max(axis=1)
     folder = write_triage(tmp_path / "t", rule, [{"case": f"c{i}", "score": 0.2, "image_z_max": float(v)}
                                                  for i, v in enumerate(z)])

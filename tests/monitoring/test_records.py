@@ -17,7 +17,7 @@ def test_sites_come_from_the_table_then_sidecars_then_the_option(tmp_path):
     img.mkdir()
     (img / "b.json").write_text(json.dumps({"InstitutionName": " General <Hospital> ", "Manufacturer": "ACME",
                                             "ManufacturerModelName": "Scan 3T"}))
-    (img / "c.json").write_text("not json")
+    # c: no sidecar (a sidecar that is there but not strict JSON is an error: test_store_integrity_hostile)
     (tmp_path / "sites.csv").write_text("case,site,scanner\na,Table site,\n")
     rule = make_rule([0.1])
     folder = write_triage(tmp_path / "t", rule, [{"case": c, "score": 0.1} for c in "abcd"],
