@@ -24,7 +24,7 @@ from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
 from ..io import CaseFiles, read_csv
 from ..io.provenance import MAX_DOCUMENT_BYTES, decode_untrusted_json, has_weight_digests
-from .store import _MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
+from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
            "loss_of", "LABEL_EXTENSIONS", "label_map_dice"]
@@ -88,8 +88,8 @@ def _number(v: Any, where: str) -> float:
 
 
 def _text(v: Any, where: str) -> str:
-    if not isinstance(v, str) or not v or "\x00" in v or len(v) > _MAX_TEXT:
-        raise ValueError(f"{where} must be non-empty text (at most {_MAX_TEXT} characters, no NUL), got "
+    if not isinstance(v, str) or not v or "\x00" in v or len(v) > MAX_TEXT:
+        raise ValueError(f"{where} must be non-empty text (at most {MAX_TEXT} characters, no NUL), got "
                          f"{v!r}"[:300])
     return v
 

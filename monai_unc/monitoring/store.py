@@ -49,6 +49,7 @@ __all__ = [
     "rows_digest",
     "rule_body_digest",
     "check_rule",
+    "MAX_TEXT",
     "redact_url",
     "sqlite_file",
 ]
@@ -94,7 +95,8 @@ _CASE_COLUMNS = ("case_id", "site", "scanner", "triaged_at", "score", "image_z_m
 _DECISION_COLUMNS = ("site", "case_id", "score", "image_z_max", "expected_dice", "decision", "code")
 _DECISION_FLOATS = frozenset({"score", "image_z_max", "expected_dice"})
 _LABEL_COLUMNS = ("case_row", "dice", "failure", "loss", "source")
-_MAX_TEXT = 1000
+#: the most characters of a text field of the store (site, scanner, case id, reason, ...; no NUL either)
+MAX_TEXT = 1000
 
 
 def redact_url(url: str) -> str:
@@ -274,8 +276,8 @@ def _check_text(value: Any, name: str, allow_none: bool = False) -> str | None:
         return None
     if not isinstance(value, str):
         raise ValueError(f"{name} must be text, got {type(value).__name__}")
-    if "\x00" in value or len(value) > _MAX_TEXT:
-        raise ValueError(f"{name} must be at most {_MAX_TEXT} characters without NUL, got {value[:40]!r}...")
+    if "\x00" in value or len(value) > MAX_TEXT:
+        raise ValueError(f"{name} must be at most {MAX_TEXT} characters without NUL, got {value[:40]!r}...")
     return value
 
 
@@ -344,7 +346,7 @@ def _check_rule_fields(rule: Any, source: str) -> None:
         raise ValueError(f"{source}: field 'rule.num_classes' must be a number of classes or null, got {n!r}"[:300])
     score = rule.get("score")
     column = score.get("column") if isinstance(score, Mapping) else score
-    if not isinstance(column, str) or not column or "\x00" in column or len(column) > _MAX_TEXT:
+    if not isinstance(column, str) or not column or "\x00" in column or len(column) > MAX_TEXT:
         raise ValueError(f"{source}: field 'rule.score' must name the score column (text, or an object with "
                          f"'column'), got {score!r}"[:300])
 
@@ -611,7 +613,7 @@ class MonitorStore:
         seq, prev = (int(last[0][0]) + 1, str(last[0][1])) if last else (1, GENESIS)
         argv = list(sys.argv if command is None else command)
         entry = {"seq": seq, "at": _now(), "actor": _actor(), "host": socket.gethostname(), "version": __version__,
-                 "command": " ".join(argv)[:_MAX_TEXT * 4], "action": action, "details": _canonical(details),
+                 "command": " ".join(argv)[:MAX_TEXT * 4], "action": action, "details": _canonical(details),
                  "prev_hash": prev}
         entry["hash"] = entry_hash(entry)
         self._execute("INSERT INTO audit (seq, at, actor, host, version, command, action, details, prev_hash, hash) "
