@@ -774,12 +774,15 @@ def case_vector(x: Any, name: str) -> np.ndarray:
     return a
 
 
-def case_pair(scores: Any, other: Any, other_name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``scores`` and ``other`` as :func:`case_vector` arrays of the same length (one value per case)."""
-    s = case_vector(scores, "scores")
+def case_pair(scores: Any, other: Any, other_name: str, scores_name: str = "scores") -> tuple[np.ndarray, np.ndarray]:
+    """``scores`` and ``other`` as :func:`case_vector` arrays of the same length (one value per case).
+
+    ``scores_name`` and ``other_name`` are the caller's argument names (the errors name them).
+    """
+    s = case_vector(scores, scores_name)
     o = case_vector(other, other_name)
     if s.shape != o.shape:
-        raise ValueError(f"scores and {other_name} must have the same length, got {s.size} and {o.size}")
+        raise ValueError(f"{scores_name} and {other_name} must have the same length, got {s.size} and {o.size}")
     return s, o
 
 

@@ -116,7 +116,7 @@ def failure_detection(uncertainty: ArrayLike, dice: ArrayLike, optimum: str = "e
         >>> [round(v, 4) for v in res]
         [0.1422, 0.0062, 0.0828]
     """
-    u, d = case_pair(uncertainty, dice, "dice")
+    u, d = case_pair(uncertainty, dice, "dice", "uncertainty")
     if d.min() < 0 or d.max() > 1:
         raise ValueError(f"dice must lie in [0, 1], got values in [{d.min():.4g}, {d.max():.4g}]")
     risk = 1.0 - d
@@ -197,7 +197,7 @@ def uncertainty_histograms(
         >>> h.correct, h.incorrect
         (array([2.66666667, 0.        , 1.33333333, 0.        ]), array([0., 2., 0., 2.]))
     """
-    u, c = case_pair(uncertainty, correct, "correct")
+    u, c = case_pair(uncertainty, correct, "correct", "uncertainty")
     if not np.isin(c, (0.0, 1.0)).all():
         raise ValueError("correct must be boolean (or 0/1) per case")
     ok = c.astype(bool)

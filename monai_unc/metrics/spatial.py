@@ -126,7 +126,7 @@ TIE_RTOL = 1e-6
 
 def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
     """``(cases, *spatial)`` float64 copy of the uncertainty (numpy, or a CUDA tensor) and whether batched."""
-    u = to_tensor(uncertainty, "uncertainty")
+    u = to_tensor(uncertainty, "uncertainty").detach()  # a map computed in a training step may require grad
     if u.ndim in (4, 5) and u.shape[1] == 1:
         cases, batched = u[:, 0], True
     elif u.ndim in (2, 3):
@@ -149,7 +149,7 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
 
 def _split_labels(x: Any, name: str, n_cases: int, spatial: tuple, batched: bool, cuda: Any) -> Array:
     """Label maps as ``(cases, *spatial)`` integers; a channel axis with C >= 2 is reduced by argmax."""
-    t = to_tensor(x, name)
+    t = to_tensor(x, name).detach()
     if t.is_complex():
         raise TypeError(f"{name} must be a real-valued label map (or probabilities), got dtype {t.dtype}")
     nsp = len(spatial)

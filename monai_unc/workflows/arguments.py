@@ -52,13 +52,29 @@ def _track_explicit(parser: argparse.ArgumentParser) -> None:
         action.__class__ = type(f"Tracked{base.__name__}", (base,), {"__call__": call})
 
 
+#: the largest count an option takes (samples, bins, window sizes, threads, ...): an int32 index
+MAX_COUNT = 2**31 - 1
+#: seeds are 64-bit (torch's generators take ``[0, 2**64)``, numpy's any non-negative integer)
+MAX_SEED = 2**64 - 1
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    if not 1 <= v <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_COUNT}, got {v}")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if not 0 <= v <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**64, got {v}")
     return v
 
 
@@ -191,7 +207,7 @@ def _add_infer(sub: Any) -> None:
                         "holding one (needs --activation sigmoid)")
     r.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     r.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
-    r.add_argument("--seed", type=int, default=0, help="random seed of the sampling (default 0)")
+    r.add_argument("--seed", type=_seed, default=0, help="random seed of the sampling (default 0)")
     r.add_argument("--no-share-passes", action="store_true",
                    help="one full network pass per MC dropout / Rate-In sample, instead of computing once per "
                         "window what the samples share (shared passes give the same distribution of maps; with a "

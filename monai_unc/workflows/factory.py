@@ -138,7 +138,7 @@ def build_inferer(
     """
     tokens = method_tokens(method)
     bad = [t for t in tokens if t not in METHOD_TOKENS]
-    if not tokens or bad:
+    if not tokens or bad or any(not part.strip() for part in method.split("+")):  # "mcdropout++tta": an empty name
         raise ValueError(f"--method must be '+'-joined names from {METHOD_TOKENS}, got {method!r}")
     if len(set(tokens)) != len(tokens):
         raise ValueError(f"--method names a source twice: {method!r}")

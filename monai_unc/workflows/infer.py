@@ -906,8 +906,10 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
                       and not (k in ("temperature", "weights") and k not in old))
         if diff:
+            # "weights" digests every file of the model (checkpoints and a --network spec): name what it covers
+            shown = [_SETTING_NAMES.get(k, k) for k in diff]
             raise ValueError(
-                f"{output} holds a run with different settings ({', '.join(diff)}); resume with the same settings, "
+                f"{output} holds a run with different settings ({', '.join(shown)}); resume with the same settings, "
                 "choose another --output, or pass --overwrite"
             )
         if made_by != __version__:  # the same settings: the finished cases are kept, and the user told
@@ -920,6 +922,10 @@ def check_run_settings(output: Path, settings: InferSettings, overwrite: bool = 
                 stacklevel=2,
             )
     atomic_write_json(path, {"settings": new, VERSION_KEY: __version__})
+
+
+#: how a resume's refusal names a setting whose key alone would mislead
+_SETTING_NAMES = {"weights": "model files: the checkpoints' or the network spec's content"}
 
 
 def record_outputs(output: Path, records: Sequence[dict[str, Any]]) -> None:

@@ -96,7 +96,8 @@ def _method(source: str, fp: Mapping[str, Any]) -> str:
     if not isinstance(v, str) or len(v) > 100:
         raise _bad(source, "method", v, "a '+'-joined method such as 'mcdropout+tta'")
     tokens = method_tokens(v)
-    if not tokens or any(t not in METHOD_TOKENS for t in tokens) or len(set(tokens)) != len(tokens):
+    if (not tokens or any(t not in METHOD_TOKENS for t in tokens) or len(set(tokens)) != len(tokens)
+            or any(not part.strip() for part in v.split("+"))):
         raise _bad(source, "method", v, f"'+'-joined names from {METHOD_TOKENS}")
     return "+".join(tokens)
 

@@ -252,3 +252,15 @@ def test_ncc_of_a_large_constant_map_is_nan_with_a_warning(value):
     x = other.clone()
     x[::2] = value
     assert ncc(x, other) == pytest.approx(float(np.corrcoef(x.numpy(), other.numpy())[0, 1]), abs=1e-12)
+
+
+def test_failure_detection_and_histograms_name_their_uncertainty_argument():
+    """Found by hostile testing: a NaN or a length mismatch named a ``scores`` argument these functions do not have."""
+    from monai_unc.metrics import uncertainty_histograms
+
+    with pytest.raises(ValueError, match="^uncertainty contains 1 non-finite"):
+        failure_detection([0.1, float("nan"), 0.3], [0.9, 0.8, 0.7])
+    with pytest.raises(ValueError, match="^uncertainty and dice must have the same length"):
+        failure_detection([0.1, 0.2, 0.3], [0.9, 0.8])
+    with pytest.raises(ValueError, match="^uncertainty contains 1 non-finite"):
+        uncertainty_histograms([0.1, float("nan"), 0.3], [True, False, True])

@@ -135,3 +135,17 @@ def test_the_metric_classes_keep_their_old_module_paths(module, names):
         assert f"{cls.__module__}\n{name}\n".encode() in new
         old = new.replace(f"{cls.__module__}\n{name}\n".encode(), f"{module}\n{name}\n".encode())
         assert type(pickle.loads(old)) is cls
+
+
+@pytest.mark.parametrize("fn", [boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error])
+def test_inputs_that_require_grad_give_the_detached_values(fn):
+    """Found by hostile testing: a map computed in a training step (``requires_grad``) raised "Can't call numpy()
+    on Tensor that requires grad"; every other metric family takes it. A soft one-channel prediction too."""
+    g = torch.Generator().manual_seed(3)
+    u = torch.rand(2, 1, 10, 11, generator=g)
+    pred = torch.zeros(2, 1, 10, 11)
+    pred[:, :, 2:7, 3:8] = 1
+    target = torch.roll(pred, 1, dims=-1)
+    expected = fn(u, pred, target, spacing=(0.8, 1.5))
+    got = fn(u.clone().requires_grad_(), pred.clone().requires_grad_(), target, spacing=(0.8, 1.5))
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
