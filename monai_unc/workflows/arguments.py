@@ -58,24 +58,30 @@ MAX_COUNT = 2**31 - 1
 MAX_SEED = 2**64 - 1
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if not 1 <= v <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_COUNT}, got {v}")
-    return v
+def _bounded_int(low: int, high: int | None, what: str) -> Callable[[str], int]:
+    """An argparse type for an integer in ``[low, high]`` (``high`` None: no upper bound).
+
+    The message says ``what`` it expects, and ``of at most high`` for a value above it.
+    """
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
+        if high is not None and v > high:
+            raise argparse.ArgumentTypeError(f"expected {what} of at most {high}, got {v}")
+        return v
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if not 0 <= v <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**64, got {v}")
-    return v
+_positive_int = _bounded_int(1, MAX_COUNT, "a positive integer")
+#: ``--n-bins``: its bound (``MAX_BINS``) is the evaluation options' check, whose message names it
+_any_positive_int = _bounded_int(1, None, "a positive integer")
+_seed = _bounded_int(0, MAX_SEED, "a non-negative integer")
 
 
 def _label_values(text: str) -> list[int]:
@@ -263,7 +269,7 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--shifts", default=None, help="CSV with columns case,shift (shift 'none' = in distribution)")
     p.add_argument("--budget", type=_fraction, default=0.2, help="fraction of cases referred for review (0.2)")
     p.add_argument("--failure-dice", type=_unit, default=0.8, help="Dice below this is a failed case (0.8)")
-    p.add_argument("--n-bins", type=_positive_int, default=15, help="ECE bins (default 15)")
+    p.add_argument("--n-bins", type=_any_positive_int, default=15, help="ECE bins (default 15)")
     p.add_argument("--min-bin-count", type=int, default=0,
                    help="ECE: ignore bins with fewer voxels (0; Kock et al. use 50)")
     p.add_argument("--patch-size", type=_positive_int, default=10, help="box size of the _patch scores (10 voxels)")

@@ -37,10 +37,10 @@ def test_a_method_with_an_empty_name_is_refused(method):
 
 
 @pytest.mark.parametrize("option, value, message", [
-    ("--samples", "9" * 20, "expected a positive integer up to 2147483647"),
-    ("--samples", str(2**31), "expected a positive integer up to 2147483647"),
-    ("--seed", "9" * 24, "expected a non-negative integer below 2**64"),
-    ("--seed", "-1", "expected a non-negative integer below 2**64"),
+    ("--samples", "9" * 20, "expected a positive integer of at most 2147483647"),
+    ("--samples", str(2**31), "expected a positive integer of at most 2147483647"),
+    ("--seed", "9" * 24, f"expected a non-negative integer of at most {2**64 - 1}"),
+    ("--seed", "-1", "expected a non-negative integer, got -1"),
 ])
 def test_counts_and_seeds_beyond_their_range_are_refused_before_any_work(tmp_path, capsys, option, value, message):
     """Found by hostile testing: ``--samples 10**20`` or ``--seed 10**24`` failed every case (OverflowError, exit 1,

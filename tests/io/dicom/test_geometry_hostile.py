@@ -135,20 +135,25 @@ def test_exported_frames_hold_each_voxel_at_its_patient_position(tmp_path, name)
     np.testing.assert_array_equal(read_segmentation_labels(tmp_path / "out" / "c0" / "seg.dcm", series), expected)
 
 
+def _three_objects(series, shape, folder):
+    """A SEG, a FRACTIONAL SEG and a Parametric Map of ``series`` (a mask in its first slice), in ``folder``."""
+    labels = np.zeros(shape, np.uint8)
+    labels[:3, 1:, 0] = 1
+    return [
+        write_segmentation(labels, series, folder / "seg.dcm", [default_segment(1)]),
+        write_fractional_segmentation(np.stack([1 - labels, labels]).astype(np.float32), series,
+                                      folder / "probs.dcm", [default_segment(1)]),
+        write_parametric_map(np.full(shape, 0.25, np.float32), series, folder / "pm.dcm", "variance"),
+    ]
+
+
 def test_single_slice_objects_state_the_series_slice_spacing(tmp_path):
     """One 5 mm slice: the derived objects said SpacingBetweenSlices 1 mm (highdicom's default for one position)."""
     shape, affine = (6, 4, 1), _affine(np.diag([0.7, 0.8, 5.0]), [3, -4, 12])
     write_series(np.zeros(shape), affine, tmp_path / "s", modality="CT")
     series = read_series(tmp_path / "s", pixels=False)
     assert series.spacing == pytest.approx((0.7, 0.8, 5.0))
-    labels = np.zeros(shape, np.uint8)
-    labels[:3, 1:, 0] = 1
-    written = [
-        write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(1)]),
-        write_fractional_segmentation(np.stack([1 - labels, labels]).astype(np.float32), series,
-                                      tmp_path / "probs.dcm", [default_segment(1)]),
-        write_parametric_map(np.full(shape, 0.25, np.float32), series, tmp_path / "pm.dcm", "variance"),
-    ]
+    written = _three_objects(series, shape, tmp_path)
     for path in written:
         ds = pydicom.dcmread(path)
         measures = ds.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
@@ -184,14 +189,7 @@ def test_objects_of_a_series_without_a_slice_thickness_state_one(tmp_path, thick
     """SliceThickness is type 2 in the CT / MR image: an empty or zero one made SEGs that dciodvfy refused."""
     shape, affine = (6, 4, slices), _affine(rotation(0, 10) @ np.diag([0.7, 0.8, 2.5]), [3, -4, 12])
     series = _without_thickness(tmp_path / "s", shape, affine, thickness, spacing)
-    labels = np.zeros(shape, np.uint8)
-    labels[:3, 1:, 0] = 1
-    written = [
-        write_segmentation(labels, series, tmp_path / "seg.dcm", [default_segment(1)]),
-        write_fractional_segmentation(np.stack([1 - labels, labels]).astype(np.float32), series,
-                                      tmp_path / "probs.dcm", [default_segment(1)]),
-        write_parametric_map(np.full(shape, 0.25, np.float32), series, tmp_path / "pm.dcm", "variance"),
-    ]
+    written = _three_objects(series, shape, tmp_path)
     for path in written:
         measures = pydicom.dcmread(path).SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
         assert float(measures.SliceThickness) == pytest.approx(expected), path.name
