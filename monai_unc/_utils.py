@@ -442,6 +442,21 @@ def is_text_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def positive_finite(value: Any) -> float:
+    """``float(value)`` when it is a positive finite number (anything ``float`` converts, but not a bool or a text),
+    else NaN (the caller raises, naming its argument).
+
+    Example:
+        >>> positive_finite(0.8), positive_finite(np.float32(2)), positive_finite("1"), positive_finite(-1.0)
+        (0.8, 2.0, nan, nan)
+    """
+    try:
+        v = math.nan if isinstance(value, (bool, str, bytes)) else float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) and v > 0 else math.nan
+
+
 def real_number(value: Any, name: str, error: type[Exception] = TypeError) -> float:
     """``float(value)`` when ``value`` is a real number (Python or numpy; not a bool, a string or ``None``).
 

@@ -49,7 +49,16 @@ import torch
 from scipy import ndimage
 from scipy.spatial import KDTree
 
-from .._utils import ArrayLike, case_spacings, like_input, normalize_spacing, num_threads, to_tensor, warn_nan
+from .._utils import (
+    ArrayLike,
+    case_spacings,
+    like_input,
+    normalize_spacing,
+    num_threads,
+    positive_finite,
+    to_tensor,
+    warn_nan,
+)
 
 try:  # the fast multi-threaded EDT; optional at import time, a core dependency in pyproject
     import edt as _edt_pkg
@@ -353,11 +362,8 @@ def lattice_unit(spacing: SpacingLike, exact_within: float) -> tuple[float, tupl
         raise ValueError(f"exact_within must be a non-negative distance in mm, got {exact_within!r}")
     values = []
     for s in np.atleast_1d(np.asarray(spacing, dtype=object)).reshape(-1):
-        try:
-            v = math.nan if isinstance(s, (bool, str, bytes)) else float(s)
-        except (TypeError, ValueError):
-            v = math.nan
-        if not (math.isfinite(v) and v > 0):
+        v = positive_finite(s)
+        if math.isnan(v):
             raise ValueError(f"spacing must be positive and finite (mm per axis), got {spacing!r}")
         values.append(v)
     named = [Fraction(v).limit_denominator(_MAX_SPACING_DENOMINATOR) for v in values]

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._utils import check_integer, normalize_spacing, probability_tolerance, to_numpy
+from .._utils import check_integer, normalize_spacing, positive_finite, probability_tolerance, to_numpy
 from ..activation import Activation, get_activation
 from ..state import register_state_type
 from .boundary import distance_to_mask
@@ -630,11 +630,8 @@ def _check_level(value: Any, name: str) -> float:
 
 def _check_bound(value: Any) -> float:
     """The loss bound ``B`` of conformal risk control: a positive finite number (``ValueError`` naming ``B``)."""
-    try:
-        bound = math.nan if isinstance(value, (str, bytes, bool)) else float(value)
-    except (TypeError, ValueError):
-        bound = math.nan
-    if not (math.isfinite(bound) and bound > 0):
+    bound = positive_finite(value)
+    if math.isnan(bound):
         raise ValueError(f"B must be a positive finite loss bound, got {value!r}")
     return bound
 
