@@ -106,6 +106,7 @@ def collect_logits(
                                  file=sys.stderr):
         image, affine = load_image_case(case)
         check_case_dims(case, image.shape[1:], model.spatial_dims)
+        _check_finite_image(case, image)
         lab, lab_aff = read_volume(label_path)
         if lab.shape[1:] != image.shape[1:] or not np.allclose(lab_aff, affine, atol=1e-3):
             raise ValueError(f"case {case.case_id!r}: label {Path(label_path).name} does not share the image's grid")
@@ -132,6 +133,18 @@ def collect_logits(
         assert spec is not None
         raise ValueError("--regions: " + unclaimed_labels_message(unclaimed, spec, "--ignore-unclaimed-labels"))
     return logits, targets
+
+
+def _check_finite_image(case: ImageCase, image: np.ndarray) -> None:
+    """Refuse an image with NaN or infinite values, naming the case and the channel file.
+
+    One NaN voxel would otherwise spread through the network into thousands of non-finite logits, reported without
+    a case.
+    """
+    for path, channel in zip(case.channels, image):
+        if not np.isfinite(channel).all():
+            n = int(channel.size - np.isfinite(channel).sum())
+            raise CaseError(f"case {case.case_id!r}: image {path.name} holds {n} NaN or infinite value(s)")
 
 
 def _region_spec(activation: str, regions: RegionSpec | str | os.PathLike | None

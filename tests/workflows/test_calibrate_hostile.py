@@ -200,3 +200,24 @@ def test_calibrate_summary_is_silent_about_a_converged_fit():
 
     assert not any("warning" in ln for ln in calibrate_summary(Path("c.pt"), record))
     assert calibrate_summary(Path("c.pt"), {**record, "converged": False})[0].startswith("warning: ")
+
+
+def test_an_image_with_a_nan_is_refused_naming_the_case_and_file(toy, tmp_path, capsys):
+    """Found by hostile testing: one NaN voxel spread through the network and the run stopped with "logits contains
+    12288 non-finite value(s)", naming no case or file."""
+    images = tmp_path / "images"
+    shutil.copytree(toy["images"], images)
+    second = sorted(images.iterdir())[1]
+    img = nib.load(second)
+    data = np.asarray(img.dataobj, dtype=np.float32).copy()
+    data[3, 4, 5] = np.nan
+    nib.save(nib.Nifti1Image(data, img.affine), str(second))
+    out = tmp_path / "cal.pt"
+    argv = _argv(toy, toy["labels"], out)
+    argv[argv.index("-i") + 1] = str(images)
+    rc = cli.main(argv)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    case = second.name.split(".")[0]
+    assert rc == 2 and len(err) == 1, (rc, err)
+    assert f"case {case!r}: image {second.name} holds 1 NaN or infinite value(s)" in err[0], err
+    assert not out.exists()
