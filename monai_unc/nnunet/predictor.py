@@ -141,6 +141,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SOURCES",
     "UncertaintyPredictor",
+    "check_case_channels",
     # defined in monai_unc.nnunet.export / .calibrate / .environment, importable from here as before
     "MAP_MEASURES",
     "DEFAULT_MEASURES",
@@ -1076,7 +1077,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             One entry per predicted case, as :meth:`predict_from_data_iterator` (None when no case is left).
 
         Raises:
-            ValueError: a cascade configuration without ``folder_with_segs_from_prev_stage`` (stock: an assertion),
+            ValueError: a case without one file per input channel of the model (:func:`check_case_channels`;
+                stock failed in the network or in the normaliser after the cases before it were written), a cascade
+                configuration without ``folder_with_segs_from_prev_stage`` (stock: an assertion),
                 one given for a configuration that is no cascade stage (stock: the network fails on the extra one-hot
                 channels), a previous-stage segmentation missing for a case, or ``part_id`` outside
                 ``[0, num_parts)``.
@@ -1090,6 +1093,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                              "this configuration is no cascade stage (its plans name no previous_stage): leave it out")
         if not 0 <= part_id < num_parts:
             raise ValueError(f"part_id must be in [0, num_parts), got {part_id} with num_parts {num_parts}")
+        check_case_channels(list_of_lists_or_source_folder, self.dataset_json)
         return super().predict_from_files(
             list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
             save_probabilities=save_probabilities, overwrite=overwrite,
@@ -1245,6 +1249,68 @@ class UncertaintyPredictor(nnUNetPredictor):
                                        self.configuration_manager, num_threads_in_multithreaded=1,
                                        verbose=self.verbose)
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
+
+
+def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[str]], dataset_json: dict) -> None:
+    """Refuse input whose cases do not hold exactly one file per input channel of the model.
+
+    The channels are those of ``dataset.json``'s ``channel_names`` (``modality`` in older files); a case of an input
+    folder must hold ``<case>_0000<ending>`` ... ``<case>_<n-1><ending>`` and nothing else named like a channel of
+    it. Checked for every case before any is predicted: nnU-Net stacks whatever files it finds, so a missing channel
+    failed in the network's first convolution and a stray one in the normaliser, after the cases before it were
+    written, naming neither the case nor the file.
+
+    Args:
+        list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
+        dataset_json: the model's ``dataset.json``.
+
+    Raises:
+        ValueError: one line naming the case and the missing or superfluous file (or, for lists, the case's number
+            of files), or a file of the folder not named ``<case>_<4-digit channel><ending>``.
+
+    Example:
+        >>> import tempfile
+        >>> ds = {"channel_names": {"0": "T1", "1": "T2"}, "file_ending": ".nii.gz"}
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("a_0000.nii.gz", "a_0001.nii.gz", "b_0000.nii.gz"):
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     check_case_channels(d, ds)
+        Traceback (most recent call last):
+            ...
+        ValueError: case b: missing b_0001.nii.gz (the model takes 2 channels: T1, T2)
+    """
+    channels = dataset_json.get("channel_names", dataset_json.get("modality"))
+    if not isinstance(channels, dict) or not channels:
+        return  # dataset.json itself is checked when the model loads
+    n = len(channels)
+    takes = f"the model takes {n} channel{'s' if n != 1 else ''}: {', '.join(str(v) for v in channels.values())}"
+    ending = str(dataset_json.get("file_ending", ""))
+    if not isinstance(list_of_lists_or_source_folder, (str, os.PathLike)):
+        for files in list_of_lists_or_source_folder:
+            if len(files) != n:
+                name = os.path.basename(str(files[0])) if len(files) else "a case"
+                raise ValueError(f"{name}: the case has {len(files)} channel file{'s' if len(files) != 1 else ''} "
+                                 f"({takes})")
+        return
+    folder = Path(list_of_lists_or_source_folder)
+    found: dict[str, set[int]] = {}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if not entry.is_file() or not entry.name.endswith(ending):
+            continue
+        stem = entry.name[:len(entry.name) - len(ending)]
+        digits = stem[-4:]
+        if len(stem) < 6 or stem[-5] != "_" or not (digits.isascii() and digits.isdigit()):
+            raise ValueError(f"{folder / entry.name}: not named <case>_<4-digit channel>{ending} as nnU-Net's input "
+                             "files are (e.g. case1_0000" + ending + ")")
+        found.setdefault(stem[:-5], set()).add(int(digits))
+    for case, have in sorted(found.items()):
+        missing = sorted(set(range(n)) - have)
+        if missing:
+            raise ValueError(f"case {case}: missing {case}_{missing[0]:04d}{ending} ({takes})")
+        extra = sorted(have - set(range(n)))
+        if extra:
+            raise ValueError(f"case {case}: {folder / f'{case}_{extra[0]:04d}{ending}'} is no input channel of the "
+                             f"model ({takes})")
 
 
 def check_folds(use_folds: Any) -> tuple[int | str, ...]:
