@@ -364,7 +364,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             checkpoint_name: the checkpoint file of each fold.
 
         Raises:
-            ValueError: ``use_folds`` is empty or names a fold twice (a repeated fold would count as two ensemble
+            ValueError: ``plans.json`` or ``dataset.json`` is no valid JSON object, ``dataset.json`` lacks
+                ``labels``, ``file_ending`` or ``channel_names``, a checkpoint cannot be read or names a configuration
+                that ``plans.json`` lacks (one line naming the file; nnU-Net failed with a traceback), ``use_folds``
+                is empty or names a fold twice (a repeated fold would count as two ensemble
                 members), a fold is neither ``"all"`` nor an integer >= 0, the folds' checkpoints disagree on the
                 trainer, configuration, mirroring axes or plans they were trained with (nnU-Net would build every fold's
                 network from the first fold's), ``"ssn"`` without an SSN head, ``"mirroring"`` for a model trained
@@ -373,7 +376,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         if use_folds is not None:
             use_folds = check_folds(use_folds)
-        _check_fold_checkpoints(model_training_output_dir, use_folds, checkpoint_name)
+        _check_model_files(model_training_output_dir, use_folds, checkpoint_name)
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
         self._model_identity = _model_identity(model_training_output_dir, use_folds, checkpoint_name)
@@ -1337,6 +1340,74 @@ def check_folds(use_folds: Any) -> tuple[int | str, ...]:
     return tuple(out)
 
 
+def _read_json_object(path: Path) -> dict | None:
+    """A model folder's JSON file as a dict (None when missing: nnU-Net names it); ValueError naming it otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a JSON object (got {type(doc).__name__})")
+    return doc
+
+
+def _load_checkpoint(path: Path) -> Any:
+    """``torch.load`` of a fold's checkpoint, memory-mapped where possible; ValueError naming an unreadable file."""
+    try:
+        try:  # nnU-Net loads the same file right after (weights_only=False, as here)
+            return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        except RuntimeError:  # a checkpoint in torch's legacy format cannot be memory-mapped
+            return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - UnpicklingError, EOFError, RuntimeError, BadZipFile, ...: a damaged file
+        why = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}{': ' + why if why else ''}); "
+                         "copy it again from the training run") from None
+
+
+def _check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
+                       checkpoint_name: str) -> None:
+    """Refuse a model folder whose files nnU-Net would fail on with a traceback, in one line naming the file.
+
+    ``plans.json`` and ``dataset.json`` must be JSON objects, ``dataset.json`` must hold ``labels``, ``file_ending``
+    and ``channel_names`` (or ``modality``), every used fold's checkpoint must load and name a configuration of
+    ``plans.json``; then :func:`_check_fold_checkpoints`. Missing files are left to nnU-Net's own errors.
+    """
+    folder = Path(model_folder)
+    plans = _read_json_object(folder / "plans.json")
+    dataset = _read_json_object(folder / "dataset.json")
+    if dataset is not None:
+        for key in ("labels", "file_ending", "channel_names"):
+            value = dataset.get(key, dataset.get("modality") if key == "channel_names" else None)
+            if not value or not isinstance(value, dict if key != "file_ending" else str):
+                raise ValueError(f"{folder / 'dataset.json'}: no {key!r} (nnU-Net's dataset.json of the training "
+                                 "data names the labels, the input channels and the file ending)")
+    configurations = plans.get("configurations") if plans is not None else None
+    if plans is not None and not isinstance(configurations, dict):
+        raise ValueError(f"{folder / 'plans.json'}: no 'configurations' (nnU-Net's plans file of the model)")
+    folds = use_folds
+    if folds is None:
+        folds = sorted(p.name[len("fold_"):] for p in folder.glob("fold_*")
+                       if p.name != "fold_all" and (p / checkpoint_name).is_file())
+    trained: dict[Path, Any] = {}
+    for f in folds:
+        path = folder / f"fold_{f}" / checkpoint_name
+        if not path.is_file():
+            continue  # nnU-Net names the missing file
+        ckpt = _load_checkpoint(path)
+        init_args = ckpt.get("init_args") if isinstance(ckpt, dict) else None
+        if not isinstance(init_args, dict) or "network_weights" not in ckpt:
+            raise ValueError(f"{path}: not an nnU-Net checkpoint (no init_args / network_weights)")
+        trained[path] = init_args.get("configuration")
+        del ckpt
+    _check_fold_checkpoints(folder, use_folds, checkpoint_name)  # folds that disagree: named as such first
+    for path, configuration in trained.items():
+        if configurations is not None and configuration not in configurations:
+            raise ValueError(f"{folder / 'plans.json'}: no configuration {configuration!r}, which {path} was trained "
+                             f"with (plans.json has {', '.join(map(repr, configurations)) or 'none'})")
+
+
 def _check_fold_checkpoints(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
                             checkpoint_name: str) -> None:
     """Refuse folds whose checkpoints were trained differently (trainer, configuration, mirror axes, plans).
@@ -1358,10 +1429,7 @@ def _check_fold_checkpoints(model_folder: str | os.PathLike, use_folds: Sequence
         path = Path(model_folder) / f"fold_{f}" / checkpoint_name
         if not path.is_file():
             return  # nnU-Net names the missing file
-        try:  # nnU-Net loads the same file right after (weights_only=False, as here)
-            ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        except RuntimeError:  # a checkpoint in torch's legacy format cannot be memory-mapped
-            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = _load_checkpoint(path)
         init_args = ckpt.get("init_args", {}) if isinstance(ckpt, dict) else {}
         axes = ckpt.get("inference_allowed_mirroring_axes") if isinstance(ckpt, dict) else None
         fields = {
