@@ -51,11 +51,12 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
         recorded_case_settings,
         region_case_scores,
         region_definitions,
+        remove_case_outputs,
         write_float_map,
         write_region_maps,
         write_scores_table,
     )
-    from monai_unc.nnunet.predictor import UncertaintyPredictor
+    from monai_unc.nnunet.predictor import UncertaintyPredictor, check_case_channels
     from monai_unc.nnunet.trainers import (
         CalibrationLoss,
         SSNDeepSupervisionLoss,
@@ -86,9 +87,9 @@ _LAZY: dict[str, str] = {
                      "write_dropout_plans"), "dropout"),
     **dict.fromkeys(("PATCH_SIZE", "CaseUncertainty", "case_exported", "case_scores",
                      "convert_uncertainty_to_original_geometry", "export_uncertainty", "record_case_scores",
-                     "recorded_case_settings", "region_case_scores", "region_definitions", "write_float_map",
-                     "write_region_maps", "write_scores_table"), "export"),
-    "UncertaintyPredictor": "predictor",
+                     "recorded_case_settings", "region_case_scores", "region_definitions", "remove_case_outputs",
+                     "write_float_map", "write_region_maps", "write_scores_table"), "export"),
+    **dict.fromkeys(("UncertaintyPredictor", "check_case_channels"), "predictor"),
     **dict.fromkeys(("CalibrationLoss", "nnUNetTrainerSVLS", "nnUNetTrainerMbLS", "nnUNetTrainerL1ACE",
                      "nnUNetTrainerSoftL1ACE", "nnUNetTrainerNACL", "nnUNetTrainerMCDropoutSVLS",
                      "nnUNetTrainerMCDropoutMbLS", "nnUNetTrainerMCDropoutL1ACE", "nnUNetTrainerMCDropoutSoftL1ACE",
@@ -128,6 +129,7 @@ __all__ = [
     "calibrate_model_folder",
     "case_exported",
     "case_scores",
+    "check_case_channels",
     "check_nnunet_version",
     "convert_uncertainty_to_original_geometry",
     "dropout_arch_kwargs",
@@ -143,6 +145,7 @@ __all__ = [
     "record_case_scores",
     "recorded_case_settings",
     "region_case_scores",
+    "remove_case_outputs",
     "region_definitions",
     "trainer_dir",
     "write_dropout_plans",

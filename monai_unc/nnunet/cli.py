@@ -336,7 +336,6 @@ def _predict(args: argparse.Namespace) -> int:
         # before the model is loaded: -o is a writable folder outside the images, the model and the previous stage
         check_output_folder(args.o, args.i, model, args.prev_stage_predictions)
         predictor.initialize_from_trained_model_folder(model, folds, checkpoint_name=args.chk)
-        os.makedirs(args.o, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="monai-unc-dicom-input-") as staging:
             images = stage_dicom_input(args.i, staging, predictor.dataset_json)
             predictor.predict_from_files(

@@ -83,6 +83,7 @@ __all__ = [
     "export_uncertainty",
     "case_exported",
     "recorded_case_settings",
+    "remove_case_outputs",
     "write_scores_table",
 ]
 
@@ -651,7 +652,9 @@ def export_uncertainty(
     :func:`convert_uncertainty_to_original_geometry`) and ``<case>.pkl`` (properties) as nnU-Net writes them;
     ``uncertainty/<case>_<measure><ending>`` float32 maps (region-based models: 4D ``(X, Y, Z, R)``, see
     :func:`write_region_maps`; the record then holds ``regions`` and per-region scores, :func:`record_case_scores`);
-    ``uncertainty/<case>.json`` the record. The segmentation is written last.
+    ``uncertainty/<case>.json`` the record. The segmentation is written last. Before anything is written, the case's
+    outputs of an earlier run into the same folder are removed (:func:`remove_case_outputs`), so that none this run
+    does not write (the map of a measure not asked for now, an ``.npz`` without ``save_probabilities``) survives.
 
     Args:
         result: the case's statistics at network resolution.
@@ -683,6 +686,7 @@ def export_uncertainty(
     unc_dir = base.parent / UNCERTAINTY_FOLDER
     rw = plans_manager.image_reader_writer_class()
     regions = region_definitions(dataset_json) if label_manager.has_regions else {}
+    remove_case_outputs(base, ending, list(regions))
     files: dict[str, Any] = {}
     for key, m in out["maps"].items():
         if regions:
@@ -714,6 +718,64 @@ def export_uncertainty(
     # the segmentation last: a case is done (case_exported) when it, its record and its maps exist
     _write_with_reader_writer(rw, out["segmentation"], base.with_name(f"{case}{ending}"), properties)
     return record
+
+
+def remove_case_outputs(output_file_truncated: str | os.PathLike, file_ending: str,
+                        region_names: Sequence[str] = ()) -> list[Path]:
+    """Remove what :func:`export_uncertainty` wrote for one case, before the case is written again.
+
+    The record ``uncertainty/<case>.json`` goes first, so that an interrupted removal or rewrite leaves a case that
+    :func:`case_exported` counts as not done (``--continue_prediction`` predicts it again); then the segmentation,
+    ``<case>.npz``, ``<case>.pkl`` and the maps: every file the old record names (plain names of the case's maps
+    only) and ``uncertainty/<case>_<measure><ending>`` (``..._<measure>_<region><ending>`` with ``region_names``) for
+    every measure of :data:`~monai_unc.nnunet.names.MAP_MEASURES`. A rerun into the same folder with other settings
+    (fewer measures, no ``--save_probabilities``) would otherwise keep files that contradict its
+    ``uncertainty_config.json``, e.g. an ``.npz`` whose argmax is not the new segmentation.
+
+    Args:
+        output_file_truncated: the case's output path without ending (``<folder>/<case>``).
+        file_ending: the dataset's file ending (e.g. ``".nii.gz"``).
+        region_names: the model's region names (region-based models written one file per region).
+
+    Returns:
+        The files removed.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "uncertainty").mkdir()
+        ...     for name in ("case.nii.gz", "case.npz", "uncertainty/case_variance.nii.gz", "uncertainty/case.json",
+        ...                  "other.npz"):
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     [p.name for p in remove_case_outputs(Path(d) / "case", ".nii.gz")]
+        ...     sorted(p.name for p in Path(d).rglob("*.*"))
+        ['case.json', 'case.nii.gz', 'case.npz', 'case_variance.nii.gz']
+        ['other.npz']
+    """
+    base = Path(output_file_truncated)
+    case = base.name
+    unc_dir = base.parent / UNCERTAINTY_FOLDER
+    record_path = _record_path(base)
+    record = read_json_or_none(record_path)
+    maps = record.get("maps") if isinstance(record, dict) else None
+    names: list[str] = []
+    for entry in (maps.values() if isinstance(maps, dict) else ()):
+        for name in [entry] if isinstance(entry, str) else entry if isinstance(entry, list) else ():
+            if isinstance(name, str) and name.startswith(f"{case}_") and Path(name).name == name:
+                names.append(name)
+    for m in MAP_MEASURES:
+        names.append(f"{case}_{m}{file_ending}")
+        names.extend(f"{case}_{m}_{r}{file_ending}" for r in region_names)
+    paths = [record_path, base.with_name(f"{case}{file_ending}"), base.with_name(f"{case}.npz"),
+             base.with_name(f"{case}.pkl"), *(unc_dir / n for n in dict.fromkeys(names))]
+    removed = []
+    for path in paths:
+        try:
+            path.unlink()
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        removed.append(path)
+    return removed
 
 
 def recorded_case_settings(output_file_truncated: str | os.PathLike) -> dict | None:

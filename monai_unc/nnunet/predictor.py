@@ -141,6 +141,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SOURCES",
     "UncertaintyPredictor",
+    "check_case_channels",
     # defined in monai_unc.nnunet.export / .calibrate / .environment, importable from here as before
     "MAP_MEASURES",
     "DEFAULT_MEASURES",
@@ -363,7 +364,10 @@ class UncertaintyPredictor(nnUNetPredictor):
             checkpoint_name: the checkpoint file of each fold.
 
         Raises:
-            ValueError: ``use_folds`` is empty or names a fold twice (a repeated fold would count as two ensemble
+            ValueError: ``plans.json`` or ``dataset.json`` is no valid JSON object, ``dataset.json`` lacks
+                ``labels``, ``file_ending`` or ``channel_names``, a checkpoint cannot be read or names a configuration
+                that ``plans.json`` lacks (one line naming the file; nnU-Net failed with a traceback), ``use_folds``
+                is empty or names a fold twice (a repeated fold would count as two ensemble
                 members), a fold is neither ``"all"`` nor an integer >= 0, the folds' checkpoints disagree on the
                 trainer, configuration, mirroring axes or plans they were trained with (nnU-Net would build every fold's
                 network from the first fold's), ``"ssn"`` without an SSN head, ``"mirroring"`` for a model trained
@@ -372,7 +376,7 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         if use_folds is not None:
             use_folds = check_folds(use_folds)
-        _check_fold_checkpoints(model_training_output_dir, use_folds, checkpoint_name)
+        _check_model_files(model_training_output_dir, use_folds, checkpoint_name)
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
         self._model_identity = _model_identity(model_training_output_dir, use_folds, checkpoint_name)
@@ -1076,7 +1080,9 @@ class UncertaintyPredictor(nnUNetPredictor):
             One entry per predicted case, as :meth:`predict_from_data_iterator` (None when no case is left).
 
         Raises:
-            ValueError: a cascade configuration without ``folder_with_segs_from_prev_stage`` (stock: an assertion),
+            ValueError: a case without one file per input channel of the model (:func:`check_case_channels`;
+                stock failed in the network or in the normaliser after the cases before it were written), a cascade
+                configuration without ``folder_with_segs_from_prev_stage`` (stock: an assertion),
                 one given for a configuration that is no cascade stage (stock: the network fails on the extra one-hot
                 channels), a previous-stage segmentation missing for a case, or ``part_id`` outside
                 ``[0, num_parts)``.
@@ -1090,6 +1096,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                              "this configuration is no cascade stage (its plans name no previous_stage): leave it out")
         if not 0 <= part_id < num_parts:
             raise ValueError(f"part_id must be in [0, num_parts), got {part_id} with num_parts {num_parts}")
+        check_case_channels(list_of_lists_or_source_folder, self.dataset_json)
         return super().predict_from_files(
             list_of_lists_or_source_folder, output_folder_or_list_of_truncated_output_files,
             save_probabilities=save_probabilities, overwrite=overwrite,
@@ -1247,6 +1254,68 @@ class UncertaintyPredictor(nnUNetPredictor):
         return self.predict_from_data_iterator([next(ppa)], save_probabilities, 0)[0]
 
 
+def check_case_channels(list_of_lists_or_source_folder: str | Sequence[Sequence[str]], dataset_json: dict) -> None:
+    """Refuse input whose cases do not hold exactly one file per input channel of the model.
+
+    The channels are those of ``dataset.json``'s ``channel_names`` (``modality`` in older files); a case of an input
+    folder must hold ``<case>_0000<ending>`` ... ``<case>_<n-1><ending>`` and nothing else named like a channel of
+    it. Checked for every case before any is predicted: nnU-Net stacks whatever files it finds, so a missing channel
+    failed in the network's first convolution and a stray one in the normaliser, after the cases before it were
+    written, naming neither the case nor the file.
+
+    Args:
+        list_of_lists_or_source_folder: the input folder, or one list of channel files per case.
+        dataset_json: the model's ``dataset.json``.
+
+    Raises:
+        ValueError: one line naming the case and the missing or superfluous file (or, for lists, the case's number
+            of files), or a file of the folder not named ``<case>_<4-digit channel><ending>``.
+
+    Example:
+        >>> import tempfile
+        >>> ds = {"channel_names": {"0": "T1", "1": "T2"}, "file_ending": ".nii.gz"}
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("a_0000.nii.gz", "a_0001.nii.gz", "b_0000.nii.gz"):
+        ...         _ = (Path(d) / name).write_bytes(b"")
+        ...     check_case_channels(d, ds)
+        Traceback (most recent call last):
+            ...
+        ValueError: case b: missing b_0001.nii.gz (the model takes 2 channels: T1, T2)
+    """
+    channels = dataset_json.get("channel_names", dataset_json.get("modality"))
+    if not isinstance(channels, dict) or not channels:
+        return  # dataset.json itself is checked when the model loads
+    n = len(channels)
+    takes = f"the model takes {n} channel{'s' if n != 1 else ''}: {', '.join(str(v) for v in channels.values())}"
+    ending = str(dataset_json.get("file_ending", ""))
+    if not isinstance(list_of_lists_or_source_folder, (str, os.PathLike)):
+        for files in list_of_lists_or_source_folder:
+            if len(files) != n:
+                name = os.path.basename(str(files[0])) if len(files) else "a case"
+                raise ValueError(f"{name}: the case has {len(files)} channel file{'s' if len(files) != 1 else ''} "
+                                 f"({takes})")
+        return
+    folder = Path(list_of_lists_or_source_folder)
+    found: dict[str, set[int]] = {}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if not entry.is_file() or not entry.name.endswith(ending):
+            continue
+        stem = entry.name[:len(entry.name) - len(ending)]
+        digits = stem[-4:]
+        if len(stem) < 6 or stem[-5] != "_" or not (digits.isascii() and digits.isdigit()):
+            raise ValueError(f"{folder / entry.name}: not named <case>_<4-digit channel>{ending} as nnU-Net's input "
+                             "files are (e.g. case1_0000" + ending + ")")
+        found.setdefault(stem[:-5], set()).add(int(digits))
+    for case, have in sorted(found.items()):
+        missing = sorted(set(range(n)) - have)
+        if missing:
+            raise ValueError(f"case {case}: missing {case}_{missing[0]:04d}{ending} ({takes})")
+        extra = sorted(have - set(range(n)))
+        if extra:
+            raise ValueError(f"case {case}: {folder / f'{case}_{extra[0]:04d}{ending}'} is no input channel of the "
+                             f"model ({takes})")
+
+
 def check_folds(use_folds: Any) -> tuple[int | str, ...]:
     """``use_folds`` as nnU-Net reads it (integers and ``"all"``), refused when empty, malformed or repeated."""
     folds = [use_folds] if isinstance(use_folds, (str, int)) else list(use_folds)
@@ -1271,6 +1340,74 @@ def check_folds(use_folds: Any) -> tuple[int | str, ...]:
     return tuple(out)
 
 
+def _read_json_object(path: Path) -> dict | None:
+    """A model folder's JSON file as a dict (None when missing: nnU-Net names it); ValueError naming it otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a JSON object (got {type(doc).__name__})")
+    return doc
+
+
+def _load_checkpoint(path: Path) -> Any:
+    """``torch.load`` of a fold's checkpoint, memory-mapped where possible; ValueError naming an unreadable file."""
+    try:
+        try:  # nnU-Net loads the same file right after (weights_only=False, as here)
+            return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        except RuntimeError:  # a checkpoint in torch's legacy format cannot be memory-mapped
+            return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - UnpicklingError, EOFError, RuntimeError, BadZipFile, ...: a damaged file
+        why = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}{': ' + why if why else ''}); "
+                         "copy it again from the training run") from None
+
+
+def _check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
+                       checkpoint_name: str) -> None:
+    """Refuse a model folder whose files nnU-Net would fail on with a traceback, in one line naming the file.
+
+    ``plans.json`` and ``dataset.json`` must be JSON objects, ``dataset.json`` must hold ``labels``, ``file_ending``
+    and ``channel_names`` (or ``modality``), every used fold's checkpoint must load and name a configuration of
+    ``plans.json``; then :func:`_check_fold_checkpoints`. Missing files are left to nnU-Net's own errors.
+    """
+    folder = Path(model_folder)
+    plans = _read_json_object(folder / "plans.json")
+    dataset = _read_json_object(folder / "dataset.json")
+    if dataset is not None:
+        for key in ("labels", "file_ending", "channel_names"):
+            value = dataset.get(key, dataset.get("modality") if key == "channel_names" else None)
+            if not value or not isinstance(value, dict if key != "file_ending" else str):
+                raise ValueError(f"{folder / 'dataset.json'}: no {key!r} (nnU-Net's dataset.json of the training "
+                                 "data names the labels, the input channels and the file ending)")
+    configurations = plans.get("configurations") if plans is not None else None
+    if plans is not None and not isinstance(configurations, dict):
+        raise ValueError(f"{folder / 'plans.json'}: no 'configurations' (nnU-Net's plans file of the model)")
+    folds = use_folds
+    if folds is None:
+        folds = sorted(p.name[len("fold_"):] for p in folder.glob("fold_*")
+                       if p.name != "fold_all" and (p / checkpoint_name).is_file())
+    trained: dict[Path, Any] = {}
+    for f in folds:
+        path = folder / f"fold_{f}" / checkpoint_name
+        if not path.is_file():
+            continue  # nnU-Net names the missing file
+        ckpt = _load_checkpoint(path)
+        init_args = ckpt.get("init_args") if isinstance(ckpt, dict) else None
+        if not isinstance(init_args, dict) or "network_weights" not in ckpt:
+            raise ValueError(f"{path}: not an nnU-Net checkpoint (no init_args / network_weights)")
+        trained[path] = init_args.get("configuration")
+        del ckpt
+    _check_fold_checkpoints(folder, use_folds, checkpoint_name)  # folds that disagree: named as such first
+    for path, configuration in trained.items():
+        if configurations is not None and configuration not in configurations:
+            raise ValueError(f"{folder / 'plans.json'}: no configuration {configuration!r}, which {path} was trained "
+                             f"with (plans.json has {', '.join(map(repr, configurations)) or 'none'})")
+
+
 def _check_fold_checkpoints(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
                             checkpoint_name: str) -> None:
     """Refuse folds whose checkpoints were trained differently (trainer, configuration, mirror axes, plans).
@@ -1292,10 +1429,7 @@ def _check_fold_checkpoints(model_folder: str | os.PathLike, use_folds: Sequence
         path = Path(model_folder) / f"fold_{f}" / checkpoint_name
         if not path.is_file():
             return  # nnU-Net names the missing file
-        try:  # nnU-Net loads the same file right after (weights_only=False, as here)
-            ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        except RuntimeError:  # a checkpoint in torch's legacy format cannot be memory-mapped
-            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = _load_checkpoint(path)
         init_args = ckpt.get("init_args", {}) if isinstance(ckpt, dict) else {}
         axes = ckpt.get("inference_allowed_mirroring_axes") if isinstance(ckpt, dict) else None
         fields = {

@@ -54,3 +54,57 @@ def test_step_size_outside_0_1_is_refused_before_the_model_loads(step, folders, 
     assert _run(argv) == 2
     assert "-step_size must be in (0, 1]" in capsys.readouterr().err
     assert not (folders / "out").exists()
+
+
+def test_a_case_missing_a_channel_is_one_line_and_nothing_is_written(tmp_path, capsys):
+    """nnunet-predict predicted the cases before it, then printed a 124-line traceback ending in the first
+    convolution's channel error (exit 1), naming neither the case nor the file."""
+    from tests.nnunet.test_nnunet import write_inputs
+    from tests.nnunet.test_predictor_hostile import TWO_CHANNELS, write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0,), in_channels=2, dataset_json=TWO_CHANNELS)
+    inp = tmp_path / "in"
+    write_inputs(inp, shapes=((16, 16, 16), (16, 16, 16)))
+    (inp / "case0_0000.nii.gz").rename(inp / "x.y_0000.nii.gz")
+    (inp / "case1_0000.nii.gz").rename(inp / "x.y_0001.nii.gz")
+    write_inputs(inp, shapes=((16, 16, 16),))  # case0 with its _0000 file only
+    argv = ["nnunet-predict", "-i", str(inp), "-o", str(tmp_path / "out"), "-m", str(model), "-f", "0",
+            "-device", "cpu", "-npp", "0", "-nps", "0", "--disable_progress_bar"]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("monai-unc nnunet-predict: error: case case0: missing case0_0001.nii.gz (the model takes 2 "
+                   "channels: T1, T2)")
+    assert not (tmp_path / "out").exists()
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:2000])
+
+
+@pytest.mark.parametrize("name, damage, match", [
+    ("plans.json", lambda p: p.write_text("{not json"), "plans.json: not valid JSON"),
+    ("plans.json", lambda p: p.write_text('{"configurations": {}}'), "plans.json: no configuration 'cfg'"),
+    ("dataset.json", lambda p: p.write_text("[1,2"), "dataset.json: not valid JSON"),
+    ("dataset.json", lambda p: p.write_text('{"channel_names": {"0": "MRI"}, "file_ending": ".nii.gz"}'),
+     "dataset.json: no 'labels'"),
+    ("fold_0/checkpoint_final.pth", _truncate, "checkpoint_final.pth: not a readable checkpoint"),
+    ("fold_0/checkpoint_final.pth", lambda p: p.write_bytes(b"garbage"),
+     "checkpoint_final.pth: not a readable checkpoint"),
+])
+def test_damaged_model_files_are_one_line_naming_the_file(name, damage, match, tmp_path, capsys):
+    """plans.json without the checkpoint's configuration, dataset.json without labels and a truncated checkpoint
+    printed nnU-Net's traceback (exit 1); invalid JSON printed the decoder's message without the file's name."""
+    from tests.nnunet.test_nnunet import write_inputs
+    from tests.nnunet.test_predictor_hostile import write_model_folder
+
+    model = write_model_folder(tmp_path / "model", folds=(0,))
+    damage(model / name)
+    write_inputs(tmp_path / "in", shapes=((16, 16, 16),))
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    argv = ["nnunet-predict", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-m", str(model), "-f", "0",
+            "-device", "cpu", "-npp", "0", "-nps", "0", "--disable_progress_bar"]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"monai-unc nnunet-predict: error: {model / name.split('/')[0]}")
+    assert match in err and "\n" not in err
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written, -o not created

@@ -1,10 +1,12 @@
 """Hostile review of the nnU-Net export beyond geometry: region names from ``dataset.json`` (a file users edit) become
 parts of file names for formats without 4D images; a name that cannot be one is refused naming the region and
-``dataset.json``, when the model is set up."""
+``dataset.json``, when the model is set up. Reruns into the same folder with other settings leave none of the earlier
+run's files that the new one does not write."""
 
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import SimpleITK as sitk  # noqa: E402
 from nnunetv2.imageio.simpleitk_reader_writer import SimpleITKIO  # noqa: E402
 
 import monai_unc.nnunet as mun  # noqa: E402
+from tests.nnunet.test_nnunet import make_predictor, write_inputs  # noqa: E402
 from tests.nnunet.test_nnunet_regions import REGIONS_JSON, region_predictor  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -59,3 +62,46 @@ def test_predictor_refuses_such_a_region_model_before_predicting(monkeypatch):
         region_predictor(n_folds=1, uncertainty_sources=("mirroring",))
     bad["file_ending"] = ".nii.gz"  # one 4D NIfTI: the names are no file names, nothing to refuse
     assert region_predictor(n_folds=1, uncertainty_sources=("mirroring",)).label_manager.has_regions
+
+
+def _rerun(inp, out, overwrite=True, save_probabilities=False, **kw):
+    pred = make_predictor(n_folds=1, uncertainty_sources=("mirroring",), **kw)
+    pred.predict_from_files(str(inp), str(out), save_probabilities=save_probabilities, overwrite=overwrite,
+                            num_processes_preprocessing=0, num_processes_segmentation_export=0)
+    return pred
+
+
+def test_a_rerun_with_other_settings_leaves_no_file_of_the_earlier_run(tmp_path, monkeypatch):
+    """A rerun into the same -o with fewer measures kept uncertainty/<case>_variance.nii.gz of the earlier run, and
+    one without --save_probabilities (also a --continue_prediction run redoing the case with
+    --segmentation_from probabilities) kept its <case>.npz, whose argmax was no longer the segmentation."""
+    inp, out = tmp_path / "in", tmp_path / "out"
+    (case,) = write_inputs(inp, shapes=((16, 16, 14),))
+    unc = out / "uncertainty"
+    _rerun(inp, out, save_probabilities=True, measures=("predictive_entropy", "variance"))
+    assert (unc / f"{case}_variance.nii.gz").is_file() and (out / f"{case}.npz").is_file()
+    _rerun(inp, out, measures=("predictive_entropy",))
+    assert sorted(p.name for p in unc.iterdir()) == [f"{case}.json", f"{case}_predictive_entropy.nii.gz"]
+    assert not (out / f"{case}.npz").exists() and not (out / f"{case}.pkl").exists()
+    assert list(json.loads((unc / f"{case}.json").read_text())["maps"]) == ["predictive_entropy"]
+
+    _rerun(inp, out, save_probabilities=True, measures=("predictive_entropy", "variance"))
+    pred = _rerun(inp, out, overwrite=False, measures=("predictive_entropy",), segmentation_from="probabilities")
+    assert json.loads((unc / f"{case}.json").read_text())["settings"] == pred.case_settings()
+    assert not (out / f"{case}.npz").exists() and not (unc / f"{case}_variance.nii.gz").exists()
+    assert mun.case_exported(out / case, ".nii.gz", ["predictive_entropy"], settings=pred.case_settings())
+
+    # a rewrite that fails half-way leaves a case that is not done (its record is removed first), never the old
+    # record next to the new files
+    _rerun(inp, out, save_probabilities=True, measures=("predictive_entropy", "variance"))
+    assert (out / f"{case}.npz").is_file() and (out / f"{case}.nii.gz").is_file()
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("monai_unc.nnunet.export.write_float_map", fail)
+    with pytest.raises(OSError, match="disk full"):
+        _rerun(inp, out, measures=("predictive_entropy",))
+    assert not (unc / f"{case}.json").exists() and not (out / f"{case}.nii.gz").exists()
+    assert not (out / f"{case}.npz").exists() and not (unc / f"{case}_variance.nii.gz").exists()
+    assert not mun.case_exported(out / case, ".nii.gz", ["predictive_entropy"])

@@ -187,3 +187,41 @@ def test_integer_seeds_are_accepted():
     import numpy as np
 
     assert _predictor(uncertainty_sources=("folds", "dropout"), dropout_p=0.1, seed=np.int64(3)).seed == 3
+
+
+# ------------------------------------------------------------------------------------------ input channels
+TWO_CHANNELS = {**DATASET_JSON, "channel_names": {"0": "T1", "1": "T2"}}
+
+
+@pytest.mark.parametrize("channels, remove, add, match", [
+    (2, "case1_0001.nii.gz", None, r"^case case1: missing case1_0001.nii.gz \(the model takes 2 channels: T1, T2\)$"),
+    (1, "case1_0000.nii.gz", "case1_0001.nii.gz", r"^case case1: missing case1_0000.nii.gz"),
+    (1, None, "case0_0001.nii.gz", r"^case case0: .*case0_0001.nii.gz is no input channel of the model \(the model "
+     r"takes 1 channel: MRI\)$"),
+    (1, None, "notes.nii.gz", r"notes.nii.gz: not named <case>_<4-digit channel>.nii.gz"),
+])
+def test_cases_without_one_file_per_channel_are_refused_before_writing(channels, remove, add, match, tmp_path):
+    """A 2-channel model's case without its _0001 file failed in the first convolution, a stray _0001 file of a
+    1-channel model in nnU-Net's normaliser (IndexError): after the cases before it were written, naming neither the
+    case nor the file."""
+    model = write_model_folder(tmp_path / "model", folds=(0,), in_channels=channels,
+                               dataset_json=TWO_CHANNELS if channels == 2 else None)
+    inp = tmp_path / "in"
+    write_inputs(inp, shapes=((16, 16, 16), (16, 16, 16)))
+    if channels == 2:
+        for case in ("case0", "case1"):
+            shutil.copy(inp / f"{case}_0000.nii.gz", inp / f"{case}_0001.nii.gz")
+    if add is not None:
+        shutil.copy(inp / "case0_0000.nii.gz", inp / add)
+    if remove is not None:
+        (inp / remove).unlink()
+    pred = _predictor(uncertainty_sources=("mirroring",))
+    pred.initialize_from_trained_model_folder(str(model), (0,))
+    with pytest.raises(ValueError, match=match):
+        _predict(pred, inp, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # the lists of channel files of the Python API: their number is checked
+    with pytest.raises(ValueError, match=f"the case has 3 channel files \\(the model takes {channels} channel"):
+        pred.predict_from_files([[str(inp / "case0_0000.nii.gz")] * 3], str(tmp_path / "out"),
+                                num_processes_preprocessing=0, num_processes_segmentation_export=0)
+    assert not (tmp_path / "out").exists()
