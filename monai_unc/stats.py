@@ -1026,7 +1026,7 @@ def window_disagreement_from_stitched(
         multilabel: the channels are independent Bernoulli probabilities.
 
     Returns:
-        WD in nats, the shape of ``window_entropy``, in the dtype of ``pred``.
+        WD in nats, the shape of ``window_entropy``, in the dtype of ``pred`` (float32 for a half-precision one).
 
     Example:
         >>> import math
@@ -1037,13 +1037,15 @@ def window_disagreement_from_stitched(
         >>> round(float(window_disagreement_from_stitched(pred, window_entropy)) / math.log(2), 4)
         1.0
     """
-    # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V
-    pe = torch.empty(window_entropy.shape, dtype=pred.dtype, device=pred.device)
+    # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V; in float32 at least, as the
+    # statistics evaluate PE = H(pred) (a half-precision H(pred) left its rounding, 1e-3 nats, in MI = PE - EE - WD)
+    dtype = pred.dtype if pred.dtype in (torch.float32, torch.float64) else torch.float32
+    pe = torch.empty(window_entropy.shape, dtype=dtype, device=pred.device)
     chunks = spatial_chunks(tuple(pred.shape), default_chunk_elements(pred)) if pred.ndim >= 3 else [slice(None)]
     for sl in chunks:
-        pe[:, :, sl] = entropy_map_t(pred[:, :, sl].contiguous(), 1, False, multilabel)
+        pe[:, :, sl] = entropy_map_t(pred[:, :, sl].to(dtype).contiguous(), 1, False, multilabel)
     wd = pe - window_entropy.to(pe.dtype)
-    tol = WD_RTOL * torch.finfo(pe.dtype).eps * (1 + pe)
+    tol = WD_RTOL * torch.finfo(pred.dtype).eps * (1 + pe)  # the stitched buffers' rounding
     if bool((wd < -tol).any()):
         worst = float(wd.min())
         warnings.warn(

@@ -9,8 +9,11 @@ Sliding windows: the inner MONAI inferer (``base_inferer``) is called with a win
 samples on the window and returns per-voxel means ``{pred, expected_entropy, mean_sq}`` and the window's own
 predictive entropy ``H(m_w)`` (``m_w`` the window's mean probabilities). MONAI's ``SlidingWindowInferer``
 stitches every value of a dict with the same per-voxel convex weights ``a_w`` (``sum_w a_w = 1``), and a convex
-combination of means is again a mean, so ``pred = sum_w a_w m_w``, EE and the variance are exact after
-stitching. Probabilities (not logits) are blended.
+combination of means is again a mean, so ``pred = sum_w a_w m_w`` and EE are exact after stitching. Probabilities
+(not logits) are blended. With ``window_disagreement="separate"`` each window returns its own variance ``E_w[p^2] -
+m_w^2`` in place of ``mean_sq``, so that the variance is the blend of the per-window variances (0 for a
+deterministic network with any overlap; ``"mutual_information"`` keeps the variance of the mixture of the windows,
+which also holds their disagreement).
 
 Where windows overlap, the stitched ``pred`` also mixes windows that disagree (the network sees different
 context, padding and normalisation statistics in each window), so ``PE = H(pred)`` splits into three parts::
@@ -663,6 +666,12 @@ class UncertaintyInferer(Inferer):
             raise TypeError("base_inferer must be a MONAI Inferer (callable)")
         self._check_base_inferer()
         self.activation = activation
+        marginal = [s for s in self.sources if getattr(s, "marginalize", False)]
+        if marginal and activation != "softmax":
+            # the latent-averaged sample is log(mean softmax): another activation would read it as logits of another
+            # kind (sigmoid: m / (1 + m)) or refuse it as probabilities outside [0, 1]
+            raise ValueError(f"activation must be 'softmax' with {marginal[0]!r} (it returns the log of the mean "
+                             f"softmax over its latent draws), got {activation!r}")
         keys = keys if keys is not None else self.default_keys
         if keys is not None:
             if isinstance(keys, str):
@@ -770,6 +779,13 @@ class UncertaintyInferer(Inferer):
                 # exactly after stitching
                 m = out[K.PRED.value]
                 out[_WINDOW_PE] = stats.sample_entropy(m.to(probs_dtype)).to(m.dtype)
+                # the window's own variance E_w[p^2] - m_w^2 in place of E_w[p^2]: stitched, it is the blend of the
+                # per-window variances (the windows' disagreement stays out of it, as out of MI); the stitched
+                # second moment is rebuilt after stitching (_within_window_second_moment)
+                for key in ("mean_sq", MEAN_SQ_SUM):
+                    if key in out:
+                        sq = m * m if key == "mean_sq" else (m * m).sum(dim=1, keepdim=True)
+                        out[key] = out[key].sub_(sq).clamp_min_(0)
             if self.keep_samples:
                 # (B, S*C, *spatial): stitchable; in the order of the product of the sources
                 out[K.SAMPLES.value] = torch.cat([kept[i] for i in sorted(kept)], dim=1)
@@ -931,6 +947,8 @@ class UncertaintyInferer(Inferer):
                         wd = window_disagreement_from_stitched(pred, _plain(out[_WINDOW_PE]), bool(info["multilabel"]))
                     else:  # one window: WD = H(m) - H(m) = 0 exactly, and MI = PE - EE as without the option
                         wd = torch.zeros_like(_plain(out[K.EXPECTED_ENTROPY.value]))
+                if separate and self._stitches():
+                    _within_window_second_moment(out, pred)
                 # the stitched buffers are this call's own: they become the sums in place (no copy of C x V)
                 part = SampleStats.from_moments(
                     pred,
@@ -1023,6 +1041,23 @@ def _wrapped(base: Predictor, combo: Sequence[Wrapper | None]) -> Predictor:
         if wrap is not None:
             predictor = wrap(predictor)
     return predictor
+
+
+def _within_window_second_moment(out: dict[str, Any], pred: torch.Tensor) -> None:
+    """Turn the stitched per-window variances back into a second moment, in place: ``blend_w Var_w + pred^2``.
+
+    With ``window_disagreement="separate"`` each window returns its own variance ``E_w[p^2] - m_w^2`` in place of
+    ``E_w[p^2]``; stitched, that is ``blend_w Var_w``. The statistics take a second moment, so ``pred^2`` (``sum_c
+    pred_c^2`` for the one-channel moment) is added back: their variance ``E[p^2] - pred^2`` is then the blend of
+    the per-window variances, 0 for a deterministic network with any overlap, instead of the variance of the mixture
+    of the windows (which also held the windows' disagreement). Members of an ensemble, merged afterwards, keep
+    their disagreement in the variance, as in MI.
+    """
+    for key in ("mean_sq", MEAN_SQ_SUM):
+        if key in out:
+            v = _plain(out[key])
+            sq = pred * pred if key == "mean_sq" else (pred * pred).sum(dim=1, keepdim=True)
+            out[key] = v.add_(sq.to(v.dtype))
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

@@ -66,7 +66,8 @@ def window_reference(net, x, spans, activation, subsets):
             s = np.stack(samples)
             m = s.mean(0)
             ee = np.stack([entropy(q, activation) for q in s]).mean(0)
-            windows.append({"m": m, "pe": entropy(m, activation), "ee": ee})
+            msq = (s**2).mean(0)
+            windows.append({"m": m, "pe": entropy(m, activation), "ee": ee, "msq": msq, "var": msq - m**2})
     width = x.shape[-1]
 
     def stitch(key):
@@ -80,8 +81,16 @@ def window_reference(net, x, spans, activation, subsets):
 
     m, blend_pe, ee = stitch("m"), stitch("pe"), stitch("ee")
     pe = entropy(m, activation)
+
+    def over_classes(v):  # the variance map: the mean over classes (softmax), one per channel (sigmoid)
+        return v if activation == "sigmoid" else v.mean(1, keepdims=True)
+
     return {"pred": m, "predictive_entropy": pe, "expected_entropy": ee, "mutual_information": blend_pe - ee,
-            "window_disagreement": pe - blend_pe}
+            "window_disagreement": pe - blend_pe,
+            # the blend of the per-window variances over the samples (the windows' disagreement left out)
+            "variance": over_classes(stitch("var")),
+            # the old option: the variance of the mixture of every window's samples
+            "variance_mixture": over_classes(stitch("msq") - m**2)}
 
 
 def unet(dims, out, dropout=0.0, seed=0):
@@ -96,11 +105,13 @@ def test_decomposition_equals_per_window_brute_force(activation, out, dims):
     x = torch.randn(2, 1, *([8] * (dims - 1)), 24)
     subsets = [(), (2,), (dims + 1,), (2, dims + 1)]  # flips of the first and the last spatial axis
     inferer = TTAInferer(flip_axes=(0, dims - 1), activation=activation, base_inferer=TwoWindows(),
-                         keys=["pred", *DECOMP])
+                         keys=["pred", *DECOMP, "variance"])
     res = inferer(x, net)
     ref = window_reference(net, x, TwoWindows().spans, activation, subsets)
+    mixture = ref.pop("variance_mixture")
     for k, v in ref.items():
         np.testing.assert_allclose(res[k].double().numpy(), v, atol=2e-6, rtol=0, err_msg=k)
+    assert np.abs(mixture - ref["variance"]).max() > 1e-4  # the windows' disagreement would show in the variance
     wd = res["window_disagreement"]
     assert float(wd[..., 8:16].max()) > 1e-3  # the windows really disagree where they overlap
     assert float(wd[..., :8].abs().max()) == 0 and float(wd[..., 16:].abs().max()) == 0
@@ -112,6 +123,7 @@ def test_decomposition_equals_per_window_brute_force(activation, out, dims):
     assert "window_disagreement" not in old
     np.testing.assert_allclose(old["mutual_information"].double().numpy(),
                                np.maximum(ref["predictive_entropy"] - ref["expected_entropy"], 0), atol=2e-6)
+    np.testing.assert_allclose(old["variance"].double().numpy(), mixture, atol=2e-6, rtol=0)
 
 
 @pytest.mark.parametrize("activation,out", [("softmax", 3), ("sigmoid", 2)])
@@ -145,6 +157,8 @@ def test_deterministic_network_has_zero_mutual_information_under_overlap(activat
                     SoftmaxInferer(activation=activation, base_inferer=sw, keys=["pred", *DECOMP])):
         res = inferer(x, InertDropout(net))
         assert float(res["mutual_information"].abs().max()) == 0  # exactly
+        if "variance" in res:  # found by hostile testing: 0.0068 for one sample, the windows' disagreement
+            assert float(res["variance"].max()) <= 1e-7
         assert float(res["window_disagreement"].max()) > 1e-3
         old = type(inferer)(**_kwargs(inferer, window_disagreement="mutual_information"))(x, InertDropout(net))
         torch.testing.assert_close(old["mutual_information"], res["window_disagreement"], atol=1e-6, rtol=0)
@@ -171,8 +185,11 @@ def test_monai_sliding_window_stochastic_identity_and_defaults():
         torch.testing.assert_close(total, res["predictive_entropy"], atol=2e-6, rtol=0)
         old = MCDropoutInferer(4, activation=activation, base_inferer=sw, seed=0,
                                window_disagreement="mutual_information")(x, net)
-        for k in ("pred", "predictive_entropy", "expected_entropy", "variance"):
+        for k in ("pred", "predictive_entropy", "expected_entropy"):
             torch.testing.assert_close(old[k], res[k], atol=0, rtol=0)
+        # the old option's variance is that of the mixture of the windows: the blend of theirs plus their spread
+        assert float((old["variance"] - res["variance"]).min()) >= -1e-7
+        assert float((old["variance"] - res["variance"]).max()) > 1e-4
         torch.testing.assert_close(old["mutual_information"], res["mutual_information"] + res["window_disagreement"],
                                    atol=2e-6, rtol=0)
     norm = MCDropoutInferer(4, base_inferer=sw, seed=0, normalize=True)(x, net)
@@ -235,3 +252,26 @@ def test_negative_disagreement_beyond_rounding_warns_and_clips():
     with pytest.warns(UserWarning, match="not a convex combination"):
         out = window_disagreement_from_stitched(pred, blend + 0.1)
     assert float(out.max()) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_deterministic_network_has_zero_mi_under_overlap(dtype):
+    """Found by hostile testing: half-precision inputs stitch in half-precision buffers, and WD's ``H(pred)`` was
+    evaluated in that precision while PE is evaluated in float32: MI = PE - EE - WD kept up to 6e-3 nats."""
+    net = unet(3, 3).to(dtype)
+    x = torch.randn(1, 1, 12, 10, 14).to(dtype)
+    sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=4, overlap=0.5, mode="gaussian")
+    res = SoftmaxInferer(base_inferer=sw, keys=["mutual_information", "window_disagreement"])(x, net)
+    assert float(res["mutual_information"].abs().max()) <= 1e-6
+    assert float(res["window_disagreement"].max()) > 1e-3
+
+
+def test_a_marginalised_ssn_source_needs_softmax():
+    """Found by hostile testing: ``SSNSource(marginalize=True)`` returns the log of the mean softmax; a sigmoid
+    activation turned it into ``m / (1 + m)`` without a word."""
+    from monai_unc.inferers import SSNSource
+
+    for activation in ("sigmoid", None):
+        with pytest.raises(ValueError, match="activation must be 'softmax' with SSNSource"):
+            UncertaintyInferer([SSNSource(4, marginalize=True)], activation=activation)
+    UncertaintyInferer([SSNSource(4, marginalize=True)], activation="softmax")
