@@ -784,8 +784,7 @@ class UncertaintyInferer(Inferer):
                 # second moment is rebuilt after stitching (_within_window_second_moment)
                 for key in ("mean_sq", MEAN_SQ_SUM):
                     if key in out:
-                        sq = m * m if key == "mean_sq" else (m * m).sum(dim=1, keepdim=True)
-                        out[key] = out[key].sub_(sq).clamp_min_(0)
+                        out[key] = _add_squares(out[key], m, -1.0).clamp_min_(0)
             if self.keep_samples:
                 # (B, S*C, *spatial): stitchable; in the order of the product of the sources
                 out[K.SAMPLES.value] = torch.cat([kept[i] for i in sorted(kept)], dim=1)
@@ -1055,9 +1054,23 @@ def _within_window_second_moment(out: dict[str, Any], pred: torch.Tensor) -> Non
     """
     for key in ("mean_sq", MEAN_SQ_SUM):
         if key in out:
-            v = _plain(out[key])
-            sq = pred * pred if key == "mean_sq" else (pred * pred).sum(dim=1, keepdim=True)
-            out[key] = v.add_(sq.to(v.dtype))
+            out[key] = _add_squares(_plain(out[key]), pred, 1.0)
+
+
+def _add_squares(moment: torch.Tensor, mean: torch.Tensor, sign: float) -> torch.Tensor:
+    """``moment += sign * mean^2`` in place: per class, or ``sum_c mean_c^2`` for a one-channel moment.
+
+    Class by class, so no temporary of the size of ``mean`` (the stitched buffers of a volume).
+    """
+    if moment.shape[1] == mean.shape[1]:
+        for c in range(mean.shape[1]):
+            mc = mean[:, c:c + 1].to(moment.dtype)
+            moment[:, c:c + 1].addcmul_(mc, mc, value=sign)
+    else:
+        for c in range(mean.shape[1]):
+            mc = mean[:, c:c + 1].to(moment.dtype)
+            moment.addcmul_(mc, mc, value=sign)
+    return moment
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,9 @@ per window with one copy of the network per fold on the device).
 
 Per window, every sample's softmax streams into a :class:`~monai_unc.stats.SampleStats` (float32 within the
 window); the window's moments, mean probabilities (C channels), mean entropy (1) and, for ``variance``, mean
-squared probabilities (C), are blended with nnU-Net's Gaussian weights into float32 buffers. Blending is a
+squared probabilities (C; with ``window_disagreement="separate"`` the window's own variance, turned back into a
+second moment after stitching, so the variance map is the blend of the windows' variances), are blended with
+nnU-Net's Gaussian weights into float32 buffers. Blending is a
 convex combination per voxel, so predictive entropy, mutual information and one_minus_max_prob derived after stitching
 are exact functions of the blended moments (docs/design.md, "Streaming statistics"). Folds processed one after
 the other (nnU-Net's memory-saving order) contribute equal numbers of samples per voxel, so their statistics
@@ -642,6 +644,12 @@ class UncertaintyPredictor(nnUNetPredictor):
             # in EE: a window of identical samples gives H(m_w) == EE_w bitwise, so a deterministic model has MI = 0
             # exactly after stitching
             result[WINDOW_ENTROPY] = stats.sample_entropy(result[K.PRED.value])
+            if MEAN_SQ in result:
+                # the window's own variance E_w[p^2] - m_w^2: stitched, the blend of the per-window variances (the
+                # windows' disagreement stays out of the variance, as out of MI); the second moment is rebuilt
+                # after stitching (_internal_predict_sliding_window_return_logits)
+                m = result[K.PRED.value]
+                result[MEAN_SQ] = result[MEAN_SQ].addcmul_(m, m, value=-1.0).clamp_min_(0)
         if self._want_logits:
             n = passes * len(combos)
             sums = [s.div_(n) if n > 1 else s for s in logit_sums]
@@ -727,6 +735,12 @@ class UncertaintyPredictor(nnUNetPredictor):
                 start += n
             if not torch.isfinite(stat_buf).all():
                 raise RuntimeError("non-finite values in the stitched uncertainty statistics")
+            if self.window_disagreement == "separate" and MEAN_SQ in out:
+                # blend_w Var_w + pred^2: a second moment whose variance is the blend of the windows' own (folds
+                # pooled afterwards keep their disagreement in it, as in MI)
+                pred = out[K.PRED.value]
+                for c in range(pred.shape[0]):  # class by class: no temporary of the volume's size
+                    out[MEAN_SQ][c].addcmul_(pred[c], pred[c])
             if self._want_logits:
                 torch.div(logit_buf, n_pred, out=logit_buf)
                 if torch.any(torch.isinf(logit_buf)):

@@ -191,26 +191,34 @@ def reference(pred, data, sources, passes=1, seed=None, rate_in=None):
     n_classes = 3
     folds = sorted(set(fold_of[0]))
     acc = np.zeros((2 * n_classes + 1, *padded.shape[1:]))
-    per_fold = {k: np.zeros((n_classes + 1, *padded.shape[1:])) for k in folds}  # pred_k, blend of H(m_wk)
+    # per fold: pred_k, the blend of H(m_wk), the blend of the windows' own variances Var_wk
+    per_fold = {k: np.zeros((2 * n_classes + 1, *padded.shape[1:])) for k in folds}
     w = np.zeros(padded.shape[1:])
     for i, sl in enumerate(slicers):
         logits = np.stack(samples[i])
         p = np.exp(logits - logits.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
-        mom = np.concatenate([p.mean(0), np.mean([entropy64(s) for s in p], axis=0), (p**2).mean(0)])
+        # the second moment slot holds the window's own variance (the windows' disagreement stays out of it)
+        mom = np.concatenate([p.mean(0), np.mean([entropy64(s) for s in p], axis=0), p.var(0)])
         acc[(slice(None), *sl[1:])] += mom * g
         for k in folds:  # each fold's own window means (the window disagreement is per fold, then averaged)
-            m = p[np.asarray(fold_of[i]) == k].mean(0)
-            per_fold[k][(slice(None), *sl[1:])] += np.concatenate([m, entropy64(m)]) * g
+            pk = p[np.asarray(fold_of[i]) == k]
+            m = pk.mean(0)
+            per_fold[k][(slice(None), *sl[1:])] += np.concatenate([m, entropy64(m), pk.var(0)]) * g
         w[sl[1:]] += g
     acc /= w
     acc = acc[(slice(None), *revert[1:])]
     wd = 0.0
+    mean_sq = 0.0
     for k in folds:
         f = (per_fold[k] / w)[(slice(None), *revert[1:])]
-        wd = wd + (entropy64(f[:n_classes]) - f[n_classes:]) / len(folds)
+        wd = wd + (entropy64(f[:n_classes]) - f[n_classes:n_classes + 1]) / len(folds)
+        # folds one after the other: each fold's blend of window variances plus pred_k^2, pooled over the folds
+        mean_sq = mean_sq + (f[n_classes + 1:] + f[:n_classes] ** 2) / len(folds)
+    if "folds" not in sources:
+        mean_sq = acc[n_classes + 1:] + acc[:n_classes] ** 2
     return {"pred": acc[:n_classes], "expected_entropy": acc[n_classes:n_classes + 1],
-            "mean_sq": acc[n_classes + 1:], "window_disagreement": wd, "num_samples": len(samples[0])}
+            "mean_sq": mean_sq, "window_disagreement": wd, "num_samples": len(samples[0])}
 
 
 # ------------------------------------------------------------------------------------------ overrides vs a loop

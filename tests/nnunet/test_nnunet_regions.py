@@ -72,8 +72,10 @@ def region_reference(pred, data):
     mirrors = combos(pred.allowed_mirroring_axes)
     g = compute_gaussian(tuple(patch), 1.0 / 8, 10, device=CPU).double().numpy()
     r = 2
-    acc = np.zeros((3 * r, *padded.shape[1:]))
-    per_fold = [np.zeros((2 * r, *padded.shape[1:])) for _ in pred.list_of_parameters]
+    acc = np.zeros((2 * r, *padded.shape[1:]))
+    # per fold: pred_k, the blend of H(m_wk), the blend of the windows' own variances (the folds run one after the
+    # other: each fold's second moment is its blend of window variances plus pred_k^2, pooled over the folds)
+    per_fold = [np.zeros((3 * r, *padded.shape[1:])) for _ in pred.list_of_parameters]
     w = np.zeros(padded.shape[1:])
     with torch.no_grad():
         for sl in slicers:
@@ -87,15 +89,17 @@ def region_reference(pred, data):
                     o = torch.flip(o, axes) if axes else o
                     fold.append(torch.sigmoid(o.double())[0].numpy())
                 m = np.mean(fold, axis=0)
-                per_fold[k][(slice(None), *sl[1:])] += np.concatenate([m, hb(m)]) * g
+                per_fold[k][(slice(None), *sl[1:])] += np.concatenate([m, hb(m), np.var(fold, axis=0)]) * g
                 probs += fold
             p = np.stack(probs)
-            acc[(slice(None), *sl[1:])] += np.concatenate([p.mean(0), hb(p).mean(0), (p**2).mean(0)]) * g
+            acc[(slice(None), *sl[1:])] += np.concatenate([p.mean(0), hb(p).mean(0)]) * g
             w[sl[1:]] += g
     cut = (slice(None), *revert[1:])
     acc = (acc / w)[cut]
-    wd = np.mean([hb((f / w)[cut][:r]) - (f / w)[cut][r:] for f in per_fold], axis=0)
-    return {"pred": acc[:r], "expected_entropy": acc[r:2 * r], "mean_sq": acc[2 * r:], "window_disagreement": wd}
+    folds = [(f / w)[cut] for f in per_fold]
+    wd = np.mean([hb(f[:r]) - f[r:2 * r] for f in folds], axis=0)
+    mean_sq = np.mean([f[2 * r:] + f[:r] ** 2 for f in folds], axis=0)
+    return {"pred": acc[:r], "expected_entropy": acc[r:2 * r], "mean_sq": mean_sq, "window_disagreement": wd}
 
 
 def test_region_windows_match_a_hand_rolled_loop():
