@@ -71,7 +71,8 @@ def one_torch_thread():
 def quick_softmax_demo(tmp_path_factory):
     """``monai-unc demo --quick --method softmax --samples 1 --quiet`` on four of its cases (three in distribution,
     one with noise), run once per session (once for all pytest-xdist workers: :mod:`tests._shared`) and shared by the
-    tests that read its outputs (they must not modify the folder): ``(output folder, what it printed)``."""
+    tests that read its outputs (they must not modify the folder): ``(output folder, what it printed)``. Its rule is
+    signed with the key of ``<output folder>/../config`` (trust ``signing_key.pub`` there)."""
     import contextlib
     import io
 
@@ -84,6 +85,10 @@ def quick_softmax_demo(tmp_path_factory):
     def run(folder):
         printed = io.StringIO()
         with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+            # the demo signs its rule with the key of a configuration folder beside its outputs, not with the key of
+            # the worker that happens to run it (each pytest-xdist worker has its own configuration folder): a test
+            # on another worker trusts it with --trusted-keys <folder>/config/signing_key.pub
+            mp.setenv("MONAI_UNC_CONFIG_DIR", str(folder / "config"))
             mp.setattr(demo, "DEMO_SHIFTS", demo.DEMO_SHIFTS[:4])
             code = cli.main(["demo", "--quick", "--output", str(folder / "demo"), "--method", "softmax",
                              "--samples", "1", "--quiet"])
