@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from monai.losses import DiceCELoss, DiceLoss
+from monai.utils import LossReduction
 from torch.nn.modules.loss import _Loss
 
 from .._utils import check_bool
@@ -228,6 +229,30 @@ def _reduce(per_voxel: torch.Tensor, reduction: str) -> torch.Tensor:
     return per_voxel
 
 
+def _soft_cross_entropy(z: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``-sum_c q_c log softmax(z)_c`` per voxel ``(B, *spatial)``, with ``0 log 0 = 0``.
+
+    torch's fused cross-entropy with probability targets computes ``q_c * log p_c`` as ``0 * -inf = NaN`` where a
+    ``-inf`` logit (a class probability of exactly 0) meets a zero target; such logits take this path, whose terms of
+    zero target are 0 (value and gradient).
+    """
+    if bool(torch.isfinite(z).all()):
+        return F.cross_entropy(z, q, reduction="none")
+    logp = F.log_softmax(z, dim=1)
+    return -torch.where(q > 0, q * logp, torch.zeros_like(logp)).sum(1)
+
+
+def _soft_binary_cross_entropy(z: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Elementwise ``-(q log s(z) + (1 - q) log s(-z))`` with ``0 log 0 = 0`` (``s`` the sigmoid).
+
+    Infinite logits as in :func:`_soft_cross_entropy`.
+    """
+    if bool(torch.isfinite(z).all()):
+        return F.binary_cross_entropy_with_logits(z, q, reduction="none")
+    zero = torch.zeros_like(z)
+    return -(torch.where(q > 0, q * F.logsigmoid(z), zero) + torch.where(q < 1, (1 - q) * F.logsigmoid(-z), zero))
+
+
 class SVLSLoss(_Loss):
     """Cross-entropy against spatially varying smoothed labels (SVLS).
 
@@ -289,15 +314,15 @@ class SVLSLoss(_Loss):
         with torch.no_grad():
             q = self.soft_targets(onehot)
         if self.use_sigmoid:
-            terms = F.binary_cross_entropy_with_logits(z, q, reduction="none")
+            terms = _soft_binary_cross_entropy(z, q)
             if not self.include_background:
                 terms = terms[:, 1:]
             return _reduce(terms.mean(1, keepdim=True), self.reduction)
         if not self.include_background:  # a zero target drops the background's term from -sum_c q_c log p_c
             q[:, 0] = 0
         # torch's cross-entropy with probability targets: -sum_c q_c log softmax(z)_c per voxel in one fused op
-        ce = F.cross_entropy(z, q, reduction="none" if self.reduction == "none" else self.reduction)
-        return ce.unsqueeze(1) if self.reduction == "none" else ce
+        ce = _soft_cross_entropy(z, q)
+        return ce.unsqueeze(1) if self.reduction == "none" else _reduce(ce, self.reduction)
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss.
@@ -539,8 +564,8 @@ class DiceSVLSLoss(_Loss):
             sigmoid=use_sigmoid,
             softmax=not use_sigmoid,
             squared_pred=check_bool(squared_pred, "squared_pred"),
-            smooth_nr=smooth_nr,
-            smooth_dr=smooth_dr,
+            smooth_nr=_check_weight(smooth_nr, "smooth_nr"),
+            smooth_dr=_check_weight(smooth_dr, "smooth_dr"),
             batch=check_bool(batch, "batch"),
         )
         self.svls = SVLSLoss(kernel_size, sigma, spacing, include_background, False, not use_sigmoid, use_sigmoid)
@@ -607,6 +632,7 @@ class DiceCEMarginLoss(_Loss):
                                  **dice_kwargs)
         self.margin = MarginLoss(margin, alpha)
         self.to_onehot_y = check_bool(to_onehot_y, "to_onehot_y")
+        self.reduction = LossReduction(dice_kwargs.get("reduction", LossReduction.MEAN)).value
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The scalar loss.
@@ -619,7 +645,10 @@ class DiceCEMarginLoss(_Loss):
             A scalar tensor.
         """
         z, t = _upcast(*check_target(input, target, self.to_onehot_y))
-        value = self.dicece(z, t) + self.margin.alpha * mean_margin_penalty(z, self.margin.margin)
+        penalty = mean_margin_penalty(z, self.margin.margin)
+        if self.reduction == "sum":  # MONAI's "sum" sums every term: the per-voxel penalty over the voxels, as
+            penalty = penalty * (z.numel() // z.shape[1])  # MarginLoss(reduction="sum") does
+        value = self.dicece(z, t) + self.margin.alpha * penalty
         return check_finite_loss(value, z, t, unit_target=not self.to_onehot_y)
 
 
@@ -674,8 +703,8 @@ class DiceCEL1ACELoss(_Loss):
             sigmoid=use_sigmoid,
             softmax=not use_sigmoid,
             squared_pred=check_bool(squared_pred, "squared_pred"),
-            smooth_nr=smooth_nr,
-            smooth_dr=smooth_dr,
+            smooth_nr=_check_weight(smooth_nr, "smooth_nr"),
+            smooth_dr=_check_weight(smooth_dr, "smooth_dr"),
         )
         self.ace = L1ACELoss(binning, num_bins, empty_weight, True, include_background, False, not use_sigmoid,
                              use_sigmoid)
@@ -697,9 +726,9 @@ class DiceCEL1ACELoss(_Loss):
         """
         z, onehot = _upcast(*prepare_target(input, target, self.to_onehot_y))
         if self.use_sigmoid:
-            ce = F.binary_cross_entropy_with_logits(z, onehot)
+            ce = _soft_binary_cross_entropy(z, onehot).mean()
         else:
-            ce = F.cross_entropy(z, onehot)  # over every channel, as MONAI's DiceCELoss and the authors
+            ce = _soft_cross_entropy(z, onehot).mean()  # over every channel, as MONAI's DiceCELoss and the authors
         value = self.dice_weight * self.dice(z, onehot) + self.ce_weight * ce
         return check_finite_loss(value + self.ace_weight * self.ace.loss_of_onehot(z, onehot), z, onehot,
                                  unit_target=not self.to_onehot_y)

@@ -514,3 +514,53 @@ def test_numpy_bool_flags_are_bools():
         a = make(include_background=np.bool_(False), to_onehot_y=np.bool_(True))(z, y)
         b = make(include_background=False, to_onehot_y=True)(z, y)
         torch.testing.assert_close(a, b)
+
+
+def test_dicece_margin_sum_reduction_sums_the_penalty_over_the_voxels():
+    """Found by hostile testing: with ``reduction="sum"`` the margin penalty was added as a mean (shrunk by the
+    number of voxels against the summed CE); it is summed as ``MarginLoss(reduction="sum")`` sums it."""
+    from monai.losses import DiceCELoss
+
+    from monai_unc.losses import DiceCEMarginLoss, MarginLoss
+
+    g = torch.Generator().manual_seed(0)
+    z = 8 * torch.randn(2, 3, 6, 5, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 1, 6, 5), generator=g)
+    penalty_sum = MarginLoss(reduction="sum", to_onehot_y=True)(z, y) - torch.nn.functional.cross_entropy(
+        z, y[:, 0], reduction="sum")
+    got = DiceCEMarginLoss(to_onehot_y=True, reduction="sum")(z, y) - DiceCELoss(
+        to_onehot_y=True, softmax=True, reduction="sum")(z, y)
+    assert float(penalty_sum) > 1.0
+    torch.testing.assert_close(got, penalty_sum, rtol=1e-10, atol=1e-10)
+
+
+def test_minus_infinite_logit_of_an_absent_class_gives_the_finite_loss():
+    """Found by hostile testing: a ``-inf`` logit (probability exactly 0) of a class absent from the target made
+    ``0 * log 0`` a NaN inside the soft-target cross-entropies, and SVLS / Dice-SVLS / Dice-CE-L1-ACE raised
+    "logits must be finite"; the loss and its gradient equal those of a very negative finite logit."""
+    from monai_unc.losses import DiceCEL1ACELoss, DiceSVLSLoss, SVLSLoss
+
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(1, 3, 6, 6, generator=g, dtype=torch.float64)
+    z[:, 2] = -float("inf")
+    y = torch.randint(0, 2, (1, 1, 6, 6), generator=g)  # class 2 absent
+    finite = z.clone()
+    finite[:, 2] = -1e30
+    for loss in (SVLSLoss(to_onehot_y=True), DiceSVLSLoss(to_onehot_y=True), DiceCEL1ACELoss("hard", to_onehot_y=True),
+                 SVLSLoss(to_onehot_y=True, softmax=False, sigmoid=True)):
+        a, b = z.clone().requires_grad_(), finite.clone().requires_grad_()
+        va, vb = loss(a, y), loss(b, y)
+        va.backward()
+        vb.backward()
+        torch.testing.assert_close(va, vb)
+        assert bool(torch.isfinite(a.grad).all())
+        torch.testing.assert_close(a.grad[:, :2], b.grad[:, :2])
+
+
+@pytest.mark.parametrize("name, value", [("smooth_nr", "x"), ("smooth_dr", -1.0), ("smooth_dr", float("nan"))])
+def test_dice_smoothing_options_are_checked_by_name(name, value):
+    from monai_unc.losses import DiceCEL1ACELoss, DiceSVLSLoss
+
+    for cls in (DiceSVLSLoss, DiceCEL1ACELoss):
+        with pytest.raises((ValueError, TypeError), match=name):
+            cls(**{name: value})
