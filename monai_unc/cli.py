@@ -214,7 +214,14 @@ def _run(args: argparse.Namespace) -> int:
     command = _PRODUCT_COMMAND if command_product(args.command) is not None else args.command
     if command not in _WORKFLOWS:  # a product registered after the arguments were parsed
         _import_commands(args.command)
-    result = _WORKFLOWS[command](args)
+    try:
+        result = _WORKFLOWS[command](args)
+    except (*_INPUT_ERRORS, TypeError) as e:
+        if command in _COHORT_COMMANDS:  # under torchrun: a refusal of this rank only must stop the others too
+            from .workflows.session import share_refusal
+
+            share_refusal(e, getattr(args, "device", None))
+        raise
     if result.is_main:
         for line in result.lines:
             print(line)
@@ -282,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               flush=True)
         return 2
 
+
+#: the commands that run their cases on every rank of a torchrun job (a refusal before the ranks join the group is
+#: shared with the other ranks: :func:`monai_unc.engine.share_early_error`)
+_COHORT_COMMANDS = frozenset({"infer", "evaluate", "triage", _PRODUCT_COMMAND})
 
 #: errors that bad arguments, inputs or outputs raise (exit status 2, one stderr line): our own ValueErrors (which
 #: name the argument), file-system errors (missing, unwritable, a file where a folder is needed) and readers' errors

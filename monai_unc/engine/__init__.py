@@ -70,6 +70,7 @@ from .collectives import (
     reduce_histogram,
     reduce_state,
     shard,
+    share_early_error,
     sync_errors,
     write_failures,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "reduce_histogram",
     "reduce_state",
     "sync_errors",
+    "share_early_error",
     "check_same",
     "write_failures",
     "print_failure",

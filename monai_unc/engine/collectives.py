@@ -245,8 +245,45 @@ def get_dist_context(
             raise ValueError(f"timeout must be positive, got {timeout}")
         timeout = timedelta(seconds=float(timeout))
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
+    _joined[0] = True
     atexit.register(_destroy_at_exit)
     return DistContext(rank, world, local, str(dist.get_backend()), True, _cpu_group())
+
+
+#: whether this process created a process group (:func:`get_dist_context`) at some point
+_joined = [False]
+
+
+def share_early_error(error: BaseException, device: str | torch.device | None = None) -> None:
+    """Make a refusal that came before this rank joined the process group every rank's (collective).
+
+    Under ``torchrun`` a cohort command checks its options and folders on every rank before the ranks join the
+    group. A check that fails on one rank only (its own output folder is a file, a folder on a disk the others do
+    not see) would leave the other ranks waiting for it in their first collective, for the whole collective
+    timeout. This joins the group as they do and takes part in their first :func:`sync_errors` with ``error``, so
+    that every rank stops with one line (the others with :class:`RankFailed` naming this rank and its error). Does
+    nothing for a single process, or when this process already joined a group (its errors were synchronised there).
+
+    Args:
+        error: the refusal (re-raised by the caller).
+        device: the compute device the command's group would use (a CUDA device selects the same backends).
+
+    Example:
+        >>> share_early_error(ValueError("x"))  # one process: nothing to do
+    """
+    try:
+        _, world, _ = read_dist_env()
+    except ValueError:
+        return
+    if world <= 1 or _joined[0] or (dist.is_available() and dist.is_initialized()):
+        return
+    ctx = get_dist_context(device)
+    try:
+        sync_errors(error, ctx)
+    except BaseException:  # noqa: BLE001 - the caller raises its own error
+        pass
+    finally:
+        destroy_dist_context(ctx)
 
 
 def _destroy_at_exit() -> None:

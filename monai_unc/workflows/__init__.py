@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
         resolve_device,
     )
     from .report import run_report, triage_with_page
-    from .session import CohortFailed, CommandResult, command_session, run_command
+    from .session import CohortFailed, CommandResult, command_session, run_command, share_refusal
     from .triage import triage_command
 
 #: public name -> the submodule defining it, imported on first access (PEP 562): importing this package (e.g. for
@@ -70,7 +70,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("check_infer_output", "infer_measures", "prepare_evaluate", "read_case_list", "read_region_spec",
                      "resolve_device"), "prepare"),
     **dict.fromkeys(("run_report", "triage_with_page"), "report"),
-    **dict.fromkeys(("CohortFailed", "CommandResult", "command_session", "run_command"), "session"),
+    **dict.fromkeys(("CohortFailed", "CommandResult", "command_session", "run_command", "share_refusal"),
+                   "session"),
     "triage_command": "triage",
 }
 #: submodules reachable as attributes (``monai_unc.workflows.infer``) without an import statement, as before
@@ -117,6 +118,7 @@ __all__ = [
     "CommandResult",
     "command_session",
     "run_command",
+    "share_refusal",
     "infer_command",
     "evaluate_command",
     "triage_command",

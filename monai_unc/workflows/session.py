@@ -20,9 +20,9 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from ..engine import CaseFailure, CasesFailed, DistContext, barrier, cohort_session
+from ..engine import CaseFailure, CasesFailed, DistContext, barrier, cohort_session, share_early_error
 
-__all__ = ["CohortFailed", "CommandResult", "failed_cases_message", "command_session", "run_command"]
+__all__ = ["CohortFailed", "CommandResult", "failed_cases_message", "command_session", "run_command", "share_refusal"]
 
 T = TypeVar("T")
 
@@ -126,6 +126,23 @@ def command_session(
                 print(failed_cases_message(command, e.failures, output), file=sys.stderr, flush=True)
             barrier(ctx)  # torchrun stops the other workers once one exits non-zero: exit together
             raise CohortFailed(e.failures, command, output, e.results) from e
+
+
+def share_refusal(error: BaseException, device: str | None = None) -> None:
+    """Tell the other ranks of a torchrun job that this rank refused the command before joining the process group.
+
+    :func:`~monai_unc.engine.share_early_error` with the group's backends chosen as the command would
+    (``--device cuda`` or ``auto`` with CUDA available: the CUDA backends); nothing for a single process.
+
+    Args:
+        error: the refusal (the caller re-raises it).
+        device: the command's ``--device`` option, or None.
+
+    Example:
+        >>> share_refusal(ValueError("x"))  # one process: nothing to do
+    """
+    cuda = isinstance(device, str) and (device.startswith("cuda") or device == "auto")
+    share_early_error(error, "cuda" if cuda and torch.cuda.is_available() else None)
 
 
 def run_command(

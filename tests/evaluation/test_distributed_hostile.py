@@ -348,3 +348,45 @@ def test_case_scores_handler_refuses_a_case_repeated_by_a_padding_sampler(tmp_pa
         _handler_rows(items + items[:1], tmp_path)
     assert not (tmp_path / "case_scores.csv").exists()
     assert _handler_rows(items, tmp_path)["rows"] == [it["case"] for it in items]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "infer"])
+def test_a_refusal_on_one_rank_only_stops_every_rank(tmp_path, command):
+    """Found by hostile testing: the options and folders are checked on every rank before the ranks join the group;
+    a check that failed on rank 1 only (its output folder, on a disk the other rank does not see, is a file) left
+    rank 0 waiting in its first collective for the whole collective timeout (6 hours by default). Now every rank
+    exits 2 with one line, rank 0 naming rank 1's error; launched as torchrun would (two processes, env variables)."""
+    import subprocess
+    import sys
+
+    cohort = write_toy_cohort(tmp_path / "c", n_cases=2, shape=(12, 12, 12))
+    here, there = tmp_path / "rank0", tmp_path / "rank1"
+    here.mkdir()
+    there.mkdir()
+    (there / "out").write_text("a file where the output folder should be")
+    if command == "evaluate":
+        argv = ["evaluate", "-l", str(cohort["labels"]), "-p", str(cohort["predictions"]), "-o", "out", "-q"]
+    else:
+        argv = ["infer", "-i", str(cohort["images"]), "-o", "out", "--model", "example", "--method", "softmax",
+                "--device", "cpu", "-q"]
+    port = str(_free_port())
+    procs = []
+    for rank, cwd in ((0, here), (1, there)):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "MONAI_UNC_DIST_TIMEOUT": "60", "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "monai_unc.cli", *argv], cwd=cwd, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=WAIT_S)
+            results.append((p.returncode, [ln for ln in err.splitlines() if ln.strip()]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    (rc0, err0), (rc1, err1) = results
+    assert rc1 == 2 and err1[-1] == f"monai-unc {command}: error: output folder out is a file, not a folder", err1
+    assert rc0 == 2 and err0[-1] == (f"monai-unc {command}: error: rank 1 failed: ValueError: output folder out is a "
+                                     "file, not a folder"), err0
+    assert not (here / "out" / "metrics.csv").exists() and not list((here / "out").glob("*.nii.gz"))
