@@ -283,6 +283,11 @@ def _as_rows(p: torch.Tensor) -> torch.Tensor:
     return p.detach().contiguous().view(p.shape[0], p.shape[1], -1)
 
 
+def _entropy_precision(p: torch.Tensor) -> torch.Tensor:
+    """Probabilities in the precision their entropy is evaluated in: theirs, or float32 for half precision."""
+    return p if p.dtype in (torch.float32, torch.float64) else p.float()
+
+
 @register_state_type("sample_stats")
 class SampleStats:
     """Running weighted sums of probability samples ``(B, C, *spatial)``; see the module docstring.
@@ -488,7 +493,7 @@ class SampleStats:
         multilabel = self.multilabel
 
         def entropy(chunk: torch.Tensor) -> torch.Tensor:
-            return entropy_map_t(chunk, 1, False, multilabel)
+            return entropy_map_t(_entropy_precision(chunk), 1, False, multilabel)
 
         if not all(t is None or t.is_contiguous() for t in (self.sum_p, self.sum_h, self.sum_p2)):
             # e.g. sums of from_moments over stitched buffers: the kernels write them in place
@@ -524,9 +529,10 @@ class SampleStats:
     def _add_reference(self, p: torch.Tensor, w: float) -> None:
         """The reference torch update of one checked sample (torch ops; the fused kernels' reference)."""
         pa = p.to(self.accum_dtype)
-        # the per-sample entropy is evaluated in the input's precision (relative error ~1e-7 in float32, the
-        # precision of the probabilities themselves) and summed in accum_dtype: the log is the costliest step
-        h = entropy_map_t(p if p.is_floating_point() else pa, 1, False, self.multilabel)
+        # the per-sample entropy is evaluated in the input's precision, at least float32 (relative error ~1e-7, the
+        # precision of float32 probabilities; float16's 1e-3 left 6e-4 nats of MI between identical samples) and
+        # summed in accum_dtype: the log is the costliest step
+        h = entropy_map_t(_entropy_precision(p) if p.is_floating_point() else pa, 1, False, self.multilabel)
         if self.sum_p is None:
             self.out_dtype = p.dtype
             self.sum_p = pa * w if w != 1.0 else pa.clone()

@@ -197,3 +197,17 @@ def test_spatial_chunks_arguments():
         spatial_chunks((1, 2, 5, 3), 0)
     with pytest.raises(ValueError, match="shape"):
         spatial_chunks((1, 2), 8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_identical_half_precision_samples_have_zero_mutual_information(dtype):
+    """Found by hostile testing: each sample's entropy was evaluated in half precision (relative error 1e-3) while
+    PE comes from the float64 mean, so 64 identical samples had MI 6e-4 (float16) and 6e-3 (bfloat16); entropies are
+    evaluated in float32 at least."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(3 * torch.randn(1, 4, 6, 7, generator=g), 1).to(dtype)
+    stats = SampleStats()
+    for _ in range(64):
+        stats.update(p)
+    mi = stats.measures(["mutual_information"])["mutual_information"].float()
+    assert float(mi.abs().max()) <= 1e-6
