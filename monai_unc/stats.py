@@ -283,9 +283,14 @@ def _as_rows(p: torch.Tensor) -> torch.Tensor:
     return p.detach().contiguous().view(p.shape[0], p.shape[1], -1)
 
 
+def _entropy_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision entropies of probabilities of ``dtype`` are evaluated in: theirs, or float32 for half precision."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def _entropy_precision(p: torch.Tensor) -> torch.Tensor:
-    """Probabilities in the precision their entropy is evaluated in: theirs, or float32 for half precision."""
-    return p if p.dtype in (torch.float32, torch.float64) else p.float()
+    """Probabilities in the precision their entropy is evaluated in (:func:`_entropy_dtype`)."""
+    return p.to(_entropy_dtype(p.dtype))
 
 
 @register_state_type("sample_stats")
@@ -1045,7 +1050,7 @@ def window_disagreement_from_stitched(
     """
     # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V; in float32 at least, as the
     # statistics evaluate PE = H(pred) (a half-precision H(pred) left its rounding, 1e-3 nats, in MI = PE - EE - WD)
-    dtype = pred.dtype if pred.dtype in (torch.float32, torch.float64) else torch.float32
+    dtype = _entropy_dtype(pred.dtype)
     pe = torch.empty(window_entropy.shape, dtype=dtype, device=pred.device)
     chunks = spatial_chunks(tuple(pred.shape), default_chunk_elements(pred)) if pred.ndim >= 3 else [slice(None)]
     for sl in chunks:

@@ -234,10 +234,13 @@ def _soft_cross_entropy(z: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
     torch's fused cross-entropy with probability targets computes ``q_c * log p_c`` as ``0 * -inf = NaN`` where a
     ``-inf`` logit (a class probability of exactly 0) meets a zero target; such logits take this path, whose terms of
-    zero target are 0 (value and gradient).
+    zero target are 0 (value and gradient). The fused op runs first: only a non-finite result (checked on one value
+    per voxel, C times fewer than the logits) from non-finite logits is computed again this way (a NaN target stays
+    NaN, for :func:`check_finite_loss` to name).
     """
-    if bool(torch.isfinite(z).all()):
-        return F.cross_entropy(z, q, reduction="none")
+    ce = F.cross_entropy(z, q, reduction="none")
+    if bool(torch.isfinite(ce).all()) or bool(torch.isfinite(z).all()):
+        return ce
     logp = F.log_softmax(z, dim=1)
     return -torch.where(q > 0, q * logp, torch.zeros_like(logp)).sum(1)
 
