@@ -41,7 +41,7 @@ PACKAGE = "monai_unc"
 
 #: layer -> components; a component may import itself and the components of lower layers only
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_utils", "_deprecation", "_compat", "_lazy", "_jit", "keys", "state", "_stats_triton"),
+    0: ("_utils", "_deprecation", "_compat", "_lazy", "_jit", "_digest", "keys", "state", "_stats_triton"),
     1: ("monai_unc", "measures", "aggregation", "io", "regions", "activation", "product", "_stats_kernels"),
     2: ("stats", "metrics", "scores"),
     3: ("temperature", "networks", "losses"),
@@ -87,7 +87,7 @@ FORBIDDEN_IMPORTS: dict[str, tuple[str, ...]] = {
 }
 
 #: private modules every part of the package may import (their names are public within the package)
-SHARED_PRIVATE_MODULES = ("monai_unc._utils", "monai_unc._deprecation", "monai_unc._lazy")
+SHARED_PRIVATE_MODULES = ("monai_unc._utils", "monai_unc._deprecation", "monai_unc._lazy", "monai_unc._digest")
 
 #: (importing module, imported module) -> why the import sits inside a function
 LAZY_IMPORTS: dict[tuple[str, str], str] = {

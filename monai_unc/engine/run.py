@@ -172,7 +172,8 @@ def run_cases(
         command: the command's name for failure lines and ``failures.json`` (e.g. ``"monai-unc evaluate"``).
         ctx: the rank context (default :func:`~monai_unc.engine.get_dist_context`).
         key: the case id of an item (default its ``case_id``).
-        cache: resume state (:class:`CaseCache`; rank 0 prepares its folder before the loop).
+        cache: resume state (:class:`CaseCache`; rank 0 prepares its folder before the loop, once every rank has
+            listed its cases).
         setup: run on rank 0 after the cases are listed and before the loop (output checks, run records).
         summarize: ``summarize(run)`` on rank 0 when no case failed (the cohort outputs); its value is broadcast
             as ``run.summary``. It may raise :class:`~monai_unc.engine.CasesFailed` for cases found bad only
@@ -190,9 +191,10 @@ def run_cases(
         stop_on_error: the first case that raises stops the run and its exception propagates (the other ranks
             raise :class:`~monai_unc.engine.RankFailed`); no failure is collected, reported or written. For the
             Python functions that evaluate or predict a list of cases in one process and raise the first error.
-        lock: the output folder, held by rank 0 from after the listing (its checks come first, so that a refused
-            folder is not created) until the summary step is done (:func:`monai_unc.io.output_lock`): a second run
-            into the same folder meanwhile is refused (``ValueError`` on every rank) before it writes anything.
+        lock: the output folder, held by rank 0 from after every rank's listing (their checks come first, so that
+            a folder refused on any rank is not created) until the summary step is done
+            (:func:`monai_unc.io.output_lock`): a second run into the same folder meanwhile is refused (``ValueError``
+            on every rank) before it writes anything.
             None: not held.
 
     Returns:
@@ -215,6 +217,12 @@ def run_cases(
         err: BaseException | None = None
         try:
             listed = list(items() if callable(items) else items)
+        except Exception as e:
+            err = e
+        # every rank's listing (and a refusal shared before it joined the group) first, so that rank 0 creates
+        # nothing (the locked output folder, the cache's folder) when another rank refused the run
+        sync_errors(err, ctx)
+        try:
             if ctx.is_main:
                 if lock is not None:  # before the first write: a second run into the folder is refused here
                     held.enter_context(output_lock(lock, command))

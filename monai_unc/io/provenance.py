@@ -16,7 +16,6 @@ Triage and the cohort products use them alike:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -27,6 +26,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from .._digest import content_digest
 from .._utils import unique_json_keys
 from ..keys import LAYOUTS
 from .cases import CaseError, CaseFiles, match_cases, read_prediction_regions
@@ -580,9 +580,7 @@ def rule_digest(body: Mapping[str, Any]) -> str:
         >>> rule_digest({"a": 1})[:7]
         'sha256:'
     """
-    doc = {k: v for k, v in body.items() if k not in ("digest", SIGNATURE_FIELD)}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return content_digest(body, ("digest", SIGNATURE_FIELD))
 
 
 def check_document(doc: Any, *, fmt: str, versions: Collection[int], what: str, source: str) -> None:
@@ -784,6 +782,40 @@ def decode_untrusted_json(raw: bytes, source: str) -> Any:
     return parse_untrusted_json(text, source)
 
 
+def read_untrusted_json(path: str | os.PathLike, source: str) -> tuple[bytes, Any]:
+    """An untrusted JSON file's bytes and its strict JSON (:func:`decode_untrusted_json`): the one reader of such files.
+
+    The size is checked before the file is read, so a huge file is refused without being loaded.
+
+    Args:
+        path: the file.
+        source: how the messages name the file.
+
+    Returns:
+        ``(raw, value)``: the bytes read (a caller that digests them reads them once) and the parsed value.
+
+    Raises:
+        ValueError: one line starting with ``source``: the file is not readable (a missing file included), has more
+            than :data:`MAX_DOCUMENT_BYTES` bytes, is not UTF-8 text or not strict JSON within the limits.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "doc.json"
+        >>> _ = path.write_text('{"a": [1, 2.5]}')
+        >>> read_untrusted_json(path, "doc")
+        (b'{"a": [1, 2.5]}', {'a': [1, 2.5]})
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"{source} is not readable JSON: it has {size} bytes (at most {MAX_DOCUMENT_BYTES})")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{source} is not readable: {type(e).__name__}: {e.strerror or e}") from None
+    return raw, decode_untrusted_json(raw, source)
+
+
 def read_checked_json(
     path: str | os.PathLike,
     *,
@@ -822,16 +854,7 @@ def read_checked_json(
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: no {what} file at {path} (written by {written_by})")
     source = f"{what} {path}" if source is None else source
-    try:
-        size = path.stat().st_size
-        if size > MAX_DOCUMENT_BYTES:
-            raise ValueError(f"{source} is not readable JSON: it has {size} bytes (at most {MAX_DOCUMENT_BYTES})")
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ValueError(f"{source} is not readable JSON: {type(e).__name__}: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{source} is not readable JSON: it is not valid JSON (not UTF-8: {e})") from None
-    doc = parse_untrusted_json(text, source)
+    doc = read_untrusted_json(path, source)[1]
     check_document(doc, fmt=fmt, versions=versions, what=what, source=source)
     if digest:
         check_digest(doc, source=source, written_by=written_by)

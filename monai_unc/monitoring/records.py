@@ -23,7 +23,7 @@ from ..evaluation.config import EvaluationConfig
 from ..evaluation.rows import case_dice, case_tasks, unclaimed_case_labels
 from ..evaluation.triage.rule import ImageReference
 from ..io import CaseFiles, read_csv
-from ..io.provenance import MAX_DOCUMENT_BYTES, decode_untrusted_json, has_weight_digests
+from ..io.provenance import has_weight_digests, read_untrusted_json
 from .store import MAX_TEXT, UNKNOWN_SITE, CaseRecord, check_rule
 
 __all__ = ["TriageRun", "read_triage_run", "read_sites", "sidecar_site", "read_label_table", "model_digest",
@@ -94,21 +94,6 @@ def _text(v: Any, where: str) -> str:
     return v
 
 
-def _read_json_file(path: Path, what: str) -> tuple[bytes, Any]:
-    """An untrusted JSON file (a sidecar, ``triage.json``): its bytes and its strict JSON, or a ``ValueError`` line
-    naming it (too large, unreadable, not UTF-8, not strict JSON within the limits of
-    :func:`~monai_unc.io.provenance.parse_untrusted_json`)."""
-    source = f"{what} {path}"
-    try:
-        size = path.stat().st_size
-        if size > MAX_DOCUMENT_BYTES:
-            raise ValueError(f"{source} is not readable JSON: it has {size} bytes (at most {MAX_DOCUMENT_BYTES})")
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ValueError(f"{source} is not readable: {type(e).__name__}: {e.strerror or e}") from None
-    return raw, decode_untrusted_json(raw, source)
-
-
 def _series_header(folder: Path) -> dict[str, Any] | None:
     """The site and scanner attributes of a DICOM series folder's first slice (None: not a readable series)."""
     try:
@@ -157,7 +142,7 @@ def sidecar_site(image: Any) -> tuple[str | None, str | None]:
             side = p.with_name(stem + ".json")
             if not side.is_file():
                 return None, None
-            doc = _read_json_file(side, "image sidecar")[1]
+            doc = read_untrusted_json(side, f"image sidecar {side}")[1]
     except OSError as e:  # a path the file system refuses (too long)
         raise ValueError(f"image {image[:200]!r}: {e.strerror or type(e).__name__}") from None
     if not isinstance(doc, dict):
@@ -236,7 +221,7 @@ def read_triage_run(
         raise ValueError(f"{os.fspath(folder)!r} is not a triage output folder (no triage.json)")
     # parsed and digested (the run's identity in the store); UTF-8, no NaN / Infinity / 1e400, no huge number, no key
     # twice, at most 64 levels of nesting, at most MAX_DOCUMENT_BYTES
-    raw, doc = _read_json_file(path, "triage summary")
+    raw, doc = read_untrusted_json(path, f"triage summary {path}")
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a triage summary")
     rule = doc.get("rule")

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from .._digest import content_digest
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -296,8 +297,8 @@ def rule_body_digest(rule: Mapping[str, Any]) -> str:
     """The content digest of a referral rule's JSON, as :func:`monai_unc.io.provenance.rule_digest` computes it.
 
     ``"sha256:"`` and the SHA-256 of its canonical JSON (sorted keys, no spaces) without ``digest`` and
-    ``signature``; here with the standard library only (a process that only writes to the store starts without
-    torch).
+    ``signature``: the same formula (``monai_unc._digest.content_digest``), reached without importing torch (a
+    process that only writes to the store starts without it).
 
     Args:
         rule: the rule's JSON object.
@@ -313,9 +314,7 @@ def rule_body_digest(rule: Mapping[str, Any]) -> str:
         >>> rule_body_digest({"a": 1, "digest": "x"}) == rule_body_digest({"a": 1})
         True
     """
-    doc = {k: v for k, v in rule.items() if k not in _UNDIGESTED}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return content_digest(rule, _UNDIGESTED)
 
 
 def _check_rule_fields(rule: Any, source: str) -> None:

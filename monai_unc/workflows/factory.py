@@ -38,7 +38,7 @@ from ..keys import DEFAULT_MEASURES
 from ..keys import UncertaintyKeys as K
 from ..networks import find_ssn_heads
 from .models import checkpoint_temperature
-from .options import METHOD_TOKENS, SHARED_PASS_TOKENS, check_roi, method_tokens, normalize_roi
+from .options import METHOD_TOKENS, SHARED_PASS_TOKENS, check_roi, known_method_tokens, method_tokens, normalize_roi
 
 __all__ = [
     "METHOD_TOKENS",
@@ -136,9 +136,8 @@ def build_inferer(
         >>> type(build_inferer("softmax", roi=64)).__name__
         'SoftmaxInferer'
     """
-    tokens = method_tokens(method)
-    bad = [t for t in tokens if t not in METHOD_TOKENS]
-    if not tokens or bad or any(not part.strip() for part in method.split("+")):  # "mcdropout++tta": an empty name
+    tokens = known_method_tokens(method)
+    if tokens is None:  # an unknown or empty name ("mcdropout++tta")
         raise ValueError(f"--method must be '+'-joined names from {METHOD_TOKENS}, got {method!r}")
     if len(set(tokens)) != len(tokens):
         raise ValueError(f"--method names a source twice: {method!r}")

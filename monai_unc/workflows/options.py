@@ -53,6 +53,27 @@ def method_tokens(method: str) -> list[str]:
     return [t.strip().lower() for t in method.split("+") if t.strip()]
 
 
+def known_method_tokens(method: str) -> list[str] | None:
+    """The source names of a ``+``-joined ``--method`` string when each part is a known name, else None.
+
+    Unlike :func:`method_tokens` nothing is dropped: an empty part (``"mcdropout++tta"``, a trailing ``+``) or a
+    name outside :data:`METHOD_TOKENS` makes the string malformed. Duplicates and combinations are the caller's to
+    check.
+
+    Args:
+        method: e.g. ``"MCDropout+tta"``.
+
+    Returns:
+        The lower-cased names in order, or None.
+
+    Example:
+        >>> known_method_tokens("MCDropout + tta"), known_method_tokens("mcdropout++tta"), known_method_tokens("x")
+        (['mcdropout', 'tta'], None, None)
+    """
+    tokens = [t.strip().lower() for t in method.split("+")]
+    return tokens if all(t in METHOD_TOKENS for t in tokens) else None
+
+
 def check_roi(roi: int | Sequence[int] | None, spatial_dims: int | None, what: str = "the network") -> None:
     """Check that a per-axis window size has as many axes as the input.
 

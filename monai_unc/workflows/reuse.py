@@ -31,7 +31,7 @@ from .._utils import is_finite_real, is_int
 from ..io.provenance import has_weight_digests, parse_untrusted_json, weight_differences
 from ..keys import MEASURES
 from ..product import registered_products
-from .options import METHOD_TOKENS, method_tokens
+from .options import METHOD_TOKENS, known_method_tokens, method_tokens
 
 __all__ = ["RULE_OPTIONS", "RuleSettings", "check_rule_model", "merge_rule_settings", "read_rule_settings",
            "rule_samples"]
@@ -95,9 +95,8 @@ def _method(source: str, fp: Mapping[str, Any]) -> str:
     v = fp.get("method")
     if not isinstance(v, str) or len(v) > 100:
         raise _bad(source, "method", v, "a '+'-joined method such as 'mcdropout+tta'")
-    tokens = method_tokens(v)
-    if (not tokens or any(t not in METHOD_TOKENS for t in tokens) or len(set(tokens)) != len(tokens)
-            or any(not part.strip() for part in v.split("+"))):
+    tokens = known_method_tokens(v)
+    if tokens is None or len(set(tokens)) != len(tokens):
         raise _bad(source, "method", v, f"'+'-joined names from {METHOD_TOKENS}")
     return "+".join(tokens)
 
