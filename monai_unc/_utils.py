@@ -87,14 +87,23 @@ def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tens
     if isinstance(x, torch.Tensor):
         t = x.as_tensor() if hasattr(x, "as_tensor") else x
     elif isinstance(x, np.ndarray):
-        t = torch.from_numpy(np.ascontiguousarray(_numeric(x, name)))
+        t = _torch_of(torch.from_numpy, np.ascontiguousarray(_numeric(x, name)), name)
     elif isinstance(x, (list, tuple, float, int, np.generic)):
-        t = torch.as_tensor(_numeric(_asarray(x, name), name))
+        t = _torch_of(torch.as_tensor, _numeric(_asarray(x, name), name), name)
     else:
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
     if dtype is not None:
         t = t.to(dtype)
     return t
+
+
+def _torch_of(convert: Any, a: np.ndarray, name: str) -> torch.Tensor:
+    """``convert(a)`` (``torch.from_numpy`` or ``torch.as_tensor``), or ``TypeError`` naming ``name`` for a dtype torch
+    has not (numpy's longdouble)."""
+    try:
+        return convert(a)
+    except TypeError:
+        raise TypeError(f"{name} has dtype {a.dtype}, which torch cannot hold; convert it to float64") from None
 
 
 def _asarray(x: Any, name: str) -> np.ndarray:
@@ -316,13 +325,51 @@ def holds_bool(value: Any) -> bool:
     return False
 
 
+def holds_non_real(value: Any) -> bool:
+    """Whether ``value`` is a text or a complex number, or holds one (a sequence, an array or a tensor).
+
+    ``float("2")`` is 2.0 and numpy reads ``["0.5", "2"]`` as numbers: a length given as text would be taken without a
+    word; a complex one would lose its imaginary part.
+
+    Example:
+        >>> holds_non_real("2"), holds_non_real([0.5, "2"]), holds_non_real(np.array([1 + 0j]))
+        (True, True, True)
+        >>> holds_non_real([0.5, 2]), holds_non_real(torch.tensor([0.5, 2.0]))
+        (False, False)
+    """
+    if isinstance(value, (str, bytes, complex, np.complexfloating)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return value.is_complex()
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "USc" or (value.dtype == object and any(holds_non_real(v) for v in value.ravel()))
+    if isinstance(value, (list, tuple)):
+        return any(holds_non_real(v) for v in value)
+    return False
+
+
+def _mm_array(value: Any, message: str) -> np.ndarray:
+    """``value`` (numbers: a scalar, a sequence, an array or a tensor on any device) as a float64 array;
+    ``ValueError(message)`` for anything else, a bool or a text among them included (see :func:`holds_bool`,
+    :func:`holds_non_real`)."""
+    if holds_bool(value) or holds_non_real(value):
+        raise ValueError(message)
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(message) from None
+
+
 def per_axis_mm(
     value: float | Sequence[float] | np.ndarray, ndim: int, name: str, count_note: str = ""
 ) -> tuple[float, ...]:
     """A length in mm for every spatial axis: one number for all axes, or one number per axis.
 
     Args:
-        value: a number, or ``ndim`` numbers (a sequence or an array).
+        value: a number (Python or numpy, or a 0-d array or tensor), or ``ndim`` numbers (a sequence, an array or a
+            tensor).
         ndim: the number of spatial axes.
         name: the argument's name in the errors.
         count_note: added inside the parenthesis of the error on a wrong count (``", mm"``).
@@ -331,19 +378,15 @@ def per_axis_mm(
         ``ndim`` floats; their range is the caller's to check.
 
     Raises:
-        ValueError: when ``value`` is neither a number nor ``ndim`` numbers (a bool is not a number here).
+        ValueError: when ``value`` is neither a number nor ``ndim`` numbers (a bool or a text such as ``"2"`` is not a
+            number here).
     """
-    if holds_bool(value):
-        raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {value!r}")
-    if isinstance(value, (int, float, np.floating, np.integer)):
-        return (float(value),) * ndim
-    try:
-        values = tuple(float(v) for v in np.asarray(value, dtype=float).ravel())
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number or one number per spatial axis (mm), got {value!r}") from None
-    if len(values) != ndim:
-        raise ValueError(f"{name} must have {ndim} values (one per spatial axis{count_note}), got {len(values)}")
-    return values
+    values = _mm_array(value, f"{name} must be a number or one number per spatial axis (mm), got {value!r}")
+    if values.ndim == 0:  # a number, also as a 0-d array or tensor
+        return (float(values),) * ndim
+    if values.size != ndim:
+        raise ValueError(f"{name} must have {ndim} values (one per spatial axis{count_note}), got {values.size}")
+    return tuple(float(v) for v in values.ravel())
 
 
 def normalize_spacing(spacing: float | Sequence[float] | np.ndarray, ndim: int, name: str = "spacing") -> tuple:
@@ -357,21 +400,12 @@ def normalize_spacing(spacing: float | Sequence[float] | np.ndarray, ndim: int, 
 def case_spacings(spacing: Any, n_cases: int, ndim: int, name: str = "spacing") -> list[tuple]:
     """Spacing (mm per axis) of each of ``n_cases`` cases: a scalar or per-axis value shared by all, or one row per
     case (``(n_cases, ndim)``); each as :func:`normalize_spacing` returns it."""
-    arr = None
-    if holds_bool(spacing):
-        raise ValueError(f"{name} must be a number, one number per axis or one row per case (mm), got {spacing!r}")
-    if not isinstance(spacing, (int, float)):
-        try:
-            arr = np.asarray(spacing, dtype=float)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"{name} must be a number, one number per axis or one row per case (mm), got {spacing!r}"
-            ) from None
-    if arr is not None and arr.ndim == 2:
+    arr = _mm_array(spacing, f"{name} must be a number, one number per axis or one row per case (mm), got {spacing!r}")
+    if arr.ndim == 2:
         if arr.shape[0] != n_cases:
             raise ValueError(f"{name} has {arr.shape[0]} rows but there are {n_cases} cases")
         return [normalize_spacing(row, ndim, name) for row in arr]
-    sp = normalize_spacing(spacing, ndim, name)
+    sp = normalize_spacing(arr, ndim, name)
     return [sp] * n_cases
 
 

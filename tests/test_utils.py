@@ -15,6 +15,7 @@ import torch
 from monai_unc._utils import (
     argmax,
     below,
+    case_spacings,
     check_probabilities,
     check_unit_interval,
     exceeds,
@@ -24,6 +25,7 @@ from monai_unc._utils import (
     probability_tolerance,
     real_number,
     reduce_case_values,
+    to_tensor,
 )
 from monai_unc.measures import entropy
 from monai_unc.metrics.calibration import ece
@@ -127,6 +129,47 @@ def test_per_axis_lengths_of_spacing_and_sigma():
         normalize_spacing("a", 2)
     with pytest.raises(ValueError, match="spacing must be positive and finite"):
         normalize_spacing(0, 2)
+
+
+@pytest.mark.parametrize("value", [np.array(0.7), torch.tensor(0.7, dtype=torch.float64),
+                                   torch.tensor(0.7, dtype=torch.float64, requires_grad=True), np.float64(0.7)])
+def test_a_0d_array_or_tensor_is_one_length_for_every_axis(value):
+    """Found by hostile testing: a 0-d array or tensor was refused ("spacing must have 2 values (one per spatial
+    axis), got 1") although the metric constructors accept it as the number it holds."""
+    assert per_axis_mm(value, 2, "spacing") == (0.7, 0.7)
+    assert normalize_spacing(value, 3) == (0.7, 0.7, 0.7)
+    assert case_spacings(value, 2, 2) == [(0.7, 0.7), (0.7, 0.7)]
+
+
+@pytest.mark.parametrize("value", ["2", b"2", ["0.5", "2"], ("0.5", 2.0), np.array(["1", "2"]),
+                                   np.array(["1", 2.0], dtype=object), 2 + 0j, np.array([1 + 0j, 2]),
+                                   torch.tensor([1 + 0j, 2])])
+def test_a_text_or_complex_number_is_no_length(value):
+    """Found by hostile testing: ``"2"`` and ``["0.5", "2"]`` were read as lengths (numpy converts texts), a complex
+    array lost its imaginary part; refused by name as a bool is."""
+    with pytest.raises(ValueError, match="spacing must be a number or one number per spatial axis"):
+        per_axis_mm(value, 2, "spacing")
+    with pytest.raises(ValueError, match="spacing must be a number, one number per axis or one row per case"):
+        case_spacings(value, 1, 2)
+    with pytest.raises(ValueError, match="spacing must be a number, one number per axis or one row per case"):
+        case_spacings([value, value] if isinstance(value, (str, bytes)) else [value], 1, 2)
+
+
+def test_case_spacings_takes_tensor_rows_that_require_grad():
+    """Found by hostile testing: a spacing tensor that requires grad raised torch's RuntimeError from ``np.asarray``."""
+    rows = torch.tensor([[1.0, 2.0], [0.5, 0.5]], dtype=torch.float64, requires_grad=True)
+    assert case_spacings(rows, 2, 2) == [(1.0, 2.0), (0.5, 0.5)]
+
+
+def test_to_tensor_names_the_argument_of_a_longdouble_array():
+    """Found by hostile testing: a longdouble array raised torch's "can't convert np.ndarray of type
+    numpy.longdouble", which names no argument."""
+    if np.dtype(np.longdouble).itemsize <= 8:
+        pytest.skip("longdouble is float64 on this platform")
+    with pytest.raises(TypeError, match=f"pred has dtype {np.dtype(np.longdouble)}, which torch cannot hold"):
+        to_tensor(np.zeros(3, dtype=np.longdouble), "pred")
+    with pytest.raises(TypeError, match=f"pred has dtype {np.dtype(np.longdouble)}"):
+        to_tensor(np.longdouble(1.0), "pred")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ Definitions (docs/design.md, "Definitions the tests pin down"):
   the directed distances from every predicted edge voxel to the nearest target edge voxel and back are
   reduced with the 95th percentile (linear interpolation, ``numpy.percentile``/``torch.quantile``), and
   HD95 is the larger of the two. We compute in float64; MONAI casts the distances to float32 and runs
-  ``torch.quantile`` in float32, so the two agree to about 1e-5 relative.
+  ``torch.quantile`` in float32, so the two agree to about 1e-5 relative. Other percentiles in [0, 100] likewise,
+  except 0: MONAI reads ``percentile=0`` as unset and returns the maximum (the classical Hausdorff distance), here it
+  is the 0th percentile, the larger of the two directed minima.
 
 Backends for the distance transform, fastest correct one first (``backend="auto"``):
 
@@ -22,13 +24,16 @@ Backends for the distance transform, fastest correct one first (``backend="auto"
 - The ``edt`` package (Silversmith, multi-threaded, 1-3 D): squared distances in float32, converted to
   float64 before the square root. With integer spacings the squared distances are integers below 2**24 for
   volumes up to several hundred voxels per axis, so the result equals scipy's bit for bit; with other
-  spacings it agrees to float32 precision (relative 2e-7). ~10x faster than scipy on 2 cores.
+  spacings it agrees to float32 precision (relative 2e-7). ~10x faster than scipy on 2 cores. Spacings outside
+  [2**-60, 2**40] mm, whose float32 squares would overflow (inf / NaN from about 1e19 mm) or lose their bits (0
+  below about 1e-23 mm), go to scipy.
 - ``scipy.ndimage.distance_transform_edt`` (float64, any dimension), the fallback.
 
 Where a decision hangs on a distance being at most a given value (a mask dilated or eroded by a margin in mm),
 ``distance_to_mask(..., exact_within=r)`` makes every distance up to ``r`` mm exact to float64 rounding, whatever the
 backend: the ``edt`` package then runs on an integer lattice, where its float32 squared distances are exact integers
-(:func:`lattice_unit`), and scipy's float64 transform runs where no such lattice exists.
+(:func:`lattice_unit`), and scipy's float64 transform runs where no such lattice exists (and for ``backend="cucim"``,
+whose float32 is not exact: on the CPU).
 
 HD95 uses a KD-tree over the edge-voxel coordinates (as MONAI does on CPU), which is faster than two dense
 transforms because edges are sparse.
@@ -52,10 +57,13 @@ from scipy.spatial import KDTree
 from .._utils import (
     ArrayLike,
     case_spacings,
+    check_bool,
     like_input,
     normalize_spacing,
     num_threads,
     positive_finite,
+    real_number,
+    to_numpy,
     to_tensor,
     warn_nan,
 )
@@ -128,6 +136,18 @@ def _resolve_backend(backend: str, on_cuda: bool, ndim: int) -> str:
     return backend
 
 
+#: spacings (mm) whose squared distances the edt package's float32 holds: at least 2**-60 (the square of one step,
+#: 2**-120, is a normal float32 with all its bits) and at most 2**40 (3 axes of 2**23 voxels: 3 * 2**126 < 2**128).
+#: Others go to scipy's float64 transform (float32 gave inf / NaN from about 1e19 mm and 0 below about 1e-23 mm).
+_EDT_SPACING_RANGE = (2.0**-60, 2.0**40)
+
+
+def _edt_safe(spacing: Sequence[float]) -> bool:
+    """Whether the edt package's float32 squared distances hold every distance of ``spacing`` (_EDT_SPACING_RANGE)."""
+    lo, hi = _EDT_SPACING_RANGE
+    return all(lo <= float(s) <= hi for s in spacing)
+
+
 def _spatial_dims(x: Any, spatial_dims: int | None, name: str) -> int:
     """Number of trailing spatial axes; the leading axes (if any) index independent cases."""
     if spatial_dims is None:
@@ -155,9 +175,13 @@ Array = np.ndarray | torch.Tensor
 
 
 def _compute_array(x: Any, name: str) -> Array:
-    """``x`` as the array type the kernels use: numpy for numpy / CPU torch input, a tensor on CUDA."""
-    t = to_tensor(x, name)
-    return t if t.device.type == "cuda" else t.numpy()
+    """``x`` as the array type the kernels use: numpy for numpy / CPU torch input, a tensor on CUDA.
+
+    Detached (a tensor that requires grad has no numpy view); a bfloat16 CPU tensor (autocast inference) as float32,
+    which holds each of its values (numpy has no bfloat16).
+    """
+    t = to_tensor(x, name).detach()
+    return t if t.device.type == "cuda" else to_numpy(t, name)
 
 
 def _label_array(label: Any, name: str) -> Array:
@@ -310,7 +334,7 @@ def _distance_to_features(features: Array, spacing: tuple, backend: str) -> Arra
         d = distance_transform_edt((~features)[None].to(torch.float32), sampling=list(spacing))[0]
         return torch.as_tensor(d, device=features.device).to(torch.float64)
     background = np.ascontiguousarray(~_to_numpy(features))
-    if bk == "edt":
+    if bk == "edt" and _edt_safe(spacing):
         # uint8 view of the bool mask (no copy): the edt package is faster on uint8 than on bool input.
         # Its 1D transform takes the spacing as one number, its 2D / 3D transforms a tuple of one per axis.
         aniso = float(spacing[0]) if ndim == 1 else tuple(spacing)
@@ -323,6 +347,8 @@ def _distance_to_features(features: Array, spacing: tuple, backend: str) -> Arra
 
 #: squared distances below this are integers that float32 (the edt package's output) holds exactly
 _FLOAT32_EXACT_INTEGERS = 2**24
+#: integers below this are float64 values
+_FLOAT64_EXACT_INTEGERS = 2**53
 #: the largest denominator looked for in a spacing (:func:`lattice_unit`)
 _MAX_SPACING_DENOMINATOR = 10**6
 
@@ -354,6 +380,12 @@ def lattice_unit(spacing: SpacingLike, exact_within: float) -> tuple[float, tupl
         >>> lattice_unit((0.800000011920929, 0.800000011920929, 3.0), 20.0) is None
         True
     """
+    lattice = _lattice(spacing, exact_within)
+    return None if lattice is None else (float(lattice[0]), lattice[1])
+
+
+def _lattice(spacing: SpacingLike, exact_within: float) -> tuple[Fraction, tuple[int, ...]] | None:
+    """:func:`lattice_unit` with the unit as the exact fraction ``p / q`` it is (a float such as 0.1 is not)."""
     try:
         reach = float(exact_within)
     except (TypeError, ValueError):
@@ -373,22 +405,36 @@ def lattice_unit(spacing: SpacingLike, exact_within: float) -> tuple[float, tupl
         common = math.lcm(*(f.denominator for f in fractions))
         unit = Fraction(math.gcd(*(f.numerator * (common // f.denominator) for f in fractions)), common)
         if Fraction(reach) ** 2 < (_FLOAT32_EXACT_INTEGERS - 1) * unit**2:
-            return float(unit), tuple(int(f / unit) for f in fractions)
+            return unit, tuple(int(f / unit) for f in fractions)
     return None
 
 
-def _exact_distance_to_features(features: np.ndarray, spacing: tuple, backend: str, exact_within: float) -> np.ndarray:
+def _exact_distance_to_features(features: np.ndarray, spacing: tuple, backend: str, exact_within: float,
+                                on_cuda: bool = False) -> np.ndarray:
     """:func:`_distance_to_features` (numpy) exact to float64 rounding up to ``exact_within`` mm, whatever the backend.
 
     The edt package on the integer lattice of :func:`lattice_unit` where there is one (its float32 squared distances
     are then exact integers below ``2**24`` up to ``exact_within``, and at least ``2**24`` beyond: those come out
-    beyond ``exact_within`` too), scipy's float64 transform otherwise.
+    beyond ``exact_within`` too), scipy's float64 transform otherwise. ``on_cuda``: whether the caller's input is a
+    CUDA tensor, for the check of ``backend``; ``"cucim"`` (float32) is then served on the CPU as ``"auto"`` is.
+
+    On the lattice of unit ``p / q`` the distance is ``sqrt(D) * p / q`` with the exact integer ``D``: where ``D`` is
+    a perfect square (a distance along one axis, or a Pythagorean one) ``sqrt(D) * p`` is an exact integer and the
+    one division rounds it correctly, so a voxel exactly ``r`` mm away comes out as the float ``r`` (0.7 mm, not
+    0.7000000000000001 as ``sqrt(D) * float(p / q)`` gave); other distances are irrational and within a few units in
+    the last place. What remains: scipy's transform (no lattice, or the ``scipy`` backend) computes
+    ``sqrt(sum (k_i s_i)**2)`` in float64 and may land a unit in the last place beside a distance such as 2.1 mm (either
+    side), so a decision ``d <= r`` taken exactly at ``r`` may still need a relative tolerance of a few ``1e-16``.
     """
     ndim = features.ndim
-    bk = _resolve_backend(backend, False, ndim)
+    bk = _resolve_backend(backend, on_cuda, ndim)
+    if bk == "cucim":  # float32 on the GPU: not exact
+        bk = _resolve_backend("auto", False, ndim)
     if not bool(features.any()):
         return np.full(features.shape, np.inf)
-    lattice = lattice_unit(spacing, exact_within) if bk == "edt" else None
+    lattice = _lattice(spacing, exact_within) if bk == "edt" else None
+    if lattice is not None and not _edt_safe(lattice[1]):
+        lattice = None  # steps whose float32 squares overflow: scipy
     background = np.ascontiguousarray(~features)
     if lattice is None:
         return ndimage.distance_transform_edt(background, sampling=spacing)
@@ -396,7 +442,13 @@ def _exact_distance_to_features(features: np.ndarray, spacing: tuple, backend: s
     aniso = float(steps[0]) if ndim == 1 else tuple(float(n) for n in steps)
     sq = _edt_pkg.edtsq(background.view(np.uint8), anisotropy=aniso, black_border=False, parallel=num_threads())
     out = np.sqrt(sq, dtype=np.float64)
-    out *= unit
+    p, q = unit.numerator, unit.denominator
+    short = p < _FLOAT64_EXACT_INTEGERS // _FLOAT32_EXACT_INTEGERS and q < _FLOAT64_EXACT_INTEGERS
+    if Fraction(float(unit)) != unit and short:
+        out *= p  # sqrt(D) < 2**12 up to exact_within: an exact integer product where D is a perfect square
+        out /= q  # the one rounding
+    else:  # the unit is a float (one rounding: k * unit), or a fraction of over 29 bits (two roundings)
+        out *= float(unit)
     return out
 
 
@@ -455,7 +507,10 @@ def distance_to_mask(mask: ArrayLike, spacing: SpacingLike = 1.0, backend: str =
             0.8 mm, enough to move a voxel exactly ``r`` mm away beyond ``r``). The ``edt`` backend (and
             ``"auto"``) then runs on the integer lattice of :func:`lattice_unit`, as fast and exact, where the
             spacings have one, and scipy's float64 transform where they do not (anisotropic spacings that are no
-            multiples of a common unit, such as float32 header values: about 4x slower); computed on the CPU.
+            multiples of a common unit, such as float32 header values: about 4x slower); computed on the CPU
+            (``backend="cucim"`` with a CUDA tensor is served there as ``"auto"``). A voxel exactly ``r`` mm away on
+            the lattice comes out as the float ``r``; where scipy computes, a distance may be a unit in the last place
+            off, so a decision ``d <= r`` taken exactly at ``r`` may still need a relative tolerance of a few 1e-16.
             Distances beyond ``exact_within`` come out beyond it, to float32 precision.
 
     Returns:
@@ -475,7 +530,8 @@ def distance_to_mask(mask: ArrayLike, spacing: SpacingLike = 1.0, backend: str =
     if isinstance(exact_within, bool) or not isinstance(exact_within, (int, float, np.integer, np.floating)) or not (
             math.isfinite(exact_within) and exact_within >= 0):
         raise ValueError(f"exact_within must be None or a non-negative distance in mm, got {exact_within!r}")
-    return like_input(_exact_distance_to_features(_to_numpy(a != 0), sp, backend, float(exact_within)), mask)
+    on_cuda = isinstance(a, torch.Tensor) and a.device.type == "cuda"
+    return like_input(_exact_distance_to_features(_to_numpy(a != 0), sp, backend, float(exact_within), on_cuda), mask)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -513,10 +569,7 @@ def _hd_case(pred_fg: Array, target_fg: Array, spacing: tuple, percentile: float
 
 
 def _check_percentile(percentile: Any) -> float:
-    try:
-        q = float(percentile)
-    except (TypeError, ValueError):
-        raise ValueError(f"percentile must be a number in [0, 100], got {percentile!r}") from None
+    q = real_number(percentile, "percentile")  # True is no percentile (it was the 1st), nor "95" the 95th
     if not 0 <= q <= 100:
         raise ValueError(f"percentile must lie in [0, 100], got {percentile}")
     return q
@@ -537,8 +590,9 @@ def hausdorff_distance(
         pred_mask: one case ``(*spatial)`` (1-3 axes), foreground = non-zero; numpy array or torch tensor.
         target_mask: the reference of the same shape.
         spacing: voxel size in mm per axis (scalar for isotropic).
-        percentile: in [0, 100] (95 for HD95, 100 for the classical Hausdorff distance).
-        warn: warn about empty foregrounds.
+        percentile: in [0, 100] (95 for HD95, 100 for the classical Hausdorff distance); 0 is the 0th percentile,
+            not MONAI's ``percentile=0`` (read as unset there: the maximum).
+        warn: warn about empty foregrounds (``True`` or ``False``).
 
     Returns:
         a float in mm: NaN when both foregrounds are empty, ``inf`` when exactly one is (with a ``UserWarning`` if
@@ -560,6 +614,7 @@ def hausdorff_distance(
             f"pred_mask and target_mask must have the same shape, got {tuple(p.shape)} and {tuple(t.shape)}"
         )
     n = _spatial_dims(p, None, "pred_mask")
+    warn = check_bool(warn, "warn")  # a string "no" is truthy
     return _hd_case(p > 0, t > 0, normalize_spacing(spacing, n), _check_percentile(percentile), warn)
 
 
@@ -582,7 +637,10 @@ def hd95(
         target: reference label map of the same shape.
         spacing: voxel size in mm per spatial axis, or one row per case.
         spatial_dims: number of trailing spatial axes (default: all axes, at most 3).
-        percentile: in [0, 100]; 100 gives the classical Hausdorff distance.
+        percentile: a real number in [0, 100]; 100 gives the classical Hausdorff distance. MONAI's convention holds
+            for every percentile but 0: MONAI reads ``percentile=0`` as unset and returns the maximum (the classical
+            Hausdorff distance), here 0 is the 0th percentile (the larger of the two directed minima, 0 where the
+            edges meet).
 
     Returns:
         float64 values in mm of the leading (batch) shape, ``(1,)`` for a single case ``(*spatial)`` (numpy, or

@@ -28,7 +28,10 @@ exactly one coarse voxel away from the boundary fall inside the default width ``
 rounding of the distance transform.
 
 SPACE uses a Gaussian of standard deviation ``sigma`` mm per axis (``sigma / spacing`` voxels), truncated at
-``truncate = 4`` standard deviations, and scipy's ``mode='reflect'`` boundary handling.
+``truncate = 4`` standard deviations, and scipy's ``mode='reflect'`` boundary handling. A kernel longer than the
+axis (and than 4096 voxels on the CPU) is folded onto it, the reflected extension being periodic: one matrix product,
+equal to scipy's passes up to the order of the float64 additions, instead of a kernel of ``2 * radius + 1`` taps
+(a sigma of 1e7 voxels needed gigabytes). Radii beyond ``2**26`` voxels are refused (``ValueError``).
 
 Shapes: ``uncertainty`` is ``(B, 1, *spatial)`` or ``(*spatial)`` (one case, ``B = 1``), 2D or 3D; every
 function returns one value per case, ``(B,)``, whatever the input shape (``(1,)`` for one unbatched map).
@@ -65,10 +68,13 @@ from .._utils import (
     check_bool,
     check_finite,
     check_labels,
+    holds_bool,
+    holds_non_real,
     like_input,
     num_threads,
     per_axis_mm,
     real_number,
+    to_numpy,
     to_tensor,
     warn_nan,
 )
@@ -125,8 +131,16 @@ TIE_RTOL = 1e-6
 
 
 def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
-    """``(cases, *spatial)`` float64 copy of the uncertainty (numpy, or a CUDA tensor) and whether batched."""
+    """``(cases, *spatial)`` float64 copy of the uncertainty (numpy, or a CUDA tensor) and whether batched.
+
+    Any real dtype: bfloat16 (autocast inference) and numpy's longdouble are read as float64, the precision the metrics
+    compute in; a complex map is refused (its imaginary part would be dropped).
+    """
+    if isinstance(uncertainty, np.ndarray) and uncertainty.dtype.kind == "f" and uncertainty.dtype.itemsize > 8:
+        uncertainty = uncertainty.astype(np.float64)  # longdouble: torch has no such dtype
     u = to_tensor(uncertainty, "uncertainty").detach()  # a map computed in a training step may require grad
+    if u.is_complex():
+        raise TypeError(f"uncertainty must be a real-valued map, got dtype {u.dtype}")
     if u.ndim in (4, 5) and u.shape[1] == 1:
         cases, batched = u[:, 0], True
     elif u.ndim in (2, 3):
@@ -140,9 +154,11 @@ def _split_uncertainty(uncertainty: Any) -> tuple[Array, bool]:
         raise ValueError(f"uncertainty is empty (shape {tuple(u.shape)})")
     if cases.device.type == "cuda":
         out: Array = cases.to(torch.float64)
-    else:
-        out = cases.numpy().astype(np.float64)
-    if not math.isfinite(float(out.sum())):  # one cheap pass; the full check only names the problem
+    else:  # a float64 copy: the kernels write into it
+        out = to_numpy(cases, "uncertainty").astype(np.float64)
+    with np.errstate(over="ignore"):  # a sum of huge finite values overflows: the full check tells them apart
+        finite = math.isfinite(float(out.sum()))  # one cheap pass; the full check only names the problem
+    if not finite:
         check_finite(torch.as_tensor(out), "uncertainty")
     return out, batched
 
@@ -260,7 +276,7 @@ def check_spacing_option(spacing: Any) -> None:
         f"spacing must be a number, one number per spatial axis (2 or 3) or one row of those per case (mm), "
         f"got {spacing!r}"
     )
-    if isinstance(spacing, (bool, np.bool_, str, bytes)):
+    if holds_bool(spacing) or holds_non_real(spacing):  # True is not 1 mm, nor "2" 2 mm
         raise ValueError(shape_error)
     try:
         arr = np.asarray(spacing.detach().cpu() if isinstance(spacing, torch.Tensor) else spacing, dtype=float)
@@ -287,9 +303,71 @@ def _sigma_mm(sigma: float | Sequence[float], ndim: int) -> tuple[float, ...]:
 # Gaussian smoothing (scipy semantics: radius int(truncate * sigma + 0.5), mode 'reflect')
 # --------------------------------------------------------------------------------------------------------
 
+#: kernel radius (voxels) beyond which the numpy path folds the kernel onto the axis (:func:`_folded_kernel`) where it
+#: is longer than the axis too; up to it, the passes are scipy's own (bit-identical). 8193 taps cost every voxel that
+#: many multiply-adds, and scipy allocates the whole kernel (sigma = 1e7 voxels: 640 MB, then a MemoryError)
+_FOLD_MIN_RADIUS = 2**12
+#: the largest kernel radius computed (voxels): its weights cost a second or so; a Gaussian that wide averages any
+#: volume (the result tends to the mean as ``1 / sigma``), and beyond it ``k**2`` leaves float64's exact integers
+_MAX_RADIUS = 2**26
+
+
+def _kernel_radius(sigma: float, truncate: float, ax: int) -> int:
+    """The kernel radius ``int(truncate * sigma + 0.5)`` (scipy's) of a Gaussian of ``sigma`` voxels along ``ax``.
+
+    Raises:
+        ValueError: a radius beyond :data:`_MAX_RADIUS`.
+    """
+    r = int(truncate * sigma + 0.5)
+    if r > _MAX_RADIUS:
+        raise ValueError(
+            f"sigma is {sigma:.4g} voxels along axis {ax} (sigma / spacing): with truncate={truncate:g} its kernel "
+            f"radius of {r} voxels is beyond the {_MAX_RADIUS} computed; a Gaussian that wide averages the whole volume"
+        )
+    return r
+
+
+def _folded_kernel(n: int, sigma: float, radius: int) -> np.ndarray:
+    """The Gaussian of scipy's ``gaussian_filter1d(mode='reflect')`` on an axis of ``n`` voxels as an ``(n, n)`` matrix.
+
+    The reflected extension (``d c b a | a b c d | d c b a``) is periodic with period ``2n``: output ``i`` is ``sum_c
+    S[c] x[refl(i + c)]`` with ``S[c]`` the sum of the kernel's weights at the offsets ``k = c (mod 2n)``, ``|k| <=
+    radius``. The weights are scipy's (``exp(-0.5 / sigma**2 * k**2)``, divided by their sum), added up in slabs of
+    ``2n`` offsets, so the memory is ``O(n**2)`` and the time ``O(radius)`` whatever ``radius``; the result equals
+    scipy's up to the order of the float64 additions.
+    """
+    period = 2 * n
+    coef = -0.5 / (sigma * sigma)
+    half = np.zeros(period)  # S over the offsets k > 0, at k mod 2n
+    rows = max(1, (1 << 18) // period)  # slabs of about 2**18 offsets (2 MB each array)
+    for first in range(1, radius + 1, rows * period):
+        k = np.arange(first - 1, min(first - 1 + rows * period, radius + 1), dtype=np.float64)  # a multiple of 2n first
+        w = np.exp(coef * (k * k))  # k * k is exact: k <= _MAX_RADIUS = 2**26
+        if first == 1:
+            w[0] = 0.0  # k = 0 is added once below
+        w = np.concatenate([w, np.zeros(-len(w) % period)])
+        half += w.reshape(-1, period).sum(axis=0)
+    folded = half + np.roll(half[::-1], 1)  # the offsets -k, at (2n - k mod 2n) mod 2n
+    folded[0] += 1.0  # k = 0: exp(0)
+    folded /= folded.sum()
+    i = np.arange(n)[:, None]
+    j = _reflect(i + np.arange(period)[None, :], n)
+    flat = np.bincount((i * n + j).ravel(), weights=np.broadcast_to(folded, j.shape).ravel(), minlength=n * n)
+    return flat.reshape(n, n)
+
 
 def _filter_axis(src: np.ndarray, dst: np.ndarray, ax: int, sigma: float, truncate: float, threads: int) -> None:
-    """One 1-D Gaussian pass along ``ax`` from ``src`` into ``dst``, in slabs along another axis, threaded."""
+    """One 1-D Gaussian pass along ``ax`` from ``src`` into ``dst``, in slabs along another axis, threaded.
+
+    A kernel longer than the axis and than :data:`_FOLD_MIN_RADIUS` is folded onto the axis (:func:`_folded_kernel`):
+    one matrix product.
+    """
+    n = src.shape[ax]
+    radius = _kernel_radius(sigma, truncate, ax)
+    if radius > max(n, _FOLD_MIN_RADIUS):
+        lead = math.prod(src.shape[:ax])
+        dst[...] = np.matmul(_folded_kernel(n, sigma, radius), src.reshape(lead, n, -1)).reshape(dst.shape)
+        return
     other = [a for a in range(src.ndim) if a != ax]
     if threads <= 1 or not other or src.size < (1 << 20):  # threads only pay off on large volumes
         ndimage.gaussian_filter1d(src, sigma, axis=ax, truncate=truncate, mode="reflect", output=dst)
@@ -329,11 +407,18 @@ def _gaussian_scipy(x: np.ndarray, sigmas: tuple, truncate: float, threads: int)
     return work[cur]
 
 
+def _reflect(j: Any, n: int) -> Any:
+    """The voxel at positions ``j`` (integers, numpy or torch, any sign) of scipy's 'reflect' extension of ``n`` voxels.
+
+    The extension ``d c b a | a b c d | d c b a`` is periodic with period ``2n``.
+    """
+    j = j % (2 * n)  # floor modulo, numpy and torch alike: in [0, 2n)
+    return j + (j >= n) * (2 * n - 1 - 2 * j)
+
+
 def _reflect_index(n: int, radius: int, device: torch.device) -> torch.Tensor:
-    """Indices of scipy's 'reflect' extension (d c b a | a b c d | d c b a, periodic with period 2n)."""
-    idx = torch.arange(-radius, n + radius, device=device)
-    j = torch.remainder(idx, 2 * n)
-    return torch.where(j >= n, 2 * n - 1 - j, j)
+    """Indices of scipy's 'reflect' extension of an axis of ``n`` voxels by ``radius`` on both sides."""
+    return _reflect(torch.arange(-radius, n + radius, device=device), n)
 
 
 def _gaussian_torch(x: torch.Tensor, sigmas: tuple, truncate: float) -> torch.Tensor:
@@ -342,11 +427,15 @@ def _gaussian_torch(x: torch.Tensor, sigmas: tuple, truncate: float) -> torch.Te
     for ax, s in enumerate(sigmas):
         if s <= 1e-15:
             continue
-        r = int(truncate * float(s) + 0.5)
+        r = _kernel_radius(float(s), truncate, ax)
+        n = out.shape[ax]
+        if r > n:  # folded onto the axis: no padded copy of (n + 2r) per line
+            kernel = torch.from_numpy(_folded_kernel(n, float(s), r)).to(device=out.device, dtype=out.dtype)
+            out = torch.matmul(out.movedim(ax, -1), kernel.T).movedim(-1, ax)
+            continue
         grid = torch.arange(-r, r + 1, dtype=torch.float64, device=x.device)
         k = torch.exp(-0.5 * (grid / s) ** 2)
         k = (k / k.sum()).to(out.dtype)
-        n = out.shape[ax]
         padded = out.index_select(ax, _reflect_index(n, r, x.device)).movedim(ax, -1)
         lead = padded.shape[:-1]
         res = torch.nn.functional.conv1d(padded.reshape(-1, 1, n + 2 * r), k.view(1, 1, -1))
@@ -383,6 +472,12 @@ def _buc_case(u: Array, p: Array, t: Array, spacing: tuple, width: float | None,
     n_in, n = int(inside.sum()), math.prod(inside.shape)
     if n_in == n:
         return warn_nan(f"BUC: the boundary region (width {w:.4g} mm) covers the whole volume; BUC is undefined", 4)
+    top = float(u.max())
+    if top * n >= 2.0**1000 or 0 < top < 2.0**-900:
+        # BUC is scale invariant: a power of two (exact) brings the map to [0.5, 1) where its sums neither overflow
+        # (a map of 1e307 gave NaN) nor lose the bits of subnormal values; other maps are not touched
+        power = -math.frexp(top)[1]  # up to 1074 in magnitude: two factors, each a finite float
+        u = u * 2.0 ** (power // 2) * 2.0 ** (power - power // 2)
     total = float(u.sum())
     sum_in = float(u[inside].sum())
     mu_in = sum_in / n_in
@@ -606,6 +701,7 @@ def boundary_aware_ece(
     """
     check_bands(n_bands, max_distance)
     normalize = check_bool(normalize, "normalize")  # a string "false" (bundle override) is truthy
+    return_bands = check_bool(return_bands, "return_bands")
     u, p, t, _ = _prepare(uncertainty, pred, target)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)
     results = [
@@ -653,6 +749,11 @@ def spatial_calibration_error(
         the values ``(B,)`` (``(1,)`` for an unbatched map), or ``(value, smoothed_map)`` with
         ``return_map=True``.
 
+    Raises:
+        ValueError: bad shapes, spacing, sigma or truncate, or a kernel radius ``truncate * sigma / spacing`` beyond
+            ``2**26`` voxels (a Gaussian that wide averages the whole volume; its weights would take seconds).
+        TypeError: a non-bool ``return_map``, a complex uncertainty map.
+
     Example:
         >>> import torch
         >>> from monai_unc.metrics import spatial_calibration_error
@@ -668,6 +769,7 @@ def spatial_calibration_error(
         0.0118
     """
     check_truncate(truncate)
+    return_map = check_bool(return_map, "return_map")  # a string "false" (bundle override) is truthy
     u, p, t, _ = _prepare(uncertainty, pred, target)
     sig = _sigma_mm(sigma, u.ndim - 1)
     sps = case_spacings(spacing, u.shape[0], u.ndim - 1)

@@ -46,8 +46,35 @@ def _pack(uncertainty: Any, pred: Any) -> Any:
     return _pack_one(uncertainty, pred, batched=True)
 
 
+def _exact_float_dtype(x: torch.Tensor, name: str) -> torch.dtype:
+    """The floating dtype that holds every value of ``x``.
+
+    Its own for a floating ``x``; for integers and bools float32, or float64 for integers beyond ``2**24`` in magnitude
+    (float32 would merge label ``2**24 + 1`` with ``2**24``).
+
+    Raises:
+        TypeError: a complex ``x``.
+        ValueError: an integer beyond ``2**53`` in magnitude (no floating dtype of torch holds it).
+    """
+    if x.is_complex():
+        raise TypeError(f"{name} must be real-valued, got dtype {x.dtype}")
+    if x.is_floating_point():
+        return x.dtype
+    if x.dtype.itemsize < 4 or x.numel() == 0:  # bool, (u)int8, int16: float32 holds them all
+        return torch.float32
+    lo, hi = (int(v) for v in torch.aminmax(x))
+    for dtype in (torch.float32, torch.float64):
+        if max(-lo, hi) <= 2 / torch.finfo(dtype).eps:  # every integer up to 2**(mantissa bits + 1)
+            return dtype
+    raise ValueError(f"{name} holds the integer {max(hi, lo, key=abs)}, beyond 2**53: no floating dtype holds it")
+
+
 def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
     """``cat([uncertainty, pred])`` along the channel axis; a MetaTensor result when either input is one.
+
+    The packed dtype holds every value of both (:func:`_exact_float_dtype`; at least float32): a float16 uncertainty
+    map does not round float32 probabilities (0.5001 and 0.4999 would tie and the argmax change) nor large label
+    indices, so the class computes what its function computes on the two inputs.
 
     The packed tensor keeps the metadata (affine, batch flag) of the first MetaTensor among ``uncertainty`` and
     ``pred``, so that the metric can still read the voxel spacing from it when ``y`` is a plain tensor.
@@ -59,11 +86,12 @@ def _pack_one(uncertainty: Any, pred: Any, batched: bool) -> torch.Tensor:
     ch = 1 if batched else 0
     if p.ndim == u.ndim - 1:
         p = p.unsqueeze(ch)
-    if not u.is_floating_point():
-        u = u.to(torch.float32)
     if u.shape[ch] != 1:
         raise ValueError(f"uncertainty must have one channel, got shape {tuple(u.shape)}")
-    packed = torch.cat([u, p.to(device=u.device, dtype=u.dtype)], dim=ch)
+    dtype = torch.promote_types(
+        torch.promote_types(_exact_float_dtype(u, "uncertainty"), _exact_float_dtype(p, "y_pred")), torch.float32
+    )
+    packed = torch.cat([u.to(dtype=dtype), p.to(device=u.device, dtype=dtype)], dim=ch)
     source = next((x for x in (uncertainty, pred) if isinstance(x, MetaTensor)), None)
     if source is None:
         return packed
@@ -97,7 +125,8 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
     ``do_metric_reduction`` (which averages in float32; ``aggregate("none")`` returns the float64 values).
 
     Spacing: the ``spacing`` call argument, else the constructor's, else the affine of a MetaTensor ``y`` /
-    ``y_pred`` (``pixdim``), else 1 mm.
+    ``y_pred`` (``pixdim``), else 1 mm. A spacing of one row per case gives row ``i`` to case ``i``: of the batch, or
+    item ``i`` of a decollated list.
     """
 
     def __init__(
@@ -119,6 +148,34 @@ class _SpatialUncertaintyMetric(CumulativeIterationMetric):
         if uncertainty is not None:
             y_pred = _pack(uncertainty, y_pred)
         return super().__call__(y_pred, y, **kwargs)
+
+    def _compute_list(self, y_pred: Any, y: Any = None, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        """MONAI's evaluation of a decollated list, item by item, each item with its own row of a per-case spacing.
+
+        MONAI passes the call's arguments to every item as they are: a spacing of one row per case (``(N, ndim)``)
+        then met one case and was refused. Here item ``i`` gets row ``i``; lists of different lengths are refused
+        (MONAI's ``zip`` dropped the extra items without a word).
+
+        Raises:
+            ValueError: ``y_pred`` and ``y`` of different lengths, or a spacing whose rows are not one per item.
+        """
+        if y is None:
+            return super()._compute_list(y_pred, y, **kwargs)
+        if len(y_pred) != len(y):
+            raise ValueError(f"y_pred has {len(y_pred)} items but y has {len(y)}")
+        spacing = kwargs.get("spacing")
+        spacing = self.spacing if spacing is None else spacing
+        try:
+            rows = np.ndim(spacing) == 2
+        except ValueError:  # ragged: refused by the first case's check
+            rows = False
+        if rows and len(spacing) != len(y_pred):
+            raise ValueError(f"spacing has {len(spacing)} rows but the decollated list has {len(y_pred)} items")
+        per_item = [dict(kwargs, spacing=row) for row in spacing] if rows else [kwargs] * len(y_pred)
+        return torch.cat([
+            self._compute_tensor(p.detach().unsqueeze(0), t.detach().unsqueeze(0), **kw)
+            for p, t, kw in zip(y_pred, y, per_item)
+        ])
 
     def _compute_tensor(self, y_pred: torch.Tensor, y: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
         if y is None:

@@ -26,3 +26,150 @@ def test_the_distance_functions_refuse_a_bool_spacing(spacing):
                  lambda: distance_to_boundary(p, spacing=spacing)):
         with pytest.raises(ValueError, match="spacing must be a number"):
             call()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hostile testing of the boundary functions (dtypes, flags, exactness, extreme spacings)
+# ---------------------------------------------------------------------------------------------------------------
+def _functions():
+    import torch
+
+    from monai_unc.metrics.boundary import (
+        distance_to_boundary,
+        distance_to_mask,
+        foreground_edges,
+        hausdorff_distance,
+        label_boundary,
+    )
+
+    return {"distance_to_mask": distance_to_mask, "distance_to_boundary": distance_to_boundary,
+            "label_boundary": label_boundary, "foreground_edges": foreground_edges,
+            "hd95": lambda m: hd95(m, m.detach().flip(-1)),
+            "hausdorff_distance": lambda m: torch.tensor(hausdorff_distance(m, m.detach().flip(-1), percentile=80))}
+
+
+@pytest.mark.parametrize("name", ["distance_to_mask", "distance_to_boundary", "label_boundary", "foreground_edges",
+                                  "hd95", "hausdorff_distance"])
+def test_label_maps_that_require_grad_or_are_bfloat16(name):
+    """Found by hostile testing: a tensor that requires grad raised torch's "Can't call numpy() on Tensor that
+    requires grad", a bfloat16 one "Got unsupported ScalarType BFloat16" (``.numpy()``); both give the values of the
+    plain float32 map (the spatial metrics already detached their inputs)."""
+    import torch
+
+    fn = _functions()[name]
+    _, p, _ = _blob_case()
+    plain = torch.from_numpy(p).float()
+    expected = fn(plain)
+    for m in (plain.clone().requires_grad_(), plain.bfloat16()):
+        got = fn(m)
+        assert isinstance(got, torch.Tensor) and not got.requires_grad
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_the_options_of_hd95_are_type_checked():
+    """Found by hostile testing: ``percentile=True`` was the 1st percentile, ``percentile="95"`` the 95th, and
+    ``hausdorff_distance(warn="no")`` warned; a text spacing was read as a number."""
+    from monai_unc.metrics.boundary import distance_to_mask, hausdorff_distance
+
+    _, p, t = _blob_case()
+    for bad in (True, "95", None):
+        with pytest.raises(TypeError, match="percentile must be a real number"):
+            hd95(p, t, percentile=bad)
+        with pytest.raises(TypeError, match="percentile must be a real number"):
+            hausdorff_distance(p, t, percentile=bad)
+    with pytest.raises(ValueError, match="percentile must lie in"):
+        hd95(p, t, percentile=float("nan"))
+    with pytest.raises(TypeError, match="warn must be True or False"):
+        hausdorff_distance(p, 0 * t, warn="no")
+    assert hd95(p, t, percentile=np.float32(95.0)) == hd95(p, t)
+    for spacing in ("2", ["0.5", "2"], np.array(["1", "1"])):
+        with pytest.raises(ValueError, match="spacing must be a number"):
+            distance_to_mask(p, spacing=spacing)
+        with pytest.raises(ValueError, match="spacing must be a number"):
+            hd95(p, t, spacing=spacing)
+
+
+def test_hd95_percentile_0_is_documented_against_monai():
+    """Found by hostile testing: the docs said hd95 follows MONAI for any percentile in [0, 100], but MONAI reads
+    ``percentile=0`` as unset (the maximum) where hd95 takes the 0th percentile; the docstring says so."""
+    from monai_unc.metrics.boundary import hausdorff_distance
+
+    p = np.zeros((8, 8), int)
+    t = np.zeros((8, 8), int)
+    p[2:5, 2:5] = 1
+    t[2:7, 2:7] = 1
+    assert float(hd95(p, t, percentile=0)[0]) == 0.0 < float(hd95(p, t, percentile=100)[0])
+    for fn in (hd95, hausdorff_distance):
+        assert "percentile=0" in " ".join(fn.__doc__.split()), fn.__name__
+
+
+@pytest.mark.parametrize("spacing, exact", [
+    ((3.0, 0.7, 0.7), ("3", "7/10", "7/10")),  # the fractions the spacings name (lattice unit 1/10)
+    ((0.7, 0.7, 3.0), ("7/10", "7/10", "3")),
+    ((1.2, 0.6, 2.5), ("6/5", "3/5", "5/2")),
+    ((0.8, 0.8, 0.8), (0.8, 0.8, 0.8)),  # isotropic: the float itself is the unit
+    ((0.5, 0.25, 1.5), ("1/2", "1/4", "3/2")),
+])
+def test_exact_within_rounds_distances_that_are_floats_correctly(spacing, exact):
+    """Found by hostile testing: on the edt package's integer lattice a voxel exactly 0.7 mm away came out as
+    0.7000000000000001 (``sqrt(D) * float(1/10)`` rounds twice), beyond a ``d <= 0.7`` decision; ``sqrt(D) * p / q``
+    gives every distance whose exact value is rational (a perfect square ``D``) correctly rounded."""
+    import math
+    from fractions import Fraction
+
+    from monai_unc.metrics.boundary import available_backends, distance_to_mask
+
+    if "edt" not in available_backends():
+        pytest.skip("the edt package is not installed")
+    m = np.zeros((13, 13, 13), bool)
+    m[0, 0, 0] = True
+    d = distance_to_mask(m, spacing=spacing, backend="edt", exact_within=12.0)
+    fr = [Fraction(s) for s in exact]
+    checked = 0
+    for idx in np.ndindex(m.shape):
+        sq = sum((k * f) ** 2 for k, f in zip(idx, fr))
+        root_n, root_d = math.isqrt(sq.numerator), math.isqrt(sq.denominator)
+        if root_n**2 == sq.numerator and root_d**2 == sq.denominator and sq <= 144:
+            assert d[idx] == float(Fraction(root_n, root_d)), (idx, d[idx])
+            checked += 1
+    assert checked > 30
+
+
+def test_exact_within_with_the_cucim_backend_runs_on_the_cpu(monkeypatch):
+    """Found by hostile testing (read in the code): ``distance_to_mask(cuda_tensor, backend="cucim", exact_within=r)``
+    raised "needs a CUDA tensor" (the exact path checked the backend as if the input were on the CPU); with a CUDA
+    input and cuCIM it is computed as ``"auto"`` computes it (cuCIM's float32 is not exact)."""
+    from monai_unc.metrics import boundary
+
+    _, p, _ = _blob_case()
+    mask = p > 0
+    monkeypatch.setattr(boundary, "_has_cucim", lambda: True)
+    expected = boundary.distance_to_mask(mask, spacing=(0.7, 3.0), exact_within=10.0)
+    got = boundary._exact_distance_to_features(mask, (0.7, 3.0), "cucim", 10.0, on_cuda=True)
+    np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match="backend='cucim' needs a CUDA tensor"):  # a CPU input: as without it
+        boundary.distance_to_mask(mask, spacing=(0.7, 3.0), backend="cucim", exact_within=10.0)
+
+
+@pytest.mark.parametrize("spacing", [(1e20, 1.0), (1e19, 1e19), (1e-25, 1e-25), (1e-20, 3e-20), (2.0**41, 1.0)])
+def test_extreme_spacings_give_scipys_distances(spacing):
+    """Found by hostile testing: the edt package squares the spacings in float32, so spacings from about 1e19 mm gave
+    inf / NaN distances and below about 1e-23 mm zeros; such spacings go to scipy's float64 transform."""
+    from scipy import ndimage
+
+    from monai_unc.metrics.boundary import BACKENDS, available_backends, distance_to_boundary, distance_to_mask
+
+    m = np.zeros((4, 5), bool)
+    m[1, 2] = True
+    ref = ndimage.distance_transform_edt(~m, sampling=spacing)
+    for backend in [b for b in BACKENDS if b in ("auto", *available_backends()) and b != "cucim"]:
+        np.testing.assert_allclose(distance_to_mask(m, spacing, backend=backend), ref, rtol=1e-7)
+        np.testing.assert_allclose(distance_to_mask(m, spacing, backend=backend, exact_within=1e-30), ref, rtol=1e-7)
+        np.testing.assert_allclose(distance_to_boundary(m, spacing, backend=backend),
+                                   ndimage.distance_transform_edt(~_boundary_of(m), sampling=spacing), rtol=1e-7)
+
+
+def _boundary_of(m):
+    from monai_unc.metrics.boundary import label_boundary
+
+    return label_boundary(m)

@@ -12,6 +12,8 @@ from monai_unc.metrics.spatial import (
     BoundaryAwareECEMetric,
     BoundaryUncertaintyConcentrationMetric,
     SpatialCalibrationErrorMetric,
+    _buc_case,
+    _gaussian_torch,
     boundary_aware_ece,
     boundary_uncertainty_concentration,
     spatial_calibration_error,
@@ -149,3 +151,194 @@ def test_inputs_that_require_grad_give_the_detached_values(fn):
     expected = fn(u, pred, target, spacing=(0.8, 1.5))
     got = fn(u.clone().requires_grad_(), pred.clone().requires_grad_(), target, spacing=(0.8, 1.5))
     torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hostile testing of the spatial metrics (dtypes, options, extreme values, decollated lists)
+# ---------------------------------------------------------------------------------------------------------------
+def _square_case(size=16):
+    target = torch.zeros(1, 1, size, size, dtype=torch.long)
+    target[..., 4:12, 4:12] = 1
+    pred = target.clone()
+    pred[..., 4:12, 12] = 1
+    u = 0.3 * torch.rand(1, 1, size, size, generator=torch.Generator().manual_seed(0))
+    return u, pred, target
+
+
+_FUNCTIONS_AND_CLASSES = [
+    (boundary_aware_ece, BoundaryAwareECEMetric),
+    (spatial_calibration_error, SpatialCalibrationErrorMetric),
+    (lambda *a, **k: boundary_uncertainty_concentration(*a, width=1.0, **k),
+     lambda **k: BoundaryUncertaintyConcentrationMetric(width=1.0, **k)),
+]
+
+
+@pytest.mark.parametrize("fn, cls", _FUNCTIONS_AND_CLASSES)
+def test_the_metric_classes_do_not_round_the_prediction_to_the_uncertainty_dtype(fn, cls):
+    """Found by hostile testing: the classes packed ``cat([uncertainty, pred])`` in the uncertainty's dtype, so a
+    float16 map rounded float32 probabilities 0.5001 / 0.4999 to a tie (argmax 0: BA-ECE 0.0814 against the function's
+    0.0766) and merged label indices above 2048 (float16) or 2**24 (float32). The class equals its function."""
+    u, _, target = _square_case()
+    p_fg = torch.full((1, 1, 16, 16), 0.1)
+    p_fg[..., 4:12, 4:12] = 0.9
+    p_fg[..., 3:13, 3] = 0.5001
+    p_fg[..., 4:12, 11] = 0.5001
+    probs = torch.cat([1 - p_fg, p_fg], 1)
+    assert bool((probs.half().argmax(1) != probs.argmax(1)).any())  # the case float16 rounding breaks
+    for unc, pred, y in ((u.half(), probs, target), (u.bfloat16(), probs.half(), target)):
+        got = cls()(y_pred=pred, y=y, uncertainty=unc)
+        torch.testing.assert_close(got.view(-1), fn(unc, pred, y).view(-1), rtol=0, atol=0)
+    for base, unc in ((2048, u.half()), (2**24, u)):  # two labels that float16 / float32 would merge
+        labels = torch.full((1, 1, 16, 16), base, dtype=torch.long)
+        labels[..., 8:] = base + 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # merged labels had no boundary: NaN with a warning
+            got = cls()(y_pred=labels, y=labels, uncertainty=unc)
+        torch.testing.assert_close(got.view(-1), fn(unc, labels, labels).view(-1), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error])
+def test_bfloat16_uncertainty_maps_are_read_as_float32(fn):
+    """Found by hostile testing: a bfloat16 map (autocast inference) raised torch's "Got unsupported ScalarType
+    BFloat16" from ``.numpy()``; it gives the values of its float32 copy (which holds each bfloat16 value)."""
+    u, pred, target = _square_case()
+    bf = u.bfloat16()
+    torch.testing.assert_close(fn(bf, pred, target), fn(bf.float(), pred, target), rtol=0, atol=0)
+    metric = SpatialCalibrationErrorMetric()
+    torch.testing.assert_close(metric(y_pred=pred, y=target, uncertainty=bf).view(-1),
+                               spatial_calibration_error(bf.float(), pred, target), rtol=0, atol=0)
+
+
+def test_the_flags_of_the_functions_must_be_bools():
+    """Found by hostile testing: ``return_bands="false"`` / ``return_map="false"`` (a bundle override) returned tuples;
+    they are refused by name as ``normalize`` is."""
+    u, p, t = _blob_case()
+    with pytest.raises(TypeError, match="return_bands must be True or False"):
+        boundary_aware_ece(u, p, t, return_bands="false")
+    with pytest.raises(TypeError, match="return_map must be True or False"):
+        spatial_calibration_error(u, p, t, return_map="false")
+    assert isinstance(boundary_aware_ece(u, p, t, return_bands=np.bool_(False)), np.ndarray)
+
+
+@pytest.mark.parametrize("call", [
+    lambda u, p, t: spatial_calibration_error(u, p, t, sigma="2"),
+    lambda u, p, t: spatial_calibration_error(u, p, t, sigma=["1", "2"]),
+    lambda u, p, t: boundary_uncertainty_concentration(u, p, t, spacing="2"),
+    lambda u, p, t: boundary_aware_ece(u, p, t, spacing=["0.5", "2"]),
+    lambda u, p, t: boundary_aware_ece(u[None], p[None], t[None], spacing=[["0.5", "2"]]),
+    lambda u, p, t: spatial_calibration_error(u, p, t, spacing=np.array([0.5 + 1j, 2])),
+])
+def test_texts_are_no_lengths(call):
+    """Found by hostile testing: ``"2"`` and ``["0.5", "2"]`` were read as 2 mm / (0.5, 2) mm (numpy converts them)."""
+    u, p, t = _blob_case()
+    with pytest.raises(ValueError, match="(spacing|sigma) must be a number"):
+        call(u, p, t)
+
+
+@pytest.mark.parametrize("spacing", [["0.5", "2"], [["0.5", "2"]], np.array(["1", "2"])])
+def test_the_metric_classes_refuse_a_text_spacing_when_built(spacing):
+    """Found by hostile testing: ``["0.5", "2"]`` passed the constructors' check (numpy converts it)."""
+    with pytest.raises(ValueError, match="spacing must be a number"):
+        SpatialCalibrationErrorMetric(spacing=spacing)
+
+
+@pytest.mark.parametrize("value", [np.array(0.7), torch.tensor(0.7, dtype=torch.float64)])
+def test_a_0d_array_is_a_scalar_spacing_and_sigma(value):
+    """Found by hostile testing: a 0-d array or tensor was refused at the first case ("spacing must have 2 values ...,
+    got 1") although the constructors accept it; it is the number it holds."""
+    u, p, t = _blob_case()
+    np.testing.assert_array_equal(boundary_uncertainty_concentration(u, p, t, spacing=value),
+                                  boundary_uncertainty_concentration(u, p, t, spacing=0.7))
+    np.testing.assert_array_equal(spatial_calibration_error(u, p, t, sigma=value),
+                                  spatial_calibration_error(u, p, t, sigma=0.7))
+    tu, tp, tt = (torch.from_numpy(a)[None, None] for a in (u, p, t))
+    got = SpatialCalibrationErrorMetric(spacing=value, sigma=value)(y_pred=tp, y=tt, uncertainty=tu)
+    torch.testing.assert_close(got.view(-1), spatial_calibration_error(tu, tp, tt, spacing=0.7, sigma=0.7))
+
+
+def test_space_with_a_kernel_far_wider_than_the_volume():
+    """Found by hostile testing: sigma = 1e7 mm on an 8 x 8 image allocated scipy's kernel of 8e7 taps (1.2 GB,
+    13 s; a MemoryError at 1e8). The kernel is folded onto the axis (the reflected extension is periodic): the same
+    values as scipy's passes, in little memory, tending to |mean(U - E)|; radii beyond 2**26 voxels are refused."""
+    import tracemalloc
+
+    from scipy import ndimage
+
+    u, p, t = _blob_case((8, 8))
+    e = (p != t).astype(float)
+    for sigma in (2000.0, (5000.0, 0.7), (1.5, 3000.0)):  # kernels longer than 4096 voxels: folded
+        smoothed = ndimage.gaussian_filter(u - e, sigma, truncate=4.0, mode="reflect")
+        ref = np.abs(smoothed).mean()
+        assert float(spatial_calibration_error(u, p, t, sigma=sigma)[0]) == pytest.approx(ref, rel=1e-13, abs=0)
+        sigmas = np.broadcast_to(sigma, (2,))
+        got = _gaussian_torch(torch.from_numpy(u - e), tuple(sigmas), 4.0)  # the kernel of CUDA tensors folds too
+        np.testing.assert_allclose(got.numpy(), smoothed, rtol=0, atol=1e-14)
+    tracemalloc.start()
+    try:
+        value = float(spatial_calibration_error(u, p, t, sigma=1e6)[0])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20  # scipy's kernel of 8e6 taps alone: 64 MB
+    assert value == pytest.approx(abs((u - e).mean()), rel=1e-6)
+    with pytest.raises(ValueError, match="sigma is 1e\\+12 voxels along axis 0"):
+        spatial_calibration_error(u, p, t, sigma=1e12)
+
+
+def test_complex_and_longdouble_uncertainty_maps():
+    """Found by hostile testing: a complex map was accepted (numpy dropped its imaginary part with a ComplexWarning);
+    a longdouble one raised torch's TypeError naming no argument. The first is refused by name, the second read as
+    float64 (the metrics' precision); longdouble labels are refused by name."""
+    u, p, t = _blob_case()
+    with pytest.raises(TypeError, match="uncertainty must be a real-valued map"):
+        spatial_calibration_error(u + 5j, p, t)
+    with pytest.raises(TypeError, match="uncertainty must be real-valued"):
+        SpatialCalibrationErrorMetric()(y_pred=torch.from_numpy(p)[None, None], y=torch.from_numpy(t)[None, None],
+                                        uncertainty=torch.from_numpy(u + 5j)[None, None])
+    long = u.astype(np.longdouble)
+    for fn in (boundary_uncertainty_concentration, boundary_aware_ece, spatial_calibration_error):
+        np.testing.assert_array_equal(fn(long, p, t), fn(u, p, t))
+    if np.dtype(np.longdouble).itemsize > 8:  # (float64 on some platforms)
+        with pytest.raises(TypeError, match="pred has dtype"):
+            spatial_calibration_error(u, p.astype(np.longdouble), t)
+
+
+def test_per_case_spacing_rows_with_decollated_lists():
+    """Found by hostile testing: a spacing of one row per case failed with decollated lists ("spacing has 2 rows but
+    there are 1 cases": MONAI evaluates the items one by one with the same arguments); item ``i`` gets row ``i``."""
+    g = torch.Generator().manual_seed(2)
+    t = torch.zeros(2, 1, 8, 8, dtype=torch.long)
+    t[:, :, 2:6, 2:6] = 1
+    p = t.clone()
+    p[:, :, 2:6, 6] = 1
+    u = torch.rand(2, 1, 8, 8, generator=g)
+    rows = [[1.0, 2.0], [0.5, 0.5]]
+    for fn, cls in _FUNCTIONS_AND_CLASSES:
+        batch = cls(spacing=rows)(y_pred=p, y=t, uncertainty=u)
+        torch.testing.assert_close(batch.view(-1), fn(u, p, t, spacing=rows), rtol=0, atol=0)
+        for metric, kwargs in ((cls(spacing=rows), {}), (cls(), {"spacing": torch.tensor(rows)})):
+            listed = metric(y_pred=list(p), y=list(t), uncertainty=list(u), **kwargs)
+            torch.testing.assert_close(listed, batch, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="spacing has 2 rows but the decollated list has 1 items"):
+        SpatialCalibrationErrorMetric(spacing=rows)(y_pred=list(p[:1]), y=list(t[:1]), uncertainty=list(u[:1]))
+    with pytest.raises(ValueError, match="y_pred has 2 items but y has 1"):
+        SpatialCalibrationErrorMetric()(y_pred=list(p), y=list(t[:1]), uncertainty=list(u))
+
+
+@pytest.mark.parametrize("scale", [1e307, 1.7e308, 1e-310, 2.0**-1000])
+def test_buc_is_scale_invariant_at_extreme_magnitudes(scale):
+    """Found by hostile testing: BUC of a map of values about 1e307 was NaN (its float64 sums overflowed, with numpy
+    RuntimeWarnings only), although BUC does not depend on the map's scale. A power of two brings such maps to [0.5, 1)
+    first; other maps are computed as before."""
+    u, p, t = _blob_case()
+    u = u / u.max()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = boundary_uncertainty_concentration(u * scale, p, t)
+        got_torch = boundary_uncertainty_concentration(torch.from_numpy(u * scale), p, t)
+    expected = boundary_uncertainty_concentration(u, p, t)
+    np.testing.assert_allclose(got, expected, rtol=1e-12 if scale > 1e-300 else 1e-9)
+    np.testing.assert_allclose(got_torch.numpy(), got, rtol=0, atol=0)
+    # the kernel's tensor branch (CUDA input), on CPU tensors
+    case = _buc_case(torch.from_numpy(u * scale), torch.from_numpy(p), torch.from_numpy(t), (1.0, 1.0), None, "auto")
+    assert case == float(got[0])
