@@ -14,7 +14,7 @@ written once per batch instead of once per sample.
   owns its voxels: no two threads write one sum).
 - CUDA (Triton): one launch per update; each program holds a block of voxels of the sums in registers, adds the
   ``k`` samples (entropy evaluated in float32, float64 for float64 samples, with the reference's formula
-  ``-sum_c p_c log max(p_c, tiny)``) and writes the block back.
+  ``-sum_c p_c log max(p_c, tiny)``, ``p`` clamped into [0, 1]) and writes the block back.
 
 Per voxel the samples are added in the reference's order (sample by sample), so the float sums equal the reference's
 up to the rounding of each addition: unit weights give the same ``sum_p`` bit for bit (``s + p`` is one correctly

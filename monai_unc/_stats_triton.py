@@ -2,10 +2,10 @@
 
 ``accumulate``: one launch adds ``k`` samples to the running sums of :class:`~monai_unc.stats.SampleStats`; each
 program holds a block of voxels of the sums (all classes) in registers, adds the samples in order and writes the
-block back. The per-sample entropy is the reference's formula (``-sum_c p_c log max(p_c, tiny)``, or the binary
-entropy per channel) evaluated in float32 (float64 for float64 samples). ``value_flags``: one launch of the read-only
-checks (per program: non-finite values, min, max, largest deviation of the class sums from 1), reduced on the device
-and read with one synchronisation.
+block back. The per-sample entropy is the reference's formula (``-sum_c p_c log max(p_c, tiny)`` with ``p`` clamped
+into [0, 1], or the binary entropy per channel) evaluated in float32 (float64 for float64 samples). ``value_flags``:
+one launch of the read-only checks (per program: non-finite values, min, max, largest deviation of the class sums
+from 1), reduced on the device and read with one synchronisation.
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ if triton is not None:
             row = (k * B + b) * C
             x = tl.load(p_ptr + (row + cs[:, None]).to(tl.int64) * V + offs[None, :], mask=m2, other=0.0)
             xe = x.to(tiny.dtype)
-            # clamp_min(tiny) as torch does it (NaN stays NaN); masked lanes hold 0: 0 log tiny = 0
+            # the reference's clamp(p, 0, 1) log clamp(p, tiny, 1) (measures._entropy_t): values a little outside
+            # [0, 1] count as 0 or 1; comparisons with NaN are false, so NaN stays NaN; masked lanes hold 0
+            xe = tl.where(xe < 0.0, one - one, tl.where(xe > one, one, xe))
             lx = tl.log(tl.where(xe < tiny, tiny, xe))
             if MULTILABEL:
                 q = one - xe

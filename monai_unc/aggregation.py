@@ -272,8 +272,14 @@ def max_patch(
 
     Box sums are differences of cumulative sums (formed as running sums), axis by axis, so the cost is
     O(voxels) whatever the box size, against O(voxels * box volume) for a direct convolution with a
-    ``k^D`` kernel (ValUES uses ``scipy.signal.convolve``). Sums accumulate in float64. CUDA tensors are
-    processed on the CPU (one copy of the map) and the result is returned on their device.
+    ``k^D`` kernel (ValUES uses ``scipy.signal.convolve``). Sums accumulate in float64. The winning box's score is
+    then summed again directly from the map, so the reported score is that box's sum (mean) to float64 rounding of
+    its own values. Residual: the running sums carry the magnitude of the values already passed, so in a map whose
+    values span more than ~1e12 (e.g. one plane of -1e16 beside values ~0.3) the small values are rounded away in
+    the *search*: boxes whose exact sums differ by less than that rounding (``~2^-52`` times the largest magnitude
+    the running sums passed) may be ranked in the wrong order and another box chosen. Uncertainty maps (values in
+    [0, log C]) are far from this. CUDA tensors are processed on the CPU (one copy of the map) and the result is
+    returned on their device.
 
     Args:
         uncertainty: ``(B, 1, *spatial)`` maps, 2D or 3D.
@@ -313,10 +319,9 @@ def max_patch(
     def take(a: np.ndarray, i: int | None) -> np.ndarray:
         return a if i is None else a[:, i]
 
+    m = None
     if mask is None:
         best, start = _box_argmax(lambda i: [take(u, i)], u.shape[1], size, lambda s: s[0])
-        if reduction == "mean":
-            best = best / float(np.prod(size))
     else:
         m = _mask(mask, torch.Size(u.shape), torch.device("cpu")).numpy()
 
@@ -338,9 +343,34 @@ def max_patch(
                 UserWarning,
                 stacklevel=2,
             )
-            best = np.where(empty, np.nan, best)
             start[empty] = -1
+    best = _box_score(u, m, start, size, reduction)
     return PatchMax(like_input(best, uncertainty), like_input(start, uncertainty), size)
+
+
+def _box_score(
+    u: np.ndarray, mask: np.ndarray | None, start: np.ndarray, size: Sequence[int], reduction: str
+) -> np.ndarray:
+    """The score of each case's chosen box, summed directly from the map (float64): NaN where ``start`` is -1.
+
+    The search (:func:`_box_argmax`) forms box sums as differences of running and cumulative sums, which lose the
+    small values of a map next to huge ones (a range above ~1e12: a box of sum 8.1 beside a plane of -1e16 was
+    reported as 0.0; found by hostile testing). The winning box is summed again on its own, so the reported score is
+    its sum (or mean) to float64 rounding of the box's own values.
+    """
+    out = np.full(start.shape[0], np.nan)
+    for b in range(start.shape[0]):
+        if start[b, 0] < 0:
+            continue
+        box = (b, *(slice(int(i), int(i) + k) for i, k in zip(start[b], size)))
+        vals = np.asarray(u[box], dtype=np.float64)
+        if mask is None:
+            total, n = float(vals.sum()), vals.size
+        else:
+            inside = mask[box]
+            total, n = float(np.where(inside, vals, 0.0).sum()), int(np.count_nonzero(inside))
+        out[b] = total / n if reduction == "mean" else total
+    return out
 
 
 def canonical_method(method: str, patch_reduction: str | None = None, note: str = "", stacklevel: int = 2) -> str:
@@ -423,16 +453,18 @@ def aggregate(
         method: ``"mean"``, ``"sum"``, ``"patch_sum"``, ``"patch_mean"`` or ``"threshold"`` (see the module
             docstring); ``"patch"`` is a deprecated spelling (:func:`canonical_method`).
         mask: restrict every method to these voxels (e.g. the predicted foreground or a dilation of it);
-            ``(B, 1, *spatial)`` or ``(B, *spatial)``, non-zero = inside. "mean" over an empty mask is NaN
-            with a warning.
+            ``(B, 1, *spatial)`` or ``(B, *spatial)``, non-zero = inside. Every method scores a case with an empty
+            mask NaN, with a warning (no voxel to aggregate: not the 0 of an empty sum, which would rank the case
+            as the most certain).
         patch_size: box size in voxels for ``"patch_sum"`` / ``"patch_mean"`` (int or one per axis).
         threshold: ``t`` for ``"threshold"``, e.g. from :func:`fit_threshold`; required there.
         patch_reduction: deprecated (the method names the reduction); with ``method="patch"`` the box reduction,
             ``"sum"`` (default) or ``"mean"``.
         return_location: with ``"patch_sum"`` / ``"patch_mean"``, also return the best box's start corner
             ``(B, D)``.
-        empty_value: ``"threshold"`` score of a case without any voxel ``>= t``: 0.0 as in ValUES' code
-            (such a case is the most certain one); pass ``float("nan")`` to mark it instead.
+        empty_value: ``"threshold"`` score of a case whose (masked) voxels are all below ``t``: 0.0 as in ValUES'
+            code (such a case is the most certain one); pass ``float("nan")`` to mark it instead. A case with an
+            empty mask is NaN whatever ``empty_value``.
 
     Returns:
         ``(B,)`` float64 scores in the input's library, or ``(scores, start)`` with ``start`` ``(B, D)`` int64 for
@@ -475,15 +507,7 @@ def aggregate(
         if keep is None:
             out = flat.mean(dim=1)
         else:
-            n = keep.sum(dim=1)
-            out = (flat * keep).sum(dim=1) / n.clamp_min(1)
-            if bool((n == 0).any()):
-                warnings.warn(
-                    f"aggregate(method='mean'): {int((n == 0).sum())} case(s) have an empty mask; their score is NaN",
-                    UserWarning,
-                    stacklevel=2,
-                )
-                out = torch.where(n == 0, torch.full_like(out, torch.nan), out)
+            out = (flat * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1)
     else:
         if threshold is None:
             raise ValueError("method='threshold' needs threshold=t (fit it with fit_threshold on validation maps)")
@@ -502,6 +526,17 @@ def aggregate(
         n = above.sum(dim=1)
         out = (flat * above).sum(dim=1) / n.clamp_min(1)
         out = torch.where(n == 0, torch.full_like(out, float(empty_value)), out)
+    if keep is not None:
+        # every method over an empty mask: NaN with a warning, as the patch methods (found by hostile testing:
+        # "threshold" gave empty_value, 0.0, and "sum" 0.0 silently, ranking such a case as the most certain)
+        empty = ~keep.any(dim=1)
+        if bool(empty.any()):
+            warnings.warn(
+                f"aggregate(method={method!r}): {int(empty.sum())} case(s) have an empty mask; their score is NaN",
+                UserWarning,
+                stacklevel=2,
+            )
+            out = torch.where(empty, torch.full_like(out, torch.nan), out)
     return like_input(out, uncertainty)
 
 

@@ -21,7 +21,9 @@ the max-probability uncertainty is ``1 - max(p_c, 1 - p_c)`` (in ``[0, 0.5]``), 
 population variance, and ``normalize=True`` divides the entropies by ``log 2``. For ``C = 1`` this equals the
 two-class categorical result on ``(1 - p, p)``.
 
-Inputs may be numpy arrays or torch tensors (CPU or CUDA); outputs follow the input's library and dtype.
+Inputs may be numpy arrays or torch tensors (CPU or CUDA); outputs follow the input's library and dtype. Entropies
+of float16 / bfloat16 probabilities are evaluated in float32 (:func:`entropy_dtype`, the rule of
+:class:`~monai_unc.stats.SampleStats` too) and returned in the input's dtype.
 
 ``max_softmax`` is the deprecated former name of :func:`one_minus_max_prob` (the map is ``1 - max_c p_c``, not the
 largest probability, and the probabilities need not come from a softmax).
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -40,6 +43,7 @@ from ._utils import ArrayLike, check_finite, check_probabilities, check_unit_int
 __all__ = [
     "binary_entropy",
     "entropy",
+    "entropy_dtype",
     "predictive_entropy",
     "expected_entropy",
     "mutual_information",
@@ -52,14 +56,44 @@ __all__ = [
 ]
 
 
+def entropy_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision entropies of probabilities of ``dtype`` are evaluated in: theirs, float32 for anything else.
+
+    Float32 and float64 probabilities keep their dtype; float16 and bfloat16 (and any other dtype) are evaluated in
+    float32: a half-precision ``p log p`` and its sum carry about 1e-3 (float16) to 1e-2 (bfloat16) relative
+    rounding, which shows as mutual information of that size between identical samples. The one precision rule of
+    every entropy of the package (:mod:`monai_unc.stats` evaluates each sample's entropy and the predictive entropy
+    in it; the measures below evaluate theirs in it and return the input's dtype).
+
+    Args:
+        dtype: the probabilities' dtype.
+
+    Returns:
+        ``dtype`` for float32 / float64, else ``torch.float32``.
+
+    Example:
+        >>> entropy_dtype(torch.float16), entropy_dtype(torch.float64)
+        (torch.float32, torch.float64)
+    """
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def _entropy_t(p: torch.Tensor, dim: int, normalize: bool) -> torch.Tensor:
-    """H(p) = -sum_c p_c log p_c along ``dim`` (kept), 0 log 0 = 0; the single entropy formula."""
+    """H(p) = -sum_c p_c log p_c along ``dim`` (kept), 0 log 0 = 0; the single entropy formula.
+
+    Evaluated as ``-sum_c clamp(p_c, 0, 1) log clamp(p_c, tiny, 1)``: probabilities the checks accept a little
+    outside [0, 1] (their tolerance, e.g. -1e-4 from resampling or blending) contribute what 0 or 1 contributes, not
+    ``-p log tiny`` (-1e-4 gave -0.07 nats in float64, -0.009 in float32). Inside [0, 1] the values are those of
+    ``-sum_c p_c log max(p_c, tiny)``. Found by hostile testing.
+    """
     # p * log(max(p, tiny)) is xlogy (0 log 0 = 0) at about half the cost of torch.special.xlogy on CPU
-    t = p.clamp_min(torch.finfo(p.dtype).tiny)
+    t = p.clamp(torch.finfo(p.dtype).tiny, 1)
     if torch.is_grad_enabled() and p.requires_grad:
-        h = -(p * torch.log(t)).sum(dim=dim, keepdim=True)
-    else:  # the same values, computed in the one temporary (no autograd graph to keep it for)
-        h = t.log_().mul_(p).sum(dim=dim, keepdim=True).neg_()
+        h = -(p.clamp(0, 1) * torch.log(t)).sum(dim=dim, keepdim=True)
+    else:  # the same values, computed in the one temporary (no autograd graph to keep it for): p log t is the term
+        # clamp(p, 0, 1) log t inside [0, 1]; above 1 both are 0 (log 1); below 0, p log tiny > 0 where the term is 0,
+        # and clamp_max(0) sets exactly those (every term of a p in [0, 1] is <= 0); NaN stays NaN
+        h = t.log_().mul_(p).clamp_max_(0).sum(dim=dim, keepdim=True).neg_()
     if normalize:
         h = h / math.log(p.shape[dim])
     return h
@@ -68,9 +102,12 @@ def _entropy_t(p: torch.Tensor, dim: int, normalize: bool) -> torch.Tensor:
 def _binary_entropy_t(p: torch.Tensor, normalize: bool) -> torch.Tensor:
     """H_b(p) = -p log p - (1 - p) log(1 - p) elementwise (per channel), 0 log 0 = 0: the one binary-entropy formula.
 
-    A region's Bernoulli entropy in nats; divided by log 2 with ``normalize``.
+    A region's Bernoulli entropy in nats; divided by log 2 with ``normalize``. ``p`` is clamped into [0, 1] first
+    (both factors of both terms): a value the checks accept a little above 1 (or below 0) gives the entropy of 1
+    (or 0), not ``-(1 - p) log tiny`` (1.0001 gave -0.07 nats in float64). Found by hostile testing.
     """
     tiny = torch.finfo(p.dtype).tiny
+    p = p.clamp(0, 1)
     q = 1 - p
     h = -(p * torch.log(p.clamp_min(tiny)) + q * torch.log(q.clamp_min(tiny)))
     if normalize:
@@ -160,7 +197,7 @@ def binary_entropy(probs: ArrayLike, normalize: bool = False, validate: bool = T
     p = to_tensor(probs, "probs")
     if validate:
         check_unit_interval(p, "probs")
-    return like_input(_binary_entropy_t(p, normalize), probs)
+    return like_input(_in_entropy_dtype(lambda q: _binary_entropy_t(q, normalize), p), probs)
 
 
 def entropy(probs: ArrayLike, normalize: bool = False, validate: bool = True) -> ArrayLike:
@@ -190,7 +227,7 @@ def entropy(probs: ArrayLike, normalize: bool = False, validate: bool = True) ->
     p = to_tensor(probs, "probs")
     if validate:
         check_probabilities(p, "probs")
-    return like_input(_entropy_t(p, 1, normalize), probs)
+    return like_input(_in_entropy_dtype(lambda q: _entropy_t(q, 1, normalize), p), probs)
 
 
 def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False) -> torch.Tensor:
@@ -204,6 +241,17 @@ def _samples(samples: ArrayLike, validate: bool, multilabel: bool = False) -> to
     if validate:
         _check(s, "samples", multilabel, channel_dim=2, min_ndim=4)
     return s
+
+
+def _in_entropy_dtype(f: Callable[[torch.Tensor], torch.Tensor], p: torch.Tensor) -> torch.Tensor:
+    """``f(p)`` evaluated in :func:`entropy_dtype` of ``p`` (float32 for half precision), returned in ``p``'s dtype.
+
+    Half-precision samples evaluated in their own precision gave near-identical samples an MI of 1e-3 (float16) to
+    8e-3 (bfloat16) nats of rounding, where :class:`~monai_unc.stats.SampleStats` gives ~1e-7. Found by hostile
+    testing.
+    """
+    out = f(p.to(entropy_dtype(p.dtype)))
+    return out.to(p.dtype) if p.is_floating_point() else out
 
 
 def predictive_entropy(
@@ -231,7 +279,7 @@ def predictive_entropy(
         [[[0.6931]]]
     """
     s = _samples(samples, validate, multilabel)
-    return like_input(entropy_map_t(s.mean(0), 1, normalize, multilabel), samples)
+    return like_input(_in_entropy_dtype(lambda q: entropy_map_t(q.mean(0), 1, normalize, multilabel), s), samples)
 
 
 def expected_entropy(
@@ -259,7 +307,7 @@ def expected_entropy(
         [[[0.3251]]]
     """
     s = _samples(samples, validate, multilabel)
-    return like_input(entropy_map_t(s, 2, normalize, multilabel).mean(0), samples)
+    return like_input(_in_entropy_dtype(lambda q: entropy_map_t(q, 2, normalize, multilabel).mean(0), s), samples)
 
 
 def _check_same_shape(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
@@ -267,8 +315,30 @@ def _check_same_shape(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str
         raise ValueError(f"{name_a} and {name_b} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
 
 
-#: how far EE may exceed PE (nats) before the pair is refused: float32 rounding of sums over many samples
+#: how far EE may exceed PE (nats) before the pair is refused: float32 rounding of sums over many samples; maps in a
+#: coarser dtype add ``_ENTROPY_ORDER_ULPS`` of their rounding (:func:`_entropy_order_tolerance`)
 _ENTROPY_ORDER_TOL = 1e-4
+#: roundings (units of the maps' ``eps`` times ``1 + PE``) by which EE may exceed PE in :func:`_entropy_order_tolerance`
+_ENTROPY_ORDER_ULPS = 4.0
+
+
+def _entropy_order_tolerance(pe: torch.Tensor, ee: torch.Tensor) -> torch.Tensor:
+    """How far ``EE`` may exceed ``PE`` per voxel before :func:`mutual_information_from_entropies` refuses the pair.
+
+    ``1e-4`` nats (float32 rounding of sums over many samples) plus ``_ENTROPY_ORDER_ULPS`` roundings of the maps'
+    dtype, ``4 eps (1 + |PE|)``: PE and EE of the same samples rounded to float16 (``eps`` 9.8e-4; maps that
+    :class:`~monai_unc.stats.SampleStats` returns for float16 samples) can land on neighbouring values with EE above
+    PE, which a fixed 1e-4 refused. Negligible for float32 / float64 maps. Found by hostile testing.
+
+    Args:
+        pe: the predictive entropy map.
+        ee: the expected entropy map; ``eps`` is that of the coarser of the two dtypes (float32 for a non-float map).
+
+    Returns:
+        The tolerance per voxel, ``pe``'s shape, in float64.
+    """
+    eps = max(torch.finfo(t.dtype if t.is_floating_point() else torch.float32).eps for t in (pe, ee))
+    return _ENTROPY_ORDER_TOL + _ENTROPY_ORDER_ULPS * eps * (1 + pe.detach().double().abs())
 
 
 def mutual_information_from_entropies(
@@ -283,8 +353,9 @@ def mutual_information_from_entropies(
     ``MI = PE - EE - WD``, clamped at 0, so that ``PE = EE + MI + WD``.
 
     ``validate`` (default): ``pe`` and ``ee`` (and WD) must be tensors of one shape without NaN/inf, and ``ee`` may
-    not exceed ``pe`` by more than rounding (1e-4 nats): entropies of the same samples satisfy EE <= PE, so a larger
-    EE means the two maps do not belong together. ``ValueError`` naming the argument otherwise.
+    not exceed ``pe`` by more than rounding (1e-4 nats plus ``4 eps (1 + |pe|)``, a few roundings of the maps'
+    dtype): entropies of the same samples satisfy EE <= PE, so a larger EE means the two maps do not belong
+    together. ``ValueError`` naming the argument otherwise.
 
     Args:
         pe: predictive entropy map, e.g. ``(B, 1, *spatial)``, a tensor.
@@ -311,7 +382,7 @@ def mutual_information_from_entropies(
             window_disagreement = to_tensor(window_disagreement, "window_disagreement")
             _check_same_shape(pe, window_disagreement, "pe", "window_disagreement")
             check_finite(window_disagreement, "window_disagreement")
-        if pe.numel() and float((ee - pe).max()) > _ENTROPY_ORDER_TOL:
+        if pe.numel() and bool(((ee.double() - pe.double()) > _entropy_order_tolerance(pe, ee)).any()):
             raise ValueError(
                 f"ee exceeds pe by up to {float((ee - pe).max()):.4g} nats: the expected entropy of samples is at "
                 "most the entropy of their mean, so pe and ee must come from the same samples"
@@ -348,9 +419,13 @@ def mutual_information(
         [[[0.3681]]]
     """
     s = _samples(samples, validate, multilabel)
-    pe = entropy_map_t(s.mean(0), 1, normalize, multilabel)
-    ee = entropy_map_t(s, 2, normalize, multilabel).mean(0)
-    return like_input(mutual_information_from_entropies(pe, ee, validate=False), samples)
+
+    def mi(q: torch.Tensor) -> torch.Tensor:
+        pe = entropy_map_t(q.mean(0), 1, normalize, multilabel)
+        ee = entropy_map_t(q, 2, normalize, multilabel).mean(0)
+        return mutual_information_from_entropies(pe, ee, validate=False)
+
+    return like_input(_in_entropy_dtype(mi, s), samples)
 
 
 def one_minus_max_prob(probs: ArrayLike, validate: bool = True, multilabel: bool = False) -> ArrayLike:

@@ -18,21 +18,24 @@ variable; ``sum_h`` then has C channels (the per-channel binary entropies ``H_b(
 per channel (:mod:`monai_unc.measures`), so memory stays flat in the number of samples as for softmax models.
 
 Precision choice: the sums are kept in float64 by default (``accum_dtype``); each sample's entropy is
-evaluated in the precision of its probabilities before it is added. MI and variance are
+evaluated in the precision of its probabilities, float32 at least (:func:`~monai_unc.measures.entropy_dtype`), before
+it is added, and PE = H(mean p) is evaluated in that same precision by that same evaluation (the fused kernel's where
+one applies), so identical samples give PE equal to EE bit for bit and MI = 0 exactly (float32 or half-precision
+samples, float64 sums, unit weights). MI and variance are
 differences of nearly equal quantities (PE - EE; E[p^2] - E[p]^2): in float32 the cancellation leaves
 relative noise of ~1e-7 * S in regions where MI or the variance is tiny, which shows as speckle in maps
 and breaks exact identities (MI ~ 0 for identical ensemble members). Float64 sums cost 2x the memory of
 float32 sums for the statistics only (never for the samples); pass ``accum_dtype=torch.float32`` on
-memory-bound GPUs. Measures are returned in the dtype of the probabilities that were fed in.
+memory-bound GPUs; half-precision sums warn (:func:`check_accum_dtype`). Measures are returned in the dtype of the
+probabilities that were fed in.
 
 The update is fused where a kernel applies (:mod:`monai_unc._stats_kernels`: numba on the CPU, Triton on CUDA; the
 torch ops are the reference path and the fallback): one pass over each sample (over ``k`` samples at once with
 :meth:`SampleStats.update_many`) updates every sum. It adds the samples in the reference's order, so each sum is the
 reference's within the bounds below (with unit weights the same bits on the CPU). The CPU kernel takes the entropy
-from the reference's torch formula; the CUDA kernel evaluates it in float32 (float64 for float64 samples), so for
-float16 / bfloat16 samples on a GPU the entropy is more accurate than the reference's half-precision evaluation, and
-for float32 samples it is within a few float32 roundings of it. With ``validate`` the checks read the sample once and
-raise the reference checks' errors.
+from the reference's torch formula; the CUDA kernel evaluates the same formula in the same precision (float32, float64
+for float64 samples) with its own logarithm, within a few float32 roundings of it. With ``validate`` the checks read
+the sample once and raise the reference checks' errors.
 
 ``accum_dtype=None`` chooses per input (:func:`auto_accum_dtype`): float64 up to ``FLOAT64_MAX_CLASSES`` classes
 (where the sums are a small part of the memory), float32 above (many-class models, where C float64 channels per voxel
@@ -43,7 +46,15 @@ dominate it). Float32 error bound (recursive summation of ``N`` non-negative ter
 ``|dPE| <= gamma_{N+1} (PE + 1) + gamma_{C+2} PE``,
 ``|dEE| <= gamma_{N+1} EE``, ``|dMI| <= |dPE| + |dEE|``, ``|d(1 - max p)| <= gamma_{N+1}`` and, for the variance,
 ``|dVar| <= (3 gamma_{N+1} + 2 gamma_{C+1}) / C`` absolute (plus the rounding of the output dtype);
-``tests/test_stats_memory.py`` checks these for N up to 100.
+``tests/test_stats.py`` checks these for N up to 100.
+
+The same bounds hold for float64 sums with ``u = 2^-53``, against the exact values of the samples (float32 samples
+and their squares are exact in float64). The variance's error is *absolute*: ``E[p^2] - E[p]^2`` cancels, so a
+variance below ``(3 gamma_{N+1} + 2 gamma_{C+1}) / C`` (1.7e-13 for N = 1000, C = 2 in float64; near-identical
+samples, a near-deterministic network) can be off by 100 % or more of itself (the value stays within the bound and
+never below 0). Where such variances matter, keep the samples and use the two-pass
+:func:`~monai_unc.measures.variance` (relative error ~1e-7); ``tests/test_stats_hostile.py`` checks the bound on
+N = 1000 near-identical samples.
 
 ``class_variance=False`` keeps one channel ``sum_c p_c^2`` instead of ``C`` channels ``p_c^2`` for the variance map
 (the mean over classes of the per-class variances, :func:`~monai_unc.measures.variance_from_square_sums`); the map is
@@ -57,6 +68,7 @@ unchunked ones.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -76,6 +88,7 @@ from ._utils import (
 )
 from .keys import UncertaintyKeys
 from .measures import (
+    entropy_dtype,
     entropy_map_t,
     max_prob_uncertainty_t,
     mutual_information_from_entropies,
@@ -193,6 +206,12 @@ def accumulation_error_bound(num_samples: int, dtype: torch.dtype = torch.float3
     Higham, Accuracy and Stability of Numerical Algorithms, sec. 4.2). The inputs themselves are exact in ``dtype``
     (float32 probabilities), so this bounds ``|mean_dtype - mean_exact| / mean_exact``.
 
+    The streamed variance ``E[p^2] - E[p]^2`` is a difference of two such means: its error is *absolute*, at most
+    ``(3 gamma_{N+1} + 2 gamma_{C+1}) / C`` for the mean over ``C`` classes (``gamma_{N+1}`` this function's value,
+    ``gamma_{C+1}`` this function of ``C`` in the same dtype), plus the rounding of the output dtype. A variance
+    below it (near-identical samples) has no reliable digit: 1.7e-13 for ``N = 1000``, ``C = 2`` in float64, where a
+    variance of 3e-15 was measured off by 61 %.
+
     Args:
         num_samples: number of samples ``N >= 1``.
         dtype: the accumulation dtype.
@@ -241,21 +260,21 @@ def spatial_chunks(shape: tuple[int, ...], chunk_elements: int | None = DEFAULT_
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-def _check_finite_in_chunks(x: torch.Tensor, name: str) -> None:
-    """:func:`~monai_unc._utils.check_finite` of ``(B, C, *spatial)`` with one reduction and one device sync.
+def _check_finite_in_chunks(tensors: Mapping[str, torch.Tensor]) -> None:
+    """:func:`~monai_unc._utils.check_finite` of ``(B, C, *spatial)`` tensors with one reduction each, one device sync.
 
-    The sum of ``x`` (in its own dtype: a sum in another dtype would convert ``x`` first) is finite exactly when
+    The sum of a tensor (in its own dtype: a sum in another dtype would convert it first) is finite exactly when
     every value is finite and the sum does not overflow (NaN and infinities propagate through a sum): one reduction
-    without a temporary of ``x``'s size, read once. Only when it is not finite are the spatial chunks checked one by
-    one, for the message (finite values whose sum overflows pass).
+    without a temporary of the tensor's size, read once; the sums of all tensors are tested together. Only when one
+    is not finite are the spatial chunks checked one by one, for the message naming the tensor's key (finite values
+    whose sum overflows pass).
     """
-    if not x.is_floating_point():
+    xs = {name: x.detach() for name, x in tensors.items() if x.is_floating_point()}
+    if not xs or bool(torch.isfinite(torch.stack([x.sum().to(torch.float64) for x in xs.values()])).all()):
         return
-    x = x.detach()
-    if bool(torch.isfinite(x.sum())):
-        return
-    for sl in spatial_chunks(tuple(x.shape)) if x.ndim >= 3 else [slice(None)]:
-        check_finite(x[:, :, sl] if x.ndim >= 3 else x, name)
+    for name, x in xs.items():
+        for sl in spatial_chunks(tuple(x.shape)) if x.ndim >= 3 else [slice(None)]:
+            check_finite(x[:, :, sl] if x.ndim >= 3 else x, name)
 
 
 def _check_weight(weight: Any, name: str = "weight") -> float:
@@ -283,14 +302,46 @@ def _as_rows(p: torch.Tensor) -> torch.Tensor:
     return p.detach().contiguous().view(p.shape[0], p.shape[1], -1)
 
 
-def _entropy_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The precision entropies of probabilities of ``dtype`` are evaluated in: theirs, or float32 for half precision."""
-    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
-
-
 def _entropy_precision(p: torch.Tensor) -> torch.Tensor:
-    """Probabilities in the precision their entropy is evaluated in (:func:`_entropy_dtype`)."""
-    return p.to(_entropy_dtype(p.dtype))
+    """Probabilities in the precision their entropy is evaluated in (:func:`~monai_unc.measures.entropy_dtype`)."""
+    return p.to(entropy_dtype(p.dtype))
+
+
+def _predictive_entropy(
+    mean: torch.Tensor, multilabel: bool, samples_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``PE = H(mean)`` as the statistics evaluate it: in the samples' entropy precision, by the update's evaluation.
+
+    ``mean`` (``(B, C, *spatial)``, the moments' dtype) is converted to
+    :func:`~monai_unc.measures.entropy_dtype` of ``samples_dtype`` (the dtype of the samples, default ``mean``'s), the
+    precision in which :meth:`SampleStats.update` evaluated each sample's entropy, and its entropy is evaluated by
+    :func:`_update_entropy`: identical samples then give PE equal to EE bit for bit, so MI = 0 exactly (found by
+    hostile testing: PE from the float64 mean in float64 against float32 sample entropies left MI ~1e-7). Returned in
+    ``mean``'s dtype, float32 at least (as :func:`window_disagreement_from_stitched` and the statistics of
+    half-precision means evaluate it).
+    """
+    dtype = entropy_dtype(samples_dtype if samples_dtype is not None else mean.dtype)
+    out = torch.promote_types(mean.dtype, torch.float32) if mean.is_floating_point() else torch.float32
+    if mean.ndim < 3 or (not multilabel and mean.shape[1] < 2):  # not a sample's layout: the formula itself
+        return entropy_map_t(mean.to(dtype), 1, False, multilabel).to(out)
+    return _update_entropy(mean.to(dtype).contiguous(), multilabel, out)
+
+
+def _update_entropy(probs: torch.Tensor, multilabel: bool, accum_dtype: torch.dtype) -> torch.Tensor:
+    """``H(probs)`` evaluated exactly as :meth:`SampleStats.update` evaluates a sample's entropy, in ``accum_dtype``.
+
+    The one evaluation behind :meth:`SampleStats.sample_entropy`, the predictive entropy of :func:`derive_measures`
+    and ``H(pred)`` of :func:`window_disagreement_from_stitched`: the fused kernel where one applies (Triton on CUDA
+    takes its own logarithm), the reference formula elsewhere, in the precision of ``probs``
+    (:func:`~monai_unc.measures.entropy_dtype`), so that an entropy of the mean of identical samples equals their
+    summed entropies bit for bit. Half-precision sums: evaluated with float32 sums and rounded to ``accum_dtype``, the
+    value the reference update adds (and no second warning: the statistics that hold such sums warned).
+    """
+    half = accum_dtype in (torch.float16, torch.bfloat16)
+    one = SampleStats(track_variance=False, accum_dtype=torch.float32 if half else accum_dtype, validate=False,
+                      multilabel=multilabel)
+    h = one.update(probs).sum_h
+    return h.to(accum_dtype) if half else h
 
 
 @register_state_type("sample_stats")
@@ -301,9 +352,12 @@ class SampleStats:
         track_variance: also keep the sum of squares (C more channels, one with ``class_variance=False``) to report
             ``variance``.
         accum_dtype: dtype of the running sums (float64 by default, see the module docstring); ``None`` chooses
-            from the number of channels of the first sample (:func:`auto_accum_dtype`).
+            from the number of channels of the first sample (:func:`auto_accum_dtype`). Checked by
+            :func:`check_accum_dtype`: ``TypeError`` for anything but a floating point dtype or None, a
+            ``UserWarning`` for float16 / bfloat16 (such sums stop growing once a sample is below half an ulp of them).
         validate: check every update is a finite probability map summing to 1 over classes (in [0, 1] for
-            ``multilabel``).
+            ``multilabel``). Without it the samples must still be floating point (``TypeError``) and non-empty
+            (``ValueError``).
         multilabel: channels are independent Bernoulli variables (sigmoid per region, ``C >= 1``); every measure
             is then per channel, ``(B, C, *spatial)``.
         class_variance: keep the second moment per class (``C`` channels, ``moments()["mean_sq"]``); ``False``
@@ -332,8 +386,9 @@ class SampleStats:
         multilabel: bool = False,
         class_variance: bool = True,
     ) -> None:
-        if accum_dtype is not None and (not isinstance(accum_dtype, torch.dtype) or not accum_dtype.is_floating_point):
-            raise TypeError(f"accum_dtype must be a floating point dtype or None, got {accum_dtype}")
+        # half-precision sums warn here too (they were silent: 3000 alternating samples summed in bfloat16 gave a
+        # mean of 0.085 for 0.5); found by hostile testing
+        check_accum_dtype(accum_dtype)
         self.multilabel = bool(multilabel)
         self.track_variance = bool(track_variance)
         self.class_variance = bool(class_variance)
@@ -446,9 +501,15 @@ class SampleStats:
         if self.validate:
             if values and (not self._flags_apply(p) or self._flags_fail(p)):
                 (check_unit_interval if self.multilabel else check_probabilities)(p, "probs")
-        elif p.ndim < 3 or p.shape[1] < (1 if self.multilabel else 2):
-            c = "C>=1" if self.multilabel else "C>=2"
-            raise ValueError(f"probs must have shape (B, {c}, *spatial), got {tuple(p.shape)}")
+        else:  # the layout and dtype are checked even without the value checks (found by hostile testing: integer
+            # samples gave integer maps, pred 0.5 truncated to 0; an empty volume a KeyError from derive_measures)
+            if not p.is_floating_point():
+                raise TypeError(f"probs must be a floating point array of probabilities, got dtype {p.dtype}")
+            if p.ndim < 3 or p.shape[1] < (1 if self.multilabel else 2):
+                c = "C>=1" if self.multilabel else "C>=2"
+                raise ValueError(f"probs must have shape (B, {c}, *spatial), got {tuple(p.shape)}")
+            if p.numel() == 0:
+                raise ValueError(f"probs is empty (shape {tuple(p.shape)})")
         earlier = self.sum_p.shape if self.sum_p is not None else shape
         if earlier is not None and p.shape != earlier:
             raise ValueError(
@@ -537,7 +598,7 @@ class SampleStats:
         # the per-sample entropy is evaluated in the input's precision, at least float32 (relative error ~1e-7, the
         # precision of float32 probabilities; float16's 1e-3 left 6e-4 nats of MI between identical samples) and
         # summed in accum_dtype: the log is the costliest step
-        h = entropy_map_t(_entropy_precision(p) if p.is_floating_point() else pa, 1, False, self.multilabel)
+        h = entropy_map_t(_entropy_precision(p), 1, False, self.multilabel)
         if self.sum_p is None:
             self.out_dtype = p.dtype
             self.sum_p = pa * w if w != 1.0 else pa.clone()
@@ -671,18 +732,52 @@ class SampleStats:
             The statistics; their sums are the means times ``count``.
 
         Raises:
-            ValueError: ``count`` is not positive, or both ``mean_sq`` and ``mean_sq_sum`` are given.
+            TypeError: ``count`` is not a number, ``num_updates`` not an integer, a moment not a floating point
+                array.
+            ValueError: ``count`` is not positive and finite, ``num_updates`` is negative, both ``mean_sq`` and
+                ``mean_sq_sum`` are given (or ``mean_sq_sum`` with ``multilabel``), a moment has another shape than
+                the one above or another device than ``mean``, or holds NaN / inf (each error names the argument).
 
         Example:
             >>> s = SampleStats.from_moments(torch.tensor([[[0.2], [0.8]]]), torch.tensor([[[0.5]]]), count=3.0)
             >>> s.count, s.num_updates
             (3.0, 3)
         """
-        if not count > 0:
-            raise ValueError(f"count must be positive, got {count}")
+        # every argument up front, named (found by hostile testing: count=inf raised OverflowError, count="2" a
+        # comparison's TypeError, a NaN mean_entropy gave NaN maps silently, a moment of another shape a torch
+        # RuntimeError in measures())
+        if isinstance(count, bool) or not isinstance(count, numbers.Real):  # numpy scalars are numbers.Real
+            raise TypeError(f"count must be a positive number, got {type(count).__name__}")
+        count = _check_weight(float(count), "count")
+        if num_updates is not None and (isinstance(num_updates, bool) or not isinstance(num_updates, numbers.Integral)):
+            raise TypeError(f"num_updates must be an integer or None, got {type(num_updates).__name__}")
+        if num_updates is not None and num_updates < 0:
+            raise ValueError(f"num_updates must be >= 0, got {num_updates}")
         if mean_sq is not None and mean_sq_sum is not None:
             raise ValueError("give mean_sq or mean_sq_sum, not both")
-        _check_finite_in_chunks(mean, "mean")
+        if mean_sq_sum is not None and multilabel:
+            raise ValueError("mean_sq_sum is for categorical statistics; multi-label statistics keep mean_sq per "
+                             "channel")
+        given = {name: to_tensor(t, name) for name, t in (("mean", mean), ("mean_entropy", mean_entropy),
+                                                          ("mean_sq", mean_sq), ("mean_sq_sum", mean_sq_sum))
+                 if t is not None or name == "mean_entropy"}
+        mean = given["mean"]
+        if mean.ndim < 3 or mean.numel() == 0:
+            raise ValueError(f"mean must be a non-empty (B, C, *spatial) tensor, got shape {tuple(mean.shape)}")
+        b, c, spatial = mean.shape[0], mean.shape[1], tuple(mean.shape[2:])
+        expected = {"mean": tuple(mean.shape), "mean_entropy": (b, c if multilabel else 1, *spatial),
+                    "mean_sq": tuple(mean.shape), "mean_sq_sum": (b, 1, *spatial)}
+        for name, t in given.items():
+            if not t.is_floating_point():
+                raise TypeError(f"{name} must be a floating point tensor, got dtype {t.dtype}")
+            if tuple(t.shape) != expected[name]:
+                raise ValueError(f"{name} must have shape {expected[name]} for mean of shape {tuple(mean.shape)}"
+                                 f"{' (multilabel)' if multilabel and name == 'mean_entropy' else ''}, got "
+                                 f"{tuple(t.shape)}")
+            if t.device != mean.device:
+                raise ValueError(f"{name} is on {t.device}, mean on {mean.device}")
+        _check_finite_in_chunks(given)
+        mean_entropy, mean_sq, mean_sq_sum = (given.get(k) for k in ("mean_entropy", "mean_sq", "mean_sq_sum"))
         stats = cls(
             track_variance=mean_sq is not None or mean_sq_sum is not None,
             accum_dtype=torch.promote_types(mean.dtype, torch.float32),
@@ -721,8 +816,8 @@ class SampleStats:
         are not changed.
 
         Args:
-            probs: probabilities ``(B, C, *spatial)`` in the samples' dtype (the entropy is evaluated in it), on the
-                device of the samples.
+            probs: probabilities ``(B, C, *spatial)`` in the samples' dtype (the entropy is evaluated in its
+                precision, float32 at least: :func:`~monai_unc.measures.entropy_dtype`), on the device of the samples.
 
         Returns:
             ``H(probs)`` in nats, ``(B, 1, *spatial)`` (``(B, C, *spatial)`` binary entropies for ``multilabel``), in
@@ -734,9 +829,7 @@ class SampleStats:
             >>> bool(torch.equal(stats.sample_entropy(stats.mean.float()), stats.moments()["expected_entropy"]))
             True
         """
-        one = SampleStats(track_variance=False, accum_dtype=self.accum_dtype, validate=False,
-                          multilabel=self.multilabel)
-        return one.update(to_tensor(probs, "probs")).sum_h
+        return _update_entropy(to_tensor(probs, "probs"), self.multilabel, self.accum_dtype)
 
     def _require(self) -> None:
         if self.sum_p is None:
@@ -925,7 +1018,10 @@ def derive_measures(
         moments: the per-voxel means, ``(B, *, *spatial)`` tensors of one spatial shape.
         keys: the measures to derive (``pred`` and the names of :data:`ALL_MEASURES`, ``window_disagreement``).
         normalize: divide the entropies by ``log C`` (``log 2`` for ``multilabel``).
-        out_dtype: dtype of the maps (default: that of the moments).
+        out_dtype: dtype of the maps (default: that of the moments), the dtype of the samples: PE is evaluated in
+            their entropy precision (:func:`~monai_unc.measures.entropy_dtype` of ``out_dtype``, float32 for float32
+            or half-precision samples) by the evaluation that gave each sample's entropy (the fused kernel's where
+            one applies), so identical samples give MI = 0 exactly.
         multilabel: per-channel Bernoulli measures.
         chunk_elements: evaluate the maps in chunks of about this many ``C x voxels`` elements along the first
             spatial axis (:func:`spatial_chunks`), so the temporaries of the entropy and the variance never have the
@@ -936,9 +1032,15 @@ def derive_measures(
     Returns:
         ``{key: map}`` in the order of ``keys``; ``pred`` is ``moments["pred"]`` itself when no conversion is
         needed.
+
+    Raises:
+        ValueError: ``moments["pred"]`` is empty (no voxel), an unknown key, or ``variance`` without a second moment.
     """
     keys = [K(k).value for k in keys]
     mean = moments[K.PRED.value]
+    if mean.numel() == 0:
+        # found by hostile testing: no chunk was derived and the first key raised KeyError
+        raise ValueError(f"moments['pred'] is empty (shape {tuple(mean.shape)}): no voxel to derive measures for")
     if isinstance(chunk_elements, str):
         if chunk_elements != "auto":
             raise ValueError(f"chunk_elements must be a positive integer, None or 'auto', got {chunk_elements!r}")
@@ -975,7 +1077,7 @@ def _derive(
     out: dict[str, torch.Tensor] = {}
     pe = None
     if K.PREDICTIVE_ENTROPY.value in keys or K.MUTUAL_INFORMATION.value in keys:
-        pe = entropy_map_t(mean, 1, False, multilabel)
+        pe = _predictive_entropy(mean, multilabel, out_dtype)
     for key in keys:
         if key == K.PRED.value:
             val = mean
@@ -1050,11 +1152,12 @@ def window_disagreement_from_stitched(
     """
     # H(pred) in spatial chunks: its temporaries have the size of a chunk, not of C x V; in float32 at least, as the
     # statistics evaluate PE = H(pred) (a half-precision H(pred) left its rounding, 1e-3 nats, in MI = PE - EE - WD)
-    dtype = _entropy_dtype(pred.dtype)
+    # evaluated by the function that evaluates PE in derive_measures: WD's H(pred) and PE are then equal bit for bit
+    dtype = entropy_dtype(pred.dtype)
     pe = torch.empty(window_entropy.shape, dtype=dtype, device=pred.device)
     chunks = spatial_chunks(tuple(pred.shape), default_chunk_elements(pred)) if pred.ndim >= 3 else [slice(None)]
     for sl in chunks:
-        pe[:, :, sl] = entropy_map_t(pred[:, :, sl].to(dtype).contiguous(), 1, False, multilabel)
+        pe[:, :, sl] = _predictive_entropy(pred[:, :, sl], multilabel)
     wd = pe - window_entropy.to(pe.dtype)
     tol = WD_RTOL * torch.finfo(pred.dtype).eps * (1 + pe)  # the stitched buffers' rounding
     if bool((wd < -tol).any()):

@@ -1,4 +1,5 @@
-"""Hostile input to ``monai_unc.aggregation``: every bad argument is named in the error."""
+"""Hostile input to ``monai_unc.aggregation``: every bad argument is named in the error, an empty mask scores NaN
+with a warning for every method, and box scores of maps with a huge dynamic range are the winning box's own sum."""
 
 import numpy as np
 import pytest
@@ -23,3 +24,66 @@ def test_aggregate_names_the_bad_argument(kwargs, match):
     u = np.random.default_rng(0).random((1, 1, 6, 6))
     with pytest.raises(ValueError, match=match):
         aggregate(u, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# an empty mask: NaN with a warning for every method
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "method, kwargs",
+    [("mean", {}), ("sum", {}), ("threshold", {"threshold": 0.5}),
+     ("threshold", {"threshold": 0.5, "empty_value": 0.0}), ("patch_sum", {"patch_size": 3}),
+     ("patch_mean", {"patch_size": 3})],
+)
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_an_empty_mask_scores_nan_with_a_warning_for_every_method(method, kwargs, library):
+    """Found by hostile testing: ``method="threshold"`` returned ``empty_value`` (0.0) and ``"sum"`` 0.0 for an empty
+    mask without the empty-mask warning, while ``"mean"`` and the patch methods gave NaN with it: a case with an empty
+    (e.g. predicted-foreground) mask ranked as the most certain of the cohort. Every method now gives NaN with the
+    warning; the other case of the batch keeps its score."""
+    import torch
+
+    u = np.random.default_rng(0).random((2, 1, 8, 8, 8))
+    mask = np.zeros((2, 8, 8, 8), bool)
+    mask[1, 2:6, 2:6, 2:6] = True
+    if library == "torch":
+        u, mask = torch.from_numpy(u), torch.from_numpy(mask)
+    with pytest.warns(UserWarning, match="1 case.* have an empty mask; their score is NaN"):
+        out = aggregate(u, method, mask=mask, **kwargs)
+    out = np.asarray(out)
+    assert np.isnan(out[0]) and np.isfinite(out[1])
+
+
+def test_threshold_keeps_empty_value_for_a_mask_without_voxels_above_t():
+    """``empty_value`` is the score of a case whose (masked) voxels all lie below ``t`` (ValUES: 0.0), not of an empty
+    mask."""
+    u = np.full((1, 1, 4, 4), 0.2)
+    mask = np.ones((1, 4, 4), bool)
+    assert aggregate(u, "threshold", mask=mask, threshold=0.5).tolist() == [0.0]
+    assert np.isnan(aggregate(u, "threshold", mask=mask, threshold=0.5, empty_value=float("nan"))).all()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# box sums of maps with a huge dynamic range
+# ---------------------------------------------------------------------------------------------------------------
+def test_patch_score_is_the_winning_box_summed_directly():
+    """Found by hostile testing: box sums come from running sums (and cumulative-sum differences along a row), which
+    lose small values next to huge ones: with one plane of -1e16, the best 3x3x3 box elsewhere (sum 8.1) was reported
+    as 0.0, and along the last axis (window 11, the cumulative-sum path) 13.2 as 0.0. The winning box is summed again
+    directly from the map."""
+    from monai_unc.aggregation import max_patch
+
+    u = np.full((1, 1, 12, 12, 12), 0.3)
+    u[0, 0, 0] = -1e16
+    res = max_patch(u, patch_size=3)
+    s = res.start[0]
+    assert res.score[0] == pytest.approx(8.1, rel=1e-12)
+    assert res.score[0] == pytest.approx(u[0, 0, s[0]:s[0] + 3, s[1]:s[1] + 3, s[2]:s[2] + 3].sum(), rel=1e-15)
+    assert aggregate(u, "patch_mean", patch_size=3)[0] == pytest.approx(0.3, rel=1e-12)
+    u = np.full((1, 1, 4, 4, 30), 0.3)
+    u[..., 0] = -1e16
+    assert aggregate(u, "patch_sum", patch_size=(2, 2, 11))[0] == pytest.approx(0.3 * 2 * 2 * 11, rel=1e-12)
+    # with a mask: the box mean over its mask voxels, from the map directly
+    mask = np.ones(u.shape, bool)
+    mask[..., 20:] = False
+    assert aggregate(u, "patch_mean", patch_size=(2, 2, 11), mask=mask)[0] == pytest.approx(0.3, rel=1e-12)

@@ -1,5 +1,6 @@
 """Hostile input to the measure helpers of ``monai_unc.measures``: mismatched, NaN or reversed entropies and
-moments fail with one ValueError naming the argument (they were clamped before)."""
+moments fail with one ValueError naming the argument (they were clamped before); probabilities a little outside
+[0, 1], half-precision samples and half-precision entropy maps give the right numbers."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from monai_unc.measures import mutual_information_from_entropies, variance_from_moments
+import monai_unc._stats_kernels as kernels
+from monai_unc.measures import (
+    binary_entropy,
+    entropy,
+    expected_entropy,
+    mutual_information,
+    mutual_information_from_entropies,
+    predictive_entropy,
+    variance_from_moments,
+)
+from monai_unc.stats import SampleStats
 
 
 def test_mutual_information_from_entropies_validates():
@@ -31,3 +42,98 @@ def test_variance_from_moments_validates():
         variance_from_moments(mean, mean[:, :1])
     with pytest.raises(ValueError, match="mean_sq"):
         variance_from_moments(mean, torch.full_like(mean, float("nan")))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# probabilities a little outside [0, 1] (within the checks' tolerance)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_entropy_of_probabilities_a_little_outside_the_unit_interval(dtype):
+    """Found by hostile testing: probabilities the checks accept a little below 0 or above 1 (their tolerance: an
+    interpolated, resampled or blended map) gave ``-p log tiny``, large negative entropies: entropy((1.0001,
+    -0.0001)) = -0.071 nats in float64, -0.009 in float32, binary_entropy(1.0001) the same. The formula clamps p into
+    [0, 1] in both factors: such values count as 0 or 1."""
+    p = torch.tensor([1.0001, -0.0001], dtype=torch.float64).to(dtype).reshape(1, 2, 1)
+    assert 0 <= float(entropy(p)) <= 1e-6
+    assert 0 <= float(binary_entropy(torch.tensor([1.0001], dtype=torch.float64).to(dtype).reshape(1, 1, 1))) <= 1e-6
+    assert 0 <= float(binary_entropy(torch.tensor([-0.0001], dtype=torch.float64).to(dtype).reshape(1, 1, 1))) <= 1e-6
+    # bfloat16's wider tolerance (0.031) accepted -0.02, which gave -1.7 nats
+    wide = torch.tensor([1.02, -0.02], dtype=dtype).reshape(1, 2, 1)
+    if dtype == torch.bfloat16:
+        assert 0 <= float(entropy(wide)) <= 1e-6
+    samples = torch.stack([p, torch.tensor([0.7, 0.3], dtype=dtype).reshape(1, 2, 1)])  # (S=2, B=1, C=2, 1)
+    for f in (predictive_entropy, expected_entropy, mutual_information):
+        assert float(f(samples)) >= 0, f.__name__
+    # the same clamp in the statistics (fused kernel and reference path): EE of such a sample is 0, not negative
+    for fused in (True, False):
+        old = kernels.FUSED_KERNELS
+        kernels.FUSED_KERNELS = fused
+        try:
+            m = SampleStats().update(p).measures()
+        finally:
+            kernels.FUSED_KERNELS = old
+        assert 0 <= float(m["expected_entropy"]) <= 1e-6 and 0 <= float(m["predictive_entropy"]) <= 1e-6, fused
+
+
+def test_clamped_entropy_equals_the_former_formula_inside_the_unit_interval():
+    """Inside [0, 1] the clamped formula gives the bits of ``-sum p log max(p, tiny)``, with and without autograd."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(8 * torch.randn(2, 5, 7, 9, generator=g, dtype=torch.float64), 1)
+    p[0, :, 0, 0] = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    former = -(p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny))).sum(1, keepdim=True)
+    assert torch.equal(entropy(p), former)
+    q = p.clone().requires_grad_(True)
+    h = entropy(q)
+    assert torch.equal(h.detach(), former)
+    h.sum().backward()
+    assert bool(torch.isfinite(q.grad[:, :, 1:]).all())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# half-precision samples in the functional measures
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_measures_are_evaluated_in_float32(dtype):
+    """Found by hostile testing: ``mutual_information`` / ``predictive_entropy`` / ``expected_entropy`` evaluated the
+    entropies of half-precision samples in half precision: near-identical samples had MI 1e-3 (float16) / 8e-3
+    (bfloat16) nats of rounding (the float64 value of the same samples ~1e-7), where SampleStats gives ~1e-7. They
+    use the statistics' precision rule (``entropy_dtype``: float32) and return the input's dtype."""
+    from monai_unc.measures import entropy_dtype
+
+    torch.manual_seed(0)
+    logits = 3 * torch.randn(1, 4, 4096)
+    p1 = torch.softmax(logits, 1).to(dtype)
+    p2 = torch.softmax(logits + 1e-3 * torch.randn_like(logits), 1).to(dtype)
+    s = torch.stack([p1, p2, p1, p2])
+    x = s.double()
+    mean = x.mean(0)
+    ref_pe = -(mean * torch.log(mean.clamp_min(1e-300))).sum(1, keepdim=True)
+    ref_ee = -(x * torch.log(x.clamp_min(1e-300))).sum(2, keepdim=True).mean(0)
+    out_eps = torch.finfo(dtype).eps  # the result's own rounding to the input's dtype
+    for f, ref in ((predictive_entropy, ref_pe), (expected_entropy, ref_ee), (mutual_information, ref_pe - ref_ee)):
+        got = f(s)
+        assert got.dtype == dtype, f.__name__
+        assert float((got.double() - ref).abs().max()) <= out_eps * float(ref.abs().max()) + 1e-5, f.__name__
+    assert float(mutual_information(s).double().max()) <= 1e-5
+    assert entropy(p1).dtype == dtype and binary_entropy(p1).dtype == dtype
+    assert entropy_dtype(dtype) == torch.float32 and entropy_dtype(torch.float64) == torch.float64
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the order check of mutual_information_from_entropies in half precision
+# ---------------------------------------------------------------------------------------------------------------
+def test_mutual_information_from_entropies_tolerates_the_rounding_of_half_precision_maps():
+    """Found by hostile testing: PE and EE maps of float16 samples (as SampleStats returns them) round to neighbouring
+    float16 values, EE one ulp (9.8e-4 near 1) above PE; the fixed 1e-4 tolerance refused them. The tolerance adds a
+    few roundings of the maps' dtype; a swapped pair is still refused."""
+    pe = torch.tensor([0.9995, 2.5, 0.3], dtype=torch.float16).reshape(1, 1, 3)
+    ee = (pe.view(torch.int16) + 1).view(torch.float16)  # the next float16 above each PE
+    assert bool((ee > pe).all()) and float((ee - pe).float().max()) > 1e-3
+    assert float(mutual_information_from_entropies(pe, ee).max()) == 0
+    with pytest.raises(ValueError, match="ee exceeds pe"):
+        mutual_information_from_entropies(pe, pe + 0.05)
+    # float32 maps keep the 1e-4 nats of before
+    pe32 = torch.full((1, 1, 2), 0.6)
+    with pytest.raises(ValueError, match="ee exceeds pe"):
+        mutual_information_from_entropies(pe32, pe32 + 2e-4)
+    assert float(mutual_information_from_entropies(pe32, pe32 + 5e-5).max()) == 0

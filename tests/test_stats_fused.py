@@ -287,9 +287,10 @@ def test_validate_false_nan_propagates_like_the_reference(reference):
 
 
 def test_reference_path_where_no_kernel_applies():
-    # half-precision sums: the reference path (and its warning-free constructor), same values as before
+    # half-precision sums: the reference path (its constructor warns, as the inferers do), same values as before
     p = samples(2, (1, 3, 4, 5), False, torch.float32, seed=9)
-    s = SampleStats(accum_dtype=torch.float16).update(p[0]).update(p[1])
+    with pytest.warns(UserWarning, match="accum_dtype=torch.float16"):
+        s = SampleStats(accum_dtype=torch.float16).update(p[0]).update(p[1])
     assert s.sum_p.dtype == torch.float16
     assert torch.allclose(s.sum_p.float(), (p[0] + p[1]), atol=2e-3)
     assert kernels.backend(p[0], torch.float16) is None
@@ -362,6 +363,24 @@ for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
                 h_tol = {torch.float64: 1e-12, torch.float32: 4e-6, torch.float16: 1.5e-2, torch.bfloat16: 1.2e-1}[dt]
                 tol = bound * y.double().abs() + (h_tol * 3.5 if n == "sum_h" else 1e-300)
                 assert bool(((x.double() - y.double()).abs() <= tol).all()), (dt, ml, cv, n)
+# probabilities the checks accept a little outside [0, 1]: the kernel clamps them as the reference formula does
+# (found by hostile testing: -p log tiny made entropies of -0.07 nats)
+for dt in (torch.float32, torch.float64):
+    for ml in (False, True):
+        ps = torch.rand(2, 3, 4, 5, 6, generator=g, dtype=dt) if ml else torch.softmax(
+            3 * torch.randn(2, 3, 4, 5, 6, generator=g, dtype=dt), 1)
+        if ml:
+            ps[0, 0, 1] = 1.0005
+            ps[1, 2, 2] = -0.0005
+        else:
+            ps[:, :, 1] = torch.tensor([1.0004, -0.0002, -0.0002], dtype=dt).view(1, 3, 1, 1)
+        out = []
+        for fused in (True, False):
+            K.FUSED_KERNELS = fused
+            out.append(SampleStats(multilabel=ml).update_many(ps, 2).sum_h)
+        K.FUSED_KERNELS = True
+        assert float(out[1].min()) >= 0 and float(out[0].min()) >= -1e-6, (dt, ml, float(out[0].min()))
+        assert torch.allclose(out[0], out[1], rtol=0, atol=1e-5), (dt, ml, float((out[0] - out[1]).abs().max()))
 # the checks: the same errors as the reference's
 good = torch.softmax(torch.randn(2, 3, 4, 5, 6, generator=g), 1)
 for bad, ml in ((float("nan"), False), (-0.3, False), (1.4, True), (float("inf"), True)):
@@ -386,7 +405,7 @@ else:
     raise AssertionError("sums off 1 were accepted")
 # a window of identical samples: H(m_w) evaluated by the kernel that evaluated each H(p_s) (torch's log differs from
 # the kernel's by an ulp), so a deterministic network has MI = 0 exactly under overlapping windows
-from monai.inferers import SlidingWindowInferer
+from monai.inferers import SimpleInferer, SlidingWindowInferer
 from monai_unc.inferers import MCDropoutInferer
 
 
@@ -410,6 +429,12 @@ for act, out in (("softmax", 3), ("sigmoid", 3), ("sigmoid", 1)):
         2, out, 5, 6, 7, generator=g)
     s = SampleStats(validate=False, multilabel=act == "sigmoid", accum_dtype=torch.float32).update(ps)
     assert torch.equal(s.sample_entropy(ps), s.sum_h), (act, out)
+    # without windows: PE is evaluated by the kernel that evaluated each sample's entropy (found by hostile testing:
+    # PE from the float64 mean in float64 against float32 sample entropies left MI ~1e-7)
+    torch.manual_seed(0)
+    res = MCDropoutInferer(3, activation=act, base_inferer=SimpleInferer())(x, Inert(out))
+    assert float(res["mutual_information"].abs().max()) == 0, (act, out, float(res["mutual_information"].max()))
+    assert float(res["predictive_entropy"].max()) > 1e-3, (act, out)
 print("interpreter check passed")
 """
 

@@ -3,8 +3,9 @@
 The oracle is ``SampleStats`` with ``monai_unc._stats_kernels.FUSED_KERNELS`` off, one :meth:`update` per sample.
 The fused ``update`` / ``update_many`` (a batch tensor or a sequence) must raise the same errors and give the sums
 within twice ``accumulation_error_bound`` (the entropy within the rounding of the precision it is evaluated in),
-whatever the chunking and the thread count. Sums rebuilt by ``from_moments`` are taken as given, so a later update
-must treat sums of unexpected shapes as the reference does (broadcast or refuse), never write outside them.
+whatever the chunking and the thread count. Sums loaded from a state dict (``from_state_dict``) are taken as given, so a
+later update must treat sums of unexpected shapes as the reference does (broadcast or refuse), never write outside
+them; ``from_moments`` refuses moments of other shapes up front.
 """
 
 from __future__ import annotations
@@ -144,10 +145,22 @@ def test_fused_update_equals_the_reference_on_fuzzed_inputs(case: dict[str, Any]
     assert_same(fused, ref, k, ws)
 
 
-def moments(**kwargs: Any) -> Any:
-    """Statistics of two samples rebuilt from uniform means over ``(1, 3, 8, 8)`` voxels (float64)."""
+def state(mean_entropy: torch.Tensor, mean_sq: torch.Tensor | None = None, mean_sq_sum: torch.Tensor | None = None,
+          multilabel: bool = False) -> dict[str, Any]:
+    """The state of two samples with uniform means over ``(1, 3, 8, 8)`` voxels (float64) and the given moments, taken
+    as given by ``from_state_dict`` (``from_moments`` refuses moments of other shapes)."""
     mean = torch.full((1, 3, 8, 8), 1.0 / 3.0, dtype=torch.float64)
-    return lambda: SampleStats.from_moments(mean, count=2.0, **kwargs)
+    out = {"sum_w": 2.0, "num_updates": 2, "sum_p": mean * 2, "sum_h": mean_entropy * 2, "out_dtype": "float64",
+           "multilabel": multilabel, "class_variance": mean_sq_sum is None}
+    second = mean_sq if mean_sq is not None else mean_sq_sum
+    if second is not None:
+        out["sum_p2"] = second * 2
+    return out
+
+
+def moments(**kwargs: Any) -> Any:
+    """Statistics of two samples rebuilt from :func:`state`."""
+    return lambda: SampleStats.from_state_dict(state(**kwargs))
 
 
 def sample() -> torch.Tensor:
@@ -155,9 +168,9 @@ def sample() -> torch.Tensor:
 
 
 def test_from_moments_entropy_of_c_channels_broadcasts_like_the_reference() -> None:
-    """A ``mean_entropy`` of ``C`` channels (a shape the reference's in-place adds broadcast into): a later update
-    adds each sample's entropy to every channel, as the reference does. The fused kernel added it to channel 0 only
-    (the sum was a third of the reference's). From a hostile review."""
+    """A ``mean_entropy`` of ``C`` channels (a shape the reference's in-place adds broadcast into; loaded from a state,
+    ``from_moments`` refuses it): a later update adds each sample's entropy to every channel, as the reference does.
+    The fused kernel added it to channel 0 only (the sum was a third of the reference's). From a hostile review."""
     make = moments(mean_entropy=torch.zeros(1, 3, 8, 8, dtype=torch.float64))
     p = sample()
     fused = run(True, make, [lambda s: s.update(p), lambda s: s.update_many(torch.cat([p, p]), 2)])
@@ -165,12 +178,14 @@ def test_from_moments_entropy_of_c_channels_broadcasts_like_the_reference() -> N
     assert_same(fused, ref, 3, [1.0, 1.0, 1.0])
 
 
-#: in a subprocess (the fused kernel wrote outside the sums: heap corruption aborted the interpreter): sums rebuilt by
-#: from_moments whose shapes the kernel does not write refuse a later update with the reference's error
+#: in a subprocess (the fused kernel wrote outside the sums: heap corruption aborted the interpreter): sums loaded from
+#: a state whose shapes the kernel does not write refuse a later update with the reference's error (from_moments
+#: refuses such moments up front, naming the argument)
 OUT_OF_BOUNDS_CHECK = r"""
 import torch
 import monai_unc._stats_kernels as K
 from monai_unc.stats import SampleStats
+from tests.test_stats_fused_fuzz import state
 
 p = torch.softmax(torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)), 1).double()
 mean = torch.full((1, 3, 8, 8), 1.0 / 3.0, dtype=torch.float64)
@@ -183,10 +198,16 @@ CASES = {
     "entropy of another spatial shape": dict(mean_entropy=torch.zeros(1, 1, 4, 16, dtype=torch.float64)),
 }
 for name, kw in CASES.items():
+    try:
+        SampleStats.from_moments(mean, count=2.0, **kw)
+    except ValueError as err:
+        assert ("mean_entropy" if "entropy" in name else "mean_sq") in str(err), (name, str(err))
+    else:
+        raise AssertionError(f"from_moments accepted {name}")
     errors = []
     for fused in (True, False):
         K.FUSED_KERNELS = fused
-        s = SampleStats.from_moments(mean, count=2.0, **kw)
+        s = SampleStats.from_state_dict(state(**kw))
         for op in (lambda: s.update(p), lambda: s.update_many(torch.cat([p, p]), 2)):
             try:
                 op()
@@ -201,9 +222,10 @@ print("out-of-bounds check passed")
 
 def test_from_moments_sums_of_other_shapes_are_never_written_out_of_bounds() -> None:
     """Sums of shapes the fused kernel does not write (entropy or second moment of fewer voxels or channels, a
-    multi-label entropy of one channel, another spatial shape of as many voxels): a later update raises the
-    reference's error. The fused kernel wrote outside them (``free(): invalid next size``, an abort) or accepted
-    them. From a hostile review."""
+    multi-label entropy of one channel, another spatial shape of as many voxels), loaded from a state: a later update
+    raises the reference's error. The fused kernel wrote outside them (``free(): invalid next size``, an abort) or
+    accepted them. From a hostile review. ``from_moments`` refuses each of them up front, naming the argument (found
+    by hostile testing: they failed late, in ``measures()``, with a torch RuntimeError)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     r = subprocess.run(
         [sys.executable, "-c", OUT_OF_BOUNDS_CHECK], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT
