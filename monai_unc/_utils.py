@@ -82,14 +82,37 @@ def probability_tolerance(dtype: torch.dtype) -> float:
 def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Return ``x`` as a torch tensor without copying where possible (numpy -> CPU tensor).
 
-    MetaTensors are reduced to plain tensors so that arithmetic stays fast.
+    MetaTensors are reduced to plain tensors so that arithmetic stays fast. A numpy array in non-native byte order
+    (``'>f4'`` on a little-endian machine, e.g. read from a file written elsewhere), which torch cannot hold, is
+    copied to native order.
+
+    Args:
+        x: a tensor, a numpy array, a (nested) list or tuple of numbers, or a number.
+        name: the argument's name in error messages.
+        dtype: convert to this dtype (None: keep ``x``'s).
+
+    Returns:
+        The tensor (sharing ``x``'s memory where no copy is needed).
+
+    Raises:
+        TypeError: naming ``name`` for another type or a non-numeric dtype.
+        ValueError: naming ``name`` for a ragged nested list.
+
+    Example:
+        >>> import numpy as np
+        >>> to_tensor(np.array([1.5, 2.0], dtype=">f8"), "x")
+        tensor([1.5000, 2.0000], dtype=torch.float64)
     """
     if isinstance(x, torch.Tensor):
         t = x.as_tensor() if hasattr(x, "as_tensor") else x
     elif isinstance(x, np.ndarray):
-        t = torch.from_numpy(np.ascontiguousarray(_numeric(x, name)))
+        a = _numeric(x, name)
+        if not a.dtype.isnative:  # torch.from_numpy refuses other byte orders (an error naming no argument)
+            a = a.astype(a.dtype.newbyteorder("="))
+        t = torch.from_numpy(np.ascontiguousarray(a))
     elif isinstance(x, (list, tuple, float, int, np.generic)):
-        t = torch.as_tensor(_numeric(_asarray(x, name), name))
+        a = _numeric(_asarray(x, name), name)
+        t = torch.as_tensor(a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")))
     else:
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
     if dtype is not None:
