@@ -82,19 +82,44 @@ def probability_tolerance(dtype: torch.dtype) -> float:
 def to_tensor(x: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Return ``x`` as a torch tensor without copying where possible (numpy -> CPU tensor).
 
-    MetaTensors are reduced to plain tensors so that arithmetic stays fast.
+    MetaTensors are reduced to plain tensors so that arithmetic stays fast. A numpy array in non-native byte order
+    (``'>f4'`` on a little-endian machine, e.g. read from a file written elsewhere), which torch cannot hold, is
+    copied to native order.
+
+    Args:
+        x: a tensor, a numpy array, a (nested) list or tuple of numbers, or a number.
+        name: the argument's name in error messages.
+        dtype: convert to this dtype (None: keep ``x``'s).
+
+    Returns:
+        The tensor (sharing ``x``'s memory where no copy is needed).
+
+    Raises:
+        TypeError: naming ``name`` for another type or a non-numeric dtype.
+        ValueError: naming ``name`` for a ragged nested list.
+
+    Example:
+        >>> import numpy as np
+        >>> to_tensor(np.array([1.5, 2.0], dtype=">f8"), "x")
+        tensor([1.5000, 2.0000], dtype=torch.float64)
     """
     if isinstance(x, torch.Tensor):
         t = x.as_tensor() if hasattr(x, "as_tensor") else x
     elif isinstance(x, np.ndarray):
-        t = _torch_of(torch.from_numpy, np.ascontiguousarray(_numeric(x, name)), name)
+        # torch.from_numpy refuses other byte orders with an error naming no argument: native order first
+        t = _torch_of(torch.from_numpy, np.ascontiguousarray(_native(_numeric(x, name))), name)
     elif isinstance(x, (list, tuple, float, int, np.generic)):
-        t = _torch_of(torch.as_tensor, _numeric(_asarray(x, name), name), name)
+        t = _torch_of(torch.as_tensor, _native(_numeric(_asarray(x, name), name)), name)
     else:
         raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
     if dtype is not None:
         t = t.to(dtype)
     return t
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    """``a`` in the machine's byte order (a copy for a big-endian array on a little-endian machine)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def _torch_of(convert: Any, a: np.ndarray, name: str) -> torch.Tensor:

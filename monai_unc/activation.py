@@ -595,7 +595,8 @@ class Activation:
             t: the scalar ``(1,)`` or vector ``(C,)`` temperature.
             task: the task index.
             channels: the channels of the logits.
-            like: the task's logits.
+            like: a tensor of the dtype and device wanted (the task's logits, or a float64 tensor on their device
+                for terms computed in float64, as :class:`~monai_unc.temperature.TemperatureScaler` does).
 
         Returns:
             ``(C, 1)`` (categorical, broadcasting over voxels) or a 0-d tensor (one region).
@@ -608,6 +609,9 @@ class Activation:
 
     def nll_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The summed NLL of a chunk of a task's voxels at temperature ``t`` and its gradient w.r.t. ``t``.
+
+        The voxels' terms are computed in the promoted dtype of ``z`` and ``t`` (float64 for float32 logits and a
+        float64 ``t``, as :class:`~monai_unc.temperature.TemperatureScaler` passes them), their sums in float64.
 
         Args:
             z: the chunk's logits ``(C, n)`` or ``(n,)``.
@@ -630,6 +634,8 @@ class Activation:
         self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per voxel of a chunk: the confidence, the correctness and the gradient of the confidence w.r.t. ``t``.
+
+        Computed in the promoted dtype of ``z`` and ``t`` (as :meth:`nll_terms`).
 
         Args:
             z: the chunk's logits ``(C, n)`` or ``(n,)``.
@@ -784,27 +790,30 @@ class Categorical(Activation):
 
     def nll_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
         t = self._chunk(z, y, t)
+        # two (C, n) temporaries: a (in the promoted dtype: t is (C, 1)) and e = exp(a - max a), reused for p a
         a = z / t
-        lse = torch.logsumexp(a, dim=0)
-        p = torch.exp(a - lse)
+        top = a.amax(0)
+        e = torch.sub(a, top).exp_()
+        s = e.sum(0)  # logsumexp(a) = top + log s
         a_y = a.gather(0, y.unsqueeze(0)).squeeze(0)
-        loss = (lse - a_y).sum(dtype=torch.float64).cpu()
-        pa = (p * a).sum(1, dtype=torch.float64)
+        pa = e.mul_(a).div_(s).sum(1, dtype=torch.float64)  # sum_i p_ic a_ic
         ya = torch.zeros(z.shape[0], dtype=torch.float64, device=z.device).index_add_(0, y, a_y.double())
+        loss = s.log_().add_(top).sub_(a_y).sum(dtype=torch.float64).cpu()  # sum_i logsumexp(a_i) - a_{i,y_i}
         _check_result(loss, z)
         return loss, ((ya - pa) / t.squeeze(1).double()).cpu()
 
     def ece_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # noqa: D102,E501
         t = self._chunk(z, y, t)
-        a = z / t
-        p = torch.exp(a - torch.logsumexp(a, dim=0))
+        a = z / t  # the promoted dtype (t is (C, 1))
+        p = torch.sub(a, a.amax(0)).exp_()
+        p.div_(p.sum(0))  # the softmax, in place: two (C, n) temporaries in all
         conf, pred = self._confidence(p)
         _check_result(conf, z)
-        # dconf/dt_c = p_k (p_c a_c - [c = k] a_k) / t_c
-        d = (p * a).mul_(conf)
+        # dconf/dt_c = p_k (p_c a_c - [c = k] a_k) / t_c, written over p (conf is its own tensor)
         a_k = a.gather(0, pred.unsqueeze(0))
-        d.scatter_add_(0, pred.unsqueeze(0), -(conf.unsqueeze(0) * a_k))
-        return conf, self.correctness(pred, y), (d / t).T
+        d = p.mul_(a).mul_(conf)
+        d.scatter_add_(0, pred.unsqueeze(0), a_k.mul_(conf).neg_())
+        return conf, self.correctness(pred, y), d.div_(t).T
 
 
 class Bernoulli(Activation):
@@ -949,7 +958,7 @@ class Bernoulli(Activation):
 
     def nll_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
         t = self._chunk(z, y, t)
-        a = z / t
+        a = z.to(torch.promote_types(z.dtype, t.dtype)) / t  # t is 0-d: z / t alone would keep z's dtype
         p = torch.sigmoid(a)
         # log(1 + exp(a)) - y a, exactly for any a
         bce = torch.logaddexp(a, torch.zeros((), dtype=a.dtype, device=a.device)) - y * a
@@ -960,7 +969,7 @@ class Bernoulli(Activation):
 
     def ece_terms(self, z: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # noqa: D102,E501
         t = self._chunk(z, y, t)
-        a = z / t
+        a = z.to(torch.promote_types(z.dtype, t.dtype)) / t  # as in nll_terms
         p = torch.sigmoid(a)
         conf, pred = self._confidence(p)
         # dconf/dt = -p (1 - p) a / t for the prediction 1, + p (1 - p) a / t for the prediction 0

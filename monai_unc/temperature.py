@@ -9,7 +9,9 @@ class, "vector scaling" in Kock et al.) can. Kock et al.'s protocol, implemented
   1000 steps, stopping when no component of ``t`` changes by ``1e-7`` or more in a step;
 - every step sees every voxel: the logits are streamed in chunks (the paper uses 2**26 voxels per chunk on a
   GPU) and the per-chunk gradients are accumulated in float64 (gradient accumulation), so memory depends on
-  the chunk size and not on the number of voxels.
+  the chunk size and not on the number of voxels. Each chunk is computed in float64 whatever the logits' dtype
+  (float32 terms have rounding noise of ~1e-7 relative, which the learning-rate backoff below mistakes for a rising
+  loss near the optimum), so float32 and float64 logits give the same temperature.
 
 Gradients are analytic, so no autograd graph is kept (checked against autograd in the tests). With
 ``a_c = z_c / t_c`` and ``p = softmax(a)``:
@@ -19,7 +21,9 @@ Gradients are analytic, so no autograd graph is kept (checked against autograd i
   current top-label confidence ``conf_i = p_{i,k}`` (``k`` = argmax), so that
   ``dECE/dt_c = sum_b sign(sum_{i in b}(conf_i - correct_i)) sum_{i in b} dconf_i/dt_c / N_kept`` and
   ``dconf_i/dt_c = p_{ik} (p_{ic} a_{ic} - [c = k] a_{ik}) / t_c``. This equals
-  :func:`monai_unc.metrics.calibration.ece` (top label, ``n_bins``, ``min_bin_count``) of ``softmax(z / t)``.
+  :func:`monai_unc.metrics.calibration.ece` (top label, ``n_bins``, ``min_bin_count``) of the float64
+  ``softmax(z / t)``: each voxel is binned by :func:`~monai_unc.metrics.calibration.confidence_bins`, as ``ece``
+  bins it.
 
 Plain RMSprop with a fixed learning rate settles in a limit cycle of amplitude about ``lr`` around the
 optimum (e.g. it oscillates between 0.68 and 0.73 for an optimum of 0.71), so by default the learning rate is
@@ -61,7 +65,7 @@ from torch import nn
 from ._deprecation import deprecated_arg_names
 from ._utils import ArrayLike, check_finite, check_integer, like_input, to_tensor
 from .activation import Activation, get_activation
-from .metrics.calibration import ConfidenceHistogram, calibration_metrics
+from .metrics.calibration import ConfidenceHistogram, calibration_metrics, confidence_bins
 
 __all__ = ["TemperatureScaler", "TemperatureScaled", "calibrate_network", "non_convergence_warning"]
 
@@ -178,8 +182,9 @@ class TemperatureScaler(nn.Module):
         lr: RMSprop learning rate (Kock et al.: 0.05).
         max_steps: at most this many optimisation steps, each a full pass over the data (Kock et al.: 1000).
         tol: stop when no component of ``t`` moves by this much in a step (Kock et al.: 1e-7).
-        chunk_size: voxels per chunk (Kock et al.: 2**26 on a GPU); the gradient of each step is accumulated over
-            all chunks in float64, so the chunk size changes memory, never the result.
+        chunk_size: voxels per chunk (Kock et al.: 2**26 on a GPU); each chunk is computed in float64 (two float64
+            arrays of its logits' size at a time) and the gradient of each step is accumulated over all chunks in
+            float64, so the chunk size changes memory, never the result.
         n_bins: number of bins of ``loss="ece"`` (Kock et al.: 20).
         min_bin_count: fewest voxels of a counted bin of ``loss="ece"`` (Kock et al.: 50).
         ignore_index: label value whose voxels are left out (e.g. -1 or 255).
@@ -428,7 +433,10 @@ class TemperatureScaler(nn.Module):
                     ece_state = [torch.zeros(n_tasks, self.n_bins, dtype=torch.float64) for _ in range(3)]
                     ece_state.append(torch.zeros(n_tasks, self.n_bins, n_par, dtype=torch.float64))
             assert count is not None and loss_sum is not None and grad_sum is not None
-            tk = act.task_temperature(t, task, n_ch, zc)
+            # t in float64: the chunk's terms are computed in the dtype of z / t, float64 whatever the logits' dtype
+            # (float32 terms had rounding noise of ~1e-7 relative: the backoff halved the step on it near the
+            # optimum, a fit 6e-5 short of the minimum, and RMSprop moved t on a flat loss)
+            tk = act.task_temperature(t, task, n_ch, torch.empty(0, dtype=torch.float64, device=zc.device))
             count[task] += yc.numel()
             if self.loss == "nll":
                 loss, grad = act.nll_terms(zc, yc, tk)
@@ -437,7 +445,7 @@ class TemperatureScaler(nn.Module):
             else:
                 assert ece_state is not None
                 conf, correct, d = act.ece_terms(zc, yc, tk)
-                bins = torch.mul(conf, self.n_bins).to(torch.int64).clamp_(0, self.n_bins - 1)
+                bins = confidence_bins(conf, self.n_bins)  # the bins of metrics.calibration.ece
                 cnt, cor, csum, gsum = ece_state
                 zeros = torch.zeros(self.n_bins, dtype=torch.float64, device=zc.device)
                 cnt[task] += torch.bincount(bins, minlength=self.n_bins).cpu()

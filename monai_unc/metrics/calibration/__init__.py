@@ -25,6 +25,8 @@ resolution is the same) makes the coarse bins unions of fine bins for every ``n_
 (2, 3, 4, 5, 6, 8, 10, 12, 15 (default), 16, 20 (Kock et al.'s loss), 24, 30, 32, 40, 48, 60, 64, ...), so
 coarse binning is exact and identical to ``floor(v * n_bins)``; with ``F = 2**14`` only powers of two
 are. For other ``n_bins`` the coarse edges are rounded to the fine grid (shift < 1 / F) with a warning.
+:func:`confidence_bins` gives the coarse bin of a value exactly as the metrics count it (the temperature scaler's
+ECE loss bins with it), :func:`coarse_bin_index` the coarse bin of a fine bin.
 
 Metrics (per case or pooled over all cases; ``M_b`` = voxel weight in coarse bin ``b``, ``a_b`` = weighted
 frequency of ``r = 1``, ``c_b`` = weighted mean binned value; bins with fewer than ``min_bin_count`` voxels
@@ -71,7 +73,14 @@ from .functional import (
     reliability_curve,
     uce,
 )
-from .histogram import DEFAULT_FINE_BINS, NLL_EPS, ConfidenceHistogram, top_label
+from .histogram import (
+    DEFAULT_FINE_BINS,
+    NLL_EPS,
+    ConfidenceHistogram,
+    coarse_bin_index,
+    confidence_bins,
+    top_label,
+)
 
 if TYPE_CHECKING:  # imported on first access (it imports MONAI), for type checkers and the API reference
     from .metric import CalibrationMetric
@@ -97,4 +106,6 @@ __all__ = [
     "CalibrationMetric",
     "CALIBRATION_METRICS",
     "top_label",
+    "confidence_bins",
+    "coarse_bin_index",
 ]

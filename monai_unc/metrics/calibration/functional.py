@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from ..._deprecation import deprecated_arg_names
-from ..._utils import ArrayLike, check_integer, to_tensor, warn_nan
-from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram
+from ..._utils import ArrayLike, check_integer, probability_tolerance, sum_f64, to_tensor, warn_nan
+from .histogram import DEFAULT_FINE_BINS, ConfidenceHistogram, coarse_bin_index
 
 __all__ = [
     "ReliabilityCurve",
@@ -48,11 +48,11 @@ def _check_bins(n_bins: int, min_bin_count: int) -> None:
 # re-binning and reductions
 # ----------------------------------------------------------------------------------------------------------------
 def _coarsen(x: torch.Tensor, n_bins: int) -> torch.Tensor:
-    """Sum the last axis (``F`` fine bins) into ``n_bins`` equal-width coarse bins."""
+    """Sum the last axis (``F`` fine bins) into ``n_bins`` equal-width coarse bins (:func:`coarse_bin_index`)."""
     n_fine = x.shape[-1]
     if n_fine % n_bins == 0:
         return x.reshape(*x.shape[:-1], n_bins, n_fine // n_bins).sum(-1)
-    coarse_of = torch.div(torch.arange(n_fine, device=x.device) * n_bins, n_fine, rounding_mode="floor")
+    coarse_of = coarse_bin_index(torch.arange(n_fine, device=x.device), n_bins, n_fine)
     out = torch.zeros(*x.shape[:-1], n_bins, dtype=x.dtype, device=x.device)
     return out.index_add_(-1, coarse_of, x)
 
@@ -483,8 +483,11 @@ def uce(
 
     The two arrays are told apart by shape: equal shapes (or a channel of 1 in the first) mean
     uncertainty and errors, a first array with ``C >= 2`` channels and one more dimension (or a channel of
-    1 in the second) means probabilities and labels. Weights and mask apply to the probability form. The
-    keyword ``x`` is a deprecated alias of ``probs``.
+    1 in the second) means probabilities and labels. Two arrays of one shape ``(B, C, *spatial)``, ``C >= 2``, that
+    are probabilities (summing to 1 over dim 1) and one-hot labels (one 1 per voxel along dim 1) are refused with a
+    ``ValueError``: read as a map pair they would give a meaningless number; pass the labels as ``(B, *spatial)``
+    (``target.argmax(1)``). Weights and mask apply to the probability form. The keyword ``x`` is a deprecated alias
+    of ``probs``.
 
     Args:
         probs: a histogram, probabilities ``(B, C, *spatial)`` or an uncertainty map in [0, 1] (see above).
@@ -535,12 +538,38 @@ def uce(
                 "labels (B, *spatial), or an uncertainty map with an error map of the same shape"
             )
         return _calibration_error(probs, target, weights=weights, mask=mask, **common)  # type: ignore[arg-type]
+    if _probs_with_one_hot(u, t):
+        raise ValueError(
+            f"uce: probs and target of one shape {shape_u} read as an uncertainty map and an error map, but they "
+            f"look like probabilities with one-hot labels ({shape_u[1]} channels summing to 1, exactly one 1 per "
+            "voxel in target). Pass labels (B, *spatial) with probabilities (e.g. target.argmax(1)), or an "
+            "uncertainty map as (B, 1, *spatial) with errors (B, *spatial)"
+        )
     if weights is not None or mask is not None:
         raise ValueError("uce: weights and mask are supported with probabilities and labels only")
     if per_case and not (u.ndim >= 3 and u.shape[1] == 1):
         raise ValueError(f"uce: per_case=True needs an uncertainty map of shape (B, 1, *spatial), got {shape_u}")
     hist = ConfidenceHistogram.from_uncertainty(u, t, n_fine_bins=n_fine_bins)
     return _calibration_error(hist, None, weights=None, mask=None, ref=probs, **common)  # type: ignore[arg-type]
+
+
+def _probs_with_one_hot(u: torch.Tensor, t: torch.Tensor) -> bool:
+    """Whether ``u`` and ``t`` of one shape ``(B, C, *spatial)``, ``C >= 2``, are probabilities and one-hot labels.
+
+    :func:`uce` reads two arrays of one shape as an uncertainty map and an error map; a pair whose first array sums
+    to 1 over dim 1 (within :func:`monai_unc._utils.probability_tolerance`, values in [0, 1]) and whose second holds
+    exactly one 1 (the rest 0) per voxel along dim 1 is the layout of probabilities with one-hot labels instead
+    (``CalibrationMetric``'s ``y``), which that reading would turn into a meaningless number.
+    """
+    if u.shape != t.shape or u.ndim < 3 or u.shape[1] < 2 or u.numel() == 0 or not u.is_floating_point():
+        return False
+    if t.is_complex() or not bool(((t == 0) | (t == 1)).all()) or not bool((t.sum(1) == 1).all()):
+        return False
+    tol = probability_tolerance(u.dtype)
+    lo, hi = torch.aminmax(u.detach())
+    if not (float(lo) >= -tol and float(hi) <= 1 + tol):  # NaN too
+        return False
+    return float((sum_f64(u.detach(), 1) - 1).abs().max()) <= tol
 
 
 def _scalar_metric(

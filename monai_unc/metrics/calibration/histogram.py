@@ -14,9 +14,10 @@ calibration", Sec. 2.2).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ from ._cpu_kernel import histogram_tables as cpu_histogram_tables
 from ._cuda_kernel import available as cuda_kernel_available
 from ._cuda_kernel import histogram_tables as cuda_histogram_tables
 
-__all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "top_label"]
+__all__ = ["DEFAULT_FINE_BINS", "NLL_EPS", "ConfidenceHistogram", "coarse_bin_index", "confidence_bins", "top_label"]
 
 #: fine bins per unit interval: 15 * 2**10, so that 15 (the default), 10, 20, 30, 60 and powers of two up
 #: to 1024 coarse bins are unions of fine bins
@@ -62,6 +63,70 @@ _SCALAR_WEIGHT, _SCALAR_NLL, _SCALAR_BRIER = 0, 1, 2
 # ----------------------------------------------------------------------------------------------------------------
 # binning core
 # ----------------------------------------------------------------------------------------------------------------
+def _fine_index(
+    vals: torch.Tensor, n_fine: int, scaled: torch.Tensor | None = None, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The fine bin ``floor(v * F)`` (int64) of float64 values ``v`` in [0, 1]; ``v = 1`` gives ``F``.
+
+    The one binning formula of the torch path (the fused kernels compute the same in their own code). ``scaled``
+    (float64) and ``out`` (int64), of the shape of ``vals``, hold the temporaries if given.
+    """
+    scaled = torch.mul(vals, n_fine) if scaled is None else torch.mul(vals, n_fine, out=scaled)
+    if out is None:
+        return scaled.to(torch.int64)  # truncation = floor for v >= 0
+    return out.copy_(scaled)
+
+
+def coarse_bin_index(fine: torch.Tensor, n_bins: int, n_fine_bins: int = DEFAULT_FINE_BINS) -> torch.Tensor:
+    """The coarse bin of each fine bin: ``floor(i * n_bins / F)``, the re-binning the metrics use.
+
+    Coarse bin ``b`` is the union of the fine bins ``i`` with ``b <= i n_bins / F < b + 1``; for an ``n_bins``
+    that divides ``F`` these are ``F / n_bins`` consecutive fine bins, otherwise the coarse edges are rounded to the
+    fine grid.
+
+    Args:
+        fine: fine bin indices in ``[0, F)`` (any integer dtype).
+        n_bins: coarse bins.
+        n_fine_bins: fine bins ``F``.
+
+    Returns:
+        The coarse bin indices (int64), of the shape of ``fine``.
+
+    Example:
+        >>> import torch
+        >>> coarse_bin_index(torch.tensor([0, 767, 768, 15359]), 20)
+        tensor([ 0,  0,  1, 19])
+    """
+    return torch.div(fine.to(torch.int64) * n_bins, n_fine_bins, rounding_mode="floor")
+
+
+def confidence_bins(values: torch.Tensor, n_bins: int, n_fine_bins: int = DEFAULT_FINE_BINS) -> torch.Tensor:
+    """The coarse bin in which the calibration metrics count each value (the ECE family's binning).
+
+    Fine bin ``floor(v * F)`` computed in float64 (``v`` clipped to [0, 1]; ``v = 1`` in the last bin), then its
+    coarse bin (:func:`coarse_bin_index`): exactly where :func:`~monai_unc.metrics.calibration.ece` and its
+    relatives, reading a :class:`ConfidenceHistogram` of ``F`` fine bins, count the value. For an ``n_bins`` that
+    divides ``F`` this is ``floor(v * n_bins)`` for every value that float64 holds exactly as ``v * F`` (all float32
+    values, for instance).
+
+    Args:
+        values: values in [0, 1] (any floating dtype; binned as float64).
+        n_bins: coarse bins.
+        n_fine_bins: fine bins ``F``.
+
+    Returns:
+        int64 bin indices in ``[0, n_bins)``, of the shape of ``values``.
+
+    Example:
+        >>> import torch
+        >>> confidence_bins(torch.tensor([0.0, 0.8499999642372131, 0.85, 1.0]), 20)
+        tensor([ 0, 16, 17, 19])
+    """
+    vals = values.detach().to(torch.float64).clamp(0.0, 1.0)
+    fine = _fine_index(vals, n_fine_bins).clamp_(max=n_fine_bins - 1)
+    return coarse_bin_index(fine, n_bins, n_fine_bins)
+
+
 class _Staging:
     """Accumulator of one update of one case; the single binning routine of this module is :meth:`bin`.
 
@@ -101,11 +166,9 @@ class _Staging:
         """
         n_rows, n = vals.shape
         if ws is None:
-            idx = torch.mul(vals, self.n_fine).to(torch.int64)
+            idx = _fine_index(vals, self.n_fine)
         else:
-            scaled = torch.mul(vals, self.n_fine, out=ws.take(ws.fidx, n_rows, n))
-            idx = ws.take(ws.idx, n_rows, n)
-            idx.copy_(scaled)  # truncation = floor for v >= 0, as .to(torch.int64)
+            idx = _fine_index(vals, self.n_fine, ws.take(ws.fidx, n_rows, n), ws.take(ws.idx, n_rows, n))
         if self.wtotal is not None and w is None:
             raise ValueError("a weighted histogram needs voxel weights")
         ones = self._ones_of(n)
@@ -278,6 +341,17 @@ class _State:
         return sum(t.numel() * t.element_size() for t in ts)
 
 
+def _refuse_nan() -> NoReturn:
+    """The ``ValueError`` of a NaN probability read by ``update(..., validate=False)``: a NaN has no bin.
+
+    ``int64(NaN * F)`` would be an index far outside the tables; both update paths raise this error instead.
+    """
+    raise ValueError(
+        "probs contains NaN: a NaN probability has no bin (validate=False skips the range and sum checks only; "
+        "leave such voxels out with mask)"
+    )
+
+
 def _accumulate_probs(
     stage: _Staging,
     p: torch.Tensor,
@@ -291,7 +365,8 @@ def _accumulate_probs(
 
     With ``validate``, a two-pass check (range incl. NaN via ``aminmax``, sum over classes; tolerance
     :func:`monai_unc._utils.probability_tolerance` of ``p``'s dtype) runs first; on a failure
-    :func:`monai_unc._utils.check_probabilities` produces the error message. ``uncertainty=False``
+    :func:`monai_unc._utils.check_probabilities` produces the error message. Without it, NaN is still refused
+    (:func:`_refuse_nan`: a NaN has no bin; other values are clipped to [0, 1]). ``uncertainty=False``
     leaves the entropy row empty. ``ws``: buffers for chunks of up to its size (one is made if None).
     """
     n_cls, n = p.shape
@@ -313,7 +388,9 @@ def _accumulate_probs(
             check_probabilities(p.unsqueeze(0), "probs")
             raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
     probs.clamp_(0.0, 1.0)
-    _, pred = top_label(probs, ws, conf_out=vals[n_cls])  # the confidence goes straight into its row
+    conf, pred = top_label(probs, ws, conf_out=vals[n_cls])  # the confidence goes straight into its row
+    if not validate and bool(torch.isnan(conf).any()):  # amax propagates NaN: one NaN of a voxel makes its max NaN
+        _refuse_nan()
     if uncertainty:
         vals[n_cls + 1] = entropy(probs.unsqueeze(0), normalize=True, validate=False).view(n)
         vals[n_cls + 1].clamp_(0.0, 1.0)
@@ -377,8 +454,8 @@ def _accumulate_fused(
 
     Equal to :func:`_accumulate_probs` over the same voxels (see :mod:`._cpu_kernel` and :mod:`._cuda_kernel` for
     the float sums' bound). A check that fails raises the reference's error; without ``validate``, values that fail
-    the checks leave the case to the reference path (which clips them as it always has). On a GPU the checks cost
-    one synchronisation per case.
+    the checks leave the case to the reference path (which clips them as it always has, and refuses NaN). On a GPU
+    the checks cost one synchronisation per case.
     """
     backend = _fused_backend(p)
     if backend is None or y.numel() == 0:
@@ -404,7 +481,7 @@ def _accumulate_fused(
         if stage.wtotal is not None and stage.whits is not None:
             out["wtotal"], out["whits"] = stage.wtotal.numpy(), stage.whits.numpy()
         # the kernel adds into the staging tables (fresh for this case) directly
-        invalid, _, bad_labels = cpu_histogram_tables(
+        invalid, nan, bad_labels = cpu_histogram_tables(
             pn,
             yn,
             wn,
@@ -419,6 +496,8 @@ def _accumulate_fused(
         if bad_labels:  # labels the caller left to the kernel (ConfidenceHistogram.update): the reference's error
             check_labels(y, "target", p.shape[0])
             raise ValueError(f"target must hold class labels in [0, {p.shape[0]})")
+        if nan and not validate:  # the reference's error (with validate, check_probabilities' below)
+            _refuse_nan()
         if invalid:
             for t in (stage.total, stage.hits, stage.sums, stage.wtotal, stage.whits, stage.scalars):
                 if t is not None:
@@ -434,7 +513,7 @@ def _accumulate_fused(
         if validate:
             check_probabilities(p.unsqueeze(0), "probs")
             raise ValueError("probs must be finite probabilities in [0, 1] that sum to 1 over the class dimension")
-        return False  # unchecked values out of range or NaN: the reference path clips them as it always has
+        return False  # unchecked values out of range or NaN: the reference path clips them (and refuses NaN)
     if tables is None:
         return True
     stage.total += tables["total"]
@@ -460,6 +539,21 @@ def _voxel_map(x: Any, name: str, batch: int, spatial: tuple[int, ...]) -> torch
             f"{name} must have shape (B, *spatial) = {(batch, *spatial)} or (B, 1, *spatial), got {tuple(t.shape)}"
         )
     return t.reshape(batch, -1)
+
+
+def _read_labels(y: torch.Tensor, m: torch.Tensor | None, num_classes: int, bounds: bool) -> torch.Tensor:
+    """The label map ``(B, n)`` as int64, checked where it is read: where ``m`` is True (everywhere if None).
+
+    The labels of voxels outside the mask or with zero weight are never read, so an ignore label there (e.g. 255)
+    is no error; the labels that are read get :func:`monai_unc._utils.check_labels`'s checks and messages.
+    ``bounds=False`` (no mask only) leaves the range to the fused kernel, as :func:`check_labels` does.
+    """
+    if m is None:
+        return check_labels(y, "target", num_classes, bounds=bounds)
+    read = y[m.to(y.device)]
+    if read.numel():
+        check_labels(read, "target", num_classes)
+    return y.to(torch.int64)  # unread voxels may hold anything (a float NaN too): they are selected away
 
 
 def _check_weights(w: torch.Tensor, name: str = "weights") -> torch.Tensor:
@@ -495,7 +589,70 @@ def _state_table(x: Any, dtype: torch.dtype) -> torch.Tensor:
     """
     if isinstance(x, torch.Tensor):
         return x.detach().to(dtype)
-    return torch.as_tensor(np.asarray(x)).to(dtype)
+    return to_tensor(np.asarray(x), "state").to(dtype)  # a file written on a big-endian machine too
+
+
+#: relative tolerance of the consistency checks of a loaded state (:func:`_check_state_tables`): the float sums'
+#: rounding (``n 2^-53`` relative for ``n`` voxels in one bin) stays far below it up to billions of voxels
+_STATE_RTOL = 1e-6
+#: cases checked at once by :func:`_check_state_tables` (its temporaries stay a few times one block's tables)
+_STATE_CHECK_BLOCK = 64
+
+
+def _check_state_tables(
+    counts: torch.Tensor,
+    sums: torch.Tensor,
+    wcounts: torch.Tensor | None,
+    scalars: torch.Tensor,
+    num_classes: int,
+) -> None:
+    """``ValueError`` naming the table when a state's tables are not those of any histogram (a damaged or edited file).
+
+    The tables as stored, ``counts`` ``(N, R, 2, F)`` int64, ``sums`` ``(N, R, F)``, ``wcounts`` ``(N, R, 2, F)``
+    or None, ``scalars`` ``(N, 3)`` float64. Every update, merge and gather keeps these invariants: counts and
+    weights non-negative, weights only in bins with voxels; every label row holds each voxel once, as the top-label
+    row does, and each voxel is a hit in exactly one label row (its reference label); the values of fine bin ``i``
+    lie in ``[i / F, (i + 1) / F]``, so its sum lies between its weight times those edges; the total weight is the
+    weight of the top-label row (of the uncertainty row where that holds more: :meth:`from_uncertainty`); each voxel
+    adds at most ``-log NLL_EPS`` to the NLL sum and at most ``C`` to the Brier sum (``sum_l (p_l - [y = l])^2``
+    of values clipped to [0, 1]; at most 2 for probabilities that sum to 1). Float comparisons allow
+    :data:`_STATE_RTOL` of rounding.
+    """
+    c, n_fine = num_classes, counts.shape[-1]
+    edges = torch.arange(n_fine + 1, dtype=torch.float64, device=sums.device) / n_fine
+    nll_max = -math.log(NLL_EPS)
+    lo_f, hi_f = 1.0 - _STATE_RTOL, 1.0 + _STATE_RTOL
+    for start in range(0, counts.shape[0], _STATE_CHECK_BLOCK):
+        part = slice(start, start + _STATE_CHECK_BLOCK)
+        cnt, sm, sc = counts[part], sums[part], scalars[part]
+        wc = None if wcounts is None else wcounts[part]
+        if bool((cnt < 0).any()):
+            raise ValueError("state counts must be non-negative (voxels per bin)")
+        for name, t in (("sums", sm), ("scalars", sc), ("weighted_counts", wc)):
+            if t is not None and not bool(torch.isfinite(t).all()):
+                raise ValueError(f"state {name} holds non-finite values")
+        if wc is not None and bool(((wc < 0) | ((cnt == 0) & (wc != 0))).any()):
+            raise ValueError("state weighted_counts must be non-negative, and 0 in bins without voxels")
+        voxels = cnt.sum(2)  # (N, R, F)
+        rows = voxels.sum(-1)  # (N, R)
+        if not torch.equal(rows[:, :c], rows[:, c : c + 1].expand(-1, c)):
+            raise ValueError("state counts: every label row must hold as many voxels as the top-label row")
+        if not torch.equal(cnt[:, :c, 1].sum((1, 2)), rows[:, c]):
+            raise ValueError("state counts: the label rows' hits (r = 1) must add up to the top-label row's voxels")
+        weight = voxels.to(torch.float64) if wc is None else wc.sum(2)  # (N, R, F)
+        if bool(((sm < weight * edges[:-1] * lo_f) | (sm > weight * edges[1:] * hi_f)).any()):
+            raise ValueError(
+                "state sums: the sum of a fine bin i must lie between its weight times i / F and (i + 1) / F"
+            )
+        row_weight = weight.sum(-1)  # (N, R)
+        total = torch.maximum(row_weight[:, c], row_weight[:, c + 1])
+        w, nll, brier = sc[:, _SCALAR_WEIGHT], sc[:, _SCALAR_NLL], sc[:, _SCALAR_BRIER]
+        if bool(((w - total).abs() > _STATE_RTOL * total).any()):
+            raise ValueError("state scalars: the total weight must be the weight of the voxels in the tables")
+        if bool(((nll < -_STATE_RTOL * w) | (nll > nll_max * w * hi_f)).any()):
+            raise ValueError(f"state scalars: the NLL sum must lie in [0, {nll_max:.4g} x total weight]")
+        if bool(((brier < -_STATE_RTOL * w) | (brier > c * w * hi_f)).any()):
+            raise ValueError("state scalars: the Brier sum must lie in [0, C x total weight]")
 
 
 def _case_key(case_id: Hashable) -> tuple[int, int, str]:
@@ -722,10 +879,12 @@ class ConfidenceHistogram:
                 of one volume). Default: every item is a new case numbered ``0, 1, ...``. Ignored when pooled.
             mask: optional boolean map of the label shape; only voxels where it is True are counted. Voxels
                 outside the mask (or with zero weight) are never read, so NaN there is allowed (e.g. probabilities
-                set to NaN outside a region of interest).
+                set to NaN outside a region of interest), and so is any label (e.g. an ignore label 255 with
+                ``mask=target != 255``).
             validate: check the probabilities (finite, in [0, 1], summing to 1 over C, tolerance 1e-3 for
                 float32 / float64, :func:`monai_unc._utils.probability_tolerance` for lower precisions).
-                Values are clipped to [0, 1] before binning.
+                Values are clipped to [0, 1] before binning; NaN, which has no bin, raises ``ValueError`` naming
+                ``probs`` even with ``validate=False`` (leave such voxels out with ``mask``).
 
         The update is atomic: on a ``ValueError`` nothing is added.
         """
@@ -753,11 +912,11 @@ class ConfidenceHistogram:
             and yt.dtype == torch.int64
             and yt.device.type == "cpu"
         )
-        y = check_labels(yt, "target", self.num_classes, bounds=not in_kernel)
         w = None if weights is None else _check_weights(_voxel_map(weights, "weights", batch, spatial))
         m = None if mask is None else _check_mask(_voxel_map(mask, "mask", batch, spatial))
         if w is not None:
             m = (w > 0) if m is None else (m & (w > 0))
+        y = _read_labels(yt, m, self.num_classes, bounds=not in_kernel)
         if case_ids is not None and self.per_case:
             if isinstance(case_ids, str) or len(case_ids) != batch:
                 raise ValueError(f"case_ids must be a sequence of {batch} strings (one per batch item)")
@@ -802,7 +961,9 @@ class ConfidenceHistogram:
 
         Args:
             uncertainty: values in [0, 1]; ``(B, 1, *spatial)`` gives one case per batch item, any other shape
-                one case of all voxels.
+                one case of all voxels. Values within :func:`monai_unc._utils.probability_tolerance` of the map's
+                dtype outside [0, 1] (rounding: the normalised entropy of near-uniform probabilities can come out
+                a few ulps above 1) are clipped to [0, 1], as the histogram's update clips its entropy row.
             errors: 0/1 (or bool) error map of the same shape, or ``(B, *spatial)`` for a ``(B, 1, *spatial)``
                 map; ``r = 1`` where there is no error, so that the frequency read by UCE is the error rate.
             n_fine_bins: fine bins ``F``.
@@ -828,10 +989,14 @@ class ConfidenceHistogram:
             raise ValueError(f"uncertainty is empty (shape {shape_u})")
         if not bool(torch.isfinite(u).all()):
             raise ValueError("uncertainty contains non-finite values (NaN or inf)")
-        lo, hi = float(u.min()), float(u.max())
-        if lo < 0 or hi > 1:
+        lo_t, hi_t = torch.aminmax(u)
+        lo, hi = float(lo_t), float(hi_t)
+        tol = probability_tolerance(u.dtype)  # rounding: entropy(probs, normalize=True) can exceed 1 by a few ulps
+        if lo < -tol or hi > 1 + tol:
+            off = [f"largest {hi!r} ({hi - 1:.3g} above 1)"] if hi > 1 + tol else []
+            off += [f"smallest {lo!r} ({-lo:.3g} below 0)"] if lo < -tol else []
             raise ValueError(
-                f"uncertainty must lie in [0, 1] for UCE, got values in [{lo:.4g}, {hi:.4g}]; "
+                f"uncertainty must lie in [0, 1] for UCE (tolerance {tol:g}), got {' and '.join(off)}; "
                 "normalise it first (e.g. entropy(probs, normalize=True))"
             )
         err = _check_mask(t, "errors").to(u.device)
@@ -922,6 +1087,9 @@ class ConfidenceHistogram:
 
         Returns:
             The new :class:`ConfidenceHistogram`.
+
+        Raises:
+            ValueError: as :meth:`load_state_dict` for inconsistent tables.
         """
         hist = cls(int(state["num_classes"]), int(state["n_fine_bins"]), per_case=bool(state["per_case"]))
         return hist.load_state_dict(dict(state))
@@ -930,6 +1098,18 @@ class ConfidenceHistogram:
         """Replace the state by one from :meth:`state_dict` (layouts must match).
 
         The arrays may also be torch tensors (e.g. tables all-gathered across ranks); they keep their device.
+
+        Args:
+            state: a state dict of this layout.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: for another layout, arrays of inconsistent shapes, or tables no histogram can hold (negative
+                counts or weights, non-finite sums, a bin's value sum outside its weight times the bin's edges, label
+                rows that disagree with the top-label row, a total weight, NLL or Brier sum that does not fit the
+                counts); the histogram is left unchanged.
         """
         nc, nf = int(state["num_classes"]), int(state["n_fine_bins"])
         if (nc, nf) != (self.num_classes, self.n_fine_bins):
@@ -945,6 +1125,9 @@ class ConfidenceHistogram:
         n = counts.shape[0]
         if counts.shape != (n, self.num_rows, 2, nf) or sums.shape != (n, self.num_rows, nf) or scalars.shape != (n, 3):
             raise ValueError("state arrays have inconsistent shapes")
+        if wct is not None and wct.shape != counts.shape:
+            raise ValueError("state weighted_counts must have the shape of counts")
+        _check_state_tables(counts, sums, wct, scalars, nc)
         ids_raw = [str(c) for c in np.asarray(state["case_ids"]).tolist()]
         is_int = np.asarray(state.get("case_id_is_int", np.zeros(n, dtype=bool))).tolist()
         if len(ids_raw) != n:

@@ -23,7 +23,8 @@ class CalibrationMetric(CumulativeIterationMetric):
 
     Call it with ``y_pred`` probabilities ``(B, C, *spatial)`` (apply softmax first, e.g. with
     ``monai.transforms.Activations(softmax=True)``) and ``y`` labels ``(B, 1, *spatial)`` / ``(B, *spatial)``
-    or one-hot ``(B, C, *spatial)``. Each call adds the batch to a pooled histogram (constant memory:
+    or one-hot ``(B, C, *spatial)`` (one-hot exactly when ``y`` has the shape of ``y_pred``; reduced by argmax).
+    Each call adds the batch to a pooled histogram (constant memory:
     ``24 (C + 2) F`` bytes, 1.8 MiB for 3 classes) and buffers one row of per-case values ``(B, K)`` (``K =
     len(metrics)``, in the order of ``metrics``) that :meth:`get_buffer` gathers across ranks.
 
@@ -95,8 +96,14 @@ class CalibrationMetric(CumulativeIterationMetric):
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
-    def _labels(self, y: torch.Tensor, n_cls: int) -> torch.Tensor:
-        if y.ndim >= 3 and y.shape[1] == n_cls and n_cls > 1:
+    @staticmethod
+    def _labels(y: torch.Tensor, y_pred: torch.Tensor) -> torch.Tensor:
+        """``y`` as labels: one-hot (MONAI's ``(B, C, *spatial)``, the shape of ``y_pred``) reduced by argmax.
+
+        Only a ``y`` of ``y_pred``'s shape is one-hot: a label map ``(B, *spatial)`` whose first spatial size happens
+        to equal ``C`` is a label map (``(B, 1, *spatial)`` and ``(B, *spatial)`` are labels as they are).
+        """
+        if y.ndim >= 3 and tuple(y.shape) == tuple(y_pred.shape) and y.shape[1] > 1:
             return y.argmax(dim=1)  # one-hot
         return y
 
@@ -109,7 +116,7 @@ class CalibrationMetric(CumulativeIterationMetric):
         batch = ConfidenceHistogram(
             n_cls, n_fine_bins=self.n_fine_bins, per_case=True, uncertainty="uce" in self.metrics
         )
-        batch.update(y_pred, self._labels(y, n_cls))
+        batch.update(y_pred, self._labels(y, y_pred))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # NaN cases are reported at aggregation
             vals = calibration_metrics(
