@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import struct
+import tempfile
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -73,6 +74,7 @@ __all__ = [
     "clean_partial_files",
     "OUTPUT_LOCK_FILE",
     "output_lock",
+    "atomic_folder",
     "OUTPUT_MARKERS",
     "check_output_kind",
 ]
@@ -1392,6 +1394,69 @@ def output_lock(folder: str | os.PathLike, command: str = "monai-unc") -> Iterat
         if created:  # a folder made here for a run refused before it wrote anything is not left behind
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: str | os.PathLike, command: str = "monai-unc") -> Iterator[Path]:
+    """Build a folder's new content in a staging folder beside it; a clean exit replaces the folder with it, whole.
+
+    For outputs that are one whole (a calibrated copy of a model folder): a run that fails half-way leaves the
+    folder as it was (nothing half-made), and a run that succeeds leaves only its own files (nothing of an earlier
+    run with other settings). The folder is held with :func:`output_lock` for the whole block (another run into it
+    is refused; the caller checks what the folder holds, under the lock, at the start of the block). The staging
+    folder ``.<name>.partial-<random>.dir`` lies in the folder's parent (the same file system: the final step is two
+    renames); a killed run's staging folders are removed by the next run into the folder. A symbolic link is
+    followed: the folder it points to is replaced.
+
+    Args:
+        folder: the output folder (created, empty, while the block runs when it is missing; removed again when the
+            block fails).
+        command: the command's name, for :func:`output_lock`.
+
+    Yields:
+        The empty staging folder to write the new content into.
+
+    Raises:
+        ValueError: another process holds the folder (:func:`output_lock`).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     out = Path(d) / "copy"
+        ...     with atomic_folder(out) as staging:
+        ...         _ = atomic_write_text(staging / "a.txt", "new")
+        ...     try:
+        ...         with atomic_folder(out) as staging:
+        ...             _ = atomic_write_text(staging / "b.txt", "half")
+        ...             raise RuntimeError("failed half-way")
+        ...     except RuntimeError:
+        ...         pass
+        ...     sorted(p.name for p in Path(d).iterdir()), sorted(p.name for p in out.iterdir())
+        (['copy'], ['a.txt'])
+    """
+    folder = Path(os.path.abspath(os.fspath(folder))).resolve()
+    with output_lock(folder, command):
+        parent, prefix = folder.parent, f".{folder.name}.partial-"
+        for stale in parent.iterdir():  # a killed run's (this run holds the folder: no other run is building one)
+            if stale.name.startswith(prefix) and stale.name.endswith(".dir") and stale.is_dir() \
+                    and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=prefix, suffix=".dir", dir=parent))
+        try:
+            yield staging
+            # the held lock file moves with the content: the new folder is held until output_lock releases it
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(folder / OUTPUT_LOCK_FILE, staging / OUTPUT_LOCK_FILE)
+            old = staging.with_name(f"{prefix}old-{staging.name[len(prefix):]}")
+            os.replace(folder, old)
+            try:
+                os.replace(staging, folder)
+            except BaseException:
+                os.replace(old, folder)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # a failed block's (after a clean one: gone already)
 
 
 #: the files that mark a folder as the output folder of a cohort command (:func:`check_output_kind`)

@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # what _LAZY loads on first access, for type checkers and the
     from monai_unc.nnunet.predictor import UncertaintyPredictor, check_case_channels
     from monai_unc.nnunet.trainers import (
         CalibrationLoss,
+        PerOutputDeepSupervision,
         SSNDeepSupervisionLoss,
         attach_ssn_head,
         nnUNetTrainer_10iters,
@@ -90,8 +91,8 @@ _LAZY: dict[str, str] = {
                      "recorded_case_settings", "region_case_scores", "region_definitions", "remove_case_outputs",
                      "write_float_map", "write_region_maps", "write_scores_table"), "export"),
     **dict.fromkeys(("UncertaintyPredictor", "check_case_channels"), "predictor"),
-    **dict.fromkeys(("CalibrationLoss", "nnUNetTrainerSVLS", "nnUNetTrainerMbLS", "nnUNetTrainerL1ACE",
-                     "nnUNetTrainerSoftL1ACE", "nnUNetTrainerNACL", "nnUNetTrainerMCDropoutSVLS",
+    **dict.fromkeys(("CalibrationLoss", "PerOutputDeepSupervision", "nnUNetTrainerSVLS", "nnUNetTrainerMbLS",
+                     "nnUNetTrainerL1ACE", "nnUNetTrainerSoftL1ACE", "nnUNetTrainerNACL", "nnUNetTrainerMCDropoutSVLS",
                      "nnUNetTrainerMCDropoutMbLS", "nnUNetTrainerMCDropoutL1ACE", "nnUNetTrainerMCDropoutSoftL1ACE",
                      "nnUNetTrainerMCDropoutNACL"), "trainers"),
     **dict.fromkeys(("SSNDeepSupervisionLoss", "attach_ssn_head", "nnUNetTrainer_10iters", "nnUNetTrainerMCDropout",
@@ -107,6 +108,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES, globals())
 
 __all__ = [
     "CalibrationLoss",
+    "PerOutputDeepSupervision",
     "nnUNetTrainerSVLS",
     "nnUNetTrainerMbLS",
     "nnUNetTrainerL1ACE",

@@ -13,7 +13,6 @@ top-level modules.
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,14 +25,26 @@ from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
 from torch import nn
 
-from monai_unc.io import atomic_copy, atomic_torch_save, atomic_write_json, check_output_folder
+from monai_unc.io import (
+    OUTPUT_LOCK_FILE,
+    atomic_copy,
+    atomic_folder,
+    atomic_torch_save,
+    atomic_write_json,
+    check_inputs_not_written,
+    check_output_folder,
+)
+from monai_unc.io.provenance import read_untrusted_json
 from monai_unc.networks.ssn import find_ssn_heads
 from monai_unc.nnunet.environment import ext_trainer_path
 from monai_unc.nnunet.export import region_definitions
-from monai_unc.nnunet.predictor import check_folds
+from monai_unc.nnunet.predictor import check_folds, check_model_files, read_model_json
 from monai_unc.temperature import TemperatureScaler
 
 __all__ = ["calibrate_model_folder", "segmentation_layer_name", "region_targets"]
+
+#: ``written_by`` of the ``temperature.json`` of a calibrated copy: the mark of a folder an ``overwrite`` may replace
+WRITTEN_BY = "monai-unc nnunet-calibrate"
 
 
 def segmentation_layer_name(network: nn.Module) -> str | None:
@@ -75,6 +86,7 @@ def calibrate_model_folder(
     loss: str = "nll",
     use_mirroring: bool = True,
     device: torch.device = torch.device("cpu"),  # noqa: B008
+    overwrite: bool = False,
     **scaler_kwargs: Any,
 ) -> dict[str, dict]:
     """Fit a temperature per fold on that fold's nnU-Net validation cases and fold it into a copy of the model.
@@ -85,9 +97,17 @@ def calibrate_model_folder(
     ``scaler_kwargs`` as there) is fitted on every voxel of them against the preprocessed reference
     (voxels outside nnU-Net's non-zero crop, label -1, and the ignore label are left out). The temperature is then
     folded into the fold's segmentation layer (weights and bias divided by t) in a copy of the model folder at
-    ``output_dir`` (plans, dataset and fingerprint copied; ``temperature.json`` records every fold's t and the
-    validation NLL at t = 1 and after fitting). Predict from the copy as from the original (``-m output_dir``).
-    A scalar t keeps every segmentation; it changes the probabilities and thereby every uncertainty map.
+    ``output_dir`` (plans, dataset and fingerprint copied; each calibrated checkpoint carries its t as
+    ``monai_unc_temperature``, which the predictor records; ``temperature.json`` records the checkpoint name, the
+    folds, every fold's t and the validation NLL at t = 1 and after fitting). Predict from the copy as from the
+    original (``-m output_dir``); stock nnU-Net loads it too. A scalar t keeps every segmentation; it changes the
+    probabilities and thereby every uncertainty map.
+
+    The copy is one whole: it is built in a staging folder beside ``output_dir`` and moved into place only when every
+    fold is done (:func:`monai_unc.io.atomic_folder`), so a failed run leaves ``output_dir`` as it was. An existing
+    non-empty ``output_dir`` is refused unless it is a copy written by this function (``temperature.json`` says so)
+    and ``overwrite`` is set; it is then replaced whole, never mixed with the new folds. A folder holding anything
+    else (another trained model, other files) is never replaced.
 
     Region-based models (sigmoid per region, ``regions_class_order`` in ``dataset.json``): the scaler runs with
     ``activation="sigmoid"`` on the region logits against the binary region masks of the reference
@@ -104,7 +124,8 @@ def calibrate_model_folder(
 
     Args:
         model_training_output_dir: the trained model folder (``plans.json``, ``dataset.json``, ``fold_<f>/``).
-        output_dir: the folder of the calibrated copy; must differ from the model folder and lie outside it.
+        output_dir: the folder of the calibrated copy; must differ from the model folder and the preprocessed
+            dataset folder, lie outside them and not contain them.
         use_folds: the folds to calibrate (``"all"`` has no validation cases and is refused).
         checkpoint_name: the checkpoint file of each fold.
         preprocessed_dir: ``nnUNet_preprocessed`` (default: the environment variable).
@@ -112,6 +133,7 @@ def calibrate_model_folder(
         loss: the fitting objective, ``"nll"`` or ``"ece"``.
         use_mirroring: average the validation logits over nnU-Net's mirrors, as inference does.
         device: where the validation cases are predicted.
+        overwrite: replace an existing calibrated copy at ``output_dir`` (CLI: ``--overwrite``).
         **scaler_kwargs: further arguments of :class:`~monai_unc.temperature.TemperatureScaler`.
 
     Returns:
@@ -119,12 +141,17 @@ def calibrate_model_folder(
         "converged": ...}}``, also written to ``temperature.json``.
 
     Raises:
-        ValueError: ``output_dir`` is the model folder or inside it, no preprocessed folder is known, ``use_folds`` is
-            empty or repeats a fold, a fold is ``"all"``, negative or not in the splits (or its split has no list of
-            validation cases), ``checkpoint_name`` holds a folder, ``mode`` / ``loss`` / ``scaler_kwargs`` are
-            refused by the scaler, the configuration is a cascade stage, or the model is a Stochastic Segmentation
-            Network.
-        FileNotFoundError: ``splits_final.json`` is missing.
+        ValueError: ``output_dir`` is the model or preprocessed dataset folder, lies inside or contains one, is not
+            empty and not a calibrated copy (e.g. another trained model), or is a calibrated copy and ``overwrite``
+            is not set; no preprocessed folder is known; ``use_folds`` is empty or repeats a fold, a fold is
+            ``"all"``, negative or not in the splits; ``splits_final.json``, ``plans.json``, ``dataset.json`` or a
+            fold's checkpoint is damaged (named); a fold's split has no list of validation cases, repeats one, names
+            one that is also a training case of the fold, or one the preprocessed folder lacks or cannot read
+            (named); a checkpoint is already calibrated (``monai_unc_temperature``); ``checkpoint_name`` holds a
+            folder; ``mode`` / ``loss`` / ``scaler_kwargs`` are refused by the scaler; the configuration is a cascade
+            stage, or the model is a Stochastic Segmentation Network.
+        TypeError: ``overwrite`` is not a bool.
+        FileNotFoundError: ``plans.json``, ``splits_final.json`` or a fold's checkpoint is missing.
     """
     src, dst = Path(model_training_output_dir), Path(output_dir)
     # every argument checked before the first file is written (an error after the first fold's prediction left a
@@ -136,31 +163,130 @@ def calibrate_model_folder(
             Path(checkpoint_name).name != checkpoint_name or "\\" in checkpoint_name:
         # the calibrated checkpoint is written to output_dir/fold_<f>/<checkpoint_name>: a path would leave it
         raise ValueError(f"checkpoint_name must be a file name without folders, got {checkpoint_name!r}")
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be a bool, got {type(overwrite).__name__}")
     TemperatureScaler(mode=mode, loss=loss, ignore_index=-1, **scaler_kwargs)  # refuses a bad mode / loss / kwarg
     if src.resolve() == dst.resolve():
         raise ValueError("output_dir must differ from the model folder: the calibrated checkpoints are a copy")
     check_output_folder(dst, src)  # not inside the model folder (never written to), writable, not a file
-    plans = json.loads((src / "plans.json").read_text())
+    plans = read_model_json(src / "plans.json")
+    if plans is None:
+        raise FileNotFoundError(f"{src / 'plans.json'} not found: not a trained nnU-Net model folder")
+    name = plans.get("dataset_name")
+    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+        raise ValueError(f"{src / 'plans.json'}: dataset_name must be the name of the dataset's folder in "
+                         f"nnUNet_preprocessed, got {name!r}")
     base = preprocessed_dir if preprocessed_dir is not None else os.environ.get("nnUNet_preprocessed")
     if base is None:
         raise ValueError("preprocessed_dir is not given and the environment variable nnUNet_preprocessed is not set")
-    pre_base = Path(base) / plans["dataset_name"]
-    splits_file = pre_base / "splits_final.json"
+    pre_base = Path(base) / name
+    # nor the preprocessed dataset it reads or inside it; and containing neither (the copy replaces the folder whole)
+    check_output_folder(dst, pre_base, writable=False)
+    check_inputs_not_written(dst, ["*"], src, pre_base)
+    splits = _validation_splits(pre_base / "splits_final.json", folds)
+    for fold_key in folds:  # every checkpoint readable, and none calibrated already, before the first prediction
+        ckpt_file = src / f"fold_{fold_key}" / checkpoint_name
+        if not ckpt_file.is_file():
+            raise FileNotFoundError(f"{ckpt_file} not found: fold {fold_key} has no checkpoint {checkpoint_name}")
+        if check_model_files(src, (fold_key,), checkpoint_name).get(str(fold_key)) is not None:
+            raise ValueError(f"{ckpt_file} is calibrated already (monai_unc_temperature, written by "
+                             "nnunet-calibrate): calibrate the original model folder")
+    dataset_json = read_model_json(src / "dataset.json")
+    if dst.is_dir():  # refused before the folder is locked (the lock writes a file into it); again under the lock
+        _check_replaceable(dst, overwrite)
+    with atomic_folder(dst, command="monai-unc nnunet-calibrate") as staging:
+        _check_replaceable(dst, overwrite)
+        report, regions = _calibrate_folds(src, staging, splits, pre_base, folds, checkpoint_name, mode, loss,
+                                           use_mirroring, device, scaler_kwargs)
+        doc: dict[str, Any] = {"written_by": WRITTEN_BY, "checkpoint_name": checkpoint_name,
+                               "fold_ids": [str(f) for f in folds], "mode": mode, "loss": loss,
+                               "activation": "sigmoid" if regions else "softmax"}
+        if regions:  # one temperature per region in this order with mode="vector"
+            doc["regions"] = region_definitions(dataset_json or {})
+        atomic_write_json(staging / "temperature.json", {**doc, "folds": report})
+    return report
+
+
+def _validation_splits(splits_file: Path, folds: Sequence[int | str]) -> dict[int, list[str]]:
+    """Each fold's validation cases from ``splits_final.json`` (a file users edit: every field checked)."""
     if not splits_file.is_file():
         raise FileNotFoundError(f"{splits_file} not found: the validation split of the folds is needed")
-    splits = json.loads(splits_file.read_text())
+    splits = read_untrusted_json(splits_file, str(splits_file))[1]
     if not isinstance(splits, list):
         raise ValueError(f"{splits_file} must hold a list of splits (one {{'train': [...], 'val': [...]}} per fold), "
                          f"got a {type(splits).__name__}")
-    missing = [f for f in folds if f >= len(splits)]
+    missing = [f for f in folds if int(f) >= len(splits)]
     if missing:
         raise ValueError(f"folds {missing} are not in {splits_file} ({len(splits)} splits)")
-    for f in folds:  # a file users edit for custom splits: its validation cases are read as they are
-        val = splits[f].get("val") if isinstance(splits[f], dict) else None
+    out: dict[int, list[str]] = {}
+    for f in folds:
+        split = splits[int(f)]
+        val = split.get("val") if isinstance(split, dict) else None
         if not isinstance(val, list) or not val or not all(isinstance(k, str) for k in val):
             raise ValueError(f"{splits_file}: split {f} must have 'val', a non-empty list of case identifiers (the "
                              f"cases the temperature is fitted on), got {val!r}")
+        train = split.get("train")
+        if not isinstance(train, list) or not all(isinstance(k, str) for k in train):
+            raise ValueError(f"{splits_file}: split {f} must have 'train', the list of case identifiers nnU-Net "
+                             f"trained the fold on, got {train!r}")
+        repeated = sorted({k for k in val if val.count(k) > 1})
+        if repeated:  # a repeated case would count twice in the fit
+            raise ValueError(f"{splits_file}: split {f} lists validation case(s) {', '.join(map(repr, repeated))} "
+                             "more than once: each case counts once")
+        leaked = sorted(set(val) & set(train))
+        if leaked:  # the temperature would be fitted on cases the fold was trained on
+            raise ValueError(f"{splits_file}: split {f} lists {', '.join(map(repr, leaked[:5]))}"
+                             f"{f' and {len(leaked) - 5} more' if len(leaked) > 5 else ''} under both 'train' and "
+                             "'val': the temperature must be fitted on held-out cases only")
+        out[int(f)] = list(val)
+    return out
+
+
+def _check_replaceable(dst: Path, overwrite: bool) -> None:
+    """Refuse an output folder that is not empty, unless it is a calibrated copy and ``overwrite`` is set."""
+    entries = sorted(p.name for p in dst.iterdir() if p.name != OUTPUT_LOCK_FILE)
+    if not entries:
+        return
+    marker = dst / "temperature.json"
+    why = f"no {marker.name}"
+    if marker.is_file():
+        try:
+            doc = read_untrusted_json(marker, str(marker))[1]
+            why = f"{marker} does not say written_by {WRITTEN_BY!r}"
+            if isinstance(doc, dict) and doc.get("written_by") == WRITTEN_BY:
+                why = ""
+        except ValueError as e:
+            why = str(e)
+    if why:
+        model = [n for n in entries if n == "plans.json" or n.startswith("fold_")]
+        held = f"a trained model ({', '.join(model[:3])})" if model else f"other files ({', '.join(entries[:3])})"
+        raise ValueError(f"output_dir {dst} holds {held}, not a calibrated copy written by {WRITTEN_BY} ({why}): it "
+                         "is never replaced; choose a new or empty folder")
+    if not overwrite:
+        raise ValueError(f"output_dir {dst} holds the calibrated copy of an earlier run: pass --overwrite "
+                         "(overwrite=True) to replace it whole, or choose another folder")
+
+
+def _load_validation_case(dataset: Any, folder: Path, key: str, splits_file: Path) -> tuple[torch.Tensor, np.ndarray]:
+    """A preprocessed case's image and reference; ValueError naming its files when they cannot be read."""
+    try:
+        data, seg, _, _ = dataset.load_case(key)
+        return torch.from_numpy(np.asarray(data[:])), np.asarray(seg[:])
+    except Exception as e:  # noqa: BLE001 - BadZipFile, EOFError, UnpicklingError, blosc2's errors: a damaged case
+        files = [f"{key}{end}" for end in (".npz", ".npy", "_seg.npy", ".b2nd", "_seg.b2nd", ".pkl")
+                 if (folder / f"{key}{end}").is_file()]
+        why = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"preprocessed case {key!r} ({splits_file.name}) in {folder} cannot be read "
+                         f"({', '.join(files) or 'no files'}: {type(e).__name__}{': ' + why if why else ''}); run "
+                         "nnUNetv2_preprocess again") from None
+
+
+def _calibrate_folds(src: Path, staging: Path, splits: dict[int, list[str]], pre_base: Path,
+                     folds: Sequence[int | str], checkpoint_name: str, mode: str, loss: str, use_mirroring: bool,
+                     device: torch.device, scaler_kwargs: dict[str, Any]) -> tuple[dict[str, dict], bool]:
+    """Fit and fold each fold's temperature into the copy in ``staging``; the report, and whether it has regions."""
     report: dict[str, dict] = {}
+    regions = None
     for fold_key in folds:
         predictor = nnUNetPredictor(use_mirroring=use_mirroring, device=device, allow_tqdm=False)
         with ext_trainer_path():
@@ -180,22 +306,31 @@ def calibrate_model_folder(
                 "supported"
             )
         if not report:  # the first fold passed every check: the copy begins
-            dst.mkdir(parents=True, exist_ok=True)
             for name in ("plans.json", "dataset.json", "dataset_fingerprint.json"):
                 if (src / name).is_file():
-                    atomic_copy(src / name, dst / name)
+                    atomic_copy(src / name, staging / name)
         lm = predictor.label_manager
         activation = "sigmoid" if lm.has_regions else "softmax"
         regions = [tuple(r) if isinstance(r, (tuple, list)) else (r,) for r in lm.foreground_regions] \
             if lm.has_regions else None
         folder = pre_base / predictor.configuration_manager.data_identifier
-        keys = splits[fold_key]["val"]
-        dataset = infer_dataset_class(str(folder))(str(folder), keys)
+        splits_file = pre_base / "splits_final.json"
+        keys = splits[int(fold_key)]
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder} not found: the preprocessed cases of the model's configuration are "
+                                    "needed (run nnUNetv2_preprocess)")
+        dataset_class = infer_dataset_class(str(folder))
+        known = set(dataset_class.get_identifiers(str(folder)))
+        absent = [k for k in keys if k not in known]
+        if absent:
+            raise ValueError(f"{splits_file}: split {fold_key} names validation case(s) "
+                             f"{', '.join(map(repr, absent[:5]))} that {folder} lacks")
+        dataset = dataset_class(str(folder), keys)
         logits, labels = [], []
         for k in keys:
-            data, seg, _, _ = dataset.load_case(k)
-            z = predictor.predict_logits_from_preprocessed_data(torch.from_numpy(np.asarray(data[:])))
-            y = torch.from_numpy(np.asarray(seg[:])[0].astype(np.int64))
+            data, seg = _load_validation_case(dataset, folder, k, splits_file)
+            z = predictor.predict_logits_from_preprocessed_data(data)
+            y = torch.from_numpy(seg[0].astype(np.int64))
             y[y < 0] = -1
             if lm.has_ignore_label:
                 y[y == lm.ignore_label] = -1
@@ -219,16 +354,12 @@ def calibrate_model_folder(
         scaler.fold_into(net, layer=segmentation_layer_name(net), example_input=example)
         folded = net.state_dict()
         ckpt["network_weights"] = {k: folded[k].clone() for k in ckpt["network_weights"]}
-        ckpt["monai_unc_temperature"] = scaler.temperature.tolist()
-        atomic_torch_save(dst / f"fold_{fold_key}" / checkpoint_name, ckpt)
+        ckpt["monai_unc_temperature"] = scaler.temperature.tolist()  # what the predictor records for this fold
+        atomic_torch_save(staging / f"fold_{fold_key}" / checkpoint_name, ckpt)
         report[str(fold_key)] = {"temperature": scaler.temperature.tolist(), "nll_t1": nll_t1,
                                  "nll_fitted": nll_fit, "num_cases": len(keys), "steps": len(scaler.history),
                                  "converged": scaler.converged}
-    doc: dict[str, Any] = {"mode": mode, "loss": loss, "activation": activation}
-    if regions is not None:  # one temperature per region in this order with mode="vector"
-        doc["regions"] = region_definitions(json.loads((src / "dataset.json").read_text()))
-    atomic_write_json(dst / "temperature.json", {**doc, "folds": report})
-    return report
+    return report, regions is not None
 
 
 def region_targets(labels: torch.Tensor, regions: Sequence[tuple[int, ...]]) -> torch.Tensor:

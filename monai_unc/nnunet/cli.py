@@ -139,7 +139,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     q.set_defaults(nnunet_command=PLANS_COMMAND)
     q.add_argument("-d", required=True, help="dataset name or id")
-    q.add_argument("--rate", type=float, default=0.2, help="dropout rate after every convolution (default 0.2)")
+    q.add_argument("--rate", type=float, default=0.2,
+                   help="dropout rate (default 0.2; where the network places it: docs/nnunet.md)")
     q.add_argument("-p", default="nnUNetPlans", help="plans identifier to copy (default: nnUNetPlans)")
     q.add_argument("--target", default="nnUNetPlansDropout", help="new plans identifier (default: nnUNetPlansDropout)")
     q.add_argument("-c", nargs="+", default=None, help="only these configurations")
@@ -150,7 +151,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="fit a temperature per fold on its nnU-Net validation cases; write a calibrated copy of the model",
         description="For every fold, predict its validation cases (splits_final.json) from nnU-Net's preprocessed "
         "data, fit temperature scaling (Kock et al. protocol) and fold it into the segmentation layer of a copy of the "
-        "model folder. Predict from the copy with nnunet-predict -m OUT.",
+        "model folder, written to OUT only when every fold is done. Predict from the copy with nnunet-predict -m OUT.",
     )
     c.set_defaults(nnunet_command=CALIBRATE_COMMAND)
     c.add_argument("-o", required=True, help="folder for the calibrated copy of the model")
@@ -163,6 +164,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    "fit did not converge in them)")
     c.add_argument("--disable_tta", action="store_true", help="validation logits without mirroring")
     c.add_argument("-device", default="cuda", choices=("cuda", "cpu", "mps"), help="device (default: cuda)")
+    c.add_argument("--overwrite", action="store_true",
+                   help="replace the calibrated copy an earlier run wrote to -o, whole (without it an existing "
+                   "copy is refused; a folder holding anything else is never replaced)")
     return p
 
 
@@ -426,7 +430,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     report = calibrate_model_folder(model, args.o, use_folds=_folds(args.f),
                                     checkpoint_name=args.chk, mode=args.mode, loss=args.loss,
                                     use_mirroring=not args.disable_tta, device=torch.device(args.device),
-                                    max_steps=args.max_steps)
+                                    overwrite=args.overwrite, max_steps=args.max_steps)
     print(json.dumps(report, indent=2))
     for fold, record in report.items():  # as monai-unc calibrate says it: the temperature is not the fitted one
         line = non_convergence_warning(record, what=f"the temperature fit of fold {fold}", option="--max_steps")

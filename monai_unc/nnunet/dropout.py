@@ -1,8 +1,9 @@
 """Dropout for nnU-Net v2: a plans variant for training with dropout, and post-hoc dropout for trained models.
 
 Two ways to train an nnU-Net with dropout (the networks of ``dynamic_network_architectures`` take
-``dropout_op`` / ``dropout_op_kwargs`` and place the dropout after every convolution of encoder and decoder,
-``conv -> dropout -> norm -> nonlin``):
+``dropout_op`` / ``dropout_op_kwargs`` and place the dropout, ``conv -> dropout -> norm -> nonlin``: ``PlainConvUNet``
+after every convolution of encoder and decoder; ``ResidualEncoderUNet``, nnU-Net's ResEnc presets, after the stem's
+convolution, the first convolution of each residual block only, and every decoder convolution):
 
 1. **Plans variant, no trainer** (:func:`write_dropout_plans`): copy ``nnUNetPlans.json`` to
    ``nnUNetPlansDropout.json`` with ``"dropout_op": "torch.nn.Dropout3d"`` and ``"dropout_op_kwargs": {"p": 0.2}``
@@ -129,7 +130,7 @@ def dropout_plans(
 
     Args:
         plans: the plans dict (``nnUNetPlans.json``).
-        p: the dropout rate after every convolution, in (0, 1).
+        p: the dropout rate, in (0, 1).
         plans_name: the new plans identifier (a file stem).
         configurations: restrict the change to these configurations (a name or names; default: all with an
             architecture).
@@ -211,7 +212,7 @@ def write_dropout_plans(
 
     Args:
         dataset: dataset id (``990``) or name (``"Dataset990_UncToy"``).
-        p: dropout rate after every convolution.
+        p: the dropout rate.
         source_plans: plans identifier (file stem) to read.
         target_plans: plans identifier (file stem) to write.
         configurations: restrict the change to these configurations (default: all with an architecture).

@@ -85,10 +85,11 @@ import copy
 import functools
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from queue import Queue
 from threading import Thread
@@ -357,8 +358,9 @@ class UncertaintyPredictor(nnUNetPredictor):
         """As nnU-Net's, with this package's trainers findable without setting ``nnUNet_extTrainer``.
 
         The model folder, checkpoint, folds, the digests of the files that make the predictions and (for a folder
-        written by ``nnunet-calibrate``) the temperatures are recorded in ``uncertainty_config.json``, the fingerprint
-        ``monai-unc triage`` compares. Then the sources are checked against the network (see Raises).
+        written by ``nnunet-calibrate``) the temperature each used fold's checkpoint carries are recorded in
+        ``uncertainty_config.json``, the fingerprint ``monai-unc triage`` compares. Then the sources are checked
+        against the network (see Raises).
 
         Args:
             model_training_output_dir: the trained model folder (``plans.json``, ``dataset.json``, ``fold_<f>/``).
@@ -378,10 +380,10 @@ class UncertaintyPredictor(nnUNetPredictor):
         """
         if use_folds is not None:
             use_folds = check_folds(use_folds)
-        _check_model_files(model_training_output_dir, use_folds, checkpoint_name)
+        temperatures = check_model_files(model_training_output_dir, use_folds, checkpoint_name)
         with ext_trainer_path():
             super().initialize_from_trained_model_folder(model_training_output_dir, use_folds, checkpoint_name)
-        self._model_identity = _model_identity(model_training_output_dir, use_folds, checkpoint_name)
+        self._model_identity = _model_identity(model_training_output_dir, use_folds, checkpoint_name, temperatures)
         self._after_initialization()
 
     def manual_initialization(self, network: nn.Module, plans_manager: PlansManager,
@@ -1354,12 +1356,25 @@ def check_folds(use_folds: Any) -> tuple[int | str, ...]:
     return tuple(out)
 
 
-def _read_json_object(path: Path) -> dict | None:
-    """A model folder's JSON file as a dict (None when missing: nnU-Net names it); ValueError naming it otherwise."""
+def read_model_json(path: str | os.PathLike) -> dict | None:
+    """A model folder's JSON file (``plans.json``, ``dataset.json``) as a dict, as nnU-Net reads it.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The JSON object, or None when the file is missing (nnU-Net names a missing file itself).
+
+    Raises:
+        ValueError: one line naming the file: not valid JSON, or not a JSON object.
+    """
+    path = Path(path)
     if not path.is_file():
         return None
     try:
         doc = json.loads(path.read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: not readable ({type(e).__name__}: {e.strerror or e})") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if not isinstance(doc, dict):
@@ -1380,17 +1395,32 @@ def _load_checkpoint(path: Path) -> Any:
                          "copy it again from the training run") from None
 
 
-def _check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
-                       checkpoint_name: str) -> None:
+def check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
+                      checkpoint_name: str) -> dict[str, list[float] | None]:
     """Refuse a model folder whose files nnU-Net would fail on with a traceback, in one line naming the file.
 
     ``plans.json`` and ``dataset.json`` must be JSON objects, ``dataset.json`` must hold ``labels``, ``file_ending``
     and ``channel_names`` (or ``modality``), every used fold's checkpoint must load and name a configuration of
-    ``plans.json``; then :func:`_check_fold_checkpoints`. Missing files are left to nnU-Net's own errors.
+    ``plans.json``, and the folds must have been trained alike (trainer, configuration, mirror axes, plans). Missing
+    files are left to nnU-Net's own errors.
+
+    Args:
+        model_folder: the trained model folder.
+        use_folds: the folds to load; None: every ``fold_*`` folder with the checkpoint, as nnU-Net picks them.
+        checkpoint_name: the checkpoint file of each fold.
+
+    Returns:
+        ``{fold: t}``: the temperature each used fold's checkpoint carries (``monai_unc_temperature``, written by
+        ``nnunet-calibrate`` into the checkpoints of its calibrated copy; the weights are already divided by it), or
+        None for a checkpoint without one. Missing checkpoints are left out.
+
+    Raises:
+        ValueError: naming the file, as listed above, or a ``monai_unc_temperature`` that is not a list of positive
+            finite numbers.
     """
     folder = Path(model_folder)
-    plans = _read_json_object(folder / "plans.json")
-    dataset = _read_json_object(folder / "dataset.json")
+    plans = read_model_json(folder / "plans.json")
+    dataset = read_model_json(folder / "dataset.json")
     if dataset is not None:
         for key in ("labels", "file_ending", "channel_names"):
             value = dataset.get(key, dataset.get("modality") if key == "channel_names" else None)
@@ -1405,6 +1435,7 @@ def _check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int 
         folds = sorted(p.name[len("fold_"):] for p in folder.glob("fold_*")
                        if p.name != "fold_all" and (p / checkpoint_name).is_file())
     trained: dict[Path, Any] = {}
+    temperatures: dict[str, list[float] | None] = {}
     for f in folds:
         path = folder / f"fold_{f}" / checkpoint_name
         if not path.is_file():
@@ -1414,12 +1445,26 @@ def _check_model_files(model_folder: str | os.PathLike, use_folds: Sequence[int 
         if not isinstance(init_args, dict) or "network_weights" not in ckpt:
             raise ValueError(f"{path}: not an nnU-Net checkpoint (no init_args / network_weights)")
         trained[path] = init_args.get("configuration")
+        temperatures[str(f)] = _checkpoint_temperature(path, ckpt.get("monai_unc_temperature"))
         del ckpt
     _check_fold_checkpoints(folder, use_folds, checkpoint_name)  # folds that disagree: named as such first
     for path, configuration in trained.items():
         if configurations is not None and configuration not in configurations:
             raise ValueError(f"{folder / 'plans.json'}: no configuration {configuration!r}, which {path} was trained "
                              f"with (plans.json has {', '.join(map(repr, configurations)) or 'none'})")
+    return temperatures
+
+
+def _checkpoint_temperature(path: Path, value: Any) -> list[float] | None:
+    """A checkpoint's ``monai_unc_temperature`` as a list of floats (None: none); ValueError naming the file."""
+    if value is None:
+        return None
+    ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf for v in value)
+    if not ok:
+        raise ValueError(f"{path}: monai_unc_temperature must be a list of positive finite numbers (written by "
+                         f"nnunet-calibrate), got {str(value)[:80]}")
+    return [float(v) for v in value]
 
 
 def _check_fold_checkpoints(model_folder: str | os.PathLike, use_folds: Sequence[int | str] | None,
@@ -1491,23 +1536,17 @@ def _ssn_mean_logits(nets: Sequence[nn.Module]) -> Iterator[None]:
             h.sampling = v
 
 
-def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str) -> dict[str, Any]:
+def _model_identity(model_folder: str, use_folds: Any, checkpoint_name: str,
+                    temperatures: Mapping[str, list[float] | None]) -> dict[str, Any]:
     """The identity of a trained nnU-Net model folder, as ``uncertainty_config.json`` records it.
 
-    ``model_folder`` (resolved), ``checkpoint``, ``fold_ids``, ``temperature`` (``{fold: t}`` from the
-    ``temperature.json`` that ``nnunet-calibrate`` writes into its calibrated copy; None for an uncalibrated model)
-    and ``weights`` (:func:`model_weight_digests`).
+    ``model_folder`` (resolved), ``checkpoint``, ``fold_ids``, ``temperature`` (``{fold: t}`` of the used folds, from
+    their checkpoints' ``monai_unc_temperature``, the t their weights are divided by: :func:`check_model_files`;
+    None for a fold without one, and None in all for an uncalibrated model) and ``weights``
+    (:func:`model_weight_digests`).
     """
     folder = Path(model_folder).resolve()
-    temperature = None
-    tj = folder / "temperature.json"
-    if tj.is_file():
-        try:
-            doc = json.loads(tj.read_text())
-            folds = doc.get("folds", doc) if isinstance(doc, dict) else {}
-            temperature = {str(k): v.get("temperature") for k, v in folds.items() if isinstance(v, dict)} or None
-        except (OSError, ValueError):
-            temperature = None
+    temperature = dict(temperatures) if any(t is not None for t in temperatures.values()) else None
     return {
         "model_folder": str(folder),
         "checkpoint": checkpoint_name,

@@ -12,9 +12,12 @@ network trained with one of these trainers.)
 
 Trainers:
 
-- :class:`nnUNetTrainerMCDropout`: the stock trainer with dropout after every convolution of the encoder and
-  decoder (``conv -> dropout -> norm -> nonlin`` in ``PlainConvUNet``), rate ``dropout_p = 0.2``, without a
-  plans variant. The other route, a copied plans file with ``dropout_op`` set, needs no trainer at all (see
+- :class:`nnUNetTrainerMCDropout`: the stock trainer with the network's ``dropout_op`` set, rate
+  ``dropout_p = 0.2``, without a plans variant. ``dynamic_network_architectures`` places the dropout
+  (``conv -> dropout -> norm -> nonlin``): in ``PlainConvUNet`` after every convolution of the encoder and
+  decoder; in ``ResidualEncoderUNet`` (nnU-Net's ResEnc presets) after the stem's convolution, the first
+  convolution of each residual block (never the second, nor the 1x1 skip) and every decoder convolution. The other
+  route, a copied plans file with ``dropout_op`` set, needs no trainer at all (see
   :func:`monai_unc.nnunet.dropout.write_dropout_plans`).
 - :class:`nnUNetTrainerSSN`: a Stochastic Segmentation Network (Monteiro et al., NeurIPS 2020): the
   full-resolution segmentation layer of the decoder is replaced by an :class:`~monai_unc.networks.SSNHead`
@@ -26,19 +29,22 @@ Trainers:
   varying smoothed labels), :class:`nnUNetTrainerMbLS` (Dice + CE + the logit-margin penalty),
   :class:`nnUNetTrainerL1ACE` / :class:`nnUNetTrainerSoftL1ACE` (Dice + CE + hard / soft L1 average calibration
   error) and :class:`nnUNetTrainerNACL` (Dice + MONAI's ``NACLLoss``); each applies its loss at every
-  deep-supervision output with nnU-Net's weights (:class:`CalibrationLoss`), and each has an MC-dropout variant
+  deep-supervision output with nnU-Net's weights (:class:`CalibrationLoss`; the spacing-aware SVLS kernel is each
+  output's own, :class:`PerOutputDeepSupervision`), and each has an MC-dropout variant
   (``nnUNetTrainerMCDropoutSVLS``, ...: the dropout network of :class:`nnUNetTrainerMCDropout` trained with that
   loss). The SSN trainer has its own likelihood and combines with none of them.
 - :class:`nnUNetTrainer_10iters` / :class:`nnUNetTrainerMCDropout_10iters` / :class:`nnUNetTrainerSSN_10iters`:
   one epoch of 10 training and 2 validation iterations, for tests and CPU smoke runs (a stock epoch is 250
-  iterations, ~6 min on 2 CPU cores for a 32^3 toy task); ``<trainer>_2epochs`` (e.g. ``nnUNetTrainerSVLS_2epochs``):
-  two epochs of 5 training and 1 validation iterations, for the calibration trainers.
+  iterations, ~6 min on 2 CPU cores for a 32^3 toy task); ``<trainer>_2epochs`` (e.g. ``nnUNetTrainerSVLS_2epochs``,
+  ``nnUNetTrainerMCDropoutNACL_2epochs``): two epochs of 5 training and 1 validation iterations, for each calibration
+  trainer and its MC-dropout variant.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +52,7 @@ import nibabel as nib
 import numpy as np
 import torch
 from monai.losses import NACLLoss
+from nnunetv2.training.loss.deep_supervision import DeepSupervisionWrapper
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 from nnunetv2.utilities.get_network_from_plans import get_network_from_plans
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
@@ -60,6 +67,7 @@ from monai_unc.nnunet.dropout import DEFAULT_TRAINING_DROPOUT, dropout_arch_kwar
 
 __all__ = [
     "CalibrationLoss",
+    "PerOutputDeepSupervision",
     "nnUNetTrainerSVLS",
     "nnUNetTrainerMbLS",
     "nnUNetTrainerL1ACE",
@@ -82,10 +90,14 @@ __all__ = [
 
 
 class nnUNetTrainerMCDropout(nnUNetTrainer):
-    """nnU-Net's default trainer with dropout (rate :attr:`dropout_p`) after every encoder and decoder convolution.
+    """nnU-Net's default trainer with dropout (rate :attr:`dropout_p`) in the network's convolution blocks.
 
     The network is built from the plans with ``dropout_op`` (``Dropout2d``/``Dropout3d`` matching the
-    convolutions) and ``dropout_op_kwargs={"p": dropout_p}``. The dropout module sits between convolution and norm
+    convolutions) and ``dropout_op_kwargs={"p": dropout_p}``; ``dynamic_network_architectures`` decides where it
+    goes. ``PlainConvUNet``: after every convolution of the encoder and decoder. ``ResidualEncoderUNet`` (nnU-Net's
+    ResEnc presets): after the stem's convolution, the first convolution of each residual block (its second
+    convolution and the 1x1 skip convolutions have none; a bottleneck block has it after its middle convolution
+    only) and every decoder convolution. The dropout module sits between convolution and norm
     in each block's ``all_modules``, so the norms' ``state_dict`` keys are shifted by one (``all_modules.2`` instead
     of ``all_modules.1``): its checkpoints load only into this network, never into the stock one (nor stock
     checkpoints into it; post-hoc dropout, :func:`~monai_unc.nnunet.dropout.add_posthoc_dropout`, keeps the keys).
@@ -111,7 +123,7 @@ class nnUNetTrainerMCDropout(nnUNetTrainer):
         num_output_channels: int,
         enable_deep_supervision: bool = True,
     ) -> nn.Module:
-        """nnU-Net's network of the configuration, built with ``dropout_op`` after every convolution.
+        """nnU-Net's network of the configuration, built with ``dropout_op`` (placed as the class docstring says).
 
         Args:
             plans_manager: the plans (unused; nnU-Net's signature).
@@ -395,6 +407,18 @@ class _CalibratedTrainer:
     def calibration_term(self) -> nn.Module:
         raise NotImplementedError
 
+    def output_calibration_terms(self, scales: Sequence[Sequence[float]]) -> list[nn.Module] | None:
+        """One term per deep-supervision output, for a term that depends on the output's resolution.
+
+        Args:
+            scales: nnU-Net's ``_get_deep_supervision_scales()``: per output, the size of its grid over the
+                full-resolution one along each axis (1, 1/2, ...).
+
+        Returns:
+            The terms, in the order of the outputs; None (here): :meth:`calibration_term` at every output.
+        """
+        return None
+
     def _build_loss(self) -> nn.Module:
         name = type(self).__name__
         if self.label_manager.has_ignore_label:
@@ -402,13 +426,53 @@ class _CalibratedTrainer:
         if self.label_manager.has_regions and not self.supports_regions:
             raise ValueError(f"{name} supports label (softmax) training only, not region-based training")
         loss = super()._build_loss()  # nnU-Net's Dice + CE, wrapped for deep supervision with nnU-Net's weights
-        inner = loss.loss if hasattr(loss, "weight_factors") else loss
-        wrapped = CalibrationLoss(inner, self.calibration_term(), CALIBRATION_KINDS[self.calibration],
-                                  getattr(self, "calibration_weight", 1.0))
-        if hasattr(loss, "weight_factors"):
-            loss.loss = wrapped
+        kind, weight = CALIBRATION_KINDS[self.calibration], getattr(self, "calibration_weight", 1.0)
+        if not isinstance(loss, DeepSupervisionWrapper):
+            return CalibrationLoss(loss, self.calibration_term(), kind, weight)
+        terms = self.output_calibration_terms(self._get_deep_supervision_scales())
+        if terms is None:
+            loss.loss = CalibrationLoss(loss.loss, self.calibration_term(), kind, weight)
             return loss
-        return wrapped
+        return PerOutputDeepSupervision([CalibrationLoss(loss.loss, t, kind, weight) for t in terms],
+                                        loss.weight_factors)
+
+
+class PerOutputDeepSupervision(DeepSupervisionWrapper):
+    """nnU-Net's ``DeepSupervisionWrapper`` with a loss of its own for each output (same weights, same sum).
+
+    ``sum_k weight_factors[k] * losses[k](output_k, target_k)`` over the outputs whose weight is not 0, for losses
+    that depend on the output's resolution (the spacing-aware SVLS kernel: output k's voxels are the full
+    resolution's times the pooling strides). ``loss`` is the full-resolution output's, as in nnU-Net's wrapper.
+
+    Args:
+        losses: one loss per output, full resolution first.
+        weight_factors: nnU-Net's weight of each output.
+
+    Example:
+        >>> loss = PerOutputDeepSupervision([nn.L1Loss(), nn.MSELoss()], (0.5, 0.5))
+        >>> float(loss([torch.ones(2), torch.ones(2)], [torch.zeros(2), torch.full((2,), 3.0)]))
+        2.5
+    """
+
+    def __init__(self, losses: Sequence[nn.Module], weight_factors: Sequence[float]) -> None:
+        if len(losses) != len(weight_factors):
+            raise ValueError(f"one loss per output: got {len(losses)} losses and {len(weight_factors)} weights")
+        super().__init__(losses[0], weight_factors)
+        self.losses = nn.ModuleList(losses)
+
+    def forward(self, *args: Any) -> torch.Tensor:
+        """The weighted sum of each output's loss.
+
+        Args:
+            *args: nnU-Net's lists, one entry per output (outputs, targets).
+
+        Returns:
+            The scalar loss.
+        """
+        if not all(isinstance(a, (tuple, list)) for a in args):
+            raise TypeError(f"all args must be tuples or lists (one entry per output), got {[type(a) for a in args]}")
+        return sum(w * loss(*inputs) for w, loss, inputs in zip(self.weight_factors, self.losses, zip(*args))
+                   if w != 0.0)
 
 
 class nnUNetTrainerSVLS(_CalibratedTrainer, nnUNetTrainer):
@@ -416,9 +480,11 @@ class nnUNetTrainerSVLS(_CalibratedTrainer, nnUNetTrainer):
 
     Islam, Glocker, *Spatially Varying Label Smoothing*, IPMI 2021: :class:`~monai_unc.losses.SVLSLoss` replaces
     nnU-Net's cross-entropy (binary cross-entropy per region for region-based training). :attr:`svls_sigma` (1) and
-    :attr:`svls_kernel_size` (3) are in voxels; with :attr:`svls_spacing_aware` the kernel uses the
-    configuration's voxel spacing divided by its smallest entry (``sigma`` then in voxels of the finest axis).
-    Subclass and set them for other settings.
+    :attr:`svls_kernel_size` (3) are in voxels of each output; with :attr:`svls_spacing_aware` the kernel of each
+    deep-supervision output uses that output's voxel size (the configuration's spacing times the output's pooling
+    strides) divided by its smallest entry (``sigma`` then in voxels of that output's finest axis), one
+    :class:`CalibrationLoss` per output (:class:`PerOutputDeepSupervision`). Subclass and set them for other
+    settings.
 
     The constructor takes nnU-Net's trainer arguments (``plans, configuration, fold, dataset_json, device``).
 
@@ -432,15 +498,38 @@ class nnUNetTrainerSVLS(_CalibratedTrainer, nnUNetTrainer):
     svls_kernel_size: int = 3
     svls_spacing_aware: bool = False
 
-    def calibration_term(self) -> nn.Module:
-        """The SVLS cross-entropy for nnU-Net's targets."""
+    def calibration_term(self, scale: Sequence[float] | None = None) -> nn.Module:
+        """The SVLS cross-entropy for nnU-Net's targets.
+
+        Args:
+            scale: the output's grid over the full-resolution one per axis (an entry of nnU-Net's
+                ``_get_deep_supervision_scales()``); None: full resolution. Used with :attr:`svls_spacing_aware`.
+
+        Returns:
+            The term.
+        """
         regions = bool(self.label_manager.has_regions)
         spacing = None
         if self.svls_spacing_aware:
             sp = [float(s) for s in self.configuration_manager.spacing]
+            if scale is not None:  # the output's voxels: the full resolution's times the pooling strides
+                sp = [s / float(k) for s, k in zip(sp, scale)]
             spacing = [s / min(sp) for s in sp]
         return SVLSLoss(self.svls_kernel_size, self.svls_sigma, spacing, to_onehot_y=not regions, softmax=not regions,
                         sigmoid=regions)
+
+    def output_calibration_terms(self, scales: Sequence[Sequence[float]]) -> list[nn.Module] | None:
+        """With :attr:`svls_spacing_aware`, each output's term with its own voxel size; None otherwise.
+
+        Args:
+            scales: nnU-Net's ``_get_deep_supervision_scales()``.
+
+        Returns:
+            One term per output, or None (the kernel in voxels is the same at every output).
+        """
+        if not self.svls_spacing_aware:
+            return None
+        return [self.calibration_term(scale) for scale in scales]
 
 
 class nnUNetTrainerMbLS(_CalibratedTrainer, nnUNetTrainer):
@@ -630,6 +719,22 @@ class nnUNetTrainerNACL_2epochs(_TwoShortEpochs, nnUNetTrainerNACL):
 
 class nnUNetTrainerMCDropoutSVLS_2epochs(_TwoShortEpochs, nnUNetTrainerMCDropoutSVLS):
     """:class:`nnUNetTrainerMCDropoutSVLS` cut to two epochs of 5 training and 1 validation iterations (tests)."""
+
+
+class nnUNetTrainerMCDropoutMbLS_2epochs(_TwoShortEpochs, nnUNetTrainerMCDropoutMbLS):
+    """:class:`nnUNetTrainerMCDropoutMbLS` cut to two epochs of 5 training and 1 validation iterations (tests)."""
+
+
+class nnUNetTrainerMCDropoutL1ACE_2epochs(_TwoShortEpochs, nnUNetTrainerMCDropoutL1ACE):
+    """:class:`nnUNetTrainerMCDropoutL1ACE` cut to two epochs of 5 training and 1 validation iterations (tests)."""
+
+
+class nnUNetTrainerMCDropoutSoftL1ACE_2epochs(_TwoShortEpochs, nnUNetTrainerMCDropoutSoftL1ACE):
+    """:class:`nnUNetTrainerMCDropoutSoftL1ACE` cut to two epochs of 5 training and 1 validation iterations."""
+
+
+class nnUNetTrainerMCDropoutNACL_2epochs(_TwoShortEpochs, nnUNetTrainerMCDropoutNACL):
+    """:class:`nnUNetTrainerMCDropoutNACL` cut to two epochs of 5 training and 1 validation iterations (tests)."""
 
 
 class nnUNetTrainer_10iters(_TenIterations, nnUNetTrainer):

@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from monai_unc.io import atomic_copy, atomic_savefig, check_inputs_not_written, save_nifti_image
+from monai_unc.io import (
+    OUTPUT_LOCK_FILE,
+    atomic_copy,
+    atomic_folder,
+    atomic_savefig,
+    atomic_write_text,
+    check_inputs_not_written,
+    output_lock,
+    save_nifti_image,
+)
 
 
 def _figure() -> Figure:
@@ -89,3 +98,30 @@ def test_check_inputs_not_written_refuses_what_the_command_writes(tmp_path):
     (out / "rule.json").write_text("{}")
     check_inputs_not_written(out, written, tmp_path / "rule.json", out / "rule.json", None, out / "case10_seg")
     check_inputs_not_written(out, written, out / "images")  # a folder the command does not write into
+
+
+def test_atomic_folder_replaces_the_folder_whole_or_not_at_all(tmp_path):
+    """The staging folder of ``nnunet-calibrate``'s copy (found by hostile testing: a rerun mixed two runs' folds,
+    and a failed one left them half-replaced): a clean block replaces the folder whole (nothing of the old content
+    remains), a failed one leaves it as it was, a killed run's staging folder is removed by the next run, and the
+    lock file does not stay behind."""
+    out = tmp_path / "copy"
+    with atomic_folder(out) as staging:
+        assert staging.parent == tmp_path and staging.name.startswith(".copy.partial-")
+        assert (out / OUTPUT_LOCK_FILE).is_file()  # held while the block runs
+        atomic_write_text(staging / "old.txt", "1")
+        atomic_write_text(staging / "sub" / "kept.txt", "1")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["old.txt", "sub", "sub/kept.txt"]
+    with pytest.raises(RuntimeError, match="half-way"), atomic_folder(out) as staging:
+        atomic_write_text(staging / "new.txt", "2")
+        raise RuntimeError("failed half-way")
+    assert sorted(p.name for p in out.iterdir()) == ["old.txt", "sub"]
+    (tmp_path / ".copy.partial-killed.dir").mkdir()  # a killed run's
+    (tmp_path / ".other.partial-x.dir").mkdir()  # another folder's: kept
+    with atomic_folder(out) as staging:
+        atomic_write_text(staging / "new.txt", "2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.partial-x.dir", "copy"]
+    assert [p.name for p in out.iterdir()] == ["new.txt"]
+    with output_lock(out):  # the folder is free again (this process would re-enter; the file is gone)
+        pass
+    assert not (out / OUTPUT_LOCK_FILE).exists()

@@ -53,8 +53,10 @@ def test_trainers_are_found_by_nnunet_name_lookup(monkeypatch):
     from nnunetv2.utilities.find_objects import recursive_find_trainer_class_by_name
 
     monkeypatch.setenv("nnUNet_extTrainer", mun.trainer_dir())
-    names = [*TRAINERS, *(n.replace("nnUNetTrainer", "nnUNetTrainerMCDropout") for n in TRAINERS),
-             *(f"{n}_2epochs" for n in TRAINERS), "nnUNetTrainerMCDropoutSVLS_2epochs"]
+    dropout = [n.replace("nnUNetTrainer", "nnUNetTrainerMCDropout") for n in TRAINERS]
+    # docs/training.md: every trainer and every MC-dropout variant has a _2epochs variant (found by hostile testing:
+    # only nnUNetTrainerMCDropoutSVLS_2epochs existed of the MC-dropout ones)
+    names = [*TRAINERS, *dropout, *(f"{n}_2epochs" for n in (*TRAINERS, *dropout))]
     for name in names:
         assert recursive_find_trainer_class_by_name(name).__name__ == name
 
@@ -145,6 +147,61 @@ def test_spacing_aware_svls_uses_the_configuration_spacing(tmp_path, monkeypatch
     assert term.spacing == [3.0, 1.0, 1.0]
     plain = _trainer(mun.nnUNetTrainerSVLS, tmp_path, monkeypatch)._build_loss().loss.term
     assert plain.spacing is None
+
+
+def _svls_soft_targets(onehot, voxel):
+    """SVLS soft targets computed here from the paper's kernel (Islam, Glocker, IPMI 2021, Eq. 2-3) for voxels of size
+    ``voxel``: a Gaussian (sigma 1 in units of the smallest voxel edge) over the 3^3 neighbours, its centre raised to
+    the neighbours' sum, normalised; a full 3-D convolution of the replicate-padded one-hot target."""
+    ratio = np.asarray(voxel, float) / min(voxel)
+    offsets = np.stack(np.meshgrid(*[np.arange(-1, 2) * r for r in ratio], indexing="ij"))
+    g = np.exp(-(offsets ** 2).sum(0) / 2.0)
+    g /= g.sum()
+    g[1, 1, 1] = 1.0 - g[1, 1, 1]
+    g /= g.sum()
+    c = onehot.shape[1]
+    kernel = torch.from_numpy(g).to(onehot.dtype).expand(c, 1, 3, 3, 3)
+    return F.conv3d(F.pad(onehot, (1,) * 6, mode="replicate"), kernel, groups=c)
+
+
+def test_spacing_aware_svls_uses_each_outputs_own_voxel_size(tmp_path, monkeypatch):
+    """Found by hostile testing: with ``svls_spacing_aware`` every deep-supervision output used the full-resolution
+    spacing ratio (3 : 1 : 1 here), although output 1's voxels are the spacing times the pooling strides, 3 x 2 x 2 mm
+    (ratio 1.5 : 1 : 1; soft targets differed by up to 0.106). Each output's loss is checked against the kernel of its
+    own voxel size, computed here from the paper's formula."""
+    class Aniso(mun.nnUNetTrainerSVLS):
+        svls_spacing_aware = True
+
+    monkeypatch.setenv("nnUNet_results", str(tmp_path / "results"))
+    plans = _plans(3)
+    plans["continue_training"] = False
+    conf = plans["configurations"]["cfg"]
+    conf["spacing"] = [3.0, 1.0, 1.0]
+    conf["architecture"]["arch_kwargs"].update(
+        n_stages=4, features_per_stage=[4, 8, 16, 16], kernel_sizes=[[3, 3, 3]] * 4,
+        strides=[[1, 1, 1], [1, 2, 2], [2, 2, 2], [2, 2, 2]], n_conv_per_stage=[1] * 4,
+        n_conv_per_stage_decoder=[1] * 3)
+    dataset = {"labels": LABELS, "channel_names": {"0": "x"}, "numTraining": 2, "file_ending": ".nii.gz"}
+    trainer = Aniso(plans, "cfg", 0, dataset, CPU)
+    loss = trainer._build_loss()
+    strides = np.cumprod([[1, 1, 1], [1, 2, 2], [2, 2, 2]], axis=0)  # the pooling down to each output
+    voxels = [[3.0 * a, 1.0 * b, 1.0 * c] for a, b, c in strides]
+    assert voxels[1] == [3.0, 2.0, 2.0] and [w > 0 for w in loss.weight_factors] == [True, True, False]
+    torch.manual_seed(0)
+    y = torch.randint(0, 3, (2, 1, 16, 16, 16)).double()
+    targets = [y[:, :, ::s0, ::s1, ::s2] for s0, s1, s2 in strides]
+    outs = [torch.randn(2, 3, *t.shape[2:], dtype=torch.float64) * 4 for t in targets]
+    stock = _stock(trainer)
+    expected = 0.0
+    for w, o, t, voxel in zip(loss.weight_factors, outs, targets, voxels):
+        onehot = F.one_hot(t[:, 0].long(), 3).movedim(-1, 1).double()
+        q = _svls_soft_targets(onehot, voxel)
+        ce = -(q * torch.log_softmax(o, 1)).sum(1).mean()
+        if w:
+            expected = expected + w * (stock.dc(o, t) + ce)
+    torch.testing.assert_close(loss(outs, targets), expected, rtol=1e-9, atol=1e-12)
+    plain = _trainer(mun.nnUNetTrainerSVLS, tmp_path, monkeypatch)._build_loss()
+    assert type(plain).__name__ == "DeepSupervisionWrapper"  # in voxels: one term for every output, as before
 
 
 # ------------------------------------------------------------------------------------------ end to end (slow)

@@ -39,3 +39,28 @@ def test_one_configuration_name_is_not_split_into_characters():
     assert out["configurations"]["3d_fullres"]["architecture"]["arch_kwargs"]["dropout_op"] == "torch.nn.Dropout3d"
     with pytest.raises(ValueError, match=r"configurations \['2d'\] are not in the plans"):
         dropout_plans(_plans(), p=0.2, configurations="2d")
+
+
+def test_mc_dropout_placement_in_a_residual_encoder_unet_is_what_the_docs_say():
+    """Found by hostile testing: the docs said nnUNetTrainerMCDropout puts dropout "after every convolution of the
+    encoder and decoder", but for nnU-Net's ResEnc networks (``ResidualEncoderUNet``) dynamic_network_architectures
+    puts it after the stem's convolution, the first convolution of each residual block (never the second) and every
+    decoder convolution. The docs now say so; this checks the placement they describe."""
+    import torch
+    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+
+    import monai_unc.nnunet as mun
+    from tests.nnunet.test_ssn_trainer import _plans as unet_plans
+
+    plans = unet_plans(3)
+    arch = plans["configurations"]["cfg"]["architecture"]
+    arch["network_class_name"] = "dynamic_network_architectures.architectures.unet.ResidualEncoderUNet"
+    arch["arch_kwargs"]["n_blocks_per_stage"] = arch["arch_kwargs"].pop("n_conv_per_stage")
+    pm = PlansManager(plans)
+    net = mun.nnUNetTrainerMCDropout.build_network_architecture(pm, pm.get_configuration("cfg"), 1, 3, False)
+    with_dropout = {name.rsplit(".", 1)[0] for name, m in net.named_modules() if isinstance(m, torch.nn.Dropout3d)}
+    convs = {name.rsplit(".", 1)[0] for name, m in net.named_modules()
+             if isinstance(m, torch.nn.Conv3d) and m.kernel_size == (3, 3, 3)}
+    assert with_dropout == {c for c in convs if c.startswith(("encoder.stem.", "decoder.")) or c.endswith(".conv1")}
+    assert any(c.endswith(".conv2") for c in convs) and not any(c.endswith(".conv2") for c in with_dropout)
+    assert "ResidualEncoderUNet" in mun.nnUNetTrainerMCDropout.__doc__
