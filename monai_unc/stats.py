@@ -111,6 +111,7 @@ __all__ = [
     "spatial_chunks",
     "derive_measures",
     "window_disagreement_from_stitched",
+    "add_squares",
     "WD_RTOL",
     "WINDOW_DISAGREEMENT_MODES",
 ]
@@ -1121,6 +1122,40 @@ WINDOW_DISAGREEMENT_MODES = ("separate", "mutual_information")
 #: rounding tolerance of the window disagreement, in units of ``eps * (1 + PE)``
 #: (:func:`window_disagreement_from_stitched`)
 WD_RTOL = 64.0
+
+
+def add_squares(moment: torch.Tensor, mean: torch.Tensor, sign: float = 1.0) -> torch.Tensor:
+    """``moment += sign * mean^2`` in place: per class, or ``sum_c mean_c^2`` for a one-channel moment.
+
+    Turns a second moment into a variance (``sign=-1``: ``E[p^2] - m^2``) and back (``sign=1``), e.g. a window's own
+    variance with ``window_disagreement="separate"`` and the stitched second moment after it. Class by class, so no
+    temporary of the size of ``mean`` (the stitched buffers of a volume); ``mean`` is converted to ``moment``'s dtype
+    one class at a time.
+
+    Args:
+        moment: ``(B, C, *spatial)`` per-class second moment, or ``(B, 1, *spatial)`` one-channel
+            ``sum_c E[p_c^2]`` (:data:`MEAN_SQ_SUM`); modified in place.
+        mean: ``(B, C, *spatial)`` mean probabilities.
+        sign: ``1.0`` adds the squares, ``-1.0`` subtracts them.
+
+    Returns:
+        ``moment``.
+
+    Example:
+        >>> m = torch.tensor([[[0.5], [0.5]]])
+        >>> add_squares(torch.tensor([[[0.3], [0.3]]]), m, -1.0)
+        tensor([[[0.0500],
+                 [0.0500]]])
+    """
+    if moment.shape[1] == mean.shape[1]:
+        for c in range(mean.shape[1]):
+            mc = mean[:, c:c + 1].to(moment.dtype)
+            moment[:, c:c + 1].addcmul_(mc, mc, value=sign)
+    else:
+        for c in range(mean.shape[1]):
+            mc = mean[:, c:c + 1].to(moment.dtype)
+            moment.addcmul_(mc, mc, value=sign)
+    return moment
 
 
 def window_disagreement_from_stitched(

@@ -69,6 +69,7 @@ from ..stats import (
     WD_RTOL,
     WINDOW_DISAGREEMENT_MODES,
     SampleStats,
+    add_squares,
     check_accum_dtype,
     default_chunk_elements,
     derive_measures,
@@ -786,7 +787,7 @@ class UncertaintyInferer(Inferer):
                 # second moment is rebuilt after stitching (_within_window_second_moment)
                 for key in ("mean_sq", MEAN_SQ_SUM):
                     if key in out:
-                        out[key] = _add_squares(out[key], m, -1.0).clamp_min_(0)
+                        out[key] = add_squares(out[key], m, -1.0).clamp_min_(0)
             if self.keep_samples:
                 # (B, S*C, *spatial): stitchable; in the order of the product of the sources
                 out[K.SAMPLES.value] = torch.cat([kept[i] for i in sorted(kept)], dim=1)
@@ -1061,23 +1062,7 @@ def _within_window_second_moment(out: dict[str, Any], pred: torch.Tensor) -> Non
     for key in ("mean_sq", MEAN_SQ_SUM):
         if key in out:
             moment = _plain(out[key])
-            out[key] = _add_squares(moment.to(torch.promote_types(moment.dtype, torch.float32)), pred, 1.0)
-
-
-def _add_squares(moment: torch.Tensor, mean: torch.Tensor, sign: float) -> torch.Tensor:
-    """``moment += sign * mean^2`` in place: per class, or ``sum_c mean_c^2`` for a one-channel moment.
-
-    Class by class, so no temporary of the size of ``mean`` (the stitched buffers of a volume).
-    """
-    if moment.shape[1] == mean.shape[1]:
-        for c in range(mean.shape[1]):
-            mc = mean[:, c:c + 1].to(moment.dtype)
-            moment[:, c:c + 1].addcmul_(mc, mc, value=sign)
-    else:
-        for c in range(mean.shape[1]):
-            mc = mean[:, c:c + 1].to(moment.dtype)
-            moment.addcmul_(mc, mc, value=sign)
-    return moment
+            out[key] = add_squares(moment.to(torch.promote_types(moment.dtype, torch.float32)), pred, 1.0)
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

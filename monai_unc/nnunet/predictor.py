@@ -136,7 +136,7 @@ from monai_unc.nnunet.export import (
     write_scores_table,
 )
 from monai_unc.nnunet.names import MAP_MEASURES, SOURCES, STOCHASTIC_SOURCES
-from monai_unc.stats import WINDOW_DISAGREEMENT_MODES, SampleStats
+from monai_unc.stats import WINDOW_DISAGREEMENT_MODES, SampleStats, add_squares
 
 if TYPE_CHECKING:
     from monai_unc.nnunet.calibrate import calibrate_model_folder
@@ -650,8 +650,7 @@ class UncertaintyPredictor(nnUNetPredictor):
                 # the window's own variance E_w[p^2] - m_w^2: stitched, the blend of the per-window variances (the
                 # windows' disagreement stays out of the variance, as out of MI); the second moment is rebuilt
                 # after stitching (_internal_predict_sliding_window_return_logits)
-                m = result[K.PRED.value]
-                result[MEAN_SQ] = result[MEAN_SQ].addcmul_(m, m, value=-1.0).clamp_min_(0)
+                result[MEAN_SQ] = add_squares(result[MEAN_SQ], result[K.PRED.value], -1.0).clamp_min_(0)
         if self._want_logits:
             n = passes * len(combos)
             sums = [s.div_(n) if n > 1 else s for s in logit_sums]
@@ -740,9 +739,7 @@ class UncertaintyPredictor(nnUNetPredictor):
             if self.window_disagreement == "separate" and MEAN_SQ in out:
                 # blend_w Var_w + pred^2: a second moment whose variance is the blend of the windows' own (folds
                 # pooled afterwards keep their disagreement in it, as in MI)
-                pred = out[K.PRED.value]
-                for c in range(pred.shape[0]):  # class by class: no temporary of the volume's size
-                    out[MEAN_SQ][c].addcmul_(pred[c], pred[c])
+                add_squares(out[MEAN_SQ][None], out[K.PRED.value][None])  # (C, *spatial) buffers, in place
             if self._want_logits:
                 torch.div(logit_buf, n_pred, out=logit_buf)
                 if torch.any(torch.isinf(logit_buf)):

@@ -558,6 +558,9 @@ def _run_unprivileged(argvs: list[list[str]], read_only: Path) -> list[tuple[int
     if pid == 0:  # child: drop root, run, report through the pipe, exit without pytest's teardown
         status = 0
         try:
+            import torch  # noqa: PLC0415 - the child only: the parent's OpenMP pool does not survive fork
+
+            torch.set_num_threads(1)
             os.close(read_fd)
             os.setgroups([])
             os.setgid(65534)

@@ -55,6 +55,9 @@ def test_histogram_save_killed_mid_write_leaves_the_old_file_intact(tmp_path, mo
         pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         try:
+            # the parent's OpenMP pool does not survive fork: with 2+ threads the child's first parallel op (the
+            # state's torch.stack) waited forever on a lock of the parent's pool (libgomp)
+            torch.set_num_threads(1)
             monkeypatch.setattr(np, "savez_compressed", killed_mid_write)
             new.save(path)
         finally:
