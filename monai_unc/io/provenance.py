@@ -771,14 +771,15 @@ def decode_untrusted_json(raw: bytes, source: str) -> Any:
         >>> decode_untrusted_json(bytes([123, 255, 125]), "x")
         Traceback (most recent call last):
         ...
-        ValueError: x: not UTF-8 text (invalid start byte at byte 1)
+        ValueError: x is not readable JSON: it is not UTF-8 text (invalid start byte at byte 1)
     """
     if len(raw) > MAX_DOCUMENT_BYTES:  # before decoding: a huge file is refused, not copied into a string first
         raise ValueError(f"{source} is not readable JSON: it has {len(raw)} bytes (at most {MAX_DOCUMENT_BYTES})")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise ValueError(f"{source} is not readable JSON: it is not UTF-8 text ({e.reason} at byte {e.start})"
+                         ) from None
     return parse_untrusted_json(text, source)
 
 

@@ -297,7 +297,7 @@ def test_rule_load_missing_and_corrupt_files(tmp_path):
     with pytest.raises(ValueError, match="not valid JSON"):
         ReferralRule.load(p)
     p.write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(ValueError, match="not valid JSON"):
+    with pytest.raises(ValueError, match="is not readable JSON: it is not UTF-8 text"):
         ReferralRule.load(p)
 
 
