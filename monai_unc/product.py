@@ -52,7 +52,13 @@ __all__ = [
     "Overlay",
     "ReportSection",
     "ReportTable",
+    "SCORE_DIGITS",
+    "ThresholdText",
     "format_cell",
+    "format_fraction",
+    "format_score",
+    "format_share",
+    "separating_digits",
     "register_product",
     "unregister_product",
     "registered_products",
@@ -102,6 +108,196 @@ def format_cell(value: Any, digits: int = 3) -> str:
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
         return f"{float(value):.{digits}f}" if math.isfinite(float(value)) else "–"
     return str(value)
+
+
+#: significant digits of a case score on the pages and in the command's lines (:func:`format_score`)
+SCORE_DIGITS = 4
+
+
+def format_score(value: Any, digits: int = SCORE_DIGITS) -> str:
+    """The text of a case score: ``digits`` significant digits, an en dash for a missing or non-finite one.
+
+    The one formatting of triage scores (the report's and the triage page's tables, the case figures, the reasons of
+    ``monai-unc triage``): significant digits, so that small scores (``3.3e-06``) stay distinct where fixed decimals
+    would show them all as ``0.0000``. Next to a threshold, :class:`ThresholdText` adds the digits that keep a score
+    on the other side of it from printing equal to it.
+
+    Args:
+        value: the score (None and ``""`` are missing).
+        digits: significant digits.
+
+    Returns:
+        The text (a value that is not a number as ``str(value)``).
+
+    Example:
+        >>> format_score(3.263803819208988e-06), format_score(0.47227907), format_score(None), format_score(2)
+        ('3.264e-06', '0.4723', '–', '2')
+    """
+    if value is None or (isinstance(value, str) and value == ""):
+        return "–"
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        v = float(value)
+        return f"{v:.{digits}g}" if math.isfinite(v) else "–"
+    return str(value)
+
+
+def separating_digits(value: float, reference: float, digits: int = SCORE_DIGITS) -> int:
+    """The fewest significant digits, at least ``digits``, at which ``value`` and ``reference`` print differently.
+
+    Two different floats always differ at 17 significant digits; equal or non-finite values get ``digits``.
+
+    Args:
+        value: a number.
+        reference: the number it must not print equal to (a threshold).
+        digits: the fewest digits.
+
+    Returns:
+        The number of significant digits.
+
+    Example:
+        >>> separating_digits(0.0010210456093773246, 0.0010210456093773244), separating_digits(0.2, 0.25)
+        (16, 4)
+    """
+    value, reference = float(value), float(reference)
+    if value == reference or not (math.isfinite(value) and math.isfinite(reference)):
+        return digits
+    for d in range(digits, 17):
+        if f"{value:.{d}g}" != f"{reference:.{d}g}":
+            return d
+    return max(digits, 17)
+
+
+@dataclass(frozen=True)
+class ThresholdText:
+    """How a threshold on a score is written so that no score on its other side prints equal to it.
+
+    A rule "accept ``score <= threshold``" is the same rule as "accept ``score < cut``" with ``cut`` the next float
+    above the threshold: a risk-controlled threshold is the float just below the lowest calibration score it refuses
+    (:func:`~monai_unc.metrics.risk_control.risk_controlled_threshold`), so that calibration case prints equal to the
+    threshold at any precision but 17 digits, and exactly equal to the cut. :meth:`choose` takes whichever of the two
+    statements needs fewer digits for the scores shown with it; each score is then written with the digits that
+    separate it from the bound (:meth:`score`), and the bound with the most of those (:meth:`bound_text`). Rounding
+    keeps order, so a score written with fewer digits than the bound still reads on its own side of it.
+
+    Attributes:
+        strict: True: the statement is ``score < bound``; False: ``score <= bound``.
+        bound: the number in the statement (the threshold, or the cut).
+        digits: the significant digits of the bound.
+        base: the fewest significant digits of a score.
+
+    Example:
+        >>> t = ThresholdText.choose(0.0010210456093773244, [0.0010210456093773246, 0.00044505915])
+        >>> t.strict, t.bound_text(), t.score(0.0010210456093773246), t.score(0.00044505915)
+        (True, '0.001021', '0.001021', '0.0004451')
+        >>> t.accepts(0.00044505915), t.accepts(0.0010210456093773246), t.relation(True), t.relation(False)
+        (True, False, '<', '>=')
+    """
+
+    strict: bool
+    bound: float
+    digits: int
+    base: int = SCORE_DIGITS
+
+    @classmethod
+    def choose(cls, threshold: float, scores: Sequence[float] = (), digits: int = SCORE_DIGITS) -> ThresholdText:
+        """The statement of ``score <= threshold`` that needs the fewest digits for ``scores``.
+
+        Args:
+            threshold: the finite threshold of the rule "accept ``score <= threshold``".
+            scores: the scores written with it (non-finite ones are ignored).
+            digits: the fewest significant digits.
+
+        Returns:
+            The :class:`ThresholdText` (the non-strict one when both need as few digits).
+        """
+        threshold = float(threshold)
+        finite = [float(s) for s in scores if s is not None and math.isfinite(float(s))]
+        cut = math.nextafter(threshold, math.inf)
+        options = [cls(strict, bound, max([separating_digits(s, bound, digits) for s in finite], default=digits),
+                       digits) for strict, bound in ((False, threshold), (True, cut))]
+        return min(options, key=lambda t: t.digits)
+
+    def bound_text(self) -> str:
+        """The bound, with :attr:`digits` significant digits."""
+        return format_score(self.bound, self.digits)
+
+    def score(self, value: Any) -> str:
+        """A score, with the digits that keep it from printing equal to the bound when it differs from it.
+
+        Args:
+            value: the score (None or non-finite: an en dash).
+
+        Returns:
+            The text: a score equal to the bound is written exactly as the bound is.
+        """
+        if value is None or isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return format_score(value, self.base)
+        v = float(value)
+        if v == self.bound:
+            return self.bound_text()
+        return format_score(v, separating_digits(v, self.bound, self.base))
+
+    def accepts(self, value: float) -> bool:
+        """Whether the rule accepts ``value`` (the statement holds for it)."""
+        return value < self.bound if self.strict else value <= self.bound
+
+    def relation(self, accepted: bool, ascii_only: bool = True) -> str:
+        """The comparison a score has to the bound: ``<=`` / ``>`` (``<`` / ``>=`` for a strict statement).
+
+        Args:
+            accepted: the relation of an accepted score (else of a refused one).
+            ascii_only: ``<=`` and ``>=`` (False: ``≤`` and ``≥``).
+
+        Returns:
+            The operator's text.
+        """
+        op = ("<" if accepted else ">=") if self.strict else ("<=" if accepted else ">")
+        return op if ascii_only else op.replace("<=", "≤").replace(">=", "≥")
+
+
+def format_share(count: int, total: int, digits: int = 3) -> str:
+    """A share of cases as a percentage with its counts, never rounded to 0 % or 100 % unless it is one.
+
+    Args:
+        count: the cases counted.
+        total: all cases.
+        digits: the fewest significant digits of the percentage.
+
+    Returns:
+        ``"<percent>% (<count> of <total>)"``; ``"– (0 of 0)"`` without cases.
+
+    Example:
+        >>> format_share(299, 300), format_share(1, 250), format_share(1, 8), format_share(3, 3)
+        ('99.7% (299 of 300)', '0.4% (1 of 250)', '12.5% (1 of 8)', '100% (3 of 3)')
+    """
+    if total <= 0:
+        return f"– ({count} of {total})"
+    return f"{format_fraction(count / total, digits)} ({count} of {total})"
+
+
+def format_fraction(value: float, digits: int = 3) -> str:
+    """A fraction in [0, 1] as a percentage with significant digits, never 0 % or 100 % unless it is exactly that.
+
+    Args:
+        value: the fraction (a budget, a rate).
+        digits: the fewest significant digits.
+
+    Returns:
+        The text, e.g. ``"12.5%"``.
+
+    Example:
+        >>> format_fraction(0.004), format_fraction(0.125), format_fraction(0.2), format_fraction(0.99999)
+        ('0.4%', '12.5%', '20%', '99.999%')
+    """
+    v = float(value)
+    if not math.isfinite(v):
+        return "–"
+    pct = 100.0 * v
+    for d in range(digits, 18):
+        text = f"{pct:.{d}g}"
+        if (float(text) != 100.0 or v == 1.0) and (float(text) != 0.0 or v == 0.0):
+            return f"{text}%"
+    return f"{pct!r}%"
 
 
 @dataclass(frozen=True)

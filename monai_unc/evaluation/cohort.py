@@ -45,6 +45,9 @@ __all__ = [
     "calibration_mask",
     "RISK_CONTROL_CANDIDATES",
     "triage_order",
+    "budget_split",
+    "check_state_rows",
+    "TEXT_COLUMNS",
     "fill_undefined_scores",
     "write_evaluation",
     "load_evaluation",
@@ -250,6 +253,8 @@ class CohortState:
 
         Raises:
             FileNotFoundError: ``folder`` has no ``rows.json``.
+            ValueError: ``rows.json`` has a field of the wrong type (:func:`check_state_rows`; one line naming the
+                file, the case and the column).
 
         Example:
             >>> import tempfile
@@ -263,6 +268,7 @@ class CohortState:
         if not path.is_file():
             raise FileNotFoundError(f"no evaluation state in {folder} (rows.json missing): run monai-unc evaluate")
         meta = json.loads(path.read_text())
+        check_state_rows(meta, str(path))  # a file a user may have edited: one line naming the case and the column
         rows = [upgrade_row(r) for r in meta["rows"]]  # written by an older version: current column names
         state = cls(int(meta["num_classes"]), int(meta["n_fine_bins"]), rows,
                     warnings=list(meta.get("warnings", [])), files=dict(meta.get("files", {})),
@@ -285,6 +291,107 @@ class CohortState:
                 group = StateGroup()
             state.product_states = {c: dict(g) for c, g in group.items()}
         return state
+
+
+#: the text columns of an evaluation's rows (every other column holds numbers, or text in every row)
+TEXT_COLUMNS = ("case", "measure", "shift", "spacing")
+
+
+def check_state_rows(meta: Any, source: str) -> None:
+    """Check the fields of a ``state/rows.json`` read back from a file that a user may have edited.
+
+    The counts must be counts; ``rows`` a list of objects, each with a text ``case`` (each case once); ``dice`` a Dice
+    in [0, 1]; the text columns (:data:`TEXT_COLUMNS`) text or null; every other column one value (no list or object)
+    and, when any row holds a number in it, a number or null in every row (null, ``NaN`` and infinities are undefined
+    values, as ``evaluate`` writes them).
+
+    Args:
+        meta: the parsed file.
+        source: how the message names the file.
+
+    Raises:
+        ValueError: one line naming ``source``, the case and the column.
+
+    Example:
+        >>> check_state_rows({"num_classes": 2, "n_fine_bins": 240, "rows": [{"case": "a", "dice": None}]}, "rows.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: rows.json: case 'a', column 'dice' must be a Dice in [0, 1], got NoneType None
+    """
+    def bad(where: str, want: str, value: Any) -> ValueError:
+        return ValueError(f"{source}: {where} must be {want}, got {type(value).__name__} {value!r}"[:400])
+
+    if not isinstance(meta, dict):
+        raise ValueError(f"{source}: the evaluation state must be a JSON object, got {type(meta).__name__}")
+    for name in ("num_classes", "n_fine_bins"):
+        if not is_count(meta.get(name)) or not meta[name]:
+            raise bad(f"field {name!r}", "a positive count", meta.get(name))
+    rows = meta.get("rows")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise bad("field 'rows'", "a list of objects (one per case)", rows)
+    seen: set[str] = set()
+    numeric: dict[str, str] = {}  # column -> the first case that holds a number in it
+    for i, row in enumerate(rows):
+        cid = row.get("case")
+        if not isinstance(cid, str) or not cid:
+            raise bad(f"rows[{i}].case", "a case id (text)", cid)
+        if cid in seen:
+            raise ValueError(f"{source}: case {cid!r} appears twice in 'rows'")
+        seen.add(cid)
+        for key, value in row.items():
+            where = f"case {cid!r}, column {key!r}"
+            if key == "dice":
+                if not is_finite_real(value) or not 0.0 <= value <= 1.0:
+                    raise bad(where, "a Dice in [0, 1]", value)
+            elif key in TEXT_COLUMNS:
+                if value is not None and not isinstance(value, str):
+                    raise bad(where, "text or null", value)
+            elif isinstance(value, (list, dict)):
+                raise bad(where, "one value (a number, a text or null)", value)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                numeric.setdefault(key, cid)
+    for row in rows:
+        for key, first in numeric.items():
+            value = row.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise bad(f"case {row['case']!r}, column {key!r}", f"a number or null (as in case {first!r})",
+                          value)
+
+
+def budget_split(ids: Sequence[str], dice: np.ndarray, scores: np.ndarray,
+                 referred: Sequence[str]) -> dict[str, Any]:
+    """The mean Dice of the cases a review budget keeps and of those it refers, and the cases tied at its cut.
+
+    The budget refers the first ``len(referred)`` cases of the triage order (:func:`triage_order`), which breaks a tie
+    of scores by case id; the referral curve at the budget (``triage.dice_retained``) counts the cases of a tie at the
+    cut by their expected share instead. The two agree unless the tie straddles the cut: ``tied`` then lists that tie's
+    cases, in the triage order.
+
+    Args:
+        ids: the case ids ``(N,)``.
+        dice: their Dice ``(N,)``.
+        scores: their scores with undefined ones filled (:func:`fill_undefined_scores`) ``(N,)``.
+        referred: the ids the budget refers.
+
+    Returns:
+        ``{"dice_kept": mean Dice of the other cases or None, "dice_referred": mean Dice of ``referred`` or None,
+        "tied": [ids]}``.
+
+    Example:
+        >>> budget_split(["a", "b", "c"], np.array([0.9, 0.5, 0.7]), np.array([0.2, 0.2, 0.1]), ["a"])
+        {'dice_kept': 0.6, 'dice_referred': 0.9, 'tied': ['a', 'b']}
+    """
+    dice = np.asarray(dice, dtype=np.float64)
+    scores = np.asarray(scores, dtype=np.float64)
+    ref = np.array([c in set(referred) for c in ids], dtype=bool)
+    tied: list[str] = []
+    if ref.any() and (~ref).any():
+        cut = scores[ref].min()  # the score of the last referred case
+        group = scores == cut
+        if (group & ~ref).any():
+            tied = [ids[i] for i in triage_order(ids, scores) if group[i]]
+    return {"dice_kept": float(dice[~ref].mean()) if (~ref).any() else None,
+            "dice_referred": float(dice[ref].mean()) if ref.any() else None, "tied": tied}
 
 
 def _load_region_histograms(path: Path) -> dict[str, ConfidenceHistogram]:
@@ -535,14 +642,18 @@ def summarize(state: CohortState, config: EvaluationConfig, *, fitted: Mapping[s
         order = triage_order(ids, raw_scores)
         n_ref = int(math.ceil(round(config.budget * n, 9)))
         at_budget = referral_curve(scores, dice, taus=[config.budget])
+        referred = [ids[i] for i in order[:n_ref]]
+        split = budget_split(ids, dice, scores, referred)
         summary["triage"] = {
             "budget": config.budget,
             "n_referred": n_ref,
-            "referred": [ids[i] for i in order[:n_ref]],
+            "referred": referred,
             "order": [ids[i] for i in order],
             "dice_all": float(dice.mean()),
             "dice_retained": float(at_budget.value[0]),
-            "dice_referred": float(dice[order[:n_ref]].mean()) if n_ref else None,
+            "dice_kept": split["dice_kept"],
+            "dice_referred": split["dice_referred"],
+            "tied": split["tied"],
         }
         failed = dice < config.failure_dice
         summary["failures"] = {
@@ -774,7 +885,9 @@ def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source:
 
     The fields that ``monai-unc report`` reads (the case count, the triage, the failures, the score column, the class
     names, the blocks it draws) must have the types :func:`summarize` writes; the recorded options (``config``) must
-    be valid evaluation options (:func:`config_from_summary`). Keys it does not know are accepted.
+    be valid evaluation options (:func:`config_from_summary`). With ``rows``, the case lists and counts must be those
+    of the rows (:func:`_check_summary_cases`: ``n_cases``, ``triage.order`` and ``referred``, the budget's Dice and
+    tie, the risk-controlled decisions). Keys it does not know are accepted.
 
     Args:
         summary: the parsed file.
@@ -838,11 +951,126 @@ def _check_summary(summary: Any, rows: Sequence[Mapping[str, Any]] = (), source:
     if isinstance(referral, dict) and not (referral.get("area_normalized") is None
                                            or is_finite_real(referral["area_normalized"])):
         raise bad("referral.area_normalized", "a number or null", referral["area_normalized"])
+    for key in ("dice_all", "dice_retained", "dice_kept", "dice_referred"):
+        if triage.get(key) is not None and not is_finite_real(triage[key]):
+            raise bad(f"triage.{key}", "a Dice or null", triage[key])
+    if triage.get("tied") is not None and not is_text_list(triage["tied"]):
+        raise bad("triage.tied", "a list of case ids", triage["tied"])
     try:
         config_from_summary(summary, rows)
     except (TypeError, ValueError) as e:
         message = str(e).removeprefix("summary.json: ")
         raise ValueError(f"{source}: 'config': {message}") from None
+    if rows:
+        _check_summary_cases(summary, rows, source)
+
+
+def _id_list_problem(ids: Sequence[str], known: Sequence[str]) -> str | None:
+    """What is wrong with a list of case ids that should name each of ``known`` at most once (None: nothing)."""
+    unknown = [c for c in ids if c not in set(known)]
+    if unknown:
+        return f"case {unknown[0]!r} is not in the evaluation's rows"
+    twice = sorted({c for c in ids if ids.count(c) > 1})
+    if twice:
+        return f"case {twice[0]!r} is listed twice"
+    return None
+
+
+def _check_summary_cases(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], source: str) -> None:
+    """Check the case lists and counts of a ``summary.json`` against the rows of its ``state/rows.json``.
+
+    The page ranks and marks the rows by these lists: ``n_cases`` must be the number of rows, ``triage.order`` the
+    rows' ids ranked by their score as :func:`triage_order` ranks them, ``triage.referred`` the first
+    ``triage.n_referred`` of that order, ``triage.dice_kept`` / ``dice_referred`` / ``tied`` those of
+    :func:`budget_split`, ``score.undefined`` the rows without a defined score, ``dice.mean`` and
+    ``triage.dice_all`` the rows' mean Dice, ``failures`` the rows below its Dice threshold, and
+    ``risk_control.accepted`` / ``referred`` the rows split by its threshold.
+    """
+    def bad(name: str, want: str, value: Any) -> ValueError:
+        return ValueError(f"{source}: {name!r} must be {want}, got {type(value).__name__} {value!r}"[:400])
+
+    ids = [str(r["case"]) for r in sorted(rows, key=lambda r: str(r["case"]))]
+    n = len(ids)
+    if summary["n_cases"] != n:
+        raise bad("n_cases", f"the number of cases in state/rows.json ({n})", summary["n_cases"])
+    column = resolve_score_column(summary["score"]["column"], rows[0])
+    if column not in rows[0]:
+        raise bad("score.column", "a column of state/rows.json", summary["score"]["column"])
+    by_id = {str(r["case"]): r for r in rows}
+    for cid in ids:  # a score the page ranks and shows: a number, or null for an undefined one
+        value = by_id[cid].get(column)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{source}: the score column {column!r} of case {cid!r} in state/rows.json must be a "
+                             f"number or null, got {type(value).__name__} {value!r}"[:400])
+    raw = column_values([by_id[c] for c in ids], column)
+    scores = fill_undefined_scores(raw)
+    dice = column_values([by_id[c] for c in ids], "dice")
+    triage = summary["triage"]
+    order = triage["order"]
+    problem = _id_list_problem(order, ids) or (None if len(order) == n else
+                                               f"it lists {len(order)} of the {n} cases")
+    if problem:
+        raise bad("triage.order", f"every case id of state/rows.json once ({problem})", order)
+    expected = [ids[i] for i in triage_order(ids, raw)]
+    if order != expected:
+        k = next(i for i, (a, b) in enumerate(zip(order, expected)) if a != b)
+        raise bad("triage.order", f"the cases from the highest {column} to the lowest (ties by case id): at rank "
+                  f"{k + 1} case {expected[k]!r}, not {order[k]!r}", order)
+    referred = triage["referred"]
+    problem = _id_list_problem(referred, ids)
+    if problem:
+        raise bad("triage.referred", f"a list of the cases of state/rows.json ({problem})", referred)
+    if triage["n_referred"] != len(referred):
+        raise bad("triage.n_referred", f"the number of ids in triage.referred ({len(referred)})",
+                  triage["n_referred"])
+    if referred != order[:len(referred)]:
+        raise bad("triage.referred", f"the first {len(referred)} cases of triage.order", referred)
+    split = budget_split(ids, dice, scores, referred)
+    for key, which in (("dice_kept", "not in"), ("dice_referred", "in")):
+        if key in triage and not (triage[key] is None and split[key] is None or (
+                triage[key] is not None and split[key] is not None and abs(triage[key] - split[key]) <= 1e-9)):
+            raise bad(f"triage.{key}", f"the mean Dice in state/rows.json of the cases {which} triage.referred "
+                      f"({split[key]!r})", triage[key])
+    if "tied" in triage and triage["tied"] != split["tied"]:
+        raise bad("triage.tied", f"the cases tied at the budget's cut ({split['tied']})", triage["tied"])
+    undefined = [c for c, v in zip(ids, raw) if not np.isfinite(v)]
+    if summary["score"].get("undefined") is not None and summary["score"]["undefined"] != undefined:
+        raise bad("score.undefined", f"the cases of state/rows.json without a defined {column} ({undefined})",
+                  summary["score"]["undefined"])
+    mean = float(dice.mean())
+    for name, value in (("dice.mean", summary["dice"].get("mean")), ("triage.dice_all", triage.get("dice_all"))):
+        if value is not None and abs(value - mean) > 1e-9:
+            raise bad(name, f"the mean Dice of the rows of state/rows.json ({mean!r})", value)
+    failures = summary["failures"]
+    failed = [c for c, d in zip(ids, dice) if d < failures["dice_threshold"]]
+    expected_failures = {"n_failed": len(failed), "cases": failed,
+                         "caught_by_budget": sum(c in set(referred) for c in failed)}
+    for key, want in expected_failures.items():
+        if key in failures and failures[key] != want:
+            raise bad(f"failures.{key}", f"that of the rows of state/rows.json with Dice below "
+                      f"{failures['dice_threshold']:g} ({want!r})", failures[key])
+    rc = summary.get("risk_control")
+    if rc is None:
+        return
+    for key in ("accepted", "referred"):
+        if key == "accepted" and key not in rc:
+            continue
+        problem = None if is_text_list(rc.get(key)) else "not a list of ids"
+        problem = problem or _id_list_problem(rc[key], ids)
+        if problem:
+            raise bad(f"risk_control.{key}", f"a list of the cases of state/rows.json ({problem})", rc.get(key))
+    thr = rc.get("threshold")
+    if not isinstance(rc.get("feasible"), bool) or not (thr is None or is_finite_real(thr)):
+        raise bad("risk_control", 'an object with a boolean "feasible" and a numeric or null "threshold"',
+                  {k: rc.get(k) for k in ("feasible", "threshold")})
+    accept = scores <= (math.inf if thr is None else thr) if rc["feasible"] else np.zeros(n, dtype=bool)
+    want = [c for c, a in zip(ids, accept) if not a]
+    which = (f"the cases whose {column} is above the threshold" if rc["feasible"] else
+             "every case (no threshold is certified)")
+    if sorted(rc["referred"]) != want:
+        raise bad("risk_control.referred", f"{which} ({want})", rc["referred"])
+    if "accepted" in rc and sorted(rc["accepted"]) != [c for c, a in zip(ids, accept) if a]:
+        raise bad("risk_control.accepted", "the cases it does not refer", rc["accepted"])
 
 
 def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, Any]]:
@@ -854,12 +1082,15 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
     Returns:
         ``(state, summary)``: the :class:`CohortState` and the parsed ``summary.json``; a score column of an older
         version (``<m>_patch``) is named as the rows now name it (``<m>_patch_mean``, with a
-        ``DeprecationWarning``), as :func:`~monai_unc.scores.upgrade_row` renames the rows.
+        ``DeprecationWarning``), as :func:`~monai_unc.scores.upgrade_row` renames the rows; a summary written before
+        ``triage.dice_kept`` and ``triage.tied`` existed gets them from the rows (:func:`budget_split`).
 
     Raises:
-        ValueError: the last evaluation in ``folder`` has failed cases (``failures.json``), or its ``summary.json``
-            is not strict JSON or has a field of the wrong type or range (an edited file; the line names the file
-            and the field; keys it does not know are accepted).
+        ValueError: the last evaluation in ``folder`` has failed cases (``failures.json``), its ``state/rows.json``
+            has a field of the wrong type (:func:`check_state_rows`; the line names the file, the case and the
+            column), or its ``summary.json`` is not strict JSON, has a field of the wrong type or range, or case
+            lists and counts that are not those of the rows (an edited file; the line names the file and the field;
+            keys it does not know are accepted).
         FileNotFoundError: ``folder`` has no ``summary.json`` (or its state no ``rows.json``).
     """
     folder = Path(folder)
@@ -875,6 +1106,13 @@ def load_evaluation(folder: str | os.PathLike) -> tuple[CohortState, dict[str, A
     score = summary.get("score")
     if isinstance(score, dict) and state.rows and score.get("column") not in state.rows[0]:
         summary["score"] = {**score, "column": resolve_score_column(str(score.get("column")), state.rows[0])}
+    triage = summary["triage"]
+    if state.rows and not {"dice_kept", "tied"} <= triage.keys():  # written by an older version
+        rows = state.sorted_rows()
+        split = budget_split([str(r["case"]) for r in rows], column_values(rows, "dice"),
+                             fill_undefined_scores(column_values(rows, summary["score"]["column"])),
+                             triage["referred"])
+        summary["triage"] = {**triage, "dice_kept": split["dice_kept"], "tied": split["tied"]}
     return state, summary
 
 

@@ -73,6 +73,7 @@ from .files import (
 from .tables import (
     CSV_NAN,
     FORMULA_PREFIXES,
+    csv_text,
     format_cell,
     parse_float,
     read_csv,
@@ -149,6 +150,7 @@ __all__ = [
     "unescape_cell",
     "format_cell",
     "table_columns",
+    "csv_text",
     "write_csv",
     "read_csv",
     "parse_float",

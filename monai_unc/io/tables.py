@@ -32,6 +32,7 @@ escaped (``-0.5``, ``-inf`` stay numbers).
 from __future__ import annotations
 
 import csv
+import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,8 +42,8 @@ import numpy as np
 
 from .files import atomic_path
 
-__all__ = ["CSV_NAN", "FORMULA_PREFIXES", "unescape_cell", "format_cell", "table_columns", "write_csv", "read_csv",
-           "parse_float"]
+__all__ = ["CSV_NAN", "FORMULA_PREFIXES", "unescape_cell", "format_cell", "table_columns", "csv_text", "write_csv",
+           "read_csv", "parse_float"]
 
 #: how a NaN cell is written (``repr(float("nan"))``)
 CSV_NAN = "nan"
@@ -135,6 +136,66 @@ def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(columns)
 
 
+def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    r"""A table as the CSV text :func:`write_csv` writes (the same header, cells and line ends), in memory.
+
+    Args:
+        rows: one mapping ``{column: value}`` per row.
+        columns: the columns in order (default: :func:`table_columns` of ``rows``); every key of every row must be
+            one of them.
+
+    Returns:
+        The text (``\n`` line ends).
+
+    Raises:
+        ValueError: a row has a key that is not in ``columns``, or ``columns`` names a column twice.
+        TypeError: a row is not a mapping, or a cell is not of a type :func:`format_cell` writes.
+
+    Example:
+        >>> csv_text([{"case": "=1+1", "score": float("nan"), "n": 3}])
+        "case,score,n\n'=1+1,nan,3\n"
+    """
+    return _csv_text(rows, _csv_header(rows, columns))
+
+
+def _csv_header(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> list[str]:
+    """The header of a table (:func:`csv_text`), after checking that every row is a mapping of its columns."""
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"rows[{i}] must be a mapping {{column: value}}, got {type(row).__name__}")
+    header = table_columns(rows) if columns is None else [str(c) for c in columns]
+    if len(set(header)) != len(header):
+        raise ValueError(f"columns must be unique, got {header}")
+    known = set(header)
+    for i, row in enumerate(rows):
+        extra = [k for k in row if k not in known]
+        if extra:
+            raise ValueError(f"rows[{i}] has keys {extra} that are not in columns {header}")
+    return header
+
+
+def _csv_text(rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> str:
+    """The CSV text of checked rows under ``header`` (:func:`csv_text`)."""
+    f = io.StringIO(newline="")
+    writer = csv.writer(f, lineterminator="\n")
+    # the csv module quotes a cell with the line terminator "\n" but not one with a lone "\r", which every CSV
+    # reader takes for a line end: a row holding one is written with every cell quoted
+    quoted = csv.writer(f, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+    def write(cells: list[str]) -> None:
+        (quoted if any("\r" in c for c in cells) else writer).writerow(cells)
+
+    def cell(value: Any) -> str:
+        text = format_cell(value)
+        return _escape_text(text) if isinstance(value, (str, os.PathLike)) else text
+
+    if header:  # no columns: an empty table
+        write([_escape_text(c) for c in header])
+    for row in rows:
+        write([cell(row.get(c)) for c in header])
+    return f.getvalue()
+
+
 def write_csv(
     path: str | os.PathLike, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
 ) -> Path:
@@ -146,8 +207,8 @@ def write_csv(
     ``True`` / ``False``. ``pandas.read_csv``, ``numpy.genfromtxt`` and :func:`read_csv` with :func:`parse_float`
     read ``nan`` and empty cells back as NaN. A text cell that a spreadsheet would evaluate as a formula (it begins
     with one of :data:`FORMULA_PREFIXES`) gets an apostrophe in front (module docstring). The file (UTF-8, ``\n``
-    line ends) is written under a temporary name and renamed: an error mid-write (e.g. a cell of another type) leaves
-    no file and keeps an older one.
+    line ends; the text of :func:`csv_text`) is written under a temporary name and renamed: an error mid-write (e.g.
+    a cell of another type) leaves no file and keeps an older one.
 
     Args:
         path: the CSV file.
@@ -167,35 +228,12 @@ def write_csv(
         ...     write_csv(Path(d) / "scores.csv", [{"case": "a", "score": float("nan"), "n": 3}]).read_text()
         'case,score,n\na,nan,3\n'
     """
-    for i, row in enumerate(rows):
-        if not isinstance(row, Mapping):
-            raise TypeError(f"rows[{i}] must be a mapping {{column: value}}, got {type(row).__name__}")
-    header = table_columns(rows) if columns is None else [str(c) for c in columns]
-    if len(set(header)) != len(header):
-        raise ValueError(f"columns must be unique, got {header}")
-    known = set(header)
-    for i, row in enumerate(rows):
-        extra = [k for k in row if k not in known]
-        if extra:
-            raise ValueError(f"rows[{i}] has keys {extra} that are not in columns {header}")
+    header = _csv_header(rows, columns)
     path = Path(path)
-    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        # the csv module quotes a cell with the line terminator "\n" but not one with a lone "\r", which every CSV
-        # reader takes for a line end: a row holding one is written with every cell quoted
-        quoted = csv.writer(f, lineterminator="\n", quoting=csv.QUOTE_ALL)
-
-        def write(cells: list[str]) -> None:
-            (quoted if any("\r" in c for c in cells) else writer).writerow(cells)
-
-        def cell(value: Any) -> str:
-            text = format_cell(value)
-            return _escape_text(text) if isinstance(value, (str, os.PathLike)) else text
-
-        if header:  # no columns: an empty file
-            write([_escape_text(c) for c in header])
-        for row in rows:
-            write([cell(row.get(c)) for c in header])
+    with atomic_path(path) as tmp:
+        text = _csv_text(rows, header)  # a cell of another type fails here: no file, an older one kept
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            f.write(text)
     return path
 
 

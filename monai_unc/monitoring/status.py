@@ -35,10 +35,11 @@ import numpy as np
 
 from ..evaluation.triage.rule import ImageReference
 from ..metrics.monitoring import MartingaleResult, RiskTestResult, risk_test, score_martingale
+from ..product import format_share
 from .store import ALL_SITES
 
 __all__ = ["ALL_SITES", "RECENT", "GroupStatus", "monitor_status", "status_table", "any_alarm", "printable",
-           "stream_seed", "image_reference_scores", "labelled_in_order"]
+           "stream_seed", "image_reference_scores", "labelled_in_order", "exp_text", "martingale_peak_text"]
 
 #: the number of latest cases of the recent rates
 RECENT = 50
@@ -113,6 +114,17 @@ class GroupStatus:
         """The share of accepted cases among the last :data:`RECENT`."""
         last = self.cases[-RECENT:]
         return float(np.mean([c["decision"] == "accept" for c in last])) if last else math.nan
+
+    @property
+    def n_accepted(self) -> int:
+        """The number of accepted cases."""
+        return sum(c["decision"] == "accept" for c in self.cases)
+
+    @property
+    def recent_accepted(self) -> tuple[int, int]:
+        """``(accepted, cases)`` among the last :data:`RECENT` cases."""
+        last = self.cases[-RECENT:]
+        return sum(c["decision"] == "accept" for c in last), len(last)
 
     @property
     def labelled_accepted(self) -> list[Mapping[str, Any]]:
@@ -277,11 +289,56 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in str(text))
 
 
+def exp_text(log_value: float, digits: int = 3) -> str:
+    """``exp(log_value)`` as text with ``digits`` significant digits, also beyond the range of a float.
+
+    A test martingale of a strongly shifted stream grows past ``exp(709)``, where ``exp`` overflows to ``inf`` (or
+    raises); its value is written from its logarithm instead.
+
+    Args:
+        log_value: the natural logarithm of the value.
+        digits: significant digits.
+
+    Returns:
+        The text, e.g. ``"2.5"`` or ``"1.97e+347"``.
+
+    Example:
+        >>> exp_text(math.log(2.5)), exp_text(800.0), exp_text(float("-inf"))
+        ('2.5', '1.97e+347', '0')
+    """
+    v = float(log_value)
+    if math.isnan(v):
+        return "nan"
+    if v < 700.0:
+        return f"{math.exp(v):.{digits}g}"
+    if math.isinf(v):
+        return "inf"
+    e10 = v / math.log(10.0)
+    k = math.floor(e10)
+    mantissa = f"{10.0 ** (e10 - k):.{digits}g}"
+    if mantissa.startswith("10"):  # rounded up to the next power of ten
+        mantissa, k = "1", k + 1
+    return f"{mantissa}e+{k}"
+
+
+def martingale_peak_text(m: MartingaleResult | None) -> str:
+    """The largest value of a test martingale as text (:func:`exp_text`), ``-`` without one.
+
+    Args:
+        m: the martingale (its ``log_martingale``), or None.
+
+    Returns:
+        The text (``1`` for a martingale with no value yet).
+    """
+    if m is None:
+        return "-"
+    return exp_text(float(np.max(m.log_martingale))) if m.log_martingale.size else "1"
+
+
 def _fmt_m(m: MartingaleResult | None) -> str:
     if m is None:
         return "-"
-    peak = float(np.exp(np.max(m.log_martingale))) if m.log_martingale.size else 1.0
-    return f"{'ALARM ' if m.alarm is not None else ''}max {peak:.3g}"
+    return f"{'ALARM ' if m.alarm is not None else ''}max {martingale_peak_text(m)}"
 
 
 def status_table(groups: Sequence[GroupStatus]) -> list[str]:
@@ -307,7 +364,7 @@ def status_table(groups: Sequence[GroupStatus]) -> list[str]:
         else:
             risk = "-"
         rows.append((printable(g.rule_digest.removeprefix("sha256:")[:12]), printable(g.site[:40]), str(g.n_cases),
-                     f"{g.acceptance_rate:.0%}", f"{g.recent_acceptance_rate:.0%}", _fmt_m(g.score),
+                     format_share(g.n_accepted, g.n_cases), format_share(*g.recent_accepted), _fmt_m(g.score),
                      _fmt_m(g.image), str(len(lab)), risk))
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]

@@ -1,15 +1,17 @@
 """The self-contained HTML QC report of ``monai-unc report``.
 
-:func:`build_report` reads an evaluation folder (``metrics.csv``, ``summary.json`` and the ``state/`` folder
-written by ``monai-unc evaluate``) and writes ``report.html`` with every figure embedded as a base64 PNG (the
-file can be mailed or archived alone; it loads nothing from the network), plus the same figures as PNG files
-under ``figures/``. Sections:
+:func:`build_report` reads an evaluation folder (``summary.json`` and the ``state/`` folder written by
+``monai-unc evaluate``, both checked on reading: :func:`monai_unc.evaluation.load_evaluation`) and writes
+``report.html`` with every figure embedded as a base64 PNG (the file can be mailed or archived alone; it loads nothing
+from the network), plus the same figures as PNG files under ``figures/``; its ``metrics.csv`` download is the table of
+the rows it shows (:func:`monai_unc.io.csv_text`), never the file on disk. Sections:
 
 1. key numbers: cases, mean Dice, pooled calibration (ECE family from merged histograms), failure detection
    (AURC / E-AURC with risk 1 - Dice), OoD AUROC when shift labels were given;
-2. the triage table: cases ranked by their uncertainty score, the ``budget`` most uncertain marked for review,
-   and the expected mean Dice of the retained cases at that budget (from the referral curve); with a target risk,
-   the decision of the risk-controlled threshold too (docs/referral_threshold.md);
+2. the triage table: cases ranked by their uncertainty score (:func:`score_formatter`), the ``budget`` most uncertain
+   marked for review, and the mean Dice of the cases kept and referred (with the referral curve's expectation when a
+   tie of scores straddles the budget's cut, whose cases are marked); with a target risk, the decision of the
+   risk-controlled threshold too (docs/referral_threshold.md);
 3. cohort plots: all-label reliability diagram with the per-case spread, referral curve, uncertainty histograms
    of good vs failed cases, scores by shift;
 
@@ -37,7 +39,7 @@ import datetime as _dt
 import os
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,8 +55,17 @@ from ..evaluation import (
 )
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.products import PRODUCTS_DIR
-from ..io import CaseFiles, LoadedCase, atomic_write_text, list_image_cases, load_case, read_csv
-from ..product import Overlay, ReportSection, ReportTable, format_cell, product_type
+from ..io import CaseFiles, LoadedCase, atomic_write_text, csv_text, list_image_cases, load_case, read_csv
+from ..product import (
+    Overlay,
+    ReportSection,
+    ReportTable,
+    ThresholdText,
+    format_cell,
+    format_fraction,
+    format_score,
+    product_type,
+)
 from ..regions import label_to_regions
 from .markup import Markup, document, el, frag
 from .plots import (
@@ -77,6 +88,7 @@ __all__ = [
     "case_overlays",
     "product_section",
     "product_sections",
+    "ACCEPT_ALL",
     "BUDGET_NOTE",
     "DECISION_LABELS",
     "decision_tag",
@@ -85,7 +97,9 @@ __all__ = [
     "region_display",
     "render_html",
     "reliability_figure",
+    "score_formatter",
     "table",
+    "threshold_text",
     "warning_list",
 ]
 
@@ -177,7 +191,7 @@ table{border-collapse:collapse;background:#fff;font-size:13px}th,td{border:1px s
 text-align:right}th{background:#e9edf3;position:sticky;top:0}td.l,th.l{text-align:left}
 tr.referred td{background:#fde8e6}tr.failed td.dice{color:#b3261e;font-weight:600}
 .tag{display:inline-block;border-radius:3px;padding:0 5px;font-size:11px;font-weight:600}
-.tag.r{background:#d62728;color:#fff}.tag.k{background:#e3e7ee;color:#3a4556}
+.tag.r{background:#d62728;color:#fff}.tag.k{background:#e3e7ee;color:#3a4556}.tag.t{background:#fff4e5;color:#6b4a00}
 .plots{display:flex;flex-wrap:wrap;gap:14px}figure{margin:0;background:#fff;border:1px solid #d5dae3;
 border-radius:6px;padding:8px}figure img{display:block;max-width:100%}figcaption{font-size:12px;color:#44505f;
 max-width:580px;margin-top:4px}.plots figure{flex:0 1 580px}.cases figure{margin-bottom:14px}
@@ -302,7 +316,9 @@ def _cards(summary: Mapping[str, Any]) -> Markup:
         ("mean Dice", format_value(summary["dice"]["mean"])),
     ]
     t = summary["triage"]
-    items.append((f"Dice kept at {t['budget']:.0%} referral", format_value(t["dice_retained"])))
+    n = summary["n_cases"]
+    items.append((f"mean Dice of the kept cases, budget {format_fraction(t['budget'])} ({t['n_referred']} of {n} "
+                  "referred)", format_value(_dice_kept(t))))
     f = summary.get("failures", {})
     caught = f"{f.get('caught_by_budget')} / {f.get('n_failed')}"
     items.append((f"failed (Dice < {f.get('dice_threshold')}) referred", caught))
@@ -330,8 +346,60 @@ def _cards(summary: Mapping[str, Any]) -> Markup:
     return cards(items)
 
 
-def _risk_control_note(rc: Mapping[str, Any], n_cases: int) -> Markup:
-    """One paragraph on the risk-controlled threshold (``summary["risk_control"]``)."""
+def _budget_text(summary: Mapping[str, Any]) -> str:
+    """The review budget as a page writes it: the fraction with significant digits and the cases it refers."""
+    t = summary["triage"]
+    return f"{format_fraction(t['budget'])} ({t['n_referred']} of {summary['n_cases']} cases)"
+
+
+def _dice_kept(triage: Mapping[str, Any]) -> Any:
+    """The mean Dice of the cases the budget keeps (a summary of an older version: the referral curve's value)."""
+    return triage["dice_kept"] if "dice_kept" in triage else triage["dice_retained"]
+
+
+#: how a page states a certified threshold that accepts every score (the rule also refers scores outside the range of
+#: the calibration scores: docs/triage.md)
+ACCEPT_ALL = "accept every score in the calibration range"
+
+
+def score_formatter(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Callable[[Any], str]:
+    """The one writing of the triage scores on a report: significant digits, never equal to the certified threshold.
+
+    Without a risk-controlled threshold (or with one that accepts every score or none) a score is written by
+    :func:`~monai_unc.product.format_score`; with one, by :meth:`~monai_unc.product.ThresholdText.score` of the
+    statement :func:`threshold_text` makes for the rows' scores, so a case on the other side of the threshold never
+    reads equal to it.
+
+    Args:
+        summary: the cohort summary (``score.column``, ``risk_control``).
+        rows: the cases' rows.
+
+    Returns:
+        A function ``value -> text``.
+    """
+    t = threshold_text(summary, rows)
+    return format_score if t is None else t.score
+
+
+def threshold_text(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> ThresholdText | None:
+    """How the report states its risk-controlled threshold for the rows' scores (None: no finite threshold).
+
+    Args:
+        summary: the cohort summary.
+        rows: the cases' rows.
+
+    Returns:
+        The :class:`~monai_unc.product.ThresholdText`, or None without a certified finite threshold.
+    """
+    rc = summary.get("risk_control")
+    if not rc or not rc.get("feasible") or rc.get("threshold") is None:
+        return None
+    key = summary["score"]["column"]
+    return ThresholdText.choose(float(rc["threshold"]), [r[key] for r in rows if isinstance(r.get(key), (int, float))])
+
+
+def _risk_control_note(rc: Mapping[str, Any], n_cases: int, thr: ThresholdText | None = None) -> Markup:
+    """One paragraph on the risk-controlled threshold (``summary["risk_control"]``), written as ``thr`` says."""
     cal = rc["calibration"]
     fitted = "all cases" if cal["cases"] == "all" else f"{cal['n_cases']} calibration case(s)"
     head = frag(el("b", "Risk-controlled threshold"), f" ({rc['method'].upper()}, fitted on {fitted}): target mean "
@@ -342,10 +410,13 @@ def _risk_control_note(rc: Mapping[str, Any], n_cases: int) -> Markup:
         return frag(head, el("b", "No threshold satisfies the target"), " on these calibration cases (best bound "
                     f"{format_value(rc['bound'], 4)}): every case goes to review. Collect more calibration cases or "
                     "relax the target.")
-    thr = rc["threshold"]
-    thr_text = format_value(thr, 6) if thr is not None else "any"
-    text = frag(head, "Accept a case when its score is at most ", el("b", thr_text),
-                f": {n_cases - len(rc['referred'])} of {n_cases} accepted (calibration coverage "
+    if rc["threshold"] is None:  # every calibration case was accepted
+        rule = frag(ACCEPT_ALL[0].upper() + ACCEPT_ALL[1:])
+    else:
+        thr = thr or ThresholdText.choose(float(rc["threshold"]))
+        rule = frag("Accept a case when its score is ", "below " if thr.strict else "at most ",
+                    el("b", thr.bound_text()), " (the lowest score it refers)" if thr.strict else None)
+    text = frag(head, rule, f": {n_cases - len(rc['referred'])} of {n_cases} accepted (calibration coverage "
                 f"{format_value(cal['coverage'])}, observed risk {format_value(cal['risk_accepted'], 4)}, bound "
                 f"{format_value(rc['bound'], 4)}).")
     held = rc.get("held_out")
@@ -359,6 +430,8 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     score_key = summary["score"]["column"]
     by_id = {str(r["case"]): r for r in rows}
     referred = set(summary["triage"]["referred"])
+    tied = set(summary["triage"].get("tied") or ())
+    score = score_formatter(summary, rows)
     thr = summary["failures"]["dice_threshold"]
     has_shift = any("shift" in r for r in rows)
     extra = [k for k in ("ece", "buc", "error_auroc") if any(k in r for r in rows)]
@@ -377,14 +450,16 @@ def _triage_table(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         dice = float(r["dice"])
         cls = ("referred " if cid in referred else "") + ("failed" if dice < thr else "")
         budget_tag = decision_tag("review" if cid in referred else "accept", "budget")
+        if cid in tied:  # a tie at the budget's cut: which of its cases is flagged is the case id's choice
+            budget_tag = frag(budget_tag, " ", el("span", "tied at the cut", class_="tag t"))
         cells = [_td(str(rank)), _td(cid, "l"), _td(budget_tag, "l")]
         if rc:
             cells.append(_td(decision_tag("accept" if cid not in rc_referred else "review", "rule"), "l rc"))
-        cells += [_td(format_value(r.get(score_key), 4)), _td(format_value(dice), "dice")]
+        cells += [_td(score(r.get(score_key))), _td(format_value(dice), "dice")]
         if has_shift:
             cells.append(_td(str(r.get("shift", "")), "l"))
         cells += [_td(format_value(r.get(k))) for k in extra]
-        trs.append(el("tr", *cells, class_=cls.strip(), data_case=cid))
+        trs.append(el("tr", *cells, class_=(cls + (" tied" if cid in tied else "")).strip(), data_case=cid))
     return el("div", table(head, trs, ("case", "budget", "shift", "rule (risk-controlled)"), id="triage-table"),
               class_="scroll")
 
@@ -505,7 +580,8 @@ def render_html(
         case_figures: the case overlays, in order.
         title: the page title.
         source: a line naming where the evaluation came from.
-        csv_text: the ``metrics.csv`` text, embedded as a download link (None: no link).
+        csv_text: the ``metrics.csv`` text, embedded as a download link (None: no link); :func:`build_report` passes
+            the table of ``rows`` (:func:`monai_unc.io.csv_text`).
         viewers: the interactive viewers of the flagged cases.
         scripts: the viewers' scripts (needed with ``viewers``).
 
@@ -520,16 +596,24 @@ def render_html(
                    el("b", summary["score"]["column"]), f" · generated {now} by monai-unc"),
                 el("p", source))
     note = [
-        "Cases ranked from most to least uncertain. With a referral budget of ", el("b", f"{t['budget']:.0%}"),
-        " the ", el("b", str(t["n_referred"])), " most uncertain case(s) go to review; the expected mean Dice of the ",
+        "Cases ranked from most to least uncertain. With a referral budget of ", el("b", _budget_text(summary)),
+        " the ", el("b", str(t["n_referred"])), " most uncertain case(s) go to review; the mean Dice of the ",
         el("b", str(summary["n_cases"] - t["n_referred"])), " retained cases is ",
-        el("b", format_value(t["dice_retained"])), f" (all cases: {format_value(t['dice_all'])}"
+        el("b", format_value(_dice_kept(t))), f" (all cases: {format_value(t['dice_all'])}"
         + (f"; referred cases: {format_value(t['dice_referred'])}" if t.get("dice_referred") is not None else "")
-        + f"). Dice below {summary['failures']['dice_threshold']:g} is marked as failed. " + BUDGET_NOTE,
+        + "). ",
     ]
+    tied = t.get("tied") or []
+    if tied:
+        n_flagged = len(set(tied) & set(t["referred"]))
+        note += [f"Cases {', '.join(tied)} have the same score at the budget's cut: the budget flags {n_flagged} of "
+                 f"the {len(tied)} by case id (marked 'tied at the cut'); over a random order of the tied cases the ",
+                 el("b", "expected"), " mean Dice of the retained cases is ", el("b", format_value(t["dice_retained"])),
+                 " (the referral curve at the budget). "]
+    note.append(f"Dice below {summary['failures']['dice_threshold']:g} is marked as failed. " + BUDGET_NOTE)
     rc = summary.get("risk_control")
     if rc:
-        note += [" ", _risk_control_note(rc, summary["n_cases"])]
+        note += [" ", _risk_control_note(rc, summary["n_cases"], threshold_text(summary, rows))]
     if summary["score"].get("undefined"):
         note.append(f" Cases without a defined score are ranked first: {', '.join(summary['score']['undefined'])}.")
     if csv_text is not None:
@@ -660,6 +744,7 @@ def _case_figures(
         image_files = {c.case_id: c.channels[0] for c in list_image_cases(images)}
     by_id = {str(r["case"]): r for r in state.rows}
     score_key = summary["score"]["column"]
+    score = score_formatter(summary, state.rows)
     out = []
     for rank, cid in enumerate(chosen):
         if cid not in state.files:
@@ -680,7 +765,7 @@ def _case_figures(
         if state.regions is not None:
             seg, label, u, class_names = region_display(case.seg, case.label, u, state.regions)
         r = by_id[cid]
-        info = {"Dice": format_value(float(r["dice"])), score_key: format_value(r.get(score_key), 4)}
+        info = {"Dice": format_value(float(r["dice"])), score_key: score(r.get(score_key))}
         if "shift" in r:
             info["shift"] = r["shift"] or "none"
         if viewers is not None and rank < n_cases:  # the flagged (most uncertain) cases, not the contrast case
@@ -754,9 +839,13 @@ def build_report(
     rows = state.sorted_rows()
     score_key = summary["score"]["column"]
     raw = np.array([float(r[score_key]) if r.get(score_key) not in (None, "") else np.nan for r in rows])
-    filled = fill_undefined_scores(raw)
+    filled = fill_undefined_scores(raw)  # for the ranking only: an undefined score is drawn nowhere
+    defined = np.isfinite(raw)
     dice = np.array([float(r["dice"]) for r in rows])
     label = score_key.replace("_", " ")
+    n_undefined = int((~defined).sum())
+    left_out = (f" {n_undefined} case(s) without a defined score (e.g. an empty predicted foreground) are left out "
+                "of this plot; the ranking refers them first." if n_undefined else "")
 
     figures: list[Figure] = []
 
@@ -777,7 +866,8 @@ def build_report(
         cal = summary["regions"]["per_region"][name]["calibration"]
         add(f"reliability-{_slug(name)}", f"Reliability diagram, region {name} (pooled)",
             f"The region's probability of every voxel against the frequency of the region, from its merged binary "
-            f"histograms; boxes: per-case spread. Pooled ECE {format_value(cal['ece'], 4)}.",
+            f"histograms; boxes: per-case spread. Pooled all-label ECE {format_value(cal['all_label_ece'], 4)} (the "
+            f"diagram's), top-label ECE {format_value(cal['ece'], 4)} (the region table's).",
             plot_reliability_diagram(hist, kind="all_label", n_bins=config.n_bins,
                                      min_bin_count=config.min_bin_count, per_case_boxes=True))
     rel = reliability_figure(state, config.n_bins, config.min_bin_count)
@@ -787,28 +877,36 @@ def build_report(
             "Every class probability of every voxel against the frequency of that class, from the merged confidence "
             "histograms of all cases; the boxes show the spread of the per-case frequencies in each bin. Pooled "
             f"all-label ECE {format_value(cal['all_label_ece'], 4)}, top-label ECE {format_value(cal['ece'], 4)}.", rel)
+    t = summary["triage"]
+    tie = ""
+    if t.get("tied"):
+        tie = (f" At the budget the curve counts the cases tied at the cut by their expected share (expected mean Dice "
+               f"{format_value(t['dice_retained'])}); the cases the table marks kept have mean Dice "
+               f"{format_value(_dice_kept(t))}.")
     add("referral", "Referral curve",
         f"Mean Dice of the cases kept after referring the most uncertain ones (by {label}), against the oracle that "
         f"refers the worst cases first and random referral. Normalised area "
-        f"{format_value(summary['referral']['area_normalized'])}.",
+        f"{format_value(summary['referral']['area_normalized'])}.{tie}",
         plot_referral_curve(filled, dice, config.budget, label, risk_control=summary.get("risk_control")))
     add("histograms", "Uncertainty of good and failed cases",
         f"Histogram of {label} for cases with Dice >= {config.failure_dice:g} (good) and below (failed); failed cases "
-        "on the left are silent failures.",
-        plot_uncertainty_histograms(filled, dice, config.failure_dice, label))
+        f"on the left are silent failures.{left_out}",
+        plot_uncertainty_histograms(raw[defined], dice[defined], config.failure_dice, label))
     if config.shifts is not None:
         ood = summary.get("ood", {})
+        shifts = [r.get("shift", "") for r in rows]
         add("shifts", "Uncertainty by shift",
-            f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {format_value(ood.get('auroc'))}.",
-            plot_scores_by_shift(filled, [r.get("shift", "") for r in rows], IID_SHIFTS, label))
+            f"Case scores per shift label; OoD AUROC (shifted vs in-distribution) {format_value(ood.get('auroc'))}."
+            f"{left_out}",
+            plot_scores_by_shift(raw[defined], [s for s, d in zip(shifts, defined) if d], IID_SHIFTS, label))
     folders = {name: evaluation / PRODUCTS_DIR / name for name in summary if product_type(name) is not None
                and isinstance(summary[name], Mapping)}  # the case files the products wrote
     viewers: list[dict[str, Any]] | None = [] if viewer else None
     case_figs = _case_figures(state, summary, n_cases, images, fig_dir, folders, viewers, evaluation)
-    csv_path = evaluation / "metrics.csv"
-    csv_text = csv_path.read_text() if csv_path.is_file() else None
+    # the download is the table of the rows shown, written as evaluate writes metrics.csv (never the file, which a
+    # reader may have edited since)
     page = render_html(summary, rows, figures, case_figs, title=title,
-                       source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text, viewers=viewers or (),
+                       source=f"evaluation: {evaluation.resolve()}", csv_text=csv_text(rows), viewers=viewers or (),
                        scripts=viewer_scripts(out_dir) if viewers else None)
     return atomic_write_text(out_dir / "report.html", page)
 

@@ -28,6 +28,8 @@ import numpy as np
 
 from ..io import atomic_write_text
 from ..monitoring import AuditEntry, GroupStatus, VerifyResult
+from ..monitoring.status import martingale_peak_text
+from ..product import format_share
 from .html import PAGE_CSS, cards, table
 from .markup import Markup, document, el
 
@@ -214,13 +216,10 @@ def _overview(groups: Sequence[GroupStatus]) -> Markup:
         lab = g.labelled_accepted
         obs = float(np.mean([c["loss"] for c in lab])) if lab else math.nan
         lb = float(g.risk.lower_bound[-1]) if g.risk is not None else math.nan
-
-        def peak(m: object) -> str:
-            return "-" if m is None else f"{math.exp(float(np.max(m.log_martingale))):.3g}"  # type: ignore[attr-defined]
-
         rows.append(el("tr", el("td", g.site, class_="l"), el("td", g.rule_digest[:19], class_="l mono"),
-                       el("td", str(g.n_cases)), el("td", f"{g.acceptance_rate:.0%}"),
-                       el("td", f"{g.recent_acceptance_rate:.0%}"), el("td", peak(g.score)), el("td", peak(g.image)),
+                       el("td", str(g.n_cases)), el("td", format_share(g.n_accepted, g.n_cases)),
+                       el("td", format_share(*g.recent_accepted)), el("td", martingale_peak_text(g.score)),
+                       el("td", martingale_peak_text(g.image)),
                        el("td", str(len(lab))), el("td", "-" if not lab else f"{obs:.3f}"),
                        el("td", "-" if g.risk is None else f"{lb:.3f}"), el("td", f"{g.target_risk:g}"),
                        el("td", "ALARM" if g.alarms() else "ok", class_="alarm" if g.alarms() else "ok"),

@@ -26,7 +26,7 @@ from matplotlib.text import Text
 from ..io import atomic_write_bytes
 from ..metrics.casewise import uncertainty_histograms
 from ..metrics.selective import referral_curve
-from ..product import Overlay
+from ..product import Overlay, format_fraction
 from .markup import replace_surrogates
 
 __all__ = [
@@ -153,12 +153,12 @@ def plot_referral_curve(
         at = referral_curve(scores, dice, taus=[budget])
         ax.axvline(budget, color=_BAD, lw=1.2, alpha=0.8)
         ax.plot([budget], [at.value[0]], marker="D", color=_BAD, ms=7,
-                label=f"budget {budget:.0%}: Dice {at.value[0]:.3f}")
+                label=f"budget {format_fraction(budget)}: Dice {at.value[0]:.3f}")
     if risk_control is not None:
         frac = float(risk_control["referral_fraction"])
         if risk_control.get("feasible"):
             what = (f"risk <= {risk_control['target_risk']:g} w.p. {1 - risk_control['delta']:g}: "
-                    f"refer {frac:.0%}")
+                    f"refer {format_fraction(frac)}")
         else:
             what = f"risk {risk_control['target_risk']:g} not certifiable: refer all"
         ax.axvline(frac, color=_RC, lw=1.6, ls="-.", label=what)
@@ -179,10 +179,12 @@ def plot_uncertainty_histograms(
 ) -> Any:
     """Case-score histograms of good (Dice >= ``failure_dice``) and failed cases on shared bins (RETINA Sec. 2.4).
 
-    The bars are counts; failed cases at low uncertainty are silent failures. An empty group is drawn empty.
+    The bars are counts; failed cases at low uncertainty are silent failures. An empty group is drawn empty. A case
+    without a defined score (NaN or infinite) is left out: it has no place on the score axis (give the scores as they
+    are, not filled for the ranking with :func:`~monai_unc.evaluation.fill_undefined_scores`).
 
     Args:
-        scores: ``(N,)`` case uncertainty scores.
+        scores: ``(N,)`` case uncertainty scores (NaN: undefined, left out).
         dice: ``(N,)`` Dice of the cases.
         failure_dice: the Dice below which a case counts as failed.
         score_name: the x-axis label.
@@ -197,14 +199,22 @@ def plot_uncertainty_histograms(
         'cases'
     """
     scores = np.asarray(scores, dtype=np.float64)
-    good = np.asarray(dice, dtype=np.float64) >= failure_dice
+    defined = np.isfinite(scores)
+    scores = scores[defined]
+    good = np.asarray(dice, dtype=np.float64)[defined] >= failure_dice
     import warnings
 
+    fig = _figure(5.2, 3.8)
+    ax = fig.add_subplot()
+    ax.set_title("Case uncertainty: good vs failed", fontsize=11)
+    ax.set_xlabel(score_name)
+    ax.set_ylabel("cases")
+    if not scores.size:  # no case has a defined score: nothing to place on the axis
+        ax.text(0.5, 0.5, "no case has a defined score", ha="center", va="center", transform=ax.transAxes)
+        return fig
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # an empty group is drawn as empty
         h = uncertainty_histograms(scores, good, bins=bins, density=False)
-    fig = _figure(5.2, 3.8)
-    ax = fig.add_subplot()
     widths = np.diff(h.edges)
     for values, color, label in (
         (h.correct, _GOOD, f"good: Dice >= {failure_dice:g} (n={h.n_correct})"),
@@ -212,22 +222,20 @@ def plot_uncertainty_histograms(
     ):
         v = np.nan_to_num(values)
         ax.bar(h.edges[:-1], v, width=widths, align="edge", color=color, alpha=0.55, edgecolor=color, label=label)
-    ax.set_xlabel(score_name)
-    ax.set_ylabel("cases")
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    ax.set_title("Case uncertainty: good vs failed", fontsize=11)
     return fig
 
 
 def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequence[str], score_name: str) -> Any:
     """Case scores grouped by shift label (one column of points per group, in-distribution first).
 
-    Points are jittered horizontally with a fixed seed; a bar marks each group's median.
+    Points are jittered horizontally with a fixed seed; a bar marks each group's median. A case without a defined
+    score (NaN or infinite) is left out, as in :func:`plot_uncertainty_histograms`.
 
     Args:
-        scores: ``(N,)`` case uncertainty scores.
+        scores: ``(N,)`` case uncertainty scores (NaN: undefined, left out).
         shifts: ``N`` shift labels (``""`` is drawn as ``(none)``).
         iid: the lower-case labels that count as in-distribution (drawn first, in blue).
         score_name: the y-axis label.
@@ -241,7 +249,9 @@ def plot_scores_by_shift(scores: np.ndarray, shifts: Sequence[str], iid: Sequenc
         ['none', 'noise']
     """
     scores = np.asarray(scores, dtype=np.float64)
-    shifts = [str(s) for s in shifts]
+    defined = np.isfinite(scores)
+    shifts = [str(s) for s, d in zip(shifts, defined) if d]
+    scores = scores[defined]
     groups = sorted(set(shifts), key=lambda s: (s.lower() not in iid, s))
     fig = _figure(5.2, 3.8)
     ax = fig.add_subplot()

@@ -33,7 +33,7 @@ import datetime as _dt
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -42,13 +42,15 @@ import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
 from .._utils import is_count, is_finite_real, is_text_list
+from ..evaluation import triage_order
 from ..evaluation.config import DERIVED_MAPS_DIR
 from ..evaluation.rows import derived_map_path
 from ..evaluation.triage import ReferralRule
 from ..io import CaseFiles, atomic_write_text
 from ..io.provenance import decode_untrusted_json
-from ..product import Overlay, command_product
+from ..product import Overlay, ThresholdText, command_product, format_score
 from .html import (
+    ACCEPT_ALL,
     PAGE_CSS,
     Figure,
     cards,
@@ -186,11 +188,24 @@ def plot_triage_overlay(
                              overlays=overlays)
 
 
+def _threshold_text(summary: Mapping[str, Any], rule: ReferralRule) -> ThresholdText | None:
+    """How the page states the rule's threshold for its cases' scores (None: not certified, or every score)."""
+    if not rule.feasible or not math.isfinite(rule.threshold):
+        return None
+    return ThresholdText.choose(rule.threshold, [c["score"] for c in summary["cases"] if c.get("score") is not None])
+
+
+def _score_formatter(summary: Mapping[str, Any], rule: ReferralRule) -> Callable[[Any], str]:
+    """The one writing of the cases' scores on the page (:func:`monai_unc.report.html.score_formatter`)."""
+    t = _threshold_text(summary, rule)
+    return format_score if t is None else t.score
+
+
 def _header(summary: Mapping[str, Any], rule: ReferralRule, title: str) -> Markup:
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    thr = ("not certified: refer every case" if not rule.feasible else
-           "accept every score in the calibration range" if rule.threshold == math.inf else
-           f"accept score ≤ {rule.threshold:.6g}")
+    t = _threshold_text(summary, rule)
+    thr = ("not certified: refer every case" if not rule.feasible else ACCEPT_ALL if t is None else
+           f"accept score {t.relation(True, ascii_only=False)} {t.bound_text()}")
     parts: list[Any] = [
         el("h1", title),
         el("p", f"{summary['n_cases']} new case(s), no labels · triage score ", el("b", rule.score),
@@ -261,11 +276,12 @@ def _table(summary: Mapping[str, Any], rule: ReferralRule,
         ([_expected_dice_head(rule)] if has_q else []) + (["image z"] if has_z else []) + [h for _, _, h, _ in extra] \
         + ["reason"]
     trs = []
+    score = _score_formatter(summary, rule)
     for rank, cid in enumerate(summary["order"], 1):
         c = cases[cid]
         cells = [el("td", str(rank)), el("td", cid, class_="l"),
-                 el("td", decision_tag(c["decision"], "rule"), class_="l"), el("td", format_value(c.get("score"), 4))]
-        cells += [el("td", format_value((c.get("region_scores") or {}).get(n), 4)) for n in regions]
+                 el("td", decision_tag(c["decision"], "rule"), class_="l"), el("td", score(c.get("score")))]
+        cells += [el("td", format_score((c.get("region_scores") or {}).get(n))) for n in regions]
         if has_q:
             cells.append(el("td", _expected_dice_text(c)))
         if has_z:
@@ -287,6 +303,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
     an older version, which kept no derived map) has no figure.
     """
     cases = {c["case"]: c for c in summary["cases"]}
+    score = _score_formatter(summary, rule)
     out = []
     for cid in summary["order"][:n_cases]:
         d = summary.get("files", {}).get(cid)
@@ -301,7 +318,7 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
         regions = rule.regions
         case = load_figure_case(files, rule.measure, rule.num_classes, files.image is not None, regions is not None)
         c = cases[cid]
-        info = {"score": format_value(c.get("score"), 4), "decision": c["decision"]}
+        info = {"score": score(c.get("score")), "decision": c["decision"]}
         if "expected_dice" in c:
             info["expected Dice"] = _expected_dice_text(c)
         seg, u, class_names = case.seg, case.maps[rule.measure], rule.class_names
@@ -324,10 +341,59 @@ def _case_figures(summary: Mapping[str, Any], rule: ReferralRule, n_cases: int, 
 
 
 _CASE_NUMBERS = ("score", "expected_dice", "expected_dice_low", "expected_dice_high", "image_z_max")
+#: the codes of a case's decision (:meth:`monai_unc.evaluation.triage.ReferralRule.apply`): accepted, or the first
+#: reason for review
+_CODES = ("accepted", "not_certified", "undefined_score", "outside_range", "image_statistics", "above_threshold")
+
+
+def _check_decisions(summary: Mapping[str, Any], rule: ReferralRule, source: str) -> None:
+    """Check each case's decision of a ``triage.json`` against the rule for its score (an edited score or decision).
+
+    The rule's checks on the score (certified, defined, inside the calibration range, at most the threshold) give the
+    case's code, unless its image statistics referred it first (``image_statistics``, which needs an image reference
+    and a score the other checks do not refer before it).
+
+    Args:
+        summary: the parsed ``triage.json`` (:func:`_check_summary` first).
+        rule: its rule.
+        source: how the message names the file.
+
+    Raises:
+        ValueError: one line naming ``source`` and the case's field.
+    """
+    rng = rule.score_range
+    for i, c in enumerate(summary["cases"]):
+        v = math.nan if c.get("score") is None else float(c["score"])
+        if not rule.feasible:
+            want = "not_certified"
+        elif not math.isfinite(v):
+            want = "undefined_score"
+        elif rng is None or not rng[0] <= v <= rng[1]:
+            want = "outside_range"
+        else:
+            want = "above_threshold" if v > rule.threshold else "accepted"
+        code = c.get("code")
+        if code is None:  # a triage.json without codes: the decision alone
+            ok = (c["decision"] == "accept") == (want == "accepted") or (
+                c["decision"] == "review" and rule.image_reference is not None and want == "accepted")
+        elif code == "image_statistics":
+            ok = rule.image_reference is not None and want in ("accepted", "above_threshold")
+        else:
+            ok = code == want
+        if not ok:
+            decision = "accept" if want == "accepted" else "review"
+            got = f"{c['decision']!r}" + (f" ({code})" if code else "")
+            raise ValueError(f"{source}: field 'cases[{i}].decision' of case {c['case']!r} must be the rule's decision "
+                             f"for its score {format_score(v)} ({decision}: {want}), got {got}"[:400])
 
 
 def _check_summary(summary: Any, source: str) -> None:
     """Check the fields of a ``triage.json`` that the page reads (a file a user may have edited).
+
+    Their types, and that they agree with each other: ``n_cases``, ``n_accepted``, ``n_review``, ``accepted``,
+    ``review``, ``reasons`` and each case's ``code`` with the cases' decisions, ``order`` with their scores (as
+    :func:`~monai_unc.evaluation.triage_order` ranks them). The decisions are checked against the rule by
+    :func:`_check_decisions`.
 
     Args:
         summary: the parsed file.
@@ -395,6 +461,32 @@ def _check_summary(summary: Any, source: str) -> None:
         raise bad("order", "the case ids of 'cases', each once", order)
     if summary["n_cases"] != len(cases):
         raise bad("n_cases", f"the number of cases ({len(cases)})", summary["n_cases"])
+    scores = np.array([math.nan if c.get("score") is None else float(c["score"]) for c in cases])
+    expected = [ids[i] for i in triage_order(ids, scores)]
+    if order != expected:
+        k = next(i for i, (a, b) in enumerate(zip(order, expected)) if a != b)
+        raise bad("order", f"the case ids from the highest score to the lowest (undefined scores first, ties by case "
+                  f"id): at rank {k + 1} case {expected[k]!r}, not {order[k]!r}", order)
+    decisions = [c["decision"] for c in cases]
+    for name, decision in (("n_accepted", "accept"), ("n_review", "review")):
+        if summary[name] != decisions.count(decision):
+            raise bad(name, f"the number of cases whose decision is {decision!r} ({decisions.count(decision)})",
+                      summary[name])
+    for name, decision in (("accepted", "accept"), ("review", "review")):
+        want = [c["case"] for c in cases if c["decision"] == decision]
+        if name in summary and summary[name] != want:
+            raise bad(name, f"the ids of the cases whose decision is {decision!r} ({want})", summary[name])
+    codes = [c.get("code") for c in cases]
+    for i, (code, decision) in enumerate(zip(codes, decisions)):
+        if code is not None and (code not in _CODES or (code == "accepted") != (decision == "accept")):
+            raise bad(f"cases[{i}].code", f"{'accepted' if decision == 'accept' else 'a reason for review'} (the "
+                      f"case's decision is {decision!r}; codes: {', '.join(_CODES)})", code)
+    if "reasons" in summary and all(code is not None for code in codes):
+        counted = {code: codes.count(code) for code in dict.fromkeys(codes)}
+        if reasons != counted:
+            raise bad("reasons", f"the number of cases of each code ({counted})", reasons)
+    elif "reasons" in summary and sum(reasons.values()) != len(cases):
+        raise bad("reasons", f"counts of the {len(cases)} cases' reasons", reasons)
     files = summary.get("files", {})
     if not isinstance(files, dict):
         raise bad("files", "an object", files)
@@ -436,8 +528,9 @@ def build_triage_page(
         The path of ``triage.html``.
 
     Raises:
-        ValueError: ``n_cases`` is not a non-negative integer, or ``triage.json`` is not strict JSON or has a field
-            the page reads of the wrong type (an edited file; one line naming the file and the field).
+        ValueError: ``n_cases`` is not a non-negative integer, or ``triage.json`` is not strict JSON, has a field
+            the page reads of the wrong type, counts, reasons or an order that contradict its cases, or a decision
+            that is not the rule's for the case's score (an edited file; one line naming the file and the field).
         FileNotFoundError: the folder holds no ``triage.json``, or a product's folder lacks its outputs.
         TypeError: a keyword that is not a product's command.
     """
@@ -454,6 +547,7 @@ def build_triage_page(
     summary = decode_untrusted_json(path.read_bytes(), str(path))  # UTF-8, strict JSON (no NaN, no key twice)
     _check_summary(summary, str(path))
     rule = ReferralRule.from_json(summary["rule"], f"{path}: rule")
+    _check_decisions(summary, rule, str(path))
     products = {command: command_product(command) for command in folders}
     rows = {command: cls.applied_rows(folders[command]) for command, cls in products.items()}
     out_dir = Path(output) if output is not None else folder

@@ -178,6 +178,8 @@ def case_viewer(
         ``threshold`` (``cal_min``): the larger of 10 % of its range and the quantile that leaves
         :data:`DEFAULT_COVERAGE` of the cropped voxels above it; voxels below are transparent
         (``colormap_type`` 1, NiiVue's ``ZERO_TO_MAX_TRANSPARENT_BELOW_MIN``, when the map is non-negative).
+        A map with one positive value in every voxel (``constant``: that value) has the threshold 0 and the colour
+        range 0 .. value, so every voxel is drawn in the ramp's top colour (a map of zeros stays transparent).
 
     Raises:
         ValueError: for volumes that are not 3D or differ in shape, or a budget too small for even the
@@ -224,6 +226,10 @@ def case_viewer(
     if finite_c.size:
         threshold = max(threshold, float(np.quantile(finite_c, 1.0 - DEFAULT_COVERAGE)))
     threshold = min(threshold, u_top)
+    u_min = u_lo
+    constant = bool(finite_u.size) and u_hi == u_lo
+    if constant and u_lo > 0:  # one value everywhere: every voxel drawn, in the top colour of the ramp 0 .. value
+        u_min, threshold, u_top = 0.0, 0.0, u_lo
     unit = measure_unit(measure)
     u_title = f"{str(measure).replace('_', ' ')} ({unit or 'no unit'})"
     start = np.array([s.start for s in box], dtype=np.float64)
@@ -246,7 +252,7 @@ def case_viewer(
         volumes.append({"role": "uncertainty", "name": f"{measure}.nii.gz", "title": u_title,
                         "base64": _encode(q, aff, slope, inter), "colormap": "hot", "opacity": 0.7,
                         "colormap_type": 1 if u_lo >= 0 else 0, "cal_min": threshold, "threshold": threshold,
-                        "u_min": u_lo, "cal_max": u_top})
+                        "u_min": u_min, "cal_max": u_top, **({"constant": u_lo} if constant else {})})
         size = sum(len(v["base64"]) for v in volumes)
         if size <= budget_bytes:
             return {"case": str(case_id), "measure": str(measure), "unit": unit, "step": step,
@@ -309,6 +315,11 @@ def viewer_block(index: int, data: dict[str, Any]) -> Markup:
             ticks = [el("span", _fmt(low)), el("span", _fmt(v["cal_max"]))]
             extra = (el("span", "transparent below ", el("span", _fmt(v["threshold"]), data_show="threshold"),
                             class_="mu-cbar-ticks") if "threshold" in v else None)
+            if "constant" in v:  # no range to show: the one value, and what it looks like
+                extra = el("span", f"constant map: every voxel is {_fmt(v['constant'])}"
+                           + (f" {data['unit']}" if data.get("unit") else "")
+                           + (", drawn in the ramp's top colour" if v["constant"] > 0 else ", nothing to draw"),
+                           class_="mu-cbar-ticks mu-constant")
             legends.append(el("div", el("span", v.get("title", role), class_="mu-cbar-title"),
                               el("canvas", class_="mu-cbar-ramp", width="256", height="1", data_role=role,
                                  data_colormap=v["colormap"]),

@@ -64,6 +64,7 @@ from ..data.cohorts import DEMO_CALIBRATION_SHIFTS, DEMO_NEW_SHIFTS, DEMO_SHIFTS
 from ..evaluation import EvaluationConfig, read_shifts, run_evaluate
 from ..evaluation.triage import RULE_FILE
 from ..io import atomic_write_json, check_output_folder, list_image_cases, parse_float, read_csv
+from ..product import format_fraction, format_score
 from ..report.html import build_report
 from ..report.triage import link_page
 from .factory import build_inferer, check_roi, method_tokens, normalize_roi
@@ -222,15 +223,17 @@ def _print_summary(summary: dict[str, Any], metrics_csv: Path, seconds: float, c
     col = summary["score"]["column"]
     referred = set(summary["triage"]["referred"])
     print("MNI152 tissue example: held-out right hemisphere + shifted copies (network trained on the left only)")
-    print(f"{'rank':>4}  {'case':<16} {'shift':<11} {'Dice':>6}  {col:>27}  budget {summary['triage']['budget']:.0%}")
+    budget = format_fraction(summary["triage"]["budget"])
+    print(f"{'rank':>4}  {'case':<16} {'shift':<11} {'Dice':>6}  {col:>27}  budget {budget}")
     for i, cid in enumerate(summary["triage"]["order"], 1):
         r = rows[cid]
         dice, score = parse_float(r["dice"]), parse_float(r[col])
-        print(f"{i:>4}  {cid:<16} {r.get('shift', ''):<11} {dice:>6.3f}  {score:>27.4f}  "
+        print(f"{i:>4}  {cid:<16} {r.get('shift', ''):<11} {dice:>6.3f}  {format_score(score):>27}  "
               f"{'budget: flagged' if cid in referred else 'budget: kept'}")
     t, cal = summary["triage"], summary.get("calibration", {})
-    print(f"budget {t['budget']:.0%}: {t['n_referred']} case(s) flagged for review; mean Dice of the kept cases "
-          f"{t['dice_retained']:.3f} (all: {t['dice_all']:.3f}); a ranking without a guarantee: the certified rule's "
+    kept = t["dice_kept"] if t.get("dice_kept") is not None else t["dice_retained"]
+    print(f"budget {budget}: {t['n_referred']} case(s) flagged for review; mean Dice of the kept cases "
+          f"{kept:.3f} (all: {t['dice_all']:.3f}); a ranking without a guarantee: the certified rule's "
           "decisions (rule: accept / review) below carry the guarantee")
     if cal:
         print(f"pooled calibration: ECE {cal['ece']:.4f}, all-label ECE {cal['all_label_ece']:.4f}, "

@@ -17,7 +17,7 @@ from typing import Any
 from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, run_evaluate
 from ..evaluation.products import implicit_products
-from ..product import products_from_arguments
+from ..product import format_fraction, products_from_arguments
 from ..products.risk_control import risk_control_line as _risk_control_line
 from .prepare import prepare_evaluate
 from .session import CommandResult, run_command
@@ -125,8 +125,13 @@ def evaluate_summary_lines(summary: Mapping[str, Any], paths: Mapping[str, Path]
             + (f", QU-BraTS {_fmt(b['qu_brats']['score'])}" if "qu_brats" in b else "") for n, b in per.items()))
     if summary.get("qu_brats"):
         lines.append(f"QU-BraTS score (mean over regions and cases) {_fmt(summary['qu_brats']['score'])}")
-    lines.append(f"triage at {t['budget']:.0%}: review {', '.join(t['referred']) or 'none'}; "
-                 f"mean Dice of the retained cases {_fmt(t['dice_retained'])}")
+    # the mean Dice of the cases the budget keeps; at a tie of scores across its cut, also the referral curve's
+    # expectation over a random order of the tied cases (docs/report.md)
+    kept = t["dice_kept"] if "dice_kept" in t else t["dice_retained"]
+    tie = (f" (expected over a random order of the cases tied at the cut, {', '.join(t['tied'])}: "
+           f"{_fmt(t['dice_retained'])})" if t.get("tied") else "")
+    lines.append(f"triage at {format_fraction(t['budget'])}: review {', '.join(t['referred']) or 'none'}; "
+                 f"mean Dice of the retained cases {_fmt(kept)}{tie}")
     implicit = implicit_products(config)  # each product prints its own lines; these are turned on by --target-risk
     for product in implicit:
         if product.name in summary:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..engine import get_dist_context, sync_errors
 from ..evaluation import load_evaluation, resummarize, run_triage
+from ..evaluation.config import STATE_DIR
 from ..evaluation.triage import TriageResult
 from ..io import CaseFiles, check_inputs_not_written, check_output_file, check_output_folder, output_lock
 from ..io.signing import Trust
@@ -72,8 +73,9 @@ def check_evaluation_folder(folder: str | os.PathLike) -> Path:
     except Exception as e:
         if (folder / "failures.json").is_file():  # the loader's own message: the last evaluation had failed cases
             raise
-        if isinstance(e, ValueError) and str(e).startswith(f"{folder / 'summary.json'}: "):
-            raise  # a field of an edited summary.json: the loader's own line names the file and the field
+        if isinstance(e, ValueError) and str(e).startswith((f"{folder / 'summary.json'}: ",
+                                                             f"{folder / STATE_DIR / 'rows.json'}: ")):
+            raise  # a field of an edited summary.json or rows.json: the loader's own line names the file and the field
         raise ValueError(f"cannot read the evaluation in {folder}: {error_text(e)} (a truncated or corrupt "
                          "file?); run monai-unc evaluate again") from None
     return folder

@@ -28,6 +28,7 @@ from ..engine import DistContext
 from ..evaluation import CohortState, EvaluationConfig, summarize
 from ..evaluation.cohort import risk_of_dice
 from ..evaluation.triage import RULE_FILE, ReferralRule, TriageResult, certify_referral_rule, run_triage
+from ..product import ThresholdText, format_score
 from ..report.triage import build_triage_page
 from .apply import (
     beside_triage_folder,
@@ -191,14 +192,18 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     cal = rule.score_range
     head = (f"referral rule certified on {rule.n_calibration} case(s): {rule.method.upper()}, "
             f"{rule.risk_definition} <= {rule.target_risk:g} w.p. {1 - rule.delta:g}; ")
+    # the scores and the threshold in digits that never print a score on the other side equal to the threshold
+    thr = (ThresholdText.choose(rule.threshold, [c["score"] for c in s["cases"] if c["score"] is not None])
+           if rule.feasible and rule.threshold != float("inf") else None)
     if rule.feasible:
-        head += ("accept every score" if rule.threshold == float("inf") else f"accept {rule.score} <= "
-                 f"{rule.threshold:.6g}") + f" (calibration coverage {rule.coverage:.2f}, bound {rule.bound:.3f})"
+        head += ("accept every score" if thr is None else f"accept {rule.score} {thr.relation(True)} "
+                 f"{thr.bound_text()}") + f" (calibration coverage {rule.coverage:.2f}, bound {rule.bound:.3f})"
     else:
         head += f"not certifiable on so few cases (best bound {rule.bound:.3f}): every new case goes to review"
     lines = [head]
     if cal is not None:
-        lines.append(f"calibration score range [{cal[0]:.4f}, {cal[1]:.4f}]; image check: {s['image_check']}")
+        lines.append(f"calibration score range [{format_score(cal[0])}, {format_score(cal[1])}]; image check: "
+                     f"{s['image_check']}")
     extra = extra or {}
     keys = sorted({k for v in extra.values() for k in v})
     has_q = any("expected_dice" in c for c in s["cases"])
@@ -210,7 +215,7 @@ def format_triage(rule: ReferralRule, result: TriageResult, extra: Mapping[str, 
     by_id = {c["case"]: c for c in s["cases"]}
     for i, cid in enumerate(s["order"], 1):
         c = by_id[cid]
-        score = "undefined" if c["score"] is None else f"{c['score']:.4f}"
+        score = "undefined" if c["score"] is None else (format_score if thr is None else thr.score)(c["score"])
         cols = "".join(f"{_cell(extra.get(cid, {}).get(k)):>8}  " for k in keys)
         if has_q:
             cols += f"{_expected_dice_cell(c):<24}  "

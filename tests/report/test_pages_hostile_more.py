@@ -211,7 +211,8 @@ def _triage_summary() -> dict[str, Any]:
     cases = [{"case": "a", "score": 0.25, "decision": "accept", "reason": "ok", "code": "accepted", "rank": 2},
              {"case": "b", "score": 0.75, "decision": "review", "reason": "above", "code": "above_threshold",
               "rank": 1}]
-    return {"n_cases": 2, "n_accepted": 1, "n_review": 1, "reasons": {"above_threshold": 1}, "order": ["b", "a"],
+    return {"n_cases": 2, "n_accepted": 1, "n_review": 1, "reasons": {"accepted": 1, "above_threshold": 1},
+            "order": ["b", "a"],
             "fingerprint": {"status": "unverified"}, "notes": [], "rule_file": None, "rule_signature": None,
             "rule": rule.to_json(), "cases": cases, "files": {"a": None, "b": None}, "warnings": []}
 

@@ -75,8 +75,9 @@ def test_triage_table_follows_the_summary(report):
     assert scores == sorted(scores, reverse=True)
     failed = {c for c in summary["failures"]["cases"]}
     assert {r[1] for r in rows if "failed" in r[0]} == failed
-    kept = summary["triage"]["dice_retained"]
-    assert f"expected mean Dice of the <b>{6 - n_ref}</b> retained cases is <b>{kept:.3f}" in text
+    kept = summary["triage"]["dice_kept"]  # the rows marked kept (no tie at the cut: the referral curve's value)
+    assert kept == pytest.approx(summary["triage"]["dice_retained"]) and not summary["triage"]["tied"]
+    assert f"the mean Dice of the <b>{6 - n_ref}</b> retained cases is <b>{kept:.3f}" in text
 
 
 def test_budget_override_recomputes_the_triage(report, tmp_path):
@@ -87,10 +88,10 @@ def test_budget_override_recomputes_the_triage(report, tmp_path):
     text = html.read_text()
     assert text.count(">budget: flagged<") == 3
     assert len(_embedded(text)) == 4 and not (tmp_path / "r" / "figures" / "case_toy000.png").exists()
-    assert "budget of <b>50%</b>" in text
+    assert "budget of <b>50% (3 of 6 cases)</b>" in text
     with pytest.warns(DeprecationWarning, match="build_report"):  # the old way: the same page
         old = build_report(report["root"] / "eval", tmp_path / "old", budget=0.5, n_cases=0).read_text()
-    assert old.count(">budget: flagged<") == 3 and "budget of <b>50%</b>" in old
+    assert old.count(">budget: flagged<") == 3 and "budget of <b>50% (3 of 6 cases)</b>" in old
 
 
 def test_the_report_reads_the_summary_evaluate_wrote(report, tmp_path, monkeypatch):
@@ -103,8 +104,8 @@ def test_the_report_reads_the_summary_evaluate_wrote(report, tmp_path, monkeypat
     monkeypatch.setattr(cohort, "summarize", refuse)
     text = build_report(report["root"] / "eval", tmp_path / "r", n_cases=2).read_text()
     saved = json.loads((report["root"] / "eval" / "summary.json").read_text())
-    assert f"expected mean Dice of the <b>{6 - saved['triage']['n_referred']}</b> retained cases is " \
-           f"<b>{saved['triage']['dice_retained']:.3f}" in text
+    assert f"the mean Dice of the <b>{6 - saved['triage']['n_referred']}</b> retained cases is " \
+           f"<b>{saved['triage']['dice_kept']:.3f}" in text
 
 
 def test_report_without_probabilities_has_no_reliability_diagram(report, tmp_path):

@@ -21,6 +21,7 @@ from ...io.provenance import check_document, read_checked_json, rule_digest
 from ...io.signing import Trust
 from ...metrics.quality import CONFORMAL_ALPHA, ConformalInterval, conformal_interval, conformal_quantile
 from ...metrics.risk_control import risk_controlled_threshold
+from ...product import ThresholdText, format_score, separating_digits
 from ...regions import check_regions
 from ..cohort import RISK_CONTROL_CANDIDATES, risk_of_dice
 from ..config import region_suffix
@@ -455,6 +456,26 @@ def _fmt(v: float) -> str:
     return f"{v:.6g}"
 
 
+def _threshold_text(score: float, threshold: float) -> str:
+    """``<score> <= threshold <t>`` or ``<score> > threshold <t>``, in digits that never print the two equal.
+
+    The comparison is written as :class:`~monai_unc.product.ThresholdText` chooses for this score: a score just above
+    the threshold (a risk-controlled threshold is the float just below the lowest calibration score it refuses) is
+    written ``score >= threshold`` against the cut, the first score the rule refuses.
+    """
+    t = ThresholdText.choose(threshold, [score])
+    return f"{t.score(score)} {t.relation(t.accepts(score))} threshold {t.bound_text()}"
+
+
+def _range_text(score: float, bounds: tuple[float, float]) -> str:
+    """``<score> below|above the calibration range [lo, hi]``, the score and the end it passes never printed equal."""
+    lo, hi = bounds
+    side, end = ("below", lo) if score < lo else ("above", hi)
+    d = separating_digits(score, end)
+    lo_text, hi_text = (format_score(b, d) if b == end else format_score(b) for b in (lo, hi))
+    return f"{format_score(score, d)} {side} the calibration range [{lo_text}, {hi_text}]"
+
+
 @dataclass
 class ReferralRule:
     """A risk-controlled referral rule, certified on labelled calibration cases, to apply to new cases.
@@ -823,20 +844,18 @@ class ReferralRule:
                 if rng is None:
                     reasons.append(("outside_range", "no calibration case had a defined score"))
                 elif v < rng[0] or v > rng[1]:
-                    side = "below" if v < rng[0] else "above"
-                    reasons.append(("outside_range", f"score {_fmt(v)} {side} the calibration range "
-                                    f"[{_fmt(rng[0])}, {_fmt(rng[1])}]"))
+                    reasons.append(("outside_range", f"score {_range_text(v, rng)}"))
             if z is not None and ref is not None and np.isfinite(z[i]).all() and z[i].max() > ref.z_max:
                 far = [f"{n} z={zz:.1f}" for n, zz in zip(ref.features, z[i]) if zz > ref.z_max]
                 reasons.append(("image_statistics", f"image far from the calibration images ({', '.join(far)} > "
                                 f"{ref.z_max:g})"))
             if self.feasible and math.isfinite(v) and v > self.threshold:
-                reasons.append(("above_threshold", f"score {_fmt(v)} > threshold {_fmt(self.threshold)}"))
+                reasons.append(("above_threshold", f"score {_threshold_text(v, self.threshold)}"))
             if reasons:
                 out.append(Decision("review", "; ".join(r for _, r in reasons), reasons[0][0]))
             else:
-                thr = "" if self.threshold == math.inf else f" <= threshold {_fmt(self.threshold)}"
-                out.append(Decision("accept", f"score {_fmt(v)}{thr}, in the calibration range", "accepted"))
+                text = format_score(v) if self.threshold == math.inf else _threshold_text(v, self.threshold)
+                out.append(Decision("accept", f"score {text}, in the calibration range", "accepted"))
         return out
 
     # -- files ---------------------------------------------------------------------------------------------------

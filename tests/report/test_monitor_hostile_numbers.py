@@ -1,0 +1,57 @@
+"""The acceptance rates of the monitoring dashboard and of ``monai-unc monitor status``.
+
+Found by hostile testing: the rates were rounded to a whole percent, so a stream with one referral in 300 cases read
+"accepted 100%" on the page and in the command's table. They are now written with significant digits and their
+counts, never 100 % unless every case was accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from monai_unc.monitoring import VerifyResult, monitor_status, status_table
+from monai_unc.report.monitor import build_monitor_page
+
+
+def _rows(n: int, review: set[int]) -> list[dict]:
+    return [{"case_id": f"c{i}", "site": "A", "triaged_at": f"t{i}", "score": 0.1 + 1e-3 * i, "image_z_max": 0.5,
+             "decision": "review" if i in review else "accept", "rule_digest": "r1", "loss": None} for i in range(n)]
+
+
+def _groups(rows: list[dict]) -> list:
+    return [g for g in monitor_status(rows, {"r1": {"calibration_scores": [0.1, 0.2, 0.3], "target_risk": 0.1}},
+                                      alpha=0.05) if g.site == "A"]
+
+
+def test_one_referral_in_300_cases_is_not_written_as_100_percent(tmp_path):
+    """Found by hostile testing: 299 of 300 accepted read "100%" on the dashboard and in `monitor status`."""
+    groups = _groups(_rows(300, {150}))
+    lines = status_table(groups)
+    assert "99.7% (299 of 300)" in lines[1] and "100% (50 of 50)" in lines[1], lines
+    page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html").read_text()
+    cells = re.findall(r"<td>([^<]*)</td>", page)
+    assert "99.7% (299 of 300)" in cells and "100% (50 of 50)" in cells
+    assert "<td>100%</td>" not in page
+
+
+def test_a_recent_referral_is_not_written_as_100_percent(tmp_path):
+    """Found by hostile testing (as above): the recent rate, over the last 50 cases, was rounded too (49 of 50 is
+    98 %, but 1999 of 2000 read 100%)."""
+    groups = _groups(_rows(2000, {1999}))
+    line = status_table(groups)[1]
+    assert "99.95% (1999 of 2000)" in line and "98% (49 of 50)" in line, line
+
+
+def test_a_martingale_beyond_the_float_range_is_written_not_raised(tmp_path):
+    """Found while fixing the rates above: a stream whose scores drift far from the calibration scores drives the
+    score martingale past exp(709); the dashboard raised OverflowError (math.exp) and `monitor status` printed
+    "max inf". Its peak is now written from its logarithm."""
+    groups = _groups(_rows(2000, {1999}))
+    peak = float(groups[0].score.log_martingale.max())
+    assert peak > 709  # the case of the defect
+    e10 = peak / math.log(10)
+    line = status_table(groups)[1]
+    assert re.search(rf"max \d\.\d+e\+{math.floor(e10)}\b", line) and "inf" not in line, line
+    page = build_monitor_page(groups, [], VerifyResult(True, 0, ""), tmp_path / "m.html").read_text()
+    assert re.search(rf"<td>\d\.\d+e\+{math.floor(e10)}</td>", page)

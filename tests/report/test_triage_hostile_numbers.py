@@ -1,0 +1,113 @@
+"""The triage page (``triage.html``) reading a ``triage.json`` edited by a hostile tester.
+
+``build_triage_page`` draws the page from ``triage.json`` alone, a file a user may edit. Found by hostile testing: the
+counts and reason counts were not checked against the cases' decisions (the cards said 10 accepted beside a table
+with two "rule: review"), the order not against the scores, and a case's score edited far above the threshold stayed
+"rule: accept". Each edit is now refused with one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monai_unc.evaluation.triage import ReferralRule
+from monai_unc.report.triage import build_triage_page
+
+
+def triage_json(image_reference: bool = False) -> dict[str, Any]:
+    """A ``triage.json`` of three cases as :func:`~monai_unc.evaluation.triage.run_triage` writes it: threshold 0.5,
+    calibration range [0.1, 0.9]; ``a`` accepted, ``b`` above the threshold, ``c`` without a defined score."""
+    rule = ReferralRule(score="predictive_entropy_fg_mean", threshold=0.5, feasible=True, target_risk=0.2, delta=0.1,
+                        method="sgr", risk="failure", failure_dice=0.8, calibration_scores=(0.1, 0.9),
+                        calibration_cases=("k0", "k1"), bound=0.1, coverage=1.0, observed_risk=0.0, n_candidates=1,
+                        num_classes=2)
+    decisions = rule.apply([0.25, 0.75, float("nan")])
+    cases = [{"case": cid, "score": score, "decision": d.decision, "reason": d.reason, "code": d.code, "rank": rank}
+             for cid, score, d, rank in zip("abc", (0.25, 0.75, None), decisions, (3, 2, 1))]
+    return {"n_cases": 3, "n_accepted": 1, "n_review": 2, "accepted": ["a"], "review": ["b", "c"],
+            "reasons": {"accepted": 1, "above_threshold": 1, "undefined_score": 1}, "order": ["c", "b", "a"],
+            "fingerprint": {"status": "unverified"}, "notes": [], "rule_file": None, "rule_signature": None,
+            "rule": rule.to_json(), "cases": cases, "files": {}, "warnings": []}
+
+
+def _write(folder: Path, doc: dict[str, Any]) -> None:
+    (folder / "triage.json").write_text(json.dumps(doc))
+
+
+def _case(doc: dict[str, Any], cid: str) -> dict[str, Any]:
+    return next(c for c in doc["cases"] if c["case"] == cid)
+
+
+def test_the_file_as_triage_writes_it_draws_a_page(tmp_path):
+    """The unedited file: the page's cards are the decisions' counts."""
+    _write(tmp_path, triage_json())
+    text = build_triage_page(tmp_path, n_cases=0, viewer=False).read_text()
+    assert "accept score ≤ 0.5" in text and ">rule: accept<" in text
+
+
+def _edit_counts(d: dict[str, Any]) -> None:
+    d["n_accepted"], d["n_review"] = 3, 0
+
+
+def _edit_reasons(d: dict[str, Any]) -> None:
+    d["reasons"] = {"accepted": 3}
+
+
+def _edit_review(d: dict[str, Any]) -> None:
+    d["n_review"] = 5
+
+
+def _edit_lists(d: dict[str, Any]) -> None:
+    d["accepted"] = ["a", "b"]
+
+
+def _edit_code(d: dict[str, Any]) -> None:
+    _case(d, "b")["code"] = "accepted"
+
+
+def _edit_order(d: dict[str, Any]) -> None:
+    d["order"] = ["c", "a", "b"]
+
+
+def _edit_score(d: dict[str, Any]) -> None:  # a above the threshold, inside the range, still ranked below b
+    _case(d, "a")["score"] = 0.6
+
+
+def _edit_decision(d: dict[str, Any]) -> None:  # b accepted although above the threshold; counts made to agree
+    b = _case(d, "b")
+    b["decision"], b["code"] = "accept", "accepted"
+    d.update(n_accepted=2, n_review=1, accepted=["a", "b"], review=["c"],
+             reasons={"accepted": 2, "undefined_score": 1})
+
+
+def _edit_undefined(d: dict[str, Any]) -> None:  # c's undefined score given a value; it stays "undefined_score"
+    _case(d, "c")["score"] = 0.3
+    d["order"] = ["b", "c", "a"]
+
+
+@pytest.mark.parametrize("edit, field", [
+    (_edit_counts, "'n_accepted'"),
+    (_edit_review, "'n_review'"),
+    (_edit_reasons, "'reasons'"),
+    (_edit_lists, "'accepted'"),
+    (_edit_code, "'cases[1].code'"),
+    (_edit_order, "'order'"),
+    (_edit_score, "'cases[0].decision'"),
+    (_edit_decision, "'cases[1].decision'"),
+    (_edit_undefined, "'cases[2].decision'"),
+])
+def test_an_edit_that_contradicts_the_decisions_is_refused_naming_the_field(tmp_path, edit: Callable, field: str):
+    """Found by hostile testing: counts, reasons, order and decisions of an edited triage.json were drawn as they
+    were (cards "10 accepted" beside two "rule: review" rows; a score edited to 0.5 above a threshold of 0.001 still
+    "rule: accept"). Each is refused with one line naming triage.json and the field."""
+    doc = triage_json()
+    edit(doc)
+    _write(tmp_path, doc)
+    with pytest.raises(ValueError, match="triage.json") as e:
+        build_triage_page(tmp_path, n_cases=0, viewer=False)
+    assert field in str(e.value) and "\n" not in str(e.value), str(e.value)
