@@ -389,7 +389,7 @@ REPORT_REFUSED: list[tuple[str, Callable[[dict, Path], list[str]], str]] = [
     ("truncated histogram.npz", lambda d, t: ["report", "-e", str(d["histogram_truncated"]), "-o", str(t / "o"),
                                               "-q"], "cannot read the evaluation"),
     ("rows.json of the wrong shape", lambda d, t: ["report", "-e", str(d["rows_wrong"]), "-o", str(t / "o"), "-q"],
-     "cannot read the evaluation"),
+     "state/rows.json: field 'num_classes' must be a positive count"),
     ("output under a regular file", lambda d, t: ["report", "-e", str(d["ev"]), "-o", str(d["root"] / "afile" / "r"),
                                                   "-q"], "is a file, not a folder"),
     ("output = an input file", lambda d, t: ["report", "-e", str(d["ev"]), "-o", str(d["ev"] / "summary.json"),
