@@ -200,7 +200,7 @@ class WithInertDropout(nn.Module):
         self.net, self.drop = net, nn.Dropout(0.5)
 
     def forward(self, x):
-        return self.net(x) + 0.0 * self.drop(torch.ones(1)).sum()
+        return self.net(x) + 0.0 * self.drop(torch.ones(1, dtype=x.dtype)).sum()
 
 
 def add_dropout_zero(net):

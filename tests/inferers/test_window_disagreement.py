@@ -7,7 +7,6 @@ import torch
 from monai.inferers import Inferer, SimpleInferer, SlidingWindowInferer
 from monai.networks.nets import UNet
 from scipy.special import xlogy
-from torch import nn
 
 from monai_unc.inferers import (
     EnsembleInferer,
@@ -18,6 +17,7 @@ from monai_unc.inferers import (
     UncertaintyInferer,
 )
 from monai_unc.inferers.sampling import window_disagreement_from_stitched
+from tests.inferers.test_inferers import WithInertDropout
 
 DECOMP = ("predictive_entropy", "expected_entropy", "mutual_information", "window_disagreement")
 
@@ -142,25 +142,17 @@ def test_no_overlap_gives_zero_window_disagreement(activation, out):
 @pytest.mark.parametrize("activation,out", [("softmax", 3), ("sigmoid", 3), ("sigmoid", 1)])
 @pytest.mark.parametrize("overlap,mode", [(0.5, "gaussian"), (0.25, "constant")])
 def test_deterministic_network_has_zero_mutual_information_under_overlap(activation, out, overlap, mode):
-    class InertDropout(nn.Module):
-        def __init__(self, net):
-            super().__init__()
-            self.net, self.drop = net, nn.Dropout(0.5)
-
-        def forward(self, x):
-            return self.net(x) + 0.0 * self.drop(torch.ones(1)).sum()
-
     net = unet(3, out)
     x = torch.randn(1, 1, 12, 10, 14)
     sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=4, overlap=overlap, mode=mode)
     for inferer in (MCDropoutInferer(4, activation=activation, base_inferer=sw),
                     SoftmaxInferer(activation=activation, base_inferer=sw, keys=["pred", *DECOMP])):
-        res = inferer(x, InertDropout(net))
+        res = inferer(x, WithInertDropout(net))
         assert float(res["mutual_information"].abs().max()) == 0  # exactly
         if "variance" in res:  # found by hostile testing: 0.0068 for one sample, the windows' disagreement
             assert float(res["variance"].max()) <= 1e-7
         assert float(res["window_disagreement"].max()) > 1e-3
-        old = type(inferer)(**_kwargs(inferer, window_disagreement="mutual_information"))(x, InertDropout(net))
+        old = type(inferer)(**_kwargs(inferer, window_disagreement="mutual_information"))(x, WithInertDropout(net))
         torch.testing.assert_close(old["mutual_information"], res["window_disagreement"], atol=1e-6, rtol=0)
 
 
@@ -274,15 +266,7 @@ def test_half_precision_deterministic_network_has_zero_variance_under_overlap(dt
     stayed in the variance: up to 2e-4 (float16) / 2e-3 (bfloat16) for a deterministic network. Rebuilt in float32,
     the precision of the statistics; MI stays 0."""
 
-    class InertDropout(nn.Module):
-        def __init__(self, net):
-            super().__init__()
-            self.net, self.drop = net, nn.Dropout(0.5)
-
-        def forward(self, x):
-            return self.net(x) + 0.0 * self.drop(torch.ones(1, dtype=x.dtype)).sum()
-
-    net = InertDropout(unet(3, 3).to(dtype))
+    net = WithInertDropout(unet(3, 3).to(dtype))
     x = torch.randn(1, 1, 12, 10, 14).to(dtype)
     sw = SlidingWindowInferer((8, 8, 8), sw_batch_size=4, overlap=0.5, mode="gaussian")
     res = MCDropoutInferer(4, base_inferer=sw, class_variance=class_variance,
@@ -300,21 +284,12 @@ def test_deterministic_network_mi_and_variance_are_within_the_documented_bound(c
     windows with float32 sums (above 16 classes) or a count of samples that the stitched means times the count do
     not round-trip (3, 7). The documented statement (docs/inferers.md): exactly 0 with float64 sums and a power-of-two
     count, else within the float32 bound ``gamma_{N+1} (PE + EE + 1) + gamma_{C+2} PE``; the variance within 1e-7."""
-
-    class InertDropout(nn.Module):
-        def __init__(self, net):
-            super().__init__()
-            self.net, self.drop = net, nn.Dropout(0.5)
-
-        def forward(self, x):
-            return self.net(x) + 0.0 * self.drop(torch.ones(1)).sum()
-
     x = torch.randn(1, 1, 12, 10, 14, generator=torch.Generator().manual_seed(classes))
     base = SimpleInferer() if overlap == 0.0 else SlidingWindowInferer((8, 8, 8), sw_batch_size=4, overlap=overlap,
                                                                       mode="gaussian")
     res = MCDropoutInferer(samples, base_inferer=base, keys=["predictive_entropy", "expected_entropy",
                                                             "mutual_information", "variance"])(
-        x, InertDropout(unet(3, classes)))
+        x, WithInertDropout(unet(3, classes)))
     mi = res["mutual_information"].double()
     if classes <= 16 and samples in (1, 2, 4, 8):
         assert float(mi.abs().max()) == 0

@@ -141,6 +141,20 @@ def small_scores(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------------ 1. ties
+def _capture_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The figures the report saves from now on, by file stem (``report_html.save_png`` still writes them)."""
+    figures: dict[str, Any] = {}
+    save = report_html.save_png
+
+    def keep(fig: Any, path: Any = None) -> bytes:
+        if path is not None:
+            figures[Path(path).stem] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(report_html, "save_png", keep)
+    return figures
+
+
 def test_a_tie_at_the_budgets_cut_counts_the_rows_the_table_marks(tie, tmp_path):
     """Found by hostile testing: with two cases tied at the budget's cut the table flagged one of them (by case id)
     while the "Dice kept" card and the note gave the referral curve's expectation over the tie (0.693 for a kept row
@@ -268,15 +282,7 @@ def test_undefined_scores_are_left_out_of_the_score_plots(tmp_path, monkeypatch)
     key = summary["score"]["column"]
     defined = sorted(r[key] for r in state.rows if r[key] is not None and math.isfinite(r[key]))
     assert len(defined) == 3 and summary["score"]["undefined"] == ["empty"]
-    figures: dict[str, Any] = {}
-    save = report_html.save_png
-
-    def keep(fig: Any, path: Any = None) -> bytes:
-        if path is not None:
-            figures[Path(path).stem] = fig
-        return save(fig, path)
-
-    monkeypatch.setattr(report_html, "save_png", keep)
+    figures = _capture_figures(monkeypatch)
     text = _quiet_build(tmp_path / "eval", tmp_path / "r", n_cases=0, viewer=False).read_text()
     bars = figures["histograms"].axes[0].patches
     assert max(p.get_x() + p.get_width() for p in bars) <= defined[-1] + 1e-9
@@ -360,15 +366,7 @@ def test_region_diagram_caption_names_the_ece_of_its_title(tmp_path, monkeypatch
         warnings.simplefilter("ignore", UserWarning)
         assert cli.main(["evaluate", "-l", str(data["labels"]), "-p", str(data["pred"]), "-o",
                          str(tmp_path / "eval"), "--regions", "brats", "--no-spatial", "--quiet"]) == 0
-    figures: dict[str, Any] = {}
-    save = report_html.save_png
-
-    def keep(fig: Any, path: Any = None) -> bytes:
-        if path is not None:
-            figures[Path(path).stem] = fig
-        return save(fig, path)
-
-    monkeypatch.setattr(report_html, "save_png", keep)
+    figures = _capture_figures(monkeypatch)
     text = _quiet_build(tmp_path / "eval", tmp_path / "r", n_cases=0, viewer=False).read_text()
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     for name, block in summary["regions"]["per_region"].items():
