@@ -233,7 +233,8 @@ def test_nnunet_fold_checkpoint_retrained_in_place_is_a_mismatch_naming_the_file
     def predictions(name: str) -> Path:
         pred = tmp_path / name
         pred.mkdir()
-        cfg = {"trainer_name": "nnUNetTrainer", "folds": 2, **_model_identity(str(model), None, "checkpoint_final.pth", {})}
+        cfg = {"trainer_name": "nnUNetTrainer", "folds": 2,
+               **_model_identity(str(model), None, "checkpoint_final.pth", {})}
         (pred / "uncertainty_config.json").write_text(json.dumps(cfg))
         return pred
 
